@@ -1,0 +1,205 @@
+# kiln - one Makefile for everything. `make` builds the four binaries under build/bin;
+# `make test` installs what a fresh Debian 12 machine lacks, builds and runs every test;
+# `make demo` runs a real training job through kilnd and an agent. `make SAN=1 test` builds
+# into build-san/ with AddressSanitizer and UndefinedBehaviorSanitizer.
+
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else
+BUILD ?= build
+SANFLAGS :=
+OPT := -O2
+endif
+
+CC ?= gcc
+BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
+PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl
+CFLAGS_COMMON := -std=c11 -Wall -Wextra -g -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP -pthread $(SANFLAGS) \
+	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+ifeq ($(WERROR),1)
+CFLAGS_COMMON += -Werror
+endif
+CFLAGS := $(CFLAGS_COMMON) $(OPT)
+# The engine's kernels want the machine's vector units and OpenMP (shared with OpenBLAS's
+# OpenMP build, so there is one thread pool in the process).
+ENGINE_CFLAGS := $(CFLAGS_COMMON) -O3 -march=native -fopenmp
+
+LDLIBS := -Wl,--as-needed -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) \
+	$(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgrpc -lgpr \
+	-lopenblas -lm -ldl -fopenmp -pthread $(SANFLAGS)
+
+# ---- sources, by module -------------------------------------------------------------------
+PROTO_C   := $(BUILD)/gen/proto/kiln.pb-c.c
+PROTO_H   := $(BUILD)/gen/proto/kiln.pb-c.h
+BASE_SRC  := $(wildcard base/*.c)
+STORE_SRC := $(wildcard store/*.c)
+SVC_SRC   := $(wildcard service/*.c)
+API_SRC   := $(wildcard api/*.c)
+WORKER_SRC:= $(wildcard worker/*.c)
+ENGINE_SRC:= $(shell find engine -name '*.c' -not -path 'engine/cuda/*' 2>/dev/null | sort)
+CLI_SRC   := $(wildcard cli/*.c)
+CUDA_SRC  := $(wildcard engine/cuda/*.cu)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIB_BASE   := $(BUILD)/lib/libkbase.a
+LIB_PROTO  := $(BUILD)/lib/libkproto.a
+LIB_STORE  := $(BUILD)/lib/libkstore.a
+LIB_SVC    := $(BUILD)/lib/libkservice.a
+LIB_API    := $(BUILD)/lib/libkapi.a
+LIB_WORKER := $(BUILD)/lib/libkworker.a
+LIB_ENGINE := $(BUILD)/lib/libkengine.a
+LIB_CLI    := $(BUILD)/lib/libkcli.a
+# Link order: dependents before what they depend on.
+ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_WORKER) $(LIB_ENGINE) $(LIB_PROTO) $(LIB_BASE)
+
+BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
+
+# CUDA backend: a separate shared library the engine loads at run time when a GPU is present,
+# so the binaries start on machines without the CUDA runtime.
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRC),)
+CUDA_LIB := $(BUILD)/lib/libkiln_cuda.so
+endif
+endif
+
+.PHONY: all test test-san demo deps bench clean proto tests
+all: $(BINS) $(CUDA_LIB)
+
+deps:
+	@bash scripts/install-deps.sh
+
+# ---- generated protobuf code ----------------------------------------------------------------
+$(PROTO_C) $(PROTO_H): proto/kiln.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen proto/kiln.proto
+
+$(BUILD)/obj/gen/proto/kiln.pb-c.o: $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(OPT) -w -c $< -o $@
+
+# Everything may include the generated header; make sure it exists before any compile.
+$(BUILD)/obj/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/engine/%.o: engine/%.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ENGINE_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/tests/engine/%.o: tests/engine/%.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ENGINE_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/bench/%.o: bench/%.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ENGINE_CFLAGS) -c $< -o $@
+
+# ---- module archives ------------------------------------------------------------------------
+define archive
+$(1): $(2)
+	@mkdir -p $$(dir $$@)
+	@rm -f $$@
+	ar rcs $$@ $$^
+endef
+$(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
+$(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o))
+$(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC))))
+$(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
+$(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC))))
+$(eval $(call archive,$(LIB_WORKER),$(call obj,$(WORKER_SRC))))
+$(eval $(call archive,$(LIB_ENGINE),$(call obj,$(ENGINE_SRC))))
+$(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
+
+# ---- binaries -------------------------------------------------------------------------------
+# Each binary links only the modules it uses (dependents first).
+KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_PROTO) $(LIB_BASE)
+AGENT_LIBS := $(LIB_WORKER) $(LIB_PROTO) $(LIB_BASE)
+TRAIN_LIBS := $(LIB_ENGINE) $(LIB_BASE)
+CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
+
+$(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(KILND_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(KILND_LIBS) $(LDLIBS)
+
+$(BUILD)/bin/kiln-agent: $(BUILD)/obj/cmd/kiln_agent.o $(AGENT_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(AGENT_LIBS) $(LDLIBS)
+
+$(BUILD)/bin/kiln-train: $(BUILD)/obj/cmd/kiln_train.o $(TRAIN_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(TRAIN_LIBS) $(LDLIBS)
+
+$(BUILD)/bin/kiln: $(BUILD)/obj/cmd/kiln.o $(CLI_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(CLI_LIBS) $(LDLIBS)
+
+$(BUILD)/obj/cmd/kiln_train.o: cmd/kiln_train.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(ENGINE_CFLAGS) -c $< -o $@
+
+# ---- CUDA -------------------------------------------------------------------------------------
+NVCCFLAGS := -O3 -std=c++17 -arch=sm_90 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_80,code=sm_80 -Xcompiler -fPIC,-Wall -I. -lineinfo
+$(BUILD)/obj/engine/cuda/%.o: engine/cuda/%.cu $(wildcard engine/cuda/*.h engine/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/lib/libkiln_cuda.so: $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
+	@mkdir -p $(dir $@)
+	$(NVCC) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
+
+# ---- tests ------------------------------------------------------------------------------------
+# tests/<module>/*.c become one Criterion binary per module: build/tests/test_<module>.
+# tests/common/*.c (harness: throwaway databases, process helpers) is linked into each of them.
+TEST_DIRS := $(filter-out common,$(notdir $(patsubst %/,%,$(sort $(dir $(wildcard tests/*/*.c))))))
+TEST_COMMON := $(call obj,$(wildcard tests/common/*.c))
+TEST_BINS := $(patsubst %,$(BUILD)/tests/test_%,$(TEST_DIRS))
+# Modules each suite links (default: base only); the e2e suite drives the built binaries.
+TEST_LIBS_base    := $(LIB_BASE)
+TEST_LIBS_store   := $(LIB_STORE) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_api     := $(KILND_LIBS)
+TEST_LIBS_worker  := $(AGENT_LIBS)
+TEST_LIBS_engine  := $(TRAIN_LIBS)
+TEST_LIBS_cli     := $(CLI_LIBS)
+TEST_LIBS_e2e     := $(LIB_BASE)
+
+define testbin
+$(BUILD)/tests/test_$(1): $(call obj,$(wildcard tests/$(1)/*.c)) $(TEST_COMMON) $(or $(TEST_LIBS_$(1)),$(LIB_BASE))
+	@mkdir -p $$(dir $$@)
+	$$(CC) -o $$@ $(call obj,$(wildcard tests/$(1)/*.c)) $(TEST_COMMON) $(or $(TEST_LIBS_$(1)),$(LIB_BASE)) -lcriterion $$(LDLIBS)
+endef
+$(foreach d,$(TEST_DIRS),$(eval $(call testbin,$(d))))
+
+tests: $(BINS) $(CUDA_LIB) $(TEST_BINS)
+
+test: deps
+	@$(MAKE) --no-print-directory tests
+	@BUILD=$(BUILD) bash tests/run.sh
+
+test-san:
+	@$(MAKE) --no-print-directory SAN=1 tests
+	@BUILD=build-san KILN_SAN=1 bash tests/run.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@bash scripts/demo.sh
+
+# ---- benchmarks ---------------------------------------------------------------------------------
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+bench: $(BINS) $(BENCH_BINS)
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,156 @@
+/* base.h - kiln's shared base module: status codes, rich errors, logging, arenas,
+ * configuration flags and small time/string helpers.
+ * Depends on libc (and pthreads for the log lock) only; every other module may include it.
+ * It is not a utility dumping ground: anything that needs a third-party library lives elsewhere. */
+#ifndef KILN_BASE_H
+#define KILN_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+/* ------------------------------------------------------------------------------------------
+ * Status codes: one table. Functions that can fail return int: 0 (KILN_OK) or a negative code
+ * from this table. Each row: NAME, value, api code string, message, HTTP status, gRPC status.
+ * ------------------------------------------------------------------------------------------ */
+#define KILN_STATUS_MAP(X)                                                                  \
+    X(OK,          0,   "ok",                  "ok",                              200, 0)   \
+    X(EINVAL,     -1,   "invalid_argument",    "invalid argument",                400, 3)   \
+    X(ENOTFOUND,  -2,   "not_found",           "not found",                       404, 5)   \
+    X(EEXIST,     -3,   "already_exists",      "already exists",                  409, 6)   \
+    X(ESTATE,     -4,   "failed_precondition", "operation not allowed in this state", 409, 9) \
+    X(ENOMEM,     -5,   "resource_exhausted",  "out of memory",                   500, 8)   \
+    X(EIO,        -6,   "io_error",            "input/output error",              500, 13)  \
+    X(EDB,        -7,   "unavailable",         "database error",                  503, 14)  \
+    X(EUNAVAIL,   -8,   "unavailable",         "service unavailable",             503, 14)  \
+    X(ETIMEDOUT,  -9,   "deadline_exceeded",   "timed out",                       504, 4)   \
+    X(ECANCELED,  -10,  "cancelled",           "cancelled",                       499, 1)   \
+    X(EINTERNAL,  -11,  "internal",            "internal error",                  500, 13)  \
+    X(EUNSUPP,    -12,  "unimplemented",       "not supported",                   501, 12)  \
+    X(EPERM,      -13,  "permission_denied",   "permission denied",               403, 7)   \
+    X(ETOOBIG,    -14,  "payload_too_large",   "request too large",               413, 3)   \
+    X(EUNFIT,     -15,  "unschedulable",       "job can never fit the cluster",   422, 9)   \
+    X(ECOMM,      -16,  "communication_error", "communication with a peer failed", 502, 14) \
+    X(EDEVICE,    -17,  "device_error",        "device error",                    500, 13)  \
+    X(EFORMAT,    -18,  "bad_format",          "malformed data",                  400, 3)
+
+enum {
+#define KILN_STATUS_ENUM(name, val, code, msg, http, grpc) KILN_##name = (val),
+    KILN_STATUS_MAP(KILN_STATUS_ENUM)
+#undef KILN_STATUS_ENUM
+};
+
+/* Message for a status ("invalid argument"); unknown codes give "unknown error". Static storage. */
+const char *kiln_strerror(int status);
+/* API code string for a status ("invalid_argument"). Static storage. */
+const char *kiln_status_code(int status);
+/* HTTP status for a kiln status (500 for unknown codes). */
+int kiln_status_http(int status);
+/* gRPC status code for a kiln status (13 INTERNAL for unknown codes). */
+int kiln_status_grpc(int status);
+
+/* A rich error, filled where a failure is first understood and carried up to the API edge, which
+ * turns it into {code, message, detail, hint}. Caller's storage; plain fixed buffers, no heap. */
+typedef struct kiln_err {
+    int status;          /* KILN_E* */
+    char field[128];     /* offending field as a dotted path ("hyperparameters.lr"), or "" */
+    char message[256];   /* short, lower case, says what failed and why */
+    char detail[512];    /* optional longer explanation */
+    char hint[256];      /* optional: how to fix it */
+} kiln_err_t;
+
+void kiln_err_clear(kiln_err_t *err);
+/* Sets status, field (may be NULL) and a printf-formatted message; returns status so callers can
+ * write `return kiln_err_set(err, KILN_EINVAL, "model.n_head", "must divide n_embd (%d)", c);`.
+ * err may be NULL (then only the status is returned). */
+int kiln_err_set(kiln_err_t *err, int status, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void kiln_err_detail(kiln_err_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kiln_err_hint(kiln_err_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------------------------
+ * Logging: one line per call to stderr, "2026-11-21T06:04:37.123Z INFO  kilnd: message".
+ * Thread-safe. Level from log_set_level() or KILN_LOG_LEVEL (debug|info|warn|error).
+ * ------------------------------------------------------------------------------------------ */
+typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level_t;
+
+void log_init(const char *program); /* program name shown on each line; reads KILN_LOG_LEVEL */
+void log_set_level(log_level_t level);
+bool log_enabled(log_level_t level);
+void log_write(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_vwrite(log_level_t level, const char *fmt, va_list ap);
+#define log_debug(...) do { if (log_enabled(LOG_DEBUG)) log_write(LOG_DEBUG, __VA_ARGS__); } while (0)
+#define log_info(...)  log_write(LOG_INFO, __VA_ARGS__)
+#define log_warn(...)  log_write(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)
+
+/* ------------------------------------------------------------------------------------------
+ * Arenas: bump allocation for a request, a scheduler tick or a heartbeat. Everything allocated
+ * from an arena dies with arena_reset()/arena_deinit(). Not thread-safe; one owner at a time.
+ * Allocation failure aborts (an arena is for bounded, per-request memory).
+ * ------------------------------------------------------------------------------------------ */
+typedef struct arena_block arena_block_t;
+typedef struct arena {
+    arena_block_t *head;   /* current block */
+    size_t block_size;     /* default size of new blocks */
+} arena_t;
+
+void arena_init(arena_t *a, size_t block_size); /* block_size 0 means 16 KiB */
+void arena_deinit(arena_t *a);                  /* frees every block */
+void arena_reset(arena_t *a);                   /* frees all but the first block, rewinds it */
+void *arena_alloc(arena_t *a, size_t n);        /* 16-byte aligned, zeroed */
+char *arena_strdup(arena_t *a, const char *s);  /* s may be NULL -> NULL */
+char *arena_strndup(arena_t *a, const char *s, size_t n);
+char *arena_sprintf(arena_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------------------------
+ * Configuration: flags with environment fallbacks. Each flag is `--name VALUE` or
+ * `--name=VALUE`; when absent, the environment variable (if any) is used, then the default.
+ * Booleans accept `--name` alone. `--help` prints usage and makes config_parse return 1.
+ * ------------------------------------------------------------------------------------------ */
+typedef enum { CONFIG_STR, CONFIG_INT, CONFIG_DOUBLE, CONFIG_BOOL } config_type_t;
+
+typedef struct config_flag {
+    const char *name;      /* without dashes: "database-url" */
+    const char *env;       /* "KILN_DATABASE_URL", or NULL */
+    config_type_t type;
+    void *value;           /* const char ** | int64_t * | double * | bool *; holds the default */
+    const char *help;
+} config_flag_t;
+
+/* Parses argv against flags. Positional arguments (not starting with "--") are left in order in
+ * argv[0..*npos) when npos is non-NULL (OUT); otherwise they are an error.
+ * Returns 0, 1 when --help was printed, or KILN_EINVAL with the problem in err.
+ * String values point into argv or the environment (borrowed for the process lifetime). */
+int config_parse(int argc, char **argv, config_flag_t *flags, size_t nflags,
+                 const char *usage, int *npos, kiln_err_t *err);
+void config_usage(const char *program, const char *usage, const config_flag_t *flags, size_t n);
+
+/* ------------------------------------------------------------------------------------------
+ * Time and small helpers.
+ * ------------------------------------------------------------------------------------------ */
+int64_t kiln_now_us(void);        /* wall clock, microseconds since the Unix epoch */
+int64_t kiln_mono_us(void);       /* monotonic clock, microseconds */
+double kiln_mono_s(void);         /* monotonic clock, seconds */
+/* Formats a Unix time in microseconds as RFC 3339 UTC with milliseconds into buf (>= 32 bytes). */
+char *kiln_time_format(int64_t us, char *buf, size_t n);
+/* Parses RFC 3339 ("2026-11-21T06:04:37Z", fractional seconds and +hh:mm offsets accepted) or a
+ * plain number of Unix seconds. Returns 0 or KILN_EINVAL. */
+int kiln_time_parse(const char *s, int64_t *out_us);
+/* Copies src into dst of size n, always NUL-terminating; returns strlen(src). */
+size_t kiln_strlcpy(char *dst, const char *src, size_t n);
+/* Reads a whole file into a heap buffer (NUL-terminated). Caller owns *out; free with free().
+ * Returns 0, KILN_ENOTFOUND or KILN_EIO (err says which file and why). */
+int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *err);
+/* Writes data to path atomically: temporary file in the same directory, fsync, rename, fsync of
+ * the directory. Returns 0 or KILN_EIO. */
+int kiln_file_write_atomic(const char *path, const void *data, size_t len, kiln_err_t *err);
+/* mkdir -p. Returns 0 or KILN_EIO. */
+int kiln_mkdirs(const char *path, kiln_err_t *err);
+
+#define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KILN_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif /* KILN_BASE_H */

@@ -1,0 +1,142 @@
+/* config.c - command-line flags with environment-variable fallbacks, shared by every kiln binary.
+ * Not a general option parser: long flags only, one value each. */
+#include "base/base.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int config_set(config_flag_t *f, const char *val, const char *origin, kiln_err_t *err)
+{
+    char *end = NULL;
+    switch (f->type) {
+    case CONFIG_STR:
+        *(const char **)f->value = val;
+        return 0;
+    case CONFIG_INT: {
+        errno = 0;
+        long long v = strtoll(val, &end, 10);
+        if (errno || end == val || *end)
+            return kiln_err_set(err, KILN_EINVAL, f->name, "invalid value \"%s\" for %s: expected an integer",
+                                val, origin);
+        *(int64_t *)f->value = v;
+        return 0;
+    }
+    case CONFIG_DOUBLE: {
+        errno = 0;
+        double v = strtod(val, &end);
+        if (errno || end == val || *end)
+            return kiln_err_set(err, KILN_EINVAL, f->name, "invalid value \"%s\" for %s: expected a number",
+                                val, origin);
+        *(double *)f->value = v;
+        return 0;
+    }
+    case CONFIG_BOOL:
+        if (!strcasecmp(val, "1") || !strcasecmp(val, "true") || !strcasecmp(val, "yes") || !strcasecmp(val, "on"))
+            *(bool *)f->value = true;
+        else if (!strcasecmp(val, "0") || !strcasecmp(val, "false") || !strcasecmp(val, "no") || !strcasecmp(val, "off"))
+            *(bool *)f->value = false;
+        else
+            return kiln_err_set(err, KILN_EINVAL, f->name, "invalid value \"%s\" for %s: expected true or false",
+                                val, origin);
+        return 0;
+    }
+    return KILN_EINTERNAL;
+}
+
+void config_usage(const char *program, const char *usage, const config_flag_t *flags, size_t n)
+{
+    fprintf(stderr, "usage: %s %s\n\noptions:\n", program, usage ? usage : "[options]");
+    for (size_t i = 0; i < n; i++) {
+        const config_flag_t *f = &flags[i];
+        char def[128] = "";
+        switch (f->type) {
+        case CONFIG_STR:
+            if (*(const char *const *)f->value)
+                snprintf(def, sizeof(def), " (default %s)", *(const char *const *)f->value);
+            break;
+        case CONFIG_INT:
+            snprintf(def, sizeof(def), " (default %" PRId64 ")", *(const int64_t *)f->value);
+            break;
+        case CONFIG_DOUBLE:
+            snprintf(def, sizeof(def), " (default %g)", *(const double *)f->value);
+            break;
+        case CONFIG_BOOL:
+            snprintf(def, sizeof(def), " (default %s)", *(const bool *)f->value ? "true" : "false");
+            break;
+        }
+        fprintf(stderr, "  --%-22s %s%s%s%s\n", f->name, f->help ? f->help : "", def,
+                f->env ? "; env " : "", f->env ? f->env : "");
+    }
+}
+
+int config_parse(int argc, char **argv, config_flag_t *flags, size_t nflags,
+                 const char *usage, int *npos, kiln_err_t *err)
+{
+    const char *program = argc > 0 ? argv[0] : "kiln";
+    bool *seen = calloc(nflags ? nflags : 1, sizeof(bool));
+    int pos = 0;
+    int rc = 0;
+    if (!seen)
+        return KILN_ENOMEM;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0 || !strcmp(arg, "-") ) {
+            if (!npos) {
+                rc = kiln_err_set(err, KILN_EINVAL, NULL, "unexpected argument \"%s\"", arg);
+                goto out;
+            }
+            argv[pos++] = argv[i];
+            continue;
+        }
+        if (!strcmp(arg, "--help")) {
+            config_usage(program, usage, flags, nflags);
+            rc = 1;
+            goto out;
+        }
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        size_t k;
+        for (k = 0; k < nflags; k++)
+            if (strlen(flags[k].name) == nlen && !strncmp(flags[k].name, name, nlen))
+                break;
+        if (k == nflags) {
+            rc = kiln_err_set(err, KILN_EINVAL, NULL, "unknown option \"--%.*s\"", (int)nlen, name);
+            kiln_err_hint(err, "run %s --help for the list of options", program);
+            goto out;
+        }
+        const char *val;
+        if (eq)
+            val = eq + 1;
+        else if (flags[k].type == CONFIG_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0 ||
+                                                   (strcasecmp(argv[i + 1], "true") && strcasecmp(argv[i + 1], "false"))))
+            val = "true";
+        else if (i + 1 < argc)
+            val = argv[++i];
+        else {
+            rc = kiln_err_set(err, KILN_EINVAL, flags[k].name, "option \"--%s\" needs a value", flags[k].name);
+            goto out;
+        }
+        char origin[160];
+        snprintf(origin, sizeof(origin), "--%s", flags[k].name);
+        if ((rc = config_set(&flags[k], val, origin, err)) != 0)
+            goto out;
+        seen[k] = true;
+    }
+    for (size_t k = 0; k < nflags; k++) {
+        if (seen[k] || !flags[k].env)
+            continue;
+        const char *v = getenv(flags[k].env);
+        if (v && *v && (rc = config_set(&flags[k], v, flags[k].env, err)) != 0)
+            goto out;
+    }
+    if (npos)
+        *npos = pos;
+out:
+    free(seen);
+    return rc;
+}

@@ -1,0 +1,64 @@
+/* log.c - line-oriented logging to stderr with a level filter.
+ * One write(2) per line so lines from threads and processes never interleave mid-line. */
+#include "base/base.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char *log_program = "kiln";
+static log_level_t log_level = LOG_INFO;
+
+static const char *const log_names[] = {"DEBUG", "INFO ", "WARN ", "ERROR"};
+
+void log_init(const char *program)
+{
+    if (program)
+        log_program = program;
+    const char *env = getenv("KILN_LOG_LEVEL");
+    if (!env)
+        return;
+    if (!strcasecmp(env, "debug"))
+        log_level = LOG_DEBUG;
+    else if (!strcasecmp(env, "info"))
+        log_level = LOG_INFO;
+    else if (!strcasecmp(env, "warn") || !strcasecmp(env, "warning"))
+        log_level = LOG_WARN;
+    else if (!strcasecmp(env, "error"))
+        log_level = LOG_ERROR;
+}
+
+void log_set_level(log_level_t level) { log_level = level; }
+
+bool log_enabled(log_level_t level) { return level >= log_level; }
+
+void log_vwrite(log_level_t level, const char *fmt, va_list ap)
+{
+    if (!log_enabled(level))
+        return;
+    char line[4096];
+    char ts[40];
+    kiln_time_format(kiln_now_us(), ts, sizeof(ts));
+    int n = snprintf(line, sizeof(line), "%s %s %s: ", ts, log_names[level], log_program);
+    if (n < 0)
+        return;
+    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    if (m < 0)
+        return;
+    size_t len = (size_t)n + (size_t)m;
+    if (len > sizeof(line) - 2)
+        len = sizeof(line) - 2;
+    line[len++] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w;
+}
+
+void log_write(log_level_t level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    log_vwrite(level, fmt, ap);
+    va_end(ap);
+}

@@ -1,0 +1,217 @@
+/* util.c - clocks, RFC 3339 times, bounded string copy and whole-file I/O with atomic replace. */
+#include "base/base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t kiln_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t kiln_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+double kiln_mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+char *kiln_time_format(int64_t us, char *buf, size_t n)
+{
+    time_t secs = (time_t)(us / 1000000);
+    int ms = (int)((us % 1000000) / 1000);
+    if (ms < 0) {
+        ms += 1000;
+        secs -= 1;
+    }
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(buf, n, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+    return buf;
+}
+
+int kiln_time_parse(const char *s, int64_t *out_us)
+{
+    if (!s || !*s)
+        return KILN_EINVAL;
+    char *end;
+    /* Plain Unix seconds (possibly fractional). */
+    errno = 0;
+    double secs = strtod(s, &end);
+    if (!errno && end != s && *end == '\0') {
+        *out_us = (int64_t)(secs * 1e6);
+        return 0;
+    }
+    int Y, M, D, h, m, sec;
+    int used = 0;
+    if (sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &Y, &M, &D, &h, &m, &sec, &used) != 6)
+        return KILN_EINVAL;
+    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
+        return KILN_EINVAL;
+    const char *p = s + used;
+    int64_t frac_us = 0;
+    if (*p == '.') {
+        p++;
+        int64_t scale = 100000;
+        if (*p < '0' || *p > '9')
+            return KILN_EINVAL;
+        while (*p >= '0' && *p <= '9') {
+            frac_us += (*p - '0') * scale;
+            scale /= 10;
+            p++;
+        }
+    }
+    int64_t offset_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om;
+        if (sscanf(p + 1, "%2d:%2d", &oh, &om) != 2)
+            return KILN_EINVAL;
+        offset_s = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
+        p += 6;
+    } else {
+        return KILN_EINVAL;
+    }
+    if (*p)
+        return KILN_EINVAL;
+    struct tm tm = {0};
+    tm.tm_year = Y - 1900;
+    tm.tm_mon = M - 1;
+    tm.tm_mday = D;
+    tm.tm_hour = h;
+    tm.tm_min = m;
+    tm.tm_sec = sec;
+    time_t t = timegm(&tm);
+    *out_us = ((int64_t)t - offset_s) * 1000000 + frac_us;
+    return 0;
+}
+
+size_t kiln_strlcpy(char *dst, const char *src, size_t n)
+{
+    size_t len = strlen(src);
+    if (n) {
+        size_t c = len < n - 1 ? len : n - 1;
+        memcpy(dst, src, c);
+        dst[c] = '\0';
+    }
+    return len;
+}
+
+int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kiln_err_set(err, errno == ENOENT ? KILN_ENOTFOUND : KILN_EIO, NULL,
+                            "could not open file \"%s\": %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 65536) {
+            cap = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory reading \"%s\"", path);
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + len, 1, cap - len, f);
+        len += r;
+        if (r == 0)
+            break;
+    }
+    if (ferror(f)) {
+        int e = errno;
+        free(buf);
+        fclose(f);
+        return kiln_err_set(err, KILN_EIO, NULL, "could not read file \"%s\": %s", path, strerror(e));
+    }
+    fclose(f);
+    buf[len] = '\0';
+    *out = buf;
+    if (out_len)
+        *out_len = len;
+    return 0;
+}
+
+int kiln_file_write_atomic(const char *path, const void *data, size_t len, kiln_err_t *err)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not create \"%s\": %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return kiln_err_set(err, KILN_EIO, NULL, "could not write \"%s\": %s", tmp, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return kiln_err_set(err, KILN_EIO, NULL, "could not flush \"%s\": %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return kiln_err_set(err, KILN_EIO, NULL, "could not rename \"%s\" to \"%s\": %s", tmp, path, strerror(e));
+    }
+    char dir[4096];
+    kiln_strlcpy(dir, path, sizeof(dir));
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+int kiln_mkdirs(const char *path, kiln_err_t *err)
+{
+    char buf[4096];
+    if (kiln_strlcpy(buf, path, sizeof(buf)) >= sizeof(buf))
+        return kiln_err_set(err, KILN_EINVAL, NULL, "path too long: \"%s\"", path);
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return kiln_err_set(err, KILN_EIO, NULL, "could not create directory \"%s\": %s", buf,
+                                    strerror(errno));
+            *p = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    return 0;
+}

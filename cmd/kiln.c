@@ -1,0 +1,8 @@
+/* kiln.c - placeholder main until the module lands. */
+#include "base/base.h"
+#include <stdio.h>
+int main(void)
+{
+    fprintf(stderr, "kiln: not built yet\n");
+    return 1;
+}

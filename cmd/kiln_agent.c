@@ -1,0 +1,8 @@
+/* kiln_agent.c - placeholder main until the module lands. */
+#include "base/base.h"
+#include <stdio.h>
+int main(void)
+{
+    fprintf(stderr, "kiln_agent: not built yet\n");
+    return 1;
+}

@@ -1,0 +1,8 @@
+/* kilnd.c - placeholder main until the module lands. */
+#include "base/base.h"
+#include <stdio.h>
+int main(void)
+{
+    fprintf(stderr, "kilnd: not built yet\n");
+    return 1;
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# install-deps.sh - installs the Debian 12 packages kiln builds, tests and runs with, when missing.
+# Safe to run repeatedly: it only calls apt-get when something is absent.
+set -euo pipefail
+
+PKGS=(
+  build-essential pkg-config
+  libmicrohttpd-dev libjansson-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+  libpq-dev postgresql libfabric-dev libfabric-bin libcriterion-dev
+  libopenblas-openmp-dev libopenblas0-openmp libcurl4-openssl-dev
+  python3 python3-torch python3-grpcio python3-protobuf python3-requests protobuf-compiler
+  procps iproute2
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,128 @@
+/* test_base.c - the base module: status table, rich errors, arenas, flags, time parsing, atomic files. */
+#include "base/base.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+Test(status, table_maps_every_code)
+{
+    cr_assert_str_eq(kiln_status_code(KILN_EINVAL), "invalid_argument");
+    cr_assert_eq(kiln_status_http(KILN_EINVAL), 400);
+    cr_assert_eq(kiln_status_grpc(KILN_EINVAL), 3);
+    cr_assert_eq(kiln_status_http(KILN_ENOTFOUND), 404);
+    cr_assert_eq(kiln_status_grpc(KILN_ENOTFOUND), 5);
+    cr_assert_eq(kiln_status_http(KILN_OK), 200);
+    cr_assert_eq(kiln_status_http(-999), 500);
+    cr_assert_str_eq(kiln_strerror(-999), "unknown error");
+}
+
+Test(status, err_set_names_field)
+{
+    kiln_err_t e;
+    int rc = kiln_err_set(&e, KILN_EINVAL, "model.n_head", "must divide n_embd (%d)", 384);
+    cr_assert_eq(rc, KILN_EINVAL);
+    cr_assert_str_eq(e.field, "model.n_head");
+    cr_assert_str_eq(e.message, "must divide n_embd (384)");
+    kiln_err_hint(&e, "try %d", 6);
+    cr_assert_str_eq(e.hint, "try 6");
+    cr_assert_eq(kiln_err_set(NULL, KILN_EIO, NULL, "x"), KILN_EIO);
+}
+
+Test(arena, allocations_are_aligned_zeroed_and_survive_growth)
+{
+    arena_t a;
+    arena_init(&a, 256);
+    char *first = arena_strdup(&a, "hello");
+    for (int i = 0; i < 1000; i++) {
+        unsigned char *p = arena_alloc(&a, (size_t)(i % 97) + 1);
+        cr_assert_eq(((uintptr_t)p) % 16, 0);
+        for (int k = 0; k < (i % 97) + 1; k++)
+            cr_assert_eq(p[k], 0);
+        memset(p, 0xab, (size_t)(i % 97) + 1);
+    }
+    void *big = arena_alloc(&a, 100000);
+    memset(big, 1, 100000);
+    cr_assert_str_eq(first, "hello");
+    cr_assert_str_eq(arena_sprintf(&a, "%s-%d", "job", 7), "job-7");
+    arena_reset(&a);
+    cr_assert_str_eq(arena_strdup(&a, "again"), "again");
+    arena_deinit(&a);
+}
+
+Test(config, flags_env_and_defaults)
+{
+    const char *url = NULL, *addr = "127.0.0.1:8080";
+    int64_t slots = 1;
+    bool verbose = false;
+    double rate = 1.5;
+    config_flag_t flags[] = {
+        {"database-url", "KILN_TEST_DBURL", CONFIG_STR, &url, "db"},
+        {"http-addr", "KILN_TEST_HTTP", CONFIG_STR, &addr, "addr"},
+        {"slots", "KILN_TEST_SLOTS", CONFIG_INT, &slots, "slots"},
+        {"verbose", NULL, CONFIG_BOOL, &verbose, "v"},
+        {"rate", NULL, CONFIG_DOUBLE, &rate, "r"},
+    };
+    setenv("KILN_TEST_SLOTS", "4", 1);
+    setenv("KILN_TEST_DBURL", "from-env", 1);
+    char *argv[] = {"prog", "--database-url=x", "--verbose", "pos", "--rate", "2.5", NULL};
+    int npos = 0;
+    kiln_err_t err;
+    cr_assert_eq(config_parse(6, argv, flags, 5, NULL, &npos, &err), 0, "%s", err.message);
+    cr_assert_str_eq(url, "x");
+    cr_assert_str_eq(addr, "127.0.0.1:8080");
+    cr_assert_eq(slots, 4);
+    cr_assert(verbose);
+    cr_assert_float_eq(rate, 2.5, 1e-12);
+    cr_assert_eq(npos, 1);
+    cr_assert_str_eq(argv[0], "pos");
+
+    char *bad[] = {"prog", "--slots", "many", NULL};
+    cr_assert_eq(config_parse(3, bad, flags, 5, NULL, NULL, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "expected an integer"));
+    char *unknown[] = {"prog", "--nope", NULL};
+    cr_assert_eq(config_parse(2, unknown, flags, 5, NULL, NULL, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "unknown option"));
+}
+
+Test(time, format_and_parse_round_trip)
+{
+    int64_t us = 1795000000123000LL;
+    char buf[40];
+    kiln_time_format(us, buf, sizeof(buf));
+    int64_t back = 0;
+    cr_assert_eq(kiln_time_parse(buf, &back), 0);
+    cr_assert_eq(back, us);
+    cr_assert_eq(kiln_time_parse("2026-11-21T06:00:00+01:00", &back), 0);
+    int64_t utc = 0;
+    cr_assert_eq(kiln_time_parse("2026-11-21T05:00:00Z", &utc), 0);
+    cr_assert_eq(back, utc);
+    cr_assert_eq(kiln_time_parse("1700000000", &back), 0);
+    cr_assert_eq(back, 1700000000LL * 1000000);
+    cr_assert_eq(kiln_time_parse("yesterday", &back), KILN_EINVAL);
+    cr_assert_eq(kiln_time_parse("2026-13-01T00:00:00Z", &back), KILN_EINVAL);
+}
+
+Test(file, atomic_write_then_read)
+{
+    char dir[] = "/tmp/kiln-base-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/a/b/c.txt", dir);
+    char sub[256];
+    snprintf(sub, sizeof(sub), "%s/a/b", dir);
+    kiln_err_t err;
+    cr_assert_eq(kiln_mkdirs(sub, &err), 0);
+    cr_assert_eq(kiln_file_write_atomic(path, "data", 4, &err), 0);
+    char *out = NULL;
+    size_t len = 0;
+    cr_assert_eq(kiln_file_read(path, &out, &len, &err), 0);
+    cr_assert_eq(len, 4);
+    cr_assert_str_eq(out, "data");
+    free(out);
+    snprintf(path, sizeof(path), "%s/missing", dir);
+    cr_assert_eq(kiln_file_read(path, &out, &len, &err), KILN_ENOTFOUND);
+    cr_assert(strstr(err.message, "could not open"));
+}

@@ -1,0 +1,231 @@
+/* harness.c - implementation of the shared test helpers (see harness.h). */
+#include "tests/common/harness.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+char *th_pg_create_db(const char *prefix)
+{
+    static int counter;
+    const char *host = getenv("KILN_PG_HOST");
+    const char *port = getenv("KILN_PG_PORT");
+    if (!host) {
+        fprintf(stderr, "harness: KILN_PG_HOST is not set; run the tests with tests/run.sh (make test)\n");
+        return NULL;
+    }
+    char admin[1024];
+    snprintf(admin, sizeof(admin), "host=%s port=%s user=postgres dbname=postgres", host, port ? port : "5432");
+    PGconn *c = PQconnectdb(admin);
+    if (PQstatus(c) != CONNECTION_OK) {
+        fprintf(stderr, "harness: could not connect to the test cluster: %s", PQerrorMessage(c));
+        PQfinish(c);
+        return NULL;
+    }
+    char name[128], sql[256];
+    snprintf(name, sizeof(name), "%s_%d_%d_%ld", prefix, (int)getpid(), counter++, (long)(time(NULL) % 100000));
+    snprintf(sql, sizeof(sql), "CREATE DATABASE \"%s\"", name);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        fprintf(stderr, "harness: could not create database %s: %s", name, PQerrorMessage(c));
+        PQclear(r);
+        PQfinish(c);
+        return NULL;
+    }
+    PQclear(r);
+    PQfinish(c);
+    char *out = malloc(1200);
+    snprintf(out, 1200, "host=%s port=%s user=postgres dbname=%s", host, port ? port : "5432", name);
+    return out;
+}
+
+const char *th_bin_dir(void)
+{
+    const char *d = getenv("KILN_BIN_DIR");
+    return d ? d : "build/bin";
+}
+
+int th_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    socklen_t len = sizeof(a);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    int port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+pid_t th_spawn(char *const argv[], char *const env_extra[], const char *log_path)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        setpgid(0, 0);
+        if (env_extra)
+            for (size_t i = 0; env_extra[i]; i++)
+                putenv(env_extra[i]);
+        if (log_path) {
+            int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+                close(fd);
+            }
+        }
+        execv(argv[0], argv);
+        fprintf(stderr, "harness: could not exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    return pid;
+}
+
+int th_stop(pid_t pid, int sig, int timeout_ms)
+{
+    if (pid <= 0)
+        return -1;
+    kill(-pid, sig);
+    kill(pid, sig);
+    int status = -1;
+    for (int waited = 0; waited < timeout_ms; waited += 20) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return status;
+        if (r < 0)
+            return -1;
+        usleep(20000);
+    }
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    if (waitpid(pid, &status, 0) == pid)
+        return status;
+    return -1;
+}
+
+bool th_wait_port(int port, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 50) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        close(fd);
+        if (ok)
+            return true;
+        usleep(50000);
+    }
+    return false;
+}
+
+struct th_buf {
+    char *p;
+    size_t n;
+};
+
+static size_t th_write_cb(char *data, size_t size, size_t nmemb, void *ud)
+{
+    struct th_buf *b = ud;
+    size_t len = size * nmemb;
+    char *np = realloc(b->p, b->n + len + 1);
+    if (!np)
+        return 0;
+    b->p = np;
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+    b->p[b->n] = '\0';
+    return len;
+}
+
+int th_http(const char *method, const char *url, const char *body, const char *const headers[],
+            long *status, char **out, long timeout_ms)
+{
+    CURL *c = curl_easy_init();
+    if (!c)
+        return -1;
+    struct th_buf b = {calloc(1, 1), 0};
+    struct curl_slist *hl = NULL;
+    if (body)
+        hl = curl_slist_append(hl, "Content-Type: application/json");
+    for (size_t i = 0; headers && headers[i]; i++)
+        hl = curl_slist_append(hl, headers[i]);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    if (hl)
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_write_cb);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_OK || (rc == CURLE_OPERATION_TIMEDOUT && b.n > 0)) {
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+        *out = b.p;
+    } else {
+        free(b.p);
+        *out = NULL;
+    }
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    return *out ? 0 : -1;
+}
+
+char *th_wait_json_state(const char *url, const char *states, long timeout_ms)
+{
+    char *last = NULL;
+    for (long waited = 0; waited < timeout_ms; waited += 100) {
+        long st = 0;
+        char *body = NULL;
+        if (th_http("GET", url, NULL, NULL, &st, &body, 5000) == 0 && st == 200) {
+            json_t *j = json_loads(body, 0, NULL);
+            const char *s = j ? json_string_value(json_object_get(j, "state")) : NULL;
+            if (s) {
+                size_t sl = strlen(s);
+                for (const char *p = states; p && *p;) {
+                    const char *bar = strchr(p, '|');
+                    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+                    if (len == sl && !strncmp(p, s, len)) {
+                        json_decref(j);
+                        free(last);
+                        return body;
+                    }
+                    p = bar ? bar + 1 : NULL;
+                }
+            }
+            json_decref(j);
+            free(last);
+            last = body;
+        } else {
+            free(body);
+        }
+        usleep(100000);
+    }
+    if (last)
+        fprintf(stderr, "harness: timed out waiting for state %s at %s; last reply: %.500s\n", states, url, last);
+    free(last);
+    return NULL;
+}

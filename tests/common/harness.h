@@ -1,0 +1,43 @@
+/* harness.h - shared helpers for kiln's Criterion suites: throwaway PostgreSQL databases in the
+ * cluster tests/run.sh starts, child processes (kilnd, agents), and a small HTTP client.
+ * Test-only code; nothing in the product links it. */
+#ifndef KILN_TEST_HARNESS_H
+#define KILN_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Creates a fresh database named "<prefix>_<pid>_<counter>" in the test cluster (KILN_PG_HOST,
+ * KILN_PG_PORT) and returns its libpq connection string. Caller owns the result (free()).
+ * Returns NULL (and prints why) when no test cluster is configured or creation fails. */
+char *th_pg_create_db(const char *prefix);
+
+/* Directory holding the built binaries (KILN_BIN_DIR, default "build/bin"). Static storage. */
+const char *th_bin_dir(void);
+
+/* Picks a free TCP port on 127.0.0.1 (bind to port 0, read it back, close). */
+int th_free_port(void);
+
+/* Starts argv[0] (a path) with argv, extra environment entries "K=V" (NULL-terminated, may be
+ * NULL) added to the current environment, stdout+stderr appended to log_path (may be NULL for
+ * inherited). Returns the child's pid or -1. The child gets its own process group. */
+pid_t th_spawn(char *const argv[], char *const env_extra[], const char *log_path);
+/* Sends sig to the child's process group and waits up to timeout_ms for it; then SIGKILL.
+ * Returns the wait status, or -1. */
+int th_stop(pid_t pid, int sig, int timeout_ms);
+/* Waits until a TCP connect to 127.0.0.1:port succeeds; false after timeout_ms. */
+bool th_wait_port(int port, int timeout_ms);
+
+/* One HTTP request with libcurl. body may be NULL; headers is a NULL-terminated list of
+ * "Name: value" lines (may be NULL). On success returns 0, sets *status and *out (heap,
+ * NUL-terminated; caller frees). timeout_ms bounds the whole request. */
+int th_http(const char *method, const char *url, const char *body, const char *const headers[],
+            long *status, char **out, long timeout_ms);
+
+/* Polls GET url every 100 ms until the JSON field "state" of the reply equals one of the
+ * '|'-separated states (e.g. "COMPLETED|FAILED"); returns the final reply (caller frees) or NULL
+ * after timeout_ms. */
+char *th_wait_json_state(const char *url, const char *states, long timeout_ms);
+
+#endif

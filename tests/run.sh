@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# run.sh - runs every test binary under $BUILD/tests with one throwaway PostgreSQL cluster
+# (store, api and end-to-end suites create their own databases in it), then prints one
+# closing line: "N passed, N failed".
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export KILN_BIN_DIR="$PWD/$BUILD/bin"
+export KILN_ROOT="$PWD"
+source scripts/pg.sh
+pg_start || { echo "tests: could not start PostgreSQL"; exit 1; }
+trap pg_stop EXIT
+
+if [ "${KILN_SAN:-0}" = 1 ]; then
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+fi
+
+passed=0; failed=0; bad_bins=()
+logdir=$(mktemp -d /tmp/kiln-tests.XXXXXX)
+for t in "$BUILD"/tests/test_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  echo "== $name"
+  start=$(date +%s)
+  "$t" --jobs "${KILN_TEST_JOBS:-2}" ${KILN_TEST_ARGS:-} >"$logdir/$name.log" 2>&1
+  rc=$?
+  grep -vE '^\s*$' "$logdir/$name.log" | grep -E '\[(FAIL|----)\]|Synthesis|WARN|ERROR:|runtime error|LeakSanitizer|AddressSanitizer' | tail -n 40
+  syn=$(grep -a 'Synthesis' "$logdir/$name.log" | tail -1)
+  p=$(echo "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p'); p=${p:-0}
+  f=$(echo "$syn" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p'); f=${f:-0}
+  c=$(echo "$syn" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p'); c=${c:-0}
+  passed=$((passed + p)); failed=$((failed + f + c))
+  if [ $rc -ne 0 ] || [ -z "$syn" ]; then
+    bad_bins+=("$name")
+    [ -z "$syn" ] && { failed=$((failed + 1)); tail -n 30 "$logdir/$name.log"; }
+  fi
+  if [ "${KILN_SAN:-0}" = 1 ] && grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$logdir/$name.log"; then
+    echo "$name: sanitizer reported errors (log: $logdir/$name.log)"
+    bad_bins+=("$name(sanitizer)"); failed=$((failed + 1))
+  fi
+  echo "   ($(( $(date +%s) - start ))s)"
+done
+
+if [ ${#bad_bins[@]} -ne 0 ]; then
+  echo "failing: ${bad_bins[*]} (logs in $logdir)"
+fi
+echo "tests: $passed passed, $failed failed"
+[ $failed -eq 0 ] && [ ${#bad_bins[@]} -eq 0 ] && [ $passed -gt 0 ]
