@@ -35,6 +35,7 @@ LDLIBS := -Wl,--as-needed -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) \
 PROTO_C   := $(BUILD)/gen/proto/kiln.pb-c.c
 PROTO_H   := $(BUILD)/gen/proto/kiln.pb-c.h
 BASE_SRC  := $(wildcard base/*.c)
+SPEC_SRC  := $(wildcard spec/*.c)
 STORE_SRC := $(wildcard store/*.c)
 SVC_SRC   := $(wildcard service/*.c)
 API_SRC   := $(wildcard api/*.c)
@@ -47,6 +48,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 LIB_BASE   := $(BUILD)/lib/libkbase.a
 LIB_PROTO  := $(BUILD)/lib/libkproto.a
+LIB_SPEC   := $(BUILD)/lib/libkspec.a
 LIB_STORE  := $(BUILD)/lib/libkstore.a
 LIB_SVC    := $(BUILD)/lib/libkservice.a
 LIB_API    := $(BUILD)/lib/libkapi.a
@@ -54,7 +56,7 @@ LIB_WORKER := $(BUILD)/lib/libkworker.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_WORKER) $(LIB_ENGINE) $(LIB_PROTO) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_WORKER) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -108,6 +110,7 @@ $(1): $(2)
 	ar rcs $$@ $$^
 endef
 $(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
+$(eval $(call archive,$(LIB_SPEC),$(call obj,$(SPEC_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o))
 $(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC))))
 $(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
@@ -118,9 +121,9 @@ $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 
 # ---- binaries -------------------------------------------------------------------------------
 # Each binary links only the modules it uses (dependents first).
-KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_PROTO) $(LIB_BASE)
+KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 AGENT_LIBS := $(LIB_WORKER) $(LIB_PROTO) $(LIB_BASE)
-TRAIN_LIBS := $(LIB_ENGINE) $(LIB_BASE)
+TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_BASE)
 CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
 
 $(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(KILND_LIBS)
@@ -162,8 +165,9 @@ TEST_COMMON := $(call obj,$(wildcard tests/common/*.c))
 TEST_BINS := $(patsubst %,$(BUILD)/tests/test_%,$(TEST_DIRS))
 # Modules each suite links (default: base only); the e2e suite drives the built binaries.
 TEST_LIBS_base    := $(LIB_BASE)
-TEST_LIBS_store   := $(LIB_STORE) $(LIB_PROTO) $(LIB_BASE)
-TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_store   := $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_spec    := $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_api     := $(KILND_LIBS)
 TEST_LIBS_worker  := $(AGENT_LIBS)
 TEST_LIBS_engine  := $(TRAIN_LIBS)
