@@ -173,6 +173,8 @@ TEST_LIBS_worker  := $(AGENT_LIBS)
 TEST_LIBS_engine  := $(TRAIN_LIBS)
 TEST_LIBS_cli     := $(CLI_LIBS)
 TEST_LIBS_e2e     := $(LIB_BASE)
+TEST_LIBS_comm    := $(TRAIN_LIBS)
+TEST_LIBS_grpc    := $(KILND_LIBS) $(LIB_WORKER)
 
 define testbin
 $(BUILD)/tests/test_$(1): $(call obj,$(wildcard tests/$(1)/*.c)) $(TEST_COMMON) $(or $(TEST_LIBS_$(1)),$(LIB_BASE))

@@ -5,6 +5,10 @@
 #ifndef KILN_SERVICE_H
 #define KILN_SERVICE_H
 
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "base/base.h"
 #include "proto/kiln.pb-c.h"
 
@@ -47,5 +51,71 @@ int svc_agent_metrics(svc_t *s, const Kiln__MetricBatch *batch, kiln_err_t *err)
  * (all 0 -> COMPLETED; a stop was requested -> STOPPED; any failure -> FAILED with the rank and
  * reason, after stopping the other ranks). */
 int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err);
+
+
+/* ---- client-facing operations (REST, and gRPC TrainingService) --------------------------------
+ * Jobs, events, log lines, metric series and workers travel as jansson objects shaped exactly as
+ * docs/contracts.md shows, so REST passes them through and gRPC converts them. Results are new
+ * references: caller owns *out and releases it with json_decref(). On error *out is NULL and err
+ * carries status, message, field and hint. */
+
+/* Validates spec (spec/spec.h), checks it can ever fit the registered cluster, stores the job as
+ * QUEUED and wakes the scheduler. With a non-NULL idempotency_key, a second call with the same
+ * key returns the job the first call created and sets *out_created = false.
+ * Errors: KILN_EINVAL (bad spec, err->field names it), KILN_EUNFIT (can never fit), KILN_EDB. */
+int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, json_t **out,
+                   bool *out_created, kiln_err_t *err);
+int svc_job_get(svc_t *s, const char *id, json_t **out, kiln_err_t *err);
+
+typedef struct svc_job_filter {
+    const char *status;      /* comma-separated states ("RUNNING,QUEUED") or NULL */
+    const char *tag;         /* "key:value" or "key", or NULL */
+    int page_size;           /* 0: 50; at most 500 */
+    const char *page_token;  /* opaque, from a previous page, or NULL */
+} svc_job_filter_t;
+/* *out = {"jobs": [...], "next_page_token": "..."}, newest first. */
+int svc_job_list(svc_t *s, const svc_job_filter_t *f, json_t **out, kiln_err_t *err);
+/* Requests a stop: QUEUED/SCHEDULED jobs become STOPPED at once, running ones STOPPING (agents
+ * get stop orders). Stopping a finished job is KILN_ESTATE. *out is the job after the change. */
+int svc_job_stop(svc_t *s, const char *id, const char *reason, json_t **out, kiln_err_t *err);
+/* *out = {"events": [...]}, oldest first. */
+int svc_job_events(svc_t *s, const char *id, json_t **out, kiln_err_t *err);
+
+typedef struct svc_log_query {
+    int rank;                /* -1: every rank */
+    int64_t since_us;        /* only lines at or after this Unix time (0: from the start) */
+    int64_t after_seq;       /* only lines with seq > after_seq (0: from the start) */
+    int limit;               /* 0: 1000; at most 10000 */
+} svc_log_query_t;
+/* *out = {"lines": [...], "next_since_seq": N}. */
+int svc_job_logs(svc_t *s, const char *id, const svc_log_query_t *q, json_t **out, kiln_err_t *err);
+/* *out = {"metrics": [{"name": ..., "points": [...]}]}; name NULL means every metric;
+ * max_points 0 means 1000 (each series downsampled, first and last point kept). */
+int svc_job_metrics(svc_t *s, const char *id, const char *name, int max_points, json_t **out,
+                    kiln_err_t *err);
+/* *out = {"workers": [...]}. */
+int svc_workers_list(svc_t *s, json_t **out, kiln_err_t *err);
+/* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */
+int svc_ready(svc_t *s, kiln_err_t *err);
+
+/* ---- live log following ------------------------------------------------------------------------
+ * A follower sees every line ingested for its job after svc_follow_open() returned (history is
+ * read first with svc_job_logs), then an end notice once the job is in a terminal state. Lines
+ * are never lost: a follower that falls behind its in-memory buffer is refilled from the
+ * database. Producers never block on followers. */
+typedef struct svc_follow svc_follow_t;
+/* Called from an ingesting thread when new lines or the end are ready; must not block. */
+typedef void (*svc_follow_wake_fn)(void *ud);
+
+/* rank -1 follows every rank. after_seq: lines with seq <= after_seq are not delivered (pass the
+ * last seq the caller already has). Caller owns *out; close with svc_follow_close(). */
+int svc_follow_open(svc_t *s, const char *job_id, int rank, int64_t after_seq,
+                    svc_follow_wake_fn wake, void *ud, svc_follow_t **out, kiln_err_t *err);
+/* Non-blocking. Appends up to max pending lines (JSON objects) to the array `lines` and returns
+ * how many. When the job has ended and nothing is pending, sets *ended = true and *end_info to
+ * {"state": ..., "reason": ...} (caller owns it). Not thread-safe per follower. */
+int svc_follow_read(svc_follow_t *f, json_t *lines, int max, bool *ended, json_t **end_info);
+/* Accepts NULL. Safe to call while producers run. */
+void svc_follow_close(svc_follow_t *f);
 
 #endif /* KILN_SERVICE_H */

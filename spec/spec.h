@@ -1,0 +1,123 @@
+/* spec.h - the job spec as a typed C struct: parsing from JSON with defaults, validation that
+ * names the offending field, and the normalised JSON form. One validator for kilnd (at
+ * submission) and kiln-train (standalone runs), so both accept and reject the same specs.
+ * It does not know about the cluster: whether a job fits the registered workers is the
+ * scheduler's question. */
+#ifndef KILN_SPEC_H
+#define KILN_SPEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#define SPEC_MAX_HIDDEN 16
+#define SPEC_MAX_METRIC_DEFS 32
+#define SPEC_MAX_TAGS 32
+#define SPEC_STR 256
+#define SPEC_PATH 1024
+
+typedef struct spec_model {
+    char type[16];          /* "gpt" | "mlp" */
+    int n_layer, n_head, n_embd, seq_len;
+    char vocab[16];         /* "bytes" | "gpt2" | "custom" */
+    int vocab_size;         /* real vocabulary size V (bytes: 256, gpt2: 50257) */
+    int padded_vocab_size;  /* V rounded up to a multiple of 64 (gpt2: 50304); bytes: 256 */
+    int hidden[SPEC_MAX_HIDDEN];
+    int n_hidden;
+    int n_inputs, n_classes;
+    char init_from[SPEC_PATH];
+} spec_model_t;
+
+typedef struct spec_data {
+    char train[SPEC_PATH];  /* a local path (a "file://" prefix is removed) */
+    char val[SPEC_PATH];    /* "" when the validation set is split from train */
+    double val_fraction;
+    char format[16];        /* "text" | "tokens" */
+} spec_data_t;
+
+typedef struct spec_hparams {
+    double lr;
+    int global_batch_size;
+    int micro_batch_size;   /* 0 means global / data-parallel replicas (no accumulation) */
+    int64_t max_steps;
+    int warmup_steps;
+    double weight_decay, grad_clip;
+    uint64_t seed;
+    double beta1, beta2, eps, min_lr_fraction;
+    int eval_every, eval_batches;
+    int sample_every, sample_tokens;
+    double temperature;
+    int top_k;
+} spec_hparams_t;
+
+typedef struct spec_resources {
+    int nodes, slots_per_node;
+    char slot_type[8];      /* "cpu" | "gpu" */
+    char device[8];         /* "auto" | "cpu" | "cuda" */
+    int threads_per_rank;   /* 0: decided by the agent */
+    int64_t memory_limit_mb;
+} spec_resources_t;
+
+typedef struct spec_distribution {
+    bool dp_enabled;
+    double dp_bucket_mb;
+    bool dp_shard_optimizer_state;
+    int mp_partitions;      /* 1: no pipeline */
+    int mp_microbatches;
+    char mp_pipeline[16];   /* "simple" | "interleaved" */
+    char mp_optimize[16];   /* "speed" | "memory" */
+    bool mp_auto_partition;
+    json_t *mp_partition_plan; /* owned; NULL when absent */
+    char mixed_precision[8];   /* "" | "bf16" */
+    bool activation_checkpointing;
+} spec_distribution_t;
+
+typedef struct spec_metric_def {
+    char name[64];
+    char regex[SPEC_STR];
+} spec_metric_def_t;
+
+typedef struct spec {
+    char name[128];
+    char project[64];
+    spec_model_t model;
+    spec_data_t data;
+    spec_hparams_t hp;
+    spec_resources_t res;
+    spec_distribution_t dist;
+    int ckpt_every_steps, ckpt_keep_last;
+    spec_metric_def_t metric_defs[SPEC_MAX_METRIC_DEFS];
+    int n_metric_defs;
+    int64_t max_runtime_s;
+    int max_attempts;
+    int priority;
+    char queue[64];
+    char tag_keys[SPEC_MAX_TAGS][64];
+    char tag_values[SPEC_MAX_TAGS][SPEC_STR];
+    int n_tags;
+} spec_t;
+
+/* Parses and validates a job spec. Unknown keys are rejected (a typo must not be silently
+ * ignored); missing ones get defaults. On error returns KILN_EINVAL with err->field set to the
+ * dotted path of the offending field ("hyperparameters.lr"), a message saying what is wrong, and
+ * a hint where one helps. *out must be released with spec_deinit() on success. */
+int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err);
+/* Same, from text: a JSON syntax error reports line and column. */
+int spec_parse_string(const char *text, spec_t *out, kiln_err_t *err);
+/* Same, from a file. KILN_ENOTFOUND/KILN_EIO when the file cannot be read. */
+int spec_load_file(const char *path, spec_t *out, kiln_err_t *err);
+/* Releases what spec_parse allocated (the partition plan). Accepts NULL. */
+void spec_deinit(spec_t *s);
+
+/* The normalised spec as JSON: every field present with its effective value. Caller owns the
+ * result (json_decref). spec_to_json then spec_parse gives back an equal spec. */
+json_t *spec_to_json(const spec_t *s);
+
+/* Ranks the job needs: nodes x slots_per_node. */
+int spec_world_size(const spec_t *s);
+/* Data-parallel replicas: world size / pipeline partitions. */
+int spec_dp_replicas(const spec_t *s);
+
+#endif /* KILN_SPEC_H */
