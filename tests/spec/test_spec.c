@@ -1,0 +1,162 @@
+/* test_spec.c - job spec parsing: defaults, normalisation round trip, and errors that name the
+ * offending field for every kind of mistake a user makes. */
+#include "spec/spec.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *good =
+    "{\"name\": \"gpt-shakespeare\", \"model\": {\"type\": \"gpt\", \"n_layer\": 2, \"n_head\": 4, \"n_embd\": 64,"
+    " \"seq_len\": 32}, \"data\": {\"train\": \"file:///data/tiny.txt\"},"
+    " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": 8, \"max_steps\": 10},"
+    " \"resources\": {\"nodes\": 2, \"slots_per_node\": 1},"
+    " \"metric_definitions\": [{\"name\": \"val_loss\", \"regex\": \"val loss ([0-9.]+)\"}],"
+    " \"tags\": {\"team\": \"nlp\"}, \"priority\": 5}";
+
+Test(spec, good_spec_gets_defaults)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string(good, &s, &err), 0, "%s (%s)", err.message, err.field);
+    cr_assert_str_eq(s.name, "gpt-shakespeare");
+    cr_assert_str_eq(s.data.train, "/data/tiny.txt");
+    cr_assert_str_eq(s.data.format, "text");
+    cr_assert_eq(s.model.vocab_size, 256);
+    cr_assert_eq(s.model.padded_vocab_size, 256);
+    cr_assert_eq(spec_world_size(&s), 2);
+    cr_assert(s.dist.dp_enabled, "two replicas turn data parallelism on");
+    cr_assert_float_eq(s.hp.beta2, 0.95, 1e-12);
+    cr_assert_eq(s.ckpt_keep_last, 3);
+    cr_assert_eq(s.n_metric_defs, 1);
+    cr_assert_eq(s.n_tags, 1);
+    cr_assert_eq(s.priority, 5);
+    spec_deinit(&s);
+}
+
+Test(spec, normalised_json_round_trips)
+{
+    spec_t s, t;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string(good, &s, &err), 0);
+    json_t *j = spec_to_json(&s);
+    cr_assert_not_null(j);
+    cr_assert_eq(spec_parse(j, &t, &err), 0, "%s (%s)", err.message, err.field);
+    json_t *k = spec_to_json(&t);
+    cr_assert(json_equal(j, k), "normalised form is stable");
+    char *text = json_dumps(j, 0);
+    cr_assert(strstr(text, "\"max_steps\": 10"));
+    free(text);
+    json_decref(j);
+    json_decref(k);
+    spec_deinit(&s);
+    spec_deinit(&t);
+}
+
+Test(spec, gpt2_vocab_is_padded)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\", \"vocab\": \"gpt2\"}, \"data\": {\"train\": \"/d/shard.bin\"}}", &s, &err), 0,
+                 "%s", err.message);
+    cr_assert_eq(s.model.vocab_size, 50257);
+    cr_assert_eq(s.model.padded_vocab_size, 50304);
+    cr_assert_str_eq(s.data.format, "tokens");
+    spec_deinit(&s);
+}
+
+struct bad_case {
+    const char *json;
+    const char *field;
+    const char *needle;
+};
+
+Test(spec, bad_specs_name_the_field)
+{
+    static const struct bad_case cases[] = {
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"hyperparameters\": {\"lr\": -1}}",
+         "hyperparameters.lr", "greater than 0"},
+        {"{\"model\": {\"type\": \"gpt\", \"n_embd\": 100, \"n_head\": 3}, \"data\": {\"train\": \"/x.txt\"}}",
+         "model.n_head", "must divide"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"hyperparameters\": {\"learning_rate\": 1}}",
+         "hyperparameters.learning_rate", "unknown field"},
+        {"{\"model\": {\"type\": \"transformer\"}, \"data\": {\"train\": \"/x.txt\"}}", "model.type", "must be one of"},
+        {"{\"data\": {\"train\": \"/x.txt\"}}", "model", "required"},
+        {"{\"model\": {\"type\": \"gpt\"}}", "data", "required"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"s3://bucket/x\"}}", "data.train", "unsupported URL"},
+        {"{\"model\": {\"type\": \"gpt\", \"n_layer\": \"four\"}, \"data\": {\"train\": \"/x.txt\"}}", "model.n_layer",
+         "must be an integer"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"resources\": {\"nodes\": 0}}",
+         "resources.nodes", "between 1"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"resources\": {\"nodes\": 3},"
+         " \"hyperparameters\": {\"global_batch_size\": 8}}",
+         "hyperparameters.global_batch_size", "divisible"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"resources\": {\"nodes\": 3},"
+         " \"hyperparameters\": {\"global_batch_size\": 9},"
+         " \"distribution\": {\"model_parallel\": {\"partitions\": 2}}}",
+         "distribution.model_parallel.partitions", "must divide"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"resources\": {\"device\": \"cuda\"}}",
+         "resources.device", "gpu"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"},"
+         " \"metric_definitions\": [{\"name\": \"acc\", \"regex\": \"acc [0-9.]+\"}]}",
+         "metric_definitions[0].regex", "capture group"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"tags\": {\"team\": 3}}", "tags.team",
+         "must be a string"},
+        {"{\"model\": {\"type\": \"mlp\", \"n_inputs\": 4}, \"data\": {\"train\": \"synthetic\"}}", "model.n_classes",
+         "required"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"resources\": {\"nodes\": 2},"
+         " \"distribution\": {\"data_parallel\": {\"enabled\": false}}}",
+         "distribution.data_parallel.enabled", "disabled"},
+        {"[1, 2]", "", "JSON object"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        spec_t s;
+        kiln_err_t err;
+        int rc = spec_parse_string(cases[i].json, &s, &err);
+        cr_assert_eq(rc, KILN_EINVAL, "case %zu accepted", i);
+        cr_assert_str_eq(err.field, cases[i].field, "case %zu: field \"%s\" (%s)", i, err.field, err.message);
+        cr_assert(strstr(err.message, cases[i].needle), "case %zu: message \"%s\" lacks \"%s\"", i, err.message,
+                  cases[i].needle);
+    }
+}
+
+Test(spec, unknown_key_hints_the_nearest)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\", \"n_layers\": 2}, \"data\": {\"train\": \"/x\"}}", &s, &err),
+                 KILN_EINVAL);
+    cr_assert_str_eq(err.field, "model.n_layers");
+    cr_assert(strstr(err.hint, "n_layer"), "hint: %s", err.hint);
+}
+
+Test(spec, syntax_error_reports_position)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\",\n}", &s, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "line 2"), "%s", err.message);
+}
+
+Test(spec, partition_plan_accepts_object_or_text)
+{
+    spec_t s;
+    kiln_err_t err;
+    const char *j = "{\"model\": {\"type\": \"gpt\", \"n_layer\": 2}, \"data\": {\"train\": \"/x\"},"
+                    " \"resources\": {\"nodes\": 2}, \"hyperparameters\": {\"global_batch_size\": 4},"
+                    " \"distribution\": {\"model_parallel\": {\"partitions\": 2, \"microbatches\": 2,"
+                    " \"partition_plan\": \"{\\\"stages\\\": [[0, 1], [2, 3]]}\"}}}";
+    cr_assert_eq(spec_parse_string(j, &s, &err), 0, "%s (%s)", err.message, err.field);
+    cr_assert_not_null(s.dist.mp_partition_plan);
+    cr_assert(!s.dist.mp_auto_partition, "a given plan turns automatic partitioning off");
+    cr_assert_eq(spec_dp_replicas(&s), 1);
+    spec_deinit(&s);
+}
+
+Test(spec, missing_file_is_reported)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_load_file("/nonexistent/job.json", &s, &err), KILN_ENOTFOUND);
+    cr_assert(strstr(err.message, "/nonexistent/job.json"));
+}
