@@ -1,0 +1,106 @@
+/* http_int.h - internals shared by the REST front end's files (http.c: daemon, dispatch and
+ * replies; http_routes.c: one handler per route; http_sse.c: live log streams).
+ * Nothing outside api/http*.c includes this header. */
+#ifndef KILN_API_HTTP_INT_H
+#define KILN_API_HTTP_INT_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "api/api.h"
+
+#define HTTP_MAX_BODY (1024 * 1024)      /* bigger request bodies get 413 */
+#define HTTP_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
+#define HTTP_PING_MS 15000               /* SSE keep-alive comment interval */
+
+/* Routes, for dispatch and the per-route request counters of GET /metrics. */
+typedef enum {
+    HTTP_ROUTE_NONE = 0,   /* unknown path */
+    HTTP_ROUTE_JOBS,       /* /v1/jobs */
+    HTTP_ROUTE_JOB,        /* /v1/jobs/{id} */
+    HTTP_ROUTE_JOB_STOP,   /* /v1/jobs/{id}:stop */
+    HTTP_ROUTE_JOB_EVENTS, /* /v1/jobs/{id}/events */
+    HTTP_ROUTE_JOB_LOGS,   /* /v1/jobs/{id}/logs */
+    HTTP_ROUTE_JOB_METRICS,/* /v1/jobs/{id}/metrics */
+    HTTP_ROUTE_WORKERS,    /* /v1/workers */
+    HTTP_ROUTE_HEALTHZ,
+    HTTP_ROUTE_READYZ,
+    HTTP_ROUTE_PROM,       /* /metrics */
+    HTTP_ROUTE_COUNT
+} http_route_t;
+
+typedef struct http_stream http_stream_t;
+
+struct api_http {
+    struct MHD_Daemon *daemon;
+    svc_t *svc;                      /* borrowed */
+    char addr[128];
+    atomic_bool stopping;
+    /* live SSE streams, for keep-alive pings and shutdown */
+    pthread_mutex_t streams_lock;
+    http_stream_t *streams;          /* doubly linked through http_stream.next/prev */
+    int nstreams;
+    pthread_t ping_thread;
+    bool ping_started;
+    pthread_mutex_t ping_lock;
+    pthread_cond_t ping_cond;
+    /* counters for GET /metrics: requests by route and HTTP status */
+    atomic_ulong requests[HTTP_ROUTE_COUNT][600];
+    atomic_ullong latency_us[HTTP_ROUTE_COUNT];
+};
+
+/* One request's state, from MHD's first call to its completion notice. Allocated on the heap,
+ * everything it points to comes from its arena. */
+typedef struct http_req {
+    api_http_t *h;
+    struct MHD_Connection *conn;
+    arena_t arena;                   /* request-scoped memory */
+    const char *method;
+    const char *path;                /* the URL path without the query (borrowed from MHD) */
+    http_route_t route;
+    const char *id;                  /* job id from the path, in arena, or NULL */
+    char *body;                      /* upload, in arena, NUL-terminated */
+    size_t body_len, body_cap;
+    bool body_too_big;
+    bool answered;
+    int status;                      /* HTTP status queued */
+    int64_t start_us;
+} http_req_t;
+
+/* ---- replies (http.c). Each returns what the MHD access handler must return. ---- */
+/* Queues `body` (stolen; may be NULL for an empty object) as JSON with `status`. */
+enum MHD_Result http_reply_json(http_req_t *r, int status, json_t *body);
+/* Queues the error JSON {code, message, detail, hint, field?} for err (status from its table). */
+enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err);
+/* Shorthand: an error built from status, field (may be NULL) and a formatted message. */
+enum MHD_Result http_reply_errf(http_req_t *r, int status, const char *field, const char *hint,
+                                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Queues an arbitrary response (not stolen: the caller destroys it) and records the status. */
+enum MHD_Result http_reply_raw(http_req_t *r, int status, struct MHD_Response *resp);
+/* A query-string argument, or NULL. Borrowed from MHD for the request's lifetime. */
+const char *http_arg(http_req_t *r, const char *name);
+/* A request header, or NULL. */
+const char *http_header(http_req_t *r, const char *name);
+
+/* ---- routes (http_routes.c) ---- */
+/* Handles one complete request (body collected) whose route and method were checked. */
+enum MHD_Result http_route_handle(http_req_t *r);
+/* Parses a decimal integer argument in [lo, hi]; 0 and *out set, or KILN_EINVAL into err. */
+int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_t *out,
+                 bool *present, kiln_err_t *err);
+
+/* ---- live log streams (http_sse.c) ---- */
+/* GET /v1/jobs/{id}/logs?follow=true: opens a follower and queues a Server-Sent Events reply.
+ * rank -1 for every rank; after_seq from after_seq / Last-Event-ID; since_us 0 for no bound. */
+enum MHD_Result http_sse_start(http_req_t *r, int rank, int64_t after_seq, int64_t since_us);
+/* Starts the keep-alive thread. Returns 0 or KILN_EIO. */
+int http_sse_init(api_http_t *h, kiln_err_t *err);
+/* Sets every stream to end and resumes the suspended ones (before MHD_stop_daemon); joins the
+ * keep-alive thread. Call with h->stopping set. */
+void http_sse_shutdown(api_http_t *h);
+
+#endif /* KILN_API_HTTP_INT_H */

@@ -1,0 +1,450 @@
+/* http_routes.c - one handler per REST route: check the path id and query arguments, call the
+ * service, pass its JSON through. Request parsing and replies are http.c's; streaming is
+ * http_sse.c's; validation of job specs and states is the service's. */
+#include <ctype.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/http_int.h"
+
+/* ---- argument helpers ------------------------------------------------------------------------ */
+
+int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_t *out,
+                 bool *present, kiln_err_t *err)
+{
+    const char *v = http_arg(r, name);
+    if (present)
+        *present = v != NULL;
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        kiln_err_set(err, KILN_EINVAL, name, "query parameter %s must be an integer from %lld to %lld, got \"%.64s\"",
+                     name, (long long)lo, (long long)hi, v);
+        return KILN_EINVAL;
+    }
+    *out = x;
+    return 0;
+}
+
+static int http_arg_bool(http_req_t *r, const char *name, bool *out, kiln_err_t *err)
+{
+    const char *v = http_arg(r, name);
+    *out = false;
+    if (!v)
+        return 0;
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !*v) {
+        *out = true;
+        return 0;
+    }
+    if (!strcmp(v, "false") || !strcmp(v, "0"))
+        return 0;
+    kiln_err_set(err, KILN_EINVAL, name, "query parameter %s must be true or false, got \"%.64s\"",
+                 name, v);
+    return KILN_EINVAL;
+}
+
+/* Job ids are UUIDs (8-4-4-4-12 hex digits); anything else can never name a job. */
+static bool http_is_uuid(const char *s)
+{
+    static const int dash[] = {8, 13, 18, 23};
+    if (strlen(s) != 36)
+        return false;
+    for (int i = 0, d = 0; i < 36; i++) {
+        if (d < 4 && i == dash[d]) {
+            if (s[i] != '-')
+                return false;
+            d++;
+        } else if (!isxdigit((unsigned char)s[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static enum MHD_Result http_bad_id(http_req_t *r)
+{
+    return http_reply_errf(r, KILN_ENOTFOUND, "id", "job ids are UUIDs, as POST /v1/jobs returns them",
+                           "no job \"%.80s\": not a job id", r->id);
+}
+
+/* Replies with the service's error; rc fills in a status the service left unset. */
+static enum MHD_Result http_svc_err(http_req_t *r, int rc, kiln_err_t *err)
+{
+    if (!err->status)
+        err->status = rc ? rc : KILN_EINTERNAL;
+    return http_reply_err(r, err);
+}
+
+/* Parses the body as JSON. Empty bodies give *out = NULL when allow_empty. */
+static int http_body_json(http_req_t *r, bool allow_empty, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    size_t i = 0;
+    while (i < r->body_len && isspace((unsigned char)r->body[i]))
+        i++;
+    if (i == r->body_len) {
+        if (allow_empty)
+            return 0;
+        kiln_err_set(err, KILN_EFORMAT, NULL, "request body is empty");
+        kiln_err_hint(err, "send a JSON object");
+        return KILN_EFORMAT;
+    }
+    json_error_t jerr;
+    json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j) {
+        kiln_err_set(err, KILN_EFORMAT, NULL, "request body is not valid JSON: %s at line %d column %d",
+                     jerr.text, jerr.line, jerr.column);
+        kiln_err_detail(err, "line %d, column %d (byte %d)", jerr.line, jerr.column, jerr.position);
+        kiln_err_hint(err, "check the JSON syntax near that position");
+        return KILN_EFORMAT;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        kiln_err_set(err, KILN_EFORMAT, NULL, "request body must be a JSON object");
+        return KILN_EFORMAT;
+    }
+    *out = j;
+    return 0;
+}
+
+/* ---- jobs ------------------------------------------------------------------------------------ */
+
+static enum MHD_Result http_jobs_create(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *spec = NULL, *job = NULL;
+    enum MHD_Result ret;
+    int rc = http_body_json(r, false, &spec, &err);
+    if (rc)
+        return http_reply_err(r, &err);
+    const char *key = http_header(r, "Idempotency-Key");
+    if (key && (!*key || strlen(key) > 200)) {
+        json_decref(spec);
+        return http_reply_errf(r, KILN_EINVAL, "Idempotency-Key", "use a UUID or another unique string",
+                               "Idempotency-Key must have 1 to 200 characters");
+    }
+    bool created = true;
+    rc = svc_job_create(r->h->svc, spec, key, &job, &created, &err);
+    json_decref(spec);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    ret = http_reply_json(r, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, job);
+    return ret;
+}
+
+static const char *const http_states[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING",
+                                          "RESTARTING", "COMPLETED", "FAILED", "STOPPED"};
+
+/* Checks a comma-separated state list; returns it upper-cased (arena) or NULL with err set. */
+static const char *http_status_filter(http_req_t *r, const char *v, kiln_err_t *err)
+{
+    char *s = arena_strdup(&r->arena, v);
+    for (char *p = s; *p; p++)
+        *p = (char)toupper((unsigned char)*p);
+    char *copy = arena_strdup(&r->arena, s), *save = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
+        bool ok = false;
+        for (size_t i = 0; i < KILN_ARRAY_LEN(http_states); i++)
+            ok = ok || !strcmp(tok, http_states[i]);
+        if (!ok) {
+            kiln_err_set(err, KILN_EINVAL, "status", "unknown job state \"%.40s\" in status", tok);
+            kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, "
+                               "RESTARTING, COMPLETED, FAILED, STOPPED (comma-separated)");
+            return NULL;
+        }
+    }
+    if (n == 0) {
+        kiln_err_set(err, KILN_EINVAL, "status", "status must name at least one job state");
+        return NULL;
+    }
+    return s;
+}
+
+static enum MHD_Result http_jobs_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    svc_job_filter_t f = {0};
+    int64_t page_size = 0;
+    const char *status = http_arg(r, "status");
+    if (status && *status && !(f.status = http_status_filter(r, status, &err)))
+        return http_reply_err(r, &err);
+    if (http_arg_int(r, "page_size", 1, 500, &page_size, NULL, &err))
+        return http_reply_err(r, &err);
+    f.page_size = (int)page_size;
+    const char *tag = http_arg(r, "tag");
+    f.tag = tag && *tag ? tag : NULL;
+    const char *tok = http_arg(r, "page_token");
+    f.page_token = tok && *tok ? tok : NULL;
+    json_t *out = NULL;
+    int rc = svc_job_list(r->h->svc, &f, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_job_get(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_job_get(r->h->svc, r->id, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_job_stop(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *reason = NULL;
+    int rc = http_body_json(r, true, &body, &err);
+    if (rc)
+        return http_reply_err(r, &err);
+    if (body) {
+        json_t *jr = json_object_get(body, "reason");
+        if (jr && !json_is_string(jr) && !json_is_null(jr)) {
+            json_decref(body);
+            return http_reply_errf(r, KILN_EINVAL, "reason", NULL, "reason must be a string");
+        }
+        if (json_is_string(jr))
+            reason = arena_strdup(&r->arena, json_string_value(jr));
+        json_decref(body);
+    }
+    rc = svc_job_stop(r->h->svc, r->id, reason, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_job_events(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_job_events(r->h->svc, r->id, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_job_logs(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int64_t rank = -1, after_seq = 0, limit = 0;
+    bool follow = false;
+    svc_log_query_t q = {.rank = -1};
+    if (http_arg_int(r, "rank", 0, 1 << 20, &rank, NULL, &err) ||
+        http_arg_int(r, "after_seq", 0, INT64_MAX, &after_seq, NULL, &err) ||
+        http_arg_int(r, "limit", 1, 10000, &limit, NULL, &err) ||
+        http_arg_bool(r, "follow", &follow, &err))
+        return http_reply_err(r, &err);
+    const char *since = http_arg(r, "since");
+    if (since && *since && kiln_time_parse(since, &q.since_us)) {
+        return http_reply_errf(r, KILN_EINVAL, "since",
+                               "use RFC 3339 (2026-11-21T06:04:37Z) or Unix seconds",
+                               "query parameter since is not a time: \"%.64s\"", since);
+    }
+    q.rank = (int)rank;
+    q.after_seq = after_seq;
+    q.limit = (int)limit;
+    if (follow) {
+        /* A reconnecting EventSource sends the last id it saw. */
+        const char *last = http_header(r, "Last-Event-ID");
+        if (last && *last) {
+            char *end;
+            errno = 0;
+            long long x = strtoll(last, &end, 10);
+            if (*end || errno || x < 0)
+                return http_reply_errf(r, KILN_EINVAL, "Last-Event-ID", "send the id of the last event received",
+                                       "Last-Event-ID must be a log sequence number, got \"%.64s\"", last);
+            if (x > q.after_seq)
+                q.after_seq = x;
+        }
+        return http_sse_start(r, q.rank, q.after_seq, q.since_us);
+    }
+    json_t *out = NULL;
+    int rc = svc_job_logs(r->h->svc, r->id, &q, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_job_metrics(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int64_t max_points = 0;
+    if (http_arg_int(r, "max_points", 2, 100000, &max_points, NULL, &err))
+        return http_reply_err(r, &err);
+    const char *name = http_arg(r, "name");
+    json_t *out = NULL;
+    int rc = svc_job_metrics(r->h->svc, r->id, name && *name ? name : NULL, (int)max_points, &out,
+                             &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+/* ---- cluster and health ---------------------------------------------------------------------- */
+
+static enum MHD_Result http_workers(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_workers_list(r->h->svc, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_readyz(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = svc_ready(r->h->svc, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ready"));
+}
+
+static const char *const http_route_names[HTTP_ROUTE_COUNT] = {
+    [HTTP_ROUTE_NONE] = "unknown", [HTTP_ROUTE_JOBS] = "/v1/jobs",
+    [HTTP_ROUTE_JOB] = "/v1/jobs/{id}", [HTTP_ROUTE_JOB_STOP] = "/v1/jobs/{id}:stop",
+    [HTTP_ROUTE_JOB_EVENTS] = "/v1/jobs/{id}/events", [HTTP_ROUTE_JOB_LOGS] = "/v1/jobs/{id}/logs",
+    [HTTP_ROUTE_JOB_METRICS] = "/v1/jobs/{id}/metrics", [HTTP_ROUTE_WORKERS] = "/v1/workers",
+    [HTTP_ROUTE_HEALTHZ] = "/healthz", [HTTP_ROUTE_READYZ] = "/readyz", [HTTP_ROUTE_PROM] = "/metrics",
+};
+
+/* Appends to a heap buffer; on allocation failure the text is just cut short. */
+static void http_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void http_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf + *len, *cap - *len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if ((size_t)n < *cap - *len) {
+            *len += (size_t)n;
+            return;
+        }
+        char *nb = realloc(*buf, *cap * 2 + (size_t)n);
+        if (!nb)
+            return;
+        *buf = nb;
+        *cap = *cap * 2 + (size_t)n;
+    }
+}
+
+/* GET /metrics: Prometheus text format. Request counts by route and status, latency sums,
+ * open log streams, and jobs by state (one count query per state through the service). */
+static enum MHD_Result http_prometheus(http_req_t *r)
+{
+    api_http_t *h = r->h;
+    size_t len = 0, cap = 8192;
+    char *buf = malloc(cap);
+    if (!buf)
+        return MHD_NO;
+    buf[0] = '\0';
+    http_buf_printf(&buf, &len, &cap,
+                    "# HELP kiln_http_requests_total REST requests answered, by route and status.\n"
+                    "# TYPE kiln_http_requests_total counter\n");
+    for (int rt = 0; rt < HTTP_ROUTE_COUNT; rt++)
+        for (int st = 100; st < 600; st++) {
+            unsigned long n = atomic_load_explicit(&h->requests[rt][st], memory_order_relaxed);
+            if (n)
+                http_buf_printf(&buf, &len, &cap,
+                                "kiln_http_requests_total{route=\"%s\",status=\"%d\"} %lu\n",
+                                http_route_names[rt], st, n);
+        }
+    http_buf_printf(&buf, &len, &cap,
+                    "# HELP kiln_http_request_seconds_sum Time spent answering REST requests, by route.\n"
+                    "# TYPE kiln_http_request_seconds_sum counter\n");
+    for (int rt = 0; rt < HTTP_ROUTE_COUNT; rt++) {
+        unsigned long long us = atomic_load_explicit(&h->latency_us[rt], memory_order_relaxed);
+        if (us)
+            http_buf_printf(&buf, &len, &cap, "kiln_http_request_seconds_sum{route=\"%s\"} %.6f\n",
+                            http_route_names[rt], us / 1e6);
+    }
+    pthread_mutex_lock(&h->streams_lock);
+    int streams = h->nstreams;
+    pthread_mutex_unlock(&h->streams_lock);
+    http_buf_printf(&buf, &len, &cap,
+                    "# HELP kiln_http_log_streams Open live log streams (SSE).\n"
+                    "# TYPE kiln_http_log_streams gauge\nkiln_http_log_streams %d\n", streams);
+    /* Live jobs only: finished jobs grow without bound and are not worth paging through here. */
+    static const char *const live[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING",
+                                       "RESTARTING"};
+    http_buf_printf(&buf, &len, &cap,
+                    "# HELP kiln_jobs Jobs not yet finished, by state (at most 10000 counted per state).\n"
+                    "# TYPE kiln_jobs gauge\n");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(live); i++) {
+        size_t count = 0;
+        char token[512] = "";
+        kiln_err_t err;
+        for (int page = 0; page < 20; page++) {
+            svc_job_filter_t f = {.status = live[i], .page_size = 500,
+                                  .page_token = token[0] ? token : NULL};
+            json_t *out = NULL;
+            kiln_err_clear(&err);
+            if (svc_job_list(h->svc, &f, &out, &err))
+                break;
+            count += json_array_size(json_object_get(out, "jobs"));
+            const char *next = json_string_value(json_object_get(out, "next_page_token"));
+            bool more = next && *next && strlen(next) < sizeof token;
+            if (more)
+                kiln_strlcpy(token, next, sizeof token);
+            json_decref(out);
+            if (!more)
+                break;
+        }
+        http_buf_printf(&buf, &len, &cap, "kiln_jobs{state=\"%s\"} %zu\n", live[i], count);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(buf);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
+    enum MHD_Result ret = http_reply_raw(r, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result http_route_handle(http_req_t *r)
+{
+    if (r->id && !http_is_uuid(r->id))
+        return http_bad_id(r);
+    switch (r->route) {
+    case HTTP_ROUTE_JOBS:
+        return strcmp(r->method, "POST") == 0 ? http_jobs_create(r) : http_jobs_list(r);
+    case HTTP_ROUTE_JOB: return http_job_get(r);
+    case HTTP_ROUTE_JOB_STOP: return http_job_stop(r);
+    case HTTP_ROUTE_JOB_EVENTS: return http_job_events(r);
+    case HTTP_ROUTE_JOB_LOGS: return http_job_logs(r);
+    case HTTP_ROUTE_JOB_METRICS: return http_job_metrics(r);
+    case HTTP_ROUTE_WORKERS: return http_workers(r);
+    case HTTP_ROUTE_HEALTHZ:
+        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+    case HTTP_ROUTE_READYZ: return http_readyz(r);
+    case HTTP_ROUTE_PROM: return http_prometheus(r);
+    default:
+        return http_reply_errf(r, KILN_ENOTFOUND, NULL, NULL, "no such path: %s", r->path);
+    }
+}
