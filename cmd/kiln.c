@@ -1,8 +1,7 @@
-/* kiln.c - placeholder main until the module lands. */
-#include "base/base.h"
-#include <stdio.h>
-int main(void)
+/* kiln.c - the `kiln` command-line client's main(): everything else is in cli/ (cli_main). */
+#include "cli/cli.h"
+
+int main(int argc, char **argv)
 {
-    fprintf(stderr, "kiln: not built yet\n");
-    return 1;
+    return cli_main(argc, argv);
 }

@@ -1,0 +1,78 @@
+/* cli_int.h - internals shared by the cli/ files: the REST client (libcurl) and the
+ * subcommand entry points. Nothing outside cli/ includes this. */
+#ifndef KILN_CLI_INT_H
+#define KILN_CLI_INT_H
+
+#include "cli/cli.h"
+
+typedef struct cli_client {
+    char url[1024];        /* kilnd base URL without a trailing slash */
+    long timeout_ms;       /* bound for one non-streaming request */
+    bool json;             /* --json: print raw API replies instead of tables */
+} cli_client_t;
+
+/* Sets up a client for url (NULL: KILN_URL, then CLI_DEFAULT_URL). */
+void cli_client_init(cli_client_t *c, const char *url);
+
+/* One request to kilnd. path starts with "/" and may carry a query string. body may be NULL.
+ * headers is NULL or a NULL-terminated list of "Name: value". On a 2xx reply returns 0, sets
+ * *http_status (may be NULL) and *out (OUT; caller owns, json_decref; a non-JSON or empty body
+ * gives an empty object). On an API error returns the matching KILN_E* with err filled from the
+ * reply; when kilnd cannot be reached returns KILN_EUNAVAIL with the "could not connect" message. */
+int cli_request(const cli_client_t *c, const char *method, const char *path, const json_t *body,
+                const char *const *headers, long *http_status, json_t **out, kiln_err_t *err);
+
+/* Streams GET path as Server-Sent Events into sse until the server closes the stream or the
+ * parser's callback stops it. low_speed_s: a connection that delivers nothing for that long is
+ * treated as dropped (kilnd pings every 15 s). Returns 0 when the stream ended (closed by the
+ * server or stopped by the callback), KILN_ECOMM when the connection dropped or could not be
+ * made (err says why), or the API error for a non-200 reply. */
+int cli_stream(const cli_client_t *c, const char *path, const char *const *headers, cli_sse_t *sse,
+               long low_speed_s, kiln_err_t *err);
+
+/* Appends "&key=value" (or "?key=value" for the first) to path (a heap string, may be
+ * reallocated), URL-escaping value. Returns 0 or KILN_ENOMEM. */
+int cli_path_add(char **path, const char *key, const char *value);
+
+/* Resolves a job reference (a full id, a unique id prefix, or a unique job name) to a full id.
+ * out must hold 64 bytes. Returns 0, KILN_ENOTFOUND, KILN_EINVAL (ambiguous) or a request error. */
+int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_t *err);
+
+/* json helpers tolerant of missing keys: "" / 0 / NAN when absent or of another type. */
+const char *cli_jstr(const json_t *obj, const char *key);
+double cli_jnum(const json_t *obj, const char *key);
+/* Parses an RFC 3339 field of obj; 0 when absent or malformed. */
+int64_t cli_jtime(const json_t *obj, const char *key);
+
+/* Subcommands: argc/argv start at the subcommand name. Return CLI_EXIT_*. */
+int cli_cmd_submit(cli_client_t *c, int argc, char **argv);
+int cli_cmd_jobs(cli_client_t *c, int argc, char **argv);
+int cli_cmd_describe(cli_client_t *c, int argc, char **argv);
+int cli_cmd_stop(cli_client_t *c, int argc, char **argv);
+int cli_cmd_logs(cli_client_t *c, int argc, char **argv);
+int cli_cmd_metrics(cli_client_t *c, int argc, char **argv);
+int cli_cmd_workers(cli_client_t *c, int argc, char **argv);
+int cli_cmd_version(cli_client_t *c, int argc, char **argv);
+
+/* Follows a job's logs (history, then live) until the job ends, printing each line to stdout;
+ * reconnects with Last-Event-ID when the connection drops while the job runs. rank -1: every
+ * rank; since NULL: from the start. On return *final_state holds the job's end state ("" when
+ * unknown; 32 bytes). Returns 0 or an error (err filled). */
+int cli_follow_logs(const cli_client_t *c, const char *job_id, int rank, const char *since,
+                    char *final_state, kiln_err_t *err);
+
+/* Prints a usage error ("kiln CMD: msg" and the usage line) to stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the help text of a subcommand (or the overview for NULL / unknown) to out. */
+void cli_print_help(FILE *out, const char *cmd);
+/* Matches argv[*i] against an option that takes a value: "--name V", "--name=V" or, when shrt is
+ * non-NULL, "-n V". Returns 1 with *val set (and *i advanced past the value), 0 when argv[*i] is
+ * something else, -1 when the value is missing (the usage error is printed). */
+int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *lng, const char *shrt,
+            const char **val);
+/* Parses an integer option value; false when it is not a whole number in [lo, hi]. */
+bool cli_parse_int(const char *s, long lo, long hi, long *out);
+/* True for the terminal job states. */
+bool cli_state_terminal(const char *state);
+
+#endif /* KILN_CLI_INT_H */

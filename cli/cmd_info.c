@@ -1,0 +1,124 @@
+/* cmd_info.c - the read-only subcommands of `kiln` that are not about one job's lifecycle:
+ * metrics (summary table with sparklines, or raw step,value rows), workers and version. */
+#include "cli/cli_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int cli_cmd_metrics(cli_client_t *c, int argc, char **argv)
+{
+    const char *ref = NULL, *name = NULL, *v;
+    bool raw = false;
+    long points = 1000;
+    for (int i = 1; i < argc; i++) {
+        int m;
+        if ((m = cli_opt("metrics", argc, argv, &i, "--name", "-n", &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            name = v;
+        } else if ((m = cli_opt("metrics", argc, argv, &i, "--points", NULL, &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            if (!cli_parse_int(v, 2, 10000000, &points))
+                return cli_usage_error("metrics", "--points must be a number >= 2 (got \"%s\")", v);
+        } else if (!strcmp(argv[i], "--raw")) {
+            raw = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_usage_error("metrics", "unknown option %s", argv[i]);
+        } else if (!ref) {
+            ref = argv[i];
+        } else {
+            return cli_usage_error("metrics", "unexpected argument %s", argv[i]);
+        }
+    }
+    if (!ref)
+        return cli_usage_error("metrics", "missing the job id");
+
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = CLI_EXIT_OK;
+    json_t *reply = NULL;
+    char id[64], path[160], num[24];
+    char *p = NULL;
+    if (cli_resolve_job(c, ref, id, &err) != 0)
+        goto fail;
+    snprintf(path, sizeof(path), "/v1/jobs/%s/metrics", id);
+    snprintf(num, sizeof(num), "%ld", points);
+    p = strdup(path);
+    if (!p || cli_path_add(&p, "max_points", num) != 0 || (name && cli_path_add(&p, "name", name) != 0)) {
+        kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    if (cli_request(c, "GET", p, NULL, NULL, NULL, &reply, &err) != 0)
+        goto fail;
+    if (name && json_array_size(json_object_get(reply, "metrics")) == 0) {
+        kiln_err_set(&err, KILN_ENOTFOUND, "name", "job %.8s has no metric named \"%s\"", id, name);
+        kiln_err_hint(&err, "kiln metrics %.8s lists the job's metrics", id);
+        goto fail;
+    }
+    if (c->json) {
+        char *s = json_dumps(reply, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+        if (s)
+            puts(s);
+        free(s);
+    } else if (raw) {
+        cli_print_metrics_raw(stdout, reply);
+    } else {
+        cli_print_metrics(stdout, reply, 32);
+    }
+    goto done;
+
+fail:
+    cli_print_error(stderr, &err);
+    rc = CLI_EXIT_ERROR;
+done:
+    free(p);
+    json_decref(reply);
+    return rc;
+}
+
+int cli_cmd_workers(cli_client_t *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_usage_error("workers", "unexpected argument %s", argv[1]);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *reply = NULL;
+    if (cli_request(c, "GET", "/v1/workers", NULL, NULL, NULL, &reply, &err) != 0) {
+        cli_print_error(stderr, &err);
+        return CLI_EXIT_ERROR;
+    }
+    if (c->json) {
+        char *s = json_dumps(reply, JSON_INDENT(2));
+        if (s)
+            puts(s);
+        free(s);
+    } else {
+        cli_print_workers(stdout, reply, kiln_now_us());
+    }
+    json_decref(reply);
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_version(cli_client_t *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_usage_error("version", "unexpected argument %s", argv[1]);
+    printf("kiln %s\n", CLI_VERSION);
+    /* The server part is informational: an unreachable server is not an error here. */
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *reply = NULL;
+    long saved = c->timeout_ms;
+    c->timeout_ms = 3000;
+    if (cli_request(c, "GET", "/healthz", NULL, NULL, NULL, &reply, &err) == 0) {
+        const char *ver = cli_jstr(reply, "version");
+        printf("kilnd at %s: %s%s%s\n", c->url, *cli_jstr(reply, "status") ? cli_jstr(reply, "status") : "ok",
+               *ver ? ", version " : "", ver);
+    } else {
+        printf("kilnd at %s: unreachable (%s)\n", c->url, err.message);
+    }
+    c->timeout_ms = saved;
+    json_decref(reply);
+    return CLI_EXIT_OK;
+}

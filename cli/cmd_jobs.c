@@ -1,0 +1,323 @@
+/* cmd_jobs.c - the job subcommands of `kiln`: submit, jobs, describe and stop. Each parses its
+ * arguments, makes its REST calls through http.c and prints through format.c. */
+#include "cli/cli_int.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cli_fail(const kiln_err_t *err)
+{
+    cli_print_error(stderr, err);
+    return CLI_EXIT_ERROR;
+}
+
+static void cli_print_json(const json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    if (s) {
+        puts(s);
+        free(s);
+    }
+}
+
+/* Reads a job spec from path ("-": stdin) and parses it; JSON syntax errors name line and column. */
+static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
+{
+    json_error_t jerr;
+    *out = NULL;
+    if (!strcmp(path, "-")) {
+        *out = json_loadf(stdin, 0, &jerr);
+        if (!*out)
+            return kiln_err_set(err, KILN_EINVAL, NULL, "stdin:%d:%d: %s", jerr.line, jerr.column, jerr.text);
+    } else {
+        char *text = NULL;
+        size_t len = 0;
+        int rc = kiln_file_read(path, &text, &len, err);
+        if (rc != 0)
+            return rc;
+        *out = json_loadb(text, len, 0, &jerr);
+        free(text);
+        if (!*out)
+            return kiln_err_set(err, KILN_EINVAL, NULL, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+    }
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return kiln_err_set(err, KILN_EINVAL, NULL, "%s: a job spec must be a JSON object", path);
+    }
+    return 0;
+}
+
+int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
+{
+    const char *file = NULL, *key = NULL, *v;
+    bool follow = false;
+    for (int i = 1; i < argc; i++) {
+        int m = cli_opt("submit", argc, argv, &i, "--idempotency-key", NULL, &v);
+        if (m < 0)
+            return CLI_EXIT_USAGE;
+        if (m) {
+            key = v;
+        } else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
+            follow = true;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            return cli_usage_error("submit", "unknown option %s", argv[i]);
+        } else if (!file) {
+            file = argv[i];
+        } else {
+            return cli_usage_error("submit", "one job file at a time (got %s and %s)", file, argv[i]);
+        }
+    }
+    if (!file)
+        return cli_usage_error("submit", "missing the job file");
+
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *spec = NULL, *job = NULL;
+    int rc = CLI_EXIT_OK;
+    char header[600];
+    const char *headers[2] = {NULL, NULL};
+    long http = 0;
+    if (cli_read_spec(file, &spec, &err) != 0) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    if (key) {
+        snprintf(header, sizeof(header), "Idempotency-Key: %s", key);
+        headers[0] = header;
+    }
+    if (cli_request(c, "POST", "/v1/jobs", spec, headers, &http, &job, &err) != 0) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    const char *id = cli_jstr(job, "id");
+    if (c->json) {
+        cli_print_json(job);
+    } else {
+        json_t *res = json_object_get(json_object_get(job, "spec"), "resources");
+        double nodes = cli_jnum(res, "nodes"), spn = cli_jnum(res, "slots_per_node");
+        printf("%s\n", id);
+        fprintf(stderr, "%s job %.8s \"%s\": %s (%.0f node%s x %.0f %s slot%s)%s\n",
+                http == 200 ? "existing" : "submitted", id, cli_jstr(job, "name"), cli_jstr(job, "state"),
+                nodes == nodes ? nodes : 1, nodes == 1 ? "" : "s", spn == spn ? spn : 1,
+                *cli_jstr(res, "slot_type") ? cli_jstr(res, "slot_type") : "cpu", spn == 1 ? "" : "s",
+                http == 200 ? " - same idempotency key, nothing new submitted" : "");
+    }
+    fflush(stdout);
+    if (follow) {
+        char final_state[32] = "";
+        if (cli_follow_logs(c, id, -1, NULL, final_state, &err) != 0) {
+            rc = cli_fail(&err);
+            goto done;
+        }
+        if (!strcmp(final_state, "FAILED"))
+            rc = CLI_EXIT_ERROR;
+    }
+
+done:
+    json_decref(spec);
+    json_decref(job);
+    return rc;
+}
+
+int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
+{
+    const char *status = NULL, *tag = NULL, *v;
+    long limit = 20;
+    bool all = false;
+    for (int i = 1; i < argc; i++) {
+        int m;
+        if ((m = cli_opt("jobs", argc, argv, &i, "--status", "-s", &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            status = v;
+        } else if ((m = cli_opt("jobs", argc, argv, &i, "--tag", "-t", &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            tag = v;
+        } else if ((m = cli_opt("jobs", argc, argv, &i, "--limit", "-n", &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            if (!cli_parse_int(v, 1, 1000000, &limit))
+                return cli_usage_error("jobs", "--limit must be a positive number (got \"%s\")", v);
+        } else if (!strcmp(argv[i], "--all") || !strcmp(argv[i], "-a")) {
+            all = true;
+        } else {
+            return cli_usage_error("jobs", "unexpected argument %s", argv[i]);
+        }
+    }
+    char status_up[256] = "";
+    if (status) {
+        for (size_t k = 0; status[k] && k + 1 < sizeof(status_up); k++)
+            status_up[k] = (char)toupper((unsigned char)status[k]);
+    }
+
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = CLI_EXIT_OK;
+    json_t *acc = json_array(), *page = NULL;
+    char *token = NULL;
+    bool more = false;
+    for (;;) {
+        long want = all ? 500 : KILN_MIN(500, limit - (long)json_array_size(acc));
+        char ps[24];
+        snprintf(ps, sizeof(ps), "%ld", want);
+        char *path = strdup("/v1/jobs");
+        if (!path || cli_path_add(&path, "page_size", ps) != 0 ||
+            (status && cli_path_add(&path, "status", status_up) != 0) ||
+            (tag && cli_path_add(&path, "tag", tag) != 0) ||
+            (token && cli_path_add(&path, "page_token", token) != 0)) {
+            free(path);
+            kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
+            rc = cli_fail(&err);
+            goto done;
+        }
+        int r = cli_request(c, "GET", path, NULL, NULL, NULL, &page, &err);
+        free(path);
+        if (r != 0) {
+            rc = cli_fail(&err);
+            goto done;
+        }
+        json_array_extend(acc, json_object_get(page, "jobs"));
+        const char *next = cli_jstr(page, "next_page_token");
+        free(token);
+        token = *next ? strdup(next) : NULL;
+        json_decref(page);
+        page = NULL;
+        if (!token)
+            break;
+        if (!all && (long)json_array_size(acc) >= limit) {
+            more = true;
+            break;
+        }
+    }
+    if (!all && (long)json_array_size(acc) > limit) {
+        more = true;
+        while ((long)json_array_size(acc) > limit)
+            json_array_remove(acc, json_array_size(acc) - 1);
+    }
+    if (c->json) {
+        json_t *o = json_pack("{s:O}", "jobs", acc);
+        cli_print_json(o);
+        json_decref(o);
+    } else {
+        cli_print_jobs(stdout, acc, kiln_now_us());
+        if (more)
+            fprintf(stderr, "(showing the newest %zu jobs; --all lists every one, --limit N more)\n",
+                    json_array_size(acc));
+    }
+
+done:
+    free(token);
+    json_decref(page);
+    json_decref(acc);
+    return rc;
+}
+
+/* Parses "CMD ID" with no options beyond those the caller handles; returns the ID or NULL after
+ * printing a usage error. */
+static const char *cli_one_id(const char *cmd, const char *id, const char *extra)
+{
+    if (extra) {
+        cli_usage_error(cmd, "unexpected argument %s", extra);
+        return NULL;
+    }
+    if (!id) {
+        cli_usage_error(cmd, "missing the job id");
+        return NULL;
+    }
+    return id;
+}
+
+int cli_cmd_describe(cli_client_t *c, int argc, char **argv)
+{
+    const char *ref = NULL, *extra = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' && argv[i][1])
+            return cli_usage_error("describe", "unknown option %s", argv[i]);
+        if (!ref)
+            ref = argv[i];
+        else if (!extra)
+            extra = argv[i];
+    }
+    if (!cli_one_id("describe", ref, extra))
+        return CLI_EXIT_USAGE;
+
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = CLI_EXIT_OK;
+    json_t *job = NULL, *events = NULL;
+    char id[64], path[160];
+    if (cli_resolve_job(c, ref, id, &err) != 0) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    snprintf(path, sizeof(path), "/v1/jobs/%s", id);
+    if (cli_request(c, "GET", path, NULL, NULL, NULL, &job, &err) != 0) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    snprintf(path, sizeof(path), "/v1/jobs/%s/events", id);
+    if (cli_request(c, "GET", path, NULL, NULL, NULL, &events, &err) != 0) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    if (c->json) {
+        json_t *o = json_pack("{s:O,s:O}", "job", job, "events", json_object_get(events, "events"));
+        cli_print_json(o);
+        json_decref(o);
+    } else {
+        cli_print_job(stdout, job, events, kiln_now_us());
+    }
+
+done:
+    json_decref(job);
+    json_decref(events);
+    return rc;
+}
+
+int cli_cmd_stop(cli_client_t *c, int argc, char **argv)
+{
+    const char *ref = NULL, *extra = NULL, *reason = NULL, *v;
+    for (int i = 1; i < argc; i++) {
+        int m = cli_opt("stop", argc, argv, &i, "--reason", "-r", &v);
+        if (m < 0)
+            return CLI_EXIT_USAGE;
+        if (m)
+            reason = v;
+        else if (argv[i][0] == '-' && argv[i][1])
+            return cli_usage_error("stop", "unknown option %s", argv[i]);
+        else if (!ref)
+            ref = argv[i];
+        else if (!extra)
+            extra = argv[i];
+    }
+    if (!cli_one_id("stop", ref, extra))
+        return CLI_EXIT_USAGE;
+
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = CLI_EXIT_OK;
+    json_t *job = NULL, *body = NULL;
+    char id[64], path[160];
+    if (cli_resolve_job(c, ref, id, &err) != 0) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    body = reason ? json_pack("{s:s}", "reason", reason) : json_object();
+    snprintf(path, sizeof(path), "/v1/jobs/%s:stop", id);
+    if (cli_request(c, "POST", path, body, NULL, NULL, &job, &err) != 0) {
+        rc = cli_fail(&err);
+        goto done;
+    }
+    if (c->json)
+        cli_print_json(job);
+    else
+        printf("job %.8s (%s): %s\n", id, cli_jstr(job, "name"), cli_jstr(job, "state"));
+
+done:
+    json_decref(job);
+    json_decref(body);
+    return rc;
+}

@@ -1,0 +1,614 @@
+/* format.c - how `kiln` shows things: aligned tables of jobs, workers and metrics, the describe
+ * page, log lines, sparklines, durations and API errors. Pure functions over jansson values and
+ * a FILE *; no network here. */
+#include "cli/cli_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- small formatters --------------------------------------------------------------------- */
+
+char *cli_fmt_duration(double seconds, char *buf, size_t n)
+{
+    if (!(seconds > 0))
+        seconds = 0;
+    long long s = (long long)(seconds + 0.5);
+    if (s < 60)
+        snprintf(buf, n, "%llds", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%lldm%02llds", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(buf, n, "%lldh%02lldm", s / 3600, (s % 3600) / 60);
+    else
+        snprintf(buf, n, "%lldd%02lldh", s / 86400, (s % 86400) / 3600);
+    return buf;
+}
+
+char *cli_fmt_value(double v, char *buf, size_t n)
+{
+    double a = fabs(v);
+    if (isnan(v))
+        snprintf(buf, n, "-");
+    else if (a != 0 && (a < 1e-4 || a >= 1e7))
+        snprintf(buf, n, "%.3e", v);
+    else if (a >= 1000)
+        snprintf(buf, n, "%.0f", v);
+    else
+        snprintf(buf, n, "%.4g", v);
+    return buf;
+}
+
+char *cli_sparkline(const double *values, size_t count, int width, char *buf, size_t n)
+{
+    static const char *const bars[8] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                        "\u2585", "\u2586", "\u2587", "\u2588"};
+    if (n == 0)
+        return buf;
+    buf[0] = '\0';
+    if (count == 0 || width <= 0)
+        return buf;
+    size_t cells = KILN_MIN(count, (size_t)width);
+    if ((size_t)3 * cells + 1 > n)
+        cells = (n - 1) / 3;
+    double *b = calloc(cells ? cells : 1, sizeof(double));
+    if (!b)
+        return buf;
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t c = 0; c < cells; c++) {
+        /* Cell c averages values [c*count/cells, (c+1)*count/cells). */
+        size_t from = c * count / cells, to = (c + 1) * count / cells;
+        double sum = 0;
+        size_t k = 0;
+        for (size_t i = from; i < to; i++)
+            if (isfinite(values[i])) {
+                sum += values[i];
+                k++;
+            }
+        b[c] = k ? sum / (double)k : NAN;
+        if (k) {
+            lo = fmin(lo, b[c]);
+            hi = fmax(hi, b[c]);
+        }
+    }
+    size_t off = 0;
+    for (size_t c = 0; c < cells; c++) {
+        int level;
+        if (isnan(b[c]))
+            level = 0;
+        else if (hi - lo <= 0)
+            level = 3;
+        else
+            level = (int)lround((b[c] - lo) / (hi - lo) * 7.0);
+        memcpy(buf + off, bars[level], 3);
+        off += 3;
+    }
+    buf[off] = '\0';
+    free(b);
+    return buf;
+}
+
+char *cli_short_id(const char *id, char *buf, size_t n)
+{
+    snprintf(buf, n, "%.8s", id ? id : "");
+    return buf;
+}
+
+/* Display width of UTF-8 text: one cell per code point (good enough for names and bars). */
+static size_t cli_width(const char *s)
+{
+    size_t w = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xC0) != 0x80)
+            w++;
+    return w;
+}
+
+/* Copies s into buf, cut to at most max cells with an ellipsis. */
+static char *cli_clip(const char *s, size_t max, char *buf, size_t n)
+{
+    if (cli_width(s) <= max) {
+        snprintf(buf, n, "%s", s);
+        return buf;
+    }
+    size_t cells = 0, i = 0;
+    while (s[i] && cells < max - 1) {
+        i++;
+        while (((unsigned char)s[i] & 0xC0) == 0x80)
+            i++;
+        cells++;
+    }
+    snprintf(buf, n, "%.*s\u2026", (int)i, s);
+    return buf;
+}
+
+/* "2026-11-21T06:04:37.123Z" -> "2026-11-21 06:04:37" (UTC). */
+static char *cli_fmt_time(const char *rfc3339, char *buf, size_t n)
+{
+    int64_t us;
+    if (!rfc3339 || !*rfc3339 || kiln_time_parse(rfc3339, &us) != 0) {
+        snprintf(buf, n, "-");
+        return buf;
+    }
+    time_t t = (time_t)(us / 1000000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
+    return buf;
+}
+
+bool cli_state_terminal(const char *state)
+{
+    return state && (!strcmp(state, "COMPLETED") || !strcmp(state, "FAILED") || !strcmp(state, "STOPPED"));
+}
+
+/* ---- tables ------------------------------------------------------------------------------- */
+
+#define CLI_TABLE_MAXCOLS 12
+
+typedef struct cli_table {
+    int ncols;
+    const char *head[CLI_TABLE_MAXCOLS];
+    bool right[CLI_TABLE_MAXCOLS];
+    char **cells;          /* nrows * ncols heap strings */
+    size_t nrows, cap;
+} cli_table_t;
+
+static void cli_table_init(cli_table_t *t, const char *spec)
+{
+    /* spec: "ID NAME >STEP": a leading '>' right-aligns the column. */
+    memset(t, 0, sizeof(*t));
+    static char names[CLI_TABLE_MAXCOLS][24];
+    const char *p = spec;
+    while (*p && t->ncols < CLI_TABLE_MAXCOLS) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        bool right = *p == '>';
+        if (right)
+            p++;
+        size_t k = strcspn(p, " ");
+        snprintf(names[t->ncols], sizeof(names[0]), "%.*s", (int)k, p);
+        t->head[t->ncols] = names[t->ncols];
+        t->right[t->ncols] = right;
+        t->ncols++;
+        p += k;
+    }
+}
+
+/* Adds a row; takes copies of the ncols strings (NULL shows as "-"). */
+static void cli_table_row(cli_table_t *t, const char *const *vals)
+{
+    if (t->nrows == t->cap) {
+        size_t nc = t->cap ? t->cap * 2 : 16;
+        char **ncells = realloc(t->cells, nc * (size_t)t->ncols * sizeof(char *));
+        if (!ncells)
+            return;
+        t->cells = ncells;
+        t->cap = nc;
+    }
+    for (int c = 0; c < t->ncols; c++)
+        t->cells[t->nrows * (size_t)t->ncols + (size_t)c] = strdup(vals[c] && *vals[c] ? vals[c] : "-");
+    t->nrows++;
+}
+
+static void cli_table_print(FILE *out, cli_table_t *t)
+{
+    size_t w[CLI_TABLE_MAXCOLS];
+    for (int c = 0; c < t->ncols; c++) {
+        w[c] = strlen(t->head[c]);
+        for (size_t r = 0; r < t->nrows; r++) {
+            const char *s = t->cells[r * (size_t)t->ncols + (size_t)c];
+            w[c] = KILN_MAX(w[c], cli_width(s ? s : ""));
+        }
+    }
+    for (size_t r = 0; r <= t->nrows; r++) {
+        for (int c = 0; c < t->ncols; c++) {
+            const char *s = r == 0 ? t->head[c] : t->cells[(r - 1) * (size_t)t->ncols + (size_t)c];
+            if (!s)
+                s = "";
+            size_t pad = w[c] - cli_width(s);
+            bool last = c == t->ncols - 1;
+            if (t->right[c])
+                fprintf(out, "%*s%s", (int)pad, "", s);
+            else if (last)
+                fputs(s, out);
+            else
+                fprintf(out, "%s%*s", s, (int)pad, "");
+            fputs(last ? "\n" : "  ", out);
+        }
+    }
+    for (size_t i = 0; i < t->nrows * (size_t)t->ncols; i++)
+        free(t->cells[i]);
+    free(t->cells);
+    t->cells = NULL;
+    t->nrows = t->cap = 0;
+}
+
+/* ---- jobs --------------------------------------------------------------------------------- */
+
+static void cli_job_step(const json_t *job, char *buf, size_t n)
+{
+    json_t *pr = json_object_get(job, "progress");
+    double step = cli_jnum(pr, "step"), total = cli_jnum(pr, "total_steps");
+    if (isnan(step) && isnan(total))
+        snprintf(buf, n, "-");
+    else if (isnan(total) || total <= 0)
+        snprintf(buf, n, "%.0f", isnan(step) ? 0 : step);
+    else
+        snprintf(buf, n, "%.0f/%.0f", isnan(step) ? 0 : step, total);
+}
+
+static void cli_job_duration(const json_t *job, int64_t now_us, char *buf, size_t n)
+{
+    int64_t st = cli_jtime(job, "started_at"), en = cli_jtime(job, "ended_at");
+    if (!st) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    cli_fmt_duration((double)((en ? en : now_us) - st) / 1e6, buf, n);
+}
+
+void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us)
+{
+    cli_table_t t;
+    cli_table_init(&t, "ID NAME STATE >STEP >LOSS >AGE >DURATION");
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job) {
+        char sid[16], name[128], step[48], loss[32], age[32], dur[32];
+        cli_short_id(cli_jstr(job, "id"), sid, sizeof(sid));
+        cli_clip(cli_jstr(job, "name"), 32, name, sizeof(name));
+        cli_job_step(job, step, sizeof(step));
+        double l = cli_jnum(json_object_get(job, "metrics"), "train_loss");
+        if (isnan(l))
+            snprintf(loss, sizeof(loss), "-");
+        else
+            snprintf(loss, sizeof(loss), "%.4f", l);
+        int64_t created = cli_jtime(job, "created_at");
+        if (created)
+            cli_fmt_duration((double)(now_us - created) / 1e6, age, sizeof(age));
+        else
+            snprintf(age, sizeof(age), "-");
+        cli_job_duration(job, now_us, dur, sizeof(dur));
+        const char *row[] = {sid, name, cli_jstr(job, "state"), step, loss, age, dur};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no jobs\n");
+        return;
+    }
+    cli_table_print(out, &t);
+}
+
+static void cli_kv(FILE *out, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void cli_kv(FILE *out, const char *key, const char *fmt, ...)
+{
+    char label[32];
+    snprintf(label, sizeof(label), "%s:", key);
+    fprintf(out, "%-12s", label);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(out, fmt, ap);
+    va_end(ap);
+    fputc('\n', out);
+}
+
+static void cli_print_time_kv(FILE *out, const char *key, const json_t *job, const char *field, int64_t now_us)
+{
+    const char *s = cli_jstr(job, field);
+    int64_t us = cli_jtime(job, field);
+    char tb[40], ago[32];
+    if (!us) {
+        cli_kv(out, key, "-");
+        return;
+    }
+    cli_kv(out, key, "%s (%s ago)", cli_fmt_time(s, tb, sizeof(tb)),
+           cli_fmt_duration((double)(now_us - us) / 1e6, ago, sizeof(ago)));
+}
+
+void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t now_us)
+{
+    const char *state = cli_jstr(job, "state");
+    const char *reason = cli_jstr(job, "reason");
+    json_t *spec = json_object_get(job, "spec");
+    char buf[256];
+
+    cli_kv(out, "ID", "%s", cli_jstr(job, "id"));
+    cli_kv(out, "Name", "%s", *cli_jstr(job, "name") ? cli_jstr(job, "name") : "-");
+    if (*cli_jstr(spec, "project"))
+        cli_kv(out, "Project", "%s", cli_jstr(spec, "project"));
+    cli_kv(out, "State", "%s%s%s", state, *reason ? "  " : "", reason);
+    double attempt = cli_jnum(job, "attempt");
+    if (!isnan(attempt))
+        cli_kv(out, "Attempt", "%.0f", attempt);
+    cli_print_time_kv(out, "Created", job, "created_at", now_us);
+    cli_print_time_kv(out, "Started", job, "started_at", now_us);
+    cli_print_time_kv(out, "Ended", job, "ended_at", now_us);
+    cli_job_duration(job, now_us, buf, sizeof(buf));
+    cli_kv(out, "Duration", "%s", buf);
+
+    json_t *pr = json_object_get(job, "progress");
+    double step = cli_jnum(pr, "step"), total = cli_jnum(pr, "total_steps"), eta = cli_jnum(pr, "eta_s");
+    if (!isnan(total) && total > 0) {
+        double s = isnan(step) ? 0 : step;
+        double frac = KILN_MIN(1.0, KILN_MAX(0.0, s / total));
+        char bar[32 * 3 + 1] = "";
+        int filled = (int)lround(frac * 20);
+        size_t off = 0;
+        for (int i = 0; i < 20; i++) {
+            const char *cell = i < filled ? "\u2588" : "\u2591";
+            memcpy(bar + off, cell, 3);
+            off += 3;
+        }
+        bar[off] = '\0';
+        char etab[32] = "";
+        if (!isnan(eta) && !cli_state_terminal(state) && s < total) {
+            char d[24];
+            snprintf(etab, sizeof(etab), "  ETA %s", cli_fmt_duration(eta, d, sizeof(d)));
+        }
+        cli_kv(out, "Progress", "%.0f/%.0f steps  %s %5.1f%%%s", s, total, bar, frac * 100.0, etab);
+    } else {
+        cli_kv(out, "Progress", "-");
+    }
+
+    json_t *res = json_object_get(spec, "resources");
+    if (res) {
+        double nodes = cli_jnum(res, "nodes"), spn = cli_jnum(res, "slots_per_node");
+        const char *st = cli_jstr(res, "slot_type");
+        cli_kv(out, "Resources", "%.0f node%s x %.0f %s slot%s", isnan(nodes) ? 1 : nodes,
+               nodes == 1 ? "" : "s", isnan(spn) ? 1 : spn, *st ? st : "cpu", spn == 1 ? "" : "s");
+    }
+    json_t *model = json_object_get(spec, "model");
+    if (model) {
+        char mb[256];
+        int off = snprintf(mb, sizeof(mb), "%s", *cli_jstr(model, "type") ? cli_jstr(model, "type") : "?");
+        static const char *const keys[] = {"n_layer", "n_head", "n_embd", "seq_len"};
+        for (size_t i = 0; i < KILN_ARRAY_LEN(keys) && off < (int)sizeof(mb); i++) {
+            double v = cli_jnum(model, keys[i]);
+            if (!isnan(v) && v > 0)
+                off += snprintf(mb + off, sizeof(mb) - (size_t)off, " %s=%.0f", keys[i], v);
+        }
+        cli_kv(out, "Model", "%s", mb);
+    }
+    json_t *hp = json_object_get(spec, "hyperparameters");
+    if (hp) {
+        char lr[24];
+        cli_kv(out, "Training", "lr=%s batch=%.0f max_steps=%.0f", cli_fmt_value(cli_jnum(hp, "lr"), lr, sizeof(lr)),
+               cli_jnum(hp, "global_batch_size"), cli_jnum(hp, "max_steps"));
+    }
+    json_t *tags = json_object_get(spec, "tags");
+    if (json_object_size(tags) > 0) {
+        char tb[512] = "";
+        size_t off = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach(tags, k, v) {
+            if (off < sizeof(tb))
+                off += (size_t)snprintf(tb + off, sizeof(tb) - off, "%s%s=%s", off ? " " : "", k,
+                                        json_is_string(v) ? json_string_value(v) : "?");
+        }
+        cli_kv(out, "Tags", "%s", tb);
+    }
+
+    json_t *workers = json_object_get(job, "workers");
+    if (json_array_size(workers) > 0) {
+        char wb[1024] = "";
+        size_t off = 0, i;
+        json_t *w;
+        json_array_foreach(workers, i, w) {
+            if (off < sizeof(wb))
+                off += (size_t)snprintf(wb + off, sizeof(wb) - off, "%s%s", i ? ", " : "",
+                                        json_is_string(w) ? json_string_value(w) : "?");
+        }
+        cli_kv(out, "Workers", "%s", wb);
+    } else {
+        cli_kv(out, "Workers", "-");
+    }
+
+    json_t *metrics = json_object_get(job, "metrics");
+    if (json_object_size(metrics) > 0) {
+        fprintf(out, "Metrics:\n");
+        const char *k;
+        json_t *v;
+        json_object_foreach(metrics, k, v) {
+            char vb[32];
+            fprintf(out, "  %-16s %s\n", k, cli_fmt_value(json_is_number(v) ? json_number_value(v) : NAN, vb, sizeof(vb)));
+        }
+    }
+
+    json_t *evs = json_object_get(events, "events");
+    if (json_array_size(evs) > 0) {
+        fprintf(out, "Events:\n");
+        cli_table_t t;
+        cli_table_init(&t, "TIME >FROM \u2192 TO REASON");
+        /* The arrow column is a fixed glyph; "FROM" is right-aligned against it. */
+        t.head[2] = " ";
+        size_t i;
+        json_t *e;
+        json_array_foreach(evs, i, e) {
+            char tb[40];
+            const char *from = cli_jstr(e, "from_state");
+            const char *row[] = {cli_fmt_time(cli_jstr(e, "time"), tb, sizeof(tb)), *from ? from : "-",
+                                 "\u2192", cli_jstr(e, "to_state"), cli_jstr(e, "reason")};
+            cli_table_row(&t, row);
+        }
+        /* Indent the table by two spaces. */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&text, &len);
+        if (mem) {
+            cli_table_print(mem, &t);
+            fclose(mem);
+            for (char *line = text; line && *line;) {
+                char *nl = strchr(line, '\n');
+                fprintf(out, "  %.*s\n", (int)(nl ? nl - line : (long)strlen(line)), line);
+                line = nl ? nl + 1 : NULL;
+            }
+            free(text);
+        }
+    }
+}
+
+/* ---- metrics, workers, logs ----------------------------------------------------------------- */
+
+void cli_print_metrics(FILE *out, const json_t *reply, int spark_width)
+{
+    cli_table_t t;
+    cli_table_init(&t, "NAME >POINTS >STEPS >LAST >MIN >MAX TREND");
+    size_t i;
+    json_t *series;
+    json_array_foreach(json_object_get(reply, "metrics"), i, series) {
+        json_t *pts = json_object_get(series, "points");
+        size_t n = json_array_size(pts);
+        double *vals = calloc(n ? n : 1, sizeof(double));
+        if (!vals)
+            return;
+        double lo = INFINITY, hi = -INFINITY, last = NAN, first_step = NAN, last_step = NAN;
+        for (size_t k = 0; k < n; k++) {
+            json_t *p = json_array_get(pts, k);
+            vals[k] = cli_jnum(p, "value");
+            if (isfinite(vals[k])) {
+                lo = fmin(lo, vals[k]);
+                hi = fmax(hi, vals[k]);
+            }
+            last = vals[k];
+            if (k == 0)
+                first_step = cli_jnum(p, "step");
+            last_step = cli_jnum(p, "step");
+        }
+        char np[24], steps[48], lb[24], lob[24], hib[24];
+        char *spark = malloc((size_t)spark_width * 3 + 1);
+        snprintf(np, sizeof(np), "%zu", n);
+        if (n)
+            snprintf(steps, sizeof(steps), "%.0f-%.0f", first_step, last_step);
+        else
+            snprintf(steps, sizeof(steps), "-");
+        cli_fmt_value(last, lb, sizeof(lb));
+        cli_fmt_value(isfinite(lo) ? lo : NAN, lob, sizeof(lob));
+        cli_fmt_value(isfinite(hi) ? hi : NAN, hib, sizeof(hib));
+        if (spark)
+            cli_sparkline(vals, n, spark_width, spark, (size_t)spark_width * 3 + 1);
+        const char *row[] = {cli_jstr(series, "name"), np, steps, lb, lob, hib, spark ? spark : ""};
+        cli_table_row(&t, row);
+        free(spark);
+        free(vals);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no metrics yet\n");
+        return;
+    }
+    cli_table_print(out, &t);
+}
+
+void cli_print_metrics_raw(FILE *out, const json_t *reply)
+{
+    json_t *all = json_object_get(reply, "metrics");
+    bool named = json_array_size(all) > 1;
+    fprintf(out, named ? "name,step,value\n" : "step,value\n");
+    size_t i, k;
+    json_t *series, *p;
+    json_array_foreach(all, i, series) {
+        json_array_foreach(json_object_get(series, "points"), k, p) {
+            if (named)
+                fprintf(out, "%s,", cli_jstr(series, "name"));
+            fprintf(out, "%.0f,%.9g\n", cli_jnum(p, "step"), cli_jnum(p, "value"));
+        }
+    }
+}
+
+void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us)
+{
+    cli_table_t t;
+    cli_table_init(&t, "ID HOST ADDRESS TYPE >SLOTS >FREE STATE >HEARTBEAT");
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(reply, "workers"), i, w) {
+        char slots[16], freeb[16], hb[40];
+        snprintf(slots, sizeof(slots), "%.0f", cli_jnum(w, "slots"));
+        snprintf(freeb, sizeof(freeb), "%.0f", cli_jnum(w, "slots_free"));
+        int64_t t_us = cli_jtime(w, "last_heartbeat");
+        if (t_us) {
+            char d[24];
+            snprintf(hb, sizeof(hb), "%s ago", cli_fmt_duration((double)(now_us - t_us) / 1e6, d, sizeof(d)));
+        } else {
+            snprintf(hb, sizeof(hb), "-");
+        }
+        const char *row[] = {cli_jstr(w, "id"), cli_jstr(w, "hostname"), cli_jstr(w, "address"),
+                             cli_jstr(w, "slot_type"), slots, freeb, cli_jstr(w, "state"), hb};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no workers registered\n");
+        return;
+    }
+    cli_table_print(out, &t);
+}
+
+void cli_print_log_line(FILE *out, const json_t *line)
+{
+    double rank = cli_jnum(line, "rank");
+    if (isnan(rank))
+        fprintf(out, "%s\n", cli_jstr(line, "line"));
+    else
+        fprintf(out, "[rank %.0f] %s\n", rank, cli_jstr(line, "line"));
+}
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+void cli_print_error(FILE *out, const kiln_err_t *err)
+{
+    const char *msg = *err->message ? err->message : kiln_strerror(err->status);
+    size_t fl = strlen(err->field);
+    /* Do not repeat the field when the message already starts with it. */
+    if (fl && strncmp(msg, err->field, fl) != 0)
+        fprintf(out, "error: %s: %s\n", err->field, msg);
+    else
+        fprintf(out, "error: %s\n", msg);
+    if (*err->detail)
+        fprintf(out, "detail: %s\n", err->detail);
+    if (*err->hint)
+        fprintf(out, "hint: %s\n", err->hint);
+}
+
+static int cli_status_from_code(const char *code, int http_status)
+{
+#define CLI_CODE_ROW(name, val, cstr, msg, http, grpc) \
+    if (code && !strcmp(code, cstr) && (val) != 0)     \
+        return (val);
+    KILN_STATUS_MAP(CLI_CODE_ROW)
+#undef CLI_CODE_ROW
+    switch (http_status) {
+    case 400: return KILN_EINVAL;
+    case 404: return KILN_ENOTFOUND;
+    case 409: return KILN_ESTATE;
+    case 503: return KILN_EUNAVAIL;
+    default: return KILN_EINTERNAL;
+    }
+}
+
+int cli_error_from_reply(int http_status, const char *body, kiln_err_t *err)
+{
+    json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+    if (json_is_object(j) && json_is_string(json_object_get(j, "message"))) {
+        int st = cli_status_from_code(cli_jstr(j, "code"), http_status);
+        kiln_err_set(err, st, NULL, "%s", cli_jstr(j, "message"));
+        if (err) {
+            kiln_strlcpy(err->field, cli_jstr(j, "field"), sizeof(err->field));
+            kiln_strlcpy(err->detail, cli_jstr(j, "detail"), sizeof(err->detail));
+            kiln_strlcpy(err->hint, cli_jstr(j, "hint"), sizeof(err->hint));
+        }
+        json_decref(j);
+        return st;
+    }
+    json_decref(j);
+    int st = cli_status_from_code(NULL, http_status);
+    const char *b = body ? body : "";
+    int len = (int)strcspn(b, "\r\n");
+    if (len > 200)
+        len = 200;
+    kiln_err_set(err, st, NULL, "kilnd answered HTTP %d%s%.*s", http_status, len ? ": " : "", len, b);
+    return st;
+}

@@ -1,0 +1,359 @@
+/* http.c - the CLI's REST client over libcurl: one-shot JSON requests, Server-Sent Events
+ * streams, query building and job-id resolution. It knows kilnd's URL layout and error shape
+ * (docs/contracts.md), nothing about how replies are shown. */
+#include "cli/cli_int.h"
+
+#include <curl/curl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void cli_client_init(cli_client_t *c, const char *url)
+{
+    memset(c, 0, sizeof(*c));
+    if (!url || !*url)
+        url = getenv("KILN_URL");
+    if (!url || !*url)
+        url = CLI_DEFAULT_URL;
+    /* A bare host:port is accepted for convenience. */
+    if (!strstr(url, "://"))
+        snprintf(c->url, sizeof(c->url), "http://%s", url);
+    else
+        kiln_strlcpy(c->url, url, sizeof(c->url));
+    size_t n = strlen(c->url);
+    while (n > 0 && c->url[n - 1] == '/')
+        c->url[--n] = '\0';
+    c->timeout_ms = 30000;
+}
+
+const char *cli_jstr(const json_t *obj, const char *key)
+{
+    const char *s = json_string_value(json_object_get(obj, key));
+    return s ? s : "";
+}
+
+double cli_jnum(const json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+int64_t cli_jtime(const json_t *obj, const char *key)
+{
+    int64_t us = 0;
+    const char *s = json_string_value(json_object_get(obj, key));
+    if (!s || kiln_time_parse(s, &us) != 0)
+        return 0;
+    return us;
+}
+
+typedef struct cli_buf {
+    char *p;
+    size_t n;
+} cli_buf_t;
+
+static size_t cli_buf_write(char *data, size_t size, size_t nmemb, void *ud)
+{
+    cli_buf_t *b = ud;
+    size_t len = size * nmemb;
+    char *np = realloc(b->p, b->n + len + 1);
+    if (!np)
+        return 0;
+    b->p = np;
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+    b->p[b->n] = '\0';
+    return len;
+}
+
+static void cli_curl_global(void)
+{
+    static bool done;
+    if (!done) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        done = true;
+    }
+}
+
+static int cli_connect_error(const cli_client_t *c, CURLcode rc, const char *errbuf, kiln_err_t *err)
+{
+    const char *why = errbuf && *errbuf ? errbuf : curl_easy_strerror(rc);
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+        return kiln_err_set(err, KILN_ETIMEDOUT, NULL, "request to kilnd at %s timed out: %s", c->url, why);
+    return kiln_err_set(err, KILN_EUNAVAIL, NULL,
+                        "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->url, why);
+}
+
+int cli_request(const cli_client_t *c, const char *method, const char *path, const json_t *body,
+                const char *const *headers, long *http_status, json_t **out, kiln_err_t *err)
+{
+    int rc = 0;
+    CURL *h = NULL;
+    struct curl_slist *hl = NULL;
+    char *body_text = NULL, *url = NULL;
+    cli_buf_t b = {NULL, 0};
+    char errbuf[CURL_ERROR_SIZE] = "";
+    long status = 0;
+
+    *out = NULL;
+    cli_curl_global();
+    h = curl_easy_init();
+    url = malloc(strlen(c->url) + strlen(path) + 1);
+    if (!h || !url) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    strcpy(url, c->url);
+    strcat(url, path);
+    hl = curl_slist_append(hl, "Accept: application/json");
+    if (body) {
+        body_text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        if (!body_text) {
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the request body");
+            goto fail;
+        }
+        hl = curl_slist_append(hl, "Content-Type: application/json");
+    }
+    for (size_t i = 0; headers && headers[i]; i++)
+        hl = curl_slist_append(hl, headers[i]);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" CLI_VERSION);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, cli_buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    if (body_text) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body_text);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body_text));
+    } else if (!strcmp(method, "POST")) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
+    }
+    CURLcode cr = curl_easy_perform(h);
+    if (cr != CURLE_OK) {
+        rc = cli_connect_error(c, cr, errbuf, err);
+        goto fail;
+    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    if (http_status)
+        *http_status = status;
+    if (status < 200 || status > 299) {
+        rc = cli_error_from_reply((int)status, b.p, err);
+        goto fail;
+    }
+    json_error_t jerr;
+    *out = b.n ? json_loads(b.p, 0, &jerr) : NULL;
+    if (!*out) {
+        if (b.n) {
+            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd sent a reply that is not JSON: %s", jerr.text);
+            goto fail;
+        }
+        *out = json_object();
+    }
+
+fail:
+    free(b.p);
+    free(body_text);
+    free(url);
+    curl_slist_free_all(hl);
+    if (h)
+        curl_easy_cleanup(h);
+    return rc;
+}
+
+/* ---- SSE stream --------------------------------------------------------------------------- */
+
+typedef struct cli_stream_ctx {
+    CURL *h;
+    cli_sse_t *sse;
+    long status;
+    cli_buf_t errbody;   /* body of a non-200 reply */
+    bool got_status;
+} cli_stream_ctx_t;
+
+static size_t cli_stream_write(char *data, size_t size, size_t nmemb, void *ud)
+{
+    cli_stream_ctx_t *s = ud;
+    size_t len = size * nmemb;
+    if (!s->got_status) {
+        curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &s->status);
+        s->got_status = true;
+    }
+    if (s->status != 200)
+        return cli_buf_write(data, size, nmemb, &s->errbody);
+    if (cli_sse_feed(s->sse, data, len) != 0)
+        return 0; /* stop: curl reports a write error, which we recognise by sse->stopped */
+    return len;
+}
+
+int cli_stream(const cli_client_t *c, const char *path, const char *const *headers, cli_sse_t *sse,
+               long low_speed_s, kiln_err_t *err)
+{
+    int rc = 0;
+    struct curl_slist *hl = NULL;
+    char *url = NULL;
+    char errbuf[CURL_ERROR_SIZE] = "";
+    cli_stream_ctx_t s = {0};
+
+    cli_curl_global();
+    s.sse = sse;
+    s.h = curl_easy_init();
+    url = malloc(strlen(c->url) + strlen(path) + 1);
+    if (!s.h || !url) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    strcpy(url, c->url);
+    strcat(url, path);
+    hl = curl_slist_append(hl, "Accept: text/event-stream");
+    for (size_t i = 0; headers && headers[i]; i++)
+        hl = curl_slist_append(hl, headers[i]);
+    curl_easy_setopt(s.h, CURLOPT_URL, url);
+    curl_easy_setopt(s.h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(s.h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(s.h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(s.h, CURLOPT_USERAGENT, "kiln/" CLI_VERSION);
+    curl_easy_setopt(s.h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(s.h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(s.h, CURLOPT_LOW_SPEED_TIME, low_speed_s > 0 ? low_speed_s : 60L);
+    curl_easy_setopt(s.h, CURLOPT_WRITEFUNCTION, cli_stream_write);
+    curl_easy_setopt(s.h, CURLOPT_WRITEDATA, &s);
+    CURLcode cr = curl_easy_perform(s.h);
+    if (!s.got_status)
+        curl_easy_getinfo(s.h, CURLINFO_RESPONSE_CODE, &s.status);
+    if (s.status != 0 && s.status != 200) {
+        rc = cli_error_from_reply((int)s.status, s.errbody.p, err);
+        goto fail;
+    }
+    if (sse->stopped)
+        goto fail; /* rc 0: the callback ended it */
+    if (cr != CURLE_OK) {
+        const char *why = *errbuf ? errbuf : curl_easy_strerror(cr);
+        if (s.status == 0 && cr == CURLE_COULDNT_CONNECT)
+            rc = kiln_err_set(err, KILN_ECOMM, NULL,
+                              "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->url, why);
+        else
+            rc = kiln_err_set(err, KILN_ECOMM, NULL, "log stream from %s dropped: %s", c->url, why);
+    }
+
+fail:
+    free(s.errbody.p);
+    free(url);
+    curl_slist_free_all(hl);
+    if (s.h)
+        curl_easy_cleanup(s.h);
+    return rc;
+}
+
+/* ---- paths and ids ------------------------------------------------------------------------ */
+
+int cli_path_add(char **path, const char *key, const char *value)
+{
+    char *esc = curl_easy_escape(NULL, value, 0);
+    if (!esc)
+        return KILN_ENOMEM;
+    size_t n = strlen(*path) + strlen(key) + strlen(esc) + 3;
+    char *np = realloc(*path, n);
+    if (!np) {
+        curl_free(esc);
+        return KILN_ENOMEM;
+    }
+    strcat(np, strchr(np, '?') ? "&" : "?");
+    strcat(np, key);
+    strcat(np, "=");
+    strcat(np, esc);
+    curl_free(esc);
+    *path = np;
+    return 0;
+}
+
+static bool cli_looks_like_uuid(const char *s)
+{
+    if (strlen(s) != 36)
+        return false;
+    for (int i = 0; i < 36; i++) {
+        char ch = s[i];
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (ch != '-')
+                return false;
+        } else if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_t *err)
+{
+    if (cli_looks_like_uuid(ref)) {
+        kiln_strlcpy(out, ref, 64);
+        return 0;
+    }
+    if (!*ref)
+        return kiln_err_set(err, KILN_EINVAL, NULL, "empty job id");
+    /* A prefix or a name: scan the job list (newest first), a bounded number of pages. */
+    int rc = 0, id_matches = 0, name_matches = 0;
+    char id_match[64] = "", name_match[64] = "", listed[256] = "";
+    char *token = strdup("");
+    json_t *page = NULL;
+    size_t reflen = strlen(ref);
+    for (int pages = 0; token && pages < 40; pages++) {
+        char *path = strdup("/v1/jobs?page_size=500");
+        if (!path || (*token && cli_path_add(&path, "page_token", token) != 0)) {
+            free(path);
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+            goto done;
+        }
+        rc = cli_request(c, "GET", path, NULL, NULL, NULL, &page, err);
+        free(path);
+        if (rc != 0)
+            goto done;
+        size_t i;
+        json_t *job;
+        json_array_foreach(json_object_get(page, "jobs"), i, job) {
+            const char *id = cli_jstr(job, "id");
+            if (!strncasecmp(id, ref, reflen)) {
+                if (id_matches++ < 4) {
+                    char sid[16];
+                    size_t l = strlen(listed);
+                    snprintf(listed + l, sizeof(listed) - l, "%s%s", l ? ", " : "", cli_short_id(id, sid, sizeof(sid)));
+                }
+                kiln_strlcpy(id_match, id, sizeof(id_match));
+            }
+            if (!strcmp(cli_jstr(job, "name"), ref)) {
+                name_matches++;
+                kiln_strlcpy(name_match, id, sizeof(name_match));
+            }
+        }
+        free(token);
+        const char *next = cli_jstr(page, "next_page_token");
+        token = *next ? strdup(next) : NULL;
+        json_decref(page);
+        page = NULL;
+    }
+    if (id_matches == 1) {
+        kiln_strlcpy(out, id_match, 64);
+    } else if (id_matches > 1) {
+        rc = kiln_err_set(err, KILN_EINVAL, NULL, "job id prefix \"%s\" is ambiguous: it matches %d jobs (%s%s)",
+                          ref, id_matches, listed, id_matches > 4 ? ", ..." : "");
+        kiln_err_hint(err, "give more characters of the id");
+    } else if (name_matches == 1) {
+        kiln_strlcpy(out, name_match, 64);
+    } else if (name_matches > 1) {
+        rc = kiln_err_set(err, KILN_EINVAL, NULL, "%d jobs are named \"%s\"", name_matches, ref);
+        kiln_err_hint(err, "use the job id (kiln jobs lists them)");
+    } else {
+        rc = kiln_err_set(err, KILN_ENOTFOUND, NULL, "no job matches \"%s\"", ref);
+        kiln_err_hint(err, "kiln jobs --all lists every job");
+    }
+
+done:
+    free(token);
+    json_decref(page);
+    return rc;
+}
