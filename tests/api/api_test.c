@@ -1,0 +1,277 @@
+/* api_test.c - the REST suite's fixture and helpers (see api_test.h). */
+#include "tests/api/api_test.h"
+
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+svc_t *at_svc;
+char at_base[64];
+char at_worker[128];
+static api_http_t *at_http;
+static char *at_db;
+
+void at_setup(void)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    log_init("test_api");
+    at_db = th_pg_create_db("api");
+    cr_assert(at_db, "no test database (run through tests/run.sh)");
+    svc_config_t cfg = {.database_url = at_db, .heartbeat_interval_ms = 1000,
+                        .heartbeat_timeout_ms = 60000, .sched_interval_ms = 50, .db_pool_size = 4};
+    cr_assert_eq(svc_create(&cfg, &at_svc, &err), 0, "svc_create: %s", err.message);
+    int port = th_free_port();
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    snprintf(at_base, sizeof at_base, "http://127.0.0.1:%d", port);
+    cr_assert_eq(api_http_start(at_svc, addr, &at_http, &err), 0, "api_http_start: %s", err.message);
+
+    arena_t a;
+    arena_init(&a, 0);
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse out = KILN__REGISTER_RESPONSE__INIT;
+    req.hostname = "test-host";
+    req.address = "127.0.0.1";
+    req.slots = 4;
+    req.slot_type = "cpu";
+    req.cpu_cores = 4;
+    req.version = "test";
+    cr_assert_eq(svc_agent_register(at_svc, &req, &a, &out, &err), 0, "register: %s", err.message);
+    kiln_strlcpy(at_worker, out.worker_id, sizeof at_worker);
+    arena_deinit(&a);
+}
+
+void at_teardown(void)
+{
+    api_http_stop(at_http);
+    at_http = NULL;
+    svc_destroy(at_svc);
+    at_svc = NULL;
+    free(at_db);
+    at_db = NULL;
+}
+
+json_t *at_req(const char *method, const char *path, const char *body, const char *const hdrs[],
+               long *status, char **raw)
+{
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", at_base, path);
+    char *text = NULL;
+    *status = 0;
+    cr_assert_eq(th_http(method, url, body, hdrs, status, &text, 10000), 0, "%s %s failed", method, url);
+    json_error_t jerr;
+    json_t *j = json_loads(text, 0, &jerr);
+    if (!j)
+        j = json_object();
+    if (raw)
+        *raw = text;
+    else
+        free(text);
+    return j;
+}
+
+static const char at_spec[] =
+    "{\"name\": \"%s\", \"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
+    " \"seq_len\": 8}, \"data\": {\"train\": \"file:///tmp/kiln-api-test.txt\"},"
+    " \"hyperparameters\": {\"lr\": 0.001, \"global_batch_size\": 2, \"max_steps\": 5},"
+    " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}%s%s}";
+
+const char *at_good_spec(void)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof buf, at_spec, "good", "", "");
+    return buf;
+}
+
+char *at_create_job(const char *name, const char *tags_json, const char *key)
+{
+    char body[2048], hdr[256];
+    snprintf(body, sizeof body, at_spec, name, tags_json ? ", \"tags\": " : "", tags_json ? tags_json : "");
+    const char *hdrs[] = {hdr, NULL};
+    snprintf(hdr, sizeof hdr, "Idempotency-Key: %s", key ? key : "");
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/jobs", body, key ? hdrs : NULL, &st, &raw);
+    cr_assert(st == 201 || st == 200, "create %s: %ld %s", name, st, raw);
+    const char *id = json_string_value(json_object_get(j, "id"));
+    cr_assert(id, "no id in %s", raw);
+    char *out = strdup(id);
+    json_decref(j);
+    free(raw);
+    return out;
+}
+
+int at_run_job(const char *job_id)
+{
+    kiln_err_t err;
+    arena_t a;
+    arena_init(&a, 0);
+    int attempt = -1;
+    for (int i = 0; i < 200 && attempt < 0; i++) {
+        Kiln__HeartbeatRequest hb = KILN__HEARTBEAT_REQUEST__INIT;
+        Kiln__HeartbeatResponse out = KILN__HEARTBEAT_RESPONSE__INIT;
+        hb.worker_id = at_worker;
+        kiln_err_clear(&err);
+        cr_assert_eq(svc_agent_heartbeat(at_svc, &hb, &a, &out, &err), 0, "heartbeat: %s", err.message);
+        for (size_t k = 0; k < out.n_assignments; k++)
+            if (!strcmp(out.assignments[k]->job_id, job_id))
+                attempt = out.assignments[k]->attempt;
+        arena_reset(&a);
+        if (attempt < 0)
+            usleep(50000);
+    }
+    arena_deinit(&a);
+    cr_assert(attempt >= 0, "job %s was never assigned to the worker", job_id);
+    Kiln__RankStatus rs = KILN__RANK_STATUS__INIT;
+    rs.worker_id = at_worker;
+    rs.job_id = (char *)job_id;
+    rs.attempt = attempt;
+    rs.started = true;
+    kiln_err_clear(&err);
+    cr_assert_eq(svc_agent_rank_status(at_svc, &rs, &err), 0, "rank status: %s", err.message);
+    return attempt;
+}
+
+void at_push_logs(const char *job_id, int attempt, const char *prefix, int first, int n)
+{
+    Kiln__LogLine *lines = calloc((size_t)n, sizeof *lines);
+    Kiln__LogLine **ptrs = calloc((size_t)n, sizeof *ptrs);
+    char (*text)[64] = calloc((size_t)n, 64);
+    for (int i = 0; i < n; i++) {
+        Kiln__LogLine l = KILN__LOG_LINE__INIT;
+        lines[i] = l;
+        lines[i].rank = 0;
+        lines[i].time_us = kiln_now_us();
+        lines[i].stream = "stdout";
+        snprintf(text[i], 64, "%s %d", prefix, first + i);
+        lines[i].line = text[i];
+        ptrs[i] = &lines[i];
+    }
+    Kiln__LogBatch b = KILN__LOG_BATCH__INIT;
+    b.worker_id = at_worker;
+    b.job_id = (char *)job_id;
+    b.attempt = attempt;
+    b.n_lines = (size_t)n;
+    b.lines = ptrs;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    cr_assert_eq(svc_agent_logs(at_svc, &b, &err), 0, "logs: %s", err.message);
+    free(text);
+    free(ptrs);
+    free(lines);
+}
+
+void at_rank_exit(const char *job_id, int attempt, int code)
+{
+    Kiln__RankExit e = KILN__RANK_EXIT__INIT;
+    e.worker_id = at_worker;
+    e.job_id = (char *)job_id;
+    e.attempt = attempt;
+    e.rank = 0;
+    e.exit_code = code;
+    e.reason = code ? "boom" : "";
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    cr_assert_eq(svc_agent_rank_exit(at_svc, &e, &err), 0, "rank exit: %s", err.message);
+}
+
+/* ---- SSE client ---------------------------------------------------------------------------- */
+
+static size_t at_sse_write(char *p, size_t sz, size_t n, void *ud)
+{
+    at_sse_t *s = ud;
+    while (s->stall)
+        usleep(10000);
+    pthread_mutex_lock(&s->lock);
+    char *nb = realloc(s->buf, s->len + sz * n + 1);
+    if (nb) {
+        s->buf = nb;
+        memcpy(s->buf + s->len, p, sz * n);
+        s->len += sz * n;
+        s->buf[s->len] = '\0';
+    }
+    pthread_mutex_unlock(&s->lock);
+    return sz * n;
+}
+
+static void *at_sse_main(void *arg)
+{
+    at_sse_t *s = arg;
+    CURL *c = curl_easy_init();
+    struct curl_slist *hl = NULL;
+    char hdr[96];
+    if (s->last_event_id[0]) {
+        snprintf(hdr, sizeof hdr, "Last-Event-ID: %s", s->last_event_id);
+        hl = curl_slist_append(hl, hdr);
+    }
+    hl = curl_slist_append(hl, "Accept: text/event-stream");
+    curl_easy_setopt(c, CURLOPT_URL, s->url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 60000L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, at_sse_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 4096L);
+    curl_easy_perform(c);
+    long st = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    pthread_mutex_lock(&s->lock);
+    s->status = st;
+    s->done = true;
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+void at_sse_open(at_sse_t *s, const char *path, const char *last_event_id)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->lock, NULL);
+    snprintf(s->url, sizeof s->url, "%s%s", at_base, path);
+    if (last_event_id)
+        kiln_strlcpy(s->last_event_id, last_event_id, sizeof s->last_event_id);
+    s->buf = calloc(1, 1);
+    cr_assert_eq(pthread_create(&s->thread, NULL, at_sse_main, s), 0);
+}
+
+bool at_sse_wait(at_sse_t *s, const char *needle, int timeout_ms)
+{
+    for (int waited = 0;; waited += 10) {
+        pthread_mutex_lock(&s->lock);
+        bool found = strstr(s->buf, needle) != NULL;
+        pthread_mutex_unlock(&s->lock);
+        if (found)
+            return true;
+        if (waited >= timeout_ms)
+            return false;
+        usleep(10000);
+    }
+}
+
+bool at_sse_join(at_sse_t *s, int timeout_ms)
+{
+    for (int waited = 0;; waited += 10) {
+        pthread_mutex_lock(&s->lock);
+        bool done = s->done;
+        pthread_mutex_unlock(&s->lock);
+        if (done) {
+            pthread_join(s->thread, NULL);
+            return true;
+        }
+        if (waited >= timeout_ms)
+            return false;
+        usleep(10000);
+    }
+}
+
+void at_sse_free(at_sse_t *s)
+{
+    free(s->buf);
+    pthread_mutex_destroy(&s->lock);
+}

@@ -1,0 +1,60 @@
+/* api_test.h - fixture for the REST suite: a fresh database, the service and the REST server
+ * in the test process (each Criterion test is its own forked process), and helpers that drive
+ * it over real HTTP with libcurl and feed it as an agent would through the service. */
+#ifndef KILN_TESTS_API_TEST_H
+#define KILN_TESTS_API_TEST_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "api/api.h"
+#include "service/service.h"
+#include "tests/common/harness.h"
+
+extern svc_t *at_svc;
+extern char at_base[64];          /* "http://127.0.0.1:PORT" */
+extern char at_worker[128];       /* id of the worker registered by at_setup */
+
+/* Criterion .init/.fini: database, service, REST server, one 4-slot CPU worker. */
+void at_setup(void);
+void at_teardown(void);
+
+/* One request to the server; path is appended to at_base. Returns the parsed reply (caller
+ * owns it; an empty JSON object if the body is not JSON) and the status in *status. raw, if
+ * non-NULL, receives the body text (caller frees). */
+json_t *at_req(const char *method, const char *path, const char *body, const char *const hdrs[],
+               long *status, char **raw);
+/* POSTs a small valid spec named name with tags_json (an object, or NULL); returns the job id
+ * (caller frees). key: Idempotency-Key or NULL. Asserts 201/200. */
+char *at_create_job(const char *name, const char *tags_json, const char *key);
+const char *at_good_spec(void);   /* static text of a small valid spec */
+
+/* Heartbeats the fixture's worker until it is assigned job_id (asserts within 10 s), reports
+ * its ranks started; returns the attempt. */
+int at_run_job(const char *job_id);
+/* Ingests n lines "prefix i" for rank 0 of job_id / attempt through svc_agent_logs. */
+void at_push_logs(const char *job_id, int attempt, const char *prefix, int first, int n);
+/* Reports rank 0 of the job's attempt exited with code. */
+void at_rank_exit(const char *job_id, int attempt, int code);
+
+/* A Server-Sent Events client on its own thread. */
+typedef struct at_sse {
+    pthread_t thread;
+    char url[512];
+    char last_event_id[32];
+    pthread_mutex_t lock;
+    char *buf;
+    size_t len;
+    bool done;
+    long status;
+    volatile bool stall;  /* while true, the write callback blocks (a slow reader) */
+} at_sse_t;
+void at_sse_open(at_sse_t *s, const char *path, const char *last_event_id);
+/* Waits until the received text contains needle; false after timeout_ms. */
+bool at_sse_wait(at_sse_t *s, const char *needle, int timeout_ms);
+/* Waits for the stream to end (true) or timeout_ms (false; the request is then abandoned). */
+bool at_sse_join(at_sse_t *s, int timeout_ms);
+void at_sse_free(at_sse_t *s);
+
+#endif
