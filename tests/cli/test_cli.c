@@ -1,0 +1,323 @@
+/* test_cli.c - the kiln CLI's formatting, SSE parsing and error handling on canned API replies,
+ * and its exit statuses for usage errors and an unreachable server. The end-to-end suite runs
+ * the same binary against a real kilnd. */
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "tests/common/harness.h"
+
+typedef void (*print_fn)(FILE *, const json_t *, int64_t);
+
+/* Runs fn into a memory stream and returns what it printed (caller frees). The stream's buffer
+ * pointers live on the heap so the compiler does not see them escape a stack frame. */
+static char *capture(print_fn fn, const json_t *j, int64_t now)
+{
+    struct mem {
+        char *text;
+        size_t len;
+    } *m = calloc(1, sizeof(*m));
+    FILE *f = open_memstream(&m->text, &m->len);
+    fn(f, j, now);
+    fclose(f);
+    char *out = m->text;
+    free(m);
+    return out;
+}
+
+static void print_jobs(FILE *f, const json_t *j, int64_t now) { cli_print_jobs(f, j, now); }
+static void print_log_line(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_log_line(f, j); }
+static void print_raw(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_metrics_raw(f, j); }
+
+static json_t *load(const char *s)
+{
+    json_error_t e;
+    json_t *j = json_loads(s, 0, &e);
+    cr_assert_not_null(j, "bad fixture: %s", e.text);
+    return j;
+}
+
+static const char *JOB_RUNNING =
+    "{\"id\": \"0b6c1f2e-1234-4abc-8def-0123456789ab\", \"name\": \"gpt-tiny\", \"state\": \"RUNNING\","
+    " \"reason\": \"all 2 ranks started\", \"attempt\": 1, \"created_at\": \"2026-11-21T06:00:00.000Z\","
+    " \"updated_at\": \"2026-11-21T06:01:00Z\", \"started_at\": \"2026-11-21T06:00:10Z\", \"ended_at\": null,"
+    " \"progress\": {\"step\": 120, \"total_steps\": 2000, \"eta_s\": 310.5},"
+    " \"metrics\": {\"train_loss\": 2.41234, \"tokens_per_s\": 51234.0}, \"workers\": [\"w-1\", \"w-2\"],"
+    " \"spec\": {\"resources\": {\"nodes\": 2, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}}";
+
+static int64_t at(const char *t)
+{
+    int64_t us = 0;
+    cr_assert_eq(kiln_time_parse(t, &us), 0);
+    return us;
+}
+
+Test(cli_format, durations)
+{
+    char b[32];
+    cr_assert_str_eq(cli_fmt_duration(0, b, sizeof b), "0s");
+    cr_assert_str_eq(cli_fmt_duration(-5, b, sizeof b), "0s");
+    cr_assert_str_eq(cli_fmt_duration(59.4, b, sizeof b), "59s");
+    cr_assert_str_eq(cli_fmt_duration(192, b, sizeof b), "3m12s");
+    cr_assert_str_eq(cli_fmt_duration(7500, b, sizeof b), "2h05m");
+    cr_assert_str_eq(cli_fmt_duration(3 * 86400 + 4 * 3600, b, sizeof b), "3d04h");
+}
+
+Test(cli_format, values_and_short_ids)
+{
+    char b[32];
+    cr_assert_str_eq(cli_fmt_value(2.41234, b, sizeof b), "2.412");
+    cr_assert_str_eq(cli_fmt_value(0.0003, b, sizeof b), "0.0003");
+    cr_assert_str_eq(cli_fmt_value(51234.4, b, sizeof b), "51234");
+    cr_assert_str_eq(cli_fmt_value(1e-6, b, sizeof b), "1.000e-06");
+    cr_assert_str_eq(cli_fmt_value(0.0 / 0.0, b, sizeof b), "-");
+    cr_assert_str_eq(cli_short_id("0b6c1f2e-1234", b, sizeof b), "0b6c1f2e");
+    cr_assert_str_eq(cli_short_id("abc", b, sizeof b), "abc");
+}
+
+Test(cli_format, sparkline)
+{
+    char b[200];
+    double up[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    cr_assert_str_eq(cli_sparkline(up, 8, 32, b, sizeof b), "▁▂▃▄▅▆▇█");
+    double flat[3] = {2, 2, 2};
+    cr_assert_str_eq(cli_sparkline(flat, 3, 32, b, sizeof b), "▄▄▄");
+    /* 100 falling values into 10 cells: first cell highest, last lowest, 10 cells wide. */
+    double down[100];
+    for (int i = 0; i < 100; i++)
+        down[i] = 100 - i;
+    cli_sparkline(down, 100, 10, b, sizeof b);
+    cr_assert_eq(strlen(b), 30);
+    cr_assert(!strncmp(b, "█", 3) && !strcmp(b + 27, "▁"), "got %s", b);
+    cr_assert_str_eq(cli_sparkline(up, 0, 10, b, sizeof b), "");
+    /* A too-small buffer clips instead of overflowing. */
+    char small[10];
+    cli_sparkline(up, 8, 32, small, sizeof small);
+    cr_assert_eq(strlen(small), 9);
+}
+
+Test(cli_format, jobs_table)
+{
+    json_t *j1 = load(JOB_RUNNING);
+    json_t *jobs = json_pack("[O{s:s,s:s,s:s,s:s,s:s}]", j1, "id", "77777777-0000-4000-8000-000000000000",
+                             "name", "queued-one", "state", "QUEUED", "created_at", "2026-11-21T06:04:00Z",
+                             "started_at", "");
+    char *out = capture(print_jobs, jobs,
+                        at("2026-11-21T06:05:00Z"));
+    /* Header, then one line per job, columns aligned under the header. */
+    char *l1 = strchr(out, '\n') + 1, *l2 = strchr(l1, '\n') + 1;
+    cr_assert(!strncmp(out, "ID        NAME        STATE", 26), "header: %s", out);
+    cr_assert(strstr(l1, "0b6c1f2e  gpt-tiny    RUNNING") == l1, "row 1: %s", l1);
+    cr_assert(strstr(l1, "120/2000") && strstr(l1, "2.4123") && strstr(l1, "5m00s") && strstr(l1, "4m50s"),
+              "row 1: %s", l1);
+    cr_assert(strstr(l2, "77777777  queued-one  QUEUED") == l2, "row 2: %s", l2);
+    /* Right-aligned columns end at the same offset on every line. */
+    cr_assert_eq(strchr(l1, '\n') - l1, strchr(l2, '\n') - l2, "%s", out);
+    cr_assert_eq(strchr(out, '\n') - out, strchr(l1, '\n') - l1, "%s", out);
+    free(out);
+    json_t *none = json_array();
+    out = capture(print_jobs, none, 0);
+    cr_assert_str_eq(out, "no jobs\n");
+    free(out);
+    json_decref(none);
+    json_decref(jobs);
+    json_decref(j1);
+}
+
+static void print_job_with_events(FILE *f, const json_t *job, int64_t now)
+{
+    json_t *ev = load("{\"events\": ["
+                      "{\"seq\": 1, \"from_state\": null, \"to_state\": \"QUEUED\", \"reason\": \"submitted\","
+                      " \"time\": \"2026-11-21T06:00:00Z\", \"attempt\": 0},"
+                      "{\"seq\": 2, \"from_state\": \"QUEUED\", \"to_state\": \"SCHEDULED\", \"reason\": "
+                      "\"placed on w-1, w-2\", \"time\": \"2026-11-21T06:00:01Z\", \"attempt\": 1}]}");
+    cli_print_job(f, job, ev, now);
+    json_decref(ev);
+}
+
+Test(cli_format, describe)
+{
+    json_t *job = load(JOB_RUNNING);
+    char *out = capture(print_job_with_events, job,
+                        at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "ID:         0b6c1f2e-1234-4abc-8def-0123456789ab\n"), "%s", out);
+    cr_assert(strstr(out, "State:      RUNNING  all 2 ranks started\n"), "%s", out);
+    cr_assert(strstr(out, "Progress:   120/2000 steps") && strstr(out, "6.0%  ETA 5m11s"), "%s", out);
+    cr_assert(strstr(out, "Workers:    w-1, w-2\n"), "%s", out);
+    cr_assert(strstr(out, "Resources:  2 nodes x 1 cpu slot\n"), "%s", out);
+    cr_assert(strstr(out, "  train_loss       2.412\n"), "%s", out);
+    cr_assert(strstr(out, "2026-11-21 06:00:00       -  →  QUEUED     submitted\n"), "%s", out);
+    cr_assert(strstr(out, "2026-11-21 06:00:01  QUEUED  →  SCHEDULED  placed on w-1, w-2\n"), "%s", out);
+    free(out);
+    json_decref(job);
+}
+
+static void print_metrics32(FILE *f, const json_t *r, int64_t now)
+{
+    (void)now;
+    cli_print_metrics(f, r, 32);
+}
+
+Test(cli_format, metrics_summary_and_raw)
+{
+    json_t *r = load("{\"metrics\": [{\"name\": \"train_loss\", \"points\": ["
+                     "{\"step\": 1, \"value\": 5.5}, {\"step\": 2, \"value\": 4.0}, {\"step\": 3, \"value\": 3.25}]},"
+                     "{\"name\": \"lr\", \"points\": []}]}");
+    char *out = capture(print_metrics32, r, 0);
+    cr_assert(strstr(out, "NAME        POINTS  STEPS  LAST   MIN  MAX  TREND\n") == out, "%s", out);
+    cr_assert(strstr(out, "train_loss       3    1-3  3.25  3.25  5.5  █▃▁\n"), "%s", out);
+    cr_assert(strstr(out, "lr               0      -     -     -    -  -\n"), "%s", out);
+    free(out);
+    json_array_remove(json_object_get(r, "metrics"), 1);
+    char *raw = capture(print_raw, r, 0);
+    cr_assert_str_eq(raw, "step,value\n1,5.5\n2,4\n3,3.25\n");
+    free(raw);
+    json_decref(r);
+}
+
+Test(cli_format, log_lines_and_workers)
+{
+    json_t *l = load("{\"seq\": 3, \"rank\": 1, \"stream\": \"stdout\", \"line\": \"step 1 loss 5.5\"}");
+    char *out = capture(print_log_line, l, 0);
+    cr_assert_str_eq(out, "[rank 1] step 1 loss 5.5\n");
+    free(out);
+    json_decref(l);
+    json_t *w = load("{\"workers\": [{\"id\": \"w-1\", \"hostname\": \"h\", \"address\": \"127.0.0.1\","
+                     " \"slots\": 2, \"slots_free\": 1, \"slot_type\": \"cpu\", \"state\": \"ALIVE\","
+                     " \"last_heartbeat\": \"2026-11-21T06:04:58Z\"}]}");
+    out = capture(cli_print_workers, w, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "w-1  h     127.0.0.1  cpu       2     1  ALIVE     2s ago\n"), "%s", out);
+    free(out);
+    json_decref(w);
+}
+
+static void print_err(FILE *f, const json_t *e, int64_t now)
+{
+    (void)now;
+    cli_print_error(f, (const kiln_err_t *)(const void *)e);
+}
+
+Test(cli_errors, api_error_reply)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int st = cli_error_from_reply(400, "{\"code\": \"invalid_argument\", \"message\": \"must be positive (got -1)\","
+                                       " \"field\": \"hyperparameters.lr\", \"hint\": \"try 3e-4\"}", &err);
+    cr_assert_eq(st, KILN_EINVAL);
+    cr_assert_str_eq(err.field, "hyperparameters.lr");
+    char *text = capture(print_err, (const json_t *)&err, 0);
+    cr_assert_str_eq(text, "error: hyperparameters.lr: must be positive (got -1)\nhint: try 3e-4\n");
+    free(text);
+
+    kiln_err_clear(&err);
+    cr_assert_eq(cli_error_from_reply(404, "{\"code\": \"not_found\", \"message\": \"job not found\"}", &err),
+                 KILN_ENOTFOUND);
+    kiln_err_clear(&err);
+    cr_assert_eq(cli_error_from_reply(502, "<html>Bad gateway</html>\nmore", &err), KILN_EINTERNAL);
+    cr_assert_str_eq(err.message, "kilnd answered HTTP 502: <html>Bad gateway</html>");
+    kiln_err_clear(&err);
+    cr_assert_eq(cli_error_from_reply(409, NULL, &err), KILN_ESTATE);
+}
+
+typedef struct sse_log {
+    char text[2048];
+    int n;
+    int stop_at; /* stop after this many events (0: never) */
+} sse_log_t;
+
+static int sse_cb(void *ud, const char *event, const char *data, const char *id)
+{
+    sse_log_t *l = ud;
+    size_t off = strlen(l->text);
+    snprintf(l->text + off, sizeof(l->text) - off, "[%s|%s|%s]", event, data, id);
+    l->n++;
+    return l->stop_at && l->n >= l->stop_at ? 7 : 0;
+}
+
+Test(cli_sse, parses_any_split)
+{
+    const char *stream = ": ping\r\n\r\n"
+                         "id: 1\nevent: log\ndata: {\"seq\": 1}\n\n"
+                         "data: first\r\ndata:second\r\n\r\n"
+                         "event: end\ndata: {\"state\": \"COMPLETED\"}\n\n"
+                         "event: never\ndata: x\n"; /* no blank line yet: not dispatched */
+    const char *want = "[log|{\"seq\": 1}|1][message|first\nsecond|1][end|{\"state\": \"COMPLETED\"}|1]";
+    for (size_t chunk = 1; chunk <= strlen(stream); chunk++) {
+        sse_log_t l = {0};
+        cli_sse_t p;
+        cli_sse_init(&p, sse_cb, &l);
+        for (size_t i = 0; i < strlen(stream); i += chunk)
+            cr_assert_eq(cli_sse_feed(&p, stream + i, KILN_MIN(chunk, strlen(stream) - i)), 0);
+        cr_assert_str_eq(l.text, want, "chunk %zu", chunk);
+        cli_sse_deinit(&p);
+    }
+}
+
+Test(cli_sse, callback_stops_the_stream)
+{
+    sse_log_t l = {.stop_at = 1};
+    cli_sse_t p;
+    cli_sse_init(&p, sse_cb, &l);
+    const char *s = "data: a\n\ndata: b\n\n";
+    cr_assert_eq(cli_sse_feed(&p, s, strlen(s)), 7);
+    cr_assert_eq(cli_sse_feed(&p, s, strlen(s)), 7);
+    cr_assert_eq(l.n, 1);
+    cli_sse_deinit(&p);
+}
+
+static int run_cli(int argc, const char **argv)
+{
+    return cli_main(argc, (char **)argv);
+}
+
+Test(cli_main, usage_errors_exit_2, .init = cr_redirect_stderr)
+{
+    cr_assert_eq(run_cli(1, (const char *[]){"kiln", NULL}), 2);
+    cr_assert_eq(run_cli(2, (const char *[]){"kiln", "frobnicate", NULL}), 2);
+    cr_assert_eq(run_cli(2, (const char *[]){"kiln", "describe", NULL}), 2);
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "jobs", "--limit", NULL}), 2);
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "jobs", "--limit", "-3", NULL}), 2);
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "logs", "--rank", "x", NULL}), 2);
+    cr_assert_eq(run_cli(2, (const char *[]){"kiln", "submit", NULL}), 2);
+    fflush(stderr);
+    cr_assert_stderr_neq_str("");
+}
+
+Test(cli_main, help_exits_0, .init = cr_redirect_stdout)
+{
+    cr_assert_eq(run_cli(2, (const char *[]){"kiln", "help", NULL}), 0);
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "logs", "--help", NULL}), 0);
+    fflush(stdout);
+}
+
+Test(cli_main, unreachable_server_exits_1, .init = cr_redirect_stderr)
+{
+    int port = th_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "--url", url, "jobs", NULL}), 1);
+    fflush(stderr);
+    char want[160];
+    snprintf(want, sizeof want, "error: could not connect to kilnd at %s: ", url);
+    FILE *f = cr_get_redirected_stderr();
+    char buf[1024] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, want) == buf, "%s", buf);
+    cr_assert(strstr(buf, "(is kilnd running? set KILN_URL)\n"), "%s", buf);
+}
+
+Test(cli_main, bad_spec_file_exits_1, .init = cr_redirect_stderr)
+{
+    char path[] = "/tmp/kiln-cli-test-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "{\"name\": ", 9), 9);
+    close(fd);
+    cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", "http://127.0.0.1:1", "submit", path, NULL}), 1);
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "submit", "/nonexistent/job.json", NULL}), 1);
+    unlink(path);
+}
