@@ -361,4 +361,16 @@ void http_sse_shutdown(api_http_t *h)
         pthread_mutex_unlock(&s->lock);
     }
     pthread_mutex_unlock(&h->streams_lock);
+    /* Give the streams a moment to finish their chunked replies, so clients see a clean end
+     * (and reconnect with Last-Event-ID) instead of a cut connection. A client that does not
+     * read is cut by MHD_stop_daemon after this. */
+    for (int waited = 0; waited < 2000; waited += 10) {
+        pthread_mutex_lock(&h->streams_lock);
+        int n = h->nstreams;
+        pthread_mutex_unlock(&h->streams_lock);
+        if (n == 0)
+            break;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
