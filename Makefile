@@ -102,6 +102,17 @@ $(BUILD)/obj/bench/%.o: bench/%.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(ENGINE_CFLAGS) -c $< -o $@
 
+# ---- migrations/*.sql embedded into the store module (migrations/embed.sh) --------------------
+MIGRATIONS_SQL := $(sort $(wildcard migrations/*.sql))
+MIGRATIONS_C := $(BUILD)/gen/store/migrations_embed.c
+MIGRATIONS_O := $(BUILD)/obj/gen/store/migrations_embed.o
+$(MIGRATIONS_C): $(MIGRATIONS_SQL) migrations/embed.sh
+	@mkdir -p $(dir $@)
+	bash migrations/embed.sh $(MIGRATIONS_SQL) > $@.tmp && mv $@.tmp $@
+$(MIGRATIONS_O): $(MIGRATIONS_C) | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
 # ---- module archives ------------------------------------------------------------------------
 define archive
 $(1): $(2)
@@ -112,7 +123,7 @@ endef
 $(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
 $(eval $(call archive,$(LIB_SPEC),$(call obj,$(SPEC_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o))
-$(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC))))
+$(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC)) $(MIGRATIONS_O)))
 $(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
 $(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC))))
 $(eval $(call archive,$(LIB_WORKER),$(call obj,$(WORKER_SRC))))

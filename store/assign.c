@@ -1,0 +1,415 @@
+/* assign.c - SQL for placements (assignments: which worker runs which ranks of which attempt),
+ * their delivery, stop orders and release, and rank exits. */
+#include "store/store_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ASSIGN_COLS "a.id, a.job_id::text, a.attempt, a.worker_id, w.hostname, a.node_rank, " \
+                    "a.nodes, a.world_size, a.ranks::text, a.master_addr, a.master_port, "    \
+                    "a.delivered, a.started, a.stop, a.stop_sent, a.released, a.stop_reason"
+
+static void parse_ranks(const char *s, store_assign_t *a)
+{
+    a->nranks = 0;
+    while (*s && a->nranks < (int)KILN_ARRAY_LEN(a->ranks)) {
+        while (*s == '{' || *s == ',' || *s == ' ')
+            s++;
+        if (*s == '}' || !*s)
+            break;
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s)
+            break;
+        a->ranks[a->nranks++] = (int)v;
+        s = end;
+    }
+}
+
+static void assign_fill(const PGresult *r, int i, store_assign_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->id = store_get_i64(r, i, 0);
+    kiln_strlcpy(a->job_id, store_get_str(r, i, 1), sizeof(a->job_id));
+    a->attempt = store_get_int(r, i, 2);
+    kiln_strlcpy(a->worker_id, store_get_str(r, i, 3), sizeof(a->worker_id));
+    kiln_strlcpy(a->worker_host, store_get_str(r, i, 4), sizeof(a->worker_host));
+    a->node_rank = store_get_int(r, i, 5);
+    a->nodes = store_get_int(r, i, 6);
+    a->world_size = store_get_int(r, i, 7);
+    parse_ranks(store_get_str(r, i, 8), a);
+    kiln_strlcpy(a->master_addr, store_get_str(r, i, 9), sizeof(a->master_addr));
+    a->master_port = store_get_int(r, i, 10);
+    a->delivered = store_get_bool(r, i, 11);
+    a->started = store_get_bool(r, i, 12);
+    a->stop = store_get_bool(r, i, 13);
+    a->stop_sent = store_get_bool(r, i, 14);
+    a->released = store_get_bool(r, i, 15);
+    kiln_strlcpy(a->stop_reason, store_get_str(r, i, 16), sizeof(a->stop_reason));
+}
+
+static int assign_rows(store_conn_t *c, const char *what, const char *sql, int np,
+                       const char *const *p, store_assign_t **out, int *n, kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    PGresult *r = NULL;
+    int rc = store_q(c, what, sql, np, p, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof(store_assign_t));
+        if (!*out) {
+            PQclear(r);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+        for (int i = 0; i < rows; i++)
+            assign_fill(r, i, &(*out)[i]);
+    }
+    *n = rows;
+    PQclear(r);
+    return 0;
+}
+
+int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err)
+{
+    char att[16], nr[16], nodes[16], ws[16], port[16], ranks[256 * 8 + 4];
+    snprintf(att, sizeof(att), "%d", a->attempt);
+    snprintf(nr, sizeof(nr), "%d", a->node_rank);
+    snprintf(nodes, sizeof(nodes), "%d", a->nodes);
+    snprintf(ws, sizeof(ws), "%d", a->world_size);
+    snprintf(port, sizeof(port), "%d", a->master_port);
+    size_t l = 0;
+    ranks[l++] = '{';
+    for (int i = 0; i < a->nranks; i++)
+        l += (size_t)snprintf(ranks + l, sizeof(ranks) - l, "%s%d", i ? "," : "", a->ranks[i]);
+    ranks[l++] = '}';
+    ranks[l] = '\0';
+    const char *p[9] = {a->job_id, att, a->worker_id, nr, nodes, ranks, ws, a->master_addr, port};
+    return store_q(c, "insert assignment",
+                   "INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
+                   " world_size, master_addr, master_port) VALUES ($1::uuid, $2::int, $3, $4::int,"
+                   " $5::int, $6::int[], $7::int, $8, $9::int)", 9, p, NULL, err);
+}
+
+int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
+                      int *n, kiln_err_t *err)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *p[2] = {job_id, att};
+    return assign_rows(c, "read assignments",
+                       "SELECT " ASSIGN_COLS " FROM assignments a JOIN workers w ON w.id = a.worker_id"
+                       " WHERE a.job_id = $1::uuid AND a.attempt = $2::int ORDER BY a.node_rank",
+                       2, p, out, n, err);
+}
+
+int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assign_t **out, int *n,
+                             kiln_err_t *err)
+{
+    const char *p[1] = {worker_id};
+    return assign_rows(c, "read undelivered assignments",
+                       "SELECT " ASSIGN_COLS " FROM assignments a JOIN workers w ON w.id = a.worker_id"
+                       " WHERE a.worker_id = $1 AND NOT a.delivered AND NOT a.released AND NOT a.stop"
+                       " ORDER BY a.id", 1, p, out, n, err);
+}
+
+int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err)
+{
+    char ids[24];
+    snprintf(ids, sizeof(ids), "%lld", (long long)id);
+    const char *p[1] = {ids};
+    PGresult *r = NULL;
+    *spec_json = NULL;
+    int rc = store_q(c, "mark assignment delivered",
+                     "UPDATE assignments a SET delivered = true, delivered_at = now() FROM jobs j"
+                     " WHERE a.id = $1::bigint AND j.id = a.job_id AND NOT a.delivered"
+                     " RETURNING j.spec::text", 1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return kiln_err_set(err, KILN_ESTATE, NULL, "assignment %lld was already delivered", (long long)id);
+    }
+    *spec_json = strdup(store_get_str(r, 0, 0));
+    PQclear(r);
+    return *spec_json ? 0 : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+}
+
+int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,
+                             const char *worker_id, bool *found, kiln_err_t *err)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *p[3] = {job_id, att, worker_id};
+    PGresult *r = NULL;
+    *found = false;
+    int rc = store_q(c, "mark assignment started",
+                     "UPDATE assignments SET started = true WHERE job_id = $1::uuid AND attempt = $2::int"
+                     " AND worker_id = $3 AND NOT released RETURNING 1", 3, p, &r, err);
+    if (rc)
+        return rc;
+    *found = PQntuples(r) == 1;
+    PQclear(r);
+    return 0;
+}
+
+int store_assign_stop(store_conn_t *c, const char *job_id, int attempt, const char *reason,
+                      const char *except_worker, kiln_err_t *err)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *p[4] = {job_id, att, reason ? reason : "", except_worker};
+    int rc = store_q(c, "release undelivered assignments",
+                     "UPDATE assignments SET released = true, released_at = now(), stop = true,"
+                     " stop_reason = $3 WHERE job_id = $1::uuid AND attempt = $2::int AND NOT released"
+                     " AND NOT delivered AND ($4::text IS NULL OR worker_id <> $4)", 4, p, NULL, err);
+    if (rc)
+        return rc;
+    return store_q(c, "order assignments to stop",
+                   "UPDATE assignments SET stop = true, stop_reason = $3 WHERE job_id = $1::uuid"
+                   " AND attempt = $2::int AND NOT released AND NOT stop"
+                   " AND ($4::text IS NULL OR worker_id <> $4)", 4, p, NULL, err);
+}
+
+int store_assign_release(store_conn_t *c, const char *job_id, int attempt, const char *worker_id,
+                         kiln_err_t *err)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *p[3] = {job_id, att, worker_id};
+    return store_q(c, "release assignments",
+                   "UPDATE assignments SET released = true, released_at = now() WHERE job_id = $1::uuid"
+                   " AND attempt = $2::int AND NOT released AND ($3::text IS NULL OR worker_id = $3)",
+                   3, p, NULL, err);
+}
+
+int store_assign_unreleased(store_conn_t *c, const char *job_id, int attempt, int *n,
+                            kiln_err_t *err)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *p[2] = {job_id, att};
+    PGresult *r = NULL;
+    *n = 0;
+    int rc = store_q(c, "count assignments",
+                     "SELECT count(*) FROM assignments WHERE job_id = $1::uuid AND attempt = $2::int"
+                     " AND NOT released", 2, p, &r, err);
+    if (rc)
+        return rc;
+    *n = store_get_int(r, 0, 0);
+    PQclear(r);
+    return 0;
+}
+
+static int stop_rows(PGresult *r, store_stop_order_t **out, int *n, kiln_err_t *err)
+{
+    int rows = PQntuples(r);
+    *out = NULL;
+    *n = 0;
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof(store_stop_order_t));
+        if (!*out)
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    for (int i = 0; i < rows; i++) {
+        kiln_strlcpy((*out)[i].job_id, store_get_str(r, i, 0), STORE_ID_LEN);
+        (*out)[i].attempt = store_get_int(r, i, 1);
+        if (PQnfields(r) > 2)
+            kiln_strlcpy((*out)[i].reason, store_get_str(r, i, 2), sizeof((*out)[i].reason));
+    }
+    *n = rows;
+    return 0;
+}
+
+int store_assign_take_stops(store_conn_t *c, const char *worker_id, store_stop_order_t **out,
+                            int *n, kiln_err_t *err)
+{
+    const char *p[1] = {worker_id};
+    PGresult *r = NULL;
+    *out = NULL;
+    *n = 0;
+    int rc = store_q(c, "take stop orders",
+                     "UPDATE assignments SET stop_sent = true, stop_sent_at = now() WHERE worker_id = $1"
+                     " AND stop AND NOT stop_sent AND delivered AND NOT released"
+                     " RETURNING job_id::text, attempt, stop_reason", 1, p, &r, err);
+    if (rc)
+        return rc;
+    rc = stop_rows(r, out, n, err);
+    PQclear(r);
+    return rc;
+}
+
+/* Builds the two array literals for a list of (job id, attempt) pairs. Caller frees. */
+static void pairs_literals(const char *const *job_ids, const int *attempts, int n, char **ids_lit,
+                           char **att_lit)
+{
+    size_t cap = (size_t)n * (STORE_ID_LEN + 4) + 4;
+    char *a = malloc(cap), *b = malloc((size_t)n * 14 + 4);
+    size_t la = 0, lb = 0;
+    a[la++] = '{';
+    b[lb++] = '{';
+    for (int i = 0; i < n; i++) {
+        /* Only UUID-shaped ids go in; anything else cannot match an assignment anyway. */
+        const char *id = store_is_uuid(job_ids[i]) ? job_ids[i] : "00000000-0000-0000-0000-000000000000";
+        la += (size_t)snprintf(a + la, cap - la, "%s%s", i ? "," : "", id);
+        lb += (size_t)sprintf(b + lb, "%s%d", i ? "," : "", attempts[i]);
+    }
+    a[la++] = '}';
+    a[la] = '\0';
+    b[lb++] = '}';
+    b[lb] = '\0';
+    *ids_lit = a;
+    *att_lit = b;
+}
+
+int store_assign_stale(store_conn_t *c, const char *worker_id, const char *const *job_ids,
+                       const int *attempts, int n, store_stop_order_t **out, int *nout,
+                       kiln_err_t *err)
+{
+    *out = NULL;
+    *nout = 0;
+    if (n == 0)
+        return 0;
+    char *ids, *atts;
+    pairs_literals(job_ids, attempts, n, &ids, &atts);
+    const char *p[3] = {worker_id, ids, atts};
+    PGresult *r = NULL;
+    int rc = store_q(c, "check running ranks",
+                     "SELECT DISTINCT r.job_id::text, r.attempt FROM unnest($2::uuid[], $3::int[])"
+                     " AS r(job_id, attempt) WHERE NOT EXISTS (SELECT 1 FROM assignments a"
+                     " WHERE a.worker_id = $1 AND a.job_id = r.job_id AND a.attempt = r.attempt"
+                     " AND NOT a.released)", 3, p, &r, err);
+    free(ids);
+    free(atts);
+    if (rc)
+        return rc;
+    rc = stop_rows(r, out, nout, err);
+    PQclear(r);
+    return rc;
+}
+
+int store_assign_reap(store_conn_t *c, const char *worker_id, const char *const *job_ids,
+                      const int *attempts, int n, int grace_ms, store_stop_order_t **released,
+                      int *nreleased, kiln_err_t *err)
+{
+    char *ids, *atts, ms[16];
+    pairs_literals(job_ids, attempts, n, &ids, &atts);
+    snprintf(ms, sizeof(ms), "%d", grace_ms);
+    const char *p[4] = {worker_id, ids, atts, ms};
+    PGresult *r = NULL;
+    int rc = store_q(c, "release stopped assignments",
+                     "UPDATE assignments a SET released = true, released_at = now()"
+                     " WHERE a.worker_id = $1 AND NOT a.released AND a.stop_sent"
+                     " AND a.stop_sent_at < now() - $4::int * interval '1 millisecond'"
+                     " AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
+                     "  WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+                     " RETURNING a.job_id::text, a.attempt", 4, p, &r, err);
+    free(ids);
+    free(atts);
+    if (rc)
+        return rc;
+    rc = stop_rows(r, released, nreleased, err);
+    PQclear(r);
+    return rc;
+}
+
+static int lost_rows(store_conn_t *c, const char *what, const char *sql, int np,
+                     const char *const *p, store_lost_t **out, int *n, kiln_err_t *err)
+{
+    PGresult *r = NULL;
+    *out = NULL;
+    *n = 0;
+    int rc = store_q(c, what, sql, np, p, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof(store_lost_t));
+        if (!*out) {
+            PQclear(r);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        kiln_strlcpy((*out)[i].job_id, store_get_str(r, i, 0), STORE_ID_LEN);
+        (*out)[i].attempt = store_get_int(r, i, 1);
+        kiln_strlcpy((*out)[i].worker_id, store_get_str(r, i, 2), STORE_WORKER_ID_LEN);
+        kiln_strlcpy((*out)[i].hostname, store_get_str(r, i, 3), sizeof((*out)[i].hostname));
+    }
+    *n = rows;
+    PQclear(r);
+    return 0;
+}
+
+int store_assign_lost(store_conn_t *c, store_lost_t **out, int *n, kiln_err_t *err)
+{
+    return lost_rows(c, "find assignments on dead workers",
+                     "SELECT a.job_id::text, a.attempt, a.worker_id, w.hostname FROM assignments a"
+                     " JOIN workers w ON w.id = a.worker_id WHERE NOT a.released AND w.state = 'DEAD'"
+                     " ORDER BY a.job_id, a.attempt", 0, NULL, out, n, err);
+}
+
+int store_assign_delivered_on(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n,
+                              kiln_err_t *err)
+{
+    const char *p[1] = {worker_id};
+    return lost_rows(c, "find delivered assignments",
+                     "SELECT a.job_id::text, a.attempt, a.worker_id, w.hostname FROM assignments a"
+                     " JOIN workers w ON w.id = a.worker_id WHERE a.worker_id = $1 AND a.delivered"
+                     " AND NOT a.released ORDER BY a.job_id", 1, p, out, n, err);
+}
+
+int store_rank_exit_insert(store_conn_t *c, const Kiln__RankExit *e, bool *inserted,
+                           bool *released, kiln_err_t *err)
+{
+    char att[16], rank[16], code[16], sig[16];
+    snprintf(att, sizeof(att), "%d", e->attempt);
+    snprintf(rank, sizeof(rank), "%d", e->rank);
+    snprintf(code, sizeof(code), "%d", e->exit_code);
+    snprintf(sig, sizeof(sig), "%d", e->signal);
+    const char *p[7] = {e->job_id, att, rank, e->worker_id ? e->worker_id : "", code, sig,
+                        e->reason ? e->reason : ""};
+    PGresult *r = NULL;
+    *inserted = *released = false;
+    int rc = store_q(c, "record rank exit",
+                     "INSERT INTO rank_exits (job_id, attempt, rank, worker_id, exit_code, signal, reason)"
+                     " VALUES ($1::uuid, $2::int, $3::int, $4, $5::int, $6::int, $7)"
+                     " ON CONFLICT DO NOTHING RETURNING 1", 7, p, &r, err);
+    if (rc)
+        return rc;
+    *inserted = PQntuples(r) == 1;
+    PQclear(r);
+    rc = store_q(c, "release finished assignment",
+                 "UPDATE assignments a SET released = true, released_at = now()"
+                 " WHERE a.job_id = $1::uuid AND a.attempt = $2::int AND $3::int = ANY(a.ranks)"
+                 " AND NOT a.released AND (SELECT count(*) FROM rank_exits x WHERE x.job_id = a.job_id"
+                 "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks)) >= cardinality(a.ranks)"
+                 " RETURNING 1", 3, p, &r, err);
+    if (rc)
+        return rc;
+    *released = PQntuples(r) == 1;
+    PQclear(r);
+    return 0;
+}
+
+int store_rank_exit_counts(store_conn_t *c, const char *job_id, int attempt, int *n_exited,
+                           int *n_ok, kiln_err_t *err)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *p[2] = {job_id, att};
+    PGresult *r = NULL;
+    *n_exited = *n_ok = 0;
+    int rc = store_q(c, "count rank exits",
+                     "SELECT count(*), count(*) FILTER (WHERE exit_code = 0 AND signal = 0)"
+                     " FROM rank_exits WHERE job_id = $1::uuid AND attempt = $2::int", 2, p, &r, err);
+    if (rc)
+        return rc;
+    *n_exited = store_get_int(r, 0, 0);
+    *n_ok = store_get_int(r, 0, 1);
+    PQclear(r);
+    return 0;
+}

@@ -1,0 +1,224 @@
+/* ingest.c - the high-volume side of the store: log lines and metric points written with one COPY
+ * per batch (never a statement or a transaction per row), and the reads that serve history:
+ * logs by job and seq (optionally by rank or time), metric series by job, name and step,
+ * downsampled in the database. */
+#include "store/store_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Appends s for COPY text format, replacing invalid UTF-8 (which would make PostgreSQL reject the
+ * whole batch) with U+FFFD. */
+static void buf_copy_utf8(store_buf_t *b, const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s);
+    store_buf_reserve(b, 3 * n);
+    char *d = b->p + b->len;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char ch = u[i];
+        if (ch < 0x80) {
+            switch (ch) {
+            case '\\': *d++ = '\\'; *d++ = '\\'; break;
+            case '\t': *d++ = '\\'; *d++ = 't'; break;
+            case '\n': *d++ = '\\'; *d++ = 'n'; break;
+            case '\r': *d++ = '\\'; *d++ = 'r'; break;
+            default: *d++ = (char)ch; break;
+            }
+            i++;
+            continue;
+        }
+        int len = ch >= 0xf0 && ch < 0xf5 ? 4 : ch >= 0xe0 ? 3 : ch >= 0xc2 && ch < 0xe0 ? 2 : 0;
+        bool ok = len > 0 && i + (size_t)len <= n;
+        for (int k = 1; ok && k < len; k++)
+            ok = (u[i + k] & 0xc0) == 0x80;
+        if (ok && len == 3) {
+            unsigned cp = ((ch & 0x0fu) << 12) | ((u[i + 1] & 0x3fu) << 6) | (u[i + 2] & 0x3fu);
+            ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
+        } else if (ok && len == 4) {
+            unsigned cp = ((ch & 0x07u) << 18) | ((u[i + 1] & 0x3fu) << 12);
+            ok = cp >= 0x10000 && cp <= 0x10ffff;
+        }
+        if (ok) {
+            memcpy(d, u + i, (size_t)len);
+            d += len;
+            i += (size_t)len;
+        } else {
+            memcpy(d, "\xef\xbf\xbd", 3);
+            d += 3;
+            i++;
+        }
+    }
+    b->len = (size_t)(d - b->p);
+}
+
+int store_logs_copy(store_conn_t *c, const char *job_id, int attempt, Kiln__LogLine *const *lines,
+                    size_t n, int64_t first_seq, int64_t now_us, kiln_err_t *err)
+{
+    if (n == 0)
+        return 0;
+    store_buf_t b = {0};
+    size_t idlen = strlen(job_id);
+    store_buf_reserve(&b, n * 128);
+    for (size_t i = 0; i < n; i++) {
+        const Kiln__LogLine *l = lines[i];
+        store_buf_put(&b, job_id, idlen);
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, first_seq + (int64_t)i);
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, attempt);
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, l->rank);
+        store_buf_putc(&b, '\t');
+        if (l->stream && strcmp(l->stream, "stderr") == 0)
+            store_buf_put(&b, "stderr\t", 7);
+        else
+            store_buf_put(&b, "stdout\t", 7);
+        store_buf_i64(&b, l->time_us > 0 ? l->time_us : now_us);
+        store_buf_putc(&b, '\t');
+        buf_copy_utf8(&b, l->line ? l->line : "");
+        store_buf_putc(&b, '\n');
+    }
+    int rc = store_copy(c, "store log lines",
+                        "COPY logs (job_id, seq, attempt, rank, stream, time_us, line) FROM STDIN", &b,
+                        err);
+    store_buf_free(&b);
+    return rc;
+}
+
+int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
+                       Kiln__MetricPoint *const *pts, size_t n, int64_t now_us, kiln_err_t *err)
+{
+    if (n == 0)
+        return 0;
+    store_buf_t b = {0};
+    size_t idlen = strlen(job_id);
+    store_buf_reserve(&b, n * 96);
+    for (size_t i = 0; i < n; i++) {
+        const Kiln__MetricPoint *m = pts[i];
+        store_buf_put(&b, job_id, idlen);
+        store_buf_putc(&b, '\t');
+        buf_copy_utf8(&b, m->name ? m->name : "");
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, m->step);
+        store_buf_putc(&b, '\t');
+        store_buf_double(&b, m->value);
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, m->rank);
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, attempt);
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, m->time_us > 0 ? m->time_us : now_us);
+        store_buf_putc(&b, '\n');
+    }
+    int rc = store_copy(c, "store metric points",
+                        "COPY metrics (job_id, name, step, value, rank, attempt, time_us) FROM STDIN",
+                        &b, err);
+    store_buf_free(&b);
+    return rc;
+}
+
+int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_query_t *q,
+                          json_t **out, int64_t *last_seq, kiln_err_t *err)
+{
+    char sql[512], after[24], rank[16], since[24], lim[16];
+    const char *p[5];
+    int np = 0;
+    *out = NULL;
+    *last_seq = q->after_seq;
+    p[np++] = job_id;
+    snprintf(after, sizeof(after), "%lld", (long long)q->after_seq);
+    p[np++] = after;
+    size_t len = (size_t)snprintf(sql, sizeof(sql),
+                                  "SELECT seq, rank, stream, time_us, line FROM logs"
+                                  " WHERE job_id = $1::uuid AND seq > $2::bigint");
+    if (q->rank >= 0) {
+        snprintf(rank, sizeof(rank), "%d", q->rank);
+        p[np++] = rank;
+        len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND rank = $%d::int", np);
+    }
+    if (q->since_us > 0) {
+        snprintf(since, sizeof(since), "%lld", (long long)q->since_us);
+        p[np++] = since;
+        len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND time_us >= $%d::bigint", np);
+    }
+    snprintf(lim, sizeof(lim), "%d", q->limit);
+    p[np++] = lim;
+    snprintf(sql + len, sizeof(sql) - len, " ORDER BY seq LIMIT $%d::int", np);
+    PGresult *r = NULL;
+    int rc = store_q(c, "read log lines", sql, np, p, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    int n = PQntuples(r);
+    for (int i = 0; i < n; i++) {
+        json_t *o = json_object();
+        int64_t seq = store_get_i64(r, i, 0), t = store_get_i64(r, i, 3);
+        char tb[40];
+        json_object_set_new(o, "seq", json_integer(seq));
+        json_object_set_new(o, "rank", json_integer(store_get_int(r, i, 1)));
+        json_object_set_new(o, "stream", json_string(store_get_str(r, i, 2)));
+        json_object_set_new(o, "time", json_string(kiln_time_format(t, tb, sizeof(tb))));
+        json_object_set_new(o, "time_us", json_integer(t));
+        json_object_set_new(o, "line", json_string(store_get_str(r, i, 4)));
+        json_array_append_new(arr, o);
+        *last_seq = seq;
+    }
+    PQclear(r);
+    *out = arr;
+    return 0;
+}
+
+int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
+                             json_t **out, kiln_err_t *err)
+{
+    /* Keep every stride-th point of a series plus its last one: at most max_points, first and
+     * last always kept. The database does the thinning so only kept points travel. */
+    static const char *sql =
+        "WITH s AS (SELECT name, step, value, time_us, rank,"
+        "  row_number() OVER (PARTITION BY name ORDER BY step, time_us, rank) AS rn,"
+        "  count(*) OVER (PARTITION BY name) AS cnt"
+        "  FROM metrics WHERE job_id = $1::uuid AND ($2::text IS NULL OR name = $2))"
+        " SELECT name, step, value, time_us, rank FROM s"
+        " WHERE cnt <= $3::int OR rn = cnt OR ($3::int > 1 AND (rn - 1) %"
+        "  GREATEST(1, ceil((cnt - 1)::numeric / GREATEST($3::int - 2, 1)))::bigint = 0)"
+        " ORDER BY name, rn";
+    char mp[16];
+    snprintf(mp, sizeof(mp), "%d", max_points);
+    const char *p[3] = {job_id, name, mp};
+    PGresult *r = NULL;
+    *out = NULL;
+    int rc = store_q(c, "read metrics", sql, 3, p, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    json_t *series = NULL, *points = NULL;
+    const char *cur = NULL;
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *nm = store_get_str(r, i, 0);
+        if (!cur || strcmp(cur, nm) != 0) {
+            series = json_object();
+            points = json_array();
+            json_object_set_new(series, "name", json_string(nm));
+            json_object_set_new(series, "points", points);
+            json_array_append_new(arr, series);
+            cur = nm;
+        }
+        json_t *pt = json_object();
+        double v = store_get_double(r, i, 2);
+        int64_t t = store_get_i64(r, i, 3);
+        char tb[40];
+        json_object_set_new(pt, "step", json_integer(store_get_i64(r, i, 1)));
+        json_object_set_new(pt, "value", isfinite(v) ? json_real(v) : json_null());
+        json_object_set_new(pt, "time", json_string(kiln_time_format(t, tb, sizeof(tb))));
+        json_object_set_new(pt, "time_us", json_integer(t));
+        json_object_set_new(pt, "rank", json_integer(store_get_int(r, i, 4)));
+        json_array_append_new(points, pt);
+    }
+    PQclear(r);
+    *out = arr;
+    return 0;
+}

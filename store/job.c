@@ -1,0 +1,400 @@
+/* job.c - SQL for jobs and job events: insert with idempotency key, row reads and locks, state
+ * transitions with their event rows, the JSON shapes the API returns, keyset-paged listing, and
+ * the per-batch job update of metric ingestion. */
+#include "store/store_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int not_found(kiln_err_t *err, const char *id)
+{
+    kiln_err_set(err, KILN_ENOTFOUND, NULL, "job \"%s\" not found", id ? id : "");
+    kiln_err_hint(err, "list jobs with GET /v1/jobs (kiln jobs)");
+    return KILN_ENOTFOUND;
+}
+
+int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
+                     kiln_err_t *err)
+{
+    static const char *sql =
+        "WITH j AS ("
+        " INSERT INTO jobs (id, name, project, spec, state, reason, priority, queue, nodes,"
+        "  slots_per_node, slot_type, world_size, max_attempts, total_steps, tags,"
+        "  idempotency_key, event_seq)"
+        " VALUES (gen_random_uuid(), $1, $2, $3::jsonb, 'QUEUED', $4, $5::int, $6, $7::int,"
+        "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1)"
+        " ON CONFLICT (idempotency_key) DO NOTHING"
+        " RETURNING id, created_at),"
+        " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time)"
+        "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at FROM j)"
+        " SELECT id::text FROM j";
+    char prio[16], nodes[16], spn[16], ws[16], ma[16], ts[24];
+    snprintf(prio, sizeof(prio), "%d", j->priority);
+    snprintf(nodes, sizeof(nodes), "%d", j->nodes);
+    snprintf(spn, sizeof(spn), "%d", j->slots_per_node);
+    snprintf(ws, sizeof(ws), "%d", j->world_size);
+    snprintf(ma, sizeof(ma), "%d", j->max_attempts);
+    snprintf(ts, sizeof(ts), "%lld", (long long)j->total_steps);
+    const char *p[14] = {j->name, j->project ? j->project : "default", j->spec_json,
+                         j->reason ? j->reason : "submitted", prio,
+                         j->queue ? j->queue : "default", nodes, spn, j->slot_type, ws, ma, ts,
+                         j->tags_json ? j->tags_json : "{}", j->idempotency_key};
+    PGresult *r = NULL;
+    int rc = store_q(c, "insert job", sql, 14, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1) {
+        kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
+        *created = true;
+        PQclear(r);
+        return 0;
+    }
+    PQclear(r);
+    /* The key is taken: return the job that holds it. */
+    const char *p2[1] = {j->idempotency_key};
+    rc = store_q(c, "find job by idempotency key",
+                 "SELECT id::text FROM jobs WHERE idempotency_key = $1", 1, p2, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: idempotency key \"%s\" "
+                            "conflicted but no job holds it", j->idempotency_key);
+    }
+    kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
+    *created = false;
+    PQclear(r);
+    return 0;
+}
+
+#define ROW_COLS "id::text, state, slot_type, attempt, max_attempts, priority, nodes, " \
+                 "slots_per_node, world_size, stop_requested, total_steps"
+
+static void row_fill(const PGresult *r, int i, store_job_row_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    kiln_strlcpy(o->id, store_get_str(r, i, 0), sizeof(o->id));
+    kiln_strlcpy(o->state, store_get_str(r, i, 1), sizeof(o->state));
+    kiln_strlcpy(o->slot_type, store_get_str(r, i, 2), sizeof(o->slot_type));
+    o->attempt = store_get_int(r, i, 3);
+    o->max_attempts = store_get_int(r, i, 4);
+    o->priority = store_get_int(r, i, 5);
+    o->nodes = store_get_int(r, i, 6);
+    o->slots_per_node = store_get_int(r, i, 7);
+    o->world_size = store_get_int(r, i, 8);
+    o->stop_requested = store_get_bool(r, i, 9);
+    o->total_steps = store_get_i64(r, i, 10);
+}
+
+int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err)
+{
+    if (!store_is_uuid(id))
+        return not_found(err, id);
+    const char *sql = lock ? "SELECT " ROW_COLS " FROM jobs WHERE id = $1::uuid FOR UPDATE"
+                           : "SELECT " ROW_COLS " FROM jobs WHERE id = $1::uuid";
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read job", sql, 1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return not_found(err, id);
+    }
+    row_fill(r, 0, out);
+    PQclear(r);
+    return 0;
+}
+
+int store_job_transition(store_conn_t *c, const char *id, const char *from, const char *to,
+                         const char *reason, int attempt, int flags, kiln_err_t *err)
+{
+    static const char *sql =
+        "WITH u AS ("
+        " UPDATE jobs SET state = $3, reason = $4, attempt = $5::int, event_seq = event_seq + 1,"
+        "  updated_at = clock_timestamp(),"
+        "  started_at = CASE WHEN ($6::int & 1) <> 0 AND started_at IS NULL"
+        "               THEN clock_timestamp() ELSE started_at END,"
+        "  ended_at = CASE WHEN ($6::int & 2) <> 0 THEN clock_timestamp() ELSE ended_at END,"
+        "  stop_requested = stop_requested OR ($6::int & 4) <> 0,"
+        "  eta_s = CASE WHEN ($6::int & 8) <> 0 OR ($6::int & 2) <> 0 THEN NULL ELSE eta_s END"
+        " WHERE id = $1::uuid AND state = $2"
+        " RETURNING id, event_seq, attempt)"
+        " INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt)"
+        " SELECT id, event_seq, $2, $3, $4, attempt FROM u RETURNING seq";
+    char att[16], fl[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    snprintf(fl, sizeof(fl), "%d", flags);
+    const char *p[6] = {id, from, to, reason ? reason : "", att, fl};
+    PGresult *r = NULL;
+    int rc = store_q(c, "change job state", sql, 6, p, &r, err);
+    if (rc)
+        return rc;
+    int n = PQntuples(r);
+    PQclear(r);
+    if (n != 1)
+        return kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" is no longer %s", id, from);
+    return 0;
+}
+
+#define JOB_COLS                                                                                  \
+    "j.id::text, j.name, j.state, j.reason, j.attempt, " STORE_US("j.created_at") ", "            \
+    STORE_US("j.updated_at") ", " STORE_US("j.started_at") ", " STORE_US("j.ended_at") ", "       \
+    "j.progress_step, j.total_steps, j.eta_s, j.metrics::text, j.spec::text, "                    \
+    "array_to_json(ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"             \
+    " AND a.attempt = j.attempt AND j.attempt > 0 ORDER BY a.node_rank))::text, "                 \
+    "j.priority, j.queue, j.project, j.tags::text, j.world_size"
+
+static json_t *job_json(const PGresult *r, int i)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(store_get_str(r, i, 0)));
+    json_object_set_new(o, "name", json_string(store_get_str(r, i, 1)));
+    json_object_set_new(o, "state", json_string(store_get_str(r, i, 2)));
+    json_object_set_new(o, "reason", json_string(store_get_str(r, i, 3)));
+    json_object_set_new(o, "attempt", json_integer(store_get_int(r, i, 4)));
+    store_json_set_time(o, "created_at", r, i, 5);
+    store_json_set_time(o, "updated_at", r, i, 6);
+    store_json_set_time(o, "started_at", r, i, 7);
+    store_json_set_time(o, "ended_at", r, i, 8);
+    json_t *prog = json_object();
+    json_object_set_new(prog, "step", json_integer(store_get_i64(r, i, 9)));
+    json_object_set_new(prog, "total_steps", json_integer(store_get_i64(r, i, 10)));
+    json_object_set_new(prog, "eta_s", store_is_null(r, i, 11) ? json_null()
+                                                                : json_real(store_get_double(r, i, 11)));
+    json_object_set_new(o, "progress", prog);
+    json_object_set_new(o, "metrics", store_get_json(r, i, 12, NULL));
+    json_object_set_new(o, "workers", store_get_json(r, i, 14, json_array()));
+    json_object_set_new(o, "priority", json_integer(store_get_int(r, i, 15)));
+    json_object_set_new(o, "queue", json_string(store_get_str(r, i, 16)));
+    json_object_set_new(o, "project", json_string(store_get_str(r, i, 17)));
+    json_object_set_new(o, "tags", store_get_json(r, i, 18, NULL));
+    json_object_set_new(o, "world_size", json_integer(store_get_int(r, i, 19)));
+    json_object_set_new(o, "spec", store_get_json(r, i, 13, NULL));
+    return o;
+}
+
+int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!store_is_uuid(id))
+        return not_found(err, id);
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read job", "SELECT " JOB_COLS " FROM jobs j WHERE j.id = $1::uuid", 1, p,
+                     &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return not_found(err, id);
+    }
+    *out = job_json(r, 0);
+    PQclear(r);
+    return 0;
+}
+
+int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **out, bool *more,
+                        int64_t *next_us, char *next_id, kiln_err_t *err)
+{
+    char sql[2048];
+    const char *p[6];
+    char states[512], tagjson[1024], cur_us[24], lim[16];
+    int np = 0;
+    size_t len = (size_t)snprintf(sql, sizeof(sql), "SELECT " JOB_COLS ", " STORE_US("j.created_at")
+                                  " FROM jobs j WHERE true");
+    *out = NULL;
+    *more = false;
+    if (q->nstates > 0) {
+        size_t sl = 0;
+        states[sl++] = '{';
+        for (int i = 0; i < q->nstates && sl + 20 < sizeof(states); i++)
+            sl += (size_t)snprintf(states + sl, sizeof(states) - sl, "%s%s", i ? "," : "", q->states[i]);
+        states[sl++] = '}';
+        states[sl] = '\0';
+        p[np++] = states;
+        len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.state = ANY($%d::text[])", np);
+    }
+    if (q->tag_key) {
+        if (q->tag_value) {
+            json_t *t = json_object();
+            json_object_set_new(t, q->tag_key, json_string(q->tag_value));
+            char *s = json_dumps(t, JSON_COMPACT);
+            json_decref(t);
+            kiln_strlcpy(tagjson, s ? s : "{}", sizeof(tagjson));
+            free(s);
+            p[np++] = tagjson;
+            len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.tags @> $%d::jsonb", np);
+        } else {
+            p[np++] = q->tag_key;
+            len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.tags ? $%d", np);
+        }
+    }
+    if (q->has_cursor) {
+        snprintf(cur_us, sizeof(cur_us), "%lld", (long long)q->cursor_us);
+        p[np++] = cur_us;
+        p[np++] = q->cursor_id;
+        len += (size_t)snprintf(sql + len, sizeof(sql) - len,
+                                " AND (j.created_at, j.id) < (timestamptz 'epoch' + $%d::bigint *"
+                                " interval '1 microsecond', $%d::uuid)", np - 1, np);
+    }
+    snprintf(lim, sizeof(lim), "%d", q->limit + 1);
+    p[np++] = lim;
+    snprintf(sql + len, sizeof(sql) - len, " ORDER BY j.created_at DESC, j.id DESC LIMIT $%d::int", np);
+
+    PGresult *r = NULL;
+    int rc = store_q(c, "list jobs", sql, np, p, &r, err);
+    if (rc)
+        return rc;
+    int n = PQntuples(r);
+    json_t *arr = json_array();
+    int take = n > q->limit ? q->limit : n;
+    for (int i = 0; i < take; i++)
+        json_array_append_new(arr, job_json(r, i));
+    if (n > q->limit && take > 0) {
+        *more = true;
+        *next_us = store_get_i64(r, take - 1, 20);
+        kiln_strlcpy(next_id, store_get_str(r, take - 1, 0), STORE_ID_LEN);
+    }
+    PQclear(r);
+    *out = arr;
+    return 0;
+}
+
+int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!store_is_uuid(id))
+        return not_found(err, id);
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read job events",
+                     "SELECT seq, from_state, to_state, reason, " STORE_US("time") ", attempt"
+                     " FROM job_events WHERE job_id = $1::uuid ORDER BY seq", 1, p, &r, err);
+    if (rc)
+        return rc;
+    int n = PQntuples(r);
+    if (n == 0) {  /* every job has its QUEUED event */
+        PQclear(r);
+        return not_found(err, id);
+    }
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "seq", json_integer(store_get_i64(r, i, 0)));
+        json_object_set_new(e, "from_state", store_is_null(r, i, 1) ? json_null()
+                                                                    : json_string(store_get_str(r, i, 1)));
+        json_object_set_new(e, "to_state", json_string(store_get_str(r, i, 2)));
+        json_object_set_new(e, "reason", json_string(store_get_str(r, i, 3)));
+        store_json_set_time(e, "time", r, i, 4);
+        json_object_set_new(e, "attempt", json_integer(store_get_int(r, i, 5)));
+        json_array_append_new(arr, e);
+    }
+    PQclear(r);
+    *out = arr;
+    return 0;
+}
+
+int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    char lim[16];
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *p[1] = {lim};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read the job queue",
+                     "SELECT " ROW_COLS " FROM jobs WHERE state IN ('QUEUED', 'RESTARTING')"
+                     " ORDER BY priority DESC, created_at, id LIMIT $1::int", 1, p, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof(store_job_row_t));
+        if (!*out) {
+            PQclear(r);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+        for (int i = 0; i < rows; i++)
+            row_fill(r, i, &(*out)[i]);
+    }
+    *n = rows;
+    PQclear(r);
+    return 0;
+}
+
+int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t *err)
+{
+    *out = 0;
+    if (!store_is_uuid(id))
+        return not_found(err, id);
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read the last log seq",
+                     "SELECT (SELECT max(seq) FROM logs WHERE job_id = $1::uuid) FROM jobs"
+                     " WHERE id = $1::uuid", 1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return not_found(err, id);
+    }
+    *out = store_get_i64(r, 0, 0);
+    PQclear(r);
+    return 0;
+}
+
+int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const char *latest_json,
+                             int64_t max_step, double steps_per_s, bool *found, kiln_err_t *err)
+{
+    static const char *sql =
+        "UPDATE jobs SET"
+        " metrics = CASE WHEN attempt = $2::int THEN metrics || $3::jsonb ELSE metrics END,"
+        " progress_step = CASE WHEN attempt = $2::int THEN GREATEST(progress_step, $4::bigint)"
+        "  ELSE progress_step END,"
+        " eta_s = CASE WHEN attempt = $2::int AND $5::float8 > 0 AND total_steps > 0"
+        "  THEN GREATEST(total_steps - GREATEST(progress_step, $4::bigint), 0) / $5::float8"
+        "  ELSE eta_s END"
+        " WHERE id = $1::uuid RETURNING 1";
+    char att[16], step[24], rate[40];
+    snprintf(att, sizeof(att), "%d", attempt);
+    snprintf(step, sizeof(step), "%lld", (long long)max_step);
+    snprintf(rate, sizeof(rate), "%.9g", steps_per_s);
+    const char *p[5] = {id, att, latest_json, step, rate};
+    *found = false;
+    if (!store_is_uuid(id))
+        return 0;
+    PGresult *r = NULL;
+    int rc = store_q(c, "update job metrics", sql, 5, p, &r, err);
+    if (rc)
+        return rc;
+    *found = PQntuples(r) == 1;
+    PQclear(r);
+    return 0;
+}
+
+int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
+                    size_t reason_n, kiln_err_t *err)
+{
+    state[0] = '\0';
+    if (reason_n)
+        reason[0] = '\0';
+    if (!store_is_uuid(id))
+        return not_found(err, id);
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read job state", "SELECT state, reason FROM jobs WHERE id = $1::uuid", 1,
+                     p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return not_found(err, id);
+    }
+    kiln_strlcpy(state, store_get_str(r, 0, 0), state_n);
+    if (reason_n)
+        kiln_strlcpy(reason, store_get_str(r, 0, 1), reason_n);
+    PQclear(r);
+    return 0;
+}

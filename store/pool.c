@@ -1,0 +1,387 @@
+/* pool.c - the store's connection pool (a PGconn is not thread-safe, so each thread borrows one),
+ * transactions, the statement helper that maps PostgreSQL errors to kiln statuses, result column
+ * helpers and COPY. No SQL about kiln's tables lives here. */
+#include "store/store_int.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void notice_cb(void *arg, const char *message)
+{
+    (void)arg;
+    /* Notices ("relation ... already exists, skipping") are not errors: keep them at debug. */
+    size_t n = strlen(message);
+    while (n > 0 && (message[n - 1] == '\n' || message[n - 1] == ' '))
+        n--;
+    log_debug("postgres: %.*s", (int)n, message);
+}
+
+static int conn_open(store_t *st, store_conn_t *c, kiln_err_t *err)
+{
+    c->pg = PQconnectdb(st->url);
+    if (PQstatus(c->pg) != CONNECTION_OK) {
+        char msg[256];
+        kiln_strlcpy(msg, PQerrorMessage(c->pg), sizeof(msg));
+        msg[strcspn(msg, "\n")] = '\0';
+        PQfinish(c->pg);
+        c->pg = NULL;
+        kiln_err_set(err, KILN_EDB, NULL, "could not connect to the database: %s", msg);
+        kiln_err_hint(err, "check --database-url / KILN_DATABASE_URL and that PostgreSQL is running");
+        return KILN_EDB;
+    }
+    PQsetNoticeProcessor(c->pg, notice_cb, NULL);
+    c->in_tx = false;
+    return 0;
+}
+
+int store_open(const char *url, int pool_size, store_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!url || !*url)
+        return kiln_err_set(err, KILN_EINVAL, "database-url", "no database URL given");
+    if (pool_size < 1)
+        pool_size = 1;
+    store_t *st = calloc(1, sizeof(*st));
+    if (!st)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    st->url = strdup(url);
+    st->size = pool_size;
+    st->conns = calloc((size_t)pool_size, sizeof(store_conn_t));
+    st->free_stack = calloc((size_t)pool_size, sizeof(int));
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    if (!st->url || !st->conns || !st->free_stack) {
+        store_close(st);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    for (int i = 0; i < pool_size; i++) {
+        st->conns[i].index = i;
+        int rc = conn_open(st, &st->conns[i], err);
+        if (rc) {
+            store_close(st);
+            return rc;
+        }
+        st->free_stack[st->nfree++] = i;
+    }
+    *out = st;
+    return 0;
+}
+
+void store_close(store_t *st)
+{
+    if (!st)
+        return;
+    if (st->conns)
+        for (int i = 0; i < st->size; i++)
+            if (st->conns[i].pg)
+                PQfinish(st->conns[i].pg);
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->cv);
+    free(st->conns);
+    free(st->free_stack);
+    free(st->url);
+    free(st);
+}
+
+int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    pthread_mutex_lock(&st->mu);
+    while (st->nfree == 0)
+        pthread_cond_wait(&st->cv, &st->mu);
+    store_conn_t *c = &st->conns[st->free_stack[--st->nfree]];
+    pthread_mutex_unlock(&st->mu);
+
+    if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
+        if (c->pg) {
+            PQreset(c->pg);
+            if (PQstatus(c->pg) == CONNECTION_OK) {
+                PQsetNoticeProcessor(c->pg, notice_cb, NULL);
+                c->in_tx = false;
+                goto ok;
+            }
+            PQfinish(c->pg);
+            c->pg = NULL;
+        }
+        int rc = conn_open(st, c, err);
+        if (rc) {
+            store_conn_put(st, c);
+            return rc;
+        }
+    }
+ok:
+    *out = c;
+    return 0;
+}
+
+void store_conn_put(store_t *st, store_conn_t *c)
+{
+    if (!c)
+        return;
+    if (c->in_tx)
+        store_rollback(c);
+    pthread_mutex_lock(&st->mu);
+    st->free_stack[st->nfree++] = c->index;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    const char *primary = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    char msg[256];
+    kiln_strlcpy(msg, primary ? primary : (c && c->pg ? PQerrorMessage(c->pg) : "no connection"),
+                 sizeof(msg));
+    msg[strcspn(msg, "\n")] = '\0';
+    int status = KILN_EDB;
+    if (state && strcmp(state, "23505") == 0)
+        status = KILN_EEXIST;
+    else if (state && (strcmp(state, "22P02") == 0 || strcmp(state, "22023") == 0))
+        status = KILN_EINVAL;
+    kiln_err_set(err, status, NULL, "could not %s: %s", what, msg);
+    if (status == KILN_EDB)
+        log_warn("store: could not %s: %s (sqlstate %s)", what, msg, state ? state : "-");
+    return status;
+}
+
+int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
+            const char *const *params, PGresult **out, kiln_err_t *err)
+{
+    if (out)
+        *out = NULL;
+    PGresult *r = PQexecParams(c->pg, sql, nparams, NULL, params, NULL, NULL, 0);
+    ExecStatusType s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+        int rc = store_pg_fail(c, r, what, err);
+        PQclear(r);
+        return rc;
+    }
+    if (out)
+        *out = r;
+    else
+        PQclear(r);
+    return 0;
+}
+
+int store_begin(store_conn_t *c, kiln_err_t *err)
+{
+    int rc = store_q(c, "begin a transaction", "BEGIN", 0, NULL, NULL, err);
+    if (rc == 0)
+        c->in_tx = true;
+    return rc;
+}
+
+int store_commit(store_conn_t *c, kiln_err_t *err)
+{
+    c->in_tx = false;
+    return store_q(c, "commit a transaction", "COMMIT", 0, NULL, NULL, err);
+}
+
+void store_rollback(store_conn_t *c)
+{
+    if (!c || !c->in_tx)
+        return;
+    c->in_tx = false;
+    PGresult *r = PQexec(c->pg, "ROLLBACK");
+    PQclear(r);
+}
+
+int store_ping(store_conn_t *c, kiln_err_t *err)
+{
+    return store_q(c, "reach the database", "SELECT 1", 0, NULL, NULL, err);
+}
+
+/* ---- result helpers ---------------------------------------------------------------------- */
+
+int64_t store_get_i64(const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col))
+        return 0;
+    return strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+int store_get_int(const PGresult *r, int row, int col) { return (int)store_get_i64(r, row, col); }
+
+double store_get_double(const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col))
+        return 0;
+    return strtod(PQgetvalue(r, row, col), NULL);
+}
+
+bool store_get_bool(const PGresult *r, int row, int col)
+{
+    return !PQgetisnull(r, row, col) && PQgetvalue(r, row, col)[0] == 't';
+}
+
+const char *store_get_str(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? "" : PQgetvalue(r, row, col);
+}
+
+bool store_is_null(const PGresult *r, int row, int col) { return PQgetisnull(r, row, col); }
+
+void store_json_set_time(json_t *obj, const char *key, const PGresult *r, int row, int col)
+{
+    if (PQgetisnull(r, row, col)) {
+        json_object_set_new(obj, key, json_null());
+        return;
+    }
+    char buf[40];
+    kiln_time_format(store_get_i64(r, row, col), buf, sizeof(buf));
+    json_object_set_new(obj, key, json_string(buf));
+}
+
+json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback)
+{
+    json_t *j = NULL;
+    if (!PQgetisnull(r, row, col))
+        j = json_loads(PQgetvalue(r, row, col), JSON_DECODE_ANY, NULL);
+    if (j) {
+        json_decref(fallback);
+        return j;
+    }
+    return fallback ? fallback : json_object();
+}
+
+bool store_is_uuid(const char *s)
+{
+    if (!s || strlen(s) != 36)
+        return false;
+    for (int i = 0; i < 36; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i] != '-')
+                return false;
+        } else if (!isxdigit((unsigned char)s[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- COPY ---------------------------------------------------------------------------------- */
+
+void store_buf_reserve(store_buf_t *b, size_t extra)
+{
+    if (b->len + extra + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        log_error("store: out of memory building a COPY buffer of %zu bytes", cap);
+        abort();
+    }
+    b->p = p;
+    b->cap = cap;
+}
+
+void store_buf_put(store_buf_t *b, const char *s, size_t n)
+{
+    store_buf_reserve(b, n);
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+void store_buf_putc(store_buf_t *b, char ch)
+{
+    store_buf_reserve(b, 1);
+    b->p[b->len++] = ch;
+}
+
+void store_buf_i64(store_buf_t *b, int64_t v)
+{
+    char tmp[24];
+    int i = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[i++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    store_buf_reserve(b, (size_t)i + 1);
+    if (v < 0)
+        b->p[b->len++] = '-';
+    while (i)
+        b->p[b->len++] = tmp[--i];
+}
+
+void store_buf_double(store_buf_t *b, double v)
+{
+    store_buf_reserve(b, 32);
+    if (v != v) {
+        store_buf_put(b, "NaN", 3);
+        return;
+    }
+    if (v == 1.0 / 0.0) {
+        store_buf_put(b, "Infinity", 8);
+        return;
+    }
+    if (v == -1.0 / 0.0) {
+        store_buf_put(b, "-Infinity", 9);
+        return;
+    }
+    /* Integral values (steps, counts) print fast and exactly. */
+    if (v == (double)(int64_t)v && v > -1e15 && v < 1e15) {
+        store_buf_i64(b, (int64_t)v);
+        return;
+    }
+    int n = snprintf(b->p + b->len, 32, "%.17g", v);
+    b->len += (size_t)n;
+}
+
+void store_buf_copy_text(store_buf_t *b, const char *s)
+{
+    size_t n = strlen(s);
+    store_buf_reserve(b, 2 * n);
+    char *d = b->p + b->len;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        switch (ch) {
+        case '\\': *d++ = '\\'; *d++ = '\\'; break;
+        case '\t': *d++ = '\\'; *d++ = 't'; break;
+        case '\n': *d++ = '\\'; *d++ = 'n'; break;
+        case '\r': *d++ = '\\'; *d++ = 'r'; break;
+        default: *d++ = ch; break;
+        }
+    }
+    b->len = (size_t)(d - b->p);
+}
+
+void store_buf_free(store_buf_t *b)
+{
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+int store_copy(store_conn_t *c, const char *what, const char *copy_sql, const store_buf_t *b,
+               kiln_err_t *err)
+{
+    PGresult *r = PQexec(c->pg, copy_sql);
+    if (!r || PQresultStatus(r) != PGRES_COPY_IN) {
+        int rc = store_pg_fail(c, r, what, err);
+        PQclear(r);
+        /* Drain anything left so the connection stays usable. */
+        while ((r = PQgetResult(c->pg)) != NULL)
+            PQclear(r);
+        return rc;
+    }
+    PQclear(r);
+    int ok = 1;
+    if (b->len > 0)
+        ok = PQputCopyData(c->pg, b->p, (int)b->len);
+    int end = PQputCopyEnd(c->pg, ok == 1 ? NULL : "client could not send data");
+    int rc = 0;
+    while ((r = PQgetResult(c->pg)) != NULL) {
+        if (rc == 0 && PQresultStatus(r) != PGRES_COMMAND_OK)
+            rc = store_pg_fail(c, r, what, err);
+        PQclear(r);
+    }
+    if (rc == 0 && (ok != 1 || end != 1))
+        rc = store_pg_fail(c, NULL, what, err);
+    return rc;
+}

@@ -1,0 +1,272 @@
+/* store.h - kiln's PostgreSQL access: a small connection pool, the migrations runner, and every
+ * SQL statement kiln runs (jobs, events, workers, assignments, rank exits, bulk log and metric
+ * ingest with COPY, and the reads that serve the API). It knows tables and rows, not policy:
+ * which state follows which is service/'s business.
+ * A store_conn_t is used by one thread at a time; take it with store_conn_get(), give it back with
+ * store_conn_put(). Functions taking a store_conn_t run inside whatever transaction is open on it
+ * (store_begin/store_commit), or autocommit when none is. Errors: KILN_EDB (database failure,
+ * err says which statement and why), KILN_ENOTFOUND, KILN_EEXIST, KILN_EINVAL as noted. */
+#ifndef KILN_STORE_H
+#define KILN_STORE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "proto/kiln.pb-c.h"
+
+typedef struct store store_t;
+typedef struct store_conn store_conn_t;
+
+#define STORE_ID_LEN 37      /* a UUID as text plus its NUL */
+#define STORE_WORKER_ID_LEN 64
+
+/* ---- pool and transactions -------------------------------------------------------------------- */
+
+/* Opens pool_size (>= 1) connections to url. Caller owns *out; free with store_close().
+ * Returns 0 or KILN_EDB. Thread-safe afterwards. */
+int store_open(const char *url, int pool_size, store_t **out, kiln_err_t *err);
+/* Closes every connection. All connections must have been given back. Accepts NULL. */
+void store_close(store_t *st);
+/* Takes a connection, waiting for one to be free; reconnects a broken one. The caller owns it
+ * until store_conn_put(). Returns 0 or KILN_EDB (database unreachable). */
+int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err);
+/* Gives a connection back; a transaction left open on it is rolled back. Accepts NULL c. */
+void store_conn_put(store_t *st, store_conn_t *c);
+
+int store_begin(store_conn_t *c, kiln_err_t *err);
+int store_commit(store_conn_t *c, kiln_err_t *err);
+void store_rollback(store_conn_t *c);   /* no-op when no transaction is open */
+/* SELECT 1: 0 or KILN_EDB. */
+int store_ping(store_conn_t *c, kiln_err_t *err);
+
+/* ---- migrations ------------------------------------------------------------------------------- */
+
+/* Applies, in file-name order, every migration not yet recorded in schema_migrations; each in its
+ * own transaction, all under a PostgreSQL advisory lock so concurrent callers (several kilnd) wait
+ * for one another instead of conflicting. dir NULL uses the migrations embedded at build time,
+ * otherwise every "*.sql" file in dir. *applied (OUT, may be NULL) = how many were applied now.
+ * Returns 0, KILN_EIO (dir unreadable), KILN_EDB (a migration failed; err names it). */
+int store_migrate(store_conn_t *c, const char *dir, int *applied, kiln_err_t *err);
+/* *pending (OUT) = migrations known to this binary (dir as above) that are not recorded. */
+int store_migrations_pending(store_conn_t *c, const char *dir, int *pending, kiln_err_t *err);
+
+/* ---- jobs --------------------------------------------------------------------------------------- */
+
+typedef struct store_job_new {
+    const char *name, *project, *queue, *slot_type;
+    const char *spec_json;        /* normalised spec */
+    const char *tags_json;        /* JSON object of string tags */
+    const char *idempotency_key;  /* or NULL */
+    const char *reason;           /* reason of the first (QUEUED) event */
+    int priority, nodes, slots_per_node, world_size, max_attempts;
+    int64_t total_steps;
+} store_job_new_t;
+
+/* Inserts a QUEUED job and its first event. With an idempotency key that is already used, inserts
+ * nothing, sets *created = false and returns the existing job's id. id_out has STORE_ID_LEN. */
+int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
+                     kiln_err_t *err);
+
+/* The state-machine and scheduling view of a job. */
+typedef struct store_job_row {
+    char id[STORE_ID_LEN];
+    char state[16];
+    char slot_type[8];
+    int attempt, max_attempts, priority, nodes, slots_per_node, world_size;
+    bool stop_requested;
+    int64_t total_steps;
+} store_job_row_t;
+
+/* Reads a job's row; with lock, SELECT ... FOR UPDATE (inside a transaction). KILN_ENOTFOUND when
+ * there is no such job (id need not be a valid UUID: a malformed id is simply not found). */
+int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err);
+
+enum {
+    STORE_TR_STARTED = 1 << 0,   /* set started_at (first time only) */
+    STORE_TR_ENDED = 1 << 1,     /* set ended_at */
+    STORE_TR_STOP_REQ = 1 << 2,  /* set stop_requested */
+    STORE_TR_NEW_ATTEMPT = 1 << 3 /* a new attempt starts: reset progress, eta and started_at */
+};
+/* Moves a job from state `from` to `to` with reason, sets its attempt, and appends the event row
+ * (next per-job seq, clock time). KILN_ESTATE when the job is no longer in `from` (a concurrent
+ * change won). Legality of the transition is the caller's business. */
+int store_job_transition(store_conn_t *c, const char *id, const char *from, const char *to,
+                         const char *reason, int attempt, int flags, kiln_err_t *err);
+
+/* *out = the job as contracts.md shows it (new reference). KILN_ENOTFOUND. */
+int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
+
+typedef struct store_job_query {
+    const char *const *states;  /* states to match (validated names), nstates of them; 0: any */
+    int nstates;
+    const char *tag_key;        /* or NULL */
+    const char *tag_value;      /* NULL: the key alone must be present */
+    int limit;                  /* >= 1 */
+    bool has_cursor;            /* continue after (cursor_us, cursor_id) in newest-first order */
+    int64_t cursor_us;
+    char cursor_id[STORE_ID_LEN];
+} store_job_query_t;
+/* *out = array of jobs, newest first. *more (OUT) says whether another page exists; then
+ * next_us/next_id (OUT) are the cursor of the last job returned. */
+int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **out, bool *more,
+                        int64_t *next_us, char *next_id, kiln_err_t *err);
+/* *out = array of the job's events, oldest first. KILN_ENOTFOUND for an unknown job. */
+int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
+/* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
+ * *out is malloc'd (caller frees), *n rows, at most limit. */
+int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err);
+/* Highest log seq stored for a job (0 when none). KILN_ENOTFOUND when the job does not exist. */
+int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t *err);
+/* Folds a batch's metrics into the job row when attempt is the job's current attempt: latest
+ * values (latest_json, a JSON object) merged into jobs.metrics, progress_step raised to max_step,
+ * eta from steps_per_s (<= 0: unknown). *found (OUT) = whether the job exists. */
+int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const char *latest_json,
+                             int64_t max_step, double steps_per_s, bool *found, kiln_err_t *err);
+/* Terminal state and reason of a job: *state "" and KILN_ENOTFOUND when unknown. */
+int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
+                    size_t reason_n, kiln_err_t *err);
+
+/* ---- workers ----------------------------------------------------------------------------------- */
+
+typedef struct store_worker_reg {
+    const char *id, *hostname, *address, *slot_type, *gpus_json, *version;
+    int slots, cpu_cores;
+} store_worker_reg_t;
+/* Inserts the worker or, when its id exists, updates it and makes it ALIVE again.
+ * *was_alive (OUT, may be NULL) = it existed and was ALIVE (the agent restarted unseen). */
+int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_alive,
+                        kiln_err_t *err);
+/* Heartbeat: last_heartbeat = now() for an ALIVE worker. KILN_ENOTFOUND when the worker is unknown,
+ * KILN_ESTATE when it is DEAD (it must register again). */
+int store_worker_touch(store_conn_t *c, const char *id, kiln_err_t *err);
+/* Marks ALIVE workers silent for longer than timeout_ms DEAD; *n (OUT) = how many. */
+int store_workers_expire(store_conn_t *c, int timeout_ms, int *n, kiln_err_t *err);
+/* After a kilnd restart: gives every ALIVE worker a fresh heartbeat so that kilnd's own downtime
+ * does not kill them. */
+int store_workers_refresh(store_conn_t *c, kiln_err_t *err);
+/* *out = array of workers as contracts.md shows them. */
+int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+
+typedef struct store_worker_cap {
+    char id[STORE_WORKER_ID_LEN];
+    char hostname[256];
+    char address[256];
+    char slot_type[8];
+    int slots, slots_free;
+} store_worker_cap_t;
+/* ALIVE workers with their free slots (slots minus unreleased assignments), ordered by id.
+ * *out is malloc'd (caller frees). */
+int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err);
+
+/* ---- assignments (placements) and rank exits --------------------------------------------------- */
+
+typedef struct store_assign {
+    int64_t id;
+    char job_id[STORE_ID_LEN];
+    int attempt;
+    char worker_id[STORE_WORKER_ID_LEN];
+    char worker_host[256];        /* filled by reads */
+    int node_rank, nodes, world_size;
+    int ranks[256];               /* global ranks in local-rank order */
+    int nranks;
+    char master_addr[256];
+    int master_port;
+    bool delivered, started, stop, stop_sent, released;
+    char stop_reason[256];
+} store_assign_t;
+
+int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err);
+/* Assignments of one attempt of a job, by node rank. *out malloc'd (caller frees). */
+int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
+                      int *n, kiln_err_t *err);
+/* Undelivered, unreleased, not stopped assignments of a worker (ids only, via *out). */
+int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assign_t **out, int *n,
+                             kiln_err_t *err);
+/* Marks one assignment delivered; *spec_json (OUT, malloc'd, caller frees) = the job's spec. */
+int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err);
+int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,
+                             const char *worker_id, bool *found, kiln_err_t *err);
+/* Asks every unreleased assignment of the attempt (except on except_worker, may be NULL) to stop;
+ * undelivered ones are released at once since nothing runs for them. */
+int store_assign_stop(store_conn_t *c, const char *job_id, int attempt, const char *reason,
+                      const char *except_worker, kiln_err_t *err);
+/* Releases (frees the slots of) assignments of the attempt: one worker's, or all with worker NULL. */
+int store_assign_release(store_conn_t *c, const char *job_id, int attempt, const char *worker_id,
+                         kiln_err_t *err);
+/* Number of unreleased assignments of the attempt. */
+int store_assign_unreleased(store_conn_t *c, const char *job_id, int attempt, int *n,
+                            kiln_err_t *err);
+
+typedef struct store_stop_order {
+    char job_id[STORE_ID_LEN];
+    int attempt;
+    char reason[256];
+} store_stop_order_t;
+/* Stop orders not yet sent to a worker; marks them sent. *out malloc'd. */
+int store_assign_take_stops(store_conn_t *c, const char *worker_id, store_stop_order_t **out,
+                            int *n, kiln_err_t *err);
+/* Of the (job, attempt) pairs a worker says it runs, those it should not run (no live, unstopped
+ * assignment); *out malloc'd, reason filled. */
+int store_assign_stale(store_conn_t *c, const char *worker_id, const char *const *job_ids,
+                       const int *attempts, int n, store_stop_order_t **out, int *nout,
+                       kiln_err_t *err);
+/* Releases this worker's assignments whose stop was sent more than grace_ms ago and none of whose
+ * ranks the worker still reports (job_ids/attempts as above). *released (OUT) = the jobs touched
+ * (malloc'd, job_id/attempt filled). */
+int store_assign_reap(store_conn_t *c, const char *worker_id, const char *const *job_ids,
+                      const int *attempts, int n, int grace_ms, store_stop_order_t **released,
+                      int *nreleased, kiln_err_t *err);
+
+typedef struct store_lost {
+    char job_id[STORE_ID_LEN];
+    int attempt;
+    char worker_id[STORE_WORKER_ID_LEN];
+    char hostname[256];
+} store_lost_t;
+/* Unreleased assignments on DEAD workers (jobs that lost ranks). *out malloc'd. */
+int store_assign_lost(store_conn_t *c, store_lost_t **out, int *n, kiln_err_t *err);
+/* Delivered, unreleased assignments of a worker (used when an agent restarts unseen). */
+int store_assign_delivered_on(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n,
+                              kiln_err_t *err);
+
+/* Records a rank exit; *inserted (OUT) = false when this rank's exit was already recorded.
+ * Releases the worker's assignment when all its ranks have exited (*released OUT). */
+int store_rank_exit_insert(store_conn_t *c, const Kiln__RankExit *e, bool *inserted,
+                           bool *released, kiln_err_t *err);
+/* Exits recorded for an attempt: *n_exited, and *n_ok of them with exit code 0. */
+int store_rank_exit_counts(store_conn_t *c, const char *job_id, int attempt, int *n_exited,
+                           int *n_ok, kiln_err_t *err);
+
+/* ---- logs and metrics ----------------------------------------------------------------------- */
+
+/* Appends n log lines with one COPY; line i gets seq first_seq + i; a line with time_us 0 gets
+ * now_us. Runs in the current transaction, or its own. */
+int store_logs_copy(store_conn_t *c, const char *job_id, int attempt, Kiln__LogLine *const *lines,
+                    size_t n, int64_t first_seq, int64_t now_us, kiln_err_t *err);
+/* Appends n metric points with one COPY (time_us 0 -> now_us). */
+int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
+                       Kiln__MetricPoint *const *pts, size_t n, int64_t now_us, kiln_err_t *err);
+
+typedef struct store_log_query {
+    int rank;                /* -1: every rank */
+    int64_t since_us;        /* 0: no time bound */
+    int64_t after_seq;
+    int limit;               /* >= 1 */
+} store_log_query_t;
+/* *out = array of log lines ({seq, rank, stream, time, line}) by seq; *last_seq (OUT) = the seq of
+ * the last line returned, or q->after_seq when none. */
+int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_query_t *q,
+                          json_t **out, int64_t *last_seq, kiln_err_t *err);
+/* *out = array of {name, points: [{step, value, time}]} by name; each series downsampled to at
+ * most max_points (first and last kept). name NULL: every metric. */
+int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
+                             json_t **out, kiln_err_t *err);
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+
+/* true when s is a UUID in canonical text form (36 characters). */
+bool store_is_uuid(const char *s);
+
+#endif /* KILN_STORE_H */

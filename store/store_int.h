@@ -1,0 +1,78 @@
+/* store_int.h - internals shared by the store module's files: the pool and connection structs,
+ * statement helpers, and the embedded migrations. Nothing outside store/ includes it. */
+#ifndef KILN_STORE_INT_H
+#define KILN_STORE_INT_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+
+#include "store/store.h"
+
+struct store_conn {
+    PGconn *pg;
+    bool in_tx;
+    int index;                  /* slot in the pool */
+};
+
+struct store {
+    char *url;
+    int size;
+    store_conn_t *conns;        /* size of them */
+    int *free_stack;            /* indexes of free connections */
+    int nfree;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+typedef struct store_migration {
+    const char *version;        /* file name without ".sql" */
+    const char *sql;
+} store_migration_t;
+
+/* Generated at build time from the migrations directory (migrations/embed.sh). */
+extern const store_migration_t store_migrations_embedded[];
+extern const int store_migrations_embedded_count;
+
+/* Runs sql with text parameters (NULL entries are SQL NULL). On success *out (may be NULL to
+ * discard) holds the result (PQclear it). what names the operation for error messages
+ * ("insert job"). Maps SQLSTATEs: unique violation -> KILN_EEXIST, bad text -> KILN_EINVAL,
+ * anything else -> KILN_EDB. */
+int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
+            const char *const *params, PGresult **out, kiln_err_t *err);
+/* Turns a failed result into a status + message. Consumes nothing. */
+int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err);
+
+/* Column helpers for a result row. */
+int64_t store_get_i64(const PGresult *r, int row, int col);   /* NULL -> 0 */
+int store_get_int(const PGresult *r, int row, int col);
+double store_get_double(const PGresult *r, int row, int col);
+bool store_get_bool(const PGresult *r, int row, int col);
+const char *store_get_str(const PGresult *r, int row, int col); /* NULL -> "" ; borrowed */
+bool store_is_null(const PGresult *r, int row, int col);
+/* Sets key to the RFC 3339 time of a microseconds column, or JSON null when it is NULL. */
+void store_json_set_time(json_t *obj, const char *key, const PGresult *r, int row, int col);
+/* Parses a JSON text column; NULL/invalid gives fallback (new reference; a new empty object when
+ * fallback is NULL). */
+json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
+
+/* Microseconds since the epoch of a timestamptz expression, as SQL. */
+#define STORE_US(expr) "(floor(extract(epoch from " expr ") * 1000000))::bigint"
+
+/* Growable byte buffer for building COPY data. */
+typedef struct store_buf {
+    char *p;
+    size_t len, cap;
+} store_buf_t;
+void store_buf_reserve(store_buf_t *b, size_t extra);
+void store_buf_put(store_buf_t *b, const char *s, size_t n);
+void store_buf_putc(store_buf_t *b, char ch);
+void store_buf_i64(store_buf_t *b, int64_t v);
+void store_buf_double(store_buf_t *b, double v);
+/* Appends s escaped for COPY's text format (backslash, tab, newline, carriage return). */
+void store_buf_copy_text(store_buf_t *b, const char *s);
+void store_buf_free(store_buf_t *b);
+/* Sends the buffer as one COPY ... FROM STDIN (text format) and drains the results. */
+int store_copy(store_conn_t *c, const char *what, const char *copy_sql, const store_buf_t *b,
+               kiln_err_t *err);
+
+#endif /* KILN_STORE_INT_H */

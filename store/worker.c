@@ -1,0 +1,156 @@
+/* worker.c - SQL for workers (agents): registration, heartbeats, expiry of silent workers, the
+ * worker list the API shows and the free-slot view the scheduler places jobs on. */
+#include "store/store_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_alive,
+                        kiln_err_t *err)
+{
+    static const char *sql =
+        "WITH old AS (SELECT state FROM workers WHERE id = $1)"
+        " INSERT INTO workers (id, hostname, address, slots, slot_type, gpus, version, cpu_cores,"
+        "  state, state_reason, last_heartbeat, registered_at)"
+        " VALUES ($1, $2, $3, $4::int, $5, $6::jsonb, $7, $8::int, 'ALIVE', 'registered', now(), now())"
+        " ON CONFLICT (id) DO UPDATE SET hostname = EXCLUDED.hostname, address = EXCLUDED.address,"
+        "  slots = EXCLUDED.slots, slot_type = EXCLUDED.slot_type, gpus = EXCLUDED.gpus,"
+        "  version = EXCLUDED.version, cpu_cores = EXCLUDED.cpu_cores, state = 'ALIVE',"
+        "  state_reason = 're-registered', last_heartbeat = now(), registered_at = now()"
+        " RETURNING (SELECT state FROM old)";
+    char slots[16], cores[16];
+    snprintf(slots, sizeof(slots), "%d", w->slots);
+    snprintf(cores, sizeof(cores), "%d", w->cpu_cores);
+    const char *p[8] = {w->id, w->hostname ? w->hostname : "", w->address ? w->address : "",
+                        slots, w->slot_type, w->gpus_json ? w->gpus_json : "[]",
+                        w->version ? w->version : "", cores};
+    PGresult *r = NULL;
+    int rc = store_q(c, "register worker", sql, 8, p, &r, err);
+    if (rc)
+        return rc;
+    if (was_alive)
+        *was_alive = PQntuples(r) == 1 && strcmp(store_get_str(r, 0, 0), "ALIVE") == 0;
+    PQclear(r);
+    return 0;
+}
+
+int store_worker_touch(store_conn_t *c, const char *id, kiln_err_t *err)
+{
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "record heartbeat",
+                     "UPDATE workers SET last_heartbeat = now() WHERE id = $1 AND state = 'ALIVE'"
+                     " RETURNING 1", 1, p, &r, err);
+    if (rc)
+        return rc;
+    int n = PQntuples(r);
+    PQclear(r);
+    if (n == 1)
+        return 0;
+    rc = store_q(c, "read worker", "SELECT state FROM workers WHERE id = $1", 1, p, &r, err);
+    if (rc)
+        return rc;
+    n = PQntuples(r);
+    PQclear(r);
+    if (n == 0)
+        return kiln_err_set(err, KILN_ENOTFOUND, NULL, "worker \"%s\" is not registered", id);
+    return kiln_err_set(err, KILN_ESTATE, NULL, "worker \"%s\" was declared dead; it must register again", id);
+}
+
+int store_workers_expire(store_conn_t *c, int timeout_ms, int *n, kiln_err_t *err)
+{
+    char ms[16];
+    snprintf(ms, sizeof(ms), "%d", timeout_ms);
+    const char *p[1] = {ms};
+    PGresult *r = NULL;
+    *n = 0;
+    int rc = store_q(c, "expire silent workers",
+                     "UPDATE workers SET state = 'DEAD', state_reason = 'stopped heartbeating'"
+                     " WHERE state = 'ALIVE' AND last_heartbeat < clock_timestamp() - $1::int *"
+                     " interval '1 millisecond' RETURNING id, hostname", 1, p, &r, err);
+    if (rc)
+        return rc;
+    *n = PQntuples(r);
+    for (int i = 0; i < *n; i++)
+        log_warn("worker %s (%s) stopped heartbeating: marked DEAD", store_get_str(r, i, 0),
+                 store_get_str(r, i, 1));
+    PQclear(r);
+    return 0;
+}
+
+int store_workers_refresh(store_conn_t *c, kiln_err_t *err)
+{
+    return store_q(c, "refresh worker heartbeats",
+                   "UPDATE workers SET last_heartbeat = now() WHERE state = 'ALIVE'", 0, NULL, NULL,
+                   err);
+}
+
+#define USED_SLOTS "(SELECT coalesce(sum(cardinality(a.ranks)), 0) FROM assignments a" \
+                   " WHERE a.worker_id = w.id AND NOT a.released)"
+
+int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    PGresult *r = NULL;
+    int rc = store_q(c, "list workers",
+                     "SELECT w.id, w.hostname, w.address, w.slots, w.slots - " USED_SLOTS ","
+                     " w.slot_type, w.state, " STORE_US("w.last_heartbeat") ", "
+                     STORE_US("w.registered_at") ", w.gpus::text, w.cpu_cores, w.version"
+                     " FROM workers w ORDER BY w.registered_at, w.id", 0, NULL, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_t *o = json_object();
+        bool alive = strcmp(store_get_str(r, i, 6), "ALIVE") == 0;
+        json_object_set_new(o, "id", json_string(store_get_str(r, i, 0)));
+        json_object_set_new(o, "hostname", json_string(store_get_str(r, i, 1)));
+        json_object_set_new(o, "address", json_string(store_get_str(r, i, 2)));
+        json_object_set_new(o, "slots", json_integer(store_get_int(r, i, 3)));
+        json_object_set_new(o, "slots_free", json_integer(alive ? store_get_int(r, i, 4) : 0));
+        json_object_set_new(o, "slot_type", json_string(store_get_str(r, i, 5)));
+        json_object_set_new(o, "state", json_string(store_get_str(r, i, 6)));
+        store_json_set_time(o, "last_heartbeat", r, i, 7);
+        store_json_set_time(o, "registered_at", r, i, 8);
+        json_object_set_new(o, "gpus", store_get_json(r, i, 9, json_array()));
+        json_object_set_new(o, "cpu_cores", json_integer(store_get_int(r, i, 10)));
+        json_object_set_new(o, "version", json_string(store_get_str(r, i, 11)));
+        json_array_append_new(arr, o);
+    }
+    PQclear(r);
+    *out = arr;
+    return 0;
+}
+
+int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    PGresult *r = NULL;
+    int rc = store_q(c, "read worker capacity",
+                     "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots, w.slots - " USED_SLOTS
+                     " FROM workers w WHERE w.state = 'ALIVE' ORDER BY w.id", 0, NULL, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof(store_worker_cap_t));
+        if (!*out) {
+            PQclear(r);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        store_worker_cap_t *w = &(*out)[i];
+        kiln_strlcpy(w->id, store_get_str(r, i, 0), sizeof(w->id));
+        kiln_strlcpy(w->hostname, store_get_str(r, i, 1), sizeof(w->hostname));
+        kiln_strlcpy(w->address, store_get_str(r, i, 2), sizeof(w->address));
+        kiln_strlcpy(w->slot_type, store_get_str(r, i, 3), sizeof(w->slot_type));
+        w->slots = store_get_int(r, i, 4);
+        w->slots_free = store_get_int(r, i, 5);
+    }
+    *n = rows;
+    PQclear(r);
+    return 0;
+}
