@@ -1,0 +1,388 @@
+/* test_launch.c - the launcher with real child processes: a small shell script stands in for
+ * kiln-train. Checks the rank environment, captured lines, metric points, exit codes, signals,
+ * reasons, stop orders (SIGTERM, then SIGKILL after the grace) and start failures. */
+#include "worker/worker.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct ev_line {
+    int rank, stream;
+    char text[256];
+} ev_line_t;
+
+typedef struct ev_exit {
+    int rank, code, sig;
+    char reason[256];
+    int lines_before;  /* lines seen when the exit arrived */
+    int points_before;
+} ev_exit_t;
+
+typedef struct rec {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ev_line_t *lines;
+    int nlines, lines_cap;
+    worker_points_t points;
+    ev_exit_t exits[16];
+    int nexits;
+    int started, start_failed;
+    char start_reason[256];
+} rec_t;
+
+static rec_t R;
+static char dir[256];
+
+static void on_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason)
+{
+    rec_t *r = ud;
+    (void)job_id, (void)attempt;
+    pthread_mutex_lock(&r->mu);
+    if (ok)
+        r->started++;
+    else
+        r->start_failed++;
+    snprintf(r->start_reason, sizeof(r->start_reason), "%s", reason);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void on_line(void *ud, const char *job_id, int attempt, int rank, int stream, int64_t t,
+                    const char *line, size_t len)
+{
+    rec_t *r = ud;
+    (void)job_id, (void)attempt, (void)t, (void)len;
+    pthread_mutex_lock(&r->mu);
+    if (r->nlines == r->lines_cap) {
+        r->lines_cap = r->lines_cap ? r->lines_cap * 2 : 64;
+        r->lines = realloc(r->lines, (size_t)r->lines_cap * sizeof(*r->lines));
+    }
+    ev_line_t *l = &r->lines[r->nlines++];
+    l->rank = rank;
+    l->stream = stream;
+    snprintf(l->text, sizeof(l->text), "%s", line);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void on_points(void *ud, const char *job_id, int attempt, const worker_point_t *pts, size_t n)
+{
+    rec_t *r = ud;
+    (void)job_id, (void)attempt;
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < n; i++)
+        worker_points_push(&r->points, &pts[i]);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void on_exit_cb(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int code, int sig,
+                       const char *reason)
+{
+    rec_t *r = ud;
+    (void)job_id, (void)attempt, (void)pid;
+    pthread_mutex_lock(&r->mu);
+    ev_exit_t *e = &r->exits[r->nexits++];
+    e->rank = rank;
+    e->code = code;
+    e->sig = sig;
+    snprintf(e->reason, sizeof(e->reason), "%s", reason);
+    e->lines_before = r->nlines;
+    e->points_before = (int)r->points.n;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void setup(void)
+{
+    pthread_mutex_init(&R.mu, NULL);
+    pthread_cond_init(&R.cv, NULL);
+    snprintf(dir, sizeof(dir), "/tmp/kiln-wtest.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(R.lines);
+    worker_points_free(&R.points);
+}
+
+static char *write_script(const char *name, const char *body)
+{
+    static char path[300];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\n%s", body);
+    fclose(f);
+    chmod(path, 0755);
+    return path;
+}
+
+static worker_launcher_t *make_launcher(const char *bin, int slots, bool gpu, int cores)
+{
+    worker_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = slots, .gpu = gpu, .cores = cores};
+    worker_launch_cbs_t cbs = {on_started, on_line, on_points, on_exit_cb, &R};
+    worker_launcher_t *l = NULL;
+    kiln_err_t err;
+    cr_assert_eq(worker_launcher_create(&cfg, &cbs, &l, &err), 0, "%s", err.message);
+    return l;
+}
+
+static bool wait_exits(int n, int timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    pthread_mutex_lock(&R.mu);
+    while (R.nexits < n)
+        if (pthread_cond_timedwait(&R.cv, &R.mu, &ts) != 0)
+            break;
+    bool ok = R.nexits >= n;
+    pthread_mutex_unlock(&R.mu);
+    return ok;
+}
+
+static const ev_line_t *find_line(int rank, const char *prefix)
+{
+    for (int i = 0; i < R.nlines; i++)
+        if (R.lines[i].rank == rank && !strncmp(R.lines[i].text, prefix, strlen(prefix)))
+            return &R.lines[i];
+    return NULL;
+}
+
+static Kiln__Assignment make_assignment(const char *job, int attempt, int32_t *ranks, size_t n, const char *spec)
+{
+    Kiln__Assignment a = KILN__ASSIGNMENT__INIT;
+    a.job_id = (char *)job;
+    a.attempt = attempt;
+    a.spec_json = (char *)spec;
+    a.world_size = 8;
+    a.ranks = ranks;
+    a.n_ranks = n;
+    a.node_rank = 1;
+    a.nodes = 2;
+    a.master_addr = (char *)"10.0.0.7";
+    a.master_port = 29500;
+    return a;
+}
+
+TestSuite(launch, .init = setup, .fini = teardown, .timeout = 30);
+
+Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
+{
+    char *bin = write_script("rank.sh",
+        "echo \"env rank=$KILN_RANK world=$KILN_WORLD_SIZE local=$KILN_LOCAL_RANK/$KILN_LOCAL_WORLD_SIZE "
+        "node=$KILN_NODE_RANK/$KILN_NODES master=$KILN_MASTER_ADDR:$KILN_MASTER_PORT threads=$KILN_THREADS "
+        "omp=$OMP_NUM_THREADS job=$KILN_JOB_ID attempt=$KILN_ATTEMPT fd=$KILN_METRICS_FD dev=${KILN_DEVICE_ID:-none}\"\n"
+        "echo \"paths $KILN_SPEC $KILN_CHECKPOINT_DIR $KILN_OUTPUT_DIR\"\n"
+        "test -d \"$KILN_CHECKPOINT_DIR\" && test -d \"$KILN_OUTPUT_DIR\" && echo dirs-ok\n"
+        "grep -q '\"model\"' \"$KILN_SPEC\" && echo spec-ok\n"
+        "echo '{\"step\": 3, \"time\": 1795000000.5, \"metrics\": {\"train_loss\": 2.5}}' >&$KILN_METRICS_FD\n"
+        "echo 'this is not json' >&$KILN_METRICS_FD\n"
+        "sleep 0.2\n"
+        "echo \"val loss 1.75\"\n"
+        "echo 'first problem' >&2\n"
+        "echo \"fatal: rank $KILN_RANK gave up\" >&2\n"
+        "printf 'no newline at the end'\n"
+        "exit 3\n");
+    worker_launcher_t *l = make_launcher(bin, 4, false, 8);
+    int32_t ranks[] = {4, 5};
+    const char *spec = "{\"model\": {\"type\": \"mlp\"}, \"metric_definitions\": [{\"name\": \"val_loss\", \"regex\": \"val loss ([0-9.]+)\"}]}";
+    Kiln__Assignment a = make_assignment("job-1", 2, ranks, 2, spec);
+    kiln_err_t err;
+    cr_assert_eq(worker_launcher_start(l, &a, &err), 0, "%s", err.message);
+    cr_assert_eq(R.started, 1, "on_started(ok) before start returns");
+    worker_rank_info_t info[4];
+    cr_assert_eq(worker_launcher_list(l, info, 4), 2);
+    cr_assert_eq(worker_launcher_start(l, &a, &err), KILN_EEXIST, "the same assignment twice is ignored");
+    cr_assert(wait_exits(2, 10000));
+    cr_assert(worker_launcher_wait_idle(l, 5000));
+    cr_assert_eq(worker_launcher_list(l, info, 4), 0);
+
+    for (int rank = 4; rank <= 5; rank++) {
+        char want[1024];
+        snprintf(want, sizeof(want), "env rank=%d world=8 local=%d/2 node=1/2 master=10.0.0.7:29500 threads=2 "
+                 "omp=2 job=job-1 attempt=2 fd=3 dev=none", rank, rank - 4);
+        const ev_line_t *e = find_line(rank, "env ");
+        cr_assert_not_null(e);
+        cr_assert_str_eq(e->text, want);
+        cr_assert_eq(e->stream, WORKER_STREAM_STDOUT);
+        snprintf(want, sizeof(want), "paths %s/jobs/job-1/spec.json %s/jobs/job-1/checkpoints %s/jobs/job-1/output", dir, dir, dir);
+        cr_assert_str_eq(find_line(rank, "paths")->text, want);
+        cr_assert_not_null(find_line(rank, "dirs-ok"));
+        cr_assert_not_null(find_line(rank, "spec-ok"));
+        cr_assert_not_null(find_line(rank, "no newline at the end"), "the partial last line is kept");
+        const ev_line_t *fe = find_line(rank, "first problem");
+        cr_assert_not_null(fe);
+        cr_assert_eq(fe->stream, WORKER_STREAM_STDERR);
+        int got_loss = 0, got_val = 0;
+        for (size_t i = 0; i < R.points.n; i++) {
+            const worker_point_t *p = &R.points.v[i];
+            if (p->rank != rank)
+                continue;
+            if (!strcmp(p->name, "train_loss") && p->value == 2.5 && p->step == 3 && p->time_us == 1795000000500000LL)
+                got_loss++;
+            if (!strcmp(p->name, "val_loss") && p->value == 1.75 && p->step == 3)
+                got_val++;
+        }
+        cr_assert_eq(got_loss, 1, "the metric record of rank %d", rank);
+        cr_assert_eq(got_val, 1, "the metric definition on rank %d's log, with the last record's step", rank);
+    }
+    cr_assert_eq(R.nlines, 16, "8 lines per rank, nothing else (got %d)", R.nlines);
+    for (int i = 0; i < 2; i++) {
+        ev_exit_t *e = &R.exits[i];
+        cr_assert_eq(e->code, 3);
+        cr_assert_eq(e->sig, 0);
+        char want[64];
+        snprintf(want, sizeof(want), "fatal: rank %d gave up", e->rank);
+        cr_assert_str_eq(e->reason, want, "the last stderr line is the reason");
+    }
+    /* every line and point of both ranks arrived before the last exit */
+    cr_assert_eq(R.exits[1].lines_before, 16);
+    cr_assert_eq(R.exits[1].points_before, 4);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/jobs/job-1/spec.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    cr_assert_eq(kiln_file_read(path, &text, &len, NULL), 0);
+    cr_assert_str_eq(text, spec);
+    free(text);
+    worker_launcher_destroy(l);
+}
+
+Test(launch, clean_exit_signal_death_and_exit_without_stderr)
+{
+    char *bin = write_script("rank.sh",
+        "case $KILN_RANK in\n"
+        "0) echo done; exit 0;;\n"
+        "1) kill -9 $$;;\n"
+        "2) exit 7;;\n"
+        "esac\n");
+    worker_launcher_t *l = make_launcher(bin, 3, false, 3);
+    int32_t ranks[] = {0, 1, 2};
+    Kiln__Assignment a = make_assignment("job-2", 1, ranks, 3, "{}");
+    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert(wait_exits(3, 10000));
+    for (int i = 0; i < 3; i++) {
+        ev_exit_t *e = &R.exits[i];
+        if (e->rank == 0) {
+            cr_assert_eq(e->code, 0);
+            cr_assert_str_eq(e->reason, "");
+        } else if (e->rank == 1) {
+            cr_assert_eq(e->code, -1);
+            cr_assert_eq(e->sig, 9);
+            cr_assert_str_eq(e->reason, "killed by signal 9 (Killed)");
+        } else {
+            cr_assert_eq(e->code, 7);
+            cr_assert_str_eq(e->reason, "exited with code 7");
+        }
+    }
+    worker_launcher_destroy(l);
+}
+
+Test(launch, stop_order_sends_sigterm_and_the_rank_checkpoints)
+{
+    char *bin = write_script("rank.sh",
+        "trap 'echo got-term; exit 143' TERM\n"
+        "echo running\n"
+        "while :; do sleep 0.05; done\n");
+    worker_launcher_t *l = make_launcher(bin, 1, false, 1);
+    int32_t ranks[] = {0};
+    Kiln__Assignment a = make_assignment("job-3", 1, ranks, 1, "{}");
+    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    usleep(300000);
+    cr_assert_eq(worker_launcher_stop(l, "job-other", 0, 1000), 0, "other jobs are not touched");
+    cr_assert_eq(worker_launcher_stop(l, "job-3", 2, 1000), 0, "other attempts are not touched");
+    cr_assert_eq(worker_launcher_stop(l, "job-3", 1, 5000), 1);
+    cr_assert(wait_exits(1, 4000), "SIGTERM ends it well before the grace");
+    cr_assert_eq(R.exits[0].code, 143);
+    cr_assert_not_null(find_line(0, "got-term"));
+    cr_assert_not_null(find_line(0, "running"));
+    worker_launcher_destroy(l);
+}
+
+Test(launch, stop_order_sigkills_a_rank_that_ignores_sigterm_after_the_grace)
+{
+    char *bin = write_script("rank.sh",
+        "trap '' TERM\n"
+        "echo stubborn\n"
+        "while :; do sleep 0.05; done\n");
+    worker_launcher_t *l = make_launcher(bin, 1, false, 1);
+    int32_t ranks[] = {0};
+    Kiln__Assignment a = make_assignment("job-4", 1, ranks, 1, "{}");
+    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    usleep(300000);
+    int64_t t0 = kiln_mono_us();
+    cr_assert_eq(worker_launcher_stop(l, "job-4", 0, 400), 1);
+    cr_assert(wait_exits(1, 5000));
+    int64_t took_ms = (kiln_mono_us() - t0) / 1000;
+    cr_assert_eq(R.exits[0].sig, 9);
+    cr_assert_eq(R.exits[0].code, -1);
+    cr_assert_geq(took_ms, 380, "SIGKILL only after the grace (%lld ms)", (long long)took_ms);
+    cr_assert_lt(took_ms, 3000);
+    worker_launcher_destroy(l);
+}
+
+Test(launch, a_program_that_cannot_start_fails_the_assignment)
+{
+    char bin[300];
+    snprintf(bin, sizeof(bin), "%s/missing-train", dir);
+    worker_launcher_t *l = make_launcher(bin, 2, false, 2);
+    int32_t ranks[] = {0, 1};
+    Kiln__Assignment a = make_assignment("job-5", 1, ranks, 2, "{}");
+    kiln_err_t err;
+    cr_assert_eq(worker_launcher_start(l, &a, &err), KILN_EIO);
+    cr_assert_eq(R.start_failed, 1);
+    cr_assert_eq(R.started, 0);
+    cr_assert(strstr(R.start_reason, "could not start"), "%s", R.start_reason);
+    cr_assert(strstr(R.start_reason, "No such file"), "%s", R.start_reason);
+    worker_rank_info_t info[4];
+    cr_assert_eq(worker_launcher_list(l, info, 4), 0);
+    /* bad job ids never become paths */
+    Kiln__Assignment b = make_assignment("../etc", 1, ranks, 1, "{}");
+    cr_assert_eq(worker_launcher_start(l, &b, &err), KILN_EINVAL);
+    worker_launcher_destroy(l);
+}
+
+Test(launch, gpu_slots_get_distinct_devices_and_spec_threads_win)
+{
+    char *bin = write_script("rank.sh",
+        "echo \"dev=$KILN_DEVICE_ID cuda=$CUDA_VISIBLE_DEVICES threads=$KILN_THREADS\"\n");
+    worker_launcher_t *l = make_launcher(bin, 2, true, 16);
+    int32_t ranks[] = {0, 1};
+    Kiln__Assignment a = make_assignment("job-6", 1, ranks, 2, "{\"resources\": {\"threads_per_rank\": 3}}");
+    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert(wait_exits(2, 10000));
+    const ev_line_t *l0 = find_line(0, "dev="), *l1 = find_line(1, "dev=");
+    cr_assert_not_null(l0);
+    cr_assert_not_null(l1);
+    cr_assert_str_eq(l0->text, "dev=0 cuda=0 threads=3");
+    cr_assert_str_eq(l1->text, "dev=1 cuda=1 threads=3");
+    worker_launcher_destroy(l);
+}
+
+Test(launch, many_lines_arrive_complete_and_in_order)
+{
+    char *bin = write_script("rank.sh", "seq 1 30000\nhead -c 40000 /dev/zero | tr '\\0' 'x'; echo\n");
+    worker_launcher_t *l = make_launcher(bin, 1, false, 1);
+    int32_t ranks[] = {0};
+    Kiln__Assignment a = make_assignment("job-7", 1, ranks, 1, "{}");
+    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert(wait_exits(1, 20000));
+    cr_assert_eq(R.nlines, 30001);
+    for (int i = 0; i < 30000; i++) {
+        char want[16];
+        snprintf(want, sizeof(want), "%d", i + 1);
+        cr_assert_str_eq(R.lines[i].text, want);
+    }
+    cr_assert_eq(strlen(R.lines[30000].text), 255, "the long line (truncated by the test's copy)");
+    cr_assert_eq(R.exits[0].lines_before, 30001);
+    worker_launcher_destroy(l);
+}

@@ -1,0 +1,672 @@
+/* agent.c - kiln-agent's control loop: registration and heartbeats with kilnd (assignments and
+ * stop orders come back on heartbeat answers), and the sender that drains the outbox in order,
+ * retrying while kilnd is unreachable. Also GPU detection and the rendezvous address.
+ * Launching and watching ranks is launch.c's; batching is outbox.c's. */
+#include "worker/worker_int.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AGENT_VERSION "kiln-agent 0.1"
+#define AGENT_RPC_TIMEOUT_MS 10000
+#define AGENT_MAX_LIST 1024
+
+static const char k_register[] = "/kiln.AgentService/RegisterWorker";
+static const char k_heartbeat[] = "/kiln.AgentService/Heartbeat";
+static const char k_status[] = "/kiln.AgentService/ReportRankStatus";
+static const char k_logs[] = "/kiln.AgentService/PushLogs";
+static const char k_metrics[] = "/kiln.AgentService/PushMetrics";
+static const char k_exit[] = "/kiln.AgentService/ReportRankExit";
+
+struct worker_agent {
+    char *server, *slot_type, *work_dir, *train_bin, *address;
+    char **gpus;
+    size_t n_gpus;
+    int slots, cores, stop_grace_ms;
+    char hostname[256];
+
+    worker_rpc_t *rpc;
+    worker_launcher_t *launcher;
+    ob_t ob;
+
+    pthread_mutex_t mu;          /* the fields below */
+    pthread_cond_t cv;           /* wakes the heartbeat thread for stop */
+    char worker_id[128];
+    bool registered;
+    int hb_interval_ms;
+    bool draining;               /* shutting down: no new assignments */
+    bool stop_hb, stop_sender, shut_done;
+    pthread_t hb_thread, sender_thread;
+    bool hb_started, sender_started;
+};
+
+/* ---- launcher callbacks: everything goes into the outbox ------------------------------------ */
+
+static void cb_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason)
+{
+    worker_agent_t *a = ud;
+    ob_add_status(&a->ob, job_id, attempt, ok, reason);
+}
+
+static void cb_line(void *ud, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
+                    const char *line, size_t len)
+{
+    worker_agent_t *a = ud;
+    ob_add_line(&a->ob, job_id, attempt, rank, stream, time_us, line, len);
+}
+
+static void cb_points(void *ud, const char *job_id, int attempt, const worker_point_t *pts, size_t n)
+{
+    worker_agent_t *a = ud;
+    ob_add_points(&a->ob, job_id, attempt, pts, n);
+}
+
+static void cb_exit(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
+                    int sig, const char *reason)
+{
+    worker_agent_t *a = ud;
+    if (sig)
+        log_info("job %s rank %d: killed by signal %d", job_id, rank, sig);
+    else
+        log_info("job %s rank %d: exited with code %d%s%s", job_id, rank, exit_code,
+                 reason[0] ? ": " : "", reason);
+    ob_add_exit(&a->ob, job_id, attempt, rank, pid, exit_code, sig, reason);
+}
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+/* Sleeps up to ms on the agent's condition variable; returns early when *flag turns true. */
+static void agent_wait(worker_agent_t *a, int ms, const bool *flag)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (int64_t)(ms % 1000) * 1000000;
+    ts.tv_sec += ms / 1000 + ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    pthread_mutex_lock(&a->mu);
+    while (!*flag)
+        if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&a->mu);
+}
+
+static bool agent_flag(worker_agent_t *a, const bool *flag)
+{
+    pthread_mutex_lock(&a->mu);
+    bool v = *flag;
+    pthread_mutex_unlock(&a->mu);
+    return v;
+}
+
+/* ---- registration and heartbeats ---------------------------------------------------------- */
+
+static int agent_register(worker_agent_t *a, kiln_err_t *err)
+{
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    char id[128];
+    pthread_mutex_lock(&a->mu);
+    kiln_strlcpy(id, a->worker_id, sizeof(id));
+    pthread_mutex_unlock(&a->mu);
+    req.worker_id = id;
+    req.hostname = a->hostname;
+    req.address = a->address;
+    req.slots = a->slots;
+    req.slot_type = a->slot_type;
+    req.n_gpus = a->n_gpus;
+    req.gpus = a->gpus;
+    req.version = (char *)AGENT_VERSION;
+    req.cpu_cores = a->cores;
+    ProtobufCMessage *resp = NULL;
+    int rc = worker_rpc_call(a->rpc, k_register, &req.base, &kiln__register_response__descriptor,
+                             AGENT_RPC_TIMEOUT_MS, &resp, NULL, err);
+    if (rc != 0)
+        return rc;
+    Kiln__RegisterResponse *r = (Kiln__RegisterResponse *)resp;
+    if (!r->worker_id || !r->worker_id[0]) {
+        protobuf_c_message_free_unpacked(resp, NULL);
+        return kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd answered the registration without a worker id");
+    }
+    pthread_mutex_lock(&a->mu);
+    kiln_strlcpy(a->worker_id, r->worker_id, sizeof(a->worker_id));
+    a->hb_interval_ms = r->heartbeat_interval_ms > 0 ? r->heartbeat_interval_ms : 1000;
+    a->registered = true;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    log_info("registered with kilnd at %s as %s (%d %s slot(s), heartbeat every %d ms)", a->server,
+             r->worker_id, a->slots, a->slot_type, r->heartbeat_interval_ms);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return 0;
+}
+
+static void agent_handle_heartbeat(worker_agent_t *a, const Kiln__HeartbeatResponse *r)
+{
+    for (size_t i = 0; i < r->n_stops; i++) {
+        const Kiln__StopOrder *s = r->stops[i];
+        int grace = s->grace_ms > 0 ? s->grace_ms : 10000;
+        int n = worker_launcher_stop(a->launcher, s->job_id, s->attempt, grace);
+        log_info("stop order for job %s attempt %d (%s): signalled %d rank(s), grace %d ms", s->job_id,
+                 s->attempt, s->reason ? s->reason : "", n, grace);
+    }
+    for (size_t i = 0; i < r->n_assignments; i++) {
+        const Kiln__Assignment *as = r->assignments[i];
+        if (agent_flag(a, &a->draining)) {
+            ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down");
+            continue;
+        }
+        kiln_err_t err;
+        int rc = worker_launcher_start(a->launcher, as, &err);
+        if (rc == KILN_EEXIST)
+            log_info("job %s attempt %d is already running here; assignment ignored", as->job_id, as->attempt);
+    }
+}
+
+/* Ranks to report: those running plus those whose exit kilnd has not acknowledged yet. */
+static size_t agent_running(worker_agent_t *a, worker_rank_info_t *v, size_t max)
+{
+    size_t n = worker_launcher_list(a->launcher, v, max);
+    if (n > max)
+        n = max;
+    worker_rank_info_t ex[256];
+    size_t ne = ob_pending_exits(&a->ob, ex, KILN_ARRAY_LEN(ex));
+    if (ne > KILN_ARRAY_LEN(ex))
+        ne = KILN_ARRAY_LEN(ex);
+    for (size_t i = 0; i < ne && n < max; i++) {
+        bool dup = false;
+        for (size_t j = 0; j < n && !dup; j++)
+            dup = v[j].rank == ex[i].rank && v[j].attempt == ex[i].attempt && !strcmp(v[j].job_id, ex[i].job_id);
+        if (!dup)
+            v[n++] = ex[i];
+    }
+    return n;
+}
+
+static void *agent_hb_main(void *arg)
+{
+    worker_agent_t *a = arg;
+    int backoff = 100, fails = 0;
+    worker_rank_info_t *list = calloc(AGENT_MAX_LIST, sizeof(*list));
+    Kiln__RunningRank *rr = calloc(AGENT_MAX_LIST, sizeof(*rr));
+    Kiln__RunningRank **rrp = calloc(AGENT_MAX_LIST, sizeof(*rrp));
+    if (!list || !rr || !rrp) {
+        log_error("agent: out of memory for heartbeats");
+        goto done;
+    }
+    while (!agent_flag(a, &a->stop_hb)) {
+        kiln_err_t err;
+        if (!agent_flag(a, &a->registered)) {
+            if (agent_register(a, &err) != 0) {
+                if (fails++ % 20 == 0)
+                    log_warn("could not register with kilnd at %s: %s (retrying)", a->server, err.message);
+                agent_wait(a, backoff, &a->stop_hb);
+                backoff = KILN_MIN(backoff * 2, 2000);
+                continue;
+            }
+            fails = 0;
+            backoff = 100;
+        }
+        Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
+        char id[128];
+        pthread_mutex_lock(&a->mu);
+        kiln_strlcpy(id, a->worker_id, sizeof(id));
+        int interval = a->hb_interval_ms;
+        pthread_mutex_unlock(&a->mu);
+        req.worker_id = id;
+        size_t n = agent_running(a, list, AGENT_MAX_LIST);
+        for (size_t i = 0; i < n; i++) {
+            kiln__running_rank__init(&rr[i]);
+            rr[i].job_id = list[i].job_id;
+            rr[i].attempt = list[i].attempt;
+            rr[i].rank = list[i].rank;
+            rr[i].pid = (int32_t)list[i].pid;
+            rrp[i] = &rr[i];
+        }
+        req.n_running = n;
+        req.running = rrp;
+        ProtobufCMessage *resp = NULL;
+        int code = 0;
+        int64_t t0 = kiln_mono_us();
+        int rc = worker_rpc_call(a->rpc, k_heartbeat, &req.base, &kiln__heartbeat_response__descriptor,
+                                 KILN_MAX(interval * 3, 3000), &resp, &code, &err);
+        if (rc == 0) {
+            Kiln__HeartbeatResponse *r = (Kiln__HeartbeatResponse *)resp;
+            if (fails > 0)
+                log_info("kilnd at %s answers heartbeats again", a->server);
+            fails = 0;
+            if (r->reregister) {
+                log_warn("kilnd does not know worker %s; registering again", id);
+                pthread_mutex_lock(&a->mu);
+                a->registered = false;
+                pthread_mutex_unlock(&a->mu);
+            }
+            agent_handle_heartbeat(a, r);
+            protobuf_c_message_free_unpacked(resp, NULL);
+            if (!agent_flag(a, &a->registered))
+                continue;
+        } else {
+            if (fails++ % 20 == 0)
+                log_warn("heartbeat to kilnd at %s failed: %s", a->server, err.message);
+            if (code == 5 /* NOT_FOUND: kilnd lost this worker */) {
+                pthread_mutex_lock(&a->mu);
+                a->registered = false;
+                pthread_mutex_unlock(&a->mu);
+            }
+        }
+        int64_t spent_ms = (kiln_mono_us() - t0) / 1000;
+        int wait = rc == 0 ? (int)KILN_MAX(interval - spent_ms, 10) : KILN_MIN(interval, 1000);
+        agent_wait(a, wait, &a->stop_hb);
+    }
+done:
+    free(list);
+    free(rr);
+    free(rrp);
+    return NULL;
+}
+
+/* ---- the sender -------------------------------------------------------------------------- */
+
+static int agent_send(worker_agent_t *a, ob_item_t *it, char *wid, int *code, kiln_err_t *err)
+{
+    ProtobufCMessage *resp = NULL;
+    int rc = KILN_EINTERNAL;
+    const char *method = NULL;
+    Kiln__LogBatch lb = KILN__LOG_BATCH__INIT;
+    Kiln__MetricBatch mb = KILN__METRIC_BATCH__INIT;
+    Kiln__RankStatus rs = KILN__RANK_STATUS__INIT;
+    Kiln__RankExit rx = KILN__RANK_EXIT__INIT;
+    Kiln__LogLine *lines = NULL, **linesp = NULL;
+    Kiln__MetricPoint *pts = NULL, **ptsp = NULL;
+    ProtobufCMessage *req = NULL;
+    char *stream_names[2] = {"stdout", "stderr"};
+
+    switch (it->kind) {
+    case OB_LOGS:
+        lines = calloc(it->nlines ? it->nlines : 1, sizeof(*lines));
+        linesp = calloc(it->nlines ? it->nlines : 1, sizeof(*linesp));
+        if (!lines || !linesp)
+            goto oom;
+        for (size_t i = 0; i < it->nlines; i++) {
+            kiln__log_line__init(&lines[i]);
+            lines[i].rank = it->lines[i].rank;
+            lines[i].time_us = it->lines[i].time_us;
+            lines[i].stream = stream_names[it->lines[i].stream == WORKER_STREAM_STDERR];
+            lines[i].line = it->lines[i].line;
+            linesp[i] = &lines[i];
+        }
+        lb.worker_id = wid;
+        lb.job_id = it->job_id;
+        lb.attempt = it->attempt;
+        lb.n_lines = it->nlines;
+        lb.lines = linesp;
+        req = &lb.base;
+        method = k_logs;
+        break;
+    case OB_METRICS:
+        pts = calloc(it->points.n ? it->points.n : 1, sizeof(*pts));
+        ptsp = calloc(it->points.n ? it->points.n : 1, sizeof(*ptsp));
+        if (!pts || !ptsp)
+            goto oom;
+        for (size_t i = 0; i < it->points.n; i++) {
+            kiln__metric_point__init(&pts[i]);
+            pts[i].rank = it->points.v[i].rank;
+            pts[i].name = it->points.v[i].name;
+            pts[i].step = it->points.v[i].step;
+            pts[i].value = it->points.v[i].value;
+            pts[i].time_us = it->points.v[i].time_us;
+            ptsp[i] = &pts[i];
+        }
+        mb.worker_id = wid;
+        mb.job_id = it->job_id;
+        mb.attempt = it->attempt;
+        mb.n_points = it->points.n;
+        mb.points = ptsp;
+        req = &mb.base;
+        method = k_metrics;
+        break;
+    case OB_STATUS:
+        rs.worker_id = wid;
+        rs.job_id = it->job_id;
+        rs.attempt = it->attempt;
+        rs.started = it->started;
+        rs.reason = it->reason;
+        req = &rs.base;
+        method = k_status;
+        break;
+    case OB_EXIT:
+        rx.worker_id = wid;
+        rx.job_id = it->job_id;
+        rx.attempt = it->attempt;
+        rx.rank = it->rank;
+        rx.exit_code = it->exit_code;
+        rx.signal = it->sig;
+        rx.reason = it->reason;
+        req = &rx.base;
+        method = k_exit;
+        break;
+    }
+    rc = worker_rpc_call(a->rpc, method, req, &kiln__ack__descriptor, AGENT_RPC_TIMEOUT_MS, &resp, code, err);
+    if (resp)
+        protobuf_c_message_free_unpacked(resp, NULL);
+    goto done;
+oom:
+    rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    *code = 8;
+done:
+    free(lines);
+    free(linesp);
+    free(pts);
+    free(ptsp);
+    return rc;
+}
+
+static const char *ob_kind_name(ob_kind_t k)
+{
+    static const char *names[] = {"log batch", "metric batch", "rank status", "rank exit"};
+    return names[k];
+}
+
+static void *agent_sender_main(void *arg)
+{
+    worker_agent_t *a = arg;
+    int backoff = 100, fails = 0;
+    for (;;) {
+        pthread_mutex_lock(&a->ob.mu);
+        ob_seal_due_locked(&a->ob, false);
+        ob_item_t *it = a->ob.head;
+        pthread_mutex_unlock(&a->ob.mu);
+        if (agent_flag(a, &a->stop_sender))
+            break;
+        char wid[128];
+        pthread_mutex_lock(&a->mu);
+        bool reg = a->registered;
+        kiln_strlcpy(wid, a->worker_id, sizeof(wid));
+        pthread_mutex_unlock(&a->mu);
+        if (!it || !reg) {
+            /* Wake when something is sealed, or in time to seal what is filling. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_mutex_lock(&a->ob.mu);
+            if (!a->ob.head || !reg)
+                pthread_cond_timedwait(&a->ob.cv, &a->ob.mu, &ts);
+            pthread_mutex_unlock(&a->ob.mu);
+            continue;
+        }
+        kiln_err_t err;
+        int code = 0;
+        int rc = agent_send(a, it, wid, &code, &err);
+        bool done = rc == 0;
+        if (rc != 0 && !worker_grpc_retryable(code) && code != 0) {
+            log_error("kilnd rejected a %s of job %s (gRPC status %d): %s; dropping it",
+                      ob_kind_name(it->kind), it->job_id, code, err.message);
+            done = true;
+        }
+        if (done) {
+            pthread_mutex_lock(&a->ob.mu);
+            a->ob.head = it->next;
+            if (!a->ob.head)
+                a->ob.tail = NULL;
+            pthread_mutex_unlock(&a->ob.mu);
+            ob_item_free(it);
+            if (fails > 0)
+                log_info("kilnd accepts reports again");
+            fails = 0;
+            backoff = 100;
+            continue;
+        }
+        it->tries++;
+        if (fails++ % 20 == 0)
+            log_warn("could not send a %s of job %s to kilnd: %s (will retry)", ob_kind_name(it->kind),
+                     it->job_id, err.message);
+        agent_wait(a, backoff, &a->stop_sender);
+        backoff = KILN_MIN(backoff * 2, 3000);
+    }
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+int worker_agent_create(const worker_config_t *cfg, worker_agent_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = 0;
+    worker_agent_t *a = calloc(1, sizeof(*a));
+    if (!a)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    ob_init(&a->ob);
+    a->server = strdup(cfg->server ? cfg->server : "127.0.0.1:9090");
+    a->slot_type = strdup(cfg->slot_type ? cfg->slot_type : "cpu");
+    a->work_dir = strdup(cfg->work_dir ? cfg->work_dir : "/tmp/kiln-agent");
+    a->train_bin = strdup(cfg->train_bin ? cfg->train_bin : "kiln-train");
+    a->slots = cfg->slots > 0 ? cfg->slots : 1;
+    a->cores = cfg->cores > 0 ? cfg->cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    a->stop_grace_ms = cfg->stop_grace_ms > 0 ? cfg->stop_grace_ms : 10000;
+    a->hb_interval_ms = 1000;
+    if (cfg->worker_id)
+        kiln_strlcpy(a->worker_id, cfg->worker_id, sizeof(a->worker_id));
+    if (gethostname(a->hostname, sizeof(a->hostname)) != 0)
+        kiln_strlcpy(a->hostname, "unknown", sizeof(a->hostname));
+    if (cfg->address && cfg->address[0]) {
+        a->address = strdup(cfg->address);
+    } else {
+        char addr[64];
+        worker_pick_address(a->server, addr, sizeof(addr));
+        a->address = strdup(addr);
+    }
+    if (cfg->n_gpus) {
+        a->gpus = calloc(cfg->n_gpus, sizeof(char *));
+        for (size_t i = 0; a->gpus && i < cfg->n_gpus; i++)
+            if ((a->gpus[i] = strdup(cfg->gpus[i])))
+                a->n_gpus++;
+    }
+    if (!a->server || !a->slot_type || !a->work_dir || !a->train_bin || !a->address) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    if (strcmp(a->slot_type, "cpu") && strcmp(a->slot_type, "gpu")) {
+        rc = kiln_err_set(err, KILN_EINVAL, "slot-type", "slot type must be cpu or gpu, not \"%s\"", a->slot_type);
+        goto fail;
+    }
+    if ((rc = kiln_mkdirs(a->work_dir, err)) != 0)
+        goto fail;
+    if ((rc = worker_rpc_create(a->server, &a->rpc, err)) != 0)
+        goto fail;
+    worker_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
+                                   .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores};
+    worker_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
+                               .on_exit = cb_exit, .ud = a};
+    if ((rc = worker_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
+        goto fail;
+    if (pthread_create(&a->sender_thread, NULL, agent_sender_main, a) != 0) {
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the sender thread");
+        goto fail;
+    }
+    a->sender_started = true;
+    if (pthread_create(&a->hb_thread, NULL, agent_hb_main, a) != 0) {
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the heartbeat thread");
+        goto fail;
+    }
+    a->hb_started = true;
+    log_info("agent up: kilnd %s, %d %s slot(s), %d core(s), work dir %s, rank program %s, address %s",
+             a->server, a->slots, a->slot_type, a->cores, a->work_dir, a->train_bin, a->address);
+    *out = a;
+    return 0;
+fail:
+    worker_agent_destroy(a);
+    return rc;
+}
+
+void worker_agent_shutdown(worker_agent_t *a, int flush_timeout_ms)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    bool done = a->shut_done;
+    a->shut_done = true;
+    a->draining = true;
+    pthread_mutex_unlock(&a->mu);
+    if (done)
+        return;
+    if (a->launcher) {
+        int n = worker_launcher_stop_all(a->launcher, a->stop_grace_ms);
+        if (n)
+            log_info("stopping %d rank(s) (grace %d ms)", n, a->stop_grace_ms);
+        if (!worker_launcher_wait_idle(a->launcher, a->stop_grace_ms + 5000))
+            log_warn("ranks did not finish in time");
+    }
+    /* Give the sender time to deliver what is queued, exits included. */
+    if (a->sender_started) {
+        pthread_mutex_lock(&a->ob.mu);
+        ob_seal_due_locked(&a->ob, true);
+        pthread_cond_broadcast(&a->ob.cv);
+        pthread_mutex_unlock(&a->ob.mu);
+        int64_t deadline = kiln_mono_us() + (int64_t)flush_timeout_ms * 1000;
+        while (!ob_empty(&a->ob) && kiln_mono_us() < deadline)
+            usleep(20000);
+        if (!ob_empty(&a->ob))
+            log_warn("kilnd did not take every queued report before shutdown; some are lost");
+    }
+    pthread_mutex_lock(&a->mu);
+    a->stop_hb = a->stop_sender = true;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_mutex_lock(&a->ob.mu);
+    pthread_cond_broadcast(&a->ob.cv);
+    pthread_mutex_unlock(&a->ob.mu);
+    if (a->hb_started)
+        pthread_join(a->hb_thread, NULL);
+    if (a->sender_started)
+        pthread_join(a->sender_thread, NULL);
+    a->hb_started = a->sender_started = false;
+}
+
+void worker_agent_destroy(worker_agent_t *a)
+{
+    if (!a)
+        return;
+    if (a->hb_started || a->sender_started)
+        worker_agent_shutdown(a, 3000);
+    worker_launcher_destroy(a->launcher);
+    worker_rpc_destroy(a->rpc);
+    ob_deinit(&a->ob);
+    for (size_t i = 0; i < a->n_gpus; i++)
+        free(a->gpus[i]);
+    free(a->gpus);
+    free(a->server);
+    free(a->slot_type);
+    free(a->work_dir);
+    free(a->train_bin);
+    free(a->address);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    free(a);
+}
+
+void worker_agent_id(worker_agent_t *a, char *buf, size_t n)
+{
+    pthread_mutex_lock(&a->mu);
+    kiln_strlcpy(buf, a->registered ? a->worker_id : "", n);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- the machine ------------------------------------------------------------------------- */
+
+int worker_gpu_detect(char **names, int max)
+{
+    int count = 0;
+    static const char *libs[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(libs) && count == 0; i++) {
+        void *h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            continue;
+        int (*get_count)(int *) = (int (*)(int *))dlsym(h, "cudaGetDeviceCount");
+        int c = 0; /* left untouched when there is no device */
+        if (get_count && get_count(&c) == 0 && c > 0)
+            count = c;
+        dlclose(h);
+        break;
+    }
+    int listed = 0;
+    FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
+    if (p) {
+        char line[512];
+        while (fgets(line, sizeof(line), p)) {
+            if (strncmp(line, "GPU ", 4) != 0)
+                continue;
+            char *name = strchr(line, ':');
+            if (!name)
+                continue;
+            name++;
+            while (*name == ' ')
+                name++;
+            char *uuid = strstr(name, " (UUID");
+            if (uuid)
+                *uuid = '\0';
+            name[strcspn(name, "\n")] = '\0';
+            if (names && listed < max)
+                names[listed] = strdup(name);
+            listed++;
+        }
+        pclose(p);
+    }
+    if (count == 0)
+        count = listed;
+    if (names)
+        for (int i = listed; i < KILN_MIN(count, max); i++)
+            names[i] = strdup("GPU");
+    return count;
+}
+
+void worker_pick_address(const char *server, char *buf, size_t n)
+{
+    char host[256];
+    const char *s = server ? server : "";
+    if (!strncmp(s, "dns:///", 7))
+        s += 7;
+    else if (!strncmp(s, "ipv4:", 5))
+        s += 5;
+    if (s[0] == '[') {
+        const char *end = strchr(s, ']');
+        size_t len = end ? (size_t)(end - s - 1) : strlen(s + 1);
+        snprintf(host, sizeof(host), "%.*s", (int)KILN_MIN(len, sizeof(host) - 1), s + 1);
+    } else {
+        const char *colon = strrchr(s, ':');
+        size_t len = colon ? (size_t)(colon - s) : strlen(s);
+        snprintf(host, sizeof(host), "%.*s", (int)KILN_MIN(len, sizeof(host) - 1), s);
+    }
+    kiln_strlcpy(buf, "127.0.0.1", n);
+    if (!host[0] || !strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1"))
+        return;
+    /* The local address the kernel would use to reach the server: connect a UDP socket. */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+    if (getaddrinfo(host, "9", &hints, &res) != 0 || !res)
+        return;
+    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+            char tmp[INET6_ADDRSTRLEN];
+            const void *src = ss.ss_family == AF_INET ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                                                      : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+            if (inet_ntop(ss.ss_family, src, tmp, sizeof(tmp)))
+                kiln_strlcpy(buf, tmp, n);
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+}

@@ -1,0 +1,775 @@
+/* launch.c - the agent's launcher: starts the ranks of an assignment as kiln-train child
+ * processes (own process group, environment per docs/contracts.md, stdout/stderr/metric records
+ * on pipes), reads their output on one epoll I/O thread, delivers stop orders and exits.
+ * It knows nothing about gRPC: what it reads goes to the callbacks in worker_launch_cbs_t. */
+#include "worker/worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define LAUNCH_METRICS_FD 3
+#define LAUNCH_DRAIN_US 2000000  /* after a rank exits, how long its pipes may stay open */
+#define LAUNCH_READ_BUDGET (1 << 20)
+
+enum { PIPE_STDOUT = 0, PIPE_STDERR = 1, PIPE_METRICS = 2, PIPE_PROC = 3, PIPE_N = 4 };
+
+typedef struct ljob {
+    char job_id[64];
+    int attempt;
+    int refs;                    /* ranks still holding it */
+    worker_metric_defs_t defs;
+} ljob_t;
+
+typedef struct lrank lrank_t;
+
+typedef struct lsrc {            /* one epoll source of a rank: a pipe or its pidfd */
+    lrank_t *r;
+    int kind;                    /* PIPE_* */
+    int fd;                      /* -1 when closed */
+    worker_linebuf_t lb;
+} lsrc_t;
+
+struct lrank {
+    lrank_t *next;
+    ljob_t *job;
+    int rank, local_rank, device;
+    pid_t pid;
+    lsrc_t src[PIPE_N];
+    bool exited;
+    int wstatus;
+    bool silent;                 /* killed by the launcher itself: do not deliver the exit */
+    int64_t drain_deadline_us;
+    int64_t kill_at_us;          /* SIGKILL time after a stop order, 0: none */
+    int64_t last_step;
+    char last_err[512];
+};
+
+struct worker_launcher {
+    char *train_bin, *work_dir;
+    int slots, cores, max_line;
+    bool gpu;
+    bool *dev_used;
+    worker_launch_cbs_t cbs;
+    pthread_mutex_t mu;
+    pthread_cond_t idle_cv;
+    lrank_t *ranks;
+    int nranks;
+    int epfd, wakefd;
+    pthread_t thread;
+    bool thread_started;
+    bool stop;
+    worker_points_t pts;         /* I/O thread scratch */
+};
+
+static void launcher_wake(worker_launcher_t *l)
+{
+    uint64_t one = 1;
+    ssize_t rc = write(l->wakefd, &one, sizeof(one));
+    (void)rc;
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+typedef struct line_ctx {
+    worker_launcher_t *l;
+    lrank_t *r;
+    int kind;
+} line_ctx_t;
+
+static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
+{
+    line_ctx_t *c = ud;
+    worker_launcher_t *l = c->l;
+    lrank_t *r = c->r;
+    int64_t now = kiln_now_us();
+    (void)truncated;
+    if (c->kind == PIPE_METRICS) {
+        if (len == 0)
+            return;
+        kiln_err_t err;
+        worker_points_clear(&l->pts);
+        if (worker_metric_parse(line, len, r->rank, &r->last_step, &l->pts, &err) != 0) {
+            log_warn("job %s rank %d: malformed metric record ignored: %s", r->job->job_id, r->rank,
+                     err.message);
+            return;
+        }
+        if (l->pts.n && l->cbs.on_points)
+            l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
+        return;
+    }
+    if (c->kind == PIPE_STDERR && len > 0)
+        kiln_strlcpy(r->last_err, line, sizeof(r->last_err));
+    if (l->cbs.on_line)
+        l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank,
+                       c->kind == PIPE_STDERR ? WORKER_STREAM_STDERR : WORKER_STREAM_STDOUT, now,
+                       line, len);
+    if (r->job->defs.n) {
+        worker_points_clear(&l->pts);
+        if (worker_metric_defs_match(&r->job->defs, line, r->rank, r->last_step, now, &l->pts) &&
+            l->cbs.on_points)
+            l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
+    }
+}
+
+static void src_close(worker_launcher_t *l, lsrc_t *s)
+{
+    if (s->fd < 0)
+        return;
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+    close(s->fd);
+    s->fd = -1;
+}
+
+/* Reads what the pipe holds (up to a budget, so one chatty rank cannot starve the others). */
+static void src_read(worker_launcher_t *l, lsrc_t *s)
+{
+    char buf[65536];
+    size_t total = 0;
+    line_ctx_t ctx = {l, s->r, s->kind};
+    while (s->fd >= 0 && total < LAUNCH_READ_BUDGET) {
+        ssize_t n = read(s->fd, buf, sizeof(buf));
+        if (n > 0) {
+            worker_linebuf_feed(&s->lb, buf, (size_t)n, on_rank_line, &ctx);
+            total += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        /* EOF or a hard error: the writer is gone */
+        worker_linebuf_finish(&s->lb, on_rank_line, &ctx);
+        src_close(l, s);
+    }
+}
+
+/* Checks whether the rank's process ended; if so kills what is left of its process group (the
+ * zombie keeps the group id from being reused), reaps it and starts the drain. */
+static void rank_try_reap(worker_launcher_t *l, lrank_t *r)
+{
+    if (r->exited)
+        return;
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    if (waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != r->pid)
+        return;
+    kill(-r->pid, SIGKILL);
+    int st = 0;
+    if (waitpid(r->pid, &st, 0) != r->pid)
+        st = 0;
+    r->exited = true;
+    r->wstatus = st;
+    r->drain_deadline_us = kiln_mono_us() + LAUNCH_DRAIN_US;
+    src_close(l, &r->src[PIPE_PROC]);
+}
+
+static void job_release(ljob_t *j)
+{
+    if (--j->refs > 0)
+        return;
+    worker_metric_defs_deinit(&j->defs);
+    free(j);
+}
+
+static void rank_free(worker_launcher_t *l, lrank_t *r)
+{
+    for (int k = 0; k < PIPE_N; k++) {
+        src_close(l, &r->src[k]);
+        worker_linebuf_deinit(&r->src[k].lb);
+    }
+    if (l->dev_used && r->device >= 0 && r->device < l->slots)
+        l->dev_used[r->device] = false;
+    job_release(r->job);
+    free(r);
+}
+
+/* The rank has exited and its pipes are closed (or the drain time is over): hand over the last
+ * partial lines, then the exit. */
+static void rank_finish(worker_launcher_t *l, lrank_t *r)
+{
+    for (int k = PIPE_STDOUT; k <= PIPE_METRICS; k++) {
+        if (r->src[k].fd >= 0)
+            src_read(l, &r->src[k]);
+        line_ctx_t ctx = {l, r, k};
+        worker_linebuf_finish(&r->src[k].lb, on_rank_line, &ctx);
+    }
+    if (!r->silent && l->cbs.on_exit) {
+        int code = -1, sig = 0;
+        char reason[600];
+        reason[0] = '\0';
+        if (WIFEXITED(r->wstatus)) {
+            code = WEXITSTATUS(r->wstatus);
+            if (code != 0) {
+                if (r->last_err[0])
+                    kiln_strlcpy(reason, r->last_err, sizeof(reason));
+                else
+                    snprintf(reason, sizeof(reason), "exited with code %d", code);
+            }
+        } else if (WIFSIGNALED(r->wstatus)) {
+            sig = WTERMSIG(r->wstatus);
+            snprintf(reason, sizeof(reason), "killed by signal %d (%s)", sig, strsignal(sig));
+        }
+        l->cbs.on_exit(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, r->pid, code, sig, reason);
+    }
+}
+
+static void *launcher_main(void *arg)
+{
+    worker_launcher_t *l = arg;
+    struct epoll_event evs[64];
+    int64_t stop_deadline = 0;
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        if (l->stop) {
+            if (!stop_deadline)
+                stop_deadline = kiln_mono_us() + 5000000;
+            if (!l->ranks || kiln_mono_us() > stop_deadline)
+                break;
+        }
+        /* How long to sleep: until the next kill or drain deadline; poll ranks without a pidfd. */
+        int64_t now = kiln_mono_us();
+        int64_t next = now + 1000000;
+        for (lrank_t *r = l->ranks; r; r = r->next) {
+            if (r->kill_at_us && r->kill_at_us < next)
+                next = r->kill_at_us;
+            if (r->exited && r->drain_deadline_us < next)
+                next = r->drain_deadline_us;
+            if (!r->exited && r->src[PIPE_PROC].fd < 0 && now + 50000 < next)
+                next = now + 50000;
+        }
+        int timeout = next > now ? (int)((next - now + 999) / 1000) : 0;
+        pthread_mutex_unlock(&l->mu);
+        int n = epoll_wait(l->epfd, evs, (int)KILN_ARRAY_LEN(evs), timeout);
+        pthread_mutex_lock(&l->mu);
+        for (int i = 0; i < n; i++) {
+            lsrc_t *s = evs[i].data.ptr;
+            if (!s) {
+                uint64_t v;
+                ssize_t rc = read(l->wakefd, &v, sizeof(v));
+                (void)rc;
+                continue;
+            }
+            if (s->fd < 0)
+                continue;
+            if (s->kind == PIPE_PROC)
+                rank_try_reap(l, s->r);
+            else
+                src_read(l, s);
+        }
+        now = kiln_mono_us();
+        lrank_t **pp = &l->ranks;
+        while (*pp) {
+            lrank_t *r = *pp;
+            if (!r->exited && r->src[PIPE_PROC].fd < 0)
+                rank_try_reap(l, r);
+            if (!r->exited && r->kill_at_us && now >= r->kill_at_us) {
+                log_info("job %s rank %d: grace period over; sending SIGKILL", r->job->job_id, r->rank);
+                kill(-r->pid, SIGKILL);
+                r->kill_at_us = 0;
+            }
+            bool open = false;
+            for (int k = PIPE_STDOUT; k <= PIPE_METRICS; k++)
+                open |= r->src[k].fd >= 0;
+            if (r->exited && (!open || now >= r->drain_deadline_us)) {
+                rank_finish(l, r);
+                *pp = r->next;
+                rank_free(l, r);
+                l->nranks--;
+                if (l->nranks == 0)
+                    pthread_cond_broadcast(&l->idle_cv);
+                continue;
+            }
+            pp = &r->next;
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+int worker_launcher_create(const worker_launcher_config_t *cfg, const worker_launch_cbs_t *cbs,
+                           worker_launcher_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    worker_launcher_t *l = calloc(1, sizeof(*l));
+    if (!l)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    l->epfd = l->wakefd = -1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->idle_cv, NULL);
+    l->train_bin = strdup(cfg->train_bin ? cfg->train_bin : "kiln-train");
+    l->work_dir = strdup(cfg->work_dir ? cfg->work_dir : ".");
+    l->slots = cfg->slots > 0 ? cfg->slots : 1;
+    l->cores = cfg->cores > 0 ? cfg->cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (l->cores < 1)
+        l->cores = 1;
+    l->max_line = cfg->max_line > 0 ? cfg->max_line : 16384;
+    l->gpu = cfg->gpu;
+    l->dev_used = calloc((size_t)l->slots, sizeof(bool));
+    if (cbs)
+        l->cbs = *cbs;
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    l->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!l->train_bin || !l->work_dir || !l->dev_used || l->epfd < 0 || l->wakefd < 0) {
+        kiln_err_set(err, KILN_EIO, NULL, "could not set up the launcher: %s", strerror(errno));
+        goto fail;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wakefd, &ev) != 0) {
+        kiln_err_set(err, KILN_EIO, NULL, "could not set up the launcher: %s", strerror(errno));
+        goto fail;
+    }
+    if (pthread_create(&l->thread, NULL, launcher_main, l) != 0) {
+        kiln_err_set(err, KILN_EIO, NULL, "could not start the launcher thread");
+        goto fail;
+    }
+    l->thread_started = true;
+    *out = l;
+    return 0;
+fail:
+    worker_launcher_destroy(l);
+    return err ? err->status : KILN_EIO;
+}
+
+void worker_launcher_destroy(worker_launcher_t *l)
+{
+    if (!l)
+        return;
+    if (l->thread_started) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        for (lrank_t *r = l->ranks; r; r = r->next) {
+            r->silent = true;
+            if (!r->exited)
+                kill(-r->pid, SIGKILL);
+        }
+        pthread_mutex_unlock(&l->mu);
+        launcher_wake(l);
+        pthread_join(l->thread, NULL);
+    }
+    while (l->ranks) {
+        lrank_t *r = l->ranks;
+        l->ranks = r->next;
+        rank_free(l, r);
+    }
+    if (l->epfd >= 0)
+        close(l->epfd);
+    if (l->wakefd >= 0)
+        close(l->wakefd);
+    worker_points_free(&l->pts);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->idle_cv);
+    free(l->dev_used);
+    free(l->train_bin);
+    free(l->work_dir);
+    free(l);
+}
+
+/* ---- starting ranks ----------------------------------------------------------------------- */
+
+/* Environment of one rank: the agent's own, minus what we set, plus the contract's variables. */
+typedef struct envb {
+    char **v;
+    size_t n, cap;
+} envb_t;
+
+/* Takes ownership of s (a "KEY=value" string). */
+static void env_push(envb_t *e, char *s)
+{
+    if (!s)
+        return;
+    if (e->n + 2 > e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 64;
+        char **nv = realloc(e->v, cap * sizeof(char *));
+        if (!nv) {
+            free(s);
+            return;
+        }
+        e->v = nv;
+        e->cap = cap;
+    }
+    e->v[e->n++] = s;
+    e->v[e->n] = NULL;
+}
+
+static void env_add(envb_t *e, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void env_add(envb_t *e, const char *key, const char *fmt, ...)
+{
+    char val[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(val, sizeof(val), fmt, ap);
+    va_end(ap);
+    size_t len = strlen(key) + strlen(val) + 2;
+    char *s = malloc(len);
+    if (!s)
+        return;
+    snprintf(s, len, "%s=%s", key, val);
+    env_push(e, s);
+}
+
+static void env_free(envb_t *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        free(e->v[i]);
+    free(e->v);
+    memset(e, 0, sizeof(*e));
+}
+
+static const char *const k_env_owned[] = {
+    "KILN_SPEC", "KILN_JOB_ID", "KILN_ATTEMPT", "KILN_RANK", "KILN_WORLD_SIZE", "KILN_LOCAL_RANK",
+    "KILN_LOCAL_WORLD_SIZE", "KILN_NODE_RANK", "KILN_NODES", "KILN_MASTER_ADDR", "KILN_MASTER_PORT",
+    "KILN_CHECKPOINT_DIR", "KILN_OUTPUT_DIR", "KILN_METRICS_FD", "KILN_THREADS", "KILN_DEVICE_ID",
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "KILN_RESUME_FROM",
+};
+
+static bool env_is_owned(const char *entry)
+{
+    for (size_t i = 0; i < KILN_ARRAY_LEN(k_env_owned); i++) {
+        size_t n = strlen(k_env_owned[i]);
+        if (!strncmp(entry, k_env_owned[i], n) && entry[n] == '=')
+            return true;
+    }
+    return false;
+}
+
+/* Moves fd to a number >= 10 (so dup2 onto 1, 2 or 3 in the child never meets itself). */
+static int fd_high(int fd)
+{
+    if (fd >= 10)
+        return fd;
+    int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    close(fd);
+    return nfd;
+}
+
+static int threads_per_rank(worker_launcher_t *l, const char *spec_json)
+{
+    int t = 0;
+    json_t *spec = json_loads(spec_json ? spec_json : "{}", 0, NULL);
+    json_t *v = json_object_get(json_object_get(spec, "resources"), "threads_per_rank");
+    if (json_is_integer(v) && json_integer_value(v) > 0)
+        t = (int)json_integer_value(v);
+    json_decref(spec);
+    if (t <= 0)
+        t = KILN_MAX(1, l->cores / l->slots);
+    return t;
+}
+
+/* Starts one rank; on success the rank is linked into l->ranks and watched by epoll. */
+static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment *a, int local_rank,
+                      int threads, const char *job_dir, kiln_err_t *err)
+{
+    int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+    envb_t env = {0};
+    lrank_t *r = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    bool fa_init = false, attr_init = false;
+    int rc = 0;
+
+    r = calloc(1, sizeof(*r));
+    if (!r) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    r->job = job;
+    r->rank = (int)a->ranks[local_rank];
+    r->local_rank = local_rank;
+    r->device = -1;
+    for (int k = 0; k < PIPE_N; k++) {
+        r->src[k].r = r;
+        r->src[k].kind = k;
+        r->src[k].fd = -1;
+        worker_linebuf_init(&r->src[k].lb, k == PIPE_METRICS ? (size_t)1 << 20 : (size_t)l->max_line);
+    }
+    for (int k = 0; k < 3; k++) {
+        if (pipe2(p[k], O_CLOEXEC) != 0 || (p[k][1] = fd_high(p[k][1])) < 0) {
+            rc = kiln_err_set(err, KILN_EIO, NULL, "could not create pipes for rank %d: %s", r->rank,
+                              strerror(errno));
+            goto fail;
+        }
+        fcntl(p[k][0], F_SETFL, O_NONBLOCK);
+    }
+    if (l->gpu) {
+        for (int d = 0; d < l->slots; d++)
+            if (!l->dev_used[d]) {
+                r->device = d;
+                l->dev_used[d] = true;
+                break;
+            }
+        if (r->device < 0) {
+            rc = kiln_err_set(err, KILN_ESTATE, NULL, "no free GPU for rank %d", r->rank);
+            goto fail;
+        }
+    }
+
+    for (char **e = environ; e && *e; e++)
+        if (!env_is_owned(*e))
+            env_push(&env, strdup(*e));
+    env_add(&env, "KILN_SPEC", "%s/spec.json", job_dir);
+    env_add(&env, "KILN_JOB_ID", "%s", a->job_id);
+    env_add(&env, "KILN_ATTEMPT", "%d", a->attempt);
+    env_add(&env, "KILN_RANK", "%d", r->rank);
+    env_add(&env, "KILN_WORLD_SIZE", "%d", a->world_size);
+    env_add(&env, "KILN_LOCAL_RANK", "%d", local_rank);
+    env_add(&env, "KILN_LOCAL_WORLD_SIZE", "%d", (int)a->n_ranks);
+    env_add(&env, "KILN_NODE_RANK", "%d", a->node_rank);
+    env_add(&env, "KILN_NODES", "%d", a->nodes);
+    env_add(&env, "KILN_MASTER_ADDR", "%s", a->master_addr && a->master_addr[0] ? a->master_addr : "127.0.0.1");
+    env_add(&env, "KILN_MASTER_PORT", "%d", a->master_port);
+    env_add(&env, "KILN_CHECKPOINT_DIR", "%s/checkpoints", job_dir);
+    env_add(&env, "KILN_OUTPUT_DIR", "%s/output", job_dir);
+    env_add(&env, "KILN_METRICS_FD", "%d", LAUNCH_METRICS_FD);
+    env_add(&env, "KILN_THREADS", "%d", threads);
+    env_add(&env, "OMP_NUM_THREADS", "%d", threads);
+    if (a->resume_from && a->resume_from[0])
+        env_add(&env, "KILN_RESUME_FROM", "%s", a->resume_from);
+    if (r->device >= 0) {
+        env_add(&env, "KILN_DEVICE_ID", "%d", r->device);
+        env_add(&env, "CUDA_VISIBLE_DEVICES", "%d", r->device);
+    }
+    if (!env.v) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+
+    posix_spawn_file_actions_init(&fa);
+    fa_init = true;
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, p[0][1], 1);
+    posix_spawn_file_actions_adddup2(&fa, p[1][1], 2);
+    posix_spawn_file_actions_adddup2(&fa, p[2][1], LAUNCH_METRICS_FD);
+    posix_spawnattr_init(&attr);
+    attr_init = true;
+    sigset_t none, dfl;
+    sigemptyset(&none);
+    sigfillset(&dfl);
+    sigdelset(&dfl, SIGKILL);
+    sigdelset(&dfl, SIGSTOP);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &dfl);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    char *argv[] = {l->train_bin, NULL};
+    int serr = posix_spawn(&r->pid, l->train_bin, &fa, &attr, argv, env.v);
+    if (serr != 0) {
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s", l->train_bin, strerror(serr));
+        goto fail;
+    }
+    for (int k = 0; k < 3; k++) {
+        close(p[k][1]);
+        p[k][1] = -1;
+        r->src[k].fd = p[k][0];
+        p[k][0] = -1;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &r->src[k]};
+        epoll_ctl(l->epfd, EPOLL_CTL_ADD, r->src[k].fd, &ev);
+    }
+#ifdef SYS_pidfd_open
+    int pfd = (int)syscall(SYS_pidfd_open, r->pid, 0);
+    if (pfd >= 0) {
+        fcntl(pfd, F_SETFD, FD_CLOEXEC);
+        r->src[PIPE_PROC].fd = pfd;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &r->src[PIPE_PROC]};
+        epoll_ctl(l->epfd, EPOLL_CTL_ADD, pfd, &ev);
+    }
+#endif
+    job->refs++;
+    r->next = l->ranks;
+    l->ranks = r;
+    l->nranks++;
+    r = NULL;
+fail:
+    if (fa_init)
+        posix_spawn_file_actions_destroy(&fa);
+    if (attr_init)
+        posix_spawnattr_destroy(&attr);
+    env_free(&env);
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 2; j++)
+            if (p[k][j] >= 0)
+                close(p[k][j]);
+    if (r) {
+        if (l->dev_used && r->device >= 0)
+            l->dev_used[r->device] = false;
+        for (int k = 0; k < PIPE_N; k++)
+            worker_linebuf_deinit(&r->src[k].lb);
+        free(r);
+    }
+    return rc;
+}
+
+static bool job_id_ok(const char *id)
+{
+    if (!id || !id[0] || strlen(id) >= 64 || id[0] == '.')
+        return false;
+    for (const char *p = id; *p; p++)
+        if (!(('a' <= *p && *p <= 'z') || ('A' <= *p && *p <= 'Z') || ('0' <= *p && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return false;
+    return true;
+}
+
+int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_err_t *err)
+{
+    kiln_err_t lerr;
+    if (!err)
+        err = &lerr;
+    kiln_err_clear(err);
+    int rc = 0, threads = 0;
+    char job_dir[4096], path[4200];
+    ljob_t *job = NULL;
+    lrank_t *first_old;
+
+    if (!job_id_ok(a->job_id))
+        return kiln_err_set(err, KILN_EINVAL, "job_id", "assignment has a bad job id");
+    pthread_mutex_lock(&l->mu);
+    for (lrank_t *r = l->ranks; r; r = r->next)
+        if (!strcmp(r->job->job_id, a->job_id) && r->job->attempt == a->attempt && !r->exited) {
+            pthread_mutex_unlock(&l->mu);
+            return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running",
+                                a->job_id, a->attempt);
+        }
+    first_old = l->ranks;
+    if (a->n_ranks == 0) {
+        rc = kiln_err_set(err, KILN_EINVAL, "ranks", "assignment has no ranks");
+        goto done;
+    }
+    snprintf(job_dir, sizeof(job_dir), "%s/jobs/%s", l->work_dir, a->job_id);
+    snprintf(path, sizeof(path), "%s/checkpoints", job_dir);
+    if ((rc = kiln_mkdirs(path, err)) != 0)
+        goto done;
+    snprintf(path, sizeof(path), "%s/output", job_dir);
+    if ((rc = kiln_mkdirs(path, err)) != 0)
+        goto done;
+    snprintf(path, sizeof(path), "%s/spec.json", job_dir);
+    const char *spec = a->spec_json ? a->spec_json : "{}";
+    if ((rc = kiln_file_write_atomic(path, spec, strlen(spec), err)) != 0)
+        goto done;
+
+    job = calloc(1, sizeof(*job));
+    if (!job) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    kiln_strlcpy(job->job_id, a->job_id, sizeof(job->job_id));
+    job->attempt = a->attempt;
+    job->refs = 1; /* ours, until the loop below is done */
+    kiln_err_t derr;
+    if (worker_metric_defs_init(&job->defs, spec, &derr) != 0) {
+        log_warn("job %s: metric definitions ignored: %s", a->job_id, derr.message);
+        worker_metric_defs_deinit(&job->defs);
+    }
+    threads = threads_per_rank(l, spec);
+    if (l->nranks + (int)a->n_ranks > l->slots)
+        log_warn("job %s: %d ranks assigned while %d of %d slots are busy", a->job_id,
+                 (int)a->n_ranks, l->nranks, l->slots);
+    for (size_t i = 0; i < a->n_ranks; i++) {
+        if ((rc = rank_spawn(l, job, a, (int)i, threads, job_dir, err)) != 0)
+            break;
+    }
+    if (rc != 0) {
+        /* Kill the ranks this call started; their exits are ours, not the job's. */
+        for (lrank_t *r = l->ranks; r != first_old; r = r->next) {
+            r->silent = true;
+            kill(-r->pid, SIGKILL);
+        }
+    }
+done:
+    if (rc != 0)
+        log_error("job %s attempt %d: could not start ranks: %s", a->job_id, a->attempt, err->message);
+    else
+        log_info("job %s attempt %d: started %d rank(s) (threads %d)", a->job_id, a->attempt,
+                 (int)a->n_ranks, threads);
+    if (l->cbs.on_started)
+        l->cbs.on_started(l->cbs.ud, a->job_id, a->attempt, rc == 0, rc == 0 ? "" : err->message);
+    if (job)
+        job_release(job);
+    pthread_mutex_unlock(&l->mu);
+    launcher_wake(l);
+    return rc;
+}
+
+/* ---- stopping and listing ---------------------------------------------------------------- */
+
+static int launcher_signal(worker_launcher_t *l, const char *job_id, int attempt, int grace_ms)
+{
+    int n = 0;
+    pthread_mutex_lock(&l->mu);
+    int64_t now = kiln_mono_us();
+    for (lrank_t *r = l->ranks; r; r = r->next) {
+        if (r->exited)
+            continue;
+        if (job_id && (strcmp(r->job->job_id, job_id) || (attempt && r->job->attempt != attempt)))
+            continue;
+        int sig = grace_ms > 0 ? SIGTERM : SIGKILL;
+        kill(-r->pid, sig);
+        int64_t at = grace_ms > 0 ? now + (int64_t)grace_ms * 1000 : 0;
+        if (at && (!r->kill_at_us || at < r->kill_at_us))
+            r->kill_at_us = at;
+        n++;
+    }
+    pthread_mutex_unlock(&l->mu);
+    launcher_wake(l);
+    return n;
+}
+
+int worker_launcher_stop(worker_launcher_t *l, const char *job_id, int attempt, int grace_ms)
+{
+    return launcher_signal(l, job_id, attempt, grace_ms);
+}
+
+int worker_launcher_stop_all(worker_launcher_t *l, int grace_ms)
+{
+    return launcher_signal(l, NULL, 0, grace_ms);
+}
+
+bool worker_launcher_wait_idle(worker_launcher_t *l, int timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (int64_t)(timeout_ms % 1000) * 1000000;
+    ts.tv_sec += timeout_ms / 1000 + ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    pthread_mutex_lock(&l->mu);
+    while (l->nranks > 0)
+        if (pthread_cond_timedwait(&l->idle_cv, &l->mu, &ts) != 0)
+            break;
+    bool idle = l->nranks == 0;
+    pthread_mutex_unlock(&l->mu);
+    return idle;
+}
+
+size_t worker_launcher_list(worker_launcher_t *l, worker_rank_info_t *out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&l->mu);
+    for (lrank_t *r = l->ranks; r; r = r->next) {
+        if (r->silent)
+            continue;
+        if (n < max) {
+            kiln_strlcpy(out[n].job_id, r->job->job_id, sizeof(out[n].job_id));
+            out[n].attempt = r->job->attempt;
+            out[n].rank = r->rank;
+            out[n].pid = r->pid;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}

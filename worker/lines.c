@@ -1,0 +1,145 @@
+/* lines.c - the agent's line splitter: a byte stream from a rank's pipe becomes complete,
+ * sanitised lines (valid UTF-8, no NUL, bounded length). No I/O here; the launcher feeds it. */
+#include "worker/worker.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void worker_linebuf_init(worker_linebuf_t *lb, size_t max_line)
+{
+    memset(lb, 0, sizeof(*lb));
+    lb->max_line = max_line ? max_line : 16384;
+}
+
+void worker_linebuf_deinit(worker_linebuf_t *lb)
+{
+    free(lb->buf);
+    memset(lb, 0, sizeof(*lb));
+}
+
+size_t worker_utf8_sanitize(const char *s, size_t len, char *out)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, o = 0;
+    while (i < len) {
+        unsigned c = p[i];
+        size_t need = 0;
+        unsigned min = 0;
+        if (c < 0x80) {
+            out[o++] = c == 0 ? '?' : (char)c; /* PostgreSQL text cannot hold NUL */
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            need = 1;
+            min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            need = 2;
+            min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            need = 3;
+            min = 0x10000;
+        }
+        bool ok = need > 0; /* continuation bytes are checked below */
+        unsigned cp = 0;
+        if (ok) {
+            cp = c & (0x3F >> need);
+            for (size_t k = 1; k <= need; k++) {
+                if (i + k >= len || (p[i + k] & 0xC0) != 0x80) {
+                    ok = false;
+                    break;
+                }
+                cp = (cp << 6) | (p[i + k] & 0x3F);
+            }
+        }
+        if (ok && (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)))
+            ok = false;
+        if (ok) {
+            memcpy(out + o, p + i, need + 1);
+            o += need + 1;
+            i += need + 1;
+        } else {
+            /* U+FFFD REPLACEMENT CHARACTER for one bad byte */
+            out[o++] = (char)0xEF;
+            out[o++] = (char)0xBF;
+            out[o++] = (char)0xBD;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return o;
+}
+
+static void linebuf_emit(worker_linebuf_t *lb, const char *s, size_t len, bool truncated,
+                         worker_line_fn fn, void *ud)
+{
+    if (len > 0 && s[len - 1] == '\r')
+        len--;
+    /* Truncation may split a multi-byte character; the sanitiser turns the stump into U+FFFD. */
+    char stackbuf[3 * 1024 + 1];
+    char *out = 3 * len + 1 <= sizeof(stackbuf) ? stackbuf : malloc(3 * len + 1);
+    if (!out)
+        return;
+    size_t n = worker_utf8_sanitize(s, len, out);
+    fn(ud, out, n, truncated);
+    if (out != stackbuf)
+        free(out);
+    (void)lb;
+}
+
+/* Appends up to the line limit; bytes past it are dropped and the line marked truncated. */
+static void linebuf_append(worker_linebuf_t *lb, const char *data, size_t n)
+{
+    size_t room = lb->max_line > lb->len ? lb->max_line - lb->len : 0;
+    if (n > room) {
+        lb->truncated = true;
+        n = room;
+    }
+    if (n == 0)
+        return;
+    if (lb->len + n > lb->cap) {
+        size_t cap = lb->cap ? lb->cap : 256;
+        while (cap < lb->len + n)
+            cap *= 2;
+        char *nb = realloc(lb->buf, cap);
+        if (!nb) {
+            lb->truncated = true;
+            return;
+        }
+        lb->buf = nb;
+        lb->cap = cap;
+    }
+    memcpy(lb->buf + lb->len, data, n);
+    lb->len += n;
+}
+
+void worker_linebuf_feed(worker_linebuf_t *lb, const char *data, size_t n, worker_line_fn fn, void *ud)
+{
+    while (n > 0) {
+        const char *nl = memchr(data, '\n', n);
+        if (!nl) {
+            linebuf_append(lb, data, n);
+            return;
+        }
+        size_t seg = (size_t)(nl - data);
+        if (lb->len == 0 && !lb->truncated) {
+            /* Common case: a whole line inside this chunk; no copy. */
+            bool trunc = seg > lb->max_line;
+            linebuf_emit(lb, data, trunc ? lb->max_line : seg, trunc, fn, ud);
+        } else {
+            linebuf_append(lb, data, seg);
+            linebuf_emit(lb, lb->buf, lb->len, lb->truncated, fn, ud);
+            lb->len = 0;
+            lb->truncated = false;
+        }
+        data = nl + 1;
+        n -= seg + 1;
+    }
+}
+
+void worker_linebuf_finish(worker_linebuf_t *lb, worker_line_fn fn, void *ud)
+{
+    if (lb->len > 0 || lb->truncated)
+        linebuf_emit(lb, lb->buf ? lb->buf : "", lb->len, lb->truncated, fn, ud);
+    lb->len = 0;
+    lb->truncated = false;
+}

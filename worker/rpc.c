@@ -1,0 +1,202 @@
+/* rpc.c - the agent's gRPC client: one insecure channel to kilnd and blocking unary calls with
+ * deadlines over the gRPC C core, messages packed with protobuf-c. Retrying is the caller's
+ * business (worker_grpc_retryable says when it is worth it). */
+#include "worker/worker.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RPC_MAX_MESSAGE (16 << 20)
+
+struct worker_rpc {
+    grpc_channel *ch;
+};
+
+int worker_grpc_status(int code)
+{
+    switch (code) {
+    case GRPC_STATUS_OK: return KILN_OK;
+    case GRPC_STATUS_CANCELLED: return KILN_ECANCELED;
+    case GRPC_STATUS_INVALID_ARGUMENT: return KILN_EINVAL;
+    case GRPC_STATUS_DEADLINE_EXCEEDED: return KILN_ETIMEDOUT;
+    case GRPC_STATUS_NOT_FOUND: return KILN_ENOTFOUND;
+    case GRPC_STATUS_ALREADY_EXISTS: return KILN_EEXIST;
+    case GRPC_STATUS_PERMISSION_DENIED: return KILN_EPERM;
+    case GRPC_STATUS_RESOURCE_EXHAUSTED: return KILN_ENOMEM;
+    case GRPC_STATUS_FAILED_PRECONDITION: return KILN_ESTATE;
+    case GRPC_STATUS_UNIMPLEMENTED: return KILN_EUNSUPP;
+    case GRPC_STATUS_UNAVAILABLE: return KILN_EUNAVAIL;
+    default: return KILN_EINTERNAL;
+    }
+}
+
+bool worker_grpc_retryable(int code)
+{
+    return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED ||
+           code == GRPC_STATUS_RESOURCE_EXHAUSTED || code == GRPC_STATUS_ABORTED ||
+           code == GRPC_STATUS_UNKNOWN || code == GRPC_STATUS_INTERNAL ||
+           code == GRPC_STATUS_CANCELLED;
+}
+
+int worker_rpc_create(const char *target, worker_rpc_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    worker_rpc_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    grpc_init();
+    grpc_arg args[] = {
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
+        /* kilnd restarting should be noticed within a couple of seconds, not minutes */
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, .value.integer = 100},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, .value.integer = 100},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 2000},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ENABLE_RETRIES, .value.integer = 0},
+    };
+    grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args), .args = args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    r->ch = grpc_channel_create(target, creds, &ca);
+    grpc_channel_credentials_release(creds);
+    if (!r->ch) {
+        free(r);
+        grpc_shutdown();
+        return kiln_err_set(err, KILN_EIO, NULL, "could not create a gRPC channel to %s", target);
+    }
+    *out = r;
+    return 0;
+}
+
+void worker_rpc_destroy(worker_rpc_t *r)
+{
+    if (!r)
+        return;
+    grpc_channel_destroy(r->ch);
+    free(r);
+    grpc_shutdown();
+}
+
+int worker_rpc_call_raw(worker_rpc_t *r, const char *method, const void *data, size_t len,
+                        int timeout_ms, uint8_t **out, size_t *out_len, int *grpc_code,
+                        kiln_err_t *err)
+{
+    *out = NULL;
+    *out_len = 0;
+    if (grpc_code)
+        *grpc_code = GRPC_STATUS_UNKNOWN;
+    int rc = 0;
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
+                                         gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+    grpc_slice method_s = grpc_slice_from_copied_string(method);
+    grpc_call *call = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method_s,
+                                               NULL, deadline, NULL);
+    grpc_slice_unref(method_s);
+    grpc_slice req_s = grpc_slice_from_copied_buffer(data ? data : "", len);
+    grpc_byte_buffer *req_bb = grpc_raw_byte_buffer_create(&req_s, 1);
+    grpc_slice_unref(req_s);
+    grpc_metadata_array init_md, trail_md;
+    grpc_metadata_array_init(&init_md);
+    grpc_metadata_array_init(&trail_md);
+    grpc_byte_buffer *resp_bb = NULL;
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    const char *error_string = NULL;
+
+    grpc_op ops[6];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = req_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &resp_bb;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
+    ops[5].data.recv_status_on_client.status = &status;
+    ops[5].data.recv_status_on_client.status_details = &details;
+    ops[5].data.recv_status_on_client.error_string = &error_string;
+    grpc_call_error ce = grpc_call_start_batch(call, ops, KILN_ARRAY_LEN(ops), (void *)1, NULL);
+    if (ce != GRPC_CALL_OK) {
+        rc = kiln_err_set(err, KILN_EINTERNAL, NULL, "could not start a gRPC call to %s: %s", method,
+                          grpc_call_error_to_string(ce));
+        grpc_call_unref(call);
+        goto done;
+    }
+    grpc_event ev = grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_call_unref(call);
+    if (ev.type != GRPC_OP_COMPLETE || !ev.success) {
+        rc = kiln_err_set(err, KILN_EINTERNAL, NULL, "gRPC call to %s did not complete", method);
+        goto done;
+    }
+    if (grpc_code)
+        *grpc_code = (int)status;
+    if (status != GRPC_STATUS_OK) {
+        size_t dl = GRPC_SLICE_LENGTH(details);
+        rc = kiln_err_set(err, worker_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
+                          (const char *)GRPC_SLICE_START_PTR(details));
+        if (dl == 0 && err)
+            snprintf(err->message, sizeof(err->message), "%s failed with gRPC status %d", method, (int)status);
+        goto done;
+    }
+    if (resp_bb) {
+        grpc_byte_buffer_reader reader;
+        if (!grpc_byte_buffer_reader_init(&reader, resp_bb)) {
+            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "could not read the reply of %s", method);
+            goto done;
+        }
+        grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+        grpc_byte_buffer_reader_destroy(&reader);
+        *out_len = GRPC_SLICE_LENGTH(s);
+        *out = malloc(*out_len + 1);
+        if (*out)
+            memcpy(*out, GRPC_SLICE_START_PTR(s), *out_len);
+        grpc_slice_unref(s);
+        if (!*out)
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+done:
+    if (error_string)
+        gpr_free((void *)error_string);
+    grpc_slice_unref(details);
+    if (resp_bb)
+        grpc_byte_buffer_destroy(resp_bb);
+    grpc_byte_buffer_destroy(req_bb);
+    grpc_metadata_array_destroy(&init_md);
+    grpc_metadata_array_destroy(&trail_md);
+    grpc_completion_queue_shutdown(cq);
+    grpc_completion_queue_destroy(cq);
+    return rc;
+}
+
+int worker_rpc_call(worker_rpc_t *r, const char *method, const ProtobufCMessage *req,
+                    const ProtobufCMessageDescriptor *resp_desc, int timeout_ms,
+                    ProtobufCMessage **resp, int *grpc_code, kiln_err_t *err)
+{
+    *resp = NULL;
+    size_t len = protobuf_c_message_get_packed_size(req);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    protobuf_c_message_pack(req, buf);
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    int rc = worker_rpc_call_raw(r, method, buf, len, timeout_ms, &out, &out_len, grpc_code, err);
+    free(buf);
+    if (rc != 0)
+        return rc;
+    *resp = protobuf_c_message_unpack(resp_desc, NULL, out_len, out ? out : (const uint8_t *)"");
+    free(out);
+    if (!*resp)
+        return kiln_err_set(err, KILN_EFORMAT, NULL, "could not decode the reply of %s as %s", method,
+                            resp_desc->name);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* worker_int.h - internals shared by the agent's files: the outbox (batched, ordered, never
+ * dropped reports waiting for kilnd). Nothing outside worker/ includes this. */
+#ifndef KILN_WORKER_INT_H
+#define KILN_WORKER_INT_H
+
+#include <pthread.h>
+
+#include "worker/worker.h"
+
+#define OB_MAX_LINES 1000
+#define OB_MAX_LOG_BYTES (1 << 20)   /* well under the 4 MiB message limit */
+#define OB_MAX_POINTS 5000
+#define OB_FLUSH_US 200000           /* an open batch is sent at the latest this long after it opened */
+
+typedef enum { OB_LOGS, OB_METRICS, OB_STATUS, OB_EXIT } ob_kind_t;
+
+typedef struct ob_line {
+    int rank, stream;
+    int64_t time_us;
+    char *line;
+} ob_line_t;
+
+/* One report: a log batch, a metric batch, a rank status or a rank exit. */
+typedef struct ob_item {
+    struct ob_item *next;
+    ob_kind_t kind;
+    char job_id[64];
+    int attempt;
+    int64_t opened_us;          /* monotonic time of the first entry (open batches) */
+    ob_line_t *lines;           /* OB_LOGS */
+    size_t nlines, lines_cap, bytes;
+    worker_points_t points;     /* OB_METRICS */
+    bool started;               /* OB_STATUS */
+    char reason[600];           /* OB_STATUS, OB_EXIT */
+    int rank, exit_code, sig;   /* OB_EXIT */
+    pid_t pid;
+    int tries;                  /* failed sends so far */
+} ob_item_t;
+
+/* FIFO of sealed reports plus the batches still filling. Thread-safe (its own lock). Reports
+ * of one job leave in the order they were added; a rank's exit is sealed after its output. */
+typedef struct ob {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* signalled when something is sealed */
+    ob_item_t *head, *tail;     /* sealed */
+    ob_item_t *open;            /* filling: at most one per (job, attempt, kind) */
+    size_t sealed;
+} ob_t;
+
+void ob_init(ob_t *o);
+void ob_deinit(ob_t *o);        /* frees everything still queued */
+void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
+                 const char *line, size_t len);
+void ob_add_points(ob_t *o, const char *job_id, int attempt, const worker_point_t *pts, size_t n);
+void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason);
+/* Seals the job's open batches first, so the exit follows every line the rank wrote. */
+void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
+                 int sig, const char *reason);
+/* Seals open batches older than OB_FLUSH_US (all of them when force). Caller holds o->mu. */
+void ob_seal_due_locked(ob_t *o, bool force);
+/* Exits queued but not yet acknowledged, so heartbeats keep reporting those ranks. Returns the
+ * count; copies up to max. */
+size_t ob_pending_exits(ob_t *o, worker_rank_info_t *out, size_t max);
+/* True when nothing is queued or filling. */
+bool ob_empty(ob_t *o);
+void ob_item_free(ob_item_t *it);
+
+#endif /* KILN_WORKER_INT_H */
