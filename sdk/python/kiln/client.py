@@ -1,0 +1,369 @@
+"""The REST client: Client (jobs, workers) and Job (a handle on one training job).
+
+Standard library only (urllib, json). Shapes follow docs/contracts.md: a Job is the
+JSON object kilnd returns, exposed through properties; logs and metrics are read
+from the job's sub-resources; ``logs(follow=True)`` reads the Server-Sent Events
+stream and reconnects with Last-Event-ID if the connection drops mid-job.
+"""
+
+import json
+import os
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+from .errors import JobFailedError, KilnError
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line a rank wrote. ``str(line)`` gives "[rank N] text"."""
+
+    seq: int
+    rank: int
+    stream: str
+    time: str
+    line: str
+
+    @classmethod
+    def from_json(cls, j):
+        return cls(seq=int(j.get("seq") or 0), rank=int(j.get("rank") or 0), stream=j.get("stream") or "stdout",
+                   time=j.get("time") or "", line=j.get("line") or "")
+
+    def __str__(self):
+        return "[rank %d] %s" % (self.rank, self.line)
+
+
+def parse_sse(lines):
+    """Parses an iterable of text lines (without or with their line ends) of a
+    text/event-stream into (event, data, id) tuples. Comments (": ping") are skipped;
+    an event without a name is "message"."""
+    event, data, last_id = "", [], ""
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if line == "":
+            if data:
+                yield (event or "message", "\n".join(data), last_id)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            event = value
+        elif field == "id":
+            last_id = value
+
+
+class Client:
+    """A connection to kilnd's REST API.
+
+    ``url`` defaults to $KILN_URL, then http://127.0.0.1:8080. ``timeout`` bounds each
+    ordinary request in seconds. Methods raise KilnError on API errors and when
+    kilnd cannot be reached.
+    """
+
+    def __init__(self, url=None, timeout=30.0):
+        url = url or os.environ.get("KILN_URL") or DEFAULT_URL
+        if "://" not in url:
+            url = "http://" + url
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def __repr__(self):
+        return "kiln.Client(%r)" % self.url
+
+    # ---- plumbing -----------------------------------------------------------------------
+    def _open(self, method, path, body=None, headers=None, timeout=None, accept="application/json"):
+        data = None
+        hdrs = {"Accept": accept, "User-Agent": "kiln-python/0.1"}
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            hdrs["Content-Type"] = "application/json"
+        elif method == "POST":
+            data = b""
+        hdrs.update(headers or {})
+        req = urllib.request.Request(self.url + path, data=data, headers=hdrs, method=method)
+        try:
+            return urllib.request.urlopen(req, timeout=timeout or self.timeout)
+        except urllib.error.HTTPError as e:
+            body = e.read()
+            e.close()
+            raise KilnError.from_reply(e.code, body) from None
+        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as e:
+            reason = getattr(e, "reason", e)
+            raise KilnError("could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)" % (self.url, reason),
+                            code="unavailable", status=0) from None
+
+    def _call(self, method, path, body=None, headers=None, query=None):
+        if query:
+            q = {k: v for k, v in query.items() if v is not None}
+            if q:
+                path += "?" + urllib.parse.urlencode(q)
+        with self._open(method, path, body, headers) as r:
+            raw = r.read()
+            status = r.status
+        try:
+            return status, (json.loads(raw) if raw else {})
+        except ValueError:
+            raise KilnError("kilnd sent a reply that is not JSON", code="bad_format", status=status) from None
+
+    # ---- jobs ---------------------------------------------------------------------------
+    def submit(self, spec, idempotency_key=None):
+        """Submits a job spec (a dict shaped like the JSON job spec) and returns its Job.
+        With ``idempotency_key`` a retry returns the job the first call created."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        status, j = self._call("POST", "/v1/jobs", body=spec, headers=headers)
+        job = Job(self, j)
+        job.created = status == 201
+        return job
+
+    def job(self, job_id):
+        """The job with this id (a full id, or a unique prefix of one)."""
+        job_id = self._resolve(job_id)
+        _, j = self._call("GET", "/v1/jobs/" + urllib.parse.quote(job_id))
+        return Job(self, j)
+
+    def jobs(self, status=None, tag=None, limit=None):
+        """Jobs, newest first. ``status``: a state or a list of states; ``tag``: "key:value"
+        (or a (key, value) pair); ``limit``: at most this many (default: all)."""
+        if isinstance(status, (list, tuple, set, frozenset)):
+            status = ",".join(status)
+        if isinstance(tag, (list, tuple)):
+            tag = "%s:%s" % tuple(tag)
+        out, token = [], ""
+        while True:
+            size = 500 if limit is None else max(1, min(500, limit - len(out)))
+            _, page = self._call("GET", "/v1/jobs", query={"status": status, "tag": tag, "page_size": size,
+                                                           "page_token": token or None})
+            out.extend(Job(self, j) for j in page.get("jobs", []))
+            token = page.get("next_page_token") or ""
+            if not token or (limit is not None and len(out) >= limit):
+                return out[:limit] if limit is not None else out
+
+    def stop(self, job_id, reason=None):
+        """Requests a stop; returns the Job (STOPPING, or STOPPED if it had not started)."""
+        body = {"reason": reason} if reason else {}
+        _, j = self._call("POST", "/v1/jobs/%s:stop" % urllib.parse.quote(self._resolve(job_id)), body=body)
+        return Job(self, j)
+
+    def events(self, job_id):
+        """The job's state changes, oldest first: dicts with seq, from_state, to_state, reason, time, attempt."""
+        _, j = self._call("GET", "/v1/jobs/%s/events" % urllib.parse.quote(job_id))
+        return j.get("events", [])
+
+    def logs(self, job_id, follow=False, rank=None, since=None):
+        """A generator of LogLine. Without follow: the history. With follow: the history,
+        then live lines until the job ends (the generator then returns)."""
+        if follow:
+            return self._follow(job_id, rank, since)
+        return self._history(job_id, rank, since)
+
+    def _history(self, job_id, rank=None, since=None, after_seq=0):
+        path = "/v1/jobs/%s/logs" % urllib.parse.quote(job_id)
+        while True:
+            _, page = self._call("GET", path, query={"rank": rank, "limit": 1000,
+                                                     "since": since if not after_seq else None,
+                                                     "after_seq": after_seq or None})
+            lines = page.get("lines", [])
+            fresh = 0
+            for j in lines:
+                line = LogLine.from_json(j)
+                if line.seq and line.seq <= after_seq:
+                    continue
+                fresh += 1
+                after_seq = max(after_seq, line.seq)
+                yield line
+            if len(lines) < 1000 or not fresh:
+                return
+
+    def _follow(self, job_id, rank=None, since=None):
+        last_seq, backoff, failing_since = 0, 0.2, None
+        path = "/v1/jobs/%s/logs" % urllib.parse.quote(job_id)
+        while True:
+            query = {"follow": "true", "rank": rank, "since": since if not last_seq else None}
+            q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+            headers = {"Last-Event-ID": str(last_seq)} if last_seq else None
+            dropped = None
+            try:
+                # kilnd pings every 15 s: 60 s of silence means the connection is gone.
+                with self._open("GET", path + "?" + q, headers=headers, timeout=60,
+                                accept="text/event-stream") as r:
+                    failing_since = None
+                    text = (raw.decode("utf-8", "replace") for raw in r)
+                    for event, data, _ in parse_sse(text):
+                        if event == "end":
+                            return
+                        if event not in ("log", "message"):
+                            continue
+                        try:
+                            line = LogLine.from_json(json.loads(data))
+                        except ValueError:
+                            continue
+                        if line.seq and line.seq <= last_seq:
+                            continue
+                        last_seq = max(last_seq, line.seq)
+                        yield line
+            except KilnError as e:
+                if e.status:  # an API error: retrying will not help
+                    raise
+                dropped = e
+            except (OSError, socket.timeout, TimeoutError, ValueError) as e:
+                dropped = e
+            # Closed or dropped before the end event: finished, or reconnect?
+            try:
+                job = self.job(job_id)
+            except KilnError as e:
+                if e.status:
+                    raise
+                job = None
+            if job is not None and job.done:
+                yield from self._history(job_id, rank, since, after_seq=last_seq)
+                return
+            now = time.monotonic()
+            if dropped is not None:
+                failing_since = failing_since or now
+                if now - failing_since > 120:
+                    if isinstance(dropped, KilnError):
+                        raise dropped
+                    raise KilnError("lost the log stream of job %s: %s" % (job_id, dropped), code="unavailable")
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def metrics(self, job_id, name=None, max_points=None):
+        """The job's metric histories: {name: [(step, value), ...]} in step order.
+        ``max_points`` asks kilnd to downsample each series (first and last kept)."""
+        _, j = self._call("GET", "/v1/jobs/%s/metrics" % urllib.parse.quote(job_id),
+                          query={"name": name, "max_points": max_points or 100000})
+        return {s["name"]: [(int(p["step"]), float(p["value"])) for p in s.get("points", [])]
+                for s in j.get("metrics", [])}
+
+    # ---- cluster ------------------------------------------------------------------------
+    def workers(self):
+        """Registered workers: dicts with id, hostname, address, slots, slots_free, slot_type,
+        state ("ALIVE" | "DEAD"), last_heartbeat, registered_at, gpus."""
+        _, j = self._call("GET", "/v1/workers")
+        return j.get("workers", [])
+
+    def health(self):
+        """True when kilnd answers /readyz (database reachable, migrations applied)."""
+        try:
+            self._call("GET", "/readyz")
+            return True
+        except KilnError:
+            return False
+
+    def _resolve(self, ref):
+        if len(ref) == 36 and ref.count("-") == 4:
+            return ref
+        matches = [j.id for j in self.jobs() if j.id.startswith(ref)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise KilnError('no job matches "%s"' % ref, code="not_found", status=404)
+        raise KilnError('job id prefix "%s" is ambiguous: it matches %d jobs' % (ref, len(matches)),
+                        code="invalid_argument", hint="give more characters of the id", status=400)
+
+
+class Job:
+    """A handle on one job. Properties read the JSON from the last fetch; call refresh()
+    (or wait()) to update them."""
+
+    def __init__(self, client, data):
+        self.client = client
+        self._data = data
+        self.created = True
+
+    def __repr__(self):
+        return "<kiln.Job %s %r %s>" % (self.id[:8], self.name, self.state)
+
+    # ---- fields -------------------------------------------------------------------------
+    @property
+    def id(self):
+        return self._data.get("id", "")
+
+    @property
+    def name(self):
+        return self._data.get("name", "")
+
+    @property
+    def state(self):
+        """"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING", "RESTARTING",
+        "COMPLETED", "FAILED" or "STOPPED" (as of the last refresh)."""
+        return self._data.get("state", "")
+
+    @property
+    def reason(self):
+        return self._data.get("reason", "")
+
+    @property
+    def attempt(self):
+        return self._data.get("attempt", 0)
+
+    @property
+    def progress(self):
+        """{"step", "total_steps", "eta_s"}."""
+        return self._data.get("progress") or {}
+
+    @property
+    def latest_metrics(self):
+        """The latest value of each metric: {"train_loss": 2.41, ...}."""
+        return self._data.get("metrics") or {}
+
+    @property
+    def workers(self):
+        return self._data.get("workers") or []
+
+    @property
+    def spec(self):
+        """The normalised spec kilnd stored (defaults filled in)."""
+        return self._data.get("spec") or {}
+
+    @property
+    def done(self):
+        return self.state in TERMINAL_STATES
+
+    def to_dict(self):
+        return dict(self._data)
+
+    # ---- actions ------------------------------------------------------------------------
+    def refresh(self):
+        _, self._data = self.client._call("GET", "/v1/jobs/" + urllib.parse.quote(self.id))
+        return self
+
+    def wait(self, timeout=None, poll=0.5, raise_on_failure=False):
+        """Polls until the job ends; returns self. Raises TimeoutError after ``timeout``
+        seconds, and JobFailedError when ``raise_on_failure`` and it did not COMPLETE."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.refresh().done:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("job %s still %s after %.0f s" % (self.id, self.state, timeout))
+            time.sleep(poll)
+        if raise_on_failure and self.state != "COMPLETED":
+            raise JobFailedError(self)
+        return self
+
+    def stop(self, reason=None):
+        self._data = self.client.stop(self.id, reason)._data
+        return self
+
+    def events(self):
+        return self.client.events(self.id)
+
+    def logs(self, follow=False, rank=None, since=None):
+        """A generator of LogLine (str(line) is "[rank N] text"); see Client.logs."""
+        return self.client.logs(self.id, follow=follow, rank=rank, since=since)
+
+    def metrics(self, name=None, max_points=None):
+        """{name: [(step, value), ...]}; with ``name`` only that metric."""
+        return self.client.metrics(self.id, name=name, max_points=max_points)
