@@ -1,0 +1,427 @@
+/* cpu.c - the CPU backend (eng_cpu_backend): GEMMs through OpenBLAS (its OpenMP build, so BLAS
+ * and these kernels share libgomp's one thread pool), everything else as OpenMP loops the
+ * compiler vectorises (AVX-512 where present). Every kernel partitions work statically and
+ * reduces in a fixed order, so results are bit-identical run to run for a given thread count.
+ * The plain reference each kernel is tested against is engine/ref/ref.c. */
+#pragma GCC target("prefer-vector-width=512")
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+
+void openblas_set_num_threads(int num_threads);
+
+/* ---- threads and memory --------------------------------------------------------------------- */
+
+void eng_cpu_set_threads(int n)
+{
+    if (n <= 0) return;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int eng_cpu_threads(void) { return omp_get_max_threads(); }
+
+static void *cpu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    size_t n = (bytes + 63) / 64 * 64;
+    if (n == 0) n = 64;
+    if (posix_memalign(&p, 64, n) != 0) return NULL;
+    memset(p, 0, n);
+    return p;
+}
+static void cpu_free(void *p) { free(p); }
+static void cpu_memset_zero(void *d, size_t n) { memset(d, 0, n); }
+static void cpu_copy(void *d, const void *s, size_t n) { memmove(d, s, n); }
+static void cpu_sync(void) {}
+
+/* ---- vectorisable math ------------------------------------------------------------------------ */
+
+/* expf good to ~2 ulp over the float range; written so `omp simd` loops vectorise it (Cephes
+ * polynomial on [-ln2/2, ln2/2], exponent built from the integer part). */
+static inline float fast_expf(float x)
+{
+    x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+    float k = __builtin_rintf(x * 1.44269504088896341f);
+    float r = x - k * 0.693359375f + k * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } u;
+    u.i = ((int32_t)k + 127) << 23;
+    return p * u.f;
+}
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1); saturates correctly at both ends. */
+static inline float fast_tanhf(float u)
+{
+    return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f);
+}
+
+/* ---- encoder -------------------------------------------------------------------------------- */
+
+static void cpu_encoder_forward(float *out, const int32_t *inp, const float *wte,
+                                const float *wpe, int B, int T, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        float *o = out + (size_t)bt * C;
+        const float *we = wte + (size_t)inp[bt] * C, *wp = wpe + (size_t)(bt % T) * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = we[c] + wp[c];
+    }
+}
+
+/* Parallel over channel ranges: each thread owns columns of dwte/dwpe, so repeated tokens never
+ * race and the summation order (b, t ascending) is fixed. */
+static void cpu_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                 const int32_t *inp, int B, int T, int C)
+{
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *d = dout + ((size_t)b * T + t) * C;
+                float *we = dwte + (size_t)inp[b * T + t] * C, *wp = dwpe + (size_t)t * C;
+#pragma omp simd
+                for (int c = c0; c < c1; c++) { we[c] += d[c]; wp[c] += d[c]; }
+            }
+    }
+}
+
+/* ---- layernorm -------------------------------------------------------------------------------- */
+
+static void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                  const float *w, const float *b, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C;
+        float m = 0.0f, v = 0.0f;
+#pragma omp simd reduction(+ : m)
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= (float)C;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= (float)C;
+        float s = 1.0f / sqrtf(v + 1e-5f);
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+/* dinp per row in parallel; dw/db by channel ranges over all rows (no races, fixed order). */
+static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                                   const float *inp, const float *w, const float *mean,
+                                   const float *rstd, int N, int C)
+{
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+            float *di = dinp + (size_t)i * C;
+            float m = mean[i], s = rstd[i], dn_mean = 0.0f, dn_xhat_mean = 0.0f;
+#pragma omp simd reduction(+ : dn_mean, dn_xhat_mean)
+            for (int c = 0; c < C; c++) {
+                float dn = d[c] * w[c];
+                dn_mean += dn;
+                dn_xhat_mean += dn * (x[c] - m) * s;
+            }
+            dn_mean /= (float)C;
+            dn_xhat_mean /= (float)C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                float xhat = (x[c] - m) * s;
+                di[c] += (d[c] * w[c] - dn_mean - xhat * dn_xhat_mean) * s;
+            }
+        }
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
+        for (int i = 0; i < N; i++) {
+            const float *x = inp + (size_t)i * C, *d = dout + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+#pragma omp simd
+            for (int c = c0; c < c1; c++) {
+                dw[c] += d[c] * (x[c] - m) * s;
+                db[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ---- matmul ----------------------------------------------------------------------------------- */
+
+static void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                               int N, int C, int OC)
+{
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++)
+            memcpy(out + (size_t)i * OC, bias, sizeof(float) * OC);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out,
+                OC);
+}
+
+static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, int N, int C, int OC)
+{
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+                    0.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dw, C);
+    if (dbias) {
+#pragma omp parallel
+        {
+            int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            int o0 = (int)((long)OC * id / nt), o1 = (int)((long)OC * (id + 1) / nt);
+            for (int i = 0; i < N; i++) {
+                const float *d = dout + (size_t)i * OC;
+#pragma omp simd
+                for (int o = o0; o < o1; o++) dbias[o] += d[o];
+            }
+        }
+    }
+}
+
+/* ---- attention -------------------------------------------------------------------------------- */
+
+/* Per (batch, head), in parallel: S = Q K^T / sqrt(hs) by sgemm straight out of the strided qkv
+ * buffer, causal softmax per row, out = P V by sgemm. OpenBLAS runs single-threaded inside the
+ * parallel region (it checks omp_in_parallel), so the pool is not oversubscribed. */
+static void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                  int NH)
+{
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs;
+        const float *k = q + C, *v = q + 2 * C;
+        float *a = att + (size_t)bh * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f,
+                    a, T);
+        for (int t = 0; t < T; t++) {
+            float *row = a + (size_t)t * T;
+            float mx = -INFINITY, sum = 0.0f;
+            for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
+#pragma omp simd reduction(+ : sum)
+            for (int u = 0; u <= t; u++) {
+                row[u] = fast_expf(row[u] - mx);
+                sum += row[u];
+            }
+            float inv = 1.0f / sum;
+#pragma omp simd
+            for (int u = 0; u <= t; u++) row[u] *= inv;
+            for (int u = t + 1; u < T; u++) row[u] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
+                    out + (size_t)b * T * C + h * hs, C);
+    }
+}
+
+static void cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                   const float *qkv, const float *att, int B, int T, int C,
+                                   int NH)
+{
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs;
+        const float *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        const float *a = att + (size_t)bh * T * T;
+        const float *d = dout + (size_t)b * T * C + h * hs;
+        float *ds = scratch + (size_t)bh * T * T;
+        /* dP = dO V^T */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f,
+                    ds, T);
+        for (int t = 0; t < T; t++) {
+            const float *ar = a + (size_t)t * T;
+            float *dr = ds + (size_t)t * T;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int u = 0; u <= t; u++) dot += ar[u] * dr[u];
+#pragma omp simd
+            for (int u = 0; u <= t; u++) dr[u] = ar[u] * (dr[u] - dot) * scale;
+            for (int u = t + 1; u < T; u++) dr[u] = 0.0f;
+        }
+        /* dQ = dS K, dK = dS^T Q, dV = P^T dO */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, C3, 0.0f,
+                    dq, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, C3, 0.0f,
+                    dk, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv,
+                    C3);
+    }
+}
+
+/* ---- pointwise -------------------------------------------------------------------------------- */
+
+#define GELU_S 0.7978845608028654f
+
+static void cpu_gelu_forward(float *out, const float *inp, size_t N)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + fast_tanhf(GELU_S * (x + 0.044715f * x * x * x)));
+    }
+}
+
+static void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t N)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        float x = inp[i];
+        float th = fast_tanhf(GELU_S * (x + 0.044715f * x * x * x));
+        float g = 0.5f * (1.0f + th) +
+                  0.5f * x * (1.0f - th * th) * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+static void cpu_relu_forward(float *out, const float *inp, size_t N)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+static void cpu_relu_backward(float *dinp, const float *inp, const float *dout, size_t N)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+static void cpu_residual_forward(float *out, const float *a, const float *b, size_t N)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
+}
+
+/* ---- softmax cross-entropy ---------------------------------------------------------------------- */
+
+static void cpu_xent_forward(float *probs, float *losses, const float *logits,
+                             const int32_t *targets, int N, int V, int Vp)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *l = logits + (size_t)i * Vp;
+        float *p = probs + (size_t)i * Vp;
+        float mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+        float lt = targets ? l[targets[i]] : 0.0f; /* read before probs overwrite logits */
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < V; j++) {
+            p[j] = fast_expf(l[j] - mx);
+            sum += p[j];
+        }
+        float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j < V; j++) p[j] *= inv;
+        for (int j = V; j < Vp; j++) p[j] = 0.0f;
+        if (targets) losses[i] = mx + logf(sum) - lt;
+    }
+}
+
+static void cpu_xent_backward(float *dlogits, const float *probs, const int32_t *targets,
+                              float dloss, int N, int V, int Vp)
+{
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *p = probs + (size_t)i * Vp;
+        float *d = dlogits + (size_t)i * Vp;
+#pragma omp simd
+        for (int j = 0; j < V; j++) d[j] = p[j] * dloss;
+        for (int j = V; j < Vp; j++) d[j] = 0.0f;
+        d[targets[i]] -= dloss;
+    }
+}
+
+/* ---- optimizer and reductions ------------------------------------------------------------------- */
+
+static void cpu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float wd,
+                             float grad_scale, int64_t t)
+{
+    float bc1 = (float)(1.0 - pow(beta1, (double)t)), bc2 = (float)(1.0 - pow(beta2, (double)t));
+    float ibc1 = 1.0f / bc1, ibc2 = 1.0f / bc2;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = param[i];
+        param[i] = p - lr * ((mi * ibc1) / (sqrtf(vi * ibc2) + eps) + wd * p);
+    }
+}
+
+/* Fixed 16K-element chunks summed in double, chunk partials added in order: the result does
+ * not depend on the thread count. */
+#define SUMSQ_CHUNK 16384
+static double cpu_sumsq(const float *x, size_t n)
+{
+    size_t nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double stackbuf[256], *part = nchunks <= 256 ? stackbuf : malloc(sizeof(double) * nchunks);
+    if (!part) { /* out of memory: fall back to one serial pass (still deterministic) */
+        double s = 0;
+        for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+        return s;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t ch = 0; ch < nchunks; ch++) {
+        size_t i0 = ch * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        part[ch] = s;
+    }
+    double s = 0;
+    for (size_t ch = 0; ch < nchunks; ch++) s += part[ch];
+    if (part != stackbuf) free(part);
+    return s;
+}
+
+static void cpu_scale(float *x, float s, size_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+const eng_backend_t eng_cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc, .free = cpu_free, .memset_zero = cpu_memset_zero,
+    .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy, .synchronize = cpu_sync,
+    .encoder_forward = cpu_encoder_forward, .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward, .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward, .gelu_backward = cpu_gelu_backward,
+    .relu_forward = cpu_relu_forward, .relu_backward = cpu_relu_backward,
+    .residual_forward = cpu_residual_forward,
+    .xent_forward = cpu_xent_forward, .xent_backward = cpu_xent_backward,
+    .adamw_update = cpu_adamw_update, .sumsq = cpu_sumsq, .scale = cpu_scale,
+};

@@ -1,0 +1,412 @@
+/* engine.h - kiln's training engine, public interface: models (GPT, MLP) as sequences of blocks
+ * over flat parameter/gradient buffers, data loading, checkpoints and the training loop.
+ * Ops live behind engine/backend.h; collectives (engine/comm/) and parallel schedules build on
+ * the per-block entry points and the trainer hooks declared here.
+ * It is not a general framework: two models, written out by hand, llm.c style. */
+#ifndef KILN_ENGINE_H
+#define KILN_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "engine/backend.h"
+
+/* ============================================================================================
+ * Flat parameter buffers
+ * ============================================================================================ */
+
+/* One named tensor inside a model's flat parameter buffer. */
+typedef struct eng_tensor {
+    const char *name; /* static storage: "wte", "qkvw", ... */
+    size_t off, n;    /* element offset and count in the flat buffer */
+    bool decay;       /* 2-D weight: AdamW weight decay applies */
+} eng_tensor_t;
+
+/* A contiguous element range of the flat buffer. */
+typedef struct eng_range {
+    size_t off, n;
+} eng_range_t;
+
+#define ENG_MAX_TENSORS 40
+
+/* Parameters and gradients of one model: two slabs of n floats each (device memory), with the
+ * tensor table describing their common layout. Optimizer state lives in the trainer. */
+typedef struct eng_params {
+    size_t n;          /* total parameters */
+    float *params;     /* (n) device; owned */
+    float *grads;      /* (n) device; owned */
+    int n_tensors;
+    eng_tensor_t tensors[ENG_MAX_TENSORS];
+} eng_params_t;
+
+/* ============================================================================================
+ * GPT-2
+ * ============================================================================================ */
+
+typedef struct eng_gpt_config {
+    int max_seq_len;       /* T: context length (wpe rows) */
+    int vocab_size;        /* V: real vocabulary */
+    int padded_vocab_size; /* Vp >= V: rows of wte (padding rows never receive gradient) */
+    int n_layer;           /* L */
+    int n_head;            /* NH */
+    int n_embd;            /* C */
+} eng_gpt_config_t;
+
+/* Views of the 16 GPT-2 tensors into a flat buffer, in llm.c's order. */
+typedef struct eng_gpt_weights {
+    float *wte;      /* (Vp, C) token embedding, tied to the LM head */
+    float *wpe;      /* (T, C) */
+    float *ln1w;     /* (L, C) */
+    float *ln1b;     /* (L, C) */
+    float *qkvw;     /* (L, 3C, C) */
+    float *qkvb;     /* (L, 3C) */
+    float *attprojw; /* (L, C, C) */
+    float *attprojb; /* (L, C) */
+    float *ln2w;     /* (L, C) */
+    float *ln2b;     /* (L, C) */
+    float *fcw;      /* (L, 4C, C) */
+    float *fcb;      /* (L, 4C) */
+    float *fcprojw;  /* (L, C, 4C) */
+    float *fcprojb;  /* (L, C) */
+    float *lnfw;     /* (C) */
+    float *lnfb;     /* (C) */
+} eng_gpt_weights_t;
+#define ENG_GPT_NTENSORS 16
+
+/* Saved activations of one microbatch (B sequences of T tokens). A pipeline keeps one of these
+ * per microbatch in flight; a single process needs one. All device memory, one slab. */
+typedef struct eng_gpt_acts {
+    int B, T;
+    int32_t *tokens;   /* (B,T) */
+    int32_t *targets;  /* (B,T) */
+    float *resid;      /* (L+1, B,T,C): resid[0] = embedding output, resid[l] = layer l output */
+    float *ln1;        /* (L, B,T,C) */
+    float *ln1_mean;   /* (L, B,T) */
+    float *ln1_rstd;   /* (L, B,T) */
+    float *qkv;        /* (L, B,T,3C) */
+    float *att;        /* (L, B,NH,T,T) softmax probabilities */
+    float *atty;       /* (L, B,T,C) attention output before the projection */
+    float *resid2;     /* (L, B,T,C) residual stream after the attention branch */
+    float *ln2;        /* (L, B,T,C) */
+    float *ln2_mean;   /* (L, B,T) */
+    float *ln2_rstd;   /* (L, B,T) */
+    float *fch;        /* (L, B,T,4C) */
+    float *fch_gelu;   /* (L, B,T,4C) */
+    float *lnf;        /* (B,T,C) */
+    float *lnf_mean;   /* (B,T) */
+    float *lnf_rstd;   /* (B,T) */
+    float *probs;      /* (B,T,Vp) logits, then softmax, then (after backward) dlogits */
+    float *losses;     /* (B,T) per-token loss */
+    float *slab;       /* owned */
+    size_t bytes;
+    float *host_losses; /* (B,T) host copy; owned */
+} eng_gpt_acts_t;
+
+typedef struct eng_gpt {
+    eng_gpt_config_t cfg;
+    const eng_backend_t *be;  /* borrowed */
+    eng_params_t p;
+    eng_gpt_weights_t w;      /* views into p.params */
+    eng_gpt_weights_t g;      /* views into p.grads */
+    int scratch_B, scratch_T; /* batch the backward scratch is sized for */
+    float *scratch;           /* owned slab: */
+    float *d_a, *d_b;         /* (B,T,C) boundary gradients, ping-pong in eng_gpt_backward */
+    float *d_res2;            /* (B,T,C) */
+    float *d_bt;              /* (B,T,C) */
+    float *d_qkv;             /* (B,T,3C) */
+    float *d_fch;             /* (B,T,4C) */
+    float *d_att;             /* (B,NH,T,T) */
+} eng_gpt_t;
+
+/* Parameter count for a config. */
+size_t eng_gpt_num_params(const eng_gpt_config_t *cfg);
+/* Model FLOPs per token for training (forward + backward): 6N + 6*L*C*T (N excludes wpe,
+ * per the PaLM appendix convention used by llm.c's MFU; the attention term counts T). */
+double eng_gpt_flops_per_token(const eng_gpt_config_t *cfg);
+
+/* Creates a GPT on backend be: plans and allocates parameters, gradients and backward scratch
+ * for microbatches of up to B sequences of cfg->max_seq_len tokens. Parameters start at zero;
+ * call eng_gpt_init_weights or load them. Caller owns *out; free with eng_gpt_destroy().
+ * Returns KILN_EINVAL (bad config, in err) or KILN_ENOMEM. */
+int eng_gpt_create(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B, eng_gpt_t **out,
+                   kiln_err_t *err);
+void eng_gpt_destroy(eng_gpt_t *m);
+/* GPT-2 initialisation from seed: weights N(0, 0.02), residual projections (attprojw, fcprojw)
+ * N(0, 0.02/sqrt(2L)), LayerNorm weights 1, biases 0, padded wte rows 0. */
+void eng_gpt_init_weights(eng_gpt_t *m, uint64_t seed);
+
+/* Activations for B x T (T <= max_seq_len). Caller owns *out; free with eng_gpt_acts_destroy. */
+int eng_gpt_acts_create(const eng_gpt_t *m, int B, int T, eng_gpt_acts_t **out, kiln_err_t *err);
+void eng_gpt_acts_destroy(const eng_gpt_t *m, eng_gpt_acts_t *a);
+/* Copies host tokens (B*T) and targets (B*T, may be NULL) into a. */
+void eng_gpt_acts_set_batch(const eng_gpt_t *m, eng_gpt_acts_t *a, const int32_t *tokens,
+                            const int32_t *targets);
+
+/* Blocks: 0 = embedding, 1..L = transformer layers, L+1 = final LayerNorm + tied LM head +
+ * cross-entropy. Block b reads boundary b-1 and writes boundary b, where boundary i is
+ * eng_gpt_boundary(a, i) (B,T,C) for i in 0..L; block 0 reads a->tokens, block L+1 writes
+ * a->probs and (when targets are set) a->losses. A pipeline stage receives its input into
+ * eng_gpt_boundary(a, first_block - 1) and sends eng_gpt_boundary(a, last_block). */
+int eng_gpt_num_blocks(const eng_gpt_t *m);
+float *eng_gpt_boundary(const eng_gpt_t *m, eng_gpt_acts_t *a, int i);
+void eng_gpt_block_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, bool has_targets);
+/* Backward of one block: dout (B,T,C) is the gradient of the block's output (NULL for block
+ * L+1, whose output is the loss: dloss is d(objective)/d(each token's loss), e.g.
+ * 1/(B*T*accum_steps)); din (B,T,C) receives the gradient of the block's input (overwritten;
+ * unused for block 0, may be NULL). din must not alias dout. Parameter gradients accumulate.
+ * Block L+1 turns a->probs into dlogits, so each acts is back-propagated once.
+ * Tied embedding: wte's gradient receives the LM head's part from block L+1 and the lookup part
+ * from block 0; it is final only after block 0. (A pipeline holding blocks 0 and L+1 on
+ * different stages must sum the two stages' wte gradients before the update.) */
+void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const float *dout,
+                            float *din, float dloss);
+/* The block's parameter ranges in the flat buffers (OUT: up to ENG_MAX_TENSORS); returns the
+ * count. Block L+1 lists lnfw, lnfb and wte (tied, shared with block 0). */
+int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out);
+
+/* Called during backward when the gradients of `block` are final for this microbatch set (the
+ * data-parallel layer starts all-reducing them). Blocks come last to first. */
+typedef void (*eng_grads_ready_fn)(void *ctx, int block);
+
+/* Whole forward over all blocks; returns the mean loss over B*T (0 without targets). */
+float eng_gpt_forward(eng_gpt_t *m, eng_gpt_acts_t *a, bool has_targets);
+/* Whole backward (blocks L+1..0) with the given dloss; ready (may be NULL) is called after each
+ * block. Requires scratch sized for a->B (B <= the B given to eng_gpt_create). */
+void eng_gpt_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float dloss, eng_grads_ready_fn ready,
+                      void *ctx);
+
+/* llm.c GPT-2 checkpoint (magic 20240326, version 3): header of 256 int32 then float32
+ * parameters in llm.c order (with padded vocab rows). Read fills *cfg (OUT); params_out, when
+ * non-NULL, receives a malloc'd host array of eng_gpt_num_params(cfg) floats (caller frees).
+ * Returns KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT with the reason in err. */
+int eng_gpt_llmc_read(const char *path, eng_gpt_config_t *cfg, float **params_out,
+                      kiln_err_t *err);
+/* Writes the model's parameters in llm.c's format (atomically). */
+int eng_gpt_llmc_write(const eng_gpt_t *m, const char *path, kiln_err_t *err);
+
+/* ============================================================================================
+ * MLP classifier: x (B, n_in) -> [Linear -> act] x hidden -> Linear -> softmax cross-entropy.
+ * Blocks are the linear layers 0..n_layers-1 (each with its activation).
+ * ============================================================================================ */
+
+#define ENG_MLP_MAX_LAYERS 17
+
+typedef struct eng_mlp_config {
+    int n_inputs, n_classes;
+    int n_hidden;
+    int hidden[ENG_MLP_MAX_LAYERS - 1];
+    bool gelu; /* GELU instead of ReLU */
+} eng_mlp_config_t;
+
+typedef struct eng_mlp {
+    eng_mlp_config_t cfg;
+    const eng_backend_t *be;
+    eng_params_t p;
+    int n_layers;                       /* n_hidden + 1 */
+    int dims[ENG_MLP_MAX_LAYERS + 1];   /* dims[0] = n_inputs ... dims[n_layers] = n_classes */
+    float *w[ENG_MLP_MAX_LAYERS];       /* (dims[i+1], dims[i]) views into params */
+    float *b[ENG_MLP_MAX_LAYERS];       /* (dims[i+1]) */
+    float *gw[ENG_MLP_MAX_LAYERS];      /* views into grads */
+    float *gb[ENG_MLP_MAX_LAYERS];
+    int B;                               /* batch the activations are sized for */
+    float *acts;                         /* owned slab: */
+    float *x;                            /* (B, n_in) input */
+    int32_t *y;                          /* (B) labels */
+    float *pre[ENG_MLP_MAX_LAYERS];      /* (B, dims[i+1]) pre-activation; last = logits/probs */
+    float *post[ENG_MLP_MAX_LAYERS];     /* (B, dims[i+1]) post-activation (hidden layers) */
+    float *losses;                       /* (B) */
+    float *d_a, *d_b;                    /* (B, max dim) backward ping-pong */
+    float *host_losses;                  /* (B) host */
+} eng_mlp_t;
+
+int eng_mlp_create(const eng_mlp_config_t *cfg, const eng_backend_t *be, int B, eng_mlp_t **out,
+                   kiln_err_t *err);
+void eng_mlp_destroy(eng_mlp_t *m);
+/* Kaiming-uniform-like init: w ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) from seed, biases 0. */
+void eng_mlp_init_weights(eng_mlp_t *m, uint64_t seed);
+/* x (B, n_in) host floats, y (B) host labels; B <= the created B. Returns the mean loss. */
+float eng_mlp_forward(eng_mlp_t *m, const float *x, const int32_t *y, int B);
+/* Backward after eng_mlp_forward with the same B; dloss per example. */
+void eng_mlp_backward(eng_mlp_t *m, int B, float dloss, eng_grads_ready_fn ready, void *ctx);
+/* Fraction of the B examples of the last forward whose argmax equals the label. */
+double eng_mlp_accuracy(eng_mlp_t *m, int B);
+
+/* ============================================================================================
+ * Random numbers: a small deterministic generator (splitmix64 seeding + xoshiro256**), whose
+ * whole state fits in a checkpoint.
+ * ============================================================================================ */
+typedef struct eng_rng {
+    uint64_t s[4];
+} eng_rng_t;
+
+void eng_rng_seed(eng_rng_t *r, uint64_t seed);
+uint64_t eng_rng_next(eng_rng_t *r);
+double eng_rng_uniform(eng_rng_t *r);  /* [0, 1) */
+double eng_rng_normal(eng_rng_t *r);   /* N(0, 1) */
+uint64_t eng_rng_below(eng_rng_t *r, uint64_t n); /* [0, n) */
+
+/* ============================================================================================
+ * Data
+ * ============================================================================================ */
+
+typedef enum { ENG_DATA_TEXT = 0, ENG_DATA_TOKENS, ENG_DATA_SYNTHETIC } eng_data_kind_t;
+
+/* A token stream (text bytes or llm.c shard tokens) for training or validation. */
+typedef struct eng_tokens {
+    int32_t *tok;  /* (n) owned */
+    size_t n;
+    int max_token; /* largest token id present */
+} eng_tokens_t;
+
+/* Loads a text file as bytes (vocab 256) or an llm.c token shard (magic 20240520, version 1:
+ * header and size are checked). Caller owns *out (eng_tokens_deinit). Returns KILN_ENOTFOUND,
+ * KILN_EIO or KILN_EFORMAT with the file and reason in err. */
+int eng_tokens_load(const char *path, eng_data_kind_t kind, eng_tokens_t *out, kiln_err_t *err);
+void eng_tokens_deinit(eng_tokens_t *t);
+/* Moves the last floor(frac * n) tokens of all into tail (OUT, owned); all keeps the rest. */
+int eng_tokens_split_tail(eng_tokens_t *all, double frac, eng_tokens_t *tail, kiln_err_t *err);
+/* Writes an llm.c token shard (for tests and tools). */
+int eng_tokens_write_shard(const char *path, const uint16_t *tok, size_t n, kiln_err_t *err);
+
+/* Sampler state that a checkpoint stores. */
+typedef struct eng_sampler_state {
+    uint64_t pos;     /* sequential: next sequence start */
+    eng_rng_t rng;    /* random: offsets */
+    uint64_t epoch;
+} eng_sampler_state_t;
+
+/* Batch sampler over a token stream: each optimizer step draws the G = global batch sequences
+ * of T+1 tokens (random offsets, or sequentially); rank r of `world` ranks takes sequences
+ * [r*G/world, (r+1)*G/world) and splits them into microbatches, so every rank reads its own
+ * shard and the union over ranks is exactly the single-rank global batch. */
+typedef struct eng_sampler {
+    const eng_tokens_t *data; /* borrowed */
+    int T;
+    int global_batch;
+    int rank, world;
+    bool random;
+    eng_sampler_state_t st;
+    uint64_t *starts;         /* (global_batch) offsets of the current step; owned */
+} eng_sampler_t;
+
+int eng_sampler_init(eng_sampler_t *s, const eng_tokens_t *data, int T, int global_batch,
+                     int rank, int world, bool random, uint64_t seed, kiln_err_t *err);
+void eng_sampler_deinit(eng_sampler_t *s);
+/* Draws the next step's global batch (advances the state). */
+void eng_sampler_next_step(eng_sampler_t *s);
+/* This rank's microbatch `micro` of size B: tokens and targets (B*T each, host, OUT). */
+void eng_sampler_micro(const eng_sampler_t *s, int micro, int B, int32_t *tokens,
+                       int32_t *targets);
+
+/* Synthetic classification data for the MLP: x ~ N(0,1)^n_in for example index i (from seed
+ * and i), label = argmax of a fixed random two-layer teacher network. Deterministic. */
+typedef struct eng_synth {
+    int n_in, n_classes, hidden;
+    float *w1, *w2; /* teacher (hidden, n_in), (n_classes, hidden); owned */
+    uint64_t seed;
+} eng_synth_t;
+int eng_synth_init(eng_synth_t *s, int n_in, int n_classes, uint64_t seed);
+void eng_synth_deinit(eng_synth_t *s);
+/* Example `index` (OUT x (n_in), *label). */
+void eng_synth_example(const eng_synth_t *s, uint64_t index, float *x, int32_t *label);
+
+/* ============================================================================================
+ * Checkpoints
+ * ============================================================================================ */
+
+/* What a checkpoint holds besides the flat buffers. */
+typedef struct eng_ckpt_meta {
+    int64_t step;               /* optimizer steps completed */
+    eng_sampler_state_t train;  /* training sampler */
+    eng_rng_t sample_rng;       /* text sampling RNG */
+    uint64_t model_hash;        /* config fingerprint; resume refuses a different model */
+    uint64_t n_params;
+} eng_ckpt_meta_t;
+
+/* Writes <dir>/ckpt_<step 8 digits>.bin atomically (temp file, fsync, rename, fsync dir):
+ * meta, then params, m and v (n floats each, host or device via be). Then deletes all but the
+ * newest keep_last checkpoints (keep_last <= 0 keeps all). Returns 0 or KILN_EIO. */
+int eng_ckpt_write(const char *dir, const eng_ckpt_meta_t *meta, const eng_backend_t *be,
+                   const float *params, const float *m, const float *v, size_t n, int keep_last,
+                   kiln_err_t *err);
+/* Finds the newest complete checkpoint in dir (OUT path, size n). KILN_ENOTFOUND when none. */
+int eng_ckpt_find_latest(const char *dir, char *path, size_t n);
+/* Reads a checkpoint written by eng_ckpt_write into meta and the three n-float buffers.
+ * KILN_EFORMAT when the file is corrupt or n/model_hash differ (meta->model_hash and
+ * meta->n_params hold the expected values on input). */
+int eng_ckpt_read(const char *path, eng_ckpt_meta_t *meta, const eng_backend_t *be,
+                  float *params, float *m, float *v, size_t n, kiln_err_t *err);
+
+/* ============================================================================================
+ * Training
+ * ============================================================================================ */
+
+/* Hooks through which data parallelism joins the loop; all optional (NULL = single process). */
+typedef struct eng_train_hooks {
+    void *ctx;
+    /* called when block `block`'s gradients are final for this step (last microbatch only) */
+    eng_grads_ready_fn grads_ready;
+    /* called after backward of the last microbatch, before the norm: finish all reductions
+     * so grads hold the global average. Returns 0 or a KILN_E* status (aborts training). */
+    int (*grads_finish)(void *ctx, float *grads, size_t n);
+    /* all-reduce (sum) of a double across ranks, e.g. a partial sum of squares */
+    int (*allreduce_sum)(void *ctx, double *x);
+} eng_train_hooks_t;
+
+/* Options of one run, from the spec and the command line. */
+typedef struct eng_train_opts {
+    const char *checkpoint_dir;  /* "" or NULL: no checkpoints */
+    const char *output_dir;      /* "" or NULL: no samples.txt */
+    int64_t max_steps_override;  /* > 0 replaces hyperparameters.max_steps */
+    int threads;                 /* <= 0: leave */
+    double peak_gflops;          /* <= 0: measure at start */
+    int metrics_fd;              /* < 0: none */
+    int rank, world;
+    const char *sample_prompt;   /* NULL: "\n" */
+    const char *spec_dir;        /* directory of the spec file, for relative data paths */
+    volatile int *stop_flag;     /* set asynchronously (SIGTERM): checkpoint and stop */
+    bool quiet;                  /* no per-step stdout lines */
+    eng_train_hooks_t hooks;
+} eng_train_opts_t;
+
+/* The outcome of eng_train_run. */
+typedef struct eng_train_result {
+    int64_t steps_done;     /* optimizer steps completed in total (including resumed ones) */
+    int64_t start_step;     /* 0, or the step resumed from */
+    bool stopped;           /* stopped early by stop_flag (a checkpoint was written) */
+    float last_train_loss;
+    float last_val_loss;    /* NAN when never evaluated */
+    double peak_mem_mb;
+    float *losses;          /* (steps run in this call) train loss per step; owned (free()) */
+    int64_t n_losses;
+} eng_train_result_t;
+
+struct spec;
+/* Runs the job spec: builds the model and data, resumes from the newest checkpoint in
+ * opts->checkpoint_dir when present, trains to max_steps (logging to stdout, metrics to
+ * metrics_fd), checkpoints every checkpoint.every_steps and when stop_flag is set, evaluates,
+ * samples. Returns 0 (res->stopped says whether it stopped early), KILN_EINVAL (spec/model),
+ * KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT (data, checkpoint), KILN_EUNSUPP (world > 1 without
+ * data-parallel hooks). res may be NULL; otherwise free res->losses. */
+int eng_train_run(const struct spec *spec, const eng_train_opts_t *opts, eng_train_result_t *res,
+                  kiln_err_t *err);
+
+/* Learning rate at 1-based step: linear warm-up to lr over warmup steps, then cosine decay to
+ * min_lr_fraction*lr at max_steps. */
+double eng_lr_at(int64_t step, double lr, int warmup, int64_t max_steps, double min_frac);
+
+/* Samples n tokens after prompt (bytes) from a trained byte-level GPT: temperature, top-k
+ * (0 = all). Writes the text (prompt included) into out (NUL-terminated, size cap). Uses a B=1
+ * activation set; deterministic given rng. */
+int eng_gpt_sample(eng_gpt_t *m, const int32_t *prompt, int n_prompt, int n, double temperature,
+                   int top_k, eng_rng_t *rng, int32_t *out_tokens, kiln_err_t *err);
+
+/* Peak sustained fp32 FLOP/s of this process's threads, measured with an AVX-512/AVX FMA loop
+ * (~0.2 s). Used as MFU's denominator unless overridden. */
+double eng_measure_peak_gflops(void);
+/* Peak resident memory of the process in MiB (getrusage). */
+double eng_peak_mem_mb(void);
+
+#endif /* KILN_ENGINE_H */
