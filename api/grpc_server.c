@@ -1,11 +1,405 @@
-/* grpc_server.c - placeholder until the AgentService server lands: reports "not supported". */
+/* grpc_server.c - kilnd's gRPC front end over the gRPC C core: method paths registered by hand
+ * (protoc-c makes messages only), requests armed ahead on one completion queue served by a few
+ * threads, protobuf-c decode -> service/ -> encode, kiln statuses mapped to gRPC statuses.
+ * Unknown methods get UNIMPLEMENTED. The TrainingService conversions live in grpc_training.c. */
 #include "api/api.h"
+#include "api/grpc_int.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GRPC_THREADS 2
+#define GRPC_ARMED 8                 /* requests kept armed per method */
+#define GRPC_MAX_MESSAGE (16 << 20)
+
+enum { STAGE_REQUEST = 0, STAGE_REPLY = 1 };
+
+typedef struct gcall {
+    api_grpc_t *g;
+    int method;                      /* index into k_methods, -1 for the generic (unknown) request */
+    int stage;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_call_details details;       /* generic requests only */
+    grpc_byte_buffer *payload;
+    grpc_byte_buffer *reply;
+    grpc_slice status_details;
+    bool has_details;
+    int cancelled;
+} gcall_t;
+
+struct api_grpc {
+    svc_t *svc;
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    void **rm;                       /* registered method handles, per k_methods entry */
+    pthread_t threads[GRPC_THREADS];
+    int nthreads;
+    atomic_bool shutting_down;
+    bool started;
+    int shutdown_tag;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool shutdown_done;
+};
+
+/* ---- AgentService handlers ------------------------------------------------------------------ */
+
+static Kiln__Ack *ack_new(arena_t *arena)
+{
+    Kiln__Ack *ack = arena_alloc(arena, sizeof(*ack));
+    kiln__ack__init(ack);
+    ack->ok = true;
+    return ack;
+}
+
+static int h_register(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    Kiln__RegisterResponse *out = arena_alloc(arena, sizeof(*out));
+    kiln__register_response__init(out);
+    *resp = &out->base;
+    return svc_agent_register(s, (const Kiln__RegisterRequest *)req, arena, out, err);
+}
+
+static int h_heartbeat(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    Kiln__HeartbeatResponse *out = arena_alloc(arena, sizeof(*out));
+    kiln__heartbeat_response__init(out);
+    *resp = &out->base;
+    return svc_agent_heartbeat(s, (const Kiln__HeartbeatRequest *)req, arena, out, err);
+}
+
+static int h_status(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    *resp = &ack_new(arena)->base;
+    return svc_agent_rank_status(s, (const Kiln__RankStatus *)req, err);
+}
+
+static int h_logs(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    *resp = &ack_new(arena)->base;
+    return svc_agent_logs(s, (const Kiln__LogBatch *)req, err);
+}
+
+static int h_metrics(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    *resp = &ack_new(arena)->base;
+    return svc_agent_metrics(s, (const Kiln__MetricBatch *)req, err);
+}
+
+static int h_exit(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    *resp = &ack_new(arena)->base;
+    return svc_agent_rank_exit(s, (const Kiln__RankExit *)req, err);
+}
+
+static const api_grpc_method_t k_agent_methods[] = {
+    {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register},
+    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat},
+    {"/kiln.AgentService/ReportRankStatus", &kiln__rank_status__descriptor, h_status},
+    {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs},
+    {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics},
+    {"/kiln.AgentService/ReportRankExit", &kiln__rank_exit__descriptor, h_exit},
+};
+
+/* Every method the server answers: AgentService, then TrainingService (grpc_training.c). */
+static const api_grpc_method_t *method_at(size_t i)
+{
+    if (i < KILN_ARRAY_LEN(k_agent_methods))
+        return &k_agent_methods[i];
+    return &api_grpc_training_methods[i - KILN_ARRAY_LEN(k_agent_methods)];
+}
+
+static size_t method_count(void)
+{
+    return KILN_ARRAY_LEN(k_agent_methods) + api_grpc_training_method_count;
+}
+
+/* ---- calls -------------------------------------------------------------------------------- */
+
+static void gcall_free(gcall_t *c)
+{
+    if (!c)
+        return;
+    if (c->call)
+        grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->method < 0)
+        grpc_call_details_destroy(&c->details);
+    if (c->payload)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->reply)
+        grpc_byte_buffer_destroy(c->reply);
+    if (c->has_details)
+        grpc_slice_unref(c->status_details);
+    free(c);
+}
+
+/* Asks the server for the next call of a method (or any unknown method for -1). */
+static void grpc_arm(api_grpc_t *g, int method)
+{
+    if (atomic_load(&g->shutting_down))
+        return;
+    gcall_t *c = calloc(1, sizeof(*c));
+    if (!c) {
+        log_error("grpc: out of memory arming a request");
+        return;
+    }
+    c->g = g;
+    c->method = method;
+    c->stage = STAGE_REQUEST;
+    grpc_metadata_array_init(&c->md);
+    grpc_call_error e;
+    if (method >= 0) {
+        e = grpc_server_request_registered_call(g->server, g->rm[method], &c->call, &c->deadline, &c->md,
+                                                &c->payload, g->cq, g->cq, c);
+    } else {
+        grpc_call_details_init(&c->details);
+        e = grpc_server_request_call(g->server, &c->call, &c->details, &c->md, g->cq, g->cq, c);
+    }
+    if (e != GRPC_CALL_OK) {
+        if (!atomic_load(&g->shutting_down))
+            log_error("grpc: could not arm a request: %s", grpc_call_error_to_string(e));
+        gcall_free(c);
+    }
+}
+
+/* Sends the reply (message when status is OK) and the status; the call is freed when the batch
+ * completes. */
+static void grpc_reply(gcall_t *c, grpc_status_code status, const char *message)
+{
+    grpc_op ops[4];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (status == GRPC_STATUS_OK && c->reply) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->reply;
+    }
+    c->status_details = grpc_slice_from_copied_string(message ? message : "");
+    c->has_details = true;
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = status;
+    ops[n++].data.send_status_from_server.status_details = &c->status_details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    c->stage = STAGE_REPLY;
+    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, c, NULL);
+    if (e != GRPC_CALL_OK) {
+        log_error("grpc: could not send a reply: %s", grpc_call_error_to_string(e));
+        gcall_free(c);
+    }
+}
+
+static void grpc_handle(api_grpc_t *g, gcall_t *c)
+{
+    if (c->method < 0) {
+        char msg[300];
+        size_t ml = GRPC_SLICE_LENGTH(c->details.method);
+        snprintf(msg, sizeof(msg), "unknown method %.*s", (int)KILN_MIN(ml, 200),
+                 (const char *)GRPC_SLICE_START_PTR(c->details.method));
+        log_debug("grpc: %s", msg);
+        grpc_reply(c, GRPC_STATUS_UNIMPLEMENTED, msg);
+        return;
+    }
+    const api_grpc_method_t *m = method_at((size_t)c->method);
+    if (!c->payload) {
+        grpc_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "request message is missing");
+        return;
+    }
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, c->payload)) {
+        grpc_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "request message could not be read");
+        return;
+    }
+    grpc_slice in = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    ProtobufCMessage *req = protobuf_c_message_unpack(m->req_desc, NULL, GRPC_SLICE_LENGTH(in),
+                                                      GRPC_SLICE_START_PTR(in));
+    grpc_slice_unref(in);
+    if (!req) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "request is not a valid %s message", m->req_desc->name);
+        grpc_reply(c, GRPC_STATUS_INVALID_ARGUMENT, msg);
+        return;
+    }
+    arena_t arena;
+    arena_init(&arena, 0);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    ProtobufCMessage *resp = NULL;
+    int rc = m->handle(g->svc, req, &arena, &resp, &err);
+    protobuf_c_message_free_unpacked(req, NULL);
+    if (rc == 0 && resp) {
+        size_t len = protobuf_c_message_get_packed_size(resp);
+        grpc_slice out = grpc_slice_malloc(len);
+        protobuf_c_message_pack(resp, GRPC_SLICE_START_PTR(out));
+        c->reply = grpc_raw_byte_buffer_create(&out, 1);
+        grpc_slice_unref(out);
+        arena_deinit(&arena);
+        grpc_reply(c, GRPC_STATUS_OK, "");
+        return;
+    }
+    arena_deinit(&arena);
+    if (rc == 0)
+        rc = kiln_err_set(&err, KILN_EINTERNAL, NULL, "%s produced no reply", m->path);
+    const char *msg = err.message[0] ? err.message : kiln_strerror(rc);
+    char full[600];
+    if (err.field[0])
+        snprintf(full, sizeof(full), "%s: %s", err.field, msg);
+    else
+        snprintf(full, sizeof(full), "%s", msg);
+    if (rc == KILN_EINTERNAL || rc == KILN_EDB || rc == KILN_EIO)
+        log_warn("grpc: %s failed: %s", m->path, full);
+    else
+        log_debug("grpc: %s: %s", m->path, full);
+    grpc_reply(c, (grpc_status_code)kiln_status_grpc(rc), full);
+}
+
+static void *grpc_thread_main(void *arg)
+{
+    api_grpc_t *g = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        if (ev.tag == &g->shutdown_tag) {
+            pthread_mutex_lock(&g->mu);
+            g->shutdown_done = true;
+            pthread_cond_broadcast(&g->cv);
+            pthread_mutex_unlock(&g->mu);
+            continue;
+        }
+        gcall_t *c = ev.tag;
+        if (c->stage == STAGE_REPLY) {
+            gcall_free(c);
+            continue;
+        }
+        if (!ev.success) {
+            /* the server is shutting down and gave the armed request back */
+            gcall_free(c);
+            continue;
+        }
+        grpc_arm(g, c->method); /* keep the method armed before doing the work */
+        grpc_handle(g, c);
+    }
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
 
 int api_grpc_start(svc_t *svc, const char *addr, api_grpc_t **out, kiln_err_t *err)
 {
-    (void)svc;
     *out = NULL;
-    return kiln_err_set(err, KILN_EUNSUPP, NULL, "gRPC server on %s is not built yet", addr);
+    api_grpc_t *g = calloc(1, sizeof(*g));
+    if (!g)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    g->svc = svc;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    atomic_init(&g->shutting_down, false);
+    grpc_init();
+    size_t nm = method_count();
+    g->rm = calloc(nm, sizeof(void *));
+    grpc_arg args[] = {
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = GRPC_MAX_MESSAGE},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = GRPC_MAX_MESSAGE},
+        /* a second kilnd on the same port must fail, not share it silently */
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+    };
+    grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args), .args = args};
+    g->server = grpc_server_create(&ca, NULL);
+    g->cq = grpc_completion_queue_create_for_next(NULL);
+    if (!g->rm || !g->server || !g->cq) {
+        kiln_err_set(err, KILN_EIO, NULL, "could not create the gRPC server");
+        goto fail;
+    }
+    grpc_server_register_completion_queue(g->server, g->cq, NULL);
+    for (size_t i = 0; i < nm; i++) {
+        g->rm[i] = grpc_server_register_method(g->server, method_at(i)->path, NULL,
+                                               GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        if (!g->rm[i]) {
+            kiln_err_set(err, KILN_EINTERNAL, NULL, "could not register gRPC method %s", method_at(i)->path);
+            goto fail;
+        }
+    }
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(g->server, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (port <= 0) {
+        kiln_err_set(err, KILN_EIO, NULL, "could not listen for gRPC on %s", addr);
+        kiln_err_hint(err, "is the address valid and the port free? (--grpc-addr)");
+        goto fail;
+    }
+    grpc_server_start(g->server);
+    g->started = true;
+    for (size_t i = 0; i < nm; i++)
+        for (int k = 0; k < GRPC_ARMED; k++)
+            grpc_arm(g, (int)i);
+    for (int k = 0; k < 2; k++)
+        grpc_arm(g, -1);
+    for (int t = 0; t < GRPC_THREADS; t++) {
+        if (pthread_create(&g->threads[t], NULL, grpc_thread_main, g) != 0) {
+            kiln_err_set(err, KILN_EIO, NULL, "could not start gRPC threads");
+            goto fail;
+        }
+        g->nthreads++;
+    }
+    log_info("gRPC listening on %s (%zu methods)", addr, nm);
+    *out = g;
+    return 0;
+fail:
+    api_grpc_stop(g);
+    return err ? err->status : KILN_EIO;
 }
 
-void api_grpc_stop(api_grpc_t *g) { (void)g; }
+void api_grpc_stop(api_grpc_t *g)
+{
+    if (!g)
+        return;
+    atomic_store(&g->shutting_down, true);
+    if (g->server && !g->started) {
+        grpc_server_destroy(g->server);
+    } else if (g->server) {
+        grpc_server_shutdown_and_notify(g->server, g->cq, &g->shutdown_tag);
+        grpc_server_cancel_all_calls(g->server);
+        if (g->nthreads > 0) {
+            pthread_mutex_lock(&g->mu);
+            while (!g->shutdown_done)
+                pthread_cond_wait(&g->cv, &g->mu);
+            pthread_mutex_unlock(&g->mu);
+        } else {
+            /* no thread to see the tag: drain it here */
+            for (;;) {
+                grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+                if (ev.type != GRPC_OP_COMPLETE || ev.tag == &g->shutdown_tag)
+                    break;
+                gcall_free(ev.tag);
+            }
+        }
+        grpc_server_destroy(g->server);
+    }
+    if (g->cq) {
+        grpc_completion_queue_shutdown(g->cq);
+        for (int t = 0; t < g->nthreads; t++)
+            pthread_join(g->threads[t], NULL);
+        if (g->nthreads == 0)
+            while (grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN)
+                ;
+        grpc_completion_queue_destroy(g->cq);
+    }
+    free(g->rm);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+    grpc_shutdown();
+}
