@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# rest_bench.sh - REST job creation benchmark: a throwaway PostgreSQL at default durability
+# (fsync and synchronous_commit on; initdb --no-sync only skips syncing initdb's own files),
+# a real kilnd process, then bench/rest_bench: closed-loop throughput and open-loop latency
+# at a fixed rate. Prints the machine, date and load so the numbers can go in RESULTS.md.
+#   BUILD=build bash bench/rest_bench.sh            (make BUILD=... bench first)
+# Environment: DURATION (s, default 10), RATE (default 200), CONNS (default 32).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+DURATION=${DURATION:-10}
+RATE=${RATE:-200}
+CONNS=${CONNS:-32}
+KILND="$BUILD/bin/kilnd"
+BENCH="$BUILD/bench/rest_bench"
+for f in "$KILND" "$BENCH"; do
+  [ -x "$f" ] || { echo "rest_bench.sh: $f is missing (make BUILD=$BUILD bench)"; exit 1; }
+done
+
+source scripts/pg.sh
+export KILN_PG_PORT=${KILN_PG_PORT:-$((20000 + RANDOM % 20000))}
+pg_start || { echo "rest_bench.sh: could not start PostgreSQL"; exit 1; }
+KPID=
+cleanup() {
+  [ -n "$KPID" ] && kill "$KPID" 2>/dev/null && wait "$KPID" 2>/dev/null
+  pg_stop
+}
+trap cleanup EXIT
+
+DB=$(pg_createdb "restbench_$$") || exit 1
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+HTTP_PORT=$(port); GRPC_PORT=$(port)
+LOG=$(mktemp /tmp/kilnd-bench.XXXXXX.log)
+KILN_LOG_LEVEL=warn "$KILND" --database-url "$DB" --http-addr "127.0.0.1:$HTTP_PORT" \
+  --grpc-addr "127.0.0.1:$GRPC_PORT" >"$LOG" 2>&1 &
+KPID=$!
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null && break
+  sleep 0.1
+done
+curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null || { echo "kilnd did not become ready:"; cat "$LOG"; exit 1; }
+
+psql_q() { "$(pg_bindir)/psql" -qAt -h "$KILN_PG_HOST" -p "$KILN_PG_PORT" -U postgres -d postgres -c "$1"; }
+echo "== machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) CPUs)"
+echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== postgres: fsync=$(psql_q 'show fsync') synchronous_commit=$(psql_q 'show synchronous_commit') wal_sync_method=$(psql_q 'show wal_sync_method')"
+echo "== kilnd: $KILND, http 127.0.0.1:$HTTP_PORT, threads ${KILN_HTTP_THREADS:-default}"
+echo
+"$BENCH" --url "http://127.0.0.1:$HTTP_PORT" --mode throughput --connections "$CONNS" --duration "$DURATION"
+echo
+"$BENCH" --url "http://127.0.0.1:$HTTP_PORT" --mode latency --rate "$RATE" --connections "$CONNS" --duration "$DURATION"
+echo
+"$BENCH" --url "http://127.0.0.1:$HTTP_PORT" --mode latency --rate "$RATE" --connections "$CONNS" --duration "$DURATION" --idempotency
+echo
+echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== jobs stored: $("$(pg_bindir)/psql" -qAt -h "$KILN_PG_HOST" -p "$KILN_PG_PORT" -U postgres -d "restbench_$$" -c 'select count(*) from jobs' 2>/dev/null)"
+if grep -qE "ERROR|WARN" "$LOG"; then echo "== kilnd warnings:"; grep -E "ERROR|WARN" "$LOG" | tail -5; fi
