@@ -1,0 +1,133 @@
+/* comm.h - kiln's collective-communication layer: rendezvous through rank 0, then all-reduce,
+ * reduce-scatter, all-gather, broadcast, barrier and tagged point-to-point messages between the
+ * ranks of a job, blocking or asynchronous, on host memory over libfabric (`shm` within a host,
+ * `tcp;ofi_rxm` across hosts). It is not the data-parallel trainer; that builds on this API.
+ *
+ * Model: every process holds one communication engine (one libfabric endpoint, one progress
+ * thread that owns it). A comm_t is a group of ranks over that engine: the world from
+ * comm_create(), sub-groups from comm_split(). Operations are queued and executed by the progress
+ * thread strictly in submission order (point-to-point ones are posted in order but may complete
+ * out of order), so every rank of a group must submit the group's collectives in the same order.
+ * Collectives use bandwidth-optimal rings, chunked and pipelined; results are bitwise identical
+ * on every rank. A rank that dies makes every pending and later operation fail fast with
+ * KILN_ECOMM and the dead rank named ("rank 3 (host h) disconnected"). */
+#ifndef KILN_COMM_H
+#define KILN_COMM_H
+
+#include "base/base.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct comm comm_t;
+typedef struct comm_req comm_req_t;
+
+typedef enum { COMM_SUM = 0, COMM_AVG = 1 } comm_redop_t;
+
+/* Pass as color to comm_split() to take no part in any new group (*out becomes NULL). */
+#define COMM_UNDEFINED (-1)
+
+typedef struct comm_config {
+    int rank;                /* global rank, 0..world_size-1 */
+    int world_size;          /* number of ranks, >= 1 */
+    int local_rank;          /* rank on this host (informational) */
+    const char *master_addr; /* rank 0's host name or address ("127.0.0.1") */
+    int master_port;         /* rank 0's rendezvous TCP port */
+    const char *provider;    /* NULL or "auto" (shm if all ranks share a host, else tcp), "shm", "tcp" */
+    double timeout_s;        /* rendezvous timeout; <= 0 means 300 */
+    size_t chunk_bytes;      /* ring chunk size; 0 means 1 MiB */
+    int depth;               /* chunks in flight per direction; 0 means 4 */
+    const char *hostname;    /* NULL: gethostname(); tests set it to pretend ranks are on other hosts */
+    const char *job_id;      /* optional: ranks presenting a different job id are refused */
+} comm_config_t;
+
+/* Fills cfg with defaults (world of 1, rank 0, 127.0.0.1, automatic provider). */
+void comm_config_init(comm_config_t *cfg);
+
+/* Fills cfg from the rank contract's environment (docs/contracts.md): KILN_RANK, KILN_WORLD_SIZE,
+ * KILN_LOCAL_RANK, KILN_MASTER_ADDR, KILN_MASTER_PORT, KILN_JOB_ID, and the optional
+ * KILN_COMM_PROVIDER (shm|tcp|auto), KILN_COMM_TIMEOUT_S, KILN_COMM_CHUNK_BYTES. Fields whose
+ * variables are unset keep their values. Strings point into the environment (borrowed).
+ * Returns 0 or KILN_EINVAL (err names the bad variable). */
+int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err);
+
+/* Joins the job: rendezvous with every rank through rank 0 (rank 0 listens on master_port),
+ * chooses the provider, opens the fabric and starts the progress thread. Collective over all
+ * world_size ranks. On success *out (OUT) is the world group; caller owns it, free with
+ * comm_destroy(). Returns 0, KILN_EINVAL (bad config), KILN_ETIMEDOUT ("rendezvous timed out
+ * after 30 s: 1 of 4 ranks never arrived (missing: rank 3)"), KILN_ECOMM (a peer failed, fabric
+ * errors) or KILN_EIO (sockets). */
+int comm_create(const comm_config_t *cfg, comm_t **out, kiln_err_t *err);
+
+/* comm_config_init() + comm_config_from_env() + comm_create(). */
+int comm_create_from_env(comm_t **out, kiln_err_t *err);
+
+/* Releases a group. Destroying the last group of the engine waits for every other rank to reach
+ * its own teardown (so no rank closes while peers still receive from it; bounded by the timeout)
+ * and stops the progress thread. Every request must have been waited for. Accepts NULL. */
+void comm_destroy(comm_t *c);
+
+int comm_rank(const comm_t *c);       /* rank in this group */
+int comm_size(const comm_t *c);       /* ranks in this group */
+int comm_world_rank(const comm_t *c); /* global rank of this process */
+/* Provider in use: "shm" or "tcp;ofi_rxm". Static storage. */
+const char *comm_provider(const comm_t *c);
+
+/* Shard boundaries used by reduce-scatter and all-gather (and ZeRO-1): element range
+ * [*offset, *offset + *count) of n elements owned by rank of world. The first n % world ranks
+ * own one element more; shards are contiguous and ordered by rank; counts may be 0. */
+void comm_shard_range(size_t n, int rank, int world, size_t *offset, size_t *count);
+
+/* ---- asynchronous operations -------------------------------------------------------------
+ * Each *_start queues the operation and returns at once with *req (OUT); the buffer is borrowed
+ * by the engine until comm_wait() returns. The caller owns *req: comm_wait() it exactly once.
+ * Returns 0, KILN_EINVAL, or KILN_ECOMM when the group has already failed (then *req is NULL).
+ * All functions are thread-safe; operations are executed in submission order. */
+
+/* buf (n floats) becomes the element-wise sum (or average) over the group, identical bytes on
+ * every rank. */
+int comm_allreduce_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_req_t **req,
+                         kiln_err_t *err);
+/* In place: afterwards buf's shard comm_shard_range(n, rank, size) holds the reduced values of
+ * that shard; the rest of buf is clobbered (partial sums). */
+int comm_reduce_scatter_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_req_t **req,
+                              kiln_err_t *err);
+/* In place: each rank contributes buf's shard comm_shard_range(n, rank, size); afterwards every
+ * rank holds all n floats. */
+int comm_allgather_start(comm_t *c, float *buf, size_t n, comm_req_t **req, kiln_err_t *err);
+/* len bytes of root's buf are copied into buf on every other rank. */
+int comm_bcast_start(comm_t *c, void *buf, size_t len, int root, comm_req_t **req, kiln_err_t *err);
+/* Sends len bytes to group rank peer with a user tag. Completes once the bytes are handed to the
+ * fabric (it may wait for the matching receive, like MPI_Send). */
+int comm_send_start(comm_t *c, const void *buf, size_t len, int peer, uint32_t tag,
+                    comm_req_t **req, kiln_err_t *err);
+/* Receives a message from group rank peer with the given tag into buf (capacity cap bytes);
+ * messages from one peer with one tag arrive in the order sent. out_len (OUT at completion, may
+ * be NULL) gets the received size; a larger message fails with KILN_ETOOBIG. */
+int comm_recv_start(comm_t *c, void *buf, size_t cap, int peer, uint32_t tag, size_t *out_len,
+                    comm_req_t **req, kiln_err_t *err);
+
+/* Waits for req, frees it, and returns its status (0 or KILN_ECOMM / KILN_ETOOBIG with err
+ * filled). Accepts NULL (returns 0). */
+int comm_wait(comm_req_t *req, kiln_err_t *err);
+/* Sets *done (OUT) to whether req has finished; does not free it. */
+void comm_test(comm_req_t *req, bool *done);
+
+/* ---- blocking forms: start + wait ------------------------------------------------------- */
+int comm_allreduce(comm_t *c, float *buf, size_t n, comm_redop_t op, kiln_err_t *err);
+int comm_reduce_scatter(comm_t *c, float *buf, size_t n, comm_redop_t op, kiln_err_t *err);
+int comm_allgather(comm_t *c, float *buf, size_t n, kiln_err_t *err);
+int comm_bcast(comm_t *c, void *buf, size_t len, int root, kiln_err_t *err);
+int comm_barrier(comm_t *c, kiln_err_t *err);
+int comm_send(comm_t *c, const void *buf, size_t len, int peer, uint32_t tag, kiln_err_t *err);
+int comm_recv(comm_t *c, void *buf, size_t cap, int peer, uint32_t tag, size_t *out_len,
+              kiln_err_t *err);
+
+/* Collective over c: ranks passing the same color form a new group, ordered by key (ties by rank
+ * in c). The new group shares c's engine and uses its own tag space. *out (OUT) is the caller's,
+ * free with comm_destroy() before the world group; NULL when color is COMM_UNDEFINED.
+ * Returns 0, KILN_EINVAL, KILN_ECOMM. */
+int comm_split(comm_t *c, int color, int key, comm_t **out, kiln_err_t *err);
+
+#endif /* KILN_COMM_H */

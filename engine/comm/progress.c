@@ -1,0 +1,202 @@
+/* progress.c - the communication thread. It owns the fabric endpoint: takes submitted operations
+ * in order (collectives run one at a time, point-to-point ones are posted at once), drives the
+ * transport's progress, watches the control connections for dead peers, and completes requests.
+ * It is not the algorithms (ring.c) nor the public API (comm.c). */
+#include "engine/comm/comm_int.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define CTL_EVERY_US 2000        /* control connections are polled this often while busy */
+#define FAIL_GRACE_US 2000000    /* after a fabric error, wait this long for a named death */
+
+void comm_op_finish(comm_engine_t *e, comm_req_t *op, int status, const char *msg)
+{
+    for (comm_req_t **pp = &e->active; *pp; pp = &(*pp)->anext)
+        if (*pp == op) {
+            *pp = op->anext;
+            break;
+        }
+    if (e->coll_head == op) {
+        e->coll_head = op->next;
+        if (!e->coll_head)
+            e->coll_tail = NULL;
+    }
+    pthread_mutex_lock(&e->mu);
+    op->status = status;
+    if (msg)
+        kiln_strlcpy(op->msg, msg, sizeof(op->msg));
+    op->done = true; /* the waiter may free op from here on */
+    pthread_cond_broadcast(&e->cv_done);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void comm_engine_fail(comm_engine_t *e, const char *fmt, ...)
+{
+    pthread_mutex_lock(&e->mu);
+    if (!e->failed) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->failmsg, sizeof(e->failmsg), fmt, ap);
+        va_end(ap);
+        e->failed = KILN_ECOMM;
+        log_error("comm: %s", e->failmsg);
+    }
+    pthread_cond_broadcast(&e->cv_submit);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void start_op(comm_engine_t *e, comm_req_t *op)
+{
+    char msg[COMM_MSG_MAX] = "";
+    op->started = true;
+    if (op->kind == COMM_OP_SHUTDOWN) {
+        comm_ctl_bye(e);
+        return;
+    }
+    op->anext = e->active;
+    e->active = op;
+    int rc = e->tp->start(e, op, msg);
+    if (rc != 0) {
+        comm_ring_free(op);
+        comm_op_finish(e, op, rc, msg);
+    }
+}
+
+/* After a failure: every started and queued op ends with the engine's error; teardown ends. */
+static void fail_all(comm_engine_t *e, int status, const char *msg)
+{
+    while (e->active)
+        comm_op_finish(e, e->active, status, msg);
+    while (e->coll_head)
+        comm_op_finish(e, e->coll_head, e->coll_head->kind == COMM_OP_SHUTDOWN ? 0 : status, msg);
+}
+
+static void *progress_main(void *arg)
+{
+    comm_engine_t *e = arg;
+    bool aborted = false;
+    int idle = 0;
+    int64_t shutdown_deadline = 0;
+    char msg[COMM_MSG_MAX], failmsg[COMM_MSG_MAX];
+
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        if (!e->active && !e->coll_head && !e->q_head) {
+            if (e->stop) {
+                pthread_mutex_unlock(&e->mu);
+                break;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&e->cv_submit, &e->mu, &ts);
+        }
+        comm_req_t *taken = e->q_head;
+        e->q_head = e->q_tail = NULL;
+        int failed = e->failed;
+        if (failed)
+            kiln_strlcpy(failmsg, e->failmsg, sizeof(failmsg));
+        pthread_mutex_unlock(&e->mu);
+
+        while (taken) {
+            comm_req_t *op = taken;
+            taken = op->next;
+            op->next = NULL;
+            if (op->kind == COMM_OP_SEND || op->kind == COMM_OP_RECV) {
+                if (!failed)
+                    start_op(e, op);
+                else
+                    comm_op_finish(e, op, failed, failmsg);
+                continue;
+            }
+            if (e->coll_tail)
+                e->coll_tail->next = op;
+            else
+                e->coll_head = op;
+            e->coll_tail = op;
+        }
+
+        if (failed) {
+            if (!aborted) {
+                e->tp->abort(e);
+                aborted = true;
+            }
+            fail_all(e, failed, failmsg);
+            comm_ctl_poll(e);
+            continue;
+        }
+
+        if (e->coll_head && !e->coll_head->started) {
+            if (e->coll_head->kind == COMM_OP_SHUTDOWN)
+                shutdown_deadline = kiln_mono_us() + (int64_t)(e->timeout_s * 1e6);
+            start_op(e, e->coll_head);
+        }
+
+        int events = 0;
+        if (e->active && !e->pending_fail_us) {
+            int rc = e->tp->progress(e, &events, msg);
+            if (rc != 0) {
+                /* Usually a peer died: give the control connections a moment to name it. */
+                e->pending_fail_us = kiln_mono_us() + FAIL_GRACE_US;
+                kiln_strlcpy(e->pending_fail, msg, sizeof(e->pending_fail));
+            }
+        }
+
+        int64_t now = kiln_mono_us();
+        if (now - e->last_ctl_us >= CTL_EVERY_US || !e->active) {
+            comm_ctl_poll(e);
+            e->last_ctl_us = now;
+        }
+        if (e->pending_fail_us && now >= e->pending_fail_us)
+            comm_engine_fail(e, "%s", e->pending_fail);
+        comm_req_t *head = e->coll_head;
+        if (head && head->kind == COMM_OP_SHUTDOWN && head->started) {
+            if (e->allbye)
+                comm_op_finish(e, head, 0, NULL);
+            else if (now > shutdown_deadline)
+                comm_op_finish(e, head, KILN_ETIMEDOUT, "timed out waiting for the other ranks to finish");
+        }
+
+        /* Spin while data moves; back off gently while waiting on a slow peer (2 shared cores). */
+        if (events > 0) {
+            idle = 0;
+        } else if (e->active || e->coll_head) {
+            idle++;
+            if (idle > 64) {
+                struct timespec ts = {0, 1000L * (idle > 164 ? 50 : idle - 64) / 2};
+                nanosleep(&ts, NULL);
+            } else {
+                sched_yield();
+            }
+        }
+    }
+    return NULL;
+}
+
+int comm_progress_start(comm_engine_t *e, kiln_err_t *err)
+{
+    if (pthread_create(&e->thread, NULL, progress_main, e) != 0)
+        return kiln_err_set(err, KILN_EINTERNAL, NULL, "could not start the communication thread");
+    e->thread_started = true;
+    return 0;
+}
+
+void comm_progress_stop(comm_engine_t *e)
+{
+    if (!e->thread_started)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_broadcast(&e->cv_submit);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_started = false;
+}
