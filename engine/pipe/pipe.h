@@ -1,0 +1,227 @@
+/* pipe.h - kiln's pipeline model parallelism: block profiles, automatic partitioning of a model's
+ * blocks into contiguous stages (optimised for speed or memory), the partition plan as JSON,
+ * pipeline schedules as data (per-stage action lists run by one loop) and a deterministic
+ * simulator of those schedules. It is not the model: the engine's blocks do the arithmetic and
+ * comm/ moves the bytes; this module decides what runs where and in which order. */
+#ifndef KILN_PIPE_H
+#define KILN_PIPE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+/* ------------------------------------------------------------------------------------------
+ * Profiles and partitioning
+ * ------------------------------------------------------------------------------------------ */
+
+/* What one block costs. Times are per microbatch; bytes per rank. */
+typedef struct pipe_block_profile {
+    double fwd_ms, bwd_ms;      /* forward / backward time of one microbatch */
+    size_t param_bytes;         /* parameters (gradients take as much again) */
+    size_t opt_bytes;           /* optimizer state (AdamW: 2 x param_bytes) */
+    size_t act_bytes_per_mb;    /* activations one microbatch keeps from forward to backward */
+} pipe_block_profile_t;
+
+typedef enum { PIPE_OPT_SPEED = 0, PIPE_OPT_MEMORY = 1 } pipe_optimize_t;
+typedef enum { PIPE_SCHED_SIMPLE = 0, PIPE_SCHED_INTERLEAVED = 1 } pipe_sched_kind_t;
+
+/* "speed"/"memory" and "simple"/"interleaved" <-> enums. Parsers return 0 or KILN_EINVAL. */
+const char *pipe_optimize_name(pipe_optimize_t o);
+const char *pipe_sched_name(pipe_sched_kind_t k);
+int pipe_optimize_parse(const char *s, pipe_optimize_t *out);
+int pipe_sched_parse(const char *s, pipe_sched_kind_t *out);
+
+/* Activation sets stage `stage` of `n_stages` keeps alive at most with m microbatches:
+ * simple (GPipe) keeps all m; interleaved (1F1B) keeps min(m, n_stages - stage). */
+int pipe_sched_live_acts(pipe_sched_kind_t k, int stage, int n_stages, int m);
+
+/* One stage of a plan: the inclusive block range [first, last]. */
+typedef struct pipe_stage {
+    int first, last;
+    double predicted_ms;      /* compute of one step on this stage: m x sum(fwd_ms + bwd_ms) */
+    double predicted_mem_mb;  /* params + grads + optimizer state + kept activations, MiB */
+} pipe_stage_t;
+
+/* A partition plan. Caller's storage; pipe_plan_deinit() releases `stages`. */
+typedef struct pipe_plan {
+    int version;              /* 1 */
+    pipe_optimize_t optimize;
+    pipe_sched_kind_t schedule;
+    int microbatches;
+    int n_blocks;
+    int n_stages;
+    pipe_stage_t *stages;     /* (n_stages), owned */
+    double balance;           /* slowest stage / mean stage time (1 = perfect); 0 if unknown */
+    double memory_limit_mb;   /* per-rank limit the plan was made for; 0 = none */
+    bool manual;              /* true when the plan came from the user */
+} pipe_plan_t;
+
+/* Partitioning request. */
+typedef struct pipe_partition_opts {
+    int n_stages;             /* p >= 1 */
+    int microbatches;         /* m >= 1 */
+    pipe_optimize_t optimize;
+    pipe_sched_kind_t schedule;
+    size_t mem_limit_bytes;   /* per-rank memory limit; 0 = none */
+} pipe_partition_opts_t;
+
+/* Memory of stage `stage` holding blocks [first, last] under opts (bytes): parameters, gradients
+ * (as large as parameters), optimizer state, and act_bytes_per_mb x the activation sets the
+ * schedule keeps live on that stage. */
+size_t pipe_stage_mem(const pipe_block_profile_t *prof, int first, int last, int stage,
+                      const pipe_partition_opts_t *opts);
+/* Time of blocks [first, last] for one microbatch (sum of fwd_ms + bwd_ms). */
+double pipe_stage_time(const pipe_block_profile_t *prof, int first, int last);
+
+/* Chooses contiguous stage boundaries for n blocks (n >= opts->n_stages, every stage non-empty)
+ * and fills *out (OUT; caller's storage, release with pipe_plan_deinit()).
+ * "speed": minimises the slowest stage's time with every stage's memory within the limit, ties
+ * broken by the smallest largest-stage memory. "memory": minimises the largest stage's memory,
+ * ties broken by the smallest slowest-stage time. Exact (dynamic programming, O(p n^2)).
+ * Fills predicted_ms, predicted_mem_mb and balance. Returns 0; KILN_EINVAL (bad options, fewer
+ * blocks than stages); KILN_EUNFIT when no split fits the memory limit ("model does not fit:
+ * ..."). Thread-safe. */
+int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition_opts_t *opts,
+                   pipe_plan_t *out, kiln_err_t *err);
+
+/* Fills predicted_ms / predicted_mem_mb / balance of a plan (e.g. a manual one) from profiles,
+ * using the plan's own schedule and microbatch count. */
+void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, size_t mem_limit_bytes);
+
+/* ------------------------------------------------------------------------------------------
+ * Plans as JSON
+ * ------------------------------------------------------------------------------------------ */
+
+void pipe_plan_init(pipe_plan_t *p);
+void pipe_plan_deinit(pipe_plan_t *p); /* accepts NULL and zeroed plans */
+/* Deep copy; dst is overwritten (release it first). Returns 0 or KILN_ENOMEM. */
+int pipe_plan_copy(pipe_plan_t *dst, const pipe_plan_t *src);
+
+/* The plan as a JSON object:
+ * {"version": 1, "optimize": "speed", "schedule": "interleaved", "microbatches": 4,
+ *  "n_blocks": 8, "memory_limit_mb": 0, "stages": [{"stage": 0, "blocks": [0, 3],
+ *  "predicted_ms": 12.3, "predicted_mem_mb": 210.5}, ...], "balance": 1.04}.
+ * Caller owns the result (json_decref); NULL only on allocation failure. */
+json_t *pipe_plan_to_json(const pipe_plan_t *p);
+/* Same, as indented text. Caller owns the result (free()). */
+char *pipe_plan_to_string(const pipe_plan_t *p);
+
+/* Reads and validates a plan for a model of n_blocks blocks cut into n_stages stages (the job's
+ * partitions). Accepts the full form above (missing optional fields take defaults) and the
+ * compact {"stages": [[0, 1], [2, 3]]}; a bare array of ranges is accepted as well. Checks that
+ * the stages are in order, non-empty, in range, do not overlap, cover every block, and that
+ * there are exactly n_stages of them; each error names the stage and the blocks at fault, with
+ * err->field "distribution.model_parallel.partition_plan". *out (OUT) is manual=true.
+ * Returns 0 or KILN_EINVAL. */
+int pipe_plan_from_json(const json_t *j, int n_blocks, int n_stages, pipe_plan_t *out,
+                        kiln_err_t *err);
+/* Validates an already-built plan the same way (blocks contiguous and covering 0..n_blocks-1,
+ * n_stages stages). Returns 0 or KILN_EINVAL. */
+int pipe_plan_validate(const pipe_plan_t *p, int n_blocks, int n_stages, kiln_err_t *err);
+/* Stage that owns `block`, or -1. */
+int pipe_plan_stage_of(const pipe_plan_t *p, int block);
+
+/* ------------------------------------------------------------------------------------------
+ * Schedules as data
+ * ------------------------------------------------------------------------------------------ */
+
+typedef enum {
+    PIPE_FORWARD = 0,   /* forward of microbatch mb through this stage's blocks */
+    PIPE_BACKWARD,      /* backward of microbatch mb (frees its activation set) */
+    PIPE_SEND_ACT,      /* send mb's output activations to the next stage */
+    PIPE_RECV_ACT,      /* receive mb's input activations from the previous stage */
+    PIPE_SEND_GRAD,     /* send the gradient of mb's input to the previous stage */
+    PIPE_RECV_GRAD,     /* receive the gradient of mb's output from the next stage */
+} pipe_action_kind_t;
+
+const char *pipe_action_name(pipe_action_kind_t k); /* "F", "B", "SA", "RA", "SG", "RG" */
+
+typedef struct pipe_action {
+    pipe_action_kind_t kind;
+    int mb;    /* microbatch 0..m-1 */
+    int slot;  /* activation slot mb uses on this stage (0..peak-1): buffers are reused */
+} pipe_action_t;
+
+/* A stage's action list. Caller's storage; pipe_sched_deinit() releases the array. */
+typedef struct pipe_sched {
+    pipe_sched_kind_t kind;
+    int stage, n_stages, m;
+    pipe_action_t *actions; /* (n) owned */
+    int n;
+    int peak_live;          /* most activation sets alive at once on this stage */
+} pipe_sched_t;
+
+/* Builds the action list of `stage` (0..n_stages-1) for m microbatches into *out (OUT).
+ * simple: for each mb RECV_ACT, FORWARD, SEND_ACT; then for each mb RECV_GRAD, BACKWARD,
+ * SEND_GRAD. interleaved (1F1B): min(n_stages - stage - 1, m) warm-up forwards, then one forward
+ * and one backward alternately, then the remaining backwards. The first stage has no RECV_ACT /
+ * SEND_GRAD, the last no SEND_ACT / RECV_GRAD. Sends are meant to be asynchronous (posted, then
+ * completed by the finish hook); with that, every stage's list is deadlock-free (the simulator
+ * proves it for given p, m). Returns 0, KILN_EINVAL or KILN_ENOMEM. */
+int pipe_sched_build(pipe_sched_kind_t kind, int stage, int n_stages, int m, pipe_sched_t *out,
+                     kiln_err_t *err);
+void pipe_sched_deinit(pipe_sched_t *s); /* accepts NULL */
+/* The list as text, one action per token ("F0 SA0 F1 SA1 RG0 B0 ..."), into buf (size n). */
+char *pipe_sched_format(const pipe_sched_t *s, char *buf, size_t n);
+
+/* Costs for the simulator, in arbitrary time units. Per-stage arrays of length n_stages
+ * (NULL: 1 for fwd, 1 for bwd). comm is the delay from a send to the matching receive being
+ * able to complete (>= 0). */
+typedef struct pipe_sim_costs {
+    const double *fwd;
+    const double *bwd;
+    double comm;
+} pipe_sim_costs_t;
+
+typedef struct pipe_sim_result {
+    double makespan;   /* time the last stage finishes */
+    double busy_total; /* sum over stages of time spent in FORWARD / BACKWARD */
+    double bubble;     /* 1 - busy_total / (n_stages x makespan): the idle fraction */
+} pipe_sim_result_t;
+
+/* Runs the action lists of all n_stages stages (scheds[s] for stage s) against each other:
+ * each stage runs its actions in order; FORWARD/BACKWARD take their cost; sends are
+ * asynchronous (cost 0 to the sender); a receive waits for its matching send + comm. Checks
+ * that every send has exactly one matching receive. Returns 0 with *out filled; KILN_EINVAL when
+ * the lists do not match (a receive nobody sends, a send nobody receives) or deadlock, with a
+ * message naming the stage and action that is stuck. Deterministic, single-threaded. */
+int pipe_sim_run(const pipe_sched_t *scheds, int n_stages, const pipe_sim_costs_t *costs,
+                 pipe_sim_result_t *out, kiln_err_t *err);
+
+/* Theoretical bubble of a synchronous pipeline with uniform stages: (p-1)/(m+p-1). */
+double pipe_bubble_theory(int n_stages, int m);
+
+/* ------------------------------------------------------------------------------------------
+ * The one loop that runs a schedule
+ * ------------------------------------------------------------------------------------------ */
+
+/* Hooks called by pipe_run for one stage. ctx is passed through. Each returns 0 or a negative
+ * status (pipe_run stops at the first failure and returns it). Send hooks must not wait for the
+ * receiver: post the send and complete it in `finish` (or later, before its buffer is reused). */
+typedef struct pipe_hooks {
+    int (*forward)(void *ctx, int mb, int slot, kiln_err_t *err);
+    int (*backward)(void *ctx, int mb, int slot, kiln_err_t *err);
+    int (*send_act)(void *ctx, int mb, int slot, kiln_err_t *err);
+    int (*recv_act)(void *ctx, int mb, int slot, kiln_err_t *err);
+    int (*send_grad)(void *ctx, int mb, int slot, kiln_err_t *err);
+    int (*recv_grad)(void *ctx, int mb, int slot, kiln_err_t *err);
+    int (*finish)(void *ctx, kiln_err_t *err); /* after the last action; may be NULL */
+} pipe_hooks_t;
+
+/* Per-action timing (filled by pipe_run when a trace is given). */
+typedef struct pipe_trace_entry {
+    pipe_action_kind_t kind;
+    int mb;
+    double t0, t1; /* seconds, kiln_mono_s() */
+} pipe_trace_entry_t;
+
+/* Runs s's actions in order through hooks. Hooks that are NULL are skipped (a stage without
+ * neighbours needs no send/recv). trace (may be NULL) must hold s->n entries (+1 for finish is
+ * not recorded). Returns 0 or the first hook's failure. */
+int pipe_run(const pipe_sched_t *s, const pipe_hooks_t *hooks, void *ctx,
+             pipe_trace_entry_t *trace, kiln_err_t *err);
+
+#endif /* KILN_PIPE_H */
