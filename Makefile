@@ -185,6 +185,7 @@ TEST_LIBS_engine  := $(TRAIN_LIBS)
 TEST_LIBS_cli     := $(CLI_LIBS)
 TEST_LIBS_e2e     := $(LIB_BASE)
 TEST_LIBS_comm    := $(TRAIN_LIBS)
+TEST_LIBS_pipe    := $(TRAIN_LIBS)
 TEST_LIBS_grpc    := $(KILND_LIBS) $(LIB_WORKER)
 
 define testbin
