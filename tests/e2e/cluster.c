@@ -1,0 +1,609 @@
+/* cluster.c - the end-to-end suite's fixture: a real kilnd (fresh database, free ports) and two
+ * real kiln-agent processes per test, REST helpers, waits, and child-process runners for the
+ * `kiln` CLI and the Python SDK tests. Everything started here dies with the test. */
+#include "tests/e2e/e2e.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/common/harness.h"
+
+e2e_cluster_t *e2e_cl;
+
+static const char *e2e_jstr(const json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+static e2e_cluster_t e2e_storage;
+
+const char *e2e_root(void)
+{
+    static char root[PATH_MAX];
+    if (!root[0]) {
+        const char *r = getenv("KILN_ROOT");
+        if (r && *r)
+            snprintf(root, sizeof root, "%s", r);
+        else if (!getcwd(root, sizeof root))
+            snprintf(root, sizeof root, ".");
+    }
+    return root;
+}
+
+const char *e2e_data_path(void)
+{
+    static char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/data/tinyshakespeare.txt", e2e_root());
+    return path;
+}
+
+static char *e2e_bin(const char *name)
+{
+    static char path[4][PATH_MAX];
+    static int next;
+    char *p = path[next++ % 4];
+    const char *dir = th_bin_dir();
+    if (dir[0] == '/')
+        snprintf(p, PATH_MAX, "%s/%s", dir, name);
+    else
+        snprintf(p, PATH_MAX, "%s/%s/%s", e2e_root(), dir, name);
+    return p;
+}
+
+/* fork + exec with the child in its own process group, killed if the test process dies, its
+ * output appended to log_path and stdin from /dev/null. */
+static pid_t e2e_spawn(char *const argv[], char *const env[], const char *log_path, const char *out_path)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        for (size_t i = 0; env && env[i]; i++)
+            putenv(env[i]);
+        int in = open("/dev/null", O_RDONLY);
+        if (in >= 0) {
+            dup2(in, 0);
+            close(in);
+        }
+        int fd = open(out_path ? out_path : log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int fe = out_path ? open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644) : dup(fd);
+        if (fd >= 0 && fe >= 0) {
+            dup2(fd, 1);
+            dup2(fe, 2);
+            close(fd);
+            close(fe);
+        }
+        execv(argv[0], argv);
+        fprintf(stderr, "e2e: could not exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    return pid;
+}
+
+/* SIGTERM (then SIGKILL after timeout_ms) to the process group; reaps the leader. */
+static int e2e_stop(pid_t pid, int timeout_ms)
+{
+    if (pid <= 0)
+        return -1;
+    return th_stop(pid, SIGTERM, timeout_ms);
+}
+
+/* Kills ranks (kiln-train) left behind by a killed agent: any process whose environment points
+ * into this test's directory. */
+static void e2e_kill_strays(const char *dir)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    char needle[300];
+    snprintf(needle, sizeof needle, "=%s/", dir);
+    size_t nl = strlen(needle);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!isdigit((unsigned char)de->d_name[0]))
+            continue;
+        pid_t pid = (pid_t)atoi(de->d_name);
+        if (pid == getpid())
+            continue;
+        char path[64], buf[65536];
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof buf);
+        close(fd);
+        for (ssize_t i = 0; n > 0 && i + (ssize_t)nl <= n; i++) {
+            if (buf[i] == '=' && !memcmp(buf + i, needle, nl)) {
+                kill(pid, SIGKILL);
+                break;
+            }
+        }
+    }
+    closedir(d);
+}
+
+static void e2e_tail(const char *title, const char *path, int lines)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "---- %s (%s): missing\n", title, path);
+        return;
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    long start = size > 16384 ? size - 16384 : 0;
+    fseek(f, start, SEEK_SET);
+    char *buf = calloc(1, 16385);
+    size_t n = fread(buf, 1, 16384, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = buf + n;
+    int seen = 0;
+    while (p > buf && seen <= lines)
+        if (*--p == '\n')
+            seen++;
+    fprintf(stderr, "---- %s (%s), last lines:\n%s\n", title, path, p == buf ? p : p + 1);
+    free(buf);
+}
+
+void e2e_dump_logs(void)
+{
+    e2e_cluster_t *c = e2e_cl;
+    if (!c)
+        return;
+    char path[400];
+    snprintf(path, sizeof path, "%s/kilnd.log", c->dir);
+    e2e_tail("kilnd", path, 40);
+    for (int i = 0; i < E2E_AGENTS; i++) {
+        char title[32];
+        snprintf(path, sizeof path, "%s/agent%d.log", c->dir, i);
+        snprintf(title, sizeof title, "agent %d", i);
+        e2e_tail(title, path, 25);
+    }
+}
+
+static bool e2e_alive(pid_t pid)
+{
+    int st;
+    return pid > 0 && waitpid(pid, &st, WNOHANG) == 0;
+}
+
+/* Runs `bin --help` and says whether its text mentions flag. */
+static bool e2e_has_flag(const char *bin, const char *flag)
+{
+    char *out = NULL, *err = NULL;
+    char *argv[] = {(char *)bin, "--help", NULL};
+    e2e_run(argv, NULL, &out, &err, 5000);
+    bool yes = (out && strstr(out, flag)) || (err && strstr(err, flag));
+    free(out);
+    free(err);
+    return yes;
+}
+
+static void e2e_fail_setup(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    e2e_dump_logs();
+    cr_assert_fail("e2e setup: %s", msg);
+}
+
+static void e2e_start(int heartbeat_timeout_ms)
+{
+    e2e_cluster_t *c = &e2e_storage;
+    memset(c, 0, sizeof *c);
+    e2e_cl = c;
+    snprintf(c->dir, sizeof c->dir, "/tmp/ke2e.XXXXXX");
+    cr_assert_not_null(mkdtemp(c->dir), "mkdtemp: %s", strerror(errno));
+    c->db_url = th_pg_create_db("e2e");
+    cr_assert_not_null(c->db_url, "no test database (run through tests/run.sh)");
+    c->http_port = th_free_port();
+    c->grpc_port = th_free_port();
+    while (c->grpc_port == c->http_port)
+        c->grpc_port = th_free_port();
+    snprintf(c->url, sizeof c->url, "http://127.0.0.1:%d", c->http_port);
+
+    char http_addr[64], grpc_addr[64], hb[32], log[PATH_MAX];
+    snprintf(http_addr, sizeof http_addr, "127.0.0.1:%d", c->http_port);
+    snprintf(grpc_addr, sizeof grpc_addr, "127.0.0.1:%d", c->grpc_port);
+    const char *kilnd = e2e_bin("kilnd");
+    char *argv[16] = {(char *)kilnd, "--database-url", c->db_url, "--http-addr", http_addr, "--grpc-addr", grpc_addr};
+    int argc = 7;
+    c->heartbeat_timeout_ms = 10000;
+    if (heartbeat_timeout_ms > 0 && e2e_has_flag(kilnd, "heartbeat-timeout-ms")) {
+        snprintf(hb, sizeof hb, "%d", heartbeat_timeout_ms);
+        argv[argc++] = "--heartbeat-timeout-ms";
+        argv[argc++] = hb;
+        c->heartbeat_timeout_ms = heartbeat_timeout_ms;
+    }
+    argv[argc] = NULL;
+    snprintf(log, sizeof log, "%s/kilnd.log", c->dir);
+    c->kilnd = e2e_spawn(argv, NULL, log, NULL);
+    cr_assert(c->kilnd > 0, "could not start kilnd");
+
+    /* kilnd is ready when /readyz answers 200 (database reachable, migrations applied). */
+    char url[PATH_MAX];
+    snprintf(url, sizeof url, "%s/readyz", c->url);
+    bool ready = false;
+    for (int i = 0; i < 300 && !ready; i++) {
+        long st = 0;
+        char *body = NULL;
+        if (th_http("GET", url, NULL, NULL, &st, &body, 2000) == 0 && st == 200)
+            ready = true;
+        free(body);
+        if (!ready) {
+            if (!e2e_alive(c->kilnd)) {
+                c->kilnd = 0;
+                e2e_fail_setup("kilnd exited during start-up");
+            }
+            usleep(100000);
+        }
+    }
+    if (!ready)
+        e2e_fail_setup("kilnd did not become ready at %s within 30 s", url);
+
+    const char *agent = e2e_bin("kiln-agent");
+    bool has_cores = e2e_has_flag(agent, "--cores");
+    for (int i = 0; i < E2E_AGENTS; i++) {
+        char slots[8];
+        c->agent_slots[i] = i == 0 ? 2 : 1;
+        snprintf(slots, sizeof slots, "%d", c->agent_slots[i]);
+        snprintf(c->work_dir[i], sizeof c->work_dir[i], "%.127s/w%d", c->dir, i);
+        mkdir(c->work_dir[i], 0755);
+        char *aargv[16] = {(char *)agent, "--server", grpc_addr, "--slots", slots, "--slot-type", "cpu",
+                           "--work-dir", c->work_dir[i]};
+        int an = 9;
+        if (has_cores) {
+            /* The machine has 2 cores shared by every test: one thread per rank. */
+            aargv[an++] = "--cores";
+            aargv[an++] = slots;
+        }
+        aargv[an] = NULL;
+        snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
+        c->agents[i] = e2e_spawn(aargv, NULL, log, NULL);
+        cr_assert(c->agents[i] > 0, "could not start kiln-agent %d", i);
+    }
+
+    /* Both workers ALIVE. */
+    int alive = 0;
+    json_t *w = NULL;
+    for (int i = 0; i < 300; i++) {
+        long st = 0;
+        char *body = NULL;
+        snprintf(url, sizeof url, "%s/v1/workers", c->url);
+        alive = 0;
+        if (th_http("GET", url, NULL, NULL, &st, &body, 2000) == 0 && st == 200) {
+            json_decref(w);
+            w = json_loads(body, 0, NULL);
+            size_t k;
+            json_t *x;
+            json_array_foreach(json_object_get(w, "workers"), k, x)
+                if (!strcmp(e2e_jstr(x, "state"), "ALIVE"))
+                    alive++;
+        }
+        free(body);
+        if (alive == E2E_AGENTS)
+            break;
+        for (int a = 0; a < E2E_AGENTS; a++)
+            if (!e2e_alive(c->agents[a])) {
+                c->agents[a] = 0;
+                json_decref(w);
+                e2e_fail_setup("kiln-agent %d exited during start-up", a);
+            }
+        usleep(100000);
+    }
+    if (alive != E2E_AGENTS) {
+        char *s = w ? json_dumps(w, JSON_COMPACT) : NULL;
+        fprintf(stderr, "e2e: last /v1/workers reply: %s\n", s ? s : "(none)");
+        free(s);
+        json_decref(w);
+        e2e_fail_setup("%d of %d workers ALIVE after 30 s", alive, E2E_AGENTS);
+    }
+    size_t k;
+    json_t *x;
+    json_array_foreach(json_object_get(w, "workers"), k, x)
+        if (k < E2E_AGENTS)
+            snprintf(c->worker_id[k], sizeof c->worker_id[k], "%s", e2e_jstr(x, "id"));
+    json_decref(w);
+}
+
+void e2e_setup(void)
+{
+    e2e_start(0);
+}
+
+void e2e_setup_fast_heartbeat(void)
+{
+    e2e_start(3000);
+}
+
+void e2e_teardown(void)
+{
+    e2e_cluster_t *c = e2e_cl;
+    if (!c)
+        return;
+    if (!c->passed) {
+        fprintf(stderr, "e2e: test did not pass; logs and work dirs kept in %s\n", c->dir);
+        e2e_dump_logs();
+    }
+    for (int i = 0; i < E2E_AGENTS; i++)
+        e2e_stop(c->agents[i], 5000);
+    e2e_stop(c->kilnd, 5000);
+    e2e_kill_strays(c->dir);
+    if (c->passed) {
+        char *argv[] = {"/bin/rm", "-rf", c->dir, NULL};
+        e2e_run(argv, NULL, NULL, NULL, 10000);
+    }
+    free(c->db_url);
+    e2e_cl = NULL;
+}
+
+void e2e_pass(void)
+{
+    if (e2e_cl)
+        e2e_cl->passed = true;
+}
+
+/* ---- REST ----------------------------------------------------------------------------------- */
+
+json_t *e2e_http(const char *method, const char *path, const char *body, const char *header, long *status)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", e2e_cl->url, path);
+    const char *hdrs[2] = {header, NULL};
+    char *out = NULL;
+    long st = 0;
+    int rc = th_http(method, url, body, header ? hdrs : NULL, &st, &out, 30000);
+    cr_assert_eq(rc, 0, "%s %s: kilnd did not answer", method, url);
+    json_t *j = json_loads(out, 0, NULL);
+    free(out);
+    if (status)
+        *status = st;
+    return j ? j : json_object();
+}
+
+json_t *e2e_get(const char *path)
+{
+    long st = 0;
+    json_t *j = e2e_http("GET", path, NULL, NULL, &st);
+    if (st != 200) {
+        char *s = json_dumps(j, JSON_COMPACT);
+        cr_assert_fail("GET %s: HTTP %ld: %s", path, st, s);
+    }
+    return j;
+}
+
+json_t *e2e_submit(const char *spec)
+{
+    long st = 0;
+    json_t *j = e2e_http("POST", "/v1/jobs", spec, NULL, &st);
+    if (st != 201) {
+        char *s = json_dumps(j, JSON_COMPACT);
+        cr_assert_fail("POST /v1/jobs: HTTP %ld (want 201): %s", st, s);
+    }
+    return j;
+}
+
+static bool e2e_state_in(const char *state, const char *states)
+{
+    size_t sl = strlen(state);
+    for (const char *p = states; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == sl && !strncmp(p, state, len))
+            return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
+json_t *e2e_wait_state(const char *job_id, const char *states, long timeout_ms)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job_id);
+    json_t *j = NULL;
+    for (long waited = 0;; waited += 100) {
+        json_decref(j);
+        j = e2e_get(path);
+        const char *s = json_string_value(json_object_get(j, "state"));
+        if (s && e2e_state_in(s, states))
+            return j;
+        if (waited >= timeout_ms)
+            break;
+        usleep(100000);
+    }
+    char *s = json_dumps(j, JSON_COMPACT);
+    cr_assert_fail("job %s not in %s after %ld ms; last: %.1500s", job_id, states, timeout_ms, s);
+    return NULL;
+}
+
+json_t *e2e_wait_step(const char *job_id, long step, long timeout_ms)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job_id);
+    json_t *j = NULL;
+    for (long waited = 0;; waited += 100) {
+        json_decref(j);
+        j = e2e_get(path);
+        const char *s = e2e_jstr(j, "state");
+        json_int_t got = json_integer_value(json_object_get(json_object_get(j, "progress"), "step"));
+        if (!strcmp(s, "RUNNING") && got >= step)
+            return j;
+        if (e2e_state_in(s, "COMPLETED|FAILED|STOPPED") || waited >= timeout_ms)
+            break;
+        usleep(100000);
+    }
+    char *s = json_dumps(j, JSON_COMPACT);
+    cr_assert_fail("job %s did not reach step %ld while RUNNING; last: %.1500s", job_id, step, s);
+    return NULL;
+}
+
+json_t *e2e_events(const char *job_id)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/events", job_id);
+    return e2e_get(path);
+}
+
+char *e2e_event_states(const json_t *events, char *buf, size_t n)
+{
+    size_t off = 0, i;
+    json_t *e;
+    buf[0] = '\0';
+    json_array_foreach(json_object_get(events, "events"), i, e) {
+        if (off < n)
+            off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? "," : "",
+                                    e2e_jstr(e, "to_state"));
+    }
+    return buf;
+}
+
+char *e2e_spec(const char *name, int max_steps, int nodes, int slots_per_node, int batch)
+{
+    json_t *j = json_pack("{s:s, s:{s:s, s:i, s:i, s:i, s:i, s:s},"
+                          " s:{s:s, s:f},"
+                          " s:{s:f, s:i, s:i, s:i, s:i, s:i, s:i},"
+                          " s:{s:i, s:i, s:s},"
+                          " s:{s:s}}",
+                          "name", name,
+                          "model", "type", "gpt", "n_layer", 2, "n_head", 2, "n_embd", 32, "seq_len", 32,
+                          "vocab", "bytes",
+                          "data", "train", e2e_data_path(), "val_fraction", 0.1,
+                          "hyperparameters", "lr", 3e-3, "global_batch_size", batch, "max_steps", max_steps,
+                          "warmup_steps", 2, "seed", 7, "eval_every", 0, "sample_every", 0,
+                          "resources", "nodes", nodes, "slots_per_node", slots_per_node, "slot_type", "cpu",
+                          "tags", "suite", "e2e");
+    cr_assert_not_null(j, "could not build the job spec");
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+/* ---- child programs ------------------------------------------------------------------------ */
+
+static char *e2e_slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = calloc(1, (size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    return buf;
+}
+
+int e2e_run(char *const argv[], char *const env[], char **out, char **err, long timeout_ms)
+{
+    static int counter;
+    char opath[PATH_MAX], epath[PATH_MAX];
+    const char *dir = e2e_cl ? e2e_cl->dir : "/tmp";
+    snprintf(opath, sizeof opath, "%s/run.%d.%d.out", dir, (int)getpid(), counter);
+    snprintf(epath, sizeof epath, "%s/run.%d.%d.err", dir, (int)getpid(), counter++);
+    unlink(opath);
+    unlink(epath);
+    pid_t pid = e2e_spawn(argv, env, epath, opath);
+    int status = -1, rc = -1;
+    bool done = false;
+    for (long waited = 0; pid > 0 && waited <= timeout_ms; waited += 20) {
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            done = true;
+            break;
+        }
+        usleep(20000);
+    }
+    if (pid > 0 && !done) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fprintf(stderr, "e2e: %s did not finish within %ld ms; killed\n", argv[0], timeout_ms);
+    } else if (done && WIFEXITED(status)) {
+        rc = WEXITSTATUS(status);
+    }
+    if (out)
+        *out = e2e_slurp(opath);
+    if (err)
+        *err = e2e_slurp(epath);
+    unlink(opath);
+    unlink(epath);
+    return rc;
+}
+
+int e2e_kiln(char **out, char **err, ...)
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = e2e_bin("kiln");
+    va_list ap;
+    va_start(ap, err);
+    for (char *a; n < 31 && (a = va_arg(ap, char *));)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    static char env_url[128];
+    snprintf(env_url, sizeof env_url, "KILN_URL=%s", e2e_cl->url);
+    char *env[] = {env_url, NULL};
+    return e2e_run(argv, env, out, err, 120000);
+}
+
+int e2e_agent_of_job(const char *job_id)
+{
+    for (int i = 0; i < E2E_AGENTS; i++) {
+        char path[PATH_MAX];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/jobs/%s", e2e_cl->work_dir[i], job_id);
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            return i;
+    }
+    return -1;
+}
+
+int e2e_count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char path[PATH_MAX];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (stat(path, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            n += e2e_count_files(path);
+        else if (S_ISREG(st.st_mode))
+            n++;
+    }
+    closedir(d);
+    return n;
+}

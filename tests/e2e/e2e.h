@@ -1,0 +1,83 @@
+/* e2e.h - helpers of the end-to-end suite: a real kilnd on a fresh database plus two real
+ * kiln-agent processes per test (own ports, own work dirs), REST calls returning JSON, waits,
+ * job specs for the tiny GPT, and running the `kiln` CLI or the Python SDK tests against them.
+ * Private to tests/e2e; every process started here is killed by e2e_cluster_stop(). */
+#ifndef KILN_TESTS_E2E_H
+#define KILN_TESTS_E2E_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define E2E_AGENTS 2
+
+typedef struct e2e_cluster {
+    char *db_url;                 /* heap */
+    char dir[128];                /* temporary directory: logs and agent work dirs */
+    int http_port, grpc_port;
+    char url[64];                 /* http://127.0.0.1:PORT */
+    pid_t kilnd;
+    pid_t agents[E2E_AGENTS];
+    int agent_slots[E2E_AGENTS];
+    char work_dir[E2E_AGENTS][160];
+    char worker_id[E2E_AGENTS][128]; /* filled by e2e_cluster_start from GET /v1/workers */
+    int heartbeat_timeout_ms;     /* what kilnd was told (or its default) */
+    bool passed;                  /* set by the test at its end; otherwise log tails are printed */
+} e2e_cluster_t;
+
+/* The cluster of the running test (each Criterion test runs in its own process). */
+extern e2e_cluster_t *e2e_cl;
+
+/* Criterion hooks: .init = e2e_setup starts kilnd + 2 agents and waits until both workers are
+ * ALIVE (failing the test with the logs if not); .fini = e2e_teardown stops everything. */
+void e2e_setup(void);
+/* Like e2e_setup, with kilnd told a short heartbeat timeout when it has the flag. */
+void e2e_setup_fast_heartbeat(void);
+void e2e_teardown(void);
+
+/* Marks the test as passed (call last): teardown then removes the temporary directory. */
+void e2e_pass(void);
+
+/* REST: method on path ("/v1/jobs"), body text or NULL, optional header line. Returns the parsed
+ * reply (caller owns; an empty JSON object when the body is not JSON) and sets *status. Fails
+ * the test when kilnd does not answer. */
+json_t *e2e_http(const char *method, const char *path, const char *body, const char *header, long *status);
+/* GET path expecting 200; fails the test otherwise. Caller owns the result. */
+json_t *e2e_get(const char *path);
+
+/* Submits spec text, expects 201; returns the job (caller owns). */
+json_t *e2e_submit(const char *spec);
+/* Polls the job until its state is one of the '|'-separated states; returns it (caller owns) or
+ * fails the test after timeout_ms, printing the last reply. */
+json_t *e2e_wait_state(const char *job_id, const char *states, long timeout_ms);
+/* Polls until the job's progress.step >= step (and it is RUNNING); fails after timeout_ms. */
+json_t *e2e_wait_step(const char *job_id, long step, long timeout_ms);
+/* The job's events array (caller owns the {"events": [...]} object). */
+json_t *e2e_events(const char *job_id);
+/* "QUEUED,SCHEDULED,..." of an events reply, into buf. */
+char *e2e_event_states(const json_t *events, char *buf, size_t n);
+
+/* Absolute path of data/tinyshakespeare.txt (KILN_ROOT, else the current directory). */
+const char *e2e_data_path(void);
+/* Repository root (KILN_ROOT, else the current directory). */
+const char *e2e_root(void);
+/* A tiny GPT job spec as JSON text (caller frees): name, max_steps, nodes x slots_per_node,
+ * and the global batch size. */
+char *e2e_spec(const char *name, int max_steps, int nodes, int slots_per_node, int batch);
+
+/* Runs a program (argv[0] a path) with extra environment entries, waits at most timeout_ms;
+ * returns its exit status (-1 when it did not exit normally) with stdout and stderr in *out
+ * and *err (caller frees; may be NULL to discard). */
+int e2e_run(char *const argv[], char *const env[], char **out, char **err, long timeout_ms);
+/* Runs build/bin/kiln with KILN_URL set to the cluster; args after "kiln", NULL-terminated. */
+int e2e_kiln(char **out, char **err, ...) __attribute__((sentinel));
+
+/* Index of the agent whose work dir holds the job (-1 when none). */
+int e2e_agent_of_job(const char *job_id);
+/* Number of regular files under dir (recursively). */
+int e2e_count_files(const char *dir);
+
+/* Prints the tails of kilnd's and the agents' logs to stderr. */
+void e2e_dump_logs(void);
+
+#endif

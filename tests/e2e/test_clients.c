@@ -1,0 +1,213 @@
+/* test_clients.c - the user-facing clients against a real kilnd and two real agents: the `kiln`
+ * CLI (submit, jobs, describe, logs -f, metrics, stop, workers; exit codes and output) and the
+ * Python SDK's tests (tests/sdk, run with /usr/bin/python3). */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/common/harness.h"
+#include "tests/e2e/e2e.h"
+
+static char *write_spec(const char *name, const char *text)
+{
+    static char path[2][PATH_MAX];
+    static int next;
+    char *p = path[next++ % 2];
+    snprintf(p, PATH_MAX, "%s/%s.json", e2e_cl->dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+#define CLI_STEPS 20
+
+Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
+{
+    char *out = NULL, *err = NULL;
+    int rc;
+
+    rc = e2e_kiln(&out, &err, "workers", NULL);
+    cr_assert_eq(rc, 0, "kiln workers: %s", err);
+    cr_assert(strstr(out, "ID") && strstr(out, "SLOTS"), "%s", out);
+    cr_assert(strstr(out, e2e_cl->worker_id[0]) && strstr(out, e2e_cl->worker_id[1]), "%s", out);
+    cr_assert_eq(count_lines(out), 3, "%s", out);
+    free(out);
+    free(err);
+
+    /* submit prints the id alone on stdout (scripts take it from there). */
+    char *spec = e2e_spec("cli-tiny", CLI_STEPS, 1, 1, 4);
+    const char *file = write_spec("good", spec);
+    free(spec);
+    rc = e2e_kiln(&out, &err, "submit", file, NULL);
+    cr_assert_eq(rc, 0, "kiln submit: %s", err);
+    char id[64] = "";
+    sscanf(out, "%63s", id);
+    cr_assert_eq(strlen(id), 36, "submit printed %s", out);
+    cr_assert(strstr(err, "submitted job"), "%s", err);
+    free(out);
+    free(err);
+    char short_id[9];
+    snprintf(short_id, sizeof short_id, "%.8s", id);
+
+    /* logs -f with a short id: follows to the end; exit 0 for a COMPLETED job. */
+    rc = e2e_kiln(&out, &err, "logs", "-f", short_id, NULL);
+    cr_assert_eq(rc, 0, "kiln logs -f: rc %d: %s", rc, err);
+    cr_assert(strstr(out, "[rank 0] "), "no rank-tagged lines: %s", out);
+    cr_assert(strstr(err, "COMPLETED"), "no end notice: %s", err);
+    int followed = count_lines(out);
+    free(out);
+    free(err);
+
+    /* History gives the same lines. */
+    rc = e2e_kiln(&out, &err, "logs", id, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(count_lines(out), followed, "history %d lines vs followed %d", count_lines(out), followed);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "logs", "--rank", "1", id, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(out, "");
+    free(out);
+    free(err);
+
+    rc = e2e_kiln(&out, &err, "jobs", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, short_id) && strstr(out, "cli-tiny") && strstr(out, "COMPLETED"), "%s", out);
+    cr_assert(strstr(out, "20/20"), "no step column: %s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "jobs", "--status", "running", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(out, "no jobs\n");
+    free(out);
+    free(err);
+
+    rc = e2e_kiln(&out, &err, "describe", short_id, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, id) && strstr(out, "State:      COMPLETED"), "%s", out);
+    cr_assert(strstr(out, "Progress:   20/20 steps"), "%s", out);
+    cr_assert(strstr(out, "train_loss") && strstr(out, "Events:") && strstr(out, "RUNNING  \u2192  COMPLETED"),
+              "%s", out);
+    free(out);
+    free(err);
+
+    rc = e2e_kiln(&out, &err, "metrics", short_id, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "train_loss") && strstr(out, "\u2581"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "metrics", short_id, "--name", "train_loss", "--raw", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(!strncmp(out, "step,value\n", 11), "%s", out);
+    char last[64] = "";
+    const char *p = out + strlen(out) - 1;
+    while (p > out && p[-1] != '\n')
+        p--;
+    sscanf(p, "%63[^,]", last);
+    cr_assert_str_eq(last, "20", "last raw row: %s", p);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "metrics", short_id, "--name", "no_such_metric", NULL);
+    cr_assert_eq(rc, 1);
+    free(out);
+    free(err);
+
+    /* Errors: the API's field and message, exit 1; usage errors exit 2. */
+    const char *bad = write_spec("bad", "{\"model\": {\"type\": \"gpt\"}, \"hyperparameters\": {\"lr\": -1}}");
+    rc = e2e_kiln(&out, &err, "submit", bad, NULL);
+    cr_assert_eq(rc, 1, "bad spec: rc %d", rc);
+    cr_assert(!strncmp(err, "error: hyperparameters.lr: ", 27), "%s", err);
+    cr_assert_str_eq(out, "");
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "stop", id, NULL);
+    cr_assert_eq(rc, 1, "stopping a finished job: rc %d", rc);
+    cr_assert(!strncmp(err, "error: ", 7), "%s", err);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "describe", "ffffffff", NULL);
+    cr_assert_eq(rc, 1);
+    cr_assert(strstr(err, "no job matches"), "%s", err);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "jobs", "--bogus", NULL);
+    cr_assert_eq(rc, 2);
+    free(out);
+    free(err);
+    char closed[64];
+    snprintf(closed, sizeof closed, "http://127.0.0.1:%d", th_free_port());
+    rc = e2e_kiln(&out, &err, "--url", closed, "jobs", NULL);
+    cr_assert_eq(rc, 1);
+    cr_assert(strstr(err, "could not connect to kilnd at") && strstr(err, "is kilnd running?"), "%s", err);
+    free(out);
+    free(err);
+
+    /* stop a running job, then submit --follow a job that ends COMPLETED (exit 0). */
+    spec = e2e_spec("cli-long", 1000000, 1, 1, 4);
+    file = write_spec("long", spec);
+    free(spec);
+    rc = e2e_kiln(&out, &err, "submit", file, "--idempotency-key", "cli-long-1", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    char long_id[64] = "";
+    sscanf(out, "%63s", long_id);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "submit", file, "--idempotency-key", "cli-long-1", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(!strncmp(out, long_id, 36), "idempotent retry gave another job: %s vs %s", out, long_id);
+    free(out);
+    free(err);
+    json_decref(e2e_wait_state(long_id, "RUNNING", 120000));
+    rc = e2e_kiln(&out, &err, "stop", long_id, "--reason", "cli stop", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "STOPPING") || strstr(out, "STOPPED"), "%s", out);
+    free(out);
+    free(err);
+    json_decref(e2e_wait_state(long_id, "STOPPED", 60000));
+
+    spec = e2e_spec("cli-follow", 10, 1, 1, 4);
+    file = write_spec("follow", spec);
+    free(spec);
+    rc = e2e_kiln(&out, &err, "submit", "--follow", file, NULL);
+    cr_assert_eq(rc, 0, "submit --follow: rc %d: %s", rc, err);
+    cr_assert(strstr(out, "[rank 0] "), "%s", out);
+    free(out);
+    free(err);
+    e2e_pass();
+}
+
+Test(e2e_clients, python_sdk, .init = e2e_setup, .fini = e2e_teardown, .timeout = 300)
+{
+    if (access("/usr/bin/python3", X_OK) != 0)
+        cr_assert_fail("/usr/bin/python3 is missing");
+    char tests[PATH_MAX + 32];
+    snprintf(tests, sizeof tests, "%s/tests/sdk", e2e_root());
+    char *argv[] = {"/usr/bin/python3", "-m", "unittest", "discover", "-v", "-s", tests, NULL};
+    static char url[128], root[PATH_MAX + 16];
+    snprintf(url, sizeof url, "KILN_URL=%s", e2e_cl->url);
+    snprintf(root, sizeof root, "KILN_ROOT=%s", e2e_root());
+    char *env[] = {url, root, "KILN_SDK_REQUIRE_SERVER=1", "PYTHONDONTWRITEBYTECODE=1", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run(argv, env, &out, &err, 280000);
+    if (rc != 0)
+        fprintf(stderr, "---- python SDK tests (rc %d):\n%s%s\n", rc, out, err);
+    cr_assert_eq(rc, 0, "python SDK tests failed");
+    /* unittest reports on stderr; no case may be skipped here. */
+    cr_assert(strstr(err, "\nOK") && !strstr(err, "skipped"), "%s", err);
+    free(out);
+    free(err);
+    e2e_pass();
+}

@@ -1,0 +1,352 @@
+/* test_jobs.c - end to end over REST, with a real kilnd, PostgreSQL and two real agents running
+ * real kiln-train ranks: a good job to COMPLETED (events, logs, metrics, progress), a bad one
+ * rejected, one spanning both agents, one stopped mid-run, and an agent SIGKILLed mid-job. */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/e2e/e2e.h"
+
+static const char *jstr(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static json_int_t jint(const json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+static char *dump(const json_t *j)
+{
+    static char buf[4096];
+    char *s = json_dumps(j, JSON_COMPACT);
+    snprintf(buf, sizeof buf, "%s", s ? s : "(null)");
+    free(s);
+    return buf;
+}
+
+#define GOOD_STEPS 30
+
+Test(e2e, good_job_completes, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
+{
+    char *spec = e2e_spec("e2e-good", GOOD_STEPS, 1, 1, 4);
+    json_t *job = e2e_submit(spec);
+    free(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    cr_assert_eq(strlen(id), 36, "job id: %s", dump(job));
+    cr_assert_str_eq(jstr(job, "state"), "QUEUED");
+    cr_assert_str_eq(jstr(job, "name"), "e2e-good");
+    /* The stored spec is normalised: defaults filled in. */
+    cr_assert_eq(jint(json_object_get(json_object_get(job, "spec"), "hyperparameters"), "max_steps"), GOOD_STEPS);
+    json_decref(job);
+
+    job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
+    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "job ended %s: %s", jstr(job, "state"), jstr(job, "reason"));
+    json_t *progress = json_object_get(job, "progress");
+    cr_assert_eq(jint(progress, "step"), GOOD_STEPS, "progress: %s", dump(progress));
+    cr_assert_eq(jint(progress, "total_steps"), GOOD_STEPS, "progress: %s", dump(progress));
+    cr_assert(*jstr(job, "started_at") && *jstr(job, "ended_at"), "times: %s", dump(job));
+    json_t *workers = json_object_get(job, "workers");
+    cr_assert_eq(json_array_size(workers), 1, "workers: %s", dump(workers));
+    const char *w = json_string_value(json_array_get(workers, 0));
+    cr_assert(w && (!strcmp(w, e2e_cl->worker_id[0]) || !strcmp(w, e2e_cl->worker_id[1])), "worker %s", w);
+    double latest = json_number_value(json_object_get(json_object_get(job, "metrics"), "train_loss"));
+    cr_assert(json_is_number(json_object_get(json_object_get(job, "metrics"), "train_loss")),
+              "no latest train_loss on the job: %s", dump(json_object_get(job, "metrics")));
+
+    /* Events: exactly the happy path, each from the previous state, with times and reasons. */
+    json_t *ev = e2e_events(id);
+    char states[512];
+    cr_assert_str_eq(e2e_event_states(ev, states, sizeof states), "QUEUED,SCHEDULED,STARTING,RUNNING,COMPLETED",
+                     "events: %s", dump(ev));
+    size_t i;
+    json_t *e;
+    const char *prev = NULL;
+    json_array_foreach(json_object_get(ev, "events"), i, e) {
+        json_t *from = json_object_get(e, "from_state");
+        if (i == 0)
+            cr_assert(json_is_null(from) || !from, "first event has a from_state: %s", dump(e));
+        else
+            cr_assert_str_eq(json_string_value(from), prev, "event %zu: %s", i, dump(e));
+        cr_assert(*jstr(e, "time"), "event without time: %s", dump(e));
+        prev = jstr(e, "to_state");
+    }
+    json_decref(ev);
+
+    /* Logs: lines from rank 0 only, in seq order; rank filter. */
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs", id);
+    json_t *logs = e2e_get(path);
+    json_t *lines = json_object_get(logs, "lines");
+    cr_assert_gt(json_array_size(lines), 0, "no log lines: %s", dump(logs));
+    json_int_t last_seq = 0;
+    json_array_foreach(lines, i, e) {
+        cr_assert_eq(jint(e, "rank"), 0, "line from another rank: %s", dump(e));
+        cr_assert_gt(jint(e, "seq"), last_seq, "seq not increasing: %s", dump(e));
+        last_seq = jint(e, "seq");
+    }
+    json_decref(logs);
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=1", id);
+    logs = e2e_get(path);
+    cr_assert_eq(json_array_size(json_object_get(logs, "lines")), 0, "rank 1 has lines: %s", dump(logs));
+    json_decref(logs);
+
+    /* Metrics: the train_loss history reaches the last step and falls. */
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss", id);
+    json_t *m = e2e_get(path);
+    json_t *series = json_object_get(m, "metrics");
+    cr_assert_eq(json_array_size(series), 1, "series: %s", dump(m));
+    cr_assert_str_eq(jstr(json_array_get(series, 0), "name"), "train_loss");
+    json_t *pts = json_object_get(json_array_get(series, 0), "points");
+    size_t n = json_array_size(pts);
+    cr_assert_geq(n, 5, "train_loss points: %s", dump(m));
+    cr_assert_eq(jint(json_array_get(pts, n - 1), "step"), GOOD_STEPS);
+    double head = 0, tail = 0;
+    for (size_t k = 0; k < 3; k++) {
+        head += json_number_value(json_object_get(json_array_get(pts, k), "value")) / 3;
+        tail += json_number_value(json_object_get(json_array_get(pts, n - 1 - k), "value")) / 3;
+    }
+    cr_assert_lt(tail, head, "train_loss did not fall: first %.4f, last %.4f", head, tail);
+    double last_value = json_number_value(json_object_get(json_array_get(pts, n - 1), "value"));
+    cr_assert_float_eq(latest, last_value, 1e-4, "job's latest train_loss %f vs history %f", latest, last_value);
+    json_decref(m);
+    /* Every metric of the job, including throughput. */
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics", id);
+    m = e2e_get(path);
+    cr_assert_geq(json_array_size(json_object_get(m, "metrics")), 2, "metrics: %s", dump(m));
+    json_decref(m);
+
+    /* Listing by state finds it. */
+    json_t *list = e2e_get("/v1/jobs?status=COMPLETED");
+    bool found = false;
+    json_array_foreach(json_object_get(list, "jobs"), i, e) found |= !strcmp(jstr(e, "id"), id);
+    cr_assert(found, "COMPLETED listing lacks the job: %s", dump(list));
+    json_decref(list);
+    json_decref(job);
+    e2e_pass();
+}
+
+Test(e2e, bad_job_rejected, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120)
+{
+    long st = 0;
+    /* A bad value: 400 naming the field. */
+    char *spec = e2e_spec("e2e-bad", 10, 1, 1, 4);
+    json_t *j = json_loads(spec, 0, NULL);
+    free(spec);
+    json_object_set_new(json_object_get(j, "hyperparameters"), "lr", json_real(-1));
+    char *bad = json_dumps(j, JSON_COMPACT);
+    json_t *r = e2e_http("POST", "/v1/jobs", bad, NULL, &st);
+    cr_assert_eq(st, 400, "reply: %s", dump(r));
+    cr_assert_str_eq(jstr(r, "code"), "invalid_argument");
+    cr_assert_str_eq(jstr(r, "field"), "hyperparameters.lr", "reply: %s", dump(r));
+    cr_assert(*jstr(r, "message"), "no message: %s", dump(r));
+    json_decref(r);
+    free(bad);
+
+    /* An unknown key: a typo must not be silently ignored. */
+    json_object_del(json_object_get(j, "hyperparameters"), "lr");
+    json_object_set_new(json_object_get(j, "hyperparameters"), "learning_rate", json_real(0.1));
+    bad = json_dumps(j, JSON_COMPACT);
+    r = e2e_http("POST", "/v1/jobs", bad, NULL, &st);
+    cr_assert_eq(st, 400, "reply: %s", dump(r));
+    cr_assert(strstr(jstr(r, "field"), "learning_rate") || strstr(jstr(r, "message"), "learning_rate"),
+              "the unknown key is not named: %s", dump(r));
+    json_decref(r);
+    free(bad);
+    json_decref(j);
+
+    /* Not JSON at all. */
+    r = e2e_http("POST", "/v1/jobs", "{\"name\": ", NULL, &st);
+    cr_assert_eq(st, 400, "reply: %s", dump(r));
+    cr_assert(*jstr(r, "message"), "no message: %s", dump(r));
+    json_decref(r);
+
+    /* More ranks than the cluster has, ever: rejected at submission, not queued forever. */
+    spec = e2e_spec("e2e-too-big", 10, 3, 1, 6);
+    r = e2e_http("POST", "/v1/jobs", spec, NULL, &st);
+    cr_assert(st == 422 || st == 400, "a job needing 3 nodes of 2 was accepted (HTTP %ld): %s", st, dump(r));
+    cr_assert(*jstr(r, "message"), "no message: %s", dump(r));
+    json_decref(r);
+    free(spec);
+
+    /* Nothing was stored. */
+    json_t *list = e2e_get("/v1/jobs");
+    cr_assert_eq(json_array_size(json_object_get(list, "jobs")), 0, "stored: %s", dump(list));
+    json_decref(list);
+    e2e_pass();
+}
+
+Test(e2e, job_spans_both_agents, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
+{
+    char *spec = e2e_spec("e2e-two-nodes", 20, 2, 1, 4);
+    json_t *job = e2e_submit(spec);
+    free(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    json_decref(job);
+    job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
+    const char *state = jstr(job, "state");
+
+    /* Gang placement: one rank on each agent, never partly. */
+    json_t *workers = json_object_get(job, "workers");
+    cr_assert_eq(json_array_size(workers), 2, "workers: %s", dump(job));
+    cr_assert_str_neq(json_string_value(json_array_get(workers, 0)), json_string_value(json_array_get(workers, 1)));
+    cr_assert(e2e_agent_of_job(id) >= 0, "no agent has a directory for the job");
+    json_t *ev = e2e_events(id);
+    char states[512];
+    e2e_event_states(ev, states, sizeof states);
+    cr_assert(strstr(states, "QUEUED,SCHEDULED,STARTING"), "events: %s", dump(ev));
+    json_decref(ev);
+
+    char path[256];
+    if (!strcmp(state, "COMPLETED")) {
+        cr_assert(strstr(states, "RUNNING,COMPLETED"), "events: %s", states);
+        for (int rank = 0; rank < 2; rank++) {
+            snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=%d", id, rank);
+            json_t *logs = e2e_get(path);
+            json_t *lines = json_object_get(logs, "lines");
+            cr_assert_gt(json_array_size(lines), 0, "no lines from rank %d", rank);
+            size_t i;
+            json_t *l;
+            json_array_foreach(lines, i, l) cr_assert_eq(jint(l, "rank"), rank, "%s", dump(l));
+            json_decref(logs);
+        }
+        cr_assert_eq(jint(json_object_get(job, "progress"), "step"), 20, "%s", dump(job));
+    } else {
+        /* Until kiln-train does data parallelism the ranks may refuse world_size 2: the job must
+         * then be FAILED with that reason, after reaching its ranks on both agents. */
+        cr_assert_str_eq(state, "FAILED", "ended %s: %s", state, jstr(job, "reason"));
+        const char *reason = jstr(job, "reason");
+        cr_assert(*reason, "FAILED without a reason");
+        cr_assert(strstr(reason, "data parallel") || strstr(reason, "world"),
+                  "two-node job FAILED for an unexpected reason: %s", reason);
+        cr_assert(strstr(states, "FAILED"), "events: %s", states);
+        cr_log_warn("two-node job FAILED as allowed until data parallelism lands: %s", reason);
+    }
+    json_decref(job);
+    e2e_pass();
+}
+
+Test(e2e, job_stopped_mid_run, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
+{
+    char *spec = e2e_spec("e2e-stop", 1000000, 1, 1, 4);
+    json_t *job = e2e_submit(spec);
+    free(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    json_decref(job);
+    /* Really training: a few steps done. */
+    job = e2e_wait_step(id, 3, 120000);
+    json_decref(job);
+    int agent = e2e_agent_of_job(id);
+    cr_assert_geq(agent, 0, "no agent has a directory for the job");
+
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
+    long st = 0;
+    json_t *r = e2e_http("POST", path, "{\"reason\": \"e2e stop test\"}", NULL, &st);
+    cr_assert_eq(st, 200, "stop: HTTP %ld %s", st, dump(r));
+    cr_assert(!strcmp(jstr(r, "state"), "STOPPING") || !strcmp(jstr(r, "state"), "STOPPED"), "%s", dump(r));
+    json_decref(r);
+
+    job = e2e_wait_state(id, "STOPPED|FAILED|COMPLETED", 60000);
+    cr_assert_str_eq(jstr(job, "state"), "STOPPED", "ended %s: %s", jstr(job, "state"), jstr(job, "reason"));
+    json_int_t step = jint(json_object_get(job, "progress"), "step");
+    cr_assert(step >= 3 && step < 1000000, "progress %lld", (long long)step);
+    json_decref(job);
+    json_t *ev = e2e_events(id);
+    char states[512];
+    e2e_event_states(ev, states, sizeof states);
+    cr_assert(strstr(states, "RUNNING,STOPPING,STOPPED"), "events: %s", dump(ev));
+    cr_assert(strstr(dump(ev), "e2e stop test"), "the stop reason is not in the events: %s", dump(ev));
+    json_decref(ev);
+
+    /* The rank got SIGTERM and wrote a checkpoint before exiting (status 143). */
+    char ckpt[600];
+    snprintf(ckpt, sizeof ckpt, "%s/jobs/%s/checkpoints", e2e_cl->work_dir[agent], id);
+    cr_assert_gt(e2e_count_files(ckpt), 0, "no checkpoint in %s", ckpt);
+
+    /* Stopping again is refused: the job has ended. */
+    r = e2e_http("POST", path, NULL, NULL, &st);
+    cr_assert_eq(st, 409, "second stop: HTTP %ld %s", st, dump(r));
+    json_decref(r);
+    e2e_pass();
+}
+
+Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_teardown, .timeout = 240)
+{
+    char *spec = e2e_spec("e2e-agent-dies", 1000000, 1, 1, 4);
+    json_t *job = e2e_submit(spec);
+    free(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    json_decref(job);
+    job = e2e_wait_step(id, 2, 120000);
+    char worker[128];
+    snprintf(worker, sizeof worker, "%s", json_string_value(json_array_get(json_object_get(job, "workers"), 0)));
+    json_decref(job);
+    int agent = e2e_agent_of_job(id);
+    cr_assert_geq(agent, 0, "no agent has a directory for the job");
+
+    /* The machine's agent dies without a word. */
+    cr_assert_eq(kill(e2e_cl->agents[agent], SIGKILL), 0);
+    int status;
+    waitpid(e2e_cl->agents[agent], &status, 0);
+    e2e_cl->agents[agent] = 0;
+    double t0 = (double)time(NULL);
+
+    /* Within the heartbeat timeout (plus the liveness check's period) the job leaves RUNNING:
+     * RESTARTING (re-queued for another attempt) or FAILED, with a reason naming the worker. */
+    long limit_ms = e2e_cl->heartbeat_timeout_ms + 15000;
+    json_t *left = NULL;
+    for (long waited = 0; waited <= limit_ms && !left; waited += 200) {
+        json_t *ev = e2e_events(id);
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(ev, "events"), i, e) {
+            const char *from = json_string_value(json_object_get(e, "from_state"));
+            const char *to = jstr(e, "to_state");
+            if (from && !strcmp(from, "RUNNING") && (!strcmp(to, "RESTARTING") || !strcmp(to, "FAILED"))) {
+                left = json_incref(e);
+                break;
+            }
+        }
+        json_decref(ev);
+        if (!left)
+            usleep(200000);
+    }
+    cr_assert_not_null(left, "job still RUNNING %.0f s after its agent died (heartbeat timeout %d ms): %s",
+                       (double)time(NULL) - t0, e2e_cl->heartbeat_timeout_ms, dump(e2e_events(id)));
+    cr_assert(strstr(jstr(left, "reason"), worker), "reason does not name worker %s: %s", worker, dump(left));
+    json_decref(left);
+
+    /* The worker is DEAD, and the job never sits RUNNING on it. */
+    json_t *ws = e2e_get("/v1/workers");
+    size_t i;
+    json_t *w;
+    bool dead = false;
+    json_array_foreach(json_object_get(ws, "workers"), i, w)
+        if (!strcmp(jstr(w, "id"), worker))
+            dead = !strcmp(jstr(w, "state"), "DEAD");
+    cr_assert(dead, "worker %s not DEAD: %s", worker, dump(ws));
+    json_decref(ws);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    job = e2e_get(path);
+    const char *state = jstr(job, "state");
+    json_t *jw = json_object_get(job, "workers");
+    if (!strcmp(state, "RUNNING"))
+        cr_assert_str_neq(json_string_value(json_array_get(jw, 0)), worker, "RUNNING on the dead worker: %s",
+                          dump(job));
+    json_decref(job);
+    e2e_pass();
+}
