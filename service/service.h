@@ -20,6 +20,9 @@ typedef struct svc_config {
     int heartbeat_timeout_ms;      /* silence after which a worker is DEAD (default 10000) */
     int sched_interval_ms;         /* scheduler tick when nothing wakes it (default 500) */
     int db_pool_size;              /* database connections (default 8) */
+    /* Added by the control-plane implementation (zero means the default): */
+    const char *migrations_dir;    /* NULL: the migrations embedded in the binary */
+    int stop_grace_ms;             /* SIGTERM -> SIGKILL grace told in stop orders (default 10000) */
 } svc_config_t;
 
 /* Connects to PostgreSQL, applies migrations, starts the scheduler and liveness threads.
@@ -117,5 +120,55 @@ int svc_follow_open(svc_t *s, const char *job_id, int rank, int64_t after_seq,
 int svc_follow_read(svc_follow_t *f, json_t *lines, int max, bool *ended, json_t **end_info);
 /* Accepts NULL. Safe to call while producers run. */
 void svc_follow_close(svc_follow_t *f);
+
+/* ---- job states ----------------------------------------------------------------------------
+ * The job state machine (service/state.c). Values match proto's JobState numbers. */
+typedef enum svc_job_state {
+    JOB_STATE_NONE = 0,          /* before the job exists (the first event has no from_state) */
+    JOB_STATE_QUEUED = 1,
+    JOB_STATE_SCHEDULED = 2,
+    JOB_STATE_STARTING = 3,
+    JOB_STATE_RUNNING = 4,
+    JOB_STATE_STOPPING = 5,
+    JOB_STATE_RESTARTING = 6,
+    JOB_STATE_COMPLETED = 7,
+    JOB_STATE_FAILED = 8,
+    JOB_STATE_STOPPED = 9,
+} svc_job_state_t;
+
+/* "QUEUED" ... ; "" for JOB_STATE_NONE or an unknown value. Static storage. */
+const char *svc_state_name(svc_job_state_t st);
+/* Parses a state name (case-sensitive, as in the API); JOB_STATE_NONE when unknown. */
+svc_job_state_t svc_state_parse(const char *name);
+/* Whether the state machine allows from -> to. */
+bool svc_state_legal(svc_job_state_t from, svc_job_state_t to);
+/* COMPLETED, FAILED, STOPPED. */
+bool svc_state_terminal(svc_job_state_t st);
+
+/* ---- gang placement (service/sched.c), a pure function for tests --------------------------------
+ * A job needs `nodes` distinct workers of its slot type, each with `slots_per_node` free slots,
+ * all at once. Among the workers that fit, the ones with the fewest free slots are chosen (best
+ * fit), so big holes stay free for big jobs; ties go to the lower index. */
+#define SCHED_MAX_NODES 256
+typedef struct sched_worker {
+    const char *id;
+    const char *slot_type;   /* "cpu" | "gpu" */
+    int slots;               /* total */
+    int slots_free;
+} sched_worker_t;
+typedef struct sched_request {
+    int nodes, slots_per_node;
+    const char *slot_type;
+} sched_request_t;
+typedef struct sched_placement {
+    int nodes;
+    int worker[SCHED_MAX_NODES]; /* index into the workers array of node rank i */
+} sched_placement_t;
+/* Returns true and fills *out when the whole gang fits the free slots now; false (out->nodes = 0)
+ * otherwise. Never a partial placement. */
+bool sched_place(const sched_worker_t *workers, int n, const sched_request_t *req,
+                 sched_placement_t *out);
+/* Whether the request could ever fit these workers (their total slots, all free). */
+bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req);
 
 #endif /* KILN_SERVICE_H */

@@ -1,0 +1,239 @@
+/* follow.c - live log followers: each has a bounded in-memory queue that the ingesting thread
+ * fills without ever blocking. A follower that falls behind (its queue overflowed) drops the
+ * queue and is refilled from the database by seq, so it never loses a line; the database is not
+ * polled otherwise. When the job ends the follower gets an end notice after its last line. */
+#include "service/svc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FOLLOW_QCAP 4096
+
+static void queue_clear(svc_follow_t *f)
+{
+    while (f->qlen > 0) {
+        json_decref(f->q[f->qhead].line);
+        f->qhead = (f->qhead + 1) % f->qcap;
+        f->qlen--;
+    }
+    f->qhead = 0;
+}
+
+int svc_follow_open(svc_t *s, const char *job_id, int rank, int64_t after_seq,
+                    svc_follow_wake_fn wake, void *ud, svc_follow_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!job_id || !store_is_uuid(job_id)) {
+        kiln_err_set(err, KILN_ENOTFOUND, "id", "job \"%.80s\" not found", job_id ? job_id : "");
+        return KILN_ENOTFOUND;
+    }
+    store_conn_t *c = NULL;
+    char state[16], reason[256];
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    /* Fail early for an unknown job, before anything is registered. */
+    rc = store_job_state(c, job_id, state, sizeof(state), reason, sizeof(reason), err);
+    if (rc) {
+        store_conn_put(s->store, c);
+        return rc;
+    }
+    svc_follow_t *f = calloc(1, sizeof(*f));
+    svc_jobent_t *e = svc_jobent_get(s, job_id);
+    if (f)
+        f->q = calloc(FOLLOW_QCAP, sizeof(*f->q));
+    if (!f || !f->q || !e) {
+        if (f)
+            free(f->q);
+        free(f);
+        svc_jobent_put(s, e);
+        store_conn_put(s->store, c);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    pthread_mutex_init(&f->mu, NULL);
+    f->s = s;
+    f->ent = e;
+    f->rank = rank < 0 ? -1 : rank;
+    f->wake = wake;
+    f->ud = ud;
+    f->qcap = FOLLOW_QCAP;
+
+    pthread_mutex_lock(&e->fmu);
+    f->next = e->followers;
+    e->followers = f;
+    pthread_mutex_unlock(&e->fmu);
+
+    /* Every line with a seq below next_seq is committed (batches commit under ingest_mu), so
+     * the caller's history read covers it; later lines reach the queue. */
+    int64_t open_seq = 0;
+    pthread_mutex_lock(&e->ingest_mu);
+    if (!e->seq_loaded) {
+        int64_t last = 0;
+        if (store_job_log_seq(c, job_id, &last, NULL) == 0) {
+            e->next_seq = last + 1;
+            e->seq_loaded = true;
+        }
+    }
+    open_seq = e->seq_loaded ? e->next_seq - 1 : 0;
+    pthread_mutex_unlock(&e->ingest_mu);
+    f->last_seq = KILN_MAX(after_seq, open_seq);
+
+    /* Read the state again now that the follower is registered: an end from here on reaches it
+     * through svc_follow_end. */
+    if (store_job_state(c, job_id, state, sizeof(state), reason, sizeof(reason), NULL) == 0
+        && svc_state_terminal(svc_state_parse(state))) {
+        pthread_mutex_lock(&f->mu);
+        if (!f->ended) {
+            f->ended = true;
+            kiln_strlcpy(f->end_state, state, sizeof(f->end_state));
+            kiln_strlcpy(f->end_reason, reason, sizeof(f->end_reason));
+        }
+        f->final_checked = true;  /* the caller's history read is the final read */
+        pthread_mutex_unlock(&f->mu);
+    }
+    store_conn_put(s->store, c);
+    *out = f;
+    return 0;
+}
+
+void svc_follow_publish(svc_jobent_t *e, json_t *const *lines, const int64_t *seqs,
+                        const int *ranks, size_t n)
+{
+    pthread_mutex_lock(&e->fmu);
+    for (svc_follow_t *f = e->followers; f; f = f->next) {
+        bool added = false;
+        pthread_mutex_lock(&f->mu);
+        for (size_t i = 0; i < n && !f->overflow; i++) {
+            if (!lines[i] || (f->rank >= 0 && ranks[i] != f->rank))
+                continue;
+            if (f->qlen == f->qcap) {
+                /* Behind: stop queueing; the reader refills from the database by seq. */
+                f->overflow = true;
+                added = true;
+                break;
+            }
+            int tail = (f->qhead + f->qlen) % f->qcap;
+            f->q[tail].seq = seqs[i];
+            f->q[tail].line = json_incref(lines[i]);
+            f->qlen++;
+            added = true;
+        }
+        pthread_mutex_unlock(&f->mu);
+        if (added && f->wake)
+            f->wake(f->ud);
+    }
+    pthread_mutex_unlock(&e->fmu);
+}
+
+void svc_follow_end(svc_t *s, const char *job_id, const char *state, const char *reason)
+{
+    /* No entry means nobody follows the job: do not create one. */
+    svc_jobent_t *e = svc_jobent_find(s, job_id);
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->fmu);
+    for (svc_follow_t *f = e->followers; f; f = f->next) {
+        pthread_mutex_lock(&f->mu);
+        f->ended = true;
+        kiln_strlcpy(f->end_state, state, sizeof(f->end_state));
+        kiln_strlcpy(f->end_reason, reason ? reason : "", sizeof(f->end_reason));
+        pthread_mutex_unlock(&f->mu);
+        if (f->wake)
+            f->wake(f->ud);
+    }
+    pthread_mutex_unlock(&e->fmu);
+    svc_jobent_put(s, e);
+}
+
+int svc_follow_read(svc_follow_t *f, json_t *lines, int max, bool *ended, json_t **end_info)
+{
+    int count = 0;
+    *ended = false;
+    if (end_info)
+        *end_info = NULL;
+    if (!f || max <= 0)
+        return 0;
+    pthread_mutex_lock(&f->mu);
+    if (f->overflow) {
+        f->overflow = false;
+        queue_clear(f);
+        f->need_db = true;
+    }
+    if (f->ended && !f->final_checked && f->qlen == 0) {
+        /* Lines committed just before the end may not have been handed over yet. */
+        f->need_db = true;
+        f->final_checked = true;
+    }
+    pthread_mutex_unlock(&f->mu);
+
+    if (f->need_db) {
+        store_conn_t *c = NULL;
+        kiln_err_t err;
+        json_t *arr = NULL;
+        int64_t last = f->last_seq;
+        store_log_query_t q = {.rank = f->rank, .since_us = 0, .after_seq = f->last_seq, .limit = max};
+        int rc = store_conn_get(f->s->store, &c, &err);
+        if (rc == 0) {
+            rc = store_logs_query_json(c, f->ent->id, &q, &arr, &last, &err);
+            store_conn_put(f->s->store, c);
+        }
+        if (rc) {
+            log_warn("follow: could not refill job %s from the database: %s", f->ent->id, err.message);
+            return 0;  /* need_db stays set: the next read retries */
+        }
+        size_t n = json_array_size(arr);
+        for (size_t i = 0; i < n; i++)
+            json_array_append(lines, json_array_get(arr, i));
+        json_decref(arr);
+        count += (int)n;
+        f->last_seq = last;
+        if ((int)n < max)
+            f->need_db = false;
+        if (count >= max)
+            return count;
+    }
+
+    pthread_mutex_lock(&f->mu);
+    while (f->qlen > 0 && count < max) {
+        svc_follow_item_t it = f->q[f->qhead];
+        f->qhead = (f->qhead + 1) % f->qcap;
+        f->qlen--;
+        if (it.seq <= f->last_seq) {  /* already delivered by a refill */
+            json_decref(it.line);
+            continue;
+        }
+        json_array_append_new(lines, it.line);
+        f->last_seq = it.seq;
+        count++;
+    }
+    if (count == 0 && f->qlen == 0 && !f->overflow && f->ended && f->final_checked && !f->need_db) {
+        *ended = true;
+        if (end_info)
+            *end_info = json_pack("{s:s, s:s}", "state", f->end_state, "reason", f->end_reason);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return count;
+}
+
+void svc_follow_close(svc_follow_t *f)
+{
+    if (!f)
+        return;
+    svc_jobent_t *e = f->ent;
+    pthread_mutex_lock(&e->fmu);
+    for (svc_follow_t **pp = &e->followers; *pp; pp = &(*pp)->next) {
+        if (*pp == f) {
+            *pp = f->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->fmu);
+    pthread_mutex_lock(&f->mu);
+    queue_clear(f);
+    pthread_mutex_unlock(&f->mu);
+    pthread_mutex_destroy(&f->mu);
+    free(f->q);
+    svc_jobent_put(f->s, e);
+    free(f);
+}

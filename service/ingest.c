@@ -1,0 +1,313 @@
+/* ingest.c - logs and metrics from agents: one COPY per batch, a kilnd-assigned increasing seq per
+ * job for log lines (batches of one job are serialised so seq order is commit order), live
+ * hand-off of new lines to followers, and one job-row UPDATE per metric batch for the latest
+ * values, progress and ETA. Also the table of per-job in-memory entries these share. */
+#include "service/svc_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- per-job entries ---------------------------------------------------------------------- */
+
+static unsigned bucket_of(const char *id)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = id; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    return h % SVC_JOBENT_BUCKETS;
+}
+
+svc_jobent_t *svc_jobent_get(svc_t *s, const char *job_id)
+{
+    unsigned b = bucket_of(job_id);
+    pthread_mutex_lock(&s->jobs_mu);
+    svc_jobent_t *e = s->jobs[b];
+    while (e && strcmp(e->id, job_id) != 0)
+        e = e->next;
+    if (!e) {
+        e = calloc(1, sizeof(*e));
+        if (!e) {
+            pthread_mutex_unlock(&s->jobs_mu);
+            return NULL;
+        }
+        kiln_strlcpy(e->id, job_id, sizeof(e->id));
+        pthread_mutex_init(&e->ingest_mu, NULL);
+        pthread_mutex_init(&e->fmu, NULL);
+        e->rate_attempt = -1;
+        e->next = s->jobs[b];
+        s->jobs[b] = e;
+    }
+    e->refs++;
+    e->last_used_us = kiln_mono_us();
+    pthread_mutex_unlock(&s->jobs_mu);
+    return e;
+}
+
+svc_jobent_t *svc_jobent_find(svc_t *s, const char *job_id)
+{
+    unsigned b = bucket_of(job_id);
+    pthread_mutex_lock(&s->jobs_mu);
+    svc_jobent_t *e = s->jobs[b];
+    while (e && strcmp(e->id, job_id) != 0)
+        e = e->next;
+    if (e)
+        e->refs++;
+    pthread_mutex_unlock(&s->jobs_mu);
+    return e;
+}
+
+void svc_jobent_put(svc_t *s, svc_jobent_t *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&s->jobs_mu);
+    if (e->refs <= 0) {
+        log_error("service: job entry %s released too often", e->id);
+        abort();
+    }
+    e->refs--;
+    e->last_used_us = kiln_mono_us();
+    pthread_mutex_unlock(&s->jobs_mu);
+}
+
+static void jobent_free(svc_jobent_t *e)
+{
+    pthread_mutex_destroy(&e->ingest_mu);
+    pthread_mutex_destroy(&e->fmu);
+    free(e);
+}
+
+void svc_jobent_sweep(svc_t *s, int64_t idle_us)
+{
+    int64_t now = kiln_mono_us();
+    pthread_mutex_lock(&s->jobs_mu);
+    for (int b = 0; b < SVC_JOBENT_BUCKETS; b++) {
+        svc_jobent_t **pp = &s->jobs[b];
+        while (*pp) {
+            svc_jobent_t *e = *pp;
+            /* Followers hold a reference, so refs == 0 means none. */
+            if (e->refs == 0 && now - e->last_used_us > idle_us) {
+                *pp = e->next;
+                jobent_free(e);
+            } else {
+                pp = &e->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->jobs_mu);
+}
+
+void svc_jobents_free(svc_t *s)
+{
+    for (int b = 0; b < SVC_JOBENT_BUCKETS; b++) {
+        svc_jobent_t *e = s->jobs[b];
+        while (e) {
+            svc_jobent_t *next = e->next;
+            if (e->refs > 0)
+                log_warn("service: job entry %s still referenced at shutdown", e->id);
+            jobent_free(e);
+            e = next;
+        }
+        s->jobs[b] = NULL;
+    }
+}
+
+/* ---- logs ---------------------------------------------------------------------------------- */
+
+static int check_batch(const char *worker_id, const char *job_id, kiln_err_t *err)
+{
+    (void)worker_id;
+    if (!job_id || !store_is_uuid(job_id)) {
+        kiln_err_set(err, KILN_ENOTFOUND, "job_id", "job \"%.80s\" not found", job_id ? job_id : "");
+        kiln_err_hint(err, "job ids are UUIDs, as the assignment carried them");
+        return KILN_ENOTFOUND;
+    }
+    return 0;
+}
+
+int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err)
+{
+    int rc = check_batch(batch->worker_id, batch->job_id, err);
+    if (rc)
+        return rc;
+    if (batch->n_lines == 0)
+        return 0;
+    svc_jobent_t *e = svc_jobent_get(s, batch->job_id);
+    if (!e)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    store_conn_t *c = NULL;
+    pthread_mutex_lock(&e->ingest_mu);
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        goto out;
+    if (!e->seq_loaded) {
+        int64_t last = 0;
+        rc = store_job_log_seq(c, batch->job_id, &last, err);
+        if (rc)
+            goto out;
+        e->next_seq = last + 1;
+        e->seq_loaded = true;
+    }
+    int64_t first = e->next_seq, now = kiln_now_us();
+    rc = store_logs_copy(c, batch->job_id, batch->attempt, batch->lines, batch->n_lines, first, now, err);
+    if (rc) {
+        /* The seq range may or may not be taken (a lost COMMIT reply): re-read next time. */
+        e->seq_loaded = false;
+        goto out;
+    }
+    e->next_seq += (int64_t)batch->n_lines;
+    store_conn_put(s->store, c);
+    c = NULL;
+
+    /* Live hand-off, still under ingest_mu so followers see lines in seq order. JSON is built
+     * once per line and shared by every follower. */
+    pthread_mutex_lock(&e->fmu);
+    bool any = e->followers != NULL;
+    pthread_mutex_unlock(&e->fmu);
+    if (any) {
+        size_t n = batch->n_lines;
+        json_t **lines = malloc(n * sizeof(*lines));
+        int64_t *seqs = malloc(n * sizeof(*seqs));
+        int *ranks = malloc(n * sizeof(*ranks));
+        if (lines && seqs && ranks) {
+            for (size_t i = 0; i < n; i++) {
+                const Kiln__LogLine *l = batch->lines[i];
+                int64_t t = l->time_us > 0 ? l->time_us : now;
+                char tb[40];
+                seqs[i] = first + (int64_t)i;
+                ranks[i] = l->rank;
+                lines[i] = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s}", "seq", (json_int_t)seqs[i],
+                                     "rank", l->rank, "stream",
+                                     l->stream && !strcmp(l->stream, "stderr") ? "stderr" : "stdout",
+                                     "time", kiln_time_format(t, tb, sizeof(tb)), "time_us",
+                                     (json_int_t)t, "line", l->line ? l->line : "");
+                if (!lines[i]) {
+                    /* Invalid UTF-8 (the stored copy has U+FFFD in its place): send '?' for
+                     * every non-ASCII byte of this line. */
+                    char *fixed = strdup(l->line ? l->line : "");
+                    for (char *q = fixed; q && *q; q++)
+                        if ((unsigned char)*q >= 0x80)
+                            *q = '?';
+                    lines[i] = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s}", "seq", (json_int_t)seqs[i],
+                                         "rank", l->rank, "stream",
+                                         l->stream && !strcmp(l->stream, "stderr") ? "stderr" : "stdout",
+                                         "time", tb, "time_us", (json_int_t)t, "line", fixed ? fixed : "");
+                    free(fixed);
+                }
+            }
+            svc_follow_publish(e, lines, seqs, ranks, n);
+            for (size_t i = 0; i < n; i++)
+                json_decref(lines[i]);
+        }
+        free(lines);
+        free(seqs);
+        free(ranks);
+    }
+out:
+    pthread_mutex_unlock(&e->ingest_mu);
+    if (c)
+        store_conn_put(s->store, c);
+    svc_jobent_put(s, e);
+    return rc;
+}
+
+/* ---- metrics ------------------------------------------------------------------------------- */
+
+typedef struct latest {
+    const char *name;
+    int64_t step;
+    double value;
+} latest_t;
+
+int svc_agent_metrics(svc_t *s, const Kiln__MetricBatch *batch, kiln_err_t *err)
+{
+    int rc = check_batch(batch->worker_id, batch->job_id, err);
+    if (rc)
+        return rc;
+    if (batch->n_points == 0)
+        return 0;
+    for (size_t i = 0; i < batch->n_points; i++)
+        if (!batch->points[i] || !batch->points[i]->name || !batch->points[i]->name[0])
+            return kiln_err_set(err, KILN_EINVAL, "points", "metric point %zu has no name", i);
+
+    /* The latest value of each metric in the batch (highest step wins; a later point wins a tie)
+     * and the highest step with its time, for progress and the step rate. */
+    latest_t lat[64];
+    int nlat = 0;
+    int64_t max_step = 0, max_step_t = 0, now = kiln_now_us();
+    for (size_t i = 0; i < batch->n_points; i++) {
+        const Kiln__MetricPoint *p = batch->points[i];
+        if (p->step > max_step || max_step_t == 0) {
+            if (p->step >= max_step) {
+                max_step = p->step;
+                max_step_t = p->time_us > 0 ? p->time_us : now;
+            }
+        }
+        if (!isfinite(p->value))
+            continue;
+        int k = 0;
+        while (k < nlat && strcmp(lat[k].name, p->name) != 0)
+            k++;
+        if (k == nlat) {
+            if (nlat == (int)KILN_ARRAY_LEN(lat))
+                continue;
+            lat[nlat].name = p->name;
+            lat[nlat].step = p->step;
+            lat[nlat].value = p->value;
+            nlat++;
+        } else if (p->step >= lat[k].step) {
+            lat[k].step = p->step;
+            lat[k].value = p->value;
+        }
+    }
+    json_t *lj = json_object();
+    for (int k = 0; k < nlat; k++)
+        json_object_set_new(lj, lat[k].name, json_real(lat[k].value));
+    char *latest_text = json_dumps(lj, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(lj);
+
+    /* Step rate of the attempt, from the first batch seen to this one. */
+    double rate = 0;
+    svc_jobent_t *e = svc_jobent_get(s, batch->job_id);
+    if (e) {
+        pthread_mutex_lock(&e->fmu);
+        if (e->rate_attempt != batch->attempt || max_step < e->rate_step0) {
+            e->rate_attempt = batch->attempt;
+            e->rate_step0 = max_step;
+            e->rate_t0_us = max_step_t;
+        } else if (max_step > e->rate_step0 && max_step_t > e->rate_t0_us) {
+            rate = (double)(max_step - e->rate_step0) / ((double)(max_step_t - e->rate_t0_us) / 1e6);
+        }
+        pthread_mutex_unlock(&e->fmu);
+        svc_jobent_put(s, e);
+    }
+
+    store_conn_t *c = NULL;
+    bool found = false;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        goto out;
+    rc = store_begin(c, err);
+    if (rc)
+        goto out;
+    rc = store_metrics_copy(c, batch->job_id, batch->attempt, batch->points, batch->n_points, now, err);
+    if (rc == 0)
+        rc = store_job_metrics_update(c, batch->job_id, batch->attempt,
+                                      latest_text ? latest_text : "{}", max_step, rate, &found, err);
+    if (rc == 0 && !found) {
+        kiln_err_set(err, KILN_ENOTFOUND, "job_id", "job \"%s\" not found", batch->job_id);
+        rc = KILN_ENOTFOUND;
+    }
+    if (rc) {
+        store_rollback(c);
+        goto out;
+    }
+    rc = store_commit(c, err);
+out:
+    if (c)
+        store_conn_put(s->store, c);
+    free(latest_text);
+    return rc;
+}

@@ -1,0 +1,360 @@
+/* job.c - client-facing job operations: submission (validation, the "can it ever fit" check,
+ * idempotency), reads (job, list with filters and paging, events, log and metric history,
+ * workers) and stop requests. State changes go through state.c. */
+#include "service/svc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec/spec.h"
+
+static int bad_job_id(kiln_err_t *err, const char *id)
+{
+    kiln_err_set(err, KILN_ENOTFOUND, "id", "job \"%.80s\" not found", id ? id : "");
+    kiln_err_hint(err, "job ids are UUIDs, as job submission returns them");
+    return KILN_ENOTFOUND;
+}
+
+/* The unfit check at submission, against the cached alive workers. Returns 0 (fits, or no
+ * worker at all: *no_workers), or KILN_EUNFIT with a message and hint. */
+static int check_fit(svc_t *s, const spec_t *sp, bool *no_workers, kiln_err_t *err)
+{
+    sched_request_t req = {.nodes = sp->res.nodes, .slots_per_node = sp->res.slots_per_node,
+                           .slot_type = sp->res.slot_type};
+    int rc = 0;
+    pthread_mutex_lock(&s->cap_mu);
+    *no_workers = s->ncap == 0;
+    if (s->ncap > 0) {
+        sched_worker_t *w = calloc((size_t)s->ncap, sizeof(*w));
+        int fitting = 0, max_slots = 0;
+        for (int i = 0; i < s->ncap && w; i++) {
+            w[i].id = s->cap[i].id;
+            w[i].slot_type = s->cap[i].slot_type;
+            w[i].slots = s->cap[i].slots;
+            w[i].slots_free = s->cap[i].slots_free;
+            if (strcmp(w[i].slot_type, req.slot_type) == 0) {
+                if (w[i].slots >= req.slots_per_node)
+                    fitting++;
+                max_slots = KILN_MAX(max_slots, w[i].slots);
+            }
+        }
+        if (w && !sched_fits(w, s->ncap, &req)) {
+            rc = kiln_err_set(err, KILN_EUNFIT, "resources",
+                              "job needs %d worker(s) with %d free %s slot(s) each, but only %d of the "
+                              "%d alive worker(s) have that many %s slots",
+                              req.nodes, req.slots_per_node, req.slot_type, fitting, s->ncap,
+                              req.slot_type);
+            kiln_err_detail(err, "the largest alive %s worker has %d slot(s)", req.slot_type, max_slots);
+            kiln_err_hint(err, "lower resources.nodes or resources.slots_per_node, or start more "
+                               "kiln-agent workers with --slot-type %s", req.slot_type);
+        }
+        free(w);
+    }
+    pthread_mutex_unlock(&s->cap_mu);
+    return rc;
+}
+
+int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, json_t **out,
+                   bool *out_created, kiln_err_t *err)
+{
+    spec_t sp;
+    json_t *norm = NULL, *tags = NULL;
+    char *spec_text = NULL, *tags_text = NULL;
+    store_conn_t *c = NULL;
+    bool parsed = false;
+    *out = NULL;
+    if (out_created)
+        *out_created = false;
+    if (!spec || !json_is_object(spec))
+        return kiln_err_set(err, KILN_EINVAL, NULL, "job spec must be a JSON object");
+    if (idempotency_key && !*idempotency_key)
+        idempotency_key = NULL;
+    int rc = spec_parse(spec, &sp, err);
+    if (rc)
+        return rc;
+    parsed = true;
+    bool no_workers = false;
+    rc = check_fit(s, &sp, &no_workers, err);
+    if (rc)
+        goto fail;
+    norm = spec_to_json(&sp);
+    spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    tags = json_object();
+    for (int i = 0; i < sp.n_tags; i++)
+        json_object_set_new(tags, sp.tag_keys[i], json_string(sp.tag_values[i]));
+    tags_text = json_dumps(tags, JSON_COMPACT);
+    if (!spec_text || !tags_text) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
+        goto fail;
+    }
+    store_job_new_t j = {
+        .name = sp.name, .project = sp.project, .queue = sp.queue, .slot_type = sp.res.slot_type,
+        .spec_json = spec_text, .tags_json = tags_text, .idempotency_key = idempotency_key,
+        .reason = no_workers ? "waiting for workers: no worker is registered yet" : "submitted",
+        .priority = sp.priority, .nodes = sp.res.nodes, .slots_per_node = sp.res.slots_per_node,
+        .world_size = spec_world_size(&sp), .max_attempts = sp.max_attempts > 0 ? sp.max_attempts : 1,
+        .total_steps = sp.hp.max_steps,
+    };
+    char id[STORE_ID_LEN];
+    bool created = false;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        goto fail;
+    rc = store_job_insert(c, &j, id, &created, err);
+    if (rc)
+        goto fail;
+    rc = store_job_get_json(c, id, out, err);
+    if (rc)
+        goto fail;
+    if (created)
+        log_info("job %s: created \"%s\" (%d x %d %s ranks, priority %d): QUEUED", id, sp.name,
+                 sp.res.nodes, sp.res.slots_per_node, sp.res.slot_type, sp.priority);
+    if (out_created)
+        *out_created = created;
+    store_conn_put(s->store, c);
+    c = NULL;
+    if (created)
+        svc_sched_wake(s);
+fail:
+    if (c)
+        store_conn_put(s->store, c);
+    if (parsed)
+        spec_deinit(&sp);
+    json_decref(norm);
+    json_decref(tags);
+    free(spec_text);
+    free(tags_text);
+    return rc;
+}
+
+int svc_job_get(svc_t *s, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!store_is_uuid(id))
+        return bad_job_id(err, id);
+    store_conn_t *c = NULL;
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = store_job_get_json(c, id, out, err);
+    store_conn_put(s->store, c);
+    return rc;
+}
+
+/* Page tokens are "<created_at microseconds>_<job id>" of the last job of the previous page. */
+static int parse_token(const char *tok, store_job_query_t *q, kiln_err_t *err)
+{
+    char *end = NULL;
+    long long us = strtoll(tok, &end, 10);
+    if (!end || *end != '_' || !store_is_uuid(end + 1)) {
+        kiln_err_set(err, KILN_EINVAL, "page_token", "malformed page token \"%.64s\"", tok);
+        kiln_err_hint(err, "pass next_page_token from the previous page unchanged");
+        return KILN_EINVAL;
+    }
+    q->has_cursor = true;
+    q->cursor_us = us;
+    kiln_strlcpy(q->cursor_id, end + 1, sizeof(q->cursor_id));
+    return 0;
+}
+
+int svc_job_list(svc_t *s, const svc_job_filter_t *f, json_t **out, kiln_err_t *err)
+{
+    store_job_query_t q;
+    const char *states[16];
+    char sbuf[256], tbuf[512];
+    memset(&q, 0, sizeof(q));
+    *out = NULL;
+    q.limit = f->page_size <= 0 ? 50 : KILN_MIN(f->page_size, 500);
+    if (f->status && *f->status) {
+        kiln_strlcpy(sbuf, f->status, sizeof(sbuf));
+        char *save = NULL;
+        for (char *t = strtok_r(sbuf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            while (*t == ' ')
+                t++;
+            svc_job_state_t st = svc_state_parse(t);
+            if (st == JOB_STATE_NONE) {
+                kiln_err_set(err, KILN_EINVAL, "status", "unknown job state \"%.40s\"", t);
+                kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, "
+                                   "RESTARTING, COMPLETED, FAILED, STOPPED");
+                return KILN_EINVAL;
+            }
+            if (q.nstates < (int)KILN_ARRAY_LEN(states))
+                states[q.nstates++] = svc_state_name(st);
+        }
+        q.states = states;
+    }
+    if (f->tag && *f->tag) {
+        kiln_strlcpy(tbuf, f->tag, sizeof(tbuf));
+        char *colon = strchr(tbuf, ':');
+        if (colon) {
+            *colon = '\0';
+            q.tag_value = colon + 1;
+        }
+        q.tag_key = tbuf;
+        if (!*q.tag_key)
+            return kiln_err_set(err, KILN_EINVAL, "tag", "tag filter needs a key (\"key\" or \"key:value\")");
+    }
+    if (f->page_token && *f->page_token) {
+        int rc = parse_token(f->page_token, &q, err);
+        if (rc)
+            return rc;
+    }
+    store_conn_t *c = NULL;
+    json_t *jobs = NULL;
+    bool more = false;
+    int64_t next_us = 0;
+    char next_id[STORE_ID_LEN] = "";
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = store_job_list_json(c, &q, &jobs, &more, &next_us, next_id, err);
+    store_conn_put(s->store, c);
+    if (rc)
+        return rc;
+    char tok[80] = "";
+    if (more)
+        snprintf(tok, sizeof(tok), "%lld_%s", (long long)next_us, next_id);
+    *out = json_pack("{s:o, s:s}", "jobs", jobs, "next_page_token", tok);
+    return 0;
+}
+
+int svc_job_stop(svc_t *s, const char *id, const char *reason, json_t **out, kiln_err_t *err)
+{
+    svc_tx_t tx;
+    store_job_row_t job;
+    char why[512];
+    *out = NULL;
+    if (!store_is_uuid(id))
+        return bad_job_id(err, id);
+    snprintf(why, sizeof(why), "stop requested%s%s", reason && *reason ? ": " : "",
+             reason && *reason ? reason : "");
+    int rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    rc = store_job_row(tx.c, id, true, &job, err);
+    if (rc)
+        goto fail;
+    svc_job_state_t st = svc_state_parse(job.state);
+    switch (st) {
+    case JOB_STATE_QUEUED:
+    case JOB_STATE_SCHEDULED:
+    case JOB_STATE_RESTARTING:
+        /* Nothing runs for the current attempt (SCHEDULED: not delivered yet). */
+        if (st == JOB_STATE_SCHEDULED)
+            rc = store_assign_stop(tx.c, id, job.attempt, why, NULL, err);
+        if (rc == 0)
+            rc = svc_job_set_state(&tx, &job, JOB_STATE_STOPPED, job.attempt, STORE_TR_STOP_REQ, why, err);
+        break;
+    case JOB_STATE_STARTING:
+    case JOB_STATE_RUNNING:
+        rc = store_assign_stop(tx.c, id, job.attempt, why, NULL, err);
+        if (rc == 0)
+            rc = svc_job_set_state(&tx, &job, JOB_STATE_STOPPING, job.attempt, STORE_TR_STOP_REQ, why, err);
+        if (rc == 0)
+            rc = svc_job_finish_stopping(&tx, &job, err);
+        break;
+    case JOB_STATE_STOPPING:
+        break; /* already on its way: asking again is not an error */
+    default:
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" has already finished (%s)", id, job.state);
+        kiln_err_hint(err, "only jobs that have not finished can be stopped");
+        break;
+    }
+    if (rc)
+        goto fail;
+    rc = svc_tx_commit(&tx, err);
+    if (rc)
+        return rc;
+    return svc_job_get(s, id, out, err);
+fail:
+    svc_tx_abort(&tx);
+    return rc;
+}
+
+int svc_job_events(svc_t *s, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!store_is_uuid(id))
+        return bad_job_id(err, id);
+    store_conn_t *c = NULL;
+    json_t *ev = NULL;
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = store_job_events_json(c, id, &ev, err);
+    store_conn_put(s->store, c);
+    if (rc)
+        return rc;
+    *out = json_pack("{s:o}", "events", ev);
+    return 0;
+}
+
+int svc_job_logs(svc_t *s, const char *id, const svc_log_query_t *q, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!store_is_uuid(id))
+        return bad_job_id(err, id);
+    store_log_query_t sq = {.rank = q ? q->rank : -1, .since_us = q ? q->since_us : 0,
+                            .after_seq = q ? q->after_seq : 0, .limit = q ? q->limit : 0};
+    if (sq.limit <= 0)
+        sq.limit = 1000;
+    sq.limit = KILN_MIN(sq.limit, 10000);
+    if (sq.after_seq < 0)
+        sq.after_seq = 0;
+    store_conn_t *c = NULL;
+    json_t *lines = NULL;
+    int64_t last = 0;
+    char state[16];
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
+    if (rc == 0)
+        rc = store_logs_query_json(c, id, &sq, &lines, &last, err);
+    store_conn_put(s->store, c);
+    if (rc)
+        return rc;
+    *out = json_pack("{s:o, s:I}", "lines", lines, "next_since_seq", (json_int_t)last);
+    return 0;
+}
+
+int svc_job_metrics(svc_t *s, const char *id, const char *name, int max_points, json_t **out,
+                    kiln_err_t *err)
+{
+    *out = NULL;
+    if (!store_is_uuid(id))
+        return bad_job_id(err, id);
+    if (max_points <= 0)
+        max_points = 1000;
+    store_conn_t *c = NULL;
+    json_t *series = NULL;
+    char state[16];
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
+    if (rc == 0)
+        rc = store_metrics_query_json(c, id, name && *name ? name : NULL, max_points, &series, err);
+    store_conn_put(s->store, c);
+    if (rc)
+        return rc;
+    *out = json_pack("{s:o}", "metrics", series);
+    return 0;
+}
+
+int svc_workers_list(svc_t *s, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    store_conn_t *c = NULL;
+    json_t *w = NULL;
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = store_workers_list_json(c, &w, err);
+    store_conn_put(s->store, c);
+    if (rc)
+        return rc;
+    *out = json_pack("{s:o}", "workers", w);
+    return 0;
+}

@@ -1,0 +1,233 @@
+/* sched.c - the scheduler: a thread woken by submissions, exits and registrations (and a tick)
+ * that walks the queue in priority order, then first come first served, and places each job's
+ * whole gang at once with sched_place() (best fit, never partial), writing its assignments.
+ *
+ * Head of line: a job that fits the cluster but not its free slots right now blocks every job
+ * behind it that wants the same slot type (strict priority and FIFO; no backfill), so a big job
+ * is never starved by a stream of small ones. Jobs of the other slot type are not blocked. A
+ * queued job that no longer fits the cluster at all (workers left after it was accepted) blocks
+ * nothing and waits for workers. */
+#include "service/svc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct cand {
+    int idx, free;
+} cand_t;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand_t *x = a, *y = b;
+    if (x->free != y->free)
+        return x->free < y->free ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static bool place(const sched_worker_t *w, int n, const sched_request_t *req, bool use_total,
+                  sched_placement_t *out)
+{
+    if (out)
+        out->nodes = 0;
+    if (!req || req->nodes < 1 || req->slots_per_node < 1 || req->nodes > SCHED_MAX_NODES || n <= 0)
+        return false;
+    cand_t *c = calloc((size_t)n, sizeof(*c));
+    if (!c)
+        return false;
+    int nc = 0;
+    for (int i = 0; i < n; i++) {
+        int free_slots = use_total ? w[i].slots : w[i].slots_free;
+        if (w[i].slot_type && req->slot_type && strcmp(w[i].slot_type, req->slot_type) != 0)
+            continue;
+        if (free_slots < req->slots_per_node)
+            continue;
+        c[nc].idx = i;
+        c[nc].free = free_slots;
+        nc++;
+    }
+    bool ok = nc >= req->nodes;
+    if (ok && out) {
+        qsort(c, (size_t)nc, sizeof(*c), cand_cmp);
+        out->nodes = req->nodes;
+        for (int k = 0; k < req->nodes; k++)
+            out->worker[k] = c[k].idx;
+    }
+    free(c);
+    return ok;
+}
+
+bool sched_place(const sched_worker_t *workers, int n, const sched_request_t *req,
+                 sched_placement_t *out)
+{
+    return place(workers, n, req, false, out);
+}
+
+bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req)
+{
+    return place(workers, n, req, true, NULL);
+}
+
+/* Rendezvous port of an attempt: spread over a range so attempts and jobs sharing a host rarely
+ * collide. */
+static int master_port(const char *job_id, int attempt)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = job_id; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    return 29500 + (int)((h + (uint32_t)attempt) % 2000u);
+}
+
+/* Places one job on the chosen workers in one transaction. Returns 0, or an error (the job
+ * changed state meanwhile: KILN_ESTATE, harmless). */
+static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_worker_cap_t *cap,
+                        const sched_placement_t *pl, kiln_err_t *err)
+{
+    svc_tx_t tx;
+    store_job_row_t job;
+    int rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    rc = store_job_row(tx.c, pending->id, true, &job, err);
+    if (rc)
+        goto fail;
+    svc_job_state_t st = svc_state_parse(job.state);
+    if ((st != JOB_STATE_QUEUED && st != JOB_STATE_RESTARTING) || job.attempt != pending->attempt) {
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being placed", job.id);
+        goto fail;
+    }
+    int attempt = job.attempt + 1;
+    const store_worker_cap_t *w0 = &cap[pl->worker[0]];
+    store_assign_t a;
+    char where[512];
+    size_t wl = 0;
+    where[0] = '\0';
+    for (int k = 0; k < pl->nodes; k++) {
+        const store_worker_cap_t *w = &cap[pl->worker[k]];
+        memset(&a, 0, sizeof(a));
+        kiln_strlcpy(a.job_id, job.id, sizeof(a.job_id));
+        a.attempt = attempt;
+        kiln_strlcpy(a.worker_id, w->id, sizeof(a.worker_id));
+        a.node_rank = k;
+        a.nodes = pl->nodes;
+        a.world_size = job.world_size;
+        a.nranks = KILN_MIN(job.slots_per_node, (int)KILN_ARRAY_LEN(a.ranks));
+        for (int r = 0; r < a.nranks; r++)
+            a.ranks[r] = k * job.slots_per_node + r;
+        kiln_strlcpy(a.master_addr, w0->address[0] ? w0->address : w0->hostname, sizeof(a.master_addr));
+        a.master_port = master_port(job.id, attempt);
+        rc = store_assign_insert(tx.c, &a, err);
+        if (rc)
+            goto fail;
+        if (wl + 80 < sizeof(where))
+            wl += (size_t)snprintf(where + wl, sizeof(where) - wl, "%s%s", k ? ", " : "", w->id);
+    }
+    char reason[700];
+    snprintf(reason, sizeof(reason), "placed %d rank(s) on %d worker(s): %s", job.world_size,
+             pl->nodes, where);
+    rc = svc_job_set_state(&tx, &job, JOB_STATE_SCHEDULED, attempt, STORE_TR_NEW_ATTEMPT, reason, err);
+    if (rc)
+        goto fail;
+    return svc_tx_commit(&tx, err);
+fail:
+    svc_tx_abort(&tx);
+    return rc;
+}
+
+/* One pass over the queue. */
+static void sched_tick(svc_t *s)
+{
+    kiln_err_t err;
+    store_conn_t *c = NULL;
+    store_worker_cap_t *cap = NULL;
+    store_job_row_t *jobs = NULL;
+    sched_worker_t *w = NULL;
+    int ncap = 0, njobs = 0;
+    kiln_err_clear(&err);
+    if (store_conn_get(s->store, &c, &err))
+        goto out;
+    if (store_workers_capacity(c, &cap, &ncap, &err) || store_job_pending(c, 1000, &jobs, &njobs, &err)) {
+        log_warn("scheduler: %s", err.message);
+        goto out;
+    }
+    store_conn_put(s->store, c);
+    c = NULL;
+    /* Keep the submission check's view fresh (a copy: the scheduler keeps its own). */
+    store_worker_cap_t *copy = ncap ? malloc((size_t)ncap * sizeof(*copy)) : NULL;
+    if (copy)
+        memcpy(copy, cap, (size_t)ncap * sizeof(*copy));
+    svc_cap_set(s, copy, copy ? ncap : 0);
+    if (njobs == 0 || ncap == 0)
+        goto out;
+
+    w = calloc((size_t)ncap, sizeof(*w));
+    if (!w)
+        goto out;
+    for (int i = 0; i < ncap; i++) {
+        w[i].id = cap[i].id;
+        w[i].slot_type = cap[i].slot_type;
+        w[i].slots = cap[i].slots;
+        w[i].slots_free = cap[i].slots_free;
+    }
+    bool blocked_cpu = false, blocked_gpu = false;
+    for (int j = 0; j < njobs; j++) {
+        store_job_row_t *job = &jobs[j];
+        bool gpu = strcmp(job->slot_type, "gpu") == 0;
+        if (gpu ? blocked_gpu : blocked_cpu)
+            continue;
+        sched_request_t req = {.nodes = job->nodes, .slots_per_node = job->slots_per_node,
+                               .slot_type = job->slot_type};
+        sched_placement_t pl;
+        if (!sched_place(w, ncap, &req, &pl)) {
+            if (sched_fits(w, ncap, &req)) {
+                if (gpu)
+                    blocked_gpu = true;
+                else
+                    blocked_cpu = true;
+            }
+            continue;
+        }
+        kiln_err_clear(&err);
+        int rc = sched_commit(s, job, cap, &pl, &err);
+        if (rc == 0) {
+            for (int k = 0; k < pl.nodes; k++)
+                w[pl.worker[k]].slots_free -= job->slots_per_node;
+        } else if (rc != KILN_ESTATE) {
+            log_warn("scheduler: could not place job %s: %s", job->id, err.message);
+            break;
+        }
+    }
+out:
+    if (c)
+        store_conn_put(s->store, c);
+    free(w);
+    free(cap);
+    free(jobs);
+}
+
+void *svc_sched_main(void *arg)
+{
+    svc_t *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        if (!s->sched_wake && !s->stopping) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            int64_t ns = ts.tv_nsec + (int64_t)s->cfg.sched_interval_ms * 1000000;
+            ts.tv_sec += ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+        bool stop = s->stopping;
+        s->sched_wake = false;
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
+            break;
+        sched_tick(s);
+        /* Coalesce bursts of wake-ups (a submission storm) into at most one pass per 20 ms. */
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 20 * 1000000};
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}

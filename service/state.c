@@ -1,0 +1,166 @@
+/* state.c - the job state machine: state names, the table of legal transitions, and the one
+ * function that changes a job's state (svc_job_set_state), which checks the transition, writes
+ * the event row and logs "from -> to". Also the two shared endings: a STOPPING job whose ranks
+ * are all gone becomes STOPPED, and a job that lost a worker restarts or fails.
+ *
+ *   QUEUED -> SCHEDULED -> STARTING -> RUNNING -> COMPLETED | FAILED
+ *   any non-terminal -> STOPPING (running) or STOPPED (not started) on a stop request
+ *   SCHEDULED | STARTING | RUNNING -> RESTARTING (a worker was lost, attempts left) -> SCHEDULED */
+#include "service/svc_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const NAMES[] = {
+    [JOB_STATE_NONE] = "",
+    [JOB_STATE_QUEUED] = "QUEUED",
+    [JOB_STATE_SCHEDULED] = "SCHEDULED",
+    [JOB_STATE_STARTING] = "STARTING",
+    [JOB_STATE_RUNNING] = "RUNNING",
+    [JOB_STATE_STOPPING] = "STOPPING",
+    [JOB_STATE_RESTARTING] = "RESTARTING",
+    [JOB_STATE_COMPLETED] = "COMPLETED",
+    [JOB_STATE_FAILED] = "FAILED",
+    [JOB_STATE_STOPPED] = "STOPPED",
+};
+
+const char *svc_state_name(svc_job_state_t st)
+{
+    if ((int)st < 0 || (size_t)st >= KILN_ARRAY_LEN(NAMES))
+        return "";
+    return NAMES[st];
+}
+
+svc_job_state_t svc_state_parse(const char *name)
+{
+    if (!name || !*name)
+        return JOB_STATE_NONE;
+    for (size_t i = 1; i < KILN_ARRAY_LEN(NAMES); i++)
+        if (strcmp(NAMES[i], name) == 0)
+            return (svc_job_state_t)i;
+    return JOB_STATE_NONE;
+}
+
+bool svc_state_terminal(svc_job_state_t st)
+{
+    return st == JOB_STATE_COMPLETED || st == JOB_STATE_FAILED || st == JOB_STATE_STOPPED;
+}
+
+#define B(s) (1u << (s))
+/* LEGAL[from] = the set of states `from` may move to. */
+static const unsigned LEGAL[] = {
+    [JOB_STATE_NONE] = B(JOB_STATE_QUEUED),
+    [JOB_STATE_QUEUED] = B(JOB_STATE_SCHEDULED) | B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
+    [JOB_STATE_SCHEDULED] = B(JOB_STATE_STARTING) | B(JOB_STATE_STOPPED) | B(JOB_STATE_RESTARTING)
+                            | B(JOB_STATE_FAILED),
+    [JOB_STATE_STARTING] = B(JOB_STATE_RUNNING) | B(JOB_STATE_STOPPING) | B(JOB_STATE_RESTARTING)
+                           | B(JOB_STATE_FAILED) | B(JOB_STATE_COMPLETED) | B(JOB_STATE_STOPPED),
+    [JOB_STATE_RUNNING] = B(JOB_STATE_COMPLETED) | B(JOB_STATE_FAILED) | B(JOB_STATE_STOPPING)
+                          | B(JOB_STATE_RESTARTING),
+    [JOB_STATE_STOPPING] = B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
+    [JOB_STATE_RESTARTING] = B(JOB_STATE_SCHEDULED) | B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
+    [JOB_STATE_COMPLETED] = 0,
+    [JOB_STATE_FAILED] = 0,
+    [JOB_STATE_STOPPED] = 0,
+};
+#undef B
+
+bool svc_state_legal(svc_job_state_t from, svc_job_state_t to)
+{
+    if ((int)from < 0 || (size_t)from >= KILN_ARRAY_LEN(LEGAL) || (int)to <= 0
+        || (size_t)to >= KILN_ARRAY_LEN(NAMES))
+        return false;
+    return (LEGAL[from] >> to) & 1u;
+}
+
+int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, int attempt,
+                      int flags, const char *reason, kiln_err_t *err)
+{
+    svc_job_state_t from = svc_state_parse(job->state);
+    if (!svc_state_legal(from, to)) {
+        log_error("job %s: illegal transition %s -> %s refused (%s)", job->id, job->state,
+                  svc_state_name(to), reason ? reason : "");
+        return kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" cannot go from %s to %s", job->id,
+                            job->state, svc_state_name(to));
+    }
+    if (svc_state_terminal(to))
+        flags |= STORE_TR_ENDED;
+    int rc = store_job_transition(tx->c, job->id, job->state, svc_state_name(to), reason, attempt,
+                                  flags, err);
+    if (rc)
+        return rc;
+    log_info("job %s: %s -> %s (attempt %d): %s", job->id, job->state, svc_state_name(to), attempt,
+             reason ? reason : "");
+    kiln_strlcpy(job->state, svc_state_name(to), sizeof(job->state));
+    job->attempt = attempt;
+    if (flags & STORE_TR_STOP_REQ)
+        job->stop_requested = true;
+    if (svc_state_terminal(to) && tx->nended < SVC_MAX_ENDED) {
+        kiln_strlcpy(tx->ended[tx->nended].id, job->id, STORE_ID_LEN);
+        kiln_strlcpy(tx->ended[tx->nended].state, svc_state_name(to), 16);
+        kiln_strlcpy(tx->ended[tx->nended].reason, reason ? reason : "", 256);
+        tx->nended++;
+    }
+    /* Anything that ends or re-queues a job may free slots or add work for the scheduler. */
+    if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED)
+        tx->wake_sched = true;
+    return 0;
+}
+
+int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err)
+{
+    if (svc_state_parse(job->state) != JOB_STATE_STOPPING)
+        return 0;
+    int n = 0;
+    int rc = store_assign_unreleased(tx->c, job->id, job->attempt, &n, err);
+    if (rc || n > 0)
+        return rc;
+    return svc_job_set_state(tx, job, JOB_STATE_STOPPED, job->attempt, 0,
+                             "stopped on request: every rank has exited", err);
+}
+
+int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_id,
+                 const char *why, kiln_err_t *err)
+{
+    svc_tx_t tx;
+    store_job_row_t job;
+    char reason[512];
+    int rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    rc = store_job_row(tx.c, job_id, true, &job, err);
+    if (rc)
+        goto fail;
+    /* The lost worker's ranks are gone: free its slots whatever the job's state. */
+    rc = store_assign_release(tx.c, job_id, attempt, worker_id, err);
+    if (rc)
+        goto fail;
+    if (job.attempt == attempt) {
+        svc_job_state_t st = svc_state_parse(job.state);
+        if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
+            snprintf(reason, sizeof(reason), "lost worker %s: %s", worker_id, why);
+            rc = store_assign_stop(tx.c, job_id, attempt, reason, NULL, err);
+            if (rc)
+                goto fail;
+            if (attempt < job.max_attempts) {
+                snprintf(reason, sizeof(reason), "%s; attempt %d of %d lost, re-queued to resume"
+                         " from its last checkpoint", why, attempt, job.max_attempts);
+                rc = svc_job_set_state(&tx, &job, JOB_STATE_RESTARTING, attempt, 0, reason, err);
+            } else {
+                snprintf(reason, sizeof(reason), "%s", why);
+                rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, attempt, 0, reason, err);
+            }
+            if (rc)
+                goto fail;
+        } else if (st == JOB_STATE_STOPPING) {
+            rc = svc_job_finish_stopping(&tx, &job, err);
+            if (rc)
+                goto fail;
+        }
+    }
+    tx.wake_sched = true;
+    return svc_tx_commit(&tx, err);
+fail:
+    svc_tx_abort(&tx);
+    return rc;
+}

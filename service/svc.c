@@ -1,0 +1,196 @@
+/* svc.c - the service's lifecycle (connect, migrate, start and stop the scheduler and liveness
+ * threads), transactions that announce ended jobs after commit, the cached cluster capacity used
+ * at submission, and readiness. */
+#include "service/svc_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+char *svc_astr(arena_t *a, const char *s)
+{
+    return arena_strdup(a, s ? s : "");
+}
+
+int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    svc_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    s->cfg = *cfg;
+    if (s->cfg.heartbeat_interval_ms <= 0)
+        s->cfg.heartbeat_interval_ms = 1000;
+    if (s->cfg.heartbeat_timeout_ms <= 0)
+        s->cfg.heartbeat_timeout_ms = 10000;
+    if (s->cfg.sched_interval_ms <= 0)
+        s->cfg.sched_interval_ms = 500;
+    if (s->cfg.db_pool_size <= 0)
+        s->cfg.db_pool_size = 8;
+    if (s->cfg.stop_grace_ms <= 0)
+        s->cfg.stop_grace_ms = 10000;
+    s->database_url = cfg->database_url ? strdup(cfg->database_url) : NULL;
+    s->migrations_dir = cfg->migrations_dir ? strdup(cfg->migrations_dir) : NULL;
+    s->cfg.database_url = s->database_url;
+    s->cfg.migrations_dir = s->migrations_dir;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->cap_mu, NULL);
+    pthread_mutex_init(&s->jobs_mu, NULL);
+
+    store_conn_t *c = NULL;
+    int rc;
+    if (!s->database_url || !*s->database_url) {
+        rc = kiln_err_set(err, KILN_EINVAL, "database-url", "no database URL given");
+        kiln_err_hint(err, "pass --database-url or set KILN_DATABASE_URL (a libpq connection string)");
+        goto fail;
+    }
+    /* The two background threads each hold a connection while they work. */
+    rc = store_open(s->database_url, s->cfg.db_pool_size + 2, &s->store, err);
+    if (rc)
+        goto fail;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        goto fail;
+    int applied = 0;
+    rc = store_migrate(c, s->migrations_dir, &applied, err);
+    if (rc)
+        goto fail;
+    log_info("service: database schema up to date (%d migration(s) applied now)", applied);
+    /* kilnd's own downtime must not count as the workers' silence. */
+    rc = store_workers_refresh(c, err);
+    if (rc)
+        goto fail;
+    rc = svc_cap_refresh(s, c, err);
+    if (rc)
+        goto fail;
+    store_conn_put(s->store, c);
+    c = NULL;
+
+    if (pthread_create(&s->sched_thread, NULL, svc_sched_main, s) != 0) {
+        rc = kiln_err_set(err, KILN_EINTERNAL, NULL, "could not start the scheduler thread");
+        goto fail;
+    }
+    s->sched_started = true;
+    if (pthread_create(&s->live_thread, NULL, svc_live_main, s) != 0) {
+        rc = kiln_err_set(err, KILN_EINTERNAL, NULL, "could not start the liveness thread");
+        goto fail;
+    }
+    s->live_started = true;
+    *out = s;
+    return 0;
+fail:
+    if (c)
+        store_conn_put(s->store, c);
+    svc_destroy(s);
+    return rc;
+}
+
+void svc_destroy(svc_t *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->sched_started)
+        pthread_join(s->sched_thread, NULL);
+    if (s->live_started)
+        pthread_join(s->live_thread, NULL);
+    svc_jobents_free(s);
+    store_close(s->store);
+    free(s->cap);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->cap_mu);
+    pthread_mutex_destroy(&s->jobs_mu);
+    free(s->database_url);
+    free(s->migrations_dir);
+    free(s);
+}
+
+int svc_tx_begin(svc_t *s, svc_tx_t *tx, kiln_err_t *err)
+{
+    memset(tx, 0, sizeof(*tx));
+    tx->s = s;
+    int rc = store_conn_get(s->store, &tx->c, err);
+    if (rc)
+        return rc;
+    rc = store_begin(tx->c, err);
+    if (rc) {
+        store_conn_put(s->store, tx->c);
+        tx->c = NULL;
+    }
+    return rc;
+}
+
+int svc_tx_commit(svc_tx_t *tx, kiln_err_t *err)
+{
+    int rc = store_commit(tx->c, err);
+    store_conn_put(tx->s->store, tx->c);
+    tx->c = NULL;
+    if (rc)
+        return rc;
+    for (int i = 0; i < tx->nended; i++)
+        svc_follow_end(tx->s, tx->ended[i].id, tx->ended[i].state, tx->ended[i].reason);
+    if (tx->wake_sched)
+        svc_sched_wake(tx->s);
+    return 0;
+}
+
+void svc_tx_abort(svc_tx_t *tx)
+{
+    if (!tx->c)
+        return;
+    store_rollback(tx->c);
+    store_conn_put(tx->s->store, tx->c);
+    tx->c = NULL;
+}
+
+void svc_sched_wake(svc_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->sched_wake = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void svc_cap_set(svc_t *s, store_worker_cap_t *cap, int n)
+{
+    pthread_mutex_lock(&s->cap_mu);
+    free(s->cap);
+    s->cap = cap;
+    s->ncap = n;
+    pthread_mutex_unlock(&s->cap_mu);
+}
+
+int svc_cap_refresh(svc_t *s, store_conn_t *c, kiln_err_t *err)
+{
+    store_worker_cap_t *cap = NULL;
+    int n = 0;
+    int rc = store_workers_capacity(c, &cap, &n, err);
+    if (rc)
+        return rc;
+    svc_cap_set(s, cap, n);
+    return 0;
+}
+
+int svc_ready(svc_t *s, kiln_err_t *err)
+{
+    store_conn_t *c = NULL;
+    kiln_err_t e;
+    kiln_err_clear(&e);
+    int pending = 0;
+    int rc = store_conn_get(s->store, &c, &e);
+    if (rc == 0) {
+        rc = store_ping(c, &e);
+        if (rc == 0)
+            rc = store_migrations_pending(c, s->migrations_dir, &pending, &e);
+        store_conn_put(s->store, c);
+    }
+    if (rc)
+        return kiln_err_set(err, KILN_EUNAVAIL, NULL, "database unavailable: %s", e.message);
+    if (pending > 0)
+        return kiln_err_set(err, KILN_EUNAVAIL, NULL, "%d database migration(s) not applied", pending);
+    return 0;
+}

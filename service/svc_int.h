@@ -1,0 +1,144 @@
+/* svc_int.h - internals shared by the service module's files: the svc struct, transactions that
+ * notify after commit, the per-job in-memory entries (log seq, metric rate, live followers), and
+ * the entry points of the background threads. Nothing outside service/ includes it. */
+#ifndef KILN_SVC_INT_H
+#define KILN_SVC_INT_H
+
+#include <pthread.h>
+
+#include "service/service.h"
+#include "store/store.h"
+
+#define SVC_JOBENT_BUCKETS 1024
+#define SVC_MAX_ENDED 8
+
+typedef struct svc_jobent svc_jobent_t;
+
+struct svc {
+    svc_config_t cfg;
+    char *database_url;
+    char *migrations_dir;
+    store_t *store;
+
+    pthread_mutex_t mu;          /* guards the fields below and wakes both threads */
+    pthread_cond_t cv;
+    bool stopping;
+    bool sched_wake;
+    pthread_t sched_thread, live_thread;
+    bool sched_started, live_started;
+
+    /* Alive workers' capacity as of the last read: submission's "can it ever fit" check. */
+    pthread_mutex_t cap_mu;
+    store_worker_cap_t *cap;
+    int ncap;
+
+    pthread_mutex_t jobs_mu;
+    svc_jobent_t *jobs[SVC_JOBENT_BUCKETS];
+};
+
+/* A database transaction that remembers what to announce once it has committed: jobs that
+ * ended (their followers get the end notice) and whether the scheduler should run. */
+typedef struct svc_tx {
+    svc_t *s;
+    store_conn_t *c;
+    int nended;
+    struct {
+        char id[STORE_ID_LEN];
+        char state[16];
+        char reason[256];
+    } ended[SVC_MAX_ENDED];
+    bool wake_sched;
+} svc_tx_t;
+
+int svc_tx_begin(svc_t *s, svc_tx_t *tx, kiln_err_t *err);
+/* Commits, gives the connection back, then announces. On failure rolls back. */
+int svc_tx_commit(svc_tx_t *tx, kiln_err_t *err);
+/* Rolls back and gives the connection back. Accepts a tx that never began. */
+void svc_tx_abort(svc_tx_t *tx);
+
+/* Moves a job (locked in tx by the caller, row in *job) to `to`: checks the transition is legal
+ * (KILN_ESTATE otherwise), writes the event, logs "job ID: FROM -> TO (reason)", and updates
+ * *job. flags are STORE_TR_*; ENDED is added for terminal states. attempt: the attempt the job
+ * has after the change. */
+int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, int attempt,
+                      int flags, const char *reason, kiln_err_t *err);
+/* When a STOPPING job has no ranks left (no unreleased assignments), it becomes STOPPED. */
+int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err);
+/* A job lost the ranks it had on a worker (the worker died or its agent restarted unseen):
+ * releases them, stops the job's other ranks, and moves the job to RESTARTING (attempts left) or
+ * FAILED with why. Runs its own transaction. */
+int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_id,
+                 const char *why, kiln_err_t *err);
+
+/* Wakes the scheduler. */
+void svc_sched_wake(svc_t *s);
+void *svc_sched_main(void *arg);
+void *svc_live_main(void *arg);
+/* Replaces the cached capacity (takes ownership of cap). */
+void svc_cap_set(svc_t *s, store_worker_cap_t *cap, int n);
+/* Re-reads capacity from the database into the cache. */
+int svc_cap_refresh(svc_t *s, store_conn_t *c, kiln_err_t *err);
+
+/* ---- per-job entries: log seq, metric rate, followers (ingest.c, follow.c) --------------------- */
+
+typedef struct svc_follow_item {
+    int64_t seq;
+    json_t *line;                /* owned reference */
+} svc_follow_item_t;
+
+struct svc_follow {
+    svc_t *s;
+    svc_jobent_t *ent;           /* referenced */
+    int rank;
+    svc_follow_wake_fn wake;
+    void *ud;
+    struct svc_follow *next;     /* in ent->followers, under ent->fmu */
+
+    pthread_mutex_t mu;          /* guards the queue and end fields */
+    svc_follow_item_t *q;
+    int qcap, qhead, qlen;
+    bool overflow;               /* lines were dropped: refill from the database */
+    bool ended;
+    char end_state[16];
+    char end_reason[256];
+
+    /* reader's own */
+    int64_t last_seq;
+    bool need_db;
+    bool final_checked;
+};
+
+struct svc_jobent {
+    char id[STORE_ID_LEN];
+    int refs;                    /* under s->jobs_mu */
+    int64_t last_used_us;
+    svc_jobent_t *next;
+
+    pthread_mutex_t ingest_mu;   /* serialises log batches of the job: seq order = commit order */
+    bool seq_loaded;
+    int64_t next_seq;
+
+    pthread_mutex_t fmu;         /* followers list, rate state */
+    svc_follow_t *followers;
+    int rate_attempt;
+    int64_t rate_step0, rate_t0_us;
+};
+
+/* Finds or creates the entry of a job; the caller holds a reference until svc_jobent_put. */
+svc_jobent_t *svc_jobent_get(svc_t *s, const char *job_id);
+void svc_jobent_put(svc_t *s, svc_jobent_t *e);
+/* Like svc_jobent_get but never creates: NULL when the job has no entry. */
+svc_jobent_t *svc_jobent_find(svc_t *s, const char *job_id);
+/* Drops entries unused for idle_us with no followers. */
+void svc_jobent_sweep(svc_t *s, int64_t idle_us);
+void svc_jobents_free(svc_t *s);
+/* Tells the job's followers (if any) that it ended. */
+void svc_follow_end(svc_t *s, const char *job_id, const char *state, const char *reason);
+/* Hands freshly stored lines (JSON objects with seq, rank) to the job's followers. */
+void svc_follow_publish(svc_jobent_t *e, json_t *const *lines, const int64_t *seqs,
+                        const int *ranks, size_t n);
+
+/* Copies a string into the arena ("" for NULL). */
+char *svc_astr(arena_t *a, const char *s);
+
+#endif /* KILN_SVC_INT_H */
