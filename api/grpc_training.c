@@ -1,7 +1,364 @@
-/* grpc_training.c - TrainingService over gRPC: converts the service's JSON jobs, events, metric
- * series and workers into proto messages. (Not implemented yet: the table is empty, so these
- * methods answer UNIMPLEMENTED through the generic handler.) */
+/* grpc_training.c - TrainingService over gRPC: the service speaks JSON shaped like the REST API
+ * (docs/contracts.md), and proto field names are the JSON keys, so one generic converter driven
+ * by protobuf-c's descriptors turns JSON into messages (and a JobSpec message into JSON).
+ * Not here: StreamLogs (server streaming) is not served yet and answers UNIMPLEMENTED. */
 #include "api/grpc_int.h"
 
-const api_grpc_method_t api_grpc_training_methods[1] = {{NULL, NULL, NULL}};
-const size_t api_grpc_training_method_count = 0;
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- JSON -> message ------------------------------------------------------------------------ */
+
+static size_t elem_size(ProtobufCType t)
+{
+    switch (t) {
+    case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
+        return 8;
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return sizeof(double);
+    case PROTOBUF_C_TYPE_FLOAT:
+        return sizeof(float);
+    case PROTOBUF_C_TYPE_BOOL:
+        return sizeof(protobuf_c_boolean);
+    case PROTOBUF_C_TYPE_STRING: case PROTOBUF_C_TYPE_MESSAGE:
+        return sizeof(void *);
+    case PROTOBUF_C_TYPE_BYTES:
+        return sizeof(ProtobufCBinaryData);
+    default:
+        return 4;
+    }
+}
+
+static int enum_from_json(const ProtobufCEnumDescriptor *ed, const json_t *v)
+{
+    if (json_is_integer(v))
+        return (int)json_integer_value(v);
+    const char *s = json_string_value(v);
+    if (!s || !s[0])
+        return 0;
+    size_t sl = strlen(s);
+    for (unsigned i = 0; i < ed->n_values; i++) {
+        const char *name = ed->values[i].name;
+        size_t nl = strlen(name);
+        if (!strcmp(name, s) || (nl > sl && name[nl - sl - 1] == '_' && !strcmp(name + nl - sl, s)))
+            return ed->values[i].value;
+    }
+    return 0;
+}
+
+static ProtobufCMessage *msg_from_json(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a);
+
+/* Writes one JSON value into a field slot of type t. */
+static void value_from_json(void *dst, const ProtobufCFieldDescriptor *f, const json_t *v, arena_t *a)
+{
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
+        *(int32_t *)dst = (int32_t)json_number_value(v);
+        if (json_is_integer(v))
+            *(int32_t *)dst = (int32_t)json_integer_value(v);
+        break;
+    case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32:
+        *(uint32_t *)dst = json_is_integer(v) ? (uint32_t)json_integer_value(v) : (uint32_t)json_number_value(v);
+        break;
+    case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+        *(int64_t *)dst = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)json_number_value(v);
+        break;
+    case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
+        *(uint64_t *)dst = json_is_integer(v) ? (uint64_t)json_integer_value(v) : (uint64_t)json_number_value(v);
+        break;
+    case PROTOBUF_C_TYPE_DOUBLE:
+        *(double *)dst = json_number_value(v);
+        break;
+    case PROTOBUF_C_TYPE_FLOAT:
+        *(float *)dst = (float)json_number_value(v);
+        break;
+    case PROTOBUF_C_TYPE_BOOL:
+        *(protobuf_c_boolean *)dst = json_is_true(v);
+        break;
+    case PROTOBUF_C_TYPE_ENUM:
+        *(int *)dst = enum_from_json(f->descriptor, v);
+        break;
+    case PROTOBUF_C_TYPE_STRING:
+        if (json_is_string(v)) {
+            *(char **)dst = arena_strndup(a, json_string_value(v), json_string_length(v));
+        } else if (json_is_number(v)) {
+            *(char **)dst = arena_sprintf(a, "%.17g", json_number_value(v));
+        } else if (json_is_object(v) || json_is_array(v)) {
+            /* e.g. a partition plan: REST carries it as an object, proto as JSON text */
+            char *text = json_dumps(v, JSON_COMPACT);
+            *(char **)dst = arena_strdup(a, text ? text : "");
+            free(text);
+        }
+        break;
+    case PROTOBUF_C_TYPE_MESSAGE:
+        if (json_is_object(v))
+            *(ProtobufCMessage **)dst = msg_from_json(v, f->descriptor, a);
+        break;
+    case PROTOBUF_C_TYPE_BYTES:
+        break;
+    }
+}
+
+static bool is_map_entry(const ProtobufCFieldDescriptor *f)
+{
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+        return false;
+    const ProtobufCMessageDescriptor *d = f->descriptor;
+    size_t nl = strlen(d->name);
+    return d->n_fields == 2 && nl > 5 && !strcmp(d->name + nl - 5, "Entry") && !strcmp(d->fields[0].name, "key") &&
+           !strcmp(d->fields[1].name, "value");
+}
+
+static ProtobufCMessage *msg_from_json(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a)
+{
+    ProtobufCMessage *m = arena_alloc(a, d->sizeof_message);
+    d->message_init(m);
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        const json_t *v = json_object_get(j, f->name);
+        void *slot = (char *)m + f->offset;
+        if (!v && f->type == PROTOBUF_C_TYPE_INT64 && !strcmp(f->name, "time_us")) {
+            /* log lines and metric points carry RFC 3339 "time" in JSON */
+            int64_t us = 0;
+            const char *t = json_string_value(json_object_get(j, "time"));
+            if (t && kiln_time_parse(t, &us) == 0)
+                *(int64_t *)slot = us;
+            continue;
+        }
+        if (!v || json_is_null(v))
+            continue;
+        if (f->label != PROTOBUF_C_LABEL_REPEATED) {
+            value_from_json(slot, f, v, a);
+            continue;
+        }
+        size_t *count = (size_t *)((char *)m + f->quantifier_offset);
+        if (is_map_entry(f) && json_is_object(v)) {
+            const ProtobufCMessageDescriptor *ed = f->descriptor;
+            size_t n = json_object_size(v);
+            ProtobufCMessage **arr = arena_alloc(a, (n ? n : 1) * sizeof(*arr));
+            const char *key;
+            json_t *val;
+            size_t k = 0;
+            json_object_foreach((json_t *)v, key, val) {
+                ProtobufCMessage *e = arena_alloc(a, ed->sizeof_message);
+                ed->message_init(e);
+                *(char **)((char *)e + ed->fields[0].offset) = arena_strdup(a, key);
+                value_from_json((char *)e + ed->fields[1].offset, &ed->fields[1], val, a);
+                arr[k++] = e;
+            }
+            *count = k;
+            *(void **)slot = arr;
+            continue;
+        }
+        if (!json_is_array(v))
+            continue;
+        size_t n = json_array_size(v), es = elem_size(f->type);
+        char *arr = arena_alloc(a, (n ? n : 1) * es);
+        for (size_t k = 0; k < n; k++)
+            value_from_json(arr + k * es, f, json_array_get(v, k), a);
+        if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            /* drop entries that were not objects: a NULL in a repeated message field is invalid */
+            size_t w = 0;
+            for (size_t k = 0; k < n; k++)
+                if (((ProtobufCMessage **)arr)[k])
+                    ((ProtobufCMessage **)arr)[w++] = ((ProtobufCMessage **)arr)[k];
+            n = w;
+        } else if (f->type == PROTOBUF_C_TYPE_STRING) {
+            for (size_t k = 0; k < n; k++)
+                if (!((char **)arr)[k])
+                    ((char **)arr)[k] = arena_strdup(a, "");
+        }
+        *count = n;
+        *(void **)slot = arr;
+    }
+    return m;
+}
+
+/* ---- message -> JSON (only fields set to something other than their default) --------------- */
+
+static json_t *msg_to_json(const ProtobufCMessage *m);
+
+static json_t *value_to_json(const ProtobufCFieldDescriptor *f, const void *src)
+{
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
+        return *(const int32_t *)src ? json_integer(*(const int32_t *)src) : NULL;
+    case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32:
+        return *(const uint32_t *)src ? json_integer(*(const uint32_t *)src) : NULL;
+    case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+        return *(const int64_t *)src ? json_integer(*(const int64_t *)src) : NULL;
+    case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
+        return *(const uint64_t *)src ? json_integer((json_int_t)*(const uint64_t *)src) : NULL;
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return *(const double *)src != 0 ? json_real(*(const double *)src) : NULL;
+    case PROTOBUF_C_TYPE_FLOAT:
+        return *(const float *)src != 0 ? json_real(*(const float *)src) : NULL;
+    case PROTOBUF_C_TYPE_BOOL:
+        return *(const protobuf_c_boolean *)src ? json_true() : NULL;
+    case PROTOBUF_C_TYPE_ENUM: {
+        int v = *(const int *)src;
+        const ProtobufCEnumValue *ev = v ? protobuf_c_enum_descriptor_get_value(f->descriptor, v) : NULL;
+        return ev ? json_string(ev->name) : NULL;
+    }
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *s = *(char *const *)src;
+        if (!s || !s[0])
+            return NULL;
+        if (!strcmp(f->name, "partition_plan")) {
+            json_t *plan = json_loads(s, 0, NULL);
+            if (plan)
+                return plan;
+        }
+        return json_string(s);
+    }
+    case PROTOBUF_C_TYPE_MESSAGE: {
+        const ProtobufCMessage *sub = *(ProtobufCMessage *const *)src;
+        return sub ? msg_to_json(sub) : NULL;
+    }
+    default:
+        return NULL;
+    }
+}
+
+static json_t *msg_to_json(const ProtobufCMessage *m)
+{
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    json_t *o = json_object();
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        const char *slot = (const char *)m + f->offset;
+        if (f->label != PROTOBUF_C_LABEL_REPEATED) {
+            json_t *v = value_to_json(f, slot);
+            if (v)
+                json_object_set_new(o, f->name, v);
+            continue;
+        }
+        size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
+        const char *arr = *(char *const *)slot;
+        if (n == 0 || !arr)
+            continue;
+        if (is_map_entry(f)) {
+            const ProtobufCMessageDescriptor *ed = f->descriptor;
+            json_t *map = json_object();
+            for (size_t k = 0; k < n; k++) {
+                const ProtobufCMessage *e = ((ProtobufCMessage *const *)arr)[k];
+                const char *key = *(char *const *)((const char *)e + ed->fields[0].offset);
+                json_t *v = value_to_json(&ed->fields[1], (const char *)e + ed->fields[1].offset);
+                if (!v) /* a default value is still a value in a map */
+                    v = ed->fields[1].type == PROTOBUF_C_TYPE_STRING ? json_string("") : json_integer(0);
+                json_object_set_new(map, key ? key : "", v);
+            }
+            json_object_set_new(o, f->name, map);
+            continue;
+        }
+        json_t *ja = json_array();
+        size_t es = elem_size(f->type);
+        for (size_t k = 0; k < n; k++) {
+            json_t *v = value_to_json(f, arr + k * es);
+            json_array_append_new(ja, v ? v : (f->type == PROTOBUF_C_TYPE_STRING ? json_string("") : json_integer(0)));
+        }
+        json_object_set_new(o, f->name, ja);
+    }
+    return o;
+}
+
+/* ---- handlers ---------------------------------------------------------------------------- */
+
+/* Converts the service's JSON answer (a new reference, consumed) into a message of type d. */
+static int reply(json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a, ProtobufCMessage **resp)
+{
+    *resp = msg_from_json(j, d, a);
+    json_decref(j);
+    return 0;
+}
+
+static int h_create(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__CreateJobRequest *r = (const Kiln__CreateJobRequest *)req;
+    json_t *spec = r->spec ? msg_to_json(&r->spec->base) : json_object();
+    json_t *job = NULL;
+    bool created = false;
+    int rc = svc_job_create(s, spec, r->idempotency_key && r->idempotency_key[0] ? r->idempotency_key : NULL,
+                            &job, &created, err);
+    json_decref(spec);
+    return rc ? rc : reply(job, &kiln__job__descriptor, a, resp);
+}
+
+static int h_get(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__GetJobRequest *r = (const Kiln__GetJobRequest *)req;
+    json_t *job = NULL;
+    int rc = svc_job_get(s, r->id, &job, err);
+    return rc ? rc : reply(job, &kiln__job__descriptor, a, resp);
+}
+
+static int h_list(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__ListJobsRequest *r = (const Kiln__ListJobsRequest *)req;
+    svc_job_filter_t f = {
+        .status = r->status && r->status[0] ? r->status : NULL,
+        .tag = r->tag && r->tag[0] ? r->tag : NULL,
+        .page_size = r->page_size,
+        .page_token = r->page_token && r->page_token[0] ? r->page_token : NULL,
+    };
+    json_t *out = NULL;
+    int rc = svc_job_list(s, &f, &out, err);
+    return rc ? rc : reply(out, &kiln__list_jobs_response__descriptor, a, resp);
+}
+
+static int h_stop(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__StopJobRequest *r = (const Kiln__StopJobRequest *)req;
+    json_t *job = NULL;
+    int rc = svc_job_stop(s, r->id, r->reason && r->reason[0] ? r->reason : "stopped by a gRPC client", &job, err);
+    return rc ? rc : reply(job, &kiln__job__descriptor, a, resp);
+}
+
+static int h_events(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__ListJobEventsRequest *r = (const Kiln__ListJobEventsRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_job_events(s, r->id, &out, err);
+    if (rc)
+        return rc;
+    size_t i;
+    json_t *ev;
+    json_array_foreach(json_object_get(out, "events"), i, ev)
+        if (!json_object_get(ev, "job_id"))
+            json_object_set_new(ev, "job_id", json_string(r->id));
+    return reply(out, &kiln__list_job_events_response__descriptor, a, resp);
+}
+
+static int h_metrics(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__GetMetricsRequest *r = (const Kiln__GetMetricsRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_job_metrics(s, r->id, r->name && r->name[0] ? r->name : NULL, r->max_points, &out, err);
+    if (rc)
+        return rc;
+    /* REST calls the series "metrics", proto "series" */
+    json_t *wrapped = json_pack("{sO}", "series", json_object_get(out, "metrics") ? json_object_get(out, "metrics") : json_array());
+    json_decref(out);
+    return reply(wrapped, &kiln__get_metrics_response__descriptor, a, resp);
+}
+
+static int h_workers(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+{
+    (void)req;
+    json_t *out = NULL;
+    int rc = svc_workers_list(s, &out, err);
+    return rc ? rc : reply(out, &kiln__list_workers_response__descriptor, a, resp);
+}
+
+const api_grpc_method_t api_grpc_training_methods[] = {
+    {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create},
+    {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get},
+    {"/kiln.TrainingService/ListJobs", &kiln__list_jobs_request__descriptor, h_list},
+    {"/kiln.TrainingService/StopJob", &kiln__stop_job_request__descriptor, h_stop},
+    {"/kiln.TrainingService/ListJobEvents", &kiln__list_job_events_request__descriptor, h_events},
+    {"/kiln.TrainingService/GetMetrics", &kiln__get_metrics_request__descriptor, h_metrics},
+    {"/kiln.TrainingService/ListWorkers", &kiln__list_workers_request__descriptor, h_workers},
+};
+const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

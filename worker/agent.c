@@ -430,7 +430,7 @@ static void *agent_sender_main(void *arg)
             log_warn("could not send a %s of job %s to kilnd: %s (will retry)", ob_kind_name(it->kind),
                      it->job_id, err.message);
         agent_wait(a, backoff, &a->stop_sender);
-        backoff = KILN_MIN(backoff * 2, 3000);
+        backoff = KILN_MIN(backoff * 2, 1000);
     }
     return NULL;
 }

@@ -1,0 +1,485 @@
+/* test_grpc.c - kilnd's AgentService over real gRPC: an in-process kilnd (service on a fresh
+ * database + the gRPC server on a free port) driven by the agent's own gRPC client, by a whole
+ * in-process agent running fake ranks (shell scripts), and by Python's grpcio as a foreign
+ * client. Needs the PostgreSQL cluster of tests/run.sh. */
+#include "api/api.h"
+#include "service/service.h"
+#include "tests/common/harness.h"
+#include "worker/worker.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define M_REGISTER "/kiln.AgentService/RegisterWorker"
+#define M_HEARTBEAT "/kiln.AgentService/Heartbeat"
+#define M_LOGS "/kiln.AgentService/PushLogs"
+#define M_METRICS "/kiln.AgentService/PushMetrics"
+
+static svc_t *S;
+static api_grpc_t *G;
+static worker_rpc_t *C;
+static char addr[64];
+static char *dburl;
+static char dir[128];
+
+static void start_grpc(void)
+{
+    kiln_err_t err;
+    cr_assert_eq(api_grpc_start(S, addr, &G, &err), 0, "%s", err.message);
+}
+
+static void setup(void)
+{
+    kiln_err_t err;
+    dburl = th_pg_create_db("grpc");
+    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
+    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
+                        .sched_interval_ms = 100, .db_pool_size = 4};
+    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port());
+    start_grpc();
+    cr_assert_eq(worker_rpc_create(addr, &C, &err), 0, "%s", err.message);
+    snprintf(dir, sizeof(dir), "/tmp/kiln-gtest.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    worker_rpc_destroy(C);
+    api_grpc_stop(G);
+    svc_destroy(S);
+    free(dburl);
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(grpc, .init = setup, .fini = teardown, .timeout = 60);
+
+static char *register_worker(const char *host, int slots)
+{
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    req.hostname = (char *)host;
+    req.address = (char *)"127.0.0.1";
+    req.slots = slots;
+    req.slot_type = (char *)"cpu";
+    req.version = (char *)"test";
+    req.cpu_cores = 2;
+    ProtobufCMessage *resp = NULL;
+    int code = -1;
+    kiln_err_t err;
+    cr_assert_eq(worker_rpc_call(C, M_REGISTER, &req.base, &kiln__register_response__descriptor, 5000, &resp,
+                                 &code, &err), 0, "%s", err.message);
+    Kiln__RegisterResponse *r = (Kiln__RegisterResponse *)resp;
+    cr_assert(r->worker_id && r->worker_id[0]);
+    cr_assert_eq(r->heartbeat_interval_ms, 200);
+    cr_assert_gt(r->heartbeat_timeout_ms, 0);
+    char *id = strdup(r->worker_id);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return id;
+}
+
+static Kiln__HeartbeatResponse *heartbeat(const char *id)
+{
+    Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
+    req.worker_id = (char *)id;
+    ProtobufCMessage *resp = NULL;
+    kiln_err_t err;
+    cr_assert_eq(worker_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 5000, &resp,
+                                 NULL, &err), 0, "%s", err.message);
+    return (Kiln__HeartbeatResponse *)resp;
+}
+
+Test(grpc, register_and_heartbeat)
+{
+    char *id = register_worker("host-a", 2);
+    Kiln__HeartbeatResponse *hb = heartbeat(id);
+    cr_assert_not(hb->reregister);
+    cr_assert_eq(hb->n_assignments, 0);
+    protobuf_c_message_free_unpacked(&hb->base, NULL);
+    hb = heartbeat("w-nobody-knows");
+    cr_assert(hb->reregister, "an unknown worker is told to register again");
+    protobuf_c_message_free_unpacked(&hb->base, NULL);
+
+    json_t *workers = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_workers_list(S, &workers, &err), 0, "%s", err.message);
+    json_t *arr = json_object_get(workers, "workers");
+    cr_assert_eq(json_array_size(arr), 1);
+    json_t *w = json_array_get(arr, 0);
+    cr_assert_str_eq(json_string_value(json_object_get(w, "id")), id);
+    cr_assert_str_eq(json_string_value(json_object_get(w, "hostname")), "host-a");
+    cr_assert_eq(json_integer_value(json_object_get(w, "slots")), 2);
+    json_decref(workers);
+    free(id);
+}
+
+Test(grpc, unknown_method_is_unimplemented_not_a_hang)
+{
+    const char *methods[] = {"/kiln.AgentService/NoSuchThing", "/other.Service/Call"};
+    for (size_t i = 0; i < 2; i++) {
+        uint8_t *out = NULL;
+        size_t len = 0;
+        int code = -1;
+        kiln_err_t err;
+        int64_t t0 = kiln_mono_us();
+        int rc = worker_rpc_call_raw(C, methods[i], "", 0, 5000, &out, &len, &code, &err);
+        free(out);
+        cr_assert_eq(rc, KILN_EUNSUPP);
+        cr_assert_eq(code, 12, "UNIMPLEMENTED, got %d (%s)", code, err.message);
+        cr_assert_lt(kiln_mono_us() - t0, 2000000, "answered, not left to the deadline");
+    }
+}
+
+Test(grpc, malformed_request_is_invalid_argument)
+{
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
+    uint8_t *out = NULL;
+    size_t len = 0;
+    int code = -1;
+    kiln_err_t err;
+    int rc = worker_rpc_call_raw(C, M_HEARTBEAT, junk, sizeof(junk), 5000, &out, &len, &code, &err);
+    free(out);
+    cr_assert_eq(rc, KILN_EINVAL);
+    cr_assert_eq(code, 3, "INVALID_ARGUMENT, got %d", code);
+    cr_assert(strstr(err.message, "HeartbeatRequest"), "%s", err.message);
+    /* the server is fine afterwards */
+    char *id = register_worker("host-b", 1);
+    free(id);
+}
+
+typedef struct hb_arg {
+    const char *id;
+    int ok;
+} hb_arg_t;
+
+static void *hb_loop(void *p)
+{
+    hb_arg_t *a = p;
+    for (int i = 0; i < 150; i++) {
+        Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
+        req.worker_id = (char *)a->id;
+        ProtobufCMessage *resp = NULL;
+        kiln_err_t err;
+        if (worker_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 10000, &resp, NULL,
+                            &err) == 0) {
+            a->ok++;
+            protobuf_c_message_free_unpacked(resp, NULL);
+        }
+    }
+    return NULL;
+}
+
+Test(grpc, concurrent_calls_all_answered)
+{
+    char *id = register_worker("host-c", 1);
+    pthread_t t[4];
+    hb_arg_t args[4];
+    int64_t t0 = kiln_mono_us();
+    for (int i = 0; i < 4; i++) {
+        args[i] = (hb_arg_t){id, 0};
+        pthread_create(&t[i], NULL, hb_loop, &args[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    double s = (double)(kiln_mono_us() - t0) / 1e6;
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(args[i].ok, 150);
+    fprintf(stderr, "grpc: 600 heartbeats from 4 threads in %.2f s (%.0f/s)\n", s, 600 / s);
+    free(id);
+}
+
+/* ---- jobs through a real agent ------------------------------------------------------------- */
+
+static const char *k_spec =
+    "{\"name\":\"grpc-test\",\"model\":{\"type\":\"mlp\",\"hidden\":[8],\"n_inputs\":4,\"n_classes\":2},"
+    "\"data\":{\"train\":\"synthetic\"},\"hyperparameters\":{\"lr\":0.01,\"global_batch_size\":8,\"max_steps\":3},"
+    "\"resources\":{\"nodes\":1,\"slots_per_node\":1,\"slot_type\":\"cpu\"},"
+    "\"metric_definitions\":[{\"name\":\"val_loss\",\"regex\":\"val loss ([0-9.]+)\"}]}";
+
+static char *write_script(const char *body)
+{
+    static char path[200];
+    snprintf(path, sizeof(path), "%s/fake-train.sh", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\n%s", body);
+    fclose(f);
+    chmod(path, 0755);
+    return path;
+}
+
+static worker_agent_t *start_agent(const char *bin)
+{
+    char work[200];
+    snprintf(work, sizeof(work), "%s/work", dir);
+    worker_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
+                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000};
+    worker_agent_t *a = NULL;
+    kiln_err_t err;
+    cr_assert_eq(worker_agent_create(&cfg, &a, &err), 0, "%s", err.message);
+    for (int i = 0; i < 100; i++) {
+        char id[128];
+        worker_agent_id(a, id, sizeof(id));
+        if (id[0])
+            return a;
+        usleep(50000);
+    }
+    cr_assert_fail("the agent did not register");
+    return NULL;
+}
+
+static char *submit(void)
+{
+    json_t *spec = json_loads(k_spec, 0, NULL);
+    json_t *job = NULL;
+    bool created = false;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_create(S, spec, NULL, &job, &created, &err), 0, "%s (%s)", err.message, err.field);
+    char *id = strdup(json_string_value(json_object_get(job, "id")));
+    json_decref(spec);
+    json_decref(job);
+    return id;
+}
+
+/* Waits for one of the '|'-separated states; returns the job (caller decrefs). */
+static json_t *wait_state(const char *id, const char *states, int timeout_ms)
+{
+    json_t *job = NULL;
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        kiln_err_t err;
+        json_decref(job);
+        job = NULL;
+        cr_assert_eq(svc_job_get(S, id, &job, &err), 0, "%s", err.message);
+        const char *st = json_string_value(json_object_get(job, "state"));
+        char want[128];
+        snprintf(want, sizeof(want), "|%s|", states);
+        char me[64];
+        snprintf(me, sizeof(me), "|%s|", st ? st : "");
+        if (strstr(want, me))
+            return job;
+        usleep(50000);
+    }
+    char *text = json_dumps(job, 0);
+    cr_assert_fail("job %s never reached %s: %s", id, states, text);
+    return NULL;
+}
+
+static bool has_line(json_t *logs, int rank, const char *stream, const char *text)
+{
+    size_t i;
+    json_t *l;
+    json_array_foreach(json_object_get(logs, "lines"), i, l) {
+        if (json_integer_value(json_object_get(l, "rank")) == rank &&
+            !strcmp(json_string_value(json_object_get(l, "stream")), stream) &&
+            !strcmp(json_string_value(json_object_get(l, "line")), text))
+            return true;
+    }
+    return false;
+}
+
+static json_t *job_logs(const char *id)
+{
+    svc_log_query_t q = {.rank = -1};
+    json_t *logs = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_logs(S, id, &q, &logs, &err), 0, "%s", err.message);
+    return logs;
+}
+
+static json_t *series(json_t *metrics, const char *name)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(metrics, "metrics"), i, s)
+        if (!strcmp(json_string_value(json_object_get(s, "name")), name))
+            return json_object_get(s, "points");
+    return NULL;
+}
+
+Test(grpc, agent_runs_a_job_and_its_logs_and_metrics_reach_the_service)
+{
+    char *bin = write_script(
+        "echo \"hello from rank $KILN_RANK of $KILN_WORLD_SIZE\"\n"
+        "for s in 1 2 3; do\n"
+        "  echo \"{\\\"step\\\": $s, \\\"metrics\\\": {\\\"train_loss\\\": 2.$s, \\\"step_time_ms\\\": 10}}\" >&$KILN_METRICS_FD\n"
+        "done\n"
+        "sleep 0.1\n"
+        "echo 'val loss 0.5'\n"
+        "echo 'a warning' >&2\n"
+        "exit 0\n");
+    worker_agent_t *agent = start_agent(bin);
+    char *id = submit();
+    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(job, "reason")));
+    json_decref(job);
+    json_t *logs = job_logs(id);
+    cr_assert(has_line(logs, 0, "stdout", "hello from rank 0 of 1"));
+    cr_assert(has_line(logs, 0, "stdout", "val loss 0.5"));
+    cr_assert(has_line(logs, 0, "stderr", "a warning"));
+    json_decref(logs);
+    json_t *metrics = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_metrics(S, id, NULL, 0, &metrics, &err), 0, "%s", err.message);
+    json_t *loss = series(metrics, "train_loss");
+    cr_assert_eq(json_array_size(loss), 3);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(loss, 2), "step")), 3);
+    cr_assert_float_eq(json_number_value(json_object_get(json_array_get(loss, 2), "value")), 2.3, 1e-9);
+    json_t *val = series(metrics, "val_loss");
+    cr_assert_eq(json_array_size(val), 1, "the metric definition matched the log line");
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(val, 0), "step")), 3);
+    json_decref(metrics);
+    worker_agent_destroy(agent);
+    free(id);
+}
+
+Test(grpc, a_failing_rank_fails_the_job_with_its_last_stderr_line)
+{
+    char *bin = write_script("echo 'loading'\necho 'error: data file is corrupt' >&2\nexit 2\n");
+    worker_agent_t *agent = start_agent(bin);
+    char *id = submit();
+    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "FAILED");
+    const char *reason = json_string_value(json_object_get(job, "reason"));
+    cr_assert(reason && strstr(reason, "data file is corrupt"), "reason: %s", reason);
+    json_decref(job);
+    worker_agent_destroy(agent);
+    free(id);
+}
+
+Test(grpc, stopping_a_job_sigterms_its_rank)
+{
+    char *bin = write_script("trap 'echo checkpoint-on-term; exit 143' TERM\necho up\nwhile :; do sleep 0.05; done\n");
+    worker_agent_t *agent = start_agent(bin);
+    char *id = submit();
+    json_decref(wait_state(id, "RUNNING", 20000));
+    json_t *job = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_stop(S, id, "test stop", &job, &err), 0, "%s", err.message);
+    json_decref(job);
+    job = wait_state(id, "STOPPED|FAILED|COMPLETED", 20000);
+    cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "STOPPED");
+    json_decref(job);
+    json_t *logs = job_logs(id);
+    cr_assert(has_line(logs, 0, "stdout", "checkpoint-on-term"));
+    json_decref(logs);
+    worker_agent_destroy(agent);
+    free(id);
+}
+
+Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
+{
+    char go[200];
+    snprintf(go, sizeof(go), "%s/go", dir);
+    char body[600];
+    snprintf(body, sizeof(body),
+             "echo before\nwhile [ ! -e %s ]; do sleep 0.05; done\n"
+             "i=0; while [ $i -lt 50 ]; do echo \"during $i\"; i=$((i+1)); done\n"
+             "echo '{\"step\": 7, \"metrics\": {\"train_loss\": 1.5}}' >&$KILN_METRICS_FD\nexit 0\n", go);
+    char *bin = write_script(body);
+    worker_agent_t *agent = start_agent(bin);
+    char *id = submit();
+    json_decref(wait_state(id, "RUNNING", 20000));
+    /* kilnd's gRPC side goes away; the rank writes and exits meanwhile */
+    api_grpc_stop(G);
+    G = NULL;
+    FILE *f = fopen(go, "w");
+    fclose(f);
+    usleep(1500000);
+    json_t *job = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_get(S, id, &job, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "RUNNING", "no exit can arrive yet");
+    json_decref(job);
+    start_grpc();
+    job = wait_state(id, "COMPLETED|FAILED", 20000);
+    cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(job, "reason")));
+    json_decref(job);
+    json_t *logs = job_logs(id);
+    cr_assert(has_line(logs, 0, "stdout", "before"));
+    for (int i = 0; i < 50; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "during %d", i);
+        cr_assert(has_line(logs, 0, "stdout", want), "%s was kept and resent", want);
+    }
+    json_decref(logs);
+    json_t *metrics = NULL;
+    cr_assert_eq(svc_job_metrics(S, id, "train_loss", 0, &metrics, &err), 0);
+    cr_assert_eq(json_array_size(series(metrics, "train_loss")), 1);
+    json_decref(metrics);
+    worker_agent_destroy(agent);
+    free(id);
+}
+
+/* ---- a foreign client: Python's grpcio with protoc's Python messages ----------------------- */
+
+static const char *k_py =
+    "import sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import grpc, kiln_pb2 as pb\n"
+    "ch = grpc.insecure_channel(sys.argv[2])\n"
+    "def call(path, req, resp):\n"
+    "    return ch.unary_unary(path, request_serializer=req.SerializeToString,\n"
+    "                          response_deserializer=resp.FromString)\n"
+    "reg = ch.unary_unary('/kiln.AgentService/RegisterWorker', request_serializer=pb.RegisterRequest.SerializeToString,\n"
+    "                     response_deserializer=pb.RegisterResponse.FromString)\n"
+    "r = reg(pb.RegisterRequest(hostname='py-host', address='127.0.0.1', slots=3, slot_type='cpu', version='py'), timeout=10)\n"
+    "print('registered', bool(r.worker_id), r.heartbeat_interval_ms)\n"
+    "hb = ch.unary_unary('/kiln.AgentService/Heartbeat', request_serializer=pb.HeartbeatRequest.SerializeToString,\n"
+    "                    response_deserializer=pb.HeartbeatResponse.FromString)\n"
+    "h = hb(pb.HeartbeatRequest(worker_id=r.worker_id), timeout=10)\n"
+    "print('heartbeat reregister', h.reregister)\n"
+    "h = hb(pb.HeartbeatRequest(worker_id='nobody'), timeout=10)\n"
+    "print('unknown reregister', h.reregister)\n"
+    "try:\n"
+    "    ch.unary_unary('/kiln.AgentService/Nope')(b'', timeout=10)\n"
+    "except grpc.RpcError as e:\n"
+    "    print('nope', e.code().name)\n"
+    "try:\n"
+    "    ch.unary_unary('/kiln.AgentService/Heartbeat')(b'\\xff\\xff\\xff', timeout=10)\n"
+    "except grpc.RpcError as e:\n"
+    "    print('junk', e.code().name)\n";
+
+static char *run_capture(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    static char buf[8192];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+    buf[n] = '\0';
+    int st = pclose(p);
+    cr_assert_eq(st, 0, "%s failed:\n%s", cmd, buf);
+    return buf;
+}
+
+Test(grpc, python_grpcio_is_a_foreign_client)
+{
+    if (system("command -v protoc >/dev/null 2>&1") != 0)
+        cr_skip_test("protoc is not installed (apt-get install protobuf-compiler)");
+    if (system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
+        cr_skip_test("/usr/bin/python3 lacks grpc or protobuf (apt-get install python3-grpcio python3-protobuf)");
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto 2>&1", root, dir, root);
+    run_capture(cmd);
+    char script[200];
+    snprintf(script, sizeof(script), "%s/client.py", dir);
+    FILE *f = fopen(script, "w");
+    fputs(k_py, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s %s %s 2>&1", script, dir, addr);
+    char *out = run_capture(cmd);
+    cr_assert(strstr(out, "registered True 200\n"), "%s", out);
+    cr_assert(strstr(out, "heartbeat reregister False\n"), "%s", out);
+    cr_assert(strstr(out, "unknown reregister True\n"), "%s", out);
+    cr_assert(strstr(out, "nope UNIMPLEMENTED\n"), "%s", out);
+    cr_assert(strstr(out, "junk INVALID_ARGUMENT\n"), "%s", out);
+}
