@@ -129,9 +129,10 @@ int main(int argc, char **argv)
     spec_deinit(&spec);
     free(dup);
     if (rc) {
+        /* the hint first: the agent takes the last stderr line as the failure reason */
+        if (err.hint[0]) fprintf(stderr, "kiln-train: hint: %s\n", err.hint);
         fprintf(stderr, "kiln-train: %s%s%s\n", err.field[0] ? err.field : "",
                 err.field[0] ? ": " : "", err.message[0] ? err.message : kiln_strerror(rc));
-        if (err.hint[0]) fprintf(stderr, "kiln-train: hint: %s\n", err.hint);
         return exit_code_for(&err);
     }
     if (res.stopped) return 128 + (g_signo ? g_signo : SIGTERM);

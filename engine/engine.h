@@ -367,6 +367,7 @@ typedef struct eng_train_opts {
     const char *sample_prompt;   /* NULL: "\n" */
     const char *spec_dir;        /* directory of the spec file, for relative data paths */
     volatile int *stop_flag;     /* set asynchronously (SIGTERM): checkpoint and stop */
+    int64_t stop_after_step;     /* > 0: behave as if stop_flag were set after this step */
     bool quiet;                  /* no per-step stdout lines */
     eng_train_hooks_t hooks;
 } eng_train_opts_t;

@@ -541,7 +541,8 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
             }
         }
         if ((sample_every > 0 && step % sample_every == 0) || last) sample_text(&r, step);
-        bool stop = o->stop_flag && *o->stop_flag;
+        bool stop = (o->stop_flag && *o->stop_flag) ||
+                    (o->stop_after_step > 0 && step >= o->stop_after_step);
         bool periodic = s->ckpt_every_steps > 0 && step % s->ckpt_every_steps == 0;
         if (stop || periodic || last) {
             if ((rc = write_checkpoint(&r, step, err))) goto done;

@@ -1,0 +1,237 @@
+/* test_gpt_step.c - one whole GPT training step against PyTorch: the loss, every gradient, the
+ * gradient norm and the parameters after two AdamW steps with clipping and weight decay, from
+ * the fixture tests/engine/fixtures/gpt_step.bin (regenerate with make_gpt_step.py; layout in
+ * its docstring). Run on the fast CPU backend and on the plain reference backend.
+ *
+ * Tolerances (the fixture is float64 PyTorch rounded to float32; kiln computes in float32):
+ *  - loss and gradient norm: relative 1e-5;
+ *  - gradients, per tensor: |g - ref| <= 1e-4 * max|ref over the tensor| + 1e-4 * |ref|;
+ *  - parameters after two steps: |p - ref| <= 1e-4 (the update is ~lr = 1e-2 per step, so this
+ *    is 1% of one update; Adam divides by sqrt(v), which amplifies gradient noise only where a
+ *    gradient is ~eps, and such elements are allowed 2 * lr * 5e-3, at most 1 in 1000); the
+ *    key bias, whose true gradient is exactly 0, only within 2 * lr (see below).
+ * Also: gradient accumulation over two microbatches equals one batch of both, and the
+ * per-block parameter ranges cover the flat buffer. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+typedef struct fixture {
+    int V, Vp, T, L, NH, C, B;
+    size_t n;
+    float lr, beta1, beta2, eps, wd, clip, loss1, norm1, loss2, norm2;
+    int32_t *tok[2], *tgt[2];
+    float *init, *grads1, *params2;
+    void *buf;
+} fixture_t;
+
+static void load_fixture(fixture_t *f)
+{
+    const char *root = getenv("KILN_ROOT");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/tests/engine/fixtures/gpt_step.bin", root ? root : ".");
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp, "cannot open fixture %s (run from the repository root or set KILN_ROOT)", path);
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    f->buf = malloc(size);
+    cr_assert(fread(f->buf, 1, size, fp) == (size_t)size);
+    fclose(fp);
+    int32_t *h = f->buf;
+    cr_assert_eq(h[0], 0x4B4C4E31, "bad fixture magic");
+    f->V = h[2]; f->Vp = h[3]; f->T = h[4]; f->L = h[5]; f->NH = h[6]; f->C = h[7]; f->B = h[8];
+    f->n = (size_t)h[9];
+    float *hp = (float *)(h + 16);
+    f->lr = hp[0]; f->beta1 = hp[1]; f->beta2 = hp[2]; f->eps = hp[3]; f->wd = hp[4];
+    f->clip = hp[5]; f->loss1 = hp[6]; f->norm1 = hp[7]; f->loss2 = hp[8]; f->norm2 = hp[9];
+    int32_t *p = h + 32;
+    size_t bt = (size_t)f->B * f->T;
+    for (int k = 0; k < 2; k++) {
+        f->tok[k] = p; p += bt;
+        f->tgt[k] = p; p += bt;
+    }
+    f->init = (float *)p;
+    f->grads1 = f->init + f->n;
+    f->params2 = f->grads1 + f->n;
+    cr_assert_eq((size_t)size, (char *)(f->params2 + f->n) - (char *)f->buf, "fixture size");
+}
+
+static eng_gpt_t *make_model(const fixture_t *f, const eng_backend_t *be, int B)
+{
+    eng_gpt_config_t cfg = {f->T, f->V, f->Vp, f->L, f->NH, f->C};
+    eng_gpt_t *m = NULL;
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_create(&cfg, be, B, &m, &err), 0, "%s", err.message);
+    cr_assert_eq(m->p.n, f->n, "parameter count %zu vs fixture %zu", m->p.n, f->n);
+    memcpy(m->p.params, f->init, f->n * sizeof(float));
+    return m;
+}
+
+static void check_grads(const eng_gpt_t *m, const float *ref)
+{
+    for (int t = 0; t < m->p.n_tensors; t++) {
+        const eng_tensor_t *tt = &m->p.tensors[t];
+        const float *g = m->p.grads + tt->off, *r = ref + tt->off;
+        double mx = 0;
+        for (size_t i = 0; i < tt->n; i++) mx = fmax(mx, fabs(r[i]));
+        cr_assert(mx > 0 || !strcmp(tt->name, "never"), "tensor %s has no gradient", tt->name);
+        for (size_t i = 0; i < tt->n; i++)
+            cr_assert(fabs((double)g[i] - r[i]) <= 1e-4 * mx + 1e-4 * fabs(r[i]),
+                      "grad %s[%zu]: %.8g vs pytorch %.8g (max %.3g)", tt->name, i, g[i], r[i], mx);
+    }
+}
+
+/* The optimizer update exactly as the trainer does it: clip by global norm, AdamW per tensor
+ * with weight decay on the tensors flagged as 2-D weights. */
+static double step_update(eng_gpt_t *m, float *mom, float *var, const fixture_t *f, int64_t t)
+{
+    double norm = sqrt(m->be->sumsq(m->p.grads, m->p.n));
+    float scale = norm > f->clip ? (float)(f->clip / norm) : 1.0f;
+    for (int i = 0; i < m->p.n_tensors; i++) {
+        const eng_tensor_t *tt = &m->p.tensors[i];
+        m->be->adamw_update(m->p.params + tt->off, m->p.grads + tt->off, mom + tt->off,
+                            var + tt->off, tt->n, f->lr, f->beta1, f->beta2, f->eps,
+                            tt->decay ? f->wd : 0.0f, scale, t);
+    }
+    return norm;
+}
+
+static void run_against_pytorch(const eng_backend_t *be)
+{
+    fixture_t f;
+    load_fixture(&f);
+    eng_gpt_t *m = make_model(&f, be, f.B);
+    eng_gpt_acts_t *a = NULL;
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_acts_create(m, f.B, f.T, &a, &err), 0);
+    float *mom = be->alloc(f.n * 4), *var = be->alloc(f.n * 4);
+    float dloss = 1.0f / (f.B * f.T);
+    for (int k = 0; k < 2; k++) {
+        be->memset_zero(m->p.grads, f.n * 4);
+        eng_gpt_acts_set_batch(m, a, f.tok[k], f.tgt[k]);
+        float loss = eng_gpt_forward(m, a, true);
+        float want = k == 0 ? f.loss1 : f.loss2;
+        cr_assert(fabs(loss - want) <= 1e-5 * fabs(want), "%s: loss %d %.7f vs pytorch %.7f",
+                  be->name, k + 1, loss, want);
+        eng_gpt_backward(m, a, dloss, NULL, NULL);
+        if (k == 0) check_grads(m, f.grads1);
+        double norm = step_update(m, mom, var, &f, k + 1);
+        double wn = k == 0 ? f.norm1 : f.norm2;
+        cr_assert(fabs(norm - wn) <= 1e-5 * wn, "%s: grad norm %.7f vs pytorch %.7f", be->name,
+                  norm, wn);
+    }
+    double worst = 0;
+    size_t worst_i = 0, loose = 0;
+    /* The key bias's exact gradient is 0 (softmax is invariant to adding q.b_k to every score
+     * of a row), so both sides hold rounding noise there, which Adam normalises into updates of
+     * up to lr: those elements are only held to the two-step bound 2*lr. */
+    const eng_tensor_t *qkvb = &m->p.tensors[5];
+    for (size_t i = 0; i < f.n; i++) {
+        double d = fabs((double)m->p.params[i] - f.params2[i]);
+        if (i >= qkvb->off && i < qkvb->off + qkvb->n &&
+            ((i - qkvb->off) % (3 * f.C)) / f.C == 1) {
+            cr_assert(d <= 2.0 * f.lr + 1e-6, "%s: key bias [%zu] moved beyond two steps", be->name, i);
+            continue;
+        }
+        if (d > worst) { worst = d; worst_i = i; }
+        if (d > 1e-4) loose++;
+        cr_assert(d <= 2 * f.lr * 5e-3, "%s: param[%zu] after 2 steps %.8g vs pytorch %.8g",
+                  be->name, i, m->p.params[i], f.params2[i]);
+    }
+    cr_assert(loose <= f.n / 1000, "%s: %zu of %zu parameters differ by more than 1e-4 (worst "
+              "%.3g at %zu)", be->name, loose, f.n, worst, worst_i);
+    be->free(mom);
+    be->free(var);
+    eng_gpt_acts_destroy(m, a);
+    eng_gpt_destroy(m);
+    free(f.buf);
+}
+
+Test(gpt_step, cpu_backend_matches_pytorch)
+{
+    eng_cpu_set_threads(2);
+    run_against_pytorch(&eng_cpu_backend);
+}
+
+Test(gpt_step, ref_backend_matches_pytorch) { run_against_pytorch(&eng_ref_backend); }
+
+/* Two microbatches of one sequence, dloss 1/(2T) each, accumulate the same gradient as one
+ * batch of two sequences with dloss 1/(2T). */
+Test(gpt_step, gradient_accumulation)
+{
+    eng_cpu_set_threads(1);
+    fixture_t f;
+    load_fixture(&f);
+    kiln_err_t err;
+    eng_gpt_t *m = make_model(&f, &eng_cpu_backend, f.B);
+    eng_gpt_acts_t *a2 = NULL, *a1 = NULL;
+    cr_assert_eq(eng_gpt_acts_create(m, 2, f.T, &a2, &err), 0);
+    cr_assert_eq(eng_gpt_acts_create(m, 1, f.T, &a1, &err), 0);
+    float dloss = 1.0f / (2 * f.T);
+    eng_gpt_acts_set_batch(m, a2, f.tok[0], f.tgt[0]);
+    eng_gpt_forward(m, a2, true);
+    eng_gpt_backward(m, a2, dloss, NULL, NULL);
+    float *whole = malloc(f.n * 4);
+    memcpy(whole, m->p.grads, f.n * 4);
+    memset(m->p.grads, 0, f.n * 4);
+    for (int b = 0; b < 2; b++) {
+        eng_gpt_acts_set_batch(m, a1, f.tok[0] + b * f.T, f.tgt[0] + b * f.T);
+        eng_gpt_forward(m, a1, true);
+        eng_gpt_backward(m, a1, dloss, NULL, NULL);
+    }
+    for (size_t i = 0; i < f.n; i++)
+        cr_assert(fabs(whole[i] - m->p.grads[i]) <= 1e-6 + 1e-4 * fabs(whole[i]),
+                  "grad[%zu] %.8g (one batch) vs %.8g (accumulated)", i, whole[i], m->p.grads[i]);
+    free(whole);
+    eng_gpt_acts_destroy(m, a1);
+    eng_gpt_acts_destroy(m, a2);
+    eng_gpt_destroy(m);
+    free(f.buf);
+}
+
+static int g_ready_order[64], g_nready;
+static void ready_cb(void *ctx, int block)
+{
+    (void)ctx;
+    g_ready_order[g_nready++] = block;
+}
+
+/* Per-block ranges tile the flat buffer (wte listed by blocks 0 and L+1), and backward reports
+ * blocks from last to first. */
+Test(gpt_step, block_ranges_and_ready_order)
+{
+    fixture_t f;
+    load_fixture(&f);
+    eng_gpt_t *m = make_model(&f, &eng_cpu_backend, 1);
+    int nb = eng_gpt_num_blocks(m);
+    cr_assert_eq(nb, f.L + 2);
+    unsigned char *seen = calloc(f.n, 1);
+    eng_range_t r[ENG_MAX_TENSORS];
+    for (int b = 0; b < nb; b++) {
+        int k = eng_gpt_block_ranges(m, b, r);
+        cr_assert(k > 0);
+        for (int i = 0; i < k; i++)
+            for (size_t j = 0; j < r[i].n; j++) seen[r[i].off + j]++;
+    }
+    size_t wte_n = m->p.tensors[0].n;
+    for (size_t i = 0; i < f.n; i++)
+        cr_assert_eq(seen[i], i < wte_n ? 2 : 1, "element %zu covered %d times", i, seen[i]);
+    eng_gpt_acts_t *a = NULL;
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_acts_create(m, 1, f.T, &a, &err), 0);
+    eng_gpt_acts_set_batch(m, a, f.tok[0], f.tgt[0]);
+    eng_gpt_forward(m, a, true);
+    g_nready = 0;
+    eng_gpt_backward(m, a, 1.0f, ready_cb, NULL);
+    cr_assert_eq(g_nready, nb);
+    for (int i = 0; i < nb; i++) cr_assert_eq(g_ready_order[i], nb - 1 - i);
+    free(seen);
+    eng_gpt_acts_destroy(m, a);
+    eng_gpt_destroy(m);
+    free(f.buf);
+}
