@@ -248,19 +248,21 @@ static int fabric_progress(comm_engine_t *e, int *events, char *msg)
             if (fi_cq_readerr(f->cq, &ce, 0) != 1)
                 break;
             comm_xfer_t *x = ce.op_context;
+            int eno = ce.err < 0 ? -ce.err : ce.err; /* shm 1.17 reports negative codes */
             (*events)++;
-            if (x && x->op && x->op->ring == NULL && ce.err == FI_ETRUNC && !x->is_send) {
+            if (x && x->op && x->op->ring == NULL && eno == FI_ETRUNC && !x->is_send) {
                 char m[COMM_MSG_MAX];
                 snprintf(m, sizeof(m), "message from rank %d (tag %u) is larger than the %zu-byte buffer",
                          x->op->peer, x->op->tag, x->op->n);
                 p2p_done(e, x->op, KILN_ETOOBIG, 0, m);
                 continue;
             }
-            if (ce.err == FI_ECANCELED)
+            if (eno == FI_ECANCELED)
                 continue;
             snprintf(msg, COMM_MSG_MAX, "fabric %s failed: %s",
                      x && x->is_send ? "send" : "receive",
-                     fi_cq_strerror(f->cq, ce.prov_errno, ce.err_data, NULL, 0));
+                     eno == FI_ETRUNC ? "message larger than the posted buffer (ranks disagree on sizes?)"
+                                      : fi_strerror(eno));
             return KILN_ECOMM;
         }
         if (n < 0) {
@@ -303,25 +305,16 @@ static void fabric_abort(comm_engine_t *e)
     if (!f->ep)
         return;
     for (comm_req_t *op = e->active; op; op = op->anext) {
-        if (op->ring) {
+        if (op->ring)
             comm_ring_cancel(e, op);
-        } else if (op->x.busy) {
+        else if (op->x.busy)
             fi_cancel(&f->ep->fid, &op->x.ctx);
-        }
     }
-    /* Reap cancellations briefly; later completions are ignored (the engine is failed). */
-    struct fi_cq_tagged_entry ent[16];
-    int64_t until = kiln_mono_us() + 100000;
-    while (kiln_mono_us() < until) {
-        ssize_t n = fi_cq_read(f->cq, ent, 16);
-        if (n == -FI_EAVAIL) {
-            struct fi_cq_err_entry ce;
-            memset(&ce, 0, sizeof(ce));
-            fi_cq_readerr(f->cq, &ce, 0);
-        } else if (n == -FI_EAGAIN) {
-            break;
-        }
-    }
+    /* Sends to a dead peer cannot be cancelled and the provider may still read their buffers
+     * (tcp;ofi_rxm does when it tears connections down). Close the endpoint now, before the
+     * failed operations return and their callers free the buffers; the engine is done anyway. */
+    fi_close(&f->ep->fid);
+    f->ep = NULL;
 }
 
 static void fabric_close_tp(comm_engine_t *e)

@@ -20,6 +20,7 @@
 
 typedef struct rank_out {
     int rc;
+    int wstatus;            /* the child's wait status */
     int status;
     double elapsed_s;
     char provider[32];
@@ -122,15 +123,19 @@ static rank_out_t *run_ranks(const run_cfg_t *cfg, rank_body_t body, void *arg)
             }
             usleep(2000);
         }
+        outs[r].wstatus = st;
     }
     return outs;
 }
 
 static void assert_all_ok(const run_cfg_t *cfg, const rank_out_t *o)
 {
-    for (int r = 0; r < cfg->world; r++)
+    for (int r = 0; r < cfg->world; r++) {
         cr_assert_eq(o[r].rc, 0, "rank %d of %d (%s) failed (rc %d): %s", r, cfg->world,
                      cfg->provider ? cfg->provider : "auto", o[r].rc, o[r].msg);
+        cr_assert(WIFEXITED(o[r].wstatus) && WEXITSTATUS(o[r].wstatus) == 0,
+                  "rank %d exited with status 0x%x", r, o[r].wstatus);
+    }
     for (int r = 1; r < cfg->world; r++) {
         cr_assert_eq(o[r].nh, o[0].nh, "rank %d made %d checks, rank 0 %d", r, o[r].nh, o[0].nh);
         for (int i = 0; i < o[0].nh; i++)
@@ -276,3 +281,327 @@ Test(comm, shard_range_covers_every_element_once)
             cr_assert_eq(next, n);
         }
 }
+
+/* ---- asynchronous all-reduce: several buckets in flight, waited in order ------------------ */
+
+static int body_async(comm_t *c, rank_out_t *o, void *arg)
+{
+    (void)arg;
+    int W = comm_size(c), me = comm_rank(c);
+    enum { NB = 6 };
+    size_t sizes[NB] = {100003, 5, 0, 65536, 33, 250001};
+    float *b[NB];
+    comm_req_t *req[NB];
+    kiln_err_t err;
+    for (int k = 0; k < NB; k++) {
+        b[k] = malloc(sizeof(float) * (sizes[k] + 1));
+        CHECK(o, b[k], "out of memory");
+        for (size_t i = 0; i < sizes[k]; i++)
+            b[k][i] = val(me, i, (uint32_t)(100 + k));
+    }
+    for (int k = 0; k < NB; k++)
+        CHECK(o, comm_allreduce_start(c, b[k], sizes[k], k & 1 ? COMM_AVG : COMM_SUM, &req[k], &err) == 0,
+              "start %d: %s", k, err.message);
+    bool done = false;
+    comm_test(req[NB - 1], &done); /* may or may not be done; must not block */
+    for (int k = 0; k < NB; k++) {
+        CHECK(o, comm_wait(req[k], &err) == 0, "wait %d: %s", k, err.message);
+        for (size_t i = 0; i < sizes[k]; i++) {
+            float want = ref_reduce(sizes[k], i, W, (uint32_t)(100 + k), k & 1 ? COMM_AVG : COMM_SUM);
+            CHECK(o, memcmp(&b[k][i], &want, 4) == 0, "bucket %d [%zu]: %g want %g", k, i, b[k][i], want);
+        }
+        out_hash(o, b[k], sizes[k] * 4);
+        free(b[k]);
+    }
+    /* comm_test reports completion without freeing */
+    float x = (float)me;
+    comm_req_t *r;
+    CHECK(o, comm_allreduce_start(c, &x, 1, COMM_SUM, &r, &err) == 0, "start: %s", err.message);
+    for (int spins = 0; !done || spins == 0; spins++) {
+        comm_test(r, &done);
+        CHECK(o, spins < 100000, "comm_test never reported completion");
+        if (!done)
+            usleep(100);
+    }
+    CHECK(o, comm_wait(r, &err) == 0, "wait: %s", err.message);
+    CHECK(o, x == (float)(W * (W - 1) / 2), "sum of ranks %g", x);
+    return 0;
+}
+
+static void async_buckets(const char *prov, int world)
+{
+    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .chunk_bytes = 65536};
+    rank_out_t *o = run_ranks(&cfg, body_async, NULL);
+    assert_all_ok(&cfg, o);
+    munmap(o, sizeof(rank_out_t) * MAXR);
+}
+
+Test(comm_shm, async_buckets_in_flight) { async_buckets("shm", 3); }
+Test(comm_tcp, async_buckets_in_flight) { async_buckets("tcp", 4); }
+
+/* ---- point-to-point -------------------------------------------------------------------------- */
+
+static int body_p2p(comm_t *c, rank_out_t *o, void *arg)
+{
+    (void)arg;
+    int W = comm_size(c), me = comm_rank(c);
+    int right = (me + 1) % W, left = (me + W - 1) % W;
+    kiln_err_t err;
+    enum { BIG = 3 << 20 };
+    unsigned char *big = malloc(BIG), *in = malloc(BIG);
+    CHECK(o, big && in, "out of memory");
+    for (size_t i = 0; i < BIG; i++)
+        big[i] = (unsigned char)(i * 7 + (size_t)me);
+    /* Every rank sends to its right and receives from its left at once (no deadlock with async). */
+    comm_req_t *rs, *rr;
+    size_t got = 0;
+    CHECK(o, comm_recv_start(c, in, BIG, left, 7, &got, &rr, &err) == 0, "recv: %s", err.message);
+    CHECK(o, comm_send_start(c, big, BIG, right, 7, &rs, &err) == 0, "send: %s", err.message);
+    CHECK(o, comm_wait(rs, &err) == 0, "wait send: %s", err.message);
+    CHECK(o, comm_wait(rr, &err) == 0, "wait recv: %s", err.message);
+    CHECK(o, got == BIG, "received %zu bytes", got);
+    for (size_t i = 0; i < BIG; i++)
+        CHECK(o, in[i] == (unsigned char)(i * 7 + (size_t)left), "byte %zu", i);
+    /* Tags select messages: rank 0 sends tags 1, 2, 2 to rank 1, which receives 2 first. */
+    if (me == 0) {
+        int a = 101, b = 202, d = 203;
+        comm_req_t *r1, *r2, *r3;
+        CHECK(o, comm_send_start(c, &a, sizeof(a), 1, 1, &r1, &err) == 0, "send: %s", err.message);
+        CHECK(o, comm_send_start(c, &b, sizeof(b), 1, 2, &r2, &err) == 0, "send: %s", err.message);
+        CHECK(o, comm_send_start(c, &d, sizeof(d), 1, 2, &r3, &err) == 0, "send: %s", err.message);
+        CHECK(o, comm_wait(r1, &err) == 0 && comm_wait(r2, &err) == 0 && comm_wait(r3, &err) == 0,
+              "send wait: %s", err.message);
+        /* an oversize message is refused by the receiver */
+        char eight[8] = "1234567";
+        CHECK(o, comm_send(c, eight, sizeof(eight), 1, 9, &err) == 0, "send 8: %s", err.message);
+    } else if (me == 1) {
+        int x = 0, y = 0, z = 0;
+        CHECK(o, comm_recv(c, &x, sizeof(x), 0, 2, NULL, &err) == 0, "recv 2: %s", err.message);
+        CHECK(o, comm_recv(c, &y, sizeof(y), 0, 1, NULL, &err) == 0, "recv 1: %s", err.message);
+        CHECK(o, comm_recv(c, &z, sizeof(z), 0, 2, NULL, &err) == 0, "recv 2b: %s", err.message);
+        CHECK(o, x == 202 && y == 101 && z == 203, "tags mixed up: %d %d %d", x, y, z);
+        char four[4];
+        int rc = comm_recv(c, four, sizeof(four), 0, 9, NULL, &err);
+        CHECK(o, rc == KILN_ETOOBIG, "oversize receive gave %d (%s)", rc, err.message);
+    }
+    CHECK(o, comm_send(c, big, 1, me, 1, &err) == KILN_EINVAL, "send to self accepted");
+    /* the group still works afterwards */
+    CHECK(o, comm_barrier(c, &err) == 0, "barrier: %s", err.message);
+    free(big);
+    free(in);
+    return 0;
+}
+
+Test(comm_shm, send_recv_with_tags)
+{
+    run_cfg_t cfg = {.world = 3, .provider = "shm", .skip_rank = -1};
+    rank_out_t *o = run_ranks(&cfg, body_p2p, NULL);
+    assert_all_ok(&cfg, o);
+}
+
+Test(comm_tcp, send_recv_with_tags)
+{
+    run_cfg_t cfg = {.world = 3, .provider = "tcp", .skip_rank = -1};
+    rank_out_t *o = run_ranks(&cfg, body_p2p, NULL);
+    assert_all_ok(&cfg, o);
+}
+
+/* ---- comm_split ------------------------------------------------------------------------------- */
+
+static int body_split(comm_t *c, rank_out_t *o, void *arg)
+{
+    (void)arg;
+    int me = comm_rank(c);
+    kiln_err_t err;
+    /* Two groups by parity, ordered by descending rank; rank 4 stays out of the second split. */
+    comm_t *g = NULL, *h = NULL;
+    CHECK(o, comm_split(c, me % 2, -me, &g, &err) == 0, "split: %s", err.message);
+    CHECK(o, g, "no group");
+    int want_size = me % 2 ? 2 : 3;
+    CHECK(o, comm_size(g) == want_size, "group size %d, want %d", comm_size(g), want_size);
+    int want_rank = me % 2 ? (me == 3 ? 0 : 1) : (me == 4 ? 0 : me == 2 ? 1 : 2);
+    CHECK(o, comm_rank(g) == want_rank, "group rank %d, want %d", comm_rank(g), want_rank);
+    CHECK(o, comm_split(c, me == 4 ? COMM_UNDEFINED : 0, me, &h, &err) == 0, "split 2: %s", err.message);
+    CHECK(o, (me == 4) == (h == NULL), "COMM_UNDEFINED handling");
+    /* Collectives in the subgroups (interleaved with the world) see only their members. */
+    float x = (float)(me + 1);
+    CHECK(o, comm_allreduce(g, &x, 1, COMM_SUM, &err) == 0, "group allreduce: %s", err.message);
+    CHECK(o, x == (me % 2 ? 2.0f + 4.0f : 1.0f + 3.0f + 5.0f), "group sum %g", x);
+    float y = 1.0f;
+    CHECK(o, comm_allreduce(c, &y, 1, COMM_SUM, &err) == 0, "world allreduce: %s", err.message);
+    CHECK(o, y == 5.0f, "world sum %g", y);
+    if (h) {
+        float z[10];
+        for (int i = 0; i < 10; i++)
+            z[i] = (float)(me * 10 + i);
+        CHECK(o, comm_allreduce(h, z, 10, COMM_AVG, &err) == 0, "h allreduce: %s", err.message);
+        for (int i = 0; i < 10; i++)
+            CHECK(o, z[i] == (float)(15 + i), "h avg [%d] %g", i, z[i]);
+    }
+    /* point-to-point inside a group uses group ranks */
+    int token = me;
+    if (comm_size(g) > 1) {
+        int gl = (comm_rank(g) + comm_size(g) - 1) % comm_size(g), gr = (comm_rank(g) + 1) % comm_size(g);
+        comm_req_t *rr, *rs;
+        int got = -1;
+        CHECK(o, comm_recv_start(g, &got, sizeof(got), gl, 5, NULL, &rr, &err) == 0, "recv: %s", err.message);
+        CHECK(o, comm_send_start(g, &token, sizeof(token), gr, 5, &rs, &err) == 0, "send: %s", err.message);
+        CHECK(o, comm_wait(rs, &err) == 0 && comm_wait(rr, &err) == 0, "p2p: %s", err.message);
+        int want_left = me % 2 ? (me == 3 ? 1 : 3) : (me == 4 ? 0 : me == 2 ? 4 : 2);
+        CHECK(o, got == want_left, "got %d from group left, want %d", got, want_left);
+    }
+    comm_destroy(h);
+    comm_destroy(g);
+    return 0;
+}
+
+Test(comm_shm, split_groups)
+{
+    run_cfg_t cfg = {.world = 5, .provider = "shm", .skip_rank = -1};
+    rank_out_t *o = run_ranks(&cfg, body_split, NULL);
+    assert_all_ok(&cfg, o);
+}
+
+Test(comm_tcp, split_groups)
+{
+    run_cfg_t cfg = {.world = 5, .provider = "tcp", .skip_rank = -1};
+    rank_out_t *o = run_ranks(&cfg, body_split, NULL);
+    assert_all_ok(&cfg, o);
+}
+
+/* ---- provider choice ------------------------------------------------------------------------ */
+
+static int body_sum(comm_t *c, rank_out_t *o, void *arg)
+{
+    (void)arg;
+    kiln_err_t err;
+    float x[3] = {1, 2, 3};
+    CHECK(o, comm_allreduce(c, x, 3, COMM_SUM, &err) == 0, "allreduce: %s", err.message);
+    CHECK(o, x[2] == 3.0f * (float)comm_size(c), "sum %g", x[2]);
+    return 0;
+}
+
+Test(comm, provider_is_shm_on_one_host_and_tcp_across_hosts)
+{
+    run_cfg_t one = {.world = 3, .skip_rank = -1, .hosts = {"node-a", "node-a", "node-a"}};
+    rank_out_t *o = run_ranks(&one, body_sum, NULL);
+    assert_all_ok(&one, o);
+    for (int r = 0; r < 3; r++)
+        cr_assert_str_eq(o[r].provider, "shm");
+    run_cfg_t two = {.world = 3, .skip_rank = -1, .hosts = {"node-a", "node-b", "node-a"}};
+    o = run_ranks(&two, body_sum, NULL);
+    assert_all_ok(&two, o);
+    for (int r = 0; r < 3; r++)
+        cr_assert_str_eq(o[r].provider, "tcp;ofi_rxm");
+    /* forcing shm across hosts is refused with a reason, on every rank */
+    run_cfg_t bad = {.world = 2, .provider = "shm", .skip_rank = -1, .hosts = {"node-a", "node-b"}};
+    o = run_ranks(&bad, body_sum, NULL);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(o[r].status, KILN_EINVAL, "rank %d: %d %s", r, o[r].status, o[r].msg);
+        cr_assert(strstr(o[r].msg, "provider shm needs every rank on one host"), "rank %d: %s", r, o[r].msg);
+    }
+}
+
+Test(comm, config_from_env)
+{
+    setenv("KILN_RANK", "2", 1);
+    setenv("KILN_WORLD_SIZE", "4", 1);
+    setenv("KILN_LOCAL_RANK", "0", 1);
+    setenv("KILN_MASTER_ADDR", "10.1.2.3", 1);
+    setenv("KILN_MASTER_PORT", "29999", 1);
+    setenv("KILN_COMM_PROVIDER", "tcp", 1);
+    setenv("KILN_COMM_TIMEOUT_S", "30", 1);
+    comm_config_t cfg;
+    comm_config_init(&cfg);
+    kiln_err_t err;
+    cr_assert_eq(comm_config_from_env(&cfg, &err), 0);
+    cr_assert_eq(cfg.rank, 2);
+    cr_assert_eq(cfg.world_size, 4);
+    cr_assert_str_eq(cfg.master_addr, "10.1.2.3");
+    cr_assert_eq(cfg.master_port, 29999);
+    cr_assert_str_eq(cfg.provider, "tcp");
+    cr_assert_eq(cfg.timeout_s, 30.0);
+    setenv("KILN_MASTER_PORT", "99999", 1);
+    cr_assert_eq(comm_config_from_env(&cfg, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "KILN_MASTER_PORT"), "%s", err.message);
+    comm_config_init(&cfg);
+    cfg.rank = 3;
+    cfg.world_size = 2;
+    comm_t *c = NULL;
+    cr_assert_eq(comm_create(&cfg, &c, &err), KILN_EINVAL);
+    cr_assert_null(c);
+}
+
+/* ---- failures ---------------------------------------------------------------------------------- */
+
+Test(comm, rank_that_never_arrives_times_out_with_a_clear_error)
+{
+    run_cfg_t cfg = {.world = 4, .provider = "tcp", .timeout_s = 2, .skip_rank = 3};
+    double t0 = kiln_mono_s();
+    rank_out_t *o = run_ranks(&cfg, body_sum, NULL);
+    double took = kiln_mono_s() - t0;
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(o[r].status, KILN_ETIMEDOUT, "rank %d: status %d (%s)", r, o[r].status, o[r].msg);
+        cr_assert_str_eq(o[r].msg, "rendezvous timed out after 2 s: 1 of 4 ranks never arrived (missing: rank 3)",
+                         "rank %d: %s", r, o[r].msg);
+    }
+    cr_assert(took < 8, "took %.1f s", took);
+}
+
+Test(comm, missing_rank_0_times_out_naming_it)
+{
+    run_cfg_t cfg = {.world = 2, .timeout_s = 1, .skip_rank = 0};
+    rank_out_t *o = run_ranks(&cfg, body_sum, NULL);
+    cr_assert_eq(o[1].status, KILN_ETIMEDOUT, "%d %s", o[1].status, o[1].msg);
+    cr_assert(strstr(o[1].msg, "rendezvous timed out after 1 s: could not reach rank 0 at 127.0.0.1:"),
+              "%s", o[1].msg);
+}
+
+/* The victim starts a large all-reduce and is killed while it is in flight; its peers, blocked in
+ * the same all-reduce, must fail within seconds naming it. */
+static int body_victim(comm_t *c, rank_out_t *o, void *arg)
+{
+    int victim = *(int *)arg, me = comm_rank(c);
+    kiln_err_t err;
+    size_t n = 8u << 20;
+    float *buf = calloc(n, sizeof(float));
+    CHECK(o, buf, "out of memory");
+    CHECK(o, comm_allreduce(c, buf, 1000, COMM_SUM, &err) == 0, "warm-up: %s", err.message);
+    if (me == victim) {
+        comm_req_t *r;
+        comm_allreduce_start(c, buf, n, COMM_SUM, &r, &err);
+        usleep(20000);
+        raise(SIGKILL);
+    }
+    double t0 = kiln_mono_s();
+    int rc = comm_allreduce(c, buf, n, COMM_SUM, &err);
+    o->elapsed_s = kiln_mono_s() - t0;
+    o->status = rc;
+    snprintf(o->msg, sizeof(o->msg), "%s", rc ? err.message : "allreduce succeeded");
+    /* later operations fail at once with the same reason */
+    float x = 1;
+    int rc2 = comm_allreduce(c, &x, 1, COMM_SUM, &err);
+    free(buf);
+    return rc == KILN_ECOMM && rc2 == KILN_ECOMM ? 0 : 1;
+}
+
+static void killed_rank(const char *prov, int world, int victim)
+{
+    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .chunk_bytes = 1 << 20};
+    rank_out_t *o = run_ranks(&cfg, body_victim, &victim);
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d (host ", victim);
+    for (int r = 0; r < world; r++) {
+        if (r == victim)
+            continue;
+        cr_assert_eq(o[r].rc, 0, "rank %d: rc %d status %d: %s", r, o[r].rc, o[r].status, o[r].msg);
+        cr_assert(strstr(o[r].msg, want) && strstr(o[r].msg, "disconnected"), "rank %d: %s", r, o[r].msg);
+        cr_assert(o[r].elapsed_s < 5.0, "rank %d took %.2f s to notice", r, o[r].elapsed_s);
+        cr_assert(WIFEXITED(o[r].wstatus) && WEXITSTATUS(o[r].wstatus) == 0,
+                  "rank %d exited with status 0x%x", r, o[r].wstatus);
+    }
+}
+
+Test(comm_shm, killed_rank_fails_peers_fast) { killed_rank("shm", 3, 2); }
+Test(comm_tcp, killed_rank_fails_peers_fast) { killed_rank("tcp", 3, 1); }
+Test(comm_tcp, killed_rank_0_fails_peers_fast) { killed_rank("tcp", 3, 0); }
