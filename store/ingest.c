@@ -175,16 +175,18 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
                              json_t **out, kiln_err_t *err)
 {
-    /* Keep every stride-th point of a series plus its last one: at most max_points, first and
-     * last always kept. The database does the thinning so only kept points travel. */
+    /* Evenly spaced points: row x (0-based) of n is kept when it is the first of its bucket
+     * floor(x * (m - 1) / (n - 1)); that keeps the first and the last row and at most m rows.
+     * The database does the thinning so only kept points travel. */
     static const char *sql =
         "WITH s AS (SELECT name, step, value, time_us, rank,"
         "  row_number() OVER (PARTITION BY name ORDER BY step, time_us, rank) AS rn,"
         "  count(*) OVER (PARTITION BY name) AS cnt"
         "  FROM metrics WHERE job_id = $1::uuid AND ($2::text IS NULL OR name = $2))"
         " SELECT name, step, value, time_us, rank FROM s"
-        " WHERE cnt <= $3::int OR rn = cnt OR ($3::int > 1 AND (rn - 1) %"
-        "  GREATEST(1, ceil((cnt - 1)::numeric / GREATEST($3::int - 2, 1)))::bigint = 0)"
+        " WHERE cnt <= $3::int OR rn = cnt OR (rn = 1 AND $3::int > 1)"
+        "  OR ($3::int > 2 AND (rn - 1) * ($3::int - 1) / (cnt - 1)"
+        "      > (rn - 2) * ($3::int - 1) / (cnt - 1))"
         " ORDER BY name, rn";
     char mp[16];
     snprintf(mp, sizeof(mp), "%d", max_points);

@@ -1,0 +1,598 @@
+/* test_store.c - the store module against a real PostgreSQL (the cluster tests/run.sh starts; a
+ * fresh database per test): migrations (once, recorded, idempotent, concurrent appliers, from a
+ * directory), jobs (insert, idempotency, transitions and events, list with filters and paging),
+ * COPY ingest of logs and metrics and their reads, workers and assignments. */
+#include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store.h"
+#include "tests/common/harness.h"
+
+static char *url;
+static store_t *st;
+static store_conn_t *c;
+static kiln_err_t err;
+
+static void setup(void)
+{
+    url = th_pg_create_db("store");
+    cr_assert_not_null(url, "no test database (run with tests/run.sh)");
+    cr_assert_eq(store_open(url, 2, &st, &err), 0, "%s", err.message);
+    cr_assert_eq(store_conn_get(st, &c, &err), 0, "%s", err.message);
+}
+
+static void setup_migrated(void)
+{
+    setup();
+    cr_assert_eq(store_migrate(c, NULL, NULL, &err), 0, "%s", err.message);
+}
+
+static void teardown(void)
+{
+    store_conn_put(st, c);
+    store_close(st);
+    free(url);
+}
+
+static long count_rows(const char *sql)
+{
+    PGconn *pg = PQconnectdb(url);
+    PGresult *r = PQexec(pg, sql);
+    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(pg));
+    long n = atol(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(pg);
+    return n;
+}
+
+/* ---- migrations ------------------------------------------------------------------------------ */
+
+TestSuite(migrate, .init = setup, .fini = teardown);
+
+Test(migrate, applies_once_and_records)
+{
+    int applied = -1, pending = -1;
+    cr_assert_eq(store_migrations_pending(c, NULL, &pending, &err), KILN_EDB); /* no table yet */
+    cr_assert_gt(pending, 0);
+    cr_assert_eq(store_migrate(c, NULL, &applied, &err), 0, "%s", err.message);
+    cr_assert_geq(applied, 1);
+    long recorded = count_rows("SELECT count(*) FROM schema_migrations");
+    cr_assert_eq(recorded, applied);
+    cr_assert_eq(count_rows("SELECT count(*) FROM schema_migrations WHERE version = '0001_init'"), 1);
+    cr_assert_eq(store_migrations_pending(c, NULL, &pending, &err), 0);
+    cr_assert_eq(pending, 0);
+    /* Running again is a no-op. */
+    cr_assert_eq(store_migrate(c, NULL, &applied, &err), 0, "%s", err.message);
+    cr_assert_eq(applied, 0);
+    cr_assert_eq(count_rows("SELECT count(*) FROM schema_migrations"), recorded);
+}
+
+Test(migrate, from_directory_matches_embedded)
+{
+    const char *root = getenv("KILN_ROOT");
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/migrations", root ? root : ".");
+    int applied = 0, pending = -1;
+    cr_assert_eq(store_migrate(c, dir, &applied, &err), 0, "%s", err.message);
+    cr_assert_geq(applied, 1);
+    /* The embedded copy knows exactly the same versions. */
+    cr_assert_eq(store_migrations_pending(c, NULL, &pending, &err), 0);
+    cr_assert_eq(pending, 0);
+    cr_assert_eq(store_migrate(c, NULL, &applied, &err), 0);
+    cr_assert_eq(applied, 0);
+    cr_assert_eq(store_migrate(c, "/nonexistent-kiln-dir", &applied, &err), KILN_EIO);
+}
+
+typedef struct mig_arg {
+    int applied, rc;
+} mig_arg_t;
+
+static void *mig_thread(void *p)
+{
+    mig_arg_t *a = p;
+    store_t *s2 = NULL;
+    store_conn_t *c2 = NULL;
+    kiln_err_t e;
+    a->rc = store_open(url, 1, &s2, &e);
+    if (a->rc == 0)
+        a->rc = store_conn_get(s2, &c2, &e);
+    if (a->rc == 0)
+        a->rc = store_migrate(c2, NULL, &a->applied, &e);
+    store_conn_put(s2, c2);
+    store_close(s2);
+    return NULL;
+}
+
+Test(migrate, concurrent_appliers_do_not_conflict)
+{
+    enum { N = 6 };
+    pthread_t t[N];
+    mig_arg_t a[N];
+    memset(a, 0, sizeof(a));
+    for (int i = 0; i < N; i++)
+        pthread_create(&t[i], NULL, mig_thread, &a[i]);
+    int total = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(a[i].rc, 0, "applier %d failed", i);
+        total += a[i].applied;
+    }
+    long recorded = count_rows("SELECT count(*) FROM schema_migrations");
+    cr_assert_eq(total, recorded, "each migration applied exactly once (%d applied, %ld recorded)",
+                 total, recorded);
+    cr_assert_eq(count_rows("SELECT count(*) FROM pg_tables WHERE tablename = 'jobs'"), 1);
+}
+
+/* ---- jobs -------------------------------------------------------------------------------------- */
+
+TestSuite(jobs, .init = setup_migrated, .fini = teardown);
+
+static void insert_job(const char *name, int priority, const char *tags, const char *key,
+                       char *id, bool *created)
+{
+    store_job_new_t j = {.name = name, .project = "p", .queue = "default", .slot_type = "cpu",
+                         .spec_json = "{\"name\": \"x\"}", .tags_json = tags, .idempotency_key = key,
+                         .reason = "submitted", .priority = priority, .nodes = 2, .slots_per_node = 1,
+                         .world_size = 2, .max_attempts = 2, .total_steps = 100};
+    bool cr = false;
+    cr_assert_eq(store_job_insert(c, &j, id, &cr, &err), 0, "%s", err.message);
+    if (created)
+        *created = cr;
+}
+
+Test(jobs, insert_get_and_first_event)
+{
+    char id[STORE_ID_LEN];
+    bool created = false;
+    insert_job("first", 3, "{\"team\": \"nlp\"}", NULL, id, &created);
+    cr_assert(created);
+    cr_assert(store_is_uuid(id));
+    json_t *j = NULL;
+    cr_assert_eq(store_job_get_json(c, id, &j, &err), 0, "%s", err.message);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "QUEUED");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "name")), "first");
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), 0);
+    cr_assert(json_is_null(json_object_get(j, "started_at")));
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "progress"), "total_steps")), 100);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "spec"), "name")), "x");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "tags"), "team")), "nlp");
+    json_decref(j);
+
+    json_t *ev = NULL;
+    cr_assert_eq(store_job_events_json(c, id, &ev, &err), 0);
+    cr_assert_eq(json_array_size(ev), 1);
+    json_t *e0 = json_array_get(ev, 0);
+    cr_assert(json_is_null(json_object_get(e0, "from_state")));
+    cr_assert_str_eq(json_string_value(json_object_get(e0, "to_state")), "QUEUED");
+    cr_assert_str_eq(json_string_value(json_object_get(e0, "reason")), "submitted");
+    cr_assert_eq(json_integer_value(json_object_get(e0, "seq")), 1);
+    json_decref(ev);
+
+    cr_assert_eq(store_job_get_json(c, "00000000-0000-0000-0000-000000000000", &j, &err), KILN_ENOTFOUND);
+    cr_assert_eq(store_job_get_json(c, "not-a-uuid", &j, &err), KILN_ENOTFOUND);
+    cr_assert_eq(store_job_events_json(c, "00000000-0000-0000-0000-000000000000", &ev, &err), KILN_ENOTFOUND);
+}
+
+Test(jobs, idempotency_key_is_unique)
+{
+    char a[STORE_ID_LEN], b[STORE_ID_LEN], d[STORE_ID_LEN];
+    bool ca = false, cb = true, cd = false;
+    insert_job("one", 0, "{}", "key-1", a, &ca);
+    insert_job("two", 0, "{}", "key-1", b, &cb);
+    insert_job("three", 0, "{}", "key-2", d, &cd);
+    cr_assert(ca);
+    cr_assert_not(cb, "a reused key must not create a job");
+    cr_assert_str_eq(a, b);
+    cr_assert(cd);
+    cr_assert_str_neq(a, d);
+    cr_assert_eq(count_rows("SELECT count(*) FROM jobs"), 2);
+    cr_assert_eq(count_rows("SELECT count(*) FROM job_events"), 2);
+}
+
+Test(jobs, transitions_write_events_and_check_from)
+{
+    char id[STORE_ID_LEN];
+    insert_job("t", 0, "{}", NULL, id, NULL);
+    cr_assert_eq(store_begin(c, &err), 0);
+    store_job_row_t row;
+    cr_assert_eq(store_job_row(c, id, true, &row, &err), 0);
+    cr_assert_str_eq(row.state, "QUEUED");
+    cr_assert_eq(row.world_size, 2);
+    cr_assert_eq(row.max_attempts, 2);
+    cr_assert_eq(store_job_transition(c, id, "QUEUED", "SCHEDULED", "placed", 1, STORE_TR_NEW_ATTEMPT, &err), 0,
+                 "%s", err.message);
+    cr_assert_eq(store_job_transition(c, id, "SCHEDULED", "STARTING", "delivered", 1, 0, &err), 0);
+    cr_assert_eq(store_job_transition(c, id, "STARTING", "RUNNING", "all started", 1, STORE_TR_STARTED, &err), 0);
+    /* The job is not QUEUED any more: a stale transition loses. */
+    cr_assert_eq(store_job_transition(c, id, "QUEUED", "STOPPED", "late", 1, 0, &err), KILN_ESTATE);
+    cr_assert_eq(store_commit(c, &err), 0);
+    /* The database refuses states outside the machine. */
+    cr_assert_eq(store_job_transition(c, id, "RUNNING", "BOGUS", "x", 1, 0, &err), KILN_EDB);
+    cr_assert_eq(store_job_transition(c, id, "RUNNING", "COMPLETED", "done", 1, STORE_TR_ENDED, &err), 0);
+
+    json_t *j = NULL, *ev = NULL;
+    cr_assert_eq(store_job_get_json(c, id, &j, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "COMPLETED");
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), 1);
+    cr_assert(json_is_string(json_object_get(j, "started_at")));
+    cr_assert(json_is_string(json_object_get(j, "ended_at")));
+    json_decref(j);
+    cr_assert_eq(store_job_events_json(c, id, &ev, &err), 0);
+    const char *want[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "COMPLETED"};
+    cr_assert_eq(json_array_size(ev), 5);
+    for (size_t i = 0; i < 5; i++) {
+        json_t *e = json_array_get(ev, i);
+        cr_assert_str_eq(json_string_value(json_object_get(e, "to_state")), want[i]);
+        cr_assert_eq(json_integer_value(json_object_get(e, "seq")), (json_int_t)i + 1);
+        if (i > 0)
+            cr_assert_str_eq(json_string_value(json_object_get(e, "from_state")), want[i - 1]);
+    }
+    json_decref(ev);
+}
+
+Test(jobs, list_filters_and_pages)
+{
+    char ids[7][STORE_ID_LEN];
+    for (int i = 0; i < 7; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "job%d", i);
+        insert_job(name, 0, i % 2 ? "{\"team\": \"nlp\"}" : "{\"team\": \"cv\"}", NULL, ids[i], NULL);
+    }
+    cr_assert_eq(store_job_transition(c, ids[6], "QUEUED", "STOPPED", "x", 0, STORE_TR_ENDED, &err), 0);
+
+    /* Pages of 3, newest first, no job twice, none missed. */
+    store_job_query_t q = {.limit = 3};
+    int seen = 0;
+    char prev_names[8][16];
+    for (int page = 0; page < 5; page++) {
+        json_t *arr = NULL;
+        bool more = false;
+        int64_t nus = 0;
+        char nid[STORE_ID_LEN];
+        cr_assert_eq(store_job_list_json(c, &q, &arr, &more, &nus, nid, &err), 0, "%s", err.message);
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            const char *nm = json_string_value(json_object_get(json_array_get(arr, i), "name"));
+            kiln_strlcpy(prev_names[seen], nm, 16);
+            seen++;
+        }
+        json_decref(arr);
+        if (!more)
+            break;
+        q.has_cursor = true;
+        q.cursor_us = nus;
+        kiln_strlcpy(q.cursor_id, nid, sizeof(q.cursor_id));
+    }
+    cr_assert_eq(seen, 7);
+    cr_assert_str_eq(prev_names[0], "job6");
+    cr_assert_str_eq(prev_names[6], "job0");
+
+    /* Filters: state list and tags. */
+    const char *states[] = {"STOPPED"};
+    store_job_query_t qs = {.states = states, .nstates = 1, .limit = 50};
+    json_t *arr = NULL;
+    bool more;
+    int64_t nus;
+    char nid[STORE_ID_LEN];
+    cr_assert_eq(store_job_list_json(c, &qs, &arr, &more, &nus, nid, &err), 0);
+    cr_assert_eq(json_array_size(arr), 1);
+    cr_assert_not(more);
+    json_decref(arr);
+    store_job_query_t qt = {.tag_key = "team", .tag_value = "nlp", .limit = 50};
+    cr_assert_eq(store_job_list_json(c, &qt, &arr, &more, &nus, nid, &err), 0);
+    cr_assert_eq(json_array_size(arr), 3);
+    json_decref(arr);
+    store_job_query_t qk = {.tag_key = "team", .limit = 50};
+    cr_assert_eq(store_job_list_json(c, &qk, &arr, &more, &nus, nid, &err), 0);
+    cr_assert_eq(json_array_size(arr), 7);
+    json_decref(arr);
+    store_job_query_t qn = {.tag_key = "nope", .limit = 50};
+    cr_assert_eq(store_job_list_json(c, &qn, &arr, &more, &nus, nid, &err), 0);
+    cr_assert_eq(json_array_size(arr), 0);
+    json_decref(arr);
+
+    /* The pending queue: priority, then oldest first. */
+    char hi[STORE_ID_LEN];
+    insert_job("urgent", 10, "{}", NULL, hi, NULL);
+    store_job_row_t *rows = NULL;
+    int n = 0;
+    cr_assert_eq(store_job_pending(c, 100, &rows, &n, &err), 0);
+    cr_assert_eq(n, 7);
+    cr_assert_str_eq(rows[0].id, hi);
+    cr_assert_str_eq(rows[1].id, ids[0]);
+    free(rows);
+}
+
+/* ---- ingest ----------------------------------------------------------------------------------- */
+
+TestSuite(ingest, .init = setup_migrated, .fini = teardown);
+
+Test(ingest, logs_copy_and_read_back)
+{
+    char id[STORE_ID_LEN];
+    insert_job("logs", 0, "{}", NULL, id, NULL);
+    enum { N = 300 };
+    Kiln__LogLine lines[N], *ptrs[N];
+    char text[N][64];
+    for (int i = 0; i < N; i++) {
+        kiln__log_line__init(&lines[i]);
+        lines[i].rank = i % 3;
+        lines[i].time_us = 1700000000000000LL + i * 1000;
+        lines[i].stream = i % 2 ? "stderr" : "stdout";
+        snprintf(text[i], sizeof(text[i]), "line %d\twith tab \\ and\nnewline", i);
+        lines[i].line = text[i];
+        ptrs[i] = &lines[i];
+    }
+    /* Invalid UTF-8 must not make the batch fail. */
+    char bad[] = "bad \xff\xfe utf8 \xc3\xa9";
+    lines[5].line = bad;
+    int64_t seq = 0;
+    cr_assert_eq(store_job_log_seq(c, id, &seq, &err), 0);
+    cr_assert_eq(seq, 0);
+    cr_assert_eq(store_logs_copy(c, id, 1, ptrs, 200, 1, kiln_now_us(), &err), 0, "%s", err.message);
+    cr_assert_eq(store_logs_copy(c, id, 1, ptrs + 200, 100, 201, kiln_now_us(), &err), 0, "%s", err.message);
+    cr_assert_eq(store_job_log_seq(c, id, &seq, &err), 0);
+    cr_assert_eq(seq, 300);
+    cr_assert_eq(store_job_log_seq(c, "00000000-0000-0000-0000-000000000000", &seq, &err), KILN_ENOTFOUND);
+
+    json_t *arr = NULL;
+    int64_t last = 0;
+    store_log_query_t q = {.rank = -1, .after_seq = 0, .limit = 1000};
+    cr_assert_eq(store_logs_query_json(c, id, &q, &arr, &last, &err), 0);
+    cr_assert_eq(json_array_size(arr), N);
+    cr_assert_eq(last, 300);
+    json_t *l0 = json_array_get(arr, 0);
+    cr_assert_str_eq(json_string_value(json_object_get(l0, "line")), text[0]);
+    cr_assert_str_eq(json_string_value(json_object_get(l0, "stream")), "stdout");
+    cr_assert_eq(json_integer_value(json_object_get(l0, "seq")), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(arr, 5), "line")),
+                     "bad \xef\xbf\xbd\xef\xbf\xbd utf8 \xc3\xa9");
+    json_decref(arr);
+
+    /* By rank, after a seq, since a time, with a limit. */
+    store_log_query_t qr = {.rank = 1, .after_seq = 100, .limit = 1000};
+    cr_assert_eq(store_logs_query_json(c, id, &qr, &arr, &last, &err), 0);
+    cr_assert_eq(json_array_size(arr), 67); /* seqs 101..300 with (seq-1) % 3 == 1 */
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(arr, i), "rank")), 1);
+    json_decref(arr);
+    store_log_query_t qt = {.rank = -1, .since_us = 1700000000000000LL + 250 * 1000, .limit = 10};
+    cr_assert_eq(store_logs_query_json(c, id, &qt, &arr, &last, &err), 0);
+    cr_assert_eq(json_array_size(arr), 10);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(arr, 0), "seq")), 251);
+    cr_assert_eq(last, 260);
+    json_decref(arr);
+}
+
+Test(ingest, metrics_copy_latest_and_downsampling)
+{
+    char id[STORE_ID_LEN];
+    insert_job("metrics", 0, "{}", NULL, id, NULL);
+    enum { N = 1000 };
+    Kiln__MetricPoint pts[2 * N], *ptrs[2 * N];
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < 2; k++) {
+            Kiln__MetricPoint *p = &pts[2 * i + k];
+            kiln__metric_point__init(p);
+            p->name = k ? "lr" : "train_loss";
+            p->step = i + 1;
+            p->value = k ? 0.001 : 5.0 - i * 0.001;
+            p->time_us = 1700000000000000LL + i * 1000;
+            ptrs[2 * i + k] = p;
+        }
+    }
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_eq(store_metrics_copy(c, id, 1, ptrs, 2 * N, kiln_now_us(), &err), 0, "%s", err.message);
+    bool found = false;
+    /* attempt 0 is the job's attempt (it was never placed). */
+    cr_assert_eq(store_job_metrics_update(c, id, 0, "{\"train_loss\": 4.001, \"lr\": 0.001}", N, 10.0,
+                                          &found, &err), 0, "%s", err.message);
+    cr_assert(found);
+    cr_assert_eq(store_commit(c, &err), 0);
+    cr_assert_eq(count_rows("SELECT count(*) FROM metrics"), 2 * N);
+
+    json_t *j = NULL;
+    cr_assert_eq(store_job_get_json(c, id, &j, &err), 0);
+    json_t *prog = json_object_get(j, "progress");
+    cr_assert_eq(json_integer_value(json_object_get(prog, "step")), N);
+    cr_assert_float_eq(json_real_value(json_object_get(prog, "eta_s")), 0.0, 1e-9); /* past total_steps */
+    json_decref(j);
+    /* A stale attempt's batch does not touch the job's metrics. */
+    cr_assert_eq(store_job_metrics_update(c, id, 7, "{\"train_loss\": 99}", 5000, 1.0, &found, &err), 0);
+    cr_assert(found);
+    cr_assert_eq(store_job_get_json(c, id, &j, &err), 0);
+    cr_assert_float_eq(json_real_value(json_object_get(json_object_get(j, "metrics"), "train_loss")), 4.001, 1e-9);
+    json_decref(j);
+    cr_assert_eq(store_job_metrics_update(c, "00000000-0000-0000-0000-000000000000", 0, "{}", 1, 0, &found,
+                                          &err), 0);
+    cr_assert_not(found);
+
+    json_t *series = NULL;
+    cr_assert_eq(store_metrics_query_json(c, id, "train_loss", 50, &series, &err), 0, "%s", err.message);
+    cr_assert_eq(json_array_size(series), 1);
+    json_t *points = json_object_get(json_array_get(series, 0), "points");
+    cr_assert_leq(json_array_size(points), 50);
+    cr_assert_geq(json_array_size(points), 45);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(points, 0), "step")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(points, json_array_size(points) - 1), "step")), N);
+    json_decref(series);
+    cr_assert_eq(store_metrics_query_json(c, id, NULL, 2000, &series, &err), 0);
+    cr_assert_eq(json_array_size(series), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(series, 0), "name")), "lr");
+    cr_assert_eq(json_array_size(json_object_get(json_array_get(series, 1), "points")), N);
+    json_decref(series);
+    cr_assert_eq(store_metrics_query_json(c, id, "train_loss", 2, &series, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(json_array_get(series, 0), "points")), 2);
+    json_decref(series);
+}
+
+/* ---- workers and assignments ------------------------------------------------------------------ */
+
+TestSuite(workers, .init = setup_migrated, .fini = teardown);
+
+Test(workers, upsert_touch_expire_capacity)
+{
+    store_worker_reg_t w = {.id = "w-1", .hostname = "h1", .address = "10.0.0.1", .slot_type = "cpu",
+                            .gpus_json = "[]", .version = "v", .slots = 4, .cpu_cores = 8};
+    bool was_alive = true;
+    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, &err), 0, "%s", err.message);
+    cr_assert_not(was_alive);
+    w.slots = 3;
+    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, &err), 0);
+    cr_assert(was_alive);
+    cr_assert_eq(count_rows("SELECT count(*) FROM workers"), 1);
+    cr_assert_eq(store_worker_touch(c, "w-1", &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-unknown", &err), KILN_ENOTFOUND);
+
+    store_worker_cap_t *cap = NULL;
+    int n = 0;
+    cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(cap[0].slots, 3);
+    cr_assert_eq(cap[0].slots_free, 3);
+    free(cap);
+
+    /* An assignment holds slots until released. */
+    char id[STORE_ID_LEN];
+    insert_job("a", 0, "{}", NULL, id, NULL);
+    store_assign_t a = {.attempt = 1, .node_rank = 0, .nodes = 1, .world_size = 2, .nranks = 2,
+                        .ranks = {0, 1}, .master_addr = "10.0.0.1", .master_port = 29501};
+    kiln_strlcpy(a.job_id, id, sizeof(a.job_id));
+    kiln_strlcpy(a.worker_id, "w-1", sizeof(a.worker_id));
+    cr_assert_eq(store_assign_insert(c, &a, &err), 0, "%s", err.message);
+    cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
+    cr_assert_eq(cap[0].slots_free, 1);
+    free(cap);
+    store_assign_t *und = NULL;
+    cr_assert_eq(store_assign_undelivered(c, "w-1", &und, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(und[0].nranks, 2);
+    cr_assert_eq(und[0].ranks[1], 1);
+    char *spec = NULL;
+    cr_assert_eq(store_assign_deliver(c, und[0].id, &spec, &err), 0);
+    cr_assert_str_eq(spec, "{\"name\": \"x\"}");
+    free(spec);
+    cr_assert_eq(store_assign_deliver(c, und[0].id, &spec, &err), KILN_ESTATE);
+    free(und);
+
+    /* Two rank exits release it. */
+    Kiln__RankExit e = KILN__RANK_EXIT__INIT;
+    e.worker_id = "w-1";
+    e.job_id = id;
+    e.attempt = 1;
+    e.rank = 0;
+    bool ins = false, rel = false;
+    cr_assert_eq(store_rank_exit_insert(c, &e, &ins, &rel, &err), 0, "%s", err.message);
+    cr_assert(ins);
+    cr_assert_not(rel);
+    cr_assert_eq(store_rank_exit_insert(c, &e, &ins, &rel, &err), 0);
+    cr_assert_not(ins, "a repeated exit is recorded once");
+    e.rank = 1;
+    e.exit_code = 3;
+    cr_assert_eq(store_rank_exit_insert(c, &e, &ins, &rel, &err), 0);
+    cr_assert(ins);
+    cr_assert(rel);
+    int ne = 0, nok = 0;
+    cr_assert_eq(store_rank_exit_counts(c, id, 1, &ne, &nok, &err), 0);
+    cr_assert_eq(ne, 2);
+    cr_assert_eq(nok, 1);
+    cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
+    cr_assert_eq(cap[0].slots_free, 3);
+    free(cap);
+
+    /* Expiry: with a 0 ms timeout every alive worker is silent. */
+    int nexp = 0;
+    cr_assert_eq(store_workers_expire(c, 0, &nexp, &err), 0);
+    cr_assert_eq(nexp, 1);
+    cr_assert_eq(store_worker_touch(c, "w-1", &err), KILN_ESTATE);
+    cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
+    cr_assert_eq(n, 0);
+    free(cap);
+    json_t *list = NULL;
+    cr_assert_eq(store_workers_list_json(c, &list, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(list, 0), "state")), "DEAD");
+    json_decref(list);
+    /* Re-registering with the old id brings it back. */
+    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, &err), 0);
+    cr_assert_not(was_alive);
+    cr_assert_eq(store_worker_touch(c, "w-1", &err), 0);
+}
+
+Test(workers, stop_orders_stale_and_lost)
+{
+    store_worker_reg_t w1 = {.id = "w-a", .hostname = "ha", .slot_type = "cpu", .slots = 2};
+    store_worker_reg_t w2 = {.id = "w-b", .hostname = "hb", .slot_type = "cpu", .slots = 2};
+    cr_assert_eq(store_worker_upsert(c, &w1, NULL, &err), 0);
+    cr_assert_eq(store_worker_upsert(c, &w2, NULL, &err), 0);
+    char id[STORE_ID_LEN];
+    insert_job("s", 0, "{}", NULL, id, NULL);
+    for (int k = 0; k < 2; k++) {
+        store_assign_t a = {.attempt = 1, .node_rank = k, .nodes = 2, .world_size = 2, .nranks = 1,
+                            .ranks = {k}, .master_addr = "ha", .master_port = 29500};
+        kiln_strlcpy(a.job_id, id, sizeof(a.job_id));
+        kiln_strlcpy(a.worker_id, k ? "w-b" : "w-a", sizeof(a.worker_id));
+        cr_assert_eq(store_assign_insert(c, &a, &err), 0);
+    }
+    store_assign_t *und = NULL;
+    int n = 0;
+    char *spec = NULL;
+    cr_assert_eq(store_assign_undelivered(c, "w-a", &und, &n, &err), 0);
+    cr_assert_eq(store_assign_deliver(c, und[0].id, &spec, &err), 0);
+    free(spec);
+    free(und);
+
+    /* Stop: w-b's undelivered part is released at once; w-a gets one stop order. */
+    cr_assert_eq(store_assign_stop(c, id, 1, "stop requested", NULL, &err), 0);
+    int unrel = 0;
+    cr_assert_eq(store_assign_unreleased(c, id, 1, &unrel, &err), 0);
+    cr_assert_eq(unrel, 1);
+    store_stop_order_t *stops = NULL;
+    cr_assert_eq(store_assign_take_stops(c, "w-a", &stops, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(stops[0].reason, "stop requested");
+    free(stops);
+    cr_assert_eq(store_assign_take_stops(c, "w-a", &stops, &n, &err), 0);
+    cr_assert_eq(n, 0, "a stop order is sent once");
+    free(stops);
+
+    /* Ranks a worker runs without a live assignment are stale. */
+    const char *ids[2] = {id, "11111111-2222-3333-4444-555555555555"};
+    int atts[2] = {1, 1};
+    store_stop_order_t *stale = NULL;
+    cr_assert_eq(store_assign_stale(c, "w-a", ids, atts, 2, &stale, &n, &err), 0, "%s", err.message);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(stale[0].job_id, ids[1]);
+    free(stale);
+    /* The stopped assignment is reaped once its ranks are no longer reported. */
+    store_stop_order_t *reaped = NULL;
+    cr_assert_eq(store_assign_reap(c, "w-a", ids, atts, 1, 0, &reaped, &n, &err), 0);
+    cr_assert_eq(n, 0, "still reported as running");
+    free(reaped);
+    cr_assert_eq(store_assign_reap(c, "w-a", ids, atts, 0, 0, &reaped, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    free(reaped);
+
+    /* Lost: unreleased assignments on dead workers. */
+    char id2[STORE_ID_LEN];
+    insert_job("l", 0, "{}", NULL, id2, NULL);
+    store_assign_t a = {.attempt = 1, .node_rank = 0, .nodes = 1, .world_size = 1, .nranks = 1,
+                        .ranks = {0}, .master_addr = "hb", .master_port = 29500};
+    kiln_strlcpy(a.job_id, id2, sizeof(a.job_id));
+    kiln_strlcpy(a.worker_id, "w-b", sizeof(a.worker_id));
+    cr_assert_eq(store_assign_insert(c, &a, &err), 0);
+    store_lost_t *lost = NULL;
+    cr_assert_eq(store_assign_lost(c, &lost, &n, &err), 0);
+    cr_assert_eq(n, 0);
+    free(lost);
+    int nexp = 0;
+    cr_assert_eq(store_workers_expire(c, 0, &nexp, &err), 0);
+    cr_assert_eq(store_assign_lost(c, &lost, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(lost[0].job_id, id2);
+    cr_assert_str_eq(lost[0].worker_id, "w-b");
+    cr_assert_str_eq(lost[0].hostname, "hb");
+    free(lost);
+}
