@@ -1,0 +1,238 @@
+/* test_cli.c - the kiln-train binary as the agent runs it: the rank contract's environment,
+ * metric records on KILN_METRICS_FD, SIGTERM -> checkpoint and exit 143, resume on restart,
+ * and exit 2 with a clear last stderr line for bad specs and unreadable or corrupt data. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/common/harness.h"
+
+static char g_dir[64];
+
+static void mkdir_tmp(void)
+{
+    strcpy(g_dir, "/tmp/kiln-eng-cli-XXXXXX");
+    cr_assert(mkdtemp(g_dir));
+}
+
+static void rm_tmp(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+TestSuite(cli, .init = mkdir_tmp, .fini = rm_tmp, .timeout = 60);
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return strdup("");
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return strdup(buf);
+}
+
+static const char *last_line(char *text)
+{
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n') text[--n] = 0;
+    char *nl = strrchr(text, '\n');
+    return nl ? nl + 1 : text;
+}
+
+/* Runs kiln-train with env entries, waits, returns the exit code; log in <dir>/<name>.log */
+static int run_train(const char *name, char *const env[], pid_t *pid_out, bool wait)
+{
+    char bin[512], log[256];
+    snprintf(bin, sizeof(bin), "%s/kiln-train", th_bin_dir());
+    snprintf(log, sizeof(log), "%s/%s.log", g_dir, name);
+    char *argv[] = {bin, NULL};
+    pid_t pid = th_spawn(argv, env, log);
+    cr_assert(pid > 0);
+    if (pid_out) *pid_out = pid;
+    if (!wait) return 0;
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "kiln-train died of a signal");
+    return WEXITSTATUS(status);
+}
+
+static char *spec_file(const char *name, const char *json_fmt, const char *data)
+{
+    static char path[256];
+    snprintf(path, sizeof(path), "%s/%s.json", g_dir, name);
+    char json[4096];
+    snprintf(json, sizeof(json), json_fmt, data);
+    write_text(path, json);
+    return path;
+}
+
+static const char *data_path(void)
+{
+    static char p[1024];
+    const char *root = getenv("KILN_ROOT");
+    snprintf(p, sizeof(p), "%s/data/tinyshakespeare.txt", root ? root : ".");
+    return p;
+}
+
+#define SMALL_SPEC                                                                               \
+    "{\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 32, "            \
+    "\"seq_len\": 32}, \"data\": {\"train\": \"%s\"}, \"hyperparameters\": {\"lr\": 1e-3, "      \
+    "\"global_batch_size\": 4, \"max_steps\": %s, \"eval_every\": 5, \"eval_batches\": 1, "      \
+    "\"sample_tokens\": 20}, \"resources\": {\"device\": \"cpu\"}, "                             \
+    "\"checkpoint\": {\"every_steps\": 0, \"keep_last\": 1}}"
+
+static char *small_spec(const char *name, const char *steps)
+{
+    char fmt[4096];
+    snprintf(fmt, sizeof(fmt), SMALL_SPEC, "%s", steps);
+    return spec_file(name, fmt, data_path());
+}
+
+Test(cli, trains_with_metrics_and_samples)
+{
+    char mpath[256], env_spec[512], env_fd[64], env_out[256], env_ck[256];
+    snprintf(mpath, sizeof(mpath), "%s/metrics.jsonl", g_dir);
+    int fd = open(mpath, O_WRONLY | O_CREAT | O_TRUNC, 0644); /* inherited by the child */
+    cr_assert(fd >= 0);
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("ok", "6"));
+    snprintf(env_fd, sizeof(env_fd), "KILN_METRICS_FD=%d", fd);
+    snprintf(env_out, sizeof(env_out), "KILN_OUTPUT_DIR=%s/out", g_dir);
+    snprintf(env_ck, sizeof(env_ck), "KILN_CHECKPOINT_DIR=%s/ck", g_dir);
+    char *env[] = {env_spec, env_fd, env_out, env_ck, "KILN_RANK=0", "KILN_WORLD_SIZE=1",
+                   "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
+    int rc = run_train("ok", env, NULL, true);
+    close(fd);
+    char lp[256];
+    snprintf(lp, sizeof(lp), "%s/ok.log", g_dir);
+    char *log = read_text(lp);
+    cr_assert_eq(rc, 0, "exit %d, log:\n%s", rc, log);
+    cr_assert(strstr(log, "step 6/6 | loss "), "%s", log);
+    cr_assert(strstr(log, "tok/s | mfu "), "%s", log);
+    cr_assert(strstr(log, "val loss"), "%s", log);
+    free(log);
+    /* metric records: one JSON object per line, train metrics for steps 1..6, val_loss */
+    char *m = read_text(mpath);
+    int steps = 0, vals = 0;
+    for (char *line = strtok(m, "\n"); line; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        json_t *j = json_loads(line, 0, &je);
+        cr_assert(j, "bad metric record: %s", line);
+        json_t *mm = json_object_get(j, "metrics");
+        cr_assert(json_is_integer(json_object_get(j, "step")) && json_is_real(json_object_get(j, "time")));
+        if (json_object_get(mm, "train_loss")) {
+            steps++;
+            const char *names[] = {"lr", "grad_norm", "step_time_ms", "tokens_per_s", "mfu",
+                                   "peak_mem_mb"};
+            for (int i = 0; i < 6; i++)
+                cr_assert(json_is_number(json_object_get(mm, names[i])), "no %s in %s", names[i], line);
+        }
+        if (json_object_get(mm, "val_loss")) vals++;
+        json_decref(j);
+    }
+    cr_assert_eq(steps, 6);
+    cr_assert_eq(vals, 2); /* steps 5 and 6 (the last) */
+    free(m);
+    char sp[256];
+    snprintf(sp, sizeof(sp), "%s/out/samples.txt", g_dir);
+    char *samples = read_text(sp);
+    cr_assert(strstr(samples, "=== step 6"), "samples.txt: %s", samples);
+    free(samples);
+    snprintf(sp, sizeof(sp), "%s/ck/ckpt_00000006.bin", g_dir);
+    cr_assert_eq(access(sp, F_OK), 0, "final checkpoint missing");
+}
+
+Test(cli, sigterm_checkpoints_exits_143_and_resumes)
+{
+    char env_spec[512], env_ck[256];
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("long", "100000"));
+    snprintf(env_ck, sizeof(env_ck), "KILN_CHECKPOINT_DIR=%s/ck", g_dir);
+    char *env[] = {env_spec, env_ck, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
+    pid_t pid;
+    run_train("long", env, &pid, false);
+    char lp[256];
+    snprintf(lp, sizeof(lp), "%s/long.log", g_dir);
+    for (int i = 0; i < 300; i++) { /* wait until it is training */
+        char *log = read_text(lp);
+        bool training = strstr(log, "step 3/") != NULL;
+        free(log);
+        if (training) break;
+        usleep(50000);
+    }
+    int status = th_stop(pid, SIGTERM, 20000);
+    char *log = read_text(lp);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %d, log:\n%s", status, log);
+    cr_assert(strstr(log, "stopping at step"), "%s", log);
+    free(log);
+    /* restart: resumes from the checkpoint */
+    pid_t pid2;
+    run_train("long2", env, &pid2, false);
+    snprintf(lp, sizeof(lp), "%s/long2.log", g_dir);
+    bool resumed = false;
+    for (int i = 0; i < 300 && !resumed; i++) {
+        char *l2 = read_text(lp);
+        resumed = strstr(l2, "resumed from") != NULL;
+        free(l2);
+        if (!resumed) usleep(50000);
+    }
+    status = th_stop(pid2, SIGTERM, 20000);
+    cr_assert(resumed, "restart did not resume");
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 143);
+}
+
+Test(cli, bad_specs_and_data_exit_2)
+{
+    char env_spec[512];
+    char *env[] = {env_spec, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
+    struct { const char *name, *json, *expect; } cases[] = {
+        {"nhead", "{\"model\": {\"type\": \"gpt\", \"n_head\": 3}, \"data\": {\"train\": \"%s\"}}",
+         "model.n_head"},
+        {"typo", "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"%s\"}, \"hyperparmeters\": {}}",
+         "hyperparmeters"},
+        {"syntax", "{\"model\": {\"type\": \"gpt\",, }", "line"},
+        {"missing", "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/nonexistent/data.txt\"}}",
+         "could not open data file \"/nonexistent/data.txt\""},
+        {"shard", "{\"model\": {\"type\": \"gpt\", \"vocab\": \"gpt2\"}, \"data\": {\"train\": \"%s\"}}",
+         "bad magic"},
+    };
+    char shard[256];
+    snprintf(shard, sizeof(shard), "%s/corrupt.bin", g_dir);
+    char junk[2048];
+    memset(junk, 'x', sizeof(junk));
+    FILE *f = fopen(shard, "wb");
+    fwrite(junk, 1, sizeof(junk), f);
+    fclose(f);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *data = strcmp(cases[i].name, "shard") == 0 ? shard : data_path();
+        snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", spec_file(cases[i].name, cases[i].json, data));
+        int rc = run_train(cases[i].name, env, NULL, true);
+        char lp[256];
+        snprintf(lp, sizeof(lp), "%s/%s.log", g_dir, cases[i].name);
+        char *log = read_text(lp);
+        const char *last = last_line(log);
+        cr_assert_eq(rc, 2, "%s: exit %d, log:\n%s", cases[i].name, rc, log);
+        cr_assert(strstr(last, cases[i].expect), "%s: last line \"%s\" lacks \"%s\"",
+                  cases[i].name, last, cases[i].expect);
+        free(log);
+    }
+    /* no spec at all */
+    char *env2[] = {"KILN_SPEC=", NULL};
+    cr_assert_eq(run_train("nospec", env2, NULL, true), 2);
+}
