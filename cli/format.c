@@ -562,8 +562,14 @@ void cli_print_error(FILE *out, const kiln_err_t *err)
 {
     const char *msg = *err->message ? err->message : kiln_strerror(err->status);
     size_t fl = strlen(err->field);
-    /* Do not repeat the field when the message already starts with it. */
-    if (fl && strncmp(msg, err->field, fl) != 0)
+    /* "error: FIELD: what is wrong"; a message that starts with the field already
+     * ("hyperparameters.lr must be ...") is not made to repeat it. */
+    if (fl && !strncmp(msg, err->field, fl) && (msg[fl] == ' ' || msg[fl] == ':')) {
+        msg += fl;
+        while (*msg == ' ' || *msg == ':')
+            msg++;
+    }
+    if (fl)
         fprintf(out, "error: %s: %s\n", err->field, msg);
     else
         fprintf(out, "error: %s\n", msg);

@@ -212,6 +212,14 @@ Test(cli_errors, api_error_reply)
     cr_assert_str_eq(text, "error: hyperparameters.lr: must be positive (got -1)\nhint: try 3e-4\n");
     free(text);
 
+    /* A message that already names the field does not repeat it. */
+    kiln_err_clear(&err);
+    cli_error_from_reply(400, "{\"code\": \"invalid_argument\", \"field\": \"hyperparameters.lr\","
+                              " \"message\": \"hyperparameters.lr must be greater than 0 (got -1)\"}", &err);
+    text = capture(print_err, (const json_t *)&err, 0);
+    cr_assert_str_eq(text, "error: hyperparameters.lr: must be greater than 0 (got -1)\n");
+    free(text);
+
     kiln_err_clear(&err);
     cr_assert_eq(cli_error_from_reply(404, "{\"code\": \"not_found\", \"message\": \"job not found\"}", &err),
                  KILN_ENOTFOUND);

@@ -126,7 +126,14 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     free(err);
 
     /* Errors: the API's field and message, exit 1; usage errors exit 2. */
-    const char *bad = write_spec("bad", "{\"model\": {\"type\": \"gpt\"}, \"hyperparameters\": {\"lr\": -1}}");
+    char *good_text = e2e_spec("cli-bad", 10, 1, 1, 4);
+    json_t *bad_json = json_loads(good_text, 0, NULL);
+    json_object_set_new(json_object_get(bad_json, "hyperparameters"), "lr", json_integer(-1));
+    char *bad_text = json_dumps(bad_json, JSON_COMPACT);
+    const char *bad = write_spec("bad", bad_text);
+    free(good_text);
+    free(bad_text);
+    json_decref(bad_json);
     rc = e2e_kiln(&out, &err, "submit", bad, NULL);
     cr_assert_eq(rc, 1, "bad spec: rc %d", rc);
     cr_assert(!strncmp(err, "error: hyperparameters.lr: ", 27), "%s", err);

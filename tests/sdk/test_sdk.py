@@ -47,6 +47,9 @@ class Offline(unittest.TestCase):
                                            b' "field": "hyperparameters.lr", "hint": "try 3e-4"}')
         self.assertEqual((e.code, e.field, e.status, e.hint), ("invalid_argument", "hyperparameters.lr", 400, "try 3e-4"))
         self.assertEqual(str(e), "hyperparameters.lr: must be positive (got -1) (hint: try 3e-4)")
+        e = kiln.KilnError.from_reply(400, '{"code": "invalid_argument", "field": "hyperparameters.lr",'
+                                           ' "message": "hyperparameters.lr must be greater than 0 (got -1)"}')
+        self.assertEqual(str(e), "hyperparameters.lr: must be greater than 0 (got -1)")
         e = kiln.KilnError.from_reply(502, "<html>bad gateway</html>")
         self.assertEqual((e.code, e.field), ("internal", None))
         self.assertIn("HTTP 502", e.message)

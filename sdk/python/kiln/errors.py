@@ -26,7 +26,10 @@ class KilnError(Exception):
 
     def __str__(self):
         text = self.message
-        if self.field and not text.startswith(self.field):
+        if self.field:
+            # "field: what is wrong", without repeating a field the message already starts with.
+            if text.startswith(self.field) and text[len(self.field):len(self.field) + 1] in (" ", ":"):
+                text = text[len(self.field):].lstrip(" :")
             text = "%s: %s" % (self.field, text)
         if self.hint:
             text += " (hint: %s)" % self.hint
