@@ -10,7 +10,10 @@
 #define MIB (1024.0 * 1024.0)
 
 const char *pipe_optimize_name(pipe_optimize_t o) { return o == PIPE_OPT_MEMORY ? "memory" : "speed"; }
-const char *pipe_sched_name(pipe_sched_kind_t k) { return k == PIPE_SCHED_SIMPLE ? "simple" : "interleaved"; }
+const char *pipe_sched_name(pipe_sched_kind_t k)
+{
+    return k == PIPE_SCHED_SIMPLE ? "simple" : k == PIPE_SCHED_FORWARD ? "forward" : "interleaved";
+}
 
 int pipe_optimize_parse(const char *s, pipe_optimize_t *out)
 {
@@ -30,6 +33,8 @@ int pipe_sched_live_acts(pipe_sched_kind_t k, int stage, int n_stages, int m)
 {
     if (k == PIPE_SCHED_SIMPLE)
         return m;
+    if (k == PIPE_SCHED_FORWARD)
+        return 1;
     int d = n_stages - stage;
     return d < m ? d : m;
 }
@@ -42,8 +47,8 @@ size_t pipe_stage_mem(const pipe_block_profile_t *prof, int first, int last, int
         fixed += 2 * prof[b].param_bytes + prof[b].opt_bytes;
         act += prof[b].act_bytes_per_mb;
     }
-    return fixed + act * (size_t)pipe_sched_live_acts(opts->schedule, stage, opts->n_stages,
-                                                       opts->microbatches);
+    return opts->rank_overhead_bytes + fixed +
+           act * (size_t)pipe_sched_live_acts(opts->schedule, stage, opts->n_stages, opts->microbatches);
 }
 
 double pipe_stage_time(const pipe_block_profile_t *prof, int first, int last)
@@ -71,7 +76,8 @@ static double stage_time_dp(const dp_ctx_t *c, int i, int j) { return c->time[(s
 static double stage_mem_dp(const dp_ctx_t *c, int k, int i, int j)
 {
     size_t live = (size_t)pipe_sched_live_acts(c->opts->schedule, k, c->p, c->opts->microbatches);
-    return (double)(c->fixed_ps[j + 1] - c->fixed_ps[i] + live * (c->act_ps[j + 1] - c->act_ps[i]));
+    return (double)(c->opts->rank_overhead_bytes + c->fixed_ps[j + 1] - c->fixed_ps[i] +
+                    live * (c->act_ps[j + 1] - c->act_ps[i]));
 }
 
 /* Minimises max over stages of the objective (time when by_time, else memory) subject to each
@@ -122,11 +128,12 @@ static double dp_solve(const dp_ctx_t *c, bool by_time, double mem_cap, double t
     return opt;
 }
 
-void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, size_t mem_limit_bytes)
+void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, size_t mem_limit_bytes,
+                       size_t rank_overhead_bytes)
 {
     pipe_partition_opts_t o = {.n_stages = plan->n_stages, .microbatches = plan->microbatches,
                                .optimize = plan->optimize, .schedule = plan->schedule,
-                               .mem_limit_bytes = mem_limit_bytes};
+                               .mem_limit_bytes = mem_limit_bytes, .rank_overhead_bytes = rank_overhead_bytes};
     double tmax = 0, tsum = 0;
     for (int s = 0; s < plan->n_stages; s++) {
         pipe_stage_t *st = &plan->stages[s];
@@ -149,7 +156,8 @@ int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition
     int *arg = NULL, *starts = NULL;
     int rc = 0;
     pipe_plan_init(out);
-    if (!prof || n <= 0 || !opts || opts->n_stages < 1 || opts->microbatches < 1)
+    if (!prof || n <= 0 || !opts || opts->n_stages < 1 || opts->microbatches < 1 ||
+        (opts->schedule != PIPE_SCHED_SIMPLE && opts->schedule != PIPE_SCHED_INTERLEAVED))
         return kiln_err_set(err, KILN_EINVAL, NULL, "partitioning needs at least one block, stage and microbatch");
     int p = opts->n_stages;
     if (p > n)
@@ -208,7 +216,7 @@ int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition
         out->stages[k].first = starts[k];
         out->stages[k].last = (k + 1 < p ? starts[k + 1] : n) - 1;
     }
-    pipe_plan_predict(out, prof, opts->mem_limit_bytes);
+    pipe_plan_predict(out, prof, opts->mem_limit_bytes, opts->rank_overhead_bytes);
 fail:
     free(time);
     free(fixed_ps);

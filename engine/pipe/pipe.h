@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "engine/comm/comm.h"
+#include "engine/engine.h"
 
 /* ------------------------------------------------------------------------------------------
  * Profiles and partitioning
@@ -26,7 +28,8 @@ typedef struct pipe_block_profile {
 } pipe_block_profile_t;
 
 typedef enum { PIPE_OPT_SPEED = 0, PIPE_OPT_MEMORY = 1 } pipe_optimize_t;
-typedef enum { PIPE_SCHED_SIMPLE = 0, PIPE_SCHED_INTERLEAVED = 1 } pipe_sched_kind_t;
+/* FORWARD is the forward-only list used for evaluation (RA, F, SA per microbatch, one slot). */
+typedef enum { PIPE_SCHED_SIMPLE = 0, PIPE_SCHED_INTERLEAVED = 1, PIPE_SCHED_FORWARD = 2 } pipe_sched_kind_t;
 
 /* "speed"/"memory" and "simple"/"interleaved" <-> enums. Parsers return 0 or KILN_EINVAL. */
 const char *pipe_optimize_name(pipe_optimize_t o);
@@ -66,11 +69,12 @@ typedef struct pipe_partition_opts {
     pipe_optimize_t optimize;
     pipe_sched_kind_t schedule;
     size_t mem_limit_bytes;   /* per-rank memory limit; 0 = none */
+    size_t rank_overhead_bytes; /* memory every stage needs besides its blocks (scratch) */
 } pipe_partition_opts_t;
 
 /* Memory of stage `stage` holding blocks [first, last] under opts (bytes): parameters, gradients
- * (as large as parameters), optimizer state, and act_bytes_per_mb x the activation sets the
- * schedule keeps live on that stage. */
+ * (as large as parameters), optimizer state, act_bytes_per_mb x the activation sets the
+ * schedule keeps live on that stage, and opts->rank_overhead_bytes. */
 size_t pipe_stage_mem(const pipe_block_profile_t *prof, int first, int last, int stage,
                       const pipe_partition_opts_t *opts);
 /* Time of blocks [first, last] for one microbatch (sum of fwd_ms + bwd_ms). */
@@ -89,7 +93,8 @@ int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition
 
 /* Fills predicted_ms / predicted_mem_mb / balance of a plan (e.g. a manual one) from profiles,
  * using the plan's own schedule and microbatch count. */
-void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, size_t mem_limit_bytes);
+void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, size_t mem_limit_bytes,
+                       size_t rank_overhead_bytes);
 
 /* ------------------------------------------------------------------------------------------
  * Plans as JSON
@@ -157,7 +162,8 @@ typedef struct pipe_sched {
 /* Builds the action list of `stage` (0..n_stages-1) for m microbatches into *out (OUT).
  * simple: for each mb RECV_ACT, FORWARD, SEND_ACT; then for each mb RECV_GRAD, BACKWARD,
  * SEND_GRAD. interleaved (1F1B): min(n_stages - stage - 1, m) warm-up forwards, then one forward
- * and one backward alternately, then the remaining backwards. The first stage has no RECV_ACT /
+ * and one backward alternately, then the remaining backwards. forward: RECV_ACT, FORWARD,
+ * SEND_ACT per microbatch, all in slot 0 (evaluation; no backward). The first stage has no RECV_ACT /
  * SEND_GRAD, the last no SEND_ACT / RECV_GRAD. Sends are meant to be asynchronous (posted, then
  * completed by the finish hook); with that, every stage's list is deadlock-free (the simulator
  * proves it for given p, m). Returns 0, KILN_EINVAL or KILN_ENOMEM. */
@@ -223,5 +229,57 @@ typedef struct pipe_trace_entry {
  * not recorded). Returns 0 or the first hook's failure. */
 int pipe_run(const pipe_sched_t *s, const pipe_hooks_t *hooks, void *ctx,
              pipe_trace_entry_t *trace, kiln_err_t *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Profiling and pipelined training of the GPT (engine/engine.h's blocks)
+ * ------------------------------------------------------------------------------------------ */
+
+/* Profiles the n_layer + 2 blocks of a GPT of config cfg on backend be for microbatches of B
+ * sequences of T tokens: times forward and backward of each block (warmup untimed + iters timed
+ * runs, mean) on a one-layer clone of the model (every transformer layer has the same shapes, so
+ * layer 1's figures stand for all), and computes parameter, AdamW state and activation bytes per
+ * microbatch from the engine's memory plan (the tied wte counts on both the embedding and the
+ * head block, since both stages hold a copy). out holds cfg->n_layer + 2 entries (OUT).
+ * *overhead_bytes (OUT, may be NULL) gets the per-rank memory outside the blocks (backward
+ * scratch and boundary buffers). Returns 0, KILN_EINVAL or KILN_ENOMEM. Not thread-safe (uses
+ * the backend's threads). */
+int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B, int T, int warmup,
+                     int iters, pipe_block_profile_t *out, size_t *overhead_bytes, kiln_err_t *err);
+
+/* Bytes of the activations one microbatch of B x T keeps for block `block` of a GPT of cfg
+ * (0 = embedding, 1..L = layers, L+1 = head and loss), from eng_gpt_acts_create's plan. */
+size_t pipe_gpt_act_bytes(const eng_gpt_config_t *cfg, int block, int B, int T);
+
+/* What pipe_train_run reports beyond eng_train_result_t. */
+typedef struct pipe_train_info {
+    pipe_plan_t plan;          /* the plan used (owned; pipe_plan_deinit) */
+    int stage, replica;        /* this rank's place in the grid */
+    int n_stages, n_replicas;
+    int peak_live;             /* activation sets this stage kept at most */
+    double act_bytes_per_set;  /* planned bytes of one activation set on this stage */
+    double act_resident_bytes; /* activation memory resident at the end (mincore; host backends) */
+    double state_resident_bytes; /* parameters + gradients + AdamW state resident at the end */
+    double step_ms_mean;       /* mean step time over the run (excluding the first step) */
+    double bubble_measured;    /* idle fraction of the last step from per-action timings (all stages) */
+} pipe_train_info_t;
+
+/* Trains spec s (a GPT with distribution.model_parallel.partitions = p > 1) as a pipeline on a
+ * grid of p stages x (world / p) data-parallel replicas: global rank = replica * p + stage.
+ * world is the job's world group (borrowed); NULL: created from the KILN_* environment and
+ * destroyed before returning. Profiles the blocks, partitions them (or validates the user's
+ * partition_plan), logs the plan and writes it to o->output_dir/partition_plan.json (rank 0);
+ * then each rank holds only its stage's parameters, gradients, AdamW state and activations,
+ * runs the spec's schedule over its microbatches each step, sums the tied embedding's gradient
+ * between the first and last stage, all-reduces gradients within each stage's data-parallel
+ * group, clips on the global norm over all stages, and applies AdamW to its own ranges.
+ * Evaluates (val loss) through a forward-only pipeline; at the end rank 0 gathers the
+ * parameters and writes output_dir/model_llmc.bin. Checkpoints: rank 0 gathers parameters and
+ * AdamW state and writes the engine's checkpoint format (so a pipelined job resumes a
+ * single-rank checkpoint and vice versa). res (may be NULL) as eng_train_run's, on every rank;
+ * info (may be NULL) OUT. Returns 0 or a KILN_E* status with err filled (every rank fails when
+ * a peer does). */
+int pipe_train_run(const struct spec *s, const eng_train_opts_t *o, comm_t *world,
+                   eng_train_result_t *res, pipe_train_info_t *info, kiln_err_t *err);
+void pipe_train_info_deinit(pipe_train_info_t *info); /* accepts NULL */
 
 #endif /* KILN_PIPE_H */

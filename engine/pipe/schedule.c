@@ -104,7 +104,7 @@ int pipe_sched_build(pipe_sched_kind_t kind, int stage, int n_stages, int m, pip
     if (n_stages < 1 || stage < 0 || stage >= n_stages || m < 1)
         return kiln_err_set(err, KILN_EINVAL, NULL, "bad schedule request: stage %d of %d, %d microbatches",
                             stage, n_stages, m);
-    if (kind != PIPE_SCHED_SIMPLE && kind != PIPE_SCHED_INTERLEAVED)
+    if (kind != PIPE_SCHED_SIMPLE && kind != PIPE_SCHED_INTERLEAVED && kind != PIPE_SCHED_FORWARD)
         return kiln_err_set(err, KILN_EINVAL, NULL, "unknown schedule %d", (int)kind);
     int rc = 0;
     out->kind = kind;
@@ -121,7 +121,13 @@ int pipe_sched_build(pipe_sched_kind_t kind, int stage, int n_stages, int m, pip
     }
     for (int i = 0; i < m; i++)
         b.slot_of[i] = -1;
-    if (kind == PIPE_SCHED_SIMPLE) {
+    if (kind == PIPE_SCHED_FORWARD) {
+        for (int mb = 0; mb < m; mb++)
+            push_fwd(&b, mb);
+        for (int i = 0; i < out->n; i++)
+            out->actions[i].slot = 0;
+        out->peak_live = 1;
+    } else if (kind == PIPE_SCHED_SIMPLE) {
         for (int mb = 0; mb < m; mb++)
             push_fwd(&b, mb);
         for (int mb = 0; mb < m; mb++)

@@ -1,0 +1,124 @@
+/* profile.c - measures what the partitioner needs about each GPT block: forward and backward time
+ * of one microbatch on the job's backend, and parameter, optimizer-state and activation bytes
+ * from the engine's memory plan. It does not decide anything (partition.c does). */
+#include "engine/pipe/pipe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t pipe_gpt_act_bytes(const eng_gpt_config_t *c, int block, int B, int T)
+{
+    size_t C = c->n_embd, NH = c->n_head, BT = (size_t)B * T, Vp = c->padded_vocab_size;
+    size_t floats;
+    if (block == 0)
+        floats = BT * C + BT;                            /* boundary 0, tokens */
+    else if (block == c->n_layer + 1)
+        floats = BT * C + 2 * BT + BT * Vp + 2 * BT;     /* lnf, mean, rstd, probs, losses, targets */
+    else
+        floats = BT * C                                  /* output boundary */
+                 + BT * C + 2 * BT                       /* ln1, mean, rstd */
+                 + BT * 3 * C + (size_t)B * NH * T * T   /* qkv, att */
+                 + 2 * BT * C                            /* atty, resid2 */
+                 + BT * C + 2 * BT                       /* ln2, mean, rstd */
+                 + 2 * BT * 4 * C;                       /* fch, fch_gelu */
+    return floats * sizeof(float);
+}
+
+static double now_ms(void) { return kiln_mono_s() * 1e3; }
+
+int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B, int T, int warmup,
+                     int iters, pipe_block_profile_t *out, size_t *overhead_bytes, kiln_err_t *err)
+{
+    eng_gpt_t *m = NULL;
+    eng_gpt_acts_t *a = NULL;
+    int32_t *tok = NULL;
+    float *dout = NULL, *din = NULL;
+    int rc;
+    if (iters < 1)
+        iters = 1;
+    if (warmup < 0)
+        warmup = 0;
+    eng_gpt_config_t one = *cfg;
+    one.n_layer = 1;
+    if ((rc = eng_gpt_create(&one, be, B, &m, err)))
+        goto fail;
+    if ((rc = eng_gpt_acts_create(m, B, T, &a, err)))
+        goto fail;
+    eng_gpt_init_weights(m, 1234);
+    size_t BT = (size_t)B * T, C = cfg->n_embd;
+    tok = malloc(sizeof(int32_t) * BT);
+    float *h = malloc(sizeof(float) * BT * C);
+    dout = be->alloc(sizeof(float) * BT * C);
+    din = be->alloc(sizeof(float) * BT * C);
+    if (!tok || !h || !dout || !din) {
+        free(h);
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory while profiling");
+        goto fail;
+    }
+    eng_rng_t r;
+    eng_rng_seed(&r, 99);
+    for (size_t i = 0; i < BT; i++)
+        tok[i] = (int32_t)eng_rng_below(&r, (uint64_t)cfg->vocab_size);
+    for (size_t i = 0; i < BT * C; i++)
+        h[i] = (float)(eng_rng_normal(&r) * 0.01);
+    be->to_device(dout, h, sizeof(float) * BT * C);
+    free(h);
+    eng_gpt_acts_set_batch(m, a, tok, tok);
+    float dloss = 1.0f / (float)BT;
+
+    double fwd[3] = {0}, bwd[3] = {0};
+    for (int it = 0; it < warmup + iters; it++) {
+        bool timed = it >= warmup;
+        for (int b = 0; b < 3; b++) {
+            be->synchronize();
+            double t0 = now_ms();
+            eng_gpt_block_forward(m, a, b, true);
+            be->synchronize();
+            if (timed)
+                fwd[b] += now_ms() - t0;
+        }
+        /* backward last to first (the head turns probs into dlogits, so one backward per forward) */
+        for (int b = 2; b >= 0; b--) {
+            be->synchronize();
+            double t0 = now_ms();
+            eng_gpt_block_backward(m, a, b, b == 2 ? NULL : dout, din, dloss);
+            be->synchronize();
+            if (timed)
+                bwd[b] += now_ms() - t0;
+        }
+    }
+    int L = cfg->n_layer;
+    for (int b = 0; b < L + 2; b++) {
+        int src = b == 0 ? 0 : (b == L + 1 ? 2 : 1);
+        eng_range_t rg[ENG_MAX_TENSORS];
+        int nr = eng_gpt_block_ranges(m, src, rg);
+        size_t np = 0;
+        for (int i = 0; i < nr; i++)
+            np += rg[i].n;
+        out[b] = (pipe_block_profile_t){
+            .fwd_ms = fwd[src] / iters,
+            .bwd_ms = bwd[src] / iters,
+            .param_bytes = np * sizeof(float),
+            .opt_bytes = 2 * np * sizeof(float),
+            .act_bytes_per_mb = pipe_gpt_act_bytes(cfg, b, B, T),
+        };
+    }
+    if (overhead_bytes) {
+        /* backward scratch (eng_gpt_create) + received gradient + input boundary + sent gradient */
+        size_t NH = cfg->n_head;
+        size_t scratch = 4 * BT * C + BT * 3 * C + BT * 4 * C + (size_t)B * NH * T * T;
+        *overhead_bytes = (scratch + 3 * BT * C) * sizeof(float);
+    }
+    rc = 0;
+fail:
+    free(tok);
+    if (be && dout)
+        be->free(dout);
+    if (be && din)
+        be->free(din);
+    if (m) {
+        eng_gpt_acts_destroy(m, a);
+        eng_gpt_destroy(m);
+    }
+    return rc;
+}

@@ -1,0 +1,353 @@
+/* test_pipe_train.c - pipelined training with real processes: ranks are forked, rendezvous over
+ * TCP and move activations and gradients over libfabric's shm provider. Each run trains a tiny
+ * GPT for 20 steps and is compared with single-rank training of the same spec (engine/train.c):
+ * every step's loss and the final parameters (the llm.c model file rank 0 writes) must agree
+ * within the tolerances below. Covers 2 and 4 stages, both schedules, 1 to 8 microbatches,
+ * activation checkpointing, hybrid 2 x 2 data x pipeline, and a manual plan. */
+#include "engine/pipe/pipe.h"
+#include "spec/spec.h"
+#include "tests/common/harness.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Differences come only from summation order (microbatched weight-gradient GEMMs, per-range
+ * norms), so they stay near float rounding; these bounds leave 3-5x room over what we measure (up to 6e-5 on parameters). */
+#define LOSS_RTOL 1e-4
+#define PARAM_ATOL 2e-4
+#define STEPS 20
+#define MAXR 4
+
+typedef struct rank_out {
+    int rc;
+    char msg[512];
+    int n;
+    float losses[STEPS];
+    float val_loss;
+    int first, last, peak_live, n_stages;
+    double bubble;
+} rank_out_t;
+
+static char g_dir[64];
+
+static void make_data(void)
+{
+    snprintf(g_dir, sizeof(g_dir), "/tmp/kiln-pipe-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/data.txt", g_dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    static const char *words[] = {"the", "kiln", "fires", "clay", "into", "stone", "and", "a", "pot",
+                                  "holds", "water", "while", "glaze", "runs", "slowly", "over", "its", "rim"};
+    uint64_t x = 42;
+    for (int i = 0; i < 6000; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        fprintf(f, "%s%s", words[(x >> 33) % 18], (x >> 20) % 9 == 0 ? ".\n" : " ");
+    }
+    fclose(f);
+}
+
+static void spec_text(char *buf, size_t n, int n_layer, int world, int parts, int micro, const char *sched,
+                      bool ckpt, const char *plan)
+{
+    char planf[256] = "";
+    if (plan)
+        snprintf(planf, sizeof(planf), ", \"partition_plan\": %s", plan);
+    snprintf(buf, n,
+             "{\"name\": \"pipe-test\", \"model\": {\"type\": \"gpt\", \"n_layer\": %d, \"n_head\": 2, \"n_embd\": 32,"
+             " \"seq_len\": 16, \"vocab\": \"bytes\"}, \"data\": {\"train\": \"%s/data.txt\", \"val_fraction\": 0.1},"
+             " \"hyperparameters\": {\"lr\": 3e-3, \"global_batch_size\": 8, \"max_steps\": %d, \"warmup_steps\": 2,"
+             " \"grad_clip\": 1.0, \"seed\": 7, \"eval_every\": 0, \"eval_batches\": 2, \"sample_every\": 0,"
+             " \"sample_tokens\": 0},"
+             " \"resources\": {\"nodes\": 1, \"slots_per_node\": %d, \"threads_per_rank\": 1},"
+             " \"distribution\": {\"model_parallel\": {\"partitions\": %d, \"microbatches\": %d, \"pipeline\": \"%s\"%s},"
+             " \"activation_checkpointing\": %s}}",
+             n_layer, g_dir, STEPS, world, parts, micro, sched, planf, ckpt ? "true" : "false");
+}
+
+static rank_out_t *shared_outs(void)
+{
+    rank_out_t *o = mmap(NULL, sizeof(rank_out_t) * MAXR, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(o != MAP_FAILED);
+    memset(o, 0, sizeof(rank_out_t) * MAXR);
+    return o;
+}
+
+static void wait_all(pid_t *pids, int n, rank_out_t *outs)
+{
+    double deadline = kiln_mono_s() + 120;
+    for (int r = 0; r < n; r++) {
+        int st;
+        while (waitpid(pids[r], &st, WNOHANG) == 0) {
+            if (kiln_mono_s() > deadline) {
+                for (int k = 0; k < n; k++)
+                    kill(pids[k], SIGKILL);
+                cr_assert_fail("rank %d did not finish in time", r);
+            }
+            usleep(10000);
+        }
+        cr_assert(WIFEXITED(st), "rank %d died (status 0x%x)", r, st);
+        cr_assert_eq(outs[r].rc, 0, "rank %d failed: %s", r, outs[r].msg);
+    }
+}
+
+/* Single-rank reference in a child process (OpenMP is never started in the test process, so
+ * forking ranks stays safe). Writes <g_dir>/ref/model_llmc.bin. */
+static rank_out_t *run_reference(int n_layer)
+{
+    char text[4096], out_dir[128];
+    spec_text(text, sizeof(text), n_layer, 1, 1, 1, "simple", false, NULL);
+    snprintf(out_dir, sizeof(out_dir), "%s/ref%d", g_dir, n_layer);
+    rank_out_t *outs = shared_outs();
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        spec_t s;
+        kiln_err_t err;
+        kiln_err_clear(&err);
+        int rc = spec_parse_string(text, &s, &err);
+        eng_train_result_t res = {0};
+        if (!rc) {
+            eng_train_opts_t o = {.output_dir = out_dir, .metrics_fd = -1, .rank = 0, .world = 1, .threads = 1,
+                                  .peak_gflops = 100, .quiet = true};
+            rc = eng_train_run(&s, &o, &res, &err);
+        }
+        outs[0].rc = rc;
+        snprintf(outs[0].msg, sizeof(outs[0].msg), "%s", err.message);
+        for (int i = 0; i < res.n_losses && i < STEPS; i++)
+            outs[0].losses[i] = res.losses[i];
+        outs[0].n = (int)res.n_losses;
+        outs[0].val_loss = res.last_val_loss;
+        _exit(0);
+    }
+    wait_all(&pid, 1, outs);
+    cr_assert_eq(outs[0].n, STEPS);
+    return outs;
+}
+
+typedef struct run_cfg {
+    int n_layer, world, parts, micro;
+    const char *sched;
+    bool ckpt;
+    const char *plan;
+} run_cfg_t;
+
+static rank_out_t *run_pipeline(const run_cfg_t *c, const char *out_dir)
+{
+    char text[4096];
+    spec_text(text, sizeof(text), c->n_layer, c->world, c->parts, c->micro, c->sched, c->ckpt, c->plan);
+    rank_out_t *outs = shared_outs();
+    int port = th_free_port();
+    pid_t pids[MAXR];
+    for (int r = 0; r < c->world; r++) {
+        pids[r] = fork();
+        cr_assert(pids[r] >= 0);
+        if (pids[r] != 0)
+            continue;
+        rank_out_t *me = &outs[r];
+        me->rc = -100;
+        spec_t s;
+        kiln_err_t err;
+        kiln_err_clear(&err);
+        comm_t *w = NULL;
+        int rc = spec_parse_string(text, &s, &err);
+        if (!rc) {
+            comm_config_t cc;
+            comm_config_init(&cc);
+            cc.rank = r;
+            cc.world_size = c->world;
+            cc.master_port = port;
+            cc.provider = "shm";
+            cc.timeout_s = 30;
+            rc = comm_create(&cc, &w, &err);
+        }
+        eng_train_result_t res = {0};
+        pipe_train_info_t info;
+        memset(&info, 0, sizeof(info));
+        if (!rc) {
+            eng_train_opts_t o = {.output_dir = out_dir, .metrics_fd = -1, .rank = r, .world = c->world,
+                                  .threads = 1, .peak_gflops = 100, .quiet = true};
+            rc = pipe_train_run(&s, &o, w, &res, &info, &err);
+        }
+        snprintf(me->msg, sizeof(me->msg), "%s", err.message);
+        for (int i = 0; i < res.n_losses && i < STEPS; i++)
+            me->losses[i] = res.losses[i];
+        me->n = (int)res.n_losses;
+        me->val_loss = res.last_val_loss;
+        if (!rc) {
+            me->first = info.plan.stages[info.stage].first;
+            me->last = info.plan.stages[info.stage].last;
+            me->peak_live = info.peak_live;
+            me->n_stages = info.n_stages;
+            me->bubble = info.bubble_measured;
+        }
+        comm_destroy(w);
+        me->rc = rc;
+        _exit(0);
+    }
+    wait_all(pids, c->world, outs);
+    return outs;
+}
+
+static float *load_model(const char *dir, size_t *n)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/model_llmc.bin", dir);
+    eng_gpt_config_t cfg;
+    float *p = NULL;
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_llmc_read(path, &cfg, &p, &err), 0, "%s", err.message);
+    *n = eng_gpt_num_params(&cfg);
+    return p;
+}
+
+static void check_equal(const run_cfg_t *c)
+{
+    make_data();
+    rank_out_t *ref = run_reference(c->n_layer);
+    char out_dir[128], ref_dir[128];
+    snprintf(out_dir, sizeof(out_dir), "%s/pipe", g_dir);
+    snprintf(ref_dir, sizeof(ref_dir), "%s/ref%d", g_dir, c->n_layer);
+    rank_out_t *outs = run_pipeline(c, out_dir);
+    int dp = c->world / c->parts;
+    for (int r = 0; r < c->world; r++) {
+        cr_assert_eq(outs[r].n, STEPS, "rank %d ran %d steps", r, outs[r].n);
+        for (int i = 0; i < STEPS; i++)
+            cr_assert(fabsf(outs[r].losses[i] - ref->losses[0 * 0 + i]) <= LOSS_RTOL * fabsf(ref->losses[i]),
+                      "%d stages x %d, %s, m=%d: rank %d step %d loss %.7f, single rank %.7f", c->parts, dp, c->sched,
+                      c->micro, r, i + 1, outs[r].losses[i], ref->losses[i]);
+        cr_assert(fabsf(outs[r].val_loss - ref->val_loss) <= LOSS_RTOL * fabsf(ref->val_loss),
+                  "val loss %.7f, single rank %.7f", outs[r].val_loss, ref->val_loss);
+        int stage = r % c->parts;
+        cr_assert_eq(outs[r].n_stages, c->parts);
+        int want_live = c->sched[0] == 's' ? c->micro : (c->micro < c->parts - stage ? c->micro : c->parts - stage);
+        cr_assert_eq(outs[r].peak_live, want_live, "rank %d kept %d activation sets, want %d", r, outs[r].peak_live,
+                     want_live);
+    }
+    /* the stages tile the model */
+    cr_assert_eq(outs[0].first, 0);
+    for (int k = 1; k < c->parts; k++)
+        cr_assert_eq(outs[k].first, outs[k - 1].last + 1);
+    cr_assert_eq(outs[c->parts - 1].last, c->n_layer + 1);
+    cr_assert(ref->losses[STEPS - 1] < ref->losses[0] - 0.5f, "the model learns (%.3f -> %.3f)", ref->losses[0],
+              ref->losses[STEPS - 1]);
+    size_t n1, n2;
+    float *a = load_model(ref_dir, &n1), *b = load_model(out_dir, &n2);
+    cr_assert_eq(n1, n2);
+    double maxd = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n1; i++)
+        if (fabs((double)a[i] - b[i]) > maxd) {
+            maxd = fabs((double)a[i] - b[i]);
+            at = i;
+        }
+    cr_assert_leq(maxd, PARAM_ATOL, "parameters differ by %.3g at %zu (%.7f vs %.7f)", maxd, at, a[at], b[at]);
+    fprintf(stderr, "pipe_train %d stages x %d, %s, m=%d%s: max |loss diff| rel %.2g, max |param diff| %.2g, "
+                    "bubble %.2f\n", c->parts, dp, c->sched, c->micro, c->ckpt ? ", checkpointing" : "",
+            (double)fabsf(outs[0].losses[STEPS - 1] - ref->losses[STEPS - 1]) / ref->losses[STEPS - 1], maxd,
+            outs[0].bubble);
+    free(a);
+    free(b);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(pipe_train, two_stages_simple_m1, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 2, .parts = 2, .micro = 1, .sched = "simple"});
+}
+
+Test(pipe_train, two_stages_simple_m8, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 2, .parts = 2, .micro = 8, .sched = "simple"});
+}
+
+Test(pipe_train, two_stages_interleaved_m4, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 2, .parts = 2, .micro = 4, .sched = "interleaved"});
+}
+
+Test(pipe_train, two_stages_interleaved_m2_checkpointing, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 2, .parts = 2, .micro = 2, .sched = "interleaved", .ckpt = true});
+}
+
+Test(pipe_train, four_stages_interleaved_m8, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 4, .parts = 4, .micro = 8, .sched = "interleaved"});
+}
+
+Test(pipe_train, four_stages_simple_m2, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 4, .parts = 4, .micro = 2, .sched = "simple"});
+}
+
+Test(pipe_train, four_stages_interleaved_m1, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 4, .parts = 4, .micro = 1, .sched = "interleaved"});
+}
+
+Test(pipe_train, hybrid_2x2_equals_single_rank, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 4, .parts = 2, .micro = 2, .sched = "interleaved"});
+}
+
+Test(pipe_train, manual_plan_is_honoured, .timeout = 120)
+{
+    /* 3 layers -> 5 blocks; put the embedding and the first layer on stage 0, the rest on 1 */
+    run_cfg_t c = {.n_layer = 3, .world = 2, .parts = 2, .micro = 2, .sched = "simple",
+                   .plan = "{\"stages\": [[0, 1], [2, 4]]}"};
+    make_data();
+    char out_dir[128];
+    snprintf(out_dir, sizeof(out_dir), "%s/pipe", g_dir);
+    rank_out_t *outs = run_pipeline(&c, out_dir);
+    cr_assert_eq(outs[0].first, 0);
+    cr_assert_eq(outs[0].last, 1);
+    cr_assert_eq(outs[1].first, 2);
+    cr_assert_eq(outs[1].last, 4);
+    /* the plan kiln wrote is the manual one, and reads back as a valid plan */
+    char path[160], *text = NULL;
+    size_t len;
+    kiln_err_t err;
+    snprintf(path, sizeof(path), "%s/partition_plan.json", out_dir);
+    cr_assert_eq(kiln_file_read(path, &text, &len, &err), 0, "%s", err.message);
+    cr_assert(strstr(text, "\"manual\": true"), "%s", text);
+    json_t *j = json_loads(text, 0, NULL);
+    pipe_plan_t p;
+    cr_assert_eq(pipe_plan_from_json(j, 5, 2, &p, &err), 0, "%s", err.message);
+    cr_assert_eq(p.stages[1].first, 2);
+    pipe_plan_deinit(&p);
+    json_decref(j);
+    free(text);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(pipe_train, bad_manual_plan_fails_every_rank_clearly, .timeout = 60)
+{
+    run_cfg_t c = {.n_layer = 2, .world = 2, .parts = 2, .micro = 1, .sched = "simple",
+                   .plan = "{\"stages\": [[0, 2], [2, 3]]}"};
+    make_data();
+    char text[4096];
+    spec_text(text, sizeof(text), c.n_layer, c.world, c.parts, c.micro, c.sched, false, c.plan);
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string(text, &s, &err), 0, "%s", err.message);
+    pipe_plan_t p;
+    cr_assert_eq(pipe_plan_from_json(s.dist.mp_partition_plan, 4, 2, &p, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "stages 0 and 1 overlap: both hold block 2"), "%s", err.message);
+    spec_deinit(&s);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+}
