@@ -213,15 +213,12 @@ static void rank_finish(worker_launcher_t *l, lrank_t *r)
         reason[0] = '\0';
         if (WIFEXITED(r->wstatus)) {
             code = WEXITSTATUS(r->wstatus);
-            if (code != 0) {
-                if (r->last_err[0])
-                    kiln_strlcpy(reason, r->last_err, sizeof(reason));
-                else
-                    snprintf(reason, sizeof(reason), "exited with code %d", code);
-            }
+            /* kilnd says "exited with code N" itself; the reason is what the rank said */
+            if (code != 0)
+                kiln_strlcpy(reason, r->last_err, sizeof(reason));
         } else if (WIFSIGNALED(r->wstatus)) {
             sig = WTERMSIG(r->wstatus);
-            snprintf(reason, sizeof(reason), "killed by signal %d (%s)", sig, strsignal(sig));
+            kiln_strlcpy(reason, strsignal(sig), sizeof(reason));
         }
         l->cbs.on_exit(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, r->pid, code, sig, reason);
     }

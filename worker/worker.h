@@ -111,7 +111,8 @@ typedef struct worker_launch_cbs {
     void (*on_line)(void *ud, const char *job_id, int attempt, int rank, int stream,
                     int64_t time_us, const char *line, size_t len);
     void (*on_points)(void *ud, const char *job_id, int attempt, const worker_point_t *pts, size_t n);
-    /* exit_code -1 when killed by signal sig. reason: last stderr line, signal description or "". */
+    /* exit_code -1 when killed by signal sig. reason: for a non-zero exit code the rank's last
+     * stderr line ("" when it wrote none); for a signal its description ("Killed"). */
     void (*on_exit)(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
                     int sig, const char *reason);
     void *ud;

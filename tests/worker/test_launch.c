@@ -278,10 +278,10 @@ Test(launch, clean_exit_signal_death_and_exit_without_stderr)
         } else if (e->rank == 1) {
             cr_assert_eq(e->code, -1);
             cr_assert_eq(e->sig, 9);
-            cr_assert_str_eq(e->reason, "killed by signal 9 (Killed)");
+            cr_assert_str_eq(e->reason, "Killed");
         } else {
             cr_assert_eq(e->code, 7);
-            cr_assert_str_eq(e->reason, "exited with code 7");
+            cr_assert_str_eq(e->reason, "", "no stderr, no reason (kilnd names the code)");
         }
     }
     worker_launcher_destroy(l);
