@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "engine/engine.h"
+#include "engine/pipe/pipe.h" /* pipeline parallelism (pipe module) */
 #include "spec/spec.h"
 
 static volatile int g_stop;
@@ -124,7 +125,12 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     eng_train_result_t res;
-    rc = eng_train_run(&spec, &o, &res, &err);
+    /* pipe module: distribution.model_parallel.partitions > 1 trains as a pipeline (pipe.h);
+     * pipe_train_run joins the job's ranks itself from the KILN_* environment. */
+    if (spec.dist.mp_partitions > 1)
+        rc = pipe_train_run(&spec, &o, NULL, &res, NULL, &err);
+    else
+        rc = eng_train_run(&spec, &o, &res, &err);
     free(res.losses);
     spec_deinit(&spec);
     free(dup);

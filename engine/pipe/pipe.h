@@ -236,7 +236,7 @@ int pipe_run(const pipe_sched_t *s, const pipe_hooks_t *hooks, void *ctx,
 
 /* Profiles the n_layer + 2 blocks of a GPT of config cfg on backend be for microbatches of B
  * sequences of T tokens: times forward and backward of each block (warmup untimed + iters timed
- * runs, mean) on a one-layer clone of the model (every transformer layer has the same shapes, so
+ * runs, median) on a one-layer clone of the model (every transformer layer has the same shapes, so
  * layer 1's figures stand for all), and computes parameter, AdamW state and activation bytes per
  * microbatch from the engine's memory plan (the tied wte counts on both the embedding and the
  * head block, since both stages hold a copy). out holds cfg->n_layer + 2 entries (OUT).

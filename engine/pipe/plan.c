@@ -82,14 +82,76 @@ fail:
     return NULL;
 }
 
+/* Top-level fields one per line, each stage on one line: easy to read and to edit by hand. */
 char *pipe_plan_to_string(const pipe_plan_t *p)
 {
     json_t *j = pipe_plan_to_json(p);
+    char *out = NULL;
+    size_t cap = 256, len = 0;
     if (!j)
         return NULL;
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    const size_t flags = JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10) | JSON_ENCODE_ANY;
+    out = malloc(cap);
+    if (!out)
+        goto fail;
+    out[len++] = '{';
+    const char *key;
+    json_t *val;
+    bool first = true;
+    json_object_foreach(j, key, val) {
+        char *parts[2] = {NULL, NULL};
+        size_t np = 0;
+        if (!strcmp(key, "stages")) {
+            size_t n = json_array_size(val), tot = 8;
+            char **st = calloc(n ? n : 1, sizeof(char *));
+            if (!st)
+                goto fail;
+            for (size_t i = 0; i < n; i++) {
+                st[i] = json_dumps(json_array_get(val, i), flags);
+                tot += (st[i] ? strlen(st[i]) : 0) + 8;
+            }
+            parts[0] = malloc(tot);
+            if (parts[0]) {
+                size_t o = (size_t)sprintf(parts[0], "[");
+                for (size_t i = 0; i < n; i++)
+                    o += (size_t)sprintf(parts[0] + o, "\n    %s%s", st[i] ? st[i] : "null", i + 1 < n ? "," : "");
+                sprintf(parts[0] + o, "\n  ]");
+            }
+            for (size_t i = 0; i < n; i++)
+                free(st[i]);
+            free(st);
+        } else {
+            parts[0] = json_dumps(val, flags);
+        }
+        np = parts[0] ? strlen(parts[0]) : 0;
+        size_t need = len + strlen(key) + np + 16;
+        if (need > cap) {
+            while (cap < need)
+                cap *= 2;
+            char *n2 = realloc(out, cap);
+            if (!n2) {
+                free(parts[0]);
+                goto fail;
+            }
+            out = n2;
+        }
+        len += (size_t)sprintf(out + len, "%s\n  \"%s\": %s", first ? "" : ",", key, parts[0] ? parts[0] : "null");
+        free(parts[0]);
+        first = false;
+    }
+    if (len + 4 > cap) {
+        char *n2 = realloc(out, len + 4);
+        if (!n2)
+            goto fail;
+        out = n2;
+    }
+    sprintf(out + len, "\n}\n");
     json_decref(j);
-    return s;
+    return out;
+fail:
+    free(out);
+    json_decref(j);
+    return NULL;
 }
 
 static int bad(kiln_err_t *err, const char *hint, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -26,6 +26,23 @@ size_t pipe_gpt_act_bytes(const eng_gpt_config_t *c, int block, int B, int T)
 
 static double now_ms(void) { return kiln_mono_s() * 1e3; }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of column c of an (n, 3) table. */
+static double median_col(double (*t)[3], int n, int c)
+{
+    double v[64];
+    int k = n < 64 ? n : 64;
+    for (int i = 0; i < k; i++)
+        v[i] = t[i][c];
+    qsort(v, (size_t)k, sizeof(double), cmp_double);
+    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
 int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B, int T, int warmup,
                      int iters, pipe_block_profile_t *out, size_t *overhead_bytes, kiln_err_t *err)
 {
@@ -66,7 +83,15 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
     eng_gpt_acts_set_batch(m, a, tok, tok);
     float dloss = 1.0f / (float)BT;
 
+    /* the median of the timed runs: other processes on the machine make single runs noisy */
     double fwd[3] = {0}, bwd[3] = {0};
+    double (*ft)[3] = calloc((size_t)iters, sizeof(*ft)), (*bt)[3] = calloc((size_t)iters, sizeof(*bt));
+    if (!ft || !bt) {
+        free(ft);
+        free(bt);
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory while profiling");
+        goto fail;
+    }
     for (int it = 0; it < warmup + iters; it++) {
         bool timed = it >= warmup;
         for (int b = 0; b < 3; b++) {
@@ -75,7 +100,7 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
             eng_gpt_block_forward(m, a, b, true);
             be->synchronize();
             if (timed)
-                fwd[b] += now_ms() - t0;
+                ft[it - warmup][b] = now_ms() - t0;
         }
         /* backward last to first (the head turns probs into dlogits, so one backward per forward) */
         for (int b = 2; b >= 0; b--) {
@@ -84,9 +109,15 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
             eng_gpt_block_backward(m, a, b, b == 2 ? NULL : dout, din, dloss);
             be->synchronize();
             if (timed)
-                bwd[b] += now_ms() - t0;
+                bt[it - warmup][b] = now_ms() - t0;
         }
     }
+    for (int b = 0; b < 3; b++) {
+        fwd[b] = median_col(ft, iters, b);
+        bwd[b] = median_col(bt, iters, b);
+    }
+    free(ft);
+    free(bt);
     int L = cfg->n_layer;
     for (int b = 0; b < L + 2; b++) {
         int src = b == 0 ? 0 : (b == L + 1 ? 2 : 1);
@@ -96,8 +127,8 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
         for (int i = 0; i < nr; i++)
             np += rg[i].n;
         out[b] = (pipe_block_profile_t){
-            .fwd_ms = fwd[src] / iters,
-            .bwd_ms = bwd[src] / iters,
+            .fwd_ms = fwd[src],
+            .bwd_ms = bwd[src],
             .param_bytes = np * sizeof(float),
             .opt_bytes = 2 * np * sizeof(float),
             .act_bytes_per_mb = pipe_gpt_act_bytes(cfg, b, B, T),

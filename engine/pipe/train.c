@@ -379,7 +379,7 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
         goto done;
     }
     double t0 = kiln_mono_s();
-    if ((rc = pipe_profile_gpt(&t->cfg, t->be, t->B, t->T, 1, 3, prof, &overhead, err)))
+    if ((rc = pipe_profile_gpt(&t->cfg, t->be, t->B, t->T, 2, 5, prof, &overhead, err)))
         goto done;
     for (int b = 0; b < nb; b++) {
         times[2 * b] = (float)prof[b].fwd_ms;
