@@ -19,7 +19,8 @@ static const cli_command_t cli_commands[] = {
     {"submit", cli_cmd_submit, "JOB.json [--idempotency-key K] [-f|--follow]",
      "submit a training job (JOB.json, or - for stdin) and print its id",
      "  --idempotency-key K  retrying with the same key returns the same job, never a duplicate\n"
-     "  -f, --follow         stream the job's logs until it ends; exit 1 if it FAILED\n"},
+     "  -f, --follow         stream the job's logs until it ends; exit 1 if it FAILED\n"
+     "  (a relative data.train / data.val path that exists here is sent as an absolute path)\n"},
     {"jobs", cli_cmd_jobs, "[--status S] [--tag K:V] [--limit N] [--all]",
      "list jobs, newest first",
      "  --status S     only jobs in these states (comma-separated: RUNNING,QUEUED)\n"

@@ -3,6 +3,7 @@
 #include "cli/cli_int.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,25 @@ static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
     return 0;
 }
 
+/* A relative data path that exists here ("data/tinyshakespeare.txt" from the repository root)
+ * is made absolute, so that an agent finds it whatever its own working directory is. Anything
+ * else (absolute paths, URLs, "synthetic", paths only the agents' machines have) is left as is. */
+static void cli_absolutize_data(json_t *spec)
+{
+    static const char *const keys[] = {"train", "val"};
+    json_t *data = json_object_get(spec, "data");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++) {
+        const char *p = json_string_value(json_object_get(data, keys[i]));
+        if (!p || !*p || p[0] == '/' || strstr(p, "://"))
+            continue;
+        char *abs = realpath(p, NULL);
+        if (abs) {
+            json_object_set_new(data, keys[i], json_string(abs));
+            free(abs);
+        }
+    }
+}
+
 int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
 {
     const char *file = NULL, *key = NULL, *v;
@@ -83,6 +103,7 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
         rc = cli_fail(&err);
         goto done;
     }
+    cli_absolutize_data(spec);
     if (key) {
         snprintf(header, sizeof(header), "Idempotency-Key: %s", key);
         headers[0] = header;

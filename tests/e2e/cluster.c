@@ -80,6 +80,9 @@ static pid_t e2e_spawn(char *const argv[], char *const env[], const char *log_pa
             _exit(127);
         for (size_t i = 0; env && env[i]; i++)
             putenv(env[i]);
+        /* Relative paths (job files, data) mean the repository root, as in tests/run.sh. */
+        if (chdir(e2e_root()) != 0)
+            _exit(126);
         int in = open("/dev/null", O_RDONLY);
         if (in >= 0) {
             dup2(in, 0);
@@ -212,33 +215,19 @@ static void e2e_fail_setup(const char *fmt, ...)
     cr_assert_fail("e2e setup: %s", msg);
 }
 
-static void e2e_start(int heartbeat_timeout_ms)
+void e2e_kilnd_start(void)
 {
-    e2e_cluster_t *c = &e2e_storage;
-    memset(c, 0, sizeof *c);
-    e2e_cl = c;
-    snprintf(c->dir, sizeof c->dir, "/tmp/ke2e.XXXXXX");
-    cr_assert_not_null(mkdtemp(c->dir), "mkdtemp: %s", strerror(errno));
-    c->db_url = th_pg_create_db("e2e");
-    cr_assert_not_null(c->db_url, "no test database (run through tests/run.sh)");
-    c->http_port = th_free_port();
-    c->grpc_port = th_free_port();
-    while (c->grpc_port == c->http_port)
-        c->grpc_port = th_free_port();
-    snprintf(c->url, sizeof c->url, "http://127.0.0.1:%d", c->http_port);
-
+    e2e_cluster_t *c = e2e_cl;
     char http_addr[64], grpc_addr[64], hb[32], log[PATH_MAX];
     snprintf(http_addr, sizeof http_addr, "127.0.0.1:%d", c->http_port);
     snprintf(grpc_addr, sizeof grpc_addr, "127.0.0.1:%d", c->grpc_port);
-    const char *kilnd = e2e_bin("kilnd");
-    char *argv[16] = {(char *)kilnd, "--database-url", c->db_url, "--http-addr", http_addr, "--grpc-addr", grpc_addr};
+    char *argv[16] = {e2e_bin("kilnd"), "--database-url", c->db_url, "--http-addr", http_addr,
+                      "--grpc-addr", grpc_addr};
     int argc = 7;
-    c->heartbeat_timeout_ms = 10000;
-    if (heartbeat_timeout_ms > 0 && e2e_has_flag(kilnd, "heartbeat-timeout-ms")) {
-        snprintf(hb, sizeof hb, "%d", heartbeat_timeout_ms);
+    if (c->heartbeat_timeout_ms > 0) {
+        snprintf(hb, sizeof hb, "%d", c->heartbeat_timeout_ms);
         argv[argc++] = "--heartbeat-timeout-ms";
         argv[argc++] = hb;
-        c->heartbeat_timeout_ms = heartbeat_timeout_ms;
     }
     argv[argc] = NULL;
     snprintf(log, sizeof log, "%s/kilnd.log", c->dir);
@@ -265,6 +254,41 @@ static void e2e_start(int heartbeat_timeout_ms)
     }
     if (!ready)
         e2e_fail_setup("kilnd did not become ready at %s within 30 s", url);
+}
+
+void e2e_kilnd_kill(void)
+{
+    e2e_cluster_t *c = e2e_cl;
+    if (c->kilnd > 0) {
+        kill(-c->kilnd, SIGKILL);
+        int st;
+        waitpid(c->kilnd, &st, 0);
+        c->kilnd = 0;
+    }
+}
+
+static void e2e_start(int heartbeat_timeout_ms)
+{
+    e2e_cluster_t *c = &e2e_storage;
+    memset(c, 0, sizeof *c);
+    e2e_cl = c;
+    snprintf(c->dir, sizeof c->dir, "/tmp/ke2e.XXXXXX");
+    cr_assert_not_null(mkdtemp(c->dir), "mkdtemp: %s", strerror(errno));
+    c->db_url = th_pg_create_db("e2e");
+    cr_assert_not_null(c->db_url, "no test database (run through tests/run.sh)");
+    c->http_port = th_free_port();
+    c->grpc_port = th_free_port();
+    while (c->grpc_port == c->http_port)
+        c->grpc_port = th_free_port();
+    snprintf(c->url, sizeof c->url, "http://127.0.0.1:%d", c->http_port);
+
+    char grpc_addr[64], log[PATH_MAX];
+    snprintf(grpc_addr, sizeof grpc_addr, "127.0.0.1:%d", c->grpc_port);
+    c->heartbeat_timeout_ms = heartbeat_timeout_ms > 0 && e2e_has_flag(e2e_bin("kilnd"), "heartbeat-timeout-ms")
+                                  ? heartbeat_timeout_ms : 0;
+    e2e_kilnd_start();
+    if (c->heartbeat_timeout_ms == 0)
+        c->heartbeat_timeout_ms = 10000; /* kilnd's default */
 
     const char *agent = e2e_bin("kiln-agent");
     bool has_cores = e2e_has_flag(agent, "--cores");
@@ -289,6 +313,7 @@ static void e2e_start(int heartbeat_timeout_ms)
     }
 
     /* Both workers ALIVE. */
+    char url[PATH_MAX];
     int alive = 0;
     json_t *w = NULL;
     for (int i = 0; i < 300; i++) {
@@ -505,7 +530,7 @@ char *e2e_spec(const char *name, int max_steps, int nodes, int slots_per_node, i
 
 /* ---- child programs ------------------------------------------------------------------------ */
 
-static char *e2e_slurp(const char *path)
+char *e2e_slurp(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -530,22 +555,9 @@ int e2e_run(char *const argv[], char *const env[], char **out, char **err, long 
     unlink(opath);
     unlink(epath);
     pid_t pid = e2e_spawn(argv, env, epath, opath);
-    int status = -1, rc = -1;
-    bool done = false;
-    for (long waited = 0; pid > 0 && waited <= timeout_ms; waited += 20) {
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            done = true;
-            break;
-        }
-        usleep(20000);
-    }
-    if (pid > 0 && !done) {
-        kill(-pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        fprintf(stderr, "e2e: %s did not finish within %ld ms; killed\n", argv[0], timeout_ms);
-    } else if (done && WIFEXITED(status)) {
-        rc = WEXITSTATUS(status);
-    }
+    int rc = e2e_wait_exit(pid, timeout_ms);
+    if (rc == -1)
+        fprintf(stderr, "e2e: %s did not finish within %ld ms (or was killed)\n", argv[0], timeout_ms);
     if (out)
         *out = e2e_slurp(opath);
     if (err)
@@ -553,6 +565,38 @@ int e2e_run(char *const argv[], char *const env[], char **out, char **err, long 
     unlink(opath);
     unlink(epath);
     return rc;
+}
+
+int e2e_wait_exit(pid_t pid, long timeout_ms)
+{
+    int status = 0;
+    if (pid <= 0)
+        return -1;
+    for (long waited = 0; waited <= timeout_ms; waited += 20) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        usleep(20000);
+    }
+    kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+pid_t e2e_kiln_bg(const char *out_path, const char *err_path, ...)
+{
+    char *argv[32];
+    int n = 0;
+    argv[n++] = e2e_bin("kiln");
+    va_list ap;
+    va_start(ap, err_path);
+    for (char *a; n < 31 && (a = va_arg(ap, char *));)
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    static char env_url[128];
+    snprintf(env_url, sizeof env_url, "KILN_URL=%s", e2e_cl->url);
+    char *env[] = {env_url, NULL};
+    return e2e_spawn(argv, env, err_path, out_path);
 }
 
 int e2e_kiln(char **out, char **err, ...)

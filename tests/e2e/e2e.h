@@ -34,6 +34,9 @@ void e2e_setup(void);
 /* Like e2e_setup, with kilnd told a short heartbeat timeout when it has the flag. */
 void e2e_setup_fast_heartbeat(void);
 void e2e_teardown(void);
+/* (Re)starts kilnd on the cluster's database and ports and waits for /readyz; SIGKILLs it. */
+void e2e_kilnd_start(void);
+void e2e_kilnd_kill(void);
 
 /* Marks the test as passed (call last): teardown then removes the temporary directory. */
 void e2e_pass(void);
@@ -71,6 +74,13 @@ char *e2e_spec(const char *name, int max_steps, int nodes, int slots_per_node, i
 int e2e_run(char *const argv[], char *const env[], char **out, char **err, long timeout_ms);
 /* Runs build/bin/kiln with KILN_URL set to the cluster; args after "kiln", NULL-terminated. */
 int e2e_kiln(char **out, char **err, ...) __attribute__((sentinel));
+/* Starts build/bin/kiln in the background, stdout to out_path and stderr to err_path; returns
+ * its pid. e2e_wait_exit() waits for it (at most timeout_ms, then kills it) and returns its exit
+ * status, or -1. */
+pid_t e2e_kiln_bg(const char *out_path, const char *err_path, ...) __attribute__((sentinel));
+int e2e_wait_exit(pid_t pid, long timeout_ms);
+/* Reads a whole file (caller frees; "" when missing). */
+char *e2e_slurp(const char *path);
 
 /* Index of the agent whose work dir holds the job (-1 when none). */
 int e2e_agent_of_job(const char *job_id);

@@ -185,12 +185,62 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     free(err);
     json_decref(e2e_wait_state(long_id, "STOPPED", 60000));
 
-    spec = e2e_spec("cli-follow", 10, 1, 1, 4);
-    file = write_spec("follow", spec);
-    free(spec);
-    rc = e2e_kiln(&out, &err, "submit", "--follow", file, NULL);
-    cr_assert_eq(rc, 0, "submit --follow: rc %d: %s", rc, err);
+    /* The example job, as a user would submit it from the repository root (its relative data
+     * path is sent as an absolute one): followed to COMPLETED, exit 0. */
+    rc = e2e_kiln(&out, &err, "submit", "--follow", "examples/gpt-tiny.json", NULL);
+    cr_assert_eq(rc, 0, "submit --follow examples/gpt-tiny.json: rc %d: %s", rc, err);
     cr_assert(strstr(out, "[rank 0] "), "%s", out);
+    cr_assert(strstr(err, "COMPLETED"), "%s", err);
+    free(out);
+    free(err);
+    e2e_pass();
+}
+
+/* `kiln logs -f` keeps following through a kilnd crash and restart: it reconnects with the last
+ * sequence number it printed, so no line is lost or shown twice, and it ends with the job. */
+Test(e2e_clients, logs_follow_survives_kilnd_restart, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
+{
+    char *spec = e2e_spec("cli-restart", 1500, 1, 1, 4);
+    json_t *job = e2e_submit(spec);
+    free(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(job, "id")));
+    json_decref(job);
+    char out_path[PATH_MAX], err_path[PATH_MAX];
+    snprintf(out_path, sizeof out_path, "%s/follow.out", e2e_cl->dir);
+    snprintf(err_path, sizeof err_path, "%s/follow.err", e2e_cl->dir);
+    pid_t follower = e2e_kiln_bg(out_path, err_path, "logs", "-f", id, NULL);
+    cr_assert(follower > 0);
+
+    json_decref(e2e_wait_step(id, 20, 120000));
+    e2e_kilnd_kill();
+    usleep(500000);
+    e2e_kilnd_start();
+
+    int rc = e2e_wait_exit(follower, 180000);
+    char *out = e2e_slurp(out_path), *err = e2e_slurp(err_path);
+    cr_assert_eq(rc, 0, "kiln logs -f: rc %d; stderr: %s", rc, err);
+    cr_assert(strstr(err, "reconnecting"), "the follower did not notice the restart: %s", err);
+    cr_assert(strstr(err, "COMPLETED"), "%s", err);
+    json_t *final = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 10000);
+    cr_assert_str_eq(json_string_value(json_object_get(final, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(final, "reason")));
+    json_decref(final);
+
+    /* Exactly the stored lines, in order, once each. */
+    char *hist = NULL, *herr = NULL;
+    cr_assert_eq(e2e_kiln(&hist, &herr, "logs", id, NULL), 0, "%s", herr);
+    cr_assert_gt(count_lines(hist), 1500, "history has %d lines", count_lines(hist));
+    if (strcmp(out, hist) != 0) {
+        size_t k = 0;
+        while (out[k] && out[k] == hist[k])
+            k++;
+        cr_assert_fail("followed output differs from the history at byte %zu (followed %d lines, history %d):"
+                       "\nfollowed: %.200s\nhistory:  %.200s", k, count_lines(out), count_lines(hist), out + k,
+                       hist + k);
+    }
+    free(hist);
+    free(herr);
     free(out);
     free(err);
     e2e_pass();
