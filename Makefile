@@ -158,15 +158,22 @@ $(BUILD)/obj/cmd/kiln_train.o: cmd/kiln_train.c | $(PROTO_H)
 	$(CC) $(ENGINE_CFLAGS) -c $< -o $@
 
 # ---- CUDA -------------------------------------------------------------------------------------
-NVCCFLAGS := -O3 -std=c++17 -arch=sm_90 -gencode arch=compute_90,code=sm_90 \
-	-gencode arch=compute_80,code=sm_80 -Xcompiler -fPIC,-Wall -I. -lineinfo
-$(BUILD)/obj/engine/cuda/%.o: engine/cuda/%.cu $(wildcard engine/cuda/*.h engine/cuda/*.cuh)
+# Machine code for H100/H200 (sm_90) and A100 (sm_80), plus compute_90 PTX for newer GPUs.
+# Override NVCC_GENCODE for a quicker single-architecture build while developing.
+NVCC_GENCODE ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+	-gencode arch=compute_80,code=sm_80
+NVCCFLAGS := -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall,-Wextra -I. -lineinfo
+ifeq ($(WERROR),1)
+NVCCFLAGS += -Werror all-warnings -Xcompiler -Werror
+endif
+$(BUILD)/obj/engine/cuda/%.o: engine/cuda/%.cu $(wildcard engine/cuda/*.h engine/cuda/*.cuh) engine/backend.h base/base.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
+# --no-undefined: the library must not lean on symbols of the executable that loads it.
 $(BUILD)/lib/libkiln_cuda.so: $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
 	@mkdir -p $(dir $@)
-	$(NVCC) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
+	$(NVCC) -shared -o $@ $^ -Xlinker --no-undefined -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
 
 # ---- tests ------------------------------------------------------------------------------------
 # tests/<module>/*.c become one Criterion binary per module: build/tests/test_<module>.
@@ -186,6 +193,7 @@ TEST_LIBS_cli     := $(CLI_LIBS)
 TEST_LIBS_e2e     := $(LIB_BASE)
 TEST_LIBS_comm    := $(TRAIN_LIBS)
 TEST_LIBS_pipe    := $(TRAIN_LIBS)
+TEST_LIBS_cuda    := $(TRAIN_LIBS)
 TEST_LIBS_grpc    := $(KILND_LIBS) $(LIB_WORKER)
 
 define testbin

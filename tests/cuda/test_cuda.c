@@ -1,0 +1,791 @@
+/* test_cuda.c - the CUDA backend (libkiln_cuda.so) against the CPU reference ops, reached only
+ * through eng_backend_get("cuda") / dlopen, so this binary starts where libcudart is absent.
+ * Without a GPU every device test prints "skipped: no CUDA device found (<reason>)" and is
+ * reported as skipped; the loader tests still run.
+ *
+ * Each device test draws fresh random inputs (seed from the clock, printed on failure), poisons
+ * every overwritten output with NaN before the op runs (so an unwritten element fails), and
+ * compares with eng_ref_backend (double accumulation). Tolerances, as relative L2 error
+ * ||gpu - ref|| / ||ref|| unless stated:
+ *  - fp32 storage, GEMMs in exact fp32 mode ("fp32"):            1e-5 (attention 1e-4);
+ *  - fp32 storage, GEMMs on bf16 tensor cores (default "bf16"):  1e-2;
+ *  - bf16 storage ops (extension table), inputs pre-rounded:     1e-2 (flash attention 2e-2);
+ *  - elementwise fp32 (GELU, residual, xent, AdamW):             1e-5 (max-abs where stated);
+ *  - sums of squares (double accumulation):                      1e-9 relative;
+ *  - a whole GPT training step vs the CPU backend: loss relative 1e-5 / 1e-2 and each gradient
+ *    tensor 1e-4 / 3e-2 (fp32 / bf16 GEMM mode), parameters after one AdamW step 1e-5 / 1e-3;
+ *  - deterministic mode: bit-identical results on a second run. */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/backend.h"
+#include "engine/cuda/cuda.h"
+#include "engine/engine.h"
+
+static const eng_backend_t *G;      /* the CUDA backend */
+static const eng_cuda_ext_t *X;     /* its extension table */
+static const eng_backend_t *REF = &eng_ref_backend;
+static eng_rng_t g_rng;
+static uint64_t g_seed;
+
+/* ---- loading and skipping ------------------------------------------------------------------ */
+
+/* The library eng_backend_get() tried, if it is loaded: same search order as backend.c. */
+static void *loaded_lib(void)
+{
+    const char *env = getenv("KILN_CUDA_LIB");
+    void *h = NULL;
+    if (env && *env && (h = dlopen(env, RTLD_NOW | RTLD_NOLOAD))) return h;
+    char exe[PATH_MAX], cand[PATH_MAX + 64];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(cand, sizeof(cand), "%s/libkiln_cuda.so", exe);
+            if ((h = dlopen(cand, RTLD_NOW | RTLD_NOLOAD))) return h;
+            snprintf(cand, sizeof(cand), "%s/../lib/libkiln_cuda.so", exe);
+            if ((h = dlopen(cand, RTLD_NOW | RTLD_NOLOAD))) return h;
+        }
+    }
+    return dlopen("libkiln_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+}
+
+/* Loads the backend or skips the calling test with the reason. */
+static void need_cuda(void)
+{
+    kiln_err_t err;
+    memset(&err, 0, sizeof(err));
+    const eng_backend_t *be = NULL;
+    if (eng_backend_get("cuda", &be, &err) != 0) {
+        char reason[400];
+        snprintf(reason, sizeof(reason), "%s", err.message);
+        void *h = loaded_lib();
+        if (h) {
+            const char *(*why)(void) = (const char *(*)(void))dlsym(h, "eng_cuda_unavailable_reason");
+            if (why && *why()) snprintf(reason, sizeof(reason), "%s", why());
+            dlclose(h);
+        }
+        fprintf(stderr, "skipped: no CUDA device found (%s)\n", reason);
+        cr_skip_test("skipped: no CUDA device found (%s)", reason);
+    }
+    G = be;
+    Dl_info info;
+    cr_assert(dladdr((const void *)G, &info) && info.dli_fname, "cannot locate the backend's library");
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert(h, "backend library %s not loaded", info.dli_fname);
+    X = (const eng_cuda_ext_t *)dlsym(h, "eng_cuda_ext");
+    cr_assert(X && X->abi == ENG_CUDA_EXT_ABI, "libkiln_cuda.so has no matching eng_cuda_ext");
+    X->set_deterministic(1);
+    cr_assert_eq(X->set_matmul_mode("bf16"), 0);
+    g_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    eng_rng_seed(&g_rng, g_seed);
+}
+
+/* Every test ends with the device clean: no sticky error. */
+static void expect_ok(void)
+{
+    kiln_err_t err;
+    memset(&err, 0, sizeof(err));
+    int st = X->status(&err, 1);
+    cr_assert_eq(st, 0, "device error: %s (seed %llu)", err.message, (unsigned long long)g_seed);
+}
+
+/* ---- buffers -------------------------------------------------------------------------------- */
+static void *g_host[256], *g_dev[256];
+static int g_nhost, g_ndev;
+static void *th(void *p) { cr_assert(p && g_nhost < 256); return g_host[g_nhost++] = p; }
+static void *td(void *p) { cr_assert(p && g_ndev < 256, "device allocation failed"); return g_dev[g_ndev++] = p; }
+static void teardown(void)
+{
+    while (g_nhost > 0) free(g_host[--g_nhost]);
+    if (G) while (g_ndev > 0) G->free(g_dev[--g_ndev]);
+}
+
+static float *hrand(size_t n, double scale)
+{
+    float *x = th(malloc(sizeof(float) * (n ? n : 1)));
+    for (size_t i = 0; i < n; i++) x[i] = (float)(scale * eng_rng_normal(&g_rng));
+    return x;
+}
+static float *hcopy(const float *s, size_t n)
+{
+    float *x = th(malloc(sizeof(float) * (n ? n : 1)));
+    memcpy(x, s, n * sizeof(float));
+    return x;
+}
+static float *hnan(size_t n)
+{
+    float *x = th(malloc(sizeof(float) * (n ? n : 1)));
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+static int32_t *htok(size_t n, int V)
+{
+    int32_t *t = th(malloc(sizeof(int32_t) * (n ? n : 1)));
+    for (size_t i = 0; i < n; i++) t[i] = (int32_t)eng_rng_below(&g_rng, (uint64_t)V);
+    return t;
+}
+static void *dup_dev(const void *h, size_t bytes)
+{
+    void *d = td(G->alloc(bytes));
+    G->to_device(d, h, bytes);
+    return d;
+}
+static float *dnan(size_t n) { return dup_dev(hnan(n), n * sizeof(float)); }
+static float *hget(const void *d, size_t n)
+{
+    float *h = th(malloc(sizeof(float) * (n ? n : 1)));
+    G->to_host(h, d, n * sizeof(float));
+    return h;
+}
+
+/* bf16 on the host: round to nearest even, and back. */
+static uint16_t to_bf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float from_bf(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* Rounds x in place to bf16 values and returns the device bf16 copy. */
+static uint16_t *dev_bf(float *x, size_t n)
+{
+    uint16_t *b = th(malloc(2 * (n ? n : 1)));
+    for (size_t i = 0; i < n; i++) { b[i] = to_bf(x[i]); x[i] = from_bf(b[i]); }
+    return dup_dev(b, n * 2);
+}
+static uint16_t *dev_bf_nan(size_t n)
+{
+    uint16_t *b = th(malloc(2 * (n ? n : 1)));
+    for (size_t i = 0; i < n; i++) b[i] = 0x7fc0; /* NaN */
+    return dup_dev(b, n * 2);
+}
+static float *hget_bf(const uint16_t *d, size_t n)
+{
+    uint16_t *b = th(malloc(2 * (n ? n : 1)));
+    G->to_host(b, d, n * 2);
+    float *f = th(malloc(sizeof(float) * (n ? n : 1)));
+    for (size_t i = 0; i < n; i++) f[i] = from_bf(b[i]);
+    return f;
+}
+
+/* ---- comparisons ---------------------------------------------------------------------------- */
+static double rel_l2(const float *got, const float *want, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += (double)want[i] * want[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+#define EXPECT_REL(got, want, n, tol, what)                                                      \
+    do {                                                                                         \
+        double e_ = rel_l2((got), (want), (n));                                                  \
+        cr_assert(e_ <= (tol), "%s: relative L2 error %.3g > %.3g (seed %llu)", (what), e_,      \
+                  (double)(tol), (unsigned long long)g_seed);                                    \
+    } while (0)
+static double max_abs(const float *got, const float *want, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        double d = fabs((double)got[i] - want[i]);
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+TestSuite(cuda, .fini = teardown, .timeout = 120);
+
+/* ---- the loader (runs with or without a GPU) --------------------------------------------------- */
+
+/* The test binary never links libcudart: the runtime's symbols are not in the global scope. */
+Test(cuda, binary_does_not_link_cuda_runtime)
+{
+    cr_assert_null(dlsym(RTLD_DEFAULT, "cudaGetDeviceCount"),
+                   "libcudart is linked into the test binary");
+    const eng_backend_t *be = NULL;
+    kiln_err_t err;
+    eng_backend_get("auto", &be, &err);
+    cr_assert_null(dlsym(RTLD_DEFAULT, "cudaGetDeviceCount"),
+                   "loading the CUDA backend leaked libcudart into the global scope");
+}
+
+/* "auto" falls back to the CPU when no GPU is usable, "cuda" then fails with a reason and a
+ * hint; with a GPU both give the CUDA backend. */
+Test(cuda, device_choice_degrades_cleanly)
+{
+    const eng_backend_t *be_auto = NULL, *be_cuda = NULL;
+    kiln_err_t err;
+    memset(&err, 0, sizeof(err));
+    cr_assert_eq(eng_backend_get("auto", &be_auto, &err), 0);
+    int rc = eng_backend_get("cuda", &be_cuda, &err);
+    if (rc == 0) {
+        cr_assert_str_eq(be_cuda->name, "cuda");
+        cr_assert_eq(be_auto, be_cuda, "auto must pick the GPU when one is usable");
+        /* Every op of the table is implemented. */
+        void *const *slot = (void *const *)&be_cuda->alloc;
+        size_t nptr = (sizeof(eng_backend_t) - offsetof(eng_backend_t, alloc)) / sizeof(void *);
+        for (size_t i = 0; i < nptr; i++) cr_assert_not_null(slot[i], "table slot %zu is NULL", i);
+    } else {
+        cr_assert_eq(rc, KILN_EUNAVAIL);
+        cr_assert_str_eq(be_auto->name, "cpu");
+        cr_assert(strlen(err.message) > 0 && strstr(err.message, "cuda"), "message: %s", err.message);
+        cr_assert(strlen(err.hint) > 0, "no hint");
+        void *h = loaded_lib();
+        if (h) { /* the library was found: it must explain itself */
+            const char *(*why)(void) = (const char *(*)(void))dlsym(h, "eng_cuda_unavailable_reason");
+            cr_assert_not_null(why);
+            cr_assert(strlen(why()) > 0);
+            cr_assert_not_null(dlsym(h, "eng_cuda_backend"));
+            cr_assert_not_null(dlsym(h, "eng_cuda_ext"));
+            fprintf(stderr, "cuda backend library loads; no device: %s\n", why());
+            dlclose(h);
+        }
+    }
+}
+
+/* ---- GEMMs ------------------------------------------------------------------------------------- */
+
+static void check_matmul(const char *mode, double tol)
+{
+    cr_assert_eq(X->set_matmul_mode(mode), 0);
+    int N = 96 + (int)eng_rng_below(&g_rng, 64), C = 128 + 8 * (int)eng_rng_below(&g_rng, 8),
+        OC = 160 + 8 * (int)eng_rng_below(&g_rng, 8);
+    float *inp = hrand((size_t)N * C, 1.0), *w = hrand((size_t)OC * C, 0.1),
+          *bias = hrand(OC, 0.5), *dout = hrand((size_t)N * OC, 1.0);
+    float *dw0 = hrand((size_t)OC * C, 0.1), *db0 = hrand(OC, 0.1);
+    float *d_inp = dup_dev(inp, (size_t)N * C * 4), *d_w = dup_dev(w, (size_t)OC * C * 4);
+    float *d_bias = dup_dev(bias, OC * 4), *d_dout = dup_dev(dout, (size_t)N * OC * 4);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        float *d_out = dnan((size_t)N * OC);
+        G->matmul_forward(d_out, d_inp, d_w, with_bias ? d_bias : NULL, N, C, OC);
+        float *ref = hnan((size_t)N * OC);
+        REF->matmul_forward(ref, inp, w, with_bias ? bias : NULL, N, C, OC);
+        EXPECT_REL(hget(d_out, (size_t)N * OC), ref, (size_t)N * OC, tol, "matmul_forward");
+    }
+    float *d_dinp = dnan((size_t)N * C), *d_dw = dup_dev(dw0, (size_t)OC * C * 4),
+          *d_db = dup_dev(db0, OC * 4);
+    G->matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+    float *dinp = hnan((size_t)N * C), *dw = hcopy(dw0, (size_t)OC * C), *db = hcopy(db0, OC);
+    REF->matmul_backward(dinp, dw, db, dout, inp, w, N, C, OC);
+    EXPECT_REL(hget(d_dinp, (size_t)N * C), dinp, (size_t)N * C, tol, "matmul_backward dinp");
+    EXPECT_REL(hget(d_dw, (size_t)OC * C), dw, (size_t)OC * C, tol, "matmul_backward dw");
+    /* the bias gradient is a plain fp32 column sum in every mode */
+    EXPECT_REL(hget(d_db, OC), db, OC, 1e-5, "matmul_backward dbias");
+    /* fused GELU epilogue (extension) */
+    float *d_out = dnan((size_t)N * OC), *d_pre = dnan((size_t)N * OC);
+    X->matmul_forward_gelu(d_out, d_pre, d_inp, d_w, d_bias, N, C, OC);
+    float *pre = hnan((size_t)N * OC), *out = hnan((size_t)N * OC);
+    REF->matmul_forward(pre, inp, w, bias, N, C, OC);
+    REF->gelu_forward(out, pre, (size_t)N * OC);
+    EXPECT_REL(hget(d_pre, (size_t)N * OC), pre, (size_t)N * OC, tol, "matmul_forward_gelu pre");
+    EXPECT_REL(hget(d_out, (size_t)N * OC), out, (size_t)N * OC, tol, "matmul_forward_gelu out");
+    expect_ok();
+}
+
+Test(cuda, matmul_fp32_mode) { need_cuda(); check_matmul("fp32", 1e-5); }
+Test(cuda, matmul_tf32_mode) { need_cuda(); check_matmul("tf32", 5e-3); }
+Test(cuda, matmul_bf16_mode) { need_cuda(); check_matmul("bf16", 1e-2); }
+
+/* ---- LayerNorm, encoder, elementwise --------------------------------------------------------------- */
+
+Test(cuda, layernorm)
+{
+    need_cuda();
+    int N = 200 + (int)eng_rng_below(&g_rng, 100), C = 96 + (int)eng_rng_below(&g_rng, 200);
+    float *inp = hrand((size_t)N * C, 2.0), *w = hrand(C, 1.0), *b = hrand(C, 1.0);
+    for (size_t i = 0; i < (size_t)N * C; i++) inp[i] += 3.0f; /* a mean far from 0 */
+    float *dout = hrand((size_t)N * C, 1.0), *dinp0 = hrand((size_t)N * C, 1.0),
+          *dw0 = hrand(C, 1.0), *db0 = hrand(C, 1.0);
+    float *d_inp = dup_dev(inp, (size_t)N * C * 4), *d_w = dup_dev(w, C * 4), *d_b = dup_dev(b, C * 4);
+    float *d_out = dnan((size_t)N * C), *d_mean = dnan(N), *d_rstd = dnan(N);
+    G->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+    float *out = hnan((size_t)N * C), *mean = hnan(N), *rstd = hnan(N);
+    REF->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    EXPECT_REL(hget(d_out, (size_t)N * C), out, (size_t)N * C, 1e-5, "layernorm_forward out");
+    EXPECT_REL(hget(d_mean, N), mean, N, 1e-6, "layernorm_forward mean");
+    EXPECT_REL(hget(d_rstd, N), rstd, N, 1e-5, "layernorm_forward rstd");
+    float *d_dout = dup_dev(dout, (size_t)N * C * 4), *d_dinp = dup_dev(dinp0, (size_t)N * C * 4);
+    float *d_dw = dup_dev(dw0, C * 4), *d_db = dup_dev(db0, C * 4);
+    G->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    float *dinp = hcopy(dinp0, (size_t)N * C), *dw = hcopy(dw0, C), *db = hcopy(db0, C);
+    REF->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    EXPECT_REL(hget(d_dinp, (size_t)N * C), dinp, (size_t)N * C, 1e-5, "layernorm_backward dinp");
+    EXPECT_REL(hget(d_dw, C), dw, C, 1e-5, "layernorm_backward dw");
+    EXPECT_REL(hget(d_db, C), db, C, 1e-5, "layernorm_backward db");
+    expect_ok();
+}
+
+static void check_encoder(int deterministic)
+{
+    X->set_deterministic(deterministic);
+    int B = 3, T = 40 + (int)eng_rng_below(&g_rng, 30), C = 64 + (int)eng_rng_below(&g_rng, 100),
+        V = 50; /* few tokens: many repeats, the hard case for the scatter */
+    int32_t *inp = htok((size_t)B * T, V);
+    float *wte = hrand((size_t)V * C, 1.0), *wpe = hrand((size_t)T * C, 1.0);
+    float *dout = hrand((size_t)B * T * C, 1.0), *dwte0 = hrand((size_t)V * C, 1.0),
+          *dwpe0 = hrand((size_t)T * C, 1.0);
+    int32_t *d_inp = dup_dev(inp, (size_t)B * T * 4);
+    float *d_wte = dup_dev(wte, (size_t)V * C * 4), *d_wpe = dup_dev(wpe, (size_t)T * C * 4);
+    float *d_out = dnan((size_t)B * T * C);
+    G->encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C);
+    float *out = hnan((size_t)B * T * C);
+    REF->encoder_forward(out, inp, wte, wpe, B, T, C);
+    cr_assert_eq(max_abs(hget(d_out, (size_t)B * T * C), out, (size_t)B * T * C), 0.0,
+                 "encoder_forward is a float add: exact");
+    float *d_dout = dup_dev(dout, (size_t)B * T * C * 4);
+    float *d_dwte = dup_dev(dwte0, (size_t)V * C * 4), *d_dwpe = dup_dev(dwpe0, (size_t)T * C * 4);
+    G->encoder_backward(d_dwte, d_dwpe, d_dout, d_inp, B, T, C);
+    float *dwte = hcopy(dwte0, (size_t)V * C), *dwpe = hcopy(dwpe0, (size_t)T * C);
+    REF->encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    EXPECT_REL(hget(d_dwte, (size_t)V * C), dwte, (size_t)V * C, 1e-6, "encoder_backward dwte");
+    EXPECT_REL(hget(d_dwpe, (size_t)T * C), dwpe, (size_t)T * C, 1e-6, "encoder_backward dwpe");
+    expect_ok();
+}
+Test(cuda, encoder_deterministic) { need_cuda(); check_encoder(1); }
+Test(cuda, encoder_atomic) { need_cuda(); check_encoder(0); }
+
+Test(cuda, elementwise)
+{
+    need_cuda();
+    size_t n = 10000 + eng_rng_below(&g_rng, 5000);
+    float *a = hrand(n, 3.0), *b = hrand(n, 1.0), *d = hrand(n, 1.0);
+    float *d_a = dup_dev(a, n * 4), *d_b = dup_dev(b, n * 4), *d_d = dup_dev(d, n * 4);
+    float *ref = hnan(n), *d_o = dnan(n);
+    G->gelu_forward(d_o, d_a, n);
+    REF->gelu_forward(ref, a, n);
+    cr_assert(max_abs(hget(d_o, n), ref, n) <= 1e-5, "gelu_forward (seed %llu)", (unsigned long long)g_seed);
+    d_o = dnan(n);
+    G->gelu_backward(d_o, d_a, d_d, n);
+    REF->gelu_backward(ref, a, d, n);
+    cr_assert(max_abs(hget(d_o, n), ref, n) <= 1e-5, "gelu_backward");
+    d_o = dnan(n);
+    G->relu_forward(d_o, d_a, n);
+    REF->relu_forward(ref, a, n);
+    cr_assert_eq(max_abs(hget(d_o, n), ref, n), 0.0, "relu_forward");
+    d_o = dnan(n);
+    G->relu_backward(d_o, d_a, d_d, n);
+    REF->relu_backward(ref, a, d, n);
+    cr_assert_eq(max_abs(hget(d_o, n), ref, n), 0.0, "relu_backward");
+    d_o = dnan(n);
+    G->residual_forward(d_o, d_a, d_b, n);
+    REF->residual_forward(ref, a, b, n);
+    cr_assert_eq(max_abs(hget(d_o, n), ref, n), 0.0, "residual_forward");
+    G->residual_forward(d_a, d_a, d_b, n); /* out aliasing a */
+    cr_assert_eq(max_abs(hget(d_a, n), ref, n), 0.0, "residual_forward in place");
+    G->scale(d_b, 0.25f, n);
+    float *bs = hcopy(b, n);
+    REF->scale(bs, 0.25f, n);
+    cr_assert_eq(max_abs(hget(d_b, n), bs, n), 0.0, "scale");
+    double s = G->sumsq(d_d, n), want = REF->sumsq(d, n);
+    cr_assert(fabs(s - want) <= 1e-9 * want, "sumsq %.17g vs %.17g", s, want);
+    expect_ok();
+}
+
+/* ---- attention -------------------------------------------------------------------------------------- */
+
+static void ref_attention(float **out, float **att, float **dqkv, const float *qkv,
+                          const float *dout, int B, int T, int C, int NH)
+{
+    *out = hnan((size_t)B * T * C);
+    *att = hnan((size_t)B * NH * T * T);
+    *dqkv = hnan((size_t)B * T * 3 * C);
+    float *scratch = hnan((size_t)B * NH * T * T);
+    REF->attention_forward(*out, *att, qkv, B, T, C, NH);
+    REF->attention_backward(*dqkv, scratch, dout, qkv, *att, B, T, C, NH);
+}
+
+static void check_attention_unfused(const char *mode, double tol)
+{
+    cr_assert_eq(X->set_matmul_mode(mode), 0);
+    int B = 2, NH = 4, hs = 16 + 8 * (int)eng_rng_below(&g_rng, 3), C = NH * hs,
+        T = 33 + (int)eng_rng_below(&g_rng, 40);
+    float *qkv = hrand((size_t)B * T * 3 * C, 1.0), *dout = hrand((size_t)B * T * C, 1.0);
+    float *out, *att, *dqkv;
+    ref_attention(&out, &att, &dqkv, qkv, dout, B, T, C, NH);
+    float *d_qkv = dup_dev(qkv, (size_t)B * T * 3 * C * 4), *d_dout = dup_dev(dout, (size_t)B * T * C * 4);
+    float *d_out = dnan((size_t)B * T * C), *d_att = dnan((size_t)B * NH * T * T);
+    G->attention_forward(d_out, d_att, d_qkv, B, T, C, NH);
+    EXPECT_REL(hget(d_out, (size_t)B * T * C), out, (size_t)B * T * C, tol, "attention_forward out");
+    EXPECT_REL(hget(d_att, (size_t)B * NH * T * T), att, (size_t)B * NH * T * T, tol, "attention_forward att");
+    float *d_dqkv = dnan((size_t)B * T * 3 * C), *d_scr = dnan((size_t)B * NH * T * T);
+    G->attention_backward(d_dqkv, d_scr, d_dout, d_qkv, d_att, B, T, C, NH);
+    EXPECT_REL(hget(d_dqkv, (size_t)B * T * 3 * C), dqkv, (size_t)B * T * 3 * C, tol, "attention_backward");
+    expect_ok();
+}
+Test(cuda, attention_unfused_fp32) { need_cuda(); check_attention_unfused("fp32", 1e-4); }
+Test(cuda, attention_unfused_bf16) { need_cuda(); check_attention_unfused("bf16", 1e-2); }
+
+Test(cuda, attention_flash)
+{
+    need_cuda();
+    const int sizes[3] = {32, 64, 128};
+    for (int s = 0; s < 3; s++) {
+        int B = 2, NH = 3, hs = sizes[s], C = NH * hs, T = 70 + (int)eng_rng_below(&g_rng, 60);
+        float *qkv = hrand((size_t)B * T * 3 * C, 1.0), *dout = hrand((size_t)B * T * C, 1.0);
+        float *out, *att, *dqkv;
+        ref_attention(&out, &att, &dqkv, qkv, dout, B, T, C, NH);
+        /* fp32 storage: CUDA-core fp32 math, so tight */
+        float *d_qkv = dup_dev(qkv, (size_t)B * T * 3 * C * 4), *d_dout = dup_dev(dout, (size_t)B * T * C * 4);
+        float *d_out = dnan((size_t)B * T * C), *d_lse = dnan((size_t)B * NH * T);
+        X->attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH);
+        EXPECT_REL(hget(d_out, (size_t)B * T * C), out, (size_t)B * T * C, 1e-5, "flash forward");
+        float *d_dqkv = dnan((size_t)B * T * 3 * C), *d_scr = dnan((size_t)B * NH * T);
+        X->attention_backward_flash(d_dqkv, d_scr, d_dout, d_out, d_lse, d_qkv, B, T, C, NH);
+        EXPECT_REL(hget(d_dqkv, (size_t)B * T * 3 * C), dqkv, (size_t)B * T * 3 * C, 1e-4, "flash backward");
+        /* bf16 storage: inputs rounded first, the reference sees the rounded values */
+        uint16_t *b_qkv = dev_bf(qkv, (size_t)B * T * 3 * C), *b_dout = dev_bf(dout, (size_t)B * T * C);
+        ref_attention(&out, &att, &dqkv, qkv, dout, B, T, C, NH);
+        uint16_t *b_out = dev_bf_nan((size_t)B * T * C), *b_dqkv = dev_bf_nan((size_t)B * T * 3 * C);
+        X->attention_forward_flash_bf16(b_out, d_lse, b_qkv, B, T, C, NH);
+        EXPECT_REL(hget_bf(b_out, (size_t)B * T * C), out, (size_t)B * T * C, 1e-2, "flash forward bf16");
+        X->attention_backward_flash_bf16(b_dqkv, d_scr, b_dout, b_out, d_lse, b_qkv, B, T, C, NH);
+        EXPECT_REL(hget_bf(b_dqkv, (size_t)B * T * 3 * C), dqkv, (size_t)B * T * 3 * C, 2e-2,
+                   "flash backward bf16");
+    }
+    expect_ok();
+}
+
+/* An unsupported head size is an error reported through status(), not a crash or silence. */
+Test(cuda, flash_rejects_unsupported_head_size)
+{
+    need_cuda();
+    int B = 1, T = 8, NH = 2, C = 2 * 48;
+    float *d_qkv = dup_dev(hrand((size_t)B * T * 3 * C, 1.0), (size_t)B * T * 3 * C * 4);
+    float *d_out = dnan((size_t)B * T * C), *d_lse = dnan((size_t)B * NH * T);
+    X->attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH);
+    kiln_err_t err;
+    memset(&err, 0, sizeof(err));
+    cr_assert_eq(X->status(&err, 1), KILN_EUNSUPP);
+    cr_assert(strstr(err.message, "head size"), "message: %s", err.message);
+    cr_assert_eq(X->status(NULL, 0), 0, "status must be cleared");
+}
+
+/* ---- cross-entropy ----------------------------------------------------------------------------------- */
+
+Test(cuda, cross_entropy)
+{
+    need_cuda();
+    int N = 50 + (int)eng_rng_below(&g_rng, 50), V = 1000 + (int)eng_rng_below(&g_rng, 500),
+        Vp = V + 64;
+    float *logits = hrand((size_t)N * Vp, 3.0);
+    int32_t *tgt = htok(N, V);
+    float dloss = 1.0f / N;
+    float *probs = hnan((size_t)N * Vp), *losses = hnan(N), *dl = hnan((size_t)N * Vp);
+    REF->xent_forward(probs, losses, logits, tgt, N, V, Vp);
+    REF->xent_backward(dl, probs, tgt, dloss, N, V, Vp);
+    float *d_logits = dup_dev(logits, (size_t)N * Vp * 4);
+    int32_t *d_tgt = dup_dev(tgt, N * 4);
+    float *d_probs = dnan((size_t)N * Vp), *d_losses = dnan(N);
+    G->xent_forward(d_probs, d_losses, d_logits, d_tgt, N, V, Vp);
+    EXPECT_REL(hget(d_probs, (size_t)N * Vp), probs, (size_t)N * Vp, 1e-5, "xent_forward probs");
+    EXPECT_REL(hget(d_losses, N), losses, N, 1e-5, "xent_forward losses");
+    float *d_dl = dnan((size_t)N * Vp);
+    G->xent_backward(d_dl, d_probs, d_tgt, dloss, N, V, Vp);
+    EXPECT_REL(hget(d_dl, (size_t)N * Vp), dl, (size_t)N * Vp, 1e-5, "xent_backward");
+    /* in place over the logits, as the model uses it */
+    G->xent_forward(d_logits, d_losses, d_logits, d_tgt, N, V, Vp);
+    G->xent_backward(d_logits, d_logits, d_tgt, dloss, N, V, Vp);
+    EXPECT_REL(hget(d_logits, (size_t)N * Vp), dl, (size_t)N * Vp, 1e-5, "xent in place");
+    /* fused forward+backward, in place */
+    d_logits = dup_dev(logits, (size_t)N * Vp * 4);
+    d_losses = dnan(N);
+    X->xent_fused(d_logits, d_losses, d_logits, d_tgt, dloss, N, V, Vp);
+    EXPECT_REL(hget(d_logits, (size_t)N * Vp), dl, (size_t)N * Vp, 1e-5, "xent_fused dlogits");
+    EXPECT_REL(hget(d_losses, N), losses, N, 1e-5, "xent_fused losses");
+    /* fused, bf16 logits */
+    float *lb = hcopy(logits, (size_t)N * Vp);
+    uint16_t *b_logits = dev_bf(lb, (size_t)N * Vp);
+    REF->xent_forward(probs, losses, lb, tgt, N, V, Vp);
+    REF->xent_backward(dl, probs, tgt, dloss, N, V, Vp);
+    uint16_t *b_dl = dev_bf_nan((size_t)N * Vp);
+    d_losses = dnan(N);
+    X->xent_fused_bf16(b_dl, d_losses, b_logits, d_tgt, dloss, N, V, Vp);
+    EXPECT_REL(hget_bf(b_dl, (size_t)N * Vp), dl, (size_t)N * Vp, 1e-2, "xent_fused_bf16 dlogits");
+    EXPECT_REL(hget(d_losses, N), losses, N, 1e-5, "xent_fused_bf16 losses");
+    expect_ok();
+}
+
+/* ---- optimizer ---------------------------------------------------------------------------------------- */
+
+Test(cuda, adamw_and_clipping_on_device)
+{
+    need_cuda();
+    size_t n = 5000 + eng_rng_below(&g_rng, 5000);
+    float *p = hrand(n, 1.0), *g = hrand(n, 1.0), *m = hrand(n, 0.1), *v = hrand(n, 0.1);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, clip = 1.0f;
+    int64_t t = 1 + (int64_t)eng_rng_below(&g_rng, 100);
+    /* reference: norm on the host, scale, AdamW */
+    double ss = REF->sumsq(g, n), norm = sqrt(ss);
+    float scale = norm > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
+    float *rp = hcopy(p, n), *rm = hcopy(m, n), *rv = hcopy(v, n);
+    REF->adamw_update(rp, g, rm, rv, n, lr, b1, b2, eps, wd, scale, t);
+    /* table op with the host scale */
+    float *d_p = dup_dev(p, n * 4), *d_g = dup_dev(g, n * 4), *d_m = dup_dev(m, n * 4),
+          *d_v = dup_dev(v, n * 4);
+    G->adamw_update(d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, scale, t);
+    cr_assert(max_abs(hget(d_p, n), rp, n) <= 1e-6, "adamw param");
+    cr_assert(max_abs(hget(d_m, n), rm, n) <= 1e-7, "adamw m");
+    cr_assert(max_abs(hget(d_v, n), rv, n) <= 1e-7, "adamw v");
+    /* on device: norm over two halves accumulated, clip scale, AdamW with bf16 copy */
+    double zero = 0.0;
+    double *d_ss = dup_dev(&zero, sizeof(double));
+    float *d_scale = dnan(1), *d_norm = dnan(1);
+    X->sumsq_acc(d_ss, d_g, n / 2);
+    X->sumsq_acc(d_ss, d_g + n / 2, n - n / 2);
+    X->clip_scale(d_scale, d_norm, d_ss, clip);
+    double ss_dev;
+    G->to_host(&ss_dev, d_ss, sizeof(double));
+    cr_assert(fabs(ss_dev - ss) <= 1e-9 * ss, "sumsq_acc %.17g vs %.17g", ss_dev, ss);
+    float *hn = hget(d_norm, 1), *hs = hget(d_scale, 1);
+    cr_assert(fabs(hn[0] - norm) <= 1e-6 * norm && fabsf(hs[0] - scale) <= 1e-6f * scale,
+              "norm %g scale %g vs %g %g", hn[0], hs[0], norm, scale);
+    d_p = dup_dev(p, n * 4); d_m = dup_dev(m, n * 4); d_v = dup_dev(v, n * 4);
+    uint16_t *d_pb = dev_bf_nan(n);
+    X->adamw_update_dev(d_p, d_pb, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, d_scale, t);
+    float *gp = hget(d_p, n);
+    cr_assert(max_abs(gp, rp, n) <= 1e-6, "adamw_update_dev param");
+    float *pb = hget_bf(d_pb, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(pb[i], from_bf(to_bf(gp[i])), "bf16 working copy [%zu]", i);
+    expect_ok();
+}
+
+/* ---- bf16 activation ops --------------------------------------------------------------------------------- */
+
+Test(cuda, bf16_ops)
+{
+    need_cuda();
+    int B = 2, T = 37, C = 96, N = B * T, OC = 160, V = 70;
+    /* layernorm */
+    float *inp = hrand((size_t)N * C, 1.0), *w = hrand(C, 1.0), *b = hrand(C, 1.0);
+    uint16_t *bi = dev_bf(inp, (size_t)N * C), *bw = dev_bf(w, C), *bb = dev_bf(b, C);
+    float *out = hnan((size_t)N * C), *mean = hnan(N), *rstd = hnan(N);
+    REF->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    uint16_t *bo = dev_bf_nan((size_t)N * C);
+    float *d_mean = dnan(N), *d_rstd = dnan(N);
+    X->layernorm_forward_bf16(bo, d_mean, d_rstd, bi, bw, bb, N, C);
+    EXPECT_REL(hget_bf(bo, (size_t)N * C), out, (size_t)N * C, 1e-2, "layernorm_forward_bf16");
+    EXPECT_REL(hget(d_rstd, N), rstd, N, 1e-5, "layernorm_forward_bf16 rstd (fp32)");
+    float *dout = hrand((size_t)N * C, 1.0);
+    uint16_t *bd = dev_bf(dout, (size_t)N * C);
+    float *dinp = hrand((size_t)N * C, 0.0), *dw = hrand(C, 0.0), *db = hrand(C, 0.0);
+    uint16_t *bdi = dev_bf(dinp, (size_t)N * C);
+    float *d_dw = dup_dev(dw, C * 4), *d_db = dup_dev(db, C * 4);
+    REF->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    X->layernorm_backward_bf16(bdi, d_dw, d_db, bd, bi, bw, d_mean, d_rstd, N, C);
+    EXPECT_REL(hget_bf(bdi, (size_t)N * C), dinp, (size_t)N * C, 1e-2, "layernorm_backward_bf16 dinp");
+    EXPECT_REL(hget(d_dw, C), dw, C, 1e-4, "layernorm_backward_bf16 dw (fp32)");
+    EXPECT_REL(hget(d_db, C), db, C, 1e-5, "layernorm_backward_bf16 db (fp32)");
+    /* matmul with GELU epilogue, and backward with fp32 parameter gradients */
+    float *mw = hrand((size_t)OC * C, 0.1), *mb = hrand(OC, 0.5);
+    uint16_t *bmw = dev_bf(mw, (size_t)OC * C), *bmb = dev_bf(mb, OC);
+    float *pre = hnan((size_t)N * OC), *act = hnan((size_t)N * OC);
+    REF->matmul_forward(pre, inp, mw, mb, N, C, OC);
+    REF->gelu_forward(act, pre, (size_t)N * OC);
+    uint16_t *bact = dev_bf_nan((size_t)N * OC), *bpre = dev_bf_nan((size_t)N * OC);
+    X->matmul_forward_bf16(bact, bpre, bi, bmw, bmb, 1, N, C, OC);
+    EXPECT_REL(hget_bf(bpre, (size_t)N * OC), pre, (size_t)N * OC, 1e-2, "matmul_forward_bf16 pre");
+    EXPECT_REL(hget_bf(bact, (size_t)N * OC), act, (size_t)N * OC, 1e-2, "matmul_forward_bf16 gelu");
+    float *mdout = hrand((size_t)N * OC, 1.0);
+    uint16_t *bmd = dev_bf(mdout, (size_t)N * OC);
+    float *mdinp = hnan((size_t)N * C), *mdw = hrand((size_t)OC * C, 0.1), *mdb = hrand(OC, 0.1);
+    float *d_mdw = dup_dev(mdw, (size_t)OC * C * 4), *d_mdb = dup_dev(mdb, OC * 4);
+    REF->matmul_backward(mdinp, mdw, mdb, mdout, inp, mw, N, C, OC);
+    uint16_t *bmdi = dev_bf_nan((size_t)N * C);
+    X->matmul_backward_bf16(bmdi, d_mdw, d_mdb, bmd, bi, bmw, N, C, OC);
+    EXPECT_REL(hget_bf(bmdi, (size_t)N * C), mdinp, (size_t)N * C, 1e-2, "matmul_backward_bf16 dinp");
+    EXPECT_REL(hget(d_mdw, (size_t)OC * C), mdw, (size_t)OC * C, 1e-4, "matmul_backward_bf16 dw (exact products)");
+    EXPECT_REL(hget(d_mdb, OC), mdb, OC, 1e-5, "matmul_backward_bf16 dbias");
+    /* gelu backward, residual */
+    float *gd = hnan((size_t)N * OC);
+    REF->gelu_backward(gd, pre, mdout, (size_t)N * OC);
+    float *prer = hcopy(pre, (size_t)N * OC);
+    uint16_t *bprer = dev_bf(prer, (size_t)N * OC), *bgd = dev_bf_nan((size_t)N * OC);
+    REF->gelu_backward(gd, prer, mdout, (size_t)N * OC);
+    X->gelu_backward_bf16(bgd, bprer, bmd, (size_t)N * OC);
+    EXPECT_REL(hget_bf(bgd, (size_t)N * OC), gd, (size_t)N * OC, 1e-2, "gelu_backward_bf16");
+    float *res = hnan((size_t)N * C);
+    REF->residual_forward(res, inp, dout, (size_t)N * C);
+    uint16_t *bres = dev_bf_nan((size_t)N * C);
+    X->residual_forward_bf16(bres, bi, bd, (size_t)N * C);
+    EXPECT_REL(hget_bf(bres, (size_t)N * C), res, (size_t)N * C, 1e-2, "residual_forward_bf16");
+    /* encoder */
+    int32_t *tok = htok((size_t)N, V);
+    int32_t *d_tok = dup_dev(tok, (size_t)N * 4);
+    float *wte = hrand((size_t)V * C, 1.0), *wpe = hrand((size_t)T * C, 1.0);
+    uint16_t *bwte = dev_bf(wte, (size_t)V * C), *bwpe = dev_bf(wpe, (size_t)T * C);
+    float *enc = hnan((size_t)N * C);
+    REF->encoder_forward(enc, tok, wte, wpe, B, T, C);
+    uint16_t *benc = dev_bf_nan((size_t)N * C);
+    X->encoder_forward_bf16(benc, d_tok, bwte, bwpe, B, T, C);
+    EXPECT_REL(hget_bf(benc, (size_t)N * C), enc, (size_t)N * C, 1e-2, "encoder_forward_bf16");
+    float *dwte = hrand((size_t)V * C, 0.0), *dwpe = hrand((size_t)T * C, 0.0);
+    float *d_dwte = dup_dev(dwte, (size_t)V * C * 4), *d_dwpe = dup_dev(dwpe, (size_t)T * C * 4);
+    REF->encoder_backward(dwte, dwpe, dout, tok, B, T, C);
+    X->encoder_backward_bf16(d_dwte, d_dwpe, bd, d_tok, B, T, C);
+    EXPECT_REL(hget(d_dwte, (size_t)V * C), dwte, (size_t)V * C, 1e-6, "encoder_backward_bf16 dwte");
+    EXPECT_REL(hget(d_dwpe, (size_t)T * C), dwpe, (size_t)T * C, 1e-6, "encoder_backward_bf16 dwpe");
+    /* conversions round to nearest even, exactly as the host does */
+    float *x = hrand(1000, 10.0);
+    float *d_x = dup_dev(x, 4000);
+    uint16_t *d_xb = dev_bf_nan(1000);
+    X->f32_to_bf16(d_xb, d_x, 1000);
+    float *xb = hget_bf(d_xb, 1000);
+    for (int i = 0; i < 1000; i++) cr_assert_eq(xb[i], from_bf(to_bf(x[i])), "f32_to_bf16 [%d]", i);
+    float *d_back = dnan(1000);
+    X->bf16_to_f32(d_back, d_xb, 1000);
+    cr_assert_eq(max_abs(hget(d_back, 1000), xb, 1000), 0.0, "bf16_to_f32");
+    expect_ok();
+}
+
+/* ---- a whole training step ------------------------------------------------------------------------------- */
+
+typedef struct step_out {
+    float loss;
+    float *grads, *params; /* host copies (n) */
+    size_t n;
+} step_out_t;
+
+/* Forward, backward and one AdamW step of a small GPT on backend be, from weights seeded by
+ * `seed` and the given batch. */
+static step_out_t gpt_step(const eng_backend_t *be, uint64_t seed, const int32_t *tok,
+                           const int32_t *tgt, int B, int T)
+{
+    eng_gpt_config_t cfg = {.max_seq_len = T, .vocab_size = 100, .padded_vocab_size = 128,
+                            .n_layer = 2, .n_head = 4, .n_embd = 64};
+    eng_gpt_t *m = NULL;
+    eng_gpt_acts_t *a = NULL;
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_create(&cfg, be, B, &m, &err), 0, "%s", err.message);
+    eng_gpt_init_weights(m, seed);
+    cr_assert_eq(eng_gpt_acts_create(m, B, T, &a, &err), 0, "%s", err.message);
+    eng_gpt_acts_set_batch(m, a, tok, tgt);
+    step_out_t r;
+    r.n = m->p.n;
+    r.loss = eng_gpt_forward(m, a, true);
+    eng_gpt_backward(m, a, 1.0f / (B * T), NULL, NULL);
+    r.grads = th(malloc(r.n * 4));
+    be->to_host(r.grads, m->p.grads, r.n * 4);
+    float *mom = be->alloc(r.n * 4), *var = be->alloc(r.n * 4);
+    cr_assert(mom && var);
+    double norm = sqrt(be->sumsq(m->p.grads, r.n));
+    float scale = norm > 1.0 ? (float)(1.0 / norm) : 1.0f;
+    be->adamw_update(m->p.params, m->p.grads, mom, var, r.n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                     scale, 1);
+    r.params = th(malloc(r.n * 4));
+    be->to_host(r.params, m->p.params, r.n * 4);
+    be->free(mom);
+    be->free(var);
+    eng_gpt_acts_destroy(m, a);
+    eng_gpt_destroy(m);
+    return r;
+}
+
+static void check_gpt_step(const char *mode, double loss_tol, double grad_tol, double param_tol)
+{
+    cr_assert_eq(X->set_matmul_mode(mode), 0);
+    int B = 4, T = 64;
+    int32_t *tok = htok((size_t)B * T, 100), *tgt = htok((size_t)B * T, 100);
+    uint64_t seed = eng_rng_next(&g_rng);
+    eng_cpu_set_threads(2);
+    step_out_t c = gpt_step(&eng_cpu_backend, seed, tok, tgt, B, T);
+    step_out_t g = gpt_step(G, seed, tok, tgt, B, T);
+    cr_assert_eq(c.n, g.n);
+    cr_assert(fabsf(g.loss - c.loss) <= loss_tol * fabsf(c.loss), "%s: loss %.7f vs cpu %.7f",
+              mode, g.loss, c.loss);
+    /* per tensor, in the model's layout */
+    eng_gpt_config_t cfg = {T, 100, 128, 2, 4, 64};
+    eng_gpt_t *m = NULL;
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_create(&cfg, &eng_cpu_backend, 1, &m, &err), 0);
+    for (int t = 0; t < m->p.n_tensors; t++) {
+        const eng_tensor_t *tt = &m->p.tensors[t];
+        char what[96];
+        snprintf(what, sizeof(what), "%s: gradient of %s", mode, tt->name);
+        EXPECT_REL(g.grads + tt->off, c.grads + tt->off, tt->n, grad_tol, what);
+    }
+    eng_gpt_destroy(m);
+    EXPECT_REL(g.params, c.params, c.n, param_tol, "parameters after one AdamW step");
+    expect_ok();
+}
+Test(cuda, gpt_step_fp32_matches_cpu, .timeout = 300) { need_cuda(); check_gpt_step("fp32", 1e-5, 1e-4, 1e-5); }
+Test(cuda, gpt_step_bf16_matches_cpu, .timeout = 300) { need_cuda(); check_gpt_step("bf16", 1e-2, 3e-2, 1e-3); }
+
+/* Deterministic mode: the same step twice gives the same bits (loss, gradients, parameters). */
+Test(cuda, deterministic_twice, .timeout = 300)
+{
+    need_cuda();
+    X->set_deterministic(1);
+    int B = 4, T = 64;
+    int32_t *tok = htok((size_t)B * T, 100), *tgt = htok((size_t)B * T, 100);
+    uint64_t seed = eng_rng_next(&g_rng);
+    step_out_t a = gpt_step(G, seed, tok, tgt, B, T);
+    step_out_t b = gpt_step(G, seed, tok, tgt, B, T);
+    cr_assert(memcmp(&a.loss, &b.loss, sizeof(float)) == 0, "loss differs: %.9g vs %.9g", a.loss, b.loss);
+    cr_assert(memcmp(a.grads, b.grads, a.n * 4) == 0, "gradients differ between two runs");
+    cr_assert(memcmp(a.params, b.params, a.n * 4) == 0, "parameters differ between two runs");
+    /* and the flash backward, which the step does not use */
+    int NH = 4, C = 256;
+    float *qkv = hrand((size_t)B * T * 3 * C, 1.0), *dout = hrand((size_t)B * T * C, 1.0);
+    float *d_qkv = dup_dev(qkv, (size_t)B * T * 3 * C * 4), *d_dout = dup_dev(dout, (size_t)B * T * C * 4);
+    float *d_out = dnan((size_t)B * T * C), *d_lse = dnan((size_t)B * NH * T), *d_scr = dnan((size_t)B * NH * T);
+    float *d1 = dnan((size_t)B * T * 3 * C), *d2 = dnan((size_t)B * T * 3 * C);
+    X->attention_forward_flash(d_out, d_lse, d_qkv, B, T, C, NH);
+    X->attention_backward_flash(d1, d_scr, d_dout, d_out, d_lse, d_qkv, B, T, C, NH);
+    X->attention_backward_flash(d2, d_scr, d_dout, d_out, d_lse, d_qkv, B, T, C, NH);
+    cr_assert(memcmp(hget(d1, (size_t)B * T * 3 * C), hget(d2, (size_t)B * T * 3 * C),
+                     (size_t)B * T * 3 * C * 4) == 0, "flash backward differs between runs");
+    expect_ok();
+}
+
+/* ---- metrics ------------------------------------------------------------------------------------------------ */
+
+Test(cuda, memory_metrics)
+{
+    need_cuda();
+    eng_cuda_mem_t m0, m1, m2;
+    X->mem_reset_peak();
+    X->mem_stats(&m0);
+    void *p = G->alloc(64u << 20);
+    cr_assert_not_null(p);
+    X->mem_stats(&m1);
+    cr_assert(m1.tracked_bytes >= m0.tracked_bytes + (64u << 20), "tracked %zu -> %zu",
+              m0.tracked_bytes, m1.tracked_bytes);
+    cr_assert(m1.tracked_peak_bytes >= m1.tracked_bytes);
+    cr_assert(m1.device_used_bytes >= (64u << 20) && m1.device_total_bytes > m1.device_used_bytes);
+    /* alloc returns zeroed memory */
+    float *h = hget(p, 1024);
+    for (int i = 0; i < 1024; i++) cr_assert_eq(h[i], 0.0f);
+    G->free(p);
+    X->mem_stats(&m2);
+    cr_assert_eq(m2.tracked_bytes, m0.tracked_bytes);
+    cr_assert(m2.tracked_peak_bytes >= m0.tracked_bytes + (64u << 20), "peak kept after free");
+    char name[128];
+    int ord, ccM, ccm, sms;
+    cr_assert_eq(X->device_info(name, sizeof(name), &ord, &ccM, &ccm, &sms), 0);
+    fprintf(stderr, "cuda device %d: %s, compute %d.%d, %d SMs\n", ord, name, ccM, ccm, sms);
+    expect_ok();
+}
