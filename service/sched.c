@@ -147,6 +147,7 @@ static void sched_tick(svc_t *s)
     kiln_err_clear(&err);
     if (store_conn_get(s->store, &c, &err))
         goto out;
+    uint64_t gen = svc_cap_gen(s);
     if (store_workers_capacity(c, &cap, &ncap, &err) || store_job_pending(c, 1000, &jobs, &njobs, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
@@ -157,7 +158,8 @@ static void sched_tick(svc_t *s)
     store_worker_cap_t *copy = ncap ? malloc((size_t)ncap * sizeof(*copy)) : NULL;
     if (copy)
         memcpy(copy, cap, (size_t)ncap * sizeof(*copy));
-    svc_cap_set(s, copy, copy ? ncap : 0);
+    if (copy || ncap == 0)
+        svc_cap_set(s, copy, copy ? ncap : 0, gen);
     if (njobs == 0 || ncap == 0)
         goto out;
 

@@ -155,23 +155,43 @@ void svc_sched_wake(svc_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
-void svc_cap_set(svc_t *s, store_worker_cap_t *cap, int n)
+uint64_t svc_cap_gen(svc_t *s)
 {
     pthread_mutex_lock(&s->cap_mu);
-    free(s->cap);
-    s->cap = cap;
-    s->ncap = n;
+    uint64_t g = s->cap_gen;
     pthread_mutex_unlock(&s->cap_mu);
+    return g;
+}
+
+bool svc_cap_set(svc_t *s, store_worker_cap_t *cap, int n, uint64_t gen)
+{
+    pthread_mutex_lock(&s->cap_mu);
+    bool fresh = s->cap_gen == gen;
+    if (fresh) {
+        free(s->cap);
+        s->cap = cap;
+        s->ncap = n;
+        s->cap_gen++;
+    }
+    pthread_mutex_unlock(&s->cap_mu);
+    if (!fresh)
+        free(cap);
+    return fresh;
 }
 
 int svc_cap_refresh(svc_t *s, store_conn_t *c, kiln_err_t *err)
 {
-    store_worker_cap_t *cap = NULL;
-    int n = 0;
-    int rc = store_workers_capacity(c, &cap, &n, err);
-    if (rc)
-        return rc;
-    svc_cap_set(s, cap, n);
+    /* A concurrent replacement may carry an older read: read again until ours lands. */
+    for (int tries = 0; tries < 5; tries++) {
+        uint64_t gen = svc_cap_gen(s);
+        store_worker_cap_t *cap = NULL;
+        int n = 0;
+        int rc = store_workers_capacity(c, &cap, &n, err);
+        if (rc)
+            return rc;
+        if (svc_cap_set(s, cap, n, gen))
+            return 0;
+    }
     return 0;
 }
 

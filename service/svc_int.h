@@ -31,6 +31,7 @@ struct svc {
     pthread_mutex_t cap_mu;
     store_worker_cap_t *cap;
     int ncap;
+    uint64_t cap_gen;            /* bumped by every replacement */
 
     pthread_mutex_t jobs_mu;
     svc_jobent_t *jobs[SVC_JOBENT_BUCKETS];
@@ -74,8 +75,11 @@ int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_i
 void svc_sched_wake(svc_t *s);
 void *svc_sched_main(void *arg);
 void *svc_live_main(void *arg);
-/* Replaces the cached capacity (takes ownership of cap). */
-void svc_cap_set(svc_t *s, store_worker_cap_t *cap, int n);
+/* The cache's generation: read it before reading capacity from the database. */
+uint64_t svc_cap_gen(svc_t *s);
+/* Replaces the cached capacity with cap (taking ownership) unless it was replaced since gen
+ * was read (then cap, possibly older than the cache, is freed). Returns whether it replaced. */
+bool svc_cap_set(svc_t *s, store_worker_cap_t *cap, int n, uint64_t gen);
 /* Re-reads capacity from the database into the cache. */
 int svc_cap_refresh(svc_t *s, store_conn_t *c, kiln_err_t *err);
 

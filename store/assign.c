@@ -384,10 +384,11 @@ int store_rank_exit_insert(store_conn_t *c, const Kiln__RankExit *e, bool *inser
     PQclear(r);
     rc = store_q(c, "release finished assignment",
                  "UPDATE assignments a SET released = true, released_at = now()"
-                 " WHERE a.job_id = $1::uuid AND a.attempt = $2::int AND $3::int = ANY(a.ranks)"
+                 " WHERE a.job_id = $1::uuid AND a.attempt = $2::int AND a.worker_id = $4"
+                 " AND $3::int = ANY(a.ranks)"
                  " AND NOT a.released AND (SELECT count(*) FROM rank_exits x WHERE x.job_id = a.job_id"
                  "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks)) >= cardinality(a.ranks)"
-                 " RETURNING 1", 3, p, &r, err);
+                 " RETURNING 1", 4, p, &r, err);
     if (rc)
         return rc;
     *released = PQntuples(r) == 1;

@@ -1,0 +1,812 @@
+/* test_flow.c - the service with a real PostgreSQL (a fresh database per test) and its own
+ * scheduler and liveness threads; the agent side is driven by calling the agent-facing
+ * functions the gRPC server calls. Covers submission (queued, idempotent, invalid, unfit), the
+ * whole life of a job to COMPLETED with logs and metrics, a failing rank, stop requests, a worker
+ * that stops heartbeating, stale reports, priorities, and live followers. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "service/service.h"
+#include "tests/common/harness.h"
+
+static svc_t *svc;
+static char *url;
+static kiln_err_t err;
+static arena_t arena;
+
+static void start(int hb_timeout_ms)
+{
+    url = th_pg_create_db("svc");
+    cr_assert_not_null(url, "no test database (run with tests/run.sh)");
+    svc_config_t cfg = {.database_url = url, .heartbeat_interval_ms = 100,
+                        .heartbeat_timeout_ms = hb_timeout_ms, .sched_interval_ms = 50,
+                        .db_pool_size = 4, .stop_grace_ms = 500};
+    kiln_err_clear(&err);
+    cr_assert_eq(svc_create(&cfg, &svc, &err), 0, "%s", err.message);
+    arena_init(&arena, 0);
+}
+
+static void setup(void) { start(10000); }
+static void setup_short_timeout(void) { start(700); }
+
+static void teardown(void)
+{
+    svc_destroy(svc);
+    arena_deinit(&arena);
+    free(url);
+}
+
+static json_t *spec(int nodes, int slots_per_node, const char *slot_type, int priority, int attempts)
+{
+    json_t *s = json_pack("{s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}, s:{s:f, s:i, s:I},"
+                          " s:{s:i, s:i, s:s}, s:i, s:{s:i}, s:{s:s}}",
+                          "name", "flow",
+                          "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2,
+                          "data", "train", "synthetic",
+                          "hyperparameters", "lr", 0.01, "global_batch_size", 8, "max_steps", (json_int_t)100,
+                          "resources", "nodes", nodes, "slots_per_node", slots_per_node, "slot_type", slot_type,
+                          "priority", priority, "retry", "max_attempts", attempts, "tags", "team", "t");
+    cr_assert_not_null(s);
+    return s;
+}
+
+/* Submits a job; returns its id (static storage, NUM per call site). */
+static void submit(json_t *sp, const char *key, char *id_out, bool *created)
+{
+    json_t *job = NULL;
+    bool cr = false;
+    kiln_err_clear(&err);
+    int rc = svc_job_create(svc, sp, key, &job, &cr, &err);
+    json_decref(sp);
+    cr_assert_eq(rc, 0, "create: %s (field %s)", err.message, err.field);
+    kiln_strlcpy(id_out, json_string_value(json_object_get(job, "id")), 40);
+    if (created)
+        *created = cr;
+    json_decref(job);
+}
+
+static void reg(const char *want_id, int slots, const char *type, char *id_out)
+{
+    Kiln__RegisterRequest rq = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse rs = KILN__REGISTER_RESPONSE__INIT;
+    rq.worker_id = (char *)(want_id ? want_id : "");
+    rq.hostname = "host";
+    rq.address = "127.0.0.1";
+    rq.slots = slots;
+    rq.slot_type = (char *)type;
+    cr_assert_eq(svc_agent_register(svc, &rq, &arena, &rs, &err), 0, "register: %s", err.message);
+    cr_assert_eq(rs.heartbeat_interval_ms, 100);
+    kiln_strlcpy(id_out, rs.worker_id, 64);
+}
+
+/* One heartbeat; running lists (job, attempt) pairs the worker claims to run. */
+static Kiln__HeartbeatResponse *hb(const char *wid, const char *job, int attempt)
+{
+    Kiln__HeartbeatRequest rq = KILN__HEARTBEAT_REQUEST__INIT;
+    Kiln__HeartbeatResponse *rs = arena_alloc(&arena, sizeof(*rs));
+    Kiln__RunningRank rr = KILN__RUNNING_RANK__INIT;
+    Kiln__RunningRank *rrp = &rr;
+    kiln__heartbeat_response__init(rs);
+    rq.worker_id = (char *)wid;
+    if (job) {
+        rr.job_id = (char *)job;
+        rr.attempt = attempt;
+        rq.running = &rrp;
+        rq.n_running = 1;
+    }
+    cr_assert_eq(svc_agent_heartbeat(svc, &rq, &arena, rs, &err), 0, "heartbeat: %s", err.message);
+    return rs;
+}
+
+static json_t *get(const char *id)
+{
+    json_t *j = NULL;
+    cr_assert_eq(svc_job_get(svc, id, &j, &err), 0, "get: %s", err.message);
+    return j;
+}
+
+static const char *state_of(json_t *j) { return json_string_value(json_object_get(j, "state")); }
+
+/* Polls until the job is in `state`; returns the job (caller decrefs). */
+static json_t *wait_state(const char *id, const char *state, int timeout_ms)
+{
+    for (int t = 0;; t += 20) {
+        json_t *j = get(id);
+        if (strcmp(state_of(j), state) == 0)
+            return j;
+        if (t >= timeout_ms)
+            cr_assert_fail("job %s is %s (%s), wanted %s", id, state_of(j),
+                           json_string_value(json_object_get(j, "reason")), state);
+        json_decref(j);
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void status(const char *wid, const char *job, int attempt, bool started, const char *reason)
+{
+    Kiln__RankStatus rq = KILN__RANK_STATUS__INIT;
+    rq.worker_id = (char *)wid;
+    rq.job_id = (char *)job;
+    rq.attempt = attempt;
+    rq.started = started;
+    rq.reason = (char *)(reason ? reason : "");
+    cr_assert_eq(svc_agent_rank_status(svc, &rq, &err), 0, "rank status: %s", err.message);
+}
+
+static void rank_exit(const char *wid, const char *job, int attempt, int rank, int code, const char *reason)
+{
+    Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
+    rq.worker_id = (char *)wid;
+    rq.job_id = (char *)job;
+    rq.attempt = attempt;
+    rq.rank = rank;
+    rq.exit_code = code;
+    rq.reason = (char *)(reason ? reason : "");
+    cr_assert_eq(svc_agent_rank_exit(svc, &rq, &err), 0, "rank exit: %s", err.message);
+}
+
+static void push_logs(const char *wid, const char *job, int attempt, int rank, int first, int n)
+{
+    Kiln__LogLine *lines = calloc((size_t)n, sizeof(*lines));
+    Kiln__LogLine **ptrs = calloc((size_t)n, sizeof(*ptrs));
+    char (*text)[48] = calloc((size_t)n, 48);
+    for (int i = 0; i < n; i++) {
+        kiln__log_line__init(&lines[i]);
+        lines[i].rank = rank;
+        lines[i].stream = "stdout";
+        snprintf(text[i], 48, "line %d", first + i);
+        lines[i].line = text[i];
+        ptrs[i] = &lines[i];
+    }
+    Kiln__LogBatch b = KILN__LOG_BATCH__INIT;
+    b.worker_id = (char *)wid;
+    b.job_id = (char *)job;
+    b.attempt = attempt;
+    b.lines = ptrs;
+    b.n_lines = (size_t)n;
+    cr_assert_eq(svc_agent_logs(svc, &b, &err), 0, "logs: %s", err.message);
+    free(lines);
+    free(ptrs);
+    free(text);
+}
+
+static void push_metrics(const char *wid, const char *job, int attempt, int step0, int nsteps)
+{
+    int n = 2 * nsteps;
+    Kiln__MetricPoint *pts = calloc((size_t)n, sizeof(*pts));
+    Kiln__MetricPoint **ptrs = calloc((size_t)n, sizeof(*ptrs));
+    static int64_t t0;
+    if (!t0)
+        t0 = kiln_now_us() - 1000000;
+    for (int i = 0; i < n; i++) {
+        kiln__metric_point__init(&pts[i]);
+        pts[i].name = i % 2 ? "tokens_per_s" : "train_loss";
+        pts[i].step = step0 + i / 2;
+        pts[i].value = i % 2 ? 1000.0 : 3.0 - 0.01 * (step0 + i / 2);
+        pts[i].time_us = t0 + (int64_t)(step0 + i / 2) * 10000; /* 100 steps/s */
+        ptrs[i] = &pts[i];
+    }
+    Kiln__MetricBatch b = KILN__METRIC_BATCH__INIT;
+    b.worker_id = (char *)wid;
+    b.job_id = (char *)job;
+    b.attempt = attempt;
+    b.points = ptrs;
+    b.n_points = (size_t)n;
+    cr_assert_eq(svc_agent_metrics(svc, &b, &err), 0, "metrics: %s", err.message);
+    free(pts);
+    free(ptrs);
+}
+
+/* Events of a job as "FROM>TO" strings joined by spaces. */
+static void events_str(const char *id, char *out, size_t n)
+{
+    json_t *ev = NULL;
+    cr_assert_eq(svc_job_events(svc, id, &ev, &err), 0);
+    size_t len = 0;
+    out[0] = '\0';
+    json_t *arr = json_object_get(ev, "events");
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        len += (size_t)snprintf(out + len, n - len, "%s%s", i ? " " : "",
+                                json_string_value(json_object_get(json_array_get(arr, i), "to_state")));
+    json_decref(ev);
+}
+
+/* Registers workers and runs a job to RUNNING. */
+static void run_job(int nodes, int attempts, char wids[][64], char *job)
+{
+    for (int k = 0; k < nodes; k++)
+        reg(NULL, 1, "cpu", wids[k]);
+    submit(spec(nodes, 1, "cpu", 0, attempts), NULL, job, NULL);
+    json_decref(wait_state(job, "SCHEDULED", 5000));
+    for (int k = 0; k < nodes; k++) {
+        Kiln__HeartbeatResponse *r = hb(wids[k], NULL, 0);
+        cr_assert_eq(r->n_assignments, 1);
+    }
+    for (int k = 0; k < nodes; k++)
+        status(wids[k], job, 1, true, NULL);
+    /* Return the workers in node-rank order: wids[k] runs rank k. */
+    json_t *j = wait_state(job, "RUNNING", 1000);
+    json_t *ws = json_object_get(j, "workers");
+    cr_assert_eq(json_array_size(ws), (size_t)nodes);
+    for (int k = 0; k < nodes; k++)
+        kiln_strlcpy(wids[k], json_string_value(json_array_get(ws, (size_t)k)), 64);
+    json_decref(j);
+}
+
+/* ---- submission ----------------------------------------------------------------------------- */
+
+TestSuite(submit, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(submit, queued_with_event_and_waiting_reason)
+{
+    char id[40];
+    bool created = false;
+    submit(spec(1, 1, "cpu", 0, 1), NULL, id, &created);
+    cr_assert(created);
+    json_t *j = get(id);
+    cr_assert_str_eq(state_of(j), "QUEUED");
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "waiting for workers"));
+    json_t *sp = json_object_get(j, "spec");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(sp, "resources"), "slot_type")), "cpu");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(sp, "retry"), "max_attempts")), 1);
+    json_decref(j);
+    char ev[256];
+    events_str(id, ev, sizeof(ev));
+    cr_assert_str_eq(ev, "QUEUED");
+}
+
+Test(submit, idempotent_create_returns_the_same_job)
+{
+    char a[40], b[40];
+    bool ca = false, cb = true;
+    submit(spec(1, 1, "cpu", 0, 1), "retry-me", a, &ca);
+    submit(spec(1, 1, "cpu", 0, 1), "retry-me", b, &cb);
+    cr_assert(ca);
+    cr_assert_not(cb);
+    cr_assert_str_eq(a, b);
+    json_t *list = NULL;
+    svc_job_filter_t f = {0};
+    cr_assert_eq(svc_job_list(svc, &f, &list, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(list, "jobs")), 1);
+    json_decref(list);
+}
+
+Test(submit, invalid_spec_names_the_field)
+{
+    json_t *sp = spec(1, 1, "cpu", 0, 1);
+    json_object_set_new(json_object_get(sp, "hyperparameters"), "lr", json_real(-1.0));
+    json_t *job = NULL;
+    bool created = true;
+    int rc = svc_job_create(svc, sp, NULL, &job, &created, &err);
+    json_decref(sp);
+    cr_assert_eq(rc, KILN_EINVAL);
+    cr_assert_null(job);
+    cr_assert_str_eq(err.field, "hyperparameters.lr");
+}
+
+Test(submit, unfit_job_is_rejected_with_a_hint)
+{
+    char w[64];
+    reg(NULL, 2, "cpu", w);
+    json_t *job = NULL;
+    bool created;
+    json_t *sp = spec(2, 1, "cpu", 0, 1);
+    cr_assert_eq(svc_job_create(svc, sp, NULL, &job, &created, &err), KILN_EUNFIT);
+    json_decref(sp);
+    cr_assert(strstr(err.message, "2 worker(s)"), "%s", err.message);
+    cr_assert_neq(err.hint[0], '\0');
+    sp = spec(1, 4, "cpu", 0, 1);
+    cr_assert_eq(svc_job_create(svc, sp, NULL, &job, &created, &err), KILN_EUNFIT);
+    json_decref(sp);
+    sp = spec(1, 1, "gpu", 0, 1);
+    cr_assert_eq(svc_job_create(svc, sp, NULL, &job, &created, &err), KILN_EUNFIT);
+    json_decref(sp);
+    char id[40];
+    submit(spec(1, 2, "cpu", 0, 1), NULL, id, NULL);
+}
+
+Test(submit, unknown_jobs_are_not_found)
+{
+    const char *nope = "00000000-0000-0000-0000-000000000001";
+    json_t *out = NULL;
+    svc_log_query_t q = {.rank = -1};
+    cr_assert_eq(svc_job_get(svc, nope, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_get(svc, "garbage", &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_stop(svc, nope, NULL, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_events(svc, nope, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_logs(svc, nope, &q, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_metrics(svc, nope, NULL, 0, &out, &err), KILN_ENOTFOUND);
+    Kiln__LogLine l = KILN__LOG_LINE__INIT, *lp = &l;
+    l.line = "x";
+    Kiln__LogBatch lb = KILN__LOG_BATCH__INIT;
+    lb.worker_id = "w";
+    lb.job_id = (char *)nope;
+    lb.lines = &lp;
+    lb.n_lines = 1;
+    cr_assert_eq(svc_agent_logs(svc, &lb, &err), KILN_ENOTFOUND);
+    cr_assert(strstr(err.message, nope));
+    Kiln__MetricPoint m = KILN__METRIC_POINT__INIT, *mp = &m;
+    m.name = "x";
+    Kiln__MetricBatch mb = KILN__METRIC_BATCH__INIT;
+    mb.worker_id = "w";
+    mb.job_id = (char *)nope;
+    mb.points = &mp;
+    mb.n_points = 1;
+    cr_assert_eq(svc_agent_metrics(svc, &mb, &err), KILN_ENOTFOUND);
+    Kiln__RankExit e = KILN__RANK_EXIT__INIT;
+    e.worker_id = "w";
+    e.job_id = (char *)nope;
+    cr_assert_eq(svc_agent_rank_exit(svc, &e, &err), KILN_ENOTFOUND);
+    svc_follow_t *f = NULL;
+    cr_assert_eq(svc_follow_open(svc, nope, -1, 0, NULL, NULL, &f, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_ready(svc, &err), 0);
+}
+
+Test(submit, list_filters_and_pages)
+{
+    char ids[5][40];
+    for (int i = 0; i < 5; i++)
+        submit(spec(1, 1, "cpu", 0, 1), NULL, ids[i], NULL);
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, ids[2], "not needed", &out, &err), 0);
+    cr_assert_str_eq(state_of(out), "STOPPED");
+    json_decref(out);
+    svc_job_filter_t f = {.page_size = 2};
+    int seen = 0;
+    char tok[128] = "";
+    for (int page = 0; page < 5; page++) {
+        f.page_token = tok[0] ? tok : NULL;
+        cr_assert_eq(svc_job_list(svc, &f, &out, &err), 0, "%s", err.message);
+        seen += (int)json_array_size(json_object_get(out, "jobs"));
+        kiln_strlcpy(tok, json_string_value(json_object_get(out, "next_page_token")), sizeof(tok));
+        json_decref(out);
+        if (!tok[0])
+            break;
+    }
+    cr_assert_eq(seen, 5);
+    svc_job_filter_t fs = {.status = "STOPPED,RUNNING"};
+    cr_assert_eq(svc_job_list(svc, &fs, &out, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(out, "jobs")), 1);
+    json_decref(out);
+    svc_job_filter_t ft = {.tag = "team:t"};
+    cr_assert_eq(svc_job_list(svc, &ft, &out, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(out, "jobs")), 5);
+    json_decref(out);
+    svc_job_filter_t fb = {.status = "NOPE"};
+    cr_assert_eq(svc_job_list(svc, &fb, &out, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "status");
+    svc_job_filter_t fp = {.page_token = "garbage"};
+    cr_assert_eq(svc_job_list(svc, &fp, &out, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "page_token");
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------------- */
+
+TestSuite(life, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(life, two_node_job_runs_to_completed)
+{
+    char w1[64], w2[64], id[40];
+    reg(NULL, 1, "cpu", w1);
+    reg(NULL, 2, "cpu", w2);
+    submit(spec(2, 1, "cpu", 0, 1), NULL, id, NULL);
+    json_t *j = wait_state(id, "SCHEDULED", 5000);
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), 1);
+    cr_assert_eq(json_array_size(json_object_get(j, "workers")), 2);
+    json_decref(j);
+
+    Kiln__HeartbeatResponse *r1 = hb(w1, NULL, 0);
+    cr_assert_eq(r1->n_assignments, 1);
+    Kiln__Assignment *a = r1->assignments[0];
+    cr_assert_str_eq(a->job_id, id);
+    cr_assert_eq(a->attempt, 1);
+    cr_assert_eq(a->world_size, 2);
+    cr_assert_eq(a->nodes, 2);
+    cr_assert_eq(a->n_ranks, 1);
+    cr_assert_eq(a->node_rank, 0, "best fit: the 1-slot worker is node 0");
+    cr_assert_eq(a->ranks[0], 0);
+    cr_assert_str_eq(a->master_addr, "127.0.0.1");
+    cr_assert(a->master_port >= 29500 && a->master_port < 31500);
+    json_t *sj = json_loads(a->spec_json, 0, NULL);
+    cr_assert_not_null(sj);
+    cr_assert_str_eq(json_string_value(json_object_get(sj, "name")), "flow");
+    json_decref(sj);
+    j = get(id);
+    cr_assert_str_eq(state_of(j), "STARTING");
+    json_decref(j);
+    cr_assert_eq(hb(w1, id, 1)->n_assignments, 0, "delivered once");
+    Kiln__HeartbeatResponse *r2 = hb(w2, NULL, 0);
+    cr_assert_eq(r2->n_assignments, 1);
+    cr_assert_eq(r2->assignments[0]->ranks[0], 1);
+    cr_assert_eq(r2->assignments[0]->master_port, a->master_port);
+
+    status(w1, id, 1, true, NULL);
+    j = get(id);
+    cr_assert_str_eq(state_of(j), "STARTING", "waits for every worker");
+    json_decref(j);
+    status(w2, id, 1, true, NULL);
+    j = get(id);
+    cr_assert_str_eq(state_of(j), "RUNNING");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "reason")), "all 2 rank(s) started");
+    cr_assert(json_is_string(json_object_get(j, "started_at")));
+    json_decref(j);
+
+    push_logs(w1, id, 1, 0, 0, 10);
+    push_logs(w2, id, 1, 1, 10, 5);
+    push_metrics(w1, id, 1, 1, 40);
+    push_metrics(w1, id, 1, 41, 10);
+    j = get(id);
+    json_t *prog = json_object_get(j, "progress");
+    cr_assert_eq(json_integer_value(json_object_get(prog, "step")), 50);
+    cr_assert_eq(json_integer_value(json_object_get(prog, "total_steps")), 100);
+    cr_assert(json_is_real(json_object_get(prog, "eta_s")), "an ETA from the step rate");
+    cr_assert_float_eq(json_real_value(json_object_get(prog, "eta_s")), 0.5, 0.2);
+    cr_assert_float_eq(json_real_value(json_object_get(json_object_get(j, "metrics"), "train_loss")), 2.5, 1e-9);
+    cr_assert_float_eq(json_real_value(json_object_get(json_object_get(j, "metrics"), "tokens_per_s")), 1000.0, 1e-9);
+    json_decref(j);
+
+    json_t *logs = NULL;
+    svc_log_query_t q = {.rank = 1};
+    cr_assert_eq(svc_job_logs(svc, id, &q, &logs, &err), 0);
+    json_t *lines = json_object_get(logs, "lines");
+    cr_assert_eq(json_array_size(lines), 5);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(lines, 0), "seq")), 11);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(lines, 0), "line")), "line 10");
+    cr_assert_eq(json_integer_value(json_object_get(logs, "next_since_seq")), 15);
+    json_decref(logs);
+    json_t *met = NULL;
+    cr_assert_eq(svc_job_metrics(svc, id, "train_loss", 10, &met, &err), 0);
+    json_t *pts = json_object_get(json_array_get(json_object_get(met, "metrics"), 0), "points");
+    cr_assert_leq(json_array_size(pts), 10);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, json_array_size(pts) - 1), "step")), 50);
+    json_decref(met);
+
+    rank_exit(w1, id, 1, 0, 0, NULL);
+    j = get(id);
+    cr_assert_str_eq(state_of(j), "RUNNING", "one rank still runs");
+    json_decref(j);
+    rank_exit(w2, id, 1, 1, 0, NULL);
+    j = get(id);
+    cr_assert_str_eq(state_of(j), "COMPLETED");
+    cr_assert(json_is_string(json_object_get(j, "ended_at")));
+    json_decref(j);
+    char ev[256];
+    events_str(id, ev, sizeof(ev));
+    cr_assert_str_eq(ev, "QUEUED SCHEDULED STARTING RUNNING COMPLETED");
+
+    /* Slots are free again. */
+    json_t *ws = NULL;
+    cr_assert_eq(svc_workers_list(svc, &ws, &err), 0);
+    json_t *arr = json_object_get(ws, "workers");
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(arr, i), "slots_free")),
+                     json_integer_value(json_object_get(json_array_get(arr, i), "slots")));
+    json_decref(ws);
+    /* Stopping a finished job is refused. */
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, id, NULL, &out, &err), KILN_ESTATE);
+}
+
+Test(life, failing_rank_fails_the_job_and_stops_the_others)
+{
+    char w[2][64], id[40];
+    run_job(2, 1, w, id);
+    rank_exit(w[1], id, 1, 1, 3, "RuntimeError: loss is NaN");
+    json_t *j = get(id);
+    cr_assert_str_eq(state_of(j), "FAILED");
+    char reason[512];
+    kiln_strlcpy(reason, json_string_value(json_object_get(j, "reason")), sizeof(reason));
+    cr_assert(strstr(reason, "rank 1"), "%s", reason);
+    cr_assert(strstr(reason, w[1]), "%s", reason);
+    cr_assert(strstr(reason, "code 3"), "%s", reason);
+    cr_assert(strstr(reason, "loss is NaN"), "%s", reason);
+    json_decref(j);
+    Kiln__HeartbeatResponse *r = hb(w[0], id, 1);
+    cr_assert_eq(r->n_stops, 1);
+    cr_assert_str_eq(r->stops[0]->job_id, id);
+    cr_assert_eq(r->stops[0]->attempt, 1);
+    cr_assert_eq(r->stops[0]->grace_ms, 500);
+    /* The stopped rank's exit does not change the outcome. */
+    rank_exit(w[0], id, 1, 0, 143, "stopped");
+    j = get(id);
+    cr_assert_str_eq(state_of(j), "FAILED");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "reason")), reason);
+    json_decref(j);
+}
+
+Test(life, ranks_that_cannot_start_fail_the_job)
+{
+    char w[64], id[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, id, NULL);
+    json_decref(wait_state(id, "SCHEDULED", 5000));
+    cr_assert_eq(hb(w, NULL, 0)->n_assignments, 1);
+    status(w, id, 1, false, "kiln-train: not found");
+    json_t *j = get(id);
+    cr_assert_str_eq(state_of(j), "FAILED");
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "kiln-train: not found"));
+    json_decref(j);
+}
+
+Test(life, stop_mid_run_goes_through_stopping)
+{
+    char w[2][64], id[40];
+    run_job(2, 1, w, id);
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, id, "user asked", &out, &err), 0, "%s", err.message);
+    cr_assert_str_eq(state_of(out), "STOPPING");
+    json_decref(out);
+    cr_assert_eq(svc_job_stop(svc, id, NULL, &out, &err), 0, "asking twice is fine");
+    json_decref(out);
+    for (int k = 0; k < 2; k++) {
+        Kiln__HeartbeatResponse *r = hb(w[k], id, 1);
+        cr_assert_eq(r->n_stops, 1);
+        cr_assert(strstr(r->stops[0]->reason, "user asked"));
+    }
+    rank_exit(w[0], id, 1, 0, 143, "stopped on SIGTERM");
+    json_t *j = get(id);
+    cr_assert_str_eq(state_of(j), "STOPPING");
+    json_decref(j);
+    rank_exit(w[1], id, 1, 1, 143, "stopped on SIGTERM");
+    j = get(id);
+    cr_assert_str_eq(state_of(j), "STOPPED");
+    json_decref(j);
+    char ev[256];
+    events_str(id, ev, sizeof(ev));
+    cr_assert_str_eq(ev, "QUEUED SCHEDULED STARTING RUNNING STOPPING STOPPED");
+}
+
+Test(life, stop_before_start_is_immediate)
+{
+    char w[64], a[40], b[40];
+    submit(spec(1, 1, "cpu", 0, 1), NULL, a, NULL);
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, a, NULL, &out, &err), 0);
+    cr_assert_str_eq(state_of(out), "STOPPED");
+    json_decref(out);
+    /* SCHEDULED but not yet delivered: also at once, and the assignment is never delivered. */
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, b, NULL);
+    json_decref(wait_state(b, "SCHEDULED", 5000));
+    cr_assert_eq(svc_job_stop(svc, b, NULL, &out, &err), 0);
+    cr_assert_str_eq(state_of(out), "STOPPED");
+    json_decref(out);
+    Kiln__HeartbeatResponse *r = hb(w, NULL, 0);
+    cr_assert_eq(r->n_assignments, 0);
+    cr_assert_eq(r->n_stops, 0);
+}
+
+Test(life, priority_then_fifo)
+{
+    char w[64], busy[40], low[40], high[40], low2[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, busy, NULL);
+    json_decref(wait_state(busy, "SCHEDULED", 5000));
+    submit(spec(1, 1, "cpu", 0, 1), NULL, low, NULL);
+    submit(spec(1, 1, "cpu", 5, 1), NULL, high, NULL);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, low2, NULL);
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, busy, NULL, &out, &err), 0);
+    json_decref(out);
+    json_decref(wait_state(high, "SCHEDULED", 5000));
+    json_t *j = get(low);
+    cr_assert_str_eq(state_of(j), "QUEUED");
+    json_decref(j);
+    cr_assert_eq(svc_job_stop(svc, high, NULL, &out, &err), 0);
+    json_decref(out);
+    json_decref(wait_state(low, "SCHEDULED", 5000));
+    j = get(low2);
+    cr_assert_str_eq(state_of(j), "QUEUED");
+    json_decref(j);
+}
+
+Test(life, reregistration_and_unknown_workers)
+{
+    char w[64], again[64];
+    reg("w-fixed", 2, "cpu", w);
+    cr_assert_str_eq(w, "w-fixed");
+    reg("w-fixed", 3, "cpu", again);
+    cr_assert_str_eq(again, "w-fixed");
+    Kiln__HeartbeatResponse *r = hb("w-never-registered", NULL, 0);
+    cr_assert(r->reregister);
+    r = hb("w-fixed", NULL, 0);
+    cr_assert_not(r->reregister);
+    /* Ranks of a job the worker has no assignment for are told to stop. */
+    r = hb("w-fixed", "11111111-2222-3333-4444-555555555555", 1);
+    cr_assert_eq(r->n_stops, 1);
+    json_t *ws = NULL;
+    cr_assert_eq(svc_workers_list(svc, &ws, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(ws, "workers")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(json_object_get(ws, "workers"), 0), "slots")), 3);
+    json_decref(ws);
+    Kiln__RegisterRequest rq = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse rs = KILN__REGISTER_RESPONSE__INIT;
+    rq.slots = 1;
+    rq.slot_type = "tpu";
+    cr_assert_eq(svc_agent_register(svc, &rq, &arena, &rs, &err), KILN_EINVAL);
+}
+
+/* ---- liveness ------------------------------------------------------------------------------ */
+
+TestSuite(liveness, .init = setup_short_timeout, .fini = teardown, .timeout = 60);
+
+Test(liveness, silent_worker_fails_its_job)
+{
+    char w[1][64], id[40];
+    run_job(1, 1, w, id);
+    /* No more heartbeats: within the timeout (700 ms) plus a liveness tick the job must leave
+     * RUNNING. */
+    json_t *j = wait_state(id, "FAILED", 4000);
+    const char *reason = json_string_value(json_object_get(j, "reason"));
+    cr_assert(strstr(reason, "stopped heartbeating"), "%s", reason);
+    cr_assert(strstr(reason, w[0]), "%s", reason);
+    json_decref(j);
+    json_t *ws = NULL;
+    cr_assert_eq(svc_workers_list(svc, &ws, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(ws, "workers"), 0), "state")),
+                     "DEAD");
+    json_decref(ws);
+    /* The dead worker is told to register again; with its old id it is ALIVE, and the ranks it
+     * still reports are stopped. */
+    Kiln__HeartbeatResponse *r = hb(w[0], id, 1);
+    cr_assert(r->reregister);
+    char again[64];
+    reg(w[0], 1, "cpu", again);
+    r = hb(w[0], id, 1);
+    cr_assert_not(r->reregister);
+    cr_assert_eq(r->n_stops, 1);
+}
+
+Test(liveness, lost_attempt_restarts_elsewhere_and_stale_reports_are_ignored)
+{
+    char w[2][64], spare[64], id[40];
+    run_job(2, 2, w, id);
+    reg(NULL, 1, "cpu", spare);
+    /* w[0] and the spare keep heartbeating; w[1] goes silent. */
+    json_t *j = NULL;
+    bool stop_seen = false;
+    for (int t = 0; t < 4000; t += 100) {
+        stop_seen |= hb(w[0], id, 1)->n_stops == 1;
+        hb(spare, NULL, 0);
+        j = get(id);
+        if (strcmp(state_of(j), "RESTARTING") == 0 || strcmp(state_of(j), "SCHEDULED") == 0)
+            break;
+        json_decref(j);
+        j = NULL;
+        struct timespec ts = {0, 100 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_not_null(j, "the job never left RUNNING");
+    json_decref(j);
+    char ev[256];
+    events_str(id, ev, sizeof(ev));
+    cr_assert(strstr(ev, "RUNNING RESTARTING"), "%s", ev);
+    /* w[0] is told to stop its rank of attempt 1; once it exits the slots free up and attempt 2
+     * is placed on w[0] and the spare. */
+    stop_seen |= hb(w[0], id, 1)->n_stops == 1;
+    rank_exit(w[0], id, 1, 0, 143, "stopped");
+    for (int t = 0; t < 4000; t += 50) {
+        hb(w[0], NULL, 0);
+        hb(spare, NULL, 0);
+        j = get(id);
+        if (json_integer_value(json_object_get(j, "attempt")) == 2)
+            break;
+        json_decref(j);
+        j = NULL;
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_not_null(j, "attempt 2 was never placed");
+    char st2[16];
+    kiln_strlcpy(st2, state_of(j), sizeof(st2));
+    cr_assert(!strcmp(st2, "SCHEDULED") || !strcmp(st2, "STARTING"), "%s", st2);
+    json_decref(j);
+    cr_assert(stop_seen, "the surviving worker was told to stop attempt 1");
+    /* A late report from attempt 1 changes nothing. */
+    rank_exit(w[1], id, 1, 1, 1, "late failure from the old attempt");
+    status(w[1], id, 1, true, NULL);
+    j = get(id);
+    cr_assert_str_eq(state_of(j), st2);
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), 2);
+    json_decref(j);
+}
+
+/* ---- followers ------------------------------------------------------------------------------- */
+
+TestSuite(follow, .init = setup, .fini = teardown, .timeout = 60);
+
+static int wakes;
+static void on_wake(void *ud)
+{
+    (void)ud;
+    __atomic_add_fetch(&wakes, 1, __ATOMIC_SEQ_CST);
+}
+
+Test(follow, live_lines_then_end)
+{
+    char w[1][64], id[40];
+    run_job(1, 1, w, id);
+    push_logs(w[0], id, 1, 0, 0, 3);  /* history, before the follower */
+    svc_follow_t *f = NULL;
+    cr_assert_eq(svc_follow_open(svc, id, -1, 3, on_wake, NULL, &f, &err), 0, "%s", err.message);
+    json_t *lines = json_array();
+    bool ended = false;
+    json_t *end = NULL;
+    cr_assert_eq(svc_follow_read(f, lines, 100, &ended, &end), 0);
+    cr_assert_not(ended);
+    push_logs(w[0], id, 1, 0, 3, 4);
+    cr_assert_gt(wakes, 0, "the follower was woken");
+    cr_assert_eq(svc_follow_read(f, lines, 100, &ended, &end), 4);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(lines, 0), "seq")), 4);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(lines, 3), "line")), "line 6");
+    rank_exit(w[0], id, 1, 0, 0, NULL);
+    json_array_clear(lines);
+    int n = svc_follow_read(f, lines, 100, &ended, &end);
+    if (!ended)
+        n += svc_follow_read(f, lines, 100, &ended, &end);
+    cr_assert_eq(n, 0);
+    cr_assert(ended);
+    cr_assert_str_eq(json_string_value(json_object_get(end, "state")), "COMPLETED");
+    json_decref(end);
+    json_decref(lines);
+    svc_follow_close(f);
+
+    /* Following a job that has already ended: the end at once. */
+    cr_assert_eq(svc_follow_open(svc, id, -1, 7, NULL, NULL, &f, &err), 0);
+    lines = json_array();
+    cr_assert_eq(svc_follow_read(f, lines, 100, &ended, &end), 0);
+    cr_assert(ended);
+    json_decref(end);
+    json_decref(lines);
+    svc_follow_close(f);
+}
+
+Test(follow, a_follower_that_falls_behind_gets_every_line)
+{
+    char w[1][64], id[40];
+    run_job(1, 1, w, id);
+    svc_follow_t *f = NULL, *f1 = NULL;
+    cr_assert_eq(svc_follow_open(svc, id, -1, 0, NULL, NULL, &f, &err), 0);
+    cr_assert_eq(svc_follow_open(svc, id, 1, 0, NULL, NULL, &f1, &err), 0);
+    /* Far more than the follower buffers, without reading. */
+    enum { BATCH = 1000, BATCHES = 12 };
+    for (int b = 0; b < BATCHES; b++)
+        push_logs(w[0], id, 1, b % 2, b * BATCH, BATCH);
+    json_t *lines = json_array();
+    bool ended = false;
+    json_t *end = NULL;
+    int64_t expect = 1;
+    for (int guard = 0; guard < 1000; guard++) {
+        json_array_clear(lines);
+        int n = svc_follow_read(f, lines, 500, &ended, &end);
+        for (int i = 0; i < n; i++) {
+            json_t *l = json_array_get(lines, (size_t)i);
+            cr_assert_eq(json_integer_value(json_object_get(l, "seq")), expect, "no gap, no duplicate");
+            expect++;
+        }
+        if (n == 0)
+            break;
+        if (expect == BATCH * BATCHES + 1)
+            push_logs(w[0], id, 1, 0, 99999, 1); /* live again after catching up */
+    }
+    cr_assert_eq(expect, BATCH * BATCHES + 2);
+    /* The rank-1 follower saw only rank 1's lines, all of them. */
+    int total = 0;
+    for (int guard = 0; guard < 1000; guard++) {
+        json_array_clear(lines);
+        int n = svc_follow_read(f1, lines, 700, &ended, &end);
+        for (int i = 0; i < n; i++)
+            cr_assert_eq(json_integer_value(json_object_get(json_array_get(lines, (size_t)i), "rank")), 1);
+        total += n;
+        if (n == 0)
+            break;
+    }
+    cr_assert_eq(total, BATCH * BATCHES / 2);
+    json_decref(lines);
+    svc_follow_close(f);
+    svc_follow_close(f1);
+}
