@@ -40,13 +40,13 @@ int main(int argc, char **argv)
         {"work-dir", "KILN_WORK_DIR", CONFIG_STR, &work_dir, "job directories (spec, checkpoints, output) live here"},
         {"train-bin", "KILN_TRAIN_BIN", CONFIG_STR, &train_bin, "program each rank runs (default: kiln-train next to kiln-agent)"},
         {"address", "KILN_ADDRESS", CONFIG_STR, &address, "host address ranks rendezvous on (default: 127.0.0.1 for a loopback kilnd, else the address that reaches it)"},
-        {"cores", "KILN_CORES", CONFIG_INT, &cores, "CPU cores shared among ranks (default: all online)"},
+        {"cores", "KILN_CORES", CONFIG_INT, &cores, "CPU cores shared among ranks (0: all online)"},
         {"worker-id", "KILN_WORKER_ID", CONFIG_STR, &worker_id, "worker id to reuse after a restart"},
         {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace_ms, "on shutdown, SIGKILL ranks this long after SIGTERM"},
     };
     kiln_err_t err;
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags),
-                          "kiln-agent --server HOST:PORT --slots N --slot-type cpu|gpu --work-dir DIR", NULL, &err);
+                          "--server HOST:PORT --slots N --slot-type cpu|gpu --work-dir DIR", NULL, &err);
     if (rc == 1)
         return 0;
     if (rc != 0) {

@@ -1,0 +1,219 @@
+/* agent_push.c - throughput of the agent -> kilnd path: an in-process kilnd (service + gRPC
+ * server) on the database given by KILN_DATABASE_URL, driven by the agent's gRPC client from
+ * several threads: metric batches (PushMetrics), log batches (PushLogs), heartbeats, and bare
+ * gRPC round trips (an unknown method). Not a test: prints rates, asserts nothing.
+ * usage: KILN_DATABASE_URL='host=... dbname=...' build/bench/agent_push [seconds] [threads] */
+#include "api/api.h"
+#include "service/service.h"
+#include "worker/worker.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef enum { OP_METRICS, OP_LOGS, OP_HEARTBEAT, OP_BARE } op_t;
+
+typedef struct run {
+    worker_rpc_t *rpc;
+    op_t op;
+    const char *worker_id, *job_id;
+    double seconds;
+    int thread;
+    long calls, items, errors;
+} run_t;
+
+#define POINTS_PER_BATCH 5000
+#define LINES_PER_BATCH 1000
+
+static void *run_main(void *arg)
+{
+    run_t *r = arg;
+    Kiln__MetricPoint *pts = calloc(POINTS_PER_BATCH, sizeof(*pts));
+    Kiln__MetricPoint **ptsp = calloc(POINTS_PER_BATCH, sizeof(*ptsp));
+    Kiln__LogLine *lines = calloc(LINES_PER_BATCH, sizeof(*lines));
+    Kiln__LogLine **linesp = calloc(LINES_PER_BATCH, sizeof(*linesp));
+    static char *names[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s"};
+    char text[] = "step 1234/5000 | loss 2.4100 | lr 3.0e-04 | norm 0.83 | 412.0 ms | 9943 tok/s | mfu 41.0%";
+    int64_t step = (int64_t)r->thread * 1000000000;
+    double end = kiln_mono_s() + r->seconds;
+    while (kiln_mono_s() < end) {
+        ProtobufCMessage *resp = NULL;
+        kiln_err_t err;
+        int rc = 0;
+        long items = 0;
+        if (r->op == OP_METRICS) {
+            Kiln__MetricBatch b = KILN__METRIC_BATCH__INIT;
+            for (int i = 0; i < POINTS_PER_BATCH; i++) {
+                kiln__metric_point__init(&pts[i]);
+                pts[i].name = names[i % 5];
+                pts[i].step = step + i / 5;
+                pts[i].value = 1.0 / (i + 1);
+                pts[i].time_us = kiln_now_us();
+                ptsp[i] = &pts[i];
+            }
+            step += POINTS_PER_BATCH / 5;
+            b.worker_id = (char *)r->worker_id;
+            b.job_id = (char *)r->job_id;
+            b.attempt = 1;
+            b.n_points = POINTS_PER_BATCH;
+            b.points = ptsp;
+            rc = worker_rpc_call(r->rpc, "/kiln.AgentService/PushMetrics", &b.base, &kiln__ack__descriptor, 30000,
+                                 &resp, NULL, &err);
+            items = POINTS_PER_BATCH;
+        } else if (r->op == OP_LOGS) {
+            Kiln__LogBatch b = KILN__LOG_BATCH__INIT;
+            for (int i = 0; i < LINES_PER_BATCH; i++) {
+                kiln__log_line__init(&lines[i]);
+                lines[i].rank = 0;
+                lines[i].time_us = kiln_now_us();
+                lines[i].stream = "stdout";
+                lines[i].line = text;
+                linesp[i] = &lines[i];
+            }
+            b.worker_id = (char *)r->worker_id;
+            b.job_id = (char *)r->job_id;
+            b.attempt = 1;
+            b.n_lines = LINES_PER_BATCH;
+            b.lines = linesp;
+            rc = worker_rpc_call(r->rpc, "/kiln.AgentService/PushLogs", &b.base, &kiln__ack__descriptor, 30000,
+                                 &resp, NULL, &err);
+            items = LINES_PER_BATCH;
+        } else if (r->op == OP_HEARTBEAT) {
+            Kiln__HeartbeatRequest h = KILN__HEARTBEAT_REQUEST__INIT;
+            h.worker_id = (char *)r->worker_id;
+            rc = worker_rpc_call(r->rpc, "/kiln.AgentService/Heartbeat", &h.base,
+                                 &kiln__heartbeat_response__descriptor, 30000, &resp, NULL, &err);
+            items = 1;
+        } else {
+            uint8_t *out = NULL;
+            size_t len = 0;
+            int code = 0;
+            worker_rpc_call_raw(r->rpc, "/kiln.Bench/Nothing", "", 0, 30000, &out, &len, &code, &err);
+            free(out);
+            rc = code == 12 ? 0 : -1;
+            items = 1;
+        }
+        if (resp)
+            protobuf_c_message_free_unpacked(resp, NULL);
+        if (rc == 0) {
+            r->calls++;
+            r->items += items;
+        } else if (r->errors++ == 0) {
+            fprintf(stderr, "agent_push: call failed: %s\n", err.message);
+        }
+    }
+    free(pts);
+    free(ptsp);
+    free(lines);
+    free(linesp);
+    return NULL;
+}
+
+static void measure(worker_rpc_t *rpc, op_t op, const char *label, const char *unit, const char *wid,
+                    const char *jid, double seconds, int threads)
+{
+    run_t runs[16];
+    pthread_t t[16];
+    double t0 = kiln_mono_s();
+    for (int i = 0; i < threads; i++) {
+        runs[i] = (run_t){.rpc = rpc, .op = op, .worker_id = wid, .job_id = jid, .seconds = seconds, .thread = i};
+        pthread_create(&t[i], NULL, run_main, &runs[i]);
+    }
+    long calls = 0, items = 0, errors = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i], NULL);
+        calls += runs[i].calls;
+        items += runs[i].items;
+        errors += runs[i].errors;
+    }
+    double dt = kiln_mono_s() - t0;
+    printf("%-28s %10.0f %s/s  (%ld calls, %.0f calls/s, %d threads, %.1f s, %ld errors)\n", label, items / dt,
+           unit, calls, calls / dt, threads, dt, errors);
+    fflush(stdout);
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+int main(int argc, char **argv)
+{
+    log_init("agent_push");
+    log_set_level(LOG_WARN);
+    const char *url = getenv("KILN_DATABASE_URL");
+    if (!url) {
+        fprintf(stderr, "usage: KILN_DATABASE_URL='host=... dbname=...' %s [seconds] [threads]\n", argv[0]);
+        return 2;
+    }
+    double seconds = argc > 1 ? atof(argv[1]) : 5;
+    int threads = argc > 2 ? atoi(argv[2]) : 2;
+    if (threads < 1 || threads > 16)
+        threads = 2;
+    svc_t *s = NULL;
+    api_grpc_t *g = NULL;
+    worker_rpc_t *rpc = NULL;
+    kiln_err_t err;
+    svc_config_t cfg = {.database_url = url};
+    if (svc_create(&cfg, &s, &err) != 0) {
+        fprintf(stderr, "agent_push: %s\n", err.message);
+        return 1;
+    }
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
+    if (api_grpc_start(s, addr, &g, &err) != 0 || worker_rpc_create(addr, &rpc, &err) != 0) {
+        fprintf(stderr, "agent_push: %s\n", err.message);
+        return 1;
+    }
+    Kiln__RegisterRequest reg = KILN__REGISTER_REQUEST__INIT;
+    reg.hostname = "bench";
+    reg.address = "127.0.0.1";
+    reg.slots = 1;
+    reg.slot_type = "cpu";
+    ProtobufCMessage *resp = NULL;
+    if (worker_rpc_call(rpc, "/kiln.AgentService/RegisterWorker", &reg.base, &kiln__register_response__descriptor,
+                        10000, &resp, NULL, &err) != 0) {
+        fprintf(stderr, "agent_push: register: %s\n", err.message);
+        return 1;
+    }
+    char *wid = strdup(((Kiln__RegisterResponse *)resp)->worker_id);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    /* a job to push to (the scheduler may place it on the bench worker; the rates do not care) */
+    json_t *spec = json_loads("{\"name\":\"bench\",\"model\":{\"type\":\"mlp\",\"hidden\":[8],\"n_inputs\":4,"
+                              "\"n_classes\":2},\"data\":{\"train\":\"synthetic\"},\"resources\":{\"nodes\":1,"
+                              "\"slots_per_node\":1}}", 0, NULL);
+    json_t *job = NULL;
+    bool created;
+    if (svc_job_create(s, spec, NULL, &job, &created, &err) != 0) {
+        fprintf(stderr, "agent_push: job: %s\n", err.message);
+        return 1;
+    }
+    const char *jid = json_string_value(json_object_get(job, "id"));
+    printf("agent -> kilnd over gRPC, %d client thread(s), kilnd in process, %ld cores online\n", threads,
+           sysconf(_SC_NPROCESSORS_ONLN));
+    measure(rpc, OP_BARE, "bare round trip (UNIMPL.)", "calls", wid, jid, seconds, threads);
+    measure(rpc, OP_HEARTBEAT, "Heartbeat", "calls", wid, jid, seconds, threads);
+    measure(rpc, OP_METRICS, "PushMetrics (5000/batch)", "points", wid, jid, seconds, threads);
+    measure(rpc, OP_LOGS, "PushLogs (1000/batch)", "lines", wid, jid, seconds, threads);
+    json_decref(spec);
+    json_decref(job);
+    free(wid);
+    worker_rpc_destroy(rpc);
+    api_grpc_stop(g);
+    svc_destroy(s);
+    return 0;
+}
