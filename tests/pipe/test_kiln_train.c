@@ -1,0 +1,169 @@
+/* test_kiln_train.c - the pipeline through the kiln-train binary, started the way the agent starts
+ * ranks (the rank contract's KILN_* environment): a partitioned job trains and writes its plan and
+ * model; a job whose smallest stage exceeds resources.memory_limit_mb and a job with a bad manual
+ * plan fail on every rank with a clear last line. */
+#include "tests/common/harness.h"
+#include "base/base.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_dir[64];
+
+static void setup_dir(int n_embd, const char *extra_mp, const char *extra_res)
+{
+    snprintf(g_dir, sizeof(g_dir), "/tmp/kiln-pipe-kt-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/data.txt", g_dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < 3000; i++)
+        fprintf(f, "%s", i % 7 ? "glaze the pot " : "fire the kiln.\n");
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/spec.json", g_dir);
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "{\"name\": \"pipe-kt\", \"model\": {\"type\": \"gpt\", \"n_layer\": 4, \"n_head\": 2, \"n_embd\": %d,"
+            " \"seq_len\": 16}, \"data\": {\"train\": \"%s/data.txt\"},"
+            " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": 8, \"max_steps\": 5, \"sample_tokens\": 0},"
+            " \"resources\": {\"nodes\": 1, \"slots_per_node\": 2, \"threads_per_rank\": 1%s},"
+            " \"distribution\": {\"model_parallel\": {\"partitions\": 2, \"microbatches\": 4%s}}}",
+            n_embd, g_dir, extra_res, extra_mp);
+    fclose(f);
+}
+
+/* Starts 2 ranks of kiln-train; returns their exit statuses in st. */
+static void run_ranks(int st[2])
+{
+    char bin[512], spec[128], out[128], ckpt[128], port[32], logp[2][128];
+    snprintf(bin, sizeof(bin), "%s/kiln-train", th_bin_dir());
+    cr_assert_eq(access(bin, X_OK), 0, "%s not built (set KILN_BIN_DIR)", bin);
+    snprintf(spec, sizeof(spec), "KILN_SPEC=%s/spec.json", g_dir);
+    snprintf(out, sizeof(out), "KILN_OUTPUT_DIR=%s/out", g_dir);
+    snprintf(ckpt, sizeof(ckpt), "KILN_CHECKPOINT_DIR=%s/ckpt", g_dir);
+    snprintf(port, sizeof(port), "KILN_MASTER_PORT=%d", th_free_port());
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        char rank[32];
+        snprintf(rank, sizeof(rank), "KILN_RANK=%d", r);
+        char *env[] = {spec, out, ckpt, port, rank, "KILN_WORLD_SIZE=2", "KILN_LOCAL_RANK=0",
+                       "KILN_MASTER_ADDR=127.0.0.1", "KILN_JOB_ID=pipe-kt", "KILN_PEAK_GFLOPS=100",
+                       "KILN_COMM_TIMEOUT_S=30", NULL};
+        char *argv[] = {bin, NULL};
+        snprintf(logp[r], sizeof(logp[r]), "%s/rank%d.log", g_dir, r);
+        pids[r] = th_spawn(argv, env, logp[r]);
+        cr_assert_gt(pids[r], 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        int s = -1;
+        double deadline = kiln_mono_s() + 90;
+        while (waitpid(pids[r], &s, WNOHANG) == 0) {
+            if (kiln_mono_s() > deadline) {
+                th_stop(pids[0], 9, 100);
+                th_stop(pids[1], 9, 100);
+                cr_assert_fail("rank %d hung", r);
+            }
+            usleep(20000);
+        }
+        st[r] = s;
+    }
+}
+
+static char *slurp(const char *name)
+{
+    char path[160], *text = NULL;
+    size_t len;
+    kiln_err_t err;
+    snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+    if (kiln_file_read(path, &text, &len, &err))
+        return NULL;
+    return text;
+}
+
+static void cleanup(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(kiln_train, partitioned_job_trains_and_writes_its_plan, .timeout = 120)
+{
+    setup_dir(32, "", "");
+    int st[2];
+    run_ranks(st);
+    char *log0 = slurp("rank0.log"), *log1 = slurp("rank1.log");
+    cr_assert_not_null(log0);
+    for (int r = 0; r < 2; r++)
+        cr_assert(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 0, "rank %d exit 0x%x:\n%s", r, st[r], r ? log1 : log0);
+    cr_assert(strstr(log0, "pipeline: automatic plan, 2 stages"), "%s", log0);
+    cr_assert(strstr(log0, "step 5/5 | loss"), "%s", log0);
+    cr_assert(strstr(log1, "is stage 1 of 2"), "%s", log1);
+    char *plan = slurp("out/partition_plan.json");
+    cr_assert_not_null(plan);
+    cr_assert(strstr(plan, "\"stages\": [\n    {\"stage\": 0, \"blocks\": [0, "), "%s", plan);
+    struct stat sb;
+    char path[160];
+    snprintf(path, sizeof(path), "%s/out/model_llmc.bin", g_dir);
+    cr_assert_eq(stat(path, &sb), 0, "no final model");
+    snprintf(path, sizeof(path), "%s/ckpt/ckpt_00000005.bin", g_dir);
+    cr_assert_eq(stat(path, &sb), 0, "no checkpoint");
+    free(log0);
+    free(log1);
+    free(plan);
+    cleanup();
+}
+
+static const char *last_line(char *text)
+{
+    size_t n = strlen(text);
+    while (n && text[n - 1] == '\n')
+        text[--n] = '\0';
+    char *nl = strrchr(text, '\n');
+    return nl ? nl + 1 : text;
+}
+
+Test(kiln_train, model_over_the_memory_limit_fails_clearly, .timeout = 120)
+{
+    /* 4 layers of width 128: each layer's parameters, gradients and AdamW state take 3 MiB */
+    setup_dir(128, "", ", \"memory_limit_mb\": 1");
+    int st[2];
+    run_ranks(st);
+    for (int r = 0; r < 2; r++) {
+        char name[32];
+        snprintf(name, sizeof(name), "rank%d.log", r);
+        char *log = slurp(name);
+        cr_assert(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) != 0, "rank %d succeeded:\n%s", r, log);
+        const char *ll = last_line(log);
+        cr_assert(strstr(ll, "model does not fit: the smallest possible stage needs") &&
+                      strstr(ll, "limit 1.0 MiB; use more partitions or a larger memory limit"),
+                  "rank %d: %s", r, ll);
+        free(log);
+    }
+    cleanup();
+}
+
+Test(kiln_train, bad_manual_plan_fails_clearly, .timeout = 120)
+{
+    setup_dir(32, ", \"partition_plan\": {\"stages\": [[0, 2], [4, 5]]}", "");
+    int st[2];
+    run_ranks(st);
+    for (int r = 0; r < 2; r++) {
+        char name[32];
+        snprintf(name, sizeof(name), "rank%d.log", r);
+        char *log = slurp(name);
+        cr_assert(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) == 2, "rank %d exit 0x%x:\n%s", r, st[r], log);
+        const char *ll = last_line(log);
+        cr_assert(strstr(ll, "distribution.model_parallel.partition_plan: invalid partition plan: block 3 is in no "
+                             "stage (stage 1 starts at block 4)"), "rank %d: %s", r, ll);
+        free(log);
+    }
+    cleanup();
+}
