@@ -9,7 +9,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,6 +468,69 @@ static int threads_per_rank(worker_launcher_t *l, const char *spec_json)
     return t;
 }
 
+/* fork + exec of one rank: its own process group, default signal handling, stdin from
+ * /dev/null, stdout/stderr/metrics onto the pipes, and SIGKILL when the agent dies (orphaned ranks
+ * would go on writing into a job's checkpoint directory while kilnd restarts the job elsewhere).
+ * Between fork and exec only async-signal-safe calls. Returns 0 or the errno of the failure
+ * (exec's included, passed back over a close-on-exec pipe). */
+static int rank_exec(const char *bin, char *const argv[], char *const envp[], int out_fd, int err_fd,
+                     int met_fd, pid_t *out_pid)
+{
+    int ep[2];
+    if (pipe2(ep, O_CLOEXEC) != 0)
+        return errno;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(ep[0]);
+        close(ep[1]);
+        return e;
+    }
+    if (pid == 0) {
+        int e = 0;
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
+        setpgid(0, 0);
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < NSIG; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                sigaction(sig, &dfl, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0 ||
+            dup2(met_fd, LAUNCH_METRICS_FD) < 0) {
+            e = errno;
+        } else {
+            execve(bin, argv, envp);
+            e = errno;
+        }
+        ssize_t w = write(ep[1], &e, sizeof(e));
+        (void)w;
+        _exit(127);
+    }
+    close(ep[1]);
+    int e = 0;
+    ssize_t n;
+    do
+        n = read(ep[0], &e, sizeof(e));
+    while (n < 0 && errno == EINTR);
+    close(ep[0]);
+    if (n == (ssize_t)sizeof(e) && e != 0) {
+        /* exec failed: reap the child now so no zombie is left behind */
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        return e;
+    }
+    setpgid(pid, pid); /* also from here, so the group exists before anyone signals it */
+    *out_pid = pid;
+    return 0;
+}
+
 /* Starts one rank; on success the rank is linked into l->ranks and watched by epoll. */
 static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment *a, int local_rank,
                       int threads, const char *job_dir, kiln_err_t *err)
@@ -475,9 +538,6 @@ static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment 
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
     envb_t env = {0};
     lrank_t *r = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    bool fa_init = false, attr_init = false;
     int rc = 0;
 
     r = calloc(1, sizeof(*r));
@@ -546,25 +606,8 @@ static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment 
         goto fail;
     }
 
-    posix_spawn_file_actions_init(&fa);
-    fa_init = true;
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, p[0][1], 1);
-    posix_spawn_file_actions_adddup2(&fa, p[1][1], 2);
-    posix_spawn_file_actions_adddup2(&fa, p[2][1], LAUNCH_METRICS_FD);
-    posix_spawnattr_init(&attr);
-    attr_init = true;
-    sigset_t none, dfl;
-    sigemptyset(&none);
-    sigfillset(&dfl);
-    sigdelset(&dfl, SIGKILL);
-    sigdelset(&dfl, SIGSTOP);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &dfl);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     char *argv[] = {l->train_bin, NULL};
-    int serr = posix_spawn(&r->pid, l->train_bin, &fa, &attr, argv, env.v);
+    int serr = rank_exec(l->train_bin, argv, env.v, p[0][1], p[1][1], p[2][1], &r->pid);
     if (serr != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s", l->train_bin, strerror(serr));
         goto fail;
@@ -592,10 +635,6 @@ static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment 
     l->nranks++;
     r = NULL;
 fail:
-    if (fa_init)
-        posix_spawn_file_actions_destroy(&fa);
-    if (attr_init)
-        posix_spawnattr_destroy(&attr);
     env_free(&env);
     for (int k = 0; k < 3; k++)
         for (int j = 0; j < 2; j++)

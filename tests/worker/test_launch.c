@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct ev_line {
@@ -385,4 +387,67 @@ Test(launch, many_lines_arrive_complete_and_in_order)
     cr_assert_eq(strlen(R.lines[30000].text), 255, "the long line (truncated by the test's copy)");
     cr_assert_eq(R.exits[0].lines_before, 30001);
     worker_launcher_destroy(l);
+}
+
+/* The rank's state letter from /proc ('Z' zombie), or 0 when the process is gone. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' ? paren[2] : '?';
+}
+
+Test(launch, ranks_die_with_the_agent)
+{
+    char *bin = write_script("rank.sh", "echo $$ > \"$KILN_OUTPUT_DIR/pid.tmp\"; mv \"$KILN_OUTPUT_DIR/pid.tmp\" \"$KILN_OUTPUT_DIR/pid\"\n"
+                                        "while :; do sleep 0.05; done\n");
+    pid_t agent = fork();
+    cr_assert_geq(agent, 0);
+    if (agent == 0) {
+        /* a stand-in agent process: starts the rank, then dies without cleaning up */
+        worker_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = 1, .cores = 1};
+        worker_launch_cbs_t cbs = {0};
+        worker_launcher_t *l = NULL;
+        int32_t ranks[] = {0};
+        Kiln__Assignment a = make_assignment("job-8", 1, ranks, 1, "{}");
+        if (worker_launcher_create(&cfg, &cbs, &l, NULL) != 0 || worker_launcher_start(l, &a, NULL) != 0)
+            _exit(1);
+        sleep(30);
+        _exit(0);
+    }
+    char pidfile[300];
+    snprintf(pidfile, sizeof(pidfile), "%s/jobs/job-8/output/pid", dir);
+    pid_t rank = 0;
+    for (int i = 0; i < 100 && rank <= 0; i++) {
+        FILE *f = fopen(pidfile, "r");
+        if (f) {
+            int v = 0;
+            if (fscanf(f, "%d", &v) == 1)
+                rank = v;
+            fclose(f);
+        }
+        if (rank <= 0)
+            usleep(50000);
+    }
+    cr_assert_gt(rank, 0, "the rank started");
+    cr_assert(proc_state(rank) != 0 && proc_state(rank) != 'Z', "the rank runs");
+    kill(agent, SIGKILL);
+    waitpid(agent, NULL, 0);
+    char st = 'R';
+    for (int i = 0; i < 100; i++) {
+        st = proc_state(rank);
+        if (st == 0 || st == 'Z')
+            break;
+        usleep(20000);
+    }
+    if (st != 0 && st != 'Z')
+        kill(rank, SIGKILL);
+    cr_assert(st == 0 || st == 'Z', "the rank outlived its agent (state %c)", st);
 }
