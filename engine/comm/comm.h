@@ -104,7 +104,8 @@ int comm_send_start(comm_t *c, const void *buf, size_t len, int peer, uint32_t t
                     comm_req_t **req, kiln_err_t *err);
 /* Receives a message from group rank peer with the given tag into buf (capacity cap bytes);
  * messages from one peer with one tag arrive in the order sent. out_len (OUT at completion, may
- * be NULL) gets the received size; a larger message fails with KILN_ETOOBIG. */
+ * be NULL) gets the received size. A larger message is a usage error: the receive fails with
+ * KILN_ETOOBIG on shm; tcp;ofi_rxm may drop the connection, failing the group. */
 int comm_recv_start(comm_t *c, void *buf, size_t cap, int peer, uint32_t tag, size_t *out_len,
                     comm_req_t **req, kiln_err_t *err);
 

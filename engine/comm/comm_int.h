@@ -104,6 +104,7 @@ typedef struct comm_fabric {
     struct fid_ep *ep;
     fi_addr_t *peers;     /* (world) fabric address of each world rank */
     bool mr_local;        /* provider needs registered local buffers */
+    bool abandoned;       /* failed: never call into the provider again */
     uint64_t mr_key;      /* next requested key when the provider does not pick keys */
     char name[COMM_ADDR_MAX];
     size_t namelen;

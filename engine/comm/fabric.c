@@ -139,6 +139,11 @@ int comm_fabric_insert(comm_engine_t *e, const uint8_t (*addrs)[COMM_ADDR_MAX], 
 void comm_fabric_close(comm_engine_t *e)
 {
     comm_fabric_t *f = &e->fab;
+    if (f->abandoned) {
+        log_debug("comm: leaving the failed fabric endpoint open");
+        memset(f, 0, sizeof(*f)); /* slots stay allocated: the provider may still know them */
+        return;
+    }
     if (f->slots_mr)
         fi_close(&f->slots_mr->fid);
     if (f->ep)
@@ -310,11 +315,11 @@ static void fabric_abort(comm_engine_t *e)
         else if (op->x.busy)
             fi_cancel(&f->ep->fid, &op->x.ctx);
     }
-    /* Sends to a dead peer cannot be cancelled and the provider may still read their buffers
-     * (tcp;ofi_rxm does when it tears connections down). Close the endpoint now, before the
-     * failed operations return and their callers free the buffers; the engine is done anyway. */
-    fi_close(&f->ep->fid);
-    f->ep = NULL;
+    /* Sends to a dead peer cannot be cancelled, and closing an ofi_rxm endpoint with a broken
+     * connection crashes inside libfabric 1.17. Progress is manual, so once we stop calling into
+     * the provider it touches no buffer of ours again: abandon the endpoint (the process is about
+     * to fail anyway) and let the failed operations return. */
+    f->abandoned = true;
 }
 
 static void fabric_close_tp(comm_engine_t *e)
