@@ -126,7 +126,61 @@ typedef struct eng_cuda_ext {
                                           const uint16_t *qkv, int B, int T, int C, int NH);
     void (*xent_fused_bf16)(uint16_t *dlogits, float *losses, const uint16_t *logits,
                             const int32_t *targets, float dloss, int N, int V, int Vp);
+
+    /* Number of visible CUDA devices without choosing one (0 when none or no driver). */
+    int (*device_count)(void);
 } eng_cuda_ext_t;
+
+/* ---- NCCL: collectives on device memory (symbol `eng_cuda_nccl`) ----------------------------
+ * One communicator per group of ranks, one GPU per rank (the GPU the backend chose). Operations
+ * are queued on the communicator's own stream, behind everything already queued on the
+ * backend's stream (a device-side event wait; the host never blocks), so gradient buckets can be
+ * all-reduced while backward keeps running. The host transport (engine/comm, libfabric) carries
+ * the bootstrap: rank 0's NCCL id is broadcast through the caller's function. */
+typedef struct eng_nccl eng_nccl_t;
+
+/* Copies len bytes of rank 0's buf into buf on every rank (comm_bcast does exactly this).
+ * Returns 0 or a KILN_E* status with err filled. */
+typedef int (*eng_nccl_bcast_fn)(void *ctx, void *buf, size_t len, kiln_err_t *err);
+
+#define ENG_CUDA_NCCL_ABI 1
+
+typedef struct eng_cuda_nccl {
+    int abi; /* ENG_CUDA_NCCL_ABI */
+    /* Collective over world ranks: joins the NCCL communicator. *out (OUT) is the caller's;
+     * free with destroy(). Returns 0, KILN_EINVAL, KILN_EUNAVAIL (no GPU) or KILN_ECOMM with
+     * NCCL's reason. */
+    int (*create)(int rank, int world, eng_nccl_bcast_fn bcast, void *bctx, eng_nccl_t **out,
+                  kiln_err_t *err);
+    /* Waits for queued operations (bounded by 60 s, then aborts) and frees. Accepts NULL. */
+    void (*destroy)(eng_nccl_t *c);
+    /* ncclCommAbort: ends every queued and running operation (after a peer failed). destroy()
+     * must still be called. */
+    void (*abort)(eng_nccl_t *c);
+    int (*rank)(const eng_nccl_t *c);
+    int (*size)(const eng_nccl_t *c);
+
+    /* Queue an operation and return at once; device buffers are borrowed until join()/wait().
+     * Semantics as comm.h's host versions: allreduce in place (avg != 0 averages);
+     * reduce_scatter in place, the shard of comm_shard_range(n, rank, size) ends up reduced;
+     * allgather in place from each rank's shard; bcast len bytes from root; send/recv len bytes
+     * to/from a peer (every send needs the matching recv on the peer, in the same order).
+     * Return 0, KILN_EINVAL or KILN_ECOMM. */
+    int (*allreduce)(eng_nccl_t *c, float *buf, size_t n, int avg, kiln_err_t *err);
+    int (*reduce_scatter)(eng_nccl_t *c, float *buf, size_t n, int avg, kiln_err_t *err);
+    int (*allgather)(eng_nccl_t *c, float *buf, size_t n, kiln_err_t *err);
+    int (*bcast)(eng_nccl_t *c, void *buf, size_t len, int root, kiln_err_t *err);
+    int (*send)(eng_nccl_t *c, const void *buf, size_t len, int peer, kiln_err_t *err);
+    int (*recv)(eng_nccl_t *c, void *buf, size_t len, int peer, kiln_err_t *err);
+
+    /* Makes the backend's stream wait, on the device, for every operation queued so far: ops
+     * queued after join() see the results. The host does not block. Returns 0 or KILN_ECOMM. */
+    int (*join)(eng_nccl_t *c, kiln_err_t *err);
+    /* Blocks until every queued operation finished, watching NCCL's asynchronous error; a
+     * failure or timeout_s (<= 0 means 300) aborts the communicator. Returns 0, KILN_ECOMM or
+     * KILN_ETIMEDOUT. */
+    int (*wait)(eng_nccl_t *c, double timeout_s, kiln_err_t *err);
+} eng_cuda_nccl_t;
 
 #ifdef __cplusplus
 }

@@ -339,6 +339,16 @@ static void x_xent_fused_bf16(uint16_t *dlogits, float *losses, const uint16_t *
     kc_xent_fused<bf16>(BF(dlogits), losses, CBF(logits), targets, dloss, N, V, Vp);
 }
 
+static int x_device_count(void)
+{
+    int n = 0; /* left untouched when the call fails (no driver) */
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 static eng_cuda_ext_t make_ext(void)
 {
     eng_cuda_ext_t x;
@@ -373,6 +383,7 @@ static eng_cuda_ext_t make_ext(void)
     x.attention_forward_flash_bf16 = x_attention_forward_flash_bf16;
     x.attention_backward_flash_bf16 = x_attention_backward_flash_bf16;
     x.xent_fused_bf16 = x_xent_fused_bf16;
+    x.device_count = x_device_count;
     return x;
 }
 

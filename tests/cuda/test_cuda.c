@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/backend.h"
@@ -788,4 +789,153 @@ Test(cuda, memory_metrics)
     cr_assert_eq(X->device_info(name, sizeof(name), &ord, &ccM, &ccm, &sms), 0);
     fprintf(stderr, "cuda device %d: %s, compute %d.%d, %d SMs\n", ord, name, ccM, ccm, sms);
     expect_ok();
+}
+
+/* ---- NCCL ------------------------------------------------------------------------------------------------ */
+
+static const eng_cuda_nccl_t *nccl_table(void)
+{
+    Dl_info info;
+    cr_assert(dladdr((const void *)G, &info) && info.dli_fname);
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert(h);
+    const eng_cuda_nccl_t *t = (const eng_cuda_nccl_t *)dlsym(h, "eng_cuda_nccl");
+    cr_assert(t && t->abi == ENG_CUDA_NCCL_ABI, "libkiln_cuda.so has no matching eng_cuda_nccl");
+    return t;
+}
+
+static int bcast_self(void *ctx, void *buf, size_t len, kiln_err_t *err)
+{
+    (void)ctx; (void)buf; (void)len; (void)err;
+    return 0; /* world of one: rank 0 already holds the bytes */
+}
+
+/* A world of one exercises every call on one GPU: results equal the inputs. */
+Test(cuda, nccl_single_rank)
+{
+    need_cuda();
+    const eng_cuda_nccl_t *N = nccl_table();
+    kiln_err_t err;
+    eng_nccl_t *c = NULL;
+    cr_assert_eq(N->create(0, 1, bcast_self, NULL, &c, &err), 0, "%s", err.message);
+    cr_assert_eq(N->rank(c), 0);
+    cr_assert_eq(N->size(c), 1);
+    size_t n = 1001;
+    float *x = hrand(n, 1.0);
+    float *d = dup_dev(x, n * 4);
+    cr_assert_eq(N->allreduce(c, d, n, 0, &err), 0, "%s", err.message);
+    cr_assert_eq(N->allreduce(c, d, n, 1, &err), 0, "%s", err.message);
+    cr_assert_eq(N->reduce_scatter(c, d, n, 0, &err), 0, "%s", err.message);
+    cr_assert_eq(N->allgather(c, d, n, &err), 0, "%s", err.message);
+    cr_assert_eq(N->bcast(c, d, n * 4, 0, &err), 0, "%s", err.message);
+    cr_assert_eq(N->send(c, d, 4, 0, &err), KILN_EINVAL, "send to self must be refused");
+    cr_assert_eq(N->join(c, &err), 0, "%s", err.message);
+    cr_assert_eq(N->wait(c, 30, &err), 0, "%s", err.message);
+    cr_assert_eq(max_abs(hget(d, n), x, n), 0.0);
+    N->destroy(c);
+    expect_ok();
+}
+
+/* Two processes, one GPU each, the NCCL id passed through a pipe (standing in for comm_bcast).
+ * Children are forked before anything touches CUDA. */
+typedef struct pipe_ctx { int rank, fd; } pipe_ctx_t;
+static int bcast_pipe(void *ctx, void *buf, size_t len, kiln_err_t *err)
+{
+    pipe_ctx_t *p = ctx;
+    (void)err;
+    if (p->rank == 0) return write(p->fd, buf, len) == (ssize_t)len ? 0 : KILN_EIO;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(p->fd, (char *)buf + got, len - got);
+        if (r <= 0) return KILN_EIO;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+#define CHILD_SKIP 77
+static int nccl_child(int rank, int fd)
+{
+    char dev[8];
+    snprintf(dev, sizeof(dev), "%d", rank);
+    setenv("KILN_CUDA_DEVICE", dev, 1);
+    const eng_backend_t *be = NULL;
+    kiln_err_t err;
+    if (eng_backend_get("cuda", &be, &err) != 0) return CHILD_SKIP;
+    Dl_info info;
+    if (!dladdr((const void *)be, &info)) return 1;
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    const eng_cuda_ext_t *x = h ? dlsym(h, "eng_cuda_ext") : NULL;
+    const eng_cuda_nccl_t *N = h ? dlsym(h, "eng_cuda_nccl") : NULL;
+    if (!x || !N) return 1;
+    if (x->device_count() < 2) return CHILD_SKIP;
+    pipe_ctx_t pc = {rank, fd};
+    eng_nccl_t *c = NULL;
+    if (N->create(rank, 2, bcast_pipe, &pc, &c, &err) != 0) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.message);
+        return 1;
+    }
+    size_t n = 1001; /* odd: uneven shards */
+    float *hx = malloc(n * 4), *hy = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) hx[i] = (float)(i % 97) + 1000.0f * rank;
+    float *d = be->alloc(n * 4);
+    be->to_device(d, hx, n * 4);
+    int bad = 0;
+    /* allreduce sum: (i%97) + (i%97 + 1000) */
+    if (N->allreduce(c, d, n, 0, &err) || N->join(c, &err) || N->wait(c, 60, &err)) bad = 1;
+    be->to_host(hy, d, n * 4);
+    for (size_t i = 0; i < n && !bad; i++)
+        if (hy[i] != 2.0f * (float)(i % 97) + 1000.0f) { bad = 2; fprintf(stderr, "allreduce [%zu] %g\n", i, hy[i]); }
+    /* reduce-scatter then all-gather of the original data = allreduce */
+    be->to_device(d, hx, n * 4);
+    if (!bad && (N->reduce_scatter(c, d, n, 0, &err) || N->allgather(c, d, n, &err) ||
+                 N->wait(c, 60, &err))) bad = 3;
+    be->to_host(hy, d, n * 4);
+    for (size_t i = 0; i < n && !bad; i++)
+        if (hy[i] != 2.0f * (float)(i % 97) + 1000.0f) { bad = 4; fprintf(stderr, "rs+ag [%zu] %g\n", i, hy[i]); }
+    /* send/recv: rank 0 sends its data to rank 1 */
+    be->to_device(d, hx, n * 4);
+    if (!bad) {
+        int rc = rank == 0 ? N->send(c, d, n * 4, 1, &err) : N->recv(c, d, n * 4, 0, &err);
+        if (rc || N->wait(c, 60, &err)) bad = 5;
+    }
+    be->to_host(hy, d, n * 4);
+    for (size_t i = 0; i < n && !bad; i++)
+        if (hy[i] != (float)(i % 97)) { bad = 6; fprintf(stderr, "send/recv [%zu] %g\n", i, hy[i]); }
+    if (bad) fprintf(stderr, "rank %d: nccl check %d failed: %s\n", rank, bad, err.message);
+    N->destroy(c);
+    be->free(d);
+    free(hx);
+    free(hy);
+    return bad ? 1 : 0;
+}
+
+Test(cuda, nccl_two_ranks, .timeout = 180)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        pids[r] = fork();
+        cr_assert(pids[r] >= 0);
+        if (pids[r] == 0) {
+            close(r == 0 ? fds[0] : fds[1]);
+            _exit(nccl_child(r, r == 0 ? fds[1] : fds[0]));
+        }
+    }
+    close(fds[0]);
+    close(fds[1]);
+    int codes[2];
+    for (int r = 0; r < 2; r++) {
+        int ws = 0;
+        cr_assert_eq(waitpid(pids[r], &ws, 0), pids[r]);
+        codes[r] = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    }
+    if (codes[0] == CHILD_SKIP || codes[1] == CHILD_SKIP) {
+        need_cuda(); /* skips with the reason when there is no GPU at all */
+        fprintf(stderr, "skipped: nccl_two_ranks needs 2 CUDA devices\n");
+        cr_skip_test("skipped: nccl_two_ranks needs 2 CUDA devices");
+    }
+    cr_assert_eq(codes[0], 0, "rank 0 exited %d", codes[0]);
+    cr_assert_eq(codes[1], 0, "rank 1 exited %d", codes[1]);
 }
