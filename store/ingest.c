@@ -89,35 +89,133 @@ int store_logs_copy(store_conn_t *c, const char *job_id, int attempt, Kiln__LogL
     return rc;
 }
 
+/* Points of one (name, rank) group of a batch, as indexes into the batch. */
+typedef struct chunk {
+    const char *name;
+    int rank;
+    size_t *idx;
+    size_t n, cap;
+} chunk_t;
+
+static int cmp_idx_by_step(const void *a, const void *b, void *arg)
+{
+    Kiln__MetricPoint *const *pts = arg;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int64_t sx = pts[x]->step, sy = pts[y]->step;
+    if (sx != sy)
+        return sx < sy ? -1 : 1;
+    return x < y ? -1 : x > y;  /* stable: batch order breaks ties */
+}
+
+static bool sorted_by_step(Kiln__MetricPoint *const *pts, const chunk_t *ch)
+{
+    for (size_t i = 1; i < ch->n; i++)
+        if (pts[ch->idx[i]]->step < pts[ch->idx[i - 1]]->step)
+            return false;
+    return true;
+}
+
 int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
                        Kiln__MetricPoint *const *pts, size_t n, int64_t now_us, kiln_err_t *err)
 {
     if (n == 0)
         return 0;
-    store_buf_t b = {0};
-    size_t idlen = strlen(job_id);
-    store_buf_reserve(&b, n * 96);
+    /* Group the batch by (name, rank): agents send a few metrics for many steps, so a handful
+     * of groups, and consecutive points usually hit the group of the previous one. */
+    chunk_t *ch = NULL;
+    size_t nch = 0, capch = 0, last = 0;
+    int rc = 0;
     for (size_t i = 0; i < n; i++) {
         const Kiln__MetricPoint *m = pts[i];
+        const char *name = m->name ? m->name : "";
+        size_t g = nch;
+        if (nch > 0 && ch[last].rank == m->rank && strcmp(ch[last].name, name) == 0) {
+            g = last;
+        } else {
+            for (size_t k = 0; k < nch; k++)
+                if (ch[k].rank == m->rank && strcmp(ch[k].name, name) == 0) {
+                    g = k;
+                    break;
+                }
+        }
+        if (g == nch) {
+            if (nch == capch) {
+                capch = capch ? 2 * capch : 16;
+                chunk_t *nc = realloc(ch, capch * sizeof(*ch));
+                if (!nc) {
+                    rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+                    goto out;
+                }
+                ch = nc;
+            }
+            memset(&ch[nch], 0, sizeof(ch[nch]));
+            ch[nch].name = name;
+            ch[nch].rank = m->rank;
+            nch++;
+        }
+        chunk_t *k = &ch[g];
+        if (k->n == k->cap) {
+            k->cap = k->cap ? 2 * k->cap : 64;
+            size_t *ni = realloc(k->idx, k->cap * sizeof(size_t));
+            if (!ni) {
+                rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+                goto out;
+            }
+            k->idx = ni;
+        }
+        k->idx[k->n++] = i;
+        last = g;
+    }
+
+    store_buf_t b = {0};
+    size_t idlen = strlen(job_id);
+    store_buf_reserve(&b, n * 48 + nch * 128);
+    for (size_t g = 0; g < nch; g++) {
+        chunk_t *k = &ch[g];
+        if (!sorted_by_step(pts, k))
+            qsort_r(k->idx, k->n, sizeof(size_t), cmp_idx_by_step, (void *)pts);
         store_buf_put(&b, job_id, idlen);
         store_buf_putc(&b, '\t');
-        buf_copy_utf8(&b, m->name ? m->name : "");
+        buf_copy_utf8(&b, k->name);
         store_buf_putc(&b, '\t');
-        store_buf_i64(&b, m->step);
-        store_buf_putc(&b, '\t');
-        store_buf_double(&b, m->value);
-        store_buf_putc(&b, '\t');
-        store_buf_i64(&b, m->rank);
+        store_buf_i64(&b, k->rank);
         store_buf_putc(&b, '\t');
         store_buf_i64(&b, attempt);
         store_buf_putc(&b, '\t');
-        store_buf_i64(&b, m->time_us > 0 ? m->time_us : now_us);
-        store_buf_putc(&b, '\n');
+        store_buf_i64(&b, pts[k->idx[0]]->step);
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, pts[k->idx[k->n - 1]]->step);
+        store_buf_putc(&b, '\t');
+        store_buf_i64(&b, (int64_t)k->n);
+        store_buf_put(&b, "\t{", 2);
+        for (size_t i = 0; i < k->n; i++) {
+            if (i)
+                store_buf_putc(&b, ',');
+            store_buf_i64(&b, pts[k->idx[i]]->step);
+        }
+        store_buf_put(&b, "}\t{", 3);
+        for (size_t i = 0; i < k->n; i++) {
+            if (i)
+                store_buf_putc(&b, ',');
+            store_buf_double(&b, pts[k->idx[i]]->value);
+        }
+        store_buf_put(&b, "}\t{", 3);
+        for (size_t i = 0; i < k->n; i++) {
+            if (i)
+                store_buf_putc(&b, ',');
+            int64_t t = pts[k->idx[i]]->time_us;
+            store_buf_i64(&b, t > 0 ? t : now_us);
+        }
+        store_buf_put(&b, "}\n", 2);
     }
-    int rc = store_copy(c, "store metric points",
-                        "COPY metrics (job_id, name, step, value, rank, attempt, time_us) FROM STDIN",
-                        &b, err);
+    rc = store_copy(c, "store metric points",
+                    "COPY metric_chunks (job_id, name, rank, attempt, first_step, last_step, n, steps,"
+                    " vals, times_us) FROM STDIN", &b, err);
     store_buf_free(&b);
+out:
+    for (size_t g = 0; g < nch; g++)
+        free(ch[g].idx);
+    free(ch);
     return rc;
 }
 
@@ -179,10 +277,11 @@ int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *na
      * floor(x * (m - 1) / (n - 1)); that keeps the first and the last row and at most m rows.
      * The database does the thinning so only kept points travel. */
     static const char *sql =
-        "WITH s AS (SELECT name, step, value, time_us, rank,"
-        "  row_number() OVER (PARTITION BY name ORDER BY step, time_us, rank) AS rn,"
-        "  count(*) OVER (PARTITION BY name) AS cnt"
-        "  FROM metrics WHERE job_id = $1::uuid AND ($2::text IS NULL OR name = $2))"
+        "WITH s AS (SELECT c.name, u.step, u.value, u.time_us, c.rank,"
+        "  row_number() OVER (PARTITION BY c.name ORDER BY u.step, u.time_us, c.rank) AS rn,"
+        "  count(*) OVER (PARTITION BY c.name) AS cnt"
+        "  FROM metric_chunks c, unnest(c.steps, c.vals, c.times_us) AS u(step, value, time_us)"
+        "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2))"
         " SELECT name, step, value, time_us, rank FROM s"
         " WHERE cnt <= $3::int OR rn = cnt OR (rn = 1 AND $3::int > 1)"
         "  OR ($3::int > 2 AND (rn - 1) * ($3::int - 1) / (cnt - 1)"

@@ -96,7 +96,7 @@ Test(sched, many_workers_exact_gang)
 {
     enum { N = 64 };
     sched_worker_t w[N];
-    char ids[N][8];
+    char ids[N][16];
     for (int i = 0; i < N; i++) {
         snprintf(ids[i], sizeof(ids[i]), "w%d", i);
         w[i] = (sched_worker_t)W(ids[i], "cpu", 4, i % 5);  /* free 0..4 */

@@ -392,7 +392,8 @@ Test(ingest, metrics_copy_latest_and_downsampling)
                                           &found, &err), 0, "%s", err.message);
     cr_assert(found);
     cr_assert_eq(store_commit(c, &err), 0);
-    cr_assert_eq(count_rows("SELECT count(*) FROM metrics"), 2 * N);
+    cr_assert_eq(count_rows("SELECT sum(n) FROM metric_chunks"), 2 * N);
+    cr_assert_eq(count_rows("SELECT count(*) FROM metric_chunks"), 2, "one chunk per metric per batch");
 
     json_t *j = NULL;
     cr_assert_eq(store_job_get_json(c, id, &j, &err), 0);

@@ -1,0 +1,217 @@
+/* ingest_bench.c - metric ingestion from agents into PostgreSQL through the service
+ * (svc_agent_metrics: one COPY and one job-row UPDATE per batch), as kiln-agent sends it: several
+ * agents pushing batches of points for running jobs, sustained for a fixed time. Prints points/s,
+ * batches/s and batch latency percentiles. Not a test: it asserts nothing.
+ *
+ * usage: ingest_bench [--database-url URL] [--seconds 12] [--batch 2000] [--agents 2] [--jobs 4]
+ * The database URL defaults to KILN_DATABASE_URL, then KILN_PG_URL (scripts/pg.sh); a fresh
+ * database is created in that cluster for the run and dropped afterwards. */
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "service/service.h"
+
+static svc_t *svc;
+static int64_t batch_size = 2000, seconds = 12, nagents = 2, njobs = 4;
+static char job_ids[64][40];
+static atomic_llong points_done, batches_done, errors, points_sent;
+static atomic_bool stop_flag;
+static int64_t t_start_us, t_end_us;
+
+typedef struct agent {
+    int index;
+    double *lat_ms;
+    size_t nlat, caplat;
+} agent_t;
+
+static const char *const NAMES[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s", "mfu",
+                                    "peak_mem_mb", "val_loss"};
+
+static void *agent_main(void *p)
+{
+    agent_t *a = p;
+    size_t n = (size_t)batch_size;
+    Kiln__MetricPoint *pts = calloc(n, sizeof(*pts));
+    Kiln__MetricPoint **ptrs = calloc(n, sizeof(*ptrs));
+    char wid[32];
+    snprintf(wid, sizeof(wid), "w-bench-%d", a->index);
+    int64_t step = 1;
+    int names = (int)KILN_ARRAY_LEN(NAMES);
+    for (size_t i = 0; i < n; i++) {
+        kiln__metric_point__init(&pts[i]);
+        pts[i].name = (char *)NAMES[i % (size_t)names];
+        ptrs[i] = &pts[i];
+    }
+    for (int64_t b = 0; !atomic_load(&stop_flag); b++) {
+        /* Each agent feeds its own jobs in turn; a batch holds consecutive steps of all metrics. */
+        const char *job = job_ids[(a->index + b * nagents) % njobs];
+        int64_t now = kiln_now_us();
+        for (size_t i = 0; i < n; i++) {
+            pts[i].step = step + (int64_t)(i / (size_t)names);
+            pts[i].value = 1.0 / (double)(pts[i].step + (int64_t)i % 7);
+            pts[i].time_us = now;
+        }
+        step += (int64_t)(n / (size_t)names) + 1;
+        Kiln__MetricBatch mb = KILN__METRIC_BATCH__INIT;
+        mb.worker_id = wid;
+        mb.job_id = (char *)job;
+        mb.attempt = 0;
+        mb.points = ptrs;
+        mb.n_points = n;
+        kiln_err_t err;
+        int64_t t0 = kiln_mono_us();
+        int rc = svc_agent_metrics(svc, &mb, &err);
+        int64_t t1 = kiln_mono_us();
+        if (rc) {
+            atomic_fetch_add(&errors, 1);
+            fprintf(stderr, "ingest_bench: batch failed: %s\n", err.message);
+            continue;
+        }
+        atomic_fetch_add(&points_sent, (long long)n);
+        if (t1 >= t_start_us && t1 <= t_end_us) {
+            atomic_fetch_add(&points_done, (long long)n);
+            atomic_fetch_add(&batches_done, 1);
+            if (a->nlat == a->caplat) {
+                a->caplat = a->caplat ? 2 * a->caplat : 1024;
+                a->lat_ms = realloc(a->lat_ms, a->caplat * sizeof(double));
+            }
+            a->lat_ms[a->nlat++] = (double)(t1 - t0) / 1000.0;
+        }
+    }
+    free(pts);
+    free(ptrs);
+    return NULL;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int admin_sql(const char *url, const char *sql)
+{
+    PGconn *c = PQconnectdb(url);
+    if (PQstatus(c) != CONNECTION_OK) {
+        fprintf(stderr, "ingest_bench: could not connect: %s", PQerrorMessage(c));
+        PQfinish(c);
+        return -1;
+    }
+    PGresult *r = PQexec(c, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok)
+        fprintf(stderr, "ingest_bench: %s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+    return ok ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *url = getenv("KILN_DATABASE_URL");
+    if (!url)
+        url = getenv("KILN_PG_URL");
+    config_flag_t flags[] = {
+        {"database-url", NULL, CONFIG_STR, &url, "libpq connection string of a cluster to create the bench database in"},
+        {"seconds", NULL, CONFIG_INT, &seconds, "measured duration"},
+        {"batch", NULL, CONFIG_INT, &batch_size, "points per batch (agents send 1000-5000)"},
+        {"agents", NULL, CONFIG_INT, &nagents, "concurrent agents (threads)"},
+        {"jobs", NULL, CONFIG_INT, &njobs, "running jobs the points belong to"},
+    };
+    kiln_err_t err;
+    log_init("ingest_bench");
+    log_set_level(LOG_WARN);
+    int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags), "ingest_bench [flags]", NULL, &err);
+    if (rc == 1)
+        return 0;
+    if (rc || !url || batch_size < 1 || nagents < 1 || nagents > 64 || njobs < 1 || njobs > 64) {
+        fprintf(stderr, "ingest_bench: %s\n", rc ? err.message : "need --database-url (or KILN_PG_URL), sane sizes");
+        return 2;
+    }
+    char dbname[64], sql[128], bench_url[2048];
+    snprintf(dbname, sizeof(dbname), "ingest_bench_%d", (int)getpid());
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s", dbname);
+    if (admin_sql(url, sql))
+        return 1;
+    snprintf(bench_url, sizeof(bench_url), "%s dbname=%s", url, dbname);
+
+    svc_config_t cfg = {.database_url = bench_url, .db_pool_size = (int)nagents + 2};
+    if (svc_create(&cfg, &svc, &err)) {
+        fprintf(stderr, "ingest_bench: %s\n", err.message);
+        return 1;
+    }
+    json_t *spec = json_loads("{\"name\": \"bench\", \"model\": {\"type\": \"mlp\", \"hidden\": [8], \"n_inputs\": 4,"
+                              " \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"},"
+                              " \"hyperparameters\": {\"max_steps\": 100000000}}", 0, NULL);
+    for (int j = 0; j < njobs; j++) {
+        json_t *job = NULL;
+        bool created;
+        if (svc_job_create(svc, spec, NULL, &job, &created, &err)) {
+            fprintf(stderr, "ingest_bench: could not create a job: %s\n", err.message);
+            return 1;
+        }
+        kiln_strlcpy(job_ids[j], json_string_value(json_object_get(job, "id")), sizeof(job_ids[j]));
+        json_decref(job);
+    }
+    json_decref(spec);
+
+    /* One second of warm-up, then the measured window. */
+    t_start_us = kiln_mono_us() + 1000000;
+    t_end_us = t_start_us + seconds * 1000000;
+    pthread_t th[64];
+    agent_t agents[64];
+    memset(agents, 0, sizeof(agents));
+    for (int i = 0; i < nagents; i++) {
+        agents[i].index = i;
+        pthread_create(&th[i], NULL, agent_main, &agents[i]);
+    }
+    while (kiln_mono_us() < t_end_us)
+        usleep(50000);
+    atomic_store(&stop_flag, true);
+    size_t nlat = 0;
+    for (int i = 0; i < nagents; i++) {
+        pthread_join(th[i], NULL);
+        nlat += agents[i].nlat;
+    }
+    double *lat = malloc((nlat + 1) * sizeof(double));
+    size_t k = 0;
+    for (int i = 0; i < nagents; i++) {
+        memcpy(lat + k, agents[i].lat_ms, agents[i].nlat * sizeof(double));
+        k += agents[i].nlat;
+        free(agents[i].lat_ms);
+    }
+    qsort(lat, nlat, sizeof(double), cmp_double);
+    double secs = (double)(t_end_us - t_start_us) / 1e6;
+    long long pts = atomic_load(&points_done), bat = atomic_load(&batches_done);
+
+    /* Every point sent must have landed. */
+    long long stored = -1;
+    PGconn *pc = PQconnectdb(bench_url);
+    PGresult *pr = PQexec(pc, "SELECT coalesce(sum(n), 0) FROM metric_chunks");
+    if (PQresultStatus(pr) == PGRES_TUPLES_OK)
+        stored = atoll(PQgetvalue(pr, 0, 0));
+    PQclear(pr);
+    PQfinish(pc);
+
+    printf("ingest_bench: %lld points in %.1f s = %.0f points/s (%lld batches of %lld, %.1f batches/s, "
+           "%lld agents, %lld jobs, %lld errors)\n",
+           pts, secs, (double)pts / secs, bat, (long long)batch_size, (double)bat / secs, (long long)nagents,
+           (long long)njobs, (long long)atomic_load(&errors));
+    printf("ingest_bench: %lld points sent in all (with warm-up and drain), %lld points stored%s\n",
+           (long long)atomic_load(&points_sent), stored,
+           stored == atomic_load(&points_sent) ? "" : " (MISMATCH)");
+    if (nlat > 0)
+        printf("ingest_bench: batch latency p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+               lat[nlat / 2], lat[nlat * 9 / 10], lat[nlat * 99 / 100], lat[nlat - 1]);
+    free(lat);
+    svc_destroy(svc);
+    snprintf(sql, sizeof(sql), "DROP DATABASE %s", dbname);
+    admin_sql(url, sql);
+    return atomic_load(&errors) ? 1 : 0;
+}
