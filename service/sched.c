@@ -148,7 +148,16 @@ static void sched_tick(svc_t *s)
     if (store_conn_get(s->store, &c, &err))
         goto out;
     uint64_t gen = svc_cap_gen(s);
-    if (store_workers_capacity(c, &cap, &ncap, &err) || store_job_pending(c, 1000, &jobs, &njobs, &err)) {
+    if (store_workers_capacity(c, &cap, &ncap, &err)) {
+        log_warn("scheduler: %s", err.message);
+        goto out;
+    }
+    /* With no free slot anywhere nothing can be placed: skip reading the queue (a submission
+     * storm into a busy or empty cluster would otherwise re-read it on every wake-up). */
+    int free_slots = 0;
+    for (int i = 0; i < ncap; i++)
+        free_slots += KILN_MAX(cap[i].slots_free, 0);
+    if (free_slots > 0 && store_job_pending(c, 1000, &jobs, &njobs, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
     }
