@@ -5,6 +5,7 @@
 #include <criterion/logging.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -230,7 +231,7 @@ Test(e2e, job_spans_both_agents, .init = e2e_setup, .fini = e2e_teardown, .timeo
         cr_assert(strstr(reason, "data parallel") || strstr(reason, "world"),
                   "two-node job FAILED for an unexpected reason: %s", reason);
         cr_assert(strstr(states, "FAILED"), "events: %s", states);
-        cr_log_warn("two-node job FAILED as allowed until data parallelism lands: %s", reason);
+        fprintf(stderr, "e2e: NOTE: the two-node job FAILED as allowed until data parallelism lands: %s\n", reason);
     }
     json_decref(job);
     e2e_pass();
