@@ -96,8 +96,12 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
     worker_launcher_t *l = c->l;
     lrank_t *r = c->r;
     int64_t now = kiln_now_us();
-    (void)truncated;
+    char *marked = NULL;
     if (c->kind == PIPE_METRICS) {
+        if (truncated) {
+            log_warn("job %s rank %d: metric record longer than 1 MiB ignored", r->job->job_id, r->rank);
+            return;
+        }
         if (len == 0)
             return;
         kiln_err_t err;
@@ -111,6 +115,13 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
             l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
         return;
     }
+    if (truncated && (marked = malloc(len + sizeof(WORKER_TRUNCATED_MARK)))) {
+        /* say so, rather than pass a cut line off as whole */
+        memcpy(marked, line, len);
+        memcpy(marked + len, WORKER_TRUNCATED_MARK, sizeof(WORKER_TRUNCATED_MARK));
+        line = marked;
+        len += sizeof(WORKER_TRUNCATED_MARK) - 1;
+    }
     if (c->kind == PIPE_STDERR && len > 0)
         kiln_strlcpy(r->last_err, line, sizeof(r->last_err));
     if (l->cbs.on_line)
@@ -123,6 +134,7 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
             l->cbs.on_points)
             l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
     }
+    free(marked);
 }
 
 static void src_close(worker_launcher_t *l, lsrc_t *s)

@@ -118,6 +118,9 @@ typedef struct worker_launch_cbs {
     void *ud;
 } worker_launch_cbs_t;
 
+/* Appended to a log line the launcher had to cut at max_line bytes. */
+#define WORKER_TRUNCATED_MARK " [line truncated]"
+
 typedef struct worker_launcher_config {
     const char *train_bin;   /* program each rank runs (kiln-train) */
     const char *work_dir;    /* jobs/<job_id>/... live under it */

@@ -35,6 +35,8 @@ typedef struct rec {
     int nexits;
     int started, start_failed;
     char start_reason[256];
+    size_t long_len;
+    bool long_marked;
 } rec_t;
 
 static rec_t R;
@@ -68,6 +70,12 @@ static void on_line(void *ud, const char *job_id, int attempt, int rank, int str
     l->rank = rank;
     l->stream = stream;
     snprintf(l->text, sizeof(l->text), "%s", line);
+    if (len > 1000) {
+        r->long_len = len;
+        r->long_marked = len > strlen(WORKER_TRUNCATED_MARK) &&
+                         !strcmp(line + len - strlen(WORKER_TRUNCATED_MARK), WORKER_TRUNCATED_MARK) &&
+                         line[0] == 'x' && line[16383] == 'x';
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -384,7 +392,9 @@ Test(launch, many_lines_arrive_complete_and_in_order)
         snprintf(want, sizeof(want), "%d", i + 1);
         cr_assert_str_eq(R.lines[i].text, want);
     }
-    cr_assert_eq(strlen(R.lines[30000].text), 255, "the long line (truncated by the test's copy)");
+    cr_assert_eq(strlen(R.lines[30000].text), 255, "the long line (cut by the test's own copy)");
+    cr_assert_eq(R.long_len, 16384 + strlen(WORKER_TRUNCATED_MARK), "cut at 16 KiB and marked");
+    cr_assert(R.long_marked);
     cr_assert_eq(R.exits[0].lines_before, 30001);
     worker_launcher_destroy(l);
 }
