@@ -101,10 +101,7 @@ int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, js
     rc = store_conn_get(s->store, &c, err);
     if (rc)
         goto fail;
-    rc = store_job_insert(c, &j, id, &created, err);
-    if (rc)
-        goto fail;
-    rc = store_job_get_json(c, id, out, err);
+    rc = store_job_insert(c, &j, id, &created, out, err);
     if (rc)
         goto fail;
     if (created)

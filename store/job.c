@@ -14,9 +14,48 @@ static int not_found(kiln_err_t *err, const char *id)
     return KILN_ENOTFOUND;
 }
 
-int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
-                     kiln_err_t *err)
+#define JOB_COLS                                                                                  \
+    "j.id::text, j.name, j.state, j.reason, j.attempt, " STORE_US("j.created_at") ", "            \
+    STORE_US("j.updated_at") ", " STORE_US("j.started_at") ", " STORE_US("j.ended_at") ", "       \
+    "j.progress_step, j.total_steps, j.eta_s, j.metrics::text, j.spec::text, "                    \
+    "array_to_json(ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"             \
+    " AND a.attempt = j.attempt AND j.attempt > 0 ORDER BY a.node_rank))::text, "                 \
+    "j.priority, j.queue, j.project, j.tags::text, j.world_size"
+
+static json_t *job_json(const PGresult *r, int i)
 {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(store_get_str(r, i, 0)));
+    json_object_set_new(o, "name", json_string(store_get_str(r, i, 1)));
+    json_object_set_new(o, "state", json_string(store_get_str(r, i, 2)));
+    json_object_set_new(o, "reason", json_string(store_get_str(r, i, 3)));
+    json_object_set_new(o, "attempt", json_integer(store_get_int(r, i, 4)));
+    store_json_set_time(o, "created_at", r, i, 5);
+    store_json_set_time(o, "updated_at", r, i, 6);
+    store_json_set_time(o, "started_at", r, i, 7);
+    store_json_set_time(o, "ended_at", r, i, 8);
+    json_t *prog = json_object();
+    json_object_set_new(prog, "step", json_integer(store_get_i64(r, i, 9)));
+    json_object_set_new(prog, "total_steps", json_integer(store_get_i64(r, i, 10)));
+    json_object_set_new(prog, "eta_s", store_is_null(r, i, 11) ? json_null()
+                                                                : json_real(store_get_double(r, i, 11)));
+    json_object_set_new(o, "progress", prog);
+    json_object_set_new(o, "metrics", store_get_json(r, i, 12, NULL));
+    json_object_set_new(o, "workers", store_get_json(r, i, 14, json_array()));
+    json_object_set_new(o, "priority", json_integer(store_get_int(r, i, 15)));
+    json_object_set_new(o, "queue", json_string(store_get_str(r, i, 16)));
+    json_object_set_new(o, "project", json_string(store_get_str(r, i, 17)));
+    json_object_set_new(o, "tags", store_get_json(r, i, 18, NULL));
+    json_object_set_new(o, "world_size", json_integer(store_get_int(r, i, 19)));
+    json_object_set_new(o, "spec", store_get_json(r, i, 13, NULL));
+    return o;
+}
+
+int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
+                     json_t **out_json, kiln_err_t *err)
+{
+    if (out_json)
+        *out_json = NULL;
     static const char *sql =
         "WITH j AS ("
         " INSERT INTO jobs (id, name, project, spec, state, reason, priority, queue, nodes,"
@@ -25,10 +64,10 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         " VALUES (gen_random_uuid(), $1, $2, $3::jsonb, 'QUEUED', $4, $5::int, $6, $7::int,"
         "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1)"
         " ON CONFLICT (idempotency_key) DO NOTHING"
-        " RETURNING id, created_at),"
+        " RETURNING *),"
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time)"
         "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at FROM j)"
-        " SELECT id::text FROM j";
+        " SELECT " JOB_COLS " FROM j";
     char prio[16], nodes[16], spn[16], ws[16], ma[16], ts[24];
     snprintf(prio, sizeof(prio), "%d", j->priority);
     snprintf(nodes, sizeof(nodes), "%d", j->nodes);
@@ -47,6 +86,8 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
     if (PQntuples(r) == 1) {
         kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
         *created = true;
+        if (out_json)
+            *out_json = job_json(r, 0);
         PQclear(r);
         return 0;
     }
@@ -65,7 +106,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
     kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
     *created = false;
     PQclear(r);
-    return 0;
+    return out_json ? store_job_get_json(c, id_out, out_json, err) : 0;
 }
 
 #define ROW_COLS "id::text, state, slot_type, attempt, max_attempts, priority, nodes, " \
@@ -136,43 +177,6 @@ int store_job_transition(store_conn_t *c, const char *id, const char *from, cons
     if (n != 1)
         return kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" is no longer %s", id, from);
     return 0;
-}
-
-#define JOB_COLS                                                                                  \
-    "j.id::text, j.name, j.state, j.reason, j.attempt, " STORE_US("j.created_at") ", "            \
-    STORE_US("j.updated_at") ", " STORE_US("j.started_at") ", " STORE_US("j.ended_at") ", "       \
-    "j.progress_step, j.total_steps, j.eta_s, j.metrics::text, j.spec::text, "                    \
-    "array_to_json(ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"             \
-    " AND a.attempt = j.attempt AND j.attempt > 0 ORDER BY a.node_rank))::text, "                 \
-    "j.priority, j.queue, j.project, j.tags::text, j.world_size"
-
-static json_t *job_json(const PGresult *r, int i)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(store_get_str(r, i, 0)));
-    json_object_set_new(o, "name", json_string(store_get_str(r, i, 1)));
-    json_object_set_new(o, "state", json_string(store_get_str(r, i, 2)));
-    json_object_set_new(o, "reason", json_string(store_get_str(r, i, 3)));
-    json_object_set_new(o, "attempt", json_integer(store_get_int(r, i, 4)));
-    store_json_set_time(o, "created_at", r, i, 5);
-    store_json_set_time(o, "updated_at", r, i, 6);
-    store_json_set_time(o, "started_at", r, i, 7);
-    store_json_set_time(o, "ended_at", r, i, 8);
-    json_t *prog = json_object();
-    json_object_set_new(prog, "step", json_integer(store_get_i64(r, i, 9)));
-    json_object_set_new(prog, "total_steps", json_integer(store_get_i64(r, i, 10)));
-    json_object_set_new(prog, "eta_s", store_is_null(r, i, 11) ? json_null()
-                                                                : json_real(store_get_double(r, i, 11)));
-    json_object_set_new(o, "progress", prog);
-    json_object_set_new(o, "metrics", store_get_json(r, i, 12, NULL));
-    json_object_set_new(o, "workers", store_get_json(r, i, 14, json_array()));
-    json_object_set_new(o, "priority", json_integer(store_get_int(r, i, 15)));
-    json_object_set_new(o, "queue", json_string(store_get_str(r, i, 16)));
-    json_object_set_new(o, "project", json_string(store_get_str(r, i, 17)));
-    json_object_set_new(o, "tags", store_get_json(r, i, 18, NULL));
-    json_object_set_new(o, "world_size", json_integer(store_get_int(r, i, 19)));
-    json_object_set_new(o, "spec", store_get_json(r, i, 13, NULL));
-    return o;
 }
 
 int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)

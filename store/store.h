@@ -64,10 +64,12 @@ typedef struct store_job_new {
     int64_t total_steps;
 } store_job_new_t;
 
-/* Inserts a QUEUED job and its first event. With an idempotency key that is already used, inserts
- * nothing, sets *created = false and returns the existing job's id. id_out has STORE_ID_LEN. */
+/* Inserts a QUEUED job and its first event (one statement). With an idempotency key that is
+ * already used, inserts nothing, sets *created = false and returns the existing job's id.
+ * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the job as store_job_get_json
+ * shows it (new reference). */
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
-                     kiln_err_t *err);
+                     json_t **out_json, kiln_err_t *err);
 
 /* The state-machine and scheduling view of a job. */
 typedef struct store_job_row {

@@ -139,7 +139,12 @@ static void insert_job(const char *name, int priority, const char *tags, const c
                          .reason = "submitted", .priority = priority, .nodes = 2, .slots_per_node = 1,
                          .world_size = 2, .max_attempts = 2, .total_steps = 100};
     bool cr = false;
-    cr_assert_eq(store_job_insert(c, &j, id, &cr, &err), 0, "%s", err.message);
+    json_t *jj = NULL;
+    cr_assert_eq(store_job_insert(c, &j, id, &cr, &jj, &err), 0, "%s", err.message);
+    cr_assert_not_null(jj);
+    cr_assert_str_eq(json_string_value(json_object_get(jj, "id")), id);
+    cr_assert_str_eq(json_string_value(json_object_get(jj, "state")), "QUEUED");
+    json_decref(jj);
     if (created)
         *created = cr;
 }
