@@ -549,7 +549,9 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
         }
         if (stop && !last) {
             res->stopped = true;
-            printf("stopping at step %lld on request (checkpoint written)\n", (long long)step);
+            printf("stopping at step %lld on request (%s)\n", (long long)step,
+                   o->checkpoint_dir && *o->checkpoint_dir ? "checkpoint written"
+                                                           : "no checkpoint directory");
             fflush(stdout);
             break;
         }
