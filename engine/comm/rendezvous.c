@@ -536,13 +536,13 @@ void comm_ctl_poll(comm_engine_t *e)
 {
     struct pollfd pf[64];
     for (int base = 0; base < e->nctl; base += 64) {
-        int n = e->nctl - base < 64 ? e->nctl - base : 64;
-        for (int i = 0; i < n; i++)
-            pf[i] = (struct pollfd){.fd = e->ctl_fds[base + i], .events = POLLIN};
+        unsigned n = (unsigned)(e->nctl - base) < 64u ? (unsigned)(e->nctl - base) : 64u;
+        for (unsigned i = 0; i < n; i++)
+            pf[i] = (struct pollfd){.fd = e->ctl_fds[base + (int)i], .events = POLLIN};
         if (poll(pf, (nfds_t)n, 0) <= 0)
             continue;
-        for (int i = 0; i < n; i++) {
-            int idx = base + i;
+        for (unsigned i = 0; i < n; i++) {
+            int idx = base + (int)i;
             if (!pf[i].revents || e->ctl_fds[idx] < 0)
                 continue;
             for (;;) {

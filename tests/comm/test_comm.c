@@ -189,7 +189,7 @@ static int body_collectives(comm_t *c, rank_out_t *o, void *arg)
     int W = comm_size(c), me = comm_rank(c);
     size_t ls[16];
     size_t nl = lengths(W, ls);
-    float *buf = malloc(sizeof(float) * big_n);
+    float *buf = malloc(sizeof(float) * (big_n + 1)); /* bcast adds up to 3 bytes */
     kiln_err_t err;
     CHECK(o, buf, "out of memory");
     for (size_t li = 0; li < nl; li++) {
