@@ -379,7 +379,9 @@ void e2e_teardown(void)
         e2e_stop(c->agents[i], 5000);
     e2e_stop(c->kilnd, 5000);
     e2e_kill_strays(c->dir);
-    if (c->passed) {
+    if (c->passed && getenv("KILN_E2E_KEEP"))
+        fprintf(stderr, "e2e: KILN_E2E_KEEP is set: logs and work dirs kept in %s\n", c->dir);
+    else if (c->passed) {
         char *argv[] = {"/bin/rm", "-rf", c->dir, NULL};
         e2e_run(argv, NULL, NULL, NULL, 10000);
     }

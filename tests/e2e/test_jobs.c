@@ -275,6 +275,11 @@ Test(e2e, job_stopped_mid_run, .init = e2e_setup, .fini = e2e_teardown, .timeout
     char ckpt[600];
     snprintf(ckpt, sizeof ckpt, "%s/jobs/%s/checkpoints", e2e_cl->work_dir[agent], id);
     cr_assert_gt(e2e_count_files(ckpt), 0, "no checkpoint in %s", ckpt);
+    char log[600];
+    snprintf(log, sizeof log, "%s/agent%d.log", e2e_cl->dir, agent);
+    char *agent_log = e2e_slurp(log);
+    cr_assert(strstr(agent_log, "143"), "the agent did not see the rank exit with 143:\n%s", agent_log);
+    free(agent_log);
 
     /* Stopping again is refused: the job has ended. */
     r = e2e_http("POST", path, NULL, NULL, &st);
