@@ -45,9 +45,10 @@ struct api_grpc {
     atomic_bool shutting_down;
     bool started;
     int shutdown_tag;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;              /* arming, shutdown_done, busy */
     pthread_cond_t cv;
     bool shutdown_done;
+    int busy;                        /* threads handling a request (they may still start a batch) */
 };
 
 /* ---- AgentService handlers ------------------------------------------------------------------ */
@@ -145,8 +146,6 @@ static void gcall_free(gcall_t *c)
 /* Asks the server for the next call of a method (or any unknown method for -1). */
 static void grpc_arm(api_grpc_t *g, int method)
 {
-    if (atomic_load(&g->shutting_down))
-        return;
     gcall_t *c = calloc(1, sizeof(*c));
     if (!c) {
         log_error("grpc: out of memory arming a request");
@@ -157,6 +156,14 @@ static void grpc_arm(api_grpc_t *g, int method)
     c->stage = STAGE_REQUEST;
     grpc_metadata_array_init(&c->md);
     grpc_call_error e;
+    /* Under the lock, so no request is armed once api_grpc_stop() has begun (the server may be
+     * destroyed right after). */
+    pthread_mutex_lock(&g->mu);
+    if (atomic_load(&g->shutting_down)) {
+        pthread_mutex_unlock(&g->mu);
+        gcall_free(c);
+        return;
+    }
     if (method >= 0) {
         e = grpc_server_request_registered_call(g->server, g->rm[method], &c->call, &c->deadline, &c->md,
                                                 &c->payload, g->cq, g->cq, c);
@@ -164,6 +171,7 @@ static void grpc_arm(api_grpc_t *g, int method)
         grpc_call_details_init(&c->details);
         e = grpc_server_request_call(g->server, &c->call, &c->details, &c->md, g->cq, g->cq, c);
     }
+    pthread_mutex_unlock(&g->mu);
     if (e != GRPC_CALL_OK) {
         if (!atomic_load(&g->shutting_down))
             log_error("grpc: could not arm a request: %s", grpc_call_error_to_string(e));
@@ -289,8 +297,15 @@ static void *grpc_thread_main(void *arg)
             gcall_free(c);
             continue;
         }
+        pthread_mutex_lock(&g->mu);
+        g->busy++;
+        pthread_mutex_unlock(&g->mu);
         grpc_arm(g, c->method); /* keep the method armed before doing the work */
         grpc_handle(g, c);
+        pthread_mutex_lock(&g->mu);
+        if (--g->busy == 0)
+            pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
     }
     return NULL;
 }
@@ -366,15 +381,19 @@ void api_grpc_stop(api_grpc_t *g)
 {
     if (!g)
         return;
+    pthread_mutex_lock(&g->mu);
     atomic_store(&g->shutting_down, true);
+    pthread_mutex_unlock(&g->mu);
     if (g->server && !g->started) {
         grpc_server_destroy(g->server);
     } else if (g->server) {
         grpc_server_shutdown_and_notify(g->server, g->cq, &g->shutdown_tag);
         grpc_server_cancel_all_calls(g->server);
         if (g->nthreads > 0) {
+            /* and until no thread is between taking a request and starting its reply batch:
+             * that batch needs the completion queue alive */
             pthread_mutex_lock(&g->mu);
-            while (!g->shutdown_done)
+            while (!g->shutdown_done || g->busy > 0)
                 pthread_cond_wait(&g->cv, &g->mu);
             pthread_mutex_unlock(&g->mu);
         } else {

@@ -195,6 +195,46 @@ Test(grpc, concurrent_calls_all_answered)
     free(id);
 }
 
+Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
+{
+    char *id = register_worker("host-d", 1);
+    pthread_t t[4];
+    hb_arg_t args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (hb_arg_t){id, 0};
+        pthread_create(&t[i], NULL, hb_loop, &args[i]);
+    }
+    usleep(300000);
+    api_grpc_stop(G); /* with calls in flight and requests armed */
+    G = NULL;
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    int ok = 0;
+    for (int i = 0; i < 4; i++)
+        ok += args[i].ok;
+    cr_assert_gt(ok, 0, "some calls were answered before the stop");
+    cr_assert_lt(ok, 600, "and some were not");
+    start_grpc();
+    /* the channel reconnects on its own (fail-fast calls fail until it has) */
+    int code = -1;
+    for (int i = 0; i < 100 && code != 0; i++) {
+        Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
+        req.worker_id = id;
+        ProtobufCMessage *resp = NULL;
+        kiln_err_t err;
+        if (worker_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, &code,
+                            &err) == 0) {
+            cr_assert_not(((Kiln__HeartbeatResponse *)resp)->reregister);
+            protobuf_c_message_free_unpacked(resp, NULL);
+        } else {
+            cr_assert_eq(code, 14, "only UNAVAILABLE while reconnecting, got %d", code);
+            usleep(50000);
+        }
+    }
+    cr_assert_eq(code, 0, "the restarted server answers");
+    free(id);
+}
+
 /* ---- jobs through a real agent ------------------------------------------------------------- */
 
 static const char *k_spec =
