@@ -306,6 +306,24 @@ static void live_tick(svc_t *s)
     }
     if (nexp > 0 || nlost > 0)
         svc_sched_wake(s);
+
+    /* stopping.max_runtime_s: a job past it is stopped like a user stop (STOPPING, then
+     * STOPPED once its ranks have exited). */
+    store_job_row_t *over = NULL;
+    int nover = 0;
+    if (store_conn_get(s->store, &c, &err) == 0) {
+        if (store_job_overdue(c, &over, &nover, &err))
+            log_warn("liveness: %s", err.message);
+        store_conn_put(s->store, c);
+        c = NULL;
+    }
+    for (int i = 0; i < nover; i++) {
+        json_t *job = NULL;
+        if (svc_job_stop(s, over[i].id, "maximum runtime (stopping.max_runtime_s) exceeded", &job, &err))
+            log_warn("liveness: could not stop job %s: %s", over[i].id, err.message);
+        json_decref(job);
+    }
+    free(over);
 out:
     if (c)
         store_conn_put(s->store, c);

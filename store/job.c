@@ -328,6 +328,33 @@ int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n,
     return 0;
 }
 
+int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    PGresult *r = NULL;
+    int rc = store_q(c, "find jobs past their maximum runtime",
+                     "SELECT " ROW_COLS " FROM jobs WHERE state IN ('SCHEDULED', 'STARTING', 'RUNNING')"
+                     " AND started_at IS NOT NULL AND (spec->'stopping'->>'max_runtime_s')::bigint > 0"
+                     " AND started_at + (spec->'stopping'->>'max_runtime_s')::bigint * interval '1 second'"
+                     "  < now() ORDER BY started_at LIMIT 100", 0, NULL, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *out = calloc((size_t)rows, sizeof(store_job_row_t));
+        if (!*out) {
+            PQclear(r);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+        for (int i = 0; i < rows; i++)
+            row_fill(r, i, &(*out)[i]);
+    }
+    *n = rows;
+    PQclear(r);
+    return 0;
+}
+
 int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t *err)
 {
     *out = 0;

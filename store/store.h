@@ -119,6 +119,9 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
 /* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
  * *out is malloc'd (caller frees), *n rows, at most limit. */
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err);
+/* Jobs that have run longer than their spec's stopping.max_runtime_s (counted from their first
+ * start). *out malloc'd, at most 100. */
+int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err);
 /* Highest log seq stored for a job (0 when none). KILN_ENOTFOUND when the job does not exist. */
 int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t *err);
 /* Folds a batch's metrics into the job row when attempt is the job's current attempt: latest

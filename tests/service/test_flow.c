@@ -560,6 +560,24 @@ Test(life, stop_mid_run_goes_through_stopping)
     cr_assert_str_eq(ev, "QUEUED SCHEDULED STARTING RUNNING STOPPING STOPPED");
 }
 
+Test(life, max_runtime_stops_the_job)
+{
+    char w[64], id[40];
+    reg(NULL, 1, "cpu", w);
+    json_t *sp = spec(1, 1, "cpu", 0, 1);
+    json_object_set_new(sp, "stopping", json_pack("{s:i}", "max_runtime_s", 1));
+    submit(sp, NULL, id, NULL);
+    json_decref(wait_state(id, "SCHEDULED", 5000));
+    cr_assert_eq(hb(w, NULL, 0)->n_assignments, 1);
+    status(w, id, 1, true, NULL);
+    json_t *j = wait_state(id, "STOPPING", 5000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "max_runtime_s"));
+    json_decref(j);
+    cr_assert_eq(hb(w, id, 1)->n_stops, 1);
+    rank_exit(w, id, 1, 0, 143, "stopped on SIGTERM");
+    json_decref(wait_state(id, "STOPPED", 1000));
+}
+
 Test(life, stop_before_start_is_immediate)
 {
     char w[64], a[40], b[40];
