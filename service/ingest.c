@@ -137,11 +137,15 @@ int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err)
     svc_jobent_t *e = svc_jobent_get(s, batch->job_id);
     if (!e)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    /* The connection first, then the job's lock: whoever holds ingest_mu already has its
+     * connection, so a busy pool cannot deadlock against svc_follow_open. */
     store_conn_t *c = NULL;
-    pthread_mutex_lock(&e->ingest_mu);
     rc = store_conn_get(s->store, &c, err);
-    if (rc)
-        goto out;
+    if (rc) {
+        svc_jobent_put(s, e);
+        return rc;
+    }
+    pthread_mutex_lock(&e->ingest_mu);
     if (!e->seq_loaded) {
         int64_t last = 0;
         rc = store_job_log_seq(c, batch->job_id, &last, err);
