@@ -60,6 +60,10 @@ int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err)
         return rc;
     if (rc == 0)
         cfg->chunk_bytes = (size_t)v;
+    if ((rc = env_long("KILN_COMM_DEPTH", 1, 64, &v, err)) < 0)
+        return rc;
+    if (rc == 0)
+        cfg->depth = (int)v;
     const char *s;
     if ((s = getenv("KILN_MASTER_ADDR")) && *s)
         cfg->master_addr = s;

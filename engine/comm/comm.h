@@ -47,7 +47,8 @@ void comm_config_init(comm_config_t *cfg);
 
 /* Fills cfg from the rank contract's environment (docs/contracts.md): KILN_RANK, KILN_WORLD_SIZE,
  * KILN_LOCAL_RANK, KILN_MASTER_ADDR, KILN_MASTER_PORT, KILN_JOB_ID, and the optional
- * KILN_COMM_PROVIDER (shm|tcp|auto), KILN_COMM_TIMEOUT_S, KILN_COMM_CHUNK_BYTES. Fields whose
+ * KILN_COMM_PROVIDER (shm|tcp|auto), KILN_COMM_TIMEOUT_S, KILN_COMM_CHUNK_BYTES, KILN_COMM_DEPTH.
+ * Fields whose
  * variables are unset keep their values. Strings point into the environment (borrowed).
  * Returns 0 or KILN_EINVAL (err names the bad variable). */
 int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err);
@@ -127,7 +128,8 @@ int comm_recv(comm_t *c, void *buf, size_t cap, int peer, uint32_t tag, size_t *
 
 /* Collective over c: ranks passing the same color form a new group, ordered by key (ties by rank
  * in c). The new group shares c's engine and uses its own tag space. *out (OUT) is the caller's,
- * free with comm_destroy() before the world group; NULL when color is COMM_UNDEFINED.
+ * free with comm_destroy() (groups may be destroyed in any order; the engine stops with the
+ * last one); NULL when color is COMM_UNDEFINED. Collective over c, executed in c's order.
  * Returns 0, KILN_EINVAL, KILN_ECOMM. */
 int comm_split(comm_t *c, int color, int key, comm_t **out, kiln_err_t *err);
 

@@ -165,16 +165,17 @@ static void *progress_main(void *arg)
                 comm_op_finish(e, head, KILN_ETIMEDOUT, "timed out waiting for the other ranks to finish");
         }
 
-        /* Spin while data moves; back off gently while waiting on a slow peer (2 shared cores). */
+        /* Spin while data moves; back off while waiting on a slow peer (the cores are shared
+         * with compute): yield, then 20 us naps, then 200 us naps after ~20 ms of silence. */
         if (events > 0) {
             idle = 0;
         } else if (e->active || e->coll_head) {
             idle++;
-            if (idle > 64) {
-                struct timespec ts = {0, 1000L * (idle > 164 ? 50 : idle - 64) / 2};
-                nanosleep(&ts, NULL);
-            } else {
+            if (idle <= 64) {
                 sched_yield();
+            } else {
+                struct timespec ts = {0, idle < 1000 ? 20000 : 200000};
+                nanosleep(&ts, NULL);
             }
         }
     }

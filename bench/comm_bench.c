@@ -1,0 +1,144 @@
+/* comm_bench.c - all-reduce bus bandwidth of the comm layer beside the point-to-point bandwidth
+ * of the same provider, measured in the same run. One process per rank, started by
+ * bench/comm_bench.sh with the rank contract's environment (KILN_RANK, KILN_WORLD_SIZE,
+ * KILN_MASTER_ADDR/PORT, KILN_COMM_PROVIDER). Rank 0 prints one line per buffer size.
+ *
+ * p2p uni:   rank 0 streams S bytes to rank 1 as 1 MiB messages (all posted at once); S / time.
+ * p2p bidir: ranks 0 and 1 stream S bytes to each other at the same time; S / time, per direction.
+ * allreduce: comm_allreduce (ring, sum) of S bytes of floats; bus bandwidth S / time * 2(n-1)/n.
+ * With 2 ranks the ring sends S bytes each way per rank while receiving S bytes, so the fair
+ * reference for the bus bandwidth is the bidirectional p2p figure. Times are the median of the
+ * iterations. Not a test: it asserts nothing. */
+#include "engine/comm/comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MSG (1u << 20)
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Streams bytes from buf to peer (send) or from peer into buf (recv) as MSG-sized messages,
+ * all in flight at once. */
+static int stream(comm_t *c, char *buf, size_t bytes, int peer, bool send, comm_req_t **reqs, kiln_err_t *err)
+{
+    size_t nmsg = (bytes + MSG - 1) / MSG;
+    for (size_t i = 0; i < nmsg; i++) {
+        size_t len = bytes - i * MSG < MSG ? bytes - i * MSG : MSG;
+        int rc = send ? comm_send_start(c, buf + i * MSG, len, peer, 1, &reqs[i], err)
+                      : comm_recv_start(c, buf + i * MSG, len, peer, 1, NULL, &reqs[i], err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int wait_all(comm_req_t **reqs, size_t n, kiln_err_t *err)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        int r = comm_wait(reqs[i], err);
+        if (r && !rc)
+            rc = r;
+    }
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    log_init("comm_bench");
+    size_t min_mib = argc > 1 ? (size_t)atol(argv[1]) : 1;
+    size_t max_mib = argc > 2 ? (size_t)atol(argv[2]) : 256;
+    kiln_err_t err;
+    comm_t *c = NULL;
+    if (comm_create_from_env(&c, &err) != 0) {
+        fprintf(stderr, "comm_bench: %s\n", err.message);
+        return 1;
+    }
+    int me = comm_rank(c), W = comm_size(c);
+    size_t maxb = max_mib << 20;
+    char *sbuf = malloc(maxb), *rbuf = malloc(maxb);
+    comm_req_t **reqs = calloc(2 * (maxb / MSG + 1), sizeof(*reqs));
+    if (!sbuf || !rbuf || !reqs) {
+        fprintf(stderr, "comm_bench: out of memory\n");
+        return 1;
+    }
+    memset(sbuf, 1, maxb);
+    memset(rbuf, 0, maxb);
+    float *fb = (float *)rbuf;
+    for (size_t i = 0; i < maxb / 4; i++)
+        fb[i] = 1.0f;
+    if (me == 0)
+        printf("%-12s %9s %12s %14s %16s %10s\n", "provider", "size_MiB", "p2p_uni_GBs",
+               "p2p_bidir_GBs", "allreduce_busGBs", "ratio");
+    for (size_t mib = min_mib; mib <= max_mib; mib *= 4) {
+        size_t bytes = mib << 20, nmsg = (bytes + MSG - 1) / MSG;
+        int iters = mib >= 64 ? 5 : 11;
+        double tu[16], tb[16], ta[16];
+        char ack = 0;
+        for (int it = 0; it <= iters; it++) { /* iteration 0 warms up */
+            int k = it - 1;
+            /* unidirectional: rank 0 -> rank 1, ended by a one-byte acknowledgement */
+            comm_barrier(c, &err);
+            double t0 = kiln_mono_s();
+            if (me == 0) {
+                if (stream(c, sbuf, bytes, 1, true, reqs, &err) || wait_all(reqs, nmsg, &err) ||
+                    comm_recv(c, &ack, 1, 1, 2, NULL, &err))
+                    goto fail;
+            } else if (me == 1) {
+                if (stream(c, rbuf, bytes, 0, false, reqs, &err) || wait_all(reqs, nmsg, &err) ||
+                    comm_send(c, &ack, 1, 0, 2, &err))
+                    goto fail;
+            }
+            if (k >= 0)
+                tu[k] = kiln_mono_s() - t0;
+            /* bidirectional: ranks 0 and 1 exchange at once */
+            comm_barrier(c, &err);
+            t0 = kiln_mono_s();
+            if (me < 2) {
+                int peer = 1 - me;
+                if (stream(c, rbuf, bytes, peer, false, reqs, &err) ||
+                    stream(c, sbuf, bytes, peer, true, reqs + nmsg, &err) || wait_all(reqs, 2 * nmsg, &err))
+                    goto fail;
+            }
+            if (k >= 0)
+                tb[k] = kiln_mono_s() - t0;
+            /* all-reduce */
+            comm_barrier(c, &err);
+            t0 = kiln_mono_s();
+            if (comm_allreduce(c, fb, bytes / 4, COMM_SUM, &err))
+                goto fail;
+            if (k >= 0)
+                ta[k] = kiln_mono_s() - t0;
+            for (size_t i = 0; i < 4; i++) /* keep the values small and finite */
+                fb[i] = 1.0f;
+        }
+        double gb = (double)bytes / 1e9;
+        double u = gb / median(tu, iters), b = gb / median(tb, iters);
+        double a = gb / median(ta, iters) * 2.0 * (W - 1) / W;
+        /* rank 0's view; the exchange times are symmetric */
+        if (me == 0) {
+            printf("%-12s %9zu %12.3f %14.3f %16.3f %9.0f%%\n", comm_provider(c), mib, u, b, a, 100.0 * a / b);
+            fflush(stdout);
+        }
+    }
+    comm_destroy(c);
+    free(sbuf);
+    free(rbuf);
+    free(reqs);
+    return 0;
+fail:
+    fprintf(stderr, "comm_bench: rank %d: %s\n", me, err.message);
+    return 1;
+}
