@@ -20,7 +20,11 @@ done
 echo "# $(date -u +%FT%TZ) $(uname -n) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 echo "# load before: $(cat /proc/loadavg)"
 for cfg in small 124m; do
-  "$BUILD/bench/engine_bench" --config "$cfg" --threads "$THREADS" --steps "$STEPS" --warmup 3
+  # kiln-train runs with OMP_WAIT_POLICY=PASSIVE unless told otherwise; show both
+  for pol in PASSIVE ACTIVE; do
+    echo -n "{\"omp_wait_policy\": \"$pol\"} "
+    OMP_WAIT_POLICY=$pol "$BUILD/bench/engine_bench" --config "$cfg" --threads "$THREADS" --steps "$STEPS" --warmup 3
+  done
   /usr/bin/python3 bench/torch_gpt.py --config "$cfg" --threads "$THREADS" --steps "$STEPS" --warmup 3 2>/dev/null
 done
 echo "# load after: $(cat /proc/loadavg)"

@@ -8,8 +8,9 @@ Prints one JSON line per configuration.
                                          [--warmup 3] [--blas openmp|pthread|default]
 
 --blas re-executes the script with Debian's OpenMP or pthreads build of OpenBLAS first on the
-library path (PyTorch's BLAS is libblas.so.3); "best" tries each and keeps the faster per
-configuration.
+library path (PyTorch links libblas.so.3 and libopenblas.so.0); "best" tries both builds, each
+with libgomp's default (spinning) and passive wait policy, and keeps the fastest per
+configuration (all variants are printed on stderr).
 """
 import argparse
 import json
@@ -135,14 +136,19 @@ def main():
         for n in names:
             r = run(n, a.threads, a.steps, a.warmup)
             r["blas"] = os.environ.get("KILN_BENCH_BLAS", "default")
+            r["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "default")
             print(json.dumps(r), flush=True)
         return
-    variants = ["openmp", "pthread"] if a.blas == "best" else [a.blas]
+    blases = ["openmp", "pthread"] if a.blas == "best" else [a.blas]
+    variants = [(b, w) for b in blases for w in ("default", "PASSIVE")]
     for n in names:
         results = []
-        for v in variants:
+        for v, w in variants:
             env = dict(os.environ, LD_LIBRARY_PATH=BLAS_DIRS[v], KILN_BENCH_BLAS=v,
                        OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+            env.pop("OMP_WAIT_POLICY", None)
+            if w != "default":
+                env["OMP_WAIT_POLICY"] = w
             out = subprocess.run([sys.executable, __file__, "--child", "--config", n,
                                   "--threads", str(a.threads), "--steps", str(a.steps),
                                   "--warmup", str(a.warmup)], env=env, capture_output=True,
@@ -151,7 +157,8 @@ def main():
             print(json.dumps(r), file=sys.stderr, flush=True)
             results.append(r)
         best = min(results, key=lambda r: r["ms_per_step"])
-        best["variants"] = {r["blas"]: r["ms_per_step"] for r in results}
+        best["variants"] = {r["blas"] + "/" + r["omp_wait_policy"]: r["ms_per_step"]
+                            for r in results}
         print(json.dumps(best), flush=True)
 
 
