@@ -104,7 +104,8 @@ Test(http, bad_spec_is_400_naming_the_field)
 
 Test(http, unfit_job_is_422)
 {
-    char *body = spec_with("\"nodes\": 1", "\"nodes\": 64");
+    /* the fixture's cluster is one 4-slot CPU worker: GPU ranks can never run on it */
+    char *body = spec_with("\"slot_type\": \"cpu\"", "\"slot_type\": \"gpu\"");
     long st;
     char *raw;
     json_t *j = at_req("POST", "/v1/jobs", body, NULL, &st, &raw);
