@@ -144,7 +144,7 @@ int comm_create(const comm_config_t *cfg, comm_t **out, kiln_err_t *err)
     }
     if ((rc = comm_rendezvous(e, cfg, err)) != 0)
         goto fail;
-    e->tp = &comm_fabric_transport;
+    e->tp = &comm_fabric_transport; /* host memory; a device (NCCL) transport is chosen here */
     g = group_new(e, e->rank, e->world, 0);
     if (!g) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

@@ -82,7 +82,12 @@ struct comm {
 };
 
 /* A transport executes queued operations for the progress thread. The libfabric one runs ring
- * algorithms over tagged messages; a device transport (NCCL) plugs in with the same table. */
+ * algorithms over tagged messages; a device transport (NCCL) plugs in with the same table:
+ * comm_create() picks e->tp; the rendezvous already ships a 256-byte address per rank (NCCL puts
+ * its ncclUniqueId in rank 0's entry instead of a fabric name); start() enqueues ncclAllReduce
+ * etc. on the comm stream and records an event, progress() polls cudaEventQuery and
+ * ncclCommGetAsyncError and finishes ops, abort() calls ncclCommAbort. Dead-peer detection over
+ * the control connections works unchanged. */
 typedef struct comm_transport {
     const char *name;
     /* Begins op (a collective or send/recv). Returns 0 or a status that fails only this op. */

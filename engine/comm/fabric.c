@@ -50,7 +50,7 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
         hints = fabric_hints(prov, ordered);
         if (!hints)
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        rc = fi_getinfo(FI_VERSION(1, 9), tcp ? node : NULL, NULL, tcp ? FI_SOURCE : 0, hints, &f->info);
+        rc = fi_getinfo(FI_VERSION(1, 9), tcp ? node : NULL, NULL, tcp && node ? FI_SOURCE : 0, hints, &f->info);
     }
     if (rc != 0)
         goto fail;

@@ -41,6 +41,10 @@ struct rv_entry {
     uint32_t len;
     uint8_t addr[COMM_ADDR_MAX];
 };
+struct rv_prov {
+    char prov[COMM_PROV_MAX];
+    int32_t multi_host; /* ranks span hosts: never bind the fabric to a loopback address */
+};
 struct rv_error {
     int32_t status;
     char text[COMM_MSG_MAX];
@@ -253,8 +257,10 @@ static int rv_master(comm_engine_t *e, const comm_config_t *cfg, const char *myh
         rv_broadcast_error(e, KILN_EINVAL, err->message);
         goto done;
     }
+    struct rv_prov pm = {.multi_host = !one_host};
+    kiln_strlcpy(pm.prov, prov, sizeof(pm.prov));
     for (int r = 1; r < e->world; r++)
-        if (rv_write(e->ctl_fds[r], RV_PROV, prov, sizeof(prov)) != 0) {
+        if (rv_write(e->ctl_fds[r], RV_PROV, &pm, sizeof(pm)) != 0) {
             rc = kiln_err_set(err, KILN_ECOMM, NULL, "rank %d (host %s) disconnected during rendezvous",
                               r, rv_peer_host(e, r));
             rv_broadcast_error(e, KILN_ECOMM, err->message);
@@ -262,7 +268,8 @@ static int rv_master(comm_engine_t *e, const comm_config_t *cfg, const char *myh
         }
     kiln_strlcpy(e->provider, prov, sizeof(e->provider));
     if (e->world > 1)
-        local_ip(e->ctl_fds[1], node, sizeof(node));
+        /* the interface a rank on another host reached us through, if there is one */
+        local_ip(e->ctl_fds[one_host ? 1 : other], node, sizeof(node));
     else
         kiln_strlcpy(node, "127.0.0.1", sizeof(node));
     if ((rc = comm_fabric_open(e, prov, node, err)) != 0) {
@@ -389,7 +396,8 @@ static int rv_expect(comm_engine_t *e, const comm_config_t *cfg, int fd, uint32_
 static int rv_worker(comm_engine_t *e, const comm_config_t *cfg, const char *myhost, kiln_err_t *err)
 {
     int rc;
-    char why[128], prov[COMM_PROV_MAX], node[64];
+    char why[128], node[64];
+    struct rv_prov pm;
     struct rv_entry *table = NULL;
     uint8_t (*addrs)[COMM_ADDR_MAX] = NULL;
     uint32_t *lens = NULL;
@@ -412,13 +420,16 @@ static int rv_worker(comm_engine_t *e, const comm_config_t *cfg, const char *myh
                             cfg->master_addr, cfg->master_port);
     /* Rank 0 answers when the last rank arrives or gives up at its own deadline: wait a little
      * longer than that so its explanation reaches us. */
-    rc = rv_expect(e, cfg, fd, RV_PROV, prov, sizeof(prov), deadline + 10000000, "the provider", err);
+    rc = rv_expect(e, cfg, fd, RV_PROV, &pm, sizeof(pm), deadline + 10000000, "the provider", err);
     if (rc != 0)
         return rc;
-    prov[sizeof(prov) - 1] = '\0';
-    kiln_strlcpy(e->provider, prov, sizeof(e->provider));
+    pm.prov[sizeof(pm.prov) - 1] = '\0';
+    kiln_strlcpy(e->provider, pm.prov, sizeof(e->provider));
     local_ip(fd, node, sizeof(node));
-    if ((rc = comm_fabric_open(e, prov, node, err)) != 0) {
+    /* Reached rank 0 over loopback (it shares our host) while other ranks are remote: let the
+     * provider pick the first real interface rather than bind where remote peers cannot reach. */
+    bool loopback = strncmp(node, "127.", 4) == 0 || strcmp(node, "::1") == 0;
+    if ((rc = comm_fabric_open(e, pm.prov, pm.multi_host && loopback ? NULL : node, err)) != 0) {
         rv_send_error(fd, rc, err->message);
         return rc;
     }
