@@ -3,6 +3,7 @@
 #ifndef KILN_API_GRPC_INT_H
 #define KILN_API_GRPC_INT_H
 
+#include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
 
 #include "base/base.h"
@@ -13,14 +14,44 @@
 typedef int (*api_grpc_handler_fn)(svc_t *s, const ProtobufCMessage *req, arena_t *arena,
                                    ProtobufCMessage **resp, kiln_err_t *err);
 
+typedef struct api_grpc api_grpc_t;
+
+/* A server-streaming method: takes ownership of call (unref it when done) and req (free with
+ * protobuf_c_message_free_unpacked). Runs on a completion-queue thread: must not block; start a
+ * thread for the stream. */
+typedef void (*api_grpc_stream_fn)(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req);
+
 typedef struct api_grpc_method {
     const char *path;                            /* "/kiln.AgentService/Heartbeat" */
     const ProtobufCMessageDescriptor *req_desc;  /* request message type */
-    api_grpc_handler_fn handle;
+    api_grpc_handler_fn handle;                  /* unary methods */
+    api_grpc_stream_fn stream;                   /* server-streaming methods (handle is NULL) */
 } api_grpc_method_t;
 
-/* TrainingService's unary methods (grpc_training.c). */
+/* Every tag given to the server's completion queue starts with this. Tags of kind
+ * API_GRPC_TAG_FN have done() called on a completion-queue thread; it must not block. */
+enum { API_GRPC_TAG_CALL = 0, API_GRPC_TAG_FN = 1 };
+typedef struct api_grpc_tag {
+    int kind;
+    void (*done)(struct api_grpc_tag *t, bool ok);
+} api_grpc_tag_t;
+
+/* TrainingService's methods (grpc_training.c, grpc_stream.c). */
 extern const api_grpc_method_t api_grpc_training_methods[];
 extern const size_t api_grpc_training_method_count;
+
+/* For streams (grpc_server.c): the service, and the count of live streams api_grpc_stop()
+ * waits for. api_grpc_stream_enter() returns false once the server is stopping. */
+svc_t *api_grpc_svc(api_grpc_t *g);
+bool api_grpc_stream_enter(api_grpc_t *g);
+void api_grpc_stream_leave(api_grpc_t *g);
+bool api_grpc_stopping(api_grpc_t *g);
+
+/* The server-streaming StreamLogs (grpc_stream.c). */
+void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req);
+
+/* JSON shaped like the REST API -> a message of type d, allocated from arena (grpc_training.c).
+ * Keys are proto field names; "time" (RFC 3339) fills a missing time_us. */
+ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a);
 
 #endif /* KILN_API_GRPC_INT_H */

@@ -21,6 +21,7 @@
 enum { STAGE_REQUEST = 0, STAGE_REPLY = 1 };
 
 typedef struct gcall {
+    api_grpc_tag_t tag;              /* kind API_GRPC_TAG_CALL; first, so the tag is the call */
     api_grpc_t *g;
     int method;                      /* index into k_methods, -1 for the generic (unknown) request */
     int stage;
@@ -49,6 +50,7 @@ struct api_grpc {
     pthread_cond_t cv;
     bool shutdown_done;
     int busy;                        /* threads handling a request (they may still start a batch) */
+    int streams;                     /* live server streams (grpc_stream.c) */
 };
 
 /* ---- AgentService handlers ------------------------------------------------------------------ */
@@ -102,12 +104,12 @@ static int h_exit(svc_t *s, const ProtobufCMessage *req, arena_t *arena, Protobu
 }
 
 static const api_grpc_method_t k_agent_methods[] = {
-    {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register},
-    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat},
-    {"/kiln.AgentService/ReportRankStatus", &kiln__rank_status__descriptor, h_status},
-    {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs},
-    {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics},
-    {"/kiln.AgentService/ReportRankExit", &kiln__rank_exit__descriptor, h_exit},
+    {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register, NULL},
+    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL},
+    {"/kiln.AgentService/ReportRankStatus", &kiln__rank_status__descriptor, h_status, NULL},
+    {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs, NULL},
+    {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics, NULL},
+    {"/kiln.AgentService/ReportRankExit", &kiln__rank_exit__descriptor, h_exit, NULL},
 };
 
 /* Every method the server answers: AgentService, then TrainingService (grpc_training.c). */
@@ -238,6 +240,14 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
         grpc_reply(c, GRPC_STATUS_INVALID_ARGUMENT, msg);
         return;
     }
+    if (m->stream) {
+        /* the stream owns the call and the request from here */
+        grpc_call *call = c->call;
+        c->call = NULL;
+        gcall_free(c);
+        m->stream(g, call, req);
+        return;
+    }
     arena_t arena;
     arena_init(&arena, 0);
     kiln_err_t err;
@@ -287,6 +297,11 @@ static void *grpc_thread_main(void *arg)
             pthread_mutex_unlock(&g->mu);
             continue;
         }
+        if (((api_grpc_tag_t *)ev.tag)->kind == API_GRPC_TAG_FN) {
+            api_grpc_tag_t *t = ev.tag;
+            t->done(t, ev.success != 0);
+            continue;
+        }
         gcall_t *c = ev.tag;
         if (c->stage == STAGE_REPLY) {
             gcall_free(c);
@@ -308,6 +323,30 @@ static void *grpc_thread_main(void *arg)
         pthread_mutex_unlock(&g->mu);
     }
     return NULL;
+}
+
+/* ---- streams ------------------------------------------------------------------------------ */
+
+svc_t *api_grpc_svc(api_grpc_t *g) { return g->svc; }
+
+bool api_grpc_stopping(api_grpc_t *g) { return atomic_load(&g->shutting_down); }
+
+bool api_grpc_stream_enter(api_grpc_t *g)
+{
+    pthread_mutex_lock(&g->mu);
+    bool ok = !atomic_load(&g->shutting_down);
+    if (ok)
+        g->streams++;
+    pthread_mutex_unlock(&g->mu);
+    return ok;
+}
+
+void api_grpc_stream_leave(api_grpc_t *g)
+{
+    pthread_mutex_lock(&g->mu);
+    if (--g->streams == 0)
+        pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
@@ -393,7 +432,7 @@ void api_grpc_stop(api_grpc_t *g)
             /* and until no thread is between taking a request and starting its reply batch:
              * that batch needs the completion queue alive */
             pthread_mutex_lock(&g->mu);
-            while (!g->shutdown_done || g->busy > 0)
+            while (!g->shutdown_done || g->busy > 0 || g->streams > 0)
                 pthread_cond_wait(&g->cv, &g->mu);
             pthread_mutex_unlock(&g->mu);
         } else {

@@ -1,7 +1,7 @@
 /* grpc_training.c - TrainingService over gRPC: the service speaks JSON shaped like the REST API
  * (docs/contracts.md), and proto field names are the JSON keys, so one generic converter driven
  * by protobuf-c's descriptors turns JSON into messages (and a JobSpec message into JSON).
- * Not here: StreamLogs (server streaming) is not served yet and answers UNIMPLEMENTED. */
+ * StreamLogs (server streaming) lives in grpc_stream.c. */
 #include "api/grpc_int.h"
 
 #include <stdio.h>
@@ -352,13 +352,19 @@ static int h_workers(svc_t *s, const ProtobufCMessage *req, arena_t *a, Protobuf
     return rc ? rc : reply(out, &kiln__list_workers_response__descriptor, a, resp);
 }
 
+ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a)
+{
+    return msg_from_json(j, d, a);
+}
+
 const api_grpc_method_t api_grpc_training_methods[] = {
-    {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create},
-    {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get},
-    {"/kiln.TrainingService/ListJobs", &kiln__list_jobs_request__descriptor, h_list},
-    {"/kiln.TrainingService/StopJob", &kiln__stop_job_request__descriptor, h_stop},
-    {"/kiln.TrainingService/ListJobEvents", &kiln__list_job_events_request__descriptor, h_events},
-    {"/kiln.TrainingService/GetMetrics", &kiln__get_metrics_request__descriptor, h_metrics},
-    {"/kiln.TrainingService/ListWorkers", &kiln__list_workers_request__descriptor, h_workers},
+    {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create, NULL},
+    {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get, NULL},
+    {"/kiln.TrainingService/ListJobs", &kiln__list_jobs_request__descriptor, h_list, NULL},
+    {"/kiln.TrainingService/StopJob", &kiln__stop_job_request__descriptor, h_stop, NULL},
+    {"/kiln.TrainingService/ListJobEvents", &kiln__list_job_events_request__descriptor, h_events, NULL},
+    {"/kiln.TrainingService/StreamLogs", &kiln__stream_logs_request__descriptor, NULL, api_grpc_stream_logs},
+    {"/kiln.TrainingService/GetMetrics", &kiln__get_metrics_request__descriptor, h_metrics, NULL},
+    {"/kiln.TrainingService/ListWorkers", &kiln__list_workers_request__descriptor, h_workers, NULL},
 };
 const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

@@ -676,11 +676,126 @@ Test(grpc, training_service_metrics_come_back_as_series)
     cr_assert_float_eq(m->series[0]->points[3]->value, 4.5, 1e-9);
     cr_assert_eq(m->series[0]->points[3]->time_us, 1795000000000000LL);
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    /* StreamLogs is not served yet: UNIMPLEMENTED, at once */
-    Kiln__StreamLogsRequest lreq = KILN__STREAM_LOGS_REQUEST__INIT;
-    lreq.id = id;
-    cr_assert_null(tcall("StreamLogs", &lreq.base, &kiln__log_line__descriptor, &code, &err));
-    cr_assert_eq(code, 12);
+    worker_agent_destroy(agent);
+    free(id);
+}
+
+/* StreamLogs through Python's grpcio: history, live lines until the job ends, a client that
+ * leaves early, an unknown job. */
+static const char *k_py_stream =
+    "import sys, os\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import grpc, kiln_pb2 as pb\n"
+    "ch = grpc.insecure_channel(sys.argv[2])\n"
+    "job, go = sys.argv[3], sys.argv[4]\n"
+    "stream = ch.unary_stream('/kiln.TrainingService/StreamLogs',\n"
+    "    request_serializer=pb.StreamLogsRequest.SerializeToString, response_deserializer=pb.LogLine.FromString)\n"
+    "it = stream(pb.StreamLogsRequest(id=job, follow=True), timeout=60)\n"
+    "for l in it:\n"
+    "    print('follow', l.rank, l.stream, l.seq, l.time_us > 0, l.line, flush=True)\n"
+    "    if l.line == 'first':\n"
+    "        open(go, 'w').close()\n"
+    "print('follow-end', it.code().name, flush=True)\n"
+    "for l in stream(pb.StreamLogsRequest(id=job, rank=0, has_rank=True), timeout=60):\n"
+    "    print('history', l.seq, l.line, flush=True)\n"
+    "print('history-end', flush=True)\n"
+    "it = stream(pb.StreamLogsRequest(id=job, follow=True), timeout=60)\n"
+    "next(it)\n"
+    "it.cancel()\n"
+    "print('cancelled', flush=True)\n"
+    "try:\n"
+    "    list(stream(pb.StreamLogsRequest(id='00000000-0000-0000-0000-000000000000'), timeout=10))\n"
+    "except grpc.RpcError as e:\n"
+    "    print('unknown', e.code().name, flush=True)\n";
+
+Test(grpc, stream_logs_follows_a_job_to_its_end)
+{
+    if (system("command -v protoc >/dev/null 2>&1") != 0)
+        cr_skip_test("protoc is not installed (apt-get install protobuf-compiler)");
+    if (system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
+        cr_skip_test("/usr/bin/python3 lacks grpc or protobuf (apt-get install python3-grpcio python3-protobuf)");
+    char go[200];
+    snprintf(go, sizeof(go), "%s/go", dir);
+    char body[600];
+    snprintf(body, sizeof(body),
+             "echo first\nwhile [ ! -e %s ]; do sleep 0.05; done\n"
+             "echo second\necho third >&2\nsleep 0.3\necho fourth\nexit 0\n", go);
+    char *bin = write_script(body);
+    worker_agent_t *agent = start_agent(bin);
+    char *id = submit();
+    json_decref(wait_state(id, "RUNNING", 20000));
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto 2>&1", root, dir, root);
+    run_capture(cmd);
+    char script[200];
+    snprintf(script, sizeof(script), "%s/stream.py", dir);
+    FILE *f = fopen(script, "w");
+    fputs(k_py_stream, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "timeout 60 /usr/bin/python3 %s %s %s %s %s 2>&1", script, dir, addr, id, go);
+    char *out = run_capture(cmd);
+    cr_assert(strstr(out, "follow 0 stdout 1 True first\n"), "%s", out);
+    cr_assert(strstr(out, "follow 0 stdout 2 True second\n"), "%s", out);
+    cr_assert(strstr(out, "follow 0 stderr 3 True third\n"), "%s", out);
+    cr_assert(strstr(out, "follow 0 stdout 4 True fourth\nfollow-end OK\n"), "the stream ends with the job: %s", out);
+    cr_assert(strstr(out, "history 1 first\nhistory 2 second\nhistory 3 third\nhistory 4 fourth\nhistory-end\n"), "%s", out);
+    cr_assert(strstr(out, "cancelled\n"), "%s", out);
+    cr_assert(strstr(out, "unknown NOT_FOUND\n"), "%s", out);
+    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED");
+    json_decref(job);
+    worker_agent_destroy(agent);
+    free(id);
+}
+
+static const char *k_py_stream_stop =
+    "import sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import grpc, kiln_pb2 as pb\n"
+    "ch = grpc.insecure_channel(sys.argv[2])\n"
+    "stream = ch.unary_stream('/kiln.TrainingService/StreamLogs',\n"
+    "    request_serializer=pb.StreamLogsRequest.SerializeToString, response_deserializer=pb.LogLine.FromString)\n"
+    "try:\n"
+    "    for l in stream(pb.StreamLogsRequest(id=sys.argv[3], follow=True), timeout=60):\n"
+    "        print('line', l.line, flush=True)\n"
+    "    print('ended OK', flush=True)\n"
+    "except grpc.RpcError as e:\n"
+    "    print('ended', e.code().name, flush=True)\n";
+
+Test(grpc, stopping_the_server_ends_live_streams)
+{
+    if (system("command -v protoc >/dev/null 2>&1") != 0)
+        cr_skip_test("protoc is not installed (apt-get install protobuf-compiler)");
+    if (system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
+        cr_skip_test("/usr/bin/python3 lacks grpc or protobuf (apt-get install python3-grpcio python3-protobuf)");
+    char *bin = write_script("trap 'exit 143' TERM\necho alive\nwhile :; do sleep 0.05; done\n");
+    worker_agent_t *agent = start_agent(bin);
+    char *id = submit();
+    json_decref(wait_state(id, "RUNNING", 20000));
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto 2>&1", root, dir, root);
+    run_capture(cmd);
+    char script[200];
+    snprintf(script, sizeof(script), "%s/stop.py", dir);
+    FILE *f = fopen(script, "w");
+    fputs(k_py_stream_stop, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "timeout 60 /usr/bin/python3 %s %s %s %s 2>&1", script, dir, addr, id);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[512] = "";
+    cr_assert_not_null(fgets(line, sizeof(line), p));
+    cr_assert_str_eq(line, "line alive\n");
+    int64_t t0 = kiln_mono_us();
+    api_grpc_stop(G); /* must not wait for the job to end */
+    G = NULL;
+    cr_assert_lt(kiln_mono_us() - t0, 5000000, "stop took %lld ms", (long long)((kiln_mono_us() - t0) / 1000));
+    cr_assert_not_null(fgets(line, sizeof(line), p));
+    cr_assert(!strncmp(line, "ended ", 6) && strcmp(line, "ended OK\n") != 0, "the client saw the stream break: %s", line);
+    pclose(p);
+    start_grpc();
     worker_agent_destroy(agent);
     free(id);
 }

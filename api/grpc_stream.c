@@ -1,0 +1,281 @@
+/* grpc_stream.c - TrainingService.StreamLogs: a server stream of LogLine messages, history first
+ * and then (with follow) live lines until the job ends. One thread per stream writes one message
+ * at a time (the core allows one outstanding SEND_MESSAGE per call) and waits for each send to
+ * complete; completions arrive on the server's queue and wake it. Not the REST SSE stream. */
+#include "api/grpc_int.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define STREAM_PAGE 1000
+
+typedef struct gstream gstream_t;
+
+typedef struct stag {                /* a completion the stream thread waits for */
+    api_grpc_tag_t hdr;
+    gstream_t *st;
+    bool pending, ok;
+} stag_t;
+
+struct gstream {
+    api_grpc_t *g;
+    grpc_call *call;
+    Kiln__StreamLogsRequest *req;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    stag_t op;                       /* the current send */
+    stag_t close;                    /* RECV_CLOSE_ON_SERVER: the call is over */
+    int cancelled;
+    bool woken;                      /* new lines for the follower */
+    bool status_sent;
+    int64_t last_seq;                /* highest seq sent */
+};
+
+static void stag_done(api_grpc_tag_t *t, bool ok)
+{
+    stag_t *s = (stag_t *)t;
+    gstream_t *st = s->st;
+    pthread_mutex_lock(&st->mu);
+    s->pending = false;
+    s->ok = ok;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void follow_wake(void *ud)
+{
+    gstream_t *st = ud;
+    pthread_mutex_lock(&st->mu);
+    st->woken = true;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Starts a batch on the op tag and waits for it. False when the call is gone. */
+static bool stream_batch(gstream_t *st, grpc_op *ops, size_t n)
+{
+    pthread_mutex_lock(&st->mu);
+    st->op.pending = true;
+    pthread_mutex_unlock(&st->mu);
+    if (grpc_call_start_batch(st->call, ops, n, &st->op, NULL) != GRPC_CALL_OK) {
+        pthread_mutex_lock(&st->mu);
+        st->op.pending = false;
+        pthread_mutex_unlock(&st->mu);
+        return false;
+    }
+    pthread_mutex_lock(&st->mu);
+    while (st->op.pending)
+        pthread_cond_wait(&st->cv, &st->mu);
+    bool ok = st->op.ok;
+    pthread_mutex_unlock(&st->mu);
+    return ok;
+}
+
+static bool stream_send_line(gstream_t *st, const json_t *line)
+{
+    arena_t arena;
+    arena_init(&arena, 4096);
+    ProtobufCMessage *m = api_grpc_json_to_msg(line, &kiln__log_line__descriptor, &arena);
+    size_t len = protobuf_c_message_get_packed_size(m);
+    grpc_slice s = grpc_slice_malloc(len);
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+    arena_deinit(&arena);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = bb;
+    bool ok = stream_batch(st, &op, 1);
+    grpc_byte_buffer_destroy(bb);
+    return ok;
+}
+
+/* Sends the lines of arr with seq above last_seq. False when the call is gone. */
+static bool stream_send_lines(gstream_t *st, const json_t *arr)
+{
+    size_t i;
+    json_t *line;
+    json_array_foreach(arr, i, line) {
+        int64_t seq = (int64_t)json_integer_value(json_object_get(line, "seq"));
+        if (seq && seq <= st->last_seq)
+            continue; /* history and the follower overlap by design */
+        if (!stream_send_line(st, line))
+            return false;
+        if (seq)
+            st->last_seq = seq;
+    }
+    return true;
+}
+
+static bool stream_gone(gstream_t *st)
+{
+    pthread_mutex_lock(&st->mu);
+    bool gone = !st->close.pending || st->cancelled;
+    pthread_mutex_unlock(&st->mu);
+    return gone || api_grpc_stopping(st->g);
+}
+
+static void stream_finish(gstream_t *st, grpc_status_code code, const char *message)
+{
+    grpc_slice details = grpc_slice_from_copied_string(message ? message : "");
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    op.data.send_status_from_server.status = code;
+    op.data.send_status_from_server.status_details = &details;
+    st->status_sent = stream_batch(st, &op, 1);
+    grpc_slice_unref(details);
+}
+
+/* History, then (with follow) live lines until the job ends or the client goes away. */
+static void stream_run(gstream_t *st)
+{
+    svc_t *s = api_grpc_svc(st->g);
+    const Kiln__StreamLogsRequest *r = st->req;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    svc_follow_t *f = NULL;
+    json_t *page = NULL;
+    int rank = r->has_rank ? r->rank : -1;
+    int64_t since_us = 0;
+    if (r->since && r->since[0] && kiln_time_parse(r->since, &since_us) != 0) {
+        stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT, "since: not an RFC 3339 time or Unix seconds");
+        return;
+    }
+    /* Open the follower first: every line after this point reaches it, everything before is
+     * in the history read below, and seq numbers remove the overlap. */
+    if (r->follow && svc_follow_open(s, r->id, rank, 0, follow_wake, st, &f, &err) != 0) {
+        stream_finish(st, (grpc_status_code)kiln_status_grpc(err.status), err.message);
+        return;
+    }
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (!stream_batch(st, &op, 1))
+        goto done;
+    for (;;) {
+        svc_log_query_t q = {.rank = rank, .since_us = since_us, .after_seq = st->last_seq, .limit = STREAM_PAGE};
+        int rc = svc_job_logs(s, r->id, &q, &page, &err);
+        if (rc) {
+            stream_finish(st, (grpc_status_code)kiln_status_grpc(rc), err.message);
+            goto done;
+        }
+        json_t *lines = json_object_get(page, "lines");
+        size_t n = json_array_size(lines);
+        if (!stream_send_lines(st, lines))
+            goto done;
+        json_decref(page);
+        page = NULL;
+        if (n < STREAM_PAGE)
+            break;
+    }
+    while (f && !stream_gone(st)) {
+        json_t *arr = json_array();
+        bool ended = false;
+        json_t *end_info = NULL;
+        pthread_mutex_lock(&st->mu);
+        st->woken = false;
+        pthread_mutex_unlock(&st->mu);
+        int n = svc_follow_read(f, arr, STREAM_PAGE, &ended, &end_info);
+        bool ok = stream_send_lines(st, arr);
+        json_decref(arr);
+        json_decref(end_info);
+        if (!ok)
+            goto done;
+        if (ended)
+            break;
+        if (n > 0)
+            continue;
+        /* Nothing pending: sleep until woken, the client leaves, or a second passes. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_mutex_lock(&st->mu);
+        while (!st->woken && st->close.pending && !api_grpc_stopping(st->g))
+            if (pthread_cond_timedwait(&st->cv, &st->mu, &ts) != 0)
+                break;
+        pthread_mutex_unlock(&st->mu);
+    }
+    if (!stream_gone(st))
+        stream_finish(st, GRPC_STATUS_OK, "");
+done:
+    json_decref(page);
+    svc_follow_close(f);
+}
+
+static void *stream_main(void *arg)
+{
+    gstream_t *st = arg;
+    stream_run(st);
+    /* A stream that ended without a status (client gone, server stopping) is cancelled; either
+     * way the close completes once the call is over. */
+    if (!st->status_sent)
+        grpc_call_cancel(st->call, NULL);
+    pthread_mutex_lock(&st->mu);
+    while (st->close.pending)
+        pthread_cond_wait(&st->cv, &st->mu);
+    pthread_mutex_unlock(&st->mu);
+    grpc_call_unref(st->call);
+    protobuf_c_message_free_unpacked(&st->req->base, NULL);
+    api_grpc_t *g = st->g;
+    pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->cv);
+    free(st);
+    api_grpc_stream_leave(g);
+    return NULL;
+}
+
+void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req)
+{
+    gstream_t *st = NULL;
+    if (!api_grpc_stream_enter(g)) {
+        grpc_call_cancel(call, NULL);
+        grpc_call_unref(call);
+        protobuf_c_message_free_unpacked(req, NULL);
+        return;
+    }
+    st = calloc(1, sizeof(*st));
+    if (!st)
+        goto fail;
+    st->g = g;
+    st->call = call;
+    st->req = (Kiln__StreamLogsRequest *)req;
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    st->op = (stag_t){.hdr = {API_GRPC_TAG_FN, stag_done}, .st = st};
+    st->close = (stag_t){.hdr = {API_GRPC_TAG_FN, stag_done}, .st = st, .pending = true};
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &st->cancelled;
+    if (grpc_call_start_batch(call, &op, 1, &st->close, NULL) != GRPC_CALL_OK) {
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv);
+        goto fail;
+    }
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, stream_main, st);
+    pthread_attr_destroy(&attr);
+    if (rc == 0)
+        return;
+    /* No thread: cancel and let the close tag complete before freeing. That needs waiting on a
+     * completion-queue thread, which we are; leak the small stream rather than block. */
+    log_error("grpc: could not start a log stream thread");
+    grpc_call_cancel(call, NULL);
+    api_grpc_stream_leave(g);
+    return;
+fail:
+    log_error("grpc: could not start a log stream");
+    free(st);
+    grpc_call_cancel(call, NULL);
+    grpc_call_unref(call);
+    protobuf_c_message_free_unpacked(req, NULL);
+    api_grpc_stream_leave(g);
+}
