@@ -55,6 +55,8 @@ static void make_data(void)
     fclose(f);
 }
 
+static const char *g_extra = ""; /* extra top-level spec fields */
+
 static void spec_text(char *buf, size_t n, int n_layer, int world, int parts, int micro, const char *sched,
                       bool ckpt, const char *plan)
 {
@@ -69,8 +71,8 @@ static void spec_text(char *buf, size_t n, int n_layer, int world, int parts, in
              " \"sample_tokens\": 0},"
              " \"resources\": {\"nodes\": 1, \"slots_per_node\": %d, \"threads_per_rank\": 1},"
              " \"distribution\": {\"model_parallel\": {\"partitions\": %d, \"microbatches\": %d, \"pipeline\": \"%s\"%s},"
-             " \"activation_checkpointing\": %s}}",
-             n_layer, g_dir, STEPS, world, parts, micro, sched, planf, ckpt ? "true" : "false");
+             " \"activation_checkpointing\": %s}%s}",
+             n_layer, g_dir, STEPS, world, parts, micro, sched, planf, ckpt ? "true" : "false", g_extra);
 }
 
 static rank_out_t *shared_outs(void)
@@ -138,6 +140,7 @@ typedef struct run_cfg {
     const char *sched;
     bool ckpt;
     const char *plan;
+    const char *ckpt_dir; /* checkpoint directory, or NULL */
 } run_cfg_t;
 
 static rank_out_t *run_pipeline(const run_cfg_t *c, const char *out_dir)
@@ -173,8 +176,8 @@ static rank_out_t *run_pipeline(const run_cfg_t *c, const char *out_dir)
         pipe_train_info_t info;
         memset(&info, 0, sizeof(info));
         if (!rc) {
-            eng_train_opts_t o = {.output_dir = out_dir, .metrics_fd = -1, .rank = r, .world = c->world,
-                                  .threads = 1, .peak_gflops = 100, .quiet = true};
+            eng_train_opts_t o = {.output_dir = out_dir, .checkpoint_dir = c->ckpt_dir, .metrics_fd = -1, .rank = r,
+                                  .world = c->world, .threads = 1, .peak_gflops = 100, .quiet = true};
             rc = pipe_train_run(&s, &o, w, &res, &info, &err);
         }
         snprintf(me->msg, sizeof(me->msg), "%s", err.message);
@@ -348,6 +351,37 @@ Test(pipe_train, bad_manual_plan_fails_every_rank_clearly, .timeout = 60)
     cr_assert(strstr(err.message, "stages 0 and 1 overlap: both hold block 2"), "%s", err.message);
     spec_deinit(&s);
     char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(pipe_train, resume_from_checkpoint_is_exact, .timeout = 120)
+{
+    /* 20 steps with a checkpoint every 10; then the step-20 checkpoint is removed and a new run
+     * resumes from step 10: its steps 11..20 and final parameters equal the uninterrupted run's. */
+    make_data();
+    char ck[128], out1[128], out2[128], cmd[512];
+    snprintf(ck, sizeof(ck), "%s/ckpt", g_dir);
+    snprintf(out1, sizeof(out1), "%s/out1", g_dir);
+    snprintf(out2, sizeof(out2), "%s/out2", g_dir);
+    g_extra = ", \"checkpoint\": {\"every_steps\": 10, \"keep_last\": 5}";
+    run_cfg_t c = {.n_layer = 2, .world = 2, .parts = 2, .micro = 2, .sched = "interleaved", .ckpt_dir = ck};
+    rank_out_t *a = run_pipeline(&c, out1);
+    snprintf(cmd, sizeof(cmd), "rm %s/ckpt_00000020.bin && ls %s/ckpt_00000010.bin >/dev/null", ck, ck);
+    cr_assert_eq(system(cmd), 0);
+    rank_out_t *b = run_pipeline(&c, out2);
+    g_extra = "";
+    cr_assert_eq(a[0].n, STEPS);
+    cr_assert_eq(b[0].n, STEPS - 10, "the resumed run trained %d steps", b[0].n);
+    for (int i = 0; i < STEPS - 10; i++)
+        cr_assert_eq(b[0].losses[i], a[0].losses[10 + i], "step %d: %.8f after resume, %.8f uninterrupted", 11 + i,
+                     b[0].losses[i], a[0].losses[10 + i]);
+    size_t n1, n2;
+    float *p1 = load_model(out1, &n1), *p2 = load_model(out2, &n2);
+    cr_assert_eq(n1, n2);
+    cr_assert_eq(memcmp(p1, p2, n1 * sizeof(float)), 0, "parameters differ after resume");
+    free(p1);
+    free(p2);
     snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
     cr_assert_eq(system(cmd), 0);
 }
