@@ -19,6 +19,7 @@
 
 static svc_t *svc;
 static int64_t batch_size = 2000, seconds = 12, nagents = 2, njobs = 4;
+static const char *kind = "metrics";
 static char job_ids[64][40];
 static atomic_llong points_done, batches_done, errors, points_sent;
 static atomic_bool stop_flag;
@@ -32,6 +33,64 @@ typedef struct agent {
 
 static const char *const NAMES[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s", "mfu",
                                     "peak_mem_mb", "val_loss"};
+
+/* Log lines instead of metric points: ~80-character lines, as a training loop prints them. */
+static void *agent_logs_main(void *p)
+{
+    agent_t *a = p;
+    size_t n = (size_t)batch_size;
+    Kiln__LogLine *lines = calloc(n, sizeof(*lines));
+    Kiln__LogLine **ptrs = calloc(n, sizeof(*ptrs));
+    char (*text)[96] = calloc(n, 96);
+    char wid[32];
+    snprintf(wid, sizeof(wid), "w-bench-%d", a->index);
+    int64_t step = 1;
+    for (size_t i = 0; i < n; i++) {
+        kiln__log_line__init(&lines[i]);
+        lines[i].stream = "stdout";
+        lines[i].line = text[i];
+        ptrs[i] = &lines[i];
+    }
+    for (int64_t b = 0; !atomic_load(&stop_flag); b++) {
+        const char *job = job_ids[(a->index + b * nagents) % njobs];
+        int64_t now = kiln_now_us();
+        for (size_t i = 0; i < n; i++, step++) {
+            lines[i].rank = (int)(i % 4);
+            lines[i].time_us = now;
+            snprintf(text[i], 96, "step %6lld | loss 2.%06lld | lr 3.0e-04 | 412.0 ms | 9943 tok/s | mfu 41.0%%",
+                     (long long)step, (long long)(step * 7919 % 1000000));
+        }
+        Kiln__LogBatch lb = KILN__LOG_BATCH__INIT;
+        lb.worker_id = wid;
+        lb.job_id = (char *)job;
+        lb.attempt = 0;
+        lb.lines = ptrs;
+        lb.n_lines = n;
+        kiln_err_t err;
+        int64_t t0 = kiln_mono_us();
+        int rc = svc_agent_logs(svc, &lb, &err);
+        int64_t t1 = kiln_mono_us();
+        if (rc) {
+            atomic_fetch_add(&errors, 1);
+            fprintf(stderr, "ingest_bench: batch failed: %s\n", err.message);
+            continue;
+        }
+        atomic_fetch_add(&points_sent, (long long)n);
+        if (t1 >= t_start_us && t1 <= t_end_us) {
+            atomic_fetch_add(&points_done, (long long)n);
+            atomic_fetch_add(&batches_done, 1);
+            if (a->nlat == a->caplat) {
+                a->caplat = a->caplat ? 2 * a->caplat : 1024;
+                a->lat_ms = realloc(a->lat_ms, a->caplat * sizeof(double));
+            }
+            a->lat_ms[a->nlat++] = (double)(t1 - t0) / 1000.0;
+        }
+    }
+    free(lines);
+    free(ptrs);
+    free(text);
+    return NULL;
+}
 
 static void *agent_main(void *p)
 {
@@ -123,6 +182,7 @@ int main(int argc, char **argv)
         {"batch", NULL, CONFIG_INT, &batch_size, "points per batch (agents send 1000-5000)"},
         {"agents", NULL, CONFIG_INT, &nagents, "concurrent agents (threads)"},
         {"jobs", NULL, CONFIG_INT, &njobs, "running jobs the points belong to"},
+        {"kind", NULL, CONFIG_STR, &kind, "metrics | logs (log lines instead of metric points)"},
     };
     kiln_err_t err;
     log_init("ingest_bench");
@@ -130,6 +190,7 @@ int main(int argc, char **argv)
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags), "ingest_bench [flags]", NULL, &err);
     if (rc == 1)
         return 0;
+    bool logs = kind && strcmp(kind, "logs") == 0;
     if (rc || !url || batch_size < 1 || nagents < 1 || nagents > 64 || njobs < 1 || njobs > 64) {
         fprintf(stderr, "ingest_bench: %s\n", rc ? err.message : "need --database-url (or KILN_PG_URL), sane sizes");
         return 2;
@@ -169,7 +230,7 @@ int main(int argc, char **argv)
     memset(agents, 0, sizeof(agents));
     for (int i = 0; i < nagents; i++) {
         agents[i].index = i;
-        pthread_create(&th[i], NULL, agent_main, &agents[i]);
+        pthread_create(&th[i], NULL, logs ? agent_logs_main : agent_main, &agents[i]);
     }
     while (kiln_mono_us() < t_end_us)
         usleep(50000);
@@ -193,17 +254,18 @@ int main(int argc, char **argv)
     /* Every point sent must have landed. */
     long long stored = -1;
     PGconn *pc = PQconnectdb(bench_url);
-    PGresult *pr = PQexec(pc, "SELECT coalesce(sum(n), 0) FROM metric_chunks");
+    PGresult *pr = PQexec(pc, logs ? "SELECT count(*) FROM logs" : "SELECT coalesce(sum(n), 0) FROM metric_chunks");
     if (PQresultStatus(pr) == PGRES_TUPLES_OK)
         stored = atoll(PQgetvalue(pr, 0, 0));
     PQclear(pr);
     PQfinish(pc);
 
-    printf("ingest_bench: %lld points in %.1f s = %.0f points/s (%lld batches of %lld, %.1f batches/s, "
+    const char *unit = logs ? "log lines" : "points";
+    printf("ingest_bench: %lld %s in %.1f s = %.0f %s/s (%lld batches of %lld, %.1f batches/s, "
            "%lld agents, %lld jobs, %lld errors)\n",
-           pts, secs, (double)pts / secs, bat, (long long)batch_size, (double)bat / secs, (long long)nagents,
+           pts, unit, secs, (double)pts / secs, unit, bat, (long long)batch_size, (double)bat / secs, (long long)nagents,
            (long long)njobs, (long long)atomic_load(&errors));
-    printf("ingest_bench: %lld points sent in all (with warm-up and drain), %lld points stored%s\n",
+    printf("ingest_bench: %lld sent in all (with warm-up and drain), %lld stored%s\n",
            (long long)atomic_load(&points_sent), stored,
            stored == atomic_load(&points_sent) ? "" : " (MISMATCH)");
     if (nlat > 0)
