@@ -199,3 +199,61 @@ Test(train, lr_schedule)
     }
     cr_assert_float_eq(eng_lr_at(1, 2.0, 0, 10, 0.0), 2.0 * (0.5 * (1 + cos(M_PI * 0.1))), 1e-12);
 }
+
+/* model.init_from: an llm.c checkpoint of the right shape starts the run (the first loss is the
+ * checkpoint's, not a fresh init's); a different shape is refused, naming the field. */
+Test(train, init_from_llmc_checkpoint)
+{
+    char dir[] = "/tmp/kiln-eng-init-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/start.bin", dir);
+    eng_gpt_config_t cfg = {32, 256, 256, 2, 2, 32};
+    eng_gpt_t *m = NULL;
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_create(&cfg, &eng_cpu_backend, 1, &m, &err), 0);
+    eng_gpt_init_weights(m, 99);
+    eng_cpu_backend.scale(m->p.params, 3.0f, m->p.n); /* far from any fresh init */
+    cr_assert_eq(eng_gpt_llmc_write(m, path, &err), 0, "%s", err.message);
+    eng_gpt_destroy(m);
+
+    spec_t s;
+    char json[2048];
+    snprintf(json, sizeof(json), TINY_GPT, data_path(), 4, 7);
+    /* splice "init_from" into the model object */
+    char *model_end = strstr(json, "\"vocab\": \"bytes\"}");
+    cr_assert(model_end);
+    char spliced[3072];
+    int head = (int)(model_end - json) + (int)strlen("\"vocab\": \"bytes\"");
+    snprintf(spliced, sizeof(spliced), "%.*s, \"init_from\": \"%s\"%s", head, json, path,
+             json + head);
+    cr_assert_eq(spec_parse_string(spliced, &s, &err), 0, "%s: %s", err.field, err.message);
+    eng_train_opts_t o = opts();
+    eng_train_result_t fresh, loaded;
+    spec_t plain;
+    parse(&plain, TINY_GPT, data_path(), 4, 7);
+    run_ok(&plain, &o, &fresh);
+    run_ok(&s, &o, &loaded);
+    cr_assert(fabsf(fresh.losses[0] - loaded.losses[0]) > 0.05f,
+              "init_from had no effect: %f vs %f", fresh.losses[0], loaded.losses[0]);
+    free(fresh.losses);
+    free(loaded.losses);
+    spec_deinit(&s);
+    spec_deinit(&plain);
+
+    /* a checkpoint of another shape */
+    cfg.n_embd = 64;
+    cr_assert_eq(eng_gpt_create(&cfg, &eng_cpu_backend, 1, &m, &err), 0);
+    cr_assert_eq(eng_gpt_llmc_write(m, path, &err), 0);
+    eng_gpt_destroy(m);
+    cr_assert_eq(spec_parse_string(spliced, &s, &err), 0);
+    eng_train_result_t bad;
+    cr_assert_eq(eng_train_run(&s, &o, &bad, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "model.init_from");
+    cr_assert(strstr(err.message, "does not match"), "%s", err.message);
+    free(bad.losses);
+    spec_deinit(&s);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
