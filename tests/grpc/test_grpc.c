@@ -459,6 +459,108 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     free(id);
 }
 
+Test(grpc, pushed_logs_and_metrics_read_back_exactly)
+{
+    char *wid = register_worker("host-p", 1);
+    char *id = submit();
+    /* 3 lines, then a batch over gRPC's default 4 MiB message limit (both sides allow 16) */
+    Kiln__LogLine l[3];
+    Kiln__LogLine *lp[3];
+    const char *text[3] = {"alpha", "beta \xc3\xa9", "gamma"};
+    for (int i = 0; i < 3; i++) {
+        kiln__log_line__init(&l[i]);
+        l[i].rank = i;
+        l[i].time_us = 1795000000000000LL + i * 1000;
+        l[i].stream = (char *)(i == 1 ? "stderr" : "stdout");
+        l[i].line = (char *)text[i];
+        lp[i] = &l[i];
+    }
+    Kiln__LogBatch lb = KILN__LOG_BATCH__INIT;
+    lb.worker_id = wid;
+    lb.job_id = id;
+    lb.attempt = 1;
+    lb.n_lines = 3;
+    lb.lines = lp;
+    ProtobufCMessage *resp = NULL;
+    int code = -1;
+    kiln_err_t err;
+    cr_assert_eq(worker_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
+                 "%d %s", code, err.message);
+    cr_assert(((Kiln__Ack *)resp)->ok);
+    protobuf_c_message_free_unpacked(resp, NULL);
+
+    enum { BIG = 600 };
+    static char bigtext[10001];
+    memset(bigtext, 'z', 10000);
+    Kiln__LogLine *bl = calloc(BIG, sizeof(*bl));
+    Kiln__LogLine **blp = calloc(BIG, sizeof(*blp));
+    for (int i = 0; i < BIG; i++) {
+        kiln__log_line__init(&bl[i]);
+        bl[i].rank = 0;
+        bl[i].time_us = 1795000001000000LL + i;
+        bl[i].stream = (char *)"stdout";
+        bl[i].line = bigtext;
+        blp[i] = &bl[i];
+    }
+    lb.n_lines = BIG;
+    lb.lines = blp;
+    cr_assert_gt(protobuf_c_message_get_packed_size(&lb.base), (size_t)(5 << 20));
+    cr_assert_eq(worker_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 20000, &resp, &code, &err), 0,
+                 "a 6 MiB batch: %d %s", code, err.message);
+    protobuf_c_message_free_unpacked(resp, NULL);
+    free(bl);
+    free(blp);
+
+    Kiln__MetricPoint mp[2];
+    Kiln__MetricPoint *mpp[2] = {&mp[0], &mp[1]};
+    for (int i = 0; i < 2; i++) {
+        kiln__metric_point__init(&mp[i]);
+        mp[i].rank = 0;
+        mp[i].name = (char *)"train_loss";
+        mp[i].step = i + 1;
+        mp[i].value = 3.0 - i;
+        mp[i].time_us = 1795000000000000LL + i;
+    }
+    Kiln__MetricBatch mb = KILN__METRIC_BATCH__INIT;
+    mb.worker_id = wid;
+    mb.job_id = id;
+    mb.attempt = 1;
+    mb.n_points = 2;
+    mb.points = mpp;
+    cr_assert_eq(worker_rpc_call(C, M_METRICS, &mb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
+                 "%d %s", code, err.message);
+    protobuf_c_message_free_unpacked(resp, NULL);
+
+    svc_log_query_t q = {.rank = -1, .limit = 10};
+    json_t *logs = NULL;
+    cr_assert_eq(svc_job_logs(S, id, &q, &logs, &err), 0, "%s", err.message);
+    json_t *lines = json_object_get(logs, "lines");
+    cr_assert_eq(json_array_size(lines), 10);
+    for (int i = 0; i < 3; i++) {
+        json_t *x = json_array_get(lines, (size_t)i);
+        cr_assert_str_eq(json_string_value(json_object_get(x, "line")), text[i]);
+        cr_assert_eq(json_integer_value(json_object_get(x, "rank")), i);
+        cr_assert_str_eq(json_string_value(json_object_get(x, "stream")), i == 1 ? "stderr" : "stdout");
+    }
+    cr_assert_eq(strlen(json_string_value(json_object_get(json_array_get(lines, 3), "line"))), 10000);
+    json_decref(logs);
+    json_t *metrics = NULL;
+    cr_assert_eq(svc_job_metrics(S, id, "train_loss", 0, &metrics, &err), 0, "%s", err.message);
+    json_t *pts = series(metrics, "train_loss");
+    cr_assert_eq(json_array_size(pts), 2);
+    cr_assert_float_eq(json_number_value(json_object_get(json_array_get(pts, 1), "value")), 2.0, 1e-12);
+    json_decref(metrics);
+
+    /* reports for a job that does not exist are rejected, not stored */
+    lb.job_id = (char *)"not-a-job";
+    lb.n_lines = 3;
+    lb.lines = lp;
+    cr_assert_neq(worker_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0);
+    cr_assert_eq(code, 5, "NOT_FOUND, got %d", code);
+    free(id);
+    free(wid);
+}
+
 /* ---- a foreign client: Python's grpcio with protoc's Python messages ----------------------- */
 
 static const char *k_py =
