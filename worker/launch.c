@@ -673,6 +673,14 @@ static bool job_id_ok(const char *id)
     return true;
 }
 
+static bool launcher_running_locked(worker_launcher_t *l, const Kiln__Assignment *a)
+{
+    for (lrank_t *r = l->ranks; r; r = r->next)
+        if (!strcmp(r->job->job_id, a->job_id) && r->job->attempt == a->attempt && !r->exited && !r->silent)
+            return true;
+    return false;
+}
+
 int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_err_t *err)
 {
     kiln_err_t lerr;
@@ -687,28 +695,33 @@ int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_
     if (!job_id_ok(a->job_id))
         return kiln_err_set(err, KILN_EINVAL, "job_id", "assignment has a bad job id");
     pthread_mutex_lock(&l->mu);
-    for (lrank_t *r = l->ranks; r; r = r->next)
-        if (!strcmp(r->job->job_id, a->job_id) && r->job->attempt == a->attempt && !r->exited) {
-            pthread_mutex_unlock(&l->mu);
-            return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running",
-                                a->job_id, a->attempt);
-        }
-    first_old = l->ranks;
-    if (a->n_ranks == 0) {
-        rc = kiln_err_set(err, KILN_EINVAL, "ranks", "assignment has no ranks");
-        goto done;
-    }
-    snprintf(job_dir, sizeof(job_dir), "%s/jobs/%s", l->work_dir, a->job_id);
-    snprintf(path, sizeof(path), "%s/checkpoints", job_dir);
-    if ((rc = kiln_mkdirs(path, err)) != 0)
-        goto done;
-    snprintf(path, sizeof(path), "%s/output", job_dir);
-    if ((rc = kiln_mkdirs(path, err)) != 0)
-        goto done;
-    snprintf(path, sizeof(path), "%s/spec.json", job_dir);
+    bool running = launcher_running_locked(l, a);
+    pthread_mutex_unlock(&l->mu);
+    if (running)
+        return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running", a->job_id, a->attempt);
+    /* The job directory first, outside the lock: writing the spec syncs to disk, and the I/O
+     * thread needs the lock to keep reading the ranks' pipes. */
     const char *spec = a->spec_json ? a->spec_json : "{}";
-    if ((rc = kiln_file_write_atomic(path, spec, strlen(spec), err)) != 0)
+    snprintf(job_dir, sizeof(job_dir), "%s/jobs/%s", l->work_dir, a->job_id);
+    if (a->n_ranks == 0)
+        rc = kiln_err_set(err, KILN_EINVAL, "ranks", "assignment has no ranks");
+    snprintf(path, sizeof(path), "%s/checkpoints", job_dir);
+    if (rc == 0)
+        rc = kiln_mkdirs(path, err);
+    snprintf(path, sizeof(path), "%s/output", job_dir);
+    if (rc == 0)
+        rc = kiln_mkdirs(path, err);
+    snprintf(path, sizeof(path), "%s/spec.json", job_dir);
+    if (rc == 0)
+        rc = kiln_file_write_atomic(path, spec, strlen(spec), err);
+    pthread_mutex_lock(&l->mu);
+    first_old = l->ranks;
+    if (rc != 0)
         goto done;
+    if (launcher_running_locked(l, a)) {
+        pthread_mutex_unlock(&l->mu);
+        return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running", a->job_id, a->attempt);
+    }
 
     job = calloc(1, sizeof(*job));
     if (!job) {
