@@ -264,21 +264,26 @@ static void *launcher_main(void *arg)
         pthread_mutex_unlock(&l->mu);
         int n = epoll_wait(l->epfd, evs, (int)KILN_ARRAY_LEN(evs), timeout);
         pthread_mutex_lock(&l->mu);
-        for (int i = 0; i < n; i++) {
-            lsrc_t *s = evs[i].data.ptr;
-            if (!s) {
-                uint64_t v;
-                ssize_t rc = read(l->wakefd, &v, sizeof(v));
-                (void)rc;
-                continue;
+        /* Metric records first: a log line a metric definition matches then gets the step of
+         * the record written just before it. */
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < n; i++) {
+                lsrc_t *s = evs[i].data.ptr;
+                if (!s) {
+                    if (pass == 0) {
+                        uint64_t v;
+                        ssize_t rc = read(l->wakefd, &v, sizeof(v));
+                        (void)rc;
+                    }
+                    continue;
+                }
+                if (s->fd < 0 || (pass == 0) != (s->kind == PIPE_METRICS))
+                    continue;
+                if (s->kind == PIPE_PROC)
+                    rank_try_reap(l, s->r);
+                else
+                    src_read(l, s);
             }
-            if (s->fd < 0)
-                continue;
-            if (s->kind == PIPE_PROC)
-                rank_try_reap(l, s->r);
-            else
-                src_read(l, s);
-        }
         now = kiln_mono_us();
         lrank_t **pp = &l->ranks;
         while (*pp) {
