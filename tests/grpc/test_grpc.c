@@ -561,6 +561,48 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     free(wid);
 }
 
+Test(grpc, agent_registers_again_when_kilnd_forgot_it)
+{
+    char *bin = write_script("exit 0\n");
+    worker_agent_t *agent = start_agent(bin);
+    char before[128];
+    worker_agent_id(agent, before, sizeof(before));
+    /* a kilnd with an empty database takes over the address */
+    api_grpc_stop(G);
+    G = NULL;
+    svc_destroy(S);
+    S = NULL;
+    free(dburl);
+    dburl = th_pg_create_db("grpc2");
+    cr_assert_not_null(dburl);
+    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
+                        .sched_interval_ms = 100, .db_pool_size = 4};
+    kiln_err_t err;
+    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
+    start_grpc();
+    json_t *workers = NULL;
+    size_t n = 0;
+    for (int i = 0; i < 100 && n == 0; i++) {
+        json_decref(workers);
+        workers = NULL;
+        cr_assert_eq(svc_workers_list(S, &workers, &err), 0, "%s", err.message);
+        n = json_array_size(json_object_get(workers, "workers"));
+        if (n == 0)
+            usleep(100000);
+    }
+    cr_assert_eq(n, 1, "the agent registered with the new kilnd");
+    const char *now = json_string_value(json_object_get(json_array_get(json_object_get(workers, "workers"), 0), "id"));
+    cr_assert_str_eq(now, before, "under the id it had");
+    json_decref(workers);
+    /* and it takes work there */
+    char *id = submit();
+    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED");
+    json_decref(job);
+    worker_agent_destroy(agent);
+    free(id);
+}
+
 /* ---- a foreign client: Python's grpcio with protoc's Python messages ----------------------- */
 
 static const char *k_py =
