@@ -10,8 +10,8 @@
 #include "service/service.h"
 
 static const char *USAGE =
-    "kilnd - kiln's control plane: REST and gRPC APIs, scheduler, PostgreSQL state.\n"
-    "usage: kilnd --database-url URL [flags]";
+    "--database-url URL [flags]\n"
+    "kiln's control plane: REST and gRPC APIs, scheduler, PostgreSQL state.";
 
 int main(int argc, char **argv)
 {

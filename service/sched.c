@@ -144,8 +144,13 @@ static void sched_tick(svc_t *s)
     store_job_row_t *jobs = NULL;
     sched_worker_t *w = NULL;
     int ncap = 0, njobs = 0;
+    bool locked = false;
     kiln_err_clear(&err);
     if (store_conn_get(s->store, &c, &err))
+        goto out;
+    /* Several kilnd may share a database: only one places jobs at a time, or two could hand the
+     * same free slots to different jobs. The connection keeps the lock for the whole pass. */
+    if (store_sched_lock(c, &locked, &err) || !locked)
         goto out;
     uint64_t gen = svc_cap_gen(s);
     if (store_workers_capacity(c, &cap, &ncap, &err)) {
@@ -161,8 +166,6 @@ static void sched_tick(svc_t *s)
         log_warn("scheduler: %s", err.message);
         goto out;
     }
-    store_conn_put(s->store, c);
-    c = NULL;
     /* Keep the submission check's view fresh (a copy: the scheduler keeps its own). */
     store_worker_cap_t *copy = ncap ? malloc((size_t)ncap * sizeof(*copy)) : NULL;
     if (copy)
@@ -210,8 +213,11 @@ static void sched_tick(svc_t *s)
         }
     }
 out:
-    if (c)
+    if (c) {
+        if (locked)
+            store_sched_unlock(c);
         store_conn_put(s->store, c);
+    }
     free(w);
     free(cap);
     free(jobs);

@@ -429,3 +429,24 @@ int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n
     PQclear(r);
     return 0;
 }
+
+/* Advisory lock key for the scheduler: "kiln" "schd". */
+#define SCHED_LOCK_KEY "7596502641281558628"
+
+int store_sched_lock(store_conn_t *c, bool *got, kiln_err_t *err)
+{
+    PGresult *r = NULL;
+    *got = false;
+    int rc = store_q(c, "take the scheduler lock", "SELECT pg_try_advisory_lock(" SCHED_LOCK_KEY ")",
+                     0, NULL, &r, err);
+    if (rc)
+        return rc;
+    *got = store_get_bool(r, 0, 0);
+    PQclear(r);
+    return 0;
+}
+
+void store_sched_unlock(store_conn_t *c)
+{
+    PQclear(PQexec(c->pg, "SELECT pg_advisory_unlock(" SCHED_LOCK_KEY ")"));
+}

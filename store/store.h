@@ -133,6 +133,12 @@ int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const
 int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
                     size_t reason_n, kiln_err_t *err);
 
+/* Session advisory lock that makes one scheduler (of several kilnd on one database) place jobs
+ * at a time. *got = false when another session holds it. Release with store_sched_unlock on the
+ * same connection. */
+int store_sched_lock(store_conn_t *c, bool *got, kiln_err_t *err);
+void store_sched_unlock(store_conn_t *c);
+
 /* ---- workers ----------------------------------------------------------------------------------- */
 
 typedef struct store_worker_reg {

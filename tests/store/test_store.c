@@ -602,3 +602,19 @@ Test(workers, stop_orders_stale_and_lost)
     cr_assert_str_eq(lost[0].hostname, "hb");
     free(lost);
 }
+
+Test(workers, scheduler_lock_is_exclusive)
+{
+    store_conn_t *c2 = NULL;
+    cr_assert_eq(store_conn_get(st, &c2, &err), 0);
+    bool a = false, b = true;
+    cr_assert_eq(store_sched_lock(c, &a, &err), 0);
+    cr_assert(a);
+    cr_assert_eq(store_sched_lock(c2, &b, &err), 0);
+    cr_assert_not(b, "a second scheduler must not run at the same time");
+    store_sched_unlock(c);
+    cr_assert_eq(store_sched_lock(c2, &b, &err), 0);
+    cr_assert(b);
+    store_sched_unlock(c2);
+    store_conn_put(st, c2);
+}
