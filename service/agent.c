@@ -134,14 +134,17 @@ int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err)
                          req->rank, req->worker_id, req->exit_code,
                          req->reason && *req->reason ? req->reason : "no reason given");
             rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
+            /* A rank that exited had started, even if the agent's "started" report is late. */
             if (rc == 0)
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, job.attempt, 0, reason, err);
+                rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED,
+                                       reason, err);
         } else {
             int n_exited = 0, n_ok = 0;
             rc = store_rank_exit_counts(tx.c, job.id, job.attempt, &n_exited, &n_ok, err);
             if (rc == 0 && n_ok >= job.world_size) {
                 snprintf(reason, sizeof(reason), "all %d rank(s) exited with code 0", job.world_size);
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_COMPLETED, job.attempt, 0, reason, err);
+                rc = svc_job_set_state(&tx, &job, JOB_STATE_COMPLETED, job.attempt, STORE_TR_STARTED,
+                                       reason, err);
             }
         }
     } else if (st == JOB_STATE_STOPPING) {
