@@ -4,6 +4,7 @@
  * whole life of a job to COMPLETED with logs and metrics, a failing rank, stop requests, a worker
  * that stops heartbeating, stale reports, priorities, and live followers. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,43 @@ Test(submit, idempotent_create_returns_the_same_job)
     cr_assert_eq(svc_job_list(svc, &f, &list, &err), 0);
     cr_assert_eq(json_array_size(json_object_get(list, "jobs")), 1);
     json_decref(list);
+}
+
+typedef struct racer {
+    char id[40];
+    bool created;
+    int rc;
+} racer_t;
+
+static void *race_create(void *p)
+{
+    racer_t *r = p;
+    json_t *sp = spec(1, 1, "cpu", 0, 1), *job = NULL;
+    kiln_err_t e;
+    r->rc = svc_job_create(svc, sp, "same-key", &job, &r->created, &e);
+    if (r->rc == 0)
+        kiln_strlcpy(r->id, json_string_value(json_object_get(job, "id")), sizeof(r->id));
+    json_decref(job);
+    json_decref(sp);
+    return NULL;
+}
+
+Test(submit, concurrent_retries_with_one_key_create_one_job)
+{
+    enum { N = 8 };
+    pthread_t t[N];
+    racer_t r[N];
+    memset(r, 0, sizeof(r));
+    for (int i = 0; i < N; i++)
+        pthread_create(&t[i], NULL, race_create, &r[i]);
+    int created = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(r[i].rc, 0);
+        created += r[i].created;
+        cr_assert_str_eq(r[i].id, r[0].id);
+    }
+    cr_assert_eq(created, 1);
 }
 
 Test(submit, invalid_spec_names_the_field)
