@@ -154,6 +154,18 @@ Test(grpc, malformed_request_is_invalid_argument)
     free(id);
 }
 
+Test(grpc, a_second_server_on_a_busy_address_fails)
+{
+    api_grpc_t *g2 = NULL;
+    kiln_err_t err;
+    cr_assert_eq(api_grpc_start(S, addr, &g2, &err), KILN_EIO);
+    cr_assert_null(g2);
+    cr_assert(strstr(err.message, addr), "%s", err.message);
+    cr_assert_eq(api_grpc_start(S, "not an address", &g2, &err), KILN_EIO);
+    char *id = register_worker("host-e", 1); /* the first server is unharmed */
+    free(id);
+}
+
 typedef struct hb_arg {
     const char *id;
     int ok;
