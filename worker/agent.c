@@ -18,6 +18,7 @@
 #define AGENT_VERSION "kiln-agent 0.1"
 #define AGENT_RPC_TIMEOUT_MS 10000
 #define AGENT_MAX_LIST 1024
+#define AGENT_MAX_INTERNAL_TRIES 30  /* INTERNAL/UNKNOWN answers before a report is given up */
 
 static const char k_register[] = "/kiln.AgentService/RegisterWorker";
 static const char k_heartbeat[] = "/kiln.AgentService/Heartbeat";
@@ -410,6 +411,12 @@ static void *agent_sender_main(void *arg)
         if (rc != 0 && !worker_grpc_retryable(code) && code != 0) {
             log_error("kilnd rejected a %s of job %s (gRPC status %d): %s; dropping it",
                       ob_kind_name(it->kind), it->job_id, code, err.message);
+            done = true;
+        } else if (rc != 0 && (code == 13 || code == 2) && it->tries >= AGENT_MAX_INTERNAL_TRIES) {
+            /* kilnd keeps failing on this one report (not unreachable: that is UNAVAILABLE);
+             * retrying forever would hold up every report behind it */
+            log_error("kilnd failed a %s of job %s %d times (gRPC status %d): %s; dropping it",
+                      ob_kind_name(it->kind), it->job_id, it->tries + 1, code, err.message);
             done = true;
         }
         if (done) {
