@@ -189,7 +189,7 @@ int worker_rpc_call(worker_rpc_t *r, const char *method, const ProtobufCMessage 
 /* Kiln status for a gRPC status code. */
 int worker_grpc_status(int grpc_code);
 /* True for gRPC codes worth retrying (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
- * ABORTED, UNKNOWN, INTERNAL). */
+ * ABORTED, CANCELLED, UNKNOWN, INTERNAL). */
 bool worker_grpc_retryable(int grpc_code);
 
 /* ------------------------------------------------------------------------------------------
