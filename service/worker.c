@@ -225,12 +225,14 @@ int svc_agent_heartbeat(svc_t *s, const Kiln__HeartbeatRequest *req, arena_t *ar
         }
     }
     rc = store_assign_stale(c, wid, ids, atts, np, &stale, &nstale, err);
+    /* After the grace period plus a few heartbeats, a stopped assignment whose ranks are no longer
+     * reported is released; one whose ranks still run gets its stop order again (the reply that
+     * carried it may have been lost). */
+    int patience_ms = s->cfg.stop_grace_ms + 3 * s->cfg.heartbeat_interval_ms;
     if (rc == 0)
-        rc = store_assign_reap(c, wid, ids, atts, np,
-                               s->cfg.stop_grace_ms + 3 * s->cfg.heartbeat_interval_ms, &reaped,
-                               &nreaped, err);
+        rc = store_assign_reap(c, wid, ids, atts, np, patience_ms, &reaped, &nreaped, err);
     if (rc == 0)
-        rc = store_assign_take_stops(c, wid, &stops, &nstops, err);
+        rc = store_assign_take_stops(c, wid, patience_ms, &stops, &nstops, err);
     if (rc == 0)
         rc = store_assign_undelivered(c, wid, &und, &nund, err);
     store_conn_put(s->store, c);

@@ -224,17 +224,20 @@ static int stop_rows(PGresult *r, store_stop_order_t **out, int *n, kiln_err_t *
     return 0;
 }
 
-int store_assign_take_stops(store_conn_t *c, const char *worker_id, store_stop_order_t **out,
-                            int *n, kiln_err_t *err)
+int store_assign_take_stops(store_conn_t *c, const char *worker_id, int resend_ms,
+                            store_stop_order_t **out, int *n, kiln_err_t *err)
 {
-    const char *p[1] = {worker_id};
+    char ms[16];
+    snprintf(ms, sizeof(ms), "%d", resend_ms);
+    const char *p[2] = {worker_id, ms};
     PGresult *r = NULL;
     *out = NULL;
     *n = 0;
     int rc = store_q(c, "take stop orders",
                      "UPDATE assignments SET stop_sent = true, stop_sent_at = now() WHERE worker_id = $1"
-                     " AND stop AND NOT stop_sent AND delivered AND NOT released"
-                     " RETURNING job_id::text, attempt, stop_reason", 1, p, &r, err);
+                     " AND stop AND delivered AND NOT released AND (NOT stop_sent"
+                     "  OR stop_sent_at < now() - $2::int * interval '1 millisecond')"
+                     " RETURNING job_id::text, attempt, stop_reason", 2, p, &r, err);
     if (rc)
         return rc;
     rc = stop_rows(r, out, n, err);

@@ -215,9 +215,11 @@ typedef struct store_stop_order {
     int attempt;
     char reason[256];
 } store_stop_order_t;
-/* Stop orders not yet sent to a worker; marks them sent. *out malloc'd. */
-int store_assign_take_stops(store_conn_t *c, const char *worker_id, store_stop_order_t **out,
-                            int *n, kiln_err_t *err);
+/* Stop orders for a worker: those not yet sent, and those sent more than resend_ms ago whose
+ * assignment is still not released (the reply carrying them may have been lost). Marks them sent
+ * now. *out malloc'd. */
+int store_assign_take_stops(store_conn_t *c, const char *worker_id, int resend_ms,
+                            store_stop_order_t **out, int *n, kiln_err_t *err);
 /* Of the (job, attempt) pairs a worker says it runs, those it should not run (no live, unstopped
  * assignment); *out malloc'd, reason filled. */
 int store_assign_stale(store_conn_t *c, const char *worker_id, const char *const *job_ids,

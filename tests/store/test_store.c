@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store/store.h"
 #include "tests/common/harness.h"
@@ -556,12 +557,16 @@ Test(workers, stop_orders_stale_and_lost)
     cr_assert_eq(store_assign_unreleased(c, id, 1, &unrel, &err), 0);
     cr_assert_eq(unrel, 1);
     store_stop_order_t *stops = NULL;
-    cr_assert_eq(store_assign_take_stops(c, "w-a", &stops, &n, &err), 0);
+    cr_assert_eq(store_assign_take_stops(c, "w-a", 60000, &stops, &n, &err), 0);
     cr_assert_eq(n, 1);
     cr_assert_str_eq(stops[0].reason, "stop requested");
     free(stops);
-    cr_assert_eq(store_assign_take_stops(c, "w-a", &stops, &n, &err), 0);
-    cr_assert_eq(n, 0, "a stop order is sent once");
+    cr_assert_eq(store_assign_take_stops(c, "w-a", 60000, &stops, &n, &err), 0);
+    cr_assert_eq(n, 0, "a stop order is sent once, until the resend delay passes");
+    free(stops);
+    usleep(20000);
+    cr_assert_eq(store_assign_take_stops(c, "w-a", 10, &stops, &n, &err), 0);
+    cr_assert_eq(n, 1, "resent when the assignment is still held after the delay");
     free(stops);
 
     /* Ranks a worker runs without a live assignment are stale. */
