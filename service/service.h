@@ -65,8 +65,8 @@ int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err);
 /* Validates spec (spec/spec.h), checks it can ever fit the registered cluster, stores the job as
  * QUEUED and wakes the scheduler. "Can ever fit" is judged against the ALIVE workers' total slots;
  * with no alive worker at all the job is accepted and queued with the reason "waiting for
- * workers" (agents may simply not have started yet). With a non-NULL idempotency_key, a second call with the same
- * key returns the job the first call created and sets *out_created = false.
+ * workers" (agents may simply not have started yet). With a non-NULL idempotency_key, a second
+ * call with the same key returns the job the first call created and sets *out_created = false.
  * Errors: KILN_EINVAL (bad spec, err->field names it), KILN_EUNFIT (can never fit), KILN_EDB. */
 int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, json_t **out,
                    bool *out_created, kiln_err_t *err);
