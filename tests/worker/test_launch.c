@@ -461,3 +461,31 @@ Test(launch, ranks_die_with_the_agent)
         kill(rank, SIGKILL);
     cr_assert(st == 0 || st == 'Z', "the rank outlived its agent (state %c)", st);
 }
+
+Test(launch, an_exit_is_reported_even_when_a_stray_process_keeps_the_pipes_open)
+{
+    char *bin = write_script("rank.sh", "setsid sleep 20 &\necho $! > \"$KILN_OUTPUT_DIR/stray\"\necho bye\nexit 4\n");
+    worker_launcher_t *l = make_launcher(bin, 1, false, 1);
+    int32_t ranks[] = {0};
+    Kiln__Assignment a = make_assignment("job-9", 1, ranks, 1, "{}");
+    int64_t t0 = kiln_mono_us();
+    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    bool got = wait_exits(1, 6000);
+    int64_t took_ms = (kiln_mono_us() - t0) / 1000;
+    char path[300];
+    snprintf(path, sizeof(path), "%s/jobs/job-9/output/stray", dir);
+    FILE *f = fopen(path, "r");
+    int stray = 0;
+    if (f) {
+        if (fscanf(f, "%d", &stray) != 1)
+            stray = 0;
+        fclose(f);
+    }
+    if (stray > 0)
+        kill(stray, SIGKILL);
+    cr_assert(got, "the exit came although the pipes stayed open");
+    cr_assert_eq(R.exits[0].code, 4);
+    cr_assert_not_null(find_line(0, "bye"));
+    cr_assert_lt(took_ms, 5000);
+    worker_launcher_destroy(l);
+}
