@@ -197,7 +197,7 @@ int comm_fabric_mr(comm_engine_t *e, void *buf, size_t len, struct fid_mr **mr, 
 int comm_ring_start(comm_engine_t *e, comm_req_t *op, char *msg);
 /* Posts what the ring can post now; finishes op when all is done. Returns 0 or KILN_ECOMM. */
 int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg);
-/* A transfer of op's ring completed (status 0) or failed. */
+/* A transfer of a ring completed successfully (len: bytes moved). */
 void comm_ring_xfer_done(comm_engine_t *e, comm_xfer_t *x, size_t len);
 void comm_ring_free(comm_req_t *op);
 /* Cancels op's busy transfers (after a failure). */
