@@ -598,6 +598,37 @@ Test(life, stop_mid_run_goes_through_stopping)
     cr_assert_str_eq(ev, "QUEUED SCHEDULED STARTING RUNNING STOPPING STOPPED");
 }
 
+Test(life, a_restarted_kilnd_carries_on)
+{
+    char w[1][64], id[40];
+    run_job(1, 1, w, id);
+    push_logs(w[0], id, 1, 0, 0, 5);
+    /* Restart the service on the same database: nothing is lost, the worker is still alive, the
+     * log seq continues. */
+    svc_destroy(svc);
+    svc = NULL;
+    svc_config_t cfg = {.database_url = url, .heartbeat_interval_ms = 100, .heartbeat_timeout_ms = 10000,
+                        .sched_interval_ms = 50, .db_pool_size = 4, .stop_grace_ms = 500};
+    cr_assert_eq(svc_create(&cfg, &svc, &err), 0, "%s", err.message);
+    json_t *j = get(id);
+    cr_assert_str_eq(state_of(j), "RUNNING");
+    json_decref(j);
+    Kiln__HeartbeatResponse *r = hb(w[0], id, 1);
+    cr_assert_not(r->reregister);
+    cr_assert_eq(r->n_stops, 0);
+    push_logs(w[0], id, 1, 0, 5, 5);
+    json_t *logs = NULL;
+    svc_log_query_t q = {.rank = -1};
+    cr_assert_eq(svc_job_logs(svc, id, &q, &logs, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(logs, "lines")), 10);
+    cr_assert_eq(json_integer_value(json_object_get(logs, "next_since_seq")), 10);
+    json_decref(logs);
+    rank_exit(w[0], id, 1, 0, 0, NULL);
+    j = get(id);
+    cr_assert_str_eq(state_of(j), "COMPLETED");
+    json_decref(j);
+}
+
 Test(life, max_runtime_stops_the_job)
 {
     char w[64], id[40];

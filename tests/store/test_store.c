@@ -623,3 +623,42 @@ Test(workers, scheduler_lock_is_exclusive)
     store_sched_unlock(c2);
     store_conn_put(st, c2);
 }
+
+Test(migrate, a_dropped_connection_is_replaced)
+{
+    PGresult *r = NULL;
+    /* Kill the pool's backends from outside and see the pool recover. */
+    long pid = 0;
+    int rc = store_ping(c, &err);
+    cr_assert_eq(rc, 0);
+    PGconn *admin = PQconnectdb(url);
+    r = PQexec(admin, "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                      " AND pid <> pg_backend_pid() AND backend_type = 'client backend'");
+    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK);
+    cr_assert_geq(PQntuples(r), 1);
+    for (int i = 0; i < PQntuples(r); i++) {
+        pid = atol(PQgetvalue(r, i, 0));
+        char sql[64];
+        snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%ld)", pid);
+        PQclear(PQexec(admin, sql));
+    }
+    PQclear(r);
+    PQfinish(admin);
+    usleep(100000);
+    cr_assert_eq(store_ping(c, &err), KILN_EDB, "the killed connection fails once");
+    cr_assert_neq(err.message[0], '\0');
+    store_conn_put(st, c);
+    c = NULL;
+    /* Both pooled connections were killed; each comes back on its next use. */
+    for (int i = 0; i < 2; i++) {
+        store_conn_t *c2 = NULL, *c3 = NULL;
+        cr_assert_eq(store_conn_get(st, &c2, &err), 0, "%s", err.message);
+        cr_assert_eq(store_conn_get(st, &c3, &err), 0, "%s", err.message);
+        store_ping(c2, &err);
+        store_ping(c3, &err);
+        store_conn_put(st, c2);
+        store_conn_put(st, c3);
+    }
+    cr_assert_eq(store_conn_get(st, &c, &err), 0);
+    cr_assert_eq(store_ping(c, &err), 0, "%s", err.message);
+}
