@@ -80,11 +80,17 @@ static double stage_mem_dp(const dp_ctx_t *c, int k, int i, int j)
                     live * (c->act_ps[j + 1] - c->act_ps[i]));
 }
 
-/* Minimises max over stages of the objective (time when by_time, else memory) subject to each
- * stage's memory <= mem_cap and time <= time_cap (either may be INFINITY). On success returns
- * the optimum and writes the stage starts into starts (p entries; starts[0] = 0); returns
- * INFINITY when nothing is feasible. best/arg are scratch of p x (n+1). */
-static double dp_solve(const dp_ctx_t *c, bool by_time, double mem_cap, double time_cap,
+typedef enum {
+    OBJ_MAX_TIME,  /* the slowest stage */
+    OBJ_MAX_MEM,   /* the largest stage */
+    OBJ_SUMSQ_TIME /* sum of squared stage times: spreads what the bottleneck leaves evenly */
+} dp_obj_t;
+
+/* Minimises the objective over splits subject to each stage's memory <= mem_cap and time <=
+ * time_cap (either may be INFINITY). On success returns the optimum and writes the stage starts
+ * into starts (p entries; starts[0] = 0); returns INFINITY when nothing is feasible. best/arg
+ * are scratch of p x (n+1). */
+static double dp_solve(const dp_ctx_t *c, dp_obj_t obj, double mem_cap, double time_cap,
                        double *best, int *arg, int *starts)
 {
     int n = c->n, p = c->p;
@@ -107,8 +113,13 @@ static double dp_solve(const dp_ctx_t *c, bool by_time, double mem_cap, double t
                 double t = stage_time_dp(c, i, j - 1), m = stage_mem_dp(c, k, i, j - 1);
                 if (m > mem_cap || t > time_cap)
                     continue;
-                double v = by_time ? t : m;
-                double cand = prev > v ? prev : v;
+                double cand;
+                if (obj == OBJ_SUMSQ_TIME) {
+                    cand = prev + t * t;
+                } else {
+                    double v = obj == OBJ_MAX_TIME ? t : m;
+                    cand = prev > v ? prev : v;
+                }
                 if (cand < best[(size_t)k * W + j]) {
                     best[(size_t)k * W + j] = cand;
                     arg[(size_t)k * W + j] = i;
@@ -186,7 +197,7 @@ int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition
                   .fixed_ps = fixed_ps, .act_ps = act_ps};
     double cap = opts->mem_limit_bytes ? (double)opts->mem_limit_bytes : INFINITY;
     /* The smallest achievable largest stage, with no limit: the fit test and the error's figure. */
-    double min_mem = dp_solve(&c, false, INFINITY, INFINITY, best, arg, starts);
+    double min_mem = dp_solve(&c, OBJ_MAX_MEM, INFINITY, INFINITY, best, arg, starts);
     if (min_mem > cap) {
         rc = kiln_err_set(err, KILN_EUNFIT, "resources.memory_limit_mb",
                           "model does not fit: the smallest possible stage needs %.1f MiB, limit %.1f MiB; "
@@ -195,13 +206,18 @@ int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition
                       "fewer activations", p, opts->microbatches, pipe_sched_name(opts->schedule));
         goto fail;
     }
+    /* Lexicographic: the primary objective, then the other one among the primary's optima, then
+     * the most even spread of time among what is left (only the split changes, not the two
+     * maxima). Caps compare the same sums the passes computed, so equality is exact. */
+    double tcap, mcap;
     if (opts->optimize == PIPE_OPT_SPEED) {
-        double tbest = dp_solve(&c, true, cap, INFINITY, best, arg, starts);
-        dp_solve(&c, false, cap, tbest, best, arg, starts);
+        tcap = dp_solve(&c, OBJ_MAX_TIME, cap, INFINITY, best, arg, starts);
+        mcap = dp_solve(&c, OBJ_MAX_MEM, cap, tcap, best, arg, starts);
     } else {
-        /* min_mem's split is already in starts; break ties on time. */
-        dp_solve(&c, true, min_mem, INFINITY, best, arg, starts);
+        mcap = min_mem;
+        tcap = dp_solve(&c, OBJ_MAX_TIME, mcap, INFINITY, best, arg, starts);
     }
+    dp_solve(&c, OBJ_SUMSQ_TIME, mcap, tcap, best, arg, starts);
     out->stages = calloc((size_t)p, sizeof(pipe_stage_t));
     if (!out->stages) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

@@ -84,7 +84,8 @@ double pipe_stage_time(const pipe_block_profile_t *prof, int first, int last);
  * and fills *out (OUT; caller's storage, release with pipe_plan_deinit()).
  * "speed": minimises the slowest stage's time with every stage's memory within the limit, ties
  * broken by the smallest largest-stage memory. "memory": minimises the largest stage's memory,
- * ties broken by the smallest slowest-stage time. Exact (dynamic programming, O(p n^2)).
+ * ties broken by the smallest slowest-stage time. Remaining ties go to the split whose stage
+ * times are most even (least sum of squares). Exact (dynamic programming, O(p n^2)).
  * Fills predicted_ms, predicted_mem_mb and balance. Returns 0; KILN_EINVAL (bad options, fewer
  * blocks than stages); KILN_EUNFIT when no split fits the memory limit ("model does not fit:
  * ..."). Thread-safe. */

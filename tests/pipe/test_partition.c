@@ -292,3 +292,26 @@ Test(partition, live_activation_counts)
     cr_assert_eq(pipe_sched_live_acts(PIPE_SCHED_INTERLEAVED, 3, 4, 8), 1);
     cr_assert_eq(pipe_sched_live_acts(PIPE_SCHED_INTERLEAVED, 0, 4, 2), 2);
 }
+
+Test(partition, ties_spread_the_rest_evenly)
+{
+    /* GPT-2 124M's shape at short context: a negligible embedding, 12 equal layers and a head as
+     * slow as 6 layers. With 8 stages the head alone sets the pace; the other 7 stages should
+     * still share the 12 layers evenly (at most 2 each), not pile them up behind the head. */
+    pipe_block_profile_t prof[14];
+    prof[0] = blk(0.001, 0.001, MIB, MIB);
+    for (int i = 1; i <= 12; i++)
+        prof[i] = blk(0.5, 0.5, MIB, MIB);
+    prof[13] = blk(3, 3, MIB, MIB);
+    pipe_partition_opts_t o = {.n_stages = 8, .microbatches = 4, .optimize = PIPE_OPT_SPEED,
+                               .schedule = PIPE_SCHED_INTERLEAVED};
+    pipe_plan_t plan;
+    kiln_err_t err;
+    cr_assert_eq(pipe_partition(prof, 14, &o, &plan, &err), 0, "%s", err.message);
+    cr_assert_eq(plan.stages[7].first, 13, "the head stands alone");
+    for (int k = 0; k < 7; k++)
+        cr_assert_leq(plan.stages[k].last - plan.stages[k].first + 1 - (plan.stages[k].first == 0), 2,
+                      "stage %d holds blocks [%d, %d]", k, plan.stages[k].first, plan.stages[k].last);
+    pipe_plan_deinit(&plan);
+    check_optimal(prof, 14, &o);
+}
