@@ -8,12 +8,13 @@
  * compares with eng_ref_backend (double accumulation). Tolerances, as relative L2 error
  * ||gpu - ref|| / ||ref|| unless stated:
  *  - fp32 storage, GEMMs in exact fp32 mode ("fp32"):            1e-5 (attention 1e-4);
- *  - fp32 storage, GEMMs on bf16 tensor cores (default "bf16"):  1e-2;
+ *  - fp32 storage, GEMMs on bf16 tensor cores (default "bf16"):  1e-2 (attention backward 2e-2:
+ *    the softmax backward subtracts nearly equal terms);
  *  - bf16 storage ops (extension table), inputs pre-rounded:     1e-2 (flash attention 2e-2);
  *  - elementwise fp32 (GELU, residual, xent, AdamW):             1e-5 (max-abs where stated);
  *  - sums of squares (double accumulation):                      1e-9 relative;
  *  - a whole GPT training step vs the CPU backend: loss relative 1e-5 / 1e-2 and each gradient
- *    tensor 1e-4 / 3e-2 (fp32 / bf16 GEMM mode), parameters after one AdamW step 1e-5 / 1e-3;
+ *    tensor and its AdamW update 1e-4 / 3e-2 (fp32 / bf16 GEMM mode);
  *  - deterministic mode: bit-identical results on a second run. */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
@@ -423,7 +424,7 @@ static void ref_attention(float **out, float **att, float **dqkv, const float *q
     REF->attention_backward(*dqkv, scratch, dout, qkv, *att, B, T, C, NH);
 }
 
-static void check_attention_unfused(const char *mode, double tol)
+static void check_attention_unfused(const char *mode, double tol, double tol_bwd)
 {
     cr_assert_eq(X->set_matmul_mode(mode), 0);
     int B = 2, NH = 4, hs = 16 + 8 * (int)eng_rng_below(&g_rng, 3), C = NH * hs,
@@ -438,11 +439,11 @@ static void check_attention_unfused(const char *mode, double tol)
     EXPECT_REL(hget(d_att, (size_t)B * NH * T * T), att, (size_t)B * NH * T * T, tol, "attention_forward att");
     float *d_dqkv = dnan((size_t)B * T * 3 * C), *d_scr = dnan((size_t)B * NH * T * T);
     G->attention_backward(d_dqkv, d_scr, d_dout, d_qkv, d_att, B, T, C, NH);
-    EXPECT_REL(hget(d_dqkv, (size_t)B * T * 3 * C), dqkv, (size_t)B * T * 3 * C, tol, "attention_backward");
+    EXPECT_REL(hget(d_dqkv, (size_t)B * T * 3 * C), dqkv, (size_t)B * T * 3 * C, tol_bwd, "attention_backward");
     expect_ok();
 }
-Test(cuda, attention_unfused_fp32) { need_cuda(); check_attention_unfused("fp32", 1e-4); }
-Test(cuda, attention_unfused_bf16) { need_cuda(); check_attention_unfused("bf16", 1e-2); }
+Test(cuda, attention_unfused_fp32) { need_cuda(); check_attention_unfused("fp32", 1e-4, 1e-4); }
+Test(cuda, attention_unfused_bf16) { need_cuda(); check_attention_unfused("bf16", 1e-2, 2e-2); }
 
 Test(cuda, attention_flash)
 {
@@ -487,6 +488,22 @@ Test(cuda, flash_rejects_unsupported_head_size)
     cr_assert_eq(X->status(&err, 1), KILN_EUNSUPP);
     cr_assert(strstr(err.message, "head size"), "message: %s", err.message);
     cr_assert_eq(X->status(NULL, 0), 0, "status must be cleared");
+}
+
+/* Out of device memory is an answer: alloc returns NULL and status() says why, then clears. */
+Test(cuda, allocation_failure_is_reported)
+{
+    need_cuda();
+    void *p = G->alloc((size_t)1 << 52); /* 4 PiB */
+    cr_assert_null(p);
+    kiln_err_t err;
+    memset(&err, 0, sizeof(err));
+    cr_assert_eq(X->status(&err, 1), KILN_ENOMEM, "status %d: %s", err.status, err.message);
+    cr_assert(strstr(err.message, "cudaMalloc"), "message: %s", err.message);
+    /* the device is still usable */
+    float *d = dup_dev(hrand(16, 1.0), 64);
+    G->scale(d, 2.0f, 16);
+    expect_ok();
 }
 
 /* ---- cross-entropy ----------------------------------------------------------------------------------- */
@@ -672,12 +689,14 @@ Test(cuda, bf16_ops)
 
 typedef struct step_out {
     float loss;
-    float *grads, *params; /* host copies (n) */
+    float *grads, *delta; /* host copies (n): gradients, and the parameter change of one step */
     size_t n;
 } step_out_t;
 
 /* Forward, backward and one AdamW step of a small GPT on backend be, from weights seeded by
- * `seed` and the given batch. */
+ * `seed` and the given batch. AdamW starts from m = 0, v = 1 at step 1000, so the update is
+ * close to linear in the gradient (from v = 0 it would be sign(g), which makes elements with
+ * noise-level gradients, such as the key bias, flip at random between backends). */
 static step_out_t gpt_step(const eng_backend_t *be, uint64_t seed, const int32_t *tok,
                            const int32_t *tgt, int B, int T)
 {
@@ -692,18 +711,24 @@ static step_out_t gpt_step(const eng_backend_t *be, uint64_t seed, const int32_t
     eng_gpt_acts_set_batch(m, a, tok, tgt);
     step_out_t r;
     r.n = m->p.n;
+    float *before = th(malloc(r.n * 4));
+    be->to_host(before, m->p.params, r.n * 4);
     r.loss = eng_gpt_forward(m, a, true);
     eng_gpt_backward(m, a, 1.0f / (B * T), NULL, NULL);
     r.grads = th(malloc(r.n * 4));
     be->to_host(r.grads, m->p.grads, r.n * 4);
     float *mom = be->alloc(r.n * 4), *var = be->alloc(r.n * 4);
     cr_assert(mom && var);
+    float *ones = th(malloc(r.n * 4));
+    for (size_t i = 0; i < r.n; i++) ones[i] = 1.0f;
+    be->to_device(var, ones, r.n * 4);
     double norm = sqrt(be->sumsq(m->p.grads, r.n));
     float scale = norm > 1.0 ? (float)(1.0 / norm) : 1.0f;
     be->adamw_update(m->p.params, m->p.grads, mom, var, r.n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                     scale, 1);
-    r.params = th(malloc(r.n * 4));
-    be->to_host(r.params, m->p.params, r.n * 4);
+                     scale, 1000);
+    r.delta = th(malloc(r.n * 4));
+    be->to_host(r.delta, m->p.params, r.n * 4);
+    for (size_t i = 0; i < r.n; i++) r.delta[i] -= before[i];
     be->free(mom);
     be->free(var);
     eng_gpt_acts_destroy(m, a);
@@ -711,7 +736,7 @@ static step_out_t gpt_step(const eng_backend_t *be, uint64_t seed, const int32_t
     return r;
 }
 
-static void check_gpt_step(const char *mode, double loss_tol, double grad_tol, double param_tol)
+static void check_gpt_step(const char *mode, double loss_tol, double grad_tol)
 {
     cr_assert_eq(X->set_matmul_mode(mode), 0);
     int B = 4, T = 64;
@@ -733,13 +758,14 @@ static void check_gpt_step(const char *mode, double loss_tol, double grad_tol, d
         char what[96];
         snprintf(what, sizeof(what), "%s: gradient of %s", mode, tt->name);
         EXPECT_REL(g.grads + tt->off, c.grads + tt->off, tt->n, grad_tol, what);
+        snprintf(what, sizeof(what), "%s: AdamW update of %s", mode, tt->name);
+        EXPECT_REL(g.delta + tt->off, c.delta + tt->off, tt->n, grad_tol, what);
     }
     eng_gpt_destroy(m);
-    EXPECT_REL(g.params, c.params, c.n, param_tol, "parameters after one AdamW step");
     expect_ok();
 }
-Test(cuda, gpt_step_fp32_matches_cpu, .timeout = 300) { need_cuda(); check_gpt_step("fp32", 1e-5, 1e-4, 1e-5); }
-Test(cuda, gpt_step_bf16_matches_cpu, .timeout = 300) { need_cuda(); check_gpt_step("bf16", 1e-2, 3e-2, 1e-3); }
+Test(cuda, gpt_step_fp32_matches_cpu, .timeout = 300) { need_cuda(); check_gpt_step("fp32", 1e-5, 1e-4); }
+Test(cuda, gpt_step_bf16_matches_cpu, .timeout = 300) { need_cuda(); check_gpt_step("bf16", 1e-2, 3e-2); }
 
 /* Deterministic mode: the same step twice gives the same bits (loss, gradients, parameters). */
 Test(cuda, deterministic_twice, .timeout = 300)
@@ -753,7 +779,7 @@ Test(cuda, deterministic_twice, .timeout = 300)
     step_out_t b = gpt_step(G, seed, tok, tgt, B, T);
     cr_assert(memcmp(&a.loss, &b.loss, sizeof(float)) == 0, "loss differs: %.9g vs %.9g", a.loss, b.loss);
     cr_assert(memcmp(a.grads, b.grads, a.n * 4) == 0, "gradients differ between two runs");
-    cr_assert(memcmp(a.params, b.params, a.n * 4) == 0, "parameters differ between two runs");
+    cr_assert(memcmp(a.delta, b.delta, a.n * 4) == 0, "parameters differ between two runs");
     /* and the flash backward, which the step does not use */
     int NH = 4, C = 256;
     float *qkv = hrand((size_t)B * T * 3 * C, 1.0), *dout = hrand((size_t)B * T * C, 1.0);
