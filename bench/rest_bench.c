@@ -333,6 +333,7 @@ int main(int argc, char **argv)
     printf("  measured requests: %zu  ok (201/200): %ld  other status: %ld  connection errors: %ld\n",
            b.nlat, b.ok, b.status_other, b.errors);
     printf("  throughput: %.1f jobs/s\n", (double)b.ok / secs);
+    printf("  requests sent, warm-up included: %ld\n", b.seq);
     printf("  latency ms: p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n", bench_pct(&b, 50),
            bench_pct(&b, 90), bench_pct(&b, 99), bench_pct(&b, 99.9),
            b.nlat ? b.lat[b.nlat - 1] / 1000.0 : 0.0);

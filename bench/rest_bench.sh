@@ -40,6 +40,21 @@ for _ in $(seq 100); do
 done
 curl -sf "http://127.0.0.1:$HTTP_PORT/readyz" >/dev/null || { echo "kilnd did not become ready:"; cat "$LOG"; exit 1; }
 
+# CPU seconds used so far by kilnd and by this cluster's PostgreSQL processes: a figure that,
+# unlike jobs/s, does not depend on what else the shared cores are doing.
+TCK=$(getconf CLK_TCK)
+PGPID=$(head -1 "$KILN_PG_DIR/data/postmaster.pid")
+cpu_of() { awk -v t="$TCK" '{s += $14 + $15} END {printf "%.2f", s / t}' "$@" 2>/dev/null; }
+cpu_kilnd() { cpu_of /proc/$KPID/stat; }
+cpu_pg() { cpu_of /proc/$PGPID/stat $(for p in $(ps -o pid= --ppid "$PGPID"); do echo /proc/$p/stat; done); }
+run_bench() {  # run_bench ARGS... : the bench, then the CPU it cost per created job
+  local k0 p0 out
+  k0=$(cpu_kilnd); p0=$(cpu_pg)
+  out=$("$BENCH" --url "http://127.0.0.1:$HTTP_PORT" "$@"); echo "$out"
+  local n; n=$(echo "$out" | sed -n 's/.*warm-up included: \([0-9]*\).*/\1/p')
+  awk -v k0="$k0" -v k1="$(cpu_kilnd)" -v p0="$p0" -v p1="$(cpu_pg)" -v n="${n:-0}" 'BEGIN {
+    if (n > 0) printf "  cpu per request: kilnd %.3f ms, postgres %.3f ms\n", (k1 - k0) * 1000 / n, (p1 - p0) * 1000 / n }'
+}
 psql_q() { "$(pg_bindir)/psql" -qAt -h "$KILN_PG_HOST" -p "$KILN_PG_PORT" -U postgres -d postgres -c "$1"; }
 echo "== machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) CPUs)"
 echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -47,11 +62,11 @@ echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== postgres: fsync=$(psql_q 'show fsync') synchronous_commit=$(psql_q 'show synchronous_commit') wal_sync_method=$(psql_q 'show wal_sync_method')"
 echo "== kilnd: $KILND, http 127.0.0.1:$HTTP_PORT, threads ${KILN_HTTP_THREADS:-default}"
 echo
-"$BENCH" --url "http://127.0.0.1:$HTTP_PORT" --mode throughput --connections "$CONNS" --duration "$DURATION"
+run_bench --mode throughput --connections "$CONNS" --duration "$DURATION"
 echo
-"$BENCH" --url "http://127.0.0.1:$HTTP_PORT" --mode latency --rate "$RATE" --connections "$CONNS" --duration "$DURATION"
+run_bench --mode latency --rate "$RATE" --connections "$CONNS" --duration "$DURATION"
 echo
-"$BENCH" --url "http://127.0.0.1:$HTTP_PORT" --mode latency --rate "$RATE" --connections "$CONNS" --duration "$DURATION" --idempotency
+run_bench --mode latency --rate "$RATE" --connections "$CONNS" --duration "$DURATION" --idempotency
 echo
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== jobs stored: $("$(pg_bindir)/psql" -qAt -h "$KILN_PG_HOST" -p "$KILN_PG_PORT" -U postgres -d "restbench_$$" -c 'select count(*) from jobs' 2>/dev/null)"
