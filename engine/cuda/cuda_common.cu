@@ -117,6 +117,7 @@ static void ctx_init(void)
     const char *mm = getenv("KILN_CUDA_MATMUL");
     if (mm && strcmp(mm, "tf32") == 0) c->mm_mode = KC_MM_TF32;
     if (mm && strcmp(mm, "fp32") == 0) c->mm_mode = KC_MM_FP32;
+    c->use_lt = env_int("KILN_CUDA_NO_LT", 0) == 0;
     g_allocs = new std::unordered_map<void *, size_t>();
     g_unavail[0] = '\0';
     c->ready = 1;

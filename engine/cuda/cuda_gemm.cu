@@ -202,7 +202,7 @@ void kc_gemm(const kc_gemm_args_t *g)
         apply_bias_gelu(c, g);
         return;
     }
-    if (getenv("KILN_CUDA_NO_LT") == NULL && lt_gemm(c, g)) return;
+    if (c->use_lt && lt_gemm(c, g)) return;
     cublasOperation_t opa = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     KC_CUBLAS(cublasGemmEx(c->cublas, opa, opb, g->m, g->n, g->k, &g->alpha, g->A, g->ab_type,

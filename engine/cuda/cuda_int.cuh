@@ -76,6 +76,7 @@ typedef struct kc_ctx {
     size_t scratch_bytes;
     int deterministic;         /* 1: no atomics in reductions, fixed orders (default) */
     kc_mm_mode_t mm_mode;      /* how fp32 GEMMs use the tensor cores */
+    int use_lt;                /* 0: cublasGemmEx only (env KILN_CUDA_NO_LT=1, for comparison) */
 } kc_ctx_t;
 
 /* The context; kc_ctx() initialises it on first use (thread-safe) and returns NULL when no

@@ -328,8 +328,8 @@ void kc_layernorm_backward(T *dinp, float *dw, float *db, const T *dout, const T
 {
     kc_ctx_t *c = kc_ctx();
     if (!c || N <= 0 || C <= 0) return;
-    ln_bwd_dinp_kernel<T><<<kc_blocks(N, 8), 256, 0, c->stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    KC_LAUNCHED("layernorm_backward_dinp");
+    /* dw, db first, then dinp: correct even when dinp aliases dout (it is read per row before
+     * being written within the dinp kernel, but the column sums need the original). */
     int per, chunks = colsum_chunks(N, &per);
     float *p = (float *)kc_scratch(2 * (size_t)chunks * C * sizeof(float));
     if (!p) return;
@@ -340,6 +340,8 @@ void kc_layernorm_backward(T *dinp, float *dw, float *db, const T *dout, const T
     KC_LAUNCHED("layernorm_backward_partial");
     colsum_final_kernel<<<kc_blocks(C, 256), 256, 0, c->stream>>>(dw, db, p0, p1, chunks, C);
     KC_LAUNCHED("layernorm_backward_final");
+    ln_bwd_dinp_kernel<T><<<kc_blocks(N, 8), 256, 0, c->stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    KC_LAUNCHED("layernorm_backward_dinp");
 }
 
 /* ---- elementwise ------------------------------------------------------------------------------------- */
