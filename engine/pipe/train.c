@@ -409,9 +409,15 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
         t->plan.microbatches = t->m_mb;
         pipe_plan_predict(&t->plan, prof, limit, overhead);
         for (int k = 0; k < t->p; k++)
-            if (limit && t->plan.stages[k].predicted_mem_mb * MIB > (double)limit && t->rank == 0)
-                log_warn("partition plan: stage %d is predicted to need %.1f MiB, over the %lld MiB limit", k,
-                         t->plan.stages[k].predicted_mem_mb, (long long)s->res.memory_limit_mb);
+            if (limit && t->plan.stages[k].predicted_mem_mb * MIB > (double)limit) {
+                rc = kiln_err_set(err, KILN_EUNFIT, "distribution.model_parallel.partition_plan",
+                                  "model does not fit: stage %d of the partition plan (blocks [%d, %d]) needs %.1f MiB, "
+                                  "limit %.1f MiB", k, t->plan.stages[k].first, t->plan.stages[k].last,
+                                  t->plan.stages[k].predicted_mem_mb, (double)limit / MIB);
+                kiln_err_hint(err, "move blocks off that stage, use more partitions, or leave out partition_plan to "
+                              "let kiln choose");
+                goto done;
+            }
     } else {
         pipe_partition_opts_t po = {.n_stages = t->p, .microbatches = t->m_mb, .optimize = opt, .schedule = sk,
                                     .mem_limit_bytes = limit, .rank_overhead_bytes = overhead};
@@ -847,6 +853,9 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
         goto done;
     }
     double items_per_step = (double)G * t.T, step_ms_sum = 0, bubble_sum = 0;
+    /* MFU over the whole job: model FLOPs per token against every rank's peak */
+    double flops_per_token = eng_gpt_flops_per_token(&t.cfg);
+    double peak_flops = (o->peak_gflops > 0 ? o->peak_gflops : eng_measure_peak_gflops()) * 1e9 * t.W;
     int n_timed = 0;
     int64_t step = start;
     while (step < max_steps) {
@@ -927,14 +936,15 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
             goto done;
         }
         if (t.rank == 0) {
-            double tps = items_per_step / dt;
+            double tps = items_per_step / dt, mfu = flops_per_token * tps / peak_flops;
             if (!o->quiet)
-                pt_log(&t, "step %lld/%lld | loss %.4f | lr %.1e | norm %.2f | %.1f ms | %.0f tok/s | bubble %.1f%%\n",
-                       (long long)step, (long long)max_steps, loss, lr, norm, dt * 1e3, tps, bubble * 100);
-            const char *names[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s", "peak_mem_mb",
-                                   "pipeline_bubble"};
-            double vals[] = {loss, lr, norm, dt * 1e3, tps, eng_peak_mem_mb(), bubble};
-            metric_record(&t, step, names, vals, 7);
+                pt_log(&t, "step %lld/%lld | loss %.4f | lr %.1e | norm %.2f | %.1f ms | %.0f tok/s | mfu %.1f%% | "
+                       "bubble %.1f%%\n", (long long)step, (long long)max_steps, loss, lr, norm, dt * 1e3, tps,
+                       mfu * 100, bubble * 100);
+            const char *names[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s", "mfu",
+                                   "peak_mem_mb", "pipeline_bubble"};
+            double vals[] = {loss, lr, norm, dt * 1e3, tps, mfu, eng_peak_mem_mb(), bubble};
+            metric_record(&t, step, names, vals, 8);
         }
         bool last = step == max_steps;
         if ((hp->eval_every > 0 && step % hp->eval_every == 0) || last) {
