@@ -195,6 +195,7 @@ TEST_LIBS_comm    := $(TRAIN_LIBS)
 TEST_LIBS_pipe    := $(TRAIN_LIBS)
 TEST_LIBS_cuda    := $(TRAIN_LIBS)
 TEST_LIBS_grpc    := $(KILND_LIBS) $(LIB_WORKER)
+TEST_LIBS_dp      := $(TRAIN_LIBS)
 
 define testbin
 $(BUILD)/tests/test_$(1): $(call obj,$(wildcard tests/$(1)/*.c)) $(TEST_COMMON) $(or $(TEST_LIBS_$(1)),$(LIB_BASE))

@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "engine/engine.h"
+#include "engine/dp/dp.h"     /* data parallelism (dp module) */
 #include "engine/pipe/pipe.h" /* pipeline parallelism (pipe module) */
 #include "spec/spec.h"
 
@@ -139,6 +140,8 @@ int main(int argc, char **argv)
      * pipe_train_run joins the job's ranks itself from the KILN_* environment. */
     if (spec.dist.mp_partitions > 1)
         rc = pipe_train_run(&spec, &o, NULL, &res, NULL, &err);
+    else if (o.world > 1) /* dp module: pure data parallelism joins the ranks itself */
+        rc = dp_train_run(&spec, &o, NULL, &res, NULL, &err);
     else
         rc = eng_train_run(&spec, &o, &res, &err);
     free(res.losses);

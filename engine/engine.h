@@ -343,6 +343,25 @@ int eng_ckpt_read(const char *path, eng_ckpt_meta_t *meta, const eng_backend_t *
  * Training
  * ============================================================================================ */
 
+/* dp module (additive): the trainer's state handed to hooks.attach, which a data-parallel layer
+ * reads and may replace (e.g. broadcast from one rank, or keep only a shard of m and v). */
+typedef struct eng_train_state {
+    const eng_backend_t *be;
+    eng_params_t *p;               /* parameters and gradients; layout in p->tensors */
+    float **m, **v;                /* (n) AdamW moments; attach may be->free() them and set NULL
+                                    * when it keeps its own (sharded) copy (then optimizer_step
+                                    * and ckpt_state must be set) */
+    int n_blocks;                  /* blocks of the model, as passed to grads_ready */
+    /* the block's parameter ranges (OUT, up to ENG_MAX_TENSORS); returns the count. A range
+     * listed by several blocks (GPT's tied wte) is final after the lowest of them. */
+    int (*block_ranges)(const void *model, int block, eng_range_t *out);
+    const void *model;
+    int64_t *step;                 /* optimizer steps done: the resume point */
+    eng_sampler_state_t *sampler;  /* training sampler (GPT) */
+    eng_rng_t *sample_rng;
+    uint64_t model_hash;
+} eng_train_state_t;
+
 /* Hooks through which data parallelism joins the loop; all optional (NULL = single process). */
 typedef struct eng_train_hooks {
     void *ctx;
@@ -353,6 +372,15 @@ typedef struct eng_train_hooks {
     int (*grads_finish)(void *ctx, float *grads, size_t n);
     /* all-reduce (sum) of a double across ranks, e.g. a partial sum of squares */
     int (*allreduce_sum)(void *ctx, double *x);
+    /* dp module (additive), all optional:
+     * attach: once, after the model is built and this rank's resume, before step 1; collective.
+     * optimizer_step: replaces global norm + clipping + AdamW (reports the norm in *grad_norm).
+     * ckpt_state: on every rank whenever a checkpoint is due, before rank 0 writes it; sets the
+     * full m and v to write (borrowed until the next call). Each returns 0 or a KILN_E* status
+     * with err filled (aborts training). */
+    int (*attach)(void *ctx, eng_train_state_t *st, kiln_err_t *err);
+    int (*optimizer_step)(void *ctx, int64_t step, double lr, double *grad_norm, kiln_err_t *err);
+    int (*ckpt_state)(void *ctx, const float **m, const float **v, kiln_err_t *err);
 } eng_train_hooks_t;
 
 /* Options of one run, from the spec and the command line. */

@@ -386,6 +386,12 @@ done:
 
 static int write_checkpoint(run_t *r, int64_t step, kiln_err_t *err)
 {
+    const float *m = r->m, *v = r->v;
+    /* dp module (additive): a sharded optimizer state is gathered on every rank's call */
+    if (r->o->hooks.ckpt_state) {
+        int rc = r->o->hooks.ckpt_state(r->o->hooks.ctx, &m, &v, err);
+        if (rc) return rc;
+    }
     if (!r->o->checkpoint_dir || !*r->o->checkpoint_dir || r->o->rank != 0) return KILN_OK;
     eng_ckpt_meta_t meta;
     memset(&meta, 0, sizeof(meta));
@@ -395,7 +401,7 @@ static int write_checkpoint(run_t *r, int64_t step, kiln_err_t *err)
     meta.model_hash = r->model_hash;
     meta.n_params = r->p->n;
     double t0 = kiln_mono_s();
-    int rc = eng_ckpt_write(r->o->checkpoint_dir, &meta, r->be, r->p->params, r->m, r->v, r->p->n,
+    int rc = eng_ckpt_write(r->o->checkpoint_dir, &meta, r->be, r->p->params, m, v, r->p->n,
                             r->spec->ckpt_keep_last, err);
     if (rc == 0)
         printf("checkpoint: step %lld written to %s/ckpt_%08lld.bin (%.2f s)\n", (long long)step,
@@ -421,6 +427,17 @@ static int try_resume(run_t *r, int64_t *start_step, kiln_err_t *err)
     printf("resumed from %s at step %lld\n", path, (long long)meta.step);
     fflush(stdout);
     return KILN_OK;
+}
+
+/* dp module (additive): block parameter ranges for hooks.attach */
+static int run_block_ranges(const void *model, int block, eng_range_t *out)
+{
+    const run_t *r = model;
+    if (r->is_gpt) return eng_gpt_block_ranges(r->gpt, block, out);
+    if (block < 0 || block >= r->mlp->n_layers) return 0;
+    out[0] = (eng_range_t){r->p->tensors[2 * block].off, r->p->tensors[2 * block].n};
+    out[1] = (eng_range_t){r->p->tensors[2 * block + 1].off, r->p->tensors[2 * block + 1].n};
+    return 2;
 }
 
 /* ---- the run ---------------------------------------------------------------------------------- */
@@ -468,6 +485,13 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
     eng_rng_seed(&r.sample_rng, hp->seed + 0xabcdefULL);
     int64_t start = 0;
     if ((rc = try_resume(&r, &start, err))) goto done;
+    if (o->hooks.attach) { /* dp module (additive) */
+        eng_train_state_t st = {r.be, r.p, &r.m, &r.v,
+                                r.is_gpt ? eng_gpt_num_blocks(r.gpt) : r.mlp->n_layers,
+                                run_block_ranges, &r, &start, &r.ts.st, &r.sample_rng,
+                                r.model_hash};
+        if ((rc = o->hooks.attach(o->hooks.ctx, &st, err))) goto done;
+    }
     res->start_step = start;
 
     r.peak_flops = (o->peak_gflops > 0 ? o->peak_gflops : eng_measure_peak_gflops()) * 1e9;
@@ -492,12 +516,17 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
         double t0 = kiln_mono_s();
         float loss = 0;
         if ((rc = train_step_grads(&r, step, &loss, err))) goto done;
-        double sumsq = r.be->sumsq(r.p->grads, r.p->n);
-        double norm = sqrt(sumsq);
-        float scale = 1.0f;
-        if (hp->grad_clip > 0 && norm > hp->grad_clip) scale = (float)(hp->grad_clip / norm);
+        double norm;
         double lr = eng_lr_at(step, hp->lr, hp->warmup_steps, max_steps, hp->min_lr_fraction);
-        optimizer_step(&r, step, lr, scale);
+        if (o->hooks.optimizer_step) { /* dp module (additive) */
+            if ((rc = o->hooks.optimizer_step(o->hooks.ctx, step, lr, &norm, err))) goto done;
+        } else {
+            double sumsq = r.be->sumsq(r.p->grads, r.p->n);
+            norm = sqrt(sumsq);
+            float scale = 1.0f;
+            if (hp->grad_clip > 0 && norm > hp->grad_clip) scale = (float)(hp->grad_clip / norm);
+            optimizer_step(&r, step, lr, scale);
+        }
         r.be->synchronize();
         double dt = kiln_mono_s() - t0;
         double tps = items_per_step / dt;
