@@ -233,6 +233,10 @@ int svc_agent_heartbeat(svc_t *s, const Kiln__HeartbeatRequest *req, arena_t *ar
         rc = store_assign_reap(c, wid, ids, atts, np, patience_ms, &reaped, &nreaped, err);
     if (rc == 0)
         rc = store_assign_take_stops(c, wid, patience_ms, &stops, &nstops, err);
+    int nredo = 0;
+    if (rc == 0)
+        rc = store_assign_redeliver(c, wid, ids, atts, np,
+                                    KILN_MAX(1000, 5 * s->cfg.heartbeat_interval_ms), &nredo, err);
     if (rc == 0)
         rc = store_assign_undelivered(c, wid, &und, &nund, err);
     store_conn_put(s->store, c);

@@ -319,6 +319,36 @@ int store_assign_reap(store_conn_t *c, const char *worker_id, const char *const 
     return rc;
 }
 
+int store_assign_redeliver(store_conn_t *c, const char *worker_id, const char *const *job_ids,
+                           const int *attempts, int n, int after_ms, int *nredeliver, kiln_err_t *err)
+{
+    char *ids, *atts, ms[16];
+    pairs_literals(job_ids, attempts, n, &ids, &atts);
+    snprintf(ms, sizeof(ms), "%d", after_ms);
+    const char *p[4] = {worker_id, ids, atts, ms};
+    PGresult *r = NULL;
+    *nredeliver = 0;
+    int rc = store_q(c, "mark assignments for redelivery",
+                     "UPDATE assignments a SET delivered = false"
+                     " WHERE a.worker_id = $1 AND a.delivered AND NOT a.started AND NOT a.stop"
+                     " AND NOT a.released AND a.delivered_at < now() - $4::int * interval '1 millisecond'"
+                     " AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
+                     "  WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+                     " AND NOT EXISTS (SELECT 1 FROM rank_exits x WHERE x.job_id = a.job_id"
+                     "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks))"
+                     " RETURNING a.job_id::text", 4, p, &r, err);
+    free(ids);
+    free(atts);
+    if (rc)
+        return rc;
+    *nredeliver = PQntuples(r);
+    for (int i = 0; i < *nredeliver; i++)
+        log_warn("job %s: worker %s never acknowledged its assignment; delivering it again",
+                 store_get_str(r, i, 0), worker_id);
+    PQclear(r);
+    return 0;
+}
+
 static int lost_rows(store_conn_t *c, const char *what, const char *sql, int np,
                      const char *const *p, store_lost_t **out, int *n, kiln_err_t *err)
 {

@@ -232,6 +232,13 @@ int store_assign_reap(store_conn_t *c, const char *worker_id, const char *const 
                       const int *attempts, int n, int grace_ms, store_stop_order_t **released,
                       int *nreleased, kiln_err_t *err);
 
+/* Delivered assignments of this worker that it has neither started (no "started" report, no rank
+ * exit) nor reports running after_ms after delivery: the reply that carried them was probably
+ * lost. Marks them undelivered so the next delivery sends them again (agents ignore a repeat of
+ * an attempt they already run). *nredeliver (OUT) = how many. */
+int store_assign_redeliver(store_conn_t *c, const char *worker_id, const char *const *job_ids,
+                           const int *attempts, int n, int after_ms, int *nredeliver, kiln_err_t *err);
+
 typedef struct store_lost {
     char job_id[STORE_ID_LEN];
     int attempt;

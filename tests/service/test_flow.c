@@ -556,6 +556,28 @@ Test(life, failing_rank_fails_the_job_and_stops_the_others)
     json_decref(j);
 }
 
+Test(life, an_assignment_the_agent_never_got_is_delivered_again)
+{
+    char w[64], id[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, id, NULL);
+    json_decref(wait_state(id, "SCHEDULED", 5000));
+    cr_assert_eq(hb(w, NULL, 0)->n_assignments, 1);  /* this reply is "lost" */
+    cr_assert_eq(hb(w, NULL, 0)->n_assignments, 0, "not again right away");
+    struct timespec ts = {1, 200 * 1000000};
+    nanosleep(&ts, NULL);
+    Kiln__HeartbeatResponse *r = hb(w, NULL, 0);
+    cr_assert_eq(r->n_assignments, 1, "delivered again: the agent never reported it running");
+    cr_assert_str_eq(r->assignments[0]->job_id, id);
+    /* Once the agent reports the ranks running it is not sent again. */
+    nanosleep(&ts, NULL);
+    cr_assert_eq(hb(w, id, 1)->n_assignments, 0);
+    status(w, id, 1, true, NULL);
+    json_decref(wait_state(id, "RUNNING", 1000));
+    nanosleep(&ts, NULL);
+    cr_assert_eq(hb(w, NULL, 0)->n_assignments, 0, "a started assignment is never re-sent");
+}
+
 Test(life, ranks_that_cannot_start_fail_the_job)
 {
     char w[64], id[40];
