@@ -299,6 +299,23 @@ Test(pipe_train, four_stages_interleaved_m1, .timeout = 120)
     check_equal(&(run_cfg_t){.n_layer = 2, .world = 4, .parts = 4, .micro = 1, .sched = "interleaved"});
 }
 
+/* The rest of the 2 and 4 stages x both schedules x m in {1, 2, 4, 8} matrix. */
+#define MATRIX(name, P, SCHED, M)                                                                  \
+    Test(pipe_train, name, .timeout = 120)                                                         \
+    {                                                                                              \
+        check_equal(&(run_cfg_t){.n_layer = 2, .world = P, .parts = P, .micro = M, .sched = SCHED}); \
+    }
+MATRIX(two_stages_simple_m2, 2, "simple", 2)
+MATRIX(two_stages_simple_m4, 2, "simple", 4)
+MATRIX(two_stages_interleaved_m1, 2, "interleaved", 1)
+MATRIX(two_stages_interleaved_m2, 2, "interleaved", 2)
+MATRIX(two_stages_interleaved_m8, 2, "interleaved", 8)
+MATRIX(four_stages_simple_m1, 4, "simple", 1)
+MATRIX(four_stages_simple_m4, 4, "simple", 4)
+MATRIX(four_stages_simple_m8, 4, "simple", 8)
+MATRIX(four_stages_interleaved_m2, 4, "interleaved", 2)
+MATRIX(four_stages_interleaved_m4, 4, "interleaved", 4)
+
 Test(pipe_train, hybrid_2x2_equals_single_rank, .timeout = 120)
 {
     check_equal(&(run_cfg_t){.n_layer = 2, .world = 4, .parts = 2, .micro = 2, .sched = "interleaved"});
