@@ -269,7 +269,7 @@ int svc_agent_metrics(svc_t *s, const Kiln__MetricBatch *batch, kiln_err_t *err)
     json_t *lj = json_object();
     for (int k = 0; k < nlat; k++)
         json_object_set_new(lj, lat[k].name, json_real(lat[k].value));
-    char *latest_text = json_dumps(lj, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    char *latest_text = json_dumps(lj, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(lj);
 
     /* Step rate of the attempt, from the first batch seen to this one. */

@@ -79,7 +79,8 @@ int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, js
     if (rc)
         goto fail;
     norm = spec_to_json(&sp);
-    spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    /* 15 significant digits: what users type comes back unchanged (0.1, not 0.10000000000000001). */
+    spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
     tags = json_object();
     for (int i = 0; i < sp.n_tags; i++)
         json_object_set_new(tags, sp.tag_keys[i], json_string(sp.tag_values[i]));
