@@ -136,7 +136,9 @@ typedef struct eng_cuda_ext {
  * are queued on the communicator's own stream, behind everything already queued on the
  * backend's stream (a device-side event wait; the host never blocks), so gradient buckets can be
  * all-reduced while backward keeps running. The host transport (engine/comm, libfabric) carries
- * the bootstrap: rank 0's NCCL id is broadcast through the caller's function. */
+ * the bootstrap: rank 0's NCCL id is broadcast through the caller's function. A communicator is
+ * used by one thread at a time; "queued so far" means what that moment's backend stream holds,
+ * so call the operations from the thread that queues the backward (the grads-ready callback). */
 typedef struct eng_nccl eng_nccl_t;
 
 /* Copies len bytes of rank 0's buf into buf on every rank (comm_bcast does exactly this).

@@ -2,7 +2,9 @@
  * of ops on the GPU (fp32 storage as the table demands, GEMMs on bf16 tensor cores by default),
  * `eng_cuda_available()` for the loader, and `eng_cuda_ext` (cuda.h) with what the table cannot
  * express yet. It only adapts shapes and argument orders; the kernels live in the other files.
- * The engine reaches all of this through dlopen/dlsym, never by linking. */
+ * The engine reaches all of this through dlopen/dlsym, never by linking.
+ * Threads: any thread may call the ops (each selects the device on first use), but not two at
+ * once: the ops share one stream, one scratch buffer and one cuBLAS handle. */
 #include <cstdio>
 #include <cstring>
 

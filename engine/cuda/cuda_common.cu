@@ -126,7 +126,18 @@ static void ctx_init(void)
 kc_ctx_t *kc_ctx(void)
 {
     std::call_once(g_once, ctx_init);
-    return g_ctx.ready ? &g_ctx : NULL;
+    if (!g_ctx.ready) return NULL;
+    /* The current device is per host thread: a thread other than the initialising one (a
+     * communication or pipeline thread) must select it before its first launch. */
+    static thread_local int t_device_set;
+    if (!t_device_set) {
+        cudaError_t e = cudaSetDevice(g_ctx.device);
+        if (e != cudaSuccess)
+            kc_fail(KILN_EDEVICE, __FILE__, __LINE__, "cudaSetDevice(%d) failed: %s",
+                    g_ctx.device, cudaGetErrorString(e));
+        t_device_set = 1;
+    }
+    return &g_ctx;
 }
 
 const char *kc_unavailable_reason(void)
