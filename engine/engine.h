@@ -432,8 +432,9 @@ double eng_lr_at(int64_t step, double lr, int warmup, int64_t max_steps, double 
 int eng_gpt_sample(eng_gpt_t *m, const int32_t *prompt, int n_prompt, int n, double temperature,
                    int top_k, eng_rng_t *rng, int32_t *out_tokens, kiln_err_t *err);
 
-/* Peak sustained fp32 FLOP/s of this process's threads, measured with an AVX-512/AVX FMA loop
- * (~0.2 s). Used as MFU's denominator unless overridden. */
+/* Peak fp32 GFLOP/s of this process's threads, measured with an AVX-512/AVX FMA loop timed in
+ * each thread's CPU time (so other load on the machine does not lower it; ~0.15 s). MFU's
+ * denominator unless overridden. */
 double eng_measure_peak_gflops(void);
 /* Peak resident memory of the process in MiB (getrusage). */
 double eng_peak_mem_mb(void);
