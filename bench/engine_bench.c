@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/base.h"
 #include "engine/engine.h"
@@ -23,6 +24,15 @@ static const bcfg_t CONFIGS[] = {
     {"124m", 12, 12, 768, 50257, 50304, 64, 4},
     {"small", 4, 4, 256, 256, 256, 128, 8},
 };
+
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double median(double *x, int n);
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -76,14 +86,14 @@ static int bench(const bcfg_t *c, int threads, int steps, int warmup, double pea
     int32_t *tok = malloc(sizeof(int32_t) * BT), *tgt = malloc(sizeof(int32_t) * BT);
     eng_rng_t rng;
     eng_rng_seed(&rng, 42);
-    double *times = calloc(steps, sizeof(double));
+    double *times = calloc(steps, sizeof(double)), *cpus = calloc(steps, sizeof(double));
     float first = 0, last = 0;
     for (int s = 0; s < warmup + steps; s++) {
         for (int i = 0; i < BT; i++) {
             tok[i] = (int32_t)eng_rng_below(&rng, c->V);
             tgt[i] = (int32_t)eng_rng_below(&rng, c->V);
         }
-        double t0 = kiln_mono_s();
+        double t0 = kiln_mono_s(), c0 = process_cpu_s();
         be->memset_zero(m->p.grads, n * 4);
         eng_gpt_acts_set_batch(m, a, tok, tgt);
         float loss = eng_gpt_forward(m, a, true);
@@ -96,25 +106,29 @@ static int bench(const bcfg_t *c, int threads, int steps, int warmup, double pea
                              var + t->off, t->n, 3e-4f, 0.9f, 0.95f, 1e-8f,
                              t->decay ? 0.1f : 0.0f, scale, s + 1);
         }
-        double dt = kiln_mono_s() - t0;
+        double dt = kiln_mono_s() - t0, dc = process_cpu_s() - c0;
         if (s == 0) first = loss;
         last = loss;
-        if (s >= warmup) times[s - warmup] = dt;
+        if (s >= warmup) {
+            times[s - warmup] = dt;
+            cpus[s - warmup] = dc;
+        }
     }
-    qsort(times, steps, sizeof(double), cmp_double);
-    double med = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
+    double med = median(times, steps), cpu_med = median(cpus, steps);
     double tps = BT / med, fpt = eng_gpt_flops_per_token(&cfg);
     printf("{\"impl\": \"kiln\", \"config\": \"%s\", \"threads\": %d, \"params\": %zu, "
-           "\"ms_per_step\": %.2f, \"min_ms\": %.2f, \"tokens_per_s\": %.1f, "
+           "\"ms_per_step\": %.2f, \"min_ms\": %.2f, \"cpu_ms_per_step\": %.2f, "
+           "\"tokens_per_s\": %.1f, "
            "\"model_gflops_per_step\": %.2f, \"achieved_gflops\": %.1f, \"peak_gflops\": %.1f, "
            "\"mfu\": %.4f, \"mfu_vs_486\": %.4f, \"peak_mem_mb\": %.1f, \"loss_first\": %.4f, "
            "\"loss_last\": %.4f}\n",
-           c->name, threads, n, med * 1e3, times[0] * 1e3, tps, fpt * BT / 1e9,
+           c->name, threads, n, med * 1e3, times[0] * 1e3, cpu_med * 1e3, tps, fpt * BT / 1e9,
            fpt * tps / 1e9, peak, fpt * tps / (peak * 1e9), fpt * tps / 486e9,
            eng_peak_mem_mb(), first, last);
     fflush(stdout);
     if (prof) profile(m, a, 3);
     free(times);
+    free(cpus);
     free(tok);
     free(tgt);
     be->free(mom);
@@ -122,6 +136,13 @@ static int bench(const bcfg_t *c, int threads, int steps, int warmup, double pea
     eng_gpt_acts_destroy(m, a);
     eng_gpt_destroy(m);
     return 0;
+}
+
+/* Sorts x in place; returns its median. */
+static double median(double *x, int n)
+{
+    qsort(x, n, sizeof(double), cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 int main(int argc, char **argv)
