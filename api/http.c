@@ -356,6 +356,8 @@ int api_http_start(svc_t *svc, const char *addr, api_http_t **out, kiln_err_t *e
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+        /* every open log stream holds a connection; MHD's default (about 1,000) is low */
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)8192,
         MHD_OPTION_END);
     if (!h->daemon) {
         rc = kiln_err_set(err, KILN_EIO, "http-addr", "could not listen on %s", addr);
