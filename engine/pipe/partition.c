@@ -47,8 +47,10 @@ size_t pipe_stage_mem(const pipe_block_profile_t *prof, int first, int last, int
         fixed += 2 * prof[b].param_bytes + prof[b].opt_bytes;
         act += prof[b].act_bytes_per_mb;
     }
-    return opts->rank_overhead_bytes + fixed +
-           act * (size_t)pipe_sched_live_acts(opts->schedule, stage, opts->n_stages, opts->microbatches);
+    size_t live = (size_t)pipe_sched_live_acts(opts->schedule, stage, opts->n_stages, opts->microbatches);
+    if (opts->recompute)
+        return opts->rank_overhead_bytes + fixed + act + live * 2 * opts->boundary_bytes;
+    return opts->rank_overhead_bytes + fixed + act * live;
 }
 
 double pipe_stage_time(const pipe_block_profile_t *prof, int first, int last)
@@ -76,8 +78,10 @@ static double stage_time_dp(const dp_ctx_t *c, int i, int j) { return c->time[(s
 static double stage_mem_dp(const dp_ctx_t *c, int k, int i, int j)
 {
     size_t live = (size_t)pipe_sched_live_acts(c->opts->schedule, k, c->p, c->opts->microbatches);
-    return (double)(c->opts->rank_overhead_bytes + c->fixed_ps[j + 1] - c->fixed_ps[i] +
-                    live * (c->act_ps[j + 1] - c->act_ps[i]));
+    size_t fixed = c->fixed_ps[j + 1] - c->fixed_ps[i], act = c->act_ps[j + 1] - c->act_ps[i];
+    if (c->opts->recompute)
+        return (double)(c->opts->rank_overhead_bytes + fixed + act + live * 2 * c->opts->boundary_bytes);
+    return (double)(c->opts->rank_overhead_bytes + fixed + live * act);
 }
 
 typedef enum {
@@ -139,12 +143,15 @@ static double dp_solve(const dp_ctx_t *c, dp_obj_t obj, double mem_cap, double t
     return opt;
 }
 
-void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, size_t mem_limit_bytes,
-                       size_t rank_overhead_bytes)
+void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, const pipe_partition_opts_t *opts)
 {
-    pipe_partition_opts_t o = {.n_stages = plan->n_stages, .microbatches = plan->microbatches,
-                               .optimize = plan->optimize, .schedule = plan->schedule,
-                               .mem_limit_bytes = mem_limit_bytes, .rank_overhead_bytes = rank_overhead_bytes};
+    pipe_partition_opts_t o = {0};
+    if (opts)
+        o = *opts;
+    o.n_stages = plan->n_stages;
+    o.microbatches = plan->microbatches;
+    o.optimize = plan->optimize;
+    o.schedule = plan->schedule;
     double tmax = 0, tsum = 0;
     for (int s = 0; s < plan->n_stages; s++) {
         pipe_stage_t *st = &plan->stages[s];
@@ -156,7 +163,7 @@ void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, size
             tmax = t;
     }
     plan->balance = tsum > 0 ? tmax / (tsum / plan->n_stages) : 1.0;
-    plan->memory_limit_mb = (double)mem_limit_bytes / MIB;
+    plan->memory_limit_mb = (double)o.mem_limit_bytes / MIB;
 }
 
 int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition_opts_t *opts,
@@ -232,7 +239,7 @@ int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition
         out->stages[k].first = starts[k];
         out->stages[k].last = (k + 1 < p ? starts[k + 1] : n) - 1;
     }
-    pipe_plan_predict(out, prof, opts->mem_limit_bytes, opts->rank_overhead_bytes);
+    pipe_plan_predict(out, prof, opts);
 fail:
     free(time);
     free(fixed_ps);

@@ -70,11 +70,16 @@ typedef struct pipe_partition_opts {
     pipe_sched_kind_t schedule;
     size_t mem_limit_bytes;   /* per-rank memory limit; 0 = none */
     size_t rank_overhead_bytes; /* memory every stage needs besides its blocks (scratch) */
+    /* activation checkpointing: a stage keeps one full activation set (the one it recomputes
+     * into) plus, per live microbatch, its input and output boundaries (2 x boundary_bytes) */
+    bool recompute;
+    size_t boundary_bytes;      /* one microbatch's (B,T,C) boundary tensor */
 } pipe_partition_opts_t;
 
 /* Memory of stage `stage` holding blocks [first, last] under opts (bytes): parameters, gradients
  * (as large as parameters), optimizer state, act_bytes_per_mb x the activation sets the
- * schedule keeps live on that stage, and opts->rank_overhead_bytes. */
+ * schedule keeps live on that stage (with opts->recompute: one set plus 2 boundaries per live
+ * microbatch), and opts->rank_overhead_bytes. */
 size_t pipe_stage_mem(const pipe_block_profile_t *prof, int first, int last, int stage,
                       const pipe_partition_opts_t *opts);
 /* Time of blocks [first, last] for one microbatch (sum of fwd_ms + bwd_ms). */
@@ -92,10 +97,10 @@ double pipe_stage_time(const pipe_block_profile_t *prof, int first, int last);
 int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition_opts_t *opts,
                    pipe_plan_t *out, kiln_err_t *err);
 
-/* Fills predicted_ms / predicted_mem_mb / balance of a plan (e.g. a manual one) from profiles,
- * using the plan's own schedule and microbatch count. */
-void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, size_t mem_limit_bytes,
-                       size_t rank_overhead_bytes);
+/* Fills predicted_ms / predicted_mem_mb / balance / memory_limit_mb of a plan (e.g. a manual
+ * one) from profiles, with the plan's own stage count, schedule and microbatch count and the
+ * memory terms of opts (limit, overhead, recompute; may be NULL). */
+void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, const pipe_partition_opts_t *opts);
 
 /* ------------------------------------------------------------------------------------------
  * Plans as JSON

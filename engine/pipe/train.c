@@ -401,13 +401,16 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
     pipe_optimize_parse(s->dist.mp_optimize, &opt);
     pipe_sched_parse(s->dist.mp_pipeline, &sk);
     size_t limit = s->res.memory_limit_mb > 0 ? (size_t)s->res.memory_limit_mb << 20 : 0;
+    pipe_partition_opts_t po = {.n_stages = t->p, .microbatches = t->m_mb, .optimize = opt, .schedule = sk,
+                                .mem_limit_bytes = limit, .rank_overhead_bytes = overhead, .recompute = t->ckpt,
+                                .boundary_bytes = bt_c(t) * sizeof(float)};
     if (s->dist.mp_partition_plan && !s->dist.mp_auto_partition) {
         if ((rc = pipe_plan_from_json(s->dist.mp_partition_plan, nb, t->p, &t->plan, err)))
             goto done;
         t->plan.optimize = opt;
         t->plan.schedule = sk;
         t->plan.microbatches = t->m_mb;
-        pipe_plan_predict(&t->plan, prof, limit, overhead);
+        pipe_plan_predict(&t->plan, prof, &po);
         for (int k = 0; k < t->p; k++)
             if (limit && t->plan.stages[k].predicted_mem_mb * MIB > (double)limit) {
                 rc = kiln_err_set(err, KILN_EUNFIT, "distribution.model_parallel.partition_plan",
@@ -419,8 +422,6 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
                 goto done;
             }
     } else {
-        pipe_partition_opts_t po = {.n_stages = t->p, .microbatches = t->m_mb, .optimize = opt, .schedule = sk,
-                                    .mem_limit_bytes = limit, .rank_overhead_bytes = overhead};
         if ((rc = pipe_partition(prof, nb, &po, &t->plan, err)))
             goto done;
     }

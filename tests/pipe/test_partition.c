@@ -178,6 +178,10 @@ Test(partition, random_profiles_match_brute_force)
         pipe_partition_opts_t o = {.n_stages = p, .microbatches = 1 + (int)(rnd() % 8),
                                    .optimize = (pipe_optimize_t)(rnd() % 2),
                                    .schedule = (pipe_sched_kind_t)(rnd() % 2)};
+        if (rnd() % 3 == 0) {
+            o.recompute = true;
+            o.boundary_bytes = (rnd() % 3) * MIB / 2;
+        }
         if (iter % 2) {
             /* a limit somewhere around a typical stage, so some cases are infeasible */
             size_t total = 0;
@@ -314,4 +318,24 @@ Test(partition, ties_spread_the_rest_evenly)
                       "stage %d holds blocks [%d, %d]", k, plan.stages[k].first, plan.stages[k].last);
     pipe_plan_deinit(&plan);
     check_optimal(prof, 14, &o);
+}
+
+Test(partition, activation_checkpointing_keeps_boundaries_only)
+{
+    /* 4 blocks, 8 MiB of activations per microbatch each, 1 MiB boundaries, 8 microbatches,
+     * simple schedule: 2 blocks keep 8 x 16 = 128 MiB of activations without recompute; with it
+     * one 16 MiB set plus 8 x 2 x 1 MiB. */
+    pipe_block_profile_t prof[4];
+    for (int i = 0; i < 4; i++)
+        prof[i] = blk(1, 2, MIB, 8 * MIB);
+    pipe_partition_opts_t o = {.n_stages = 2, .microbatches = 8, .optimize = PIPE_OPT_SPEED,
+                               .schedule = PIPE_SCHED_SIMPLE, .mem_limit_bytes = 64 * MIB, .boundary_bytes = MIB};
+    pipe_plan_t plan;
+    kiln_err_t err;
+    cr_assert_eq(pipe_partition(prof, 4, &o, &plan, &err), KILN_EUNFIT);
+    o.recompute = true;
+    cr_assert_eq(pipe_partition(prof, 4, &o, &plan, &err), 0, "%s", err.message);
+    cr_assert_float_eq(plan.stages[0].predicted_mem_mb, 8.0 + 16.0 + 16.0, 1e-9);
+    pipe_plan_deinit(&plan);
+    check_optimal(prof, 4, &o);
 }

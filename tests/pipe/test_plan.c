@@ -184,7 +184,7 @@ Test(plan, predict_fills_a_manual_plan)
     for (int i = 0; i < 4; i++)
         prof[i] = (pipe_block_profile_t){.fwd_ms = 1, .bwd_ms = 1, .param_bytes = MIB, .opt_bytes = 2 * MIB,
                                          .act_bytes_per_mb = MIB};
-    pipe_plan_predict(&p, prof, 0, 0);
+    pipe_plan_predict(&p, prof, NULL);
     cr_assert_float_eq(p.stages[0].predicted_ms, 4.0, 1e-9);
     cr_assert_float_eq(p.stages[1].predicted_ms, 12.0, 1e-9);
     /* stage 0 keeps min(2, 2) = 2 sets, stage 1 min(2, 1) = 1 */
