@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/api.h"
 #include "base/base.h"
@@ -18,6 +19,7 @@ int main(int argc, char **argv)
     const char *database_url = NULL, *http_addr = "127.0.0.1:8080", *grpc_addr = "127.0.0.1:9090";
     const char *migrations_dir = NULL, *log_level = NULL;
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 8, grace = 10000;
+    int64_t db_wait_s = 30;
     config_flag_t flags[] = {
         {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &database_url,
          "PostgreSQL connection string (libpq), e.g. \"host=/tmp/pg dbname=kiln\" (required)"},
@@ -34,6 +36,8 @@ int main(int argc, char **argv)
         {"db-pool-size", "KILN_DB_POOL_SIZE", CONFIG_INT, &pool, "database connections for requests"},
         {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace,
          "time ranks get between SIGTERM and SIGKILL when a job is stopped"},
+        {"db-wait-s", "KILN_DB_WAIT_S", CONFIG_INT, &db_wait_s,
+         "keep retrying an unreachable database this long at start-up (0: fail at once)"},
         {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, "debug | info | warn | error"},
     };
     kiln_err_t err;
@@ -88,7 +92,23 @@ int main(int argc, char **argv)
     api_http_t *http = NULL;
     api_grpc_t *grpc = NULL;
     int status = 1;
-    rc = svc_create(&cfg, &svc, &err);
+    /* The database may come up after kilnd (containers, boot order): retry while it is
+     * unreachable, up to --db-wait-s. SIGINT/SIGTERM are blocked, so check them meanwhile. */
+    int64_t give_up = kiln_mono_us() + db_wait_s * 1000000;
+    for (;;) {
+        kiln_err_clear(&err);
+        rc = svc_create(&cfg, &svc, &err);
+        if (rc != KILN_EDB || kiln_mono_us() >= give_up)
+            break;
+        log_warn("%s; retrying for up to %llds", err.message,
+                 (long long)((give_up - kiln_mono_us()) / 1000000));
+        struct timespec one = {.tv_sec = 1, .tv_nsec = 0};
+        int sig = sigtimedwait(&set, NULL, &one);
+        if (sig == SIGINT || sig == SIGTERM) {
+            log_info("received a signal while waiting for the database: exiting");
+            return 1;
+        }
+    }
     if (rc) {
         log_error("could not start: %s", err.message);
         if (err.hint[0])
