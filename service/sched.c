@@ -143,6 +143,7 @@ static void sched_tick(svc_t *s)
     store_worker_cap_t *cap = NULL;
     store_job_row_t *jobs = NULL;
     sched_worker_t *w = NULL;
+    char (*why)[200] = NULL;     /* why each pending job waits ("" when placed) */
     int ncap = 0, njobs = 0;
     bool locked = false;
     kiln_err_clear(&err);
@@ -162,7 +163,7 @@ static void sched_tick(svc_t *s)
     int free_slots = 0;
     for (int i = 0; i < ncap; i++)
         free_slots += KILN_MAX(cap[i].slots_free, 0);
-    if (free_slots > 0 && store_job_pending(c, 1000, &jobs, &njobs, &err)) {
+    if (store_job_pending(c, free_slots > 0 ? 1000 : 20, &jobs, &njobs, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
     }
@@ -172,11 +173,12 @@ static void sched_tick(svc_t *s)
         memcpy(copy, cap, (size_t)ncap * sizeof(*copy));
     if (copy || ncap == 0)
         svc_cap_set(s, copy, copy ? ncap : 0, gen);
-    if (njobs == 0 || ncap == 0)
+    if (njobs == 0)
         goto out;
 
-    w = calloc((size_t)ncap, sizeof(*w));
-    if (!w)
+    w = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*w));
+    why = calloc((size_t)njobs, sizeof(*why));
+    if (!w || !why)
         goto out;
     for (int i = 0; i < ncap; i++) {
         w[i].id = cap[i].id;
@@ -184,21 +186,33 @@ static void sched_tick(svc_t *s)
         w[i].slots = cap[i].slots;
         w[i].slots_free = cap[i].slots_free;
     }
-    bool blocked_cpu = false, blocked_gpu = false;
+    const char *blocker_cpu = NULL, *blocker_gpu = NULL;
     for (int j = 0; j < njobs; j++) {
         store_job_row_t *job = &jobs[j];
         bool gpu = strcmp(job->slot_type, "gpu") == 0;
-        if (gpu ? blocked_gpu : blocked_cpu)
+        const char *blocker = gpu ? blocker_gpu : blocker_cpu;
+        if (blocker) {
+            snprintf(why[j], sizeof(why[j]), "waiting behind job %s (higher priority or submitted "
+                     "earlier)", blocker);
             continue;
+        }
         sched_request_t req = {.nodes = job->nodes, .slots_per_node = job->slots_per_node,
                                .slot_type = job->slot_type};
         sched_placement_t pl;
         if (!sched_place(w, ncap, &req, &pl)) {
             if (sched_fits(w, ncap, &req)) {
+                snprintf(why[j], sizeof(why[j]), "waiting for free slots: needs %d worker(s) with %d "
+                         "free %s slot(s) each", job->nodes, job->slots_per_node, job->slot_type);
                 if (gpu)
-                    blocked_gpu = true;
+                    blocker_gpu = job->id;
                 else
-                    blocked_cpu = true;
+                    blocker_cpu = job->id;
+            } else if (ncap == 0) {
+                snprintf(why[j], sizeof(why[j]), "waiting for workers: no worker is alive");
+            } else {
+                snprintf(why[j], sizeof(why[j]), "waiting for workers: needs %d worker(s) with %d "
+                         "%s slot(s) each, more than the alive workers have", job->nodes,
+                         job->slots_per_node, job->slot_type);
             }
             continue;
         }
@@ -212,6 +226,24 @@ static void sched_tick(svc_t *s)
             break;
         }
     }
+    /* Tell users why their queued jobs wait (one statement; rows change only when the reason
+     * does). RESTARTING jobs keep the reason they were re-queued with. */
+    {
+        const char **ids = calloc((size_t)njobs, sizeof(char *));
+        const char **texts = calloc((size_t)njobs, sizeof(char *));
+        int nr = 0;
+        for (int j = 0; ids && texts && j < njobs && nr < 200; j++) {
+            if (why[j][0] && strcmp(jobs[j].state, "QUEUED") == 0) {
+                ids[nr] = jobs[j].id;
+                texts[nr] = why[j];
+                nr++;
+            }
+        }
+        if (nr > 0 && store_job_queue_reasons(c, ids, texts, nr, &err))
+            log_warn("scheduler: %s", err.message);
+        free(ids);
+        free(texts);
+    }
 out:
     if (c) {
         if (locked)
@@ -219,6 +251,7 @@ out:
         store_conn_put(s->store, c);
     }
     free(w);
+    free(why);
     free(cap);
     free(jobs);
 }

@@ -328,6 +328,42 @@ int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n,
     return 0;
 }
 
+int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,
+                            kiln_err_t *err)
+{
+    if (n <= 0)
+        return 0;
+    /* Two array literals built with jansson-free quoting: ids are UUIDs; reasons are quoted. */
+    store_buf_t a = {0}, b = {0};
+    store_buf_putc(&a, '{');
+    store_buf_putc(&b, '{');
+    for (int i = 0; i < n; i++) {
+        if (i) {
+            store_buf_putc(&a, ',');
+            store_buf_putc(&b, ',');
+        }
+        store_buf_put(&a, ids[i], strlen(ids[i]));
+        store_buf_putc(&b, '"');
+        for (const char *p = reasons[i]; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                store_buf_putc(&b, '\\');
+            store_buf_putc(&b, *p);
+        }
+        store_buf_putc(&b, '"');
+    }
+    store_buf_putc(&a, '}');
+    store_buf_putc(&b, '}');
+    store_buf_putc(&a, '\0');
+    store_buf_putc(&b, '\0');
+    const char *p[2] = {a.p, b.p};
+    int rc = store_q(c, "update the reasons of queued jobs",
+                     "UPDATE jobs j SET reason = v.reason FROM unnest($1::uuid[], $2::text[]) AS v(id, reason)"
+                     " WHERE j.id = v.id AND j.state = 'QUEUED' AND j.reason <> v.reason", 2, p, NULL, err);
+    store_buf_free(&a);
+    store_buf_free(&b);
+    return rc;
+}
+
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err)
 {
     *out = NULL;

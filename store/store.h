@@ -119,6 +119,10 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
 /* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
  * *out is malloc'd (caller frees), *n rows, at most limit. */
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err);
+/* Sets the reason of jobs still QUEUED (no event: the state does not change), only where it
+ * differs, in one statement. ids are job ids; reasons the matching texts. */
+int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,
+                            kiln_err_t *err);
 /* Jobs that have run longer than their spec's stopping.max_runtime_s (counted from their first
  * start). *out malloc'd, at most 100. */
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err);

@@ -698,7 +698,27 @@ Test(life, priority_then_fifo)
     submit(spec(1, 1, "cpu", 0, 1), NULL, low, NULL);
     submit(spec(1, 1, "cpu", 5, 1), NULL, high, NULL);
     submit(spec(1, 1, "cpu", 0, 1), NULL, low2, NULL);
+    /* Queued jobs say why they wait. */
     json_t *out = NULL;
+    for (int t = 0; t < 5000; t += 50) {
+        out = get(low);
+        if (strstr(json_string_value(json_object_get(out, "reason")), "behind"))
+            break;
+        json_decref(out);
+        out = NULL;
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_not_null(out, "the queued job never said why it waits");
+    cr_assert(strstr(json_string_value(json_object_get(out, "reason")), high));
+    json_decref(out);
+    out = get(high);
+    cr_assert(strstr(json_string_value(json_object_get(out, "reason")), "waiting for free slots"),
+              "%s", json_string_value(json_object_get(out, "reason")));
+    json_decref(out);
+    char ev[128];
+    events_str(low, ev, sizeof(ev));
+    cr_assert_str_eq(ev, "QUEUED", "a reason update is not a state change");
     cr_assert_eq(svc_job_stop(svc, busy, NULL, &out, &err), 0);
     json_decref(out);
     json_decref(wait_state(high, "SCHEDULED", 5000));

@@ -662,3 +662,22 @@ Test(migrate, a_dropped_connection_is_replaced)
     cr_assert_eq(store_conn_get(st, &c, &err), 0);
     cr_assert_eq(store_ping(c, &err), 0, "%s", err.message);
 }
+
+Test(jobs, queue_reasons_change_only_queued_jobs)
+{
+    char a[STORE_ID_LEN], b[STORE_ID_LEN];
+    insert_job("a", 0, "{}", NULL, a, NULL);
+    insert_job("b", 0, "{}", NULL, b, NULL);
+    cr_assert_eq(store_job_transition(c, b, "QUEUED", "STOPPED", "gone", 0, STORE_TR_ENDED, &err), 0);
+    const char *ids[2] = {a, b};
+    const char *why[2] = {"waiting \"for\" a \\ slot, {really}", "must not land"};
+    cr_assert_eq(store_job_queue_reasons(c, ids, why, 2, &err), 0, "%s", err.message);
+    json_t *j = NULL;
+    cr_assert_eq(store_job_get_json(c, a, &j, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "reason")), why[0]);
+    json_decref(j);
+    cr_assert_eq(store_job_get_json(c, b, &j, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "reason")), "gone");
+    json_decref(j);
+    cr_assert_eq(count_rows("SELECT count(*) FROM job_events"), 3, "no event for a reason change");
+}
