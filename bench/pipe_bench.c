@@ -300,7 +300,7 @@ static int gpt_rank(comm_t *c, int rank, void *a_)
 }
 
 static gpt_run_t *gpt_run(int world, int parts, int m, int B, const char *sched, int n_layer, int n_embd, int T,
-                          int steps, long mem_limit_mb, int threads)
+                          int steps, long mem_limit_mb, int threads, bool recompute)
 {
     gpt_run_t *g = shared(sizeof(*g));
     g->threads = threads;
@@ -310,8 +310,10 @@ static gpt_run_t *gpt_run(int world, int parts, int m, int B, const char *sched,
              " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": %d, \"max_steps\": %d, \"eval_every\": 0,"
              " \"eval_batches\": 1, \"sample_tokens\": 0},"
              " \"resources\": {\"nodes\": 1, \"slots_per_node\": %d, \"threads_per_rank\": %d, \"memory_limit_mb\": %ld},"
-             " \"distribution\": {\"model_parallel\": {\"partitions\": %d, \"microbatches\": %d, \"pipeline\": \"%s\"}}}",
-             n_layer, n_embd, T, g_data, B * m * (world / parts), steps, world, threads, mem_limit_mb, parts, m, sched);
+             " \"distribution\": {\"model_parallel\": {\"partitions\": %d, \"microbatches\": %d, \"pipeline\": \"%s\"},"
+             " \"activation_checkpointing\": %s}}",
+             n_layer, n_embd, T, g_data, B * m * (world / parts), steps, world, threads, mem_limit_mb, parts, m, sched,
+             recompute ? "true" : "false");
     if (run_ranks(world, gpt_rank, g))
         for (int r = 0; r < world; r++)
             if (g->rc[r])
@@ -329,8 +331,8 @@ static void part_gpt(int steps)
     for (int p = 2; p <= 4; p += 2)
         for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
             int m = ms[i];
-            gpt_run_t *s = gpt_run(p, p, m, 2, "simple", 6, 128, 128, steps, 0, 1);
-            gpt_run_t *in = gpt_run(p, p, m, 2, "interleaved", 6, 128, 128, steps, 0, 1);
+            gpt_run_t *s = gpt_run(p, p, m, 2, "simple", 6, 128, 128, steps, 0, 1, false);
+            gpt_run_t *in = gpt_run(p, p, m, 2, "interleaved", 6, 128, 128, steps, 0, 1, false);
             printf("%d | %d | %.3f | %.3f | %.3f | %.1f | %.1f | %.1f (%d) | %.1f (%d) | %.1f | %.1f\n", p, m,
                    pipe_bubble_theory(p, m), s->bubble, in->bubble, s->step_ms, in->step_ms, s->act_res[0] / 1048576.0,
                    s->peak_live[0], in->act_res[0] / 1048576.0, in->peak_live[0], s->act_res[p - 1] / 1048576.0,
@@ -423,8 +425,12 @@ static void part_limit(int steps)
     waitpid(pid, NULL, 0);
     printf("partitions | ranks | fits | tokens/s | step ms | resident params+grads+AdamW per rank MiB | "
            "resident activations per rank MiB | predicted per rank MiB\n");
-    for (int p = 2; p <= 4; p += 2) {
-        gpt_run_t *g = gpt_run(p, p, m, B, "interleaved", L, C, T, steps, limit, 1);
+    for (int k = 0; k < 3; k++) {
+        int p = k == 0 ? 2 : k == 1 ? 4 : 2;
+        bool rec = k == 2;
+        gpt_run_t *g = gpt_run(p, p, m, B, "interleaved", L, C, T, steps, rec ? 80 : limit, 1, rec);
+        if (rec)
+            printf("(2 partitions with activation checkpointing under an 80 MiB limit, which 2 partitions without it miss:)\n");
         if (g->rc[0]) {
             printf("%d | %d | no: %s\n", p, p, g->msg[0]);
         } else {
