@@ -199,6 +199,13 @@ static size_t at_sse_write(char *p, size_t sz, size_t n, void *ud)
     return sz * n;
 }
 
+static int at_sse_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    at_sse_t *s = ud;
+    (void)dt, (void)dn, (void)ut, (void)un;
+    return s->abort ? 1 : 0;
+}
+
 static void *at_sse_main(void *arg)
 {
     at_sse_t *s = arg;
@@ -217,6 +224,9 @@ static void *at_sse_main(void *arg)
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, at_sse_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 4096L);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, at_sse_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, s);
     curl_easy_perform(c);
     long st = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);

@@ -49,6 +49,7 @@ typedef struct at_sse {
     bool done;
     long status;
     volatile bool stall;  /* while true, the write callback blocks (a slow reader) */
+    volatile bool abort;  /* set to drop the connection (a client that vanishes) */
 } at_sse_t;
 void at_sse_open(at_sse_t *s, const char *path, const char *last_event_id);
 /* Waits until the received text contains needle; false after timeout_ms. */

@@ -465,3 +465,52 @@ Test(http, prometheus_metrics)
     free(raw);
     free(id);
 }
+
+typedef struct race_arg {
+    const char *key;
+    long status;
+    char id[64];
+} race_arg_t;
+
+static void *race_main(void *p)
+{
+    race_arg_t *a = p;
+    char url[128], hdr[128];
+    snprintf(url, sizeof url, "%s/v1/jobs", at_base);
+    snprintf(hdr, sizeof hdr, "Idempotency-Key: %s", a->key);
+    const char *hdrs[] = {hdr, NULL};
+    char *out = NULL;
+    if (th_http("POST", url, at_good_spec(), hdrs, &a->status, &out, 10000) == 0) {
+        json_t *j = json_loads(out, 0, NULL);
+        const char *id = json_string_value(json_object_get(j, "id"));
+        if (id)
+            kiln_strlcpy(a->id, id, sizeof a->id);
+        json_decref(j);
+    }
+    free(out);
+    return NULL;
+}
+
+Test(http, concurrent_retries_with_one_key_create_one_job)
+{
+    enum { N = 8 };
+    pthread_t t[N];
+    race_arg_t a[N];
+    for (int i = 0; i < N; i++) {
+        memset(&a[i], 0, sizeof a[i]);
+        a[i].key = "race-key";
+        cr_assert_eq(pthread_create(&t[i], NULL, race_main, &a[i]), 0);
+    }
+    int created = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert(a[i].status == 201 || a[i].status == 200, "request %d: %ld", i, a[i].status);
+        created += a[i].status == 201;
+        cr_assert_str_eq(a[i].id, a[0].id, "every retry names the same job");
+    }
+    cr_assert_eq(created, 1, "exactly one request created the job");
+    long st;
+    json_t *list = at_req("GET", "/v1/jobs", NULL, NULL, &st, NULL);
+    cr_assert_eq(json_array_size(json_object_get(list, "jobs")), 1);
+    json_decref(list);
+}

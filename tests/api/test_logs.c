@@ -215,3 +215,53 @@ Test(logs, server_stop_ends_open_streams)
     at_setup(); /* for .fini */
     free(id);
 }
+
+/* The value of an unlabelled Prometheus gauge in GET /metrics, or -1. */
+static long prom_gauge(const char *name)
+{
+    long st;
+    char *raw;
+    json_t *j = at_req("GET", "/metrics", NULL, NULL, &st, &raw);
+    json_decref(j);
+    long v = -1;
+    char needle[128];
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *p = strstr(raw, needle);
+    if (p)
+        v = atol(p + strlen(needle));
+    free(raw);
+    return v;
+}
+
+Test(logs, vanished_client_is_noticed_by_the_keepalive)
+{
+    setenv("KILN_HTTP_PING_MS", "200", 1);
+    at_teardown();
+    at_setup();
+    char *id = at_create_job("vanish", NULL, NULL);
+    at_run_job(id);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?follow=true", id);
+    at_sse_t s;
+    at_sse_open(&s, path, NULL);
+    cr_assert(at_sse_wait(&s, ": ping", 3000), "%s", s.buf);
+    cr_assert_eq(prom_gauge("kiln_http_log_streams"), 1);
+    s.abort = true; /* the client goes away while its stream is suspended */
+    cr_assert(at_sse_join(&s, 5000));
+    long n = -1;
+    for (int i = 0; i < 50 && (n = prom_gauge("kiln_http_log_streams")) != 0; i++)
+        usleep(100000);
+    cr_assert_eq(n, 0, "the server closed the stream of the vanished client");
+    at_sse_free(&s);
+
+    /* a bad Last-Event-ID is a plain 400 */
+    const char *hdr[] = {"Last-Event-ID: seventeen", NULL};
+    long st;
+    char *raw;
+    json_t *j = at_req("GET", path, NULL, hdr, &st, &raw);
+    cr_assert_eq(st, 400, "%s", raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "field")), "Last-Event-ID", "%s", raw);
+    json_decref(j);
+    free(raw);
+    free(id);
+}
