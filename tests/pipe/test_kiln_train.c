@@ -6,6 +6,7 @@
 #include "base/base.h"
 
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,8 @@
 #include <unistd.h>
 
 static char g_dir[64];
+
+static int g_steps = 5;
 
 static void setup_dir(int n_embd, const char *extra_mp, const char *extra_res)
 {
@@ -32,24 +35,23 @@ static void setup_dir(int n_embd, const char *extra_mp, const char *extra_res)
     fprintf(f,
             "{\"name\": \"pipe-kt\", \"model\": {\"type\": \"gpt\", \"n_layer\": 4, \"n_head\": 2, \"n_embd\": %d,"
             " \"seq_len\": 16}, \"data\": {\"train\": \"%s/data.txt\"},"
-            " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": 8, \"max_steps\": 5, \"sample_tokens\": 0},"
+            " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": 8, \"max_steps\": %d, \"sample_tokens\": 0},"
             " \"resources\": {\"nodes\": 1, \"slots_per_node\": 2, \"threads_per_rank\": 1%s},"
             " \"distribution\": {\"model_parallel\": {\"partitions\": 2, \"microbatches\": 4%s}}}",
-            n_embd, g_dir, extra_res, extra_mp);
+            n_embd, g_dir, g_steps, extra_res, extra_mp);
     fclose(f);
 }
 
-/* Starts 2 ranks of kiln-train; returns their exit statuses in st. */
-static void run_ranks(int st[2])
+/* Starts 2 ranks of kiln-train (pids OUT). */
+static void start_ranks(pid_t pids[2])
 {
-    char bin[512], spec[128], out[128], ckpt[128], port[32], logp[2][128];
+    static char bin[512], spec[128], out[128], ckpt[128], port[32], logp[2][128];
     snprintf(bin, sizeof(bin), "%s/kiln-train", th_bin_dir());
     cr_assert_eq(access(bin, X_OK), 0, "%s not built (set KILN_BIN_DIR)", bin);
     snprintf(spec, sizeof(spec), "KILN_SPEC=%s/spec.json", g_dir);
     snprintf(out, sizeof(out), "KILN_OUTPUT_DIR=%s/out", g_dir);
     snprintf(ckpt, sizeof(ckpt), "KILN_CHECKPOINT_DIR=%s/ckpt", g_dir);
     snprintf(port, sizeof(port), "KILN_MASTER_PORT=%d", th_free_port());
-    pid_t pids[2];
     for (int r = 0; r < 2; r++) {
         char rank[32];
         snprintf(rank, sizeof(rank), "KILN_RANK=%d", r);
@@ -61,6 +63,13 @@ static void run_ranks(int st[2])
         pids[r] = th_spawn(argv, env, logp[r]);
         cr_assert_gt(pids[r], 0);
     }
+}
+
+/* Starts 2 ranks of kiln-train; returns their exit statuses in st. */
+static void run_ranks(int st[2])
+{
+    pid_t pids[2];
+    start_ranks(pids);
     for (int r = 0; r < 2; r++) {
         int s = -1;
         double deadline = kiln_mono_s() + 90;
@@ -182,5 +191,43 @@ Test(kiln_train, manual_plan_over_the_memory_limit_fails_clearly, .timeout = 120
                   r, log);
         free(log);
     }
+    cleanup();
+}
+
+Test(kiln_train, a_killed_stage_fails_its_peer_fast, .timeout = 120)
+{
+    g_steps = 100000;
+    setup_dir(32, "", "");
+    pid_t pids[2];
+    start_ranks(pids);
+    /* wait until training runs, then kill stage 1 */
+    char *log = NULL;
+    for (int i = 0; i < 600; i++) {
+        free(log);
+        log = slurp("rank0.log");
+        if (log && strstr(log, "step 3/"))
+            break;
+        usleep(50000);
+    }
+    cr_assert(log && strstr(log, "step 3/"), "training did not start: %s", log ? log : "");
+    free(log);
+    th_stop(pids[1], SIGKILL, 1000);
+    double t0 = kiln_mono_s();
+    int st = -1;
+    while (waitpid(pids[0], &st, WNOHANG) == 0) {
+        if (kiln_mono_s() - t0 > 60) {
+            th_stop(pids[0], SIGKILL, 1000);
+            cr_assert_fail("stage 0 did not notice its dead peer within 60 s");
+        }
+        usleep(20000);
+    }
+    double dt = kiln_mono_s() - t0;
+    log = slurp("rank0.log");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "stage 0 exit 0x%x", st);
+    const char *ll = last_line(log);
+    cr_assert(strstr(ll, "rank 1"), "the failure names the dead rank: %s", ll);
+    fprintf(stderr, "stage 0 failed %.2f s after stage 1 was killed: %s\n", dt, ll);
+    free(log);
+    g_steps = 5;
     cleanup();
 }
