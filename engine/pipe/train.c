@@ -848,6 +848,11 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
     pt_log(&t, "pipeline: rank %d is stage %d of %d (replica %d of %d): blocks [%d, %d], %d parameter ranges, "
            "%d activation slots of %.1f MiB%s\n", t.rank, t.stage, t.p, t.replica, t.dp_n, t.first, t.last, t.nrg,
            t.n_slots, t.act_set_bytes / MIB, t.ckpt ? " (activation checkpointing: stage inputs only)" : "");
+    if (t.rank == 0 && t.dp_n > 1 && s->dist.dp_shard_optimizer_state)
+        log_warn("pipeline: distribution.data_parallel.shard_optimizer_state is not supported with partitions > 1; "
+                 "each rank keeps its stage's full AdamW state");
+    if (t.rank == 0 && hp->sample_tokens > 0 && hp->sample_every > 0)
+        log_warn("pipeline: text samples are not generated when the model is partitioned");
     res->losses = calloc((size_t)(max_steps > start ? max_steps - start : 1), sizeof(float));
     if (!res->losses) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
