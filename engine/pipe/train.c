@@ -851,7 +851,7 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
     if (t.rank == 0 && t.dp_n > 1 && s->dist.dp_shard_optimizer_state)
         log_warn("pipeline: distribution.data_parallel.shard_optimizer_state is not supported with partitions > 1; "
                  "each rank keeps its stage's full AdamW state");
-    if (t.rank == 0 && hp->sample_tokens > 0 && hp->sample_every > 0)
+    if (t.rank == 0 && hp->sample_tokens > 0)
         log_warn("pipeline: text samples are not generated when the model is partitioned");
     res->losses = calloc((size_t)(max_steps > start ? max_steps - start : 1), sizeof(float));
     if (!res->losses) {
