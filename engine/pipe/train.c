@@ -644,6 +644,59 @@ static int write_checkpoint(pt_t *t, int64_t step, kiln_err_t *err)
     return comm_barrier(t->world, err);
 }
 
+/* Text samples as engine/train.c writes them: rank 0 gathers the parameters (a transient copy of
+ * the whole model on that rank) and runs the engine's sampler over all blocks. Collective over
+ * replica 0's stages. */
+static void sample_text(pt_t *t, eng_rng_t *rng, int64_t step)
+{
+    const spec_hparams_t *hp = &t->s->hp;
+    if (hp->sample_tokens <= 0 || strcmp(t->s->model.vocab, "bytes") != 0)
+        return;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    if (gather_to_root(t, t->gpt->p.params, &err)) {
+        log_warn("sampling: could not gather the parameters: %s", err.message);
+        return;
+    }
+    if (t->rank != 0)
+        return;
+    const char *prompt = t->o->sample_prompt && *t->o->sample_prompt ? t->o->sample_prompt : "\n";
+    int np = (int)strlen(prompt), n = hp->sample_tokens;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(np + n + 1));
+    char *text = malloc((size_t)np + n + 1);
+    if (!toks || !text)
+        goto done;
+    for (int i = 0; i < np; i++)
+        toks[i] = (uint8_t)prompt[i];
+    if (eng_gpt_sample(t->gpt, toks, np, n, hp->temperature, hp->top_k, rng, toks, &err)) {
+        log_warn("sampling failed: %s", err.message);
+        goto done;
+    }
+    for (int i = 0; i < np + n; i++)
+        text[i] = (char)toks[i];
+    text[np + n] = '\0';
+    pt_log(t, "sample at step %lld (temperature %.2f, top_k %d):\n", (long long)step, hp->temperature, hp->top_k);
+    char *save = NULL, *copy = strdup(text);
+    for (char *line = copy ? strtok_r(copy, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+        pt_log(t, "  | %s\n", line);
+    free(copy);
+    if (t->o->output_dir && *t->o->output_dir) {
+        char path[SPEC_PATH + 32];
+        snprintf(path, sizeof(path), "%s/samples.txt", t->o->output_dir);
+        kiln_mkdirs(t->o->output_dir, &err);
+        FILE *f = fopen(path, "a");
+        if (f) {
+            fprintf(f, "=== step %lld (temperature %.2f, top_k %d)\n%s\n\n", (long long)step, hp->temperature,
+                    hp->top_k, text);
+            fclose(f);
+        }
+    }
+done:
+    free(toks);
+    free(text);
+    release_outside(t, t->gpt->p.params, t->gpt->p.n);
+}
+
 static int try_resume(pt_t *t, int64_t *start, kiln_err_t *err)
 {
     char path[SPEC_PATH + 64];
@@ -851,8 +904,6 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
     if (t.rank == 0 && t.dp_n > 1 && s->dist.dp_shard_optimizer_state)
         log_warn("pipeline: distribution.data_parallel.shard_optimizer_state is not supported with partitions > 1; "
                  "each rank keeps its stage's full AdamW state");
-    if (t.rank == 0 && hp->sample_tokens > 0)
-        log_warn("pipeline: text samples are not generated when the model is partitioned");
     res->losses = calloc((size_t)(max_steps > start ? max_steps - start : 1), sizeof(float));
     if (!res->losses) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -863,6 +914,8 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
     double flops_per_token = eng_gpt_flops_per_token(&t.cfg);
     double peak_flops = (o->peak_gflops > 0 ? o->peak_gflops : eng_measure_peak_gflops()) * 1e9 * t.W;
     int n_timed = 0;
+    eng_rng_t sample_rng;
+    eng_rng_seed(&sample_rng, hp->seed + 0xabcdefULL); /* as engine/train.c seeds it */
     int64_t step = start;
     while (step < max_steps) {
         step++;
@@ -963,6 +1016,8 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
                 metric_record(&t, step, names, vals, 1);
             }
         }
+        if ((hp->sample_every > 0 && step % hp->sample_every == 0) || last)
+            sample_text(&t, &sample_rng, step);
         bool periodic = s->ckpt_every_steps > 0 && step % s->ckpt_every_steps == 0;
         if (stop || periodic || last)
             if ((rc = write_checkpoint(&t, step, err)))

@@ -35,7 +35,7 @@ static void setup_dir(int n_embd, const char *extra_mp, const char *extra_res)
     fprintf(f,
             "{\"name\": \"pipe-kt\", \"model\": {\"type\": \"gpt\", \"n_layer\": 4, \"n_head\": 2, \"n_embd\": %d,"
             " \"seq_len\": 16}, \"data\": {\"train\": \"%s/data.txt\"},"
-            " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": 8, \"max_steps\": %d, \"sample_tokens\": 0},"
+            " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": 8, \"max_steps\": %d, \"sample_tokens\": 16},"
             " \"resources\": {\"nodes\": 1, \"slots_per_node\": 2, \"threads_per_rank\": 1%s},"
             " \"distribution\": {\"model_parallel\": {\"partitions\": 2, \"microbatches\": 4%s}}}",
             n_embd, g_dir, g_steps, extra_res, extra_mp);
@@ -124,6 +124,10 @@ Test(kiln_train, partitioned_job_trains_and_writes_its_plan, .timeout = 120)
     cr_assert_eq(stat(path, &sb), 0, "no final model");
     snprintf(path, sizeof(path), "%s/ckpt/ckpt_00000005.bin", g_dir);
     cr_assert_eq(stat(path, &sb), 0, "no checkpoint");
+    char *samples = slurp("out/samples.txt");
+    cr_assert(samples && strstr(samples, "=== step 5 (temperature"), "no text sample: %s", samples ? samples : "");
+    cr_assert(strstr(log0, "sample at step 5"), "%s", log0);
+    free(samples);
     free(log0);
     free(log1);
     free(plan);
