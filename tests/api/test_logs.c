@@ -153,7 +153,7 @@ Test(logs, slow_reader_loses_nothing_and_blocks_no_one)
     cr_assert(at_sse_wait(&s, "first 1", 5000), "%s", s.buf);
     s.stall = true; /* the client stops reading; socket buffers fill */
     int64_t t0 = kiln_mono_us();
-    const int batches = 40, per = 500;
+    const int batches = 50, per = 2000; /* ~15 MB of events: more than socket buffers and the follower queue hold */
     for (int b = 0; b < batches; b++)
         at_push_logs(id, attempt, "bulk", b * per, per);
     double secs = (kiln_mono_us() - t0) / 1e6;
