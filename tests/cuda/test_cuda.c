@@ -12,6 +12,7 @@
  *    the softmax backward subtracts nearly equal terms);
  *  - bf16 storage ops (extension table), inputs pre-rounded:     1e-2 (flash attention 2e-2);
  *  - elementwise fp32 (GELU, residual, xent, AdamW):             1e-5 (max-abs where stated);
+ *  - the GELU GEMM epilogue's output:                             max(mode's, 2e-3);
  *  - sums of squares (double accumulation):                      1e-9 relative;
  *  - a whole GPT training step vs the CPU backend: loss relative 1e-5 / 1e-2 and each gradient
  *    tensor and its AdamW update 1e-4 / 3e-2 (fp32 / bf16 GEMM mode);
@@ -308,7 +309,9 @@ static void check_matmul(const char *mode, double tol)
     REF->matmul_forward(pre, inp, w, bias, N, C, OC);
     REF->gelu_forward(out, pre, (size_t)N * OC);
     EXPECT_REL(hget(d_pre, (size_t)N * OC), pre, (size_t)N * OC, tol, "matmul_forward_gelu pre");
-    EXPECT_REL(hget(d_out, (size_t)N * OC), out, (size_t)N * OC, tol, "matmul_forward_gelu out");
+    /* cuBLASLt's GELU epilogue may evaluate tanh with a fast approximation (~5e-4 relative) */
+    EXPECT_REL(hget(d_out, (size_t)N * OC), out, (size_t)N * OC, tol > 2e-3 ? tol : 2e-3,
+               "matmul_forward_gelu out");
     expect_ok();
 }
 
