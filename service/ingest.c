@@ -182,11 +182,12 @@ int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err)
                 char tb[40];
                 seqs[i] = first + (int64_t)i;
                 ranks[i] = l->rank;
-                lines[i] = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s}", "seq", (json_int_t)seqs[i],
+                lines[i] = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s, s:i}", "seq", (json_int_t)seqs[i],
                                      "rank", l->rank, "stream",
                                      l->stream && !strcmp(l->stream, "stderr") ? "stderr" : "stdout",
                                      "time", kiln_time_format(t, tb, sizeof(tb)), "time_us",
-                                     (json_int_t)t, "line", l->line ? l->line : "");
+                                     (json_int_t)t, "line", l->line ? l->line : "", "attempt",
+                                     batch->attempt);
                 if (!lines[i]) {
                     /* Invalid UTF-8 (the stored copy has U+FFFD in its place): send '?' for
                      * every non-ASCII byte of this line. */
@@ -194,10 +195,11 @@ int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err)
                     for (char *q = fixed; q && *q; q++)
                         if ((unsigned char)*q >= 0x80)
                             *q = '?';
-                    lines[i] = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s}", "seq", (json_int_t)seqs[i],
+                    lines[i] = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s, s:i}", "seq", (json_int_t)seqs[i],
                                          "rank", l->rank, "stream",
                                          l->stream && !strcmp(l->stream, "stderr") ? "stderr" : "stdout",
-                                         "time", tb, "time_us", (json_int_t)t, "line", fixed ? fixed : "");
+                                         "time", tb, "time_us", (json_int_t)t, "line", fixed ? fixed : "",
+                                         "attempt", batch->attempt);
                     free(fixed);
                 }
             }

@@ -231,7 +231,7 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
     snprintf(after, sizeof(after), "%lld", (long long)q->after_seq);
     p[np++] = after;
     size_t len = (size_t)snprintf(sql, sizeof(sql),
-                                  "SELECT seq, rank, stream, time_us, line FROM logs"
+                                  "SELECT seq, rank, stream, time_us, line, attempt FROM logs"
                                   " WHERE job_id = $1::uuid AND seq > $2::bigint");
     if (q->rank >= 0) {
         snprintf(rank, sizeof(rank), "%d", q->rank);
@@ -262,6 +262,7 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
         json_object_set_new(o, "time", json_string(kiln_time_format(t, tb, sizeof(tb))));
         json_object_set_new(o, "time_us", json_integer(t));
         json_object_set_new(o, "line", json_string(store_get_str(r, i, 4)));
+        json_object_set_new(o, "attempt", json_integer(store_get_int(r, i, 5)));
         json_array_append_new(arr, o);
         *last_seq = seq;
     }
