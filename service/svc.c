@@ -44,8 +44,9 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
         kiln_err_hint(err, "pass --database-url or set KILN_DATABASE_URL (a libpq connection string)");
         goto fail;
     }
-    /* The two background threads each hold a connection while they work. */
-    rc = store_open(s->database_url, s->cfg.db_pool_size + 2, &s->store, err);
+    /* On top of the requests' connections, the scheduler and liveness threads each hold up to
+     * two at once (their pass plus one job transaction). */
+    rc = store_open(s->database_url, s->cfg.db_pool_size + 4, &s->store, err);
     if (rc)
         goto fail;
     rc = store_conn_get(s->store, &c, err);
