@@ -240,6 +240,8 @@ int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition
         out->stages[k].last = (k + 1 < p ? starts[k + 1] : n) - 1;
     }
     pipe_plan_predict(out, prof, opts);
+    if ((rc = pipe_plan_simulate(out, prof, err)))
+        pipe_plan_deinit(out);
 fail:
     free(time);
     free(fixed_ps);

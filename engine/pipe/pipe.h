@@ -58,6 +58,8 @@ typedef struct pipe_plan {
     int n_stages;
     pipe_stage_t *stages;     /* (n_stages), owned */
     double balance;           /* slowest stage / mean stage time (1 = perfect); 0 if unknown */
+    double predicted_pass_ms; /* one pass of m microbatches through the pipeline (simulated) */
+    double predicted_bubble;  /* idle fraction of that pass (simulated with the stage costs) */
     double memory_limit_mb;   /* per-rank limit the plan was made for; 0 = none */
     bool manual;              /* true when the plan came from the user */
 } pipe_plan_t;
@@ -91,7 +93,7 @@ double pipe_stage_time(const pipe_block_profile_t *prof, int first, int last);
  * broken by the smallest largest-stage memory. "memory": minimises the largest stage's memory,
  * ties broken by the smallest slowest-stage time. Remaining ties go to the split whose stage
  * times are most even (least sum of squares). Exact (dynamic programming, O(p n^2)).
- * Fills predicted_ms, predicted_mem_mb and balance. Returns 0; KILN_EINVAL (bad options, fewer
+ * Fills predicted_ms, predicted_mem_mb, balance and the simulated pass time and bubble. Returns 0; KILN_EINVAL (bad options, fewer
  * blocks than stages); KILN_EUNFIT when no split fits the memory limit ("model does not fit:
  * ..."). Thread-safe. */
 int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition_opts_t *opts,
@@ -113,8 +115,9 @@ int pipe_plan_copy(pipe_plan_t *dst, const pipe_plan_t *src);
 
 /* The plan as a JSON object:
  * {"version": 1, "optimize": "speed", "schedule": "interleaved", "microbatches": 4,
- *  "n_blocks": 8, "memory_limit_mb": 0, "stages": [{"stage": 0, "blocks": [0, 3],
- *  "predicted_ms": 12.3, "predicted_mem_mb": 210.5}, ...], "balance": 1.04}.
+ *  "n_blocks": 8, "memory_limit_mb": 0, "manual": false, "stages": [{"stage": 0, "blocks": [0, 3],
+ *  "predicted_ms": 12.3, "predicted_mem_mb": 210.5}, ...], "balance": 1.04,
+ *  "predicted_pass_ms": 15.2, "predicted_bubble": 0.2}.
  * Caller owns the result (json_decref); NULL only on allocation failure. */
 json_t *pipe_plan_to_json(const pipe_plan_t *p);
 /* Same, as indented text. Caller owns the result (free()). */
@@ -202,6 +205,11 @@ typedef struct pipe_sim_result {
  * message naming the stage and action that is stuck. Deterministic, single-threaded. */
 int pipe_sim_run(const pipe_sched_t *scheds, int n_stages, const pipe_sim_costs_t *costs,
                  pipe_sim_result_t *out, kiln_err_t *err);
+
+/* Simulates the plan's schedule with its stages' forward and backward costs (sums of the
+ * blocks' fwd_ms / bwd_ms) and fills plan->predicted_pass_ms and predicted_bubble. Returns 0,
+ * KILN_EINVAL or KILN_ENOMEM. */
+int pipe_plan_simulate(pipe_plan_t *plan, const pipe_block_profile_t *prof, kiln_err_t *err);
 
 /* Theoretical bubble of a synchronous pipeline with uniform stages: (p-1)/(m+p-1). */
 double pipe_bubble_theory(int n_stages, int m);

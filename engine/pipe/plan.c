@@ -75,6 +75,8 @@ json_t *pipe_plan_to_json(const pipe_plan_t *p)
     }
     json_object_set_new(o, "stages", stages);
     json_object_set_new(o, "balance", json_real(round3(p->balance)));
+    json_object_set_new(o, "predicted_pass_ms", json_real(round3(p->predicted_pass_ms)));
+    json_object_set_new(o, "predicted_bubble", json_real(round3(p->predicted_bubble)));
     return o;
 fail:
     json_decref(o);
@@ -282,6 +284,10 @@ int pipe_plan_from_json(const json_t *j, int n_blocks, int n_stages, pipe_plan_t
             out->balance = json_number_value(v);
         if ((v = json_object_get(j, "memory_limit_mb")) && json_is_number(v))
             out->memory_limit_mb = json_number_value(v);
+        if ((v = json_object_get(j, "predicted_pass_ms")) && json_is_number(v))
+            out->predicted_pass_ms = json_number_value(v);
+        if ((v = json_object_get(j, "predicted_bubble")) && json_is_number(v))
+            out->predicted_bubble = json_number_value(v);
     } else if (!json_is_array(j)) {
         return bad(err, HINT_FORM, "the plan must be an object with \"stages\"");
     }

@@ -343,3 +343,35 @@ fail:
     free(pc);
     return rc;
 }
+
+int pipe_plan_simulate(pipe_plan_t *plan, const pipe_block_profile_t *prof, kiln_err_t *err)
+{
+    int p = plan->n_stages, rc = 0;
+    pipe_sched_t *sc = calloc((size_t)(p > 0 ? p : 1), sizeof(pipe_sched_t));
+    double *fwd = calloc((size_t)(p > 0 ? p : 1), sizeof(double)), *bwd = calloc((size_t)(p > 0 ? p : 1), sizeof(double));
+    if (!sc || !fwd || !bwd) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    for (int k = 0; k < p; k++) {
+        for (int b = plan->stages[k].first; b <= plan->stages[k].last; b++) {
+            fwd[k] += prof[b].fwd_ms;
+            bwd[k] += prof[b].bwd_ms;
+        }
+        if ((rc = pipe_sched_build(plan->schedule, k, p, plan->microbatches, &sc[k], err)))
+            goto done;
+    }
+    pipe_sim_costs_t costs = {.fwd = fwd, .bwd = bwd};
+    pipe_sim_result_t r;
+    if ((rc = pipe_sim_run(sc, p, &costs, &r, err)))
+        goto done;
+    plan->predicted_pass_ms = r.makespan;
+    plan->predicted_bubble = r.bubble;
+done:
+    for (int k = 0; sc && k < p; k++)
+        pipe_sched_deinit(&sc[k]);
+    free(sc);
+    free(fwd);
+    free(bwd);
+    return rc;
+}

@@ -411,6 +411,8 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
         t->plan.schedule = sk;
         t->plan.microbatches = t->m_mb;
         pipe_plan_predict(&t->plan, prof, &po);
+        if ((rc = pipe_plan_simulate(&t->plan, prof, err)))
+            goto done;
         for (int k = 0; k < t->p; k++)
             if (limit && t->plan.stages[k].predicted_mem_mb * MIB > (double)limit) {
                 rc = kiln_err_set(err, KILN_EUNFIT, "distribution.model_parallel.partition_plan",
@@ -426,9 +428,10 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
             goto done;
     }
     if (t->rank == 0) {
-        pt_log(t, "pipeline: %s plan, %d stages x %d replicas, %s schedule, %d microbatches of %d, balance %.3f\n",
-               t->plan.manual ? "manual" : "automatic", t->p, t->dp_n, pipe_sched_name(sk), t->m_mb, t->B,
-               t->plan.balance);
+        pt_log(t, "pipeline: %s plan, %d stages x %d replicas, %s schedule, %d microbatches of %d, balance %.3f, "
+               "predicted %.1f ms per pass, bubble %.1f%% (theory %.1f%%)\n", t->plan.manual ? "manual" : "automatic",
+               t->p, t->dp_n, pipe_sched_name(sk), t->m_mb, t->B, t->plan.balance, t->plan.predicted_pass_ms,
+               t->plan.predicted_bubble * 100, pipe_bubble_theory(t->p, t->m_mb) * 100);
         for (int k = 0; k < t->p; k++)
             pt_log(t, "pipeline: stage %d blocks [%d, %d]: predicted %.2f ms/step, %.1f MiB\n", k,
                    t->plan.stages[k].first, t->plan.stages[k].last, t->plan.stages[k].predicted_ms,

@@ -121,6 +121,9 @@ Test(partition, uniform_blocks_split_evenly)
         cr_assert_float_eq(plan.stages[k].predicted_mem_mb, 16.0, 1e-9);
     }
     cr_assert_float_eq(plan.balance, 1.0, 1e-12);
+    /* simulated: (m + p - 1) x (f + b) = 7 x 6 ms, bubble (p-1)/(m+p-1) = 3/7 */
+    cr_assert_float_eq(plan.predicted_pass_ms, 42.0, 1e-9);
+    cr_assert_float_eq(plan.predicted_bubble, 3.0 / 7.0, 1e-12);
     pipe_plan_deinit(&plan);
     check_optimal(prof, 8, &o);
 }
