@@ -245,6 +245,8 @@ static int submit(comm_engine_t *e, comm_req_t *r, comm_req_t **out, kiln_err_t 
     e->q_tail = r;
     pthread_cond_signal(&e->cv_submit);
     pthread_mutex_unlock(&e->mu);
+    if (e->tp && e->tp->wake)
+        e->tp->wake(e); /* the thread may be asleep in the fabric's wait */
     *out = r;
     return 0;
 }

@@ -93,8 +93,13 @@ typedef struct comm_transport {
     /* Begins op (a collective or send/recv). Returns 0 or a status that fails only this op. */
     int (*start)(comm_engine_t *e, comm_req_t *op, char *msg);
     /* Drives progress once: completes finished ops through comm_op_finish(). Sets *events to
-     * the work it did. Returns 0, or a status with msg when the whole engine is broken. */
-    int (*progress)(comm_engine_t *e, int *events, char *msg);
+     * the work it did. With wait_ms > 0 and can_wait(), it may first sleep up to wait_ms for a
+     * completion. Returns 0, or a status with msg when the whole engine is broken. */
+    int (*progress)(comm_engine_t *e, int wait_ms, int *events, char *msg);
+    /* Whether progress() can sleep until data arrives (else the thread naps between polls). */
+    bool (*can_wait)(comm_engine_t *e);
+    /* Wakes a progress() sleeping in its wait (new work was submitted). Any thread. */
+    void (*wake)(comm_engine_t *e);
     /* Cancels every transfer in flight after a failure (buffers are given back). */
     void (*abort)(comm_engine_t *e);
     void (*close)(comm_engine_t *e);
@@ -110,6 +115,7 @@ typedef struct comm_fabric {
     fi_addr_t *peers;     /* (world) fabric address of each world rank */
     bool mr_local;        /* provider needs registered local buffers */
     bool abandoned;       /* failed: never call into the provider again */
+    bool cq_wait;         /* the completion queue has a wait object (fi_cq_sread works) */
     uint64_t mr_key;      /* next requested key when the provider does not pick keys */
     char name[COMM_ADDR_MAX];
     size_t namelen;

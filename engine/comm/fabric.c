@@ -57,7 +57,13 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     f->mr_local = (f->info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
 
     struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = (size_t)e->world};
-    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE,
+    /* KILN_COMM_BLOCKING=1 (tcp only): a completion queue with a wait object lets the thread
+     * sleep in the kernel until data arrives instead of polling with naps. Measured here it
+     * tripled small-message latency (157 vs 48 us) without saving CPU, so polling is the
+     * default. shm moves data only while polled and always polls. */
+    const char *blk = getenv("KILN_COMM_BLOCKING");
+    bool may_wait = tcp && blk && strcmp(blk, "1") == 0;
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = may_wait ? FI_WAIT_UNSPEC : FI_WAIT_NONE,
                                  .size = (size_t)(4 * e->depth + 64)};
     what = "fi_fabric";
     if ((rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL)) != 0)
@@ -69,8 +75,16 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     if ((rc = fi_av_open(f->domain, &av_attr, &f->av, NULL)) != 0)
         goto fail;
     what = "fi_cq_open";
-    if ((rc = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL)) != 0)
+    if ((rc = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL)) != 0 && cq_attr.wait_obj != FI_WAIT_NONE) {
+        cq_attr.wait_obj = FI_WAIT_NONE;
+        rc = fi_cq_open(f->domain, &cq_attr, &f->cq, NULL);
+    }
+    if (rc != 0)
         goto fail;
+    f->cq_wait = cq_attr.wait_obj != FI_WAIT_NONE;
+    log_debug("comm: rank %d opened %s%s%s, mr_mode 0x%x, %s completions", e->rank, prov_fullname(prov),
+              node ? " on " : "", node ? node : "", (unsigned)f->info->domain_attr->mr_mode,
+              f->cq_wait ? "blocking" : "polled");
     what = "fi_endpoint";
     if ((rc = fi_endpoint(f->domain, f->info, &f->ep, NULL)) != 0)
         goto fail;
@@ -238,14 +252,15 @@ static void p2p_done(comm_engine_t *e, comm_req_t *op, int status, size_t len, c
     comm_op_finish(e, op, status, msg);
 }
 
-static int fabric_progress(comm_engine_t *e, int *events, char *msg)
+static int fabric_progress(comm_engine_t *e, int wait_ms, int *events, char *msg)
 {
     comm_fabric_t *f = &e->fab;
     struct fi_cq_tagged_entry ent[16];
     *events = 0;
     for (int round = 0; round < 4; round++) {
-        ssize_t n = fi_cq_read(f->cq, ent, 16);
-        if (n == -FI_EAGAIN)
+        ssize_t n = round == 0 && wait_ms > 0 && f->cq_wait ? fi_cq_sread(f->cq, ent, 16, NULL, wait_ms)
+                                                           : fi_cq_read(f->cq, ent, 16);
+        if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT)
             break;
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry ce;
@@ -327,10 +342,23 @@ static void fabric_close_tp(comm_engine_t *e)
     comm_fabric_close(e);
 }
 
+static bool fabric_can_wait(comm_engine_t *e)
+{
+    return e->fab.cq_wait;
+}
+
+static void fabric_wake(comm_engine_t *e)
+{
+    if (e->fab.cq_wait && e->fab.cq)
+        fi_cq_signal(e->fab.cq);
+}
+
 const comm_transport_t comm_fabric_transport = {
     .name = "libfabric",
     .start = fabric_start,
     .progress = fabric_progress,
     .abort = fabric_abort,
     .close = fabric_close_tp,
+    .can_wait = fabric_can_wait,
+    .wake = fabric_wake,
 };

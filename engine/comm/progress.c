@@ -141,8 +141,9 @@ static void *progress_main(void *arg)
         }
 
         int events = 0;
+        bool sleepy = idle > 64 && e->tp->can_wait(e);
         if (e->active && !e->pending_fail_us) {
-            int rc = e->tp->progress(e, &events, msg);
+            int rc = e->tp->progress(e, sleepy ? 1 : 0, &events, msg);
             if (rc != 0) {
                 /* Usually a peer died: give the control connections a moment to name it. */
                 e->pending_fail_us = kiln_mono_us() + FAIL_GRACE_US;
@@ -166,14 +167,15 @@ static void *progress_main(void *arg)
         }
 
         /* Spin while data moves; back off while waiting on a slow peer (the cores are shared
-         * with compute): yield, then 20 us naps, then 200 us naps after ~20 ms of silence. */
+         * with compute): yield, then sleep in the transport's wait (tcp) or take 20 us naps,
+         * then 200 us naps after ~20 ms of silence. */
         if (events > 0) {
             idle = 0;
         } else if (e->active || e->coll_head) {
             idle++;
             if (idle <= 64) {
                 sched_yield();
-            } else {
+            } else if (!sleepy || !e->active) {
                 struct timespec ts = {0, idle < 1000 ? 20000 : 200000};
                 nanosleep(&ts, NULL);
             }
