@@ -129,6 +129,16 @@ typedef struct eng_cuda_ext {
 
     /* Number of visible CUDA devices without choosing one (0 when none or no driver). */
     int (*device_count)(void);
+
+    /* Unfused causal attention in bf16 on the tensor cores (cuBLAS batched GEMMs, softmax in
+     * fp32): the table's attention_forward/backward with bf16 qkv (B,T,3C), out (B,T,C),
+     * att and scratch (B,NH,T,T). Faster than the CUDA-core flash kernels at T = 1024 until
+     * those use tensor cores; costs the (B,NH,T,T) memory. */
+    void (*attention_forward_bf16)(uint16_t *out, uint16_t *att, const uint16_t *qkv, int B,
+                                   int T, int C, int NH);
+    void (*attention_backward_bf16)(uint16_t *dqkv, uint16_t *scratch, const uint16_t *dout,
+                                    const uint16_t *qkv, const uint16_t *att, int B, int T, int C,
+                                    int NH);
 } eng_cuda_ext_t;
 
 /* ---- NCCL: collectives on device memory (symbol `eng_cuda_nccl`) ----------------------------

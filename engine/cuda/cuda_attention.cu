@@ -1,6 +1,7 @@
 /* cuda_attention.cu - causal multi-head self-attention on the GPU, two ways:
- *  - unfused (the table's op, which must save the (B,NH,T,T) probabilities): q/k/v permuted to
- *    (B,NH,T,hs), scores and outputs by cuBLAS strided-batched GEMMs, a causal softmax kernel;
+ *  - unfused (the table's op, which must save the (B,NH,T,T) probabilities; fp32 or bf16): q/k/v
+ *    permuted to (B,NH,T,hs), scores and outputs by cuBLAS strided-batched GEMMs on the tensor
+ *    cores, a causal softmax kernel computing in fp32;
  *  - flash-style (cuda.h's extension ops): online softmax over key tiles held in shared memory,
  *    only the per-row log-sum-exp kept; the backward recomputes probabilities, once per key
  *    (dK, dV) and once per query (dQ), so no atomics and bit-identical reruns.
@@ -22,9 +23,14 @@ __device__ __forceinline__ float att_warp_max(float v)
 }
 
 /* ---- unfused path ------------------------------------------------------------------------------- */
+/* S is the storage type (float or bf16); the sequence length keeps the name T. */
+template <typename S> static cudaDataType_t dtype_of(void);
+template <> cudaDataType_t dtype_of<float>(void) { return CUDA_R_32F; }
+template <> cudaDataType_t dtype_of<bf16>(void) { return CUDA_R_16BF; }
+
 /* q, k, v (B,NH,T,hs) <- qkv (B,T,3C) */
-__global__ void permute_qkv_kernel(float *q, float *k, float *v, const float *qkv, int B, int T,
-                                   int NH, int hs)
+template <typename S>
+__global__ void permute_qkv_kernel(S *q, S *k, S *v, const S *qkv, int B, int T, int NH, int hs)
 {
     size_t C = (size_t)NH * hs, total = (size_t)B * T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -43,8 +49,9 @@ __global__ void permute_qkv_kernel(float *q, float *k, float *v, const float *qk
 }
 
 /* out (B,T,part*C + h*hs + x) <- y (B,NH,T,hs); stride is the row length of out (C or 3C). */
-__global__ void unpermute_kernel(float *out, const float *y, int B, int T, int NH, int hs,
-                                 size_t stride, size_t offset)
+template <typename S>
+__global__ void unpermute_kernel(S *out, const S *y, int B, int T, int NH, int hs, size_t stride,
+                                 size_t offset)
 {
     size_t C = (size_t)NH * hs, total = (size_t)B * T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -59,7 +66,8 @@ __global__ void unpermute_kernel(float *out, const float *y, int B, int T, int N
 }
 
 /* y (B,NH,T,hs) <- x (B,T,C) */
-__global__ void permute_one_kernel(float *y, const float *x, int B, int T, int NH, int hs)
+template <typename S>
+__global__ void permute_one_kernel(S *y, const S *x, int B, int T, int NH, int hs)
 {
     size_t C = (size_t)NH * hs, total = (size_t)B * T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
@@ -73,34 +81,38 @@ __global__ void permute_one_kernel(float *y, const float *x, int B, int T, int N
     }
 }
 
-/* In place on att rows (B*NH*T rows of T): softmax over u <= t, zero above. One warp a row. */
-__global__ void causal_softmax_kernel(float *att, int rows, int T)
+/* In place on att rows (B*NH*T rows of T): softmax over u <= t, zero above. One warp a row,
+ * fp32 arithmetic whatever the storage. */
+template <typename S>
+__global__ void causal_softmax_kernel(S *att, int rows, int T)
 {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     int t = row % T;
-    float *a = att + (size_t)row * T;
+    S *a = att + (size_t)row * T;
     float mx = -INFINITY;
-    for (int u = lane; u <= t; u += 32) mx = fmaxf(mx, a[u]);
+    for (int u = lane; u <= t; u += 32) mx = fmaxf(mx, kc_f(a[u]));
     mx = att_warp_max(mx);
     float s = 0.0f;
-    for (int u = lane; u <= t; u += 32) s += expf(a[u] - mx);
+    for (int u = lane; u <= t; u += 32) s += expf(kc_f(a[u]) - mx);
     float inv = 1.0f / att_warp_sum(s);
-    for (int u = lane; u < T; u += 32) a[u] = u <= t ? expf(a[u] - mx) * inv : 0.0f;
+    for (int u = lane; u < T; u += 32) a[u] = kc_to<S>(u <= t ? expf(kc_f(a[u]) - mx) * inv : 0.0f);
 }
 
 /* In place: ds[t][u] = p[t][u] * (dp[t][u] - sum_w p[t][w] dp[t][w]) * scale, zero above t. */
-__global__ void causal_softmax_bwd_kernel(float *dp, const float *att, int rows, int T, float scale)
+template <typename S>
+__global__ void causal_softmax_bwd_kernel(S *dp, const S *att, int rows, int T, float scale)
 {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     int t = row % T;
-    float *d = dp + (size_t)row * T;
-    const float *p = att + (size_t)row * T;
+    S *d = dp + (size_t)row * T;
+    const S *p = att + (size_t)row * T;
     float dot = 0.0f;
-    for (int u = lane; u <= t; u += 32) dot += p[u] * d[u];
+    for (int u = lane; u <= t; u += 32) dot += kc_f(p[u]) * kc_f(d[u]);
     dot = att_warp_sum(dot);
-    for (int u = lane; u < T; u += 32) d[u] = u <= t ? p[u] * (d[u] - dot) * scale : 0.0f;
+    for (int u = lane; u < T; u += 32)
+        d[u] = kc_to<S>(u <= t ? kc_f(p[u]) * (kc_f(d[u]) - dot) * scale : 0.0f);
 }
 
 static unsigned grid_for(size_t n)
@@ -109,71 +121,80 @@ static unsigned grid_for(size_t n)
     return kc_blocks(n < cap ? n : cap, 256);
 }
 
-void kc_attention_forward_unfused(float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH)
+template <typename S>
+void kc_attention_forward_unfused(S *out, S *att, const S *qkv, int B, int T, int C, int NH)
 {
     kc_ctx_t *c = kc_ctx();
     if (!c || B <= 0 || T <= 0) return;
     int hs = C / NH;
     size_t n = (size_t)B * T * C;
-    float *ws = (float *)kc_scratch(4 * n * sizeof(float));
+    S *ws = (S *)kc_scratch(4 * n * sizeof(S));
     if (!ws) return;
-    float *q = ws, *k = ws + n, *v = ws + 2 * n, *y = ws + 3 * n;
-    permute_qkv_kernel<<<grid_for(n), 256, 0, c->stream>>>(q, k, v, qkv, B, T, NH, hs);
+    S *q = ws, *k = ws + n, *v = ws + 2 * n, *y = ws + 3 * n;
+    permute_qkv_kernel<S><<<grid_for(n), 256, 0, c->stream>>>(q, k, v, qkv, B, T, NH, hs);
     KC_LAUNCHED("permute_qkv");
     long long sq = (long long)T * hs, sa = (long long)T * T;
     int batch = B * NH;
     kc_gemm_batched(true, false, T, T, hs, 1.0f / sqrtf((float)hs), k, hs, sq, q, hs, sq, 0.0f,
-                    att, T, sa, batch, CUDA_R_32F);
+                    att, T, sa, batch, dtype_of<S>());
     int rows = batch * T;
-    causal_softmax_kernel<<<kc_blocks(rows, 8), 256, 0, c->stream>>>(att, rows, T);
+    causal_softmax_kernel<S><<<kc_blocks(rows, 8), 256, 0, c->stream>>>(att, rows, T);
     KC_LAUNCHED("causal_softmax");
     kc_gemm_batched(false, false, hs, T, T, 1.0f, v, hs, sq, att, T, sa, 0.0f, y, hs, sq, batch,
-                    CUDA_R_32F);
-    unpermute_kernel<<<grid_for(n), 256, 0, c->stream>>>(out, y, B, T, NH, hs, (size_t)C, 0);
+                    dtype_of<S>());
+    unpermute_kernel<S><<<grid_for(n), 256, 0, c->stream>>>(out, y, B, T, NH, hs, (size_t)C, 0);
     KC_LAUNCHED("unpermute");
 }
 
-void kc_attention_backward_unfused(float *dqkv, float *scratch, const float *dout,
-                                   const float *qkv, const float *att, int B, int T, int C, int NH)
+template <typename S>
+void kc_attention_backward_unfused(S *dqkv, S *scratch, const S *dout, const S *qkv, const S *att,
+                                   int B, int T, int C, int NH)
 {
     kc_ctx_t *c = kc_ctx();
     if (!c || B <= 0 || T <= 0) return;
     int hs = C / NH;
     size_t n = (size_t)B * T * C;
-    float *ws = (float *)kc_scratch(7 * n * sizeof(float));
+    S *ws = (S *)kc_scratch(7 * n * sizeof(S));
     if (!ws) return;
-    float *q = ws, *k = ws + n, *v = ws + 2 * n, *dy = ws + 3 * n;
-    float *dq = ws + 4 * n, *dk = ws + 5 * n, *dv = ws + 6 * n;
-    permute_qkv_kernel<<<grid_for(n), 256, 0, c->stream>>>(q, k, v, qkv, B, T, NH, hs);
+    S *q = ws, *k = ws + n, *v = ws + 2 * n, *dy = ws + 3 * n;
+    S *dq = ws + 4 * n, *dk = ws + 5 * n, *dv = ws + 6 * n;
+    cudaDataType_t ty = dtype_of<S>();
+    permute_qkv_kernel<S><<<grid_for(n), 256, 0, c->stream>>>(q, k, v, qkv, B, T, NH, hs);
     KC_LAUNCHED("permute_qkv");
     /* dy (B,NH,T,hs) <- dout (B,T,C) */
-    permute_one_kernel<<<grid_for(n), 256, 0, c->stream>>>(dy, dout, B, T, NH, hs);
+    permute_one_kernel<S><<<grid_for(n), 256, 0, c->stream>>>(dy, dout, B, T, NH, hs);
     KC_LAUNCHED("permute_dout");
     long long sq = (long long)T * hs, sa = (long long)T * T;
     int batch = B * NH, rows = batch * T;
     float scale = 1.0f / sqrtf((float)hs);
     /* dP = dY V^T into scratch */
     kc_gemm_batched(true, false, T, T, hs, 1.0f, v, hs, sq, dy, hs, sq, 0.0f, scratch, T, sa,
-                    batch, CUDA_R_32F);
+                    batch, ty);
     /* dV = P^T dY */
     kc_gemm_batched(false, true, hs, T, T, 1.0f, dy, hs, sq, att, T, sa, 0.0f, dv, hs, sq, batch,
-                    CUDA_R_32F);
-    causal_softmax_bwd_kernel<<<kc_blocks(rows, 8), 256, 0, c->stream>>>(scratch, att, rows, T, scale);
+                    ty);
+    causal_softmax_bwd_kernel<S><<<kc_blocks(rows, 8), 256, 0, c->stream>>>(scratch, att, rows, T, scale);
     KC_LAUNCHED("causal_softmax_backward");
     /* dQ = dS K, dK = dS^T Q */
     kc_gemm_batched(false, false, hs, T, T, 1.0f, k, hs, sq, scratch, T, sa, 0.0f, dq, hs, sq,
-                    batch, CUDA_R_32F);
+                    batch, ty);
     kc_gemm_batched(false, true, hs, T, T, 1.0f, q, hs, sq, scratch, T, sa, 0.0f, dk, hs, sq,
-                    batch, CUDA_R_32F);
-    unpermute_kernel<<<grid_for(n), 256, 0, c->stream>>>(dqkv, dq, B, T, NH, hs, 3 * (size_t)C, 0);
+                    batch, ty);
+    unpermute_kernel<S><<<grid_for(n), 256, 0, c->stream>>>(dqkv, dq, B, T, NH, hs, 3 * (size_t)C, 0);
     KC_LAUNCHED("unpermute_dq");
-    unpermute_kernel<<<grid_for(n), 256, 0, c->stream>>>(dqkv, dk, B, T, NH, hs, 3 * (size_t)C, C);
+    unpermute_kernel<S><<<grid_for(n), 256, 0, c->stream>>>(dqkv, dk, B, T, NH, hs, 3 * (size_t)C, C);
     KC_LAUNCHED("unpermute_dk");
-    unpermute_kernel<<<grid_for(n), 256, 0, c->stream>>>(dqkv, dv, B, T, NH, hs, 3 * (size_t)C,
-                                                         2 * (size_t)C);
+    unpermute_kernel<S><<<grid_for(n), 256, 0, c->stream>>>(dqkv, dv, B, T, NH, hs, 3 * (size_t)C,
+                                                            2 * (size_t)C);
     KC_LAUNCHED("unpermute_dv");
 }
+
+template void kc_attention_forward_unfused<float>(float *, float *, const float *, int, int, int, int);
+template void kc_attention_forward_unfused<bf16>(bf16 *, bf16 *, const bf16 *, int, int, int, int);
+template void kc_attention_backward_unfused<float>(float *, float *, const float *, const float *,
+                                                   const float *, int, int, int, int);
+template void kc_attention_backward_unfused<bf16>(bf16 *, bf16 *, const bf16 *, const bf16 *,
+                                                  const bf16 *, int, int, int, int);
 
 /* ---- flash-style path --------------------------------------------------------------------------- */
 #define FA_BQ 64 /* queries per forward block (one per thread) */

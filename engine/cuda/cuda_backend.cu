@@ -139,12 +139,12 @@ static void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float
 static void cu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                  int NH)
 {
-    kc_attention_forward_unfused(out, att, qkv, B, T, C, NH);
+    kc_attention_forward_unfused<float>(out, att, qkv, B, T, C, NH);
 }
 static void cu_attention_backward(float *dqkv, float *scratch, const float *dout,
                                   const float *qkv, const float *att, int B, int T, int C, int NH)
 {
-    kc_attention_backward_unfused(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    kc_attention_backward_unfused<float>(dqkv, scratch, dout, qkv, att, B, T, C, NH);
 }
 
 static void cu_gelu_forward(float *out, const float *inp, size_t N) { kc_gelu_forward<float>(out, inp, N); }
@@ -341,6 +341,19 @@ static void x_xent_fused_bf16(uint16_t *dlogits, float *losses, const uint16_t *
     kc_xent_fused<bf16>(BF(dlogits), losses, CBF(logits), targets, dloss, N, V, Vp);
 }
 
+static void x_attention_forward_bf16(uint16_t *out, uint16_t *att, const uint16_t *qkv, int B,
+                                     int T, int C, int NH)
+{
+    kc_attention_forward_unfused<bf16>(BF(out), BF(att), CBF(qkv), B, T, C, NH);
+}
+static void x_attention_backward_bf16(uint16_t *dqkv, uint16_t *scratch, const uint16_t *dout,
+                                      const uint16_t *qkv, const uint16_t *att, int B, int T,
+                                      int C, int NH)
+{
+    kc_attention_backward_unfused<bf16>(BF(dqkv), BF(scratch), CBF(dout), CBF(qkv), CBF(att), B,
+                                        T, C, NH);
+}
+
 static int x_device_count(void)
 {
     int n = 0; /* left untouched when the call fails (no driver) */
@@ -386,6 +399,8 @@ static eng_cuda_ext_t make_ext(void)
     x.attention_backward_flash_bf16 = x_attention_backward_flash_bf16;
     x.xent_fused_bf16 = x_xent_fused_bf16;
     x.device_count = x_device_count;
+    x.attention_forward_bf16 = x_attention_forward_bf16;
+    x.attention_backward_bf16 = x_attention_backward_bf16;
     return x;
 }
 

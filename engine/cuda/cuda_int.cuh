@@ -161,11 +161,12 @@ void kc_adamw(float *param, bf16 *param_bf16, const float *grad, float *m, float
 double kc_sumsq(const float *x, size_t n);
 void kc_sumsq_dev(double *out, const float *x, size_t n, int accumulate);
 void kc_clip_scale(float *scale, float *norm, const double *sumsq, float max_norm);
-/* Unfused attention (cuBLAS batched GEMMs + softmax kernel), fp32: saves att (B,NH,T,T). */
-void kc_attention_forward_unfused(float *out, float *att, const float *qkv, int B, int T, int C,
-                                  int NH);
-void kc_attention_backward_unfused(float *dqkv, float *scratch, const float *dout,
-                                   const float *qkv, const float *att, int B, int T, int C, int NH);
+/* Unfused attention (cuBLAS batched GEMMs + softmax kernel): saves att (B,NH,T,T) in S. */
+template <typename S>
+void kc_attention_forward_unfused(S *out, S *att, const S *qkv, int B, int T, int C, int NH);
+template <typename S>
+void kc_attention_backward_unfused(S *dqkv, S *scratch, const S *dout, const S *qkv, const S *att,
+                                   int B, int T, int C, int NH);
 /* Flash-style attention: lse (B,NH,T); scratch (B,NH,T) floats for backward. */
 template <typename T>
 void kc_attention_forward_flash(T *out, float *lse, const T *qkv, int B, int T_, int C, int NH);
