@@ -4,6 +4,8 @@
  * reduces in a fixed order, so results are bit-identical run to run for a given thread count.
  * The plain reference each kernel is tested against is engine/ref/ref.c. */
 #pragma GCC target("prefer-vector-width=512")
+/* ISO C mode (-std=c11) turns off FMA contraction; the kernels want fused multiply-adds. */
+#pragma GCC optimize("fp-contract=fast")
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
