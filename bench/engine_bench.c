@@ -4,7 +4,7 @@
  * for bench/RESULTS.md; bench/torch_gpt.py measures PyTorch on the same configurations.
  *
  *   build-x/bench/engine_bench [--config 124m|small|all] [--threads 2] [--steps 10] [--warmup 3]
- *                              [--peak-gflops G] [--profile]
+ *                              [--peak-gflops G] [--profile] [--ops]
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +33,67 @@ static double process_cpu_s(void)
 }
 
 static double median(double *x, int n);
+
+/* --ops: a backend that forwards to the CPU backend and adds up the process CPU time of each op
+ * (CPU time, so other load on the machine does not distort the breakdown). */
+enum { OP_MMF, OP_MMB, OP_ATTF, OP_ATTB, OP_LNF, OP_LNB, OP_GELUF, OP_GELUB, OP_XF, OP_XB,
+       OP_ENCF, OP_ENCB, OP_RES, OP_ADAM, OP_SUMSQ, OP_MEM, OP_N };
+static const char *const OP_NAMES[OP_N] = {"matmul_fwd", "matmul_bwd", "attn_fwd", "attn_bwd",
+    "ln_fwd", "ln_bwd", "gelu_fwd", "gelu_bwd", "xent_fwd", "xent_bwd", "enc_fwd", "enc_bwd",
+    "residual", "adamw", "sumsq", "memset/copy"};
+static double g_op_cpu[OP_N];
+#define TIMED(op, call) do { double _c = process_cpu_s(); call; g_op_cpu[op] += process_cpu_s() - _c; } while (0)
+static const eng_backend_t *C0 = &eng_cpu_backend;
+static void t_memset(void *d, size_t n) { TIMED(OP_MEM, C0->memset_zero(d, n)); }
+static void t_copy(void *d, const void *s, size_t n) { TIMED(OP_MEM, C0->copy(d, s, n)); }
+static void t_encf(float *o, const int32_t *i, const float *a, const float *b, int B, int T, int C)
+{ TIMED(OP_ENCF, C0->encoder_forward(o, i, a, b, B, T, C)); }
+static void t_encb(float *a, float *b, const float *d, const int32_t *i, int B, int T, int C)
+{ TIMED(OP_ENCB, C0->encoder_backward(a, b, d, i, B, T, C)); }
+static void t_lnf(float *o, float *m, float *r, const float *x, const float *w, const float *b, int N, int C)
+{ TIMED(OP_LNF, C0->layernorm_forward(o, m, r, x, w, b, N, C)); }
+static void t_lnb(float *dx, float *dw, float *db, const float *d, const float *x, const float *w,
+                  const float *m, const float *r, int N, int C)
+{ TIMED(OP_LNB, C0->layernorm_backward(dx, dw, db, d, x, w, m, r, N, C)); }
+static void t_mmf(float *o, const float *x, const float *w, const float *b, int N, int C, int OC)
+{ TIMED(OP_MMF, C0->matmul_forward(o, x, w, b, N, C, OC)); }
+static void t_mmb(float *dx, float *dw, float *db, const float *d, const float *x, const float *w,
+                  int N, int C, int OC)
+{ TIMED(OP_MMB, C0->matmul_backward(dx, dw, db, d, x, w, N, C, OC)); }
+static void t_attf(float *o, float *a, const float *q, int B, int T, int C, int NH)
+{ TIMED(OP_ATTF, C0->attention_forward(o, a, q, B, T, C, NH)); }
+static void t_attb(float *dq, float *s, const float *d, const float *q, const float *a, int B,
+                   int T, int C, int NH)
+{ TIMED(OP_ATTB, C0->attention_backward(dq, s, d, q, a, B, T, C, NH)); }
+static void t_gf(float *o, const float *x, size_t n) { TIMED(OP_GELUF, C0->gelu_forward(o, x, n)); }
+static void t_gb(float *d, const float *x, const float *o, size_t n)
+{ TIMED(OP_GELUB, C0->gelu_backward(d, x, o, n)); }
+static void t_res(float *o, const float *a, const float *b, size_t n)
+{ TIMED(OP_RES, C0->residual_forward(o, a, b, n)); }
+static void t_xf(float *p, float *l, const float *lg, const int32_t *t, int N, int V, int Vp)
+{ TIMED(OP_XF, C0->xent_forward(p, l, lg, t, N, V, Vp)); }
+static void t_xb(float *d, const float *p, const int32_t *t, float dl, int N, int V, int Vp)
+{ TIMED(OP_XB, C0->xent_backward(d, p, t, dl, N, V, Vp)); }
+static void t_adam(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                   float b2, float eps, float wd, float gs, int64_t t)
+{ TIMED(OP_ADAM, C0->adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, gs, t)); }
+static double t_sumsq(const float *x, size_t n)
+{ double r; TIMED(OP_SUMSQ, r = C0->sumsq(x, n)); return r; }
+static eng_backend_t g_timed;
+static const eng_backend_t *timed_backend(void)
+{
+    g_timed = eng_cpu_backend;
+    g_timed.name = "cpu+timing";
+    g_timed.memset_zero = t_memset; g_timed.copy = t_copy;
+    g_timed.encoder_forward = t_encf; g_timed.encoder_backward = t_encb;
+    g_timed.layernorm_forward = t_lnf; g_timed.layernorm_backward = t_lnb;
+    g_timed.matmul_forward = t_mmf; g_timed.matmul_backward = t_mmb;
+    g_timed.attention_forward = t_attf; g_timed.attention_backward = t_attb;
+    g_timed.gelu_forward = t_gf; g_timed.gelu_backward = t_gb;
+    g_timed.residual_forward = t_res; g_timed.xent_forward = t_xf; g_timed.xent_backward = t_xb;
+    g_timed.adamw_update = t_adam; g_timed.sumsq = t_sumsq;
+    return &g_timed;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -67,13 +128,14 @@ static void profile(eng_gpt_t *m, eng_gpt_acts_t *a, int reps)
     free(bw);
 }
 
-static int bench(const bcfg_t *c, int threads, int steps, int warmup, double peak, bool prof)
+static int bench(const bcfg_t *c, int threads, int steps, int warmup, double peak, bool prof,
+                 bool ops)
 {
     eng_gpt_config_t cfg = {c->T, c->V, c->Vp, c->L, c->NH, c->C};
     eng_gpt_t *m = NULL;
     eng_gpt_acts_t *a = NULL;
     kiln_err_t err;
-    if (eng_gpt_create(&cfg, &eng_cpu_backend, c->B, &m, &err) ||
+    if (eng_gpt_create(&cfg, ops ? timed_backend() : &eng_cpu_backend, c->B, &m, &err) ||
         eng_gpt_acts_create(m, c->B, c->T, &a, &err)) {
         fprintf(stderr, "engine_bench: %s\n", err.message);
         return 1;
@@ -109,6 +171,7 @@ static int bench(const bcfg_t *c, int threads, int steps, int warmup, double pea
         double dt = kiln_mono_s() - t0, dc = process_cpu_s() - c0;
         if (s == 0) first = loss;
         last = loss;
+        if (s == warmup - 1) memset(g_op_cpu, 0, sizeof(g_op_cpu));
         if (s >= warmup) {
             times[s - warmup] = dt;
             cpus[s - warmup] = dc;
@@ -127,6 +190,14 @@ static int bench(const bcfg_t *c, int threads, int steps, int warmup, double pea
            eng_peak_mem_mb(), first, last);
     fflush(stdout);
     if (prof) profile(m, a, 3);
+    if (ops) {
+        double tot = 0;
+        for (int i = 0; i < OP_N; i++) tot += g_op_cpu[i];
+        fprintf(stderr, "  CPU time per step by op (%s):\n", c->name);
+        for (int i = 0; i < OP_N; i++)
+            fprintf(stderr, "    %-12s %8.2f ms  %5.1f%%\n", OP_NAMES[i], g_op_cpu[i] / steps * 1e3,
+                    100 * g_op_cpu[i] / tot);
+    }
     free(times);
     free(cpus);
     free(tok);
@@ -150,7 +221,7 @@ int main(int argc, char **argv)
     const char *config = "all";
     int64_t threads = 2, steps = 10, warmup = 3;
     double peak = 0;
-    bool prof = false;
+    bool prof = false, ops = false;
     config_flag_t flags[] = {
         {"config", NULL, CONFIG_STR, &config, "124m, small or all"},
         {"threads", "KILN_THREADS", CONFIG_INT, &threads, "CPU threads"},
@@ -158,6 +229,7 @@ int main(int argc, char **argv)
         {"warmup", NULL, CONFIG_INT, &warmup, "untimed steps first"},
         {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak, "0: measure"},
         {"profile", NULL, CONFIG_BOOL, &prof, "per-block timings on stderr"},
+        {"ops", NULL, CONFIG_BOOL, &ops, "CPU time per op on stderr"},
     };
     kiln_err_t err;
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags), "[options]", NULL, &err);
@@ -166,6 +238,7 @@ int main(int argc, char **argv)
     if (peak <= 0) peak = eng_measure_peak_gflops();
     for (size_t i = 0; i < KILN_ARRAY_LEN(CONFIGS); i++)
         if (!strcmp(config, "all") || !strcmp(config, CONFIGS[i].name))
-            if (bench(&CONFIGS[i], (int)threads, (int)steps, (int)warmup, peak, prof)) return 1;
+            if (bench(&CONFIGS[i], (int)threads, (int)steps, (int)warmup, peak, prof, ops))
+                return 1;
     return 0;
 }
