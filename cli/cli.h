@@ -51,7 +51,7 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width);
 void cli_print_metrics_raw(FILE *out, const json_t *reply);
 /* Prints the workers table of a GET /v1/workers reply. */
 void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us);
-/* Prints one log line object as "[rank N] line". */
+/* Prints one log line object as "[rank N] line" ("[rank N, attempt A] line" for attempts > 1). */
 void cli_print_log_line(FILE *out, const json_t *line);
 /* Prints err as "error: FIELD: MESSAGE", then "detail: ..." and "hint: ..." lines when set. */
 void cli_print_error(FILE *out, const kiln_err_t *err);

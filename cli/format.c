@@ -549,9 +549,11 @@ void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us)
 
 void cli_print_log_line(FILE *out, const json_t *line)
 {
-    double rank = cli_jnum(line, "rank");
+    double rank = cli_jnum(line, "rank"), attempt = cli_jnum(line, "attempt");
     if (isnan(rank))
         fprintf(out, "%s\n", cli_jstr(line, "line"));
+    else if (!isnan(attempt) && attempt > 1) /* a restarted job: say which run wrote it */
+        fprintf(out, "[rank %.0f, attempt %.0f] %s\n", rank, attempt, cli_jstr(line, "line"));
     else
         fprintf(out, "[rank %.0f] %s\n", rank, cli_jstr(line, "line"));
 }

@@ -185,6 +185,11 @@ Test(cli_format, log_lines_and_workers)
     cr_assert_str_eq(out, "[rank 1] step 1 loss 5.5\n");
     free(out);
     json_decref(l);
+    l = load("{\"seq\": 9, \"rank\": 0, \"attempt\": 2, \"line\": \"resumed at step 40\"}");
+    out = capture(print_log_line, l, 0);
+    cr_assert_str_eq(out, "[rank 0, attempt 2] resumed at step 40\n");
+    free(out);
+    json_decref(l);
     json_t *w = load("{\"workers\": [{\"id\": \"w-1\", \"hostname\": \"h\", \"address\": \"127.0.0.1\","
                      " \"slots\": 2, \"slots_free\": 1, \"slot_type\": \"cpu\", \"state\": \"ALIVE\","
                      " \"last_heartbeat\": \"2026-11-21T06:04:58Z\"}]}");

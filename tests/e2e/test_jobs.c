@@ -356,3 +356,69 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
     json_decref(job);
     e2e_pass();
 }
+
+/* With attempts left, a job whose agent dies is re-queued (RESTARTING) and runs again, as
+ * attempt 2, on the surviving agent, to COMPLETED; its log lines say which attempt wrote them. */
+Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat, .fini = e2e_teardown,
+     .timeout = 240)
+{
+    char *text = e2e_spec("e2e-agent-dies-retry", 300, 1, 1, 4);
+    json_t *spec = json_loads(text, 0, NULL);
+    free(text);
+    json_object_set_new(spec, "retry", json_pack("{s:i}", "max_attempts", 2));
+    text = json_dumps(spec, JSON_COMPACT);
+    json_decref(spec);
+    json_t *job = e2e_submit(text);
+    free(text);
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    json_decref(job);
+    job = e2e_wait_step(id, 2, 120000);
+    char worker[128];
+    snprintf(worker, sizeof worker, "%s", json_string_value(json_array_get(json_object_get(job, "workers"), 0)));
+    json_decref(job);
+    int agent = e2e_agent_of_job(id);
+    cr_assert_geq(agent, 0, "no agent has a directory for the job");
+    cr_assert_eq(kill(e2e_cl->agents[agent], SIGKILL), 0);
+    int status;
+    waitpid(e2e_cl->agents[agent], &status, 0);
+    e2e_cl->agents[agent] = 0;
+
+    job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", e2e_cl->heartbeat_timeout_ms + 120000);
+    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "ended %s: %s", jstr(job, "state"), jstr(job, "reason"));
+    cr_assert_eq(jint(job, "attempt"), 2, "%s", dump(job));
+    json_t *workers = json_object_get(job, "workers");
+    cr_assert_eq(json_array_size(workers), 1, "%s", dump(job));
+    cr_assert_str_neq(json_string_value(json_array_get(workers, 0)), worker, "attempt 2 ran on the dead worker");
+    cr_assert_eq(jint(json_object_get(job, "progress"), "step"), 300, "%s", dump(job));
+    json_decref(job);
+
+    json_t *ev = e2e_events(id);
+    char states[512];
+    e2e_event_states(ev, states, sizeof states);
+    cr_assert(strstr(states, "RUNNING,RESTARTING,SCHEDULED,STARTING,RUNNING,COMPLETED"), "events: %s", dump(ev));
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(ev, "events"), i, e)
+        if (!strcmp(jstr(e, "to_state"), "RESTARTING"))
+            cr_assert(strstr(jstr(e, "reason"), worker), "RESTARTING reason does not name %s: %s", worker, dump(e));
+    json_decref(ev);
+
+    /* Both attempts' lines are kept, each tagged with its attempt. */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", id);
+    json_t *logs = e2e_get(path);
+    bool a1 = false, a2 = false;
+    json_array_foreach(json_object_get(logs, "lines"), i, e) {
+        a1 |= jint(e, "attempt") == 1;
+        a2 |= jint(e, "attempt") == 2;
+    }
+    cr_assert(a1 && a2, "lines of attempt 1: %d, of attempt 2: %d", a1, a2);
+    json_decref(logs);
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(e2e_kiln(&out, &err, "logs", id, NULL), 0, "%s", err);
+    cr_assert(strstr(out, "[rank 0] ") && strstr(out, "[rank 0, attempt 2] "), "%.2000s", out);
+    free(out);
+    free(err);
+    e2e_pass();
+}

@@ -42,6 +42,12 @@ class Offline(unittest.TestCase):
         events = list(kiln.parse_sse(text.splitlines(keepends=True)))
         self.assertEqual(events, [("log", '{"seq": 3}', "3"), ("message", "a\nb", "3"), ("end", "{}", "3")])
 
+    def test_log_line(self):
+        line = kiln.LogLine.from_json({"seq": 4, "rank": 1, "stream": "stderr", "line": "hello"})
+        self.assertEqual(str(line), "[rank 1] hello")
+        line = kiln.LogLine.from_json({"seq": 5, "rank": 0, "attempt": 2, "line": "resumed"})
+        self.assertEqual((line.attempt, str(line)), (2, "[rank 0, attempt 2] resumed"))
+
     def test_error_from_reply(self):
         e = kiln.KilnError.from_reply(400, b'{"code": "invalid_argument", "message": "must be positive (got -1)",'
                                            b' "field": "hyperparameters.lr", "hint": "try 3e-4"}')

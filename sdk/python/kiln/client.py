@@ -23,20 +23,24 @@ TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
 
 @dataclass(frozen=True)
 class LogLine:
-    """One line a rank wrote. ``str(line)`` gives "[rank N] text"."""
+    """One line a rank wrote. ``str(line)`` gives "[rank N] text" ("[rank N, attempt A] text"
+    for the lines of a restarted job's later attempts)."""
 
     seq: int
     rank: int
     stream: str
     time: str
     line: str
+    attempt: int = 0
 
     @classmethod
     def from_json(cls, j):
         return cls(seq=int(j.get("seq") or 0), rank=int(j.get("rank") or 0), stream=j.get("stream") or "stdout",
-                   time=j.get("time") or "", line=j.get("line") or "")
+                   time=j.get("time") or "", line=j.get("line") or "", attempt=int(j.get("attempt") or 0))
 
     def __str__(self):
+        if self.attempt > 1:
+            return "[rank %d, attempt %d] %s" % (self.rank, self.attempt, self.line)
         return "[rank %d] %s" % (self.rank, self.line)
 
 
