@@ -208,31 +208,29 @@ Test(e2e, job_spans_both_agents, .init = e2e_setup, .fini = e2e_teardown, .timeo
     cr_assert(strstr(states, "QUEUED,SCHEDULED,STARTING"), "events: %s", dump(ev));
     json_decref(ev);
 
+    /* Data parallel over the two agents: both ranks train to the end and log, tagged. */
+    cr_assert_str_eq(state, "COMPLETED", "two-node job ended %s: %s", state, jstr(job, "reason"));
+    cr_assert(strstr(states, "RUNNING,COMPLETED"), "events: %s", states);
     char path[256];
-    if (!strcmp(state, "COMPLETED")) {
-        cr_assert(strstr(states, "RUNNING,COMPLETED"), "events: %s", states);
-        for (int rank = 0; rank < 2; rank++) {
-            snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=%d", id, rank);
-            json_t *logs = e2e_get(path);
-            json_t *lines = json_object_get(logs, "lines");
-            cr_assert_gt(json_array_size(lines), 0, "no lines from rank %d", rank);
-            size_t i;
-            json_t *l;
-            json_array_foreach(lines, i, l) cr_assert_eq(jint(l, "rank"), rank, "%s", dump(l));
-            json_decref(logs);
-        }
-        cr_assert_eq(jint(json_object_get(job, "progress"), "step"), 20, "%s", dump(job));
-    } else {
-        /* Until kiln-train does data parallelism the ranks may refuse world_size 2: the job must
-         * then be FAILED with that reason, after reaching its ranks on both agents. */
-        cr_assert_str_eq(state, "FAILED", "ended %s: %s", state, jstr(job, "reason"));
-        const char *reason = jstr(job, "reason");
-        cr_assert(*reason, "FAILED without a reason");
-        cr_assert(strstr(reason, "data parallel") || strstr(reason, "world"),
-                  "two-node job FAILED for an unexpected reason: %s", reason);
-        cr_assert(strstr(states, "FAILED"), "events: %s", states);
-        fprintf(stderr, "e2e: NOTE: the two-node job FAILED as allowed until data parallelism lands: %s\n", reason);
+    for (int rank = 0; rank < 2; rank++) {
+        snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=%d", id, rank);
+        json_t *logs = e2e_get(path);
+        json_t *lines = json_object_get(logs, "lines");
+        cr_assert_gt(json_array_size(lines), 0, "no lines from rank %d", rank);
+        size_t i;
+        json_t *l;
+        json_array_foreach(lines, i, l) cr_assert_eq(jint(l, "rank"), rank, "%s", dump(l));
+        json_decref(logs);
     }
+    cr_assert_eq(jint(json_object_get(job, "progress"), "step"), 20, "%s", dump(job));
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss", id);
+    json_t *m = e2e_get(path);
+    json_t *pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
+    size_t n = json_array_size(pts);
+    cr_assert_geq(n, 2, "%s", dump(m));
+    cr_assert_lt(json_number_value(json_object_get(json_array_get(pts, n - 1), "value")),
+                 json_number_value(json_object_get(json_array_get(pts, 0), "value")), "loss did not fall: %s", dump(m));
+    json_decref(m);
     json_decref(job);
     e2e_pass();
 }
