@@ -2,6 +2,7 @@
  * norm, clipping and AdamW per step, exactly the trainer's sequence, on random tokens. Prints
  * one JSON line per configuration (ms/step median after warm-up, tokens/s, MFU, peak memory)
  * for bench/RESULTS.md; bench/torch_gpt.py measures PyTorch on the same configurations.
+ * It tunes its environment as kiln-train does (eng_cpu_tune_env) unless KILN_BENCH_RAW is set.
  *
  *   build-x/bench/engine_bench [--config 124m|small|all] [--threads 2] [--steps 10] [--warmup 3]
  *                              [--peak-gflops G] [--profile] [--ops]
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "engine/engine.h"
@@ -231,6 +233,10 @@ int main(int argc, char **argv)
         {"profile", NULL, CONFIG_BOOL, &prof, "per-block timings on stderr"},
         {"ops", NULL, CONFIG_BOOL, &ops, "CPU time per op on stderr"},
     };
+    if (!getenv("KILN_BENCH_REEXEC") && !getenv("KILN_BENCH_RAW") && eng_cpu_tune_env()) {
+        setenv("KILN_BENCH_REEXEC", "1", 1); /* run as kiln-train does */
+        execv("/proc/self/exe", argv);
+    }
     kiln_err_t err;
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags), "[options]", NULL, &err);
     if (rc) return rc == 1 ? 0 : 2;

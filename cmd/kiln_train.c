@@ -68,15 +68,13 @@ int main(int argc, char **argv)
          "machine peak for MFU (0: measure an FMA loop at start)"},
         {"quiet", NULL, CONFIG_BOOL, &quiet, "no per-step log lines"},
     };
-    /* libgomp reads OMP_WAIT_POLICY once, when it loads. Its default (spin before sleeping) is
-     * fastest on idle cores but collapses when the cores are shared: waiting threads burn the
-     * time slices their partners need (measured 10-17x slower on a loaded 2-core machine).
-     * Ranks share machines, so run passive unless the caller chose: re-exec ourselves once with
-     * the variable set (same pid, same fds, so the agent sees nothing). */
-    if (!getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    /* libgomp and OpenBLAS read their tuning variables once, when they load: when
+     * eng_cpu_tune_env() sets any (passive OpenMP waiting, OpenBLAS kernels for Zen 4), re-exec
+     * ourselves once (same pid, same fds, so the agent sees nothing). */
+    if (!getenv("KILN_TRAIN_REEXEC") && eng_cpu_tune_env()) {
+        setenv("KILN_TRAIN_REEXEC", "1", 1);
         execv("/proc/self/exe", argv);
-        /* exec failed: carry on with the default policy */
+        /* exec failed: carry on with the defaults */
     }
     kiln_err_t err;
     kiln_err_clear(&err);

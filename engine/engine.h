@@ -436,6 +436,12 @@ int eng_gpt_sample(eng_gpt_t *m, const int32_t *prompt, int n_prompt, int n, dou
  * each thread's CPU time (so other load on the machine does not lower it; ~0.15 s). MFU's
  * denominator unless overridden. */
 double eng_measure_peak_gflops(void);
+/* Sets the environment the CPU backend runs best with, where the caller has not chosen:
+ * OMP_WAIT_POLICY=PASSIVE (libgomp's default spinning collapses on shared cores: 10-17x slower
+ * on a loaded 2-core machine) and, on AMD family 19h, OPENBLAS_CORETYPE=Zen (~5% faster GEMMs).
+ * Both are read once when the libraries load, so a main() that gets true back should re-exec
+ * itself (execv("/proc/self/exe", argv)) before doing anything else. Not thread-safe. */
+bool eng_cpu_tune_env(void);
 /* Peak resident memory of the process in MiB (getrusage). */
 double eng_peak_mem_mb(void);
 
