@@ -277,7 +277,7 @@ Test(e2e_clients, python_sdk, .init = e2e_setup, .fini = e2e_teardown, .timeout 
     char *env[] = {url, root, "KILN_SDK_REQUIRE_SERVER=1", "PYTHONDONTWRITEBYTECODE=1", NULL};
     char *out = NULL, *err = NULL;
     int rc = e2e_run(argv, env, &out, &err, 280000);
-    if (rc != 0)
+    if (rc != 0 || getenv("KILN_E2E_VERBOSE"))
         fprintf(stderr, "---- python SDK tests (rc %d):\n%s%s\n", rc, out, err);
     cr_assert_eq(rc, 0, "python SDK tests failed");
     /* unittest reports on stderr; no case may be skipped here. */

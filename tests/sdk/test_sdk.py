@@ -8,6 +8,8 @@ which turns "no server" into a failure instead of a skip.
     /usr/bin/python3 -m unittest discover -s tests/sdk
 """
 
+import contextlib
+import io
 import os
 import socket
 import sys
@@ -172,6 +174,33 @@ class Live(unittest.TestCase):
         self.assertIn(first.state, ("STOPPING", "STOPPED"))
         first.wait(timeout=60)
         self.assertEqual(first.state, "STOPPED", first.reason)
+
+    def test_fit_waits_following_logs_on_two_nodes(self):
+        # SageMaker style: instance_count nodes, fit() follows the logs and waits.
+        est = tiny_estimator(self.client, "sdk-two-nodes", instance_count=2)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            job = est.fit(timeout=120)
+        self.assertEqual(job.state, "COMPLETED", job.reason)
+        self.assertEqual(len(set(job.workers)), 2)
+        printed = buf.getvalue()
+        self.assertIn("[rank 0] ", printed)
+        self.assertIn("[rank 1] ", printed)
+        self.assertTrue(list(job.logs(rank=1)))
+
+    def test_fit_raises_when_the_job_fails(self):
+        est = tiny_estimator(self.client, "sdk-fails")
+        est.data = {"train": "/nonexistent/kiln-sdk-test/corpus.txt"}
+        with self.assertRaises(kiln.KilnError) as cm:
+            est.fit(logs=False, timeout=120)
+        e = cm.exception
+        print("fit() of a job with a missing data file raised: %s" % e, file=sys.stderr)
+        if isinstance(e, kiln.JobFailedError):  # accepted, then failed in its rank
+            self.assertEqual(e.job.state, "FAILED")
+            self.assertTrue(e.job.reason)
+            self.assertIn(e.job.id, str(e))
+        else:  # or refused at submission, naming the field
+            self.assertEqual(e.field, "data.train")
 
     def test_workers(self):
         workers = self.client.workers()
