@@ -237,7 +237,10 @@ static void e2e_fail_setup(const char *fmt, ...)
     cr_assert_fail("e2e setup: %s", msg);
 }
 
-void e2e_kilnd_start(void)
+/* Starts kilnd and waits for /readyz. Returns true when it is up, false when it exited during
+ * start-up (its log says why: typically a port another test took between th_free_port() and
+ * kilnd's bind). Fails the test when it neither dies nor becomes ready within 30 s. */
+static bool e2e_kilnd_try_start(void)
 {
     e2e_cluster_t *c = e2e_cl;
     char http_addr[64], grpc_addr[64], hb[32], log[PATH_MAX];
@@ -256,26 +259,31 @@ void e2e_kilnd_start(void)
     c->kilnd = e2e_spawn(argv, NULL, log, NULL);
     cr_assert(c->kilnd > 0, "could not start kilnd");
 
-    /* kilnd is ready when /readyz answers 200 (database reachable, migrations applied). */
+    /* kilnd is ready when /readyz answers 200 (database reachable, migrations applied) and it is
+     * still alive (so the answer did not come from another test's kilnd on the same port). */
     char url[PATH_MAX];
     snprintf(url, sizeof url, "%s/readyz", c->url);
-    bool ready = false;
-    for (int i = 0; i < 300 && !ready; i++) {
+    for (int i = 0; i < 300; i++) {
         long st = 0;
         char *body = NULL;
-        if (th_http("GET", url, NULL, NULL, &st, &body, 2000) == 0 && st == 200)
-            ready = true;
+        bool ok = th_http("GET", url, NULL, NULL, &st, &body, 2000) == 0 && st == 200;
         free(body);
-        if (!ready) {
-            if (!e2e_alive(c->kilnd)) {
-                c->kilnd = 0;
-                e2e_fail_setup("kilnd exited during start-up");
-            }
-            usleep(100000);
+        if (!e2e_alive(c->kilnd)) {
+            c->kilnd = 0;
+            return false;
         }
+        if (ok)
+            return true;
+        usleep(100000);
     }
-    if (!ready)
-        e2e_fail_setup("kilnd did not become ready at %s within 30 s", url);
+    e2e_fail_setup("kilnd did not become ready at %s within 30 s", url);
+    return false;
+}
+
+void e2e_kilnd_start(void)
+{
+    if (!e2e_kilnd_try_start())
+        e2e_fail_setup("kilnd exited during start-up");
 }
 
 void e2e_kilnd_kill(void)
@@ -301,17 +309,23 @@ static void e2e_start(int heartbeat_timeout_ms)
     cr_assert_not_null(mkdtemp(c->dir), "mkdtemp: %s", strerror(errno));
     c->db_url = th_pg_create_db("e2e");
     cr_assert_not_null(c->db_url, "no test database (run through tests/run.sh)");
-    c->http_port = th_free_port();
-    c->grpc_port = th_free_port();
-    while (c->grpc_port == c->http_port)
+    c->heartbeat_timeout_ms = heartbeat_timeout_ms > 0 && e2e_has_flag(e2e_bin("kilnd"), "heartbeat-timeout-ms")
+                                  ? heartbeat_timeout_ms : 0;
+    /* Free ports can be taken by a parallel test before kilnd binds them: then try others. */
+    bool up = false;
+    for (int attempt = 0; attempt < 3 && !up; attempt++) {
+        c->http_port = th_free_port();
         c->grpc_port = th_free_port();
-    snprintf(c->url, sizeof c->url, "http://127.0.0.1:%d", c->http_port);
+        while (c->grpc_port == c->http_port)
+            c->grpc_port = th_free_port();
+        snprintf(c->url, sizeof c->url, "http://127.0.0.1:%d", c->http_port);
+        up = e2e_kilnd_try_start();
+    }
+    if (!up)
+        e2e_fail_setup("kilnd exited during start-up (3 tries)");
 
     char grpc_addr[64], log[PATH_MAX];
     snprintf(grpc_addr, sizeof grpc_addr, "127.0.0.1:%d", c->grpc_port);
-    c->heartbeat_timeout_ms = heartbeat_timeout_ms > 0 && e2e_has_flag(e2e_bin("kilnd"), "heartbeat-timeout-ms")
-                                  ? heartbeat_timeout_ms : 0;
-    e2e_kilnd_start();
     if (c->heartbeat_timeout_ms == 0)
         c->heartbeat_timeout_ms = 10000; /* kilnd's default */
 
