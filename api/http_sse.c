@@ -11,7 +11,7 @@
 #include "api/http_int.h"
 
 #define SSE_HISTORY_PAGE 1000
-#define SSE_READ_MAX 256
+#define SSE_READ_MAX 1000          /* lines per svc_follow_read (one database page when refilling) */
 
 typedef enum { SSE_HISTORY, SSE_LIVE, SSE_DONE } sse_phase_t;
 

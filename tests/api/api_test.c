@@ -188,13 +188,18 @@ static size_t at_sse_write(char *p, size_t sz, size_t n, void *ud)
     while (s->stall)
         usleep(10000);
     pthread_mutex_lock(&s->lock);
-    char *nb = realloc(s->buf, s->len + sz * n + 1);
-    if (nb) {
+    if (s->len + sz * n + 1 > s->cap) { /* doubling: ASan's realloc always copies */
+        size_t cap = s->cap ? s->cap : 65536;
+        while (cap < s->len + sz * n + 1)
+            cap *= 2;
+        char *nb = realloc(s->buf, cap);
+        cr_assert(nb);
         s->buf = nb;
-        memcpy(s->buf + s->len, p, sz * n);
-        s->len += sz * n;
-        s->buf[s->len] = '\0';
+        s->cap = cap;
     }
+    memcpy(s->buf + s->len, p, sz * n);
+    s->len += sz * n;
+    s->buf[s->len] = '\0';
     pthread_mutex_unlock(&s->lock);
     return sz * n;
 }
@@ -252,9 +257,12 @@ void at_sse_open(at_sse_t *s, const char *path, const char *last_event_id)
 
 bool at_sse_wait(at_sse_t *s, const char *needle, int timeout_ms)
 {
+    size_t from = 0, nl = strlen(needle); /* only the new text is searched each time */
     for (int waited = 0;; waited += 10) {
         pthread_mutex_lock(&s->lock);
-        bool found = strstr(s->buf, needle) != NULL;
+        bool found = strstr(s->buf + from, needle) != NULL;
+        if (s->len >= nl)
+            from = s->len - nl + 1;
         pthread_mutex_unlock(&s->lock);
         if (found)
             return true;

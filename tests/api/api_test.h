@@ -45,7 +45,7 @@ typedef struct at_sse {
     char last_event_id[32];
     pthread_mutex_t lock;
     char *buf;
-    size_t len;
+    size_t len, cap;
     bool done;
     long status;
     volatile bool stall;  /* while true, the write callback blocks (a slow reader) */
