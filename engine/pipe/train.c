@@ -932,6 +932,14 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
         if ((rc = run_passes(&t, &t.sched, t.accum, err)))
             goto done;
         double p1 = kiln_mono_s();
+        if (getenv("KILN_PIPE_TRACE") && step == max_steps) {
+            /* debugging aid: the last pass's actions with start/end in ms from the step's start */
+            fprintf(stderr, "pipe trace stage %d:", t.stage);
+            for (int i = 0; i < t.sched.n; i++)
+                fprintf(stderr, " %s%d[%.2f,%.2f]", pipe_action_name(t.trace[i].kind), t.trace[i].mb,
+                        (t.trace[i].t0 - p0) * 1e3, (t.trace[i].t1 - p0) * 1e3);
+            fprintf(stderr, "\n");
+        }
         if ((rc = reduce_grads(&t, err)))
             goto done;
         /* one all-reduce of the step's scalars over every rank: the squared-norm partials (the
