@@ -133,6 +133,9 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--blas", default="best", choices=["best", "openmp", "pthread", "default"])
+    ap.add_argument("--variants", default="",
+                    help="comma-separated blas/policy/coretype triples to try instead of all, "
+                         "e.g. openmp/PASSIVE/Zen,pthread/PASSIVE/default")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     names = list(CONFIGS) if a.config == "all" else [a.config]
@@ -147,6 +150,8 @@ def main():
     blases = ["openmp", "pthread"] if a.blas == "best" else [a.blas]
     variants = [(b, w, c) for b in blases for w in ("default", "PASSIVE")
                 for c in ("default", "Zen")]
+    if a.variants:
+        variants = [tuple(v.split("/")) for v in a.variants.split(",")]
     for n in names:
         results = []
         for v, w, ct in variants:
