@@ -46,6 +46,17 @@ void at_setup(void)
     arena_deinit(&a);
 }
 
+const char *at_db_name(void)
+{
+    static char name[128];
+    const char *p = at_db ? strstr(at_db, "dbname=") : NULL;
+    kiln_strlcpy(name, p ? p + 7 : "", sizeof name);
+    char *sp = strchr(name, ' ');
+    if (sp)
+        *sp = '\0';
+    return name;
+}
+
 void at_teardown(void)
 {
     api_http_stop(at_http);

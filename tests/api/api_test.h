@@ -16,6 +16,8 @@ extern svc_t *at_svc;
 extern char at_base[64];          /* "http://127.0.0.1:PORT" */
 extern char at_worker[128];       /* id of the worker registered by at_setup */
 
+/* Name of the fixture's database (static storage). */
+const char *at_db_name(void);
 /* Criterion .init/.fini: database, service, REST server, one 4-slot CPU worker. */
 void at_setup(void);
 void at_teardown(void);

@@ -2,9 +2,11 @@
  * database: job creation and validation errors, idempotency, listing and paging, stop and
  * events, metrics, workers, health, and the error shapes for unknown paths and methods. */
 #include <criterion/criterion.h>
+#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/api/api_test.h"
 
@@ -513,4 +515,58 @@ Test(http, concurrent_retries_with_one_key_create_one_job)
     json_t *list = at_req("GET", "/v1/jobs", NULL, NULL, &st, NULL);
     cr_assert_eq(json_array_size(json_object_get(list, "jobs")), 1);
     json_decref(list);
+}
+
+/* Runs one statement on the test cluster's admin database. */
+static void admin_exec(const char *sql)
+{
+    char conninfo[512];
+    snprintf(conninfo, sizeof conninfo, "host=%s port=%s user=postgres dbname=postgres",
+             getenv("KILN_PG_HOST"), getenv("KILN_PG_PORT") ? getenv("KILN_PG_PORT") : "5432");
+    PGconn *c = PQconnectdb(conninfo);
+    cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, sql);
+    cr_assert(PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s",
+              sql, PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+}
+
+Test(http, database_outage_is_503_and_recovers)
+{
+    char sql[512];
+    const char *db = at_db_name();
+    snprintf(sql, sizeof sql, "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS false", db);
+    admin_exec(sql);
+    snprintf(sql, sizeof sql,
+             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s'", db);
+    admin_exec(sql);
+
+    long st;
+    char *raw;
+    json_t *j = at_req("GET", "/readyz", NULL, NULL, &st, &raw);
+    cr_assert_eq(st, 503, "%s", raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "code")), "unavailable", "%s", raw);
+    json_decref(j);
+    free(raw);
+    j = at_req("GET", "/v1/jobs", NULL, NULL, &st, &raw);
+    cr_assert_eq(st, 503, "%s", raw);
+    json_decref(j);
+    free(raw);
+    j = at_req("GET", "/healthz", NULL, NULL, &st, NULL);
+    cr_assert_eq(st, 200, "alive even without the database");
+    json_decref(j);
+
+    snprintf(sql, sizeof sql, "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS true", db);
+    admin_exec(sql);
+    for (int i = 0; i < 50; i++) {
+        j = at_req("GET", "/readyz", NULL, NULL, &st, NULL);
+        json_decref(j);
+        if (st == 200)
+            break;
+        usleep(100000);
+    }
+    cr_assert_eq(st, 200, "ready again once the database is back");
+    char *id = at_create_job("after-outage", NULL, NULL);
+    free(id);
 }
