@@ -65,6 +65,19 @@ static size_t resident_bytes(const void *p, size_t len)
     return n * (size_t)pg;
 }
 
+/* The process's resident memory now (bytes), 0 when unknown. */
+static size_t rss_now(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
 /* ---- the run ----------------------------------------------------------------------------------- */
 
 typedef struct prange {
@@ -372,25 +385,30 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
     const spec_t *s = t->s;
     int nb = t->cfg.n_layer + 2, rc;
     pipe_block_profile_t *prof = calloc((size_t)nb, sizeof(*prof));
-    float *times = calloc((size_t)nb * 2, sizeof(float));
+    float *times = calloc((size_t)nb * 2 + 1, sizeof(float));
     size_t overhead = 0;
     if (!prof || !times) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto done;
     }
     double t0 = kiln_mono_s();
+    /* what the process holds before the model (libraries, the transport's buffers) counts
+     * against a per-rank limit too */
+    size_t base = rss_now();
     if ((rc = pipe_profile_gpt(&t->cfg, t->be, t->B, t->T, 2, 5, prof, &overhead, err)))
         goto done;
     for (int b = 0; b < nb; b++) {
         times[2 * b] = (float)prof[b].fwd_ms;
         times[2 * b + 1] = (float)prof[b].bwd_ms;
     }
-    if ((rc = comm_allreduce(t->world, times, (size_t)nb * 2, COMM_AVG, err)))
+    times[2 * nb] = (float)((double)base / MIB);
+    if ((rc = comm_allreduce(t->world, times, (size_t)nb * 2 + 1, COMM_AVG, err)))
         goto done;
     for (int b = 0; b < nb; b++) {
         prof[b].fwd_ms = times[2 * b];
         prof[b].bwd_ms = times[2 * b + 1];
     }
+    overhead += (size_t)((double)times[2 * nb] * MIB); /* identical on every rank: the plan must be */
     if (t->rank == 0)
         pt_log(t, "pipeline: profiled %d blocks in %.2f s (microbatch %dx%d): embedding %.2f+%.2f ms, layer "
                "%.2f+%.2f ms, head %.2f+%.2f ms (forward+backward)\n", nb, kiln_mono_s() - t0, t->B, t->T,
@@ -486,6 +504,67 @@ static void release_outside(pt_t *t, float *buf, size_t n)
     }
 }
 
+/* GPT-2 initialisation of this stage's ranges only, drawing the same random stream as
+ * eng_gpt_init_weights (engine/gpt.c) so every parameter gets the value a single process gives
+ * it, without ever holding the whole model: values of other stages' ranges are drawn and
+ * dropped. Mirrors gpt.c's rules (normal(0, 0.02) for 2-D weights, 0.02/sqrt(2L) for the
+ * residual projections, LayerNorm weights 1, biases 0, padded wte rows 0); the pipeline tests
+ * compare parameters with single-process training, so a drift between the two would show. */
+static int init_own_ranges(pt_t *t, uint64_t seed, kiln_err_t *err)
+{
+    const eng_params_t *P = &t->gpt->p;
+    eng_range_t r[MAX_RANGES];
+    for (int i = 0; i < t->nrg; i++)
+        r[i] = (eng_range_t){t->rg[i].off, t->rg[i].n};
+    qsort(r, (size_t)t->nrg, sizeof(r[0]), cmp_range);
+    size_t maxn = 0;
+    for (int i = 0; i < t->nrg; i++)
+        maxn = r[i].n > maxn ? r[i].n : maxn;
+    float *buf = malloc(sizeof(float) * (maxn ? maxn : 1));
+    if (!buf)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory while initialising parameters");
+    eng_rng_t rng;
+    eng_rng_seed(&rng, seed);
+    double resid_std = 0.02 / sqrt(2.0 * t->cfg.n_layer);
+    size_t wte_keep = (size_t)t->cfg.vocab_size * t->cfg.n_embd; /* wte rows past V stay 0 */
+    for (int k = 0; k < P->n_tensors; k++) {
+        const eng_tensor_t *ten = &P->tensors[k];
+        bool ones = !strcmp(ten->name, "ln1w") || !strcmp(ten->name, "ln2w") || !strcmp(ten->name, "lnfw");
+        bool normal = !ones && ten->decay;
+        double sd = (!strcmp(ten->name, "attprojw") || !strcmp(ten->name, "fcprojw")) ? resid_std : 0.02;
+        size_t pos = ten->off, end = ten->off + ten->n; /* next element whose value is drawn */
+        for (int i = 0; i < t->nrg; i++) {
+            size_t a = r[i].off > ten->off ? r[i].off : ten->off;
+            size_t b = r[i].off + r[i].n < end ? r[i].off + r[i].n : end;
+            if (a >= b)
+                continue;
+            if (normal) {
+                for (; pos < a; pos++) { /* two uniforms per normal, as eng_rng_normal draws them */
+                    eng_rng_next(&rng);
+                    eng_rng_next(&rng);
+                }
+                for (size_t j = a; j < b; j++, pos++) {
+                    buf[j - a] = (float)(sd * eng_rng_normal(&rng));
+                    if (k == 0 && j - ten->off >= wte_keep)
+                        buf[j - a] = 0.0f;
+                }
+            } else {
+                for (size_t j = a; j < b; j++)
+                    buf[j - a] = ones ? 1.0f : 0.0f;
+            }
+            t->be->to_device(P->params + a, buf, (b - a) * sizeof(float));
+        }
+        /* the rest of a normal tensor's draws happen before the next tensor's */
+        if (normal)
+            for (; pos < end; pos++) {
+                eng_rng_next(&rng);
+                eng_rng_next(&rng);
+            }
+    }
+    free(buf);
+    return 0;
+}
+
 static int setup_model(pt_t *t, kiln_err_t *err)
 {
     const spec_t *s = t->s;
@@ -506,8 +585,6 @@ static int setup_model(pt_t *t, kiln_err_t *err)
         }
         t->be->to_device(t->gpt->p.params, params, t->gpt->p.n * sizeof(float));
         free(params);
-    } else {
-        eng_gpt_init_weights(t->gpt, s->hp.seed);
     }
     /* own ranges: every block of the stage; the tied wte appears in block 0 and block L+1 */
     int L = t->cfg.n_layer;
@@ -530,6 +607,8 @@ static int setup_model(pt_t *t, kiln_err_t *err)
             t->rg[t->nrg++] = (prange_t){r[i].off, r[i].n, decay, !(is_wte && b == L + 1 && t->first > 0)};
         }
     }
+    if (!s->model.init_from[0] && (rc = init_own_ranges(t, s->hp.seed, err)))
+        return rc;
     t->m = t->mbe->alloc(t->gpt->p.n * sizeof(float));
     t->v = t->mbe->alloc(t->gpt->p.n * sizeof(float));
     if (!t->m || !t->v)
