@@ -759,6 +759,45 @@ Test(life, reregistration_and_unknown_workers)
     cr_assert_eq(svc_agent_register(svc, &rq, &arena, &rs, &err), KILN_EINVAL);
 }
 
+Test(life, two_services_on_one_database_never_double_book)
+{
+    /* A second kilnd on the same database: both schedulers run, neither may give a slot that
+     * the other just gave away. */
+    svc_t *other = NULL;
+    svc_config_t cfg = {.database_url = url, .heartbeat_interval_ms = 100, .heartbeat_timeout_ms = 10000,
+                        .sched_interval_ms = 5, .db_pool_size = 4, .stop_grace_ms = 500};
+    cr_assert_eq(svc_create(&cfg, &other, &err), 0, "%s", err.message);
+    char w[4][64];
+    for (int k = 0; k < 4; k++)
+        reg(NULL, 1, "cpu", w[k]);
+    char ids[24][40];
+    for (int i = 0; i < 24; i++) {
+        json_t *job = NULL, *sp = spec(1, 1, "cpu", 0, 1);
+        bool created;
+        cr_assert_eq(svc_job_create(i % 2 ? other : svc, sp, NULL, &job, &created, &err), 0, "%s", err.message);
+        kiln_strlcpy(ids[i], json_string_value(json_object_get(job, "id")), 40);
+        json_decref(job);
+        json_decref(sp);
+    }
+    struct timespec ts = {0, 500 * 1000000};
+    nanosleep(&ts, NULL);
+    json_t *ws = NULL;
+    cr_assert_eq(svc_workers_list(other, &ws, &err), 0);
+    json_t *arr = json_object_get(ws, "workers");
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        cr_assert_geq(json_integer_value(json_object_get(json_array_get(arr, i), "slots_free")), 0,
+                      "a worker's slot was given twice");
+    json_decref(ws);
+    int placed = 0;
+    for (int i = 0; i < 24; i++) {
+        json_t *j = get(ids[i]);
+        placed += strcmp(state_of(j), "SCHEDULED") == 0;
+        json_decref(j);
+    }
+    cr_assert_eq(placed, 4, "exactly one job per slot");
+    svc_destroy(other);
+}
+
 /* ---- liveness ------------------------------------------------------------------------------ */
 
 TestSuite(liveness, .init = setup_short_timeout, .fini = teardown, .timeout = 60);
