@@ -3,6 +3,7 @@
  * model; a job whose smallest stage exceeds resources.memory_limit_mb and a job with a bad manual
  * plan fail on every rank with a clear last line. */
 #include "tests/common/harness.h"
+#include "tests/pipe/pipe_test.h"
 #include "base/base.h"
 
 #include <criterion/criterion.h>
@@ -21,6 +22,7 @@ static int g_steps = 5;
 
 static void setup_dir(int n_embd, const char *extra_mp, const char *extra_res)
 {
+    pipe_test_remove_stale_shm();
     snprintf(g_dir, sizeof(g_dir), "/tmp/kiln-pipe-kt-XXXXXX");
     cr_assert_not_null(mkdtemp(g_dir));
     char path[128];

@@ -3,6 +3,7 @@
  * distribution.model_parallel asks for 2 partitions on 4 ranks (hybrid 2 x 2) submitted over
  * REST; it must complete, report its metrics, and leave the plan and the model in its output. */
 #include "tests/common/harness.h"
+#include "tests/pipe/pipe_test.h"
 #include "base/base.h"
 
 #include <criterion/criterion.h>
@@ -20,6 +21,7 @@ Test(service_pipe, hybrid_pipeline_job_completes_through_kilnd_and_an_agent, .ti
     char *db = th_pg_create_db("pipe_e2e");
     if (!db)
         cr_skip_test("no test PostgreSQL cluster (run through tests/run.sh)");
+    pipe_test_remove_stale_shm();
     char work[64] = "/tmp/kiln-pipe-svc-XXXXXX";
     cr_assert_not_null(mkdtemp(work));
     int http = th_free_port(), grpc = th_free_port();
