@@ -1,0 +1,106 @@
+/* test_follow.c - live log followers: lines after open, the end notice, a job that has already
+ * ended, and a follower that falls far behind its buffer still gets every line once, in order. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tests/service/fixture.h"
+
+/* ---- followers ------------------------------------------------------------------------------- */
+
+TestSuite(follow, .init = setup, .fini = teardown, .timeout = 60);
+
+static int wakes;
+static void on_wake(void *ud)
+{
+    (void)ud;
+    __atomic_add_fetch(&wakes, 1, __ATOMIC_SEQ_CST);
+}
+
+Test(follow, live_lines_then_end)
+{
+    char w[1][64], id[40];
+    run_job(1, 1, w, id);
+    push_logs(w[0], id, 1, 0, 0, 3);  /* history, before the follower */
+    svc_follow_t *f = NULL;
+    cr_assert_eq(svc_follow_open(svc, id, -1, 3, on_wake, NULL, &f, &err), 0, "%s", err.message);
+    json_t *lines = json_array();
+    bool ended = false;
+    json_t *end = NULL;
+    cr_assert_eq(svc_follow_read(f, lines, 100, &ended, &end), 0);
+    cr_assert_not(ended);
+    push_logs(w[0], id, 1, 0, 3, 4);
+    cr_assert_gt(wakes, 0, "the follower was woken");
+    cr_assert_eq(svc_follow_read(f, lines, 100, &ended, &end), 4);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(lines, 0), "seq")), 4);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(lines, 3), "line")), "line 6");
+    rank_exit(w[0], id, 1, 0, 0, NULL);
+    json_array_clear(lines);
+    int n = svc_follow_read(f, lines, 100, &ended, &end);
+    if (!ended)
+        n += svc_follow_read(f, lines, 100, &ended, &end);
+    cr_assert_eq(n, 0);
+    cr_assert(ended);
+    cr_assert_str_eq(json_string_value(json_object_get(end, "state")), "COMPLETED");
+    json_decref(end);
+    json_decref(lines);
+    svc_follow_close(f);
+
+    /* Following a job that has already ended: the end at once. */
+    cr_assert_eq(svc_follow_open(svc, id, -1, 7, NULL, NULL, &f, &err), 0);
+    lines = json_array();
+    cr_assert_eq(svc_follow_read(f, lines, 100, &ended, &end), 0);
+    cr_assert(ended);
+    json_decref(end);
+    json_decref(lines);
+    svc_follow_close(f);
+}
+
+Test(follow, a_follower_that_falls_behind_gets_every_line)
+{
+    char w[1][64], id[40];
+    run_job(1, 1, w, id);
+    svc_follow_t *f = NULL, *f1 = NULL;
+    cr_assert_eq(svc_follow_open(svc, id, -1, 0, NULL, NULL, &f, &err), 0);
+    cr_assert_eq(svc_follow_open(svc, id, 1, 0, NULL, NULL, &f1, &err), 0);
+    /* Far more than the follower buffers, without reading. */
+    enum { BATCH = 1000, BATCHES = 12 };
+    for (int b = 0; b < BATCHES; b++)
+        push_logs(w[0], id, 1, b % 2, b * BATCH, BATCH);
+    json_t *lines = json_array();
+    bool ended = false;
+    json_t *end = NULL;
+    int64_t expect = 1;
+    for (int guard = 0; guard < 1000; guard++) {
+        json_array_clear(lines);
+        int n = svc_follow_read(f, lines, 500, &ended, &end);
+        for (int i = 0; i < n; i++) {
+            json_t *l = json_array_get(lines, (size_t)i);
+            cr_assert_eq(json_integer_value(json_object_get(l, "seq")), expect, "no gap, no duplicate");
+            expect++;
+        }
+        if (n == 0)
+            break;
+        if (expect == BATCH * BATCHES + 1)
+            push_logs(w[0], id, 1, 0, 99999, 1); /* live again after catching up */
+    }
+    cr_assert_eq(expect, BATCH * BATCHES + 2);
+    /* The rank-1 follower saw only rank 1's lines, all of them. */
+    int total = 0;
+    for (int guard = 0; guard < 1000; guard++) {
+        json_array_clear(lines);
+        int n = svc_follow_read(f1, lines, 700, &ended, &end);
+        for (int i = 0; i < n; i++)
+            cr_assert_eq(json_integer_value(json_object_get(json_array_get(lines, (size_t)i), "rank")), 1);
+        total += n;
+        if (n == 0)
+            break;
+    }
+    cr_assert_eq(total, BATCH * BATCHES / 2);
+    json_decref(lines);
+    svc_follow_close(f);
+    svc_follow_close(f1);
+}
