@@ -260,3 +260,62 @@ Test(kiln_train, a_killed_stage_fails_its_peer_fast, .timeout = 120)
     g_steps = 5;
     cleanup();
 }
+
+Test(kiln_train, sigterm_checkpoints_and_exits_143, .timeout = 120)
+{
+    /* the agent's stop: every rank gets SIGTERM; they agree at the end of the step, rank 0
+     * writes a checkpoint, and all exit 143; a new attempt resumes from it */
+    g_steps = 100000;
+    setup_dir(32, "", "");
+    pid_t pids[2];
+    start_ranks(pids);
+    char *log = NULL;
+    for (int i = 0; i < 600; i++) {
+        free(log);
+        log = slurp("rank0.log");
+        if (log && strstr(log, "step 3/"))
+            break;
+        usleep(50000);
+    }
+    cr_assert(log && strstr(log, "step 3/"), "training did not start: %s", log ? log : "");
+    free(log);
+    kill(pids[0], SIGTERM);
+    kill(pids[1], SIGTERM);
+    for (int r = 0; r < 2; r++) {
+        int st = -1;
+        double t0 = kiln_mono_s();
+        while (waitpid(pids[r], &st, WNOHANG) == 0) {
+            if (kiln_mono_s() - t0 > 60) {
+                th_stop(pids[0], SIGKILL, 1000);
+                th_stop(pids[1], SIGKILL, 1000);
+                cr_assert_fail("rank %d did not stop", r);
+            }
+            usleep(20000);
+        }
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 143, "rank %d exit 0x%x", r, st);
+    }
+    log = slurp("rank0.log");
+    cr_assert(strstr(log, "stopping at step") && strstr(log, "checkpoint: step"), "%s", log);
+    free(log);
+    /* the next attempt resumes where the first stopped */
+    g_steps = 100000;
+    pid_t again[2];
+    start_ranks(again);
+    for (int i = 0; i < 600; i++) {
+        log = slurp("rank0.log");
+        bool resumed = log && strstr(log, "resumed from");
+        free(log);
+        if (resumed)
+            break;
+        usleep(50000);
+    }
+    th_stop(again[0], SIGKILL, 1000);
+    th_stop(again[1], SIGKILL, 1000);
+    remove_shm_of(again[0]);
+    remove_shm_of(again[1]);
+    log = slurp("rank0.log");
+    cr_assert(strstr(log, "resumed from"), "%s", log);
+    free(log);
+    g_steps = 5;
+    cleanup();
+}
