@@ -4,9 +4,13 @@
 #include "store/store_int.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#define STORE_POOL_WAIT_S 30
 
 static void notice_cb(void *arg, const char *message)
 {
@@ -88,9 +92,21 @@ void store_close(store_t *st)
 int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
 {
     *out = NULL;
+    /* Connections come back quickly (no caller holds one across a wait on something else); if
+     * none does within 30 s the database is stuck and the caller should say so, not hang. */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += STORE_POOL_WAIT_S;
     pthread_mutex_lock(&st->mu);
-    while (st->nfree == 0)
-        pthread_cond_wait(&st->cv, &st->mu);
+    while (st->nfree == 0) {
+        if (pthread_cond_timedwait(&st->cv, &st->mu, &deadline) == ETIMEDOUT && st->nfree == 0) {
+            pthread_mutex_unlock(&st->mu);
+            kiln_err_set(err, KILN_EUNAVAIL, NULL, "no database connection became free within %d s",
+                         STORE_POOL_WAIT_S);
+            kiln_err_hint(err, "the database may be stuck; raise --db-pool-size if the load is real");
+            return KILN_EUNAVAIL;
+        }
+    }
     store_conn_t *c = &st->conns[st->free_stack[--st->nfree]];
     pthread_mutex_unlock(&st->mu);
 

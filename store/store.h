@@ -29,8 +29,9 @@ typedef struct store_conn store_conn_t;
 int store_open(const char *url, int pool_size, store_t **out, kiln_err_t *err);
 /* Closes every connection. All connections must have been given back. Accepts NULL. */
 void store_close(store_t *st);
-/* Takes a connection, waiting for one to be free; reconnects a broken one. The caller owns it
- * until store_conn_put(). Returns 0 or KILN_EDB (database unreachable). */
+/* Takes a connection, waiting (up to 30 s) for one to be free; reconnects a broken one. The
+ * caller owns it until store_conn_put(). Returns 0, KILN_EDB (database unreachable) or
+ * KILN_EUNAVAIL (no connection came free in time). */
 int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err);
 /* Gives a connection back; a transaction left open on it is rolled back. Accepts NULL c. */
 void store_conn_put(store_t *st, store_conn_t *c);
