@@ -289,9 +289,12 @@ typedef struct pipe_train_info {
  * Evaluates (val loss) through a forward-only pipeline; at the end rank 0 gathers the
  * parameters and writes output_dir/model_llmc.bin. Checkpoints: rank 0 gathers parameters and
  * AdamW state and writes the engine's checkpoint format (so a pipelined job resumes a
- * single-rank checkpoint and vice versa). res (may be NULL) as eng_train_run's, on every rank;
- * info (may be NULL) OUT. Returns 0 or a KILN_E* status with err filled (every rank fails when
- * a peer does). */
+ * single-rank checkpoint and vice versa). Host backends only (cpu, ref): parameters,
+ * gradients, AdamW state and activations are lazily backed mmap allocations in the engine's full
+ * layout, of which a rank touches only its stage's part. res (may be NULL) as eng_train_run's,
+ * on every rank; info (may be NULL) OUT. Returns 0, KILN_EUNSUPP (a device backend), KILN_EUNFIT
+ * (does not fit resources.memory_limit_mb), KILN_EINVAL (bad plan or batch geometry), or
+ * another KILN_E* status with err filled (every rank fails when a peer does). */
 int pipe_train_run(const struct spec *s, const eng_train_opts_t *o, comm_t *world,
                    eng_train_result_t *res, pipe_train_info_t *info, kiln_err_t *err);
 void pipe_train_info_deinit(pipe_train_info_t *info); /* accepts NULL */

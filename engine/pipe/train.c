@@ -941,14 +941,20 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
     if ((rc = eng_backend_get(s->res.device, &t.be, err)))
         return rc;
     t.mbe = t.be;
-    if (t.be == &eng_cpu_backend || t.be == &eng_ref_backend) {
-        t.lazy_be = *t.be;
-        t.lazy_be.alloc = lazy_alloc;
-        t.lazy_be.free = lazy_free;
-        t.mbe = &t.lazy_be;
-        t.lazy = true;
-        eng_cpu_set_threads(o->threads > 0 ? o->threads : s->res.threads_per_rank);
+    if (t.be != &eng_cpu_backend && t.be != &eng_ref_backend) {
+        /* comm/ moves host memory only; device tensors would need NCCL send/recv */
+        rc = kiln_err_set(err, KILN_EUNSUPP, "resources.device",
+                          "pipeline parallelism runs on the CPU backend; this job's device is %s", t.be->name);
+        kiln_err_hint(err, "set resources.device to \"cpu\", or train without model_parallel.partitions");
+        return rc;
     }
+    /* host memory: lazily backed allocations, so a rank's resident memory is its stage's */
+    t.lazy_be = *t.be;
+    t.lazy_be.alloc = lazy_alloc;
+    t.lazy_be.free = lazy_free;
+    t.mbe = &t.lazy_be;
+    t.lazy = true;
+    eng_cpu_set_threads(o->threads > 0 ? o->threads : s->res.threads_per_rank);
     if ((rc = setup_grid(&t, world, err)))
         goto done;
     /* batch geometry: per replica G/dp sequences = accum passes x m microbatches x B */
