@@ -507,7 +507,8 @@ static int hook_attach(void *ctx, eng_train_state_t *st, kiln_err_t *err)
     d->be = st->be;
     d->p = st->p;
     comm_shard_range(st->p->n, d->rank, d->world, &d->sh_off, &d->sh_n);
-    if ((rc = plan_buckets(d, st, err))) return rc;
+    /* ZeRO-1 reduce-scatters the flat buffer in place: no bucket copies needed */
+    if (!d->o.shard_optimizer_state && (rc = plan_buckets(d, st, err))) return rc;
 
     /* Resume point: the newest checkpoint any rank found (agents may hold different ones);
      * the lowest rank holding it sends the state to everyone. Model fingerprints must match. */
@@ -552,14 +553,15 @@ static int hook_attach(void *ctx, eng_train_state_t *st, kiln_err_t *err)
         d->st.opt_state_bytes = 2 * nb;
     }
     d->attached = true;
-    printf("dp: rank %d/%d over %s: %d gradient buckets (largest %.2f MiB, %s), %s%s\n", d->rank,
-           d->world, comm_provider(d->c), d->n_buckets,
-           d->st.max_bucket_floats * 4.0 / (1 << 20),
-           d->o.shard_optimizer_state ? "reduce-scatter after backward"
-                                      : d->o.overlap ? "all-reduced during backward"
-                                                     : "all-reduced after backward",
-           d->o.check ? "parameter check every step, " : "",
-           d->o.shard_optimizer_state ? "ZeRO-1" : "replicated optimizer state");
+    if (d->o.shard_optimizer_state)
+        printf("dp: rank %d/%d over %s: ZeRO-1, gradients reduce-scattered after backward, "
+               "parameters all-gathered after the update%s\n", d->rank, d->world,
+               comm_provider(d->c), d->o.check ? ", parameter check every step" : "");
+    else
+        printf("dp: rank %d/%d over %s: %d gradient buckets (largest %.2f MiB) all-reduced %s "
+               "backward%s\n", d->rank, d->world, comm_provider(d->c), d->n_buckets,
+               d->st.max_bucket_floats * 4.0 / (1 << 20), d->o.overlap ? "during" : "after",
+               d->o.check ? ", parameter check every step" : "");
     if (d->o.shard_optimizer_state)
         printf("dp: rank %d keeps AdamW state for %zu of %zu parameters: %.1f MiB instead of "
                "%.1f MiB (saves %.1f MiB)\n", d->rank, d->sh_n, st->p->n,
