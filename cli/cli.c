@@ -26,7 +26,8 @@ static const cli_command_t cli_commands[] = {
      "  --status S     only jobs in these states (comma-separated: RUNNING,QUEUED)\n"
      "  --tag K:V      only jobs tagged K=V (or carrying tag K)\n"
      "  --limit N      show at most N jobs (default 20)\n"
-     "  --all          show every job (follows the pages)\n"},
+     "  --all          show every job (follows the pages)\n"
+     "  --page-size N  jobs per request (1-500, default 500)\n"},
     {"describe", cli_cmd_describe, "ID",
      "show a job: state, progress and ETA, metrics, workers, events",
      "  ID may be a unique prefix of the id (the short id `kiln jobs` shows) or a unique job name\n"},

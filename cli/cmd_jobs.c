@@ -145,7 +145,7 @@ done:
 int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
 {
     const char *status = NULL, *tag = NULL, *v;
-    long limit = 20;
+    long limit = 20, page_size = 500;
     bool all = false;
     for (int i = 1; i < argc; i++) {
         int m;
@@ -162,6 +162,11 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
                 return CLI_EXIT_USAGE;
             if (!cli_parse_int(v, 1, 1000000, &limit))
                 return cli_usage_error("jobs", "--limit must be a positive number (got \"%s\")", v);
+        } else if ((m = cli_opt("jobs", argc, argv, &i, "--page-size", NULL, &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            if (!cli_parse_int(v, 1, 500, &page_size))
+                return cli_usage_error("jobs", "--page-size must be between 1 and 500 (got \"%s\")", v);
         } else if (!strcmp(argv[i], "--all") || !strcmp(argv[i], "-a")) {
             all = true;
         } else {
@@ -181,7 +186,7 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
     char *token = NULL;
     bool more = false;
     for (;;) {
-        long want = all ? 500 : KILN_MIN(500, limit - (long)json_array_size(acc));
+        long want = all ? page_size : KILN_MIN(page_size, limit - (long)json_array_size(acc));
         char ps[24];
         snprintf(ps, sizeof(ps), "%ld", want);
         char *path = strdup("/v1/jobs");

@@ -211,6 +211,19 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     cr_assert(strstr(err, "COMPLETED"), "%s", err);
     free(out);
     free(err);
+    /* Paging: --limit cuts (and says so), --all follows next_page_token to the end. */
+    rc = e2e_kiln(&out, &err, "jobs", "--limit", "1", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(count_lines(out), 2, "%s", out);
+    cr_assert(strstr(err, "--all"), "no hint that more jobs exist: %s", err);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "jobs", "--all", "--page-size", "1", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(count_lines(out), 4, "3 jobs and a header expected: %s", out);
+    cr_assert(strstr(out, short_id) && strstr(out, "gpt-tiny") && strstr(out, "cli-long"), "%s", out);
+    free(out);
+    free(err);
     e2e_pass();
 }
 
