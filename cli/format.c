@@ -149,7 +149,8 @@ bool cli_state_terminal(const char *state)
 
 typedef struct cli_table {
     int ncols;
-    const char *head[CLI_TABLE_MAXCOLS];
+    char names[CLI_TABLE_MAXCOLS][24];     /* header texts */
+    const char *head[CLI_TABLE_MAXCOLS];   /* what is printed: names[c] unless replaced */
     bool right[CLI_TABLE_MAXCOLS];
     char **cells;          /* nrows * ncols heap strings */
     size_t nrows, cap;
@@ -159,7 +160,6 @@ static void cli_table_init(cli_table_t *t, const char *spec)
 {
     /* spec: "ID NAME >STEP": a leading '>' right-aligns the column. */
     memset(t, 0, sizeof(*t));
-    static char names[CLI_TABLE_MAXCOLS][24];
     const char *p = spec;
     while (*p && t->ncols < CLI_TABLE_MAXCOLS) {
         while (*p == ' ')
@@ -170,8 +170,8 @@ static void cli_table_init(cli_table_t *t, const char *spec)
         if (right)
             p++;
         size_t k = strcspn(p, " ");
-        snprintf(names[t->ncols], sizeof(names[0]), "%.*s", (int)k, p);
-        t->head[t->ncols] = names[t->ncols];
+        snprintf(t->names[t->ncols], sizeof(t->names[0]), "%.*s", (int)k, p);
+        t->head[t->ncols] = t->names[t->ncols];
         t->right[t->ncols] = right;
         t->ncols++;
         p += k;
