@@ -36,6 +36,7 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->cap_mu, NULL);
     pthread_mutex_init(&s->jobs_mu, NULL);
+    pthread_mutex_init(&s->stale_mu, NULL);
 
     store_conn_t *c = NULL;
     int rc;
@@ -105,6 +106,7 @@ void svc_destroy(svc_t *s)
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->cap_mu);
     pthread_mutex_destroy(&s->jobs_mu);
+    pthread_mutex_destroy(&s->stale_mu);
     free(s->database_url);
     free(s->migrations_dir);
     free(s);

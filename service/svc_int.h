@@ -11,6 +11,7 @@
 
 #define SVC_JOBENT_BUCKETS 1024
 #define SVC_MAX_ENDED 8
+#define SVC_STALE_SLOTS 256
 
 typedef struct svc_jobent svc_jobent_t;
 
@@ -35,6 +36,14 @@ struct svc {
 
     pthread_mutex_t jobs_mu;
     svc_jobent_t *jobs[SVC_JOBENT_BUCKETS];
+
+    /* When a stop order for ranks that run without an assignment ("stale") was last sent, per
+     * worker, job and attempt, so a heartbeat does not repeat it every second. */
+    pthread_mutex_t stale_mu;
+    struct {
+        char key[STORE_WORKER_ID_LEN + STORE_ID_LEN + 16];
+        int64_t at_us;
+    } stale_sent[SVC_STALE_SLOTS];
 };
 
 /* A database transaction that remembers what to announce once it has committed: jobs that

@@ -169,6 +169,37 @@ static void finish_if_stopping(svc_t *s, const char *job_id, int attempt)
     svc_tx_abort(&tx);
 }
 
+/* Whether a stale stop order for (worker, job, attempt) is due: never sent, or sent longer ago
+ * than the grace period (by then the agent has had time to SIGKILL). Records the send. */
+static bool stale_due(svc_t *s, const char *wid, const char *job_id, int attempt)
+{
+    char key[sizeof(s->stale_sent[0].key)];
+    snprintf(key, sizeof(key), "%s|%s|%d", wid, job_id, attempt);
+    int64_t now = kiln_mono_us(), period = (int64_t)s->cfg.stop_grace_ms * 1000;
+    bool due = true;
+    pthread_mutex_lock(&s->stale_mu);
+    int slot = -1, oldest = 0;
+    for (int i = 0; i < SVC_STALE_SLOTS; i++) {
+        if (strcmp(s->stale_sent[i].key, key) == 0) {
+            slot = i;
+            break;
+        }
+        if (s->stale_sent[i].at_us < s->stale_sent[oldest].at_us)
+            oldest = i;
+    }
+    if (slot >= 0 && now - s->stale_sent[slot].at_us < period)
+        due = false;
+    if (due) {
+        if (slot < 0) {
+            slot = oldest;
+            kiln_strlcpy(s->stale_sent[slot].key, key, sizeof(s->stale_sent[slot].key));
+        }
+        s->stale_sent[slot].at_us = now;
+    }
+    pthread_mutex_unlock(&s->stale_mu);
+    return due;
+}
+
 static Kiln__StopOrder *stop_msg(svc_t *s, arena_t *arena, const store_stop_order_t *o)
 {
     Kiln__StopOrder *m = arena_alloc(arena, sizeof(*m));
@@ -265,6 +296,8 @@ int svc_agent_heartbeat(svc_t *s, const Kiln__HeartbeatRequest *req, arena_t *ar
         for (int i = 0; i < nstops; i++)
             out->stops[out->n_stops++] = stop_msg(s, arena, &stops[i]);
         for (int i = 0; i < nstale; i++) {
+            if (!stale_due(s, wid, stale[i].job_id, stale[i].attempt))
+                continue;
             snprintf(stale[i].reason, sizeof(stale[i].reason),
                      "attempt %d of job %s is not active on this worker", stale[i].attempt,
                      stale[i].job_id);

@@ -521,6 +521,12 @@ Test(life, reregistration_and_unknown_workers)
     /* Ranks of a job the worker has no assignment for are told to stop. */
     r = hb("w-fixed", "11111111-2222-3333-4444-555555555555", 1);
     cr_assert_eq(r->n_stops, 1);
+    r = hb("w-fixed", "11111111-2222-3333-4444-555555555555", 1);
+    cr_assert_eq(r->n_stops, 0, "not repeated on every heartbeat");
+    struct timespec grace = {0, 600 * 1000000};  /* stop_grace_ms is 500 here */
+    nanosleep(&grace, NULL);
+    r = hb("w-fixed", "11111111-2222-3333-4444-555555555555", 1);
+    cr_assert_eq(r->n_stops, 1, "repeated once the grace period has passed");
     json_t *ws = NULL;
     cr_assert_eq(svc_workers_list(svc, &ws, &err), 0);
     cr_assert_eq(json_array_size(json_object_get(ws, "workers")), 1);
