@@ -211,6 +211,21 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     cr_assert(strstr(err, "COMPLETED"), "%s", err);
     free(out);
     free(err);
+    /* A job that fails in its rank: submit --follow ends with exit 1 and says why. */
+    char *fail_base = e2e_spec("cli-fails", 10, 1, 1, 4);
+    json_t *fail_json = json_loads(fail_base, 0, NULL);
+    free(fail_base);
+    json_object_set_new(json_object_get(fail_json, "data"), "train", json_string("/nonexistent/kiln/corpus.txt"));
+    char *fail_text = json_dumps(fail_json, JSON_COMPACT);
+    file = write_spec("fails", fail_text);
+    free(fail_text);
+    json_decref(fail_json);
+    rc = e2e_kiln(&out, &err, "submit", "-f", file, NULL);
+    cr_assert_eq(rc, 1, "submit -f of a failing job: rc %d: %s", rc, err);
+    cr_assert(strstr(err, "FAILED") && strstr(err, "corpus.txt"), "%s", err);
+    free(out);
+    free(err);
+
     /* Paging: --limit cuts (and says so), --all follows next_page_token to the end. */
     rc = e2e_kiln(&out, &err, "jobs", "--limit", "1", NULL);
     cr_assert_eq(rc, 0, "%s", err);
@@ -220,7 +235,7 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     free(err);
     rc = e2e_kiln(&out, &err, "jobs", "--all", "--page-size", "1", NULL);
     cr_assert_eq(rc, 0, "%s", err);
-    cr_assert_eq(count_lines(out), 4, "3 jobs and a header expected: %s", out);
+    cr_assert_eq(count_lines(out), 5, "4 jobs and a header expected: %s", out);
     cr_assert(strstr(out, short_id) && strstr(out, "gpt-tiny") && strstr(out, "cli-long"), "%s", out);
     free(out);
     free(err);
