@@ -413,25 +413,6 @@ Test(pipe_train, manual_plan_is_honoured, .timeout = 120)
     cr_assert_eq(system(cmd), 0);
 }
 
-Test(pipe_train, bad_manual_plan_fails_every_rank_clearly, .timeout = 60)
-{
-    run_cfg_t c = {.n_layer = 2, .world = 2, .parts = 2, .micro = 1, .sched = "simple",
-                   .plan = "{\"stages\": [[0, 2], [2, 3]]}"};
-    make_data();
-    char text[4096];
-    spec_text(text, sizeof(text), c.n_layer, c.world, c.parts, c.micro, c.sched, false, c.plan);
-    spec_t s;
-    kiln_err_t err;
-    cr_assert_eq(spec_parse_string(text, &s, &err), 0, "%s", err.message);
-    pipe_plan_t p;
-    cr_assert_eq(pipe_plan_from_json(s.dist.mp_partition_plan, 4, 2, &p, &err), KILN_EINVAL);
-    cr_assert(strstr(err.message, "stages 0 and 1 overlap: both hold block 2"), "%s", err.message);
-    spec_deinit(&s);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
 Test(pipe_train, resume_from_checkpoint_is_exact, .timeout = 120)
 {
     /* 20 steps with a checkpoint every 10; then the step-20 checkpoint is removed and a new run

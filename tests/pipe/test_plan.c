@@ -193,3 +193,25 @@ Test(plan, predict_fills_a_manual_plan)
     cr_assert_float_eq(p.balance, 6.0 / 4.0, 1e-9);
     pipe_plan_deinit(&p);
 }
+
+Test(plan, bad_plan_in_a_job_spec_is_rejected)
+{
+    /* what pipe_train_run does with the spec's plan before anything else: an overlapping plan
+     * fails on every rank alike with the field named */
+    const char *text =
+        "{\"name\": \"p\", \"model\": {\"type\": \"gpt\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32,"
+        " \"seq_len\": 16}, \"data\": {\"train\": \"/tmp/x.txt\"},"
+        " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": 4, \"max_steps\": 2},"
+        " \"resources\": {\"nodes\": 1, \"slots_per_node\": 2},"
+        " \"distribution\": {\"model_parallel\": {\"partitions\": 2, \"microbatches\": 2,"
+        " \"partition_plan\": {\"stages\": [[0, 2], [2, 3]]}}}}";
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string(text, &s, &err), 0, "%s", err.message);
+    pipe_plan_t p;
+    cr_assert_eq(pipe_plan_from_json(s.dist.mp_partition_plan, s.model.n_layer + 2, s.dist.mp_partitions, &p, &err),
+                 KILN_EINVAL);
+    cr_assert_str_eq(err.field, "distribution.model_parallel.partition_plan");
+    cr_assert(strstr(err.message, "stages 0 and 1 overlap: both hold block 2"), "%s", err.message);
+    spec_deinit(&s);
+}
