@@ -10,7 +10,9 @@
  * out of order), so every rank of a group must submit the group's collectives in the same order.
  * Collectives use bandwidth-optimal rings, chunked and pipelined; results are bitwise identical
  * on every rank. A rank that dies makes every pending and later operation fail fast with
- * KILN_ECOMM and the dead rank named ("rank 3 (host h) disconnected"). */
+ * KILN_ECOMM and the dead rank named ("rank 3 (host h) disconnected"); the group is then unusable
+ * (the fabric endpoint is abandoned, so no buffer of a failed operation is touched again) and the
+ * caller should report the message and exit non-zero. */
 #ifndef KILN_COMM_H
 #define KILN_COMM_H
 
