@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -626,3 +627,107 @@ static void killed_rank(const char *prov, int world, int victim)
 Test(comm_shm, killed_rank_fails_peers_fast) { killed_rank("shm", 3, 2); }
 Test(comm_tcp, killed_rank_fails_peers_fast) { killed_rank("tcp", 3, 1); }
 Test(comm_tcp, killed_rank_0_fails_peers_fast) { killed_rank("tcp", 3, 0); }
+
+/* ---- point-to-point beside a running collective; an idle engine uses no CPU ----------------- */
+
+static double cpu_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+static int body_overlap(comm_t *c, rank_out_t *o, void *arg)
+{
+    (void)arg;
+    int me = comm_rank(c), W = comm_size(c);
+    kiln_err_t err;
+    size_t n = 1u << 20;
+    float *g = malloc(n * sizeof(float));
+    CHECK(o, g, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        g[i] = val(me, i, 5);
+    /* A pipeline stage's activations travel while the data-parallel all-reduce runs. */
+    comm_req_t *ar, *p2p;
+    int token = 1000 + me, got = -1;
+    CHECK(o, comm_allreduce_start(c, g, n, COMM_SUM, &ar, &err) == 0, "start: %s", err.message);
+    if (me == 0)
+        CHECK(o, comm_send_start(c, &token, sizeof(token), W - 1, 77, &p2p, &err) == 0, "send: %s", err.message);
+    else if (me == W - 1)
+        CHECK(o, comm_recv_start(c, &got, sizeof(got), 0, 77, NULL, &p2p, &err) == 0, "recv: %s", err.message);
+    else
+        p2p = NULL;
+    CHECK(o, comm_wait(p2p, &err) == 0, "p2p: %s", err.message);
+    CHECK(o, me != W - 1 || got == 1000, "got %d", got);
+    CHECK(o, comm_wait(ar, &err) == 0, "allreduce: %s", err.message);
+    for (size_t i = 0; i < n; i += 997) {
+        float want = ref_reduce(n, i, W, 5, COMM_SUM);
+        CHECK(o, memcmp(&g[i], &want, 4) == 0, "[%zu] %g want %g", i, g[i], want);
+    }
+    free(g);
+    /* idle: the communication thread sleeps instead of spinning */
+    double c0 = cpu_s(), t0 = kiln_mono_s();
+    usleep(300000);
+    double frac = (cpu_s() - c0) / (kiln_mono_s() - t0);
+    CHECK(o, frac < 0.2, "an idle engine used %.0f%% of a core", frac * 100);
+    CHECK(o, comm_barrier(c, &err) == 0, "barrier: %s", err.message);
+    return 0;
+}
+
+Test(comm_shm, p2p_beside_allreduce_and_idle_cpu)
+{
+    run_cfg_t cfg = {.world = 3, .provider = "shm", .skip_rank = -1, .chunk_bytes = 65536};
+    rank_out_t *o = run_ranks(&cfg, body_overlap, NULL);
+    assert_all_ok(&cfg, o);
+}
+
+Test(comm_tcp, p2p_beside_allreduce_and_idle_cpu)
+{
+    run_cfg_t cfg = {.world = 3, .provider = "tcp", .skip_rank = -1, .chunk_bytes = 65536};
+    rank_out_t *o = run_ranks(&cfg, body_overlap, NULL);
+    assert_all_ok(&cfg, o);
+}
+
+/* ---- rendezvous refuses strangers ------------------------------------------------------------- */
+
+Test(comm, rank_with_another_world_size_or_job_is_refused)
+{
+    int port = th_free_port();
+    pid_t kid[2];
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    for (int k = 0; k < 2; k++) {
+        kid[k] = fork();
+        cr_assert(kid[k] >= 0);
+        if (kid[k] == 0) {
+            comm_config_t cc;
+            comm_config_init(&cc);
+            cc.master_port = port;
+            cc.timeout_s = 2;
+            cc.world_size = 2;
+            cc.rank = k;
+            cc.job_id = "job-a";
+            if (k == 1)
+                cc.world_size = 3; /* a stray rank of a different-sized world */
+            kiln_err_t err;
+            comm_t *c = NULL;
+            int rc = comm_create(&cc, &c, &err);
+            char line[300];
+            int len = snprintf(line, sizeof(line), "%d %d %s\n", k, rc, rc ? err.message : "ok");
+            if (write(pipefd[1], line, (size_t)len) < 0)
+                _exit(3);
+            comm_destroy(c);
+            _exit(0);
+        }
+    }
+    close(pipefd[1]);
+    for (int k = 0; k < 2; k++)
+        waitpid(kid[k], NULL, 0);
+    char buf[1024] = "";
+    ssize_t n = read(pipefd[0], buf, sizeof(buf) - 1);
+    cr_assert(n > 0);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "1 -1 rank 1 expects a world of 3 ranks, rank 0 has 2"), "%s", buf);
+    cr_assert(strstr(buf, "0 -9 rendezvous timed out after 2 s: 1 of 2 ranks never arrived (missing: rank 1)"),
+              "%s", buf);
+}
