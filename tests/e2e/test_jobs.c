@@ -357,10 +357,14 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
 
 /* With attempts left, a job whose agent dies is re-queued (RESTARTING) and runs again, as
  * attempt 2, on the surviving agent, to COMPLETED; its log lines say which attempt wrote them. */
+#define RETRY_STEPS 5000
+
 Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat, .fini = e2e_teardown,
      .timeout = 240)
 {
-    char *text = e2e_spec("e2e-agent-dies-retry", 300, 1, 1, 4);
+    /* Enough steps that the first attempt is still running when its agent is killed: the
+     * tiny model trains at well over 1,000 steps/s on a quiet machine. */
+    char *text = e2e_spec("e2e-agent-dies-retry", RETRY_STEPS, 1, 1, 4);
     json_t *spec = json_loads(text, 0, NULL);
     free(text);
     json_object_set_new(spec, "retry", json_pack("{s:i}", "max_attempts", 2));
@@ -388,7 +392,7 @@ Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat,
     json_t *workers = json_object_get(job, "workers");
     cr_assert_eq(json_array_size(workers), 1, "%s", dump(job));
     cr_assert_str_neq(json_string_value(json_array_get(workers, 0)), worker, "attempt 2 ran on the dead worker");
-    cr_assert_eq(jint(json_object_get(job, "progress"), "step"), 300, "%s", dump(job));
+    cr_assert_eq(jint(json_object_get(job, "progress"), "step"), RETRY_STEPS, "%s", dump(job));
     json_decref(job);
 
     json_t *ev = e2e_events(id);
