@@ -46,16 +46,39 @@ enum MHD_Result http_reply_json(http_req_t *r, int status, json_t *body)
     return ret;
 }
 
+/* A JSON string for s; messages quote request text (paths, arguments) that may not be UTF-8,
+ * which jansson refuses, so such bytes become '?'. */
+static json_t *http_json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j)
+        return j;
+    char buf[1024];
+    size_t i = 0;
+    for (; s[i] && i < sizeof buf - 1; i++)
+        buf[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
+    buf[i] = '\0';
+    return json_string(buf);
+}
+
+static json_t *http_err_json(const char *code, const char *message, const char *detail,
+                             const char *hint, const char *field)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "code", json_string(code));
+    json_object_set_new(o, "message", http_json_text(message));
+    json_object_set_new(o, "detail", http_json_text(detail));
+    json_object_set_new(o, "hint", http_json_text(hint));
+    if (field && field[0])
+        json_object_set_new(o, "field", http_json_text(field));
+    return o;
+}
+
 enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err)
 {
     int st = err->status ? err->status : KILN_EINTERNAL;
-    json_t *o = json_object();
-    json_object_set_new(o, "code", json_string(kiln_status_code(st)));
-    json_object_set_new(o, "message", json_string(err->message[0] ? err->message : kiln_strerror(st)));
-    json_object_set_new(o, "detail", json_string(err->detail));
-    json_object_set_new(o, "hint", json_string(err->hint));
-    if (err->field[0])
-        json_object_set_new(o, "field", json_string(err->field));
+    json_t *o = http_err_json(kiln_status_code(st), err->message[0] ? err->message : kiln_strerror(st),
+                              err->detail, err->hint, err->field);
     int http = kiln_status_http(st);
     if (http >= 500)
         log_warn("http: %s %s -> %d %s: %s", r->method, r->path, http, kiln_status_code(st),
@@ -168,8 +191,7 @@ static enum MHD_Result http_dispatch(http_req_t *r)
         snprintf(err.message, sizeof err.message, "method %s is not allowed on %s", r->method,
                  r->path);
         snprintf(err.hint, sizeof err.hint, "use %s", allow);
-        json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "code", "method_not_allowed", "message",
-                              err.message, "detail", "", "hint", err.hint);
+        json_t *o = http_err_json("method_not_allowed", err.message, "", err.hint, NULL);
         char *text = json_dumps(o, HTTP_JSON_FLAGS);
         json_decref(o);
         if (!text)

@@ -241,11 +241,13 @@ Test(http, unknown_and_malformed_ids)
     json_decref(j);
     free(raw);
     static const char *const paths[] = {"/v1/jobs/nope", "/v1/jobs/nope/events", "/v1/jobs/'%3B--/logs",
-                                        "/v1/jobs/00000000-0000-4000-8000-00000000000g/metrics"};
+                                        "/v1/jobs/00000000-0000-4000-8000-00000000000g/metrics",
+                                        "/v1/jobs/%FF%FE", "/v2/%C3%28"};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         j = at_req("GET", paths[i], NULL, NULL, &st, &raw);
         cr_assert(st == 404 || st == 400, "%s: %ld %s", paths[i], st, raw);
         cr_assert(json_is_string(json_object_get(j, "code")), "%s", raw);
+        cr_assert(json_is_string(json_object_get(j, "message")), "a message even for bytes that are not UTF-8: %s", raw);
         json_decref(j);
         free(raw);
     }
