@@ -58,22 +58,21 @@ static int rd_known_keys(const rd_t *r, const json_t *obj, const char *const all
     json_t *val;
     json_object_foreach((json_t *)obj, key, val) {
         (void)val;
+        bool found = false;
+        for (size_t i = 0; allowed[i] && !found; i++)
+            found = !strcmp(key, allowed[i]);
+        if (found)
+            continue;
+        /* Only an unknown key pays for the "did you mean" search. */
         const char *best = NULL;
         int best_d = 99;
-        bool found = false;
         for (size_t i = 0; allowed[i]; i++) {
-            if (!strcmp(key, allowed[i])) {
-                found = true;
-                break;
-            }
             int d = edit_distance(key, allowed[i]);
             if (d < best_d) {
                 best_d = d;
                 best = allowed[i];
             }
         }
-        if (found)
-            continue;
         char path[192];
         rd_path(r, key, path, sizeof(path));
         kiln_err_set(r->err, KILN_EINVAL, path, "unknown field \"%s\"", path);
