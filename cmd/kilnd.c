@@ -18,7 +18,7 @@ int main(int argc, char **argv)
 {
     const char *database_url = NULL, *http_addr = "127.0.0.1:8080", *grpc_addr = "127.0.0.1:9090";
     const char *migrations_dir = NULL, *log_level = NULL;
-    int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 8, grace = 10000;
+    int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
     int64_t db_wait_s = 30;
     config_flag_t flags[] = {
         {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &database_url,

@@ -19,7 +19,7 @@ typedef struct svc_config {
     int heartbeat_interval_ms;     /* told to agents (default 1000) */
     int heartbeat_timeout_ms;      /* silence after which a worker is DEAD (default 10000) */
     int sched_interval_ms;         /* scheduler tick when nothing wakes it (default 500) */
-    int db_pool_size;              /* database connections (default 8) */
+    int db_pool_size;              /* database connections (default 16) */
     /* Added by the control-plane implementation (zero means the default): */
     const char *migrations_dir;    /* NULL: the migrations embedded in the binary */
     int stop_grace_ms;             /* SIGTERM -> SIGKILL grace told in stop orders (default 10000) */

@@ -25,7 +25,7 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
     if (s->cfg.sched_interval_ms <= 0)
         s->cfg.sched_interval_ms = 500;
     if (s->cfg.db_pool_size <= 0)
-        s->cfg.db_pool_size = 8;
+        s->cfg.db_pool_size = 16;
     if (s->cfg.stop_grace_ms <= 0)
         s->cfg.stop_grace_ms = 10000;
     s->database_url = cfg->database_url ? strdup(cfg->database_url) : NULL;

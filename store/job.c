@@ -80,7 +80,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
                          j->queue ? j->queue : "default", nodes, spn, j->slot_type, ws, ma, ts,
                          j->tags_json ? j->tags_json : "{}", j->idempotency_key};
     PGresult *r = NULL;
-    int rc = store_q(c, "insert job", sql, 14, p, &r, err);
+    int rc = store_qp(c, "insert job", sql, 14, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {

@@ -22,8 +22,19 @@ static void notice_cb(void *arg, const char *message)
     log_debug("postgres: %.*s", (int)n, message);
 }
 
+/* A new or reset session has no prepared statements. */
+static void conn_forget_prepared(store_conn_t *c)
+{
+    for (int i = 0; i < c->nprepared; i++) {
+        free(c->prepared[i]);
+        c->prepared[i] = NULL;
+    }
+    c->nprepared = 0;
+}
+
 static int conn_open(store_t *st, store_conn_t *c, kiln_err_t *err)
 {
+    conn_forget_prepared(c);
     c->pg = PQconnectdb(st->url);
     if (PQstatus(c->pg) != CONNECTION_OK) {
         char msg[256];
@@ -78,9 +89,11 @@ void store_close(store_t *st)
     if (!st)
         return;
     if (st->conns)
-        for (int i = 0; i < st->size; i++)
+        for (int i = 0; i < st->size; i++) {
             if (st->conns[i].pg)
                 PQfinish(st->conns[i].pg);
+            conn_forget_prepared(&st->conns[i]);
+        }
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     free(st->conns);
@@ -113,6 +126,7 @@ int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
         if (c->pg) {
             PQreset(c->pg);
+            conn_forget_prepared(c);
             if (PQstatus(c->pg) == CONNECTION_OK) {
                 PQsetNoticeProcessor(c->pg, notice_cb, NULL);
                 c->in_tx = false;
@@ -169,6 +183,41 @@ int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
     if (out)
         *out = NULL;
     PGresult *r = PQexecParams(c->pg, sql, nparams, NULL, params, NULL, NULL, 0);
+    ExecStatusType s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+        int rc = store_pg_fail(c, r, what, err);
+        PQclear(r);
+        return rc;
+    }
+    if (out)
+        *out = r;
+    else
+        PQclear(r);
+    return 0;
+}
+
+int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
+             const char *const *params, PGresult **out, kiln_err_t *err)
+{
+    int i = 0;
+    while (i < c->nprepared && strcmp(c->prepared[i], sql) != 0)
+        i++;
+    char name[16];
+    snprintf(name, sizeof(name), "k%d", i);
+    if (i == c->nprepared) {
+        if (i == STORE_PREPARED_MAX)
+            return store_q(c, what, sql, nparams, params, out, err);
+        PGresult *pr = PQprepare(c->pg, name, sql, nparams, NULL);
+        bool ok = pr && PQresultStatus(pr) == PGRES_COMMAND_OK;
+        PQclear(pr);
+        char *copy = ok ? strdup(sql) : NULL;
+        if (!copy)
+            return store_q(c, what, sql, nparams, params, out, err);
+        c->prepared[c->nprepared++] = copy;
+    }
+    if (out)
+        *out = NULL;
+    PGresult *r = PQexecPrepared(c->pg, name, nparams, params, NULL, NULL, 0);
     ExecStatusType s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
         int rc = store_pg_fail(c, r, what, err);

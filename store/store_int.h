@@ -8,10 +8,14 @@
 
 #include "store/store.h"
 
+#define STORE_PREPARED_MAX 32
+
 struct store_conn {
     PGconn *pg;
     bool in_tx;
     int index;                  /* slot in the pool */
+    char *prepared[STORE_PREPARED_MAX]; /* SQL of statement "k<i>" prepared on this session; owned */
+    int nprepared;
 };
 
 struct store {
@@ -39,6 +43,11 @@ extern const int store_migrations_embedded_count;
  * anything else -> KILN_EDB. */
 int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
             const char *const *params, PGresult **out, kiln_err_t *err);
+/* Same as store_q, for hot statements whose text never changes: the statement is parsed and
+ * planned once per connection (PQprepare, remembered by its text) and then only executed.
+ * Falls back to store_q when the connection's cache is full or preparing fails. */
+int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
+             const char *const *params, PGresult **out, kiln_err_t *err);
 /* Turns a failed result into a status + message. Consumes nothing. */
 int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err);
 
