@@ -77,9 +77,19 @@ static json_t *http_err_json(const char *code, const char *message, const char *
 enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err)
 {
     int st = err->status ? err->status : KILN_EINTERNAL;
-    json_t *o = http_err_json(kiln_status_code(st), err->message[0] ? err->message : kiln_strerror(st),
-                              err->detail, err->hint, err->field);
     int http = kiln_status_http(st);
+    json_t *o;
+    if (st == KILN_EDB || st == KILN_EINTERNAL) {
+        /* The database's own text names hosts, sockets and SQL: it goes to kilnd's log, and the
+         * client gets a message that says what failed without the internals. */
+        o = http_err_json(kiln_status_code(st),
+                          st == KILN_EDB ? "the database is unavailable" : "internal error",
+                          "the server's log has the details", "retry shortly; if it persists, check kilnd's log",
+                          NULL);
+    } else {
+        o = http_err_json(kiln_status_code(st), err->message[0] ? err->message : kiln_strerror(st),
+                          err->detail, err->hint, err->field);
+    }
     if (http >= 500)
         log_warn("http: %s %s -> %d %s: %s", r->method, r->path, http, kiln_status_code(st),
                  err->message);

@@ -553,6 +553,8 @@ Test(http, database_outage_is_503_and_recovers)
     free(raw);
     j = at_req("GET", "/v1/jobs", NULL, NULL, &st, &raw);
     cr_assert_eq(st, 503, "%s", raw);
+    cr_assert(!strstr(raw, getenv("KILN_PG_HOST")), "the reply leaks the database's socket: %s", raw);
+    cr_assert(!strstr(raw, "FATAL"), "the reply leaks PostgreSQL's text: %s", raw);
     json_decref(j);
     free(raw);
     j = at_req("GET", "/healthz", NULL, NULL, &st, NULL);
