@@ -278,6 +278,11 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
         log_warn("grpc: %s failed: %s", m->path, full);
     else
         log_debug("grpc: %s: %s", m->path, full);
+    /* As on REST: the database's own text stays in kilnd's log. */
+    if (rc == KILN_EDB)
+        snprintf(full, sizeof(full), "the database is unavailable; kilnd's log has the details");
+    else if (rc == KILN_EINTERNAL)
+        snprintf(full, sizeof(full), "internal error; kilnd's log has the details");
     grpc_reply(c, (grpc_status_code)kiln_status_grpc(rc), full);
 }
 
