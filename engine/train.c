@@ -464,7 +464,7 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
     if (s->dist.mp_partitions > 1)
         return kiln_err_set(err, KILN_EUNSUPP, "distribution.model_parallel.partitions",
                             "pipeline parallelism not available in this build");
-    if ((rc = eng_backend_get(s->res.device, &r.be, err))) return rc;
+    if ((rc = eng_backend_get(spec_device(s), &r.be, err))) return rc;
     int threads = o->threads > 0 ? o->threads : s->res.threads_per_rank;
     if (r.be == &eng_cpu_backend || r.be == &eng_ref_backend) eng_cpu_set_threads(threads);
 

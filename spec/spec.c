@@ -655,6 +655,13 @@ static int check_batches(spec_t *s, kiln_err_t *err)
 
 int spec_world_size(const spec_t *s) { return s->res.nodes * s->res.slots_per_node; }
 
+const char *spec_device(const spec_t *s)
+{
+    if (!strcmp(s->res.device, "auto") && strcmp(s->res.slot_type, "gpu"))
+        return "cpu";
+    return s->res.device;
+}
+
 int spec_dp_replicas(const spec_t *s)
 {
     int p = s->dist.mp_partitions > 0 ? s->dist.mp_partitions : 1;

@@ -117,6 +117,9 @@ json_t *spec_to_json(const spec_t *s);
 
 /* Ranks the job needs: nodes x slots_per_node. */
 int spec_world_size(const spec_t *s);
+/* The engine backend a rank asks for: resources.device, except that "auto" on cpu slots is
+ * "cpu" (a job placed on CPU slots never takes a GPU it was not given). Static storage. */
+const char *spec_device(const spec_t *s);
 /* Data-parallel replicas: world size / pipeline partitions. */
 int spec_dp_replicas(const spec_t *s);
 

@@ -938,7 +938,7 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
     if (strcmp(s->model.type, "gpt"))
         return kiln_err_set(err, KILN_EINVAL, "distribution.model_parallel.partitions",
                             "pipeline parallelism applies to the gpt model");
-    if ((rc = eng_backend_get(s->res.device, &t.be, err)))
+    if ((rc = eng_backend_get(spec_device(s), &t.be, err)))
         return rc;
     t.mbe = t.be;
     if (t.be != &eng_cpu_backend && t.be != &eng_ref_backend) {
