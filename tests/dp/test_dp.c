@@ -48,6 +48,7 @@ typedef struct job {
     const char *inject;    /* KILN_DP_INJECT_DIVERGENCE or NULL */
     double bucket_mb;
     const char *model;     /* "gpt" or "mlp" */
+    const char *provider;  /* NULL: shm */
     char ckpt[256], out[256];
 } job_t;
 
@@ -143,7 +144,7 @@ static int rank_main(const job_t *j, int rank, int port, rank_out_t *out)
         cc.rank = rank;
         cc.world_size = j->world;
         cc.master_port = port;
-        cc.provider = "shm";
+        cc.provider = j->provider ? j->provider : "shm";
         cc.timeout_s = 30;
         comm_t *c = NULL;
         rc = comm_create(&cc, &c, &err);
@@ -296,6 +297,20 @@ Test(dp, overlap_off_is_bitwise_equal, .timeout = 120)
     compare("overlap on vs off", &on, a, &off, b, 0, 0);
     rm_rf(on.out);
     rm_rf(off.out);
+}
+
+/* The provider moves the bytes; the ring arithmetic is the same, so tcp;ofi_rxm gives the same
+ * bits as shm. */
+Test(dp, tcp_provider_gives_the_same_bits_as_shm, .timeout = 120)
+{
+    job_t shm = gpt_job(2, 10), tcp = gpt_job(2, 10);
+    tcp.provider = "tcp";
+    rank_out_t *a = run_job(&shm), *b = run_job(&tcp);
+    expect_ok(&shm, a);
+    expect_ok(&tcp, b);
+    compare("tcp;ofi_rxm vs shm", &shm, a, &tcp, b, 0, 0);
+    rm_rf(shm.out);
+    rm_rf(tcp.out);
 }
 
 /* ZeRO-1 reduces with a reduce-scatter over the flat buffer instead of bucketed all-reduces.
