@@ -1,8 +1,8 @@
 /* test_dp_kilnd.c - data parallelism through the whole service: a real kilnd (on the test
  * PostgreSQL cluster) and two real agents with one CPU slot each; a two-node job trains with one
  * rank on each agent, and when one rank is killed mid-run the job FAILs quickly with a reason
- * that names the dead rank. (The happy path with its loss curve is tests/e2e's
- * job_spans_both_agents.) */
+ * that names the dead rank; a job that completes shows one loss curve (rank 0's, one point per
+ * step) and both ranks' logs. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -130,23 +130,65 @@ static pid_t find_rank(const char *id, int rank)
     return found;
 }
 
-Test(dp_kilnd, killed_rank_fails_the_job_naming_it, .init = setup, .fini = teardown, .timeout = 180)
+static void submit(const char *name, int max_steps, char *id, size_t idn)
 {
     char spec[2048];
     snprintf(spec, sizeof spec,
-             "{\"name\": \"dp-kill\", \"model\": {\"type\": \"gpt\", \"n_layer\": 2, \"n_head\": 2, "
+             "{\"name\": \"%s\", \"model\": {\"type\": \"gpt\", \"n_layer\": 2, \"n_head\": 2, "
              "\"n_embd\": 32, \"seq_len\": 32, \"vocab\": \"bytes\"}, \"data\": {\"train\": "
              "\"%s/data/tinyshakespeare.txt\"}, \"hyperparameters\": {\"global_batch_size\": 4, "
-             "\"max_steps\": 1000000, \"eval_every\": 0, \"sample_every\": 0}, \"resources\": "
+             "\"max_steps\": %d, \"eval_every\": 0, \"sample_every\": 0}, \"resources\": "
              "{\"nodes\": 2, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}, \"checkpoint\": "
              "{\"every_steps\": 0}, \"retry\": {\"max_attempts\": 1}}",
-             getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".");
+             name, getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".", max_steps);
     long st = 0;
     json_t *job = http_json("POST", "/v1/jobs", spec, &st);
     cr_assert_eq(st, 201, "submit: HTTP %ld", st);
-    char id[64], path[256];
-    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    snprintf(id, idn, "%s", jstr(job, "id"));
     json_decref(job);
+}
+
+Test(dp_kilnd, two_node_job_completes_with_one_loss_curve, .init = setup, .fini = teardown,
+     .timeout = 180)
+{
+    char id[64], path[256], url[512];
+    submit("dp-curve", 20, id, sizeof id);
+    snprintf(url, sizeof url, "%s/v1/jobs/%s", g_cl.url, id);
+    char *body = th_wait_json_state(url, "FAILED|COMPLETED|STOPPED", 150000);
+    cr_assert_not_null(body, "the job did not end");
+    json_t *job = json_loads(body, 0, NULL);
+    free(body);
+    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "%s: %s", jstr(job, "state"), jstr(job, "reason"));
+    json_decref(job);
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss&max_points=1000", id);
+    json_t *m = http_json("GET", path, NULL, NULL);
+    json_t *pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
+    cr_assert_eq(json_array_size(pts), 20, "expected one point per step from rank 0 only");
+    for (size_t i = 0; i < 20; i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, i), "step")), (json_int_t)i + 1);
+    json_decref(m);
+    for (int rank = 0; rank < 2; rank++) {
+        char want[32];
+        snprintf(want, sizeof want, "dp: rank %d/2 over ", rank);
+        snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=%d&limit=1000", id, rank);
+        json_t *logs = http_json("GET", path, NULL, NULL);
+        size_t k;
+        json_t *l;
+        bool joined = false;
+        json_array_foreach(json_object_get(logs, "lines"), k, l) {
+            cr_assert_eq(json_integer_value(json_object_get(l, "rank")), rank);
+            if (strstr(jstr(l, "line"), want)) joined = true;
+        }
+        json_decref(logs);
+        cr_assert(joined, "rank %d never logged \"%s\"", rank, want);
+    }
+}
+
+Test(dp_kilnd, killed_rank_fails_the_job_naming_it, .init = setup, .fini = teardown, .timeout = 180)
+{
+    char id[64], path[256];
+    json_t *job;
+    submit("dp-kill", 1000000, id, sizeof id);
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     /* both ranks train: a few steps done */
     for (int i = 0;; i++) {
