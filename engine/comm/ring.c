@@ -17,6 +17,10 @@
 
 enum { UNIT_IDLE = 0, UNIT_POSTED = 1, UNIT_DONE = 2 };
 
+#ifndef COMM_RING_WINDOW
+#define COMM_RING_WINDOW 4 /* plain (non-reducing) transfers may run this many times deeper */
+#endif
+
 struct comm_ring {
     int W, r;             /* group size and rank */
     int left, right;      /* world ranks of the ring neighbours */
@@ -27,8 +31,10 @@ struct comm_ring {
     uint8_t *rstate;      /* (units) receive state */
     uint32_t next_recv, next_send;
     int recv_inflight, send_inflight;
+    int window;           /* transfers in flight per direction; reducing receives are further
+                           * limited by the depth staging slots */
     int nxf;
-    comm_xfer_t *xf;      /* (2 * depth) */
+    comm_xfer_t *xf;      /* (2 * window) */
 };
 
 static int ring_mod(int a, int w)
@@ -156,7 +162,8 @@ int comm_ring_start(comm_engine_t *e, comm_req_t *op, char *msg)
     }
     R->units = (uint32_t)((size_t)R->steps * R->nch);
     R->rstate = calloc(R->units ? R->units : 1, 1);
-    R->nxf = 2 * e->depth;
+    R->window = op->kind == COMM_OP_REDUCE_SCATTER ? e->depth : COMM_RING_WINDOW * e->depth;
+    R->nxf = 2 * R->window;
     R->xf = calloc((size_t)R->nxf, sizeof(comm_xfer_t));
     if (!R->rstate || !R->xf)
         goto nomem;
@@ -233,7 +240,7 @@ int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg)
     comm_fabric_t *f = &e->fab;
     int rc;
 
-    while (R->next_recv < R->units && R->recv_inflight < e->depth) {
+    while (R->next_recv < R->units && R->recv_inflight < R->window) {
         uint32_t u = R->next_recv;
         int t = (int)(u / R->nch), sseg, rseg;
         size_t c = u % R->nch, bytes, elems;
@@ -272,7 +279,7 @@ int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg)
         R->next_recv++;
     }
 
-    while (R->next_send < R->units && R->send_inflight < e->depth) {
+    while (R->next_send < R->units && R->send_inflight < R->window) {
         uint32_t u = R->next_send;
         int t = (int)(u / R->nch), sseg, rseg;
         size_t c = u % R->nch, bytes, elems;
