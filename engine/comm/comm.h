@@ -39,7 +39,7 @@ typedef struct comm_config {
     const char *provider;    /* NULL or "auto" (shm if all ranks share a host, else tcp), "shm", "tcp" */
     double timeout_s;        /* rendezvous timeout; <= 0 means 300 */
     size_t chunk_bytes;      /* ring chunk size; 0 means 1 MiB */
-    int depth;               /* chunks in flight per direction; 0 means 4 */
+    int depth;               /* staging slots = reducing chunks in flight (plain ones: 4x); 0 means 4 */
     const char *hostname;    /* NULL: gethostname(); tests set it to pretend ranks are on other hosts */
     const char *job_id;      /* optional: ranks presenting a different job id are refused */
 } comm_config_t;
