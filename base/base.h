@@ -149,6 +149,12 @@ int kiln_file_write_atomic(const char *path, const void *data, size_t len, kiln_
 /* mkdir -p. Returns 0 or KILN_EIO. */
 int kiln_mkdirs(const char *path, kiln_err_t *err);
 
+/* Removes the shared-memory objects /dev/shm/<pid>:* that libfabric's shm provider creates for
+ * process pid. A rank killed by a signal cannot remove its own, and a later process that reuses
+ * the pid then fails to open the provider; whoever knows the process is gone (its parent after
+ * reaping it, or the process itself before it opens shm) calls this. Returns how many it removed. */
+int kiln_shm_unlink_pid(int pid);
+
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KILN_MAX(a, b) ((a) > (b) ? (a) : (b))

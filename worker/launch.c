@@ -185,6 +185,8 @@ static void rank_try_reap(worker_launcher_t *l, lrank_t *r)
         st = 0;
     r->exited = true;
     r->wstatus = st;
+    /* A rank killed mid-run leaves its libfabric shm region behind: it is RAM, free it. */
+    kiln_shm_unlink_pid((int)r->pid);
     r->drain_deadline_us = kiln_mono_us() + LAUNCH_DRAIN_US;
     src_close(l, &r->src[PIPE_PROC]);
 }

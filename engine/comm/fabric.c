@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *prov_fullname(const char *prov)
 {
@@ -43,6 +44,9 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     int rc = -FI_ENODATA;
     const char *what = "fi_getinfo";
     bool tcp = strcmp(prov, "shm") != 0;
+    /* A region named after this pid can only be left over from a killed process that had it. */
+    if (!tcp && kiln_shm_unlink_pid((int)getpid()) > 0)
+        log_info("comm: removed a stale shm region left by an earlier process %d", (int)getpid());
 
     /* Messages of one tag from one peer must not overtake each other (send/recv contract). */
     for (int ordered = 1; ordered >= 0 && rc != 0; ordered--) {
