@@ -210,7 +210,7 @@ test: deps
 	@$(MAKE) --no-print-directory tests
 	@BUILD=$(BUILD) bash tests/run.sh
 
-test-san:
+test-san: deps
 	@$(MAKE) --no-print-directory SAN=1 tests
 	@BUILD=build-san KILN_SAN=1 bash tests/run.sh
 
