@@ -46,7 +46,7 @@ done
 
 sed "s|@ROOT@|$ROOT|" examples/demo.json >"$WORK/job.json"
 echo
-echo "demo: submitting $WORK/job.json (a 4-layer GPT on tinyshakespeare, 300 steps)"
+echo "demo: submitting $WORK/job.json (a 4-layer GPT on tinyshakespeare, 600 steps, about a minute)"
 JOB=$("$BIN/kiln" submit "$WORK/job.json" | awk '{print $1; exit}')
 echo "demo: job $JOB submitted; following its logs"
 echo
