@@ -27,8 +27,9 @@ static void parse_ranks(const char *s, store_assign_t *a)
     }
 }
 
-static void assign_fill(const PGresult *r, int i, store_assign_t *a)
+static void assign_fill(const PGresult *r, int i, void *elem)
 {
+    store_assign_t *a = elem;
     memset(a, 0, sizeof(*a));
     a->id = store_get_i64(r, i, 0);
     kiln_strlcpy(a->job_id, store_get_str(r, i, 1), sizeof(a->job_id));
@@ -52,25 +53,7 @@ static void assign_fill(const PGresult *r, int i, store_assign_t *a)
 static int assign_rows(store_conn_t *c, const char *what, const char *sql, int np,
                        const char *const *p, store_assign_t **out, int *n, kiln_err_t *err)
 {
-    *out = NULL;
-    *n = 0;
-    PGresult *r = NULL;
-    int rc = store_q(c, what, sql, np, p, &r, err);
-    if (rc)
-        return rc;
-    int rows = PQntuples(r);
-    if (rows > 0) {
-        *out = calloc((size_t)rows, sizeof(store_assign_t));
-        if (!*out) {
-            PQclear(r);
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        }
-        for (int i = 0; i < rows; i++)
-            assign_fill(r, i, &(*out)[i]);
-    }
-    *n = rows;
-    PQclear(r);
-    return 0;
+    return store_q_rows(c, what, sql, np, p, sizeof(**out), assign_fill, (void **)out, n, err);
 }
 
 int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err)
@@ -349,32 +332,19 @@ int store_assign_redeliver(store_conn_t *c, const char *worker_id, const char *c
     return 0;
 }
 
+static void lost_fill(const PGresult *r, int i, void *elem)
+{
+    store_lost_t *l = elem;
+    kiln_strlcpy(l->job_id, store_get_str(r, i, 0), STORE_ID_LEN);
+    l->attempt = store_get_int(r, i, 1);
+    kiln_strlcpy(l->worker_id, store_get_str(r, i, 2), STORE_WORKER_ID_LEN);
+    kiln_strlcpy(l->hostname, store_get_str(r, i, 3), sizeof(l->hostname));
+}
+
 static int lost_rows(store_conn_t *c, const char *what, const char *sql, int np,
                      const char *const *p, store_lost_t **out, int *n, kiln_err_t *err)
 {
-    PGresult *r = NULL;
-    *out = NULL;
-    *n = 0;
-    int rc = store_q(c, what, sql, np, p, &r, err);
-    if (rc)
-        return rc;
-    int rows = PQntuples(r);
-    if (rows > 0) {
-        *out = calloc((size_t)rows, sizeof(store_lost_t));
-        if (!*out) {
-            PQclear(r);
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        }
-    }
-    for (int i = 0; i < rows; i++) {
-        kiln_strlcpy((*out)[i].job_id, store_get_str(r, i, 0), STORE_ID_LEN);
-        (*out)[i].attempt = store_get_int(r, i, 1);
-        kiln_strlcpy((*out)[i].worker_id, store_get_str(r, i, 2), STORE_WORKER_ID_LEN);
-        kiln_strlcpy((*out)[i].hostname, store_get_str(r, i, 3), sizeof((*out)[i].hostname));
-    }
-    *n = rows;
-    PQclear(r);
-    return 0;
+    return store_q_rows(c, what, sql, np, p, sizeof(**out), lost_fill, (void **)out, n, err);
 }
 
 int store_assign_lost(store_conn_t *c, store_lost_t **out, int *n, kiln_err_t *err)

@@ -112,8 +112,9 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
 #define ROW_COLS "id::text, state, slot_type, attempt, max_attempts, priority, nodes, " \
                  "slots_per_node, world_size, stop_requested, total_steps"
 
-static void row_fill(const PGresult *r, int i, store_job_row_t *o)
+static void row_fill(const PGresult *r, int i, void *elem)
 {
+    store_job_row_t *o = elem;
     memset(o, 0, sizeof(*o));
     kiln_strlcpy(o->id, store_get_str(r, i, 0), sizeof(o->id));
     kiln_strlcpy(o->state, store_get_str(r, i, 1), sizeof(o->state));
@@ -302,30 +303,13 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
 
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err)
 {
-    *out = NULL;
-    *n = 0;
     char lim[16];
     snprintf(lim, sizeof(lim), "%d", limit);
     const char *p[1] = {lim};
-    PGresult *r = NULL;
-    int rc = store_q(c, "read the job queue",
-                     "SELECT " ROW_COLS " FROM jobs WHERE state IN ('QUEUED', 'RESTARTING')"
-                     " ORDER BY priority DESC, created_at, id LIMIT $1::int", 1, p, &r, err);
-    if (rc)
-        return rc;
-    int rows = PQntuples(r);
-    if (rows > 0) {
-        *out = calloc((size_t)rows, sizeof(store_job_row_t));
-        if (!*out) {
-            PQclear(r);
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        }
-        for (int i = 0; i < rows; i++)
-            row_fill(r, i, &(*out)[i]);
-    }
-    *n = rows;
-    PQclear(r);
-    return 0;
+    return store_q_rows(c, "read the job queue",
+                        "SELECT " ROW_COLS " FROM jobs WHERE state IN ('QUEUED', 'RESTARTING')"
+                        " ORDER BY priority DESC, created_at, id LIMIT $1::int", 1, p,
+                        sizeof(**out), row_fill, (void **)out, n, err);
 }
 
 int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,
@@ -366,29 +350,12 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
 
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err)
 {
-    *out = NULL;
-    *n = 0;
-    PGresult *r = NULL;
-    int rc = store_q(c, "find jobs past their maximum runtime",
-                     "SELECT " ROW_COLS " FROM jobs WHERE state IN ('SCHEDULED', 'STARTING', 'RUNNING')"
-                     " AND started_at IS NOT NULL AND (spec->'stopping'->>'max_runtime_s')::bigint > 0"
-                     " AND started_at + (spec->'stopping'->>'max_runtime_s')::bigint * interval '1 second'"
-                     "  < now() ORDER BY started_at LIMIT 100", 0, NULL, &r, err);
-    if (rc)
-        return rc;
-    int rows = PQntuples(r);
-    if (rows > 0) {
-        *out = calloc((size_t)rows, sizeof(store_job_row_t));
-        if (!*out) {
-            PQclear(r);
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        }
-        for (int i = 0; i < rows; i++)
-            row_fill(r, i, &(*out)[i]);
-    }
-    *n = rows;
-    PQclear(r);
-    return 0;
+    return store_q_rows(c, "find jobs past their maximum runtime",
+                        "SELECT " ROW_COLS " FROM jobs WHERE state IN ('SCHEDULED', 'STARTING', 'RUNNING')"
+                        " AND started_at IS NOT NULL AND (spec->'stopping'->>'max_runtime_s')::bigint > 0"
+                        " AND started_at + (spec->'stopping'->>'max_runtime_s')::bigint * interval '1 second'"
+                        "  < now() ORDER BY started_at LIMIT 100", 0, NULL,
+                        sizeof(**out), row_fill, (void **)out, n, err);
 }
 
 int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t *err)

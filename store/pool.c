@@ -231,6 +231,30 @@ int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
     return 0;
 }
 
+int store_q_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
+                 const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
+                 kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    PGresult *r = NULL;
+    int rc = store_q(c, what, sql, nparams, params, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    char *arr = NULL;
+    if (rows > 0 && !(arr = calloc((size_t)rows, elem_size))) {
+        PQclear(r);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory reading %d rows to %s", rows, what);
+    }
+    for (int i = 0; i < rows; i++)
+        fill(r, i, arr + (size_t)i * elem_size);
+    PQclear(r);
+    *out = arr;
+    *n = rows;
+    return 0;
+}
+
 int store_begin(store_conn_t *c, kiln_err_t *err)
 {
     int rc = store_q(c, "begin a transaction", "BEGIN", 0, NULL, NULL, err);

@@ -48,6 +48,13 @@ int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
  * Falls back to store_q when the connection's cache is full or preparing fails. */
 int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
              const char *const *params, PGresult **out, kiln_err_t *err);
+/* Runs sql (as store_q) and turns each result row into one element of a new array: elements
+ * are elem_size bytes, zeroed, then filled by fill(result, row, element). Caller owns *out
+ * (free()); *out is NULL when there are no rows. */
+typedef void (*store_row_fn)(const PGresult *r, int row, void *elem);
+int store_q_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
+                 const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
+                 kiln_err_t *err);
 /* Turns a failed result into a status + message. Consumes nothing. */
 int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err);
 

@@ -123,34 +123,21 @@ int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
     return 0;
 }
 
+static void cap_fill(const PGresult *r, int i, void *elem)
+{
+    store_worker_cap_t *w = elem;
+    kiln_strlcpy(w->id, store_get_str(r, i, 0), sizeof(w->id));
+    kiln_strlcpy(w->hostname, store_get_str(r, i, 1), sizeof(w->hostname));
+    kiln_strlcpy(w->address, store_get_str(r, i, 2), sizeof(w->address));
+    kiln_strlcpy(w->slot_type, store_get_str(r, i, 3), sizeof(w->slot_type));
+    w->slots = store_get_int(r, i, 4);
+    w->slots_free = store_get_int(r, i, 5);
+}
+
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err)
 {
-    *out = NULL;
-    *n = 0;
-    PGresult *r = NULL;
-    int rc = store_q(c, "read worker capacity",
-                     "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots, w.slots - " USED_SLOTS
-                     " FROM workers w WHERE w.state = 'ALIVE' ORDER BY w.id", 0, NULL, &r, err);
-    if (rc)
-        return rc;
-    int rows = PQntuples(r);
-    if (rows > 0) {
-        *out = calloc((size_t)rows, sizeof(store_worker_cap_t));
-        if (!*out) {
-            PQclear(r);
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        }
-    }
-    for (int i = 0; i < rows; i++) {
-        store_worker_cap_t *w = &(*out)[i];
-        kiln_strlcpy(w->id, store_get_str(r, i, 0), sizeof(w->id));
-        kiln_strlcpy(w->hostname, store_get_str(r, i, 1), sizeof(w->hostname));
-        kiln_strlcpy(w->address, store_get_str(r, i, 2), sizeof(w->address));
-        kiln_strlcpy(w->slot_type, store_get_str(r, i, 3), sizeof(w->slot_type));
-        w->slots = store_get_int(r, i, 4);
-        w->slots_free = store_get_int(r, i, 5);
-    }
-    *n = rows;
-    PQclear(r);
-    return 0;
+    return store_q_rows(c, "read worker capacity",
+                        "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots, w.slots - " USED_SLOTS
+                        " FROM workers w WHERE w.state = 'ALIVE' ORDER BY w.id", 0, NULL,
+                        sizeof(**out), cap_fill, (void **)out, n, err);
 }
