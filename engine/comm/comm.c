@@ -79,6 +79,8 @@ static void engine_free(comm_engine_t *e)
     if (!e)
         return;
     comm_progress_stop(e);
+    if (e->thread_stuck)
+        return; /* the stuck thread still uses the engine and the fabric: they stay allocated */
     if (e->tp)
         e->tp->close(e);
     else
@@ -86,6 +88,7 @@ static void engine_free(comm_engine_t *e)
     comm_ctl_close(e);
     free(e->hosts);
     pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->ctl_mu);
     pthread_cond_destroy(&e->cv_submit);
     pthread_cond_destroy(&e->cv_done);
     free(e);
@@ -128,6 +131,7 @@ int comm_create(const comm_config_t *cfg, comm_t **out, kiln_err_t *err)
     if (!e)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->ctl_mu, NULL);
     pthread_cond_init(&e->cv_submit, NULL);
     pthread_cond_init(&e->cv_done, NULL);
     e->rank = cfg->rank;
@@ -257,8 +261,42 @@ int comm_wait(comm_req_t *req, kiln_err_t *err)
         return 0;
     comm_engine_t *e = req->grp->eng;
     pthread_mutex_lock(&e->mu);
-    while (!req->done)
-        pthread_cond_wait(&e->cv_done, &e->mu);
+    uint64_t seen = e->ticks;
+    int64_t since = kiln_mono_us();
+    while (!req->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->cv_done, &e->mu, &ts);
+        if (req->done)
+            break;
+        if (e->ticks != seen) {
+            seen = e->ticks;
+            since = kiln_mono_us();
+            continue;
+        }
+        if (kiln_mono_us() - since < COMM_STUCK_US)
+            continue;
+        /* The progress thread is stuck inside the provider (COMM_STUCK_US): watch the peers from
+         * here so a death is still noticed and named. */
+        pthread_mutex_unlock(&e->mu);
+        if (pthread_mutex_trylock(&e->ctl_mu) == 0) {
+            comm_ctl_poll(e);
+            pthread_mutex_unlock(&e->ctl_mu);
+        }
+        pthread_mutex_lock(&e->mu);
+        if (e->failed && !req->done) {
+            /* The stuck thread may still hold req: leave it allocated. */
+            int st = e->failed;
+            kiln_err_set(err, st, NULL, "%s", e->failmsg[0] ? e->failmsg : kiln_strerror(st));
+            pthread_mutex_unlock(&e->mu);
+            return st;
+        }
+    }
     pthread_mutex_unlock(&e->mu);
     int st = req->status;
     if (st != 0)

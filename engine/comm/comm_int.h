@@ -158,6 +158,12 @@ struct comm_engine {
     bool stop;                    /* mu */
     int failed;                   /* mu: 0 or the status every op now fails with */
     char failmsg[COMM_MSG_MAX];   /* mu */
+    uint64_t ticks;               /* mu: progress loop iterations; a waiter that sees none for
+                                   * COMM_STUCK_US knows the thread is stuck in the provider */
+    bool thread_done;             /* mu: progress_main returned */
+    bool thread_stuck;            /* the thread never came back after a failure: left detached,
+                                   * and the engine is never freed under it */
+    pthread_mutex_t ctl_mu;       /* serialises comm_ctl_poll (progress thread or a waiter) */
 
     /* progress thread only */
     comm_req_t *coll_head, *coll_tail; /* collectives in order; the head runs */
@@ -167,6 +173,10 @@ struct comm_engine {
 };
 
 /* ---- engine (comm.c, progress.c) ---- */
+/* A progress thread that has not come round its loop for this long is stuck inside the provider:
+ * libfabric's shm provider can spin forever on a lock that a killed peer held in shared memory.
+ * Waiters then watch the control connections themselves, so a dead peer is still named. */
+#define COMM_STUCK_US 2000000
 /* Marks op finished with status/msg (msg may be NULL) and wakes waiters. Progress thread. */
 void comm_op_finish(comm_engine_t *e, comm_req_t *op, int status, const char *msg);
 /* Puts the engine into the failed state (first message wins). Any thread. */

@@ -7,7 +7,9 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #define CTL_EVERY_US 2000        /* control connections are polled this often while busy */
@@ -49,9 +51,28 @@ void comm_engine_fail(comm_engine_t *e, const char *fmt, ...)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Test hook: KILN_COMM_TEST_STALL_AFTER=N makes the thread stop for good when it starts its
+ * (N+1)th collective, as a thread stuck inside the provider would (COMM_STUCK_US). */
+static void test_stall(comm_engine_t *e)
+{
+    static long after = -2;
+    static long started;
+    if (after == -2) {
+        const char *v = getenv("KILN_COMM_TEST_STALL_AFTER");
+        after = v && *v ? atol(v) : -1;
+    }
+    if (after < 0 || started++ < after)
+        return;
+    log_warn("comm: KILN_COMM_TEST_STALL_AFTER: the communication thread stops here (rank %d)", e->rank);
+    for (;;)
+        pause();
+}
+
 static void start_op(comm_engine_t *e, comm_req_t *op)
 {
     char msg[COMM_MSG_MAX] = "";
+    if (op->kind != COMM_OP_SEND && op->kind != COMM_OP_RECV && op->kind != COMM_OP_SHUTDOWN)
+        test_stall(e);
     op->started = true;
     if (op->kind == COMM_OP_SHUTDOWN) {
         comm_ctl_bye(e);
@@ -85,6 +106,7 @@ static void *progress_main(void *arg)
 
     for (;;) {
         pthread_mutex_lock(&e->mu);
+        e->ticks++;
         if (!e->active && !e->coll_head && !e->q_head) {
             if (e->stop) {
                 pthread_mutex_unlock(&e->mu);
@@ -130,7 +152,9 @@ static void *progress_main(void *arg)
                 aborted = true;
             }
             fail_all(e, failed, failmsg);
+            pthread_mutex_lock(&e->ctl_mu);
             comm_ctl_poll(e);
+            pthread_mutex_unlock(&e->ctl_mu);
             continue;
         }
 
@@ -153,7 +177,9 @@ static void *progress_main(void *arg)
 
         int64_t now = kiln_mono_us();
         if (now - e->last_ctl_us >= CTL_EVERY_US || !e->active) {
+            pthread_mutex_lock(&e->ctl_mu);
             comm_ctl_poll(e);
+            pthread_mutex_unlock(&e->ctl_mu);
             e->last_ctl_us = now;
         }
         if (e->pending_fail_us && now >= e->pending_fail_us)
@@ -181,6 +207,10 @@ static void *progress_main(void *arg)
             }
         }
     }
+    pthread_mutex_lock(&e->mu);
+    e->thread_done = true;
+    pthread_cond_broadcast(&e->cv_done);
+    pthread_mutex_unlock(&e->mu);
     return NULL;
 }
 
@@ -199,7 +229,27 @@ void comm_progress_stop(comm_engine_t *e)
     pthread_mutex_lock(&e->mu);
     e->stop = true;
     pthread_cond_broadcast(&e->cv_submit);
+    /* After a failure the thread may be stuck in the provider for good (COMM_STUCK_US): give it
+     * a moment, then leave it behind rather than hang the caller's exit. */
+    int64_t deadline = kiln_mono_us() + COMM_STUCK_US;
+    while (e->failed && !e->thread_done && kiln_mono_us() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->cv_done, &e->mu, &ts);
+    }
+    bool stuck = e->failed && !e->thread_done;
     pthread_mutex_unlock(&e->mu);
-    pthread_join(e->thread, NULL);
+    if (stuck) {
+        pthread_detach(e->thread);
+        e->thread_stuck = true;
+        log_warn("comm: the communication thread is stuck in the fabric provider after the failure; leaving it");
+    } else {
+        pthread_join(e->thread, NULL);
+    }
     e->thread_started = false;
 }

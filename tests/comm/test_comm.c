@@ -625,6 +625,16 @@ static void killed_rank(const char *prov, int world, int victim)
 }
 
 Test(comm_shm, killed_rank_fails_peers_fast) { killed_rank("shm", 3, 2); }
+
+/* A peer killed while holding a lock in shm's shared memory can leave the survivors'
+ * communication threads spinning inside the provider for good. Simulated here by stopping every
+ * rank's thread at the victim's big all-reduce: the waiting callers must still notice the death
+ * through the control connections, name the rank, and exit without hanging on the thread. */
+Test(comm_shm, killed_rank_is_named_even_when_the_progress_thread_is_stuck, .timeout = 60)
+{
+    setenv("KILN_COMM_TEST_STALL_AFTER", "1", 1);
+    killed_rank("shm", 3, 2);
+}
 Test(comm_tcp, killed_rank_fails_peers_fast) { killed_rank("tcp", 3, 1); }
 Test(comm_tcp, killed_rank_0_fails_peers_fast) { killed_rank("tcp", 3, 0); }
 
