@@ -19,6 +19,8 @@ BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
 PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -g -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP -pthread $(SANFLAGS) \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# Warnings are errors in CI (CI=true in its environment) and with WERROR=1.
+WERROR ?= $(if $(filter true 1,$(CI)),1,0)
 ifeq ($(WERROR),1)
 CFLAGS_COMMON += -Werror
 endif
@@ -207,11 +209,11 @@ $(foreach d,$(TEST_DIRS),$(eval $(call testbin,$(d))))
 tests: $(BINS) $(CUDA_LIB) $(TEST_BINS)
 
 test: deps
-	@$(MAKE) --no-print-directory tests
+	@$(MAKE) --no-print-directory -j$(shell nproc) tests
 	@BUILD=$(BUILD) bash tests/run.sh
 
 test-san: deps
-	@$(MAKE) --no-print-directory SAN=1 tests
+	@$(MAKE) --no-print-directory -j$(shell nproc) SAN=1 tests
 	@BUILD=build-san KILN_SAN=1 bash tests/run.sh
 
 demo: deps
