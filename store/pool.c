@@ -177,12 +177,12 @@ int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *er
     return status;
 }
 
-int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
-            const char *const *params, PGresult **out, kiln_err_t *err)
+/* Hands a statement's result to the caller (out may be NULL to discard) or turns it into an
+ * error. Consumes r. */
+static int q_result(store_conn_t *c, PGresult *r, const char *what, PGresult **out, kiln_err_t *err)
 {
     if (out)
         *out = NULL;
-    PGresult *r = PQexecParams(c->pg, sql, nparams, NULL, params, NULL, NULL, 0);
     ExecStatusType s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
         int rc = store_pg_fail(c, r, what, err);
@@ -194,6 +194,12 @@ int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
     else
         PQclear(r);
     return 0;
+}
+
+int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
+            const char *const *params, PGresult **out, kiln_err_t *err)
+{
+    return q_result(c, PQexecParams(c->pg, sql, nparams, NULL, params, NULL, NULL, 0), what, out, err);
 }
 
 int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
@@ -215,20 +221,7 @@ int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
             return store_q(c, what, sql, nparams, params, out, err);
         c->prepared[c->nprepared++] = copy;
     }
-    if (out)
-        *out = NULL;
-    PGresult *r = PQexecPrepared(c->pg, name, nparams, params, NULL, NULL, 0);
-    ExecStatusType s = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
-        int rc = store_pg_fail(c, r, what, err);
-        PQclear(r);
-        return rc;
-    }
-    if (out)
-        *out = r;
-    else
-        PQclear(r);
-    return 0;
+    return q_result(c, PQexecPrepared(c->pg, name, nparams, params, NULL, NULL, 0), what, out, err);
 }
 
 int store_q_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
