@@ -127,6 +127,15 @@ static int check_batch(const char *worker_id, const char *job_id, kiln_err_t *er
     return 0;
 }
 
+/* A log line as followers receive it (docs/contracts.md); NULL when text is not valid UTF-8. */
+static json_t *log_line_json(const Kiln__LogLine *l, int64_t seq, int64_t time_us, const char *time,
+                             const char *text, int attempt)
+{
+    return json_pack("{s:I, s:i, s:s, s:s, s:I, s:s, s:i}", "seq", (json_int_t)seq, "rank", l->rank,
+                     "stream", l->stream && !strcmp(l->stream, "stderr") ? "stderr" : "stdout", "time",
+                     time, "time_us", (json_int_t)time_us, "line", text, "attempt", attempt);
+}
+
 int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err)
 {
     int rc = check_batch(batch->worker_id, batch->job_id, err);
@@ -180,14 +189,10 @@ int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err)
                 const Kiln__LogLine *l = batch->lines[i];
                 int64_t t = l->time_us > 0 ? l->time_us : now;
                 char tb[40];
+                kiln_time_format(t, tb, sizeof(tb));
                 seqs[i] = first + (int64_t)i;
                 ranks[i] = l->rank;
-                lines[i] = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s, s:i}", "seq", (json_int_t)seqs[i],
-                                     "rank", l->rank, "stream",
-                                     l->stream && !strcmp(l->stream, "stderr") ? "stderr" : "stdout",
-                                     "time", kiln_time_format(t, tb, sizeof(tb)), "time_us",
-                                     (json_int_t)t, "line", l->line ? l->line : "", "attempt",
-                                     batch->attempt);
+                lines[i] = log_line_json(l, seqs[i], t, tb, l->line ? l->line : "", batch->attempt);
                 if (!lines[i]) {
                     /* Invalid UTF-8 (the stored copy has U+FFFD in its place): send '?' for
                      * every non-ASCII byte of this line. */
@@ -195,11 +200,7 @@ int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err)
                     for (char *q = fixed; q && *q; q++)
                         if ((unsigned char)*q >= 0x80)
                             *q = '?';
-                    lines[i] = json_pack("{s:I, s:i, s:s, s:s, s:I, s:s, s:i}", "seq", (json_int_t)seqs[i],
-                                         "rank", l->rank, "stream",
-                                         l->stream && !strcmp(l->stream, "stderr") ? "stderr" : "stdout",
-                                         "time", tb, "time_us", (json_int_t)t, "line", fixed ? fixed : "",
-                                         "attempt", batch->attempt);
+                    lines[i] = log_line_json(l, seqs[i], t, tb, fixed ? fixed : "", batch->attempt);
                     free(fixed);
                 }
             }
