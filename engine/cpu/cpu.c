@@ -222,13 +222,18 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
 
 /* ---- attention -------------------------------------------------------------------------------- */
 
-/* Per (batch, head), in parallel: S = Q K^T / sqrt(hs) by sgemm straight out of the strided qkv
- * buffer, causal softmax per row, out = P V by sgemm. OpenBLAS runs single-threaded inside the
- * parallel region (it checks omp_in_parallel), so the pool is not oversubscribed. */
+/* Causal attention skips the masked upper triangle: the T query rows are cut into tiles of
+ * ATT_TILE, and a tile of rows [r0, r1) only meets keys [0, r1). At T = 128 that is 5/8 of the
+ * full T x T work. Per (batch, head), in parallel: S = Q K^T / sqrt(hs) by sgemm straight out of
+ * the strided qkv buffer, causal softmax per row, out = P V by sgemm. OpenBLAS runs
+ * single-threaded inside the parallel region (it checks omp_in_parallel), so the pool is not
+ * oversubscribed. Masked entries of att are written as zeros. */
+static int att_tile(int T) { return T >= 512 ? 128 : (T >= 256 ? 64 : 32); }
+
 static void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                   int NH)
 {
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, C3 = 3 * C, tb = att_tile(T);
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -236,32 +241,40 @@ static void cpu_attention_forward(float *out, float *att, const float *qkv, int 
         const float *q = qkv + (size_t)b * T * C3 + h * hs;
         const float *k = q + C, *v = q + 2 * C;
         float *a = att + (size_t)bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f,
-                    a, T);
-        for (int t = 0; t < T; t++) {
-            float *row = a + (size_t)t * T;
-            float mx = -INFINITY, sum = 0.0f;
-            for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
+        for (int r0 = 0; r0 < T; r0 += tb) {
+            int r1 = r0 + tb < T ? r0 + tb : T;
+            float *at = a + (size_t)r0 * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
+                        q + (size_t)r0 * C3, C3, k, C3, 0.0f, at, T);
+            for (int t = r0; t < r1; t++) {
+                float *row = a + (size_t)t * T;
+                float mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+                for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
 #pragma omp simd reduction(+ : sum)
-            for (int u = 0; u <= t; u++) {
-                row[u] = fast_expf(row[u] - mx);
-                sum += row[u];
-            }
-            float inv = 1.0f / sum;
+                for (int u = 0; u <= t; u++) {
+                    row[u] = fast_expf(row[u] - mx);
+                    sum += row[u];
+                }
+                float inv = 1.0f / sum;
 #pragma omp simd
-            for (int u = 0; u <= t; u++) row[u] *= inv;
-            for (int u = t + 1; u < T; u++) row[u] = 0.0f;
+                for (int u = 0; u <= t; u++) row[u] *= inv;
+                memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, at, T,
+                        v, C3, 0.0f, out + ((size_t)b * T + r0) * C + h * hs, C);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
-                    out + (size_t)b * T * C + h * hs, C);
     }
 }
 
+/* The same tiles backward. Row tiles: dP = dO V^T over keys [0, r1), the softmax backward, then
+ * dQ = dS K. Column tiles [c0, c1) of keys are only met by queries [c0, T):
+ * dK = dS^T Q and dV = P^T dO over those rows. */
 static void cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
                                    const float *qkv, const float *att, int B, int T, int C,
                                    int NH)
 {
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, C3 = 3 * C, tb = att_tile(T);
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -272,26 +285,32 @@ static void cpu_attention_backward(float *dqkv, float *scratch, const float *dou
         const float *a = att + (size_t)bh * T * T;
         const float *d = dout + (size_t)b * T * C + h * hs;
         float *ds = scratch + (size_t)bh * T * T;
-        /* dP = dO V^T */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f,
-                    ds, T);
-        for (int t = 0; t < T; t++) {
-            const float *ar = a + (size_t)t * T;
-            float *dr = ds + (size_t)t * T;
-            float dot = 0.0f;
+        for (int r0 = 0; r0 < T; r0 += tb) {
+            int r1 = r0 + tb < T ? r0 + tb : T;
+            float *dst = ds + (size_t)r0 * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
+                        d + (size_t)r0 * C, C, v, C3, 0.0f, dst, T);
+            for (int t = r0; t < r1; t++) {
+                const float *ar = a + (size_t)t * T;
+                float *dr = ds + (size_t)t * T;
+                float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-            for (int u = 0; u <= t; u++) dot += ar[u] * dr[u];
+                for (int u = 0; u <= t; u++) dot += ar[u] * dr[u];
 #pragma omp simd
-            for (int u = 0; u <= t; u++) dr[u] = ar[u] * (dr[u] - dot) * scale;
-            for (int u = t + 1; u < T; u++) dr[u] = 0.0f;
+                for (int u = 0; u <= t; u++) dr[u] = ar[u] * (dr[u] - dot) * scale;
+                memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, dst, T,
+                        k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
         }
-        /* dQ = dS K, dK = dS^T Q, dV = P^T dO */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, C3, 0.0f,
-                    dq, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, C3, 0.0f,
-                    dk, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv,
-                    C3);
+        for (int c0 = 0; c0 < T; c0 += tb) {
+            int c1 = c0 + tb < T ? c0 + tb : T;
+            size_t off = (size_t)c0 * T + c0;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+                        ds + off, T, q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+                        a + off, T, d + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
+        }
     }
 }
 

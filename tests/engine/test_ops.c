@@ -224,22 +224,28 @@ Test(ops_fast, layernorm, .init = setup, .fini = teardown)
     expect_close(db1, db2, C, 1e-5, 1e-4, "db");
 }
 
+/* T = 19 fits one causal tile; 77 and 300 cross several, ending in a partial one (tiles are 32
+ * rows below T = 256, 64 from there). */
 Test(ops_fast, attention, .init = setup, .fini = teardown)
 {
     eng_rng_t r;
     eng_rng_seed(&r, 13);
-    int B = 3, T = 19, C = 24, NH = 3;
-    size_t nq = (size_t)B * T * 3 * C, na = (size_t)B * NH * T * T;
-    float *qkv = fresh(nq, &r, 1), *o1 = zeros(B * T * C), *o2 = zeros(B * T * C);
-    float *a1 = zeros(na), *a2 = zeros(na), *d = fresh(B * T * C, &r, 1);
-    CPU->attention_forward(o1, a1, qkv, B, T, C, NH);
-    REF->attention_forward(o2, a2, qkv, B, T, C, NH);
-    expect_close(o1, o2, (size_t)B * T * C, 1e-5, 1e-4, "out");
-    expect_close(a1, a2, na, 1e-6, 1e-4, "att");
-    float *dq1 = fresh(nq, &r, 1), *dq2 = zeros(nq), *s1 = zeros(na), *s2 = zeros(na);
-    CPU->attention_backward(dq1, s1, d, qkv, a2, B, T, C, NH);
-    REF->attention_backward(dq2, s2, d, qkv, a2, B, T, C, NH);
-    expect_close(dq1, dq2, nq, 1e-5, 1e-4, "dqkv");
+    const int shapes[][4] = {{3, 19, 24, 3}, {2, 77, 32, 2}, {1, 300, 16, 2}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(shapes); i++) {
+        int B = shapes[i][0], T = shapes[i][1], C = shapes[i][2], NH = shapes[i][3];
+        cr_log_info("attention B=%d T=%d C=%d NH=%d", B, T, C, NH);
+        size_t nq = (size_t)B * T * 3 * C, na = (size_t)B * NH * T * T;
+        float *qkv = fresh(nq, &r, 1), *o1 = zeros(B * T * C), *o2 = zeros(B * T * C);
+        float *a1 = fresh(na, &r, 1), *a2 = zeros(na), *d = fresh(B * T * C, &r, 1);
+        CPU->attention_forward(o1, a1, qkv, B, T, C, NH);
+        REF->attention_forward(o2, a2, qkv, B, T, C, NH);
+        expect_close(o1, o2, (size_t)B * T * C, 1e-5, 1e-4, "out");
+        expect_close(a1, a2, na, 1e-6, 1e-4, "att");
+        float *dq1 = fresh(nq, &r, 1), *dq2 = zeros(nq), *s1 = fresh(na, &r, 1), *s2 = zeros(na);
+        CPU->attention_backward(dq1, s1, d, qkv, a2, B, T, C, NH);
+        REF->attention_backward(dq2, s2, d, qkv, a2, B, T, C, NH);
+        expect_close(dq1, dq2, nq, 1e-5, 1e-4, "dqkv");
+    }
 }
 
 Test(ops_fast, pointwise, .init = setup, .fini = teardown)
