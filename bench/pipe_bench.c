@@ -353,6 +353,32 @@ typedef struct gcfg {
     int L, NH, C, V, Vp, T, B;
 } gcfg_t;
 
+/* Partitions prof (nb blocks) over p stages for 8 microbatches; prints one table row. */
+static void balance_row(const char *name, const char *blocks, const pipe_block_profile_t *prof, int nb, int p)
+{
+    pipe_partition_opts_t o = {.n_stages = p, .microbatches = 8, .optimize = PIPE_OPT_SPEED,
+                               .schedule = PIPE_SCHED_INTERLEAVED};
+    pipe_plan_t plan;
+    kiln_err_t err;
+    if (p > nb || pipe_partition(prof, nb, &o, &plan, &err)) {
+        printf("%s | %s | %d | — (%d blocks) | | \n", name, blocks, p, nb);
+        return;
+    }
+    char st[512] = "", ms[512] = "";
+    size_t a = 0, b = 0;
+    for (int k = 0; k < p; k++) {
+        a += (size_t)snprintf(st + a, sizeof(st) - a, "%s[%d,%d]", k ? " " : "", plan.stages[k].first,
+                              plan.stages[k].last);
+        b += (size_t)snprintf(ms + b, sizeof(ms) - b, "%s%.2f", k ? " " : "", plan.stages[k].predicted_ms / 8);
+    }
+    printf("%s | %s | %d | %.3f | %s | %s\n", name, blocks, p, plan.balance, st, ms);
+    pipe_plan_deinit(&plan);
+}
+
+/* Each configuration is profiled once with the head whole, then (when the head is dear) again
+ * with the head cut as pipe_train_run cuts it. Partitioned at two granularities from the same
+ * run: "layers" merges each layer's attention and MLP halves and keeps the head whole (kiln's
+ * blocks before they were split), "halves + slices" is what the pipeline uses now. */
 static void part_balance(void)
 {
     static const gcfg_t cfgs[] = {
@@ -363,38 +389,41 @@ static void part_balance(void)
         {"124m (GPT-2, T=64)", 12, 12, 768, 50257, 50304, 64, 4},
     };
     printf("\n## balance of the automatic partition (optimize: speed; profiled with 1 thread on this machine)\n");
-    printf("config | p | stages (blocks) | slowest/mean | predicted stage ms (per microbatch)\n");
+    printf("config | blocks | p | slowest/mean | stages (blocks) | predicted stage ms (per microbatch)\n");
     eng_cpu_set_threads(1);
     for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
         const gcfg_t *c = &cfgs[i];
         eng_gpt_config_t cfg = {c->T, c->V, c->Vp, c->L, c->NH, c->C};
-        int nb = c->L + 2;
-        pipe_block_profile_t prof[64];
+        int L = c->L, n1 = 2 * L + 2;
+        pipe_block_profile_t prof[2 * 12 + 1 + PIPE_MAX_HEAD_BLOCKS], coarse[12 + 2];
         kiln_err_t err;
-        if (pipe_profile_gpt(&cfg, &eng_cpu_backend, c->B, c->T, 2, 5, prof, NULL, &err)) {
+        if (pipe_profile_gpt(&cfg, &eng_cpu_backend, c->B, c->T, 1, 2, 5, prof, NULL, &err)) {
             fprintf(stderr, "%s: %s\n", c->name, err.message);
             continue;
         }
-        for (int p = 2; p <= 8 && p <= nb; p *= 2) {
-            pipe_partition_opts_t o = {.n_stages = p, .microbatches = 8, .optimize = PIPE_OPT_SPEED,
-                                       .schedule = PIPE_SCHED_INTERLEAVED};
-            pipe_plan_t plan;
-            if (pipe_partition(prof, nb, &o, &plan, &err))
-                continue;
-            char st[256] = "", ms[256] = "";
-            size_t a = 0, b = 0;
-            for (int k = 0; k < p; k++) {
-                a += (size_t)snprintf(st + a, sizeof(st) - a, "%s[%d,%d]", k ? " " : "", plan.stages[k].first,
-                                      plan.stages[k].last);
-                b += (size_t)snprintf(ms + b, sizeof(ms) - b, "%s%.2f", k ? " " : "",
-                                      plan.stages[k].predicted_ms / 8);
-            }
-            printf("%s | %d | %s | %.3f | %s\n", c->name, p, st, plan.balance, ms);
-            pipe_plan_deinit(&plan);
+        /* whole layers and the whole head, from the same profile */
+        coarse[0] = prof[0];
+        for (int l = 0; l < L; l++) {
+            const pipe_block_profile_t *x = &prof[1 + 2 * l], *y = &prof[2 + 2 * l];
+            coarse[1 + l] = (pipe_block_profile_t){x->fwd_ms + y->fwd_ms, x->bwd_ms + y->bwd_ms,
+                                                   x->param_bytes + y->param_bytes, x->opt_bytes + y->opt_bytes,
+                                                   x->act_bytes_per_mb + y->act_bytes_per_mb};
         }
-        printf("%s | blocks | embedding %.2f ms, layer %.2f ms, head %.2f ms (forward + backward) |  | \n", c->name,
-               prof[0].fwd_ms + prof[0].bwd_ms, prof[1].fwd_ms + prof[1].bwd_ms,
-               prof[nb - 1].fwd_ms + prof[nb - 1].bwd_ms);
+        coarse[L + 1] = prof[n1 - 1];
+        double attn = prof[1].fwd_ms + prof[1].bwd_ms, mlp = prof[2].fwd_ms + prof[2].bwd_ms;
+        double head = prof[n1 - 1].fwd_ms + prof[n1 - 1].bwd_ms;
+        int J = pipe_gpt_choose_head_blocks(prof, L);
+        if (J > 1 && pipe_profile_gpt(&cfg, &eng_cpu_backend, c->B, c->T, J, 2, 5, prof, NULL, &err)) {
+            fprintf(stderr, "%s: %s\n", c->name, err.message);
+            continue;
+        }
+        int nb = 2 * L + 1 + J;
+        for (int p = 2; p <= 8; p *= 2) {
+            balance_row(c->name, "layers", coarse, L + 2, p);
+            balance_row(c->name, "halves + slices", prof, nb, p);
+        }
+        printf("%s | profile | embedding %.2f ms, attention %.2f ms, MLP %.2f ms, head %.2f ms whole, cut into %d "
+               "(forward + backward) | | | \n", c->name, prof[0].fwd_ms + prof[0].bwd_ms, attn, mlp, head, J);
         fflush(stdout);
     }
 }
@@ -415,7 +444,7 @@ static void part_limit(int steps)
     pid_t pid = fork();
     if (pid == 0) { /* profiling uses OpenMP: keep it out of the parent that forks ranks */
         eng_cpu_set_threads(1);
-        pipe_profile_gpt(&cfg, &eng_cpu_backend, B, T, 1, 3, prof, &over, &err);
+        pipe_profile_gpt(&cfg, &eng_cpu_backend, B, T, 1, 1, 3, prof, &over, &err);
         /* the process baseline counts, as pipe_train_run counts it */
         long pages = 0, resident = 0;
         FILE *sf = fopen("/proc/self/statm", "r");
@@ -427,7 +456,7 @@ static void part_limit(int steps)
                                    .schedule = PIPE_SCHED_INTERLEAVED, .mem_limit_bytes = (size_t)limit << 20,
                                    .rank_overhead_bytes = over};
         pipe_plan_t plan;
-        int rc = pipe_partition(prof, L + 2, &o, &plan, &err);
+        int rc = pipe_partition(prof, 2 * L + 2, &o, &plan, &err);
         printf("1 partition: %s\n", rc ? err.message : "fits");
         fflush(stdout);
         _exit(0);

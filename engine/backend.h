@@ -81,6 +81,21 @@ typedef struct eng_backend {
     void (*xent_backward)(float *dlogits, const float *probs, const int32_t *targets,
                           float dloss, int N, int V, int Vp);
 
+    /* Cross-entropy over a vocabulary cut into slices, one GEMM per slice (a GPT head split
+     * into several blocks, so pipeline stages can share it). stats is (4,N), four arrays:
+     * running max, running sum of exp(logit - max), the target's logit, and log-sum-exp.
+     * chunk_forward folds logits (N,w), the columns [v0, v0+w) of the padded vocabulary, into
+     * stats (columns >= V are padding and ignored; first: stats start afresh; targets may be
+     * NULL, then the target logit is left alone). chunk_finish sets stats' log-sum-exp and, when
+     * losses is non-NULL, losses (N) = lse - target logit. chunk_backward: dlogits (N,w) =
+     * (exp(logits - lse) - onehot(target)) * dloss over the slice (may alias logits; padding 0).
+     * Optional: NULL in a backend that does not offer the split head. */
+    void (*xent_chunk_forward)(float *stats, const float *logits, const int32_t *targets, int N,
+                               int v0, int w, int V, int first);
+    void (*xent_chunk_finish)(float *losses, float *stats, int N);
+    void (*xent_chunk_backward)(float *dlogits, const float *logits, const float *lse,
+                                const int32_t *targets, float dloss, int N, int v0, int w, int V);
+
     /* AdamW on n parameters (one contiguous range). t is the 1-based step for bias correction;
      * grad_scale multiplies g first (clipping); wd is applied decoupled (param -= lr*wd*param). */
     void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n,

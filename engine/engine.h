@@ -94,7 +94,8 @@ typedef struct eng_gpt_acts {
     float *ln2_rstd;   /* (L, B,T) */
     float *fch;        /* (L, B,T,4C) */
     float *fch_gelu;   /* (L, B,T,4C) */
-    float *lnf;        /* (B,T,C) */
+    float *lnf;        /* (B,T,C), followed by hstats */
+    float *hstats;     /* (4, B,T) a split head's running softmax statistics (backend.h) */
     float *lnf_mean;   /* (B,T) */
     float *lnf_rstd;   /* (B,T) */
     float *probs;      /* (B,T,Vp) logits, then softmax, then (after backward) dlogits */
@@ -110,10 +111,10 @@ typedef struct eng_gpt {
     eng_params_t p;
     eng_gpt_weights_t w;      /* views into p.params */
     eng_gpt_weights_t g;      /* views into p.grads */
+    int head_blocks;          /* blocks the head is split into (1 unless set; pipelines) */
     int scratch_B, scratch_T; /* batch the backward scratch is sized for */
     float *scratch;           /* owned slab: */
-    float *d_a, *d_b;         /* (B,T,C) boundary gradients, ping-pong in eng_gpt_backward */
-    float *d_res2;            /* (B,T,C) */
+    float *d_a, *d_b;         /* boundary gradients (eng_gpt_max_boundary_floats), ping-pong */
     float *d_bt;              /* (B,T,C) */
     float *d_qkv;             /* (B,T,3C) */
     float *d_fch;             /* (B,T,4C) */
@@ -144,26 +145,47 @@ void eng_gpt_acts_destroy(const eng_gpt_t *m, eng_gpt_acts_t *a);
 void eng_gpt_acts_set_batch(const eng_gpt_t *m, eng_gpt_acts_t *a, const int32_t *tokens,
                             const int32_t *targets);
 
-/* Blocks: 0 = embedding, 1..L = transformer layers, L+1 = final LayerNorm + tied LM head +
- * cross-entropy. Block b reads boundary b-1 and writes boundary b, where boundary i is
- * eng_gpt_boundary(a, i) (B,T,C) for i in 0..L; block 0 reads a->tokens, block L+1 writes
- * a->probs and (when targets are set) a->losses. A pipeline stage receives its input into
- * eng_gpt_boundary(a, first_block - 1) and sends eng_gpt_boundary(a, last_block). */
+/* Blocks, the units a pipeline cuts the model into: 0 = embedding; 2l+1 = layer l's attention
+ * half (ln1, qkv, attention, projection, residual) and 2l+2 = its MLP half (ln2, fc, GELU,
+ * projection, residual), for l in 0..L-1; then the head, head_blocks blocks from
+ * eng_gpt_head_first() = 2L+1 on. With one head block (the default) it is the final LayerNorm,
+ * the tied LM head and the fused cross-entropy. Split into J > 1 (eng_gpt_set_head_blocks), head
+ * block j holds vocabulary rows eng_gpt_head_rows(j) of wte and folds its slice's logits into
+ * running softmax statistics; block 0 of the head also holds the final LayerNorm and the last
+ * turns the statistics into the loss. A slow 50k-way head can so be spread over stages.
+ * Block b writes eng_gpt_boundary(a, b), which block b+1 reads: (B,T,C) residual streams, and
+ * between head blocks lnf followed by the statistics (eng_gpt_boundary_floats(b) floats in
+ * all). Block 0 reads a->tokens; the last block writes a->losses (when targets are set). A
+ * pipeline stage receives its input into eng_gpt_boundary(a, first_block - 1) and sends
+ * eng_gpt_boundary(a, last_block). */
 int eng_gpt_num_blocks(const eng_gpt_t *m);
+int eng_gpt_head_first(const eng_gpt_t *m);
+/* Splits the head into J blocks (1 <= J <= Vp); KILN_EUNSUPP when the backend has no
+ * xent_chunk ops. Whole-model passes (eng_gpt_forward/backward) always run the one fused head. */
+int eng_gpt_set_head_blocks(eng_gpt_t *m, int J, kiln_err_t *err);
+/* Vocabulary rows [*r0, *r1) of head block j (0..head_blocks-1). */
+void eng_gpt_head_rows(const eng_gpt_t *m, int j, int *r0, int *r1);
 float *eng_gpt_boundary(const eng_gpt_t *m, eng_gpt_acts_t *a, int i);
+/* Floats of the activation block i sends forward (B,T,C, plus 4 x B,T statistics inside the
+ * head), of the gradient that comes back for it (B,T,C, plus B,T log-sum-exp inside the head),
+ * and the largest of either. */
+size_t eng_gpt_boundary_floats(const eng_gpt_t *m, int B, int T, int i);
+size_t eng_gpt_grad_floats(const eng_gpt_t *m, int B, int T, int i);
+size_t eng_gpt_max_boundary_floats(const eng_gpt_t *m, int B, int T);
 void eng_gpt_block_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, bool has_targets);
-/* Backward of one block: dout (B,T,C) is the gradient of the block's output (NULL for block
- * L+1, whose output is the loss: dloss is d(objective)/d(each token's loss), e.g.
- * 1/(B*T*accum_steps)); din (B,T,C) receives the gradient of the block's input (overwritten;
- * unused for block 0, may be NULL). din must not alias dout. Parameter gradients accumulate.
- * Block L+1 turns a->probs into dlogits, so each acts is back-propagated once.
- * Tied embedding: wte's gradient receives the LM head's part from block L+1 and the lookup part
- * from block 0; it is final only after block 0. (A pipeline holding blocks 0 and L+1 on
- * different stages must sum the two stages' wte gradients before the update.) */
+/* Backward of one block: dout is the gradient of the block's output (eng_gpt_grad_floats;
+ * NULL for the last block, whose output is the loss: dloss is d(objective)/d(each token's
+ * loss), e.g. 1/(B*T*accum_steps)); din receives the gradient of the block's input
+ * (overwritten; unused for block 0, may be NULL). din must not alias dout. Parameter gradients
+ * accumulate. The head turns a->probs into dlogits, so each acts is back-propagated once.
+ * Tied embedding: wte's gradient receives the LM head's part from the head blocks and the
+ * lookup part from block 0; it is final only after block 0. (A pipeline holding them on
+ * different stages must sum the stages' wte gradients before the update.) */
 void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const float *dout,
                             float *din, float dloss);
 /* The block's parameter ranges in the flat buffers (OUT: up to ENG_MAX_TENSORS); returns the
- * count. Block L+1 lists lnfw, lnfb and wte (tied, shared with block 0). */
+ * count. Head blocks list their rows of wte (tied, shared with block 0; the whole of wte for a
+ * single head block), the first of them lnfw and lnfb too. */
 int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out);
 
 /* Called during backward when the gradients of `block` are final for this microbatch set (the
@@ -172,8 +194,8 @@ typedef void (*eng_grads_ready_fn)(void *ctx, int block);
 
 /* Whole forward over all blocks; returns the mean loss over B*T (0 without targets). */
 float eng_gpt_forward(eng_gpt_t *m, eng_gpt_acts_t *a, bool has_targets);
-/* Whole backward (blocks L+1..0) with the given dloss; ready (may be NULL) is called after each
- * block. Requires scratch sized for a->B (B <= the B given to eng_gpt_create). */
+/* Whole backward (last block to block 0) with the given dloss; ready (may be NULL) is called
+ * after each block. Requires scratch sized for a->B (B <= the B given to eng_gpt_create). */
 void eng_gpt_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float dloss, eng_grads_ready_fn ready,
                       void *ctx);
 

@@ -513,10 +513,11 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
                        "make nodes x slots_per_node a multiple of the number of partitions",
                        "distribution.model_parallel.partitions (%d) must divide the job's %d ranks (nodes x slots_per_node)",
                        d->mp_partitions, world);
-    if (!strcmp(s->model.type, "gpt") && d->mp_partitions > s->model.n_layer + 2)
-        return invalid(err, "distribution.model_parallel.partitions", "use at most n_layer + 2 partitions",
-                       "distribution.model_parallel.partitions (%d) exceeds the model's %d blocks (embedding, %d layers, head)",
-                       d->mp_partitions, s->model.n_layer + 2, s->model.n_layer);
+    if (!strcmp(s->model.type, "gpt") && d->mp_partitions > 2 * s->model.n_layer + 2)
+        return invalid(err, "distribution.model_parallel.partitions", "use at most 2 x n_layer + 2 partitions",
+                       "distribution.model_parallel.partitions (%d) exceeds the model's %d blocks (embedding, an "
+                       "attention and an MLP block for each of %d layers, head)",
+                       d->mp_partitions, 2 * s->model.n_layer + 2, s->model.n_layer);
     if (!strcmp(s->model.type, "mlp") && d->mp_partitions > 1)
         return invalid(err, "distribution.model_parallel.partitions", "pipeline parallelism applies to the gpt model",
                        "the mlp model cannot be partitioned");

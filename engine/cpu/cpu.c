@@ -397,6 +397,57 @@ static void cpu_xent_backward(float *dlogits, const float *probs, const int32_t 
     }
 }
 
+/* The vocabulary-sliced variant (backend.h): an online softmax, one slice at a time. */
+static void cpu_xent_chunk_forward(float *stats, const float *logits, const int32_t *targets,
+                                   int N, int v0, int w, int V, int first)
+{
+    float *mx = stats, *sm = stats + N, *tl = stats + 2 * (size_t)N;
+    int wv = V - v0 < w ? V - v0 : w;
+    if (wv < 0) wv = 0;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *l = logits + (size_t)i * w;
+        float m0 = first ? -INFINITY : mx[i], s0 = first ? 0.0f : sm[i], cm = -INFINITY;
+#pragma omp simd reduction(max : cm)
+        for (int j = 0; j < wv; j++) cm = l[j] > cm ? l[j] : cm;
+        float nm = cm > m0 ? cm : m0, sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < wv; j++) sum += fast_expf(l[j] - nm);
+        sm[i] = (s0 > 0.0f ? s0 * fast_expf(m0 - nm) : 0.0f) + sum;
+        mx[i] = nm;
+        if (first) tl[i] = 0.0f;
+        if (targets && targets[i] >= v0 && targets[i] - v0 < wv) tl[i] = l[targets[i] - v0];
+    }
+}
+
+static void cpu_xent_chunk_finish(float *losses, float *stats, int N)
+{
+    const float *mx = stats, *sm = stats + N, *tl = stats + 2 * (size_t)N;
+    float *lse = stats + 3 * (size_t)N;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        lse[i] = mx[i] + logf(sm[i]);
+        if (losses) losses[i] = lse[i] - tl[i];
+    }
+}
+
+static void cpu_xent_chunk_backward(float *dlogits, const float *logits, const float *lse,
+                                    const int32_t *targets, float dloss, int N, int v0, int w,
+                                    int V)
+{
+    int wv = V - v0 < w ? V - v0 : w;
+    if (wv < 0) wv = 0;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *l = logits + (size_t)i * w;
+        float *d = dlogits + (size_t)i * w, z = lse[i];
+#pragma omp simd
+        for (int j = 0; j < wv; j++) d[j] = fast_expf(l[j] - z) * dloss;
+        for (int j = wv; j < w; j++) d[j] = 0.0f;
+        if (targets[i] >= v0 && targets[i] - v0 < wv) d[targets[i] - v0] -= dloss;
+    }
+}
+
 /* ---- optimizer and reductions ------------------------------------------------------------------- */
 
 static void cpu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
@@ -461,5 +512,7 @@ const eng_backend_t eng_cpu_backend = {
     .relu_forward = cpu_relu_forward, .relu_backward = cpu_relu_backward,
     .residual_forward = cpu_residual_forward,
     .xent_forward = cpu_xent_forward, .xent_backward = cpu_xent_backward,
+    .xent_chunk_forward = cpu_xent_chunk_forward, .xent_chunk_finish = cpu_xent_chunk_finish,
+    .xent_chunk_backward = cpu_xent_chunk_backward,
     .adamw_update = cpu_adamw_update, .sumsq = cpu_sumsq, .scale = cpu_scale,
 };

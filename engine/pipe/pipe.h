@@ -55,6 +55,7 @@ typedef struct pipe_plan {
     pipe_sched_kind_t schedule;
     int microbatches;
     int n_blocks;
+    int head_blocks;          /* blocks the model's head is cut into (a GPT's vocabulary slices), >= 1 */
     int n_stages;
     pipe_stage_t *stages;     /* (n_stages), owned */
     double balance;           /* slowest stage / mean stage time (1 = perfect); 0 if unknown */
@@ -115,7 +116,7 @@ int pipe_plan_copy(pipe_plan_t *dst, const pipe_plan_t *src);
 
 /* The plan as a JSON object:
  * {"version": 1, "optimize": "speed", "schedule": "interleaved", "microbatches": 4,
- *  "n_blocks": 8, "memory_limit_mb": 0, "manual": false, "stages": [{"stage": 0, "blocks": [0, 3],
+ *  "n_blocks": 8, "head_blocks": 1, "memory_limit_mb": 0, "manual": false, "stages": [{"stage": 0, "blocks": [0, 3],
  *  "predicted_ms": 12.3, "predicted_mem_mb": 210.5}, ...], "balance": 1.04,
  *  "predicted_pass_ms": 15.2, "predicted_bubble": 0.2}.
  * Caller owns the result (json_decref); NULL only on allocation failure. */
@@ -132,6 +133,9 @@ char *pipe_plan_to_string(const pipe_plan_t *p);
  * Returns 0 or KILN_EINVAL. */
 int pipe_plan_from_json(const json_t *j, int n_blocks, int n_stages, pipe_plan_t *out,
                         kiln_err_t *err);
+/* The plan's "head_blocks" (1 when absent), which fixes the model's block count; 0 when it is
+ * not a positive integer up to PIPE_MAX_HEAD_BLOCKS. */
+int pipe_plan_json_head_blocks(const json_t *j);
 /* Validates an already-built plan the same way (blocks contiguous and covering 0..n_blocks-1,
  * n_stages stages). Returns 0 or KILN_EINVAL. */
 int pipe_plan_validate(const pipe_plan_t *p, int n_blocks, int n_stages, kiln_err_t *err);
@@ -248,21 +252,31 @@ int pipe_run(const pipe_sched_t *s, const pipe_hooks_t *hooks, void *ctx,
  * Profiling and pipelined training of the GPT (engine/engine.h's blocks)
  * ------------------------------------------------------------------------------------------ */
 
-/* Profiles the n_layer + 2 blocks of a GPT of config cfg on backend be for microbatches of B
+/* Most head blocks a GPT head is split into for a pipeline. */
+#define PIPE_MAX_HEAD_BLOCKS 64
+
+/* Profiles the 2L + 1 + head_blocks blocks of a GPT of config cfg (engine.h: embedding,
+ * attention and MLP halves of each layer, head slices) on backend be for microbatches of B
  * sequences of T tokens: times forward and backward of each block (warmup untimed + iters timed
- * runs, median) on a one-layer clone of the model (every transformer layer has the same shapes, so
- * layer 1's figures stand for all), and computes parameter, AdamW state and activation bytes per
+ * runs, median) on a one-layer clone of the model (every layer has the same shapes, so layer
+ * 1's figures stand for all), and computes parameter, AdamW state and activation bytes per
  * microbatch from the engine's memory plan (the tied wte counts on both the embedding and the
- * head block, since both stages hold a copy). out holds cfg->n_layer + 2 entries (OUT).
+ * head blocks, since both stages hold a copy). out holds 2L + 1 + head_blocks entries (OUT).
  * *overhead_bytes (OUT, may be NULL) gets the per-rank memory outside the blocks (backward
- * scratch and boundary buffers). Returns 0, KILN_EINVAL or KILN_ENOMEM. Not thread-safe (uses
- * the backend's threads). */
-int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B, int T, int warmup,
-                     int iters, pipe_block_profile_t *out, size_t *overhead_bytes, kiln_err_t *err);
+ * scratch and boundary buffers). Returns 0, KILN_EINVAL, KILN_EUNSUPP (backend cannot split
+ * the head) or KILN_ENOMEM. Not thread-safe (uses the backend's threads). */
+int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B, int T, int head_blocks,
+                     int warmup, int iters, pipe_block_profile_t *out, size_t *overhead_bytes, kiln_err_t *err);
+
+/* How many blocks to cut a GPT's head into, from a profile made with one head block (2L + 2
+ * entries): enough that no slice costs more than the cheaper of a layer's two halves (a
+ * 50k-word head is several layers' worth of work, more than a stage should carry), at most
+ * PIPE_MAX_HEAD_BLOCKS; 1 when the head is already cheap. */
+int pipe_gpt_choose_head_blocks(const pipe_block_profile_t *prof, int n_layer);
 
 /* Bytes of the activations one microbatch of B x T keeps for block `block` of a GPT of cfg
- * (0 = embedding, 1..L = layers, L+1 = head and loss), from eng_gpt_acts_create's plan. */
-size_t pipe_gpt_act_bytes(const eng_gpt_config_t *cfg, int block, int B, int T);
+ * whose head is cut into head_blocks blocks, from eng_gpt_acts_create's plan. */
+size_t pipe_gpt_act_bytes(const eng_gpt_config_t *cfg, int head_blocks, int block, int B, int T);
 
 /* What pipe_train_run reports beyond eng_train_result_t. */
 typedef struct pipe_train_info {

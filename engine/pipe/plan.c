@@ -16,6 +16,7 @@ void pipe_plan_init(pipe_plan_t *p)
     p->version = 1;
     p->schedule = PIPE_SCHED_INTERLEAVED;
     p->microbatches = 1;
+    p->head_blocks = 1;
 }
 
 void pipe_plan_deinit(pipe_plan_t *p)
@@ -63,6 +64,7 @@ json_t *pipe_plan_to_json(const pipe_plan_t *p)
     json_object_set_new(o, "schedule", json_string(pipe_sched_name(p->schedule)));
     json_object_set_new(o, "microbatches", json_integer(p->microbatches));
     json_object_set_new(o, "n_blocks", json_integer(p->n_blocks));
+    json_object_set_new(o, "head_blocks", json_integer(p->head_blocks > 0 ? p->head_blocks : 1));
     json_object_set_new(o, "memory_limit_mb", json_real(round3(p->memory_limit_mb)));
     json_object_set_new(o, "manual", json_boolean(p->manual));
     for (int s = 0; s < p->n_stages; s++) {
@@ -174,10 +176,15 @@ static int bad(kiln_err_t *err, const char *hint, const char *fmt, ...)
 
 int pipe_plan_validate(const pipe_plan_t *p, int n_blocks, int n_stages, kiln_err_t *err)
 {
-    char hint[400];
-    snprintf(hint, sizeof(hint), "the model has %d blocks (0..%d; for a GPT 0 is the embedding and %d the final "
-             "norm, head and loss) and the job %d partitions", n_blocks, n_blocks - 1, n_blocks - 1,
-             n_stages);
+    char hint[480], head[96];
+    int J = p->head_blocks > 0 ? p->head_blocks : 1, L = (n_blocks - 1 - J) / 2;
+    if (J == 1)
+        snprintf(head, sizeof(head), "%d the final norm, head and loss", n_blocks - 1);
+    else
+        snprintf(head, sizeof(head), "%d..%d the head in %d vocabulary slices", 2 * L + 1, n_blocks - 1, J);
+    snprintf(hint, sizeof(hint), "the model has %d blocks (0..%d; for a GPT: 0 is the embedding, 2l+1 and 2l+2 "
+             "are layer l's attention and MLP halves, and %s) and the job %d partitions", n_blocks, n_blocks - 1,
+             head, n_stages);
     if (p->n_stages <= 0)
         return bad(err, HINT_FORM, "the plan has no stages");
     if (p->n_stages > n_stages)
@@ -255,6 +262,16 @@ static int read_range(const json_t *e, int s, int *first, int *last, kiln_err_t 
     return 0;
 }
 
+int pipe_plan_json_head_blocks(const json_t *j)
+{
+    const json_t *v = json_is_object(j) ? json_object_get(j, "head_blocks") : NULL;
+    if (!v)
+        return 1;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > PIPE_MAX_HEAD_BLOCKS)
+        return 0;
+    return (int)json_integer_value(v);
+}
+
 int pipe_plan_from_json(const json_t *j, int n_blocks, int n_stages, pipe_plan_t *out, kiln_err_t *err)
 {
     int rc;
@@ -276,6 +293,10 @@ int pipe_plan_from_json(const json_t *j, int n_blocks, int n_stages, pipe_plan_t
                 return bad(err, NULL, "\"microbatches\" must be a positive integer");
             out->microbatches = (int)json_integer_value(v);
         }
+        out->head_blocks = pipe_plan_json_head_blocks(j);
+        if (out->head_blocks < 1)
+            return bad(err, "leave \"head_blocks\" out (1), or give the number in the plan kiln wrote",
+                       "\"head_blocks\" must be an integer from 1 to %d", PIPE_MAX_HEAD_BLOCKS);
         if ((v = json_object_get(j, "n_blocks")) && json_is_integer(v) && json_integer_value(v) != n_blocks)
             return bad(err, "make a new plan for this model, or start from the one kiln writes to partition_plan.json",
                        "the plan was made for a model of %d blocks, this model has %d", (int)json_integer_value(v),

@@ -1,7 +1,7 @@
 /* train.c - pipelined (and hybrid data x pipeline) training of the GPT: a grid of stages x
  * replicas over comm/, each rank holding only its stage's blocks, running the schedule's action
  * list through pipe_run() every step, with the tied embedding's gradient summed between the
- * first and last stage, data-parallel averaging within each stage, global-norm clipping and
+ * first stage and the stages holding the head, data-parallel averaging within each stage, global-norm clipping and
  * AdamW on the rank's own parameter ranges.
  * It is not the single-process trainer (engine/train.c); it reuses the engine's blocks, data,
  * sampler and checkpoint format, so its numbers equal single-rank training's. */
@@ -22,6 +22,7 @@
 #define TAG_ACT 0x01000000u
 #define TAG_GRAD 0x02000000u
 #define TAG_GATHER 0x03000000u
+#define TAG_TIED 0x04000000u
 #define MAX_RANGES (3 * ENG_MAX_TENSORS)
 
 /* ---- lazily backed host memory ---------------------------------------------------------------
@@ -83,13 +84,14 @@ static size_t rss_now(void)
 typedef struct prange {
     size_t off, n;
     bool decay;
-    bool in_norm; /* counted in the gradient norm (the tied wte only on the first stage) */
+    bool in_norm; /* counted in the gradient norm: false for the rows of the tied wte a head block
+                   * holds away from the first stage (a copy of stage 0's) */
 } prange_t;
 
 typedef struct pt {
     const spec_t *s;
     const eng_train_opts_t *o;
-    comm_t *world, *pipe, *dp, *tied;
+    comm_t *world, *pipe, *dp;
     bool own_world;
     int rank, W, p, dp_n, stage, replica;
     const eng_backend_t *be;      /* the job's backend */
@@ -101,6 +103,8 @@ typedef struct pt {
     float *m, *v;                 /* (n) AdamW moments, full layout, only own ranges touched */
     pipe_plan_t plan;
     int first, last;              /* this stage's blocks */
+    int nb, hf;                   /* the model's blocks, and its first head block */
+    float *tied_buf;              /* stage 0: a head stage's wte rows of gradient, being summed */
     prange_t rg[MAX_RANGES];
     int nrg;
     pipe_sched_t sched, fsched;   /* training list and forward-only list */
@@ -202,6 +206,16 @@ static void metric_record(pt_t *t, int64_t step, const char *const *names, const
 /* ---- hooks: one microbatch on this stage ------------------------------------------------------- */
 
 static size_t bt_c(const pt_t *t) { return (size_t)t->B * t->T * t->cfg.n_embd; }
+/* the largest message between stages: (B,T,C) plus the head's statistics */
+static size_t bmax(const pt_t *t) { return bt_c(t) + 4 * (size_t)t->B * t->T; }
+static size_t act_bytes(const pt_t *t, int boundary)
+{
+    return eng_gpt_boundary_floats(t->gpt, t->B, t->T, boundary) * sizeof(float);
+}
+static size_t grad_bytes(const pt_t *t, int boundary)
+{
+    return eng_gpt_grad_floats(t->gpt, t->B, t->T, boundary) * sizeof(float);
+}
 
 static int wait_slot(pt_t *t, int slot, kiln_err_t *err)
 {
@@ -221,10 +235,10 @@ static void set_batch(pt_t *t, eng_gpt_acts_t *a, int mb)
 /* Runs this stage's blocks forward on activation set a for microbatch mb. */
 static void stage_forward(pt_t *t, eng_gpt_acts_t *a, int mb, int slot)
 {
-    if (t->first == 0 || t->last == t->cfg.n_layer + 1)
+    if (t->first == 0 || t->last >= t->hf) /* tokens, or targets for the head */
         set_batch(t, a, mb);
     if (t->ckpt && t->first > 0)
-        t->be->copy(eng_gpt_boundary(t->gpt, a, t->first - 1), t->xin[slot], bt_c(t) * sizeof(float));
+        t->be->copy(eng_gpt_boundary(t->gpt, a, t->first - 1), t->xin[slot], act_bytes(t, t->first - 1));
     for (int b = t->first; b <= t->last; b++)
         eng_gpt_block_forward(t->gpt, a, b, true);
 }
@@ -238,7 +252,7 @@ static int h_forward(void *ctx, int mb, int slot, kiln_err_t *err)
     double t0 = kiln_mono_s();
     eng_gpt_acts_t *a = t->acts[t->ckpt ? 0 : slot];
     stage_forward(t, a, mb, slot);
-    if (t->last == t->cfg.n_layer + 1) {
+    if (t->last == t->nb - 1) {
         size_t BT = (size_t)t->B * t->T;
         t->be->to_host(a->host_losses, a->losses, BT * sizeof(float));
         double s = 0;
@@ -246,7 +260,7 @@ static int h_forward(void *ctx, int mb, int slot, kiln_err_t *err)
             s += a->host_losses[i];
         t->loss_acc += s / (double)BT;
     } else if (t->ckpt) {
-        t->be->copy(t->xout[slot], eng_gpt_boundary(t->gpt, a, t->last), bt_c(t) * sizeof(float));
+        t->be->copy(t->xout[slot], eng_gpt_boundary(t->gpt, a, t->last), act_bytes(t, t->last));
     }
     t->be->synchronize();
     t->busy += kiln_mono_s() - t0;
@@ -265,7 +279,7 @@ static int h_backward(void *ctx, int mb, int slot, kiln_err_t *err)
     eng_gpt_acts_t *a = t->acts[t->ckpt ? 0 : slot];
     if (t->ckpt)
         stage_forward(t, a, mb, slot); /* recompute what was not kept */
-    const float *dout = t->last == t->cfg.n_layer + 1 ? NULL : t->gbuf;
+    const float *dout = t->last == t->nb - 1 ? NULL : t->gbuf;
     for (int b = t->last; b >= t->first; b--) {
         float *din = b == t->first ? t->din[slot] : (dout == t->gpt->d_a ? t->gpt->d_b : t->gpt->d_a);
         eng_gpt_block_backward(t->gpt, a, b, dout, b == 0 ? NULL : din, t->dloss);
@@ -280,7 +294,7 @@ static int h_send_act(void *ctx, int mb, int slot, kiln_err_t *err)
 {
     pt_t *t = ctx;
     const float *buf = t->ckpt ? t->xout[slot] : eng_gpt_boundary(t->gpt, t->acts[slot], t->last);
-    return comm_send_start(t->pipe, buf, bt_c(t) * sizeof(float), t->stage + 1, TAG_ACT | (uint32_t)mb,
+    return comm_send_start(t->pipe, buf, act_bytes(t, t->last), t->stage + 1, TAG_ACT | (uint32_t)mb,
                            &t->act_req[slot], err);
 }
 
@@ -291,13 +305,13 @@ static int h_recv_act(void *ctx, int mb, int slot, kiln_err_t *err)
     if ((rc = wait_slot(t, slot, err)))
         return rc;
     float *buf = t->ckpt ? t->xin[slot] : eng_gpt_boundary(t->gpt, t->acts[slot], t->first - 1);
-    return comm_recv(t->pipe, buf, bt_c(t) * sizeof(float), t->stage - 1, TAG_ACT | (uint32_t)mb, NULL, err);
+    return comm_recv(t->pipe, buf, act_bytes(t, t->first - 1), t->stage - 1, TAG_ACT | (uint32_t)mb, NULL, err);
 }
 
 static int h_send_grad(void *ctx, int mb, int slot, kiln_err_t *err)
 {
     pt_t *t = ctx;
-    return comm_send_start(t->pipe, t->din[slot], bt_c(t) * sizeof(float), t->stage - 1, TAG_GRAD | (uint32_t)mb,
+    return comm_send_start(t->pipe, t->din[slot], grad_bytes(t, t->first - 1), t->stage - 1, TAG_GRAD | (uint32_t)mb,
                            &t->grad_req[slot], err);
 }
 
@@ -305,7 +319,7 @@ static int h_recv_grad(void *ctx, int mb, int slot, kiln_err_t *err)
 {
     (void)slot;
     pt_t *t = ctx;
-    return comm_recv(t->pipe, t->gbuf, bt_c(t) * sizeof(float), t->stage + 1, TAG_GRAD | (uint32_t)mb, NULL, err);
+    return comm_recv(t->pipe, t->gbuf, grad_bytes(t, t->last), t->stage + 1, TAG_GRAD | (uint32_t)mb, NULL, err);
 }
 
 static int h_finish(void *ctx, kiln_err_t *err)
@@ -346,10 +360,7 @@ static int setup_grid(pt_t *t, comm_t *world, kiln_err_t *err)
     t->replica = t->rank / t->p;
     if ((rc = comm_split(t->world, t->replica, t->stage, &t->pipe, err)))
         return rc;
-    if ((rc = comm_split(t->world, t->stage, t->replica, &t->dp, err)))
-        return rc;
-    bool ends = t->stage == 0 || t->stage == t->p - 1;
-    return comm_split(t->world, ends ? t->replica : COMM_UNDEFINED, t->stage, &t->tied, err);
+    return comm_split(t->world, t->stage, t->replica, &t->dp, err);
 }
 
 static int setup_data(pt_t *t, kiln_err_t *err)
@@ -378,42 +389,83 @@ static int setup_data(pt_t *t, kiln_err_t *err)
                             s->hp.seed, err);
 }
 
-/* Profiles the blocks (every rank, then averaged so all ranks hold identical figures) and makes
- * or validates the plan. */
-static int setup_plan(pt_t *t, kiln_err_t *err)
+/* Profiles the model's blocks with the head in J blocks on every rank and averages the times
+ * over the ranks, so all ranks hold identical figures (and so make the identical plan).
+ * *prof (OUT) is malloc'd with 2L + 1 + J entries; *overhead (OUT) includes what the process
+ * held before the model (libraries, the transport's buffers), which counts against a per-rank
+ * memory limit too. */
+static int profile_blocks(pt_t *t, int J, size_t base, pipe_block_profile_t **prof, size_t *overhead,
+                          kiln_err_t *err)
 {
-    const spec_t *s = t->s;
-    int nb = t->cfg.n_layer + 2, rc;
-    pipe_block_profile_t *prof = calloc((size_t)nb, sizeof(*prof));
+    int nb = 2 * t->cfg.n_layer + 1 + J, rc;
+    pipe_block_profile_t *pr = calloc((size_t)nb, sizeof(*pr));
     float *times = calloc((size_t)nb * 2 + 1, sizeof(float));
-    size_t overhead = 0;
-    if (!prof || !times) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        goto done;
+    *prof = pr;
+    if (!pr || !times) {
+        free(times);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }
-    double t0 = kiln_mono_s();
-    /* what the process holds before the model (libraries, the transport's buffers) counts
-     * against a per-rank limit too */
-    size_t base = rss_now();
-    if ((rc = pipe_profile_gpt(&t->cfg, t->be, t->B, t->T, 2, 5, prof, &overhead, err)))
+    if ((rc = pipe_profile_gpt(&t->cfg, t->be, t->B, t->T, J, 2, 5, pr, overhead, err)))
         goto done;
     for (int b = 0; b < nb; b++) {
-        times[2 * b] = (float)prof[b].fwd_ms;
-        times[2 * b + 1] = (float)prof[b].bwd_ms;
+        times[2 * b] = (float)pr[b].fwd_ms;
+        times[2 * b + 1] = (float)pr[b].bwd_ms;
     }
     times[2 * nb] = (float)((double)base / MIB);
     if ((rc = comm_allreduce(t->world, times, (size_t)nb * 2 + 1, COMM_AVG, err)))
         goto done;
     for (int b = 0; b < nb; b++) {
-        prof[b].fwd_ms = times[2 * b];
-        prof[b].bwd_ms = times[2 * b + 1];
+        pr[b].fwd_ms = times[2 * b];
+        pr[b].bwd_ms = times[2 * b + 1];
     }
-    overhead += (size_t)((double)times[2 * nb] * MIB); /* identical on every rank: the plan must be */
-    if (t->rank == 0)
+    *overhead += (size_t)((double)times[2 * nb] * MIB); /* identical on every rank: the plan must be */
+done:
+    free(times);
+    return rc;
+}
+
+/* Profiles the blocks and makes or validates the plan. The head is first profiled whole; when
+ * it costs more than a layer's half (a 50k-word vocabulary), it is cut into vocabulary slices
+ * and profiled again, so the partitioner can spread it over stages. A manual plan says how many
+ * head blocks it was made for. */
+static int setup_plan(pt_t *t, kiln_err_t *err)
+{
+    const spec_t *s = t->s;
+    int L = t->cfg.n_layer, nb, rc, J = 1;
+    pipe_block_profile_t *prof = NULL;
+    size_t overhead = 0;
+    bool manual = s->dist.mp_partition_plan && !s->dist.mp_auto_partition;
+    if (manual && (J = pipe_plan_json_head_blocks(s->dist.mp_partition_plan)) < 1)
+        return kiln_err_set(err, KILN_EINVAL, "distribution.model_parallel.partition_plan",
+                            "invalid partition plan: \"head_blocks\" must be an integer from 1 to %d",
+                            PIPE_MAX_HEAD_BLOCKS);
+    double t0 = kiln_mono_s();
+    size_t base = rss_now();
+    if ((rc = profile_blocks(t, J, base, &prof, &overhead, err)))
+        goto done;
+    if (!manual && (J = pipe_gpt_choose_head_blocks(prof, L)) > 1) {
+        if (t->rank == 0)
+            pt_log(t, "pipeline: the head costs %.2f+%.2f ms, more than a layer's half; cutting it into %d "
+                   "vocabulary slices\n", prof[2 * L + 1].fwd_ms, prof[2 * L + 1].bwd_ms, J);
+        free(prof);
+        overhead = 0;
+        if ((rc = profile_blocks(t, J, base, &prof, &overhead, err)))
+            goto done;
+    }
+    nb = 2 * L + 1 + J;
+    t->nb = nb;
+    t->hf = 2 * L + 1;
+    if (t->rank == 0) {
+        double hfw = 0, hbw = 0;
+        for (int b = t->hf; b < nb; b++) {
+            hfw += prof[b].fwd_ms;
+            hbw += prof[b].bwd_ms;
+        }
         pt_log(t, "pipeline: profiled %d blocks in %.2f s (microbatch %dx%d): embedding %.2f+%.2f ms, layer "
-               "%.2f+%.2f ms, head %.2f+%.2f ms (forward+backward)\n", nb, kiln_mono_s() - t0, t->B, t->T,
-               prof[0].fwd_ms, prof[0].bwd_ms, prof[1].fwd_ms, prof[1].bwd_ms, prof[nb - 1].fwd_ms,
-               prof[nb - 1].bwd_ms);
+               "attention %.2f+%.2f ms and MLP %.2f+%.2f ms, head %.2f+%.2f ms in %d block%s (forward+backward)\n",
+               nb, kiln_mono_s() - t0, t->B, t->T, prof[0].fwd_ms, prof[0].bwd_ms, prof[1].fwd_ms, prof[1].bwd_ms,
+               prof[2].fwd_ms, prof[2].bwd_ms, hfw, hbw, J, J == 1 ? "" : "s");
+    }
     pipe_optimize_t opt = PIPE_OPT_SPEED;
     pipe_sched_kind_t sk = PIPE_SCHED_INTERLEAVED;
     pipe_optimize_parse(s->dist.mp_optimize, &opt);
@@ -421,8 +473,8 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
     size_t limit = s->res.memory_limit_mb > 0 ? (size_t)s->res.memory_limit_mb << 20 : 0;
     pipe_partition_opts_t po = {.n_stages = t->p, .microbatches = t->m_mb, .optimize = opt, .schedule = sk,
                                 .mem_limit_bytes = limit, .rank_overhead_bytes = overhead, .recompute = t->ckpt,
-                                .boundary_bytes = bt_c(t) * sizeof(float)};
-    if (s->dist.mp_partition_plan && !s->dist.mp_auto_partition) {
+                                .boundary_bytes = bmax(t) * sizeof(float)};
+    if (manual) {
         if ((rc = pipe_plan_from_json(s->dist.mp_partition_plan, nb, t->p, &t->plan, err)))
             goto done;
         t->plan.optimize = opt;
@@ -445,6 +497,7 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
         if ((rc = pipe_partition(prof, nb, &po, &t->plan, err)))
             goto done;
     }
+    t->plan.head_blocks = J;
     if (t->rank == 0) {
         pt_log(t, "pipeline: %s plan, %d stages x %d replicas, %s schedule, %d microbatches of %d, balance %.3f, "
                "predicted %.1f ms per pass, bubble %.1f%% (theory %.1f%%)\n", t->plan.manual ? "manual" : "automatic",
@@ -471,7 +524,6 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
     rc = 0;
 done:
     free(prof);
-    free(times);
     return rc;
 }
 
@@ -565,6 +617,36 @@ static int init_own_ranges(pt_t *t, uint64_t seed, kiln_err_t *err)
     return 0;
 }
 
+/* The parameter ranges stage k holds, in block order (OUT: up to MAX_RANGES); returns the
+ * count. The tied wte is listed by block 0 whole and by the head blocks in row slices: a slice
+ * inside a range already listed is skipped, and a slice on a stage without block 0 is a copy
+ * (tied: summed with stage 0's gradient; not in the norm; not gathered). Every rank can compute
+ * any stage's list, which is how rank 0 knows what the others send it. */
+static int stage_ranges(const pt_t *t, int k, prange_t *out)
+{
+    const eng_params_t *P = &t->gpt->p;
+    int n = 0, first = t->plan.stages[k].first, last = t->plan.stages[k].last;
+    for (int b = first; b <= last; b++) {
+        eng_range_t r[ENG_MAX_TENSORS];
+        int nr = eng_gpt_block_ranges(t->gpt, b, r);
+        for (int i = 0; i < nr; i++) {
+            bool dup = false;
+            for (int j = 0; j < n; j++)
+                dup |= r[i].off >= out[j].off && r[i].off + r[i].n <= out[j].off + out[j].n;
+            if (dup || n >= MAX_RANGES)
+                continue;
+            bool decay = false;
+            for (int q = 0; q < P->n_tensors; q++)
+                if (r[i].off >= P->tensors[q].off && r[i].off < P->tensors[q].off + P->tensors[q].n)
+                    decay = P->tensors[q].decay;
+            bool copy = b >= t->hf && r[i].off >= P->tensors[0].off &&
+                        r[i].off < P->tensors[0].off + P->tensors[0].n && first > 0;
+            out[n++] = (prange_t){r[i].off, r[i].n, decay, !copy};
+        }
+    }
+    return n;
+}
+
 static int setup_model(pt_t *t, kiln_err_t *err)
 {
     const spec_t *s = t->s;
@@ -586,27 +668,9 @@ static int setup_model(pt_t *t, kiln_err_t *err)
         t->be->to_device(t->gpt->p.params, params, t->gpt->p.n * sizeof(float));
         free(params);
     }
-    /* own ranges: every block of the stage; the tied wte appears in block 0 and block L+1 */
-    int L = t->cfg.n_layer;
-    for (int b = t->first; b <= t->last; b++) {
-        eng_range_t r[ENG_MAX_TENSORS];
-        int n = eng_gpt_block_ranges(t->gpt, b, r);
-        for (int i = 0; i < n; i++) {
-            bool dup = false;
-            for (int j = 0; j < t->nrg; j++)
-                dup |= t->rg[j].off == r[i].off;
-            if (dup || t->nrg >= MAX_RANGES)
-                continue;
-            bool decay = false;
-            for (int k = 0; k < t->gpt->p.n_tensors; k++) {
-                const eng_tensor_t *ten = &t->gpt->p.tensors[k];
-                if (r[i].off >= ten->off && r[i].off < ten->off + ten->n)
-                    decay = ten->decay;
-            }
-            bool is_wte = r[i].off == t->gpt->p.tensors[0].off;
-            t->rg[t->nrg++] = (prange_t){r[i].off, r[i].n, decay, !(is_wte && b == L + 1 && t->first > 0)};
-        }
-    }
+    if ((rc = eng_gpt_set_head_blocks(t->gpt, t->plan.head_blocks, err)))
+        return rc;
+    t->nrg = stage_ranges(t, t->stage, t->rg);
     if (!s->model.init_from[0] && (rc = init_own_ranges(t, s->hp.seed, err)))
         return rc;
     t->m = t->mbe->alloc(t->gpt->p.n * sizeof(float));
@@ -635,7 +699,7 @@ static int setup_buffers(pt_t *t, kiln_err_t *err)
     t->trace = calloc((size_t)t->sched.n, sizeof(pipe_trace_entry_t));
     t->tok = malloc(sizeof(int32_t) * t->B * t->T);
     t->tgt = malloc(sizeof(int32_t) * t->B * t->T);
-    t->gbuf = t->mbe->alloc(bt_c(t) * sizeof(float));
+    t->gbuf = t->mbe->alloc(bmax(t) * sizeof(float));
     if (!t->acts || !t->xin || !t->xout || !t->din || !t->act_req || !t->grad_req || !t->trace || !t->tok ||
         !t->tgt || !t->gbuf)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -644,19 +708,19 @@ static int setup_buffers(pt_t *t, kiln_err_t *err)
         if ((rc = eng_gpt_acts_create(t->gpt, t->B, t->T, &t->acts[k], err)))
             return rc;
     for (int k = 0; k < t->n_slots; k++) {
-        t->din[k] = t->mbe->alloc(bt_c(t) * sizeof(float));
+        t->din[k] = t->mbe->alloc(bmax(t) * sizeof(float));
         if (!t->din[k])
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         if (t->ckpt) {
-            t->xin[k] = t->mbe->alloc(bt_c(t) * sizeof(float));
-            t->xout[k] = t->mbe->alloc(bt_c(t) * sizeof(float));
+            t->xin[k] = t->mbe->alloc(bmax(t) * sizeof(float));
+            t->xout[k] = t->mbe->alloc(bmax(t) * sizeof(float));
             if (!t->xin[k] || !t->xout[k])
                 return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
             t->acts[k] = t->acts[0];
         }
     }
     for (int b = t->first; b <= t->last; b++)
-        t->act_set_bytes += pipe_gpt_act_bytes(&t->cfg, b, t->B, t->T);
+        t->act_set_bytes += pipe_gpt_act_bytes(&t->cfg, t->plan.head_blocks, b, t->B, t->T);
     return 0;
 }
 
@@ -679,19 +743,15 @@ static int gather_to_root(pt_t *t, float *buf, kiln_err_t *err)
         }
         return 0;
     }
-    int L = t->cfg.n_layer;
     for (int k = 1; k < t->p; k++) {
-        int idx = 0;
-        for (int b = t->plan.stages[k].first; b <= t->plan.stages[k].last; b++) {
-            eng_range_t r[ENG_MAX_TENSORS];
-            int n = eng_gpt_block_ranges(t->gpt, b, r);
-            for (int i = 0; i < n; i++, idx++) {
-                if (b == L + 1 && r[i].off == t->gpt->p.tensors[0].off)
-                    continue;
-                if ((rc = comm_recv(t->world, buf + r[i].off, r[i].n * sizeof(float), k, TAG_GATHER | (uint32_t)idx,
-                                    NULL, err)))
-                    return rc;
-            }
+        prange_t r[MAX_RANGES];
+        int n = stage_ranges(t, k, r);
+        for (int i = 0; i < n; i++) {
+            if (!r[i].in_norm)
+                continue;
+            if ((rc = comm_recv(t->world, buf + r[i].off, r[i].n * sizeof(float), k, TAG_GATHER | (uint32_t)i, NULL,
+                                err)))
+                return rc;
         }
     }
     return 0;
@@ -811,6 +871,52 @@ static int run_passes(pt_t *t, const pipe_sched_t *sc, int passes, kiln_err_t *e
     return 0;
 }
 
+/* Rows [*r0, *r1) of wte that stage k's head blocks hold (r0 == r1: none). */
+static void head_rows_of(const pt_t *t, int k, int *r0, int *r1)
+{
+    int first = t->plan.stages[k].first, last = t->plan.stages[k].last, e;
+    *r0 = *r1 = 0;
+    if (last < t->hf)
+        return;
+    eng_gpt_head_rows(t->gpt, (first > t->hf ? first : t->hf) - t->hf, r0, &e);
+    eng_gpt_head_rows(t->gpt, last - t->hf, &e, r1);
+}
+
+/* The tied embedding: wte's gradient is the lookup's (stage 0) plus the LM head's (the stages
+ * holding head blocks, each for its rows). Every head stage other than 0 sends its rows to
+ * stage 0, which adds them to its own and sends the sums back, so both sides update those rows
+ * identically. Only those rows move (a stage holding a slice of a 50k-word head never touches
+ * the rest of wte). Within one replica, after the data-parallel averaging. */
+static int sum_tied(pt_t *t, kiln_err_t *err)
+{
+    int rc, r0, r1;
+    size_t C = (size_t)t->cfg.n_embd;
+    float *g = t->gpt->p.grads + t->gpt->p.tensors[0].off;
+    if (t->stage != 0) {
+        head_rows_of(t, t->stage, &r0, &r1);
+        if (r1 <= r0)
+            return 0;
+        size_t bytes = (size_t)(r1 - r0) * C * sizeof(float);
+        if ((rc = comm_send(t->pipe, g + (size_t)r0 * C, bytes, 0, TAG_TIED, err)))
+            return rc;
+        return comm_recv(t->pipe, g + (size_t)r0 * C, bytes, 0, TAG_TIED, NULL, err);
+    }
+    for (int k = 1; k < t->p; k++) {
+        head_rows_of(t, k, &r0, &r1);
+        if (r1 <= r0)
+            continue;
+        size_t n = (size_t)(r1 - r0) * C;
+        if (!t->tied_buf && !(t->tied_buf = t->mbe->alloc((size_t)t->cfg.padded_vocab_size * C * sizeof(float))))
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        if ((rc = comm_recv(t->pipe, t->tied_buf, n * sizeof(float), k, TAG_TIED, NULL, err)))
+            return rc;
+        t->be->residual_forward(g + (size_t)r0 * C, g + (size_t)r0 * C, t->tied_buf, n);
+        if ((rc = comm_send(t->pipe, g + (size_t)r0 * C, n * sizeof(float), k, TAG_TIED, err)))
+            return rc;
+    }
+    return 0;
+}
+
 static int reduce_grads(pt_t *t, kiln_err_t *err)
 {
     int rc = 0;
@@ -827,12 +933,7 @@ static int reduce_grads(pt_t *t, kiln_err_t *err)
         if (rc)
             return rc;
     }
-    if (t->tied) {
-        const eng_tensor_t *wte = &t->gpt->p.tensors[0];
-        if ((rc = comm_allreduce(t->tied, g + wte->off, wte->n, COMM_SUM, err)))
-            return rc;
-    }
-    return 0;
+    return sum_tied(t, err);
 }
 
 static float evaluate(pt_t *t, kiln_err_t *err)
@@ -851,7 +952,7 @@ static float evaluate(pt_t *t, kiln_err_t *err)
     }
     eng_sampler_deinit(&t->vs);
     t->cur = &t->ts;
-    float buf[1] = {t->last == t->cfg.n_layer + 1 ? (float)(t->loss_acc / ((double)nb * t->m_mb)) : 0.0f};
+    float buf[1] = {t->last == t->nb - 1 ? (float)(t->loss_acc / ((double)nb * t->m_mb)) : 0.0f};
     if (rc || comm_allreduce(t->world, buf, 1, COMM_SUM, err))
         return NAN;
     return buf[0] / (float)t->dp_n;
@@ -884,6 +985,7 @@ static void pt_deinit(pt_t *t)
                 comm_wait(t->grad_req[k], NULL);
         }
         t->mbe->free(t->gbuf);
+        t->mbe->free(t->tied_buf);
         t->mbe->free(t->m);
         t->mbe->free(t->v);
         eng_gpt_destroy(t->gpt);
@@ -903,7 +1005,6 @@ static void pt_deinit(pt_t *t)
     eng_tokens_deinit(&t->train);
     eng_tokens_deinit(&t->val);
     eng_sampler_deinit(&t->ts);
-    comm_destroy(t->tied);
     comm_destroy(t->dp);
     comm_destroy(t->pipe);
     if (t->own_world)
@@ -1041,7 +1142,7 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
             goto done;
         }
         split2(sumsq, &sc[0], &sc[1]);
-        if (t.last == t.cfg.n_layer + 1)
+        if (t.last == t.nb - 1)
             split2(t.loss_acc / ((double)t.accum * t.m_mb), &sc[2], &sc[3]);
         sc[4] = o->stop_flag && *o->stop_flag ? 1.0f : 0.0f;
         float *mine = sc + 5 + 5 * (size_t)t.rank;
@@ -1153,8 +1254,8 @@ int pipe_train_run(const spec_t *s, const eng_train_opts_t *o, comm_t *world, en
             for (int k = 0; k < (t.ckpt ? 1 : t.n_slots); k++)
                 act_res += resident_bytes(t.acts[k]->slab, t.acts[k]->bytes);
             for (int k = 0; t.ckpt && k < t.n_slots; k++)
-                act_res += resident_bytes(t.xin[k], bt_c(&t) * sizeof(float)) +
-                           resident_bytes(t.xout[k], bt_c(&t) * sizeof(float));
+                act_res += resident_bytes(t.xin[k], bmax(&t) * sizeof(float)) +
+                           resident_bytes(t.xout[k], bmax(&t) * sizeof(float));
             info->act_resident_bytes = (double)act_res;
             size_t nb = t.gpt->p.n * sizeof(float);
             info->state_resident_bytes = (double)(resident_bytes(t.gpt->p.params, nb) +

@@ -248,6 +248,48 @@ static void ref_xent_backward(float *dlogits, const float *probs, const int32_t 
         }
 }
 
+static void ref_xent_chunk_forward(float *stats, const float *logits, const int32_t *targets,
+                                   int N, int v0, int w, int V, int first)
+{
+    float *mx = stats, *sm = stats + N, *tl = stats + 2 * (size_t)N;
+    for (int i = 0; i < N; i++) {
+        double m = first ? -INFINITY : mx[i], s = first ? 0 : sm[i];
+        if (first) tl[i] = 0.0f;
+        for (int j = 0; j < w && v0 + j < V; j++) {
+            double x = logits[(size_t)i * w + j];
+            if (x > m) {
+                s = s > 0 ? s * exp(m - x) : 0;
+                m = x;
+            }
+            s += exp(x - m);
+            if (targets && targets[i] == v0 + j) tl[i] = (float)x;
+        }
+        mx[i] = (float)m;
+        sm[i] = (float)s;
+    }
+}
+
+static void ref_xent_chunk_finish(float *losses, float *stats, int N)
+{
+    for (int i = 0; i < N; i++) {
+        double lse = (double)stats[i] + log((double)stats[N + i]);
+        stats[3 * (size_t)N + i] = (float)lse;
+        if (losses) losses[i] = (float)(lse - stats[2 * (size_t)N + i]);
+    }
+}
+
+static void ref_xent_chunk_backward(float *dlogits, const float *logits, const float *lse,
+                                    const int32_t *targets, float dloss, int N, int v0, int w,
+                                    int V)
+{
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < w; j++) {
+            size_t k = (size_t)i * w + j;
+            double p = v0 + j < V ? exp((double)logits[k] - lse[i]) : 0.0;
+            dlogits[k] = (float)((p - (targets[i] == v0 + j ? 1.0 : 0.0)) * dloss);
+        }
+}
+
 static void ref_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                              float lr, float beta1, float beta2, float eps, float wd,
                              float grad_scale, int64_t t)
@@ -289,5 +331,7 @@ const eng_backend_t eng_ref_backend = {
     .relu_forward = ref_relu_forward, .relu_backward = ref_relu_backward,
     .residual_forward = ref_residual_forward,
     .xent_forward = ref_xent_forward, .xent_backward = ref_xent_backward,
+    .xent_chunk_forward = ref_xent_chunk_forward, .xent_chunk_finish = ref_xent_chunk_finish,
+    .xent_chunk_backward = ref_xent_chunk_backward,
     .adamw_update = ref_adamw_update, .sumsq = ref_sumsq, .scale = ref_scale,
 };

@@ -201,28 +201,38 @@ static void ready_cb(void *ctx, int block)
     g_ready_order[g_nready++] = block;
 }
 
-/* Per-block ranges tile the flat buffer (wte listed by blocks 0 and L+1), and backward reports
- * blocks from last to first. */
+/* Per-block ranges tile the flat buffer (wte listed by block 0 and again, whole or in row
+ * slices, by the head blocks), and backward reports blocks from last to first. */
 Test(gpt_step, block_ranges_and_ready_order)
 {
     fixture_t f;
     load_fixture(&f);
     eng_gpt_t *m = make_model(&f, &eng_cpu_backend, 1);
-    int nb = eng_gpt_num_blocks(m);
-    cr_assert_eq(nb, f.L + 2);
+    kiln_err_t err;
     unsigned char *seen = calloc(f.n, 1);
     eng_range_t r[ENG_MAX_TENSORS];
-    for (int b = 0; b < nb; b++) {
-        int k = eng_gpt_block_ranges(m, b, r);
-        cr_assert(k > 0);
-        for (int i = 0; i < k; i++)
-            for (size_t j = 0; j < r[i].n; j++) seen[r[i].off + j]++;
-    }
     size_t wte_n = m->p.tensors[0].n;
-    for (size_t i = 0; i < f.n; i++)
-        cr_assert_eq(seen[i], i < wte_n ? 2 : 1, "element %zu covered %d times", i, seen[i]);
+    for (int J = 1; J <= 3; J += 2) {
+        cr_assert_eq(eng_gpt_set_head_blocks(m, J, &err), 0, "%s", err.message);
+        int nb = eng_gpt_num_blocks(m);
+        cr_assert_eq(nb, 2 * f.L + 1 + J);
+        cr_assert_eq(eng_gpt_head_first(m), 2 * f.L + 1);
+        memset(seen, 0, f.n);
+        for (int b = 0; b < nb; b++) {
+            int k = eng_gpt_block_ranges(m, b, r);
+            cr_assert(k > 0, "block %d has no parameters", b);
+            for (int i = 0; i < k; i++)
+                for (size_t j = 0; j < r[i].n; j++) seen[r[i].off + j]++;
+        }
+        for (size_t i = 0; i < f.n; i++)
+            cr_assert_eq(seen[i], i < wte_n ? 2 : 1, "J=%d: element %zu covered %d times", J, i,
+                         seen[i]);
+    }
+    cr_assert_eq(eng_gpt_set_head_blocks(m, 0, &err), KILN_EINVAL);
+    /* whole-model passes run the fused head but still report every head block */
+    cr_assert_eq(eng_gpt_set_head_blocks(m, 3, &err), 0);
+    int nb = eng_gpt_num_blocks(m);
     eng_gpt_acts_t *a = NULL;
-    kiln_err_t err;
     cr_assert_eq(eng_gpt_acts_create(m, 1, f.T, &a, &err), 0);
     eng_gpt_acts_set_batch(m, a, f.tok[0], f.tgt[0]);
     eng_gpt_forward(m, a, true);
@@ -299,4 +309,53 @@ Test(mlp, gradients_match_finite_differences)
 {
     mlp_fd(false);
     mlp_fd(true);
+}
+
+/* The model run block by block, as pipeline stages run it, with the head whole (J = 1) and split
+ * over 2, 3 and 7 vocabulary slices (uneven, the last one mostly padding rows), against the
+ * PyTorch fixture's loss and gradients, on both backends. The gradient flowing between blocks
+ * is handed through separate buffers, as it would arrive from another stage. */
+static void run_blockwise(const eng_backend_t *be, int J)
+{
+    fixture_t f;
+    load_fixture(&f);
+    eng_gpt_t *m = make_model(&f, be, f.B);
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_set_head_blocks(m, J, &err), 0, "%s", err.message);
+    eng_gpt_acts_t *a = NULL;
+    cr_assert_eq(eng_gpt_acts_create(m, f.B, f.T, &a, &err), 0);
+    size_t BT = (size_t)f.B * f.T, nbf = eng_gpt_max_boundary_floats(m, f.B, f.T);
+    float *g1 = be->alloc(nbf * 4), *g2 = be->alloc(nbf * 4);
+    be->memset_zero(m->p.grads, f.n * 4);
+    eng_gpt_acts_set_batch(m, a, f.tok[0], f.tgt[0]);
+    int nb = eng_gpt_num_blocks(m);
+    for (int b = 0; b < nb; b++) eng_gpt_block_forward(m, a, b, true);
+    be->to_host(a->host_losses, a->losses, BT * 4);
+    double loss = 0;
+    for (size_t i = 0; i < BT; i++) loss += a->host_losses[i];
+    loss /= (double)BT;
+    cr_assert(fabs(loss - f.loss1) <= 1e-5 * fabs(f.loss1), "%s J=%d: loss %.7f vs pytorch %.7f",
+              be->name, J, loss, f.loss1);
+    float *dout = NULL, *din = g1;
+    for (int b = nb - 1; b >= 0; b--) {
+        eng_gpt_block_backward(m, a, b, dout, din, 1.0f / (float)BT);
+        dout = din;
+        din = din == g1 ? g2 : g1;
+    }
+    check_grads(m, f.grads1);
+    be->free(g1);
+    be->free(g2);
+    eng_gpt_acts_destroy(m, a);
+    eng_gpt_destroy(m);
+    free(f.buf);
+}
+
+Test(gpt_step, blockwise_and_split_head_match_pytorch)
+{
+    eng_cpu_set_threads(2);
+    const int js[] = {1, 2, 3, 7};
+    for (size_t i = 0; i < sizeof(js) / sizeof(js[0]); i++) {
+        run_blockwise(&eng_cpu_backend, js[i]);
+        run_blockwise(&eng_ref_backend, js[i]);
+    }
 }

@@ -220,7 +220,7 @@ Test(kiln_train, bad_manual_plan_fails_clearly, .timeout = 120)
 
 Test(kiln_train, manual_plan_over_the_memory_limit_fails_clearly, .timeout = 120)
 {
-    setup_dir(128, ", \"partition_plan\": {\"stages\": [[0, 4], [5, 5]]}", ", \"memory_limit_mb\": 8");
+    setup_dir(128, ", \"partition_plan\": {\"stages\": [[0, 8], [9, 9]]}", ", \"memory_limit_mb\": 8");
     int st[2];
     run_ranks(st);
     for (int r = 0; r < 2; r++) {
@@ -228,7 +228,7 @@ Test(kiln_train, manual_plan_over_the_memory_limit_fails_clearly, .timeout = 120
         snprintf(name, sizeof(name), "rank%d.log", r);
         char *log = slurp(name);
         cr_assert(WIFEXITED(st[r]) && WEXITSTATUS(st[r]) != 0, "rank %d succeeded:\n%s", r, log);
-        cr_assert(strstr(log, "model does not fit: stage 0 of the partition plan (blocks [0, 4]) needs"), "rank %d: %s",
+        cr_assert(strstr(log, "model does not fit: stage 0 of the partition plan (blocks [0, 8]) needs"), "rank %d: %s",
                   r, log);
         free(log);
     }

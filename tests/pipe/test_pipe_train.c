@@ -35,7 +35,7 @@ typedef struct rank_out {
     int n;
     float losses[STEPS];
     float val_loss;
-    int first, last, peak_live, n_stages;
+    int first, last, peak_live, n_stages, n_blocks, head_blocks;
     double bubble;
 } rank_out_t;
 
@@ -218,6 +218,8 @@ static rank_out_t *run_pipeline_once(const run_cfg_t *c, const char *out_dir, bo
             me->last = info.plan.stages[info.stage].last;
             me->peak_live = info.peak_live;
             me->n_stages = info.n_stages;
+            me->n_blocks = info.plan.n_blocks;
+            me->head_blocks = info.plan.head_blocks;
             me->bubble = info.bubble_measured;
         }
         comm_destroy(w);
@@ -270,7 +272,8 @@ static void check_equal(const run_cfg_t *c)
     cr_assert_eq(outs[0].first, 0);
     for (int k = 1; k < c->parts; k++)
         cr_assert_eq(outs[k].first, outs[k - 1].last + 1);
-    cr_assert_eq(outs[c->parts - 1].last, c->n_layer + 1);
+    cr_assert_eq(outs[0].n_blocks, 2 * c->n_layer + 1 + outs[0].head_blocks);
+    cr_assert_eq(outs[c->parts - 1].last, outs[0].n_blocks - 1);
     cr_assert(ref->losses[STEPS - 1] < ref->losses[0] - 0.5f, "the model learns (%.3f -> %.3f)", ref->losses[0],
               ref->losses[STEPS - 1]);
     size_t n1, n2;
@@ -284,8 +287,9 @@ static void check_equal(const run_cfg_t *c)
             at = i;
         }
     cr_assert_leq(maxd, PARAM_ATOL, "parameters differ by %.3g at %zu (%.7f vs %.7f)", maxd, at, a[at], b[at]);
-    fprintf(stderr, "pipe_train %d stages x %d, %s, m=%d%s: max |loss diff| rel %.2g, max |param diff| %.2g, "
-                    "bubble %.2f\n", c->parts, dp, c->sched, c->micro, c->ckpt ? ", checkpointing" : "",
+    fprintf(stderr, "pipe_train %d stages x %d, %s, m=%d%s, %d head blocks: max |loss diff| rel %.2g, max |param "
+                    "diff| %.2g, bubble %.2f\n", c->parts, dp, c->sched, c->micro, c->ckpt ? ", checkpointing" : "",
+            outs[0].head_blocks,
             (double)fabsf(outs[0].losses[STEPS - 1] - ref->losses[STEPS - 1]) / ref->losses[STEPS - 1], maxd,
             outs[0].bubble);
     free(a);
@@ -381,19 +385,38 @@ Test(pipe_train, hybrid_2x2_equals_single_rank, .timeout = 120)
     check_equal(&(run_cfg_t){.n_layer = 2, .world = 4, .parts = 2, .micro = 2, .sched = "interleaved"});
 }
 
+/* The head cut into 3 vocabulary slices (manual plans, so the cut does not depend on timings):
+ * on 2 stages, slice 0 (with the final LayerNorm) shares stage 0 with the embedding and slices
+ * 1-2 sit on stage 1; on 4 stages, slice 0 follows layer 1's MLP half and slices 1 and 2 have a
+ * stage each, so the softmax statistics travel forward over two hops, the log-sum-exp back, and
+ * three stages sum their rows of the tied embedding's gradient with stage 0. */
+Test(pipe_train, split_head_two_stages, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 2, .parts = 2, .micro = 2, .sched = "interleaved",
+                             .plan = "{\"head_blocks\": 3, \"stages\": [[0, 5], [6, 7]]}"});
+}
+
+Test(pipe_train, split_head_four_stages, .timeout = 120)
+{
+    check_equal(&(run_cfg_t){.n_layer = 2, .world = 4, .parts = 4, .micro = 4, .sched = "interleaved",
+                             .plan = "{\"head_blocks\": 3, \"stages\": [[0, 3], [4, 5], [6, 6], [7, 7]]}"});
+}
+
 Test(pipe_train, manual_plan_is_honoured, .timeout = 120)
 {
-    /* 3 layers -> 5 blocks; put the embedding and the first layer on stage 0, the rest on 1 */
+    /* 3 layers -> 8 blocks; the embedding, layer 0 and layer 1's attention half on stage 0, the rest
+     * (layer 1's MLP half on) on stage 1 */
     run_cfg_t c = {.n_layer = 3, .world = 2, .parts = 2, .micro = 2, .sched = "simple",
-                   .plan = "{\"stages\": [[0, 1], [2, 4]]}"};
+                   .plan = "{\"stages\": [[0, 3], [4, 7]]}"};
     make_data();
     char out_dir[128];
     snprintf(out_dir, sizeof(out_dir), "%s/pipe", g_dir);
     rank_out_t *outs = run_pipeline(&c, out_dir);
     cr_assert_eq(outs[0].first, 0);
-    cr_assert_eq(outs[0].last, 1);
-    cr_assert_eq(outs[1].first, 2);
-    cr_assert_eq(outs[1].last, 4);
+    cr_assert_eq(outs[0].last, 3);
+    cr_assert_eq(outs[1].first, 4);
+    cr_assert_eq(outs[1].last, 7);
+    cr_assert_eq(outs[1].head_blocks, 1);
     /* the plan kiln wrote is the manual one, and reads back as a valid plan */
     char path[160], *text = NULL;
     size_t len;
@@ -403,8 +426,8 @@ Test(pipe_train, manual_plan_is_honoured, .timeout = 120)
     cr_assert(strstr(text, "\"manual\": true"), "%s", text);
     json_t *j = json_loads(text, 0, NULL);
     pipe_plan_t p;
-    cr_assert_eq(pipe_plan_from_json(j, 5, 2, &p, &err), 0, "%s", err.message);
-    cr_assert_eq(p.stages[1].first, 2);
+    cr_assert_eq(pipe_plan_from_json(j, 8, 2, &p, &err), 0, "%s", err.message);
+    cr_assert_eq(p.stages[1].first, 4);
     pipe_plan_deinit(&p);
     json_decref(j);
     free(text);

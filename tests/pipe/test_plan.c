@@ -143,11 +143,33 @@ Test(plan, bad_plans_are_rejected_clearly)
     expect_bad("{\"stages\": [[0, 1], [2, 3]], \"schedule\": \"zigzag\"}", 4, 2, "\"schedule\" must be");
     expect_bad("{\"stages\": [[0, 1], [2, 3]], \"version\": 7}", 4, 2, "unsupported plan version");
     expect_bad("42", 4, 2, "the plan must be an object");
+    expect_bad("{\"stages\": [[0, 1], [2, 3]], \"head_blocks\": 0}", 4, 2,
+               "\"head_blocks\" must be an integer from 1 to 64");
+    expect_bad("{\"stages\": [[0, 1], [2, 3]], \"head_blocks\": \"all\"}", 4, 2, "\"head_blocks\" must be");
+}
+
+/* head_blocks fixes the block count a plan is read against, and travels through JSON */
+Test(plan, head_blocks_round_trip)
+{
+    json_t *j = json_loads("{\"head_blocks\": 3, \"stages\": [[0, 5], [6, 7]]}", 0, NULL);
+    cr_assert_eq(pipe_plan_json_head_blocks(j), 3);
+    pipe_plan_t p;
+    kiln_err_t err;
+    cr_assert_eq(pipe_plan_from_json(j, 8, 2, &p, &err), 0, "%s", err.message);
+    cr_assert_eq(p.head_blocks, 3);
+    json_t *back = pipe_plan_to_json(&p);
+    cr_assert_eq(json_integer_value(json_object_get(back, "head_blocks")), 3);
+    json_decref(back);
+    pipe_plan_deinit(&p);
+    json_decref(j);
+    j = json_loads("{\"stages\": [[0, 1], [2, 3]]}", 0, NULL);
+    cr_assert_eq(pipe_plan_json_head_blocks(j), 1);
+    json_decref(j);
 }
 
 Test(plan, accepted_through_the_job_spec)
 {
-    /* 2 layers -> 4 blocks; 2 ranks, 2 partitions; the plan given as an object and as text */
+    /* 2 layers -> 6 blocks; 2 ranks, 2 partitions; the plan given as an object and as text */
     const char *fmt =
         "{\"name\": \"p\", \"model\": {\"type\": \"gpt\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32,"
         " \"seq_len\": 16}, \"data\": {\"train\": \"/tmp/x.txt\"},"
@@ -155,7 +177,7 @@ Test(plan, accepted_through_the_job_spec)
         " \"resources\": {\"nodes\": 1, \"slots_per_node\": 2},"
         " \"distribution\": {\"model_parallel\": {\"partitions\": 2, \"microbatches\": 2,"
         " \"partition_plan\": %s}}}";
-    const char *plans[] = {"{\"stages\": [[0, 0], [1, 3]]}", "\"{\\\"stages\\\": [[0, 0], [1, 3]]}\""};
+    const char *plans[] = {"{\"stages\": [[0, 0], [1, 5]]}", "\"{\\\"stages\\\": [[0, 0], [1, 5]]}\""};
     for (int i = 0; i < 2; i++) {
         char text[2048];
         snprintf(text, sizeof(text), fmt, plans[i]);
@@ -165,7 +187,7 @@ Test(plan, accepted_through_the_job_spec)
         cr_assert_not_null(s.dist.mp_partition_plan);
         cr_assert(!s.dist.mp_auto_partition);
         pipe_plan_t p;
-        cr_assert_eq(pipe_plan_from_json(s.dist.mp_partition_plan, s.model.n_layer + 2, s.dist.mp_partitions, &p,
+        cr_assert_eq(pipe_plan_from_json(s.dist.mp_partition_plan, 2 * s.model.n_layer + 2, s.dist.mp_partitions, &p,
                                          &err), 0, "%s", err.message);
         cr_assert_eq(p.stages[0].last, 0);
         cr_assert_eq(p.stages[1].first, 1);
@@ -204,12 +226,12 @@ Test(plan, bad_plan_in_a_job_spec_is_rejected)
         " \"hyperparameters\": {\"lr\": 1e-3, \"global_batch_size\": 4, \"max_steps\": 2},"
         " \"resources\": {\"nodes\": 1, \"slots_per_node\": 2},"
         " \"distribution\": {\"model_parallel\": {\"partitions\": 2, \"microbatches\": 2,"
-        " \"partition_plan\": {\"stages\": [[0, 2], [2, 3]]}}}}";
+        " \"partition_plan\": {\"stages\": [[0, 2], [2, 5]]}}}}";
     spec_t s;
     kiln_err_t err;
     cr_assert_eq(spec_parse_string(text, &s, &err), 0, "%s", err.message);
     pipe_plan_t p;
-    cr_assert_eq(pipe_plan_from_json(s.dist.mp_partition_plan, s.model.n_layer + 2, s.dist.mp_partitions, &p, &err),
+    cr_assert_eq(pipe_plan_from_json(s.dist.mp_partition_plan, 2 * s.model.n_layer + 2, s.dist.mp_partitions, &p, &err),
                  KILN_EINVAL);
     cr_assert_str_eq(err.field, "distribution.model_parallel.partition_plan");
     cr_assert(strstr(err.message, "stages 0 and 1 overlap: both hold block 2"), "%s", err.message);
