@@ -178,6 +178,9 @@ static int bench(const bcfg_t *c, int threads, int steps, int warmup, double pea
             times[s - warmup] = dt;
             cpus[s - warmup] = dc;
         }
+        if (getenv("KILN_BENCH_TRACE"))
+            fprintf(stderr, "step %d%s: %.2f ms wall, %.2f ms cpu\n", s + 1, s < warmup ? " (warm-up)" : "",
+                    dt * 1e3, dc * 1e3);
     }
     double med = median(times, steps), cpu_med = median(cpus, steps);
     double tps = BT / med, fpt = eng_gpt_flops_per_token(&cfg);

@@ -507,6 +507,13 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
             pt_log(t, "pipeline: stage %d blocks [%d, %d]: predicted %.2f ms/step, %.1f MiB\n", k,
                    t->plan.stages[k].first, t->plan.stages[k].last, t->plan.stages[k].predicted_ms,
                    t->plan.stages[k].predicted_mem_mb);
+        /* the whole plan on one line, so the job's stored logs hold it (pass it back as partition_plan) */
+        json_t *pj = pipe_plan_to_json(&t->plan);
+        char *line = pj ? json_dumps(pj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
+        if (line)
+            pt_log(t, "pipeline: plan %s\n", line);
+        free(line);
+        json_decref(pj);
         if (t->o->output_dir && *t->o->output_dir) {
             char path[SPEC_PATH + 32], *text = pipe_plan_to_string(&t->plan);
             kiln_err_t e2;

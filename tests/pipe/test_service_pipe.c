@@ -96,6 +96,8 @@ Test(service_pipe, hybrid_pipeline_job_completes_through_kilnd_and_an_agent, .ti
     th_http("GET", logs_url, NULL, NULL, &status, &logs, 10000);
     cr_assert_str_eq(state, "COMPLETED", "job ended %s: %s\nlogs: %s", state, final, logs ? logs : "");
     cr_assert(strstr(logs, "pipeline: automatic plan, 2 stages x 2 replicas"), "%s", logs);
+    /* the plan itself is stored with the job's logs, one line of JSON */
+    cr_assert(strstr(logs, "pipeline: plan {\\\"version\\\":1"), "%s", logs);
     cr_assert(strstr(logs, "step 20/20 | loss"), "%s", logs);
     json_t *metrics = json_object_get(j, "metrics");
     cr_assert_not_null(json_object_get(metrics, "train_loss"), "%s", final);
