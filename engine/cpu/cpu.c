@@ -222,18 +222,196 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
 
 /* ---- attention -------------------------------------------------------------------------------- */
 
-/* Causal attention skips the masked upper triangle: the T query rows are cut into tiles of
- * ATT_TILE, and a tile of rows [r0, r1) only meets keys [0, r1). At T = 128 that is 5/8 of the
- * full T x T work. Per (batch, head), in parallel: S = Q K^T / sqrt(hs) by sgemm straight out of
+/* Causal attention skips the masked upper triangle. Head size 64 with T <= 256 (GPT-2's heads
+ * at training lengths) runs the AVX-512 kernels below, 4 query rows at a time against only the
+ * keys they see. Other shapes go through OpenBLAS: the T query rows are cut into tiles of
+ * att_tile(T) rows, and a tile of rows [r0, r1) only meets keys [0, r1) (5/8 of the full T x T
+ * work at T = 128); per (batch, head), in parallel: S = Q K^T / sqrt(hs) by sgemm straight out of
  * the strided qkv buffer, causal softmax per row, out = P V by sgemm. OpenBLAS runs
  * single-threaded inside the parallel region (it checks omp_in_parallel), so the pool is not
- * oversubscribed. Masked entries of att are written as zeros. */
+ * oversubscribed. Masked entries of att are written as zeros either way. */
 static int att_tile(int T) { return T >= 512 ? 128 : (T >= 256 ? 64 : 32); }
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* Hand-written kernels for the common head size 64 with T <= ATT_KMAX, where the per-head
+ * sgemm calls are small enough that OpenBLAS's per-call packing dominates. They touch only the
+ * causal lower triangle, 4 query rows at a time, with the row block's scores kept in the att
+ * rows they belong to. */
+#define ATT_KMAX 256
+
+/* kt (64, Tp): k^T times scale, zero past T, so 16-key columns load whole */
+static void att_pack_t(float *kt, const float *k, int T, int Tp, int ld, float scale)
+{
+    for (int j = 0; j < Tp; j++) {
+        const float *kr = k + (size_t)j * ld;
+        for (int d = 0; d < 64; d++) kt[d * Tp + j] = j < T ? kr[d] * scale : 0.0f;
+    }
+}
+
+/* s[r][j] = sum_d x[r][d] * kt[d][j] for the 4 rows i0..i0+3 (rows past T repeat the last) and
+ * keys j in [0, nk) (nk a multiple of 16, <= Tp); row r is stored at s + r * lds, columns past
+ * T masked off. */
+static void att_rows_nt(float *s, int lds, const float *x, int ldx, int i0, int T, const float *kt,
+                        int Tp, int nk)
+{
+    const float *xr[4];
+    for (int r = 0; r < 4; r++) xr[r] = x + (size_t)(i0 + r < T ? i0 + r : T - 1) * ldx;
+    for (int j = 0; j < nk; j += 32) {
+        bool two = j + 16 < nk;
+        __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+               a30 = a00, a31 = a00;
+        for (int d = 0; d < 64; d++) {
+            __m512 b0 = _mm512_loadu_ps(kt + d * Tp + j);
+            __m512 b1 = two ? _mm512_loadu_ps(kt + d * Tp + j + 16) : b0;
+            __m512 q0 = _mm512_set1_ps(xr[0][d]), q1 = _mm512_set1_ps(xr[1][d]);
+            __m512 q2 = _mm512_set1_ps(xr[2][d]), q3 = _mm512_set1_ps(xr[3][d]);
+            a00 = _mm512_fmadd_ps(q0, b0, a00); a01 = _mm512_fmadd_ps(q0, b1, a01);
+            a10 = _mm512_fmadd_ps(q1, b0, a10); a11 = _mm512_fmadd_ps(q1, b1, a11);
+            a20 = _mm512_fmadd_ps(q2, b0, a20); a21 = _mm512_fmadd_ps(q2, b1, a21);
+            a30 = _mm512_fmadd_ps(q3, b0, a30); a31 = _mm512_fmadd_ps(q3, b1, a31);
+        }
+        __m512 acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+        for (int r = 0; r < 4 && i0 + r < T; r++)
+            for (int h = 0; h < (two ? 2 : 1); h++) {
+                int c0 = j + 16 * h;
+                __mmask16 m = T - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (T - c0)) - 1);
+                _mm512_mask_storeu_ps(s + (size_t)r * lds + c0, m, acc[r][h]);
+            }
+    }
+}
+
+/* o[r][0:64] (= or +=) sum_{k < nk} p[r][k] * y[k][0:64] for the 4 rows i0..i0+3 < T */
+static void att_rows_nn(float *o, int ldo, const float *p, int ldp, int i0, int T, const float *y,
+                        int ldy, int nk, bool accumulate)
+{
+    const float *pr[4];
+    for (int r = 0; r < 4; r++) pr[r] = p + (size_t)(i0 + r < T ? i0 + r : T - 1) * ldp;
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int k = 0; k < nk; k++) {
+        const float *yr = y + (size_t)k * ldy;
+        __m512 y0 = _mm512_loadu_ps(yr), y1 = _mm512_loadu_ps(yr + 16);
+        __m512 y2 = _mm512_loadu_ps(yr + 32), y3 = _mm512_loadu_ps(yr + 48);
+        for (int r = 0; r < 4; r++) {
+            __m512 pb = _mm512_set1_ps(pr[r][k]);
+            acc[r][0] = _mm512_fmadd_ps(pb, y0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(pb, y1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(pb, y2, acc[r][2]);
+            acc[r][3] = _mm512_fmadd_ps(pb, y3, acc[r][3]);
+        }
+    }
+    for (int r = 0; r < 4 && i0 + r < T; r++)
+        for (int c = 0; c < 4; c++) {
+            float *dst = o + (size_t)(i0 + r) * ldo + 16 * c;
+            _mm512_storeu_ps(dst, accumulate ? _mm512_add_ps(_mm512_loadu_ps(dst), acc[r][c])
+                                             : acc[r][c]);
+        }
+}
+
+/* o[c][0:64] = sum_{r >= c} p[r][c] * x[r][0:64] for the 4 keys c0..c0+3 < T (p lower
+ * triangular, so rows before c0 contribute nothing) */
+static void att_cols_tn(float *o, int ldo, const float *p, int ldp, int c0, int T, const float *x,
+                        int ldx)
+{
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+    int nc = T - c0 < 4 ? T - c0 : 4;
+    for (int r = c0; r < T; r++) {
+        const float *xr = x + (size_t)r * ldx, *prow = p + (size_t)r * ldp + c0;
+        __m512 x0 = _mm512_loadu_ps(xr), x1 = _mm512_loadu_ps(xr + 16);
+        __m512 x2 = _mm512_loadu_ps(xr + 32), x3 = _mm512_loadu_ps(xr + 48);
+        for (int c = 0; c < 4; c++) {
+            __m512 pb = _mm512_set1_ps(c < nc ? prow[c] : 0.0f);
+            acc[c][0] = _mm512_fmadd_ps(pb, x0, acc[c][0]);
+            acc[c][1] = _mm512_fmadd_ps(pb, x1, acc[c][1]);
+            acc[c][2] = _mm512_fmadd_ps(pb, x2, acc[c][2]);
+            acc[c][3] = _mm512_fmadd_ps(pb, x3, acc[c][3]);
+        }
+    }
+    for (int c = 0; c < nc; c++)
+        for (int k = 0; k < 4; k++) _mm512_storeu_ps(o + (size_t)(c0 + c) * ldo + 16 * k, acc[c][k]);
+}
+
+static void att_softmax_row(float *row, int t, int T);
+static void att_softmax_bwd_row(float *dr, const float *ar, int t, int T, float scale);
+
+static bool att_fast(int T, int hs) { return hs == 64 && T <= ATT_KMAX; }
+
+static void att_fwd_bh(float *out, int ldo, float *a, const float *q, const float *k,
+                       const float *v, int T, int C3, float scale)
+{
+    float kt[64 * ATT_KMAX];
+    int Tp = (T + 15) & ~15;
+    att_pack_t(kt, k, T, Tp, C3, scale);
+    for (int i0 = 0; i0 < T; i0 += 4) {
+        int kend = i0 + 4 < T ? i0 + 4 : T, nk = (kend + 15) & ~15;
+        att_rows_nt(a + (size_t)i0 * T, T, q, C3, i0, T, kt, Tp, nk);
+        for (int t = i0; t < kend; t++) att_softmax_row(a + (size_t)t * T, t, T);
+        att_rows_nn(out, ldo, a, T, i0, T, v, C3, kend, false);
+    }
+}
+
+static void att_bwd_bh(float *dq, float *dk, float *dv, float *ds, const float *a,
+                       const float *dout, int ldd, const float *q, const float *k, const float *v,
+                       int T, int C3, float scale)
+{
+    float vt[64 * ATT_KMAX];
+    int Tp = (T + 15) & ~15;
+    att_pack_t(vt, v, T, Tp, C3, 1.0f);
+    for (int i0 = 0; i0 < T; i0 += 4) {
+        int kend = i0 + 4 < T ? i0 + 4 : T, nk = (kend + 15) & ~15;
+        /* dP = dO V^T, then dS = P (dP - rowdot) scale, then dQ = dS K */
+        att_rows_nt(ds + (size_t)i0 * T, T, dout, ldd, i0, T, vt, Tp, nk);
+        for (int t = i0; t < kend; t++)
+            att_softmax_bwd_row(ds + (size_t)t * T, a + (size_t)t * T, t, T, scale);
+        att_rows_nn(dq, C3, ds, T, i0, T, k, C3, kend, false);
+    }
+    for (int c0 = 0; c0 < T; c0 += 4) {
+        att_cols_tn(dk, C3, ds, T, c0, T, q, C3); /* dK = dS^T Q */
+        att_cols_tn(dv, C3, a, T, c0, T, dout, ldd); /* dV = P^T dO */
+    }
+}
+#else
+static bool att_fast(int T, int hs) { (void)T; (void)hs; return false; }
+#endif
+
+/* Causal softmax of row t in place (columns <= t), zeros after. */
+static void att_softmax_row(float *row, int t, int T)
+{
+    float mx = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : mx)
+    for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
+#pragma omp simd reduction(+ : sum)
+    for (int u = 0; u <= t; u++) {
+        row[u] = fast_expf(row[u] - mx);
+        sum += row[u];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int u = 0; u <= t; u++) row[u] *= inv;
+    memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+}
+
+/* Softmax backward of row t in place: dr = ar (dr - <ar, dr>) scale over columns <= t. */
+static void att_softmax_bwd_row(float *dr, const float *ar, int t, int T, float scale)
+{
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int u = 0; u <= t; u++) dot += ar[u] * dr[u];
+#pragma omp simd
+    for (int u = 0; u <= t; u++) dr[u] = ar[u] * (dr[u] - dot) * scale;
+    memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+}
 
 static void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                   int NH)
 {
     int hs = C / NH, C3 = 3 * C, tb = att_tile(T);
+    bool fast = att_fast(T, hs);
+    (void)fast;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -241,26 +419,18 @@ static void cpu_attention_forward(float *out, float *att, const float *qkv, int 
         const float *q = qkv + (size_t)b * T * C3 + h * hs;
         const float *k = q + C, *v = q + 2 * C;
         float *a = att + (size_t)bh * T * T;
+#if defined(__AVX512F__)
+        if (fast) {
+            att_fwd_bh(out + (size_t)b * T * C + h * hs, C, a, q, k, v, T, C3, scale);
+            continue;
+        }
+#endif
         for (int r0 = 0; r0 < T; r0 += tb) {
             int r1 = r0 + tb < T ? r0 + tb : T;
             float *at = a + (size_t)r0 * T;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
                         q + (size_t)r0 * C3, C3, k, C3, 0.0f, at, T);
-            for (int t = r0; t < r1; t++) {
-                float *row = a + (size_t)t * T;
-                float mx = -INFINITY, sum = 0.0f;
-#pragma omp simd reduction(max : mx)
-                for (int u = 0; u <= t; u++) mx = row[u] > mx ? row[u] : mx;
-#pragma omp simd reduction(+ : sum)
-                for (int u = 0; u <= t; u++) {
-                    row[u] = fast_expf(row[u] - mx);
-                    sum += row[u];
-                }
-                float inv = 1.0f / sum;
-#pragma omp simd
-                for (int u = 0; u <= t; u++) row[u] *= inv;
-                memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
-            }
+            for (int t = r0; t < r1; t++) att_softmax_row(a + (size_t)t * T, t, T);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, at, T,
                         v, C3, 0.0f, out + ((size_t)b * T + r0) * C + h * hs, C);
         }
@@ -275,6 +445,8 @@ static void cpu_attention_backward(float *dqkv, float *scratch, const float *dou
                                    int NH)
 {
     int hs = C / NH, C3 = 3 * C, tb = att_tile(T);
+    bool fast = att_fast(T, hs);
+    (void)fast;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -285,21 +457,19 @@ static void cpu_attention_backward(float *dqkv, float *scratch, const float *dou
         const float *a = att + (size_t)bh * T * T;
         const float *d = dout + (size_t)b * T * C + h * hs;
         float *ds = scratch + (size_t)bh * T * T;
+#if defined(__AVX512F__)
+        if (fast) {
+            att_bwd_bh(dq, dk, dv, ds, a, d, C, q, k, v, T, C3, scale);
+            continue;
+        }
+#endif
         for (int r0 = 0; r0 < T; r0 += tb) {
             int r1 = r0 + tb < T ? r0 + tb : T;
             float *dst = ds + (size_t)r0 * T;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
                         d + (size_t)r0 * C, C, v, C3, 0.0f, dst, T);
-            for (int t = r0; t < r1; t++) {
-                const float *ar = a + (size_t)t * T;
-                float *dr = ds + (size_t)t * T;
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int u = 0; u <= t; u++) dot += ar[u] * dr[u];
-#pragma omp simd
-                for (int u = 0; u <= t; u++) dr[u] = ar[u] * (dr[u] - dot) * scale;
-                memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
-            }
+            for (int t = r0; t < r1; t++)
+                att_softmax_bwd_row(ds + (size_t)t * T, a + (size_t)t * T, t, T, scale);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, dst, T,
                         k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
         }
