@@ -37,8 +37,37 @@ static void *cpu_alloc(size_t bytes)
     return p;
 }
 static void cpu_free(void *p) { free(p); }
-static void cpu_memset_zero(void *d, size_t n) { memset(d, 0, n); }
-static void cpu_copy(void *d, const void *s, size_t n) { memmove(d, s, n); }
+/* Large clears and copies (a step's gradients, activations between blocks) are split over the
+ * threads in page-aligned pieces; small ones are not worth waking the pool for. */
+#define PAR_BYTES ((size_t)1 << 20)
+static void cpu_memset_zero(void *d, size_t n)
+{
+    if (n < PAR_BYTES || omp_get_max_threads() == 1) {
+        memset(d, 0, n);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+        size_t lo = n * id / nt / 4096 * 4096, hi = id + 1 == nt ? n : n * (id + 1) / nt / 4096 * 4096;
+        memset((char *)d + lo, 0, hi - lo);
+    }
+}
+static void cpu_copy(void *d, const void *s, size_t n)
+{
+    char *dc = d;
+    const char *sc = s;
+    if (n < PAR_BYTES || omp_get_max_threads() == 1 || (dc < sc + n && sc < dc + n)) {
+        memmove(d, s, n);
+        return;
+    }
+#pragma omp parallel
+    {
+        size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+        size_t lo = n * id / nt / 4096 * 4096, hi = id + 1 == nt ? n : n * (id + 1) / nt / 4096 * 4096;
+        memcpy(dc + lo, sc + lo, hi - lo);
+    }
+}
 static void cpu_sync(void) {}
 
 /* ---- vectorisable math ------------------------------------------------------------------------ */
