@@ -35,6 +35,31 @@ static const char *const NAMES[] = {"train_loss", "lr", "grad_norm", "step_time_
                                     "peak_mem_mb", "val_loss"};
 
 /* Log lines instead of metric points: ~80-character lines, as a training loop prints them. */
+/* Counts one sent batch of n items that took [t0, t1] (us); its latency counts when it ended
+ * inside the measured window. */
+static void record_batch(agent_t *a, size_t n, int64_t t0, int64_t t1, int rc, const kiln_err_t *err)
+{
+    if (rc) {
+        atomic_fetch_add(&errors, 1);
+        fprintf(stderr, "ingest_bench: batch failed: %s\n", err->message);
+        return;
+    }
+    atomic_fetch_add(&points_sent, (long long)n);
+    if (t1 < t_start_us || t1 > t_end_us)
+        return;
+    atomic_fetch_add(&points_done, (long long)n);
+    atomic_fetch_add(&batches_done, 1);
+    if (a->nlat == a->caplat) {
+        size_t cap = a->caplat ? 2 * a->caplat : 1024;
+        double *grown = realloc(a->lat_ms, cap * sizeof(double));
+        if (!grown)
+            return; /* out of memory: the batch counts, its latency is not sampled */
+        a->lat_ms = grown;
+        a->caplat = cap;
+    }
+    a->lat_ms[a->nlat++] = (double)(t1 - t0) / 1000.0;
+}
+
 static void *agent_logs_main(void *p)
 {
     agent_t *a = p;
@@ -69,22 +94,7 @@ static void *agent_logs_main(void *p)
         kiln_err_t err;
         int64_t t0 = kiln_mono_us();
         int rc = svc_agent_logs(svc, &lb, &err);
-        int64_t t1 = kiln_mono_us();
-        if (rc) {
-            atomic_fetch_add(&errors, 1);
-            fprintf(stderr, "ingest_bench: batch failed: %s\n", err.message);
-            continue;
-        }
-        atomic_fetch_add(&points_sent, (long long)n);
-        if (t1 >= t_start_us && t1 <= t_end_us) {
-            atomic_fetch_add(&points_done, (long long)n);
-            atomic_fetch_add(&batches_done, 1);
-            if (a->nlat == a->caplat) {
-                a->caplat = a->caplat ? 2 * a->caplat : 1024;
-                a->lat_ms = realloc(a->lat_ms, a->caplat * sizeof(double));
-            }
-            a->lat_ms[a->nlat++] = (double)(t1 - t0) / 1000.0;
-        }
+        record_batch(a, n, t0, kiln_mono_us(), rc, &err);
     }
     free(lines);
     free(ptrs);
@@ -126,22 +136,7 @@ static void *agent_main(void *p)
         kiln_err_t err;
         int64_t t0 = kiln_mono_us();
         int rc = svc_agent_metrics(svc, &mb, &err);
-        int64_t t1 = kiln_mono_us();
-        if (rc) {
-            atomic_fetch_add(&errors, 1);
-            fprintf(stderr, "ingest_bench: batch failed: %s\n", err.message);
-            continue;
-        }
-        atomic_fetch_add(&points_sent, (long long)n);
-        if (t1 >= t_start_us && t1 <= t_end_us) {
-            atomic_fetch_add(&points_done, (long long)n);
-            atomic_fetch_add(&batches_done, 1);
-            if (a->nlat == a->caplat) {
-                a->caplat = a->caplat ? 2 * a->caplat : 1024;
-                a->lat_ms = realloc(a->lat_ms, a->caplat * sizeof(double));
-            }
-            a->lat_ms[a->nlat++] = (double)(t1 - t0) / 1000.0;
-        }
+        record_batch(a, n, t0, kiln_mono_us(), rc, &err);
     }
     free(pts);
     free(ptrs);
