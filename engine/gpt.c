@@ -472,14 +472,15 @@ int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out)
     const eng_tensor_t *t = m->p.tensors;
     int L = m->cfg.n_layer, C = m->cfg.n_embd, n = 0, l;
     if (block < 0 || block >= eng_gpt_num_blocks(m)) return 0;
-    switch (block_kind(m, block, &l)) {
+    block_kind_t kind = block_kind(m, block, &l);
+    switch (kind) {
     case BK_EMBED:
         out[n++] = (eng_range_t){t[0].off, t[0].n};
         out[n++] = (eng_range_t){t[1].off, t[1].n};
         break;
     case BK_ATTN:
     case BK_MLP: {
-        int lo = block_kind(m, block, &l) == BK_ATTN ? 2 : 8; /* ln1w..attprojb or ln2w..fcprojb */
+        int lo = kind == BK_ATTN ? 2 : 8; /* ln1w..attprojb or ln2w..fcprojb */
         for (int i = lo; i < lo + 6; i++) {
             size_t per = t[i].n / L;
             out[n++] = (eng_range_t){t[i].off + (size_t)l * per, per};

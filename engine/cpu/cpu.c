@@ -404,7 +404,20 @@ static void att_bwd_bh(float *dq, float *dk, float *dv, float *ds, const float *
     }
 }
 #else
+/* Without AVX-512 every shape takes the sgemm path; these are never called. */
 static bool att_fast(int T, int hs) { (void)T; (void)hs; return false; }
+static void att_fwd_bh(float *out, int ldo, float *a, const float *q, const float *k,
+                       const float *v, int T, int C3, float scale)
+{
+    (void)out; (void)ldo; (void)a; (void)q; (void)k; (void)v; (void)T; (void)C3; (void)scale;
+}
+static void att_bwd_bh(float *dq, float *dk, float *dv, float *ds, const float *a,
+                       const float *dout, int ldd, const float *q, const float *k, const float *v,
+                       int T, int C3, float scale)
+{
+    (void)dq; (void)dk; (void)dv; (void)ds; (void)a; (void)dout; (void)ldd; (void)q; (void)k;
+    (void)v; (void)T; (void)C3; (void)scale;
+}
 #endif
 
 /* Causal softmax of row t in place (columns <= t), zeros after. */
@@ -440,7 +453,6 @@ static void cpu_attention_forward(float *out, float *att, const float *qkv, int 
 {
     int hs = C / NH, C3 = 3 * C, tb = att_tile(T);
     bool fast = att_fast(T, hs);
-    (void)fast;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -448,12 +460,10 @@ static void cpu_attention_forward(float *out, float *att, const float *qkv, int 
         const float *q = qkv + (size_t)b * T * C3 + h * hs;
         const float *k = q + C, *v = q + 2 * C;
         float *a = att + (size_t)bh * T * T;
-#if defined(__AVX512F__)
         if (fast) {
             att_fwd_bh(out + (size_t)b * T * C + h * hs, C, a, q, k, v, T, C3, scale);
             continue;
         }
-#endif
         for (int r0 = 0; r0 < T; r0 += tb) {
             int r1 = r0 + tb < T ? r0 + tb : T;
             float *at = a + (size_t)r0 * T;
@@ -475,7 +485,6 @@ static void cpu_attention_backward(float *dqkv, float *scratch, const float *dou
 {
     int hs = C / NH, C3 = 3 * C, tb = att_tile(T);
     bool fast = att_fast(T, hs);
-    (void)fast;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
@@ -486,12 +495,10 @@ static void cpu_attention_backward(float *dqkv, float *scratch, const float *dou
         const float *a = att + (size_t)bh * T * T;
         const float *d = dout + (size_t)b * T * C + h * hs;
         float *ds = scratch + (size_t)bh * T * T;
-#if defined(__AVX512F__)
         if (fast) {
             att_bwd_bh(dq, dk, dv, ds, a, d, C, q, k, v, T, C3, scale);
             continue;
         }
-#endif
         for (int r0 = 0; r0 < T; r0 += tb) {
             int r1 = r0 + tb < T ? r0 + tb : T;
             float *dst = ds + (size_t)r0 * T;
