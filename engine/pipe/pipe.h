@@ -303,7 +303,9 @@ typedef struct pipe_train_info {
  * Evaluates (val loss) through a forward-only pipeline; at the end rank 0 gathers the
  * parameters and writes output_dir/model_llmc.bin. Checkpoints: rank 0 gathers parameters and
  * AdamW state and writes the engine's checkpoint format (so a pipelined job resumes a
- * single-rank checkpoint and vice versa). Host backends only (cpu, ref): parameters,
+ * single-rank checkpoint and vice versa), with the plan beside it as partition_plan.json; a job
+ * that resumes takes that plan (unless the spec gives one), so it sums in the same order and
+ * continues exactly. Host backends only (cpu, ref): parameters,
  * gradients, AdamW state and activations are lazily backed mmap allocations in the engine's full
  * layout, of which a rank touches only its stage's part. res (may be NULL) as eng_train_run's,
  * on every rank; info (may be NULL) OUT. Returns 0, KILN_EUNSUPP (a device backend), KILN_EUNFIT

@@ -424,10 +424,47 @@ done:
     return rc;
 }
 
+/* The plan saved beside the latest checkpoint (write_checkpoint), when the job resumes from one:
+ * rank 0 reads it and hands the text to every rank, so all use the same plan. NULL when there is
+ * none (or on a transport failure, which the next collective reports). */
+static json_t *saved_plan(pt_t *t)
+{
+    const char *dir = t->o->checkpoint_dir;
+    char path[SPEC_PATH + 64], *text = NULL;
+    uint64_t len = 0;
+    kiln_err_t e2;
+    kiln_err_clear(&e2);
+    if (!dir || !*dir)
+        return NULL;
+    if (t->rank == 0 && eng_ckpt_find_latest(dir, path, sizeof(path)) == KILN_OK) {
+        size_t n = 0;
+        snprintf(path, sizeof(path), "%s/partition_plan.json", dir);
+        if (kiln_file_read(path, &text, &n, &e2) == 0)
+            len = n;
+    }
+    if (comm_bcast(t->world, &len, sizeof(len), 0, &e2) || len == 0 || len > (1u << 20)) {
+        free(text);
+        return NULL;
+    }
+    if (t->rank != 0)
+        text = malloc(len);
+    /* every rank must have room before the text moves; otherwise all go without it */
+    float ok[1] = {text ? 0.0f : 1.0f};
+    json_t *j = NULL;
+    if (comm_allreduce(t->world, ok, 1, COMM_SUM, &e2) == 0 && ok[0] == 0.0f &&
+        comm_bcast(t->world, text, len, 0, &e2) == 0)
+        j = json_loadb(text, len, 0, NULL);
+    free(text);
+    return j;
+}
+
 /* Profiles the blocks and makes or validates the plan. The head is first profiled whole; when
  * it costs more than a layer's half (a 50k-word vocabulary), it is cut into vocabulary slices
  * and profiled again, so the partitioner can spread it over stages. A manual plan says how many
- * head blocks it was made for. */
+ * head blocks it was made for. A job resuming from a checkpoint keeps the plan it was trained
+ * with (saved beside the checkpoint): a different cut of the head or of the stages would sum the
+ * same numbers in another order, and the resumed run would no longer equal the uninterrupted
+ * one. */
 static int setup_plan(pt_t *t, kiln_err_t *err)
 {
     const spec_t *s = t->s;
@@ -435,15 +472,33 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
     pipe_block_profile_t *prof = NULL;
     size_t overhead = 0;
     bool manual = s->dist.mp_partition_plan && !s->dist.mp_auto_partition;
-    if (manual && (J = pipe_plan_json_head_blocks(s->dist.mp_partition_plan)) < 1)
+    json_t *resumed = manual ? NULL : saved_plan(t);
+    if (resumed) {
+        pipe_plan_t probe;
+        kiln_err_t e2;
+        int Jr = pipe_plan_json_head_blocks(resumed);
+        if (Jr < 1 || pipe_plan_from_json(resumed, 2 * L + 1 + Jr, t->p, &probe, &e2)) {
+            if (t->rank == 0)
+                log_warn("pipeline: the plan saved beside the checkpoint does not fit this job (%s); making a new one",
+                         Jr < 1 ? "bad head_blocks" : e2.message);
+            json_decref(resumed);
+            resumed = NULL;
+        } else {
+            pipe_plan_deinit(&probe);
+        }
+    }
+    const json_t *given = manual ? s->dist.mp_partition_plan : resumed;
+    if (manual && (J = pipe_plan_json_head_blocks(given)) < 1)
         return kiln_err_set(err, KILN_EINVAL, "distribution.model_parallel.partition_plan",
                             "invalid partition plan: \"head_blocks\" must be an integer from 1 to %d",
                             PIPE_MAX_HEAD_BLOCKS);
+    if (resumed)
+        J = pipe_plan_json_head_blocks(resumed);
     double t0 = kiln_mono_s();
     size_t base = rss_now();
     if ((rc = profile_blocks(t, J, base, &prof, &overhead, err)))
         goto done;
-    if (!manual && (J = pipe_gpt_choose_head_blocks(prof, L)) > 1) {
+    if (!given && (J = pipe_gpt_choose_head_blocks(prof, L)) > 1) {
         if (t->rank == 0)
             pt_log(t, "pipeline: the head costs %.2f+%.2f ms, more than a layer's half; cutting it into %d "
                    "vocabulary slices\n", prof[2 * L + 1].fwd_ms, prof[2 * L + 1].bwd_ms, J);
@@ -474,9 +529,15 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
     pipe_partition_opts_t po = {.n_stages = t->p, .microbatches = t->m_mb, .optimize = opt, .schedule = sk,
                                 .mem_limit_bytes = limit, .rank_overhead_bytes = overhead, .recompute = t->ckpt,
                                 .boundary_bytes = bmax(t) * sizeof(float)};
-    if (manual) {
-        if ((rc = pipe_plan_from_json(s->dist.mp_partition_plan, nb, t->p, &t->plan, err)))
+    if (given) {
+        if ((rc = pipe_plan_from_json(given, nb, t->p, &t->plan, err)))
             goto done;
+        if (resumed) {
+            const json_t *mv = json_object_get(resumed, "manual");
+            t->plan.manual = json_is_true(mv);
+            if (t->rank == 0)
+                pt_log(t, "pipeline: resuming with the plan saved beside the checkpoint\n");
+        }
         t->plan.optimize = opt;
         t->plan.schedule = sk;
         t->plan.microbatches = t->m_mb;
@@ -530,6 +591,7 @@ static int setup_plan(pt_t *t, kiln_err_t *err)
     t->last = t->plan.stages[t->stage].last;
     rc = 0;
 done:
+    json_decref(resumed);
     free(prof);
     return rc;
 }
@@ -774,6 +836,17 @@ static int write_checkpoint(pt_t *t, int64_t step, kiln_err_t *err)
         (rc = gather_to_root(t, t->v, err)))
         return rc;
     if (t->rank == 0) {
+        /* the plan first: a checkpoint is resumed with the plan it was trained with */
+        char path[SPEC_PATH + 32], *text = pipe_plan_to_string(&t->plan);
+        if (!text)
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        snprintf(path, sizeof(path), "%s/partition_plan.json", dir);
+        rc = kiln_mkdirs(dir, err);
+        if (!rc)
+            rc = kiln_file_write_atomic(path, text, strlen(text), err);
+        free(text);
+        if (rc)
+            return rc;
         eng_ckpt_meta_t meta;
         memset(&meta, 0, sizeof(meta));
         meta.step = step;

@@ -439,19 +439,30 @@ Test(pipe_train, manual_plan_is_honoured, .timeout = 120)
 Test(pipe_train, resume_from_checkpoint_is_exact, .timeout = 120)
 {
     /* 20 steps with a checkpoint every 10; then the step-20 checkpoint is removed and a new run
-     * resumes from step 10: its steps 11..20 and final parameters equal the uninterrupted run's. */
+     * resumes from step 10: its steps 11..20 and final parameters equal the uninterrupted run's.
+     * The first run's plan (here a manual one, with the head in 3 slices) is saved beside the
+     * checkpoint, and the resumed run, given no plan, must take it rather than make its own: a
+     * different cut of the stages or of the head would sum in another order. */
     make_data();
     char ck[128], out1[128], out2[128], cmd[512];
     snprintf(ck, sizeof(ck), "%s/ckpt", g_dir);
     snprintf(out1, sizeof(out1), "%s/out1", g_dir);
     snprintf(out2, sizeof(out2), "%s/out2", g_dir);
     g_extra = ", \"checkpoint\": {\"every_steps\": 10, \"keep_last\": 5}";
-    run_cfg_t c = {.n_layer = 2, .world = 2, .parts = 2, .micro = 2, .sched = "interleaved", .ckpt_dir = ck};
+    run_cfg_t c = {.n_layer = 2, .world = 2, .parts = 2, .micro = 2, .sched = "interleaved", .ckpt_dir = ck,
+                   .plan = "{\"head_blocks\": 3, \"stages\": [[0, 5], [6, 7]]}"};
     rank_out_t *a = run_pipeline(&c, out1);
-    snprintf(cmd, sizeof(cmd), "rm %s/ckpt_00000020.bin && ls %s/ckpt_00000010.bin >/dev/null", ck, ck);
+    snprintf(cmd, sizeof(cmd), "rm %s/ckpt_00000020.bin && ls %s/ckpt_00000010.bin %s/partition_plan.json >/dev/null",
+             ck, ck, ck);
     cr_assert_eq(system(cmd), 0);
+    c.plan = NULL;
     rank_out_t *b = run_pipeline(&c, out2);
     g_extra = "";
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(b[r].head_blocks, 3, "rank %d resumed with %d head blocks", r, b[r].head_blocks);
+        cr_assert_eq(b[r].first, a[r].first);
+        cr_assert_eq(b[r].last, a[r].last);
+    }
     cr_assert_eq(a[0].n, STEPS);
     cr_assert_eq(b[0].n, STEPS - 10, "the resumed run trained %d steps", b[0].n);
     for (int i = 0; i < STEPS - 10; i++)
