@@ -44,6 +44,15 @@ for t in "$BUILD"/tests/test_*; do
 done
 
 if [ ${#bad_bins[@]} -ne 0 ]; then
+  # Repeat what went wrong at the very end, so that a log cut to its last lines (CI keeps only
+  # the tail) still says which test failed and why.
+  for b in "${bad_bins[@]}"; do
+    log="$logdir/${b%(sanitizer)}.log"
+    echo "---- $b: failures ----"
+    grep -aE -A8 '\[(FAIL|----)\]|ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log" | cut -c1-400 | head -n 80
+    echo "---- $b: last lines ----"
+    tail -n 15 "$log" | cut -c1-400
+  done
   echo "failing: ${bad_bins[*]} (logs in $logdir)"
 fi
 echo "tests: $passed passed, $failed failed"

@@ -121,18 +121,17 @@ static int e2e_stop(pid_t pid, int timeout_ms)
     return th_stop(pid, SIGTERM, timeout_ms);
 }
 
-/* Kills ranks (kiln-train) left behind by a killed agent: any process whose environment points
- * into this test's directory. */
-static void e2e_kill_strays(const char *dir)
+/* Pids (at most max, into out) of the processes whose environment holds needle, such as
+ * "=DIR/" for anything pointed into DIR or "KILN_JOB_ID=ID" for a job's ranks. Returns the count. */
+static int e2e_procs_env(const char *needle, pid_t *out, int max)
 {
     DIR *d = opendir("/proc");
     if (!d)
-        return;
-    char needle[300];
-    snprintf(needle, sizeof needle, "=%s/", dir);
+        return 0;
     size_t nl = strlen(needle);
+    int found = 0;
     struct dirent *de;
-    while ((de = readdir(d))) {
+    while (found < max && (de = readdir(d))) {
         if (!isdigit((unsigned char)de->d_name[0]))
             continue;
         pid_t pid = (pid_t)atoi(de->d_name);
@@ -145,14 +144,23 @@ static void e2e_kill_strays(const char *dir)
             continue;
         ssize_t n = read(fd, buf, sizeof buf);
         close(fd);
-        for (ssize_t i = 0; n > 0 && i + (ssize_t)nl <= n; i++) {
-            if (buf[i] == '=' && !memcmp(buf + i, needle, nl)) {
-                kill(pid, SIGKILL);
-                break;
-            }
-        }
+        if (n > 0 && memmem(buf, (size_t)n, needle, nl))
+            out[found++] = pid;
     }
     closedir(d);
+    return found;
+}
+
+/* Kills ranks (kiln-train) left behind by a killed agent: any process whose environment points
+ * into this test's directory. */
+static void e2e_kill_strays(const char *dir)
+{
+    char needle[300];
+    snprintf(needle, sizeof needle, "=%s/", dir);
+    pid_t pids[64];
+    int n = e2e_procs_env(needle, pids, 64);
+    for (int i = 0; i < n; i++)
+        kill(pids[i], SIGKILL);
 }
 
 static void e2e_tail(const char *title, const char *path, int lines)
@@ -542,6 +550,68 @@ json_t *e2e_wait_step(const char *job_id, long step, long timeout_ms)
     char *s = json_dumps(j, JSON_COMPACT);
     cr_assert_fail("job %s did not reach step %ld while RUNNING; last: %.1500s", job_id, step, s);
     return NULL;
+}
+
+/* The job's progress.step as kilnd reports it, once it has stopped changing (two equal reads
+ * 150 ms apart): what the frozen ranks sent has arrived. Sets *state (static storage). */
+static json_int_t e2e_settled_step(const char *path, const char **state)
+{
+    static char st[32];
+    json_int_t last = -1;
+    for (int i = 0; i < 50; i++) {
+        json_t *j = e2e_get(path);
+        json_int_t step = json_integer_value(json_object_get(json_object_get(j, "progress"), "step"));
+        snprintf(st, sizeof st, "%s", e2e_jstr(j, "state"));
+        json_decref(j);
+        if (step == last)
+            break;
+        last = step;
+        usleep(150000);
+    }
+    *state = st;
+    return last;
+}
+
+json_t *e2e_freeze_at_step(const char *job_id, long step, long timeout_ms, pid_t *ranks, int *n_ranks)
+{
+    char path[128], needle[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job_id);
+    snprintf(needle, sizeof needle, "KILN_JOB_ID=%s", job_id);
+    const char *state = "";
+    json_int_t got = 0;
+    int64_t deadline = (int64_t)time(NULL) + timeout_ms / 1000 + 1;
+    while ((int64_t)time(NULL) < deadline) {
+        int n = e2e_procs_env(needle, ranks, E2E_MAX_RANKS);
+        if (n == 0) { /* not started yet, or already gone */
+            json_t *j = e2e_get(path);
+            bool ended = e2e_state_in(e2e_jstr(j, "state"), "COMPLETED|FAILED|STOPPED");
+            json_decref(j);
+            cr_assert(!ended, "job %s ended before it could be frozen at step %ld", job_id, step);
+            usleep(5000);
+            continue;
+        }
+        for (int i = 0; i < n; i++)
+            kill(ranks[i], SIGSTOP);
+        got = e2e_settled_step(path, &state);
+        if (!strcmp(state, "RUNNING") && got >= step) {
+            *n_ranks = n;
+            return e2e_get(path);
+        }
+        /* Let them run a little: 50 ms is a few dozen steps of the tiny model, far fewer than
+         * any test job has, so the job cannot end between two looks. */
+        for (int i = 0; i < n; i++)
+            kill(ranks[i], SIGCONT);
+        usleep(50000);
+    }
+    cr_assert_fail("job %s did not reach step %ld while RUNNING (last: %s at step %lld)", job_id, step, state,
+                   (long long)got);
+    return NULL;
+}
+
+void e2e_thaw(const pid_t *ranks, int n_ranks)
+{
+    for (int i = 0; i < n_ranks; i++)
+        kill(ranks[i], SIGCONT);
 }
 
 json_t *e2e_events(const char *job_id)

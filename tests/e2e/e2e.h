@@ -55,6 +55,15 @@ json_t *e2e_submit(const char *spec);
 json_t *e2e_wait_state(const char *job_id, const char *states, long timeout_ms);
 /* Polls until the job's progress.step >= step (and it is RUNNING); fails after timeout_ms. */
 json_t *e2e_wait_step(const char *job_id, long step, long timeout_ms);
+/* Makes "the job is still running" certain rather than a race the tiny model (thousands of
+ * steps a second) can win: stops the job's rank processes (SIGSTOP), waits until kilnd's view
+ * of them settles, and lets them run 50 ms at a time until kilnd reports the job RUNNING at
+ * progress.step >= step. Returns the job (caller owns) with the ranks still stopped, their pids
+ * in ranks[] (room for E2E_MAX_RANKS) and *n_ranks; e2e_thaw() continues them. Fails the test
+ * after timeout_ms, or when the job ends first. */
+#define E2E_MAX_RANKS 16
+json_t *e2e_freeze_at_step(const char *job_id, long step, long timeout_ms, pid_t *ranks, int *n_ranks);
+void e2e_thaw(const pid_t *ranks, int n_ranks);
 /* The job's events array (caller owns the {"events": [...]} object). */
 json_t *e2e_events(const char *job_id);
 /* "QUEUED,SCHEDULED,..." of an events reply, into buf. */

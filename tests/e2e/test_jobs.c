@@ -357,13 +357,13 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
 
 /* With attempts left, a job whose agent dies is re-queued (RESTARTING) and runs again, as
  * attempt 2, on the surviving agent, to COMPLETED; its log lines say which attempt wrote them. */
-#define RETRY_STEPS 5000
+#define RETRY_STEPS 2000
 
 Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat, .fini = e2e_teardown,
      .timeout = 240)
 {
-    /* Enough steps that the first attempt is still running when its agent is killed: the
-     * tiny model trains at well over 1,000 steps/s on a quiet machine. */
+    /* The tiny model trains thousands of steps a second, so the first attempt is frozen at
+     * step 2 before its agent is killed: otherwise it could finish first on a fast machine. */
     char *text = e2e_spec("e2e-agent-dies-retry", RETRY_STEPS, 1, 1, 4);
     json_t *spec = json_loads(text, 0, NULL);
     free(text);
@@ -375,12 +375,15 @@ Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat,
     char id[64];
     snprintf(id, sizeof id, "%s", jstr(job, "id"));
     json_decref(job);
-    job = e2e_wait_step(id, 2, 120000);
+    pid_t ranks[E2E_MAX_RANKS];
+    int n_ranks = 0;
+    job = e2e_freeze_at_step(id, 2, 120000, ranks, &n_ranks);
     char worker[128];
     snprintf(worker, sizeof worker, "%s", json_string_value(json_array_get(json_object_get(job, "workers"), 0)));
     json_decref(job);
     int agent = e2e_agent_of_job(id);
     cr_assert_geq(agent, 0, "no agent has a directory for the job");
+    /* The agent's death takes its (stopped) ranks with it: they die of PR_SET_PDEATHSIG. */
     cr_assert_eq(kill(e2e_cl->agents[agent], SIGKILL), 0);
     int status;
     waitpid(e2e_cl->agents[agent], &status, 0);
