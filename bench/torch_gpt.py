@@ -9,7 +9,8 @@ Prints one JSON line per configuration.
 
 --blas re-executes the script with Debian's OpenMP or pthreads build of OpenBLAS first on the
 library path (PyTorch links libblas.so.3 and libopenblas.so.0); "best" tries both builds, each
-with libgomp's default (spinning) and passive wait policy and with OpenBLAS's own kernel choice
+with libgomp's default (spinning), passive and bounded (GOMP_SPINCOUNT=5000, kiln-train's
+default) wait policies and with OpenBLAS's own kernel choice
 and OPENBLAS_CORETYPE=Zen (what kiln-train picks on AMD family 19h), and keeps the fastest per
 configuration (all variants are printed on stderr).
 """
@@ -135,7 +136,7 @@ def main():
     ap.add_argument("--blas", default="best", choices=["best", "openmp", "pthread", "default"])
     ap.add_argument("--variants", default="",
                     help="comma-separated blas/policy/coretype triples to try instead of all, "
-                         "e.g. openmp/PASSIVE/Zen,pthread/PASSIVE/default")
+                         "e.g. openmp/PASSIVE/Zen,openmp/spin5000/default,pthread/PASSIVE/default")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     names = list(CONFIGS) if a.config == "all" else [a.config]
@@ -143,12 +144,13 @@ def main():
         for n in names:
             r = run(n, a.threads, a.steps, a.warmup)
             r["blas"] = os.environ.get("KILN_BENCH_BLAS", "default")
-            r["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY", "default")
+            r["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY") or (
+                "spin" + os.environ["GOMP_SPINCOUNT"] if "GOMP_SPINCOUNT" in os.environ else "default")
             r["openblas_coretype"] = os.environ.get("OPENBLAS_CORETYPE", "default")
             print(json.dumps(r), flush=True)
         return
     blases = ["openmp", "pthread"] if a.blas == "best" else [a.blas]
-    variants = [(b, w, c) for b in blases for w in ("default", "PASSIVE")
+    variants = [(b, w, c) for b in blases for w in ("default", "PASSIVE", "spin5000")
                 for c in ("default", "Zen")]
     if a.variants:
         variants = [tuple(v.split("/")) for v in a.variants.split(",")]
@@ -159,7 +161,10 @@ def main():
                        OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
             env.pop("OMP_WAIT_POLICY", None)
             env.pop("OPENBLAS_CORETYPE", None)
-            if w != "default":
+            env.pop("GOMP_SPINCOUNT", None)
+            if w.startswith("spin"):  # libgomp spins this many loops (kiln-train's default: 5000)
+                env["GOMP_SPINCOUNT"] = w[4:]
+            elif w != "default":
                 env["OMP_WAIT_POLICY"] = w
             if ct != "default":
                 env["OPENBLAS_CORETYPE"] = ct

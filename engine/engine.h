@@ -459,8 +459,9 @@ int eng_gpt_sample(eng_gpt_t *m, const int32_t *prompt, int n_prompt, int n, dou
  * denominator unless overridden. */
 double eng_measure_peak_gflops(void);
 /* Sets the environment the CPU backend runs best with, where the caller has not chosen:
- * OMP_WAIT_POLICY=PASSIVE (libgomp's default spinning collapses on shared cores: 10-17x slower
- * on a loaded 2-core machine) and, on AMD family 19h, OPENBLAS_CORETYPE=Zen (~5% faster GEMMs).
+ * GOMP_SPINCOUNT=5000 (waiting threads spin ~0.1 ms, then sleep: fast on a quiet machine, and
+ * no collapse on shared cores as with libgomp's default 300,000) unless OMP_WAIT_POLICY or
+ * GOMP_SPINCOUNT is set, and, on AMD family 19h, OPENBLAS_CORETYPE=Zen (~5% faster GEMMs).
  * Both are read once when the libraries load, so a main() that gets true back should re-exec
  * itself (execv("/proc/self/exe", argv)) before doing anything else. Not thread-safe. */
 bool eng_cpu_tune_env(void);

@@ -100,8 +100,13 @@ static bool amd_family_19h(void)
 bool eng_cpu_tune_env(void)
 {
     bool changed = false;
-    if (!getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    /* Waiting threads spin about 0.1 ms (5,000 pause loops), then sleep. Sleeping at once
+     * (OMP_WAIT_POLICY=PASSIVE) costs a futex wake-up per parallel region: 4.5x slower for a
+     * tiny model and 4% for the small configuration on a quiet machine. libgomp's default
+     * (300,000 loops) collapses on shared cores: 8.6x slower than PASSIVE with the 2 cores
+     * busy, where the bounded spin costs 1.3x (bench/RESULTS.md). */
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
+        setenv("GOMP_SPINCOUNT", "5000", 1);
         changed = true;
     }
     if (!getenv("OPENBLAS_CORETYPE") && amd_family_19h()) {

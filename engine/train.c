@@ -501,8 +501,9 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
            s->model.type, r.p->n, r.be->name, eng_cpu_threads(), r.B, r.T, r.accum, G,
            (long long)max_steps, r.peak_flops / 1e9, o->peak_gflops > 0 ? " (given)" : " (measured)");
     if (r.be == &eng_cpu_backend)
-        printf("cpu: OMP_WAIT_POLICY=%s OPENBLAS_CORETYPE=%s\n",
+        printf("cpu: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s OPENBLAS_CORETYPE=%s\n",
                getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(default)",
+               getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(default)",
                getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(auto)");
     if (r.is_gpt)
         printf("data: %zu training tokens, %zu validation tokens\n", r.train.n, r.val.n);

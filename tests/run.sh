@@ -26,7 +26,7 @@ for t in "$BUILD"/tests/test_*; do
   start=$(date +%s)
   "$t" --jobs "${KILN_TEST_JOBS:-2}" ${KILN_TEST_ARGS:-} >"$logdir/$name.log" 2>&1
   rc=$?
-  grep -vE '^\s*$' "$logdir/$name.log" | grep -E '\[(FAIL|----)\]|Synthesis|WARN|ERROR:|runtime error|LeakSanitizer|AddressSanitizer' | tail -n 40
+  grep -avE '^\s*$' "$logdir/$name.log" | grep -aE '\[(FAIL|----)\]|Synthesis|WARN|ERROR:|runtime error|LeakSanitizer|AddressSanitizer' | tail -n 40
   syn=$(grep -a 'Synthesis' "$logdir/$name.log" | tail -1)
   p=$(echo "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p'); p=${p:-0}
   f=$(echo "$syn" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p'); f=${f:-0}

@@ -268,6 +268,10 @@ static int att_tile(int T) { return T >= 512 ? 128 : (T >= 256 ? 64 : 32); }
  * causal lower triangle, 4 query rows at a time, with the row block's scores kept in the att
  * rows they belong to. */
 #define ATT_KMAX 256
+/* Keep loaded vectors in registers: otherwise GCC folds each use into its FMA as a memory
+ * operand, reloading the same 64 bytes 4 times, and the kernels run load-bound at half speed. */
+#define ATT_REGS2(a, b) __asm__("" : "+v"(a), "+v"(b))
+#define ATT_REGS4(a, b, c, d) __asm__("" : "+v"(a), "+v"(b), "+v"(c), "+v"(d))
 
 /* kt (64, Tp): k^T times scale, zero past T, so 16-key columns load whole */
 static void att_pack_t(float *kt, const float *k, int T, int Tp, int ld, float scale)
@@ -293,6 +297,7 @@ static void att_rows_nt(float *s, int lds, const float *x, int ldx, int i0, int 
         for (int d = 0; d < 64; d++) {
             __m512 b0 = _mm512_loadu_ps(kt + d * Tp + j);
             __m512 b1 = two ? _mm512_loadu_ps(kt + d * Tp + j + 16) : b0;
+            ATT_REGS2(b0, b1);
             __m512 q0 = _mm512_set1_ps(xr[0][d]), q1 = _mm512_set1_ps(xr[1][d]);
             __m512 q2 = _mm512_set1_ps(xr[2][d]), q3 = _mm512_set1_ps(xr[3][d]);
             a00 = _mm512_fmadd_ps(q0, b0, a00); a01 = _mm512_fmadd_ps(q0, b1, a01);
@@ -323,6 +328,7 @@ static void att_rows_nn(float *o, int ldo, const float *p, int ldp, int i0, int 
         const float *yr = y + (size_t)k * ldy;
         __m512 y0 = _mm512_loadu_ps(yr), y1 = _mm512_loadu_ps(yr + 16);
         __m512 y2 = _mm512_loadu_ps(yr + 32), y3 = _mm512_loadu_ps(yr + 48);
+        ATT_REGS4(y0, y1, y2, y3);
         for (int r = 0; r < 4; r++) {
             __m512 pb = _mm512_set1_ps(pr[r][k]);
             acc[r][0] = _mm512_fmadd_ps(pb, y0, acc[r][0]);
@@ -352,6 +358,7 @@ static void att_cols_tn(float *o, int ldo, const float *p, int ldp, int c0, int 
         const float *xr = x + (size_t)r * ldx, *prow = p + (size_t)r * ldp + c0;
         __m512 x0 = _mm512_loadu_ps(xr), x1 = _mm512_loadu_ps(xr + 16);
         __m512 x2 = _mm512_loadu_ps(xr + 32), x3 = _mm512_loadu_ps(xr + 48);
+        ATT_REGS4(x0, x1, x2, x3);
         for (int c = 0; c < 4; c++) {
             __m512 pb = _mm512_set1_ps(c < nc ? prow[c] : 0.0f);
             acc[c][0] = _mm512_fmadd_ps(pb, x0, acc[c][0]);
@@ -364,8 +371,70 @@ static void att_cols_tn(float *o, int ldo, const float *p, int ldp, int c0, int 
         for (int k = 0; k < 4; k++) _mm512_storeu_ps(o + (size_t)(c0 + c) * ldo + 16 * k, acc[c][k]);
 }
 
-static void att_softmax_row(float *row, int t, int T);
-static void att_softmax_bwd_row(float *dr, const float *ar, int t, int T, float scale);
+/* fast_expf, 16 lanes at a time (the same polynomial, with fused multiply-adds) */
+static inline __m512 exp512(__m512 x)
+{
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-87.3f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fmadd_ps(k, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+static inline __mmask16 att_mask(int left)
+{
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/* Causal softmax of row t in place (columns <= t), zeros after. Masked 16-lane chunks: the
+ * row lengths 1..T are rarely multiples of 16, and scalar remainders cost more than the rest. */
+static void att_softmax_row(float *row, int t, int T)
+{
+    int n = t + 1;
+    __m512 vm = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16)
+        vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), att_mask(n - j), row + j));
+    __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vm)), vs = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = att_mask(n - j);
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), mx));
+        _mm512_mask_storeu_ps(row + j, m, e);
+        vs = _mm512_mask_add_ps(vs, m, vs, e);
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vs));
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = att_mask(n - j);
+        _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
+    }
+    memset(row + n, 0, (size_t)(T - n) * sizeof(float));
+}
+
+/* Softmax backward of row t in place: dr = ar (dr - <ar, dr>) scale over columns <= t. */
+static void att_softmax_bwd_row(float *dr, const float *ar, int t, int T, float scale)
+{
+    int n = t + 1;
+    __m512 vd = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = att_mask(n - j);
+        vd = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, ar + j), _mm512_maskz_loadu_ps(m, dr + j), vd);
+    }
+    __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(vd)), sc = _mm512_set1_ps(scale);
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 m = att_mask(n - j);
+        __m512 d = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dr + j), dot);
+        _mm512_mask_storeu_ps(dr + j, m, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, ar + j), d), sc));
+    }
+    memset(dr + n, 0, (size_t)(T - n) * sizeof(float));
+}
 
 static bool att_fast(int T, int hs) { return hs == 64 && T <= ATT_KMAX; }
 
@@ -404,22 +473,6 @@ static void att_bwd_bh(float *dq, float *dk, float *dv, float *ds, const float *
     }
 }
 #else
-/* Without AVX-512 every shape takes the sgemm path; these are never called. */
-static bool att_fast(int T, int hs) { (void)T; (void)hs; return false; }
-static void att_fwd_bh(float *out, int ldo, float *a, const float *q, const float *k,
-                       const float *v, int T, int C3, float scale)
-{
-    (void)out; (void)ldo; (void)a; (void)q; (void)k; (void)v; (void)T; (void)C3; (void)scale;
-}
-static void att_bwd_bh(float *dq, float *dk, float *dv, float *ds, const float *a,
-                       const float *dout, int ldd, const float *q, const float *k, const float *v,
-                       int T, int C3, float scale)
-{
-    (void)dq; (void)dk; (void)dv; (void)ds; (void)a; (void)dout; (void)ldd; (void)q; (void)k;
-    (void)v; (void)T; (void)C3; (void)scale;
-}
-#endif
-
 /* Causal softmax of row t in place (columns <= t), zeros after. */
 static void att_softmax_row(float *row, int t, int T)
 {
@@ -447,6 +500,22 @@ static void att_softmax_bwd_row(float *dr, const float *ar, int t, int T, float 
     for (int u = 0; u <= t; u++) dr[u] = ar[u] * (dr[u] - dot) * scale;
     memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
 }
+
+/* Without AVX-512 every shape takes the sgemm path; these are never called. */
+static bool att_fast(int T, int hs) { (void)T; (void)hs; return false; }
+static void att_fwd_bh(float *out, int ldo, float *a, const float *q, const float *k,
+                       const float *v, int T, int C3, float scale)
+{
+    (void)out; (void)ldo; (void)a; (void)q; (void)k; (void)v; (void)T; (void)C3; (void)scale;
+}
+static void att_bwd_bh(float *dq, float *dk, float *dv, float *ds, const float *a,
+                       const float *dout, int ldd, const float *q, const float *k, const float *v,
+                       int T, int C3, float scale)
+{
+    (void)dq; (void)dk; (void)dv; (void)ds; (void)a; (void)dout; (void)ldd; (void)q; (void)k;
+    (void)v; (void)T; (void)C3; (void)scale;
+}
+#endif
 
 static void cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                   int NH)
