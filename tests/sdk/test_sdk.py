@@ -164,6 +164,9 @@ class Live(unittest.TestCase):
 
     def test_idempotent_submit_and_stop(self):
         est = tiny_estimator(self.client, "sdk-idem")
+        # Long enough that it is still queued or running when stopped: the tiny model trains
+        # hundreds of steps a second, so 20 could be done before the stop arrives.
+        est.hyperparameters["max_steps"] = 1000000
         key = "sdk-idem-%d-%f" % (os.getpid(), time.time())
         first = est.fit(wait=False, idempotency_key=key)
         again = est.fit(wait=False, idempotency_key=key)
