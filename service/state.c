@@ -143,8 +143,10 @@ int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_i
             if (rc)
                 goto fail;
             if (attempt < job.max_attempts) {
-                snprintf(reason, sizeof(reason), "%s; attempt %d of %d lost, re-queued to resume"
-                         " from its last checkpoint", why, attempt, job.max_attempts);
+                snprintf(reason, sizeof(reason), "%s; attempt %d of %d lost, re-queued (the next "
+                         "attempt resumes from the newest checkpoint its worker can read: "
+                         "checkpoint.path on shared storage, or the same worker's)", why, attempt,
+                         job.max_attempts);
                 rc = svc_job_set_state(&tx, &job, JOB_STATE_RESTARTING, attempt, 0, reason, err);
             } else {
                 snprintf(reason, sizeof(reason), "%s", why);

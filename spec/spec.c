@@ -545,10 +545,15 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
         return rc;
     if (ck) {
         rd_t rc2 = {err, "checkpoint"};
-        static const char *const keys[] = {"every_steps", "keep_last", NULL};
+        static const char *const keys[] = {"every_steps", "keep_last", "path", NULL};
         if ((rc = rd_known_keys(&rc2, ck, keys)) || (rc = rd_int(&rc2, ck, "every_steps", &s->ckpt_every_steps, 0, 1 << 30)) ||
-            (rc = rd_int(&rc2, ck, "keep_last", &s->ckpt_keep_last, 1, 1000)))
+            (rc = rd_int(&rc2, ck, "keep_last", &s->ckpt_keep_last, 1, 1000)) ||
+            (rc = rd_string(&rc2, ck, "path", s->ckpt_path, sizeof(s->ckpt_path) - 64)))
             return rc;
+        if (s->ckpt_path[0] && s->ckpt_path[0] != '/')
+            return invalid(err, "checkpoint.path", "name a directory every agent can reach, such as an NFS "
+                           "mount: \"/mnt/shared/kiln-checkpoints\"",
+                           "checkpoint.path must be an absolute path (got \"%s\")", s->ckpt_path);
     }
     if (st) {
         rd_t rs = {err, "stopping"};
@@ -789,10 +794,12 @@ json_t *spec_to_json(const spec_t *s)
     json_t *tags = json_object();
     for (int i = 0; i < s->n_tags; i++)
         json_object_set_new(tags, s->tag_keys[i], json_string(s->tag_values[i]));
-    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:{s:i, s:i}, s:o, s:{s:I}, s:{s:i}, s:i, s:s, s:o}", "name",
+    json_t *ck = json_pack("{s:i, s:i}", "every_steps", s->ckpt_every_steps, "keep_last", s->ckpt_keep_last);
+    if (s->ckpt_path[0])
+        json_object_set_new(ck, "path", json_string(s->ckpt_path));
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I}, s:{s:i}, s:i, s:s, s:o}", "name",
                      s->name, "project", s->project, "model", model, "data", data, "hyperparameters", hp, "resources", res,
-                     "distribution", dist, "checkpoint", "every_steps", s->ckpt_every_steps, "keep_last",
-                     s->ckpt_keep_last, "metric_definitions", defs, "stopping", "max_runtime_s",
+                     "distribution", dist, "checkpoint", ck, "metric_definitions", defs, "stopping", "max_runtime_s",
                      (json_int_t)s->max_runtime_s, "retry", "max_attempts", s->max_attempts, "priority", s->priority,
                      "queue", s->queue, "tags", tags);
 }

@@ -88,6 +88,7 @@ typedef struct spec {
     spec_resources_t res;
     spec_distribution_t dist;
     int ckpt_every_steps, ckpt_keep_last;
+    char ckpt_path[SPEC_PATH];   /* shared directory for checkpoints ("" = the agent's job dir) */
     spec_metric_def_t metric_defs[SPEC_MAX_METRIC_DEFS];
     int n_metric_defs;
     int64_t max_runtime_s;

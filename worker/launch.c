@@ -487,6 +487,21 @@ static int threads_per_rank(worker_launcher_t *l, const char *spec_json)
     return t;
 }
 
+/* Where the job's ranks keep checkpoints: "<checkpoint.path>/<job id>" when the spec names a
+ * shared directory (so an attempt restarted on another worker resumes from them), else the job
+ * directory's own "checkpoints". */
+static void checkpoint_dir(const char *spec_json, const char *job_dir, const char *job_id, char *out,
+                           size_t n)
+{
+    json_t *spec = json_loads(spec_json ? spec_json : "{}", 0, NULL);
+    const char *shared = json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "path"));
+    if (shared && shared[0] == '/')
+        snprintf(out, n, "%s/%s", shared, job_id);
+    else
+        snprintf(out, n, "%s/checkpoints", job_dir);
+    json_decref(spec);
+}
+
 /* fork + exec of one rank: its own process group, default signal handling, stdin from
  * /dev/null, stdout/stderr/metrics onto the pipes, and SIGKILL when the agent dies (orphaned ranks
  * would go on writing into a job's checkpoint directory while kilnd restarts the job elsewhere).
@@ -552,7 +567,7 @@ static int rank_exec(const char *bin, char *const argv[], char *const envp[], in
 
 /* Starts one rank; on success the rank is linked into l->ranks and watched by epoll. */
 static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment *a, int local_rank,
-                      int threads, const char *job_dir, kiln_err_t *err)
+                      int threads, const char *job_dir, const char *ckpt_dir, kiln_err_t *err)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
     envb_t env = {0};
@@ -609,7 +624,7 @@ static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment 
     env_add(&env, "KILN_NODES", "%d", a->nodes);
     env_add(&env, "KILN_MASTER_ADDR", "%s", a->master_addr && a->master_addr[0] ? a->master_addr : "127.0.0.1");
     env_add(&env, "KILN_MASTER_PORT", "%d", a->master_port);
-    env_add(&env, "KILN_CHECKPOINT_DIR", "%s/checkpoints", job_dir);
+    env_add(&env, "KILN_CHECKPOINT_DIR", "%s", ckpt_dir);
     env_add(&env, "KILN_OUTPUT_DIR", "%s/output", job_dir);
     env_add(&env, "KILN_METRICS_FD", "%d", LAUNCH_METRICS_FD);
     env_add(&env, "KILN_THREADS", "%d", threads);
@@ -695,7 +710,7 @@ int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_
         err = &lerr;
     kiln_err_clear(err);
     int rc = 0, threads = 0;
-    char job_dir[4096], path[4200];
+    char job_dir[4096], path[4200], ckpt_dir[4200];
     ljob_t *job = NULL;
     lrank_t *first_old;
 
@@ -712,9 +727,9 @@ int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_
     snprintf(job_dir, sizeof(job_dir), "%s/jobs/%s", l->work_dir, a->job_id);
     if (a->n_ranks == 0)
         rc = kiln_err_set(err, KILN_EINVAL, "ranks", "assignment has no ranks");
-    snprintf(path, sizeof(path), "%s/checkpoints", job_dir);
+    checkpoint_dir(spec, job_dir, a->job_id, ckpt_dir, sizeof(ckpt_dir));
     if (rc == 0)
-        rc = kiln_mkdirs(path, err);
+        rc = kiln_mkdirs(ckpt_dir, err);
     snprintf(path, sizeof(path), "%s/output", job_dir);
     if (rc == 0)
         rc = kiln_mkdirs(path, err);
@@ -748,7 +763,7 @@ int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_
         log_warn("job %s: %d ranks assigned while %d of %d slots are busy", a->job_id,
                  (int)a->n_ranks, l->nranks, l->slots);
     for (size_t i = 0; i < a->n_ranks; i++) {
-        if ((rc = rank_spawn(l, job, a, (int)i, threads, job_dir, err)) != 0)
+        if ((rc = rank_spawn(l, job, a, (int)i, threads, job_dir, ckpt_dir, err)) != 0)
             break;
     }
     if (rc != 0) {

@@ -356,7 +356,9 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
 }
 
 /* With attempts left, a job whose agent dies is re-queued (RESTARTING) and runs again, as
- * attempt 2, on the surviving agent, to COMPLETED; its log lines say which attempt wrote them. */
+ * attempt 2, on the surviving agent, to COMPLETED; its log lines say which attempt wrote them.
+ * Its checkpoints go to a directory both agents can read (checkpoint.path), so attempt 2
+ * resumes from attempt 1's newest one instead of starting over. */
 #define RETRY_STEPS 2000
 
 Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat, .fini = e2e_teardown,
@@ -368,6 +370,9 @@ Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat,
     json_t *spec = json_loads(text, 0, NULL);
     free(text);
     json_object_set_new(spec, "retry", json_pack("{s:i}", "max_attempts", 2));
+    char shared[300];
+    snprintf(shared, sizeof shared, "%s/shared-checkpoints", e2e_cl->dir);
+    json_object_set_new(spec, "checkpoint", json_pack("{s:i, s:s}", "every_steps", 10, "path", shared));
     text = json_dumps(spec, JSON_COMPACT);
     json_decref(spec);
     json_t *job = e2e_submit(text);
@@ -377,12 +382,15 @@ Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat,
     json_decref(job);
     pid_t ranks[E2E_MAX_RANKS];
     int n_ranks = 0;
-    job = e2e_freeze_at_step(id, 2, 120000, ranks, &n_ranks);
+    job = e2e_freeze_at_step(id, 15, 120000, ranks, &n_ranks); /* past the checkpoint of step 10 */
     char worker[128];
     snprintf(worker, sizeof worker, "%s", json_string_value(json_array_get(json_object_get(job, "workers"), 0)));
     json_decref(job);
     int agent = e2e_agent_of_job(id);
     cr_assert_geq(agent, 0, "no agent has a directory for the job");
+    char ckpt_dir[400];
+    snprintf(ckpt_dir, sizeof ckpt_dir, "%s/%s", shared, id);
+    cr_assert_gt(e2e_count_files(ckpt_dir), 0, "attempt 1 wrote no checkpoint into %s", ckpt_dir);
     /* The agent's death takes its (stopped) ranks with it: they die of PR_SET_PDEATHSIG. */
     cr_assert_eq(kill(e2e_cl->agents[agent], SIGKILL), 0);
     int status;
@@ -413,12 +421,16 @@ Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat,
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", id);
     json_t *logs = e2e_get(path);
-    bool a1 = false, a2 = false;
+    bool a1 = false, a2 = false, resumed = false;
+    char resumed_from[450];
+    snprintf(resumed_from, sizeof resumed_from, "resumed from %s/ckpt_", ckpt_dir);
     json_array_foreach(json_object_get(logs, "lines"), i, e) {
         a1 |= jint(e, "attempt") == 1;
         a2 |= jint(e, "attempt") == 2;
+        resumed |= jint(e, "attempt") == 2 && strstr(jstr(e, "line"), resumed_from);
     }
     cr_assert(a1 && a2, "lines of attempt 1: %d, of attempt 2: %d", a1, a2);
+    cr_assert(resumed, "attempt 2 did not log \"%s...\"", resumed_from);
     json_decref(logs);
     char *out = NULL, *err = NULL;
     cr_assert_eq(e2e_kiln(&out, &err, "logs", id, NULL), 0, "%s", err);

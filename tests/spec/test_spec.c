@@ -53,6 +53,25 @@ Test(spec, normalised_json_round_trips)
     spec_deinit(&t);
 }
 
+/* checkpoint.path is kept in the normalised form only when given. */
+Test(spec, checkpoint_path_round_trips)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"},"
+                                   " \"checkpoint\": {\"path\": \"/mnt/shared/ckpt\"}}", &s, &err), 0, "%s", err.message);
+    cr_assert_str_eq(s.ckpt_path, "/mnt/shared/ckpt");
+    json_t *j = spec_to_json(&s);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "checkpoint"), "path")), "/mnt/shared/ckpt");
+    json_decref(j);
+    spec_deinit(&s);
+    cr_assert_eq(spec_parse_string(good, &s, &err), 0);
+    j = spec_to_json(&s);
+    cr_assert_null(json_object_get(json_object_get(j, "checkpoint"), "path"));
+    json_decref(j);
+    spec_deinit(&s);
+}
+
 Test(spec, gpt2_vocab_is_padded)
 {
     spec_t s;
@@ -107,6 +126,8 @@ Test(spec, bad_specs_name_the_field)
         {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"resources\": {\"nodes\": 2},"
          " \"distribution\": {\"data_parallel\": {\"enabled\": false}}}",
          "distribution.data_parallel.enabled", "disabled"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"},"
+         " \"checkpoint\": {\"path\": \"ckpts\"}}", "checkpoint.path", "absolute path"},
         {"[1, 2]", "", "JSON object"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -185,6 +185,30 @@ static Kiln__Assignment make_assignment(const char *job, int attempt, int32_t *r
 
 TestSuite(launch, .init = setup, .fini = teardown, .timeout = 30);
 
+/* checkpoint.path in the spec: the ranks checkpoint into "<path>/<job id>", created for them,
+ * so another worker that can read the path resumes the job there. */
+Test(launch, shared_checkpoint_path_is_per_job)
+{
+    char *bin = write_script("ckpt.sh", "echo \"ckpt $KILN_CHECKPOINT_DIR\"\n"
+                                        "test -d \"$KILN_CHECKPOINT_DIR\" && echo dir-ok\n");
+    worker_launcher_t *l = make_launcher(bin, 2, false, 8);
+    int32_t ranks[] = {0};
+    char spec[600];
+    snprintf(spec, sizeof(spec), "{\"model\": {\"type\": \"mlp\"}, \"checkpoint\": {\"path\": \"%s/shared\"}}", dir);
+    Kiln__Assignment a = make_assignment("job-ck", 1, ranks, 1, spec);
+    kiln_err_t err;
+    cr_assert_eq(worker_launcher_start(l, &a, &err), 0, "%s", err.message);
+    cr_assert(wait_exits(1, 10000));
+    cr_assert(worker_launcher_wait_idle(l, 5000));
+    char want[600];
+    snprintf(want, sizeof(want), "ckpt %s/shared/job-ck", dir);
+    const ev_line_t *e = find_line(0, "ckpt ");
+    cr_assert_not_null(e);
+    cr_assert_str_eq(e->text, want);
+    cr_assert_not_null(find_line(0, "dir-ok"), "the shared directory is created for the job");
+    worker_launcher_destroy(l);
+}
+
 Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
 {
     char *bin = write_script("rank.sh",
