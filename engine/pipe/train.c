@@ -919,23 +919,44 @@ done:
     release_outside(t, t->gpt->p.params, t->gpt->p.n);
 }
 
+/* Resumes from rank 0's newest checkpoint, which rank 0 reads and hands to every rank: ranks on
+ * other nodes may find none in their own checkpoint directory, or an older one, and a stage
+ * that started over while the others resumed would never meet them at the same step. */
 static int try_resume(pt_t *t, int64_t *start, kiln_err_t *err)
 {
     char path[SPEC_PATH + 64];
     *start = 0;
     if (!t->o->checkpoint_dir || !*t->o->checkpoint_dir)
         return 0;
-    if (eng_ckpt_find_latest(t->o->checkpoint_dir, path, sizeof(path)) != KILN_OK)
-        return 0;
-    eng_ckpt_meta_t meta;
-    memset(&meta, 0, sizeof(meta));
-    meta.model_hash = t->model_hash;
-    int rc = eng_ckpt_read(path, &meta, t->be, t->gpt->p.params, t->m, t->v, t->gpt->p.n, err);
-    if (rc)
+    int64_t hdr[2] = {0, 0}; /* rank 0's read status, the step it resumes from (0: none) */
+    if (t->rank == 0 && eng_ckpt_find_latest(t->o->checkpoint_dir, path, sizeof(path)) == KILN_OK) {
+        eng_ckpt_meta_t meta;
+        memset(&meta, 0, sizeof(meta));
+        meta.model_hash = t->model_hash;
+        hdr[0] = eng_ckpt_read(path, &meta, t->be, t->gpt->p.params, t->m, t->v, t->gpt->p.n, err);
+        if (hdr[0] == 0) {
+            t->ts.st = meta.train;
+            hdr[1] = meta.step;
+        }
+    }
+    int rc;
+    if ((rc = comm_bcast(t->world, hdr, sizeof(hdr), 0, err)))
         return rc;
-    t->ts.st = meta.train;
-    *start = meta.step;
-    pt_log(t, "resumed from %s at step %lld\n", path, (long long)meta.step);
+    if (hdr[0] != 0)
+        return t->rank == 0 ? (int)hdr[0]
+                            : kiln_err_set(err, KILN_EIO, NULL, "rank 0 could not read its checkpoint");
+    if (hdr[1] == 0)
+        return 0;
+    size_t nb = t->gpt->p.n * sizeof(float);
+    if ((rc = comm_bcast(t->world, t->gpt->p.params, nb, 0, err)) || (rc = comm_bcast(t->world, t->m, nb, 0, err)) ||
+        (rc = comm_bcast(t->world, t->v, nb, 0, err)) ||
+        (rc = comm_bcast(t->world, &t->ts.st, sizeof(t->ts.st), 0, err)))
+        return rc;
+    *start = hdr[1];
+    if (t->rank == 0)
+        pt_log(t, "resumed from %s at step %lld\n", path, (long long)hdr[1]);
+    else
+        pt_log(t, "resumed from rank 0's checkpoint at step %lld\n", (long long)hdr[1]);
     return 0;
 }
 

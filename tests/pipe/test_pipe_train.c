@@ -154,6 +154,7 @@ typedef struct run_cfg {
     bool ckpt;
     const char *plan;
     const char *ckpt_dir; /* checkpoint directory, or NULL */
+    const char *ckpt_dir_others; /* when set, the other ranks' (as if on other nodes) */
 } run_cfg_t;
 
 static rank_out_t *run_pipeline_once(const run_cfg_t *c, const char *out_dir, bool *busy);
@@ -204,7 +205,7 @@ static rank_out_t *run_pipeline_once(const run_cfg_t *c, const char *out_dir, bo
         pipe_train_info_t info;
         memset(&info, 0, sizeof(info));
         if (!rc) {
-            eng_train_opts_t o = {.output_dir = out_dir, .checkpoint_dir = c->ckpt_dir, .metrics_fd = -1, .rank = r,
+            eng_train_opts_t o = {.output_dir = out_dir, .checkpoint_dir = r && c->ckpt_dir_others ? c->ckpt_dir_others : c->ckpt_dir, .metrics_fd = -1, .rank = r,
                                   .world = c->world, .threads = 1, .peak_gflops = 100, .quiet = true};
             rc = pipe_train_run(&s, &o, w, &res, &info, &err);
         }
@@ -456,6 +457,12 @@ Test(pipe_train, resume_from_checkpoint_is_exact, .timeout = 120)
              ck, ck, ck);
     cr_assert_eq(system(cmd), 0);
     c.plan = NULL;
+    /* rank 1 as if on another node: its own checkpoint directory is empty, and it must take
+     * rank 0's checkpoint rather than start over */
+    char empty[128];
+    snprintf(empty, sizeof(empty), "%s/ckpt-node1", g_dir);
+    cr_assert_eq(mkdir(empty, 0755), 0);
+    c.ckpt_dir_others = empty;
     rank_out_t *b = run_pipeline(&c, out2);
     g_extra = "";
     for (int r = 0; r < 2; r++) {
@@ -465,6 +472,7 @@ Test(pipe_train, resume_from_checkpoint_is_exact, .timeout = 120)
     }
     cr_assert_eq(a[0].n, STEPS);
     cr_assert_eq(b[0].n, STEPS - 10, "the resumed run trained %d steps", b[0].n);
+    cr_assert_eq(b[1].n, STEPS - 10, "rank 1 trained %d steps after the resume", b[1].n);
     for (int i = 0; i < STEPS - 10; i++)
         cr_assert_eq(b[0].losses[i], a[0].losses[10 + i], "step %d: %.8f after resume, %.8f uninterrupted", 11 + i,
                      b[0].losses[i], a[0].losses[10 + i]);
