@@ -75,7 +75,16 @@ int svc_agent_rank_status(svc_t *s, const Kiln__RankStatus *req, kiln_err_t *err
         rc = store_assign_release(tx.c, job.id, job.attempt, req->worker_id, err);
         if (rc)
             goto fail;
-        if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
+        if (req->worker_shutdown) {
+            /* The agent refused because it is shutting down: the attempt goes back to the
+             * queue (a lost attempt, as when a worker dies), and the worker takes nothing new. */
+            bool changed = false;
+            rc = store_worker_set_draining(tx.c, req->worker_id, &changed, err);
+            snprintf(reason, sizeof(reason), "worker %s is shutting down and did not start its ranks",
+                     req->worker_id);
+            if (rc == 0)
+                rc = svc_job_lose_attempt(&tx, &job, job.attempt, req->worker_id, reason, err);
+        } else if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
             snprintf(reason, sizeof(reason), "worker %s could not start its ranks: %s", req->worker_id,
                      req->reason && *req->reason ? req->reason : "no reason given");
             rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
@@ -123,7 +132,16 @@ int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err)
         return svc_tx_commit(&tx, err);   /* a repeat, or an old attempt: nothing changes */
 
     svc_job_state_t st = svc_state_parse(job.state);
-    if (st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
+    if (failed && req->worker_shutdown && (st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING)) {
+        /* Its agent stopped the rank to shut down (preemption, maintenance): the attempt is lost,
+         * as when a worker dies, and the worker takes nothing new. */
+        bool changed = false; /* the scheduler reads capacity afresh on its next pass */
+        rc = store_worker_set_draining(tx.c, req->worker_id, &changed, err);
+        snprintf(reason, sizeof(reason), "worker %s is shutting down; it stopped rank %d", req->worker_id,
+                 req->rank);
+        if (rc == 0)
+            rc = svc_job_lose_attempt(&tx, &job, job.attempt, req->worker_id, reason, err);
+    } else if (st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
         if (failed) {
             if (req->signal != 0)
                 snprintf(reason, sizeof(reason), "rank %d on worker %s was killed by signal %d%s%s",

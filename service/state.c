@@ -119,50 +119,54 @@ int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err)
                              "stopped on request: every rank has exited", err);
 }
 
+int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const char *worker_id,
+                         const char *why, kiln_err_t *err)
+{
+    char reason[512];
+    int rc = 0;
+    if (job->attempt != attempt)
+        return 0;
+    svc_job_state_t st = svc_state_parse(job->state);
+    if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
+        snprintf(reason, sizeof(reason), "lost worker %s: %s", worker_id, why);
+        rc = store_assign_stop(tx->c, job->id, attempt, reason, NULL, err);
+        if (rc)
+            return rc;
+        if (attempt < job->max_attempts) {
+            snprintf(reason, sizeof(reason), "%s; attempt %d of %d lost, re-queued (the next "
+                     "attempt resumes from the newest checkpoint its worker can read: "
+                     "checkpoint.path on shared storage, or the same worker's)", why, attempt,
+                     job->max_attempts);
+            rc = svc_job_set_state(tx, job, JOB_STATE_RESTARTING, attempt, 0, reason, err);
+        } else {
+            snprintf(reason, sizeof(reason), "%s", why);
+            rc = svc_job_set_state(tx, job, JOB_STATE_FAILED, attempt, 0, reason, err);
+        }
+    } else if (st == JOB_STATE_STOPPING) {
+        rc = svc_job_finish_stopping(tx, job, err);
+    }
+    tx->wake_sched = true;
+    return rc;
+}
+
 int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_id,
                  const char *why, kiln_err_t *err)
 {
     svc_tx_t tx;
     store_job_row_t job;
-    char reason[512];
     int rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
     rc = store_job_row(tx.c, job_id, true, &job, err);
-    if (rc)
-        goto fail;
     /* The lost worker's ranks are gone: free its slots whatever the job's state. */
-    rc = store_assign_release(tx.c, job_id, attempt, worker_id, err);
-    if (rc)
-        goto fail;
-    if (job.attempt == attempt) {
-        svc_job_state_t st = svc_state_parse(job.state);
-        if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
-            snprintf(reason, sizeof(reason), "lost worker %s: %s", worker_id, why);
-            rc = store_assign_stop(tx.c, job_id, attempt, reason, NULL, err);
-            if (rc)
-                goto fail;
-            if (attempt < job.max_attempts) {
-                snprintf(reason, sizeof(reason), "%s; attempt %d of %d lost, re-queued (the next "
-                         "attempt resumes from the newest checkpoint its worker can read: "
-                         "checkpoint.path on shared storage, or the same worker's)", why, attempt,
-                         job.max_attempts);
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_RESTARTING, attempt, 0, reason, err);
-            } else {
-                snprintf(reason, sizeof(reason), "%s", why);
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, attempt, 0, reason, err);
-            }
-            if (rc)
-                goto fail;
-        } else if (st == JOB_STATE_STOPPING) {
-            rc = svc_job_finish_stopping(&tx, &job, err);
-            if (rc)
-                goto fail;
-        }
+    if (rc == 0)
+        rc = store_assign_release(tx.c, job_id, attempt, worker_id, err);
+    if (rc == 0)
+        rc = svc_job_lose_attempt(&tx, &job, attempt, worker_id, why, err);
+    if (rc) {
+        svc_tx_abort(&tx);
+        return rc;
     }
     tx.wake_sched = true;
     return svc_tx_commit(&tx, err);
-fail:
-    svc_tx_abort(&tx);
-    return rc;
 }

@@ -225,7 +225,13 @@ int svc_agent_heartbeat(svc_t *s, const Kiln__HeartbeatRequest *req, arena_t *ar
     int rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
-    rc = store_worker_touch(c, wid, &e2);
+    bool began_draining = false;
+    rc = store_worker_touch(c, wid, req->draining, &began_draining, &e2);
+    if (rc == 0 && began_draining) {
+        log_info("worker %s is shutting down: no new placements on it", wid);
+        if (svc_cap_refresh(s, c, &e2))
+            log_warn("worker %s: could not refresh capacity: %s", wid, e2.message);
+    }
     if (rc == KILN_ENOTFOUND || rc == KILN_ESTATE) {
         out->reregister = true;
         store_conn_put(s->store, c);

@@ -154,9 +154,14 @@ typedef struct store_worker_reg {
  * *was_alive (OUT, may be NULL) = it existed and was ALIVE (the agent restarted unseen). */
 int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_alive,
                         kiln_err_t *err);
-/* Heartbeat: last_heartbeat = now() for an ALIVE worker. KILN_ENOTFOUND when the worker is unknown,
- * KILN_ESTATE when it is DEAD (it must register again). */
-int store_worker_touch(store_conn_t *c, const char *id, kiln_err_t *err);
+/* Heartbeat: last_heartbeat = now() for an ALIVE worker, and with draining (its agent is shutting
+ * down) the worker takes no new placements until it registers again; *began_draining (OUT, may be
+ * NULL) = this heartbeat set that. KILN_ENOTFOUND when the worker is unknown, KILN_ESTATE when it
+ * is DEAD (it must register again). */
+int store_worker_touch(store_conn_t *c, const char *id, bool draining, bool *began_draining,
+                       kiln_err_t *err);
+/* Marks a worker draining (no new placements); *changed = it was not before. */
+int store_worker_set_draining(store_conn_t *c, const char *id, bool *changed, kiln_err_t *err);
 /* Marks ALIVE workers silent for longer than timeout_ms DEAD; *n (OUT) = how many. */
 int store_workers_expire(store_conn_t *c, int timeout_ms, int *n, kiln_err_t *err);
 /* After a kilnd restart: gives every ALIVE worker a fresh heartbeat so that kilnd's own downtime
@@ -172,7 +177,8 @@ typedef struct store_worker_cap {
     char slot_type[8];
     int slots, slots_free;
 } store_worker_cap_t;
-/* ALIVE workers with their free slots (slots minus unreleased assignments), ordered by id.
+/* ALIVE workers that are not draining, with their free slots (slots minus unreleased
+ * assignments), ordered by id.
  * *out is malloc'd (caller frees). */
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err);
 

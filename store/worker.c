@@ -17,7 +17,7 @@ int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_
         " ON CONFLICT (id) DO UPDATE SET hostname = EXCLUDED.hostname, address = EXCLUDED.address,"
         "  slots = EXCLUDED.slots, slot_type = EXCLUDED.slot_type, gpus = EXCLUDED.gpus,"
         "  version = EXCLUDED.version, cpu_cores = EXCLUDED.cpu_cores, state = 'ALIVE',"
-        "  state_reason = 're-registered', last_heartbeat = now(), registered_at = now()"
+        "  state_reason = 're-registered', last_heartbeat = now(), registered_at = now(), draining = false"
         " RETURNING (SELECT state FROM old)";
     char slots[16], cores[16];
     snprintf(slots, sizeof(slots), "%d", w->slots);
@@ -35,16 +35,23 @@ int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_
     return 0;
 }
 
-int store_worker_touch(store_conn_t *c, const char *id, kiln_err_t *err)
+int store_worker_touch(store_conn_t *c, const char *id, bool draining, bool *began_draining,
+                       kiln_err_t *err)
 {
-    const char *p[1] = {id};
+    const char *p[2] = {id, draining ? "true" : "false"};
     PGresult *r = NULL;
+    if (began_draining)
+        *began_draining = false;
     int rc = store_q(c, "record heartbeat",
-                     "UPDATE workers SET last_heartbeat = now() WHERE id = $1 AND state = 'ALIVE'"
-                     " RETURNING 1", 1, p, &r, err);
+                     "WITH old AS (SELECT draining FROM workers WHERE id = $1)"
+                     " UPDATE workers SET last_heartbeat = now(), draining = draining OR $2::bool"
+                     " WHERE id = $1 AND state = 'ALIVE' RETURNING (SELECT draining FROM old)",
+                     2, p, &r, err);
     if (rc)
         return rc;
     int n = PQntuples(r);
+    if (n == 1 && began_draining)
+        *began_draining = draining && strcmp(store_get_str(r, 0, 0), "f") == 0;
     PQclear(r);
     if (n == 1)
         return 0;
@@ -89,6 +96,21 @@ int store_workers_refresh(store_conn_t *c, kiln_err_t *err)
 #define USED_SLOTS "(SELECT coalesce(sum(cardinality(a.ranks)), 0) FROM assignments a" \
                    " WHERE a.worker_id = w.id AND NOT a.released)"
 
+int store_worker_set_draining(store_conn_t *c, const char *id, bool *changed, kiln_err_t *err)
+{
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    *changed = false;
+    int rc = store_q(c, "mark worker draining",
+                     "UPDATE workers SET draining = true WHERE id = $1 AND NOT draining RETURNING 1", 1, p,
+                     &r, err);
+    if (rc)
+        return rc;
+    *changed = PQntuples(r) == 1;
+    PQclear(r);
+    return 0;
+}
+
 int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
@@ -96,7 +118,7 @@ int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
     int rc = store_q(c, "list workers",
                      "SELECT w.id, w.hostname, w.address, w.slots, w.slots - " USED_SLOTS ","
                      " w.slot_type, w.state, " STORE_US("w.last_heartbeat") ", "
-                     STORE_US("w.registered_at") ", w.gpus::text, w.cpu_cores, w.version"
+                     STORE_US("w.registered_at") ", w.gpus::text, w.cpu_cores, w.version, w.draining"
                      " FROM workers w ORDER BY w.registered_at, w.id", 0, NULL, &r, err);
     if (rc)
         return rc;
@@ -116,6 +138,7 @@ int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
         json_object_set_new(o, "gpus", store_get_json(r, i, 9, json_array()));
         json_object_set_new(o, "cpu_cores", json_integer(store_get_int(r, i, 10)));
         json_object_set_new(o, "version", json_string(store_get_str(r, i, 11)));
+        json_object_set_new(o, "draining", json_boolean(alive && !strcmp(store_get_str(r, i, 12), "t")));
         json_array_append_new(arr, o);
     }
     PQclear(r);
@@ -138,6 +161,6 @@ int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, ki
 {
     return store_q_rows(c, "read worker capacity",
                         "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots, w.slots - " USED_SLOTS
-                        " FROM workers w WHERE w.state = 'ALIVE' ORDER BY w.id", 0, NULL,
+                        " FROM workers w WHERE w.state = 'ALIVE' AND NOT w.draining ORDER BY w.id", 0, NULL,
                         sizeof(**out), cap_fill, (void **)out, n, err);
 }

@@ -44,6 +44,8 @@ struct worker_agent {
     bool registered;
     int hb_interval_ms;
     bool draining;               /* shutting down: no new assignments */
+    bool hb_now;                 /* heartbeat at once (the drain starting), then clear */
+    bool drain_acked;            /* kilnd has taken a heartbeat that says draining */
     bool stop_hb, stop_sender, shut_done;
     pthread_t hb_thread, sender_thread;
     bool hb_started, sender_started;
@@ -54,7 +56,7 @@ struct worker_agent {
 static void cb_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason)
 {
     worker_agent_t *a = ud;
-    ob_add_status(&a->ob, job_id, attempt, ok, reason);
+    ob_add_status(&a->ob, job_id, attempt, ok, reason, false);
 }
 
 static void cb_line(void *ud, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
@@ -70,16 +72,20 @@ static void cb_points(void *ud, const char *job_id, int attempt, const worker_po
     ob_add_points(&a->ob, job_id, attempt, pts, n);
 }
 
+static bool agent_flag(worker_agent_t *a, const bool *flag);
+
 static void cb_exit(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
                     int sig, const char *reason)
 {
     worker_agent_t *a = ud;
+    bool shutdown = agent_flag(a, &a->draining); /* stopped by our own shutdown */
     if (sig)
-        log_info("job %s rank %d: killed by signal %d", job_id, rank, sig);
+        log_info("job %s rank %d: killed by signal %d%s", job_id, rank, sig,
+                 shutdown ? " (the agent is shutting down)" : "");
     else
-        log_info("job %s rank %d: exited with code %d%s%s", job_id, rank, exit_code,
-                 reason[0] ? ": " : "", reason);
-    ob_add_exit(&a->ob, job_id, attempt, rank, pid, exit_code, sig, reason);
+        log_info("job %s rank %d: exited with code %d%s%s%s", job_id, rank, exit_code,
+                 reason[0] ? ": " : "", reason, shutdown ? " (the agent is shutting down)" : "");
+    ob_add_exit(&a->ob, job_id, attempt, rank, pid, exit_code, sig, reason, shutdown);
 }
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -93,7 +99,7 @@ static void agent_wait(worker_agent_t *a, int ms, const bool *flag)
     ts.tv_sec += ms / 1000 + ns / 1000000000;
     ts.tv_nsec = ns % 1000000000;
     pthread_mutex_lock(&a->mu);
-    while (!*flag)
+    while (!*flag && !(flag == &a->stop_hb && a->hb_now))
         if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) != 0)
             break;
     pthread_mutex_unlock(&a->mu);
@@ -159,7 +165,7 @@ static void agent_handle_heartbeat(worker_agent_t *a, const Kiln__HeartbeatRespo
     for (size_t i = 0; i < r->n_assignments; i++) {
         const Kiln__Assignment *as = r->assignments[i];
         if (agent_flag(a, &a->draining)) {
-            ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down");
+            ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down", true);
             continue;
         }
         kiln_err_t err;
@@ -218,6 +224,8 @@ static void *agent_hb_main(void *arg)
         pthread_mutex_lock(&a->mu);
         kiln_strlcpy(id, a->worker_id, sizeof(id));
         int interval = a->hb_interval_ms;
+        req.draining = a->draining;
+        a->hb_now = false;
         pthread_mutex_unlock(&a->mu);
         req.worker_id = id;
         size_t n = agent_running(a, list, AGENT_MAX_LIST);
@@ -249,6 +257,12 @@ static void *agent_hb_main(void *arg)
             }
             agent_handle_heartbeat(a, r);
             protobuf_c_message_free_unpacked(resp, NULL);
+            if (req.draining && !r->reregister) {
+                pthread_mutex_lock(&a->mu);
+                a->drain_acked = true;
+                pthread_cond_broadcast(&a->cv);
+                pthread_mutex_unlock(&a->mu);
+            }
             if (!agent_flag(a, &a->registered))
                 continue;
         } else {
@@ -337,6 +351,7 @@ static int agent_send(worker_agent_t *a, ob_item_t *it, char *wid, int *code, ki
         rs.attempt = it->attempt;
         rs.started = it->started;
         rs.reason = it->reason;
+        rs.worker_shutdown = it->shutdown;
         req = &rs.base;
         method = k_status;
         break;
@@ -348,6 +363,7 @@ static int agent_send(worker_agent_t *a, ob_item_t *it, char *wid, int *code, ki
         rx.exit_code = it->exit_code;
         rx.signal = it->sig;
         rx.reason = it->reason;
+        rx.worker_shutdown = it->shutdown;
         req = &rx.base;
         method = k_exit;
         break;
@@ -524,9 +540,26 @@ void worker_agent_shutdown(worker_agent_t *a, int flush_timeout_ms)
     bool done = a->shut_done;
     a->shut_done = true;
     a->draining = true;
+    a->hb_now = true;
+    pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     if (done)
         return;
+    /* Tell kilnd first (one heartbeat, at most 3 s), so that the attempts lost below are not
+     * placed on this worker again. */
+    if (a->hb_started && agent_flag(a, &a->registered)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 3;
+        pthread_mutex_lock(&a->mu);
+        while (!a->drain_acked)
+            if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) != 0)
+                break;
+        bool acked = a->drain_acked;
+        pthread_mutex_unlock(&a->mu);
+        if (!acked)
+            log_warn("kilnd did not take the draining heartbeat in 3 s; stopping the ranks anyway");
+    }
     if (a->launcher) {
         int n = worker_launcher_stop_all(a->launcher, a->stop_grace_ms);
         if (n)

@@ -148,12 +148,14 @@ void ob_add_points(ob_t *o, const char *job_id, int attempt, const worker_point_
     pthread_mutex_unlock(&o->mu);
 }
 
-void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason)
+void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason,
+                   bool shutdown)
 {
     ob_item_t *it = ob_new(OB_STATUS, job_id, attempt);
     if (!it)
         return;
     it->started = started;
+    it->shutdown = shutdown;
     kiln_strlcpy(it->reason, reason ? reason : "", sizeof(it->reason));
     pthread_mutex_lock(&o->mu);
     ob_push_locked(o, it);
@@ -161,7 +163,7 @@ void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const
 }
 
 void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
-                 int sig, const char *reason)
+                 int sig, const char *reason, bool shutdown)
 {
     ob_item_t *it = ob_new(OB_EXIT, job_id, attempt);
     if (!it)
@@ -171,6 +173,7 @@ void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, 
     it->exit_code = exit_code;
     it->sig = sig;
     kiln_strlcpy(it->reason, reason ? reason : "", sizeof(it->reason));
+    it->shutdown = shutdown;
     pthread_mutex_lock(&o->mu);
     /* Logs before metrics: a job's lines are usually what explains its numbers. */
     for (int kind = OB_LOGS; kind <= OB_METRICS; kind++) {

@@ -33,6 +33,7 @@ typedef struct ob_item {
     bool started;               /* OB_STATUS */
     char reason[600];           /* OB_STATUS, OB_EXIT */
     int rank, exit_code, sig;   /* OB_EXIT */
+    bool shutdown;              /* OB_STATUS, OB_EXIT: because the agent is shutting down */
     pid_t pid;
     int tries;                  /* failed sends so far */
 } ob_item_t;
@@ -52,10 +53,12 @@ void ob_deinit(ob_t *o);        /* frees everything still queued */
 void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
                  const char *line, size_t len);
 void ob_add_points(ob_t *o, const char *job_id, int attempt, const worker_point_t *pts, size_t n);
-void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason);
-/* Seals the job's open batches first, so the exit follows every line the rank wrote. */
+void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason,
+                   bool shutdown);
+/* Seals the job's open batches first, so the exit follows every line the rank wrote. shutdown:
+ * the agent stopped the rank because it is shutting down. */
 void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
-                 int sig, const char *reason);
+                 int sig, const char *reason, bool shutdown);
 /* Seals open batches older than OB_FLUSH_US (all of them when force). Caller holds o->mu. */
 void ob_seal_due_locked(ob_t *o, bool force);
 /* Exits queued but not yet acknowledged, so heartbeats keep reporting those ranks. Returns the

@@ -355,18 +355,23 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
     e2e_pass();
 }
 
-/* With attempts left, a job whose agent dies is re-queued (RESTARTING) and runs again, as
- * attempt 2, on the surviving agent, to COMPLETED; its log lines say which attempt wrote them.
- * Its checkpoints go to a directory both agents can read (checkpoint.path), so attempt 2
- * resumes from attempt 1's newest one instead of starting over. */
+/* ---- an attempt lost with its agent, resumed elsewhere from a shared checkpoint ------------- */
+
 #define RETRY_STEPS 2000
 
-Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat, .fini = e2e_teardown,
-     .timeout = 240)
+typedef struct retry_job {
+    char id[64], worker[128], ckpt_dir[400];
+    int agent;                  /* index of the agent attempt 1 ran on */
+    pid_t ranks[E2E_MAX_RANKS]; /* attempt 1's ranks, stopped (SIGSTOP) */
+    int n_ranks;
+} retry_job_t;
+
+/* Submits a job with 2 attempts that checkpoints every 10 steps into a directory both agents can
+ * read (checkpoint.path), and freezes attempt 1 past the checkpoint of step 10. The tiny model
+ * trains thousands of steps a second: frozen, it cannot finish before the test acts. */
+static void retry_job_start(retry_job_t *rj, const char *name)
 {
-    /* The tiny model trains thousands of steps a second, so the first attempt is frozen at
-     * step 2 before its agent is killed: otherwise it could finish first on a fast machine. */
-    char *text = e2e_spec("e2e-agent-dies-retry", RETRY_STEPS, 1, 1, 4);
+    char *text = e2e_spec(name, RETRY_STEPS, 1, 1, 4);
     json_t *spec = json_loads(text, 0, NULL);
     free(text);
     json_object_set_new(spec, "retry", json_pack("{s:i}", "max_attempts", 2));
@@ -377,36 +382,33 @@ Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat,
     json_decref(spec);
     json_t *job = e2e_submit(text);
     free(text);
-    char id[64];
-    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    snprintf(rj->id, sizeof rj->id, "%s", jstr(job, "id"));
     json_decref(job);
-    pid_t ranks[E2E_MAX_RANKS];
-    int n_ranks = 0;
-    job = e2e_freeze_at_step(id, 15, 120000, ranks, &n_ranks); /* past the checkpoint of step 10 */
-    char worker[128];
-    snprintf(worker, sizeof worker, "%s", json_string_value(json_array_get(json_object_get(job, "workers"), 0)));
+    job = e2e_freeze_at_step(rj->id, 15, 120000, rj->ranks, &rj->n_ranks);
+    snprintf(rj->worker, sizeof rj->worker, "%s",
+             json_string_value(json_array_get(json_object_get(job, "workers"), 0)));
     json_decref(job);
-    int agent = e2e_agent_of_job(id);
-    cr_assert_geq(agent, 0, "no agent has a directory for the job");
-    char ckpt_dir[400];
-    snprintf(ckpt_dir, sizeof ckpt_dir, "%s/%s", shared, id);
-    cr_assert_gt(e2e_count_files(ckpt_dir), 0, "attempt 1 wrote no checkpoint into %s", ckpt_dir);
-    /* The agent's death takes its (stopped) ranks with it: they die of PR_SET_PDEATHSIG. */
-    cr_assert_eq(kill(e2e_cl->agents[agent], SIGKILL), 0);
-    int status;
-    waitpid(e2e_cl->agents[agent], &status, 0);
-    e2e_cl->agents[agent] = 0;
+    rj->agent = e2e_agent_of_job(rj->id);
+    cr_assert_geq(rj->agent, 0, "no agent has a directory for the job");
+    snprintf(rj->ckpt_dir, sizeof rj->ckpt_dir, "%s/%s", shared, rj->id);
+    cr_assert_gt(e2e_count_files(rj->ckpt_dir), 0, "attempt 1 wrote no checkpoint into %s", rj->ckpt_dir);
+}
 
-    job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", e2e_cl->heartbeat_timeout_ms + 120000);
+/* The job ends COMPLETED as attempt 2 on the other worker, through RESTARTING (whose reason names
+ * the lost worker and contains why), and attempt 2 logged that it resumed from the shared
+ * checkpoint directory; both attempts' lines are kept, tagged with their attempt. */
+static void retry_job_check(const retry_job_t *rj, const char *why)
+{
+    json_t *job = e2e_wait_state(rj->id, "COMPLETED|FAILED|STOPPED", e2e_cl->heartbeat_timeout_ms + 120000);
     cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "ended %s: %s", jstr(job, "state"), jstr(job, "reason"));
     cr_assert_eq(jint(job, "attempt"), 2, "%s", dump(job));
     json_t *workers = json_object_get(job, "workers");
     cr_assert_eq(json_array_size(workers), 1, "%s", dump(job));
-    cr_assert_str_neq(json_string_value(json_array_get(workers, 0)), worker, "attempt 2 ran on the dead worker");
+    cr_assert_str_neq(json_string_value(json_array_get(workers, 0)), rj->worker, "attempt 2 ran on the lost worker");
     cr_assert_eq(jint(json_object_get(job, "progress"), "step"), RETRY_STEPS, "%s", dump(job));
     json_decref(job);
 
-    json_t *ev = e2e_events(id);
+    json_t *ev = e2e_events(rj->id);
     char states[512];
     e2e_event_states(ev, states, sizeof states);
     cr_assert(strstr(states, "RUNNING,RESTARTING,SCHEDULED,STARTING,RUNNING,COMPLETED"), "events: %s", dump(ev));
@@ -414,16 +416,16 @@ Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat,
     json_t *e;
     json_array_foreach(json_object_get(ev, "events"), i, e)
         if (!strcmp(jstr(e, "to_state"), "RESTARTING"))
-            cr_assert(strstr(jstr(e, "reason"), worker), "RESTARTING reason does not name %s: %s", worker, dump(e));
+            cr_assert(strstr(jstr(e, "reason"), rj->worker) && strstr(jstr(e, "reason"), why),
+                      "RESTARTING reason lacks %s or \"%s\": %s", rj->worker, why, dump(e));
     json_decref(ev);
 
-    /* Both attempts' lines are kept, each tagged with its attempt. */
     char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", id);
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", rj->id);
     json_t *logs = e2e_get(path);
     bool a1 = false, a2 = false, resumed = false;
     char resumed_from[450];
-    snprintf(resumed_from, sizeof resumed_from, "resumed from %s/ckpt_", ckpt_dir);
+    snprintf(resumed_from, sizeof resumed_from, "resumed from %s/ckpt_", rj->ckpt_dir);
     json_array_foreach(json_object_get(logs, "lines"), i, e) {
         a1 |= jint(e, "attempt") == 1;
         a2 |= jint(e, "attempt") == 2;
@@ -433,9 +435,57 @@ Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat,
     cr_assert(resumed, "attempt 2 did not log \"%s...\"", resumed_from);
     json_decref(logs);
     char *out = NULL, *err = NULL;
-    cr_assert_eq(e2e_kiln(&out, &err, "logs", id, NULL), 0, "%s", err);
+    cr_assert_eq(e2e_kiln(&out, &err, "logs", rj->id, NULL), 0, "%s", err);
     cr_assert(strstr(out, "[rank 0] ") && strstr(out, "[rank 0, attempt 2] "), "%.2000s", out);
     free(out);
     free(err);
+}
+
+/* The machine dies: its agent is SIGKILLed, and its (stopped) ranks die with it of
+ * PR_SET_PDEATHSIG. kilnd notices the silence, re-queues the job, and attempt 2 resumes on the
+ * surviving agent. */
+Test(e2e, agent_killed_job_restarts_elsewhere, .init = e2e_setup_fast_heartbeat, .fini = e2e_teardown,
+     .timeout = 240)
+{
+    retry_job_t rj;
+    retry_job_start(&rj, "e2e-agent-dies-retry");
+    cr_assert_eq(kill(e2e_cl->agents[rj.agent], SIGKILL), 0);
+    int status;
+    waitpid(e2e_cl->agents[rj.agent], &status, 0);
+    e2e_cl->agents[rj.agent] = 0;
+    retry_job_check(&rj, "stopped heartbeating");
+    e2e_pass();
+}
+
+/* Preemption or maintenance: the agent gets SIGTERM. It tells kilnd it is draining, stops its
+ * ranks (each checkpoints and exits 143), and reports them stopped by the shutdown: the attempt
+ * is lost, not failed, so the job is re-queued at once (no heartbeat timeout) and resumes on the
+ * other agent, never on the one shutting down. */
+Test(e2e, agent_shutdown_job_resumes_elsewhere, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
+{
+    retry_job_t rj;
+    retry_job_start(&rj, "e2e-agent-drains");
+    pid_t agent = e2e_cl->agents[rj.agent];
+    cr_assert_eq(kill(agent, SIGTERM), 0);
+    e2e_thaw(rj.ranks, rj.n_ranks); /* so that the ranks can act on the SIGTERM the agent sends */
+    int status;
+    cr_assert_eq(waitpid(agent, &status, 0), agent);
+    e2e_cl->agents[rj.agent] = 0;
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the agent did not shut down cleanly (status %d)",
+              status);
+    retry_job_check(&rj, "is shutting down");
+
+    /* The drained worker is marked so (or already DEAD), and kilnd never failed the attempt. */
+    json_t *ws = e2e_get("/v1/workers");
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(ws, "workers"), i, w)
+        if (!strcmp(jstr(w, "id"), rj.worker))
+            cr_assert(json_is_true(json_object_get(w, "draining")) || !strcmp(jstr(w, "state"), "DEAD"),
+                      "worker %s: %s", rj.worker, dump(w));
+    json_decref(ws);
+    json_t *ev = e2e_events(rj.id);
+    cr_assert_null(strstr(dump(ev), "\"FAILED\""), "events: %s", dump(ev));
+    json_decref(ev);
     e2e_pass();
 }

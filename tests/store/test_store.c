@@ -440,6 +440,43 @@ Test(ingest, metrics_copy_latest_and_downsampling)
 
 TestSuite(workers, .init = setup_migrated, .fini = teardown);
 
+/* A draining worker (its agent shutting down) heartbeats on but is offered no capacity; the
+ * listing says so; registering again clears it. */
+Test(workers, draining_worker_gets_no_placements)
+{
+    store_worker_reg_t w = {.id = "w-d", .hostname = "hd", .address = "10.0.0.9", .slot_type = "cpu",
+                            .gpus_json = "[]", .version = "v", .slots = 2, .cpu_cores = 2};
+    cr_assert_eq(store_worker_upsert(c, &w, NULL, &err), 0, "%s", err.message);
+    bool began = true, changed = true;
+    cr_assert_eq(store_worker_touch(c, "w-d", false, &began, &err), 0);
+    cr_assert_not(began);
+    store_worker_cap_t *cap = NULL;
+    int n = 0;
+    cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    free(cap);
+    cr_assert_eq(store_worker_touch(c, "w-d", true, &began, &err), 0);
+    cr_assert(began, "the first draining heartbeat starts the drain");
+    cr_assert_eq(store_worker_touch(c, "w-d", true, &began, &err), 0);
+    cr_assert_not(began, "later ones do not");
+    cr_assert_eq(store_worker_touch(c, "w-d", false, &began, &err), 0);
+    cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
+    cr_assert_eq(n, 0, "a draining worker offers no slots, even if a later heartbeat omits the flag");
+    free(cap);
+    cr_assert_eq(store_worker_set_draining(c, "w-d", &changed, &err), 0);
+    cr_assert_not(changed);
+    json_t *list = NULL;
+    cr_assert_eq(store_workers_list_json(c, &list, &err), 0);
+    cr_assert(json_is_true(json_object_get(json_array_get(list, 0), "draining")));
+    json_decref(list);
+    cr_assert_eq(store_worker_upsert(c, &w, NULL, &err), 0);
+    cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
+    cr_assert_eq(n, 1, "registering again ends the drain");
+    free(cap);
+    cr_assert_eq(store_worker_set_draining(c, "w-d", &changed, &err), 0);
+    cr_assert(changed);
+}
+
 Test(workers, upsert_touch_expire_capacity)
 {
     store_worker_reg_t w = {.id = "w-1", .hostname = "h1", .address = "10.0.0.1", .slot_type = "cpu",
@@ -451,8 +488,8 @@ Test(workers, upsert_touch_expire_capacity)
     cr_assert_eq(store_worker_upsert(c, &w, &was_alive, &err), 0);
     cr_assert(was_alive);
     cr_assert_eq(count_rows("SELECT count(*) FROM workers"), 1);
-    cr_assert_eq(store_worker_touch(c, "w-1", &err), 0);
-    cr_assert_eq(store_worker_touch(c, "w-unknown", &err), KILN_ENOTFOUND);
+    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-unknown", false, NULL, &err), KILN_ENOTFOUND);
 
     store_worker_cap_t *cap = NULL;
     int n = 0;
@@ -514,7 +551,7 @@ Test(workers, upsert_touch_expire_capacity)
     int nexp = 0;
     cr_assert_eq(store_workers_expire(c, 0, &nexp, &err), 0);
     cr_assert_eq(nexp, 1);
-    cr_assert_eq(store_worker_touch(c, "w-1", &err), KILN_ESTATE);
+    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, &err), KILN_ESTATE);
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
     cr_assert_eq(n, 0);
     free(cap);
@@ -525,7 +562,7 @@ Test(workers, upsert_touch_expire_capacity)
     /* Re-registering with the old id brings it back. */
     cr_assert_eq(store_worker_upsert(c, &w, &was_alive, &err), 0);
     cr_assert_not(was_alive);
-    cr_assert_eq(store_worker_touch(c, "w-1", &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, &err), 0);
 }
 
 Test(workers, stop_orders_stale_and_lost)
