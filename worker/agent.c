@@ -256,8 +256,9 @@ static void *agent_hb_main(void *arg)
                 pthread_mutex_unlock(&a->mu);
             }
             agent_handle_heartbeat(a, r);
+            bool reregister = r->reregister;
             protobuf_c_message_free_unpacked(resp, NULL);
-            if (req.draining && !r->reregister) {
+            if (req.draining && !reregister) {
                 pthread_mutex_lock(&a->mu);
                 a->drain_acked = true;
                 pthread_cond_broadcast(&a->cv);
