@@ -536,8 +536,10 @@ void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us)
         } else {
             snprintf(hb, sizeof(hb), "-");
         }
+        /* an ALIVE worker whose agent is shutting down takes no new placements */
+        const char *state = json_is_true(json_object_get(w, "draining")) ? "DRAINING" : cli_jstr(w, "state");
         const char *row[] = {cli_jstr(w, "id"), cli_jstr(w, "hostname"), cli_jstr(w, "address"),
-                             cli_jstr(w, "slot_type"), slots, freeb, cli_jstr(w, "state"), hb};
+                             cli_jstr(w, "slot_type"), slots, freeb, state, hb};
         cli_table_row(&t, row);
     }
     if (t.nrows == 0) {

@@ -192,9 +192,13 @@ Test(cli_format, log_lines_and_workers)
     json_decref(l);
     json_t *w = load("{\"workers\": [{\"id\": \"w-1\", \"hostname\": \"h\", \"address\": \"127.0.0.1\","
                      " \"slots\": 2, \"slots_free\": 1, \"slot_type\": \"cpu\", \"state\": \"ALIVE\","
-                     " \"last_heartbeat\": \"2026-11-21T06:04:58Z\"}]}");
+                     " \"last_heartbeat\": \"2026-11-21T06:04:58Z\"},"
+                     " {\"id\": \"w-2\", \"hostname\": \"h\", \"address\": \"127.0.0.1\", \"slots\": 2,"
+                     " \"slots_free\": 2, \"slot_type\": \"cpu\", \"state\": \"ALIVE\", \"draining\": true,"
+                     " \"last_heartbeat\": \"2026-11-21T06:04:59Z\"}]}");
     out = capture(cli_print_workers, w, at("2026-11-21T06:05:00Z"));
-    cr_assert(strstr(out, "w-1  h     127.0.0.1  cpu       2     1  ALIVE     2s ago\n"), "%s", out);
+    cr_assert(strstr(out, "w-1  h     127.0.0.1  cpu       2     1  ALIVE        2s ago\n"), "%s", out);
+    cr_assert(strstr(out, "w-2  h     127.0.0.1  cpu       2     2  DRAINING     1s ago\n"), "%s", out);
     free(out);
     json_decref(w);
 }
