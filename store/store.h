@@ -177,8 +177,9 @@ typedef struct store_worker_cap {
     char slot_type[8];
     int slots, slots_free;
 } store_worker_cap_t;
-/* ALIVE workers that are not draining, with their free slots (slots minus unreleased
- * assignments), ordered by id.
+/* ALIVE workers with their free slots (slots minus unreleased assignments; none while
+ * draining, so nothing is placed there, though the slots still count for what the cluster can
+ * ever run), ordered by id.
  * *out is malloc'd (caller frees). */
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err);
 

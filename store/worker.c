@@ -160,7 +160,8 @@ static void cap_fill(const PGresult *r, int i, void *elem)
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err)
 {
     return store_q_rows(c, "read worker capacity",
-                        "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots, w.slots - " USED_SLOTS
-                        " FROM workers w WHERE w.state = 'ALIVE' AND NOT w.draining ORDER BY w.id", 0, NULL,
+                        "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots,"
+                        " CASE WHEN w.draining THEN 0 ELSE w.slots - " USED_SLOTS " END"
+                        " FROM workers w WHERE w.state = 'ALIVE' ORDER BY w.id", 0, NULL,
                         sizeof(**out), cap_fill, (void **)out, n, err);
 }

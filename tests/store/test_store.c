@@ -440,7 +440,7 @@ Test(ingest, metrics_copy_latest_and_downsampling)
 
 TestSuite(workers, .init = setup_migrated, .fini = teardown);
 
-/* A draining worker (its agent shutting down) heartbeats on but is offered no capacity; the
+/* A draining worker (its agent shutting down) heartbeats on but offers no free slot; the
  * listing says so; registering again clears it. */
 Test(workers, draining_worker_gets_no_placements)
 {
@@ -461,7 +461,9 @@ Test(workers, draining_worker_gets_no_placements)
     cr_assert_not(began, "later ones do not");
     cr_assert_eq(store_worker_touch(c, "w-d", false, &began, &err), 0);
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
-    cr_assert_eq(n, 0, "a draining worker offers no slots, even if a later heartbeat omits the flag");
+    cr_assert_eq(n, 1, "a draining worker still counts for what the cluster can run");
+    cr_assert_eq(cap[0].slots, 2);
+    cr_assert_eq(cap[0].slots_free, 0, "but offers no free slot, even if a later heartbeat omits the flag");
     free(cap);
     cr_assert_eq(store_worker_set_draining(c, "w-d", &changed, &err), 0);
     cr_assert_not(changed);
@@ -471,7 +473,7 @@ Test(workers, draining_worker_gets_no_placements)
     json_decref(list);
     cr_assert_eq(store_worker_upsert(c, &w, NULL, &err), 0);
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
-    cr_assert_eq(n, 1, "registering again ends the drain");
+    cr_assert_eq(cap[0].slots_free, 2, "registering again ends the drain");
     free(cap);
     cr_assert_eq(store_worker_set_draining(c, "w-d", &changed, &err), 0);
     cr_assert(changed);
