@@ -438,9 +438,7 @@ static void *agent_sender_main(void *arg)
         }
         if (done) {
             pthread_mutex_lock(&a->ob.mu);
-            a->ob.head = it->next;
-            if (!a->ob.head)
-                a->ob.tail = NULL;
+            ob_pop_locked(&a->ob);
             pthread_mutex_unlock(&a->ob.mu);
             ob_item_free(it);
             if (fails > 0)

@@ -1,8 +1,12 @@
 /* outbox.c - the agent's outbox: log lines and metric points grouped into batches per job,
- * rank statuses and exits, all in one FIFO that the sender drains in order. Nothing is dropped
- * here; what cannot be sent yet stays queued. No gRPC here (agent.c sends). */
+ * rank statuses and exits, all in one FIFO that the sender drains in order. What cannot be sent
+ * yet stays queued, up to a memory cap: while kilnd is unreachable for long, the oldest log and
+ * metric batches are dropped (never the one being sent, never a status or an exit), and the job
+ * gets a log line saying how much it lost. No gRPC here (agent.c sends). */
 #include "worker/worker_int.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +15,30 @@ void ob_init(ob_t *o)
     memset(o, 0, sizeof(*o));
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
+    const char *mb = getenv("KILN_AGENT_OUTBOX_MB");
+    long v = mb ? strtol(mb, NULL, 10) : 0;
+    o->cap_bytes = (size_t)(v > 0 ? v : OB_CAP_MB_DEFAULT) << 20;
+}
+
+static size_t ob_item_bytes(const ob_item_t *it)
+{
+    if (it->kind == OB_LOGS)
+        return it->bytes;
+    if (it->kind == OB_METRICS)
+        return it->points.n * OB_POINT_BYTES;
+    return 0;
+}
+
+ob_item_t *ob_pop_locked(ob_t *o)
+{
+    ob_item_t *it = o->head;
+    if (!it)
+        return NULL;
+    o->head = it->next;
+    if (!o->head)
+        o->tail = NULL;
+    o->queued_bytes -= ob_item_bytes(it);
+    return it;
 }
 
 void ob_item_free(ob_item_t *it)
@@ -40,6 +68,42 @@ void ob_deinit(ob_t *o)
     pthread_cond_destroy(&o->cv);
 }
 
+static ob_item_t *ob_open_locked(ob_t *o, ob_kind_t kind, const char *job_id, int attempt);
+static void ob_add_line_locked(ob_t *o, const char *job_id, int attempt, int rank, int stream,
+                               int64_t time_us, char *line, size_t len);
+
+/* Over the cap: drops the oldest log and metric batches after the head (the sender may be
+ * sending the head without the lock) until the queue fits, and tells each job what it lost. */
+static void ob_shed_locked(ob_t *o)
+{
+    while (o->queued_bytes > o->cap_bytes) {
+        ob_item_t *prev = o->head, *it = prev ? prev->next : NULL;
+        while (it && it->kind != OB_LOGS && it->kind != OB_METRICS) {
+            prev = it;
+            it = it->next;
+        }
+        if (!it)
+            return;
+        prev->next = it->next;
+        if (o->tail == it)
+            o->tail = prev;
+        o->queued_bytes -= ob_item_bytes(it);
+        size_t lines = it->kind == OB_LOGS ? it->nlines : 0, points = it->kind == OB_METRICS ? it->points.n : 0;
+        o->dropped_lines += lines;
+        o->dropped_points += points;
+        log_warn("agent: outbox over %zu MiB (is kilnd unreachable?): dropped %zu log line(s) and %zu "
+                 "metric point(s) of job %s", o->cap_bytes >> 20, lines, points, it->job_id);
+        char note[256];
+        int n = snprintf(note, sizeof(note), "[kiln-agent] %zu log line(s) and %zu metric point(s) of this "
+                         "job were dropped: kilnd was unreachable and the agent's outbox was full", lines, points);
+        char *copy = strdup(note);
+        if (copy)
+            ob_add_line_locked(o, it->job_id, it->attempt, 0, WORKER_STREAM_STDERR, kiln_now_us(), copy,
+                               (size_t)n);
+        ob_item_free(it);
+    }
+}
+
 static void ob_push_locked(ob_t *o, ob_item_t *it)
 {
     it->next = NULL;
@@ -49,6 +113,8 @@ static void ob_push_locked(ob_t *o, ob_item_t *it)
         o->head = it;
     o->tail = it;
     o->sealed++;
+    o->queued_bytes += ob_item_bytes(it);
+    ob_shed_locked(o);
     pthread_cond_broadcast(&o->cv);
 }
 
@@ -112,6 +178,14 @@ void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream,
     memcpy(copy, line, len);
     copy[len] = '\0';
     pthread_mutex_lock(&o->mu);
+    ob_add_line_locked(o, job_id, attempt, rank, stream, time_us, copy, len);
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Takes ownership of line (len bytes, NUL-terminated). */
+static void ob_add_line_locked(ob_t *o, const char *job_id, int attempt, int rank, int stream,
+                               int64_t time_us, char *copy, size_t len)
+{
     ob_item_t *it = ob_open_locked(o, OB_LOGS, job_id, attempt);
     if (it && it->nlines == it->lines_cap) {
         size_t cap = it->lines_cap ? it->lines_cap * 2 : 64;
@@ -122,7 +196,6 @@ void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream,
         }
     }
     if (!it || it->nlines == it->lines_cap) {
-        pthread_mutex_unlock(&o->mu);
         free(copy);
         log_error("agent: out of memory; a log line of job %s is lost", job_id);
         return;
@@ -131,7 +204,6 @@ void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream,
     it->bytes += len + 32;
     if (it->nlines >= OB_MAX_LINES || it->bytes >= OB_MAX_LOG_BYTES)
         ob_seal_locked(o, it);
-    pthread_mutex_unlock(&o->mu);
 }
 
 void ob_add_points(ob_t *o, const char *job_id, int attempt, const worker_point_t *pts, size_t n)

@@ -1,5 +1,5 @@
-/* worker_int.h - internals shared by the agent's files: the outbox (batched, ordered, never
- * dropped reports waiting for kilnd). Nothing outside worker/ includes this. */
+/* worker_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
+ * waiting for kilnd, bounded in memory). Nothing outside worker/ includes this. */
 #ifndef KILN_WORKER_INT_H
 #define KILN_WORKER_INT_H
 
@@ -11,6 +11,8 @@
 #define OB_MAX_LOG_BYTES (1 << 20)   /* well under the 4 MiB message limit */
 #define OB_MAX_POINTS 5000
 #define OB_FLUSH_US 200000           /* an open batch is sent at the latest this long after it opened */
+#define OB_CAP_MB_DEFAULT 256        /* queued log and metric batches beyond this are dropped */
+#define OB_POINT_BYTES 64            /* what a queued metric point is counted as */
 
 typedef enum { OB_LOGS, OB_METRICS, OB_STATUS, OB_EXIT } ob_kind_t;
 
@@ -46,9 +48,14 @@ typedef struct ob {
     ob_item_t *head, *tail;     /* sealed */
     ob_item_t *open;            /* filling: at most one per (job, attempt, kind) */
     size_t sealed;
+    size_t queued_bytes;        /* of the sealed log and metric batches */
+    size_t cap_bytes;           /* KILN_AGENT_OUTBOX_MB, default OB_CAP_MB_DEFAULT */
+    uint64_t dropped_lines, dropped_points; /* in all, since start */
 } ob_t;
 
 void ob_init(ob_t *o);
+/* Takes the head report off the queue once it is sent (or given up). Caller holds o->mu. */
+ob_item_t *ob_pop_locked(ob_t *o);
 void ob_deinit(ob_t *o);        /* frees everything still queued */
 void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
                  const char *line, size_t len);
