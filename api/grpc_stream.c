@@ -192,8 +192,7 @@ static void stream_run(gstream_t *st)
             continue;
         /* Nothing pending: sleep until woken, the client leaves, or a second passes. */
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        kiln_deadline_in(&ts, 1000);
         pthread_mutex_lock(&st->mu);
         while (!st->woken && st->close.pending && !api_grpc_stopping(st->g))
             if (pthread_cond_timedwait(&st->cv, &st->mu, &ts) != 0)

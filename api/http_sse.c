@@ -312,10 +312,7 @@ static void *sse_ping_main(void *arg)
     pthread_mutex_lock(&h->ping_lock);
     while (!atomic_load(&h->stopping)) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(tick_ms % 1000) * 1000000L;
-        ts.tv_sec += tick_ms / 1000 + ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        kiln_deadline_in(&ts, tick_ms);
         pthread_cond_timedwait(&h->ping_cond, &h->ping_lock, &ts);
         if (atomic_load(&h->stopping))
             break;

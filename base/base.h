@@ -133,6 +133,9 @@ void config_usage(const char *program, const char *usage, const config_flag_t *f
 int64_t kiln_now_us(void);        /* wall clock, microseconds since the Unix epoch */
 int64_t kiln_mono_us(void);       /* monotonic clock, microseconds */
 double kiln_mono_s(void);         /* monotonic clock, seconds */
+struct timespec;
+/* The wall-clock time ms milliseconds from now, as pthread_cond_timedwait takes its deadline. */
+void kiln_deadline_in(struct timespec *ts, int64_t ms);
 /* Formats a Unix time in microseconds as RFC 3339 UTC with milliseconds into buf (>= 32 bytes). */
 char *kiln_time_format(int64_t us, char *buf, size_t n);
 /* Parses RFC 3339 ("2026-11-21T06:04:37Z", fractional seconds and +hh:mm offsets accepted) or a

@@ -26,6 +26,14 @@ int64_t kiln_mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+void kiln_deadline_in(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
+    ts->tv_sec += (time_t)(ms / 1000 + ns / 1000000000);
+    ts->tv_nsec = (long)(ns % 1000000000);
+}
+
 double kiln_mono_s(void)
 {
     struct timespec ts;

@@ -263,10 +263,7 @@ void *svc_sched_main(void *arg)
         pthread_mutex_lock(&s->mu);
         if (!s->sched_wake && !s->stopping) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            int64_t ns = ts.tv_nsec + (int64_t)s->cfg.sched_interval_ms * 1000000;
-            ts.tv_sec += ns / 1000000000;
-            ts.tv_nsec = ns % 1000000000;
+            kiln_deadline_in(&ts, s->cfg.sched_interval_ms);
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
         }
         bool stop = s->stopping;

@@ -384,10 +384,7 @@ void *svc_live_main(void *arg)
         /* The condition variable is shared with the scheduler's wake-ups: wait out the full
          * interval, only stopping early for shutdown. */
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + (int64_t)interval * 1000000;
-        ts.tv_sec += ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        kiln_deadline_in(&ts, interval);
         pthread_mutex_lock(&s->mu);
         while (!s->stopping && pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0)
             ;

@@ -90,16 +90,14 @@ static void cb_exit(void *ud, const char *job_id, int attempt, int rank, pid_t p
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-/* Sleeps up to ms on the agent's condition variable; returns early when *flag turns true. */
-static void agent_wait(worker_agent_t *a, int ms, const bool *flag)
+/* Sleeps up to ms on the agent's condition variable; returns early when *flag, or *wake (when
+ * not NULL), turns true. */
+static void agent_wait(worker_agent_t *a, int ms, const bool *flag, const bool *wake)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ns = ts.tv_nsec + (int64_t)(ms % 1000) * 1000000;
-    ts.tv_sec += ms / 1000 + ns / 1000000000;
-    ts.tv_nsec = ns % 1000000000;
+    kiln_deadline_in(&ts, ms);
     pthread_mutex_lock(&a->mu);
-    while (!*flag && !(flag == &a->stop_hb && a->hb_now))
+    while (!*flag && !(wake && *wake))
         if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) != 0)
             break;
     pthread_mutex_unlock(&a->mu);
@@ -212,7 +210,7 @@ static void *agent_hb_main(void *arg)
             if (agent_register(a, &err) != 0) {
                 if (fails++ % 20 == 0)
                     log_warn("could not register with kilnd at %s: %s (retrying)", a->server, err.message);
-                agent_wait(a, backoff, &a->stop_hb);
+                agent_wait(a, backoff, &a->stop_hb, NULL);
                 backoff = KILN_MIN(backoff * 2, 2000);
                 continue;
             }
@@ -277,7 +275,7 @@ static void *agent_hb_main(void *arg)
         }
         int64_t spent_ms = (kiln_mono_us() - t0) / 1000;
         int wait = rc == 0 ? (int)KILN_MAX(interval - spent_ms, 10) : KILN_MIN(interval, 1000);
-        agent_wait(a, wait, &a->stop_hb);
+        agent_wait(a, wait, &a->stop_hb, &a->hb_now);
     }
 done:
     free(list);
@@ -409,12 +407,7 @@ static void *agent_sender_main(void *arg)
         if (!it || !reg) {
             /* Wake when something is sealed, or in time to seal what is filling. */
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            kiln_deadline_in(&ts, 50);
             pthread_mutex_lock(&a->ob.mu);
             if (!a->ob.head || !reg)
                 pthread_cond_timedwait(&a->ob.cv, &a->ob.mu, &ts);
@@ -451,7 +444,7 @@ static void *agent_sender_main(void *arg)
         if (fails++ % 20 == 0)
             log_warn("could not send a %s of job %s to kilnd: %s (will retry)", ob_kind_name(it->kind),
                      it->job_id, err.message);
-        agent_wait(a, backoff, &a->stop_sender);
+        agent_wait(a, backoff, &a->stop_sender, NULL);
         backoff = KILN_MIN(backoff * 2, 1000);
     }
     return NULL;
@@ -548,8 +541,7 @@ void worker_agent_shutdown(worker_agent_t *a, int flush_timeout_ms)
      * placed on this worker again. */
     if (a->hb_started && agent_flag(a, &a->registered)) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 3;
+        kiln_deadline_in(&ts, 3000);
         pthread_mutex_lock(&a->mu);
         while (!a->drain_acked)
             if (pthread_cond_timedwait(&a->cv, &a->mu, &ts) != 0)

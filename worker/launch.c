@@ -825,10 +825,7 @@ int worker_launcher_stop_all(worker_launcher_t *l, int grace_ms)
 bool worker_launcher_wait_idle(worker_launcher_t *l, int timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ns = ts.tv_nsec + (int64_t)(timeout_ms % 1000) * 1000000;
-    ts.tv_sec += timeout_ms / 1000 + ns / 1000000000;
-    ts.tv_nsec = ns % 1000000000;
+    kiln_deadline_in(&ts, timeout_ms);
     pthread_mutex_lock(&l->mu);
     while (l->nranks > 0)
         if (pthread_cond_timedwait(&l->idle_cv, &l->mu, &ts) != 0)

@@ -265,12 +265,7 @@ int comm_wait(comm_req_t *req, kiln_err_t *err)
     int64_t since = kiln_mono_us();
     while (!req->done) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        kiln_deadline_in(&ts, 200);
         pthread_cond_timedwait(&e->cv_done, &e->mu, &ts);
         if (req->done)
             break;

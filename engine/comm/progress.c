@@ -113,12 +113,7 @@ static void *progress_main(void *arg)
                 break;
             }
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 10 * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            kiln_deadline_in(&ts, 10);
             pthread_cond_timedwait(&e->cv_submit, &e->mu, &ts);
         }
         comm_req_t *taken = e->q_head;
@@ -234,12 +229,7 @@ void comm_progress_stop(comm_engine_t *e)
     int64_t deadline = kiln_mono_us() + COMM_STUCK_US;
     while (e->failed && !e->thread_done && kiln_mono_us() < deadline) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        kiln_deadline_in(&ts, 100);
         pthread_cond_timedwait(&e->cv_done, &e->mu, &ts);
     }
     bool stuck = e->failed && !e->thread_done;
