@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -108,8 +109,7 @@ int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
     /* Connections come back quickly (no caller holds one across a wait on something else); if
      * none does within 30 s the database is stuck and the caller should say so, not hang. */
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += STORE_POOL_WAIT_S;
+    kiln_deadline_in(&deadline, STORE_POOL_WAIT_S * 1000);
     pthread_mutex_lock(&st->mu);
     while (st->nfree == 0) {
         if (pthread_cond_timedwait(&st->cv, &st->mu, &deadline) == ETIMEDOUT && st->nfree == 0) {
@@ -123,6 +123,14 @@ int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
     store_conn_t *c = &st->conns[st->free_stack[--st->nfree]];
     pthread_mutex_unlock(&st->mu);
 
+    /* An idle connection whose server went away (a restart, pg_terminate_backend) still says
+     * CONNECTION_OK until it is used; its socket is readable with the server's goodbye, so read
+     * that now and reconnect here rather than fail the caller's first query. */
+    for (int i = 0; i < 4 && c->pg && !c->in_tx && PQstatus(c->pg) == CONNECTION_OK; i++) {
+        struct pollfd pf = {.fd = PQsocket(c->pg), .events = POLLIN};
+        if (pf.fd < 0 || poll(&pf, 1, 0) <= 0 || !PQconsumeInput(c->pg))
+            break; /* nothing waiting (the usual case), or the connection is now marked bad */
+    }
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
         if (c->pg) {
             PQreset(c->pg);
