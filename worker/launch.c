@@ -474,14 +474,12 @@ static int fd_high(int fd)
     return nfd;
 }
 
-static int threads_per_rank(worker_launcher_t *l, const char *spec_json)
+static int threads_per_rank(worker_launcher_t *l, const json_t *spec)
 {
     int t = 0;
-    json_t *spec = json_loads(spec_json ? spec_json : "{}", 0, NULL);
     json_t *v = json_object_get(json_object_get(spec, "resources"), "threads_per_rank");
     if (json_is_integer(v) && json_integer_value(v) > 0)
         t = (int)json_integer_value(v);
-    json_decref(spec);
     if (t <= 0)
         t = KILN_MAX(1, l->cores / l->slots);
     return t;
@@ -490,16 +488,13 @@ static int threads_per_rank(worker_launcher_t *l, const char *spec_json)
 /* Where the job's ranks keep checkpoints: "<checkpoint.path>/<job id>" when the spec names a
  * shared directory (so an attempt restarted on another worker resumes from them), else the job
  * directory's own "checkpoints". */
-static void checkpoint_dir(const char *spec_json, const char *job_dir, const char *job_id, char *out,
-                           size_t n)
+static void checkpoint_dir(const json_t *spec, const char *job_dir, const char *job_id, char *out, size_t n)
 {
-    json_t *spec = json_loads(spec_json ? spec_json : "{}", 0, NULL);
     const char *shared = json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "path"));
     if (shared && shared[0] == '/')
         snprintf(out, n, "%s/%s", shared, job_id);
     else
         snprintf(out, n, "%s/checkpoints", job_dir);
-    json_decref(spec);
 }
 
 /* fork + exec of one rank: its own process group, default signal handling, stdin from
@@ -727,7 +722,8 @@ int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_
     snprintf(job_dir, sizeof(job_dir), "%s/jobs/%s", l->work_dir, a->job_id);
     if (a->n_ranks == 0)
         rc = kiln_err_set(err, KILN_EINVAL, "ranks", "assignment has no ranks");
-    checkpoint_dir(spec, job_dir, a->job_id, ckpt_dir, sizeof(ckpt_dir));
+    json_t *spec_obj = json_loads(spec, 0, NULL); /* read once: checkpoint dir, threads */
+    checkpoint_dir(spec_obj, job_dir, a->job_id, ckpt_dir, sizeof(ckpt_dir));
     if (rc == 0)
         rc = kiln_mkdirs(ckpt_dir, err);
     snprintf(path, sizeof(path), "%s/output", job_dir);
@@ -742,6 +738,7 @@ int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_
         goto done;
     if (launcher_running_locked(l, a)) {
         pthread_mutex_unlock(&l->mu);
+        json_decref(spec_obj);
         return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running", a->job_id, a->attempt);
     }
 
@@ -758,7 +755,7 @@ int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_
         log_warn("job %s: metric definitions ignored: %s", a->job_id, derr.message);
         worker_metric_defs_deinit(&job->defs);
     }
-    threads = threads_per_rank(l, spec);
+    threads = threads_per_rank(l, spec_obj);
     if (l->nranks + (int)a->n_ranks > l->slots)
         log_warn("job %s: %d ranks assigned while %d of %d slots are busy", a->job_id,
                  (int)a->n_ranks, l->nranks, l->slots);
@@ -784,6 +781,7 @@ done:
     if (job)
         job_release(job);
     pthread_mutex_unlock(&l->mu);
+    json_decref(spec_obj);
     launcher_wake(l);
     return rc;
 }
