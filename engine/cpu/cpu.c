@@ -40,6 +40,13 @@ static void cpu_free(void *p) { free(p); }
 /* Large clears and copies (a step's gradients, activations between blocks) are split over the
  * threads in page-aligned pieces; small ones are not worth waking the pool for. */
 #define PAR_BYTES ((size_t)1 << 20)
+/* This thread's page-aligned piece [*lo, *hi) of n bytes (inside a parallel region). */
+static void par_piece(size_t n, size_t *lo, size_t *hi)
+{
+    size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+    *lo = n * id / nt / 4096 * 4096;
+    *hi = id + 1 == nt ? n : n * (id + 1) / nt / 4096 * 4096;
+}
 static void cpu_memset_zero(void *d, size_t n)
 {
     if (n < PAR_BYTES || omp_get_max_threads() == 1) {
@@ -48,8 +55,8 @@ static void cpu_memset_zero(void *d, size_t n)
     }
 #pragma omp parallel
     {
-        size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
-        size_t lo = n * id / nt / 4096 * 4096, hi = id + 1 == nt ? n : n * (id + 1) / nt / 4096 * 4096;
+        size_t lo, hi;
+        par_piece(n, &lo, &hi);
         memset((char *)d + lo, 0, hi - lo);
     }
 }
@@ -63,8 +70,8 @@ static void cpu_copy(void *d, const void *s, size_t n)
     }
 #pragma omp parallel
     {
-        size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
-        size_t lo = n * id / nt / 4096 * 4096, hi = id + 1 == nt ? n : n * (id + 1) / nt / 4096 * 4096;
+        size_t lo, hi;
+        par_piece(n, &lo, &hi);
         memcpy(dc + lo, sc + lo, hi - lo);
     }
 }
