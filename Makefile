@@ -41,7 +41,7 @@ SPEC_SRC  := $(wildcard spec/*.c)
 STORE_SRC := $(wildcard store/*.c)
 SVC_SRC   := $(wildcard service/*.c)
 API_SRC   := $(wildcard api/*.c)
-WORKER_SRC:= $(wildcard worker/*.c)
+AGENT_SRC:= $(wildcard agent/*.c)
 ENGINE_SRC:= $(shell find engine -name '*.c' -not -path 'engine/cuda/*' 2>/dev/null | sort)
 CLI_SRC   := $(wildcard cli/*.c)
 CUDA_SRC  := $(wildcard engine/cuda/*.cu)
@@ -54,11 +54,11 @@ LIB_SPEC   := $(BUILD)/lib/libkspec.a
 LIB_STORE  := $(BUILD)/lib/libkstore.a
 LIB_SVC    := $(BUILD)/lib/libkservice.a
 LIB_API    := $(BUILD)/lib/libkapi.a
-LIB_WORKER := $(BUILD)/lib/libkworker.a
+LIB_AGENT := $(BUILD)/lib/libkagent.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_WORKER) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -128,14 +128,14 @@ $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o))
 $(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC)) $(MIGRATIONS_O)))
 $(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
 $(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC))))
-$(eval $(call archive,$(LIB_WORKER),$(call obj,$(WORKER_SRC))))
+$(eval $(call archive,$(LIB_AGENT),$(call obj,$(AGENT_SRC))))
 $(eval $(call archive,$(LIB_ENGINE),$(call obj,$(ENGINE_SRC))))
 $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 
 # ---- binaries -------------------------------------------------------------------------------
 # Each binary links only the modules it uses (dependents first).
 KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-AGENT_LIBS := $(LIB_WORKER) $(LIB_PROTO) $(LIB_BASE)
+AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_BASE)
 TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_BASE)
 CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
 
@@ -189,14 +189,14 @@ TEST_LIBS_store   := $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 TEST_LIBS_spec    := $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_api     := $(KILND_LIBS)
-TEST_LIBS_worker  := $(AGENT_LIBS)
+TEST_LIBS_agent   := $(AGENT_LIBS)
 TEST_LIBS_engine  := $(TRAIN_LIBS)
 TEST_LIBS_cli     := $(CLI_LIBS)
 TEST_LIBS_e2e     := $(LIB_BASE)
 TEST_LIBS_comm    := $(TRAIN_LIBS)
 TEST_LIBS_pipe    := $(TRAIN_LIBS)
 TEST_LIBS_cuda    := $(TRAIN_LIBS)
-TEST_LIBS_grpc    := $(KILND_LIBS) $(LIB_WORKER)
+TEST_LIBS_grpc    := $(KILND_LIBS) $(LIB_AGENT)
 TEST_LIBS_dp      := $(TRAIN_LIBS)
 
 define testbin

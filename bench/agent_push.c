@@ -5,7 +5,7 @@
  * usage: KILN_DATABASE_URL='host=... dbname=...' build/bench/agent_push [seconds] [threads] */
 #include "api/api.h"
 #include "service/service.h"
-#include "worker/worker.h"
+#include "agent/agent.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,7 +19,7 @@
 typedef enum { OP_METRICS, OP_LOGS, OP_HEARTBEAT, OP_BARE } op_t;
 
 typedef struct run {
-    worker_rpc_t *rpc;
+    agent_rpc_t *rpc;
     op_t op;
     const char *worker_id, *job_id;
     double seconds;
@@ -62,7 +62,7 @@ static void *run_main(void *arg)
             b.attempt = 1;
             b.n_points = POINTS_PER_BATCH;
             b.points = ptsp;
-            rc = worker_rpc_call(r->rpc, "/kiln.AgentService/PushMetrics", &b.base, &kiln__ack__descriptor, 30000,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushMetrics", &b.base, &kiln__ack__descriptor, 30000,
                                  &resp, NULL, &err);
             items = POINTS_PER_BATCH;
         } else if (r->op == OP_LOGS) {
@@ -80,20 +80,20 @@ static void *run_main(void *arg)
             b.attempt = 1;
             b.n_lines = LINES_PER_BATCH;
             b.lines = linesp;
-            rc = worker_rpc_call(r->rpc, "/kiln.AgentService/PushLogs", &b.base, &kiln__ack__descriptor, 30000,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushLogs", &b.base, &kiln__ack__descriptor, 30000,
                                  &resp, NULL, &err);
             items = LINES_PER_BATCH;
         } else if (r->op == OP_HEARTBEAT) {
             Kiln__HeartbeatRequest h = KILN__HEARTBEAT_REQUEST__INIT;
             h.worker_id = (char *)r->worker_id;
-            rc = worker_rpc_call(r->rpc, "/kiln.AgentService/Heartbeat", &h.base,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/Heartbeat", &h.base,
                                  &kiln__heartbeat_response__descriptor, 30000, &resp, NULL, &err);
             items = 1;
         } else {
             uint8_t *out = NULL;
             size_t len = 0;
             int code = 0;
-            worker_rpc_call_raw(r->rpc, "/kiln.Bench/Nothing", "", 0, 30000, &out, &len, &code, &err);
+            agent_rpc_call_raw(r->rpc, "/kiln.Bench/Nothing", "", 0, 30000, &out, &len, &code, &err);
             free(out);
             rc = code == 12 ? 0 : -1;
             items = 1;
@@ -114,7 +114,7 @@ static void *run_main(void *arg)
     return NULL;
 }
 
-static void measure(worker_rpc_t *rpc, op_t op, const char *label, const char *unit, const char *wid,
+static void measure(agent_rpc_t *rpc, op_t op, const char *label, const char *unit, const char *wid,
                     const char *jid, double seconds, int threads)
 {
     run_t runs[16];
@@ -166,7 +166,7 @@ int main(int argc, char **argv)
         threads = 2;
     svc_t *s = NULL;
     api_grpc_t *g = NULL;
-    worker_rpc_t *rpc = NULL;
+    agent_rpc_t *rpc = NULL;
     kiln_err_t err;
     svc_config_t cfg = {.database_url = url};
     if (svc_create(&cfg, &s, &err) != 0) {
@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     }
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
-    if (api_grpc_start(s, addr, &g, &err) != 0 || worker_rpc_create(addr, &rpc, &err) != 0) {
+    if (api_grpc_start(s, addr, &g, &err) != 0 || agent_rpc_create(addr, &rpc, &err) != 0) {
         fprintf(stderr, "agent_push: %s\n", err.message);
         return 1;
     }
@@ -185,7 +185,7 @@ int main(int argc, char **argv)
     reg.slots = 1;
     reg.slot_type = "cpu";
     ProtobufCMessage *resp = NULL;
-    if (worker_rpc_call(rpc, "/kiln.AgentService/RegisterWorker", &reg.base, &kiln__register_response__descriptor,
+    if (agent_rpc_call(rpc, "/kiln.AgentService/RegisterWorker", &reg.base, &kiln__register_response__descriptor,
                         10000, &resp, NULL, &err) != 0) {
         fprintf(stderr, "agent_push: register: %s\n", err.message);
         return 1;
@@ -212,7 +212,7 @@ int main(int argc, char **argv)
     json_decref(spec);
     json_decref(job);
     free(wid);
-    worker_rpc_destroy(rpc);
+    agent_rpc_destroy(rpc);
     api_grpc_stop(g);
     svc_destroy(s);
     return 0;

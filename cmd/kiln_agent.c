@@ -1,8 +1,8 @@
 /* kiln_agent.c - kiln-agent's main: flags and environment, signal handling (SIGINT/SIGTERM are
  * blocked before any thread starts and taken with sigwait), GPU detection, then the agent of
- * worker/ runs until a signal asks it to stop its ranks and exit. */
+ * agent/ runs until a signal asks it to stop its ranks and exit. */
 #include "base/base.h"
-#include "worker/worker.h"
+#include "agent/agent.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     char *gpu_names[64] = {0};
     int n_gpus = 0;
     if (!strcmp(slot_type, "gpu")) {
-        n_gpus = worker_gpu_detect(gpu_names, (int)KILN_ARRAY_LEN(gpu_names));
+        n_gpus = agent_gpu_detect(gpu_names, (int)KILN_ARRAY_LEN(gpu_names));
         if (n_gpus <= 0) {
             fprintf(stderr, "kiln-agent: --slot-type gpu was asked for but no GPU was found "
                             "(neither libcudart nor nvidia-smi reports a device)\n");
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    worker_config_t cfg = {
+    agent_config_t cfg = {
         .server = server, .slots = (int)slots, .slot_type = slot_type, .work_dir = work_dir,
         .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores,
         .stop_grace_ms = (int)grace_ms, .gpus = (const char *const *)gpu_names,
@@ -93,8 +93,8 @@ int main(int argc, char **argv)
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);
-    worker_agent_t *agent = NULL;
-    rc = worker_agent_create(&cfg, &agent, &err);
+    agent_t *agent = NULL;
+    rc = agent_create(&cfg, &agent, &err);
     for (int i = 0; i < n_gpus && i < (int)KILN_ARRAY_LEN(gpu_names); i++)
         free(gpu_names[i]);
     if (rc != 0) {
@@ -104,8 +104,8 @@ int main(int argc, char **argv)
     int sig = 0;
     sigwait(&set, &sig);
     log_info("received %s; stopping ranks and exiting", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    worker_agent_shutdown(agent, 5000);
-    worker_agent_destroy(agent);
+    agent_shutdown(agent, 5000);
+    agent_destroy(agent);
     log_info("agent stopped");
     return 0;
 }

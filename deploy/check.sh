@@ -55,8 +55,8 @@ fi
 
 # ---- KILN_* variables and binaries -------------------------------------------------------------
 known=$( { grep -ho '"KILN_[A-Z0-9_]*"' cmd/*.c; \
-           grep -rho 'getenv("KILN_[A-Z0-9_]*")' --include='*.c' base spec store service api worker engine cli cmd; \
-           grep -ho '"KILN_[A-Z0-9_]*"' worker/launch.c; } | grep -o 'KILN_[A-Z0-9_]*' | sort -u)
+           grep -rho 'getenv("KILN_[A-Z0-9_]*")' --include='*.c' base spec store service api agent engine cli cmd; \
+           grep -ho '"KILN_[A-Z0-9_]*"' agent/launch.c; } | grep -o 'KILN_[A-Z0-9_]*' | sort -u)
 # KILN_MARCH is a build argument of the Dockerfiles, not a variable the programs read.
 used=$(grep -rhoE 'KILN_[A-Z0-9_]+' deploy --exclude=check.sh | grep -vx KILN_MARCH | sort -u)
 vfail=0

@@ -5,7 +5,7 @@
 #include "api/api.h"
 #include "service/service.h"
 #include "tests/common/harness.h"
-#include "worker/worker.h"
+#include "agent/agent.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -22,7 +22,7 @@
 
 static svc_t *S;
 static api_grpc_t *G;
-static worker_rpc_t *C;
+static agent_rpc_t *C;
 static char addr[64];
 static char *dburl;
 static char dir[128];
@@ -43,14 +43,14 @@ static void setup(void)
     cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port());
     start_grpc();
-    cr_assert_eq(worker_rpc_create(addr, &C, &err), 0, "%s", err.message);
+    cr_assert_eq(agent_rpc_create(addr, &C, &err), 0, "%s", err.message);
     snprintf(dir, sizeof(dir), "/tmp/kiln-gtest.XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
 }
 
 static void teardown(void)
 {
-    worker_rpc_destroy(C);
+    agent_rpc_destroy(C);
     api_grpc_stop(G);
     svc_destroy(S);
     free(dburl);
@@ -74,7 +74,7 @@ static char *register_worker(const char *host, int slots)
     ProtobufCMessage *resp = NULL;
     int code = -1;
     kiln_err_t err;
-    cr_assert_eq(worker_rpc_call(C, M_REGISTER, &req.base, &kiln__register_response__descriptor, 5000, &resp,
+    cr_assert_eq(agent_rpc_call(C, M_REGISTER, &req.base, &kiln__register_response__descriptor, 5000, &resp,
                                  &code, &err), 0, "%s", err.message);
     Kiln__RegisterResponse *r = (Kiln__RegisterResponse *)resp;
     cr_assert(r->worker_id && r->worker_id[0]);
@@ -91,7 +91,7 @@ static Kiln__HeartbeatResponse *heartbeat(const char *id)
     req.worker_id = (char *)id;
     ProtobufCMessage *resp = NULL;
     kiln_err_t err;
-    cr_assert_eq(worker_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 5000, &resp,
+    cr_assert_eq(agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 5000, &resp,
                                  NULL, &err), 0, "%s", err.message);
     return (Kiln__HeartbeatResponse *)resp;
 }
@@ -129,7 +129,7 @@ Test(grpc, unknown_method_is_unimplemented_not_a_hang)
         int code = -1;
         kiln_err_t err;
         int64_t t0 = kiln_mono_us();
-        int rc = worker_rpc_call_raw(C, methods[i], "", 0, 5000, &out, &len, &code, &err);
+        int rc = agent_rpc_call_raw(C, methods[i], "", 0, 5000, &out, &len, &code, &err);
         free(out);
         cr_assert_eq(rc, KILN_EUNSUPP);
         cr_assert_eq(code, 12, "UNIMPLEMENTED, got %d (%s)", code, err.message);
@@ -144,7 +144,7 @@ Test(grpc, malformed_request_is_invalid_argument)
     size_t len = 0;
     int code = -1;
     kiln_err_t err;
-    int rc = worker_rpc_call_raw(C, M_HEARTBEAT, junk, sizeof(junk), 5000, &out, &len, &code, &err);
+    int rc = agent_rpc_call_raw(C, M_HEARTBEAT, junk, sizeof(junk), 5000, &out, &len, &code, &err);
     free(out);
     cr_assert_eq(rc, KILN_EINVAL);
     cr_assert_eq(code, 3, "INVALID_ARGUMENT, got %d", code);
@@ -179,7 +179,7 @@ static void *hb_loop(void *p)
         req.worker_id = (char *)a->id;
         ProtobufCMessage *resp = NULL;
         kiln_err_t err;
-        if (worker_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 10000, &resp, NULL,
+        if (agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 10000, &resp, NULL,
                             &err) == 0) {
             a->ok++;
             protobuf_c_message_free_unpacked(resp, NULL);
@@ -234,7 +234,7 @@ Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
         req.worker_id = id;
         ProtobufCMessage *resp = NULL;
         kiln_err_t err;
-        if (worker_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, &code,
+        if (agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, &code,
                             &err) == 0) {
             cr_assert_not(((Kiln__HeartbeatResponse *)resp)->reregister);
             protobuf_c_message_free_unpacked(resp, NULL);
@@ -267,18 +267,18 @@ static char *write_script(const char *body)
     return path;
 }
 
-static worker_agent_t *start_agent(const char *bin)
+static agent_t *start_agent(const char *bin)
 {
     char work[200];
     snprintf(work, sizeof(work), "%s/work", dir);
-    worker_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
+    agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
                            .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000};
-    worker_agent_t *a = NULL;
+    agent_t *a = NULL;
     kiln_err_t err;
-    cr_assert_eq(worker_agent_create(&cfg, &a, &err), 0, "%s", err.message);
+    cr_assert_eq(agent_create(&cfg, &a, &err), 0, "%s", err.message);
     for (int i = 0; i < 100; i++) {
         char id[128];
-        worker_agent_id(a, id, sizeof(id));
+        agent_worker_id(a, id, sizeof(id));
         if (id[0])
             return a;
         usleep(50000);
@@ -366,7 +366,7 @@ Test(grpc, agent_runs_a_job_and_its_logs_and_metrics_reach_the_service)
         "echo 'val loss 0.5'\n"
         "echo 'a warning' >&2\n"
         "exit 0\n");
-    worker_agent_t *agent = start_agent(bin);
+    agent_t *agent = start_agent(bin);
     char *id = submit();
     json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
@@ -388,28 +388,28 @@ Test(grpc, agent_runs_a_job_and_its_logs_and_metrics_reach_the_service)
     cr_assert_eq(json_array_size(val), 1, "the metric definition matched the log line");
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(val, 0), "step")), 3);
     json_decref(metrics);
-    worker_agent_destroy(agent);
+    agent_destroy(agent);
     free(id);
 }
 
 Test(grpc, a_failing_rank_fails_the_job_with_its_last_stderr_line)
 {
     char *bin = write_script("echo 'loading'\necho 'error: data file is corrupt' >&2\nexit 2\n");
-    worker_agent_t *agent = start_agent(bin);
+    agent_t *agent = start_agent(bin);
     char *id = submit();
     json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "FAILED");
     const char *reason = json_string_value(json_object_get(job, "reason"));
     cr_assert(reason && strstr(reason, "data file is corrupt"), "reason: %s", reason);
     json_decref(job);
-    worker_agent_destroy(agent);
+    agent_destroy(agent);
     free(id);
 }
 
 Test(grpc, stopping_a_job_sigterms_its_rank)
 {
     char *bin = write_script("trap 'echo checkpoint-on-term; exit 143' TERM\necho up\nwhile :; do sleep 0.05; done\n");
-    worker_agent_t *agent = start_agent(bin);
+    agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
     json_t *job = NULL;
@@ -422,7 +422,7 @@ Test(grpc, stopping_a_job_sigterms_its_rank)
     json_t *logs = job_logs(id);
     cr_assert(has_line(logs, 0, "stdout", "checkpoint-on-term"));
     json_decref(logs);
-    worker_agent_destroy(agent);
+    agent_destroy(agent);
     free(id);
 }
 
@@ -436,7 +436,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
              "i=0; while [ $i -lt 50 ]; do echo \"during $i\"; i=$((i+1)); done\n"
              "echo '{\"step\": 7, \"metrics\": {\"train_loss\": 1.5}}' >&$KILN_METRICS_FD\nexit 0\n", go);
     char *bin = write_script(body);
-    worker_agent_t *agent = start_agent(bin);
+    agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
     /* kilnd's gRPC side goes away; the rank writes and exits meanwhile */
@@ -467,7 +467,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     cr_assert_eq(svc_job_metrics(S, id, "train_loss", 0, &metrics, &err), 0);
     cr_assert_eq(json_array_size(series(metrics, "train_loss")), 1);
     json_decref(metrics);
-    worker_agent_destroy(agent);
+    agent_destroy(agent);
     free(id);
 }
 
@@ -496,7 +496,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     ProtobufCMessage *resp = NULL;
     int code = -1;
     kiln_err_t err;
-    cr_assert_eq(worker_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
                  "%d %s", code, err.message);
     cr_assert(((Kiln__Ack *)resp)->ok);
     protobuf_c_message_free_unpacked(resp, NULL);
@@ -517,7 +517,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     lb.n_lines = BIG;
     lb.lines = blp;
     cr_assert_gt(protobuf_c_message_get_packed_size(&lb.base), (size_t)(5 << 20));
-    cr_assert_eq(worker_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 20000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 20000, &resp, &code, &err), 0,
                  "a 6 MiB batch: %d %s", code, err.message);
     protobuf_c_message_free_unpacked(resp, NULL);
     free(bl);
@@ -539,7 +539,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     mb.attempt = 1;
     mb.n_points = 2;
     mb.points = mpp;
-    cr_assert_eq(worker_rpc_call(C, M_METRICS, &mb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_METRICS, &mb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
                  "%d %s", code, err.message);
     protobuf_c_message_free_unpacked(resp, NULL);
 
@@ -567,7 +567,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     lb.job_id = (char *)"not-a-job";
     lb.n_lines = 3;
     lb.lines = lp;
-    cr_assert_neq(worker_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0);
+    cr_assert_neq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0);
     cr_assert_eq(code, 5, "NOT_FOUND, got %d", code);
     free(id);
     free(wid);
@@ -576,9 +576,9 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
 Test(grpc, agent_registers_again_when_kilnd_forgot_it)
 {
     char *bin = write_script("exit 0\n");
-    worker_agent_t *agent = start_agent(bin);
+    agent_t *agent = start_agent(bin);
     char before[128];
-    worker_agent_id(agent, before, sizeof(before));
+    agent_worker_id(agent, before, sizeof(before));
     /* a kilnd with an empty database takes over the address */
     api_grpc_stop(G);
     G = NULL;
@@ -611,7 +611,7 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
     json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED");
     json_decref(job);
-    worker_agent_destroy(agent);
+    agent_destroy(agent);
     free(id);
 }
 
@@ -689,7 +689,7 @@ static ProtobufCMessage *tcall(const char *method, const ProtobufCMessage *req,
     char path[128];
     snprintf(path, sizeof(path), "/kiln.TrainingService/%s", method);
     *code = -1;
-    worker_rpc_call(C, path, req, resp_desc, 10000, &resp, code, err);
+    agent_rpc_call(C, path, req, resp_desc, 10000, &resp, code, err);
     return resp;
 }
 
@@ -814,7 +814,7 @@ Test(grpc, training_service_metrics_come_back_as_series)
     char *bin = write_script(
         "for s in 1 2 3 4; do echo \"{\\\"step\\\": $s, \\\"time\\\": 1795000000, \\\"metrics\\\": {\\\"train_loss\\\": $s.5}}\" >&$KILN_METRICS_FD; done\n"
         "echo 'step 4 done'\nexit 0\n");
-    worker_agent_t *agent = start_agent(bin);
+    agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "COMPLETED|FAILED", 20000));
     Kiln__GetMetricsRequest mreq = KILN__GET_METRICS_REQUEST__INIT;
@@ -832,7 +832,7 @@ Test(grpc, training_service_metrics_come_back_as_series)
     cr_assert_float_eq(m->series[0]->points[3]->value, 4.5, 1e-9);
     cr_assert_eq(m->series[0]->points[3]->time_us, 1795000000000000LL);
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    worker_agent_destroy(agent);
+    agent_destroy(agent);
     free(id);
 }
 
@@ -877,7 +877,7 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
              "echo first\nwhile [ ! -e %s ]; do sleep 0.05; done\n"
              "echo second\necho third >&2\nsleep 0.3\necho fourth\nexit 0\n", go);
     char *bin = write_script(body);
-    worker_agent_t *agent = start_agent(bin);
+    agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
     const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
@@ -901,7 +901,7 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
     json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED");
     json_decref(job);
-    worker_agent_destroy(agent);
+    agent_destroy(agent);
     free(id);
 }
 
@@ -926,7 +926,7 @@ Test(grpc, stopping_the_server_ends_live_streams)
     if (system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
         cr_skip_test("/usr/bin/python3 lacks grpc or protobuf (apt-get install python3-grpcio python3-protobuf)");
     char *bin = write_script("trap 'exit 143' TERM\necho alive\nwhile :; do sleep 0.05; done\n");
-    worker_agent_t *agent = start_agent(bin);
+    agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
     const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
@@ -952,6 +952,6 @@ Test(grpc, stopping_the_server_ends_live_streams)
     cr_assert(!strncmp(line, "ended ", 6) && strcmp(line, "ended OK\n") != 0, "the client saw the stream break: %s", line);
     pclose(p);
     start_grpc();
-    worker_agent_destroy(agent);
+    agent_destroy(agent);
     free(id);
 }

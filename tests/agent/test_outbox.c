@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/worker_int.h"
+#include "agent/agent_int.h"
 
 /* Lines of job queued (notices not counted), its exits, and whether a notice is queued or filling. */
 static size_t queued_lines(ob_t *o, const char *job, int *exits, bool *notice)
@@ -45,7 +45,7 @@ Test(outbox, a_full_outbox_drops_the_oldest_batches_and_says_so)
     for (int i = 0; i < 20000; i++) {
         snprintf(line, 16, "%08d", i);
         line[8] = 'x';
-        ob_add_line(&o, "job-a", 1, 0, WORKER_STREAM_STDOUT, 1, line, strlen(line));
+        ob_add_line(&o, "job-a", 1, 0, AGENT_STREAM_STDOUT, 1, line, strlen(line));
         if (i == 10)
             ob_add_exit(&o, "job-a", 1, 0, 42, 0, 0, "", false); /* sealed early: the head */
     }

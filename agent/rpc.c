@@ -1,7 +1,7 @@
 /* rpc.c - the agent's gRPC client: one insecure channel to kilnd and blocking unary calls with
  * deadlines over the gRPC C core, messages packed with protobuf-c. Retrying is the caller's
- * business (worker_grpc_retryable says when it is worth it). */
-#include "worker/worker.h"
+ * business (agent_grpc_retryable says when it is worth it). */
+#include "agent/agent.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -14,11 +14,11 @@
 
 #define RPC_MAX_MESSAGE (16 << 20)
 
-struct worker_rpc {
+struct agent_rpc {
     grpc_channel *ch;
 };
 
-int worker_grpc_status(int code)
+int agent_grpc_status(int code)
 {
     switch (code) {
     case GRPC_STATUS_OK: return KILN_OK;
@@ -36,7 +36,7 @@ int worker_grpc_status(int code)
     }
 }
 
-bool worker_grpc_retryable(int code)
+bool agent_grpc_retryable(int code)
 {
     return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED ||
            code == GRPC_STATUS_RESOURCE_EXHAUSTED || code == GRPC_STATUS_ABORTED ||
@@ -44,10 +44,10 @@ bool worker_grpc_retryable(int code)
            code == GRPC_STATUS_CANCELLED;
 }
 
-int worker_rpc_create(const char *target, worker_rpc_t **out, kiln_err_t *err)
+int agent_rpc_create(const char *target, agent_rpc_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    worker_rpc_t *r = calloc(1, sizeof(*r));
+    agent_rpc_t *r = calloc(1, sizeof(*r));
     if (!r)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     grpc_init();
@@ -73,7 +73,7 @@ int worker_rpc_create(const char *target, worker_rpc_t **out, kiln_err_t *err)
     return 0;
 }
 
-void worker_rpc_destroy(worker_rpc_t *r)
+void agent_rpc_destroy(agent_rpc_t *r)
 {
     if (!r)
         return;
@@ -82,7 +82,7 @@ void worker_rpc_destroy(worker_rpc_t *r)
     grpc_shutdown();
 }
 
-int worker_rpc_call_raw(worker_rpc_t *r, const char *method, const void *data, size_t len,
+int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const void *data, size_t len,
                         int timeout_ms, uint8_t **out, size_t *out_len, int *grpc_code,
                         kiln_err_t *err)
 {
@@ -141,7 +141,7 @@ int worker_rpc_call_raw(worker_rpc_t *r, const char *method, const void *data, s
         *grpc_code = (int)status;
     if (status != GRPC_STATUS_OK) {
         size_t dl = GRPC_SLICE_LENGTH(details);
-        rc = kiln_err_set(err, worker_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
+        rc = kiln_err_set(err, agent_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
                           (const char *)GRPC_SLICE_START_PTR(details));
         if (dl == 0 && err)
             snprintf(err->message, sizeof(err->message), "%s failed with gRPC status %d", method, (int)status);
@@ -177,7 +177,7 @@ done:
     return rc;
 }
 
-int worker_rpc_call(worker_rpc_t *r, const char *method, const ProtobufCMessage *req,
+int agent_rpc_call(agent_rpc_t *r, const char *method, const ProtobufCMessage *req,
                     const ProtobufCMessageDescriptor *resp_desc, int timeout_ms,
                     ProtobufCMessage **resp, int *grpc_code, kiln_err_t *err)
 {
@@ -189,7 +189,7 @@ int worker_rpc_call(worker_rpc_t *r, const char *method, const ProtobufCMessage 
     protobuf_c_message_pack(req, buf);
     uint8_t *out = NULL;
     size_t out_len = 0;
-    int rc = worker_rpc_call_raw(r, method, buf, len, timeout_ms, &out, &out_len, grpc_code, err);
+    int rc = agent_rpc_call_raw(r, method, buf, len, timeout_ms, &out, &out_len, grpc_code, err);
     free(buf);
     if (rc != 0)
         return rc;

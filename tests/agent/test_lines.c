@@ -1,6 +1,6 @@
 /* test_lines.c - the agent's parsing pieces without processes: the line splitter, metric records
  * and metric definitions (regexes on log lines). */
-#include "worker/worker.h"
+#include "agent/agent.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -29,38 +29,38 @@ static void got_free(got_t *g)
 
 Test(lines, partial_lines_wait_for_their_newline)
 {
-    worker_linebuf_t lb;
-    worker_linebuf_init(&lb, 0);
+    agent_linebuf_t lb;
+    agent_linebuf_init(&lb, 0);
     got_t g = {0};
-    worker_linebuf_feed(&lb, "hel", 3, collect, &g);
+    agent_linebuf_feed(&lb, "hel", 3, collect, &g);
     cr_assert_eq(g.n, 0);
-    worker_linebuf_feed(&lb, "lo\nwor", 6, collect, &g);
+    agent_linebuf_feed(&lb, "lo\nwor", 6, collect, &g);
     cr_assert_eq(g.n, 1);
     cr_assert_str_eq(g.lines[0], "hello");
-    worker_linebuf_feed(&lb, "ld\r\n\nlast", 9, collect, &g);
+    agent_linebuf_feed(&lb, "ld\r\n\nlast", 9, collect, &g);
     cr_assert_eq(g.n, 3);
     cr_assert_str_eq(g.lines[1], "world", "CRLF loses its CR");
     cr_assert_str_eq(g.lines[2], "", "empty lines are kept");
-    worker_linebuf_finish(&lb, collect, &g);
+    agent_linebuf_finish(&lb, collect, &g);
     cr_assert_eq(g.n, 4);
     cr_assert_str_eq(g.lines[3], "last", "the partial last line comes out at EOF");
-    worker_linebuf_finish(&lb, collect, &g);
+    agent_linebuf_finish(&lb, collect, &g);
     cr_assert_eq(g.n, 4, "nothing more after EOF");
     got_free(&g);
-    worker_linebuf_deinit(&lb);
+    agent_linebuf_deinit(&lb);
 }
 
 Test(lines, long_lines_are_truncated_and_the_next_line_is_intact)
 {
-    worker_linebuf_t lb;
-    worker_linebuf_init(&lb, 10);
+    agent_linebuf_t lb;
+    agent_linebuf_init(&lb, 10);
     got_t g = {0};
     /* a long line inside one chunk */
-    worker_linebuf_feed(&lb, "0123456789abcdef\nok\n", 20, collect, &g);
+    agent_linebuf_feed(&lb, "0123456789abcdef\nok\n", 20, collect, &g);
     /* a long line spread over chunks */
     for (int i = 0; i < 5; i++)
-        worker_linebuf_feed(&lb, "xxxxx", 5, collect, &g);
-    worker_linebuf_feed(&lb, "yy\nnext\n", 8, collect, &g);
+        agent_linebuf_feed(&lb, "xxxxx", 5, collect, &g);
+    agent_linebuf_feed(&lb, "yy\nnext\n", 8, collect, &g);
     cr_assert_eq(g.n, 4);
     cr_assert_str_eq(g.lines[0], "0123456789");
     cr_assert(g.trunc[0]);
@@ -71,29 +71,29 @@ Test(lines, long_lines_are_truncated_and_the_next_line_is_intact)
     cr_assert_str_eq(g.lines[3], "next");
     cr_assert_not(g.trunc[3]);
     got_free(&g);
-    worker_linebuf_deinit(&lb);
+    agent_linebuf_deinit(&lb);
 }
 
 Test(lines, invalid_utf8_and_nul_bytes_are_replaced)
 {
-    worker_linebuf_t lb;
-    worker_linebuf_init(&lb, 0);
+    agent_linebuf_t lb;
+    agent_linebuf_init(&lb, 0);
     got_t g = {0};
     const char in[] = "a\0b\xff" "c\xc3\xa9" "d\xe2\x82\n";
-    worker_linebuf_feed(&lb, in, sizeof(in) - 1, collect, &g);
+    agent_linebuf_feed(&lb, in, sizeof(in) - 1, collect, &g);
     cr_assert_eq(g.n, 1);
     cr_assert_str_eq(g.lines[0], "a?b\xef\xbf\xbd" "c\xc3\xa9" "d\xef\xbf\xbd\xef\xbf\xbd");
     got_free(&g);
-    worker_linebuf_deinit(&lb);
+    agent_linebuf_deinit(&lb);
 }
 
 Test(metrics, good_record_gives_one_point_per_metric)
 {
-    worker_points_t p = {0};
+    agent_points_t p = {0};
     int64_t last = 0;
     kiln_err_t err;
     const char *rec = "{\"step\": 120, \"time\": 1795000000.25, \"metrics\": {\"train_loss\": 2.41, \"lr\": 0.0003, \"note\": \"x\"}}";
-    cr_assert_eq(worker_metric_parse(rec, strlen(rec), 3, &last, &p, &err), 0);
+    cr_assert_eq(agent_metric_parse(rec, strlen(rec), 3, &last, &p, &err), 0);
     cr_assert_eq(p.n, 2, "non-numeric values are skipped");
     cr_assert_eq(last, 120);
     for (size_t i = 0; i < p.n; i++) {
@@ -112,11 +112,11 @@ Test(metrics, good_record_gives_one_point_per_metric)
     /* no step: the last one; no time: now */
     const char *rec2 = "{\"metrics\": {\"val_loss\": 1}}";
     int64_t before = kiln_now_us();
-    cr_assert_eq(worker_metric_parse(rec2, strlen(rec2), 0, &last, &p, &err), 0);
+    cr_assert_eq(agent_metric_parse(rec2, strlen(rec2), 0, &last, &p, &err), 0);
     cr_assert_eq(p.n, 3);
     cr_assert_eq(p.v[2].step, 120);
     cr_assert_geq(p.v[2].time_us, before);
-    worker_points_free(&p);
+    agent_points_free(&p);
 }
 
 Test(metrics, malformed_records_are_errors_and_add_nothing)
@@ -126,28 +126,28 @@ Test(metrics, malformed_records_are_errors_and_add_nothing)
         "{\"step\": 1.5, \"metrics\": {\"a\": 1}}", "{\"time\": \"noon\", \"metrics\": {\"a\": 1}}",
         "{\"step\": 1, \"metrics\": {\"a\": 1}", "",
     };
-    worker_points_t p = {0};
+    agent_points_t p = {0};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int64_t last = 7;
         kiln_err_t err;
-        cr_assert_eq(worker_metric_parse(bad[i], strlen(bad[i]), 0, &last, &p, &err), KILN_EFORMAT, "%s", bad[i]);
+        cr_assert_eq(agent_metric_parse(bad[i], strlen(bad[i]), 0, &last, &p, &err), KILN_EFORMAT, "%s", bad[i]);
         cr_assert_eq(p.n, 0);
         cr_assert_eq(last, 7);
         cr_assert_neq(err.message[0], '\0');
     }
-    worker_points_free(&p);
+    agent_points_free(&p);
 }
 
 Test(metrics, definitions_match_log_lines)
 {
-    worker_metric_defs_t d;
+    agent_metric_defs_t d;
     kiln_err_t err;
     const char *spec = "{\"metric_definitions\": [{\"name\": \"val_loss\", \"regex\": \"val loss ([0-9.]+)\"},"
                        " {\"name\": \"acc\", \"regex\": \"acc=([0-9.eE+-]+)%\"}]}";
-    cr_assert_eq(worker_metric_defs_init(&d, spec, &err), 0);
+    cr_assert_eq(agent_metric_defs_init(&d, spec, &err), 0);
     cr_assert_eq(d.n, 2);
-    worker_points_t p = {0};
-    cr_assert_eq(worker_metric_defs_match(&d, "step 40 | val loss 1.625 | acc=93.5%", 2, 40, 123, &p), 2);
+    agent_points_t p = {0};
+    cr_assert_eq(agent_metric_defs_match(&d, "step 40 | val loss 1.625 | acc=93.5%", 2, 40, 123, &p), 2);
     cr_assert_str_eq(p.v[0].name, "val_loss");
     cr_assert_eq(p.v[0].value, 1.625);
     cr_assert_eq(p.v[0].step, 40);
@@ -155,17 +155,17 @@ Test(metrics, definitions_match_log_lines)
     cr_assert_eq(p.v[0].time_us, 123);
     cr_assert_str_eq(p.v[1].name, "acc");
     cr_assert_eq(p.v[1].value, 93.5);
-    cr_assert_eq(worker_metric_defs_match(&d, "train loss 3.0", 0, 1, 1, &p), 0);
-    cr_assert_eq(worker_metric_defs_match(&d, "val loss . end", 0, 1, 1, &p), 0, "a capture that is not a number is no point");
-    worker_points_free(&p);
-    worker_metric_defs_deinit(&d);
+    cr_assert_eq(agent_metric_defs_match(&d, "train loss 3.0", 0, 1, 1, &p), 0);
+    cr_assert_eq(agent_metric_defs_match(&d, "val loss . end", 0, 1, 1, &p), 0, "a capture that is not a number is no point");
+    agent_points_free(&p);
+    agent_metric_defs_deinit(&d);
 
-    cr_assert_eq(worker_metric_defs_init(&d, "{\"name\": \"x\"}", &err), 0);
+    cr_assert_eq(agent_metric_defs_init(&d, "{\"name\": \"x\"}", &err), 0);
     cr_assert_eq(d.n, 0, "no definitions");
-    worker_metric_defs_deinit(&d);
-    cr_assert_eq(worker_metric_defs_init(&d, "{\"metric_definitions\": [{\"name\": \"bad\", \"regex\": \"(unclosed\"}]}", &err), KILN_EINVAL);
+    agent_metric_defs_deinit(&d);
+    cr_assert_eq(agent_metric_defs_init(&d, "{\"metric_definitions\": [{\"name\": \"bad\", \"regex\": \"(unclosed\"}]}", &err), KILN_EINVAL);
     cr_assert(strstr(err.message, "bad"));
-    worker_metric_defs_deinit(&d);
-    cr_assert_eq(worker_metric_defs_init(&d, "{nope", &err), KILN_EFORMAT);
-    worker_metric_defs_deinit(&d);
+    agent_metric_defs_deinit(&d);
+    cr_assert_eq(agent_metric_defs_init(&d, "{nope", &err), KILN_EFORMAT);
+    agent_metric_defs_deinit(&d);
 }

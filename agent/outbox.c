@@ -3,7 +3,7 @@
  * yet stays queued, up to a memory cap: while kilnd is unreachable for long, the oldest log and
  * metric batches are dropped (never the one being sent, never a status or an exit), and the job
  * gets a log line saying how much it lost. No gRPC here (agent.c sends). */
-#include "worker/worker_int.h"
+#include "agent/agent_int.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -48,7 +48,7 @@ void ob_item_free(ob_item_t *it)
     for (size_t i = 0; i < it->nlines; i++)
         free(it->lines[i].line);
     free(it->lines);
-    worker_points_free(&it->points);
+    agent_points_free(&it->points);
     free(it);
 }
 
@@ -98,7 +98,7 @@ static void ob_shed_locked(ob_t *o)
                          "job were dropped: kilnd was unreachable and the agent's outbox was full", lines, points);
         char *copy = strdup(note);
         if (copy)
-            ob_add_line_locked(o, it->job_id, it->attempt, 0, WORKER_STREAM_STDERR, kiln_now_us(), copy,
+            ob_add_line_locked(o, it->job_id, it->attempt, 0, AGENT_STREAM_STDERR, kiln_now_us(), copy,
                                (size_t)n);
         ob_item_free(it);
     }
@@ -206,14 +206,14 @@ static void ob_add_line_locked(ob_t *o, const char *job_id, int attempt, int ran
         ob_seal_locked(o, it);
 }
 
-void ob_add_points(ob_t *o, const char *job_id, int attempt, const worker_point_t *pts, size_t n)
+void ob_add_points(ob_t *o, const char *job_id, int attempt, const agent_point_t *pts, size_t n)
 {
     pthread_mutex_lock(&o->mu);
     for (size_t i = 0; i < n; i++) {
         ob_item_t *it = ob_open_locked(o, OB_METRICS, job_id, attempt);
         if (!it)
             break;
-        worker_points_push(&it->points, &pts[i]);
+        agent_points_push(&it->points, &pts[i]);
         if (it->points.n >= OB_MAX_POINTS)
             ob_seal_locked(o, it);
     }
@@ -261,7 +261,7 @@ void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, 
     pthread_mutex_unlock(&o->mu);
 }
 
-size_t ob_pending_exits(ob_t *o, worker_rank_info_t *out, size_t max)
+size_t ob_pending_exits(ob_t *o, agent_rank_info_t *out, size_t max)
 {
     size_t n = 0;
     pthread_mutex_lock(&o->mu);

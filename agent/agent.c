@@ -2,7 +2,7 @@
  * stop orders come back on heartbeat answers), and the sender that drains the outbox in order,
  * retrying while kilnd is unreachable. Also GPU detection and the rendezvous address.
  * Launching and watching ranks is launch.c's; batching is outbox.c's. */
-#include "worker/worker_int.h"
+#include "agent/agent_int.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -27,15 +27,15 @@ static const char k_logs[] = "/kiln.AgentService/PushLogs";
 static const char k_metrics[] = "/kiln.AgentService/PushMetrics";
 static const char k_exit[] = "/kiln.AgentService/ReportRankExit";
 
-struct worker_agent {
+struct agent {
     char *server, *slot_type, *work_dir, *train_bin, *address;
     char **gpus;
     size_t n_gpus;
     int slots, cores, stop_grace_ms;
     char hostname[256];
 
-    worker_rpc_t *rpc;
-    worker_launcher_t *launcher;
+    agent_rpc_t *rpc;
+    agent_launcher_t *launcher;
     ob_t ob;
 
     pthread_mutex_t mu;          /* the fields below */
@@ -55,29 +55,29 @@ struct worker_agent {
 
 static void cb_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason)
 {
-    worker_agent_t *a = ud;
+    agent_t *a = ud;
     ob_add_status(&a->ob, job_id, attempt, ok, reason, false);
 }
 
 static void cb_line(void *ud, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
                     const char *line, size_t len)
 {
-    worker_agent_t *a = ud;
+    agent_t *a = ud;
     ob_add_line(&a->ob, job_id, attempt, rank, stream, time_us, line, len);
 }
 
-static void cb_points(void *ud, const char *job_id, int attempt, const worker_point_t *pts, size_t n)
+static void cb_points(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n)
 {
-    worker_agent_t *a = ud;
+    agent_t *a = ud;
     ob_add_points(&a->ob, job_id, attempt, pts, n);
 }
 
-static bool agent_flag(worker_agent_t *a, const bool *flag);
+static bool agent_flag(agent_t *a, const bool *flag);
 
 static void cb_exit(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
                     int sig, const char *reason)
 {
-    worker_agent_t *a = ud;
+    agent_t *a = ud;
     bool shutdown = agent_flag(a, &a->draining); /* stopped by our own shutdown */
     if (sig)
         log_info("job %s rank %d: killed by signal %d%s", job_id, rank, sig,
@@ -92,7 +92,7 @@ static void cb_exit(void *ud, const char *job_id, int attempt, int rank, pid_t p
 
 /* Sleeps up to ms on the agent's condition variable; returns early when *flag, or *wake (when
  * not NULL), turns true. */
-static void agent_wait(worker_agent_t *a, int ms, const bool *flag, const bool *wake)
+static void agent_wait(agent_t *a, int ms, const bool *flag, const bool *wake)
 {
     struct timespec ts;
     kiln_deadline_in(&ts, ms);
@@ -103,7 +103,7 @@ static void agent_wait(worker_agent_t *a, int ms, const bool *flag, const bool *
     pthread_mutex_unlock(&a->mu);
 }
 
-static bool agent_flag(worker_agent_t *a, const bool *flag)
+static bool agent_flag(agent_t *a, const bool *flag)
 {
     pthread_mutex_lock(&a->mu);
     bool v = *flag;
@@ -113,7 +113,7 @@ static bool agent_flag(worker_agent_t *a, const bool *flag)
 
 /* ---- registration and heartbeats ---------------------------------------------------------- */
 
-static int agent_register(worker_agent_t *a, kiln_err_t *err)
+static int agent_register(agent_t *a, kiln_err_t *err)
 {
     Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
     char id[128];
@@ -130,7 +130,7 @@ static int agent_register(worker_agent_t *a, kiln_err_t *err)
     req.version = (char *)AGENT_VERSION;
     req.cpu_cores = a->cores;
     ProtobufCMessage *resp = NULL;
-    int rc = worker_rpc_call(a->rpc, k_register, &req.base, &kiln__register_response__descriptor,
+    int rc = agent_rpc_call(a->rpc, k_register, &req.base, &kiln__register_response__descriptor,
                              AGENT_RPC_TIMEOUT_MS, &resp, NULL, err);
     if (rc != 0)
         return rc;
@@ -151,12 +151,12 @@ static int agent_register(worker_agent_t *a, kiln_err_t *err)
     return 0;
 }
 
-static void agent_handle_heartbeat(worker_agent_t *a, const Kiln__HeartbeatResponse *r)
+static void agent_handle_heartbeat(agent_t *a, const Kiln__HeartbeatResponse *r)
 {
     for (size_t i = 0; i < r->n_stops; i++) {
         const Kiln__StopOrder *s = r->stops[i];
         int grace = s->grace_ms > 0 ? s->grace_ms : 10000;
-        int n = worker_launcher_stop(a->launcher, s->job_id, s->attempt, grace);
+        int n = agent_launcher_stop(a->launcher, s->job_id, s->attempt, grace);
         log_info("stop order for job %s attempt %d (%s): signalled %d rank(s), grace %d ms", s->job_id,
                  s->attempt, s->reason ? s->reason : "", n, grace);
     }
@@ -167,19 +167,19 @@ static void agent_handle_heartbeat(worker_agent_t *a, const Kiln__HeartbeatRespo
             continue;
         }
         kiln_err_t err;
-        int rc = worker_launcher_start(a->launcher, as, &err);
+        int rc = agent_launcher_start(a->launcher, as, &err);
         if (rc == KILN_EEXIST)
             log_info("job %s attempt %d is already running here; assignment ignored", as->job_id, as->attempt);
     }
 }
 
 /* Ranks to report: those running plus those whose exit kilnd has not acknowledged yet. */
-static size_t agent_running(worker_agent_t *a, worker_rank_info_t *v, size_t max)
+static size_t agent_running(agent_t *a, agent_rank_info_t *v, size_t max)
 {
-    size_t n = worker_launcher_list(a->launcher, v, max);
+    size_t n = agent_launcher_list(a->launcher, v, max);
     if (n > max)
         n = max;
-    worker_rank_info_t ex[256];
+    agent_rank_info_t ex[256];
     size_t ne = ob_pending_exits(&a->ob, ex, KILN_ARRAY_LEN(ex));
     if (ne > KILN_ARRAY_LEN(ex))
         ne = KILN_ARRAY_LEN(ex);
@@ -195,9 +195,9 @@ static size_t agent_running(worker_agent_t *a, worker_rank_info_t *v, size_t max
 
 static void *agent_hb_main(void *arg)
 {
-    worker_agent_t *a = arg;
+    agent_t *a = arg;
     int backoff = 100, fails = 0;
-    worker_rank_info_t *list = calloc(AGENT_MAX_LIST, sizeof(*list));
+    agent_rank_info_t *list = calloc(AGENT_MAX_LIST, sizeof(*list));
     Kiln__RunningRank *rr = calloc(AGENT_MAX_LIST, sizeof(*rr));
     Kiln__RunningRank **rrp = calloc(AGENT_MAX_LIST, sizeof(*rrp));
     if (!list || !rr || !rrp) {
@@ -240,7 +240,7 @@ static void *agent_hb_main(void *arg)
         ProtobufCMessage *resp = NULL;
         int code = 0;
         int64_t t0 = kiln_mono_us();
-        int rc = worker_rpc_call(a->rpc, k_heartbeat, &req.base, &kiln__heartbeat_response__descriptor,
+        int rc = agent_rpc_call(a->rpc, k_heartbeat, &req.base, &kiln__heartbeat_response__descriptor,
                                  KILN_MAX(interval * 3, 3000), &resp, &code, &err);
         if (rc == 0) {
             Kiln__HeartbeatResponse *r = (Kiln__HeartbeatResponse *)resp;
@@ -286,7 +286,7 @@ done:
 
 /* ---- the sender -------------------------------------------------------------------------- */
 
-static int agent_send(worker_agent_t *a, ob_item_t *it, char *wid, int *code, kiln_err_t *err)
+static int agent_send(agent_t *a, ob_item_t *it, char *wid, int *code, kiln_err_t *err)
 {
     ProtobufCMessage *resp = NULL;
     int rc = KILN_EINTERNAL;
@@ -310,7 +310,7 @@ static int agent_send(worker_agent_t *a, ob_item_t *it, char *wid, int *code, ki
             kiln__log_line__init(&lines[i]);
             lines[i].rank = it->lines[i].rank;
             lines[i].time_us = it->lines[i].time_us;
-            lines[i].stream = stream_names[it->lines[i].stream == WORKER_STREAM_STDERR];
+            lines[i].stream = stream_names[it->lines[i].stream == AGENT_STREAM_STDERR];
             lines[i].line = it->lines[i].line;
             linesp[i] = &lines[i];
         }
@@ -367,7 +367,7 @@ static int agent_send(worker_agent_t *a, ob_item_t *it, char *wid, int *code, ki
         method = k_exit;
         break;
     }
-    rc = worker_rpc_call(a->rpc, method, req, &kiln__ack__descriptor, AGENT_RPC_TIMEOUT_MS, &resp, code, err);
+    rc = agent_rpc_call(a->rpc, method, req, &kiln__ack__descriptor, AGENT_RPC_TIMEOUT_MS, &resp, code, err);
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
     goto done;
@@ -390,7 +390,7 @@ static const char *ob_kind_name(ob_kind_t k)
 
 static void *agent_sender_main(void *arg)
 {
-    worker_agent_t *a = arg;
+    agent_t *a = arg;
     int backoff = 100, fails = 0;
     for (;;) {
         pthread_mutex_lock(&a->ob.mu);
@@ -418,7 +418,7 @@ static void *agent_sender_main(void *arg)
         int code = 0;
         int rc = agent_send(a, it, wid, &code, &err);
         bool done = rc == 0;
-        if (rc != 0 && !worker_grpc_retryable(code) && code != 0) {
+        if (rc != 0 && !agent_grpc_retryable(code) && code != 0) {
             log_error("kilnd rejected a %s of job %s (gRPC status %d): %s; dropping it",
                       ob_kind_name(it->kind), it->job_id, code, err.message);
             done = true;
@@ -452,11 +452,11 @@ static void *agent_sender_main(void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
-int worker_agent_create(const worker_config_t *cfg, worker_agent_t **out, kiln_err_t *err)
+int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
 {
     *out = NULL;
     int rc = 0;
-    worker_agent_t *a = calloc(1, sizeof(*a));
+    agent_t *a = calloc(1, sizeof(*a));
     if (!a)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     pthread_mutex_init(&a->mu, NULL);
@@ -478,7 +478,7 @@ int worker_agent_create(const worker_config_t *cfg, worker_agent_t **out, kiln_e
         a->address = strdup(cfg->address);
     } else {
         char addr[64];
-        worker_pick_address(a->server, addr, sizeof(addr));
+        agent_pick_address(a->server, addr, sizeof(addr));
         a->address = strdup(addr);
     }
     if (cfg->n_gpus) {
@@ -497,13 +497,13 @@ int worker_agent_create(const worker_config_t *cfg, worker_agent_t **out, kiln_e
     }
     if ((rc = kiln_mkdirs(a->work_dir, err)) != 0)
         goto fail;
-    if ((rc = worker_rpc_create(a->server, &a->rpc, err)) != 0)
+    if ((rc = agent_rpc_create(a->server, &a->rpc, err)) != 0)
         goto fail;
-    worker_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
+    agent_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
                                    .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores};
-    worker_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
+    agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
                                .on_exit = cb_exit, .ud = a};
-    if ((rc = worker_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
+    if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
         goto fail;
     if (pthread_create(&a->sender_thread, NULL, agent_sender_main, a) != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the sender thread");
@@ -520,11 +520,11 @@ int worker_agent_create(const worker_config_t *cfg, worker_agent_t **out, kiln_e
     *out = a;
     return 0;
 fail:
-    worker_agent_destroy(a);
+    agent_destroy(a);
     return rc;
 }
 
-void worker_agent_shutdown(worker_agent_t *a, int flush_timeout_ms)
+void agent_shutdown(agent_t *a, int flush_timeout_ms)
 {
     if (!a)
         return;
@@ -552,10 +552,10 @@ void worker_agent_shutdown(worker_agent_t *a, int flush_timeout_ms)
             log_warn("kilnd did not take the draining heartbeat in 3 s; stopping the ranks anyway");
     }
     if (a->launcher) {
-        int n = worker_launcher_stop_all(a->launcher, a->stop_grace_ms);
+        int n = agent_launcher_stop_all(a->launcher, a->stop_grace_ms);
         if (n)
             log_info("stopping %d rank(s) (grace %d ms)", n, a->stop_grace_ms);
-        if (!worker_launcher_wait_idle(a->launcher, a->stop_grace_ms + 5000))
+        if (!agent_launcher_wait_idle(a->launcher, a->stop_grace_ms + 5000))
             log_warn("ranks did not finish in time");
     }
     /* Give the sender time to deliver what is queued, exits included. */
@@ -584,14 +584,14 @@ void worker_agent_shutdown(worker_agent_t *a, int flush_timeout_ms)
     a->hb_started = a->sender_started = false;
 }
 
-void worker_agent_destroy(worker_agent_t *a)
+void agent_destroy(agent_t *a)
 {
     if (!a)
         return;
     if (a->hb_started || a->sender_started)
-        worker_agent_shutdown(a, 3000);
-    worker_launcher_destroy(a->launcher);
-    worker_rpc_destroy(a->rpc);
+        agent_shutdown(a, 3000);
+    agent_launcher_destroy(a->launcher);
+    agent_rpc_destroy(a->rpc);
     ob_deinit(&a->ob);
     for (size_t i = 0; i < a->n_gpus; i++)
         free(a->gpus[i]);
@@ -606,7 +606,7 @@ void worker_agent_destroy(worker_agent_t *a)
     free(a);
 }
 
-void worker_agent_id(worker_agent_t *a, char *buf, size_t n)
+void agent_worker_id(agent_t *a, char *buf, size_t n)
 {
     pthread_mutex_lock(&a->mu);
     kiln_strlcpy(buf, a->registered ? a->worker_id : "", n);
@@ -615,7 +615,7 @@ void worker_agent_id(worker_agent_t *a, char *buf, size_t n)
 
 /* ---- the machine ------------------------------------------------------------------------- */
 
-int worker_gpu_detect(char **names, int max)
+int agent_gpu_detect(char **names, int max)
 {
     int count = 0;
     static const char *libs[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"};
@@ -661,7 +661,7 @@ int worker_gpu_detect(char **names, int max)
     return count;
 }
 
-void worker_pick_address(const char *server, char *buf, size_t n)
+void agent_pick_address(const char *server, char *buf, size_t n)
 {
     char host[256];
     const char *s = server ? server : "";

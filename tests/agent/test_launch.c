@@ -1,7 +1,7 @@
 /* test_launch.c - the launcher with real child processes: a small shell script stands in for
  * kiln-train. Checks the rank environment, captured lines, metric points, exit codes, signals,
  * reasons, stop orders (SIGTERM, then SIGKILL after the grace) and start failures. */
-#include "worker/worker.h"
+#include "agent/agent.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -30,7 +30,7 @@ typedef struct rec {
     pthread_cond_t cv;
     ev_line_t *lines;
     int nlines, lines_cap;
-    worker_points_t points;
+    agent_points_t points;
     ev_exit_t exits[16];
     int nexits;
     int started, start_failed;
@@ -72,20 +72,20 @@ static void on_line(void *ud, const char *job_id, int attempt, int rank, int str
     snprintf(l->text, sizeof(l->text), "%s", line);
     if (len > 1000) {
         r->long_len = len;
-        r->long_marked = len > strlen(WORKER_TRUNCATED_MARK) &&
-                         !strcmp(line + len - strlen(WORKER_TRUNCATED_MARK), WORKER_TRUNCATED_MARK) &&
+        r->long_marked = len > strlen(AGENT_TRUNCATED_MARK) &&
+                         !strcmp(line + len - strlen(AGENT_TRUNCATED_MARK), AGENT_TRUNCATED_MARK) &&
                          line[0] == 'x' && line[16383] == 'x';
     }
     pthread_mutex_unlock(&r->mu);
 }
 
-static void on_points(void *ud, const char *job_id, int attempt, const worker_point_t *pts, size_t n)
+static void on_points(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n)
 {
     rec_t *r = ud;
     (void)job_id, (void)attempt;
     pthread_mutex_lock(&r->mu);
     for (size_t i = 0; i < n; i++)
-        worker_points_push(&r->points, &pts[i]);
+        agent_points_push(&r->points, &pts[i]);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -120,7 +120,7 @@ static void teardown(void)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
     free(R.lines);
-    worker_points_free(&R.points);
+    agent_points_free(&R.points);
 }
 
 static char *write_script(const char *name, const char *body)
@@ -135,13 +135,13 @@ static char *write_script(const char *name, const char *body)
     return path;
 }
 
-static worker_launcher_t *make_launcher(const char *bin, int slots, bool gpu, int cores)
+static agent_launcher_t *make_launcher(const char *bin, int slots, bool gpu, int cores)
 {
-    worker_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = slots, .gpu = gpu, .cores = cores};
-    worker_launch_cbs_t cbs = {on_started, on_line, on_points, on_exit_cb, &R};
-    worker_launcher_t *l = NULL;
+    agent_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = slots, .gpu = gpu, .cores = cores};
+    agent_launch_cbs_t cbs = {on_started, on_line, on_points, on_exit_cb, &R};
+    agent_launcher_t *l = NULL;
     kiln_err_t err;
-    cr_assert_eq(worker_launcher_create(&cfg, &cbs, &l, &err), 0, "%s", err.message);
+    cr_assert_eq(agent_launcher_create(&cfg, &cbs, &l, &err), 0, "%s", err.message);
     return l;
 }
 
@@ -191,22 +191,22 @@ Test(launch, shared_checkpoint_path_is_per_job)
 {
     char *bin = write_script("ckpt.sh", "echo \"ckpt $KILN_CHECKPOINT_DIR\"\n"
                                         "test -d \"$KILN_CHECKPOINT_DIR\" && echo dir-ok\n");
-    worker_launcher_t *l = make_launcher(bin, 2, false, 8);
+    agent_launcher_t *l = make_launcher(bin, 2, false, 8);
     int32_t ranks[] = {0};
     char spec[600];
     snprintf(spec, sizeof(spec), "{\"model\": {\"type\": \"mlp\"}, \"checkpoint\": {\"path\": \"%s/shared\"}}", dir);
     Kiln__Assignment a = make_assignment("job-ck", 1, ranks, 1, spec);
     kiln_err_t err;
-    cr_assert_eq(worker_launcher_start(l, &a, &err), 0, "%s", err.message);
+    cr_assert_eq(agent_launcher_start(l, &a, &err), 0, "%s", err.message);
     cr_assert(wait_exits(1, 10000));
-    cr_assert(worker_launcher_wait_idle(l, 5000));
+    cr_assert(agent_launcher_wait_idle(l, 5000));
     char want[600];
     snprintf(want, sizeof(want), "ckpt %s/shared/job-ck", dir);
     const ev_line_t *e = find_line(0, "ckpt ");
     cr_assert_not_null(e);
     cr_assert_str_eq(e->text, want);
     cr_assert_not_null(find_line(0, "dir-ok"), "the shared directory is created for the job");
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
 }
 
 Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
@@ -226,19 +226,19 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         "echo \"fatal: rank $KILN_RANK gave up\" >&2\n"
         "printf 'no newline at the end'\n"
         "exit 3\n");
-    worker_launcher_t *l = make_launcher(bin, 4, false, 8);
+    agent_launcher_t *l = make_launcher(bin, 4, false, 8);
     int32_t ranks[] = {4, 5};
     const char *spec = "{\"model\": {\"type\": \"mlp\"}, \"metric_definitions\": [{\"name\": \"val_loss\", \"regex\": \"val loss ([0-9.]+)\"}]}";
     Kiln__Assignment a = make_assignment("job-1", 2, ranks, 2, spec);
     kiln_err_t err;
-    cr_assert_eq(worker_launcher_start(l, &a, &err), 0, "%s", err.message);
+    cr_assert_eq(agent_launcher_start(l, &a, &err), 0, "%s", err.message);
     cr_assert_eq(R.started, 1, "on_started(ok) before start returns");
-    worker_rank_info_t info[4];
-    cr_assert_eq(worker_launcher_list(l, info, 4), 2);
-    cr_assert_eq(worker_launcher_start(l, &a, &err), KILN_EEXIST, "the same assignment twice is ignored");
+    agent_rank_info_t info[4];
+    cr_assert_eq(agent_launcher_list(l, info, 4), 2);
+    cr_assert_eq(agent_launcher_start(l, &a, &err), KILN_EEXIST, "the same assignment twice is ignored");
     cr_assert(wait_exits(2, 10000));
-    cr_assert(worker_launcher_wait_idle(l, 5000));
-    cr_assert_eq(worker_launcher_list(l, info, 4), 0);
+    cr_assert(agent_launcher_wait_idle(l, 5000));
+    cr_assert_eq(agent_launcher_list(l, info, 4), 0);
 
     for (int rank = 4; rank <= 5; rank++) {
         char want[1024];
@@ -247,7 +247,7 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         const ev_line_t *e = find_line(rank, "env ");
         cr_assert_not_null(e);
         cr_assert_str_eq(e->text, want);
-        cr_assert_eq(e->stream, WORKER_STREAM_STDOUT);
+        cr_assert_eq(e->stream, AGENT_STREAM_STDOUT);
         snprintf(want, sizeof(want), "paths %s/jobs/job-1/spec.json %s/jobs/job-1/checkpoints %s/jobs/job-1/output", dir, dir, dir);
         cr_assert_str_eq(find_line(rank, "paths")->text, want);
         cr_assert_not_null(find_line(rank, "dirs-ok"));
@@ -255,10 +255,10 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         cr_assert_not_null(find_line(rank, "no newline at the end"), "the partial last line is kept");
         const ev_line_t *fe = find_line(rank, "first problem");
         cr_assert_not_null(fe);
-        cr_assert_eq(fe->stream, WORKER_STREAM_STDERR);
+        cr_assert_eq(fe->stream, AGENT_STREAM_STDERR);
         int got_loss = 0, got_val = 0;
         for (size_t i = 0; i < R.points.n; i++) {
-            const worker_point_t *p = &R.points.v[i];
+            const agent_point_t *p = &R.points.v[i];
             if (p->rank != rank)
                 continue;
             if (!strcmp(p->name, "train_loss") && p->value == 2.5 && p->step == 3 && p->time_us == 1795000000500000LL)
@@ -288,7 +288,7 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
     cr_assert_eq(kiln_file_read(path, &text, &len, NULL), 0);
     cr_assert_str_eq(text, spec);
     free(text);
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
 }
 
 Test(launch, clean_exit_signal_death_and_exit_without_stderr)
@@ -299,10 +299,10 @@ Test(launch, clean_exit_signal_death_and_exit_without_stderr)
         "1) kill -9 $$;;\n"
         "2) exit 7;;\n"
         "esac\n");
-    worker_launcher_t *l = make_launcher(bin, 3, false, 3);
+    agent_launcher_t *l = make_launcher(bin, 3, false, 3);
     int32_t ranks[] = {0, 1, 2};
     Kiln__Assignment a = make_assignment("job-2", 1, ranks, 3, "{}");
-    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
     cr_assert(wait_exits(3, 10000));
     for (int i = 0; i < 3; i++) {
         ev_exit_t *e = &R.exits[i];
@@ -318,7 +318,7 @@ Test(launch, clean_exit_signal_death_and_exit_without_stderr)
             cr_assert_str_eq(e->reason, "", "no stderr, no reason (kilnd names the code)");
         }
     }
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
 }
 
 Test(launch, stop_order_sends_sigterm_and_the_rank_checkpoints)
@@ -327,19 +327,19 @@ Test(launch, stop_order_sends_sigterm_and_the_rank_checkpoints)
         "trap 'echo got-term; exit 143' TERM\n"
         "echo running\n"
         "while :; do sleep 0.05; done\n");
-    worker_launcher_t *l = make_launcher(bin, 1, false, 1);
+    agent_launcher_t *l = make_launcher(bin, 1, false, 1);
     int32_t ranks[] = {0};
     Kiln__Assignment a = make_assignment("job-3", 1, ranks, 1, "{}");
-    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
     usleep(300000);
-    cr_assert_eq(worker_launcher_stop(l, "job-other", 0, 1000), 0, "other jobs are not touched");
-    cr_assert_eq(worker_launcher_stop(l, "job-3", 2, 1000), 0, "other attempts are not touched");
-    cr_assert_eq(worker_launcher_stop(l, "job-3", 1, 5000), 1);
+    cr_assert_eq(agent_launcher_stop(l, "job-other", 0, 1000), 0, "other jobs are not touched");
+    cr_assert_eq(agent_launcher_stop(l, "job-3", 2, 1000), 0, "other attempts are not touched");
+    cr_assert_eq(agent_launcher_stop(l, "job-3", 1, 5000), 1);
     cr_assert(wait_exits(1, 4000), "SIGTERM ends it well before the grace");
     cr_assert_eq(R.exits[0].code, 143);
     cr_assert_not_null(find_line(0, "got-term"));
     cr_assert_not_null(find_line(0, "running"));
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
 }
 
 Test(launch, stop_order_sigkills_a_rank_that_ignores_sigterm_after_the_grace)
@@ -348,67 +348,67 @@ Test(launch, stop_order_sigkills_a_rank_that_ignores_sigterm_after_the_grace)
         "trap '' TERM\n"
         "echo stubborn\n"
         "while :; do sleep 0.05; done\n");
-    worker_launcher_t *l = make_launcher(bin, 1, false, 1);
+    agent_launcher_t *l = make_launcher(bin, 1, false, 1);
     int32_t ranks[] = {0};
     Kiln__Assignment a = make_assignment("job-4", 1, ranks, 1, "{}");
-    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
     usleep(300000);
     int64_t t0 = kiln_mono_us();
-    cr_assert_eq(worker_launcher_stop(l, "job-4", 0, 400), 1);
+    cr_assert_eq(agent_launcher_stop(l, "job-4", 0, 400), 1);
     cr_assert(wait_exits(1, 5000));
     int64_t took_ms = (kiln_mono_us() - t0) / 1000;
     cr_assert_eq(R.exits[0].sig, 9);
     cr_assert_eq(R.exits[0].code, -1);
     cr_assert_geq(took_ms, 380, "SIGKILL only after the grace (%lld ms)", (long long)took_ms);
     cr_assert_lt(took_ms, 3000);
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
 }
 
 Test(launch, a_program_that_cannot_start_fails_the_assignment)
 {
     char bin[300];
     snprintf(bin, sizeof(bin), "%s/missing-train", dir);
-    worker_launcher_t *l = make_launcher(bin, 2, false, 2);
+    agent_launcher_t *l = make_launcher(bin, 2, false, 2);
     int32_t ranks[] = {0, 1};
     Kiln__Assignment a = make_assignment("job-5", 1, ranks, 2, "{}");
     kiln_err_t err;
-    cr_assert_eq(worker_launcher_start(l, &a, &err), KILN_EIO);
+    cr_assert_eq(agent_launcher_start(l, &a, &err), KILN_EIO);
     cr_assert_eq(R.start_failed, 1);
     cr_assert_eq(R.started, 0);
     cr_assert(strstr(R.start_reason, "could not start"), "%s", R.start_reason);
     cr_assert(strstr(R.start_reason, "No such file"), "%s", R.start_reason);
-    worker_rank_info_t info[4];
-    cr_assert_eq(worker_launcher_list(l, info, 4), 0);
+    agent_rank_info_t info[4];
+    cr_assert_eq(agent_launcher_list(l, info, 4), 0);
     /* bad job ids never become paths */
     Kiln__Assignment b = make_assignment("../etc", 1, ranks, 1, "{}");
-    cr_assert_eq(worker_launcher_start(l, &b, &err), KILN_EINVAL);
-    worker_launcher_destroy(l);
+    cr_assert_eq(agent_launcher_start(l, &b, &err), KILN_EINVAL);
+    agent_launcher_destroy(l);
 }
 
 Test(launch, gpu_slots_get_distinct_devices_and_spec_threads_win)
 {
     char *bin = write_script("rank.sh",
         "echo \"dev=$KILN_DEVICE_ID cuda=$CUDA_VISIBLE_DEVICES threads=$KILN_THREADS\"\n");
-    worker_launcher_t *l = make_launcher(bin, 2, true, 16);
+    agent_launcher_t *l = make_launcher(bin, 2, true, 16);
     int32_t ranks[] = {0, 1};
     Kiln__Assignment a = make_assignment("job-6", 1, ranks, 2, "{\"resources\": {\"threads_per_rank\": 3}}");
-    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
     cr_assert(wait_exits(2, 10000));
     const ev_line_t *l0 = find_line(0, "dev="), *l1 = find_line(1, "dev=");
     cr_assert_not_null(l0);
     cr_assert_not_null(l1);
     cr_assert_str_eq(l0->text, "dev=0 cuda=0 threads=3");
     cr_assert_str_eq(l1->text, "dev=1 cuda=1 threads=3");
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
 }
 
 Test(launch, many_lines_arrive_complete_and_in_order)
 {
     char *bin = write_script("rank.sh", "seq 1 30000\nhead -c 40000 /dev/zero | tr '\\0' 'x'; echo\n");
-    worker_launcher_t *l = make_launcher(bin, 1, false, 1);
+    agent_launcher_t *l = make_launcher(bin, 1, false, 1);
     int32_t ranks[] = {0};
     Kiln__Assignment a = make_assignment("job-7", 1, ranks, 1, "{}");
-    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
     cr_assert(wait_exits(1, 20000));
     cr_assert_eq(R.nlines, 30001);
     for (int i = 0; i < 30000; i++) {
@@ -417,10 +417,10 @@ Test(launch, many_lines_arrive_complete_and_in_order)
         cr_assert_str_eq(R.lines[i].text, want);
     }
     cr_assert_eq(strlen(R.lines[30000].text), 255, "the long line (cut by the test's own copy)");
-    cr_assert_eq(R.long_len, 16384 + strlen(WORKER_TRUNCATED_MARK), "cut at 16 KiB and marked");
+    cr_assert_eq(R.long_len, 16384 + strlen(AGENT_TRUNCATED_MARK), "cut at 16 KiB and marked");
     cr_assert(R.long_marked);
     cr_assert_eq(R.exits[0].lines_before, 30001);
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
 }
 
 /* The rank's state letter from /proc ('Z' zombie), or 0 when the process is gone. */
@@ -446,12 +446,12 @@ Test(launch, ranks_die_with_the_agent)
     cr_assert_geq(agent, 0);
     if (agent == 0) {
         /* a stand-in agent process: starts the rank, then dies without cleaning up */
-        worker_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = 1, .cores = 1};
-        worker_launch_cbs_t cbs = {0};
-        worker_launcher_t *l = NULL;
+        agent_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = 1, .cores = 1};
+        agent_launch_cbs_t cbs = {0};
+        agent_launcher_t *l = NULL;
         int32_t ranks[] = {0};
         Kiln__Assignment a = make_assignment("job-8", 1, ranks, 1, "{}");
-        if (worker_launcher_create(&cfg, &cbs, &l, NULL) != 0 || worker_launcher_start(l, &a, NULL) != 0)
+        if (agent_launcher_create(&cfg, &cbs, &l, NULL) != 0 || agent_launcher_start(l, &a, NULL) != 0)
             _exit(1);
         sleep(30);
         _exit(0);
@@ -489,11 +489,11 @@ Test(launch, ranks_die_with_the_agent)
 Test(launch, an_exit_is_reported_even_when_a_stray_process_keeps_the_pipes_open)
 {
     char *bin = write_script("rank.sh", "setsid sleep 20 &\necho $! > \"$KILN_OUTPUT_DIR/stray\"\necho bye\nexit 4\n");
-    worker_launcher_t *l = make_launcher(bin, 1, false, 1);
+    agent_launcher_t *l = make_launcher(bin, 1, false, 1);
     int32_t ranks[] = {0};
     Kiln__Assignment a = make_assignment("job-9", 1, ranks, 1, "{}");
     int64_t t0 = kiln_mono_us();
-    cr_assert_eq(worker_launcher_start(l, &a, NULL), 0);
+    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
     bool got = wait_exits(1, 6000);
     int64_t took_ms = (kiln_mono_us() - t0) / 1000;
     char path[300];
@@ -511,5 +511,5 @@ Test(launch, an_exit_is_reported_even_when_a_stray_process_keeps_the_pipes_open)
     cr_assert_eq(R.exits[0].code, 4);
     cr_assert_not_null(find_line(0, "bye"));
     cr_assert_lt(took_ms, 5000);
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
 }

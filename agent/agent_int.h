@@ -1,11 +1,11 @@
-/* worker_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
- * waiting for kilnd, bounded in memory). Nothing outside worker/ includes this. */
-#ifndef KILN_WORKER_INT_H
-#define KILN_WORKER_INT_H
+/* agent_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
+ * waiting for kilnd, bounded in memory). Nothing outside agent/ includes this. */
+#ifndef KILN_AGENT_INT_H
+#define KILN_AGENT_INT_H
 
 #include <pthread.h>
 
-#include "worker/worker.h"
+#include "agent/agent.h"
 
 #define OB_MAX_LINES 1000
 #define OB_MAX_LOG_BYTES (1 << 20)   /* well under the 4 MiB message limit */
@@ -31,7 +31,7 @@ typedef struct ob_item {
     int64_t opened_us;          /* monotonic time of the first entry (open batches) */
     ob_line_t *lines;           /* OB_LOGS */
     size_t nlines, lines_cap, bytes;
-    worker_points_t points;     /* OB_METRICS */
+    agent_points_t points;     /* OB_METRICS */
     bool started;               /* OB_STATUS */
     char reason[600];           /* OB_STATUS, OB_EXIT */
     int rank, exit_code, sig;   /* OB_EXIT */
@@ -59,7 +59,7 @@ ob_item_t *ob_pop_locked(ob_t *o);
 void ob_deinit(ob_t *o);        /* frees everything still queued */
 void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
                  const char *line, size_t len);
-void ob_add_points(ob_t *o, const char *job_id, int attempt, const worker_point_t *pts, size_t n);
+void ob_add_points(ob_t *o, const char *job_id, int attempt, const agent_point_t *pts, size_t n);
 void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason,
                    bool shutdown);
 /* Seals the job's open batches first, so the exit follows every line the rank wrote. shutdown:
@@ -70,9 +70,9 @@ void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, 
 void ob_seal_due_locked(ob_t *o, bool force);
 /* Exits queued but not yet acknowledged, so heartbeats keep reporting those ranks. Returns the
  * count; copies up to max. */
-size_t ob_pending_exits(ob_t *o, worker_rank_info_t *out, size_t max);
+size_t ob_pending_exits(ob_t *o, agent_rank_info_t *out, size_t max);
 /* True when nothing is queued or filling. */
 bool ob_empty(ob_t *o);
 void ob_item_free(ob_item_t *it);
 
-#endif /* KILN_WORKER_INT_H */
+#endif /* KILN_AGENT_INT_H */

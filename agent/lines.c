@@ -1,23 +1,23 @@
 /* lines.c - the agent's line splitter: a byte stream from a rank's pipe becomes complete,
  * sanitised lines (valid UTF-8, no NUL, bounded length). No I/O here; the launcher feeds it. */
-#include "worker/worker.h"
+#include "agent/agent.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-void worker_linebuf_init(worker_linebuf_t *lb, size_t max_line)
+void agent_linebuf_init(agent_linebuf_t *lb, size_t max_line)
 {
     memset(lb, 0, sizeof(*lb));
     lb->max_line = max_line ? max_line : 16384;
 }
 
-void worker_linebuf_deinit(worker_linebuf_t *lb)
+void agent_linebuf_deinit(agent_linebuf_t *lb)
 {
     free(lb->buf);
     memset(lb, 0, sizeof(*lb));
 }
 
-size_t worker_utf8_sanitize(const char *s, size_t len, char *out)
+size_t agent_utf8_sanitize(const char *s, size_t len, char *out)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, o = 0;
@@ -69,8 +69,8 @@ size_t worker_utf8_sanitize(const char *s, size_t len, char *out)
     return o;
 }
 
-static void linebuf_emit(worker_linebuf_t *lb, const char *s, size_t len, bool truncated,
-                         worker_line_fn fn, void *ud)
+static void linebuf_emit(agent_linebuf_t *lb, const char *s, size_t len, bool truncated,
+                         agent_line_fn fn, void *ud)
 {
     if (len > 0 && s[len - 1] == '\r')
         len--;
@@ -79,7 +79,7 @@ static void linebuf_emit(worker_linebuf_t *lb, const char *s, size_t len, bool t
     char *out = 3 * len + 1 <= sizeof(stackbuf) ? stackbuf : malloc(3 * len + 1);
     if (!out)
         return;
-    size_t n = worker_utf8_sanitize(s, len, out);
+    size_t n = agent_utf8_sanitize(s, len, out);
     fn(ud, out, n, truncated);
     if (out != stackbuf)
         free(out);
@@ -87,7 +87,7 @@ static void linebuf_emit(worker_linebuf_t *lb, const char *s, size_t len, bool t
 }
 
 /* Appends up to the line limit; bytes past it are dropped and the line marked truncated. */
-static void linebuf_append(worker_linebuf_t *lb, const char *data, size_t n)
+static void linebuf_append(agent_linebuf_t *lb, const char *data, size_t n)
 {
     size_t room = lb->max_line > lb->len ? lb->max_line - lb->len : 0;
     if (n > room) {
@@ -112,7 +112,7 @@ static void linebuf_append(worker_linebuf_t *lb, const char *data, size_t n)
     lb->len += n;
 }
 
-void worker_linebuf_feed(worker_linebuf_t *lb, const char *data, size_t n, worker_line_fn fn, void *ud)
+void agent_linebuf_feed(agent_linebuf_t *lb, const char *data, size_t n, agent_line_fn fn, void *ud)
 {
     while (n > 0) {
         const char *nl = memchr(data, '\n', n);
@@ -136,7 +136,7 @@ void worker_linebuf_feed(worker_linebuf_t *lb, const char *data, size_t n, worke
     }
 }
 
-void worker_linebuf_finish(worker_linebuf_t *lb, worker_line_fn fn, void *ud)
+void agent_linebuf_finish(agent_linebuf_t *lb, agent_line_fn fn, void *ud)
 {
     if (lb->len > 0 || lb->truncated)
         linebuf_emit(lb, lb->buf ? lb->buf : "", lb->len, lb->truncated, fn, ud);

@@ -1,18 +1,18 @@
 /* metrics.c - metric points from a rank: the JSON records it writes on KILN_METRICS_FD and the
  * spec's metric_definitions (POSIX regexes) applied to its log lines. Parsing only; the launcher
  * decides where lines come from and the agent where points go. */
-#include "worker/worker.h"
+#include "agent/agent.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-void worker_points_push(worker_points_t *p, const worker_point_t *pt)
+void agent_points_push(agent_points_t *p, const agent_point_t *pt)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 16;
-        worker_point_t *nv = realloc(p->v, cap * sizeof(*nv));
+        agent_point_t *nv = realloc(p->v, cap * sizeof(*nv));
         if (!nv) {
             log_error("worker: out of memory for metric points; dropping %s", pt->name);
             return;
@@ -23,16 +23,16 @@ void worker_points_push(worker_points_t *p, const worker_point_t *pt)
     p->v[p->n++] = *pt;
 }
 
-void worker_points_clear(worker_points_t *p) { p->n = 0; }
+void agent_points_clear(agent_points_t *p) { p->n = 0; }
 
-void worker_points_free(worker_points_t *p)
+void agent_points_free(agent_points_t *p)
 {
     free(p->v);
     memset(p, 0, sizeof(*p));
 }
 
-int worker_metric_parse(const char *line, size_t len, int rank, int64_t *last_step,
-                        worker_points_t *out, kiln_err_t *err)
+int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_step,
+                        agent_points_t *out, kiln_err_t *err)
 {
     json_error_t jerr;
     json_t *rec = json_loadb(line, len, 0, &jerr);
@@ -75,12 +75,12 @@ int worker_metric_parse(const char *line, size_t len, int rank, int64_t *last_st
     const char *key;
     json_t *val;
     json_object_foreach(metrics, key, val) {
-        if (!json_is_number(val) || !key[0] || strlen(key) >= WORKER_METRIC_NAME)
+        if (!json_is_number(val) || !key[0] || strlen(key) >= AGENT_METRIC_NAME)
             continue;
-        worker_point_t pt = {.rank = rank, .step = step, .value = json_number_value(val),
+        agent_point_t pt = {.rank = rank, .step = step, .value = json_number_value(val),
                              .time_us = time_us};
         kiln_strlcpy(pt.name, key, sizeof(pt.name));
-        worker_points_push(out, &pt);
+        agent_points_push(out, &pt);
     }
     *last_step = step;
 done:
@@ -88,7 +88,7 @@ done:
     return rc;
 }
 
-int worker_metric_defs_init(worker_metric_defs_t *d, const char *spec_json, kiln_err_t *err)
+int agent_metric_defs_init(agent_metric_defs_t *d, const char *spec_json, kiln_err_t *err)
 {
     memset(d, 0, sizeof(*d));
     json_error_t jerr;
@@ -111,9 +111,9 @@ int worker_metric_defs_init(worker_metric_defs_t *d, const char *spec_json, kiln
     json_array_foreach(defs, i, def) {
         const char *name = json_string_value(json_object_get(def, "name"));
         const char *regex = json_string_value(json_object_get(def, "regex"));
-        if (!name || !regex || !name[0] || strlen(name) >= WORKER_METRIC_NAME)
+        if (!name || !regex || !name[0] || strlen(name) >= AGENT_METRIC_NAME)
             continue;
-        worker_metric_def_t *m = &d->v[d->n];
+        agent_metric_def_t *m = &d->v[d->n];
         int rrc = regcomp(&m->re, regex, REG_EXTENDED);
         if (rrc != 0) {
             char msg[128];
@@ -130,7 +130,7 @@ done:
     return rc;
 }
 
-void worker_metric_defs_deinit(worker_metric_defs_t *d)
+void agent_metric_defs_deinit(agent_metric_defs_t *d)
 {
     for (size_t i = 0; i < d->n; i++)
         regfree(&d->v[i].re);
@@ -138,8 +138,8 @@ void worker_metric_defs_deinit(worker_metric_defs_t *d)
     memset(d, 0, sizeof(*d));
 }
 
-size_t worker_metric_defs_match(const worker_metric_defs_t *d, const char *line, int rank,
-                                int64_t step, int64_t time_us, worker_points_t *out)
+size_t agent_metric_defs_match(const agent_metric_defs_t *d, const char *line, int rank,
+                                int64_t step, int64_t time_us, agent_points_t *out)
 {
     size_t added = 0;
     for (size_t i = 0; i < d->n; i++) {
@@ -156,9 +156,9 @@ size_t worker_metric_defs_match(const worker_metric_defs_t *d, const char *line,
         double v = strtod(num, &end);
         if (end == num || *end != '\0' || !isfinite(v))
             continue;
-        worker_point_t pt = {.rank = rank, .step = step, .value = v, .time_us = time_us};
+        agent_point_t pt = {.rank = rank, .step = step, .value = v, .time_us = time_us};
         kiln_strlcpy(pt.name, d->v[i].name, sizeof(pt.name));
-        worker_points_push(out, &pt);
+        agent_points_push(out, &pt);
         added++;
     }
     return added;

@@ -1,8 +1,8 @@
 /* launch.c - the agent's launcher: starts the ranks of an assignment as kiln-train child
  * processes (own process group, environment per docs/contracts.md, stdout/stderr/metric records
  * on pipes), reads their output on one epoll I/O thread, delivers stop orders and exits.
- * It knows nothing about gRPC: what it reads goes to the callbacks in worker_launch_cbs_t. */
-#include "worker/worker.h"
+ * It knows nothing about gRPC: what it reads goes to the callbacks in agent_launch_cbs_t. */
+#include "agent/agent.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +31,7 @@ typedef struct ljob {
     char job_id[64];
     int attempt;
     int refs;                    /* ranks still holding it */
-    worker_metric_defs_t defs;
+    agent_metric_defs_t defs;
 } ljob_t;
 
 typedef struct lrank lrank_t;
@@ -40,7 +40,7 @@ typedef struct lsrc {            /* one epoll source of a rank: a pipe or its pi
     lrank_t *r;
     int kind;                    /* PIPE_* */
     int fd;                      /* -1 when closed */
-    worker_linebuf_t lb;
+    agent_linebuf_t lb;
 } lsrc_t;
 
 struct lrank {
@@ -58,12 +58,12 @@ struct lrank {
     char last_err[512];
 };
 
-struct worker_launcher {
+struct agent_launcher {
     char *train_bin, *work_dir;
     int slots, cores, max_line;
     bool gpu;
     bool *dev_used;
-    worker_launch_cbs_t cbs;
+    agent_launch_cbs_t cbs;
     pthread_mutex_t mu;
     pthread_cond_t idle_cv;
     lrank_t *ranks;
@@ -72,10 +72,10 @@ struct worker_launcher {
     pthread_t thread;
     bool thread_started;
     bool stop;
-    worker_points_t pts;         /* I/O thread scratch */
+    agent_points_t pts;         /* I/O thread scratch */
 };
 
-static void launcher_wake(worker_launcher_t *l)
+static void launcher_wake(agent_launcher_t *l)
 {
     uint64_t one = 1;
     ssize_t rc = write(l->wakefd, &one, sizeof(one));
@@ -85,7 +85,7 @@ static void launcher_wake(worker_launcher_t *l)
 /* ---- reading ------------------------------------------------------------------------------ */
 
 typedef struct line_ctx {
-    worker_launcher_t *l;
+    agent_launcher_t *l;
     lrank_t *r;
     int kind;
 } line_ctx_t;
@@ -93,7 +93,7 @@ typedef struct line_ctx {
 static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
 {
     line_ctx_t *c = ud;
-    worker_launcher_t *l = c->l;
+    agent_launcher_t *l = c->l;
     lrank_t *r = c->r;
     int64_t now = kiln_now_us();
     char *marked = NULL;
@@ -105,8 +105,8 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
         if (len == 0)
             return;
         kiln_err_t err;
-        worker_points_clear(&l->pts);
-        if (worker_metric_parse(line, len, r->rank, &r->last_step, &l->pts, &err) != 0) {
+        agent_points_clear(&l->pts);
+        if (agent_metric_parse(line, len, r->rank, &r->last_step, &l->pts, &err) != 0) {
             log_warn("job %s rank %d: malformed metric record ignored: %s", r->job->job_id, r->rank,
                      err.message);
             return;
@@ -115,29 +115,29 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
             l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
         return;
     }
-    if (truncated && (marked = malloc(len + sizeof(WORKER_TRUNCATED_MARK)))) {
+    if (truncated && (marked = malloc(len + sizeof(AGENT_TRUNCATED_MARK)))) {
         /* say so, rather than pass a cut line off as whole */
         memcpy(marked, line, len);
-        memcpy(marked + len, WORKER_TRUNCATED_MARK, sizeof(WORKER_TRUNCATED_MARK));
+        memcpy(marked + len, AGENT_TRUNCATED_MARK, sizeof(AGENT_TRUNCATED_MARK));
         line = marked;
-        len += sizeof(WORKER_TRUNCATED_MARK) - 1;
+        len += sizeof(AGENT_TRUNCATED_MARK) - 1;
     }
     if (c->kind == PIPE_STDERR && len > 0)
         kiln_strlcpy(r->last_err, line, sizeof(r->last_err));
     if (l->cbs.on_line)
         l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank,
-                       c->kind == PIPE_STDERR ? WORKER_STREAM_STDERR : WORKER_STREAM_STDOUT, now,
+                       c->kind == PIPE_STDERR ? AGENT_STREAM_STDERR : AGENT_STREAM_STDOUT, now,
                        line, len);
     if (r->job->defs.n) {
-        worker_points_clear(&l->pts);
-        if (worker_metric_defs_match(&r->job->defs, line, r->rank, r->last_step, now, &l->pts) &&
+        agent_points_clear(&l->pts);
+        if (agent_metric_defs_match(&r->job->defs, line, r->rank, r->last_step, now, &l->pts) &&
             l->cbs.on_points)
             l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
     }
     free(marked);
 }
 
-static void src_close(worker_launcher_t *l, lsrc_t *s)
+static void src_close(agent_launcher_t *l, lsrc_t *s)
 {
     if (s->fd < 0)
         return;
@@ -147,7 +147,7 @@ static void src_close(worker_launcher_t *l, lsrc_t *s)
 }
 
 /* Reads what the pipe holds (up to a budget, so one chatty rank cannot starve the others). */
-static void src_read(worker_launcher_t *l, lsrc_t *s)
+static void src_read(agent_launcher_t *l, lsrc_t *s)
 {
     char buf[65536];
     size_t total = 0;
@@ -155,7 +155,7 @@ static void src_read(worker_launcher_t *l, lsrc_t *s)
     while (s->fd >= 0 && total < LAUNCH_READ_BUDGET) {
         ssize_t n = read(s->fd, buf, sizeof(buf));
         if (n > 0) {
-            worker_linebuf_feed(&s->lb, buf, (size_t)n, on_rank_line, &ctx);
+            agent_linebuf_feed(&s->lb, buf, (size_t)n, on_rank_line, &ctx);
             total += (size_t)n;
             continue;
         }
@@ -164,14 +164,14 @@ static void src_read(worker_launcher_t *l, lsrc_t *s)
         if (n < 0 && errno == EAGAIN)
             return;
         /* EOF or a hard error: the writer is gone */
-        worker_linebuf_finish(&s->lb, on_rank_line, &ctx);
+        agent_linebuf_finish(&s->lb, on_rank_line, &ctx);
         src_close(l, s);
     }
 }
 
 /* Checks whether the rank's process ended; if so kills what is left of its process group (the
  * zombie keeps the group id from being reused), reaps it and starts the drain. */
-static void rank_try_reap(worker_launcher_t *l, lrank_t *r)
+static void rank_try_reap(agent_launcher_t *l, lrank_t *r)
 {
     if (r->exited)
         return;
@@ -195,15 +195,15 @@ static void job_release(ljob_t *j)
 {
     if (--j->refs > 0)
         return;
-    worker_metric_defs_deinit(&j->defs);
+    agent_metric_defs_deinit(&j->defs);
     free(j);
 }
 
-static void rank_free(worker_launcher_t *l, lrank_t *r)
+static void rank_free(agent_launcher_t *l, lrank_t *r)
 {
     for (int k = 0; k < PIPE_N; k++) {
         src_close(l, &r->src[k]);
-        worker_linebuf_deinit(&r->src[k].lb);
+        agent_linebuf_deinit(&r->src[k].lb);
     }
     if (l->dev_used && r->device >= 0 && r->device < l->slots)
         l->dev_used[r->device] = false;
@@ -213,13 +213,13 @@ static void rank_free(worker_launcher_t *l, lrank_t *r)
 
 /* The rank has exited and its pipes are closed (or the drain time is over): hand over the last
  * partial lines, then the exit. */
-static void rank_finish(worker_launcher_t *l, lrank_t *r)
+static void rank_finish(agent_launcher_t *l, lrank_t *r)
 {
     for (int k = PIPE_STDOUT; k <= PIPE_METRICS; k++) {
         if (r->src[k].fd >= 0)
             src_read(l, &r->src[k]);
         line_ctx_t ctx = {l, r, k};
-        worker_linebuf_finish(&r->src[k].lb, on_rank_line, &ctx);
+        agent_linebuf_finish(&r->src[k].lb, on_rank_line, &ctx);
     }
     if (!r->silent && l->cbs.on_exit) {
         int code = -1, sig = 0;
@@ -240,7 +240,7 @@ static void rank_finish(worker_launcher_t *l, lrank_t *r)
 
 static void *launcher_main(void *arg)
 {
-    worker_launcher_t *l = arg;
+    agent_launcher_t *l = arg;
     struct epoll_event evs[64];
     int64_t stop_deadline = 0;
     pthread_mutex_lock(&l->mu);
@@ -318,11 +318,11 @@ static void *launcher_main(void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
-int worker_launcher_create(const worker_launcher_config_t *cfg, const worker_launch_cbs_t *cbs,
-                           worker_launcher_t **out, kiln_err_t *err)
+int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch_cbs_t *cbs,
+                           agent_launcher_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    worker_launcher_t *l = calloc(1, sizeof(*l));
+    agent_launcher_t *l = calloc(1, sizeof(*l));
     if (!l)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     l->epfd = l->wakefd = -1;
@@ -358,11 +358,11 @@ int worker_launcher_create(const worker_launcher_config_t *cfg, const worker_lau
     *out = l;
     return 0;
 fail:
-    worker_launcher_destroy(l);
+    agent_launcher_destroy(l);
     return err ? err->status : KILN_EIO;
 }
 
-void worker_launcher_destroy(worker_launcher_t *l)
+void agent_launcher_destroy(agent_launcher_t *l)
 {
     if (!l)
         return;
@@ -387,7 +387,7 @@ void worker_launcher_destroy(worker_launcher_t *l)
         close(l->epfd);
     if (l->wakefd >= 0)
         close(l->wakefd);
-    worker_points_free(&l->pts);
+    agent_points_free(&l->pts);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->idle_cv);
     free(l->dev_used);
@@ -474,7 +474,7 @@ static int fd_high(int fd)
     return nfd;
 }
 
-static int threads_per_rank(worker_launcher_t *l, const json_t *spec)
+static int threads_per_rank(agent_launcher_t *l, const json_t *spec)
 {
     int t = 0;
     json_t *v = json_object_get(json_object_get(spec, "resources"), "threads_per_rank");
@@ -561,7 +561,7 @@ static int rank_exec(const char *bin, char *const argv[], char *const envp[], in
 }
 
 /* Starts one rank; on success the rank is linked into l->ranks and watched by epoll. */
-static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment *a, int local_rank,
+static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *a, int local_rank,
                       int threads, const char *job_dir, const char *ckpt_dir, kiln_err_t *err)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
@@ -582,7 +582,7 @@ static int rank_spawn(worker_launcher_t *l, ljob_t *job, const Kiln__Assignment 
         r->src[k].r = r;
         r->src[k].kind = k;
         r->src[k].fd = -1;
-        worker_linebuf_init(&r->src[k].lb, k == PIPE_METRICS ? (size_t)1 << 20 : (size_t)l->max_line);
+        agent_linebuf_init(&r->src[k].lb, k == PIPE_METRICS ? (size_t)1 << 20 : (size_t)l->max_line);
     }
     for (int k = 0; k < 3; k++) {
         if (pipe2(p[k], O_CLOEXEC) != 0 || (p[k][1] = fd_high(p[k][1])) < 0) {
@@ -673,7 +673,7 @@ fail:
         if (l->dev_used && r->device >= 0)
             l->dev_used[r->device] = false;
         for (int k = 0; k < PIPE_N; k++)
-            worker_linebuf_deinit(&r->src[k].lb);
+            agent_linebuf_deinit(&r->src[k].lb);
         free(r);
     }
     return rc;
@@ -690,7 +690,7 @@ static bool job_id_ok(const char *id)
     return true;
 }
 
-static bool launcher_running_locked(worker_launcher_t *l, const Kiln__Assignment *a)
+static bool launcher_running_locked(agent_launcher_t *l, const Kiln__Assignment *a)
 {
     for (lrank_t *r = l->ranks; r; r = r->next)
         if (!strcmp(r->job->job_id, a->job_id) && r->job->attempt == a->attempt && !r->exited && !r->silent)
@@ -698,7 +698,7 @@ static bool launcher_running_locked(worker_launcher_t *l, const Kiln__Assignment
     return false;
 }
 
-int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_err_t *err)
+int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_err_t *err)
 {
     kiln_err_t lerr;
     if (!err)
@@ -751,9 +751,9 @@ int worker_launcher_start(worker_launcher_t *l, const Kiln__Assignment *a, kiln_
     job->attempt = a->attempt;
     job->refs = 1; /* ours, until the loop below is done */
     kiln_err_t derr;
-    if (worker_metric_defs_init(&job->defs, spec, &derr) != 0) {
+    if (agent_metric_defs_init(&job->defs, spec, &derr) != 0) {
         log_warn("job %s: metric definitions ignored: %s", a->job_id, derr.message);
-        worker_metric_defs_deinit(&job->defs);
+        agent_metric_defs_deinit(&job->defs);
     }
     threads = threads_per_rank(l, spec_obj);
     if (l->nranks + (int)a->n_ranks > l->slots)
@@ -788,7 +788,7 @@ done:
 
 /* ---- stopping and listing ---------------------------------------------------------------- */
 
-static int launcher_signal(worker_launcher_t *l, const char *job_id, int attempt, int grace_ms)
+static int launcher_signal(agent_launcher_t *l, const char *job_id, int attempt, int grace_ms)
 {
     int n = 0;
     pthread_mutex_lock(&l->mu);
@@ -810,17 +810,17 @@ static int launcher_signal(worker_launcher_t *l, const char *job_id, int attempt
     return n;
 }
 
-int worker_launcher_stop(worker_launcher_t *l, const char *job_id, int attempt, int grace_ms)
+int agent_launcher_stop(agent_launcher_t *l, const char *job_id, int attempt, int grace_ms)
 {
     return launcher_signal(l, job_id, attempt, grace_ms);
 }
 
-int worker_launcher_stop_all(worker_launcher_t *l, int grace_ms)
+int agent_launcher_stop_all(agent_launcher_t *l, int grace_ms)
 {
     return launcher_signal(l, NULL, 0, grace_ms);
 }
 
-bool worker_launcher_wait_idle(worker_launcher_t *l, int timeout_ms)
+bool agent_launcher_wait_idle(agent_launcher_t *l, int timeout_ms)
 {
     struct timespec ts;
     kiln_deadline_in(&ts, timeout_ms);
@@ -833,7 +833,7 @@ bool worker_launcher_wait_idle(worker_launcher_t *l, int timeout_ms)
     return idle;
 }
 
-size_t worker_launcher_list(worker_launcher_t *l, worker_rank_info_t *out, size_t max)
+size_t agent_launcher_list(agent_launcher_t *l, agent_rank_info_t *out, size_t max)
 {
     size_t n = 0;
     pthread_mutex_lock(&l->mu);
