@@ -266,12 +266,13 @@ int eng_gpt_llmc_read(const char *path, eng_gpt_config_t *cfg, float **params_ou
     }
     if (hdr[0] != LLMC_MAGIC) {
         rc = kiln_err_set(err, KILN_EFORMAT, "model.init_from",
-                          "\"%s\" has bad magic %d (expected %d)", path, hdr[0], LLMC_MAGIC);
+                          "\"%s\" is not an llm.c checkpoint (its header does not start with "
+                          "the magic number %d)", path, LLMC_MAGIC);
         goto done;
     }
     if (hdr[1] != 3 && hdr[1] != 2) {
         rc = kiln_err_set(err, KILN_EFORMAT, "model.init_from",
-                          "\"%s\" has unsupported version %d (expected 3)", path, hdr[1]);
+                          "\"%s\" is not version 2 or 3 of the llm.c format", path);
         goto done;
     }
     cfg->max_seq_len = hdr[2];
@@ -291,8 +292,8 @@ int eng_gpt_llmc_read(const char *path, eng_gpt_config_t *cfg, float **params_ou
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || (size_t)sb.st_size != sizeof(hdr) + n * sizeof(float)) {
         rc = kiln_err_set(err, KILN_EFORMAT, "model.init_from",
-                          "\"%s\" should hold %zu parameters (%zu bytes) but has %lld bytes", path,
-                          n, sizeof(hdr) + n * sizeof(float), (long long)sb.st_size);
+                          "\"%s\" is truncated or padded: its size does not match the model "
+                          "shape in its header", path);
         goto done;
     }
     if (params_out) {

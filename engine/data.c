@@ -37,27 +37,26 @@ int eng_tokens_load(const char *path, eng_data_kind_t kind, eng_tokens_t *out, k
         int32_t hdr[SHARD_HEADER_INTS];
         if (size < sizeof(hdr) || fread(hdr, sizeof(hdr), 1, f) != 1) {
             rc = kiln_err_set(err, KILN_EFORMAT, "data.train",
-                              "token shard \"%s\" is too short for its 1024-byte header (%zu bytes)",
-                              path, size);
+                              "token shard \"%s\" is too short for its 1024-byte header", path);
             goto done;
         }
         if (hdr[0] != SHARD_MAGIC) {
             rc = kiln_err_set(err, KILN_EFORMAT, "data.train",
-                              "token shard \"%s\" has bad magic %d (expected %d)", path, hdr[0],
-                              SHARD_MAGIC);
+                              "\"%s\" is not an llm.c token shard (its header does not start "
+                              "with the shard magic number %d)", path, SHARD_MAGIC);
             goto done;
         }
         if (hdr[1] != SHARD_VERSION) {
             rc = kiln_err_set(err, KILN_EFORMAT, "data.train",
-                              "token shard \"%s\" has unsupported version %d (expected %d)", path,
-                              hdr[1], SHARD_VERSION);
+                              "token shard \"%s\" is not version %d of the format", path,
+                              SHARD_VERSION);
             goto done;
         }
         size_t ntok = (size_t)(uint32_t)hdr[2];
         if (size != sizeof(hdr) + 2 * ntok) {
             rc = kiln_err_set(err, KILN_EFORMAT, "data.train",
-                              "token shard \"%s\" header says %zu tokens (%zu bytes) but the file "
-                              "has %zu bytes", path, ntok, sizeof(hdr) + 2 * ntok, size);
+                              "token shard \"%s\" is truncated or padded: its size does not match "
+                              "the token count in its header", path);
             goto done;
         }
         uint16_t *u = malloc(2 * ntok + 2);

@@ -210,7 +210,7 @@ Test(cli, bad_specs_and_data_exit_2)
         {"missing", "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/nonexistent/data.txt\"}}",
          "could not open data file \"/nonexistent/data.txt\""},
         {"shard", "{\"model\": {\"type\": \"gpt\", \"vocab\": \"gpt2\"}, \"data\": {\"train\": \"%s\"}}",
-         "bad magic"},
+         "is not an llm.c token shard"},
     };
     char shard[256];
     snprintf(shard, sizeof(shard), "%s/corrupt.bin", g_dir);
