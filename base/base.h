@@ -107,15 +107,25 @@ char *arena_sprintf(arena_t *a, const char *fmt, ...) __attribute__((format(prin
 /* ------------------------------------------------------------------------------------------
  * Configuration: flags with environment fallbacks. Each flag is `--name VALUE` or
  * `--name=VALUE`; when absent, the environment variable (if any) is used, then the default.
- * Booleans accept `--name` alone. `--help` prints usage and makes config_parse return 1.
+ * Booleans accept `--name` alone; lists (CONFIG_LIST) take the flag once per value.
+ * `--help` prints usage and makes config_parse return 1.
  * ------------------------------------------------------------------------------------------ */
-typedef enum { CONFIG_STR, CONFIG_INT, CONFIG_DOUBLE, CONFIG_BOOL } config_type_t;
+typedef enum { CONFIG_STR, CONFIG_INT, CONFIG_DOUBLE, CONFIG_BOOL, CONFIG_LIST } config_type_t;
+
+/* The value of a CONFIG_LIST flag: every `--name VALUE` in order, or, when the flag is absent,
+ * the environment variable split on commas. */
+#define CONFIG_LIST_MAX 32
+typedef struct config_list {
+    const char *v[CONFIG_LIST_MAX];
+    int n;
+} config_list_t;
 
 typedef struct config_flag {
     const char *name;      /* without dashes: "database-url" */
     const char *env;       /* "KILN_DATABASE_URL", or NULL */
     config_type_t type;
-    void *value;           /* const char ** | int64_t * | double * | bool *; holds the default */
+    void *value;           /* const char ** | int64_t * | double * | bool * | config_list_t *;
+                              holds the default */
     const char *help;
 } config_flag_t;
 

@@ -16,6 +16,16 @@ static int config_set(config_flag_t *f, const char *val, const char *origin, kil
     case CONFIG_STR:
         *(const char **)f->value = val;
         return 0;
+    case CONFIG_LIST: {
+        config_list_t *l = f->value;
+        if (l->n >= CONFIG_LIST_MAX)
+            return kiln_err_set(err, KILN_EINVAL, f->name, "too many values for %s (at most %d)", origin,
+                                CONFIG_LIST_MAX);
+        if (!*val)
+            return kiln_err_set(err, KILN_EINVAL, f->name, "empty value for %s", origin);
+        l->v[l->n++] = val;
+        return 0;
+    }
     case CONFIG_INT: {
         errno = 0;
         long long v = strtoll(val, &end, 10);
@@ -66,6 +76,9 @@ void config_usage(const char *program, const char *usage, const config_flag_t *f
             break;
         case CONFIG_BOOL:
             snprintf(def, sizeof(def), " (default %s)", *(const bool *)f->value ? "true" : "false");
+            break;
+        case CONFIG_LIST:
+            snprintf(def, sizeof(def), " (repeatable)");
             break;
         }
         fprintf(stderr, "  --%-22s %s%s%s%s\n", f->name, f->help ? f->help : "", def,
@@ -131,8 +144,22 @@ int config_parse(int argc, char **argv, config_flag_t *flags, size_t nflags,
         if (seen[k] || !flags[k].env)
             continue;
         const char *v = getenv(flags[k].env);
-        if (v && *v && (rc = config_set(&flags[k], v, flags[k].env, err)) != 0)
+        if (!v || !*v)
+            continue;
+        if (flags[k].type != CONFIG_LIST) {
+            if ((rc = config_set(&flags[k], v, flags[k].env, err)) != 0)
+                goto out;
+            continue;
+        }
+        /* a list from the environment: comma-separated; the pieces live as long as the process */
+        char *copy = strdup(v), *save = NULL;
+        if (!copy) {
+            rc = KILN_ENOMEM;
             goto out;
+        }
+        for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            if ((rc = config_set(&flags[k], tok, flags[k].env, err)) != 0)
+                goto out;
     }
     if (npos)
         *npos = pos;

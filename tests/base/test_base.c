@@ -87,6 +87,30 @@ Test(config, flags_env_and_defaults)
     cr_assert(strstr(err.message, "unknown option"));
 }
 
+Test(config, list_flags_repeat_and_split_the_environment)
+{
+    config_list_t roots = {0}, origins = {0};
+    config_flag_t flags[] = {
+        {"data-root", "KILN_TEST_ROOTS", CONFIG_LIST, &roots, "roots"},
+        {"cors-origin", "KILN_TEST_ORIGINS", CONFIG_LIST, &origins, "origins"},
+    };
+    setenv("KILN_TEST_ROOTS", "/ignored", 1);
+    setenv("KILN_TEST_ORIGINS", "https://a.example,https://b.example:8443", 1);
+    char *argv[] = {"prog", "--data-root", "/data", "--data-root=/mnt/shared", NULL};
+    kiln_err_t err;
+    cr_assert_eq(config_parse(4, argv, flags, 2, NULL, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(roots.n, 2, "a flag given on the command line ignores the environment");
+    cr_assert_str_eq(roots.v[0], "/data");
+    cr_assert_str_eq(roots.v[1], "/mnt/shared");
+    cr_assert_eq(origins.n, 2);
+    cr_assert_str_eq(origins.v[0], "https://a.example");
+    cr_assert_str_eq(origins.v[1], "https://b.example:8443");
+    char *empty[] = {"prog", "--data-root=", NULL};
+    config_list_t r2 = {0};
+    flags[0].value = &r2;
+    cr_assert_eq(config_parse(2, empty, flags, 1, NULL, NULL, &err), KILN_EINVAL);
+}
+
 Test(time, format_and_parse_round_trip)
 {
     int64_t us = 1795000000123000LL;
