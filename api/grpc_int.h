@@ -9,23 +9,38 @@
 #include "base/base.h"
 #include "service/service.h"
 
+/* Who a call comes from, as the server established it before the handler runs. */
+typedef struct api_grpc_ctx {
+    svc_t *svc;
+    const svc_caller_t *who;          /* TrainingService: the user of the bearer token */
+    const char *worker_id;            /* AgentService: the worker of the credential ("" without auth) */
+    const char *worker_credential;    /* RegisterWorker: the "kiln-worker-credential" metadata, or NULL */
+} api_grpc_ctx_t;
+
 /* Handles one decoded request: fills *resp (allocated from arena, or NULL on error) and returns
  * 0 or a kiln status with err filled. Runs on a gRPC completion-queue thread. */
-typedef int (*api_grpc_handler_fn)(svc_t *s, const ProtobufCMessage *req, arena_t *arena,
+typedef int (*api_grpc_handler_fn)(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
                                    ProtobufCMessage **resp, kiln_err_t *err);
 
 typedef struct api_grpc api_grpc_t;
 
-/* A server-streaming method: takes ownership of call (unref it when done) and req (free with
- * protobuf_c_message_free_unpacked). Runs on a completion-queue thread: must not block; start a
- * thread for the stream. */
-typedef void (*api_grpc_stream_fn)(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req);
+/* A server-streaming method: takes ownership of call (unref it when done), req (free with
+ * protobuf_c_message_free_unpacked) and arena (heap; arena_deinit and free it), which holds who,
+ * the authenticated caller. Runs on a completion-queue thread: must not block; start a thread for
+ * the stream. */
+typedef void (*api_grpc_stream_fn)(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                                   const svc_caller_t *who);
+
+/* What a method needs from its caller: a user's bearer token, the cluster's join token
+ * (RegisterWorker) or a worker's credential (the rest of AgentService). */
+typedef enum { API_GRPC_USER = 0, API_GRPC_JOIN, API_GRPC_AGENT } api_grpc_auth_t;
 
 typedef struct api_grpc_method {
     const char *path;                            /* "/kiln.AgentService/Heartbeat" */
     const ProtobufCMessageDescriptor *req_desc;  /* request message type */
     api_grpc_handler_fn handle;                  /* unary methods */
     api_grpc_stream_fn stream;                   /* server-streaming methods (handle is NULL) */
+    api_grpc_auth_t auth;
 } api_grpc_method_t;
 
 /* Every tag given to the server's completion queue starts with this. Tags of kind
@@ -48,7 +63,8 @@ void api_grpc_stream_leave(api_grpc_t *g);
 bool api_grpc_stopping(api_grpc_t *g);
 
 /* The server-streaming StreamLogs (grpc_stream.c). */
-void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req);
+void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                          const svc_caller_t *who);
 
 /* JSON shaped like the REST API -> a message of type d, allocated from arena (grpc_training.c).
  * Keys are proto field names; "time" (RFC 3339) fills a missing time_us. */

@@ -1,6 +1,8 @@
 /* grpc_server.c - kilnd's gRPC front end over the gRPC C core: method paths registered by hand
- * (protoc-c makes messages only), requests armed ahead on one completion queue served by a few
- * threads, protobuf-c decode -> service/ -> encode, kiln statuses mapped to gRPC statuses.
+ * (protoc-c makes messages only), TLS (and client certificates for agents) through the core's SSL
+ * credentials, requests armed ahead on one completion queue served by a few threads, the caller
+ * established from the call's metadata (a user's bearer token, the join token, or a worker's
+ * credential), protobuf-c decode -> service/ -> encode, kiln statuses mapped to gRPC statuses.
  * Unknown methods get UNIMPLEMENTED. The TrainingService conversions live in grpc_training.c. */
 #include "api/api.h"
 #include "api/grpc_int.h"
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define GRPC_THREADS 2
 #define GRPC_ARMED 8                 /* requests kept armed per method */
@@ -51,6 +54,8 @@ struct api_grpc {
     bool shutdown_done;
     int busy;                        /* threads handling a request (they may still start a batch) */
     int streams;                     /* live server streams (grpc_stream.c) */
+    bool tls;
+    bool agent_certs;                /* mutual TLS: AgentService calls need a verified client certificate */
 };
 
 /* ---- AgentService handlers ------------------------------------------------------------------ */
@@ -63,53 +68,60 @@ static Kiln__Ack *ack_new(arena_t *arena)
     return ack;
 }
 
-static int h_register(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_register(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                      ProtobufCMessage **resp, kiln_err_t *err)
 {
     Kiln__RegisterResponse *out = arena_alloc(arena, sizeof(*out));
     kiln__register_response__init(out);
     *resp = &out->base;
-    return svc_agent_register(s, (const Kiln__RegisterRequest *)req, arena, out, err);
+    return svc_agent_register(ctx->svc, (const Kiln__RegisterRequest *)req, ctx->worker_credential, arena,
+                              out, err);
 }
 
-static int h_heartbeat(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_heartbeat(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                       ProtobufCMessage **resp, kiln_err_t *err)
 {
     Kiln__HeartbeatResponse *out = arena_alloc(arena, sizeof(*out));
     kiln__heartbeat_response__init(out);
     *resp = &out->base;
-    return svc_agent_heartbeat(s, (const Kiln__HeartbeatRequest *)req, arena, out, err);
+    return svc_agent_heartbeat(ctx->svc, ctx->worker_id, (const Kiln__HeartbeatRequest *)req, arena, out, err);
 }
 
-static int h_status(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_status(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                    ProtobufCMessage **resp, kiln_err_t *err)
 {
     *resp = &ack_new(arena)->base;
-    return svc_agent_rank_status(s, (const Kiln__RankStatus *)req, err);
+    return svc_agent_rank_status(ctx->svc, ctx->worker_id, (const Kiln__RankStatus *)req, err);
 }
 
-static int h_logs(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_logs(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                  ProtobufCMessage **resp, kiln_err_t *err)
 {
     *resp = &ack_new(arena)->base;
-    return svc_agent_logs(s, (const Kiln__LogBatch *)req, err);
+    return svc_agent_logs(ctx->svc, ctx->worker_id, (const Kiln__LogBatch *)req, err);
 }
 
-static int h_metrics(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_metrics(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                     ProtobufCMessage **resp, kiln_err_t *err)
 {
     *resp = &ack_new(arena)->base;
-    return svc_agent_metrics(s, (const Kiln__MetricBatch *)req, err);
+    return svc_agent_metrics(ctx->svc, ctx->worker_id, (const Kiln__MetricBatch *)req, err);
 }
 
-static int h_exit(svc_t *s, const ProtobufCMessage *req, arena_t *arena, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_exit(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                  ProtobufCMessage **resp, kiln_err_t *err)
 {
     *resp = &ack_new(arena)->base;
-    return svc_agent_rank_exit(s, (const Kiln__RankExit *)req, err);
+    return svc_agent_rank_exit(ctx->svc, ctx->worker_id, (const Kiln__RankExit *)req, err);
 }
 
 static const api_grpc_method_t k_agent_methods[] = {
-    {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register, NULL},
-    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL},
-    {"/kiln.AgentService/ReportRankStatus", &kiln__rank_status__descriptor, h_status, NULL},
-    {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs, NULL},
-    {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics, NULL},
-    {"/kiln.AgentService/ReportRankExit", &kiln__rank_exit__descriptor, h_exit, NULL},
+    {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register, NULL, API_GRPC_JOIN},
+    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/ReportRankStatus", &kiln__rank_status__descriptor, h_status, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/ReportRankExit", &kiln__rank_exit__descriptor, h_exit, NULL, API_GRPC_AGENT},
 };
 
 /* Every method the server answers: AgentService, then TrainingService (grpc_training.c). */
@@ -123,6 +135,19 @@ static const api_grpc_method_t *method_at(size_t i)
 static size_t method_count(void)
 {
     return KILN_ARRAY_LEN(k_agent_methods) + api_grpc_training_method_count;
+}
+
+size_t api_grpc_methods(api_route_info_t *out, size_t max)
+{
+    size_t n = method_count();
+    for (size_t i = 0; i < n && i < max; i++) {
+        const api_grpc_method_t *m = method_at(i);
+        out[i].method = NULL;
+        out[i].path = m->path;
+        out[i].open = m->auth == API_GRPC_JOIN;
+        out[i].agent = m->auth != API_GRPC_USER;
+    }
+    return n;
 }
 
 /* ---- calls -------------------------------------------------------------------------------- */
@@ -208,6 +233,81 @@ static void grpc_reply(gcall_t *c, grpc_status_code status, const char *message)
     }
 }
 
+static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const kiln_err_t *err);
+
+/* The value of a metadata key (lower case), or NULL; *len its length. Borrowed from the call. */
+static const char *md_get(const grpc_metadata_array *md, const char *key, size_t *len)
+{
+    size_t kl = strlen(key);
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_slice *k = &md->metadata[i].key;
+        if (GRPC_SLICE_LENGTH(*k) == kl && !memcmp(GRPC_SLICE_START_PTR(*k), key, kl)) {
+            *len = GRPC_SLICE_LENGTH(md->metadata[i].value);
+            return (const char *)GRPC_SLICE_START_PTR(md->metadata[i].value);
+        }
+    }
+    return NULL;
+}
+
+/* A metadata value as a string in arena (NULL when absent); "authorization" loses its "Bearer ". */
+static const char *md_str(const grpc_metadata_array *md, const char *key, arena_t *arena)
+{
+    size_t len = 0;
+    const char *v = md_get(md, key, &len);
+    if (!v)
+        return NULL;
+    if (!strcmp(key, "authorization")) {
+        if (len < 7 || strncasecmp(v, "Bearer ", 7) != 0)
+            return NULL;
+        v += 7;
+        len -= 7;
+    }
+    if (len > 512)
+        len = 512; /* longer than any secret kilnd hands out: it fails the check */
+    return arena_strndup(arena, v, len);
+}
+
+/* Establishes the caller of a call from its metadata (and, for agents under mutual TLS, its
+ * client certificate). */
+static int grpc_authenticate(api_grpc_t *g, gcall_t *c, const api_grpc_method_t *m, arena_t *arena,
+                             api_grpc_ctx_t *ctx, kiln_err_t *err)
+{
+    const char *bearer = md_str(&c->md, "authorization", arena);
+    if (m->auth != API_GRPC_USER && g->agent_certs) {
+        grpc_auth_context *ac = grpc_call_auth_context(c->call);
+        int ok = ac && grpc_auth_context_peer_is_authenticated(ac);
+        grpc_auth_context_release(ac);
+        if (!ok) {
+            kiln_err_set(err, KILN_EUNAUTH, NULL, "agents must present a client certificate signed by kilnd's --tls-ca");
+            kiln_err_hint(err, "start kiln-agent with --tls-cert and --tls-key");
+            return KILN_EUNAUTH;
+        }
+    }
+    switch (m->auth) {
+    case API_GRPC_USER: {
+        svc_caller_t *who = arena_alloc(arena, sizeof(*who));
+        int rc = svc_auth_user(g->svc, bearer, arena, who, err);
+        ctx->who = who;
+        return rc;
+    }
+    case API_GRPC_JOIN:
+        if (!svc_auth_join(g->svc, bearer)) {
+            kiln_err_set(err, KILN_EUNAUTH, NULL, "registering a worker needs the cluster's join token");
+            kiln_err_hint(err, "start kiln-agent with --join-token-file (the file kilnd's --join-token-file names)");
+            return KILN_EUNAUTH;
+        }
+        ctx->worker_credential = md_str(&c->md, "kiln-worker-credential", arena);
+        return 0;
+    case API_GRPC_AGENT: {
+        char *wid = arena_alloc(arena, 64); /* worker ids are shorter (store's limit) */
+        int rc = svc_auth_agent(g->svc, bearer, wid, 64, err);
+        ctx->worker_id = wid;
+        return rc;
+    }
+    }
+    return KILN_EINTERNAL;
+}
+
 static void grpc_handle(api_grpc_t *g, gcall_t *c)
 {
     if (c->method < 0) {
@@ -224,6 +324,23 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
         grpc_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "request message is missing");
         return;
     }
+    /* Who is calling, before the request is even decoded. */
+    arena_t *arena = malloc(sizeof(*arena));
+    if (!arena) {
+        grpc_reply(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    arena_init(arena, 0);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    api_grpc_ctx_t ctx = {.svc = g->svc, .worker_id = ""};
+    int rc = grpc_authenticate(g, c, m, arena, &ctx, &err);
+    if (rc) {
+        arena_deinit(arena);
+        free(arena);
+        grpc_reply_err(c, m, rc, &err);
+        return;
+    }
     grpc_byte_buffer_reader reader;
     if (!grpc_byte_buffer_reader_init(&reader, c->payload)) {
         grpc_reply(c, GRPC_STATUS_INVALID_ARGUMENT, "request message could not be read");
@@ -237,23 +354,21 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
     if (!req) {
         char msg[200];
         snprintf(msg, sizeof(msg), "request is not a valid %s message", m->req_desc->name);
+        arena_deinit(arena);
+        free(arena);
         grpc_reply(c, GRPC_STATUS_INVALID_ARGUMENT, msg);
         return;
     }
     if (m->stream) {
-        /* the stream owns the call and the request from here */
+        /* the stream owns the call, the request and the arena (with the caller) from here */
         grpc_call *call = c->call;
         c->call = NULL;
         gcall_free(c);
-        m->stream(g, call, req);
+        m->stream(g, call, req, arena, ctx.who);
         return;
     }
-    arena_t arena;
-    arena_init(&arena, 0);
-    kiln_err_t err;
-    kiln_err_clear(&err);
     ProtobufCMessage *resp = NULL;
-    int rc = m->handle(g->svc, req, &arena, &resp, &err);
+    rc = m->handle(&ctx, req, arena, &resp, &err);
     protobuf_c_message_free_unpacked(req, NULL);
     if (rc == 0 && resp) {
         size_t len = protobuf_c_message_get_packed_size(resp);
@@ -261,13 +376,23 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
         protobuf_c_message_pack(resp, GRPC_SLICE_START_PTR(out));
         c->reply = grpc_raw_byte_buffer_create(&out, 1);
         grpc_slice_unref(out);
-        arena_deinit(&arena);
+        arena_deinit(arena);
+        free(arena);
         grpc_reply(c, GRPC_STATUS_OK, "");
         return;
     }
-    arena_deinit(&arena);
+    arena_deinit(arena);
+    free(arena);
     if (rc == 0)
         rc = kiln_err_set(&err, KILN_EINTERNAL, NULL, "%s produced no reply", m->path);
+    grpc_reply_err(c, m, rc, &err);
+}
+
+/* Sends a kiln error as the call's status: field and message, the database's own text kept in
+ * kilnd's log. */
+static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const kiln_err_t *err_in)
+{
+    kiln_err_t err = *err_in;
     const char *msg = err.message[0] ? err.message : kiln_strerror(rc);
     char full[600];
     if (err.field[0])
@@ -356,7 +481,7 @@ void api_grpc_stream_leave(api_grpc_t *g)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
-int api_grpc_start(svc_t *svc, const char *addr, api_grpc_t **out, kiln_err_t *err)
+int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_t **out, kiln_err_t *err)
 {
     *out = NULL;
     api_grpc_t *g = calloc(1, sizeof(*g));
@@ -391,12 +516,28 @@ int api_grpc_start(svc_t *svc, const char *addr, api_grpc_t **out, kiln_err_t *e
             goto fail;
         }
     }
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(g->server, addr, creds);
-    grpc_server_credentials_release(creds);
+    grpc_server_credentials *creds = NULL;
+    g->tls = tls && tls->cert_pem && tls->key_pem;
+    if (g->tls) {
+        grpc_ssl_pem_key_cert_pair pair = {.private_key = tls->key_pem, .cert_chain = tls->cert_pem};
+        g->agent_certs = tls->ca_pem != NULL;
+        /* With a CA, every client is asked for a certificate and one that is sent must verify;
+         * agents must send one (checked per call), other clients need not. */
+        creds = grpc_ssl_server_credentials_create_ex(
+            tls->ca_pem, &pair, 1,
+            g->agent_certs ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            NULL);
+    } else {
+        creds = grpc_insecure_server_credentials_create();
+    }
+    int port = creds ? grpc_server_add_http2_port(g->server, addr, creds) : 0;
+    if (creds)
+        grpc_server_credentials_release(creds);
     if (port <= 0) {
-        kiln_err_set(err, KILN_EIO, NULL, "could not listen for gRPC on %s", addr);
-        kiln_err_hint(err, "is the address valid and the port free? (--grpc-addr)");
+        kiln_err_set(err, KILN_EIO, NULL, "could not listen for gRPC on %s%s", addr, g->tls ? " with TLS" : "");
+        kiln_err_hint(err, g->tls ? "is the address valid and the port free, and do --tls-cert, --tls-key "
+                                    "(and --tls-ca) hold valid PEM?"
+                                  : "is the address valid and the port free? (--grpc-addr)");
         goto fail;
     }
     grpc_server_start(g->server);
@@ -413,7 +554,8 @@ int api_grpc_start(svc_t *svc, const char *addr, api_grpc_t **out, kiln_err_t *e
         }
         g->nthreads++;
     }
-    log_info("gRPC listening on %s (%zu methods)", addr, nm);
+    log_info("gRPC listening on %s (%s, %zu methods)", addr,
+             !g->tls ? "plain text" : g->agent_certs ? "TLS, agents need client certificates" : "TLS", nm);
     *out = g;
     return 0;
 fail:

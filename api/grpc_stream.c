@@ -24,6 +24,8 @@ struct gstream {
     api_grpc_t *g;
     grpc_call *call;
     Kiln__StreamLogsRequest *req;
+    arena_t *arena;                  /* holds who */
+    const svc_caller_t *who;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     stag_t op;                       /* the current send */
@@ -148,7 +150,7 @@ static void stream_run(gstream_t *st)
     }
     /* Open the follower first: every line after this point reaches it, everything before is
      * in the history read below, and seq numbers remove the overlap. */
-    if (r->follow && svc_follow_open(s, r->id, rank, 0, follow_wake, st, &f, &err) != 0) {
+    if (r->follow && svc_follow_open(s, st->who, r->id, rank, 0, follow_wake, st, &f, &err) != 0) {
         stream_finish(st, (grpc_status_code)kiln_status_grpc(err.status), err.message);
         return;
     }
@@ -159,7 +161,7 @@ static void stream_run(gstream_t *st)
         goto done;
     for (;;) {
         svc_log_query_t q = {.rank = rank, .since_us = since_us, .after_seq = st->last_seq, .limit = STREAM_PAGE};
-        int rc = svc_job_logs(s, r->id, &q, &page, &err);
+        int rc = svc_job_logs(s, st->who, r->id, &q, &page, &err);
         if (rc) {
             stream_finish(st, (grpc_status_code)kiln_status_grpc(rc), err.message);
             goto done;
@@ -220,6 +222,8 @@ static void *stream_main(void *arg)
     pthread_mutex_unlock(&st->mu);
     grpc_call_unref(st->call);
     protobuf_c_message_free_unpacked(&st->req->base, NULL);
+    arena_deinit(st->arena);
+    free(st->arena);
     api_grpc_t *g = st->g;
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
@@ -228,13 +232,16 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
-void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req)
+void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                          const svc_caller_t *who)
 {
     gstream_t *st = NULL;
     if (!api_grpc_stream_enter(g)) {
         grpc_call_cancel(call, NULL);
         grpc_call_unref(call);
         protobuf_c_message_free_unpacked(req, NULL);
+        arena_deinit(arena);
+        free(arena);
         return;
     }
     st = calloc(1, sizeof(*st));
@@ -243,6 +250,8 @@ void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req)
     st->g = g;
     st->call = call;
     st->req = (Kiln__StreamLogsRequest *)req;
+    st->arena = arena;
+    st->who = who;
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
     st->op = (stag_t){.hdr = {API_GRPC_TAG_FN, stag_done}, .st = st};
@@ -276,5 +285,7 @@ fail:
     grpc_call_cancel(call, NULL);
     grpc_call_unref(call);
     protobuf_c_message_free_unpacked(req, NULL);
+    arena_deinit(arena);
+    free(arena);
     api_grpc_stream_leave(g);
 }

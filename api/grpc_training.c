@@ -274,28 +274,34 @@ static int reply(json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a, Pro
     return 0;
 }
 
-static int h_create(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_create(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                    kiln_err_t *err)
 {
+    svc_t *s = ctx->svc;
     const Kiln__CreateJobRequest *r = (const Kiln__CreateJobRequest *)req;
     json_t *spec = r->spec ? msg_to_json(&r->spec->base) : json_object();
     json_t *job = NULL;
     bool created = false;
-    int rc = svc_job_create(s, spec, r->idempotency_key && r->idempotency_key[0] ? r->idempotency_key : NULL,
+    int rc = svc_job_create(s, ctx->who, spec, r->idempotency_key && r->idempotency_key[0] ? r->idempotency_key : NULL,
                             &job, &created, err);
     json_decref(spec);
     return rc ? rc : reply(job, &kiln__job__descriptor, a, resp);
 }
 
-static int h_get(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_get(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                 kiln_err_t *err)
 {
+    svc_t *s = ctx->svc;
     const Kiln__GetJobRequest *r = (const Kiln__GetJobRequest *)req;
     json_t *job = NULL;
-    int rc = svc_job_get(s, r->id, &job, err);
+    int rc = svc_job_get(s, ctx->who, r->id, &job, err);
     return rc ? rc : reply(job, &kiln__job__descriptor, a, resp);
 }
 
-static int h_list(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_list(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                  kiln_err_t *err)
 {
+    svc_t *s = ctx->svc;
     const Kiln__ListJobsRequest *r = (const Kiln__ListJobsRequest *)req;
     svc_job_filter_t f = {
         .status = r->status && r->status[0] ? r->status : NULL,
@@ -304,23 +310,27 @@ static int h_list(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMe
         .page_token = r->page_token && r->page_token[0] ? r->page_token : NULL,
     };
     json_t *out = NULL;
-    int rc = svc_job_list(s, &f, &out, err);
+    int rc = svc_job_list(s, ctx->who, &f, &out, err);
     return rc ? rc : reply(out, &kiln__list_jobs_response__descriptor, a, resp);
 }
 
-static int h_stop(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_stop(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                  kiln_err_t *err)
 {
+    svc_t *s = ctx->svc;
     const Kiln__StopJobRequest *r = (const Kiln__StopJobRequest *)req;
     json_t *job = NULL;
-    int rc = svc_job_stop(s, r->id, r->reason && r->reason[0] ? r->reason : "stopped by a gRPC client", &job, err);
+    int rc = svc_job_stop(s, ctx->who, r->id, r->reason && r->reason[0] ? r->reason : "stopped by a gRPC client", &job, err);
     return rc ? rc : reply(job, &kiln__job__descriptor, a, resp);
 }
 
-static int h_events(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_events(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                    kiln_err_t *err)
 {
+    svc_t *s = ctx->svc;
     const Kiln__ListJobEventsRequest *r = (const Kiln__ListJobEventsRequest *)req;
     json_t *out = NULL;
-    int rc = svc_job_events(s, r->id, &out, err);
+    int rc = svc_job_events(s, ctx->who, r->id, &out, err);
     if (rc)
         return rc;
     size_t i;
@@ -331,11 +341,13 @@ static int h_events(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufC
     return reply(out, &kiln__list_job_events_response__descriptor, a, resp);
 }
 
-static int h_metrics(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_metrics(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                     kiln_err_t *err)
 {
+    svc_t *s = ctx->svc;
     const Kiln__GetMetricsRequest *r = (const Kiln__GetMetricsRequest *)req;
     json_t *out = NULL;
-    int rc = svc_job_metrics(s, r->id, r->name && r->name[0] ? r->name : NULL, r->max_points, &out, err);
+    int rc = svc_job_metrics(s, ctx->who, r->id, r->name && r->name[0] ? r->name : NULL, r->max_points, &out, err);
     if (rc)
         return rc;
     /* REST calls the series "metrics", proto "series" */
@@ -344,12 +356,114 @@ static int h_metrics(svc_t *s, const ProtobufCMessage *req, arena_t *a, Protobuf
     return reply(wrapped, &kiln__get_metrics_response__descriptor, a, resp);
 }
 
-static int h_workers(svc_t *s, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp, kiln_err_t *err)
+static int h_workers(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                     kiln_err_t *err)
+{
+    svc_t *s = ctx->svc;
+    (void)req;
+    json_t *out = NULL;
+    int rc = svc_workers_list(s, ctx->who, &out, err);
+    return rc ? rc : reply(out, &kiln__list_workers_response__descriptor, a, resp);
+}
+
+/* ---- identity and tenancy ------------------------------------------------------------------ */
+
+static int h_whoami(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                    kiln_err_t *err)
 {
     (void)req;
     json_t *out = NULL;
-    int rc = svc_workers_list(s, &out, err);
-    return rc ? rc : reply(out, &kiln__list_workers_response__descriptor, a, resp);
+    int rc = svc_whoami(ctx->svc, ctx->who, &out, err);
+    return rc ? rc : reply(out, &kiln__who_am_iresponse__descriptor, a, resp);
+}
+
+static int h_create_user(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                         ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__CreateUserRequest *r = (const Kiln__CreateUserRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_user_create(ctx->svc, ctx->who, r->name, r->cluster_admin, &out, err);
+    return rc ? rc : reply(out, &kiln__user__descriptor, a, resp);
+}
+
+static int h_list_users(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                        ProtobufCMessage **resp, kiln_err_t *err)
+{
+    (void)req;
+    json_t *out = NULL;
+    int rc = svc_users_list(ctx->svc, ctx->who, &out, err);
+    return rc ? rc : reply(out, &kiln__list_users_response__descriptor, a, resp);
+}
+
+static int h_create_token(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                          ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__CreateTokenRequest *r = (const Kiln__CreateTokenRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_token_create(ctx->svc, ctx->who, r->user, r->expires_in_s, r->description, &out, err);
+    return rc ? rc : reply(out, &kiln__create_token_response__descriptor, a, resp);
+}
+
+static int h_list_tokens(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                         ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__ListTokensRequest *r = (const Kiln__ListTokensRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_tokens_list(ctx->svc, ctx->who, r->user, &out, err);
+    return rc ? rc : reply(out, &kiln__list_tokens_response__descriptor, a, resp);
+}
+
+static int h_revoke_token(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                          ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__RevokeTokenRequest *r = (const Kiln__RevokeTokenRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_token_revoke(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : reply(out, &kiln__token__descriptor, a, resp);
+}
+
+static int h_create_project(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                            ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__CreateProjectRequest *r = (const Kiln__CreateProjectRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_project_create(ctx->svc, ctx->who, r->name, &out, err);
+    return rc ? rc : reply(out, &kiln__project__descriptor, a, resp);
+}
+
+static int h_list_projects(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                           ProtobufCMessage **resp, kiln_err_t *err)
+{
+    (void)req;
+    json_t *out = NULL;
+    int rc = svc_projects_list(ctx->svc, ctx->who, &out, err);
+    return rc ? rc : reply(out, &kiln__list_projects_response__descriptor, a, resp);
+}
+
+static int h_list_members(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                          ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__ListMembersRequest *r = (const Kiln__ListMembersRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_members_list(ctx->svc, ctx->who, r->project, &out, err);
+    return rc ? rc : reply(out, &kiln__list_members_response__descriptor, a, resp);
+}
+
+static int h_set_member(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                        ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__SetMemberRequest *r = (const Kiln__SetMemberRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_member_set(ctx->svc, ctx->who, r->project, r->user, r->role, &out, err);
+    return rc ? rc : reply(out, &kiln__member__descriptor, a, resp);
+}
+
+static int h_remove_member(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                           ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__RemoveMemberRequest *r = (const Kiln__RemoveMemberRequest *)req;
+    int rc = svc_member_remove(ctx->svc, ctx->who, r->project, r->user, err);
+    return rc ? rc : reply(json_object(), &kiln__empty__descriptor, a, resp);
 }
 
 ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a)
@@ -358,13 +472,24 @@ ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDe
 }
 
 const api_grpc_method_t api_grpc_training_methods[] = {
-    {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create, NULL},
-    {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get, NULL},
-    {"/kiln.TrainingService/ListJobs", &kiln__list_jobs_request__descriptor, h_list, NULL},
-    {"/kiln.TrainingService/StopJob", &kiln__stop_job_request__descriptor, h_stop, NULL},
-    {"/kiln.TrainingService/ListJobEvents", &kiln__list_job_events_request__descriptor, h_events, NULL},
-    {"/kiln.TrainingService/StreamLogs", &kiln__stream_logs_request__descriptor, NULL, api_grpc_stream_logs},
-    {"/kiln.TrainingService/GetMetrics", &kiln__get_metrics_request__descriptor, h_metrics, NULL},
-    {"/kiln.TrainingService/ListWorkers", &kiln__list_workers_request__descriptor, h_workers, NULL},
+    {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListJobs", &kiln__list_jobs_request__descriptor, h_list, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/StopJob", &kiln__stop_job_request__descriptor, h_stop, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListJobEvents", &kiln__list_job_events_request__descriptor, h_events, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/StreamLogs", &kiln__stream_logs_request__descriptor, NULL, api_grpc_stream_logs, API_GRPC_USER},
+    {"/kiln.TrainingService/GetMetrics", &kiln__get_metrics_request__descriptor, h_metrics, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListWorkers", &kiln__list_workers_request__descriptor, h_workers, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/WhoAmI", &kiln__who_am_irequest__descriptor, h_whoami, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/CreateUser", &kiln__create_user_request__descriptor, h_create_user, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListUsers", &kiln__list_users_request__descriptor, h_list_users, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/CreateToken", &kiln__create_token_request__descriptor, h_create_token, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListTokens", &kiln__list_tokens_request__descriptor, h_list_tokens, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/RevokeToken", &kiln__revoke_token_request__descriptor, h_revoke_token, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/CreateProject", &kiln__create_project_request__descriptor, h_create_project, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListProjects", &kiln__list_projects_request__descriptor, h_list_projects, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListMembers", &kiln__list_members_request__descriptor, h_list_members, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/SetMember", &kiln__set_member_request__descriptor, h_set_member, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/RemoveMember", &kiln__remove_member_request__descriptor, h_remove_member, NULL, API_GRPC_USER},
 };
 const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

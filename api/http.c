@@ -1,6 +1,8 @@
-/* http.c - kilnd's REST front end: the libmicrohttpd daemon, request collection (bodies arrive
- * over several calls), routing by path and method, JSON and error replies, request logging.
- * The handlers live in http_routes.c, live log streams in http_sse.c; no business logic here. */
+/* http.c - kilnd's REST front end: the libmicrohttpd daemon (TLS through GnuTLS), request
+ * collection (bodies arrive over several calls), routing by the route table's patterns, what
+ * every request goes through before its handler (CORS preflights, JSON-only bodies, the bearer
+ * token), JSON and error replies, request logging. The handlers and the table live in
+ * http_routes.c, live log streams in http_sse.c; no business logic here. */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -8,23 +10,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "api/http_int.h"
 
 /* ---- replies ------------------------------------------------------------------------------ */
 
+static int http_route_slot(const http_req_t *r)
+{
+    return r->route >= 0 ? r->route : HTTP_MAX_ROUTES;
+}
+
 static void http_count(http_req_t *r, int status)
 {
     r->status = status;
     r->answered = true;
     if (status >= 100 && status < 600)
-        atomic_fetch_add_explicit(&r->h->requests[r->route][status], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&r->h->requests[http_route_slot(r)][status], 1, memory_order_relaxed);
 }
+
+#define HTTP_CORS_EXPOSE "Content-Type, WWW-Authenticate, Allow"
 
 enum MHD_Result http_reply_raw(http_req_t *r, int status, struct MHD_Response *resp)
 {
     http_count(r, status);
+    if (r->cors_origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", HTTP_CORS_EXPOSE);
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"kiln\"");
     return MHD_queue_response(r->conn, (unsigned)status, resp);
 }
 
@@ -123,101 +140,229 @@ const char *http_header(http_req_t *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
-/* ---- routing ------------------------------------------------------------------------------- */
+/* ---- routing -------------------------------------------------------------------------------- */
 
-/* Splits the path into a route and, for job routes, the id (copied into the arena). */
-static http_route_t http_route_match(http_req_t *r, const char *path)
+/* Matches path against pattern; on success the parameters are copied into the request. */
+static bool http_pattern_match(http_req_t *r, const char *pattern, const char *path, size_t n)
+{
+    const char *p = pattern, *q = path, *end = path + n;
+    const char *names[HTTP_MAX_PARAMS], *vals[HTTP_MAX_PARAMS];
+    size_t lens[HTTP_MAX_PARAMS];
+    int np = 0;
+    while (*p) {
+        if (*p == '{') {
+            const char *close = strchr(p, '}');
+            if (!close || np == HTTP_MAX_PARAMS)
+                return false;
+            const char *start = q;
+            while (q < end && *q != '/' && *q != ':')
+                q++;
+            if (q == start)
+                return false;
+            names[np] = p + 1;
+            lens[np] = (size_t)(close - p - 1);
+            vals[np] = start;
+            np++;
+            /* the value's length is q - start; remember it through the next loop */
+            lens[np - 1] |= (size_t)(q - start) << 16;
+            p = close + 1;
+            continue;
+        }
+        if (q >= end || *q != *p)
+            return false;
+        p++;
+        q++;
+    }
+    if (q != end)
+        return false;
+    r->nparams = np;
+    for (int i = 0; i < np; i++) {
+        size_t nl = lens[i] & 0xffff, vl = lens[i] >> 16;
+        r->param_names[i] = arena_strndup(&r->arena, names[i], nl);
+        r->param_values[i] = arena_strndup(&r->arena, vals[i], vl);
+        if (!strcmp(r->param_names[i], "id"))
+            r->id = r->param_values[i];
+    }
+    return true;
+}
+
+const char *http_param(http_req_t *r, const char *name)
+{
+    for (int i = 0; i < r->nparams; i++)
+        if (!strcmp(r->param_names[i], name))
+            return r->param_values[i];
+    return NULL;
+}
+
+/* Finds the route for the request's path and method. When the path matches only under other
+ * methods, route stays -1 and r->allow lists them. */
+static void http_route_find(http_req_t *r, const char *path)
 {
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/')
         n--; /* "/v1/jobs/" is "/v1/jobs" */
-    if (n == 8 && memcmp(path, "/v1/jobs", 8) == 0)
-        return HTTP_ROUTE_JOBS;
-    if (n == 11 && memcmp(path, "/v1/workers", 11) == 0)
-        return HTTP_ROUTE_WORKERS;
-    if (n == 8 && memcmp(path, "/healthz", 8) == 0)
-        return HTTP_ROUTE_HEALTHZ;
-    if (n == 7 && memcmp(path, "/readyz", 7) == 0)
-        return HTTP_ROUTE_READYZ;
-    if (n == 8 && memcmp(path, "/metrics", 8) == 0)
-        return HTTP_ROUTE_PROM;
-    if (n > 9 && memcmp(path, "/v1/jobs/", 9) == 0) {
-        const char *id = path + 9, *end = path + n;
-        const char *slash = memchr(id, '/', (size_t)(end - id));
-        const char *idend = slash ? slash : end;
-        http_route_t route = HTTP_ROUTE_JOB;
-        if (slash) {
-            size_t rest = (size_t)(end - slash);
-            if (rest == 7 && memcmp(slash, "/events", 7) == 0)
-                route = HTTP_ROUTE_JOB_EVENTS;
-            else if (rest == 5 && memcmp(slash, "/logs", 5) == 0)
-                route = HTTP_ROUTE_JOB_LOGS;
-            else if (rest == 8 && memcmp(slash, "/metrics", 8) == 0)
-                route = HTTP_ROUTE_JOB_METRICS;
-            else
-                return HTTP_ROUTE_NONE;
-        } else if (idend - id > 5 && memcmp(idend - 5, ":stop", 5) == 0) {
-            route = HTTP_ROUTE_JOB_STOP;
-            idend -= 5;
+    bool head = !strcmp(r->method, "HEAD");
+    r->route = -1;
+    r->allow[0] = '\0';
+    for (size_t i = 0; i < http_route_count; i++) {
+        const http_route_t *rt = &http_routes[i];
+        if (!http_pattern_match(r, rt->pattern, path, n))
+            continue;
+        if (!strcmp(rt->method, r->method) || (head && !strcmp(rt->method, "GET"))) {
+            r->route = (int)i;
+            return;
         }
-        if (idend == id)
-            return HTTP_ROUTE_NONE;
-        r->id = arena_strndup(&r->arena, id, (size_t)(idend - id));
-        return route;
+        size_t al = strlen(r->allow);
+        snprintf(r->allow + al, sizeof(r->allow) - al, "%s%s%s", al ? ", " : "", rt->method,
+                 !strcmp(rt->method, "GET") ? ", HEAD" : "");
     }
-    return HTTP_ROUTE_NONE;
-}
-
-/* The methods a route accepts, as an Allow header value. */
-static const char *http_route_allow(http_route_t route)
-{
-    switch (route) {
-    case HTTP_ROUTE_JOBS: return "GET, HEAD, POST";
-    case HTTP_ROUTE_JOB_STOP: return "POST";
-    default: return "GET, HEAD";
+    if (r->allow[0]) {
+        size_t al = strlen(r->allow);
+        snprintf(r->allow + al, sizeof(r->allow) - al, ", OPTIONS");
     }
 }
 
-static bool http_method_allowed(const char *allow, const char *method)
+size_t api_http_routes(api_route_info_t *out, size_t max)
 {
-    size_t n = strlen(method);
-    for (const char *p = allow; (p = strstr(p, method)) != NULL; p += n)
-        if ((p == allow || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
-            return true;
-    return false;
+    for (size_t i = 0; i < http_route_count && i < max; i++) {
+        out[i].method = http_routes[i].method;
+        out[i].path = http_routes[i].pattern;
+        out[i].open = (http_routes[i].flags & HTTP_OPEN) != 0;
+        out[i].agent = false;
+    }
+    return http_route_count;
+}
+
+static enum MHD_Result http_reply_empty(http_req_t *r, int status, const char *allow)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    if (allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result ret = http_reply_raw(r, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result http_reply_405(http_req_t *r)
+{
+    char msg[256], hint[128];
+    snprintf(msg, sizeof msg, "method %s is not allowed on %s", r->method, r->path);
+    snprintf(hint, sizeof hint, "use %s", r->allow);
+    json_t *o = http_err_json("method_not_allowed", msg, "", hint, NULL);
+    char *text = json_dumps(o, HTTP_JSON_FLAGS);
+    json_decref(o);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    enum MHD_Result ret = http_reply_raw(r, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* The request's Origin when the operator allowed it (--cors-origin), else NULL. */
+static const char *http_cors_origin(http_req_t *r)
+{
+    const char *origin = http_header(r, "Origin");
+    if (!origin)
+        return NULL;
+    for (int i = 0; i < r->h->ncors; i++)
+        if (!strcmp(origin, r->h->cors[i]))
+            return origin;
+    return NULL;
+}
+
+/* OPTIONS: a CORS preflight from an allowed origin gets the headers the browser needs; other
+ * origins are refused; without an Origin it is a plain question about the path's methods. */
+static enum MHD_Result http_options(http_req_t *r)
+{
+    const char *origin = http_header(r, "Origin");
+    char allow[96];
+    if (r->route >= 0) {
+        const char *m = http_routes[r->route].method;
+        snprintf(allow, sizeof allow, "%s%s, OPTIONS", m, !strcmp(m, "GET") ? ", HEAD" : "");
+    } else {
+        kiln_strlcpy(allow, r->allow, sizeof allow);
+    }
+    if (!allow[0])
+        return http_reply_errf(r, KILN_ENOTFOUND, NULL, "the API paths are under /v1/ (see api/openapi.yaml)",
+                               "no such path: %s", r->path);
+    if (!origin)
+        return http_reply_empty(r, MHD_HTTP_NO_CONTENT, allow);
+    if (!r->cors_origin)
+        return http_reply_errf(r, KILN_EPERM, "Origin", "kilnd's operator allows browser origins with --cors-origin",
+                               "origin %.200s may not call this API", origin);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            "Authorization, Content-Type, Idempotency-Key, Last-Event-ID");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = http_reply_raw(r, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* POST and PUT bodies are JSON and say so: anything else (a form, text/plain) is what a
+ * cross-site page could send without a preflight. */
+static bool http_content_type_ok(http_req_t *r)
+{
+    if (strcmp(r->method, "POST") != 0 && strcmp(r->method, "PUT") != 0)
+        return true;
+    const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!ct)
+        return r->body_len == 0;
+    size_t n = strlen("application/json");
+    return strncasecmp(ct, "application/json", n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+/* The bearer token of the Authorization header, or NULL. */
+static const char *http_bearer(http_req_t *r)
+{
+    const char *a = http_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!a || strncasecmp(a, "Bearer ", 7) != 0)
+        return NULL;
+    a += 7;
+    while (*a == ' ')
+        a++;
+    return a;
 }
 
 static enum MHD_Result http_dispatch(http_req_t *r)
 {
-    if (r->route == HTTP_ROUTE_NONE)
+    r->cors_origin = http_cors_origin(r);
+    if (!strcmp(r->method, "OPTIONS"))
+        return http_options(r);
+    if (r->route < 0 && !r->allow[0])
         return http_reply_errf(r, KILN_ENOTFOUND, NULL,
                                "the API paths are under /v1/ (see api/openapi.yaml)",
                                "no such path: %s %s", r->method, r->path);
-    const char *allow = http_route_allow(r->route);
-    if (!http_method_allowed(allow, r->method)) {
-        kiln_err_t err;
-        kiln_err_clear(&err);
-        err.status = KILN_EINVAL;
-        snprintf(err.message, sizeof err.message, "method %s is not allowed on %s", r->method,
-                 r->path);
-        snprintf(err.hint, sizeof err.hint, "use %s", allow);
-        json_t *o = http_err_json("method_not_allowed", err.message, "", err.hint, NULL);
-        char *text = json_dumps(o, HTTP_JSON_FLAGS);
-        json_decref(o);
-        if (!text)
-            return MHD_NO;
-        struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text,
-                                                                    MHD_RESPMEM_MUST_FREE);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
-        enum MHD_Result ret = http_reply_raw(r, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
-        MHD_destroy_response(resp);
-        return ret;
-    }
+    if (r->route < 0)
+        return http_reply_405(r);
+    const http_route_t *rt = &http_routes[r->route];
+    if (!http_content_type_ok(r))
+        return http_reply_errf(r, KILN_EMEDIA, "Content-Type", "send the body as JSON with Content-Type: application/json",
+                               "request bodies must be application/json");
     if (r->body_too_big)
         return http_reply_errf(r, KILN_ETOOBIG, NULL, "send at most 1 MiB",
                                "request body is larger than %d bytes", HTTP_MAX_BODY);
-    return http_route_handle(r);
+    bool open = (rt->flags & HTTP_OPEN) || ((rt->flags & HTTP_PROM) && !r->h->metrics_auth);
+    if (!open) {
+        kiln_err_t err;
+        kiln_err_clear(&err);
+        if (svc_auth_user(r->h->svc, http_bearer(r), &r->arena, &r->who, &err) != 0)
+            return http_reply_err(r, &err);
+    }
+    return rt->handle(r);
 }
 
 /* Appends an upload chunk to the request body (in the arena, doubling). */
@@ -264,7 +409,7 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, c
         r->method = method;
         r->path = url;
         r->start_us = kiln_mono_us();
-        r->route = http_route_match(r, url);
+        http_route_find(r, url);
         *con_cls = r;
         return MHD_YES;
     }
@@ -287,7 +432,7 @@ static void http_on_completed(void *cls, struct MHD_Connection *conn, void **con
     if (!r)
         return;
     int64_t us = kiln_mono_us() - r->start_us;
-    atomic_fetch_add_explicit(&h->latency_us[r->route], (unsigned long long)us,
+    atomic_fetch_add_explicit(&h->latency_us[http_route_slot(r)], (unsigned long long)us,
                               memory_order_relaxed);
     log_debug("http: %s %s -> %d (%.3f ms)%s", r->method, r->path, r->status, us / 1000.0,
               toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
@@ -356,21 +501,44 @@ static void http_on_panic(void *cls, const char *file, unsigned line, const char
     abort();
 }
 
-int api_http_start(svc_t *svc, const char *addr, api_http_t **out, kiln_err_t *err)
+int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, kiln_err_t *err)
 {
     *out = NULL;
+    const char *addr = cfg->addr;
     struct sockaddr_storage ss;
     int rc = http_parse_addr(addr, &ss, err);
     if (rc)
         return rc;
+    if (http_route_count > HTTP_MAX_ROUTES)
+        return kiln_err_set(err, KILN_EINTERNAL, NULL, "more routes than HTTP_MAX_ROUTES");
     api_http_t *h = calloc(1, sizeof *h);
     if (!h)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     h->svc = svc;
-    kiln_strlcpy(h->addr, addr, sizeof h->addr);
     pthread_mutex_init(&h->streams_lock, NULL);
     pthread_mutex_init(&h->ping_lock, NULL);
     pthread_cond_init(&h->ping_cond, NULL);
+    kiln_strlcpy(h->addr, addr, sizeof h->addr);
+    h->metrics_auth = cfg->metrics_auth;
+    if (cfg->ncors > 0) {
+        h->cors = calloc((size_t)cfg->ncors, sizeof(char *));
+        for (int i = 0; h->cors && i < cfg->ncors; i++)
+            if ((h->cors[i] = strdup(cfg->cors_origins[i])))
+                h->ncors++;
+    }
+    h->tls = cfg->tls && cfg->tls->cert_pem && cfg->tls->key_pem;
+    if (h->tls) {
+        if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
+            rc = kiln_err_set(err, KILN_EUNSUPP, "tls-cert", "this libmicrohttpd was built without TLS");
+            goto fail;
+        }
+        h->tls_cert = strdup(cfg->tls->cert_pem);
+        h->tls_key = strdup(cfg->tls->key_pem);
+        if (!h->tls_cert || !h->tls_key) {
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+            goto fail;
+        }
+    }
     /* Handlers block on the database (a commit waits for the WAL flush), so several threads
      * keep one slow call from holding up the others and let commits group: 8 gave 1.2-1.6x the
      * job creation rate of 4 on 2 cores (bench/RESULTS.md). KILN_HTTP_THREADS overrides. */
@@ -379,10 +547,18 @@ int api_http_start(svc_t *svc, const char *addr, api_http_t **out, kiln_err_t *e
     if (t && atoi(t) > 0 && atoi(t) <= 64)
         threads = (unsigned)atoi(t);
     MHD_set_panic_func(http_on_panic, NULL);
+    /* The TLS options go first in the list, or are skipped with MHD_OPTION_ARRAY of nothing. */
+    struct MHD_OptionItem tls_opts[] = {
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    struct MHD_OptionItem no_opts[] = {{MHD_OPTION_END, 0, NULL}};
     h->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-            (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+            (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (h->tls ? MHD_USE_TLS : 0),
         0, NULL, NULL, http_on_request, h,
+        MHD_OPTION_ARRAY, h->tls ? tls_opts : no_opts,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
@@ -392,14 +568,17 @@ int api_http_start(svc_t *svc, const char *addr, api_http_t **out, kiln_err_t *e
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)8192,
         MHD_OPTION_END);
     if (!h->daemon) {
-        rc = kiln_err_set(err, KILN_EIO, "http-addr", "could not listen on %s", addr);
-        kiln_err_hint(err, "is another process using the port?");
+        rc = kiln_err_set(err, KILN_EIO, "http-addr", "could not listen on %s%s", addr,
+                          h->tls ? " with TLS" : "");
+        kiln_err_hint(err, h->tls ? "is another process using the port, and do --tls-cert and --tls-key hold a "
+                                    "matching PEM certificate and key?"
+                                  : "is another process using the port?");
         goto fail;
     }
     rc = http_sse_init(h, err);
     if (rc)
         goto fail;
-    log_info("http: listening on %s (%u threads)", addr, threads);
+    log_info("http: listening on %s (%s, %u threads)", addr, h->tls ? "TLS" : "plain text", threads);
     *out = h;
     return 0;
 fail:
@@ -418,5 +597,13 @@ void api_http_stop(api_http_t *h)
     pthread_cond_destroy(&h->ping_cond);
     pthread_mutex_destroy(&h->ping_lock);
     pthread_mutex_destroy(&h->streams_lock);
+    for (int i = 0; i < h->ncors; i++)
+        free(h->cors[i]);
+    free(h->cors);
+    free(h->tls_cert);
+    if (h->tls_key) {
+        memset(h->tls_key, 0, strlen(h->tls_key));
+        free(h->tls_key);
+    }
     free(h);
 }

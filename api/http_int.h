@@ -17,21 +17,23 @@
 #define HTTP_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
 #define HTTP_PING_MS 15000               /* SSE keep-alive comment interval */
 
-/* Routes, for dispatch and the per-route request counters of GET /metrics. */
-typedef enum {
-    HTTP_ROUTE_NONE = 0,   /* unknown path */
-    HTTP_ROUTE_JOBS,       /* /v1/jobs */
-    HTTP_ROUTE_JOB,        /* /v1/jobs/{id} */
-    HTTP_ROUTE_JOB_STOP,   /* /v1/jobs/{id}:stop */
-    HTTP_ROUTE_JOB_EVENTS, /* /v1/jobs/{id}/events */
-    HTTP_ROUTE_JOB_LOGS,   /* /v1/jobs/{id}/logs */
-    HTTP_ROUTE_JOB_METRICS,/* /v1/jobs/{id}/metrics */
-    HTTP_ROUTE_WORKERS,    /* /v1/workers */
-    HTTP_ROUTE_HEALTHZ,
-    HTTP_ROUTE_READYZ,
-    HTTP_ROUTE_PROM,       /* /metrics */
-    HTTP_ROUTE_COUNT
+typedef struct http_req http_req_t;
+
+/* The route table (http_routes.c): one row per method and path pattern. A pattern's "{name}"
+ * matches one path segment without '/' or ':' ("/v1/jobs/{id}:stop"); GET rows answer HEAD too.
+ * Every row needs a valid API token unless flagged HTTP_OPEN (HTTP_PROM: open unless kilnd runs
+ * with --metrics-auth). */
+enum { HTTP_OPEN = 1 << 0, HTTP_PROM = 1 << 1 };
+typedef struct http_route {
+    const char *method;
+    const char *pattern;
+    enum MHD_Result (*handle)(http_req_t *r);
+    int flags;
 } http_route_t;
+extern const http_route_t http_routes[];
+extern const size_t http_route_count;
+#define HTTP_MAX_ROUTES 64                /* counters' room; http_route_count <= it */
+#define HTTP_MAX_PARAMS 4
 
 typedef struct http_stream http_stream_t;
 
@@ -39,6 +41,11 @@ struct api_http {
     struct MHD_Daemon *daemon;
     svc_t *svc;                      /* borrowed */
     char addr[128];
+    bool tls;
+    bool metrics_auth;
+    char **cors;                     /* allowed browser origins (heap copies), ncors of them */
+    int ncors;
+    char *tls_cert, *tls_key;        /* PEM held for the daemon's lifetime */
     atomic_bool stopping;
     /* live SSE streams, for keep-alive pings and shutdown */
     pthread_mutex_t streams_lock;
@@ -48,28 +55,35 @@ struct api_http {
     bool ping_started;
     pthread_mutex_t ping_lock;
     pthread_cond_t ping_cond;
-    /* counters for GET /metrics: requests by route and HTTP status */
-    atomic_ulong requests[HTTP_ROUTE_COUNT][600];
-    atomic_ullong latency_us[HTTP_ROUTE_COUNT];
+    /* counters for GET /metrics: requests by route (the table's index; the last slot counts
+     * paths no route matches) and HTTP status */
+    atomic_ulong requests[HTTP_MAX_ROUTES + 1][600];
+    atomic_ullong latency_us[HTTP_MAX_ROUTES + 1];
 };
 
 /* One request's state, from MHD's first call to its completion notice. Allocated on the heap,
  * everything it points to comes from its arena. */
-typedef struct http_req {
+struct http_req {
     api_http_t *h;
     struct MHD_Connection *conn;
     arena_t arena;                   /* request-scoped memory */
     const char *method;
     const char *path;                /* the URL path without the query (borrowed from MHD) */
-    http_route_t route;
-    const char *id;                  /* job id from the path, in arena, or NULL */
+    int route;                       /* index into http_routes, -1 when nothing matched */
+    char allow[64];                  /* methods the path has, when route is -1 but a pattern matched */
+    const char *param_names[HTTP_MAX_PARAMS];
+    const char *param_values[HTTP_MAX_PARAMS]; /* in arena */
+    int nparams;
+    const char *id;                  /* the "id" parameter, or NULL */
+    const char *cors_origin;         /* the request's Origin when it is allowed (borrowed), or NULL */
+    svc_caller_t who;                /* the authenticated caller (strings in arena) */
     char *body;                      /* upload, in arena, NUL-terminated */
     size_t body_len, body_cap;
     bool body_too_big;
     bool answered;
     int status;                      /* HTTP status queued */
     int64_t start_us;
-} http_req_t;
+};
 
 /* ---- replies (http.c). Each returns what the MHD access handler must return. ---- */
 /* Queues `body` (stolen; may be NULL for an empty object) as JSON with `status`. */
@@ -86,9 +100,10 @@ const char *http_arg(http_req_t *r, const char *name);
 /* A request header, or NULL. */
 const char *http_header(http_req_t *r, const char *name);
 
+/* A path parameter ("{name}" of the route's pattern), or NULL. Borrowed from the request. */
+const char *http_param(http_req_t *r, const char *name);
+
 /* ---- routes (http_routes.c) ---- */
-/* Handles one complete request (body collected) whose route and method were checked. */
-enum MHD_Result http_route_handle(http_req_t *r);
 /* Parses a decimal integer argument in [lo, hi]; 0 and *out set, or KILN_EINVAL into err. */
 int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_t *out,
                  bool *present, kiln_err_t *err);

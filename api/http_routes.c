@@ -1,6 +1,7 @@
-/* http_routes.c - one handler per REST route: check the path id and query arguments, call the
- * service, pass its JSON through. Request parsing and replies are http.c's; streaming is
- * http_sse.c's; validation of job specs and states is the service's. */
+/* http_routes.c - the REST route table and one handler per route: check the path parameters,
+ * query arguments and body fields, call the service as the authenticated caller, pass its JSON
+ * through. Request parsing, authentication and replies are http.c's; streaming is
+ * http_sse.c's; validation of job specs, states and permissions is the service's. */
 #include <ctype.h>
 #include <stdarg.h>
 #include <errno.h>
@@ -73,6 +74,13 @@ static enum MHD_Result http_bad_id(http_req_t *r)
                            "no job \"%.80s\": not a job id", r->id);
 }
 
+/* Job routes first check that the id can name a job at all. */
+#define HTTP_JOB_ID(r)                                                                            \
+    do {                                                                                          \
+        if (!http_is_uuid((r)->id))                                                               \
+            return http_bad_id(r);                                                                \
+    } while (0)
+
 /* Replies with the service's error; rc fills in a status the service left unset. */
 static enum MHD_Result http_svc_err(http_req_t *r, int rc, kiln_err_t *err)
 {
@@ -117,6 +125,7 @@ static int http_body_json(http_req_t *r, bool allow_empty, json_t **out, kiln_er
 
 static enum MHD_Result http_jobs_create(http_req_t *r)
 {
+    const svc_caller_t *who = &r->who;
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *spec = NULL, *job = NULL;
@@ -131,7 +140,7 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
                                "Idempotency-Key must have 1 to 200 characters");
     }
     bool created = true;
-    rc = svc_job_create(r->h->svc, spec, key, &job, &created, &err);
+    rc = svc_job_create(r->h->svc, who, spec, key, &job, &created, &err);
     json_decref(spec);
     if (rc)
         return http_svc_err(r, rc, &err);
@@ -185,7 +194,7 @@ static enum MHD_Result http_jobs_list(http_req_t *r)
     const char *tok = http_arg(r, "page_token");
     f.page_token = tok && *tok ? tok : NULL;
     json_t *out = NULL;
-    int rc = svc_job_list(r->h->svc, &f, &out, &err);
+    int rc = svc_job_list(r->h->svc, &r->who, &f, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -193,10 +202,11 @@ static enum MHD_Result http_jobs_list(http_req_t *r)
 
 static enum MHD_Result http_job_get(http_req_t *r)
 {
+    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
-    int rc = svc_job_get(r->h->svc, r->id, &out, &err);
+    int rc = svc_job_get(r->h->svc, &r->who, r->id, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -204,6 +214,7 @@ static enum MHD_Result http_job_get(http_req_t *r)
 
 static enum MHD_Result http_job_stop(http_req_t *r)
 {
+    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *body = NULL, *out = NULL;
@@ -221,7 +232,7 @@ static enum MHD_Result http_job_stop(http_req_t *r)
             reason = arena_strdup(&r->arena, json_string_value(jr));
         json_decref(body);
     }
-    rc = svc_job_stop(r->h->svc, r->id, reason, &out, &err);
+    rc = svc_job_stop(r->h->svc, &r->who, r->id, reason, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -229,10 +240,11 @@ static enum MHD_Result http_job_stop(http_req_t *r)
 
 static enum MHD_Result http_job_events(http_req_t *r)
 {
+    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
-    int rc = svc_job_events(r->h->svc, r->id, &out, &err);
+    int rc = svc_job_events(r->h->svc, &r->who, r->id, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -240,6 +252,7 @@ static enum MHD_Result http_job_events(http_req_t *r)
 
 static enum MHD_Result http_job_logs(http_req_t *r)
 {
+    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     int64_t rank = -1, after_seq = 0, limit = 0;
@@ -275,7 +288,7 @@ static enum MHD_Result http_job_logs(http_req_t *r)
         return http_sse_start(r, q.rank, q.after_seq, q.since_us);
     }
     json_t *out = NULL;
-    int rc = svc_job_logs(r->h->svc, r->id, &q, &out, &err);
+    int rc = svc_job_logs(r->h->svc, &r->who, r->id, &q, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -283,6 +296,7 @@ static enum MHD_Result http_job_logs(http_req_t *r)
 
 static enum MHD_Result http_job_metrics(http_req_t *r)
 {
+    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     int64_t max_points = 0;
@@ -290,8 +304,8 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
         return http_reply_err(r, &err);
     const char *name = http_arg(r, "name");
     json_t *out = NULL;
-    int rc = svc_job_metrics(r->h->svc, r->id, name && *name ? name : NULL, (int)max_points, &out,
-                             &err);
+    int rc = svc_job_metrics(r->h->svc, &r->who, r->id, name && *name ? name : NULL, (int)max_points,
+                             &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -304,10 +318,15 @@ static enum MHD_Result http_workers(http_req_t *r)
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
-    int rc = svc_workers_list(r->h->svc, &out, &err);
+    int rc = svc_workers_list(r->h->svc, &r->who, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_healthz(http_req_t *r)
+{
+    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
 }
 
 static enum MHD_Result http_readyz(http_req_t *r)
@@ -319,14 +338,6 @@ static enum MHD_Result http_readyz(http_req_t *r)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ready"));
 }
-
-static const char *const http_route_names[HTTP_ROUTE_COUNT] = {
-    [HTTP_ROUTE_NONE] = "unknown", [HTTP_ROUTE_JOBS] = "/v1/jobs",
-    [HTTP_ROUTE_JOB] = "/v1/jobs/{id}", [HTTP_ROUTE_JOB_STOP] = "/v1/jobs/{id}:stop",
-    [HTTP_ROUTE_JOB_EVENTS] = "/v1/jobs/{id}/events", [HTTP_ROUTE_JOB_LOGS] = "/v1/jobs/{id}/logs",
-    [HTTP_ROUTE_JOB_METRICS] = "/v1/jobs/{id}/metrics", [HTTP_ROUTE_WORKERS] = "/v1/workers",
-    [HTTP_ROUTE_HEALTHZ] = "/healthz", [HTTP_ROUTE_READYZ] = "/readyz", [HTTP_ROUTE_PROM] = "/metrics",
-};
 
 /* Appends to a heap buffer; on allocation failure the text is just cut short. */
 static void http_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
@@ -365,22 +376,28 @@ static enum MHD_Result http_prometheus(http_req_t *r)
     http_buf_printf(&buf, &len, &cap,
                     "# HELP kiln_http_requests_total REST requests answered, by route and status.\n"
                     "# TYPE kiln_http_requests_total counter\n");
-    for (int rt = 0; rt < HTTP_ROUTE_COUNT; rt++)
+    for (size_t rt = 0; rt <= http_route_count; rt++)
         for (int st = 100; st < 600; st++) {
-            unsigned long n = atomic_load_explicit(&h->requests[rt][st], memory_order_relaxed);
+            size_t slot = rt < http_route_count ? rt : HTTP_MAX_ROUTES;
+            unsigned long n = atomic_load_explicit(&h->requests[slot][st], memory_order_relaxed);
             if (n)
                 http_buf_printf(&buf, &len, &cap,
-                                "kiln_http_requests_total{route=\"%s\",status=\"%d\"} %lu\n",
-                                http_route_names[rt], st, n);
+                                "kiln_http_requests_total{route=\"%s%s%s\",status=\"%d\"} %lu\n",
+                                rt < http_route_count ? http_routes[rt].method : "unknown",
+                                rt < http_route_count ? " " : "",
+                                rt < http_route_count ? http_routes[rt].pattern : "", st, n);
         }
     http_buf_printf(&buf, &len, &cap,
                     "# HELP kiln_http_request_seconds_sum Time spent answering REST requests, by route.\n"
                     "# TYPE kiln_http_request_seconds_sum counter\n");
-    for (int rt = 0; rt < HTTP_ROUTE_COUNT; rt++) {
-        unsigned long long us = atomic_load_explicit(&h->latency_us[rt], memory_order_relaxed);
+    for (size_t rt = 0; rt <= http_route_count; rt++) {
+        size_t slot = rt < http_route_count ? rt : HTTP_MAX_ROUTES;
+        unsigned long long us = atomic_load_explicit(&h->latency_us[slot], memory_order_relaxed);
         if (us)
-            http_buf_printf(&buf, &len, &cap, "kiln_http_request_seconds_sum{route=\"%s\"} %.6f\n",
-                            http_route_names[rt], us / 1e6);
+            http_buf_printf(&buf, &len, &cap, "kiln_http_request_seconds_sum{route=\"%s%s%s\"} %.6f\n",
+                            rt < http_route_count ? http_routes[rt].method : "unknown",
+                            rt < http_route_count ? " " : "",
+                            rt < http_route_count ? http_routes[rt].pattern : "", us / 1e6);
     }
     pthread_mutex_lock(&h->streams_lock);
     int streams = h->nstreams;
@@ -403,7 +420,7 @@ static enum MHD_Result http_prometheus(http_req_t *r)
                                   .page_token = token[0] ? token : NULL};
             json_t *out = NULL;
             kiln_err_clear(&err);
-            if (svc_job_list(h->svc, &f, &out, &err))
+            if (svc_job_list(h->svc, svc_caller_kilnd(), &f, &out, &err))
                 break;
             count += json_array_size(json_object_get(out, "jobs"));
             const char *next = json_string_value(json_object_get(out, "next_page_token"));
@@ -427,24 +444,229 @@ static enum MHD_Result http_prometheus(http_req_t *r)
     return ret;
 }
 
-enum MHD_Result http_route_handle(http_req_t *r)
+
+/* ---- identity and tenancy -------------------------------------------------------------------- */
+
+/* Reads the body as a JSON object whose keys are among `keys` (NULL-terminated); an unknown key
+ * is a 400 naming it. *out may be NULL for an empty body when allow_empty. */
+static int http_body_fields(http_req_t *r, bool allow_empty, const char *const *keys, json_t **out,
+                            kiln_err_t *err)
 {
-    if (r->id && !http_is_uuid(r->id))
-        return http_bad_id(r);
-    switch (r->route) {
-    case HTTP_ROUTE_JOBS:
-        return strcmp(r->method, "POST") == 0 ? http_jobs_create(r) : http_jobs_list(r);
-    case HTTP_ROUTE_JOB: return http_job_get(r);
-    case HTTP_ROUTE_JOB_STOP: return http_job_stop(r);
-    case HTTP_ROUTE_JOB_EVENTS: return http_job_events(r);
-    case HTTP_ROUTE_JOB_LOGS: return http_job_logs(r);
-    case HTTP_ROUTE_JOB_METRICS: return http_job_metrics(r);
-    case HTTP_ROUTE_WORKERS: return http_workers(r);
-    case HTTP_ROUTE_HEALTHZ:
-        return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
-    case HTTP_ROUTE_READYZ: return http_readyz(r);
-    case HTTP_ROUTE_PROM: return http_prometheus(r);
-    default:
-        return http_reply_errf(r, KILN_ENOTFOUND, NULL, NULL, "no such path: %s", r->path);
+    int rc = http_body_json(r, allow_empty, out, err);
+    if (rc || !*out)
+        return rc;
+    const char *k;
+    json_t *v;
+    json_object_foreach(*out, k, v) {
+        bool known = false;
+        for (size_t i = 0; keys[i] && !known; i++)
+            known = !strcmp(k, keys[i]);
+        if (!known) {
+            char list[160] = "";
+            for (size_t i = 0; keys[i]; i++)
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", keys[i]);
+            kiln_err_set(err, KILN_EINVAL, k, "unknown field \"%.60s\"", k);
+            kiln_err_hint(err, "this request takes %s", list);
+            json_decref(*out);
+            *out = NULL;
+            return KILN_EINVAL;
+        }
     }
+    return 0;
 }
+
+/* A string field of body (NULL when absent); a field of another type is a 400. */
+static int http_field_str(json_t *body, const char *key, bool required, const char **out, kiln_err_t *err)
+{
+    json_t *v = json_object_get(body, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) {
+        if (required) {
+            kiln_err_set(err, KILN_EINVAL, key, "%s is required", key);
+            return KILN_EINVAL;
+        }
+        return 0;
+    }
+    if (!json_is_string(v)) {
+        kiln_err_set(err, KILN_EINVAL, key, "%s must be a string", key);
+        return KILN_EINVAL;
+    }
+    *out = json_string_value(v);
+    return 0;
+}
+
+static enum MHD_Result http_reply_svc(http_req_t *r, int rc, kiln_err_t *err, int status, json_t *out)
+{
+    if (rc)
+        return http_svc_err(r, rc, err);
+    return http_reply_json(r, status, out);
+}
+
+static enum MHD_Result http_whoami(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_whoami(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_users_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_users_list(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_users_create(http_req_t *r)
+{
+    static const char *const keys[] = {"name", "cluster_admin", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *name = NULL;
+    int rc = http_body_fields(r, false, keys, &body, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "name", true, &name, &err);
+    json_t *admin = json_object_get(body, "cluster_admin");
+    if (rc == 0 && admin && !json_is_boolean(admin))
+        rc = kiln_err_set(&err, KILN_EINVAL, "cluster_admin", "cluster_admin must be true or false");
+    if (rc == 0)
+        rc = svc_user_create(r->h->svc, &r->who, name, json_is_true(admin), &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+static enum MHD_Result http_tokens_create(http_req_t *r)
+{
+    static const char *const keys[] = {"expires_in_s", "description", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *desc = NULL;
+    int64_t expires = 0;
+    int rc = http_body_fields(r, true, keys, &body, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "description", false, &desc, &err);
+    json_t *e = json_object_get(body, "expires_in_s");
+    if (rc == 0 && e && !json_is_null(e)) {
+        if (!json_is_integer(e))
+            rc = kiln_err_set(&err, KILN_EINVAL, "expires_in_s", "expires_in_s must be a whole number of seconds");
+        else
+            expires = json_integer_value(e);
+    }
+    if (rc == 0)
+        rc = svc_token_create(r->h->svc, &r->who, http_param(r, "name"), expires, desc, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+static enum MHD_Result http_tokens_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_tokens_list(r->h->svc, &r->who, http_param(r, "name"), &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_token_revoke(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_token_revoke(r->h->svc, &r->who, r->id, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_projects_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_projects_list(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_projects_create(http_req_t *r)
+{
+    static const char *const keys[] = {"name", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *name = NULL;
+    int rc = http_body_fields(r, false, keys, &body, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "name", true, &name, &err);
+    if (rc == 0)
+        rc = svc_project_create(r->h->svc, &r->who, name, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+static enum MHD_Result http_members_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_members_list(r->h->svc, &r->who, http_param(r, "project"), &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_member_set(http_req_t *r)
+{
+    static const char *const keys[] = {"role", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *role = NULL;
+    int rc = http_body_fields(r, false, keys, &body, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "role", true, &role, &err);
+    if (rc == 0)
+        rc = svc_member_set(r->h->svc, &r->who, http_param(r, "project"), http_param(r, "user"), role, &out,
+                           &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_member_remove(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = svc_member_remove(r->h->svc, &r->who, http_param(r, "project"), http_param(r, "user"), &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:s}", "project", http_param(r, "project"),
+                                                     "user", http_param(r, "user")));
+}
+
+/* ---- the table ------------------------------------------------------------------------------- */
+
+const http_route_t http_routes[] = {
+    {"GET", "/v1/jobs", http_jobs_list, 0},
+    {"POST", "/v1/jobs", http_jobs_create, 0},
+    {"GET", "/v1/jobs/{id}", http_job_get, 0},
+    {"POST", "/v1/jobs/{id}:stop", http_job_stop, 0},
+    {"GET", "/v1/jobs/{id}/events", http_job_events, 0},
+    {"GET", "/v1/jobs/{id}/logs", http_job_logs, 0},
+    {"GET", "/v1/jobs/{id}/metrics", http_job_metrics, 0},
+    {"GET", "/v1/workers", http_workers, 0},
+    {"GET", "/v1/whoami", http_whoami, 0},
+    {"GET", "/v1/users", http_users_list, 0},
+    {"POST", "/v1/users", http_users_create, 0},
+    {"GET", "/v1/users/{name}/tokens", http_tokens_list, 0},
+    {"POST", "/v1/users/{name}/tokens", http_tokens_create, 0},
+    {"DELETE", "/v1/tokens/{id}", http_token_revoke, 0},
+    {"GET", "/v1/projects", http_projects_list, 0},
+    {"POST", "/v1/projects", http_projects_create, 0},
+    {"GET", "/v1/projects/{project}/members", http_members_list, 0},
+    {"PUT", "/v1/projects/{project}/members/{user}", http_member_set, 0},
+    {"DELETE", "/v1/projects/{project}/members/{user}", http_member_remove, 0},
+    {"GET", "/healthz", http_healthz, HTTP_OPEN},
+    {"GET", "/readyz", http_readyz, HTTP_OPEN},
+    {"GET", "/metrics", http_prometheus, HTTP_PROM},
+};
+const size_t http_route_count = KILN_ARRAY_LEN(http_routes);

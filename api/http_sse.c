@@ -106,7 +106,8 @@ static void sse_fill_history(http_stream_t *s)
     json_t *out = NULL;
     kiln_err_t err;
     kiln_err_clear(&err);
-    int rc = svc_job_logs(s->h->svc, s->job_id, &q, &out, &err);
+    /* The caller's access was checked when the stream opened (svc_follow_open). */
+    int rc = svc_job_logs(s->h->svc, svc_caller_kilnd(), s->job_id, &q, &out, &err);
     if (rc) {
         json_t *e = json_pack("{s:s, s:s}", "code", kiln_status_code(err.status ? err.status : rc),
                               "message", err.message[0] ? err.message : kiln_strerror(rc));
@@ -252,7 +253,7 @@ enum MHD_Result http_sse_start(http_req_t *r, int rank, int64_t after_seq, int64
     s->lines = json_array();
     /* Follower first, then history: a line landing in between is in one of them (or both,
      * and last_seq drops the copy). */
-    int rc = svc_follow_open(h->svc, r->id, rank, after_seq, sse_wake, s, &s->follow, &err);
+    int rc = svc_follow_open(h->svc, &r->who, r->id, rank, after_seq, sse_wake, s, &s->follow, &err);
     if (rc) {
         sse_destroy(s);
         if (!err.status)
@@ -263,7 +264,7 @@ enum MHD_Result http_sse_start(http_req_t *r, int rank, int64_t after_seq, int64
     svc_log_query_t q = {.rank = rank, .since_us = since_us, .after_seq = after_seq,
                          .limit = SSE_HISTORY_PAGE};
     json_t *out = NULL;
-    rc = svc_job_logs(h->svc, r->id, &q, &out, &err);
+    rc = svc_job_logs(h->svc, &r->who, r->id, &q, &out, &err);
     if (rc) {
         sse_destroy(s);
         if (!err.status)

@@ -33,7 +33,9 @@
     X(EUNFIT,     -15,  "unschedulable",       "job can never fit the cluster",   422, 9)   \
     X(ECOMM,      -16,  "communication_error", "communication with a peer failed", 502, 14) \
     X(EDEVICE,    -17,  "device_error",        "device error",                    500, 13)  \
-    X(EFORMAT,    -18,  "bad_format",          "malformed data",                  400, 3)
+    X(EFORMAT,    -18,  "bad_format",          "malformed data",                  400, 3)   \
+    X(EUNAUTH,    -19,  "unauthenticated",     "authentication required",         401, 16)  \
+    X(EMEDIA,     -20,  "unsupported_media_type", "unsupported media type",       415, 3)
 
 enum {
 #define KILN_STATUS_ENUM(name, val, code, msg, http, grpc) KILN_##name = (val),
@@ -151,6 +153,9 @@ char *kiln_time_format(int64_t us, char *buf, size_t n);
 /* Parses RFC 3339 ("2026-11-21T06:04:37Z", fractional seconds and +hh:mm offsets accepted) or a
  * plain number of Unix seconds. Returns 0 or KILN_EINVAL. */
 int kiln_time_parse(const char *s, int64_t *out_us);
+/* Whether s is a name kiln accepts for users and projects: 1 to 63 characters of a-z, 0-9,
+ * '.', '_' and '-', starting with a letter or digit (the same rule as the database's CHECK). */
+bool kiln_ident_ok(const char *s);
 /* Copies src into dst of size n, always NUL-terminating; returns strlen(src). */
 size_t kiln_strlcpy(char *dst, const char *src, size_t n);
 /* Reads a whole file into a heap buffer (NUL-terminated). Caller owns *out; free with free().

@@ -113,6 +113,20 @@ int kiln_time_parse(const char *s, int64_t *out_us)
     return 0;
 }
 
+bool kiln_ident_ok(const char *s)
+{
+    if (!s || !s[0])
+        return false;
+    size_t n = 0;
+    for (const char *p = s; *p; p++, n++) {
+        char ch = *p;
+        bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+        if (!alnum && (p == s || (ch != '.' && ch != '_' && ch != '-')))
+            return false;
+    }
+    return n <= 63;
+}
+
 size_t kiln_strlcpy(char *dst, const char *src, size_t n)
 {
     size_t len = strlen(src);

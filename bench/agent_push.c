@@ -168,14 +168,14 @@ int main(int argc, char **argv)
     api_grpc_t *g = NULL;
     agent_rpc_t *rpc = NULL;
     kiln_err_t err;
-    svc_config_t cfg = {.database_url = url};
+    svc_config_t cfg = {.database_url = url, .auth_disabled = true};
     if (svc_create(&cfg, &s, &err) != 0) {
         fprintf(stderr, "agent_push: %s\n", err.message);
         return 1;
     }
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
-    if (api_grpc_start(s, addr, &g, &err) != 0 || agent_rpc_create(addr, &rpc, &err) != 0) {
+    if (api_grpc_start(s, addr, NULL, &g, &err) != 0 || agent_rpc_create(addr, &rpc, &err) != 0) {
         fprintf(stderr, "agent_push: %s\n", err.message);
         return 1;
     }
@@ -198,7 +198,7 @@ int main(int argc, char **argv)
                               "\"slots_per_node\":1}}", 0, NULL);
     json_t *job = NULL;
     bool created;
-    if (svc_job_create(s, spec, NULL, &job, &created, &err) != 0) {
+    if (svc_job_create(s, svc_caller_kilnd(), spec, NULL, &job, &created, &err) != 0) {
         fprintf(stderr, "agent_push: job: %s\n", err.message);
         return 1;
     }

@@ -93,7 +93,7 @@ static void *agent_logs_main(void *p)
         lb.n_lines = n;
         kiln_err_t err;
         int64_t t0 = kiln_mono_us();
-        int rc = svc_agent_logs(svc, &lb, &err);
+        int rc = svc_agent_logs(svc, wid, &lb, &err);
         record_batch(a, n, t0, kiln_mono_us(), rc, &err);
     }
     free(lines);
@@ -135,7 +135,7 @@ static void *agent_main(void *p)
         mb.n_points = n;
         kiln_err_t err;
         int64_t t0 = kiln_mono_us();
-        int rc = svc_agent_metrics(svc, &mb, &err);
+        int rc = svc_agent_metrics(svc, wid, &mb, &err);
         record_batch(a, n, t0, kiln_mono_us(), rc, &err);
     }
     free(pts);
@@ -208,7 +208,7 @@ int main(int argc, char **argv)
     for (int j = 0; j < njobs; j++) {
         json_t *job = NULL;
         bool created;
-        if (svc_job_create(svc, spec, NULL, &job, &created, &err)) {
+        if (svc_job_create(svc, svc_caller_kilnd(), spec, NULL, &job, &created, &err)) {
             fprintf(stderr, "ingest_bench: could not create a job: %s\n", err.message);
             return 1;
         }

@@ -9,9 +9,12 @@ typedef struct cli_client {
     char url[1024];        /* kilnd base URL without a trailing slash */
     long timeout_ms;       /* bound for one non-streaming request */
     bool json;             /* --json: print raw API replies instead of tables */
+    char token[512];       /* API token sent as "Authorization: Bearer" ("" for none) */
+    char ca_file[1024];    /* CA to verify an https kilnd against ("" for the system's) */
 } cli_client_t;
 
-/* Sets up a client for url (NULL: KILN_URL, then CLI_DEFAULT_URL). */
+/* Sets up a client for url (NULL: KILN_URL, then CLI_DEFAULT_URL), with the token of KILN_TOKEN
+ * and the CA of KILN_TLS_CA. */
 void cli_client_init(cli_client_t *c, const char *url);
 
 /* One request to kilnd. path starts with "/" and may carry a query string. body may be NULL.

@@ -25,6 +25,22 @@ void cli_client_init(cli_client_t *c, const char *url)
     while (n > 0 && c->url[n - 1] == '/')
         c->url[--n] = '\0';
     c->timeout_ms = 30000;
+    const char *tok = getenv("KILN_TOKEN"), *ca = getenv("KILN_TLS_CA");
+    kiln_strlcpy(c->token, tok ? tok : "", sizeof(c->token));
+    kiln_strlcpy(c->ca_file, ca ? ca : "", sizeof(c->ca_file));
+}
+
+/* What every request to kilnd carries: the token and, for https, the CA to verify it against.
+ * auth (caller's storage, >= 600 bytes) holds the header line while the request runs. */
+static struct curl_slist *cli_curl_auth(const cli_client_t *c, CURL *h, struct curl_slist *hl, char *auth)
+{
+    if (c->ca_file[0])
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+    if (c->token[0]) {
+        snprintf(auth, 600, "Authorization: Bearer %s", c->token);
+        hl = curl_slist_append(hl, auth);
+    }
+    return hl;
 }
 
 const char *cli_jstr(const json_t *obj, const char *key)
@@ -93,7 +109,7 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
     struct curl_slist *hl = NULL;
     char *body_text = NULL, *url = NULL;
     cli_buf_t b = {NULL, 0};
-    char errbuf[CURL_ERROR_SIZE] = "";
+    char errbuf[CURL_ERROR_SIZE] = "", auth[600];
     long status = 0;
 
     *out = NULL;
@@ -107,6 +123,7 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
     strcpy(url, c->url);
     strcat(url, path);
     hl = curl_slist_append(hl, "Accept: application/json");
+    hl = cli_curl_auth(c, h, hl, auth);
     if (body) {
         body_text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(17));
         if (!body_text) {
@@ -197,7 +214,7 @@ int cli_stream(const cli_client_t *c, const char *path, const char *const *heade
     int rc = 0;
     struct curl_slist *hl = NULL;
     char *url = NULL;
-    char errbuf[CURL_ERROR_SIZE] = "";
+    char errbuf[CURL_ERROR_SIZE] = "", auth[600];
     cli_stream_ctx_t s = {0};
 
     cli_curl_global();
@@ -211,6 +228,7 @@ int cli_stream(const cli_client_t *c, const char *path, const char *const *heade
     strcpy(url, c->url);
     strcat(url, path);
     hl = curl_slist_append(hl, "Accept: text/event-stream");
+    hl = cli_curl_auth(c, s.h, hl, auth);
     for (size_t i = 0; headers && headers[i]; i++)
         hl = curl_slist_append(hl, headers[i]);
     curl_easy_setopt(s.h, CURLOPT_URL, url);

@@ -11,8 +11,28 @@
 #include "service/service.h"
 
 static const char *USAGE =
-    "--database-url URL [flags]\n"
+    "--database-url URL (--tls-cert FILE --tls-key FILE | --insecure) [flags]\n"
     "kiln's control plane: REST and gRPC APIs, scheduler, PostgreSQL state.";
+
+/* Reads a PEM file named by a flag into *out (heap). */
+static int read_pem(const char *flag, const char *path, char **out)
+{
+    kiln_err_t err;
+    *out = NULL;
+    if (!path || !*path)
+        return 0;
+    if (kiln_file_read(path, out, NULL, &err) != 0) {
+        fprintf(stderr, "kilnd: --%s: %s\n", flag, err.message);
+        return 2;
+    }
+    if (!strstr(*out, "-----BEGIN ")) {
+        fprintf(stderr, "kilnd: --%s: %s is not a PEM file\n", flag, path);
+        free(*out);
+        *out = NULL;
+        return 2;
+    }
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -20,6 +40,10 @@ int main(int argc, char **argv)
     const char *migrations_dir = NULL, *log_level = NULL;
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
     int64_t db_wait_s = 30;
+    const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
+    const char *bootstrap_file = NULL, *join_file = NULL;
+    bool insecure = false, no_auth = false, metrics_auth = false;
+    config_list_t cors = {0};
     config_flag_t flags[] = {
         {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &database_url,
          "PostgreSQL connection string (libpq), e.g. \"host=/tmp/pg dbname=kiln\" (required)"},
@@ -39,6 +63,23 @@ int main(int argc, char **argv)
         {"db-wait-s", "KILN_DB_WAIT_S", CONFIG_INT, &db_wait_s,
          "keep retrying an unreachable database this long at start-up (0: fail at once)"},
         {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, "debug | info | warn | error"},
+        {"tls-cert", "KILN_TLS_CERT", CONFIG_STR, &tls_cert, "PEM certificate (chain) REST and gRPC serve TLS with"},
+        {"tls-key", "KILN_TLS_KEY", CONFIG_STR, &tls_key, "PEM private key of --tls-cert"},
+        {"tls-ca", "KILN_TLS_CA", CONFIG_STR, &tls_ca,
+         "PEM CA: agents must present a client certificate it signed (mutual TLS)"},
+        {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure,
+         "serve plain text (no TLS): anything on the network path can read and change the traffic"},
+        {"bootstrap-token-file", "KILN_BOOTSTRAP_TOKEN_FILE", CONFIG_STR, &bootstrap_file,
+         "first start on an empty database: create the cluster admin \"admin\" with the token in FILE "
+         "(read when FILE exists, else created 0600)"},
+        {"join-token-file", "KILN_JOIN_TOKEN_FILE", CONFIG_STR, &join_file,
+         "the token agents register with (read when FILE exists, else created 0600)"},
+        {"cors-origin", "KILN_CORS_ORIGINS", CONFIG_LIST, &cors,
+         "a browser origin (https://ui.example.com) allowed to call the REST API"},
+        {"metrics-auth", "KILN_METRICS_AUTH", CONFIG_BOOL, &metrics_auth, "GET /metrics needs an API token"},
+        {"no-auth", "KILN_NO_AUTH", CONFIG_BOOL, &no_auth,
+         "turn authentication off: every caller is a cluster admin (benchmarks, trusted single-user "
+         "machines; needs --insecure)"},
     };
     kiln_err_t err;
     kiln_err_clear(&err);
@@ -64,9 +105,44 @@ int main(int argc, char **argv)
                         "(\"postgresql://user@host/db\" or \"host=/tmp/pg dbname=kiln\")\n");
         return 2;
     }
+    bool has_cert = tls_cert && *tls_cert, has_key = tls_key && *tls_key;
+    if (has_cert != has_key) {
+        fprintf(stderr, "kilnd: --tls-cert and --tls-key go together\n");
+        return 2;
+    }
+    if (!has_cert && !insecure) {
+        fprintf(stderr, "kilnd: no TLS certificate\nhint: pass --tls-cert FILE --tls-key FILE to serve "
+                        "REST and gRPC over TLS, or --insecure to serve plain text\n");
+        return 2;
+    }
+    if (has_cert && insecure) {
+        fprintf(stderr, "kilnd: --insecure and --tls-cert contradict each other\n");
+        return 2;
+    }
+    if (tls_ca && *tls_ca && !has_cert) {
+        fprintf(stderr, "kilnd: --tls-ca (mutual TLS for agents) needs --tls-cert and --tls-key\n");
+        return 2;
+    }
+    if (no_auth && !insecure) {
+        fprintf(stderr, "kilnd: --no-auth is for plain-text test set-ups only: it needs --insecure\n");
+        return 2;
+    }
+    for (int i = 0; i < cors.n; i++)
+        if (strncmp(cors.v[i], "http://", 7) != 0 && strncmp(cors.v[i], "https://", 8) != 0) {
+            fprintf(stderr, "kilnd: --cors-origin \"%s\" is not an origin (scheme://host[:port])\n", cors.v[i]);
+            return 2;
+        }
     if (hb_interval < 10 || hb_timeout < 2 * hb_interval || pool < 1 || sched_interval < 1 || grace < 0) {
         fprintf(stderr, "kilnd: invalid timing flags: heartbeat-timeout-ms must be at least twice "
                         "heartbeat-interval-ms (>= 10), pool and intervals positive\n");
+        return 2;
+    }
+    char *cert_pem = NULL, *key_pem = NULL, *ca_pem = NULL;
+    if (read_pem("tls-cert", tls_cert, &cert_pem) || read_pem("tls-key", tls_key, &key_pem) ||
+        read_pem("tls-ca", tls_ca, &ca_pem)) {
+        free(cert_pem);
+        free(key_pem);
+        free(ca_pem);
         return 2;
     }
 
@@ -87,7 +163,14 @@ int main(int argc, char **argv)
         .db_pool_size = (int)pool,
         .migrations_dir = migrations_dir,
         .stop_grace_ms = (int)grace,
+        .bootstrap_token_file = bootstrap_file,
+        .join_token_file = join_file,
+        .auth_disabled = no_auth,
     };
+    api_tls_t tls = {.cert_pem = cert_pem, .key_pem = key_pem, .ca_pem = ca_pem};
+    if (insecure)
+        log_warn("SERVING PLAIN TEXT (--insecure): job specs, logs, tokens and agent credentials cross "
+                 "the network unencrypted, and anything on the path can pose as kilnd");
     svc_t *svc = NULL;
     api_http_t *http = NULL;
     api_grpc_t *grpc = NULL;
@@ -106,7 +189,7 @@ int main(int argc, char **argv)
         int sig = sigtimedwait(&set, NULL, &one);
         if (sig == SIGINT || sig == SIGTERM) {
             log_info("received a signal while waiting for the database: exiting");
-            return 1;
+            goto out;
         }
     }
     if (rc) {
@@ -116,14 +199,16 @@ int main(int argc, char **argv)
         goto out;
     }
     kiln_err_clear(&err);
-    rc = api_http_start(svc, http_addr, &http, &err);
+    api_http_config_t hc = {.addr = http_addr, .tls = &tls, .cors_origins = cors.v, .ncors = cors.n,
+                            .metrics_auth = metrics_auth};
+    rc = api_http_start(svc, &hc, &http, &err);
     if (rc) {
         log_error("could not start the REST server on %s: %s", http_addr, err.message);
         goto out;
     }
     log_info("REST API listening on %s", http_addr);
     kiln_err_clear(&err);
-    rc = api_grpc_start(svc, grpc_addr, &grpc, &err);
+    rc = api_grpc_start(svc, grpc_addr, &tls, &grpc, &err);
     if (rc == KILN_EUNSUPP) {
         log_warn("gRPC server not started: %s", err.message);
         grpc = NULL;
@@ -143,6 +228,12 @@ out:
     api_http_stop(http);
     api_grpc_stop(grpc);
     svc_destroy(svc);
+    free(cert_pem);
+    if (key_pem) {
+        memset(key_pem, 0, strlen(key_pem));
+        free(key_pem);
+    }
+    free(ca_pem);
     if (status == 0)
         log_info("stopped");
     return status;

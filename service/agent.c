@@ -1,17 +1,44 @@
-/* agent.c - what agents report about the ranks they run: "all my ranks started" (or could not
- * start), and rank exits. These drive the job from STARTING to RUNNING and from RUNNING (or
- * STOPPING) to its end. A report about an older attempt than the job's current one is recorded
- * (its slots are freed) but never changes the job. */
+/* agent.c - the control plane's agent-facing calls: registration (a fresh credential each time;
+ * taking over an existing worker id needs its credential), heartbeats (which carry new
+ * assignments and stop orders back), what agents report about the ranks they run ("all my ranks
+ * started" or could not start, rank exits) and the check that a worker reports only for ranks
+ * kilnd assigned to it. Reports drive the job from STARTING to RUNNING and from RUNNING (or
+ * STOPPING) to its end; a report about an older attempt than the job's current one is recorded
+ * (its slots are freed) but never changes the job. Logs and metrics are ingest.c's. */
 #include "service/svc_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
-static int check_report(const char *worker_id, const char *job_id, kiln_err_t *err)
+#include "spec/spec.h"
+
+/* The worker a call acts for: the one its credential belongs to; a message naming another is
+ * refused. With authentication off there is no credential and the message's id is taken. */
+static int agent_worker(const char *authenticated, const char *claimed, const char **out, kiln_err_t *err)
 {
-    if (!worker_id || !*worker_id)
+    if (authenticated && *authenticated) {
+        if (claimed && *claimed && strcmp(claimed, authenticated) != 0) {
+            kiln_err_set(err, KILN_EPERM, "worker_id", "this credential belongs to worker %s, not \"%.64s\"",
+                         authenticated, claimed);
+            return KILN_EPERM;
+        }
+        *out = authenticated;
+        return 0;
+    }
+    if (!claimed || !*claimed)
         return kiln_err_set(err, KILN_EINVAL, "worker_id", "report without a worker id");
+    *out = claimed;
+    return 0;
+}
+
+static int check_report(const char *authenticated, const char *claimed, const char *job_id,
+                        const char **wid, kiln_err_t *err)
+{
+    int rc = agent_worker(authenticated, claimed, wid, err);
+    if (rc)
+        return rc;
     if (!job_id || !store_is_uuid(job_id)) {
         kiln_err_set(err, KILN_ENOTFOUND, "job_id", "job \"%.80s\" not found", job_id ? job_id : "");
         return KILN_ENOTFOUND;
@@ -19,12 +46,77 @@ static int check_report(const char *worker_id, const char *job_id, kiln_err_t *e
     return 0;
 }
 
-int svc_agent_rank_status(svc_t *s, const Kiln__RankStatus *req, kiln_err_t *err)
+int svc_agent_owns(svc_t *s, const char *worker_id, const char *job_id, int attempt, const int *ranks,
+                   size_t n, kiln_err_t *err)
+{
+    svc_jobent_t *e = svc_jobent_get(s, job_id);
+    if (!e)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    int owned[256], nowned = -1;
+    /* An assignment's ranks never change once it exists: cache them per job. */
+    pthread_mutex_lock(&e->own_mu);
+    for (int i = 0; i < SVC_OWN_SLOTS && nowned < 0; i++) {
+        if (e->own[i].ranks && e->own[i].attempt == attempt && !strcmp(e->own[i].worker, worker_id)) {
+            nowned = e->own[i].n;
+            memcpy(owned, e->own[i].ranks, sizeof(int) * (size_t)nowned);
+        }
+    }
+    pthread_mutex_unlock(&e->own_mu);
+    int rc = 0;
+    if (nowned < 0) {
+        store_conn_t *c = NULL;
+        rc = store_conn_get(s->store, &c, err);
+        if (rc == 0) {
+            rc = store_assign_ranks_of(c, job_id, attempt, worker_id, owned, &nowned, err);
+            store_conn_put(s->store, c);
+        }
+        if (rc == 0 && nowned > 0) {
+            int *copy = malloc(sizeof(int) * (size_t)nowned);
+            pthread_mutex_lock(&e->own_mu);
+            int slot = e->own_next++ % SVC_OWN_SLOTS;
+            free(e->own[slot].ranks);
+            e->own[slot].ranks = copy;
+            if (copy) {
+                memcpy(copy, owned, sizeof(int) * (size_t)nowned);
+                e->own[slot].n = nowned;
+                e->own[slot].attempt = attempt;
+                kiln_strlcpy(e->own[slot].worker, worker_id, sizeof(e->own[slot].worker));
+            }
+            pthread_mutex_unlock(&e->own_mu);
+        }
+    }
+    svc_jobent_put(s, e);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        bool ok = false;
+        for (int k = 0; k < nowned && !ok; k++)
+            ok = owned[k] == ranks[i];
+        if (!ok) {
+            log_warn("worker %s: refused a report for rank %d of attempt %d of job %s, which kilnd did "
+                     "not assign to it", worker_id, ranks[i], attempt, job_id);
+            kiln_err_set(err, KILN_EPERM, "rank", "worker %s has no assignment for rank %d of attempt %d of job %s",
+                         worker_id, ranks[i], attempt, job_id);
+            return KILN_EPERM;
+        }
+    }
+    if (nowned <= 0 && n == 0) {
+        kiln_err_set(err, KILN_EPERM, "job_id", "worker %s has no assignment for attempt %d of job %s",
+                     worker_id, attempt, job_id);
+        return KILN_EPERM;
+    }
+    return 0;
+}
+
+int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatus *req, kiln_err_t *err)
 {
     svc_tx_t tx;
     store_job_row_t job;
     char reason[700];
-    int rc = check_report(req->worker_id, req->job_id, err);
+    const char *wid = NULL;
+    int rc = check_report(worker_id, req->worker_id, req->job_id, &wid, err);
+    if (rc == 0)
+        rc = svc_agent_owns(s, wid, req->job_id, req->attempt, NULL, 0, err);
     if (rc)
         return rc;
     rc = svc_tx_begin(s, &tx, err);
@@ -35,9 +127,9 @@ int svc_agent_rank_status(svc_t *s, const Kiln__RankStatus *req, kiln_err_t *err
         goto fail;
     if (req->attempt != job.attempt) {
         log_info("job %s: ignoring rank status from worker %s for attempt %d (current attempt %d)",
-                 job.id, req->worker_id, req->attempt, job.attempt);
+                 job.id, wid, req->attempt, job.attempt);
         if (!req->started)
-            rc = store_assign_release(tx.c, job.id, req->attempt, req->worker_id, err);
+            rc = store_assign_release(tx.c, job.id, req->attempt, wid, err);
         if (rc)
             goto fail;
         return svc_tx_commit(&tx, err);
@@ -45,12 +137,12 @@ int svc_agent_rank_status(svc_t *s, const Kiln__RankStatus *req, kiln_err_t *err
     svc_job_state_t st = svc_state_parse(job.state);
     if (req->started) {
         bool found = false;
-        rc = store_assign_set_started(tx.c, job.id, job.attempt, req->worker_id, &found, err);
+        rc = store_assign_set_started(tx.c, job.id, job.attempt, wid, &found, err);
         if (rc)
             goto fail;
         if (!found) {
             rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "
-                              "for attempt %d of job %s", req->worker_id, job.attempt, job.id);
+                              "for attempt %d of job %s", wid, job.attempt, job.id);
             goto fail;
         }
         if (st == JOB_STATE_STARTING) {
@@ -72,20 +164,20 @@ int svc_agent_rank_status(svc_t *s, const Kiln__RankStatus *req, kiln_err_t *err
         }
     } else {
         /* Nothing runs for this worker's part: free its slots, fail the attempt. */
-        rc = store_assign_release(tx.c, job.id, job.attempt, req->worker_id, err);
+        rc = store_assign_release(tx.c, job.id, job.attempt, wid, err);
         if (rc)
             goto fail;
         if (req->worker_shutdown) {
             /* The agent refused because it is shutting down: the attempt goes back to the
              * queue (a lost attempt, as when a worker dies), and the worker takes nothing new. */
             bool changed = false;
-            rc = store_worker_set_draining(tx.c, req->worker_id, &changed, err);
+            rc = store_worker_set_draining(tx.c, wid, &changed, err);
             snprintf(reason, sizeof(reason), "worker %s is shutting down and did not start its ranks",
-                     req->worker_id);
+                     wid);
             if (rc == 0)
-                rc = svc_job_lose_attempt(&tx, &job, job.attempt, req->worker_id, reason, err);
+                rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
         } else if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
-            snprintf(reason, sizeof(reason), "worker %s could not start its ranks: %s", req->worker_id,
+            snprintf(reason, sizeof(reason), "worker %s could not start its ranks: %s", wid,
                      req->reason && *req->reason ? req->reason : "no reason given");
             rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
             if (rc == 0)
@@ -102,16 +194,21 @@ fail:
     return rc;
 }
 
-int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err)
+int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *req, kiln_err_t *err)
 {
     svc_tx_t tx;
     store_job_row_t job;
     char reason[900];
-    int rc = check_report(req->worker_id, req->job_id, err);
+    const char *wid = NULL;
+    int rc = check_report(worker_id, req->worker_id, req->job_id, &wid, err);
     if (rc)
         return rc;
     if (req->rank < 0)
         return kiln_err_set(err, KILN_EINVAL, "rank", "rank must be >= 0, got %d", req->rank);
+    int rank = req->rank;
+    rc = svc_agent_owns(s, wid, req->job_id, req->attempt, &rank, 1, err);
+    if (rc)
+        return rc;
     rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
@@ -119,14 +216,16 @@ int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err)
     if (rc)
         goto fail;
     bool inserted = false, released = false;
-    rc = store_rank_exit_insert(tx.c, req, &inserted, &released, err);
+    Kiln__RankExit ex = *req;
+    ex.worker_id = (char *)wid;
+    rc = store_rank_exit_insert(tx.c, &ex, &inserted, &released, err);
     if (rc)
         goto fail;
     if (released)
         tx.wake_sched = true;
     bool failed = req->exit_code != 0 || req->signal != 0;
     log_info("job %s: rank %d (attempt %d) on worker %s exited with code %d%s%s", job.id, req->rank,
-             req->attempt, req->worker_id, req->exit_code, failed && req->reason && *req->reason ? ": " : "",
+             req->attempt, wid, req->exit_code, failed && req->reason && *req->reason ? ": " : "",
              failed && req->reason ? req->reason : "");
     if (!inserted || req->attempt != job.attempt)
         return svc_tx_commit(&tx, err);   /* a repeat, or an old attempt: nothing changes */
@@ -136,20 +235,20 @@ int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err)
         /* Its agent stopped the rank to shut down (preemption, maintenance): the attempt is lost,
          * as when a worker dies, and the worker takes nothing new. */
         bool changed = false; /* the scheduler reads capacity afresh on its next pass */
-        rc = store_worker_set_draining(tx.c, req->worker_id, &changed, err);
-        snprintf(reason, sizeof(reason), "worker %s is shutting down; it stopped rank %d", req->worker_id,
+        rc = store_worker_set_draining(tx.c, wid, &changed, err);
+        snprintf(reason, sizeof(reason), "worker %s is shutting down; it stopped rank %d", wid,
                  req->rank);
         if (rc == 0)
-            rc = svc_job_lose_attempt(&tx, &job, job.attempt, req->worker_id, reason, err);
+            rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
     } else if (st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
         if (failed) {
             if (req->signal != 0)
                 snprintf(reason, sizeof(reason), "rank %d on worker %s was killed by signal %d%s%s",
-                         req->rank, req->worker_id, req->signal, req->reason && *req->reason ? ": " : "",
+                         req->rank, wid, req->signal, req->reason && *req->reason ? ": " : "",
                          req->reason ? req->reason : "");
             else
                 snprintf(reason, sizeof(reason), "rank %d on worker %s exited with code %d: %s",
-                         req->rank, req->worker_id, req->exit_code,
+                         req->rank, wid, req->exit_code,
                          req->reason && *req->reason ? req->reason : "no reason given");
             rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
             /* A rank that exited had started, even if the agent's "started" report is late. */
@@ -173,5 +272,426 @@ int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err)
     return svc_tx_commit(&tx, err);
 fail:
     svc_tx_abort(&tx);
+    return rc;
+}
+
+/* ---- registration and heartbeats ------------------------------------------------------------ */
+
+static void new_worker_id(char *out, size_t n)
+{
+    uint8_t b[8];
+    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+        uint64_t t = (uint64_t)kiln_now_us() ^ (uint64_t)kiln_mono_us() << 17;
+        memcpy(b, &t, sizeof(b));
+    }
+    snprintf(out, n, "w-%02x%02x%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4], b[5],
+             b[6], b[7]);
+}
+
+/* The data roots an agent reports, as a JSON array of absolute paths (at most STORE_MAX_ROOTS). */
+static int roots_json(const Kiln__RegisterRequest *req, char **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (req->n_data_roots > STORE_MAX_ROOTS)
+        return kiln_err_set(err, KILN_EINVAL, "data_roots", "at most %d data roots, got %zu", STORE_MAX_ROOTS,
+                            req->n_data_roots);
+    json_t *roots = json_array();
+    for (size_t i = 0; i < req->n_data_roots; i++) {
+        const char *r = req->data_roots[i];
+        if (!r || r[0] != '/' || strlen(r) > 1000 || !json_string(r)) {
+            json_decref(roots);
+            return kiln_err_set(err, KILN_EINVAL, "data_roots", "data root %zu is not an absolute path", i);
+        }
+        json_array_append_new(roots, json_string(r));
+    }
+    *out = json_dumps(roots, JSON_COMPACT);
+    json_decref(roots);
+    return *out ? 0 : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+}
+
+int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *presented_credential,
+                       arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err)
+{
+    char id[STORE_WORKER_ID_LEN];
+    char *roots = NULL;
+    const char *slot_type = req->slot_type && *req->slot_type ? req->slot_type : "cpu";
+    if (strcmp(slot_type, "cpu") != 0 && strcmp(slot_type, "gpu") != 0)
+        return kiln_err_set(err, KILN_EINVAL, "slot_type", "slot type must be \"cpu\" or \"gpu\", got \"%.32s\"",
+                            slot_type);
+    if (req->slots < 0 || req->slots > 4096)
+        return kiln_err_set(err, KILN_EINVAL, "slots", "slots must be between 0 and 4096, got %d", req->slots);
+    if (req->worker_id && *req->worker_id) {
+        if (strlen(req->worker_id) >= sizeof(id))
+            return kiln_err_set(err, KILN_EINVAL, "worker_id", "worker id is longer than %zu characters",
+                                sizeof(id) - 1);
+        kiln_strlcpy(id, req->worker_id, sizeof(id));
+    } else {
+        new_worker_id(id, sizeof(id));
+    }
+    int rc = roots_json(req, &roots, err);
+    if (rc)
+        return rc;
+    /* A fresh credential for every registration: the previous one stops working. */
+    char credential[128];
+    uint8_t cred_hash[STORE_HASH_LEN];
+    svc_secret_new("kiln_agent_", credential, sizeof(credential), cred_hash);
+    json_t *gpus = json_array();
+    for (size_t i = 0; i < req->n_gpus; i++)
+        json_array_append_new(gpus, json_string(req->gpus[i] ? req->gpus[i] : ""));
+    char *gpus_text = json_dumps(gpus, JSON_COMPACT);
+    json_decref(gpus);
+    const char *host = req->hostname ? req->hostname : "";
+    store_worker_reg_t w = {.id = id, .hostname = host,
+                            .address = req->address && *req->address ? req->address : host,
+                            .slot_type = slot_type, .gpus_json = gpus_text ? gpus_text : "[]",
+                            .version = req->version, .slots = req->slots, .cpu_cores = req->cpu_cores,
+                            .data_roots_json = roots, .credential_hash = cred_hash};
+    store_conn_t *c = NULL;
+    store_lost_t *lost = NULL;
+    int nlost = 0;
+    bool was_alive = false;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        goto out;
+    if (!s->cfg.auth_disabled) {
+        /* Taking over an existing worker's id needs that worker's credential: without it, anyone
+         * holding the join token could fail a worker's jobs and rewrite its address. */
+        uint8_t presented[STORE_HASH_LEN];
+        bool exists = false, match = false;
+        if (presented_credential && *presented_credential)
+            svc_secret_hash(presented_credential, presented);
+        rc = store_worker_check_credential(c, id, presented_credential && *presented_credential ? presented : NULL,
+                                           &exists, &match, err);
+        if (rc)
+            goto out;
+        if (exists && !match) {
+            rc = kiln_err_set(err, KILN_EPERM, "worker_id", "worker \"%s\" is registered; registering again "
+                              "under its id needs its credential", id);
+            kiln_err_hint(err, "an agent keeps its credential in <work dir>/agent-credential; without it, "
+                               "register without a worker id to get a new one");
+            log_warn("worker %s: refused a registration that did not carry its credential (from host \"%.64s\")",
+                     id, host);
+            goto out;
+        }
+    }
+    rc = store_worker_upsert(c, &w, &was_alive, err);
+    if (rc)
+        goto out;
+    /* A (re-)registration means a fresh agent: whatever it had been given and started is gone. */
+    rc = store_assign_delivered_on(c, id, &lost, &nlost, err);
+    if (rc)
+        goto out;
+    store_conn_put(s->store, c);
+    c = NULL;
+    log_info("worker %s (%s, %s) registered: %d %s slot(s)%s", id, host, w.address, req->slots,
+             slot_type, was_alive ? " (it was alive: its agent restarted)" : "");
+    for (int i = 0; i < nlost; i++) {
+        char why[512];
+        kiln_err_t e2;
+        snprintf(why, sizeof(why), "worker %s (%s) registered again: its agent restarted and its "
+                 "ranks are gone", id, host);
+        if (svc_job_lost(s, lost[i].job_id, lost[i].attempt, id, why, &e2))
+            log_warn("worker %s: could not handle job %s: %s", id, lost[i].job_id, e2.message);
+    }
+    rc = store_conn_get(s->store, &c, err);
+    if (rc == 0)
+        rc = svc_cap_refresh(s, c, err);
+    if (rc)
+        goto out;
+    svc_auth_invalidate(s); /* the worker's previous credential is gone */
+    out->worker_id = svc_astr(arena, id);
+    out->heartbeat_interval_ms = s->cfg.heartbeat_interval_ms;
+    out->heartbeat_timeout_ms = s->cfg.heartbeat_timeout_ms;
+    out->credential = svc_astr(arena, credential);
+    svc_sched_wake(s);
+out:
+    if (c)
+        store_conn_put(s->store, c);
+    free(lost);
+    free(gpus_text);
+    free(roots);
+    memset(credential, 0, sizeof(credential));
+    return rc;
+}
+
+/* The typed copies of what the agent needs from the normalised spec (threads, checkpoint
+ * directory, metric definitions, the files the ranks read), so that it never parses the spec. */
+static int assignment_typed(const char *spec_json, const char *job_id, arena_t *arena,
+                            Kiln__Assignment *msg, kiln_err_t *err)
+{
+    spec_t sp;
+    kiln_err_t e2;
+    if (spec_parse_string(spec_json, &sp, &e2) != 0) {
+        /* the stored spec passed the same parser when it was submitted */
+        kiln_err_set(err, KILN_EINTERNAL, NULL, "job %s: its stored spec no longer parses: %s", job_id, e2.message);
+        return KILN_EINTERNAL;
+    }
+    msg->threads_per_rank = sp.res.threads_per_rank;
+    msg->checkpoint_dir = sp.ckpt_path[0] ? arena_sprintf(arena, "%s/%s", sp.ckpt_path, job_id)
+                                          : svc_astr(arena, "");
+    msg->n_metric_definitions = (size_t)sp.n_metric_defs;
+    msg->metric_definitions = arena_alloc(arena, sizeof(*msg->metric_definitions) *
+                                                     (size_t)KILN_MAX(sp.n_metric_defs, 1));
+    for (int i = 0; i < sp.n_metric_defs; i++) {
+        Kiln__MetricDefinition *d = arena_alloc(arena, sizeof(*d));
+        kiln__metric_definition__init(d);
+        d->name = svc_astr(arena, sp.metric_defs[i].name);
+        d->regex = svc_astr(arena, sp.metric_defs[i].regex);
+        msg->metric_definitions[i] = d;
+    }
+    const struct { const char *field, *path; } paths[] = {
+        {"data.train", strcmp(sp.data.format, "synthetic") ? sp.data.train : ""}, {"data.val", sp.data.val},
+        {"model.init_from", sp.model.init_from},
+    };
+    msg->read_paths = arena_alloc(arena, sizeof(*msg->read_paths) * KILN_ARRAY_LEN(paths));
+    for (size_t i = 0; i < KILN_ARRAY_LEN(paths); i++) {
+        if (!paths[i].path[0])
+            continue;
+        Kiln__JobPath *jp = arena_alloc(arena, sizeof(*jp));
+        kiln__job_path__init(jp);
+        jp->field = svc_astr(arena, paths[i].field);
+        jp->path = svc_astr(arena, paths[i].path);
+        msg->read_paths[msg->n_read_paths++] = jp;
+    }
+    spec_deinit(&sp);
+    return 0;
+}
+
+/* Delivers one assignment: marks it delivered and moves its job SCHEDULED -> STARTING.
+ * Returns 1 when *msg was filled, 0 when the assignment is no longer wanted. */
+static int deliver(svc_t *s, const store_assign_t *a, arena_t *arena, Kiln__Assignment *msg,
+                   kiln_err_t *err)
+{
+    svc_tx_t tx;
+    store_job_row_t job;
+    char *spec = NULL;
+    int rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    rc = store_job_row(tx.c, a->job_id, true, &job, err);
+    if (rc)
+        goto fail;
+    svc_job_state_t st = svc_state_parse(job.state);
+    if (job.attempt != a->attempt || (st != JOB_STATE_SCHEDULED && st != JOB_STATE_STARTING)) {
+        /* The attempt moved on (stopped, failed, restarted): nothing to start. */
+        rc = store_assign_release(tx.c, a->job_id, a->attempt, a->worker_id, err);
+        if (rc)
+            goto fail;
+        rc = svc_tx_commit(&tx, err);
+        return rc ? rc : 0;
+    }
+    rc = store_assign_deliver(tx.c, a->id, &spec, err);
+    if (rc)
+        goto fail;
+    if (st == JOB_STATE_SCHEDULED) {
+        char reason[256];
+        snprintf(reason, sizeof(reason), "assignment delivered to worker %s", a->worker_id);
+        rc = svc_job_set_state(&tx, &job, JOB_STATE_STARTING, job.attempt, 0, reason, err);
+        if (rc)
+            goto fail;
+    }
+    rc = svc_tx_commit(&tx, err);
+    if (rc) {
+        free(spec);
+        return rc;
+    }
+    kiln__assignment__init(msg);
+    rc = assignment_typed(spec, a->job_id, arena, msg, err);
+    if (rc) {
+        free(spec);
+        return rc;
+    }
+    msg->job_id = svc_astr(arena, a->job_id);
+    msg->attempt = a->attempt;
+    msg->spec_json = svc_astr(arena, spec);
+    msg->world_size = a->world_size;
+    msg->n_ranks = (size_t)a->nranks;
+    msg->ranks = arena_alloc(arena, sizeof(int32_t) * (size_t)KILN_MAX(a->nranks, 1));
+    for (int i = 0; i < a->nranks; i++)
+        msg->ranks[i] = a->ranks[i];
+    msg->node_rank = a->node_rank;
+    msg->nodes = a->nodes;
+    msg->master_addr = svc_astr(arena, a->master_addr);
+    msg->master_port = a->master_port;
+    msg->resume_from = svc_astr(arena, "");
+    free(spec);
+    log_info("job %s: attempt %d assignment (ranks %d..%d of %d) delivered to worker %s", a->job_id,
+             a->attempt, a->nranks ? a->ranks[0] : 0, a->nranks ? a->ranks[a->nranks - 1] : 0,
+             a->world_size, a->worker_id);
+    return 1;
+fail:
+    svc_tx_abort(&tx);
+    free(spec);
+    return rc;
+}
+
+static void finish_if_stopping(svc_t *s, const char *job_id, int attempt)
+{
+    svc_tx_t tx;
+    store_job_row_t job;
+    kiln_err_t err;
+    if (svc_tx_begin(s, &tx, &err))
+        return;
+    if (store_job_row(tx.c, job_id, true, &job, &err) == 0 && job.attempt == attempt
+        && svc_job_finish_stopping(&tx, &job, &err) == 0) {
+        tx.wake_sched = true;
+        svc_tx_commit(&tx, &err);
+        return;
+    }
+    svc_tx_abort(&tx);
+}
+
+/* Whether a stale stop order for (worker, job, attempt) is due: never sent, or sent longer ago
+ * than the grace period (by then the agent has had time to SIGKILL). Records the send. */
+static bool stale_due(svc_t *s, const char *wid, const char *job_id, int attempt)
+{
+    char key[sizeof(s->stale_sent[0].key)];
+    snprintf(key, sizeof(key), "%s|%s|%d", wid, job_id, attempt);
+    int64_t now = kiln_mono_us(), period = (int64_t)s->cfg.stop_grace_ms * 1000;
+    bool due = true;
+    pthread_mutex_lock(&s->stale_mu);
+    int slot = -1, oldest = 0;
+    for (int i = 0; i < SVC_STALE_SLOTS; i++) {
+        if (strcmp(s->stale_sent[i].key, key) == 0) {
+            slot = i;
+            break;
+        }
+        if (s->stale_sent[i].at_us < s->stale_sent[oldest].at_us)
+            oldest = i;
+    }
+    if (slot >= 0 && now - s->stale_sent[slot].at_us < period)
+        due = false;
+    if (due) {
+        if (slot < 0) {
+            slot = oldest;
+            kiln_strlcpy(s->stale_sent[slot].key, key, sizeof(s->stale_sent[slot].key));
+        }
+        s->stale_sent[slot].at_us = now;
+    }
+    pthread_mutex_unlock(&s->stale_mu);
+    return due;
+}
+
+static Kiln__StopOrder *stop_msg(svc_t *s, arena_t *arena, const store_stop_order_t *o)
+{
+    Kiln__StopOrder *m = arena_alloc(arena, sizeof(*m));
+    kiln__stop_order__init(m);
+    m->job_id = svc_astr(arena, o->job_id);
+    m->attempt = o->attempt;
+    m->reason = svc_astr(arena, o->reason[0] ? o->reason : "stop requested");
+    m->grace_ms = s->cfg.stop_grace_ms;
+    return m;
+}
+
+int svc_agent_heartbeat(svc_t *s, const char *worker_id, const Kiln__HeartbeatRequest *req,
+                        arena_t *arena, Kiln__HeartbeatResponse *out, kiln_err_t *err)
+{
+    const char *wid = NULL;
+    int rc = agent_worker(worker_id, req->worker_id, &wid, err);
+    if (rc)
+        return rc;
+    store_conn_t *c = NULL;
+    store_stop_order_t *stale = NULL, *reaped = NULL, *stops = NULL;
+    store_assign_t *und = NULL;
+    int nstale = 0, nreaped = 0, nstops = 0, nund = 0;
+    kiln_err_t e2;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    bool began_draining = false;
+    rc = store_worker_touch(c, wid, req->draining, &began_draining, &e2);
+    if (rc == 0 && began_draining) {
+        log_info("worker %s is shutting down: no new placements on it", wid);
+        if (svc_cap_refresh(s, c, &e2))
+            log_warn("worker %s: could not refresh capacity: %s", wid, e2.message);
+    }
+    if (rc == KILN_ENOTFOUND || rc == KILN_ESTATE) {
+        out->reregister = true;
+        store_conn_put(s->store, c);
+        log_info("worker %s: %s; asked to register again", wid, e2.message);
+        return 0;
+    }
+    if (rc) {
+        *err = e2;
+        goto out;
+    }
+
+    /* The distinct (job, attempt) pairs the agent says it runs. */
+    size_t nr = req->n_running;
+    const char **ids = arena_alloc(arena, sizeof(char *) * (nr + 1));
+    int *atts = arena_alloc(arena, sizeof(int) * (nr + 1));
+    int np = 0;
+    for (size_t i = 0; i < nr; i++) {
+        const Kiln__RunningRank *rr = req->running[i];
+        if (!rr || !rr->job_id)
+            continue;
+        bool dup = false;
+        for (int k = 0; k < np && !dup; k++)
+            dup = atts[k] == rr->attempt && strcmp(ids[k], rr->job_id) == 0;
+        if (!dup) {
+            ids[np] = rr->job_id;
+            atts[np] = rr->attempt;
+            np++;
+        }
+    }
+    rc = store_assign_stale(c, wid, ids, atts, np, &stale, &nstale, err);
+    /* After the grace period plus a few heartbeats, a stopped assignment whose ranks are no longer
+     * reported is released; one whose ranks still run gets its stop order again (the reply that
+     * carried it may have been lost). */
+    int patience_ms = s->cfg.stop_grace_ms + 3 * s->cfg.heartbeat_interval_ms;
+    if (rc == 0)
+        rc = store_assign_reap(c, wid, ids, atts, np, patience_ms, &reaped, &nreaped, err);
+    if (rc == 0)
+        rc = store_assign_take_stops(c, wid, patience_ms, &stops, &nstops, err);
+    int nredo = 0;
+    if (rc == 0)
+        rc = store_assign_redeliver(c, wid, ids, atts, np,
+                                    KILN_MAX(1000, 5 * s->cfg.heartbeat_interval_ms), &nredo, err);
+    if (rc == 0)
+        rc = store_assign_undelivered(c, wid, &und, &nund, err);
+    store_conn_put(s->store, c);
+    c = NULL;
+    if (rc)
+        goto out;
+
+    for (int i = 0; i < nreaped; i++)
+        finish_if_stopping(s, reaped[i].job_id, reaped[i].attempt);
+
+    if (nund > 0) {
+        out->assignments = arena_alloc(arena, sizeof(Kiln__Assignment *) * (size_t)nund);
+        for (int i = 0; i < nund; i++) {
+            Kiln__Assignment *m = arena_alloc(arena, sizeof(*m));
+            int d = deliver(s, &und[i], arena, m, err);
+            if (d < 0) {
+                rc = d;
+                goto out;
+            }
+            if (d == 1)
+                out->assignments[out->n_assignments++] = m;
+        }
+    }
+    if (nstale + nstops > 0) {
+        out->stops = arena_alloc(arena, sizeof(Kiln__StopOrder *) * (size_t)(nstale + nstops));
+        for (int i = 0; i < nstops; i++)
+            out->stops[out->n_stops++] = stop_msg(s, arena, &stops[i]);
+        for (int i = 0; i < nstale; i++) {
+            if (!stale_due(s, wid, stale[i].job_id, stale[i].attempt))
+                continue;
+            snprintf(stale[i].reason, sizeof(stale[i].reason),
+                     "attempt %d of job %s is not active on this worker", stale[i].attempt,
+                     stale[i].job_id);
+            out->stops[out->n_stops++] = stop_msg(s, arena, &stale[i]);
+        }
+        for (size_t i = 0; i < out->n_stops; i++)
+            log_info("job %s: stop order for attempt %d sent to worker %s: %s", out->stops[i]->job_id,
+                     out->stops[i]->attempt, wid, out->stops[i]->reason);
+    }
+out:
+    if (c)
+        store_conn_put(s->store, c);
+    free(stale);
+    free(reaped);
+    free(stops);
+    free(und);
     return rc;
 }

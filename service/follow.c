@@ -20,8 +20,9 @@ static void queue_clear(svc_follow_t *f)
     f->qhead = 0;
 }
 
-int svc_follow_open(svc_t *s, const char *job_id, int rank, int64_t after_seq,
-                    svc_follow_wake_fn wake, void *ud, svc_follow_t **out, kiln_err_t *err)
+int svc_follow_open(svc_t *s, const svc_caller_t *who, const char *job_id, int rank,
+                    int64_t after_seq, svc_follow_wake_fn wake, void *ud, svc_follow_t **out,
+                    kiln_err_t *err)
 {
     *out = NULL;
     if (!job_id || !store_is_uuid(job_id)) {
@@ -33,8 +34,10 @@ int svc_follow_open(svc_t *s, const char *job_id, int rank, int64_t after_seq,
     int rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
-    /* Fail early for an unknown job, before anything is registered. */
-    rc = store_job_state(c, job_id, state, sizeof(state), reason, sizeof(reason), err);
+    /* Fail early for an unknown (or invisible) job, before anything is registered. */
+    rc = svc_job_access(c, who, job_id, SVC_ROLE_VIEWER, err);
+    if (rc == 0)
+        rc = store_job_state(c, job_id, state, sizeof(state), reason, sizeof(reason), err);
     if (rc) {
         store_conn_put(s->store, c);
         return rc;

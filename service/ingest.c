@@ -35,6 +35,7 @@ svc_jobent_t *svc_jobent_get(svc_t *s, const char *job_id)
         kiln_strlcpy(e->id, job_id, sizeof(e->id));
         pthread_mutex_init(&e->ingest_mu, NULL);
         pthread_mutex_init(&e->fmu, NULL);
+        pthread_mutex_init(&e->own_mu, NULL);
         e->rate_attempt = -1;
         e->next = s->jobs[b];
         s->jobs[b] = e;
@@ -74,6 +75,9 @@ void svc_jobent_put(svc_t *s, svc_jobent_t *e)
 
 static void jobent_free(svc_jobent_t *e)
 {
+    for (int i = 0; i < SVC_OWN_SLOTS; i++)
+        free(e->own[i].ranks);
+    pthread_mutex_destroy(&e->own_mu);
     pthread_mutex_destroy(&e->ingest_mu);
     pthread_mutex_destroy(&e->fmu);
     free(e);
@@ -116,15 +120,41 @@ void svc_jobents_free(svc_t *s)
 
 /* ---- logs ---------------------------------------------------------------------------------- */
 
-static int check_batch(const char *worker_id, const char *job_id, kiln_err_t *err)
+/* The batch's worker (its credential's, see agent.c) must own every rank the batch carries:
+ * ranks[0..n) hold them, possibly repeated. */
+static int check_batch(svc_t *s, const char *worker_id, const char *claimed, const char *job_id,
+                       int attempt, const int *ranks, size_t n, kiln_err_t *err)
 {
-    (void)worker_id;
     if (!job_id || !store_is_uuid(job_id)) {
         kiln_err_set(err, KILN_ENOTFOUND, "job_id", "job \"%.80s\" not found", job_id ? job_id : "");
         kiln_err_hint(err, "job ids are UUIDs, as the assignment carried them");
         return KILN_ENOTFOUND;
     }
-    return 0;
+    const char *wid = worker_id && *worker_id ? worker_id : claimed;
+    if (worker_id && *worker_id && claimed && *claimed && strcmp(claimed, worker_id) != 0) {
+        kiln_err_set(err, KILN_EPERM, "worker_id", "this credential belongs to worker %s, not \"%.64s\"",
+                     worker_id, claimed);
+        return KILN_EPERM;
+    }
+    if (!wid || !*wid)
+        return kiln_err_set(err, KILN_EINVAL, "worker_id", "batch without a worker id");
+    int distinct[64];
+    size_t nd = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < nd && !seen; k++)
+            seen = distinct[k] == ranks[i];
+        if (seen)
+            continue;
+        if (nd == KILN_ARRAY_LEN(distinct)) {
+            int rc = svc_agent_owns(s, wid, job_id, attempt, distinct, nd, err);
+            if (rc)
+                return rc;
+            nd = 0;
+        }
+        distinct[nd++] = ranks[i];
+    }
+    return svc_agent_owns(s, wid, job_id, attempt, distinct, nd, err);
 }
 
 /* A log line as followers receive it (docs/contracts.md); NULL when text is not valid UTF-8. */
@@ -136,9 +166,16 @@ static json_t *log_line_json(const Kiln__LogLine *l, int64_t seq, int64_t time_u
                      time, "time_us", (json_int_t)time_us, "line", text, "attempt", attempt);
 }
 
-int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err)
+int svc_agent_logs(svc_t *s, const char *worker_id, const Kiln__LogBatch *batch, kiln_err_t *err)
 {
-    int rc = check_batch(batch->worker_id, batch->job_id, err);
+    int *ranks = malloc(sizeof(int) * (batch->n_lines + 1));
+    if (!ranks)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < batch->n_lines; i++)
+        ranks[i] = batch->lines[i] ? batch->lines[i]->rank : -1;
+    int rc = check_batch(s, worker_id, batch->worker_id, batch->job_id, batch->attempt, ranks,
+                         batch->n_lines, err);
+    free(ranks);
     if (rc)
         return rc;
     if (batch->n_lines == 0)
@@ -228,16 +265,23 @@ typedef struct latest {
     double value;
 } latest_t;
 
-int svc_agent_metrics(svc_t *s, const Kiln__MetricBatch *batch, kiln_err_t *err)
+int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *batch, kiln_err_t *err)
 {
-    int rc = check_batch(batch->worker_id, batch->job_id, err);
+    for (size_t i = 0; i < batch->n_points; i++)
+        if (!batch->points[i] || !batch->points[i]->name || !batch->points[i]->name[0])
+            return kiln_err_set(err, KILN_EINVAL, "points", "metric point %zu has no name", i);
+    int *ranks = malloc(sizeof(int) * (batch->n_points + 1));
+    if (!ranks)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < batch->n_points; i++)
+        ranks[i] = batch->points[i]->rank;
+    int rc = check_batch(s, worker_id, batch->worker_id, batch->job_id, batch->attempt, ranks,
+                         batch->n_points, err);
+    free(ranks);
     if (rc)
         return rc;
     if (batch->n_points == 0)
         return 0;
-    for (size_t i = 0; i < batch->n_points; i++)
-        if (!batch->points[i] || !batch->points[i]->name || !batch->points[i]->name[0])
-            return kiln_err_set(err, KILN_EINVAL, "points", "metric point %zu has no name", i);
 
     /* The latest value of each metric in the batch (highest step wins; a later point wins a tie)
      * and the highest step with its time, for progress and the step rate. */

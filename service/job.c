@@ -16,6 +16,106 @@ static int bad_job_id(kiln_err_t *err, const char *id)
     return KILN_ENOTFOUND;
 }
 
+static const char *action_name(svc_role_t need)
+{
+    return need >= SVC_ROLE_ADMIN ? "managing it" : need == SVC_ROLE_EDITOR ? "submitting and stopping jobs"
+                                                                           : "reading it";
+}
+
+int svc_project_need(const svc_caller_t *who, const char *project, svc_role_t need, kiln_err_t *err)
+{
+    svc_role_t have = svc_caller_role(who, project);
+    if (have >= need)
+        return 0;
+    if (have == SVC_ROLE_NONE)
+        kiln_err_set(err, KILN_EPERM, "project", "you are not a member of project \"%s\"", project);
+    else
+        kiln_err_set(err, KILN_EPERM, "project", "you are a%s %s of project \"%s\"; %s needs the %s role",
+                     have == SVC_ROLE_ADMIN ? "n" : "", svc_role_name(have), project, action_name(need),
+                     svc_role_name(need));
+    kiln_err_hint(err, "a project admin grants roles with `kiln projects add-member %s USER ROLE`", project);
+    return KILN_EPERM;
+}
+
+int svc_job_access(store_conn_t *c, const svc_caller_t *who, const char *id, svc_role_t need,
+                      kiln_err_t *err)
+{
+    if (!store_is_uuid(id))
+        return bad_job_id(err, id);
+    if (who->cluster_admin)
+        return 0; /* the operation itself says "not found" when there is no such job */
+    char project[64];
+    kiln_err_t e2;
+    int rc = store_job_project(c, id, project, sizeof(project), &e2);
+    if (rc == KILN_ENOTFOUND || (rc == 0 && svc_caller_role(who, project) == SVC_ROLE_NONE))
+        return bad_job_id(err, id);
+    if (rc) {
+        *err = e2;
+        return rc;
+    }
+    return svc_project_need(who, project, need, err);
+}
+
+/* Whether path lies inside root (both absolute and normalised), at a component boundary. */
+static bool path_within(const char *path, const char *root)
+{
+    size_t n = strlen(root);
+    if (n == 0 || strncmp(path, root, n) != 0)
+        return false;
+    return root[n - 1] == '/' || path[n] == '/' || path[n] == '\0';
+}
+
+/* Every file a job reads (and where it checkpoints) must be an absolute path that lies inside a
+ * data root of some alive worker of its slot type (the agent checks again, after resolving
+ * symlinks, when it starts the ranks). With no alive worker yet, nothing can be said. */
+static int check_paths(svc_t *s, const spec_t *sp, kiln_err_t *err)
+{
+    const struct { const char *field; const char *path; } paths[] = {
+        {"data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : ""}, {"data.val", sp->data.val},
+        {"model.init_from", sp->model.init_from}, {"checkpoint.path", sp->ckpt_path},
+    };
+    int rc = 0;
+    pthread_mutex_lock(&s->cap_mu);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(paths) && rc == 0; i++) {
+        const char *p = paths[i].path;
+        if (!p || !p[0])
+            continue;
+        if (p[0] != '/') {
+            rc = kiln_err_set(err, KILN_EINVAL, paths[i].field,
+                              "%s must be an absolute path on the agents' machines (got \"%.200s\")",
+                              paths[i].field, p);
+            kiln_err_hint(err, "use a path such as /data/corpus.txt or file:///data/corpus.txt");
+            break;
+        }
+        if (s->ncap == 0)
+            continue;
+        bool ok = false;
+        char roots[512] = "";
+        size_t rl = 0;
+        for (int w = 0; w < s->ncap && !ok; w++) {
+            const store_worker_cap_t *cw = &s->cap[w];
+            if (strcmp(cw->slot_type, sp->res.slot_type) != 0)
+                continue;
+            for (int k = 0; k < cw->nroots && !ok; k++) {
+                const char *root = cw->roots_buf + cw->roots_off[k];
+                ok = path_within(p, root);
+                if (!strstr(roots, root) && rl + strlen(root) + 3 < sizeof(roots))
+                    rl += (size_t)snprintf(roots + rl, sizeof(roots) - rl, "%s%s", rl ? ", " : "", root);
+            }
+        }
+        if (!ok) {
+            rc = kiln_err_set(err, KILN_EINVAL, paths[i].field,
+                              "%s is not inside a data root of any %s agent", paths[i].field,
+                              sp->res.slot_type);
+            kiln_err_detail(err, "allowed roots: %s", roots[0] ? roots : "none (no agent was started with --data-root)");
+            kiln_err_hint(err, "put the file under one of the allowed roots, or start kiln-agent with "
+                               "--data-root DIR for the directory that holds it");
+        }
+    }
+    pthread_mutex_unlock(&s->cap_mu);
+    return rc;
+}
+
 /* The unfit check at submission, against the cached alive workers. Returns 0 (fits, or no
  * worker at all: *no_workers), or KILN_EUNFIT with a message and hint. */
 static int check_fit(svc_t *s, const spec_t *sp, bool *no_workers, kiln_err_t *err)
@@ -55,8 +155,8 @@ static int check_fit(svc_t *s, const spec_t *sp, bool *no_workers, kiln_err_t *e
     return rc;
 }
 
-int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, json_t **out,
-                   bool *out_created, kiln_err_t *err)
+int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
+                   json_t **out, bool *out_created, kiln_err_t *err)
 {
     spec_t sp;
     json_t *norm = NULL, *tags = NULL;
@@ -74,8 +174,13 @@ int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, js
     if (rc)
         return rc;
     parsed = true;
+    rc = svc_project_need(who, sp.project, SVC_ROLE_EDITOR, err);
+    if (rc)
+        goto fail;
     bool no_workers = false;
     rc = check_fit(s, &sp, &no_workers, err);
+    if (rc == 0)
+        rc = check_paths(s, &sp, err);
     if (rc)
         goto fail;
     norm = spec_to_json(&sp);
@@ -95,19 +200,31 @@ int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, js
         .reason = no_workers ? "waiting for workers: no worker is registered yet" : "submitted",
         .priority = sp.priority, .nodes = sp.res.nodes, .slots_per_node = sp.res.slots_per_node,
         .world_size = spec_world_size(&sp), .max_attempts = sp.max_attempts > 0 ? sp.max_attempts : 1,
-        .total_steps = sp.hp.max_steps,
+        .total_steps = sp.hp.max_steps, .submitted_by = who->user,
     };
     char id[STORE_ID_LEN];
     bool created = false;
     rc = store_conn_get(s->store, &c, err);
     if (rc)
         goto fail;
+    if (who->cluster_admin) {
+        /* Members' projects exist (membership needs the project); a cluster admin may name any. */
+        bool exists = false;
+        rc = store_project_exists(c, sp.project, &exists, err);
+        if (rc == 0 && !exists) {
+            rc = kiln_err_set(err, KILN_EINVAL, "project", "project \"%s\" does not exist", sp.project);
+            kiln_err_hint(err, "create it first: kiln projects create %s", sp.project);
+        }
+        if (rc)
+            goto fail;
+    }
     rc = store_job_insert(c, &j, id, &created, out, err);
     if (rc)
         goto fail;
     if (created)
-        log_info("job %s: created \"%s\" (%d x %d %s ranks, priority %d): QUEUED", id, sp.name,
-                 sp.res.nodes, sp.res.slots_per_node, sp.res.slot_type, sp.priority);
+        log_info("job %s: created \"%s\" in project %s by %s (%d x %d %s ranks, priority %d): QUEUED", id,
+                 sp.name, sp.project, who->user[0] ? who->user : "kilnd", sp.res.nodes,
+                 sp.res.slots_per_node, sp.res.slot_type, sp.priority);
     if (out_created)
         *out_created = created;
     store_conn_put(s->store, c);
@@ -126,7 +243,7 @@ fail:
     return rc;
 }
 
-int svc_job_get(svc_t *s, const char *id, json_t **out, kiln_err_t *err)
+int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
     if (!store_is_uuid(id))
@@ -137,6 +254,11 @@ int svc_job_get(svc_t *s, const char *id, json_t **out, kiln_err_t *err)
         return rc;
     rc = store_job_get_json(c, id, out, err);
     store_conn_put(s->store, c);
+    if (rc == 0 && svc_caller_role(who, json_string_value(json_object_get(*out, "project"))) == SVC_ROLE_NONE) {
+        json_decref(*out);
+        *out = NULL;
+        return bad_job_id(err, id);
+    }
     return rc;
 }
 
@@ -156,7 +278,8 @@ static int parse_token(const char *tok, store_job_query_t *q, kiln_err_t *err)
     return 0;
 }
 
-int svc_job_list(svc_t *s, const svc_job_filter_t *f, json_t **out, kiln_err_t *err)
+int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
+                 kiln_err_t *err)
 {
     store_job_query_t q;
     const char *states[16];
@@ -198,15 +321,29 @@ int svc_job_list(svc_t *s, const svc_job_filter_t *f, json_t **out, kiln_err_t *
         if (rc)
             return rc;
     }
+    /* Tenancy: a member sees the projects it has a role in. */
+    const char **projects = NULL;
+    if (!who->cluster_admin) {
+        projects = calloc((size_t)who->nroles + 1, sizeof(*projects));
+        if (!projects)
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        for (int i = 0; i < who->nroles; i++)
+            projects[i] = who->roles[i].project;
+        q.projects = projects;
+        q.nprojects = who->nroles;
+    }
     store_conn_t *c = NULL;
     json_t *jobs = NULL;
     bool more = false;
     int64_t next_us = 0;
     char next_id[STORE_ID_LEN] = "";
     int rc = store_conn_get(s->store, &c, err);
-    if (rc)
+    if (rc) {
+        free(projects);
         return rc;
+    }
     rc = store_job_list_json(c, &q, &jobs, &more, &next_us, next_id, err);
+    free(projects);
     store_conn_put(s->store, c);
     if (rc)
         return rc;
@@ -217,7 +354,8 @@ int svc_job_list(svc_t *s, const svc_job_filter_t *f, json_t **out, kiln_err_t *
     return 0;
 }
 
-int svc_job_stop(svc_t *s, const char *id, const char *reason, json_t **out, kiln_err_t *err)
+int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *reason, json_t **out,
+                 kiln_err_t *err)
 {
     svc_tx_t tx;
     store_job_row_t job;
@@ -225,12 +363,19 @@ int svc_job_stop(svc_t *s, const char *id, const char *reason, json_t **out, kil
     *out = NULL;
     if (!store_is_uuid(id))
         return bad_job_id(err, id);
-    snprintf(why, sizeof(why), "stop requested%s%s", reason && *reason ? ": " : "",
-             reason && *reason ? reason : "");
+    if (who->user[0])
+        snprintf(why, sizeof(why), "stop requested by %s%s%s", who->user, reason && *reason ? ": " : "",
+                 reason && *reason ? reason : "");
+    else
+        snprintf(why, sizeof(why), "stop requested%s%s", reason && *reason ? ": " : "",
+                 reason && *reason ? reason : "");
     int rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
-    rc = store_job_row(tx.c, id, true, &job, err);
+    tx.actor = who->user;
+    rc = svc_job_access(tx.c, who, id, SVC_ROLE_EDITOR, err);
+    if (rc == 0)
+        rc = store_job_row(tx.c, id, true, &job, err);
     if (rc)
         goto fail;
     svc_job_state_t st = svc_state_parse(job.state);
@@ -264,13 +409,13 @@ int svc_job_stop(svc_t *s, const char *id, const char *reason, json_t **out, kil
     rc = svc_tx_commit(&tx, err);
     if (rc)
         return rc;
-    return svc_job_get(s, id, out, err);
+    return svc_job_get(s, who, id, out, err);
 fail:
     svc_tx_abort(&tx);
     return rc;
 }
 
-int svc_job_events(svc_t *s, const char *id, json_t **out, kiln_err_t *err)
+int svc_job_events(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
     if (!store_is_uuid(id))
@@ -280,7 +425,9 @@ int svc_job_events(svc_t *s, const char *id, json_t **out, kiln_err_t *err)
     int rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
-    rc = store_job_events_json(c, id, &ev, err);
+    rc = svc_job_access(c, who, id, SVC_ROLE_VIEWER, err);
+    if (rc == 0)
+        rc = store_job_events_json(c, id, &ev, err);
     store_conn_put(s->store, c);
     if (rc)
         return rc;
@@ -288,7 +435,8 @@ int svc_job_events(svc_t *s, const char *id, json_t **out, kiln_err_t *err)
     return 0;
 }
 
-int svc_job_logs(svc_t *s, const char *id, const svc_log_query_t *q, json_t **out, kiln_err_t *err)
+int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_log_query_t *q,
+                 json_t **out, kiln_err_t *err)
 {
     *out = NULL;
     if (!store_is_uuid(id))
@@ -307,7 +455,9 @@ int svc_job_logs(svc_t *s, const char *id, const svc_log_query_t *q, json_t **ou
     int rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
-    rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
+    rc = svc_job_access(c, who, id, SVC_ROLE_VIEWER, err);
+    if (rc == 0)
+        rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
     if (rc == 0)
         rc = store_logs_query_json(c, id, &sq, &lines, &last, err);
     store_conn_put(s->store, c);
@@ -317,8 +467,8 @@ int svc_job_logs(svc_t *s, const char *id, const svc_log_query_t *q, json_t **ou
     return 0;
 }
 
-int svc_job_metrics(svc_t *s, const char *id, const char *name, int max_points, json_t **out,
-                    kiln_err_t *err)
+int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
+                    int max_points, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
     if (!store_is_uuid(id))
@@ -331,7 +481,9 @@ int svc_job_metrics(svc_t *s, const char *id, const char *name, int max_points, 
     int rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
-    rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
+    rc = svc_job_access(c, who, id, SVC_ROLE_VIEWER, err);
+    if (rc == 0)
+        rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
     if (rc == 0)
         rc = store_metrics_query_json(c, id, name && *name ? name : NULL, max_points, &series, err);
     store_conn_put(s->store, c);
@@ -341,8 +493,9 @@ int svc_job_metrics(svc_t *s, const char *id, const char *name, int max_points, 
     return 0;
 }
 
-int svc_workers_list(svc_t *s, json_t **out, kiln_err_t *err)
+int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
 {
+    (void)who; /* every authenticated user sees the cluster's workers */
     *out = NULL;
     store_conn_t *c = NULL;
     json_t *w = NULL;

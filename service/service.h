@@ -23,6 +23,11 @@ typedef struct svc_config {
     /* Added by the control-plane implementation (zero means the default): */
     const char *migrations_dir;    /* NULL: the migrations embedded in the binary */
     int stop_grace_ms;             /* SIGTERM -> SIGKILL grace told in stop orders (default 10000) */
+    /* Authentication. */
+    const char *bootstrap_token_file; /* first start on an empty database: the admin's token */
+    const char *join_token_file;   /* the token agents register with (created when missing) */
+    bool auth_disabled;            /* --no-auth: every caller is a cluster admin, agents need
+                                      no token (benchmarks and trusted single-user machines) */
 } svc_config_t;
 
 /* Connects to PostgreSQL, applies migrations, starts the scheduler and liveness threads.
@@ -31,29 +36,111 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err);
 /* Stops background threads, closes connections. Accepts NULL. */
 void svc_destroy(svc_t *s);
 
+/* ---- callers --------------------------------------------------------------------------------
+ * Every client-facing operation takes the caller (who): a user authenticated by an API token,
+ * with its project roles. Projects are the tenant boundary: a job in a project the caller has no
+ * role in does not exist for it (KILN_ENOTFOUND, never KILN_EPERM), and lists leave it out. */
+typedef enum svc_role {
+    SVC_ROLE_NONE = 0,
+    SVC_ROLE_VIEWER = 1,   /* read jobs, events, logs, metrics, artifacts, members */
+    SVC_ROLE_EDITOR = 2,   /* also submit and stop jobs */
+    SVC_ROLE_ADMIN = 3,    /* also manage the project's members */
+} svc_role_t;
+
+typedef struct svc_project_role {
+    const char *project;
+    svc_role_t role;
+} svc_project_role_t;
+
+typedef struct svc_caller {
+    const char *user;               /* "" for kilnd itself */
+    const char *token_id;           /* the token the request carried ("" without one) */
+    int64_t token_expires_us;       /* 0: never */
+    bool cluster_admin;             /* manages users, projects, workers; admin of every project */
+    const svc_project_role_t *roles;/* the projects the user is a member of, sorted by name */
+    int nroles;
+} svc_caller_t;
+
+/* "viewer" | "editor" | "admin" ("" for none); parse gives SVC_ROLE_NONE for anything else. */
+const char *svc_role_name(svc_role_t r);
+svc_role_t svc_role_parse(const char *s);
+/* The caller's role in project (SVC_ROLE_ADMIN for cluster admins). */
+svc_role_t svc_caller_role(const svc_caller_t *who, const char *project);
+/* kilnd acting on its own (the liveness checker stopping an overdue job): allowed everything,
+ * recorded with no actor. Static storage. */
+const svc_caller_t *svc_caller_kilnd(void);
+
+/* Authenticates a bearer token. On success *out is the caller, its strings and roles allocated
+ * from arena. KILN_EUNAUTH (missing, unknown, expired or revoked token; err says which and how
+ * to get one) or KILN_EDB. Answers are cached for two seconds; a revocation or role change on
+ * this kilnd applies at once, on other kilnd within those seconds. */
+int svc_auth_user(svc_t *s, const char *token, arena_t *arena, svc_caller_t *out, kiln_err_t *err);
+/* Whether token is the cluster's join token (constant-time). */
+bool svc_auth_join(svc_t *s, const char *token);
+/* Authenticates an agent's credential: the worker it belongs to, into worker_id (size n; "" with
+ * authentication off). KILN_EUNAUTH or KILN_EDB. */
+int svc_auth_agent(svc_t *s, const char *credential, char *worker_id, size_t n, kiln_err_t *err);
+
+/* ---- identity and tenancy (identity.c) --------------------------------------------------------
+ * Results are JSON shaped as docs/contracts.md shows; caller owns *out. Cluster admins manage
+ * users and projects; a user manages its own tokens; a project admin manages its members. */
+
+/* {"user", "cluster_admin", "projects": [{"project", "role"}], "token_id", "token_expires_at"} */
+int svc_whoami(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+/* Cluster admins only. *out = the user. KILN_EEXIST when the name is taken. */
+int svc_user_create(svc_t *s, const svc_caller_t *who, const char *name, bool cluster_admin,
+                    json_t **out, kiln_err_t *err);
+/* Cluster admins only. *out = {"users": [...]}. */
+int svc_users_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+/* A new token for user (the caller itself, or anyone for a cluster admin). expires_in_s 0: never
+ * expires. *out = {"id", "token", "expires_at"}: the only time the secret is shown. */
+int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_t expires_in_s,
+                     const char *description, json_t **out, kiln_err_t *err);
+/* *out = {"tokens": [...]} (no secrets). */
+int svc_tokens_list(svc_t *s, const svc_caller_t *who, const char *user, json_t **out, kiln_err_t *err);
+/* Revokes a token of the caller's own (any token for a cluster admin); *out = the token. */
+int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+/* Cluster admins only. *out = the project. */
+int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err);
+/* *out = {"projects": [{"name", "created_at", "created_by", "role"}]}: every project for a cluster
+ * admin, else those the caller is a member of. */
+int svc_projects_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+/* Members can list the project's members. *out = {"members": [...]}. */
+int svc_members_list(svc_t *s, const svc_caller_t *who, const char *project, json_t **out, kiln_err_t *err);
+/* Project admins and cluster admins. *out = {"project", "user", "role"}. */
+int svc_member_set(svc_t *s, const svc_caller_t *who, const char *project, const char *user,
+                   const char *role, json_t **out, kiln_err_t *err);
+int svc_member_remove(svc_t *s, const svc_caller_t *who, const char *project, const char *user,
+                      kiln_err_t *err);
+
 /* ---- agent-facing operations (called by api/'s AgentService gRPC server) -------------------
+ * `worker_id` is the worker the call's credential belongs to (svc_auth_agent; "" with
+ * authentication off, when the message's own worker_id is used); a message naming another worker
+ * is KILN_EPERM, and a worker may report only for ranks kilnd assigned to it.
  * Output messages are initialised by the caller with their KILN__..._INIT macro; everything the
  * service puts in them (strings, repeated fields, nested messages) is allocated from `arena`
  * and lives until the caller resets it. Errors: KILN_EINVAL (bad request), KILN_ENOTFOUND
  * (unknown worker or job), KILN_EDB (database unavailable). */
 
-/* Registers (or re-registers) a worker; fills worker_id and heartbeat timings in *out. */
-int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, arena_t *arena,
-                       Kiln__RegisterResponse *out, kiln_err_t *err);
+/* Registers (or re-registers) a worker; fills worker_id, heartbeat timings and a new credential
+ * in *out. The caller has checked the join token. Registering under the id of an existing worker
+ * needs that worker's current credential (presented_credential; KILN_EPERM otherwise). */
+int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *presented_credential,
+                       arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err);
 /* Records liveness; returns assignments not yet delivered to this worker and stop orders for
  * ranks it runs that should stop. Sets out->reregister when the worker id is unknown. */
-int svc_agent_heartbeat(svc_t *s, const Kiln__HeartbeatRequest *req, arena_t *arena,
-                        Kiln__HeartbeatResponse *out, kiln_err_t *err);
+int svc_agent_heartbeat(svc_t *s, const char *worker_id, const Kiln__HeartbeatRequest *req,
+                        arena_t *arena, Kiln__HeartbeatResponse *out, kiln_err_t *err);
 /* An agent started (or could not start) all ranks of its assignment. */
-int svc_agent_rank_status(svc_t *s, const Kiln__RankStatus *req, kiln_err_t *err);
+int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatus *req, kiln_err_t *err);
 /* Appends log lines (batched COPY) and fans them out to live followers. */
-int svc_agent_logs(svc_t *s, const Kiln__LogBatch *batch, kiln_err_t *err);
+int svc_agent_logs(svc_t *s, const char *worker_id, const Kiln__LogBatch *batch, kiln_err_t *err);
 /* Appends metric points (batched COPY), updates the job's latest metrics and progress. */
-int svc_agent_metrics(svc_t *s, const Kiln__MetricBatch *batch, kiln_err_t *err);
+int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *batch, kiln_err_t *err);
 /* A rank exited; decides the job's next state when all ranks of the attempt are accounted for
  * (all 0 -> COMPLETED; a stop was requested -> STOPPED; any failure -> FAILED with the rank and
  * reason, after stopping the other ranks). */
-int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err);
+int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *req, kiln_err_t *err);
 
 
 /* ---- client-facing operations (REST, and gRPC TrainingService) --------------------------------
@@ -62,15 +149,17 @@ int svc_agent_rank_exit(svc_t *s, const Kiln__RankExit *req, kiln_err_t *err);
  * references: caller owns *out and releases it with json_decref(). On error *out is NULL and err
  * carries status, message, field and hint. */
 
-/* Validates spec (spec/spec.h), checks it can ever fit the registered cluster, stores the job as
- * QUEUED and wakes the scheduler. "Can ever fit" is judged against the ALIVE workers' total slots;
- * with no alive worker at all the job is accepted and queued with the reason "waiting for
- * workers" (agents may simply not have started yet). With a non-NULL idempotency_key, a second
- * call with the same key returns the job the first call created and sets *out_created = false.
- * Errors: KILN_EINVAL (bad spec, err->field names it), KILN_EUNFIT (can never fit), KILN_EDB. */
-int svc_job_create(svc_t *s, const json_t *spec, const char *idempotency_key, json_t **out,
-                   bool *out_created, kiln_err_t *err);
-int svc_job_get(svc_t *s, const char *id, json_t **out, kiln_err_t *err);
+/* Validates spec (spec/spec.h), checks the caller is an editor of its project, that it can ever
+ * fit the registered cluster and that some alive worker's data roots hold every file it reads,
+ * stores the job as QUEUED (submitted_by the caller) and wakes the scheduler. "Can ever fit" is
+ * judged against the ALIVE workers' total slots; with no alive worker at all the job is accepted
+ * and queued with the reason "waiting for workers" (agents may simply not have started yet).
+ * With a non-NULL idempotency_key, a second call with the same key returns the job the first
+ * call created and sets *out_created = false. Errors: KILN_EINVAL (bad spec, err->field names
+ * it), KILN_EPERM (not an editor of the project), KILN_EUNFIT (can never fit), KILN_EDB. */
+int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
+                   json_t **out, bool *out_created, kiln_err_t *err);
+int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 
 typedef struct svc_job_filter {
     const char *status;      /* comma-separated states ("RUNNING,QUEUED") or NULL */
@@ -78,13 +167,17 @@ typedef struct svc_job_filter {
     int page_size;           /* 0: 50; at most 500 */
     const char *page_token;  /* opaque, from a previous page, or NULL */
 } svc_job_filter_t;
-/* *out = {"jobs": [...], "next_page_token": "..."}, newest first. */
-int svc_job_list(svc_t *s, const svc_job_filter_t *f, json_t **out, kiln_err_t *err);
-/* Requests a stop: QUEUED/SCHEDULED jobs become STOPPED at once, running ones STOPPING (agents
- * get stop orders). Stopping a finished job is KILN_ESTATE. *out is the job after the change. */
-int svc_job_stop(svc_t *s, const char *id, const char *reason, json_t **out, kiln_err_t *err);
+/* *out = {"jobs": [...], "next_page_token": "..."}, newest first; only jobs of projects the caller
+ * can see. */
+int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
+                 kiln_err_t *err);
+/* Requests a stop (editors): QUEUED/SCHEDULED jobs become STOPPED at once, running ones STOPPING
+ * (agents get stop orders). Stopping a finished job is KILN_ESTATE. *out is the job after the
+ * change; the events record the caller. */
+int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *reason, json_t **out,
+                 kiln_err_t *err);
 /* *out = {"events": [...]}, oldest first. */
-int svc_job_events(svc_t *s, const char *id, json_t **out, kiln_err_t *err);
+int svc_job_events(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 
 typedef struct svc_log_query {
     int rank;                /* -1: every rank */
@@ -93,13 +186,14 @@ typedef struct svc_log_query {
     int limit;               /* 0: 1000; at most 10000 */
 } svc_log_query_t;
 /* *out = {"lines": [...], "next_since_seq": N}. */
-int svc_job_logs(svc_t *s, const char *id, const svc_log_query_t *q, json_t **out, kiln_err_t *err);
+int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_log_query_t *q,
+                 json_t **out, kiln_err_t *err);
 /* *out = {"metrics": [{"name": ..., "points": [...]}]}; name NULL means every metric;
  * max_points 0 means 1000 (each series downsampled, first and last point kept). */
-int svc_job_metrics(svc_t *s, const char *id, const char *name, int max_points, json_t **out,
-                    kiln_err_t *err);
-/* *out = {"workers": [...]}. */
-int svc_workers_list(svc_t *s, json_t **out, kiln_err_t *err);
+int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
+                    int max_points, json_t **out, kiln_err_t *err);
+/* *out = {"workers": [...]}: any authenticated caller. */
+int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 /* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */
 int svc_ready(svc_t *s, kiln_err_t *err);
 
@@ -113,9 +207,11 @@ typedef struct svc_follow svc_follow_t;
 typedef void (*svc_follow_wake_fn)(void *ud);
 
 /* rank -1 follows every rank. after_seq: lines with seq <= after_seq are not delivered (pass the
- * last seq the caller already has). Caller owns *out; close with svc_follow_close(). */
-int svc_follow_open(svc_t *s, const char *job_id, int rank, int64_t after_seq,
-                    svc_follow_wake_fn wake, void *ud, svc_follow_t **out, kiln_err_t *err);
+ * last seq the caller already has). The caller must be able to see the job. Caller owns *out;
+ * close with svc_follow_close(). */
+int svc_follow_open(svc_t *s, const svc_caller_t *who, const char *job_id, int rank,
+                    int64_t after_seq, svc_follow_wake_fn wake, void *ud, svc_follow_t **out,
+                    kiln_err_t *err);
 /* Non-blocking. Appends up to max pending lines (JSON objects) to the array `lines` and returns
  * how many. When the job has ended and nothing is pending, sets *ended = true and *end_info to
  * {"state": ..., "reason": ...} (caller owns it). Not thread-safe per follower. */

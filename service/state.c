@@ -86,7 +86,7 @@ int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, in
     if (svc_state_terminal(to))
         flags |= STORE_TR_ENDED;
     int rc = store_job_transition(tx->c, job->id, job->state, svc_state_name(to), reason, attempt,
-                                  flags, err);
+                                  flags, tx->actor, err);
     if (rc)
         return rc;
     log_info("job %s: %s -> %s (attempt %d): %s", job->id, job->state, svc_state_name(to), attempt,

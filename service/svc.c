@@ -39,7 +39,9 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
     pthread_mutex_init(&s->stale_mu, NULL);
 
     store_conn_t *c = NULL;
-    int rc;
+    int rc = svc_auth_init(s, err);
+    if (rc)
+        goto fail;
     if (!s->database_url || !*s->database_url) {
         rc = kiln_err_set(err, KILN_EINVAL, "database-url", "no database URL given");
         kiln_err_hint(err, "pass --database-url or set KILN_DATABASE_URL (a libpq connection string)");
@@ -58,6 +60,9 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
     if (rc)
         goto fail;
     log_info("service: database schema up to date (%d migration(s) applied now)", applied);
+    rc = svc_auth_setup(s, c, err);
+    if (rc)
+        goto fail;
     /* kilnd's own downtime must not count as the workers' silence. */
     rc = store_workers_refresh(c, err);
     if (rc)
@@ -100,6 +105,8 @@ void svc_destroy(svc_t *s)
     if (s->live_started)
         pthread_join(s->live_thread, NULL);
     svc_jobents_free(s);
+    svc_auth_free(s);
+    pthread_mutex_destroy(&s->auth_mu);
     store_close(s->store);
     free(s->cap);
     pthread_mutex_destroy(&s->mu);

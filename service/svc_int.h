@@ -12,8 +12,22 @@
 #define SVC_JOBENT_BUCKETS 1024
 #define SVC_MAX_ENDED 8
 #define SVC_STALE_SLOTS 256
+#define SVC_OWN_SLOTS 8
 
 typedef struct svc_jobent svc_jobent_t;
+typedef struct svc_auth_entry svc_auth_entry_t;
+
+/* One cached agent credential (auth.c). */
+typedef struct svc_agent_entry {
+    bool used;
+    uint8_t hash[STORE_HASH_LEN];
+    uint64_t gen;
+    int64_t fetched_us;
+    char worker_id[STORE_WORKER_ID_LEN];
+} svc_agent_entry_t;
+
+/* The user the first start against an empty database creates (--bootstrap-token-file). */
+#define SVC_BOOTSTRAP_USER "admin"
 
 struct svc {
     svc_config_t cfg;
@@ -37,6 +51,15 @@ struct svc {
     pthread_mutex_t jobs_mu;
     svc_jobent_t *jobs[SVC_JOBENT_BUCKETS];
 
+    /* Authentication (auth.c): cached answers for token and credential hashes, dropped when
+     * auth_gen moves (a revocation, a role change, a new registration) or after a few seconds. */
+    pthread_mutex_t auth_mu;
+    uint64_t auth_gen;
+    svc_auth_entry_t *auth_cache;    /* AUTH_CACHE_SLOTS */
+    svc_agent_entry_t *agent_cache;  /* AUTH_CACHE_SLOTS */
+    bool has_join;
+    uint8_t join_hash[STORE_HASH_LEN];
+
     /* When a stop order for ranks that run without an assignment ("stale") was last sent, per
      * worker, job and attempt, so a heartbeat does not repeat it every second. */
     pthread_mutex_t stale_mu;
@@ -58,6 +81,7 @@ typedef struct svc_tx {
         char reason[256];
     } ended[SVC_MAX_ENDED];
     bool wake_sched;
+    const char *actor;           /* the user whose request this is (events record it), or NULL */
 } svc_tx_t;
 
 int svc_tx_begin(svc_t *s, svc_tx_t *tx, kiln_err_t *err);
@@ -84,6 +108,16 @@ int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const 
  * FAILED with why. Runs its own transaction. */
 int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_id,
                  const char *why, kiln_err_t *err);
+
+/* 0 when the caller's role in project is at least need; KILN_EPERM saying which role it has
+ * and which is needed otherwise. */
+int svc_project_need(const svc_caller_t *who, const char *project, svc_role_t need, kiln_err_t *err);
+
+/* The job access check: a job in a project the caller has no role in is not found (its
+ * existence does not leak: KILN_ENOTFOUND, as for a job that does not exist); one it can see but
+ * not act on is KILN_EPERM. c is the caller's connection. */
+int svc_job_access(store_conn_t *c, const svc_caller_t *who, const char *id, svc_role_t need,
+                   kiln_err_t *err);
 
 /* Wakes the scheduler. */
 void svc_sched_wake(svc_t *s);
@@ -136,6 +170,17 @@ struct svc_jobent {
     bool seq_loaded;
     int64_t next_seq;
 
+    /* The ranks of this job kilnd assigned to a worker, per (attempt, worker): the check behind
+     * every report (agent.c), so a batch costs no query once its assignment was seen. */
+    pthread_mutex_t own_mu;
+    struct {
+        int attempt;
+        char worker[STORE_WORKER_ID_LEN];
+        int *ranks;              /* heap, NULL for an empty slot */
+        int n;
+    } own[SVC_OWN_SLOTS];
+    int own_next;
+
     pthread_mutex_t fmu;         /* followers list, rate state */
     svc_follow_t *followers;
     int rate_attempt;
@@ -150,11 +195,33 @@ svc_jobent_t *svc_jobent_find(svc_t *s, const char *job_id);
 /* Drops entries unused for idle_us with no followers. */
 void svc_jobent_sweep(svc_t *s, int64_t idle_us);
 void svc_jobents_free(svc_t *s);
+/* 0 when kilnd assigned every one of ranks[0..n) of the attempt to worker_id (with n == 0:
+ * when it assigned the worker any part of the attempt); KILN_EPERM otherwise, logged. */
+int svc_agent_owns(svc_t *s, const char *worker_id, const char *job_id, int attempt, const int *ranks,
+                   size_t n, kiln_err_t *err);
 /* Tells the job's followers (if any) that it ended. */
 void svc_follow_end(svc_t *s, const char *job_id, const char *state, const char *reason);
 /* Hands freshly stored lines (JSON objects with seq, rank) to the job's followers. */
 void svc_follow_publish(svc_jobent_t *e, json_t *const *lines, const int64_t *seqs,
                         const int *ranks, size_t n);
+
+/* ---- authentication (auth.c) ---------------------------------------------------------------- */
+
+/* BLAKE2b-256 of a secret. */
+void svc_secret_hash(const char *secret, uint8_t hash[STORE_HASH_LEN]);
+/* A new random secret "<prefix><43 base64url characters>" into out (size n >= 64 + prefix) and,
+ * when hash is not NULL, its hash. */
+void svc_secret_new(const char *prefix, char *out, size_t n, uint8_t hash[STORE_HASH_LEN]);
+/* A new public token id "tok_<16 hex>". */
+void svc_token_id_new(char *out, size_t n);
+/* Drops every cached token and credential answer (after a revocation or role change). */
+void svc_auth_invalidate(svc_t *s);
+/* At start-up: reads or creates the join token file, and on an empty database creates the
+ * cluster admin with the bootstrap file's token. */
+int svc_auth_setup(svc_t *s, store_conn_t *c, kiln_err_t *err);
+/* Sets up the caches (and libsodium); svc_auth_free releases them. */
+int svc_auth_init(svc_t *s, kiln_err_t *err);
+void svc_auth_free(svc_t *s);
 
 /* Copies a string into the arena ("" for NULL). */
 char *svc_astr(arena_t *a, const char *s);

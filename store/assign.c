@@ -89,6 +89,31 @@ int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_as
                        2, p, out, n, err);
 }
 
+int store_assign_ranks_of(store_conn_t *c, const char *job_id, int attempt, const char *worker_id,
+                          int *ranks, int *n, kiln_err_t *err)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *p[3] = {job_id, att, worker_id};
+    PGresult *r = NULL;
+    *n = 0;
+    if (!store_is_uuid(job_id))
+        return 0;
+    int rc = store_qp(c, "read a worker's ranks",
+                      "SELECT ranks::text FROM assignments WHERE job_id = $1::uuid AND attempt = $2::int"
+                      " AND worker_id = $3", 3, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1) {
+        store_assign_t a;
+        parse_ranks(store_get_str(r, 0, 0), &a);
+        memcpy(ranks, a.ranks, sizeof(int) * (size_t)a.nranks);
+        *n = a.nranks;
+    }
+    PQclear(r);
+    return 0;
+}
+
 int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assign_t **out, int *n,
                              kiln_err_t *err)
 {

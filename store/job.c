@@ -20,7 +20,7 @@ static int not_found(kiln_err_t *err, const char *id)
     "j.progress_step, j.total_steps, j.eta_s, j.metrics::text, j.spec::text, "                    \
     "array_to_json(ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"             \
     " AND a.attempt = j.attempt AND j.attempt > 0 ORDER BY a.node_rank))::text, "                 \
-    "j.priority, j.queue, j.project, j.tags::text, j.world_size"
+    "j.priority, j.queue, j.project, j.tags::text, j.world_size, j.submitted_by"
 
 static json_t *job_json(const PGresult *r, int i)
 {
@@ -47,6 +47,7 @@ static json_t *job_json(const PGresult *r, int i)
     json_object_set_new(o, "project", json_string(store_get_str(r, i, 17)));
     json_object_set_new(o, "tags", store_get_json(r, i, 18, NULL));
     json_object_set_new(o, "world_size", json_integer(store_get_int(r, i, 19)));
+    json_object_set_new(o, "submitted_by", json_string(store_get_str(r, i, 20)));
     json_object_set_new(o, "spec", store_get_json(r, i, 13, NULL));
     return o;
 }
@@ -60,13 +61,13 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         "WITH j AS ("
         " INSERT INTO jobs (id, name, project, spec, state, reason, priority, queue, nodes,"
         "  slots_per_node, slot_type, world_size, max_attempts, total_steps, tags,"
-        "  idempotency_key, event_seq)"
+        "  idempotency_key, event_seq, submitted_by)"
         " VALUES (gen_random_uuid(), $1, $2, $3::jsonb, 'QUEUED', $4, $5::int, $6, $7::int,"
-        "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1)"
+        "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1, $15)"
         " ON CONFLICT (idempotency_key) DO NOTHING"
         " RETURNING *),"
-        " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time)"
-        "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at FROM j)"
+        " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
+        "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at, $15 FROM j)"
         " SELECT " JOB_COLS " FROM j";
     char prio[16], nodes[16], spn[16], ws[16], ma[16], ts[24];
     snprintf(prio, sizeof(prio), "%d", j->priority);
@@ -75,12 +76,13 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
     snprintf(ws, sizeof(ws), "%d", j->world_size);
     snprintf(ma, sizeof(ma), "%d", j->max_attempts);
     snprintf(ts, sizeof(ts), "%lld", (long long)j->total_steps);
-    const char *p[14] = {j->name, j->project ? j->project : "default", j->spec_json,
+    const char *p[15] = {j->name, j->project ? j->project : "default", j->spec_json,
                          j->reason ? j->reason : "submitted", prio,
                          j->queue ? j->queue : "default", nodes, spn, j->slot_type, ws, ma, ts,
-                         j->tags_json ? j->tags_json : "{}", j->idempotency_key};
+                         j->tags_json ? j->tags_json : "{}", j->idempotency_key,
+                         j->submitted_by ? j->submitted_by : ""};
     PGresult *r = NULL;
-    int rc = store_qp(c, "insert job", sql, 14, p, &r, err);
+    int rc = store_qp(c, "insert job", sql, 15, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
@@ -150,7 +152,8 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
 }
 
 int store_job_transition(store_conn_t *c, const char *id, const char *from, const char *to,
-                         const char *reason, int attempt, int flags, kiln_err_t *err)
+                         const char *reason, int attempt, int flags, const char *actor,
+                         kiln_err_t *err)
 {
     static const char *sql =
         "WITH u AS ("
@@ -163,14 +166,14 @@ int store_job_transition(store_conn_t *c, const char *id, const char *from, cons
         "  eta_s = CASE WHEN ($6::int & 8) <> 0 OR ($6::int & 2) <> 0 THEN NULL ELSE eta_s END"
         " WHERE id = $1::uuid AND state = $2"
         " RETURNING id, event_seq, attempt)"
-        " INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt)"
-        " SELECT id, event_seq, $2, $3, $4, attempt FROM u RETURNING seq";
+        " INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, actor)"
+        " SELECT id, event_seq, $2, $3, $4, attempt, $7 FROM u RETURNING seq";
     char att[16], fl[16];
     snprintf(att, sizeof(att), "%d", attempt);
     snprintf(fl, sizeof(fl), "%d", flags);
-    const char *p[6] = {id, from, to, reason ? reason : "", att, fl};
+    const char *p[7] = {id, from, to, reason ? reason : "", att, fl, actor ? actor : ""};
     PGresult *r = NULL;
-    int rc = store_q(c, "change job state", sql, 6, p, &r, err);
+    int rc = store_q(c, "change job state", sql, 7, p, &r, err);
     if (rc)
         return rc;
     int n = PQntuples(r);
@@ -204,8 +207,9 @@ int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **ou
                         int64_t *next_us, char *next_id, kiln_err_t *err)
 {
     char sql[2048];
-    const char *p[6];
+    const char *p[8];
     char states[512], tagjson[1024], cur_us[24], lim[16];
+    char *projects = NULL;
     int np = 0;
     size_t len = (size_t)snprintf(sql, sizeof(sql), "SELECT " JOB_COLS ", " STORE_US("j.created_at")
                                   " FROM jobs j WHERE true");
@@ -220,6 +224,23 @@ int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **ou
         states[sl] = '\0';
         p[np++] = states;
         len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.state = ANY($%d::text[])", np);
+    }
+    if (q->projects) {
+        /* a text[] literal; project names are identifiers (no quotes, commas or braces) */
+        size_t cap = 3;
+        for (int i = 0; i < q->nprojects; i++)
+            cap += strlen(q->projects[i]) + 1;
+        projects = malloc(cap);
+        if (!projects)
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        size_t pl = 0;
+        projects[pl++] = '{';
+        for (int i = 0; i < q->nprojects; i++)
+            pl += (size_t)snprintf(projects + pl, cap - pl, "%s%s", i ? "," : "", q->projects[i]);
+        projects[pl++] = '}';
+        projects[pl] = '\0';
+        p[np++] = projects;
+        len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.project = ANY($%d::text[])", np);
     }
     if (q->tag_key) {
         if (q->tag_value) {
@@ -250,6 +271,7 @@ int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **ou
 
     PGresult *r = NULL;
     int rc = store_q(c, "list jobs", sql, np, p, &r, err);
+    free(projects);
     if (rc)
         return rc;
     int n = PQntuples(r);
@@ -259,7 +281,7 @@ int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **ou
         json_array_append_new(arr, job_json(r, i));
     if (n > q->limit && take > 0) {
         *more = true;
-        *next_us = store_get_i64(r, take - 1, 20);
+        *next_us = store_get_i64(r, take - 1, 21);
         kiln_strlcpy(next_id, store_get_str(r, take - 1, 0), STORE_ID_LEN);
     }
     PQclear(r);
@@ -275,7 +297,7 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
     const char *p[1] = {id};
     PGresult *r = NULL;
     int rc = store_q(c, "read job events",
-                     "SELECT seq, from_state, to_state, reason, " STORE_US("time") ", attempt"
+                     "SELECT seq, from_state, to_state, reason, " STORE_US("time") ", attempt, actor"
                      " FROM job_events WHERE job_id = $1::uuid ORDER BY seq", 1, p, &r, err);
     if (rc)
         return rc;
@@ -294,6 +316,7 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
         json_object_set_new(e, "reason", json_string(store_get_str(r, i, 3)));
         store_json_set_time(e, "time", r, i, 4);
         json_object_set_new(e, "attempt", json_integer(store_get_int(r, i, 5)));
+        json_object_set_new(e, "actor", json_string(store_get_str(r, i, 6)));
         json_array_append_new(arr, e);
     }
     PQclear(r);
@@ -429,6 +452,25 @@ int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n
     kiln_strlcpy(state, store_get_str(r, 0, 0), state_n);
     if (reason_n)
         kiln_strlcpy(reason, store_get_str(r, 0, 1), reason_n);
+    PQclear(r);
+    return 0;
+}
+
+int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err)
+{
+    project[0] = '\0';
+    if (!store_is_uuid(id))
+        return not_found(err, id);
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_qp(c, "read job project", "SELECT project FROM jobs WHERE id = $1::uuid", 1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return not_found(err, id);
+    }
+    kiln_strlcpy(project, store_get_str(r, 0, 0), n);
     PQclear(r);
     return 0;
 }

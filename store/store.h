@@ -21,6 +21,7 @@ typedef struct store_conn store_conn_t;
 
 #define STORE_ID_LEN 37      /* a UUID as text plus its NUL */
 #define STORE_WORKER_ID_LEN 64
+#define STORE_HASH_LEN 32    /* BLAKE2b-256 of a token or credential */
 
 /* ---- pool and transactions -------------------------------------------------------------------- */
 
@@ -61,6 +62,7 @@ typedef struct store_job_new {
     const char *tags_json;        /* JSON object of string tags */
     const char *idempotency_key;  /* or NULL */
     const char *reason;           /* reason of the first (QUEUED) event */
+    const char *submitted_by;     /* the submitting user (the first event's actor), or NULL */
     int priority, nodes, slots_per_node, world_size, max_attempts;
     int64_t total_steps;
 } store_job_new_t;
@@ -93,10 +95,12 @@ enum {
     STORE_TR_NEW_ATTEMPT = 1 << 3 /* a new attempt starts: reset progress, eta and started_at */
 };
 /* Moves a job from state `from` to `to` with reason, sets its attempt, and appends the event row
- * (next per-job seq, clock time). KILN_ESTATE when the job is no longer in `from` (a concurrent
- * change won). Legality of the transition is the caller's business. */
+ * (next per-job seq, clock time, actor: the user whose request caused it, NULL or "" for kilnd
+ * itself). KILN_ESTATE when the job is no longer in `from` (a concurrent change won). Legality
+ * of the transition is the caller's business. */
 int store_job_transition(store_conn_t *c, const char *id, const char *from, const char *to,
-                         const char *reason, int attempt, int flags, kiln_err_t *err);
+                         const char *reason, int attempt, int flags, const char *actor,
+                         kiln_err_t *err);
 
 /* *out = the job as contracts.md shows it (new reference). KILN_ENOTFOUND. */
 int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
@@ -106,6 +110,9 @@ typedef struct store_job_query {
     int nstates;
     const char *tag_key;        /* or NULL */
     const char *tag_value;      /* NULL: the key alone must be present */
+    const char *const *projects;/* only jobs of these projects (identifiers), nprojects of them;
+                                   NULL: every project */
+    int nprojects;
     int limit;                  /* >= 1 */
     bool has_cursor;            /* continue after (cursor_us, cursor_id) in newest-first order */
     int64_t cursor_us;
@@ -134,6 +141,8 @@ int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t 
  * eta from steps_per_s (<= 0: unknown). *found (OUT) = whether the job exists. */
 int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const char *latest_json,
                              int64_t max_step, double steps_per_s, bool *found, kiln_err_t *err);
+/* The job's project, into project (size n). KILN_ENOTFOUND. */
+int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err);
 /* Terminal state and reason of a job: *state "" and KILN_ENOTFOUND when unknown. */
 int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
                     size_t reason_n, kiln_err_t *err);
@@ -148,9 +157,12 @@ void store_sched_unlock(store_conn_t *c);
 
 typedef struct store_worker_reg {
     const char *id, *hostname, *address, *slot_type, *gpus_json, *version;
+    const char *data_roots_json;          /* JSON array of the directories jobs may read */
+    const uint8_t *credential_hash;       /* STORE_HASH_LEN bytes: the credential issued now */
     int slots, cpu_cores;
 } store_worker_reg_t;
-/* Inserts the worker or, when its id exists, updates it and makes it ALIVE again.
+/* Inserts the worker or, when its id exists, updates it and makes it ALIVE again; either way it
+ * holds the new credential hash from now on.
  * *was_alive (OUT, may be NULL) = it existed and was ALIVE (the agent restarted unseen). */
 int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_alive,
                         kiln_err_t *err);
@@ -170,18 +182,88 @@ int store_workers_refresh(store_conn_t *c, kiln_err_t *err);
 /* *out = array of workers as contracts.md shows them. */
 int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
 
+#define STORE_MAX_ROOTS 32
 typedef struct store_worker_cap {
     char id[STORE_WORKER_ID_LEN];
     char hostname[256];
     char address[256];
     char slot_type[8];
     int slots, slots_free;
+    /* The worker's data roots: root i is the string at roots_buf + roots_off[i] (offsets, so
+     * the struct can be copied). */
+    uint16_t roots_off[STORE_MAX_ROOTS];
+    int nroots;
+    char roots_buf[2048];
 } store_worker_cap_t;
 /* ALIVE workers with their free slots (slots minus unreleased assignments; none while
  * draining, so nothing is placed there, though the slots still count for what the cluster can
  * ever run), ordered by id.
  * *out is malloc'd (caller frees). */
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err);
+
+/* ---- identity and tenancy (auth.c) ----------------------------------------------------------- */
+
+/* Creates a user. KILN_EEXIST when the name is taken (err names the field). */
+int store_user_insert(store_conn_t *c, const char *name, bool cluster_admin, const char *created_by,
+                      kiln_err_t *err);
+/* Whether the user exists (KILN_ENOTFOUND otherwise) and is a cluster admin (OUT, may be NULL). */
+int store_user_get(store_conn_t *c, const char *name, bool *cluster_admin, kiln_err_t *err);
+int store_users_count(store_conn_t *c, int64_t *n, kiln_err_t *err);
+/* {name, cluster_admin, created_at, created_by}; KILN_ENOTFOUND. */
+int store_user_get_json(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
+/* Array of users by name. */
+int store_users_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+
+/* Stores a token's hash (never the secret). expires_us 0: never expires. */
+int store_token_insert(store_conn_t *c, const char *id, const char *user,
+                       const uint8_t hash[STORE_HASH_LEN], const char *description,
+                       int64_t expires_us, kiln_err_t *err);
+typedef struct store_token_auth {
+    char token_id[32];
+    char user[64];
+    bool cluster_admin;
+    int64_t expires_us;          /* 0: never */
+    bool revoked, expired;
+    json_t *roles;               /* {"project": "viewer"|"editor"|"admin", ...}; caller owns */
+} store_token_auth_t;
+/* The token with this hash, its user and the user's project roles; records the use (at most
+ * once a minute). KILN_ENOTFOUND when no token has the hash. On success the caller owns
+ * out->roles (json_decref). */
+int store_token_auth(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_token_auth_t *out,
+                     kiln_err_t *err);
+/* Arrays / objects of tokens as the API shows them (no secrets, no hashes). */
+int store_tokens_list_json(store_conn_t *c, const char *user, json_t **out, kiln_err_t *err);
+int store_token_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
+/* Sets revoked_at (kept when already set). KILN_ENOTFOUND. */
+int store_token_revoke(store_conn_t *c, const char *id, kiln_err_t *err);
+
+int store_project_insert(store_conn_t *c, const char *name, const char *created_by, kiln_err_t *err);
+int store_project_exists(store_conn_t *c, const char *name, bool *exists, kiln_err_t *err);
+/* Array of {name, created_at, created_by, role}: every project (role "") when member is NULL,
+ * else the projects member belongs to, with its role. */
+int store_projects_list_json(store_conn_t *c, const char *member, json_t **out, kiln_err_t *err);
+/* Array of {project, user, role}. */
+int store_members_list_json(store_conn_t *c, const char *project, json_t **out, kiln_err_t *err);
+/* Adds the user to the project with role, or changes its role. KILN_EINVAL when the project or
+ * user does not exist (a foreign key). */
+int store_member_set(store_conn_t *c, const char *project, const char *user, const char *role,
+                     kiln_err_t *err);
+int store_member_remove(store_conn_t *c, const char *project, const char *user, bool *removed,
+                        kiln_err_t *err);
+
+/* On a database without users: creates `user` as a cluster admin holding the token (id, hash)
+ * and sets *created. With users already there, changes nothing. One transaction under an
+ * advisory lock, so concurrent kilnd agree on one admin. */
+int store_bootstrap_admin(store_conn_t *c, const char *user, const char *token_id,
+                          const uint8_t hash[STORE_HASH_LEN], bool *created, kiln_err_t *err);
+
+/* Whether worker id exists and its credential hash equals hash (NULL: never equal). */
+int store_worker_check_credential(store_conn_t *c, const char *id,
+                                  const uint8_t hash[STORE_HASH_LEN], bool *exists, bool *match,
+                                  kiln_err_t *err);
+/* The worker holding the credential with this hash, into id (size n). KILN_ENOTFOUND. */
+int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], char *id,
+                               size_t n, kiln_err_t *err);
 
 /* ---- assignments (placements) and rank exits --------------------------------------------------- */
 
@@ -262,6 +344,11 @@ int store_assign_lost(store_conn_t *c, store_lost_t **out, int *n, kiln_err_t *e
 /* Delivered, unreleased assignments of a worker (used when an agent restarts unseen). */
 int store_assign_delivered_on(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n,
                               kiln_err_t *err);
+
+/* The global ranks kilnd assigned to worker_id for the attempt (released or not), into ranks
+ * (room for 256); *n = 0 when the worker never had a part of that attempt. */
+int store_assign_ranks_of(store_conn_t *c, const char *job_id, int attempt, const char *worker_id,
+                          int *ranks, int *n, kiln_err_t *err);
 
 /* Records a rank exit; *inserted (OUT) = false when this rank's exit was already recorded.
  * Releases the worker's assignment when all its ranks have exited (*released OUT). */

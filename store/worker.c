@@ -12,21 +12,27 @@ int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_
     static const char *sql =
         "WITH old AS (SELECT state FROM workers WHERE id = $1)"
         " INSERT INTO workers (id, hostname, address, slots, slot_type, gpus, version, cpu_cores,"
-        "  state, state_reason, last_heartbeat, registered_at)"
-        " VALUES ($1, $2, $3, $4::int, $5, $6::jsonb, $7, $8::int, 'ALIVE', 'registered', now(), now())"
+        "  state, state_reason, last_heartbeat, registered_at, data_roots, credential_hash)"
+        " VALUES ($1, $2, $3, $4::int, $5, $6::jsonb, $7, $8::int, 'ALIVE', 'registered', now(), now(),"
+        "  $9::jsonb, decode($10, 'hex'))"
         " ON CONFLICT (id) DO UPDATE SET hostname = EXCLUDED.hostname, address = EXCLUDED.address,"
         "  slots = EXCLUDED.slots, slot_type = EXCLUDED.slot_type, gpus = EXCLUDED.gpus,"
         "  version = EXCLUDED.version, cpu_cores = EXCLUDED.cpu_cores, state = 'ALIVE',"
-        "  state_reason = 're-registered', last_heartbeat = now(), registered_at = now(), draining = false"
+        "  state_reason = 're-registered', last_heartbeat = now(), registered_at = now(), draining = false,"
+        "  data_roots = EXCLUDED.data_roots, credential_hash = EXCLUDED.credential_hash"
         " RETURNING (SELECT state FROM old)";
-    char slots[16], cores[16];
+    char slots[16], cores[16], hash[2 * STORE_HASH_LEN + 1];
     snprintf(slots, sizeof(slots), "%d", w->slots);
     snprintf(cores, sizeof(cores), "%d", w->cpu_cores);
-    const char *p[8] = {w->id, w->hostname ? w->hostname : "", w->address ? w->address : "",
-                        slots, w->slot_type, w->gpus_json ? w->gpus_json : "[]",
-                        w->version ? w->version : "", cores};
+    for (int i = 0; i < STORE_HASH_LEN && w->credential_hash; i++)
+        snprintf(hash + 2 * i, 3, "%02x", w->credential_hash[i]);
+    const char *p[10] = {w->id, w->hostname ? w->hostname : "", w->address ? w->address : "",
+                         slots, w->slot_type, w->gpus_json ? w->gpus_json : "[]",
+                         w->version ? w->version : "", cores,
+                         w->data_roots_json ? w->data_roots_json : "[]",
+                         w->credential_hash ? hash : NULL};
     PGresult *r = NULL;
-    int rc = store_q(c, "register worker", sql, 8, p, &r, err);
+    int rc = store_q(c, "register worker", sql, 10, p, &r, err);
     if (rc)
         return rc;
     if (was_alive)
@@ -118,7 +124,8 @@ int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
     int rc = store_q(c, "list workers",
                      "SELECT w.id, w.hostname, w.address, w.slots, w.slots - " USED_SLOTS ","
                      " w.slot_type, w.state, " STORE_US("w.last_heartbeat") ", "
-                     STORE_US("w.registered_at") ", w.gpus::text, w.cpu_cores, w.version, w.draining"
+                     STORE_US("w.registered_at") ", w.gpus::text, w.cpu_cores, w.version, w.draining,"
+                     " w.data_roots::text"
                      " FROM workers w ORDER BY w.registered_at, w.id", 0, NULL, &r, err);
     if (rc)
         return rc;
@@ -139,6 +146,7 @@ int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
         json_object_set_new(o, "cpu_cores", json_integer(store_get_int(r, i, 10)));
         json_object_set_new(o, "version", json_string(store_get_str(r, i, 11)));
         json_object_set_new(o, "draining", json_boolean(alive && !strcmp(store_get_str(r, i, 12), "t")));
+        json_object_set_new(o, "data_roots", store_get_json(r, i, 13, json_array()));
         json_array_append_new(arr, o);
     }
     PQclear(r);
@@ -155,13 +163,28 @@ static void cap_fill(const PGresult *r, int i, void *elem)
     kiln_strlcpy(w->slot_type, store_get_str(r, i, 3), sizeof(w->slot_type));
     w->slots = store_get_int(r, i, 4);
     w->slots_free = store_get_int(r, i, 5);
+    json_t *roots = store_get_json(r, i, 6, json_array());
+    size_t used = 0, k;
+    json_t *v;
+    w->nroots = 0;
+    json_array_foreach(roots, k, v) {
+        const char *root = json_string_value(v);
+        size_t len = root ? strlen(root) : 0;
+        if (!len || w->nroots >= STORE_MAX_ROOTS || used + len + 1 > sizeof(w->roots_buf))
+            continue;
+        memcpy(w->roots_buf + used, root, len + 1);
+        w->roots_off[w->nroots++] = (uint16_t)used;
+        used += len + 1;
+    }
+    json_decref(roots);
 }
 
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err)
 {
     return store_q_rows(c, "read worker capacity",
                         "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots,"
-                        " CASE WHEN w.draining THEN 0 ELSE w.slots - " USED_SLOTS " END"
+                        " CASE WHEN w.draining THEN 0 ELSE w.slots - " USED_SLOTS " END,"
+                        " w.data_roots::text"
                         " FROM workers w WHERE w.state = 'ALIVE' ORDER BY w.id", 0, NULL,
                         sizeof(**out), cap_fill, (void **)out, n, err);
 }

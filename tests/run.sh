@@ -9,7 +9,11 @@ export KILN_BIN_DIR="$PWD/$BUILD/bin"
 export KILN_ROOT="$PWD"
 source scripts/pg.sh
 pg_start || { echo "tests: could not start PostgreSQL"; exit 1; }
-trap pg_stop EXIT
+# One test CA and certificates for every suite (TLS and mutual TLS), removed at the end.
+KILN_TEST_TLS_DIR=$(mktemp -d /tmp/kiln-tls.XXXXXX)
+export KILN_TEST_TLS_DIR
+bash scripts/make-certs.sh "$KILN_TEST_TLS_DIR" || { echo "tests: could not make test certificates"; exit 1; }
+trap 'pg_stop; rm -rf "$KILN_TEST_TLS_DIR"' EXIT
 
 if [ "${KILN_SAN:-0}" = 1 ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}

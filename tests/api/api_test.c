@@ -12,24 +12,42 @@
 svc_t *at_svc;
 char at_base[64];
 char at_worker[128];
+char at_admin_token[128];
 static api_http_t *at_http;
 static char *at_db;
+static char at_dir[64];
 
-void at_setup(void)
+void at_setup_with(const api_http_config_t *extra)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
     log_init("test_api");
     at_db = th_pg_create_db("api");
     cr_assert(at_db, "no test database (run through tests/run.sh)");
+    snprintf(at_dir, sizeof at_dir, "/tmp/kiln-api.XXXXXX");
+    cr_assert(mkdtemp(at_dir));
+    char token_file[128];
+    snprintf(token_file, sizeof token_file, "%s/admin.token", at_dir);
     svc_config_t cfg = {.database_url = at_db, .heartbeat_interval_ms = 1000,
-                        .heartbeat_timeout_ms = 60000, .sched_interval_ms = 50, .db_pool_size = 4};
+                        .heartbeat_timeout_ms = 60000, .sched_interval_ms = 50, .db_pool_size = 4,
+                        .bootstrap_token_file = token_file};
     cr_assert_eq(svc_create(&cfg, &at_svc, &err), 0, "svc_create: %s", err.message);
+    char *tok = NULL;
+    cr_assert_eq(kiln_file_read(token_file, &tok, NULL, &err), 0, "%s", err.message);
+    tok[strcspn(tok, "\n")] = '\0';
+    kiln_strlcpy(at_admin_token, tok, sizeof at_admin_token);
+    free(tok);
+    th_http_set_token(at_admin_token);
     int port = th_free_port();
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     snprintf(at_base, sizeof at_base, "http://127.0.0.1:%d", port);
-    cr_assert_eq(api_http_start(at_svc, addr, &at_http, &err), 0, "api_http_start: %s", err.message);
+    api_http_config_t hc = {.addr = addr};
+    if (extra) {
+        hc = *extra;
+        hc.addr = addr;
+    }
+    cr_assert_eq(api_http_start(at_svc, &hc, &at_http, &err), 0, "api_http_start: %s", err.message);
 
     arena_t a;
     arena_init(&a, 0);
@@ -41,9 +59,17 @@ void at_setup(void)
     req.slot_type = "cpu";
     req.cpu_cores = 4;
     req.version = "test";
-    cr_assert_eq(svc_agent_register(at_svc, &req, &a, &out, &err), 0, "register: %s", err.message);
+    char *roots[] = {"/tmp"};
+    req.data_roots = roots;
+    req.n_data_roots = 1;
+    cr_assert_eq(svc_agent_register(at_svc, &req, NULL, &a, &out, &err), 0, "register: %s", err.message);
     kiln_strlcpy(at_worker, out.worker_id, sizeof at_worker);
     arena_deinit(&a);
+}
+
+void at_setup(void)
+{
+    at_setup_with(NULL);
 }
 
 const char *at_db_name(void)
@@ -65,6 +91,12 @@ void at_teardown(void)
     at_svc = NULL;
     free(at_db);
     at_db = NULL;
+    if (at_dir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", at_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", at_dir);
+    }
 }
 
 json_t *at_req(const char *method, const char *path, const char *body, const char *const hdrs[],
@@ -128,7 +160,7 @@ int at_run_job(const char *job_id)
         Kiln__HeartbeatResponse out = KILN__HEARTBEAT_RESPONSE__INIT;
         hb.worker_id = at_worker;
         kiln_err_clear(&err);
-        cr_assert_eq(svc_agent_heartbeat(at_svc, &hb, &a, &out, &err), 0, "heartbeat: %s", err.message);
+        cr_assert_eq(svc_agent_heartbeat(at_svc, at_worker, &hb, &a, &out, &err), 0, "heartbeat: %s", err.message);
         for (size_t k = 0; k < out.n_assignments; k++)
             if (!strcmp(out.assignments[k]->job_id, job_id))
                 attempt = out.assignments[k]->attempt;
@@ -144,7 +176,7 @@ int at_run_job(const char *job_id)
     rs.attempt = attempt;
     rs.started = true;
     kiln_err_clear(&err);
-    cr_assert_eq(svc_agent_rank_status(at_svc, &rs, &err), 0, "rank status: %s", err.message);
+    cr_assert_eq(svc_agent_rank_status(at_svc, at_worker, &rs, &err), 0, "rank status: %s", err.message);
     return attempt;
 }
 
@@ -171,7 +203,7 @@ void at_push_logs(const char *job_id, int attempt, const char *prefix, int first
     b.lines = ptrs;
     kiln_err_t err;
     kiln_err_clear(&err);
-    cr_assert_eq(svc_agent_logs(at_svc, &b, &err), 0, "logs: %s", err.message);
+    cr_assert_eq(svc_agent_logs(at_svc, at_worker, &b, &err), 0, "logs: %s", err.message);
     free(text);
     free(ptrs);
     free(lines);
@@ -188,7 +220,7 @@ void at_rank_exit(const char *job_id, int attempt, int code)
     e.reason = code ? "boom" : "";
     kiln_err_t err;
     kiln_err_clear(&err);
-    cr_assert_eq(svc_agent_rank_exit(at_svc, &e, &err), 0, "rank exit: %s", err.message);
+    cr_assert_eq(svc_agent_rank_exit(at_svc, at_worker, &e, &err), 0, "rank exit: %s", err.message);
 }
 
 /* ---- SSE client ---------------------------------------------------------------------------- */
@@ -233,6 +265,11 @@ static void *at_sse_main(void *arg)
         hl = curl_slist_append(hl, hdr);
     }
     hl = curl_slist_append(hl, "Accept: text/event-stream");
+    char auth[300];
+    if (th_http_token()[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", th_http_token());
+        hl = curl_slist_append(hl, auth);
+    }
     curl_easy_setopt(c, CURLOPT_URL, s->url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

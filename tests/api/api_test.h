@@ -15,11 +15,14 @@
 extern svc_t *at_svc;
 extern char at_base[64];          /* "http://127.0.0.1:PORT" */
 extern char at_worker[128];       /* id of the worker registered by at_setup */
+extern char at_admin_token[128];  /* the bootstrap cluster admin's token (th_http sends it) */
 
 /* Name of the fixture's database (static storage). */
 const char *at_db_name(void);
 /* Criterion .init/.fini: database, service, REST server, one 4-slot CPU worker. */
 void at_setup(void);
+/* at_setup with REST options (CORS origins, metrics auth); addr is the fixture's. */
+void at_setup_with(const api_http_config_t *cfg);
 void at_teardown(void);
 
 /* One request to the server; path is appended to at_base. Returns the parsed reply (caller

@@ -326,7 +326,7 @@ Test(http, metrics_with_name_filter_and_downsampling)
     b.points = ptrs;
     kiln_err_t err;
     kiln_err_clear(&err);
-    cr_assert_eq(svc_agent_metrics(at_svc, &b, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_agent_metrics(at_svc, at_worker, &b, &err), 0, "%s", err.message);
 
     char path[256];
     long st;
@@ -463,7 +463,7 @@ Test(http, prometheus_metrics)
     char *raw;
     json_t *j = at_req("GET", "/metrics", NULL, NULL, &st, &raw);
     cr_assert_eq(st, 200, "%s", raw);
-    cr_assert(strstr(raw, "kiln_http_requests_total{route=\"/v1/jobs\",status=\"201\"} 1"), "%s", raw);
+    cr_assert(strstr(raw, "kiln_http_requests_total{route=\"POST /v1/jobs\",status=\"201\"} 1"), "%s", raw);
     cr_assert(strstr(raw, "kiln_jobs{state="), "%s", raw);
     json_decref(j);
     free(raw);

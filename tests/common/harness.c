@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -157,6 +158,50 @@ static size_t th_write_cb(char *data, size_t size, size_t nmemb, void *ud)
     return len;
 }
 
+const char *th_tls_dir(void)
+{
+    static char dir[256];
+    if (dir[0])
+        return dir;
+    const char *env = getenv("KILN_TEST_TLS_DIR");
+    if (env && *env) {
+        snprintf(dir, sizeof dir, "%s", env);
+        return dir;
+    }
+    const char *root = getenv("KILN_ROOT");
+    char cmd[1024];
+    snprintf(dir, sizeof dir, "/tmp/kiln-tls-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "bash %s/scripts/make-certs.sh %s", root && *root ? root : ".", dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "harness: could not make test certificates (%s)\n", cmd);
+        dir[0] = '\0';
+        return NULL;
+    }
+    return dir;
+}
+
+static char th_token[256], th_ca[512];
+
+void th_http_set_token(const char *token)
+{
+    snprintf(th_token, sizeof th_token, "%s", token ? token : "");
+}
+
+void th_http_set_ca(const char *ca_file)
+{
+    snprintf(th_ca, sizeof th_ca, "%s", ca_file ? ca_file : "");
+}
+
+const char *th_http_token(void)
+{
+    return th_token;
+}
+
+const char *th_http_ca(void)
+{
+    return th_ca;
+}
+
 int th_http(const char *method, const char *url, const char *body, const char *const headers[],
             long *status, char **out, long timeout_ms)
 {
@@ -165,10 +210,22 @@ int th_http(const char *method, const char *url, const char *body, const char *c
         return -1;
     struct th_buf b = {calloc(1, 1), 0};
     struct curl_slist *hl = NULL;
-    if (body)
+    bool own_auth = false, own_ct = false;
+    for (size_t i = 0; headers && headers[i]; i++) {
+        own_auth |= strncasecmp(headers[i], "Authorization:", 14) == 0;
+        own_ct |= strncasecmp(headers[i], "Content-Type:", 13) == 0;
+    }
+    if (body && !own_ct)
         hl = curl_slist_append(hl, "Content-Type: application/json");
+    char auth[300];
+    if (th_token[0] && !own_auth) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", th_token);
+        hl = curl_slist_append(hl, auth);
+    }
     for (size_t i = 0; headers && headers[i]; i++)
         hl = curl_slist_append(hl, headers[i]);
+    if (th_ca[0])
+        curl_easy_setopt(c, CURLOPT_CAINFO, th_ca);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

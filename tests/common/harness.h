@@ -29,6 +29,20 @@ int th_stop(pid_t pid, int sig, int timeout_ms);
 /* Waits until a TCP connect to 127.0.0.1:port succeeds; false after timeout_ms. */
 bool th_wait_port(int port, int timeout_ms);
 
+/* A directory with a test CA and certificates (scripts/make-certs.sh: ca.pem, server.pem/.key
+ * for localhost and 127.0.0.1, agent.pem/.key for mutual TLS): KILN_TEST_TLS_DIR when set
+ * (tests/run.sh makes one per run), else made once per process. Static storage; NULL (and a
+ * message) when openssl fails. */
+const char *th_tls_dir(void);
+
+/* The API token th_http sends ("Authorization: Bearer ...") unless a request's own headers carry
+ * an Authorization line ("Authorization:" alone sends none), and the CA file it verifies https
+ * servers against. Copied; NULL clears. Process-wide (each Criterion test is its own process). */
+void th_http_set_token(const char *token);
+void th_http_set_ca(const char *ca_file);
+const char *th_http_token(void);
+const char *th_http_ca(void);
+
 /* One HTTP request with libcurl. body may be NULL; headers is a NULL-terminated list of
  * "Name: value" lines (may be NULL). On success returns 0, sets *status and *out (heap,
  * NUL-terminated; caller frees). timeout_ms bounds the whole request. */

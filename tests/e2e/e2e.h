@@ -6,6 +6,7 @@
 #define KILN_TESTS_E2E_H
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -22,6 +23,11 @@ typedef struct e2e_cluster {
     char work_dir[E2E_AGENTS][160];
     char worker_id[E2E_AGENTS][128]; /* filled by e2e_cluster_start from GET /v1/workers */
     int heartbeat_timeout_ms;     /* what kilnd was told (or its default) */
+    bool secure;                  /* TLS (mutual for agents), tokens and data roots: every test
+                                     runs this way once the agent has the flags */
+    char tls_dir[256];            /* th_tls_dir(): ca.pem, server.pem/.key, agent.pem/.key */
+    char admin_token[128];        /* the bootstrap cluster admin's (th_http sends it) */
+    char join_file[300];
     bool passed;                  /* set by the test at its end; otherwise log tails are printed */
 } e2e_cluster_t;
 
@@ -81,7 +87,11 @@ char *e2e_spec(const char *name, int max_steps, int nodes, int slots_per_node, i
  * returns its exit status (-1 when it did not exit normally) with stdout and stderr in *out
  * and *err (caller frees; may be NULL to discard). */
 int e2e_run(char *const argv[], char *const env[], char **out, char **err, long timeout_ms);
-/* Runs build/bin/kiln with KILN_URL set to the cluster; args after "kiln", NULL-terminated. */
+/* The environment a client of the cluster needs: KILN_URL, KILN_TOKEN (the admin's) and
+ * KILN_TLS_CA, as a NULL-terminated list with room for `extra` more entries after them (static
+ * storage, rebuilt by each call). */
+char **e2e_client_env(int extra);
+/* Runs build/bin/kiln with e2e_client_env(); args after "kiln", NULL-terminated. */
 int e2e_kiln(char **out, char **err, ...) __attribute__((sentinel));
 /* Starts build/bin/kiln in the background, stdout to out_path and stderr to err_path; returns
  * its pid. e2e_wait_exit() waits for it (at most timeout_ms, then kills it) and returns its exit

@@ -319,10 +319,15 @@ Test(e2e_clients, python_sdk, .init = e2e_setup, .fini = e2e_teardown, .timeout 
     char tests[PATH_MAX + 32];
     snprintf(tests, sizeof tests, "%s/tests/sdk", e2e_root());
     char *argv[] = {"/usr/bin/python3", "-m", "unittest", "discover", "-v", "-s", tests, NULL};
-    static char url[128], root[PATH_MAX + 16];
-    snprintf(url, sizeof url, "KILN_URL=%s", e2e_cl->url);
+    static char root[PATH_MAX + 16];
     snprintf(root, sizeof root, "KILN_ROOT=%s", e2e_root());
-    char *env[] = {url, root, "KILN_SDK_REQUIRE_SERVER=1", "PYTHONDONTWRITEBYTECODE=1", NULL};
+    char **env = e2e_client_env(3);
+    int n = 0;
+    while (env[n])
+        n++;
+    env[n++] = root;
+    env[n++] = "KILN_SDK_REQUIRE_SERVER=1";
+    env[n++] = "PYTHONDONTWRITEBYTECODE=1";
     char *out = NULL, *err = NULL;
     int rc = e2e_run(argv, env, &out, &err, 280000);
     if (rc != 0 || getenv("KILN_E2E_VERBOSE"))

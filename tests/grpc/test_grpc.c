@@ -30,7 +30,7 @@ static char dir[128];
 static void start_grpc(void)
 {
     kiln_err_t err;
-    cr_assert_eq(api_grpc_start(S, addr, &G, &err), 0, "%s", err.message);
+    cr_assert_eq(api_grpc_start(S, addr, NULL, &G, &err), 0, "%s", err.message);
 }
 
 static void setup(void)
@@ -38,8 +38,9 @@ static void setup(void)
     kiln_err_t err;
     dburl = th_pg_create_db("grpc");
     cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
+    /* These tests are about the protocol; authentication has its own suite (test_auth.c). */
     svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 100, .db_pool_size = 4};
+                        .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true};
     cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port());
     start_grpc();
@@ -109,7 +110,7 @@ Test(grpc, register_and_heartbeat)
 
     json_t *workers = NULL;
     kiln_err_t err;
-    cr_assert_eq(svc_workers_list(S, &workers, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_workers_list(S, svc_caller_kilnd(), &workers, &err), 0, "%s", err.message);
     json_t *arr = json_object_get(workers, "workers");
     cr_assert_eq(json_array_size(arr), 1);
     json_t *w = json_array_get(arr, 0);
@@ -158,10 +159,10 @@ Test(grpc, a_second_server_on_a_busy_address_fails)
 {
     api_grpc_t *g2 = NULL;
     kiln_err_t err;
-    cr_assert_eq(api_grpc_start(S, addr, &g2, &err), KILN_EIO);
+    cr_assert_eq(api_grpc_start(S, addr, NULL, &g2, &err), KILN_EIO);
     cr_assert_null(g2);
     cr_assert(strstr(err.message, addr), "%s", err.message);
-    cr_assert_eq(api_grpc_start(S, "not an address", &g2, &err), KILN_EIO);
+    cr_assert_eq(api_grpc_start(S, "not an address", NULL, &g2, &err), KILN_EIO);
     char *id = register_worker("host-e", 1); /* the first server is unharmed */
     free(id);
 }
@@ -287,17 +288,25 @@ static agent_t *start_agent(const char *bin)
     return NULL;
 }
 
-static char *submit(void)
+/* Submits k_spec with `ranks` slots on one node. */
+static char *submit_ranks(int ranks)
 {
     json_t *spec = json_loads(k_spec, 0, NULL);
+    json_object_set_new(json_object_get(spec, "resources"), "slots_per_node", json_integer(ranks));
+    json_object_set_new(json_object_get(spec, "hyperparameters"), "global_batch_size", json_integer(8 * ranks));
     json_t *job = NULL;
     bool created = false;
     kiln_err_t err;
-    cr_assert_eq(svc_job_create(S, spec, NULL, &job, &created, &err), 0, "%s (%s)", err.message, err.field);
+    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &job, &created, &err), 0, "%s (%s)", err.message, err.field);
     char *id = strdup(json_string_value(json_object_get(job, "id")));
     json_decref(spec);
     json_decref(job);
     return id;
+}
+
+static char *submit(void)
+{
+    return submit_ranks(1);
 }
 
 /* Waits for one of the '|'-separated states; returns the job (caller decrefs). */
@@ -308,7 +317,7 @@ static json_t *wait_state(const char *id, const char *states, int timeout_ms)
         kiln_err_t err;
         json_decref(job);
         job = NULL;
-        cr_assert_eq(svc_job_get(S, id, &job, &err), 0, "%s", err.message);
+        cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), id, &job, &err), 0, "%s", err.message);
         const char *st = json_string_value(json_object_get(job, "state"));
         char want[128];
         snprintf(want, sizeof(want), "|%s|", states);
@@ -341,7 +350,7 @@ static json_t *job_logs(const char *id)
     svc_log_query_t q = {.rank = -1};
     json_t *logs = NULL;
     kiln_err_t err;
-    cr_assert_eq(svc_job_logs(S, id, &q, &logs, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_logs(S, svc_caller_kilnd(), id, &q, &logs, &err), 0, "%s", err.message);
     return logs;
 }
 
@@ -379,7 +388,7 @@ Test(grpc, agent_runs_a_job_and_its_logs_and_metrics_reach_the_service)
     json_decref(logs);
     json_t *metrics = NULL;
     kiln_err_t err;
-    cr_assert_eq(svc_job_metrics(S, id, NULL, 0, &metrics, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, NULL, 0, &metrics, &err), 0, "%s", err.message);
     json_t *loss = series(metrics, "train_loss");
     cr_assert_eq(json_array_size(loss), 3);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(loss, 2), "step")), 3);
@@ -414,7 +423,7 @@ Test(grpc, stopping_a_job_sigterms_its_rank)
     json_decref(wait_state(id, "RUNNING", 20000));
     json_t *job = NULL;
     kiln_err_t err;
-    cr_assert_eq(svc_job_stop(S, id, "test stop", &job, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_stop(S, svc_caller_kilnd(), id, "test stop", &job, &err), 0, "%s", err.message);
     json_decref(job);
     job = wait_state(id, "STOPPED|FAILED|COMPLETED", 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "STOPPED");
@@ -447,7 +456,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     usleep(1500000);
     json_t *job = NULL;
     kiln_err_t err;
-    cr_assert_eq(svc_job_get(S, id, &job, &err), 0);
+    cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), id, &job, &err), 0);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "RUNNING", "no exit can arrive yet");
     json_decref(job);
     start_grpc();
@@ -464,7 +473,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     }
     json_decref(logs);
     json_t *metrics = NULL;
-    cr_assert_eq(svc_job_metrics(S, id, "train_loss", 0, &metrics, &err), 0);
+    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, "train_loss", 0, &metrics, &err), 0);
     cr_assert_eq(json_array_size(series(metrics, "train_loss")), 1);
     json_decref(metrics);
     agent_destroy(agent);
@@ -473,8 +482,10 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
 
 Test(grpc, pushed_logs_and_metrics_read_back_exactly)
 {
-    char *wid = register_worker("host-p", 1);
-    char *id = submit();
+    /* a worker may push only for the ranks kilnd assigned to it: give it all three */
+    char *wid = register_worker("host-p", 3);
+    char *id = submit_ranks(3);
+    json_decref(wait_state(id, "SCHEDULED|STARTING|RUNNING", 10000));
     /* 3 lines, then a batch over gRPC's default 4 MiB message limit (both sides allow 16) */
     Kiln__LogLine l[3];
     Kiln__LogLine *lp[3];
@@ -545,7 +556,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
 
     svc_log_query_t q = {.rank = -1, .limit = 10};
     json_t *logs = NULL;
-    cr_assert_eq(svc_job_logs(S, id, &q, &logs, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_logs(S, svc_caller_kilnd(), id, &q, &logs, &err), 0, "%s", err.message);
     json_t *lines = json_object_get(logs, "lines");
     cr_assert_eq(json_array_size(lines), 10);
     for (int i = 0; i < 3; i++) {
@@ -557,7 +568,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     cr_assert_eq(strlen(json_string_value(json_object_get(json_array_get(lines, 3), "line"))), 10000);
     json_decref(logs);
     json_t *metrics = NULL;
-    cr_assert_eq(svc_job_metrics(S, id, "train_loss", 0, &metrics, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, "train_loss", 0, &metrics, &err), 0, "%s", err.message);
     json_t *pts = series(metrics, "train_loss");
     cr_assert_eq(json_array_size(pts), 2);
     cr_assert_float_eq(json_number_value(json_object_get(json_array_get(pts, 1), "value")), 2.0, 1e-12);
@@ -587,8 +598,9 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
     free(dburl);
     dburl = th_pg_create_db("grpc2");
     cr_assert_not_null(dburl);
+    /* These tests are about the protocol; authentication has its own suite (test_auth.c). */
     svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 100, .db_pool_size = 4};
+                        .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true};
     kiln_err_t err;
     cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
     start_grpc();
@@ -597,7 +609,7 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
     for (int i = 0; i < 100 && n == 0; i++) {
         json_decref(workers);
         workers = NULL;
-        cr_assert_eq(svc_workers_list(S, &workers, &err), 0, "%s", err.message);
+        cr_assert_eq(svc_workers_list(S, svc_caller_kilnd(), &workers, &err), 0, "%s", err.message);
         n = json_array_size(json_object_get(workers, "workers"));
         if (n == 0)
             usleep(100000);

@@ -38,13 +38,19 @@ Test(service_pipe, hybrid_pipeline_job_completes_through_kilnd_and_an_agent, .ti
     snprintf(logk, sizeof(logk), "%s/kilnd.log", work);
     snprintf(loga, sizeof(loga), "%s/agent.log", work);
     char *kargv[] = {bin[0], "--database-url", dburl, "--http-addr", http_addr, "--grpc-addr", grpc_addr, NULL};
-    pid_t kilnd = th_spawn(kargv, NULL, logk);
+    /* Plain text without tokens: this suite is about pipelines (e2e covers security). */
+    char *kenv[] = {"KILN_INSECURE=1", "KILN_NO_AUTH=1", NULL};
+    pid_t kilnd = th_spawn(kargv, kenv, logk);
     cr_assert_gt(kilnd, 0);
     cr_assert(th_wait_port(http, 20000), "kilnd did not listen");
     char *aargv[] = {bin[1], "--server", grpc_addr, "--slots", "4", "--slot-type", "cpu", "--work-dir", agent_dir, NULL};
     char bindir_env[PATH_MAX + 16];
     snprintf(bindir_env, sizeof(bindir_env), "KILN_BIN_DIR=%s", th_bin_dir());
-    char *aenv[] = {bindir_env, NULL};
+    char roots[PATH_MAX + 200];
+    const char *root = getenv("KILN_ROOT");
+    snprintf(roots, sizeof(roots), "KILN_DATA_ROOTS=%s/data,%s", root && *root ? root : ".", work);
+    /* (the job below reads root/data) */
+    char *aenv[] = {bindir_env, "KILN_INSECURE=1", roots, NULL};
     pid_t agent = th_spawn(aargv, aenv, loga);
     cr_assert_gt(agent, 0);
 
@@ -61,7 +67,6 @@ Test(service_pipe, hybrid_pipeline_job_completes_through_kilnd_and_an_agent, .ti
     cr_assert(body && strstr(body, "ALIVE"), "the agent did not register: %s", body ? body : "");
     free(body);
 
-    const char *root = getenv("KILN_ROOT");
     char data[PATH_MAX];
     snprintf(data, sizeof(data), "%s/data/tinyshakespeare.txt", root ? root : ".");
     char job[PATH_MAX + 2048];

@@ -57,7 +57,7 @@ void submit(json_t *sp, const char *key, char *id_out, bool *created)
     json_t *job = NULL;
     bool cr = false;
     kiln_err_clear(&err);
-    int rc = svc_job_create(svc, sp, key, &job, &cr, &err);
+    int rc = svc_job_create(svc, svc_caller_kilnd(), sp, key, &job, &cr, &err);
     json_decref(sp);
     cr_assert_eq(rc, 0, "create: %s (field %s)", err.message, err.field);
     kiln_strlcpy(id_out, json_string_value(json_object_get(job, "id")), 40);
@@ -65,6 +65,13 @@ void submit(json_t *sp, const char *key, char *id_out, bool *created)
         *created = cr;
     json_decref(job);
 }
+
+/* The credential each registration answered, so that a worker can register again under its id
+ * as a restarted agent does. */
+static struct {
+    char id[64];
+    char credential[128];
+} creds[32];
 
 void reg(const char *want_id, int slots, const char *type, char *id_out)
 {
@@ -75,9 +82,23 @@ void reg(const char *want_id, int slots, const char *type, char *id_out)
     rq.address = "127.0.0.1";
     rq.slots = slots;
     rq.slot_type = (char *)type;
-    cr_assert_eq(svc_agent_register(svc, &rq, &arena, &rs, &err), 0, "register: %s", err.message);
+    const char *cred = NULL;
+    int slot = -1;
+    for (int i = 0; i < 32 && want_id; i++)
+        if (!strcmp(creds[i].id, want_id)) {
+            cred = creds[i].credential;
+            slot = i;
+        }
+    cr_assert_eq(svc_agent_register(svc, &rq, cred, &arena, &rs, &err), 0, "register: %s", err.message);
     cr_assert_eq(rs.heartbeat_interval_ms, 100);
+    cr_assert(rs.credential && !strncmp(rs.credential, "kiln_agent_", 11), "a credential comes back");
     kiln_strlcpy(id_out, rs.worker_id, 64);
+    for (int i = 0; slot < 0 && i < 32; i++)
+        if (!creds[i].id[0])
+            slot = i;
+    cr_assert(slot >= 0);
+    kiln_strlcpy(creds[slot].id, rs.worker_id, sizeof creds[slot].id);
+    kiln_strlcpy(creds[slot].credential, rs.credential, sizeof creds[slot].credential);
 }
 
 /* One heartbeat; running lists (job, attempt) pairs the worker claims to run. */
@@ -95,14 +116,14 @@ Kiln__HeartbeatResponse *hb(const char *wid, const char *job, int attempt)
         rq.running = &rrp;
         rq.n_running = 1;
     }
-    cr_assert_eq(svc_agent_heartbeat(svc, &rq, &arena, rs, &err), 0, "heartbeat: %s", err.message);
+    cr_assert_eq(svc_agent_heartbeat(svc, wid, &rq, &arena, rs, &err), 0, "heartbeat: %s", err.message);
     return rs;
 }
 
 json_t *get(const char *id)
 {
     json_t *j = NULL;
-    cr_assert_eq(svc_job_get(svc, id, &j, &err), 0, "get: %s", err.message);
+    cr_assert_eq(svc_job_get(svc, svc_caller_kilnd(), id, &j, &err), 0, "get: %s", err.message);
     return j;
 }
 
@@ -132,7 +153,7 @@ void status(const char *wid, const char *job, int attempt, bool started, const c
     rq.attempt = attempt;
     rq.started = started;
     rq.reason = (char *)(reason ? reason : "");
-    cr_assert_eq(svc_agent_rank_status(svc, &rq, &err), 0, "rank status: %s", err.message);
+    cr_assert_eq(svc_agent_rank_status(svc, wid, &rq, &err), 0, "rank status: %s", err.message);
 }
 
 void rank_exit(const char *wid, const char *job, int attempt, int rank, int code, const char *reason)
@@ -144,7 +165,7 @@ void rank_exit(const char *wid, const char *job, int attempt, int rank, int code
     rq.rank = rank;
     rq.exit_code = code;
     rq.reason = (char *)(reason ? reason : "");
-    cr_assert_eq(svc_agent_rank_exit(svc, &rq, &err), 0, "rank exit: %s", err.message);
+    cr_assert_eq(svc_agent_rank_exit(svc, wid, &rq, &err), 0, "rank exit: %s", err.message);
 }
 
 void push_logs(const char *wid, const char *job, int attempt, int rank, int first, int n)
@@ -166,7 +187,7 @@ void push_logs(const char *wid, const char *job, int attempt, int rank, int firs
     b.attempt = attempt;
     b.lines = ptrs;
     b.n_lines = (size_t)n;
-    cr_assert_eq(svc_agent_logs(svc, &b, &err), 0, "logs: %s", err.message);
+    cr_assert_eq(svc_agent_logs(svc, wid, &b, &err), 0, "logs: %s", err.message);
     free(lines);
     free(ptrs);
     free(text);
@@ -194,7 +215,7 @@ void push_metrics(const char *wid, const char *job, int attempt, int step0, int 
     b.attempt = attempt;
     b.points = ptrs;
     b.n_points = (size_t)n;
-    cr_assert_eq(svc_agent_metrics(svc, &b, &err), 0, "metrics: %s", err.message);
+    cr_assert_eq(svc_agent_metrics(svc, wid, &b, &err), 0, "metrics: %s", err.message);
     free(pts);
     free(ptrs);
 }
@@ -203,7 +224,7 @@ void push_metrics(const char *wid, const char *job, int attempt, int step0, int 
 void events_str(const char *id, char *out, size_t n)
 {
     json_t *ev = NULL;
-    cr_assert_eq(svc_job_events(svc, id, &ev, &err), 0);
+    cr_assert_eq(svc_job_events(svc, svc_caller_kilnd(), id, &ev, &err), 0);
     size_t len = 0;
     out[0] = '\0';
     json_t *arr = json_object_get(ev, "events");

@@ -45,7 +45,7 @@ Test(submit, idempotent_create_returns_the_same_job)
     cr_assert_str_eq(a, b);
     json_t *list = NULL;
     svc_job_filter_t f = {0};
-    cr_assert_eq(svc_job_list(svc, &f, &list, &err), 0);
+    cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &f, &list, &err), 0);
     cr_assert_eq(json_array_size(json_object_get(list, "jobs")), 1);
     json_decref(list);
 }
@@ -61,7 +61,7 @@ static void *race_create(void *p)
     racer_t *r = p;
     json_t *sp = spec(1, 1, "cpu", 0, 1), *job = NULL;
     kiln_err_t e;
-    r->rc = svc_job_create(svc, sp, "same-key", &job, &r->created, &e);
+    r->rc = svc_job_create(svc, svc_caller_kilnd(), sp, "same-key", &job, &r->created, &e);
     if (r->rc == 0)
         kiln_strlcpy(r->id, json_string_value(json_object_get(job, "id")), sizeof(r->id));
     json_decref(job);
@@ -93,7 +93,7 @@ Test(submit, invalid_spec_names_the_field)
     json_object_set_new(json_object_get(sp, "hyperparameters"), "lr", json_real(-1.0));
     json_t *job = NULL;
     bool created = true;
-    int rc = svc_job_create(svc, sp, NULL, &job, &created, &err);
+    int rc = svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err);
     json_decref(sp);
     cr_assert_eq(rc, KILN_EINVAL);
     cr_assert_null(job);
@@ -107,15 +107,15 @@ Test(submit, unfit_job_is_rejected_with_a_hint)
     json_t *job = NULL;
     bool created;
     json_t *sp = spec(2, 1, "cpu", 0, 1);
-    cr_assert_eq(svc_job_create(svc, sp, NULL, &job, &created, &err), KILN_EUNFIT);
+    cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EUNFIT);
     json_decref(sp);
     cr_assert(strstr(err.message, "2 worker(s)"), "%s", err.message);
     cr_assert_neq(err.hint[0], '\0');
     sp = spec(1, 4, "cpu", 0, 1);
-    cr_assert_eq(svc_job_create(svc, sp, NULL, &job, &created, &err), KILN_EUNFIT);
+    cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EUNFIT);
     json_decref(sp);
     sp = spec(1, 1, "gpu", 0, 1);
-    cr_assert_eq(svc_job_create(svc, sp, NULL, &job, &created, &err), KILN_EUNFIT);
+    cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EUNFIT);
     json_decref(sp);
     char id[40];
     submit(spec(1, 2, "cpu", 0, 1), NULL, id, NULL);
@@ -126,12 +126,12 @@ Test(submit, unknown_jobs_are_not_found)
     const char *nope = "00000000-0000-0000-0000-000000000001";
     json_t *out = NULL;
     svc_log_query_t q = {.rank = -1};
-    cr_assert_eq(svc_job_get(svc, nope, &out, &err), KILN_ENOTFOUND);
-    cr_assert_eq(svc_job_get(svc, "garbage", &out, &err), KILN_ENOTFOUND);
-    cr_assert_eq(svc_job_stop(svc, nope, NULL, &out, &err), KILN_ENOTFOUND);
-    cr_assert_eq(svc_job_events(svc, nope, &out, &err), KILN_ENOTFOUND);
-    cr_assert_eq(svc_job_logs(svc, nope, &q, &out, &err), KILN_ENOTFOUND);
-    cr_assert_eq(svc_job_metrics(svc, nope, NULL, 0, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_get(svc, svc_caller_kilnd(), nope, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_get(svc, svc_caller_kilnd(), "garbage", &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), nope, NULL, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_events(svc, svc_caller_kilnd(), nope, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_logs(svc, svc_caller_kilnd(), nope, &q, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), nope, NULL, 0, &out, &err), KILN_ENOTFOUND);
     Kiln__LogLine l = KILN__LOG_LINE__INIT, *lp = &l;
     l.line = "x";
     Kiln__LogBatch lb = KILN__LOG_BATCH__INIT;
@@ -139,7 +139,7 @@ Test(submit, unknown_jobs_are_not_found)
     lb.job_id = (char *)nope;
     lb.lines = &lp;
     lb.n_lines = 1;
-    cr_assert_eq(svc_agent_logs(svc, &lb, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_agent_logs(svc, "w", &lb, &err), KILN_EPERM, "no assignment: refused");
     cr_assert(strstr(err.message, nope));
     Kiln__MetricPoint m = KILN__METRIC_POINT__INIT, *mp = &m;
     m.name = "x";
@@ -148,13 +148,13 @@ Test(submit, unknown_jobs_are_not_found)
     mb.job_id = (char *)nope;
     mb.points = &mp;
     mb.n_points = 1;
-    cr_assert_eq(svc_agent_metrics(svc, &mb, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_agent_metrics(svc, "w", &mb, &err), KILN_EPERM);
     Kiln__RankExit e = KILN__RANK_EXIT__INIT;
     e.worker_id = "w";
     e.job_id = (char *)nope;
-    cr_assert_eq(svc_agent_rank_exit(svc, &e, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_agent_rank_exit(svc, "w", &e, &err), KILN_EPERM);
     svc_follow_t *f = NULL;
-    cr_assert_eq(svc_follow_open(svc, nope, -1, 0, NULL, NULL, &f, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_follow_open(svc, svc_caller_kilnd(), nope, -1, 0, NULL, NULL, &f, &err), KILN_ENOTFOUND);
     cr_assert_eq(svc_ready(svc, &err), 0);
 }
 
@@ -164,7 +164,7 @@ Test(submit, list_filters_and_pages)
     for (int i = 0; i < 5; i++)
         submit(spec(1, 1, "cpu", 0, 1), NULL, ids[i], NULL);
     json_t *out = NULL;
-    cr_assert_eq(svc_job_stop(svc, ids[2], "not needed", &out, &err), 0);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), ids[2], "not needed", &out, &err), 0);
     cr_assert_str_eq(state_of(out), "STOPPED");
     json_decref(out);
     svc_job_filter_t f = {.page_size = 2};
@@ -172,7 +172,7 @@ Test(submit, list_filters_and_pages)
     char tok[128] = "";
     for (int page = 0; page < 5; page++) {
         f.page_token = tok[0] ? tok : NULL;
-        cr_assert_eq(svc_job_list(svc, &f, &out, &err), 0, "%s", err.message);
+        cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &f, &out, &err), 0, "%s", err.message);
         seen += (int)json_array_size(json_object_get(out, "jobs"));
         kiln_strlcpy(tok, json_string_value(json_object_get(out, "next_page_token")), sizeof(tok));
         json_decref(out);
@@ -181,18 +181,18 @@ Test(submit, list_filters_and_pages)
     }
     cr_assert_eq(seen, 5);
     svc_job_filter_t fs = {.status = "STOPPED,RUNNING"};
-    cr_assert_eq(svc_job_list(svc, &fs, &out, &err), 0);
+    cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &fs, &out, &err), 0);
     cr_assert_eq(json_array_size(json_object_get(out, "jobs")), 1);
     json_decref(out);
     svc_job_filter_t ft = {.tag = "team:t"};
-    cr_assert_eq(svc_job_list(svc, &ft, &out, &err), 0);
+    cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &ft, &out, &err), 0);
     cr_assert_eq(json_array_size(json_object_get(out, "jobs")), 5);
     json_decref(out);
     svc_job_filter_t fb = {.status = "NOPE"};
-    cr_assert_eq(svc_job_list(svc, &fb, &out, &err), KILN_EINVAL);
+    cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &fb, &out, &err), KILN_EINVAL);
     cr_assert_str_eq(err.field, "status");
     svc_job_filter_t fp = {.page_token = "garbage"};
-    cr_assert_eq(svc_job_list(svc, &fp, &out, &err), KILN_EINVAL);
+    cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &fp, &out, &err), KILN_EINVAL);
     cr_assert_str_eq(err.field, "page_token");
 }
 
@@ -263,7 +263,7 @@ Test(life, two_node_job_runs_to_completed)
 
     json_t *logs = NULL;
     svc_log_query_t q = {.rank = 1};
-    cr_assert_eq(svc_job_logs(svc, id, &q, &logs, &err), 0);
+    cr_assert_eq(svc_job_logs(svc, svc_caller_kilnd(), id, &q, &logs, &err), 0);
     json_t *lines = json_object_get(logs, "lines");
     cr_assert_eq(json_array_size(lines), 5);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(lines, 0), "seq")), 11);
@@ -271,7 +271,7 @@ Test(life, two_node_job_runs_to_completed)
     cr_assert_eq(json_integer_value(json_object_get(logs, "next_since_seq")), 15);
     json_decref(logs);
     json_t *met = NULL;
-    cr_assert_eq(svc_job_metrics(svc, id, "train_loss", 10, &met, &err), 0);
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), id, "train_loss", 10, &met, &err), 0);
     json_t *pts = json_object_get(json_array_get(json_object_get(met, "metrics"), 0), "points");
     cr_assert_leq(json_array_size(pts), 10);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, json_array_size(pts) - 1), "step")), 50);
@@ -292,7 +292,7 @@ Test(life, two_node_job_runs_to_completed)
 
     /* Slots are free again. */
     json_t *ws = NULL;
-    cr_assert_eq(svc_workers_list(svc, &ws, &err), 0);
+    cr_assert_eq(svc_workers_list(svc, svc_caller_kilnd(), &ws, &err), 0);
     json_t *arr = json_object_get(ws, "workers");
     for (size_t i = 0; i < json_array_size(arr); i++)
         cr_assert_eq(json_integer_value(json_object_get(json_array_get(arr, i), "slots_free")),
@@ -300,7 +300,7 @@ Test(life, two_node_job_runs_to_completed)
     json_decref(ws);
     /* Stopping a finished job is refused. */
     json_t *out = NULL;
-    cr_assert_eq(svc_job_stop(svc, id, NULL, &out, &err), KILN_ESTATE);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), id, NULL, &out, &err), KILN_ESTATE);
 }
 
 Test(life, failing_rank_fails_the_job_and_stops_the_others)
@@ -371,10 +371,10 @@ Test(life, stop_mid_run_goes_through_stopping)
     char w[2][64], id[40];
     run_job(2, 1, w, id);
     json_t *out = NULL;
-    cr_assert_eq(svc_job_stop(svc, id, "user asked", &out, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), id, "user asked", &out, &err), 0, "%s", err.message);
     cr_assert_str_eq(state_of(out), "STOPPING");
     json_decref(out);
-    cr_assert_eq(svc_job_stop(svc, id, NULL, &out, &err), 0, "asking twice is fine");
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), id, NULL, &out, &err), 0, "asking twice is fine");
     json_decref(out);
     for (int k = 0; k < 2; k++) {
         Kiln__HeartbeatResponse *r = hb(w[k], id, 1);
@@ -415,7 +415,7 @@ Test(life, a_restarted_kilnd_carries_on)
     push_logs(w[0], id, 1, 0, 5, 5);
     json_t *logs = NULL;
     svc_log_query_t q = {.rank = -1};
-    cr_assert_eq(svc_job_logs(svc, id, &q, &logs, &err), 0);
+    cr_assert_eq(svc_job_logs(svc, svc_caller_kilnd(), id, &q, &logs, &err), 0);
     cr_assert_eq(json_array_size(json_object_get(logs, "lines")), 10);
     cr_assert_eq(json_integer_value(json_object_get(logs, "next_since_seq")), 10);
     json_decref(logs);
@@ -448,14 +448,14 @@ Test(life, stop_before_start_is_immediate)
     char w[64], a[40], b[40];
     submit(spec(1, 1, "cpu", 0, 1), NULL, a, NULL);
     json_t *out = NULL;
-    cr_assert_eq(svc_job_stop(svc, a, NULL, &out, &err), 0);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), a, NULL, &out, &err), 0);
     cr_assert_str_eq(state_of(out), "STOPPED");
     json_decref(out);
     /* SCHEDULED but not yet delivered: also at once, and the assignment is never delivered. */
     reg(NULL, 1, "cpu", w);
     submit(spec(1, 1, "cpu", 0, 1), NULL, b, NULL);
     json_decref(wait_state(b, "SCHEDULED", 5000));
-    cr_assert_eq(svc_job_stop(svc, b, NULL, &out, &err), 0);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), b, NULL, &out, &err), 0);
     cr_assert_str_eq(state_of(out), "STOPPED");
     json_decref(out);
     Kiln__HeartbeatResponse *r = hb(w, NULL, 0);
@@ -493,13 +493,13 @@ Test(life, priority_then_fifo)
     char ev[128];
     events_str(low, ev, sizeof(ev));
     cr_assert_str_eq(ev, "QUEUED", "a reason update is not a state change");
-    cr_assert_eq(svc_job_stop(svc, busy, NULL, &out, &err), 0);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), busy, NULL, &out, &err), 0);
     json_decref(out);
     json_decref(wait_state(high, "SCHEDULED", 5000));
     json_t *j = get(low);
     cr_assert_str_eq(state_of(j), "QUEUED");
     json_decref(j);
-    cr_assert_eq(svc_job_stop(svc, high, NULL, &out, &err), 0);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), high, NULL, &out, &err), 0);
     json_decref(out);
     json_decref(wait_state(low, "SCHEDULED", 5000));
     j = get(low2);
@@ -528,7 +528,7 @@ Test(life, reregistration_and_unknown_workers)
     r = hb("w-fixed", "11111111-2222-3333-4444-555555555555", 1);
     cr_assert_eq(r->n_stops, 1, "repeated once the grace period has passed");
     json_t *ws = NULL;
-    cr_assert_eq(svc_workers_list(svc, &ws, &err), 0);
+    cr_assert_eq(svc_workers_list(svc, svc_caller_kilnd(), &ws, &err), 0);
     cr_assert_eq(json_array_size(json_object_get(ws, "workers")), 1);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(json_object_get(ws, "workers"), 0), "slots")), 3);
     json_decref(ws);
@@ -536,7 +536,7 @@ Test(life, reregistration_and_unknown_workers)
     Kiln__RegisterResponse rs = KILN__REGISTER_RESPONSE__INIT;
     rq.slots = 1;
     rq.slot_type = "tpu";
-    cr_assert_eq(svc_agent_register(svc, &rq, &arena, &rs, &err), KILN_EINVAL);
+    cr_assert_eq(svc_agent_register(svc, &rq, NULL, &arena, &rs, &err), KILN_EINVAL);
 }
 
 Test(life, two_services_on_one_database_never_double_book)
@@ -554,7 +554,7 @@ Test(life, two_services_on_one_database_never_double_book)
     for (int i = 0; i < 24; i++) {
         json_t *job = NULL, *sp = spec(1, 1, "cpu", 0, 1);
         bool created;
-        cr_assert_eq(svc_job_create(i % 2 ? other : svc, sp, NULL, &job, &created, &err), 0, "%s", err.message);
+        cr_assert_eq(svc_job_create(i % 2 ? other : svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), 0, "%s", err.message);
         kiln_strlcpy(ids[i], json_string_value(json_object_get(job, "id")), 40);
         json_decref(job);
         json_decref(sp);
@@ -562,7 +562,7 @@ Test(life, two_services_on_one_database_never_double_book)
     struct timespec ts = {0, 500 * 1000000};
     nanosleep(&ts, NULL);
     json_t *ws = NULL;
-    cr_assert_eq(svc_workers_list(other, &ws, &err), 0);
+    cr_assert_eq(svc_workers_list(other, svc_caller_kilnd(), &ws, &err), 0);
     json_t *arr = json_object_get(ws, "workers");
     for (size_t i = 0; i < json_array_size(arr); i++)
         cr_assert_geq(json_integer_value(json_object_get(json_array_get(arr, i), "slots_free")), 0,

@@ -26,7 +26,7 @@ Test(follow, live_lines_then_end)
     run_job(1, 1, w, id);
     push_logs(w[0], id, 1, 0, 0, 3);  /* history, before the follower */
     svc_follow_t *f = NULL;
-    cr_assert_eq(svc_follow_open(svc, id, -1, 3, on_wake, NULL, &f, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_follow_open(svc, svc_caller_kilnd(), id, -1, 3, on_wake, NULL, &f, &err), 0, "%s", err.message);
     json_t *lines = json_array();
     bool ended = false;
     json_t *end = NULL;
@@ -50,7 +50,7 @@ Test(follow, live_lines_then_end)
     svc_follow_close(f);
 
     /* Following a job that has already ended: the end at once. */
-    cr_assert_eq(svc_follow_open(svc, id, -1, 7, NULL, NULL, &f, &err), 0);
+    cr_assert_eq(svc_follow_open(svc, svc_caller_kilnd(), id, -1, 7, NULL, NULL, &f, &err), 0);
     lines = json_array();
     cr_assert_eq(svc_follow_read(f, lines, 100, &ended, &end), 0);
     cr_assert(ended);
@@ -61,15 +61,15 @@ Test(follow, live_lines_then_end)
 
 Test(follow, a_follower_that_falls_behind_gets_every_line)
 {
-    char w[1][64], id[40];
-    run_job(1, 1, w, id);
+    char w[2][64], id[40];
+    run_job(2, 1, w, id); /* rank k runs on w[k], which may push only its own lines */
     svc_follow_t *f = NULL, *f1 = NULL;
-    cr_assert_eq(svc_follow_open(svc, id, -1, 0, NULL, NULL, &f, &err), 0);
-    cr_assert_eq(svc_follow_open(svc, id, 1, 0, NULL, NULL, &f1, &err), 0);
+    cr_assert_eq(svc_follow_open(svc, svc_caller_kilnd(), id, -1, 0, NULL, NULL, &f, &err), 0);
+    cr_assert_eq(svc_follow_open(svc, svc_caller_kilnd(), id, 1, 0, NULL, NULL, &f1, &err), 0);
     /* Far more than the follower buffers, without reading. */
     enum { BATCH = 1000, BATCHES = 12 };
     for (int b = 0; b < BATCHES; b++)
-        push_logs(w[0], id, 1, b % 2, b * BATCH, BATCH);
+        push_logs(w[b % 2], id, 1, b % 2, b * BATCH, BATCH);
     json_t *lines = json_array();
     bool ended = false;
     json_t *end = NULL;

@@ -26,7 +26,7 @@ Test(liveness, silent_worker_fails_its_job)
     cr_assert(strstr(reason, w[0]), "%s", reason);
     json_decref(j);
     json_t *ws = NULL;
-    cr_assert_eq(svc_workers_list(svc, &ws, &err), 0);
+    cr_assert_eq(svc_workers_list(svc, svc_caller_kilnd(), &ws, &err), 0);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(ws, "workers"), 0), "state")),
                      "DEAD");
     json_decref(ws);

@@ -209,16 +209,16 @@ Test(jobs, transitions_write_events_and_check_from)
     cr_assert_str_eq(row.state, "QUEUED");
     cr_assert_eq(row.world_size, 2);
     cr_assert_eq(row.max_attempts, 2);
-    cr_assert_eq(store_job_transition(c, id, "QUEUED", "SCHEDULED", "placed", 1, STORE_TR_NEW_ATTEMPT, &err), 0,
+    cr_assert_eq(store_job_transition(c, id, "QUEUED", "SCHEDULED", "placed", 1, STORE_TR_NEW_ATTEMPT, NULL, &err), 0,
                  "%s", err.message);
-    cr_assert_eq(store_job_transition(c, id, "SCHEDULED", "STARTING", "delivered", 1, 0, &err), 0);
-    cr_assert_eq(store_job_transition(c, id, "STARTING", "RUNNING", "all started", 1, STORE_TR_STARTED, &err), 0);
+    cr_assert_eq(store_job_transition(c, id, "SCHEDULED", "STARTING", "delivered", 1, 0, NULL, &err), 0);
+    cr_assert_eq(store_job_transition(c, id, "STARTING", "RUNNING", "all started", 1, STORE_TR_STARTED, NULL, &err), 0);
     /* The job is not QUEUED any more: a stale transition loses. */
-    cr_assert_eq(store_job_transition(c, id, "QUEUED", "STOPPED", "late", 1, 0, &err), KILN_ESTATE);
+    cr_assert_eq(store_job_transition(c, id, "QUEUED", "STOPPED", "late", 1, 0, NULL, &err), KILN_ESTATE);
     cr_assert_eq(store_commit(c, &err), 0);
     /* The database refuses states outside the machine. */
-    cr_assert_eq(store_job_transition(c, id, "RUNNING", "BOGUS", "x", 1, 0, &err), KILN_EDB);
-    cr_assert_eq(store_job_transition(c, id, "RUNNING", "COMPLETED", "done", 1, STORE_TR_ENDED, &err), 0);
+    cr_assert_eq(store_job_transition(c, id, "RUNNING", "BOGUS", "x", 1, 0, NULL, &err), KILN_EDB);
+    cr_assert_eq(store_job_transition(c, id, "RUNNING", "COMPLETED", "done", 1, STORE_TR_ENDED, NULL, &err), 0);
 
     json_t *j = NULL, *ev = NULL;
     cr_assert_eq(store_job_get_json(c, id, &j, &err), 0);
@@ -248,7 +248,7 @@ Test(jobs, list_filters_and_pages)
         snprintf(name, sizeof(name), "job%d", i);
         insert_job(name, 0, i % 2 ? "{\"team\": \"nlp\"}" : "{\"team\": \"cv\"}", NULL, ids[i], NULL);
     }
-    cr_assert_eq(store_job_transition(c, ids[6], "QUEUED", "STOPPED", "x", 0, STORE_TR_ENDED, &err), 0);
+    cr_assert_eq(store_job_transition(c, ids[6], "QUEUED", "STOPPED", "x", 0, STORE_TR_ENDED, NULL, &err), 0);
 
     /* Pages of 3, newest first, no job twice, none missed. */
     store_job_query_t q = {.limit = 3};
@@ -707,7 +707,7 @@ Test(jobs, queue_reasons_change_only_queued_jobs)
     char a[STORE_ID_LEN], b[STORE_ID_LEN];
     insert_job("a", 0, "{}", NULL, a, NULL);
     insert_job("b", 0, "{}", NULL, b, NULL);
-    cr_assert_eq(store_job_transition(c, b, "QUEUED", "STOPPED", "gone", 0, STORE_TR_ENDED, &err), 0);
+    cr_assert_eq(store_job_transition(c, b, "QUEUED", "STOPPED", "gone", 0, STORE_TR_ENDED, NULL, &err), 0);
     const char *ids[2] = {a, b};
     const char *why[2] = {"waiting \"for\" a \\ slot, {really}", "must not land"};
     cr_assert_eq(store_job_queue_reasons(c, ids, why, 2, &err), 0, "%s", err.message);

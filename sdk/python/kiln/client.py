@@ -9,6 +9,7 @@ stream and reconnects with Last-Event-ID if the connection drops mid-job.
 import json
 import os
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -72,17 +73,22 @@ def parse_sse(lines):
 class Client:
     """A connection to kilnd's REST API.
 
-    ``url`` defaults to $KILN_URL, then http://127.0.0.1:8080. ``timeout`` bounds each
-    ordinary request in seconds. Methods raise KilnError on API errors and when
-    kilnd cannot be reached.
+    ``url`` defaults to $KILN_URL, then http://127.0.0.1:8080. ``token`` (default $KILN_TOKEN)
+    is the API token sent with every request. ``ca`` (default $KILN_TLS_CA) is a CA file to
+    verify an https kilnd against instead of the system's CAs. ``timeout`` bounds each
+    ordinary request in seconds. Methods raise KilnError on API errors and when kilnd cannot
+    be reached.
     """
 
-    def __init__(self, url=None, timeout=30.0):
+    def __init__(self, url=None, timeout=30.0, token=None, ca=None):
         url = url or os.environ.get("KILN_URL") or DEFAULT_URL
         if "://" not in url:
             url = "http://" + url
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self._token = token if token is not None else os.environ.get("KILN_TOKEN", "")
+        ca = ca if ca is not None else os.environ.get("KILN_TLS_CA", "")
+        self._ssl = ssl.create_default_context(cafile=ca) if ca else None
 
     def __repr__(self):
         return "kiln.Client(%r)" % self.url
@@ -91,6 +97,8 @@ class Client:
     def _open(self, method, path, body=None, headers=None, timeout=None, accept="application/json"):
         data = None
         hdrs = {"Accept": accept, "User-Agent": "kiln-python/0.1"}
+        if self._token:
+            hdrs["Authorization"] = "Bearer " + self._token
         if body is not None:
             data = json.dumps(body).encode("utf-8")
             hdrs["Content-Type"] = "application/json"
@@ -99,7 +107,7 @@ class Client:
         hdrs.update(headers or {})
         req = urllib.request.Request(self.url + path, data=data, headers=hdrs, method=method)
         try:
-            return urllib.request.urlopen(req, timeout=timeout or self.timeout)
+            return urllib.request.urlopen(req, timeout=timeout or self.timeout, context=self._ssl)
         except urllib.error.HTTPError as e:
             body = e.read()
             e.close()

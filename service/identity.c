@@ -1,0 +1,301 @@
+/* identity.c - users, API tokens, projects and project members: who may manage what (cluster
+ * admins: users and projects; every user: its own tokens; project admins: their members), and
+ * the changes themselves. A revocation or role change drops the token cache (auth.c) so that it
+ * applies to the next request. Authentication itself is auth.c's. */
+#include "service/svc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKEN_MAX_LIFETIME_S (10LL * 365 * 24 * 3600)
+
+static int need_cluster_admin(const svc_caller_t *who, const char *what, kiln_err_t *err)
+{
+    if (who->cluster_admin)
+        return 0;
+    kiln_err_set(err, KILN_EPERM, NULL, "%s needs a cluster admin", what);
+    kiln_err_hint(err, "ask a cluster admin (kiln whoami shows your roles)");
+    return KILN_EPERM;
+}
+
+static int bad_name(kiln_err_t *err, const char *field, const char *what, const char *name)
+{
+    kiln_err_set(err, KILN_EINVAL, field, "%s name \"%.80s\" is not valid", what, name ? name : "");
+    kiln_err_hint(err, "use 1 to 63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit");
+    return KILN_EINVAL;
+}
+
+/* Runs fn on a pooled connection. */
+#define WITH_CONN(s, err, stmt)                                                                    \
+    do {                                                                                           \
+        store_conn_t *c_ = NULL;                                                                   \
+        rc = store_conn_get((s)->store, &c_, (err));                                               \
+        if (rc == 0) {                                                                             \
+            store_conn_t *c = c_;                                                                  \
+            stmt;                                                                                  \
+            store_conn_put((s)->store, c_);                                                        \
+        }                                                                                          \
+    } while (0)
+
+int svc_whoami(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+{
+    (void)s;
+    (void)err;
+    json_t *projects = json_array();
+    for (int i = 0; i < who->nroles; i++)
+        json_array_append_new(projects, json_pack("{s:s, s:s}", "project", who->roles[i].project,
+                                                  "role", svc_role_name(who->roles[i].role)));
+    char exp[40] = "";
+    if (who->token_expires_us > 0)
+        kiln_time_format(who->token_expires_us, exp, sizeof(exp));
+    *out = json_pack("{s:s, s:b, s:o, s:s, s:s}", "user", who->user, "cluster_admin", who->cluster_admin,
+                     "projects", projects, "token_id", who->token_id ? who->token_id : "",
+                     "token_expires_at", exp);
+    return 0;
+}
+
+int svc_user_create(svc_t *s, const svc_caller_t *who, const char *name, bool cluster_admin,
+                    json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = need_cluster_admin(who, "creating users", err);
+    if (rc)
+        return rc;
+    if (!kiln_ident_ok(name))
+        return bad_name(err, "name", "user", name);
+    WITH_CONN(s, err, {
+        rc = store_user_insert(c, name, cluster_admin, who->user, err);
+        if (rc == 0)
+            rc = store_user_get_json(c, name, out, err);
+    });
+    if (rc == 0)
+        log_info("auth: user \"%s\" created by %s%s", name, who->user, cluster_admin ? " (cluster admin)" : "");
+    return rc;
+}
+
+int svc_users_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = need_cluster_admin(who, "listing users", err);
+    if (rc)
+        return rc;
+    json_t *users = NULL;
+    WITH_CONN(s, err, rc = store_users_list_json(c, &users, err));
+    if (rc == 0)
+        *out = json_pack("{s:o}", "users", users);
+    return rc;
+}
+
+/* A user's own tokens are its business; anyone's are a cluster admin's. Others' tokens do not
+ * exist for the caller. */
+static int check_token_owner(const svc_caller_t *who, const char *user, kiln_err_t *err)
+{
+    if (who->cluster_admin || !strcmp(who->user, user))
+        return 0;
+    kiln_err_set(err, KILN_EPERM, "user", "you can manage only your own tokens (you are \"%s\")", who->user);
+    kiln_err_hint(err, "a cluster admin manages other users' tokens");
+    return KILN_EPERM;
+}
+
+int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_t expires_in_s,
+                     const char *description, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!kiln_ident_ok(user))
+        return bad_name(err, "user", "user", user);
+    int rc = check_token_owner(who, user, err);
+    if (rc)
+        return rc;
+    if (expires_in_s < 0 || expires_in_s > TOKEN_MAX_LIFETIME_S) {
+        kiln_err_set(err, KILN_EINVAL, "expires_in_s", "expires_in_s must be between 0 (never expires) and %lld, got %lld",
+                     TOKEN_MAX_LIFETIME_S, (long long)expires_in_s);
+        return KILN_EINVAL;
+    }
+    if (description && strlen(description) > 200)
+        return kiln_err_set(err, KILN_EINVAL, "description", "description is longer than 200 characters");
+    char secret[128], id[32];
+    uint8_t hash[STORE_HASH_LEN];
+    svc_secret_new("kiln_", secret, sizeof(secret), hash);
+    svc_token_id_new(id, sizeof(id));
+    int64_t expires_us = expires_in_s > 0 ? kiln_now_us() + expires_in_s * 1000000 : 0;
+    WITH_CONN(s, err, {
+        rc = store_user_get(c, user, NULL, err);
+        if (rc == 0)
+            rc = store_token_insert(c, id, user, hash, description, expires_us, err);
+    });
+    if (rc == 0) {
+        char exp[40] = "";
+        if (expires_us)
+            kiln_time_format(expires_us, exp, sizeof(exp));
+        *out = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "token", secret, "expires_at", exp, "user", user);
+        log_info("auth: token %s for user \"%s\" created by %s", id, user, who->user);
+    }
+    memset(secret, 0, sizeof(secret));
+    return rc;
+}
+
+int svc_tokens_list(svc_t *s, const svc_caller_t *who, const char *user, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!kiln_ident_ok(user))
+        return bad_name(err, "user", "user", user);
+    int rc = check_token_owner(who, user, err);
+    if (rc)
+        return rc;
+    json_t *tokens = NULL;
+    WITH_CONN(s, err, {
+        rc = store_user_get(c, user, NULL, err);
+        if (rc == 0)
+            rc = store_tokens_list_json(c, user, &tokens, err);
+    });
+    if (rc == 0)
+        *out = json_pack("{s:o}", "tokens", tokens);
+    return rc;
+}
+
+int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    json_t *tok = NULL;
+    int rc;
+    WITH_CONN(s, err, {
+        rc = store_token_get_json(c, id, &tok, err);
+        /* Someone else's token does not exist for the caller. */
+        if (rc == 0 && !who->cluster_admin &&
+            strcmp(json_string_value(json_object_get(tok, "user")), who->user) != 0) {
+            rc = kiln_err_set(err, KILN_ENOTFOUND, "id", "token \"%.40s\" not found", id);
+        }
+        if (rc == 0)
+            rc = store_token_revoke(c, id, err);
+        json_decref(tok);
+        tok = NULL;
+        if (rc == 0)
+            rc = store_token_get_json(c, id, &tok, err);
+    });
+    if (rc == 0) {
+        svc_auth_invalidate(s);
+        log_info("auth: token %s revoked by %s", id, who->user);
+        *out = tok;
+    }
+    return rc;
+}
+
+int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = need_cluster_admin(who, "creating projects", err);
+    if (rc)
+        return rc;
+    if (!kiln_ident_ok(name))
+        return bad_name(err, "name", "project", name);
+    WITH_CONN(s, err, rc = store_project_insert(c, name, who->user, err));
+    if (rc == 0) {
+        char now[40];
+        kiln_time_format(kiln_now_us(), now, sizeof(now));
+        *out = json_pack("{s:s, s:s, s:s, s:s}", "name", name, "created_at", now, "created_by", who->user,
+                         "role", "");
+        log_info("auth: project \"%s\" created by %s", name, who->user);
+    }
+    return rc;
+}
+
+int svc_projects_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    json_t *projects = NULL;
+    int rc;
+    WITH_CONN(s, err, rc = store_projects_list_json(c, who->cluster_admin ? NULL : who->user, &projects, err));
+    if (rc == 0)
+        *out = json_pack("{s:o}", "projects", projects);
+    return rc;
+}
+
+/* A project the caller has no role in does not exist for it; one it is in but cannot manage is
+ * KILN_EPERM. Cluster admins see whether it exists. */
+static int project_access(svc_t *s, const svc_caller_t *who, const char *project, svc_role_t need,
+                          kiln_err_t *err)
+{
+    if (!kiln_ident_ok(project) ||
+        (!who->cluster_admin && svc_caller_role(who, project) == SVC_ROLE_NONE)) {
+        kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%.80s\" not found", project ? project : "");
+        kiln_err_hint(err, "kiln projects lists the projects you belong to");
+        return KILN_ENOTFOUND;
+    }
+    if (who->cluster_admin) {
+        bool exists = false;
+        int rc;
+        WITH_CONN(s, err, rc = store_project_exists(c, project, &exists, err));
+        if (rc)
+            return rc;
+        if (!exists) {
+            kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%.80s\" not found", project);
+            kiln_err_hint(err, "create it with kiln projects create %s", project);
+            return KILN_ENOTFOUND;
+        }
+        return 0;
+    }
+    return svc_project_need(who, project, need, err);
+}
+
+int svc_members_list(svc_t *s, const svc_caller_t *who, const char *project, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = project_access(s, who, project, SVC_ROLE_VIEWER, err);
+    if (rc)
+        return rc;
+    json_t *members = NULL;
+    WITH_CONN(s, err, rc = store_members_list_json(c, project, &members, err));
+    if (rc == 0)
+        *out = json_pack("{s:o}", "members", members);
+    return rc;
+}
+
+int svc_member_set(svc_t *s, const svc_caller_t *who, const char *project, const char *user,
+                   const char *role, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = project_access(s, who, project, SVC_ROLE_ADMIN, err);
+    if (rc)
+        return rc;
+    if (!kiln_ident_ok(user))
+        return bad_name(err, "user", "user", user);
+    if (svc_role_parse(role) == SVC_ROLE_NONE) {
+        kiln_err_set(err, KILN_EINVAL, "role", "role must be viewer, editor or admin, got \"%.40s\"",
+                     role ? role : "");
+        return KILN_EINVAL;
+    }
+    WITH_CONN(s, err, {
+        rc = store_user_get(c, user, NULL, err);
+        if (rc == 0)
+            rc = store_member_set(c, project, user, role, err);
+    });
+    if (rc == KILN_ENOTFOUND)
+        kiln_err_hint(err, "a cluster admin creates users with kiln users create NAME");
+    if (rc)
+        return rc;
+    svc_auth_invalidate(s);
+    log_info("auth: %s is now %s of project \"%s\" (set by %s)", user, role, project, who->user);
+    *out = json_pack("{s:s, s:s, s:s}", "project", project, "user", user, "role", role);
+    return 0;
+}
+
+int svc_member_remove(svc_t *s, const svc_caller_t *who, const char *project, const char *user,
+                      kiln_err_t *err)
+{
+    int rc = project_access(s, who, project, SVC_ROLE_ADMIN, err);
+    if (rc)
+        return rc;
+    bool removed = false;
+    if (kiln_ident_ok(user))
+        WITH_CONN(s, err, rc = store_member_remove(c, project, user, &removed, err));
+    if (rc)
+        return rc;
+    if (!removed) {
+        kiln_err_set(err, KILN_ENOTFOUND, "user", "\"%.80s\" is not a member of project \"%s\"", user, project);
+        return KILN_ENOTFOUND;
+    }
+    svc_auth_invalidate(s);
+    log_info("auth: %s removed from project \"%s\" by %s", user, project, who->user);
+    return 0;
+}

@@ -1,0 +1,407 @@
+/* auth.c - SQL for identity and tenancy: users, API tokens (only their hashes), projects and
+ * their members, and agents' credentials (hashes too). Which caller may do what is service/'s
+ * business; this file only reads and writes the rows. */
+#include "store/store_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A hash as a bytea parameter in hex form ("\x0a1b..."); buf has room for 2 + 2 * 32 + 1. */
+static const char *hash_param(const uint8_t hash[STORE_HASH_LEN], char *buf)
+{
+    static const char hex[] = "0123456789abcdef";
+    buf[0] = '\\';
+    buf[1] = 'x';
+    for (int i = 0; i < STORE_HASH_LEN; i++) {
+        buf[2 + 2 * i] = hex[hash[i] >> 4];
+        buf[3 + 2 * i] = hex[hash[i] & 15];
+    }
+    buf[2 + 2 * STORE_HASH_LEN] = '\0';
+    return buf;
+}
+
+/* Unix microseconds (0: none) as a timestamptz parameter expression's argument. */
+static const char *us_param(int64_t us, char *buf, size_t n)
+{
+    if (us <= 0)
+        return NULL;
+    snprintf(buf, n, "%lld", (long long)us);
+    return buf;
+}
+
+#define US_TO_TS(p) "(timestamptz 'epoch' + " p "::bigint * interval '1 microsecond')"
+
+/* ---- users ------------------------------------------------------------------------------- */
+
+int store_user_insert(store_conn_t *c, const char *name, bool cluster_admin, const char *created_by,
+                      kiln_err_t *err)
+{
+    const char *p[3] = {name, cluster_admin ? "true" : "false", created_by ? created_by : ""};
+    int rc = store_q(c, "create user",
+                     "INSERT INTO users (name, cluster_admin, created_by) VALUES ($1, $2::bool, $3)",
+                     3, p, NULL, err);
+    if (rc == KILN_EEXIST) {
+        kiln_err_set(err, KILN_EEXIST, "name", "user \"%s\" already exists", name);
+        kiln_err_hint(err, "pick another name, or create a token for the existing user");
+    }
+    return rc;
+}
+
+int store_user_get(store_conn_t *c, const char *name, bool *cluster_admin, kiln_err_t *err)
+{
+    const char *p[1] = {name};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read user", "SELECT cluster_admin FROM users WHERE name = $1", 1, p, &r, err);
+    if (rc)
+        return rc;
+    int n = PQntuples(r);
+    if (n == 1 && cluster_admin)
+        *cluster_admin = store_get_bool(r, 0, 0);
+    PQclear(r);
+    if (n != 1)
+        return kiln_err_set(err, KILN_ENOTFOUND, "user", "user \"%s\" not found", name);
+    return 0;
+}
+
+int store_users_count(store_conn_t *c, int64_t *n, kiln_err_t *err)
+{
+    PGresult *r = NULL;
+    int rc = store_q(c, "count users", "SELECT count(*) FROM users", 0, NULL, &r, err);
+    if (rc)
+        return rc;
+    *n = store_get_i64(r, 0, 0);
+    PQclear(r);
+    return 0;
+}
+
+static json_t *user_json(const PGresult *r, int i)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(store_get_str(r, i, 0)));
+    json_object_set_new(o, "cluster_admin", json_boolean(store_get_bool(r, i, 1)));
+    store_json_set_time(o, "created_at", r, i, 2);
+    json_object_set_new(o, "created_by", json_string(store_get_str(r, i, 3)));
+    return o;
+}
+
+#define USER_COLS "name, cluster_admin, " STORE_US("created_at") ", created_by"
+
+int store_user_get_json(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err)
+{
+    const char *p[1] = {name};
+    PGresult *r = NULL;
+    *out = NULL;
+    int rc = store_q(c, "read user", "SELECT " USER_COLS " FROM users WHERE name = $1", 1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1)
+        *out = user_json(r, 0);
+    PQclear(r);
+    if (!*out)
+        return kiln_err_set(err, KILN_ENOTFOUND, "user", "user \"%s\" not found", name);
+    return 0;
+}
+
+int store_users_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
+{
+    PGresult *r = NULL;
+    *out = NULL;
+    int rc = store_q(c, "list users", "SELECT " USER_COLS " FROM users ORDER BY name", 0, NULL, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(r); i++)
+        json_array_append_new(arr, user_json(r, i));
+    PQclear(r);
+    *out = arr;
+    return 0;
+}
+
+/* ---- tokens ------------------------------------------------------------------------------ */
+
+int store_token_insert(store_conn_t *c, const char *id, const char *user,
+                       const uint8_t hash[STORE_HASH_LEN], const char *description,
+                       int64_t expires_us, kiln_err_t *err)
+{
+    char hb[2 * STORE_HASH_LEN + 3], eb[24];
+    const char *p[5] = {id, user, hash_param(hash, hb), description ? description : "",
+                        us_param(expires_us, eb, sizeof(eb))};
+    return store_q(c, "create token",
+                   "INSERT INTO tokens (id, user_name, hash, description, expires_at)"
+                   " VALUES ($1, $2, $3::bytea, $4, CASE WHEN $5::bigint IS NULL THEN NULL ELSE "
+                   US_TO_TS("$5") " END)", 5, p, NULL, err);
+}
+
+int store_token_auth(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_token_auth_t *out,
+                     kiln_err_t *err)
+{
+    /* One round trip: the token, its user, the user's roles, and (at most once a minute) the
+     * token's last use. */
+    static const char *sql =
+        "WITH t AS (SELECT id, user_name, expires_at, revoked_at FROM tokens WHERE hash = $1::bytea),"
+        " touch AS (UPDATE tokens SET last_used_at = now() WHERE hash = $1::bytea"
+        "  AND revoked_at IS NULL AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute'))"
+        " SELECT t.id, t.user_name, u.cluster_admin, " STORE_US("t.expires_at") ","
+        "  t.revoked_at IS NOT NULL, t.expires_at IS NOT NULL AND t.expires_at <= now(),"
+        "  (SELECT coalesce(json_object_agg(m.project, m.role), '{}')::text FROM project_members m"
+        "   WHERE m.user_name = t.user_name)"
+        " FROM t JOIN users u ON u.name = t.user_name";
+    char hb[2 * STORE_HASH_LEN + 3];
+    const char *p[1] = {hash_param(hash, hb)};
+    PGresult *r = NULL;
+    memset(out, 0, sizeof(*out));
+    int rc = store_qp(c, "authenticate token", sql, 1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return kiln_err_set(err, KILN_ENOTFOUND, NULL, "no such token");
+    }
+    kiln_strlcpy(out->token_id, store_get_str(r, 0, 0), sizeof(out->token_id));
+    kiln_strlcpy(out->user, store_get_str(r, 0, 1), sizeof(out->user));
+    out->cluster_admin = store_get_bool(r, 0, 2);
+    out->expires_us = store_get_i64(r, 0, 3);
+    out->revoked = store_get_bool(r, 0, 4);
+    out->expired = store_get_bool(r, 0, 5);
+    out->roles = store_get_json(r, 0, 6, NULL);
+    PQclear(r);
+    return 0;
+}
+
+#define TOKEN_COLS "id, user_name, description, " STORE_US("created_at") ", " STORE_US("expires_at") \
+                   ", " STORE_US("revoked_at") ", " STORE_US("last_used_at")
+
+static json_t *token_json(const PGresult *r, int i)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(store_get_str(r, i, 0)));
+    json_object_set_new(o, "user", json_string(store_get_str(r, i, 1)));
+    json_object_set_new(o, "description", json_string(store_get_str(r, i, 2)));
+    store_json_set_time(o, "created_at", r, i, 3);
+    store_json_set_time(o, "expires_at", r, i, 4);
+    store_json_set_time(o, "revoked_at", r, i, 5);
+    store_json_set_time(o, "last_used_at", r, i, 6);
+    return o;
+}
+
+int store_tokens_list_json(store_conn_t *c, const char *user, json_t **out, kiln_err_t *err)
+{
+    const char *p[1] = {user};
+    PGresult *r = NULL;
+    *out = NULL;
+    int rc = store_q(c, "list tokens", "SELECT " TOKEN_COLS " FROM tokens WHERE user_name = $1"
+                     " ORDER BY created_at, id", 1, p, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(r); i++)
+        json_array_append_new(arr, token_json(r, i));
+    PQclear(r);
+    *out = arr;
+    return 0;
+}
+
+int store_token_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)
+{
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    *out = NULL;
+    int rc = store_q(c, "read token", "SELECT " TOKEN_COLS " FROM tokens WHERE id = $1", 1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1)
+        *out = token_json(r, 0);
+    PQclear(r);
+    if (!*out)
+        return kiln_err_set(err, KILN_ENOTFOUND, "id", "token \"%.40s\" not found", id);
+    return 0;
+}
+
+int store_token_revoke(store_conn_t *c, const char *id, kiln_err_t *err)
+{
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "revoke token",
+                     "UPDATE tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING 1",
+                     1, p, &r, err);
+    if (rc)
+        return rc;
+    int n = PQntuples(r);
+    PQclear(r);
+    if (n != 1)
+        return kiln_err_set(err, KILN_ENOTFOUND, "id", "token \"%.40s\" not found", id);
+    return 0;
+}
+
+/* ---- projects and members ---------------------------------------------------------------- */
+
+int store_project_insert(store_conn_t *c, const char *name, const char *created_by, kiln_err_t *err)
+{
+    const char *p[2] = {name, created_by ? created_by : ""};
+    int rc = store_q(c, "create project", "INSERT INTO projects (name, created_by) VALUES ($1, $2)",
+                     2, p, NULL, err);
+    if (rc == KILN_EEXIST)
+        kiln_err_set(err, KILN_EEXIST, "name", "project \"%s\" already exists", name);
+    return rc;
+}
+
+int store_project_exists(store_conn_t *c, const char *name, bool *exists, kiln_err_t *err)
+{
+    const char *p[1] = {name};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read project", "SELECT 1 FROM projects WHERE name = $1", 1, p, &r, err);
+    if (rc)
+        return rc;
+    *exists = PQntuples(r) == 1;
+    PQclear(r);
+    return 0;
+}
+
+int store_projects_list_json(store_conn_t *c, const char *member, json_t **out, kiln_err_t *err)
+{
+    /* With member NULL: every project (role ""); else the member's projects with its role. */
+    const char *p[1] = {member};
+    PGresult *r = NULL;
+    *out = NULL;
+    int rc = member
+        ? store_q(c, "list projects",
+                  "SELECT p.name, " STORE_US("p.created_at") ", p.created_by, m.role FROM projects p"
+                  " JOIN project_members m ON m.project = p.name AND m.user_name = $1 ORDER BY p.name",
+                  1, p, &r, err)
+        : store_q(c, "list projects",
+                  "SELECT name, " STORE_US("created_at") ", created_by, '' FROM projects ORDER BY name",
+                  0, NULL, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(store_get_str(r, i, 0)));
+        store_json_set_time(o, "created_at", r, i, 1);
+        json_object_set_new(o, "created_by", json_string(store_get_str(r, i, 2)));
+        json_object_set_new(o, "role", json_string(store_get_str(r, i, 3)));
+        json_array_append_new(arr, o);
+    }
+    PQclear(r);
+    *out = arr;
+    return 0;
+}
+
+int store_members_list_json(store_conn_t *c, const char *project, json_t **out, kiln_err_t *err)
+{
+    const char *p[1] = {project};
+    PGresult *r = NULL;
+    *out = NULL;
+    int rc = store_q(c, "list members", "SELECT project, user_name, role FROM project_members"
+                     " WHERE project = $1 ORDER BY user_name", 1, p, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(r); i++)
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "project", store_get_str(r, i, 0),
+                                             "user", store_get_str(r, i, 1), "role", store_get_str(r, i, 2)));
+    PQclear(r);
+    *out = arr;
+    return 0;
+}
+
+int store_member_set(store_conn_t *c, const char *project, const char *user, const char *role,
+                     kiln_err_t *err)
+{
+    const char *p[3] = {project, user, role};
+    return store_q(c, "set project member",
+                   "INSERT INTO project_members (project, user_name, role) VALUES ($1, $2, $3)"
+                   " ON CONFLICT (project, user_name) DO UPDATE SET role = EXCLUDED.role", 3, p, NULL, err);
+}
+
+int store_member_remove(store_conn_t *c, const char *project, const char *user, bool *removed,
+                        kiln_err_t *err)
+{
+    const char *p[2] = {project, user};
+    PGresult *r = NULL;
+    int rc = store_q(c, "remove project member",
+                     "DELETE FROM project_members WHERE project = $1 AND user_name = $2 RETURNING 1", 2, p,
+                     &r, err);
+    if (rc)
+        return rc;
+    *removed = PQntuples(r) == 1;
+    PQclear(r);
+    return 0;
+}
+
+/* ---- agents' credentials ----------------------------------------------------------------- */
+
+int store_worker_check_credential(store_conn_t *c, const char *id,
+                                  const uint8_t hash[STORE_HASH_LEN], bool *exists, bool *match,
+                                  kiln_err_t *err)
+{
+    char hb[2 * STORE_HASH_LEN + 3];
+    const char *p[2] = {id, hash ? hash_param(hash, hb) : NULL};
+    PGresult *r = NULL;
+    *exists = *match = false;
+    int rc = store_q(c, "check worker credential",
+                     "SELECT coalesce(credential_hash = $2::bytea, false) FROM workers WHERE id = $1",
+                     2, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1) {
+        *exists = true;
+        *match = store_get_bool(r, 0, 0);
+    }
+    PQclear(r);
+    return 0;
+}
+
+int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], char *id,
+                               size_t n, kiln_err_t *err)
+{
+    char hb[2 * STORE_HASH_LEN + 3];
+    const char *p[1] = {hash_param(hash, hb)};
+    PGresult *r = NULL;
+    int rc = store_qp(c, "authenticate agent", "SELECT id FROM workers WHERE credential_hash = $1::bytea",
+                      1, p, &r, err);
+    if (rc)
+        return rc;
+    int found = PQntuples(r);
+    if (found == 1)
+        kiln_strlcpy(id, store_get_str(r, 0, 0), n);
+    PQclear(r);
+    if (found != 1)
+        return kiln_err_set(err, KILN_ENOTFOUND, NULL, "no worker holds this credential");
+    return 0;
+}
+
+/* Advisory lock key for bootstrap: "kiln" "boot". */
+#define BOOT_LOCK_KEY "7596502641651806068"
+
+int store_bootstrap_admin(store_conn_t *c, const char *user, const char *token_id,
+                          const uint8_t hash[STORE_HASH_LEN], bool *created, kiln_err_t *err)
+{
+    *created = false;
+    int64_t n = 0;
+    int rc = store_begin(c, err);
+    if (rc)
+        return rc;
+    /* Several kilnd may start at once on an empty database: one of them creates the admin. */
+    rc = store_q(c, "take the bootstrap lock", "SELECT pg_advisory_xact_lock(" BOOT_LOCK_KEY ")", 0,
+                 NULL, NULL, err);
+    if (rc == 0)
+        rc = store_users_count(c, &n, err);
+    if (rc == 0 && n == 0) {
+        rc = store_user_insert(c, user, true, "bootstrap", err);
+        if (rc == 0)
+            rc = store_token_insert(c, token_id, user, hash, "bootstrap token (--bootstrap-token-file)",
+                                    0, err);
+        *created = rc == 0;
+    }
+    if (rc) {
+        store_rollback(c);
+        *created = false;
+        return rc;
+    }
+    rc = store_commit(c, err);
+    if (rc)
+        *created = false;
+    return rc;
+}
