@@ -205,10 +205,21 @@ const char *th_http_ca(void)
 int th_http(const char *method, const char *url, const char *body, const char *const headers[],
             long *status, char **out, long timeout_ms)
 {
+    return th_http_headers(method, url, body, headers, status, out, NULL, timeout_ms);
+}
+
+int th_http_headers(const char *method, const char *url, const char *body, const char *const headers[],
+                    long *status, char **out, char **headers_out, long timeout_ms)
+{
     CURL *c = curl_easy_init();
     if (!c)
         return -1;
     struct th_buf b = {calloc(1, 1), 0};
+    struct th_buf hb = {calloc(1, 1), 0};
+    if (headers_out) {
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, th_write_cb);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &hb);
+    }
     struct curl_slist *hl = NULL;
     bool own_auth = false, own_ct = false;
     for (size_t i = 0; headers && headers[i]; i++) {
@@ -246,6 +257,10 @@ int th_http(const char *method, const char *url, const char *body, const char *c
         free(b.p);
         *out = NULL;
     }
+    if (headers_out)
+        *headers_out = hb.p;
+    else
+        free(hb.p);
     curl_slist_free_all(hl);
     curl_easy_cleanup(c);
     return *out ? 0 : -1;

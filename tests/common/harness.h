@@ -49,6 +49,10 @@ const char *th_http_ca(void);
 int th_http(const char *method, const char *url, const char *body, const char *const headers[],
             long *status, char **out, long timeout_ms);
 
+/* th_http that also returns the response's header lines in *headers_out (heap; caller frees). */
+int th_http_headers(const char *method, const char *url, const char *body, const char *const headers[],
+                    long *status, char **out, char **headers_out, long timeout_ms);
+
 /* Polls GET url every 100 ms until the JSON field "state" of the reply equals one of the
  * '|'-separated states (e.g. "COMPLETED|FAILED"); returns the final reply (caller frees) or NULL
  * after timeout_ms. */

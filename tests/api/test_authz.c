@@ -1,0 +1,513 @@
+/* test_authz.c - who may do what over REST: the authorization matrix, built from kilnd's own
+ * route table (every route must have a row here, so a new route without one fails), run against
+ * the real server and database for nine callers: no token, a malformed token, an expired one, a
+ * revoked one, a viewer, an editor, the admin of another project, the project's admin and a
+ * cluster admin. Also CORS, JSON-only bodies and the token lifecycle. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/api/api_test.h"
+
+TestSuite(authz, .init = at_setup, .fini = at_teardown, .timeout = 120);
+
+enum { C_NONE, C_BAD, C_EXPIRED, C_REVOKED, C_VIEWER, C_EDITOR, C_OTHER_ADMIN, C_PROJECT_ADMIN, C_CLUSTER_ADMIN,
+       C_COUNT };
+static const char *const k_callers[C_COUNT] = {"no token", "bad token", "expired", "revoked", "viewer",
+                                               "editor", "admin of another project", "project admin",
+                                               "cluster admin"};
+static char tokens[C_COUNT][128];
+
+/* A request as cluster admin; asserts the status. Returns the reply (caller decrefs). */
+static json_t *admin(const char *method, const char *path, const char *body, long want)
+{
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req(method, path, body, NULL, &st, &raw);
+    cr_assert_eq(st, want, "%s %s: %ld %s", method, path, st, raw);
+    free(raw);
+    return j;
+}
+
+/* Creates a user and a token for it (expires_in_s 0: never); copies the secret into out. */
+static void user_with_token(const char *name, long expires_in_s, char *out, size_t n)
+{
+    char body[128], path[128];
+    snprintf(body, sizeof body, "{\"name\": \"%s\"}", name);
+    json_decref(admin("POST", "/v1/users", body, 201));
+    snprintf(path, sizeof path, "/v1/users/%s/tokens", name);
+    snprintf(body, sizeof body, "{\"expires_in_s\": %ld}", expires_in_s);
+    json_t *t = admin("POST", path, expires_in_s ? body : "{}", 201);
+    const char *secret = json_string_value(json_object_get(t, "token"));
+    cr_assert(secret && !strncmp(secret, "kiln_", 5), "a token comes back once");
+    kiln_strlcpy(out, secret, n);
+    json_decref(t);
+}
+
+static void member(const char *project, const char *user, const char *role)
+{
+    char body[64], path[160];
+    snprintf(body, sizeof body, "{\"role\": \"%s\"}", role);
+    snprintf(path, sizeof path, "/v1/projects/%s/members/%s", project, user);
+    json_decref(admin("PUT", path, body, 200));
+}
+
+static char job_id[64], victim_token_id[64];
+
+/* Project "p" with a job, project "q"; one user per role; a victim user with a token. */
+static void world(void)
+{
+    json_decref(admin("POST", "/v1/projects", "{\"name\": \"p\"}", 201));
+    json_decref(admin("POST", "/v1/projects", "{\"name\": \"q\"}", 201));
+    kiln_strlcpy(tokens[C_CLUSTER_ADMIN], at_admin_token, sizeof tokens[0]);
+    kiln_strlcpy(tokens[C_BAD], "kiln_this-token-was-never-issued-by-this-kilnd-00000", sizeof tokens[0]);
+    user_with_token("viewer", 0, tokens[C_VIEWER], sizeof tokens[0]);
+    user_with_token("editor", 0, tokens[C_EDITOR], sizeof tokens[0]);
+    user_with_token("qadmin", 0, tokens[C_OTHER_ADMIN], sizeof tokens[0]);
+    user_with_token("padmin", 0, tokens[C_PROJECT_ADMIN], sizeof tokens[0]);
+    user_with_token("lapsed", 1, tokens[C_EXPIRED], sizeof tokens[0]);
+    user_with_token("gone", 0, tokens[C_REVOKED], sizeof tokens[0]);
+    member("p", "viewer", "viewer");
+    member("p", "editor", "editor");
+    member("q", "qadmin", "admin");
+    member("p", "padmin", "admin");
+    member("p", "gone", "admin");
+    member("p", "lapsed", "admin");
+    /* the revoked token: its owner revokes it */
+    long st;
+    char auth[200], *raw = NULL;
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[C_REVOKED]);
+    const char *hdrs[] = {auth, NULL};
+    json_t *who = at_req("GET", "/v1/whoami", NULL, hdrs, &st, &raw);
+    cr_assert_eq(st, 200, "%s", raw);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tokens/%s", json_string_value(json_object_get(who, "token_id")));
+    free(raw);
+    json_decref(at_req("DELETE", path, NULL, hdrs, &st, &raw));
+    cr_assert_eq(st, 200, "a user revokes its own token: %s", raw);
+    free(raw);
+    json_decref(who);
+    /* the victim: a user none of the callers is, with a token */
+    char secret[128];
+    user_with_token("victim", 0, secret, sizeof secret);
+    json_t *list = admin("GET", "/v1/users/victim/tokens", NULL, 200);
+    kiln_strlcpy(victim_token_id, json_string_value(json_object_get(json_array_get(json_object_get(list, "tokens"), 0), "id")),
+                 sizeof victim_token_id);
+    json_decref(list);
+    member("p", "victim", "viewer");
+    sleep(1); /* the 1-second token has expired */
+}
+
+static char *job_spec(const char *project)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"name\": \"m\", \"project\": \"%s\", \"model\": {\"type\": \"mlp\", \"hidden\": [8], \"n_inputs\": 4,"
+             " \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"}}",
+             project);
+    return buf;
+}
+
+static void new_job(void)
+{
+    /* nothing runs it (the fixture's worker is driven by hand), so it stays stoppable */
+    json_t *j = admin("POST", "/v1/jobs", job_spec("p"), 201);
+    kiln_strlcpy(job_id, json_string_value(json_object_get(j, "id")), sizeof job_id);
+    json_decref(j);
+}
+
+/* One row per route: how to make its request (path and body, after any set-up as cluster admin)
+ * and the status each caller gets. */
+typedef struct row {
+    const char *method, *pattern;
+    void (*prepare)(int caller, char *path, size_t n, const char **body);
+    long want[C_COUNT];
+} row_t;
+
+#define UNAUTH 401, 401, 401, 401
+/* viewer, editor, other-project admin, project admin, cluster admin */
+#define EVERYONE(s) UNAUTH, s, s, s, s, s
+#define CLUSTER_ONLY(denied, ok) UNAUTH, denied, denied, denied, denied, ok
+#define OPEN(s) s, s, s, s, s, s, s, s, s
+
+static int counter;
+
+static void p_fixed(int caller, char *path, size_t n, const char **body, const char *p, const char *b)
+{
+    (void)caller;
+    snprintf(path, n, "%s", p);
+    *body = b;
+}
+static void p_jobs(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/jobs", NULL); }
+static void p_submit(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/jobs", job_spec("p")); }
+static void p_job(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    snprintf(path, n, "/v1/jobs/%s", job_id);
+    *body = NULL;
+}
+static void p_stop(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    new_job();
+    snprintf(path, n, "/v1/jobs/%s:stop", job_id);
+    *body = "{}";
+}
+static void p_events(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    snprintf(path, n, "/v1/jobs/%s/events", job_id);
+    *body = NULL;
+}
+static void p_logs(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    snprintf(path, n, "/v1/jobs/%s/logs", job_id);
+    *body = NULL;
+}
+static void p_metrics(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    snprintf(path, n, "/v1/jobs/%s/metrics", job_id);
+    *body = NULL;
+}
+static void p_workers(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/workers", NULL); }
+static void p_whoami(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/whoami", NULL); }
+static void p_users(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/users", NULL); }
+static void p_user_create(int c, char *path, size_t n, const char **body)
+{
+    static char b[64];
+    snprintf(b, sizeof b, "{\"name\": \"made-%d-%d\"}", c, counter++);
+    p_fixed(c, path, n, body, "/v1/users", b);
+}
+static void p_tokens(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/users/victim/tokens", NULL);
+}
+static void p_token_create(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/users/victim/tokens", "{\"description\": \"matrix\"}");
+}
+static void p_token_revoke(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    snprintf(path, n, "/v1/tokens/%s", victim_token_id);
+    *body = NULL;
+}
+static void p_projects(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/projects", NULL); }
+static void p_project_create(int c, char *path, size_t n, const char **body)
+{
+    static char b[64];
+    snprintf(b, sizeof b, "{\"name\": \"made-%d-%d\"}", c, counter++);
+    p_fixed(c, path, n, body, "/v1/projects", b);
+}
+static void p_members(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/projects/p/members", NULL);
+}
+static void p_member_set(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/projects/p/members/victim", "{\"role\": \"viewer\"}");
+}
+static void p_member_remove(int c, char *path, size_t n, const char **body)
+{
+    member("p", "victim", "viewer"); /* there is always someone to remove */
+    p_fixed(c, path, n, body, "/v1/projects/p/members/victim", NULL);
+}
+static void p_healthz(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/healthz", NULL); }
+static void p_readyz(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/readyz", NULL); }
+static void p_prom(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/metrics", NULL); }
+
+static const row_t k_rows[] = {
+    {"GET", "/v1/jobs", p_jobs, {EVERYONE(200)}},
+    {"POST", "/v1/jobs", p_submit, {UNAUTH, 403, 201, 403, 201, 201}},
+    {"GET", "/v1/jobs/{id}", p_job, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"POST", "/v1/jobs/{id}:stop", p_stop, {UNAUTH, 403, 200, 404, 200, 200}},
+    {"GET", "/v1/jobs/{id}/events", p_events, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"GET", "/v1/jobs/{id}/logs", p_logs, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"GET", "/v1/jobs/{id}/metrics", p_metrics, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"GET", "/v1/workers", p_workers, {EVERYONE(200)}},
+    {"GET", "/v1/whoami", p_whoami, {EVERYONE(200)}},
+    {"GET", "/v1/users", p_users, {CLUSTER_ONLY(403, 200)}},
+    {"POST", "/v1/users", p_user_create, {CLUSTER_ONLY(403, 201)}},
+    {"GET", "/v1/users/{name}/tokens", p_tokens, {CLUSTER_ONLY(403, 200)}},
+    {"POST", "/v1/users/{name}/tokens", p_token_create, {CLUSTER_ONLY(403, 201)}},
+    {"DELETE", "/v1/tokens/{id}", p_token_revoke, {CLUSTER_ONLY(404, 200)}},
+    {"GET", "/v1/projects", p_projects, {EVERYONE(200)}},
+    {"POST", "/v1/projects", p_project_create, {CLUSTER_ONLY(403, 201)}},
+    {"GET", "/v1/projects/{project}/members", p_members, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"PUT", "/v1/projects/{project}/members/{user}", p_member_set, {UNAUTH, 403, 403, 404, 200, 200}},
+    {"DELETE", "/v1/projects/{project}/members/{user}", p_member_remove, {UNAUTH, 403, 403, 404, 200, 200}},
+    {"GET", "/healthz", p_healthz, {OPEN(200)}},
+    {"GET", "/readyz", p_readyz, {OPEN(200)}},
+    {"GET", "/metrics", p_prom, {OPEN(200)}},
+};
+
+static const row_t *row_of(const char *method, const char *pattern)
+{
+    for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
+        if (!strcmp(k_rows[i].method, method) && !strcmp(k_rows[i].pattern, pattern))
+            return &k_rows[i];
+    return NULL;
+}
+
+Test(authz, every_route_has_a_row)
+{
+    api_route_info_t routes[128];
+    size_t n = api_http_routes(routes, 128);
+    cr_assert_lt(n, 128);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_not_null(row_of(routes[i].method, routes[i].path),
+                           "route %s %s has no row in the authorization matrix (tests/api/test_authz.c)",
+                           routes[i].method, routes[i].path);
+    for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++) {
+        bool served = false;
+        for (size_t k = 0; k < n && !served; k++)
+            served = !strcmp(routes[k].method, k_rows[i].method) && !strcmp(routes[k].path, k_rows[i].pattern);
+        cr_assert(served, "the matrix has a row for %s %s, which kilnd does not serve", k_rows[i].method,
+                  k_rows[i].pattern);
+    }
+}
+
+Test(authz, every_route_times_every_caller)
+{
+    world();
+    new_job();
+    api_route_info_t routes[128];
+    size_t n = api_http_routes(routes, 128);
+    int cells = 0;
+    for (size_t i = 0; i < n; i++) {
+        const row_t *row = row_of(routes[i].method, routes[i].path);
+        cr_assert_not_null(row);
+        for (int c = 0; c < C_COUNT; c++) {
+            char path[256], auth[200];
+            const char *body = NULL;
+            row->prepare(c, path, sizeof path, &body);
+            const char *hdrs[] = {auth, NULL};
+            if (c == C_NONE)
+                snprintf(auth, sizeof auth, "Authorization:"); /* no header at all */
+            else
+                snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[c]);
+            long st;
+            char *raw = NULL;
+            json_t *j = at_req(row->method, path, body, hdrs, &st, &raw);
+            cr_assert_eq(st, row->want[c], "%s %s as %s: want %ld, got %ld: %s", row->method, path,
+                         k_callers[c], row->want[c], st, raw);
+            if (st == 401) {
+                cr_assert_str_eq(json_string_value(json_object_get(j, "code")), "unauthenticated");
+                cr_assert(strstr(json_string_value(json_object_get(j, "hint")), "kiln login"),
+                          "a 401 says how to get a token: %s", raw);
+            }
+            json_decref(j);
+            free(raw);
+            cells++;
+        }
+    }
+    cr_assert_eq(cells, (int)n * C_COUNT);
+}
+
+Test(authz, lists_show_only_what_the_caller_may_see)
+{
+    world();
+    json_decref(admin("POST", "/v1/jobs", job_spec("p"), 201));
+    json_decref(admin("POST", "/v1/jobs", job_spec("q"), 201));
+    json_decref(admin("POST", "/v1/jobs", job_spec("q"), 201));
+    struct { int caller; int jobs; const char *projects; } cases[] = {
+        {C_VIEWER, 1, "p"}, {C_OTHER_ADMIN, 2, "q"}, {C_CLUSTER_ADMIN, 3, "default,p,q"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char auth[200];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[cases[i].caller]);
+        const char *hdrs[] = {auth, NULL};
+        long st;
+        json_t *j = at_req("GET", "/v1/jobs", NULL, hdrs, &st, NULL);
+        cr_assert_eq(st, 200);
+        json_t *jobs = json_object_get(j, "jobs");
+        cr_assert_eq((int)json_array_size(jobs), cases[i].jobs, "%s sees %d jobs", k_callers[cases[i].caller],
+                     cases[i].jobs);
+        size_t k;
+        json_t *x;
+        json_array_foreach(jobs, k, x)
+            cr_assert(strstr(cases[i].projects, json_string_value(json_object_get(x, "project"))));
+        json_decref(j);
+        j = at_req("GET", "/v1/projects", NULL, hdrs, &st, NULL);
+        cr_assert_eq(st, 200);
+        char got[128] = "";
+        json_array_foreach(json_object_get(j, "projects"), k, x)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", k ? "," : "",
+                     json_string_value(json_object_get(x, "name")));
+        cr_assert_str_eq(got, cases[i].projects, "%s", k_callers[cases[i].caller]);
+        json_decref(j);
+    }
+}
+
+Test(authz, events_record_who_submitted_and_who_stopped)
+{
+    world();
+    char auth[200];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[C_EDITOR]);
+    const char *hdrs[] = {auth, NULL};
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/jobs", job_spec("p"), hdrs, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    free(raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "submitted_by")), "editor");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s:stop", json_string_value(json_object_get(j, "id")));
+    json_t *s = admin("POST", path, "{\"reason\": \"enough\"}", 200);
+    json_decref(s);
+    snprintf(path, sizeof path, "/v1/jobs/%s/events", json_string_value(json_object_get(j, "id")));
+    json_t *ev = admin("GET", path, NULL, 200);
+    json_t *arr = json_object_get(ev, "events");
+    cr_assert_eq(json_array_size(arr), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(arr, 0), "actor")), "editor");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(arr, 1), "actor")), "admin");
+    cr_assert(strstr(json_string_value(json_object_get(json_array_get(arr, 1), "reason")), "by admin"));
+    json_decref(ev);
+    json_decref(j);
+}
+
+Test(authz, revocation_and_role_changes_apply_to_the_next_request)
+{
+    world();
+    char auth[200];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[C_EDITOR]);
+    const char *hdrs[] = {auth, NULL};
+    long st;
+    json_decref(at_req("POST", "/v1/jobs", job_spec("p"), hdrs, &st, NULL));
+    cr_assert_eq(st, 201);
+    member("p", "editor", "viewer");
+    json_decref(at_req("POST", "/v1/jobs", job_spec("p"), hdrs, &st, NULL));
+    cr_assert_eq(st, 403, "demoted to viewer: no more submissions");
+    json_decref(admin("DELETE", "/v1/projects/p/members/editor", NULL, 200));
+    json_decref(at_req("GET", "/v1/projects/p/members", NULL, hdrs, &st, NULL));
+    cr_assert_eq(st, 404, "removed: the project is gone for it");
+    json_t *who = at_req("GET", "/v1/whoami", NULL, hdrs, &st, NULL);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tokens/%s", json_string_value(json_object_get(who, "token_id")));
+    json_decref(who);
+    json_decref(admin("DELETE", path, NULL, 200));
+    char *raw = NULL;
+    json_t *j = at_req("GET", "/v1/whoami", NULL, hdrs, &st, &raw);
+    cr_assert_eq(st, 401, "revoked: %s", raw);
+    cr_assert(strstr(json_string_value(json_object_get(j, "message")), "revoked"), "%s", raw);
+    json_decref(j);
+    free(raw);
+}
+
+Test(authz, tokens_are_shown_once_and_listed_without_secrets)
+{
+    world();
+    char auth[200];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[C_VIEWER]);
+    const char *hdrs[] = {auth, NULL};
+    long st;
+    char *raw = NULL;
+    json_t *t = at_req("POST", "/v1/users/viewer/tokens", "{\"expires_in_s\": 3600, \"description\": \"laptop\"}",
+                       hdrs, &st, &raw);
+    cr_assert_eq(st, 201, "a user makes its own tokens: %s", raw);
+    free(raw);
+    const char *secret = json_string_value(json_object_get(t, "token"));
+    cr_assert(json_string_value(json_object_get(t, "expires_at"))[0]);
+    json_decref(at_req("GET", "/v1/users/viewer/tokens", NULL, hdrs, &st, &raw));
+    cr_assert_eq(st, 200);
+    cr_assert(!strstr(raw, secret), "listing never shows a secret");
+    cr_assert(!strstr(raw, tokens[C_VIEWER]));
+    cr_assert(strstr(raw, "laptop"));
+    free(raw);
+    json_decref(at_req("POST", "/v1/users/viewer/tokens", "{\"expires_in_s\": -5}", hdrs, &st, &raw));
+    cr_assert_eq(st, 400, "%s", raw);
+    free(raw);
+    json_decref(at_req("POST", "/v1/users/viewer/tokens", "{\"expires_in\": 5}", hdrs, &st, &raw));
+    cr_assert_eq(st, 400, "unknown fields are refused: %s", raw);
+    cr_assert(strstr(raw, "expires_in"), "%s", raw);
+    free(raw);
+    json_decref(t);
+}
+
+Test(authz, bodies_must_be_json)
+{
+    long st;
+    char *raw = NULL;
+    const char *plain[] = {"Content-Type: text/plain", NULL};
+    json_t *j = at_req("POST", "/v1/jobs", at_good_spec(), plain, &st, &raw);
+    cr_assert_eq(st, 415, "a text/plain body (what a cross-site form sends) is refused: %s", raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "code")), "unsupported_media_type");
+    json_decref(j);
+    free(raw);
+    const char *form[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
+    json_decref(at_req("POST", "/v1/users", "name=x", form, &st, NULL));
+    cr_assert_eq(st, 415);
+    const char *charset[] = {"Content-Type: application/json; charset=utf-8", NULL};
+    json_decref(at_req("POST", "/v1/jobs", at_good_spec(), charset, &st, &raw));
+    cr_assert_eq(st, 201, "%s", raw);
+    free(raw);
+}
+
+static void cors_setup(void)
+{
+    static const char *const origins[] = {"https://ui.example.com"};
+    api_http_config_t cfg = {.cors_origins = origins, .ncors = 1};
+    at_setup_with(&cfg);
+}
+
+/* The response headers of a request without a token, as text (caller frees). */
+static char *headers_of(const char *method, const char *path, const char *const extra[])
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s%s", at_base, path);
+    const char *hdrs[8] = {"Authorization:"};
+    for (int i = 0; extra && extra[i] && i < 6; i++)
+        hdrs[i + 1] = extra[i];
+    long st = 0;
+    char *body = NULL, *head = NULL;
+    cr_assert_eq(th_http_headers(method, url, NULL, hdrs, &st, &body, &head, 10000), 0);
+    free(body);
+    return head;
+}
+
+Test(authz, cors_for_configured_origins_only, .init = cors_setup)
+{
+    const char *good[] = {"Origin: https://ui.example.com", "Access-Control-Request-Method: POST"};
+    const char *good_hdrs[] = {good[0], good[1], NULL};
+    char *h = headers_of("OPTIONS", "/v1/jobs", good_hdrs);
+    cr_assert(strstr(h, "HTTP/1.1 204"), "%s", h);
+    cr_assert(strstr(h, "Access-Control-Allow-Origin: https://ui.example.com"), "%s", h);
+    cr_assert(strstr(h, "Access-Control-Allow-Headers: Authorization, Content-Type"), "%s", h);
+    cr_assert(strstr(h, "Access-Control-Allow-Methods: GET, HEAD, POST"), "%s", h);
+    free(h);
+    const char *evil_hdrs[] = {"Origin: https://evil.example.com", "Access-Control-Request-Method: POST", NULL};
+    h = headers_of("OPTIONS", "/v1/jobs", evil_hdrs);
+    cr_assert(strstr(h, "HTTP/1.1 403"), "%s", h);
+    cr_assert(!strstr(h, "Access-Control-Allow-Origin"), "%s", h);
+    free(h);
+    const char *get_hdrs[] = {"Origin: https://ui.example.com", NULL};
+    h = headers_of("GET", "/healthz", get_hdrs);
+    cr_assert(strstr(h, "Access-Control-Allow-Origin: https://ui.example.com"), "%s", h);
+    free(h);
+    const char *get_evil[] = {"Origin: https://evil.example.com", NULL};
+    h = headers_of("GET", "/healthz", get_evil);
+    cr_assert(!strstr(h, "Access-Control-Allow-Origin"), "other origins get no CORS headers: %s", h);
+    free(h);
+}
+
+static void metrics_auth_setup(void)
+{
+    api_http_config_t cfg = {.metrics_auth = true};
+    at_setup_with(&cfg);
+}
+
+Test(authz, metrics_behind_a_token_when_asked, .init = metrics_auth_setup)
+{
+    long st;
+    const char *none[] = {"Authorization:", NULL};
+    json_decref(at_req("GET", "/metrics", NULL, none, &st, NULL));
+    cr_assert_eq(st, 401);
+    json_decref(at_req("GET", "/metrics", NULL, NULL, &st, NULL));
+    cr_assert_eq(st, 200);
+    json_decref(at_req("GET", "/healthz", NULL, none, &st, NULL));
+    cr_assert_eq(st, 200, "health stays open");
+}
