@@ -49,5 +49,8 @@ ALTER TABLE workers ADD COLUMN credential_hash bytea UNIQUE;
 ALTER TABLE workers ADD COLUMN data_roots jsonb NOT NULL DEFAULT '[]';
 
 ALTER TABLE jobs ADD COLUMN submitted_by text NOT NULL DEFAULT '';
+-- The files the job reads and its checkpoint directory: the scheduler places it only on workers
+-- whose data roots hold them all.
+ALTER TABLE jobs ADD COLUMN data_paths jsonb NOT NULL DEFAULT '[]';
 CREATE INDEX jobs_project_created_idx ON jobs (project, created_at DESC, id DESC);
 ALTER TABLE job_events ADD COLUMN actor text NOT NULL DEFAULT '';

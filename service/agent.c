@@ -439,13 +439,11 @@ static int assignment_typed(const char *spec_json, const char *job_id, arena_t *
         d->regex = svc_astr(arena, sp.metric_defs[i].regex);
         msg->metric_definitions[i] = d;
     }
-    const struct { const char *field, *path; } paths[] = {
-        {"data.train", strcmp(sp.data.format, "synthetic") ? sp.data.train : ""}, {"data.val", sp.data.val},
-        {"model.init_from", sp.model.init_from},
-    };
-    msg->read_paths = arena_alloc(arena, sizeof(*msg->read_paths) * KILN_ARRAY_LEN(paths));
-    for (size_t i = 0; i < KILN_ARRAY_LEN(paths); i++) {
-        if (!paths[i].path[0])
+    svc_spec_path_t paths[SVC_SPEC_PATHS];
+    int np = svc_spec_paths(&sp, paths);
+    msg->read_paths = arena_alloc(arena, sizeof(*msg->read_paths) * SVC_SPEC_PATHS);
+    for (int i = 0; i < np; i++) {
+        if (!paths[i].read)
             continue;
         Kiln__JobPath *jp = arena_alloc(arena, sizeof(*jp));
         kiln__job_path__init(jp);

@@ -65,21 +65,40 @@ static bool path_within(const char *path, const char *root)
     return root[n - 1] == '/' || path[n] == '/' || path[n] == '\0';
 }
 
+bool svc_worker_holds(const store_worker_cap_t *w, const char *path)
+{
+    for (int k = 0; k < w->nroots; k++)
+        if (path_within(path, w->roots_buf + w->roots_off[k]))
+            return true;
+    return false;
+}
+
+int svc_spec_paths(const spec_t *sp, svc_spec_path_t *out)
+{
+    const svc_spec_path_t all[SVC_SPEC_PATHS] = {
+        {"data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : "", true},
+        {"data.val", sp->data.val, true},
+        {"model.init_from", sp->model.init_from, true},
+        {"checkpoint.path", sp->ckpt_path, false},
+    };
+    int n = 0;
+    for (int i = 0; i < SVC_SPEC_PATHS; i++)
+        if (all[i].path && all[i].path[0])
+            out[n++] = all[i];
+    return n;
+}
+
 /* Every file a job reads (and where it checkpoints) must be an absolute path that lies inside a
  * data root of some alive worker of its slot type (the agent checks again, after resolving
  * symlinks, when it starts the ranks). With no alive worker yet, nothing can be said. */
 static int check_paths(svc_t *s, const spec_t *sp, kiln_err_t *err)
 {
-    const struct { const char *field; const char *path; } paths[] = {
-        {"data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : ""}, {"data.val", sp->data.val},
-        {"model.init_from", sp->model.init_from}, {"checkpoint.path", sp->ckpt_path},
-    };
+    svc_spec_path_t paths[SVC_SPEC_PATHS];
+    int np = svc_spec_paths(sp, paths);
     int rc = 0;
     pthread_mutex_lock(&s->cap_mu);
-    for (size_t i = 0; i < KILN_ARRAY_LEN(paths) && rc == 0; i++) {
+    for (int i = 0; i < np && rc == 0; i++) {
         const char *p = paths[i].path;
-        if (!p || !p[0])
-            continue;
         if (p[0] != '/') {
             rc = kiln_err_set(err, KILN_EINVAL, paths[i].field,
                               "%s must be an absolute path on the agents' machines (got \"%.200s\")",
@@ -96,9 +115,9 @@ static int check_paths(svc_t *s, const spec_t *sp, kiln_err_t *err)
             const store_worker_cap_t *cw = &s->cap[w];
             if (strcmp(cw->slot_type, sp->res.slot_type) != 0)
                 continue;
-            for (int k = 0; k < cw->nroots && !ok; k++) {
+            ok = svc_worker_holds(cw, p);
+            for (int k = 0; k < cw->nroots; k++) {
                 const char *root = cw->roots_buf + cw->roots_off[k];
-                ok = path_within(p, root);
                 if (!strstr(roots, root) && rl + strlen(root) + 3 < sizeof(roots))
                     rl += (size_t)snprintf(roots + rl, sizeof(roots) - rl, "%s%s", rl ? ", " : "", root);
             }
@@ -160,7 +179,7 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
 {
     spec_t sp;
     json_t *norm = NULL, *tags = NULL;
-    char *spec_text = NULL, *tags_text = NULL;
+    char *spec_text = NULL, *tags_text = NULL, *paths_text = NULL;
     store_conn_t *c = NULL;
     bool parsed = false;
     *out = NULL;
@@ -190,7 +209,16 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     for (int i = 0; i < sp.n_tags; i++)
         json_object_set_new(tags, sp.tag_keys[i], json_string(sp.tag_values[i]));
     tags_text = json_dumps(tags, JSON_COMPACT);
-    if (!spec_text || !tags_text) {
+    {
+        svc_spec_path_t paths[SVC_SPEC_PATHS];
+        int np = svc_spec_paths(&sp, paths);
+        json_t *arr = json_array();
+        for (int i = 0; i < np; i++)
+            json_array_append_new(arr, json_string(paths[i].path));
+        paths_text = json_dumps(arr, JSON_COMPACT);
+        json_decref(arr);
+    }
+    if (!spec_text || !tags_text || !paths_text) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
         goto fail;
     }
@@ -200,7 +228,7 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         .reason = no_workers ? "waiting for workers: no worker is registered yet" : "submitted",
         .priority = sp.priority, .nodes = sp.res.nodes, .slots_per_node = sp.res.slots_per_node,
         .world_size = spec_world_size(&sp), .max_attempts = sp.max_attempts > 0 ? sp.max_attempts : 1,
-        .total_steps = sp.hp.max_steps, .submitted_by = who->user,
+        .total_steps = sp.hp.max_steps, .submitted_by = who->user, .paths_json = paths_text,
     };
     char id[STORE_ID_LEN];
     bool created = false;
@@ -240,6 +268,7 @@ fail:
     json_decref(tags);
     free(spec_text);
     free(tags_text);
+    free(paths_text);
     return rc;
 }
 

@@ -135,6 +135,39 @@ fail:
     return rc;
 }
 
+/* Whether the workers' data roots differ (then not every worker can run every job). */
+static bool roots_differ(const store_worker_cap_t *cap, int n)
+{
+    for (int i = 1; i < n; i++) {
+        if (cap[i].nroots != cap[0].nroots)
+            return true;
+        for (int k = 0; k < cap[i].nroots; k++)
+            if (strcmp(cap[i].roots_buf + cap[i].roots_off[k], cap[0].roots_buf + cap[0].roots_off[k]))
+                return true;
+    }
+    return false;
+}
+
+/* The job's view of the workers: out[] is w[] with the workers that do not hold every one of its
+ * paths (a JSON array) emptied. Returns how many workers hold them. */
+static int eligible_workers(const store_worker_cap_t *cap, const sched_worker_t *w, int n, const json_t *paths,
+                            sched_worker_t *out)
+{
+    int eligible = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = w[i];
+        bool ok = true;
+        size_t k;
+        json_t *p;
+        json_array_foreach(paths, k, p)
+            ok = ok && svc_worker_holds(&cap[i], json_string_value(p) ? json_string_value(p) : "");
+        if (!ok)
+            out[i].slots = out[i].slots_free = 0;
+        eligible += ok;
+    }
+    return eligible;
+}
+
 /* One pass over the queue. */
 static void sched_tick(svc_t *s)
 {
@@ -144,6 +177,8 @@ static void sched_tick(svc_t *s)
     store_job_row_t *jobs = NULL;
     sched_worker_t *w = NULL;
     char (*why)[200] = NULL;     /* why each pending job waits ("" when placed) */
+    json_t **paths = NULL;       /* each job's data paths, when workers' data roots differ */
+    sched_worker_t *wj = NULL;   /* the workers as one job sees them */
     int ncap = 0, njobs = 0;
     bool locked = false;
     kiln_err_clear(&err);
@@ -173,7 +208,7 @@ static void sched_tick(svc_t *s)
         memcpy(copy, cap, (size_t)ncap * sizeof(*copy));
     if (copy || ncap == 0)
         svc_cap_set(s, copy, copy ? ncap : 0, gen);
-    if (njobs == 0)
+    if (njobs <= 0)
         goto out;
 
     w = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*w));
@@ -185,6 +220,21 @@ static void sched_tick(svc_t *s)
         w[i].slot_type = cap[i].slot_type;
         w[i].slots = cap[i].slots;
         w[i].slots_free = cap[i].slots_free;
+    }
+    /* Workers whose data roots differ cannot all run every job: then each job sees only the
+     * workers that hold its files. */
+    if (roots_differ(cap, ncap)) {
+        const char **ids = calloc((size_t)njobs, sizeof(char *));
+        paths = calloc((size_t)njobs, sizeof(json_t *));
+        wj = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*wj));
+        for (int j = 0; ids && j < njobs; j++)
+            ids[j] = jobs[j].id;
+        if (!ids || !paths || !wj || store_job_paths(c, ids, njobs, paths, &err)) {
+            log_warn("scheduler: could not read the jobs' data paths: %s", err.message);
+            free(ids);
+            goto out;
+        }
+        free(ids);
     }
     const char *blocker_cpu = NULL, *blocker_gpu = NULL;
     for (int j = 0; j < njobs; j++) {
@@ -199,8 +249,18 @@ static void sched_tick(svc_t *s)
         sched_request_t req = {.nodes = job->nodes, .slots_per_node = job->slots_per_node,
                                .slot_type = job->slot_type};
         sched_placement_t pl;
-        if (!sched_place(w, ncap, &req, &pl)) {
-            if (sched_fits(w, ncap, &req)) {
+        const sched_worker_t *view = w;
+        if (paths) {
+            int eligible = eligible_workers(cap, w, ncap, paths[j], wj);
+            view = wj;
+            if (eligible == 0) {
+                snprintf(why[j], sizeof(why[j]), "waiting for workers: no alive %s worker's --data-root "
+                         "holds every file the job reads", job->slot_type);
+                continue;
+            }
+        }
+        if (!sched_place(view, ncap, &req, &pl)) {
+            if (sched_fits(view, ncap, &req)) {
                 snprintf(why[j], sizeof(why[j]), "waiting for free slots: needs %d worker(s) with %d "
                          "free %s slot(s) each", job->nodes, job->slots_per_node, job->slot_type);
                 if (gpu)
@@ -229,8 +289,8 @@ static void sched_tick(svc_t *s)
     /* Tell users why their queued jobs wait (one statement; rows change only when the reason
      * does). RESTARTING jobs keep the reason they were re-queued with. */
     {
-        const char **ids = calloc((size_t)njobs, sizeof(char *));
-        const char **texts = calloc((size_t)njobs, sizeof(char *));
+        const char **ids = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
+        const char **texts = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
         int nr = 0;
         for (int j = 0; ids && texts && j < njobs && nr < 200; j++) {
             if (why[j][0] && strcmp(jobs[j].state, "QUEUED") == 0) {
@@ -250,6 +310,10 @@ out:
             store_sched_unlock(c);
         store_conn_put(s->store, c);
     }
+    for (int j = 0; paths && j < njobs; j++)
+        json_decref(paths[j]);
+    free(paths);
+    free(wj);
     free(w);
     free(why);
     free(cap);

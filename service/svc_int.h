@@ -109,6 +109,19 @@ int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const 
 int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_id,
                  const char *why, kiln_err_t *err);
 
+/* The files a job reads (data.train unless synthetic, data.val, model.init_from) and, last, its
+ * checkpoint.path: the non-empty ones, into out (room for SVC_SPEC_PATHS). Borrowed from sp. */
+#define SVC_SPEC_PATHS 4
+typedef struct svc_spec_path {
+    const char *field;
+    const char *path;
+    bool read;                   /* false for checkpoint.path (written, not read) */
+} svc_spec_path_t;
+struct spec;
+int svc_spec_paths(const struct spec *sp, svc_spec_path_t *out);
+/* Whether path (absolute, normalised) lies inside one of the worker's data roots. */
+bool svc_worker_holds(const store_worker_cap_t *w, const char *path);
+
 /* 0 when the caller's role in project is at least need; KILN_EPERM saying which role it has
  * and which is needed otherwise. */
 int svc_project_need(const svc_caller_t *who, const char *project, svc_role_t need, kiln_err_t *err);

@@ -61,9 +61,9 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         "WITH j AS ("
         " INSERT INTO jobs (id, name, project, spec, state, reason, priority, queue, nodes,"
         "  slots_per_node, slot_type, world_size, max_attempts, total_steps, tags,"
-        "  idempotency_key, event_seq, submitted_by)"
+        "  idempotency_key, event_seq, submitted_by, data_paths)"
         " VALUES (gen_random_uuid(), $1, $2, $3::jsonb, 'QUEUED', $4, $5::int, $6, $7::int,"
-        "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1, $15)"
+        "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1, $15, $16::jsonb)"
         " ON CONFLICT (idempotency_key) DO NOTHING"
         " RETURNING *),"
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
@@ -76,13 +76,13 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
     snprintf(ws, sizeof(ws), "%d", j->world_size);
     snprintf(ma, sizeof(ma), "%d", j->max_attempts);
     snprintf(ts, sizeof(ts), "%lld", (long long)j->total_steps);
-    const char *p[15] = {j->name, j->project ? j->project : "default", j->spec_json,
+    const char *p[16] = {j->name, j->project ? j->project : "default", j->spec_json,
                          j->reason ? j->reason : "submitted", prio,
                          j->queue ? j->queue : "default", nodes, spn, j->slot_type, ws, ma, ts,
                          j->tags_json ? j->tags_json : "{}", j->idempotency_key,
-                         j->submitted_by ? j->submitted_by : ""};
+                         j->submitted_by ? j->submitted_by : "", j->paths_json ? j->paths_json : "[]"};
     PGresult *r = NULL;
-    int rc = store_qp(c, "insert job", sql, 15, p, &r, err);
+    int rc = store_qp(c, "insert job", sql, 16, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
@@ -333,6 +333,37 @@ int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n,
                         "SELECT " ROW_COLS " FROM jobs WHERE state IN ('QUEUED', 'RESTARTING')"
                         " ORDER BY priority DESC, created_at, id LIMIT $1::int", 1, p,
                         sizeof(**out), row_fill, (void **)out, n, err);
+}
+
+int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out, kiln_err_t *err)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    store_buf_t a = {0};
+    store_buf_putc(&a, '{');
+    for (int i = 0; i < n; i++) {
+        if (i)
+            store_buf_putc(&a, ',');
+        store_buf_put(&a, ids[i], strlen(ids[i]));
+    }
+    store_buf_putc(&a, '}');
+    store_buf_putc(&a, '\0');
+    const char *p[1] = {a.p};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read job paths", "SELECT id::text, data_paths::text FROM jobs WHERE id = ANY($1::uuid[])",
+                     1, p, &r, err);
+    store_buf_free(&a);
+    if (rc == 0) {
+        for (int row = 0; row < PQntuples(r); row++)
+            for (int i = 0; i < n; i++)
+                if (!out[i] && !strcmp(ids[i], store_get_str(r, row, 0)))
+                    out[i] = store_get_json(r, row, 1, json_array());
+        PQclear(r);
+    }
+    for (int i = 0; i < n; i++)
+        if (!out[i])
+            out[i] = json_array();
+    return rc;
 }
 
 int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,

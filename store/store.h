@@ -63,6 +63,7 @@ typedef struct store_job_new {
     const char *idempotency_key;  /* or NULL */
     const char *reason;           /* reason of the first (QUEUED) event */
     const char *submitted_by;     /* the submitting user (the first event's actor), or NULL */
+    const char *paths_json;       /* JSON array of the paths it reads and checkpoints to */
     int priority, nodes, slots_per_node, world_size, max_attempts;
     int64_t total_steps;
 } store_job_new_t;
@@ -127,6 +128,9 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
 /* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
  * *out is malloc'd (caller frees), *n rows, at most limit. */
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err);
+/* The data_paths of each of the n jobs ids, into out[i] as a JSON array (new references; an
+ * empty array for a job without paths or not found). */
+int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out, kiln_err_t *err);
 /* Sets the reason of jobs still QUEUED (no event: the state does not change), only where it
  * differs, in one statement. ids are job ids; reasons the matching texts. */
 int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,

@@ -578,3 +578,85 @@ Test(life, two_services_on_one_database_never_double_book)
     svc_destroy(other);
 }
 
+
+/* ---- data roots: where a job may read, and where it runs ------------------------------------ */
+
+/* Registers worker "w-<host>" (ids order the workers, so w-ha comes first) with data roots. */
+static void reg_roots(const char *host, const char *const *roots, size_t n, char *id_out)
+{
+    Kiln__RegisterRequest rq = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse rs = KILN__REGISTER_RESPONSE__INIT;
+    char id[64];
+    snprintf(id, sizeof id, "w-%s", host);
+    rq.worker_id = id;
+    rq.hostname = (char *)host;
+    rq.address = "127.0.0.1";
+    rq.slots = 1;
+    rq.slot_type = "cpu";
+    rq.data_roots = (char **)roots;
+    rq.n_data_roots = n;
+    cr_assert_eq(svc_agent_register(svc, &rq, NULL, &arena, &rs, &err), 0, "register: %s", err.message);
+    kiln_strlcpy(id_out, rs.worker_id, 64);
+}
+
+static json_t *gpt_spec(const char *train, const char *ckpt)
+{
+    json_t *s = json_pack("{s:s, s:{s:s, s:i, s:i, s:i, s:i}, s:{s:s}, s:{s:i, s:I}}", "name", "roots",
+                          "model", "type", "gpt", "n_layer", 1, "n_head", 2, "n_embd", 16, "seq_len", 8,
+                          "data", "train", train, "hyperparameters", "global_batch_size", 2, "max_steps",
+                          (json_int_t)5);
+    if (ckpt)
+        json_object_set_new(s, "checkpoint", json_pack("{s:s}", "path", ckpt));
+    return s;
+}
+
+TestSuite(roots, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(roots, a_path_no_agent_holds_is_refused_at_submission)
+{
+    char a[64], b[64];
+    const char *ra[] = {"/data/a"}, *rb[] = {"/data/b", "/mnt/ckpt"};
+    reg_roots("ha", ra, 1, a);
+    reg_roots("hb", rb, 2, b);
+    const struct { const char *train, *ckpt, *field; } bad[] = {
+        {"/etc/shadow", NULL, "data.train"},
+        {"/data/ab/x.txt", NULL, "data.train"},     /* a prefix of a root's name is not inside it */
+        {"relative/x.txt", NULL, "data.train"},
+        {"/data/a/x.txt", "/var/tmp", "checkpoint.path"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *job = NULL, *sp = gpt_spec(bad[i].train, bad[i].ckpt);
+        bool created = false;
+        kiln_err_clear(&err);
+        cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EINVAL,
+                     "%s", bad[i].train);
+        cr_assert_str_eq(err.field, bad[i].field, "%s: %s", bad[i].train, err.message);
+        if (bad[i].train[0] == '/' && !bad[i].ckpt)
+            cr_assert(strstr(err.detail, "/data/a") && strstr(err.detail, "/data/b"),
+                      "the error names the allowed roots: %s", err.detail);
+        json_decref(sp);
+    }
+}
+
+Test(roots, a_job_runs_only_where_its_files_are)
+{
+    char a[64], b[64], id[40];
+    const char *ra[] = {"/data/a"}, *rb[] = {"/data/b"};
+    reg_roots("ha", ra, 1, a);
+    reg_roots("hb", rb, 1, b);
+    submit(gpt_spec("/data/b/corpus.txt", NULL), NULL, id, NULL);
+    json_t *j = wait_state(id, "SCHEDULED", 5000);
+    json_t *ws = json_object_get(j, "workers");
+    cr_assert_eq(json_array_size(ws), 1);
+    /* w-ha comes first and fits as well: only its data roots keep the job off it */
+    cr_assert_str_eq(json_string_value(json_array_get(ws, 0)), b, "placed on the worker that holds /data/b");
+    json_decref(j);
+    /* the assignment carries the typed paths the agent checks */
+    Kiln__HeartbeatResponse *r = hb(b, NULL, 0);
+    cr_assert_eq(r->n_assignments, 1);
+    const Kiln__Assignment *as = r->assignments[0];
+    cr_assert_eq(as->n_read_paths, 1);
+    cr_assert_str_eq(as->read_paths[0]->field, "data.train");
+    cr_assert_str_eq(as->read_paths[0]->path, "/data/b/corpus.txt");
+    cr_assert_str_eq(as->checkpoint_dir, "");
+}
