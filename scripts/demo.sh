@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # demo.sh - kiln's main job on one machine: a throwaway PostgreSQL, kilnd, one kiln-agent, and a
 # real GPT training job on tinyshakespeare submitted over REST and followed to completion.
+# Everything runs the way a shared cluster does: TLS on both APIs (a throwaway CA), mutual TLS
+# for the agent, the first admin's API token from --bootstrap-token-file, the agent registering
+# with the join token and reading only its --data-root.
 # Run through `make demo` (which installs packages and builds first). Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +14,9 @@ source scripts/pg.sh
 WORK=$(mktemp -d /tmp/kiln-demo.XXXXXX)
 HTTP_PORT=${KILN_DEMO_HTTP_PORT:-8080}
 GRPC_PORT=${KILN_DEMO_GRPC_PORT:-9090}
-export KILN_URL="http://127.0.0.1:$HTTP_PORT"
+TLS=$WORK/tls
+export KILN_URL="https://127.0.0.1:$HTTP_PORT"
+export KILN_TLS_CA="$TLS/ca.pem"
 pids=()
 
 cleanup() {
@@ -22,21 +27,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
+echo "demo: making a throwaway certificate authority and certificates ($TLS)"
+bash scripts/make-certs.sh "$TLS"
 echo "demo: starting PostgreSQL"
 pg_start
-echo "demo: starting kilnd (REST $KILN_URL, gRPC 127.0.0.1:$GRPC_PORT)"
+echo "demo: starting kilnd (REST $KILN_URL, gRPC 127.0.0.1:$GRPC_PORT, TLS, tokens)"
 "$BIN/kilnd" --database-url "$KILN_PG_URL" --http-addr "127.0.0.1:$HTTP_PORT" \
-  --grpc-addr "127.0.0.1:$GRPC_PORT" >"$WORK/kilnd.log" 2>&1 &
+  --grpc-addr "127.0.0.1:$GRPC_PORT" --tls-cert "$TLS/server.pem" --tls-key "$TLS/server.key" \
+  --tls-ca "$TLS/ca.pem" --bootstrap-token-file "$WORK/admin.token" \
+  --join-token-file "$WORK/join.token" >"$WORK/kilnd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
-  curl -fs "$KILN_URL/readyz" >/dev/null 2>&1 && break
+  curl -fs --cacert "$KILN_TLS_CA" "$KILN_URL/readyz" >/dev/null 2>&1 && break
   sleep 0.1
 done
-curl -fs "$KILN_URL/readyz" >/dev/null || { echo "demo: kilnd did not become ready"; tail -20 "$WORK/kilnd.log"; exit 1; }
+curl -fs --cacert "$KILN_TLS_CA" "$KILN_URL/readyz" >/dev/null || {
+  echo "demo: kilnd did not become ready"; tail -20 "$WORK/kilnd.log"; exit 1; }
+# The first start on an empty database made the cluster admin; its token is in admin.token.
+KILN_TOKEN=$(cat "$WORK/admin.token")
+export KILN_TOKEN
+echo "demo: kilnd created the cluster admin; its API token is in $WORK/admin.token (mode 0600)"
 
-echo "demo: starting kiln-agent with 1 CPU slot (work dir $WORK/agent)"
+echo "demo: starting kiln-agent with 1 CPU slot (work dir $WORK/agent, data root $ROOT/data)"
 "$BIN/kiln-agent" --server "127.0.0.1:$GRPC_PORT" --slots 1 --slot-type cpu \
-  --work-dir "$WORK/agent" >"$WORK/agent.log" 2>&1 &
+  --work-dir "$WORK/agent" --join-token-file "$WORK/join.token" --data-root "$ROOT/data" \
+  --tls-ca "$TLS/ca.pem" --tls-cert "$TLS/agent.pem" --tls-key "$TLS/agent.key" \
+  >"$WORK/agent.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   "$BIN/kiln" workers 2>/dev/null | grep -q ALIVE && break
@@ -58,8 +74,13 @@ echo
 cat <<MSG
 
 demo: done. Where to look next:
-  - the job over REST:      curl $KILN_URL/v1/jobs/$JOB   (events, logs, metrics under it)
-  - the CLI:                KILN_URL=$KILN_URL build/bin/kiln jobs | describe | logs -f | metrics
+  - the job over REST:      curl --cacert $KILN_TLS_CA -H "Authorization: Bearer \$(cat $WORK/admin.token)" \\
+                              $KILN_URL/v1/jobs/$JOB   (events, logs, metrics under it)
+  - the CLI:                export KILN_URL=$KILN_URL KILN_TLS_CA=$KILN_TLS_CA
+                            build/bin/kiln login < $WORK/admin.token
+                            build/bin/kiln jobs | describe | logs -f | metrics
+  - users and projects:     build/bin/kiln users create alice; build/bin/kiln tokens create alice
+                            build/bin/kiln projects add-member default alice editor
   - samples and checkpoints: $WORK/agent/jobs/$JOB/output and .../checkpoints
   - server logs:            $WORK/kilnd.log, $WORK/agent.log
   - more job specs:         examples/ ; the API: api/openapi.yaml ; the Python SDK: sdk/python
