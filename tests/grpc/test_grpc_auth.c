@@ -1,0 +1,551 @@
+/* test_grpc_auth.c - who may call what over gRPC, against an in-process kilnd serving TLS (and
+ * asking agents for client certificates) on a fresh database, driven by Python's grpcio as a
+ * foreign client (tests/grpc/grpc_client.py): the authorization matrix over every method the
+ * server registers, forged agents (no join token, no client certificate, a stolen worker id, a
+ * real agent reporting for another agent's job), and TLS itself. */
+#include "api/api.h"
+#include "service/service.h"
+#include "tests/common/harness.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static svc_t *S;
+static api_grpc_t *G;
+static char addr[64], dir[128], tls[256], admin_token[128], join_token[128];
+static char *dburl;
+
+static char *slurp_line(const char *path)
+{
+    char *text = NULL;
+    kiln_err_t err;
+    cr_assert_eq(kiln_file_read(path, &text, NULL, &err), 0, "%s", err.message);
+    text[strcspn(text, "\n")] = '\0';
+    return text;
+}
+
+static void setup(void)
+{
+    if (system("command -v protoc >/dev/null 2>&1") != 0 ||
+        system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
+        cr_skip_test("needs protoc and /usr/bin/python3 with grpc (apt-get install protobuf-compiler "
+                     "python3-grpcio python3-protobuf)");
+    kiln_err_t err;
+    dburl = th_pg_create_db("grpcauth");
+    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
+    snprintf(dir, sizeof dir, "/tmp/kiln-gauth.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    const char *t = th_tls_dir();
+    cr_assert_not_null(t);
+    snprintf(tls, sizeof tls, "%s", t);
+    char boot[200], join[200];
+    snprintf(boot, sizeof boot, "%s/admin.token", dir);
+    snprintf(join, sizeof join, "%s/join.token", dir);
+    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
+                        .sched_interval_ms = 50, .db_pool_size = 4, .bootstrap_token_file = boot,
+                        .join_token_file = join};
+    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
+    char *tok = slurp_line(boot);
+    snprintf(admin_token, sizeof admin_token, "%s", tok);
+    free(tok);
+    tok = slurp_line(join);
+    snprintf(join_token, sizeof join_token, "%s", tok);
+    free(tok);
+    char path[300];
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    snprintf(path, sizeof path, "%s/server.pem", tls);
+    cr_assert_eq(kiln_file_read(path, &cert, NULL, &err), 0);
+    snprintf(path, sizeof path, "%s/server.key", tls);
+    cr_assert_eq(kiln_file_read(path, &key, NULL, &err), 0);
+    snprintf(path, sizeof path, "%s/ca.pem", tls);
+    cr_assert_eq(kiln_file_read(path, &ca, NULL, &err), 0);
+    api_tls_t cfg_tls = {.cert_pem = cert, .key_pem = key, .ca_pem = ca};
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", th_free_port());
+    cr_assert_eq(api_grpc_start(S, addr, &cfg_tls, &G, &err), 0, "%s", err.message);
+    free(cert);
+    free(key);
+    free(ca);
+    char cmd[600];
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    snprintf(cmd, sizeof cmd, "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto", root, dir, root);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void teardown(void)
+{
+    api_grpc_stop(G);
+    svc_destroy(S);
+    free(dburl);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(grpc_auth, .init = setup, .fini = teardown, .timeout = 180);
+
+/* ---- the foreign client ------------------------------------------------------------------- */
+
+/* One call of a plan: method, request (JSON text, may be NULL), bearer token (NULL: none). */
+typedef struct gcall {
+    const char *method;
+    json_t *request;             /* stolen */
+    const char *token;
+    const char *worker_credential;
+    bool no_client_cert;
+} gcall_t;
+
+/* Runs the calls with grpc_client.py over TLS; returns an array of {code, details, response}. */
+static json_t *run_calls(const gcall_t *calls, size_t n, bool tls_on)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_pack("{s:s, s:o, s:b}", "method", calls[i].method,
+                              "request", calls[i].request ? calls[i].request : json_object(),
+                              "client_cert", !calls[i].no_client_cert);
+        if (calls[i].token)
+            json_object_set_new(c, "token", json_string(calls[i].token));
+        if (calls[i].worker_credential)
+            json_object_set_new(c, "worker_credential", json_string(calls[i].worker_credential));
+        json_array_append_new(arr, c);
+    }
+    char ca[300] = "", cert[300], key[300];
+    if (tls_on)
+        snprintf(ca, sizeof ca, "%s/ca.pem", tls);
+    snprintf(cert, sizeof cert, "%s/agent.pem", tls);
+    snprintf(key, sizeof key, "%s/agent.key", tls);
+    json_t *plan = json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "target", addr, "proto_dir", dir, "ca", ca,
+                             "client_cert", cert, "client_key", key, "calls", arr);
+    char path[200], cmd[600];
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    cr_assert_eq(json_dump_file(plan, path, 0), 0);
+    json_decref(plan);
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    json_t *out = json_array();
+    static char all[1 << 20];
+    size_t len = fread(all, 1, sizeof all - 1, p);
+    all[len] = '\0';
+    int st = pclose(p);
+    for (char *line = all, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (!nl)
+            nl = line + strlen(line) - 1;
+        *nl = '\0';
+        json_t *j = json_loads(line, 0, NULL);
+        cr_assert_not_null(j, "grpc_client.py said: %s\n%s", line, nl + 1);
+        json_array_append_new(out, j);
+    }
+    cr_assert_eq(st, 0, "%s failed", cmd);
+    cr_assert_eq(json_array_size(out), n);
+    return out;
+}
+
+static const char *code_of(json_t *results, size_t i)
+{
+    return json_string_value(json_object_get(json_array_get(results, i), "code"));
+}
+
+/* ---- the world: users, projects, jobs ----------------------------------------------------- */
+
+enum { C_NONE, C_BAD, C_EXPIRED, C_REVOKED, C_VIEWER, C_EDITOR, C_OTHER_ADMIN, C_PROJECT_ADMIN, C_CLUSTER_ADMIN,
+       C_COUNT };
+static const char *const k_callers[C_COUNT] = {"no token", "bad token", "expired", "revoked", "viewer",
+                                               "editor", "admin of another project", "project admin",
+                                               "cluster admin"};
+static char tokens[C_COUNT][128];
+static char job_p[64], victim_token[64], stop_jobs[C_COUNT][64];
+
+static void user(const char *name, int64_t expires_in_s, char *token_out)
+{
+    kiln_err_t err;
+    json_t *out = NULL;
+    cr_assert_eq(svc_user_create(S, svc_caller_kilnd(), name, false, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    cr_assert_eq(svc_token_create(S, svc_caller_kilnd(), name, expires_in_s, "", &out, &err), 0, "%s", err.message);
+    if (token_out)
+        snprintf(token_out, 128, "%s", json_string_value(json_object_get(out, "token")));
+    json_decref(out);
+}
+
+static void member(const char *project, const char *name, const char *role)
+{
+    kiln_err_t err;
+    json_t *out = NULL;
+    cr_assert_eq(svc_member_set(S, svc_caller_kilnd(), project, name, role, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+}
+
+static void new_job(const char *project, char *id_out)
+{
+    json_t *spec = json_pack("{s:s, s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}}", "name", "g", "project", project,
+                             "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2,
+                             "data", "train", "synthetic");
+    json_t *job = NULL;
+    bool created;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &job, &created, &err), 0, "%s", err.message);
+    snprintf(id_out, 64, "%s", json_string_value(json_object_get(job, "id")));
+    json_decref(job);
+    json_decref(spec);
+}
+
+static void world(void)
+{
+    kiln_err_t err;
+    json_t *out = NULL;
+    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "p", &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "q", &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    snprintf(tokens[C_CLUSTER_ADMIN], 128, "%s", admin_token);
+    snprintf(tokens[C_BAD], 128, "kiln_not-a-token-this-kilnd-ever-issued-000000000");
+    user("viewer", 0, tokens[C_VIEWER]);
+    user("editor", 0, tokens[C_EDITOR]);
+    user("qadmin", 0, tokens[C_OTHER_ADMIN]);
+    user("padmin", 0, tokens[C_PROJECT_ADMIN]);
+    user("lapsed", 1, tokens[C_EXPIRED]);
+    user("gone", 0, tokens[C_REVOKED]);
+    member("p", "viewer", "viewer");
+    member("p", "editor", "editor");
+    member("q", "qadmin", "admin");
+    member("p", "padmin", "admin");
+    member("p", "lapsed", "admin");
+    member("p", "gone", "admin");
+    cr_assert_eq(svc_tokens_list(S, svc_caller_kilnd(), "gone", &out, &err), 0);
+    const char *gone_id = json_string_value(json_object_get(json_array_get(json_object_get(out, "tokens"), 0), "id"));
+    json_t *rev = NULL;
+    cr_assert_eq(svc_token_revoke(S, svc_caller_kilnd(), gone_id, &rev, &err), 0, "%s", err.message);
+    json_decref(rev);
+    json_decref(out);
+    user("victim", 0, NULL);
+    cr_assert_eq(svc_tokens_list(S, svc_caller_kilnd(), "victim", &out, &err), 0);
+    snprintf(victim_token, sizeof victim_token, "%s",
+             json_string_value(json_object_get(json_array_get(json_object_get(out, "tokens"), 0), "id")));
+    json_decref(out);
+    for (int c = 0; c < C_COUNT; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "v%d", c);
+        user(name, 0, NULL);
+        member("p", name, "viewer");
+        new_job("p", stop_jobs[c]);
+    }
+    new_job("p", job_p);
+    sleep(1); /* the 1-second token has expired */
+}
+
+/* ---- the matrix --------------------------------------------------------------------------- */
+
+typedef struct row {
+    const char *method;
+    json_t *(*request)(int caller);
+    const char *want[C_COUNT];
+} row_t;
+
+#define UNAUTH "UNAUTHENTICATED", "UNAUTHENTICATED", "UNAUTHENTICATED", "UNAUTHENTICATED"
+#define EVERYONE UNAUTH, "OK", "OK", "OK", "OK", "OK"
+#define JOB_READ UNAUTH, "OK", "OK", "NOT_FOUND", "OK", "OK"
+#define CLUSTER_ONLY(d) UNAUTH, d, d, d, d, "OK"
+#define MANAGE UNAUTH, "PERMISSION_DENIED", "PERMISSION_DENIED", "NOT_FOUND", "OK", "OK"
+#define NOT_AN_AGENT UNAUTH, "UNAUTHENTICATED", "UNAUTHENTICATED", "UNAUTHENTICATED", "UNAUTHENTICATED", \
+                     "UNAUTHENTICATED"
+
+static json_t *r_empty(int c) { (void)c; return json_object(); }
+static json_t *r_job(int c) { (void)c; return json_pack("{s:s}", "id", job_p); }
+static json_t *r_create(int c)
+{
+    (void)c;
+    return json_pack("{s:{s:s, s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}}}", "spec", "name", "g", "project", "p",
+                     "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2, "data", "train", "synthetic");
+}
+static json_t *r_stop(int c) { return json_pack("{s:s}", "id", stop_jobs[c]); }
+static json_t *r_user(int c) { return json_pack("{s:s+}", "name", "made-", (char[2]){(char)('a' + c), 0}); }
+static json_t *r_victim(int c) { (void)c; return json_pack("{s:s}", "user", "victim"); }
+static json_t *r_revoke(int c) { (void)c; return json_pack("{s:s}", "id", victim_token); }
+static json_t *r_project(int c) { return json_pack("{s:s+}", "name", "made-", (char[2]){(char)('a' + c), 0}); }
+static json_t *r_members(int c) { (void)c; return json_pack("{s:s}", "project", "p"); }
+static json_t *r_set(int c) { (void)c; return json_pack("{s:s, s:s, s:s}", "project", "p", "user", "victim", "role", "viewer"); }
+static json_t *r_remove(int c)
+{
+    char name[32];
+    snprintf(name, sizeof name, "v%d", c);
+    return json_pack("{s:s, s:s}", "project", "p", "user", name);
+}
+static json_t *r_register(int c) { (void)c; return json_pack("{s:s, s:i, s:s}", "hostname", "forged", "slots", 64, "slot_type", "cpu"); }
+
+static const row_t k_rows[] = {
+    {"/kiln.TrainingService/CreateJob", r_create,
+     {UNAUTH, "PERMISSION_DENIED", "OK", "PERMISSION_DENIED", "OK", "OK"}},
+    {"/kiln.TrainingService/GetJob", r_job, {JOB_READ}},
+    {"/kiln.TrainingService/ListJobs", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/StopJob", r_stop, {UNAUTH, "PERMISSION_DENIED", "OK", "NOT_FOUND", "OK", "OK"}},
+    {"/kiln.TrainingService/ListJobEvents", r_job, {JOB_READ}},
+    {"/kiln.TrainingService/StreamLogs", r_job, {JOB_READ}},
+    {"/kiln.TrainingService/GetMetrics", r_job, {JOB_READ}},
+    {"/kiln.TrainingService/ListWorkers", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/WhoAmI", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/CreateUser", r_user, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/ListUsers", r_empty, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/CreateToken", r_victim, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/ListTokens", r_victim, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/RevokeToken", r_revoke, {CLUSTER_ONLY("NOT_FOUND")}},
+    {"/kiln.TrainingService/CreateProject", r_project, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/ListProjects", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/ListMembers", r_members, {JOB_READ}},
+    {"/kiln.TrainingService/SetMember", r_set, {MANAGE}},
+    {"/kiln.TrainingService/RemoveMember", r_remove, {MANAGE}},
+    /* user tokens are no agent's credential, not even a cluster admin's */
+    {"/kiln.AgentService/RegisterWorker", r_register, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/Heartbeat", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/ReportRankStatus", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/PushLogs", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/PushMetrics", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/ReportRankExit", r_empty, {NOT_AN_AGENT}},
+};
+
+static const row_t *row_of(const char *method)
+{
+    for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
+        if (!strcmp(k_rows[i].method, method))
+            return &k_rows[i];
+    return NULL;
+}
+
+Test(grpc_auth, every_method_has_a_row)
+{
+    api_route_info_t m[128];
+    size_t n = api_grpc_methods(m, 128);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_not_null(row_of(m[i].path), "gRPC method %s has no row in the authorization matrix "
+                           "(tests/grpc/test_grpc_auth.c)", m[i].path);
+    cr_assert_eq(n, sizeof k_rows / sizeof k_rows[0], "every row names a method kilnd serves");
+}
+
+Test(grpc_auth, every_method_times_every_caller)
+{
+    world();
+    api_route_info_t m[128];
+    size_t n = api_grpc_methods(m, 128);
+    gcall_t *calls = calloc(n * C_COUNT, sizeof(*calls));
+    const row_t **rows = calloc(n * C_COUNT, sizeof(*rows));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const row_t *row = row_of(m[i].path);
+        cr_assert_not_null(row);
+        for (int c = 0; c < C_COUNT; c++, k++) {
+            calls[k] = (gcall_t){.method = row->method, .request = row->request(c),
+                                 .token = c == C_NONE ? NULL : tokens[c]};
+            rows[k] = row;
+        }
+    }
+    json_t *res = run_calls(calls, k, true);
+    for (size_t i = 0; i < k; i++) {
+        int c = (int)(i % C_COUNT);
+        cr_expect_str_eq(code_of(res, i), rows[i]->want[c], "%s as %s: want %s, got %s (%s)", rows[i]->method,
+                         k_callers[c], rows[i]->want[c], code_of(res, i),
+                         json_string_value(json_object_get(json_array_get(res, i), "details")));
+    }
+    json_decref(res);
+    free(calls);
+    free(rows);
+}
+
+/* ---- agents ------------------------------------------------------------------------------- */
+
+static json_t *one(gcall_t call)
+{
+    json_t *res = run_calls(&call, 1, true);
+    json_t *r = json_incref(json_array_get(res, 0));
+    json_decref(res);
+    return r;
+}
+
+static const char *code(json_t *r) { return json_string_value(json_object_get(r, "code")); }
+static const char *field(json_t *r, const char *k)
+{
+    return json_string_value(json_object_get(json_object_get(r, "response"), k));
+}
+
+/* Registers an agent as a real one does (join token, client certificate) under worker id `id`
+ * (a new worker); fills its credential. */
+static void agent_register(const char *id, char *cred)
+{
+    json_t *r = one((gcall_t){.method = "/kiln.AgentService/RegisterWorker",
+                              .request = json_pack("{s:s, s:s, s:s, s:i, s:s}", "worker_id", id, "hostname", id,
+                                                   "address", "10.0.0.1", "slots", 1, "slot_type", "cpu"),
+                              .token = join_token});
+    cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+    cr_assert_str_eq(field(r, "worker_id"), id);
+    snprintf(cred, 128, "%s", field(r, "credential"));
+    cr_assert(!strncmp(cred, "kiln_agent_", 11));
+    json_decref(r);
+}
+
+static json_t *log_batch(const char *worker, const char *job, const char *text)
+{
+    return json_pack("{s:s, s:s, s:i, s:[{s:i, s:s, s:s}]}", "worker_id", worker, "job_id", job, "attempt", 1,
+                     "lines", "rank", 0, "stream", "stdout", "line", text);
+}
+
+Test(grpc_auth, agents_need_the_join_token_and_a_client_certificate)
+{
+    json_t *reg = json_pack("{s:s, s:i, s:s}", "hostname", "forged", "slots", 64, "slot_type", "cpu");
+    json_t *r = one((gcall_t){.method = "/kiln.AgentService/RegisterWorker", .request = json_incref(reg)});
+    cr_assert_str_eq(code(r), "UNAUTHENTICATED", "no join token");
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.AgentService/RegisterWorker", .request = json_incref(reg),
+                      .token = "kiln_join_guessed-000000000000000000000000000000000"});
+    cr_assert_str_eq(code(r), "UNAUTHENTICATED", "a wrong join token");
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.AgentService/RegisterWorker", .request = json_incref(reg),
+                      .token = join_token, .no_client_cert = true});
+    cr_assert_str_eq(code(r), "UNAUTHENTICATED", "mutual TLS: no client certificate, no agent");
+    cr_assert(strstr(json_string_value(json_object_get(r, "details")), "client certificate"));
+    json_decref(r);
+    json_t *workers = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_workers_list(S, svc_caller_kilnd(), &workers, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(workers, "workers")), 0, "nothing was registered");
+    json_decref(workers);
+    json_decref(reg);
+}
+
+Test(grpc_auth, forged_agents_cannot_touch_another_workers_job)
+{
+    char acred[128], bcred[128], job[64];
+    kiln_err_t err;
+    agent_register("w-aaa", acred); /* ids order the workers: the job lands on w-aaa */
+    agent_register("w-bbb", bcred);
+    new_job("default", job);
+    int attempt = 0;
+    for (int i = 0; i < 200 && !attempt; i++) {
+        json_t *r = one((gcall_t){.method = "/kiln.AgentService/Heartbeat",
+                                  .request = json_pack("{s:s}", "worker_id", "w-aaa"), .token = acred});
+        cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+        json_t *as = json_object_get(json_object_get(r, "response"), "assignments");
+        if (json_array_size(as) == 1)
+            attempt = (int)json_integer_value(json_object_get(json_array_get(as, 0), "attempt"));
+        json_decref(r);
+        if (!attempt)
+            usleep(50000);
+    }
+    cr_assert_eq(attempt, 1, "the job was assigned to w-aaa");
+    json_t *r = one((gcall_t){.method = "/kiln.AgentService/ReportRankStatus",
+                              .request = json_pack("{s:s, s:s, s:i, s:b}", "worker_id", "w-aaa", "job_id", job,
+                                                   "attempt", 1, "started", 1),
+                              .token = acred});
+    cr_assert_str_eq(code(r), "OK");
+    json_decref(r);
+
+    /* forgeries, each refused */
+    struct { const char *what, *method; json_t *req; const char *token, *cred, *want; } forged[] = {
+        {"register under w-aaa's id without its credential", "/kiln.AgentService/RegisterWorker",
+         json_pack("{s:s, s:s, s:s, s:i, s:s}", "worker_id", "w-aaa", "hostname", "evil", "address", "6.6.6.6",
+                   "slots", 64, "slot_type", "cpu"), join_token, NULL, "PERMISSION_DENIED"},
+        {"register under w-aaa's id with w-bbb's credential", "/kiln.AgentService/RegisterWorker",
+         json_pack("{s:s, s:s, s:s, s:i, s:s}", "worker_id", "w-aaa", "hostname", "evil", "address", "6.6.6.6",
+                   "slots", 64, "slot_type", "cpu"), join_token, bcred, "PERMISSION_DENIED"},
+        {"w-bbb pushes logs into w-aaa's job", "/kiln.AgentService/PushLogs", log_batch("w-bbb", job, "forged"),
+         bcred, NULL, "PERMISSION_DENIED"},
+        {"w-bbb pushes logs claiming to be w-aaa", "/kiln.AgentService/PushLogs", log_batch("w-aaa", job, "forged"),
+         bcred, NULL, "PERMISSION_DENIED"},
+        {"logs with no credential", "/kiln.AgentService/PushLogs", log_batch("w-aaa", job, "forged"), NULL, NULL,
+         "UNAUTHENTICATED"},
+        {"w-bbb pushes metrics", "/kiln.AgentService/PushMetrics",
+         json_pack("{s:s, s:s, s:i, s:[{s:i, s:s, s:i, s:f}]}", "worker_id", "w-bbb", "job_id", job, "attempt", 1,
+                   "points", "rank", 0, "name", "train_loss", "step", 39999, "value", -123.0),
+         bcred, NULL, "PERMISSION_DENIED"},
+        {"w-bbb reports the rank's exit", "/kiln.AgentService/ReportRankExit",
+         json_pack("{s:s, s:s, s:i, s:i, s:i}", "worker_id", "w-bbb", "job_id", job, "attempt", 1, "rank", 0,
+                   "exit_code", 0), bcred, NULL, "PERMISSION_DENIED"},
+        {"w-bbb reports the ranks started", "/kiln.AgentService/ReportRankStatus",
+         json_pack("{s:s, s:s, s:i, s:b}", "worker_id", "w-bbb", "job_id", job, "attempt", 1, "started", 0), bcred,
+         NULL, "PERMISSION_DENIED"},
+        {"a heartbeat as w-aaa with w-bbb's credential", "/kiln.AgentService/Heartbeat",
+         json_pack("{s:s}", "worker_id", "w-aaa"), bcred, NULL, "PERMISSION_DENIED"},
+    };
+    size_t n = sizeof forged / sizeof forged[0];
+    gcall_t calls[16];
+    for (size_t i = 0; i < n; i++)
+        calls[i] = (gcall_t){.method = forged[i].method, .request = forged[i].req, .token = forged[i].token,
+                             .worker_credential = forged[i].cred};
+    json_t *res = run_calls(calls, n, true);
+    for (size_t i = 0; i < n; i++)
+        cr_expect_str_eq(code_of(res, i), forged[i].want, "%s: want %s, got %s (%s)", forged[i].what,
+                         forged[i].want, code_of(res, i),
+                         json_string_value(json_object_get(json_array_get(res, i), "details")));
+    json_decref(res);
+
+    /* nothing landed: the job runs on, untouched, and w-aaa is still itself */
+    json_t *j = NULL;
+    cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), job, &j, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "RUNNING");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "progress"), "step")), 0);
+    cr_assert_eq(json_object_size(json_object_get(j, "metrics")), 0);
+    json_decref(j);
+    json_t *logs = NULL;
+    svc_log_query_t q = {.rank = -1};
+    cr_assert_eq(svc_job_logs(S, svc_caller_kilnd(), job, &q, &logs, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(logs, "lines")), 0);
+    json_decref(logs);
+    json_t *workers = NULL;
+    cr_assert_eq(svc_workers_list(S, svc_caller_kilnd(), &workers, &err), 0);
+    size_t k;
+    json_t *w;
+    json_array_foreach(json_object_get(workers, "workers"), k, w)
+        if (!strcmp(json_string_value(json_object_get(w, "id")), "w-aaa")) {
+            cr_assert_str_eq(json_string_value(json_object_get(w, "address")), "10.0.0.1");
+            cr_assert_str_eq(json_string_value(json_object_get(w, "state")), "ALIVE");
+            cr_assert_eq(json_integer_value(json_object_get(w, "slots")), 1);
+        }
+    json_decref(workers);
+    /* while the real agent's own reports land */
+    r = one((gcall_t){.method = "/kiln.AgentService/PushLogs", .request = log_batch("w-aaa", job, "genuine"),
+                      .token = acred});
+    cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+    json_decref(r);
+    cr_assert_eq(svc_job_logs(S, svc_caller_kilnd(), job, &q, &logs, &err), 0);
+    cr_assert_eq(json_array_size(json_object_get(logs, "lines")), 1);
+    json_decref(logs);
+}
+
+Test(grpc_auth, a_new_registration_retires_the_old_credential)
+{
+    char cred1[128], cred2[128];
+    agent_register("w-ccc", cred1);
+    /* the agent restarts: same id, its credential as proof */
+    json_t *r = one((gcall_t){.method = "/kiln.AgentService/RegisterWorker",
+                              .request = json_pack("{s:s, s:s, s:i, s:s}", "worker_id", "w-ccc", "hostname", "c",
+                                                   "slots", 1, "slot_type", "cpu"),
+                              .token = join_token, .worker_credential = cred1});
+    cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+    snprintf(cred2, sizeof cred2, "%s", field(r, "credential"));
+    json_decref(r);
+    cr_assert_str_neq(cred1, cred2);
+    r = one((gcall_t){.method = "/kiln.AgentService/Heartbeat", .request = json_pack("{s:s}", "worker_id", "w-ccc"),
+                      .token = cred1});
+    cr_assert_str_eq(code(r), "UNAUTHENTICATED", "the old credential stopped working");
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.AgentService/Heartbeat", .request = json_pack("{s:s}", "worker_id", "w-ccc"),
+                      .token = cred2});
+    cr_assert_str_eq(code(r), "OK");
+    json_decref(r);
+}
+
+Test(grpc_auth, training_service_over_tls_and_not_in_clear)
+{
+    json_t *r = one((gcall_t){.method = "/kiln.TrainingService/WhoAmI", .token = admin_token});
+    cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+    cr_assert_str_eq(field(r, "user"), "admin");
+    json_decref(r);
+    /* a plain-text client cannot talk to a TLS server */
+    gcall_t plain = {.method = "/kiln.TrainingService/WhoAmI", .token = admin_token};
+    json_t *res = run_calls(&plain, 1, false);
+    cr_assert_str_eq(code_of(res, 0), "UNAVAILABLE");
+    json_decref(res);
+}
