@@ -21,6 +21,7 @@ static svc_t *svc;
 static int64_t batch_size = 2000, seconds = 12, nagents = 2, njobs = 4;
 static const char *kind = "metrics";
 static char job_ids[64][40];
+static char worker_id[64];   /* the worker every job runs on: kilnd checks each batch against it */
 static atomic_llong points_done, batches_done, errors, points_sent;
 static atomic_bool stop_flag;
 static int64_t t_start_us, t_end_us;
@@ -67,8 +68,7 @@ static void *agent_logs_main(void *p)
     Kiln__LogLine *lines = calloc(n, sizeof(*lines));
     Kiln__LogLine **ptrs = calloc(n, sizeof(*ptrs));
     char (*text)[96] = calloc(n, 96);
-    char wid[32];
-    snprintf(wid, sizeof(wid), "w-bench-%d", a->index);
+    char *wid = worker_id;
     int64_t step = 1;
     for (size_t i = 0; i < n; i++) {
         kiln__log_line__init(&lines[i]);
@@ -88,7 +88,7 @@ static void *agent_logs_main(void *p)
         Kiln__LogBatch lb = KILN__LOG_BATCH__INIT;
         lb.worker_id = wid;
         lb.job_id = (char *)job;
-        lb.attempt = 0;
+        lb.attempt = 1;
         lb.lines = ptrs;
         lb.n_lines = n;
         kiln_err_t err;
@@ -108,8 +108,7 @@ static void *agent_main(void *p)
     size_t n = (size_t)batch_size;
     Kiln__MetricPoint *pts = calloc(n, sizeof(*pts));
     Kiln__MetricPoint **ptrs = calloc(n, sizeof(*ptrs));
-    char wid[32];
-    snprintf(wid, sizeof(wid), "w-bench-%d", a->index);
+    char *wid = worker_id;
     int64_t step = 1;
     int names = (int)KILN_ARRAY_LEN(NAMES);
     for (size_t i = 0; i < n; i++) {
@@ -130,7 +129,7 @@ static void *agent_main(void *p)
         Kiln__MetricBatch mb = KILN__METRIC_BATCH__INIT;
         mb.worker_id = wid;
         mb.job_id = (char *)job;
-        mb.attempt = 0;
+        mb.attempt = 1;
         mb.points = ptrs;
         mb.n_points = n;
         kiln_err_t err;
@@ -202,9 +201,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "ingest_bench: %s\n", err.message);
         return 1;
     }
+    /* One worker runs every job (4 ranks each), as kilnd placed them: ingestion checks that each
+     * batch comes from the worker that runs its ranks, as it does for real agents. */
+    arena_t arena;
+    arena_init(&arena, 0);
+    Kiln__RegisterRequest reg = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse regd = KILN__REGISTER_RESPONSE__INIT;
+    reg.hostname = "bench";
+    reg.address = "127.0.0.1";
+    reg.slots = (int32_t)(4 * njobs);
+    reg.slot_type = "cpu";
+    if (svc_agent_register(svc, &reg, NULL, &arena, &regd, &err)) {
+        fprintf(stderr, "ingest_bench: register: %s\n", err.message);
+        return 1;
+    }
+    kiln_strlcpy(worker_id, regd.worker_id, sizeof(worker_id));
+    arena_deinit(&arena);
     json_t *spec = json_loads("{\"name\": \"bench\", \"model\": {\"type\": \"mlp\", \"hidden\": [8], \"n_inputs\": 4,"
                               " \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"},"
-                              " \"hyperparameters\": {\"max_steps\": 100000000}}", 0, NULL);
+                              " \"resources\": {\"slots_per_node\": 4},"
+                              " \"hyperparameters\": {\"global_batch_size\": 8, \"max_steps\": 100000000}}", 0, NULL);
     for (int j = 0; j < njobs; j++) {
         json_t *job = NULL;
         bool created;
@@ -216,6 +232,21 @@ int main(int argc, char **argv)
         json_decref(job);
     }
     json_decref(spec);
+    for (int j = 0; j < njobs; j++) {
+        bool placed = false;
+        for (int tries = 0; tries < 200 && !placed; tries++) {
+            json_t *job = NULL;
+            if (svc_job_get(svc, svc_caller_kilnd(), job_ids[j], &job, &err) == 0)
+                placed = json_integer_value(json_object_get(job, "attempt")) == 1;
+            json_decref(job);
+            if (!placed)
+                usleep(50000);
+        }
+        if (!placed) {
+            fprintf(stderr, "ingest_bench: job %s was not placed on the bench worker\n", job_ids[j]);
+            return 1;
+        }
+    }
 
     /* One second of warm-up, then the measured window. */
     t_start_us = kiln_mono_us() + 1000000;
