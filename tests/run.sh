@@ -40,6 +40,11 @@ for t in "$BUILD"/tests/test_*; do
     bad_bins+=("$name")
     [ -z "$syn" ] && { failed=$((failed + 1)); tail -n 30 "$logdir/$name.log"; }
   fi
+  # No token, join token or agent credential in anything a suite printed or a server logged.
+  if grep -qaE 'SECRET IN LOG|kiln_(join_|agent_)?[A-Za-z0-9_-]{43}' "$logdir/$name.log"; then
+    echo "$name: a secret (API token, join token or agent credential) appears in its output"
+    bad_bins+=("$name(secret)"); failed=$((failed + 1))
+  fi
   if [ "${KILN_SAN:-0}" = 1 ] && grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$logdir/$name.log"; then
     echo "$name: sanitizer reported errors (log: $logdir/$name.log)"
     bad_bins+=("$name(sanitizer)"); failed=$((failed + 1))
@@ -51,7 +56,7 @@ if [ ${#bad_bins[@]} -ne 0 ]; then
   # Repeat what went wrong at the very end, so that a log cut to its last lines (CI keeps only
   # the tail) still says which test failed and why.
   for b in "${bad_bins[@]}"; do
-    log="$logdir/${b%(sanitizer)}.log"
+    log="$logdir/${b%(*}.log"
     echo "---- $b: failures ----"
     grep -aE -A8 '\[(FAIL|----)\]|ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log" | cut -c1-400 | head -n 80
     echo "---- $b: last lines ----"

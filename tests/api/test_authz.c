@@ -62,7 +62,7 @@ static void world(void)
     json_decref(admin("POST", "/v1/projects", "{\"name\": \"p\"}", 201));
     json_decref(admin("POST", "/v1/projects", "{\"name\": \"q\"}", 201));
     kiln_strlcpy(tokens[C_CLUSTER_ADMIN], at_admin_token, sizeof tokens[0]);
-    kiln_strlcpy(tokens[C_BAD], "kiln_this-token-was-never-issued-by-this-kilnd-00000", sizeof tokens[0]);
+    kiln_strlcpy(tokens[C_BAD], "kiln_never-issued", sizeof tokens[0]);
     user_with_token("viewer", 0, tokens[C_VIEWER], sizeof tokens[0]);
     user_with_token("editor", 0, tokens[C_EDITOR], sizeof tokens[0]);
     user_with_token("qadmin", 0, tokens[C_OTHER_ADMIN], sizeof tokens[0]);
