@@ -225,7 +225,7 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+	$(CC) -o $@ $< $(ALL_LIBS) $(LDLIBS) -lssl -lcrypto
 bench: $(BINS) $(BENCH_BINS)
 
 clean:

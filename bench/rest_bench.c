@@ -1,5 +1,6 @@
 /* rest_bench.c - load generator for kilnd's REST job creation (POST /v1/jobs): keep-alive
- * HTTP/1.1 over plain sockets, one epoll thread, every latency recorded.
+ * HTTP/1.1 over plain sockets or TLS (OpenSSL, with an API token), one epoll thread, every
+ * latency recorded.
  *   throughput: C connections send back to back for D seconds (closed loop) -> jobs/s.
  *   latency:    open loop at a fixed rate; each request's latency is measured from the time
  *               it was due, so a stalled server cannot hide queueing (no coordinated omission).
@@ -9,6 +10,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,8 @@
 
 typedef struct bench_conn {
     int fd;
+    SSL *ssl;                /* NULL over plain sockets */
+    bool handshaken;
     bool busy;
     int64_t due_us;          /* when the request in flight was due (open loop) or sent */
     bool measured;           /* not a warm-up request */
@@ -37,6 +42,8 @@ typedef struct bench {
     int nconns;
     bench_conn_t *conns;
     int ep;
+    SSL_CTX *tls;            /* NULL: plain text */
+    char auth[640];          /* "Authorization: Bearer ...\r\n", or "" */
     bool idempotency;
     long seq;                /* requests built */
     /* results */
@@ -66,11 +73,65 @@ static int bench_connect(bench_t *b, bench_conn_t *c)
         c->fd = -1;
         return -1;
     }
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
     epoll_ctl(b->ep, EPOLL_CTL_ADD, c->fd, &ev);
     c->busy = false;
     c->in_len = 0;
+    c->handshaken = b->tls == NULL;
+    if (b->tls) {
+        c->ssl = SSL_new(b->tls);
+        SSL_set_fd(c->ssl, c->fd);
+        SSL_set_tlsext_host_name(c->ssl, "localhost");
+        SSL_set1_host(c->ssl, "localhost");
+        SSL_set_connect_state(c->ssl);
+    }
     return 0;
+}
+
+/* The connection's byte streams, plain or TLS: > 0 bytes, 0 would block, -1 failed. */
+static ssize_t conn_write(bench_conn_t *c, const char *p, size_t n)
+{
+    if (!c->ssl) {
+        ssize_t w = write(c->fd, p, n);
+        return w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTCONN) ? 0 : w;
+    }
+    int w = SSL_write(c->ssl, p, (int)n);
+    if (w > 0)
+        return w;
+    int e = SSL_get_error(c->ssl, w);
+    return e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? 0 : -1;
+}
+
+static ssize_t conn_read(bench_conn_t *c, char *p, size_t n)
+{
+    if (!c->ssl) {
+        ssize_t r = read(c->fd, p, n);
+        return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : r == 0 ? -1 : r;
+    }
+    int r = SSL_read(c->ssl, p, (int)n);
+    if (r > 0)
+        return r;
+    int e = SSL_get_error(c->ssl, r);
+    return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? 0 : -1;
+}
+
+/* Drives the TLS handshake; true once it is done. */
+static bool conn_handshake(bench_t *b, bench_conn_t *c)
+{
+    if (c->handshaken)
+        return true;
+    int r = SSL_do_handshake(c->ssl);
+    if (r == 1) {
+        c->handshaken = true;
+        return true;
+    }
+    int e = SSL_get_error(c->ssl, r);
+    if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+        fprintf(stderr, "rest_bench: TLS handshake failed: %s\n", ERR_error_string(ERR_get_error(), NULL));
+        exit(1);
+    }
+    (void)b;
+    return false;
 }
 
 static void bench_reconnect(bench_t *b, bench_conn_t *c)
@@ -79,19 +140,24 @@ static void bench_reconnect(bench_t *b, bench_conn_t *c)
         epoll_ctl(b->ep, EPOLL_CTL_DEL, c->fd, NULL);
         close(c->fd);
     }
+    if (c->ssl)
+        SSL_free(c->ssl);
+    c->ssl = NULL;
     c->fd = -1;
     bench_connect(b, c);
 }
 
 static void bench_flush(bench_t *b, bench_conn_t *c)
 {
+    if (!conn_handshake(b, c))
+        return;
     while (c->out_off < c->out_len) {
-        ssize_t n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+        ssize_t n = conn_write(c, c->out + c->out_off, c->out_len - c->out_off);
         if (n > 0) {
             c->out_off += (size_t)n;
             continue;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTCONN)) {
+        if (n == 0) {
             struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
             epoll_ctl(b->ep, EPOLL_CTL_MOD, c->fd, &ev);
             return;
@@ -113,8 +179,8 @@ static void bench_send(bench_t *b, bench_conn_t *c, int64_t due_us, bool measure
         snprintf(key, sizeof key, "Idempotency-Key: bench-%d-%ld\r\n", (int)getpid(), id);
     c->out_len = (size_t)snprintf(c->out, sizeof c->out,
                                   "POST /v1/jobs HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                                  "%sContent-Length: %d\r\n\r\n%s",
-                                  b->host, key, bl, body);
+                                  "%s%sContent-Length: %d\r\n\r\n%s",
+                                  b->host, b->auth, key, bl, body);
     c->out_off = 0;
     c->busy = true;
     c->due_us = due_us;
@@ -134,15 +200,17 @@ static void bench_record(bench_t *b, int64_t us)
 /* Reads what arrived; completes the reply when its body is in. */
 static void bench_read(bench_t *b, bench_conn_t *c)
 {
+    if (!conn_handshake(b, c))
+        return;
     for (;;) {
-        ssize_t n = read(c->fd, c->in + c->in_len, sizeof c->in - c->in_len - 1);
+        ssize_t n = conn_read(c, c->in + c->in_len, sizeof c->in - c->in_len - 1);
         if (n > 0) {
             c->in_len += (size_t)n;
             if (c->in_len >= sizeof c->in - 1)
                 break;
             continue;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (n == 0)
             break;
         /* closed or failed: the request in flight is an error */
         if (c->busy)
@@ -202,7 +270,7 @@ static double bench_pct(bench_t *b, double p)
 static bench_conn_t *bench_idle(bench_t *b)
 {
     for (int i = 0; i < b->nconns; i++)
-        if (!b->conns[i].busy && b->conns[i].fd >= 0)
+        if (!b->conns[i].busy && b->conns[i].fd >= 0 && b->conns[i].handshaken)
             return &b->conns[i];
     return NULL;
 }
@@ -210,15 +278,15 @@ static bench_conn_t *bench_idle(bench_t *b)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: rest_bench --url http://127.0.0.1:8080 [--mode throughput|latency]\n"
+            "usage: rest_bench --url http[s]://127.0.0.1:8080 [--mode throughput|latency]\n"
             "                  [--connections C] [--duration S] [--warmup S] [--rate R]\n"
-            "                  [--idempotency]\n");
+            "                  [--idempotency] [--ca CA.pem] [--token-file FILE]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *mode = "throughput";
+    const char *url = NULL, *mode = "throughput", *ca = NULL, *token_file = NULL;
     int nconns = 32;
     double duration = 10, warmup = 1, rate = 200;
     bench_t b = {0};
@@ -233,20 +301,42 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--duration")) duration = atof(v);
         else if (!strcmp(a, "--warmup")) warmup = atof(v);
         else if (!strcmp(a, "--rate")) rate = atof(v);
+        else if (!strcmp(a, "--ca")) ca = v;
+        else if (!strcmp(a, "--token-file")) token_file = v;
         else usage();
         i++;
     }
     bool open_loop = !strcmp(mode, "latency");
-    if (!url || strncmp(url, "http://", 7) || nconns < 1 || duration <= 0 || rate <= 0 ||
+    bool https = url && !strncmp(url, "https://", 8);
+    if (!url || (strncmp(url, "http://", 7) && !https) || nconns < 1 || duration <= 0 || rate <= 0 ||
         (!open_loop && strcmp(mode, "throughput")))
         usage();
+    if (https) {
+        b.tls = SSL_CTX_new(TLS_client_method());
+        SSL_CTX_set_verify(b.tls, SSL_VERIFY_PEER, NULL);
+        if (!ca || SSL_CTX_load_verify_locations(b.tls, ca, NULL) != 1) {
+            fprintf(stderr, "rest_bench: https needs --ca with the CA that signed kilnd's certificate\n");
+            return 2;
+        }
+    }
+    if (token_file) {
+        char *tok = NULL;
+        kiln_err_t err;
+        if (kiln_file_read(token_file, &tok, NULL, &err)) {
+            fprintf(stderr, "rest_bench: %s\n", err.message);
+            return 2;
+        }
+        tok[strcspn(tok, "\r\n")] = '\0';
+        snprintf(b.auth, sizeof b.auth, "Authorization: Bearer %s\r\n", tok);
+        free(tok);
+    }
     char host[128];
-    kiln_strlcpy(host, url + 7, sizeof host);
+    kiln_strlcpy(host, url + (https ? 8 : 7), sizeof host);
     char *slash = strchr(host, '/');
     if (slash)
         *slash = '\0';
     char *colon = strrchr(host, ':');
-    int port = colon ? atoi(colon + 1) : 80;
+    int port = colon ? atoi(colon + 1) : https ? 443 : 80;
     b.host = strdup(host);
     if (colon)
         *colon = '\0';
@@ -326,8 +416,9 @@ int main(int argc, char **argv)
     qsort(b.lat, b.nlat, sizeof *b.lat, bench_cmp);
     char when[40];
     kiln_time_format(kiln_now_us(), when, sizeof when);
-    printf("rest_bench mode=%s connections=%d duration=%.1fs warmup=%.1fs%s (%s)\n", mode, nconns,
-           duration, warmup, b.idempotency ? " idempotency-key=on" : "", when);
+    printf("rest_bench mode=%s connections=%d duration=%.1fs warmup=%.1fs%s%s%s (%s)\n", mode, nconns,
+           duration, warmup, b.idempotency ? " idempotency-key=on" : "", b.tls ? " tls=on" : "",
+           b.auth[0] ? " token=on" : "", when);
     if (open_loop)
         printf("  offered rate: %.0f req/s\n", rate);
     printf("  measured requests: %zu  ok (201/200): %ld  other status: %ld  connection errors: %ld\n",
