@@ -105,7 +105,8 @@ static const cli_command_t cli_commands[] = {
 
 static const char cli_global_help[] =
     "global options (before or after the command):\n"
-    "  --url URL          kilnd's REST address (default $KILN_URL, then the profile's, else " CLI_DEFAULT_URL ")\n"
+    "  --url URL          kilnd's REST address (default $KILN_URL, then the profile's, else\n"
+    "                     " CLI_DEFAULT_URL ")\n"
     "  --tls-ca FILE      CA certificate to verify an https kilnd (default $KILN_TLS_CA, then the\n"
     "                     profile's, else the system's CAs)\n"
     "  --token-file FILE  read the API token from FILE (default $KILN_TOKEN, then the profile's);\n"

@@ -37,7 +37,8 @@ static int cli_token_from_stdin(char *out, size_t n, kiln_err_t *err)
             quiet.c_lflag &= ~(tcflag_t)ECHO;
             signal(SIGINT, cli_restore_tty_on_signal);
             signal(SIGTERM, cli_restore_tty_on_signal);
-            cli_tty_hidden = tcsetattr(0, TCSAFLUSH, &quiet) == 0;
+            /* TCSANOW, not TCSAFLUSH: a token pasted before the prompt showed is kept */
+            cli_tty_hidden = tcsetattr(0, TCSANOW, &quiet) == 0;
         }
     }
     bool more = false;
