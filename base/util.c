@@ -182,14 +182,14 @@ int kiln_file_write_atomic(const char *path, const void *data, size_t len, kiln_
     return kiln_file_write_atomic_mode(path, data, len, 0644, err);
 }
 
-int kiln_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode, kiln_err_t *err)
+int kiln_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
+                                kiln_err_t *err)
 {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    /* A leftover of a crashed writer with the same pid would keep its own mode under O_TRUNC:
-     * remove it and create the file afresh, so that it has `mode` from its first byte. */
+    /* a leftover of a crashed writer could carry another mode: start from a fresh file */
     unlink(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
     if (fd < 0)
         return kiln_err_set(err, KILN_EIO, NULL, "could not create \"%s\": %s", tmp, strerror(errno));
     const char *p = data;
