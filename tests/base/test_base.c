@@ -181,6 +181,9 @@ Test(file, private_files_and_directories)
     cr_assert_eq(kiln_file_write_atomic(path, "x", 1, &err), 0);
     cr_assert_eq(stat(path, &st), 0);
     cr_assert_eq(st.st_mode & 07777, 0644);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
 }
 
 Test(file, shm_regions_of_a_pid_are_removed)

@@ -16,19 +16,31 @@
 #define TOKEN_A "kiln_AAAAsecretAAAA"
 #define TOKEN_B "kiln_BBBBsecretBBBB"
 
-/* A fresh directory as XDG_CONFIG_HOME, with nothing of the caller's environment that would
- * change what kiln resolves. Returns the config file's path (static storage). */
+static char home_dir[64];
+
+static void remove_home(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", home_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", home_dir);
+}
+
+/* A fresh directory as XDG_CONFIG_HOME (removed when the test's process exits), with nothing of
+ * the caller's environment that would change what kiln resolves. Returns the config file's path
+ * (static storage). */
 static const char *fresh_home(void)
 {
-    static char dir[64], path[128];
-    snprintf(dir, sizeof dir, "/tmp/kiln-cfg-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    setenv("XDG_CONFIG_HOME", dir, 1);
+    static char path[128];
+    snprintf(home_dir, sizeof home_dir, "/tmp/kiln-cfg-XXXXXX");
+    cr_assert_not_null(mkdtemp(home_dir));
+    atexit(remove_home);
+    setenv("XDG_CONFIG_HOME", home_dir, 1);
     unsetenv("KILN_URL");
     unsetenv("KILN_TOKEN");
     unsetenv("KILN_TLS_CA");
     unsetenv("KILN_PROFILE");
-    snprintf(path, sizeof path, "%s/kiln/config.json", dir);
+    snprintf(path, sizeof path, "%s/kiln/config.json", home_dir);
     return path;
 }
 

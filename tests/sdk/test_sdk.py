@@ -10,10 +10,12 @@ KILN_SDK_REQUIRE_SERVER=1, which turns "no server" into a failure instead of a s
     /usr/bin/python3 -m unittest discover -s tests/sdk
 """
 
+import atexit
 import contextlib
 import io
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -28,6 +30,7 @@ import kiln  # noqa: E402
 # The saved logins of whoever runs the tests stay out of them: clients here get their URL,
 # token and CA from the environment the suites set, or from config files the tests write.
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="kiln-sdk-cfg-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], True)
 os.environ.pop("KILN_PROFILE", None)
 
 DATA = os.path.join(ROOT, "data", "tinyshakespeare.txt")
@@ -120,6 +123,7 @@ class Config(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="kiln-sdk-cfg-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.env = {"XDG_CONFIG_HOME": self.dir, "HOME": "/nonexistent"}
         self.path = os.path.join(self.dir, "kiln", "config.json")
 
