@@ -164,8 +164,15 @@ int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *er
 /* Writes data to path atomically: temporary file in the same directory, fsync, rename, fsync of
  * the directory. Returns 0 or KILN_EIO. */
 int kiln_file_write_atomic(const char *path, const void *data, size_t len, kiln_err_t *err);
-/* mkdir -p. Returns 0 or KILN_EIO. */
+/* Same with the new file's mode (0600 for secrets): the temporary file is created with it, so the
+ * data is never readable by others, even for a moment. */
+int kiln_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
+                                kiln_err_t *err);
+/* mkdir -p: directories it creates get mode 0755. Returns 0 or KILN_EIO. */
 int kiln_mkdirs(const char *path, kiln_err_t *err);
+/* mkdir -p with the mode (before the umask) of the directories it creates; existing ones are left
+ * as they are. Returns 0, KILN_EINVAL (path too long) or KILN_EIO. */
+int kiln_mkdirs_mode(const char *path, unsigned mode, kiln_err_t *err);
 
 /* Removes the shared-memory objects /dev/shm/<pid>:* that libfabric's shm provider creates for
  * process pid. A rank killed by a signal cannot remove its own, and a later process that reuses

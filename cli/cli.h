@@ -1,7 +1,8 @@
 /* cli.h - the `kiln` command-line client: subcommands that talk to kilnd's REST API (libcurl +
- * jansson) and print readable tables, plus the pure formatting helpers they use (exposed so the
- * tests can check output on canned JSON). It is a client only: it never touches the database or
- * the agents, and it keeps no state between runs. */
+ * jansson) and print readable tables, plus what the tests check without a server: the pure
+ * formatting helpers (on canned JSON), option parsing, and the config file of saved logins.
+ * It is a client only: it never touches the database or the agents; the only state it keeps
+ * between runs is that config file ($XDG_CONFIG_HOME/kiln/config.json, written by kiln login). */
 #ifndef KILN_CLI_H
 #define KILN_CLI_H
 
@@ -18,10 +19,99 @@
 /* Exit statuses of `kiln`. */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_ERROR = 1, CLI_EXIT_USAGE = 2 };
 
-/* Runs `kiln` with argv (argv[0] is the program name): parses the global options (--url, --json,
- * --help), dispatches the subcommand, prints to stdout/stderr. Returns the process exit status
- * (CLI_EXIT_*). Not thread-safe (uses stdio and libcurl's global init). */
+/* Runs `kiln` with argv (argv[0] is the program name): parses the global options (--url,
+ * --tls-ca, --profile, --token-file, --json, --help), resolves where kilnd is and which token to
+ * send (cli_settings_resolve), dispatches the subcommand, prints to stdout/stderr. Returns the
+ * process exit status (CLI_EXIT_*). Not thread-safe (uses stdio, the environment and libcurl's
+ * global init). */
 int cli_main(int argc, char **argv);
+
+/* ---- global options, settings and the config file -------------------------------------------- */
+
+/* The global options as given on the command line; NULL / false when absent. The strings point
+ * into argv. */
+typedef struct cli_globals {
+    const char *url;          /* --url URL */
+    const char *tls_ca;       /* --tls-ca FILE */
+    const char *profile;      /* --profile NAME */
+    const char *token_file;   /* --token-file FILE (a token is never taken as an argument) */
+    bool json;                /* --json */
+} cli_globals_t;
+
+/* Takes the global options out of argv[1..argc) (they may stand before or after the command,
+ * up to a "--") into *g and copies the other arguments, in order, to args (room for argc
+ * entries; OUT) with their count in *nargs. Returns 0, or CLI_EXIT_USAGE after printing the
+ * usage error (a missing value, or "--token", which is refused: other users can read a process's
+ * arguments). */
+int cli_parse_globals(int argc, char **argv, cli_globals_t *g, char **args, int *nargs);
+
+/* Where a setting came from, strongest first. */
+typedef enum {
+    CLI_FROM_NONE = 0,   /* not set (no token) */
+    CLI_FROM_FLAG,       /* --url, --token-file, --tls-ca */
+    CLI_FROM_ENV,        /* KILN_URL, KILN_TOKEN, KILN_TLS_CA */
+    CLI_FROM_PROFILE,    /* the selected profile of the config file */
+    CLI_FROM_DEFAULT     /* CLI_DEFAULT_URL */
+} cli_source_t;
+
+/* What the client talks to and with: each of url, token and CA from the first of flags,
+ * environment and the selected profile that has it. A profile is bound to its URL: its token
+ * and CA are used only for that URL (normalised), never sent to another kilnd named by --url or
+ * KILN_URL. */
+typedef struct cli_settings {
+    char url[1024];            /* normalised (cli_url_normalize) */
+    char token[512];           /* "" when none; a secret: never printed */
+    char ca_file[1024];        /* "" for the system's CAs */
+    cli_source_t url_from, token_from, ca_from;
+    char token_file[1024];     /* --token-file, when the token came from it */
+    char profile[64];          /* the selected profile ("" when the config file was not read) */
+    bool profile_chosen;       /* selected by --profile or KILN_PROFILE, not by "current" */
+    bool profile_exists;       /* the config file holds it */
+    bool profile_other_url;    /* it exists, but for profile_url, not for url: not used */
+    char profile_url[1024];
+    char config_path[1024];    /* "" when the config file was not needed */
+} cli_settings_t;
+
+/* Fills *s (OUT) from g, the environment (KILN_URL, KILN_TOKEN, KILN_TLS_CA, KILN_PROFILE) and,
+ * unless flags and environment give all three settings and no profile is named, the config
+ * file (cli_config_path, cli_config_load). The profile is --profile, else KILN_PROFILE, else the
+ * file's "current", else "default"; a named profile the file lacks is not an error here
+ * (s->profile_exists says). Returns 0, or the error of reading --token-file or the config file
+ * (err filled; never with a token's text in it). */
+int cli_settings_resolve(const cli_globals_t *g, cli_settings_t *s, kiln_err_t *err);
+
+/* Writes url normalised into out: a bare "host:port" gets "http://", trailing slashes go.
+ * Returns out ("" for NULL or ""). */
+char *cli_url_normalize(const char *url, char *out, size_t n);
+
+/* The config file's path: $XDG_CONFIG_HOME/kiln/config.json when XDG_CONFIG_HOME is an absolute
+ * path, else $HOME/.config/kiln/config.json. Returns 0 or KILN_EINVAL when neither is known. */
+int cli_config_path(char *out, size_t n, kiln_err_t *err);
+
+/* Reads the config file at path into *out (OUT; caller owns, json_decref): an object with a
+ * "profiles" object (added when absent) and optionally "current". A missing file gives
+ * {"profiles": {}}. Refused (KILN_EPERM) when group or others have any permission on the file,
+ * since it holds tokens; KILN_EINVAL when it is not such JSON (the message gives line and column,
+ * never the text); KILN_EIO when it cannot be read. */
+int cli_config_load(const char *path, json_t **out, kiln_err_t *err);
+
+/* Writes cfg to path atomically (a temporary file renamed over it) with mode 0600, creating
+ * missing directories with mode 0700. Returns 0 or KILN_EIO / KILN_ENOMEM. */
+int cli_config_save(const char *path, const json_t *cfg, kiln_err_t *err);
+
+/* Takes a token out of text (what a token file or stdin held): surrounding white space is
+ * dropped; what remains must be 1 to 256 printable characters without spaces. what names the
+ * source in errors ("stdin", "token file \"F\""), which never quote the text. Returns 0 or
+ * KILN_EINVAL. */
+int cli_token_parse(const char *text, const char *what, char *out, size_t n, kiln_err_t *err);
+
+/* After a 401 from kilnd: says which token was sent (from --token-file, KILN_TOKEN, a profile, or
+ * none) and how to get a valid one (kiln login). Never prints the token. */
+void cli_print_auth_note(FILE *out, const cli_settings_t *s);
+
+/* Parses a lifetime: a whole number with an optional unit, s (the default), m, h or d ("30d",
+ * "12h", "3600s"). False for anything else, for 0 and for more than 100 years. */
+bool cli_parse_duration(const char *s, int64_t *seconds);
 
 /* ---- formatting helpers (no I/O besides the FILE * they are given) ------------------------ */
 
@@ -35,6 +125,9 @@ char *cli_fmt_value(double v, char *buf, size_t n);
  * buckets when there are more values than cells. buf receives UTF-8 (3 bytes a cell; n >=
  * 3 * width + 1). Constant series draw at mid height. Returns buf ("" when count is 0). */
 char *cli_sparkline(const double *values, size_t count, int width, char *buf, size_t n);
+/* An RFC 3339 time ("2026-11-21T06:04:37.123Z") as "2026-11-21 06:04:37" (UTC); "-" when it is
+ * absent or malformed. Returns buf (n >= 24). */
+char *cli_fmt_time(const char *rfc3339, char *buf, size_t n);
 /* First 8 characters of a job id (the short id shown in tables). Returns buf (n >= 9). */
 char *cli_short_id(const char *id, char *buf, size_t n);
 
@@ -53,6 +146,15 @@ void cli_print_metrics_raw(FILE *out, const json_t *reply);
 void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us);
 /* Prints one log line object as "[rank N] line" ("[rank N, attempt A] line" for attempts > 1). */
 void cli_print_log_line(FILE *out, const json_t *line);
+/* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,
+ * /v1/projects/{p}/members). whoami: login_from says where the token came from ("" to leave the
+ * line out). projects: roles is a whoami reply (may be NULL) giving the caller's role where the
+ * list has none (a cluster admin's listing). */
+void cli_print_whoami(FILE *out, const json_t *reply, const char *url, const char *login_from);
+void cli_print_users(FILE *out, const json_t *reply);
+void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us);
+void cli_print_projects(FILE *out, const json_t *reply, const json_t *roles);
+void cli_print_members(FILE *out, const json_t *reply);
 /* Prints err as "error: FIELD: MESSAGE", then "detail: ..." and "hint: ..." lines when set. */
 void cli_print_error(FILE *out, const kiln_err_t *err);
 /* Fills err from an API error reply body ({code, message, detail, hint, field}) and an HTTP

@@ -6,16 +6,15 @@
 #include "cli/cli.h"
 
 typedef struct cli_client {
-    char url[1024];        /* kilnd base URL without a trailing slash */
-    long timeout_ms;       /* bound for one non-streaming request */
-    bool json;             /* --json: print raw API replies instead of tables */
-    char token[512];       /* API token sent as "Authorization: Bearer" ("" for none) */
-    char ca_file[1024];    /* CA to verify an https kilnd against ("" for the system's) */
+    cli_settings_t settings; /* url (no trailing slash), the token sent as "Authorization: Bearer"
+                                ("" for none), the CA an https kilnd is verified against ("" for
+                                the system's), and where each came from */
+    long timeout_ms;         /* bound for one non-streaming request */
+    bool json;               /* --json: print raw API replies instead of tables */
 } cli_client_t;
 
-/* Sets up a client for url (NULL: KILN_URL, then CLI_DEFAULT_URL), with the token of KILN_TOKEN
- * and the CA of KILN_TLS_CA. */
-void cli_client_init(cli_client_t *c, const char *url);
+/* Sets up a client with the resolved settings s (copied). */
+void cli_client_init(cli_client_t *c, const cli_settings_t *s);
 
 /* One request to kilnd. path starts with "/" and may carry a query string. body may be NULL.
  * headers is NULL or a NULL-terminated list of "Name: value". On a 2xx reply returns 0, sets
@@ -36,6 +35,8 @@ int cli_stream(const cli_client_t *c, const char *path, const char *const *heade
 /* Appends "&key=value" (or "?key=value" for the first) to path (a heap string, may be
  * reallocated), URL-escaping value. Returns 0 or KILN_ENOMEM. */
 int cli_path_add(char **path, const char *key, const char *value);
+/* URL-escapes s as one path segment into out. Returns out ("" when it does not fit). */
+char *cli_path_segment(const char *s, char *out, size_t n);
 
 /* Resolves a job reference (a full id, a unique id prefix, or a unique job name) to a full id.
  * out must hold 64 bytes. Returns 0, KILN_ENOTFOUND, KILN_EINVAL (ambiguous) or a request error. */
@@ -56,6 +57,21 @@ int cli_cmd_logs(cli_client_t *c, int argc, char **argv);
 int cli_cmd_metrics(cli_client_t *c, int argc, char **argv);
 int cli_cmd_workers(cli_client_t *c, int argc, char **argv);
 int cli_cmd_version(cli_client_t *c, int argc, char **argv);
+int cli_cmd_login(cli_client_t *c, int argc, char **argv);
+int cli_cmd_logout(cli_client_t *c, int argc, char **argv);
+int cli_cmd_whoami(cli_client_t *c, int argc, char **argv);
+int cli_cmd_users(cli_client_t *c, int argc, char **argv);
+int cli_cmd_tokens(cli_client_t *c, int argc, char **argv);
+int cli_cmd_projects(cli_client_t *c, int argc, char **argv);
+
+/* Prints err to stderr (cli_print_error) and, for a 401, which token was sent and how to get a
+ * valid one (cli_print_auth_note). Returns CLI_EXIT_ERROR. */
+int cli_fail(const cli_client_t *c, const kiln_err_t *err);
+/* Says where the token in s came from, for people: "KILN_TOKEN", "--token-file F", "profile
+ * \"NAME\" (PATH)" or "none". Returns buf. */
+char *cli_token_source(const cli_settings_t *s, char *buf, size_t n);
+/* Prints j indented on stdout (what --json shows). */
+void cli_print_json(const json_t *j);
 
 /* Follows a job's logs (history, then live) until the job ends, printing each line to stdout;
  * reconnects with Last-Event-ID when the connection drops while the job runs. rank -1: every

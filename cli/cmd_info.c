@@ -57,10 +57,7 @@ int cli_cmd_metrics(cli_client_t *c, int argc, char **argv)
         goto fail;
     }
     if (c->json) {
-        char *s = json_dumps(reply, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-        if (s)
-            puts(s);
-        free(s);
+        cli_print_json(reply);
     } else if (raw) {
         cli_print_metrics_raw(stdout, reply);
     } else {
@@ -69,8 +66,7 @@ int cli_cmd_metrics(cli_client_t *c, int argc, char **argv)
     goto done;
 
 fail:
-    cli_print_error(stderr, &err);
-    rc = CLI_EXIT_ERROR;
+    rc = cli_fail(c, &err);
 done:
     free(p);
     json_decref(reply);
@@ -84,15 +80,10 @@ int cli_cmd_workers(cli_client_t *c, int argc, char **argv)
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *reply = NULL;
-    if (cli_request(c, "GET", "/v1/workers", NULL, NULL, NULL, &reply, &err) != 0) {
-        cli_print_error(stderr, &err);
-        return CLI_EXIT_ERROR;
-    }
+    if (cli_request(c, "GET", "/v1/workers", NULL, NULL, NULL, &reply, &err) != 0)
+        return cli_fail(c, &err);
     if (c->json) {
-        char *s = json_dumps(reply, JSON_INDENT(2));
-        if (s)
-            puts(s);
-        free(s);
+        cli_print_json(reply);
     } else {
         cli_print_workers(stdout, reply, kiln_now_us());
     }
@@ -113,10 +104,10 @@ int cli_cmd_version(cli_client_t *c, int argc, char **argv)
     c->timeout_ms = 3000;
     if (cli_request(c, "GET", "/healthz", NULL, NULL, NULL, &reply, &err) == 0) {
         const char *ver = cli_jstr(reply, "version");
-        printf("kilnd at %s: %s%s%s\n", c->url, *cli_jstr(reply, "status") ? cli_jstr(reply, "status") : "ok",
+        printf("kilnd at %s: %s%s%s\n", c->settings.url, *cli_jstr(reply, "status") ? cli_jstr(reply, "status") : "ok",
                *ver ? ", version " : "", ver);
     } else {
-        printf("kilnd at %s: unreachable (%s)\n", c->url, err.message);
+        printf("kilnd at %s: unreachable (%s)\n", c->settings.url, err.message);
     }
     c->timeout_ms = saved;
     json_decref(reply);

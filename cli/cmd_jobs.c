@@ -7,21 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cli_fail(const kiln_err_t *err)
-{
-    cli_print_error(stderr, err);
-    return CLI_EXIT_ERROR;
-}
-
-static void cli_print_json(const json_t *j)
-{
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-    if (s) {
-        puts(s);
-        free(s);
-    }
-}
-
 /* Reads a job spec from path ("-": stdin) and parses it; JSON syntax errors name line and column. */
 static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
 {
@@ -100,7 +85,7 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
     const char *headers[2] = {NULL, NULL};
     long http = 0;
     if (cli_read_spec(file, &spec, &err) != 0) {
-        rc = cli_fail(&err);
+        rc = cli_fail(c, &err);
         goto done;
     }
     cli_absolutize_data(spec);
@@ -109,7 +94,7 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
         headers[0] = header;
     }
     if (cli_request(c, "POST", "/v1/jobs", spec, headers, &http, &job, &err) != 0) {
-        rc = cli_fail(&err);
+        rc = cli_fail(c, &err);
         goto done;
     }
     const char *id = cli_jstr(job, "id");
@@ -129,7 +114,7 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
     if (follow) {
         char final_state[32] = "";
         if (cli_follow_logs(c, id, -1, NULL, final_state, &err) != 0) {
-            rc = cli_fail(&err);
+            rc = cli_fail(c, &err);
             goto done;
         }
         if (!strcmp(final_state, "FAILED"))
@@ -196,13 +181,13 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
             (token && cli_path_add(&path, "page_token", token) != 0)) {
             free(path);
             kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
-            rc = cli_fail(&err);
+            rc = cli_fail(c, &err);
             goto done;
         }
         int r = cli_request(c, "GET", path, NULL, NULL, NULL, &page, &err);
         free(path);
         if (r != 0) {
-            rc = cli_fail(&err);
+            rc = cli_fail(c, &err);
             goto done;
         }
         json_array_extend(acc, json_object_get(page, "jobs"));
@@ -276,17 +261,17 @@ int cli_cmd_describe(cli_client_t *c, int argc, char **argv)
     json_t *job = NULL, *events = NULL;
     char id[64], path[160];
     if (cli_resolve_job(c, ref, id, &err) != 0) {
-        rc = cli_fail(&err);
+        rc = cli_fail(c, &err);
         goto done;
     }
     snprintf(path, sizeof(path), "/v1/jobs/%s", id);
     if (cli_request(c, "GET", path, NULL, NULL, NULL, &job, &err) != 0) {
-        rc = cli_fail(&err);
+        rc = cli_fail(c, &err);
         goto done;
     }
     snprintf(path, sizeof(path), "/v1/jobs/%s/events", id);
     if (cli_request(c, "GET", path, NULL, NULL, NULL, &events, &err) != 0) {
-        rc = cli_fail(&err);
+        rc = cli_fail(c, &err);
         goto done;
     }
     if (c->json) {
@@ -328,13 +313,13 @@ int cli_cmd_stop(cli_client_t *c, int argc, char **argv)
     json_t *job = NULL, *body = NULL;
     char id[64], path[160];
     if (cli_resolve_job(c, ref, id, &err) != 0) {
-        rc = cli_fail(&err);
+        rc = cli_fail(c, &err);
         goto done;
     }
     body = reason ? json_pack("{s:s}", "reason", reason) : json_object();
     snprintf(path, sizeof(path), "/v1/jobs/%s:stop", id);
     if (cli_request(c, "POST", path, body, NULL, NULL, &job, &err) != 0) {
-        rc = cli_fail(&err);
+        rc = cli_fail(c, &err);
         goto done;
     }
     if (c->json)

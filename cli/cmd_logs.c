@@ -247,21 +247,18 @@ int cli_cmd_logs(cli_client_t *c, int argc, char **argv)
     kiln_err_clear(&err);
     char id[64];
     if (cli_resolve_job(c, ref, id, &err) != 0) {
-        cli_print_error(stderr, &err);
-        return CLI_EXIT_ERROR;
+        return cli_fail(c, &err);
     }
     if (follow) {
         char final_state[32];
         if (cli_follow_logs(c, id, (int)rank, since, final_state, &err) != 0) {
-            cli_print_error(stderr, &err);
-            return CLI_EXIT_ERROR;
+            return cli_fail(c, &err);
         }
         return strcmp(final_state, "FAILED") ? CLI_EXIT_OK : CLI_EXIT_ERROR;
     }
     int64_t last = 0;
     if (cli_logs_history(c, id, (int)rank, since, limit, &last, &err) != 0) {
-        cli_print_error(stderr, &err);
-        return CLI_EXIT_ERROR;
+        return cli_fail(c, &err);
     }
     return CLI_EXIT_OK;
 }

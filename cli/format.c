@@ -1,6 +1,6 @@
-/* format.c - how `kiln` shows things: aligned tables of jobs, workers and metrics, the describe
- * page, log lines, sparklines, durations and API errors. Pure functions over jansson values and
- * a FILE *; no network here. */
+/* format.c - how `kiln` shows things: aligned tables of jobs, workers, metrics, users, tokens,
+ * projects and members, the describe and whoami pages, log lines, sparklines, durations and API
+ * errors. Pure functions over jansson values and a FILE *; no network here. */
 #include "cli/cli_int.h"
 
 #include <math.h>
@@ -123,8 +123,7 @@ static char *cli_clip(const char *s, size_t max, char *buf, size_t n)
     return buf;
 }
 
-/* "2026-11-21T06:04:37.123Z" -> "2026-11-21 06:04:37" (UTC). */
-static char *cli_fmt_time(const char *rfc3339, char *buf, size_t n)
+char *cli_fmt_time(const char *rfc3339, char *buf, size_t n)
 {
     int64_t us;
     if (!rfc3339 || !*rfc3339 || kiln_time_parse(rfc3339, &us) != 0) {
@@ -225,6 +224,24 @@ static void cli_table_print(FILE *out, cli_table_t *t)
     free(t->cells);
     t->cells = NULL;
     t->nrows = t->cap = 0;
+}
+
+/* Prints the table indented by two spaces (inside a describe-style page). */
+static void cli_table_print_indented(FILE *out, cli_table_t *t)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem)
+        return;
+    cli_table_print(mem, t);
+    fclose(mem);
+    for (char *line = text; line && *line;) {
+        char *nl = strchr(line, '\n');
+        fprintf(out, "  %.*s\n", (int)(nl ? nl - line : (long)strlen(line)), line);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
 }
 
 /* ---- jobs --------------------------------------------------------------------------------- */
@@ -435,20 +452,7 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
                                  "\u2192", cli_jstr(e, "to_state"), cli_jstr(e, "reason")};
             cli_table_row(&t, row);
         }
-        /* Indent the table by two spaces. */
-        char *text = NULL;
-        size_t len = 0;
-        FILE *mem = open_memstream(&text, &len);
-        if (mem) {
-            cli_table_print(mem, &t);
-            fclose(mem);
-            for (char *line = text; line && *line;) {
-                char *nl = strchr(line, '\n');
-                fprintf(out, "  %.*s\n", (int)(nl ? nl - line : (long)strlen(line)), line);
-                line = nl ? nl + 1 : NULL;
-            }
-            free(text);
-        }
+        cli_table_print_indented(out, &t);
     }
 }
 
@@ -558,6 +562,146 @@ void cli_print_log_line(FILE *out, const json_t *line)
         fprintf(out, "[rank %.0f, attempt %.0f] %s\n", rank, attempt, cli_jstr(line, "line"));
     else
         fprintf(out, "[rank %.0f] %s\n", rank, cli_jstr(line, "line"));
+}
+
+/* ---- identity: whoami, users, tokens, projects, members -------------------------------------- */
+
+void cli_print_whoami(FILE *out, const json_t *reply, const char *url, const char *login_from)
+{
+    bool admin = json_is_true(json_object_get(reply, "cluster_admin"));
+    const char *token_id = cli_jstr(reply, "token_id"), *expires = cli_jstr(reply, "token_expires_at");
+    char tb[40];
+    cli_kv(out, "User", "%s%s", cli_jstr(reply, "user"), admin ? " (cluster admin)" : "");
+    if (!*token_id)
+        cli_kv(out, "Token", "none: this kilnd does not check tokens");
+    else if (*expires)
+        cli_kv(out, "Token", "%s, expires %s UTC", token_id, cli_fmt_time(expires, tb, sizeof(tb)));
+    else
+        cli_kv(out, "Token", "%s, does not expire", token_id);
+    if (url && *url)
+        cli_kv(out, "kilnd", "%s", url);
+    if (login_from && *login_from)
+        cli_kv(out, "Login", "%s", login_from);
+    json_t *projects = json_object_get(reply, "projects");
+    if (json_array_size(projects) == 0) {
+        cli_kv(out, "Projects", "%s", admin ? "none as a member (a cluster admin reads and manages every project)"
+                                            : "none yet (a project admin adds you with kiln projects add-member)");
+        return;
+    }
+    fprintf(out, "Projects:\n");
+    cli_table_t t;
+    cli_table_init(&t, "PROJECT ROLE");
+    size_t i;
+    json_t *p;
+    json_array_foreach(projects, i, p) {
+        const char *row[] = {cli_jstr(p, "project"), cli_jstr(p, "role")};
+        cli_table_row(&t, row);
+    }
+    cli_table_print_indented(out, &t);
+}
+
+void cli_print_users(FILE *out, const json_t *reply)
+{
+    cli_table_t t;
+    cli_table_init(&t, "NAME CLUSTER-ADMIN CREATED CREATED-BY");
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(reply, "users"), i, u) {
+        char tb[40];
+        const char *row[] = {cli_jstr(u, "name"), json_is_true(json_object_get(u, "cluster_admin")) ? "yes" : "no",
+                             cli_fmt_time(cli_jstr(u, "created_at"), tb, sizeof(tb)), cli_jstr(u, "created_by")};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no users\n");
+        return;
+    }
+    cli_table_print(out, &t);
+}
+
+void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us)
+{
+    cli_table_t t;
+    cli_table_init(&t, "ID USER STATE CREATED EXPIRES LAST-USED DESCRIPTION");
+    size_t i;
+    json_t *k;
+    json_array_foreach(json_object_get(reply, "tokens"), i, k) {
+        char created[40], expires[40], used[40];
+        int64_t exp_us = cli_jtime(k, "expires_at"), used_us = cli_jtime(k, "last_used_at");
+        const char *state = cli_jtime(k, "revoked_at") ? "revoked" : exp_us && exp_us <= now_us ? "expired" : "active";
+        cli_fmt_time(cli_jstr(k, "created_at"), created, sizeof(created));
+        if (exp_us)
+            cli_fmt_time(cli_jstr(k, "expires_at"), expires, sizeof(expires));
+        else
+            snprintf(expires, sizeof(expires), "never");
+        if (used_us) {
+            char d[24];
+            snprintf(used, sizeof(used), "%s ago", cli_fmt_duration((double)(now_us - used_us) / 1e6, d, sizeof(d)));
+        } else {
+            snprintf(used, sizeof(used), "never");
+        }
+        const char *row[] = {cli_jstr(k, "id"), cli_jstr(k, "user"), state, created, expires, used,
+                             cli_jstr(k, "description")};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no tokens\n");
+        return;
+    }
+    cli_table_print(out, &t);
+}
+
+/* The caller's role in project according to a whoami reply; "" when it has none. */
+static const char *cli_whoami_role(const json_t *whoami, const char *project)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(whoami, "projects"), i, p)
+        if (!strcmp(cli_jstr(p, "project"), project))
+            return cli_jstr(p, "role");
+    return "";
+}
+
+void cli_print_projects(FILE *out, const json_t *reply, const json_t *roles)
+{
+    bool admin = json_is_true(json_object_get(roles, "cluster_admin"));
+    cli_table_t t;
+    cli_table_init(&t, "NAME ROLE CREATED CREATED-BY");
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(reply, "projects"), i, p) {
+        char tb[40];
+        const char *name = cli_jstr(p, "name"), *role = cli_jstr(p, "role");
+        if (!*role)
+            role = cli_whoami_role(roles, name);
+        if (!*role && admin)
+            role = "(cluster admin)";
+        const char *row[] = {name, role, cli_fmt_time(cli_jstr(p, "created_at"), tb, sizeof(tb)),
+                             cli_jstr(p, "created_by")};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no projects%s\n", admin ? "" : " (a project admin adds you with kiln projects add-member)");
+        return;
+    }
+    cli_table_print(out, &t);
+}
+
+void cli_print_members(FILE *out, const json_t *reply)
+{
+    cli_table_t t;
+    cli_table_init(&t, "USER ROLE");
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(reply, "members"), i, m) {
+        const char *row[] = {cli_jstr(m, "user"), cli_jstr(m, "role")};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no members\n");
+        return;
+    }
+    cli_table_print(out, &t);
 }
 
 /* ---- errors ------------------------------------------------------------------------------- */

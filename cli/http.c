@@ -9,35 +9,21 @@
 #include <string.h>
 #include <strings.h>
 
-void cli_client_init(cli_client_t *c, const char *url)
+void cli_client_init(cli_client_t *c, const cli_settings_t *s)
 {
     memset(c, 0, sizeof(*c));
-    if (!url || !*url)
-        url = getenv("KILN_URL");
-    if (!url || !*url)
-        url = CLI_DEFAULT_URL;
-    /* A bare host:port is accepted for convenience. */
-    if (!strstr(url, "://"))
-        snprintf(c->url, sizeof(c->url), "http://%s", url);
-    else
-        kiln_strlcpy(c->url, url, sizeof(c->url));
-    size_t n = strlen(c->url);
-    while (n > 0 && c->url[n - 1] == '/')
-        c->url[--n] = '\0';
+    c->settings = *s;
     c->timeout_ms = 30000;
-    const char *tok = getenv("KILN_TOKEN"), *ca = getenv("KILN_TLS_CA");
-    kiln_strlcpy(c->token, tok ? tok : "", sizeof(c->token));
-    kiln_strlcpy(c->ca_file, ca ? ca : "", sizeof(c->ca_file));
 }
 
 /* What every request to kilnd carries: the token and, for https, the CA to verify it against.
  * auth (caller's storage, >= 600 bytes) holds the header line while the request runs. */
 static struct curl_slist *cli_curl_auth(const cli_client_t *c, CURL *h, struct curl_slist *hl, char *auth)
 {
-    if (c->ca_file[0])
-        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
-    if (c->token[0]) {
-        snprintf(auth, 600, "Authorization: Bearer %s", c->token);
+    if (c->settings.ca_file[0])
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->settings.ca_file);
+    if (c->settings.token[0]) {
+        snprintf(auth, 600, "Authorization: Bearer %s", c->settings.token);
         hl = curl_slist_append(hl, auth);
     }
     return hl;
@@ -96,9 +82,9 @@ static int cli_connect_error(const cli_client_t *c, CURLcode rc, const char *err
 {
     const char *why = errbuf && *errbuf ? errbuf : curl_easy_strerror(rc);
     if (rc == CURLE_OPERATION_TIMEDOUT)
-        return kiln_err_set(err, KILN_ETIMEDOUT, NULL, "request to kilnd at %s timed out: %s", c->url, why);
+        return kiln_err_set(err, KILN_ETIMEDOUT, NULL, "request to kilnd at %s timed out: %s", c->settings.url, why);
     return kiln_err_set(err, KILN_EUNAVAIL, NULL,
-                        "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->url, why);
+                        "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->settings.url, why);
 }
 
 int cli_request(const cli_client_t *c, const char *method, const char *path, const json_t *body,
@@ -115,12 +101,12 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
     *out = NULL;
     cli_curl_global();
     h = curl_easy_init();
-    url = malloc(strlen(c->url) + strlen(path) + 1);
+    url = malloc(strlen(c->settings.url) + strlen(path) + 1);
     if (!h || !url) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;
     }
-    strcpy(url, c->url);
+    strcpy(url, c->settings.url);
     strcat(url, path);
     hl = curl_slist_append(hl, "Accept: application/json");
     hl = cli_curl_auth(c, h, hl, auth);
@@ -220,12 +206,12 @@ int cli_stream(const cli_client_t *c, const char *path, const char *const *heade
     cli_curl_global();
     s.sse = sse;
     s.h = curl_easy_init();
-    url = malloc(strlen(c->url) + strlen(path) + 1);
+    url = malloc(strlen(c->settings.url) + strlen(path) + 1);
     if (!s.h || !url) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;
     }
-    strcpy(url, c->url);
+    strcpy(url, c->settings.url);
     strcat(url, path);
     hl = curl_slist_append(hl, "Accept: text/event-stream");
     hl = cli_curl_auth(c, s.h, hl, auth);
@@ -254,9 +240,9 @@ int cli_stream(const cli_client_t *c, const char *path, const char *const *heade
         const char *why = *errbuf ? errbuf : curl_easy_strerror(cr);
         if (s.status == 0 && cr == CURLE_COULDNT_CONNECT)
             rc = kiln_err_set(err, KILN_ECOMM, NULL,
-                              "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->url, why);
+                              "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->settings.url, why);
         else
-            rc = kiln_err_set(err, KILN_ECOMM, NULL, "log stream from %s dropped: %s", c->url, why);
+            rc = kiln_err_set(err, KILN_ECOMM, NULL, "log stream from %s dropped: %s", c->settings.url, why);
     }
 
 fail:
@@ -288,6 +274,17 @@ int cli_path_add(char **path, const char *key, const char *value)
     curl_free(esc);
     *path = np;
     return 0;
+}
+
+char *cli_path_segment(const char *s, char *out, size_t n)
+{
+    char *esc = curl_easy_escape(NULL, s, 0);
+    if (!esc || strlen(esc) >= n)
+        snprintf(out, n, "%s", "");
+    else
+        snprintf(out, n, "%s", esc);
+    curl_free(esc);
+    return out;
 }
 
 static bool cli_looks_like_uuid(const char *s)

@@ -13,7 +13,13 @@ pg_start || { echo "tests: could not start PostgreSQL"; exit 1; }
 KILN_TEST_TLS_DIR=$(mktemp -d /tmp/kiln-tls.XXXXXX)
 export KILN_TEST_TLS_DIR
 bash scripts/make-certs.sh "$KILN_TEST_TLS_DIR" || { echo "tests: could not make test certificates"; exit 1; }
-trap 'pg_stop; rm -rf "$KILN_TEST_TLS_DIR"' EXIT
+# The clients' settings of whoever runs the tests stay out of them: no KILN_URL, KILN_TOKEN,
+# KILN_TLS_CA or KILN_PROFILE (kilnd would even take KILN_TLS_CA as its own --tls-ca), and an
+# empty config directory instead of the saved logins of `kiln login`.
+unset KILN_URL KILN_TOKEN KILN_TLS_CA KILN_PROFILE
+XDG_CONFIG_HOME=$(mktemp -d /tmp/kiln-cfg.XXXXXX)
+export XDG_CONFIG_HOME
+trap 'pg_stop; rm -rf "$KILN_TEST_TLS_DIR" "$XDG_CONFIG_HOME"' EXIT
 
 if [ "${KILN_SAN:-0}" = 1 ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}

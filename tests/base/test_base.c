@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 Test(status, table_maps_every_code)
@@ -149,6 +150,40 @@ Test(file, atomic_write_then_read)
     snprintf(path, sizeof(path), "%s/missing", dir);
     cr_assert_eq(kiln_file_read(path, &out, &len, &err), KILN_ENOTFOUND);
     cr_assert(strstr(err.message, "could not open"));
+}
+
+Test(file, private_files_and_directories)
+{
+    char dir[] = "/tmp/kiln-base-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    umask(0);
+    char sub[256], path[300];
+    snprintf(sub, sizeof(sub), "%s/p/q", dir);
+    kiln_err_t err;
+    cr_assert_eq(kiln_mkdirs_mode(sub, 0700, &err), 0);
+    struct stat st;
+    cr_assert_eq(stat(sub, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0700);
+    snprintf(path, sizeof(path), "%s/p", dir);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0700);
+    /* A leftover temporary file of the same pid, readable by all, does not lend its mode. */
+    snprintf(path, sizeof(path), "%s/secret.tmp.%d", sub, (int)getpid());
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    chmod(path, 0666);
+    snprintf(path, sizeof(path), "%s/secret", sub);
+    cr_assert_eq(kiln_file_write_atomic_mode(path, "s3cret", 6, 0600, &err), 0);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0600, "mode %o", st.st_mode & 07777);
+    /* The default stays 0644 (before the umask). */
+    cr_assert_eq(kiln_file_write_atomic(path, "x", 1, &err), 0);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0644);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
 }
 
 Test(file, shm_regions_of_a_pid_are_removed)

@@ -287,6 +287,9 @@ Test(cli_sse, callback_stops_the_stream)
 
 static int run_cli(int argc, const char **argv)
 {
+    /* Not the config file of whoever runs the tests (kiln login's saved profiles). */
+    setenv("XDG_CONFIG_HOME", "/nonexistent/kiln-cli-test", 1);
+    unsetenv("KILN_PROFILE");
     return cli_main(argc, (char **)argv);
 }
 

@@ -1,18 +1,24 @@
 """Tests of the kiln Python SDK (sdk/python/kiln).
 
-The offline cases (SSE parsing, error decoding, spec building, an unreachable server) run
-anywhere. The live cases need a real kilnd with two ALIVE cpu agents at $KILN_URL: the
-end-to-end suite (tests/e2e) starts them and runs this file with KILN_SDK_REQUIRE_SERVER=1,
-which turns "no server" into a failure instead of a skip.
+The offline cases (SSE parsing, error decoding, spec building, an unreachable server, the
+CLI's config file of saved logins) run anywhere. The live cases need a real kilnd at $KILN_URL
+(with $KILN_TOKEN and $KILN_TLS_CA when it has them): Live needs two ALIVE cpu agents too, and
+runs from the end-to-end suite (tests/e2e/test_clients.c); Identity needs only kilnd and runs
+from there and from tests/e2e/test_identity.c, against a kilnd that checks tokens. Both set
+KILN_SDK_REQUIRE_SERVER=1, which turns "no server" into a failure instead of a skip.
 
     /usr/bin/python3 -m unittest discover -s tests/sdk
 """
 
+import atexit
 import contextlib
 import io
+import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 import unittest
 
@@ -20,6 +26,12 @@ ROOT = os.environ.get("KILN_ROOT") or os.path.abspath(os.path.join(os.path.dirna
 sys.path.insert(0, os.path.join(ROOT, "sdk", "python"))
 
 import kiln  # noqa: E402
+
+# The saved logins of whoever runs the tests stay out of them: clients here get their URL,
+# token and CA from the environment the suites set, or from config files the tests write.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="kiln-sdk-cfg-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], True)
+os.environ.pop("KILN_PROFILE", None)
 
 DATA = os.path.join(ROOT, "data", "tinyshakespeare.txt")
 MAX_STEPS = 20
@@ -90,6 +102,270 @@ class Offline(unittest.TestCase):
         self.assertEqual(cm.exception.status, 0)
         self.assertIn("could not connect to kilnd", str(cm.exception))
         self.assertFalse(client.health())
+
+
+def mlp_spec(name, project):
+    """A job that needs no data file (agents' data roots do not matter) and trains in a moment."""
+    return {"name": name, "project": project,
+            "model": {"type": "mlp", "hidden": [8], "n_inputs": 4, "n_classes": 2},
+            "data": {"train": "synthetic"},
+            "hyperparameters": {"lr": 0.01, "global_batch_size": 8, "max_steps": 5, "seed": 1},
+            "resources": {"nodes": 1, "slots_per_node": 1, "slot_type": "cpu"},
+            "checkpoint": {"every_steps": 0}}
+
+
+class Config(unittest.TestCase):
+    """The CLI's config file (kiln login writes it) as the SDK reads it: same precedence, same
+    refusals. Each case has its own XDG_CONFIG_HOME and no KILN_* variables."""
+
+    TOKEN_A = "kiln_AAAAsecretAAAA"
+    TOKEN_B = "kiln_BBBBsecretBBBB"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kiln-sdk-cfg-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.env = {"XDG_CONFIG_HOME": self.dir, "HOME": "/nonexistent"}
+        self.path = os.path.join(self.dir, "kiln", "config.json")
+
+    def write(self, cfg, mode=0o600):
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        with open(self.path, "w") as f:
+            f.write(cfg if isinstance(cfg, str) else json.dumps(cfg))
+        os.chmod(self.path, mode)
+
+    def two_profiles(self):
+        self.write({"current": "default", "profiles": {
+            "default": {"url": "https://a.example:8443/", "token": self.TOKEN_A, "ca": "/etc/a-ca.pem"},
+            "other": {"url": "b.example:8080", "token": self.TOKEN_B}}})
+
+    def resolve(self, **kw):
+        return kiln.config.resolve(environ=self.env, **kw)
+
+    def test_path(self):
+        self.assertEqual(kiln.config.config_path({"XDG_CONFIG_HOME": "/x"}), "/x/kiln/config.json")
+        self.assertEqual(kiln.config.config_path({"XDG_CONFIG_HOME": "rel", "HOME": "/home/ann"}),
+                         "/home/ann/.config/kiln/config.json")
+
+    def test_the_current_profile_fills_what_is_missing(self):
+        self.two_profiles()
+        s = self.resolve()
+        self.assertEqual((s.url, s.token, s.ca), ("https://a.example:8443", self.TOKEN_A, "/etc/a-ca.pem"))
+        self.assertEqual((s.url_from, s.token_from, s.ca_from, s.profile), ("profile",) * 3 + ("default",))
+        self.assertNotIn("AAAA", repr(s))
+
+    def test_arguments_beat_the_environment_which_beats_the_profile(self):
+        self.two_profiles()
+        self.env.update(KILN_TOKEN="kiln_ENV", KILN_TLS_CA="/env-ca.pem")
+        s = self.resolve()
+        self.assertEqual((s.token, s.token_from, s.ca, s.url_from), ("kiln_ENV", "environment", "/env-ca.pem", "profile"))
+        s = self.resolve(token="kiln_ARG", ca="/arg-ca.pem")
+        self.assertEqual((s.token, s.token_from, s.ca, s.ca_from), ("kiln_ARG", "argument", "/arg-ca.pem", "argument"))
+        s = self.resolve(token="")  # no token, on purpose
+        self.assertEqual((s.token, s.token_from), ("", "argument"))
+        del self.env["KILN_TOKEN"]
+        s = self.resolve(url="https://a.example:8443")  # the profile's own URL: its token goes
+        self.assertEqual(s.token, self.TOKEN_A)
+
+    def test_a_profile_token_goes_only_to_its_own_url(self):
+        self.two_profiles()
+        for kw, env in (({"url": "https://evil.example"}, {}), ({}, {"KILN_URL": "http://a.example:8443"})):
+            self.env.update(env)
+            s = self.resolve(**kw)
+            self.assertEqual((s.token, s.ca), ("", ""), kw or env)
+            self.assertTrue(s.profile_other_url)
+
+    def test_choosing_a_profile(self):
+        self.two_profiles()
+        self.env["KILN_PROFILE"] = "other"
+        s = self.resolve()
+        self.assertEqual((s.url, s.token, s.profile), ("http://b.example:8080", self.TOKEN_B, "other"))
+        self.assertEqual(self.resolve(profile="default").token, self.TOKEN_A)
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.resolve(profile="nope")
+        self.assertIn('no profile "nope"', str(cm.exception))
+        self.assertIn("kiln login --profile nope", str(cm.exception))
+
+    def test_a_file_others_can_read_is_refused(self):
+        self.two_profiles()
+        for mode in (0o644, 0o640, 0o604):
+            os.chmod(self.path, mode)
+            with self.assertRaises(kiln.KilnError) as cm:
+                self.resolve()
+            e = cm.exception
+            self.assertEqual(e.code, "permission_denied")
+            self.assertIn("chmod 600 " + self.path, e.hint)
+            self.assertNotIn("AAAA", str(e))
+        # Not read at all when arguments and environment give everything.
+        s = self.resolve(url="https://k:1", token="kiln_x", ca="/ca.pem")
+        self.assertEqual((s.token, s.config_path), ("kiln_x", ""))
+
+    def test_bad_files_are_named_without_their_text(self):
+        self.write('{"profiles": {"default": {"token": "kiln_AAAAsec\nretAAAA"}}}')
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.resolve()
+        self.assertIn("is not valid JSON (line 1, column", str(cm.exception))
+        self.assertNotIn("AAAA", str(cm.exception) + repr(cm.exception.__dict__))
+        for bad in ('[1]', '{"profiles": []}', '{"profiles": {"p": {"url": 8}}}', '{"current": 3}'):
+            self.write(bad)
+            with self.assertRaises(kiln.KilnError, msg=bad):
+                self.resolve()
+
+    def test_client_uses_the_profile(self):
+        self.write({"current": "lab", "profiles": {"lab": {"url": "127.0.0.1:1", "token": self.TOKEN_A}}})
+        saved = dict(os.environ)
+        try:
+            os.environ["XDG_CONFIG_HOME"] = self.dir
+            for var in ("KILN_URL", "KILN_TOKEN", "KILN_TLS_CA", "KILN_PROFILE"):
+                os.environ.pop(var, None)
+            client = kiln.Client(timeout=2)
+            self.assertEqual((client.url, client.profile, client._token), ("http://127.0.0.1:1", "lab", self.TOKEN_A))
+            self.assertNotIn("AAAA", repr(client))
+            self.assertEqual(kiln.Client(token="")._token, "")
+            with self.assertRaises(kiln.KilnError) as cm:  # the token was sent there: kilnd is not up
+                client.whoami()
+            self.assertEqual(cm.exception.code, "unavailable")
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+class Identity(unittest.TestCase):
+    """Users, tokens, projects and members against a real kilnd, as its cluster admin
+    ($KILN_TOKEN). Where kilnd checks tokens, also what each role may see and do."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.environ.get("KILN_URL"):
+            if os.environ.get("KILN_SDK_REQUIRE_SERVER") == "1":
+                raise AssertionError("KILN_URL is not set")
+            raise unittest.SkipTest("KILN_URL is not set (run through tests/e2e)")
+        cls.client = kiln.Client()
+        cls.me = cls.client.whoami()
+        # A kilnd started with --no-auth answers as "anonymous", a cluster admin without a token.
+        cls.auth = bool(cls.me.get("token_id"))
+        cls.tag = "%d" % os.getpid()
+
+    def assertNoSecret(self, secret, text, where):
+        # assertNotIn would print the secret itself when it fails
+        self.assertFalse(secret in text, "a token's secret appears in " + where)
+
+    def as_user(self, token):
+        return kiln.Client(self.client.url, token=token, ca=os.environ.get("KILN_TLS_CA") or None)
+
+    def test_whoami(self):
+        me = self.client.whoami()
+        self.assertTrue(me["user"])
+        self.assertIs(me["cluster_admin"], True)
+        self.assertIsInstance(me["projects"], list)
+        self.assertEqual(set(me), {"user", "cluster_admin", "projects", "token_id", "token_expires_at"})
+
+    def test_users_projects_and_members(self):
+        name, project = "sdk-u-" + self.tag, "sdk-p-" + self.tag
+        u = self.client.create_user(name)
+        self.assertEqual((u["name"], u["cluster_admin"]), (name, False))
+        self.assertIn(name, [x["name"] for x in self.client.users()])
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.create_user(name)
+        self.assertEqual(cm.exception.status, 409)
+        self.assertTrue(self.client.create_user(name + "-root", cluster_admin=True)["cluster_admin"])
+        self.assertEqual(self.client.create_project(project)["name"], project)
+        self.assertIn(project, [p["name"] for p in self.client.projects()])
+        self.assertEqual(self.client.set_member(project, name, "viewer"),
+                         {"project": project, "user": name, "role": "viewer"})
+        self.assertEqual(self.client.set_member(project, name, "editor")["role"], "editor")
+        self.assertEqual(self.client.members(project), [{"project": project, "user": name, "role": "editor"}])
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.set_member(project, name, "owner")
+        self.assertEqual((cm.exception.status, cm.exception.field), (400, "role"))
+        self.assertEqual(self.client.remove_member(project, name), {"project": project, "user": name})
+        self.assertEqual(self.client.members(project), [])
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.remove_member(project, name)
+        self.assertEqual(cm.exception.status, 404)
+
+    def test_tokens_create_list_revoke(self):
+        name = "sdk-t-" + self.tag
+        self.client.create_user(name)
+        t = self.client.create_token(name, expires_in_s=3600, description="sdk test")
+        self.assertEqual(set(t), {"id", "token", "expires_at", "user"})
+        self.assertTrue(t["token"].startswith("kiln_") and t["id"].startswith("tok_") and t["expires_at"])
+        forever = self.client.create_token(name)
+        self.assertEqual(forever["expires_at"], "")
+        listed = self.client.tokens(name)
+        self.assertEqual(sorted(x["id"] for x in listed), sorted((t["id"], forever["id"])))
+        self.assertEqual([x["description"] for x in listed if x["id"] == t["id"]], ["sdk test"])
+        text = json.dumps(listed)
+        self.assertNoSecret(t["token"], text, "the token list")
+        self.assertNoSecret(forever["token"], text, "the token list")
+        if self.auth:
+            user = self.as_user(t["token"])
+            self.assertEqual(user.whoami()["user"], name)
+            self.assertEqual([x["id"] for x in user.tokens()], [x["id"] for x in listed])  # its own
+        revoked = self.client.revoke_token(t["id"])
+        self.assertEqual(revoked["id"], t["id"])
+        self.assertTrue(revoked["revoked_at"])
+        if self.auth:
+            with self.assertRaises(kiln.KilnError) as cm:
+                user.whoami()
+            self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthenticated"))
+            self.assertIn("revoked", cm.exception.message)
+            self.assertNoSecret(t["token"], str(cm.exception), "the 401 error")
+            # Expired: refused once its second has passed.
+            brief = self.client.create_token(name, expires_in_s=1)
+            time.sleep(2)
+            with self.assertRaises(kiln.KilnError) as cm:
+                self.as_user(brief["token"]).whoami()
+            self.assertEqual(cm.exception.status, 401)
+            self.assertIn("expired", cm.exception.message)
+
+    def test_viewer_sees_only_its_project(self):
+        name, mine, theirs = "sdk-v-" + self.tag, "sdk-mine-" + self.tag, "sdk-theirs-" + self.tag
+        self.client.create_user(name)
+        self.client.create_project(mine)
+        self.client.create_project(theirs)
+        job_mine = self.client.submit(mlp_spec("sdk-mine", mine))
+        job_theirs = self.client.submit(mlp_spec("sdk-theirs", theirs))
+        self.client.set_member(mine, name, "viewer")
+        token = self.client.create_token(name)["token"]
+        try:
+            if not self.auth:
+                # This kilnd does not check tokens (--no-auth): every caller is the same cluster
+                # admin and there is nothing to enforce. test_identity.c runs this case against
+                # one that does.
+                self.assertEqual(self.me["user"], "anonymous")
+                return
+            viewer = self.as_user(token)
+            me = viewer.whoami()
+            self.assertEqual((me["user"], me["cluster_admin"], me["projects"]),
+                             (name, False, [{"project": mine, "role": "viewer"}]))
+            self.assertEqual([(p["name"], p["role"]) for p in viewer.projects()], [(mine, "viewer")])
+            self.assertEqual([j.id for j in viewer.jobs()], [job_mine.id])
+            self.assertEqual(viewer.job(job_mine.id).name, "sdk-mine")
+            with self.assertRaises(kiln.KilnError) as cm:
+                viewer.job(job_theirs.id)
+            self.assertEqual(cm.exception.status, 404)
+            with self.assertRaises(kiln.KilnError) as cm:
+                viewer.submit(mlp_spec("by-viewer", mine))
+            self.assertEqual((cm.exception.status, cm.exception.code), (403, "permission_denied"))
+            with self.assertRaises(kiln.KilnError) as cm:
+                viewer.users()
+            self.assertEqual(cm.exception.status, 403)
+            with self.assertRaises(kiln.KilnError) as cm:
+                viewer.set_member(mine, name, "admin")
+            self.assertEqual(cm.exception.status, 403)
+            # Its own tokens are its own business.
+            own = viewer.create_token(description="mine")
+            self.assertEqual(own["user"], name)
+            self.assertIn(own["id"], [x["id"] for x in viewer.tokens()])
+            self.assertEqual(viewer.revoke_token(own["id"])["id"], own["id"])
+            # Out of the project, nothing of it is left to see.
+            self.client.remove_member(mine, name)
+            self.assertEqual(viewer.jobs(), [])
+            self.assertEqual(viewer.projects(), [])
+        finally:
+            for job in (job_mine, job_theirs):
+                with contextlib.suppress(kiln.KilnError):
+                    job.stop(reason="sdk identity test done")
 
 
 class Live(unittest.TestCase):

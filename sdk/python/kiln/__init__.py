@@ -10,10 +10,11 @@
     print(job.state, job.metrics("train_loss"))
 """
 
+from . import config
 from .client import DEFAULT_URL, TERMINAL_STATES, Client, Job, LogLine, parse_sse
 from .errors import JobFailedError, KilnError
 from .estimator import Estimator
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Job", "LogLine", "Estimator", "KilnError", "JobFailedError", "parse_sse",
+__all__ = ["Client", "Job", "LogLine", "Estimator", "KilnError", "JobFailedError", "parse_sse", "config",
            "DEFAULT_URL", "TERMINAL_STATES", "__version__"]

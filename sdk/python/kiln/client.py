@@ -1,4 +1,5 @@
-"""The REST client: Client (jobs, workers) and Job (a handle on one training job).
+"""The REST client: Client (jobs, workers, users, tokens, projects) and Job (a handle on one
+training job).
 
 Standard library only (urllib, json). Shapes follow docs/contracts.md: a Job is the
 JSON object kilnd returns, exposed through properties; logs and metrics are read
@@ -7,7 +8,6 @@ stream and reconnects with Last-Event-ID if the connection drops mid-job.
 """
 
 import json
-import os
 import socket
 import ssl
 import time
@@ -16,9 +16,10 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
+from . import config
+from .config import DEFAULT_URL
 from .errors import JobFailedError, KilnError
 
-DEFAULT_URL = "http://127.0.0.1:8080"
 TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
 
 
@@ -73,22 +74,22 @@ def parse_sse(lines):
 class Client:
     """A connection to kilnd's REST API.
 
-    ``url`` defaults to $KILN_URL, then http://127.0.0.1:8080. ``token`` (default $KILN_TOKEN)
-    is the API token sent with every request. ``ca`` (default $KILN_TLS_CA) is a CA file to
-    verify an https kilnd against instead of the system's CAs. ``timeout`` bounds each
-    ordinary request in seconds. Methods raise KilnError on API errors and when kilnd cannot
-    be reached.
+    ``url`` is kilnd's address, ``token`` the API token sent with every request, ``ca`` a CA
+    file to verify an https kilnd against instead of the system's CAs. Each not given comes
+    from $KILN_URL / $KILN_TOKEN / $KILN_TLS_CA, then from the profile ``kiln login`` saved
+    (``profile``, default $KILN_PROFILE, then the current one; see kiln.config), and the URL
+    last from http://127.0.0.1:8080. ``timeout`` bounds each ordinary request in seconds.
+    Methods raise KilnError on API errors and when kilnd cannot be reached; the constructor
+    raises it for a config file others may read.
     """
 
-    def __init__(self, url=None, timeout=30.0, token=None, ca=None):
-        url = url or os.environ.get("KILN_URL") or DEFAULT_URL
-        if "://" not in url:
-            url = "http://" + url
-        self.url = url.rstrip("/")
+    def __init__(self, url=None, timeout=30.0, token=None, ca=None, profile=None):
+        s = config.resolve(url=url, token=token, ca=ca, profile=profile)
+        self.url = s.url
         self.timeout = timeout
-        self._token = token if token is not None else os.environ.get("KILN_TOKEN", "")
-        ca = ca if ca is not None else os.environ.get("KILN_TLS_CA", "")
-        self._ssl = ssl.create_default_context(cafile=ca) if ca else None
+        self.profile = s.profile or None
+        self._token = s.token
+        self._ssl = ssl.create_default_context(cafile=s.ca) if s.ca else None
 
     def __repr__(self):
         return "kiln.Client(%r)" % self.url
@@ -275,6 +276,64 @@ class Client:
         except KilnError:
             return False
 
+    # ---- identity: who am I, users, tokens, projects, members ---------------------------
+    def whoami(self):
+        """Who the token belongs to: {"user", "cluster_admin", "projects": [{"project", "role"}],
+        "token_id", "token_expires_at" ("" when it does not expire)}."""
+        return self._call("GET", "/v1/whoami")[1]
+
+    def users(self):
+        """Every user (cluster admins only): dicts with name, cluster_admin, created_at, created_by."""
+        return self._call("GET", "/v1/users")[1].get("users", [])
+
+    def create_user(self, name, cluster_admin=False):
+        """Creates a user (cluster admins only); returns it. Give it a token with create_token()."""
+        return self._call("POST", "/v1/users", body={"name": name, "cluster_admin": bool(cluster_admin)})[1]
+
+    def create_token(self, user=None, expires_in_s=None, description=None):
+        """Creates an API token for user (default: the caller; others' need a cluster admin) and
+        returns {"id", "token", "expires_at", "user"}. "token" is the secret, which kilnd never
+        shows again; expires_in_s None (or 0) makes one valid until revoked."""
+        body = {}
+        if expires_in_s:
+            body["expires_in_s"] = int(expires_in_s)
+        if description is not None:
+            body["description"] = description
+        return self._call("POST", "/v1/users/%s/tokens" % _seg(user or self.whoami()["user"]), body=body)[1]
+
+    def tokens(self, user=None):
+        """The tokens of user (default: the caller), without their secrets: dicts with id, user,
+        description, created_at, expires_at, revoked_at, last_used_at (None when unset)."""
+        path = "/v1/users/%s/tokens" % _seg(user or self.whoami()["user"])
+        return self._call("GET", path)[1].get("tokens", [])
+
+    def revoke_token(self, id):
+        """Revokes a token (yours, or anyone's for a cluster admin); returns it. The next request
+        made with it gets 401."""
+        return self._call("DELETE", "/v1/tokens/%s" % _seg(id))[1]
+
+    def projects(self):
+        """The projects the caller belongs to, with its role (a cluster admin: all of them, with
+        role "" where it is not a member): dicts with name, role, created_at, created_by."""
+        return self._call("GET", "/v1/projects")[1].get("projects", [])
+
+    def create_project(self, name):
+        """Creates a project (cluster admins only); returns it."""
+        return self._call("POST", "/v1/projects", body={"name": name})[1]
+
+    def members(self, project):
+        """The members of project: dicts with project, user, role."""
+        return self._call("GET", "/v1/projects/%s/members" % _seg(project))[1].get("members", [])
+
+    def set_member(self, project, user, role):
+        """Gives user the role "viewer", "editor" or "admin" in project (or changes it); needs the
+        project's admin role. Returns {"project", "user", "role"}."""
+        return self._call("PUT", "/v1/projects/%s/members/%s" % (_seg(project), _seg(user)), body={"role": role})[1]
+
+    def remove_member(self, project, user):
+        """Takes user out of project; needs the project's admin role. Returns {"project", "user"}."""
+        return self._call("DELETE", "/v1/projects/%s/members/%s" % (_seg(project), _seg(user)))[1]
+
     def _resolve(self, ref):
         if len(ref) == 36 and ref.count("-") == 4:
             return ref
@@ -285,6 +344,11 @@ class Client:
             raise KilnError('no job matches "%s"' % ref, code="not_found", status=404)
         raise KilnError('job id prefix "%s" is ambiguous: it matches %d jobs' % (ref, len(matches)),
                         code="invalid_argument", hint="give more characters of the id", status=400)
+
+
+def _seg(s):
+    """s as one URL path segment."""
+    return urllib.parse.quote(str(s), safe="")
 
 
 class Job:

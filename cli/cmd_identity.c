@@ -1,0 +1,388 @@
+/* cmd_identity.c - the identity subcommands of `kiln`: whoami, users, tokens and projects
+ * (members included). Each parses its arguments, makes its REST calls through http.c and prints
+ * through format.c; with --json the API's replies are printed as they are. A new token's secret is
+ * printed once, on stdout alone; nothing else here ever prints one. Saving a login is cmd_login.c's. */
+#include "cli/cli_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Which subcommand argv names: argv[1] when it is one of names, else the first of names (the
+ * listing) when argv[1] is absent or an option. Sets *first to the index of the first argument
+ * after it. Returns NULL after a usage error. */
+static const char *cli_subcommand(const char *cmd, int argc, char **argv, const char *const *names, int *first)
+{
+    *first = 1;
+    if (argc < 2 || argv[1][0] == '-')
+        return names[0];
+    for (size_t i = 0; names[i]; i++)
+        if (!strcmp(argv[1], names[i])) {
+            *first = 2;
+            return names[i];
+        }
+    char list[256] = "";
+    size_t off = 0;
+    for (size_t i = 0; names[i] && off < sizeof(list); i++)
+        off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", i ? ", " : "", names[i]);
+    cli_usage_error(cmd, "unknown %s command \"%s\" (%s)", cmd, argv[1], list);
+    return NULL;
+}
+
+/* Collects the positional arguments argv[first..argc) into pos (at most max, each the caller's
+ * count); options other than those the caller handles are usage errors. Returns the count, or -1
+ * after a usage error. */
+static int cli_positional(const char *cmd, int argc, char **argv, int first, const char **pos, int max)
+{
+    int n = 0;
+    for (int i = first; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            continue;
+        if (argv[i][0] == '-' && argv[i][1]) {
+            cli_usage_error(cmd, "unknown option %s", argv[i]);
+            return -1;
+        }
+        if (n == max) {
+            cli_usage_error(cmd, "unexpected argument %s", argv[i]);
+            return -1;
+        }
+        pos[n++] = argv[i];
+    }
+    return n;
+}
+
+/* The caller's user name (GET /v1/whoami) into out (>= 64 bytes). */
+static int cli_my_name(const cli_client_t *c, char *out, size_t n, kiln_err_t *err)
+{
+    json_t *me = NULL;
+    int rc = cli_request(c, "GET", "/v1/whoami", NULL, NULL, NULL, &me, err);
+    if (rc == 0)
+        kiln_strlcpy(out, cli_jstr(me, "user"), n);
+    json_decref(me);
+    return rc;
+}
+
+/* One request whose reply is printed raw with --json, else by show (may be NULL: nothing). */
+typedef void (*cli_show_fn)(const cli_client_t *c, const json_t *reply);
+
+static int cli_call_show(const cli_client_t *c, const char *method, const char *path, const json_t *body,
+                         cli_show_fn show)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *reply = NULL;
+    if (cli_request(c, method, path, body, NULL, NULL, &reply, &err) != 0)
+        return cli_fail(c, &err);
+    if (c->json)
+        cli_print_json(reply);
+    else if (show)
+        show(c, reply);
+    json_decref(reply);
+    return CLI_EXIT_OK;
+}
+
+/* ---- whoami ------------------------------------------------------------------------------------ */
+
+int cli_cmd_whoami(cli_client_t *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_usage_error("whoami", "unexpected argument %s", argv[1]);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *me = NULL;
+    if (cli_request(c, "GET", "/v1/whoami", NULL, NULL, NULL, &me, &err) != 0)
+        return cli_fail(c, &err);
+    if (c->json) {
+        cli_print_json(me);
+    } else {
+        char from[1200];
+        cli_print_whoami(stdout, me, c->settings.url, cli_token_source(&c->settings, from, sizeof(from)));
+    }
+    json_decref(me);
+    return CLI_EXIT_OK;
+}
+
+/* ---- users ------------------------------------------------------------------------------------- */
+
+static void cli_show_users(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    cli_print_users(stdout, reply);
+}
+
+static void cli_show_user_created(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    const char *name = cli_jstr(reply, "name");
+    printf("created user %s%s\n", name, json_is_true(json_object_get(reply, "cluster_admin")) ? " (cluster admin)" : "");
+    fprintf(stderr, "next: kiln tokens create %s gives it a token; kiln projects add-member PROJECT %s ROLE a project\n",
+            name, name);
+}
+
+int cli_cmd_users(cli_client_t *c, int argc, char **argv)
+{
+    static const char *const subs[] = {"list", "create", NULL};
+    int first;
+    const char *sub = cli_subcommand("users", argc, argv, subs, &first);
+    if (!sub)
+        return CLI_EXIT_USAGE;
+    if (!strcmp(sub, "list")) {
+        const char *pos[1];
+        if (cli_positional("users", argc, argv, first, pos, 0) < 0)
+            return CLI_EXIT_USAGE;
+        return cli_call_show(c, "GET", "/v1/users", NULL, cli_show_users);
+    }
+    const char *name = NULL;
+    bool admin = false;
+    for (int i = first; i < argc; i++) {
+        if (!strcmp(argv[i], "--cluster-admin"))
+            admin = true;
+        else if (argv[i][0] == '-' && argv[i][1])
+            return cli_usage_error("users", "unknown option %s", argv[i]);
+        else if (!name)
+            name = argv[i];
+        else
+            return cli_usage_error("users", "unexpected argument %s", argv[i]);
+    }
+    if (!name)
+        return cli_usage_error("users", "missing the name of the user to create");
+    json_t *body = json_pack("{s:s, s:b}", "name", name, "cluster_admin", admin);
+    int rc = cli_call_show(c, "POST", "/v1/users", body, cli_show_user_created);
+    json_decref(body);
+    return rc;
+}
+
+/* ---- tokens ------------------------------------------------------------------------------------ */
+
+static void cli_show_tokens(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    cli_print_tokens(stdout, reply, kiln_now_us());
+}
+
+static void cli_show_revoked(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    printf("revoked token %s of user %s\n", cli_jstr(reply, "id"), cli_jstr(reply, "user"));
+}
+
+static int cli_tokens_list(cli_client_t *c, int argc, char **argv, int first)
+{
+    const char *user = NULL, *v;
+    for (int i = first; i < argc; i++) {
+        int m = cli_opt("tokens", argc, argv, &i, "--user", "-u", &v);
+        if (m < 0)
+            return CLI_EXIT_USAGE;
+        if (m)
+            user = v;
+        else
+            return cli_usage_error("tokens", "unexpected argument %s", argv[i]);
+    }
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    char me[128], seg[400], path[512];
+    if (!user) {
+        if (cli_my_name(c, me, sizeof(me), &err) != 0)
+            return cli_fail(c, &err);
+        user = me;
+    }
+    snprintf(path, sizeof(path), "/v1/users/%s/tokens", cli_path_segment(user, seg, sizeof(seg)));
+    return cli_call_show(c, "GET", path, NULL, cli_show_tokens);
+}
+
+static int cli_tokens_create(cli_client_t *c, int argc, char **argv, int first)
+{
+    const char *user = NULL, *desc = NULL, *v;
+    int64_t expires = 0;
+    for (int i = first; i < argc; i++) {
+        int m;
+        if ((m = cli_opt("tokens", argc, argv, &i, "--expires-in", NULL, &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            if (!cli_parse_duration(v, &expires))
+                return cli_usage_error("tokens", "--expires-in takes a duration such as 3600s, 90m, 12h or 30d "
+                                                 "(got \"%s\")", v);
+        } else if ((m = cli_opt("tokens", argc, argv, &i, "--description", "-d", &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            desc = v;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_usage_error("tokens", "unknown option %s", argv[i]);
+        } else if (!user) {
+            user = argv[i];
+        } else {
+            return cli_usage_error("tokens", "unexpected argument %s", argv[i]);
+        }
+    }
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = CLI_EXIT_OK;
+    char me[128], seg[400], path[512];
+    json_t *body = NULL, *reply = NULL;
+    if (!user) {
+        if (cli_my_name(c, me, sizeof(me), &err) != 0)
+            return cli_fail(c, &err);
+        user = me;
+    }
+    body = json_object();
+    if (expires > 0)
+        json_object_set_new(body, "expires_in_s", json_integer(expires));
+    if (desc)
+        json_object_set_new(body, "description", json_string(desc));
+    snprintf(path, sizeof(path), "/v1/users/%s/tokens", cli_path_segment(user, seg, sizeof(seg)));
+    if (cli_request(c, "POST", path, body, NULL, NULL, &reply, &err) != 0) {
+        rc = cli_fail(c, &err);
+        goto done;
+    }
+    if (c->json) {
+        cli_print_json(reply);
+    } else {
+        /* The secret alone on stdout, so that `kiln tokens create U > file` or `| kiln login`
+         * takes exactly it; everything else on stderr. */
+        printf("%s\n", cli_jstr(reply, "token"));
+        const char *exp = cli_jstr(reply, "expires_at");
+        char tb[40];
+        fprintf(stderr, "created token %s for user %s, %s%s%s\n", cli_jstr(reply, "id"), cli_jstr(reply, "user"),
+                *exp ? "valid until " : "valid until revoked", *exp ? cli_fmt_time(exp, tb, sizeof(tb)) : "",
+                *exp ? " UTC" : "");
+        fprintf(stderr, "note: this is the only time the token is shown: it cannot be shown again, "
+                        "so store it now (kiln login reads it on stdin)\n");
+    }
+    fflush(stdout);
+
+done:
+    if (reply) {
+        /* the secret does not outlive its printing */
+        json_t *tok = json_object_get(reply, "token");
+        if (json_is_string(tok))
+            memset((char *)json_string_value(tok), 0, json_string_length(tok));
+    }
+    json_decref(reply);
+    json_decref(body);
+    return rc;
+}
+
+int cli_cmd_tokens(cli_client_t *c, int argc, char **argv)
+{
+    static const char *const subs[] = {"list", "create", "revoke", NULL};
+    int first;
+    const char *sub = cli_subcommand("tokens", argc, argv, subs, &first);
+    if (!sub)
+        return CLI_EXIT_USAGE;
+    if (!strcmp(sub, "list"))
+        return cli_tokens_list(c, argc, argv, first);
+    if (!strcmp(sub, "create"))
+        return cli_tokens_create(c, argc, argv, first);
+    const char *pos[1];
+    int n = cli_positional("tokens", argc, argv, first, pos, 1);
+    if (n < 0)
+        return CLI_EXIT_USAGE;
+    if (n == 0)
+        return cli_usage_error("tokens", "missing the id of the token to revoke (kiln tokens lists them)");
+    char seg[400], path[512];
+    snprintf(path, sizeof(path), "/v1/tokens/%s", cli_path_segment(pos[0], seg, sizeof(seg)));
+    return cli_call_show(c, "DELETE", path, NULL, cli_show_revoked);
+}
+
+/* ---- projects ---------------------------------------------------------------------------------- */
+
+static void cli_show_project_created(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    const char *name = cli_jstr(reply, "name");
+    printf("created project %s\n", name);
+    fprintf(stderr, "next: kiln projects add-member %s USER viewer|editor|admin\n", name);
+}
+
+static void cli_show_members(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    cli_print_members(stdout, reply);
+}
+
+static void cli_show_member_set(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    printf("%s is now %s of project %s\n", cli_jstr(reply, "user"), cli_jstr(reply, "role"),
+           cli_jstr(reply, "project"));
+}
+
+static void cli_show_member_removed(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    printf("removed %s from project %s\n", cli_jstr(reply, "user"), cli_jstr(reply, "project"));
+}
+
+static int cli_projects_list(cli_client_t *c)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = CLI_EXIT_OK;
+    json_t *reply = NULL, *me = NULL;
+    if (cli_request(c, "GET", "/v1/projects", NULL, NULL, NULL, &reply, &err) != 0) {
+        rc = cli_fail(c, &err);
+        goto done;
+    }
+    if (c->json) {
+        cli_print_json(reply);
+        goto done;
+    }
+    /* A cluster admin's listing has every project without roles: whoami has its own. */
+    bool roleless = false;
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(reply, "projects"), i, p)
+        roleless |= !*cli_jstr(p, "role");
+    if (roleless && cli_request(c, "GET", "/v1/whoami", NULL, NULL, NULL, &me, &err) != 0) {
+        rc = cli_fail(c, &err);
+        goto done;
+    }
+    cli_print_projects(stdout, reply, me);
+
+done:
+    json_decref(reply);
+    json_decref(me);
+    return rc;
+}
+
+int cli_cmd_projects(cli_client_t *c, int argc, char **argv)
+{
+    static const char *const subs[] = {"list", "create", "members", "add-member", "remove-member", NULL};
+    int first;
+    const char *sub = cli_subcommand("projects", argc, argv, subs, &first);
+    if (!sub)
+        return CLI_EXIT_USAGE;
+    const char *pos[3];
+    int want = !strcmp(sub, "list") ? 0 : !strcmp(sub, "add-member") ? 3 : !strcmp(sub, "remove-member") ? 2 : 1;
+    int n = cli_positional("projects", argc, argv, first, pos, want);
+    if (n < 0)
+        return CLI_EXIT_USAGE;
+    if (n < want) {
+        static const char *const what[] = {"the project", "the user", "the role (viewer, editor or admin)"};
+        return cli_usage_error("projects", "%s: missing %s", sub, what[!strcmp(sub, "create") ? 0 : n]);
+    }
+    if (!strcmp(sub, "list"))
+        return cli_projects_list(c);
+
+    char project[400], user[400], path[1024];
+    cli_path_segment(pos[0], project, sizeof(project));
+    int rc;
+    json_t *body = NULL;
+    if (!strcmp(sub, "create")) {
+        body = json_pack("{s:s}", "name", pos[0]);
+        rc = cli_call_show(c, "POST", "/v1/projects", body, cli_show_project_created);
+    } else if (!strcmp(sub, "members")) {
+        snprintf(path, sizeof(path), "/v1/projects/%s/members", project);
+        rc = cli_call_show(c, "GET", path, NULL, cli_show_members);
+    } else if (!strcmp(sub, "add-member")) {
+        snprintf(path, sizeof(path), "/v1/projects/%s/members/%s", project,
+                 cli_path_segment(pos[1], user, sizeof(user)));
+        body = json_pack("{s:s}", "role", pos[2]);
+        rc = cli_call_show(c, "PUT", path, body, cli_show_member_set);
+    } else {
+        snprintf(path, sizeof(path), "/v1/projects/%s/members/%s", project,
+                 cli_path_segment(pos[1], user, sizeof(user)));
+        rc = cli_call_show(c, "DELETE", path, NULL, cli_show_member_removed);
+    }
+    json_decref(body);
+    return rc;
+}
