@@ -159,14 +159,61 @@ int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *er
 /* Writes data to path atomically: temporary file in the same directory, fsync, rename, fsync of
  * the directory. Returns 0 or KILN_EIO. */
 int kiln_file_write_atomic(const char *path, const void *data, size_t len, kiln_err_t *err);
-/* mkdir -p. Returns 0 or KILN_EIO. */
+/* Same with the new file's mode (0600 for secrets): the temporary file is created with it, so the
+ * data is never readable by others, even for a moment. */
+int kiln_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
+                                kiln_err_t *err);
+/* mkdir -p: directories it creates get mode 0755. Returns 0 or KILN_EIO. */
 int kiln_mkdirs(const char *path, kiln_err_t *err);
+/* mkdir -p with the mode (before the umask) of the directories it creates; existing ones are left
+ * as they are. Returns 0, KILN_EINVAL (path too long) or KILN_EIO. */
+int kiln_mkdirs_mode(const char *path, unsigned mode, kiln_err_t *err);
 
 /* Removes the shared-memory objects /dev/shm/<pid>:* that libfabric's shm provider creates for
  * process pid. A rank killed by a signal cannot remove its own, and a later process that reuses
  * the pid then fails to open the provider; whoever knows the process is gone (its parent after
  * reaping it, or the process itself before it opens shm) calls this. Returns how many it removed. */
 int kiln_shm_unlink_pid(int pid);
+
+/* ------------------------------------------------------------------------------------------
+ * Paths a job may touch (path.c). A job names files in its spec; the agent and kiln-train let it
+ * read or write one only when the path, resolved after ".." and symbolic links, lies inside one
+ * of a set of roots, at a component boundary ("/data2" is not inside "/data"). Errors name the
+ * field and the roots; outside the roots they are the same whether the path exists or not.
+ * ------------------------------------------------------------------------------------------ */
+
+/* The environment variable that carries a rank's data roots, comma-separated (kiln-agent sets it
+ * to its --data-root directories, resolved; set and empty means no file may be read). */
+#define KILN_DATA_ROOTS_ENV "KILN_DATA_ROOTS"
+
+/* Lexical normalisation of an absolute path: collapses repeated '/', "." and ".."; ".." never
+ * climbs above "/"; no trailing '/' except in "/" itself. Touches no file system. out may be
+ * path. Returns 0, KILN_EINVAL (empty or relative) or KILN_ETOOBIG (does not fit out's size n). */
+int kiln_path_normalize(const char *path, char *out, size_t n, kiln_err_t *err);
+
+/* Resolves an absolute path as the kernel would walk it: symbolic links are followed (at most 40)
+ * and ".." applies to where they led. What exists comes out as realpath(3) gives it; components
+ * below the deepest existing ancestor are appended and normalised lexically. *exists (OUT, may
+ * be NULL): whether the whole path exists. Returns 0, KILN_EINVAL (relative), KILN_ETOOBIG or
+ * KILN_EIO (a symbolic link loop). Thread-safe. */
+int kiln_path_resolve(const char *path, char *out, size_t n, bool *exists, kiln_err_t *err);
+
+/* Confines path to roots[0..nroots) (resolved here too, so a root may itself be a symbolic
+ * link): resolves path (kiln_path_resolve) and succeeds only when the result is one of the roots
+ * or lies below one. field names the spec field in messages ("data.train"). On success the
+ * resolved path goes to resolved_out (size n; may be NULL) and *exists (OUT, may be NULL) says
+ * whether it exists; a missing path inside a root is not an error here. Returns 0, KILN_EINVAL
+ * (relative path), KILN_ETOOBIG, or KILN_EPERM: outside every root, or not resolvable - one
+ * message for all of these, naming the field, the path as given and the roots, never whether
+ * the path exists nor where its links lead. No file is opened. Thread-safe. */
+int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
+                      char *resolved_out, size_t n, bool *exists, kiln_err_t *err);
+
+/* For the programs a job runs: when KILN_DATA_ROOTS is set, confines path to its roots
+ * (kiln_path_confine; a missing file inside them passes, so the caller's open reports it);
+ * when it is not set, allows everything (kiln-train run by hand reads what its user asks).
+ * Returns 0, KILN_EINVAL, KILN_ETOOBIG, KILN_EPERM or KILN_ENOMEM. */
+int kiln_path_confine_env(const char *path, const char *field, kiln_err_t *err);
 
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))

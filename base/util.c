@@ -165,9 +165,17 @@ int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *er
 
 int kiln_file_write_atomic(const char *path, const void *data, size_t len, kiln_err_t *err)
 {
+    return kiln_file_write_atomic_mode(path, data, len, 0644, err);
+}
+
+int kiln_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
+                                kiln_err_t *err)
+{
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* a leftover of a crashed writer could carry another mode: start from a fresh file */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
     if (fd < 0)
         return kiln_err_set(err, KILN_EIO, NULL, "could not create \"%s\": %s", tmp, strerror(errno));
     const char *p = data;
@@ -207,6 +215,11 @@ int kiln_file_write_atomic(const char *path, const void *data, size_t len, kiln_
 
 int kiln_mkdirs(const char *path, kiln_err_t *err)
 {
+    return kiln_mkdirs_mode(path, 0755, err);
+}
+
+int kiln_mkdirs_mode(const char *path, unsigned mode, kiln_err_t *err)
+{
     char buf[4096];
     if (kiln_strlcpy(buf, path, sizeof(buf)) >= sizeof(buf))
         return kiln_err_set(err, KILN_EINVAL, NULL, "path too long: \"%s\"", path);
@@ -214,7 +227,7 @@ int kiln_mkdirs(const char *path, kiln_err_t *err)
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            if (mkdir(buf, (mode_t)mode) != 0 && errno != EEXIST)
                 return kiln_err_set(err, KILN_EIO, NULL, "could not create directory \"%s\": %s", buf,
                                     strerror(errno));
             *p = c;
