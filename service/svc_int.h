@@ -159,4 +159,11 @@ void svc_follow_publish(svc_jobent_t *e, json_t *const *lines, const int64_t *se
 /* Copies a string into the arena ("" for NULL). */
 char *svc_astr(arena_t *a, const char *s);
 
+/* Fills msg's typed copies of the job's spec (spec_json, the normalised spec): threads_per_rank,
+ * checkpoint_dir ("<checkpoint.path>/<job_id>", or ""), metric_definitions and read_paths
+ * (data.train unless synthetic, data.val, model.init_from, each by field). Everything comes from
+ * arena. Returns 0 or the status of a spec that does not parse (msg is then left as it was). */
+int svc_assignment_fill(arena_t *arena, const char *job_id, const char *spec_json, Kiln__Assignment *msg,
+                        kiln_err_t *err);
+
 #endif /* KILN_SVC_INT_H */

@@ -142,6 +142,10 @@ static int deliver(svc_t *s, const store_assign_t *a, arena_t *arena, Kiln__Assi
     msg->master_addr = svc_astr(arena, a->master_addr);
     msg->master_port = a->master_port;
     msg->resume_from = svc_astr(arena, "");
+    kiln_err_t ferr;
+    if (svc_assignment_fill(arena, a->job_id, spec, msg, &ferr) != 0)
+        log_warn("job %s: its spec no longer parses (%s); the assignment carries only its text", a->job_id,
+                 ferr.message);
     free(spec);
     log_info("job %s: attempt %d assignment (ranks %d..%d of %d) delivered to worker %s", a->job_id,
              a->attempt, a->nranks ? a->ranks[0] : 0, a->nranks ? a->ranks[a->nranks - 1] : 0,
