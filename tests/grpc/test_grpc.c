@@ -43,7 +43,7 @@ static void setup(void)
     cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port());
     start_grpc();
-    cr_assert_eq(agent_rpc_create(addr, &C, &err), 0, "%s", err.message);
+    cr_assert_eq(agent_rpc_create(addr, NULL, &C, &err), 0, "%s", err.message);
     snprintf(dir, sizeof(dir), "/tmp/kiln-gtest.XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
 }
@@ -74,7 +74,7 @@ static char *register_worker(const char *host, int slots)
     ProtobufCMessage *resp = NULL;
     int code = -1;
     kiln_err_t err;
-    cr_assert_eq(agent_rpc_call(C, M_REGISTER, &req.base, &kiln__register_response__descriptor, 5000, &resp,
+    cr_assert_eq(agent_rpc_call(C, M_REGISTER, NULL, 0, &req.base, &kiln__register_response__descriptor, 5000, &resp,
                                  &code, &err), 0, "%s", err.message);
     Kiln__RegisterResponse *r = (Kiln__RegisterResponse *)resp;
     cr_assert(r->worker_id && r->worker_id[0]);
@@ -91,7 +91,7 @@ static Kiln__HeartbeatResponse *heartbeat(const char *id)
     req.worker_id = (char *)id;
     ProtobufCMessage *resp = NULL;
     kiln_err_t err;
-    cr_assert_eq(agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 5000, &resp,
+    cr_assert_eq(agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 5000, &resp,
                                  NULL, &err), 0, "%s", err.message);
     return (Kiln__HeartbeatResponse *)resp;
 }
@@ -129,7 +129,7 @@ Test(grpc, unknown_method_is_unimplemented_not_a_hang)
         int code = -1;
         kiln_err_t err;
         int64_t t0 = kiln_mono_us();
-        int rc = agent_rpc_call_raw(C, methods[i], "", 0, 5000, &out, &len, &code, &err);
+        int rc = agent_rpc_call_raw(C, methods[i], NULL, 0, "", 0, 5000, &out, &len, &code, &err);
         free(out);
         cr_assert_eq(rc, KILN_EUNSUPP);
         cr_assert_eq(code, 12, "UNIMPLEMENTED, got %d (%s)", code, err.message);
@@ -144,7 +144,7 @@ Test(grpc, malformed_request_is_invalid_argument)
     size_t len = 0;
     int code = -1;
     kiln_err_t err;
-    int rc = agent_rpc_call_raw(C, M_HEARTBEAT, junk, sizeof(junk), 5000, &out, &len, &code, &err);
+    int rc = agent_rpc_call_raw(C, M_HEARTBEAT, NULL, 0, junk, sizeof(junk), 5000, &out, &len, &code, &err);
     free(out);
     cr_assert_eq(rc, KILN_EINVAL);
     cr_assert_eq(code, 3, "INVALID_ARGUMENT, got %d", code);
@@ -179,7 +179,7 @@ static void *hb_loop(void *p)
         req.worker_id = (char *)a->id;
         ProtobufCMessage *resp = NULL;
         kiln_err_t err;
-        if (agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 10000, &resp, NULL,
+        if (agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 10000, &resp, NULL,
                             &err) == 0) {
             a->ok++;
             protobuf_c_message_free_unpacked(resp, NULL);
@@ -234,7 +234,7 @@ Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
         req.worker_id = id;
         ProtobufCMessage *resp = NULL;
         kiln_err_t err;
-        if (agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, &code,
+        if (agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, &code,
                             &err) == 0) {
             cr_assert_not(((Kiln__HeartbeatResponse *)resp)->reregister);
             protobuf_c_message_free_unpacked(resp, NULL);
@@ -272,7 +272,7 @@ static agent_t *start_agent(const char *bin)
     char work[200];
     snprintf(work, sizeof(work), "%s/work", dir);
     agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
-                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000};
+                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000, .tls.insecure = true};
     agent_t *a = NULL;
     kiln_err_t err;
     cr_assert_eq(agent_create(&cfg, &a, &err), 0, "%s", err.message);
@@ -496,7 +496,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     ProtobufCMessage *resp = NULL;
     int code = -1;
     kiln_err_t err;
-    cr_assert_eq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_LOGS, NULL, 0, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
                  "%d %s", code, err.message);
     cr_assert(((Kiln__Ack *)resp)->ok);
     protobuf_c_message_free_unpacked(resp, NULL);
@@ -517,7 +517,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     lb.n_lines = BIG;
     lb.lines = blp;
     cr_assert_gt(protobuf_c_message_get_packed_size(&lb.base), (size_t)(5 << 20));
-    cr_assert_eq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 20000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_LOGS, NULL, 0, &lb.base, &kiln__ack__descriptor, 20000, &resp, &code, &err), 0,
                  "a 6 MiB batch: %d %s", code, err.message);
     protobuf_c_message_free_unpacked(resp, NULL);
     free(bl);
@@ -539,7 +539,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     mb.attempt = 1;
     mb.n_points = 2;
     mb.points = mpp;
-    cr_assert_eq(agent_rpc_call(C, M_METRICS, &mb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_METRICS, NULL, 0, &mb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
                  "%d %s", code, err.message);
     protobuf_c_message_free_unpacked(resp, NULL);
 
@@ -567,7 +567,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     lb.job_id = (char *)"not-a-job";
     lb.n_lines = 3;
     lb.lines = lp;
-    cr_assert_neq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0);
+    cr_assert_neq(agent_rpc_call(C, M_LOGS, NULL, 0, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0);
     cr_assert_eq(code, 5, "NOT_FOUND, got %d", code);
     free(id);
     free(wid);
@@ -689,7 +689,7 @@ static ProtobufCMessage *tcall(const char *method, const ProtobufCMessage *req,
     char path[128];
     snprintf(path, sizeof(path), "/kiln.TrainingService/%s", method);
     *code = -1;
-    agent_rpc_call(C, path, req, resp_desc, 10000, &resp, code, err);
+    agent_rpc_call(C, path, NULL, 0, req, resp_desc, 10000, &resp, code, err);
     return resp;
 }
 
