@@ -36,7 +36,7 @@ curl -fs "$KILN_URL/readyz" >/dev/null || { echo "demo: kilnd did not become rea
 
 echo "demo: starting kiln-agent with 1 CPU slot (work dir $WORK/agent)"
 "$BIN/kiln-agent" --server "127.0.0.1:$GRPC_PORT" --slots 1 --slot-type cpu \
-  --work-dir "$WORK/agent" >"$WORK/agent.log" 2>&1 &
+  --work-dir "$WORK/agent" --data-root "$ROOT/data" --insecure >"$WORK/agent.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   "$BIN/kiln" workers 2>/dev/null | grep -q ALIVE && break

@@ -339,15 +339,22 @@ static void e2e_start(int heartbeat_timeout_ms)
 
     const char *agent = e2e_bin("kiln-agent");
     bool has_cores = e2e_has_flag(agent, "--cores");
+    /* What jobs may read: the repository's data; where both agents may keep checkpoints: a
+     * directory beside (not above) their work dirs. */
+    char data_root[PATH_MAX + 8], shared_root[PATH_MAX];
+    snprintf(data_root, sizeof data_root, "%s/data", e2e_root());
+    snprintf(shared_root, sizeof shared_root, "%.200s/shared-checkpoints", c->dir);
+    mkdir(shared_root, 0755);
     for (int i = 0; i < E2E_AGENTS; i++) {
         char slots[8];
         c->agent_slots[i] = i == 0 ? 2 : 1;
         snprintf(slots, sizeof slots, "%d", c->agent_slots[i]);
         snprintf(c->work_dir[i], sizeof c->work_dir[i], "%.127s/w%d", c->dir, i);
         mkdir(c->work_dir[i], 0755);
-        char *aargv[16] = {(char *)agent, "--server", grpc_addr, "--slots", slots, "--slot-type", "cpu",
-                           "--work-dir", c->work_dir[i]};
-        int an = 9;
+        char *aargv[24] = {(char *)agent, "--server", grpc_addr, "--slots", slots, "--slot-type", "cpu",
+                           "--work-dir", c->work_dir[i], "--insecure", "--data-root", data_root,
+                           "--data-root", shared_root};
+        int an = 14;
         if (has_cores) {
             /* The machine has 2 cores shared by every test: one thread per rank. */
             aargv[an++] = "--cores";
