@@ -955,3 +955,130 @@ Test(grpc, stopping_the_server_ends_live_streams)
     agent_destroy(agent);
     free(id);
 }
+
+/* ---- one job cannot starve the agent ------------------------------------------------------- */
+
+/* Submits a job named name whose metric definitions are defs (a JSON array). */
+static char *submit_with_defs(const char *name, const char *defs)
+{
+    char text[8192];
+    snprintf(text, sizeof(text),
+             "{\"name\":\"%s\",\"model\":{\"type\":\"mlp\",\"hidden\":[8],\"n_inputs\":4,\"n_classes\":2},"
+             "\"data\":{\"train\":\"synthetic\"},\"hyperparameters\":{\"lr\":0.01,\"global_batch_size\":8,"
+             "\"max_steps\":3},\"resources\":{\"nodes\":1,\"slots_per_node\":1,\"slot_type\":\"cpu\"},"
+             "\"metric_definitions\":%s}", name, defs);
+    json_t *spec = json_loads(text, 0, NULL);
+    cr_assert_not_null(spec);
+    json_t *job = NULL;
+    bool created = false;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_create(S, spec, NULL, &job, &created, &err), 0, "%s (%s)", err.message, err.field);
+    char *id = strdup(json_string_value(json_object_get(job, "id")));
+    json_decref(spec);
+    json_decref(job);
+    return id;
+}
+
+typedef struct hb_watch {
+    volatile bool stop;
+    int64_t max_gap_us;  /* longest time between two heartbeats kilnd recorded */
+    int seen;
+    bool not_alive;
+} hb_watch_t;
+
+static void *hb_watcher(void *arg)
+{
+    hb_watch_t *w = arg;
+    int64_t last = 0;
+    while (!w->stop) {
+        json_t *ws = NULL;
+        kiln_err_t err;
+        if (svc_workers_list(S, &ws, &err) == 0) {
+            json_t *wk = json_array_get(json_object_get(ws, "workers"), 0);
+            const char *hb = json_string_value(json_object_get(wk, "last_heartbeat"));
+            const char *st = json_string_value(json_object_get(wk, "state"));
+            int64_t t = 0;
+            if (hb && kiln_time_parse(hb, &t) == 0 && t != last) {
+                if (last)
+                    w->max_gap_us = KILN_MAX(w->max_gap_us, t - last);
+                last = t;
+                w->seen++;
+            }
+            w->not_alive |= st && strcmp(st, "ALIVE") != 0;
+        }
+        json_decref(ws);
+        usleep(20000);
+    }
+    return NULL;
+}
+
+/* The issue's scenario, bounded: a job whose 16 metric definitions backtrack on every line its
+ * rank prints, beside a bystander job on the same agent. kilnd keeps receiving heartbeats every
+ * interval (200 ms here), the bystander completes with every line and metric point, and the
+ * greedy job's log says its definitions were switched off. */
+Test(grpc, a_backtracking_job_does_not_starve_heartbeats_or_a_bystander, .timeout = 120)
+{
+    char *bin = write_script(
+        "if grep -q greedy \"$KILN_SPEC\"; then\n"
+        "  i=0; while [ $i -lt 3000 ]; do echo 1111111111111111111111111111111111111111; i=$((i+1)); done\n"
+        "  sleep 1\n"
+        "else\n"
+        "  i=1; while [ $i -le 60 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.03; done\n"
+        "fi\n"
+        "exit 0\n");
+    char work[200];
+    snprintf(work, sizeof(work), "%s/work", dir);
+    agent_config_t cfg = {.server = addr, .slots = 2, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
+                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000, .tls.insecure = true};
+    agent_t *agent = NULL;
+    kiln_err_t err;
+    cr_assert_eq(agent_create(&cfg, &agent, &err), 0, "%s", err.message);
+    char defs[4096];
+    size_t off = (size_t)snprintf(defs, sizeof(defs), "[");
+    for (int i = 0; i < 16; i++)
+        off += (size_t)snprintf(defs + off, sizeof(defs) - off, "%s{\"name\":\"slow%d\",\"regex\":\"(\\\\d+\\\\d+)+\\\\D\"}",
+                                i ? "," : "", i);
+    snprintf(defs + off, sizeof(defs) - off, "]");
+    hb_watch_t w = {0};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, hb_watcher, &w), 0);
+    char *greedy = submit_with_defs("greedy", defs);
+    char *bystander = submit_with_defs("bystander", "[{\"name\":\"tick\",\"regex\":\"tick ([0-9]+)\"}]");
+    json_t *jb = wait_state(bystander, "COMPLETED|FAILED", 60000);
+    json_t *jg = wait_state(greedy, "COMPLETED|FAILED", 60000);
+    w.stop = true;
+    pthread_join(th, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(jb, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(jb, "reason")));
+    cr_assert_str_eq(json_string_value(json_object_get(jg, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(jg, "reason")));
+    json_decref(jb);
+    json_decref(jg);
+    cr_assert_not(w.not_alive, "the worker was declared dead");
+    cr_assert_gt(w.seen, 5);
+    cr_assert_lt(w.max_gap_us, 1500000, "heartbeats stopped for %lld ms", (long long)(w.max_gap_us / 1000));
+
+    json_t *logs = job_logs(bystander);
+    int ticks = 0;
+    size_t i;
+    json_t *l;
+    json_array_foreach(json_object_get(logs, "lines"), i, l)
+        ticks += !strncmp(json_string_value(json_object_get(l, "line")), "tick ", 5);
+    json_decref(logs);
+    cr_assert_eq(ticks, 60, "every line of the bystander arrived");
+    json_t *metrics = NULL;
+    cr_assert_eq(svc_job_metrics(S, bystander, "tick", 0, &metrics, &err), 0, "%s", err.message);
+    cr_assert_eq(json_array_size(series(metrics, "tick")), 60, "every point of the bystander arrived");
+    json_decref(metrics);
+    svc_log_query_t q = {.rank = -1, .limit = 10000};
+    logs = NULL;
+    cr_assert_eq(svc_job_logs(S, greedy, &q, &logs, &err), 0, "%s", err.message);
+    bool switched_off = false;
+    json_array_foreach(json_object_get(logs, "lines"), i, l)
+        switched_off |= strstr(json_string_value(json_object_get(l, "line")), "metric definitions switched off") != NULL;
+    json_decref(logs);
+    cr_assert(switched_off, "the greedy job's log says its definitions were switched off");
+    agent_destroy(agent);
+    free(greedy);
+    free(bystander);
+}
