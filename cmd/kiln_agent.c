@@ -73,6 +73,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "kiln-agent: KILN_JOIN_TOKEN is too long\n");
         return 2;
     }
+    /* wiped in place first: unsetenv alone leaves the text in the block /proc/<pid>/environ shows */
+    if (env_token)
+        memset((char *)env_token, 0, strlen(env_token));
     unsetenv("KILN_JOIN_TOKEN");
     log_init("kiln-agent");
     const char *server = "127.0.0.1:9090", *slot_type = "cpu", *work_dir = "/tmp/kiln-agent";

@@ -9,7 +9,7 @@ PKGS=(
   libpq-dev postgresql libfabric-dev libfabric-bin libcriterion-dev
   libopenblas-openmp-dev libopenblas0-openmp libcurl4-openssl-dev libpcre2-dev
   python3 python3-torch python3-grpcio python3-protobuf python3-requests protobuf-compiler
-  procps iproute2 curl
+  procps iproute2 curl openssl
 )
 
 missing=()
