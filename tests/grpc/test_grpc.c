@@ -1082,3 +1082,38 @@ Test(grpc, a_backtracking_job_does_not_starve_heartbeats_or_a_bystander, .timeou
     free(greedy);
     free(bystander);
 }
+
+/* ---- the worker credential kept in the work dir --------------------------------------------- */
+
+/* A restarted agent registers under the worker id its credential file holds (and presents the
+ * credential); an operator's --worker-id that differs wins and the file is left alone. This
+ * kilnd issues no credential, so the file is not rewritten. */
+Test(grpc, a_restarted_agent_takes_its_worker_id_from_its_credential_file)
+{
+    char *bin = write_script("exit 0\n");
+    char work[200];
+    snprintf(work, sizeof(work), "%s/work", dir);
+    kiln_err_t err;
+    cr_assert_eq(kiln_mkdirs(work, &err), 0);
+    cr_assert_eq(agent_credential_save(work, "w-from-file", "cred-old", &err), 0, "%s", err.message);
+    agent_t *agent = start_agent(bin);
+    char id[128], cred[512];
+    agent_worker_id(agent, id, sizeof(id));
+    cr_assert_str_eq(id, "w-from-file");
+    agent_destroy(agent);
+    cr_assert_eq(agent_credential_load(work, id, sizeof(id), cred, sizeof(cred), &err), 0, "%s", err.message);
+    cr_assert_str_eq(id, "w-from-file");
+    cr_assert_str_eq(cred, "cred-old", "no credential issued, none written");
+
+    agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
+                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000, .tls.insecure = true,
+                           .worker_id = "w-operator"};
+    cr_assert_eq(agent_create(&cfg, &agent, &err), 0, "%s", err.message);
+    id[0] = '\0';
+    for (int i = 0; i < 100 && !id[0]; i++) {
+        usleep(50000);
+        agent_worker_id(agent, id, sizeof(id));
+    }
+    cr_assert_str_eq(id, "w-operator");
+    agent_destroy(agent);
+}
