@@ -165,12 +165,11 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
 void agent_launcher_destroy(agent_launcher_t *l);
 
 /* Launches one assignment. First the checks, before anything is written or started: every
- * a->read_paths entry (relative paths count from the job directory, as kiln-train reads them)
- * must resolve inside a data root; a->checkpoint_dir ("" means <job dir>/checkpoints) and
- * a->resume_from (when set) inside a data root or the work dir. A failed check refuses the
- * assignment: on_started(ok=false, reason naming the field and the allowed directories;
- * outside them it never says whether the path exists) and KILN_EPERM (KILN_ENOTFOUND for a
- * read path that is inside a root but missing). Then it creates the job directory, output/ and
+ * a->read_paths entry must be absolute and resolve inside a data root; a->checkpoint_dir ("":
+ * <job dir>/checkpoints) and a->resume_from (when set) inside a data root or the work dir. A
+ * failed check refuses the assignment: on_started(ok=false, reason naming the field and the
+ * allowed directories; outside them it never says whether the path exists) and KILN_EPERM
+ * (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path inside a root but missing). Then it creates the job directory, output/ and
  * the checkpoint directory (mode 0700), writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
  * for kiln-train; the launcher does not read it), compiles a->metric_definitions (a set that
  * does not compile is dropped with a line in the job's log) and starts one rank per a->ranks

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
         {"cores", "KILN_CORES", CONFIG_INT, &cores, "CPU cores shared among ranks (0: all online)"},
         {"worker-id", "KILN_WORKER_ID", CONFIG_STR, &worker_id, "worker id to reuse after a restart"},
         {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace_ms, "on shutdown, SIGKILL ranks this long after SIGTERM"},
-        {"data-root", KILN_DATA_ROOTS_ENV, CONFIG_LIST, &data_roots, "directory jobs may read from (none: jobs read no files); must exist"},
+        {"data-root", "KILN_DATA_ROOTS", CONFIG_LIST, &data_roots, "directory jobs may read from (none: jobs read no files); must exist"},
         {"join-token-file", "KILN_JOIN_TOKEN_FILE", CONFIG_STR, &token_file, "file holding the cluster's join token (or put the token itself in KILN_JOIN_TOKEN)"},
         {"tls-ca", "KILN_TLS_CA", CONFIG_STR, &tls_ca, "verify kilnd's certificate against this CA (PEM; default: the system's roots)"},
         {"tls-cert", "KILN_TLS_CERT", CONFIG_STR, &tls_cert, "client certificate for mutual TLS (PEM)"},

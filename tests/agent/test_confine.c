@@ -114,7 +114,12 @@ Test(confine, read_paths_outside_the_roots_are_refused_before_anything_starts)
     snprintf(p, sizeof p, "%s2/corpus.txt", data);
     cr_assert_eq(start_reading(l, "j-prefix", "data.train", p, r5), KILN_EPERM, "\"/data2\" is not in \"/data\"");
 
-    const char *jobs[] = {"j-shadow", "j-missing", "j-dotdot", "j-link", "j-prefix"};
+    char r6[600];
+    cr_assert_eq(start_reading(l, "j-rel", "data.train", "data/corpus.txt", r6), KILN_EINVAL,
+                 "a relative path cannot be checked: refused");
+    cr_assert(strstr(r6, "data.train") && strstr(r6, "absolute"), "%s", r6);
+
+    const char *jobs[] = {"j-shadow", "j-missing", "j-dotdot", "j-link", "j-prefix", "j-rel"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(jobs); i++) {
         cr_assert_not(ran(jobs[i]), "%s started a rank", jobs[i]);
         cr_assert_not(job_dir_exists(jobs[i]), "%s got a job directory", jobs[i]);
