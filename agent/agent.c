@@ -734,8 +734,7 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
         if (!realpath(own[i], real))
             continue;
         for (size_t k = 0; k < a->n_roots; k++) {
-            size_t rl = strlen(a->roots[k]);
-            if (!strcmp(a->roots[k], "/") || (!strncmp(real, a->roots[k], rl) && (real[rl] == '/' || !real[rl]))) {
+            if (kiln_path_inside(real, a->roots[k])) {
                 rc = kiln_err_set(err, KILN_EINVAL, "data-root", "data root \"%s\" holds %s (%s): jobs could read "
                                   "the agent's secrets", a->roots[k], own_what[i], own[i]);
                 kiln_err_hint(err, "give --data-root directories that hold only data, and keep --work-dir apart");

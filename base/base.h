@@ -198,6 +198,11 @@ int kiln_path_normalize(const char *path, char *out, size_t n, kiln_err_t *err);
  * KILN_EIO (a symbolic link loop). Thread-safe. */
 int kiln_path_resolve(const char *path, char *out, size_t n, bool *exists, kiln_err_t *err);
 
+/* Whether path is root or lies below it, at a component boundary ("/data2" is not inside
+ * "/data"; everything absolute is inside "/"). Both must already be normalised or resolved
+ * (kiln_path_normalize, kiln_path_resolve): this compares text only. */
+bool kiln_path_inside(const char *path, const char *root);
+
 /* Confines path to roots[0..nroots) (resolved here too, so a root may itself be a symbolic
  * link): resolves path (kiln_path_resolve) and succeeds only when the result is one of the roots
  * or lies below one. field names the spec field in messages ("data.train"). On success the

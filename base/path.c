@@ -142,12 +142,12 @@ int kiln_path_resolve(const char *path, char *out, size_t n, bool *exists, kiln_
     return path_out(cur, clen, out, n, err);
 }
 
-static bool path_within(const char *path, const char *root)
+bool kiln_path_inside(const char *path, const char *root)
 {
     size_t rl = strlen(root);
     if (rl == 1 && root[0] == '/')
-        return true;
-    return !strncmp(path, root, rl) && (path[rl] == '\0' || path[rl] == '/');
+        return path[0] == '/';
+    return rl > 0 && !strncmp(path, root, rl) && (path[rl] == '\0' || path[rl] == '/');
 }
 
 int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
@@ -165,7 +165,7 @@ int kiln_path_confine(const char *path, const char *field, const char *const *ro
     if (kiln_path_resolve(path, res, sizeof(res), &ex, NULL) == 0)
         for (size_t i = 0; i < nroots && !inside; i++)
             inside = roots[i] && kiln_path_resolve(roots[i], root, sizeof(root), NULL, NULL) == 0 &&
-                     path_within(res, root);
+                     kiln_path_inside(res, root);
     if (!inside) {
         char list[200];
         size_t len = 0;

@@ -183,6 +183,11 @@ Test(path, a_symlinked_root_is_resolved_too)
 
 Test(path, a_root_is_not_a_prefix_of_its_sibling)
 {
+    cr_assert(kiln_path_inside("/data/x", "/data"));
+    cr_assert(kiln_path_inside("/data", "/data"));
+    cr_assert_not(kiln_path_inside("/data2/x", "/data"));
+    cr_assert_not(kiln_path_inside("/dat", "/data"));
+    cr_assert(kiln_path_inside("/anything", "/"));
     char msg[512], out[PATH_MAX];
     cr_assert_eq(confine1("data2/secret", msg, out, NULL), KILN_EPERM);
     cr_assert_eq(confine1("data2", msg, out, NULL), KILN_EPERM);
