@@ -16,7 +16,7 @@ endif
 
 CC ?= gcc
 BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium
+PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -g -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP -pthread $(SANFLAGS) \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # Warnings are errors in CI (CI=true in its environment) and with WERROR=1.
@@ -196,7 +196,7 @@ TEST_LIBS_e2e     := $(LIB_BASE)
 TEST_LIBS_comm    := $(TRAIN_LIBS)
 TEST_LIBS_pipe    := $(TRAIN_LIBS)
 TEST_LIBS_cuda    := $(TRAIN_LIBS)
-TEST_LIBS_grpc    := $(KILND_LIBS) $(LIB_AGENT)
+TEST_LIBS_grpc    := $(LIB_AGENT) $(KILND_LIBS)
 TEST_LIBS_dp      := $(TRAIN_LIBS)
 
 define testbin

@@ -1,17 +1,21 @@
-/* agent.c - kiln-agent's control loop: registration and heartbeats with kilnd (assignments and
- * stop orders come back on heartbeat answers), and the sender that drains the outbox in order,
- * retrying while kilnd is unreachable. Also GPU detection and the rendezvous address.
- * Launching and watching ranks is launch.c's; batching is outbox.c's. */
+/* agent.c - kiln-agent's control loop: registration (join token, then the worker's own
+ * credential, kept in the work dir) and heartbeats with kilnd (assignments and stop orders come
+ * back on heartbeat answers), the starter that launches assignments off the heartbeat thread,
+ * and the sender that drains the outbox in order, retrying while kilnd is unreachable. Also the
+ * data roots, GPU detection and the rendezvous address. Launching and watching ranks is
+ * launch.c's; batching is outbox.c's. */
 #include "agent/agent_int.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +23,13 @@
 #define AGENT_RPC_TIMEOUT_MS 10000
 #define AGENT_MAX_LIST 1024
 #define AGENT_MAX_INTERNAL_TRIES 30  /* INTERNAL/UNKNOWN answers before a report is given up */
+#define AGENT_SECRET_MAX 512          /* bytes of a join token or credential */
+#define AGENT_MAX_ROOTS 32
+#define GRPC_UNAUTHENTICATED 16
+#define GRPC_PERMISSION_DENIED 7
+
+static const char k_md_auth[] = "authorization";
+static const char k_md_cred[] = "kiln-worker-credential";
 
 static const char k_register[] = "/kiln.AgentService/RegisterWorker";
 static const char k_heartbeat[] = "/kiln.AgentService/Heartbeat";
@@ -27,12 +38,22 @@ static const char k_logs[] = "/kiln.AgentService/PushLogs";
 static const char k_metrics[] = "/kiln.AgentService/PushMetrics";
 static const char k_exit[] = "/kiln.AgentService/ReportRankExit";
 
+/* An assignment waiting for the starter thread (an owned copy of the message). */
+typedef struct start_item {
+    struct start_item *next;
+    Kiln__Assignment *a;
+} start_item_t;
+
 struct agent {
     char *server, *slot_type, *work_dir, *train_bin, *address;
     char **gpus;
     size_t n_gpus;
+    char *roots[AGENT_MAX_ROOTS]; /* data roots, resolved */
+    size_t n_roots;
     int slots, cores, stop_grace_ms;
     char hostname[256];
+    char join_token[AGENT_SECRET_MAX]; /* "" when none was given */
+    bool id_from_cfg;            /* the operator named the worker id (--worker-id) */
 
     agent_rpc_t *rpc;
     agent_launcher_t *launcher;
@@ -41,7 +62,13 @@ struct agent {
     pthread_mutex_t mu;          /* the fields below */
     pthread_cond_t cv;           /* wakes the heartbeat thread for stop */
     char worker_id[128];
+    char credential[AGENT_SECRET_MAX]; /* kilnd's answer to the last registration, "" if none */
     bool registered;
+    start_item_t *starts;        /* assignments for the starter, in order */
+    pthread_cond_t start_cv;     /* wakes the starter */
+    bool stop_starter;
+    pthread_t start_thread;
+    bool start_started;
     int hb_interval_ms;
     bool draining;               /* shutting down: no new assignments */
     bool hb_now;                 /* heartbeat at once (the drain starting), then clear */
@@ -113,13 +140,50 @@ static bool agent_flag(agent_t *a, const bool *flag)
 
 /* ---- registration and heartbeats ---------------------------------------------------------- */
 
+/* Whether s can travel as a metadata value: printable ASCII, not empty, bounded. */
+static bool secret_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= AGENT_SECRET_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x21 || s[i] > 0x7e)
+            return false;
+    return true;
+}
+
+/* "authorization: Bearer <credential>" for every call but RegisterWorker; none while the agent
+ * holds no credential (a kilnd that issues none). bearer must hold AGENT_SECRET_MAX + 8 bytes. */
+static size_t agent_auth_md(agent_t *a, char *bearer, agent_md_t *md)
+{
+    pthread_mutex_lock(&a->mu);
+    bool have = a->credential[0] != '\0';
+    if (have)
+        snprintf(bearer, AGENT_SECRET_MAX + 8, "Bearer %s", a->credential);
+    pthread_mutex_unlock(&a->mu);
+    if (!have)
+        return 0;
+    md[0] = (agent_md_t){k_md_auth, bearer};
+    return 1;
+}
+
 static int agent_register(agent_t *a, kiln_err_t *err)
 {
     Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
-    char id[128];
+    char id[128], cred[AGENT_SECRET_MAX], bearer[AGENT_SECRET_MAX + 8];
+    agent_md_t md[2];
+    size_t n_md = 0;
     pthread_mutex_lock(&a->mu);
     kiln_strlcpy(id, a->worker_id, sizeof(id));
+    kiln_strlcpy(cred, a->credential, sizeof(cred));
     pthread_mutex_unlock(&a->mu);
+    if (a->join_token[0]) {
+        snprintf(bearer, sizeof(bearer), "Bearer %s", a->join_token);
+        md[n_md++] = (agent_md_t){k_md_auth, bearer};
+    }
+    /* registering again under a known id proves it is still this worker */
+    if (id[0] && cred[0])
+        md[n_md++] = (agent_md_t){k_md_cred, cred};
     req.worker_id = id;
     req.hostname = a->hostname;
     req.address = a->address;
@@ -129,32 +193,167 @@ static int agent_register(agent_t *a, kiln_err_t *err)
     req.gpus = a->gpus;
     req.version = (char *)AGENT_VERSION;
     req.cpu_cores = a->cores;
+    req.n_data_roots = a->n_roots;
+    req.data_roots = a->roots;
     ProtobufCMessage *resp = NULL;
-    int rc = agent_rpc_call(a->rpc, k_register, &req.base, &kiln__register_response__descriptor,
-                             AGENT_RPC_TIMEOUT_MS, &resp, NULL, err);
-    if (rc != 0)
+    int code = 0;
+    int rc = agent_rpc_call(a->rpc, k_register, md, n_md, &req.base, &kiln__register_response__descriptor,
+                             AGENT_RPC_TIMEOUT_MS, &resp, &code, err);
+    memset(bearer, 0, sizeof(bearer));
+    if (rc != 0) {
+        if ((code == GRPC_UNAUTHENTICATED || code == GRPC_PERMISSION_DENIED) && id[0] && !a->id_from_cfg) {
+            /* kilnd does not take this worker id with the credential we hold (a new cluster, or a
+             * credential issued since): join as a new worker rather than not at all */
+            log_warn("kilnd refused to register this agent again as %s (gRPC status %d): %s; registering "
+                     "as a new worker", id, code, err->message);
+            pthread_mutex_lock(&a->mu);
+            a->worker_id[0] = '\0';
+            a->credential[0] = '\0';
+            pthread_mutex_unlock(&a->mu);
+        }
         return rc;
+    }
     Kiln__RegisterResponse *r = (Kiln__RegisterResponse *)resp;
-    if (!r->worker_id || !r->worker_id[0]) {
+    if (!r->worker_id || !r->worker_id[0] || strlen(r->worker_id) >= sizeof(a->worker_id)) {
         protobuf_c_message_free_unpacked(resp, NULL);
-        return kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd answered the registration without a worker id");
+        return kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd answered the registration without a usable worker id");
+    }
+    const char *new_cred = r->credential ? r->credential : "";
+    if (new_cred[0] && !secret_ok(new_cred)) {
+        protobuf_c_message_free_unpacked(resp, NULL);
+        return kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd answered a credential that cannot be sent back "
+                            "(empty, too long, or not printable ASCII)");
+    }
+    if (new_cred[0]) {
+        /* kept before it is used, so a restart finds the credential kilnd now expects */
+        kiln_err_t serr;
+        if (agent_credential_save(a->work_dir, r->worker_id, new_cred, &serr) != 0)
+            log_error("could not keep the worker credential: %s (a restarted agent will register as a new "
+                      "worker)", serr.message);
     }
     pthread_mutex_lock(&a->mu);
     kiln_strlcpy(a->worker_id, r->worker_id, sizeof(a->worker_id));
+    kiln_strlcpy(a->credential, new_cred, sizeof(a->credential));
     a->hb_interval_ms = r->heartbeat_interval_ms > 0 ? r->heartbeat_interval_ms : 1000;
     a->registered = true;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
-    log_info("registered with kilnd at %s as %s (%d %s slot(s), heartbeat every %d ms)", a->server,
-             r->worker_id, a->slots, a->slot_type, r->heartbeat_interval_ms);
+    log_info("registered with kilnd at %s as %s (%d %s slot(s), heartbeat every %d ms%s)", a->server,
+             r->worker_id, a->slots, a->slot_type, r->heartbeat_interval_ms,
+             new_cred[0] ? ", credential kept" : ", kilnd issued no credential");
     protobuf_c_message_free_unpacked(resp, NULL);
     return 0;
+}
+
+/* kilnd no longer takes our credential: register again (with the join token). */
+static void agent_unauthenticated(agent_t *a, const char *what, const kiln_err_t *err)
+{
+    pthread_mutex_lock(&a->mu);
+    bool was = a->registered;
+    a->registered = false;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    if (was)
+        log_warn("kilnd refused the worker credential on a %s: %s; registering again", what, err->message);
+}
+
+/* ---- the starter: launches assignments, so heartbeats never wait for one ------------------- */
+
+static bool start_same(const Kiln__Assignment *x, const char *job_id, int attempt)
+{
+    return !strcmp(x->job_id ? x->job_id : "", job_id ? job_id : "") && (attempt == 0 || x->attempt == attempt);
+}
+
+/* Queues a copy of as for the starter, unless the same (job, attempt) already waits. */
+static void agent_start_enqueue(agent_t *a, const Kiln__Assignment *as)
+{
+    pthread_mutex_lock(&a->mu);
+    for (start_item_t *it = a->starts; it; it = it->next)
+        if (start_same(it->a, as->job_id, as->attempt)) {
+            pthread_mutex_unlock(&a->mu);
+            return;
+        }
+    pthread_mutex_unlock(&a->mu);
+    size_t len = protobuf_c_message_get_packed_size(&as->base);
+    uint8_t *buf = malloc(len ? len : 1);
+    start_item_t *it = calloc(1, sizeof(*it));
+    if (buf && it) {
+        protobuf_c_message_pack(&as->base, buf);
+        it->a = kiln__assignment__unpack(NULL, len, buf);
+    }
+    free(buf);
+    if (!it || !it->a) {
+        free(it);
+        log_error("job %s: out of memory for its assignment; kilnd will deliver it again", as->job_id);
+        return;
+    }
+    pthread_mutex_lock(&a->mu);
+    start_item_t **pp = &a->starts;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = it;
+    pthread_cond_broadcast(&a->start_cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void start_item_free(start_item_t *it)
+{
+    if (it)
+        kiln__assignment__free_unpacked(it->a, NULL);
+    free(it);
+}
+
+/* Drops waiting assignments of job_id (attempt 0: any) that a stop order makes moot. */
+static void agent_start_cancel(agent_t *a, const char *job_id, int attempt)
+{
+    pthread_mutex_lock(&a->mu);
+    start_item_t **pp = &a->starts;
+    while (*pp) {
+        start_item_t *it = *pp;
+        if (start_same(it->a, job_id, attempt)) {
+            *pp = it->next;
+            log_info("job %s attempt %d: stopped before it started", it->a->job_id, it->a->attempt);
+            start_item_free(it);
+            continue;
+        }
+        pp = &it->next;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void *agent_start_main(void *arg)
+{
+    agent_t *a = arg;
+    for (;;) {
+        pthread_mutex_lock(&a->mu);
+        while (!a->starts && !a->stop_starter)
+            pthread_cond_wait(&a->start_cv, &a->mu);
+        if (a->stop_starter) {
+            pthread_mutex_unlock(&a->mu);
+            break;
+        }
+        start_item_t *it = a->starts;
+        a->starts = it->next;
+        bool draining = a->draining;
+        pthread_mutex_unlock(&a->mu);
+        if (draining) {
+            ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true);
+        } else {
+            kiln_err_t err;
+            if (agent_launcher_start(a->launcher, it->a, &err) == KILN_EEXIST)
+                log_info("job %s attempt %d is already running here; assignment ignored", it->a->job_id,
+                         it->a->attempt);
+        }
+        start_item_free(it);
+    }
+    return NULL;
 }
 
 static void agent_handle_heartbeat(agent_t *a, const Kiln__HeartbeatResponse *r)
 {
     for (size_t i = 0; i < r->n_stops; i++) {
         const Kiln__StopOrder *s = r->stops[i];
+        agent_start_cancel(a, s->job_id, s->attempt);
         int grace = s->grace_ms > 0 ? s->grace_ms : 10000;
         int n = agent_launcher_stop(a->launcher, s->job_id, s->attempt, grace);
         log_info("stop order for job %s attempt %d (%s): signalled %d rank(s), grace %d ms", s->job_id,
@@ -166,10 +365,7 @@ static void agent_handle_heartbeat(agent_t *a, const Kiln__HeartbeatResponse *r)
             ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down", true);
             continue;
         }
-        kiln_err_t err;
-        int rc = agent_launcher_start(a->launcher, as, &err);
-        if (rc == KILN_EEXIST)
-            log_info("job %s attempt %d is already running here; assignment ignored", as->job_id, as->attempt);
+        agent_start_enqueue(a, as);
     }
 }
 
@@ -240,8 +436,12 @@ static void *agent_hb_main(void *arg)
         ProtobufCMessage *resp = NULL;
         int code = 0;
         int64_t t0 = kiln_mono_us();
-        int rc = agent_rpc_call(a->rpc, k_heartbeat, &req.base, &kiln__heartbeat_response__descriptor,
+        char bearer[AGENT_SECRET_MAX + 8];
+        agent_md_t md[1];
+        size_t n_md = agent_auth_md(a, bearer, md);
+        int rc = agent_rpc_call(a->rpc, k_heartbeat, md, n_md, &req.base, &kiln__heartbeat_response__descriptor,
                                  KILN_MAX(interval * 3, 3000), &resp, &code, &err);
+        memset(bearer, 0, sizeof(bearer));
         if (rc == 0) {
             Kiln__HeartbeatResponse *r = (Kiln__HeartbeatResponse *)resp;
             if (fails > 0)
@@ -264,6 +464,8 @@ static void *agent_hb_main(void *arg)
             }
             if (!agent_flag(a, &a->registered))
                 continue;
+        } else if (code == GRPC_UNAUTHENTICATED) {
+            agent_unauthenticated(a, "heartbeat", &err);
         } else {
             if (fails++ % 20 == 0)
                 log_warn("heartbeat to kilnd at %s failed: %s", a->server, err.message);
@@ -367,7 +569,12 @@ static int agent_send(agent_t *a, ob_item_t *it, char *wid, int *code, kiln_err_
         method = k_exit;
         break;
     }
-    rc = agent_rpc_call(a->rpc, method, req, &kiln__ack__descriptor, AGENT_RPC_TIMEOUT_MS, &resp, code, err);
+    char bearer[AGENT_SECRET_MAX + 8];
+    agent_md_t md[1];
+    size_t n_md = agent_auth_md(a, bearer, md);
+    rc = agent_rpc_call(a->rpc, method, md, n_md, req, &kiln__ack__descriptor, AGENT_RPC_TIMEOUT_MS, &resp, code,
+                        err);
+    memset(bearer, 0, sizeof(bearer));
     if (resp)
         protobuf_c_message_free_unpacked(resp, NULL);
     goto done;
@@ -418,6 +625,11 @@ static void *agent_sender_main(void *arg)
         int code = 0;
         int rc = agent_send(a, it, wid, &code, &err);
         bool done = rc == 0;
+        if (rc != 0 && code == GRPC_UNAUTHENTICATED) {
+            /* not the report's fault: it waits for the new registration */
+            agent_unauthenticated(a, ob_kind_name(it->kind), &err);
+            continue;
+        }
         if (rc != 0 && !agent_grpc_retryable(code) && code != 0) {
             log_error("kilnd rejected a %s of job %s (gRPC status %d): %s; dropping it",
                       ob_kind_name(it->kind), it->job_id, code, err.message);
@@ -470,8 +682,19 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     a->cores = cfg->cores > 0 ? cfg->cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
     a->stop_grace_ms = cfg->stop_grace_ms > 0 ? cfg->stop_grace_ms : 10000;
     a->hb_interval_ms = 1000;
-    if (cfg->worker_id)
+    pthread_cond_init(&a->start_cv, NULL);
+    if (cfg->worker_id && cfg->worker_id[0]) {
         kiln_strlcpy(a->worker_id, cfg->worker_id, sizeof(a->worker_id));
+        a->id_from_cfg = true;
+    }
+    if (cfg->join_token && cfg->join_token[0]) {
+        if (!secret_ok(cfg->join_token)) {
+            rc = kiln_err_set(err, KILN_EINVAL, "join-token", "the join token must be 1 to %d printable ASCII "
+                              "characters without spaces", AGENT_SECRET_MAX - 1);
+            goto fail;
+        }
+        kiln_strlcpy(a->join_token, cfg->join_token, sizeof(a->join_token));
+    }
     if (gethostname(a->hostname, sizeof(a->hostname)) != 0)
         kiln_strlcpy(a->hostname, "unknown", sizeof(a->hostname));
     if (cfg->address && cfg->address[0]) {
@@ -497,10 +720,55 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     }
     if ((rc = kiln_mkdirs(a->work_dir, err)) != 0)
         goto fail;
-    if ((rc = agent_rpc_create(a->server, &a->rpc, err)) != 0)
+    if ((rc = agent_data_roots_resolve(cfg->data_roots, cfg->n_data_roots, a->roots, AGENT_MAX_ROOTS, &a->n_roots,
+                                       err)) != 0)
+        goto fail;
+    /* A root over the work dir would let jobs read the agent's credential (and other jobs'
+     * directories); over the TLS key, its private key. */
+    const char *const own[] = {a->work_dir, cfg->tls.key_file};
+    const char *const own_what[] = {"the agent's work dir", "the agent's TLS key"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(own); i++) {
+        if (!own[i])
+            continue;
+        char real[PATH_MAX];
+        if (!realpath(own[i], real))
+            continue;
+        for (size_t k = 0; k < a->n_roots; k++) {
+            if (kiln_path_inside(real, a->roots[k])) {
+                rc = kiln_err_set(err, KILN_EINVAL, "data-root", "data root \"%s\" holds %s (%s): jobs could read "
+                                  "the agent's secrets", a->roots[k], own_what[i], own[i]);
+                kiln_err_hint(err, "give --data-root directories that hold only data, and keep --work-dir apart");
+                goto fail;
+            }
+        }
+    }
+    if (a->n_roots == 0)
+        log_warn("no --data-root given: jobs on this agent may read no files (synthetic data only)");
+    for (size_t i = 0; i < a->n_roots; i++)
+        log_info("data root: %s", a->roots[i]);
+    /* The credential of an earlier run, unless the operator named another worker id. */
+    char fid[128], fcred[AGENT_SECRET_MAX];
+    kiln_err_t cerr;
+    int crc = agent_credential_load(a->work_dir, fid, sizeof(fid), fcred, sizeof(fcred), &cerr);
+    if (crc == 0 && (!a->id_from_cfg || !strcmp(fid, a->worker_id)) && secret_ok(fcred)) {
+        kiln_strlcpy(a->worker_id, fid, sizeof(a->worker_id));
+        kiln_strlcpy(a->credential, fcred, sizeof(a->credential));
+        log_info("worker id %s and its credential loaded from %s/%s", fid, a->work_dir, AGENT_CREDENTIAL_FILE);
+    } else if (crc == 0) {
+        log_warn("%s/%s is for worker %s, not %s; it is not used", a->work_dir, AGENT_CREDENTIAL_FILE, fid,
+                 a->worker_id);
+    } else if (crc != KILN_ENOTFOUND) {
+        log_warn("%s; registering as a new worker", cerr.message);
+    }
+    memset(fcred, 0, sizeof(fcred));
+    if (cfg->tls.insecure)
+        log_warn("--insecure: the connection to kilnd is plain text; the join token, the worker credential, "
+                 "specs and logs cross the network readable by anyone on the path");
+    if ((rc = agent_rpc_create(a->server, &cfg->tls, &a->rpc, err)) != 0)
         goto fail;
     agent_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
-                                   .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores};
+                                   .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores,
+                                   .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots};
     agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
                                .on_exit = cb_exit, .ud = a};
     if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
@@ -510,13 +778,19 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
         goto fail;
     }
     a->sender_started = true;
+    if (pthread_create(&a->start_thread, NULL, agent_start_main, a) != 0) {
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the starter thread");
+        goto fail;
+    }
+    a->start_started = true;
     if (pthread_create(&a->hb_thread, NULL, agent_hb_main, a) != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the heartbeat thread");
         goto fail;
     }
     a->hb_started = true;
-    log_info("agent up: kilnd %s, %d %s slot(s), %d core(s), work dir %s, rank program %s, address %s",
-             a->server, a->slots, a->slot_type, a->cores, a->work_dir, a->train_bin, a->address);
+    log_info("agent up: kilnd %s (%s), %d %s slot(s), %d core(s), work dir %s, rank program %s, address %s",
+             a->server, cfg->tls.insecure ? "plain text" : cfg->tls.cert_file ? "mutual TLS" : "TLS", a->slots,
+             a->slot_type, a->cores, a->work_dir, a->train_bin, a->address);
     *out = a;
     return 0;
 fail:
@@ -537,6 +811,26 @@ void agent_shutdown(agent_t *a, int flush_timeout_ms)
     pthread_mutex_unlock(&a->mu);
     if (done)
         return;
+    /* No launch from here on: the starter finishes the one it may be in, and what still waits is
+     * answered as refused by the shutdown. */
+    if (a->start_started) {
+        pthread_mutex_lock(&a->mu);
+        a->stop_starter = true;
+        pthread_cond_broadcast(&a->start_cv);
+        pthread_mutex_unlock(&a->mu);
+        pthread_join(a->start_thread, NULL);
+        a->start_started = false;
+    }
+    pthread_mutex_lock(&a->mu);
+    start_item_t *waiting = a->starts;
+    a->starts = NULL;
+    pthread_mutex_unlock(&a->mu);
+    while (waiting) {
+        start_item_t *it = waiting;
+        waiting = it->next;
+        ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true);
+        start_item_free(it);
+    }
     /* Tell kilnd first (one heartbeat, at most 3 s), so that the attempts lost below are not
      * placed on this worker again. */
     if (a->hb_started && agent_flag(a, &a->registered)) {
@@ -588,11 +882,21 @@ void agent_destroy(agent_t *a)
 {
     if (!a)
         return;
-    if (a->hb_started || a->sender_started)
+    if (a->hb_started || a->sender_started || a->start_started)
         agent_shutdown(a, 3000);
     agent_launcher_destroy(a->launcher);
     agent_rpc_destroy(a->rpc);
     ob_deinit(&a->ob);
+    while (a->starts) {
+        start_item_t *it = a->starts;
+        a->starts = it->next;
+        start_item_free(it);
+    }
+    for (size_t i = 0; i < a->n_roots; i++)
+        free(a->roots[i]);
+    memset(a->join_token, 0, sizeof(a->join_token));
+    memset(a->credential, 0, sizeof(a->credential));
+    pthread_cond_destroy(&a->start_cv);
     for (size_t i = 0; i < a->n_gpus; i++)
         free(a->gpus[i]);
     free(a->gpus);
@@ -611,6 +915,98 @@ void agent_worker_id(agent_t *a, char *buf, size_t n)
     pthread_mutex_lock(&a->mu);
     kiln_strlcpy(buf, a->registered ? a->worker_id : "", n);
     pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- data roots and the credential file ----------------------------------------------------- */
+
+int agent_data_roots_resolve(const char *const *roots, size_t n, char **out, size_t max, size_t *n_out,
+                              kiln_err_t *err)
+{
+    *n_out = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *r = roots[i] ? roots[i] : "";
+        char real[PATH_MAX];
+        struct stat st;
+        if (!r[0] || !realpath(r, real) || stat(real, &st) != 0) {
+            rc = kiln_err_set(err, KILN_EINVAL, "data-root", "data root \"%s\" does not exist", r);
+            goto fail;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            rc = kiln_err_set(err, KILN_EINVAL, "data-root", "data root \"%s\" is not a directory", r);
+            goto fail;
+        }
+        if (strchr(real, ',')) {
+            rc = kiln_err_set(err, KILN_EINVAL, "data-root", "data root \"%s\" has a comma in its path, which "
+                              "KILN_DATA_ROOTS cannot carry", r);
+            goto fail;
+        }
+        bool dup = false;
+        for (size_t k = 0; k < *n_out && !dup; k++)
+            dup = !strcmp(out[k], real);
+        if (dup)
+            continue;
+        if (*n_out >= max) {
+            rc = kiln_err_set(err, KILN_EINVAL, "data-root", "more than %zu data roots", max);
+            goto fail;
+        }
+        if (!(out[*n_out] = strdup(real))) {
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+            goto fail;
+        }
+        (*n_out)++;
+    }
+    return 0;
+fail:
+    for (size_t k = 0; k < *n_out; k++) {
+        free(out[k]);
+        out[k] = NULL;
+    }
+    *n_out = 0;
+    return rc;
+}
+
+int agent_credential_save(const char *work_dir, const char *worker_id, const char *credential,
+                           kiln_err_t *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", work_dir, AGENT_CREDENTIAL_FILE);
+    size_t len = strlen(worker_id) + strlen(credential) + 32;
+    char *text = malloc(len);
+    if (!text)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    int n = snprintf(text, len, "worker_id %s\ncredential %s\n", worker_id, credential);
+    int rc = kiln_file_write_atomic_mode(path, text, (size_t)n, 0600, err);
+    memset(text, 0, len);
+    free(text);
+    return rc;
+}
+
+int agent_credential_load(const char *work_dir, char *worker_id, size_t idn, char *credential,
+                           size_t credn, kiln_err_t *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", work_dir, AGENT_CREDENTIAL_FILE);
+    char *text = NULL;
+    size_t len = 0;
+    worker_id[0] = credential[0] = '\0';
+    int rc = kiln_file_read(path, &text, &len, err);
+    if (rc)
+        return rc;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (!strncmp(line, "worker_id ", 10) && strlen(line + 10) < idn)
+            kiln_strlcpy(worker_id, line + 10, idn);
+        else if (!strncmp(line, "credential ", 11) && strlen(line + 11) < credn)
+            kiln_strlcpy(credential, line + 11, credn);
+    }
+    memset(text, 0, len);
+    free(text);
+    if (!worker_id[0] || !credential[0]) {
+        worker_id[0] = credential[0] = '\0';
+        return kiln_err_set(err, KILN_EFORMAT, NULL, "%s is not a kiln-agent credential file", path);
+    }
+    return 0;
 }
 
 /* ---- the machine ------------------------------------------------------------------------- */

@@ -6,7 +6,6 @@
 #ifndef KILN_AGENT_H
 #define KILN_AGENT_H
 
-#include <regex.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -73,25 +72,45 @@ void agent_points_free(agent_points_t *p);
 int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_step,
                         agent_points_t *out, kiln_err_t *err);
 
-typedef struct agent_metric_def {
-    char name[AGENT_METRIC_NAME];
-    regex_t re;
-} agent_metric_def_t;
+/* Metric definitions: PCRE2 patterns whose first capture group is a metric's value. Matching is
+ * bounded twice: per line and definition by PCRE2's match, depth and heap limits (a line that
+ * hits one is no match), and per job by a CPU-time budget: once matching a job's lines has used
+ * more than budget_us of the matching thread's CPU time within one window of window_us (wall
+ * clock), the job's definitions switch off for good (off). */
+#define AGENT_MAX_METRIC_DEFS 16
+#define AGENT_MAX_REGEX 256               /* bytes of one pattern */
+#define AGENT_MATCH_LIMIT 100000          /* pcre2_set_match_limit, per line and definition */
+#define AGENT_MATCH_DEPTH_LIMIT 10000     /* pcre2_set_depth_limit */
+#define AGENT_MATCH_HEAP_KIB 4096         /* pcre2_set_heap_limit */
+#define AGENT_MATCH_BUDGET_US 100000      /* CPU time a job's matching may use ... */
+#define AGENT_MATCH_WINDOW_US 1000000     /* ... in one window this long */
+typedef struct agent_metric_def agent_metric_def_t; /* one compiled definition (metrics.c) */
 
 typedef struct agent_metric_defs {
     agent_metric_def_t *v;
     size_t n;
+    void *match_ctx;             /* pcre2_match_context_8 with the limits above */
+    bool off;                    /* switched off: the job went over its budget */
+    int64_t budget_us, window_us;
+    int64_t window_start_us;     /* monotonic time the current window opened (-1: none yet) */
+    int64_t spent_us;            /* matching CPU time spent in it */
 } agent_metric_defs_t;
 
-/* Reads "metric_definitions" from a job spec (JSON text) and compiles each regex (POSIX
- * extended). A spec without definitions gives n = 0. Returns 0, KILN_EFORMAT (spec is not JSON)
- * or KILN_EINVAL (a regex does not compile; err names it). Release with
- * agent_metric_defs_deinit() (also after a failure). */
-int agent_metric_defs_init(agent_metric_defs_t *d, const char *spec_json, kiln_err_t *err);
+/* Compiles defs[0..n) (name, regex) for one job, with the budget set to AGENT_MATCH_BUDGET_US
+ * per AGENT_MATCH_WINDOW_US (the caller may change budget_us and window_us after). n = 0 gives an
+ * empty set. Returns 0, or KILN_EINVAL when there are more than AGENT_MAX_METRIC_DEFS
+ * definitions, a name is empty or too long, or a pattern is longer than AGENT_MAX_REGEX bytes or
+ * does not compile or has no capture group (err names "metric_definitions[i].regex"; the
+ * pattern's text is not repeated). Release with agent_metric_defs_deinit() (also after a
+ * failure). Not thread-safe: one job's set is used by one thread. */
+int agent_metric_defs_init(agent_metric_defs_t *d, Kiln__MetricDefinition *const *defs, size_t n,
+                            kiln_err_t *err);
 void agent_metric_defs_deinit(agent_metric_defs_t *d);
-/* Applies every definition to a log line (NUL-terminated); for each that matches with a first
- * capture group holding a number, appends a point (rank, step, now). Returns points appended. */
-size_t agent_metric_defs_match(const agent_metric_defs_t *d, const char *line, int rank,
+/* Applies every definition to a log line (valid UTF-8, NUL-terminated, len bytes); for each that
+ * matches with a first capture group holding a number, appends a point (rank, step, time_us).
+ * Counts the CPU time it takes against the budget; the call that goes over it sets d->off, and
+ * calls after that match nothing. Returns points appended. */
+size_t agent_metric_defs_match(agent_metric_defs_t *d, const char *line, size_t len, int rank,
                                 int64_t step, int64_t time_us, agent_points_t *out);
 
 /* ------------------------------------------------------------------------------------------
@@ -104,9 +123,10 @@ size_t agent_metric_defs_match(const agent_metric_defs_t *d, const char *line, i
 enum { AGENT_STREAM_STDOUT = 0, AGENT_STREAM_STDERR = 1 };
 
 typedef struct agent_launch_cbs {
-    /* All callbacks run on the launcher's I/O thread (on_started: on the caller of
-     * agent_launcher_start) with the launcher's lock held: they must not call back into the
-     * launcher. Pointers are borrowed for the duration of the call. */
+    /* on_started runs on the caller of agent_launcher_start, with the launcher's lock held; the
+     * others run on the launcher's I/O thread without it (on_line also on the caller of
+     * agent_launcher_start, lock held, for the launcher's own note about a job before its ranks
+     * start). None may call back into the launcher. Pointers are borrowed for the call. */
     void (*on_started)(void *ud, const char *job_id, int attempt, bool ok, const char *reason);
     void (*on_line)(void *ud, const char *job_id, int attempt, int rank, int stream,
                     int64_t time_us, const char *line, size_t len);
@@ -128,6 +148,10 @@ typedef struct agent_launcher_config {
     bool gpu;                /* slot type gpu: set KILN_DEVICE_ID / CUDA_VISIBLE_DEVICES */
     int cores;               /* CPU cores to share among ranks (0: online processors) */
     int max_line;            /* log line limit in bytes (0: 16 KiB) */
+    /* Directories jobs may read from, already resolved (agent_data_roots_resolve); none: jobs
+     * may read nothing. Passed to ranks as KILN_DATA_ROOTS. */
+    const char *const *data_roots;
+    size_t n_data_roots;
 } agent_launcher_config_t;
 
 typedef struct agent_launcher agent_launcher_t;
@@ -140,12 +164,22 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
  * Exits of ranks killed here are not delivered. */
 void agent_launcher_destroy(agent_launcher_t *l);
 
-/* Launches one assignment: writes <work_dir>/jobs/<job_id>/spec.json, creates checkpoints/ and
- * output/, starts one rank per a->ranks entry with the environment of docs/contracts.md, then
- * calls on_started(ok=true). If anything fails, ranks already started are killed (their exits
- * are not delivered), on_started(ok=false, reason) is called and the status is returned.
- * An assignment (job_id, attempt) that is already running is ignored (returns KILN_EEXIST, no
- * callback). Thread-safe. */
+/* Launches one assignment. First the checks, before anything is written or started: every
+ * a->read_paths entry must be absolute and resolve inside a data root; a->checkpoint_dir ("":
+ * <job dir>/checkpoints) and a->resume_from (when set) inside a data root or the work dir. A
+ * failed check refuses the assignment: on_started(ok=false, reason naming the field and the
+ * allowed directories; outside them it never says whether the path exists) and KILN_EPERM
+ * (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path inside a root but missing). Then it creates the job directory, output/ and
+ * the checkpoint directory (mode 0700), writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
+ * for kiln-train; the launcher does not read it), compiles a->metric_definitions (a set that
+ * does not compile is dropped with a line in the job's log) and starts one rank per a->ranks
+ * entry with the environment of docs/contracts.md: umask 077, a->threads_per_rank threads (0:
+ * the cores divided among the slots), KILN_DATA_ROOTS, and none of the agent's secrets
+ * (KILN_JOIN_TOKEN and the like are filtered out). Then on_started(ok=true). If a rank fails to
+ * start, the ranks already started are killed (their exits are not delivered),
+ * on_started(ok=false, reason) is called and the status is returned. An assignment (job_id,
+ * attempt) that is already running is ignored (returns KILN_EEXIST, no callback). Thread-safe;
+ * it does not wait for the I/O thread's reading or matching. */
 int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_err_t *err);
 /* Stop order: SIGTERM to every rank of job_id (attempt 0: any attempt), SIGKILL after grace_ms
  * (0: at once). Returns the number of ranks signalled. Thread-safe. */
@@ -160,7 +194,9 @@ typedef struct agent_rank_info {
     int attempt, rank;
     pid_t pid;
 } agent_rank_info_t;
-/* Copies up to max running ranks into out; returns how many ranks there are (may be > max). */
+/* Copies up to max running ranks into out; returns how many ranks there are (may be > max).
+ * Reads a snapshot under its own small lock: it never waits for a start, a stop or the I/O
+ * thread. */
 size_t agent_launcher_list(agent_launcher_t *l, agent_rank_info_t *out, size_t max);
 
 /* ------------------------------------------------------------------------------------------
@@ -168,24 +204,41 @@ size_t agent_launcher_list(agent_launcher_t *l, agent_rank_info_t *out, size_t m
  * ------------------------------------------------------------------------------------------ */
 typedef struct agent_rpc agent_rpc_t;
 
-/* Creates an insecure channel to target ("127.0.0.1:9090"); connects lazily. Caller owns *out;
- * free with agent_rpc_destroy(). Returns 0 or KILN_EIO. Thread-safe once created. */
-int agent_rpc_create(const char *target, agent_rpc_t **out, kiln_err_t *err);
+/* How the channel is secured. insecure: plain text (nothing else may be set). Otherwise TLS:
+ * kilnd's certificate is verified against ca_file (PEM), or the system's roots when ca_file is
+ * NULL; cert_file and key_file (PEM, both or neither) are the client certificate for mutual
+ * TLS. */
+typedef struct agent_tls {
+    bool insecure;
+    const char *ca_file, *cert_file, *key_file;
+} agent_tls_t;
+
+/* One metadata entry of a call ("authorization", "Bearer ..."). Keys are lower case. */
+typedef struct agent_md {
+    const char *key, *value;
+} agent_md_t;
+
+/* Creates a channel to target ("127.0.0.1:9090") secured as tls says (NULL: insecure); connects
+ * lazily. The files are read here. Caller owns *out; free with agent_rpc_destroy().
+ * Returns 0, KILN_EINVAL (conflicting or incomplete TLS settings, a file that holds no PEM),
+ * KILN_ENOTFOUND / KILN_EIO (a file that cannot be read; err names it, never its contents).
+ * Thread-safe once created. */
+int agent_rpc_create(const char *target, const agent_tls_t *tls, agent_rpc_t **out, kiln_err_t *err);
 void agent_rpc_destroy(agent_rpc_t *r);
 
-/* One unary call with raw bytes: method is the path ("/kiln.AgentService/Heartbeat").
- * On a reply, *out (heap, caller frees with free()) and *out_len hold the response bytes.
- * *grpc_code (OUT, may be NULL) is the gRPC status code (0 OK, 14 UNAVAILABLE, ...).
- * Returns 0 when the status is OK, else the kiln status matching the gRPC code with the server's
- * message in err. */
-int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const void *data, size_t len,
-                        int timeout_ms, uint8_t **out, size_t *out_len, int *grpc_code,
-                        kiln_err_t *err);
+/* One unary call with raw bytes: method is the path ("/kiln.AgentService/Heartbeat"), md[0..n_md)
+ * the call's metadata (values are sent as they are and never logged). On a reply, *out (heap,
+ * caller frees with free()) and *out_len hold the response bytes. *grpc_code (OUT, may be NULL)
+ * is the gRPC status code (0 OK, 14 UNAVAILABLE, 16 UNAUTHENTICATED, ...). Returns 0 when the
+ * status is OK, else the kiln status matching the gRPC code with the server's message in err. */
+int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md, size_t n_md,
+                        const void *data, size_t len, int timeout_ms, uint8_t **out, size_t *out_len,
+                        int *grpc_code, kiln_err_t *err);
 /* Same with messages: packs req, unpacks the reply with resp_desc into *resp (caller frees with
  * protobuf_c_message_free_unpacked(*resp, NULL)). A reply that does not decode is KILN_EFORMAT. */
-int agent_rpc_call(agent_rpc_t *r, const char *method, const ProtobufCMessage *req,
-                    const ProtobufCMessageDescriptor *resp_desc, int timeout_ms,
-                    ProtobufCMessage **resp, int *grpc_code, kiln_err_t *err);
+int agent_rpc_call(agent_rpc_t *r, const char *method, const agent_md_t *md, size_t n_md,
+                    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                    int timeout_ms, ProtobufCMessage **resp, int *grpc_code, kiln_err_t *err);
 /* Kiln status for a gRPC status code. */
 int agent_grpc_status(int grpc_code);
 /* True for gRPC codes worth retrying (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
@@ -207,14 +260,27 @@ typedef struct agent_config {
     int stop_grace_ms;       /* grace for the agent's own shutdown (0: 10000) */
     const char *const *gpus; /* GPU names to report (may be NULL) */
     size_t n_gpus;
+    /* --data-root directories as given; agent_create resolves them and refuses to start when one
+     * is missing or not a directory. None: jobs may read nothing. */
+    const char *const *data_roots;
+    size_t n_data_roots;
+    const char *join_token;  /* the cluster's join token (a secret; never logged), or NULL */
+    agent_tls_t tls;         /* how the channel to kilnd is secured */
 } agent_config_t;
 
 typedef struct agent agent_t;
 
-/* Creates the agent and starts its threads (heartbeat, I/O, sender). It registers with kilnd in
- * the background, retrying until kilnd answers. Signals should already be blocked by the
- * caller. cfg strings are copied. Caller owns *out; free with agent_destroy().
- * Returns 0, KILN_EIO or KILN_EINVAL. */
+/* Creates the agent and starts its threads (heartbeat, starter, I/O, sender). It registers with
+ * kilnd in the background, retrying until kilnd answers: RegisterWorker carries
+ * "authorization: Bearer <join token>", and "kiln-worker-credential: <credential>" when it
+ * registers again under a worker id it holds a credential for. The credential kilnd answers
+ * is kept in <work_dir>/agent-credential (AGENT_CREDENTIAL_FILE) and loaded here, so a restarted
+ * agent keeps its worker id (cfg->worker_id, when set and different, wins and the file is not
+ * used). Every other call carries "authorization: Bearer <credential>"; an UNAUTHENTICATED answer
+ * to a heartbeat or report makes the agent register again. Assignments are started on the
+ * starter thread, so heartbeats never wait for a launch. Signals should already be blocked by
+ * the caller. cfg strings are copied. Caller owns *out; free with agent_destroy().
+ * Returns 0, KILN_EIO, KILN_EINVAL (a bad setting or data root), KILN_ENOTFOUND (a TLS file). */
 int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err);
 /* Graceful stop: stops every rank (SIGTERM, SIGKILL after the grace), reports their exits and
  * sends what is queued (giving up after flush_timeout_ms if kilnd does not answer), then stops
@@ -224,6 +290,26 @@ void agent_shutdown(agent_t *a, int flush_timeout_ms);
 void agent_destroy(agent_t *a);
 /* Worker id kilnd gave (empty until registered). Copies into buf of size n. */
 void agent_worker_id(agent_t *a, char *buf, size_t n);
+
+/* Resolves --data-root directories: each must exist and be a directory; the result is its
+ * realpath. Duplicates are dropped. out receives up to max heap strings (caller frees each);
+ * *n_out (OUT) their count. Returns 0, or KILN_EINVAL naming the root that does not exist, is not
+ * a directory, holds a comma (roots travel comma-separated in KILN_DATA_ROOTS), or is one too
+ * many (nothing is left allocated then). */
+int agent_data_roots_resolve(const char *const *roots, size_t n, char **out, size_t max, size_t *n_out,
+                              kiln_err_t *err);
+
+/* The credential file: "<work dir>/agent-credential", mode 0600, written atomically, two lines
+ * "worker_id <id>" and "credential <secret>". */
+#define AGENT_CREDENTIAL_FILE "agent-credential"
+/* Writes it. Returns 0 or KILN_EIO (err names the file, never the secret). */
+int agent_credential_save(const char *work_dir, const char *worker_id, const char *credential,
+                           kiln_err_t *err);
+/* Reads it into worker_id (size idn) and credential (size credn). Returns 0, KILN_ENOTFOUND (no
+ * file), KILN_EFORMAT (not in the format above; err names the file, never its contents) or
+ * KILN_EIO. */
+int agent_credential_load(const char *work_dir, char *worker_id, size_t idn, char *credential,
+                           size_t credn, kiln_err_t *err);
 
 /* Counts GPUs: libcudart's cudaGetDeviceCount through dlopen, else `nvidia-smi -L`. Fills up to
  * max names (heap strings, caller frees each) when names is non-NULL. Returns the count (0 when

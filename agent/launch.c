@@ -1,20 +1,23 @@
-/* launch.c - the agent's launcher: starts the ranks of an assignment as kiln-train child
- * processes (own process group, environment per docs/contracts.md, stdout/stderr/metric records
- * on pipes), reads their output on one epoll I/O thread, delivers stop orders and exits.
- * It knows nothing about gRPC: what it reads goes to the callbacks in agent_launch_cbs_t. */
+/* launch.c - the agent's launcher: checks an assignment's paths against the agent's roots, starts
+ * its ranks as kiln-train child processes (own process group, environment per
+ * docs/contracts.md, stdout/stderr/metric records on pipes), reads their output and matches
+ * metric definitions on one epoll I/O thread, delivers stop orders and exits.
+ * It knows nothing about gRPC (what it reads goes to the callbacks in agent_launch_cbs_t) and
+ * never parses the job spec: what it needs comes typed in the assignment. */
 #include "agent/agent.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,11 +62,17 @@ struct lrank {
 };
 
 struct agent_launcher {
-    char *train_bin, *work_dir;
+    char *train_bin, *work_dir; /* work_dir resolved */
+    char **roots;               /* data roots, resolved */
+    size_t nroots;
+    char *roots_env;            /* "KILN_DATA_ROOTS=<root>,<root>" */
     int slots, cores, max_line;
     bool gpu;
     bool *dev_used;
     agent_launch_cbs_t cbs;
+    /* mu: the rank list and what other threads read of a rank (exited, silent, kill_at_us).
+     * The I/O thread reads pipes and matches without it: only it reads a rank's pipes or frees
+     * a rank, so its sources stay valid, and starts and stops never wait for a job's output. */
     pthread_mutex_t mu;
     pthread_cond_t idle_cv;
     lrank_t *ranks;
@@ -73,7 +82,39 @@ struct agent_launcher {
     bool thread_started;
     bool stop;
     agent_points_t pts;         /* I/O thread scratch */
+    /* What agent_launcher_list answers (heartbeats): rebuilt under mu whenever the rank list
+     * changes, read under snap_mu alone. */
+    pthread_mutex_t snap_mu;
+    agent_rank_info_t *snap;
+    size_t nsnap, snap_cap;
 };
+
+/* Copies the rank list into the snapshot agent_launcher_list reads. Caller holds l->mu. */
+static void snap_rebuild_locked(agent_launcher_t *l)
+{
+    pthread_mutex_lock(&l->snap_mu);
+    size_t n = 0;
+    for (lrank_t *r = l->ranks; r; r = r->next)
+        n += !r->silent;
+    if (n > l->snap_cap) {
+        agent_rank_info_t *nv = realloc(l->snap, n * sizeof(*nv));
+        if (nv) {
+            l->snap = nv;
+            l->snap_cap = n;
+        }
+    }
+    l->nsnap = 0;
+    for (lrank_t *r = l->ranks; r && l->nsnap < l->snap_cap; r = r->next) {
+        if (r->silent)
+            continue;
+        agent_rank_info_t *s = &l->snap[l->nsnap++];
+        kiln_strlcpy(s->job_id, r->job->job_id, sizeof(s->job_id));
+        s->attempt = r->job->attempt;
+        s->rank = r->rank;
+        s->pid = r->pid;
+    }
+    pthread_mutex_unlock(&l->snap_mu);
+}
 
 static void launcher_wake(agent_launcher_t *l)
 {
@@ -128,11 +169,23 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
         l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank,
                        c->kind == PIPE_STDERR ? AGENT_STREAM_STDERR : AGENT_STREAM_STDOUT, now,
                        line, len);
-    if (r->job->defs.n) {
+    agent_metric_defs_t *d = &r->job->defs;
+    if (d->n && !d->off) {
         agent_points_clear(&l->pts);
-        if (agent_metric_defs_match(&r->job->defs, line, r->rank, r->last_step, now, &l->pts) &&
-            l->cbs.on_points)
+        if (agent_metric_defs_match(d, line, len, r->rank, r->last_step, now, &l->pts) && l->cbs.on_points)
             l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
+        if (d->off) {
+            char note[256];
+            int n = snprintf(note, sizeof(note), "[kiln-agent] metric definitions switched off for this job: "
+                             "matching its log lines took more than %lld ms of CPU time in %lld ms",
+                             (long long)(d->budget_us / 1000), (long long)(d->window_us / 1000));
+            log_warn("job %s: metric definitions switched off (matching went over its budget of %lld ms "
+                     "per %lld ms)", r->job->job_id, (long long)(d->budget_us / 1000),
+                     (long long)(d->window_us / 1000));
+            if (l->cbs.on_line)
+                l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, AGENT_STREAM_STDERR,
+                               now, note, (size_t)n);
+        }
     }
     free(marked);
 }
@@ -243,13 +296,15 @@ static void *launcher_main(void *arg)
     agent_launcher_t *l = arg;
     struct epoll_event evs[64];
     int64_t stop_deadline = 0;
-    pthread_mutex_lock(&l->mu);
     for (;;) {
+        pthread_mutex_lock(&l->mu);
         if (l->stop) {
             if (!stop_deadline)
                 stop_deadline = kiln_mono_us() + 5000000;
-            if (!l->ranks || kiln_mono_us() > stop_deadline)
+            if (!l->ranks || kiln_mono_us() > stop_deadline) {
+                pthread_mutex_unlock(&l->mu);
                 break;
+            }
         }
         /* How long to sleep: until the next kill or drain deadline; poll ranks without a pidfd. */
         int64_t now = kiln_mono_us();
@@ -262,12 +317,11 @@ static void *launcher_main(void *arg)
             if (!r->exited && r->src[PIPE_PROC].fd < 0 && now + 50000 < next)
                 next = now + 50000;
         }
-        int timeout = next > now ? (int)((next - now + 999) / 1000) : 0;
         pthread_mutex_unlock(&l->mu);
+        int timeout = next > now ? (int)((next - now + 999) / 1000) : 0;
         int n = epoll_wait(l->epfd, evs, (int)KILN_ARRAY_LEN(evs), timeout);
-        pthread_mutex_lock(&l->mu);
         /* Metric records first: a log line a metric definition matches then gets the step of
-         * the record written just before it. */
+         * the record written just before it. Pipes are read without the lock (see mu). */
         for (int pass = 0; pass < 2; pass++)
             for (int i = 0; i < n; i++) {
                 lsrc_t *s = evs[i].data.ptr;
@@ -281,11 +335,18 @@ static void *launcher_main(void *arg)
                 }
                 if (s->fd < 0 || (pass == 0) != (s->kind == PIPE_METRICS))
                     continue;
-                if (s->kind == PIPE_PROC)
+                if (s->kind == PIPE_PROC) {
+                    pthread_mutex_lock(&l->mu);
                     rank_try_reap(l, s->r);
-                else
+                    pthread_mutex_unlock(&l->mu);
+                } else {
                     src_read(l, s);
+                }
             }
+        /* Ranks that are done leave the list under the lock; their last lines and exits are
+         * delivered after it, and only then are they freed (and stop counting as running). */
+        lrank_t *done = NULL, **tail = &done;
+        pthread_mutex_lock(&l->mu);
         now = kiln_mono_us();
         lrank_t **pp = &l->ranks;
         while (*pp) {
@@ -301,18 +362,31 @@ static void *launcher_main(void *arg)
             for (int k = PIPE_STDOUT; k <= PIPE_METRICS; k++)
                 open |= r->src[k].fd >= 0;
             if (r->exited && (!open || now >= r->drain_deadline_us)) {
-                rank_finish(l, r);
                 *pp = r->next;
-                rank_free(l, r);
-                l->nranks--;
-                if (l->nranks == 0)
-                    pthread_cond_broadcast(&l->idle_cv);
+                r->next = NULL;
+                *tail = r;
+                tail = &r->next;
                 continue;
             }
             pp = &r->next;
         }
+        pthread_mutex_unlock(&l->mu);
+        if (!done)
+            continue;
+        for (lrank_t *r = done; r; r = r->next)
+            rank_finish(l, r);
+        pthread_mutex_lock(&l->mu);
+        while (done) {
+            lrank_t *r = done;
+            done = r->next;
+            rank_free(l, r);
+            l->nranks--;
+        }
+        snap_rebuild_locked(l);
+        if (l->nranks == 0)
+            pthread_cond_broadcast(&l->idle_cv);
+        pthread_mutex_unlock(&l->mu);
     }
-    pthread_mutex_unlock(&l->mu);
     return NULL;
 }
 
@@ -328,8 +402,32 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
     l->epfd = l->wakefd = -1;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->idle_cv, NULL);
+    pthread_mutex_init(&l->snap_mu, NULL);
     l->train_bin = strdup(cfg->train_bin ? cfg->train_bin : "kiln-train");
-    l->work_dir = strdup(cfg->work_dir ? cfg->work_dir : ".");
+    /* resolved, so that it can serve as a root for checkpoint directories */
+    l->work_dir = realpath(cfg->work_dir ? cfg->work_dir : ".", NULL);
+    if (!l->work_dir) {
+        kiln_err_set(err, KILN_EIO, NULL, "could not resolve the work dir \"%s\": %s",
+                     cfg->work_dir ? cfg->work_dir : ".", strerror(errno));
+        goto fail;
+    }
+    size_t env_len = sizeof("KILN_DATA_ROOTS=");
+    l->roots = calloc(cfg->n_data_roots ? cfg->n_data_roots : 1, sizeof(char *));
+    for (size_t i = 0; l->roots && i < cfg->n_data_roots; i++) {
+        if (!(l->roots[i] = strdup(cfg->data_roots[i])))
+            break;
+        l->nroots++;
+        env_len += strlen(cfg->data_roots[i]) + 1;
+    }
+    if ((l->roots_env = malloc(env_len))) {
+        size_t off = (size_t)snprintf(l->roots_env, env_len, "%s=", KILN_DATA_ROOTS_ENV);
+        for (size_t i = 0; i < l->nroots; i++)
+            off += (size_t)snprintf(l->roots_env + off, env_len - off, "%s%s", i ? "," : "", l->roots[i]);
+    }
+    if (!l->roots || l->nroots != cfg->n_data_roots || !l->roots_env) {
+        kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
     l->slots = cfg->slots > 0 ? cfg->slots : 1;
     l->cores = cfg->cores > 0 ? cfg->cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (l->cores < 1)
@@ -341,7 +439,7 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
         l->cbs = *cbs;
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     l->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!l->train_bin || !l->work_dir || !l->dev_used || l->epfd < 0 || l->wakefd < 0) {
+    if (!l->train_bin || !l->dev_used || l->epfd < 0 || l->wakefd < 0) {
         kiln_err_set(err, KILN_EIO, NULL, "could not set up the launcher: %s", strerror(errno));
         goto fail;
     }
@@ -390,6 +488,12 @@ void agent_launcher_destroy(agent_launcher_t *l)
     agent_points_free(&l->pts);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->idle_cv);
+    pthread_mutex_destroy(&l->snap_mu);
+    free(l->snap);
+    for (size_t i = 0; i < l->nroots; i++)
+        free(l->roots[i]);
+    free(l->roots);
+    free(l->roots_env);
     free(l->dev_used);
     free(l->train_bin);
     free(l->work_dir);
@@ -451,7 +555,7 @@ static const char *const k_env_owned[] = {
     "KILN_SPEC", "KILN_JOB_ID", "KILN_ATTEMPT", "KILN_RANK", "KILN_WORLD_SIZE", "KILN_LOCAL_RANK",
     "KILN_LOCAL_WORLD_SIZE", "KILN_NODE_RANK", "KILN_NODES", "KILN_MASTER_ADDR", "KILN_MASTER_PORT",
     "KILN_CHECKPOINT_DIR", "KILN_OUTPUT_DIR", "KILN_METRICS_FD", "KILN_THREADS", "KILN_DEVICE_ID",
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "KILN_RESUME_FROM",
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "KILN_RESUME_FROM", KILN_DATA_ROOTS_ENV,
 };
 
 static bool env_is_owned(const char *entry)
@@ -461,6 +565,28 @@ static bool env_is_owned(const char *entry)
         if (!strncmp(entry, k_env_owned[i], n) && entry[n] == '=')
             return true;
     }
+    return false;
+}
+
+/* Variables a rank never sees: the agent's own secrets and where they live (KILN_JOIN_TOKEN,
+ * KILN_JOIN_TOKEN_FILE, KILN_TLS_*), a user's API token (KILN_TOKEN), and anything else whose
+ * name says it is a secret. kiln-train needs none of them. */
+static bool env_is_secret(const char *entry)
+{
+    static const char *const words[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY"};
+    const char *eq = strchr(entry, '=');
+    size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+    if (n >= 9 && !strncmp(entry, "KILN_TLS_", 9))
+        return true;
+    char name[256];
+    if (n >= sizeof(name))
+        return true; /* no legitimate variable name is this long */
+    for (size_t i = 0; i < n; i++)
+        name[i] = (char)(entry[i] >= 'a' && entry[i] <= 'z' ? entry[i] - 32 : entry[i]);
+    name[n] = '\0';
+    for (size_t i = 0; i < KILN_ARRAY_LEN(words); i++)
+        if (strstr(name, words[i]))
+            return true;
     return false;
 }
 
@@ -474,32 +600,10 @@ static int fd_high(int fd)
     return nfd;
 }
 
-static int threads_per_rank(agent_launcher_t *l, const json_t *spec)
-{
-    int t = 0;
-    json_t *v = json_object_get(json_object_get(spec, "resources"), "threads_per_rank");
-    if (json_is_integer(v) && json_integer_value(v) > 0)
-        t = (int)json_integer_value(v);
-    if (t <= 0)
-        t = KILN_MAX(1, l->cores / l->slots);
-    return t;
-}
-
-/* Where the job's ranks keep checkpoints: "<checkpoint.path>/<job id>" when the spec names a
- * shared directory (so an attempt restarted on another worker resumes from them), else the job
- * directory's own "checkpoints". */
-static void checkpoint_dir(const json_t *spec, const char *job_dir, const char *job_id, char *out, size_t n)
-{
-    const char *shared = json_string_value(json_object_get(json_object_get(spec, "checkpoint"), "path"));
-    if (shared && shared[0] == '/')
-        snprintf(out, n, "%s/%s", shared, job_id);
-    else
-        snprintf(out, n, "%s/checkpoints", job_dir);
-}
-
-/* fork + exec of one rank: its own process group, default signal handling, stdin from
- * /dev/null, stdout/stderr/metrics onto the pipes, and SIGKILL when the agent dies (orphaned ranks
- * would go on writing into a job's checkpoint directory while kilnd restarts the job elsewhere).
+/* fork + exec of one rank: its own process group, default signal handling, umask 077 (its
+ * checkpoints and outputs are the job's, not the machine's), stdin from /dev/null,
+ * stdout/stderr/metrics onto the pipes, and SIGKILL when the agent dies (orphaned ranks would go
+ * on writing into a job's checkpoint directory while kilnd restarts the job elsewhere).
  * Between fork and exec only async-signal-safe calls. Returns 0 or the errno of the failure
  * (exec's included, passed back over a close-on-exec pipe). */
 static int rank_exec(const char *bin, char *const argv[], char *const envp[], int out_fd, int err_fd,
@@ -530,6 +634,7 @@ static int rank_exec(const char *bin, char *const argv[], char *const envp[], in
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        umask(077);
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0 ||
             dup2(met_fd, LAUNCH_METRICS_FD) < 0) {
@@ -562,7 +667,8 @@ static int rank_exec(const char *bin, char *const argv[], char *const envp[], in
 
 /* Starts one rank; on success the rank is linked into l->ranks and watched by epoll. */
 static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *a, int local_rank,
-                      int threads, const char *job_dir, const char *ckpt_dir, kiln_err_t *err)
+                      int threads, const char *job_dir, const char *ckpt_dir, const char *resume,
+                      kiln_err_t *err)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
     envb_t env = {0};
@@ -606,8 +712,9 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     }
 
     for (char **e = environ; e && *e; e++)
-        if (!env_is_owned(*e))
+        if (!env_is_owned(*e) && !env_is_secret(*e))
             env_push(&env, strdup(*e));
+    env_push(&env, strdup(l->roots_env));
     env_add(&env, "KILN_SPEC", "%s/spec.json", job_dir);
     env_add(&env, "KILN_JOB_ID", "%s", a->job_id);
     env_add(&env, "KILN_ATTEMPT", "%d", a->attempt);
@@ -624,8 +731,8 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     env_add(&env, "KILN_METRICS_FD", "%d", LAUNCH_METRICS_FD);
     env_add(&env, "KILN_THREADS", "%d", threads);
     env_add(&env, "OMP_NUM_THREADS", "%d", threads);
-    if (a->resume_from && a->resume_from[0])
-        env_add(&env, "KILN_RESUME_FROM", "%s", a->resume_from);
+    if (resume[0])
+        env_add(&env, "KILN_RESUME_FROM", "%s", resume);
     if (r->device >= 0) {
         env_add(&env, "KILN_DEVICE_ID", "%d", r->device);
         env_add(&env, "CUDA_VISIBLE_DEVICES", "%d", r->device);
@@ -698,16 +805,75 @@ static bool launcher_running_locked(agent_launcher_t *l, const Kiln__Assignment 
     return false;
 }
 
+/* The refusal a failed check gives: the check's message, and for paths outside every root what
+ * the operator can do about it. */
+static int launch_refuse(int rc, kiln_err_t *err, const char *hint)
+{
+    if (rc == KILN_EPERM && hint)
+        kiln_err_hint(err, "%s", hint);
+    return rc;
+}
+
+/* The checks of agent_launcher_start, before anything is written: read paths inside a data root
+ * (and present), the checkpoint directory and the checkpoint to resume from inside a data root
+ * or the work dir. Fills ckpt (resolved checkpoint directory) and resume (resolved, or ""). */
+static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const char *job_dir, char *ckpt,
+                        size_t ckn, char *resume, size_t rn, kiln_err_t *err)
+{
+    static const char read_hint[] = "kiln-agent lets jobs read only under its --data-root directories";
+    static const char write_hint[] =
+        "checkpoints go under one of kiln-agent's --data-root directories or its --work-dir";
+    int rc;
+    for (size_t i = 0; i < a->n_read_paths; i++) {
+        const Kiln__JobPath *jp = a->read_paths[i];
+        char fbuf[48];
+        snprintf(fbuf, sizeof(fbuf), "read_paths[%zu]", i);
+        const char *field = jp && jp->field && jp->field[0] ? jp->field : fbuf;
+        const char *p = jp && jp->path ? jp->path : "";
+        if (!p[0])
+            return kiln_err_set(err, KILN_EINVAL, field, "%s names no file", field);
+        /* A relative path is refused (kiln_path_confine): where kiln-train would look for it
+         * depends on its working directory and KILN_ROOT, so it cannot be checked here. */
+        bool exists = false;
+        rc = kiln_path_confine(p, field, (const char *const *)l->roots, l->nroots, NULL, 0, &exists, err);
+        if (rc)
+            return launch_refuse(rc, err, read_hint);
+        if (!exists)
+            return kiln_err_set(err, KILN_ENOTFOUND, field, "%s \"%.120s\" does not exist", field, p);
+    }
+    /* where checkpoints may go: the data roots and the work dir */
+    const char **wroots = calloc(l->nroots + 1, sizeof(char *));
+    if (!wroots)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < l->nroots; i++)
+        wroots[i] = l->roots[i];
+    wroots[l->nroots] = l->work_dir;
+    rc = 0;
+    if (a->checkpoint_dir && a->checkpoint_dir[0])
+        rc = kiln_path_confine(a->checkpoint_dir, "checkpoint.path", wroots, l->nroots + 1, ckpt, ckn, NULL, err);
+    else if (snprintf(ckpt, ckn, "%s/checkpoints", job_dir) >= (int)ckn)
+        rc = kiln_err_set(err, KILN_ETOOBIG, NULL, "job directory path too long");
+    resume[0] = '\0';
+    if (rc == 0 && a->resume_from && a->resume_from[0])
+        rc = kiln_path_confine(a->resume_from, "resume_from", wroots, l->nroots + 1, resume, rn, NULL, err);
+    free(wroots);
+    return launch_refuse(rc, err, write_hint);
+}
+
 int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_err_t *err)
 {
     kiln_err_t lerr;
     if (!err)
         err = &lerr;
     kiln_err_clear(err);
-    int rc = 0, threads = 0;
-    char job_dir[4096], path[4200], ckpt_dir[4200];
+    int rc = 0;
+    int threads = a->threads_per_rank > 0 ? a->threads_per_rank : KILN_MAX(1, l->cores / l->slots);
+    char job_dir[PATH_MAX], path[PATH_MAX + 16], ckpt_dir[PATH_MAX], resume[PATH_MAX];
     ljob_t *job = NULL;
     lrank_t *first_old;
+    agent_metric_defs_t defs;
+    kiln_err_t derr;
+    char defs_note[400] = "";
 
     if (!job_id_ok(a->job_id))
         return kiln_err_set(err, KILN_EINVAL, "job_id", "assignment has a bad job id");
@@ -716,29 +882,37 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     pthread_mutex_unlock(&l->mu);
     if (running)
         return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running", a->job_id, a->attempt);
-    /* The job directory first, outside the lock: writing the spec syncs to disk, and the I/O
-     * thread needs the lock to keep reading the ranks' pipes. */
+    /* Checks, the job directory and the definitions first, outside the lock: they touch the file
+     * system (which may be slow), and writing the spec syncs to disk. */
     const char *spec = a->spec_json ? a->spec_json : "{}";
     snprintf(job_dir, sizeof(job_dir), "%s/jobs/%s", l->work_dir, a->job_id);
     if (a->n_ranks == 0)
         rc = kiln_err_set(err, KILN_EINVAL, "ranks", "assignment has no ranks");
-    json_t *spec_obj = json_loads(spec, 0, NULL); /* read once: checkpoint dir, threads */
-    checkpoint_dir(spec_obj, job_dir, a->job_id, ckpt_dir, sizeof(ckpt_dir));
     if (rc == 0)
-        rc = kiln_mkdirs(ckpt_dir, err);
+        rc = launch_check(l, a, job_dir, ckpt_dir, sizeof(ckpt_dir), resume, sizeof(resume), err);
+    if (rc == 0)
+        rc = kiln_mkdirs_mode(job_dir, 0700, err);
+    if (rc == 0)
+        rc = kiln_mkdirs_mode(ckpt_dir, 0700, err);
     snprintf(path, sizeof(path), "%s/output", job_dir);
     if (rc == 0)
-        rc = kiln_mkdirs(path, err);
+        rc = kiln_mkdirs_mode(path, 0700, err);
     snprintf(path, sizeof(path), "%s/spec.json", job_dir);
     if (rc == 0)
-        rc = kiln_file_write_atomic(path, spec, strlen(spec), err);
+        rc = kiln_file_write_atomic_mode(path, spec, strlen(spec), 0600, err);
+    if (agent_metric_defs_init(&defs, a->metric_definitions, a->n_metric_definitions, &derr) != 0) {
+        log_warn("job %s: metric definitions ignored: %s", a->job_id, derr.message);
+        snprintf(defs_note, sizeof(defs_note), "[kiln-agent] metric definitions ignored: %s", derr.message);
+        agent_metric_defs_deinit(&defs);
+        agent_metric_defs_init(&defs, NULL, 0, NULL);
+    }
     pthread_mutex_lock(&l->mu);
     first_old = l->ranks;
     if (rc != 0)
         goto done;
     if (launcher_running_locked(l, a)) {
         pthread_mutex_unlock(&l->mu);
-        json_decref(spec_obj);
+        agent_metric_defs_deinit(&defs);
         return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running", a->job_id, a->attempt);
     }
 
@@ -750,17 +924,16 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     kiln_strlcpy(job->job_id, a->job_id, sizeof(job->job_id));
     job->attempt = a->attempt;
     job->refs = 1; /* ours, until the loop below is done */
-    kiln_err_t derr;
-    if (agent_metric_defs_init(&job->defs, spec, &derr) != 0) {
-        log_warn("job %s: metric definitions ignored: %s", a->job_id, derr.message);
-        agent_metric_defs_deinit(&job->defs);
-    }
-    threads = threads_per_rank(l, spec_obj);
+    job->defs = defs; /* the job owns them now */
+    agent_metric_defs_init(&defs, NULL, 0, NULL);
+    if (defs_note[0] && l->cbs.on_line)
+        l->cbs.on_line(l->cbs.ud, a->job_id, a->attempt, a->ranks[0], AGENT_STREAM_STDERR, kiln_now_us(), defs_note,
+                       strlen(defs_note));
     if (l->nranks + (int)a->n_ranks > l->slots)
         log_warn("job %s: %d ranks assigned while %d of %d slots are busy", a->job_id,
                  (int)a->n_ranks, l->nranks, l->slots);
     for (size_t i = 0; i < a->n_ranks; i++) {
-        if ((rc = rank_spawn(l, job, a, (int)i, threads, job_dir, ckpt_dir, err)) != 0)
+        if ((rc = rank_spawn(l, job, a, (int)i, threads, job_dir, ckpt_dir, resume, err)) != 0)
             break;
     }
     if (rc != 0) {
@@ -771,17 +944,24 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
         }
     }
 done:
-    if (rc != 0)
-        log_error("job %s attempt %d: could not start ranks: %s", a->job_id, a->attempt, err->message);
-    else
+    if (rc != 0) {
+        log_error("job %s attempt %d: not started: %s", a->job_id, a->attempt, err->message);
+        if (err->hint[0] && strlen(err->message) + strlen(err->hint) + 3 < sizeof(err->message)) {
+            /* the reason kilnd shows the job's owner carries the hint too */
+            size_t ml = strlen(err->message);
+            snprintf(err->message + ml, sizeof(err->message) - ml, "; %s", err->hint);
+        }
+    } else {
         log_info("job %s attempt %d: started %d rank(s) (threads %d)", a->job_id, a->attempt,
                  (int)a->n_ranks, threads);
+    }
     if (l->cbs.on_started)
         l->cbs.on_started(l->cbs.ud, a->job_id, a->attempt, rc == 0, rc == 0 ? "" : err->message);
     if (job)
         job_release(job);
+    snap_rebuild_locked(l);
     pthread_mutex_unlock(&l->mu);
-    json_decref(spec_obj);
+    agent_metric_defs_deinit(&defs);
     launcher_wake(l);
     return rc;
 }
@@ -835,19 +1015,10 @@ bool agent_launcher_wait_idle(agent_launcher_t *l, int timeout_ms)
 
 size_t agent_launcher_list(agent_launcher_t *l, agent_rank_info_t *out, size_t max)
 {
-    size_t n = 0;
-    pthread_mutex_lock(&l->mu);
-    for (lrank_t *r = l->ranks; r; r = r->next) {
-        if (r->silent)
-            continue;
-        if (n < max) {
-            kiln_strlcpy(out[n].job_id, r->job->job_id, sizeof(out[n].job_id));
-            out[n].attempt = r->job->attempt;
-            out[n].rank = r->rank;
-            out[n].pid = r->pid;
-        }
-        n++;
-    }
-    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_lock(&l->snap_mu);
+    size_t n = l->nsnap;
+    if (n && max)
+        memcpy(out, l->snap, KILN_MIN(n, max) * sizeof(*out));
+    pthread_mutex_unlock(&l->snap_mu);
     return n;
 }

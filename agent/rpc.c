@@ -1,6 +1,8 @@
-/* rpc.c - the agent's gRPC client: one insecure channel to kilnd and blocking unary calls with
- * deadlines over the gRPC C core, messages packed with protobuf-c. Retrying is the caller's
- * business (agent_grpc_retryable says when it is worth it). */
+/* rpc.c - the agent's gRPC client: one channel to kilnd (TLS, optionally with a client
+ * certificate, or plain text when asked) and blocking unary calls with deadlines and per-call
+ * metadata over the gRPC C core, messages packed with protobuf-c. Retrying is the caller's
+ * business (agent_grpc_retryable says when it is worth it); which credential a call carries is
+ * agent.c's. */
 #include "agent/agent.h"
 
 #include <grpc/byte_buffer_reader.h>
@@ -11,8 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define RPC_MAX_MESSAGE (16 << 20)
+#define RPC_MAX_MD 8
+/* The machine's trust store (Debian's ca-certificates), used when no --tls-ca is given. */
+#define RPC_SYSTEM_ROOTS "/etc/ssl/certs/ca-certificates.crt"
 
 struct agent_rpc {
     grpc_channel *ch;
@@ -32,6 +38,7 @@ int agent_grpc_status(int code)
     case GRPC_STATUS_FAILED_PRECONDITION: return KILN_ESTATE;
     case GRPC_STATUS_UNIMPLEMENTED: return KILN_EUNSUPP;
     case GRPC_STATUS_UNAVAILABLE: return KILN_EUNAVAIL;
+    case GRPC_STATUS_UNAUTHENTICATED: return KILN_EUNAUTH;
     default: return KILN_EINTERNAL;
     }
 }
@@ -44,12 +51,74 @@ bool agent_grpc_retryable(int code)
            code == GRPC_STATUS_CANCELLED;
 }
 
-int agent_rpc_create(const char *target, agent_rpc_t **out, kiln_err_t *err)
+/* Reads a PEM file named by a flag. Errors name the flag and the file, never what it holds. */
+static int rpc_read_pem(const char *flag, const char *path, char **out, kiln_err_t *err)
+{
+    size_t len = 0;
+    int rc = kiln_file_read(path, out, &len, err);
+    if (rc)
+        return kiln_err_set(err, rc, flag, "%s: could not read \"%s\"%s", flag, path,
+                            rc == KILN_ENOTFOUND ? ": no such file" : "");
+    if (!strstr(*out, "-----BEGIN ")) {
+        free(*out);
+        *out = NULL;
+        return kiln_err_set(err, KILN_EINVAL, flag, "%s: \"%s\" holds no PEM data", flag, path);
+    }
+    return 0;
+}
+
+/* Channel credentials for tls (NULL or insecure: plain text). */
+static int rpc_creds(const agent_tls_t *tls, grpc_channel_credentials **out, kiln_err_t *err)
 {
     *out = NULL;
+    if (!tls || tls->insecure) {
+        if (tls && (tls->ca_file || tls->cert_file || tls->key_file))
+            return kiln_err_set(err, KILN_EINVAL, "insecure",
+                                "--insecure (plain text) cannot be combined with --tls-ca, --tls-cert or --tls-key");
+        *out = grpc_insecure_credentials_create();
+        return 0;
+    }
+    if (!tls->cert_file != !tls->key_file)
+        return kiln_err_set(err, KILN_EINVAL, tls->cert_file ? "tls-key" : "tls-cert",
+                            "--tls-cert and --tls-key go together (the client certificate and its key)");
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    int rc = 0;
+    if (tls->ca_file)
+        rc = rpc_read_pem("--tls-ca", tls->ca_file, &ca, err);
+    else if (access(RPC_SYSTEM_ROOTS, R_OK) == 0)
+        rc = rpc_read_pem("system CA roots", RPC_SYSTEM_ROOTS, &ca, err);
+    if (rc == 0 && tls->cert_file)
+        rc = rpc_read_pem("--tls-cert", tls->cert_file, &cert, err);
+    if (rc == 0 && tls->key_file)
+        rc = rpc_read_pem("--tls-key", tls->key_file, &key, err);
+    if (rc == 0) {
+        grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+        /* ca NULL (no trust store on the machine): gRPC's own default roots */
+        *out = grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
+        if (!*out)
+            rc = kiln_err_set(err, KILN_EINVAL, NULL, "could not set up TLS with the given certificates");
+    }
+    if (key) {
+        memset(key, 0, strlen(key)); /* the private key does not outlive its use */
+        free(key);
+    }
+    free(cert);
+    free(ca);
+    return rc;
+}
+
+int agent_rpc_create(const char *target, const agent_tls_t *tls, agent_rpc_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    grpc_channel_credentials *creds = NULL;
+    int rc = rpc_creds(tls, &creds, err);
+    if (rc)
+        return rc;
     agent_rpc_t *r = calloc(1, sizeof(*r));
-    if (!r)
+    if (!r) {
+        grpc_channel_credentials_release(creds);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
     grpc_init();
     grpc_arg args[] = {
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
@@ -61,7 +130,6 @@ int agent_rpc_create(const char *target, agent_rpc_t **out, kiln_err_t *err)
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ENABLE_RETRIES, .value.integer = 0},
     };
     grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args), .args = args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     r->ch = grpc_channel_create(target, creds, &ca);
     grpc_channel_credentials_release(creds);
     if (!r->ch) {
@@ -82,15 +150,24 @@ void agent_rpc_destroy(agent_rpc_t *r)
     grpc_shutdown();
 }
 
-int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const void *data, size_t len,
-                        int timeout_ms, uint8_t **out, size_t *out_len, int *grpc_code,
-                        kiln_err_t *err)
+int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md, size_t n_md,
+                        const void *data, size_t len, int timeout_ms, uint8_t **out, size_t *out_len,
+                        int *grpc_code, kiln_err_t *err)
 {
     *out = NULL;
     *out_len = 0;
     if (grpc_code)
         *grpc_code = GRPC_STATUS_UNKNOWN;
+    if (n_md > RPC_MAX_MD)
+        return kiln_err_set(err, KILN_EINVAL, NULL, "too many metadata entries for one call");
     int rc = 0;
+    /* static slices point at the caller's strings, which outlive the call */
+    grpc_metadata send_md[RPC_MAX_MD];
+    memset(send_md, 0, sizeof(send_md));
+    for (size_t i = 0; i < n_md; i++) {
+        send_md[i].key = grpc_slice_from_static_string(md[i].key);
+        send_md[i].value = grpc_slice_from_static_string(md[i].value);
+    }
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
                                          gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
@@ -112,6 +189,8 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const void *data, siz
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = n_md;
+    ops[0].data.send_initial_metadata.metadata = n_md ? send_md : NULL;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = req_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -177,9 +256,9 @@ done:
     return rc;
 }
 
-int agent_rpc_call(agent_rpc_t *r, const char *method, const ProtobufCMessage *req,
-                    const ProtobufCMessageDescriptor *resp_desc, int timeout_ms,
-                    ProtobufCMessage **resp, int *grpc_code, kiln_err_t *err)
+int agent_rpc_call(agent_rpc_t *r, const char *method, const agent_md_t *md, size_t n_md,
+                    const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                    int timeout_ms, ProtobufCMessage **resp, int *grpc_code, kiln_err_t *err)
 {
     *resp = NULL;
     size_t len = protobuf_c_message_get_packed_size(req);
@@ -189,7 +268,7 @@ int agent_rpc_call(agent_rpc_t *r, const char *method, const ProtobufCMessage *r
     protobuf_c_message_pack(req, buf);
     uint8_t *out = NULL;
     size_t out_len = 0;
-    int rc = agent_rpc_call_raw(r, method, buf, len, timeout_ms, &out, &out_len, grpc_code, err);
+    int rc = agent_rpc_call_raw(r, method, md, n_md, buf, len, timeout_ms, &out, &out_len, grpc_code, err);
     free(buf);
     if (rc != 0)
         return rc;

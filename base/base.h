@@ -180,6 +180,51 @@ int kiln_mkdirs_mode(const char *path, unsigned mode, kiln_err_t *err);
  * reaping it, or the process itself before it opens shm) calls this. Returns how many it removed. */
 int kiln_shm_unlink_pid(int pid);
 
+/* ------------------------------------------------------------------------------------------
+ * Paths a job may touch (path.c). A job names files in its spec; the agent and kiln-train let it
+ * read or write one only when the path, resolved after ".." and symbolic links, lies inside one
+ * of a set of roots, at a component boundary ("/data2" is not inside "/data"). Errors name the
+ * field and the roots; outside the roots they are the same whether the path exists or not.
+ * ------------------------------------------------------------------------------------------ */
+
+/* The environment variable that carries a rank's data roots, comma-separated (kiln-agent sets it
+ * to its --data-root directories, resolved; set and empty means no file may be read). */
+#define KILN_DATA_ROOTS_ENV "KILN_DATA_ROOTS"
+
+/* Lexical normalisation of an absolute path: collapses repeated '/', "." and ".."; ".." never
+ * climbs above "/"; no trailing '/' except in "/" itself. Touches no file system. out may be
+ * path. Returns 0, KILN_EINVAL (empty or relative) or KILN_ETOOBIG (does not fit out's size n). */
+int kiln_path_normalize(const char *path, char *out, size_t n, kiln_err_t *err);
+
+/* Resolves an absolute path as the kernel would walk it: symbolic links are followed (at most 40)
+ * and ".." applies to where they led. What exists comes out as realpath(3) gives it; components
+ * below the deepest existing ancestor are appended and normalised lexically. *exists (OUT, may
+ * be NULL): whether the whole path exists. Returns 0, KILN_EINVAL (relative), KILN_ETOOBIG or
+ * KILN_EIO (a symbolic link loop). Thread-safe. */
+int kiln_path_resolve(const char *path, char *out, size_t n, bool *exists, kiln_err_t *err);
+
+/* Whether path is root or lies below it, at a component boundary ("/data2" is not inside
+ * "/data"; everything absolute is inside "/"). Both must already be normalised or resolved
+ * (kiln_path_normalize, kiln_path_resolve): this compares text only. */
+bool kiln_path_inside(const char *path, const char *root);
+
+/* Confines path to roots[0..nroots) (resolved here too, so a root may itself be a symbolic
+ * link): resolves path (kiln_path_resolve) and succeeds only when the result is one of the roots
+ * or lies below one. field names the spec field in messages ("data.train"). On success the
+ * resolved path goes to resolved_out (size n; may be NULL) and *exists (OUT, may be NULL) says
+ * whether it exists; a missing path inside a root is not an error here. Returns 0, KILN_EINVAL
+ * (relative path), KILN_ETOOBIG, or KILN_EPERM: outside every root, or not resolvable - one
+ * message for all of these, naming the field, the path as given and the roots, never whether
+ * the path exists nor where its links lead. No file is opened. Thread-safe. */
+int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
+                      char *resolved_out, size_t n, bool *exists, kiln_err_t *err);
+
+/* For the programs a job runs: when KILN_DATA_ROOTS is set, confines path to its roots
+ * (kiln_path_confine; a missing file inside them passes, so the caller's open reports it);
+ * when it is not set, allows everything (kiln-train run by hand reads what its user asks).
+ * Returns 0, KILN_EINVAL, KILN_ETOOBIG, KILN_EPERM or KILN_ENOMEM. */
+int kiln_path_confine_env(const char *path, const char *field, kiln_err_t *err);
+
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KILN_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -62,7 +62,7 @@ static void *run_main(void *arg)
             b.attempt = 1;
             b.n_points = POINTS_PER_BATCH;
             b.points = ptsp;
-            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushMetrics", &b.base, &kiln__ack__descriptor, 30000,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushMetrics", NULL, 0, &b.base, &kiln__ack__descriptor, 30000,
                                  &resp, NULL, &err);
             items = POINTS_PER_BATCH;
         } else if (r->op == OP_LOGS) {
@@ -80,20 +80,20 @@ static void *run_main(void *arg)
             b.attempt = 1;
             b.n_lines = LINES_PER_BATCH;
             b.lines = linesp;
-            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushLogs", &b.base, &kiln__ack__descriptor, 30000,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushLogs", NULL, 0, &b.base, &kiln__ack__descriptor, 30000,
                                  &resp, NULL, &err);
             items = LINES_PER_BATCH;
         } else if (r->op == OP_HEARTBEAT) {
             Kiln__HeartbeatRequest h = KILN__HEARTBEAT_REQUEST__INIT;
             h.worker_id = (char *)r->worker_id;
-            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/Heartbeat", &h.base,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/Heartbeat", NULL, 0, &h.base,
                                  &kiln__heartbeat_response__descriptor, 30000, &resp, NULL, &err);
             items = 1;
         } else {
             uint8_t *out = NULL;
             size_t len = 0;
             int code = 0;
-            agent_rpc_call_raw(r->rpc, "/kiln.Bench/Nothing", "", 0, 30000, &out, &len, &code, &err);
+            agent_rpc_call_raw(r->rpc, "/kiln.Bench/Nothing", NULL, 0, "", 0, 30000, &out, &len, &code, &err);
             free(out);
             rc = code == 12 ? 0 : -1;
             items = 1;
@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     }
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
-    if (api_grpc_start(s, addr, NULL, &g, &err) != 0 || agent_rpc_create(addr, &rpc, &err) != 0) {
+    if (api_grpc_start(s, addr, NULL, &g, &err) != 0 || agent_rpc_create(addr, NULL, &rpc, &err) != 0) {
         fprintf(stderr, "agent_push: %s\n", err.message);
         return 1;
     }
@@ -185,7 +185,7 @@ int main(int argc, char **argv)
     reg.slots = 1;
     reg.slot_type = "cpu";
     ProtobufCMessage *resp = NULL;
-    if (agent_rpc_call(rpc, "/kiln.AgentService/RegisterWorker", &reg.base, &kiln__register_response__descriptor,
+    if (agent_rpc_call(rpc, "/kiln.AgentService/RegisterWorker", NULL, 0, &reg.base, &kiln__register_response__descriptor,
                         10000, &resp, NULL, &err) != 0) {
         fprintf(stderr, "agent_push: register: %s\n", err.message);
         return 1;

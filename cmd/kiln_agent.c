@@ -1,15 +1,50 @@
-/* kiln_agent.c - kiln-agent's main: flags and environment, signal handling (SIGINT/SIGTERM are
- * blocked before any thread starts and taken with sigwait), GPU detection, then the agent of
- * agent/ runs until a signal asks it to stop its ranks and exit. */
+/* kiln_agent.c - kiln-agent's main: flags and environment (the join token is taken out of the
+ * environment before anything else runs), signal handling (SIGINT/SIGTERM are blocked before any
+ * thread starts and taken with sigwait), GPU detection, then the agent of agent/ runs until a
+ * signal asks it to stop its ranks and exit. */
 #include "base/base.h"
 #include "agent/agent.h"
 
+#include <ctype.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#define JOIN_TOKEN_MAX 512
+
+/* Reads the join token from file (trailing whitespace dropped) into buf. Never prints it. */
+static int read_join_token(const char *file, const config_list_t *roots, char *buf, size_t n, kiln_err_t *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = kiln_file_read(file, &text, &len, err);
+    if (rc)
+        return kiln_err_set(err, rc, "join-token-file", "could not read the join token file \"%s\"", file);
+    while (len > 0 && isspace((unsigned char)text[len - 1]))
+        text[--len] = '\0';
+    if (len == 0 || len >= n || strpbrk(text, " \t\r\n")) {
+        memset(text, 0, len);
+        free(text);
+        return kiln_err_set(err, KILN_EINVAL, "join-token-file", "\"%s\" does not hold one join token on one line",
+                            file);
+    }
+    memcpy(buf, text, len + 1);
+    memset(text, 0, len);
+    free(text);
+    struct stat st;
+    if (stat(file, &st) == 0 && (st.st_mode & 077))
+        log_warn("the join token file %s can be read by other users (mode %03o); make it 0600", file,
+                 (unsigned)(st.st_mode & 0777));
+    /* a job must not be able to read it */
+    if (roots->n && kiln_path_confine(file, "join-token-file", roots->v, (size_t)roots->n, NULL, 0, NULL, NULL) == 0)
+        return kiln_err_set(err, KILN_EINVAL, "join-token-file", "the join token file \"%s\" lies inside a "
+                            "--data-root directory, where jobs could read it", file);
+    return 0;
+}
 
 /* kiln-train next to this executable. */
 static void default_train_bin(char *buf, size_t n)
@@ -29,9 +64,25 @@ static void default_train_bin(char *buf, size_t n)
 
 int main(int argc, char **argv)
 {
+    /* The join token from the environment: taken and removed before any thread exists, so no
+     * child (rank or helper) ever inherits it. */
+    char join_token[JOIN_TOKEN_MAX] = "";
+    const char *env_token = getenv("KILN_JOIN_TOKEN");
+    bool token_from_env = env_token && env_token[0];
+    if (token_from_env && kiln_strlcpy(join_token, env_token, sizeof(join_token)) >= sizeof(join_token)) {
+        fprintf(stderr, "kiln-agent: KILN_JOIN_TOKEN is too long\n");
+        return 2;
+    }
+    /* wiped in place first: unsetenv alone leaves the text in the block /proc/<pid>/environ shows */
+    if (env_token)
+        memset((char *)env_token, 0, strlen(env_token));
+    unsetenv("KILN_JOIN_TOKEN");
     log_init("kiln-agent");
     const char *server = "127.0.0.1:9090", *slot_type = "cpu", *work_dir = "/tmp/kiln-agent";
-    const char *train_bin = NULL, *address = NULL, *worker_id = NULL;
+    const char *train_bin = NULL, *address = NULL, *worker_id = NULL, *token_file = NULL;
+    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL;
+    bool insecure = false;
+    config_list_t data_roots = {0};
     int64_t slots = 1, cores = 0, grace_ms = 10000;
     config_flag_t flags[] = {
         {"server", "KILN_SERVER", CONFIG_STR, &server, "kilnd gRPC address HOST:PORT"},
@@ -43,16 +94,37 @@ int main(int argc, char **argv)
         {"cores", "KILN_CORES", CONFIG_INT, &cores, "CPU cores shared among ranks (0: all online)"},
         {"worker-id", "KILN_WORKER_ID", CONFIG_STR, &worker_id, "worker id to reuse after a restart"},
         {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace_ms, "on shutdown, SIGKILL ranks this long after SIGTERM"},
+        {"data-root", "KILN_DATA_ROOTS", CONFIG_LIST, &data_roots, "directory jobs may read from (none: jobs read no files); must exist"},
+        {"join-token-file", "KILN_JOIN_TOKEN_FILE", CONFIG_STR, &token_file, "file holding the cluster's join token (or put the token itself in KILN_JOIN_TOKEN)"},
+        {"tls-ca", "KILN_TLS_CA", CONFIG_STR, &tls_ca, "verify kilnd's certificate against this CA (PEM; default: the system's roots)"},
+        {"tls-cert", "KILN_TLS_CERT", CONFIG_STR, &tls_cert, "client certificate for mutual TLS (PEM)"},
+        {"tls-key", "KILN_TLS_KEY", CONFIG_STR, &tls_key, "its private key (PEM)"},
+        {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure, "talk to kilnd in plain text (no TLS)"},
     };
     kiln_err_t err;
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags),
-                          "--server HOST:PORT --slots N --slot-type cpu|gpu --work-dir DIR", NULL, &err);
+                          "--server HOST:PORT --slots N --slot-type cpu|gpu --work-dir DIR --data-root DIR "
+                          "--join-token-file FILE [--tls-ca FILE | --insecure]", NULL, &err);
     if (rc == 1)
         return 0;
     if (rc != 0) {
         fprintf(stderr, "kiln-agent: %s\n", err.message);
         return 2;
     }
+    if (token_file && token_file[0]) {
+        if (token_from_env) {
+            fprintf(stderr, "kiln-agent: the join token comes from both --join-token-file and KILN_JOIN_TOKEN; "
+                            "give it once\n");
+            return 2;
+        }
+        if (read_join_token(token_file, &data_roots, join_token, sizeof(join_token), &err) != 0) {
+            fprintf(stderr, "kiln-agent: %s\n", err.message);
+            return 2;
+        }
+    }
+    if (!join_token[0])
+        log_warn("no join token (--join-token-file or KILN_JOIN_TOKEN): a kilnd that authenticates agents "
+                 "will refuse this one");
     if (slots < 1 || slots > 1024) {
         fprintf(stderr, "kiln-agent: --slots must be between 1 and 1024\n");
         return 2;
@@ -90,15 +162,18 @@ int main(int argc, char **argv)
         .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores,
         .stop_grace_ms = (int)grace_ms, .gpus = (const char *const *)gpu_names,
         .n_gpus = (size_t)KILN_MIN(n_gpus, (int)KILN_ARRAY_LEN(gpu_names)),
+        .data_roots = data_roots.v, .n_data_roots = (size_t)data_roots.n, .join_token = join_token,
+        .tls = {.insecure = insecure, .ca_file = tls_ca, .cert_file = tls_cert, .key_file = tls_key},
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);
     agent_t *agent = NULL;
     rc = agent_create(&cfg, &agent, &err);
+    memset(join_token, 0, sizeof(join_token)); /* the agent keeps its own copy */
     for (int i = 0; i < n_gpus && i < (int)KILN_ARRAY_LEN(gpu_names); i++)
         free(gpu_names[i]);
     if (rc != 0) {
-        fprintf(stderr, "kiln-agent: %s\n", err.message);
+        fprintf(stderr, "kiln-agent: %s%s%s\n", err.message, err.hint[0] ? "; " : "", err.hint);
         return 1;
     }
     int sig = 0;

@@ -252,6 +252,9 @@ done:
 int eng_gpt_llmc_read(const char *path, eng_gpt_config_t *cfg, float **params_out,
                       kiln_err_t *err)
 {
+    int confined = kiln_path_confine_env(path, "model.init_from", err); /* KILN_DATA_ROOTS, when set */
+    if (confined)
+        return confined;
     FILE *f = fopen(path, "rb");
     int rc = KILN_OK;
     if (params_out) *params_out = NULL;

@@ -19,6 +19,9 @@ int eng_tokens_load(const char *path, eng_data_kind_t kind, eng_tokens_t *out, k
     FILE *f = NULL;
     uint8_t *raw = NULL;
     memset(out, 0, sizeof(*out));
+    int confined = kiln_path_confine_env(path, "data.train", err); /* KILN_DATA_ROOTS, when set */
+    if (confined)
+        return confined;
     f = fopen(path, "rb");
     if (!f) {
         int st = errno == ENOENT ? KILN_ENOTFOUND : KILN_EIO;

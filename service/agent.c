@@ -419,28 +419,31 @@ out:
 static int assignment_typed(const char *spec_json, const char *job_id, arena_t *arena,
                             Kiln__Assignment *msg, kiln_err_t *err)
 {
-    spec_t sp;
     kiln_err_t e2;
-    if (spec_parse_string(spec_json, &sp, &e2) != 0) {
+    spec_t *sp = calloc(1, sizeof(*sp)); /* a spec is tens of KiB: not for the stack */
+    if (!sp)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (spec_parse_string(spec_json, sp, &e2) != 0) {
+        free(sp);
         /* the stored spec passed the same parser when it was submitted */
         kiln_err_set(err, KILN_EINTERNAL, NULL, "job %s: its stored spec no longer parses: %s", job_id, e2.message);
         return KILN_EINTERNAL;
     }
-    msg->threads_per_rank = sp.res.threads_per_rank;
-    msg->checkpoint_dir = sp.ckpt_path[0] ? arena_sprintf(arena, "%s/%s", sp.ckpt_path, job_id)
-                                          : svc_astr(arena, "");
-    msg->n_metric_definitions = (size_t)sp.n_metric_defs;
+    msg->threads_per_rank = sp->res.threads_per_rank;
+    msg->checkpoint_dir = sp->ckpt_path[0] ? arena_sprintf(arena, "%s/%s", sp->ckpt_path, job_id)
+                                           : svc_astr(arena, "");
+    msg->n_metric_definitions = (size_t)sp->n_metric_defs;
     msg->metric_definitions = arena_alloc(arena, sizeof(*msg->metric_definitions) *
-                                                     (size_t)KILN_MAX(sp.n_metric_defs, 1));
-    for (int i = 0; i < sp.n_metric_defs; i++) {
+                                                     (size_t)KILN_MAX(sp->n_metric_defs, 1));
+    for (int i = 0; i < sp->n_metric_defs; i++) {
         Kiln__MetricDefinition *d = arena_alloc(arena, sizeof(*d));
         kiln__metric_definition__init(d);
-        d->name = svc_astr(arena, sp.metric_defs[i].name);
-        d->regex = svc_astr(arena, sp.metric_defs[i].regex);
+        d->name = svc_astr(arena, sp->metric_defs[i].name);
+        d->regex = svc_astr(arena, sp->metric_defs[i].regex);
         msg->metric_definitions[i] = d;
     }
     svc_spec_path_t paths[SVC_SPEC_PATHS];
-    int np = svc_spec_paths(&sp, paths);
+    int np = svc_spec_paths(sp, paths);
     msg->read_paths = arena_alloc(arena, sizeof(*msg->read_paths) * SVC_SPEC_PATHS);
     for (int i = 0; i < np; i++) {
         if (!paths[i].read)
@@ -451,7 +454,8 @@ static int assignment_typed(const char *spec_json, const char *job_id, arena_t *
         jp->path = svc_astr(arena, paths[i].path);
         msg->read_paths[msg->n_read_paths++] = jp;
     }
-    spec_deinit(&sp);
+    spec_deinit(sp);
+    free(sp);
     return 0;
 }
 

@@ -13,7 +13,8 @@
 #include "base/base.h"
 
 #define SPEC_MAX_HIDDEN 16
-#define SPEC_MAX_METRIC_DEFS 32
+#define SPEC_MAX_METRIC_DEFS 16
+#define SPEC_MAX_REGEX 256       /* bytes of one metric definition's pattern */
 #define SPEC_MAX_TAGS 32
 #define SPEC_STR 256
 #define SPEC_PATH 1024
@@ -74,9 +75,11 @@ typedef struct spec_distribution {
     bool activation_checkpointing;
 } spec_distribution_t;
 
+/* A metric definition: a PCRE2 pattern (compiled with PCRE2_UTF | PCRE2_NEVER_BACKSLASH_C, as
+ * kiln-agent compiles it) whose first capture group is the value; no backreferences. */
 typedef struct spec_metric_def {
     char name[64];
-    char regex[SPEC_STR];
+    char regex[SPEC_MAX_REGEX + 1];
 } spec_metric_def_t;
 
 typedef struct spec {

@@ -1,7 +1,7 @@
 /* test_launch.c - the launcher with real child processes: a small shell script stands in for
  * kiln-train. Checks the rank environment, captured lines, metric points, exit codes, signals,
  * reasons, stop orders (SIGTERM, then SIGKILL after the grace) and start failures. */
-#include "agent/agent.h"
+#include "tests/agent/launch_fixture.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -13,205 +13,42 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct ev_line {
-    int rank, stream;
-    char text[256];
-} ev_line_t;
+TestSuite(launch, .init = lf_setup, .fini = lf_teardown, .timeout = 30);
 
-typedef struct ev_exit {
-    int rank, code, sig;
-    char reason[256];
-    int lines_before;  /* lines seen when the exit arrived */
-    int points_before;
-} ev_exit_t;
-
-typedef struct rec {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    ev_line_t *lines;
-    int nlines, lines_cap;
-    agent_points_t points;
-    ev_exit_t exits[16];
-    int nexits;
-    int started, start_failed;
-    char start_reason[256];
-    size_t long_len;
-    bool long_marked;
-} rec_t;
-
-static rec_t R;
-static char dir[256];
-
-static void on_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason)
+/* A shared checkpoint directory ("<checkpoint.path>/<job id>" in the assignment) inside a data
+ * root: created for the ranks (0700), so another worker that can read it resumes the job there. */
+Test(launch, shared_checkpoint_dir_inside_a_root_is_created_for_the_job)
 {
-    rec_t *r = ud;
-    (void)job_id, (void)attempt;
-    pthread_mutex_lock(&r->mu);
-    if (ok)
-        r->started++;
-    else
-        r->start_failed++;
-    snprintf(r->start_reason, sizeof(r->start_reason), "%s", reason);
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void on_line(void *ud, const char *job_id, int attempt, int rank, int stream, int64_t t,
-                    const char *line, size_t len)
-{
-    rec_t *r = ud;
-    (void)job_id, (void)attempt, (void)t, (void)len;
-    pthread_mutex_lock(&r->mu);
-    if (r->nlines == r->lines_cap) {
-        r->lines_cap = r->lines_cap ? r->lines_cap * 2 : 64;
-        r->lines = realloc(r->lines, (size_t)r->lines_cap * sizeof(*r->lines));
-    }
-    ev_line_t *l = &r->lines[r->nlines++];
-    l->rank = rank;
-    l->stream = stream;
-    snprintf(l->text, sizeof(l->text), "%s", line);
-    if (len > 1000) {
-        r->long_len = len;
-        r->long_marked = len > strlen(AGENT_TRUNCATED_MARK) &&
-                         !strcmp(line + len - strlen(AGENT_TRUNCATED_MARK), AGENT_TRUNCATED_MARK) &&
-                         line[0] == 'x' && line[16383] == 'x';
-    }
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void on_points(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n)
-{
-    rec_t *r = ud;
-    (void)job_id, (void)attempt;
-    pthread_mutex_lock(&r->mu);
-    for (size_t i = 0; i < n; i++)
-        agent_points_push(&r->points, &pts[i]);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void on_exit_cb(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int code, int sig,
-                       const char *reason)
-{
-    rec_t *r = ud;
-    (void)job_id, (void)attempt, (void)pid;
-    pthread_mutex_lock(&r->mu);
-    ev_exit_t *e = &r->exits[r->nexits++];
-    e->rank = rank;
-    e->code = code;
-    e->sig = sig;
-    snprintf(e->reason, sizeof(e->reason), "%s", reason);
-    e->lines_before = r->nlines;
-    e->points_before = (int)r->points.n;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void setup(void)
-{
-    pthread_mutex_init(&R.mu, NULL);
-    pthread_cond_init(&R.cv, NULL);
-    snprintf(dir, sizeof(dir), "/tmp/kiln-wtest.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void teardown(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-    free(R.lines);
-    agent_points_free(&R.points);
-}
-
-static char *write_script(const char *name, const char *body)
-{
-    static char path[300];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "#!/bin/sh\n%s", body);
-    fclose(f);
-    chmod(path, 0755);
-    return path;
-}
-
-static agent_launcher_t *make_launcher(const char *bin, int slots, bool gpu, int cores)
-{
-    agent_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = slots, .gpu = gpu, .cores = cores};
-    agent_launch_cbs_t cbs = {on_started, on_line, on_points, on_exit_cb, &R};
-    agent_launcher_t *l = NULL;
-    kiln_err_t err;
-    cr_assert_eq(agent_launcher_create(&cfg, &cbs, &l, &err), 0, "%s", err.message);
-    return l;
-}
-
-static bool wait_exits(int n, int timeout_ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    pthread_mutex_lock(&R.mu);
-    while (R.nexits < n)
-        if (pthread_cond_timedwait(&R.cv, &R.mu, &ts) != 0)
-            break;
-    bool ok = R.nexits >= n;
-    pthread_mutex_unlock(&R.mu);
-    return ok;
-}
-
-static const ev_line_t *find_line(int rank, const char *prefix)
-{
-    for (int i = 0; i < R.nlines; i++)
-        if (R.lines[i].rank == rank && !strncmp(R.lines[i].text, prefix, strlen(prefix)))
-            return &R.lines[i];
-    return NULL;
-}
-
-static Kiln__Assignment make_assignment(const char *job, int attempt, int32_t *ranks, size_t n, const char *spec)
-{
-    Kiln__Assignment a = KILN__ASSIGNMENT__INIT;
-    a.job_id = (char *)job;
-    a.attempt = attempt;
-    a.spec_json = (char *)spec;
-    a.world_size = 8;
-    a.ranks = ranks;
-    a.n_ranks = n;
-    a.node_rank = 1;
-    a.nodes = 2;
-    a.master_addr = (char *)"10.0.0.7";
-    a.master_port = 29500;
-    return a;
-}
-
-TestSuite(launch, .init = setup, .fini = teardown, .timeout = 30);
-
-/* checkpoint.path in the spec: the ranks checkpoint into "<path>/<job id>", created for them,
- * so another worker that can read the path resumes the job there. */
-Test(launch, shared_checkpoint_path_is_per_job)
-{
-    char *bin = write_script("ckpt.sh", "echo \"ckpt $KILN_CHECKPOINT_DIR\"\n"
-                                        "test -d \"$KILN_CHECKPOINT_DIR\" && echo dir-ok\n");
-    agent_launcher_t *l = make_launcher(bin, 2, false, 8);
+    char *bin = lf_script("ckpt.sh", "echo \"ckpt $KILN_CHECKPOINT_DIR\"\n"
+                                     "test -d \"$KILN_CHECKPOINT_DIR\" && echo dir-ok\n");
+    char root[300], ck[400];
+    snprintf(root, sizeof(root), "%s/shared", dir);
+    cr_assert_eq(mkdir(root, 0755), 0);
+    const char *roots[] = {root};
+    agent_launcher_t *l = lf_launcher(bin, 2, false, 8, roots, 1);
     int32_t ranks[] = {0};
-    char spec[600];
-    snprintf(spec, sizeof(spec), "{\"model\": {\"type\": \"mlp\"}, \"checkpoint\": {\"path\": \"%s/shared\"}}", dir);
-    Kiln__Assignment a = make_assignment("job-ck", 1, ranks, 1, spec);
+    Kiln__Assignment a = lf_assignment("job-ck", 1, ranks, 1, "{\"model\": {\"type\": \"mlp\"}}");
+    snprintf(ck, sizeof(ck), "%s/job-ck", root);
+    a.checkpoint_dir = ck;
     kiln_err_t err;
     cr_assert_eq(agent_launcher_start(l, &a, &err), 0, "%s", err.message);
-    cr_assert(wait_exits(1, 10000));
+    cr_assert(lf_wait_exits(1, 10000));
     cr_assert(agent_launcher_wait_idle(l, 5000));
     char want[600];
-    snprintf(want, sizeof(want), "ckpt %s/shared/job-ck", dir);
-    const ev_line_t *e = find_line(0, "ckpt ");
+    snprintf(want, sizeof(want), "ckpt %s", ck);
+    const ev_line_t *e = lf_find_line(0, "ckpt ");
     cr_assert_not_null(e);
     cr_assert_str_eq(e->text, want);
-    cr_assert_not_null(find_line(0, "dir-ok"), "the shared directory is created for the job");
+    cr_assert_not_null(lf_find_line(0, "dir-ok"), "the shared directory is created for the job");
+    struct stat st;
+    cr_assert_eq(stat(ck, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700, "mode %o", st.st_mode & 0777);
     agent_launcher_destroy(l);
 }
 
 Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
 {
-    char *bin = write_script("rank.sh",
+    char *bin = lf_script("rank.sh",
         "echo \"env rank=$KILN_RANK world=$KILN_WORLD_SIZE local=$KILN_LOCAL_RANK/$KILN_LOCAL_WORLD_SIZE "
         "node=$KILN_NODE_RANK/$KILN_NODES master=$KILN_MASTER_ADDR:$KILN_MASTER_PORT threads=$KILN_THREADS "
         "omp=$OMP_NUM_THREADS job=$KILN_JOB_ID attempt=$KILN_ATTEMPT fd=$KILN_METRICS_FD dev=${KILN_DEVICE_ID:-none}\"\n"
@@ -226,17 +63,24 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         "echo \"fatal: rank $KILN_RANK gave up\" >&2\n"
         "printf 'no newline at the end'\n"
         "exit 3\n");
-    agent_launcher_t *l = make_launcher(bin, 4, false, 8);
+    agent_launcher_t *l = lf_launcher(bin, 4, false, 8, NULL, 0);
     int32_t ranks[] = {4, 5};
-    const char *spec = "{\"model\": {\"type\": \"mlp\"}, \"metric_definitions\": [{\"name\": \"val_loss\", \"regex\": \"val loss ([0-9.]+)\"}]}";
-    Kiln__Assignment a = make_assignment("job-1", 2, ranks, 2, spec);
+    /* the definitions travel typed in the assignment; the spec is only written for kiln-train
+     * (this one names a definition the launcher must not pick up) */
+    const char *spec = "{\"model\": {\"type\": \"mlp\"}, \"metric_definitions\": [{\"name\": \"nope\", \"regex\": \"(.*)\"}]}";
+    Kiln__Assignment a = lf_assignment("job-1", 2, ranks, 2, spec);
+    Kiln__MetricDefinition def = KILN__METRIC_DEFINITION__INIT, *defs[] = {&def};
+    def.name = (char *)"val_loss";
+    def.regex = (char *)"val loss ([0-9.]+)";
+    a.metric_definitions = defs;
+    a.n_metric_definitions = 1;
     kiln_err_t err;
     cr_assert_eq(agent_launcher_start(l, &a, &err), 0, "%s", err.message);
     cr_assert_eq(R.started, 1, "on_started(ok) before start returns");
     agent_rank_info_t info[4];
     cr_assert_eq(agent_launcher_list(l, info, 4), 2);
     cr_assert_eq(agent_launcher_start(l, &a, &err), KILN_EEXIST, "the same assignment twice is ignored");
-    cr_assert(wait_exits(2, 10000));
+    cr_assert(lf_wait_exits(2, 10000));
     cr_assert(agent_launcher_wait_idle(l, 5000));
     cr_assert_eq(agent_launcher_list(l, info, 4), 0);
 
@@ -244,16 +88,16 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         char want[1024];
         snprintf(want, sizeof(want), "env rank=%d world=8 local=%d/2 node=1/2 master=10.0.0.7:29500 threads=2 "
                  "omp=2 job=job-1 attempt=2 fd=3 dev=none", rank, rank - 4);
-        const ev_line_t *e = find_line(rank, "env ");
+        const ev_line_t *e = lf_find_line(rank, "env ");
         cr_assert_not_null(e);
         cr_assert_str_eq(e->text, want);
         cr_assert_eq(e->stream, AGENT_STREAM_STDOUT);
         snprintf(want, sizeof(want), "paths %s/jobs/job-1/spec.json %s/jobs/job-1/checkpoints %s/jobs/job-1/output", dir, dir, dir);
-        cr_assert_str_eq(find_line(rank, "paths")->text, want);
-        cr_assert_not_null(find_line(rank, "dirs-ok"));
-        cr_assert_not_null(find_line(rank, "spec-ok"));
-        cr_assert_not_null(find_line(rank, "no newline at the end"), "the partial last line is kept");
-        const ev_line_t *fe = find_line(rank, "first problem");
+        cr_assert_str_eq(lf_find_line(rank, "paths")->text, want);
+        cr_assert_not_null(lf_find_line(rank, "dirs-ok"));
+        cr_assert_not_null(lf_find_line(rank, "spec-ok"));
+        cr_assert_not_null(lf_find_line(rank, "no newline at the end"), "the partial last line is kept");
+        const ev_line_t *fe = lf_find_line(rank, "first problem");
         cr_assert_not_null(fe);
         cr_assert_eq(fe->stream, AGENT_STREAM_STDERR);
         int got_loss = 0, got_val = 0;
@@ -293,17 +137,17 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
 
 Test(launch, clean_exit_signal_death_and_exit_without_stderr)
 {
-    char *bin = write_script("rank.sh",
+    char *bin = lf_script("rank.sh",
         "case $KILN_RANK in\n"
         "0) echo done; exit 0;;\n"
         "1) kill -9 $$;;\n"
         "2) exit 7;;\n"
         "esac\n");
-    agent_launcher_t *l = make_launcher(bin, 3, false, 3);
+    agent_launcher_t *l = lf_launcher(bin, 3, false, 3, NULL, 0);
     int32_t ranks[] = {0, 1, 2};
-    Kiln__Assignment a = make_assignment("job-2", 1, ranks, 3, "{}");
+    Kiln__Assignment a = lf_assignment("job-2", 1, ranks, 3, "{}");
     cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
-    cr_assert(wait_exits(3, 10000));
+    cr_assert(lf_wait_exits(3, 10000));
     for (int i = 0; i < 3; i++) {
         ev_exit_t *e = &R.exits[i];
         if (e->rank == 0) {
@@ -323,39 +167,39 @@ Test(launch, clean_exit_signal_death_and_exit_without_stderr)
 
 Test(launch, stop_order_sends_sigterm_and_the_rank_checkpoints)
 {
-    char *bin = write_script("rank.sh",
+    char *bin = lf_script("rank.sh",
         "trap 'echo got-term; exit 143' TERM\n"
         "echo running\n"
         "while :; do sleep 0.05; done\n");
-    agent_launcher_t *l = make_launcher(bin, 1, false, 1);
+    agent_launcher_t *l = lf_launcher(bin, 1, false, 1, NULL, 0);
     int32_t ranks[] = {0};
-    Kiln__Assignment a = make_assignment("job-3", 1, ranks, 1, "{}");
+    Kiln__Assignment a = lf_assignment("job-3", 1, ranks, 1, "{}");
     cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
     usleep(300000);
     cr_assert_eq(agent_launcher_stop(l, "job-other", 0, 1000), 0, "other jobs are not touched");
     cr_assert_eq(agent_launcher_stop(l, "job-3", 2, 1000), 0, "other attempts are not touched");
     cr_assert_eq(agent_launcher_stop(l, "job-3", 1, 5000), 1);
-    cr_assert(wait_exits(1, 4000), "SIGTERM ends it well before the grace");
+    cr_assert(lf_wait_exits(1, 4000), "SIGTERM ends it well before the grace");
     cr_assert_eq(R.exits[0].code, 143);
-    cr_assert_not_null(find_line(0, "got-term"));
-    cr_assert_not_null(find_line(0, "running"));
+    cr_assert_not_null(lf_find_line(0, "got-term"));
+    cr_assert_not_null(lf_find_line(0, "running"));
     agent_launcher_destroy(l);
 }
 
 Test(launch, stop_order_sigkills_a_rank_that_ignores_sigterm_after_the_grace)
 {
-    char *bin = write_script("rank.sh",
+    char *bin = lf_script("rank.sh",
         "trap '' TERM\n"
         "echo stubborn\n"
         "while :; do sleep 0.05; done\n");
-    agent_launcher_t *l = make_launcher(bin, 1, false, 1);
+    agent_launcher_t *l = lf_launcher(bin, 1, false, 1, NULL, 0);
     int32_t ranks[] = {0};
-    Kiln__Assignment a = make_assignment("job-4", 1, ranks, 1, "{}");
+    Kiln__Assignment a = lf_assignment("job-4", 1, ranks, 1, "{}");
     cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
     usleep(300000);
     int64_t t0 = kiln_mono_us();
     cr_assert_eq(agent_launcher_stop(l, "job-4", 0, 400), 1);
-    cr_assert(wait_exits(1, 5000));
+    cr_assert(lf_wait_exits(1, 5000));
     int64_t took_ms = (kiln_mono_us() - t0) / 1000;
     cr_assert_eq(R.exits[0].sig, 9);
     cr_assert_eq(R.exits[0].code, -1);
@@ -368,9 +212,9 @@ Test(launch, a_program_that_cannot_start_fails_the_assignment)
 {
     char bin[300];
     snprintf(bin, sizeof(bin), "%s/missing-train", dir);
-    agent_launcher_t *l = make_launcher(bin, 2, false, 2);
+    agent_launcher_t *l = lf_launcher(bin, 2, false, 2, NULL, 0);
     int32_t ranks[] = {0, 1};
-    Kiln__Assignment a = make_assignment("job-5", 1, ranks, 2, "{}");
+    Kiln__Assignment a = lf_assignment("job-5", 1, ranks, 2, "{}");
     kiln_err_t err;
     cr_assert_eq(agent_launcher_start(l, &a, &err), KILN_EIO);
     cr_assert_eq(R.start_failed, 1);
@@ -380,21 +224,22 @@ Test(launch, a_program_that_cannot_start_fails_the_assignment)
     agent_rank_info_t info[4];
     cr_assert_eq(agent_launcher_list(l, info, 4), 0);
     /* bad job ids never become paths */
-    Kiln__Assignment b = make_assignment("../etc", 1, ranks, 1, "{}");
+    Kiln__Assignment b = lf_assignment("../etc", 1, ranks, 1, "{}");
     cr_assert_eq(agent_launcher_start(l, &b, &err), KILN_EINVAL);
     agent_launcher_destroy(l);
 }
 
-Test(launch, gpu_slots_get_distinct_devices_and_spec_threads_win)
+Test(launch, gpu_slots_get_distinct_devices_and_assignment_threads_win)
 {
-    char *bin = write_script("rank.sh",
+    char *bin = lf_script("rank.sh",
         "echo \"dev=$KILN_DEVICE_ID cuda=$CUDA_VISIBLE_DEVICES threads=$KILN_THREADS\"\n");
-    agent_launcher_t *l = make_launcher(bin, 2, true, 16);
+    agent_launcher_t *l = lf_launcher(bin, 2, true, 16, NULL, 0);
     int32_t ranks[] = {0, 1};
-    Kiln__Assignment a = make_assignment("job-6", 1, ranks, 2, "{\"resources\": {\"threads_per_rank\": 3}}");
+    Kiln__Assignment a = lf_assignment("job-6", 1, ranks, 2, "{}");
+    a.threads_per_rank = 3;
     cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
-    cr_assert(wait_exits(2, 10000));
-    const ev_line_t *l0 = find_line(0, "dev="), *l1 = find_line(1, "dev=");
+    cr_assert(lf_wait_exits(2, 10000));
+    const ev_line_t *l0 = lf_find_line(0, "dev="), *l1 = lf_find_line(1, "dev=");
     cr_assert_not_null(l0);
     cr_assert_not_null(l1);
     cr_assert_str_eq(l0->text, "dev=0 cuda=0 threads=3");
@@ -404,12 +249,12 @@ Test(launch, gpu_slots_get_distinct_devices_and_spec_threads_win)
 
 Test(launch, many_lines_arrive_complete_and_in_order)
 {
-    char *bin = write_script("rank.sh", "seq 1 30000\nhead -c 40000 /dev/zero | tr '\\0' 'x'; echo\n");
-    agent_launcher_t *l = make_launcher(bin, 1, false, 1);
+    char *bin = lf_script("rank.sh", "seq 1 30000\nhead -c 40000 /dev/zero | tr '\\0' 'x'; echo\n");
+    agent_launcher_t *l = lf_launcher(bin, 1, false, 1, NULL, 0);
     int32_t ranks[] = {0};
-    Kiln__Assignment a = make_assignment("job-7", 1, ranks, 1, "{}");
+    Kiln__Assignment a = lf_assignment("job-7", 1, ranks, 1, "{}");
     cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
-    cr_assert(wait_exits(1, 20000));
+    cr_assert(lf_wait_exits(1, 20000));
     cr_assert_eq(R.nlines, 30001);
     for (int i = 0; i < 30000; i++) {
         char want[16];
@@ -440,7 +285,7 @@ static char proc_state(pid_t pid)
 
 Test(launch, ranks_die_with_the_agent)
 {
-    char *bin = write_script("rank.sh", "echo $$ > \"$KILN_OUTPUT_DIR/pid.tmp\"; mv \"$KILN_OUTPUT_DIR/pid.tmp\" \"$KILN_OUTPUT_DIR/pid\"\n"
+    char *bin = lf_script("rank.sh", "echo $$ > \"$KILN_OUTPUT_DIR/pid.tmp\"; mv \"$KILN_OUTPUT_DIR/pid.tmp\" \"$KILN_OUTPUT_DIR/pid\"\n"
                                         "while :; do sleep 0.05; done\n");
     pid_t agent = fork();
     cr_assert_geq(agent, 0);
@@ -450,7 +295,7 @@ Test(launch, ranks_die_with_the_agent)
         agent_launch_cbs_t cbs = {0};
         agent_launcher_t *l = NULL;
         int32_t ranks[] = {0};
-        Kiln__Assignment a = make_assignment("job-8", 1, ranks, 1, "{}");
+        Kiln__Assignment a = lf_assignment("job-8", 1, ranks, 1, "{}");
         if (agent_launcher_create(&cfg, &cbs, &l, NULL) != 0 || agent_launcher_start(l, &a, NULL) != 0)
             _exit(1);
         sleep(30);
@@ -488,13 +333,13 @@ Test(launch, ranks_die_with_the_agent)
 
 Test(launch, an_exit_is_reported_even_when_a_stray_process_keeps_the_pipes_open)
 {
-    char *bin = write_script("rank.sh", "setsid sleep 20 &\necho $! > \"$KILN_OUTPUT_DIR/stray\"\necho bye\nexit 4\n");
-    agent_launcher_t *l = make_launcher(bin, 1, false, 1);
+    char *bin = lf_script("rank.sh", "setsid sleep 20 &\necho $! > \"$KILN_OUTPUT_DIR/stray\"\necho bye\nexit 4\n");
+    agent_launcher_t *l = lf_launcher(bin, 1, false, 1, NULL, 0);
     int32_t ranks[] = {0};
-    Kiln__Assignment a = make_assignment("job-9", 1, ranks, 1, "{}");
+    Kiln__Assignment a = lf_assignment("job-9", 1, ranks, 1, "{}");
     int64_t t0 = kiln_mono_us();
     cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
-    bool got = wait_exits(1, 6000);
+    bool got = lf_wait_exits(1, 6000);
     int64_t took_ms = (kiln_mono_us() - t0) / 1000;
     char path[300];
     snprintf(path, sizeof(path), "%s/jobs/job-9/output/stray", dir);
@@ -509,7 +354,7 @@ Test(launch, an_exit_is_reported_even_when_a_stray_process_keeps_the_pipes_open)
         kill(stray, SIGKILL);
     cr_assert(got, "the exit came although the pipes stayed open");
     cr_assert_eq(R.exits[0].code, 4);
-    cr_assert_not_null(find_line(0, "bye"));
+    cr_assert_not_null(lf_find_line(0, "bye"));
     cr_assert_lt(took_ms, 5000);
     agent_launcher_destroy(l);
 }

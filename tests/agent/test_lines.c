@@ -1,8 +1,9 @@
 /* test_lines.c - the agent's parsing pieces without processes: the line splitter, metric records
- * and metric definitions (regexes on log lines). */
+ * and metric definitions (PCRE2 patterns on log lines, bounded per line and per job). */
 #include "agent/agent.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,16 +139,34 @@ Test(metrics, malformed_records_are_errors_and_add_nothing)
     agent_points_free(&p);
 }
 
+/* Definitions as an assignment carries them. */
+typedef struct defs_in {
+    Kiln__MetricDefinition m[AGENT_MAX_METRIC_DEFS + 2];
+    Kiln__MetricDefinition *p[AGENT_MAX_METRIC_DEFS + 2];
+} defs_in_t;
+
+static Kiln__MetricDefinition **defs_make(defs_in_t *in, const char *const *pairs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        kiln__metric_definition__init(&in->m[i]);
+        in->m[i].name = (char *)pairs[2 * i];
+        in->m[i].regex = (char *)pairs[2 * i + 1];
+        in->p[i] = &in->m[i];
+    }
+    return in->p;
+}
+
 Test(metrics, definitions_match_log_lines)
 {
     agent_metric_defs_t d;
     kiln_err_t err;
-    const char *spec = "{\"metric_definitions\": [{\"name\": \"val_loss\", \"regex\": \"val loss ([0-9.]+)\"},"
-                       " {\"name\": \"acc\", \"regex\": \"acc=([0-9.eE+-]+)%\"}]}";
-    cr_assert_eq(agent_metric_defs_init(&d, spec, &err), 0);
+    defs_in_t in;
+    const char *pairs[] = {"val_loss", "val loss ([0-9.]+)", "acc", "acc=([0-9.eE+-]+)%"};
+    cr_assert_eq(agent_metric_defs_init(&d, defs_make(&in, pairs, 2), 2, &err), 0, "%s", err.message);
     cr_assert_eq(d.n, 2);
     agent_points_t p = {0};
-    cr_assert_eq(agent_metric_defs_match(&d, "step 40 | val loss 1.625 | acc=93.5%", 2, 40, 123, &p), 2);
+    const char *line = "step 40 | val loss 1.625 | acc=93.5%";
+    cr_assert_eq(agent_metric_defs_match(&d, line, strlen(line), 2, 40, 123, &p), 2);
     cr_assert_str_eq(p.v[0].name, "val_loss");
     cr_assert_eq(p.v[0].value, 1.625);
     cr_assert_eq(p.v[0].step, 40);
@@ -155,17 +174,108 @@ Test(metrics, definitions_match_log_lines)
     cr_assert_eq(p.v[0].time_us, 123);
     cr_assert_str_eq(p.v[1].name, "acc");
     cr_assert_eq(p.v[1].value, 93.5);
-    cr_assert_eq(agent_metric_defs_match(&d, "train loss 3.0", 0, 1, 1, &p), 0);
-    cr_assert_eq(agent_metric_defs_match(&d, "val loss . end", 0, 1, 1, &p), 0, "a capture that is not a number is no point");
+    cr_assert_eq(agent_metric_defs_match(&d, "train loss 3.0", 14, 0, 1, 1, &p), 0);
+    cr_assert_eq(agent_metric_defs_match(&d, "val loss . end", 14, 0, 1, 1, &p), 0, "a capture that is not a number is no point");
+    const char *utf = "évaluation: val loss 0.5 ✓";
+    cr_assert_eq(agent_metric_defs_match(&d, utf, strlen(utf), 0, 1, 1, &p), 1, "UTF-8 lines match");
+    cr_assert_not(d.off);
     agent_points_free(&p);
     agent_metric_defs_deinit(&d);
 
-    cr_assert_eq(agent_metric_defs_init(&d, "{\"name\": \"x\"}", &err), 0);
+    cr_assert_eq(agent_metric_defs_init(&d, NULL, 0, &err), 0);
     cr_assert_eq(d.n, 0, "no definitions");
+    cr_assert_eq(agent_metric_defs_match(&d, line, strlen(line), 0, 1, 1, &p), 0);
     agent_metric_defs_deinit(&d);
-    cr_assert_eq(agent_metric_defs_init(&d, "{\"metric_definitions\": [{\"name\": \"bad\", \"regex\": \"(unclosed\"}]}", &err), KILN_EINVAL);
-    cr_assert(strstr(err.message, "bad"));
+}
+
+Test(metrics, definitions_that_cannot_be_run_are_refused_by_field)
+{
+    agent_metric_defs_t d;
+    kiln_err_t err;
+    defs_in_t in;
+    const char *bad[] = {"ok", "ok ([0-9]+)", "bad", "(unclosed"};
+    cr_assert_eq(agent_metric_defs_init(&d, defs_make(&in, bad, 2), 2, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "metric_definitions[1].regex");
+    cr_assert(strstr(err.message, "metric_definitions[1].regex") && strstr(err.message, "does not compile"), "%s",
+              err.message);
+    cr_assert_null(strstr(err.message, "(unclosed"), "the pattern is not repeated: %s", err.message);
     agent_metric_defs_deinit(&d);
-    cr_assert_eq(agent_metric_defs_init(&d, "{nope", &err), KILN_EFORMAT);
+
+    const char *nogroup[] = {"acc", "acc [0-9.]+"};
+    cr_assert_eq(agent_metric_defs_init(&d, defs_make(&in, nogroup, 1), 1, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "capture group"), "%s", err.message);
+    agent_metric_defs_deinit(&d);
+
+    char longre[AGENT_MAX_REGEX + 8];
+    memset(longre, 'a', sizeof(longre) - 1);
+    longre[0] = '(';
+    longre[sizeof(longre) - 2] = ')';
+    longre[sizeof(longre) - 1] = '\0';
+    const char *toolong[] = {"x", longre};
+    cr_assert_eq(agent_metric_defs_init(&d, defs_make(&in, toolong, 1), 1, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "longer than 256 bytes"), "%s", err.message);
+    agent_metric_defs_deinit(&d);
+
+    const char *many[2 * (AGENT_MAX_METRIC_DEFS + 1)];
+    for (int i = 0; i <= AGENT_MAX_METRIC_DEFS; i++) {
+        many[2 * i] = "m";
+        many[2 * i + 1] = "m ([0-9]+)";
+    }
+    cr_assert_eq(agent_metric_defs_init(&d, defs_make(&in, many, AGENT_MAX_METRIC_DEFS + 1), AGENT_MAX_METRIC_DEFS + 1,
+                                         &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "at most 16"), "%s", err.message);
+    agent_metric_defs_deinit(&d);
+}
+
+/* A pattern PCRE2 backtracks on exponentially (nested quantifiers, no literal it could bail out
+ * on early), on lines that make it do so: each line costs at most the match limit, and the job's
+ * definitions switch off once they have used their CPU-time budget. */
+#define CATASTROPHIC "(\\d+\\d+)+\\D"
+
+Test(metrics, a_backtracking_pattern_is_bounded_then_switched_off)
+{
+    agent_metric_defs_t d;
+    kiln_err_t err;
+    defs_in_t in;
+    const char *pairs[] = {"slow", CATASTROPHIC, "val_loss", "val loss ([0-9.]+)"};
+    cr_assert_eq(agent_metric_defs_init(&d, defs_make(&in, pairs, 2), 2, &err), 0, "%s", err.message);
+    char digits[64];
+    memset(digits, '1', 40);
+    digits[40] = '\0';
+    agent_points_t p = {0};
+    /* one line: the match limit ends it (unbounded, PCRE2 would take seconds on 40 digits) */
+    cr_assert_eq(agent_metric_defs_match(&d, digits, 40, 0, 1, 1, &p), 0);
+    cr_assert_not(d.off, "one line is far below the budget");
+    const char *ok = "val loss 2.5";
+    cr_assert_eq(agent_metric_defs_match(&d, ok, strlen(ok), 0, 1, 1, &p), 1, "the other definition still works");
+    /* a small budget so that the test does not depend on this machine's speed */
+    d.budget_us = 2000;
+    int lines = 0;
+    while (!d.off && lines < 10000) {
+        agent_metric_defs_match(&d, digits, 40, 0, 1, 1, &p);
+        lines++;
+    }
+    cr_assert(d.off, "still on after %d catastrophic lines", lines);
+    cr_assert_eq(agent_metric_defs_match(&d, ok, strlen(ok), 0, 1, 1, &p), 0, "off means off");
+    agent_points_free(&p);
+    agent_metric_defs_deinit(&d);
+}
+
+Test(metrics, ordinary_patterns_stay_within_the_budget)
+{
+    agent_metric_defs_t d;
+    kiln_err_t err;
+    defs_in_t in;
+    const char *pairs[] = {"val_loss", "val loss ([0-9.]+)", "lr", "\\blr[ =:]+([0-9.e-]+)"};
+    cr_assert_eq(agent_metric_defs_init(&d, defs_make(&in, pairs, 2), 2, &err), 0, "%s", err.message);
+    agent_points_t p = {0};
+    char line[128];
+    for (int i = 0; i < 2000; i++) {
+        int n = snprintf(line, sizeof(line), "step %d | train loss 2.%03d | val loss 1.%03d | lr 3e-4", i, i, i);
+        agent_points_clear(&p);
+        cr_assert_eq(agent_metric_defs_match(&d, line, (size_t)n, 0, i, 1, &p), 2);
+    }
+    cr_assert_not(d.off);
+    agent_points_free(&p);
     agent_metric_defs_deinit(&d);
 }

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,13 +76,11 @@ static void setup(void)
         snprintf(wd, sizeof wd, "%s/w%d", g_cl.dir, i);
         mkdir(wd, 0755);
         snprintf(log, sizeof log, "%s/agent%d.log", g_cl.dir, i);
+        char data_root[PATH_MAX];
+        snprintf(data_root, sizeof data_root, "%s/data", getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".");
         char *aargv[] = {abin, "--server", grpc, "--slots", "1", "--slot-type", "cpu",
-                         "--work-dir", wd, "--cores", "1", NULL};
-        static char roots[PATH_MAX + 300];
-        const char *root = getenv("KILN_ROOT");
-        snprintf(roots, sizeof roots, "KILN_DATA_ROOTS=%s/data,%s", root && *root ? root : ".", g_cl.dir);
-        char *aenv[] = {"KILN_INSECURE=1", roots, NULL};
-        g_cl.agents[i] = th_spawn(aargv, aenv, log);
+                         "--work-dir", wd, "--cores", "1", "--insecure", "--data-root", data_root, NULL};
+        g_cl.agents[i] = th_spawn(aargv, NULL, log);
         cr_assert_gt(g_cl.agents[i], 0);
     }
     for (int i = 0;; i++) {

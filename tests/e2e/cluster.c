@@ -274,20 +274,16 @@ static bool e2e_kilnd_try_start(void)
     char *argv[32] = {e2e_bin("kilnd"), "--database-url", c->db_url, "--http-addr", http_addr,
                       "--grpc-addr", grpc_addr};
     int argc = 7;
+    /* TLS on both APIs, mutual TLS for agents, the first admin's token and the join token. */
     static char cert[PATH_MAX], key[PATH_MAX], ca[PATH_MAX], boot[PATH_MAX];
-    if (c->secure) {
-        snprintf(cert, sizeof cert, "%.255s/server.pem", c->tls_dir);
-        snprintf(key, sizeof key, "%.255s/server.key", c->tls_dir);
-        snprintf(ca, sizeof ca, "%.255s/ca.pem", c->tls_dir);
-        snprintf(boot, sizeof boot, "%.127s/admin.token", c->dir);
-        char *more[] = {"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--bootstrap-token-file", boot,
-                        "--join-token-file", c->join_file};
-        for (size_t i = 0; i < (sizeof more / sizeof more[0]); i++)
-            argv[argc++] = more[i];
-    } else {
-        argv[argc++] = "--insecure";
-        argv[argc++] = "--no-auth";
-    }
+    snprintf(cert, sizeof cert, "%.255s/server.pem", c->tls_dir);
+    snprintf(key, sizeof key, "%.255s/server.key", c->tls_dir);
+    snprintf(ca, sizeof ca, "%.255s/ca.pem", c->tls_dir);
+    snprintf(boot, sizeof boot, "%.127s/admin.token", c->dir);
+    char *more[] = {"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--bootstrap-token-file", boot,
+                    "--join-token-file", c->join_file};
+    for (size_t i = 0; i < (sizeof more / sizeof more[0]); i++)
+        argv[argc++] = more[i];
     if (c->heartbeat_timeout_ms > 0) {
         snprintf(hb, sizeof hb, "%d", c->heartbeat_timeout_ms);
         argv[argc++] = "--heartbeat-timeout-ms";
@@ -311,7 +307,7 @@ static bool e2e_kilnd_try_start(void)
             c->kilnd = 0;
             return false;
         }
-        if (ok && c->secure && !c->admin_token[0]) {
+        if (ok && !c->admin_token[0]) {
             /* kilnd wrote the first admin's token when it created the database */
             char *tok = e2e_slurp(boot);
             tok[strcspn(tok, "\n")] = '\0';
@@ -358,16 +354,13 @@ static void e2e_start(int heartbeat_timeout_ms)
     cr_assert_not_null(c->db_url, "no test database (run through tests/run.sh)");
     c->heartbeat_timeout_ms = heartbeat_timeout_ms > 0 && e2e_has_flag(e2e_bin("kilnd"), "heartbeat-timeout-ms")
                                   ? heartbeat_timeout_ms : 0;
-    c->secure = e2e_has_flag(e2e_bin("kiln-agent"), "join-token-file");
-    if (c->secure) {
-        const char *tls = th_tls_dir();
-        cr_assert_not_null(tls, "no test certificates");
-        snprintf(c->tls_dir, sizeof c->tls_dir, "%s", tls);
-        snprintf(c->join_file, sizeof c->join_file, "%.127s/join.token", c->dir);
-        char ca[PATH_MAX];
-        snprintf(ca, sizeof ca, "%.255s/ca.pem", c->tls_dir);
-        th_http_set_ca(ca);
-    }
+    const char *tls = th_tls_dir();
+    cr_assert_not_null(tls, "no test certificates");
+    snprintf(c->tls_dir, sizeof c->tls_dir, "%s", tls);
+    snprintf(c->join_file, sizeof c->join_file, "%.127s/join.token", c->dir);
+    char ca[PATH_MAX];
+    snprintf(ca, sizeof ca, "%.255s/ca.pem", c->tls_dir);
+    th_http_set_ca(ca);
     /* Free ports can be taken by a parallel test before kilnd binds them: then try others. */
     bool up = false;
     for (int attempt = 0; attempt < 3 && !up; attempt++) {
@@ -375,7 +368,7 @@ static void e2e_start(int heartbeat_timeout_ms)
         c->grpc_port = th_free_port();
         while (c->grpc_port == c->http_port)
             c->grpc_port = th_free_port();
-        snprintf(c->url, sizeof c->url, "%s://127.0.0.1:%d", c->secure ? "https" : "http", c->http_port);
+        snprintf(c->url, sizeof c->url, "https://127.0.0.1:%d", c->http_port);
         up = e2e_kilnd_try_start();
     }
     if (!up)
@@ -388,6 +381,12 @@ static void e2e_start(int heartbeat_timeout_ms)
 
     const char *agent = e2e_bin("kiln-agent");
     bool has_cores = e2e_has_flag(agent, "--cores");
+    /* What jobs may read: the repository's data; where both agents may keep checkpoints: a
+     * directory beside (not above) their work dirs. */
+    char data_root[PATH_MAX + 8], shared_root[PATH_MAX];
+    snprintf(data_root, sizeof data_root, "%s/data", e2e_root());
+    snprintf(shared_root, sizeof shared_root, "%.200s/shared-checkpoints", c->dir);
+    mkdir(shared_root, 0755);
     for (int i = 0; i < E2E_AGENTS; i++) {
         char slots[8];
         c->agent_slots[i] = i == 0 ? 2 : 1;
@@ -395,20 +394,16 @@ static void e2e_start(int heartbeat_timeout_ms)
         snprintf(c->work_dir[i], sizeof c->work_dir[i], "%.127s/w%d", c->dir, i);
         mkdir(c->work_dir[i], 0755);
         char *aargv[40] = {(char *)agent, "--server", grpc_addr, "--slots", slots, "--slot-type", "cpu",
-                           "--work-dir", c->work_dir[i]};
-        int an = 9;
-        static char ca[PATH_MAX], cert[PATH_MAX], key[PATH_MAX], data_root[PATH_MAX];
-        if (c->secure) {
-            /* Jobs read the repository's data/ and what tests write into their own directory. */
-            snprintf(ca, sizeof ca, "%.255s/ca.pem", c->tls_dir);
-            snprintf(cert, sizeof cert, "%.255s/agent.pem", c->tls_dir);
-            snprintf(key, sizeof key, "%.255s/agent.key", c->tls_dir);
-            snprintf(data_root, sizeof data_root, "%s/data", e2e_root());
-            char *more[] = {"--join-token-file", c->join_file, "--tls-ca", ca, "--tls-cert", cert,
-                            "--tls-key", key, "--data-root", data_root, "--data-root", c->dir};
-            for (size_t k = 0; k < (sizeof more / sizeof more[0]); k++)
-                aargv[an++] = more[k];
-        }
+                           "--work-dir", c->work_dir[i], "--data-root", data_root, "--data-root", shared_root};
+        int an = 13;
+        static char ca[PATH_MAX], cert[PATH_MAX], key[PATH_MAX];
+        /* Mutual TLS and the join token, as agents on a shared cluster run. */
+        snprintf(ca, sizeof ca, "%.255s/ca.pem", c->tls_dir);
+        snprintf(cert, sizeof cert, "%.255s/agent.pem", c->tls_dir);
+        snprintf(key, sizeof key, "%.255s/agent.key", c->tls_dir);
+        char *more[] = {"--join-token-file", c->join_file, "--tls-ca", ca, "--tls-cert", cert, "--tls-key", key};
+        for (size_t k = 0; k < (sizeof more / sizeof more[0]); k++)
+            aargv[an++] = more[k];
         if (has_cores) {
             /* The machine has 2 cores shared by every test: one thread per rank. */
             aargv[an++] = "--cores";
@@ -416,8 +411,7 @@ static void e2e_start(int heartbeat_timeout_ms)
         }
         aargv[an] = NULL;
         snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
-        char *aenv[] = {"KILN_INSECURE=1", NULL}; /* ignored by agents that always speak TLS */
-        c->agents[i] = e2e_spawn(aargv, c->secure ? NULL : aenv, log, NULL);
+        c->agents[i] = e2e_spawn(aargv, NULL, log, NULL);
         cr_assert(c->agents[i] > 0, "could not start kiln-agent %d", i);
     }
 
@@ -801,12 +795,10 @@ char **e2e_client_env(int extra)
     int n = 0;
     snprintf(url, sizeof url, "KILN_URL=%s", e2e_cl->url);
     env[n++] = url;
-    if (e2e_cl->secure) {
-        snprintf(token, sizeof token, "KILN_TOKEN=%s", e2e_cl->admin_token);
-        snprintf(ca, sizeof ca, "KILN_TLS_CA=%.255s/ca.pem", e2e_cl->tls_dir);
-        env[n++] = token;
-        env[n++] = ca;
-    }
+    snprintf(token, sizeof token, "KILN_TOKEN=%s", e2e_cl->admin_token);
+    snprintf(ca, sizeof ca, "KILN_TLS_CA=%.255s/ca.pem", e2e_cl->tls_dir);
+    env[n++] = token;
+    env[n++] = ca;
     for (int i = 0; i <= extra && n < 16; i++)
         env[n++] = NULL;
     return env;

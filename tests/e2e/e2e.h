@@ -23,8 +23,6 @@ typedef struct e2e_cluster {
     char work_dir[E2E_AGENTS][160];
     char worker_id[E2E_AGENTS][128]; /* filled by e2e_cluster_start from GET /v1/workers */
     int heartbeat_timeout_ms;     /* what kilnd was told (or its default) */
-    bool secure;                  /* TLS (mutual for agents), tokens and data roots: every test
-                                     runs this way once the agent has the flags */
     char tls_dir[256];            /* th_tls_dir(): ca.pem, server.pem/.key, agent.pem/.key */
     char admin_token[128];        /* the bootstrap cluster admin's (th_http sends it) */
     char join_file[300];

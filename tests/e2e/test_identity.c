@@ -109,7 +109,6 @@ static void id_setup(void)
     setenv("XDG_CONFIG_HOME", id_cfg, 1);
     c->db_url = th_pg_create_db("ident");
     cr_assert_not_null(c->db_url, "no test database (run through tests/run.sh)");
-    c->secure = true;
     const char *tls = th_tls_dir();
     cr_assert_not_null(tls, "no test certificates");
     snprintf(c->tls_dir, sizeof c->tls_dir, "%s", tls);

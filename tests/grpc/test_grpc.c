@@ -44,7 +44,7 @@ static void setup(void)
     cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port());
     start_grpc();
-    cr_assert_eq(agent_rpc_create(addr, &C, &err), 0, "%s", err.message);
+    cr_assert_eq(agent_rpc_create(addr, NULL, &C, &err), 0, "%s", err.message);
     snprintf(dir, sizeof(dir), "/tmp/kiln-gtest.XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
 }
@@ -75,7 +75,7 @@ static char *register_worker(const char *host, int slots)
     ProtobufCMessage *resp = NULL;
     int code = -1;
     kiln_err_t err;
-    cr_assert_eq(agent_rpc_call(C, M_REGISTER, &req.base, &kiln__register_response__descriptor, 5000, &resp,
+    cr_assert_eq(agent_rpc_call(C, M_REGISTER, NULL, 0, &req.base, &kiln__register_response__descriptor, 5000, &resp,
                                  &code, &err), 0, "%s", err.message);
     Kiln__RegisterResponse *r = (Kiln__RegisterResponse *)resp;
     cr_assert(r->worker_id && r->worker_id[0]);
@@ -92,7 +92,7 @@ static Kiln__HeartbeatResponse *heartbeat(const char *id)
     req.worker_id = (char *)id;
     ProtobufCMessage *resp = NULL;
     kiln_err_t err;
-    cr_assert_eq(agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 5000, &resp,
+    cr_assert_eq(agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 5000, &resp,
                                  NULL, &err), 0, "%s", err.message);
     return (Kiln__HeartbeatResponse *)resp;
 }
@@ -130,7 +130,7 @@ Test(grpc, unknown_method_is_unimplemented_not_a_hang)
         int code = -1;
         kiln_err_t err;
         int64_t t0 = kiln_mono_us();
-        int rc = agent_rpc_call_raw(C, methods[i], "", 0, 5000, &out, &len, &code, &err);
+        int rc = agent_rpc_call_raw(C, methods[i], NULL, 0, "", 0, 5000, &out, &len, &code, &err);
         free(out);
         cr_assert_eq(rc, KILN_EUNSUPP);
         cr_assert_eq(code, 12, "UNIMPLEMENTED, got %d (%s)", code, err.message);
@@ -145,7 +145,7 @@ Test(grpc, malformed_request_is_invalid_argument)
     size_t len = 0;
     int code = -1;
     kiln_err_t err;
-    int rc = agent_rpc_call_raw(C, M_HEARTBEAT, junk, sizeof(junk), 5000, &out, &len, &code, &err);
+    int rc = agent_rpc_call_raw(C, M_HEARTBEAT, NULL, 0, junk, sizeof(junk), 5000, &out, &len, &code, &err);
     free(out);
     cr_assert_eq(rc, KILN_EINVAL);
     cr_assert_eq(code, 3, "INVALID_ARGUMENT, got %d", code);
@@ -180,7 +180,7 @@ static void *hb_loop(void *p)
         req.worker_id = (char *)a->id;
         ProtobufCMessage *resp = NULL;
         kiln_err_t err;
-        if (agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 10000, &resp, NULL,
+        if (agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 10000, &resp, NULL,
                             &err) == 0) {
             a->ok++;
             protobuf_c_message_free_unpacked(resp, NULL);
@@ -235,7 +235,7 @@ Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
         req.worker_id = id;
         ProtobufCMessage *resp = NULL;
         kiln_err_t err;
-        if (agent_rpc_call(C, M_HEARTBEAT, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, &code,
+        if (agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, &code,
                             &err) == 0) {
             cr_assert_not(((Kiln__HeartbeatResponse *)resp)->reregister);
             protobuf_c_message_free_unpacked(resp, NULL);
@@ -273,7 +273,7 @@ static agent_t *start_agent(const char *bin)
     char work[200];
     snprintf(work, sizeof(work), "%s/work", dir);
     agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
-                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000};
+                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000, .tls.insecure = true};
     agent_t *a = NULL;
     kiln_err_t err;
     cr_assert_eq(agent_create(&cfg, &a, &err), 0, "%s", err.message);
@@ -507,7 +507,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     ProtobufCMessage *resp = NULL;
     int code = -1;
     kiln_err_t err;
-    cr_assert_eq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_LOGS, NULL, 0, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
                  "%d %s", code, err.message);
     cr_assert(((Kiln__Ack *)resp)->ok);
     protobuf_c_message_free_unpacked(resp, NULL);
@@ -528,7 +528,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     lb.n_lines = BIG;
     lb.lines = blp;
     cr_assert_gt(protobuf_c_message_get_packed_size(&lb.base), (size_t)(5 << 20));
-    cr_assert_eq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 20000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_LOGS, NULL, 0, &lb.base, &kiln__ack__descriptor, 20000, &resp, &code, &err), 0,
                  "a 6 MiB batch: %d %s", code, err.message);
     protobuf_c_message_free_unpacked(resp, NULL);
     free(bl);
@@ -550,7 +550,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     mb.attempt = 1;
     mb.n_points = 2;
     mb.points = mpp;
-    cr_assert_eq(agent_rpc_call(C, M_METRICS, &mb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
+    cr_assert_eq(agent_rpc_call(C, M_METRICS, NULL, 0, &mb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0,
                  "%d %s", code, err.message);
     protobuf_c_message_free_unpacked(resp, NULL);
 
@@ -578,7 +578,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     lb.job_id = (char *)"not-a-job";
     lb.n_lines = 3;
     lb.lines = lp;
-    cr_assert_neq(agent_rpc_call(C, M_LOGS, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0);
+    cr_assert_neq(agent_rpc_call(C, M_LOGS, NULL, 0, &lb.base, &kiln__ack__descriptor, 10000, &resp, &code, &err), 0);
     cr_assert_eq(code, 5, "NOT_FOUND, got %d", code);
     free(id);
     free(wid);
@@ -701,7 +701,7 @@ static ProtobufCMessage *tcall(const char *method, const ProtobufCMessage *req,
     char path[128];
     snprintf(path, sizeof(path), "/kiln.TrainingService/%s", method);
     *code = -1;
-    agent_rpc_call(C, path, req, resp_desc, 10000, &resp, code, err);
+    agent_rpc_call(C, path, NULL, 0, req, resp_desc, 10000, &resp, code, err);
     return resp;
 }
 
@@ -966,4 +966,166 @@ Test(grpc, stopping_the_server_ends_live_streams)
     start_grpc();
     agent_destroy(agent);
     free(id);
+}
+
+/* ---- one job cannot starve the agent ------------------------------------------------------- */
+
+/* Submits a job named name whose metric definitions are defs (a JSON array). */
+static char *submit_with_defs(const char *name, const char *defs)
+{
+    char text[8192];
+    snprintf(text, sizeof(text),
+             "{\"name\":\"%s\",\"model\":{\"type\":\"mlp\",\"hidden\":[8],\"n_inputs\":4,\"n_classes\":2},"
+             "\"data\":{\"train\":\"synthetic\"},\"hyperparameters\":{\"lr\":0.01,\"global_batch_size\":8,"
+             "\"max_steps\":3},\"resources\":{\"nodes\":1,\"slots_per_node\":1,\"slot_type\":\"cpu\"},"
+             "\"metric_definitions\":%s}", name, defs);
+    json_t *spec = json_loads(text, 0, NULL);
+    cr_assert_not_null(spec);
+    json_t *job = NULL;
+    bool created = false;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &job, &created, &err), 0, "%s (%s)", err.message, err.field);
+    char *id = strdup(json_string_value(json_object_get(job, "id")));
+    json_decref(spec);
+    json_decref(job);
+    return id;
+}
+
+typedef struct hb_watch {
+    volatile bool stop;
+    int64_t max_gap_us;  /* longest time between two heartbeats kilnd recorded */
+    int seen;
+    bool not_alive;
+} hb_watch_t;
+
+static void *hb_watcher(void *arg)
+{
+    hb_watch_t *w = arg;
+    int64_t last = 0;
+    while (!w->stop) {
+        json_t *ws = NULL;
+        kiln_err_t err;
+        if (svc_workers_list(S, svc_caller_kilnd(), &ws, &err) == 0) {
+            json_t *wk = json_array_get(json_object_get(ws, "workers"), 0);
+            const char *hb = json_string_value(json_object_get(wk, "last_heartbeat"));
+            const char *st = json_string_value(json_object_get(wk, "state"));
+            int64_t t = 0;
+            if (hb && kiln_time_parse(hb, &t) == 0 && t != last) {
+                if (last)
+                    w->max_gap_us = KILN_MAX(w->max_gap_us, t - last);
+                last = t;
+                w->seen++;
+            }
+            w->not_alive |= st && strcmp(st, "ALIVE") != 0;
+        }
+        json_decref(ws);
+        usleep(20000);
+    }
+    return NULL;
+}
+
+/* The issue's scenario, bounded: a job whose 16 metric definitions backtrack on every line its
+ * rank prints, beside a bystander job on the same agent. kilnd keeps receiving heartbeats every
+ * interval (200 ms here), the bystander completes with every line and metric point, and the
+ * greedy job's log says its definitions were switched off. */
+Test(grpc, a_backtracking_job_does_not_starve_heartbeats_or_a_bystander, .timeout = 120)
+{
+    char *bin = write_script(
+        "if grep -q greedy \"$KILN_SPEC\"; then\n"
+        "  i=0; while [ $i -lt 3000 ]; do echo 1111111111111111111111111111111111111111; i=$((i+1)); done\n"
+        "  sleep 1\n"
+        "else\n"
+        "  i=1; while [ $i -le 60 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.03; done\n"
+        "fi\n"
+        "exit 0\n");
+    char work[200];
+    snprintf(work, sizeof(work), "%s/work", dir);
+    agent_config_t cfg = {.server = addr, .slots = 2, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
+                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000, .tls.insecure = true};
+    agent_t *agent = NULL;
+    kiln_err_t err;
+    cr_assert_eq(agent_create(&cfg, &agent, &err), 0, "%s", err.message);
+    char defs[4096];
+    size_t off = (size_t)snprintf(defs, sizeof(defs), "[");
+    for (int i = 0; i < 16; i++)
+        off += (size_t)snprintf(defs + off, sizeof(defs) - off, "%s{\"name\":\"slow%d\",\"regex\":\"(\\\\d+\\\\d+)+\\\\D\"}",
+                                i ? "," : "", i);
+    snprintf(defs + off, sizeof(defs) - off, "]");
+    hb_watch_t w = {0};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, hb_watcher, &w), 0);
+    char *greedy = submit_with_defs("greedy", defs);
+    char *bystander = submit_with_defs("bystander", "[{\"name\":\"tick\",\"regex\":\"tick ([0-9]+)\"}]");
+    json_t *jb = wait_state(bystander, "COMPLETED|FAILED", 60000);
+    json_t *jg = wait_state(greedy, "COMPLETED|FAILED", 60000);
+    w.stop = true;
+    pthread_join(th, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(jb, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(jb, "reason")));
+    cr_assert_str_eq(json_string_value(json_object_get(jg, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(jg, "reason")));
+    json_decref(jb);
+    json_decref(jg);
+    cr_assert_not(w.not_alive, "the worker was declared dead");
+    cr_assert_gt(w.seen, 5);
+    cr_assert_lt(w.max_gap_us, 1500000, "heartbeats stopped for %lld ms", (long long)(w.max_gap_us / 1000));
+
+    json_t *logs = job_logs(bystander);
+    int ticks = 0;
+    size_t i;
+    json_t *l;
+    json_array_foreach(json_object_get(logs, "lines"), i, l)
+        ticks += !strncmp(json_string_value(json_object_get(l, "line")), "tick ", 5);
+    json_decref(logs);
+    cr_assert_eq(ticks, 60, "every line of the bystander arrived");
+    json_t *metrics = NULL;
+    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), bystander, "tick", 0, &metrics, &err), 0, "%s", err.message);
+    cr_assert_eq(json_array_size(series(metrics, "tick")), 60, "every point of the bystander arrived");
+    json_decref(metrics);
+    svc_log_query_t q = {.rank = -1, .limit = 10000};
+    logs = NULL;
+    cr_assert_eq(svc_job_logs(S, svc_caller_kilnd(), greedy, &q, &logs, &err), 0, "%s", err.message);
+    bool switched_off = false;
+    json_array_foreach(json_object_get(logs, "lines"), i, l)
+        switched_off |= strstr(json_string_value(json_object_get(l, "line")), "metric definitions switched off") != NULL;
+    json_decref(logs);
+    cr_assert(switched_off, "the greedy job's log says its definitions were switched off");
+    agent_destroy(agent);
+    free(greedy);
+    free(bystander);
+}
+
+/* ---- the worker credential kept in the work dir --------------------------------------------- */
+
+/* A restarted agent registers under the worker id its credential file holds (and presents the
+ * credential); an operator's --worker-id that differs wins and the file is left alone. This
+ * kilnd issues no credential, so the file is not rewritten. */
+Test(grpc, a_restarted_agent_takes_its_worker_id_from_its_credential_file)
+{
+    char *bin = write_script("exit 0\n");
+    char work[200];
+    snprintf(work, sizeof(work), "%s/work", dir);
+    kiln_err_t err;
+    cr_assert_eq(kiln_mkdirs(work, &err), 0);
+    cr_assert_eq(agent_credential_save(work, "w-from-file", "cred-old", &err), 0, "%s", err.message);
+    agent_t *agent = start_agent(bin);
+    char id[128], cred[512];
+    agent_worker_id(agent, id, sizeof(id));
+    cr_assert_str_eq(id, "w-from-file");
+    agent_destroy(agent);
+    cr_assert_eq(agent_credential_load(work, id, sizeof(id), cred, sizeof(cred), &err), 0, "%s", err.message);
+    cr_assert_str_eq(id, "w-from-file");
+    cr_assert_str_eq(cred, "cred-old", "no credential issued, none written");
+
+    agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
+                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000, .tls.insecure = true,
+                           .worker_id = "w-operator"};
+    cr_assert_eq(agent_create(&cfg, &agent, &err), 0, "%s", err.message);
+    id[0] = '\0';
+    for (int i = 0; i < 100 && !id[0]; i++) {
+        usleep(50000);
+        agent_worker_id(agent, id, sizeof(id));
+    }
+    cr_assert_str_eq(id, "w-operator");
+    agent_destroy(agent);
 }

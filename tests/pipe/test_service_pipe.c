@@ -43,7 +43,10 @@ Test(service_pipe, hybrid_pipeline_job_completes_through_kilnd_and_an_agent, .ti
     pid_t kilnd = th_spawn(kargv, kenv, logk);
     cr_assert_gt(kilnd, 0);
     cr_assert(th_wait_port(http, 20000), "kilnd did not listen");
-    char *aargv[] = {bin[1], "--server", grpc_addr, "--slots", "4", "--slot-type", "cpu", "--work-dir", agent_dir, NULL};
+    char data_root[PATH_MAX];
+    snprintf(data_root, sizeof(data_root), "%s/data", getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".");
+    char *aargv[] = {bin[1], "--server", grpc_addr, "--slots", "4", "--slot-type", "cpu", "--work-dir", agent_dir,
+                     "--insecure", "--data-root", data_root, NULL};
     char bindir_env[PATH_MAX + 16];
     snprintf(bindir_env, sizeof(bindir_env), "KILN_BIN_DIR=%s", th_bin_dir());
     char roots[PATH_MAX + 200];

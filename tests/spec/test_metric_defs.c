@@ -1,0 +1,90 @@
+/* test_metric_defs.c - metric definitions at submission: PCRE2 patterns that kiln-agent can run
+ * on every log line of a job; too many, too long, uncompilable, group-less or backreferencing
+ * ones are refused with a message naming the field. */
+#include "spec/spec.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A valid spec with the given "metric_definitions" value (JSON text). */
+static int parse_defs(const char *defs_json, spec_t *s, kiln_err_t *err)
+{
+    char *j = NULL;
+    if (asprintf(&j, "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"metric_definitions\": %s}",
+                 defs_json) < 0)
+        cr_assert_fail("asprintf");
+    int rc = spec_parse_string(j, s, err);
+    free(j);
+    return rc;
+}
+
+static void refused(const char *defs_json, const char *field, const char *needle)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(parse_defs(defs_json, &s, &err), KILN_EINVAL, "accepted: %s", defs_json);
+    cr_assert_str_eq(err.field, field, "%s", err.message);
+    cr_assert(strstr(err.message, needle), "message \"%s\" lacks \"%s\"", err.message, needle);
+    cr_assert(strstr(err.message, field), "message \"%s\" does not name %s", err.message, field);
+}
+
+Test(metric_defs, perl_compatible_patterns_are_accepted)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(parse_defs("[{\"name\": \"val_loss\", \"regex\": \"val loss (\\\\d+\\\\.\\\\d+)\"},"
+                            " {\"name\": \"acc\", \"regex\": \"(?<=acc=)([0-9.]+)%\"},"
+                            " {\"name\": \"lr\", \"regex\": \"\\\\blr (?<v>[0-9.e-]+)\"}]", &s, &err), 0,
+                 "%s (%s)", err.message, err.field);
+    cr_assert_eq(s.n_metric_defs, 3);
+    spec_deinit(&s);
+}
+
+Test(metric_defs, backreferences_are_refused)
+{
+    /* the pattern of the issue that kept an agent busy */
+    refused("[{\"name\": \"x\", \"regex\": \"((.|..)+)+\\\\2x\"}]", "metric_definitions[0].regex", "backreference");
+    refused("[{\"name\": \"ok\", \"regex\": \"ok ([0-9]+)\"}, {\"name\": \"x\", \"regex\": \"(?<a>[0-9]+) \\\\k<a>\"}]",
+            "metric_definitions[1].regex", "backreference");
+}
+
+Test(metric_defs, bad_patterns_are_refused_by_field)
+{
+    refused("[{\"name\": \"x\", \"regex\": \"(unclosed\"}]", "metric_definitions[0].regex", "does not compile");
+    refused("[{\"name\": \"acc\", \"regex\": \"acc [0-9.]+\"}]", "metric_definitions[0].regex", "capture group");
+    refused("[{\"name\": \"x\", \"regex\": \"\\\\C([0-9])\"}]", "metric_definitions[0].regex", "does not compile");
+}
+
+Test(metric_defs, at_most_16_definitions_of_at_most_256_bytes)
+{
+    char many[4096];
+    size_t off = 0;
+    off += (size_t)snprintf(many + off, sizeof many - off, "[");
+    for (int i = 0; i < 16; i++)
+        off += (size_t)snprintf(many + off, sizeof many - off, "%s{\"name\": \"m%d\", \"regex\": \"m%d ([0-9]+)\"}",
+                                i ? ", " : "", i, i);
+    snprintf(many + off, sizeof many - off, "]");
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(parse_defs(many, &s, &err), 0, "16 are allowed: %s", err.message);
+    spec_deinit(&s);
+    snprintf(many + off, sizeof many - off, ", {\"name\": \"m16\", \"regex\": \"m16 ([0-9]+)\"}]");
+    cr_assert_eq(parse_defs(many, &s, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "metric_definitions");
+    cr_assert(strstr(err.message, "at most 16"), "%s", err.message);
+
+    char re[300], defs[400];
+    memset(re, 'a', sizeof re);
+    re[0] = '(';
+    re[255] = ')';
+    re[256] = '\0';
+    snprintf(defs, sizeof defs, "[{\"name\": \"long\", \"regex\": \"%s\"}]", re);
+    cr_assert_eq(parse_defs(defs, &s, &err), 0, "256 bytes are allowed: %s", err.message);
+    spec_deinit(&s);
+    re[256] = 'a';
+    re[257] = '\0';
+    snprintf(defs, sizeof defs, "[{\"name\": \"long\", \"regex\": \"%s\"}]", re);
+    refused(defs, "metric_definitions[0].regex", "too long");
+}
