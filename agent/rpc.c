@@ -6,6 +6,8 @@
 #include "agent/agent.h"
 
 #include <grpc/byte_buffer_reader.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -22,7 +24,33 @@
 
 struct agent_rpc {
     grpc_channel *ch;
+    /* The keeper: a thread that watches the channel's connectivity on its own completion queue.
+     * While the channel reconnects (kilnd restarted), its TCP connect and TLS handshake make
+     * progress only while some thread polls for them, and calls fail at once instead of
+     * waiting; without the keeper a TLS handshake would stall between the gRPC core's
+     * occasional backup polls, and a restarted kilnd stay unreachable for many seconds. */
+    grpc_completion_queue *keeper_cq;
+    pthread_t keeper;
+    bool keeper_started;
+    atomic_bool stopping;
 };
+
+static void *rpc_keeper_main(void *arg)
+{
+    agent_rpc_t *r = arg;
+    while (!atomic_load(&r->stopping)) {
+        grpc_connectivity_state st = grpc_channel_check_connectivity_state(r->ch, 1);
+        gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(200, GPR_TIMESPAN));
+        grpc_channel_watch_connectivity_state(r->ch, st, deadline, r->keeper_cq, r);
+        grpc_event ev;
+        do
+            ev = grpc_completion_queue_next(r->keeper_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        while (ev.type == GRPC_QUEUE_TIMEOUT);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+    }
+    return NULL;
+}
 
 int agent_grpc_status(int code)
 {
@@ -137,6 +165,14 @@ int agent_rpc_create(const char *target, const agent_tls_t *tls, agent_rpc_t **o
         grpc_shutdown();
         return kiln_err_set(err, KILN_EIO, NULL, "could not create a gRPC channel to %s", target);
     }
+    atomic_init(&r->stopping, false);
+    r->keeper_cq = grpc_completion_queue_create_for_next(NULL);
+    if (r->keeper_cq && pthread_create(&r->keeper, NULL, rpc_keeper_main, r) == 0)
+        r->keeper_started = true;
+    if (!r->keeper_started) {
+        agent_rpc_destroy(r);
+        return kiln_err_set(err, KILN_EIO, NULL, "could not start the channel's keeper thread");
+    }
     *out = r;
     return 0;
 }
@@ -145,7 +181,18 @@ void agent_rpc_destroy(agent_rpc_t *r)
 {
     if (!r)
         return;
+    if (r->keeper_started) {
+        atomic_store(&r->stopping, true);
+        pthread_join(r->keeper, NULL); /* it sees the flag within one 200 ms watch */
+    }
     grpc_channel_destroy(r->ch);
+    if (r->keeper_cq) {
+        grpc_completion_queue_shutdown(r->keeper_cq);
+        while (grpc_completion_queue_next(r->keeper_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN)
+            ;
+        grpc_completion_queue_destroy(r->keeper_cq);
+    }
     free(r);
     grpc_shutdown();
 }

@@ -230,14 +230,17 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     char *fail_base = e2e_spec("cli-fails", 10, 1, 1, 4);
     json_t *fail_json = json_loads(fail_base, 0, NULL);
     free(fail_base);
-    json_object_set_new(json_object_get(fail_json, "data"), "train", json_string("/nonexistent/kiln/corpus.txt"));
+    /* inside a data root (so kilnd accepts it) but missing: the rank fails to open it */
+    char missing[PATH_MAX + 32];
+    snprintf(missing, sizeof missing, "%s/data/no-such-corpus.txt", e2e_root());
+    json_object_set_new(json_object_get(fail_json, "data"), "train", json_string(missing));
     char *fail_text = json_dumps(fail_json, JSON_COMPACT);
     file = write_spec("fails", fail_text);
     free(fail_text);
     json_decref(fail_json);
     rc = e2e_kiln(&out, &err, "submit", "-f", file, NULL);
     cr_assert_eq(rc, 1, "submit -f of a failing job: rc %d: %s", rc, err);
-    cr_assert(strstr(err, "FAILED") && strstr(err, "corpus.txt"), "%s", err);
+    cr_assert(strstr(err, "FAILED") && strstr(err, "no-such-corpus.txt"), "%s", err);
     free(out);
     free(err);
 
