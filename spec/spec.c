@@ -228,6 +228,19 @@ static int invalid(kiln_err_t *err, const char *field, const char *hint, const c
 
 /* ---- sections ---------------------------------------------------------------------------------- */
 
+/* An absolute path in buf is stored in its lexical normal form ("/data/../etc/x" is "/etc/x"),
+ * so what kilnd checks, stores and shows is what kiln-train and the agent see. Relative paths
+ * (kiln-train on its own reads them from the spec's directory) are left as they are. */
+static int normalize_path(char *buf, size_t n, const char *field, kiln_err_t *err)
+{
+    if (buf[0] != '/')
+        return 0;
+    kiln_err_t e2;
+    if (kiln_path_normalize(buf, buf, n, &e2) != 0)
+        return invalid(err, field, NULL, "%s is not a usable path: %s", field, e2.message);
+    return 0;
+}
+
 static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "model"};
@@ -256,7 +269,8 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
         (rc = rd_int(&r, m, "vocab_size", &mo->vocab_size, 0, 1 << 24)) ||
         (rc = rd_int(&r, m, "n_inputs", &mo->n_inputs, 0, 1 << 24)) ||
         (rc = rd_int(&r, m, "n_classes", &mo->n_classes, 0, 1 << 24)) ||
-        (rc = rd_string(&r, m, "init_from", mo->init_from, sizeof(mo->init_from))))
+        (rc = rd_string(&r, m, "init_from", mo->init_from, sizeof(mo->init_from))) ||
+        (rc = normalize_path(mo->init_from, sizeof(mo->init_from), "model.init_from", err)))
         return rc;
     bool vocab_given = json_object_get(m, "vocab") != NULL;
     if ((rc = rd_choice(&r, m, "vocab", mo->vocab, sizeof(mo->vocab), vocabs)))
@@ -347,6 +361,8 @@ static int parse_data(const json_t *d, spec_t *s, kiln_err_t *err)
         else if (strstr(p, "://"))
             return invalid(err, fields[i], "kiln reads local files: use a path or a file:// URL on every agent's machine",
                            "%s: unsupported URL scheme in \"%s\"", fields[i], p);
+        if ((rc = normalize_path(bufs[i], SPEC_PATH, fields[i], err)))
+            return rc;
     }
     bool synthetic = !strcmp(da->train, "synthetic");
     const char *ext = strrchr(da->train, '.');
@@ -585,6 +601,8 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
             return invalid(err, "checkpoint.path", "name a directory every agent can reach, such as an NFS "
                            "mount: \"/mnt/shared/kiln-checkpoints\"",
                            "checkpoint.path must be an absolute path (got \"%s\")", s->ckpt_path);
+        if ((rc = normalize_path(s->ckpt_path, sizeof(s->ckpt_path) - 64, "checkpoint.path", err)))
+            return rc;
     }
     if (st) {
         rd_t rs = {err, "stopping"};

@@ -72,6 +72,31 @@ Test(spec, checkpoint_path_round_trips)
     spec_deinit(&s);
 }
 
+Test(spec, absolute_paths_are_stored_normalised)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\", \"init_from\": \"/models//gpt2/./m.bin\"},"
+                                   " \"data\": {\"train\": \"file:///data/../etc/shadow\", \"val\": \"/data/a/../b/v.txt\"},"
+                                   " \"checkpoint\": {\"path\": \"/mnt/jobs/../../../../var/tmp/x/\"}}", &s, &err),
+                 0, "%s", err.message);
+    cr_assert_str_eq(s.data.train, "/etc/shadow", "what kilnd checks is where the file really is");
+    cr_assert_str_eq(s.data.val, "/data/b/v.txt");
+    cr_assert_str_eq(s.model.init_from, "/models/gpt2/m.bin");
+    cr_assert_str_eq(s.ckpt_path, "/var/tmp/x", "no \"..\" is stored");
+    json_t *j = spec_to_json(&s);
+    char *text = json_dumps(j, 0);
+    cr_assert_null(strstr(text, ".."), "%s", text);
+    free(text);
+    json_decref(j);
+    spec_deinit(&s);
+    /* a relative path (kiln-train on its own reads it next to the spec) stays as written */
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"../data/t.txt\"}}", &s, &err),
+                 0, "%s", err.message);
+    cr_assert_str_eq(s.data.train, "../data/t.txt");
+    spec_deinit(&s);
+}
+
 Test(spec, gpt2_vocab_is_padded)
 {
     spec_t s;

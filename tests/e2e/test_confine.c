@@ -1,0 +1,189 @@
+/* test_confine.c - what a job may touch on an agent, through a real kilnd and real agents (TLS,
+ * tokens, --data-root): paths outside every data root are refused at submission, paths that leave
+ * a root through a symbolic link (which kilnd cannot see) are refused by the agent when it
+ * launches, with the reason on the job, and no byte of the file reaches a reply, a reason, an
+ * event, a log line or a server log. */
+#include "tests/e2e/e2e.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/common/harness.h"
+
+static const char *jstr(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static char secret_path[128], secret_text[64], outside_dir[128];
+
+/* A 0600 file outside every data root, holding a string that must never come back. */
+static void make_secret(void)
+{
+    snprintf(secret_path, sizeof secret_path, "/tmp/kiln-secret.XXXXXX");
+    int fd = mkstemp(secret_path);
+    cr_assert_geq(fd, 0);
+    snprintf(secret_text, sizeof secret_text, "KILNSECRET%08x%08x", (unsigned)rand(), (unsigned)getpid());
+    char body[256];
+    int n = snprintf(body, sizeof body, "root:%s:0:0::/root:/bin/bash\n%s\n", secret_text, secret_text);
+    cr_assert_eq(write(fd, body, (size_t)n), n);
+    fchmod(fd, 0600);
+    close(fd);
+    snprintf(outside_dir, sizeof outside_dir, "/tmp/kiln-outside.XXXXXX");
+    cr_assert_not_null(mkdtemp(outside_dir));
+}
+
+static void remove_secret(void)
+{
+    unlink(secret_path);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", outside_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", outside_dir);
+}
+
+static const char *shared_root(void)
+{
+    static char p[256];
+    snprintf(p, sizeof p, "%.200s/shared-checkpoints", e2e_cl->dir);
+    return p;
+}
+
+/* A tiny job reading train, optionally checkpointing into ckpt. Caller frees. */
+static char *spec_with(const char *name, const char *train, const char *ckpt)
+{
+    char *text = e2e_spec(name, 20, 1, 1, 4);
+    json_t *j = json_loads(text, 0, NULL);
+    free(text);
+    if (train)
+        json_object_set_new(json_object_get(j, "data"), "train", json_string(train));
+    if (ckpt)
+        json_object_set_new(j, "checkpoint", json_pack("{s:i, s:s}", "every_steps", 5, "path", ckpt));
+    text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return text;
+}
+
+static void assert_no_secret(const char *where, const char *text)
+{
+    cr_assert_null(strstr(text ? text : "", secret_text), "the file's contents appear in %s: %s", where, text);
+}
+
+/* POSTs the spec; expects a 400 naming field. */
+static void refused_at_submission(const char *what, const char *spec, const char *field)
+{
+    long st = 0;
+    json_t *r = e2e_http("POST", "/v1/jobs", spec, NULL, &st);
+    char *text = json_dumps(r, 0);
+    cr_assert_eq(st, 400, "%s: want 400, got %ld: %s", what, st, text);
+    cr_assert_str_eq(jstr(r, "field"), field, "%s: %s", what, text);
+    cr_assert(strstr(jstr(r, "detail"), "allowed roots"), "%s: the error names the roots: %s", what, text);
+    assert_no_secret(what, text);
+    free(text);
+    json_decref(r);
+}
+
+/* Submits, waits for FAILED; the reason names field; nothing of the secret anywhere. */
+static void refused_at_launch(const char *what, const char *spec, const char *field)
+{
+    json_t *job = e2e_submit(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    json_decref(job);
+    job = e2e_wait_state(id, "FAILED|COMPLETED", 60000);
+    cr_assert_str_eq(jstr(job, "state"), "FAILED", "%s: %s", what, jstr(job, "reason"));
+    const char *reason = jstr(job, "reason");
+    cr_assert(strstr(reason, field) && strstr(reason, "not inside an allowed directory"),
+              "%s: the reason says which field and why: %s",
+              what, reason);
+    assert_no_secret("the job's reason", reason);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+    json_t *ev = e2e_get(path);
+    char *text = json_dumps(ev, 0);
+    assert_no_secret("the events", text);
+    free(text);
+    json_decref(ev);
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs", id);
+    json_t *logs = e2e_get(path);
+    cr_assert_eq(json_array_size(json_object_get(logs, "lines")), 0, "%s: no rank ever ran", what);
+    json_decref(logs);
+    json_decref(job);
+}
+
+Test(e2e_confine, a_job_reads_and_writes_only_inside_the_data_roots, .init = e2e_setup, .fini = e2e_teardown,
+     .timeout = 240)
+{
+    make_secret();
+    char path[PATH_MAX], *spec;
+
+    /* outside every root: kilnd refuses, whether the file exists or not, the same way */
+    spec = spec_with("shadow", "/etc/shadow", NULL);
+    refused_at_submission("/etc/shadow", spec, "data.train");
+    free(spec);
+    spec = spec_with("secret", secret_path, NULL);
+    refused_at_submission("a root-only file", spec, "data.train");
+    free(spec);
+    snprintf(path, sizeof path, "%s/data/../../../../../../../..%s", e2e_root(), secret_path);
+    spec = spec_with("dotdot", path, NULL);
+    refused_at_submission("a ../ escape", spec, "data.train");
+    free(spec);
+    snprintf(path, sizeof path, "%s/../../../../../../../var/tmp/x", shared_root());
+    spec = spec_with("ckpt-dotdot", NULL, path);
+    refused_at_submission("a checkpoint.path ../ escape", spec, "checkpoint.path");
+    free(spec);
+
+    /* inside a root by name, outside by a symbolic link: the agent refuses when it launches */
+    char link[PATH_MAX];
+    snprintf(link, sizeof link, "%s/leak.txt", shared_root());
+    cr_assert_eq(symlink(secret_path, link), 0);
+    spec = spec_with("symlink", link, NULL);
+    refused_at_launch("a symlink out of the root", spec, "data.train");
+    free(spec);
+    snprintf(link, sizeof link, "%s/ckpt-link", shared_root());
+    cr_assert_eq(symlink(outside_dir, link), 0);
+    spec = spec_with("ckpt-symlink", NULL, link);
+    refused_at_launch("a checkpoint.path symlink out of the root", spec, "checkpoint.path");
+    free(spec);
+    cr_assert_eq(e2e_count_files(outside_dir), 0, "nothing was written outside the roots");
+    struct stat st;
+    cr_assert_eq(stat(outside_dir, &st), 0);
+
+    /* no server log holds the file's contents either */
+    static const char *const logs[] = {"kilnd.log", "agent0.log", "agent1.log"};
+    for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", e2e_cl->dir, logs[i]);
+        char *text = e2e_slurp(path);
+        assert_no_secret(logs[i], text);
+        free(text);
+    }
+    remove_secret();
+    e2e_pass();
+}
+
+Test(e2e_confine, a_job_inside_the_roots_trains, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
+{
+    /* the same cluster runs what its roots allow: a data file, a checkpoint directory */
+    char ckpt[PATH_MAX];
+    snprintf(ckpt, sizeof ckpt, "%s/ok", shared_root());
+    char *spec = spec_with("inside", NULL, ckpt);
+    json_t *job = e2e_submit(spec);
+    free(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    json_decref(job);
+    job = e2e_wait_state(id, "COMPLETED|FAILED", 120000);
+    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "%s", jstr(job, "reason"));
+    json_decref(job);
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/%s", ckpt, id);
+    cr_assert_gt(e2e_count_files(dir), 0, "checkpoints went to %s", dir);
+    e2e_pass();
+}
