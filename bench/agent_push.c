@@ -1,8 +1,12 @@
 /* agent_push.c - throughput of the agent -> kilnd path: an in-process kilnd (service + gRPC
  * server) on the database given by KILN_DATABASE_URL, driven by the agent's gRPC client from
  * several threads: metric batches (PushMetrics), log batches (PushLogs), heartbeats, and bare
- * gRPC round trips (an unknown method). Not a test: prints rates, asserts nothing.
- * usage: KILN_DATABASE_URL='host=... dbname=...' build/bench/agent_push [seconds] [threads] */
+ * gRPC round trips (an unknown method). Security "on" is what a shared cluster runs: mutual TLS,
+ * the agent registered with the join token and every call carrying its credential, each batch
+ * checked against the ranks kilnd assigned it; "off" is plain text without credentials. Not a
+ * test: prints rates, asserts nothing.
+ * usage: KILN_DATABASE_URL='host=... dbname=...' build/bench/agent_push [seconds] [threads] [off|on]
+ * "on" needs KILN_TEST_TLS_DIR: a directory of scripts/make-certs.sh. */
 #include "api/api.h"
 #include "service/service.h"
 #include "agent/agent.h"
@@ -20,6 +24,8 @@ typedef enum { OP_METRICS, OP_LOGS, OP_HEARTBEAT, OP_BARE } op_t;
 
 typedef struct run {
     agent_rpc_t *rpc;
+    const agent_md_t *md;        /* the credential, or NULL */
+    size_t n_md;
     op_t op;
     const char *worker_id, *job_id;
     double seconds;
@@ -62,7 +68,7 @@ static void *run_main(void *arg)
             b.attempt = 1;
             b.n_points = POINTS_PER_BATCH;
             b.points = ptsp;
-            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushMetrics", NULL, 0, &b.base, &kiln__ack__descriptor, 30000,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushMetrics", r->md, r->n_md, &b.base, &kiln__ack__descriptor, 30000,
                                  &resp, NULL, &err);
             items = POINTS_PER_BATCH;
         } else if (r->op == OP_LOGS) {
@@ -80,20 +86,20 @@ static void *run_main(void *arg)
             b.attempt = 1;
             b.n_lines = LINES_PER_BATCH;
             b.lines = linesp;
-            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushLogs", NULL, 0, &b.base, &kiln__ack__descriptor, 30000,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushLogs", r->md, r->n_md, &b.base, &kiln__ack__descriptor, 30000,
                                  &resp, NULL, &err);
             items = LINES_PER_BATCH;
         } else if (r->op == OP_HEARTBEAT) {
             Kiln__HeartbeatRequest h = KILN__HEARTBEAT_REQUEST__INIT;
             h.worker_id = (char *)r->worker_id;
-            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/Heartbeat", NULL, 0, &h.base,
+            rc = agent_rpc_call(r->rpc, "/kiln.AgentService/Heartbeat", r->md, r->n_md, &h.base,
                                  &kiln__heartbeat_response__descriptor, 30000, &resp, NULL, &err);
             items = 1;
         } else {
             uint8_t *out = NULL;
             size_t len = 0;
             int code = 0;
-            agent_rpc_call_raw(r->rpc, "/kiln.Bench/Nothing", NULL, 0, "", 0, 30000, &out, &len, &code, &err);
+            agent_rpc_call_raw(r->rpc, "/kiln.Bench/Nothing", r->md, r->n_md, "", 0, 30000, &out, &len, &code, &err);
             free(out);
             rc = code == 12 ? 0 : -1;
             items = 1;
@@ -114,6 +120,9 @@ static void *run_main(void *arg)
     return NULL;
 }
 
+static const agent_md_t *bench_md;
+static size_t bench_n_md;
+
 static void measure(agent_rpc_t *rpc, op_t op, const char *label, const char *unit, const char *wid,
                     const char *jid, double seconds, int threads)
 {
@@ -121,7 +130,8 @@ static void measure(agent_rpc_t *rpc, op_t op, const char *label, const char *un
     pthread_t t[16];
     double t0 = kiln_mono_s();
     for (int i = 0; i < threads; i++) {
-        runs[i] = (run_t){.rpc = rpc, .op = op, .worker_id = wid, .job_id = jid, .seconds = seconds, .thread = i};
+        runs[i] = (run_t){.rpc = rpc, .md = bench_md, .n_md = bench_n_md, .op = op, .worker_id = wid,
+                          .job_id = jid, .seconds = seconds, .thread = i};
         pthread_create(&t[i], NULL, run_main, &runs[i]);
     }
     long calls = 0, items = 0, errors = 0;
@@ -162,22 +172,55 @@ int main(int argc, char **argv)
     }
     double seconds = argc > 1 ? atof(argv[1]) : 5;
     int threads = argc > 2 ? atoi(argv[2]) : 2;
+    bool secure = argc > 3 && !strcmp(argv[3], "on");
     if (threads < 1 || threads > 16)
         threads = 2;
     svc_t *s = NULL;
     api_grpc_t *g = NULL;
     agent_rpc_t *rpc = NULL;
     kiln_err_t err;
-    svc_config_t cfg = {.database_url = url, .auth_disabled = true};
+    const char *tls_dir = getenv("KILN_TEST_TLS_DIR");
+    char files[6][512], join[600];
+    char *pem[3] = {NULL, NULL, NULL};
+    if (secure) {
+        if (!tls_dir) {
+            fprintf(stderr, "agent_push: security on needs KILN_TEST_TLS_DIR (bash scripts/make-certs.sh DIR)\n");
+            return 2;
+        }
+        static const char *const names[6] = {"server.pem", "server.key", "ca.pem", "agent.pem", "agent.key", "join.token"};
+        for (int i = 0; i < 6; i++)
+            snprintf(files[i], sizeof(files[i]), "%s/%s", tls_dir, names[i]);
+        for (int i = 0; i < 3; i++)
+            if (kiln_file_read(files[i], &pem[i], NULL, &err) != 0) {
+                fprintf(stderr, "agent_push: %s\n", err.message);
+                return 1;
+            }
+    }
+    svc_config_t cfg = {.database_url = url, .auth_disabled = !secure, .join_token_file = secure ? files[5] : NULL};
     if (svc_create(&cfg, &s, &err) != 0) {
         fprintf(stderr, "agent_push: %s\n", err.message);
         return 1;
     }
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
-    if (api_grpc_start(s, addr, NULL, &g, &err) != 0 || agent_rpc_create(addr, NULL, &rpc, &err) != 0) {
+    api_tls_t stls = {.cert_pem = pem[0], .key_pem = pem[1], .ca_pem = pem[2]};
+    agent_tls_t ctls = {.ca_file = files[2], .cert_file = files[3], .key_file = files[4]};
+    if (api_grpc_start(s, addr, secure ? &stls : NULL, &g, &err) != 0 ||
+        agent_rpc_create(addr, secure ? &ctls : NULL, &rpc, &err) != 0) {
         fprintf(stderr, "agent_push: %s\n", err.message);
         return 1;
+    }
+    agent_md_t md[1];
+    if (secure) {
+        char *tok = NULL;
+        if (kiln_file_read(files[5], &tok, NULL, &err) != 0) {
+            fprintf(stderr, "agent_push: %s\n", err.message);
+            return 1;
+        }
+        tok[strcspn(tok, "\n")] = '\0';
+        snprintf(join, sizeof(join), "Bearer %s", tok);
+        free(tok);
+        md[0] = (agent_md_t){"authorization", join};
     }
     Kiln__RegisterRequest reg = KILN__REGISTER_REQUEST__INIT;
     reg.hostname = "bench";
@@ -185,14 +228,20 @@ int main(int argc, char **argv)
     reg.slots = 1;
     reg.slot_type = "cpu";
     ProtobufCMessage *resp = NULL;
-    if (agent_rpc_call(rpc, "/kiln.AgentService/RegisterWorker", NULL, 0, &reg.base, &kiln__register_response__descriptor,
-                        10000, &resp, NULL, &err) != 0) {
+    if (agent_rpc_call(rpc, "/kiln.AgentService/RegisterWorker", md, secure, &reg.base,
+                        &kiln__register_response__descriptor, 10000, &resp, NULL, &err) != 0) {
         fprintf(stderr, "agent_push: register: %s\n", err.message);
         return 1;
     }
     char *wid = strdup(((Kiln__RegisterResponse *)resp)->worker_id);
+    static char credential[600];
+    snprintf(credential, sizeof(credential), "Bearer %s", ((Kiln__RegisterResponse *)resp)->credential);
     protobuf_c_message_free_unpacked(resp, NULL);
-    /* a job to push to (the scheduler may place it on the bench worker; the rates do not care) */
+    static agent_md_t cred_md[1];
+    cred_md[0] = (agent_md_t){"authorization", credential};
+    bench_md = secure ? cred_md : NULL;
+    bench_n_md = secure ? 1 : 0;
+    /* a job for the bench worker to push into: kilnd places it there (one slot, one rank) */
     json_t *spec = json_loads("{\"name\":\"bench\",\"model\":{\"type\":\"mlp\",\"hidden\":[8],\"n_inputs\":4,"
                               "\"n_classes\":2},\"data\":{\"train\":\"synthetic\"},\"resources\":{\"nodes\":1,"
                               "\"slots_per_node\":1}}", 0, NULL);
@@ -203,7 +252,17 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *jid = json_string_value(json_object_get(job, "id"));
-    printf("agent -> kilnd over gRPC, %d client thread(s), kilnd in process, %ld cores online\n", threads,
+    for (int i = 0; i < 200; i++) {
+        json_t *j = NULL;
+        bool placed = svc_job_get(s, svc_caller_kilnd(), jid, &j, &err) == 0 &&
+                      json_integer_value(json_object_get(j, "attempt")) == 1;
+        json_decref(j);
+        if (placed)
+            break;
+        usleep(50000);
+    }
+    printf("agent -> kilnd over gRPC, security %s%s, %d client thread(s), kilnd in process, %ld cores online\n",
+           secure ? "on" : "off", secure ? " (mutual TLS, credential, rank checks)" : " (plain text)", threads,
            sysconf(_SC_NPROCESSORS_ONLN));
     measure(rpc, OP_BARE, "bare round trip (UNIMPL.)", "calls", wid, jid, seconds, threads);
     measure(rpc, OP_HEARTBEAT, "Heartbeat", "calls", wid, jid, seconds, threads);
@@ -215,5 +274,7 @@ int main(int argc, char **argv)
     agent_rpc_destroy(rpc);
     api_grpc_stop(g);
     svc_destroy(s);
+    for (int i = 0; i < 3; i++)
+        free(pem[i]);
     return 0;
 }

@@ -486,6 +486,11 @@ static int deliver(svc_t *s, const store_assign_t *a, arena_t *arena, Kiln__Assi
         return rc ? rc : 0;
     }
     rc = store_assign_deliver(tx.c, a->id, &spec, err);
+    if (rc == KILN_ESTATE) {
+        /* a heartbeat of the same worker running at the same time delivered it */
+        svc_tx_abort(&tx);
+        return 0;
+    }
     if (rc)
         goto fail;
     if (st == JOB_STATE_SCHEDULED) {
