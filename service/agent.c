@@ -298,11 +298,13 @@ static int roots_json(const Kiln__RegisterRequest *req, char **out, kiln_err_t *
     json_t *roots = json_array();
     for (size_t i = 0; i < req->n_data_roots; i++) {
         const char *r = req->data_roots[i];
-        if (!r || r[0] != '/' || strlen(r) > 1000 || !json_string(r)) {
+        /* json_string refuses text that is not UTF-8 */
+        json_t *js = r && r[0] == '/' && strlen(r) <= 1000 ? json_string(r) : NULL;
+        if (!js) {
             json_decref(roots);
             return kiln_err_set(err, KILN_EINVAL, "data_roots", "data root %zu is not an absolute path", i);
         }
-        json_array_append_new(roots, json_string(r));
+        json_array_append_new(roots, js);
     }
     *out = json_dumps(roots, JSON_COMPACT);
     json_decref(roots);
