@@ -337,6 +337,8 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
     cli_kv(out, "Name", "%s", *cli_jstr(job, "name") ? cli_jstr(job, "name") : "-");
     if (*cli_jstr(spec, "project"))
         cli_kv(out, "Project", "%s", cli_jstr(spec, "project"));
+    if (*cli_jstr(job, "submitted_by"))
+        cli_kv(out, "Submitted by", "%s", cli_jstr(job, "submitted_by"));
     cli_kv(out, "State", "%s%s%s", state, *reason ? "  " : "", reason);
     double attempt = cli_jnum(job, "attempt");
     if (!isnan(attempt))
@@ -440,7 +442,7 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
     if (json_array_size(evs) > 0) {
         fprintf(out, "Events:\n");
         cli_table_t t;
-        cli_table_init(&t, "TIME >FROM \u2192 TO REASON");
+        cli_table_init(&t, "TIME >FROM \u2192 TO BY REASON");
         /* The arrow column is a fixed glyph; "FROM" is right-aligned against it. */
         t.head[2] = " ";
         size_t i;
@@ -448,8 +450,9 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
         json_array_foreach(evs, i, e) {
             char tb[40];
             const char *from = cli_jstr(e, "from_state");
+            const char *by = cli_jstr(e, "actor");
             const char *row[] = {cli_fmt_time(cli_jstr(e, "time"), tb, sizeof(tb)), *from ? from : "-",
-                                 "\u2192", cli_jstr(e, "to_state"), cli_jstr(e, "reason")};
+                                 "\u2192", cli_jstr(e, "to_state"), *by ? by : "kilnd", cli_jstr(e, "reason")};
             cli_table_row(&t, row);
         }
         cli_table_print_indented(out, &t);

@@ -131,7 +131,7 @@ static void print_job_with_events(FILE *f, const json_t *job, int64_t now)
 {
     json_t *ev = load("{\"events\": ["
                       "{\"seq\": 1, \"from_state\": null, \"to_state\": \"QUEUED\", \"reason\": \"submitted\","
-                      " \"time\": \"2026-11-21T06:00:00Z\", \"attempt\": 0},"
+                      " \"time\": \"2026-11-21T06:00:00Z\", \"attempt\": 0, \"actor\": \"alice\"},"
                       "{\"seq\": 2, \"from_state\": \"QUEUED\", \"to_state\": \"SCHEDULED\", \"reason\": "
                       "\"placed on w-1, w-2\", \"time\": \"2026-11-21T06:00:01Z\", \"attempt\": 1}]}");
     cli_print_job(f, job, ev, now);
@@ -149,8 +149,8 @@ Test(cli_format, describe)
     cr_assert(strstr(out, "Workers:    w-1, w-2\n"), "%s", out);
     cr_assert(strstr(out, "Resources:  2 nodes x 1 cpu slot\n"), "%s", out);
     cr_assert(strstr(out, "  train_loss       2.412\n"), "%s", out);
-    cr_assert(strstr(out, "2026-11-21 06:00:00       -  →  QUEUED     submitted\n"), "%s", out);
-    cr_assert(strstr(out, "2026-11-21 06:00:01  QUEUED  →  SCHEDULED  placed on w-1, w-2\n"), "%s", out);
+    cr_assert(strstr(out, "2026-11-21 06:00:00       -  →  QUEUED     alice  submitted\n"), "%s", out);
+    cr_assert(strstr(out, "2026-11-21 06:00:01  QUEUED  →  SCHEDULED  kilnd  placed on w-1, w-2\n"), "%s", out);
     free(out);
     json_decref(job);
 }
