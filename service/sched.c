@@ -135,19 +135,6 @@ fail:
     return rc;
 }
 
-/* Whether the workers' data roots differ (then not every worker can run every job). */
-static bool roots_differ(const store_worker_cap_t *cap, int n)
-{
-    for (int i = 1; i < n; i++) {
-        if (cap[i].nroots != cap[0].nroots)
-            return true;
-        for (int k = 0; k < cap[i].nroots; k++)
-            if (strcmp(cap[i].roots_buf + cap[i].roots_off[k], cap[0].roots_buf + cap[0].roots_off[k]))
-                return true;
-    }
-    return false;
-}
-
 /* The job's view of the workers: out[] is w[] with the workers that do not hold every one of its
  * paths (a JSON array) emptied. Returns how many workers hold them. */
 static int eligible_workers(const store_worker_cap_t *cap, const sched_worker_t *w, int n, const json_t *paths,
@@ -221,9 +208,8 @@ static void sched_tick(svc_t *s)
         w[i].slots = cap[i].slots;
         w[i].slots_free = cap[i].slots_free;
     }
-    /* Workers whose data roots differ cannot all run every job: then each job sees only the
-     * workers that hold its files. */
-    if (roots_differ(cap, ncap)) {
+    /* Each job sees only the workers whose data roots hold every file it reads. */
+    {
         const char **ids = calloc((size_t)njobs, sizeof(char *));
         paths = calloc((size_t)njobs, sizeof(json_t *));
         wj = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*wj));
