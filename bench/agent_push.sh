@@ -26,7 +26,9 @@ echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 n=0
 for round in $(seq "$ROUNDS"); do
-  for mode in off on; do
+  order="off on"
+  [ $((round % 2)) -eq 0 ] && order="on off"
+  for mode in $order; do
     n=$((n + 1))
     KILN_DATABASE_URL=$(pg_createdb "push_$$_$n") || exit 1
     echo
