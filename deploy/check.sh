@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # check.sh - static checks of deploy/ that need no Docker engine, cluster or running systemd:
 #   * every Kubernetes manifest parses as YAML and each document has apiVersion, kind, name;
-#   * every KILN_* variable named in deploy/ is one the code reads (flags of cmd/*.c or a
-#     getenv() of the sources), and every binary the files name is one the Makefile builds;
+#     every volume mounted is declared, and every file a KILN_TLS_* or *_FILE variable names
+#     lies under a mount (and is one of its Secret's items, when the volume lists them);
+#   * every KILN_* variable named in deploy/ is one the code reads (flags of cmd/*.c, or a
+#     getenv() or the CLI's cli_env() of the sources), and every binary the files name is one
+#     the Makefile builds;
 #   * the systemd units pass `systemd-analyze verify` (when systemd-analyze is installed),
 #     against a scratch root holding the built binaries (BUILD=..., default build/).
 # Run from the repository root: bash deploy/check.sh   (exit status 0 when all pass)
@@ -46,6 +49,27 @@ for path in sys.argv[1:]:
                 for m in c.get("volumeMounts", []):
                     if m["name"] not in vols:
                         print(f"FAIL {path}: {c['name']} mounts unknown volume {m['name']}"); bad += 1
+            # Files the environment names (TLS files, token files) lie under a mount, and, when
+            # the volume lists its Secret items, are one of them.
+            byname = {v["name"]: v for v in tmpl.get("volumes", [])}
+            def items(v):
+                srcs = [v["secret"]] if "secret" in v else \
+                       [s.get("secret") or s.get("configMap") or {} for s in (v.get("projected") or {}).get("sources", [])]
+                if not srcs or any("items" not in s for s in srcs):
+                    return None
+                return {i["path"] for s in srcs for i in s["items"]}
+            for c in tmpl.get("containers", []):
+                for e in c.get("env", []):
+                    val = str(e.get("value", ""))
+                    if not (e["name"].startswith("KILN_TLS_") or e["name"].endswith("_FILE")) or not val.startswith("/"):
+                        continue
+                    m = [m for m in c.get("volumeMounts", []) if val.startswith(m["mountPath"].rstrip("/") + "/")]
+                    if not m:
+                        print(f"FAIL {path}: {c['name']}: {e['name']}={val} is under no volume mount"); bad += 1
+                        continue
+                    known = items(byname.get(m[0]["name"], {}))
+                    if known is not None and val[len(m[0]["mountPath"].rstrip("/")) + 1:] not in known:
+                        print(f"FAIL {path}: {c['name']}: {e['name']}={val} is not a file of volume {m[0]['name']}"); bad += 1
         print(f"ok   {path}: {kind}/{name}")
 sys.exit(1 if bad else 0)
 PY
@@ -55,7 +79,7 @@ fi
 
 # ---- KILN_* variables and binaries -------------------------------------------------------------
 known=$( { grep -ho '"KILN_[A-Z0-9_]*"' cmd/*.c; \
-           grep -rho 'getenv("KILN_[A-Z0-9_]*")' --include='*.c' base spec store service api agent engine cli cmd; \
+           grep -rhoE '(getenv|cli_env)\("KILN_[A-Z0-9_]*"\)' --include='*.c' base spec store service api agent engine cli cmd; \
            grep -ho '"KILN_[A-Z0-9_]*"' agent/launch.c; } | grep -o 'KILN_[A-Z0-9_]*' | sort -u)
 # KILN_MARCH is a build argument of the Dockerfiles, not a variable the programs read.
 used=$(grep -rhoE 'KILN_[A-Z0-9_]+' deploy --exclude=check.sh | grep -vx KILN_MARCH | sort -u)
