@@ -36,9 +36,10 @@ static int read_join_token(const char *file, const config_list_t *roots, char *b
     memset(text, 0, len);
     free(text);
     struct stat st;
-    if (stat(file, &st) == 0 && (st.st_mode & 077))
-        log_warn("the join token file %s can be read by other users (mode %03o); make it 0600", file,
-                 (unsigned)(st.st_mode & 0777));
+    /* group-readable is how Kubernetes mounts a Secret for a pod's group; world-readable is not */
+    if (stat(file, &st) == 0 && (st.st_mode & 007))
+        log_warn("the join token file %s can be read by every user on this machine (mode %03o); make it 0600",
+                 file, (unsigned)(st.st_mode & 0777));
     /* a job must not be able to read it */
     if (roots->n && kiln_path_confine(file, "join-token-file", roots->v, (size_t)roots->n, NULL, 0, NULL, NULL) == 0)
         return kiln_err_set(err, KILN_EINVAL, "join-token-file", "the join token file \"%s\" lies inside a "

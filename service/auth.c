@@ -358,7 +358,8 @@ static int secret_file(const char *path, const char *prefix, char *out, size_t n
         char buf[512];
         ssize_t got = read(fd, buf, sizeof(buf) - 1);
         struct stat st;
-        bool loose = fstat(fd, &st) == 0 && (st.st_mode & 077);
+        /* group-readable is how Kubernetes mounts a Secret for a pod's group; world-readable is not */
+        bool loose = fstat(fd, &st) == 0 && (st.st_mode & 007);
         close(fd);
         if (got < 0)
             return kiln_err_set(err, KILN_EIO, NULL, "could not read %s: %s", path, strerror(errno));
@@ -376,7 +377,7 @@ static int secret_file(const char *path, const char *prefix, char *out, size_t n
         memcpy(out, buf, len + 1);
         sodium_memzero(buf, sizeof(buf));
         if (loose)
-            log_warn("%s can be read by other users: chmod 600 it", path);
+            log_warn("%s can be read by every user on this machine: chmod 600 it", path);
         return 0;
     }
     if (errno != ENOENT)
