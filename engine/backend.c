@@ -55,6 +55,10 @@ static const eng_backend_t *cuda_load(void)
             if (!be)
                 snprintf(g_cuda_error, sizeof(g_cuda_error),
                          "libkiln_cuda.so has no symbol eng_cuda_backend");
+            else if (be->abi != ENG_BACKEND_ABI)
+                snprintf(g_cuda_error, sizeof(g_cuda_error),
+                         "libkiln_cuda.so has backend table version %d, this engine needs %d",
+                         be->abi, ENG_BACKEND_ABI);
             else if (avail && !avail())
                 snprintf(g_cuda_error, sizeof(g_cuda_error), "no usable CUDA GPU found");
             else

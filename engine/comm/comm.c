@@ -429,6 +429,13 @@ static int gather_small(comm_t *c, void *elems, size_t esize, kiln_err_t *err)
     return rc != 0 ? rc : comm_wait(req, err);
 }
 
+int comm_allgather_bytes(comm_t *c, void *slots, size_t slot_bytes, kiln_err_t *err)
+{
+    if (!c || slot_bytes == 0)
+        return kiln_err_set(err, KILN_EINVAL, NULL, "a group and a slot size are required");
+    return gather_small(c, slots, slot_bytes, err);
+}
+
 int comm_barrier(comm_t *c, kiln_err_t *err)
 {
     if (!c)

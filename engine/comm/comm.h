@@ -124,6 +124,9 @@ int comm_reduce_scatter(comm_t *c, float *buf, size_t n, comm_redop_t op, kiln_e
 int comm_allgather(comm_t *c, float *buf, size_t n, kiln_err_t *err);
 int comm_bcast(comm_t *c, void *buf, size_t len, int root, kiln_err_t *err);
 int comm_barrier(comm_t *c, kiln_err_t *err);
+/* Every rank fills slot `rank` (slot_bytes bytes) of slots (size x slot_bytes); afterwards every
+ * slot holds that rank's bytes, exactly, on every rank. */
+int comm_allgather_bytes(comm_t *c, void *slots, size_t slot_bytes, kiln_err_t *err);
 int comm_send(comm_t *c, const void *buf, size_t len, int peer, uint32_t tag, kiln_err_t *err);
 int comm_recv(comm_t *c, void *buf, size_t cap, int peer, uint32_t tag, size_t *out_len,
               kiln_err_t *err);

@@ -2,8 +2,9 @@
  * TCP and move activations and gradients over libfabric's shm provider. Each run trains a tiny
  * GPT for 20 steps and is compared with single-rank training of the same spec (engine/train.c):
  * every step's loss and the final parameters (the llm.c model file rank 0 writes) must agree
- * within the tolerances below. Covers 2 and 4 stages, both schedules, 1 to 8 microbatches,
+ * within the tolerances below. Both go through the one training loop (eng_job_run). Covers 2 and 4 stages, both schedules, 1 to 8 microbatches,
  * activation checkpointing, hybrid 2 x 2 data x pipeline, and a manual plan. */
+#include "engine/job.h"
 #include "engine/pipe/pipe.h"
 #include "spec/spec.h"
 #include "tests/common/harness.h"
@@ -202,12 +203,14 @@ static rank_out_t *run_pipeline_once(const run_cfg_t *c, const char *out_dir, bo
             rc = comm_create(&cc, &w, &err);
         }
         eng_train_result_t res = {0};
-        pipe_train_info_t info;
-        memset(&info, 0, sizeof(info));
+        eng_job_info_t job;
+        memset(&job, 0, sizeof(job));
+        pipe_train_info_t info = {0};
         if (!rc) {
             eng_train_opts_t o = {.output_dir = out_dir, .checkpoint_dir = r && c->ckpt_dir_others ? c->ckpt_dir_others : c->ckpt_dir, .metrics_fd = -1, .rank = r,
                                   .world = c->world, .threads = 1, .peak_gflops = 100, .quiet = true};
-            rc = pipe_train_run(&s, &o, w, &res, &info, &err);
+            rc = eng_job_run(&s, &o, w, &res, &job, &err);
+            info = job.pipe;
         }
         snprintf(me->msg, sizeof(me->msg), "%s", err.message);
         for (int i = 0; i < res.n_losses && i < STEPS; i++)
