@@ -496,6 +496,7 @@ static void head_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float *din, float dlo
         be->xent_forward(a->probs, a->losses, a->probs, a->targets, BT, c->vocab_size, Vp);
     }
     be->xent_backward(a->probs, a->probs, a->targets, dloss, BT, c->vocab_size, Vp);
+    work_mark(m, WORK_HEAD, NULL, -1); /* the probabilities are now dlogits */
     /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf */
     mm_backward(m, m->d_bt, m->g.wte, NULL, a->probs, a->lnf, m->w.wte, BT, C, Vp);
     be->memset_zero(din, (size_t)BT * C * sizeof(float));
@@ -517,6 +518,7 @@ static void head_slice_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int j, bool has_
         be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd,
                               a->resid + (size_t)c->n_layer * BT * C, m->w.lnfw, m->w.lnfb, BT, C);
     mm_forward(m, logits, a->lnf, m->w.wte + (size_t)r0 * C, NULL, BT, C, r1 - r0);
+    work_mark(m, WORK_HEAD, NULL, -1); /* the whole head's region now holds a slice */
     be->xent_chunk_forward(a->hstats, logits, has_targets ? a->targets : NULL, BT, r0, r1 - r0,
                            c->vocab_size, j == 0);
     if (j == m->head_blocks - 1) be->xent_chunk_finish(has_targets ? a->losses : NULL, a->hstats, BT);

@@ -46,7 +46,7 @@ typedef struct job {
     int world;
     int steps;             /* max_steps */
     int stop_after;        /* > 0: stop (checkpoint) after this step */
-    bool zero, overlap, check;
+    bool zero, overlap, check, recompute;
     const char *inject;    /* KILN_DP_INJECT_DIVERGENCE or NULL */
     double bucket_mb;
     const char *model;     /* "gpt" or "mlp" */
@@ -97,10 +97,10 @@ static bool spec_for(const job_t *j, spec_t *s)
                  "\"eval_every\": 0, \"eval_batches\": 1, \"sample_every\": 0, "
                  "\"sample_tokens\": 0}, \"resources\": {\"device\": \"cpu\", \"nodes\": 1, "
                  "\"slots_per_node\": %d}, \"distribution\": {\"data_parallel\": {\"bucket_mb\": "
-                 "%g, \"shard_optimizer_state\": %s}}, \"checkpoint\": {\"every_steps\": 0, "
-                 "\"keep_last\": 2}}",
+                 "%g, \"shard_optimizer_state\": %s}, \"activation_checkpointing\": %s}, "
+                 "\"checkpoint\": {\"every_steps\": 0, \"keep_last\": 2}}",
                  root(), j->steps, j->world, j->bucket_mb > 0 ? j->bucket_mb : 0.02,
-                 j->zero ? "true" : "false");
+                 j->zero ? "true" : "false", j->recompute ? "true" : "false");
     kiln_err_t err;
     kiln_err_clear(&err);
     int rc = spec_parse_string(json, s, &err);
@@ -344,6 +344,19 @@ Test(dp, zero1_equals_plain_data_parallel, .timeout = 150)
         rm_rf(plain.out);
         rm_rf(zero.out);
     }
+}
+
+/* Activation checkpointing recomputes the same numbers on every replica. */
+Test(dp, activation_checkpointing_is_bitwise_equal, .timeout = 120)
+{
+    job_t plain = gpt_job(2, 12), rc = gpt_job(2, 12);
+    rc.recompute = true;
+    rank_out_t *a = run_job(&plain), *b = run_job(&rc);
+    expect_ok(&plain, a);
+    expect_ok(&rc, b);
+    compare("activation checkpointing on vs off, 2 ranks", &plain, a, &rc, b, 0, 0);
+    rm_rf(plain.out);
+    rm_rf(rc.out);
 }
 
 static void resume_exact(bool zero, int world)
