@@ -457,7 +457,14 @@ static const char *last_line(char *text)
 }
 
 /* Starts `world` kiln-train ranks on a long job; returns pids, logs in dir/rN.log. */
+static void start_ranks_env(const char *dir, int world, pid_t *pids, int steps, const char *extra_env);
 static void start_ranks(const char *dir, int world, pid_t *pids, int steps)
+{
+    start_ranks_env(dir, world, pids, steps, "KILN_COMM_WATCHDOG_S=180");
+}
+
+/* The same with one more environment entry. */
+static void start_ranks_env(const char *dir, int world, pid_t *pids, int steps, const char *extra_env)
 {
     char spec[600];
     snprintf(spec, sizeof spec, "%s/spec.json", dir);
@@ -482,7 +489,8 @@ static void start_ranks(const char *dir, int world, pid_t *pids, int steps)
         snprintf(e_ck, sizeof e_ck, "KILN_CHECKPOINT_DIR=%s/ckpt%d", dir, r);
         snprintf(log, sizeof log, "%s/r%d.log", dir, r);
         char *env[] = {e_rank, e_world, e_port, e_ck, "KILN_MASTER_ADDR=127.0.0.1",
-                       "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", "KILN_COMM_TIMEOUT_S=30", NULL};
+                       "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", "KILN_COMM_TIMEOUT_S=30",
+                       (char *)extra_env, NULL};
         char *argv[] = {bin, "--spec", spec, NULL};
         pids[r] = th_spawn(argv, env, log);
         cr_assert_gt(pids[r], 0);
@@ -569,5 +577,33 @@ Test(dp_kiln_train, sigterm_on_one_rank_stops_all_at_the_same_step, .timeout = 1
     cr_assert_eq(eng_ckpt_find_latest(ck, path, sizeof path), 0, "rank 0 wrote no checkpoint");
     snprintf(ck, sizeof ck, "%s/ckpt1", dir);
     cr_assert_neq(eng_ckpt_find_latest(ck, path, sizeof path), 0, "rank 1 wrote a checkpoint");
+    rm_rf(dir);
+}
+
+/* A rank that stops (SIGSTOP) stays connected: its peer's collective makes no progress, the
+ * watchdog (KILN_COMM_WATCHDOG_S) fails it, and kiln-train exits non-zero with a last line that
+ * names the stopped rank. */
+Test(dp_kiln_train, stalled_rank_trips_the_watchdog_naming_it, .timeout = 120)
+{
+    char dir[256];
+    tmpdir(dir, sizeof dir, "stall");
+    pid_t pids[2];
+    start_ranks_env(dir, 2, pids, 1000000, "KILN_COMM_WATCHDOG_S=3");
+    wait_for_log(dir, 0, "step 3/", 60);
+    kill(pids[1], SIGSTOP);
+    double took;
+    int st = wait_exit(pids[0], 30, &took);
+    kill(pids[1], SIGKILL);
+    waitpid(pids[1], NULL, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "rank 0 exit status 0x%x", st);
+    char path[600];
+    snprintf(path, sizeof path, "%s/r0.log", dir);
+    char *t = read_file(path);
+    const char *ll = last_line(t);
+    fprintf(stderr, "rank 0 exited %d after %.2f s: %s\n", WEXITSTATUS(st), took, ll);
+    cr_assert(strstr(ll, "kiln-train: ") && strstr(ll, "waiting on rank 1") && strstr(ll, "no progress for"),
+              "rank 0's last line does not name rank 1: %s", ll);
+    cr_assert(took >= 2.5 && took < 20, "rank 0 gave up after %.1f s", took);
+    free(t);
     rm_rf(dir);
 }
