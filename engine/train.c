@@ -256,7 +256,6 @@ static int setup(eng_run_t *r, int64_t *start, kiln_err_t *err)
     if ((rc = eng_run_init_params(r, err)) || (rc = eng_run_setup_data(r, err))) return rc;
     eng_rng_seed(&r->sample_rng, r->spec->hp.seed + 0xabcdefULL);
     if ((rc = eng_run_load_resume(r, start, err))) return rc;
-    eng_run_release(r);
     if (r->bf16) refresh_bf16(r, false);
     return KILN_OK;
 }
@@ -287,9 +286,9 @@ static void log_start(eng_run_t *r, int64_t max_steps, double peak_flops)
 
 /* ---- the run ---------------------------------------------------------------------------------- */
 
-/* Per-step log line and metric record (rank 0). */
-static void report_step(eng_run_t *r, int64_t step, int64_t max_steps, const step_out_t *so,
-                        double dt, double peak_flops, kiln_err_t *err)
+/* Per-step log line and metric record (rank 0); the parallel layer's metrics are collective. */
+static int report_step(eng_run_t *r, int64_t step, int64_t max_steps, const step_out_t *so,
+                       double dt, double peak_flops, kiln_err_t *err)
 {
     const eng_parallel_t *par = r->par;
     double tps = (double)r->geo.global * r->geo.T / dt;
@@ -297,10 +296,11 @@ static void report_step(eng_run_t *r, int64_t step, int64_t max_steps, const ste
     const char *names[16] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s",
                              "mfu", "peak_mem_mb"};
     double vals[16] = {so->loss, so->lr, so->norm, dt * 1e3, tps, mfu, eng_peak_mem_mb()};
-    int n = 7, extra = 0;
-    if (par && par->step_metrics && par->step_metrics(par->ctx, names + n, vals + n, 16 - n, &extra, err) == 0)
-        n += extra;
-    if (r->rank != 0) return;
+    int n = 7, extra = 0, rc;
+    if (par && par->step_metrics && (rc = par->step_metrics(par->ctx, names + n, vals + n, 16 - n, &extra, err)))
+        return rc;
+    n += extra;
+    if (r->rank != 0) return KILN_OK;
     if (!r->o->quiet) {
         printf("step %lld/%lld | loss %.4f | lr %.1e | norm %.2f | %.1f ms | %.0f %s/s | mfu %.1f%%",
                (long long)step, (long long)max_steps, so->loss, so->lr, so->norm, dt * 1e3, tps,
@@ -310,6 +310,7 @@ static void report_step(eng_run_t *r, int64_t step, int64_t max_steps, const ste
         fflush(stdout);
     }
     eng_run_metric(r, step, names, vals, n);
+    return KILN_OK;
 }
 
 int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t *res,
@@ -359,7 +360,7 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
                               so.loss, (long long)step);
             goto fail;
         }
-        report_step(&r, step, max_steps, &so, dt, peak_flops, err);
+        if ((rc = report_step(&r, step, max_steps, &so, dt, peak_flops, err))) goto fail;
         bool last = step == max_steps;
         if ((hp->eval_every > 0 && step % hp->eval_every == 0) || last) {
             float vl;

@@ -484,6 +484,8 @@ static int attach(void *ctx, eng_train_state_t *ts, kiln_err_t *err)
     int held = 0;
     for (int i = 0; i < pl->n_ranges; i++)
         held += !pl->ranges[i].tied_copy;
+    if (pl->opts->quiet && pl->rank != 0)
+        return 0;
     printf("pipeline: rank %d is stage %d of %d (replica %d of %d): blocks [%d, %d], %d parameter ranges%s, "
            "%d activation slots of %.1f MiB%s\n", pl->rank, pl->stage, pl->n_stages, pl->replica, pl->n_replicas,
            pl->first_block, pl->last_block, held, held < pl->n_ranges ? " and the tied embedding's rows" : "",
