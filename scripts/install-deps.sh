@@ -5,9 +5,10 @@ set -euo pipefail
 
 PKGS=(
   build-essential pkg-config
+  libdnnl-dev
   libmicrohttpd-dev libjansson-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libpq-dev postgresql libfabric-dev libfabric-bin libcriterion-dev
-  libopenblas-openmp-dev libopenblas0-openmp libdnnl-dev libcurl4-openssl-dev
+  libopenblas-openmp-dev libopenblas0-openmp libcurl4-openssl-dev
   python3 python3-torch python3-grpcio python3-protobuf python3-requests protobuf-compiler
   procps iproute2 curl
 )
