@@ -31,7 +31,7 @@ ENGINE_CFLAGS := $(CFLAGS_COMMON) -O3 -march=native -fopenmp
 
 LDLIBS := -Wl,--as-needed -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) \
 	$(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgrpc -lgpr \
-	-lopenblas -lm -ldl -fopenmp -pthread $(SANFLAGS)
+	-ldnnl -lopenblas -lm -ldl -fopenmp -pthread $(SANFLAGS)
 
 # ---- sources, by module -------------------------------------------------------------------
 PROTO_C   := $(BUILD)/gen/proto/kiln.pb-c.c

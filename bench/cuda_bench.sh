@@ -16,9 +16,8 @@ if command -v nvidia-smi >/dev/null; then
 else
   echo "# gpu: none (no nvidia-smi)"
 fi
-for mm in bf16 tf32; do
-  "$BUILD/bench/cuda_gpt_bench" --config 124m --T 1024 --steps "$STEPS" --warmup 5 --matmul "$mm"
-done
-"$BUILD/bench/cuda_gpt_bench" --config 124m --T 1024 --steps "$STEPS" --warmup 5 --deterministic 0
+"$BUILD/bench/cuda_gpt_bench" --config 124m --T 1024 --steps "$STEPS" --warmup 5 --precision bf16
+"$BUILD/bench/cuda_gpt_bench" --config 124m --T 1024 --steps "$STEPS" --warmup 5 --precision fp32 --matmul tf32
+"$BUILD/bench/cuda_gpt_bench" --config 124m --T 1024 --steps "$STEPS" --warmup 5 --precision bf16 --deterministic 0
 "$PY" bench/torch_gpt_cuda.py --config 124m --T 1024 --steps "$STEPS" --warmup 5
 "$PY" bench/torch_gpt_cuda.py --config 124m --T 1024 --steps "$STEPS" --warmup 5 --no-compile

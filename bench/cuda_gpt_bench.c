@@ -3,21 +3,23 @@
  * the largest batch that fits. Prints one JSON line (ms/step median after warm-up, tokens/s, MFU
  * against the GPU's dense bf16 peak, device memory) for bench/RESULTS.md; bench/torch_gpt_cuda.py
  * measures PyTorch on the same model; bench/cuda_bench.sh runs both. Without a GPU it says why and
- * exits 0 with {"skipped": ...}.
+ * exits 0 with {"skipped": ...}. --precision bf16 runs the GEMMs through the backend's bf16 group
+ * with fp32 master weights, as distribution.mixed_precision "bf16" does; --matmul tf32 lets fp32
+ * GEMMs use TF32 tensor cores (KILN_CUDA_MATMUL).
  *
  *   build-x/bench/cuda_gpt_bench [--config 124m|small] [--T 1024] [--B 0 (largest that fits)]
- *                                [--steps 20] [--warmup 5] [--matmul bf16|tf32|fp32]
- *                                [--peak-tflops 0 (from the device name)] [--deterministic 1]
+ *                                [--steps 20] [--warmup 5] [--precision bf16|fp32]
+ *                                [--matmul fp32|tf32] [--peak-tflops 989] [--deterministic 1]
  */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "engine/backend.h"
-#include "engine/cuda/cuda.h"
 #include "engine/engine.h"
 
 typedef struct bcfg {
@@ -36,16 +38,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Dense bf16 tensor-core peak (no sparsity), TFLOP/s, from the device name. */
-static double peak_for(const char *name)
-{
-    if (strstr(name, "H200")) return 989.0;
-    if (strstr(name, "H100") && strstr(name, "PCIe")) return 756.0;
-    if (strstr(name, "H100")) return 989.0;
-    if (strstr(name, "A100")) return 312.0;
-    return 0.0;
-}
-
 /* Model, activations and optimizer state for batch B; 0 or the failing status. */
 typedef struct run {
     eng_gpt_t *m;
@@ -62,11 +54,12 @@ static void run_free(const eng_backend_t *be, run_t *r)
     memset(r, 0, sizeof(*r));
 }
 
-static int run_make(const eng_backend_t *be, const eng_gpt_config_t *cfg, int B, run_t *r,
+static int run_make(const eng_backend_t *be, const eng_gpt_config_t *cfg, int B, bool bf16, run_t *r,
                     kiln_err_t *err)
 {
     memset(r, 0, sizeof(*r));
     int rc = eng_gpt_create(cfg, be, B, &r->m, err);
+    if (!rc) rc = eng_gpt_set_bf16(r->m, bf16, err);
     if (!rc) rc = eng_gpt_acts_create(r->m, B, cfg->max_seq_len, &r->a, err);
     if (!rc) {
         r->mom = be->alloc(r->m->p.n * 4);
@@ -94,29 +87,63 @@ static float step(const eng_backend_t *be, run_t *r, const bcfg_t *c, int32_t *t
     eng_gpt_backward(m, r->a, 1.0f / BT, NULL, NULL);
     double norm = sqrt(be->sumsq(m->p.grads, n));
     float scale = norm > 1.0 ? (float)(1.0 / norm) : 1.0f;
+    uint16_t *wbf = eng_gpt_bf16_weights(m);
     for (int i = 0; i < m->p.n_tensors; i++) {
         const eng_tensor_t *tt = &m->p.tensors[i];
-        be->adamw_update(m->p.params + tt->off, m->p.grads + tt->off, r->mom + tt->off,
-                         r->var + tt->off, tt->n, 3e-4f, 0.9f, 0.95f, 1e-8f,
-                         tt->decay ? 0.1f : 0.0f, scale, t);
+        float wd = tt->decay ? 0.1f : 0.0f;
+        if (wbf)
+            be->bf16->adamw_update(m->p.params + tt->off, wbf + tt->off, m->p.grads + tt->off,
+                                   r->mom + tt->off, r->var + tt->off, tt->n, 3e-4f, 0.9f, 0.95f,
+                                   1e-8f, wd, scale, t);
+        else
+            be->adamw_update(m->p.params + tt->off, m->p.grads + tt->off, r->mom + tt->off,
+                             r->var + tt->off, tt->n, 3e-4f, 0.9f, 0.95f, 1e-8f, wd, scale, t);
     }
     be->synchronize();
     return loss;
 }
 
+/* Whether a batch of b fits: the model, its activations and one whole step run without a
+ * device error. Probed in a child process, because the backend's status is sticky. */
+static bool batch_fits(const eng_gpt_config_t *cfg, const bcfg_t *c, int b, bool bf16)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        const eng_backend_t *be = NULL;
+        kiln_err_t err;
+        run_t r;
+        eng_rng_t rng;
+        eng_rng_seed(&rng, 42);
+        if (eng_backend_get("cuda", &be, &err) || run_make(be, cfg, b, bf16, &r, &err)) _exit(1);
+        int32_t *tok = malloc(sizeof(int32_t) * b * cfg->max_seq_len),
+                *tgt = malloc(sizeof(int32_t) * b * cfg->max_seq_len);
+        if (!tok || !tgt) _exit(1);
+        eng_gpt_init_weights(r.m, 1337);
+        eng_gpt_bf16_refresh(r.m, 0, r.m->p.n);
+        step(be, &r, c, tok, tgt, b * cfg->max_seq_len, &rng, 1);
+        _exit(be->status(be->ctx, &err) == 0 ? 0 : 1);
+    }
+    int st = 0;
+    return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 int main(int argc, char **argv)
 {
-    const char *config = "124m", *matmul = "bf16";
+    const char *config = "124m", *precision = "bf16", *matmul = "fp32";
     int64_t T = 1024, B = 0, steps = 20, warmup = 5, det = 1;
-    double peak = 0;
+    double peak = 989.0;
     config_flag_t flags[] = {
         {"config", NULL, CONFIG_STR, &config, "124m or small"},
         {"T", NULL, CONFIG_INT, &T, "sequence length"},
         {"B", NULL, CONFIG_INT, &B, "batch; 0: the largest that fits (powers of two and 3/4 steps)"},
         {"steps", NULL, CONFIG_INT, &steps, "timed steps"},
         {"warmup", NULL, CONFIG_INT, &warmup, "untimed steps first"},
-        {"matmul", "KILN_CUDA_MATMUL", CONFIG_STR, &matmul, "bf16, tf32 or fp32 GEMMs"},
-        {"peak-tflops", "KILN_PEAK_TFLOPS", CONFIG_DOUBLE, &peak, "0: from the device name"},
+        {"precision", NULL, CONFIG_STR, &precision, "bf16 (bf16 GEMMs, fp32 master weights) or fp32"},
+        {"matmul", NULL, CONFIG_STR, &matmul, "fp32 GEMMs: fp32 or tf32"},
+        {"peak-tflops", "KILN_PEAK_TFLOPS", CONFIG_DOUBLE, &peak,
+         "dense bf16 peak for MFU (989: H100 SXM and H200; 756 H100 PCIe; 312 A100)"},
         {"deterministic", NULL, CONFIG_INT, &det, "1: no atomics (default), 0: allow them"},
     };
     kiln_err_t err;
@@ -126,90 +153,66 @@ int main(int argc, char **argv)
     const bcfg_t *c = NULL;
     for (size_t i = 0; i < KILN_ARRAY_LEN(CONFIGS); i++)
         if (!strcmp(config, CONFIGS[i].name)) c = &CONFIGS[i];
-    if (!c || T < 1 || steps < 1 || warmup < 0) {
-        fprintf(stderr, "cuda_gpt_bench: bad --config/--T/--steps\n");
+    bool bf16 = !strcmp(precision, "bf16");
+    if (!c || T < 1 || steps < 1 || warmup < 0 || (!bf16 && strcmp(precision, "fp32")) ||
+        (strcmp(matmul, "fp32") && strcmp(matmul, "tf32"))) {
+        fprintf(stderr, "cuda_gpt_bench: bad --config/--T/--steps/--precision/--matmul\n");
         return 2;
     }
+    /* the backend reads these when it first initialises the device */
+    setenv("KILN_CUDA_MATMUL", matmul, 1);
+    setenv("KILN_CUDA_DETERMINISTIC", det ? "1" : "0", 1);
 
+    eng_gpt_config_t cfg = {(int)T, c->V, c->Vp, c->L, c->NH, c->C};
+    static const int tries[] = {128, 96, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1};
+    int bsel = B > 0 ? (int)B : 0;
+    if (!bsel) { /* the device must not be touched in this process before the probes fork */
+        for (size_t i = 0; i < KILN_ARRAY_LEN(tries) && !bsel; i++)
+            if (batch_fits(&cfg, c, tries[i], bf16)) bsel = tries[i];
+    }
     const eng_backend_t *be = NULL;
     if (eng_backend_get("cuda", &be, &err) != 0) {
         printf("{\"impl\": \"kiln-cuda\", \"skipped\": \"%s\"}\n", err.message);
         return 0;
     }
-    Dl_info info;
-    void *h = dladdr((const void *)be, &info) ? dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD) : NULL;
-    const eng_cuda_ext_t *x = h ? (const eng_cuda_ext_t *)dlsym(h, "eng_cuda_ext") : NULL;
-    if (!x) {
-        fprintf(stderr, "cuda_gpt_bench: libkiln_cuda.so has no eng_cuda_ext\n");
-        return 1;
-    }
-    if (x->set_matmul_mode(matmul) != 0) {
-        fprintf(stderr, "cuda_gpt_bench: bad --matmul %s\n", matmul);
-        return 2;
-    }
-    x->set_deterministic((int)det);
-    char dev[128] = "";
-    int ord = 0, ccM = 0, ccm = 0, sms = 0;
-    x->device_info(dev, sizeof(dev), &ord, &ccM, &ccm, &sms);
-    if (peak <= 0) peak = peak_for(dev);
-
-    eng_gpt_config_t cfg = {(int)T, c->V, c->Vp, c->L, c->NH, c->C};
     run_t r;
-    static const int tries[] = {128, 96, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1};
-    int bsel = 0, ntries = B > 0 ? 1 : (int)KILN_ARRAY_LEN(tries);
-    int32_t *tok = NULL, *tgt = NULL;
-    eng_rng_t rng;
-    eng_rng_seed(&rng, 42);
-    /* A batch fits when the model, its activations and one whole step (with the backend's
-     * scratch) run without a device error; out-of-memory while probing is forgotten. */
-    for (int i = 0; i < ntries && !bsel; i++) {
-        int b = B > 0 ? (int)B : tries[i];
-        if (run_make(be, &cfg, b, &r, &err) == 0) {
-            eng_gpt_init_weights(r.m, 1337);
-            tok = realloc(tok, sizeof(int32_t) * b * T);
-            tgt = realloc(tgt, sizeof(int32_t) * b * T);
-            step(be, &r, c, tok, tgt, b * (int)T, &rng, 1);
-            if (x->status(&err, 1) == 0) bsel = b;
-            else run_free(be, &r);
-        }
-        x->status(NULL, 1);
-    }
-    if (!bsel) {
+    if (!bsel || run_make(be, &cfg, bsel, bf16, &r, &err)) {
         fprintf(stderr, "cuda_gpt_bench: no batch fits: %s\n", err.message);
         return 1;
     }
+    eng_gpt_init_weights(r.m, 1337);
+    eng_gpt_bf16_refresh(r.m, 0, r.m->p.n);
     int BT = bsel * (int)T;
+    int32_t *tok = malloc(sizeof(int32_t) * BT), *tgt = malloc(sizeof(int32_t) * BT);
     double *times = calloc((size_t)steps, sizeof(double));
+    eng_rng_t rng;
+    eng_rng_seed(&rng, 42);
     float first = 0, last = 0;
-    x->mem_reset_peak();
     for (int s = 0; s < warmup + steps; s++) {
         double t0 = kiln_mono_s();
-        float loss = step(be, &r, c, tok, tgt, BT, &rng, s + 2);
+        float loss = step(be, &r, c, tok, tgt, BT, &rng, s + 1);
         double dt = kiln_mono_s() - t0;
         if (s == 0) first = loss;
         last = loss;
         if (s >= warmup) times[s - warmup] = dt;
     }
-    int st = x->status(&err, 0);
-    if (st) {
+    if (be->status(be->ctx, &err)) {
         fprintf(stderr, "cuda_gpt_bench: %s\n", err.message);
         return 1;
     }
-    eng_cuda_mem_t mem;
-    x->mem_stats(&mem);
+    eng_backend_mem_t mem;
+    be->mem_stats(be->ctx, &mem);
     qsort(times, (size_t)steps, sizeof(double), cmp_double);
     double med = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
     double tps = BT / med, fpt = eng_gpt_flops_per_token(&cfg);
-    printf("{\"impl\": \"kiln-cuda\", \"device\": \"%s\", \"cc\": \"%d.%d\", \"sms\": %d, "
-           "\"config\": \"%s\", \"T\": %d, \"B\": %d, \"matmul\": \"%s\", \"deterministic\": %d, "
-           "\"params\": %zu, \"ms_per_step\": %.2f, \"min_ms\": %.2f, \"tokens_per_s\": %.1f, "
-           "\"model_tflops_per_step\": %.3f, \"achieved_tflops\": %.1f, \"peak_tflops\": %.1f, "
-           "\"mfu\": %.4f, \"gpu_mem_mb\": %.1f, \"gpu_mem_peak_mb\": %.1f, "
-           "\"loss_first\": %.4f, \"loss_last\": %.4f}\n",
-           dev, ccM, ccm, sms, c->name, (int)T, bsel, matmul, (int)det, r.m->p.n, med * 1e3,
-           times[0] * 1e3, tps, fpt * BT / 1e12, fpt * tps / 1e12, peak,
-           peak > 0 ? fpt * tps / (peak * 1e12) : 0.0, mem.tracked_bytes / 1048576.0,
-           mem.tracked_peak_bytes / 1048576.0, first, last);
+    printf("{\"impl\": \"kiln-cuda\", \"config\": \"%s\", \"T\": %d, \"B\": %d, \"precision\": \"%s\", "
+           "\"matmul\": \"%s\", \"deterministic\": %d, \"params\": %zu, \"ms_per_step\": %.2f, "
+           "\"min_ms\": %.2f, \"tokens_per_s\": %.1f, \"model_tflops_per_step\": %.3f, "
+           "\"achieved_tflops\": %.1f, \"peak_tflops\": %.1f, \"mfu\": %.4f, \"gpu_mem_mb\": %.1f, "
+           "\"gpu_mem_peak_mb\": %.1f, \"loss_first\": %.4f, \"loss_last\": %.4f}\n",
+           c->name, (int)T, bsel, precision, matmul, (int)det, r.m->p.n, med * 1e3, times[0] * 1e3, tps,
+           fpt * BT / 1e12, fpt * tps / 1e12, peak, peak > 0 ? fpt * tps / (peak * 1e12) : 0.0,
+           mem.in_use_bytes / 1048576.0, mem.peak_bytes / 1048576.0, first, last);
     free(times);
     free(tok);
     free(tgt);

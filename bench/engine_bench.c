@@ -5,7 +5,10 @@
  * It tunes its environment as kiln-train does (eng_cpu_tune_env) unless KILN_BENCH_RAW is set.
  *
  *   build-x/bench/engine_bench [--config 124m|small|all] [--threads 2] [--steps 10] [--warmup 3]
- *                              [--peak-gflops G] [--profile] [--ops]
+ *                              [--precision fp32|bf16] [--recompute] [--peak-gflops G] [--profile] [--ops]
+ *
+ * --precision bf16 runs the GEMMs through the backend's bf16 group with fp32 master weights, as
+ * distribution.mixed_precision "bf16" does; --recompute turns on activation checkpointing.
  */
 #include <math.h>
 #include <stdio.h>
@@ -39,10 +42,10 @@ static double median(double *x, int n);
 /* --ops: a backend that forwards to the CPU backend and adds up the process CPU time of each op
  * (CPU time, so other load on the machine does not distort the breakdown). */
 enum { OP_MMF, OP_MMB, OP_ATTF, OP_ATTB, OP_LNF, OP_LNB, OP_GELUF, OP_GELUB, OP_XF, OP_XB,
-       OP_ENCF, OP_ENCB, OP_RES, OP_ADAM, OP_SUMSQ, OP_MEM, OP_N };
+       OP_ENCF, OP_ENCB, OP_RES, OP_ADAM, OP_SUMSQ, OP_MEM, OP_CAST, OP_N };
 static const char *const OP_NAMES[OP_N] = {"matmul_fwd", "matmul_bwd", "attn_fwd", "attn_bwd",
     "ln_fwd", "ln_bwd", "gelu_fwd", "gelu_bwd", "xent_fwd", "xent_bwd", "enc_fwd", "enc_bwd",
-    "residual", "adamw", "sumsq", "memset/copy"};
+    "residual", "adamw", "sumsq", "memset/copy", "bf16_round"};
 static double g_op_cpu[OP_N];
 #define TIMED(op, call) do { double _c = process_cpu_s(); call; g_op_cpu[op] += process_cpu_s() - _c; } while (0)
 static const eng_backend_t *C0 = &eng_cpu_backend;
@@ -81,10 +84,27 @@ static void t_adam(float *p, const float *g, float *m, float *v, size_t n, float
 { TIMED(OP_ADAM, C0->adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, gs, t)); }
 static double t_sumsq(const float *x, size_t n)
 { double r; TIMED(OP_SUMSQ, r = C0->sumsq(x, n)); return r; }
+static const eng_backend_bf16_t *B0 = &eng_cpu_bf16;
+static void t_cast(uint16_t *d, const float *x, size_t n) { TIMED(OP_CAST, B0->from_f32(d, x, n)); }
+static void t_bmmf(float *o, const uint16_t *x, const uint16_t *w, const float *b, int N, int C, int OC)
+{ TIMED(OP_MMF, B0->matmul_forward(o, x, w, b, N, C, OC)); }
+static void t_bmmb(float *dx, float *dw, float *db, const float *d, const uint16_t *dbf,
+                   const uint16_t *x, const uint16_t *w, int N, int C, int OC)
+{ TIMED(OP_MMB, B0->matmul_backward(dx, dw, db, d, dbf, x, w, N, C, OC)); }
+static void t_badam(float *p, uint16_t *pb, const float *g, float *m, float *v, size_t n, float lr,
+                    float b1, float b2, float eps, float wd, float gs, int64_t t)
+{ TIMED(OP_ADAM, B0->adamw_update(p, pb, g, m, v, n, lr, b1, b2, eps, wd, gs, t)); }
+static eng_backend_bf16_t g_timed_bf16;
 static eng_backend_t g_timed;
 static const eng_backend_t *timed_backend(void)
 {
+    g_timed_bf16 = eng_cpu_bf16;
+    g_timed_bf16.from_f32 = t_cast;
+    g_timed_bf16.matmul_forward = t_bmmf;
+    g_timed_bf16.matmul_backward = t_bmmb;
+    g_timed_bf16.adamw_update = t_badam;
     g_timed = eng_cpu_backend;
+    g_timed.bf16 = &g_timed_bf16;
     g_timed.name = "cpu+timing";
     g_timed.memset_zero = t_memset; g_timed.copy = t_copy;
     g_timed.encoder_forward = t_encf; g_timed.encoder_backward = t_encb;
@@ -131,18 +151,21 @@ static void profile(eng_gpt_t *m, eng_gpt_acts_t *a, int reps)
 }
 
 static int bench(const bcfg_t *c, int threads, int steps, int warmup, double peak, bool prof,
-                 bool ops)
+                 bool ops, bool bf16, bool recompute)
 {
     eng_gpt_config_t cfg = {c->T, c->V, c->Vp, c->L, c->NH, c->C};
     eng_gpt_t *m = NULL;
     eng_gpt_acts_t *a = NULL;
     kiln_err_t err;
     if (eng_gpt_create(&cfg, ops ? timed_backend() : &eng_cpu_backend, c->B, &m, &err) ||
+        eng_gpt_set_recompute(m, recompute, &err) || eng_gpt_set_bf16(m, bf16, &err) ||
         eng_gpt_acts_create(m, c->B, c->T, &a, &err)) {
         fprintf(stderr, "engine_bench: %s\n", err.message);
         return 1;
     }
     eng_gpt_init_weights(m, 1337);
+    eng_gpt_bf16_refresh(m, 0, m->p.n);
+    uint16_t *wbf = eng_gpt_bf16_weights(m);
     const eng_backend_t *be = m->be;
     size_t n = m->p.n;
     float *mom = be->alloc(n * 4), *var = be->alloc(n * 4);
@@ -166,9 +189,14 @@ static int bench(const bcfg_t *c, int threads, int steps, int warmup, double pea
         float scale = norm > 1.0 ? (float)(1.0 / norm) : 1.0f;
         for (int i = 0; i < m->p.n_tensors; i++) {
             const eng_tensor_t *t = &m->p.tensors[i];
-            be->adamw_update(m->p.params + t->off, m->p.grads + t->off, mom + t->off,
-                             var + t->off, t->n, 3e-4f, 0.9f, 0.95f, 1e-8f,
-                             t->decay ? 0.1f : 0.0f, scale, s + 1);
+            if (wbf)
+                be->bf16->adamw_update(m->p.params + t->off, wbf + t->off, m->p.grads + t->off,
+                                       mom + t->off, var + t->off, t->n, 3e-4f, 0.9f, 0.95f, 1e-8f,
+                                       t->decay ? 0.1f : 0.0f, scale, s + 1);
+            else
+                be->adamw_update(m->p.params + t->off, m->p.grads + t->off, mom + t->off,
+                                 var + t->off, t->n, 3e-4f, 0.9f, 0.95f, 1e-8f,
+                                 t->decay ? 0.1f : 0.0f, scale, s + 1);
         }
         double dt = kiln_mono_s() - t0, dc = process_cpu_s() - c0;
         if (s == 0) first = loss;
@@ -184,13 +212,14 @@ static int bench(const bcfg_t *c, int threads, int steps, int warmup, double pea
     }
     double med = median(times, steps), cpu_med = median(cpus, steps);
     double tps = BT / med, fpt = eng_gpt_flops_per_token(&cfg);
-    printf("{\"impl\": \"kiln\", \"config\": \"%s\", \"threads\": %d, \"params\": %zu, "
+    printf("{\"impl\": \"kiln\", \"config\": \"%s\", \"precision\": \"%s\", \"recompute\": %s, "
+           "\"threads\": %d, \"params\": %zu, "
            "\"ms_per_step\": %.2f, \"min_ms\": %.2f, \"cpu_ms_per_step\": %.2f, "
            "\"tokens_per_s\": %.1f, "
            "\"model_gflops_per_step\": %.2f, \"achieved_gflops\": %.1f, \"peak_gflops\": %.1f, "
            "\"mfu\": %.4f, \"mfu_vs_486\": %.4f, \"peak_mem_mb\": %.1f, \"loss_first\": %.4f, "
            "\"loss_last\": %.4f}\n",
-           c->name, threads, n, med * 1e3, times[0] * 1e3, cpu_med * 1e3, tps, fpt * BT / 1e9,
+           c->name, bf16 ? "bf16" : "fp32", recompute ? "true" : "false", threads, n, med * 1e3, times[0] * 1e3, cpu_med * 1e3, tps, fpt * BT / 1e9,
            fpt * tps / 1e9, peak, fpt * tps / (peak * 1e9), fpt * tps / 486e9,
            eng_peak_mem_mb(), first, last);
     fflush(stdout);
@@ -223,10 +252,10 @@ static double median(double *x, int n)
 
 int main(int argc, char **argv)
 {
-    const char *config = "all";
+    const char *config = "all", *precision = "fp32";
     int64_t threads = 2, steps = 10, warmup = 3;
     double peak = 0;
-    bool prof = false, ops = false;
+    bool prof = false, ops = false, recompute = false;
     config_flag_t flags[] = {
         {"config", NULL, CONFIG_STR, &config, "124m, small or all"},
         {"threads", "KILN_THREADS", CONFIG_INT, &threads, "CPU threads"},
@@ -235,6 +264,8 @@ int main(int argc, char **argv)
         {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak, "0: measure"},
         {"profile", NULL, CONFIG_BOOL, &prof, "per-block timings on stderr"},
         {"ops", NULL, CONFIG_BOOL, &ops, "CPU time per op on stderr"},
+        {"precision", NULL, CONFIG_STR, &precision, "fp32 or bf16 (bf16 GEMMs, fp32 master weights)"},
+        {"recompute", NULL, CONFIG_BOOL, &recompute, "activation checkpointing"},
     };
     if (!getenv("KILN_BENCH_REEXEC") && !getenv("KILN_BENCH_RAW") && eng_cpu_tune_env()) {
         setenv("KILN_BENCH_REEXEC", "1", 1); /* run as kiln-train does */
@@ -247,7 +278,8 @@ int main(int argc, char **argv)
     if (peak <= 0) peak = eng_measure_peak_gflops();
     for (size_t i = 0; i < KILN_ARRAY_LEN(CONFIGS); i++)
         if (!strcmp(config, "all") || !strcmp(config, CONFIGS[i].name))
-            if (bench(&CONFIGS[i], (int)threads, (int)steps, (int)warmup, peak, prof, ops))
+            if (bench(&CONFIGS[i], (int)threads, (int)steps, (int)warmup, peak, prof, ops,
+                      !strcmp(precision, "bf16"), recompute))
                 return 1;
     return 0;
 }

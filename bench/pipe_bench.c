@@ -4,6 +4,7 @@
  * partitioned. Ranks are forked processes talking over libfabric shm, like a real job's ranks.
  *   build-x/bench/pipe_bench [--part all|synthetic|gpt|balance|limit] [--steps 6]
  * Prints human-readable tables on stdout. Not a test: it asserts nothing. */
+#include "engine/job.h"
 #include "engine/pipe/pipe.h"
 #include "spec/spec.h"
 
@@ -270,12 +271,14 @@ static int gpt_rank(comm_t *c, int rank, void *a_)
     kiln_err_clear(&err);
     int rc = spec_parse_string(g->spec, &s, &err);
     eng_train_result_t res = {0};
-    pipe_train_info_t info;
-    memset(&info, 0, sizeof(info));
+    eng_job_info_t job;
+    memset(&job, 0, sizeof(job));
+    pipe_train_info_t info = {0};
     if (!rc) {
         eng_train_opts_t o = {.metrics_fd = -1, .rank = rank, .world = comm_size(c), .threads = g->threads,
                               .peak_gflops = 100, .quiet = true};
-        rc = pipe_train_run(&s, &o, c, &res, &info, &err);
+        rc = eng_job_run(&s, &o, c, &res, &job, &err);
+        info = job.pipe;
         spec_deinit(&s);
     }
     g->rc[rank] = rc;
@@ -376,7 +379,7 @@ static void balance_row(const char *name, const char *blocks, const pipe_block_p
 }
 
 /* Each configuration is profiled once with the head whole, then (when the head is dear) again
- * with the head cut as pipe_train_run cuts it. Partitioned at two granularities from the same
+ * with the head cut as the pipeline layer cuts it. Partitioned at two granularities from the same
  * run: "layers" merges each layer's attention and MLP halves and keeps the head whole (kiln's
  * blocks before they were split), "halves + slices" is what the pipeline uses now. */
 static void part_balance(void)
@@ -397,7 +400,7 @@ static void part_balance(void)
         int L = c->L, n1 = 2 * L + 2;
         pipe_block_profile_t prof[2 * 12 + 1 + PIPE_MAX_HEAD_BLOCKS], coarse[12 + 2];
         kiln_err_t err;
-        if (pipe_profile_gpt(&cfg, &eng_cpu_backend, c->B, c->T, 1, 2, 5, prof, NULL, &err)) {
+        if (pipe_profile_gpt(&cfg, &eng_cpu_backend, c->B, c->T, 1, false, 2, 5, prof, NULL, &err)) {
             fprintf(stderr, "%s: %s\n", c->name, err.message);
             continue;
         }
@@ -413,7 +416,7 @@ static void part_balance(void)
         double attn = prof[1].fwd_ms + prof[1].bwd_ms, mlp = prof[2].fwd_ms + prof[2].bwd_ms;
         double head = prof[n1 - 1].fwd_ms + prof[n1 - 1].bwd_ms;
         int J = pipe_gpt_choose_head_blocks(prof, L);
-        if (J > 1 && pipe_profile_gpt(&cfg, &eng_cpu_backend, c->B, c->T, J, 2, 5, prof, NULL, &err)) {
+        if (J > 1 && pipe_profile_gpt(&cfg, &eng_cpu_backend, c->B, c->T, J, false, 2, 5, prof, NULL, &err)) {
             fprintf(stderr, "%s: %s\n", c->name, err.message);
             continue;
         }
@@ -444,8 +447,8 @@ static void part_limit(int steps)
     pid_t pid = fork();
     if (pid == 0) { /* profiling uses OpenMP: keep it out of the parent that forks ranks */
         eng_cpu_set_threads(1);
-        pipe_profile_gpt(&cfg, &eng_cpu_backend, B, T, 1, 1, 3, prof, &over, &err);
-        /* the process baseline counts, as pipe_train_run counts it */
+        pipe_profile_gpt(&cfg, &eng_cpu_backend, B, T, 1, false, 1, 3, prof, &over, &err);
+        /* the process baseline counts, as the pipeline layer counts it */
         long pages = 0, resident = 0;
         FILE *sf = fopen("/proc/self/statm", "r");
         if (sf && fscanf(sf, "%ld %ld", &pages, &resident) == 2)

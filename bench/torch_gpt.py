@@ -2,7 +2,8 @@
 """torch_gpt.py - the PyTorch side of kiln's engine benchmark (bench/RESULTS.md): the same GPT-2
 training step as bench/engine_bench.c (forward, cross-entropy, backward, global-norm clipping,
 AdamW with weight decay on 2-D weights), same configurations, same thread count, float32.
-Prints one JSON line per configuration.
+Prints one JSON line per configuration. --precision bf16 runs the forward under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's counterpart of kiln's mixed precision.
 
     /usr/bin/python3 bench/torch_gpt.py [--config 124m|small|all] [--threads 2] [--steps 10]
                                          [--warmup 3] [--blas openmp|pthread|default]
@@ -32,7 +33,7 @@ BLAS_DIRS = {"openmp": "/usr/lib/x86_64-linux-gnu/openblas-openmp",
              "pthread": "/usr/lib/x86_64-linux-gnu/openblas-pthread"}
 
 
-def run(cfg_name, threads, steps, warmup):
+def run(cfg_name, threads, steps, warmup, precision="fp32"):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -103,7 +104,11 @@ def run(cfg_name, threads, steps, warmup):
         tgt = torch.randint(0, V, (B, T), generator=g)
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        if precision == "bf16":  # autocast: bf16 GEMMs, fp32 master weights (as kiln's bf16)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(idx, tgt)
+        else:
+            loss = model(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -118,7 +123,7 @@ def run(cfg_name, threads, steps, warmup):
     fpt = 6 * n_model + 6 * L * C * T
     tps = B * T / med
     return {"impl": "pytorch", "torch": torch.__version__, "config": cfg_name,
-            "threads": threads, "params": n_params, "ms_per_step": round(med * 1e3, 2),
+            "precision": precision, "threads": threads, "params": n_params, "ms_per_step": round(med * 1e3, 2),
             "min_ms": round(min(times) * 1e3, 2),
             "cpu_ms_per_step": round(statistics.median(cpus) * 1e3, 2),
             "tokens_per_s": round(tps, 1),
@@ -137,12 +142,14 @@ def main():
     ap.add_argument("--variants", default="",
                     help="comma-separated blas/policy/coretype triples to try instead of all, "
                          "e.g. openmp/PASSIVE/Zen,openmp/spin5000/default,pthread/PASSIVE/default")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: the forward under torch.autocast(cpu, bfloat16)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     names = list(CONFIGS) if a.config == "all" else [a.config]
     if a.child or a.blas == "default":
         for n in names:
-            r = run(n, a.threads, a.steps, a.warmup)
+            r = run(n, a.threads, a.steps, a.warmup, a.precision)
             r["blas"] = os.environ.get("KILN_BENCH_BLAS", "default")
             r["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY") or (
                 "spin" + os.environ["GOMP_SPINCOUNT"] if "GOMP_SPINCOUNT" in os.environ else "default")
@@ -170,7 +177,8 @@ def main():
                 env["OPENBLAS_CORETYPE"] = ct
             out = subprocess.run([sys.executable, __file__, "--child", "--config", n,
                                   "--threads", str(a.threads), "--steps", str(a.steps),
-                                  "--warmup", str(a.warmup)], env=env, capture_output=True,
+                                  "--warmup", str(a.warmup), "--precision", a.precision], env=env,
+                                 capture_output=True,
                                  text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(json.dumps(r), file=sys.stderr, flush=True)

@@ -11,8 +11,7 @@
 
 #include "base/base.h"
 #include "engine/engine.h"
-#include "engine/dp/dp.h"     /* data parallelism (dp module) */
-#include "engine/pipe/pipe.h" /* pipeline parallelism (pipe module) */
+#include "engine/job.h"
 #include "spec/spec.h"
 
 static volatile int g_stop;
@@ -133,15 +132,9 @@ int main(int argc, char **argv)
            getenv("KILN_ATTEMPT") ? getenv("KILN_ATTEMPT") : "1");
     fflush(stdout);
 
+    /* the job's ranks join from the KILN_* environment when there are several */
     eng_train_result_t res;
-    /* pipe module: distribution.model_parallel.partitions > 1 trains as a pipeline (pipe.h);
-     * pipe_train_run joins the job's ranks itself from the KILN_* environment. */
-    if (spec.dist.mp_partitions > 1)
-        rc = pipe_train_run(&spec, &o, NULL, &res, NULL, &err);
-    else if (o.world > 1) /* dp module: pure data parallelism joins the ranks itself */
-        rc = dp_train_run(&spec, &o, NULL, &res, NULL, &err);
-    else
-        rc = eng_train_run(&spec, &o, &res, &err);
+    rc = eng_job_run(&spec, &o, NULL, &res, NULL, &err);
     free(res.losses);
     spec_deinit(&spec);
     free(dup);

@@ -1,6 +1,7 @@
-/* backend.c - picks the backend for a device name: the built-in CPU backend, or the CUDA backend
- * loaded at run time from libkiln_cuda.so (so binaries built without CUDA, or run where the CUDA
- * runtime is absent, still start). It does not implement any op. */
+/* backend.c - picks the backend for a device name: the built-in CPU backend, the reference ops, or
+ * the CUDA backend loaded at run time from libkiln_cuda.so (so binaries built without CUDA, or run
+ * where the CUDA runtime is absent, still start), whose table version must match. It does not
+ * implement any op. */
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
@@ -48,15 +49,22 @@ static const eng_backend_t *cuda_load(void)
         g_cuda_tried = 1;
         void *h = cuda_dlopen(g_cuda_error, sizeof(g_cuda_error));
         if (h) {
-            /* The library exports `eng_cuda_backend`, an eng_backend_t, plus an optional
-             * `int eng_cuda_available(void)` that reports whether a usable GPU is present. */
+            /* The library exports `eng_cuda_backend`, an eng_backend_t, plus optional
+             * `int eng_cuda_available(void)` (whether a usable GPU is present) and
+             * `const char *eng_cuda_unavailable_reason(void)` (why not). */
             int (*avail)(void) = (int (*)(void))dlsym(h, "eng_cuda_available");
+            const char *(*why)(void) = (const char *(*)(void))dlsym(h, "eng_cuda_unavailable_reason");
             const eng_backend_t *be = dlsym(h, "eng_cuda_backend");
             if (!be)
                 snprintf(g_cuda_error, sizeof(g_cuda_error),
                          "libkiln_cuda.so has no symbol eng_cuda_backend");
+            else if (be->abi != ENG_BACKEND_ABI)
+                snprintf(g_cuda_error, sizeof(g_cuda_error),
+                         "libkiln_cuda.so has backend table version %d, this engine needs %d",
+                         be->abi, ENG_BACKEND_ABI);
             else if (avail && !avail())
-                snprintf(g_cuda_error, sizeof(g_cuda_error), "no usable CUDA GPU found");
+                snprintf(g_cuda_error, sizeof(g_cuda_error), "no usable CUDA GPU found%s%s",
+                         why && *why() ? ": " : "", why ? why() : "");
             else
                 g_cuda = be;
         }

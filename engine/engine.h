@@ -31,6 +31,18 @@ typedef struct eng_range {
 
 #define ENG_MAX_TENSORS 40
 
+/* A growing list of flat-buffer ranges (heap). Zero-initialise; release with eng_ranges_deinit. */
+typedef struct eng_ranges {
+    eng_range_t *r; /* (n) owned */
+    int n, cap;
+} eng_ranges_t;
+
+/* Appends [off, off + n) (n > 0; empty ranges are skipped). Returns 0 or KILN_ENOMEM. */
+int eng_ranges_add(eng_ranges_t *l, size_t off, size_t n);
+void eng_ranges_clear(eng_ranges_t *l); /* n = 0; keeps the memory */
+void eng_ranges_deinit(eng_ranges_t *l);
+size_t eng_ranges_total(const eng_ranges_t *l);
+
 /* Parameters and gradients of one model: two slabs of n floats each (device memory), with the
  * tensor table describing their common layout. Optimizer state lives in the trainer. */
 typedef struct eng_params {
@@ -112,6 +124,15 @@ typedef struct eng_gpt {
     eng_gpt_weights_t w;      /* views into p.params */
     eng_gpt_weights_t g;      /* views into p.grads */
     int head_blocks;          /* blocks the head is split into (1 unless set; pipelines) */
+    bool recompute;           /* activation checkpointing (eng_gpt_set_recompute) */
+    float *work;              /* owned, with recompute: one block's activations (below) */
+    size_t work_bytes;
+    const eng_gpt_acts_t *work_acts[3]; /* what the workspace's regions were computed for */
+    int work_block[3];
+    bool bf16;                /* bf16 GEMMs (eng_gpt_set_bf16) */
+    uint16_t *wbf;            /* (n) owned, with bf16: the weights in bf16, flat layout */
+    uint16_t *xbf;            /* (B,T,max(4C,...)) owned: a GEMM input in bf16 */
+    uint16_t *dbf;            /* (B,T,max(4C,Vp)) owned: a GEMM output gradient in bf16 */
     int scratch_B, scratch_T; /* batch the backward scratch is sized for */
     float *scratch;           /* owned slab: */
     float *d_a, *d_b;         /* boundary gradients (eng_gpt_max_boundary_floats), ping-pong */
@@ -137,10 +158,37 @@ void eng_gpt_destroy(eng_gpt_t *m);
 /* GPT-2 initialisation from seed: weights N(0, 0.02), residual projections (attprojw, fcprojw)
  * N(0, 0.02/sqrt(2L)), LayerNorm weights 1, biases 0, padded wte rows 0. */
 void eng_gpt_init_weights(eng_gpt_t *m, uint64_t seed);
+/* The same initialisation of the given ranges of the flat buffer only (n ranges, any order):
+ * every parameter in them gets the value eng_gpt_init_weights gives it (the random stream is
+ * drawn in full and the values outside the ranges are dropped) and nothing outside them is
+ * written, so a rank holding part of the model never holds the rest. Returns 0 or KILN_ENOMEM. */
+int eng_gpt_init_weights_ranges(eng_gpt_t *m, uint64_t seed, const eng_range_t *ranges, int n,
+                                kiln_err_t *err);
+/* Fingerprint of a GPT configuration: checkpoints carry it and resuming refuses another. */
+uint64_t eng_gpt_config_hash(const eng_gpt_config_t *cfg);
+
+/* Activation checkpointing: with on, activation sets keep only the blocks' boundaries (the
+ * residual stream after every half layer, the final LayerNorm's output with the head's
+ * statistics, the losses); a block's other activations live in one workspace of the model and
+ * each block recomputes them from its input at the start of its backward. The same ops on the
+ * same inputs give the same bits, so gradients equal a run without it exactly, for the cost of
+ * a second forward. Call before creating activation sets. Returns 0 or KILN_ENOMEM. */
+int eng_gpt_set_recompute(eng_gpt_t *m, bool on, kiln_err_t *err);
+/* Mixed precision: with on, every GEMM (the projections, the MLP, the LM head) runs through the
+ * backend's bf16 group: inputs rounded to bf16, fp32 accumulation and outputs; parameters,
+ * gradients and all other activations stay fp32. The bf16 copy of the weights (wbf) must be
+ * refreshed whenever the fp32 parameters change (eng_gpt_bf16_refresh, or the bf16 group's
+ * adamw_update). Returns 0, KILN_EUNSUPP (the backend or the machine has no bf16 compute, with
+ * the reason) or KILN_ENOMEM. */
+int eng_gpt_set_bf16(eng_gpt_t *m, bool on, kiln_err_t *err);
+/* The bf16 copy of the weights (n, flat layout), or NULL without bf16. Borrowed. */
+uint16_t *eng_gpt_bf16_weights(eng_gpt_t *m);
+/* Rounds parameters [off, off + n) into the bf16 copy. */
+void eng_gpt_bf16_refresh(eng_gpt_t *m, size_t off, size_t n);
 
 /* Activations for B x T (T <= max_seq_len). Caller owns *out; free with eng_gpt_acts_destroy. */
 int eng_gpt_acts_create(const eng_gpt_t *m, int B, int T, eng_gpt_acts_t **out, kiln_err_t *err);
-void eng_gpt_acts_destroy(const eng_gpt_t *m, eng_gpt_acts_t *a);
+void eng_gpt_acts_destroy(eng_gpt_t *m, eng_gpt_acts_t *a);
 /* Copies host tokens (B*T) and targets (B*T, may be NULL) into a. */
 void eng_gpt_acts_set_batch(const eng_gpt_t *m, eng_gpt_acts_t *a, const int32_t *tokens,
                             const int32_t *targets);
@@ -191,6 +239,9 @@ int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out);
 /* Called during backward when the gradients of `block` are final for this microbatch set (the
  * data-parallel layer starts all-reducing them). Blocks come last to first. */
 typedef void (*eng_grads_ready_fn)(void *ctx, int block);
+
+/* eng_gpt_block_ranges with the model as a void pointer (eng_train_state_t.block_ranges). */
+int eng_gpt_block_ranges_of(const void *model, int block, eng_range_t *out);
 
 /* Whole forward over all blocks; returns the mean loss over B*T (0 without targets). */
 float eng_gpt_forward(eng_gpt_t *m, eng_gpt_acts_t *a, bool has_targets);
@@ -252,6 +303,8 @@ void eng_mlp_init_weights(eng_mlp_t *m, uint64_t seed);
 float eng_mlp_forward(eng_mlp_t *m, const float *x, const int32_t *y, int B);
 /* Backward after eng_mlp_forward with the same B; dloss per example. */
 void eng_mlp_backward(eng_mlp_t *m, int B, float dloss, eng_grads_ready_fn ready, void *ctx);
+/* Block (linear layer) `block`'s ranges: its weight and bias (OUT, 2); returns the count. */
+int eng_mlp_block_ranges_of(const void *model, int block, eng_range_t *out);
 /* Fraction of the B examples of the last forward whose argmax equals the label. */
 double eng_mlp_accuracy(eng_mlp_t *m, int B);
 
@@ -362,48 +415,84 @@ int eng_ckpt_read(const char *path, eng_ckpt_meta_t *meta, const eng_backend_t *
                   float *params, float *m, float *v, size_t n, kiln_err_t *err);
 
 /* ============================================================================================
- * Training
+ * Training: one loop (eng_train_run) for every layout. Data parallelism and the pipeline plug
+ * into it through eng_parallel_t; without one it trains a single process.
  * ============================================================================================ */
 
-/* dp module (additive): the trainer's state handed to hooks.attach, which a data-parallel layer
- * reads and may replace (e.g. broadcast from one rank, or keep only a shard of m and v). */
+/* What one rank does with the flat buffers. The loop fills it with the whole model (one range
+ * each); a parallel layer's attach narrows it. */
+typedef struct eng_share {
+    eng_ranges_t held;   /* parameters and gradients this rank computes with; pages outside them
+                          * may be given back to the system (backend discard) */
+    eng_ranges_t update; /* ranges this rank applies AdamW to; m and v are only touched here */
+    eng_ranges_t norm;   /* ranges whose squared gradients this rank adds to the global norm;
+                          * over all ranks they count every parameter exactly once */
+} eng_share_t;
+
+/* The loop's state as a parallel layer sees it (borrowed; valid until eng_train_run returns). */
 typedef struct eng_train_state {
     const eng_backend_t *be;
-    eng_params_t *p;               /* parameters and gradients; layout in p->tensors */
-    float **m, **v;                /* (n) AdamW moments; attach may be->free() them and set NULL
-                                    * when it keeps its own (sharded) copy (then optimizer_step
-                                    * and ckpt_state must be set) */
-    int n_blocks;                  /* blocks of the model, as passed to grads_ready */
+    eng_params_t *p;       /* parameters and gradients; layout in p->tensors */
+    float *m, *v;          /* (n) AdamW moments in the flat layout */
+    eng_gpt_t *gpt;        /* the GPT, or NULL (MLP) */
+    int n_blocks;          /* blocks of the model, as passed to grads_ready */
     /* the block's parameter ranges (OUT, up to ENG_MAX_TENSORS); returns the count. A range
      * listed by several blocks (GPT's tied wte) is final after the lowest of them. */
     int (*block_ranges)(const void *model, int block, eng_range_t *out);
     const void *model;
-    int64_t *step;                 /* optimizer steps done: the resume point */
-    eng_sampler_state_t *sampler;  /* training sampler (GPT) */
-    eng_rng_t *sample_rng;
-    uint64_t model_hash;
+    int B, T;              /* sequences per microbatch (activation batch), sequence length */
+    int passes;            /* passes of micro_batch_size sequences per step (accumulation) */
+    float dloss;           /* d(objective)/d(one token's loss): 1 / (tokens per replica-step) */
+    eng_share_t *share;    /* the rank's share (OUT: attach may narrow it) */
 } eng_train_state_t;
 
-/* Hooks through which data parallelism joins the loop; all optional (NULL = single process). */
-typedef struct eng_train_hooks {
+/* How a rank takes part in a job of several ranks: its place, the collectives the loop needs,
+ * and hooks that replace or extend the loop's steps. Fields a layer leaves NULL keep the loop's
+ * single-process behaviour. Every hook returns 0 or a KILN_E* status with err filled, which
+ * aborts training. Hooks run on the training thread; the collective ones must be called by
+ * every rank in the same order. */
+typedef struct eng_parallel {
+    const char *name;      /* "data parallel", "pipeline" */
     void *ctx;
-    /* called when block `block`'s gradients are final for this step (last microbatch only) */
-    eng_grads_ready_fn grads_ready;
-    /* called after backward of the last microbatch, before the norm: finish all reductions
-     * so grads hold the global average. Returns 0 or a KILN_E* status (aborts training). */
-    int (*grads_finish)(void *ctx, float *grads, size_t n);
-    /* all-reduce (sum) of a double across ranks, e.g. a partial sum of squares */
-    int (*allreduce_sum)(void *ctx, double *x);
-    /* dp module (additive), all optional:
-     * attach: once, after the model is built and this rank's resume, before step 1; collective.
-     * optimizer_step: replaces global norm + clipping + AdamW (reports the norm in *grad_norm).
-     * ckpt_state: on every rank whenever a checkpoint is due, before rank 0 writes it; sets the
-     * full m and v to write (borrowed until the next call). Each returns 0 or a KILN_E* status
-     * with err filled (aborts training). */
+    int replica, replicas; /* this rank's data shard: the sampler's rank and world */
+    int microbatches;      /* microbatches a pass of micro_batch_size sequences is cut into */
+
+    /* Collectives over every rank of the job (required). allgather: each rank fills slot
+     * `rank` of `slots` (world x slot_bytes); afterwards every slot holds that rank's bytes.
+     * bcast: root's bytes (host memory) into buf on every rank. */
+    int (*allgather)(void *ctx, void *slots, size_t slot_bytes, kiln_err_t *err);
+    int (*bcast)(void *ctx, void *buf, size_t bytes, int root, kiln_err_t *err);
+
+    /* Setup. prepare: before the model is built, knowing which rank holds the checkpoint the
+     * job resumes from (-1: none); sets *head_blocks (the blocks the GPT head is cut into).
+     * attach: after the model is built, before its parameters are initialised or loaded (only
+     * the held ranges are); narrows st->share. */
+    int (*prepare)(void *ctx, int resume_src, int *head_blocks, kiln_err_t *err);
     int (*attach)(void *ctx, eng_train_state_t *st, kiln_err_t *err);
-    int (*optimizer_step)(void *ctx, int64_t step, double lr, double *grad_norm, kiln_err_t *err);
-    int (*ckpt_state)(void *ctx, const float **m, const float **v, kiln_err_t *err);
-} eng_train_hooks_t;
+    /* The loop is about to release the model (after the run, or a failure): release what
+     * attach made from it. */
+    void (*detach)(void *ctx);
+
+    /* Every step. run_passes replaces the loop's forward (and, when train, backward) of the
+     * step's `passes` passes over sampler s; it adds this rank's sum of microbatch mean losses
+     * to *loss_sum and their number to *loss_count. grads_ready: a block's gradients are final
+     * (last microbatch of the step, blocks last to first). grads_finish: after backward; the
+     * gradients of the update and norm ranges must then hold the global average. after_update:
+     * after AdamW. step_metrics: extra metric values of the step (OUT, up to max; *n set). */
+    int (*run_passes)(void *ctx, eng_sampler_t *s, int passes, bool train, double *loss_sum,
+                      double *loss_count, kiln_err_t *err);
+    eng_grads_ready_fn grads_ready;
+    int (*grads_finish)(void *ctx, kiln_err_t *err);
+    int (*after_update)(void *ctx, int64_t step, kiln_err_t *err);
+    int (*step_metrics)(void *ctx, const char **names, double *vals, int max, int *n,
+                        kiln_err_t *err);
+
+    /* State for rank 0: gather makes rank 0's copy of buf (params, m or v; n floats in the flat
+     * layout) complete with the ranges other ranks own. checkpoint_extra: rank 0 writes what
+     * the layer keeps beside a checkpoint in dir. */
+    int (*gather)(void *ctx, float *buf, kiln_err_t *err);
+    int (*checkpoint_extra)(void *ctx, const char *dir, kiln_err_t *err);
+} eng_parallel_t;
 
 /* Options of one run, from the spec and the command line. */
 typedef struct eng_train_opts {
@@ -419,7 +508,7 @@ typedef struct eng_train_opts {
     volatile int *stop_flag;     /* set asynchronously (SIGTERM): checkpoint and stop */
     int64_t stop_after_step;     /* > 0: behave as if stop_flag were set after this step */
     bool quiet;                  /* no per-step stdout lines */
-    eng_train_hooks_t hooks;
+    const eng_parallel_t *parallel; /* borrowed; NULL: a single process */
 } eng_train_opts_t;
 
 /* The outcome of eng_train_run. */
@@ -435,14 +524,29 @@ typedef struct eng_train_result {
 } eng_train_result_t;
 
 struct spec;
-/* Runs the job spec: builds the model and data, resumes from the newest checkpoint in
- * opts->checkpoint_dir when present, trains to max_steps (logging to stdout, metrics to
- * metrics_fd), checkpoints every checkpoint.every_steps and when stop_flag is set, evaluates,
- * samples. Returns 0 (res->stopped says whether it stopped early), KILN_EINVAL (spec/model),
- * KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT (data, checkpoint), KILN_EUNSUPP (world > 1 without
- * data-parallel hooks). res may be NULL; otherwise free res->losses. */
+/* The training loop. Builds the model and data, resumes from the newest checkpoint that any
+ * rank finds in its opts->checkpoint_dir (that rank reads it and hands it to the others), trains
+ * to max_steps (logging to stdout on rank 0, metrics to metrics_fd), checkpoints every
+ * checkpoint.every_steps and when stop_flag is set on any rank, evaluates, samples, and writes
+ * the final model. A checkpoint holds the whole model in the flat layout whatever the layout of
+ * the run, so single-rank, data-parallel and pipelined runs resume each other's checkpoints.
+ * Checks the backend's status once per step. Returns 0 (res->stopped says whether it stopped
+ * early), KILN_EINVAL (spec/model), KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT (data, checkpoint),
+ * KILN_EUNSUPP (world > 1 without a parallel layer, or a combination the engine cannot run),
+ * KILN_EDEVICE, or a parallel layer's status. res may be NULL; otherwise free res->losses. */
 int eng_train_run(const struct spec *spec, const eng_train_opts_t *opts, eng_train_result_t *res,
                   kiln_err_t *err);
+
+/* Batch geometry of a run: each optimizer step takes global_batch_size sequences, split over
+ * `replicas` data-parallel replicas; each replica takes `passes` passes of micro sequences
+ * (hyperparameters.micro_batch_size, default all of its share), each pass cut into
+ * `microbatches` microbatches of B sequences (a pipeline's microbatches; 1 otherwise). */
+typedef struct eng_geometry {
+    int global, replicas, per_replica, micro, passes, microbatches, B, T;
+} eng_geometry_t;
+/* Fills *g (OUT). Returns 0 or KILN_EINVAL naming the field whose value does not divide. */
+int eng_geometry_init(eng_geometry_t *g, const struct spec *s, int replicas, int microbatches,
+                      kiln_err_t *err);
 
 /* Learning rate at 1-based step: linear warm-up to lr over warmup steps, then cosine decay to
  * min_lr_fraction*lr at max_steps. */

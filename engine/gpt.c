@@ -114,37 +114,195 @@ void eng_gpt_destroy(eng_gpt_t *m)
         m->be->free(m->p.params);
         m->be->free(m->p.grads);
         m->be->free(m->scratch);
+        m->be->free(m->work);
+        m->be->free(m->wbf);
+        m->be->free(m->xbf);
+        m->be->free(m->dbf);
     }
     free(m);
 }
 
-void eng_gpt_init_weights(eng_gpt_t *m, uint64_t seed)
+uint64_t eng_gpt_config_hash(const eng_gpt_config_t *c)
+{
+    uint64_t h = 1469598103934665603ULL;
+    int cf[6] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->n_layer, c->n_head,
+                 c->n_embd};
+    for (int i = 0; i < 6; i++) h ^= (uint64_t)cf[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+static int cmp_range_off(const void *a, const void *b)
+{
+    const eng_range_t *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+int eng_gpt_init_weights_ranges(eng_gpt_t *m, uint64_t seed, const eng_range_t *ranges, int n,
+                                kiln_err_t *err)
 {
     const eng_gpt_config_t *c = &m->cfg;
-    size_t n = m->p.n;
-    float *h = malloc(n * sizeof(float));
-    if (!h) return;
-    eng_rng_t r;
-    eng_rng_seed(&r, seed);
+    const eng_params_t *P = &m->p;
+    eng_range_t *r = NULL;
+    float *buf = NULL;
+    int rc = KILN_OK;
+    size_t maxn = 1;
+    r = malloc(sizeof(*r) * (size_t)(n > 0 ? n : 1));
+    if (!r) goto nomem;
+    memcpy(r, ranges, sizeof(*r) * (size_t)n);
+    qsort(r, (size_t)n, sizeof(*r), cmp_range_off);
+    for (int i = 0; i < n; i++) maxn = r[i].n > maxn ? r[i].n : maxn;
+    buf = malloc(sizeof(float) * maxn);
+    if (!buf) goto nomem;
+    eng_rng_t rng;
+    eng_rng_seed(&rng, seed);
     double resid_std = 0.02 / sqrt(2.0 * c->n_layer);
-    for (int i = 0; i < m->p.n_tensors; i++) {
-        const eng_tensor_t *t = &m->p.tensors[i];
-        float *dst = h + t->off;
+    size_t wte_real = (size_t)c->vocab_size * c->n_embd; /* wte rows past V stay 0 */
+    for (int k = 0; k < P->n_tensors; k++) {
+        const eng_tensor_t *t = &P->tensors[k];
         const char *nm = t->name;
-        if (!strcmp(nm, "ln1w") || !strcmp(nm, "ln2w") || !strcmp(nm, "lnfw")) {
-            for (size_t j = 0; j < t->n; j++) dst[j] = 1.0f;
-        } else if (t->decay) {
-            double sd = (!strcmp(nm, "attprojw") || !strcmp(nm, "fcprojw")) ? resid_std : 0.02;
-            for (size_t j = 0; j < t->n; j++) dst[j] = (float)(sd * eng_rng_normal(&r));
-            if (!strcmp(nm, "wte"))
-                memset(dst + (size_t)c->vocab_size * c->n_embd, 0,
-                       sizeof(float) * (size_t)(c->padded_vocab_size - c->vocab_size) * c->n_embd);
-        } else {
-            memset(dst, 0, t->n * sizeof(float));
+        bool ones = !strcmp(nm, "ln1w") || !strcmp(nm, "ln2w") || !strcmp(nm, "lnfw");
+        bool normal = !ones && t->decay;
+        double sd = (!strcmp(nm, "attprojw") || !strcmp(nm, "fcprojw")) ? resid_std : 0.02;
+        size_t pos = t->off, end = t->off + t->n; /* next element whose value is drawn */
+        for (int i = 0; i < n; i++) {
+            size_t a = r[i].off > t->off ? r[i].off : t->off;
+            size_t b = r[i].off + r[i].n < end ? r[i].off + r[i].n : end;
+            if (a >= b) continue;
+            if (normal) {
+                for (; pos < a; pos++) eng_rng_normal(&rng); /* values of other ranks' ranges */
+                for (size_t j = a; j < b; j++, pos++) {
+                    float x = (float)(sd * eng_rng_normal(&rng));
+                    buf[j - a] = k == 0 && j - t->off >= wte_real ? 0.0f : x;
+                }
+            } else {
+                for (size_t j = a; j < b; j++) buf[j - a] = ones ? 1.0f : 0.0f;
+            }
+            m->be->to_device(P->params + a, buf, (b - a) * sizeof(float));
         }
+        if (normal) /* the rest of this tensor's draws come before the next tensor's */
+            for (; pos < end; pos++) eng_rng_normal(&rng);
     }
-    m->be->to_device(m->p.params, h, n * sizeof(float));
-    free(h);
+    goto done;
+nomem:
+    rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory while initialising parameters");
+done:
+    free(r);
+    free(buf);
+    return rc;
+}
+
+void eng_gpt_init_weights(eng_gpt_t *m, uint64_t seed)
+{
+    eng_range_t all = {0, m->p.n};
+    kiln_err_t err;
+    if (eng_gpt_init_weights_ranges(m, seed, &all, 1, &err))
+        log_error("gpt: %s", err.message);
+}
+
+/* ---- activation checkpointing and bf16 ------------------------------------------------------- */
+
+/* Floats of one block's activations that a recomputing model keeps in its workspace, for
+ * microbatches of B x T: ln1 with mean and rstd, qkv, att, atty; ln2 with mean and rstd, fch,
+ * fch_gelu; and the head's logits. */
+static void work_sizes(const eng_gpt_config_t *c, size_t B, size_t T, size_t s[12])
+{
+    size_t C = c->n_embd, NH = c->n_head, BT = B * T;
+    s[0] = BT * C; s[1] = BT; s[2] = BT; s[3] = BT * 3 * C; s[4] = B * NH * T * T; s[5] = BT * C;
+    s[6] = BT * C; s[7] = BT; s[8] = BT; s[9] = BT * 4 * C; s[10] = BT * 4 * C;
+    s[11] = BT * (size_t)c->padded_vocab_size;
+}
+
+int eng_gpt_set_recompute(eng_gpt_t *m, bool on, kiln_err_t *err)
+{
+    m->be->free(m->work);
+    m->work = NULL;
+    m->recompute = on;
+    if (!on) return KILN_OK;
+    size_t s[12], total = 0;
+    work_sizes(&m->cfg, (size_t)m->scratch_B, (size_t)m->scratch_T, s);
+    for (int i = 0; i < 12; i++) total += (s[i] + 15) / 16 * 16;
+    m->work = m->be->alloc(total * sizeof(float));
+    m->work_bytes = total * sizeof(float);
+    if (!m->work) {
+        m->recompute = false;
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "could not allocate the recompute workspace");
+    }
+    return KILN_OK;
+}
+
+int eng_gpt_set_bf16(eng_gpt_t *m, bool on, kiln_err_t *err)
+{
+    const eng_backend_t *be = m->be;
+    int rc;
+    be->free(m->wbf);
+    be->free(m->xbf);
+    be->free(m->dbf);
+    m->wbf = m->xbf = m->dbf = NULL;
+    m->bf16 = false;
+    if (!on) return KILN_OK;
+    if (!be->bf16)
+        return kiln_err_set(err, KILN_EUNSUPP, "distribution.mixed_precision",
+                            "the %s backend has no bf16 compute", be->name);
+    if ((rc = be->bf16->available(err))) return rc;
+    size_t BT = (size_t)m->scratch_B * m->scratch_T, C = m->cfg.n_embd;
+    size_t Vp = m->cfg.padded_vocab_size, dmax = 4 * C > Vp ? 4 * C : Vp;
+    m->wbf = be->alloc(m->p.n * sizeof(uint16_t));
+    m->xbf = be->alloc(BT * 4 * C * sizeof(uint16_t));
+    m->dbf = be->alloc(BT * dmax * sizeof(uint16_t));
+    if (!m->wbf || !m->xbf || !m->dbf) {
+        eng_gpt_set_bf16(m, false, NULL);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "could not allocate the bf16 weights");
+    }
+    m->bf16 = true;
+    return KILN_OK;
+}
+
+uint16_t *eng_gpt_bf16_weights(eng_gpt_t *m) { return m->bf16 ? m->wbf : NULL; }
+
+void eng_gpt_bf16_refresh(eng_gpt_t *m, size_t off, size_t n)
+{
+    if (m->bf16) m->be->bf16->from_f32(m->wbf + off, m->p.params + off, n);
+}
+
+/* The GEMMs of every block: fp32, or through the bf16 group (the input rounded into xbf, the
+ * weight's bf16 copy at the weight's flat offset, the output gradient rounded into dbf). */
+static void mm_forward(eng_gpt_t *m, float *out, const float *inp, const float *w,
+                       const float *bias, int N, int C, int OC)
+{
+    if (!m->bf16) {
+        m->be->matmul_forward(out, inp, w, bias, N, C, OC);
+        return;
+    }
+    m->be->bf16->from_f32(m->xbf, inp, (size_t)N * C);
+    m->be->bf16->matmul_forward(out, m->xbf, m->wbf + (w - m->p.params), bias, N, C, OC);
+}
+
+static void mm_backward(eng_gpt_t *m, float *dinp, float *dw, float *dbias, const float *dout,
+                        const float *inp, const float *w, int N, int C, int OC)
+{
+    if (!m->bf16) {
+        m->be->matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+        return;
+    }
+    m->be->bf16->from_f32(m->dbf, dout, (size_t)N * OC);
+    m->be->bf16->from_f32(m->xbf, inp, (size_t)N * C);
+    m->be->bf16->matmul_backward(dinp, dw, dbias, dout, m->dbf, m->xbf, m->wbf + (w - m->p.params),
+                                 N, C, OC);
+}
+
+/* With recompute, the workspace's three regions (an attention half's activations, an MLP
+ * half's, the whole head's logits) remember the activation set and block they were last
+ * computed for: a backward that comes straight after its forward (the last layer of a
+ * single-process step) finds them current and skips the recomputation. */
+enum { WORK_ATTN = 0, WORK_MLP = 1, WORK_HEAD = 2 };
+static void work_mark(eng_gpt_t *m, int region, const eng_gpt_acts_t *a, int block)
+{
+    m->work_acts[region] = a;
+    m->work_block[region] = block;
+}
+static bool work_current(const eng_gpt_t *m, int region, const eng_gpt_acts_t *a, int block)
+{
+    return m->work_acts[region] == a && m->work_block[region] == block;
 }
 
 /* ---- activations ------------------------------------------------------------------------------ */
@@ -154,7 +312,7 @@ int eng_gpt_acts_create(const eng_gpt_t *m, int B, int T, eng_gpt_acts_t **out, 
     const eng_gpt_config_t *c = &m->cfg;
     eng_gpt_acts_t *a = NULL;
     *out = NULL;
-    if (T < 1 || T > c->max_seq_len || B < 1)
+    if (T < 1 || T > c->max_seq_len || B < 1 || (m->recompute && B > m->scratch_B))
         return kiln_err_set(err, KILN_EINVAL, NULL, "bad activation shape B=%d T=%d", B, T);
     a = calloc(1, sizeof(*a));
     if (!a) goto nomem;
@@ -162,18 +320,22 @@ int eng_gpt_acts_create(const eng_gpt_t *m, int B, int T, eng_gpt_acts_t **out, 
     a->T = T;
     size_t L = c->n_layer, C = c->n_embd, NH = c->n_head, BT = (size_t)B * T,
            Vp = c->padded_vocab_size;
+    /* With recompute, a block's activations (all but the boundaries) are one layer's worth in
+     * the model's workspace, shared by every activation set: each block recomputes them at the
+     * start of its backward. */
+    size_t Lk = m->recompute ? 0 : L;
     /* plan: ints first (as floats' worth of space), then floats */
     size_t sizes[] = {
         BT, BT,                                   /* tokens, targets (int32) */
         (L + 1) * BT * C,                         /* resid */
-        L * BT * C, L * BT, L * BT,               /* ln1, mean, rstd */
-        L * BT * 3 * C,                           /* qkv */
-        L * B * NH * T * T,                       /* att */
-        L * BT * C, L * BT * C,                   /* atty, resid2 */
-        L * BT * C, L * BT, L * BT,               /* ln2, mean, rstd */
-        L * BT * 4 * C, L * BT * 4 * C,           /* fch, fch_gelu */
+        Lk * BT * C, Lk * BT, Lk * BT,            /* ln1, mean, rstd */
+        Lk * BT * 3 * C,                          /* qkv */
+        Lk * B * NH * T * T,                      /* att */
+        Lk * BT * C, L * BT * C,                  /* atty, resid2 */
+        Lk * BT * C, Lk * BT, Lk * BT,            /* ln2, mean, rstd */
+        Lk * BT * 4 * C, Lk * BT * 4 * C,         /* fch, fch_gelu */
         BT * C + 4 * BT, BT, BT,                  /* lnf with the head's stats, mean, rstd */
-        BT * Vp, BT,                              /* probs, losses */
+        m->recompute ? 0 : BT * Vp, BT,           /* probs, losses */
     };
     size_t total = 0;
     for (size_t i = 0; i < KILN_ARRAY_LEN(sizes); i++) total += (sizes[i] + 15) / 16 * 16;
@@ -191,17 +353,34 @@ int eng_gpt_acts_create(const eng_gpt_t *m, int B, int T, eng_gpt_acts_t **out, 
         p += (sizes[i] + 15) / 16 * 16;
     }
     a->hstats = a->lnf + BT * C;
+    if (m->recompute) {
+        size_t ws[12];
+        work_sizes(c, (size_t)m->scratch_B, (size_t)m->scratch_T, ws);
+        float **wd[12] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->att, &a->atty,
+                          &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->probs};
+        float *w = m->work;
+        for (int i = 0; i < 12; i++) {
+            *wd[i] = w;
+            w += (ws[i] + 15) / 16 * 16;
+        }
+    }
     *out = a;
     return KILN_OK;
 nomem:
-    eng_gpt_acts_destroy(m, a);
+    if (a) { /* never used, so no workspace region remembers it */
+        m->be->free(a->slab);
+        free(a->host_losses);
+        free(a);
+    }
     return kiln_err_set(err, KILN_ENOMEM, NULL, "could not allocate activations for B=%d T=%d", B,
                         T);
 }
 
-void eng_gpt_acts_destroy(const eng_gpt_t *m, eng_gpt_acts_t *a)
+void eng_gpt_acts_destroy(eng_gpt_t *m, eng_gpt_acts_t *a)
 {
     if (!a) return;
+    for (int i = 0; i < 3; i++)
+        if (m->work_acts[i] == a) m->work_acts[i] = NULL;
     m->be->free(a->slab);
     free(a->host_losses);
     free(a);
@@ -299,9 +478,10 @@ static void head_forward(eng_gpt_t *m, eng_gpt_acts_t *a, bool has_targets)
     int BT = a->B * a->T, C = c->n_embd;
     const float *x = a->resid + (size_t)c->n_layer * BT * C;
     be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, m->w.lnfw, m->w.lnfb, BT, C);
-    be->matmul_forward(a->probs, a->lnf, m->w.wte, NULL, BT, C, c->padded_vocab_size);
+    mm_forward(m, a->probs, a->lnf, m->w.wte, NULL, BT, C, c->padded_vocab_size);
     be->xent_forward(a->probs, a->losses, a->probs, has_targets ? a->targets : NULL, BT,
                      c->vocab_size, c->padded_vocab_size);
+    work_mark(m, WORK_HEAD, has_targets ? a : NULL, 2 * c->n_layer + 1);
 }
 
 static void head_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float *din, float dloss)
@@ -310,9 +490,15 @@ static void head_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float *din, float dlo
     const eng_gpt_config_t *c = &m->cfg;
     int BT = a->B * a->T, C = c->n_embd, Vp = c->padded_vocab_size;
     const float *x = a->resid + (size_t)c->n_layer * BT * C;
+    if (m->recompute && !work_current(m, WORK_HEAD, a, 2 * c->n_layer + 1)) {
+        /* the softmax, from the kept lnf */
+        mm_forward(m, a->probs, a->lnf, m->w.wte, NULL, BT, C, Vp);
+        be->xent_forward(a->probs, a->losses, a->probs, a->targets, BT, c->vocab_size, Vp);
+    }
     be->xent_backward(a->probs, a->probs, a->targets, dloss, BT, c->vocab_size, Vp);
+    work_mark(m, WORK_HEAD, NULL, -1); /* the probabilities are now dlogits */
     /* dlnf = dlogits @ wte; dwte += dlogits^T @ lnf */
-    be->matmul_backward(m->d_bt, m->g.wte, NULL, a->probs, a->lnf, m->w.wte, BT, C, Vp);
+    mm_backward(m, m->d_bt, m->g.wte, NULL, a->probs, a->lnf, m->w.wte, BT, C, Vp);
     be->memset_zero(din, (size_t)BT * C * sizeof(float));
     be->layernorm_backward(din, m->g.lnfw, m->g.lnfb, m->d_bt, x, m->w.lnfw, a->lnf_mean,
                            a->lnf_rstd, BT, C);
@@ -331,7 +517,8 @@ static void head_slice_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int j, bool has_
     if (j == 0)
         be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd,
                               a->resid + (size_t)c->n_layer * BT * C, m->w.lnfw, m->w.lnfb, BT, C);
-    be->matmul_forward(logits, a->lnf, m->w.wte + (size_t)r0 * C, NULL, BT, C, r1 - r0);
+    mm_forward(m, logits, a->lnf, m->w.wte + (size_t)r0 * C, NULL, BT, C, r1 - r0);
+    work_mark(m, WORK_HEAD, NULL, -1); /* the whole head's region now holds a slice */
     be->xent_chunk_forward(a->hstats, logits, has_targets ? a->targets : NULL, BT, r0, r1 - r0,
                            c->vocab_size, j == 0);
     if (j == m->head_blocks - 1) be->xent_chunk_finish(has_targets ? a->losses : NULL, a->hstats, BT);
@@ -350,11 +537,13 @@ static void head_slice_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int j, const fl
     eng_gpt_head_rows(m, j, &r0, &r1);
     float *logits = a->probs + (size_t)BT * r0;
     const float *lse = j == J - 1 ? a->hstats + 3 * (size_t)BT : dout + BTC;
+    if (m->recompute) /* the slice's logits, from the kept lnf (its statistics are kept) */
+        mm_forward(m, logits, a->lnf, m->w.wte + (size_t)r0 * C, NULL, BT, C, r1 - r0);
     be->xent_chunk_backward(logits, logits, lse, a->targets, dloss, BT, r0, r1 - r0,
                             c->vocab_size);
     float *dl = j == 0 ? m->d_bt : din;
-    be->matmul_backward(dl, m->g.wte + (size_t)r0 * C, NULL, logits, a->lnf,
-                        m->w.wte + (size_t)r0 * C, BT, C, r1 - r0);
+    mm_backward(m, dl, m->g.wte + (size_t)r0 * C, NULL, logits, a->lnf, m->w.wte + (size_t)r0 * C,
+                BT, C, r1 - r0);
     if (j < J - 1) be->residual_forward(dl, dl, dout, BTC);
     if (j > 0) {
         be->copy(din + BTC, lse, (size_t)BT * sizeof(float));
@@ -366,16 +555,58 @@ static void head_slice_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int j, const fl
                            a->lnf_rstd, BT, C);
 }
 
-void eng_gpt_block_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, bool has_targets)
+/* Layer l's slice of a per-layer activation: with recompute there is one layer's worth. */
+static size_t lw(const eng_gpt_t *m, int l) { return m->recompute ? 0 : (size_t)l; }
+
+/* res2 = x + attproj(attention(qkv(ln1(x)))) for layer l */
+static void attn_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int l)
 {
     const eng_backend_t *be = m->be;
-    const eng_gpt_config_t *c = &m->cfg;
-    int B = a->B, T = a->T, C = c->n_embd, NH = c->n_head, l;
-    size_t BT = (size_t)B * T;
     const eng_gpt_weights_t *w = &m->w;
+    int B = a->B, T = a->T, C = m->cfg.n_embd, NH = m->cfg.n_head;
+    size_t BT = (size_t)B * T, k = lw(m, l);
+    const float *x = a->resid + l * BT * C;
+    float *ln1 = a->ln1 + k * BT * C, *ln1m = a->ln1_mean + k * BT, *ln1r = a->ln1_rstd + k * BT;
+    float *qkv = a->qkv + k * BT * 3 * C, *att = a->att + k * B * NH * T * T;
+    float *atty = a->atty + k * BT * C, *res2 = a->resid2 + l * BT * C;
+    be->layernorm_forward(ln1, ln1m, ln1r, x, w->ln1w + l * C, w->ln1b + l * C, (int)BT, C);
+    mm_forward(m, qkv, ln1, w->qkvw + (size_t)l * 3 * C * C, w->qkvb + l * 3 * C, (int)BT, C, 3 * C);
+    be->attention_forward(atty, att, qkv, B, T, C, NH);
+    mm_forward(m, res2, atty, w->attprojw + (size_t)l * C * C, w->attprojb + l * C, (int)BT, C, C);
+    be->residual_forward(res2, res2, x, BT * C);
+    work_mark(m, WORK_ATTN, a, 2 * l + 1);
+}
+
+/* y = res2 + fcproj(gelu(fc(ln2(res2)))) for layer l */
+static void mlp_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int l)
+{
+    const eng_backend_t *be = m->be;
+    const eng_gpt_weights_t *w = &m->w;
+    int C = m->cfg.n_embd;
+    size_t BT = (size_t)a->B * a->T, k = lw(m, l);
+    const float *res2 = a->resid2 + l * BT * C;
+    float *y = a->resid + (l + 1) * BT * C;
+    float *ln2 = a->ln2 + k * BT * C, *ln2m = a->ln2_mean + k * BT, *ln2r = a->ln2_rstd + k * BT;
+    float *fch = a->fch + k * BT * 4 * C, *fchg = a->fch_gelu + k * BT * 4 * C;
+    const float *fcw = w->fcw + (size_t)l * 4 * C * C, *fcb = w->fcb + l * 4 * C;
+    be->layernorm_forward(ln2, ln2m, ln2r, res2, w->ln2w + l * C, w->ln2b + l * C, (int)BT, C);
+    if (!m->bf16 && be->fused && be->fused->matmul_forward_gelu) {
+        be->fused->matmul_forward_gelu(fchg, fch, ln2, fcw, fcb, (int)BT, C, 4 * C);
+    } else {
+        mm_forward(m, fch, ln2, fcw, fcb, (int)BT, C, 4 * C);
+        be->gelu_forward(fchg, fch, BT * 4 * C);
+    }
+    mm_forward(m, y, fchg, w->fcprojw + (size_t)l * C * 4 * C, w->fcprojb + l * C, (int)BT, 4 * C, C);
+    be->residual_forward(y, y, res2, BT * C);
+    work_mark(m, WORK_MLP, a, 2 * l + 2);
+}
+
+void eng_gpt_block_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, bool has_targets)
+{
+    int l;
     switch (block_kind(m, block, &l)) {
     case BK_EMBED:
-        be->encoder_forward(a->resid, a->tokens, w->wte, w->wpe, B, T, C);
+        m->be->encoder_forward(a->resid, a->tokens, m->w.wte, m->w.wpe, a->B, a->T, m->cfg.n_embd);
         return;
     case BK_HEAD:
         if (m->head_blocks == 1)
@@ -383,36 +614,12 @@ void eng_gpt_block_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, bool has_
         else
             head_slice_forward(m, a, l, has_targets);
         return;
-    case BK_ATTN: {
-        /* res2 = x + attproj(attention(qkv(ln1(x)))) */
-        const float *x = a->resid + l * BT * C;
-        float *ln1 = a->ln1 + l * BT * C, *ln1m = a->ln1_mean + l * BT, *ln1r = a->ln1_rstd + l * BT;
-        float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + (size_t)l * B * NH * T * T;
-        float *atty = a->atty + l * BT * C, *res2 = a->resid2 + l * BT * C;
-        be->layernorm_forward(ln1, ln1m, ln1r, x, w->ln1w + l * C, w->ln1b + l * C, (int)BT, C);
-        be->matmul_forward(qkv, ln1, w->qkvw + (size_t)l * 3 * C * C, w->qkvb + l * 3 * C, (int)BT,
-                           C, 3 * C);
-        be->attention_forward(atty, att, qkv, B, T, C, NH);
-        be->matmul_forward(res2, atty, w->attprojw + (size_t)l * C * C, w->attprojb + l * C,
-                           (int)BT, C, C);
-        be->residual_forward(res2, res2, x, BT * C);
+    case BK_ATTN:
+        attn_forward(m, a, l);
         return;
-    }
-    case BK_MLP: {
-        /* y = res2 + fcproj(gelu(fc(ln2(res2)))) */
-        const float *res2 = a->resid2 + l * BT * C;
-        float *y = a->resid + (l + 1) * BT * C;
-        float *ln2 = a->ln2 + l * BT * C, *ln2m = a->ln2_mean + l * BT, *ln2r = a->ln2_rstd + l * BT;
-        float *fch = a->fch + l * BT * 4 * C, *fchg = a->fch_gelu + l * BT * 4 * C;
-        be->layernorm_forward(ln2, ln2m, ln2r, res2, w->ln2w + l * C, w->ln2b + l * C, (int)BT, C);
-        be->matmul_forward(fch, ln2, w->fcw + (size_t)l * 4 * C * C, w->fcb + l * 4 * C, (int)BT, C,
-                           4 * C);
-        be->gelu_forward(fchg, fch, BT * 4 * C);
-        be->matmul_forward(y, fchg, w->fcprojw + (size_t)l * C * 4 * C, w->fcprojb + l * C,
-                           (int)BT, 4 * C, C);
-        be->residual_forward(y, y, res2, BT * C);
+    case BK_MLP:
+        mlp_forward(m, a, l);
         return;
-    }
     }
 }
 
@@ -436,35 +643,44 @@ void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const fl
             head_slice_backward(m, a, l, dout, din, dloss);
         return;
     case BK_ATTN: {
+        size_t k = lw(m, l);
         const float *x = a->resid + l * BT * C;
-        float *ln1 = a->ln1 + l * BT * C, *ln1m = a->ln1_mean + l * BT, *ln1r = a->ln1_rstd + l * BT;
-        float *qkv = a->qkv + l * BT * 3 * C, *att = a->att + (size_t)l * B * NH * T * T;
-        float *atty = a->atty + l * BT * C;
+        float *ln1 = a->ln1 + k * BT * C, *ln1m = a->ln1_mean + k * BT, *ln1r = a->ln1_rstd + k * BT;
+        float *qkv = a->qkv + k * BT * 3 * C, *att = a->att + k * B * NH * T * T;
+        float *atty = a->atty + k * BT * C;
+        if (m->recompute && !work_current(m, WORK_ATTN, a, block)) attn_forward(m, a, l);
         be->copy(din, dout, BT * C * sizeof(float));
-        be->matmul_backward(m->d_bt, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, dout,
-                            atty, w->attprojw + (size_t)l * C * C, (int)BT, C, C);
+        mm_backward(m, m->d_bt, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, dout, atty,
+                    w->attprojw + (size_t)l * C * C, (int)BT, C, C);
         be->attention_backward(m->d_qkv, m->d_att, m->d_bt, qkv, att, B, T, C, NH);
-        be->matmul_backward(m->d_bt, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C,
-                            m->d_qkv, ln1, w->qkvw + (size_t)l * 3 * C * C, (int)BT, C, 3 * C);
+        mm_backward(m, m->d_bt, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, m->d_qkv,
+                    ln1, w->qkvw + (size_t)l * 3 * C * C, (int)BT, C, 3 * C);
         be->layernorm_backward(din, g->ln1w + l * C, g->ln1b + l * C, m->d_bt, x, w->ln1w + l * C,
                                ln1m, ln1r, (int)BT, C);
         return;
     }
     case BK_MLP: {
+        size_t k = lw(m, l);
         const float *res2 = a->resid2 + l * BT * C;
-        float *ln2 = a->ln2 + l * BT * C, *ln2m = a->ln2_mean + l * BT, *ln2r = a->ln2_rstd + l * BT;
-        float *fch = a->fch + l * BT * 4 * C, *fchg = a->fch_gelu + l * BT * 4 * C;
+        float *ln2 = a->ln2 + k * BT * C, *ln2m = a->ln2_mean + k * BT, *ln2r = a->ln2_rstd + k * BT;
+        float *fch = a->fch + k * BT * 4 * C, *fchg = a->fch_gelu + k * BT * 4 * C;
+        if (m->recompute && !work_current(m, WORK_MLP, a, block)) mlp_forward(m, a, l);
         be->copy(din, dout, BT * C * sizeof(float));
-        be->matmul_backward(m->d_fch, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C, dout,
-                            fchg, w->fcprojw + (size_t)l * C * 4 * C, (int)BT, 4 * C, C);
+        mm_backward(m, m->d_fch, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C, dout,
+                    fchg, w->fcprojw + (size_t)l * C * 4 * C, (int)BT, 4 * C, C);
         be->gelu_backward(m->d_fch, fch, m->d_fch, BT * 4 * C);
-        be->matmul_backward(m->d_bt, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, m->d_fch,
-                            ln2, w->fcw + (size_t)l * 4 * C * C, (int)BT, C, 4 * C);
+        mm_backward(m, m->d_bt, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, m->d_fch, ln2,
+                    w->fcw + (size_t)l * 4 * C * C, (int)BT, C, 4 * C);
         be->layernorm_backward(din, g->ln2w + l * C, g->ln2b + l * C, m->d_bt, res2,
                                w->ln2w + l * C, ln2m, ln2r, (int)BT, C);
         return;
     }
     }
+}
+
+int eng_gpt_block_ranges_of(const void *model, int block, eng_range_t *out)
+{
+    return eng_gpt_block_ranges(model, block, out);
 }
 
 int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out)

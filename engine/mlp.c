@@ -168,3 +168,12 @@ double eng_mlp_accuracy(eng_mlp_t *m, int B)
     free(y);
     return (double)ok / B;
 }
+
+int eng_mlp_block_ranges_of(const void *model, int block, eng_range_t *out)
+{
+    const eng_mlp_t *m = model;
+    if (block < 0 || block >= m->n_layers) return 0;
+    out[0] = (eng_range_t){m->p.tensors[2 * block].off, m->p.tensors[2 * block].n};
+    out[1] = (eng_range_t){m->p.tensors[2 * block + 1].off, m->p.tensors[2 * block + 1].n};
+    return 2;
+}

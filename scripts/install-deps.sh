@@ -5,6 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential pkg-config
+  libdnnl-dev
   libmicrohttpd-dev libjansson-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libpq-dev postgresql libfabric-dev libfabric-bin libcriterion-dev
   libopenblas-openmp-dev libopenblas0-openmp libcurl4-openssl-dev libpcre2-dev

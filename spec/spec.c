@@ -713,6 +713,34 @@ int spec_dp_replicas(const spec_t *s)
     return spec_world_size(s) / p;
 }
 
+/* Combinations the training engine cannot run, refused at submission rather than at run time:
+ * mixed precision and activation checkpointing apply to the GPT (the MLP has neither); pipeline
+ * stages and a sharded optimizer state keep their parts in host memory, so neither runs on GPU
+ * slots. What a given machine cannot do (a CPU without bf16 instructions) is only known where
+ * the job runs, and kiln-train refuses it there (exit code 2). */
+static int check_engine_support(const spec_t *s, kiln_err_t *err)
+{
+    const spec_distribution_t *d = &s->dist;
+    bool gpt = !strcmp(s->model.type, "gpt");
+    bool on_gpu = !strcmp(s->res.slot_type, "gpu") && strcmp(spec_device(s), "cpu") != 0;
+    if (!gpt && !strcmp(d->mixed_precision, "bf16"))
+        return invalid(err, "distribution.mixed_precision", "leave out mixed_precision for the mlp model",
+                       "mixed_precision \"bf16\" applies to the gpt model, not the %s", s->model.type);
+    if (!gpt && d->activation_checkpointing)
+        return invalid(err, "distribution.activation_checkpointing", "leave out activation_checkpointing for the mlp model",
+                       "activation_checkpointing applies to the gpt model, not the %s", s->model.type);
+    if (on_gpu && d->mp_partitions > 1)
+        return invalid(err, "distribution.model_parallel.partitions",
+                       "train pipelines on cpu slots (resources.slot_type \"cpu\"), or without partitions on gpu slots",
+                       "pipeline parallelism runs on host memory; this job asks for gpu slots");
+    if (on_gpu && d->dp_shard_optimizer_state && spec_dp_replicas(s) > 1)
+        return invalid(err, "distribution.data_parallel.shard_optimizer_state",
+                       "set shard_optimizer_state to false on gpu slots",
+                       "shard_optimizer_state keeps its savings in lazily backed host memory; on gpu slots it would save "
+                       "nothing");
+    return 0;
+}
+
 int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err)
 {
     static const char *const keys[] = {"name", "project", "model", "data", "hyperparameters", "resources",
@@ -739,7 +767,8 @@ int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err)
     }
     if ((rc = parse_model(model, out, err)) || (rc = parse_data(data, out, err)) || (rc = parse_hparams(hp, out, err)) ||
         (rc = parse_resources(res, out, err)) || (rc = parse_distribution(dist, out, err)) ||
-        (rc = parse_rest(in, out, err)) || (rc = check_batches(out, err)))
+        (rc = parse_rest(in, out, err)) || (rc = check_batches(out, err)) ||
+        (rc = check_engine_support(out, err)))
         goto fail;
     return 0;
 fail:

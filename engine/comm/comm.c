@@ -56,6 +56,10 @@ int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err)
         return rc;
     if (rc == 0)
         cfg->timeout_s = (double)v;
+    if ((rc = env_long("KILN_COMM_WATCHDOG_S", 1, 86400 * 7, &v, err)) < 0)
+        return rc;
+    if (rc == 0)
+        cfg->watchdog_s = (double)v;
     if ((rc = env_long("KILN_COMM_CHUNK_BYTES", 64, 1L << 30, &v, err)) < 0)
         return rc;
     if (rc == 0)
@@ -138,6 +142,7 @@ int comm_create(const comm_config_t *cfg, comm_t **out, kiln_err_t *err)
     e->world = cfg->world_size;
     e->local_rank = cfg->local_rank;
     e->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
+    e->watchdog_us = (int64_t)((cfg->watchdog_s > 0 ? cfg->watchdog_s : COMM_WATCHDOG_DEFAULT_S) * 1e6);
     e->chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : (1u << 20);
     e->chunk_bytes = (e->chunk_bytes + 63) & ~(size_t)63;
     e->depth = cfg->depth > 0 ? cfg->depth : 4;
@@ -284,6 +289,8 @@ int comm_wait(comm_req_t *req, kiln_err_t *err)
             pthread_mutex_unlock(&e->ctl_mu);
         }
         pthread_mutex_lock(&e->mu);
+        if (!e->failed && kiln_mono_us() - since >= e->watchdog_us)
+            comm_watchdog_fail_locked(e, req, (kiln_mono_us() - since) / 1e6);
         if (e->failed && !req->done) {
             /* The stuck thread may still hold req: leave it allocated. */
             int st = e->failed;
@@ -427,6 +434,13 @@ static int gather_small(comm_t *c, void *elems, size_t esize, kiln_err_t *err)
     comm_req_t *req = NULL;
     int rc = start_coll(c, COMM_OP_ALLGATHER, elems, (size_t)c->size, esize, COMM_SUM, 0, &req, err);
     return rc != 0 ? rc : comm_wait(req, err);
+}
+
+int comm_allgather_bytes(comm_t *c, void *slots, size_t slot_bytes, kiln_err_t *err)
+{
+    if (!c || slot_bytes == 0)
+        return kiln_err_set(err, KILN_EINVAL, NULL, "a group and a slot size are required");
+    return gather_small(c, slots, slot_bytes, err);
 }
 
 int comm_barrier(comm_t *c, kiln_err_t *err)

@@ -12,7 +12,10 @@
  * on every rank. A rank that dies makes every pending and later operation fail fast with
  * KILN_ECOMM and the dead rank named ("rank 3 (host h) disconnected"); the group is then unusable
  * (the fabric endpoint is abandoned, so no buffer of a failed operation is touched again) and the
- * caller should report the message and exit non-zero. */
+ * caller should report the message and exit non-zero. A rank that is alive but stalled (stopped,
+ * hung) trips the watchdog instead: when started operations make no progress for watchdog_s, every
+ * operation fails with KILN_ETIMEDOUT naming the rank this one waits on ("no progress for 180 s
+ * in an allreduce: waiting on rank 1 (host h)"). */
 #ifndef KILN_COMM_H
 #define KILN_COMM_H
 
@@ -27,6 +30,10 @@ typedef struct comm_req comm_req_t;
 
 typedef enum { COMM_SUM = 0, COMM_AVG = 1 } comm_redop_t;
 
+/* The watchdog's default: long enough for a peer's slowest step or checkpoint, short enough that
+ * a stalled job fails within minutes. KILN_COMM_WATCHDOG_S overrides it. */
+#define COMM_WATCHDOG_DEFAULT_S 180
+
 /* Pass as color to comm_split() to take no part in any new group (*out becomes NULL). */
 #define COMM_UNDEFINED (-1)
 
@@ -38,6 +45,8 @@ typedef struct comm_config {
     int master_port;         /* rank 0's rendezvous TCP port */
     const char *provider;    /* NULL or "auto" (shm if all ranks share a host, else tcp), "shm", "tcp" */
     double timeout_s;        /* rendezvous timeout; <= 0 means 300 */
+    double watchdog_s;       /* fail operations that make no progress for this long; <= 0 means
+                              * COMM_WATCHDOG_DEFAULT_S */
     size_t chunk_bytes;      /* ring chunk size; 0 means 1 MiB */
     int depth;               /* staging slots = reducing chunks in flight (plain ones: 4x); 0 means 4 */
     const char *hostname;    /* NULL: gethostname(); tests set it to pretend ranks are on other hosts */
@@ -49,7 +58,8 @@ void comm_config_init(comm_config_t *cfg);
 
 /* Fills cfg from the rank contract's environment (docs/contracts.md): KILN_RANK, KILN_WORLD_SIZE,
  * KILN_LOCAL_RANK, KILN_MASTER_ADDR, KILN_MASTER_PORT, KILN_JOB_ID, and the optional
- * KILN_COMM_PROVIDER (shm|tcp|auto), KILN_COMM_TIMEOUT_S, KILN_COMM_CHUNK_BYTES, KILN_COMM_DEPTH.
+ * KILN_COMM_PROVIDER (shm|tcp|auto), KILN_COMM_TIMEOUT_S, KILN_COMM_WATCHDOG_S,
+ * KILN_COMM_CHUNK_BYTES, KILN_COMM_DEPTH.
  * Fields whose
  * variables are unset keep their values. Strings point into the environment (borrowed).
  * Returns 0 or KILN_EINVAL (err names the bad variable). */
@@ -124,6 +134,9 @@ int comm_reduce_scatter(comm_t *c, float *buf, size_t n, comm_redop_t op, kiln_e
 int comm_allgather(comm_t *c, float *buf, size_t n, kiln_err_t *err);
 int comm_bcast(comm_t *c, void *buf, size_t len, int root, kiln_err_t *err);
 int comm_barrier(comm_t *c, kiln_err_t *err);
+/* Every rank fills slot `rank` (slot_bytes bytes) of slots (size x slot_bytes); afterwards every
+ * slot holds that rank's bytes, exactly, on every rank. */
+int comm_allgather_bytes(comm_t *c, void *slots, size_t slot_bytes, kiln_err_t *err);
 int comm_send(comm_t *c, const void *buf, size_t len, int peer, uint32_t tag, kiln_err_t *err);
 int comm_recv(comm_t *c, void *buf, size_t cap, int peer, uint32_t tag, size_t *out_len,
               kiln_err_t *err);

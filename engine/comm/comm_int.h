@@ -64,6 +64,7 @@ struct comm_req {
 
     /* executor state: progress thread only */
     bool started;
+    int64_t started_us;   /* kiln_mono_us() when started */
     comm_ring_t *ring;
     comm_xfer_t x;        /* the single transfer of a send/recv */
     bool x_pending;       /* send/recv not yet posted (fabric said EAGAIN) */
@@ -135,6 +136,7 @@ struct comm_engine {
     size_t chunk_bytes;
     int depth;
     double timeout_s;
+    int64_t watchdog_us;  /* started operations with no progress for this long fail */
 
     const comm_transport_t *tp;
     comm_fabric_t fab;
@@ -169,6 +171,7 @@ struct comm_engine {
     comm_req_t *coll_head, *coll_tail; /* collectives in order; the head runs */
     comm_req_t *active;                /* started ops not finished */
     int64_t pending_fail_us;           /* fabric error seen: fail then unless a death explains it */
+    int64_t progress_us;               /* last time a transfer completed or an op started/ended */
     char pending_fail[COMM_MSG_MAX];
 };
 
@@ -181,6 +184,9 @@ struct comm_engine {
 void comm_op_finish(comm_engine_t *e, comm_req_t *op, int status, const char *msg);
 /* Puts the engine into the failed state (first message wins). Any thread. */
 void comm_engine_fail(comm_engine_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The watchdog tripped for op (stalled for secs): the engine fails with KILN_ETIMEDOUT naming
+ * the rank op waits on. Called with e->mu held. */
+void comm_watchdog_fail_locked(comm_engine_t *e, const comm_req_t *op, double secs);
 int comm_progress_start(comm_engine_t *e, kiln_err_t *err);
 void comm_progress_stop(comm_engine_t *e);
 
@@ -218,6 +224,9 @@ void comm_ring_xfer_done(comm_engine_t *e, comm_xfer_t *x, size_t len);
 void comm_ring_free(comm_req_t *op);
 /* Cancels op's busy transfers (after a failure). */
 void comm_ring_cancel(comm_engine_t *e, comm_req_t *op);
+/* The world rank a started ring op waits on now: its left neighbour while receives are
+ * outstanding, else its right neighbour. -1 when op has no ring. */
+int comm_ring_waiting_on(const comm_req_t *op);
 
 /* Tag layout: bit 63 point-to-point; bits 48..61 group id; collectives: bits 24..47 sequence,
  * bits 0..23 ring unit; point-to-point: bits 16..47 user tag. */

@@ -17,6 +17,7 @@
 
 void comm_op_finish(comm_engine_t *e, comm_req_t *op, int status, const char *msg)
 {
+    e->progress_us = kiln_mono_us();
     for (comm_req_t **pp = &e->active; *pp; pp = &(*pp)->anext)
         if (*pp == op) {
             *pp = op->anext;
@@ -34,6 +35,54 @@ void comm_op_finish(comm_engine_t *e, comm_req_t *op, int status, const char *ms
     op->done = true; /* the waiter may free op from here on */
     pthread_cond_broadcast(&e->cv_done);
     pthread_mutex_unlock(&e->mu);
+}
+
+static const char *op_name(comm_op_kind_t k)
+{
+    switch (k) {
+    case COMM_OP_ALLREDUCE: return "an all-reduce";
+    case COMM_OP_REDUCE_SCATTER: return "a reduce-scatter";
+    case COMM_OP_ALLGATHER: return "an all-gather";
+    case COMM_OP_BCAST: return "a broadcast";
+    case COMM_OP_SEND: return "a send";
+    case COMM_OP_RECV: return "a receive";
+    case COMM_OP_SHUTDOWN: return "the teardown";
+    }
+    return "an operation";
+}
+
+void comm_watchdog_fail_locked(comm_engine_t *e, const comm_req_t *op, double secs)
+{
+    if (e->failed)
+        return;
+    int peer = -1;
+    if (op && (op->kind == COMM_OP_SEND || op->kind == COMM_OP_RECV))
+        peer = op->grp->members[op->peer];
+    else if (op && op->started)
+        peer = comm_ring_waiting_on(op);
+    if (peer >= 0)
+        snprintf(e->failmsg, sizeof(e->failmsg),
+                 "no progress for %.0f s in %s: waiting on rank %d (host %s) (KILN_COMM_WATCHDOG_S=%.0f)",
+                 secs, op_name(op->kind), peer, e->hosts[peer][0] ? e->hosts[peer] : "?",
+                 e->watchdog_us / 1e6);
+    else
+        snprintf(e->failmsg, sizeof(e->failmsg),
+                 "no progress for %.0f s in %s (KILN_COMM_WATCHDOG_S=%.0f)", secs,
+                 op ? op_name(op->kind) : "an operation", e->watchdog_us / 1e6);
+    e->failed = KILN_ETIMEDOUT;
+    log_error("comm: %s", e->failmsg);
+    pthread_cond_broadcast(&e->cv_submit);
+    pthread_cond_broadcast(&e->cv_done);
+}
+
+/* The oldest started operation, whose stall the watchdog reports. Progress thread. */
+static const comm_req_t *oldest_active(const comm_engine_t *e)
+{
+    const comm_req_t *best = NULL;
+    for (const comm_req_t *op = e->active; op; op = op->anext)
+        if (!best || op->started_us < best->started_us)
+            best = op;
+    return best;
 }
 
 void comm_engine_fail(comm_engine_t *e, const char *fmt, ...)
@@ -74,6 +123,7 @@ static void start_op(comm_engine_t *e, comm_req_t *op)
     if (op->kind != COMM_OP_SEND && op->kind != COMM_OP_RECV && op->kind != COMM_OP_SHUTDOWN)
         test_stall(e);
     op->started = true;
+    op->started_us = e->progress_us = kiln_mono_us();
     if (op->kind == COMM_OP_SHUTDOWN) {
         comm_ctl_bye(e);
         return;
@@ -171,6 +221,13 @@ static void *progress_main(void *arg)
         }
 
         int64_t now = kiln_mono_us();
+        if (events > 0 || !e->active)
+            e->progress_us = now;
+        else if (!e->pending_fail_us && now - e->progress_us >= e->watchdog_us) {
+            pthread_mutex_lock(&e->mu);
+            comm_watchdog_fail_locked(e, oldest_active(e), (now - e->progress_us) / 1e6);
+            pthread_mutex_unlock(&e->mu);
+        }
         if (now - e->last_ctl_us >= CTL_EVERY_US || !e->active) {
             pthread_mutex_lock(&e->ctl_mu);
             comm_ctl_poll(e);

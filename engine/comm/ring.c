@@ -188,6 +188,14 @@ void comm_ring_free(comm_req_t *op)
     op->ring = NULL;
 }
 
+int comm_ring_waiting_on(const comm_req_t *op)
+{
+    const comm_ring_t *R = op->ring;
+    if (!R)
+        return -1;
+    return R->recv_inflight > 0 || R->next_recv < R->units ? R->left : R->right;
+}
+
 void comm_ring_cancel(comm_engine_t *e, comm_req_t *op)
 {
     comm_ring_t *R = op->ring;

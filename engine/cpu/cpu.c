@@ -11,8 +11,11 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine/backend.h"
+#include "engine/cpu/cpu_int.h"
 
 void openblas_set_num_threads(int num_threads);
 
@@ -27,16 +30,53 @@ void eng_cpu_set_threads(int n)
 
 int eng_cpu_threads(void) { return omp_get_max_threads(); }
 
+/* Allocations carry a 64-byte header saying how they were made. From LAZY_BYTES on they are
+ * anonymous mappings: zero pages the kernel backs only when first touched, so a buffer laid out
+ * for the whole model costs only the parts a rank uses (a pipeline stage, a ZeRO shard), and
+ * cpu_discard can give parts back. Smaller ones come from the heap. */
+#define HDR 64
+#define LAZY_BYTES ((size_t)1 << 20)
+typedef struct alloc_hdr {
+    size_t map_bytes; /* length of the mapping, or 0 for a heap block */
+} alloc_hdr_t;
+
 static void *cpu_alloc(size_t bytes)
 {
-    void *p = NULL;
-    size_t n = (bytes + 63) / 64 * 64;
-    if (n == 0) n = 64;
-    if (posix_memalign(&p, 64, n) != 0) return NULL;
-    memset(p, 0, n);
-    return p;
+    size_t n = (bytes + 63) / 64 * 64 + HDR;
+    char *p;
+    if (bytes >= LAZY_BYTES) {
+        p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+        ((alloc_hdr_t *)p)->map_bytes = n;
+    } else {
+        void *q = NULL;
+        if (posix_memalign(&q, 64, n) != 0) return NULL;
+        memset(q, 0, n);
+        p = q;
+        ((alloc_hdr_t *)p)->map_bytes = 0;
+    }
+    return p + HDR;
 }
-static void cpu_free(void *p) { free(p); }
+
+static void cpu_free(void *q)
+{
+    if (!q) return;
+    char *p = (char *)q - HDR;
+    size_t map = ((alloc_hdr_t *)p)->map_bytes;
+    if (map)
+        munmap(p, map);
+    else
+        free(p);
+}
+
+/* The pages wholly inside [p, p + bytes) become fresh zero pages again. */
+static void cpu_discard(void *p, size_t bytes)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + bytes) & ~(pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 /* Large clears and copies (a step's gradients, activations between blocks) are split over the
  * threads in page-aligned pieces; small ones are not worth waking the pool for. */
 #define PAR_BYTES ((size_t)1 << 20)
@@ -76,6 +116,11 @@ static void cpu_copy(void *d, const void *s, size_t n)
     }
 }
 static void cpu_sync(void) {}
+static int cpu_status(void *ctx, kiln_err_t *err)
+{
+    (void)ctx;
+    return eng_cpu_bf16_status(err);
+}
 
 /* ---- vectorisable math ------------------------------------------------------------------------ */
 
@@ -249,16 +294,20 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                     dw, C);
     }
-    if (dbias) {
+    if (dbias) eng_cpu_colsum_acc(dbias, dout, N, OC);
+}
+
+/* Each thread owns a range of columns and adds the rows in order: no races, a fixed order. */
+void eng_cpu_colsum_acc(float *dbias, const float *dout, int N, int OC)
+{
 #pragma omp parallel
-        {
-            int nt = omp_get_num_threads(), id = omp_get_thread_num();
-            int o0 = (int)((long)OC * id / nt), o1 = (int)((long)OC * (id + 1) / nt);
-            for (int i = 0; i < N; i++) {
-                const float *d = dout + (size_t)i * OC;
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int o0 = (int)((long)OC * id / nt), o1 = (int)((long)OC * (id + 1) / nt);
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * OC;
 #pragma omp simd
-                for (int o = o0; o < o1; o++) dbias[o] += d[o];
-            }
+            for (int o = o0; o < o1; o++) dbias[o] += d[o];
         }
     }
 }
@@ -739,9 +788,11 @@ static void cpu_xent_chunk_backward(float *dlogits, const float *logits, const f
 
 /* ---- optimizer and reductions ------------------------------------------------------------------- */
 
-static void cpu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
-                             float lr, float beta1, float beta2, float eps, float wd,
-                             float grad_scale, int64_t t)
+/* AdamW; with wbf it also writes the updated weights rounded to bf16 (the bf16 group's entry),
+ * the same arithmetic in both forms. */
+static inline void adamw_body(float *param, uint16_t *wbf, const float *grad, float *m, float *v,
+                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                              float grad_scale, int64_t t)
 {
     float bc1 = (float)(1.0 - pow(beta1, (double)t)), bc2 = (float)(1.0 - pow(beta2, (double)t));
     float ibc1 = 1.0f / bc1, ibc2 = 1.0f / bc2;
@@ -753,8 +804,29 @@ static void cpu_adamw_update(float *param, const float *grad, float *m, float *v
         m[i] = mi;
         v[i] = vi;
         float p = param[i];
-        param[i] = p - lr * ((mi * ibc1) / (sqrtf(vi * ibc2) + eps) + wd * p);
+        p = p - lr * ((mi * ibc1) / (sqrtf(vi * ibc2) + eps) + wd * p);
+        param[i] = p;
+        if (wbf) {
+            union { float f; uint32_t u; } x = {p};
+            wbf[i] = (x.u & 0x7fffffffu) > 0x7f800000u
+                         ? (uint16_t)((x.u >> 16) | 0x40u)
+                         : (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+        }
     }
+}
+
+static void cpu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                             float lr, float beta1, float beta2, float eps, float wd,
+                             float grad_scale, int64_t t)
+{
+    adamw_body(param, NULL, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+}
+
+void eng_cpu_adamw_bf16(float *param, uint16_t *param_bf16, const float *grad, float *m, float *v,
+                        size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                        float grad_scale, int64_t t)
+{
+    adamw_body(param, param_bf16, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
 }
 
 /* Fixed 16K-element chunks summed in double, chunk partials added in order: the result does
@@ -790,8 +862,9 @@ static void cpu_scale(float *x, float s, size_t n)
 }
 
 const eng_backend_t eng_cpu_backend = {
-    .name = "cpu",
-    .alloc = cpu_alloc, .free = cpu_free, .memset_zero = cpu_memset_zero,
+    .abi = ENG_BACKEND_ABI, .name = "cpu", .host_memory = true, .status = cpu_status,
+    .bf16 = &eng_cpu_bf16,
+    .alloc = cpu_alloc, .free = cpu_free, .discard = cpu_discard, .memset_zero = cpu_memset_zero,
     .to_device = cpu_copy, .to_host = cpu_copy, .copy = cpu_copy, .synchronize = cpu_sync,
     .encoder_forward = cpu_encoder_forward, .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,

@@ -1,16 +1,13 @@
 /* cuda_backend.cu - the exported face of libkiln_cuda.so: `eng_cuda_backend`, backend.h's table
- * of ops on the GPU (fp32 storage as the table demands, GEMMs on bf16 tensor cores by default),
- * `eng_cuda_available()` for the loader, and `eng_cuda_ext` (cuda.h) with what the table cannot
- * express yet. It only adapts shapes and argument orders; the kernels live in the other files.
- * The engine reaches all of this through dlopen/dlsym, never by linking.
+ * for the GPU (its state, the fp32 ops, the bf16 GEMM group for mixed precision, the fused
+ * GEMM + GELU, NCCL as the device collectives), and `eng_cuda_available()` /
+ * `eng_cuda_unavailable_reason()` for the loader. It only adapts shapes and argument orders; the
+ * kernels live in the other files. The engine reaches it through dlopen/dlsym, never by linking.
  * Threads: any thread may call the ops (each selects the device on first use), but not two at
  * once: the ops share one stream, one scratch buffer and one cuBLAS handle. */
 #include <cstdio>
 #include <cstring>
 
-extern "C" {
-#include "engine/backend.h"
-}
 #include "engine/cuda/cuda_int.cuh"
 
 /* ---- memory ------------------------------------------------------------------------------------ */
@@ -99,7 +96,7 @@ static void mm_forward(const void *inp, const void *w, const void *bias, void *o
 /* dinp (N,C) = dout (N,OC) @ w (OC,C): column-major D (C,N) = w as (C,OC) @ dout as (OC,N).
  * dw (OC,C) += dout^T @ inp: column-major D (C,OC) = inp as (C,N) @ op_T(dout as (OC,N)). */
 static void mm_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w,
-                        int N, int C, int OC, cudaDataType_t ab)
+                        int N, int C, int OC, cudaDataType_t ab, cudaDataType_t dinp_type)
 {
     kc_gemm_args_t g;
     if (dinp) {
@@ -109,7 +106,7 @@ static void mm_backward(void *dinp, float *dw, const void *dout, const void *inp
         g.A = w; g.lda = C;
         g.B = dout; g.ldb = OC;
         g.D = dinp; g.ldd = C;
-        g.ab_type = ab; g.d_type = ab;
+        g.ab_type = ab; g.d_type = dinp_type;
         g.alpha = 1.0f; g.beta = 0.0f;
         kc_gemm(&g);
     }
@@ -132,7 +129,7 @@ static void cu_matmul_forward(float *out, const float *inp, const float *w, cons
 static void cu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                const float *inp, const float *w, int N, int C, int OC)
 {
-    mm_backward(dinp, dw, dout, inp, w, N, C, OC, CUDA_R_32F);
+    mm_backward(dinp, dw, dout, inp, w, N, C, OC, CUDA_R_32F, CUDA_R_32F);
     if (dbias) kc_colsum_add<float>(dbias, dout, N, OC);
 }
 
@@ -175,18 +172,89 @@ static void cu_adamw_update(float *param, const float *grad, float *m, float *v,
                             float lr, float beta1, float beta2, float eps, float wd,
                             float grad_scale, int64_t t)
 {
-    kc_adamw(param, NULL, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, NULL, t);
+    kc_adamw(param, NULL, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
 }
 static double cu_sumsq(const float *x, size_t n) { return kc_sumsq(x, n); }
 static void cu_scale(float *x, float s, size_t n) { kc_scale(x, s, n); }
 
-/* Filled field by field (not with designated initialisers) so the table stays right whatever
- * order backend.h declares its members in. Runs when the library is loaded. */
+/* ---- state ------------------------------------------------------------------------------------------ */
+static int cu_status(void *ctx, kiln_err_t *err)
+{
+    (void)ctx;
+    return kc_status(err);
+}
+static void cu_mem_stats(void *ctx, eng_backend_mem_t *out)
+{
+    (void)ctx;
+    kc_mem_stats(out);
+}
+
+/* ---- bf16 GEMMs (mixed precision) ----------------------------------------------------------------- */
+/* Tensor cores need compute capability 8.0 (A100) or newer for bf16. */
+static int bf16_available(kiln_err_t *err)
+{
+    kc_ctx_t *c = kc_ctx();
+    if (c && c->cc_major >= 8) return 0;
+    if (err) {
+        memset(err, 0, sizeof(*err));
+        err->status = KILN_EUNSUPP;
+        snprintf(err->field, sizeof(err->field), "distribution.mixed_precision");
+        if (c)
+            snprintf(err->message, sizeof(err->message),
+                     "mixed_precision \"bf16\" needs a GPU of compute capability 8.0 or newer; "
+                     "this one is %d.%d", c->cc_major, c->cc_minor);
+        else
+            snprintf(err->message, sizeof(err->message), "no usable CUDA device: %.200s",
+                     kc_unavailable_reason());
+    }
+    return KILN_EUNSUPP;
+}
+static void bf16_from_f32(uint16_t *dst, const float *src, size_t n) { kc_f32_to_bf16((bf16 *)dst, src, n); }
+static void bf16_matmul_forward(float *out, const uint16_t *inp, const uint16_t *w, const float *bias,
+                                int N, int C, int OC)
+{
+    mm_forward(inp, w, bias, out, NULL, false, N, C, OC, CUDA_R_16BF, CUDA_R_32F);
+}
+static void bf16_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                                 const uint16_t *dout_bf, const uint16_t *inp, const uint16_t *w,
+                                 int N, int C, int OC)
+{
+    mm_backward(dinp, dw, dout_bf, inp, w, N, C, OC, CUDA_R_16BF, CUDA_R_32F);
+    if (dbias) kc_colsum_add<float>(dbias, dout, N, OC);
+}
+static void bf16_adamw_update(float *param, uint16_t *param_bf16, const float *grad, float *m, float *v,
+                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                              float grad_scale, int64_t t)
+{
+    kc_adamw(param, (bf16 *)param_bf16, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+}
+static const eng_backend_bf16_t g_bf16 = {
+    bf16_available, bf16_from_f32, bf16_matmul_forward, bf16_matmul_backward, bf16_adamw_update,
+};
+
+/* ---- fused ops ------------------------------------------------------------------------------------- */
+static void cu_matmul_forward_gelu(float *out, float *pre, const float *inp, const float *w,
+                                   const float *bias, int N, int C, int OC)
+{
+    mm_forward(inp, w, bias, out, pre, true, N, C, OC, CUDA_R_32F, CUDA_R_32F);
+}
+static const eng_backend_fused_t g_fused = {cu_matmul_forward_gelu};
+
+/* Filled field by field (not with designated initialisers, which C++ requires in declaration
+ * order) so the table stays right whatever order backend.h declares its members in. Runs when
+ * the library is loaded. */
 static eng_backend_t make_backend(void)
 {
     eng_backend_t t;
     memset(&t, 0, sizeof(t));
+    t.abi = ENG_BACKEND_ABI;
     t.name = "cuda";
+    t.host_memory = false;
+    t.status = cu_status;
+    t.mem_stats = cu_mem_stats;
+    t.bf16 = &g_bf16;
+    t.fused = &g_fused;
+    t.coll = &kc_nccl;
     t.alloc = cu_alloc;
     t.free = cu_free;
     t.memset_zero = cu_memset_zero;
@@ -215,201 +283,10 @@ static eng_backend_t make_backend(void)
     return t;
 }
 
-/* ---- extension table ------------------------------------------------------------------------------ */
-static const char *x_unavailable_reason(void) { return kc_unavailable_reason(); }
-static void x_set_deterministic(int on)
-{
-    kc_ctx_t *c = kc_ctx();
-    if (c) c->deterministic = on != 0;
-}
-static int x_deterministic(void)
-{
-    kc_ctx_t *c = kc_ctx();
-    return c ? c->deterministic : 1;
-}
-static int x_set_matmul_mode(const char *mode)
-{
-    kc_ctx_t *c = kc_ctx();
-    if (!c) return KILN_EUNAVAIL;
-    if (!mode) return KILN_EINVAL;
-    if (strcmp(mode, "bf16") == 0) c->mm_mode = KC_MM_BF16;
-    else if (strcmp(mode, "tf32") == 0) c->mm_mode = KC_MM_TF32;
-    else if (strcmp(mode, "fp32") == 0) c->mm_mode = KC_MM_FP32;
-    else return KILN_EINVAL;
-    return 0;
-}
-static void x_f32_to_bf16(uint16_t *dst, const float *src, size_t n) { kc_f32_to_bf16((bf16 *)dst, src, n); }
-static void x_bf16_to_f32(float *dst, const uint16_t *src, size_t n) { kc_bf16_to_f32(dst, (const bf16 *)src, n); }
-
-static void x_matmul_forward_gelu(float *out, float *pre, const float *inp, const float *w,
-                                  const float *bias, int N, int C, int OC)
-{
-    mm_forward(inp, w, bias, out, pre, true, N, C, OC, CUDA_R_32F, CUDA_R_32F);
-}
-static void x_attention_forward_flash(float *out, float *lse, const float *qkv, int B, int T,
-                                      int C, int NH)
-{
-    kc_attention_forward_flash<float>(out, lse, qkv, B, T, C, NH);
-}
-static void x_attention_backward_flash(float *dqkv, float *scratch, const float *dout,
-                                       const float *out, const float *lse, const float *qkv,
-                                       int B, int T, int C, int NH)
-{
-    kc_attention_backward_flash<float>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH);
-}
-static void x_xent_fused(float *dlogits, float *losses, const float *logits,
-                         const int32_t *targets, float dloss, int N, int V, int Vp)
-{
-    kc_xent_fused<float>(dlogits, losses, logits, targets, dloss, N, V, Vp);
-}
-static void x_sumsq_acc(double *acc, const float *x, size_t n) { kc_sumsq_dev(acc, x, n, 1); }
-static void x_clip_scale(float *scale, float *norm, const double *sumsq, float max_norm)
-{
-    kc_clip_scale(scale, norm, sumsq, max_norm);
-}
-static void x_adamw_update_dev(float *param, uint16_t *param_bf16, const float *grad, float *m,
-                               float *v, size_t n, float lr, float beta1, float beta2, float eps,
-                               float wd, const float *grad_scale, int64_t t)
-{
-    kc_adamw(param, (bf16 *)param_bf16, grad, m, v, n, lr, beta1, beta2, eps, wd, 1.0f,
-             grad_scale, t);
-}
-
-#define BF(p) ((bf16 *)(p))
-#define CBF(p) ((const bf16 *)(p))
-static void x_encoder_forward_bf16(uint16_t *out, const int32_t *inp, const uint16_t *wte,
-                                   const uint16_t *wpe, int B, int T, int C)
-{
-    kc_encoder_forward<bf16>(BF(out), inp, CBF(wte), CBF(wpe), B, T, C);
-}
-static void x_encoder_backward_bf16(float *dwte, float *dwpe, const uint16_t *dout,
-                                    const int32_t *inp, int B, int T, int C)
-{
-    kc_encoder_backward<bf16>(dwte, dwpe, CBF(dout), inp, B, T, C);
-}
-static void x_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
-                                     const uint16_t *w, const uint16_t *b, int N, int C)
-{
-    kc_layernorm_forward<bf16>(BF(out), mean, rstd, CBF(inp), CBF(w), CBF(b), N, C);
-}
-static void x_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
-                                      const uint16_t *inp, const uint16_t *w, const float *mean,
-                                      const float *rstd, int N, int C)
-{
-    kc_layernorm_backward<bf16>(BF(dinp), dw, db, CBF(dout), CBF(inp), CBF(w), mean, rstd, N, C);
-}
-static void x_matmul_forward_bf16(uint16_t *out, uint16_t *pre, const uint16_t *inp,
-                                  const uint16_t *w, const uint16_t *bias, int gelu, int N, int C,
-                                  int OC)
-{
-    mm_forward(inp, w, bias, out, gelu ? pre : NULL, gelu != 0, N, C, OC, CUDA_R_16BF,
-               CUDA_R_16BF);
-}
-static void x_matmul_backward_bf16(uint16_t *dinp, float *dw, float *dbias, const uint16_t *dout,
-                                   const uint16_t *inp, const uint16_t *w, int N, int C, int OC)
-{
-    mm_backward(dinp, dw, dout, inp, w, N, C, OC, CUDA_R_16BF);
-    if (dbias) kc_colsum_add<bf16>(dbias, CBF(dout), N, OC);
-}
-static void x_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t N)
-{
-    kc_gelu_forward<bf16>(BF(out), CBF(inp), N);
-}
-static void x_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t N)
-{
-    kc_gelu_backward<bf16>(BF(dinp), CBF(inp), CBF(dout), N);
-}
-static void x_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t N)
-{
-    kc_residual_forward<bf16>(BF(out), CBF(a), CBF(b), N);
-}
-static void x_attention_forward_flash_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B,
-                                           int T, int C, int NH)
-{
-    kc_attention_forward_flash<bf16>(BF(out), lse, CBF(qkv), B, T, C, NH);
-}
-static void x_attention_backward_flash_bf16(uint16_t *dqkv, float *scratch, const uint16_t *dout,
-                                            const uint16_t *out, const float *lse,
-                                            const uint16_t *qkv, int B, int T, int C, int NH)
-{
-    kc_attention_backward_flash<bf16>(BF(dqkv), scratch, CBF(dout), CBF(out), lse, CBF(qkv), B, T,
-                                      C, NH);
-}
-static void x_xent_fused_bf16(uint16_t *dlogits, float *losses, const uint16_t *logits,
-                              const int32_t *targets, float dloss, int N, int V, int Vp)
-{
-    kc_xent_fused<bf16>(BF(dlogits), losses, CBF(logits), targets, dloss, N, V, Vp);
-}
-
-static void x_attention_forward_bf16(uint16_t *out, uint16_t *att, const uint16_t *qkv, int B,
-                                     int T, int C, int NH)
-{
-    kc_attention_forward_unfused<bf16>(BF(out), BF(att), CBF(qkv), B, T, C, NH);
-}
-static void x_attention_backward_bf16(uint16_t *dqkv, uint16_t *scratch, const uint16_t *dout,
-                                      const uint16_t *qkv, const uint16_t *att, int B, int T,
-                                      int C, int NH)
-{
-    kc_attention_backward_unfused<bf16>(BF(dqkv), BF(scratch), CBF(dout), CBF(qkv), CBF(att), B,
-                                        T, C, NH);
-}
-
-static int x_device_count(void)
-{
-    int n = 0; /* left untouched when the call fails (no driver) */
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return n;
-}
-
-static eng_cuda_ext_t make_ext(void)
-{
-    eng_cuda_ext_t x;
-    memset(&x, 0, sizeof(x));
-    x.abi = ENG_CUDA_EXT_ABI;
-    x.status = kc_status;
-    x.unavailable_reason = x_unavailable_reason;
-    x.device_info = kc_device_info;
-    x.set_deterministic = x_set_deterministic;
-    x.deterministic = x_deterministic;
-    x.set_matmul_mode = x_set_matmul_mode;
-    x.mem_stats = kc_mem_stats;
-    x.mem_reset_peak = kc_mem_reset_peak;
-    x.f32_to_bf16 = x_f32_to_bf16;
-    x.bf16_to_f32 = x_bf16_to_f32;
-    x.matmul_forward_gelu = x_matmul_forward_gelu;
-    x.attention_forward_flash = x_attention_forward_flash;
-    x.attention_backward_flash = x_attention_backward_flash;
-    x.xent_fused = x_xent_fused;
-    x.sumsq_acc = x_sumsq_acc;
-    x.clip_scale = x_clip_scale;
-    x.adamw_update_dev = x_adamw_update_dev;
-    x.encoder_forward_bf16 = x_encoder_forward_bf16;
-    x.encoder_backward_bf16 = x_encoder_backward_bf16;
-    x.layernorm_forward_bf16 = x_layernorm_forward_bf16;
-    x.layernorm_backward_bf16 = x_layernorm_backward_bf16;
-    x.matmul_forward_bf16 = x_matmul_forward_bf16;
-    x.matmul_backward_bf16 = x_matmul_backward_bf16;
-    x.gelu_forward_bf16 = x_gelu_forward_bf16;
-    x.gelu_backward_bf16 = x_gelu_backward_bf16;
-    x.residual_forward_bf16 = x_residual_forward_bf16;
-    x.attention_forward_flash_bf16 = x_attention_forward_flash_bf16;
-    x.attention_backward_flash_bf16 = x_attention_backward_flash_bf16;
-    x.xent_fused_bf16 = x_xent_fused_bf16;
-    x.device_count = x_device_count;
-    x.attention_forward_bf16 = x_attention_forward_bf16;
-    x.attention_backward_bf16 = x_attention_backward_bf16;
-    return x;
-}
-
 /* ---- exports ---------------------------------------------------------------------------------------- */
 extern "C" {
 /* backend.h's table on the GPU. Loaded by eng_backend_get("cuda"). */
 __attribute__((visibility("default"))) eng_backend_t eng_cuda_backend = make_backend();
-/* The extension table (cuda.h). */
-__attribute__((visibility("default"))) eng_cuda_ext_t eng_cuda_ext = make_ext();
 
 /* 1 when a usable GPU is present (first call initialises the device context; thread-safe). */
 __attribute__((visibility("default"))) int eng_cuda_available(void) { return kc_ctx() != NULL; }

@@ -113,10 +113,8 @@ static void ctx_init(void)
     c->cc_major = prop.major;
     c->cc_minor = prop.minor;
     c->deterministic = env_int("KILN_CUDA_DETERMINISTIC", 1) != 0;
-    c->mm_mode = KC_MM_BF16;
     const char *mm = getenv("KILN_CUDA_MATMUL");
-    if (mm && strcmp(mm, "tf32") == 0) c->mm_mode = KC_MM_TF32;
-    if (mm && strcmp(mm, "fp32") == 0) c->mm_mode = KC_MM_FP32;
+    c->mm_mode = mm && strcmp(mm, "tf32") == 0 ? KC_MM_TF32 : KC_MM_FP32;
     c->use_lt = env_int("KILN_CUDA_NO_LT", 0) == 0;
     g_allocs = new std::unordered_map<void *, size_t>();
     g_unavail[0] = '\0';
@@ -146,7 +144,7 @@ const char *kc_unavailable_reason(void)
     return g_unavail;
 }
 
-int kc_status(kiln_err_t *err, int clear)
+int kc_status(kiln_err_t *err)
 {
     kc_ctx_t *c = kc_ctx();
     if (!c) {
@@ -166,10 +164,6 @@ int kc_status(kiln_err_t *err, int clear)
         memset(err, 0, sizeof(*err));
         err->status = st;
         snprintf(err->message, sizeof(err->message), "cuda backend: %.230s", g_msg);
-    }
-    if (clear) {
-        g_status = 0;
-        g_msg[0] = '\0';
     }
     return st;
 }
@@ -238,7 +232,7 @@ void *kc_scratch(size_t bytes)
     return c->scratch;
 }
 
-void kc_mem_stats(eng_cuda_mem_t *out)
+void kc_mem_stats(eng_backend_mem_t *out)
 {
     memset(out, 0, sizeof(*out));
     kc_ctx_t *c = kc_ctx();
@@ -246,29 +240,7 @@ void kc_mem_stats(eng_cuda_mem_t *out)
     size_t fr = 0, tot = 0;
     KC_CUDA(cudaMemGetInfo(&fr, &tot));
     std::lock_guard<std::mutex> lk(g_lock);
-    out->tracked_bytes = g_tracked;
-    out->tracked_peak_bytes = g_peak;
-    out->device_used_bytes = tot - fr;
+    out->in_use_bytes = g_tracked;
+    out->peak_bytes = g_peak;
     out->device_total_bytes = tot;
-}
-
-void kc_mem_reset_peak(void)
-{
-    std::lock_guard<std::mutex> lk(g_lock);
-    g_peak = g_tracked;
-}
-
-int kc_device_info(char *name, size_t n, int *ordinal, int *cc_major, int *cc_minor, int *sms)
-{
-    kc_ctx_t *c = kc_ctx();
-    if (!c) return KILN_EUNAVAIL;
-    cudaDeviceProp prop;
-    cudaError_t e = cudaGetDeviceProperties(&prop, c->device);
-    if (e != cudaSuccess) return KILN_EDEVICE;
-    if (name && n) snprintf(name, n, "%s", prop.name);
-    if (ordinal) *ordinal = c->device;
-    if (cc_major) *cc_major = c->cc_major;
-    if (cc_minor) *cc_minor = c->cc_minor;
-    if (sms) *sms = c->sm_count;
-    return 0;
 }

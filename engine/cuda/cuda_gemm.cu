@@ -15,11 +15,7 @@
 static cublasComputeType_t compute_type(kc_ctx_t *c, cudaDataType_t ab)
 {
     if (ab != CUDA_R_32F) return CUBLAS_COMPUTE_32F;
-    switch (c->mm_mode) {
-    case KC_MM_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case KC_MM_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-    default: return CUBLAS_COMPUTE_32F;
-    }
+    return c->mm_mode == KC_MM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 static size_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }

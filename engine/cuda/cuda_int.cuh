@@ -1,7 +1,9 @@
 /* cuda_int.cuh - private header of the CUDA backend (engine/cuda/, built into libkiln_cuda.so):
  * the one process-wide device context (stream, cuBLAS/cuBLASLt handles, scratch, tracked
  * allocations, sticky error), the checking macros every CUDA/cuBLAS/NCCL call goes through, and
- * the kernel launchers shared between the files. Nothing outside engine/cuda/ includes it. */
+ * the kernel launchers shared between the files. Everything the engine sees goes through the
+ * backend table (engine/backend.h) that cuda_backend.cu exports. Nothing outside engine/cuda/
+ * includes it. */
 #ifndef KILN_ENGINE_CUDA_INT_CUH
 #define KILN_ENGINE_CUDA_INT_CUH
 
@@ -13,13 +15,15 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "engine/cuda/cuda.h"
+extern "C" {
+#include "engine/backend.h"
+}
 
 typedef __nv_bfloat16 bf16;
 
 /* ---- errors ------------------------------------------------------------------------------------
  * Ops in backend.h return void, so a failure is recorded as the backend's sticky error (the first
- * one wins; it is logged once) and reported by eng_cuda_ext.status(). After a failure the ops keep
+ * one wins; it is logged once) and reported by the table's status(). After a failure the ops keep
  * running but their results are meaningless; the trainer checks status once per step. */
 void kc_fail(int status, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -60,7 +64,7 @@ static inline unsigned kc_blocks(size_t n, unsigned per)
 }
 
 /* ---- the device context ------------------------------------------------------------------------ */
-typedef enum { KC_MM_BF16 = 0, KC_MM_TF32 = 1, KC_MM_FP32 = 2 } kc_mm_mode_t;
+typedef enum { KC_MM_FP32 = 0, KC_MM_TF32 = 1 } kc_mm_mode_t;
 
 typedef struct kc_ctx {
     int ready;                 /* 1 once kc_init() succeeded */
@@ -74,13 +78,15 @@ typedef struct kc_ctx {
     size_t lt_ws_bytes;
     void *scratch;             /* grow-only op scratch (sorting, partial sums, permutes) */
     size_t scratch_bytes;
-    int deterministic;         /* 1: no atomics in reductions, fixed orders (default) */
-    kc_mm_mode_t mm_mode;      /* how fp32 GEMMs use the tensor cores */
+    int deterministic;         /* 1: no atomics in reductions, fixed orders (default; env
+                                * KILN_CUDA_DETERMINISTIC=0 lets the embedding backward use atomics) */
+    kc_mm_mode_t mm_mode;      /* fp32 GEMMs: exact fp32 (default), or TF32 tensor cores with
+                                * env KILN_CUDA_MATMUL=tf32 */
     int use_lt;                /* 0: cublasGemmEx only (env KILN_CUDA_NO_LT=1, for comparison) */
 } kc_ctx_t;
 
 /* The context; kc_ctx() initialises it on first use (thread-safe) and returns NULL when no
- * usable device exists (the reason is kept for eng_cuda_ext.unavailable_reason()). */
+ * usable device exists (the reason is kept for kc_unavailable_reason()). */
 kc_ctx_t *kc_ctx(void);
 /* Scratch of at least bytes on the context's stream (contents undefined). The pointer is valid
  * until the next kc_scratch() call; growing synchronises the stream first. NULL on failure
@@ -102,7 +108,7 @@ template <> __device__ __forceinline__ bf16 kc_to<bf16>(float x) { return __floa
  * optional epilogue: bias (m) added per row of D (fp32 when D is fp32, else D's type), then GELU
  * (tanh) when gelu is set; gelu_pre (same layout as D) receives the pre-activation when given.
  * Element types: A, B either both fp32 or both bf16; D fp32 or bf16. fp32 inputs use the
- * context's mm_mode (bf16 tensor cores by default). Tries cuBLASLt first and falls back to
+ * context's mm_mode (exact fp32 by default). Tries cuBLASLt first and falls back to
  * cublasGemmEx (bias/GELU then applied by a separate kernel). Errors become the sticky error. */
 typedef struct kc_gemm_args {
     bool ta, tb;                /* transpose A / B */
@@ -124,11 +130,10 @@ void kc_gemm_batched(bool ta, bool tb, int m, int n, int k, float alpha, const v
                      long long sA, const void *B, int ldb, long long sB, float beta, void *C,
                      int ldc, long long sC, int batch, cudaDataType_t type);
 
-/* ---- launchers (cuda_kernels.cu, cuda_attention.cu): shapes and semantics as in backend.h /
- * cuda.h; T is float or bf16 (storage), math is fp32. All queue work on the context's stream
- * and record failures as the sticky error. ---------------------------------------------------- */
+/* ---- launchers (cuda_kernels.cu, cuda_attention.cu): shapes and semantics as in backend.h;
+ * T is the storage type (float; the templates also read bf16), math is fp32. All queue work on
+ * the context's stream and record failures as the sticky error. ------------------------------ */
 void kc_f32_to_bf16(bf16 *dst, const float *src, size_t n);
-void kc_bf16_to_f32(float *dst, const bf16 *src, size_t n);
 template <typename T>
 void kc_encoder_forward(T *out, const int32_t *inp, const T *wte, const T *wpe, int B, int T_, int C);
 template <typename T>
@@ -152,33 +157,24 @@ void kc_xent_forward(float *probs, float *losses, const float *logits, const int
                      int N, int V, int Vp);
 void kc_xent_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss,
                       int N, int V, int Vp);
-template <typename T>
-void kc_xent_fused(T *dlogits, float *losses, const T *logits, const int32_t *targets, float dloss,
-                   int N, int V, int Vp);
+/* AdamW; param_bf16 (may be NULL) receives the updated weights rounded to bf16. */
 void kc_adamw(float *param, bf16 *param_bf16, const float *grad, float *m, float *v, size_t n,
-              float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
-              const float *grad_scale_dev, int64_t t);
+              float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t);
 double kc_sumsq(const float *x, size_t n);
-void kc_sumsq_dev(double *out, const float *x, size_t n, int accumulate);
-void kc_clip_scale(float *scale, float *norm, const double *sumsq, float max_norm);
 /* Unfused attention (cuBLAS batched GEMMs + softmax kernel): saves att (B,NH,T,T) in S. */
 template <typename S>
 void kc_attention_forward_unfused(S *out, S *att, const S *qkv, int B, int T, int C, int NH);
 template <typename S>
 void kc_attention_backward_unfused(S *dqkv, S *scratch, const S *dout, const S *qkv, const S *att,
                                    int B, int T, int C, int NH);
-/* Flash-style attention: lse (B,NH,T); scratch (B,NH,T) floats for backward. */
-template <typename T>
-void kc_attention_forward_flash(T *out, float *lse, const T *qkv, int B, int T_, int C, int NH);
-template <typename T>
-void kc_attention_backward_flash(T *dqkv, float *scratch, const T *dout, const T *out,
-                                 const float *lse, const T *qkv, int B, int T_, int C, int NH);
 
-/* State reported through eng_cuda_ext (cuda_common.cu). */
+/* State reported through the table (cuda_common.cu). */
 const char *kc_unavailable_reason(void);
-int kc_status(kiln_err_t *err, int clear);
-void kc_mem_stats(eng_cuda_mem_t *out);
-void kc_mem_reset_peak(void);
-int kc_device_info(char *name, size_t n, int *ordinal, int *cc_major, int *cc_minor, int *sms);
+/* 0 or the first failure since load (sticky), after waiting for queued work. */
+int kc_status(kiln_err_t *err);
+void kc_mem_stats(eng_backend_mem_t *out);
+
+/* NCCL communicators: the table's device collectives (cuda_nccl.cu). */
+extern const eng_backend_coll_t kc_nccl;
 
 #endif /* KILN_ENGINE_CUDA_INT_CUH */

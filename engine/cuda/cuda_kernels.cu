@@ -1,7 +1,7 @@
-/* cuda_kernels.cu - the CUDA backend's non-GEMM, non-attention kernels: precision conversion,
+/* cuda_kernels.cu - the CUDA backend's non-GEMM, non-attention kernels: rounding to bf16,
  * encoder (embedding) forward/backward, LayerNorm forward/backward, GELU, ReLU, residual, softmax
- * cross-entropy (separate and fused with its backward), AdamW with fp32 master weights, sum of
- * squares / clipping scale on device, and the fixed-order column sums used for bias gradients.
+ * cross-entropy, AdamW with fp32 master weights (optionally writing their bf16 copy), the sum of
+ * squares, and the fixed-order column sums used for bias gradients.
  * Every kernel computes in fp32 (statistics, reductions) whatever its storage type, and every
  * reduction has a fixed order: no floating-point atomics unless deterministic mode is off.
  * Kernels are the plain one-thread-per-element / one-warp-per-row kind; see bench/CUDA-NOTES.md
@@ -65,11 +65,6 @@ __global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, size_t n)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __float2bfloat16_rn(src[i]);
 }
-__global__ void bf16_to_f32_kernel(float *dst, const bf16 *src, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __bfloat162float(src[i]);
-}
 void kc_f32_to_bf16(bf16 *dst, const float *src, size_t n)
 {
     kc_ctx_t *c = kc_ctx();
@@ -77,14 +72,6 @@ void kc_f32_to_bf16(bf16 *dst, const float *src, size_t n)
     f32_to_bf16_kernel<<<ew_blocks(n), 256, 0, c->stream>>>(dst, src, n);
     KC_LAUNCHED("f32_to_bf16");
 }
-void kc_bf16_to_f32(float *dst, const bf16 *src, size_t n)
-{
-    kc_ctx_t *c = kc_ctx();
-    if (!c || n == 0) return;
-    bf16_to_f32_kernel<<<ew_blocks(n), 256, 0, c->stream>>>(dst, src, n);
-    KC_LAUNCHED("bf16_to_f32");
-}
-
 /* ---- encoder -------------------------------------------------------------------------------------- */
 template <typename T>
 __global__ void encoder_fwd_kernel(T *out, const int32_t *inp, const T *wte, const T *wpe, int B,
@@ -433,16 +420,14 @@ void kc_scale(float *x, float s, size_t n)
 }
 
 /* ---- softmax cross-entropy (one block per row) ------------------------------------------------------ */
-/* mode 0: probs (fp32) = softmax, losses when targets; mode 1 (fused): dlogits = (softmax -
- * onehot) * dloss and losses. out may alias logits: each element is read and then written by
- * the same thread, after both reductions have finished. */
-template <typename T, typename O, bool FUSED>
-__global__ void xent_kernel(O *out, float *losses, const T *logits, const int32_t *targets,
-                            float dloss, int V, int Vp)
+/* probs = softmax, losses when targets. probs may alias logits: each element is read and then
+ * written by the same thread, after both reductions have finished. */
+__global__ void xent_kernel(float *out, float *losses, const float *logits, const int32_t *targets,
+                            int V, int Vp)
 {
     size_t row = blockIdx.x;
-    const T *l = logits + row * Vp;
-    O *o = out + row * Vp;
+    const float *l = logits + row * Vp;
+    float *o = out + row * Vp;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, kc_f(l[j]));
     mx = block_max(mx);
@@ -454,11 +439,7 @@ __global__ void xent_kernel(O *out, float *losses, const T *logits, const int32_
     if (threadIdx.x == 0 && targets && losses)
         losses[row] = (tgt >= 0 && tgt < V) ? lse - kc_f(l[tgt]) : NAN;
     __syncthreads(); /* l[tgt] is read above before anyone overwrites it below */
-    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-        float p = j < V ? expf(kc_f(l[j]) - lse) : 0.0f;
-        if (FUSED) p = j < V ? (p - (j == tgt ? 1.0f : 0.0f)) * dloss : 0.0f;
-        o[j] = kc_to<O>(p);
-    }
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) o[j] = j < V ? expf(kc_f(l[j]) - lse) : 0.0f;
 }
 
 __global__ void xent_bwd_kernel(float *dlogits, const float *probs, const int32_t *targets,
@@ -477,7 +458,7 @@ void kc_xent_forward(float *probs, float *losses, const float *logits, const int
 {
     kc_ctx_t *c = kc_ctx();
     if (!c || N <= 0) return;
-    xent_kernel<float, float, false><<<N, 512, 0, c->stream>>>(probs, losses, logits, targets, 1.0f, V, Vp);
+    xent_kernel<<<N, 512, 0, c->stream>>>(probs, losses, logits, targets, V, Vp);
     KC_LAUNCHED("xent_forward");
 }
 void kc_xent_backward(float *dlogits, const float *probs, const int32_t *targets, float dloss,
@@ -488,23 +469,12 @@ void kc_xent_backward(float *dlogits, const float *probs, const int32_t *targets
     xent_bwd_kernel<<<ew_blocks((size_t)N * Vp), 256, 0, c->stream>>>(dlogits, probs, targets, dloss, N, V, Vp);
     KC_LAUNCHED("xent_backward");
 }
-template <typename T>
-void kc_xent_fused(T *dlogits, float *losses, const T *logits, const int32_t *targets, float dloss,
-                   int N, int V, int Vp)
-{
-    kc_ctx_t *c = kc_ctx();
-    if (!c || N <= 0) return;
-    xent_kernel<T, T, true><<<N, 512, 0, c->stream>>>(dlogits, losses, logits, targets, dloss, V, Vp);
-    KC_LAUNCHED("xent_fused");
-}
-
 /* ---- AdamW, norms ----------------------------------------------------------------------------------- */
 /* bc1, bc2: bias corrections 1 - beta^t, computed on the host in double. */
 __global__ void adamw_kernel(float *param, bf16 *param_bf16, const float *grad, float *m, float *v,
                              size_t n, float lr, float beta1, float beta2, float eps, float wd,
-                             float grad_scale, const float *grad_scale_dev, float bc1, float bc2)
+                             float gs, float bc1, float bc2)
 {
-    float gs = grad_scale_dev ? *grad_scale_dev : grad_scale;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float g = grad[i] * gs;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -519,15 +489,14 @@ __global__ void adamw_kernel(float *param, bf16 *param_bf16, const float *grad, 
 }
 
 void kc_adamw(float *param, bf16 *param_bf16, const float *grad, float *m, float *v, size_t n,
-              float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
-              const float *grad_scale_dev, int64_t t)
+              float lr, float beta1, float beta2, float eps, float wd, float grad_scale, int64_t t)
 {
     kc_ctx_t *c = kc_ctx();
     if (!c || n == 0) return;
     double bc1 = 1.0 - pow((double)beta1, (double)t), bc2 = 1.0 - pow((double)beta2, (double)t);
     adamw_kernel<<<ew_blocks(n), 256, 0, c->stream>>>(param, param_bf16, grad, m, v, n, lr, beta1,
-                                                      beta2, eps, wd, grad_scale, grad_scale_dev,
-                                                      (float)bc1, (float)bc2);
+                                                      beta2, eps, wd, grad_scale, (float)bc1,
+                                                      (float)bc2);
     KC_LAUNCHED("adamw");
 }
 
@@ -550,36 +519,13 @@ __global__ void sumsq_partial_kernel(double *part, const float *x, size_t n)
         if (lane == 0) part[blockIdx.x] = r;
     }
 }
-__global__ void sumsq_final_kernel(double *out, const double *part, int nparts, int accumulate)
+__global__ void sumsq_final_kernel(double *out, const double *part, int nparts)
 {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     double s = 0.0;
     for (int i = 0; i < nparts; i++) s += part[i];
-    *out = accumulate ? *out + s : s;
+    *out = s;
 }
-__global__ void clip_scale_kernel(float *scale, float *norm, const double *sumsq, float max_norm)
-{
-    if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    float nv = (float)sqrt(*sumsq);
-    if (norm) *norm = nv;
-    *scale = (max_norm > 0.0f && nv > max_norm) ? max_norm / (nv + 1e-6f) : 1.0f;
-}
-
-/* Queues the reduction of x into *out (device double); accumulate adds to it. */
-void kc_sumsq_dev(double *out, const float *x, size_t n, int accumulate)
-{
-    kc_ctx_t *c = kc_ctx();
-    if (!c) return;
-    size_t nb = (n + 2047) / 2048;
-    int blocks = (int)(nb < 1 ? 1 : (nb > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : nb));
-    double *part = (double *)kc_scratch(SUMSQ_MAX_BLOCKS * sizeof(double));
-    if (!part) return;
-    sumsq_partial_kernel<<<blocks, 256, 0, c->stream>>>(part, x, n);
-    KC_LAUNCHED("sumsq_partial");
-    sumsq_final_kernel<<<1, 32, 0, c->stream>>>(out, part, blocks, accumulate);
-    KC_LAUNCHED("sumsq_final");
-}
-
 double kc_sumsq(const float *x, size_t n)
 {
     kc_ctx_t *c = kc_ctx();
@@ -591,21 +537,13 @@ double kc_sumsq(const float *x, size_t n)
     int blocks = (int)(nb < 1 ? 1 : (nb > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : nb));
     sumsq_partial_kernel<<<blocks, 256, 0, c->stream>>>(buf, x, n);
     KC_LAUNCHED("sumsq_partial");
-    sumsq_final_kernel<<<1, 32, 0, c->stream>>>(buf + SUMSQ_MAX_BLOCKS, buf, blocks, 0);
+    sumsq_final_kernel<<<1, 32, 0, c->stream>>>(buf + SUMSQ_MAX_BLOCKS, buf, blocks);
     KC_LAUNCHED("sumsq_final");
     double r = NAN;
     KC_CUDA(cudaMemcpyAsync(&r, buf + SUMSQ_MAX_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost,
                             c->stream));
     KC_CUDA(cudaStreamSynchronize(c->stream));
     return r;
-}
-
-void kc_clip_scale(float *scale, float *norm, const double *sumsq, float max_norm)
-{
-    kc_ctx_t *c = kc_ctx();
-    if (!c) return;
-    clip_scale_kernel<<<1, 32, 0, c->stream>>>(scale, norm, sumsq, max_norm);
-    KC_LAUNCHED("clip_scale");
 }
 
 /* ---- instantiations ------------------------------------------------------------------------------ */
@@ -618,7 +556,5 @@ void kc_clip_scale(float *scale, float *norm, const double *sumsq, float max_nor
     template void kc_colsum_add<T>(float *, const T *, int, int);                              \
     template void kc_gelu_forward<T>(T *, const T *, size_t);                                  \
     template void kc_gelu_backward<T>(T *, const T *, const T *, size_t);                      \
-    template void kc_residual_forward<T>(T *, const T *, const T *, size_t);                   \
-    template void kc_xent_fused<T>(T *, float *, const T *, const int32_t *, float, int, int, int);
+    template void kc_residual_forward<T>(T *, const T *, const T *, size_t);
 KC_INST(float)
-KC_INST(bf16)

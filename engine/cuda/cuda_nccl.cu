@@ -1,8 +1,9 @@
-/* cuda_nccl.cu - NCCL communicators for device memory (cuda.h's eng_cuda_nccl): bootstrap over
- * the caller's host broadcast, collectives and point-to-point on a dedicated stream ordered
- * after the backend's stream by events, a host wait that watches NCCL's asynchronous error and
- * aborts on failure or timeout. It is not the host transport (engine/comm) and keeps no state
- * beyond each communicator. */
+/* cuda_nccl.cu - NCCL communicators for device memory, the table's device collectives
+ * (backend.h's eng_backend_coll_t, which the data-parallel layer reduces device gradients with):
+ * bootstrap over the caller's host broadcast, collectives on a dedicated stream ordered after
+ * the backend's stream by an event, a host wait that watches NCCL's asynchronous error and
+ * aborts on failure or when nothing completes for the watchdog's time. It is not the host
+ * transport (engine/comm) and keeps no state beyond each communicator. */
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -13,12 +14,11 @@
 
 #include "engine/cuda/cuda_int.cuh"
 
-struct eng_nccl {
+struct eng_dev_comm {
     ncclComm_t comm;
     int rank, world;
     cudaStream_t stream;   /* the communicator's stream */
     cudaEvent_t ev_ready;  /* recorded on the backend stream before each op */
-    cudaEvent_t ev_done;   /* recorded on our stream by join() */
     int aborted;
 };
 
@@ -37,7 +37,7 @@ static int set_err(kiln_err_t *err, int status, const char *fmt, ...)
     return status;
 }
 
-static int nccl_err(eng_nccl_t *c, kiln_err_t *err, const char *what, ncclResult_t r)
+static int nccl_err(eng_dev_comm_t *c, kiln_err_t *err, const char *what, ncclResult_t r)
 {
     const char *last = c && c->comm ? ncclGetLastError(c->comm) : NULL;
     return set_err(err, KILN_ECOMM, "nccl %s failed: %s%s%.120s", what, ncclGetErrorString(r),
@@ -57,9 +57,9 @@ static void shard(size_t n, int rank, int world, size_t *off, size_t *cnt)
     *off = r * base + (r < extra ? r : extra);
 }
 
-static void n_destroy(eng_nccl_t *c);
+static void n_destroy(eng_dev_comm_t *c);
 
-static int n_create(int rank, int world, eng_nccl_bcast_fn bcast, void *bctx, eng_nccl_t **out,
+static int n_create(int rank, int world, eng_dev_bcast_fn bcast, void *bctx, eng_dev_comm_t **out,
                     kiln_err_t *err)
 {
     *out = NULL;
@@ -67,7 +67,7 @@ static int n_create(int rank, int world, eng_nccl_bcast_fn bcast, void *bctx, en
         return set_err(err, KILN_EINVAL, "bad nccl group: rank %d of %d", rank, world);
     kc_ctx_t *k = kc_ctx();
     if (!k) return set_err(err, KILN_EUNAVAIL, "no CUDA device: %s", kc_unavailable_reason());
-    eng_nccl_t *c = (eng_nccl_t *)calloc(1, sizeof(*c));
+    eng_dev_comm_t *c = (eng_dev_comm_t *)calloc(1, sizeof(*c));
     if (!c) return set_err(err, KILN_ENOMEM, "out of memory");
     c->rank = rank;
     c->world = world;
@@ -81,8 +81,7 @@ static int n_create(int rank, int world, eng_nccl_bcast_fn bcast, void *bctx, en
         st = cuda_err(err, "cudaStreamCreate", e);
         goto fail;
     }
-    if ((e = cudaEventCreateWithFlags(&c->ev_ready, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&c->ev_done, cudaEventDisableTiming)) != cudaSuccess) {
+    if ((e = cudaEventCreateWithFlags(&c->ev_ready, cudaEventDisableTiming)) != cudaSuccess) {
         st = cuda_err(err, "cudaEventCreate", e);
         goto fail;
     }
@@ -112,10 +111,7 @@ fail:
     return st;
 }
 
-static int n_rank(const eng_nccl_t *c) { return c->rank; }
-static int n_size(const eng_nccl_t *c) { return c->world; }
-
-static void n_abort(eng_nccl_t *c)
+static void n_abort(eng_dev_comm_t *c)
 {
     if (!c || !c->comm || c->aborted) return;
     c->aborted = 1;
@@ -126,7 +122,7 @@ static void n_abort(eng_nccl_t *c)
 }
 
 /* Orders our stream after everything queued so far on the backend's stream. */
-static int before_op(eng_nccl_t *c, kiln_err_t *err)
+static int before_op(eng_dev_comm_t *c, kiln_err_t *err)
 {
     if (!c->comm) return set_err(err, KILN_ECOMM, "nccl communicator was aborted");
     kc_ctx_t *k = kc_ctx();
@@ -137,7 +133,7 @@ static int before_op(eng_nccl_t *c, kiln_err_t *err)
     return 0;
 }
 
-static int n_allreduce(eng_nccl_t *c, float *buf, size_t n, int avg, kiln_err_t *err)
+static int n_allreduce(eng_dev_comm_t *c, float *buf, size_t n, int avg, kiln_err_t *err)
 {
     int st = before_op(c, err);
     if (st || n == 0) return st;
@@ -145,7 +141,7 @@ static int n_allreduce(eng_nccl_t *c, float *buf, size_t n, int avg, kiln_err_t 
     return r == ncclSuccess ? 0 : nccl_err(c, err, "ncclAllReduce", r);
 }
 
-static int n_reduce_scatter(eng_nccl_t *c, float *buf, size_t n, int avg, kiln_err_t *err)
+static int n_reduce_scatter(eng_dev_comm_t *c, float *buf, size_t n, int avg, kiln_err_t *err)
 {
     int st = before_op(c, err);
     if (st || n == 0) return st;
@@ -172,7 +168,7 @@ static int n_reduce_scatter(eng_nccl_t *c, float *buf, size_t n, int avg, kiln_e
     return r == ncclSuccess ? 0 : nccl_err(c, err, "ncclGroupEnd", r);
 }
 
-static int n_allgather(eng_nccl_t *c, float *buf, size_t n, kiln_err_t *err)
+static int n_allgather(eng_dev_comm_t *c, float *buf, size_t n, kiln_err_t *err)
 {
     int st = before_op(c, err);
     if (st || n == 0) return st;
@@ -197,45 +193,6 @@ static int n_allgather(eng_nccl_t *c, float *buf, size_t n, kiln_err_t *err)
     return r == ncclSuccess ? 0 : nccl_err(c, err, "ncclGroupEnd", r);
 }
 
-static int n_bcast(eng_nccl_t *c, void *buf, size_t len, int root, kiln_err_t *err)
-{
-    if (root < 0 || root >= c->world) return set_err(err, KILN_EINVAL, "bcast root %d of %d", root, c->world);
-    int st = before_op(c, err);
-    if (st || len == 0) return st;
-    ncclResult_t r = ncclBroadcast(buf, buf, len, ncclUint8, root, c->comm, c->stream);
-    return r == ncclSuccess ? 0 : nccl_err(c, err, "ncclBroadcast", r);
-}
-
-static int n_send(eng_nccl_t *c, const void *buf, size_t len, int peer, kiln_err_t *err)
-{
-    if (peer < 0 || peer >= c->world || peer == c->rank)
-        return set_err(err, KILN_EINVAL, "send to rank %d (self %d of %d)", peer, c->rank, c->world);
-    int st = before_op(c, err);
-    if (st || len == 0) return st;
-    ncclResult_t r = ncclSend(buf, len, ncclUint8, peer, c->comm, c->stream);
-    return r == ncclSuccess ? 0 : nccl_err(c, err, "ncclSend", r);
-}
-
-static int n_recv(eng_nccl_t *c, void *buf, size_t len, int peer, kiln_err_t *err)
-{
-    if (peer < 0 || peer >= c->world || peer == c->rank)
-        return set_err(err, KILN_EINVAL, "recv from rank %d (self %d of %d)", peer, c->rank, c->world);
-    int st = before_op(c, err);
-    if (st || len == 0) return st;
-    ncclResult_t r = ncclRecv(buf, len, ncclUint8, peer, c->comm, c->stream);
-    return r == ncclSuccess ? 0 : nccl_err(c, err, "ncclRecv", r);
-}
-
-static int n_join(eng_nccl_t *c, kiln_err_t *err)
-{
-    kc_ctx_t *k = kc_ctx();
-    cudaError_t e;
-    if ((e = cudaEventRecord(c->ev_done, c->stream)) != cudaSuccess) return cuda_err(err, "cudaEventRecord", e);
-    if ((e = cudaStreamWaitEvent(k->stream, c->ev_done, 0)) != cudaSuccess)
-        return cuda_err(err, "cudaStreamWaitEvent", e);
-    return 0;
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -243,7 +200,7 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int n_wait(eng_nccl_t *c, double timeout_s, kiln_err_t *err)
+static int n_wait(eng_dev_comm_t *c, double timeout_s, kiln_err_t *err)
 {
     if (timeout_s <= 0) timeout_s = 300;
     double t0 = now_s();
@@ -274,7 +231,7 @@ static int n_wait(eng_nccl_t *c, double timeout_s, kiln_err_t *err)
     }
 }
 
-static void n_destroy(eng_nccl_t *c)
+static void n_destroy(eng_dev_comm_t *c)
 {
     if (!c) return;
     if (c->comm) {
@@ -287,34 +244,11 @@ static void n_destroy(eng_nccl_t *c)
         if (r != ncclSuccess)
             fprintf(stderr, "kiln cuda backend: ncclCommDestroy: %s\n", ncclGetErrorString(r));
     }
-    if (c->ev_done) cudaEventDestroy(c->ev_done);
     if (c->ev_ready) cudaEventDestroy(c->ev_ready);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }
 
-static eng_cuda_nccl_t make_nccl(void)
-{
-    eng_cuda_nccl_t t;
-    memset(&t, 0, sizeof(t));
-    t.abi = ENG_CUDA_NCCL_ABI;
-    t.create = n_create;
-    t.destroy = n_destroy;
-    t.abort = n_abort;
-    t.rank = n_rank;
-    t.size = n_size;
-    t.allreduce = n_allreduce;
-    t.reduce_scatter = n_reduce_scatter;
-    t.allgather = n_allgather;
-    t.bcast = n_bcast;
-    t.send = n_send;
-    t.recv = n_recv;
-    t.join = n_join;
-    t.wait = n_wait;
-    return t;
-}
-
-extern "C" {
-/* The NCCL table (cuda.h). */
-__attribute__((visibility("default"))) eng_cuda_nccl_t eng_cuda_nccl = make_nccl();
-}
+const eng_backend_coll_t kc_nccl = {
+    n_create, n_destroy, n_allreduce, n_reduce_scatter, n_allgather, n_wait,
+};

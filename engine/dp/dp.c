@@ -1,7 +1,8 @@
-/* dp.c - data-parallel training over comm/: gradient buckets all-reduced while backward runs,
- * global-norm clipping from per-shard partial sums, optional ZeRO-1 optimizer-state sharding,
- * a per-step agreement (stop requests, optional parameter-identity check), and the state sync
- * that makes every rank start (or resume) from the same bytes.
+/* dp.c - data parallelism over comm/ (host tensors) or the backend's device collectives: the
+ * bucket plan, buckets launched while backward runs, ZeRO-1's reduce-scatter and all-gather,
+ * each rank's shard of every bucket (its share of the global norm, and under ZeRO of the
+ * update), the parameter-identity check, gathering shards for a checkpoint, and the training
+ * loop's parallel layer for plain data-parallel jobs.
  * It is not the training loop (engine/train.c): everything here runs from its hooks. */
 #include "engine/dp/dp.h"
 
@@ -12,36 +13,44 @@
 
 #include "spec/spec.h"
 
+#define TAG_SHARDS 0x64700000u
+
+/* A contiguous piece of a bucket's shard: flat-buffer offset, offset in the packed bucket. */
+typedef struct dp_piece {
+    size_t flat, packed, n;
+} dp_piece_t;
+
 typedef struct dp_bucket {
     size_t n;              /* floats */
-    float *buf;            /* (n) packed gradients; view into dp->slab */
+    float *buf;            /* (n) packed gradients (or parameters, for ZeRO's all-gather) */
     int nr;
-    eng_range_t *r;        /* (nr) flat-buffer ranges, packed in this order; view into dp->ranges */
-    comm_req_t *req;       /* in flight, or NULL */
+    eng_range_t *r;        /* (nr) flat-buffer ranges, packed in this order; view into ranges */
+    int np;
+    dp_piece_t *pieces;    /* (np) this rank's shard of the bucket; view into d->pieces */
+    comm_req_t *req;       /* in flight (host), or NULL */
     bool launched;
 } dp_bucket_t;
 
 struct dp {
     comm_t *c;             /* borrowed */
-    const spec_t *s;       /* borrowed */
     dp_opts_t o;
     int rank, world;
-    volatile int stop;     /* agreed stop request */
 
-    bool attached;
     const eng_backend_t *be;
-    eng_params_t *p;       /* borrowed from the trainer */
-    float *m, *v;          /* full moments (borrowed from the trainer), or this rank's shard (owned) */
-    size_t sh_off, sh_n;   /* this rank's shard of the flat buffer (norm partial sums, ZeRO) */
-    float *ck_m, *ck_v;    /* (n) gathered moments for a checkpoint (rank 0, ZeRO); owned */
+    eng_params_t *p;       /* borrowed */
+    bool device;           /* buckets in device memory, reduced by be->coll */
+    eng_dev_comm_t *dev;
 
     int n_buckets;
     dp_bucket_t *b;        /* (n_buckets) in launch order: from the last block backwards */
     int n_blocks;
     int *launch_at;        /* (n_blocks) bucket launched when that block is ready, or -1 */
     eng_range_t *ranges;   /* all bucket ranges; owned */
-    float *slab;           /* all bucket buffers; owned */
-    float *xbuf;           /* (world * 4) scratch for exact gathers; owned */
+    dp_piece_t *pieces;    /* all buckets' shard pieces; owned */
+    float *slab;           /* all bucket buffers (backend memory); owned */
+    size_t total;          /* floats the layer averages */
+    float *host;           /* (max shard) host staging for gathers and checks; owned */
+    size_t host_n;
 
     int err_status;
     char err_msg[256];
@@ -57,6 +66,7 @@ void dp_opts_init(dp_opts_t *o, const spec_t *s)
     o->overlap = true;
     o->shard_optimizer_state = s ? s->dist.dp_shard_optimizer_state : false;
     o->inject_rank = -1;
+    o->watchdog_s = 300;
 }
 
 static int env_bool(const char *name, bool *out, kiln_err_t *err)
@@ -69,23 +79,29 @@ static int env_bool(const char *name, bool *out, kiln_err_t *err)
     return 0;
 }
 
+static int env_positive(const char *name, double *out, kiln_err_t *err)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (*end || !(x > 0))
+        return kiln_err_set(err, KILN_EINVAL, name, "%s must be a positive number, not \"%s\"",
+                            name, v);
+    *out = x;
+    return 0;
+}
+
 int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err)
 {
     int rc;
     if ((rc = env_bool("KILN_DP_CHECK", &o->check, err)) ||
         (rc = env_bool("KILN_DP_OVERLAP", &o->overlap, err)) ||
-        (rc = env_bool("KILN_DP_ZERO", &o->shard_optimizer_state, err)))
+        (rc = env_bool("KILN_DP_ZERO", &o->shard_optimizer_state, err)) ||
+        (rc = env_positive("KILN_DP_BUCKET_MB", &o->bucket_mb, err)) ||
+        (rc = env_positive("KILN_COMM_WATCHDOG_S", &o->watchdog_s, err)))
         return rc;
-    const char *v = getenv("KILN_DP_BUCKET_MB");
-    if (v && *v) {
-        char *end;
-        double x = strtod(v, &end);
-        if (*end || !(x > 0))
-            return kiln_err_set(err, KILN_EINVAL, "KILN_DP_BUCKET_MB",
-                                "KILN_DP_BUCKET_MB must be a positive number, not \"%s\"", v);
-        o->bucket_mb = x;
-    }
-    v = getenv("KILN_DP_INJECT_DIVERGENCE");
+    const char *v = getenv("KILN_DP_INJECT_DIVERGENCE");
     if (v && *v) {
         int r;
         long long st;
@@ -100,23 +116,18 @@ int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err)
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
-int dp_create(comm_t *c, const spec_t *s, const dp_opts_t *o, dp_t **out, kiln_err_t *err)
+int dp_create(comm_t *c, const dp_opts_t *o, dp_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    if (!c || !s || !o) return kiln_err_set(err, KILN_EINVAL, NULL, "dp_create: missing argument");
+    if (!c || !o) return kiln_err_set(err, KILN_EINVAL, NULL, "dp_create: missing argument");
     dp_t *d = calloc(1, sizeof(*d));
     if (!d) return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     d->c = c;
-    d->s = s;
     d->o = *o;
     if (!(d->o.bucket_mb > 0)) d->o.bucket_mb = 25;
+    if (!(d->o.watchdog_s > 0)) d->o.watchdog_s = 300;
     d->rank = comm_rank(c);
     d->world = comm_size(c);
-    d->xbuf = calloc((size_t)d->world * 4, sizeof(float));
-    if (!d->xbuf) {
-        free(d);
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    }
     *out = d;
     return 0;
 }
@@ -128,29 +139,23 @@ static void wait_all(dp_t *d)
         d->b[i].req = NULL;
         d->b[i].launched = false;
     }
+    if (d->dev) d->be->coll->wait(d->dev, d->o.watchdog_s, NULL);
 }
 
 void dp_destroy(dp_t *d)
 {
     if (!d) return;
     wait_all(d);
-    if (d->o.shard_optimizer_state && d->be) {
-        d->be->free(d->m);
-        d->be->free(d->v);
-    }
-    if (d->be) {
-        d->be->free(d->ck_m);
-        d->be->free(d->ck_v);
-    }
+    if (d->dev) d->be->coll->destroy(d->dev);
+    if (d->be) d->be->free(d->slab);
     free(d->b);
     free(d->launch_at);
     free(d->ranges);
-    free(d->slab);
-    free(d->xbuf);
+    free(d->pieces);
+    free(d->host);
     free(d);
 }
 
-volatile int *dp_stop_flag(dp_t *d) { return &d->stop; }
 const char *dp_last_error(const dp_t *d) { return d->err_msg; }
 void dp_get_stats(const dp_t *d, dp_stats_t *out) { *out = d->st; }
 
@@ -161,76 +166,45 @@ static int fail(dp_t *d, int status, const kiln_err_t *e, kiln_err_t *err, const
         d->err_status = status;
         snprintf(d->err_msg, sizeof(d->err_msg), "%s", e && e->message[0] ? e->message : kiln_strerror(status));
     }
-    if (err) kiln_err_set(err, status, NULL, "%s: %s", what, d->err_msg);
-    return status;
+    if (err) kiln_err_set(err, d->err_status, NULL, "%s: %s", what, d->err_msg);
+    return d->err_status;
 }
 
-/* ---- exact gathers of 64-bit values through the float all-reduce ----------------------------- */
+/* ---- the bucket plan ------------------------------------------------------------------------ */
 
-/* Every rank contributes one 64-bit value; *all (OUT, world entries) receives everyone's. Each
- * value travels as four 16-bit pieces, each exact in a float, in its own rank's row of a
- * zero-filled buffer, so the sum-all-reduce only ever adds zeros: the result is exact. */
-static int gather_u64(dp_t *d, uint64_t mine, uint64_t *all, kiln_err_t *err)
+/* The pieces of shard `rank` of bucket bk (OUT, at most bk->nr); returns the count. */
+static int shard_pieces(const dp_t *d, const dp_bucket_t *bk, int rank, dp_piece_t *out)
 {
-    size_t n = (size_t)d->world * 4;
-    memset(d->xbuf, 0, n * sizeof(float));
-    for (int k = 0; k < 4; k++) d->xbuf[d->rank * 4 + k] = (float)((mine >> (16 * k)) & 0xffff);
-    kiln_err_t e;
-    kiln_err_clear(&e);
-    int rc = comm_allreduce(d->c, d->xbuf, n, COMM_SUM, &e);
-    if (rc) return fail(d, rc, &e, err, "data-parallel agreement failed");
-    for (int r = 0; r < d->world; r++) {
-        uint64_t x = 0;
-        for (int k = 0; k < 4; k++) x |= (uint64_t)d->xbuf[r * 4 + k] << (16 * k);
-        all[r] = x;
+    size_t so, sn, pos = 0;
+    int n = 0;
+    comm_shard_range(bk->n, rank, d->world, &so, &sn);
+    for (int k = 0; k < bk->nr; k++) {
+        size_t a = pos > so ? pos : so, e = pos + bk->r[k].n < so + sn ? pos + bk->r[k].n : so + sn;
+        if (a < e) out[n++] = (dp_piece_t){bk->r[k].off + (a - pos), a, e - a};
+        pos += bk->r[k].n;
     }
-    return 0;
+    return n;
 }
 
-/* Sum of a double over ranks, added in rank order: identical bits on every rank. */
-static int sum_double(dp_t *d, double *x, kiln_err_t *err)
+/* Groups the blocks' ranges into buckets in the order backward finishes them (last block
+ * first), closing a bucket at a block boundary once it holds bucket_mb. A range listed by
+ * several blocks (a tied embedding) is final after the lowest of them and goes in its bucket. */
+static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, eng_range_t *),
+                        const void *model, kiln_err_t *err)
 {
-    uint64_t mine, all[d->world];
-    memcpy(&mine, x, sizeof(mine));
-    int rc = gather_u64(d, mine, all, err);
-    if (rc) return rc;
-    double s = 0;
-    for (int r = 0; r < d->world; r++) {
-        double v;
-        memcpy(&v, &all[r], sizeof(v));
-        s += v;
-    }
-    *x = s;
-    return 0;
-}
-
-static int hook_allreduce_sum(void *ctx, double *x)
-{
-    return sum_double(ctx, x, NULL);
-}
-
-/* ---- buckets -------------------------------------------------------------------------------- */
-
-static int plan_buckets(dp_t *d, const eng_train_state_t *st, kiln_err_t *err)
-{
-    int nb = st->n_blocks, total = 0;
-    eng_range_t tmp[ENG_MAX_TENSORS];
-    for (int b = 0; b < nb; b++) total += st->block_ranges(st->model, b, tmp);
-    eng_range_t *all = calloc((size_t)total + 1, sizeof(*all));
-    int *owner = calloc((size_t)total + 1, sizeof(int));
+    int total = 0, na = 0, rc = KILN_OK;
+    eng_range_t tmp[ENG_MAX_TENSORS], *all = NULL;
+    int *owner = NULL;
+    for (int b = 0; b < nb; b++) total += block_ranges(model, b, tmp);
+    all = calloc((size_t)total + 1, sizeof(*all));
+    owner = calloc((size_t)total + 1, sizeof(int));
     d->ranges = calloc((size_t)total + 1, sizeof(eng_range_t));
-    d->launch_at = malloc(sizeof(int) * (size_t)nb);
-    d->b = calloc((size_t)nb, sizeof(dp_bucket_t));
-    if (!all || !owner || !d->ranges || !d->launch_at || !d->b) {
-        free(all);
-        free(owner);
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    }
-    /* A range listed by several blocks (tied embeddings) is final after the lowest of them:
-     * it belongs to that block's bucket. */
-    int na = 0;
+    d->pieces = calloc((size_t)total + 1, sizeof(dp_piece_t));
+    d->launch_at = malloc(sizeof(int) * (size_t)(nb > 0 ? nb : 1));
+    d->b = calloc((size_t)(nb > 0 ? nb : 1), sizeof(dp_bucket_t));
+    if (!all || !owner || !d->ranges || !d->pieces || !d->launch_at || !d->b) goto nomem;
     for (int b = 0; b < nb; b++) {
-        int k = st->block_ranges(st->model, b, tmp);
+        int k = block_ranges(model, b, tmp);
         for (int i = 0; i < k; i++) {
             int j;
             for (j = 0; j < na; j++)
@@ -243,19 +217,9 @@ static int plan_buckets(dp_t *d, const eng_train_state_t *st, kiln_err_t *err)
             }
         }
     }
-    size_t covered = 0;
-    for (int j = 0; j < na; j++) covered += all[j].n;
-    if (covered != st->p->n) {
-        free(all);
-        free(owner);
-        return kiln_err_set(err, KILN_EINTERNAL, NULL,
-                            "block ranges cover %zu of %zu parameters", covered, st->p->n);
-    }
-    /* Fill buckets in the order backward finishes blocks (last block first), closing a bucket
-     * at a block boundary once it holds bucket_mb. */
-    size_t cap = (size_t)(d->o.bucket_mb * 1024 * 1024 / sizeof(float));
+    size_t cap = (size_t)(d->o.bucket_mb * 1024 * 1024 / sizeof(float)), off = 0;
     if (cap < 1) cap = 1;
-    int nr = 0;
+    int nr = 0, np = 0;
     dp_bucket_t *cur = NULL;
     for (int b = nb - 1; b >= 0; b--) {
         d->launch_at[b] = -1;
@@ -274,19 +238,138 @@ static int plan_buckets(dp_t *d, const eng_train_state_t *st, kiln_err_t *err)
             cur = NULL;
         }
     }
-    free(all);
-    free(owner);
-    d->slab = malloc(sizeof(float) * (st->p->n ? st->p->n : 1));
-    if (!d->slab) return kiln_err_set(err, KILN_ENOMEM, NULL, "could not allocate gradient buckets");
-    size_t off = 0;
+    d->n_blocks = nb;
+    for (int i = 0; i < d->n_buckets; i++) {
+        dp_bucket_t *bk = &d->b[i];
+        bk->pieces = d->pieces + np;
+        bk->np = shard_pieces(d, bk, d->rank, bk->pieces);
+        np += bk->np;
+        d->total += bk->n;
+        if (bk->n > d->st.max_bucket_floats) d->st.max_bucket_floats = bk->n;
+    }
+    d->slab = d->be->alloc(sizeof(float) * (d->total ? d->total : 1));
+    if (!d->slab) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not allocate gradient buckets");
+        goto done;
+    }
     for (int i = 0; i < d->n_buckets; i++) {
         d->b[i].buf = d->slab + off;
         off += d->b[i].n;
-        if (d->b[i].n > d->st.max_bucket_floats) d->st.max_bucket_floats = d->b[i].n;
     }
-    d->n_blocks = nb;
     d->st.n_buckets = d->n_buckets;
-    return 0;
+    goto done;
+nomem:
+    rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+done:
+    free(all);
+    free(owner);
+    return rc;
+}
+
+/* The rank's share: every averaged range is updated here (without ZeRO) or only the shards;
+ * the shards are its part of the norm either way, so both modes sum the same numbers. */
+static int narrow_share(dp_t *d, eng_share_t *share, kiln_err_t *err)
+{
+    eng_ranges_clear(&share->update);
+    eng_ranges_clear(&share->norm);
+    size_t own = 0;
+    for (int i = 0; i < d->n_buckets; i++) {
+        const dp_bucket_t *bk = &d->b[i];
+        for (int k = 0; k < bk->np; k++) {
+            own += bk->pieces[k].n;
+            if (eng_ranges_add(&share->norm, bk->pieces[k].flat, bk->pieces[k].n) ||
+                (d->o.shard_optimizer_state &&
+                 eng_ranges_add(&share->update, bk->pieces[k].flat, bk->pieces[k].n)))
+                return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+        for (int k = 0; !d->o.shard_optimizer_state && k < bk->nr; k++)
+            if (eng_ranges_add(&share->update, bk->r[k].off, bk->r[k].n))
+                return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    d->st.opt_state_full_bytes = 2 * d->total * sizeof(float);
+    d->st.opt_state_bytes = 2 * (d->o.shard_optimizer_state ? own : d->total) * sizeof(float);
+    return KILN_OK;
+}
+
+static int dev_bcast(void *ctx, void *buf, size_t len, kiln_err_t *err)
+{
+    return comm_bcast(ctx, buf, len, 0, err);
+}
+
+int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
+              int (*block_ranges)(const void *, int, eng_range_t *), const void *model,
+              eng_share_t *share, kiln_err_t *err)
+{
+    int rc;
+    d->be = be;
+    d->p = p;
+    d->device = !be->host_memory;
+    if (d->device && !be->coll)
+        return kiln_err_set(err, KILN_EUNSUPP, "resources.device",
+                            "data parallelism over the %s backend needs its device collectives, "
+                            "which this build does not have", be->name);
+    if (d->device && d->o.shard_optimizer_state) {
+        kiln_err_set(err, KILN_EUNSUPP, "distribution.data_parallel.shard_optimizer_state",
+                     "shard_optimizer_state keeps its savings in lazily backed host memory; on "
+                     "the %s backend it would save nothing", be->name);
+        kiln_err_hint(err, "set shard_optimizer_state to false on GPU jobs");
+        return KILN_EUNSUPP;
+    }
+    if ((rc = plan_buckets(d, n_blocks, block_ranges, model, err)) ||
+        (rc = narrow_share(d, share, err)))
+        return rc;
+    size_t maxshard = 0;
+    for (int r = 0; r < d->world; r++) {
+        size_t s = 0;
+        for (int i = 0; i < d->n_buckets; i++) {
+            size_t so, sn;
+            comm_shard_range(d->b[i].n, r, d->world, &so, &sn);
+            s += sn;
+        }
+        maxshard = s > maxshard ? s : maxshard;
+    }
+    d->host_n = maxshard > 0 ? maxshard : 1;
+    d->host = malloc(sizeof(float) * d->host_n);
+    if (!d->host) return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (d->device && d->world > 1 &&
+        (rc = be->coll->create(d->rank, d->world, dev_bcast, d->c, &d->dev, err)))
+        return rc;
+    if (d->o.shard_optimizer_state)
+        printf("dp: rank %d/%d over %s: ZeRO-1, %d gradient buckets (largest %.2f MiB) "
+               "reduce-scattered %s backward, parameters all-gathered after the update; AdamW "
+               "state for %zu of %zu parameters (%.1f of %.1f MiB)%s\n",
+               d->rank, d->world, d->device ? be->name : comm_provider(d->c), d->n_buckets,
+               d->st.max_bucket_floats * 4.0 / (1 << 20), d->o.overlap ? "during" : "after",
+               d->st.opt_state_bytes / 8, d->total, d->st.opt_state_bytes / 1048576.0,
+               d->st.opt_state_full_bytes / 1048576.0,
+               d->o.check ? ", parameter check every step" : "");
+    else
+        printf("dp: rank %d/%d over %s: %d gradient buckets (largest %.2f MiB) all-reduced %s "
+               "backward%s\n", d->rank, d->world, d->device ? be->name : comm_provider(d->c),
+               d->n_buckets, d->st.max_bucket_floats * 4.0 / (1 << 20),
+               d->o.overlap ? "during" : "after", d->o.check ? ", parameter check every step" : "");
+    fflush(stdout);
+    return KILN_OK;
+}
+
+/* ---- reductions ----------------------------------------------------------------------------- */
+
+static void pack_ranges(dp_t *d, dp_bucket_t *bk, const float *src)
+{
+    size_t off = 0;
+    for (int k = 0; k < bk->nr; k++) {
+        d->be->copy(bk->buf + off, src + bk->r[k].off, bk->r[k].n * sizeof(float));
+        off += bk->r[k].n;
+    }
+}
+
+static void unpack_ranges(dp_t *d, const dp_bucket_t *bk, float *dst)
+{
+    size_t off = 0;
+    for (int k = 0; k < bk->nr; k++) {
+        d->be->copy(dst + bk->r[k].off, bk->buf + off, bk->r[k].n * sizeof(float));
+        off += bk->r[k].n;
+    }
 }
 
 static void launch(dp_t *d, int i)
@@ -294,26 +377,27 @@ static void launch(dp_t *d, int i)
     dp_bucket_t *bk = &d->b[i];
     if (bk->launched) return;
     bk->launched = true;
-    if (d->err_status) return;
-    const float *g = d->p->grads;
-    size_t off = 0;
-    for (int k = 0; k < bk->nr; k++) {
-        memcpy(bk->buf + off, g + bk->r[k].off, bk->r[k].n * sizeof(float));
-        off += bk->r[k].n;
-    }
+    if (d->err_status || d->world == 1) return;
+    pack_ranges(d, bk, d->p->grads);
     kiln_err_t e;
     kiln_err_clear(&e);
-    int rc = comm_allreduce_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e);
+    int rc;
+    bool zero = d->o.shard_optimizer_state;
+    if (d->device)
+        rc = zero ? d->be->coll->reduce_scatter(d->dev, bk->buf, bk->n, 1, &e)
+                  : d->be->coll->allreduce(d->dev, bk->buf, bk->n, 1, &e);
+    else
+        rc = zero ? comm_reduce_scatter_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e)
+                  : comm_allreduce_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e);
     if (rc) {
         bk->req = NULL;
         fail(d, rc, &e, NULL, NULL);
     }
 }
 
-static void hook_grads_ready(void *ctx, int block)
+void dp_grads_ready(dp_t *d, int block)
 {
-    dp_t *d = ctx;
-    if (!d->o.overlap || d->o.shard_optimizer_state || block < 0 || block >= d->n_blocks) return;
+    if (!d->o.overlap || block < 0 || block >= d->n_blocks) return;
     int i = d->launch_at[block];
     if (i < 0) return;
     /* buckets go out in order on every rank, so every rank submits the same sequence */
@@ -324,46 +408,72 @@ static void hook_grads_ready(void *ctx, int block)
         }
 }
 
-static int hook_grads_finish(void *ctx, float *grads, size_t n)
+/* The reduced values back into the gradients: this rank's shard (ZeRO) or all of it. */
+static void unpack_reduced(dp_t *d, const dp_bucket_t *bk)
 {
-    dp_t *d = ctx;
-    double t0 = kiln_mono_s();
-    int rc = 0;
-    (void)n;
-    if (d->o.shard_optimizer_state) {
-        /* ZeRO-1: only this rank's shard of the averaged gradient is needed */
-        kiln_err_t e;
-        kiln_err_clear(&e);
-        if (!d->err_status && (rc = comm_reduce_scatter(d->c, grads, d->p->n, COMM_AVG, &e)))
-            fail(d, rc, &e, NULL, NULL);
-    } else {
-        for (int i = 0; i < d->n_buckets; i++) launch(d, i);
-        for (int i = 0; i < d->n_buckets; i++) {
-            dp_bucket_t *bk = &d->b[i];
-            kiln_err_t e;
-            kiln_err_clear(&e);
-            int r = comm_wait(bk->req, &e);
-            bk->req = NULL;
-            bk->launched = false;
-            if (r) fail(d, r, &e, NULL, NULL);
-            if (d->err_status) continue;
-            size_t off = 0;
-            for (int k = 0; k < bk->nr; k++) {
-                memcpy(grads + bk->r[k].off, bk->buf + off, bk->r[k].n * sizeof(float));
-                off += bk->r[k].n;
-            }
-        }
+    if (!d->o.shard_optimizer_state) {
+        unpack_ranges(d, bk, d->p->grads);
+        return;
     }
-    d->st.finish_wait_s += kiln_mono_s() - t0;
-    return d->err_status ? d->err_status : 0;
+    for (int k = 0; k < bk->np; k++)
+        d->be->copy(d->p->grads + bk->pieces[k].flat, bk->buf + bk->pieces[k].packed,
+                    bk->pieces[k].n * sizeof(float));
 }
 
-/* ---- the optimizer step --------------------------------------------------------------------- */
+int dp_grads_finish(dp_t *d, kiln_err_t *err)
+{
+    double t0 = kiln_mono_s();
+    for (int i = 0; i < d->n_buckets; i++) launch(d, i);
+    if (d->device && d->dev && !d->err_status) {
+        kiln_err_t e;
+        kiln_err_clear(&e);
+        int rc = d->be->coll->wait(d->dev, d->o.watchdog_s, &e);
+        if (rc) fail(d, rc, &e, NULL, NULL);
+    }
+    for (int i = 0; i < d->n_buckets; i++) {
+        dp_bucket_t *bk = &d->b[i];
+        kiln_err_t e;
+        kiln_err_clear(&e);
+        int r = comm_wait(bk->req, &e);
+        bk->req = NULL;
+        bk->launched = false;
+        if (r) fail(d, r, &e, NULL, NULL);
+        if (!d->err_status && d->world > 1) unpack_reduced(d, bk);
+    }
+    d->st.finish_wait_s += kiln_mono_s() - t0;
+    if (d->err_status) return fail(d, d->err_status, NULL, err, "gradient reduction failed");
+    return 0;
+}
 
-static uint64_t param_hash(const float *x, size_t n)
+/* ---- after the update ----------------------------------------------------------------------- */
+
+/* ZeRO: each rank's updated shard of every bucket goes to every rank. */
+static int allgather_params(dp_t *d, kiln_err_t *err)
+{
+    kiln_err_t e;
+    kiln_err_clear(&e);
+    int rc = 0;
+    for (int i = 0; i < d->n_buckets && !rc; i++) {
+        dp_bucket_t *bk = &d->b[i];
+        for (int k = 0; k < bk->np; k++)
+            d->be->copy(bk->buf + bk->pieces[k].packed, d->p->params + bk->pieces[k].flat,
+                        bk->pieces[k].n * sizeof(float));
+        rc = d->device ? d->be->coll->allgather(d->dev, bk->buf, bk->n, &e)
+                       : comm_allgather_start(d->c, bk->buf, bk->n, &bk->req, &e);
+    }
+    if (!rc && d->device) rc = d->be->coll->wait(d->dev, d->o.watchdog_s, &e);
+    for (int i = 0; i < d->n_buckets; i++) {
+        int r = comm_wait(d->b[i].req, rc ? NULL : &e);
+        d->b[i].req = NULL;
+        if (!rc) rc = r;
+        if (!rc) unpack_ranges(d, &d->b[i], d->p->params);
+    }
+    return rc ? fail(d, rc, &e, err, "parameter all-gather failed") : 0;
+}
+
+static uint64_t hash_words(uint64_t h, const float *x, size_t n)
 {
     const uint32_t *w = (const uint32_t *)x;
-    uint64_t h = 1469598103934665603ULL ^ n;
     for (size_t i = 0; i < n; i++) {
         h ^= w[i];
         h *= 0x100000001b3ULL;
@@ -372,252 +482,133 @@ static uint64_t param_hash(const float *x, size_t n)
     return h;
 }
 
-/* Every rank learns whether any rank asked to stop and, in check mode, whether all ranks hold
- * the same parameters (a hash of them, compared exactly). */
-static int agree(dp_t *d, int64_t step, kiln_err_t *err)
+/* Every rank's hash of the parameters this layer averages, compared exactly. */
+static int check_identical(dp_t *d, int64_t step, kiln_err_t *err)
 {
-    uint64_t h = 0, all[d->world];
-    if (d->o.check) h = param_hash(d->p->params, d->p->n) & ~1ULL;
-    bool local = d->o.local_stop && *d->o.local_stop;
-    int rc = gather_u64(d, h | (local ? 1 : 0), all, err);
-    if (rc) return rc;
-    int stop = 0;
-    for (int r = 0; r < d->world; r++) stop |= (int)(all[r] & 1);
-    if (stop) d->stop = 1;
-    if (!d->o.check) return 0;
-    for (int r = 1; r < d->world; r++)
-        if ((all[r] & ~1ULL) != (all[0] & ~1ULL)) {
-            char who[128] = "";
-            size_t len = 0;
-            for (int k = 1; k < d->world && len < sizeof(who) - 12; k++)
-                if ((all[k] & ~1ULL) != (all[0] & ~1ULL))
-                    len += snprintf(who + len, sizeof(who) - len, "%s%d", len ? ", " : "", k);
-            return kiln_err_set(err, KILN_EINTERNAL, NULL,
-                                "data-parallel parameters diverged after step %lld: rank(s) %s "
-                                "differ from rank 0 (hash %016llx vs %016llx)",
-                                (long long)step, who, (unsigned long long)(all[r] & ~1ULL),
-                                (unsigned long long)(all[0] & ~1ULL));
+    uint64_t h = 1469598103934665603ULL ^ d->total, all[d->world];
+    for (int i = 0; i < d->n_buckets; i++)
+        for (int k = 0; k < d->b[i].nr; k++) {
+            const eng_range_t *r = &d->b[i].r[k];
+            for (size_t o = 0; o < r->n; o += d->host_n) {
+                size_t n = r->n - o < d->host_n ? r->n - o : d->host_n;
+                d->be->to_host(d->host, d->p->params + r->off + o, n * sizeof(float));
+                h = hash_words(h, d->host, n);
+            }
         }
-    return 0;
+    all[d->rank] = h;
+    kiln_err_t e;
+    kiln_err_clear(&e);
+    int rc = comm_allgather_bytes(d->c, all, sizeof(uint64_t), &e);
+    if (rc) return fail(d, rc, &e, err, "data-parallel parameter check failed");
+    char who[128] = "";
+    size_t len = 0;
+    for (int k = 1; k < d->world && len < sizeof(who) - 12; k++)
+        if (all[k] != all[0]) len += snprintf(who + len, sizeof(who) - len, "%s%d", len ? ", " : "", k);
+    if (!len) return 0;
+    return kiln_err_set(err, KILN_EINTERNAL, NULL,
+                        "data-parallel parameters diverged after step %lld: rank(s) %s differ "
+                        "from rank 0 (hash %016llx)", (long long)step, who,
+                        (unsigned long long)all[0]);
 }
 
-static int hook_optimizer_step(void *ctx, int64_t step, double lr, double *grad_norm,
-                               kiln_err_t *err)
+int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err)
 {
-    dp_t *d = ctx;
-    const spec_hparams_t *hp = &d->s->hp;
-    const eng_params_t *p = d->p;
     double t0 = kiln_mono_s();
     int rc;
     if (d->err_status) return fail(d, d->err_status, NULL, err, "data-parallel step failed");
-    /* the checkpoint copies of a sharded state live only until the next update */
-    d->be->free(d->ck_m);
-    d->be->free(d->ck_v);
-    d->ck_m = d->ck_v = NULL;
-
-    /* Global norm from per-shard partial sums: the same arithmetic with and without ZeRO, so
-     * both give the same bits. */
-    double sumsq = d->sh_n ? d->be->sumsq(p->grads + d->sh_off, d->sh_n) : 0.0;
-    if ((rc = sum_double(d, &sumsq, err))) return rc;
-    double norm = sqrt(sumsq);
-    float scale = 1.0f;
-    if (hp->grad_clip > 0 && norm > hp->grad_clip) scale = (float)(hp->grad_clip / norm);
-    *grad_norm = norm;
-
-    size_t lo = d->o.shard_optimizer_state ? d->sh_off : 0;
-    size_t hi = d->o.shard_optimizer_state ? d->sh_off + d->sh_n : p->n;
-    for (int i = 0; i < p->n_tensors; i++) {
-        const eng_tensor_t *t = &p->tensors[i];
-        size_t a = t->off > lo ? t->off : lo, b = t->off + t->n < hi ? t->off + t->n : hi;
-        if (a >= b) continue;
-        d->be->adamw_update(p->params + a, p->grads + a, d->m + (a - lo), d->v + (a - lo), b - a,
-                            (float)lr, (float)hp->beta1, (float)hp->beta2, (float)hp->eps,
-                            t->decay ? (float)hp->weight_decay : 0.0f, scale, step);
-    }
-    if (d->o.shard_optimizer_state) {
-        kiln_err_t e;
-        kiln_err_clear(&e);
-        if ((rc = comm_allgather(d->c, p->params, p->n, &e)))
-            return fail(d, rc, &e, err, "parameter all-gather failed");
-    }
+    if (d->o.shard_optimizer_state && d->world > 1 && (rc = allgather_params(d, err))) return rc;
     if (d->o.inject_step > 0 && step == d->o.inject_step && d->rank == d->o.inject_rank) {
-        float one_ulp_more = nextafterf(p->params[p->n / 2], INFINITY);
-        p->params[p->n / 2] = one_ulp_more;
+        float x;
+        float *at = d->p->params + d->p->n / 2;
+        d->be->to_host(&x, at, sizeof(x));
+        x = nextafterf(x, INFINITY);
+        d->be->to_device(at, &x, sizeof(x));
         printf("dp: rank %d perturbed one parameter after step %lld (KILN_DP_INJECT_DIVERGENCE)\n",
                d->rank, (long long)step);
         fflush(stdout);
     }
-    if ((rc = agree(d, step, err))) return rc;
+    if (d->o.check && (rc = check_identical(d, step, err))) return rc;
     d->st.steps++;
     d->st.comm_s += kiln_mono_s() - t0;
     return 0;
 }
 
-/* ZeRO-1 checkpoints: rank 0 gathers every shard of m and v and writes the usual full file. */
-static int hook_ckpt_state(void *ctx, const float **m, const float **v, kiln_err_t *err)
+/* ---- checkpoints ---------------------------------------------------------------------------- */
+
+int dp_gather(dp_t *d, float *buf, kiln_err_t *err)
 {
-    dp_t *d = ctx;
-    if (!d->o.shard_optimizer_state) return 0;
-    size_t n = d->p->n;
+    if (!d->o.shard_optimizer_state || d->world == 1) return 0;
+    kiln_err_t e;
+    kiln_err_clear(&e);
     int rc = 0;
-    kiln_err_t e;
-    kiln_err_clear(&e);
-    if (d->rank == 0) {
-        if (!d->ck_m) d->ck_m = d->be->alloc(n * sizeof(float));
-        if (!d->ck_v) d->ck_v = d->be->alloc(n * sizeof(float));
-        if (!d->ck_m || !d->ck_v)
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "could not allocate the checkpoint's optimizer state");
-        memcpy(d->ck_m + d->sh_off, d->m, d->sh_n * sizeof(float));
-        memcpy(d->ck_v + d->sh_off, d->v, d->sh_n * sizeof(float));
+    if (d->rank != 0) { /* this rank's pieces of every bucket, in bucket order, one message */
+        size_t pos = 0;
+        for (int i = 0; i < d->n_buckets; i++)
+            for (int k = 0; k < d->b[i].np; k++) {
+                const dp_piece_t *pc = &d->b[i].pieces[k];
+                d->be->to_host(d->host + pos, buf + pc->flat, pc->n * sizeof(float));
+                pos += pc->n;
+            }
+        rc = comm_send(d->c, d->host, pos * sizeof(float), 0, TAG_SHARDS, &e);
+    } else {
+        int maxnr = 1;
+        for (int i = 0; i < d->n_buckets; i++) maxnr = d->b[i].nr > maxnr ? d->b[i].nr : maxnr;
+        dp_piece_t *pc = malloc(sizeof(*pc) * (size_t)maxnr);
+        if (!pc) return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         for (int r = 1; r < d->world && !rc; r++) {
-            size_t off, cnt;
-            comm_shard_range(n, r, d->world, &off, &cnt);
-            if (!cnt) continue;
-            if (!(rc = comm_recv(d->c, d->ck_m + off, cnt * sizeof(float), r, 0x6d, NULL, &e)))
-                rc = comm_recv(d->c, d->ck_v + off, cnt * sizeof(float), r, 0x76, NULL, &e);
+            if ((rc = comm_recv(d->c, d->host, d->host_n * sizeof(float), r, TAG_SHARDS, NULL, &e)))
+                break;
+            size_t pos = 0;
+            for (int i = 0; i < d->n_buckets; i++) {
+                int np = shard_pieces(d, &d->b[i], r, pc);
+                for (int k = 0; k < np; k++) {
+                    d->be->to_device(buf + pc[k].flat, d->host + pos, pc[k].n * sizeof(float));
+                    pos += pc[k].n;
+                }
+            }
         }
-        *m = d->ck_m;
-        *v = d->ck_v;
-    } else if (d->sh_n) {
-        if (!(rc = comm_send(d->c, d->m, d->sh_n * sizeof(float), 0, 0x6d, &e)))
-            rc = comm_send(d->c, d->v, d->sh_n * sizeof(float), 0, 0x76, &e);
+        free(pc);
     }
-    if (rc) return fail(d, rc, &e, err, "gathering the optimizer state for a checkpoint failed");
-    return 0;
+    return rc ? fail(d, rc, &e, err, "gathering the optimizer state for a checkpoint failed") : 0;
 }
 
-/* ---- attach: same starting bytes everywhere ------------------------------------------------- */
+/* ---- the training loop's parallel layer ------------------------------------------------------- */
 
-static int bcast(dp_t *d, void *buf, size_t len, int root, kiln_err_t *err)
-{
-    kiln_err_t e;
-    kiln_err_clear(&e);
-    int rc = comm_bcast(d->c, buf, len, root, &e);
-    return rc ? fail(d, rc, &e, err, "data-parallel state broadcast failed") : 0;
-}
-
-static int hook_attach(void *ctx, eng_train_state_t *st, kiln_err_t *err)
+static int par_allgather(void *ctx, void *slots, size_t slot_bytes, kiln_err_t *err)
 {
     dp_t *d = ctx;
-    int rc;
-    if (strcmp(st->be->name, "cpu") != 0 && strcmp(st->be->name, "ref") != 0)
-        return kiln_err_set(err, KILN_EUNSUPP, "resources.device",
-                            "data parallelism runs on host memory; backend \"%s\" needs the NCCL "
-                            "path, which this build does not have", st->be->name);
-    d->be = st->be;
-    d->p = st->p;
-    comm_shard_range(st->p->n, d->rank, d->world, &d->sh_off, &d->sh_n);
-    /* ZeRO-1 reduce-scatters the flat buffer in place: no bucket copies needed */
-    if (!d->o.shard_optimizer_state && (rc = plan_buckets(d, st, err))) return rc;
-
-    /* Resume point: the newest checkpoint any rank found (agents may hold different ones);
-     * the lowest rank holding it sends the state to everyone. Model fingerprints must match. */
-    uint64_t steps[d->world], hashes[d->world];
-    if ((rc = gather_u64(d, st->model_hash, hashes, err))) return rc;
-    for (int r = 0; r < d->world; r++)
-        if (hashes[r] != hashes[0])
-            return kiln_err_set(err, KILN_EINVAL, "model",
-                                "rank %d built a different model than rank 0", r);
-    if ((rc = gather_u64(d, (uint64_t)*st->step, steps, err))) return rc;
-    int src = 0;
-    for (int r = 1; r < d->world; r++)
-        if (steps[r] > steps[src]) src = r;
-    size_t nb = st->p->n * sizeof(float);
-    if ((rc = bcast(d, st->p->params, nb, src, err))) return rc;
-    if (steps[src] > 0) {
-        if ((rc = bcast(d, *st->m, nb, src, err)) || (rc = bcast(d, *st->v, nb, src, err)) ||
-            (rc = bcast(d, st->sampler, sizeof(*st->sampler), src, err)) ||
-            (rc = bcast(d, st->sample_rng, sizeof(*st->sample_rng), src, err)))
-            return rc;
-        if ((int64_t)steps[src] != *st->step)
-            printf("dp: rank %d takes the state of step %llu from rank %d\n", d->rank,
-                   (unsigned long long)steps[src], src);
-        *st->step = (int64_t)steps[src];
-    }
-
-    d->st.opt_state_full_bytes = 2 * nb;
-    if (d->o.shard_optimizer_state) {
-        size_t sb = (d->sh_n ? d->sh_n : 1) * sizeof(float);
-        d->m = d->be->alloc(sb);
-        d->v = d->be->alloc(sb);
-        if (!d->m || !d->v) return kiln_err_set(err, KILN_ENOMEM, NULL, "could not allocate the optimizer shard");
-        memcpy(d->m, *st->m + d->sh_off, d->sh_n * sizeof(float));
-        memcpy(d->v, *st->v + d->sh_off, d->sh_n * sizeof(float));
-        d->be->free(*st->m);
-        d->be->free(*st->v);
-        *st->m = *st->v = NULL;
-        d->st.opt_state_bytes = 2 * d->sh_n * sizeof(float);
-    } else {
-        d->m = *st->m;
-        d->v = *st->v;
-        d->st.opt_state_bytes = 2 * nb;
-    }
-    d->attached = true;
-    if (d->o.shard_optimizer_state)
-        printf("dp: rank %d/%d over %s: ZeRO-1, gradients reduce-scattered after backward, "
-               "parameters all-gathered after the update%s\n", d->rank, d->world,
-               comm_provider(d->c), d->o.check ? ", parameter check every step" : "");
-    else
-        printf("dp: rank %d/%d over %s: %d gradient buckets (largest %.2f MiB) all-reduced %s "
-               "backward%s\n", d->rank, d->world, comm_provider(d->c), d->n_buckets,
-               d->st.max_bucket_floats * 4.0 / (1 << 20), d->o.overlap ? "during" : "after",
-               d->o.check ? ", parameter check every step" : "");
-    if (d->o.shard_optimizer_state)
-        printf("dp: rank %d keeps AdamW state for %zu of %zu parameters: %.1f MiB instead of "
-               "%.1f MiB (saves %.1f MiB)\n", d->rank, d->sh_n, st->p->n,
-               d->st.opt_state_bytes / 1048576.0, d->st.opt_state_full_bytes / 1048576.0,
-               (d->st.opt_state_full_bytes - d->st.opt_state_bytes) / 1048576.0);
-    fflush(stdout);
-    return 0;
+    return comm_allgather_bytes(d->c, slots, slot_bytes, err);
 }
 
-void dp_hooks(dp_t *d, eng_train_hooks_t *out)
+static int par_bcast(void *ctx, void *buf, size_t bytes, int root, kiln_err_t *err)
+{
+    dp_t *d = ctx;
+    return comm_bcast(d->c, buf, bytes, root, err);
+}
+
+static int par_attach(void *ctx, eng_train_state_t *st, kiln_err_t *err)
+{
+    return dp_attach(ctx, st->be, st->p, st->n_blocks, st->block_ranges, st->model, st->share, err);
+}
+
+static void par_grads_ready(void *ctx, int block) { dp_grads_ready(ctx, block); }
+static int par_grads_finish(void *ctx, kiln_err_t *err) { return dp_grads_finish(ctx, err); }
+static int par_after_update(void *ctx, int64_t step, kiln_err_t *err) { return dp_after_update(ctx, step, err); }
+static int par_gather(void *ctx, float *buf, kiln_err_t *err) { return dp_gather(ctx, buf, err); }
+
+void dp_parallel(dp_t *d, eng_parallel_t *out)
 {
     memset(out, 0, sizeof(*out));
+    out->name = d->o.shard_optimizer_state ? "data parallel (ZeRO-1)" : "data parallel";
     out->ctx = d;
-    out->grads_ready = hook_grads_ready;
-    out->grads_finish = hook_grads_finish;
-    out->allreduce_sum = hook_allreduce_sum;
-    out->attach = hook_attach;
-    out->optimizer_step = hook_optimizer_step;
-    out->ckpt_state = hook_ckpt_state;
-}
-
-/* ---- kiln-train's entry --------------------------------------------------------------------- */
-
-int dp_train_run(const spec_t *s, const eng_train_opts_t *opts, comm_t *world,
-                 eng_train_result_t *res, dp_stats_t *stats, kiln_err_t *err)
-{
-    comm_t *c = world;
-    dp_t *d = NULL;
-    int rc;
-    if (res) memset(res, 0, sizeof(*res));
-    if (!c && (rc = comm_create_from_env(&c, err))) return rc;
-    dp_opts_t o;
-    dp_opts_init(&o, s);
-    if ((rc = dp_opts_from_env(&o, err))) goto done;
-    o.local_stop = opts->stop_flag;
-    if ((rc = dp_create(c, s, &o, &d, err))) goto done;
-    eng_train_opts_t to = *opts;
-    to.rank = comm_rank(c);
-    to.world = comm_size(c);
-    to.stop_flag = dp_stop_flag(d);
-    dp_hooks(d, &to.hooks);
-    rc = eng_train_run(s, &to, res, err);
-    if (rc && d->err_msg[0] && !strstr(err->message, d->err_msg)) {
-        char msg[sizeof(err->message) + sizeof(d->err_msg) + 4];
-        snprintf(msg, sizeof(msg), "%s: %s", err->message, d->err_msg);
-        kiln_strlcpy(err->message, msg, sizeof(err->message));
-    }
-    if (stats) dp_get_stats(d, stats);
-    if (rc == 0 && to.rank == 0) {
-        printf("dp: %lld steps on %d ranks, %lld buckets launched during backward, %.2f s waiting "
-               "for gradients, %.2f s in optimizer collectives\n", (long long)d->st.steps,
-               to.world, (long long)d->st.early_launches, d->st.finish_wait_s, d->st.comm_s);
-        fflush(stdout);
-    }
-done:
-    dp_destroy(d);
-    if (!world) comm_destroy(c);
-    return rc;
+    out->replica = d->rank;
+    out->replicas = d->world;
+    out->microbatches = 1;
+    out->allgather = par_allgather;
+    out->bcast = par_bcast;
+    out->attach = par_attach;
+    out->grads_ready = par_grads_ready;
+    out->grads_finish = par_grads_finish;
+    out->after_update = par_after_update;
+    out->gather = par_gather;
 }

@@ -1,9 +1,12 @@
-/* dp.h - kiln's data parallelism: every rank holds a replica of the model and trains on its own
- * shard of each global batch; gradients are averaged in buckets all-reduced by comm/'s
- * communication thread while backward is still running, clipping uses the global norm, and with
- * distribution.data_parallel.shard_optimizer_state the AdamW state is sharded (ZeRO stage 1).
- * It joins the engine's training loop through eng_train_hooks_t; it is not the collectives
- * (engine/comm/) nor pipeline parallelism (engine/pipe/, which does its own hybrid replicas). */
+/* dp.h - kiln's data parallelism: every replica trains on its own shard of each global batch;
+ * the gradients of a set of parameter ranges are averaged in buckets that go out while backward
+ * is still running (all-reduced, or with distribution.data_parallel.shard_optimizer_state
+ * reduce-scattered so each replica updates only its shard and the parameters are all-gathered
+ * after: ZeRO stage 1), and every replica's share of the global norm is its shard of each
+ * bucket. Host tensors move over comm/; device tensors over the backend's collectives (NCCL).
+ * A job of plain data parallelism runs it as the training loop's parallel layer (dp_parallel);
+ * the pipeline runs one inside each stage for that stage's replicas. It is not the collectives
+ * (engine/comm/) nor the pipeline (engine/pipe/). */
 #ifndef KILN_DP_H
 #define KILN_DP_H
 
@@ -29,7 +32,7 @@ typedef struct dp_opts {
     bool check;                 /* after every step, verify all ranks hold identical parameters */
     int inject_rank;            /* tests: this rank perturbs a parameter after step inject_step */
     int64_t inject_step;        /* <= 0: never */
-    volatile int *local_stop;   /* this rank's stop request (SIGTERM); agreed across ranks each step */
+    double watchdog_s;          /* device collectives: fail when none completes for this long */
 } dp_opts_t;
 
 /* Counters of one run (for logs, benchmarks and tests). */
@@ -41,39 +44,48 @@ typedef struct dp_stats {
     int64_t steps;
     int64_t early_launches;      /* buckets launched during backward */
     double finish_wait_s;        /* time grads_finish spent waiting for reductions (total) */
-    double comm_s;               /* time in the optimizer's collectives (norm, gather, check) */
+    double comm_s;               /* time in the collectives after the update (gather, check) */
 } dp_stats_t;
 
 /* Defaults from spec->dist: bucket_mb, shard_optimizer_state; overlap on, check off. */
 void dp_opts_init(dp_opts_t *o, const struct spec *s);
 /* Overrides from the environment: KILN_DP_CHECK=1, KILN_DP_OVERLAP=0|1, KILN_DP_BUCKET_MB=x,
- * KILN_DP_ZERO=0|1, KILN_DP_INJECT_DIVERGENCE=rank:step. Returns 0 or KILN_EINVAL (err names
- * the variable). */
+ * KILN_DP_ZERO=0|1, KILN_DP_INJECT_DIVERGENCE=rank:step, KILN_COMM_WATCHDOG_S=s. Returns 0 or
+ * KILN_EINVAL (err names the variable). */
 int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err);
 
-/* Creates the data-parallel layer over group c (borrowed; must outlive the result) for spec s
- * (borrowed). Caller owns *out (OUT); free with dp_destroy(). Returns 0, KILN_EINVAL, KILN_ENOMEM. */
-int dp_create(comm_t *c, const struct spec *s, const dp_opts_t *o, dp_t **out, kiln_err_t *err);
+/* Creates the layer over group c (borrowed; must outlive the result). Caller owns *out (OUT);
+ * free with dp_destroy(). Returns 0, KILN_EINVAL, KILN_ENOMEM. */
+int dp_create(comm_t *c, const dp_opts_t *o, dp_t **out, kiln_err_t *err);
 /* Releases the layer (waits for reductions still in flight). Accepts NULL. */
 void dp_destroy(dp_t *d);
 
-/* The hooks to put in eng_train_opts_t.hooks (ctx = d). The run must use o.rank/o.world of c.
- * Hooks are called from the training thread only. */
-void dp_hooks(dp_t *d, eng_train_hooks_t *out);
-/* The stop flag the training loop should read: this rank's local_stop ORed over all ranks once
- * per step, so every rank stops after the same step. Borrowed; valid until dp_destroy(). */
-volatile int *dp_stop_flag(dp_t *d);
+/* Takes charge of the gradients of blocks 0..n_blocks-1 (block_ranges(model, b, out) gives a
+ * block's ranges, at most ENG_MAX_TENSORS; ranges of different blocks are identical or
+ * disjoint, and one listed by several blocks belongs to the lowest): plans the buckets and
+ * this rank's shard of each, and narrows share->update (all the ranges, or the shards under
+ * ZeRO) and share->norm (the shards). p, m and v are borrowed. Collective over the group (device
+ * collectives are created here). Returns 0, KILN_EUNSUPP (a combination the layer cannot run,
+ * e.g. ZeRO on device memory), KILN_ENOMEM or KILN_ECOMM. */
+int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
+              int (*block_ranges)(const void *model, int block, eng_range_t *out),
+              const void *model, eng_share_t *share, kiln_err_t *err);
+/* Backward finished block `block` (last microbatch): launches the buckets that are complete. */
+void dp_grads_ready(dp_t *d, int block);
+/* Launches the rest and waits: the gradients of share->update / share->norm then hold the
+ * group's average. */
+int dp_grads_finish(dp_t *d, kiln_err_t *err);
+/* After AdamW: under ZeRO, all-gathers the updated shards; with check, compares parameters. */
+int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err);
+/* Makes group rank 0's buf (n floats, flat layout: parameters, m or v) complete with the shards
+ * other ranks own (ZeRO; nothing to do otherwise). Collective over the group. */
+int dp_gather(dp_t *d, float *buf, kiln_err_t *err);
+
+/* The training loop's parallel layer for a job of plain data parallelism: replica = rank of the
+ * group, the hooks above, collectives over the group. out borrows d. */
+void dp_parallel(dp_t *d, eng_parallel_t *out);
 /* The last communication error (empty when none); borrowed. */
 const char *dp_last_error(const dp_t *d);
 void dp_get_stats(const dp_t *d, dp_stats_t *out);
-
-/* kiln-train's entry for world size > 1 without pipeline partitions: joins the job's ranks
- * (comm_create_from_env() when world is NULL; otherwise borrows world), runs eng_train_run with
- * the data-parallel hooks (options from the spec, then the environment), and leaves the group.
- * opts->rank and opts->world are taken from the group. A rank that dies makes this return
- * KILN_ECOMM with the dead rank named in err. res as for eng_train_run; stats (may be NULL) gets
- * the counters. */
-int dp_train_run(const struct spec *s, const eng_train_opts_t *opts, comm_t *world,
-                 eng_train_result_t *res, dp_stats_t *stats, kiln_err_t *err);
 
 #endif /* KILN_DP_H */

@@ -48,8 +48,6 @@ size_t pipe_stage_mem(const pipe_block_profile_t *prof, int first, int last, int
         act += prof[b].act_bytes_per_mb;
     }
     size_t live = (size_t)pipe_sched_live_acts(opts->schedule, stage, opts->n_stages, opts->microbatches);
-    if (opts->recompute)
-        return opts->rank_overhead_bytes + fixed + act + live * 2 * opts->boundary_bytes;
     return opts->rank_overhead_bytes + fixed + act * live;
 }
 
@@ -79,8 +77,6 @@ static double stage_mem_dp(const dp_ctx_t *c, int k, int i, int j)
 {
     size_t live = (size_t)pipe_sched_live_acts(c->opts->schedule, k, c->p, c->opts->microbatches);
     size_t fixed = c->fixed_ps[j + 1] - c->fixed_ps[i], act = c->act_ps[j + 1] - c->act_ps[i];
-    if (c->opts->recompute)
-        return (double)(c->opts->rank_overhead_bytes + fixed + act + live * 2 * c->opts->boundary_bytes);
     return (double)(c->opts->rank_overhead_bytes + fixed + live * act);
 }
 

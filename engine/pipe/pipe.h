@@ -13,6 +13,7 @@
 
 #include "base/base.h"
 #include "engine/comm/comm.h"
+#include "engine/dp/dp.h"
 #include "engine/engine.h"
 
 /* ------------------------------------------------------------------------------------------
@@ -72,17 +73,13 @@ typedef struct pipe_partition_opts {
     pipe_optimize_t optimize;
     pipe_sched_kind_t schedule;
     size_t mem_limit_bytes;   /* per-rank memory limit; 0 = none */
-    size_t rank_overhead_bytes; /* memory every stage needs besides its blocks (scratch) */
-    /* activation checkpointing: a stage keeps one full activation set (the one it recomputes
-     * into) plus, per live microbatch, its input and output boundaries (2 x boundary_bytes) */
-    bool recompute;
-    size_t boundary_bytes;      /* one microbatch's (B,T,C) boundary tensor */
+    size_t rank_overhead_bytes; /* memory every stage needs besides its blocks (scratch, and with
+                                 * activation checkpointing the recompute workspace) */
 } pipe_partition_opts_t;
 
 /* Memory of stage `stage` holding blocks [first, last] under opts (bytes): parameters, gradients
  * (as large as parameters), optimizer state, act_bytes_per_mb x the activation sets the
- * schedule keeps live on that stage (with opts->recompute: one set plus 2 boundaries per live
- * microbatch), and opts->rank_overhead_bytes. */
+ * schedule keeps live on that stage, and opts->rank_overhead_bytes. */
 size_t pipe_stage_mem(const pipe_block_profile_t *prof, int first, int last, int stage,
                       const pipe_partition_opts_t *opts);
 /* Time of blocks [first, last] for one microbatch (sum of fwd_ms + bwd_ms). */
@@ -102,7 +99,7 @@ int pipe_partition(const pipe_block_profile_t *prof, int n, const pipe_partition
 
 /* Fills predicted_ms / predicted_mem_mb / balance / memory_limit_mb of a plan (e.g. a manual
  * one) from profiles, with the plan's own stage count, schedule and microbatch count and the
- * memory terms of opts (limit, overhead, recompute; may be NULL). */
+ * memory terms of opts (limit, overhead; may be NULL). */
 void pipe_plan_predict(pipe_plan_t *plan, const pipe_block_profile_t *prof, const pipe_partition_opts_t *opts);
 
 /* ------------------------------------------------------------------------------------------
@@ -257,16 +254,19 @@ int pipe_run(const pipe_sched_t *s, const pipe_hooks_t *hooks, void *ctx,
 
 /* Profiles the 2L + 1 + head_blocks blocks of a GPT of config cfg (engine.h: embedding,
  * attention and MLP halves of each layer, head slices) on backend be for microbatches of B
- * sequences of T tokens: times forward and backward of each block (warmup untimed + iters timed
- * runs, median) on a one-layer clone of the model (every layer has the same shapes, so layer
- * 1's figures stand for all), and computes parameter, AdamW state and activation bytes per
- * microbatch from the engine's memory plan (the tied wte counts on both the embedding and the
- * head blocks, since both stages hold a copy). out holds 2L + 1 + head_blocks entries (OUT).
- * *overhead_bytes (OUT, may be NULL) gets the per-rank memory outside the blocks (backward
- * scratch and boundary buffers). Returns 0, KILN_EINVAL, KILN_EUNSUPP (backend cannot split
- * the head) or KILN_ENOMEM. Not thread-safe (uses the backend's threads). */
+ * sequences of T tokens, with activation checkpointing when recompute (eng_gpt_set_recompute:
+ * backward then includes the recomputation, and a block keeps only its boundaries): times
+ * forward and backward of each block (warmup untimed + iters timed runs, median) on a one-layer
+ * clone of the model (every layer has the same shapes, so layer 1's figures stand for all), and
+ * computes parameter, AdamW state and activation bytes per microbatch from the engine's memory
+ * plan (the tied wte counts on both the embedding and the head blocks, since both stages hold a
+ * copy). out holds 2L + 1 + head_blocks entries (OUT). *overhead_bytes (OUT, may be NULL) gets
+ * the per-rank memory outside the blocks (backward scratch, boundary buffers, the recompute
+ * workspace). Returns 0, KILN_EINVAL, KILN_EUNSUPP (backend cannot split the head) or
+ * KILN_ENOMEM. Not thread-safe (uses the backend's threads). */
 int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B, int T, int head_blocks,
-                     int warmup, int iters, pipe_block_profile_t *out, size_t *overhead_bytes, kiln_err_t *err);
+                     bool recompute, int warmup, int iters, pipe_block_profile_t *out, size_t *overhead_bytes,
+                     kiln_err_t *err);
 
 /* How many blocks to cut a GPT's head into, from a profile made with one head block (2L + 2
  * entries): enough that no slice costs more than the cheaper of a layer's two halves (a
@@ -275,10 +275,11 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
 int pipe_gpt_choose_head_blocks(const pipe_block_profile_t *prof, int n_layer);
 
 /* Bytes of the activations one microbatch of B x T keeps for block `block` of a GPT of cfg
- * whose head is cut into head_blocks blocks, from eng_gpt_acts_create's plan. */
-size_t pipe_gpt_act_bytes(const eng_gpt_config_t *cfg, int head_blocks, int block, int B, int T);
+ * whose head is cut into head_blocks blocks, from eng_gpt_acts_create's plan (with recompute:
+ * the block's output boundary only, and the head's statistics and losses). */
+size_t pipe_gpt_act_bytes(const eng_gpt_config_t *cfg, int head_blocks, int block, int B, int T, bool recompute);
 
-/* What pipe_train_run reports beyond eng_train_result_t. */
+/* What a pipelined run reports beyond eng_train_result_t (pipe_layer_info). */
 typedef struct pipe_train_info {
     pipe_plan_t plan;          /* the plan used (owned; pipe_plan_deinit) */
     int stage, replica;        /* this rank's place in the grid */
@@ -287,32 +288,37 @@ typedef struct pipe_train_info {
     double act_bytes_per_set;  /* planned bytes of one activation set on this stage */
     double act_resident_bytes; /* activation memory resident at the end (mincore; host backends) */
     double state_resident_bytes; /* parameters + gradients + AdamW state resident at the end */
-    double step_ms_mean;       /* mean step time over the run (excluding the first step) */
-    double bubble_measured;    /* idle fraction of the last step from per-action timings (all stages) */
+    double step_ms_mean;       /* mean pipeline time per step (the passes; excluding the first step) */
+    double bubble_measured;    /* mean idle fraction of the steps from per-action timings (all stages) */
 } pipe_train_info_t;
-
-/* Trains spec s (a GPT with distribution.model_parallel.partitions = p > 1) as a pipeline on a
- * grid of p stages x (world / p) data-parallel replicas: global rank = replica * p + stage.
- * world is the job's world group (borrowed); NULL: created from the KILN_* environment and
- * destroyed before returning. Profiles the blocks, partitions them (or validates the user's
- * partition_plan), logs the plan and writes it to o->output_dir/partition_plan.json (rank 0);
- * then each rank holds only its stage's parameters, gradients, AdamW state and activations,
- * runs the spec's schedule over its microbatches each step, sums the tied embedding's gradient
- * between the first and last stage, all-reduces gradients within each stage's data-parallel
- * group, clips on the global norm over all stages, and applies AdamW to its own ranges.
- * Evaluates (val loss) through a forward-only pipeline; at the end rank 0 gathers the
- * parameters and writes output_dir/model_llmc.bin. Checkpoints: rank 0 gathers parameters and
- * AdamW state and writes the engine's checkpoint format (so a pipelined job resumes a
- * single-rank checkpoint and vice versa), with the plan beside it as partition_plan.json; a job
- * that resumes takes that plan (unless the spec gives one), so it sums in the same order and
- * continues exactly. Host backends only (cpu, ref): parameters,
- * gradients, AdamW state and activations are lazily backed mmap allocations in the engine's full
- * layout, of which a rank touches only its stage's part. res (may be NULL) as eng_train_run's,
- * on every rank; info (may be NULL) OUT. Returns 0, KILN_EUNSUPP (a device backend), KILN_EUNFIT
- * (does not fit resources.memory_limit_mb), KILN_EINVAL (bad plan or batch geometry), or
- * another KILN_E* status with err filled (every rank fails when a peer does). */
-int pipe_train_run(const struct spec *s, const eng_train_opts_t *o, comm_t *world,
-                   eng_train_result_t *res, pipe_train_info_t *info, kiln_err_t *err);
 void pipe_train_info_deinit(pipe_train_info_t *info); /* accepts NULL */
+
+/* The pipeline layer of one rank: the training loop's parallel layer (eng_parallel_t) for a GPT
+ * with distribution.model_parallel.partitions = p > 1, on a grid of p stages x (world / p)
+ * data-parallel replicas, global rank = replica * p + stage. The loop runs the steps; the layer
+ * profiles the blocks and partitions them (or validates the user's partition_plan, or takes the
+ * plan saved beside the checkpoint the job resumes from), logs the plan and writes it to
+ * output_dir/partition_plan.json; the rank holds and updates only its stage's parameters, runs
+ * the spec's schedule over its microbatches as the step's passes, adds the head stages' rows of
+ * the tied embedding's gradient to the first stage's, averages within the stage's replicas
+ * through a data-parallel layer (dp.h: buckets during backward, ZeRO-1 with
+ * shard_optimizer_state), sends the updated embedding rows back, and gathers its stage to rank 0
+ * for checkpoints, samples and the final model. Host backends only. */
+typedef struct pipe_layer pipe_layer_t;
+
+/* Creates the layer over the job's world (borrowed; must outlive it) for spec s and opts (both
+ * borrowed): splits the grid. dpo sets the stage replicas' data-parallel options. Caller owns
+ * *out; free with pipe_layer_destroy(). Collective. Returns 0, KILN_EINVAL (the partitions do
+ * not divide the world, not a GPT, no token data), KILN_EUNSUPP (a device backend) or
+ * KILN_ECOMM. */
+int pipe_layer_create(comm_t *world, const struct spec *s, const eng_train_opts_t *o,
+                      const dp_opts_t *dpo, pipe_layer_t **out, kiln_err_t *err);
+void pipe_layer_destroy(pipe_layer_t *pl); /* accepts NULL */
+/* The training loop's parallel layer. out borrows pl. */
+void pipe_parallel(pipe_layer_t *pl, eng_parallel_t *out);
+/* What the run measured (OUT; release with pipe_train_info_deinit), after eng_train_run. */
+int pipe_layer_info(const pipe_layer_t *pl, pipe_train_info_t *info, kiln_err_t *err);
+/* The stage's data-parallel counters. */
+void pipe_layer_dp_stats(const pipe_layer_t *pl, dp_stats_t *out);
 
 #endif /* KILN_PIPE_H */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t pipe_gpt_act_bytes(const eng_gpt_config_t *c, int head_blocks, int block, int B, int T)
+size_t pipe_gpt_act_bytes(const eng_gpt_config_t *c, int head_blocks, int block, int B, int T, bool recompute)
 {
     size_t C = c->n_embd, NH = c->n_head, BT = (size_t)B * T, Vp = c->padded_vocab_size;
     int L = c->n_layer, J = head_blocks < 1 ? 1 : head_blocks;
@@ -15,18 +15,20 @@ size_t pipe_gpt_act_bytes(const eng_gpt_config_t *c, int head_blocks, int block,
     if (block == 0) {
         floats = BT * C + BT;                            /* boundary 0, tokens */
     } else if (block <= 2 * L && block % 2 == 1) {       /* attention half */
-        floats = BT * C                                  /* output boundary (resid2) */
-                 + BT * C + 2 * BT                       /* ln1, mean, rstd */
-                 + BT * 3 * C + (size_t)B * NH * T * T   /* qkv, att */
-                 + BT * C;                               /* atty */
+        floats = BT * C;                                 /* output boundary (resid2) */
+        if (!recompute)
+            floats += BT * C + 2 * BT                    /* ln1, mean, rstd */
+                      + BT * 3 * C + (size_t)B * NH * T * T /* qkv, att */
+                      + BT * C;                          /* atty */
     } else if (block <= 2 * L) {                         /* MLP half */
-        floats = BT * C                                  /* output boundary */
-                 + BT * C + 2 * BT                       /* ln2, mean, rstd */
-                 + 2 * BT * 4 * C;                       /* fch, fch_gelu */
+        floats = BT * C;                                 /* output boundary */
+        if (!recompute)
+            floats += BT * C + 2 * BT                    /* ln2, mean, rstd */
+                      + 2 * BT * 4 * C;                  /* fch, fch_gelu */
     } else {
         int j = block - (2 * L + 1);
         size_t r0 = Vp * (size_t)j / J, r1 = Vp * (size_t)(j + 1) / J;
-        floats = BT * (r1 - r0) + BT;                    /* the slice's logits, targets */
+        floats = (recompute ? 0 : BT * (r1 - r0)) + BT;  /* the slice's logits, targets */
         if (j == 0)
             floats += BT * C + 4 * BT + 2 * BT;          /* lnf with statistics, mean, rstd */
         if (j == J - 1)
@@ -66,10 +68,11 @@ static double median_col(double (*t)[PROF_COLS], int n, int c)
 }
 
 int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B, int T, int head_blocks,
-                     int warmup, int iters, pipe_block_profile_t *out, size_t *overhead_bytes, kiln_err_t *err)
+                     bool recompute, int warmup, int iters, pipe_block_profile_t *out, size_t *overhead_bytes,
+                     kiln_err_t *err)
 {
     eng_gpt_t *m = NULL;
-    eng_gpt_acts_t *a = NULL;
+    eng_gpt_acts_t *a = NULL, *other = NULL; /* other: a second microbatch (recompute) */
     int32_t *tok = NULL;
     float *dout = NULL, *din = NULL;
     double (*ft)[PROF_COLS] = NULL, (*bt)[PROF_COLS] = NULL;
@@ -86,9 +89,11 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
     eng_gpt_config_t one = *cfg;
     one.n_layer = 1;
     int nc = 3 + J;
-    if ((rc = eng_gpt_create(&one, be, B, &m, err)) || (rc = eng_gpt_set_head_blocks(m, J, err)))
+    if ((rc = eng_gpt_create(&one, be, B, &m, err)) || (rc = eng_gpt_set_head_blocks(m, J, err)) ||
+        (rc = eng_gpt_set_recompute(m, recompute, err)))
         goto fail;
-    if ((rc = eng_gpt_acts_create(m, B, T, &a, err)))
+    if ((rc = eng_gpt_acts_create(m, B, T, &a, err)) ||
+        (recompute && (rc = eng_gpt_acts_create(m, B, T, &other, err))))
         goto fail;
     eng_gpt_init_weights(m, 1234);
     size_t BT = (size_t)B * T, C = cfg->n_embd, nbf = eng_gpt_max_boundary_floats(m, B, T);
@@ -114,6 +119,8 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
     be->to_device(dout, h, sizeof(float) * nbf);
     free(h);
     eng_gpt_acts_set_batch(m, a, tok, tok);
+    if (other)
+        eng_gpt_acts_set_batch(m, other, tok, tok);
     float dloss = 1.0f / (float)BT;
 
     /* the median of the timed runs: other processes on the machine make single runs noisy */
@@ -127,6 +134,10 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
             if (timed)
                 ft[it - warmup][b] = now_ms() - t0;
         }
+        /* with recompute, another microbatch's forward in between (as in a pipeline) leaves the
+         * workspace to someone else, so every backward recomputes */
+        for (int b = 0; other && b < nc; b++)
+            eng_gpt_block_forward(m, other, b, true);
         /* backward last to first (the head turns probs into dlogits, so one backward per forward) */
         for (int b = nc - 1; b >= 0; b--) {
             be->synchronize();
@@ -156,14 +167,18 @@ int pipe_profile_gpt(const eng_gpt_config_t *cfg, const eng_backend_t *be, int B
             .bwd_ms = bwd[src],
             .param_bytes = np * sizeof(float),
             .opt_bytes = 2 * np * sizeof(float),
-            .act_bytes_per_mb = pipe_gpt_act_bytes(cfg, J, b, B, T),
+            .act_bytes_per_mb = pipe_gpt_act_bytes(cfg, J, b, B, T, recompute),
         };
     }
     if (overhead_bytes) {
-        /* backward scratch (eng_gpt_create) + received gradient + input boundary + sent gradient */
-        size_t NH = cfg->n_head;
+        /* backward scratch (eng_gpt_create) + received gradient + input boundary + sent gradient,
+         * and with recompute the workspace of one block's activations and the head's logits */
+        size_t NH = cfg->n_head, Vp = cfg->padded_vocab_size;
         size_t scratch = 2 * nbf + BT * C + BT * 3 * C + BT * 4 * C + (size_t)B * NH * T * T;
-        *overhead_bytes = (scratch + 3 * nbf) * sizeof(float);
+        size_t work = recompute ? 3 * BT * C + 4 * BT + BT * 3 * C + (size_t)B * NH * T * T +
+                                      2 * BT * 4 * C + BT * Vp
+                                : 0;
+        *overhead_bytes = (scratch + 3 * nbf + work) * sizeof(float);
     }
     rc = 0;
 fail:
@@ -176,6 +191,7 @@ fail:
         be->free(din);
     if (m) {
         eng_gpt_acts_destroy(m, a);
+        eng_gpt_acts_destroy(m, other);
         eng_gpt_destroy(m);
     }
     return rc;

@@ -319,7 +319,92 @@ static void ref_scale(float *x, float s, size_t n)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+/* ---- bf16: the inputs rounded to bf16 (round to nearest even), products summed in double ---- */
+
+static int ref_bf16_available(kiln_err_t *err)
+{
+    (void)err;
+    return 0;
+}
+
+static uint16_t bf16_round(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* NaN */
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static double bf16_value(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, sizeof(f));
+    return f;
+}
+
+static void ref_bf16_from_f32(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+}
+
+static void ref_bf16_matmul_forward(float *out, const uint16_t *inp, const uint16_t *w,
+                                    const float *bias, int N, int C, int OC)
+{
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double acc = bias ? bias[o] : 0.0;
+            for (int c = 0; c < C; c++)
+                acc += bf16_value(inp[(size_t)i * C + c]) * bf16_value(w[(size_t)o * C + c]);
+            out[(size_t)i * OC + o] = (float)acc;
+        }
+}
+
+static void ref_bf16_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                                     const uint16_t *dout_bf, const uint16_t *inp,
+                                     const uint16_t *w, int N, int C, int OC)
+{
+    if (dinp)
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < C; c++) {
+                double acc = 0;
+                for (int o = 0; o < OC; o++)
+                    acc += bf16_value(dout_bf[(size_t)i * OC + o]) * bf16_value(w[(size_t)o * C + c]);
+                dinp[(size_t)i * C + c] = (float)acc;
+            }
+    for (int o = 0; o < OC; o++) {
+        for (int c = 0; c < C; c++) {
+            double acc = 0;
+            for (int i = 0; i < N; i++)
+                acc += bf16_value(dout_bf[(size_t)i * OC + o]) * bf16_value(inp[(size_t)i * C + c]);
+            dw[(size_t)o * C + c] += (float)acc;
+        }
+        if (dbias) {
+            double acc = 0;
+            for (int i = 0; i < N; i++) acc += dout[(size_t)i * OC + o];
+            dbias[o] += (float)acc;
+        }
+    }
+}
+
+static void ref_bf16_adamw_update(float *param, uint16_t *param_bf16, const float *grad, float *m,
+                                  float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                                  float wd, float grad_scale, int64_t t)
+{
+    ref_adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+    ref_bf16_from_f32(param_bf16, param, n);
+}
+
+const eng_backend_bf16_t eng_ref_bf16 = {
+    .available = ref_bf16_available,
+    .from_f32 = ref_bf16_from_f32,
+    .matmul_forward = ref_bf16_matmul_forward,
+    .matmul_backward = ref_bf16_matmul_backward,
+    .adamw_update = ref_bf16_adamw_update,
+};
+
 const eng_backend_t eng_ref_backend = {
+    .abi = ENG_BACKEND_ABI, .host_memory = true, .bf16 = &eng_ref_bf16,
     .name = "ref",
     .alloc = ref_alloc, .free = ref_free, .memset_zero = ref_memset_zero,
     .to_device = ref_copy, .to_host = ref_copy, .copy = ref_copy, .synchronize = ref_sync,

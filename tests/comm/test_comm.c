@@ -35,6 +35,7 @@ typedef struct run_cfg {
     const char *provider;   /* "shm", "tcp" or NULL (auto) */
     const char *hosts[MAXR]; /* per-rank host name override, or NULL */
     double timeout_s;
+    double watchdog_s;      /* 0: the default */
     size_t chunk_bytes;
     int skip_rank;          /* rank that is never started, or -1 */
 } run_cfg_t;
@@ -89,6 +90,7 @@ static rank_out_t *run_ranks(const run_cfg_t *cfg, rank_body_t body, void *arg)
             cc.provider = cfg->provider;
             cc.hostname = cfg->hosts[r];
             cc.timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 20;
+            cc.watchdog_s = cfg->watchdog_s;
             cc.chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : 16384;
             cc.depth = 3;
             kiln_err_t err;
@@ -636,6 +638,74 @@ Test(comm_shm, killed_rank_is_named_even_when_the_progress_thread_is_stuck, .tim
     killed_rank("shm", 3, 2);
 }
 Test(comm_tcp, killed_rank_fails_peers_fast) { killed_rank("tcp", 3, 1); }
+
+/* A rank that stops (SIGSTOP) stays connected, so nothing reports a death: the watchdog fails
+ * the operations that wait on it after KILN_COMM_WATCHDOG_S without progress, naming it. Rank 0
+ * waits on its left neighbour, the stopped last rank, in an all-reduce, and on the same rank in
+ * a receive. The others (in a ring of 3) wait on whoever they receive from: their watchdog names
+ * that rank, unless rank 0 has already given up and left, which they see as its disconnection.
+ * The survivors kill the stopped rank when they are done. */
+typedef struct stall_arg {
+    int victim;
+    volatile pid_t victim_pid;
+    volatile int entered[MAXR];
+    int p2p;
+} stall_arg_t;
+
+static int body_stall(comm_t *c, rank_out_t *o, void *arg)
+{
+    stall_arg_t *sa = arg;
+    int me = comm_rank(c), W = comm_size(c);
+    kiln_err_t err;
+    float buf[1024] = {0};
+    CHECK(o, comm_allreduce(c, buf, 1024, COMM_SUM, &err) == 0, "warm-up: %s", err.message);
+    if (me == sa->victim) {
+        sa->victim_pid = getpid();
+        for (int k = 0; k < W; k++)
+            while (k != me && !sa->entered[k])
+                usleep(1000);
+        raise(SIGSTOP);
+        return 0;
+    }
+    sa->entered[me] = 1;
+    double t0 = kiln_mono_s();
+    int rc = sa->p2p && me == 0 ? comm_recv(c, buf, sizeof(buf), sa->victim, 7, NULL, &err)
+                                : comm_allreduce(c, buf, 1024, COMM_SUM, &err);
+    o->elapsed_s = kiln_mono_s() - t0;
+    o->status = rc;
+    snprintf(o->msg, sizeof(o->msg), "%s", rc ? err.message : "succeeded");
+    while (!sa->victim_pid)
+        usleep(1000);
+    kill(sa->victim_pid, SIGKILL);
+    return rc == KILN_ETIMEDOUT || (me != 0 && rc == KILN_ECOMM) ? 0 : 1;
+}
+
+static void stalled_rank(const char *prov, int world, bool p2p)
+{
+    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .watchdog_s = 2};
+    stall_arg_t *sa = mmap(NULL, sizeof(*sa), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(sa != MAP_FAILED);
+    memset((void *)sa, 0, sizeof(*sa));
+    sa->victim = world - 1;
+    sa->p2p = p2p;
+    rank_out_t *o = run_ranks(&cfg, body_stall, sa);
+    char want[64];
+    snprintf(want, sizeof(want), "waiting on rank %d (host ", world - 1);
+    cr_assert_eq(o[0].status, KILN_ETIMEDOUT, "rank 0: status %d: %s", o[0].status, o[0].msg);
+    cr_assert(strstr(o[0].msg, want) && strstr(o[0].msg, "no progress for") &&
+                  strstr(o[0].msg, p2p ? "in a receive" : "in an all-reduce"),
+              "rank 0: %s", o[0].msg);
+    for (int r = 0; r < world - 1; r++) {
+        cr_assert_eq(o[r].rc, 0, "rank %d: rc %d status %d: %s", r, o[r].rc, o[r].status, o[r].msg);
+        cr_assert(o[r].elapsed_s >= (r == 0 ? 1.9 : 0) && o[r].elapsed_s < 8, "rank %d gave up after %.2f s", r,
+                  o[r].elapsed_s);
+        fprintf(stderr, "%s, %d ranks: rank %d after %.2f s: %s\n", prov, world, r, o[r].elapsed_s, o[r].msg);
+    }
+}
+
+Test(comm_shm, stalled_rank_trips_the_watchdog, .timeout = 60) { stalled_rank("shm", 2, false); }
+Test(comm_tcp, stalled_rank_trips_the_watchdog, .timeout = 60) { stalled_rank("tcp", 3, false); }
+Test(comm_shm, stalled_peer_of_a_receive_trips_the_watchdog, .timeout = 60) { stalled_rank("shm", 2, true); }
 Test(comm_tcp, killed_rank_0_fails_peers_fast) { killed_rank("tcp", 3, 0); }
 
 /* ---- point-to-point beside a running collective; an idle engine uses no CPU ----------------- */

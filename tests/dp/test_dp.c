@@ -1,5 +1,6 @@
 /* test_dp.c - data parallelism with real processes: each run forks its ranks (one thread each),
- * which rendezvous over TCP and train through dp_train_run over libfabric's shm provider.
+ * which rendezvous over TCP and train through the one training loop (eng_job_run) with the
+ * data-parallel layer over libfabric's shm provider.
  * Checks: 2 and 4 ranks reproduce single-rank training with the same global batch; ZeRO-1
  * equals plain data parallelism; a stopped-and-resumed run equals the uninterrupted one; the
  * parameter check catches an injected divergence; and, with the real kiln-train binary, a killed
@@ -21,6 +22,7 @@
 #include "engine/comm/comm.h"
 #include "engine/dp/dp.h"
 #include "engine/engine.h"
+#include "engine/job.h"
 #include "spec/spec.h"
 #include "tests/common/harness.h"
 
@@ -44,7 +46,7 @@ typedef struct job {
     int world;
     int steps;             /* max_steps */
     int stop_after;        /* > 0: stop (checkpoint) after this step */
-    bool zero, overlap, check;
+    bool zero, overlap, check, recompute;
     const char *inject;    /* KILN_DP_INJECT_DIVERGENCE or NULL */
     double bucket_mb;
     const char *model;     /* "gpt" or "mlp" */
@@ -95,10 +97,10 @@ static bool spec_for(const job_t *j, spec_t *s)
                  "\"eval_every\": 0, \"eval_batches\": 1, \"sample_every\": 0, "
                  "\"sample_tokens\": 0}, \"resources\": {\"device\": \"cpu\", \"nodes\": 1, "
                  "\"slots_per_node\": %d}, \"distribution\": {\"data_parallel\": {\"bucket_mb\": "
-                 "%g, \"shard_optimizer_state\": %s}}, \"checkpoint\": {\"every_steps\": 0, "
-                 "\"keep_last\": 2}}",
+                 "%g, \"shard_optimizer_state\": %s}, \"activation_checkpointing\": %s}, "
+                 "\"checkpoint\": {\"every_steps\": 0, \"keep_last\": 2}}",
                  root(), j->steps, j->world, j->bucket_mb > 0 ? j->bucket_mb : 0.02,
-                 j->zero ? "true" : "false");
+                 j->zero ? "true" : "false", j->recompute ? "true" : "false");
     kiln_err_t err;
     kiln_err_clear(&err);
     int rc = spec_parse_string(json, s, &err);
@@ -148,7 +150,9 @@ static int rank_main(const job_t *j, int rank, int port, rank_out_t *out)
         cc.timeout_s = 30;
         comm_t *c = NULL;
         rc = comm_create(&cc, &c, &err);
-        if (rc == 0) rc = dp_train_run(&s, &o, c, &res, &out->stats, &err);
+        eng_job_info_t info;
+        if (rc == 0) rc = eng_job_run(&s, &o, c, &res, &info, &err);
+        if (rc == 0) out->stats = info.dp;
         comm_destroy(c);
     }
     out->rc = rc;
@@ -328,7 +332,9 @@ Test(dp, zero1_equals_plain_data_parallel, .timeout = 150)
         size_t sum = 0;
         for (int r = 0; r < world; r++) sum += b[r].stats.opt_state_bytes;
         cr_assert_eq(sum, b[0].stats.opt_state_full_bytes, "shards do not add up to the state");
-        cr_assert_leq(b[0].stats.opt_state_bytes, b[0].stats.opt_state_full_bytes / world + 8);
+        /* each bucket is split separately: a rank holds at most one float more per bucket */
+        cr_assert_leq(b[0].stats.opt_state_bytes,
+                      b[0].stats.opt_state_full_bytes / world + 8 * (size_t)b[0].stats.n_buckets);
         char what[64];
         snprintf(what, sizeof what, "ZeRO-1 vs plain, %d ranks", world);
         if (world == 2)
@@ -338,6 +344,19 @@ Test(dp, zero1_equals_plain_data_parallel, .timeout = 150)
         rm_rf(plain.out);
         rm_rf(zero.out);
     }
+}
+
+/* Activation checkpointing recomputes the same numbers on every replica. */
+Test(dp, activation_checkpointing_is_bitwise_equal, .timeout = 120)
+{
+    job_t plain = gpt_job(2, 12), rc = gpt_job(2, 12);
+    rc.recompute = true;
+    rank_out_t *a = run_job(&plain), *b = run_job(&rc);
+    expect_ok(&plain, a);
+    expect_ok(&rc, b);
+    compare("activation checkpointing on vs off, 2 ranks", &plain, a, &rc, b, 0, 0);
+    rm_rf(plain.out);
+    rm_rf(rc.out);
 }
 
 static void resume_exact(bool zero, int world)
@@ -438,7 +457,14 @@ static const char *last_line(char *text)
 }
 
 /* Starts `world` kiln-train ranks on a long job; returns pids, logs in dir/rN.log. */
+static void start_ranks_env(const char *dir, int world, pid_t *pids, int steps, const char *extra_env);
 static void start_ranks(const char *dir, int world, pid_t *pids, int steps)
+{
+    start_ranks_env(dir, world, pids, steps, "KILN_COMM_WATCHDOG_S=180");
+}
+
+/* The same with one more environment entry. */
+static void start_ranks_env(const char *dir, int world, pid_t *pids, int steps, const char *extra_env)
 {
     char spec[600];
     snprintf(spec, sizeof spec, "%s/spec.json", dir);
@@ -463,7 +489,8 @@ static void start_ranks(const char *dir, int world, pid_t *pids, int steps)
         snprintf(e_ck, sizeof e_ck, "KILN_CHECKPOINT_DIR=%s/ckpt%d", dir, r);
         snprintf(log, sizeof log, "%s/r%d.log", dir, r);
         char *env[] = {e_rank, e_world, e_port, e_ck, "KILN_MASTER_ADDR=127.0.0.1",
-                       "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", "KILN_COMM_TIMEOUT_S=30", NULL};
+                       "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", "KILN_COMM_TIMEOUT_S=30",
+                       (char *)extra_env, NULL};
         char *argv[] = {bin, "--spec", spec, NULL};
         pids[r] = th_spawn(argv, env, log);
         cr_assert_gt(pids[r], 0);
@@ -550,5 +577,33 @@ Test(dp_kiln_train, sigterm_on_one_rank_stops_all_at_the_same_step, .timeout = 1
     cr_assert_eq(eng_ckpt_find_latest(ck, path, sizeof path), 0, "rank 0 wrote no checkpoint");
     snprintf(ck, sizeof ck, "%s/ckpt1", dir);
     cr_assert_neq(eng_ckpt_find_latest(ck, path, sizeof path), 0, "rank 1 wrote a checkpoint");
+    rm_rf(dir);
+}
+
+/* A rank that stops (SIGSTOP) stays connected: its peer's collective makes no progress, the
+ * watchdog (KILN_COMM_WATCHDOG_S) fails it, and kiln-train exits non-zero with a last line that
+ * names the stopped rank. */
+Test(dp_kiln_train, stalled_rank_trips_the_watchdog_naming_it, .timeout = 120)
+{
+    char dir[256];
+    tmpdir(dir, sizeof dir, "stall");
+    pid_t pids[2];
+    start_ranks_env(dir, 2, pids, 1000000, "KILN_COMM_WATCHDOG_S=3");
+    wait_for_log(dir, 0, "step 3/", 60);
+    kill(pids[1], SIGSTOP);
+    double took;
+    int st = wait_exit(pids[0], 30, &took);
+    kill(pids[1], SIGKILL);
+    waitpid(pids[1], NULL, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "rank 0 exit status 0x%x", st);
+    char path[600];
+    snprintf(path, sizeof path, "%s/r0.log", dir);
+    char *t = read_file(path);
+    const char *ll = last_line(t);
+    fprintf(stderr, "rank 0 exited %d after %.2f s: %s\n", WEXITSTATUS(st), took, ll);
+    cr_assert(strstr(ll, "kiln-train: ") && strstr(ll, "waiting on rank 1") && strstr(ll, "no progress for"),
+              "rank 0's last line does not name rank 1: %s", ll);
+    cr_assert(took >= 2.5 && took < 20, "rank 0 gave up after %.1f s", took);
+    free(t);
     rm_rf(dir);
 }

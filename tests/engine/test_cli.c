@@ -236,3 +236,34 @@ Test(cli, bad_specs_and_data_exit_2)
     char *env2[] = {"KILN_SPEC=", NULL};
     cr_assert_eq(run_train("nospec", env2, NULL, true), 2);
 }
+
+/* What the engine cannot run is refused with exit code 2 and a reason on the last line: bf16 on
+ * a CPU without bf16 instructions (KILN_CPU_BF16=0 makes this one look like that), and the
+ * combinations the spec refuses at submission (here bf16 for the MLP). */
+Test(cli, combinations_the_engine_cannot_run_exit_2)
+{
+    char env_spec[512];
+    char *env[] = {env_spec, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", "KILN_CPU_BF16=0", NULL};
+    struct { const char *name, *json, *expect; } cases[] = {
+        {"bf16cpu", "{\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_embd\": 32, \"n_head\": 2, "
+                    "\"seq_len\": 16}, \"data\": {\"train\": \"%s\"}, \"hyperparameters\": {\"max_steps\": 2}, "
+                    "\"distribution\": {\"mixed_precision\": \"bf16\"}}",
+         "neither AVX512-BF16 nor AMX-BF16"},
+        {"bf16mlp", "{\"model\": {\"type\": \"mlp\", \"n_inputs\": 4, \"n_classes\": 2}, "
+                    "\"data\": {\"train\": \"synthetic\"}, \"distribution\": {\"mixed_precision\": \"bf16\"}}",
+         "applies to the gpt model"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", spec_file(cases[i].name, cases[i].json, data_path()));
+        int rc = run_train(cases[i].name, env, NULL, true);
+        char lp[256];
+        snprintf(lp, sizeof(lp), "%s/%s.log", g_dir, cases[i].name);
+        char *log = read_text(lp);
+        const char *last = last_line(log);
+        cr_assert_eq(rc, 2, "%s: exit %d, log:\n%s", cases[i].name, rc, log);
+        cr_assert(strstr(last, cases[i].expect) && strstr(last, "distribution.mixed_precision"),
+                  "%s: last line \"%s\" lacks \"%s\"", cases[i].name, last, cases[i].expect);
+        if (!strcmp(cases[i].name, "bf16cpu"))
+            cr_assert(strstr(log, "kiln-train: hint: leave out distribution.mixed_precision"), "no hint:\n%s", log);
+    }
+}

@@ -181,10 +181,8 @@ Test(partition, random_profiles_match_brute_force)
         pipe_partition_opts_t o = {.n_stages = p, .microbatches = 1 + (int)(rnd() % 8),
                                    .optimize = (pipe_optimize_t)(rnd() % 2),
                                    .schedule = (pipe_sched_kind_t)(rnd() % 2)};
-        if (rnd() % 3 == 0) {
-            o.recompute = true;
-            o.boundary_bytes = (rnd() % 3) * MIB / 2;
-        }
+        if (rnd() % 3 == 0)
+            o.rank_overhead_bytes = (rnd() % 3) * MIB / 2;
         if (iter % 2) {
             /* a limit somewhere around a typical stage, so some cases are infeasible */
             size_t total = 0;
@@ -325,20 +323,33 @@ Test(partition, ties_spread_the_rest_evenly)
 
 Test(partition, activation_checkpointing_keeps_boundaries_only)
 {
-    /* 4 blocks, 8 MiB of activations per microbatch each, 1 MiB boundaries, 8 microbatches,
-     * simple schedule: 2 blocks keep 8 x 16 = 128 MiB of activations without recompute; with it
-     * one 16 MiB set plus 8 x 2 x 1 MiB. */
-    pipe_block_profile_t prof[4];
-    for (int i = 0; i < 4; i++)
-        prof[i] = blk(1, 2, MIB, 8 * MIB);
+    /* With activation checkpointing a GPT layer's half keeps only its output boundary (B,T,C) per
+     * microbatch; the rest is recomputed into one workspace (the overhead). 4 layers of C=128 at
+     * B=4, T=128, 8 microbatches, simple schedule, 2 stages, a 40 MiB limit: without recompute a
+     * stage keeps 8 x 2 layers of activations (~2.4 MiB per half layer each) and does not fit;
+     * with it 8 x 4 boundaries of 0.25 MiB do. */
+    eng_gpt_config_t cfg = {.max_seq_len = 128, .vocab_size = 256, .padded_vocab_size = 256, .n_layer = 4,
+                            .n_head = 4, .n_embd = 128};
+    int B = 4, T = 128, L = 4, nb = 2 * L + 2;
+    size_t boundary = (size_t)B * T * cfg.n_embd * sizeof(float);
+    pipe_block_profile_t plain[10], rc[10];
+    for (int b = 0; b < nb; b++) {
+        size_t with = pipe_gpt_act_bytes(&cfg, 1, b, B, T, true), without = pipe_gpt_act_bytes(&cfg, 1, b, B, T, false);
+        if (b >= 1 && b <= 2 * L) {
+            cr_assert_eq(with, boundary, "block %d keeps its output boundary only", b);
+            cr_assert_gt(without, 4 * with, "block %d: %zu bytes without recompute", b, without);
+        }
+        cr_assert_leq(with, without);
+        plain[b] = blk(1, 2, MIB / 4, without);
+        rc[b] = blk(1, 2, MIB / 4, with);
+    }
     pipe_partition_opts_t o = {.n_stages = 2, .microbatches = 8, .optimize = PIPE_OPT_SPEED,
-                               .schedule = PIPE_SCHED_SIMPLE, .mem_limit_bytes = 64 * MIB, .boundary_bytes = MIB};
+                               .schedule = PIPE_SCHED_SIMPLE, .mem_limit_bytes = 40 * MIB,
+                               .rank_overhead_bytes = 4 * MIB};
     pipe_plan_t plan;
     kiln_err_t err;
-    cr_assert_eq(pipe_partition(prof, 4, &o, &plan, &err), KILN_EUNFIT);
-    o.recompute = true;
-    cr_assert_eq(pipe_partition(prof, 4, &o, &plan, &err), 0, "%s", err.message);
-    cr_assert_float_eq(plan.stages[0].predicted_mem_mb, 8.0 + 16.0 + 16.0, 1e-9);
+    cr_assert_eq(pipe_partition(plain, nb, &o, &plan, &err), KILN_EUNFIT);
+    cr_assert_eq(pipe_partition(rc, nb, &o, &plan, &err), 0, "%s", err.message);
     pipe_plan_deinit(&plan);
-    check_optimal(prof, 4, &o);
+    check_optimal(rc, nb, &o);
 }

@@ -218,7 +218,7 @@ Test(plan, predict_fills_a_manual_plan)
 
 Test(plan, bad_plan_in_a_job_spec_is_rejected)
 {
-    /* what pipe_train_run does with the spec's plan before anything else: an overlapping plan
+    /* what the pipeline layer does with the spec's plan before anything else: an overlapping plan
      * fails on every rank alike with the field named */
     const char *text =
         "{\"name\": \"p\", \"model\": {\"type\": \"gpt\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32,"

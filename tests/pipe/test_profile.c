@@ -5,8 +5,9 @@
 #include "engine/pipe/pipe.h"
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
 
-static void check_bytes(int J)
+static void check_bytes(int J, bool recompute)
 {
     eng_gpt_config_t cfg = {.max_seq_len = 16, .vocab_size = 250, .padded_vocab_size = 256, .n_layer = 3,
                             .n_head = 2, .n_embd = 32};
@@ -15,7 +16,8 @@ static void check_bytes(int J)
     size_t over = 0;
     kiln_err_t err;
     eng_cpu_set_threads(1);
-    cr_assert_eq(pipe_profile_gpt(&cfg, &eng_cpu_backend, B, T, J, 1, 3, prof, &over, &err), 0, "%s", err.message);
+    cr_assert_eq(pipe_profile_gpt(&cfg, &eng_cpu_backend, B, T, J, recompute, 1, 3, prof, &over, &err), 0, "%s",
+                 err.message);
     size_t params = 0, acts = 0;
     for (int b = 0; b < nb; b++) {
         params += prof[b].param_bytes;
@@ -33,21 +35,32 @@ static void check_bytes(int J)
     eng_gpt_t *m = NULL;
     eng_gpt_acts_t *a = NULL;
     cr_assert_eq(eng_gpt_create(&cfg, &eng_cpu_backend, B, &m, &err), 0);
+    cr_assert_eq(eng_gpt_set_recompute(m, recompute, &err), 0);
     cr_assert_eq(eng_gpt_acts_create(m, B, T, &a, &err), 0);
     /* the slab rounds each of its 20 arrays up to 16 floats; every head slice counts the targets
      * (a stage holding any slice keeps them), the slab holds them once */
     size_t slab = a->bytes + (size_t)(J - 1) * B * T * sizeof(int32_t);
     cr_assert(acts <= slab && slab - acts <= 20 * 16 * sizeof(float),
-              "J=%d: activation bytes %zu, the engine's slab %zu", J, acts, slab);
+              "J=%d%s: activation bytes %zu, the engine's slab %zu", J, recompute ? " recompute" : "", acts, slab);
     cr_assert_gt(over, 0);
+    if (recompute) /* the workspace the blocks recompute into is in the overhead */
+        cr_assert_geq(over, m->work_bytes - 12 * 16 * sizeof(float), "overhead %zu, workspace %zu", over,
+                      m->work_bytes);
     eng_gpt_acts_destroy(m, a);
     eng_gpt_destroy(m);
 }
 
 Test(profile, bytes_match_the_engine_plan)
 {
-    check_bytes(1);
-    check_bytes(3);
+    check_bytes(1, false);
+    check_bytes(3, false);
+}
+
+/* With activation checkpointing the blocks keep their boundaries only. */
+Test(profile, recompute_bytes_match_the_engine_plan)
+{
+    check_bytes(1, true);
+    check_bytes(3, true);
 }
 
 /* The head is cut so that no slice costs more than the cheaper half of a layer. */
@@ -73,8 +86,8 @@ Test(profile, wider_layers_take_longer)
     pipe_block_profile_t ps[6], pw[6];
     kiln_err_t err;
     eng_cpu_set_threads(1);
-    cr_assert_eq(pipe_profile_gpt(&small, &eng_cpu_backend, 4, 32, 1, 1, 5, ps, NULL, &err), 0, "%s", err.message);
-    cr_assert_eq(pipe_profile_gpt(&wide, &eng_cpu_backend, 4, 32, 1, 1, 5, pw, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(pipe_profile_gpt(&small, &eng_cpu_backend, 4, 32, 1, false, 1, 5, ps, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(pipe_profile_gpt(&wide, &eng_cpu_backend, 4, 32, 1, false, 1, 5, pw, NULL, &err), 0, "%s", err.message);
     /* 64x the layer FLOPs; even on a busy machine the median is several times slower */
     double ts = ps[1].fwd_ms + ps[1].bwd_ms + ps[2].fwd_ms + ps[2].bwd_ms;
     double tw = pw[1].fwd_ms + pw[1].bwd_ms + pw[2].fwd_ms + pw[2].bwd_ms;

@@ -206,3 +206,43 @@ Test(spec, missing_file_is_reported)
     cr_assert_eq(spec_load_file("/nonexistent/job.json", &s, &err), KILN_ENOTFOUND);
     cr_assert(strstr(err.message, "/nonexistent/job.json"));
 }
+
+/* What the engine cannot run is a 400 at submission, naming the field. */
+Test(spec, combinations_the_engine_cannot_run_are_refused)
+{
+    static const struct {
+        const char *json, *field, *needle;
+    } cases[] = {
+        {"{\"name\": \"m\", \"model\": {\"type\": \"mlp\", \"n_inputs\": 4, \"n_classes\": 2}, "
+         "\"data\": {\"train\": \"synthetic\"}, \"distribution\": {\"mixed_precision\": \"bf16\"}}",
+         "distribution.mixed_precision", "applies to the gpt model"},
+        {"{\"name\": \"m\", \"model\": {\"type\": \"mlp\", \"n_inputs\": 4, \"n_classes\": 2}, "
+         "\"data\": {\"train\": \"synthetic\"}, \"distribution\": {\"activation_checkpointing\": true}}",
+         "distribution.activation_checkpointing", "applies to the gpt model"},
+        {"{\"name\": \"p\", \"model\": {\"type\": \"gpt\", \"n_layer\": 2}, \"data\": {\"train\": \"/d\"}, "
+         "\"resources\": {\"nodes\": 2, \"slot_type\": \"gpu\"}, "
+         "\"distribution\": {\"model_parallel\": {\"partitions\": 2}}}",
+         "distribution.model_parallel.partitions", "host memory"},
+        {"{\"name\": \"z\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/d\"}, "
+         "\"resources\": {\"nodes\": 2, \"slot_type\": \"gpu\", \"device\": \"cuda\"}, "
+         "\"distribution\": {\"data_parallel\": {\"shard_optimizer_state\": true}}}",
+         "distribution.data_parallel.shard_optimizer_state", "gpu slots"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        spec_t s;
+        kiln_err_t err;
+        cr_assert_eq(spec_parse_string(cases[i].json, &s, &err), KILN_EINVAL, "case %zu accepted", i);
+        cr_assert_str_eq(err.field, cases[i].field, "case %zu: %s", i, err.message);
+        cr_assert(strstr(err.message, cases[i].needle), "case %zu: %s", i, err.message);
+        cr_assert_eq(kiln_status_http(err.status), 400);
+    }
+    /* the same on cpu slots, or for the gpt, runs */
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"name\": \"ok\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/d\"}, "
+                                   "\"resources\": {\"nodes\": 4}, \"distribution\": {\"mixed_precision\": \"bf16\", "
+                                   "\"activation_checkpointing\": true, \"data_parallel\": {\"shard_optimizer_state\": true}, "
+                                   "\"model_parallel\": {\"partitions\": 2}}}", &s, &err),
+                 0, "%s: %s", err.field, err.message);
+    spec_deinit(&s);
+}
