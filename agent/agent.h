@@ -100,8 +100,8 @@ typedef struct agent_metric_defs {
  * per AGENT_MATCH_WINDOW_US (the caller may change budget_us and window_us after). n = 0 gives an
  * empty set. Returns 0, or KILN_EINVAL when there are more than AGENT_MAX_METRIC_DEFS
  * definitions, a name is empty or too long, or a pattern is longer than AGENT_MAX_REGEX bytes or
- * does not compile or has no capture group (err names "metric_definitions[i].regex"; the
- * pattern's text is not repeated). Release with agent_metric_defs_deinit() (also after a
+ * fails kiln_metric_regex_compile, the check spec/ applies at submission (err names
+ * "metric_definitions[i].regex"; the pattern's text is not repeated). Release with agent_metric_defs_deinit() (also after a
  * failure). Not thread-safe: one job's set is used by one thread. */
 int agent_metric_defs_init(agent_metric_defs_t *d, Kiln__MetricDefinition *const *defs, size_t n,
                             kiln_err_t *err);

@@ -139,23 +139,11 @@ int agent_metric_defs_init(agent_metric_defs_t *d, Kiln__MetricDefinition *const
                                 AGENT_METRIC_NAME - 1);
         if (strlen(regex) > AGENT_MAX_REGEX)
             return kiln_err_set(err, KILN_EINVAL, field, "%s is longer than %d bytes", field, AGENT_MAX_REGEX);
-        int code = 0;
-        PCRE2_SIZE off = 0;
-        /* the options spec/ validates patterns with */
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)regex, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_NEVER_BACKSLASH_C,
-                                       &code, &off, NULL);
-        if (!re) {
-            PCRE2_UCHAR msg[128];
-            pcre2_get_error_message(code, msg, sizeof(msg));
-            return kiln_err_set(err, KILN_EINVAL, field, "%s does not compile: %s (at offset %zu)", field,
-                                (const char *)msg, (size_t)off);
-        }
+        pcre2_code *re = kiln_metric_regex_compile(regex, field, err);
+        if (!re)
+            return err ? err->status : KILN_EINVAL;
         agent_metric_def_t *m = &d->v[d->n++];
         m->re = re;
-        uint32_t groups = 0;
-        pcre2_pattern_info(re, PCRE2_INFO_CAPTURECOUNT, &groups);
-        if (groups < 1)
-            return kiln_err_set(err, KILN_EINVAL, field, "%s has no capture group for the value", field);
         if (!(m->md = pcre2_match_data_create_from_pattern(re, NULL)))
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for metric definitions");
         kiln_strlcpy(m->name, name, sizeof(m->name));

@@ -225,6 +225,13 @@ int kiln_path_confine(const char *path, const char *field, const char *const *ro
  * Returns 0, KILN_EINVAL, KILN_ETOOBIG, KILN_EPERM or KILN_ENOMEM. */
 int kiln_path_confine_env(const char *path, const char *field, kiln_err_t *err);
 
+/* Compiles a metric definition's pattern the one way kiln runs it (PCRE2, UTF, no \C) and
+ * checks it can yield a value: at least one capture group (the first is the value) and no
+ * backreference (they make matching exponential). Returns the compiled pattern (a pcre2_code *
+ * for PCRE2_CODE_UNIT_WIDTH 8; free with pcre2_code_free), or NULL with err set: KILN_EINVAL
+ * naming field ("metric_definitions[0].regex") with a hint, or KILN_ENOMEM. */
+void *kiln_metric_regex_compile(const char *regex, const char *field, kiln_err_t *err);
+
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KILN_MAX(a, b) ((a) > (b) ? (a) : (b))

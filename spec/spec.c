@@ -550,35 +550,6 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
     return 0;
 }
 
-/* A metric definition's pattern, as kiln-agent will run it against every log line of the job:
- * it must compile under PCRE2 with the agent's options, capture the value in a group, and hold
- * no backreference (they make matching exponential; the agent bounds matching anyway). f is the
- * field ("metric_definitions[0].regex"). */
-static int metric_regex_check(const char *regex, const char *f, kiln_err_t *err)
-{
-    int code = 0;
-    PCRE2_SIZE off = 0;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)regex, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_NEVER_BACKSLASH_C,
-                                   &code, &off, NULL);
-    if (!re) {
-        PCRE2_UCHAR msg[128];
-        pcre2_get_error_message(code, msg, sizeof(msg));
-        return invalid(err, f, "use a Perl-compatible regular expression (PCRE2), e.g. \"val loss ([0-9.]+)\"",
-                       "%s does not compile: %s (at offset %zu)", f, (const char *)msg, (size_t)off);
-    }
-    uint32_t groups = 0, backref = 0;
-    pcre2_pattern_info(re, PCRE2_INFO_CAPTURECOUNT, &groups);
-    pcre2_pattern_info(re, PCRE2_INFO_BACKREFMAX, &backref);
-    pcre2_code_free(re);
-    if (groups < 1)
-        return invalid(err, f, "wrap the number in parentheses, e.g. \"val loss ([0-9.]+)\"",
-                       "%s needs a capture group for the value", f);
-    if (backref > 0)
-        return invalid(err, f, "match the text itself instead of referring back to a group",
-                       "%s uses a backreference (to group %u), which metric definitions may not", f, backref);
-    return 0;
-}
-
 static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, ""};
@@ -642,8 +613,10 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
             if (!md->name[0] || strspn(md->name, "abcdefghijklmnopqrstuvwxyz0123456789_.") != strlen(md->name))
                 return invalid(err, f, "use lower-case letters, digits, '_' and '.'", "%s must be a non-empty metric name", f);
             snprintf(f, sizeof(f), "%s.regex", sec);
-            if ((rc = metric_regex_check(md->regex, f, err)))
-                return rc;
+            void *re = kiln_metric_regex_compile(md->regex, f, err);
+            if (!re)
+                return err ? err->status : KILN_EINVAL;
+            pcre2_code_free(re);
         }
         s->n_metric_defs = (int)json_array_size(defs);
     }

@@ -206,6 +206,12 @@ Test(metrics, definitions_that_cannot_be_run_are_refused_by_field)
     cr_assert(strstr(err.message, "capture group"), "%s", err.message);
     agent_metric_defs_deinit(&d);
 
+    /* the rule spec/ applies at submission holds here too, for an assignment from any kilnd */
+    const char *backref[] = {"x", "((.|..)+)+\\2x"};
+    cr_assert_eq(agent_metric_defs_init(&d, defs_make(&in, backref, 1), 1, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "backreference"), "%s", err.message);
+    agent_metric_defs_deinit(&d);
+
     char longre[AGENT_MAX_REGEX + 8];
     memset(longre, 'a', sizeof(longre) - 1);
     longre[0] = '(';
