@@ -36,6 +36,10 @@ LDLIBS := -Wl,--as-needed -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) \
 # ---- sources, by module -------------------------------------------------------------------
 PROTO_C   := $(BUILD)/gen/proto/kiln.pb-c.c
 PROTO_H   := $(BUILD)/gen/proto/kiln.pb-c.h
+# kiln.proto uses protobuf's well-known wrapper types (explicit presence for zero values); their
+# .proto comes with libprotobuf-dev and their C code is generated beside kiln's.
+PROTO_INC := /usr/include
+WRAPPERS_C := $(BUILD)/gen/google/protobuf/wrappers.pb-c.c
 BASE_SRC  := $(wildcard base/*.c)
 SPEC_SRC  := $(wildcard spec/*.c)
 STORE_SRC := $(wildcard store/*.c)
@@ -79,11 +83,16 @@ deps:
 	@bash scripts/install-deps.sh
 
 # ---- generated protobuf code ----------------------------------------------------------------
-$(PROTO_C) $(PROTO_H): proto/kiln.proto
+$(PROTO_C) $(PROTO_H) $(WRAPPERS_C): proto/kiln.proto
 	@mkdir -p $(BUILD)/gen
-	protoc-c --c_out=$(BUILD)/gen proto/kiln.proto
+	protoc-c -I. -I$(PROTO_INC) --c_out=$(BUILD)/gen proto/kiln.proto
+	protoc-c -I$(PROTO_INC) --c_out=$(BUILD)/gen $(PROTO_INC)/google/protobuf/wrappers.proto
 
 $(BUILD)/obj/gen/proto/kiln.pb-c.o: $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(OPT) -w -c $< -o $@
+
+$(BUILD)/obj/gen/google/protobuf/wrappers.pb-c.o: $(WRAPPERS_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(OPT) -w -c $< -o $@
 
@@ -124,7 +133,7 @@ $(1): $(2)
 endef
 $(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
 $(eval $(call archive,$(LIB_SPEC),$(call obj,$(SPEC_SRC))))
-$(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o))
+$(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o $(BUILD)/obj/gen/google/protobuf/wrappers.pb-c.o))
 $(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC)) $(MIGRATIONS_O)))
 $(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
 $(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC))))

@@ -22,41 +22,16 @@ size_t agent_utf8_sanitize(const char *s, size_t len, char *out)
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, o = 0;
     while (i < len) {
-        unsigned c = p[i];
-        size_t need = 0;
-        unsigned min = 0;
-        if (c < 0x80) {
-            out[o++] = c == 0 ? '?' : (char)c; /* PostgreSQL text cannot hold NUL */
+        if (p[i] == 0) {
+            out[o++] = '?'; /* PostgreSQL text cannot hold NUL */
             i++;
             continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            need = 1;
-            min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            need = 2;
-            min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            need = 3;
-            min = 0x10000;
         }
-        bool ok = need > 0; /* continuation bytes are checked below */
-        unsigned cp = 0;
-        if (ok) {
-            cp = c & (0x3F >> need);
-            for (size_t k = 1; k <= need; k++) {
-                if (i + k >= len || (p[i + k] & 0xC0) != 0x80) {
-                    ok = false;
-                    break;
-                }
-                cp = (cp << 6) | (p[i + k] & 0x3F);
-            }
-        }
-        if (ok && (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)))
-            ok = false;
-        if (ok) {
-            memcpy(out + o, p + i, need + 1);
-            o += need + 1;
-            i += need + 1;
+        size_t k = kiln_utf8_seq(p + i, len - i);
+        if (k > 0) {
+            memcpy(out + o, p + i, k);
+            o += k;
+            i += k;
         } else {
             /* U+FFFD REPLACEMENT CHARACTER for one bad byte */
             out[o++] = (char)0xEF;

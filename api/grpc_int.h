@@ -66,6 +66,21 @@ bool api_grpc_stopping(api_grpc_t *g);
 void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
                           const svc_caller_t *who);
 
+/* The trailing metadata of an error reply (grpc_server.c): kiln-code, kiln-field, kiln-hint and
+ * kiln-detail, those that are not empty (proto/kiln.proto documents them). Caller's storage,
+ * zero-initialised; _free releases the slices (and may be called on an empty one). */
+typedef struct api_grpc_err_md {
+    grpc_metadata md[4];
+    size_t n;
+} api_grpc_err_md_t;
+void api_grpc_err_md_init(api_grpc_err_md_t *md, int rc, const kiln_err_t *err);
+void api_grpc_err_md_free(api_grpc_err_md_t *md);
+
+/* Checks every string field of an encoded message of type d (nested messages and map entries
+ * included) before it is decoded: valid UTF-8 without NUL bytes, or KILN_EINVAL naming the
+ * field by its dotted path. A message that is not well-formed passes (the decoder refuses it). */
+int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, kiln_err_t *err);
+
 /* JSON shaped like the REST API -> a message of type d, allocated from arena (grpc_training.c).
  * Keys are proto field names; "time" (RFC 3339) fills a missing time_us. */
 ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a);

@@ -36,6 +36,7 @@ typedef struct gcall {
     grpc_byte_buffer *reply;
     grpc_slice status_details;
     bool has_details;
+    api_grpc_err_md_t err_md;        /* trailing metadata of an error reply */
     int cancelled;
 } gcall_t;
 
@@ -167,6 +168,7 @@ static void gcall_free(gcall_t *c)
         grpc_byte_buffer_destroy(c->reply);
     if (c->has_details)
         grpc_slice_unref(c->status_details);
+    api_grpc_err_md_free(&c->err_md);
     free(c);
 }
 
@@ -222,6 +224,8 @@ static void grpc_reply(gcall_t *c, grpc_status_code status, const char *message)
     c->has_details = true;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = status;
+    ops[n].data.send_status_from_server.trailing_metadata_count = c->err_md.n;
+    ops[n].data.send_status_from_server.trailing_metadata = c->err_md.n ? c->err_md.md : NULL;
     ops[n++].data.send_status_from_server.status_details = &c->status_details;
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
@@ -348,6 +352,15 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
     }
     grpc_slice in = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
+    /* Text fields are checked on the wire, where an embedded NUL is still visible. */
+    rc = api_grpc_wire_check(m->req_desc, GRPC_SLICE_START_PTR(in), GRPC_SLICE_LENGTH(in), &err);
+    if (rc) {
+        grpc_slice_unref(in);
+        arena_deinit(arena);
+        free(arena);
+        grpc_reply_err(c, m, rc, &err);
+        return;
+    }
     ProtobufCMessage *req = protobuf_c_message_unpack(m->req_desc, NULL, GRPC_SLICE_LENGTH(in),
                                                       GRPC_SLICE_START_PTR(in));
     grpc_slice_unref(in);
@@ -395,7 +408,7 @@ static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const
     kiln_err_t err = *err_in;
     const char *msg = err.message[0] ? err.message : kiln_strerror(rc);
     char full[600];
-    if (err.field[0])
+    if (err.field[0] && strncmp(msg, err.field, strlen(err.field)) != 0)
         snprintf(full, sizeof(full), "%s: %s", err.field, msg);
     else
         snprintf(full, sizeof(full), "%s", msg);
@@ -408,6 +421,8 @@ static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const
         snprintf(full, sizeof(full), "the database is unavailable; kilnd's log has the details");
     else if (rc == KILN_EINTERNAL)
         snprintf(full, sizeof(full), "internal error; kilnd's log has the details");
+    else
+        api_grpc_err_md_init(&c->err_md, rc, &err);
     grpc_reply(c, (grpc_status_code)kiln_status_grpc(rc), full);
 }
 
@@ -453,6 +468,107 @@ static void *grpc_thread_main(void *arg)
         pthread_mutex_unlock(&g->mu);
     }
     return NULL;
+}
+
+/* ---- error details and the wire check ------------------------------------------------------ */
+
+/* A metadata value: printable ASCII (what non-binary metadata may hold), other bytes as '?'. */
+static grpc_slice md_value(const char *s)
+{
+    char buf[600];
+    size_t i = 0;
+    for (; s[i] && i < sizeof(buf) - 1; i++)
+        buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    buf[i] = '\0';
+    return grpc_slice_from_copied_string(buf);
+}
+
+void api_grpc_err_md_init(api_grpc_err_md_t *md, int rc, const kiln_err_t *err)
+{
+    api_grpc_err_md_free(md);
+    const char *keys[] = {"kiln-code", "kiln-field", "kiln-hint", "kiln-detail"};
+    const char *vals[] = {kiln_status_code(rc), err->field, err->hint, err->detail};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++) {
+        if (!vals[i] || !vals[i][0])
+            continue;
+        md->md[md->n].key = grpc_slice_from_static_string(keys[i]);
+        md->md[md->n].value = md_value(vals[i]);
+        md->n++;
+    }
+}
+
+void api_grpc_err_md_free(api_grpc_err_md_t *md)
+{
+    for (size_t i = 0; i < md->n; i++) {
+        grpc_slice_unref(md->md[i].key);
+        grpc_slice_unref(md->md[i].value);
+    }
+    md->n = 0;
+}
+
+/* Reads a varint at *p (below end); false when it is cut short or too long. */
+static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, const char *prefix,
+                          int depth, kiln_err_t *err)
+{
+    const uint8_t *end = p + n;
+    while (p < end) {
+        uint64_t key = 0, len = 0;
+        if (!wire_varint(&p, end, &key))
+            return 0; /* malformed: protobuf-c's decoder refuses it */
+        unsigned wt = (unsigned)(key & 7);
+        const ProtobufCFieldDescriptor *f = d ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
+        switch (wt) {
+        case 0:
+            if (!wire_varint(&p, end, &len))
+                return 0;
+            continue;
+        case 1:
+            p += 8;
+            continue;
+        case 5:
+            p += 4;
+            continue;
+        case 2:
+            if (!wire_varint(&p, end, &len) || len > (uint64_t)(end - p))
+                return 0;
+            break;
+        default:
+            return 0;
+        }
+        char path[256];
+        if (f)
+            snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", f->name);
+        if (f && f->type == PROTOBUF_C_TYPE_STRING) {
+            int rc = svc_check_text(path, (const char *)p, (size_t)len, 0, err);
+            if (rc)
+                return rc;
+        } else if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 16) {
+            int rc = wire_check_msg(f->descriptor, p, (size_t)len, path, depth + 1, err);
+            if (rc)
+                return rc;
+        }
+        p += len;
+    }
+    return 0;
+}
+
+int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, kiln_err_t *err)
+{
+    return wire_check_msg(d, data, len, "", 0, err);
 }
 
 /* ---- streams ------------------------------------------------------------------------------ */

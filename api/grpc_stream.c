@@ -32,6 +32,7 @@ struct gstream {
     stag_t close;                    /* RECV_CLOSE_ON_SERVER: the call is over */
     int cancelled;
     bool woken;                      /* new lines for the follower */
+    bool md_sent;                    /* initial metadata sent */
     bool status_sent;
     int64_t last_seq;                /* highest seq sent */
 };
@@ -121,16 +122,40 @@ static bool stream_gone(gstream_t *st)
     return gone || api_grpc_stopping(st->g);
 }
 
-static void stream_finish(gstream_t *st, grpc_status_code code, const char *message)
+/* Ends the call: OK (err NULL) or the error, with its field and hint in the trailing metadata
+ * as unary replies carry them. The status goes out at once, with the initial metadata when that
+ * was not sent yet (a status alone, before it, is never delivered). */
+static void stream_finish(gstream_t *st, const kiln_err_t *err)
 {
-    grpc_slice details = grpc_slice_from_copied_string(message ? message : "");
-    grpc_op op;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    op.data.send_status_from_server.status = code;
-    op.data.send_status_from_server.status_details = &details;
-    st->status_sent = stream_batch(st, &op, 1);
+    int rc = err ? (err->status ? err->status : KILN_EINTERNAL) : 0;
+    char msg[600] = "";
+    api_grpc_err_md_t md = {0};
+    if (err) {
+        const char *m = err->message[0] ? err->message : kiln_strerror(rc);
+        if (err->field[0] && strncmp(m, err->field, strlen(err->field)) != 0)
+            snprintf(msg, sizeof(msg), "%s: %s", err->field, m);
+        else
+            snprintf(msg, sizeof(msg), "%s", m);
+        if (rc == KILN_EDB)
+            snprintf(msg, sizeof(msg), "the database is unavailable; kilnd's log has the details");
+        else
+            api_grpc_err_md_init(&md, rc, err);
+    }
+    grpc_slice details = grpc_slice_from_copied_string(msg);
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    if (!st->md_sent)
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)kiln_status_grpc(rc);
+    ops[n].data.send_status_from_server.status_details = &details;
+    ops[n].data.send_status_from_server.trailing_metadata_count = md.n;
+    ops[n++].data.send_status_from_server.trailing_metadata = md.n ? md.md : NULL;
+    st->status_sent = stream_batch(st, ops, n);
+    st->md_sent = true;
     grpc_slice_unref(details);
+    api_grpc_err_md_free(&md);
 }
 
 /* History, then (with follow) live lines until the job ends or the client goes away. */
@@ -145,26 +170,36 @@ static void stream_run(gstream_t *st)
     int rank = r->has_rank ? r->rank : -1;
     int64_t since_us = 0;
     if (r->since && r->since[0] && kiln_time_parse(r->since, &since_us) != 0) {
-        stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT, "since: not an RFC 3339 time or Unix seconds");
+        kiln_err_set(&err, KILN_EINVAL, "since", "since is not a time");
+        kiln_err_hint(&err, "use RFC 3339 (2026-11-21T06:04:37Z) or Unix seconds");
+        stream_finish(st, &err);
         return;
     }
     /* Open the follower first: every line after this point reaches it, everything before is
      * in the history read below, and seq numbers remove the overlap. */
-    if (r->follow && svc_follow_open(s, st->who, r->id, rank, 0, follow_wake, st, &f, &err) != 0) {
-        stream_finish(st, (grpc_status_code)kiln_status_grpc(err.status), err.message);
+    int rc = r->follow ? svc_follow_open(s, st->who, r->id, rank, 0, follow_wake, st, &f, &err) : 0;
+    if (rc) {
+        if (!err.status)
+            err.status = rc;
+        stream_finish(st, &err);
         return;
     }
-    grpc_op op;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (!stream_batch(st, &op, 1))
-        goto done;
     for (;;) {
         svc_log_query_t q = {.rank = rank, .since_us = since_us, .after_seq = st->last_seq, .limit = STREAM_PAGE};
-        int rc = svc_job_logs(s, st->who, r->id, &q, &page, &err);
+        rc = svc_job_logs(s, st->who, r->id, &q, &page, &err);
         if (rc) {
-            stream_finish(st, (grpc_status_code)kiln_status_grpc(rc), err.message);
+            if (!err.status)
+                err.status = rc;
+            stream_finish(st, &err);
             goto done;
+        }
+        if (!st->md_sent) {
+            grpc_op op;
+            memset(&op, 0, sizeof(op));
+            op.op = GRPC_OP_SEND_INITIAL_METADATA;
+            if (!stream_batch(st, &op, 1))
+                goto done;
+            st->md_sent = true;
         }
         json_t *lines = json_object_get(page, "lines");
         size_t n = json_array_size(lines);
@@ -202,7 +237,7 @@ static void stream_run(gstream_t *st)
         pthread_mutex_unlock(&st->mu);
     }
     if (!stream_gone(st))
-        stream_finish(st, GRPC_STATUS_OK, "");
+        stream_finish(st, NULL);
 done:
     json_decref(page);
     svc_follow_close(f);

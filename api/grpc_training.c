@@ -50,9 +50,30 @@ static int enum_from_json(const ProtobufCEnumDescriptor *ed, const json_t *v)
 
 static ProtobufCMessage *msg_from_json(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a);
 
+/* google.protobuf's wrappers (Int32Value, DoubleValue, BoolValue, ...): a message with one field
+ * "value" that stands for a scalar with explicit presence. */
+static bool is_wrapper(const ProtobufCMessageDescriptor *d)
+{
+    return d && !strncmp(d->name, "google.protobuf.", 16) && d->n_fields == 1 &&
+           !strcmp(d->fields[0].name, "value") && d->fields[0].type != PROTOBUF_C_TYPE_MESSAGE;
+}
+
+static void value_from_json(void *dst, const ProtobufCFieldDescriptor *f, const json_t *v, arena_t *a);
+
 /* Writes one JSON value into a field slot of type t. */
 static void value_from_json(void *dst, const ProtobufCFieldDescriptor *f, const json_t *v, arena_t *a)
 {
+    if (f->type == PROTOBUF_C_TYPE_MESSAGE && is_wrapper(f->descriptor)) {
+        /* JSON carries the scalar itself (or null: absent) */
+        if (json_is_null(v) || json_is_object(v) || json_is_array(v))
+            return;
+        const ProtobufCMessageDescriptor *wd = f->descriptor;
+        ProtobufCMessage *w = arena_alloc(a, wd->sizeof_message);
+        wd->message_init(w);
+        value_from_json((char *)w + wd->fields[0].offset, &wd->fields[0], v, a);
+        *(ProtobufCMessage **)dst = w;
+        return;
+    }
     switch (f->type) {
     case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
         *(int32_t *)dst = (int32_t)json_number_value(v);
@@ -176,61 +197,111 @@ static ProtobufCMessage *msg_from_json(const json_t *j, const ProtobufCMessageDe
     return m;
 }
 
-/* ---- message -> JSON (only fields set to something other than their default) --------------- */
+/* ---- message -> JSON (requests: what the client set) ------------------------------------------
+ * Plain proto3 scalars and strings count as set when they differ from their default; wrapper
+ * fields when present, whatever their value (an explicit zero). Checks what JSON cannot carry
+ * the way the client meant it (NaN, Infinity, text that is not UTF-8, an unsigned number past
+ * int64), naming the field by its dotted path under prefix. */
 
-static json_t *msg_to_json(const ProtobufCMessage *m);
+static int msg_to_json(const ProtobufCMessage *m, const char *prefix, json_t **out, kiln_err_t *err);
 
-static json_t *value_to_json(const ProtobufCFieldDescriptor *f, const void *src)
+static void field_path(char *buf, size_t n, const char *prefix, const char *name)
 {
+    snprintf(buf, n, "%s%s%s", prefix, prefix[0] ? "." : "", name);
+}
+
+/* *out = the JSON of one value (NULL when it is the default and wrapped is false). */
+static int value_to_json(const ProtobufCFieldDescriptor *f, const void *src, const char *path, bool wrapped,
+                         json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
     switch (f->type) {
     case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
-        return *(const int32_t *)src ? json_integer(*(const int32_t *)src) : NULL;
+        if (wrapped || *(const int32_t *)src)
+            *out = json_integer(*(const int32_t *)src);
+        return 0;
     case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32:
-        return *(const uint32_t *)src ? json_integer(*(const uint32_t *)src) : NULL;
+        if (wrapped || *(const uint32_t *)src)
+            *out = json_integer(*(const uint32_t *)src);
+        return 0;
     case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
-        return *(const int64_t *)src ? json_integer(*(const int64_t *)src) : NULL;
-    case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
-        return *(const uint64_t *)src ? json_integer((json_int_t)*(const uint64_t *)src) : NULL;
-    case PROTOBUF_C_TYPE_DOUBLE:
-        return *(const double *)src != 0 ? json_real(*(const double *)src) : NULL;
-    case PROTOBUF_C_TYPE_FLOAT:
-        return *(const float *)src != 0 ? json_real(*(const float *)src) : NULL;
+        if (wrapped || *(const int64_t *)src)
+            *out = json_integer(*(const int64_t *)src);
+        return 0;
+    case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: {
+        uint64_t u = *(const uint64_t *)src;
+        if (u > (uint64_t)INT64_MAX) {
+            kiln_err_set(err, KILN_EINVAL, path, "%s is too large (at most %lld)", path, (long long)INT64_MAX);
+            return KILN_EINVAL;
+        }
+        if (wrapped || u)
+            *out = json_integer((json_int_t)u);
+        return 0;
+    }
+    case PROTOBUF_C_TYPE_DOUBLE: case PROTOBUF_C_TYPE_FLOAT: {
+        double d = f->type == PROTOBUF_C_TYPE_DOUBLE ? *(const double *)src : *(const float *)src;
+        int rc = svc_check_finite(path, d, err);
+        if (rc)
+            return rc;
+        if (wrapped || d != 0)
+            *out = json_real(d);
+        return 0;
+    }
     case PROTOBUF_C_TYPE_BOOL:
-        return *(const protobuf_c_boolean *)src ? json_true() : NULL;
+        if (wrapped || *(const protobuf_c_boolean *)src)
+            *out = json_boolean(*(const protobuf_c_boolean *)src);
+        return 0;
     case PROTOBUF_C_TYPE_ENUM: {
         int v = *(const int *)src;
         const ProtobufCEnumValue *ev = v ? protobuf_c_enum_descriptor_get_value(f->descriptor, v) : NULL;
-        return ev ? json_string(ev->name) : NULL;
+        if (ev)
+            *out = json_string(ev->name);
+        return 0;
     }
     case PROTOBUF_C_TYPE_STRING: {
         const char *s = *(char *const *)src;
-        if (!s || !s[0])
-            return NULL;
+        if (!s || (!s[0] && !wrapped))
+            return 0;
+        int rc = svc_check_str(path, s, 0, err);
+        if (rc)
+            return rc;
         if (!strcmp(f->name, "partition_plan")) {
             json_t *plan = json_loads(s, 0, NULL);
-            if (plan)
-                return plan;
+            if (plan) {
+                *out = plan;
+                return 0;
+            }
         }
-        return json_string(s);
+        *out = json_string(s);
+        return 0;
     }
     case PROTOBUF_C_TYPE_MESSAGE: {
         const ProtobufCMessage *sub = *(ProtobufCMessage *const *)src;
-        return sub ? msg_to_json(sub) : NULL;
+        if (!sub)
+            return 0;
+        const ProtobufCMessageDescriptor *sd = f->descriptor;
+        if (is_wrapper(sd))
+            return value_to_json(&sd->fields[0], (const char *)sub + sd->fields[0].offset, path, true, out, err);
+        return msg_to_json(sub, path, out, err);
     }
     default:
-        return NULL;
+        return 0;
     }
 }
 
-static json_t *msg_to_json(const ProtobufCMessage *m)
+static int msg_to_json(const ProtobufCMessage *m, const char *prefix, json_t **out, kiln_err_t *err)
 {
     const ProtobufCMessageDescriptor *d = m->descriptor;
     json_t *o = json_object();
-    for (unsigned i = 0; i < d->n_fields; i++) {
+    int rc = 0;
+    for (unsigned i = 0; i < d->n_fields && rc == 0; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         const char *slot = (const char *)m + f->offset;
+        char path[256];
+        field_path(path, sizeof(path), prefix, f->name);
+        json_t *v = NULL;
         if (f->label != PROTOBUF_C_LABEL_REPEATED) {
-            json_t *v = value_to_json(f, slot);
+            rc = value_to_json(f, slot, path, false, &v, err);
             if (v)
                 json_object_set_new(o, f->name, v);
             continue;
@@ -242,26 +313,38 @@ static json_t *msg_to_json(const ProtobufCMessage *m)
         if (is_map_entry(f)) {
             const ProtobufCMessageDescriptor *ed = f->descriptor;
             json_t *map = json_object();
-            for (size_t k = 0; k < n; k++) {
+            json_object_set_new(o, f->name, map);
+            for (size_t k = 0; k < n && rc == 0; k++) {
                 const ProtobufCMessage *e = ((ProtobufCMessage *const *)arr)[k];
                 const char *key = *(char *const *)((const char *)e + ed->fields[0].offset);
-                json_t *v = value_to_json(&ed->fields[1], (const char *)e + ed->fields[1].offset);
-                if (!v) /* a default value is still a value in a map */
-                    v = ed->fields[1].type == PROTOBUF_C_TYPE_STRING ? json_string("") : json_integer(0);
-                json_object_set_new(map, key ? key : "", v);
+                char kpath[320];
+                snprintf(kpath, sizeof(kpath), "%s.%s", path, key ? key : "");
+                if ((rc = svc_check_str(path, key, 0, err)))
+                    break;
+                rc = value_to_json(&ed->fields[1], (const char *)e + ed->fields[1].offset, kpath, true, &v, err);
+                if (rc == 0)
+                    json_object_set_new(map, key ? key : "", v ? v : json_string(""));
             }
-            json_object_set_new(o, f->name, map);
             continue;
         }
         json_t *ja = json_array();
-        size_t es = elem_size(f->type);
-        for (size_t k = 0; k < n; k++) {
-            json_t *v = value_to_json(f, arr + k * es);
-            json_array_append_new(ja, v ? v : (f->type == PROTOBUF_C_TYPE_STRING ? json_string("") : json_integer(0)));
-        }
         json_object_set_new(o, f->name, ja);
+        size_t es = elem_size(f->type);
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            char ipath[280];
+            snprintf(ipath, sizeof(ipath), "%s[%zu]", path, k);
+            rc = value_to_json(f, arr + k * es, ipath, true, &v, err);
+            if (rc == 0)
+                json_array_append_new(ja, v ? v : json_object());
+        }
     }
-    return o;
+    if (rc) {
+        json_decref(o);
+        *out = NULL;
+        return rc;
+    }
+    *out = o;
+    return 0;
 }
 
 /* ---- handlers ---------------------------------------------------------------------------- */
@@ -279,12 +362,21 @@ static int h_create(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, aren
 {
     svc_t *s = ctx->svc;
     const Kiln__CreateJobRequest *r = (const Kiln__CreateJobRequest *)req;
-    json_t *spec = r->spec ? msg_to_json(&r->spec->base) : json_object();
-    json_t *job = NULL;
+    json_t *spec = NULL, *job = NULL;
+    int rc = r->spec ? msg_to_json(&r->spec->base, "spec", &spec, err) : 0;
+    if (rc)
+        return rc;
+    if (!spec)
+        spec = json_object();
     bool created = false;
-    int rc = svc_job_create(s, ctx->who, spec, r->idempotency_key && r->idempotency_key[0] ? r->idempotency_key : NULL,
-                            &job, &created, err);
+    rc = svc_job_create(s, ctx->who, spec, r->idempotency_key, &job, &created, err);
     json_decref(spec);
+    if (rc && err->field[0] && strncmp(err->field, "idempotency_key", 15) != 0) {
+        /* the spec's fields are named from the request message: spec.hyperparameters.lr */
+        char f[sizeof(err->field)];
+        snprintf(f, sizeof(f), "spec.%.*s", (int)sizeof(err->field) - 6, err->field);
+        kiln_strlcpy(err->field, f, sizeof(err->field));
+    }
     return rc ? rc : reply(job, &kiln__job__descriptor, a, resp);
 }
 
@@ -306,7 +398,8 @@ static int h_list(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_
     svc_job_filter_t f = {
         .status = r->status && r->status[0] ? r->status : NULL,
         .tag = r->tag && r->tag[0] ? r->tag : NULL,
-        .page_size = r->page_size,
+        .page_size = r->page_size ? r->page_size->value : 0,
+        .page_size_set = r->page_size != NULL,
         .page_token = r->page_token && r->page_token[0] ? r->page_token : NULL,
     };
     json_t *out = NULL;
@@ -347,7 +440,10 @@ static int h_metrics(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, are
     svc_t *s = ctx->svc;
     const Kiln__GetMetricsRequest *r = (const Kiln__GetMetricsRequest *)req;
     json_t *out = NULL;
-    int rc = svc_job_metrics(s, ctx->who, r->id, r->name && r->name[0] ? r->name : NULL, r->max_points, &out, err);
+    svc_metrics_query_t q = {.name = r->name && r->name[0] ? r->name : NULL,
+                             .max_points = r->max_points ? r->max_points->value : 0,
+                             .max_points_set = r->max_points != NULL, .attempt = r->attempt};
+    int rc = svc_job_metrics(s, ctx->who, r->id, &q, &out, err);
     if (rc)
         return rc;
     /* REST calls the series "metrics", proto "series" */

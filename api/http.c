@@ -4,6 +4,8 @@
  * token), JSON and error replies, request logging. The handlers and the table live in
  * http_routes.c, live log streams in http_sse.c; no business logic here. */
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <dlfcn.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -32,6 +34,89 @@ static void http_count(http_req_t *r, int status)
 
 #define HTTP_CORS_EXPOSE "Content-Type, WWW-Authenticate, Allow"
 
+/* ---- libmicrohttpd's own error pages -------------------------------------------------------
+ * libmicrohttpd answers some requests itself, before any handler runs: a malformed request line
+ * or header (400), a URL or header block larger than its buffer (414, 431), a Content-Length it
+ * cannot take (413), an HTTP version it does not speak (505). It sends HTML pages compiled into
+ * it and has no option to change them, but it queues them through its exported
+ * MHD_queue_response. kilnd defines MHD_queue_response here, so the dynamic linker sends those
+ * calls to it: a response kilnd built itself (http_reply_raw marks its own call) passes through,
+ * and the library's own error pages are replaced by kiln's JSON error. */
+
+typedef enum MHD_Result (*http_queue_fn)(struct MHD_Connection *, unsigned int, struct MHD_Response *);
+static _Thread_local bool http_own_queue;
+
+static http_queue_fn http_real_queue(void)
+{
+    static _Atomic(http_queue_fn) real;
+    http_queue_fn f = atomic_load(&real);
+    if (!f) {
+        *(void **)&f = dlsym(RTLD_NEXT, "MHD_queue_response");
+        if (!f) {
+            log_error("http: libmicrohttpd's MHD_queue_response is not found: %s", dlerror());
+            abort();
+        }
+        atomic_store(&real, f);
+    }
+    return f;
+}
+
+static json_t *http_err_json(const char *code, const char *message, const char *detail,
+                             const char *hint, const char *field);
+
+enum MHD_Result MHD_queue_response(struct MHD_Connection *conn, unsigned int status, struct MHD_Response *resp);
+enum MHD_Result MHD_queue_response(struct MHD_Connection *conn, unsigned int status, struct MHD_Response *resp)
+{
+    http_queue_fn real = http_real_queue();
+    if (http_own_queue || status < 400)
+        return real(conn, status, resp);
+    const char *code = "bad_format", *msg = "malformed HTTP request", *hint = "send a well-formed HTTP/1.1 request";
+    switch (status) {
+    case MHD_HTTP_URI_TOO_LONG:
+        code = "payload_too_large";
+        msg = "the request URL is too long";
+        hint = "keep the URL under 16 KiB";
+        break;
+    case MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE:
+        code = "payload_too_large";
+        msg = "the request headers are too large";
+        hint = "keep the request line and headers under 16 KiB";
+        break;
+    case MHD_HTTP_CONTENT_TOO_LARGE:
+        code = "payload_too_large";
+        msg = "the request body is too large";
+        hint = "send at most 1 MiB";
+        break;
+    case MHD_HTTP_HTTP_VERSION_NOT_SUPPORTED:
+        code = "unimplemented";
+        msg = "HTTP version not supported";
+        hint = "use HTTP/1.1";
+        break;
+    case MHD_HTTP_BAD_REQUEST:
+        break;
+    default:
+        if (status >= 500) {
+            code = "internal";
+            msg = "internal error";
+            hint = "retry shortly; if it persists, check kilnd's log";
+        }
+        break;
+    }
+    json_t *o = http_err_json(code, msg, "", hint, NULL);
+    char *text = json_dumps(o, HTTP_JSON_FLAGS);
+    json_decref(o);
+    struct MHD_Response *json = text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!json) {
+        free(text);
+        return real(conn, status, resp);
+    }
+    MHD_add_response_header(json, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    log_debug("http: libmicrohttpd refused a request with %u; answered with the JSON error", status);
+    enum MHD_Result ret = real(conn, status, json);
+    MHD_destroy_response(json);
+    return ret;
+}
+
 enum MHD_Result http_reply_raw(http_req_t *r, int status, struct MHD_Response *resp)
 {
     http_count(r, status);
@@ -42,7 +127,10 @@ enum MHD_Result http_reply_raw(http_req_t *r, int status, struct MHD_Response *r
     }
     if (status == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"kiln\"");
-    return MHD_queue_response(r->conn, (unsigned)status, resp);
+    http_own_queue = true;
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    http_own_queue = false;
+    return ret;
 }
 
 enum MHD_Result http_reply_json(http_req_t *r, int status, json_t *body)
@@ -96,6 +184,15 @@ enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err)
     int st = err->status ? err->status : KILN_EINTERNAL;
     int http = kiln_status_http(st);
     json_t *o;
+    /* REST carries the idempotency key in a header: name it as the client wrote it */
+    if (!strcmp(err->field, "idempotency_key")) {
+        kiln_err_t e2 = *err;
+        kiln_strlcpy(e2.field, "Idempotency-Key", sizeof e2.field);
+        char *m = strstr(e2.message, "idempotency_key");
+        if (m)
+            snprintf(e2.message, sizeof e2.message, "Idempotency-Key%s", err->message + (m - e2.message) + 15);
+        return http_reply_err(r, &e2);
+    }
     if (st == KILN_EDB || st == KILN_EINTERNAL) {
         /* The database's own text names hosts, sockets and SQL: it goes to kilnd's log, and the
          * client gets a message that says what failed without the internals. */
@@ -337,6 +434,17 @@ static const char *http_bearer(http_req_t *r)
     return a;
 }
 
+/* MHD_KeyValueIterator over the query parameters: the first that is not text stops the walk
+ * with err (cls) set. */
+static enum MHD_Result http_check_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    kiln_err_t *err = cls;
+    (void)kind;
+    if (svc_check_str("query parameter", key, 0, err) || svc_check_str(key, value, 0, err))
+        return MHD_NO;
+    return MHD_YES;
+}
+
 static enum MHD_Result http_dispatch(http_req_t *r)
 {
     r->cors_origin = http_cors_origin(r);
@@ -349,6 +457,15 @@ static enum MHD_Result http_dispatch(http_req_t *r)
     if (r->route < 0)
         return http_reply_405(r);
     const http_route_t *rt = &http_routes[r->route];
+    /* Every path segment and query parameter is text: valid UTF-8 without NUL (%00) bytes. */
+    kiln_err_t cerr;
+    kiln_err_clear(&cerr);
+    for (int i = 0; i < r->nparams; i++)
+        if (svc_check_str(r->param_names[i], r->param_values[i], 0, &cerr))
+            return http_reply_err(r, &cerr);
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, http_check_arg, &cerr);
+    if (cerr.status)
+        return http_reply_err(r, &cerr);
     if (!http_content_type_ok(r))
         return http_reply_errf(r, KILN_EMEDIA, "Content-Type", "send the body as JSON with Content-Type: application/json",
                                "request bodies must be application/json");
@@ -494,6 +611,34 @@ bad:
     return KILN_EINVAL;
 }
 
+/* MHD_OPTION_UNESCAPE_CALLBACK: decodes %HH in the path and query parameters in place, as
+ * libmicrohttpd would, except that %00 becomes the overlong (invalid) UTF-8 pair C0 80: a NUL
+ * would end the C string there and "/v1/jobs/ID%00junk" would name job ID, while C0 80 keeps
+ * the value whole and makes the text check refuse it (svc_check_text names it a NUL byte). */
+static size_t http_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    char *w = s;
+    for (const char *p = s; *p;) {
+        if (p[0] == '%' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) {
+            char hex[3] = {p[1], p[2], '\0'};
+            unsigned v = (unsigned)strtoul(hex, NULL, 16);
+            if (v == 0) {
+                *w++ = (char)0xC0;
+                *w++ = (char)0x80;
+            } else {
+                *w++ = (char)v;
+            }
+            p += 3;
+        } else {
+            *w++ = *p++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
 static void http_on_panic(void *cls, const char *file, unsigned line, const char *reason)
 {
     (void)cls;
@@ -562,6 +707,7 @@ int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, k
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
+        MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, NULL,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         /* every open log stream holds a connection; MHD's default (about 1,000) is low */

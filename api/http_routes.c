@@ -21,33 +21,12 @@ int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_
         *present = v != NULL;
     if (!v)
         return 0;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi) {
-        kiln_err_set(err, KILN_EINVAL, name, "query parameter %s must be an integer from %lld to %lld, got \"%.64s\"",
-                     name, (long long)lo, (long long)hi, v);
-        return KILN_EINVAL;
-    }
-    *out = x;
-    return 0;
+    return svc_check_int_text(name, v, lo, hi, out, err);
 }
 
 static int http_arg_bool(http_req_t *r, const char *name, bool *out, kiln_err_t *err)
 {
-    const char *v = http_arg(r, name);
-    *out = false;
-    if (!v)
-        return 0;
-    if (!strcmp(v, "true") || !strcmp(v, "1") || !*v) {
-        *out = true;
-        return 0;
-    }
-    if (!strcmp(v, "false") || !strcmp(v, "0"))
-        return 0;
-    kiln_err_set(err, KILN_EINVAL, name, "query parameter %s must be true or false, got \"%.64s\"",
-                 name, v);
-    return KILN_EINVAL;
+    return svc_check_bool_text(name, http_arg(r, name), out, err);
 }
 
 /* Job ids are UUIDs (8-4-4-4-12 hex digits); anything else can never name a job. */
@@ -134,7 +113,7 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
     if (rc)
         return http_reply_err(r, &err);
     const char *key = http_header(r, "Idempotency-Key");
-    if (key && (!*key || strlen(key) > 200)) {
+    if (key && !*key) {
         json_decref(spec);
         return http_reply_errf(r, KILN_EINVAL, "Idempotency-Key", "use a UUID or another unique string",
                                "Idempotency-Key must have 1 to 200 characters");
@@ -148,51 +127,26 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
     return ret;
 }
 
-static const char *const http_states[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING",
-                                          "RESTARTING", "COMPLETED", "FAILED", "STOPPED"};
-
-/* Checks a comma-separated state list; returns it upper-cased (arena) or NULL with err set. */
-static const char *http_status_filter(http_req_t *r, const char *v, kiln_err_t *err)
-{
-    char *s = arena_strdup(&r->arena, v);
-    for (char *p = s; *p; p++)
-        *p = (char)toupper((unsigned char)*p);
-    char *copy = arena_strdup(&r->arena, s), *save = NULL;
-    int n = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
-        bool ok = false;
-        for (size_t i = 0; i < KILN_ARRAY_LEN(http_states); i++)
-            ok = ok || !strcmp(tok, http_states[i]);
-        if (!ok) {
-            kiln_err_set(err, KILN_EINVAL, "status", "unknown job state \"%.40s\" in status", tok);
-            kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, "
-                               "RESTARTING, COMPLETED, FAILED, STOPPED (comma-separated)");
-            return NULL;
-        }
-    }
-    if (n == 0) {
-        kiln_err_set(err, KILN_EINVAL, "status", "status must name at least one job state");
-        return NULL;
-    }
-    return s;
-}
-
+/* The filters are checked by the service (the same checks as gRPC's ListJobs). */
 static enum MHD_Result http_jobs_list(http_req_t *r)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
     svc_job_filter_t f = {0};
     int64_t page_size = 0;
-    const char *status = http_arg(r, "status");
-    if (status && *status && !(f.status = http_status_filter(r, status, &err)))
-        return http_reply_err(r, &err);
-    if (http_arg_int(r, "page_size", 1, 500, &page_size, NULL, &err))
+    if (http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &page_size, &f.page_size_set, &err))
         return http_reply_err(r, &err);
     f.page_size = (int)page_size;
-    const char *tag = http_arg(r, "tag");
-    f.tag = tag && *tag ? tag : NULL;
-    const char *tok = http_arg(r, "page_token");
-    f.page_token = tok && *tok ? tok : NULL;
+    f.status = http_arg(r, "status");
+    f.tag = http_arg(r, "tag");
+    f.page_token = http_arg(r, "page_token");
+    /* an empty parameter ("?tag=") is the same as none */
+    if (f.status && !*f.status)
+        f.status = NULL;
+    if (f.tag && !*f.tag)
+        f.tag = NULL;
+    if (f.page_token && !*f.page_token)
+        f.page_token = NULL;
     json_t *out = NULL;
     int rc = svc_job_list(r->h->svc, &r->who, &f, &out, &err);
     if (rc)
@@ -276,12 +230,9 @@ static enum MHD_Result http_job_logs(http_req_t *r)
         /* A reconnecting EventSource sends the last id it saw. */
         const char *last = http_header(r, "Last-Event-ID");
         if (last && *last) {
-            char *end;
-            errno = 0;
-            long long x = strtoll(last, &end, 10);
-            if (*end || errno || x < 0)
-                return http_reply_errf(r, KILN_EINVAL, "Last-Event-ID", "send the id of the last event received",
-                                       "Last-Event-ID must be a log sequence number, got \"%.64s\"", last);
+            int64_t x = 0;
+            if (svc_check_int_text("Last-Event-ID", last, 0, INT64_MAX, &x, &err))
+                return http_reply_err(r, &err);
             if (x > q.after_seq)
                 q.after_seq = x;
         }
@@ -299,13 +250,28 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
     HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
+    svc_metrics_query_t q = {0};
     int64_t max_points = 0;
-    if (http_arg_int(r, "max_points", 2, 100000, &max_points, NULL, &err))
+    if (http_arg_int(r, "max_points", INT32_MIN, INT32_MAX, &max_points, &q.max_points_set, &err))
         return http_reply_err(r, &err);
-    const char *name = http_arg(r, "name");
+    q.max_points = (int)max_points;
+    q.name = http_arg(r, "name");
+    if (q.name && !*q.name)
+        q.name = NULL;
+    /* attempt: a number, "latest" (per step the latest attempt's point) or "all" (the default) */
+    const char *attempt = http_arg(r, "attempt");
+    if (attempt && !strcmp(attempt, "latest")) {
+        q.attempt = -1;
+    } else if (attempt && *attempt && strcmp(attempt, "all") != 0) {
+        int64_t a = 0;
+        if (svc_check_int_text("attempt", attempt, 1, INT32_MAX, &a, &err)) {
+            kiln_err_hint(&err, "attempt is an attempt number (1, 2, ...), \"latest\" or \"all\"");
+            return http_reply_err(r, &err);
+        }
+        q.attempt = (int)a;
+    }
     json_t *out = NULL;
-    int rc = svc_job_metrics(r->h->svc, &r->who, r->id, name && *name ? name : NULL, (int)max_points,
-                             &out, &err);
+    int rc = svc_job_metrics(r->h->svc, &r->who, r->id, &q, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -416,7 +382,7 @@ static enum MHD_Result http_prometheus(http_req_t *r)
         char token[512] = "";
         kiln_err_t err;
         for (int page = 0; page < 20; page++) {
-            svc_job_filter_t f = {.status = live[i], .page_size = 500,
+            svc_job_filter_t f = {.status = live[i], .page_size = 500, .page_size_set = true,
                                   .page_token = token[0] ? token : NULL};
             json_t *out = NULL;
             kiln_err_clear(&err);

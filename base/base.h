@@ -35,7 +35,8 @@
     X(EDEVICE,    -17,  "device_error",        "device error",                    500, 13)  \
     X(EFORMAT,    -18,  "bad_format",          "malformed data",                  400, 3)   \
     X(EUNAUTH,    -19,  "unauthenticated",     "authentication required",         401, 16)  \
-    X(EMEDIA,     -20,  "unsupported_media_type", "unsupported media type",       415, 3)
+    X(EMEDIA,     -20,  "unsupported_media_type", "unsupported media type",       415, 3)   \
+    X(EREUSED,    -21,  "idempotency_key_reused", "idempotency key reused with a different request", 422, 6)
 
 enum {
 #define KILN_STATUS_ENUM(name, val, code, msg, http, grpc) KILN_##name = (val),
@@ -153,6 +154,17 @@ char *kiln_time_format(int64_t us, char *buf, size_t n);
 /* Parses RFC 3339 ("2026-11-21T06:04:37Z", fractional seconds and +hh:mm offsets accepted) or a
  * plain number of Unix seconds. Returns 0 or KILN_EINVAL. */
 int kiln_time_parse(const char *s, int64_t *out_us);
+/* Text and numbers in text (text.c). */
+/* Length of the valid UTF-8 sequence at p (of n bytes left): 1 to 4, or 0 when the bytes there
+ * are not one (a stray continuation byte, an overlong form such as C0 80, a surrogate, a code
+ * point past U+10FFFF, a sequence cut short) or p[0] is NUL. */
+size_t kiln_utf8_seq(const unsigned char *p, size_t n);
+/* Offset of the first byte of s[0..n) that does not start a valid UTF-8 sequence (a NUL byte
+ * counts as invalid: no text kiln stores may hold one), or n when all of it is valid. */
+size_t kiln_utf8_check(const char *s, size_t n);
+/* Parses a whole string as a decimal integer: an optional '-' and digits only (no '+', no
+ * spaces, no hexadecimal), within int64. Returns 0 or KILN_EINVAL. */
+int kiln_parse_int64(const char *s, int64_t *out);
 /* Whether s is a name kiln accepts for users and projects: 1 to 63 characters of a-z, 0-9,
  * '.', '_' and '-', starting with a letter or digit (the same rule as the database's CHECK). */
 bool kiln_ident_ok(const char *s);

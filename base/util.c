@@ -60,11 +60,13 @@ int kiln_time_parse(const char *s, int64_t *out_us)
 {
     if (!s || !*s)
         return KILN_EINVAL;
-    char *end;
-    /* Plain Unix seconds (possibly fractional). */
-    errno = 0;
-    double secs = strtod(s, &end);
-    if (!errno && end != s && *end == '\0') {
+    /* Plain Unix seconds: digits, possibly a fraction (no sign, exponent, "nan" or "inf"), and
+     * not past the year 9999. */
+    size_t nd = strspn(s, "0123456789");
+    if (nd > 0 && (s[nd] == '\0' || (s[nd] == '.' && s[nd + 1] && strspn(s + nd + 1, "0123456789") == strlen(s + nd + 1)))) {
+        double secs = strtod(s, NULL);
+        if (!(secs >= 0 && secs < 253402300800.0))
+            return KILN_EINVAL;
         *out_us = (int64_t)(secs * 1e6);
         return 0;
     }

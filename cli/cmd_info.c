@@ -45,7 +45,11 @@ int cli_cmd_metrics(cli_client_t *c, int argc, char **argv)
     snprintf(path, sizeof(path), "/v1/jobs/%s/metrics", id);
     snprintf(num, sizeof(num), "%ld", points);
     p = strdup(path);
-    if (!p || cli_path_add(&p, "max_points", num) != 0 || (name && cli_path_add(&p, "name", name) != 0)) {
+    /* The chart shows the run as it stands: per step, the latest attempt's value (a step an
+     * attempt trained again after a lost one would otherwise appear twice); raw and JSON output
+     * give every attempt's points, each with its attempt. */
+    if (!p || cli_path_add(&p, "max_points", num) != 0 || (name && cli_path_add(&p, "name", name) != 0) ||
+        (!raw && !c->json && cli_path_add(&p, "attempt", "latest") != 0)) {
         kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;
     }

@@ -7,6 +7,7 @@ PKGS=(
   build-essential pkg-config
   libdnnl-dev
   libmicrohttpd-dev libjansson-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+  libprotobuf-dev
   libpq-dev postgresql libfabric-dev libfabric-bin libcriterion-dev
   libopenblas-openmp-dev libopenblas0-openmp libcurl4-openssl-dev libpcre2-dev
   python3 python3-torch python3-grpcio python3-protobuf python3-requests protobuf-compiler

@@ -322,6 +322,16 @@ int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *p
                             slot_type);
     if (req->slots < 0 || req->slots > 4096)
         return kiln_err_set(err, KILN_EINVAL, "slots", "slots must be between 0 and 4096, got %d", req->slots);
+    int crc = 0;
+    if ((crc = svc_check_str("worker_id", req->worker_id, 63, err)) ||
+        (crc = svc_check_str("hostname", req->hostname, 255, err)) ||
+        (crc = svc_check_str("address", req->address, 255, err)) ||
+        (crc = svc_check_str("version", req->version, 128, err)) ||
+        (crc = svc_check_range("gpus", (int64_t)req->n_gpus, 0, 64, err)))
+        return crc;
+    for (size_t i = 0; i < req->n_gpus; i++)
+        if ((crc = svc_check_str("gpus", req->gpus[i], 256, err)))
+            return crc;
     if (req->worker_id && *req->worker_id) {
         if (strlen(req->worker_id) >= sizeof(id))
             return kiln_err_set(err, KILN_EINVAL, "worker_id", "worker id is longer than %zu characters",

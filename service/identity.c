@@ -112,8 +112,9 @@ int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_
                      TOKEN_MAX_LIFETIME_S, (long long)expires_in_s);
         return KILN_EINVAL;
     }
-    if (description && strlen(description) > 200)
-        return kiln_err_set(err, KILN_EINVAL, "description", "description is longer than 200 characters");
+    int crc = svc_check_str("description", description, 200, err);
+    if (crc)
+        return crc;
     char secret[128], id[32];
     uint8_t hash[STORE_HASH_LEN];
     svc_secret_new("kiln_", secret, sizeof(secret), hash);

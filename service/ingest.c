@@ -267,9 +267,13 @@ typedef struct latest {
 
 int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *batch, kiln_err_t *err)
 {
-    for (size_t i = 0; i < batch->n_points; i++)
+    for (size_t i = 0; i < batch->n_points; i++) {
         if (!batch->points[i] || !batch->points[i]->name || !batch->points[i]->name[0])
             return kiln_err_set(err, KILN_EINVAL, "points", "metric point %zu has no name", i);
+        int crc = svc_check_str("points.name", batch->points[i]->name, 127, err);
+        if (crc)
+            return crc;
+    }
     int *ranks = malloc(sizeof(int) * (batch->n_points + 1));
     if (!ranks)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

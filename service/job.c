@@ -11,6 +11,8 @@
 
 static int bad_job_id(kiln_err_t *err, const char *id)
 {
+    if (svc_check_str("id", id, 0, err))
+        return KILN_EINVAL;
     kiln_err_set(err, KILN_ENOTFOUND, "id", "job \"%.80s\" not found", id ? id : "");
     kiln_err_hint(err, "job ids are UUIDs, as job submission returns them");
     return KILN_ENOTFOUND;
@@ -187,9 +189,16 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         *out_created = false;
     if (!spec || !json_is_object(spec))
         return kiln_err_set(err, KILN_EINVAL, NULL, "job spec must be a JSON object");
-    if (idempotency_key && !*idempotency_key)
-        idempotency_key = NULL;
-    int rc = spec_parse(spec, &sp, err);
+    int rc = 0;
+    if (idempotency_key) {
+        /* REST sends the header as it came, gRPC an empty string for none */
+        rc = svc_check_str("idempotency_key", idempotency_key, 200, err);
+        if (rc)
+            return rc;
+        if (!*idempotency_key)
+            idempotency_key = NULL;
+    }
+    rc = spec_parse(spec, &sp, err);
     if (rc)
         return rc;
     parsed = true;
@@ -222,6 +231,10 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
         goto fail;
     }
+    /* What identifies the request behind an idempotency key: its normalised spec (the same
+     * request sent over REST or gRPC, with defaults written out or left to kilnd, is the same). */
+    uint8_t request_hash[STORE_HASH_LEN];
+    svc_secret_hash(spec_text, request_hash);
     store_job_new_t j = {
         .name = sp.name, .project = sp.project, .queue = sp.queue, .slot_type = sp.res.slot_type,
         .spec_json = spec_text, .tags_json = tags_text, .idempotency_key = idempotency_key,
@@ -229,6 +242,7 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         .priority = sp.priority, .nodes = sp.res.nodes, .slots_per_node = sp.res.slots_per_node,
         .world_size = spec_world_size(&sp), .max_attempts = sp.max_attempts > 0 ? sp.max_attempts : 1,
         .total_steps = sp.hp.max_steps, .submitted_by = who->user, .paths_json = paths_text,
+        .request_hash = request_hash,
     };
     char id[STORE_ID_LEN];
     bool created = false;
@@ -294,17 +308,65 @@ int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out,
 /* Page tokens are "<created_at microseconds>_<job id>" of the last job of the previous page. */
 static int parse_token(const char *tok, store_job_query_t *q, kiln_err_t *err)
 {
-    char *end = NULL;
-    long long us = strtoll(tok, &end, 10);
-    if (!end || *end != '_' || !store_is_uuid(end + 1)) {
-        kiln_err_set(err, KILN_EINVAL, "page_token", "malformed page token \"%.64s\"", tok);
-        kiln_err_hint(err, "pass next_page_token from the previous page unchanged");
+    char num[24];
+    const char *us_end = strchr(tok, '_');
+    int64_t us = -1;
+    size_t nl = us_end ? (size_t)(us_end - tok) : 0;
+    if (nl > 0 && nl < sizeof(num)) {
+        memcpy(num, tok, nl);
+        num[nl] = '\0';
+        if (kiln_parse_int64(num, &us) != 0)
+            us = -1;
+    }
+    /* kilnd's tokens hold a creation time between 1970 and 9999 */
+    if (us < 0 || us >= 253402300800000000LL || !store_is_uuid(us_end + 1)) {
+        kiln_err_set(err, KILN_EINVAL, "page_token", "page_token is not one kilnd made");
+        kiln_err_hint(err, "pass next_page_token from the previous page unchanged, or leave it out for the first page");
         return KILN_EINVAL;
     }
     q->has_cursor = true;
     q->cursor_us = us;
-    kiln_strlcpy(q->cursor_id, end + 1, sizeof(q->cursor_id));
+    kiln_strlcpy(q->cursor_id, us_end + 1, sizeof(q->cursor_id));
     return 0;
+}
+
+/* The states of a comma-separated list (any case), into states (room for max). */
+static int parse_states(const char *list, const char **states, int max, int *n, kiln_err_t *err)
+{
+    *n = 0;
+    int rc = svc_check_str("status", list, 200, err);
+    if (rc)
+        return rc;
+    const char *p = list;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char name[16];
+        size_t k = 0;
+        while (len > 0 && *p == ' ')
+            p++, len--;
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        for (; k < len && k < sizeof(name) - 1; k++)
+            name[k] = (char)(p[k] >= 'a' && p[k] <= 'z' ? p[k] - 'a' + 'A' : p[k]);
+        name[k] = '\0';
+        svc_job_state_t st = k == len ? svc_state_parse(name) : JOB_STATE_NONE;
+        if (st == JOB_STATE_NONE) {
+            if (len == 0)
+                kiln_err_set(err, KILN_EINVAL, "status", "status has an empty state name");
+            else
+                kiln_err_set(err, KILN_EINVAL, "status", "status names an unknown job state \"%.*s\"",
+                             (int)KILN_MIN(len, 40), p);
+            kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, "
+                               "RESTARTING, COMPLETED, FAILED, STOPPED (comma-separated)");
+            return KILN_EINVAL;
+        }
+        if (*n < max)
+            states[(*n)++] = svc_state_name(st);
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
 }
 
 int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
@@ -312,29 +374,24 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
 {
     store_job_query_t q;
     const char *states[16];
-    char sbuf[256], tbuf[512];
+    char tbuf[512];
     memset(&q, 0, sizeof(q));
     *out = NULL;
-    q.limit = f->page_size <= 0 ? 50 : KILN_MIN(f->page_size, 500);
-    if (f->status && *f->status) {
-        kiln_strlcpy(sbuf, f->status, sizeof(sbuf));
-        char *save = NULL;
-        for (char *t = strtok_r(sbuf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            while (*t == ' ')
-                t++;
-            svc_job_state_t st = svc_state_parse(t);
-            if (st == JOB_STATE_NONE) {
-                kiln_err_set(err, KILN_EINVAL, "status", "unknown job state \"%.40s\"", t);
-                kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, "
-                                   "RESTARTING, COMPLETED, FAILED, STOPPED");
-                return KILN_EINVAL;
-            }
-            if (q.nstates < (int)KILN_ARRAY_LEN(states))
-                states[q.nstates++] = svc_state_name(st);
-        }
+    int rc = 0;
+    if (f->page_size_set && (rc = svc_check_range("page_size", f->page_size, 1, 500, err)))
+        return rc;
+    q.limit = f->page_size_set ? f->page_size : 50;
+    if (f->status) {
+        rc = parse_states(f->status, states, (int)KILN_ARRAY_LEN(states), &q.nstates, err);
+        if (rc)
+            return rc;
         q.states = states;
     }
-    if (f->tag && *f->tag) {
+    if (f->tag) {
+        /* a tag key has at most 63 characters, a value 255 (spec/) */
+        rc = svc_check_str("tag", f->tag, 320, err);
+        if (rc)
+            return rc;
         kiln_strlcpy(tbuf, f->tag, sizeof(tbuf));
         char *colon = strchr(tbuf, ':');
         if (colon) {
@@ -342,14 +399,14 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
             q.tag_value = colon + 1;
         }
         q.tag_key = tbuf;
-        if (!*q.tag_key)
-            return kiln_err_set(err, KILN_EINVAL, "tag", "tag filter needs a key (\"key\" or \"key:value\")");
+        if (!*q.tag_key) {
+            kiln_err_set(err, KILN_EINVAL, "tag", "tag filter needs a key (\"key\" or \"key:value\")");
+            kiln_err_hint(err, "filter with tag=team or tag=team:nlp");
+            return KILN_EINVAL;
+        }
     }
-    if (f->page_token && *f->page_token) {
-        int rc = parse_token(f->page_token, &q, err);
-        if (rc)
-            return rc;
-    }
+    if (f->page_token && (rc = parse_token(f->page_token, &q, err)))
+        return rc;
     /* Tenancy: a member sees the projects it has a role in. */
     const char **projects = NULL;
     if (!who->cluster_admin) {
@@ -366,7 +423,7 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
     bool more = false;
     int64_t next_us = 0;
     char next_id[STORE_ID_LEN] = "";
-    int rc = store_conn_get(s->store, &c, err);
+    rc = store_conn_get(s->store, &c, err);
     if (rc) {
         free(projects);
         return rc;
@@ -392,13 +449,16 @@ int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *
     *out = NULL;
     if (!store_is_uuid(id))
         return bad_job_id(err, id);
+    int rc = svc_check_str("reason", reason, 200, err);
+    if (rc)
+        return rc;
     if (who->user[0])
         snprintf(why, sizeof(why), "stop requested by %s%s%s", who->user, reason && *reason ? ": " : "",
                  reason && *reason ? reason : "");
     else
         snprintf(why, sizeof(why), "stop requested%s%s", reason && *reason ? ": " : "",
                  reason && *reason ? reason : "");
-    int rc = svc_tx_begin(s, &tx, err);
+    rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
     tx.actor = who->user;
@@ -472,16 +532,19 @@ int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_lo
         return bad_job_id(err, id);
     store_log_query_t sq = {.rank = q ? q->rank : -1, .since_us = q ? q->since_us : 0,
                             .after_seq = q ? q->after_seq : 0, .limit = q ? q->limit : 0};
+    int rc = 0;
+    if ((rc = svc_check_range("rank", sq.rank, -1, 1 << 20, err)) ||
+        (rc = svc_check_range("after_seq", sq.after_seq, 0, INT64_MAX, err)) ||
+        (rc = svc_check_range("limit", sq.limit, 0, 10000, err)) ||
+        (rc = svc_check_range("since", sq.since_us, 0, 253402300800000000LL, err)))
+        return rc;
     if (sq.limit <= 0)
         sq.limit = 1000;
-    sq.limit = KILN_MIN(sq.limit, 10000);
-    if (sq.after_seq < 0)
-        sq.after_seq = 0;
     store_conn_t *c = NULL;
     json_t *lines = NULL;
     int64_t last = 0;
     char state[16];
-    int rc = store_conn_get(s->store, &c, err);
+    rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
     rc = svc_job_access(c, who, id, SVC_ROLE_VIEWER, err);
@@ -496,25 +559,32 @@ int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_lo
     return 0;
 }
 
-int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
-                    int max_points, json_t **out, kiln_err_t *err)
+int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const svc_metrics_query_t *q,
+                    json_t **out, kiln_err_t *err)
 {
     *out = NULL;
     if (!store_is_uuid(id))
         return bad_job_id(err, id);
-    if (max_points <= 0)
-        max_points = 1000;
+    svc_metrics_query_t mq = q ? *q : (svc_metrics_query_t){0};
+    int rc = 0;
+    if ((mq.max_points_set && (rc = svc_check_range("max_points", mq.max_points, 2, 100000, err))) ||
+        (rc = svc_check_str("name", mq.name, 128, err)) ||
+        (rc = svc_check_range("attempt", mq.attempt, -1, INT32_MAX, err)))
+        return rc;
+    store_metrics_query_t sq = {.name = mq.name && *mq.name ? mq.name : NULL,
+                                .max_points = mq.max_points_set ? mq.max_points : 1000,
+                                .attempt = mq.attempt};
     store_conn_t *c = NULL;
     json_t *series = NULL;
     char state[16];
-    int rc = store_conn_get(s->store, &c, err);
+    rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
     rc = svc_job_access(c, who, id, SVC_ROLE_VIEWER, err);
     if (rc == 0)
         rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
     if (rc == 0)
-        rc = store_metrics_query_json(c, id, name && *name ? name : NULL, max_points, &series, err);
+        rc = store_metrics_query_json(c, id, &sq, &series, err);
     store_conn_put(s->store, c);
     if (rc)
         return rc;

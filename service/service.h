@@ -36,6 +36,28 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err);
 /* Stops background threads, closes connections. Accepts NULL. */
 void svc_destroy(svc_t *s);
 
+/* ---- the validator (check.c) -----------------------------------------------------------------
+ * One set of checks for what clients send, used by REST (query parameters, path segments,
+ * headers), gRPC (request fields) and the service functions below, so both front ends refuse the
+ * same input with the same answer. Each returns 0 or KILN_EINVAL with err naming field, saying
+ * what is wrong (quoting the bad input safely) and with a hint. */
+
+/* s[0..len) must be valid UTF-8 without NUL bytes, and at most max_chars characters (0: no
+ * limit). Pass the length as received, so that an embedded NUL is seen. s NULL passes. */
+int svc_check_text(const char *field, const char *s, size_t len, size_t max_chars, kiln_err_t *err);
+/* svc_check_text for a NUL-terminated string. */
+int svc_check_str(const char *field, const char *s, size_t max_chars, kiln_err_t *err);
+/* text must be a whole decimal integer in [lo, hi]: digits with an optional '-', nothing else
+ * (no '+', spaces, fraction or exponent). *out (OUT) on success. */
+int svc_check_int_text(const char *field, const char *text, int64_t lo, int64_t hi, int64_t *out,
+                       kiln_err_t *err);
+/* v must lie in [lo, hi]. */
+int svc_check_range(const char *field, int64_t v, int64_t lo, int64_t hi, kiln_err_t *err);
+/* v must be a finite number (not NaN, not +-Infinity). */
+int svc_check_finite(const char *field, double v, kiln_err_t *err);
+/* text NULL (absent: false), "" (a bare flag: true), true|1|false|0. *out (OUT). */
+int svc_check_bool_text(const char *field, const char *text, bool *out, kiln_err_t *err);
+
 /* ---- callers --------------------------------------------------------------------------------
  * Every client-facing operation takes the caller (who): a user authenticated by an API token,
  * with its project roles. Projects are the tenant boundary: a job in a project the caller has no
@@ -154,21 +176,26 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
  * stores the job as QUEUED (submitted_by the caller) and wakes the scheduler. "Can ever fit" is
  * judged against the ALIVE workers' total slots; with no alive worker at all the job is accepted
  * and queued with the reason "waiting for workers" (agents may simply not have started yet).
- * With a non-NULL idempotency_key, a second call with the same key returns the job the first
- * call created and sets *out_created = false. Errors: KILN_EINVAL (bad spec, err->field names
- * it), KILN_EPERM (not an editor of the project), KILN_EUNFIT (can never fit), KILN_EDB. */
+ * With a non-NULL idempotency_key (1 to 200 characters of UTF-8), a second call with the same
+ * key and the same normalised spec returns the job the first call created and sets
+ * *out_created = false; the same key with a different spec is KILN_EREUSED (HTTP 422). Errors:
+ * KILN_EINVAL (bad spec or key, err->field names it), KILN_EPERM (not an editor of the project),
+ * KILN_EUNFIT (can never fit), KILN_EREUSED, KILN_EDB. */
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err);
 int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 
 typedef struct svc_job_filter {
-    const char *status;      /* comma-separated states ("RUNNING,QUEUED") or NULL */
+    const char *status;      /* comma-separated states ("RUNNING,QUEUED", any case) or NULL */
     const char *tag;         /* "key:value" or "key", or NULL */
-    int page_size;           /* 0: 50; at most 500 */
+    int page_size;           /* 1 to 500 when page_size_set; otherwise 50 */
+    bool page_size_set;      /* the caller gave page_size (then 0 is refused, not the default) */
     const char *page_token;  /* opaque, from a previous page, or NULL */
 } svc_job_filter_t;
 /* *out = {"jobs": [...], "next_page_token": "..."}, newest first; only jobs of projects the caller
- * can see. */
+ * can see. Every filter field is checked (check.c): an unknown or empty state name, a tag that
+ * is not UTF-8 or too long, a page size out of range or a page token kilnd did not make is
+ * KILN_EINVAL naming the field. */
 int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
                  kiln_err_t *err);
 /* Requests a stop (editors): QUEUED/SCHEDULED jobs become STOPPED at once, running ones STOPPING
@@ -188,10 +215,19 @@ typedef struct svc_log_query {
 /* *out = {"lines": [...], "next_since_seq": N}. */
 int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_log_query_t *q,
                  json_t **out, kiln_err_t *err);
-/* *out = {"metrics": [{"name": ..., "points": [...]}]}; name NULL means every metric;
- * max_points 0 means 1000 (each series downsampled, first and last point kept). */
-int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
-                    int max_points, json_t **out, kiln_err_t *err);
+typedef struct svc_metrics_query {
+    const char *name;        /* one metric, or NULL for every metric */
+    int max_points;          /* points per series (2 to 100000) when max_points_set, else 1000 */
+    bool max_points_set;
+    int attempt;             /* only this attempt's points (>= 1), 0: every attempt, -1: per step
+                                the latest attempt's point (what a chart of the run shows) */
+} svc_metrics_query_t;
+/* *out = {"metrics": [{"name": ..., "points": [{step, value, time, time_us, rank, attempt}]}]},
+ * each series ordered by step and then attempt, so a step a retried attempt trained again has
+ * its earlier attempt's point beside the later one; downsampled to max_points (first and last
+ * point kept). q may be NULL (every metric, every attempt, 1000 points). */
+int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const svc_metrics_query_t *q,
+                    json_t **out, kiln_err_t *err);
 /* *out = {"workers": [...]}: any authenticated caller. */
 int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 /* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */

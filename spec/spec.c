@@ -356,9 +356,17 @@ static int parse_data(const json_t *d, spec_t *s, kiln_err_t *err)
         const char *p = paths[i];
         if (!p[0])
             continue;
-        if (!strncmp(p, "file://", 7))
+        if (!strncmp(p, "file://", 7)) {
+            /* A file URL names an absolute path (file:///data/x.txt); what is left after the
+             * scheme is validated as the path it is, so the normal form stored and handed to
+             * kiln-train passes this same parser again. */
             memmove(bufs[i], p + 7, strlen(p + 7) + 1);
-        else if (strstr(p, "://"))
+            if (bufs[i][0] != '/')
+                return invalid(err, fields[i], "write a file URL with three slashes and an absolute path: "
+                               "\"file:///data/corpus.txt\"",
+                               "%s: a file URL must name an absolute path (got \"file://%.200s\")", fields[i],
+                               bufs[i]);
+        } else if (strstr(p, "://"))
             return invalid(err, fields[i], "kiln reads local files: use a path or a file:// URL on every agent's machine",
                            "%s: unsupported URL scheme in \"%s\"", fields[i], p);
         if ((rc = normalize_path(bufs[i], SPEC_PATH, fields[i], err)))

@@ -31,21 +31,12 @@ static void buf_copy_utf8(store_buf_t *b, const char *s)
             i++;
             continue;
         }
-        int len = ch >= 0xf0 && ch < 0xf5 ? 4 : ch >= 0xe0 ? 3 : ch >= 0xc2 && ch < 0xe0 ? 2 : 0;
-        bool ok = len > 0 && i + (size_t)len <= n;
-        for (int k = 1; ok && k < len; k++)
-            ok = (u[i + k] & 0xc0) == 0x80;
-        if (ok && len == 3) {
-            unsigned cp = ((ch & 0x0fu) << 12) | ((u[i + 1] & 0x3fu) << 6) | (u[i + 2] & 0x3fu);
-            ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
-        } else if (ok && len == 4) {
-            unsigned cp = ((ch & 0x07u) << 18) | ((u[i + 1] & 0x3fu) << 12);
-            ok = cp >= 0x10000 && cp <= 0x10ffff;
-        }
+        size_t len = kiln_utf8_seq(u + i, n - i);
+        bool ok = len > 0;
         if (ok) {
-            memcpy(d, u + i, (size_t)len);
+            memcpy(d, u + i, len);
             d += len;
-            i += (size_t)len;
+            i += len;
         } else {
             memcpy(d, "\xef\xbf\xbd", 3);
             d += 3;
@@ -271,29 +262,35 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
     return 0;
 }
 
-int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
+int store_metrics_query_json(store_conn_t *c, const char *job_id, const store_metrics_query_t *q,
                              json_t **out, kiln_err_t *err)
 {
     /* Evenly spaced points: row x (0-based) of n is kept when it is the first of its bucket
      * floor(x * (m - 1) / (n - 1)); that keeps the first and the last row and at most m rows.
-     * The database does the thinning so only kept points travel. */
+     * The database does the thinning so only kept points travel. Attempt -1 keeps, per metric
+     * and step, the points of the latest attempt that reached that step. */
     static const char *sql =
-        "WITH s AS (SELECT c.name, u.step, u.value, u.time_us, c.rank,"
-        "  row_number() OVER (PARTITION BY c.name ORDER BY u.step, u.time_us, c.rank) AS rn,"
-        "  count(*) OVER (PARTITION BY c.name) AS cnt"
+        "WITH p AS (SELECT c.name, u.step, u.value, u.time_us, c.rank, c.attempt"
         "  FROM metric_chunks c, unnest(c.steps, c.vals, c.times_us) AS u(step, value, time_us)"
-        "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2))"
-        " SELECT name, step, value, time_us, rank FROM s"
+        "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2)"
+        "   AND ($4::int <= 0 OR c.attempt = $4::int)),"
+        " l AS (SELECT p.*, CASE WHEN $4::int = -1 THEN max(attempt) OVER (PARTITION BY name, step)"
+        "  ELSE attempt END AS keep FROM p),"
+        " s AS (SELECT name, step, value, time_us, rank, attempt,"
+        "  row_number() OVER (PARTITION BY name ORDER BY step, attempt, time_us, rank) AS rn,"
+        "  count(*) OVER (PARTITION BY name) AS cnt FROM l WHERE attempt = keep)"
+        " SELECT name, step, value, time_us, rank, attempt FROM s"
         " WHERE cnt <= $3::int OR rn = cnt OR (rn = 1 AND $3::int > 1)"
         "  OR ($3::int > 2 AND (rn - 1) * ($3::int - 1) / (cnt - 1)"
         "      > (rn - 2) * ($3::int - 1) / (cnt - 1))"
         " ORDER BY name, rn";
-    char mp[16];
-    snprintf(mp, sizeof(mp), "%d", max_points);
-    const char *p[3] = {job_id, name, mp};
+    char mp[16], at[16];
+    snprintf(mp, sizeof(mp), "%d", q->max_points);
+    snprintf(at, sizeof(at), "%d", q->attempt);
+    const char *p[4] = {job_id, q->name, mp, at};
     PGresult *r = NULL;
     *out = NULL;
-    int rc = store_q(c, "read metrics", sql, 3, p, &r, err);
+    int rc = store_q(c, "read metrics", sql, 4, p, &r, err);
     if (rc)
         return rc;
     json_t *arr = json_array();
@@ -318,6 +315,7 @@ int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *na
         json_object_set_new(pt, "time", json_string(kiln_time_format(t, tb, sizeof(tb))));
         json_object_set_new(pt, "time_us", json_integer(t));
         json_object_set_new(pt, "rank", json_integer(store_get_int(r, i, 4)));
+        json_object_set_new(pt, "attempt", json_integer(store_get_int(r, i, 5)));
         json_array_append_new(points, pt);
     }
     PQclear(r);

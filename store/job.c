@@ -61,9 +61,10 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         "WITH j AS ("
         " INSERT INTO jobs (id, name, project, spec, state, reason, priority, queue, nodes,"
         "  slots_per_node, slot_type, world_size, max_attempts, total_steps, tags,"
-        "  idempotency_key, event_seq, submitted_by, data_paths)"
+        "  idempotency_key, event_seq, submitted_by, data_paths, request_hash)"
         " VALUES (gen_random_uuid(), $1, $2, $3::jsonb, 'QUEUED', $4, $5::int, $6, $7::int,"
-        "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1, $15, $16::jsonb)"
+        "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1, $15, $16::jsonb,"
+        "  $17::bytea)"
         " ON CONFLICT (idempotency_key) DO NOTHING"
         " RETURNING *),"
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
@@ -76,13 +77,20 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
     snprintf(ws, sizeof(ws), "%d", j->world_size);
     snprintf(ma, sizeof(ma), "%d", j->max_attempts);
     snprintf(ts, sizeof(ts), "%lld", (long long)j->total_steps);
-    const char *p[16] = {j->name, j->project ? j->project : "default", j->spec_json,
+    char hash[2 * STORE_HASH_LEN + 3] = "";
+    if (j->request_hash) {
+        strcpy(hash, "\\x");
+        for (int i = 0; i < STORE_HASH_LEN; i++)
+            snprintf(hash + 2 + 2 * i, 3, "%02x", j->request_hash[i]);
+    }
+    const char *p[17] = {j->name, j->project ? j->project : "default", j->spec_json,
                          j->reason ? j->reason : "submitted", prio,
                          j->queue ? j->queue : "default", nodes, spn, j->slot_type, ws, ma, ts,
                          j->tags_json ? j->tags_json : "{}", j->idempotency_key,
-                         j->submitted_by ? j->submitted_by : "", j->paths_json ? j->paths_json : "[]"};
+                         j->submitted_by ? j->submitted_by : "", j->paths_json ? j->paths_json : "[]",
+                         j->request_hash ? hash : NULL};
     PGresult *r = NULL;
-    int rc = store_qp(c, "insert job", sql, 16, p, &r, err);
+    int rc = store_qp(c, "insert job", sql, 17, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
@@ -94,20 +102,28 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         return 0;
     }
     PQclear(r);
-    /* The key is taken: return the job that holds it. */
-    const char *p2[1] = {j->idempotency_key};
+    /* The key is taken: return the job that holds it, if it was made from the same request. */
+    const char *p2[2] = {j->idempotency_key, j->request_hash ? hash : NULL};
     rc = store_q(c, "find job by idempotency key",
-                 "SELECT id::text FROM jobs WHERE idempotency_key = $1", 1, p2, &r, err);
+                 "SELECT id::text, request_hash IS NULL OR $2::bytea IS NULL OR request_hash = $2::bytea"
+                 " FROM jobs WHERE idempotency_key = $1", 2, p2, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) != 1) {
         PQclear(r);
-        return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: idempotency key \"%s\" "
-                            "conflicted but no job holds it", j->idempotency_key);
+        return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: an idempotency key "
+                            "conflicted but no job holds it");
     }
     kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
+    bool same = store_get_bool(r, 0, 1);
     *created = false;
     PQclear(r);
+    if (!same) {
+        kiln_err_set(err, KILN_EREUSED, "idempotency_key", "this idempotency key was used for job %s, "
+                     "submitted with a different spec", id_out);
+        kiln_err_hint(err, "use a new key for a new job; repeat a request only with the same body");
+        return KILN_EREUSED;
+    }
     return out_json ? store_job_get_json(c, id_out, out_json, err) : 0;
 }
 

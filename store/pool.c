@@ -175,11 +175,18 @@ int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *er
                  sizeof(msg));
     msg[strcspn(msg, "\n")] = '\0';
     int status = KILN_EDB;
+    /* What a request's values make the database refuse is the request's fault, never an outage:
+     * class 22 (data exceptions: invalid text encoding, numbers or times out of range), 54
+     * (program limits: a value too large to index) and integrity violations other than a
+     * duplicate key (a check, a missing row a foreign key names). */
     if (state && strcmp(state, "23505") == 0)
         status = KILN_EEXIST;
-    else if (state && (strcmp(state, "22P02") == 0 || strcmp(state, "22023") == 0))
+    else if (state && (!strncmp(state, "22", 2) || !strncmp(state, "54", 2) || !strncmp(state, "23", 2)))
         status = KILN_EINVAL;
     kiln_err_set(err, status, NULL, "could not %s: %s", what, msg);
+    if (status == KILN_EINVAL)
+        kiln_err_hint(err, "a value in the request is not one kiln can store or compare; check its encoding "
+                           "(UTF-8), length and range");
     if (status == KILN_EDB)
         log_warn("store: could not %s: %s (sqlstate %s)", what, msg, state ? state : "-");
     return status;

@@ -64,12 +64,16 @@ typedef struct store_job_new {
     const char *reason;           /* reason of the first (QUEUED) event */
     const char *submitted_by;     /* the submitting user (the first event's actor), or NULL */
     const char *paths_json;       /* JSON array of the paths it reads and checkpoints to */
+    const uint8_t *request_hash;  /* STORE_HASH_LEN bytes identifying the request (its normalised
+                                     spec), compared when the idempotency key is reused; or NULL */
     int priority, nodes, slots_per_node, world_size, max_attempts;
     int64_t total_steps;
 } store_job_new_t;
 
 /* Inserts a QUEUED job and its first event (one statement). With an idempotency key that is
- * already used, inserts nothing, sets *created = false and returns the existing job's id.
+ * already used, inserts nothing, sets *created = false and returns the existing job's id, or
+ * KILN_EREUSED (field "idempotency_key") when that job was created from a request with another
+ * request_hash.
  * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the job as store_job_get_json
  * shows it (new reference). */
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
@@ -382,9 +386,14 @@ typedef struct store_log_query {
  * the last line returned, or q->after_seq when none. */
 int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_query_t *q,
                           json_t **out, int64_t *last_seq, kiln_err_t *err);
-/* *out = array of {name, points: [{step, value, time}]} by name; each series downsampled to at
- * most max_points (first and last kept). name NULL: every metric. */
-int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
+typedef struct store_metrics_query {
+    const char *name;        /* NULL: every metric */
+    int max_points;          /* >= 2 */
+    int attempt;             /* > 0: that attempt's points; 0: all; -1: per step the latest attempt's */
+} store_metrics_query_t;
+/* *out = array of {name, points: [{step, value, time, time_us, rank, attempt}]} by name, each
+ * series ordered by step, then attempt; downsampled to at most max_points (first and last kept). */
+int store_metrics_query_json(store_conn_t *c, const char *job_id, const store_metrics_query_t *q,
                              json_t **out, kiln_err_t *err);
 
 /* ---- helpers ---------------------------------------------------------------------------------- */

@@ -39,7 +39,8 @@ extern const int store_migrations_embedded_count;
 
 /* Runs sql with text parameters (NULL entries are SQL NULL). On success *out (may be NULL to
  * discard) holds the result (PQclear it). what names the operation for error messages
- * ("insert job"). Maps SQLSTATEs: unique violation -> KILN_EEXIST, bad text -> KILN_EINVAL,
+ * ("insert job"). Maps SQLSTATEs: unique violation -> KILN_EEXIST, data exceptions (22xxx),
+ * program limits (54xxx) and other integrity violations (23xxx) -> KILN_EINVAL,
  * anything else -> KILN_EDB. */
 int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
             const char *const *params, PGresult **out, kiln_err_t *err);

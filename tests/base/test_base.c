@@ -203,3 +203,43 @@ Test(file, shm_regions_of_a_pid_are_removed)
     cr_assert_eq(access(path, F_OK), -1);
     cr_assert_eq(kiln_shm_unlink_pid(pid), 0);
 }
+
+Test(text, utf8_check_finds_the_first_bad_byte)
+{
+    cr_assert_eq(kiln_utf8_check("plain", 5), 5);
+    cr_assert_eq(kiln_utf8_check("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x94\xa5", 14), 14);
+    cr_assert_eq(kiln_utf8_check("\xff\xfe", 2), 0);
+    cr_assert_eq(kiln_utf8_check("ab\xc0\x80", 4), 2, "the overlong NUL is not text");
+    cr_assert_eq(kiln_utf8_check("ab\0cd", 5), 2, "an embedded NUL is found");
+    cr_assert_eq(kiln_utf8_check("x\xed\xa0\x80", 4), 1, "a surrogate is not UTF-8");
+    cr_assert_eq(kiln_utf8_check("x\xe2\x82", 3), 1, "a sequence cut short");
+    cr_assert_eq(kiln_utf8_check("\xf4\x90\x80\x80", 4), 0, "past U+10FFFF");
+    cr_assert_eq(kiln_utf8_check("tab\there\n", 9), 9);
+}
+
+Test(text, integers_are_digits_only)
+{
+    int64_t v = 0;
+    cr_assert_eq(kiln_parse_int64("42", &v), 0);
+    cr_assert_eq(v, 42);
+    cr_assert_eq(kiln_parse_int64("-7", &v), 0);
+    cr_assert_eq(v, -7);
+    cr_assert_eq(kiln_parse_int64("9223372036854775807", &v), 0);
+    cr_assert_eq(v, INT64_MAX);
+    cr_assert_eq(kiln_parse_int64("-9223372036854775808", &v), 0);
+    cr_assert_eq(v, INT64_MIN);
+    const char *bad[] = {"", "+5", " 5", "5 ", "5x", "0x10", "1e3", "1.0", "-", "9223372036854775808",
+                         "-9223372036854775809", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(kiln_parse_int64(bad[i], &v), KILN_EINVAL, "\"%s\" was accepted", bad[i]);
+}
+
+Test(text, times_refuse_what_is_not_a_time)
+{
+    int64_t us = 0;
+    cr_assert_eq(kiln_time_parse("1795000000.5", &us), 0);
+    cr_assert_eq(us, 1795000000500000LL);
+    const char *bad[] = {"nan", "inf", "-1", "1e999", "0x10", "99999999999999", " 1", "1."};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(kiln_time_parse(bad[i], &us), KILN_EINVAL, "\"%s\" was accepted", bad[i]);
+}

@@ -4,13 +4,16 @@ Reads a plan (JSON) from the file named by argv[1]:
   {"target": "127.0.0.1:PORT", "proto_dir": DIR with kiln_pb2.py, "ca": PEM file or "",
    "client_cert": PEM file or "", "client_key": PEM file or "",
    "calls": [{"method": "/kiln.TrainingService/GetJob", "request": {...}, "token": "..." or null,
-              "worker_credential": "..." or null, "client_cert": true|false}]}
+              "worker_credential": "..." or null, "client_cert": true|false,
+              "request_hex": "12 02 ff fe" (optional: these bytes are sent as the request instead)}]}
 and prints one JSON object per call on stdout: {"code": "OK" | "UNAUTHENTICATED" | ...,
-"details": "...", "response": {...} or [..] for a stream}. Requests are proto JSON (field names as
+"details": "...", "response": {...} or [..] for a stream, "trailing": {key: value} (the status's
+trailing metadata), "seconds": how long the call took}. Requests are proto JSON (field names as
 in kiln.proto). Not part of the product.
 """
 import json
 import sys
+import time
 
 import grpc
 from google.protobuf import json_format
@@ -43,27 +46,33 @@ def main():
         req_cls = getattr(kiln_pb2, m.input_type.name) if m else kiln_pb2.Empty
         resp_cls = getattr(kiln_pb2, m.output_type.name) if m else kiln_pb2.Empty
         req = json_format.ParseDict(call.get("request") or {}, req_cls())
+        raw = bytes.fromhex(call["request_hex"]) if "request_hex" in call else None
+        serialize = (lambda _: raw) if raw is not None else req_cls.SerializeToString
         md = []
         if call.get("token") is not None:
             md.append(("authorization", "Bearer " + call["token"]))
         if call.get("worker_credential") is not None:
             md.append(("kiln-worker-credential", call["worker_credential"]))
         ch = channels[bool(call.get("client_cert", True))]
-        out = {"code": "OK", "details": "", "response": None}
+        out = {"code": "OK", "details": "", "response": None, "trailing": {}}
+        t0 = time.monotonic()
         try:
             if m is not None and m.server_streaming:
-                stub = ch.unary_stream(call["method"], request_serializer=req_cls.SerializeToString,
+                stub = ch.unary_stream(call["method"], request_serializer=serialize,
                                        response_deserializer=resp_cls.FromString)
                 out["response"] = [json_format.MessageToDict(x, preserving_proto_field_name=True)
                                    for x in stub(req, metadata=md, timeout=20)]
             else:
-                stub = ch.unary_unary(call["method"], request_serializer=req_cls.SerializeToString,
+                stub = ch.unary_unary(call["method"], request_serializer=serialize,
                                       response_deserializer=resp_cls.FromString)
-                out["response"] = json_format.MessageToDict(stub(req, metadata=md, timeout=20),
-                                                            preserving_proto_field_name=True)
+                resp, c = stub.with_call(req, metadata=md, timeout=20)
+                out["response"] = json_format.MessageToDict(resp, preserving_proto_field_name=True)
+                out["trailing"] = dict(c.trailing_metadata() or [])
         except grpc.RpcError as e:
             out["code"] = e.code().name
             out["details"] = e.details() or ""
+            out["trailing"] = dict(e.trailing_metadata() or [])
+        out["seconds"] = time.monotonic() - t0
         print(json.dumps(out), flush=True)
 
 

@@ -388,7 +388,7 @@ Test(grpc, agent_runs_a_job_and_its_logs_and_metrics_reach_the_service)
     json_decref(logs);
     json_t *metrics = NULL;
     kiln_err_t err;
-    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, NULL, 0, &metrics, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, &(svc_metrics_query_t){.name = NULL}, &metrics, &err), 0, "%s", err.message);
     json_t *loss = series(metrics, "train_loss");
     cr_assert_eq(json_array_size(loss), 3);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(loss, 2), "step")), 3);
@@ -473,7 +473,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     }
     json_decref(logs);
     json_t *metrics = NULL;
-    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, "train_loss", 0, &metrics, &err), 0);
+    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, &(svc_metrics_query_t){.name = "train_loss"}, &metrics, &err), 0);
     cr_assert_eq(json_array_size(series(metrics, "train_loss")), 1);
     json_decref(metrics);
     agent_destroy(agent);
@@ -568,7 +568,7 @@ Test(grpc, pushed_logs_and_metrics_read_back_exactly)
     cr_assert_eq(strlen(json_string_value(json_object_get(json_array_get(lines, 3), "line"))), 10000);
     json_decref(logs);
     json_t *metrics = NULL;
-    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, "train_loss", 0, &metrics, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), id, &(svc_metrics_query_t){.name = "train_loss"}, &metrics, &err), 0, "%s", err.message);
     json_t *pts = series(metrics, "train_loss");
     cr_assert_eq(json_array_size(pts), 2);
     cr_assert_float_eq(json_number_value(json_object_get(json_array_get(pts, 1), "value")), 2.0, 1e-12);
@@ -713,17 +713,33 @@ Test(grpc, training_service_jobs_round_trip)
     int32_t hidden[] = {8};
     model.hidden = hidden;
     model.n_hidden = 1;
-    model.n_inputs = 4;
-    model.n_classes = 2;
+    Google__Protobuf__Int32Value n_inputs = GOOGLE__PROTOBUF__INT32_VALUE__INIT, n_classes = n_inputs,
+                                 gbs = n_inputs, nodes = n_inputs, spn = n_inputs, clip_steps = n_inputs;
+    Google__Protobuf__Int64Value max_steps = GOOGLE__PROTOBUF__INT64_VALUE__INIT;
+    Google__Protobuf__DoubleValue lr = GOOGLE__PROTOBUF__DOUBLE_VALUE__INIT, grad_clip = lr;
+    n_inputs.value = 4;
+    n_classes.value = 2;
+    model.n_inputs = &n_inputs;
+    model.n_classes = &n_classes;
     Kiln__DataSpec data = KILN__DATA_SPEC__INIT;
     data.train = (char *)"synthetic";
     Kiln__Hyperparameters hp = KILN__HYPERPARAMETERS__INIT;
-    hp.lr = 0.01;
-    hp.global_batch_size = 8;
-    hp.max_steps = 5;
+    lr.value = 0.01;
+    hp.lr = &lr;
+    gbs.value = 8;
+    hp.global_batch_size = &gbs;
+    max_steps.value = 5;
+    hp.max_steps = &max_steps;
+    /* an explicit zero is honoured: clipping off, no warm-up (the defaults are 1.0 and 0) */
+    grad_clip.value = 0;
+    hp.grad_clip = &grad_clip;
+    clip_steps.value = 0;
+    hp.warmup_steps = &clip_steps;
     Kiln__Resources res = KILN__RESOURCES__INIT;
-    res.nodes = 1;
-    res.slots_per_node = 2;
+    nodes.value = 1;
+    res.nodes = &nodes;
+    spn.value = 2;
+    res.slots_per_node = &spn;
     res.slot_type = (char *)"cpu";
     Kiln__JobSpec__TagsEntry tag = KILN__JOB_SPEC__TAGS_ENTRY__INIT;
     tag.key = (char *)"team";
@@ -747,9 +763,12 @@ Test(grpc, training_service_jobs_round_trip)
     cr_assert(job->id && job->id[0]);
     cr_assert_str_eq(job->name, "via-grpc");
     cr_assert_not_null(job->spec);
-    cr_assert_eq(job->spec->resources->slots_per_node, 2);
-    cr_assert_eq(job->spec->hyperparameters->max_steps, 5);
-    cr_assert_float_eq(job->spec->hyperparameters->beta1, 0.9, 1e-12, "defaults are filled in");
+    cr_assert_eq(job->spec->resources->slots_per_node->value, 2);
+    cr_assert_eq(job->spec->hyperparameters->max_steps->value, 5);
+    cr_assert_float_eq(job->spec->hyperparameters->beta1->value, 0.9, 1e-12, "defaults are filled in");
+    cr_assert_not_null(job->spec->hyperparameters->grad_clip, "an explicit zero comes back set");
+    cr_assert_float_eq(job->spec->hyperparameters->grad_clip->value, 0, 1e-12, "grad_clip = 0 was honoured");
+    cr_assert_float_eq(job->spec->hyperparameters->temperature->value, 1.0, 1e-12);
     cr_assert_eq(job->spec->n_tags, 1);
     cr_assert_str_eq(job->spec->tags[0]->value, "nlp");
     cr_assert(job->state >= KILN__JOB_STATE__JOB_STATE_QUEUED);
@@ -812,7 +831,7 @@ Test(grpc, training_service_jobs_round_trip)
     protobuf_c_message_free_unpacked(&ws->base, NULL);
 
     /* a bad spec names its field */
-    hp.lr = -1;
+    lr.value = -1;
     creq.idempotency_key = (char *)"";
     cr_assert_null(tcall("CreateJob", &creq.base, &kiln__job__descriptor, &code, &err));
     cr_assert_eq(code, 3, "INVALID_ARGUMENT, got %d", code);
@@ -1079,7 +1098,7 @@ Test(grpc, a_backtracking_job_does_not_starve_heartbeats_or_a_bystander, .timeou
     json_decref(logs);
     cr_assert_eq(ticks, 60, "every line of the bystander arrived");
     json_t *metrics = NULL;
-    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), bystander, "tick", 0, &metrics, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_metrics(S, svc_caller_kilnd(), bystander, &(svc_metrics_query_t){.name = "tick"}, &metrics, &err), 0, "%s", err.message);
     cr_assert_eq(json_array_size(series(metrics, "tick")), 60, "every point of the bystander arrived");
     json_decref(metrics);
     svc_log_query_t q = {.rank = -1, .limit = 10000};

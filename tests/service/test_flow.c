@@ -131,7 +131,7 @@ Test(submit, unknown_jobs_are_not_found)
     cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), nope, NULL, &out, &err), KILN_ENOTFOUND);
     cr_assert_eq(svc_job_events(svc, svc_caller_kilnd(), nope, &out, &err), KILN_ENOTFOUND);
     cr_assert_eq(svc_job_logs(svc, svc_caller_kilnd(), nope, &q, &out, &err), KILN_ENOTFOUND);
-    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), nope, NULL, 0, &out, &err), KILN_ENOTFOUND);
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), nope, &(svc_metrics_query_t){.name = NULL}, &out, &err), KILN_ENOTFOUND);
     Kiln__LogLine l = KILN__LOG_LINE__INIT, *lp = &l;
     l.line = "x";
     Kiln__LogBatch lb = KILN__LOG_BATCH__INIT;
@@ -271,7 +271,7 @@ Test(life, two_node_job_runs_to_completed)
     cr_assert_eq(json_integer_value(json_object_get(logs, "next_since_seq")), 15);
     json_decref(logs);
     json_t *met = NULL;
-    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), id, "train_loss", 10, &met, &err), 0);
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), id, &(svc_metrics_query_t){.name = "train_loss", .max_points = 10, .max_points_set = true}, &met, &err), 0);
     json_t *pts = json_object_get(json_array_get(json_object_get(met, "metrics"), 0), "points");
     cr_assert_leq(json_array_size(pts), 10);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, json_array_size(pts) - 1), "step")), 50);

@@ -246,3 +246,50 @@ Test(spec, combinations_the_engine_cannot_run_are_refused)
                  0, "%s: %s", err.field, err.message);
     spec_deinit(&s);
 }
+
+/* What kilnd accepts, kiln-train accepts: the normal form a spec is stored in (and the agent
+ * hands to kiln-train) passes the same parser again and normalises to itself. Tricky paths and
+ * file URLs either round-trip or are refused at once, naming the field. */
+Test(spec, whatever_parses_its_normal_form_parses_again)
+{
+    static const struct {
+        const char *train;
+        const char *stored;   /* NULL: refused */
+    } cases[] = {
+        {"file:///data/x.txt", "/data/x.txt"},
+        {"file:////data//x.txt", "/data/x.txt"},
+        {"file:///a://b.txt", "/a:/b.txt"},
+        {"/file://x.txt", NULL},
+        {"file://://x.txt", NULL},
+        {"file://", NULL},
+        {"file://host/x.txt", NULL},
+        {"file://file:///x.txt", NULL},
+        {"s3://bucket/x.txt", NULL},
+        {"://x.txt", NULL},
+        {"", NULL},
+        {"file:///", "/"},
+        {"data/t.txt", "data/t.txt"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *in = json_pack("{s:{s:s}, s:{s:s}}", "model", "type", "gpt", "data", "train", cases[i].train);
+        spec_t s, t;
+        kiln_err_t err;
+        int rc = spec_parse(in, &s, &err);
+        json_decref(in);
+        if (!cases[i].stored) {
+            cr_assert_eq(rc, KILN_EINVAL, "\"%s\" was accepted as \"%s\"", cases[i].train, rc ? "" : s.data.train);
+            cr_assert_str_eq(err.field, "data.train", "\"%s\": %s", cases[i].train, err.message);
+            continue;
+        }
+        cr_assert_eq(rc, 0, "\"%s\": %s (%s)", cases[i].train, err.message, err.field);
+        cr_assert_str_eq(s.data.train, cases[i].stored, "\"%s\"", cases[i].train);
+        json_t *j = spec_to_json(&s);
+        cr_assert_eq(spec_parse(j, &t, &err), 0, "the normal form of \"%s\" is refused: %s", cases[i].train, err.message);
+        json_t *k = spec_to_json(&t);
+        cr_assert(json_equal(j, k), "the normal form of \"%s\" changes when parsed again", cases[i].train);
+        json_decref(j);
+        json_decref(k);
+        spec_deinit(&s);
+        spec_deinit(&t);
+    }
+}

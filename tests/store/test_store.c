@@ -216,8 +216,8 @@ Test(jobs, transitions_write_events_and_check_from)
     /* The job is not QUEUED any more: a stale transition loses. */
     cr_assert_eq(store_job_transition(c, id, "QUEUED", "STOPPED", "late", 1, 0, NULL, &err), KILN_ESTATE);
     cr_assert_eq(store_commit(c, &err), 0);
-    /* The database refuses states outside the machine. */
-    cr_assert_eq(store_job_transition(c, id, "RUNNING", "BOGUS", "x", 1, 0, NULL, &err), KILN_EDB);
+    /* The database refuses states outside the machine (a CHECK: refused values, not an outage). */
+    cr_assert_eq(store_job_transition(c, id, "RUNNING", "BOGUS", "x", 1, 0, NULL, &err), KILN_EINVAL);
     cr_assert_eq(store_job_transition(c, id, "RUNNING", "COMPLETED", "done", 1, STORE_TR_ENDED, NULL, &err), 0);
 
     json_t *j = NULL, *ev = NULL;
@@ -418,7 +418,7 @@ Test(ingest, metrics_copy_latest_and_downsampling)
     cr_assert_not(found);
 
     json_t *series = NULL;
-    cr_assert_eq(store_metrics_query_json(c, id, "train_loss", 50, &series, &err), 0, "%s", err.message);
+    cr_assert_eq(store_metrics_query_json(c, id, &(store_metrics_query_t){.name = "train_loss", .max_points = 50}, &series, &err), 0, "%s", err.message);
     cr_assert_eq(json_array_size(series), 1);
     json_t *points = json_object_get(json_array_get(series, 0), "points");
     cr_assert_leq(json_array_size(points), 50);
@@ -426,12 +426,12 @@ Test(ingest, metrics_copy_latest_and_downsampling)
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(points, 0), "step")), 1);
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(points, json_array_size(points) - 1), "step")), N);
     json_decref(series);
-    cr_assert_eq(store_metrics_query_json(c, id, NULL, 2000, &series, &err), 0);
+    cr_assert_eq(store_metrics_query_json(c, id, &(store_metrics_query_t){.name = NULL, .max_points = 2000}, &series, &err), 0);
     cr_assert_eq(json_array_size(series), 2);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(series, 0), "name")), "lr");
     cr_assert_eq(json_array_size(json_object_get(json_array_get(series, 1), "points")), N);
     json_decref(series);
-    cr_assert_eq(store_metrics_query_json(c, id, "train_loss", 2, &series, &err), 0);
+    cr_assert_eq(store_metrics_query_json(c, id, &(store_metrics_query_t){.name = "train_loss", .max_points = 2}, &series, &err), 0);
     cr_assert_eq(json_array_size(json_object_get(json_array_get(series, 0), "points")), 2);
     json_decref(series);
 }

@@ -253,11 +253,14 @@ class Client:
             time.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
-    def metrics(self, job_id, name=None, max_points=None):
+    def metrics(self, job_id, name=None, max_points=None, attempt="latest"):
         """The job's metric histories: {name: [(step, value), ...]} in step order.
-        ``max_points`` asks kilnd to downsample each series (first and last kept)."""
+        ``max_points`` asks kilnd to downsample each series (first and last kept). ``attempt``:
+        "latest" (per step the value of the latest attempt that reached it, so a step a retried
+        attempt trained again appears once), "all" (every attempt's point, by step then attempt),
+        or an attempt number."""
         _, j = self._call("GET", "/v1/jobs/%s/metrics" % urllib.parse.quote(job_id),
-                          query={"name": name, "max_points": max_points or 100000})
+                          query={"name": name, "max_points": max_points or 100000, "attempt": attempt})
         return {s["name"]: [(int(p["step"]), float(p["value"])) for p in s.get("points", [])]
                 for s in j.get("metrics", [])}
 
@@ -440,6 +443,6 @@ class Job:
         """A generator of LogLine (str(line) is "[rank N] text"); see Client.logs."""
         return self.client.logs(self.id, follow=follow, rank=rank, since=since)
 
-    def metrics(self, name=None, max_points=None):
-        """{name: [(step, value), ...]}; with ``name`` only that metric."""
-        return self.client.metrics(self.id, name=name, max_points=max_points)
+    def metrics(self, name=None, max_points=None, attempt="latest"):
+        """{name: [(step, value), ...]}; with ``name`` only that metric (see Client.metrics)."""
+        return self.client.metrics(self.id, name=name, max_points=max_points, attempt=attempt)

@@ -1,0 +1,82 @@
+/* text.c - what kiln accepts as text and as numbers written in text: one UTF-8 decoder (used to
+ * check client input, to sanitise ranks' output and to write COPY data) and a strict decimal
+ * integer parser. No allocation, no locale. */
+#include "base/base.h"
+
+#include <string.h>
+
+size_t kiln_utf8_seq(const unsigned char *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    unsigned c = p[0];
+    if (c < 0x80)
+        return c ? 1 : 0;
+    size_t need;
+    unsigned cp, min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+        cp = c & 0x1F;
+        min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+        need = 2;
+        cp = c & 0x0F;
+        min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        cp = c & 0x07;
+        min = 0x10000;
+    } else {
+        return 0; /* a continuation byte, an overlong lead (0xC0, 0xC1) or beyond U+10FFFF */
+    }
+    if (need >= n)
+        return 0;
+    for (size_t k = 1; k <= need; k++) {
+        if ((p[k] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return need + 1;
+}
+
+size_t kiln_utf8_check(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        if (p[i] >= 0x20 && p[i] < 0x80) { /* the common case: printable ASCII */
+            i++;
+            continue;
+        }
+        size_t k = kiln_utf8_seq(p + i, n - i);
+        if (k == 0)
+            return i;
+        i += k;
+    }
+    return n;
+}
+
+int kiln_parse_int64(const char *s, int64_t *out)
+{
+    if (!s)
+        return KILN_EINVAL;
+    const char *p = s;
+    bool neg = *p == '-';
+    if (neg)
+        p++;
+    if (*p < '0' || *p > '9')
+        return KILN_EINVAL;
+    uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (lim - d) / 10)
+            return KILN_EINVAL; /* out of range */
+        v = v * 10 + d;
+    }
+    if (*p)
+        return KILN_EINVAL;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}

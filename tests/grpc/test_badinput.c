@@ -1,0 +1,477 @@
+/* test_badinput.c - the bad-input corpus: requests that once made kilnd answer "the database is
+ * unavailable", accept what REST refuses, or answer in HTML, sent to an in-process kilnd (service
+ * on a fresh database, REST and gRPC servers, authentication on) over REST (libcurl and a raw
+ * socket) and over gRPC (Python's grpcio as a foreign client, tests/grpc/grpc_client.py). One
+ * table per transport: each case's status and the field the error names. No case may be a 5xx
+ * or UNAVAILABLE, and every REST error body is kiln's JSON error. */
+#include "api/api.h"
+#include "service/service.h"
+#include "tests/common/harness.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static svc_t *S;
+static api_http_t *H;
+static api_grpc_t *G;
+static char *dburl;
+static char dir[128], base[64], gaddr[64], admin_token[128], join_token[128], job_id[64];
+static int http_port;
+
+static char *slurp_line(const char *path)
+{
+    char *text = NULL;
+    kiln_err_t err;
+    cr_assert_eq(kiln_file_read(path, &text, NULL, &err), 0, "%s", err.message);
+    text[strcspn(text, "\n")] = '\0';
+    return text;
+}
+
+static void setup(void)
+{
+    kiln_err_t err;
+    dburl = th_pg_create_db("badin");
+    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
+    snprintf(dir, sizeof dir, "/tmp/kiln-badin.XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    char boot[200], join[200];
+    snprintf(boot, sizeof boot, "%s/admin.token", dir);
+    snprintf(join, sizeof join, "%s/join.token", dir);
+    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 500, .heartbeat_timeout_ms = 60000,
+                        .sched_interval_ms = 50, .db_pool_size = 4, .bootstrap_token_file = boot,
+                        .join_token_file = join};
+    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
+    char *t = slurp_line(boot);
+    snprintf(admin_token, sizeof admin_token, "%s", t);
+    free(t);
+    t = slurp_line(join);
+    snprintf(join_token, sizeof join_token, "%s", t);
+    free(t);
+    th_http_set_token(admin_token);
+    http_port = th_free_port();
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", http_port);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", http_port);
+    api_http_config_t hc = {.addr = addr};
+    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
+    snprintf(gaddr, sizeof gaddr, "127.0.0.1:%d", th_free_port());
+    cr_assert_eq(api_grpc_start(S, gaddr, NULL, &G, &err), 0, "%s", err.message);
+
+    /* One worker whose data root is /tmp, and one job to aim requests at. */
+    arena_t a;
+    arena_init(&a, 0);
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse out = KILN__REGISTER_RESPONSE__INIT;
+    char *roots[] = {"/tmp"};
+    req.hostname = "h";
+    req.address = "127.0.0.1";
+    req.slots = 2;
+    req.slot_type = "cpu";
+    req.version = "test";
+    req.data_roots = roots;
+    req.n_data_roots = 1;
+    cr_assert_eq(svc_agent_register(S, &req, NULL, &a, &out, &err), 0, "%s", err.message);
+    arena_deinit(&a);
+    json_t *spec = json_pack("{s:s, s:{s:s}, s:{s:s}}", "name", "target", "model", "type", "gpt", "data", "train",
+                             "/tmp/x.txt");
+    json_t *job = NULL;
+    bool created = false;
+    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, "the-key", &job, &created, &err), 0, "%s", err.message);
+    snprintf(job_id, sizeof job_id, "%s", json_string_value(json_object_get(job, "id")));
+    json_decref(job);
+    json_decref(spec);
+}
+
+static void teardown(void)
+{
+    api_grpc_stop(G);
+    api_http_stop(H);
+    svc_destroy(S);
+    free(dburl);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+TestSuite(badinput, .init = setup, .fini = teardown, .timeout = 180);
+
+/* ---- REST ------------------------------------------------------------------------------------ */
+
+#define GOOD_SPEC "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}}"
+
+typedef struct rest_case {
+    const char *what;
+    const char *method;
+    const char *path;            /* "{id}" is replaced by the job's id */
+    const char *header;          /* one extra header line, or NULL */
+    const char *body;            /* or NULL */
+    long status;
+    const char *field;           /* the error's field; "" when none is named */
+} rest_case_t;
+
+static const rest_case_t rest_cases[] = {
+    {"tag not UTF-8", "GET", "/v1/jobs?tag=%FF%FE", NULL, NULL, 400, "tag"},
+    {"metric name not UTF-8", "GET", "/v1/jobs/{id}/metrics?name=%FF%FE", NULL, NULL, 400, "name"},
+    {"Idempotency-Key not UTF-8", "POST", "/v1/jobs", "Idempotency-Key: \xff\xfe", GOOD_SPEC, 400, "Idempotency-Key"},
+    {"Idempotency-Key of 10,000 characters", "POST", "/v1/jobs", "Idempotency-Key: @10000", GOOD_SPEC, 400,
+     "Idempotency-Key"},
+    {"Idempotency-Key reused with another body", "POST", "/v1/jobs", "Idempotency-Key: the-key",
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/other.txt\"}}", 422, "Idempotency-Key"},
+    {"page token past year 9999", "GET", "/v1/jobs?page_token=9223372036854775807_00000000-0000-0000-0000-000000000000",
+     NULL, NULL, 400, "page_token"},
+    {"page token not a token", "GET", "/v1/jobs?page_token=%FF", NULL, NULL, 400, "page_token"},
+    {"page_size 0", "GET", "/v1/jobs?page_size=0", NULL, NULL, 400, "page_size"},
+    {"page_size -1", "GET", "/v1/jobs?page_size=-1", NULL, NULL, 400, "page_size"},
+    {"page_size 501", "GET", "/v1/jobs?page_size=501", NULL, NULL, 400, "page_size"},
+    {"page_size +5", "GET", "/v1/jobs?page_size=%2B5", NULL, NULL, 400, "page_size"},
+    {"page_size 5 with a space", "GET", "/v1/jobs?page_size=%205", NULL, NULL, 400, "page_size"},
+    {"status ,", "GET", "/v1/jobs?status=%2C", NULL, NULL, 400, "status"},
+    {"status unknown", "GET", "/v1/jobs?status=RUNNING,NAPPING", NULL, NULL, 400, "status"},
+    {"%00 after a job id", "GET", "/v1/jobs/{id}%00", NULL, NULL, 400, "id"},
+    {"%00 inside a job id", "GET", "/v1/jobs/{id}%00junk/events", NULL, NULL, 400, "id"},
+    {"%00 in a project name", "GET", "/v1/projects/default%00/members", NULL, NULL, 400, "project"},
+    {"%00 in a query parameter", "GET", "/v1/jobs?tag=team%00x", NULL, NULL, 400, "tag"},
+    {"logs since NaN", "GET", "/v1/jobs/{id}/logs?since=nan", NULL, NULL, 400, "since"},
+    {"logs limit 1e3", "GET", "/v1/jobs/{id}/logs?limit=1e3", NULL, NULL, 400, "limit"},
+    {"logs rank +1", "GET", "/v1/jobs/{id}/logs?rank=%2B1", NULL, NULL, 400, "rank"},
+    {"logs follow maybe", "GET", "/v1/jobs/{id}/logs?follow=maybe", NULL, NULL, 400, "follow"},
+    {"Last-Event-ID not a number", "GET", "/v1/jobs/{id}/logs?follow=true", "Last-Event-ID: 12abc", NULL, 400,
+     "Last-Event-ID"},
+    {"metrics max_points 0", "GET", "/v1/jobs/{id}/metrics?max_points=0", NULL, NULL, 400, "max_points"},
+    {"metrics attempt 0", "GET", "/v1/jobs/{id}/metrics?attempt=0", NULL, NULL, 400, "attempt"},
+    {"train file://", "POST", "/v1/jobs", NULL, "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"file://\"}}",
+     400, "data.train"},
+    {"train file://://x.txt", "POST", "/v1/jobs", NULL,
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"file://://x.txt\"}}", 400, "data.train"},
+    {"lr NaN in JSON", "POST", "/v1/jobs", NULL,
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"lr\": NaN}}", 400,
+     ""},
+    {"lr 1e999", "POST", "/v1/jobs", NULL,
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"lr\": 1e999}}", 400,
+     ""},
+    {"name with \\u0000", "POST", "/v1/jobs", NULL,
+     "{\"name\": \"a\\u0000b\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}}", 400, ""},
+    {"stop reason of 1,000 characters", "POST", "/v1/jobs/{id}:stop", NULL, "{\"reason\": \"@1000\"}", 400, "reason"},
+    {"unknown job", "GET", "/v1/jobs/00000000-0000-0000-0000-000000000000", NULL, NULL, 404, ""},
+};
+
+/* "@N" in a header or body stands for N copies of 'k'. */
+static char *expand(const char *s)
+{
+    const char *at = s ? strchr(s, '@') : NULL;
+    if (!at)
+        return s ? strdup(s) : NULL;
+    int n = atoi(at + 1);
+    const char *rest = at + 1 + strspn(at + 1, "0123456789");
+    char *out = malloc(strlen(s) + (size_t)n + 1);
+    memcpy(out, s, (size_t)(at - s));
+    memset(out + (at - s), 'k', (size_t)n);
+    strcpy(out + (at - s) + n, rest);
+    return out;
+}
+
+/* Whether body is kiln's JSON error: {code, message, detail, hint}. */
+static bool is_json_error(const char *body, json_t **out)
+{
+    json_t *j = json_loads(body ? body : "", 0, NULL);
+    bool ok = j && json_is_string(json_object_get(j, "code")) && json_is_string(json_object_get(j, "message")) &&
+              json_is_string(json_object_get(j, "detail")) && json_is_string(json_object_get(j, "hint"));
+    if (out)
+        *out = j;
+    else
+        json_decref(j);
+    return ok;
+}
+
+Test(badinput, rest_corpus)
+{
+    for (size_t i = 0; i < sizeof rest_cases / sizeof rest_cases[0]; i++) {
+        const rest_case_t *c = &rest_cases[i];
+        char path[512], url[600];
+        const char *id = strstr(c->path, "{id}");
+        if (id)
+            snprintf(path, sizeof path, "%.*s%s%s", (int)(id - c->path), c->path, job_id, id + 4);
+        else
+            snprintf(path, sizeof path, "%s", c->path);
+        snprintf(url, sizeof url, "%s%s", base, path);
+        char *header = expand(c->header), *body = expand(c->body);
+        const char *hdrs[3] = {body ? "Content-Type: application/json" : NULL, NULL, NULL};
+        if (header)
+            hdrs[body ? 1 : 0] = header;
+        long st = 0;
+        char *out = NULL;
+        cr_assert_eq(th_http(c->method, url, body, hdrs, &st, &out, 10000), 0, "%s: no answer", c->what);
+        json_t *j = NULL;
+        cr_assert(is_json_error(out, &j), "%s: not kiln's JSON error: %s", c->what, out);
+        cr_assert_eq(st, c->status, "%s: HTTP %ld, not %ld: %s", c->what, st, c->status, out);
+        const char *field = json_string_value(json_object_get(j, "field"));
+        cr_assert_str_eq(field ? field : "", c->field, "%s: field \"%s\", not \"%s\": %s", c->what, field ? field : "",
+                         c->field, out);
+        json_decref(j);
+        free(out);
+        free(header);
+        free(body);
+    }
+}
+
+/* Sends raw bytes to the REST port and returns what came back (caller frees). */
+static char *raw_http(const char *data, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, data + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0)
+            break; /* the server may answer and close before it has read everything */
+        off += (size_t)n;
+    }
+    shutdown(fd, SHUT_WR);
+    size_t cap = 65536, have = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        ssize_t n = recv(fd, buf + have, cap - have - 1, 0);
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        if (have + 1 >= cap)
+            break;
+    }
+    buf[have] = '\0';
+    close(fd);
+    return buf;
+}
+
+/* libmicrohttpd's own refusals (before any handler runs) carry kiln's JSON error too. */
+Test(badinput, rest_server_library_errors_are_json)
+{
+    static const struct {
+        const char *what;
+        const char *head;        /* request up to the big part */
+        size_t big;              /* bytes of 'a' after head */
+        const char *tail;
+        int status;
+    } cases[] = {
+        {"header line without a colon", "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nNo colon here", 0, "\r\n\r\n", 400},
+        {"URL of 70,000 bytes", "GET /", 70000, " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
+        {"header of 70,000 bytes", "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Big: ", 70000, "\r\n\r\n", 431},
+        {"chunked body that is not", "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                                     "Content-Type: application/json\r\n\r\nzz\r\n", 0, "\r\n", 400},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t hl = strlen(cases[i].head), tl = strlen(cases[i].tail);
+        char *req = malloc(hl + cases[i].big + tl + 1);
+        memcpy(req, cases[i].head, hl);
+        memset(req + hl, 'a', cases[i].big);
+        memcpy(req + hl + cases[i].big, cases[i].tail, tl);
+        char *resp = raw_http(req, hl + cases[i].big + tl);
+        free(req);
+        int st = 0;
+        cr_assert_eq(sscanf(resp, "HTTP/1.1 %d", &st), 1, "%s: no status line: %.300s", cases[i].what, resp);
+        cr_assert_eq(st, cases[i].status, "%s: %.300s", cases[i].what, resp);
+        cr_assert(strcasestr(resp, "Content-Type: application/json"), "%s: %.400s", cases[i].what, resp);
+        const char *body = strstr(resp, "\r\n\r\n");
+        cr_assert(body && is_json_error(body + 4, NULL), "%s: not kiln's JSON error: %.400s", cases[i].what, resp);
+        free(resp);
+    }
+}
+
+/* ---- gRPC ------------------------------------------------------------------------------------ */
+
+typedef struct grpc_case {
+    const char *what;
+    const char *method;          /* "TrainingService/ListJobs" */
+    const char *request;         /* proto JSON ("{id}" is the job's id), or NULL */
+    const char *hex;             /* raw request bytes as hex, instead of request */
+    int token;                   /* 0: the admin's token, 1: the join token */
+    const char *code;
+    const char *field;           /* kiln-field of the trailing metadata; "" when none */
+} grpc_case_t;
+
+/* A CreateJobRequest {spec {name "a\xffc" model {type "gpt"} data {train "/tmp/x.txt"}}} */
+#define BAD_NAME_HEX "0a 1a 0a 03 61 ff 63 1a 05 0a 03 67 70 74 22 0c 0a 0a 2f 74 6d 70 2f 78 2e 74 78 74"
+/* A GetJobRequest {id "00000000-0000-0000-0000-000000000000\0zz"} */
+#define NUL_ID_HEX "0a 27 30 30 30 30 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 30 30 " \
+                   "30 30 30 30 30 30 00 7a 7a"
+/* A RegisterRequest {worker_id "w\xfe\xff" slots 1 slot_type "cpu"} */
+#define BAD_WORKER_HEX "0a 03 77 fe ff 20 01 2a 03 63 70 75"
+
+static const grpc_case_t grpc_cases[] = {
+    {"ListJobs with tag \\xff\\xfe", "TrainingService/ListJobs", NULL, "12 02 ff fe", 0, "INVALID_ARGUMENT", "tag"},
+    {"ListJobs page_size 0", "TrainingService/ListJobs", "{\"page_size\": 0}", NULL, 0, "INVALID_ARGUMENT",
+     "page_size"},
+    {"ListJobs page_size -1", "TrainingService/ListJobs", "{\"page_size\": -1}", NULL, 0, "INVALID_ARGUMENT",
+     "page_size"},
+    {"ListJobs page_size 501", "TrainingService/ListJobs", "{\"page_size\": 501}", NULL, 0, "INVALID_ARGUMENT",
+     "page_size"},
+    {"ListJobs status ,", "TrainingService/ListJobs", "{\"status\": \",\"}", NULL, 0, "INVALID_ARGUMENT", "status"},
+    {"ListJobs page token past year 9999", "TrainingService/ListJobs",
+     "{\"page_token\": \"9223372036854775807_00000000-0000-0000-0000-000000000000\"}", NULL, 0, "INVALID_ARGUMENT",
+     "page_token"},
+    {"CreateJob lr NaN", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, "
+     "\"hyperparameters\": {\"lr\": \"NaN\"}}}", NULL, 0, "INVALID_ARGUMENT", "spec.hyperparameters.lr"},
+    {"CreateJob temperature Inf", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, "
+     "\"hyperparameters\": {\"temperature\": \"Infinity\"}}}", NULL, 0, "INVALID_ARGUMENT",
+     "spec.hyperparameters.temperature"},
+    {"CreateJob temperature 0 (explicit, out of range)", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, "
+     "\"hyperparameters\": {\"temperature\": 0}}}", NULL, 0, "INVALID_ARGUMENT", "spec.hyperparameters.temperature"},
+    {"CreateJob n_layer 0 (explicit)", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 0}, \"data\": {\"train\": \"/tmp/x.txt\"}}}", NULL, 0,
+     "INVALID_ARGUMENT", "spec.model.n_layer"},
+    {"CreateJob name not UTF-8", "TrainingService/CreateJob", NULL, BAD_NAME_HEX, 0, "INVALID_ARGUMENT", "spec.name"},
+    {"CreateJob idempotency key of 10,000 characters", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}}, \"idempotency_key\": \"@10000\"}",
+     NULL, 0, "INVALID_ARGUMENT", "idempotency_key"},
+    {"CreateJob idempotency key reused with another spec", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/y.txt\"}}, \"idempotency_key\": \"the-key\"}",
+     NULL, 0, "ALREADY_EXISTS", "idempotency_key"},
+    {"CreateJob train file://", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"file://\"}}}", NULL, 0, "INVALID_ARGUMENT",
+     "spec.data.train"},
+    {"GetJob id with a NUL", "TrainingService/GetJob", NULL, NUL_ID_HEX, 0, "INVALID_ARGUMENT", "id"},
+    {"GetMetrics max_points 0", "TrainingService/GetMetrics", "{\"id\": \"{id}\", \"max_points\": 0}", NULL, 0,
+     "INVALID_ARGUMENT", "max_points"},
+    {"GetMetrics name not UTF-8", "TrainingService/GetMetrics", NULL, "12 02 ff fe", 0, "INVALID_ARGUMENT", "name"},
+    {"StreamLogs follow on an unknown job", "TrainingService/StreamLogs",
+     "{\"id\": \"00000000-0000-0000-0000-000000000000\", \"follow\": true}", NULL, 0, "NOT_FOUND", ""},
+    {"StreamLogs since NaN", "TrainingService/StreamLogs", "{\"id\": \"{id}\", \"since\": \"nan\"}", NULL, 0,
+     "INVALID_ARGUMENT", "since"},
+    {"StopJob reason of 1,000 characters", "TrainingService/StopJob", "{\"id\": \"{id}\", \"reason\": \"@1000\"}", NULL,
+     0, "INVALID_ARGUMENT", "reason"},
+    {"RegisterWorker worker id not UTF-8", "AgentService/RegisterWorker", NULL, BAD_WORKER_HEX, 1, "INVALID_ARGUMENT",
+     "worker_id"},
+    {"RegisterWorker worker id of 1,000 characters", "AgentService/RegisterWorker",
+     "{\"worker_id\": \"@1000\", \"slots\": 1, \"slot_type\": \"cpu\"}", NULL, 1, "INVALID_ARGUMENT", "worker_id"},
+};
+
+/* Replaces "{id}" with the job's id and "@N" with N 'k's; caller frees. */
+static char *fill(const char *s)
+{
+    char *e = expand(s);
+    char *id = e ? strstr(e, "{id}") : NULL;
+    if (!id)
+        return e;
+    char *out = malloc(strlen(e) + 64);
+    sprintf(out, "%.*s%s%s", (int)(id - e), e, job_id, id + 4);
+    free(e);
+    return out;
+}
+
+Test(badinput, grpc_corpus)
+{
+    if (system("command -v protoc >/dev/null 2>&1") != 0 ||
+        system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
+        cr_skip_test("needs protoc and /usr/bin/python3 with grpc (apt-get install protobuf-compiler "
+                     "python3-grpcio python3-protobuf)");
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto", root, dir, root);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    size_t n = sizeof grpc_cases / sizeof grpc_cases[0];
+    json_t *calls = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const grpc_case_t *c = &grpc_cases[i];
+        char method[128];
+        snprintf(method, sizeof method, "/kiln.%s", c->method);
+        json_t *call = json_pack("{s:s, s:s}", "method", method, "token", c->token ? join_token : admin_token);
+        if (c->hex) {
+            char hex[512];
+            size_t k = 0;
+            for (const char *p = c->hex; *p && k < sizeof hex - 1; p++)
+                if (*p != ' ')
+                    hex[k++] = *p;
+            hex[k] = '\0';
+            json_object_set_new(call, "request_hex", json_string(hex));
+        } else {
+            char *text = fill(c->request);
+            json_t *req = json_loads(text, 0, NULL);
+            cr_assert_not_null(req, "%s: bad test request %s", c->what, text);
+            json_object_set_new(call, "request", req);
+            free(text);
+        }
+        json_array_append_new(calls, call);
+    }
+    json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", gaddr, "proto_dir", dir, "ca", "", "calls", calls);
+    char path[200];
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    cr_assert_eq(json_dump_file(plan, path, 0), 0);
+    json_decref(plan);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[1 << 16];
+    for (size_t i = 0; i < n; i++) {
+        const grpc_case_t *c = &grpc_cases[i];
+        cr_assert_not_null(fgets(line, sizeof line, p), "%s: no answer from grpc_client.py", c->what);
+        json_t *r = json_loads(line, 0, NULL);
+        cr_assert_not_null(r, "%s: grpc_client.py said: %s", c->what, line);
+        const char *code = json_string_value(json_object_get(r, "code"));
+        cr_assert_str_eq(code, c->code, "%s: %s", c->what, line);
+        json_t *tr = json_object_get(r, "trailing");
+        const char *field = json_string_value(json_object_get(tr, "kiln-field"));
+        cr_assert_str_eq(field ? field : "", c->field, "%s: %s", c->what, line);
+        cr_assert_not_null(json_object_get(tr, "kiln-code"), "%s: no kiln-code: %s", c->what, line);
+        cr_assert_lt(json_real_value(json_object_get(r, "seconds")), 5.0, "%s: answered late: %s", c->what, line);
+        json_decref(r);
+    }
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+}
+
+/* An explicit zero over gRPC is honoured, as in REST's JSON: grad_clip 0 turns clipping off
+ * (its default is 1.0), warmup_steps 0 and auto_partition false are kept. */
+Test(badinput, grpc_explicit_zero_values_are_honoured)
+{
+    kiln_err_t err;
+    if (system("command -v protoc >/dev/null 2>&1") != 0 ||
+        system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
+        cr_skip_test("needs protoc and /usr/bin/python3 with grpc");
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto", root, dir, root);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    json_t *req = json_loads("{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\", "
+                             "\"val_fraction\": 0}, \"hyperparameters\": {\"grad_clip\": 0, \"seed\": 0, "
+                             "\"min_lr_fraction\": 0}, \"distribution\": {\"model_parallel\": "
+                             "{\"auto_partition\": false}}}}", 0, NULL);
+    json_t *plan = json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:o}]}", "target", gaddr, "proto_dir", dir, "ca", "",
+                             "calls", "method", "/kiln.TrainingService/CreateJob", "token", admin_token, "request", req);
+    char path[200];
+    snprintf(path, sizeof path, "%s/zero.json", dir);
+    cr_assert_eq(json_dump_file(plan, path, 0), 0);
+    json_decref(plan);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
+    FILE *p = popen(cmd, "r");
+    char line[1 << 16] = "";
+    cr_assert_not_null(fgets(line, sizeof line, p));
+    pclose(p);
+    json_t *r = json_loads(line, 0, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(r, "code")), "OK", "%s", line);
+    const char *id = json_string_value(json_object_get(json_object_get(r, "response"), "id"));
+    json_t *job = NULL;
+    cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), id, &job, &err), 0, "%s", err.message);
+    json_t *spec = json_object_get(job, "spec");
+    json_t *hp = json_object_get(spec, "hyperparameters");
+    cr_assert_float_eq(json_number_value(json_object_get(hp, "grad_clip")), 0.0, 1e-12, "%s", line);
+    cr_assert_eq(json_integer_value(json_object_get(hp, "seed")), 0);
+    cr_assert_float_eq(json_number_value(json_object_get(hp, "min_lr_fraction")), 0.0, 1e-12);
+    cr_assert_float_eq(json_number_value(json_object_get(json_object_get(spec, "data"), "val_fraction")), 0.0, 1e-12);
+    cr_assert(json_is_false(json_object_get(json_object_get(json_object_get(spec, "distribution"), "model_parallel"),
+                                            "auto_partition")));
+    json_decref(job);
+    json_decref(r);
+}
