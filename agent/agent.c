@@ -80,10 +80,10 @@ struct agent {
 
 /* ---- launcher callbacks: everything goes into the outbox ------------------------------------ */
 
-static void cb_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason)
+static void cb_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason, int master_port)
 {
     agent_t *a = ud;
-    ob_add_status(&a->ob, job_id, attempt, ok, reason, false);
+    ob_add_status(&a->ob, job_id, attempt, ok, reason, false, master_port);
 }
 
 static void cb_line(void *ud, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
@@ -167,7 +167,7 @@ static size_t agent_auth_md(agent_t *a, char *bearer, agent_md_t *md)
     return 1;
 }
 
-static int agent_register(agent_t *a, kiln_err_t *err)
+static int agent_register(agent_t *a, kiln_err_t *err, int *code_out)
 {
     Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
     char id[128], cred[AGENT_SECRET_MAX], bearer[AGENT_SECRET_MAX + 8];
@@ -200,6 +200,7 @@ static int agent_register(agent_t *a, kiln_err_t *err)
     int rc = agent_rpc_call(a->rpc, k_register, md, n_md, &req.base, &kiln__register_response__descriptor,
                              AGENT_RPC_TIMEOUT_MS, &resp, &code, err);
     memset(bearer, 0, sizeof(bearer));
+    *code_out = code;
     if (rc != 0) {
         if ((code == GRPC_UNAUTHENTICATED || code == GRPC_PERMISSION_DENIED) && id[0] && !a->id_from_cfg) {
             /* kilnd does not take this worker id with the credential we hold (a new cluster, or a
@@ -337,7 +338,7 @@ static void *agent_start_main(void *arg)
         bool draining = a->draining;
         pthread_mutex_unlock(&a->mu);
         if (draining) {
-            ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true);
+            ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true, 0);
         } else {
             kiln_err_t err;
             if (agent_launcher_start(a->launcher, it->a, &err) == KILN_EEXIST)
@@ -362,7 +363,7 @@ static void agent_handle_heartbeat(agent_t *a, const Kiln__HeartbeatResponse *r)
     for (size_t i = 0; i < r->n_assignments; i++) {
         const Kiln__Assignment *as = r->assignments[i];
         if (agent_flag(a, &a->draining)) {
-            ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down", true);
+            ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down", true, 0);
             continue;
         }
         agent_start_enqueue(a, as);
@@ -389,10 +390,28 @@ static size_t agent_running(agent_t *a, agent_rank_info_t *v, size_t max)
     return n;
 }
 
+/* Another kilnd replica is tried after this many heartbeats or registrations in a row that got no
+ * answer (a kilnd that is down, paused or unreachable). */
+#define AGENT_FAILOVER_AFTER 2
+
+/* After a call that got no answer: with several kilnd addresses, moves to the next one once
+ * enough have failed in a row. */
+static void agent_maybe_failover(agent_t *a, int code, int *unanswered)
+{
+    if (!agent_grpc_retryable(code) || code == 13 /* INTERNAL: kilnd answered */) {
+        *unanswered = 0;
+        return;
+    }
+    if (++*unanswered < AGENT_FAILOVER_AFTER || agent_rpc_ntargets(a->rpc) < 2)
+        return;
+    *unanswered = 0;
+    log_warn("kilnd does not answer; moving to kilnd at %s", agent_rpc_next(a->rpc));
+}
+
 static void *agent_hb_main(void *arg)
 {
     agent_t *a = arg;
-    int backoff = 100, fails = 0;
+    int backoff = 100, fails = 0, unanswered = 0;
     agent_rank_info_t *list = calloc(AGENT_MAX_LIST, sizeof(*list));
     Kiln__RunningRank *rr = calloc(AGENT_MAX_LIST, sizeof(*rr));
     Kiln__RunningRank **rrp = calloc(AGENT_MAX_LIST, sizeof(*rrp));
@@ -403,7 +422,9 @@ static void *agent_hb_main(void *arg)
     while (!agent_flag(a, &a->stop_hb)) {
         kiln_err_t err;
         if (!agent_flag(a, &a->registered)) {
-            if (agent_register(a, &err) != 0) {
+            int rcode = 0;
+            if (agent_register(a, &err, &rcode) != 0) {
+                agent_maybe_failover(a, rcode, &unanswered);
                 if (fails++ % 20 == 0)
                     log_warn("could not register with kilnd at %s: %s (retrying)", a->server, err.message);
                 agent_wait(a, backoff, &a->stop_hb, NULL);
@@ -442,6 +463,7 @@ static void *agent_hb_main(void *arg)
         int rc = agent_rpc_call(a->rpc, k_heartbeat, md, n_md, &req.base, &kiln__heartbeat_response__descriptor,
                                  KILN_MAX(interval * 3, 3000), &resp, &code, &err);
         memset(bearer, 0, sizeof(bearer));
+        agent_maybe_failover(a, rc == 0 ? 0 : code, &unanswered);
         if (rc == 0) {
             Kiln__HeartbeatResponse *r = (Kiln__HeartbeatResponse *)resp;
             if (fails > 0)
@@ -519,6 +541,8 @@ static int agent_send(agent_t *a, ob_item_t *it, char *wid, int *code, kiln_err_
         lb.worker_id = wid;
         lb.job_id = it->job_id;
         lb.attempt = it->attempt;
+        lb.stream_id = it->stream_id;
+        lb.batch_seq = it->batch_seq;
         lb.n_lines = it->nlines;
         lb.lines = linesp;
         req = &lb.base;
@@ -541,6 +565,8 @@ static int agent_send(agent_t *a, ob_item_t *it, char *wid, int *code, kiln_err_
         mb.worker_id = wid;
         mb.job_id = it->job_id;
         mb.attempt = it->attempt;
+        mb.stream_id = it->stream_id;
+        mb.batch_seq = it->batch_seq;
         mb.n_points = it->points.n;
         mb.points = ptsp;
         req = &mb.base;
@@ -553,6 +579,7 @@ static int agent_send(agent_t *a, ob_item_t *it, char *wid, int *code, kiln_err_
         rs.started = it->started;
         rs.reason = it->reason;
         rs.worker_shutdown = it->shutdown;
+        rs.master_port = it->port;
         req = &rs.base;
         method = k_status;
         break;
@@ -642,6 +669,7 @@ static void *agent_sender_main(void *arg)
             done = true;
         }
         if (done) {
+            ob_done(&a->ob, it, rc == 0);
             pthread_mutex_lock(&a->ob.mu);
             ob_pop_locked(&a->ob);
             pthread_mutex_unlock(&a->ob.mu);
@@ -766,9 +794,14 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
                  "specs and logs cross the network readable by anyone on the path");
     if ((rc = agent_rpc_create(a->server, &cfg->tls, &a->rpc, err)) != 0)
         goto fail;
+    /* What a previous agent here took in from its ranks but never had stored, the job's log
+     * hears of now (sent once registered); from here on every attempt keeps a ledger. */
+    ob_set_ledger_dir(&a->ob, a->work_dir);
+    ob_recover(&a->ob);
     agent_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
                                    .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores,
-                                   .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots};
+                                   .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots,
+                                   .port_lo = cfg->port_lo, .port_hi = cfg->port_hi};
     agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
                                .on_exit = cb_exit, .ud = a};
     if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
@@ -828,7 +861,7 @@ void agent_shutdown(agent_t *a, int flush_timeout_ms)
     while (waiting) {
         start_item_t *it = waiting;
         waiting = it->next;
-        ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true);
+        ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true, 0);
         start_item_free(it);
     }
     /* Tell kilnd first (one heartbeat, at most 3 s), so that the attempts lost below are not

@@ -127,7 +127,9 @@ typedef struct agent_launch_cbs {
      * others run on the launcher's I/O thread without it (on_line also on the caller of
      * agent_launcher_start, lock held, for the launcher's own note about a job before its ranks
      * start). None may call back into the launcher. Pointers are borrowed for the call. */
-    void (*on_started)(void *ud, const char *job_id, int attempt, bool ok, const char *reason);
+    /* master_port: the rendezvous port the launcher picked for this attempt (node 0 of a job of
+     * several ranks), else 0. */
+    void (*on_started)(void *ud, const char *job_id, int attempt, bool ok, const char *reason, int master_port);
     void (*on_line)(void *ud, const char *job_id, int attempt, int rank, int stream,
                     int64_t time_us, const char *line, size_t len);
     void (*on_points)(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n);
@@ -152,6 +154,12 @@ typedef struct agent_launcher_config {
      * may read nothing. Passed to ranks as KILN_DATA_ROOTS. */
     const char *const *data_roots;
     size_t n_data_roots;
+    /* Rendezvous ports rank 0 of an attempt may listen on (0, 0: 29500 to 29999). The launcher
+     * hands each attempt it leads (node 0, several ranks, no port from kilnd) a port of the range
+     * that no attempt of this agent holds and that nothing on the host is bound to; the attempt
+     * holds it until its last rank has exited. Keep the range out of the kernel's ephemeral
+     * ports (/proc/sys/net/ipv4/ip_local_port_range). */
+    int port_lo, port_hi;
 } agent_launcher_config_t;
 
 typedef struct agent_launcher agent_launcher_t;
@@ -175,7 +183,9 @@ void agent_launcher_destroy(agent_launcher_t *l);
  * does not compile is dropped with a line in the job's log) and starts one rank per a->ranks
  * entry with the environment of docs/contracts.md: umask 077, a->threads_per_rank threads (0:
  * the cores divided among the slots), KILN_DATA_ROOTS, and none of the agent's secrets
- * (KILN_JOIN_TOKEN and the like are filtered out). Then on_started(ok=true). If a rank fails to
+ * (KILN_JOIN_TOKEN and the like are filtered out). When a->master_port is 0, a->world_size > 1
+ * and a->node_rank is 0, rank 0's rendezvous port is one the launcher picks (see port_lo);
+ * when none is free the assignment is refused. Then on_started(ok=true, the port). If a rank fails to
  * start, the ranks already started are killed (their exits are not delivered),
  * on_started(ok=false, reason) is called and the status is returned. An assignment (job_id,
  * attempt) that is already running is ignored (returns KILN_EEXIST, no callback). Thread-safe;
@@ -218,13 +228,19 @@ typedef struct agent_md {
     const char *key, *value;
 } agent_md_t;
 
-/* Creates a channel to target ("127.0.0.1:9090") secured as tls says (NULL: insecure); connects
- * lazily. The files are read here. Caller owns *out; free with agent_rpc_destroy().
+/* Creates a channel to target ("127.0.0.1:9090", or several comma-separated) secured as tls says
+ * (NULL: insecure); connects lazily, to the first address. The files are read here. Caller owns *out; free with agent_rpc_destroy().
  * Returns 0, KILN_EINVAL (conflicting or incomplete TLS settings, a file that holds no PEM),
  * KILN_ENOTFOUND / KILN_EIO (a file that cannot be read; err names it, never its contents).
  * Thread-safe once created. */
 int agent_rpc_create(const char *target, const agent_tls_t *tls, agent_rpc_t **out, kiln_err_t *err);
 void agent_rpc_destroy(agent_rpc_t *r);
+/* With several addresses (target "a:9090,b:9090": kilnd replicas), moves the channel to the next
+ * one, after the calls in flight have ended; returns the address now used (with one address,
+ * that one, and nothing changes). Thread-safe. */
+const char *agent_rpc_next(agent_rpc_t *r);
+/* How many addresses the channel goes round. */
+int agent_rpc_ntargets(const agent_rpc_t *r);
 
 /* One unary call with raw bytes: method is the path ("/kiln.AgentService/Heartbeat"), md[0..n_md)
  * the call's metadata (values are sent as they are and never logged). On a reply, *out (heap,
@@ -266,6 +282,7 @@ typedef struct agent_config {
     size_t n_data_roots;
     const char *join_token;  /* the cluster's join token (a secret; never logged), or NULL */
     agent_tls_t tls;         /* how the channel to kilnd is secured */
+    int port_lo, port_hi;    /* rendezvous ports (agent_launcher_config_t; 0, 0: the default range) */
 } agent_config_t;
 
 typedef struct agent agent_t;

@@ -1,5 +1,6 @@
 /* agent_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
- * waiting for kilnd, bounded in memory). Nothing outside agent/ includes this. */
+ * waiting for kilnd, bounded in memory, numbered for exactly-once storage, and counted in a
+ * ledger that outlives the process). Nothing outside agent/ includes this. */
 #ifndef KILN_AGENT_INT_H
 #define KILN_AGENT_INT_H
 
@@ -22,12 +23,38 @@ typedef struct ob_line {
     char *line;
 } ob_line_t;
 
+/* The counters of one stream (one attempt of a job on this agent), in a file of the job's
+ * directory mapped shared into memory: every increment is in the kernel's page cache at once, so
+ * it survives the agent being killed. A restarted agent reads what the dead one took in from the
+ * ranks but never had stored, and tells the job's log (ob_recover). */
+#define OB_LEDGER_MAGIC "KLNLDG01"
+typedef struct ob_ledger {
+    char magic[8];
+    char job_id[64];
+    int32_t attempt;
+    int32_t rank;               /* a rank of the attempt on this agent: the notice is its line */
+    uint64_t lines_taken, lines_stored, lines_dropped;
+    uint64_t points_taken, points_stored, points_dropped;
+} ob_ledger_t;
+
+/* One attempt's reports: its batches are numbered 1, 2, 3, ... per kind in the order they are
+ * sealed (the sender sends them in that order), under a random stream id. */
+typedef struct ob_stream {
+    char job_id[64];
+    int attempt;
+    uint64_t id;
+    uint64_t next_seq[2];       /* OB_LOGS, OB_METRICS */
+    int rank;                   /* the first rank seen: kilnd takes notes about the stream as its lines */
+    ob_ledger_t *ledger;        /* mapped file, or NULL (no work dir, or it could not be made) */
+} ob_stream_t;
+
 /* One report: a log batch, a metric batch, a rank status or a rank exit. */
 typedef struct ob_item {
     struct ob_item *next;
     ob_kind_t kind;
     char job_id[64];
     int attempt;
+    uint64_t stream_id, batch_seq; /* OB_LOGS, OB_METRICS: set when sealed */
     int64_t opened_us;          /* monotonic time of the first entry (open batches) */
     ob_line_t *lines;           /* OB_LOGS */
     size_t nlines, lines_cap, bytes;
@@ -35,6 +62,7 @@ typedef struct ob_item {
     bool started;               /* OB_STATUS */
     char reason[600];           /* OB_STATUS, OB_EXIT */
     int rank, exit_code, sig;   /* OB_EXIT */
+    int port;                   /* OB_STATUS: the rendezvous port picked for the attempt, or 0 */
     bool shutdown;              /* OB_STATUS, OB_EXIT: because the agent is shutting down */
     pid_t pid;
     int tries;                  /* failed sends so far */
@@ -51,9 +79,21 @@ typedef struct ob {
     size_t queued_bytes;        /* of the sealed log and metric batches */
     size_t cap_bytes;           /* KILN_AGENT_OUTBOX_MB, default OB_CAP_MB_DEFAULT */
     uint64_t dropped_lines, dropped_points; /* in all, since start */
+    ob_stream_t *streams;       /* one per (job, attempt) seen */
+    size_t nstreams, capstreams;
+    char *ledger_dir;           /* the agent's work dir (ledgers go to jobs/<job>/), or NULL */
 } ob_t;
 
 void ob_init(ob_t *o);
+/* Keeps a ledger for every stream under dir/jobs/<job id>/ from now on (dir is copied). */
+void ob_set_ledger_dir(ob_t *o, const char *dir);
+/* At start-up, before anything is queued: reads the ledgers a previous agent in this work dir
+ * left, and for every attempt whose lines or points it took in but never had stored, queues a
+ * line in that job's log saying how many were lost; removes the ledgers. Returns the number of
+ * attempts that lost something. */
+int ob_recover(ob_t *o);
+/* The sender: kilnd stored it (stored) or refused it for good (!stored); counted in the ledger. */
+void ob_done(ob_t *o, const ob_item_t *it, bool stored);
 /* Takes the head report off the queue once it is sent (or given up). Caller holds o->mu. */
 ob_item_t *ob_pop_locked(ob_t *o);
 void ob_deinit(ob_t *o);        /* frees everything still queued */
@@ -61,7 +101,7 @@ void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream,
                  const char *line, size_t len);
 void ob_add_points(ob_t *o, const char *job_id, int attempt, const agent_point_t *pts, size_t n);
 void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason,
-                   bool shutdown);
+                   bool shutdown, int master_port);
 /* Seals the job's open batches first, so the exit follows every line the rank wrote. shutdown:
  * the agent stopped the rank because it is shutting down. */
 void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,

@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -34,6 +37,7 @@ typedef struct ljob {
     char job_id[64];
     int attempt;
     int refs;                    /* ranks still holding it */
+    int port;                    /* the rendezvous port this agent picked for it, or 0 */
     agent_metric_defs_t defs;
 } ljob_t;
 
@@ -67,6 +71,7 @@ struct agent_launcher {
     size_t nroots;
     char *roots_env;            /* "KILN_DATA_ROOTS=<root>,<root>" */
     int slots, cores, max_line;
+    int port_lo, port_hi, port_next; /* rendezvous ports (under mu) */
     bool gpu;
     bool *dev_used;
     agent_launch_cbs_t cbs;
@@ -433,6 +438,9 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
     if (l->cores < 1)
         l->cores = 1;
     l->max_line = cfg->max_line > 0 ? cfg->max_line : 16384;
+    l->port_lo = cfg->port_lo > 0 ? cfg->port_lo : 29500;
+    l->port_hi = cfg->port_hi >= l->port_lo ? cfg->port_hi : (cfg->port_lo > 0 ? cfg->port_lo : 29999);
+    l->port_next = l->port_lo;
     l->gpu = cfg->gpu;
     l->dev_used = calloc((size_t)l->slots, sizeof(bool));
     if (cbs)
@@ -725,7 +733,9 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     env_add(&env, "KILN_NODE_RANK", "%d", a->node_rank);
     env_add(&env, "KILN_NODES", "%d", a->nodes);
     env_add(&env, "KILN_MASTER_ADDR", "%s", a->master_addr && a->master_addr[0] ? a->master_addr : "127.0.0.1");
-    env_add(&env, "KILN_MASTER_PORT", "%d", a->master_port);
+    int port = job->port ? job->port : a->master_port;
+    if (port > 0) /* a job of one rank has no rendezvous */
+        env_add(&env, "KILN_MASTER_PORT", "%d", port);
     env_add(&env, "KILN_CHECKPOINT_DIR", "%s", ckpt_dir);
     env_add(&env, "KILN_OUTPUT_DIR", "%s/output", job_dir);
     env_add(&env, "KILN_METRICS_FD", "%d", LAUNCH_METRICS_FD);
@@ -860,6 +870,43 @@ static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const ch
     return launch_refuse(rc, err, write_hint);
 }
 
+/* Whether nothing on this host listens on (or otherwise holds) TCP port p: bound the way rank 0
+ * will bind it (any address, SO_REUSEADDR), then let go. */
+static bool port_free(int p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    bool ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 1) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A rendezvous port of the range that no attempt here holds and nothing on the host uses, into
+ * *out. Caller holds l->mu. KILN_EUNAVAIL when there is none. */
+static int port_pick_locked(agent_launcher_t *l, int *out, kiln_err_t *err)
+{
+    int n = l->port_hi - l->port_lo + 1;
+    for (int k = 0; k < n; k++) {
+        int p = l->port_lo + (l->port_next - l->port_lo + k) % n;
+        bool held = false;
+        for (lrank_t *r = l->ranks; r && !held; r = r->next)
+            held = r->job->port == p;
+        if (held || !port_free(p))
+            continue;
+        l->port_next = p + 1 > l->port_hi ? l->port_lo : p + 1; /* spread reuse over the range */
+        *out = p;
+        return 0;
+    }
+    kiln_err_set(err, KILN_EUNAVAIL, NULL, "no free rendezvous port in %d-%d on this host", l->port_lo, l->port_hi);
+    kiln_err_hint(err, "widen kiln-agent's --rendezvous-ports or free ports in the range");
+    return KILN_EUNAVAIL;
+}
+
 int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_err_t *err)
 {
     kiln_err_t lerr;
@@ -925,6 +972,9 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     job->attempt = a->attempt;
     job->refs = 1; /* ours, until the loop below is done */
     job->defs = defs; /* the job owns them now */
+    if (a->master_port == 0 && a->world_size > 1 && a->node_rank == 0 &&
+        (rc = port_pick_locked(l, &job->port, err)) != 0)
+        goto done;
     agent_metric_defs_init(&defs, NULL, 0, NULL);
     if (defs_note[0] && l->cbs.on_line)
         l->cbs.on_line(l->cbs.ud, a->job_id, a->attempt, a->ranks[0], AGENT_STREAM_STDERR, kiln_now_us(), defs_note,
@@ -956,7 +1006,8 @@ done:
                  (int)a->n_ranks, threads);
     }
     if (l->cbs.on_started)
-        l->cbs.on_started(l->cbs.ud, a->job_id, a->attempt, rc == 0, rc == 0 ? "" : err->message);
+        l->cbs.on_started(l->cbs.ud, a->job_id, a->attempt, rc == 0, rc == 0 ? "" : err->message,
+                          rc == 0 && job ? job->port : 0);
     if (job)
         job_release(job);
     snap_rebuild_locked(l);

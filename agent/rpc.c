@@ -1,8 +1,9 @@
 /* rpc.c - the agent's gRPC client: one channel to kilnd (TLS, optionally with a client
  * certificate, or plain text when asked) and blocking unary calls with deadlines and per-call
- * metadata over the gRPC C core, messages packed with protobuf-c. Retrying is the caller's
- * business (agent_grpc_retryable says when it is worth it); which credential a call carries is
- * agent.c's. */
+ * metadata over the gRPC C core, messages packed with protobuf-c. With several kilnd addresses
+ * the channel goes to one of them and moves to the next when the caller says so
+ * (agent_rpc_next). Retrying is the caller's business (agent_grpc_retryable says when it is
+ * worth it); which credential a call carries is agent.c's. */
 #include "agent/agent.h"
 
 #include <grpc/byte_buffer_reader.h>
@@ -22,8 +23,16 @@
 /* The machine's trust store (Debian's ca-certificates), used when no --tls-ca is given. */
 #define RPC_SYSTEM_ROOTS "/etc/ssl/certs/ca-certificates.crt"
 
+#define RPC_MAX_TARGETS 16
+
 struct agent_rpc {
+    /* calls and the keeper use ch under the read lock; moving to another target takes it for
+     * writing (after the calls in flight end) */
+    pthread_rwlock_t lock;
     grpc_channel *ch;
+    grpc_channel_credentials *creds;
+    char *targets[RPC_MAX_TARGETS];
+    int ntargets, cur;
     /* The keeper: a thread that watches the channel's connectivity on its own completion queue.
      * While the channel reconnects (kilnd restarted), its TCP connect and TLS handshake make
      * progress only while some thread polls for them, and calls fail at once instead of
@@ -39,6 +48,7 @@ static void *rpc_keeper_main(void *arg)
 {
     agent_rpc_t *r = arg;
     while (!atomic_load(&r->stopping)) {
+        pthread_rwlock_rdlock(&r->lock);
         grpc_connectivity_state st = grpc_channel_check_connectivity_state(r->ch, 1);
         gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(200, GPR_TIMESPAN));
         grpc_channel_watch_connectivity_state(r->ch, st, deadline, r->keeper_cq, r);
@@ -46,6 +56,7 @@ static void *rpc_keeper_main(void *arg)
         do
             ev = grpc_completion_queue_next(r->keeper_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         while (ev.type == GRPC_QUEUE_TIMEOUT);
+        pthread_rwlock_unlock(&r->lock);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
     }
@@ -135,6 +146,21 @@ static int rpc_creds(const agent_tls_t *tls, grpc_channel_credentials **out, kil
     return rc;
 }
 
+static grpc_channel *rpc_channel(agent_rpc_t *r, const char *target)
+{
+    grpc_arg args[] = {
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
+        /* kilnd restarting should be noticed within a couple of seconds, not minutes */
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, .value.integer = 100},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, .value.integer = 100},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 2000},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ENABLE_RETRIES, .value.integer = 0},
+    };
+    grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args), .args = args};
+    return grpc_channel_create(target, r->creds, &ca);
+}
+
 int agent_rpc_create(const char *target, const agent_tls_t *tls, agent_rpc_t **out, kiln_err_t *err)
 {
     *out = NULL;
@@ -147,23 +173,35 @@ int agent_rpc_create(const char *target, const agent_tls_t *tls, agent_rpc_t **o
         grpc_channel_credentials_release(creds);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }
+    r->creds = creds;
+    /* writers first: a move to another kilnd must not wait behind a stream of calls */
+    pthread_rwlockattr_t la;
+    pthread_rwlockattr_init(&la);
+    pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&r->lock, &la);
+    pthread_rwlockattr_destroy(&la);
+    /* "host:port" or a comma-separated list of them (several kilnd replicas) */
+    const char *p = target ? target : "";
+    while (*p && r->ntargets < RPC_MAX_TARGETS) {
+        size_t n = strcspn(p, ",");
+        if (n > 0 && (r->targets[r->ntargets] = strndup(p, n)) != NULL)
+            r->ntargets++;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
     grpc_init();
-    grpc_arg args[] = {
-        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
-        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
-        /* kilnd restarting should be noticed within a couple of seconds, not minutes */
-        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, .value.integer = 100},
-        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, .value.integer = 100},
-        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 2000},
-        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ENABLE_RETRIES, .value.integer = 0},
-    };
-    grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args), .args = args};
-    r->ch = grpc_channel_create(target, creds, &ca);
-    grpc_channel_credentials_release(creds);
+    if (r->ntargets == 0) {
+        rc = kiln_err_set(err, KILN_EINVAL, "server", "no kilnd address given");
+        kiln_err_hint(err, "pass --server HOST:PORT (several, comma-separated, for kilnd replicas)");
+        agent_rpc_destroy(r);
+        return rc;
+    }
+    r->ch = rpc_channel(r, r->targets[0]);
     if (!r->ch) {
-        free(r);
-        grpc_shutdown();
-        return kiln_err_set(err, KILN_EIO, NULL, "could not create a gRPC channel to %s", target);
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not create a gRPC channel to %s", r->targets[0]);
+        agent_rpc_destroy(r);
+        return rc;
     }
     atomic_init(&r->stopping, false);
     r->keeper_cq = grpc_completion_queue_create_for_next(NULL);
@@ -177,6 +215,27 @@ int agent_rpc_create(const char *target, const agent_tls_t *tls, agent_rpc_t **o
     return 0;
 }
 
+const char *agent_rpc_next(agent_rpc_t *r)
+{
+    if (r->ntargets < 2)
+        return r->targets[0];
+    pthread_rwlock_wrlock(&r->lock);
+    r->cur = (r->cur + 1) % r->ntargets;
+    grpc_channel *ch = rpc_channel(r, r->targets[r->cur]);
+    if (ch) {
+        grpc_channel_destroy(r->ch);
+        r->ch = ch;
+    }
+    const char *t = r->targets[r->cur];
+    pthread_rwlock_unlock(&r->lock);
+    return t;
+}
+
+int agent_rpc_ntargets(const agent_rpc_t *r)
+{
+    return r->ntargets;
+}
+
 void agent_rpc_destroy(agent_rpc_t *r)
 {
     if (!r)
@@ -185,7 +244,8 @@ void agent_rpc_destroy(agent_rpc_t *r)
         atomic_store(&r->stopping, true);
         pthread_join(r->keeper, NULL); /* it sees the flag within one 200 ms watch */
     }
-    grpc_channel_destroy(r->ch);
+    if (r->ch)
+        grpc_channel_destroy(r->ch);
     if (r->keeper_cq) {
         grpc_completion_queue_shutdown(r->keeper_cq);
         while (grpc_completion_queue_next(r->keeper_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
@@ -193,6 +253,11 @@ void agent_rpc_destroy(agent_rpc_t *r)
             ;
         grpc_completion_queue_destroy(r->keeper_cq);
     }
+    if (r->creds)
+        grpc_channel_credentials_release(r->creds);
+    for (int i = 0; i < r->ntargets; i++)
+        free(r->targets[i]);
+    pthread_rwlock_destroy(&r->lock);
     free(r);
     grpc_shutdown();
 }
@@ -219,6 +284,7 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
                                          gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
     grpc_slice method_s = grpc_slice_from_copied_string(method);
+    pthread_rwlock_rdlock(&r->lock);
     grpc_call *call = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method_s,
                                                NULL, deadline, NULL);
     grpc_slice_unref(method_s);
@@ -233,6 +299,7 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
     grpc_slice details = grpc_empty_slice();
     const char *error_string = NULL;
 
+    bool call_locked = true;
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -258,6 +325,8 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
         goto done;
     }
     grpc_event ev = grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    pthread_rwlock_unlock(&r->lock);
+    call_locked = false;
     grpc_call_unref(call);
     if (ev.type != GRPC_OP_COMPLETE || !ev.success) {
         rc = kiln_err_set(err, KILN_EINTERNAL, NULL, "gRPC call to %s did not complete", method);
@@ -290,6 +359,8 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }
 done:
+    if (call_locked)
+        pthread_rwlock_unlock(&r->lock);
     if (error_string)
         gpr_free((void *)error_string);
     grpc_slice_unref(details);

@@ -330,6 +330,16 @@ size_t api_http_routes(api_route_info_t *out, size_t max)
     return http_route_count;
 }
 
+enum MHD_Result http_reply_status(http_req_t *r, int status)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    enum MHD_Result ret = http_reply_raw(r, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result http_reply_empty(http_req_t *r, int status, const char *allow)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);

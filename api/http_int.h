@@ -93,6 +93,8 @@ enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err);
 /* Shorthand: an error built from status, field (may be NULL) and a formatted message. */
 enum MHD_Result http_reply_errf(http_req_t *r, int status, const char *field, const char *hint,
                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Queues a response without a body (204 No Content). */
+enum MHD_Result http_reply_status(http_req_t *r, int status);
 /* Queues an arbitrary response (not stolen: the caller destroys it) and records the status. */
 enum MHD_Result http_reply_raw(http_req_t *r, int status, struct MHD_Response *resp);
 /* A query-string argument, or NULL. Borrowed from MHD for the request's lifetime. */

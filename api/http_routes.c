@@ -229,6 +229,16 @@ static enum MHD_Result http_job_logs(http_req_t *r)
     if (follow) {
         /* A reconnecting EventSource sends the last id it saw. */
         const char *last = http_header(r, "Last-Event-ID");
+        if (last && !strcmp(last, "end")) {
+            /* An EventSource reconnecting after `event: end` (its id is "end"): the stream is
+             * over, and 204 No Content is what tells EventSource to stop reconnecting. */
+            json_t *job = NULL;
+            int rc = svc_job_get(r->h->svc, &r->who, r->id, &job, &err);
+            json_decref(job);
+            if (rc)
+                return http_svc_err(r, rc, &err);
+            return http_reply_status(r, MHD_HTTP_NO_CONTENT);
+        }
         if (last && *last) {
             int64_t x = 0;
             if (svc_check_int_text("Last-Event-ID", last, 0, INT64_MAX, &x, &err))

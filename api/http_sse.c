@@ -1,5 +1,6 @@
 /* http_sse.c - GET /v1/jobs/{id}/logs?follow=true as Server-Sent Events: the stored history
- * first, then live lines from a service follower, then `event: end`. MHD pulls data only when
+ * first, then live lines from a service follower, then `event: end` (with id "end", so that a
+ * reconnect after it is answered 204 and EventSource stops). MHD pulls data only when
  * the socket can take more, so a slow reader slows only its own stream (the follower refills
  * itself from the database); when nothing is ready the connection is suspended and the
  * follower's wake callback resumes it. Not the follower itself (service/). */
@@ -159,7 +160,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
         svc_follow_read(s->follow, s->lines, SSE_READ_MAX, &ended, &end);
         sse_lines(s, s->lines, true);
         if (ended) {
-            sse_event(s, "end", NULL, end ? end : json_object());
+            /* id "end": an EventSource that reconnects anyway sends it back as Last-Event-ID and
+             * is answered 204, which makes it stop (http_job_logs) */
+            sse_event(s, "end", "end", end ? end : json_object());
             json_decref(end);
             s->phase = SSE_DONE;
         }

@@ -81,12 +81,14 @@ int main(int argc, char **argv)
     log_init("kiln-agent");
     const char *server = "127.0.0.1:9090", *slot_type = "cpu", *work_dir = "/tmp/kiln-agent";
     const char *train_bin = NULL, *address = NULL, *worker_id = NULL, *token_file = NULL;
-    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL;
+    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *ports = "29500-29999";
     bool insecure = false;
     config_list_t data_roots = {0};
     int64_t slots = 1, cores = 0, grace_ms = 10000;
     config_flag_t flags[] = {
-        {"server", "KILN_SERVER", CONFIG_STR, &server, "kilnd gRPC address HOST:PORT"},
+        {"server", "KILN_SERVER", CONFIG_STR, &server,
+         "kilnd gRPC address HOST:PORT; several comma-separated (kilnd replicas): the agent moves to the next "
+         "when one does not answer"},
         {"slots", "KILN_SLOTS", CONFIG_INT, &slots, "ranks this machine runs at once"},
         {"slot-type", "KILN_SLOT_TYPE", CONFIG_STR, &slot_type, "cpu | gpu"},
         {"work-dir", "KILN_WORK_DIR", CONFIG_STR, &work_dir, "job directories (spec, checkpoints, output) live here"},
@@ -101,6 +103,9 @@ int main(int argc, char **argv)
         {"tls-cert", "KILN_TLS_CERT", CONFIG_STR, &tls_cert, "client certificate for mutual TLS (PEM)"},
         {"tls-key", "KILN_TLS_KEY", CONFIG_STR, &tls_key, "its private key (PEM)"},
         {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure, "talk to kilnd in plain text (no TLS)"},
+        {"rendezvous-ports", "KILN_RENDEZVOUS_PORTS", CONFIG_STR, &ports,
+         "LO-HI: TCP ports rank 0 of a job this machine leads may listen on; each job gets one free on this host "
+         "(keep the range outside the kernel's ephemeral ports)"},
     };
     kiln_err_t err;
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags),
@@ -128,6 +133,13 @@ int main(int argc, char **argv)
                  "will refuse this one");
     if (slots < 1 || slots > 1024) {
         fprintf(stderr, "kiln-agent: --slots must be between 1 and 1024\n");
+        return 2;
+    }
+    int port_lo = 0, port_hi = 0, used = 0;
+    if (sscanf(ports, "%d-%d%n", &port_lo, &port_hi, &used) != 2 || ports[used] || port_lo < 1024 ||
+        port_hi > 65535 || port_hi < port_lo) {
+        fprintf(stderr, "kiln-agent: --rendezvous-ports must be LO-HI with 1024 <= LO <= HI <= 65535, not \"%s\"\n",
+                ports);
         return 2;
     }
     char train_buf[PATH_MAX + 16];
@@ -165,6 +177,7 @@ int main(int argc, char **argv)
         .n_gpus = (size_t)KILN_MIN(n_gpus, (int)KILN_ARRAY_LEN(gpu_names)),
         .data_roots = data_roots.v, .n_data_roots = (size_t)data_roots.n, .join_token = join_token,
         .tls = {.insecure = insecure, .ca_file = tls_ca, .cert_file = tls_cert, .key_file = tls_key},
+        .port_lo = port_lo, .port_hi = port_hi,
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);

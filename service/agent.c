@@ -140,6 +140,19 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
         rc = store_assign_set_started(tx.c, job.id, job.attempt, wid, &found, err);
         if (rc)
             goto fail;
+        if (found && req->master_port != 0) {
+            bool set = false;
+            rc = svc_check_range("master_port", req->master_port, 1, 65535, err);
+            if (rc == 0)
+                rc = store_assign_set_port(tx.c, job.id, job.attempt, wid, req->master_port, &set, err);
+            if (rc)
+                goto fail;
+            if (set) {
+                log_info("job %s: attempt %d's rendezvous is port %d on worker %s", job.id, job.attempt,
+                         req->master_port, wid);
+                tx.wake_sched = false; /* the other nodes get theirs on their next heartbeat */
+            }
+        }
         if (!found) {
             rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "
                               "for attempt %d of job %s", wid, job.attempt, job.id);

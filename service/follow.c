@@ -1,7 +1,10 @@
-/* follow.c - live log followers: each has a bounded in-memory queue that the ingesting thread
- * fills without ever blocking. A follower that falls behind (its queue overflowed) drops the
- * queue and is refilled from the database by seq, so it never loses a line; the database is not
- * polled otherwise. When the job ends the follower gets an end notice after its last line. */
+/* follow.c - live log followers: each has a bounded in-memory queue that the notify thread fills
+ * without ever blocking. Whichever kilnd stored a job's lines, a notification tells every kilnd
+ * (notify.c), and each reads the new lines from the database once per job, whatever the number
+ * of its followers, and hands them out (svc_follow_catch_up). A follower that falls behind (its
+ * queue overflowed) drops the queue and is refilled from the database by seq, so it never loses
+ * a line; the database is not polled otherwise. When the job ends the follower gets an end
+ * notice after its last line. */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -62,25 +65,23 @@ int svc_follow_open(svc_t *s, const svc_caller_t *who, const char *job_id, int r
     f->ud = ud;
     f->qcap = FOLLOW_QCAP;
 
+    /* Every line up to the last seq handed out (pub_seq) is committed, so the caller's history
+     * read covers it; the notify thread hands later ones to the follower, registered here under
+     * the same lock. */
+    pthread_mutex_lock(&e->pub_mu);
+    if (!e->pub_loaded) {
+        int64_t last = 0;
+        if (store_job_log_seq(c, job_id, &last, NULL) == 0) {
+            e->pub_seq = last;
+            e->pub_loaded = true;
+        }
+    }
+    f->last_seq = KILN_MAX(after_seq, e->pub_loaded ? e->pub_seq : 0);
     pthread_mutex_lock(&e->fmu);
     f->next = e->followers;
     e->followers = f;
     pthread_mutex_unlock(&e->fmu);
-
-    /* Every line with a seq below next_seq is committed (batches commit under ingest_mu), so
-     * the caller's history read covers it; later lines reach the queue. */
-    int64_t open_seq = 0;
-    pthread_mutex_lock(&e->ingest_mu);
-    if (!e->seq_loaded) {
-        int64_t last = 0;
-        if (store_job_log_seq(c, job_id, &last, NULL) == 0) {
-            e->next_seq = last + 1;
-            e->seq_loaded = true;
-        }
-    }
-    open_seq = e->seq_loaded ? e->next_seq - 1 : 0;
-    pthread_mutex_unlock(&e->ingest_mu);
-    f->last_seq = KILN_MAX(after_seq, open_seq);
+    pthread_mutex_unlock(&e->pub_mu);
 
     /* Read the state again now that the follower is registered: an end from here on reaches it
      * through svc_follow_end. */
@@ -100,15 +101,17 @@ int svc_follow_open(svc_t *s, const svc_caller_t *who, const char *job_id, int r
     return 0;
 }
 
-void svc_follow_publish(svc_jobent_t *e, json_t *const *lines, const int64_t *seqs,
-                        const int *ranks, size_t n)
+/* Hands stored lines (JSON objects with seq and rank, in seq order) to the job's followers. */
+static void follow_publish(svc_jobent_t *e, json_t *lines)
 {
+    size_t n = json_array_size(lines);
     pthread_mutex_lock(&e->fmu);
     for (svc_follow_t *f = e->followers; f; f = f->next) {
         bool added = false;
         pthread_mutex_lock(&f->mu);
         for (size_t i = 0; i < n && !f->overflow; i++) {
-            if (!lines[i] || (f->rank >= 0 && ranks[i] != f->rank))
+            json_t *line = json_array_get(lines, i);
+            if (f->rank >= 0 && json_integer_value(json_object_get(line, "rank")) != f->rank)
                 continue;
             if (f->qlen == f->qcap) {
                 /* Behind: stop queueing; the reader refills from the database by seq. */
@@ -117,8 +120,8 @@ void svc_follow_publish(svc_jobent_t *e, json_t *const *lines, const int64_t *se
                 break;
             }
             int tail = (f->qhead + f->qlen) % f->qcap;
-            f->q[tail].seq = seqs[i];
-            f->q[tail].line = json_incref(lines[i]);
+            f->q[tail].seq = json_integer_value(json_object_get(line, "seq"));
+            f->q[tail].line = json_incref(line);
             f->qlen++;
             added = true;
         }
@@ -127,6 +130,89 @@ void svc_follow_publish(svc_jobent_t *e, json_t *const *lines, const int64_t *se
             f->wake(f->ud);
     }
     pthread_mutex_unlock(&e->fmu);
+}
+
+#define CATCH_UP_PAGE 1000
+
+void svc_follow_catch_up(svc_t *s, svc_jobent_t *e, int64_t seq)
+{
+    pthread_mutex_lock(&e->fmu);
+    bool any = e->followers != NULL;
+    pthread_mutex_unlock(&e->fmu);
+    if (!any)
+        return;
+    /* The connection first, then the job's lock (as svc_follow_open holds them), so that a busy
+     * pool cannot deadlock the two. */
+    store_conn_t *c = NULL;
+    kiln_err_t err;
+    if (store_conn_get(s->store, &c, &err) != 0) {
+        log_warn("follow: could not read new lines of job %s: %s", e->id, err.message);
+        return;
+    }
+    pthread_mutex_lock(&e->pub_mu);
+    if (!e->pub_loaded || (seq > 0 && seq <= e->pub_seq)) {
+        pthread_mutex_unlock(&e->pub_mu);
+        store_conn_put(s->store, c);
+        return;
+    }
+    for (;;) {
+        json_t *lines = NULL;
+        int64_t last = e->pub_seq;
+        store_log_query_t q = {.rank = -1, .after_seq = e->pub_seq, .limit = CATCH_UP_PAGE};
+        if (store_logs_query_json(c, e->id, &q, &lines, &last, &err) != 0) {
+            /* the next notification (or the followers' end check) reads them */
+            log_warn("follow: could not read new lines of job %s: %s", e->id, err.message);
+            break;
+        }
+        size_t n = json_array_size(lines);
+        if (n > 0)
+            follow_publish(e, lines);
+        json_decref(lines);
+        e->pub_seq = last;
+        if (n < CATCH_UP_PAGE || (seq > 0 && last >= seq))
+            break;
+    }
+    pthread_mutex_unlock(&e->pub_mu);
+    store_conn_put(s->store, c);
+}
+
+void svc_follow_catch_up_all(svc_t *s)
+{
+    /* the followed jobs' ids first: catching up takes the database, not the table's lock */
+    char (*ids)[STORE_ID_LEN] = NULL;
+    size_t n = 0, cap = 0;
+    pthread_mutex_lock(&s->jobs_mu);
+    for (int b = 0; b < SVC_JOBENT_BUCKETS; b++)
+        for (svc_jobent_t *e = s->jobs[b]; e; e = e->next) {
+            if (e->refs == 0)
+                continue; /* followers hold references */
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                void *nv = realloc(ids, cap * sizeof(*ids));
+                if (!nv)
+                    break;
+                ids = nv;
+            }
+            kiln_strlcpy(ids[n++], e->id, STORE_ID_LEN);
+        }
+    pthread_mutex_unlock(&s->jobs_mu);
+    for (size_t i = 0; i < n; i++) {
+        svc_jobent_t *e = svc_jobent_find(s, ids[i]);
+        if (!e)
+            continue;
+        svc_follow_catch_up(s, e, 0);
+        char state[16], reason[256];
+        store_conn_t *c = NULL;
+        kiln_err_t err;
+        if (store_conn_get(s->store, &c, &err) == 0) {
+            if (store_job_state(c, ids[i], state, sizeof(state), reason, sizeof(reason), &err) == 0 &&
+                svc_state_terminal(svc_state_parse(state)))
+                svc_follow_end(s, ids[i], state, reason);
+            store_conn_put(s->store, c);
+        }
+        svc_jobent_put(s, e);
+    }
+    free(ids);
 }
 
 void svc_follow_end(svc_t *s, const char *job_id, const char *state, const char *reason)

@@ -1,7 +1,9 @@
-/* ingest.c - logs and metrics from agents: one COPY per batch, a kilnd-assigned increasing seq per
- * job for log lines (batches of one job are serialised so seq order is commit order), live
- * hand-off of new lines to followers, and one job-row UPDATE per metric batch for the latest
- * values, progress and ETA. Also the table of per-job in-memory entries these share. */
+/* ingest.c - logs and metrics from agents: one transaction per batch that records the batch's
+ * number (a copy re-sent after a lost reply is acknowledged and stored no second time), takes
+ * the job's next log seqs from the database (batches of one job commit in seq order, whichever
+ * kilnd stores them) and COPYs the rows; after the commit every kilnd's followers hear of the new
+ * lines (notify.c). One job-row UPDATE per metric batch for the latest values, progress and ETA.
+ * Also the table of per-job in-memory entries these share. */
 #include "service/svc_int.h"
 
 #include <math.h>
@@ -33,7 +35,7 @@ svc_jobent_t *svc_jobent_get(svc_t *s, const char *job_id)
             return NULL;
         }
         kiln_strlcpy(e->id, job_id, sizeof(e->id));
-        pthread_mutex_init(&e->ingest_mu, NULL);
+        pthread_mutex_init(&e->pub_mu, NULL);
         pthread_mutex_init(&e->fmu, NULL);
         pthread_mutex_init(&e->own_mu, NULL);
         e->rate_attempt = -1;
@@ -78,7 +80,7 @@ static void jobent_free(svc_jobent_t *e)
     for (int i = 0; i < SVC_OWN_SLOTS; i++)
         free(e->own[i].ranks);
     pthread_mutex_destroy(&e->own_mu);
-    pthread_mutex_destroy(&e->ingest_mu);
+    pthread_mutex_destroy(&e->pub_mu);
     pthread_mutex_destroy(&e->fmu);
     free(e);
 }
@@ -157,15 +159,6 @@ static int check_batch(svc_t *s, const char *worker_id, const char *claimed, con
     return svc_agent_owns(s, wid, job_id, attempt, distinct, nd, err);
 }
 
-/* A log line as followers receive it (docs/contracts.md); NULL when text is not valid UTF-8. */
-static json_t *log_line_json(const Kiln__LogLine *l, int64_t seq, int64_t time_us, const char *time,
-                             const char *text, int attempt)
-{
-    return json_pack("{s:I, s:i, s:s, s:s, s:I, s:s, s:i}", "seq", (json_int_t)seq, "rank", l->rank,
-                     "stream", l->stream && !strcmp(l->stream, "stderr") ? "stderr" : "stdout", "time",
-                     time, "time_us", (json_int_t)time_us, "line", text, "attempt", attempt);
-}
-
 int svc_agent_logs(svc_t *s, const char *worker_id, const Kiln__LogBatch *batch, kiln_err_t *err)
 {
     int *ranks = malloc(sizeof(int) * (batch->n_lines + 1));
@@ -180,80 +173,33 @@ int svc_agent_logs(svc_t *s, const char *worker_id, const Kiln__LogBatch *batch,
         return rc;
     if (batch->n_lines == 0)
         return 0;
-    svc_jobent_t *e = svc_jobent_get(s, batch->job_id);
-    if (!e)
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    /* The connection first, then the job's lock: whoever holds ingest_mu already has its
-     * connection, so a busy pool cannot deadlock against svc_follow_open. */
     store_conn_t *c = NULL;
+    bool fresh = true;
+    int64_t first = 0, n = (int64_t)batch->n_lines;
     rc = store_conn_get(s->store, &c, err);
-    if (rc) {
-        svc_jobent_put(s, e);
-        return rc;
-    }
-    pthread_mutex_lock(&e->ingest_mu);
-    if (!e->seq_loaded) {
-        int64_t last = 0;
-        rc = store_job_log_seq(c, batch->job_id, &last, err);
-        if (rc)
-            goto out;
-        e->next_seq = last + 1;
-        e->seq_loaded = true;
-    }
-    int64_t first = e->next_seq, now = kiln_now_us();
-    rc = store_logs_copy(c, batch->job_id, batch->attempt, batch->lines, batch->n_lines, first, now, err);
-    if (rc) {
-        /* The seq range may or may not be taken (a lost COMMIT reply): re-read next time. */
-        e->seq_loaded = false;
+    if (rc == 0)
+        rc = store_begin(c, err);
+    if (rc == 0)
+        rc = store_ingest_claim(c, batch->job_id, batch->stream_id, "logs", batch->batch_seq, &fresh, err);
+    if (rc || !fresh)
         goto out;
-    }
-    e->next_seq += (int64_t)batch->n_lines;
-    store_conn_put(s->store, c);
-    c = NULL;
-
-    /* Live hand-off, still under ingest_mu so followers see lines in seq order. JSON is built
-     * once per line and shared by every follower. */
-    pthread_mutex_lock(&e->fmu);
-    bool any = e->followers != NULL;
-    pthread_mutex_unlock(&e->fmu);
-    if (any) {
-        size_t n = batch->n_lines;
-        json_t **lines = malloc(n * sizeof(*lines));
-        int64_t *seqs = malloc(n * sizeof(*seqs));
-        int *ranks = malloc(n * sizeof(*ranks));
-        if (lines && seqs && ranks) {
-            for (size_t i = 0; i < n; i++) {
-                const Kiln__LogLine *l = batch->lines[i];
-                int64_t t = l->time_us > 0 ? l->time_us : now;
-                char tb[40];
-                kiln_time_format(t, tb, sizeof(tb));
-                seqs[i] = first + (int64_t)i;
-                ranks[i] = l->rank;
-                lines[i] = log_line_json(l, seqs[i], t, tb, l->line ? l->line : "", batch->attempt);
-                if (!lines[i]) {
-                    /* Invalid UTF-8 (the stored copy has U+FFFD in its place): send '?' for
-                     * every non-ASCII byte of this line. */
-                    char *fixed = strdup(l->line ? l->line : "");
-                    for (char *q = fixed; q && *q; q++)
-                        if ((unsigned char)*q >= 0x80)
-                            *q = '?';
-                    lines[i] = log_line_json(l, seqs[i], t, tb, fixed ? fixed : "", batch->attempt);
-                    free(fixed);
-                }
-            }
-            svc_follow_publish(e, lines, seqs, ranks, n);
-            for (size_t i = 0; i < n; i++)
-                json_decref(lines[i]);
-        }
-        free(lines);
-        free(seqs);
-        free(ranks);
-    }
+    rc = store_log_seq_take(c, batch->job_id, n, &first, err);
+    if (rc == 0)
+        rc = store_logs_copy(c, batch->job_id, batch->attempt, batch->lines, batch->n_lines, first, kiln_now_us(),
+                             err);
+    if (rc == 0)
+        rc = store_commit(c, err);
 out:
-    pthread_mutex_unlock(&e->ingest_mu);
-    if (c)
+    if (c) {
+        if (!fresh) {
+            store_rollback(c);
+            log_debug("job %s: log batch %llu of stream %llx was stored before; acknowledged again", batch->job_id,
+                      (unsigned long long)batch->batch_seq, (unsigned long long)batch->stream_id);
+        }
         store_conn_put(s->store, c);
-    svc_jobent_put(s, e);
+    }
+    if (rc == 0 && fresh)
+        svc_notify_logs(s, batch->job_id, first + n - 1);
     return rc;
 }
 
@@ -340,14 +286,21 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
     }
 
     store_conn_t *c = NULL;
-    bool found = false;
+    bool found = false, fresh = true;
     rc = store_conn_get(s->store, &c, err);
     if (rc)
         goto out;
     rc = store_begin(c, err);
-    if (rc)
+    if (rc == 0)
+        rc = store_ingest_claim(c, batch->job_id, batch->stream_id, "metrics", batch->batch_seq, &fresh, err);
+    if (rc == 0 && !fresh) {
+        log_debug("job %s: metric batch %llu of stream %llx was stored before; acknowledged again", batch->job_id,
+                  (unsigned long long)batch->batch_seq, (unsigned long long)batch->stream_id);
+        store_rollback(c);
         goto out;
-    rc = store_metrics_copy(c, batch->job_id, batch->attempt, batch->points, batch->n_points, now, err);
+    }
+    if (rc == 0)
+        rc = store_metrics_copy(c, batch->job_id, batch->attempt, batch->points, batch->n_points, now, err);
     if (rc == 0)
         rc = store_job_metrics_update(c, batch->job_id, batch->attempt,
                                       latest_text ? latest_text : "{}", max_step, rate, &found, err);

@@ -1,6 +1,7 @@
 /* sched.c - the scheduler: a thread woken by submissions, exits and registrations (and a tick)
- * that walks the queue in priority order, then first come first served, and places each job's
- * whole gang at once with sched_place() (best fit, never partial), writing its assignments.
+ * that, on the leader kilnd only (notify.c), walks the queue in priority order, then first come
+ * first served, and places each job's whole gang at once with sched_place() (best fit, never
+ * partial), writing its assignments.
  *
  * Head of line: a job that fits the cluster but not its free slots right now blocks every job
  * behind it that wants the same slot type (strict priority and FIFO; no backfill), so a big job
@@ -69,16 +70,6 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
     return place(workers, n, req, true, NULL);
 }
 
-/* Rendezvous port of an attempt: spread over a range so attempts and jobs sharing a host rarely
- * collide. */
-static int master_port(const char *job_id, int attempt)
-{
-    uint32_t h = 2166136261u;
-    for (const char *p = job_id; *p; p++)
-        h = (h ^ (uint8_t)*p) * 16777619u;
-    return 29500 + (int)((h + (uint32_t)attempt) % 2000u);
-}
-
 /* Places one job on the chosen workers in one transaction. Returns 0, or an error (the job
  * changed state meanwhile: KILN_ESTATE, harmless). */
 static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_worker_cap_t *cap,
@@ -116,7 +107,9 @@ static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_wo
         for (int r = 0; r < a.nranks; r++)
             a.ranks[r] = k * job.slots_per_node + r;
         kiln_strlcpy(a.master_addr, w0->address[0] ? w0->address : w0->hostname, sizeof(a.master_addr));
-        a.master_port = master_port(job.id, attempt);
+        /* The agent of node 0 picks a port free on its host and reports it; the other nodes'
+         * assignments wait for it (store_assign_undelivered). */
+        a.master_port = 0;
         rc = store_assign_insert(tx.c, &a, err);
         if (rc)
             goto fail;
@@ -171,8 +164,9 @@ static void sched_tick(svc_t *s)
     kiln_err_clear(&err);
     if (store_conn_get(s->store, &c, &err))
         goto out;
-    /* Several kilnd may share a database: only one places jobs at a time, or two could hand the
-     * same free slots to different jobs. The connection keeps the lock for the whole pass. */
+    /* Only the leader schedules (svc_sched_main), but a leader that lost its session has not
+     * always noticed yet when another takes over: the pass lock keeps two passes from handing the
+     * same free slots to different jobs in that moment. The connection keeps it for the pass. */
     if (store_sched_lock(c, &locked, &err) || !locked)
         goto out;
     uint64_t gen = svc_cap_gen(s);
@@ -321,6 +315,8 @@ void *svc_sched_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
+        if (!svc_is_leader(s))
+            continue; /* the leader schedules; wake-ups here were forwarded to it (notify.c) */
         sched_tick(s);
         /* Coalesce bursts of wake-ups (a submission storm) into at most one pass per 20 ms. */
         struct timespec pause = {.tv_sec = 0, .tv_nsec = 20 * 1000000};

@@ -95,12 +95,9 @@ int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, in
     job->attempt = attempt;
     if (flags & STORE_TR_STOP_REQ)
         job->stop_requested = true;
-    if (svc_state_terminal(to) && tx->nended < SVC_MAX_ENDED) {
-        kiln_strlcpy(tx->ended[tx->nended].id, job->id, STORE_ID_LEN);
-        kiln_strlcpy(tx->ended[tx->nended].state, svc_state_name(to), 16);
-        kiln_strlcpy(tx->ended[tx->nended].reason, reason ? reason : "", 256);
-        tx->nended++;
-    }
+    /* Followers on every kilnd hear of the end when (and only if) this transaction commits. */
+    if (svc_state_terminal(to) && (rc = store_notify(tx->c, SVC_CH_JOB_END, job->id, err)) != 0)
+        return rc;
     /* Anything that ends or re-queues a job may free slots or add work for the scheduler. */
     if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED)
         tx->wake_sched = true;

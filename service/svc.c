@@ -37,9 +37,15 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
     pthread_mutex_init(&s->cap_mu, NULL);
     pthread_mutex_init(&s->jobs_mu, NULL);
     pthread_mutex_init(&s->stale_mu, NULL);
+    pthread_mutex_init(&s->note_mu, NULL);
+    atomic_init(&s->leader, false);
+    atomic_init(&s->leader_epoch, 0);
+    s->notify_efd = -1;
 
     store_conn_t *c = NULL;
     int rc = svc_auth_init(s, err);
+    if (rc == 0)
+        rc = svc_notify_init(s, err);
     if (rc)
         goto fail;
     if (!s->database_url || !*s->database_url) {
@@ -48,7 +54,8 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
         goto fail;
     }
     /* On top of the requests' connections, the scheduler and liveness threads each hold up to
-     * two at once (their pass plus one job transaction). */
+     * two at once (their pass plus one job transaction); the notify thread has its own session
+     * and borrows one to read new log lines. */
     rc = store_open(s->database_url, s->cfg.db_pool_size + 4, &s->store, err);
     if (rc)
         goto fail;
@@ -63,10 +70,8 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
     rc = svc_auth_setup(s, c, err);
     if (rc)
         goto fail;
-    /* kilnd's own downtime must not count as the workers' silence. */
-    rc = store_workers_refresh(c, err);
-    if (rc)
-        goto fail;
+    /* (kilnd's own downtime does not count as the workers' silence: the liveness checker only
+     * judges silence it watched, from taking the lead on; liveness.c) */
     rc = svc_cap_refresh(s, c, err);
     if (rc)
         goto fail;
@@ -83,6 +88,11 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
         goto fail;
     }
     s->live_started = true;
+    if (pthread_create(&s->notify_thread, NULL, svc_notify_main, s) != 0) {
+        rc = kiln_err_set(err, KILN_EINTERNAL, NULL, "could not start the notify thread");
+        goto fail;
+    }
+    s->notify_started = true;
     *out = s;
     return 0;
 fail:
@@ -100,10 +110,14 @@ void svc_destroy(svc_t *s)
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    svc_notify_wake(s);
     if (s->sched_started)
         pthread_join(s->sched_thread, NULL);
     if (s->live_started)
         pthread_join(s->live_thread, NULL);
+    if (s->notify_started)
+        pthread_join(s->notify_thread, NULL);
+    svc_notify_free(s);
     svc_jobents_free(s);
     svc_auth_free(s);
     pthread_mutex_destroy(&s->auth_mu);
@@ -114,6 +128,7 @@ void svc_destroy(svc_t *s)
     pthread_mutex_destroy(&s->cap_mu);
     pthread_mutex_destroy(&s->jobs_mu);
     pthread_mutex_destroy(&s->stale_mu);
+    pthread_mutex_destroy(&s->note_mu);
     free(s->database_url);
     free(s->migrations_dir);
     free(s);
@@ -141,8 +156,6 @@ int svc_tx_commit(svc_tx_t *tx, kiln_err_t *err)
     tx->c = NULL;
     if (rc)
         return rc;
-    for (int i = 0; i < tx->nended; i++)
-        svc_follow_end(tx->s, tx->ended[i].id, tx->ended[i].state, tx->ended[i].reason);
     if (tx->wake_sched)
         svc_sched_wake(tx->s);
     return 0;
@@ -155,14 +168,6 @@ void svc_tx_abort(svc_tx_t *tx)
     store_rollback(tx->c);
     store_conn_put(tx->s->store, tx->c);
     tx->c = NULL;
-}
-
-void svc_sched_wake(svc_t *s)
-{
-    pthread_mutex_lock(&s->mu);
-    s->sched_wake = true;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
 }
 
 uint64_t svc_cap_gen(svc_t *s)

@@ -5,12 +5,12 @@
 #define KILN_SVC_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "service/service.h"
 #include "store/store.h"
 
 #define SVC_JOBENT_BUCKETS 1024
-#define SVC_MAX_ENDED 8
 #define SVC_STALE_SLOTS 256
 #define SVC_OWN_SLOTS 8
 
@@ -29,6 +29,21 @@ typedef struct svc_agent_entry {
 /* The user the first start against an empty database creates (--bootstrap-token-file). */
 #define SVC_BOOTSTRAP_USER "admin"
 
+/* What kilnd tell each other through the database (notify.c). */
+#define SVC_CH_LOGS "kiln_logs"        /* "<job id> <seq>": the job's lines up to seq are stored */
+#define SVC_CH_JOB_END "kiln_job_end"  /* "<job id>": the job reached a terminal state (sent by the
+                                          transaction that moved it there) */
+#define SVC_CH_SCHED "kiln_sched"      /* "": the scheduler has work (for the leader) */
+/* The session advisory lock the leader holds ("kilnlead"); migrations and the scheduler's pass
+ * use others (store/). */
+#define SVC_LEADER_KEY INT64_C(0x6b696c6e6c656164)
+
+/* A job whose followers elsewhere should hear of lines up to seq. */
+typedef struct svc_note {
+    char job_id[STORE_ID_LEN];
+    int64_t seq;
+} svc_note_t;
+
 struct svc {
     svc_config_t cfg;
     char *database_url;
@@ -39,8 +54,17 @@ struct svc {
     pthread_cond_t cv;
     bool stopping;
     bool sched_wake;
-    pthread_t sched_thread, live_thread;
-    bool sched_started, live_started;
+    pthread_t sched_thread, live_thread, notify_thread;
+    bool sched_started, live_started, notify_started;
+
+    /* Several kilnd on one database (notify.c): news to send, and who leads. */
+    pthread_mutex_t note_mu;
+    svc_note_t *notes;           /* log news to send, one per job (highest seq) */
+    int nnotes, capnotes;
+    bool note_sched;             /* tell the leader's scheduler it has work */
+    int notify_efd;              /* eventfd that wakes the notify thread */
+    atomic_bool leader;          /* this kilnd holds the leader lock: it schedules and judges liveness */
+    atomic_uint_fast64_t leader_epoch; /* counts the times it took the lock */
 
     /* Alive workers' capacity as of the last read: submission's "can it ever fit" check. */
     pthread_mutex_t cap_mu;
@@ -69,17 +93,12 @@ struct svc {
     } stale_sent[SVC_STALE_SLOTS];
 };
 
-/* A database transaction that remembers what to announce once it has committed: jobs that
- * ended (their followers get the end notice) and whether the scheduler should run. */
+/* A database transaction that remembers what to announce once it has committed: whether the
+ * scheduler should run. (A job's end is announced by the transaction itself: svc_job_set_state
+ * sends SVC_CH_JOB_END, which the database delivers only if it commits.) */
 typedef struct svc_tx {
     svc_t *s;
     store_conn_t *c;
-    int nended;
-    struct {
-        char id[STORE_ID_LEN];
-        char state[16];
-        char reason[256];
-    } ended[SVC_MAX_ENDED];
     bool wake_sched;
     const char *actor;           /* the user whose request this is (events record it), or NULL */
 } svc_tx_t;
@@ -132,10 +151,23 @@ int svc_project_need(const svc_caller_t *who, const char *project, svc_role_t ne
 int svc_job_access(store_conn_t *c, const svc_caller_t *who, const char *id, svc_role_t need,
                    kiln_err_t *err);
 
-/* Wakes the scheduler. */
+/* Wakes the scheduler: this kilnd's when it leads, else the leader's through the database. */
 void svc_sched_wake(svc_t *s);
 void *svc_sched_main(void *arg);
 void *svc_live_main(void *arg);
+
+/* ---- several kilnd (notify.c) ------------------------------------------------------------- */
+/* Whether this kilnd holds the leader lock now, and how many times it has taken it (a new value
+ * means it took the lead again and has not watched the workers meanwhile). */
+bool svc_is_leader(svc_t *s);
+uint64_t svc_leader_epoch(svc_t *s);
+/* After an ingest committed: tells every kilnd's followers of the job that its lines up to
+ * last_seq are stored (coalesced; sent by the notify thread). */
+void svc_notify_logs(svc_t *s, const char *job_id, int64_t last_seq);
+void *svc_notify_main(void *arg);
+int svc_notify_init(svc_t *s, kiln_err_t *err);
+void svc_notify_free(svc_t *s);
+void svc_notify_wake(svc_t *s);
 /* The cache's generation: read it before reading capacity from the database. */
 uint64_t svc_cap_gen(svc_t *s);
 /* Replaces the cached capacity with cap (taking ownership) unless it was replaced since gen
@@ -179,9 +211,9 @@ struct svc_jobent {
     int64_t last_used_us;
     svc_jobent_t *next;
 
-    pthread_mutex_t ingest_mu;   /* serialises log batches of the job: seq order = commit order */
-    bool seq_loaded;
-    int64_t next_seq;
+    pthread_mutex_t pub_mu;      /* what the followers were handed: lines up to pub_seq */
+    bool pub_loaded;
+    int64_t pub_seq;
 
     /* The ranks of this job kilnd assigned to a worker, per (attempt, worker): the check behind
      * every report (agent.c), so a batch costs no query once its assignment was seen. */
@@ -214,9 +246,12 @@ int svc_agent_owns(svc_t *s, const char *worker_id, const char *job_id, int atte
                    size_t n, kiln_err_t *err);
 /* Tells the job's followers (if any) that it ended. */
 void svc_follow_end(svc_t *s, const char *job_id, const char *state, const char *reason);
-/* Hands freshly stored lines (JSON objects with seq, rank) to the job's followers. */
-void svc_follow_publish(svc_jobent_t *e, json_t *const *lines, const int64_t *seqs,
-                        const int *ranks, size_t n);
+/* Reads the job's lines stored after what its followers were handed, up to seq (or all of them
+ * with seq <= 0), and hands them out in seq order. Nothing when the job has no follower here. */
+void svc_follow_catch_up(svc_t *s, svc_jobent_t *e, int64_t seq);
+/* svc_follow_catch_up for every followed job, and the end notice for those that ended: after
+ * notifications may have been missed. */
+void svc_follow_catch_up_all(svc_t *s);
 
 /* ---- authentication (auth.c) ---------------------------------------------------------------- */
 

@@ -121,7 +121,29 @@ int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assig
     return assign_rows(c, "read undelivered assignments",
                        "SELECT " ASSIGN_COLS " FROM assignments a JOIN workers w ON w.id = a.worker_id"
                        " WHERE a.worker_id = $1 AND NOT a.delivered AND NOT a.released AND NOT a.stop"
+                       "  AND (a.node_rank = 0 OR a.master_port > 0)"
                        " ORDER BY a.id", 1, p, out, n, err);
+}
+
+int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
+                          bool *set, kiln_err_t *err)
+{
+    char att[16], pt[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    snprintf(pt, sizeof(pt), "%d", port);
+    const char *p[4] = {job_id, att, worker_id, pt};
+    PGresult *r = NULL;
+    *set = false;
+    int rc = store_q(c, "set the rendezvous port",
+                     "UPDATE assignments SET master_port = $4::int"
+                     " WHERE job_id = $1::uuid AND attempt = $2::int AND master_port = 0"
+                     "  AND EXISTS (SELECT 1 FROM assignments z WHERE z.job_id = $1::uuid AND z.attempt = $2::int"
+                     "   AND z.worker_id = $3 AND z.node_rank = 0) RETURNING 1", 4, p, &r, err);
+    if (rc)
+        return rc;
+    *set = PQntuples(r) > 0;
+    PQclear(r);
+    return 0;
 }
 
 int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err)

@@ -46,6 +46,65 @@ static void buf_copy_utf8(store_buf_t *b, const char *s)
     b->len = (size_t)(d - b->p);
 }
 
+int store_ingest_claim(store_conn_t *c, const char *job_id, uint64_t stream_id, const char *kind,
+                       uint64_t batch_seq, bool *fresh, kiln_err_t *err)
+{
+    *fresh = true;
+    if (stream_id == 0 || batch_seq == 0)
+        return 0;
+    char sid[24], seq[24];
+    /* bigint columns: the agent's unsigned numbers are stored as their two's-complement image */
+    snprintf(sid, sizeof(sid), "%lld", (long long)(int64_t)stream_id);
+    snprintf(seq, sizeof(seq), "%lld", (long long)(batch_seq > INT64_MAX ? INT64_MAX : batch_seq));
+    const char *p[4] = {job_id, sid, kind, seq};
+    PGresult *r = NULL;
+    int rc = store_qp(c, "record an ingested batch",
+                      "INSERT INTO ingest_batches (job_id, stream_id, kind, last_seq)"
+                      " VALUES ($1::uuid, $2::bigint, $3, $4::bigint)"
+                      " ON CONFLICT (job_id, stream_id, kind) DO UPDATE SET last_seq = EXCLUDED.last_seq,"
+                      "  updated_at = now() WHERE ingest_batches.last_seq < EXCLUDED.last_seq RETURNING 1",
+                      4, p, &r, err);
+    if (rc)
+        return rc;
+    *fresh = PQntuples(r) == 1;
+    PQclear(r);
+    return 0;
+}
+
+int store_log_seq_take(store_conn_t *c, const char *job_id, int64_t n, int64_t *first, kiln_err_t *err)
+{
+    char nb[24];
+    snprintf(nb, sizeof(nb), "%lld", (long long)n);
+    const char *p[2] = {job_id, nb};
+    PGresult *r = NULL;
+    int rc = store_qp(c, "number log lines",
+                      "INSERT INTO log_seqs (job_id, last_seq) VALUES ($1::uuid, $2::bigint)"
+                      " ON CONFLICT (job_id) DO UPDATE SET last_seq = log_seqs.last_seq + EXCLUDED.last_seq"
+                      " RETURNING last_seq", 2, p, &r, err);
+    if (rc)
+        return rc;
+    *first = store_get_i64(r, 0, 0) - n + 1;
+    PQclear(r);
+    return 0;
+}
+
+int store_ingest_prune(store_conn_t *c, int older_than_s, int *n, kiln_err_t *err)
+{
+    char age[24];
+    snprintf(age, sizeof(age), "%d", older_than_s);
+    const char *p[1] = {age};
+    PGresult *r = NULL;
+    *n = 0;
+    int rc = store_q(c, "forget old ingested batch numbers",
+                     "DELETE FROM ingest_batches WHERE updated_at < now() - $1::int * interval '1 second'", 1, p, &r,
+                     err);
+    if (rc)
+        return rc;
+    *n = atoi(PQcmdTuples(r));
+    PQclear(r);
+    return 0;
+}
+
 int store_logs_copy(store_conn_t *c, const char *job_id, int attempt, Kiln__LogLine *const *lines,
                     size_t n, int64_t first_seq, int64_t now_us, kiln_err_t *err)
 {

@@ -435,9 +435,9 @@ int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t 
         return not_found(err, id);
     const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_q(c, "read the last log seq",
-                     "SELECT (SELECT max(seq) FROM logs WHERE job_id = $1::uuid) FROM jobs"
-                     " WHERE id = $1::uuid", 1, p, &r, err);
+    int rc = store_qp(c, "read the last log seq",
+                      "SELECT coalesce((SELECT last_seq FROM log_seqs WHERE job_id = $1::uuid), 0) FROM jobs"
+                      " WHERE id = $1::uuid", 1, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) != 1) {

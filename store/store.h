@@ -142,7 +142,8 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
 /* Jobs that have run longer than their spec's stopping.max_runtime_s (counted from their first
  * start). *out malloc'd, at most 100. */
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err);
-/* Highest log seq stored for a job (0 when none). KILN_ENOTFOUND when the job does not exist. */
+/* Highest log seq handed out for a job (0 when none); every line up to it is committed once the
+ * caller's snapshot sees it. KILN_ENOTFOUND when the job does not exist. */
 int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t *err);
 /* Folds a batch's metrics into the job row when attempt is the job's current attempt: latest
  * values (latest_json, a JSON object) merged into jobs.metrics, progress_step raised to max_step,
@@ -182,11 +183,13 @@ int store_worker_touch(store_conn_t *c, const char *id, bool draining, bool *beg
                        kiln_err_t *err);
 /* Marks a worker draining (no new placements); *changed = it was not before. */
 int store_worker_set_draining(store_conn_t *c, const char *id, bool *changed, kiln_err_t *err);
-/* Marks ALIVE workers silent for longer than timeout_ms DEAD; *n (OUT) = how many. */
-int store_workers_expire(store_conn_t *c, int timeout_ms, int *n, kiln_err_t *err);
-/* After a kilnd restart: gives every ALIVE worker a fresh heartbeat so that kilnd's own downtime
- * does not kill them. */
-int store_workers_refresh(store_conn_t *c, kiln_err_t *err);
+/* Marks DEAD the ALIVE workers that have been silent for longer than timeout_ms of the time the
+ * caller watched: silence is counted from their last heartbeat or from watched_since_us (Unix
+ * microseconds on the database's clock, store_now_us), whichever is later, so that a time kilnd
+ * itself was paused, down or not leading never counts against a worker. *n (OUT) = how many. */
+int store_workers_expire(store_conn_t *c, int timeout_ms, int64_t watched_since_us, int *n, kiln_err_t *err);
+/* The database's clock (clock_timestamp()) in Unix microseconds. */
+int store_now_us(store_conn_t *c, int64_t *out, kiln_err_t *err);
 /* *out = array of workers as contracts.md shows them. */
 int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
 
@@ -294,9 +297,14 @@ int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *er
 /* Assignments of one attempt of a job, by node rank. *out malloc'd (caller frees). */
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
                       int *n, kiln_err_t *err);
-/* Undelivered, unreleased, not stopped assignments of a worker (ids only, via *out). */
+/* Undelivered, unreleased, not stopped assignments of a worker: node 0's at once, the others'
+ * once node 0's agent has reported the rendezvous port (store_assign_set_port). */
 int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assign_t **out, int *n,
                              kiln_err_t *err);
+/* The rendezvous port node 0's agent picked for the attempt: set on every assignment of it that
+ * has none yet, when worker_id holds node 0. *set (OUT) = some row changed. */
+int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
+                          bool *set, kiln_err_t *err);
 /* Marks one assignment delivered; *spec_json (OUT, malloc'd, caller frees) = the job's spec. */
 int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err);
 int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,
@@ -368,8 +376,23 @@ int store_rank_exit_counts(store_conn_t *c, const char *job_id, int attempt, int
 
 /* ---- logs and metrics ----------------------------------------------------------------------- */
 
-/* Appends n log lines with one COPY; line i gets seq first_seq + i; a line with time_us 0 gets
- * now_us. Runs in the current transaction, or its own. */
+/* Exactly-once ingestion, inside the batch's transaction: records that batch batch_seq of the
+ * agent's stream (job_id, stream_id, kind "logs" | "metrics") is being stored. *fresh (OUT) =
+ * false when a batch with that number or a later one was already stored (a re-sent copy: store
+ * nothing). stream_id or batch_seq 0: nothing to record, *fresh = true. Locks the stream's row
+ * until the transaction ends, so a copy sent to another kilnd at the same time waits and then
+ * sees this one. */
+int store_ingest_claim(store_conn_t *c, const char *job_id, uint64_t stream_id, const char *kind,
+                       uint64_t batch_seq, bool *fresh, kiln_err_t *err);
+/* Takes n (>= 1) log sequence numbers of a job, *first (OUT) to *first + n - 1, inside the
+ * batch's transaction: the job's counter row stays locked until it ends, so the batches of one
+ * job commit in seq order. */
+int store_log_seq_take(store_conn_t *c, const char *job_id, int64_t n, int64_t *first, kiln_err_t *err);
+/* Forgets the batch numbers of streams silent for older_than_s; *n (OUT) = rows removed. */
+int store_ingest_prune(store_conn_t *c, int older_than_s, int *n, kiln_err_t *err);
+/* Appends n log lines with one COPY; line i gets seq first_seq + i (taken with
+ * store_log_seq_take); a line with time_us 0 gets now_us. Runs in the current transaction, or its
+ * own. */
 int store_logs_copy(store_conn_t *c, const char *job_id, int attempt, Kiln__LogLine *const *lines,
                     size_t n, int64_t first_seq, int64_t now_us, kiln_err_t *err);
 /* Appends n metric points with one COPY (time_us 0 -> now_us). */
@@ -395,6 +418,34 @@ typedef struct store_metrics_query {
  * series ordered by step, then attempt; downsampled to at most max_points (first and last kept). */
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const store_metrics_query_t *q,
                              json_t **out, kiln_err_t *err);
+
+/* ---- notifications and leadership (listen.c) ------------------------------------------------ */
+
+/* A dedicated session (not from the pool) that LISTENs on some channels, sends notifications and
+ * can hold a session advisory lock; all of it ends with the session. Used by one thread. */
+typedef struct store_listener store_listener_t;
+typedef void (*store_notify_fn)(void *ud, const char *channel, const char *payload);
+/* Connects (with TCP keepalives, asynchronous commit) and LISTENs on channels[0..n). Caller owns
+ * *out; close with store_listener_close(). KILN_EDB when the database cannot be reached. */
+int store_listener_open(const char *url, const char *const *channels, size_t n, store_listener_t **out,
+                        kiln_err_t *err);
+/* Ends the session: its LISTENs and its advisory locks go with it. Accepts NULL. */
+void store_listener_close(store_listener_t *l);
+/* The socket to poll for readability. */
+int store_listener_fd(store_listener_t *l);
+/* Reads what the socket holds and calls fn for every notification that arrived (payload "" when
+ * none). Non-blocking. KILN_EDB when the session is gone (then close it and open another). */
+int store_listener_drain(store_listener_t *l, store_notify_fn fn, void *ud, kiln_err_t *err);
+/* Sends n notifications (channels[i] with payloads[i]) in one statement and one asynchronous
+ * commit. KILN_EDB. */
+int store_listener_notify(store_listener_t *l, const char *const *channels, const char *const *payloads, size_t n,
+                          kiln_err_t *err);
+/* pg_try_advisory_lock(key) on the listener's session: *got (OUT) whether it holds the lock now
+ * (also when it already held it). KILN_EDB. */
+int store_listener_try_lock(store_listener_t *l, int64_t key, bool *got, kiln_err_t *err);
+/* pg_notify(channel, payload) on c: inside a transaction it is sent when (and only if) the
+ * transaction commits. */
+int store_notify(store_conn_t *c, const char *channel, const char *payload, kiln_err_t *err);
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 

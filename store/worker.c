@@ -71,17 +71,19 @@ int store_worker_touch(store_conn_t *c, const char *id, bool draining, bool *beg
     return kiln_err_set(err, KILN_ESTATE, NULL, "worker \"%s\" was declared dead; it must register again", id);
 }
 
-int store_workers_expire(store_conn_t *c, int timeout_ms, int *n, kiln_err_t *err)
+int store_workers_expire(store_conn_t *c, int timeout_ms, int64_t watched_since_us, int *n, kiln_err_t *err)
 {
-    char ms[16];
+    char ms[16], since[24];
     snprintf(ms, sizeof(ms), "%d", timeout_ms);
-    const char *p[1] = {ms};
+    snprintf(since, sizeof(since), "%lld", (long long)watched_since_us);
+    const char *p[2] = {ms, since};
     PGresult *r = NULL;
     *n = 0;
     int rc = store_q(c, "expire silent workers",
                      "UPDATE workers SET state = 'DEAD', state_reason = 'stopped heartbeating'"
-                     " WHERE state = 'ALIVE' AND last_heartbeat < clock_timestamp() - $1::int *"
-                     " interval '1 millisecond' RETURNING id, hostname", 1, p, &r, err);
+                     " WHERE state = 'ALIVE' AND greatest(last_heartbeat, to_timestamp($2::bigint / 1e6))"
+                     "  < clock_timestamp() - $1::int * interval '1 millisecond' RETURNING id, hostname", 2, p, &r,
+                     err);
     if (rc)
         return rc;
     *n = PQntuples(r);
@@ -92,11 +94,15 @@ int store_workers_expire(store_conn_t *c, int timeout_ms, int *n, kiln_err_t *er
     return 0;
 }
 
-int store_workers_refresh(store_conn_t *c, kiln_err_t *err)
+int store_now_us(store_conn_t *c, int64_t *out, kiln_err_t *err)
 {
-    return store_q(c, "refresh worker heartbeats",
-                   "UPDATE workers SET last_heartbeat = now() WHERE state = 'ALIVE'", 0, NULL, NULL,
-                   err);
+    PGresult *r = NULL;
+    int rc = store_q(c, "read the database's clock", "SELECT " STORE_US("clock_timestamp()"), 0, NULL, &r, err);
+    if (rc)
+        return rc;
+    *out = store_get_i64(r, 0, 0);
+    PQclear(r);
+    return 0;
 }
 
 #define USED_SLOTS "(SELECT coalesce(sum(cardinality(a.ranks)), 0) FROM assignments a" \

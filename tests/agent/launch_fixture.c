@@ -12,11 +12,12 @@
 rec_t R;
 char dir[256];
 
-static void on_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason)
+static void on_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason, int master_port)
 {
     rec_t *r = ud;
     (void)job_id, (void)attempt;
     pthread_mutex_lock(&r->mu);
+    r->last_port = master_port;
     if (ok)
         r->started++;
     else
@@ -117,8 +118,14 @@ char *lf_script(const char *name, const char *body)
 
 agent_launcher_t *lf_launcher(const char *bin, int slots, bool gpu, int cores, const char *const *roots, size_t n)
 {
+    return lf_launcher_ports(bin, slots, gpu, cores, roots, n, 0, 0);
+}
+
+agent_launcher_t *lf_launcher_ports(const char *bin, int slots, bool gpu, int cores, const char *const *roots,
+                                    size_t n, int port_lo, int port_hi)
+{
     agent_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = slots, .gpu = gpu, .cores = cores,
-                                   .data_roots = roots, .n_data_roots = n};
+                                   .data_roots = roots, .n_data_roots = n, .port_lo = port_lo, .port_hi = port_hi};
     agent_launch_cbs_t cbs = {on_started, on_line, on_points, on_exit_cb, &R};
     agent_launcher_t *l = NULL;
     kiln_err_t err;

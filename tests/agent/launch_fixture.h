@@ -32,6 +32,7 @@ typedef struct rec {
     ev_exit_t exits[16];
     int nexits;
     int started, start_failed;
+    int last_port;     /* the rendezvous port of the last start */
     char start_reason[600];
     size_t long_len;
     bool long_marked;
@@ -47,6 +48,9 @@ void lf_teardown(void);
 char *lf_script(const char *name, const char *body);
 /* A launcher on dir with the recorder's callbacks and data roots roots[0..n). */
 agent_launcher_t *lf_launcher(const char *bin, int slots, bool gpu, int cores, const char *const *roots, size_t n);
+/* The same with the rendezvous ports port_lo..port_hi. */
+agent_launcher_t *lf_launcher_ports(const char *bin, int slots, bool gpu, int cores, const char *const *roots,
+                                    size_t n, int port_lo, int port_hi);
 /* Waits until n exits arrived; false after timeout_ms. */
 bool lf_wait_exits(int n, int timeout_ms);
 /* The first line of rank starting with prefix, or NULL. Call with R.mu not held. */

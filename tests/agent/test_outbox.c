@@ -82,3 +82,94 @@ Test(outbox, a_full_outbox_drops_the_oldest_batches_and_says_so)
     pthread_mutex_unlock(&o.mu);
     ob_deinit(&o);
 }
+
+/* Batches are numbered per attempt and kind, 1, 2, 3, ... in the order they leave, under one
+ * random stream id per attempt; another attempt is another stream. */
+Test(outbox, batches_are_numbered_per_attempt)
+{
+    ob_t o;
+    ob_init(&o);
+    for (int i = 0; i < 2500; i++)
+        ob_add_line(&o, "job-a", 1, 0, AGENT_STREAM_STDOUT, 1, "x", 1);
+    agent_point_t pt = {.name = "loss", .rank = 0, .step = 1, .value = 1.5, .time_us = 1};
+    ob_add_points(&o, "job-a", 1, &pt, 1);
+    ob_add_line(&o, "job-a", 2, 0, AGENT_STREAM_STDOUT, 1, "y", 1);
+    pthread_mutex_lock(&o.mu);
+    ob_seal_due_locked(&o, true);
+    uint64_t stream1 = 0, stream2 = 0, next_logs = 1;
+    bool metrics_seen = false;
+    for (ob_item_t *it = o.head; it; it = it->next) {
+        cr_assert_neq(it->stream_id, 0);
+        if (it->attempt == 2) {
+            stream2 = it->stream_id;
+            cr_assert_eq(it->batch_seq, 1, "another attempt counts from 1");
+            continue;
+        }
+        if (!stream1)
+            stream1 = it->stream_id;
+        cr_assert_eq(it->stream_id, stream1, "one stream per attempt");
+        if (it->kind == OB_LOGS)
+            cr_assert_eq(it->batch_seq, next_logs++, "log batches in order");
+        if (it->kind == OB_METRICS) {
+            cr_assert_eq(it->batch_seq, 1, "metric batches are numbered apart");
+            metrics_seen = true;
+        }
+    }
+    cr_assert_eq(next_logs, 4, "2,500 lines are three log batches");
+    cr_assert(metrics_seen);
+    cr_assert_neq(stream1, stream2);
+    pthread_mutex_unlock(&o.mu);
+    ob_deinit(&o);
+}
+
+/* What an agent took in but never had stored is counted in a file that outlives it; the next
+ * agent in the work dir queues a line in the job's log saying how much was lost. */
+Test(outbox, a_killed_agents_lost_lines_are_reported_by_the_next)
+{
+    char dir[] = "/tmp/kiln-ledger.XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    const char *job = "7d1f0f6e-34a4-4d6b-9e5c-0a64e0b1c001";
+    ob_t o;
+    ob_init(&o);
+    ob_set_ledger_dir(&o, dir);
+    for (int i = 0; i < 1040; i++)
+        ob_add_line(&o, job, 1, 3, AGENT_STREAM_STDOUT, 1, "line", 4);
+    agent_point_t pts[7];
+    for (int i = 0; i < 7; i++)
+        pts[i] = (agent_point_t){.name = "loss", .rank = 3, .step = i, .value = 1.0, .time_us = 1};
+    ob_add_points(&o, job, 1, pts, 7);
+    /* the first batch (1,000 lines) reaches kilnd; the other 40 lines and the points do not */
+    pthread_mutex_lock(&o.mu);
+    ob_item_t *first = ob_pop_locked(&o);
+    pthread_mutex_unlock(&o.mu);
+    cr_assert_eq(first->nlines, 1000);
+    ob_done(&o, first, true);
+    ob_item_free(first);
+    /* the agent "dies": its memory goes, its ledger stays (ob_deinit only unmaps it) */
+    ob_deinit(&o);
+
+    ob_t n;
+    ob_init(&n);
+    ob_set_ledger_dir(&n, dir);
+    cr_assert_eq(ob_recover(&n), 1, "one attempt lost something");
+    pthread_mutex_lock(&n.mu);
+    ob_seal_due_locked(&n, true);
+    cr_assert_not_null(n.head);
+    cr_assert_eq(n.head->kind, OB_LOGS);
+    cr_assert_str_eq(n.head->job_id, job);
+    cr_assert_eq(n.head->attempt, 1);
+    cr_assert_eq(n.head->lines[0].rank, 3, "the notice is a line of a rank the agent ran");
+    cr_assert(strstr(n.head->lines[0].line, "40 log line(s) and 7 metric point(s) of attempt 1 were lost"), "%s",
+              n.head->lines[0].line);
+    pthread_mutex_unlock(&n.mu);
+    ob_deinit(&n);
+    /* the notice itself is in a new ledger: a second restart reports it, if it too was lost */
+    ob_t m;
+    ob_init(&m);
+    ob_set_ledger_dir(&m, dir);
+    cr_assert_eq(ob_recover(&m), 1);
+    ob_deinit(&m);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

@@ -19,7 +19,7 @@ static int count_events(const char *text, long long *first_seq, bool *contiguous
     long long prev = -1;
     *contiguous = true;
     for (const char *p = text; *p;) {
-        if (p[0] == 'i' && p[1] == 'd' && p[2] == ':' && p[3] == ' ') {
+        if (p[0] == 'i' && p[1] == 'd' && p[2] == ':' && p[3] == ' ' && strncmp(p + 4, "end\n", 4) != 0) {
             long long seq = atoll(p + 4);
             if (n == 0 && first_seq)
                 *first_seq = seq;
@@ -136,6 +136,24 @@ Test(logs, follow_streams_history_then_live_then_end)
     cr_assert(strstr(r.buf, "event: end"), "%s", r.buf);
     cr_assert(!strstr(r.buf, "live 1\""), "%s", r.buf);
     at_sse_free(&r);
+
+    /* The end event's id is "end"; an EventSource reconnecting after it sends that back and is
+     * answered 204 No Content, which makes it stop instead of reconnecting forever. */
+    cr_assert(strstr(s.buf, "id: end\nevent: end\n"), "%s", s.buf);
+    at_sse_t again;
+    at_sse_open(&again, path, "end");
+    cr_assert(at_sse_join(&again, 5000), "the reconnect is answered at once");
+    cr_assert_eq(again.status, 204, "%ld: %s", again.status, again.buf);
+    cr_assert_eq(again.len, 0, "no body: %s", again.buf);
+    at_sse_free(&again);
+    /* a follow of the ended job without Last-Event-ID: the history and the end again */
+    at_sse_t fresh;
+    at_sse_open(&fresh, path, NULL);
+    cr_assert(at_sse_join(&fresh, 10000), "%s", fresh.buf);
+    cr_assert_eq(fresh.status, 200);
+    cr_assert_eq(count_events(fresh.buf, NULL, &contiguous), 8, "%s", fresh.buf);
+    cr_assert(strstr(fresh.buf, "id: end\nevent: end\n"), "%s", fresh.buf);
+    at_sse_free(&fresh);
     at_sse_free(&s);
 
     /* follow on an unknown job is a plain JSON 404 */
@@ -143,6 +161,11 @@ Test(logs, follow_streams_history_then_live_then_end)
     char *raw;
     json_t *j = at_req("GET", "/v1/jobs/00000000-0000-4000-8000-000000000000/logs?follow=true", NULL, NULL, &st, &raw);
     cr_assert_eq(st, 404, "%s", raw);
+    json_decref(j);
+    free(raw);
+    const char *h_end[] = {"Last-Event-ID: end", NULL};
+    j = at_req("GET", "/v1/jobs/00000000-0000-4000-8000-000000000000/logs?follow=true", NULL, h_end, &st, &raw);
+    cr_assert_eq(st, 404, "an unknown job is not found, even after an end: %s", raw);
     json_decref(j);
     free(raw);
     free(id);

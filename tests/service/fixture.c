@@ -156,6 +156,18 @@ void status(const char *wid, const char *job, int attempt, bool started, const c
     cr_assert_eq(svc_agent_rank_status(svc, wid, &rq, &err), 0, "rank status: %s", err.message);
 }
 
+void status_port(const char *wid, const char *job, int attempt, int port)
+{
+    Kiln__RankStatus rq = KILN__RANK_STATUS__INIT;
+    rq.worker_id = (char *)wid;
+    rq.job_id = (char *)job;
+    rq.attempt = attempt;
+    rq.started = true;
+    rq.reason = (char *)"";
+    rq.master_port = port;
+    cr_assert_eq(svc_agent_rank_status(svc, wid, &rq, &err), 0, "rank status: %s", err.message);
+}
+
 void rank_exit(const char *wid, const char *job, int attempt, int rank, int code, const char *reason)
 {
     Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
@@ -241,12 +253,23 @@ void run_job(int nodes, int attempts, char wids[][64], char *job)
         reg(NULL, 1, "cpu", wids[k]);
     submit(spec(nodes, 1, "cpu", 0, attempts), NULL, job, NULL);
     json_decref(wait_state(job, "SCHEDULED", 5000));
-    for (int k = 0; k < nodes; k++) {
-        Kiln__HeartbeatResponse *r = hb(wids[k], NULL, 0);
-        cr_assert_eq(r->n_assignments, 1);
-    }
+    /* Node 0's agent gets its assignment first and reports the port it picked; then the others. */
+    bool got[64] = {false};
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < nodes; k++) {
+            if (got[k])
+                continue;
+            Kiln__HeartbeatResponse *r = hb(wids[k], NULL, 0);
+            if (r->n_assignments != 1)
+                continue;
+            got[k] = true;
+            if (r->assignments[0]->node_rank == 0)
+                status_port(wids[k], job, 1, 29500);
+            else
+                status(wids[k], job, 1, true, NULL);
+        }
     for (int k = 0; k < nodes; k++)
-        status(wids[k], job, 1, true, NULL);
+        cr_assert(got[k], "worker %s got no assignment", wids[k]);
     /* Return the workers in node-rank order: wids[k] runs rank k. */
     json_t *j = wait_state(job, "RUNNING", 1000);
     json_t *ws = json_object_get(j, "workers");

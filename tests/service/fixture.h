@@ -28,6 +28,8 @@ const char *state_of(json_t *j);
 /* Polls until the job is in state; returns it (caller decrefs); fails the test on timeout. */
 json_t *wait_state(const char *id, const char *state, int timeout_ms);
 void status(const char *wid, const char *job, int attempt, bool started, const char *reason);
+/* Started, with the rendezvous port the agent picked (as node 0 reports it). */
+void status_port(const char *wid, const char *job, int attempt, int port);
 void rank_exit(const char *wid, const char *job, int attempt, int rank, int code, const char *reason);
 void push_logs(const char *wid, const char *job, int attempt, int rank, int first, int n);
 void push_metrics(const char *wid, const char *job, int attempt, int step0, int nsteps);

@@ -338,8 +338,29 @@ Test(ingest, logs_copy_and_read_back)
     int64_t seq = 0;
     cr_assert_eq(store_job_log_seq(c, id, &seq, &err), 0);
     cr_assert_eq(seq, 0);
-    cr_assert_eq(store_logs_copy(c, id, 1, ptrs, 200, 1, kiln_now_us(), &err), 0, "%s", err.message);
-    cr_assert_eq(store_logs_copy(c, id, 1, ptrs + 200, 100, 201, kiln_now_us(), &err), 0, "%s", err.message);
+    int64_t first = 0;
+    cr_assert_eq(store_log_seq_take(c, id, 200, &first, &err), 0, "%s", err.message);
+    cr_assert_eq(first, 1);
+    cr_assert_eq(store_logs_copy(c, id, 1, ptrs, 200, first, kiln_now_us(), &err), 0, "%s", err.message);
+    cr_assert_eq(store_log_seq_take(c, id, 100, &first, &err), 0, "%s", err.message);
+    cr_assert_eq(first, 201);
+    cr_assert_eq(store_logs_copy(c, id, 1, ptrs + 200, 100, first, kiln_now_us(), &err), 0, "%s", err.message);
+    /* a batch number is taken once per stream; numbers at or below the last are re-sent copies */
+    bool fresh = false;
+    cr_assert_eq(store_ingest_claim(c, id, 77, "logs", 1, &fresh, &err), 0, "%s", err.message);
+    cr_assert(fresh);
+    cr_assert_eq(store_ingest_claim(c, id, 77, "logs", 1, &fresh, &err), 0);
+    cr_assert_not(fresh, "the same batch again is a copy");
+    cr_assert_eq(store_ingest_claim(c, id, 77, "metrics", 1, &fresh, &err), 0);
+    cr_assert(fresh, "another kind is another stream");
+    cr_assert_eq(store_ingest_claim(c, id, 78, "logs", 1, &fresh, &err), 0);
+    cr_assert(fresh, "another stream");
+    cr_assert_eq(store_ingest_claim(c, id, 77, "logs", 3, &fresh, &err), 0);
+    cr_assert(fresh, "a gap (batches the agent dropped) is fine");
+    cr_assert_eq(store_ingest_claim(c, id, 77, "logs", 2, &fresh, &err), 0);
+    cr_assert_not(fresh, "an older batch after a newer one is a copy");
+    cr_assert_eq(store_ingest_claim(c, id, 0, "logs", 5, &fresh, &err), 0);
+    cr_assert(fresh, "no stream: nothing recorded");
     cr_assert_eq(store_job_log_seq(c, id, &seq, &err), 0);
     cr_assert_eq(seq, 300);
     cr_assert_eq(store_job_log_seq(c, "00000000-0000-0000-0000-000000000000", &seq, &err), KILN_ENOTFOUND);
@@ -551,7 +572,7 @@ Test(workers, upsert_touch_expire_capacity)
 
     /* Expiry: with a 0 ms timeout every alive worker is silent. */
     int nexp = 0;
-    cr_assert_eq(store_workers_expire(c, 0, &nexp, &err), 0);
+    cr_assert_eq(store_workers_expire(c, 0, 0, &nexp, &err), 0);
     cr_assert_eq(nexp, 1);
     cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, &err), KILN_ESTATE);
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
@@ -638,7 +659,7 @@ Test(workers, stop_orders_stale_and_lost)
     cr_assert_eq(n, 0);
     free(lost);
     int nexp = 0;
-    cr_assert_eq(store_workers_expire(c, 0, &nexp, &err), 0);
+    cr_assert_eq(store_workers_expire(c, 0, 0, &nexp, &err), 0);
     cr_assert_eq(store_assign_lost(c, &lost, &n, &err), 0);
     cr_assert_eq(n, 1);
     cr_assert_str_eq(lost[0].job_id, id2);

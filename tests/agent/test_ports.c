@@ -1,0 +1,117 @@
+/* test_ports.c - rendezvous ports: the agent hands each attempt it leads (node 0 of a job of
+ * several ranks, no port from kilnd) a port of its range that no other attempt holds and nothing
+ * on the host listens on, gives it back when the attempt's ranks are gone, passes a port kilnd
+ * sent on unchanged, and gives a job of one rank none. Two jobs on one host never share one. */
+#include "tests/agent/launch_fixture.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+TestSuite(ports, .init = lf_setup, .fini = lf_teardown, .timeout = 60);
+
+/* A range of 3 ports below the ephemeral ones, different for parallel test processes. */
+static int range_lo(void)
+{
+    return 20000 + (int)(getpid() % 3000) * 3;
+}
+
+static int listen_on(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Starts job with one local rank of a world of 2 on node 0 (kilnd left the port to the agent);
+ * returns the port on_started reported (0 when refused). */
+static int start_leader(agent_launcher_t *l, const char *job, int world, int kilnd_port, int node_rank)
+{
+    int32_t ranks[1] = {0};
+    Kiln__Assignment a = lf_assignment(job, 1, ranks, 1, "{}");
+    a.world_size = world;
+    a.node_rank = node_rank;
+    a.master_addr = (char *)"127.0.0.1";
+    a.master_port = kilnd_port;
+    kiln_err_t err;
+    int rc = agent_launcher_start(l, &a, &err);
+    pthread_mutex_lock(&R.mu);
+    int port = R.last_port;
+    pthread_mutex_unlock(&R.mu);
+    return rc == 0 ? port : -1;
+}
+
+Test(ports, each_attempt_gets_its_own_free_port)
+{
+    int lo = range_lo();
+    int busy = listen_on(lo); /* something else on the host holds the first port */
+    cr_assert_geq(busy, 0, "could not listen on %d", lo);
+    char *bin = lf_script("rank.sh", "echo \"port=${KILN_MASTER_PORT:-none}\"\nsleep 30\n");
+    agent_launcher_t *l = lf_launcher_ports(bin, 8, false, 8, NULL, 0, lo, lo + 2);
+
+    int a = start_leader(l, "job-a", 2, 0, 0);
+    int b = start_leader(l, "job-b", 4, 0, 0);
+    cr_assert_eq(a, lo + 1, "the port another process listens on is skipped (got %d)", a);
+    cr_assert_eq(b, lo + 2, "a second job never gets the first one's port (got %d)", b);
+    cr_assert_lt(start_leader(l, "job-c", 2, 0, 0), 0, "no port left: the assignment is refused");
+    cr_assert(strstr(R.start_reason, "no free rendezvous port"), "%s", R.start_reason);
+
+    /* What the ranks were told. */
+    for (int i = 0; i < 200 && (!lf_find_line(0, "port=") || R.nlines < 2); i++)
+        usleep(20000);
+    char want_a[32], want_b[32];
+    snprintf(want_a, sizeof want_a, "port=%d", a);
+    snprintf(want_b, sizeof want_b, "port=%d", b);
+    bool seen_a = false, seen_b = false;
+    pthread_mutex_lock(&R.mu);
+    for (int i = 0; i < R.nlines; i++) {
+        seen_a |= !strcmp(R.lines[i].text, want_a) && !strcmp(R.lines[i].job, "job-a");
+        seen_b |= !strcmp(R.lines[i].text, want_b) && !strcmp(R.lines[i].job, "job-b");
+    }
+    pthread_mutex_unlock(&R.mu);
+    cr_assert(seen_a && seen_b, "the ranks got KILN_MASTER_PORT %d and %d", a, b);
+
+    /* The port comes back when the attempt's ranks are gone. */
+    cr_assert_eq(agent_launcher_stop(l, "job-a", 0, 0), 1);
+    cr_assert(lf_wait_exits(1, 10000));
+    for (int i = 0; i < 100; i++) {
+        agent_rank_info_t info[8];
+        size_t n = agent_launcher_list(l, info, 8);
+        if (n == 1)
+            break;
+        usleep(20000);
+    }
+    cr_assert_eq(start_leader(l, "job-d", 2, 0, 0), lo + 1, "the freed port is handed out again");
+    agent_launcher_destroy(l);
+    close(busy);
+}
+
+Test(ports, a_port_from_kilnd_is_kept_and_one_rank_gets_none)
+{
+    int lo = range_lo();
+    char *bin = lf_script("rank.sh", "echo \"port=${KILN_MASTER_PORT:-none}\"\nexit 0\n");
+    agent_launcher_t *l = lf_launcher_ports(bin, 8, false, 8, NULL, 0, lo, lo + 2);
+    cr_assert_eq(start_leader(l, "job-n1", 2, 31234, 1), 0, "node 1 uses kilnd's port and picks none");
+    cr_assert(lf_wait_exits(1, 10000));
+    cr_assert_eq(start_leader(l, "job-solo", 1, 0, 0), 0, "a job of one rank has no rendezvous");
+    cr_assert(lf_wait_exits(2, 10000));
+    const ev_line_t *x = lf_find_line(0, "port=31234");
+    cr_assert_not_null(x, "node 1 got kilnd's port");
+    bool none = false;
+    pthread_mutex_lock(&R.mu);
+    for (int i = 0; i < R.nlines; i++)
+        none |= !strcmp(R.lines[i].job, "job-solo") && !strcmp(R.lines[i].text, "port=none");
+    pthread_mutex_unlock(&R.mu);
+    cr_assert(none, "a job of one rank gets no KILN_MASTER_PORT");
+    agent_launcher_destroy(l);
+}
