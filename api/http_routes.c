@@ -302,7 +302,7 @@ static enum MHD_Result http_workers(http_req_t *r)
 
 static enum MHD_Result http_healthz(http_req_t *r)
 {
-    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:b}", "status", "ok", "leader", svc_is_leader(r->h->svc)));
 }
 
 static enum MHD_Result http_readyz(http_req_t *r)
@@ -381,6 +381,9 @@ static enum MHD_Result http_prometheus(http_req_t *r)
     http_buf_printf(&buf, &len, &cap,
                     "# HELP kiln_http_log_streams Open live log streams (SSE).\n"
                     "# TYPE kiln_http_log_streams gauge\nkiln_http_log_streams %d\n", streams);
+    http_buf_printf(&buf, &len, &cap,
+                    "# HELP kiln_leader 1 when this kilnd leads its replicas (runs the scheduler and liveness).\n"
+                    "# TYPE kiln_leader gauge\nkiln_leader %d\n", svc_is_leader(h->svc) ? 1 : 0);
     /* Live jobs only: finished jobs grow without bound and are not worth paging through here. */
     static const char *const live[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING",
                                        "RESTARTING"};

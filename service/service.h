@@ -232,6 +232,9 @@ int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const svc
 int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 /* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */
 int svc_ready(svc_t *s, kiln_err_t *err);
+/* Whether this kilnd leads (of the kilnd replicas on its database, the one that runs the
+ * scheduler and the liveness checker). */
+bool svc_is_leader(svc_t *s);
 
 /* ---- live log following ------------------------------------------------------------------------
  * A follower sees every line ingested for its job after svc_follow_open() returned (history is

@@ -157,9 +157,9 @@ void *svc_sched_main(void *arg);
 void *svc_live_main(void *arg);
 
 /* ---- several kilnd (notify.c) ------------------------------------------------------------- */
-/* Whether this kilnd holds the leader lock now, and how many times it has taken it (a new value
- * means it took the lead again and has not watched the workers meanwhile). */
-bool svc_is_leader(svc_t *s);
+/* How many times this kilnd has taken the leader lock (svc_is_leader in service.h says whether
+ * it holds it now): a new value means it took the lead again and has not watched the workers
+ * meanwhile. */
 uint64_t svc_leader_epoch(svc_t *s);
 /* After an ingest committed: tells every kilnd's followers of the job that its lines up to
  * last_seq are stored (coalesced; sent by the notify thread). */

@@ -225,6 +225,10 @@ void e2e_dump_logs(void)
     char path[400];
     snprintf(path, sizeof path, "%s/kilnd.log", c->dir);
     e2e_tail("kilnd", path, 40);
+    if (c->nkilnd > 1) {
+        snprintf(path, sizeof path, "%s/kilnd1.log", c->dir);
+        e2e_tail("kilnd replica 1", path, 40);
+    }
     for (int i = 0; i < E2E_AGENTS; i++) {
         char title[32];
         snprintf(path, sizeof path, "%s/agent%d.log", c->dir, i);
@@ -265,12 +269,14 @@ static void e2e_fail_setup(const char *fmt, ...)
 /* Starts kilnd and waits for /readyz. Returns true when it is up, false when it exited during
  * start-up (its log says why: typically a port another test took between th_free_port() and
  * kilnd's bind). Fails the test when it neither dies nor becomes ready within 30 s. */
-static bool e2e_kilnd_try_start(void)
+static bool e2e_kilnd_try_start_i(int r)
 {
     e2e_cluster_t *c = e2e_cl;
     char http_addr[64], grpc_addr[64], hb[32], log[PATH_MAX];
-    snprintf(http_addr, sizeof http_addr, "127.0.0.1:%d", c->http_port);
-    snprintf(grpc_addr, sizeof grpc_addr, "127.0.0.1:%d", c->grpc_port);
+    pid_t *pid = r ? &c->kilnd1 : &c->kilnd;
+    const char *base = r ? c->url1 : c->url0;
+    snprintf(http_addr, sizeof http_addr, "127.0.0.1:%d", r ? c->http_port1 : c->http_port);
+    snprintf(grpc_addr, sizeof grpc_addr, "127.0.0.1:%d", r ? c->grpc_port1 : c->grpc_port);
     char *argv[32] = {e2e_bin("kilnd"), "--database-url", c->db_url, "--http-addr", http_addr,
                       "--grpc-addr", grpc_addr};
     int argc = 7;
@@ -290,21 +296,21 @@ static bool e2e_kilnd_try_start(void)
         argv[argc++] = hb;
     }
     argv[argc] = NULL;
-    snprintf(log, sizeof log, "%s/kilnd.log", c->dir);
-    c->kilnd = e2e_spawn(argv, NULL, log, NULL);
-    cr_assert(c->kilnd > 0, "could not start kilnd");
+    snprintf(log, sizeof log, r ? "%s/kilnd1.log" : "%s/kilnd.log", c->dir);
+    *pid = e2e_spawn(argv, NULL, log, NULL);
+    cr_assert(*pid > 0, "could not start kilnd");
 
     /* kilnd is ready when /readyz answers 200 (database reachable, migrations applied) and it is
      * still alive (so the answer did not come from another test's kilnd on the same port). */
     char url[PATH_MAX];
-    snprintf(url, sizeof url, "%s/readyz", c->url);
+    snprintf(url, sizeof url, "%s/readyz", base);
     for (int i = 0; i < 300; i++) {
         long st = 0;
         char *body = NULL;
         bool ok = th_http("GET", url, NULL, NULL, &st, &body, 2000) == 0 && st == 200;
         free(body);
-        if (!e2e_alive(c->kilnd)) {
-            c->kilnd = 0;
+        if (!e2e_alive(*pid)) {
+            *pid = 0;
             return false;
         }
         if (ok && !c->admin_token[0]) {
@@ -323,10 +329,72 @@ static bool e2e_kilnd_try_start(void)
     return false;
 }
 
+static bool e2e_kilnd_try_start(void)
+{
+    return e2e_kilnd_try_start_i(0);
+}
+
 void e2e_kilnd_start(void)
 {
     if (!e2e_kilnd_try_start())
         e2e_fail_setup("kilnd exited during start-up");
+}
+
+void e2e_replica_start(int i)
+{
+    if (!e2e_kilnd_try_start_i(i))
+        e2e_fail_setup("kilnd replica %d exited during start-up", i);
+}
+
+pid_t e2e_replica_pid(int i)
+{
+    return i ? e2e_cl->kilnd1 : e2e_cl->kilnd;
+}
+
+void e2e_replica_signal(int i, int sig)
+{
+    pid_t *pid = i ? &e2e_cl->kilnd1 : &e2e_cl->kilnd;
+    if (*pid <= 0)
+        return;
+    kill(*pid, sig);
+    if (sig == SIGKILL) {
+        kill(-*pid, SIGKILL);
+        int st;
+        waitpid(*pid, &st, 0);
+        *pid = 0;
+    }
+}
+
+void e2e_use_replica(int i)
+{
+    snprintf(e2e_cl->url, sizeof e2e_cl->url, "%s", i ? e2e_cl->url1 : e2e_cl->url0);
+}
+
+int e2e_leader(long timeout_ms)
+{
+    for (long waited = 0;; waited += 100) {
+        for (int i = 0; i < e2e_cl->nkilnd; i++) {
+            if (e2e_replica_pid(i) <= 0)
+                continue;
+            char url[128];
+            snprintf(url, sizeof url, "%s/healthz", i ? e2e_cl->url1 : e2e_cl->url0);
+            long st = 0;
+            char *body = NULL;
+            if (th_http("GET", url, NULL, NULL, &st, &body, 2000) == 0 && st == 200) {
+                json_t *j = json_loads(body, 0, NULL);
+                bool lead = json_is_true(json_object_get(j, "leader"));
+                json_decref(j);
+                if (lead) {
+                    free(body);
+                    return i;
+                }
+            }
+            free(body);
+        }
+        if (waited >= timeout_ms)
+            return -1;
+        usleep(100000);
+    }
 }
 
 void e2e_kilnd_kill(void)
@@ -340,17 +408,28 @@ void e2e_kilnd_kill(void)
     }
 }
 
-static void e2e_start(int heartbeat_timeout_ms)
+/* Each agent's command line, kept for e2e_agent_restart (heap strings). */
+static char *e2e_agent_argv[E2E_AGENTS][40];
+
+static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg)
 {
     e2e_cluster_t *c = &e2e_storage;
     memset(c, 0, sizeof *c);
     e2e_cl = c;
+    if (own_pg)
+        snprintf(c->own_pg, sizeof c->own_pg, "%s", own_pg);
     /* Ranks orphaned by a killed agent are reparented to this test process (and reaped in
      * teardown) rather than to the test runner, which does not expect them. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     snprintf(c->dir, sizeof c->dir, "/tmp/ke2e.XXXXXX");
     cr_assert_not_null(mkdtemp(c->dir), "mkdtemp: %s", strerror(errno));
-    c->db_url = th_pg_create_db("e2e");
+    if (own_pg) {
+        char url[256];
+        snprintf(url, sizeof url, "host=%s port=5432 user=postgres dbname=chaos", own_pg);
+        c->db_url = strdup(url);
+    } else {
+        c->db_url = th_pg_create_db("e2e");
+    }
     cr_assert_not_null(c->db_url, "no test database (run through tests/run.sh)");
     c->heartbeat_timeout_ms = heartbeat_timeout_ms > 0 && e2e_has_flag(e2e_bin("kilnd"), "heartbeat-timeout-ms")
                                   ? heartbeat_timeout_ms : 0;
@@ -369,13 +448,32 @@ static void e2e_start(int heartbeat_timeout_ms)
         while (c->grpc_port == c->http_port)
             c->grpc_port = th_free_port();
         snprintf(c->url, sizeof c->url, "https://127.0.0.1:%d", c->http_port);
+        snprintf(c->url0, sizeof c->url0, "https://127.0.0.1:%d", c->http_port);
         up = e2e_kilnd_try_start();
     }
     if (!up)
         e2e_fail_setup("kilnd exited during start-up (3 tries)");
-
-    char grpc_addr[64], log[PATH_MAX];
+    c->nkilnd = 1;
+    /* agents know every replica: --server A,B */
+    char grpc_addr[160], log[PATH_MAX];
     snprintf(grpc_addr, sizeof grpc_addr, "127.0.0.1:%d", c->grpc_port);
+    if (replicas > 1) {
+        up = false;
+        for (int attempt = 0; attempt < 3 && !up; attempt++) {
+            do
+                c->http_port1 = th_free_port();
+            while (c->http_port1 == c->http_port || c->http_port1 == c->grpc_port);
+            do
+                c->grpc_port1 = th_free_port();
+            while (c->grpc_port1 == c->http_port1 || c->grpc_port1 == c->http_port || c->grpc_port1 == c->grpc_port);
+            snprintf(c->url1, sizeof c->url1, "https://127.0.0.1:%d", c->http_port1);
+            up = e2e_kilnd_try_start_i(1);
+        }
+        if (!up)
+            e2e_fail_setup("kilnd replica 1 exited during start-up (3 tries)");
+        c->nkilnd = 2;
+        snprintf(grpc_addr, sizeof grpc_addr, "127.0.0.1:%d,127.0.0.1:%d", c->grpc_port, c->grpc_port1);
+    }
     if (c->heartbeat_timeout_ms == 0)
         c->heartbeat_timeout_ms = 10000; /* kilnd's default */
 
@@ -410,8 +508,11 @@ static void e2e_start(int heartbeat_timeout_ms)
             aargv[an++] = slots;
         }
         aargv[an] = NULL;
+        for (int k = 0; k < an; k++)
+            e2e_agent_argv[i][k] = strdup(aargv[k]);
+        e2e_agent_argv[i][an] = NULL;
         snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
-        c->agents[i] = e2e_spawn(aargv, NULL, log, NULL);
+        c->agents[i] = e2e_spawn(e2e_agent_argv[i], NULL, log, NULL);
         cr_assert(c->agents[i] > 0, "could not start kiln-agent %d", i);
     }
 
@@ -461,12 +562,76 @@ static void e2e_start(int heartbeat_timeout_ms)
 
 void e2e_setup(void)
 {
-    e2e_start(0);
+    e2e_start(0, 1, NULL);
 }
 
 void e2e_setup_fast_heartbeat(void)
 {
-    e2e_start(3000);
+    e2e_start(3000, 1, NULL);
+}
+
+void e2e_setup_replicas(void)
+{
+    e2e_start(3000, 2, NULL);
+}
+
+/* Runs a pg.sh function for the test's own cluster (dir "" to make one); returns its output. */
+static char *e2e_pg_sh(const char *dir, const char *commands)
+{
+    char script[1200];
+    snprintf(script, sizeof script, "source '%s/scripts/pg.sh' && export KILN_PG_PORT=5432 KILN_PG_DIR='%s' && %s",
+             e2e_root(), dir, commands);
+    char *argv[] = {"/bin/bash", "-c", script, NULL};
+    char *out = NULL, *err = NULL;
+    int st = e2e_run(argv, NULL, &out, &err, 60000);
+    cr_assert_eq(st, 0, "pg.sh: %s failed: %s%s", commands, out ? out : "", err ? err : "");
+    free(err);
+    return out;
+}
+
+void e2e_setup_chaos(void)
+{
+    char *out = e2e_pg_sh("", "pg_start && pg_createdb chaos >/dev/null && printf '%s' \"$KILN_PG_DIR\"");
+    cr_assert(out && out[0] == '/', "no PostgreSQL of the test's own: %s", out ? out : "");
+    e2e_start(3000, 2, out);
+    free(out);
+}
+
+void e2e_pg_crash(void)
+{
+    free(e2e_pg_sh(e2e_cl->own_pg, "pg_crash"));
+}
+
+void e2e_pg_resume(void)
+{
+    free(e2e_pg_sh(e2e_cl->own_pg, "pg_resume"));
+}
+
+void e2e_agent_signal(int i, int sig)
+{
+    e2e_cluster_t *c = e2e_cl;
+    if (c->agents[i] <= 0)
+        return;
+    kill(c->agents[i], sig);
+    if (sig == SIGKILL) {
+        int st;
+        waitpid(c->agents[i], &st, 0);
+        c->agents[i] = 0;
+    }
+}
+
+void e2e_agent_restart(int i)
+{
+    e2e_cluster_t *c = e2e_cl;
+    if (c->agents[i] > 0) {
+        kill(c->agents[i], SIGKILL);
+        int st;
+        waitpid(c->agents[i], &st, 0);
+    }
+    char log[PATH_MAX];
+    snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
+    c->agents[i] = e2e_spawn(e2e_agent_argv[i], NULL, log, NULL);
+    cr_assert(c->agents[i] > 0, "could not start kiln-agent %d again", i);
 }
 
 void e2e_teardown(void)
@@ -481,8 +646,14 @@ void e2e_teardown(void)
     for (int i = 0; i < E2E_AGENTS; i++)
         e2e_stop(c->agents[i], 5000);
     e2e_stop(c->kilnd, 5000);
+    e2e_stop(c->kilnd1, 5000);
+    for (int i = 0; i < E2E_AGENTS; i++)
+        for (int k = 0; k < 40 && e2e_agent_argv[i][k]; k++) {
+            free(e2e_agent_argv[i][k]);
+            e2e_agent_argv[i][k] = NULL;
+        }
     e2e_kill_strays(c->dir);
-    static const char *const logs[] = {"kilnd.log", "agent0.log", "agent1.log"};
+    static const char *const logs[] = {"kilnd.log", "kilnd1.log", "agent0.log", "agent1.log"};
     for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", c->dir, logs[i]);
@@ -503,6 +674,8 @@ void e2e_teardown(void)
         if (r == 0)
             usleep(20000);
     }
+    if (c->own_pg[0])
+        free(e2e_pg_sh(c->own_pg, "pg_stop"));
     if (c->passed && getenv("KILN_E2E_KEEP"))
         fprintf(stderr, "e2e: KILN_E2E_KEEP is set: logs and work dirs kept in %s\n", c->dir);
     else if (c->passed) {

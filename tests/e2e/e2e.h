@@ -15,9 +15,15 @@
 typedef struct e2e_cluster {
     char *db_url;                 /* heap */
     char dir[128];                /* temporary directory: logs and agent work dirs */
-    int http_port, grpc_port;
-    char url[64];                 /* http://127.0.0.1:PORT */
-    pid_t kilnd;
+    int http_port, grpc_port;     /* replica 0's */
+    char url[64];                 /* https://127.0.0.1:PORT of the replica the REST helpers call */
+    pid_t kilnd;                  /* replica 0 */
+    /* A second kilnd on the same database (e2e_setup_replicas), its log kilnd1.log. */
+    int nkilnd;
+    pid_t kilnd1;
+    int http_port1, grpc_port1;
+    char url0[64], url1[64];      /* each replica's REST URL */
+    char own_pg[128];             /* the cluster's own PostgreSQL directory (e2e_setup_chaos), or "" */
     pid_t agents[E2E_AGENTS];
     int agent_slots[E2E_AGENTS];
     char work_dir[E2E_AGENTS][160];
@@ -41,6 +47,27 @@ void e2e_teardown(void);
 /* (Re)starts kilnd on the cluster's database and ports and waits for /readyz; SIGKILLs it. */
 void e2e_kilnd_start(void);
 void e2e_kilnd_kill(void);
+/* Two kilnd replicas on one database (heartbeat timeout 3 s) and two agents that know both
+ * (--server A,B); the REST helpers call replica 0. */
+void e2e_setup_replicas(void);
+/* Replica i (0 or 1): (re)start it and wait for /readyz; send it a signal (SIGKILL also reaps it). */
+void e2e_replica_start(int i);
+void e2e_replica_signal(int i, int sig);
+pid_t e2e_replica_pid(int i);
+/* The REST helpers (e2e_http and those built on it) call replica i from now on. */
+void e2e_use_replica(int i);
+/* The replica whose /healthz says it leads, waiting up to timeout_ms for one to; -1 if none. */
+int e2e_leader(long timeout_ms);
+/* SIGKILLs agent i (its ranks die with it) and starts it again with the same arguments and work
+ * dir, as a supervisor restarting it would. */
+void e2e_agent_restart(int i);
+/* e2e_setup_replicas on a PostgreSQL of the test's own (scripts/pg.sh), so that it can crash
+ * without harming other tests; e2e_pg_crash stops it as a crash would, e2e_pg_resume starts it. */
+void e2e_setup_chaos(void);
+void e2e_pg_crash(void);
+void e2e_pg_resume(void);
+/* Sends sig to agent i (SIGKILL also reaps it; start it again with e2e_agent_restart). */
+void e2e_agent_signal(int i, int sig);
 
 /* Marks the test as passed (call last): teardown then removes the temporary directory. */
 void e2e_pass(void);
