@@ -23,8 +23,10 @@ int store_listener_open(const char *url, const char *const *channels, size_t n, 
                         kiln_err_t *err)
 {
     *out = NULL;
-    /* TCP keepalives: a leader whose host vanished (no FIN) loses its lock within seconds, not at
-     * the kernel's two-hour default. They do nothing on a unix socket. */
+    /* TCP keepalives both ways: libpq's (below) make this kilnd notice a vanished server, and
+     * the session's tcp_keepalives_* and tcp_user_timeout (set after connecting) make the SERVER
+     * notice a vanished kilnd, so a leader whose host died (no FIN) loses its lock within about
+     * 11 s, not at the kernel's two-hour default. They do nothing on a unix socket. */
     const char *keys[] = {"dbname", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
                           "connect_timeout", "application_name", NULL};
     const char *vals[] = {url, "1", "5", "2", "3", "10", "kilnd-listener", NULL};
@@ -37,7 +39,9 @@ int store_listener_open(const char *url, const char *const *channels, size_t n, 
         return kiln_err_set(err, KILN_EDB, NULL, "could not connect to the database: %s", msg);
     }
     PQsetNoticeProcessor(pg, listener_notice, NULL);
-    PGresult *r = PQexec(pg, "SET synchronous_commit = off");
+    PGresult *r = PQexec(pg, "SET synchronous_commit = off; SET tcp_keepalives_idle = 5; "
+                             "SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3; "
+                             "SET tcp_user_timeout = 11000");
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     for (size_t i = 0; ok && i < n; i++) {
