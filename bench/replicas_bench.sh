@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# replicas_bench.sh - two kilnd replicas (real processes, TLS and tokens on, as deployed) on one
+# throwaway PostgreSQL at default durability:
+#   1. job creation across both: bench/rest_bench against each replica at once (closed loop,
+#      CONNS/2 connections each), jobs/s summed; before it, as the baseline of the same session,
+#      all CONNS connections to one replica;
+#   2. a live follower on one replica while an agent pushes metric points and log lines into the
+#      other (bench/follow_bench): ingest rates reached and the latency from a line's sending to
+#      its SSE event on the other replica.
+# Prints the machine, date and load so the numbers can go in RESULTS.md.
+#   BUILD=build bash bench/replicas_bench.sh            (make BUILD=... bench first)
+# Environment: DURATION (s, default 10), CONNS (default 32), ROUNDS (default 2), POINTS_RATE
+# (default 200000), LINES_RATE (default 1000), THREADS (metric push threads, default 2).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+DURATION=${DURATION:-10}
+CONNS=${CONNS:-32}
+ROUNDS=${ROUNDS:-2}
+POINTS_RATE=${POINTS_RATE:-200000}
+LINES_RATE=${LINES_RATE:-1000}
+THREADS=${THREADS:-2}
+KILND="$BUILD/bin/kilnd"
+for f in "$KILND" "$BUILD/bench/rest_bench" "$BUILD/bench/follow_bench"; do
+  [ -x "$f" ] || { echo "replicas_bench.sh: $f is missing (make BUILD=$BUILD bench)"; exit 1; }
+done
+
+source scripts/pg.sh
+export KILN_PG_PORT=${KILN_PG_PORT:-$((20000 + RANDOM % 20000))}
+pg_start || { echo "replicas_bench.sh: could not start PostgreSQL"; exit 1; }
+WORK=$(mktemp -d /tmp/kiln-replbench.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  pg_stop
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+bash scripts/make-certs.sh "$WORK/tls" >/dev/null || exit 1
+DB=$(pg_createdb "replbench_$$") || exit 1
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+HTTP=(); GRPC=(); URL=()
+start_replica() {  # start_replica I
+  HTTP[$1]=$(port); GRPC[$1]=$(port)
+  KILN_LOG_LEVEL=warn "$KILND" --database-url "$DB" --http-addr "127.0.0.1:${HTTP[$1]}" \
+    --grpc-addr "127.0.0.1:${GRPC[$1]}" --tls-cert "$WORK/tls/server.pem" --tls-key "$WORK/tls/server.key" \
+    --tls-ca "$WORK/tls/ca.pem" --bootstrap-token-file "$WORK/admin.token" \
+    --join-token-file "$WORK/tls/join.token" >>"$WORK/kilnd$1.log" 2>&1 &
+  PIDS+=($!)
+  URL[$1]="https://127.0.0.1:${HTTP[$1]}"
+  for _ in $(seq 100); do
+    curl -sf --cacert "$WORK/tls/ca.pem" "${URL[$1]}/readyz" >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "kilnd replica $1 did not become ready:"; cat "$WORK/kilnd$1.log"; exit 1
+}
+start_replica 0
+start_replica 1
+leader() { for i in 0 1; do curl -s --cacert "$WORK/tls/ca.pem" "${URL[$i]}/healthz" | grep -q '"leader": *true' && echo "$i"; done; }
+echo "== machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) CPUs)"
+echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== kilnd replicas: ${URL[0]} and ${URL[1]} (leader: replica $(leader)), security on (TLS, tokens, agent mTLS)"
+half=$((CONNS / 2))
+for round in $(seq "$ROUNDS"); do
+  # baseline in the same session: every connection to replica 0 (replica 1 up and idle)
+  echo
+  echo "== round $round: job creation on replica 0 alone ($CONNS connections, ${DURATION} s)"
+  "$BUILD/bench/rest_bench" --url "${URL[0]}" --ca "$WORK/tls/ca.pem" --token-file "$WORK/admin.token" \
+    --mode throughput --connections "$CONNS" --duration "$DURATION" | grep -E 'throughput|latency|status [0-9]'
+  echo
+  echo "== round $round: job creation on both replicas at once ($half connections each, ${DURATION} s)"
+  RB=()
+  for i in 0 1; do
+    "$BUILD/bench/rest_bench" --url "${URL[$i]}" --ca "$WORK/tls/ca.pem" --token-file "$WORK/admin.token" \
+      --mode throughput --connections "$half" --duration "$DURATION" >"$WORK/rest$i.out" 2>&1 &
+    RB+=($!)
+  done
+  wait "${RB[@]}"
+  total=0
+  for i in 0 1; do
+    echo "-- replica $i:"; cat "$WORK/rest$i.out"
+    r=$(sed -n 's/.*throughput: *\([0-9.]*\) jobs\/s.*/\1/p' "$WORK/rest$i.out" | head -1)
+    [ -z "$r" ] && r=$(grep -oE '[0-9.]+ jobs/s' "$WORK/rest$i.out" | head -1 | cut -d' ' -f1)
+    total=$(awk -v a="$total" -v b="${r:-0}" 'BEGIN {print a + b}')
+  done
+  echo "-- both replicas: $total jobs/s"
+done
+# After every creation round: the bench agent registers without data roots, after which kilnd
+# refuses the creation bench's specs (their file is inside no agent's data root).
+for round in $(seq "$ROUNDS"); do
+  echo
+  echo "== round $round: follower on replica 1, agent pushing into replica 0 ($POINTS_RATE points/s, $LINES_RATE lines/s, ${DURATION} s)"
+  "$BUILD/bench/follow_bench" --grpc "127.0.0.1:${GRPC[0]}" --url "${URL[1]}" --ca "$WORK/tls/ca.pem" \
+    --token-file "$WORK/admin.token" --tls-dir "$WORK/tls" --seconds "$DURATION" \
+    --points-rate "$POINTS_RATE" --lines-rate "$LINES_RATE" --threads "$THREADS"
+done
+echo
+echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== jobs stored: $("$(pg_bindir)/psql" -qAt -h "$KILN_PG_HOST" -p "$KILN_PG_PORT" -U postgres -d "replbench_$$" -c 'select count(*) from jobs' 2>/dev/null)"
+for i in 0 1; do
+  if grep -qE "ERROR|WARN" "$WORK/kilnd$i.log"; then
+    echo "== kilnd replica $i warnings:"; grep -E "ERROR|WARN" "$WORK/kilnd$i.log" | grep -v 'join-token\|can be read' | tail -5
+  fi
+done
