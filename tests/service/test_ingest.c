@@ -1,0 +1,117 @@
+/* test_ingest.c - ingest is exactly-once: a numbered batch (stream_id, batch_seq) that an agent
+ * sends again after losing kilnd's reply is acknowledged and stored once; the next number of the
+ * same stream, or the same number of another stream, is stored. Real service, real database. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/service/fixture.h"
+
+static void send_logs(const char *wid, const char *job, uint64_t stream, uint64_t seq, int first, int n)
+{
+    Kiln__LogLine *lines = calloc((size_t)n, sizeof(*lines));
+    Kiln__LogLine **ptrs = calloc((size_t)n, sizeof(*ptrs));
+    char (*text)[48] = calloc((size_t)n, 48);
+    for (int i = 0; i < n; i++) {
+        kiln__log_line__init(&lines[i]);
+        lines[i].stream = "stdout";
+        snprintf(text[i], 48, "line %d", first + i);
+        lines[i].line = text[i];
+        ptrs[i] = &lines[i];
+    }
+    Kiln__LogBatch b = KILN__LOG_BATCH__INIT;
+    b.worker_id = (char *)wid;
+    b.job_id = (char *)job;
+    b.attempt = 1;
+    b.lines = ptrs;
+    b.n_lines = (size_t)n;
+    b.stream_id = stream;
+    b.batch_seq = seq;
+    cr_assert_eq(svc_agent_logs(svc, wid, &b, &err), 0, "logs: %s", err.message);
+    free(lines);
+    free(ptrs);
+    free(text);
+}
+
+static void send_metrics(const char *wid, const char *job, uint64_t stream, uint64_t seq, int step0, int n)
+{
+    Kiln__MetricPoint *pts = calloc((size_t)n, sizeof(*pts));
+    Kiln__MetricPoint **ptrs = calloc((size_t)n, sizeof(*ptrs));
+    for (int i = 0; i < n; i++) {
+        kiln__metric_point__init(&pts[i]);
+        pts[i].name = "train_loss";
+        pts[i].step = step0 + i;
+        pts[i].value = 3.0 - 0.01 * i;
+        pts[i].time_us = kiln_now_us();
+        ptrs[i] = &pts[i];
+    }
+    Kiln__MetricBatch b = KILN__METRIC_BATCH__INIT;
+    b.worker_id = (char *)wid;
+    b.job_id = (char *)job;
+    b.attempt = 1;
+    b.points = ptrs;
+    b.n_points = (size_t)n;
+    b.stream_id = stream;
+    b.batch_seq = seq;
+    cr_assert_eq(svc_agent_metrics(svc, wid, &b, &err), 0, "metrics: %s", err.message);
+    free(pts);
+    free(ptrs);
+}
+
+static size_t stored_lines(const char *job)
+{
+    svc_log_query_t q = {.rank = -1, .limit = 10000};
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_logs(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
+    size_t n = json_array_size(json_object_get(out, "lines"));
+    json_decref(out);
+    return n;
+}
+
+/* Points of train_loss per step (steps 1..99 counted into count[]). */
+static size_t stored_points(const char *job, int count[100])
+{
+    svc_metrics_query_t q = {.name = "train_loss", .max_points = 100000, .max_points_set = true, .attempt = 0};
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
+    json_t *pts = json_object_get(json_array_get(json_object_get(out, "metrics"), 0), "points");
+    memset(count, 0, 100 * sizeof(int));
+    size_t i;
+    json_t *p;
+    json_array_foreach(pts, i, p) {
+        json_int_t step = json_integer_value(json_object_get(p, "step"));
+        cr_assert(step >= 1 && step < 100, "step %lld", (long long)step);
+        count[step]++;
+        cr_assert_eq(json_integer_value(json_object_get(p, "attempt")), 1, "every point carries its attempt");
+    }
+    size_t n = json_array_size(pts);
+    json_decref(out);
+    return n;
+}
+
+Test(ingest, a_batch_sent_again_is_stored_once, .init = setup, .fini = teardown)
+{
+    char wids[1][64], job[40];
+    run_job(1, 1, wids, job);
+    size_t before = stored_lines(job); /* lines kilnd itself may have written */
+
+    send_logs(wids[0], job, 7, 1, 0, 5);
+    send_logs(wids[0], job, 7, 1, 0, 5); /* the reply was lost: the agent sends it again */
+    cr_assert_eq(stored_lines(job), before + 5, "a log batch sent twice is stored once");
+    send_logs(wids[0], job, 7, 2, 5, 3);
+    send_logs(wids[0], job, 8, 1, 8, 2); /* another stream (a restarted agent's) has its own numbers */
+    send_logs(wids[0], job, 7, 2, 5, 3);
+    cr_assert_eq(stored_lines(job), before + 10, "the next batch and another stream's are stored, once");
+
+    int count[100];
+    send_metrics(wids[0], job, 9, 1, 1, 20);
+    send_metrics(wids[0], job, 9, 1, 1, 20);
+    cr_assert_eq(stored_points(job, count), 20, "a metric batch sent twice is stored once");
+    send_metrics(wids[0], job, 9, 2, 21, 10);
+    send_metrics(wids[0], job, 9, 2, 21, 10);
+    send_metrics(wids[0], job, 9, 1, 1, 20); /* a late copy of an older batch */
+    cr_assert_eq(stored_points(job, count), 30);
+    for (int s = 1; s <= 30; s++)
+        cr_assert_eq(count[s], 1, "step %d stored %d times", s, count[s]);
+}
