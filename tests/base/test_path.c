@@ -42,7 +42,7 @@ static void setup(void)
     char real[PATH_MAX];
     cr_assert_not_null(realpath(tmpl, real));
     cr_assert_lt(strlen(real), sizeof T);
-    snprintf(T, sizeof T, "%s", real);
+    memcpy(T, real, strlen(real) + 1);
     mk("data", true);
     mk("data/file.txt", false);
     mk("data/sub", true);
