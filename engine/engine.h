@@ -497,6 +497,9 @@ typedef struct eng_parallel {
 /* Options of one run, from the spec and the command line. */
 typedef struct eng_train_opts {
     const char *checkpoint_dir;  /* "" or NULL: no checkpoints */
+    const char *resume_from;     /* "" or NULL: none; else a checkpoint directory whose newest
+                                  * checkpoint the run resumes from when it is newer than any in
+                                  * checkpoint_dir (a job started from another's checkpoints) */
     const char *output_dir;      /* "" or NULL: no samples.txt */
     int64_t max_steps_override;  /* > 0 replaces hyperparameters.max_steps */
     int threads;                 /* <= 0: leave */
