@@ -225,9 +225,11 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
     if (released)
         tx.wake_sched = true;
     bool failed = req->exit_code != 0 || req->signal != 0;
-    log_info("job %s: rank %d (attempt %d) on worker %s exited with code %d%s%s", job.id, req->rank,
-             req->attempt, wid, req->exit_code, failed && req->reason && *req->reason ? ": " : "",
-             failed && req->reason ? req->reason : "");
+    char ended[128];
+    rank_end_describe(req->exit_code, req->signal, ended, sizeof(ended));
+    log_info("job %s: rank %d (attempt %d) on worker %s %s%s%s", job.id, req->rank, req->attempt, wid, ended,
+             failed && !req->signal && req->reason && *req->reason ? ": " : "",
+             failed && !req->signal && req->reason ? req->reason : "");
     if (!inserted || req->attempt != job.attempt)
         return svc_tx_commit(&tx, err);   /* a repeat, or an old attempt: nothing changes */
 
