@@ -140,19 +140,21 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
 
 Test(launch, clean_exit_signal_death_and_exit_without_stderr)
 {
-    /* each ends on its own: SIGTERM from the launcher (rank 1's death stops the others) is
-     * ignored here */
     char *bin = lf_script("rank.sh",
-        "trap '' TERM\n"
         "case $KILN_RANK in\n"
         "0) echo done; exit 0;;\n"
         "1) kill -9 $$;;\n"
         "2) exit 7;;\n"
         "esac\n");
     agent_launcher_t *l = lf_launcher(bin, 3, false, 3, NULL, 0);
+    /* one job each: a failing rank stops the other ranks of its own attempt
+     * (a_failing_rank_stops_its_siblings), and these must end on their own */
+    const char *jobs[] = {"job-2a", "job-2b", "job-2c"};
     int32_t ranks[] = {0, 1, 2};
-    Kiln__Assignment a = lf_assignment("job-2", 1, ranks, 3, "{}");
-    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        Kiln__Assignment a = lf_assignment(jobs[i], 1, &ranks[i], 1, "{}");
+        cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
+    }
     cr_assert(lf_wait_exits(3, 10000));
     for (int i = 0; i < 3; i++) {
         ev_exit_t *e = &R.exits[i];
@@ -180,9 +182,10 @@ Test(launch, a_failing_rank_stops_its_siblings)
         "echo \"wd=${KILN_COMM_WATCHDOG_S:-unset}\"\n"
         "case $KILN_RANK in\n"
         "0) trap 'echo got-term; exit 143' TERM\n"
-        "   echo up; kill -STOP $$\n"
+        "   echo up; : > \"$KILN_OUTPUT_DIR/r0-up\"; kill -STOP $$\n"
         "   while :; do sleep 0.05; done;;\n"
-        "1) echo \"pid $$\"; : > /dev/shm/$$:0:0\n"
+        "1) while [ ! -e \"$KILN_OUTPUT_DIR/r0-up\" ]; do sleep 0.02; done\n"
+        "   echo \"pid $$\"; : > /dev/shm/$$:0:0\n"
         "   echo '{\"step\": 4, \"metrics\": {\"train_loss\": 3.5, \"grad_norm\": \"NaN\"}}' >&$KILN_METRICS_FD\n"
         "   sleep 0.3; echo 'kiln-train: it broke' >&2; exit 1;;\n"
         "esac\n");
