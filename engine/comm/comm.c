@@ -75,13 +75,29 @@ int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err)
     return 0;
 }
 
+void comm_keep_abandoned(void *p)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static void *kept[256];
+    static size_t n;
+    if (!p)
+        return;
+    pthread_mutex_lock(&mu);
+    if (n < KILN_ARRAY_LEN(kept))
+        kept[n++] = p;
+    pthread_mutex_unlock(&mu);
+}
+
 static void engine_free(comm_engine_t *e)
 {
     if (!e)
         return;
     comm_progress_stop(e);
-    if (e->thread_stuck)
-        return; /* the stuck thread still uses the engine and the fabric: they stay allocated */
+    if (e->thread_stuck) {
+        /* the stuck thread still uses the engine and the fabric: they stay allocated */
+        comm_keep_abandoned(e);
+        return;
+    }
     if (e->tp)
         e->tp->close(e);
     else

@@ -161,7 +161,11 @@ void comm_fabric_close(comm_engine_t *e)
     comm_fabric_t *f = &e->fab;
     if (f->abandoned) {
         log_debug("comm: leaving the failed fabric endpoint open");
-        memset(f, 0, sizeof(*f)); /* slots stay allocated: the provider may still know them */
+        /* slots stay allocated: the provider may still know them */
+        comm_keep_abandoned(f->slots);
+        comm_keep_abandoned(f->slot_free);
+        comm_keep_abandoned(f->peers);
+        memset(f, 0, sizeof(*f));
         return;
     }
     if (f->slots_mr)
