@@ -37,6 +37,7 @@ LDLIBS := -Wl,--as-needed -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) \
 PROTO_C   := $(BUILD)/gen/proto/kiln.pb-c.c
 PROTO_H   := $(BUILD)/gen/proto/kiln.pb-c.h
 BASE_SRC  := $(wildcard base/*.c)
+RANK_SRC  := $(wildcard rank/*.c)
 SPEC_SRC  := $(wildcard spec/*.c)
 STORE_SRC := $(wildcard store/*.c)
 SVC_SRC   := $(wildcard service/*.c)
@@ -49,6 +50,7 @@ CUDA_SRC  := $(wildcard engine/cuda/*.cu)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 LIB_BASE   := $(BUILD)/lib/libkbase.a
+LIB_RANK   := $(BUILD)/lib/libkrank.a
 LIB_PROTO  := $(BUILD)/lib/libkproto.a
 LIB_SPEC   := $(BUILD)/lib/libkspec.a
 LIB_STORE  := $(BUILD)/lib/libkstore.a
@@ -58,7 +60,7 @@ LIB_AGENT := $(BUILD)/lib/libkagent.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -123,6 +125,7 @@ $(1): $(2)
 	ar rcs $$@ $$^
 endef
 $(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
+$(eval $(call archive,$(LIB_RANK),$(call obj,$(RANK_SRC))))
 $(eval $(call archive,$(LIB_SPEC),$(call obj,$(SPEC_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o))
 $(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC)) $(MIGRATIONS_O)))
@@ -133,10 +136,11 @@ $(eval $(call archive,$(LIB_ENGINE),$(call obj,$(ENGINE_SRC))))
 $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 
 # ---- binaries -------------------------------------------------------------------------------
-# Each binary links only the modules it uses (dependents first).
-KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_BASE)
-TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_BASE)
+# Each binary links only the modules it uses (dependents first). rank/ is the contract between
+# the agent and its ranks (and tells kilnd what a rank's exit means); it depends on base only.
+KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_RANK) $(LIB_BASE)
 CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
 
 $(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(KILND_LIBS)
@@ -185,8 +189,9 @@ TEST_COMMON := $(call obj,$(wildcard tests/common/*.c))
 TEST_BINS := $(patsubst %,$(BUILD)/tests/test_%,$(TEST_DIRS))
 # Modules each suite links (default: base only); the e2e suite drives the built binaries.
 TEST_LIBS_base    := $(LIB_BASE)
+TEST_LIBS_rank    := $(LIB_RANK) $(LIB_BASE)
 TEST_LIBS_store   := $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 TEST_LIBS_spec    := $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_api     := $(KILND_LIBS)
 TEST_LIBS_agent   := $(AGENT_LIBS)

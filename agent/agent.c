@@ -5,6 +5,7 @@
  * data roots, GPU detection and the rendezvous address. Launching and watching ranks is
  * launch.c's; batching is outbox.c's. */
 #include "agent/agent_int.h"
+#include "rank/rank.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -768,7 +769,9 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
         goto fail;
     agent_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
                                    .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores,
-                                   .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots};
+                                   .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots,
+                                   .comm_watchdog_s = cfg->comm_watchdog_s,
+                                   .sibling_grace_ms = a->stop_grace_ms};
     agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
                                .on_exit = cb_exit, .ud = a};
     if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
@@ -938,7 +941,7 @@ int agent_data_roots_resolve(const char *const *roots, size_t n, char **out, siz
         }
         if (strchr(real, ',')) {
             rc = kiln_err_set(err, KILN_EINVAL, "data-root", "data root \"%s\" has a comma in its path, which "
-                              "KILN_DATA_ROOTS cannot carry", r);
+                              RANK_ENV_DATA_ROOTS " cannot carry", r);
             goto fail;
         }
         bool dup = false;

@@ -174,22 +174,12 @@ int kiln_mkdirs(const char *path, kiln_err_t *err);
  * as they are. Returns 0, KILN_EINVAL (path too long) or KILN_EIO. */
 int kiln_mkdirs_mode(const char *path, unsigned mode, kiln_err_t *err);
 
-/* Removes the shared-memory objects /dev/shm/<pid>:* that libfabric's shm provider creates for
- * process pid. A rank killed by a signal cannot remove its own, and a later process that reuses
- * the pid then fails to open the provider; whoever knows the process is gone (its parent after
- * reaping it, or the process itself before it opens shm) calls this. Returns how many it removed. */
-int kiln_shm_unlink_pid(int pid);
-
 /* ------------------------------------------------------------------------------------------
  * Paths a job may touch (path.c). A job names files in its spec; the agent and kiln-train let it
  * read or write one only when the path, resolved after ".." and symbolic links, lies inside one
  * of a set of roots, at a component boundary ("/data2" is not inside "/data"). Errors name the
  * field and the roots; outside the roots they are the same whether the path exists or not.
  * ------------------------------------------------------------------------------------------ */
-
-/* The environment variable that carries a rank's data roots, comma-separated (kiln-agent sets it
- * to its --data-root directories, resolved; set and empty means no file may be read). */
-#define KILN_DATA_ROOTS_ENV "KILN_DATA_ROOTS"
 
 /* Lexical normalisation of an absolute path: collapses repeated '/', "." and ".."; ".." never
  * climbs above "/"; no trailing '/' except in "/" itself. Touches no file system. out may be
@@ -219,11 +209,6 @@ bool kiln_path_inside(const char *path, const char *root);
 int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
                       char *resolved_out, size_t n, bool *exists, kiln_err_t *err);
 
-/* For the programs a job runs: when KILN_DATA_ROOTS is set, confines path to its roots
- * (kiln_path_confine; a missing file inside them passes, so the caller's open reports it);
- * when it is not set, allows everything (kiln-train run by hand reads what its user asks).
- * Returns 0, KILN_EINVAL, KILN_ETOOBIG, KILN_EPERM or KILN_ENOMEM. */
-int kiln_path_confine_env(const char *path, const char *field, kiln_err_t *err);
 
 /* Compiles a metric definition's pattern the one way kiln runs it (PCRE2, UTF, no \C) and
  * checks it can yield a value: at least one capture group (the first is the value) and no

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,16 +251,3 @@ int kiln_mkdirs_mode(const char *path, unsigned mode, kiln_err_t *err)
     return 0;
 }
 
-int kiln_shm_unlink_pid(int pid)
-{
-    char pat[64];
-    snprintf(pat, sizeof(pat), "/dev/shm/%d:*", pid);
-    glob_t g;
-    if (glob(pat, 0, NULL, &g) != 0)
-        return 0;
-    int n = 0;
-    for (size_t i = 0; i < g.gl_pathc; i++)
-        n += unlink(g.gl_pathv[i]) == 0;
-    globfree(&g);
-    return n;
-}

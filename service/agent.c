@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "rank/rank.h"
 #include "spec/spec.h"
 
 /* The worker a call acts for: the one its credential belongs to; a message naming another is
@@ -224,9 +225,11 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
     if (released)
         tx.wake_sched = true;
     bool failed = req->exit_code != 0 || req->signal != 0;
-    log_info("job %s: rank %d (attempt %d) on worker %s exited with code %d%s%s", job.id, req->rank,
-             req->attempt, wid, req->exit_code, failed && req->reason && *req->reason ? ": " : "",
-             failed && req->reason ? req->reason : "");
+    char ended[128];
+    rank_end_describe(req->exit_code, req->signal, ended, sizeof(ended));
+    log_info("job %s: rank %d (attempt %d) on worker %s %s%s%s", job.id, req->rank, req->attempt, wid, ended,
+             failed && !req->signal && req->reason && *req->reason ? ": " : "",
+             failed && !req->signal && req->reason ? req->reason : "");
     if (!inserted || req->attempt != job.attempt)
         return svc_tx_commit(&tx, err);   /* a repeat, or an old attempt: nothing changes */
 
@@ -242,19 +245,28 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
             rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
     } else if (st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
         if (failed) {
+            /* "rank 1 on worker w-.. was killed by signal 9 (Killed)", "... exited with code 1
+             * (...): <the rank's last stderr line>" */
+            char how[128];
+            rank_end_describe(req->exit_code, req->signal, how, sizeof(how));
+            const char *said = req->reason && *req->reason ? req->reason : "";
             if (req->signal != 0)
-                snprintf(reason, sizeof(reason), "rank %d on worker %s was killed by signal %d%s%s",
-                         req->rank, wid, req->signal, req->reason && *req->reason ? ": " : "",
-                         req->reason ? req->reason : "");
-            else
-                snprintf(reason, sizeof(reason), "rank %d on worker %s exited with code %d: %s",
-                         req->rank, wid, req->exit_code,
-                         req->reason && *req->reason ? req->reason : "no reason given");
-            rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
-            /* A rank that exited had started, even if the agent's "started" report is late. */
-            if (rc == 0)
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED,
-                                       reason, err);
+                said = ""; /* the agent's reason for a signal is its name, already in how */
+            snprintf(reason, sizeof(reason), "rank %d on worker %s %s%s%s", req->rank, wid, how, *said ? ": " : "",
+                     said);
+            if (rank_end_of(req->exit_code, req->signal) == RANK_END_BAD_INPUT) {
+                /* The spec or its data cannot work: another attempt would fail the same way. */
+                rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
+                /* A rank that exited had started, even if the agent's "started" report is late. */
+                if (rc == 0)
+                    rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED,
+                                           reason, err);
+            } else {
+                /* A rank died (a signal, a crash, a peer or device failure, the watchdog): the
+                 * attempt is lost as when a worker dies, and the next resumes from the newest
+                 * checkpoint; with no attempt left the job fails with this reason. */
+                rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
+            }
         } else {
             int n_exited = 0, n_ok = 0;
             rc = store_rank_exit_counts(tx.c, job.id, job.attempt, &n_exited, &n_ok, err);

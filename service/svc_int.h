@@ -100,7 +100,9 @@ int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, in
 int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err);
 /* Inside tx, with *job read FOR UPDATE: when attempt is the job's current one and it is
  * SCHEDULED, STARTING or RUNNING, stops its ranks and moves it to RESTARTING (attempts left) or
- * FAILED with why; a STOPPING job becomes STOPPED when nothing is left. */
+ * FAILED with why (which names what was lost: the worker, or the rank and how it ended); a
+ * STOPPING job becomes STOPPED when nothing is left. Used for lost workers, workers shutting
+ * down and ranks that died. */
 int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const char *worker_id,
                          const char *why, kiln_err_t *err);
 /* A job lost the ranks it had on a worker (the worker died or its agent restarted unseen):

@@ -47,6 +47,8 @@ void lf_teardown(void);
 char *lf_script(const char *name, const char *body);
 /* A launcher on dir with the recorder's callbacks and data roots roots[0..n). */
 agent_launcher_t *lf_launcher(const char *bin, int slots, bool gpu, int cores, const char *const *roots, size_t n);
+/* A launcher with the recorder's callbacks and the whole configuration given. */
+agent_launcher_t *lf_launcher_cfg(const agent_launcher_config_t *cfg);
 /* Waits until n exits arrived; false after timeout_ms. */
 bool lf_wait_exits(int n, int timeout_ms);
 /* The first line of rank starting with prefix, or NULL. Call with R.mu not held. */

@@ -185,21 +185,3 @@ Test(file, private_files_and_directories)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
-
-Test(file, shm_regions_of_a_pid_are_removed)
-{
-    /* A pid far above any live one: nothing real is named after it. */
-    int pid = 4000000 + (int)(getpid() % 1000);
-    char path[64];
-    snprintf(path, sizeof(path), "/dev/shm/%d:0:0", pid);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fclose(f);
-    snprintf(path, sizeof(path), "/dev/shm/%d:1:0", pid);
-    f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fclose(f);
-    cr_assert_eq(kiln_shm_unlink_pid(pid), 2);
-    cr_assert_eq(access(path, F_OK), -1);
-    cr_assert_eq(kiln_shm_unlink_pid(pid), 0);
-}

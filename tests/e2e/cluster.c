@@ -340,7 +340,7 @@ void e2e_kilnd_kill(void)
     }
 }
 
-static void e2e_start(int heartbeat_timeout_ms)
+static void e2e_start(int heartbeat_timeout_ms, int comm_watchdog_s)
 {
     e2e_cluster_t *c = &e2e_storage;
     memset(c, 0, sizeof *c);
@@ -381,6 +381,10 @@ static void e2e_start(int heartbeat_timeout_ms)
 
     const char *agent = e2e_bin("kiln-agent");
     bool has_cores = e2e_has_flag(agent, "--cores");
+    char watchdog[16];
+    snprintf(watchdog, sizeof watchdog, "%d", comm_watchdog_s);
+    if (comm_watchdog_s > 0)
+        cr_assert(e2e_has_flag(agent, "--comm-watchdog-s"), "kiln-agent has no --comm-watchdog-s");
     /* What jobs may read: the repository's data; where both agents may keep checkpoints: a
      * directory beside (not above) their work dirs. */
     char data_root[PATH_MAX + 8], shared_root[PATH_MAX];
@@ -408,6 +412,10 @@ static void e2e_start(int heartbeat_timeout_ms)
             /* The machine has 2 cores shared by every test: one thread per rank. */
             aargv[an++] = "--cores";
             aargv[an++] = slots;
+        }
+        if (comm_watchdog_s > 0) {
+            aargv[an++] = "--comm-watchdog-s";
+            aargv[an++] = watchdog;
         }
         aargv[an] = NULL;
         snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
@@ -461,12 +469,17 @@ static void e2e_start(int heartbeat_timeout_ms)
 
 void e2e_setup(void)
 {
-    e2e_start(0);
+    e2e_start(0, 0);
 }
 
 void e2e_setup_fast_heartbeat(void)
 {
-    e2e_start(3000);
+    e2e_start(3000, 0);
+}
+
+void e2e_setup_short_watchdog(void)
+{
+    e2e_start(0, E2E_WATCHDOG_S);
 }
 
 void e2e_teardown(void)
@@ -667,6 +680,48 @@ json_t *e2e_freeze_at_step(const char *job_id, long step, long timeout_ms, pid_t
     cr_assert_fail("job %s did not reach step %ld while RUNNING (last: %s at step %lld)", job_id, step, state,
                    (long long)got);
     return NULL;
+}
+
+pid_t e2e_rank_pid(const char *job_id, int rank)
+{
+    char want_job[128], want_rank[32];
+    snprintf(want_job, sizeof want_job, "KILN_JOB_ID=%s", job_id);
+    snprintf(want_rank, sizeof want_rank, "KILN_RANK=%d", rank);
+    pid_t pids[E2E_MAX_RANKS];
+    int n = e2e_procs_env(want_job, pids, E2E_MAX_RANKS);
+    for (int i = 0; i < n; i++) {
+        char path[64], buf[65536];
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)pids[i]);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t len = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        /* entries are NUL-separated: compare whole entries */
+        for (ssize_t k = 0; len > 0 && k < len; k += (ssize_t)strlen(buf + k) + 1) {
+            buf[len] = '\0';
+            if (!strcmp(buf + k, want_rank))
+                return pids[i];
+        }
+    }
+    return -1;
+}
+
+bool e2e_pid_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return true;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return true;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": a zombie (Z) or dead (X) process is gone too */
+    const char *p = strrchr(buf, ')');
+    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
 }
 
 void e2e_thaw(const pid_t *ranks, int n_ranks)
