@@ -4,7 +4,7 @@
  * metric definitions on one epoll I/O thread, delivers stop orders and exits.
  * It knows nothing about gRPC (what it reads goes to the callbacks in agent_launch_cbs_t) and
  * never parses the job spec: what it needs comes typed in the assignment. */
-#include "agent/agent.h"
+#include "agent/agent_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -555,7 +555,7 @@ static const char *const k_env_owned[] = {
     "KILN_SPEC", "KILN_JOB_ID", "KILN_ATTEMPT", "KILN_RANK", "KILN_WORLD_SIZE", "KILN_LOCAL_RANK",
     "KILN_LOCAL_WORLD_SIZE", "KILN_NODE_RANK", "KILN_NODES", "KILN_MASTER_ADDR", "KILN_MASTER_PORT",
     "KILN_CHECKPOINT_DIR", "KILN_OUTPUT_DIR", "KILN_METRICS_FD", "KILN_THREADS", "KILN_DEVICE_ID",
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "KILN_RESUME_FROM", KILN_DATA_ROOTS_ENV,
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "KILN_RESUME_FROM", KILN_DATA_ROOTS_ENV, "KILN_INIT_MODEL",
 };
 
 static bool env_is_owned(const char *entry)
@@ -733,6 +733,11 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     env_add(&env, "OMP_NUM_THREADS", "%d", threads);
     if (resume[0])
         env_add(&env, "KILN_RESUME_FROM", "%s", resume);
+    if (a->init_from_job && a->init_from_job[0]) {
+        char model[PATH_MAX];
+        xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
+        env_add(&env, "KILN_INIT_MODEL", "%s", model);
+    }
     if (r->device >= 0) {
         env_add(&env, "KILN_DEVICE_ID", "%d", r->device);
         env_add(&env, "CUDA_VISIBLE_DEVICES", "%d", r->device);
@@ -840,6 +845,15 @@ static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const ch
             return launch_refuse(rc, err, read_hint);
         if (!exists)
             return kiln_err_set(err, KILN_ENOTFOUND, field, "%s \"%.120s\" does not exist", field, p);
+    }
+    /* a model fetched from kilnd (model.init_from "job:<id>") is in the job's directory already */
+    if (a->init_from_job && a->init_from_job[0]) {
+        char model[PATH_MAX];
+        struct stat st;
+        xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
+        if (lstat(model, &st) != 0 || !S_ISREG(st.st_mode))
+            return kiln_err_set(err, KILN_ENOTFOUND, "model.init_from", "the model of job %.40s was not fetched",
+                                a->init_from_job);
     }
     /* where checkpoints may go: the data roots and the work dir */
     const char **wroots = calloc(l->nroots + 1, sizeof(char *));

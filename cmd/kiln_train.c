@@ -51,7 +51,7 @@ static int exit_code_for(const kiln_err_t *err)
 
 int main(int argc, char **argv)
 {
-    const char *spec_path = NULL, *ckpt_dir = NULL, *out_dir = NULL, *prompt = NULL;
+    const char *spec_path = NULL, *ckpt_dir = NULL, *out_dir = NULL, *prompt = NULL, *init_model = NULL;
     int64_t threads = 0, max_steps = 0;
     double peak = 0;
     bool quiet = false;
@@ -61,6 +61,9 @@ int main(int argc, char **argv)
         {"checkpoint-dir", "KILN_CHECKPOINT_DIR", CONFIG_STR, &ckpt_dir,
          "checkpoint directory (resumes from the newest checkpoint in it)"},
         {"output-dir", "KILN_OUTPUT_DIR", CONFIG_STR, &out_dir, "samples and the final model"},
+        {"init-model", "KILN_INIT_MODEL", CONFIG_STR, &init_model,
+         "the model file a spec's model.init_from \"job:<id>\" stands for (kiln-agent sets it to the copy it "
+         "fetched from kilnd)"},
         {"max-steps", NULL, CONFIG_INT, &max_steps, "override hyperparameters.max_steps"},
         {"sample", NULL, CONFIG_STR, &prompt, "prompt for text samples (default a newline)"},
         {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak,
@@ -119,6 +122,7 @@ int main(int argc, char **argv)
     o.world = env_int("KILN_WORLD_SIZE", 1);
     o.sample_prompt = prompt;
     o.spec_dir = dup ? dirname(dup) : ".";
+    o.init_model = init_model;
     o.stop_flag = &g_stop;
     o.quiet = quiet;
     if (o.world < 1 || o.rank < 0 || o.rank >= o.world) {
