@@ -37,6 +37,7 @@ struct gstream {
     stag_t close;                    /* RECV_CLOSE_ON_SERVER: the call is over */
     int cancelled;
     bool woken;                      /* new lines for the follower */
+    bool md_sent;                    /* initial metadata went out */
     bool status_sent;
     int64_t last_seq;                /* highest seq sent */
 };
@@ -132,8 +133,22 @@ static bool stream_gone(gstream_t *st)
     return gone || api_grpc_stopping(st->g);
 }
 
+/* Sends the initial metadata, once, before the first message or the status. */
+static bool stream_start_md(gstream_t *st)
+{
+    if (st->md_sent)
+        return true;
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    st->md_sent = stream_batch(st, &op, 1);
+    return st->md_sent;
+}
+
 static void stream_finish(gstream_t *st, grpc_status_code code, const char *message)
 {
+    if (!stream_start_md(st))
+        return;
     grpc_slice details = grpc_slice_from_copied_string(message ? message : "");
     grpc_op op;
     memset(&op, 0, sizeof(op));
@@ -176,10 +191,7 @@ static void logs_run(gstream_t *st)
         stream_finish(st, (grpc_status_code)kiln_status_grpc(err.status), err.message);
         return;
     }
-    grpc_op op;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (!stream_batch(st, &op, 1))
+    if (!stream_start_md(st))
         goto done;
     for (;;) {
         svc_log_query_t q = {.rank = rank, .since_us = since_us, .after_seq = st->last_seq, .limit = STREAM_PAGE};
@@ -250,10 +262,7 @@ static void artifact_run(gstream_t *st)
         goto done;
     }
     int64_t end = r->length > 0 && r->length < f.size - r->offset ? r->offset + r->length : f.size;
-    grpc_op op;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (!stream_batch(st, &op, 1) || !(buf = malloc(STREAM_ARTIFACT_PIECE)))
+    if (!stream_start_md(st) || !(buf = malloc(STREAM_ARTIFACT_PIECE)))
         goto done;
     for (int64_t off = r->offset; off < end && !stream_gone(st);) {
         size_t want = (size_t)KILN_MIN((int64_t)STREAM_ARTIFACT_PIECE, end - off);
