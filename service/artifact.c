@@ -219,8 +219,9 @@ static int manifest_check(svc_t *s, const Kiln__ArtifactManifest *m, kiln_err_t 
                                 f->name);
         if (f->size > max - total) {
             kiln_err_set(err, KILN_ETOOBIG, "files", "the job's artifacts come to more than this kilnd's limit of "
-                         "%lld MiB per job (\"%s\" alone is %lld bytes)",
-                         (long long)(max >> 20), f->name, (long long)f->size);
+                         "%lld MiB per job (kilnd --artifact-max-job-mb)", (long long)(max >> 20));
+            kiln_err_detail(err, "with \"%s\" (%lld bytes) they pass %lld bytes", f->name, (long long)f->size,
+                            (long long)max);
             kiln_err_hint(err, "the operator raises the limit with kilnd --artifact-max-job-mb");
             return KILN_ETOOBIG;
         }
