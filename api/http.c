@@ -30,7 +30,7 @@ static void http_count(http_req_t *r, int status)
         atomic_fetch_add_explicit(&r->h->requests[http_route_slot(r)][status], 1, memory_order_relaxed);
 }
 
-#define HTTP_CORS_EXPOSE "Content-Type, WWW-Authenticate, Allow"
+#define HTTP_CORS_EXPOSE "Content-Type, WWW-Authenticate, Allow, ETag, Content-Range, Content-Disposition, Accept-Ranges"
 
 enum MHD_Result http_reply_raw(http_req_t *r, int status, struct MHD_Response *resp)
 {
@@ -323,7 +323,8 @@ static enum MHD_Result http_options(http_req_t *r)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                            "Authorization, Content-Type, Idempotency-Key, Last-Event-ID");
+                            "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Range, If-Range, "
+                            "If-None-Match");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     enum MHD_Result ret = http_reply_raw(r, MHD_HTTP_NO_CONTENT, resp);
     MHD_destroy_response(resp);
