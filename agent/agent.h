@@ -211,6 +211,29 @@ typedef struct agent_rank_info {
 size_t agent_launcher_list(agent_launcher_t *l, agent_rank_info_t *out, size_t max);
 
 /* ------------------------------------------------------------------------------------------
+ * Artifacts: what rank 0 leaves at the top of its output directory is uploaded to kilnd when the
+ * attempt ends (transfer.c). Only regular files with a single link and a name kiln accepts
+ * (kiln_artifact_name_ok) qualify: a symbolic or hard link the job made to another file (the
+ * agent's credential, another job's data) is never followed or sent.
+ * ------------------------------------------------------------------------------------------ */
+#define AGENT_MAX_ARTIFACTS 256
+
+typedef struct agent_out_file {
+    char name[KILN_ARTIFACT_NAME_MAX + 1];
+    int fd;                      /* open read-only on the very file that was hashed */
+    int64_t size;
+    char sha256[KILN_SHA256_HEX];
+} agent_out_file_t;
+
+/* Lists and hashes the files at the top of dir, by name, at most AGENT_MAX_ARTIFACTS. Entries
+ * that do not qualify (see above; directories too) are skipped, each with a line in notes
+ * ("" when none; cut at notes_n). *out is heap (caller frees with agent_output_free), *n its
+ * count. Returns 0 (also for a missing dir: nothing to upload), or KILN_EIO / KILN_ENOMEM. */
+int agent_output_scan(const char *dir, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n,
+                      kiln_err_t *err);
+void agent_output_free(agent_out_file_t *v, size_t n);
+
+/* ------------------------------------------------------------------------------------------
  * gRPC client: one channel to kilnd, unary calls with deadlines.
  * ------------------------------------------------------------------------------------------ */
 typedef struct agent_rpc agent_rpc_t;

@@ -5,7 +5,7 @@
  * an attempt when one of them dies, and removes what a dead rank left in /dev/shm.
  * It knows nothing about gRPC (what it reads goes to the callbacks in agent_launch_cbs_t) and
  * never parses the job spec: what it needs comes typed in the assignment. */
-#include "agent/agent.h"
+#include "agent/agent_int.h"
 #include "rank/rank.h"
 
 #include <errno.h>
@@ -705,6 +705,11 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     re.device_id = r->device;
     re.data_roots = l->roots_csv;
     re.comm_watchdog_s = l->comm_watchdog_s;
+    char model[PATH_MAX];
+    if (a->init_from_job && a->init_from_job[0]) {
+        xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
+        re.init_model = model;
+    }
     if ((rc = rank_env_envp(&re, environ, &envp, err)) != 0)
         goto fail; /* kilnd sent an assignment the contract cannot carry: err names the variable */
 
@@ -806,6 +811,15 @@ static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const ch
             return launch_refuse(rc, err, read_hint);
         if (!exists)
             return kiln_err_set(err, KILN_ENOTFOUND, field, "%s \"%.120s\" does not exist", field, p);
+    }
+    /* a model fetched from kilnd (model.init_from "job:<id>") is in the job's directory already */
+    if (a->init_from_job && a->init_from_job[0]) {
+        char model[PATH_MAX];
+        struct stat st;
+        xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
+        if (lstat(model, &st) != 0 || !S_ISREG(st.st_mode))
+            return kiln_err_set(err, KILN_ENOTFOUND, "model.init_from", "the model of job %.40s was not fetched",
+                                a->init_from_job);
     }
     /* where checkpoints may go: the data roots and the work dir */
     const char **wroots = calloc(l->nroots + 1, sizeof(char *));

@@ -1,7 +1,7 @@
 /* grpc_training.c - TrainingService over gRPC: the service speaks JSON shaped like the REST API
  * (docs/contracts.md), and proto field names are the JSON keys, so one generic converter driven
  * by protobuf-c's descriptors turns JSON into messages (and a JobSpec message into JSON).
- * StreamLogs (server streaming) lives in grpc_stream.c. */
+ * The server streams (StreamLogs, DownloadArtifact) live in grpc_stream.c. */
 #include "api/grpc_int.h"
 
 #include <stdio.h>
@@ -466,6 +466,24 @@ static int h_remove_member(const api_grpc_ctx_t *ctx, const ProtobufCMessage *re
     return rc ? rc : reply(json_object(), &kiln__empty__descriptor, a, resp);
 }
 
+static int h_list_artifacts(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                            ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__ListArtifactsRequest *r = (const Kiln__ListArtifactsRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_job_artifacts(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : reply(out, &kiln__list_artifacts_response__descriptor, a, resp);
+}
+
+static int h_delete_job(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                        ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__DeleteJobRequest *r = (const Kiln__DeleteJobRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_job_delete(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : reply(out, &kiln__delete_job_response__descriptor, a, resp);
+}
+
 ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a)
 {
     return msg_from_json(j, d, a);
@@ -491,5 +509,9 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/ListMembers", &kiln__list_members_request__descriptor, h_list_members, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/SetMember", &kiln__set_member_request__descriptor, h_set_member, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/RemoveMember", &kiln__remove_member_request__descriptor, h_remove_member, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListArtifacts", &kiln__list_artifacts_request__descriptor, h_list_artifacts, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/DownloadArtifact", &kiln__download_artifact_request__descriptor, NULL,
+     api_grpc_stream_artifact, API_GRPC_USER},
+    {"/kiln.TrainingService/DeleteJob", &kiln__delete_job_request__descriptor, h_delete_job, NULL, API_GRPC_USER},
 };
 const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

@@ -90,6 +90,8 @@ struct http_req {
 enum MHD_Result http_reply_json(http_req_t *r, int status, json_t *body);
 /* Queues the error JSON {code, message, detail, hint, field?} for err (status from its table). */
 enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err);
+/* The same with one more response header (a 416's Content-Range). */
+enum MHD_Result http_reply_err_header(http_req_t *r, const kiln_err_t *err, const char *header, const char *value);
 /* Shorthand: an error built from status, field (may be NULL) and a formatted message. */
 enum MHD_Result http_reply_errf(http_req_t *r, int status, const char *field, const char *hint,
                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));

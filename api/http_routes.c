@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "api/http_int.h"
 
@@ -309,6 +311,143 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_job_delete(http_req_t *r)
+{
+    HTTP_JOB_ID(r);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_job_delete(r->h->svc, &r->who, r->id, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+/* ---- artifacts ------------------------------------------------------------------------------- */
+
+static enum MHD_Result http_artifacts_list(http_req_t *r)
+{
+    HTTP_JOB_ID(r);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_job_artifacts(r->h->svc, &r->who, r->id, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+/* One byte range of a representation of size bytes (RFC 9110 section 14): "bytes=first-last",
+ * "bytes=first-" or "bytes=-suffix". Returns 1 with [*first, *last] for a satisfiable range, 0
+ * when the header is to be ignored (not a single byte range: the whole file is sent), -1 when
+ * it is unsatisfiable (416). */
+static int http_parse_range(const char *h, int64_t size, int64_t *first, int64_t *last)
+{
+    if (strncmp(h, "bytes=", 6) != 0)
+        return 0;
+    const char *p = h + 6;
+    while (*p == ' ')
+        p++;
+    if (strchr(p, ','))
+        return 0; /* several ranges: answered with the whole file, which RFC 9110 allows */
+    const char *dash = strchr(p, '-');
+    if (!dash)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    if (dash == p) { /* suffix: the last N bytes */
+        long long n = strtoll(dash + 1, &end, 10);
+        if (errno || end == dash + 1 || *end || n < 0)
+            return 0;
+        if (n == 0 || size == 0)
+            return -1;
+        *first = n >= size ? 0 : size - n;
+        *last = size - 1;
+        return 1;
+    }
+    long long a = strtoll(p, &end, 10);
+    if (errno || end != dash || a < 0)
+        return 0;
+    long long b = size - 1;
+    if (dash[1]) {
+        b = strtoll(dash + 1, &end, 10);
+        if (errno || *end || b < a)
+            return 0;
+    }
+    if (a >= size)
+        return -1;
+    *first = a;
+    *last = b < size - 1 ? b : size - 1;
+    return 1;
+}
+
+/* GET /v1/jobs/{id}/artifacts/{name}: the file, streamed from disk by libmicrohttpd (never
+ * loaded into memory), with its SHA-256 as the ETag; a single byte Range gives 206 (or 416). */
+static enum MHD_Result http_artifact_get(http_req_t *r)
+{
+    HTTP_JOB_ID(r);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    svc_artifact_file_t f;
+    int rc = svc_job_artifact_open(r->h->svc, &r->who, r->id, http_param(r, "name"), &f, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    char etag[KILN_SHA256_HEX + 2], disp[KILN_ARTIFACT_NAME_MAX + 40], crange[96], last_mod[64];
+    snprintf(etag, sizeof(etag), "\"%s\"", f.sha256);
+    snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", f.name);
+    time_t t = (time_t)(f.created_us / 1000000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(last_mod, sizeof(last_mod), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    int64_t first = 0, last = f.size - 1;
+    int status = MHD_HTTP_OK;
+    const char *inm = http_header(r, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    const char *range = http_header(r, MHD_HTTP_HEADER_RANGE);
+    const char *if_range = http_header(r, MHD_HTTP_HEADER_IF_RANGE);
+    if (inm && (strstr(inm, etag) || !strcmp(inm, "*")))
+        status = MHD_HTTP_NOT_MODIFIED;
+    else if (range && (!if_range || !strcmp(if_range, etag))) {
+        int pr = http_parse_range(range, f.size, &first, &last);
+        if (pr < 0) {
+            close(f.fd);
+            kiln_err_set(&err, KILN_ERANGE, "Range", "range \"%.60s\" is not inside artifact \"%s\" (%lld bytes)", range,
+                         f.name, (long long)f.size);
+            kiln_err_hint(&err, "ask for bytes=FIRST-LAST with FIRST below the size");
+            snprintf(crange, sizeof(crange), "bytes */%lld", (long long)f.size);
+            return http_reply_err_header(r, &err, MHD_HTTP_HEADER_CONTENT_RANGE, crange);
+        }
+        if (pr > 0)
+            status = MHD_HTTP_PARTIAL_CONTENT;
+    }
+    struct MHD_Response *resp = NULL;
+    uint64_t len = status == MHD_HTTP_NOT_MODIFIED ? 0 : (uint64_t)(last - first + 1);
+    if (len == 0 || f.size == 0) {
+        close(f.fd);
+        resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    } else {
+        /* libmicrohttpd owns the descriptor from here and closes it with the response */
+        resp = MHD_create_response_from_fd_at_offset64(len, f.fd, (uint64_t)first);
+        if (!resp)
+            close(f.fd);
+    }
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_LAST_MODIFIED, last_mod);
+    if (status != MHD_HTTP_NOT_MODIFIED) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
+    }
+    if (status == MHD_HTTP_PARTIAL_CONTENT) {
+        snprintf(crange, sizeof(crange), "bytes %lld-%lld/%lld", (long long)first, (long long)last, (long long)f.size);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, crange);
+    }
+    enum MHD_Result ret = http_reply_raw(r, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
 }
 
 /* ---- cluster and health ---------------------------------------------------------------------- */
@@ -649,10 +788,13 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/jobs", http_jobs_list, 0},
     {"POST", "/v1/jobs", http_jobs_create, 0},
     {"GET", "/v1/jobs/{id}", http_job_get, 0},
+    {"DELETE", "/v1/jobs/{id}", http_job_delete, 0},
     {"POST", "/v1/jobs/{id}:stop", http_job_stop, 0},
     {"GET", "/v1/jobs/{id}/events", http_job_events, 0},
     {"GET", "/v1/jobs/{id}/logs", http_job_logs, 0},
     {"GET", "/v1/jobs/{id}/metrics", http_job_metrics, 0},
+    {"GET", "/v1/jobs/{id}/artifacts", http_artifacts_list, 0},
+    {"GET", "/v1/jobs/{id}/artifacts/{name}", http_artifact_get, 0},
     {"GET", "/v1/workers", http_workers, 0},
     {"GET", "/v1/whoami", http_whoami, 0},
     {"GET", "/v1/users", http_users_list, 0},

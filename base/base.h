@@ -1,7 +1,8 @@
 /* base.h - kiln's shared base module: status codes, rich errors, logging, arenas,
  * configuration flags and small time/string helpers.
- * Depends on libc (and pthreads for the log lock) only; every other module may include it.
- * It is not a utility dumping ground: anything that needs a third-party library lives elsewhere. */
+ * Depends on libc (and pthreads for the log lock), PCRE2 for metric patterns and libsodium for
+ * SHA-256 only; every other module may include it.
+ * It is not a utility dumping ground: what only one module needs lives in that module. */
 #ifndef KILN_BASE_H
 #define KILN_BASE_H
 
@@ -35,7 +36,9 @@
     X(EDEVICE,    -17,  "device_error",        "device error",                    500, 13)  \
     X(EFORMAT,    -18,  "bad_format",          "malformed data",                  400, 3)   \
     X(EUNAUTH,    -19,  "unauthenticated",     "authentication required",         401, 16)  \
-    X(EMEDIA,     -20,  "unsupported_media_type", "unsupported media type",       415, 3)
+    X(EMEDIA,     -20,  "unsupported_media_type", "unsupported media type",       415, 3)   \
+    X(ERANGE,     -21,  "range_not_satisfiable", "range not satisfiable",         416, 11)  \
+    X(ECHECKSUM,  -22,  "data_loss",           "checksum mismatch",               422, 15)
 
 enum {
 #define KILN_STATUS_ENUM(name, val, code, msg, http, grpc) KILN_##name = (val),
@@ -216,6 +219,36 @@ int kiln_path_confine(const char *path, const char *field, const char *const *ro
  * for PCRE2_CODE_UNIT_WIDTH 8; free with pcre2_code_free), or NULL with err set: KILN_EINVAL
  * naming field ("metric_definitions[0].regex") with a hint, or KILN_ENOMEM. */
 void *kiln_metric_regex_compile(const char *regex, const char *field, kiln_err_t *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Artifacts (artifact.c): the files a job leaves in its output directory, kept by kilnd. Their
+ * names travel from agents to kilnd, into kilnd's artifact directory and into URLs, so one rule
+ * decides which names exist; SHA-256 (libsodium) is how agent, kilnd and clients agree on bytes.
+ * ------------------------------------------------------------------------------------------ */
+#define KILN_ARTIFACT_NAME_MAX 128        /* bytes of a name */
+#define KILN_ARTIFACT_MODEL "model_llmc.bin" /* the final model kiln-train writes (llm.c format) */
+#define KILN_SHA256_HEX 65                /* 64 lower-case hex digits and a NUL */
+
+/* Whether name can be an artifact's: 1 to KILN_ARTIFACT_NAME_MAX bytes of A-Z a-z 0-9 . _ -,
+ * starting with a letter or digit. So no '/', no "..", no absolute or hidden name, nothing that
+ * needs escaping in a URL or a file system. On failure err (may be NULL) says why, naming
+ * field, with a hint. */
+bool kiln_artifact_name_ok(const char *name, const char *field, kiln_err_t *err);
+
+/* Whether s is 64 lower-case hex digits (a SHA-256 as kiln writes it). */
+bool kiln_sha256_hex_ok(const char *s);
+/* SHA-256 of data[0..len) as lower-case hex into out (KILN_SHA256_HEX bytes). */
+void kiln_sha256_hex(const void *data, size_t len, char out[KILN_SHA256_HEX]);
+/* SHA-256 of everything fd holds from offset 0 (read with pread, in 1 MiB pieces, never all at
+ * once) into out, its length into *size (OUT, may be NULL). Returns 0 or KILN_EIO. */
+int kiln_sha256_fd(int fd, int64_t *size, char out[KILN_SHA256_HEX], kiln_err_t *err);
+/* An incremental SHA-256, for bytes that arrive in pieces (a download). Caller's storage. */
+typedef struct kiln_sha256 {
+    uint64_t state[16];                   /* libsodium's crypto_hash_sha256_state fits */
+} kiln_sha256_t;
+void kiln_sha256_init(kiln_sha256_t *h);
+void kiln_sha256_update(kiln_sha256_t *h, const void *data, size_t len);
+void kiln_sha256_final(kiln_sha256_t *h, char out[KILN_SHA256_HEX]);
 
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -1,7 +1,7 @@
 /* cli.c - `kiln`'s entry point: global options (--url, --tls-ca, --profile, --token-file,
  * --json), subcommand dispatch, help texts and the small argument helpers the subcommands share.
- * The subcommands themselves live in cmd_jobs.c, cmd_logs.c, cmd_info.c, cmd_identity.c and
- * cmd_login.c; where kilnd is and which token to send is config.c's. */
+ * The subcommands themselves live in cmd_jobs.c, cmd_logs.c, cmd_info.c, cmd_artifacts.c,
+ * cmd_identity.c and cmd_login.c; where kilnd is and which token to send is config.c's. */
 #include "cli/cli_int.h"
 
 #include <errno.h>
@@ -52,6 +52,19 @@ static const cli_command_t cli_commands[] = {
      "stop a job (its ranks get SIGTERM, checkpoint and exit)",
      "options:\n"
      "  --reason R     recorded in the job's events\n"},
+    {"artifacts", cli_cmd_artifacts, "ID [--get NAME [-o FILE]]",
+     "list a job's artifacts (its output directory: final model, plan, samples), or download one",
+     "options:\n"
+     "  --get NAME, -g NAME   download artifact NAME (model_llmc.bin is the final model, llm.c format);\n"
+     "                        its SHA-256 is checked against kilnd's, and a failed download leaves no file\n"
+     "  -o FILE, --output FILE\n"
+     "                        where to save it (default: NAME in the current directory; - for stdout)\n"
+     "  A job's artifacts are uploaded by its agent when it ends. Start a new job from one's model with\n"
+     "  \"model\": {\"init_from\": \"job:ID\"} in its spec.\n"},
+    {"delete", cli_cmd_delete, "ID",
+     "delete an ended job with its events, logs, metrics and artifacts (editors)",
+     "  Only a job that has ended (COMPLETED, FAILED, STOPPED) can be deleted: stop a running one\n"
+     "  first. A job whose model another unfinished job starts from (model.init_from) is kept.\n"},
     {"workers", cli_cmd_workers, "", "list registered workers (agents) and their free slots", ""},
     {"login", cli_cmd_login, "[--url URL] [--tls-ca FILE] [--profile NAME] [--token-file FILE]",
      "check an API token with kilnd and save it for later commands",

@@ -144,6 +144,11 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width);
 void cli_print_metrics_raw(FILE *out, const json_t *reply);
 /* Prints the workers table of a GET /v1/workers reply. */
 void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us);
+/* A byte count for people: "512 B", "1.5 KiB", "137 KiB", "2.0 GiB". Returns buf (n >= 16). */
+char *cli_fmt_bytes(double bytes, char *buf, size_t n);
+/* Prints the table of a GET /v1/jobs/{id}/artifacts reply: NAME, SIZE, SHA256 (its first 16
+ * digits), ATTEMPT, CREATED. */
+void cli_print_artifacts(FILE *out, const json_t *reply);
 /* Prints one log line object as "[rank N] line" ("[rank N, attempt A] line" for attempts > 1). */
 void cli_print_log_line(FILE *out, const json_t *line);
 /* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,

@@ -32,6 +32,14 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
 int cli_stream(const cli_client_t *c, const char *path, const char *const *headers, cli_sse_t *sse,
                long low_speed_s, kiln_err_t *err);
 
+/* Downloads GET path into out as it arrives (never the whole body in memory), hashing what it
+ * writes into *sha (initialised by the caller). On 200 returns 0 with *bytes (OUT) written and
+ * etag (ETag without its quotes, or ""; 80 bytes) filled; an API error's status with err filled
+ * from the reply; KILN_EUNAVAIL / KILN_ECOMM when kilnd cannot be reached or the transfer
+ * breaks; KILN_EIO when out cannot be written. */
+int cli_download(const cli_client_t *c, const char *path, FILE *out, kiln_sha256_t *sha, int64_t *bytes,
+                 char *etag, kiln_err_t *err);
+
 /* Appends "&key=value" (or "?key=value" for the first) to path (a heap string, may be
  * reallocated), URL-escaping value. Returns 0 or KILN_ENOMEM. */
 int cli_path_add(char **path, const char *key, const char *value);
@@ -63,6 +71,8 @@ int cli_cmd_whoami(cli_client_t *c, int argc, char **argv);
 int cli_cmd_users(cli_client_t *c, int argc, char **argv);
 int cli_cmd_tokens(cli_client_t *c, int argc, char **argv);
 int cli_cmd_projects(cli_client_t *c, int argc, char **argv);
+int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv);
+int cli_cmd_delete(cli_client_t *c, int argc, char **argv);
 
 /* Prints err to stderr (cli_print_error) and, for a 401, which token was sent and how to get a
  * valid one (cli_print_auth_note). Returns CLI_EXIT_ERROR. */

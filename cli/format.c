@@ -556,6 +556,45 @@ void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us)
     cli_table_print(out, &t);
 }
 
+char *cli_fmt_bytes(double bytes, char *buf, size_t n)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    if (isnan(bytes) || bytes < 0)
+        bytes = 0;
+    while (bytes >= 1024 && u < 4) {
+        bytes /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", bytes);
+    else
+        snprintf(buf, n, "%.*f %s", bytes < 10 ? 1 : 0, bytes, units[u]);
+    return buf;
+}
+
+void cli_print_artifacts(FILE *out, const json_t *reply)
+{
+    cli_table_t t;
+    cli_table_init(&t, "NAME >SIZE SHA256 >ATTEMPT CREATED");
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(reply, "artifacts"), i, a) {
+        char size[24], attempt[16], created[32], sha[20];
+        cli_fmt_bytes(cli_jnum(a, "size"), size, sizeof(size));
+        snprintf(attempt, sizeof(attempt), "%.0f", cli_jnum(a, "attempt"));
+        snprintf(sha, sizeof(sha), "%.16s", cli_jstr(a, "sha256"));
+        const char *row[] = {cli_jstr(a, "name"), size, sha, attempt,
+                             cli_fmt_time(cli_jstr(a, "created_at"), created, sizeof(created))};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no artifacts (a job's output directory is kept once it has ended)\n");
+        return;
+    }
+    cli_table_print(out, &t);
+}
+
 void cli_print_log_line(FILE *out, const json_t *line)
 {
     double rank = cli_jnum(line, "rank"), attempt = cli_jnum(line, "attempt");

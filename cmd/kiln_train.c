@@ -26,6 +26,7 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
     const char *spec_path = NULL, *ckpt_dir = NULL, *out_dir = NULL, *prompt = NULL, *resume = NULL;
+    const char *init_model = NULL;
     int64_t threads = 0, max_steps = 0;
     double peak = 0;
     bool quiet = false;
@@ -43,6 +44,7 @@ int main(int argc, char **argv)
     ckpt_dir = re.checkpoint_dir;
     out_dir = re.output_dir;
     resume = re.resume_from;
+    init_model = re.init_model;
     config_flag_t flags[] = {
         {"spec", NULL, CONFIG_STR, &spec_path, "job spec JSON file (default " RANK_ENV_SPEC ")"},
         {"threads", NULL, CONFIG_INT, &threads, "CPU threads (default " RANK_ENV_THREADS "; 0: spec or all cores)"},
@@ -52,6 +54,9 @@ int main(int argc, char **argv)
          "another checkpoint directory to resume from when it holds a newer checkpoint (default "
          RANK_ENV_RESUME_FROM ")"},
         {"output-dir", NULL, CONFIG_STR, &out_dir, "samples and the final model (default " RANK_ENV_OUTPUT_DIR ")"},
+        {"init-model", NULL, CONFIG_STR, &init_model,
+         "the model file a spec's model.init_from \"job:<id>\" stands for (default " RANK_ENV_INIT_MODEL
+         ", set by kiln-agent to the copy it fetched from kilnd)"},
         {"max-steps", NULL, CONFIG_INT, &max_steps, "override hyperparameters.max_steps"},
         {"sample", NULL, CONFIG_STR, &prompt, "prompt for text samples (default a newline)"},
         {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak,
@@ -109,6 +114,7 @@ int main(int argc, char **argv)
     o.world = re.world_size;
     o.sample_prompt = prompt;
     o.spec_dir = dup ? dirname(dup) : ".";
+    o.init_model = init_model;
     o.stop_flag = &g_stop;
     o.quiet = quiet;
     printf("kiln-train: job \"%s\" rank %d/%d attempt %d\n", spec.name, o.rank, o.world, re.attempt);

@@ -20,7 +20,7 @@ static const char *const k_owned[] = {
     RANK_ENV_SPEC, RANK_ENV_JOB_ID, RANK_ENV_ATTEMPT, RANK_ENV_RANK, RANK_ENV_WORLD_SIZE,
     RANK_ENV_LOCAL_RANK, RANK_ENV_LOCAL_WORLD_SIZE, RANK_ENV_NODE_RANK, RANK_ENV_NODES,
     RANK_ENV_MASTER_ADDR, RANK_ENV_MASTER_PORT, RANK_ENV_CHECKPOINT_DIR, RANK_ENV_OUTPUT_DIR,
-    RANK_ENV_RESUME_FROM, RANK_ENV_METRICS_FD, RANK_ENV_THREADS, RANK_ENV_DEVICE_ID,
+    RANK_ENV_RESUME_FROM, RANK_ENV_INIT_MODEL, RANK_ENV_METRICS_FD, RANK_ENV_THREADS, RANK_ENV_DEVICE_ID,
     RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_OMP_THREADS, RANK_ENV_CUDA_DEVICES,
 };
 
@@ -141,6 +141,7 @@ int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
     e.checkpoint_dir = env_get(envp, RANK_ENV_CHECKPOINT_DIR);
     e.output_dir = env_get(envp, RANK_ENV_OUTPUT_DIR);
     e.resume_from = env_get(envp, RANK_ENV_RESUME_FROM);
+    e.init_model = env_get(envp, RANK_ENV_INIT_MODEL);
     /* set and empty means "no roots", unlike the other strings */
     size_t rn = strlen(RANK_ENV_DATA_ROOTS);
     for (char *const *p = envp; p && *p; p++)
@@ -261,6 +262,8 @@ int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_
         envb_add(&b, RANK_ENV_OUTPUT_DIR, "%s", e->output_dir);
     if (e->resume_from)
         envb_add(&b, RANK_ENV_RESUME_FROM, "%s", e->resume_from);
+    if (e->init_model)
+        envb_add(&b, RANK_ENV_INIT_MODEL, "%s", e->init_model);
     if (e->metrics_fd >= 0)
         envb_add(&b, RANK_ENV_METRICS_FD, "%d", e->metrics_fd);
     if (e->threads > 0) {

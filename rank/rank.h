@@ -32,6 +32,7 @@
 #define RANK_ENV_CHECKPOINT_DIR   "KILN_CHECKPOINT_DIR"
 #define RANK_ENV_OUTPUT_DIR       "KILN_OUTPUT_DIR"
 #define RANK_ENV_RESUME_FROM      "KILN_RESUME_FROM"
+#define RANK_ENV_INIT_MODEL       "KILN_INIT_MODEL"
 #define RANK_ENV_METRICS_FD       "KILN_METRICS_FD"
 #define RANK_ENV_THREADS          "KILN_THREADS"
 #define RANK_ENV_DEVICE_ID        "KILN_DEVICE_ID"
@@ -62,6 +63,8 @@ typedef struct rank_env {
     const char *output_dir;      /* KILN_OUTPUT_DIR; NULL: unset */
     const char *resume_from;     /* KILN_RESUME_FROM: a checkpoint directory to resume from
                                   * when it holds a newer checkpoint than checkpoint_dir; NULL */
+    const char *init_model;      /* KILN_INIT_MODEL: the local copy of the model a spec's
+                                  * model.init_from "job:<id>" names, fetched by the agent; NULL */
     int metrics_fd;              /* KILN_METRICS_FD >= 0; -1: unset (no metric records) */
     int threads;                 /* KILN_THREADS 1..RANK_MAX_THREADS; 0: unset */
     int device_id;               /* KILN_DEVICE_ID >= 0 (and CUDA_VISIBLE_DEVICES); -1: none */

@@ -34,8 +34,8 @@ static int agent_worker(const char *authenticated, const char *claimed, const ch
     return 0;
 }
 
-static int check_report(const char *authenticated, const char *claimed, const char *job_id,
-                        const char **wid, kiln_err_t *err)
+int svc_agent_check_report(const char *authenticated, const char *claimed, const char *job_id,
+                           const char **wid, kiln_err_t *err)
 {
     int rc = agent_worker(authenticated, claimed, wid, err);
     if (rc)
@@ -115,7 +115,7 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
     store_job_row_t job;
     char reason[700];
     const char *wid = NULL;
-    int rc = check_report(worker_id, req->worker_id, req->job_id, &wid, err);
+    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
     if (rc == 0)
         rc = svc_agent_owns(s, wid, req->job_id, req->attempt, NULL, 0, err);
     if (rc)
@@ -201,7 +201,7 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
     store_job_row_t job;
     char reason[900];
     const char *wid = NULL;
-    int rc = check_report(worker_id, req->worker_id, req->job_id, &wid, err);
+    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
     if (rc)
         return rc;
     if (req->rank < 0)
@@ -433,7 +433,7 @@ out:
 
 /* The typed copies of what the agent needs from the normalised spec (threads, checkpoint
  * directory, metric definitions, the files the ranks read), so that it never parses the spec. */
-static int assignment_typed(const char *spec_json, const char *job_id, arena_t *arena,
+static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id, arena_t *arena,
                             Kiln__Assignment *msg, kiln_err_t *err)
 {
     kiln_err_t e2;
@@ -470,6 +470,24 @@ static int assignment_typed(const char *spec_json, const char *job_id, arena_t *
         jp->field = svc_astr(arena, paths[i].field);
         jp->path = svc_astr(arena, paths[i].path);
         msg->read_paths[msg->n_read_paths++] = jp;
+    }
+    msg->init_from_job = svc_astr(arena, "");
+    msg->init_from_sha256 = svc_astr(arena, "");
+    const char *src = svc_init_from_job(sp->model.init_from);
+    if (src) {
+        /* What the agent checks the fetched model against. Should the model be gone (its job
+         * deleted since), the fetch says so and the attempt fails with that reason. */
+        char sha[KILN_SHA256_HEX] = "";
+        int64_t size = 0;
+        store_conn_t *c = NULL;
+        if (store_conn_get(s->store, &c, &e2) == 0) {
+            if (svc_artifact_model(c, src, &size, sha, &e2) != 0)
+                log_warn("job %s: the model it starts from (job %s) is not available: %s", job_id, src, e2.message);
+            store_conn_put(s->store, c);
+        }
+        msg->init_from_job = svc_astr(arena, src);
+        msg->init_from_size = size;
+        msg->init_from_sha256 = svc_astr(arena, sha);
     }
     spec_deinit(sp);
     free(sp);
@@ -520,7 +538,7 @@ static int deliver(svc_t *s, const store_assign_t *a, arena_t *arena, Kiln__Assi
         return rc;
     }
     kiln__assignment__init(msg);
-    rc = assignment_typed(spec, a->job_id, arena, msg, err);
+    rc = assignment_typed(s, spec, a->job_id, arena, msg, err);
     if (rc) {
         free(spec);
         return rc;

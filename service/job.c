@@ -78,7 +78,8 @@ int svc_spec_paths(const spec_t *sp, svc_spec_path_t *out)
     const svc_spec_path_t all[SVC_SPEC_PATHS] = {
         {"data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : "", true},
         {"data.val", sp->data.val, true},
-        {"model.init_from", sp->model.init_from, true},
+        /* "job:<id>" is a model kilnd holds, fetched by the agent: no file of the agents' */
+        {"model.init_from", svc_init_from_job(sp->model.init_from) ? "" : sp->model.init_from, true},
         {"checkpoint.path", sp->ckpt_path, false},
     };
     int n = 0;
@@ -174,6 +175,61 @@ static int check_fit(svc_t *s, const spec_t *sp, bool *no_workers, kiln_err_t *e
     return rc;
 }
 
+/* model.init_from "job:<id>": the job must be one the submitter can see, hold a complete model
+ * artifact, and have trained a model of this spec's shape (what kiln-train would refuse when it
+ * loads the file is refused here, at submission). c is the submitter's connection. */
+static int check_init_from_job(store_conn_t *c, const svc_caller_t *who, const spec_t *sp, kiln_err_t *err)
+{
+    const char *src = svc_init_from_job(sp->model.init_from);
+    if (!src)
+        return 0;
+    kiln_err_t e2;
+    json_t *job = NULL;
+    int rc = svc_job_access(c, who, src, SVC_ROLE_VIEWER, &e2);
+    if (rc == 0)
+        rc = store_job_get_json(c, src, &job, &e2);
+    if (rc == KILN_ENOTFOUND || rc == KILN_EPERM) {
+        kiln_err_set(err, KILN_EINVAL, "model.init_from", "model.init_from names job %s, which does not exist or "
+                     "is in a project you cannot read", src);
+        kiln_err_hint(err, "use the id of a job you can see (kiln jobs lists them)");
+        return KILN_EINVAL;
+    }
+    if (rc) {
+        *err = e2;
+        return rc;
+    }
+    const json_t *m = json_object_get(json_object_get(job, "spec"), "model");
+    const char *state = json_string_value(json_object_get(job, "state"));
+    int64_t size = 0;
+    char sha[KILN_SHA256_HEX];
+    rc = svc_artifact_model(c, src, &size, sha, &e2);
+    if (rc == KILN_ENOTFOUND) {
+        kiln_err_set(err, KILN_EINVAL, "model.init_from", "job %s (%s) has no model artifact (%s)", src,
+                     state ? state : "", KILN_ARTIFACT_MODEL);
+        kiln_err_hint(err, "a GPT job's final model is uploaded when it ends: wait for it to end, or check its "
+                           "artifacts (kiln artifacts %s)", src);
+        rc = KILN_EINVAL;
+    } else if (rc) {
+        *err = e2;
+    } else {
+        struct { const char *key; int want; } dims[] = {
+            {"n_layer", sp->model.n_layer}, {"n_head", sp->model.n_head}, {"n_embd", sp->model.n_embd},
+            {"seq_len", sp->model.seq_len}, {"vocab_size", sp->model.vocab_size},
+        };
+        for (size_t i = 0; i < KILN_ARRAY_LEN(dims) && rc == 0; i++) {
+            json_int_t got = json_integer_value(json_object_get(m, dims[i].key));
+            if (got != dims[i].want) {
+                rc = kiln_err_set(err, KILN_EINVAL, "model.init_from", "job %s trained a model with %s %lld; this "
+                                  "spec's model has %s %d", src, dims[i].key, (long long)got, dims[i].key, dims[i].want);
+                kiln_err_hint(err, "give the model the shape of job %s's (n_layer, n_head, n_embd, seq_len, vocab)",
+                              src);
+            }
+        }
+    }
+    json_decref(job);
+    return rc;
+}
+
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err)
 {
@@ -233,6 +289,8 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     char id[STORE_ID_LEN];
     bool created = false;
     rc = store_conn_get(s->store, &c, err);
+    if (rc == 0)
+        rc = check_init_from_job(c, who, &sp, err);
     if (rc)
         goto fail;
     if (who->cluster_admin) {

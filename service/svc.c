@@ -1,5 +1,5 @@
-/* svc.c - the service's lifecycle (connect, migrate, start and stop the scheduler and liveness
- * threads), transactions that announce ended jobs after commit, the cached cluster capacity used
+/* svc.c - the service's lifecycle (connect, migrate, open the artifact store, start and stop the
+ * scheduler, liveness and clean-up threads), transactions that announce ended jobs after commit, the cached cluster capacity used
  * at submission, and readiness. */
 #include "service/svc_int.h"
 
@@ -40,6 +40,10 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
 
     store_conn_t *c = NULL;
     int rc = svc_auth_init(s, err);
+    if (rc)
+        goto fail;
+    rc = svc_artifacts_init(s, err);
+    s->cfg.artifact_dir = NULL; /* the caller's string; s->artifact_dir holds it resolved */
     if (rc)
         goto fail;
     if (!s->database_url || !*s->database_url) {
@@ -83,6 +87,9 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
         goto fail;
     }
     s->live_started = true;
+    rc = svc_janitor_start(s, err);
+    if (rc)
+        goto fail;
     *out = s;
     return 0;
 fail:
@@ -104,6 +111,7 @@ void svc_destroy(svc_t *s)
         pthread_join(s->sched_thread, NULL);
     if (s->live_started)
         pthread_join(s->live_thread, NULL);
+    svc_janitor_stop(s);
     svc_jobents_free(s);
     svc_auth_free(s);
     pthread_mutex_destroy(&s->auth_mu);

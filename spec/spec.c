@@ -241,6 +241,32 @@ static int normalize_path(char *buf, size_t n, const char *field, kiln_err_t *er
     return 0;
 }
 
+/* model.init_from names either an llm.c file (a path, normalised like every path) or another
+ * job's final model as "job:<id>" (a UUID, stored in lower case): whether that job exists, may be
+ * read by the submitter and has a model is kilnd's question at submission. */
+static int normalize_init_from(char *buf, size_t n, kiln_err_t *err)
+{
+    if (strncmp(buf, "job:", 4) != 0)
+        return normalize_path(buf, n, "model.init_from", err);
+    char *id = buf + 4;
+    static const int dash[] = {8, 13, 18, 23};
+    bool ok = strlen(id) == 36;
+    for (int i = 0, d = 0; ok && i < 36; i++) {
+        if (d < 4 && i == dash[d]) {
+            ok = id[i] == '-';
+            d++;
+        } else if (id[i] >= 'A' && id[i] <= 'F') {
+            id[i] = (char)(id[i] - 'A' + 'a');
+        } else {
+            ok = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f');
+        }
+    }
+    if (!ok)
+        return invalid(err, "model.init_from", "write \"job:\" and the job's id, as kilnd gave it (a UUID)",
+                       "model.init_from \"%.60s\" names no job: the part after \"job:\" is not a job id", buf);
+    return 0;
+}
+
 static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "model"};
@@ -270,7 +296,7 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
         (rc = rd_int(&r, m, "n_inputs", &mo->n_inputs, 0, 1 << 24)) ||
         (rc = rd_int(&r, m, "n_classes", &mo->n_classes, 0, 1 << 24)) ||
         (rc = rd_string(&r, m, "init_from", mo->init_from, sizeof(mo->init_from))) ||
-        (rc = normalize_path(mo->init_from, sizeof(mo->init_from), "model.init_from", err)))
+        (rc = normalize_init_from(mo->init_from, sizeof(mo->init_from), err)))
         return rc;
     bool vocab_given = json_object_get(m, "vocab") != NULL;
     if ((rc = rd_choice(&r, m, "vocab", mo->vocab, sizeof(mo->vocab), vocabs)))
@@ -302,6 +328,9 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
                            "hidden, n_inputs and n_classes describe an \"mlp\" model",
                            "this field does not apply to a \"gpt\" model");
     } else { /* mlp */
+        if (mo->init_from[0])
+            return invalid(err, "model.init_from", "drop init_from, or train a \"gpt\" model",
+                           "model.init_from applies to a \"gpt\" model (an llm.c checkpoint), not an \"mlp\"");
         json_t *h = json_object_get(m, "hidden");
         if (h && !json_is_null(h)) {
             if (!json_is_array(h) || json_array_size(h) > SPEC_MAX_HIDDEN)

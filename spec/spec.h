@@ -28,7 +28,7 @@ typedef struct spec_model {
     int hidden[SPEC_MAX_HIDDEN];
     int n_hidden;
     int n_inputs, n_classes;
-    char init_from[SPEC_PATH];
+    char init_from[SPEC_PATH]; /* "": none; an llm.c file (absolute, normalised), or "job:<id>" */
 } spec_model_t;
 
 typedef struct spec_data {

@@ -387,6 +387,76 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
                              json_t **out, kiln_err_t *err);
 
+/* ---- artifacts (artifact.c) -------------------------------------------------------------------- */
+
+/* A row of a job's artifact: its name, what the agent declared (size, SHA-256), how many bytes
+ * the store holds durably, and which store holds them. */
+typedef struct store_artifact {
+    char name[KILN_ARTIFACT_NAME_MAX + 1];
+    int attempt;
+    char worker_id[STORE_WORKER_ID_LEN];
+    int64_t size, received;
+    char sha256[KILN_SHA256_HEX];
+    bool complete;               /* state COMPLETE: the whole file is in place and verified */
+    char store_id[64];
+    int64_t created_us, completed_us; /* completed_us 0 while uploading */
+} store_artifact_t;
+
+/* Every artifact row of a job (any state) by name; with lock, FOR UPDATE (in a transaction).
+ * *out malloc'd (caller frees; NULL when none). */
+int store_artifacts_of(store_conn_t *c, const char *job_id, bool lock, store_artifact_t **out, int *n,
+                       kiln_err_t *err);
+/* One artifact row. KILN_ENOTFOUND when there is none. */
+int store_artifact_get(store_conn_t *c, const char *job_id, const char *name, bool lock, store_artifact_t *out,
+                       kiln_err_t *err);
+/* Inserts the row (job_id, a->name) or replaces every field of it; created_at is now, and
+ * completed_at now when a->complete. */
+int store_artifact_put(store_conn_t *c, const char *job_id, const store_artifact_t *a, kiln_err_t *err);
+int store_artifact_delete(store_conn_t *c, const char *job_id, const char *name, kiln_err_t *err);
+/* received := the bytes held durably; complete moves it to COMPLETE (completed_at now). */
+int store_artifact_progress(store_conn_t *c, const char *job_id, const char *name, int64_t received, bool complete,
+                            kiln_err_t *err);
+
+/* Directories of a store waiting to be removed: a job's (attempt 0: the whole job) or one
+ * attempt's. */
+typedef struct store_trash {
+    char job_id[STORE_ID_LEN];
+    int attempt;
+} store_trash_t;
+int store_artifact_trash_add(store_conn_t *c, const char *store_id, const char *job_id, int attempt, kiln_err_t *err);
+/* At most limit entries of store_id, oldest first. *out malloc'd. */
+int store_artifact_trash_list(store_conn_t *c, const char *store_id, int limit, store_trash_t **out, int *n,
+                              kiln_err_t *err);
+int store_artifact_trash_done(store_conn_t *c, const char *store_id, const store_trash_t *t, kiln_err_t *err);
+
+/* ---- lifecycle (lifecycle.c) ------------------------------------------------------------------- */
+
+/* Deletes the job and every row that belongs to it: the rows of every table with a job_id uuid
+ * column (events, logs, metric chunks, assignments, rank exits, artifacts, and whatever tables
+ * later migrations add, such as metric summaries), child tables before the tables their foreign
+ * keys point at, then the job itself. Run it inside a transaction. *removed (OUT, new reference)
+ * = {"<table>": rows removed, ...} for the tables that had rows. KILN_ENOTFOUND. */
+int store_job_delete(store_conn_t *c, const char *job_id, json_t **removed, kiln_err_t *err);
+/* A job that has not ended and names job_id in model.init_from ("job:<id>"): its id into by
+ * (STORE_ID_LEN), or "" when there is none. */
+int store_job_init_dependent(store_conn_t *c, const char *job_id, char *by, kiln_err_t *err);
+
+/* A job named by its id alone. */
+typedef struct store_job_ref {
+    char id[STORE_ID_LEN];
+} store_job_ref_t;
+/* Log retention: up to limit jobs that ended (COMPLETED, FAILED, STOPPED) more than days days ago
+ * and still have their logs, oldest end first. *out malloc'd. */
+int store_logs_expired_jobs(store_conn_t *c, int days, int limit, store_job_ref_t **out, int *n, kiln_err_t *err);
+/* Deletes at most limit log lines of the job (one bounded statement); *deleted (OUT) how many. */
+int store_logs_delete_batch(store_conn_t *c, const char *job_id, int limit, int64_t *deleted, kiln_err_t *err);
+/* Records that the job's logs are gone (jobs.logs_expired_at). */
+int store_job_logs_expired(store_conn_t *c, const char *job_id, kiln_err_t *err);
+/* Session advisory lock that lets one kilnd of several run the clean-up pass at a time; *got
+ * false when another holds it. Release with store_janitor_unlock on the same connection. */
+int store_janitor_lock(store_conn_t *c, bool *got, kiln_err_t *err);
+void store_janitor_unlock(store_conn_t *c);
+
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
 /* true when s is a UUID in canonical text form (36 characters). */

@@ -173,6 +173,41 @@ static void p_metrics(int c, char *path, size_t n, const char **body)
     snprintf(path, n, "/v1/jobs/%s/metrics", job_id);
     *body = NULL;
 }
+static void p_delete(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    new_job();
+    long st;
+    char stop[160];
+    snprintf(stop, sizeof stop, "/v1/jobs/%s:stop", job_id); /* a queued job stops at once: it has ended */
+    json_decref(at_req("POST", stop, "{}", NULL, &st, NULL));
+    cr_assert_eq(st, 200);
+    snprintf(path, n, "/v1/jobs/%s", job_id);
+    *body = NULL;
+}
+static void p_artifacts(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    snprintf(path, n, "/v1/jobs/%s/artifacts", job_id);
+    *body = NULL;
+}
+/* A job of project p that has run and left an artifact (made once). */
+static void p_artifact(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    static char with_artifact[64];
+    if (!with_artifact[0]) {
+        json_t *j = admin("POST", "/v1/jobs", job_spec("p"), 201);
+        kiln_strlcpy(with_artifact, json_string_value(json_object_get(j, "id")), sizeof with_artifact);
+        json_decref(j);
+        int attempt = at_run_job(with_artifact);
+        kiln_err_t err;
+        cr_assert_eq(at_upload(at_svc, at_worker, with_artifact, attempt, "samples.txt", "hello", 5, 4, &err), 0,
+                     "%s", err.message);
+    }
+    snprintf(path, n, "/v1/jobs/%s/artifacts/samples.txt", with_artifact);
+    *body = NULL;
+}
 static void p_workers(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/workers", NULL); }
 static void p_whoami(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/whoami", NULL); }
 static void p_users(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/users", NULL); }
@@ -224,6 +259,9 @@ static const row_t k_rows[] = {
     {"GET", "/v1/jobs", p_jobs, {EVERYONE(200)}},
     {"POST", "/v1/jobs", p_submit, {UNAUTH, 403, 201, 403, 201, 201}},
     {"GET", "/v1/jobs/{id}", p_job, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"DELETE", "/v1/jobs/{id}", p_delete, {UNAUTH, 403, 200, 404, 200, 200}},
+    {"GET", "/v1/jobs/{id}/artifacts", p_artifacts, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"GET", "/v1/jobs/{id}/artifacts/{name}", p_artifact, {UNAUTH, 200, 200, 404, 200, 200}},
     {"POST", "/v1/jobs/{id}:stop", p_stop, {UNAUTH, 403, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/events", p_events, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/logs", p_logs, {UNAUTH, 200, 200, 404, 200, 200}},
@@ -275,6 +313,12 @@ Test(authz, every_route_times_every_caller)
 {
     world();
     new_job();
+    {
+        /* the job with an artifact runs first, while the worker's slots are free */
+        char p[256];
+        const char *b;
+        p_artifact(C_CLUSTER_ADMIN, p, sizeof p, &b);
+    }
     api_route_info_t routes[128];
     size_t n = api_http_routes(routes, 128);
     int cells = 0;

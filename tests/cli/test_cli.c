@@ -341,3 +341,32 @@ Test(cli_main, bad_spec_file_exits_1, .init = cr_redirect_stderr)
     cr_assert_eq(run_cli(3, (const char *[]){"kiln", "submit", "/nonexistent/job.json", NULL}), 1);
     unlink(path);
 }
+
+static void print_artifacts(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j); }
+
+Test(cli_format, artifacts_table_and_sizes)
+{
+    char b[24];
+    cr_assert_str_eq(cli_fmt_bytes(0, b, sizeof b), "0 B");
+    cr_assert_str_eq(cli_fmt_bytes(1023, b, sizeof b), "1023 B");
+    cr_assert_str_eq(cli_fmt_bytes(1536, b, sizeof b), "1.5 KiB");
+    cr_assert_str_eq(cli_fmt_bytes(139776, b, sizeof b), "136 KiB");
+    cr_assert_str_eq(cli_fmt_bytes(497759232.0, b, sizeof b), "475 MiB");
+    cr_assert_str_eq(cli_fmt_bytes(3.0 * (1 << 30), b, sizeof b), "3.0 GiB");
+    json_t *a = load("{\"artifacts\": [{\"name\": \"model_llmc.bin\", \"size\": 139776, \"sha256\": "
+                     "\"af576245b461f53c83a6574236760363b03a9b1cf3479e4809e0fecd45940afd\", \"created_at\": "
+                     "\"2026-11-24T19:00:39.318Z\", \"attempt\": 1}, {\"name\": \"samples.txt\", \"size\": 300, "
+                     "\"sha256\": \"a8464d4f5692f9c770d8d315c0285bfdcdf30c69b6c7560994006bdb3de78087\", "
+                     "\"created_at\": \"2026-11-24T19:00:39.320Z\", \"attempt\": 2}]}");
+    char *out = capture(print_artifacts, a, 0);
+    cr_assert(strstr(out, "NAME               SIZE  SHA256            ATTEMPT  CREATED\n"), "%s", out);
+    cr_assert(strstr(out, "model_llmc.bin  136 KiB  af576245b461f53c        1  2026-11-24 19:00:39\n"), "%s", out);
+    cr_assert(strstr(out, "samples.txt       300 B  a8464d4f5692f9c7        2  2026-11-24 19:00:39\n"), "%s", out);
+    free(out);
+    json_decref(a);
+    a = load("{\"artifacts\": []}");
+    out = capture(print_artifacts, a, 0);
+    cr_assert(strstr(out, "no artifacts"), "%s", out);
+    free(out);
+    json_decref(a);
+}

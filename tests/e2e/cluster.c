@@ -275,13 +275,14 @@ static bool e2e_kilnd_try_start(void)
                       "--grpc-addr", grpc_addr};
     int argc = 7;
     /* TLS on both APIs, mutual TLS for agents, the first admin's token and the join token. */
-    static char cert[PATH_MAX], key[PATH_MAX], ca[PATH_MAX], boot[PATH_MAX];
+    static char cert[PATH_MAX], key[PATH_MAX], ca[PATH_MAX], boot[PATH_MAX], arts[PATH_MAX];
     snprintf(cert, sizeof cert, "%.255s/server.pem", c->tls_dir);
     snprintf(key, sizeof key, "%.255s/server.key", c->tls_dir);
     snprintf(ca, sizeof ca, "%.255s/ca.pem", c->tls_dir);
     snprintf(boot, sizeof boot, "%.127s/admin.token", c->dir);
+    snprintf(arts, sizeof arts, "%.127s/artifacts", c->dir);
     char *more[] = {"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--bootstrap-token-file", boot,
-                    "--join-token-file", c->join_file};
+                    "--join-token-file", c->join_file, "--artifact-dir", arts};
     for (size_t i = 0; i < (sizeof more / sizeof more[0]); i++)
         argv[argc++] = more[i];
     if (c->heartbeat_timeout_ms > 0) {
@@ -340,7 +341,7 @@ void e2e_kilnd_kill(void)
     }
 }
 
-static void e2e_start(int heartbeat_timeout_ms, int comm_watchdog_s)
+static void e2e_start(int heartbeat_timeout_ms, int comm_watchdog_s, char *const *agent_env)
 {
     e2e_cluster_t *c = &e2e_storage;
     memset(c, 0, sizeof *c);
@@ -419,7 +420,7 @@ static void e2e_start(int heartbeat_timeout_ms, int comm_watchdog_s)
         }
         aargv[an] = NULL;
         snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
-        c->agents[i] = e2e_spawn(aargv, NULL, log, NULL);
+        c->agents[i] = e2e_spawn(aargv, agent_env, log, NULL);
         cr_assert(c->agents[i] > 0, "could not start kiln-agent %d", i);
     }
 
@@ -469,17 +470,23 @@ static void e2e_start(int heartbeat_timeout_ms, int comm_watchdog_s)
 
 void e2e_setup(void)
 {
-    e2e_start(0, 0);
+    e2e_start(0, 0, NULL);
 }
 
 void e2e_setup_fast_heartbeat(void)
 {
-    e2e_start(3000, 0);
+    e2e_start(3000, 0, NULL);
 }
 
 void e2e_setup_short_watchdog(void)
 {
-    e2e_start(0, E2E_WATCHDOG_S);
+    e2e_start(0, E2E_WATCHDOG_S, NULL);
+}
+
+void e2e_setup_slow_uploads(void)
+{
+    static char *env[] = {"KILN_AGENT_UPLOAD_CHUNK_KB=4", "KILN_AGENT_UPLOAD_DELAY_MS=150", NULL};
+    e2e_start(0, 0, env);
 }
 
 void e2e_teardown(void)

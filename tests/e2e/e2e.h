@@ -41,6 +41,10 @@ void e2e_setup_fast_heartbeat(void);
  * KILN_COMM_WATCHDOG_S) at E2E_WATCHDOG_S seconds. */
 #define E2E_WATCHDOG_S 3
 void e2e_setup_short_watchdog(void);
+/* Like e2e_setup, with agents that upload artifacts in 4 KiB chunks and pause 150 ms after each
+ * (KILN_AGENT_UPLOAD_CHUNK_KB, KILN_AGENT_UPLOAD_DELAY_MS): an upload long enough to cut. kilnd
+ * keeps artifacts in <dir>/artifacts in every set-up. */
+void e2e_setup_slow_uploads(void);
 void e2e_teardown(void);
 /* (Re)starts kilnd on the cluster's database and ports and waits for /readyz; SIGKILLs it. */
 void e2e_kilnd_start(void);

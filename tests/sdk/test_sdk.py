@@ -62,6 +62,18 @@ class Offline(unittest.TestCase):
         line = kiln.LogLine.from_json({"seq": 5, "rank": 0, "attempt": 2, "line": "resumed"})
         self.assertEqual((line.attempt, str(line)), (2, "[rank 0, attempt 2] resumed"))
 
+    def test_artifact_and_model_data(self):
+        a = kiln.Artifact.from_json({"name": "model_llmc.bin", "size": 139776, "sha256": "af57", "created_at": "t",
+                                     "attempt": 2})
+        self.assertEqual((a.name, a.size, a.sha256, a.attempt), ("model_llmc.bin", 139776, "af57", 2))
+        client = kiln.Client(url="https://kilnd.example:8080", token="kiln_not-a-real-one")
+        m = kiln.ModelData(client, "0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11", a)
+        self.assertIsInstance(m, str, "model_data is a string, as SageMaker's is")
+        self.assertEqual(m, "https://kilnd.example:8080/v1/jobs/0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11/artifacts/"
+                            "model_llmc.bin")
+        self.assertEqual((m.url, m.name, m.size, m.sha256), (str(m), "model_llmc.bin", 139776, "af57"))
+        self.assertEqual(kiln.MODEL_ARTIFACT, "model_llmc.bin")
+
     def test_error_from_reply(self):
         e = kiln.KilnError.from_reply(400, b'{"code": "invalid_argument", "message": "must be positive (got -1)",'
                                            b' "field": "hyperparameters.lr", "hint": "try 3e-4"}')

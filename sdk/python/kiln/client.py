@@ -1,5 +1,5 @@
-"""The REST client: Client (jobs, workers, users, tokens, projects) and Job (a handle on one
-training job).
+"""The REST client: Client (jobs, artifacts, workers, users, tokens, projects) and Job (a handle
+on one training job).
 
 Standard library only (urllib, json). Shapes follow docs/contracts.md: a Job is the
 JSON object kilnd returns, exposed through properties; logs and metrics are read
@@ -7,7 +7,10 @@ from the job's sub-resources; ``logs(follow=True)`` reads the Server-Sent Events
 stream and reconnects with Last-Event-ID if the connection drops mid-job.
 """
 
+import hashlib
+import contextlib
 import json
+import os
 import socket
 import ssl
 import time
@@ -21,6 +24,7 @@ from .config import DEFAULT_URL
 from .errors import JobFailedError, KilnError
 
 TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
+MODEL_ARTIFACT = "model_llmc.bin"  # the final model kiln-train writes (llm.c format)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,46 @@ class LogLine:
         if self.attempt > 1:
             return "[rank %d, attempt %d] %s" % (self.rank, self.attempt, self.line)
         return "[rank %d] %s" % (self.rank, self.line)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file a job's rank 0 left in its output directory, kept by kilnd."""
+
+    name: str
+    size: int
+    sha256: str
+    created_at: str
+    attempt: int = 0
+
+    @classmethod
+    def from_json(cls, j):
+        return cls(name=j.get("name") or "", size=int(j.get("size") or 0), sha256=j.get("sha256") or "",
+                   created_at=j.get("created_at") or "", attempt=int(j.get("attempt") or 0))
+
+
+class ModelData(str):
+    """Where a job's trained model is, as SageMaker's ``model_data`` says: the string is the URL
+    kilnd serves the model at (GET it with the API token), and the object also knows its
+    ``job_id``, ``name``, ``size`` and ``sha256`` and can ``download(path)`` itself (checked)."""
+
+    def __new__(cls, client, job_id, artifact):
+        url = "%s/v1/jobs/%s/artifacts/%s" % (client.url, _seg(job_id), _seg(artifact.name))
+        self = super().__new__(cls, url)
+        self.client = client
+        self.job_id = job_id
+        self.name = artifact.name
+        self.size = artifact.size
+        self.sha256 = artifact.sha256
+        return self
+
+    @property
+    def url(self):
+        return str(self)
+
+    def download(self, path=None):
+        """Saves the model to path (default: its name in the current directory); returns the path."""
+        return self.client.download(self.job_id, self.name, path)
 
 
 def parse_sse(lines):
@@ -261,6 +305,58 @@ class Client:
         return {s["name"]: [(int(p["step"]), float(p["value"])) for p in s.get("points", [])]
                 for s in j.get("metrics", [])}
 
+    def delete(self, job_id):
+        """Deletes an ended job with its events, logs, metrics and artifacts (editors). Returns
+        {"id", "removed": {"<table>": rows}, "artifact_bytes"}. A job that has not ended gets a
+        KilnError with status 409: stop it first."""
+        return self._call("DELETE", "/v1/jobs/%s" % _seg(self._resolve(job_id)))[1]
+
+    # ---- artifacts ----------------------------------------------------------------------
+    def artifacts(self, job_id):
+        """The files the job's rank 0 left in its output directory (final model, partition plan,
+        samples), uploaded when the job ended: a list of Artifact, by name."""
+        _, j = self._call("GET", "/v1/jobs/%s/artifacts" % _seg(job_id))
+        return [Artifact.from_json(a) for a in j.get("artifacts", [])]
+
+    def download(self, job_id, name, path=None):
+        """Saves artifact ``name`` of the job to ``path`` (a file, or a directory to put it in;
+        default: the current directory) and returns the file's path. The bytes stream to disk
+        and are checked against the artifact's SHA-256; a failed download leaves no file."""
+        path = path or name
+        if os.path.isdir(path):
+            path = os.path.join(path, name)
+        tmp = path + ".part"
+        digest = hashlib.sha256()
+        try:
+            # a big file takes as long as it takes: the timeout bounds each read, not the whole
+            with self._open("GET", "/v1/jobs/%s/artifacts/%s" % (_seg(job_id), _seg(name)),
+                            accept="application/octet-stream", timeout=max(self.timeout, 60)) as r, \
+                    open(tmp, "wb") as out:
+                etag = (r.headers.get("ETag") or "").strip('"')
+                while True:
+                    block = r.read(1 << 20)
+                    if not block:
+                        break
+                    digest.update(block)
+                    out.write(block)
+            if digest.hexdigest() != etag:
+                raise KilnError('the download of "%s" has SHA-256 %s, but kilnd says the artifact\'s is %s'
+                                % (name, digest.hexdigest(), etag or "(none)"), code="data_loss")
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def model_data(self, job_id):
+        """The job's trained model (a ModelData: its URL, with size, sha256 and download()), or
+        None when the job has no model artifact (yet: it is uploaded when the job ends)."""
+        for a in self.artifacts(job_id):
+            if a.name == MODEL_ARTIFACT:
+                return ModelData(self, job_id, a)
+        return None
+
     # ---- cluster ------------------------------------------------------------------------
     def workers(self):
         """Registered workers: dicts with id, hostname, address, slots, slots_free, slot_type,
@@ -435,6 +531,24 @@ class Job:
 
     def events(self):
         return self.client.events(self.id)
+
+    def delete(self):
+        """Deletes the job (it must have ended) and everything it left; returns kilnd's summary."""
+        return self.client.delete(self.id)
+
+    def artifacts(self):
+        """The job's artifacts (a list of Artifact); see Client.artifacts."""
+        return self.client.artifacts(self.id)
+
+    def download(self, name, path=None):
+        """Saves one of the job's artifacts (checked against its SHA-256); returns the path."""
+        return self.client.download(self.id, name, path)
+
+    @property
+    def model_data(self):
+        """Where the trained model is, SageMaker-style: a ModelData (a str holding its URL, with
+        size, sha256 and download(path)), or None while the job has no model artifact."""
+        return self.client.model_data(self.id)
 
     def logs(self, follow=False, rank=None, since=None):
         """A generator of LogLine (str(line) is "[rank N] text"); see Client.logs."""
