@@ -38,6 +38,7 @@ PROTO_C   := $(BUILD)/gen/proto/kiln.pb-c.c
 PROTO_H   := $(BUILD)/gen/proto/kiln.pb-c.h
 BASE_SRC  := $(wildcard base/*.c)
 SPEC_SRC  := $(wildcard spec/*.c)
+QUERY_SRC := $(wildcard query/*.c)
 STORE_SRC := $(wildcard store/*.c)
 SVC_SRC   := $(wildcard service/*.c)
 API_SRC   := $(wildcard api/*.c)
@@ -51,6 +52,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 LIB_BASE   := $(BUILD)/lib/libkbase.a
 LIB_PROTO  := $(BUILD)/lib/libkproto.a
 LIB_SPEC   := $(BUILD)/lib/libkspec.a
+LIB_QUERY  := $(BUILD)/lib/libkquery.a
 LIB_STORE  := $(BUILD)/lib/libkstore.a
 LIB_SVC    := $(BUILD)/lib/libkservice.a
 LIB_API    := $(BUILD)/lib/libkapi.a
@@ -58,7 +60,7 @@ LIB_AGENT := $(BUILD)/lib/libkagent.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -124,6 +126,7 @@ $(1): $(2)
 endef
 $(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
 $(eval $(call archive,$(LIB_SPEC),$(call obj,$(SPEC_SRC))))
+$(eval $(call archive,$(LIB_QUERY),$(call obj,$(QUERY_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o))
 $(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC)) $(MIGRATIONS_O)))
 $(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
@@ -134,7 +137,7 @@ $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 
 # ---- binaries -------------------------------------------------------------------------------
 # Each binary links only the modules it uses (dependents first).
-KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_BASE)
 TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_BASE)
 CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
@@ -185,9 +188,10 @@ TEST_COMMON := $(call obj,$(wildcard tests/common/*.c))
 TEST_BINS := $(patsubst %,$(BUILD)/tests/test_%,$(TEST_DIRS))
 # Modules each suite links (default: base only); the e2e suite drives the built binaries.
 TEST_LIBS_base    := $(LIB_BASE)
-TEST_LIBS_store   := $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_store   := $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 TEST_LIBS_spec    := $(LIB_SPEC) $(LIB_BASE)
+TEST_LIBS_query   := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_api     := $(KILND_LIBS)
 TEST_LIBS_agent   := $(AGENT_LIBS)
 TEST_LIBS_engine  := $(TRAIN_LIBS)
