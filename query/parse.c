@@ -440,6 +440,9 @@ static int parse_in_list(qctx_t *q, const query_field_t *f, query_node_t **out)
     for (;;) {
         if (n->nvalues == QUERY_MAX_IN)
             return qfail(q, q->tok.pos, q->tok.len, NULL, "more than %d values in one IN list", QUERY_MAX_IN);
+        if (++q->values > QUERY_MAX_VALUES)
+            return qfail(q, q->tok.pos, q->tok.len, "split the search into several", "more than %d values in the IN lists of one %s",
+                         QUERY_MAX_VALUES, q->what);
         if (n->nvalues == cap) {
             query_value_t *nv = arena_alloc(q->arena, sizeof(query_value_t) * (size_t)cap * 2);
             memcpy(nv, n->values, sizeof(query_value_t) * (size_t)cap);

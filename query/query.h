@@ -39,6 +39,7 @@
 /* Most comparisons in one filter, values in one IN list, keys in one order_by, columns. */
 #define QUERY_MAX_TERMS 256
 #define QUERY_MAX_IN 1000
+#define QUERY_MAX_VALUES 10000 /* in all IN lists of a filter together */
 #define QUERY_MAX_ORDER 8
 #define QUERY_MAX_COLUMNS 64
 

@@ -141,6 +141,10 @@ static void p_fixed(int caller, char *path, size_t n, const char **body, const c
     *body = b;
 }
 static void p_jobs(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/jobs", NULL); }
+static void p_search(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/jobs:search", "{\"filter\": \"state = QUEUED OR hp.lr > 0\", \"columns\": [\"hp.lr\"]}");
+}
 static void p_submit(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/jobs", job_spec("p")); }
 static void p_job(int c, char *path, size_t n, const char **body)
 {
@@ -223,6 +227,7 @@ static void p_prom(int c, char *path, size_t n, const char **body) { p_fixed(c, 
 static const row_t k_rows[] = {
     {"GET", "/v1/jobs", p_jobs, {EVERYONE(200)}},
     {"POST", "/v1/jobs", p_submit, {UNAUTH, 403, 201, 403, 201, 201}},
+    {"POST", "/v1/jobs:search", p_search, {EVERYONE(200)}},
     {"GET", "/v1/jobs/{id}", p_job, {UNAUTH, 200, 200, 404, 200, 200}},
     {"POST", "/v1/jobs/{id}:stop", p_stop, {UNAUTH, 403, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/events", p_events, {UNAUTH, 200, 200, 404, 200, 200}},
