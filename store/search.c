@@ -343,6 +343,11 @@ static void sb_key(sb_t *b, const query_order_key_t *k, int i)
     } else if (k->field.id == QF_METRIC) {
         sb_sql(b, alias);
         sb_sql(b, metric_col(k->field.agg));
+    } else if (k->field.type == QT_TEXT && k->field.id != QF_ID) {
+        /* text sorts by bytes, the same on every database whatever its locale */
+        sb_sql(b, "(");
+        sb_row_field(b, &k->field);
+        sb_sql(b, ") COLLATE \"C\"");
     } else {
         sb_row_field(b, &k->field);
     }
