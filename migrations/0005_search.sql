@@ -4,13 +4,27 @@
 
 -- Each numeric hyperparameter of a job's spec as one row: range searches and ordering on any of
 -- them use (key, num, job_id). Written with the job (store_job_insert); the spec never changes.
+-- One partition per hyperparameter kiln knows (the others share a default one), so that the
+-- planner has each one's own statistics: "hp.lr > 1" is then known to match nothing, rather
+-- than judged by a histogram of every hyperparameter's values together.
 CREATE TABLE job_hparams (
     job_id  uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     key     text NOT NULL,
     num     double precision NOT NULL,
     PRIMARY KEY (job_id, key)
-);
+) PARTITION BY LIST (key);
 CREATE INDEX job_hparams_key_num_idx ON job_hparams (key, num, job_id);
+DO $$
+DECLARE k text;
+BEGIN
+    FOREACH k IN ARRAY ARRAY['lr', 'global_batch_size', 'micro_batch_size', 'max_steps', 'warmup_steps',
+                             'weight_decay', 'grad_clip', 'seed', 'beta1', 'beta2', 'eps', 'min_lr_fraction',
+                             'eval_every', 'eval_batches', 'sample_every', 'sample_tokens', 'temperature', 'top_k']
+    LOOP
+        EXECUTE format('CREATE TABLE %I PARTITION OF job_hparams FOR VALUES IN (%L)', 'job_hparams_' || k, k);
+    END LOOP;
+END $$;
+CREATE TABLE job_hparams_other PARTITION OF job_hparams DEFAULT;
 INSERT INTO job_hparams (job_id, key, num)
     SELECT j.id, h.key, (h.value #>> '{}')::double precision
     FROM jobs j, jsonb_each(j.spec -> 'hyperparameters') h
@@ -40,7 +54,19 @@ CREATE TABLE metric_summaries (
     attempt    integer NOT NULL,           -- highest attempt seen
     dirty      boolean NOT NULL DEFAULT false,  -- set by a merge that needs a rebuild (same transaction)
     PRIMARY KEY (job_id, name)
-);
+) PARTITION BY LIST (name);
+-- As for hyperparameters: the standard metrics (docs/contracts.md) each in a partition of their
+-- own, with their own statistics; metrics a job defines itself share the default partition.
+DO $$
+DECLARE m text;
+BEGIN
+    FOREACH m IN ARRAY ARRAY['train_loss', 'val_loss', 'lr', 'grad_norm', 'step_time_ms', 'tokens_per_s', 'mfu',
+                             'peak_mem_mb', 'gpu_mem_mb', 'gpu_mem_peak_mb']
+    LOOP
+        EXECUTE format('CREATE TABLE %I PARTITION OF metric_summaries FOR VALUES IN (%L)', 'metric_summaries_' || m, m);
+    END LOOP;
+END $$;
+CREATE TABLE metric_summaries_other PARTITION OF metric_summaries DEFAULT;
 CREATE INDEX metric_summaries_min_idx ON metric_summaries (name, min, job_id);
 CREATE INDEX metric_summaries_max_idx ON metric_summaries (name, max, job_id);
 CREATE INDEX metric_summaries_last_idx ON metric_summaries (name, last, job_id);

@@ -337,6 +337,13 @@ Test(authz, lists_show_only_what_the_caller_may_see)
         json_array_foreach(jobs, k, x)
             cr_assert(strstr(cases[i].projects, json_string_value(json_object_get(x, "project"))));
         json_decref(j);
+        /* a search sees the same jobs, however wide its filter */
+        j = at_req("POST", "/v1/jobs:search", "{\"filter\": \"project = q OR project = p OR NOT project = p\"}", hdrs,
+                   &st, NULL);
+        cr_assert_eq(st, 200);
+        cr_assert_eq((int)json_array_size(json_object_get(j, "jobs")), cases[i].jobs, "%s searches",
+                     k_callers[cases[i].caller]);
+        json_decref(j);
         j = at_req("GET", "/v1/projects", NULL, hdrs, &st, NULL);
         cr_assert_eq(st, 200);
         char got[128] = "";
