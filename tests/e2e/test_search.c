@@ -80,6 +80,7 @@ Test(e2e_search, summaries_of_real_runs_found_by_every_client, .init = e2e_setup
     cr_assert_float_eq(last, json_number_value(json_object_get(json_object_get(job, "metrics"), "train_loss")), 1e-9);
     cr_assert_leq(json_number_value(json_object_get(s, "min")), last);
     cr_assert_geq(json_number_value(json_object_get(s, "max")), last);
+    double summary_min = json_number_value(json_object_get(s, "min"));
     json_decref(job);
     /* ...and it is what the history says */
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss&max_points=1000", fast);
@@ -91,7 +92,7 @@ Test(e2e_search, summaries_of_real_runs_found_by_every_client, .init = e2e_setup
     json_t *pt;
     json_array_foreach(pts, i, pt)
         mn = json_number_value(json_object_get(pt, "value")) < mn ? json_number_value(json_object_get(pt, "value")) : mn;
-    cr_assert_float_eq(mn, json_number_value(json_object_get(s, "min")), 1e-12);
+    cr_assert_float_eq(mn, summary_min, 1e-12);
     json_decref(h);
 
     /* REST: the sweep ordered by the summary */
