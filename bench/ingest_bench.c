@@ -1,8 +1,8 @@
 /* ingest_bench.c - metric ingestion from agents into PostgreSQL through the service
  * (svc_agent_metrics: one COPY, one job-row UPDATE and the upsert of the job's metric summaries
  * per batch), as kiln-agent sends it: several agents pushing batches of points for running jobs,
- * sustained for a fixed time. Prints points/s,
- * batches/s and batch latency percentiles. Not a test: it asserts nothing.
+ * sustained for a fixed time. Prints points/s, batches/s, batch latency percentiles, and whether
+ * every point sent was stored and counted by the summaries. Not a test: it asserts nothing.
  *
  * usage: ingest_bench [--database-url URL] [--seconds 12] [--batch 2000] [--agents 2] [--jobs 4]
  * The database URL defaults to KILN_DATABASE_URL, then KILN_PG_URL (scripts/pg.sh); a fresh
