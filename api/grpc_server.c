@@ -424,11 +424,17 @@ static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const
 {
     kiln_err_t err = *err_in;
     const char *msg = err.message[0] ? err.message : kiln_strerror(rc);
-    char full[600];
+    char full[1400];
     if (err.field[0])
         snprintf(full, sizeof(full), "%s: %s", err.field, msg);
     else
         snprintf(full, sizeof(full), "%s", msg);
+    /* gRPC has one message: the detail (a filter's caret drawing) and the hint follow it on
+     * lines of their own. */
+    if (err.detail[0])
+        snprintf(full + strlen(full), sizeof(full) - strlen(full), "\n%s", err.detail);
+    if (err.hint[0])
+        snprintf(full + strlen(full), sizeof(full) - strlen(full), "\nhint: %s", err.hint);
     if (rc == KILN_EINTERNAL || rc == KILN_EDB || rc == KILN_EIO)
         log_warn("grpc: %s failed: %s", m->path, full);
     else

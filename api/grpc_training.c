@@ -314,6 +314,45 @@ static int h_list(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_
     return rc ? rc : reply(out, &kiln__list_jobs_response__descriptor, a, resp);
 }
 
+static int h_search(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                    kiln_err_t *err)
+{
+    const Kiln__SearchJobsRequest *r = (const Kiln__SearchJobsRequest *)req;
+    size_t len = 1;
+    for (size_t i = 0; i < r->n_columns; i++)
+        len += strlen(r->columns[i] ? r->columns[i] : "") + 1;
+    char *cols = arena_alloc(a, len);
+    for (size_t i = 0; i < r->n_columns; i++) {
+        if (i)
+            strcat(cols, ",");
+        strcat(cols, r->columns[i] ? r->columns[i] : "");
+    }
+    svc_job_filter_t f = {
+        .filter = r->filter,
+        .order_by = r->order_by,
+        .columns = cols,
+        .page_size = r->page_size,
+        .page_token = r->page_token,
+    };
+    json_t *out = NULL;
+    int rc = svc_job_list(ctx->svc, ctx->who, &f, &out, err);
+    if (rc)
+        return rc;
+    /* a column without a value is left out of the map (proto has no null) */
+    size_t i;
+    json_t *job;
+    json_array_foreach(json_object_get(out, "jobs"), i, job) {
+        json_t *colv = json_object_get(job, "columns");
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(colv, tmp, k, v)
+            if (json_is_null(v))
+                json_object_del(colv, k);
+    }
+    return reply(out, &kiln__list_jobs_response__descriptor, a, resp);
+}
+
 static int h_stop(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
                   kiln_err_t *err)
 {
@@ -493,6 +532,7 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/ListJobs", &kiln__list_jobs_request__descriptor, h_list, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/SearchJobs", &kiln__search_jobs_request__descriptor, h_search, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/StopJob", &kiln__stop_job_request__descriptor, h_stop, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/ListJobEvents", &kiln__list_job_events_request__descriptor, h_events, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/StreamLogs", &kiln__stream_logs_request__descriptor, NULL, api_grpc_stream_logs, API_GRPC_USER},

@@ -110,6 +110,10 @@ const char *http_param(http_req_t *r, const char *name);
 int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_t *out,
                  bool *present, kiln_err_t *err);
 
+/* 0 when every query argument is one of names (NULL-terminated); else KILN_EINVAL naming the
+ * first unknown one (err->field), with the nearest known name as a hint. */
+int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err);
+
 /* ---- live log streams (http_sse.c) ---- */
 /* GET /v1/jobs/{id}/logs?follow=true: opens a follower and queues a Server-Sent Events reply.
  * rank -1 for every rank; after_seq from after_seq / Last-Event-ID; since_us 0 for no bound. */

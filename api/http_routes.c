@@ -52,6 +52,50 @@ static int http_arg_bool(http_req_t *r, const char *name, bool *out, kiln_err_t 
     return KILN_EINVAL;
 }
 
+/* Finds the first query argument not in names (NULL-terminated). */
+typedef struct http_args_check {
+    const char *const *names;
+    const char *unknown;
+} http_args_check_t;
+
+static enum MHD_Result http_args_visit(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    http_args_check_t *c = cls;
+    (void)kind;
+    (void)value;
+    for (size_t i = 0; c->names[i]; i++)
+        if (!strcmp(key, c->names[i]))
+            return MHD_YES;
+    c->unknown = key;
+    return MHD_NO;
+}
+
+int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err)
+{
+    http_args_check_t c = {names, NULL};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, http_args_visit, &c);
+    if (!c.unknown)
+        return 0;
+    char list[256] = "";
+    for (size_t i = 0; names[i]; i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
+    const char *best = NULL;
+    int best_d = 99;
+    for (size_t i = 0; names[i]; i++) {
+        int d = kiln_edit_distance(c.unknown, names[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = names[i];
+        }
+    }
+    kiln_err_set(err, KILN_EINVAL, c.unknown, "unknown query parameter \"%.60s\"", c.unknown);
+    if (best && best_d <= 3 && (size_t)best_d < strlen(c.unknown))
+        kiln_err_hint(err, "did you mean %s? this request takes %s", best, list);
+    else
+        kiln_err_hint(err, "this request takes %s", list);
+    return KILN_EINVAL;
+}
+
 /* Job ids are UUIDs (8-4-4-4-12 hex digits); anything else can never name a job. */
 static bool http_is_uuid(const char *s)
 {
@@ -150,53 +194,102 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
     return ret;
 }
 
-static const char *const http_states[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING",
-                                          "RESTARTING", "COMPLETED", "FAILED", "STOPPED"};
-
-/* Checks a comma-separated state list; returns it upper-cased (arena) or NULL with err set. */
-static const char *http_status_filter(http_req_t *r, const char *v, kiln_err_t *err)
-{
-    char *s = arena_strdup(&r->arena, v);
-    for (char *p = s; *p; p++)
-        *p = (char)toupper((unsigned char)*p);
-    char *copy = arena_strdup(&r->arena, s), *save = NULL;
-    int n = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
-        bool ok = false;
-        for (size_t i = 0; i < KILN_ARRAY_LEN(http_states); i++)
-            ok = ok || !strcmp(tok, http_states[i]);
-        if (!ok) {
-            kiln_err_set(err, KILN_EINVAL, "status", "unknown job state \"%.40s\" in status", tok);
-            kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, "
-                               "RESTARTING, COMPLETED, FAILED, STOPPED (comma-separated)");
-            return NULL;
-        }
-    }
-    if (n == 0) {
-        kiln_err_set(err, KILN_EINVAL, "status", "status must name at least one job state");
-        return NULL;
-    }
-    return s;
-}
-
 static enum MHD_Result http_jobs_list(http_req_t *r)
 {
+    static const char *const args[] = {"status", "tag", "filter", "order_by", "columns", "page_size", "page_token",
+                                       NULL};
     kiln_err_t err;
     kiln_err_clear(&err);
     svc_job_filter_t f = {0};
     int64_t page_size = 0;
-    const char *status = http_arg(r, "status");
-    if (status && *status && !(f.status = http_status_filter(r, status, &err)))
-        return http_reply_err(r, &err);
-    if (http_arg_int(r, "page_size", 1, 500, &page_size, NULL, &err))
+    if (http_args_known(r, args, &err) || http_arg_int(r, "page_size", 1, 500, &page_size, NULL, &err))
         return http_reply_err(r, &err);
     f.page_size = (int)page_size;
-    const char *tag = http_arg(r, "tag");
-    f.tag = tag && *tag ? tag : NULL;
-    const char *tok = http_arg(r, "page_token");
-    f.page_token = tok && *tok ? tok : NULL;
+    f.status = http_arg(r, "status");
+    f.tag = http_arg(r, "tag");
+    f.filter = http_arg(r, "filter");
+    f.order_by = http_arg(r, "order_by");
+    f.columns = http_arg(r, "columns");
+    f.page_token = http_arg(r, "page_token");
     json_t *out = NULL;
     int rc = svc_job_list(r->h->svc, &r->who, &f, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+/* A string field of a search body; columns may also be an array of strings (joined with ','). */
+static int http_search_field(http_req_t *r, json_t *body, const char *key, const char **out, kiln_err_t *err)
+{
+    json_t *v = json_object_get(body, key);
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_string(v)) {
+        *out = arena_strdup(&r->arena, json_string_value(v));
+        return 0;
+    }
+    if (!strcmp(key, "columns") && json_is_array(v)) {
+        size_t i, len = 1;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            if (!json_is_string(e)) {
+                kiln_err_set(err, KILN_EINVAL, "columns", "columns[%zu] must be a string", i);
+                kiln_err_hint(err, "for example [\"hp.lr\", \"metrics.val_loss.min\"]");
+                return KILN_EINVAL;
+            }
+            len += json_string_length(e) + 1;
+        }
+        char *joined = arena_alloc(&r->arena, len);
+        json_array_foreach(v, i, e) {
+            if (i)
+                strcat(joined, ",");
+            strcat(joined, json_string_value(e));
+        }
+        *out = joined;
+        return 0;
+    }
+    kiln_err_set(err, KILN_EINVAL, key, "%s must be a string%s", key,
+                 !strcmp(key, "columns") ? " or an array of strings" : "");
+    return KILN_EINVAL;
+}
+
+static int http_body_fields(http_req_t *r, bool allow_empty, const char *const *keys, json_t **out,
+                            kiln_err_t *err);
+
+/* POST /v1/jobs:search: GET /v1/jobs's parameters in a JSON body, for long filters. */
+static enum MHD_Result http_jobs_search(http_req_t *r)
+{
+    static const char *const keys[] = {"filter", "order_by", "columns", "page_size", "page_token", "status", "tag",
+                                       NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    svc_job_filter_t f = {0};
+    int rc = http_body_fields(r, true, keys, &body, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "filter", &f.filter, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "order_by", &f.order_by, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "columns", &f.columns, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "page_token", &f.page_token, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "status", &f.status, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "tag", &f.tag, &err);
+    json_t *ps = json_object_get(body, "page_size");
+    if (rc == 0 && ps && !json_is_null(ps)) {
+        if (!json_is_integer(ps) || json_integer_value(ps) < 1 || json_integer_value(ps) > 500)
+            rc = kiln_err_set(&err, KILN_EINVAL, "page_size", "page_size must be an integer from 1 to 500");
+        else
+            f.page_size = (int)json_integer_value(ps);
+    }
+    json_decref(body);
+    if (rc)
+        return http_reply_err(r, &err);
+    rc = svc_job_list(r->h->svc, &r->who, &f, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -301,8 +394,9 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
     HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
+    static const char *const args[] = {"name", "max_points", NULL};
     int64_t max_points = 0;
-    if (http_arg_int(r, "max_points", 2, 100000, &max_points, NULL, &err))
+    if (http_args_known(r, args, &err) || http_arg_int(r, "max_points", 2, 100000, &max_points, NULL, &err))
         return http_reply_err(r, &err);
     const char *name = http_arg(r, "name");
     json_t *out = NULL;
@@ -787,6 +881,7 @@ static enum MHD_Result http_member_remove(http_req_t *r)
 const http_route_t http_routes[] = {
     {"GET", "/v1/jobs", http_jobs_list, 0},
     {"POST", "/v1/jobs", http_jobs_create, 0},
+    {"POST", "/v1/jobs:search", http_jobs_search, 0},
     {"GET", "/v1/jobs/{id}", http_job_get, 0},
     {"DELETE", "/v1/jobs/{id}", http_job_delete, 0},
     {"POST", "/v1/jobs/{id}:stop", http_job_stop, 0},

@@ -159,6 +159,9 @@ int kiln_time_parse(const char *s, int64_t *out_us);
 /* Whether s is a name kiln accepts for users and projects: 1 to 63 characters of a-z, 0-9,
  * '.', '_' and '-', starting with a letter or digit (the same rule as the database's CHECK). */
 bool kiln_ident_ok(const char *s);
+/* Levenshtein distance between a and b (insertions, deletions, substitutions of bytes), for
+ * "did you mean" hints; strings longer than 63 bytes count as 99 (never a suggestion). */
+int kiln_edit_distance(const char *a, const char *b);
 /* Copies src into dst of size n, always NUL-terminating; returns strlen(src). */
 size_t kiln_strlcpy(char *dst, const char *src, size_t n);
 /* Reads a whole file into a heap buffer (NUL-terminated). Caller owns *out; free with free().

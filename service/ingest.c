@@ -1,7 +1,8 @@
 /* ingest.c - logs and metrics from agents: one COPY per batch, a kilnd-assigned increasing seq per
  * job for log lines (batches of one job are serialised so seq order is commit order), live
- * hand-off of new lines to followers, and one job-row UPDATE per metric batch for the latest
- * values, progress and ETA. Also the table of per-job in-memory entries these share. */
+ * hand-off of new lines to followers, and per metric batch one job-row UPDATE (latest values,
+ * progress, ETA) and the upsert of the job's metric summaries, in the COPY's transaction. Also
+ * the table of per-job in-memory entries these share. */
 #include "service/svc_int.h"
 
 #include <math.h>
@@ -336,6 +337,8 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
     }
 
     store_conn_t *c = NULL;
+    store_metric_sum_t *sums = NULL;
+    size_t nsums = 0;
     bool found = false;
     rc = store_conn_get(s->store, &c, err);
     if (rc)
@@ -343,7 +346,8 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
     rc = store_begin(c, err);
     if (rc)
         goto out;
-    rc = store_metrics_copy(c, batch->job_id, batch->attempt, batch->points, batch->n_points, now, err);
+    rc = store_metrics_copy(c, batch->job_id, batch->attempt, batch->points, batch->n_points, now, &sums,
+                            &nsums, err);
     if (rc == 0)
         rc = store_job_metrics_update(c, batch->job_id, batch->attempt,
                                       latest_text ? latest_text : "{}", max_step, rate, &found, err);
@@ -351,6 +355,9 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
         kiln_err_set(err, KILN_ENOTFOUND, "job_id", "job \"%s\" not found", batch->job_id);
         rc = KILN_ENOTFOUND;
     }
+    /* After the job row's update: its lock orders concurrent batches of one job. */
+    if (rc == 0)
+        rc = store_metric_summaries_update(c, batch->job_id, batch->attempt, sums, nsums, err);
     if (rc) {
         store_rollback(c);
         goto out;
@@ -359,6 +366,7 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
 out:
     if (c)
         store_conn_put(s->store, c);
+    free(sums);
     free(latest_text);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* job.c - client-facing job operations: submission (validation, the "can it ever fit" check,
- * idempotency), reads (job, list with filters and paging, events, log and metric history,
- * workers) and stop requests. State changes go through state.c. */
+ * idempotency), reads (job with its metric summaries, events, log and metric history, workers)
+ * and stop requests. State changes go through state.c; listing and search are search.c's. */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -340,104 +340,24 @@ int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out,
     if (rc)
         return rc;
     rc = store_job_get_json(c, id, out, err);
-    store_conn_put(s->store, c);
     if (rc == 0 && svc_caller_role(who, json_string_value(json_object_get(*out, "project"))) == SVC_ROLE_NONE) {
+        store_conn_put(s->store, c);
         json_decref(*out);
         *out = NULL;
         return bad_job_id(err, id);
     }
-    return rc;
-}
-
-/* Page tokens are "<created_at microseconds>_<job id>" of the last job of the previous page. */
-static int parse_token(const char *tok, store_job_query_t *q, kiln_err_t *err)
-{
-    char *end = NULL;
-    long long us = strtoll(tok, &end, 10);
-    if (!end || *end != '_' || !store_is_uuid(end + 1)) {
-        kiln_err_set(err, KILN_EINVAL, "page_token", "malformed page token \"%.64s\"", tok);
-        kiln_err_hint(err, "pass next_page_token from the previous page unchanged");
-        return KILN_EINVAL;
-    }
-    q->has_cursor = true;
-    q->cursor_us = us;
-    kiln_strlcpy(q->cursor_id, end + 1, sizeof(q->cursor_id));
-    return 0;
-}
-
-int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
-                 kiln_err_t *err)
-{
-    store_job_query_t q;
-    const char *states[16];
-    char sbuf[256], tbuf[512];
-    memset(&q, 0, sizeof(q));
-    *out = NULL;
-    q.limit = f->page_size <= 0 ? 50 : KILN_MIN(f->page_size, 500);
-    if (f->status && *f->status) {
-        kiln_strlcpy(sbuf, f->status, sizeof(sbuf));
-        char *save = NULL;
-        for (char *t = strtok_r(sbuf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            while (*t == ' ')
-                t++;
-            svc_job_state_t st = svc_state_parse(t);
-            if (st == JOB_STATE_NONE) {
-                kiln_err_set(err, KILN_EINVAL, "status", "unknown job state \"%.40s\"", t);
-                kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, "
-                                   "RESTARTING, COMPLETED, FAILED, STOPPED");
-                return KILN_EINVAL;
-            }
-            if (q.nstates < (int)KILN_ARRAY_LEN(states))
-                states[q.nstates++] = svc_state_name(st);
-        }
-        q.states = states;
-    }
-    if (f->tag && *f->tag) {
-        kiln_strlcpy(tbuf, f->tag, sizeof(tbuf));
-        char *colon = strchr(tbuf, ':');
-        if (colon) {
-            *colon = '\0';
-            q.tag_value = colon + 1;
-        }
-        q.tag_key = tbuf;
-        if (!*q.tag_key)
-            return kiln_err_set(err, KILN_EINVAL, "tag", "tag filter needs a key (\"key\" or \"key:value\")");
-    }
-    if (f->page_token && *f->page_token) {
-        int rc = parse_token(f->page_token, &q, err);
-        if (rc)
-            return rc;
-    }
-    /* Tenancy: a member sees the projects it has a role in. */
-    const char **projects = NULL;
-    if (!who->cluster_admin) {
-        projects = calloc((size_t)who->nroles + 1, sizeof(*projects));
-        if (!projects)
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        for (int i = 0; i < who->nroles; i++)
-            projects[i] = who->roles[i].project;
-        q.projects = projects;
-        q.nprojects = who->nroles;
-    }
-    store_conn_t *c = NULL;
-    json_t *jobs = NULL;
-    bool more = false;
-    int64_t next_us = 0;
-    char next_id[STORE_ID_LEN] = "";
-    int rc = store_conn_get(s->store, &c, err);
-    if (rc) {
-        free(projects);
-        return rc;
-    }
-    rc = store_job_list_json(c, &q, &jobs, &more, &next_us, next_id, err);
-    free(projects);
+    json_t *sums = NULL;
+    if (rc == 0)
+        rc = store_job_summaries_json(c, &id, 1, NULL, 0, &sums, err);
     store_conn_put(s->store, c);
-    if (rc)
+    if (rc) {
+        json_decref(*out);
+        *out = NULL;
         return rc;
-    char tok[80] = "";
-    if (more)
-        snprintf(tok, sizeof(tok), "%lld_%s", (long long)next_us, next_id);
-    *out = json_pack("{s:o, s:s}", "jobs", jobs, "next_page_token", tok);
+    }
+    json_t *mine = json_object_get(sums, id);
+    json_object_set_new(*out, "summaries", mine ? json_incref(mine) : json_object());
+    json_decref(sums);
     return 0;
 }
 

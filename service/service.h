@@ -183,16 +183,29 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
  * it), KILN_EPERM (not an editor of the project), KILN_EUNFIT (can never fit), KILN_EDB. */
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err);
+/* *out = the job with "summaries": {metric: {count, min, max, last, min_step, max_step,
+ * last_step, rank, attempt}} of every metric it reported. */
 int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 
+/* A listing is a search (service/search.c): the filter language (query/query.h) with the legacy
+ * status and tag parameters ANDed in. */
 typedef struct svc_job_filter {
     const char *status;      /* comma-separated states ("RUNNING,QUEUED") or NULL */
     const char *tag;         /* "key:value" or "key", or NULL */
+    const char *filter;      /* a filter, or NULL: every job */
+    const char *order_by;    /* "FIELD [asc|desc], ...", or NULL: newest first */
+    const char *columns;     /* comma-separated hp.NAME, hp.*, metrics.NAME[.AGG], metrics.*, or NULL */
     int page_size;           /* 0: 50; at most 500 */
-    const char *page_token;  /* opaque, from a previous page, or NULL */
+    const char *page_token;  /* opaque, from a previous page of the same search, or NULL */
 } svc_job_filter_t;
-/* *out = {"jobs": [...], "next_page_token": "..."}, newest first; only jobs of projects the caller
- * can see. */
+/* *out = {"jobs": [...], "next_page_token": "..." ("" on the last page)}: only jobs of projects
+ * the caller can see, in the order asked (ties broken by id; jobs lacking a sort key's value
+ * after those that have it). With columns, each job also carries "columns" ({"hp.lr": 0.001,
+ * "metrics.val_loss.min": 1.52, ...}: every column asked, null where the job has no value; a
+ * whole summary, metrics.NAME, gives its .min, .max, .last and .count) and "summaries"
+ * ({metric: {count, min, max, last, min_step, max_step, last_step, rank, attempt}}) of the
+ * metrics the columns name. Errors: KILN_EINVAL with err->field "filter", "order_by",
+ * "columns", "status", "tag" or "page_token" (query.h describes the messages). */
 int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
                  kiln_err_t *err);
 /* Requests a stop (editors): QUEUED/SCHEDULED jobs become STOPPED at once, running ones STOPPING
@@ -213,7 +226,8 @@ typedef struct svc_log_query {
 int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_log_query_t *q,
                  json_t **out, kiln_err_t *err);
 /* *out = {"metrics": [{"name": ..., "points": [...]}]}; name NULL means every metric;
- * max_points 0 means 1000 (each series downsampled, first and last point kept). */
+ * max_points 0 means 1000: each series longer than that keeps its first and last point and the
+ * lowest and highest point of each of (max_points - 2) / 2 buckets (store_metrics_query_json). */
 int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
                     int max_points, json_t **out, kiln_err_t *err);
 /* *out = {"workers": [...]}: any authenticated caller. */

@@ -10,6 +10,40 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+/* ---- the fields of the sections other modules name (the filter language's model.*, hp.*,
+ * resources.*) ---------------------------------------------------------------------------- */
+
+const char *const spec_model_keys[] = {"type", "n_layer", "n_head", "n_embd", "seq_len", "vocab", "vocab_size",
+                                       "hidden", "n_inputs", "n_classes", "init_from", NULL};
+const char *const spec_hparam_keys[] = {"lr", "global_batch_size", "micro_batch_size", "max_steps", "warmup_steps",
+                                        "weight_decay", "grad_clip", "seed", "beta1", "beta2", "eps",
+                                        "min_lr_fraction", "eval_every", "eval_batches", "sample_every",
+                                        "sample_tokens", "temperature", "top_k", NULL};
+const char *const spec_resource_keys[] = {"nodes", "slots_per_node", "slot_type", "device", "threads_per_rank",
+                                          "memory_limit_mb", NULL};
+
+spec_kind_t spec_key_kind(const char *section, const char *key)
+{
+    static const char *const text[] = {"model.type", "model.vocab", "model.init_from", "resources.slot_type",
+                                       "resources.device", NULL};
+    const char *const *keys = !strcmp(section, "model")             ? spec_model_keys
+                              : !strcmp(section, "hyperparameters") ? spec_hparam_keys
+                              : !strcmp(section, "resources")       ? spec_resource_keys
+                                                                    : NULL;
+    bool known = false;
+    for (size_t i = 0; keys && keys[i] && !known; i++)
+        known = !strcmp(keys[i], key);
+    if (!known)
+        return SPEC_KIND_NONE;
+    if (!strcmp(section, "model") && !strcmp(key, "hidden"))
+        return SPEC_KIND_LIST;
+    size_t sl = strlen(section);
+    for (size_t i = 0; text[i]; i++)
+        if (!strncmp(text[i], section, sl) && text[i][sl] == '.' && !strcmp(text[i] + sl + 1, key))
+            return SPEC_KIND_TEXT;
+    return SPEC_KIND_NUMBER;
+}
+
 /* ---- reading helpers ----------------------------------------------------------------------- */
 
 typedef struct rd {
@@ -33,26 +67,6 @@ static int rd_fail(const rd_t *r, const char *key, const char *fmt, const char *
     return kiln_err_set(r->err, KILN_EINVAL, path, fmt, path, what);
 }
 
-/* Edit distance for "did you mean" hints on unknown keys. */
-static int edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63)
-        return 99;
-    int d[64][64];
-    for (size_t i = 0; i <= la; i++)
-        d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++)
-        d[0][j] = (int)j;
-    for (size_t i = 1; i <= la; i++)
-        for (size_t j = 1; j <= lb; j++) {
-            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
-            d[i][j] = c < del ? (c < ins ? c : ins) : (del < ins ? del : ins);
-        }
-    return d[la][lb];
-}
-
 /* Rejects keys of obj that are not in allowed (NULL-terminated). */
 static int rd_known_keys(const rd_t *r, const json_t *obj, const char *const allowed[])
 {
@@ -69,7 +83,7 @@ static int rd_known_keys(const rd_t *r, const json_t *obj, const char *const all
         const char *best = NULL;
         int best_d = 99;
         for (size_t i = 0; allowed[i]; i++) {
-            int d = edit_distance(key, allowed[i]);
+            int d = kiln_edit_distance(key, allowed[i]);
             if (d < best_d) {
                 best_d = d;
                 best = allowed[i];
@@ -270,8 +284,7 @@ static int normalize_init_from(char *buf, size_t n, kiln_err_t *err)
 static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "model"};
-    static const char *const keys[] = {"type", "n_layer", "n_head", "n_embd", "seq_len", "vocab", "vocab_size",
-                                       "hidden", "n_inputs", "n_classes", "init_from", NULL};
+    const char *const *keys = spec_model_keys;
     static const char *const types[] = {"gpt", "mlp", NULL};
     static const char *const vocabs[] = {"bytes", "gpt2", "custom", NULL};
     spec_model_t *mo = &s->model;
@@ -413,10 +426,7 @@ static int parse_data(const json_t *d, spec_t *s, kiln_err_t *err)
 static int parse_hparams(const json_t *h, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "hyperparameters"};
-    static const char *const keys[] = {"lr", "global_batch_size", "micro_batch_size", "max_steps", "warmup_steps",
-                                       "weight_decay", "grad_clip", "seed", "beta1", "beta2", "eps",
-                                       "min_lr_fraction", "eval_every", "eval_batches", "sample_every",
-                                       "sample_tokens", "temperature", "top_k", NULL};
+    const char *const *keys = spec_hparam_keys;
     spec_hparams_t *hp = &s->hp;
     int rc;
     hp->lr = 3e-4;
@@ -463,8 +473,7 @@ static int parse_hparams(const json_t *h, spec_t *s, kiln_err_t *err)
 static int parse_resources(const json_t *o, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "resources"};
-    static const char *const keys[] = {"nodes", "slots_per_node", "slot_type", "device", "threads_per_rank",
-                                       "memory_limit_mb", NULL};
+    const char *const *keys = spec_resource_keys;
     static const char *const slot_types[] = {"cpu", "gpu", NULL};
     static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
     spec_resources_t *res = &s->res;

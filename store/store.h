@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "proto/kiln.pb-c.h"
+#include "query/query.h"
 
 typedef struct store store_t;
 typedef struct store_conn store_conn_t;
@@ -68,9 +69,9 @@ typedef struct store_job_new {
     int64_t total_steps;
 } store_job_new_t;
 
-/* Inserts a QUEUED job and its first event (one statement). With an idempotency key that is
- * already used, inserts nothing, sets *created = false and returns the existing job's id.
- * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the job as store_job_get_json
+/* Inserts a QUEUED job, its first event and its numeric hyperparameters (job_hparams) in one
+ * statement. With an idempotency key that is already used, inserts nothing, sets
+ * *created = false and returns the existing job's id. id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the job as store_job_get_json
  * shows it (new reference). */
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
                      json_t **out_json, kiln_err_t *err);
@@ -106,23 +107,29 @@ int store_job_transition(store_conn_t *c, const char *id, const char *from, cons
 /* *out = the job as contracts.md shows it (new reference). KILN_ENOTFOUND. */
 int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 
-typedef struct store_job_query {
-    const char *const *states;  /* states to match (validated names), nstates of them; 0: any */
-    int nstates;
-    const char *tag_key;        /* or NULL */
-    const char *tag_value;      /* NULL: the key alone must be present */
-    const char *const *projects;/* only jobs of these projects (identifiers), nprojects of them;
-                                   NULL: every project */
+/* A search (store/search.c compiles it to one parameterised SELECT per phase). */
+typedef struct store_search {
+    const query_node_t *filter;   /* NULL: every job */
+    const query_order_t *order;   /* NULL or n == 0: newest first (created desc) */
+    const char *const *projects;  /* only jobs of these projects, nprojects of them; NULL: every
+                                     project (the caller is a cluster admin) */
     int nprojects;
-    int limit;                  /* >= 1 */
-    bool has_cursor;            /* continue after (cursor_us, cursor_id) in newest-first order */
-    int64_t cursor_us;
-    char cursor_id[STORE_ID_LEN];
-} store_job_query_t;
-/* *out = array of jobs, newest first. *more (OUT) says whether another page exists; then
- * next_us/next_id (OUT) are the cursor of the last job returned. */
-int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **out, bool *more,
-                        int64_t *next_us, char *next_id, kiln_err_t *err);
+    int limit;                    /* >= 1 */
+    const json_t *after;          /* the cursor *next gave for the previous page, or NULL */
+    int64_t now_us;               /* `duration` of a running job runs to this time */
+} store_search_t;
+/* *out = array of jobs as store_job_get_json shows them, in the search's order (ties broken by
+ * id, in the direction of the first key; jobs without a value for a key come after those with
+ * one). *next (OUT) = the cursor of the last job returned when more follow, else NULL (caller
+ * owns; pass it back as `after`). KILN_EINVAL (err->field "page_token") when after does not fit
+ * the order. */
+int store_job_search_json(store_conn_t *c, const store_search_t *q, json_t **out, json_t **next,
+                          kiln_err_t *err);
+/* *out = {job id: {metric name: {count, min, max, last, min_step, max_step, last_step, rank,
+ * attempt}}} for the n jobs ids (those with summaries), only the metrics names[0..nnames) unless
+ * names is NULL. Caller owns *out. */
+int store_job_summaries_json(store_conn_t *c, const char *const *ids, int n, const char *const *names,
+                             int nnames, json_t **out, kiln_err_t *err);
 /* *out = array of the job's events, oldest first. KILN_ENOTFOUND for an unknown job. */
 int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 /* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
@@ -368,9 +375,28 @@ int store_rank_exit_counts(store_conn_t *c, const char *job_id, int attempt, int
  * now_us. Runs in the current transaction, or its own. */
 int store_logs_copy(store_conn_t *c, const char *job_id, int attempt, Kiln__LogLine *const *lines,
                     size_t n, int64_t first_seq, int64_t now_us, kiln_err_t *err);
-/* Appends n metric points with one COPY (time_us 0 -> now_us). */
+/* What one batch says about one metric, for its summary (migration 0005 defines summaries):
+ * the batch's points of the lowest rank that carried the metric, one value per step (the
+ * batch's later point wins), non-finite values counted only in lo_step and hi_step. */
+typedef struct store_metric_sum {
+    const char *name;            /* borrowed from the batch */
+    int rank;
+    int64_t n;                   /* finite values; the next six are meaningless when 0 */
+    double min, max, last;
+    int64_t min_step, max_step, last_step;
+    int64_t lo_step, hi_step;    /* every step of the group */
+} store_metric_sum_t;
+
+/* Appends n metric points with one COPY (time_us 0 -> now_us). With sums non-NULL, *sums
+ * (malloc'd, caller frees) and *nsums receive one summary per metric name of the batch. */
 int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
-                       Kiln__MetricPoint *const *pts, size_t n, int64_t now_us, kiln_err_t *err);
+                       Kiln__MetricPoint *const *pts, size_t n, int64_t now_us,
+                       store_metric_sum_t **sums, size_t *nsums, kiln_err_t *err);
+/* Folds a batch's summaries (from store_metrics_copy, same transaction, after the COPY) into the
+ * job's metric_summaries: merged in place when the batch's steps are new to the row, rebuilt
+ * from the chunks when they overlap it (a retried attempt, or batches out of order). */
+int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attempt,
+                                  const store_metric_sum_t *sums, size_t n, kiln_err_t *err);
 
 typedef struct store_log_query {
     int rank;                /* -1: every rank */
@@ -382,8 +408,10 @@ typedef struct store_log_query {
  * the last line returned, or q->after_seq when none. */
 int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_query_t *q,
                           json_t **out, int64_t *last_seq, kiln_err_t *err);
-/* *out = array of {name, points: [{step, value, time}]} by name; each series downsampled to at
- * most max_points (first and last kept). name NULL: every metric. */
+/* *out = array of {name, points: [{step, value, time, time_us, rank}]} by name, in step order,
+ * one point per rank and step (the latest attempt's value). A series longer than max_points
+ * (>= 2) keeps its first and last point and the lowest and highest of each of
+ * (max_points - 2) / 2 buckets of consecutive points. name NULL: every metric. */
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
                              json_t **out, kiln_err_t *err);
 

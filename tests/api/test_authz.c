@@ -141,6 +141,10 @@ static void p_fixed(int caller, char *path, size_t n, const char **body, const c
     *body = b;
 }
 static void p_jobs(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/jobs", NULL); }
+static void p_search(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/jobs:search", "{\"filter\": \"state = QUEUED OR hp.lr > 0\", \"columns\": [\"hp.lr\"]}");
+}
 static void p_submit(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/jobs", job_spec("p")); }
 static void p_job(int c, char *path, size_t n, const char **body)
 {
@@ -258,6 +262,7 @@ static void p_prom(int c, char *path, size_t n, const char **body) { p_fixed(c, 
 static const row_t k_rows[] = {
     {"GET", "/v1/jobs", p_jobs, {EVERYONE(200)}},
     {"POST", "/v1/jobs", p_submit, {UNAUTH, 403, 201, 403, 201, 201}},
+    {"POST", "/v1/jobs:search", p_search, {EVERYONE(200)}},
     {"GET", "/v1/jobs/{id}", p_job, {UNAUTH, 200, 200, 404, 200, 200}},
     {"DELETE", "/v1/jobs/{id}", p_delete, {UNAUTH, 403, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/artifacts", p_artifacts, {UNAUTH, 200, 200, 404, 200, 200}},
@@ -375,6 +380,13 @@ Test(authz, lists_show_only_what_the_caller_may_see)
         json_t *x;
         json_array_foreach(jobs, k, x)
             cr_assert(strstr(cases[i].projects, json_string_value(json_object_get(x, "project"))));
+        json_decref(j);
+        /* a search sees the same jobs, however wide its filter */
+        j = at_req("POST", "/v1/jobs:search", "{\"filter\": \"project = q OR project = p OR NOT project = p\"}", hdrs,
+                   &st, NULL);
+        cr_assert_eq(st, 200);
+        cr_assert_eq((int)json_array_size(json_object_get(j, "jobs")), cases[i].jobs, "%s searches",
+                     k_callers[cases[i].caller]);
         json_decref(j);
         j = at_req("GET", "/v1/projects", NULL, hdrs, &st, NULL);
         cr_assert_eq(st, 200);

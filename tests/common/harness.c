@@ -311,3 +311,11 @@ char *th_wait_json_state(const char *url, const char *states, long timeout_ms)
     free(last);
     return NULL;
 }
+
+char *th_url_escape(const char *s)
+{
+    char *e = curl_easy_escape(NULL, s ? s : "", 0);
+    char *out = strdup(e ? e : "");
+    curl_free(e);
+    return out;
+}

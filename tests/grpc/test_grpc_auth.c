@@ -261,6 +261,12 @@ typedef struct row {
                      "UNAUTHENTICATED"
 
 static json_t *r_empty(int c) { (void)c; return json_object(); }
+static json_t *r_search(int c)
+{
+    (void)c;
+    return json_pack("{s:s, s:s, s:[s]}", "filter", "state = QUEUED OR hp.lr > 0", "order_by", "hp.lr desc", "columns",
+                     "hp.lr");
+}
 static json_t *r_job(int c) { (void)c; return json_pack("{s:s}", "id", job_p); }
 static json_t *r_create(int c)
 {
@@ -290,6 +296,7 @@ static const row_t k_rows[] = {
      {UNAUTH, "PERMISSION_DENIED", "OK", "PERMISSION_DENIED", "OK", "OK"}},
     {"/kiln.TrainingService/GetJob", r_job, {JOB_READ}},
     {"/kiln.TrainingService/ListJobs", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/SearchJobs", r_search, {EVERYONE}},
     {"/kiln.TrainingService/StopJob", r_stop, {UNAUTH, "PERMISSION_DENIED", "OK", "NOT_FOUND", "OK", "OK"}},
     {"/kiln.TrainingService/ListJobEvents", r_job, {JOB_READ}},
     {"/kiln.TrainingService/StreamLogs", r_job, {JOB_READ}},

@@ -169,7 +169,7 @@ Test(submit, list_filters_and_pages)
     json_decref(out);
     svc_job_filter_t f = {.page_size = 2};
     int seen = 0;
-    char tok[128] = "";
+    char tok[512] = "";
     for (int page = 0; page < 5; page++) {
         f.page_token = tok[0] ? tok : NULL;
         cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &f, &out, &err), 0, "%s", err.message);

@@ -1,5 +1,5 @@
-"""The REST client: Client (jobs, artifacts, workers, users, tokens, projects) and Job (a handle
-on one training job).
+"""The REST client: Client (jobs, search and compare, artifacts, workers, users, tokens,
+projects) and Job (a handle on one training job).
 
 Standard library only (urllib, json). Shapes follow docs/contracts.md: a Job is the
 JSON object kilnd returns, exposed through properties; logs and metrics are read
@@ -208,6 +208,74 @@ class Client:
             if not token or (limit is not None and len(out) >= limit):
                 return out[:limit] if limit is not None else out
 
+    def search(self, filter=None, order_by=None, columns=None, limit=None, page_size=None):
+        """Jobs matching ``filter`` (the filter language of docs/search.md), as a list of Job, in
+        the order ``order_by`` asks ("FIELD [asc|desc], ...", or a list of such strings; default
+        newest first). ``columns`` (a comma-separated string or a list: "hp.lr",
+        "metrics.val_loss.min", "metrics.val_loss", "hp.*", "metrics.*") come back with each job
+        as ``job.columns`` ({"hp.lr": 0.0003, ...}, None where it has no value), and the named
+        metrics' summaries as ``job.summaries``. ``limit``: at most this many (default: all).
+
+            client.search('hp.lr < 1e-3 AND (metrics.val_loss.min < 1.6 OR tags.team = "nlp")',
+                          order_by="metrics.val_loss.min", columns=["hp.lr", "metrics.val_loss.min"])
+
+        An invalid filter raises KilnError whose ``detail`` shows the filter with a caret under the
+        mistake and whose ``hint`` names the nearest field."""
+        if isinstance(order_by, (list, tuple)):
+            order_by = ", ".join(order_by)
+        if isinstance(columns, str):
+            columns = [c.strip() for c in columns.split(",") if c.strip()]
+        out, token = [], ""
+        while True:
+            size = page_size or 500
+            if limit is not None:
+                size = max(1, min(size, limit - len(out)))
+            body = {"filter": filter or "", "page_size": size}
+            if order_by:
+                body["order_by"] = order_by
+            if columns:
+                body["columns"] = list(columns)
+            if token:
+                body["page_token"] = token
+            _, page = self._call("POST", "/v1/jobs:search", body=body)
+            out.extend(Job(self, j) for j in page.get("jobs", []))
+            token = page.get("next_page_token") or ""
+            if not token or (limit is not None and len(out) >= limit):
+                return out[:limit] if limit is not None else out
+
+    def compare(self, job_ids, metrics=None, max_points=200):
+        """Jobs side by side. Returns a dict:
+
+        - "jobs": the Job of each id (in the order given), with its summaries;
+        - "hyperparameters": {name: [value of each job, None where absent]}, every hyperparameter
+          any of them has; "differing": the names whose values are not all equal;
+        - "summaries": {metric: [summary of each job ({count, min, max, last, min_step, max_step,
+          last_step, ...}) or None]}, for ``metrics`` (default: every metric any job reported);
+        - "curves": {metric: [[(step, value), ...] of each job]}, downsampled by kilnd to at most
+          ``max_points`` per job keeping each bucket's lowest and highest point, for ``metrics``
+          (default: train_loss and val_loss where the jobs have them)."""
+        jobs = [self.job(i) for i in job_ids]
+        names = []
+        for j in jobs:
+            for k in (j.spec.get("hyperparameters") or {}):
+                if k not in names:
+                    names.append(k)
+        hps = {k: [(j.spec.get("hyperparameters") or {}).get(k) for j in jobs] for k in names}
+        differing = [k for k, v in hps.items() if any(x != v[0] for x in v)]
+        if metrics is None:
+            summarised = []
+            for j in jobs:
+                for m in j.summaries:
+                    if m not in summarised:
+                        summarised.append(m)
+            charted = [m for m in ("train_loss", "val_loss") if m in summarised] or summarised[:1]
+        else:
+            summarised = charted = list(metrics)
+        summaries = {m: [j.summaries.get(m) for j in jobs] for m in summarised}
+        curves = {m: [self.metrics(j.id, name=m, max_points=max_points).get(m, []) for j in jobs] for m in charted}
+        return {"jobs": jobs, "hyperparameters": hps, "differing": differing, "summaries": summaries,
+                "curves": curves}
+
     def stop(self, job_id, reason=None):
         """Requests a stop; returns the Job (STOPPING, or STOPPED if it had not started)."""
         body = {"reason": reason} if reason else {}
@@ -298,8 +366,9 @@ class Client:
             backoff = min(backoff * 2, 5.0)
 
     def metrics(self, job_id, name=None, max_points=None):
-        """The job's metric histories: {name: [(step, value), ...]} in step order.
-        ``max_points`` asks kilnd to downsample each series (first and last kept)."""
+        """The job's metric histories: {name: [(step, value), ...]} in step order, one value per
+        step (a retried step's latest attempt). ``max_points`` asks kilnd to downsample each
+        series: the first and last point and each bucket's lowest and highest survive."""
         _, j = self._call("GET", "/v1/jobs/%s/metrics" % urllib.parse.quote(job_id),
                           query={"name": name, "max_points": max_points or 100000})
         return {s["name"]: [(int(p["step"]), float(p["value"])) for p in s.get("points", [])]
@@ -495,6 +564,19 @@ class Job:
     @property
     def workers(self):
         return self._data.get("workers") or []
+
+    @property
+    def summaries(self):
+        """Metric summaries: {"val_loss": {"count", "min", "max", "last", "min_step", "max_step",
+        "last_step", "rank", "attempt"}, ...}: every metric for a job read by id; for a job from
+        search(), the metrics its columns named."""
+        return self._data.get("summaries") or {}
+
+    @property
+    def columns(self):
+        """The columns a search asked for: {"hp.lr": 0.0003, "metrics.val_loss.min": 1.52, ...}
+        (None where the job has no value); {} for a job not read by search()."""
+        return self._data.get("columns") or {}
 
     @property
     def spec(self):
