@@ -6,8 +6,7 @@
 # representative searches through the REST API. Prints the machine, date and load so the numbers
 # can go in bench/RESULTS.md.
 #   make BUILD=build bench && BUILD=build bash bench/search_bench.sh
-# Environment: JOBS (100000), METRICS (10), POINTS (10), REQUESTS (200), KEEP_DB (a directory:
-# keep the generated cluster there and reuse it on the next run).
+# Environment: JOBS (100000), METRICS (10), POINTS (10), REQUESTS (200).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
