@@ -41,7 +41,9 @@ PROTO_H   := $(BUILD)/gen/proto/kiln.pb-c.h
 PROTO_INC := /usr/include
 WRAPPERS_C := $(BUILD)/gen/google/protobuf/wrappers.pb-c.c
 BASE_SRC  := $(wildcard base/*.c)
+RANK_SRC  := $(wildcard rank/*.c)
 SPEC_SRC  := $(wildcard spec/*.c)
+QUERY_SRC := $(wildcard query/*.c)
 STORE_SRC := $(wildcard store/*.c)
 SVC_SRC   := $(wildcard service/*.c)
 API_SRC   := $(wildcard api/*.c)
@@ -53,8 +55,10 @@ CUDA_SRC  := $(wildcard engine/cuda/*.cu)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 LIB_BASE   := $(BUILD)/lib/libkbase.a
+LIB_RANK   := $(BUILD)/lib/libkrank.a
 LIB_PROTO  := $(BUILD)/lib/libkproto.a
 LIB_SPEC   := $(BUILD)/lib/libkspec.a
+LIB_QUERY  := $(BUILD)/lib/libkquery.a
 LIB_STORE  := $(BUILD)/lib/libkstore.a
 LIB_SVC    := $(BUILD)/lib/libkservice.a
 LIB_API    := $(BUILD)/lib/libkapi.a
@@ -62,7 +66,7 @@ LIB_AGENT := $(BUILD)/lib/libkagent.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -132,7 +136,9 @@ $(1): $(2)
 	ar rcs $$@ $$^
 endef
 $(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
+$(eval $(call archive,$(LIB_RANK),$(call obj,$(RANK_SRC))))
 $(eval $(call archive,$(LIB_SPEC),$(call obj,$(SPEC_SRC))))
+$(eval $(call archive,$(LIB_QUERY),$(call obj,$(QUERY_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o $(BUILD)/obj/gen/google/protobuf/wrappers.pb-c.o))
 $(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC)) $(MIGRATIONS_O)))
 $(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
@@ -142,10 +148,11 @@ $(eval $(call archive,$(LIB_ENGINE),$(call obj,$(ENGINE_SRC))))
 $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 
 # ---- binaries -------------------------------------------------------------------------------
-# Each binary links only the modules it uses (dependents first).
-KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_BASE)
-TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_BASE)
+# Each binary links only the modules it uses (dependents first). rank/ is the contract between
+# the agent and its ranks (and tells kilnd what a rank's exit means); it depends on base only.
+KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_RANK) $(LIB_BASE)
 CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
 
 $(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(KILND_LIBS)
@@ -194,9 +201,11 @@ TEST_COMMON := $(call obj,$(wildcard tests/common/*.c))
 TEST_BINS := $(patsubst %,$(BUILD)/tests/test_%,$(TEST_DIRS))
 # Modules each suite links (default: base only); the e2e suite drives the built binaries.
 TEST_LIBS_base    := $(LIB_BASE)
-TEST_LIBS_store   := $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_rank    := $(LIB_RANK) $(LIB_BASE)
+TEST_LIBS_store   := $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 TEST_LIBS_spec    := $(LIB_SPEC) $(LIB_BASE)
+TEST_LIBS_query   := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_api     := $(KILND_LIBS)
 TEST_LIBS_agent   := $(AGENT_LIBS)
 TEST_LIBS_engine  := $(TRAIN_LIBS)

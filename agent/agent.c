@@ -5,6 +5,7 @@
  * data roots, GPU detection and the rendezvous address. Launching and watching ranks is
  * launch.c's; batching is outbox.c's. */
 #include "agent/agent_int.h"
+#include "rank/rank.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -23,7 +24,6 @@
 #define AGENT_RPC_TIMEOUT_MS 10000
 #define AGENT_MAX_LIST 1024
 #define AGENT_MAX_INTERNAL_TRIES 30  /* INTERNAL/UNKNOWN answers before a report is given up */
-#define AGENT_SECRET_MAX 512          /* bytes of a join token or credential */
 #define AGENT_MAX_ROOTS 32
 #define GRPC_UNAUTHENTICATED 16
 #define GRPC_PERMISSION_DENIED 7
@@ -42,6 +42,7 @@ static const char k_exit[] = "/kiln.AgentService/ReportRankExit";
 typedef struct start_item {
     struct start_item *next;
     Kiln__Assignment *a;
+    bool fetched;                /* its init model is in place (a transfer thread fetched it) */
 } start_item_t;
 
 struct agent {
@@ -57,6 +58,7 @@ struct agent {
 
     agent_rpc_t *rpc;
     agent_launcher_t *launcher;
+    xfer_t *xfer;                /* uploads of output directories, fetches of init models */
     ob_t ob;
 
     pthread_mutex_t mu;          /* the fields below */
@@ -106,6 +108,18 @@ static void cb_exit(void *ud, const char *job_id, int attempt, int rank, pid_t p
 {
     agent_t *a = ud;
     bool shutdown = agent_flag(a, &a->draining); /* stopped by our own shutdown */
+    if (rank == 0 && !shutdown && a->xfer) {
+        /* rank 0's output directory goes to kilnd first; the exit follows it */
+        log_info("job %s rank 0: exited (%s %d); uploading its output directory", job_id, sig ? "signal" : "code",
+                 sig ? sig : exit_code);
+        xfer_rank0_exit(a->xfer, job_id, attempt, rank, pid, exit_code, sig, reason);
+        return;
+    }
+    if (a->xfer && !shutdown && xfer_defer_exit(a->xfer, job_id, attempt, rank, pid, exit_code, sig, reason)) {
+        log_info("job %s rank %d: exited (%s %d); reported after rank 0's, whose output is uploading", job_id, rank,
+                 sig ? "signal" : "code", sig ? sig : exit_code);
+        return;
+    }
     if (sig)
         log_info("job %s rank %d: killed by signal %d%s", job_id, rank, sig,
                  shutdown ? " (the agent is shutting down)" : "");
@@ -165,6 +179,39 @@ static size_t agent_auth_md(agent_t *a, char *bearer, agent_md_t *md)
         return 0;
     md[0] = (agent_md_t){k_md_auth, bearer};
     return 1;
+}
+
+static size_t xfer_auth_md(void *ud, char *bearer, agent_md_t *md)
+{
+    return agent_auth_md(ud, bearer, md);
+}
+
+static void agent_unauthenticated(agent_t *a, const char *what, const kiln_err_t *err);
+
+static void xfer_unauthenticated(void *ud, const char *what, const kiln_err_t *err)
+{
+    agent_unauthenticated(ud, what, err);
+}
+
+static bool xfer_draining(void *ud)
+{
+    agent_t *a = ud;
+    return agent_flag(a, &a->draining);
+}
+
+static void agent_start_enqueue(agent_t *a, const Kiln__Assignment *as, bool fetched);
+
+static void xfer_start(void *ud, const Kiln__Assignment *as)
+{
+    agent_start_enqueue(ud, as, true);
+}
+
+static void xfer_worker_id(void *ud, char *buf, size_t n)
+{
+    agent_t *a = ud;
+    pthread_mutex_lock(&a->mu);
+    kiln_strlcpy(buf, a->worker_id, n);
+    pthread_mutex_unlock(&a->mu);
 }
 
 static int agent_register(agent_t *a, kiln_err_t *err, int *code_out)
@@ -266,7 +313,7 @@ static bool start_same(const Kiln__Assignment *x, const char *job_id, int attemp
 }
 
 /* Queues a copy of as for the starter, unless the same (job, attempt) already waits. */
-static void agent_start_enqueue(agent_t *a, const Kiln__Assignment *as)
+static void agent_start_enqueue(agent_t *a, const Kiln__Assignment *as, bool fetched)
 {
     pthread_mutex_lock(&a->mu);
     for (start_item_t *it = a->starts; it; it = it->next)
@@ -281,6 +328,7 @@ static void agent_start_enqueue(agent_t *a, const Kiln__Assignment *as)
     if (buf && it) {
         protobuf_c_message_pack(&as->base, buf);
         it->a = kiln__assignment__unpack(NULL, len, buf);
+        it->fetched = fetched;
     }
     free(buf);
     if (!it || !it->a) {
@@ -339,7 +387,11 @@ static void *agent_start_main(void *arg)
         pthread_mutex_unlock(&a->mu);
         if (draining) {
             ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true, 0);
+        } else if (it->a->init_from_job && it->a->init_from_job[0] && !it->fetched) {
+            xfer_fetch_and_start(a->xfer, it->a); /* its model first, on a transfer thread */
         } else {
+            /* Launched from this long-lived thread: a rank gets SIGKILL when the thread that
+             * forked it ends (PR_SET_PDEATHSIG), so never from a transfer thread. */
             kiln_err_t err;
             if (agent_launcher_start(a->launcher, it->a, &err) == KILN_EEXIST)
                 log_info("job %s attempt %d is already running here; assignment ignored", it->a->job_id,
@@ -355,6 +407,7 @@ static void agent_handle_heartbeat(agent_t *a, const Kiln__HeartbeatResponse *r)
     for (size_t i = 0; i < r->n_stops; i++) {
         const Kiln__StopOrder *s = r->stops[i];
         agent_start_cancel(a, s->job_id, s->attempt);
+        xfer_cancel(a->xfer, s->job_id, s->attempt);
         int grace = s->grace_ms > 0 ? s->grace_ms : 10000;
         int n = agent_launcher_stop(a->launcher, s->job_id, s->attempt, grace);
         log_info("stop order for job %s attempt %d (%s): signalled %d rank(s), grace %d ms", s->job_id,
@@ -366,7 +419,7 @@ static void agent_handle_heartbeat(agent_t *a, const Kiln__HeartbeatResponse *r)
             ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down", true, 0);
             continue;
         }
-        agent_start_enqueue(a, as);
+        agent_start_enqueue(a, as, false);
     }
 }
 
@@ -380,6 +433,9 @@ static size_t agent_running(agent_t *a, agent_rank_info_t *v, size_t max)
     size_t ne = ob_pending_exits(&a->ob, ex, KILN_ARRAY_LEN(ex));
     if (ne > KILN_ARRAY_LEN(ex))
         ne = KILN_ARRAY_LEN(ex);
+    /* and those whose exit waits for an upload, or whose start for a fetch */
+    size_t nx = xfer_list(a->xfer, ex + ne, KILN_ARRAY_LEN(ex) - ne);
+    ne += KILN_MIN(nx, KILN_ARRAY_LEN(ex) - ne);
     for (size_t i = 0; i < ne && n < max; i++) {
         bool dup = false;
         for (size_t j = 0; j < n && !dup; j++)
@@ -801,10 +857,18 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     agent_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
                                    .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores,
                                    .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots,
-                                   .port_lo = cfg->port_lo, .port_hi = cfg->port_hi};
+                                   .port_lo = cfg->port_lo, .port_hi = cfg->port_hi,
+
+                                   .comm_watchdog_s = cfg->comm_watchdog_s,
+                                   .sibling_grace_ms = a->stop_grace_ms};
     agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
                                .on_exit = cb_exit, .ud = a};
     if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
+        goto fail;
+    xfer_env_t xe = {.rpc = a->rpc, .ob = &a->ob, .work_dir = a->work_dir,
+                     .auth_md = xfer_auth_md, .unauthenticated = xfer_unauthenticated, .draining = xfer_draining,
+                     .worker_id = xfer_worker_id, .start = xfer_start, .ud = a};
+    if ((rc = xfer_create(&xe, &a->xfer, err)) != 0)
         goto fail;
     if (pthread_create(&a->sender_thread, NULL, agent_sender_main, a) != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the sender thread");
@@ -885,6 +949,8 @@ void agent_shutdown(agent_t *a, int flush_timeout_ms)
         if (!agent_launcher_wait_idle(a->launcher, a->stop_grace_ms + 5000))
             log_warn("ranks did not finish in time");
     }
+    /* Uploads under way finish (their ranks' exits follow them), within the flush time. */
+    xfer_shutdown(a->xfer, KILN_MIN(flush_timeout_ms, 10000));
     /* Give the sender time to deliver what is queued, exits included. */
     if (a->sender_started) {
         pthread_mutex_lock(&a->ob.mu);
@@ -917,6 +983,7 @@ void agent_destroy(agent_t *a)
         return;
     if (a->hb_started || a->sender_started || a->start_started)
         agent_shutdown(a, 3000);
+    xfer_destroy(a->xfer);
     agent_launcher_destroy(a->launcher);
     agent_rpc_destroy(a->rpc);
     ob_deinit(&a->ob);
@@ -971,7 +1038,7 @@ int agent_data_roots_resolve(const char *const *roots, size_t n, char **out, siz
         }
         if (strchr(real, ',')) {
             rc = kiln_err_set(err, KILN_EINVAL, "data-root", "data root \"%s\" has a comma in its path, which "
-                              "KILN_DATA_ROOTS cannot carry", r);
+                              RANK_ENV_DATA_ROOTS " cannot carry", r);
             goto fail;
         }
         bool dup = false;

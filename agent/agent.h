@@ -13,6 +13,7 @@
 
 #include "base/base.h"
 #include "proto/kiln.pb-c.h"
+#include "rank/rank.h"
 
 /* ------------------------------------------------------------------------------------------
  * Line splitter: turns a byte stream into lines. Partial lines wait for more data; lines longer
@@ -44,7 +45,7 @@ size_t agent_utf8_sanitize(const char *s, size_t len, char *out);
 /* ------------------------------------------------------------------------------------------
  * Metric points, metric records (docs/contracts.md) and metric definitions (regex on log lines).
  * ------------------------------------------------------------------------------------------ */
-#define AGENT_METRIC_NAME 128
+#define AGENT_METRIC_NAME (RANK_METRIC_NAME_MAX + 1)
 
 typedef struct agent_point {
     char name[AGENT_METRIC_NAME];
@@ -64,13 +65,16 @@ void agent_points_push(agent_points_t *p, const agent_point_t *pt);
 void agent_points_clear(agent_points_t *p); /* n = 0, keeps the memory */
 void agent_points_free(agent_points_t *p);
 
-/* Parses one metric record line ({"step": N, "time": S, "metrics": {"name": value, ...}}) and
- * appends one point per metric to out, tagged with rank. A missing step uses *last_step; a
- * missing time uses now. *last_step (IN/OUT) is updated to the record's step. Non-numeric
- * values are skipped. Returns 0, or KILN_EFORMAT with err saying what is wrong (nothing is
- * appended then). */
+/* Parses one metric record line (rank_metric_parse: {"step": N, "time": S, "metrics": {"name":
+ * value, ...}}) and appends one point per finite metric to out, tagged with rank. A missing step
+ * uses *last_step; a missing time uses now. *last_step (IN/OUT) is updated to the record's step.
+ * Entries that are not numbers are skipped. NaN and infinities are not points (kiln keeps
+ * finite values only): *n_nonfinite (OUT, may be NULL) counts them and *first_nonfinite (OUT,
+ * may be NULL) is the first of them. Returns 0, or KILN_EFORMAT with err saying what is wrong
+ * (nothing is appended then). */
 int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_step,
-                        agent_points_t *out, kiln_err_t *err);
+                        agent_points_t *out, size_t *n_nonfinite, agent_point_t *first_nonfinite,
+                        kiln_err_t *err);
 
 /* Metric definitions: PCRE2 patterns whose first capture group is a metric's value. Matching is
  * bounded twice: per line and definition by PCRE2's match, depth and heap limits (a line that
@@ -160,6 +164,13 @@ typedef struct agent_launcher_config {
      * holds it until its last rank has exited. Keep the range out of the kernel's ephemeral
      * ports (/proc/sys/net/ipv4/ip_local_port_range). */
     int port_lo, port_hi;
+    /* Passed to ranks as KILN_COMM_WATCHDOG_S: a collective that makes no progress for this many
+     * seconds fails naming the rank it waits on. 0: unset (the engine's default, 180 s); at most
+     * RANK_MAX_WATCHDOG_S, else agent_launcher_create refuses it. */
+    double comm_watchdog_s;
+    /* When a rank ends abnormally (a signal, a non-zero exit), the attempt's other ranks here get
+     * SIGTERM (and SIGCONT), then SIGKILL after this many ms (0: 10000). */
+    int sibling_grace_ms;
 } agent_launcher_config_t;
 
 typedef struct agent_launcher agent_launcher_t;
@@ -208,6 +219,29 @@ typedef struct agent_rank_info {
  * Reads a snapshot under its own small lock: it never waits for a start, a stop or the I/O
  * thread. */
 size_t agent_launcher_list(agent_launcher_t *l, agent_rank_info_t *out, size_t max);
+
+/* ------------------------------------------------------------------------------------------
+ * Artifacts: what rank 0 leaves at the top of its output directory is uploaded to kilnd when the
+ * attempt ends (transfer.c). Only regular files with a single link and a name kiln accepts
+ * (kiln_artifact_name_ok) qualify: a symbolic or hard link the job made to another file (the
+ * agent's credential, another job's data) is never followed or sent.
+ * ------------------------------------------------------------------------------------------ */
+#define AGENT_MAX_ARTIFACTS 256
+
+typedef struct agent_out_file {
+    char name[KILN_ARTIFACT_NAME_MAX + 1];
+    int fd;                      /* open read-only on the very file that was hashed */
+    int64_t size;
+    char sha256[KILN_SHA256_HEX];
+} agent_out_file_t;
+
+/* Lists and hashes the files at the top of dir, by name, at most AGENT_MAX_ARTIFACTS. Entries
+ * that do not qualify (see above; directories too) are skipped, each with a line in notes
+ * ("" when none; cut at notes_n). *out is heap (caller frees with agent_output_free), *n its
+ * count. Returns 0 (also for a missing dir: nothing to upload), or KILN_EIO / KILN_ENOMEM. */
+int agent_output_scan(const char *dir, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n,
+                      kiln_err_t *err);
+void agent_output_free(agent_out_file_t *v, size_t n);
 
 /* ------------------------------------------------------------------------------------------
  * gRPC client: one channel to kilnd, unary calls with deadlines.
@@ -273,7 +307,10 @@ typedef struct agent_config {
     const char *address;     /* host address ranks rendezvous on */
     const char *worker_id;   /* id to reuse, or NULL/"" */
     int cores;               /* 0: online processors */
-    int stop_grace_ms;       /* grace for the agent's own shutdown (0: 10000) */
+    int stop_grace_ms;       /* grace for the agent's own shutdown, and for the ranks of an
+                              * attempt one of whose ranks died (0: 10000) */
+    double comm_watchdog_s;  /* the ranks' collective watchdog, KILN_COMM_WATCHDOG_S (0: the
+                              * engine's default); see agent_launcher_config_t */
     const char *const *gpus; /* GPU names to report (may be NULL) */
     size_t n_gpus;
     /* --data-root directories as given; agent_create resolves them and refuses to start when one

@@ -115,4 +115,56 @@ size_t ob_pending_exits(ob_t *o, agent_rank_info_t *out, size_t max);
 bool ob_empty(ob_t *o);
 void ob_item_free(ob_item_t *it);
 
+/* ---- transfers with kilnd's artifact store (transfer.c) -------------------------------------- */
+
+#define AGENT_SECRET_MAX 512          /* bytes of a join token or credential */
+
+typedef struct xfer xfer_t;
+
+/* What the transfers need from the agent. auth_md fills md[0] with the call's credential (bearer
+ * has AGENT_SECRET_MAX + 8 bytes) and returns 1, or 0 without one; unauthenticated is called when
+ * kilnd refuses it (the agent registers again). */
+typedef struct xfer_env {
+    agent_rpc_t *rpc;
+    ob_t *ob;
+    const char *work_dir;
+    size_t (*auth_md)(void *ud, char *bearer, agent_md_t *md);
+    void (*unauthenticated)(void *ud, const char *what, const kiln_err_t *err);
+    bool (*draining)(void *ud);  /* the agent is shutting down: start nothing */
+    void (*worker_id)(void *ud, char *buf, size_t n); /* the worker id kilnd gave ("" before) */
+    /* Hands an assignment whose model is in place to the agent's starter, which launches it
+     * (ranks must be forked by a thread that lives as long as they do). */
+    void (*start)(void *ud, const Kiln__Assignment *a);
+    void *ud;
+} xfer_env_t;
+
+/* env is copied (its pointers are borrowed for the transfers' lifetime). */
+int xfer_create(const xfer_env_t *env, xfer_t **out, kiln_err_t *err);
+/* Lets running transfers finish for up to grace_ms, then cancels the rest (an upload cancelled
+ * still reports its rank's exit) and waits for every thread. Idempotent. */
+void xfer_shutdown(xfer_t *x, int grace_ms);
+/* Shuts down (grace 0) and frees. Accepts NULL. */
+void xfer_destroy(xfer_t *x);
+/* Rank 0 of an attempt exited: upload its output directory, then queue its exit in the outbox.
+ * Returns at once (a thread does the work). */
+void xfer_rank0_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t pid, int exit_code, int sig,
+                     const char *reason);
+/* Another rank of an attempt exited: when rank 0's upload of that attempt is still under way,
+ * the exit is kept and queued right after rank 0's, so kilnd learns of the exits in the order the
+ * ranks ended (the first failure names the attempt's end) and returns true; false: no upload is
+ * pending and the caller queues the exit itself. */
+bool xfer_defer_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t pid, int exit_code, int sig,
+                     const char *reason);
+/* An assignment with init_from_job: fetch the model (unless a checked copy is there), then hand
+ * it to env.start; a failure refuses the assignment (a RankStatus with the reason). An
+ * assignment already being fetched is ignored. a is copied. */
+void xfer_fetch_and_start(xfer_t *x, const Kiln__Assignment *a);
+/* A stop order: a fetch for job_id (attempt 0: any) is abandoned, and nothing is started. */
+void xfer_cancel(xfer_t *x, const char *job_id, int attempt);
+/* The ranks transfers hold (uploads whose exits are not queued yet, assignments being
+ * fetched: pid 0), for heartbeats. Copies up to max, returns how many there are. */
+size_t xfer_list(xfer_t *x, agent_rank_info_t *out, size_t max);
+/* Where an assignment's fetched model lives: <work_dir>/jobs/<job_id>/init/model_llmc.bin. */
+void xfer_init_model_path(const char *work_dir, const char *job_id, char *out, size_t n);
+
 #endif /* KILN_AGENT_INT_H */

@@ -1,10 +1,12 @@
 /* launch.c - the agent's launcher: checks an assignment's paths against the agent's roots, starts
- * its ranks as kiln-train child processes (own process group, environment per
- * docs/contracts.md, stdout/stderr/metric records on pipes), reads their output and matches
- * metric definitions on one epoll I/O thread, delivers stop orders and exits.
+ * its ranks as kiln-train child processes (own process group, the rank contract's environment
+ * from rank/, stdout/stderr/metric records on pipes), reads their output and matches metric
+ * definitions on one epoll I/O thread, delivers stop orders and exits, stops the other ranks of
+ * an attempt when one of them dies, and removes what a dead rank left in /dev/shm.
  * It knows nothing about gRPC (what it reads goes to the callbacks in agent_launch_cbs_t) and
  * never parses the job spec: what it needs comes typed in the assignment. */
-#include "agent/agent.h"
+#include "agent/agent_int.h"
+#include "rank/rank.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +29,7 @@
 
 extern char **environ;
 
-#define LAUNCH_METRICS_FD 3
+#define LAUNCH_METRICS_FD 3      /* where a rank finds its metric record pipe (KILN_METRICS_FD) */
 #define LAUNCH_DRAIN_US 2000000  /* after a rank exits, how long its pipes may stay open */
 #define LAUNCH_READ_BUDGET (1 << 20)
 
@@ -62,6 +64,7 @@ struct lrank {
     int64_t drain_deadline_us;
     int64_t kill_at_us;          /* SIGKILL time after a stop order, 0: none */
     int64_t last_step;
+    bool nonfinite_noted;        /* the job's log was told this rank reported NaN or infinity */
     char last_err[512];
 };
 
@@ -69,9 +72,11 @@ struct agent_launcher {
     char *train_bin, *work_dir; /* work_dir resolved */
     char **roots;               /* data roots, resolved */
     size_t nroots;
-    char *roots_env;            /* "KILN_DATA_ROOTS=<root>,<root>" */
+    char *roots_csv;            /* the roots, comma-separated: the ranks' KILN_DATA_ROOTS */
     int slots, cores, max_line;
     int port_lo, port_hi, port_next; /* rendezvous ports (under mu) */
+    double comm_watchdog_s;     /* the ranks' KILN_COMM_WATCHDOG_S (0: the engine's default) */
+    int sibling_grace_ms;       /* a dead rank's siblings: SIGKILL this long after SIGTERM */
     bool gpu;
     bool *dev_used;
     agent_launch_cbs_t cbs;
@@ -151,14 +156,26 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
         if (len == 0)
             return;
         kiln_err_t err;
+        size_t nonfinite = 0;
+        agent_point_t bad;
         agent_points_clear(&l->pts);
-        if (agent_metric_parse(line, len, r->rank, &r->last_step, &l->pts, &err) != 0) {
+        if (agent_metric_parse(line, len, r->rank, &r->last_step, &l->pts, &nonfinite, &bad, &err) != 0) {
             log_warn("job %s rank %d: malformed metric record ignored: %s", r->job->job_id, r->rank,
                      err.message);
             return;
         }
         if (l->pts.n && l->cbs.on_points)
             l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
+        if (nonfinite && !r->nonfinite_noted && l->cbs.on_line) {
+            /* said once per rank in the job's own log: a NaN is news to whoever trains */
+            r->nonfinite_noted = true;
+            char note[300];
+            int n = snprintf(note, sizeof(note), "[kiln-agent] rank %d reported %s = %g at step %lld; kiln keeps "
+                             "finite metric values only, so such points are left out (said once per rank)",
+                             r->rank, bad.name, bad.value, (long long)bad.step);
+            l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, AGENT_STREAM_STDERR, now, note,
+                           (size_t)KILN_MIN(n, (int)sizeof(note) - 1));
+        }
         return;
     }
     if (truncated && (marked = malloc(len + sizeof(AGENT_TRUNCATED_MARK)))) {
@@ -238,13 +255,15 @@ static void rank_try_reap(agent_launcher_t *l, lrank_t *r)
     if (waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != r->pid)
         return;
     kill(-r->pid, SIGKILL);
+    /* A rank killed mid-run leaves its shm transport's region behind: it is RAM, free it. Now,
+     * while the zombie still holds the pid, so the name cannot be another process's yet. */
+    int pid = (int)r->pid;
+    rank_shm_cleanup(&pid, 1);
     int st = 0;
     if (waitpid(r->pid, &st, 0) != r->pid)
         st = 0;
     r->exited = true;
     r->wstatus = st;
-    /* A rank killed mid-run leaves its libfabric shm region behind: it is RAM, free it. */
-    kiln_shm_unlink_pid((int)r->pid);
     r->drain_deadline_us = kiln_mono_us() + LAUNCH_DRAIN_US;
     src_close(l, &r->src[PIPE_PROC]);
 }
@@ -293,6 +312,35 @@ static void rank_finish(agent_launcher_t *l, lrank_t *r)
             kiln_strlcpy(reason, strsignal(sig), sizeof(reason));
         }
         l->cbs.on_exit(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, r->pid, code, sig, reason);
+    }
+}
+
+/* A rank of an attempt ended abnormally (a signal, or a non-zero exit): the attempt is over, so
+ * its ranks still running here stop too (their peer is gone; kilnd's stop order would come a
+ * heartbeat later, or never while kilnd is unreachable): SIGTERM, SIGCONT for one stopped by a
+ * debugger or the operator, SIGKILL after the grace. Their exits are reported as usual, after
+ * the dead rank's. Caller holds l->mu. */
+static void stop_siblings_locked(agent_launcher_t *l, const lrank_t *dead)
+{
+    int code = WIFEXITED(dead->wstatus) ? WEXITSTATUS(dead->wstatus) : -1;
+    int sig = WIFSIGNALED(dead->wstatus) ? WTERMSIG(dead->wstatus) : 0;
+    if (dead->silent || (code == 0 && sig == 0))
+        return;
+    int n = 0;
+    int64_t at = kiln_mono_us() + (int64_t)l->sibling_grace_ms * 1000;
+    for (lrank_t *r = l->ranks; r; r = r->next) {
+        if (r->job != dead->job || r->exited || r->silent)
+            continue;
+        kill(-r->pid, SIGTERM);
+        kill(-r->pid, SIGCONT);
+        if (!r->kill_at_us || at < r->kill_at_us)
+            r->kill_at_us = at;
+        n++;
+    }
+    if (n) {
+        char how[96];
+        log_warn("job %s attempt %d: rank %d %s; stopping its %d other rank(s) here", dead->job->job_id,
+                 dead->job->attempt, dead->rank, rank_end_describe(code, sig, how, sizeof(how)), n);
     }
 }
 
@@ -381,6 +429,8 @@ static void *launcher_main(void *arg)
         for (lrank_t *r = done; r; r = r->next)
             rank_finish(l, r);
         pthread_mutex_lock(&l->mu);
+        for (lrank_t *r = done; r; r = r->next)
+            stop_siblings_locked(l, r);
         while (done) {
             lrank_t *r = done;
             done = r->next;
@@ -416,23 +466,29 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
                      cfg->work_dir ? cfg->work_dir : ".", strerror(errno));
         goto fail;
     }
-    size_t env_len = sizeof("KILN_DATA_ROOTS=");
     l->roots = calloc(cfg->n_data_roots ? cfg->n_data_roots : 1, sizeof(char *));
     for (size_t i = 0; l->roots && i < cfg->n_data_roots; i++) {
         if (!(l->roots[i] = strdup(cfg->data_roots[i])))
             break;
         l->nroots++;
-        env_len += strlen(cfg->data_roots[i]) + 1;
     }
-    if ((l->roots_env = malloc(env_len))) {
-        size_t off = (size_t)snprintf(l->roots_env, env_len, "%s=", KILN_DATA_ROOTS_ENV);
-        for (size_t i = 0; i < l->nroots; i++)
-            off += (size_t)snprintf(l->roots_env + off, env_len - off, "%s%s", i ? "," : "", l->roots[i]);
-    }
-    if (!l->roots || l->nroots != cfg->n_data_roots || !l->roots_env) {
+    if (!l->roots || l->nroots != cfg->n_data_roots) {
         kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;
     }
+    /* agent_data_roots_resolve refused roots with commas already */
+    if (!(l->roots_csv = rank_data_roots_join((const char *const *)l->roots, l->nroots))) {
+        kiln_err_set(err, KILN_EINVAL, "data-root", "a data root holds a comma, which %s cannot carry",
+                     RANK_ENV_DATA_ROOTS);
+        goto fail;
+    }
+    if (cfg->comm_watchdog_s < 0 || cfg->comm_watchdog_s > RANK_MAX_WATCHDOG_S) {
+        kiln_err_set(err, KILN_EINVAL, "comm-watchdog-s", "the collective watchdog must be 0 (the engine's default) "
+                     "or up to %d seconds, not %g", RANK_MAX_WATCHDOG_S, cfg->comm_watchdog_s);
+        goto fail;
+    }
+    l->comm_watchdog_s = cfg->comm_watchdog_s;
+    l->sibling_grace_ms = cfg->sibling_grace_ms > 0 ? cfg->sibling_grace_ms : 10000;
     l->slots = cfg->slots > 0 ? cfg->slots : 1;
     l->cores = cfg->cores > 0 ? cfg->cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (l->cores < 1)
@@ -501,7 +557,7 @@ void agent_launcher_destroy(agent_launcher_t *l)
     for (size_t i = 0; i < l->nroots; i++)
         free(l->roots[i]);
     free(l->roots);
-    free(l->roots_env);
+    free(l->roots_csv);
     free(l->dev_used);
     free(l->train_bin);
     free(l->work_dir);
@@ -509,94 +565,6 @@ void agent_launcher_destroy(agent_launcher_t *l)
 }
 
 /* ---- starting ranks ----------------------------------------------------------------------- */
-
-/* Environment of one rank: the agent's own, minus what we set, plus the contract's variables. */
-typedef struct envb {
-    char **v;
-    size_t n, cap;
-} envb_t;
-
-/* Takes ownership of s (a "KEY=value" string). */
-static void env_push(envb_t *e, char *s)
-{
-    if (!s)
-        return;
-    if (e->n + 2 > e->cap) {
-        size_t cap = e->cap ? e->cap * 2 : 64;
-        char **nv = realloc(e->v, cap * sizeof(char *));
-        if (!nv) {
-            free(s);
-            return;
-        }
-        e->v = nv;
-        e->cap = cap;
-    }
-    e->v[e->n++] = s;
-    e->v[e->n] = NULL;
-}
-
-static void env_add(envb_t *e, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void env_add(envb_t *e, const char *key, const char *fmt, ...)
-{
-    char val[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(val, sizeof(val), fmt, ap);
-    va_end(ap);
-    size_t len = strlen(key) + strlen(val) + 2;
-    char *s = malloc(len);
-    if (!s)
-        return;
-    snprintf(s, len, "%s=%s", key, val);
-    env_push(e, s);
-}
-
-static void env_free(envb_t *e)
-{
-    for (size_t i = 0; i < e->n; i++)
-        free(e->v[i]);
-    free(e->v);
-    memset(e, 0, sizeof(*e));
-}
-
-static const char *const k_env_owned[] = {
-    "KILN_SPEC", "KILN_JOB_ID", "KILN_ATTEMPT", "KILN_RANK", "KILN_WORLD_SIZE", "KILN_LOCAL_RANK",
-    "KILN_LOCAL_WORLD_SIZE", "KILN_NODE_RANK", "KILN_NODES", "KILN_MASTER_ADDR", "KILN_MASTER_PORT",
-    "KILN_CHECKPOINT_DIR", "KILN_OUTPUT_DIR", "KILN_METRICS_FD", "KILN_THREADS", "KILN_DEVICE_ID",
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "KILN_RESUME_FROM", KILN_DATA_ROOTS_ENV,
-};
-
-static bool env_is_owned(const char *entry)
-{
-    for (size_t i = 0; i < KILN_ARRAY_LEN(k_env_owned); i++) {
-        size_t n = strlen(k_env_owned[i]);
-        if (!strncmp(entry, k_env_owned[i], n) && entry[n] == '=')
-            return true;
-    }
-    return false;
-}
-
-/* Variables a rank never sees: the agent's own secrets and where they live (KILN_JOIN_TOKEN,
- * KILN_JOIN_TOKEN_FILE, KILN_TLS_*), a user's API token (KILN_TOKEN), and anything else whose
- * name says it is a secret. kiln-train needs none of them. */
-static bool env_is_secret(const char *entry)
-{
-    static const char *const words[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY"};
-    const char *eq = strchr(entry, '=');
-    size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
-    if (n >= 9 && !strncmp(entry, "KILN_TLS_", 9))
-        return true;
-    char name[256];
-    if (n >= sizeof(name))
-        return true; /* no legitimate variable name is this long */
-    for (size_t i = 0; i < n; i++)
-        name[i] = (char)(entry[i] >= 'a' && entry[i] <= 'z' ? entry[i] - 32 : entry[i]);
-    name[n] = '\0';
-    for (size_t i = 0; i < KILN_ARRAY_LEN(words); i++)
-        if (strstr(name, words[i]))
-            return true;
-    return false;
-}
 
 /* Moves fd to a number >= 10 (so dup2 onto 1, 2 or 3 in the child never meets itself). */
 static int fd_high(int fd)
@@ -679,7 +647,8 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
                       kiln_err_t *err)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
-    envb_t env = {0};
+    char **envp = NULL;
+    char spec_path[PATH_MAX + 16], out_dir[PATH_MAX + 16];
     lrank_t *r = NULL;
     int rc = 0;
 
@@ -719,41 +688,43 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
         }
     }
 
-    for (char **e = environ; e && *e; e++)
-        if (!env_is_owned(*e) && !env_is_secret(*e))
-            env_push(&env, strdup(*e));
-    env_push(&env, strdup(l->roots_env));
-    env_add(&env, "KILN_SPEC", "%s/spec.json", job_dir);
-    env_add(&env, "KILN_JOB_ID", "%s", a->job_id);
-    env_add(&env, "KILN_ATTEMPT", "%d", a->attempt);
-    env_add(&env, "KILN_RANK", "%d", r->rank);
-    env_add(&env, "KILN_WORLD_SIZE", "%d", a->world_size);
-    env_add(&env, "KILN_LOCAL_RANK", "%d", local_rank);
-    env_add(&env, "KILN_LOCAL_WORLD_SIZE", "%d", (int)a->n_ranks);
-    env_add(&env, "KILN_NODE_RANK", "%d", a->node_rank);
-    env_add(&env, "KILN_NODES", "%d", a->nodes);
-    env_add(&env, "KILN_MASTER_ADDR", "%s", a->master_addr && a->master_addr[0] ? a->master_addr : "127.0.0.1");
-    int port = job->port ? job->port : a->master_port;
-    if (port > 0) /* a job of one rank has no rendezvous */
-        env_add(&env, "KILN_MASTER_PORT", "%d", port);
-    env_add(&env, "KILN_CHECKPOINT_DIR", "%s", ckpt_dir);
-    env_add(&env, "KILN_OUTPUT_DIR", "%s/output", job_dir);
-    env_add(&env, "KILN_METRICS_FD", "%d", LAUNCH_METRICS_FD);
-    env_add(&env, "KILN_THREADS", "%d", threads);
-    env_add(&env, "OMP_NUM_THREADS", "%d", threads);
-    if (resume[0])
-        env_add(&env, "KILN_RESUME_FROM", "%s", resume);
-    if (r->device >= 0) {
-        env_add(&env, "KILN_DEVICE_ID", "%d", r->device);
-        env_add(&env, "CUDA_VISIBLE_DEVICES", "%d", r->device);
+    /* The rank contract (rank/): the agent's environment minus the contract's variables and
+     * its secrets, plus the rank's place in the job. */
+    rank_env_t re;
+    rank_env_init(&re);
+    snprintf(spec_path, sizeof(spec_path), "%s/spec.json", job_dir);
+    snprintf(out_dir, sizeof(out_dir), "%s/output", job_dir);
+    re.spec = spec_path;
+    re.job_id = a->job_id;
+    re.attempt = a->attempt;
+    re.rank = r->rank;
+    re.world_size = a->world_size;
+    re.local_rank = local_rank;
+    re.local_world_size = (int)a->n_ranks;
+    re.node_rank = a->node_rank;
+    re.nodes = a->nodes;
+    re.master_addr = a->master_addr && a->master_addr[0] ? a->master_addr : "127.0.0.1";
+    /* the port node 0's launcher picked for the attempt (launch_port_pick) or kilnd's; a job of
+     * one rank has no rendezvous (0: KILN_MASTER_PORT unset) */
+    re.master_port = job->port ? job->port : a->master_port;
+    re.checkpoint_dir = ckpt_dir;
+    re.output_dir = out_dir;
+    re.resume_from = resume[0] ? resume : NULL;
+    re.metrics_fd = LAUNCH_METRICS_FD;
+    re.threads = threads;
+    re.device_id = r->device;
+    re.data_roots = l->roots_csv;
+    re.comm_watchdog_s = l->comm_watchdog_s;
+    char model[PATH_MAX];
+    if (a->init_from_job && a->init_from_job[0]) {
+        xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
+        re.init_model = model;
     }
-    if (!env.v) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        goto fail;
-    }
+    if ((rc = rank_env_envp(&re, environ, &envp, err)) != 0)
+        goto fail; /* kilnd sent an assignment the contract cannot carry: err names the variable */
 
     char *argv[] = {l->train_bin, NULL};
-    int serr = rank_exec(l->train_bin, argv, env.v, p[0][1], p[1][1], p[2][1], &r->pid);
+    int serr = rank_exec(l->train_bin, argv, envp, p[0][1], p[1][1], p[2][1], &r->pid);
     if (serr != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s", l->train_bin, strerror(serr));
         goto fail;
@@ -781,7 +752,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     l->nranks++;
     r = NULL;
 fail:
-    env_free(&env);
+    rank_envp_free(envp);
     for (int k = 0; k < 3; k++)
         for (int j = 0; j < 2; j++)
             if (p[k][j] >= 0)
@@ -850,6 +821,15 @@ static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const ch
             return launch_refuse(rc, err, read_hint);
         if (!exists)
             return kiln_err_set(err, KILN_ENOTFOUND, field, "%s \"%.120s\" does not exist", field, p);
+    }
+    /* a model fetched from kilnd (model.init_from "job:<id>") is in the job's directory already */
+    if (a->init_from_job && a->init_from_job[0]) {
+        char model[PATH_MAX];
+        struct stat st;
+        xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
+        if (lstat(model, &st) != 0 || !S_ISREG(st.st_mode))
+            return kiln_err_set(err, KILN_ENOTFOUND, "model.init_from", "the model of job %.40s was not fetched",
+                                a->init_from_job);
     }
     /* where checkpoints may go: the data roots and the work dir */
     const char **wroots = calloc(l->nroots + 1, sizeof(char *));
@@ -1031,6 +1011,8 @@ static int launcher_signal(agent_launcher_t *l, const char *job_id, int attempt,
             continue;
         int sig = grace_ms > 0 ? SIGTERM : SIGKILL;
         kill(-r->pid, sig);
+        if (sig == SIGTERM)
+            kill(-r->pid, SIGCONT); /* a stopped rank acts on it too (then checkpoints, or not) */
         int64_t at = grace_ms > 0 ? now + (int64_t)grace_ms * 1000 : 0;
         if (at && (!r->kill_at_us || at < r->kill_at_us))
             r->kill_at_us = at;

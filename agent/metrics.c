@@ -1,11 +1,10 @@
-/* metrics.c - metric points from a rank: the JSON records it writes on KILN_METRICS_FD and the
- * assignment's metric definitions (PCRE2 patterns, bounded per line and per job) applied to its
- * log lines. Parsing only; the launcher decides where lines come from and the agent where points
+/* metrics.c - metric points from a rank: its metric records (read with the rank contract's
+ * parser, rank/) and the assignment's metric definitions (PCRE2 patterns, bounded per line and
+ * per job) applied to its log lines. Parsing only; the launcher decides where lines come from and the agent where points
  * go. */
 #include "agent/agent.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include <jansson.h>
 #include <math.h>
 #include <pcre2.h>
 #include <stdio.h>
@@ -43,59 +42,30 @@ void agent_points_free(agent_points_t *p)
 }
 
 int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_step,
-                        agent_points_t *out, kiln_err_t *err)
+                        agent_points_t *out, size_t *n_nonfinite, agent_point_t *first_nonfinite,
+                        kiln_err_t *err)
 {
-    json_error_t jerr;
-    json_t *rec = json_loadb(line, len, 0, &jerr);
-    int rc = 0;
-    if (!rec) {
-        rc = kiln_err_set(err, KILN_EFORMAT, NULL, "metric record is not JSON: %s (column %d)",
-                          jerr.text, jerr.column);
-        goto done;
-    }
-    if (!json_is_object(rec)) {
-        rc = kiln_err_set(err, KILN_EFORMAT, NULL, "metric record is not a JSON object");
-        goto done;
-    }
-    json_t *jstep = json_object_get(rec, "step");
-    int64_t step = *last_step;
-    if (jstep && !json_is_null(jstep)) {
-        if (json_is_integer(jstep)) {
-            step = (int64_t)json_integer_value(jstep);
-        } else if (json_is_real(jstep) && json_real_value(jstep) == floor(json_real_value(jstep))) {
-            step = (int64_t)json_real_value(jstep);
-        } else {
-            rc = kiln_err_set(err, KILN_EFORMAT, "step", "metric record step is not an integer");
-            goto done;
+    rank_metric_record_t rec;
+    size_t nonfinite = 0;
+    int rc = rank_metric_parse(line, len, &rec, err);
+    if (rc == 0) {
+        int64_t step = rec.has_step ? rec.step : *last_step;
+        int64_t time_us = rec.has_time ? (int64_t)llround(rec.time_s * 1e6) : kiln_now_us();
+        for (size_t i = 0; i < rec.n; i++) {
+            agent_point_t pt = {.rank = rank, .step = step, .value = rec.v[i].value, .time_us = time_us};
+            kiln_strlcpy(pt.name, rec.v[i].name, sizeof(pt.name));
+            if (!isfinite(pt.value)) {
+                if (nonfinite++ == 0 && first_nonfinite)
+                    *first_nonfinite = pt;
+                continue;
+            }
+            agent_points_push(out, &pt);
         }
+        *last_step = step;
     }
-    int64_t time_us = kiln_now_us();
-    json_t *jtime = json_object_get(rec, "time");
-    if (jtime && !json_is_null(jtime)) {
-        if (!json_is_number(jtime)) {
-            rc = kiln_err_set(err, KILN_EFORMAT, "time", "metric record time is not a number");
-            goto done;
-        }
-        time_us = (int64_t)llround(json_number_value(jtime) * 1e6);
-    }
-    json_t *metrics = json_object_get(rec, "metrics");
-    if (!json_is_object(metrics)) {
-        rc = kiln_err_set(err, KILN_EFORMAT, "metrics", "metric record has no \"metrics\" object");
-        goto done;
-    }
-    const char *key;
-    json_t *val;
-    json_object_foreach(metrics, key, val) {
-        if (!json_is_number(val) || !key[0] || strlen(key) >= AGENT_METRIC_NAME)
-            continue;
-        agent_point_t pt = {.rank = rank, .step = step, .value = json_number_value(val),
-                             .time_us = time_us};
-        kiln_strlcpy(pt.name, key, sizeof(pt.name));
-        agent_points_push(out, &pt);
-    }
-    *last_step = step;
-done:
-    json_decref(rec);
+    if (n_nonfinite)
+        *n_nonfinite = nonfinite;
+    rank_metric_record_deinit(&rec);
     return rc;
 }
 

@@ -62,9 +62,11 @@ bool api_grpc_stream_enter(api_grpc_t *g);
 void api_grpc_stream_leave(api_grpc_t *g);
 bool api_grpc_stopping(api_grpc_t *g);
 
-/* The server-streaming StreamLogs (grpc_stream.c). */
+/* The server-streaming StreamLogs and DownloadArtifact (grpc_stream.c). */
 void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
                           const svc_caller_t *who);
+void api_grpc_stream_artifact(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                              const svc_caller_t *who);
 
 /* The trailing metadata of an error reply (grpc_server.c): kiln-code, kiln-field, kiln-hint and
  * kiln-detail, those that are not empty (proto/kiln.proto documents them). Caller's storage,

@@ -116,6 +116,33 @@ static int h_exit(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_
     return svc_agent_rank_exit(ctx->svc, ctx->worker_id, (const Kiln__RankExit *)req, err);
 }
 
+static int h_artifacts_begin(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                             ProtobufCMessage **resp, kiln_err_t *err)
+{
+    Kiln__ArtifactManifestReply *out = arena_alloc(arena, sizeof(*out));
+    kiln__artifact_manifest_reply__init(out);
+    *resp = &out->base;
+    return svc_agent_artifacts_begin(ctx->svc, ctx->worker_id, (const Kiln__ArtifactManifest *)req, arena, out, err);
+}
+
+static int h_artifact_chunk(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                            ProtobufCMessage **resp, kiln_err_t *err)
+{
+    Kiln__ArtifactChunkReply *out = arena_alloc(arena, sizeof(*out));
+    kiln__artifact_chunk_reply__init(out);
+    *resp = &out->base;
+    return svc_agent_artifact_chunk(ctx->svc, ctx->worker_id, (const Kiln__ArtifactChunk *)req, out, err);
+}
+
+static int h_init_model(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                        ProtobufCMessage **resp, kiln_err_t *err)
+{
+    Kiln__InitModelChunk *out = arena_alloc(arena, sizeof(*out));
+    kiln__init_model_chunk__init(out);
+    *resp = &out->base;
+    return svc_agent_init_model(ctx->svc, ctx->worker_id, (const Kiln__InitModelRequest *)req, arena, out, err);
+}
+
 static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register, NULL, API_GRPC_JOIN},
     {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL, API_GRPC_AGENT},
@@ -123,6 +150,9 @@ static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/ReportRankExit", &kiln__rank_exit__descriptor, h_exit, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/BeginArtifacts", &kiln__artifact_manifest__descriptor, h_artifacts_begin, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/PutArtifactChunk", &kiln__artifact_chunk__descriptor, h_artifact_chunk, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/FetchInitModel", &kiln__init_model_request__descriptor, h_init_model, NULL, API_GRPC_AGENT},
 };
 
 /* Every method the server answers: AgentService, then TrainingService (grpc_training.c). */
@@ -407,11 +437,17 @@ static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const
 {
     kiln_err_t err = *err_in;
     const char *msg = err.message[0] ? err.message : kiln_strerror(rc);
-    char full[600];
+    char full[1400];
     if (err.field[0] && strncmp(msg, err.field, strlen(err.field)) != 0)
         snprintf(full, sizeof(full), "%s: %s", err.field, msg);
     else
         snprintf(full, sizeof(full), "%s", msg);
+    /* gRPC has one message: the detail (a filter's caret drawing) and the hint follow it on
+     * lines of their own. */
+    if (err.detail[0])
+        snprintf(full + strlen(full), sizeof(full) - strlen(full), "\n%s", err.detail);
+    if (err.hint[0])
+        snprintf(full + strlen(full), sizeof(full) - strlen(full), "\nhint: %s", err.hint);
     if (rc == KILN_EINTERNAL || rc == KILN_EDB || rc == KILN_EIO)
         log_warn("grpc: %s failed: %s", m->path, full);
     else

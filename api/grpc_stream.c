@@ -1,7 +1,9 @@
-/* grpc_stream.c - TrainingService.StreamLogs: a server stream of LogLine messages, history first
- * and then (with follow) live lines until the job ends. One thread per stream writes one message
- * at a time (the core allows one outstanding SEND_MESSAGE per call) and waits for each send to
- * complete; completions arrive on the server's queue and wake it. Not the REST SSE stream. */
+/* grpc_stream.c - TrainingService's server streams: StreamLogs (LogLine messages, history first
+ * and then, with follow, live lines until the job ends) and DownloadArtifact (an artifact's bytes
+ * in ArtifactData messages, read from the file as they are sent). One thread per stream writes
+ * one message at a time (the core allows one outstanding SEND_MESSAGE per call) and waits for
+ * each send to complete; completions arrive on the server's queue and wake it. Not the REST SSE
+ * stream. */
 #include "api/grpc_int.h"
 
 #include <pthread.h>
@@ -9,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define STREAM_PAGE 1000
+#define STREAM_ARTIFACT_PIECE (1 << 20)
 
 typedef struct gstream gstream_t;
 
@@ -23,7 +27,8 @@ typedef struct stag {                /* a completion the stream thread waits for
 struct gstream {
     api_grpc_t *g;
     grpc_call *call;
-    Kiln__StreamLogsRequest *req;
+    ProtobufCMessage *req;           /* the method's request message */
+    void (*run)(gstream_t *st);      /* what the stream sends */
     arena_t *arena;                  /* holds who */
     const svc_caller_t *who;
     pthread_mutex_t mu;
@@ -32,7 +37,7 @@ struct gstream {
     stag_t close;                    /* RECV_CLOSE_ON_SERVER: the call is over */
     int cancelled;
     bool woken;                      /* new lines for the follower */
-    bool md_sent;                    /* initial metadata sent */
+    bool md_sent;                    /* initial metadata went out */
     bool status_sent;
     int64_t last_seq;                /* highest seq sent */
 };
@@ -77,15 +82,11 @@ static bool stream_batch(gstream_t *st, grpc_op *ops, size_t n)
     return ok;
 }
 
-static bool stream_send_line(gstream_t *st, const json_t *line)
+static bool stream_send_msg(gstream_t *st, const ProtobufCMessage *m)
 {
-    arena_t arena;
-    arena_init(&arena, 4096);
-    ProtobufCMessage *m = api_grpc_json_to_msg(line, &kiln__log_line__descriptor, &arena);
     size_t len = protobuf_c_message_get_packed_size(m);
     grpc_slice s = grpc_slice_malloc(len);
     protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
-    arena_deinit(&arena);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
     grpc_slice_unref(s);
     grpc_op op;
@@ -94,6 +95,16 @@ static bool stream_send_line(gstream_t *st, const json_t *line)
     op.data.send_message.send_message = bb;
     bool ok = stream_batch(st, &op, 1);
     grpc_byte_buffer_destroy(bb);
+    return ok;
+}
+
+static bool stream_send_line(gstream_t *st, const json_t *line)
+{
+    arena_t arena;
+    arena_init(&arena, 4096);
+    ProtobufCMessage *m = api_grpc_json_to_msg(line, &kiln__log_line__descriptor, &arena);
+    bool ok = stream_send_msg(st, m);
+    arena_deinit(&arena);
     return ok;
 }
 
@@ -120,6 +131,18 @@ static bool stream_gone(gstream_t *st)
     bool gone = !st->close.pending || st->cancelled;
     pthread_mutex_unlock(&st->mu);
     return gone || api_grpc_stopping(st->g);
+}
+
+/* Sends the initial metadata, once, before the first message or the status. */
+static bool stream_start_md(gstream_t *st)
+{
+    if (st->md_sent)
+        return true;
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    st->md_sent = stream_batch(st, &op, 1);
+    return st->md_sent;
 }
 
 /* Ends the call: OK (err NULL) or the error, with its field and hint in the trailing metadata
@@ -158,11 +181,20 @@ static void stream_finish(gstream_t *st, const kiln_err_t *err)
     api_grpc_err_md_free(&md);
 }
 
+/* A service error as the stream's status: "field: message" with the field and hint in the
+ * trailing metadata, as unary calls give it. */
+static void stream_finish_err(gstream_t *st, kiln_err_t *err)
+{
+    if (!err->status)
+        err->status = KILN_EINTERNAL;
+    stream_finish(st, err);
+}
+
 /* History, then (with follow) live lines until the job ends or the client goes away. */
-static void stream_run(gstream_t *st)
+static void logs_run(gstream_t *st)
 {
     svc_t *s = api_grpc_svc(st->g);
-    const Kiln__StreamLogsRequest *r = st->req;
+    const Kiln__StreamLogsRequest *r = (const Kiln__StreamLogsRequest *)st->req;
     kiln_err_t err;
     kiln_err_clear(&err);
     svc_follow_t *f = NULL;
@@ -193,14 +225,8 @@ static void stream_run(gstream_t *st)
             stream_finish(st, &err);
             goto done;
         }
-        if (!st->md_sent) {
-            grpc_op op;
-            memset(&op, 0, sizeof(op));
-            op.op = GRPC_OP_SEND_INITIAL_METADATA;
-            if (!stream_batch(st, &op, 1))
-                goto done;
-            st->md_sent = true;
-        }
+        if (!stream_start_md(st))
+            goto done;
         json_t *lines = json_object_get(page, "lines");
         size_t n = json_array_size(lines);
         if (!stream_send_lines(st, lines))
@@ -243,10 +269,57 @@ done:
     svc_follow_close(f);
 }
 
+/* The artifact's bytes from the request's offset, at most its length, a piece at a time. */
+static void artifact_run(gstream_t *st)
+{
+    const Kiln__DownloadArtifactRequest *r = (const Kiln__DownloadArtifactRequest *)st->req;
+    svc_artifact_file_t f;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    uint8_t *buf = NULL;
+    if (svc_job_artifact_open(api_grpc_svc(st->g), st->who, r->id, r->name, &f, &err) != 0) {
+        stream_finish_err(st, &err);
+        return;
+    }
+    if (r->offset < 0 || r->offset > f.size || r->length < 0) {
+        kiln_err_set(&err, r->length < 0 ? KILN_EINVAL : KILN_ERANGE, r->length < 0 ? "length" : "offset",
+                     "offset must be 0 to %lld and length 0 or more (artifact \"%s\" has %lld bytes)",
+                     (long long)f.size, f.name, (long long)f.size);
+        stream_finish_err(st, &err);
+        goto done;
+    }
+    int64_t end = r->length > 0 && r->length < f.size - r->offset ? r->offset + r->length : f.size;
+    if (!stream_start_md(st) || !(buf = malloc(STREAM_ARTIFACT_PIECE)))
+        goto done;
+    for (int64_t off = r->offset; off < end && !stream_gone(st);) {
+        size_t want = (size_t)KILN_MIN((int64_t)STREAM_ARTIFACT_PIECE, end - off);
+        ssize_t n = pread(f.fd, buf, want, (off_t)off);
+        if (n <= 0) {
+            kiln_err_set(&err, KILN_EIO, NULL, "could not read artifact \"%s\"", f.name);
+            stream_finish_err(st, &err);
+            goto done;
+        }
+        Kiln__ArtifactData d = KILN__ARTIFACT_DATA__INIT;
+        d.offset = off;
+        d.data.data = buf;
+        d.data.len = (size_t)n;
+        d.size = f.size;
+        d.sha256 = f.sha256;
+        if (!stream_send_msg(st, &d.base))
+            goto done;
+        off += n;
+    }
+    if (!stream_gone(st))
+        stream_finish(st, NULL);
+done:
+    free(buf);
+    close(f.fd);
+}
+
 static void *stream_main(void *arg)
 {
     gstream_t *st = arg;
-    stream_run(st);
+    st->run(st);
     /* A stream that ended without a status (client gone, server stopping) is cancelled; either
      * way the close completes once the call is over. */
     if (!st->status_sent)
@@ -256,7 +329,7 @@ static void *stream_main(void *arg)
         pthread_cond_wait(&st->cv, &st->mu);
     pthread_mutex_unlock(&st->mu);
     grpc_call_unref(st->call);
-    protobuf_c_message_free_unpacked(&st->req->base, NULL);
+    protobuf_c_message_free_unpacked(st->req, NULL);
     arena_deinit(st->arena);
     free(st->arena);
     api_grpc_t *g = st->g;
@@ -267,8 +340,8 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
-void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                          const svc_caller_t *who)
+static void stream_start(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                         const svc_caller_t *who, void (*run)(gstream_t *st))
 {
     gstream_t *st = NULL;
     if (!api_grpc_stream_enter(g)) {
@@ -284,7 +357,8 @@ void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req,
         goto fail;
     st->g = g;
     st->call = call;
-    st->req = (Kiln__StreamLogsRequest *)req;
+    st->req = req;
+    st->run = run;
     st->arena = arena;
     st->who = who;
     pthread_mutex_init(&st->mu, NULL);
@@ -310,12 +384,12 @@ void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req,
         return;
     /* No thread: cancel and let the close tag complete before freeing. That needs waiting on a
      * completion-queue thread, which we are; leak the small stream rather than block. */
-    log_error("grpc: could not start a log stream thread");
+    log_error("grpc: could not start a stream thread");
     grpc_call_cancel(call, NULL);
     api_grpc_stream_leave(g);
     return;
 fail:
-    log_error("grpc: could not start a log stream");
+    log_error("grpc: could not start a stream");
     free(st);
     grpc_call_cancel(call, NULL);
     grpc_call_unref(call);
@@ -323,4 +397,16 @@ fail:
     arena_deinit(arena);
     free(arena);
     api_grpc_stream_leave(g);
+}
+
+void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                          const svc_caller_t *who)
+{
+    stream_start(g, call, req, arena, who, logs_run);
+}
+
+void api_grpc_stream_artifact(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                              const svc_caller_t *who)
+{
+    stream_start(g, call, req, arena, who, artifact_run);
 }

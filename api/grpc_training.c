@@ -1,7 +1,7 @@
 /* grpc_training.c - TrainingService over gRPC: the service speaks JSON shaped like the REST API
  * (docs/contracts.md), and proto field names are the JSON keys, so one generic converter driven
  * by protobuf-c's descriptors turns JSON into messages (and a JobSpec message into JSON).
- * StreamLogs (server streaming) lives in grpc_stream.c. */
+ * The server streams (StreamLogs, DownloadArtifact) live in grpc_stream.c. */
 #include "api/grpc_int.h"
 
 #include <stdio.h>
@@ -407,6 +407,46 @@ static int h_list(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_
     return rc ? rc : reply(out, &kiln__list_jobs_response__descriptor, a, resp);
 }
 
+static int h_search(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                    kiln_err_t *err)
+{
+    const Kiln__SearchJobsRequest *r = (const Kiln__SearchJobsRequest *)req;
+    size_t len = 1;
+    for (size_t i = 0; i < r->n_columns; i++)
+        len += strlen(r->columns[i] ? r->columns[i] : "") + 1;
+    char *cols = arena_alloc(a, len);
+    for (size_t i = 0; i < r->n_columns; i++) {
+        if (i)
+            strcat(cols, ",");
+        strcat(cols, r->columns[i] ? r->columns[i] : "");
+    }
+    svc_job_filter_t f = {
+        .filter = r->filter,
+        .order_by = r->order_by,
+        .columns = cols,
+        .page_size = r->page_size,
+        .page_size_set = r->page_size != 0, /* 0 is proto3's absent: the default; else 1 to 500 */
+        .page_token = r->page_token,
+    };
+    json_t *out = NULL;
+    int rc = svc_job_list(ctx->svc, ctx->who, &f, &out, err);
+    if (rc)
+        return rc;
+    /* a column without a value is left out of the map (proto has no null) */
+    size_t i;
+    json_t *job;
+    json_array_foreach(json_object_get(out, "jobs"), i, job) {
+        json_t *colv = json_object_get(job, "columns");
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(colv, tmp, k, v)
+            if (json_is_null(v))
+                json_object_del(colv, k);
+    }
+    return reply(out, &kiln__list_jobs_response__descriptor, a, resp);
+}
+
 static int h_stop(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
                   kiln_err_t *err)
 {
@@ -562,6 +602,24 @@ static int h_remove_member(const api_grpc_ctx_t *ctx, const ProtobufCMessage *re
     return rc ? rc : reply(json_object(), &kiln__empty__descriptor, a, resp);
 }
 
+static int h_list_artifacts(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                            ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__ListArtifactsRequest *r = (const Kiln__ListArtifactsRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_job_artifacts(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : reply(out, &kiln__list_artifacts_response__descriptor, a, resp);
+}
+
+static int h_delete_job(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                        ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__DeleteJobRequest *r = (const Kiln__DeleteJobRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_job_delete(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : reply(out, &kiln__delete_job_response__descriptor, a, resp);
+}
+
 ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a)
 {
     return msg_from_json(j, d, a);
@@ -571,6 +629,7 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/ListJobs", &kiln__list_jobs_request__descriptor, h_list, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/SearchJobs", &kiln__search_jobs_request__descriptor, h_search, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/StopJob", &kiln__stop_job_request__descriptor, h_stop, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/ListJobEvents", &kiln__list_job_events_request__descriptor, h_events, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/StreamLogs", &kiln__stream_logs_request__descriptor, NULL, api_grpc_stream_logs, API_GRPC_USER},
@@ -587,5 +646,9 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/ListMembers", &kiln__list_members_request__descriptor, h_list_members, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/SetMember", &kiln__set_member_request__descriptor, h_set_member, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/RemoveMember", &kiln__remove_member_request__descriptor, h_remove_member, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListArtifacts", &kiln__list_artifacts_request__descriptor, h_list_artifacts, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/DownloadArtifact", &kiln__download_artifact_request__descriptor, NULL,
+     api_grpc_stream_artifact, API_GRPC_USER},
+    {"/kiln.TrainingService/DeleteJob", &kiln__delete_job_request__descriptor, h_delete_job, NULL, API_GRPC_USER},
 };
 const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

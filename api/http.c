@@ -32,7 +32,7 @@ static void http_count(http_req_t *r, int status)
         atomic_fetch_add_explicit(&r->h->requests[http_route_slot(r)][status], 1, memory_order_relaxed);
 }
 
-#define HTTP_CORS_EXPOSE "Content-Type, WWW-Authenticate, Allow"
+#define HTTP_CORS_EXPOSE "Content-Type, WWW-Authenticate, Allow, ETag, Content-Range, Content-Disposition, Accept-Ranges"
 
 /* ---- libmicrohttpd's own error pages -------------------------------------------------------
  * libmicrohttpd answers some requests itself, before any handler runs: a malformed request line
@@ -181,6 +181,11 @@ static json_t *http_err_json(const char *code, const char *message, const char *
 
 enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err)
 {
+    return http_reply_err_header(r, err, NULL, NULL);
+}
+
+enum MHD_Result http_reply_err_header(http_req_t *r, const kiln_err_t *err, const char *header, const char *value)
+{
     int st = err->status ? err->status : KILN_EINTERNAL;
     int http = kiln_status_http(st);
     json_t *o;
@@ -207,7 +212,20 @@ enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err)
     if (http >= 500)
         log_warn("http: %s %s -> %d %s: %s", r->method, r->path, http, kiln_status_code(st),
                  err->message);
-    return http_reply_json(r, http, o);
+    if (!header)
+        return http_reply_json(r, http, o);
+    char *text = json_dumps(o, HTTP_JSON_FLAGS);
+    json_decref(o);
+    struct MHD_Response *resp = text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, header, value);
+    enum MHD_Result ret = http_reply_raw(r, http, resp);
+    MHD_destroy_response(resp);
+    return ret;
 }
 
 enum MHD_Result http_reply_errf(http_req_t *r, int status, const char *field, const char *hint,
@@ -412,7 +430,8 @@ static enum MHD_Result http_options(http_req_t *r)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
     MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                            "Authorization, Content-Type, Idempotency-Key, Last-Event-ID");
+                            "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Range, If-Range, "
+                            "If-None-Match");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     enum MHD_Result ret = http_reply_raw(r, MHD_HTTP_NO_CONTENT, resp);
     MHD_destroy_response(resp);

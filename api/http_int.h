@@ -90,6 +90,8 @@ struct http_req {
 enum MHD_Result http_reply_json(http_req_t *r, int status, json_t *body);
 /* Queues the error JSON {code, message, detail, hint, field?} for err (status from its table). */
 enum MHD_Result http_reply_err(http_req_t *r, const kiln_err_t *err);
+/* The same with one more response header (a 416's Content-Range). */
+enum MHD_Result http_reply_err_header(http_req_t *r, const kiln_err_t *err, const char *header, const char *value);
 /* Shorthand: an error built from status, field (may be NULL) and a formatted message. */
 enum MHD_Result http_reply_errf(http_req_t *r, int status, const char *field, const char *hint,
                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -109,6 +111,10 @@ const char *http_param(http_req_t *r, const char *name);
 /* Parses a decimal integer argument in [lo, hi]; 0 and *out set, or KILN_EINVAL into err. */
 int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_t *out,
                  bool *present, kiln_err_t *err);
+
+/* 0 when every query argument is one of names (NULL-terminated); else KILN_EINVAL naming the
+ * first unknown one (err->field), with the nearest known name as a hint. */
+int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err);
 
 /* ---- live log streams (http_sse.c) ---- */
 /* GET /v1/jobs/{id}/logs?follow=true: opens a follower and queues a Server-Sent Events reply.

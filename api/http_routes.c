@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "api/http_int.h"
 
@@ -27,6 +29,50 @@ int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_
 static int http_arg_bool(http_req_t *r, const char *name, bool *out, kiln_err_t *err)
 {
     return svc_check_bool_text(name, http_arg(r, name), out, err);
+}
+
+/* Finds the first query argument not in names (NULL-terminated). */
+typedef struct http_args_check {
+    const char *const *names;
+    const char *unknown;
+} http_args_check_t;
+
+static enum MHD_Result http_args_visit(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    http_args_check_t *c = cls;
+    (void)kind;
+    (void)value;
+    for (size_t i = 0; c->names[i]; i++)
+        if (!strcmp(key, c->names[i]))
+            return MHD_YES;
+    c->unknown = key;
+    return MHD_NO;
+}
+
+int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err)
+{
+    http_args_check_t c = {names, NULL};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, http_args_visit, &c);
+    if (!c.unknown)
+        return 0;
+    char list[256] = "";
+    for (size_t i = 0; names[i]; i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", names[i]);
+    const char *best = NULL;
+    int best_d = 99;
+    for (size_t i = 0; names[i]; i++) {
+        int d = kiln_edit_distance(c.unknown, names[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = names[i];
+        }
+    }
+    kiln_err_set(err, KILN_EINVAL, c.unknown, "unknown query parameter \"%.60s\"", c.unknown);
+    if (best && best_d <= 3 && (size_t)best_d < strlen(c.unknown))
+        kiln_err_hint(err, "did you mean %s? this request takes %s", best, list);
+    else
+        kiln_err_hint(err, "this request takes %s", list);
+    return KILN_EINVAL;
 }
 
 /* Job ids are UUIDs (8-4-4-4-12 hex digits); anything else can never name a job. */
@@ -127,18 +173,24 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
     return ret;
 }
 
-/* The filters are checked by the service (the same checks as gRPC's ListJobs). */
+/* The filters are checked by the service (the same checks as gRPC's ListJobs and SearchJobs). */
 static enum MHD_Result http_jobs_list(http_req_t *r)
 {
+    static const char *const args[] = {"status", "tag", "filter", "order_by", "columns", "page_size", "page_token",
+                                       NULL};
     kiln_err_t err;
     kiln_err_clear(&err);
     svc_job_filter_t f = {0};
     int64_t page_size = 0;
-    if (http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &page_size, &f.page_size_set, &err))
+    if (http_args_known(r, args, &err) ||
+        http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &page_size, &f.page_size_set, &err))
         return http_reply_err(r, &err);
     f.page_size = (int)page_size;
     f.status = http_arg(r, "status");
     f.tag = http_arg(r, "tag");
+    f.filter = http_arg(r, "filter");
+    f.order_by = http_arg(r, "order_by");
+    f.columns = http_arg(r, "columns");
     f.page_token = http_arg(r, "page_token");
     /* an empty parameter ("?tag=") is the same as none */
     if (f.status && !*f.status)
@@ -149,6 +201,86 @@ static enum MHD_Result http_jobs_list(http_req_t *r)
         f.page_token = NULL;
     json_t *out = NULL;
     int rc = svc_job_list(r->h->svc, &r->who, &f, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+/* A string field of a search body; columns may also be an array of strings (joined with ','). */
+static int http_search_field(http_req_t *r, json_t *body, const char *key, const char **out, kiln_err_t *err)
+{
+    json_t *v = json_object_get(body, key);
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_string(v)) {
+        *out = arena_strdup(&r->arena, json_string_value(v));
+        return 0;
+    }
+    if (!strcmp(key, "columns") && json_is_array(v)) {
+        size_t i, len = 1;
+        json_t *e;
+        json_array_foreach(v, i, e) {
+            if (!json_is_string(e)) {
+                kiln_err_set(err, KILN_EINVAL, "columns", "columns[%zu] must be a string", i);
+                kiln_err_hint(err, "for example [\"hp.lr\", \"metrics.val_loss.min\"]");
+                return KILN_EINVAL;
+            }
+            len += json_string_length(e) + 1;
+        }
+        char *joined = arena_alloc(&r->arena, len);
+        json_array_foreach(v, i, e) {
+            if (i)
+                strcat(joined, ",");
+            strcat(joined, json_string_value(e));
+        }
+        *out = joined;
+        return 0;
+    }
+    kiln_err_set(err, KILN_EINVAL, key, "%s must be a string%s", key,
+                 !strcmp(key, "columns") ? " or an array of strings" : "");
+    return KILN_EINVAL;
+}
+
+static int http_body_fields(http_req_t *r, bool allow_empty, const char *const *keys, json_t **out,
+                            kiln_err_t *err);
+
+/* POST /v1/jobs:search: GET /v1/jobs's parameters in a JSON body, for long filters. */
+static enum MHD_Result http_jobs_search(http_req_t *r)
+{
+    static const char *const keys[] = {"filter", "order_by", "columns", "page_size", "page_token", "status", "tag",
+                                       NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    svc_job_filter_t f = {0};
+    int rc = http_body_fields(r, true, keys, &body, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "filter", &f.filter, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "order_by", &f.order_by, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "columns", &f.columns, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "page_token", &f.page_token, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "status", &f.status, &err);
+    if (rc == 0)
+        rc = http_search_field(r, body, "tag", &f.tag, &err);
+    json_t *ps = json_object_get(body, "page_size");
+    if (rc == 0 && ps && !json_is_null(ps)) {
+        /* the service's range check, as for GET /v1/jobs and gRPC */
+        if (!json_is_integer(ps))
+            rc = kiln_err_set(&err, KILN_EINVAL, "page_size", "page_size must be an integer from 1 to 500");
+        else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, 500, &err)) == 0) {
+            f.page_size = (int)json_integer_value(ps);
+            f.page_size_set = true;
+        }
+    }
+    json_decref(body);
+    if (rc)
+        return http_reply_err(r, &err);
+    rc = svc_job_list(r->h->svc, &r->who, &f, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -260,9 +392,11 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
     HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
+    static const char *const args[] = {"name", "max_points", "attempt", NULL};
     svc_metrics_query_t q = {0};
     int64_t max_points = 0;
-    if (http_arg_int(r, "max_points", INT32_MIN, INT32_MAX, &max_points, &q.max_points_set, &err))
+    if (http_args_known(r, args, &err) ||
+        http_arg_int(r, "max_points", INT32_MIN, INT32_MAX, &max_points, &q.max_points_set, &err))
         return http_reply_err(r, &err);
     q.max_points = (int)max_points;
     q.name = http_arg(r, "name");
@@ -285,6 +419,143 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_job_delete(http_req_t *r)
+{
+    HTTP_JOB_ID(r);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_job_delete(r->h->svc, &r->who, r->id, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+/* ---- artifacts ------------------------------------------------------------------------------- */
+
+static enum MHD_Result http_artifacts_list(http_req_t *r)
+{
+    HTTP_JOB_ID(r);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_job_artifacts(r->h->svc, &r->who, r->id, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
+/* One byte range of a representation of size bytes (RFC 9110 section 14): "bytes=first-last",
+ * "bytes=first-" or "bytes=-suffix". Returns 1 with [*first, *last] for a satisfiable range, 0
+ * when the header is to be ignored (not a single byte range: the whole file is sent), -1 when
+ * it is unsatisfiable (416). */
+static int http_parse_range(const char *h, int64_t size, int64_t *first, int64_t *last)
+{
+    if (strncmp(h, "bytes=", 6) != 0)
+        return 0;
+    const char *p = h + 6;
+    while (*p == ' ')
+        p++;
+    if (strchr(p, ','))
+        return 0; /* several ranges: answered with the whole file, which RFC 9110 allows */
+    const char *dash = strchr(p, '-');
+    if (!dash)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    if (dash == p) { /* suffix: the last N bytes */
+        long long n = strtoll(dash + 1, &end, 10);
+        if (errno || end == dash + 1 || *end || n < 0)
+            return 0;
+        if (n == 0 || size == 0)
+            return -1;
+        *first = n >= size ? 0 : size - n;
+        *last = size - 1;
+        return 1;
+    }
+    long long a = strtoll(p, &end, 10);
+    if (errno || end != dash || a < 0)
+        return 0;
+    long long b = size - 1;
+    if (dash[1]) {
+        b = strtoll(dash + 1, &end, 10);
+        if (errno || *end || b < a)
+            return 0;
+    }
+    if (a >= size)
+        return -1;
+    *first = a;
+    *last = b < size - 1 ? b : size - 1;
+    return 1;
+}
+
+/* GET /v1/jobs/{id}/artifacts/{name}: the file, streamed from disk by libmicrohttpd (never
+ * loaded into memory), with its SHA-256 as the ETag; a single byte Range gives 206 (or 416). */
+static enum MHD_Result http_artifact_get(http_req_t *r)
+{
+    HTTP_JOB_ID(r);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    svc_artifact_file_t f;
+    int rc = svc_job_artifact_open(r->h->svc, &r->who, r->id, http_param(r, "name"), &f, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    char etag[KILN_SHA256_HEX + 2], disp[KILN_ARTIFACT_NAME_MAX + 40], crange[96], last_mod[64];
+    snprintf(etag, sizeof(etag), "\"%s\"", f.sha256);
+    snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", f.name);
+    time_t t = (time_t)(f.created_us / 1000000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(last_mod, sizeof(last_mod), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    int64_t first = 0, last = f.size - 1;
+    int status = MHD_HTTP_OK;
+    const char *inm = http_header(r, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    const char *range = http_header(r, MHD_HTTP_HEADER_RANGE);
+    const char *if_range = http_header(r, MHD_HTTP_HEADER_IF_RANGE);
+    if (inm && (strstr(inm, etag) || !strcmp(inm, "*")))
+        status = MHD_HTTP_NOT_MODIFIED;
+    else if (range && (!if_range || !strcmp(if_range, etag))) {
+        int pr = http_parse_range(range, f.size, &first, &last);
+        if (pr < 0) {
+            close(f.fd);
+            kiln_err_set(&err, KILN_ERANGE, "Range", "range \"%.60s\" is not inside artifact \"%s\" (%lld bytes)", range,
+                         f.name, (long long)f.size);
+            kiln_err_hint(&err, "ask for bytes=FIRST-LAST with FIRST below the size");
+            snprintf(crange, sizeof(crange), "bytes */%lld", (long long)f.size);
+            return http_reply_err_header(r, &err, MHD_HTTP_HEADER_CONTENT_RANGE, crange);
+        }
+        if (pr > 0)
+            status = MHD_HTTP_PARTIAL_CONTENT;
+    }
+    struct MHD_Response *resp = NULL;
+    uint64_t len = status == MHD_HTTP_NOT_MODIFIED ? 0 : (uint64_t)(last - first + 1);
+    if (len == 0 || f.size == 0) {
+        close(f.fd);
+        resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    } else {
+        /* libmicrohttpd owns the descriptor from here and closes it with the response */
+        resp = MHD_create_response_from_fd_at_offset64(len, f.fd, (uint64_t)first);
+        if (!resp)
+            close(f.fd);
+    }
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_LAST_MODIFIED, last_mod);
+    if (status != MHD_HTTP_NOT_MODIFIED) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
+    }
+    if (status == MHD_HTTP_PARTIAL_CONTENT) {
+        snprintf(crange, sizeof(crange), "bytes %lld-%lld/%lld", (long long)first, (long long)last, (long long)f.size);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_RANGE, crange);
+    }
+    enum MHD_Result ret = http_reply_raw(r, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
 }
 
 /* ---- cluster and health ---------------------------------------------------------------------- */
@@ -627,11 +898,15 @@ static enum MHD_Result http_member_remove(http_req_t *r)
 const http_route_t http_routes[] = {
     {"GET", "/v1/jobs", http_jobs_list, 0},
     {"POST", "/v1/jobs", http_jobs_create, 0},
+    {"POST", "/v1/jobs:search", http_jobs_search, 0},
     {"GET", "/v1/jobs/{id}", http_job_get, 0},
+    {"DELETE", "/v1/jobs/{id}", http_job_delete, 0},
     {"POST", "/v1/jobs/{id}:stop", http_job_stop, 0},
     {"GET", "/v1/jobs/{id}/events", http_job_events, 0},
     {"GET", "/v1/jobs/{id}/logs", http_job_logs, 0},
     {"GET", "/v1/jobs/{id}/metrics", http_job_metrics, 0},
+    {"GET", "/v1/jobs/{id}/artifacts", http_artifacts_list, 0},
+    {"GET", "/v1/jobs/{id}/artifacts/{name}", http_artifact_get, 0},
     {"GET", "/v1/workers", http_workers, 0},
     {"GET", "/v1/whoami", http_whoami, 0},
     {"GET", "/v1/users", http_users_list, 0},

@@ -1,7 +1,8 @@
 /* base.h - kiln's shared base module: status codes, rich errors, logging, arenas,
  * configuration flags and small time/string helpers.
- * Depends on libc (and pthreads for the log lock) only; every other module may include it.
- * It is not a utility dumping ground: anything that needs a third-party library lives elsewhere. */
+ * Depends on libc (and pthreads for the log lock), PCRE2 for metric patterns and libsodium for
+ * SHA-256 only; every other module may include it.
+ * It is not a utility dumping ground: what only one module needs lives in that module. */
 #ifndef KILN_BASE_H
 #define KILN_BASE_H
 
@@ -36,7 +37,9 @@
     X(EFORMAT,    -18,  "bad_format",          "malformed data",                  400, 3)   \
     X(EUNAUTH,    -19,  "unauthenticated",     "authentication required",         401, 16)  \
     X(EMEDIA,     -20,  "unsupported_media_type", "unsupported media type",       415, 3)   \
-    X(EREUSED,    -21,  "idempotency_key_reused", "idempotency key reused with a different request", 422, 6)
+    X(ERANGE,     -21,  "range_not_satisfiable", "range not satisfiable",         416, 11)  \
+    X(ECHECKSUM,  -22,  "data_loss",           "checksum mismatch",               422, 15)  \
+    X(EREUSED,    -23,  "idempotency_key_reused", "idempotency key reused with a different request", 422, 6)
 
 enum {
 #define KILN_STATUS_ENUM(name, val, code, msg, http, grpc) KILN_##name = (val),
@@ -168,6 +171,9 @@ int kiln_parse_int64(const char *s, int64_t *out);
 /* Whether s is a name kiln accepts for users and projects: 1 to 63 characters of a-z, 0-9,
  * '.', '_' and '-', starting with a letter or digit (the same rule as the database's CHECK). */
 bool kiln_ident_ok(const char *s);
+/* Levenshtein distance between a and b (insertions, deletions, substitutions of bytes), for
+ * "did you mean" hints; strings longer than 63 bytes count as 99 (never a suggestion). */
+int kiln_edit_distance(const char *a, const char *b);
 /* Copies src into dst of size n, always NUL-terminating; returns strlen(src). */
 size_t kiln_strlcpy(char *dst, const char *src, size_t n);
 /* Reads a whole file into a heap buffer (NUL-terminated). Caller owns *out; free with free().
@@ -186,22 +192,12 @@ int kiln_mkdirs(const char *path, kiln_err_t *err);
  * as they are. Returns 0, KILN_EINVAL (path too long) or KILN_EIO. */
 int kiln_mkdirs_mode(const char *path, unsigned mode, kiln_err_t *err);
 
-/* Removes the shared-memory objects /dev/shm/<pid>:* that libfabric's shm provider creates for
- * process pid. A rank killed by a signal cannot remove its own, and a later process that reuses
- * the pid then fails to open the provider; whoever knows the process is gone (its parent after
- * reaping it, or the process itself before it opens shm) calls this. Returns how many it removed. */
-int kiln_shm_unlink_pid(int pid);
-
 /* ------------------------------------------------------------------------------------------
  * Paths a job may touch (path.c). A job names files in its spec; the agent and kiln-train let it
  * read or write one only when the path, resolved after ".." and symbolic links, lies inside one
  * of a set of roots, at a component boundary ("/data2" is not inside "/data"). Errors name the
  * field and the roots; outside the roots they are the same whether the path exists or not.
  * ------------------------------------------------------------------------------------------ */
-
-/* The environment variable that carries a rank's data roots, comma-separated (kiln-agent sets it
- * to its --data-root directories, resolved; set and empty means no file may be read). */
-#define KILN_DATA_ROOTS_ENV "KILN_DATA_ROOTS"
 
 /* Lexical normalisation of an absolute path: collapses repeated '/', "." and ".."; ".." never
  * climbs above "/"; no trailing '/' except in "/" itself. Touches no file system. out may be
@@ -231,11 +227,6 @@ bool kiln_path_inside(const char *path, const char *root);
 int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
                       char *resolved_out, size_t n, bool *exists, kiln_err_t *err);
 
-/* For the programs a job runs: when KILN_DATA_ROOTS is set, confines path to its roots
- * (kiln_path_confine; a missing file inside them passes, so the caller's open reports it);
- * when it is not set, allows everything (kiln-train run by hand reads what its user asks).
- * Returns 0, KILN_EINVAL, KILN_ETOOBIG, KILN_EPERM or KILN_ENOMEM. */
-int kiln_path_confine_env(const char *path, const char *field, kiln_err_t *err);
 
 /* Compiles a metric definition's pattern the one way kiln runs it (PCRE2, UTF, no \C) and
  * checks it can yield a value: at least one capture group (the first is the value) and no
@@ -243,6 +234,36 @@ int kiln_path_confine_env(const char *path, const char *field, kiln_err_t *err);
  * for PCRE2_CODE_UNIT_WIDTH 8; free with pcre2_code_free), or NULL with err set: KILN_EINVAL
  * naming field ("metric_definitions[0].regex") with a hint, or KILN_ENOMEM. */
 void *kiln_metric_regex_compile(const char *regex, const char *field, kiln_err_t *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Artifacts (artifact.c): the files a job leaves in its output directory, kept by kilnd. Their
+ * names travel from agents to kilnd, into kilnd's artifact directory and into URLs, so one rule
+ * decides which names exist; SHA-256 (libsodium) is how agent, kilnd and clients agree on bytes.
+ * ------------------------------------------------------------------------------------------ */
+#define KILN_ARTIFACT_NAME_MAX 128        /* bytes of a name */
+#define KILN_ARTIFACT_MODEL "model_llmc.bin" /* the final model kiln-train writes (llm.c format) */
+#define KILN_SHA256_HEX 65                /* 64 lower-case hex digits and a NUL */
+
+/* Whether name can be an artifact's: 1 to KILN_ARTIFACT_NAME_MAX bytes of A-Z a-z 0-9 . _ -,
+ * starting with a letter or digit. So no '/', no "..", no absolute or hidden name, nothing that
+ * needs escaping in a URL or a file system. On failure err (may be NULL) says why, naming
+ * field, with a hint. */
+bool kiln_artifact_name_ok(const char *name, const char *field, kiln_err_t *err);
+
+/* Whether s is 64 lower-case hex digits (a SHA-256 as kiln writes it). */
+bool kiln_sha256_hex_ok(const char *s);
+/* SHA-256 of data[0..len) as lower-case hex into out (KILN_SHA256_HEX bytes). */
+void kiln_sha256_hex(const void *data, size_t len, char out[KILN_SHA256_HEX]);
+/* SHA-256 of everything fd holds from offset 0 (read with pread, in 1 MiB pieces, never all at
+ * once) into out, its length into *size (OUT, may be NULL). Returns 0 or KILN_EIO. */
+int kiln_sha256_fd(int fd, int64_t *size, char out[KILN_SHA256_HEX], kiln_err_t *err);
+/* An incremental SHA-256, for bytes that arrive in pieces (a download). Caller's storage. */
+typedef struct kiln_sha256 {
+    uint64_t state[16];                   /* libsodium's crypto_hash_sha256_state fits */
+} kiln_sha256_t;
+void kiln_sha256_init(kiln_sha256_t *h);
+void kiln_sha256_update(kiln_sha256_t *h, const void *data, size_t len);
+void kiln_sha256_final(kiln_sha256_t *h, char out[KILN_SHA256_HEX]);
 
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))

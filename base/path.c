@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #define PATH_MAX_LINKS 40         /* symlinks followed before giving up, as the kernel does */
-#define PATH_ENV_MAX_ROOTS 64
 
 /* Appends "/" + comp[0..len) to cur (length *clen). Returns false when it does not fit. */
 static bool path_push(char *cur, size_t *clen, size_t cap, const char *comp, size_t len)
@@ -185,19 +184,3 @@ int kiln_path_confine(const char *path, const char *field, const char *const *ro
     return 0;
 }
 
-int kiln_path_confine_env(const char *path, const char *field, kiln_err_t *err)
-{
-    const char *env = getenv(KILN_DATA_ROOTS_ENV);
-    if (!env)
-        return 0;
-    char *copy = strdup(env), *save = NULL;
-    if (!copy)
-        return kiln_err_set(err, KILN_ENOMEM, field, "out of memory");
-    const char *roots[PATH_ENV_MAX_ROOTS];
-    size_t nroots = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok && nroots < PATH_ENV_MAX_ROOTS; tok = strtok_r(NULL, ",", &save))
-        roots[nroots++] = tok;
-    int rc = kiln_path_confine(path, field, roots, nroots, NULL, 0, NULL, err);
-    free(copy);
-    return rc;
-}

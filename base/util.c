@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +126,25 @@ bool kiln_ident_ok(const char *s)
             return false;
     }
     return n <= 63;
+}
+
+int kiln_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = c < del ? (c < ins ? c : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
 }
 
 size_t kiln_strlcpy(char *dst, const char *src, size_t n)
@@ -254,16 +272,3 @@ int kiln_mkdirs_mode(const char *path, unsigned mode, kiln_err_t *err)
     return 0;
 }
 
-int kiln_shm_unlink_pid(int pid)
-{
-    char pat[64];
-    snprintf(pat, sizeof(pat), "/dev/shm/%d:*", pid);
-    glob_t g;
-    if (glob(pat, 0, NULL, &g) != 0)
-        return 0;
-    int n = 0;
-    for (size_t i = 0; i < g.gl_pathc; i++)
-        n += unlink(g.gl_pathv[i]) == 0;
-    globfree(&g);
-    return n;
-}

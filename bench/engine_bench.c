@@ -19,6 +19,7 @@
 
 #include "base/base.h"
 #include "engine/engine.h"
+#include "rank/rank.h"
 
 typedef struct bcfg {
     const char *name;
@@ -258,7 +259,7 @@ int main(int argc, char **argv)
     bool prof = false, ops = false, recompute = false;
     config_flag_t flags[] = {
         {"config", NULL, CONFIG_STR, &config, "124m, small or all"},
-        {"threads", "KILN_THREADS", CONFIG_INT, &threads, "CPU threads"},
+        {"threads", RANK_ENV_THREADS, CONFIG_INT, &threads, "CPU threads"},
         {"steps", NULL, CONFIG_INT, &steps, "timed steps"},
         {"warmup", NULL, CONFIG_INT, &warmup, "untimed steps first"},
         {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak, "0: measure"},

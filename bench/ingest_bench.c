@@ -1,7 +1,8 @@
 /* ingest_bench.c - metric ingestion from agents into PostgreSQL through the service
- * (svc_agent_metrics: one COPY and one job-row UPDATE per batch), as kiln-agent sends it: several
- * agents pushing batches of points for running jobs, sustained for a fixed time. Prints points/s,
- * batches/s and batch latency percentiles. Not a test: it asserts nothing.
+ * (svc_agent_metrics: one COPY, one job-row UPDATE and the upsert of the job's metric summaries
+ * per batch), as kiln-agent sends it: several agents pushing batches of points for running jobs,
+ * sustained for a fixed time. Prints points/s, batches/s, batch latency percentiles, and whether
+ * every point sent was stored and counted by the summaries. Not a test: it asserts nothing.
  *
  * usage: ingest_bench [--database-url URL] [--seconds 12] [--batch 2000] [--agents 2] [--jobs 4]
  * The database URL defaults to KILN_DATABASE_URL, then KILN_PG_URL (scripts/pg.sh); a fresh
@@ -284,6 +285,17 @@ int main(int argc, char **argv)
     if (PQresultStatus(pr) == PGRES_TUPLES_OK)
         stored = atoll(PQgetvalue(pr, 0, 0));
     PQclear(pr);
+    /* Each agent's steps only grow, so every point is a new step of its job and metric: the
+     * summaries kept during ingestion must count every stored point. */
+    long long summarised = -1, summaries = 0;
+    if (!logs) {
+        pr = PQexec(pc, "SELECT coalesce(sum(n), 0), count(*) FROM metric_summaries");
+        if (PQresultStatus(pr) == PGRES_TUPLES_OK) {
+            summarised = atoll(PQgetvalue(pr, 0, 0));
+            summaries = atoll(PQgetvalue(pr, 0, 1));
+        }
+        PQclear(pr);
+    }
     PQfinish(pc);
 
     const char *unit = logs ? "log lines" : "points";
@@ -294,6 +306,9 @@ int main(int argc, char **argv)
     printf("ingest_bench: %lld sent in all (with warm-up and drain), %lld stored%s\n",
            (long long)atomic_load(&points_sent), stored,
            stored == atomic_load(&points_sent) ? "" : " (MISMATCH)");
+    if (!logs)
+        printf("ingest_bench: %lld metric summaries kept, counting %lld points%s\n", summaries, summarised,
+               summarised == stored ? "" : " (MISMATCH)");
     if (nlat > 0)
         printf("ingest_bench: batch latency p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max %.1f ms\n",
                lat[nlat / 2], lat[nlat * 9 / 10], lat[nlat * 99 / 100], lat[nlat - 1]);

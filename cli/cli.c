@@ -1,7 +1,7 @@
 /* cli.c - `kiln`'s entry point: global options (--url, --tls-ca, --profile, --token-file,
  * --json), subcommand dispatch, help texts and the small argument helpers the subcommands share.
- * The subcommands themselves live in cmd_jobs.c, cmd_logs.c, cmd_info.c, cmd_identity.c and
- * cmd_login.c; where kilnd is and which token to send is config.c's. */
+ * The subcommands themselves live in cmd_jobs.c, cmd_search.c, cmd_logs.c, cmd_info.c, cmd_artifacts.c,
+ * cmd_identity.c and cmd_login.c; where kilnd is and which token to send is config.c's. */
 #include "cli/cli_int.h"
 
 #include <errno.h>
@@ -32,6 +32,31 @@ static const cli_command_t cli_commands[] = {
      "  --limit N      show at most N jobs (default 20)\n"
      "  --all          show every job (follows the pages)\n"
      "  --page-size N  jobs per request (1-500, default 500)\n"},
+    {"search", cli_cmd_search, "['FILTER'] [--columns C,...] [--order-by 'FIELD [asc|desc],...'] [--limit N] [--all]",
+     "find jobs with the filter language (the projects you belong to)",
+     "  FILTER is one line (quote it): fields id, name, project, queue, state, priority, attempt,\n"
+     "  created, started, ended, duration, progress, tags.KEY, hp.NAME, model.FIELD, resources.FIELD,\n"
+     "  metrics.NAME.min|max|last|count; operators = != < <= > >= ~ (substring) !~ IN (...) EXISTS;\n"
+     "  AND, OR, NOT and parentheses; values 3e-4, \"text\", words, 90s, 2h, 2026-11-01, -7d, now.\n"
+     "    kiln search 'hp.lr < 1e-3 AND (metrics.val_loss.min < 1.6 OR tags.team = \"nlp\")' \\\n"
+     "      --columns hp.lr,metrics.val_loss.min --order-by metrics.val_loss.min\n"
+     "options:\n"
+     "  --columns C    hp.NAME, hp.*, metrics.NAME.min|max|last|count, metrics.NAME, metrics.*\n"
+     "  --order-by O   FIELD [asc|desc], comma-separated (default: newest first); jobs without a\n"
+     "                 value for a key come after those with one\n"
+     "  --limit N      show at most N jobs (default 50)\n"
+     "  --all          show every match (follows the pages)\n"
+     "  --page-size N  jobs per request (1-500, default 500)\n"
+     "  (docs/search.md describes the language)\n"},
+    {"compare", cli_cmd_compare, "ID ID... [--metric NAME]... [--points N] [--width W] [--height H]",
+     "compare jobs side by side: spec fields (differences marked), metric summaries, curves",
+     "  Each ID may be a unique id prefix or a unique job name; up to 9 jobs.\n"
+     "options:\n"
+     "  --metric NAME  a metric to summarise and chart (repeatable; default: train_loss and\n"
+     "                 val_loss, or the first metric the jobs have; the table then shows all)\n"
+     "  --points N     points per curve kilnd keeps when it downsamples (default 120; each\n"
+     "                 bucket's lowest and highest point survive)\n"
+     "  --width W, --height H   the chart's size in characters (default 64 x 10)\n"},
     {"describe", cli_cmd_describe, "ID",
      "show a job: state, progress and ETA, metrics, workers, events",
      "  ID may be a unique prefix of the id (the short id `kiln jobs` shows) or a unique job name\n"},
@@ -52,6 +77,19 @@ static const cli_command_t cli_commands[] = {
      "stop a job (its ranks get SIGTERM, checkpoint and exit)",
      "options:\n"
      "  --reason R     recorded in the job's events\n"},
+    {"artifacts", cli_cmd_artifacts, "ID [--get NAME [-o FILE]]",
+     "list a job's artifacts (its output directory: final model, plan, samples), or download one",
+     "options:\n"
+     "  --get NAME, -g NAME   download artifact NAME (model_llmc.bin is the final model, llm.c format);\n"
+     "                        its SHA-256 is checked against kilnd's, and a failed download leaves no file\n"
+     "  -o FILE, --output FILE\n"
+     "                        where to save it (default: NAME in the current directory; - for stdout)\n"
+     "  A job's artifacts are uploaded by its agent when it ends. Start a new job from one's model with\n"
+     "  \"model\": {\"init_from\": \"job:ID\"} in its spec.\n"},
+    {"delete", cli_cmd_delete, "ID",
+     "delete an ended job with its events, logs, metrics and artifacts (editors)",
+     "  Only a job that has ended (COMPLETED, FAILED, STOPPED) can be deleted: stop a running one\n"
+     "  first. A job whose model another unfinished job starts from (model.init_from) is kept.\n"},
     {"workers", cli_cmd_workers, "", "list registered workers (agents) and their free slots", ""},
     {"login", cli_cmd_login, "[--url URL] [--tls-ca FILE] [--profile NAME] [--token-file FILE]",
      "check an API token with kilnd and save it for later commands",

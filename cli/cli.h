@@ -144,6 +144,11 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width);
 void cli_print_metrics_raw(FILE *out, const json_t *reply);
 /* Prints the workers table of a GET /v1/workers reply. */
 void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us);
+/* A byte count for people: "512 B", "1.5 KiB", "137 KiB", "2.0 GiB". Returns buf (n >= 16). */
+char *cli_fmt_bytes(double bytes, char *buf, size_t n);
+/* Prints the table of a GET /v1/jobs/{id}/artifacts reply: NAME, SIZE, SHA256 (its first 16
+ * digits), ATTEMPT, CREATED. */
+void cli_print_artifacts(FILE *out, const json_t *reply);
 /* Prints one log line object as "[rank N] line" ("[rank N, attempt A] line" for attempts > 1). */
 void cli_print_log_line(FILE *out, const json_t *line);
 /* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,
@@ -155,6 +160,24 @@ void cli_print_users(FILE *out, const json_t *reply);
 void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us);
 void cli_print_projects(FILE *out, const json_t *reply, const json_t *roles);
 void cli_print_members(FILE *out, const json_t *reply);
+/* Prints the jobs of a search reply (its "jobs" array): ID, NAME, STATE, AGE, then every key of
+ * the jobs' "columns" in the order it first appears ("-" where a job has no value). */
+void cli_print_search(FILE *out, const json_t *jobs, int64_t now_us);
+/* One series of a chart: n points (steps[i], values[i]); non-finite values are skipped. */
+typedef struct cli_series {
+    const double *steps, *values;
+    size_t n;
+} cli_series_t;
+/* Draws the series on shared axes in a width x height grid of characters: series i is marked
+ * '1' + i (then 'a'...), cells two series share '*'; the value range is labelled on the left
+ * and the step range below. */
+void cli_print_chart(FILE *out, const char *title, const cli_series_t *series, int nseries, int width,
+                     int height);
+/* Prints jobs (Job objects with "summaries", as GET /v1/jobs/{id} returns them) side by side:
+ * name, state, project, every hyperparameter and model field, and the min (@ its step), max,
+ * last and count of metrics[0..nmetrics) (every metric any job reported when nmetrics is 0);
+ * rows whose values differ are marked with '*'. */
+void cli_print_compare(FILE *out, const json_t *jobs, const char *const *metrics, int nmetrics);
 /* Prints err as "error: FIELD: MESSAGE", then "detail: ..." and "hint: ..." lines when set. */
 void cli_print_error(FILE *out, const kiln_err_t *err);
 /* Fills err from an API error reply body ({code, message, detail, hint, field}) and an HTTP

@@ -32,6 +32,14 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
 int cli_stream(const cli_client_t *c, const char *path, const char *const *headers, cli_sse_t *sse,
                long low_speed_s, kiln_err_t *err);
 
+/* Downloads GET path into out as it arrives (never the whole body in memory), hashing what it
+ * writes into *sha (initialised by the caller). On 200 returns 0 with *bytes (OUT) written and
+ * etag (ETag without its quotes, or ""; 80 bytes) filled; an API error's status with err filled
+ * from the reply; KILN_EUNAVAIL / KILN_ECOMM when kilnd cannot be reached or the transfer
+ * breaks; KILN_EIO when out cannot be written. */
+int cli_download(const cli_client_t *c, const char *path, FILE *out, kiln_sha256_t *sha, int64_t *bytes,
+                 char *etag, kiln_err_t *err);
+
 /* Appends "&key=value" (or "?key=value" for the first) to path (a heap string, may be
  * reallocated), URL-escaping value. Returns 0 or KILN_ENOMEM. */
 int cli_path_add(char **path, const char *key, const char *value);
@@ -63,6 +71,10 @@ int cli_cmd_whoami(cli_client_t *c, int argc, char **argv);
 int cli_cmd_users(cli_client_t *c, int argc, char **argv);
 int cli_cmd_tokens(cli_client_t *c, int argc, char **argv);
 int cli_cmd_projects(cli_client_t *c, int argc, char **argv);
+int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv);
+int cli_cmd_delete(cli_client_t *c, int argc, char **argv);
+int cli_cmd_search(cli_client_t *c, int argc, char **argv);
+int cli_cmd_compare(cli_client_t *c, int argc, char **argv);
 
 /* Prints err to stderr (cli_print_error) and, for a 401, which token was sent and how to get a
  * valid one (cli_print_auth_note). Returns CLI_EXIT_ERROR. */
@@ -91,6 +103,29 @@ int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *lng, con
             const char **val);
 /* Parses an integer option value; false when it is not a whole number in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
+/* ---- tables (format.c), for the printers of format.c and compare.c ---- */
+#define CLI_TABLE_MAXCOLS 16
+typedef struct cli_table {
+    int ncols;
+    char names[CLI_TABLE_MAXCOLS][64];     /* header texts */
+    const char *head[CLI_TABLE_MAXCOLS];   /* what is printed: names[c] unless replaced */
+    bool right[CLI_TABLE_MAXCOLS];
+    char **cells;          /* nrows * ncols heap strings */
+    size_t nrows, cap;
+} cli_table_t;
+/* spec: "ID NAME >STEP": a leading '>' right-aligns the column. */
+void cli_table_init(cli_table_t *t, const char *spec);
+/* Adds a column (a header that may hold spaces); at most CLI_TABLE_MAXCOLS. */
+void cli_table_col(cli_table_t *t, const char *name, bool right);
+/* Adds a row; takes copies of the ncols strings (NULL or "" shows as "-"). */
+void cli_table_row(cli_table_t *t, const char *const *vals);
+/* Prints the table with its header and frees its rows (plain, or indented by two spaces). */
+void cli_table_print(FILE *out, cli_table_t *t);
+void cli_table_print_indented(FILE *out, cli_table_t *t);
+/* Display width of UTF-8 text (cells per code point), and s cut to max cells with an ellipsis. */
+size_t cli_width(const char *s);
+char *cli_clip(const char *s, size_t max, char *buf, size_t n);
+
 /* True for the terminal job states. */
 bool cli_state_terminal(const char *state);
 

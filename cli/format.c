@@ -96,7 +96,7 @@ char *cli_short_id(const char *id, char *buf, size_t n)
 }
 
 /* Display width of UTF-8 text: one cell per code point (good enough for names and bars). */
-static size_t cli_width(const char *s)
+size_t cli_width(const char *s)
 {
     size_t w = 0;
     for (; *s; s++)
@@ -106,7 +106,7 @@ static size_t cli_width(const char *s)
 }
 
 /* Copies s into buf, cut to at most max cells with an ellipsis. */
-static char *cli_clip(const char *s, size_t max, char *buf, size_t n)
+char *cli_clip(const char *s, size_t max, char *buf, size_t n)
 {
     if (cli_width(s) <= max) {
         snprintf(buf, n, "%s", s);
@@ -144,18 +144,7 @@ bool cli_state_terminal(const char *state)
 
 /* ---- tables ------------------------------------------------------------------------------- */
 
-#define CLI_TABLE_MAXCOLS 12
-
-typedef struct cli_table {
-    int ncols;
-    char names[CLI_TABLE_MAXCOLS][24];     /* header texts */
-    const char *head[CLI_TABLE_MAXCOLS];   /* what is printed: names[c] unless replaced */
-    bool right[CLI_TABLE_MAXCOLS];
-    char **cells;          /* nrows * ncols heap strings */
-    size_t nrows, cap;
-} cli_table_t;
-
-static void cli_table_init(cli_table_t *t, const char *spec)
+void cli_table_init(cli_table_t *t, const char *spec)
 {
     /* spec: "ID NAME >STEP": a leading '>' right-aligns the column. */
     memset(t, 0, sizeof(*t));
@@ -177,8 +166,18 @@ static void cli_table_init(cli_table_t *t, const char *spec)
     }
 }
 
+void cli_table_col(cli_table_t *t, const char *name, bool right)
+{
+    if (t->ncols == CLI_TABLE_MAXCOLS)
+        return;
+    snprintf(t->names[t->ncols], sizeof(t->names[0]), "%s", name);
+    t->head[t->ncols] = t->names[t->ncols];
+    t->right[t->ncols] = right;
+    t->ncols++;
+}
+
 /* Adds a row; takes copies of the ncols strings (NULL shows as "-"). */
-static void cli_table_row(cli_table_t *t, const char *const *vals)
+void cli_table_row(cli_table_t *t, const char *const *vals)
 {
     if (t->nrows == t->cap) {
         size_t nc = t->cap ? t->cap * 2 : 16;
@@ -193,7 +192,7 @@ static void cli_table_row(cli_table_t *t, const char *const *vals)
     t->nrows++;
 }
 
-static void cli_table_print(FILE *out, cli_table_t *t)
+void cli_table_print(FILE *out, cli_table_t *t)
 {
     size_t w[CLI_TABLE_MAXCOLS];
     for (int c = 0; c < t->ncols; c++) {
@@ -227,7 +226,7 @@ static void cli_table_print(FILE *out, cli_table_t *t)
 }
 
 /* Prints the table indented by two spaces (inside a describe-style page). */
-static void cli_table_print_indented(FILE *out, cli_table_t *t)
+void cli_table_print_indented(FILE *out, cli_table_t *t)
 {
     char *text = NULL;
     size_t len = 0;
@@ -551,6 +550,45 @@ void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us)
     }
     if (t.nrows == 0) {
         fprintf(out, "no workers registered\n");
+        return;
+    }
+    cli_table_print(out, &t);
+}
+
+char *cli_fmt_bytes(double bytes, char *buf, size_t n)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    if (isnan(bytes) || bytes < 0)
+        bytes = 0;
+    while (bytes >= 1024 && u < 4) {
+        bytes /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%.0f B", bytes);
+    else
+        snprintf(buf, n, "%.*f %s", bytes < 10 ? 1 : 0, bytes, units[u]);
+    return buf;
+}
+
+void cli_print_artifacts(FILE *out, const json_t *reply)
+{
+    cli_table_t t;
+    cli_table_init(&t, "NAME >SIZE SHA256 >ATTEMPT CREATED");
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(reply, "artifacts"), i, a) {
+        char size[24], attempt[16], created[32], sha[20];
+        cli_fmt_bytes(cli_jnum(a, "size"), size, sizeof(size));
+        snprintf(attempt, sizeof(attempt), "%.0f", cli_jnum(a, "attempt"));
+        snprintf(sha, sizeof(sha), "%.16s", cli_jstr(a, "sha256"));
+        const char *row[] = {cli_jstr(a, "name"), size, sha, attempt,
+                             cli_fmt_time(cli_jstr(a, "created_at"), created, sizeof(created))};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no artifacts (a job's output directory is kept once it has ended)\n");
         return;
     }
     cli_table_print(out, &t);

@@ -4,6 +4,7 @@
 #include "cli/cli_int.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,113 @@ fail:
     curl_slist_free_all(hl);
     if (s.h)
         curl_easy_cleanup(s.h);
+    return rc;
+}
+
+/* ---- downloads ---------------------------------------------------------------------------- */
+
+typedef struct cli_dl {
+    CURL *h;
+    FILE *out;
+    kiln_sha256_t *sha;
+    int64_t bytes;
+    long status;
+    bool got_status, write_failed;
+    cli_buf_t errbody;
+    char *etag;
+} cli_dl_t;
+
+static size_t cli_dl_write(char *data, size_t size, size_t nmemb, void *ud)
+{
+    cli_dl_t *d = ud;
+    size_t len = size * nmemb;
+    if (!d->got_status) {
+        curl_easy_getinfo(d->h, CURLINFO_RESPONSE_CODE, &d->status);
+        d->got_status = true;
+    }
+    if (d->status != 200)
+        return cli_buf_write(data, size, nmemb, &d->errbody);
+    if (fwrite(data, 1, len, d->out) != len) {
+        d->write_failed = true;
+        return 0;
+    }
+    kiln_sha256_update(d->sha, data, len);
+    d->bytes += (int64_t)len;
+    return len;
+}
+
+static size_t cli_dl_header(char *data, size_t size, size_t nmemb, void *ud)
+{
+    cli_dl_t *d = ud;
+    size_t len = size * nmemb;
+    if (len > 5 && !strncasecmp(data, "ETag:", 5)) {
+        const char *v = data + 5;
+        while (*v == ' ' || *v == '"')
+            v++;
+        size_t vl = strcspn(v, "\"\r\n");
+        snprintf(d->etag, 80, "%.*s", (int)KILN_MIN(vl, 79), v);
+    }
+    return len;
+}
+
+int cli_download(const cli_client_t *c, const char *path, FILE *out, kiln_sha256_t *sha, int64_t *bytes,
+                 char *etag, kiln_err_t *err)
+{
+    int rc = 0;
+    struct curl_slist *hl = NULL;
+    char *url = NULL;
+    char errbuf[CURL_ERROR_SIZE] = "", auth[600];
+    cli_dl_t d = {.out = out, .sha = sha, .etag = etag};
+    etag[0] = '\0';
+    *bytes = 0;
+    cli_curl_global();
+    d.h = curl_easy_init();
+    url = malloc(strlen(c->settings.url) + strlen(path) + 1);
+    if (!d.h || !url) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    strcpy(url, c->settings.url);
+    strcat(url, path);
+    hl = cli_curl_auth(c, d.h, hl, auth);
+    curl_easy_setopt(d.h, CURLOPT_URL, url);
+    curl_easy_setopt(d.h, CURLOPT_NOSIGNAL, 1L);
+    if (hl)
+        curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(d.h, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(d.h, CURLOPT_USERAGENT, "kiln/" CLI_VERSION);
+    curl_easy_setopt(d.h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    /* a big file takes as long as it takes; a stalled one is given up after a minute */
+    curl_easy_setopt(d.h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(d.h, CURLOPT_LOW_SPEED_TIME, 60L);
+    curl_easy_setopt(d.h, CURLOPT_WRITEFUNCTION, cli_dl_write);
+    curl_easy_setopt(d.h, CURLOPT_WRITEDATA, &d);
+    curl_easy_setopt(d.h, CURLOPT_HEADERFUNCTION, cli_dl_header);
+    curl_easy_setopt(d.h, CURLOPT_HEADERDATA, &d);
+    CURLcode cr = curl_easy_perform(d.h);
+    if (!d.got_status)
+        curl_easy_getinfo(d.h, CURLINFO_RESPONSE_CODE, &d.status);
+    if (d.write_failed) {
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not write the download: %s", strerror(errno));
+        goto fail;
+    }
+    if (d.status != 0 && d.status != 200) {
+        rc = cli_error_from_reply((int)d.status, d.errbody.p, err);
+        goto fail;
+    }
+    if (cr != CURLE_OK) {
+        rc = d.status == 0 ? cli_connect_error(c, cr, errbuf, err)
+                           : kiln_err_set(err, KILN_ECOMM, NULL, "the download from %s broke off: %s", c->settings.url,
+                                          *errbuf ? errbuf : curl_easy_strerror(cr));
+        goto fail;
+    }
+    *bytes = d.bytes;
+fail:
+    free(d.errbody.p);
+    free(url);
+    curl_slist_free_all(hl);
+    if (d.h)
+        curl_easy_cleanup(d.h);
     return rc;
 }
 

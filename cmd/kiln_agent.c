@@ -4,6 +4,7 @@
  * signal asks it to stop its ranks and exit. */
 #include "base/base.h"
 #include "agent/agent.h"
+#include "rank/rank.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -85,6 +86,7 @@ int main(int argc, char **argv)
     bool insecure = false;
     config_list_t data_roots = {0};
     int64_t slots = 1, cores = 0, grace_ms = 10000;
+    double watchdog_s = 0;
     config_flag_t flags[] = {
         {"server", "KILN_SERVER", CONFIG_STR, &server,
          "kilnd gRPC address HOST:PORT; several comma-separated (kilnd replicas): the agent moves to the next "
@@ -96,8 +98,13 @@ int main(int argc, char **argv)
         {"address", "KILN_ADDRESS", CONFIG_STR, &address, "host address ranks rendezvous on (default: 127.0.0.1 for a loopback kilnd, else the address that reaches it)"},
         {"cores", "KILN_CORES", CONFIG_INT, &cores, "CPU cores shared among ranks (0: all online)"},
         {"worker-id", "KILN_WORKER_ID", CONFIG_STR, &worker_id, "worker id to reuse after a restart"},
-        {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace_ms, "on shutdown, SIGKILL ranks this long after SIGTERM"},
-        {"data-root", "KILN_DATA_ROOTS", CONFIG_LIST, &data_roots, "directory jobs may read from (none: jobs read no files); must exist"},
+        {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace_ms,
+         "on shutdown, or when a rank of a job dies and its other ranks here are stopped, SIGKILL ranks this long "
+         "after SIGTERM"},
+        {"comm-watchdog-s", RANK_ENV_COMM_WATCHDOG_S, CONFIG_DOUBLE, &watchdog_s,
+         "a collective of a job's ranks that makes no progress for this many seconds fails, naming the rank it "
+         "waits on (0: the engine's default, 180)"},
+        {"data-root", RANK_ENV_DATA_ROOTS, CONFIG_LIST, &data_roots, "directory jobs may read from (none: jobs read no files); must exist"},
         {"join-token-file", "KILN_JOIN_TOKEN_FILE", CONFIG_STR, &token_file, "file holding the cluster's join token (or put the token itself in KILN_JOIN_TOKEN)"},
         {"tls-ca", "KILN_TLS_CA", CONFIG_STR, &tls_ca, "verify kilnd's certificate against this CA (PEM; default: the system's roots)"},
         {"tls-cert", "KILN_TLS_CERT", CONFIG_STR, &tls_cert, "client certificate for mutual TLS (PEM)"},
@@ -131,6 +138,11 @@ int main(int argc, char **argv)
     if (!join_token[0])
         log_warn("no join token (--join-token-file or KILN_JOIN_TOKEN): a kilnd that authenticates agents "
                  "will refuse this one");
+    if (watchdog_s < 0 || watchdog_s > RANK_MAX_WATCHDOG_S) {
+        fprintf(stderr, "kiln-agent: --comm-watchdog-s must be 0 (the default) or a number of seconds up to %d\n",
+                RANK_MAX_WATCHDOG_S);
+        return 2;
+    }
     if (slots < 1 || slots > 1024) {
         fprintf(stderr, "kiln-agent: --slots must be between 1 and 1024\n");
         return 2;
@@ -173,7 +185,7 @@ int main(int argc, char **argv)
     agent_config_t cfg = {
         .server = server, .slots = (int)slots, .slot_type = slot_type, .work_dir = work_dir,
         .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores,
-        .stop_grace_ms = (int)grace_ms, .gpus = (const char *const *)gpu_names,
+        .stop_grace_ms = (int)grace_ms, .comm_watchdog_s = watchdog_s, .gpus = (const char *const *)gpu_names,
         .n_gpus = (size_t)KILN_MIN(n_gpus, (int)KILN_ARRAY_LEN(gpu_names)),
         .data_roots = data_roots.v, .n_data_roots = (size_t)data_roots.n, .join_token = join_token,
         .tls = {.insecure = insecure, .ca_file = tls_ca, .cert_file = tls_cert, .key_file = tls_key},

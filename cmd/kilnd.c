@@ -40,6 +40,8 @@ int main(int argc, char **argv)
     const char *migrations_dir = NULL, *log_level = NULL;
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
     int64_t db_wait_s = 30;
+    const char *artifact_dir = NULL;
+    int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
     const char *bootstrap_file = NULL, *join_file = NULL;
     bool insecure = false, no_auth = false, metrics_auth = false;
@@ -77,6 +79,16 @@ int main(int argc, char **argv)
         {"cors-origin", "KILN_CORS_ORIGINS", CONFIG_LIST, &cors,
          "a browser origin (https://ui.example.com) allowed to call the REST API"},
         {"metrics-auth", "KILN_METRICS_AUTH", CONFIG_BOOL, &metrics_auth, "GET /metrics needs an API token"},
+        {"artifact-dir", "KILN_ARTIFACT_DIR", CONFIG_STR, &artifact_dir,
+         "keep the jobs' artifacts (rank 0's output directory: final model, plan, samples) here (created "
+         "0700); replicas give the same directory on shared storage to serve each other's artifacts; "
+         "without it, no artifacts are kept"},
+        {"artifact-max-job-mb", "KILN_ARTIFACT_MAX_JOB_MB", CONFIG_INT, &artifact_max_mb,
+         "largest total of one job's artifacts; a bigger upload is refused, with the reason in the job's log"},
+        {"log-retention-days", "KILN_LOG_RETENTION_DAYS", CONFIG_INT, &log_retention_days,
+         "drop the logs of jobs that ended more than N days ago (0: keep them)"},
+        {"janitor-interval-s", "KILN_JANITOR_INTERVAL_S", CONFIG_INT, &janitor_interval_s,
+         "how often the clean-up pass (log retention, deleted jobs' artifact files) runs"},
         {"no-auth", "KILN_NO_AUTH", CONFIG_BOOL, &no_auth,
          "turn authentication off: every caller is a cluster admin (benchmarks, trusted single-user "
          "machines; needs --insecure)"},
@@ -137,6 +149,12 @@ int main(int argc, char **argv)
                         "heartbeat-interval-ms (>= 10), pool and intervals positive\n");
         return 2;
     }
+    if (artifact_max_mb < 1 || artifact_max_mb > (int64_t)1 << 30 || log_retention_days < 0 ||
+        log_retention_days > 100000 || janitor_interval_s < 1 || janitor_interval_s > 7 * 86400) {
+        fprintf(stderr, "kilnd: --artifact-max-job-mb must be 1 or more, --log-retention-days 0 (keep logs) or "
+                        "more, --janitor-interval-s 1 to 604800\n");
+        return 2;
+    }
     char *cert_pem = NULL, *key_pem = NULL, *ca_pem = NULL;
     if (read_pem("tls-cert", tls_cert, &cert_pem) || read_pem("tls-key", tls_key, &key_pem) ||
         read_pem("tls-ca", tls_ca, &ca_pem)) {
@@ -166,6 +184,10 @@ int main(int argc, char **argv)
         .bootstrap_token_file = bootstrap_file,
         .join_token_file = join_file,
         .auth_disabled = no_auth,
+        .artifact_dir = artifact_dir && *artifact_dir ? artifact_dir : NULL,
+        .artifact_max_job_bytes = artifact_max_mb << 20,
+        .log_retention_days = (int)log_retention_days,
+        .janitor_interval_ms = (int)(janitor_interval_s * 1000),
     };
     api_tls_t tls = {.cert_pem = cert_pem, .key_pem = key_pem, .ca_pem = ca_pem};
     if (insecure)

@@ -3,8 +3,9 @@
 #   * every Kubernetes manifest parses as YAML and each document has apiVersion, kind, name;
 #     every volume mounted is declared, and every file a KILN_TLS_* or *_FILE variable names
 #     lies under a mount (and is one of its Secret's items, when the volume lists them);
-#   * every KILN_* variable named in deploy/ is one the code reads (flags of cmd/*.c, or a
-#     getenv() or the CLI's cli_env() of the sources), and every binary the files name is one
+#   * every KILN_* variable named in deploy/ is one the code reads (flags of cmd/*.c, the rank
+#     contract's names in rank/rank.h, or a getenv() or the CLI's cli_env() of the sources),
+#     and every binary the files name is one
 #     the Makefile builds;
 #   * the systemd units pass `systemd-analyze verify` (when systemd-analyze is installed),
 #     against a scratch root holding the built binaries (BUILD=..., default build/).
@@ -80,7 +81,7 @@ fi
 # ---- KILN_* variables and binaries -------------------------------------------------------------
 known=$( { grep -ho '"KILN_[A-Z0-9_]*"' cmd/*.c; \
            grep -rhoE '(getenv|cli_env)\("KILN_[A-Z0-9_]*"\)' --include='*.c' base spec store service api agent engine cli cmd; \
-           grep -ho '"KILN_[A-Z0-9_]*"' agent/launch.c; } | grep -o 'KILN_[A-Z0-9_]*' | sort -u)
+           grep -rho '"KILN_[A-Z0-9_]*"' rank; } | grep -o 'KILN_[A-Z0-9_]*' | sort -u)
 # KILN_MARCH is a build argument of the Dockerfiles, not a variable the programs read.
 used=$(grep -rhoE 'KILN_[A-Z0-9_]+' deploy --exclude=check.sh | grep -vx KILN_MARCH | sort -u)
 vfail=0

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "rank/rank.h"
 
 #define CKPT_MAGIC "KILNCKPT"
 #define CKPT_VERSION 1
@@ -252,9 +253,15 @@ done:
 int eng_gpt_llmc_read(const char *path, eng_gpt_config_t *cfg, float **params_out,
                       kiln_err_t *err)
 {
-    int confined = kiln_path_confine_env(path, "model.init_from", err); /* KILN_DATA_ROOTS, when set */
+    int confined = rank_path_confine(path, "model.init_from", err); /* KILN_DATA_ROOTS, when set */
     if (confined)
         return confined;
+    return eng_gpt_llmc_read_fetched(path, cfg, params_out, err);
+}
+
+int eng_gpt_llmc_read_fetched(const char *path, eng_gpt_config_t *cfg, float **params_out,
+                              kiln_err_t *err)
+{
     FILE *f = fopen(path, "rb");
     int rc = KILN_OK;
     if (params_out) *params_out = NULL;

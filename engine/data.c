@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "engine/engine.h"
+#include "rank/rank.h"
 
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
@@ -19,7 +20,7 @@ int eng_tokens_load(const char *path, eng_data_kind_t kind, eng_tokens_t *out, k
     FILE *f = NULL;
     uint8_t *raw = NULL;
     memset(out, 0, sizeof(*out));
-    int confined = kiln_path_confine_env(path, "data.train", err); /* KILN_DATA_ROOTS, when set */
+    int confined = rank_path_confine(path, "data.train", err); /* KILN_DATA_ROOTS, when set */
     if (confined)
         return confined;
     f = fopen(path, "rb");

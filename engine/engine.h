@@ -253,9 +253,14 @@ void eng_gpt_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float dloss, eng_grads_re
 /* llm.c GPT-2 checkpoint (magic 20240326, version 3): header of 256 int32 then float32
  * parameters in llm.c order (with padded vocab rows). Read fills *cfg (OUT); params_out, when
  * non-NULL, receives a malloc'd host array of eng_gpt_num_params(cfg) floats (caller frees).
- * Returns KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT with the reason in err. */
+ * The path is a spec's (model.init_from), so it is confined to KILN_DATA_ROOTS when that is set
+ * (KILN_EPERM outside them). Returns KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT with the reason in err. */
 int eng_gpt_llmc_read(const char *path, eng_gpt_config_t *cfg, float **params_out,
                       kiln_err_t *err);
+/* The same for a file kiln put in place itself rather than one a spec names: the copy of another
+ * job's model that kiln-agent fetched and checked (KILN_INIT_MODEL). Not confined. */
+int eng_gpt_llmc_read_fetched(const char *path, eng_gpt_config_t *cfg, float **params_out,
+                              kiln_err_t *err);
 /* Writes the model's parameters in llm.c's format (atomically). */
 int eng_gpt_llmc_write(const eng_gpt_t *m, const char *path, kiln_err_t *err);
 
@@ -497,6 +502,9 @@ typedef struct eng_parallel {
 /* Options of one run, from the spec and the command line. */
 typedef struct eng_train_opts {
     const char *checkpoint_dir;  /* "" or NULL: no checkpoints */
+    const char *resume_from;     /* "" or NULL: none; else a checkpoint directory whose newest
+                                  * checkpoint the run resumes from when it is newer than any in
+                                  * checkpoint_dir (a job started from another's checkpoints) */
     const char *output_dir;      /* "" or NULL: no samples.txt */
     int64_t max_steps_override;  /* > 0 replaces hyperparameters.max_steps */
     int threads;                 /* <= 0: leave */
@@ -505,6 +513,8 @@ typedef struct eng_train_opts {
     int rank, world;
     const char *sample_prompt;   /* NULL: "\n" */
     const char *spec_dir;        /* directory of the spec file, for relative data paths */
+    const char *init_model;      /* model.init_from "job:<id>": the local copy of that job's model
+                                    (KILN_INIT_MODEL, set by kiln-agent); NULL otherwise */
     volatile int *stop_flag;     /* set asynchronously (SIGTERM): checkpoint and stop */
     int64_t stop_after_step;     /* > 0: behave as if stop_flag were set after this step */
     bool quiet;                  /* no per-step stdout lines */
@@ -525,7 +535,8 @@ typedef struct eng_train_result {
 
 struct spec;
 /* The training loop. Builds the model and data, resumes from the newest checkpoint that any
- * rank finds in its opts->checkpoint_dir (that rank reads it and hands it to the others), trains
+ * rank finds in its opts->checkpoint_dir or opts->resume_from (that rank reads it and hands it
+ * to the others), trains
  * to max_steps (logging to stdout on rank 0, metrics to metrics_fd), checkpoints every
  * checkpoint.every_steps and when stop_flag is set on any rank, evaluates, samples, and writes
  * the final model. A checkpoint holds the whole model in the flat layout whatever the layout of

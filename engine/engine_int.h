@@ -37,6 +37,7 @@ typedef struct eng_run {
     FILE *samples;
     bool checkpoints;            /* rank 0 has a checkpoint directory */
     bool writes_model;           /* rank 0 has an output directory */
+    bool metrics_broken;         /* a metric record could not be written (said once) */
     /* the checkpoint the job resumes from: the rank holding it and its step (-1, 0: none) */
     int resume_src;
     int64_t resume_step;

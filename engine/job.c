@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rank/rank.h"
 #include "spec/spec.h"
 
 void eng_job_info_deinit(eng_job_info_t *info)
@@ -49,6 +50,13 @@ int eng_job_run(const spec_t *s, const eng_train_opts_t *opts, comm_t *world, en
     dp_opts_init(&dpo, s);
     if ((rc = dp_opts_from_env(&dpo, err)))
         goto fail;
+    /* the watchdog is the rank contract's (the operator's, through the agent): device
+     * collectives wait as long as comm's */
+    rank_env_t re;
+    if ((rc = rank_env_parse(NULL, &re, err)))
+        goto fail;
+    if (re.comm_watchdog_s > 0)
+        dpo.watchdog_s = re.comm_watchdog_s;
     if (pipelined) {
         if ((rc = pipe_layer_create(c, s, &o, &dpo, &ps, err)))
             goto fail;

@@ -152,8 +152,21 @@ static int load_init_from(eng_run_t *r, const eng_gpt_config_t *cfg, kiln_err_t 
     float *params = NULL;
     char path[SPEC_PATH];
     int rc;
-    eng_resolve_path(r->spec->model.init_from, r->o->spec_dir, path, sizeof(path));
-    if ((rc = eng_gpt_llmc_read(path, &fc, &params, err))) return rc;
+    if (!strncmp(r->spec->model.init_from, "job:", 4)) {
+        /* another job's model: kiln-agent fetched it from kilnd and checked its SHA-256 */
+        if (!r->o->init_model || !*r->o->init_model)
+            return kiln_err_set(err, KILN_EINVAL, "model.init_from",
+                                "\"%s\" names a kiln job's model, which kiln-agent fetches from kilnd; "
+                                "run by hand, give a local copy with --init-model FILE (kiln artifacts "
+                                "%s --get " KILN_ARTIFACT_MODEL ")",
+                                r->spec->model.init_from, r->spec->model.init_from + 4);
+        kiln_strlcpy(path, r->o->init_model, sizeof(path));
+        rc = eng_gpt_llmc_read_fetched(path, &fc, &params, err);
+    } else {
+        eng_resolve_path(r->spec->model.init_from, r->o->spec_dir, path, sizeof(path));
+        rc = eng_gpt_llmc_read(path, &fc, &params, err);
+    }
+    if (rc) return rc;
     if (fc.n_layer != cfg->n_layer || fc.n_head != cfg->n_head || fc.n_embd != cfg->n_embd ||
         fc.vocab_size != cfg->vocab_size || fc.padded_vocab_size != cfg->padded_vocab_size ||
         fc.max_seq_len != cfg->max_seq_len) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/engine_int.h"
+#include "rank/rank.h"
 
 /* ---- collectives through the parallel layer --------------------------------------------------- */
 
@@ -98,6 +99,12 @@ int eng_run_find_resume(eng_run_t *r, kiln_err_t *err)
     int64_t mine = 0;
     if (dir && *dir && eng_ckpt_find_latest(dir, r->resume_path, sizeof(r->resume_path)) == 0)
         mine = ckpt_step_of(r->resume_path);
+    const char *from = r->o->resume_from;
+    char other[sizeof(r->resume_path)];
+    if (from && *from && eng_ckpt_find_latest(from, other, sizeof(other)) == 0 && ckpt_step_of(other) > mine) {
+        mine = ckpt_step_of(other);
+        memcpy(r->resume_path, other, sizeof(other));
+    }
     /* per rank: its newest checkpoint's step, whether it has a checkpoint and an output
      * directory (rank 0's say whether the job checkpoints and writes a model: the gathers
      * behind both are collective) */
@@ -291,23 +298,12 @@ void eng_run_sample(eng_run_t *r, int64_t step)
 void eng_run_metric(eng_run_t *r, int64_t step, const char *const *names, const double *vals,
                     int n)
 {
-    if (r->o->metrics_fd < 0 || r->rank != 0) return;
-    char buf[2048];
-    int len = snprintf(buf, sizeof(buf), "{\"step\": %lld, \"time\": %.3f, \"metrics\": {",
-                       (long long)step, kiln_now_us() / 1e6);
-    int first = 1;
-    for (int i = 0; i < n && len < (int)sizeof(buf) - 64; i++) {
-        if (!isfinite(vals[i])) continue; /* JSON has no NaN */
-        len += snprintf(buf + len, sizeof(buf) - len, "%s\"%s\": %.7g", first ? "" : ", ",
-                        names[i], vals[i]);
-        first = 0;
-    }
-    len += snprintf(buf + len, sizeof(buf) - len, "}}\n");
-    ssize_t off = 0;
-    while (off < len) {
-        ssize_t w = write(r->o->metrics_fd, buf + off, len - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += w;
+    if (r->o->metrics_fd < 0 || r->rank != 0 || n <= 0) return;
+    kiln_err_t err;
+    if (rank_metric_write(r->o->metrics_fd, step, kiln_now_us() / 1e6, names, vals, (size_t)n, &err) != 0 &&
+        !r->metrics_broken) {
+        /* training goes on: metrics are a report, not the work */
+        r->metrics_broken = true;
+        log_warn("metric records: %s (further failures are not reported)", err.message);
     }
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "rank/rank.h"
 #include "spec/spec.h"
 
 /* The worker a call acts for: the one its credential belongs to; a message naming another is
@@ -33,8 +34,8 @@ static int agent_worker(const char *authenticated, const char *claimed, const ch
     return 0;
 }
 
-static int check_report(const char *authenticated, const char *claimed, const char *job_id,
-                        const char **wid, kiln_err_t *err)
+int svc_agent_check_report(const char *authenticated, const char *claimed, const char *job_id,
+                           const char **wid, kiln_err_t *err)
 {
     int rc = agent_worker(authenticated, claimed, wid, err);
     if (rc)
@@ -114,7 +115,7 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
     store_job_row_t job;
     char reason[700];
     const char *wid = NULL;
-    int rc = check_report(worker_id, req->worker_id, req->job_id, &wid, err);
+    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
     if (rc == 0)
         rc = svc_agent_owns(s, wid, req->job_id, req->attempt, NULL, 0, err);
     if (rc)
@@ -213,7 +214,7 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
     store_job_row_t job;
     char reason[900];
     const char *wid = NULL;
-    int rc = check_report(worker_id, req->worker_id, req->job_id, &wid, err);
+    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
     if (rc)
         return rc;
     if (req->rank < 0)
@@ -237,9 +238,11 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
     if (released)
         tx.wake_sched = true;
     bool failed = req->exit_code != 0 || req->signal != 0;
-    log_info("job %s: rank %d (attempt %d) on worker %s exited with code %d%s%s", job.id, req->rank,
-             req->attempt, wid, req->exit_code, failed && req->reason && *req->reason ? ": " : "",
-             failed && req->reason ? req->reason : "");
+    char ended[128];
+    rank_end_describe(req->exit_code, req->signal, ended, sizeof(ended));
+    log_info("job %s: rank %d (attempt %d) on worker %s %s%s%s", job.id, req->rank, req->attempt, wid, ended,
+             failed && !req->signal && req->reason && *req->reason ? ": " : "",
+             failed && !req->signal && req->reason ? req->reason : "");
     if (!inserted || req->attempt != job.attempt)
         return svc_tx_commit(&tx, err);   /* a repeat, or an old attempt: nothing changes */
 
@@ -255,19 +258,28 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
             rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
     } else if (st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
         if (failed) {
+            /* "rank 1 on worker w-.. was killed by signal 9 (Killed)", "... exited with code 1
+             * (...): <the rank's last stderr line>" */
+            char how[128];
+            rank_end_describe(req->exit_code, req->signal, how, sizeof(how));
+            const char *said = req->reason && *req->reason ? req->reason : "";
             if (req->signal != 0)
-                snprintf(reason, sizeof(reason), "rank %d on worker %s was killed by signal %d%s%s",
-                         req->rank, wid, req->signal, req->reason && *req->reason ? ": " : "",
-                         req->reason ? req->reason : "");
-            else
-                snprintf(reason, sizeof(reason), "rank %d on worker %s exited with code %d: %s",
-                         req->rank, wid, req->exit_code,
-                         req->reason && *req->reason ? req->reason : "no reason given");
-            rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
-            /* A rank that exited had started, even if the agent's "started" report is late. */
-            if (rc == 0)
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED,
-                                       reason, err);
+                said = ""; /* the agent's reason for a signal is its name, already in how */
+            snprintf(reason, sizeof(reason), "rank %d on worker %s %s%s%s", req->rank, wid, how, *said ? ": " : "",
+                     said);
+            if (rank_end_of(req->exit_code, req->signal) == RANK_END_BAD_INPUT) {
+                /* The spec or its data cannot work: another attempt would fail the same way. */
+                rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
+                /* A rank that exited had started, even if the agent's "started" report is late. */
+                if (rc == 0)
+                    rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED,
+                                           reason, err);
+            } else {
+                /* A rank died (a signal, a crash, a peer or device failure, the watchdog): the
+                 * attempt is lost as when a worker dies, and the next resumes from the newest
+                 * checkpoint; with no attempt left the job fails with this reason. */
+                rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
+            }
         } else {
             int n_exited = 0, n_ok = 0;
             rc = store_rank_exit_counts(tx.c, job.id, job.attempt, &n_exited, &n_ok, err);
@@ -444,7 +456,7 @@ out:
 
 /* The typed copies of what the agent needs from the normalised spec (threads, checkpoint
  * directory, metric definitions, the files the ranks read), so that it never parses the spec. */
-static int assignment_typed(const char *spec_json, const char *job_id, arena_t *arena,
+static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id, arena_t *arena,
                             Kiln__Assignment *msg, kiln_err_t *err)
 {
     kiln_err_t e2;
@@ -481,6 +493,24 @@ static int assignment_typed(const char *spec_json, const char *job_id, arena_t *
         jp->field = svc_astr(arena, paths[i].field);
         jp->path = svc_astr(arena, paths[i].path);
         msg->read_paths[msg->n_read_paths++] = jp;
+    }
+    msg->init_from_job = svc_astr(arena, "");
+    msg->init_from_sha256 = svc_astr(arena, "");
+    const char *src = svc_init_from_job(sp->model.init_from);
+    if (src) {
+        /* What the agent checks the fetched model against. Should the model be gone (its job
+         * deleted since), the fetch says so and the attempt fails with that reason. */
+        char sha[KILN_SHA256_HEX] = "";
+        int64_t size = 0;
+        store_conn_t *c = NULL;
+        if (store_conn_get(s->store, &c, &e2) == 0) {
+            if (svc_artifact_model(c, src, &size, sha, &e2) != 0)
+                log_warn("job %s: the model it starts from (job %s) is not available: %s", job_id, src, e2.message);
+            store_conn_put(s->store, c);
+        }
+        msg->init_from_job = svc_astr(arena, src);
+        msg->init_from_size = size;
+        msg->init_from_sha256 = svc_astr(arena, sha);
     }
     spec_deinit(sp);
     free(sp);
@@ -531,7 +561,7 @@ static int deliver(svc_t *s, const store_assign_t *a, arena_t *arena, Kiln__Assi
         return rc;
     }
     kiln__assignment__init(msg);
-    rc = assignment_typed(spec, a->job_id, arena, msg, err);
+    rc = assignment_typed(s, spec, a->job_id, arena, msg, err);
     if (rc) {
         free(spec);
         return rc;

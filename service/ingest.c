@@ -1,9 +1,10 @@
-/* ingest.c - logs and metrics from agents: one transaction per batch that records the batch's
- * number (a copy re-sent after a lost reply is acknowledged and stored no second time), takes
- * the job's next log seqs from the database (batches of one job commit in seq order, whichever
- * kilnd stores them) and COPYs the rows; after the commit every kilnd's followers hear of the new
- * lines (notify.c). One job-row UPDATE per metric batch for the latest values, progress and ETA.
- * Also the table of per-job in-memory entries these share. */
+/* ingest.c - logs and metrics from agents: one transaction per batch that first records the
+ * batch's number (a copy re-sent after a lost reply is acknowledged and stored no second time,
+ * so it reaches neither the rows nor the summaries), takes the job's next log seqs from the
+ * database (batches of one job commit in seq order, whichever kilnd stores them) and COPYs the
+ * rows; after the commit every kilnd's followers hear of the new lines (notify.c). Per metric
+ * batch one job-row UPDATE (latest values, progress, ETA) and the upsert of the job's metric
+ * summaries, in the COPY's transaction. Also the table of per-job in-memory entries these share. */
 #include "service/svc_int.h"
 
 #include <math.h>
@@ -286,6 +287,8 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
     }
 
     store_conn_t *c = NULL;
+    store_metric_sum_t *sums = NULL;
+    size_t nsums = 0;
     bool found = false, fresh = true;
     rc = store_conn_get(s->store, &c, err);
     if (rc)
@@ -300,7 +303,8 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
         goto out;
     }
     if (rc == 0)
-        rc = store_metrics_copy(c, batch->job_id, batch->attempt, batch->points, batch->n_points, now, err);
+        rc = store_metrics_copy(c, batch->job_id, batch->attempt, batch->points, batch->n_points, now, &sums,
+                                &nsums, err);
     if (rc == 0)
         rc = store_job_metrics_update(c, batch->job_id, batch->attempt,
                                       latest_text ? latest_text : "{}", max_step, rate, &found, err);
@@ -308,6 +312,9 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
         kiln_err_set(err, KILN_ENOTFOUND, "job_id", "job \"%s\" not found", batch->job_id);
         rc = KILN_ENOTFOUND;
     }
+    /* After the job row's update: its lock orders concurrent batches of one job. */
+    if (rc == 0)
+        rc = store_metric_summaries_update(c, batch->job_id, batch->attempt, sums, nsums, err);
     if (rc) {
         store_rollback(c);
         goto out;
@@ -316,6 +323,7 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
 out:
     if (c)
         store_conn_put(s->store, c);
+    free(sums);
     free(latest_text);
     return rc;
 }

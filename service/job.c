@@ -1,6 +1,6 @@
 /* job.c - client-facing job operations: submission (validation, the "can it ever fit" check,
- * idempotency), reads (job, list with filters and paging, events, log and metric history,
- * workers) and stop requests. State changes go through state.c. */
+ * idempotency), reads (job with its metric summaries, events, log and metric history, workers)
+ * and stop requests. State changes go through state.c; listing and search are search.c's. */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -80,7 +80,8 @@ int svc_spec_paths(const spec_t *sp, svc_spec_path_t *out)
     const svc_spec_path_t all[SVC_SPEC_PATHS] = {
         {"data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : "", true},
         {"data.val", sp->data.val, true},
-        {"model.init_from", sp->model.init_from, true},
+        /* "job:<id>" is a model kilnd holds, fetched by the agent: no file of the agents' */
+        {"model.init_from", svc_init_from_job(sp->model.init_from) ? "" : sp->model.init_from, true},
         {"checkpoint.path", sp->ckpt_path, false},
     };
     int n = 0;
@@ -176,6 +177,61 @@ static int check_fit(svc_t *s, const spec_t *sp, bool *no_workers, kiln_err_t *e
     return rc;
 }
 
+/* model.init_from "job:<id>": the job must be one the submitter can see, hold a complete model
+ * artifact, and have trained a model of this spec's shape (what kiln-train would refuse when it
+ * loads the file is refused here, at submission). c is the submitter's connection. */
+static int check_init_from_job(store_conn_t *c, const svc_caller_t *who, const spec_t *sp, kiln_err_t *err)
+{
+    const char *src = svc_init_from_job(sp->model.init_from);
+    if (!src)
+        return 0;
+    kiln_err_t e2;
+    json_t *job = NULL;
+    int rc = svc_job_access(c, who, src, SVC_ROLE_VIEWER, &e2);
+    if (rc == 0)
+        rc = store_job_get_json(c, src, &job, &e2);
+    if (rc == KILN_ENOTFOUND || rc == KILN_EPERM) {
+        kiln_err_set(err, KILN_EINVAL, "model.init_from", "model.init_from names job %s, which does not exist or "
+                     "is in a project you cannot read", src);
+        kiln_err_hint(err, "use the id of a job you can see (kiln jobs lists them)");
+        return KILN_EINVAL;
+    }
+    if (rc) {
+        *err = e2;
+        return rc;
+    }
+    const json_t *m = json_object_get(json_object_get(job, "spec"), "model");
+    const char *state = json_string_value(json_object_get(job, "state"));
+    int64_t size = 0;
+    char sha[KILN_SHA256_HEX];
+    rc = svc_artifact_model(c, src, &size, sha, &e2);
+    if (rc == KILN_ENOTFOUND) {
+        kiln_err_set(err, KILN_EINVAL, "model.init_from", "job %s (%s) has no model artifact (%s)", src,
+                     state ? state : "", KILN_ARTIFACT_MODEL);
+        kiln_err_hint(err, "a GPT job's final model is uploaded when it ends: wait for it to end, or check its "
+                           "artifacts (kiln artifacts %s)", src);
+        rc = KILN_EINVAL;
+    } else if (rc) {
+        *err = e2;
+    } else {
+        struct { const char *key; int want; } dims[] = {
+            {"n_layer", sp->model.n_layer}, {"n_head", sp->model.n_head}, {"n_embd", sp->model.n_embd},
+            {"seq_len", sp->model.seq_len}, {"vocab_size", sp->model.vocab_size},
+        };
+        for (size_t i = 0; i < KILN_ARRAY_LEN(dims) && rc == 0; i++) {
+            json_int_t got = json_integer_value(json_object_get(m, dims[i].key));
+            if (got != dims[i].want) {
+                rc = kiln_err_set(err, KILN_EINVAL, "model.init_from", "job %s trained a model with %s %lld; this "
+                                  "spec's model has %s %d", src, dims[i].key, (long long)got, dims[i].key, dims[i].want);
+                kiln_err_hint(err, "give the model the shape of job %s's (n_layer, n_head, n_embd, seq_len, vocab)",
+                              src);
+            }
+        }
+    }
+    json_decref(job);
+    return rc;
+}
+
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err)
 {
@@ -247,6 +303,8 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     char id[STORE_ID_LEN];
     bool created = false;
     rc = store_conn_get(s->store, &c, err);
+    if (rc == 0)
+        rc = check_init_from_job(c, who, &sp, err);
     if (rc)
         goto fail;
     if (who->cluster_admin) {
@@ -296,147 +354,24 @@ int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out,
     if (rc)
         return rc;
     rc = store_job_get_json(c, id, out, err);
-    store_conn_put(s->store, c);
     if (rc == 0 && svc_caller_role(who, json_string_value(json_object_get(*out, "project"))) == SVC_ROLE_NONE) {
+        store_conn_put(s->store, c);
         json_decref(*out);
         *out = NULL;
         return bad_job_id(err, id);
     }
-    return rc;
-}
-
-/* Page tokens are "<created_at microseconds>_<job id>" of the last job of the previous page. */
-static int parse_token(const char *tok, store_job_query_t *q, kiln_err_t *err)
-{
-    char num[24];
-    const char *us_end = strchr(tok, '_');
-    int64_t us = -1;
-    size_t nl = us_end ? (size_t)(us_end - tok) : 0;
-    if (nl > 0 && nl < sizeof(num)) {
-        memcpy(num, tok, nl);
-        num[nl] = '\0';
-        if (kiln_parse_int64(num, &us) != 0)
-            us = -1;
-    }
-    /* kilnd's tokens hold a creation time between 1970 and 9999 */
-    if (us < 0 || us >= 253402300800000000LL || !store_is_uuid(us_end + 1)) {
-        kiln_err_set(err, KILN_EINVAL, "page_token", "page_token is not one kilnd made");
-        kiln_err_hint(err, "pass next_page_token from the previous page unchanged, or leave it out for the first page");
-        return KILN_EINVAL;
-    }
-    q->has_cursor = true;
-    q->cursor_us = us;
-    kiln_strlcpy(q->cursor_id, us_end + 1, sizeof(q->cursor_id));
-    return 0;
-}
-
-/* The states of a comma-separated list (any case), into states (room for max). */
-static int parse_states(const char *list, const char **states, int max, int *n, kiln_err_t *err)
-{
-    *n = 0;
-    int rc = svc_check_str("status", list, 200, err);
-    if (rc)
-        return rc;
-    const char *p = list;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char name[16];
-        size_t k = 0;
-        while (len > 0 && *p == ' ')
-            p++, len--;
-        while (len > 0 && p[len - 1] == ' ')
-            len--;
-        for (; k < len && k < sizeof(name) - 1; k++)
-            name[k] = (char)(p[k] >= 'a' && p[k] <= 'z' ? p[k] - 'a' + 'A' : p[k]);
-        name[k] = '\0';
-        svc_job_state_t st = k == len ? svc_state_parse(name) : JOB_STATE_NONE;
-        if (st == JOB_STATE_NONE) {
-            if (len == 0)
-                kiln_err_set(err, KILN_EINVAL, "status", "status has an empty state name");
-            else
-                kiln_err_set(err, KILN_EINVAL, "status", "status names an unknown job state \"%.*s\"",
-                             (int)KILN_MIN(len, 40), p);
-            kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, "
-                               "RESTARTING, COMPLETED, FAILED, STOPPED (comma-separated)");
-            return KILN_EINVAL;
-        }
-        if (*n < max)
-            states[(*n)++] = svc_state_name(st);
-        if (!comma)
-            return 0;
-        p = comma + 1;
-    }
-}
-
-int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
-                 kiln_err_t *err)
-{
-    store_job_query_t q;
-    const char *states[16];
-    char tbuf[512];
-    memset(&q, 0, sizeof(q));
-    *out = NULL;
-    int rc = 0;
-    if (f->page_size_set && (rc = svc_check_range("page_size", f->page_size, 1, 500, err)))
-        return rc;
-    q.limit = f->page_size_set ? f->page_size : 50;
-    if (f->status) {
-        rc = parse_states(f->status, states, (int)KILN_ARRAY_LEN(states), &q.nstates, err);
-        if (rc)
-            return rc;
-        q.states = states;
-    }
-    if (f->tag) {
-        /* a tag key has at most 63 characters, a value 255 (spec/) */
-        rc = svc_check_str("tag", f->tag, 320, err);
-        if (rc)
-            return rc;
-        kiln_strlcpy(tbuf, f->tag, sizeof(tbuf));
-        char *colon = strchr(tbuf, ':');
-        if (colon) {
-            *colon = '\0';
-            q.tag_value = colon + 1;
-        }
-        q.tag_key = tbuf;
-        if (!*q.tag_key) {
-            kiln_err_set(err, KILN_EINVAL, "tag", "tag filter needs a key (\"key\" or \"key:value\")");
-            kiln_err_hint(err, "filter with tag=team or tag=team:nlp");
-            return KILN_EINVAL;
-        }
-    }
-    if (f->page_token && (rc = parse_token(f->page_token, &q, err)))
-        return rc;
-    /* Tenancy: a member sees the projects it has a role in. */
-    const char **projects = NULL;
-    if (!who->cluster_admin) {
-        projects = calloc((size_t)who->nroles + 1, sizeof(*projects));
-        if (!projects)
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        for (int i = 0; i < who->nroles; i++)
-            projects[i] = who->roles[i].project;
-        q.projects = projects;
-        q.nprojects = who->nroles;
-    }
-    store_conn_t *c = NULL;
-    json_t *jobs = NULL;
-    bool more = false;
-    int64_t next_us = 0;
-    char next_id[STORE_ID_LEN] = "";
-    rc = store_conn_get(s->store, &c, err);
-    if (rc) {
-        free(projects);
-        return rc;
-    }
-    rc = store_job_list_json(c, &q, &jobs, &more, &next_us, next_id, err);
-    free(projects);
+    json_t *sums = NULL;
+    if (rc == 0)
+        rc = store_job_summaries_json(c, &id, 1, NULL, 0, &sums, err);
     store_conn_put(s->store, c);
-    if (rc)
+    if (rc) {
+        json_decref(*out);
+        *out = NULL;
         return rc;
-    char tok[80] = "";
-    if (more)
-        snprintf(tok, sizeof(tok), "%lld_%s", (long long)next_us, next_id);
-    *out = json_pack("{s:o, s:s}", "jobs", jobs, "next_page_token", tok);
+    }
+    json_t *mine = json_object_get(sums, id);
+    json_object_set_new(*out, "summaries", mine ? json_incref(mine) : json_object());
+    json_decref(sums);
     return 0;
 }
 

@@ -28,6 +28,12 @@ typedef struct svc_config {
     const char *join_token_file;   /* the token agents register with (created when missing) */
     bool auth_disabled;            /* --no-auth: every caller is a cluster admin, agents need
                                       no token (benchmarks and trusted single-user machines) */
+    /* Artifacts and the end of a job's life. */
+    const char *artifact_dir;      /* --artifact-dir: where uploaded artifacts are kept (created
+                                      0700); NULL: this kilnd keeps none and refuses uploads */
+    int64_t artifact_max_job_bytes;/* a job's artifacts in all (0: 10 GiB) */
+    int log_retention_days;        /* drop the logs of jobs ended longer ago (0: keep them) */
+    int janitor_interval_ms;       /* how often the clean-up pass runs (0: one hour) */
 } svc_config_t;
 
 /* Connects to PostgreSQL, applies migrations, starts the scheduler and liveness threads.
@@ -159,6 +165,24 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
 int svc_agent_logs(svc_t *s, const char *worker_id, const Kiln__LogBatch *batch, kiln_err_t *err);
 /* Appends metric points (batched COPY), updates the job's latest metrics and progress. */
 int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *batch, kiln_err_t *err);
+/* Artifact upload, for the worker that ran rank 0 of the attempt. begin: checks the manifest
+ * (names, at most 256 files, SHA-256s, the job's total against artifact_max_job_bytes:
+ * KILN_ETOOBIG), records it, and answers per file the offset this store holds durably, so an
+ * interrupted upload continues there; a newer attempt's upload replaces an older one's artifacts,
+ * an older attempt's is KILN_ESTATE. chunk: appends bytes at exactly the durable offset
+ * (KILN_ESTATE otherwise), refusing data whose SHA-256 is not the chunk's (KILN_ECHECKSUM, nothing
+ * written); bytes are fsynced before the offset is recorded; the last chunk's file is checked
+ * against the manifest's SHA-256 (KILN_ECHECKSUM and dropped when it differs) and renamed into
+ * place. Without an artifact store: KILN_EUNSUPP. */
+int svc_agent_artifacts_begin(svc_t *s, const char *worker_id, const Kiln__ArtifactManifest *m, arena_t *arena,
+                              Kiln__ArtifactManifestReply *out, kiln_err_t *err);
+int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__ArtifactChunk *c,
+                             Kiln__ArtifactChunkReply *out, kiln_err_t *err);
+/* Bytes of the model the assigned job starts from (its spec's model.init_from "job:<id>"): the
+ * worker must hold part of the attempt; the source is read from the assigned job's stored spec.
+ * out->data is allocated from arena. */
+int svc_agent_init_model(svc_t *s, const char *worker_id, const Kiln__InitModelRequest *req, arena_t *arena,
+                         Kiln__InitModelChunk *out, kiln_err_t *err);
 /* A rank exited; decides the job's next state when all ranks of the attempt are accounted for
  * (all 0 -> COMPLETED; a stop was requested -> STOPPED; any failure -> FAILED with the rank and
  * reason, after stopping the other ranks). */
@@ -183,19 +207,31 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
  * KILN_EUNFIT (can never fit), KILN_EREUSED, KILN_EDB. */
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err);
+/* *out = the job with "summaries": {metric: {count, min, max, last, min_step, max_step,
+ * last_step, rank, attempt}} of every metric it reported. */
 int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 
+/* A listing is a search (service/search.c): the filter language (query/query.h) with the legacy
+ * status and tag parameters ANDed in. */
 typedef struct svc_job_filter {
     const char *status;      /* comma-separated states ("RUNNING,QUEUED", any case) or NULL */
     const char *tag;         /* "key:value" or "key", or NULL */
-    int page_size;           /* 1 to 500 when page_size_set; otherwise 50 */
-    bool page_size_set;      /* the caller gave page_size (then 0 is refused, not the default) */
-    const char *page_token;  /* opaque, from a previous page, or NULL */
+    const char *filter;      /* a filter, or NULL: every job */
+    const char *order_by;    /* "FIELD [asc|desc], ...", or NULL: newest first */
+    const char *columns;     /* comma-separated hp.NAME, hp.*, metrics.NAME[.AGG], metrics.*, or NULL */
+    int page_size;           /* 1 to 500 when page_size_set; otherwise 0: 50, more than 500: 500 */
+    bool page_size_set;      /* a caller gave page_size (then 0 or 501 is refused, not defaulted) */
+    const char *page_token;  /* opaque, from a previous page of the same search, or NULL */
 } svc_job_filter_t;
-/* *out = {"jobs": [...], "next_page_token": "..."}, newest first; only jobs of projects the caller
- * can see. Every filter field is checked (check.c): an unknown or empty state name, a tag that
- * is not UTF-8 or too long, a page size out of range or a page token kilnd did not make is
- * KILN_EINVAL naming the field. */
+/* *out = {"jobs": [...], "next_page_token": "..." ("" on the last page)}: only jobs of projects
+ * the caller can see, in the order asked (ties broken by id; jobs lacking a sort key's value
+ * after those that have it). With columns, each job also carries "columns" ({"hp.lr": 0.001,
+ * "metrics.val_loss.min": 1.52, ...}: every column asked, null where the job has no value; a
+ * whole summary, metrics.NAME, gives its .min, .max, .last and .count) and "summaries"
+ * ({metric: {count, min, max, last, min_step, max_step, last_step, rank, attempt}}) of the
+ * metrics the columns name. Every field is checked first (check.c: UTF-8 without NUL, lengths,
+ * the page size's range). Errors: KILN_EINVAL with err->field "filter", "order_by", "columns",
+ * "status", "tag", "page_size" or "page_token" (query.h describes the messages). */
 int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
                  kiln_err_t *err);
 /* Requests a stop (editors): QUEUED/SCHEDULED jobs become STOPPED at once, running ones STOPPING
@@ -224,8 +260,9 @@ typedef struct svc_metrics_query {
 } svc_metrics_query_t;
 /* *out = {"metrics": [{"name": ..., "points": [{step, value, time, time_us, rank, attempt}]}]},
  * each series ordered by step and then attempt, so a step a retried attempt trained again has
- * its earlier attempt's point beside the later one; downsampled to max_points (first and last
- * point kept). q may be NULL (every metric, every attempt, 1000 points). */
+ * its earlier attempt's point beside the later one. A series longer than max_points keeps its
+ * first and last point and the lowest and highest point of each of (max_points - 2) / 2 buckets
+ * (store_metrics_query_json). q may be NULL (every metric, every attempt, 1000 points). */
 int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const svc_metrics_query_t *q,
                     json_t **out, kiln_err_t *err);
 /* *out = {"workers": [...]}: any authenticated caller. */
@@ -235,6 +272,47 @@ int svc_ready(svc_t *s, kiln_err_t *err);
 /* Whether this kilnd leads (of the kilnd replicas on its database, the one that runs the
  * scheduler and the liveness checker). */
 bool svc_is_leader(svc_t *s);
+
+/* ---- artifacts and deletion (artifact.c, lifecycle.c) ----------------------------------------
+ * A job's artifacts are the files rank 0 left at the top of its output directory, uploaded by its
+ * agent when the attempt ended (svc_agent_artifacts_begin / svc_agent_artifact_chunk) into this
+ * kilnd's artifact store, a directory (--artifact-dir). Each store has an id (the file
+ * .kiln-store-id in it) recorded with every artifact: replicas given the same directory (shared
+ * storage) serve each other's artifacts; a replica whose directory is another store answers
+ * KILN_EUNAVAIL for an artifact it does not hold, naming the store that does. */
+
+/* *out = {"artifacts": [{"name", "size", "sha256", "created_at", "attempt"}]}: the complete
+ * ones, by name (viewers). */
+int svc_job_artifacts(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+
+/* An artifact opened for reading. */
+typedef struct svc_artifact_file {
+    int fd;                      /* read-only; the caller owns it (close it, or hand it on) */
+    int64_t size;
+    char sha256[KILN_SHA256_HEX];
+    char name[KILN_ARTIFACT_NAME_MAX + 1];
+    int64_t created_us;
+    int attempt;
+} svc_artifact_file_t;
+/* Opens a complete artifact of the job for the caller (viewers). Errors: KILN_EINVAL (a name no
+ * artifact can have: '/', "..", too long), KILN_ENOTFOUND (no such job for the caller, no such
+ * artifact, or still uploading), KILN_EUNAVAIL (another store holds it, or the store lost the
+ * file), KILN_EDB. On success out->fd is open. */
+int svc_job_artifact_open(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
+                          svc_artifact_file_t *out, kiln_err_t *err);
+
+/* Deletes an ended job (editors): its events, logs, metrics, assignments, rank exits, artifact
+ * rows and whatever else holds its id, then the job; its artifact files are removed after the
+ * commit (by the replica whose store holds them). *out = {"id", "removed": {"<table>": rows},
+ * "artifact_bytes": N}. KILN_ESTATE when the job has not ended, or a job that has not ended starts
+ * from its model (model.init_from). */
+int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+
+/* One pass of the clean-up the background thread runs every janitor_interval_ms: removes the
+ * artifact directories of deleted jobs this kilnd's store holds, then (log_retention_days > 0,
+ * and no other kilnd is doing it) drops the logs of jobs that ended longer ago than that, in
+ * batches. *dropped (OUT, may be NULL) = log lines dropped. */
+int svc_janitor_pass(svc_t *s, int64_t *dropped, kiln_err_t *err);
 
 /* ---- live log following ------------------------------------------------------------------------
  * A follower sees every line ingested for its job after svc_follow_open() returned (history is

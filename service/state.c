@@ -1,11 +1,13 @@
 /* state.c - the job state machine: state names, the table of legal transitions, and the one
  * function that changes a job's state (svc_job_set_state), which checks the transition, writes
  * the event row and logs "from -> to". Also the two shared endings: a STOPPING job whose ranks
- * are all gone becomes STOPPED, and a job that lost a worker restarts or fails.
+ * are all gone becomes STOPPED, and a job that lost an attempt (a worker died, or a rank) restarts
+ * or fails.
  *
  *   QUEUED -> SCHEDULED -> STARTING -> RUNNING -> COMPLETED | FAILED
  *   any non-terminal -> STOPPING (running) or STOPPED (not started) on a stop request
- *   SCHEDULED | STARTING | RUNNING -> RESTARTING (a worker was lost, attempts left) -> SCHEDULED */
+ *   SCHEDULED | STARTING | RUNNING -> RESTARTING (a worker or a rank was lost, attempts left)
+ *                                    -> SCHEDULED */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -119,13 +121,14 @@ int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err)
 int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const char *worker_id,
                          const char *why, kiln_err_t *err)
 {
-    char reason[512];
+    char reason[1400];
     int rc = 0;
+    (void)worker_id; /* every why names the worker (and the rank, when one died) */
     if (job->attempt != attempt)
         return 0;
     svc_job_state_t st = svc_state_parse(job->state);
     if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
-        snprintf(reason, sizeof(reason), "lost worker %s: %s", worker_id, why);
+        snprintf(reason, sizeof(reason), "attempt %d lost: %s", attempt, why);
         rc = store_assign_stop(tx->c, job->id, attempt, reason, NULL, err);
         if (rc)
             return rc;

@@ -1,5 +1,5 @@
-/* svc.c - the service's lifecycle (connect, migrate, start and stop the scheduler and liveness
- * threads), transactions that announce ended jobs after commit, the cached cluster capacity used
+/* svc.c - the service's lifecycle (connect, migrate, open the artifact store, start and stop the
+ * scheduler, liveness and clean-up threads), transactions that announce ended jobs after commit, the cached cluster capacity used
  * at submission, and readiness. */
 #include "service/svc_int.h"
 
@@ -48,6 +48,10 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
         rc = svc_notify_init(s, err);
     if (rc)
         goto fail;
+    rc = svc_artifacts_init(s, err);
+    s->cfg.artifact_dir = NULL; /* the caller's string; s->artifact_dir holds it resolved */
+    if (rc)
+        goto fail;
     if (!s->database_url || !*s->database_url) {
         rc = kiln_err_set(err, KILN_EINVAL, "database-url", "no database URL given");
         kiln_err_hint(err, "pass --database-url or set KILN_DATABASE_URL (a libpq connection string)");
@@ -55,8 +59,8 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
     }
     /* On top of the requests' connections, the scheduler and liveness threads each hold up to
      * two at once (their pass plus one job transaction); the notify thread has its own session
-     * and borrows one to read new log lines. */
-    rc = store_open(s->database_url, s->cfg.db_pool_size + 4, &s->store, err);
+     * and borrows one to read new log lines; the janitor holds one during its clean-up pass. */
+    rc = store_open(s->database_url, s->cfg.db_pool_size + 5, &s->store, err);
     if (rc)
         goto fail;
     rc = store_conn_get(s->store, &c, err);
@@ -93,6 +97,9 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
         goto fail;
     }
     s->notify_started = true;
+    rc = svc_janitor_start(s, err);
+    if (rc)
+        goto fail;
     *out = s;
     return 0;
 fail:
@@ -118,6 +125,7 @@ void svc_destroy(svc_t *s)
     if (s->notify_started)
         pthread_join(s->notify_thread, NULL);
     svc_notify_free(s);
+    svc_janitor_stop(s);
     svc_jobents_free(s);
     svc_auth_free(s);
     pthread_mutex_destroy(&s->auth_mu);

@@ -84,6 +84,12 @@ struct svc {
     bool has_join;
     uint8_t join_hash[STORE_HASH_LEN];
 
+    /* The artifact store (artifact.c): its directory, resolved ("" without one), and its id. */
+    char artifact_dir[3000];
+    char store_id[64];
+    pthread_t janitor_thread;
+    bool janitor_started;
+
     /* When a stop order for ranks that run without an assignment ("stale") was last sent, per
      * worker, job and attempt, so a heartbeat does not repeat it every second. */
     pthread_mutex_t stale_mu;
@@ -119,7 +125,9 @@ int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, in
 int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err);
 /* Inside tx, with *job read FOR UPDATE: when attempt is the job's current one and it is
  * SCHEDULED, STARTING or RUNNING, stops its ranks and moves it to RESTARTING (attempts left) or
- * FAILED with why; a STOPPING job becomes STOPPED when nothing is left. */
+ * FAILED with why (which names what was lost: the worker, or the rank and how it ended); a
+ * STOPPING job becomes STOPPED when nothing is left. Used for lost workers, workers shutting
+ * down and ranks that died. */
 int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const char *worker_id,
                          const char *why, kiln_err_t *err);
 /* A job lost the ranks it had on a worker (the worker died or its agent restarted unseen):
@@ -270,6 +278,33 @@ int svc_auth_setup(svc_t *s, store_conn_t *c, kiln_err_t *err);
 /* Sets up the caches (and libsodium); svc_auth_free releases them. */
 int svc_auth_init(svc_t *s, kiln_err_t *err);
 void svc_auth_free(svc_t *s);
+
+/* ---- agents' reports (agent.c) ------------------------------------------------------------------ */
+
+/* The worker a report acts for (its credential's; a message naming another is KILN_EPERM) into
+ * *wid, and KILN_ENOTFOUND unless job_id is a UUID. */
+int svc_agent_check_report(const char *authenticated, const char *claimed, const char *job_id, const char **wid,
+                           kiln_err_t *err);
+
+/* ---- artifacts (artifact.c) and clean-up (lifecycle.c) -------------------------------------------- */
+
+#define SVC_ARTIFACT_MAX_FILES 256
+#define SVC_ARTIFACT_CHUNK_MAX (4 << 20)
+#define SVC_ARTIFACT_DEFAULT_MAX_JOB_BYTES ((int64_t)10 << 30)
+
+/* Opens (creating when missing) the store of cfg.artifact_dir: the directory, mode 0700, and its
+ * id file. Nothing to do without one. */
+int svc_artifacts_init(svc_t *s, kiln_err_t *err);
+/* The model artifact of job source_id, when complete: *size and sha256 (KILN_SHA256_HEX bytes).
+ * KILN_ENOTFOUND otherwise. c is the caller's connection. */
+int svc_artifact_model(store_conn_t *c, const char *source_id, int64_t *size, char *sha256, kiln_err_t *err);
+/* "job:<uuid>" -> the uuid (borrowed from ref), or NULL when ref does not name a job. */
+const char *svc_init_from_job(const char *ref);
+/* Removes the directories of this store's trash entries (at most limit); returns how many. */
+int svc_artifact_sweep(svc_t *s, store_conn_t *c, int limit);
+/* Starts and stops the clean-up thread (lifecycle.c). */
+int svc_janitor_start(svc_t *s, kiln_err_t *err);
+void svc_janitor_stop(svc_t *s);
 
 /* Copies a string into the arena ("" for NULL). */
 char *svc_astr(arena_t *a, const char *s);

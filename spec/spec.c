@@ -10,6 +10,40 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+/* ---- the fields of the sections other modules name (the filter language's model.*, hp.*,
+ * resources.*) ---------------------------------------------------------------------------- */
+
+const char *const spec_model_keys[] = {"type", "n_layer", "n_head", "n_embd", "seq_len", "vocab", "vocab_size",
+                                       "hidden", "n_inputs", "n_classes", "init_from", NULL};
+const char *const spec_hparam_keys[] = {"lr", "global_batch_size", "micro_batch_size", "max_steps", "warmup_steps",
+                                        "weight_decay", "grad_clip", "seed", "beta1", "beta2", "eps",
+                                        "min_lr_fraction", "eval_every", "eval_batches", "sample_every",
+                                        "sample_tokens", "temperature", "top_k", NULL};
+const char *const spec_resource_keys[] = {"nodes", "slots_per_node", "slot_type", "device", "threads_per_rank",
+                                          "memory_limit_mb", NULL};
+
+spec_kind_t spec_key_kind(const char *section, const char *key)
+{
+    static const char *const text[] = {"model.type", "model.vocab", "model.init_from", "resources.slot_type",
+                                       "resources.device", NULL};
+    const char *const *keys = !strcmp(section, "model")             ? spec_model_keys
+                              : !strcmp(section, "hyperparameters") ? spec_hparam_keys
+                              : !strcmp(section, "resources")       ? spec_resource_keys
+                                                                    : NULL;
+    bool known = false;
+    for (size_t i = 0; keys && keys[i] && !known; i++)
+        known = !strcmp(keys[i], key);
+    if (!known)
+        return SPEC_KIND_NONE;
+    if (!strcmp(section, "model") && !strcmp(key, "hidden"))
+        return SPEC_KIND_LIST;
+    size_t sl = strlen(section);
+    for (size_t i = 0; text[i]; i++)
+        if (!strncmp(text[i], section, sl) && text[i][sl] == '.' && !strcmp(text[i] + sl + 1, key))
+            return SPEC_KIND_TEXT;
+    return SPEC_KIND_NUMBER;
+}
+
 /* ---- reading helpers ----------------------------------------------------------------------- */
 
 typedef struct rd {
@@ -33,26 +67,6 @@ static int rd_fail(const rd_t *r, const char *key, const char *fmt, const char *
     return kiln_err_set(r->err, KILN_EINVAL, path, fmt, path, what);
 }
 
-/* Edit distance for "did you mean" hints on unknown keys. */
-static int edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63)
-        return 99;
-    int d[64][64];
-    for (size_t i = 0; i <= la; i++)
-        d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++)
-        d[0][j] = (int)j;
-    for (size_t i = 1; i <= la; i++)
-        for (size_t j = 1; j <= lb; j++) {
-            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
-            d[i][j] = c < del ? (c < ins ? c : ins) : (del < ins ? del : ins);
-        }
-    return d[la][lb];
-}
-
 /* Rejects keys of obj that are not in allowed (NULL-terminated). */
 static int rd_known_keys(const rd_t *r, const json_t *obj, const char *const allowed[])
 {
@@ -69,7 +83,7 @@ static int rd_known_keys(const rd_t *r, const json_t *obj, const char *const all
         const char *best = NULL;
         int best_d = 99;
         for (size_t i = 0; allowed[i]; i++) {
-            int d = edit_distance(key, allowed[i]);
+            int d = kiln_edit_distance(key, allowed[i]);
             if (d < best_d) {
                 best_d = d;
                 best = allowed[i];
@@ -241,11 +255,36 @@ static int normalize_path(char *buf, size_t n, const char *field, kiln_err_t *er
     return 0;
 }
 
+/* model.init_from names either an llm.c file (a path, normalised like every path) or another
+ * job's final model as "job:<id>" (a UUID, stored in lower case): whether that job exists, may be
+ * read by the submitter and has a model is kilnd's question at submission. */
+static int normalize_init_from(char *buf, size_t n, kiln_err_t *err)
+{
+    if (strncmp(buf, "job:", 4) != 0)
+        return normalize_path(buf, n, "model.init_from", err);
+    char *id = buf + 4;
+    static const int dash[] = {8, 13, 18, 23};
+    bool ok = strlen(id) == 36;
+    for (int i = 0, d = 0; ok && i < 36; i++) {
+        if (d < 4 && i == dash[d]) {
+            ok = id[i] == '-';
+            d++;
+        } else if (id[i] >= 'A' && id[i] <= 'F') {
+            id[i] = (char)(id[i] - 'A' + 'a');
+        } else {
+            ok = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f');
+        }
+    }
+    if (!ok)
+        return invalid(err, "model.init_from", "write \"job:\" and the job's id, as kilnd gave it (a UUID)",
+                       "model.init_from \"%.60s\" names no job: the part after \"job:\" is not a job id", buf);
+    return 0;
+}
+
 static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "model"};
-    static const char *const keys[] = {"type", "n_layer", "n_head", "n_embd", "seq_len", "vocab", "vocab_size",
-                                       "hidden", "n_inputs", "n_classes", "init_from", NULL};
+    const char *const *keys = spec_model_keys;
     static const char *const types[] = {"gpt", "mlp", NULL};
     static const char *const vocabs[] = {"bytes", "gpt2", "custom", NULL};
     spec_model_t *mo = &s->model;
@@ -270,7 +309,7 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
         (rc = rd_int(&r, m, "n_inputs", &mo->n_inputs, 0, 1 << 24)) ||
         (rc = rd_int(&r, m, "n_classes", &mo->n_classes, 0, 1 << 24)) ||
         (rc = rd_string(&r, m, "init_from", mo->init_from, sizeof(mo->init_from))) ||
-        (rc = normalize_path(mo->init_from, sizeof(mo->init_from), "model.init_from", err)))
+        (rc = normalize_init_from(mo->init_from, sizeof(mo->init_from), err)))
         return rc;
     bool vocab_given = json_object_get(m, "vocab") != NULL;
     if ((rc = rd_choice(&r, m, "vocab", mo->vocab, sizeof(mo->vocab), vocabs)))
@@ -302,6 +341,9 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
                            "hidden, n_inputs and n_classes describe an \"mlp\" model",
                            "this field does not apply to a \"gpt\" model");
     } else { /* mlp */
+        if (mo->init_from[0])
+            return invalid(err, "model.init_from", "drop init_from, or train a \"gpt\" model",
+                           "model.init_from applies to a \"gpt\" model (an llm.c checkpoint), not an \"mlp\"");
         json_t *h = json_object_get(m, "hidden");
         if (h && !json_is_null(h)) {
             if (!json_is_array(h) || json_array_size(h) > SPEC_MAX_HIDDEN)
@@ -392,10 +434,7 @@ static int parse_data(const json_t *d, spec_t *s, kiln_err_t *err)
 static int parse_hparams(const json_t *h, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "hyperparameters"};
-    static const char *const keys[] = {"lr", "global_batch_size", "micro_batch_size", "max_steps", "warmup_steps",
-                                       "weight_decay", "grad_clip", "seed", "beta1", "beta2", "eps",
-                                       "min_lr_fraction", "eval_every", "eval_batches", "sample_every",
-                                       "sample_tokens", "temperature", "top_k", NULL};
+    const char *const *keys = spec_hparam_keys;
     spec_hparams_t *hp = &s->hp;
     int rc;
     hp->lr = 3e-4;
@@ -442,8 +481,7 @@ static int parse_hparams(const json_t *h, spec_t *s, kiln_err_t *err)
 static int parse_resources(const json_t *o, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "resources"};
-    static const char *const keys[] = {"nodes", "slots_per_node", "slot_type", "device", "threads_per_rank",
-                                       "memory_limit_mb", NULL};
+    const char *const *keys = spec_resource_keys;
     static const char *const slot_types[] = {"cpu", "gpu", NULL};
     static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
     spec_resources_t *res = &s->res;

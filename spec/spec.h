@@ -28,7 +28,7 @@ typedef struct spec_model {
     int hidden[SPEC_MAX_HIDDEN];
     int n_hidden;
     int n_inputs, n_classes;
-    char init_from[SPEC_PATH];
+    char init_from[SPEC_PATH]; /* "": none; an llm.c file (absolute, normalised), or "job:<id>" */
 } spec_model_t;
 
 typedef struct spec_data {
@@ -114,6 +114,18 @@ int spec_parse_string(const char *text, spec_t *out, kiln_err_t *err);
 int spec_load_file(const char *path, spec_t *out, kiln_err_t *err);
 /* Releases what spec_parse allocated (the partition plan). Accepts NULL. */
 void spec_deinit(spec_t *s);
+
+/* The fields of the spec's "model", "hyperparameters" and "resources" sections, NULL-terminated:
+ * what the parser accepts there (and what the filter language's model.*, hp.* and resources.*
+ * may name). Static storage. */
+extern const char *const spec_model_keys[];
+extern const char *const spec_hparam_keys[];
+extern const char *const spec_resource_keys[];
+typedef enum { SPEC_KIND_NONE = 0, SPEC_KIND_NUMBER, SPEC_KIND_TEXT, SPEC_KIND_LIST } spec_kind_t;
+/* What the field key of section ("model", "hyperparameters", "resources") holds in the
+ * normalised spec: a number, text, a list (model.hidden), or SPEC_KIND_NONE when the section
+ * has no such field. */
+spec_kind_t spec_key_kind(const char *section, const char *key);
 
 /* The normalised spec as JSON: every field present with its effective value. Caller owns the
  * result (json_decref). spec_to_json then spec_parse gives back an equal spec. */

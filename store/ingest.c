@@ -165,9 +165,43 @@ static bool sorted_by_step(Kiln__MetricPoint *const *pts, const chunk_t *ch)
     return true;
 }
 
-int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
-                       Kiln__MetricPoint *const *pts, size_t n, int64_t now_us, kiln_err_t *err)
+/* The summary of one (name, rank) group of a batch, its indexes sorted by step (stably, so of
+ * the points at one step the batch's later one comes last and wins). */
+static void chunk_summary(Kiln__MetricPoint *const *pts, const chunk_t *k, store_metric_sum_t *o)
 {
+    memset(o, 0, sizeof *o);
+    o->name = k->name;
+    o->rank = k->rank;
+    o->lo_step = pts[k->idx[0]]->step;
+    o->hi_step = pts[k->idx[k->n - 1]]->step;
+    for (size_t i = 0; i < k->n; i++) {
+        const Kiln__MetricPoint *p = pts[k->idx[i]];
+        if (i + 1 < k->n && pts[k->idx[i + 1]]->step == p->step)
+            continue; /* a later point of the batch has this step */
+        if (!isfinite(p->value))
+            continue;
+        if (o->n == 0 || p->value < o->min) {
+            o->min = p->value;
+            o->min_step = p->step;
+        }
+        if (o->n == 0 || p->value > o->max) {
+            o->max = p->value;
+            o->max_step = p->step;
+        }
+        o->last = p->value;
+        o->last_step = p->step;
+        o->n++;
+    }
+}
+
+int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
+                       Kiln__MetricPoint *const *pts, size_t n, int64_t now_us,
+                       store_metric_sum_t **sums, size_t *nsums, kiln_err_t *err)
+{
+    if (sums) {
+        *sums = NULL;
+        *nsums = 0;
+    }
     if (n == 0)
         return 0;
     /* Group the batch by (name, rank): agents send a few metrics for many steps, so a handful
@@ -219,11 +253,29 @@ int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
 
     store_buf_t b = {0};
     size_t idlen = strlen(job_id);
+    store_metric_sum_t *sm = NULL;
+    size_t nsm = 0;
+    if (sums && !(sm = calloc(nch, sizeof *sm))) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
     store_buf_reserve(&b, n * 48 + nch * 128);
     for (size_t g = 0; g < nch; g++) {
         chunk_t *k = &ch[g];
         if (!sorted_by_step(pts, k))
             qsort_r(k->idx, k->n, sizeof(size_t), cmp_idx_by_step, (void *)pts);
+        if (sm) {
+            /* One summary per name: the lowest rank of the batch that reported it. */
+            store_metric_sum_t one;
+            chunk_summary(pts, k, &one);
+            size_t s = 0;
+            while (s < nsm && strcmp(sm[s].name, one.name) != 0)
+                s++;
+            if (s == nsm)
+                sm[nsm++] = one;
+            else if (one.rank < sm[s].rank)
+                sm[s] = one;
+        }
         store_buf_put(&b, job_id, idlen);
         store_buf_putc(&b, '\t');
         buf_copy_utf8(&b, k->name);
@@ -262,10 +314,156 @@ int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
                     "COPY metric_chunks (job_id, name, rank, attempt, first_step, last_step, n, steps,"
                     " vals, times_us) FROM STDIN", &b, err);
     store_buf_free(&b);
+    if (rc == 0 && sm) {
+        *sums = sm;
+        *nsums = nsm;
+        sm = NULL;
+    }
+    free(sm);
 out:
     for (size_t g = 0; g < nch; g++)
         free(ch[g].idx);
     free(ch);
+    return rc;
+}
+
+/* Appends s to b as an element of a PostgreSQL array literal: quoted, with " and \ escaped. */
+static void buf_array_text(store_buf_t *b, const char *s)
+{
+    store_buf_putc(b, '"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            store_buf_putc(b, '\\');
+        store_buf_putc(b, *s);
+    }
+    store_buf_putc(b, '"');
+}
+
+int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attempt,
+                                  const store_metric_sum_t *sums, size_t n, kiln_err_t *err)
+{
+    if (n == 0)
+        return 0;
+    /* Rows are written in name order, so that two batches of one job lock them in the same
+     * order (the job row, updated first in the same transaction, serialises them anyway). The
+     * merge: a lower rank replaces the row; a higher rank leaves it; the same rank merges when
+     * the batch's steps lie wholly outside the row's [lo_step, hi_step], and otherwise marks
+     * the row dirty for a rebuild from the chunks (metric_summary_rebuild, migration 0005). */
+    static const char *sql =
+        "INSERT INTO metric_summaries AS s (job_id, name, rank, n, min, max, last, min_step, max_step,"
+        "  last_step, lo_step, hi_step, attempt)"
+        " SELECT $1::uuid, b.name, b.rank, b.n, b.min, b.max, b.last, b.min_step, b.max_step, b.last_step,"
+        "  b.lo, b.hi, $2::int"
+        " FROM unnest($3::text[], $4::int[], $5::bigint[], $6::float8[], $7::float8[], $8::float8[],"
+        "  $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[])"
+        "  AS b(name, rank, n, min, max, last, min_step, max_step, last_step, lo, hi)"
+        " ORDER BY b.name"
+        " ON CONFLICT (job_id, name) DO UPDATE SET"
+        "  rank = excluded.rank,"
+        "  n = CASE WHEN excluded.rank < s.rank THEN excluded.n"
+        "   WHEN excluded.hi_step < s.lo_step OR excluded.lo_step > s.hi_step THEN s.n + excluded.n ELSE s.n END,"
+        "  min = CASE WHEN excluded.rank < s.rank THEN excluded.min"
+        "   WHEN excluded.hi_step < s.lo_step OR excluded.lo_step > s.hi_step THEN LEAST(s.min, excluded.min)"
+        "   ELSE s.min END,"
+        "  max = CASE WHEN excluded.rank < s.rank THEN excluded.max"
+        "   WHEN excluded.hi_step < s.lo_step OR excluded.lo_step > s.hi_step THEN GREATEST(s.max, excluded.max)"
+        "   ELSE s.max END,"
+        "  min_step = CASE WHEN excluded.rank < s.rank THEN excluded.min_step"
+        "   WHEN NOT (excluded.hi_step < s.lo_step OR excluded.lo_step > s.hi_step) THEN s.min_step"
+        "   WHEN excluded.min < s.min OR s.min IS NULL THEN excluded.min_step"
+        "   WHEN excluded.min = s.min THEN LEAST(s.min_step, excluded.min_step) ELSE s.min_step END,"
+        "  max_step = CASE WHEN excluded.rank < s.rank THEN excluded.max_step"
+        "   WHEN NOT (excluded.hi_step < s.lo_step OR excluded.lo_step > s.hi_step) THEN s.max_step"
+        "   WHEN excluded.max > s.max OR s.max IS NULL THEN excluded.max_step"
+        "   WHEN excluded.max = s.max THEN LEAST(s.max_step, excluded.max_step) ELSE s.max_step END,"
+        "  last = CASE WHEN excluded.rank < s.rank THEN excluded.last"
+        "   WHEN NOT (excluded.hi_step < s.lo_step OR excluded.lo_step > s.hi_step) THEN s.last"
+        "   WHEN excluded.last_step > s.last_step OR s.last_step IS NULL THEN excluded.last ELSE s.last END,"
+        "  last_step = CASE WHEN excluded.rank < s.rank THEN excluded.last_step"
+        "   WHEN NOT (excluded.hi_step < s.lo_step OR excluded.lo_step > s.hi_step) THEN s.last_step"
+        "   WHEN excluded.last_step > s.last_step OR s.last_step IS NULL THEN excluded.last_step"
+        "   ELSE s.last_step END,"
+        "  lo_step = CASE WHEN excluded.rank < s.rank THEN excluded.lo_step ELSE LEAST(s.lo_step, excluded.lo_step) END,"
+        "  hi_step = CASE WHEN excluded.rank < s.rank THEN excluded.hi_step ELSE GREATEST(s.hi_step, excluded.hi_step) END,"
+        "  attempt = CASE WHEN excluded.rank < s.rank THEN excluded.attempt ELSE GREATEST(s.attempt, excluded.attempt) END,"
+        "  dirty = excluded.rank = s.rank AND NOT (excluded.hi_step < s.lo_step OR excluded.lo_step > s.hi_step)"
+        " WHERE excluded.rank <= s.rank"
+        " RETURNING name, dirty";
+    store_buf_t a[11];
+    memset(a, 0, sizeof a);
+    /* The names in order, and each column in the same order. */
+    size_t *order = malloc(n * sizeof *order);
+    if (!order)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = 1; i < n; i++)
+        for (size_t k = i; k > 0 && strcmp(sums[order[k - 1]].name, sums[order[k]].name) > 0; k--) {
+            size_t t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+    for (int col = 0; col < 11; col++)
+        store_buf_putc(&a[col], '{');
+    for (size_t i = 0; i < n; i++) {
+        const store_metric_sum_t *m = &sums[order[i]];
+        bool any = m->n > 0;
+        for (int col = 0; col < 11; col++)
+            if (i)
+                store_buf_putc(&a[col], ',');
+        buf_array_text(&a[0], m->name);
+        store_buf_i64(&a[1], m->rank);
+        store_buf_i64(&a[2], m->n);
+        if (any) {
+            store_buf_double(&a[3], m->min);
+            store_buf_double(&a[4], m->max);
+            store_buf_double(&a[5], m->last);
+            store_buf_i64(&a[6], m->min_step);
+            store_buf_i64(&a[7], m->max_step);
+            store_buf_i64(&a[8], m->last_step);
+        } else {
+            for (int col = 3; col <= 8; col++)
+                store_buf_put(&a[col], "NULL", 4);
+        }
+        store_buf_i64(&a[9], m->lo_step);
+        store_buf_i64(&a[10], m->hi_step);
+    }
+    for (int col = 0; col < 11; col++) {
+        store_buf_putc(&a[col], '}');
+        store_buf_putc(&a[col], '\0');
+    }
+    free(order);
+    char att[16];
+    snprintf(att, sizeof att, "%d", attempt);
+    const char *p[13] = {job_id, att};
+    for (int col = 0; col < 11; col++)
+        p[2 + col] = a[col].p;
+    PGresult *r = NULL;
+    int rc = store_qp(c, "update metric summaries", sql, 13, p, &r, err);
+    for (int col = 0; col < 11; col++)
+        store_buf_free(&a[col]);
+    if (rc)
+        return rc;
+    /* Rebuild the rows a retried or out-of-order batch overlapped. */
+    store_buf_t dirty = {0};
+    int ndirty = 0;
+    store_buf_putc(&dirty, '{');
+    for (int i = 0; i < PQntuples(r); i++) {
+        if (!store_get_bool(r, i, 1))
+            continue;
+        if (ndirty++)
+            store_buf_putc(&dirty, ',');
+        buf_array_text(&dirty, store_get_str(r, i, 0));
+    }
+    store_buf_putc(&dirty, '}');
+    store_buf_putc(&dirty, '\0');
+    PQclear(r);
+    if (ndirty) {
+        const char *p2[2] = {job_id, dirty.p};
+        rc = store_qp(c, "rebuild metric summaries",
+                      "SELECT metric_summary_rebuild($1::uuid, n) FROM unnest($2::text[]) AS n", 2, p2, NULL, err);
+    }
+    store_buf_free(&dirty);
     return rc;
 }
 
@@ -324,24 +522,32 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const store_metrics_query_t *q,
                              json_t **out, kiln_err_t *err)
 {
-    /* Evenly spaced points: row x (0-based) of n is kept when it is the first of its bucket
-     * floor(x * (m - 1) / (n - 1)); that keeps the first and the last row and at most m rows.
-     * The database does the thinning so only kept points travel. Attempt -1 keeps, per metric
-     * and step, the points of the latest attempt that reached that step. */
+    /* Attempt 0 reads every attempt's points, N > 0 only attempt N's. Attempt -1 (latest)
+     * counts a retried step once: of the attempts that reported a rank's step, only the latest
+     * one's points stay (every one of them: a metric matched in log lines before any step record
+     * has several points at one step). Then each series keeps its first and last point and splits
+     * the rest into (max_points - 2) / 2 buckets of consecutive points, keeping each bucket's
+     * lowest and highest value (the first of equal ones), so spikes survive thinning. The
+     * database does the thinning so only kept points travel. */
     static const char *sql =
-        "WITH p AS (SELECT c.name, u.step, u.value, u.time_us, c.rank, c.attempt"
-        "  FROM metric_chunks c, unnest(c.steps, c.vals, c.times_us) AS u(step, value, time_us)"
+        "WITH pts AS (SELECT c.name, c.rank, u.step, u.value, u.time_us, c.attempt, c.id AS cid, u.ord"
+        "  FROM metric_chunks c,"
+        "   unnest(c.steps, c.vals, c.times_us) WITH ORDINALITY AS u(step, value, time_us, ord)"
         "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2)"
         "   AND ($4::int <= 0 OR c.attempt = $4::int)),"
-        " l AS (SELECT p.*, CASE WHEN $4::int = -1 THEN max(attempt) OVER (PARTITION BY name, step)"
-        "  ELSE attempt END AS keep FROM p),"
-        " s AS (SELECT name, step, value, time_us, rank, attempt,"
-        "  row_number() OVER (PARTITION BY name ORDER BY step, attempt, time_us, rank) AS rn,"
-        "  count(*) OVER (PARTITION BY name) AS cnt FROM l WHERE attempt = keep)"
-        " SELECT name, step, value, time_us, rank, attempt FROM s"
-        " WHERE cnt <= $3::int OR rn = cnt OR (rn = 1 AND $3::int > 1)"
-        "  OR ($3::int > 2 AND (rn - 1) * ($3::int - 1) / (cnt - 1)"
-        "      > (rn - 2) * ($3::int - 1) / (cnt - 1))"
+        " latest AS (SELECT * FROM (SELECT *, CASE WHEN $4::int = -1"
+        "  THEN max(attempt) OVER (PARTITION BY name, rank, step) ELSE attempt END AS last_attempt"
+        "  FROM pts) a WHERE attempt = last_attempt),"
+        " s AS (SELECT name, rank, step, value, time_us, attempt,"
+        "  row_number() OVER (PARTITION BY name ORDER BY step, attempt, rank, cid, ord) AS rn,"
+        "  count(*) OVER (PARTITION BY name) AS cnt FROM latest),"
+        " b AS (SELECT *, CASE WHEN cnt <= $3::int OR rn = 1 OR rn = cnt THEN -rn"
+        "  ELSE ((rn - 2) * (($3::int - 2) / 2)) / (cnt - 2) END AS bucket FROM s),"
+        " k AS (SELECT *,"
+        "  first_value(rn) OVER (PARTITION BY name, bucket ORDER BY value, rn) AS lo,"
+        "  first_value(rn) OVER (PARTITION BY name, bucket ORDER BY value DESC, rn) AS hi FROM b)"
+        " SELECT name, step, value, time_us, rank, attempt FROM k"
+        " WHERE bucket < 0 OR (($3::int - 2) / 2 > 0 AND (rn = lo OR rn = hi))"
         " ORDER BY name, rn";
     char mp[16], at[16];
     snprintf(mp, sizeof(mp), "%d", q->max_points);

@@ -1,6 +1,6 @@
 /* job.c - SQL for jobs and job events: insert with idempotency key, row reads and locks, state
- * transitions with their event rows, the JSON shapes the API returns, keyset-paged listing, and
- * the per-batch job update of metric ingestion. */
+ * transitions with their event rows, the JSON shapes the API returns (listing and search are
+ * search.c's), and the per-batch job update of metric ingestion. */
 #include "store/store_int.h"
 
 #include <stdio.h>
@@ -14,15 +14,7 @@ static int not_found(kiln_err_t *err, const char *id)
     return KILN_ENOTFOUND;
 }
 
-#define JOB_COLS                                                                                  \
-    "j.id::text, j.name, j.state, j.reason, j.attempt, " STORE_US("j.created_at") ", "            \
-    STORE_US("j.updated_at") ", " STORE_US("j.started_at") ", " STORE_US("j.ended_at") ", "       \
-    "j.progress_step, j.total_steps, j.eta_s, j.metrics::text, j.spec::text, "                    \
-    "array_to_json(ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"             \
-    " AND a.attempt = j.attempt AND j.attempt > 0 ORDER BY a.node_rank))::text, "                 \
-    "j.priority, j.queue, j.project, j.tags::text, j.world_size, j.submitted_by"
-
-static json_t *job_json(const PGresult *r, int i)
+json_t *store_job_json(const PGresult *r, int i)
 {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(store_get_str(r, i, 0)));
@@ -68,8 +60,11 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         " ON CONFLICT (idempotency_key) DO NOTHING"
         " RETURNING *),"
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
-        "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at, $15 FROM j)"
-        " SELECT " JOB_COLS " FROM j";
+        "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at, $15 FROM j),"
+        " h AS (INSERT INTO job_hparams (job_id, key, num)"
+        "  SELECT j.id, x.key, (x.value #>> '{}')::float8 FROM j, jsonb_each(j.spec -> 'hyperparameters') x"
+        "  WHERE jsonb_typeof(x.value) = 'number')"
+        " SELECT " STORE_JOB_COLS " FROM j";
     char prio[16], nodes[16], spn[16], ws[16], ma[16], ts[24];
     snprintf(prio, sizeof(prio), "%d", j->priority);
     snprintf(nodes, sizeof(nodes), "%d", j->nodes);
@@ -97,7 +92,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
         *created = true;
         if (out_json)
-            *out_json = job_json(r, 0);
+            *out_json = store_job_json(r, 0);
         PQclear(r);
         return 0;
     }
@@ -206,7 +201,7 @@ int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t
         return not_found(err, id);
     const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_q(c, "read job", "SELECT " JOB_COLS " FROM jobs j WHERE j.id = $1::uuid", 1, p,
+    int rc = store_q(c, "read job", "SELECT " STORE_JOB_COLS " FROM jobs j WHERE j.id = $1::uuid", 1, p,
                      &r, err);
     if (rc)
         return rc;
@@ -214,94 +209,8 @@ int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t
         PQclear(r);
         return not_found(err, id);
     }
-    *out = job_json(r, 0);
+    *out = store_job_json(r, 0);
     PQclear(r);
-    return 0;
-}
-
-int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **out, bool *more,
-                        int64_t *next_us, char *next_id, kiln_err_t *err)
-{
-    char sql[2048];
-    const char *p[8];
-    char states[512], tagjson[1024], cur_us[24], lim[16];
-    char *projects = NULL;
-    int np = 0;
-    size_t len = (size_t)snprintf(sql, sizeof(sql), "SELECT " JOB_COLS ", " STORE_US("j.created_at")
-                                  " FROM jobs j WHERE true");
-    *out = NULL;
-    *more = false;
-    if (q->nstates > 0) {
-        size_t sl = 0;
-        states[sl++] = '{';
-        for (int i = 0; i < q->nstates && sl + 20 < sizeof(states); i++)
-            sl += (size_t)snprintf(states + sl, sizeof(states) - sl, "%s%s", i ? "," : "", q->states[i]);
-        states[sl++] = '}';
-        states[sl] = '\0';
-        p[np++] = states;
-        len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.state = ANY($%d::text[])", np);
-    }
-    if (q->projects) {
-        /* a text[] literal; project names are identifiers (no quotes, commas or braces) */
-        size_t cap = 3;
-        for (int i = 0; i < q->nprojects; i++)
-            cap += strlen(q->projects[i]) + 1;
-        projects = malloc(cap);
-        if (!projects)
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        size_t pl = 0;
-        projects[pl++] = '{';
-        for (int i = 0; i < q->nprojects; i++)
-            pl += (size_t)snprintf(projects + pl, cap - pl, "%s%s", i ? "," : "", q->projects[i]);
-        projects[pl++] = '}';
-        projects[pl] = '\0';
-        p[np++] = projects;
-        len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.project = ANY($%d::text[])", np);
-    }
-    if (q->tag_key) {
-        if (q->tag_value) {
-            json_t *t = json_object();
-            json_object_set_new(t, q->tag_key, json_string(q->tag_value));
-            char *s = json_dumps(t, JSON_COMPACT);
-            json_decref(t);
-            kiln_strlcpy(tagjson, s ? s : "{}", sizeof(tagjson));
-            free(s);
-            p[np++] = tagjson;
-            len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.tags @> $%d::jsonb", np);
-        } else {
-            p[np++] = q->tag_key;
-            len += (size_t)snprintf(sql + len, sizeof(sql) - len, " AND j.tags ? $%d", np);
-        }
-    }
-    if (q->has_cursor) {
-        snprintf(cur_us, sizeof(cur_us), "%lld", (long long)q->cursor_us);
-        p[np++] = cur_us;
-        p[np++] = q->cursor_id;
-        len += (size_t)snprintf(sql + len, sizeof(sql) - len,
-                                " AND (j.created_at, j.id) < (timestamptz 'epoch' + $%d::bigint *"
-                                " interval '1 microsecond', $%d::uuid)", np - 1, np);
-    }
-    snprintf(lim, sizeof(lim), "%d", q->limit + 1);
-    p[np++] = lim;
-    snprintf(sql + len, sizeof(sql) - len, " ORDER BY j.created_at DESC, j.id DESC LIMIT $%d::int", np);
-
-    PGresult *r = NULL;
-    int rc = store_q(c, "list jobs", sql, np, p, &r, err);
-    free(projects);
-    if (rc)
-        return rc;
-    int n = PQntuples(r);
-    json_t *arr = json_array();
-    int take = n > q->limit ? q->limit : n;
-    for (int i = 0; i < take; i++)
-        json_array_append_new(arr, job_json(r, i));
-    if (n > q->limit && take > 0) {
-        *more = true;
-        *next_us = store_get_i64(r, take - 1, 21);
-        kiln_strlcpy(next_id, store_get_str(r, take - 1, 0), STORE_ID_LEN);
-    }
-    PQclear(r);
-    *out = arr;
     return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "proto/kiln.pb-c.h"
+#include "query/query.h"
 
 typedef struct store store_t;
 typedef struct store_conn store_conn_t;
@@ -70,10 +71,10 @@ typedef struct store_job_new {
     int64_t total_steps;
 } store_job_new_t;
 
-/* Inserts a QUEUED job and its first event (one statement). With an idempotency key that is
- * already used, inserts nothing, sets *created = false and returns the existing job's id, or
- * KILN_EREUSED (field "idempotency_key") when that job was created from a request with another
- * request_hash.
+/* Inserts a QUEUED job, its first event and its numeric hyperparameters (job_hparams) in one
+ * statement. With an idempotency key that is already used, inserts nothing, sets *created = false
+ * and returns the existing job's id, or KILN_EREUSED (field "idempotency_key") when that job was
+ * created from a request with another request_hash.
  * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the job as store_job_get_json
  * shows it (new reference). */
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
@@ -110,23 +111,29 @@ int store_job_transition(store_conn_t *c, const char *id, const char *from, cons
 /* *out = the job as contracts.md shows it (new reference). KILN_ENOTFOUND. */
 int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 
-typedef struct store_job_query {
-    const char *const *states;  /* states to match (validated names), nstates of them; 0: any */
-    int nstates;
-    const char *tag_key;        /* or NULL */
-    const char *tag_value;      /* NULL: the key alone must be present */
-    const char *const *projects;/* only jobs of these projects (identifiers), nprojects of them;
-                                   NULL: every project */
+/* A search (store/search.c compiles it to one parameterised SELECT per phase). */
+typedef struct store_search {
+    const query_node_t *filter;   /* NULL: every job */
+    const query_order_t *order;   /* NULL or n == 0: newest first (created desc) */
+    const char *const *projects;  /* only jobs of these projects, nprojects of them; NULL: every
+                                     project (the caller is a cluster admin) */
     int nprojects;
-    int limit;                  /* >= 1 */
-    bool has_cursor;            /* continue after (cursor_us, cursor_id) in newest-first order */
-    int64_t cursor_us;
-    char cursor_id[STORE_ID_LEN];
-} store_job_query_t;
-/* *out = array of jobs, newest first. *more (OUT) says whether another page exists; then
- * next_us/next_id (OUT) are the cursor of the last job returned. */
-int store_job_list_json(store_conn_t *c, const store_job_query_t *q, json_t **out, bool *more,
-                        int64_t *next_us, char *next_id, kiln_err_t *err);
+    int limit;                    /* >= 1 */
+    const json_t *after;          /* the cursor *next gave for the previous page, or NULL */
+    int64_t now_us;               /* `duration` of a running job runs to this time */
+} store_search_t;
+/* *out = array of jobs as store_job_get_json shows them, in the search's order (ties broken by
+ * id, in the direction of the first key; jobs without a value for a key come after those with
+ * one). *next (OUT) = the cursor of the last job returned when more follow, else NULL (caller
+ * owns; pass it back as `after`). KILN_EINVAL (err->field "page_token") when after does not fit
+ * the order. */
+int store_job_search_json(store_conn_t *c, const store_search_t *q, json_t **out, json_t **next,
+                          kiln_err_t *err);
+/* *out = {job id: {metric name: {count, min, max, last, min_step, max_step, last_step, rank,
+ * attempt}}} for the n jobs ids (those with summaries), only the metrics names[0..nnames) unless
+ * names is NULL. Caller owns *out. */
+int store_job_summaries_json(store_conn_t *c, const char *const *ids, int n, const char *const *names,
+                             int nnames, json_t **out, kiln_err_t *err);
 /* *out = array of the job's events, oldest first. KILN_ENOTFOUND for an unknown job. */
 int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 /* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
@@ -395,9 +402,28 @@ int store_ingest_prune(store_conn_t *c, int older_than_s, int *n, kiln_err_t *er
  * own. */
 int store_logs_copy(store_conn_t *c, const char *job_id, int attempt, Kiln__LogLine *const *lines,
                     size_t n, int64_t first_seq, int64_t now_us, kiln_err_t *err);
-/* Appends n metric points with one COPY (time_us 0 -> now_us). */
+/* What one batch says about one metric, for its summary (migration 0005 defines summaries):
+ * the batch's points of the lowest rank that carried the metric, one value per step (the
+ * batch's later point wins), non-finite values counted only in lo_step and hi_step. */
+typedef struct store_metric_sum {
+    const char *name;            /* borrowed from the batch */
+    int rank;
+    int64_t n;                   /* finite values; the next six are meaningless when 0 */
+    double min, max, last;
+    int64_t min_step, max_step, last_step;
+    int64_t lo_step, hi_step;    /* every step of the group */
+} store_metric_sum_t;
+
+/* Appends n metric points with one COPY (time_us 0 -> now_us). With sums non-NULL, *sums
+ * (malloc'd, caller frees) and *nsums receive one summary per metric name of the batch. */
 int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
-                       Kiln__MetricPoint *const *pts, size_t n, int64_t now_us, kiln_err_t *err);
+                       Kiln__MetricPoint *const *pts, size_t n, int64_t now_us,
+                       store_metric_sum_t **sums, size_t *nsums, kiln_err_t *err);
+/* Folds a batch's summaries (from store_metrics_copy, same transaction, after the COPY) into the
+ * job's metric_summaries: merged in place when the batch's steps are new to the row, rebuilt
+ * from the chunks when they overlap it (a retried attempt, or batches out of order). */
+int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attempt,
+                                  const store_metric_sum_t *sums, size_t n, kiln_err_t *err);
 
 typedef struct store_log_query {
     int rank;                /* -1: every rank */
@@ -415,9 +441,81 @@ typedef struct store_metrics_query {
     int attempt;             /* > 0: that attempt's points; 0: all; -1: per step the latest attempt's */
 } store_metrics_query_t;
 /* *out = array of {name, points: [{step, value, time, time_us, rank, attempt}]} by name, each
- * series ordered by step, then attempt; downsampled to at most max_points (first and last kept). */
+ * series ordered by step, then attempt (attempt -1: per rank and step only the latest attempt's
+ * points). A series longer than max_points keeps its first and last point and the lowest and
+ * highest of each of (max_points - 2) / 2 buckets of consecutive points. */
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const store_metrics_query_t *q,
                              json_t **out, kiln_err_t *err);
+
+/* ---- artifacts (artifact.c) -------------------------------------------------------------------- */
+
+/* A row of a job's artifact: its name, what the agent declared (size, SHA-256), how many bytes
+ * the store holds durably, and which store holds them. */
+typedef struct store_artifact {
+    char name[KILN_ARTIFACT_NAME_MAX + 1];
+    int attempt;
+    char worker_id[STORE_WORKER_ID_LEN];
+    int64_t size, received;
+    char sha256[KILN_SHA256_HEX];
+    bool complete;               /* state COMPLETE: the whole file is in place and verified */
+    char store_id[64];
+    int64_t created_us, completed_us; /* completed_us 0 while uploading */
+} store_artifact_t;
+
+/* Every artifact row of a job (any state) by name; with lock, FOR UPDATE (in a transaction).
+ * *out malloc'd (caller frees; NULL when none). */
+int store_artifacts_of(store_conn_t *c, const char *job_id, bool lock, store_artifact_t **out, int *n,
+                       kiln_err_t *err);
+/* One artifact row. KILN_ENOTFOUND when there is none. */
+int store_artifact_get(store_conn_t *c, const char *job_id, const char *name, bool lock, store_artifact_t *out,
+                       kiln_err_t *err);
+/* Inserts the row (job_id, a->name) or replaces every field of it; created_at is now, and
+ * completed_at now when a->complete. */
+int store_artifact_put(store_conn_t *c, const char *job_id, const store_artifact_t *a, kiln_err_t *err);
+int store_artifact_delete(store_conn_t *c, const char *job_id, const char *name, kiln_err_t *err);
+/* received := the bytes held durably; complete moves it to COMPLETE (completed_at now). */
+int store_artifact_progress(store_conn_t *c, const char *job_id, const char *name, int64_t received, bool complete,
+                            kiln_err_t *err);
+
+/* Directories of a store waiting to be removed: a job's (attempt 0: the whole job) or one
+ * attempt's. */
+typedef struct store_trash {
+    char job_id[STORE_ID_LEN];
+    int attempt;
+} store_trash_t;
+int store_artifact_trash_add(store_conn_t *c, const char *store_id, const char *job_id, int attempt, kiln_err_t *err);
+/* At most limit entries of store_id, oldest first. *out malloc'd. */
+int store_artifact_trash_list(store_conn_t *c, const char *store_id, int limit, store_trash_t **out, int *n,
+                              kiln_err_t *err);
+int store_artifact_trash_done(store_conn_t *c, const char *store_id, const store_trash_t *t, kiln_err_t *err);
+
+/* ---- lifecycle (lifecycle.c) ------------------------------------------------------------------- */
+
+/* Deletes the job and every row that belongs to it: the rows of every table with a job_id uuid
+ * column (events, logs, metric chunks, assignments, rank exits, artifacts, and whatever tables
+ * later migrations add, such as metric summaries), child tables before the tables their foreign
+ * keys point at, then the job itself. Run it inside a transaction. *removed (OUT, new reference)
+ * = {"<table>": rows removed, ...} for the tables that had rows. KILN_ENOTFOUND. */
+int store_job_delete(store_conn_t *c, const char *job_id, json_t **removed, kiln_err_t *err);
+/* A job that has not ended and names job_id in model.init_from ("job:<id>"): its id into by
+ * (STORE_ID_LEN), or "" when there is none. */
+int store_job_init_dependent(store_conn_t *c, const char *job_id, char *by, kiln_err_t *err);
+
+/* A job named by its id alone. */
+typedef struct store_job_ref {
+    char id[STORE_ID_LEN];
+} store_job_ref_t;
+/* Log retention: up to limit jobs that ended (COMPLETED, FAILED, STOPPED) more than days days ago
+ * and still have their logs, oldest end first. *out malloc'd. */
+int store_logs_expired_jobs(store_conn_t *c, int days, int limit, store_job_ref_t **out, int *n, kiln_err_t *err);
+/* Deletes at most limit log lines of the job (one bounded statement); *deleted (OUT) how many. */
+int store_logs_delete_batch(store_conn_t *c, const char *job_id, int limit, int64_t *deleted, kiln_err_t *err);
+/* Records that the job's logs are gone (jobs.logs_expired_at). */
+int store_job_logs_expired(store_conn_t *c, const char *job_id, kiln_err_t *err);
+/* Session advisory lock that lets one kilnd of several run the clean-up pass at a time; *got
+ * false when another holds it. Release with store_janitor_unlock on the same connection. */
+int store_janitor_lock(store_conn_t *c, bool *got, kiln_err_t *err);
+void store_janitor_unlock(store_conn_t *c);
 
 /* ---- notifications and leadership (listen.c) ------------------------------------------------ */
 

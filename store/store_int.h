@@ -75,6 +75,18 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 /* Microseconds since the epoch of a timestamptz expression, as SQL. */
 #define STORE_US(expr) "(floor(extract(epoch from " expr ") * 1000000))::bigint"
 
+/* The columns of a job as the API shows it, from "jobs j", and the JSON of one result row whose
+ * first columns are these (job.c). */
+#define STORE_JOB_COLS                                                                                  \
+    "j.id::text, j.name, j.state, j.reason, j.attempt, " STORE_US("j.created_at") ", "            \
+    STORE_US("j.updated_at") ", " STORE_US("j.started_at") ", " STORE_US("j.ended_at") ", "       \
+    "j.progress_step, j.total_steps, j.eta_s, j.metrics::text, j.spec::text, "                    \
+    "array_to_json(ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"             \
+    " AND a.attempt = j.attempt AND j.attempt > 0 ORDER BY a.node_rank))::text, "                 \
+    "j.priority, j.queue, j.project, j.tags::text, j.world_size, j.submitted_by"
+#define STORE_JOB_NCOLS 21
+json_t *store_job_json(const PGresult *r, int row);
+
 /* Growable byte buffer for building COPY data. */
 typedef struct store_buf {
     char *p;

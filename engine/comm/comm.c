@@ -3,6 +3,7 @@
  * waiting for them, and comm_split(). The rendezvous, transport, rings and thread live in their
  * own files. */
 #include "engine/comm/comm_int.h"
+#include "rank/rank.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -32,34 +33,34 @@ static int env_long(const char *name, long lo, long hi, long *out, kiln_err_t *e
     return 0;
 }
 
+void comm_config_from_rank(comm_config_t *cfg, const rank_env_t *re)
+{
+    cfg->world_size = re->world_size;
+    cfg->rank = re->rank;
+    cfg->local_rank = re->local_rank;
+    if (re->master_addr)
+        cfg->master_addr = re->master_addr;
+    if (re->master_port)
+        cfg->master_port = re->master_port;
+    if (re->job_id)
+        cfg->job_id = re->job_id;
+    if (re->comm_watchdog_s > 0)
+        cfg->watchdog_s = re->comm_watchdog_s;
+}
+
 int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err)
 {
     long v = 0;
     int rc;
-    if ((rc = env_long("KILN_WORLD_SIZE", 1, 1 << 20, &v, err)) < 0)
+    rank_env_t re;
+    if ((rc = rank_env_parse(NULL, &re, err)))
         return rc;
-    if (rc == 0)
-        cfg->world_size = (int)v;
-    if ((rc = env_long("KILN_RANK", 0, 1 << 20, &v, err)) < 0)
-        return rc;
-    if (rc == 0)
-        cfg->rank = (int)v;
-    if ((rc = env_long("KILN_LOCAL_RANK", 0, 1 << 20, &v, err)) < 0)
-        return rc;
-    if (rc == 0)
-        cfg->local_rank = (int)v;
-    if ((rc = env_long("KILN_MASTER_PORT", 1, 65535, &v, err)) < 0)
-        return rc;
-    if (rc == 0)
-        cfg->master_port = (int)v;
+    comm_config_from_rank(cfg, &re);
+    /* tuning knobs of this module, not part of the rank contract */
     if ((rc = env_long("KILN_COMM_TIMEOUT_S", 1, 86400, &v, err)) < 0)
         return rc;
     if (rc == 0)
         cfg->timeout_s = (double)v;
-    if ((rc = env_long("KILN_COMM_WATCHDOG_S", 1, 86400 * 7, &v, err)) < 0)
-        return rc;
-    if (rc == 0)
-        cfg->watchdog_s = (double)v;
     if ((rc = env_long("KILN_COMM_CHUNK_BYTES", 64, 1L << 30, &v, err)) < 0)
         return rc;
     if (rc == 0)
@@ -69,13 +70,22 @@ int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err)
     if (rc == 0)
         cfg->depth = (int)v;
     const char *s;
-    if ((s = getenv("KILN_MASTER_ADDR")) && *s)
-        cfg->master_addr = s;
-    if ((s = getenv("KILN_JOB_ID")) && *s)
-        cfg->job_id = s;
     if ((s = getenv("KILN_COMM_PROVIDER")) && *s)
         cfg->provider = s;
     return 0;
+}
+
+void comm_keep_abandoned(void *p)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static void *kept[256];
+    static size_t n;
+    if (!p)
+        return;
+    pthread_mutex_lock(&mu);
+    if (n < KILN_ARRAY_LEN(kept))
+        kept[n++] = p;
+    pthread_mutex_unlock(&mu);
 }
 
 static void engine_free(comm_engine_t *e)
@@ -83,8 +93,11 @@ static void engine_free(comm_engine_t *e)
     if (!e)
         return;
     comm_progress_stop(e);
-    if (e->thread_stuck)
-        return; /* the stuck thread still uses the engine and the fabric: they stay allocated */
+    if (e->thread_stuck) {
+        /* the stuck thread still uses the engine and the fabric: they stay allocated */
+        comm_keep_abandoned(e);
+        return;
+    }
     if (e->tp)
         e->tp->close(e);
     else

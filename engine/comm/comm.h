@@ -56,13 +56,16 @@ typedef struct comm_config {
 /* Fills cfg with defaults (world of 1, rank 0, 127.0.0.1, automatic provider). */
 void comm_config_init(comm_config_t *cfg);
 
-/* Fills cfg from the rank contract's environment (docs/contracts.md): KILN_RANK, KILN_WORLD_SIZE,
- * KILN_LOCAL_RANK, KILN_MASTER_ADDR, KILN_MASTER_PORT, KILN_JOB_ID, and the optional
- * KILN_COMM_PROVIDER (shm|tcp|auto), KILN_COMM_TIMEOUT_S, KILN_COMM_WATCHDOG_S,
- * KILN_COMM_CHUNK_BYTES, KILN_COMM_DEPTH.
- * Fields whose
- * variables are unset keep their values. Strings point into the environment (borrowed).
- * Returns 0 or KILN_EINVAL (err names the bad variable). */
+struct rank_env;
+/* Fills cfg's place in the job from the rank contract (rank/rank.h, already read): rank, world
+ * size, local rank, rendezvous address and port, job id and the watchdog; fields the contract
+ * leaves unset keep their values. Strings are borrowed from re. */
+void comm_config_from_rank(comm_config_t *cfg, const struct rank_env *re);
+/* Reads the rank contract from the environment (rank_env_parse) into cfg (comm_config_from_rank),
+ * then this module's own tuning variables: KILN_COMM_PROVIDER (shm|tcp|auto),
+ * KILN_COMM_TIMEOUT_S, KILN_COMM_CHUNK_BYTES, KILN_COMM_DEPTH. Fields whose variables are unset
+ * keep their values. Strings point into the environment (borrowed). Returns 0 or KILN_EINVAL
+ * (err names the bad variable). */
 int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err);
 
 /* Joins the job: rendezvous with every rank through rank 0 (rank 0 listens on master_port),

@@ -182,6 +182,10 @@ struct comm_engine {
 #define COMM_STUCK_US 2000000
 /* Marks op finished with status/msg (msg may be NULL) and wakes waiters. Progress thread. */
 void comm_op_finish(comm_engine_t *e, comm_req_t *op, int status, const char *msg);
+/* Memory a failed engine keeps on purpose (a stuck thread's engine, an abandoned endpoint's
+ * buffers the provider may still touch) stays referenced from here for the process's life, so it
+ * is kept, not lost (and leak checkers see it so). NULL is ignored. Any thread. */
+void comm_keep_abandoned(void *p);
 /* Puts the engine into the failed state (first message wins). Any thread. */
 void comm_engine_fail(comm_engine_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The watchdog tripped for op (stalled for secs): the engine fails with KILN_ETIMEDOUT naming

@@ -3,6 +3,7 @@
  * only while the progress thread reads it) and runs point-to-point operations. The ring
  * algorithms that use it are in ring.c; the rendezvous that exchanges addresses in rendezvous.c. */
 #include "engine/comm/comm_int.h"
+#include "rank/rank.h"
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
@@ -45,7 +46,8 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     const char *what = "fi_getinfo";
     bool tcp = strcmp(prov, "shm") != 0;
     /* A region named after this pid can only be left over from a killed process that had it. */
-    if (!tcp && kiln_shm_unlink_pid((int)getpid()) > 0)
+    int self = (int)getpid();
+    if (!tcp && rank_shm_cleanup(&self, 1) > 0)
         log_info("comm: removed a stale shm region left by an earlier process %d", (int)getpid());
 
     /* Messages of one tag from one peer must not overtake each other (send/recv contract). */
@@ -159,7 +161,11 @@ void comm_fabric_close(comm_engine_t *e)
     comm_fabric_t *f = &e->fab;
     if (f->abandoned) {
         log_debug("comm: leaving the failed fabric endpoint open");
-        memset(f, 0, sizeof(*f)); /* slots stay allocated: the provider may still know them */
+        /* slots stay allocated: the provider may still know them */
+        comm_keep_abandoned(f->slots);
+        comm_keep_abandoned(f->slot_free);
+        comm_keep_abandoned(f->peers);
+        memset(f, 0, sizeof(*f));
         return;
     }
     if (f->slots_mr)

@@ -66,7 +66,7 @@ void dp_opts_init(dp_opts_t *o, const spec_t *s)
     o->overlap = true;
     o->shard_optimizer_state = s ? s->dist.dp_shard_optimizer_state : false;
     o->inject_rank = -1;
-    o->watchdog_s = 300;
+    o->watchdog_s = COMM_WATCHDOG_DEFAULT_S;
 }
 
 static int env_bool(const char *name, bool *out, kiln_err_t *err)
@@ -98,8 +98,7 @@ int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err)
     if ((rc = env_bool("KILN_DP_CHECK", &o->check, err)) ||
         (rc = env_bool("KILN_DP_OVERLAP", &o->overlap, err)) ||
         (rc = env_bool("KILN_DP_ZERO", &o->shard_optimizer_state, err)) ||
-        (rc = env_positive("KILN_DP_BUCKET_MB", &o->bucket_mb, err)) ||
-        (rc = env_positive("KILN_COMM_WATCHDOG_S", &o->watchdog_s, err)))
+        (rc = env_positive("KILN_DP_BUCKET_MB", &o->bucket_mb, err)))
         return rc;
     const char *v = getenv("KILN_DP_INJECT_DIVERGENCE");
     if (v && *v) {
@@ -125,7 +124,7 @@ int dp_create(comm_t *c, const dp_opts_t *o, dp_t **out, kiln_err_t *err)
     d->c = c;
     d->o = *o;
     if (!(d->o.bucket_mb > 0)) d->o.bucket_mb = 25;
-    if (!(d->o.watchdog_s > 0)) d->o.watchdog_s = 300;
+    if (!(d->o.watchdog_s > 0)) d->o.watchdog_s = COMM_WATCHDOG_DEFAULT_S;
     d->rank = comm_rank(c);
     d->world = comm_size(c);
     *out = d;

@@ -32,7 +32,9 @@ typedef struct dp_opts {
     bool check;                 /* after every step, verify all ranks hold identical parameters */
     int inject_rank;            /* tests: this rank perturbs a parameter after step inject_step */
     int64_t inject_step;        /* <= 0: never */
-    double watchdog_s;          /* device collectives: fail when none completes for this long */
+    double watchdog_s;          /* device collectives: fail when none completes for this long
+                                 * (COMM_WATCHDOG_DEFAULT_S; the rank contract's
+                                 * KILN_COMM_WATCHDOG_S, which eng_job_run applies) */
 } dp_opts_t;
 
 /* Counters of one run (for logs, benchmarks and tests). */
@@ -50,7 +52,7 @@ typedef struct dp_stats {
 /* Defaults from spec->dist: bucket_mb, shard_optimizer_state; overlap on, check off. */
 void dp_opts_init(dp_opts_t *o, const struct spec *s);
 /* Overrides from the environment: KILN_DP_CHECK=1, KILN_DP_OVERLAP=0|1, KILN_DP_BUCKET_MB=x,
- * KILN_DP_ZERO=0|1, KILN_DP_INJECT_DIVERGENCE=rank:step, KILN_COMM_WATCHDOG_S=s. Returns 0 or
+ * KILN_DP_ZERO=0|1, KILN_DP_INJECT_DIVERGENCE=rank:step. Returns 0 or
  * KILN_EINVAL (err names the variable). */
 int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err);
 

@@ -116,6 +116,15 @@ char *lf_script(const char *name, const char *body)
     return path;
 }
 
+agent_launcher_t *lf_launcher_cfg(const agent_launcher_config_t *cfg)
+{
+    agent_launch_cbs_t cbs = {on_started, on_line, on_points, on_exit_cb, &R};
+    agent_launcher_t *l = NULL;
+    kiln_err_t err;
+    cr_assert_eq(agent_launcher_create(cfg, &cbs, &l, &err), 0, "%s", err.message);
+    return l;
+}
+
 agent_launcher_t *lf_launcher(const char *bin, int slots, bool gpu, int cores, const char *const *roots, size_t n)
 {
     return lf_launcher_ports(bin, slots, gpu, cores, roots, n, 0, 0);
@@ -126,11 +135,7 @@ agent_launcher_t *lf_launcher_ports(const char *bin, int slots, bool gpu, int co
 {
     agent_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = slots, .gpu = gpu, .cores = cores,
                                    .data_roots = roots, .n_data_roots = n, .port_lo = port_lo, .port_hi = port_hi};
-    agent_launch_cbs_t cbs = {on_started, on_line, on_points, on_exit_cb, &R};
-    agent_launcher_t *l = NULL;
-    kiln_err_t err;
-    cr_assert_eq(agent_launcher_create(&cfg, &cbs, &l, &err), 0, "%s", err.message);
-    return l;
+    return lf_launcher_cfg(&cfg);
 }
 
 bool lf_wait_exits(int n, int timeout_ms)

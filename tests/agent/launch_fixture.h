@@ -51,6 +51,8 @@ agent_launcher_t *lf_launcher(const char *bin, int slots, bool gpu, int cores, c
 /* The same with the rendezvous ports port_lo..port_hi. */
 agent_launcher_t *lf_launcher_ports(const char *bin, int slots, bool gpu, int cores, const char *const *roots,
                                     size_t n, int port_lo, int port_hi);
+/* A launcher with the recorder's callbacks and the whole configuration given. */
+agent_launcher_t *lf_launcher_cfg(const agent_launcher_config_t *cfg);
 /* Waits until n exits arrived; false after timeout_ms. */
 bool lf_wait_exits(int n, int timeout_ms);
 /* The first line of rank starting with prefix, or NULL. Call with R.mu not held. */

@@ -233,7 +233,7 @@ Test(confine, ranks_get_the_roots_a_private_umask_and_none_of_the_agents_secrets
     setenv("KILN_WORKER_CREDENTIAL", "cred-secret-3", 1);
     setenv("KILN_TLS_KEY", "/etc/kiln/agent.key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-4", 1);
-    setenv(KILN_DATA_ROOTS_ENV, "/", 1); /* the agent's own setting must not leak through */
+    setenv(RANK_ENV_DATA_ROOTS, "/", 1); /* the agent's own setting must not leak through */
     setenv("KILN_HARMLESS", "kept", 1);
     char *bin = lf_script("rank.sh",
                           "echo \"roots=$KILN_DATA_ROOTS umask=$(umask)\"\n"
@@ -265,7 +265,7 @@ Test(confine, ranks_get_the_roots_a_private_umask_and_none_of_the_agents_secrets
     unsetenv("KILN_WORKER_CREDENTIAL");
     unsetenv("KILN_TLS_KEY");
     unsetenv("AWS_SECRET_ACCESS_KEY");
-    unsetenv(KILN_DATA_ROOTS_ENV);
+    unsetenv(RANK_ENV_DATA_ROOTS);
     unsetenv("KILN_HARMLESS");
 }
 

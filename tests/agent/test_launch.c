@@ -48,7 +48,10 @@ Test(launch, shared_checkpoint_dir_inside_a_root_is_created_for_the_job)
 
 Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
 {
+    /* Both ranks fail on their own; the launcher would stop the second when the first fails,
+     * so they ignore SIGTERM here (a_failing_rank_stops_its_siblings tests that). */
     char *bin = lf_script("rank.sh",
+        "trap '' TERM\n"
         "echo \"env rank=$KILN_RANK world=$KILN_WORLD_SIZE local=$KILN_LOCAL_RANK/$KILN_LOCAL_WORLD_SIZE "
         "node=$KILN_NODE_RANK/$KILN_NODES master=$KILN_MASTER_ADDR:$KILN_MASTER_PORT threads=$KILN_THREADS "
         "omp=$OMP_NUM_THREADS job=$KILN_JOB_ID attempt=$KILN_ATTEMPT fd=$KILN_METRICS_FD dev=${KILN_DEVICE_ID:-none}\"\n"
@@ -144,9 +147,14 @@ Test(launch, clean_exit_signal_death_and_exit_without_stderr)
         "2) exit 7;;\n"
         "esac\n");
     agent_launcher_t *l = lf_launcher(bin, 3, false, 3, NULL, 0);
+    /* one job each: a failing rank stops the other ranks of its own attempt
+     * (a_failing_rank_stops_its_siblings), and these must end on their own */
+    const char *jobs[] = {"job-2a", "job-2b", "job-2c"};
     int32_t ranks[] = {0, 1, 2};
-    Kiln__Assignment a = lf_assignment("job-2", 1, ranks, 3, "{}");
-    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        Kiln__Assignment a = lf_assignment(jobs[i], 1, &ranks[i], 1, "{}");
+        cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
+    }
     cr_assert(lf_wait_exits(3, 10000));
     for (int i = 0; i < 3; i++) {
         ev_exit_t *e = &R.exits[i];
@@ -162,6 +170,58 @@ Test(launch, clean_exit_signal_death_and_exit_without_stderr)
             cr_assert_str_eq(e->reason, "", "no stderr, no reason (kilnd names the code)");
         }
     }
+    agent_launcher_destroy(l);
+}
+
+/* One rank of an attempt fails: the launcher reports it, then stops the attempt's other ranks
+ * here (SIGTERM, and SIGCONT for one that is stopped), removes the dead rank's shm region, and
+ * passes the watchdog and NaN metrics on as the contract says. */
+Test(launch, a_failing_rank_stops_its_siblings)
+{
+    char *bin = lf_script("rank.sh",
+        "echo \"wd=${KILN_COMM_WATCHDOG_S:-unset}\"\n"
+        "case $KILN_RANK in\n"
+        "0) trap 'echo got-term; exit 143' TERM\n"
+        "   echo up; : > \"$KILN_OUTPUT_DIR/r0-up\"; kill -STOP $$\n"
+        "   while :; do sleep 0.05; done;;\n"
+        "1) while [ ! -e \"$KILN_OUTPUT_DIR/r0-up\" ]; do sleep 0.02; done\n"
+        "   echo \"pid $$\"; : > /dev/shm/$$:0:0\n"
+        "   echo '{\"step\": 4, \"metrics\": {\"train_loss\": 3.5, \"grad_norm\": \"NaN\"}}' >&$KILN_METRICS_FD\n"
+        "   sleep 0.3; echo 'kiln-train: it broke' >&2; exit 1;;\n"
+        "esac\n");
+    agent_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = 2, .cores = 2,
+                                   .comm_watchdog_s = 2.5, .sibling_grace_ms = 3000};
+    agent_launcher_t *l = lf_launcher_cfg(&cfg);
+    kiln_err_t err;
+    int32_t ranks[] = {0, 1};
+    Kiln__Assignment a = lf_assignment("job-sib", 1, ranks, 2, "{}");
+    int64_t t0 = kiln_mono_us();
+    cr_assert_eq(agent_launcher_start(l, &a, &err), 0, "%s", err.message);
+    cr_assert(lf_wait_exits(2, 10000));
+    int64_t took_ms = (kiln_mono_us() - t0) / 1000;
+    cr_assert_eq(R.exits[0].rank, 1, "the failed rank is reported first");
+    cr_assert_eq(R.exits[0].code, 1);
+    cr_assert_str_eq(R.exits[0].reason, "kiln-train: it broke");
+    cr_assert_eq(R.exits[1].rank, 0);
+    cr_assert_eq(R.exits[1].code, 143, "the stopped sibling got SIGCONT and acted on SIGTERM");
+    cr_assert_lt(took_ms, 2500, "stopped by SIGTERM, not by SIGKILL after the grace (%lld ms)", (long long)took_ms);
+    cr_assert_not_null(lf_find_line(0, "got-term"));
+    cr_assert_str_eq(lf_find_line(0, "wd=")->text, "wd=2.5");
+    const ev_line_t *p = lf_find_line(1, "pid ");
+    cr_assert_not_null(p);
+    char shm[64];
+    snprintf(shm, sizeof(shm), "/dev/shm/%d:0:0", atoi(p->text + 4));
+    cr_assert_neq(access(shm, F_OK), 0, "%s is left behind", shm);
+    /* NaN is no point, and the job's log says so once */
+    bool loss = false;
+    for (size_t i = 0; i < R.points.n; i++) {
+        cr_assert_str_neq(R.points.v[i].name, "grad_norm");
+        loss |= !strcmp(R.points.v[i].name, "train_loss") && R.points.v[i].value == 3.5;
+    }
+    cr_assert(loss);
+    const ev_line_t *note = lf_find_line(1, "[kiln-agent] rank 1 reported grad_norm = nan at step 4");
+    cr_assert_not_null(note);
+    cr_assert_eq(note->stream, AGENT_STREAM_STDERR);
     agent_launcher_destroy(l);
 }
 

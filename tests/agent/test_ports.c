@@ -41,6 +41,7 @@ static int start_leader(agent_launcher_t *l, const char *job, int world, int kil
     Kiln__Assignment a = lf_assignment(job, 1, ranks, 1, "{}");
     a.world_size = world;
     a.node_rank = node_rank;
+    a.nodes = world < 2 ? 1 : 2; /* the rank contract: no more agents than ranks */
     a.master_addr = (char *)"127.0.0.1";
     a.master_port = kilnd_port;
     kiln_err_t err;

@@ -28,9 +28,11 @@ void at_setup_with(const api_http_config_t *extra)
     cr_assert(mkdtemp(at_dir));
     char token_file[128];
     snprintf(token_file, sizeof token_file, "%s/admin.token", at_dir);
+    char art_dir[128];
+    snprintf(art_dir, sizeof art_dir, "%s/artifacts", at_dir);
     svc_config_t cfg = {.database_url = at_db, .heartbeat_interval_ms = 1000,
                         .heartbeat_timeout_ms = 60000, .sched_interval_ms = 50, .db_pool_size = 4,
-                        .bootstrap_token_file = token_file};
+                        .bootstrap_token_file = token_file, .artifact_dir = art_dir};
     cr_assert_eq(svc_create(&cfg, &at_svc, &err), 0, "svc_create: %s", err.message);
     char *tok = NULL;
     cr_assert_eq(kiln_file_read(token_file, &tok, NULL, &err), 0, "%s", err.message);
@@ -70,6 +72,59 @@ void at_setup_with(const api_http_config_t *extra)
 void at_setup(void)
 {
     at_setup_with(NULL);
+}
+
+const char *at_db_url(void)
+{
+    return at_db;
+}
+
+const char *at_dir_path(void)
+{
+    return at_dir;
+}
+
+int at_upload(svc_t *s, const char *worker, const char *job_id, int attempt, const char *name, const void *data,
+              size_t len, size_t chunk, kiln_err_t *err)
+{
+    char sha[KILN_SHA256_HEX];
+    kiln_sha256_hex(data, len, sha);
+    Kiln__ArtifactFile f = KILN__ARTIFACT_FILE__INIT;
+    f.name = (char *)name;
+    f.size = (int64_t)len;
+    f.sha256 = sha;
+    Kiln__ArtifactFile *fp[1] = {&f};
+    Kiln__ArtifactManifest m = KILN__ARTIFACT_MANIFEST__INIT;
+    m.worker_id = (char *)worker;
+    m.job_id = (char *)job_id;
+    m.attempt = attempt;
+    m.n_files = 1;
+    m.files = fp;
+    Kiln__ArtifactManifestReply r = KILN__ARTIFACT_MANIFEST_REPLY__INIT;
+    arena_t a;
+    arena_init(&a, 0);
+    kiln_err_clear(err);
+    int rc = svc_agent_artifacts_begin(s, worker, &m, &a, &r, err);
+    int64_t off = rc == 0 && r.n_files == 1 ? r.files[0]->offset : 0;
+    arena_deinit(&a);
+    while (rc == 0 && (size_t)off < len) {
+        size_t n = len - (size_t)off < chunk ? len - (size_t)off : chunk;
+        char csha[KILN_SHA256_HEX];
+        kiln_sha256_hex((const uint8_t *)data + off, n, csha);
+        Kiln__ArtifactChunk c = KILN__ARTIFACT_CHUNK__INIT;
+        c.worker_id = (char *)worker;
+        c.job_id = (char *)job_id;
+        c.attempt = attempt;
+        c.name = (char *)name;
+        c.offset = off;
+        c.data.data = (uint8_t *)data + off;
+        c.data.len = n;
+        c.sha256 = csha;
+        Kiln__ArtifactChunkReply cr = KILN__ARTIFACT_CHUNK_REPLY__INIT;
+        rc = svc_agent_artifact_chunk(s, worker, &c, &cr, err);
+        off = cr.offset;
+    }
+    return rc;
 }
 
 const char *at_db_name(void)

@@ -17,8 +17,16 @@ extern char at_base[64];          /* "http://127.0.0.1:PORT" */
 extern char at_worker[128];       /* id of the worker registered by at_setup */
 extern char at_admin_token[128];  /* the bootstrap cluster admin's token (th_http sends it) */
 
-/* Name of the fixture's database (static storage). */
+/* Name of the fixture's database (static storage), its connection string, and the fixture's
+ * temporary directory (the service's artifact store is its "artifacts"). */
 const char *at_db_name(void);
+const char *at_db_url(void);
+const char *at_dir_path(void);
+/* Uploads data as artifact name of the job's attempt through s, as worker's agent does
+ * (BeginArtifacts, then chunks of `chunk` bytes from the offset kilnd answers). Returns the
+ * first error's status (err filled) or 0. */
+int at_upload(svc_t *s, const char *worker, const char *job_id, int attempt, const char *name, const void *data,
+              size_t len, size_t chunk, kiln_err_t *err);
 /* Criterion .init/.fini: database, service, REST server, one 4-slot CPU worker. */
 void at_setup(void);
 /* at_setup with REST options (CORS origins, metrics auth); addr is the fixture's. */

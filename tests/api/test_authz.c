@@ -141,6 +141,10 @@ static void p_fixed(int caller, char *path, size_t n, const char **body, const c
     *body = b;
 }
 static void p_jobs(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/jobs", NULL); }
+static void p_search(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/jobs:search", "{\"filter\": \"state = QUEUED OR hp.lr > 0\", \"columns\": [\"hp.lr\"]}");
+}
 static void p_submit(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/jobs", job_spec("p")); }
 static void p_job(int c, char *path, size_t n, const char **body)
 {
@@ -171,6 +175,41 @@ static void p_metrics(int c, char *path, size_t n, const char **body)
 {
     (void)c;
     snprintf(path, n, "/v1/jobs/%s/metrics", job_id);
+    *body = NULL;
+}
+static void p_delete(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    new_job();
+    long st;
+    char stop[160];
+    snprintf(stop, sizeof stop, "/v1/jobs/%s:stop", job_id); /* a queued job stops at once: it has ended */
+    json_decref(at_req("POST", stop, "{}", NULL, &st, NULL));
+    cr_assert_eq(st, 200);
+    snprintf(path, n, "/v1/jobs/%s", job_id);
+    *body = NULL;
+}
+static void p_artifacts(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    snprintf(path, n, "/v1/jobs/%s/artifacts", job_id);
+    *body = NULL;
+}
+/* A job of project p that has run and left an artifact (made once). */
+static void p_artifact(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    static char with_artifact[64];
+    if (!with_artifact[0]) {
+        json_t *j = admin("POST", "/v1/jobs", job_spec("p"), 201);
+        kiln_strlcpy(with_artifact, json_string_value(json_object_get(j, "id")), sizeof with_artifact);
+        json_decref(j);
+        int attempt = at_run_job(with_artifact);
+        kiln_err_t err;
+        cr_assert_eq(at_upload(at_svc, at_worker, with_artifact, attempt, "samples.txt", "hello", 5, 4, &err), 0,
+                     "%s", err.message);
+    }
+    snprintf(path, n, "/v1/jobs/%s/artifacts/samples.txt", with_artifact);
     *body = NULL;
 }
 static void p_workers(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/workers", NULL); }
@@ -223,7 +262,11 @@ static void p_prom(int c, char *path, size_t n, const char **body) { p_fixed(c, 
 static const row_t k_rows[] = {
     {"GET", "/v1/jobs", p_jobs, {EVERYONE(200)}},
     {"POST", "/v1/jobs", p_submit, {UNAUTH, 403, 201, 403, 201, 201}},
+    {"POST", "/v1/jobs:search", p_search, {EVERYONE(200)}},
     {"GET", "/v1/jobs/{id}", p_job, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"DELETE", "/v1/jobs/{id}", p_delete, {UNAUTH, 403, 200, 404, 200, 200}},
+    {"GET", "/v1/jobs/{id}/artifacts", p_artifacts, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"GET", "/v1/jobs/{id}/artifacts/{name}", p_artifact, {UNAUTH, 200, 200, 404, 200, 200}},
     {"POST", "/v1/jobs/{id}:stop", p_stop, {UNAUTH, 403, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/events", p_events, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/logs", p_logs, {UNAUTH, 200, 200, 404, 200, 200}},
@@ -275,6 +318,12 @@ Test(authz, every_route_times_every_caller)
 {
     world();
     new_job();
+    {
+        /* the job with an artifact runs first, while the worker's slots are free */
+        char p[256];
+        const char *b;
+        p_artifact(C_CLUSTER_ADMIN, p, sizeof p, &b);
+    }
     api_route_info_t routes[128];
     size_t n = api_http_routes(routes, 128);
     int cells = 0;
@@ -331,6 +380,13 @@ Test(authz, lists_show_only_what_the_caller_may_see)
         json_t *x;
         json_array_foreach(jobs, k, x)
             cr_assert(strstr(cases[i].projects, json_string_value(json_object_get(x, "project"))));
+        json_decref(j);
+        /* a search sees the same jobs, however wide its filter */
+        j = at_req("POST", "/v1/jobs:search", "{\"filter\": \"project = q OR project = p OR NOT project = p\"}", hdrs,
+                   &st, NULL);
+        cr_assert_eq(st, 200);
+        cr_assert_eq((int)json_array_size(json_object_get(j, "jobs")), cases[i].jobs, "%s searches",
+                     k_callers[cases[i].caller]);
         json_decref(j);
         j = at_req("GET", "/v1/projects", NULL, hdrs, &st, NULL);
         cr_assert_eq(st, 200);

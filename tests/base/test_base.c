@@ -186,22 +186,60 @@ Test(file, private_files_and_directories)
     cr_assert_eq(system(cmd), 0);
 }
 
-Test(file, shm_regions_of_a_pid_are_removed)
+/* Artifact names: what may become a file name in kilnd's store and a URL segment. */
+Test(base, artifact_names)
 {
-    /* A pid far above any live one: nothing real is named after it. */
-    int pid = 4000000 + (int)(getpid() % 1000);
-    char path[64];
-    snprintf(path, sizeof(path), "/dev/shm/%d:0:0", pid);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fclose(f);
-    snprintf(path, sizeof(path), "/dev/shm/%d:1:0", pid);
-    f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fclose(f);
-    cr_assert_eq(kiln_shm_unlink_pid(pid), 2);
-    cr_assert_eq(access(path, F_OK), -1);
-    cr_assert_eq(kiln_shm_unlink_pid(pid), 0);
+    const char *good[] = {"model_llmc.bin", "partition_plan.json", "samples.txt", "A", "9.tar.gz", "x-y_z.1"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        cr_assert(kiln_artifact_name_ok(good[i], "name", NULL), "%s", good[i]);
+    char long_name[200];
+    memset(long_name, 'b', 129);
+    long_name[129] = '\0';
+    const char *bad[] = {"", ".", "..", "../x", "a/b", "/abs", ".hidden", "-x", "_x", "a b", "a\\b", "a:b", "caf\xc3\xa9",
+                         "x\n", long_name};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kiln_err_t err;
+        cr_assert_not(kiln_artifact_name_ok(bad[i], "files[3].name", &err), "\"%s\"", bad[i]);
+        cr_assert_str_eq(err.field, "files[3].name");
+        cr_assert(err.hint[0]);
+    }
+    long_name[128] = '\0';
+    cr_assert(kiln_artifact_name_ok(long_name, "name", NULL), "128 characters are allowed");
+}
+
+/* SHA-256 against the published test vectors (FIPS 180-2), whole and in pieces and from a file. */
+Test(base, sha256_vectors)
+{
+    char out[KILN_SHA256_HEX];
+    kiln_sha256_hex("", 0, out);
+    cr_assert_str_eq(out, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    kiln_sha256_hex("abc", 3, out);
+    cr_assert_str_eq(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    kiln_sha256_t h;
+    kiln_sha256_init(&h);
+    const char *msg = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    for (const char *p = msg; *p; p += 5)
+        kiln_sha256_update(&h, p, strlen(p) < 5 ? strlen(p) : 5);
+    kiln_sha256_final(&h, out);
+    cr_assert_str_eq(out, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    cr_assert(kiln_sha256_hex_ok(out));
+    cr_assert_not(kiln_sha256_hex_ok("248D6A61D20638B8E5C026930C3E6039A33CE45964FF2167F6ECEDD419DB06C1"));
+    cr_assert_not(kiln_sha256_hex_ok("abc"));
+    char path[] = "/tmp/kiln-sha-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    /* a million 'a's: more than one of kiln_sha256_fd's reads */
+    char *a = malloc(1000000);
+    memset(a, 'a', 1000000);
+    cr_assert_eq(write(fd, a, 1000000), 1000000);
+    int64_t size = 0;
+    kiln_err_t err;
+    cr_assert_eq(kiln_sha256_fd(fd, &size, out, &err), 0);
+    cr_assert_eq(size, 1000000);
+    cr_assert_str_eq(out, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    close(fd);
+    unlink(path);
+    free(a);
 }
 
 Test(text, utf8_check_finds_the_first_bad_byte)

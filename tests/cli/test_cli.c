@@ -3,6 +3,7 @@
  * the same binary against a real kilnd. */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -340,4 +341,116 @@ Test(cli_main, bad_spec_file_exits_1, .init = cr_redirect_stderr)
     cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", "http://127.0.0.1:1", "submit", path, NULL}), 1);
     cr_assert_eq(run_cli(3, (const char *[]){"kiln", "submit", "/nonexistent/job.json", NULL}), 1);
     unlink(path);
+}
+
+static void print_artifacts(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j); }
+
+Test(cli_format, artifacts_table_and_sizes)
+{
+    char b[24];
+    cr_assert_str_eq(cli_fmt_bytes(0, b, sizeof b), "0 B");
+    cr_assert_str_eq(cli_fmt_bytes(1023, b, sizeof b), "1023 B");
+    cr_assert_str_eq(cli_fmt_bytes(1536, b, sizeof b), "1.5 KiB");
+    cr_assert_str_eq(cli_fmt_bytes(139776, b, sizeof b), "136 KiB");
+    cr_assert_str_eq(cli_fmt_bytes(497759232.0, b, sizeof b), "475 MiB");
+    cr_assert_str_eq(cli_fmt_bytes(3.0 * (1 << 30), b, sizeof b), "3.0 GiB");
+    json_t *a = load("{\"artifacts\": [{\"name\": \"model_llmc.bin\", \"size\": 139776, \"sha256\": "
+                     "\"af576245b461f53c83a6574236760363b03a9b1cf3479e4809e0fecd45940afd\", \"created_at\": "
+                     "\"2026-11-24T19:00:39.318Z\", \"attempt\": 1}, {\"name\": \"samples.txt\", \"size\": 300, "
+                     "\"sha256\": \"a8464d4f5692f9c770d8d315c0285bfdcdf30c69b6c7560994006bdb3de78087\", "
+                     "\"created_at\": \"2026-11-24T19:00:39.320Z\", \"attempt\": 2}]}");
+    char *out = capture(print_artifacts, a, 0);
+    cr_assert(strstr(out, "NAME               SIZE  SHA256            ATTEMPT  CREATED\n"), "%s", out);
+    cr_assert(strstr(out, "model_llmc.bin  136 KiB  af576245b461f53c        1  2026-11-24 19:00:39\n"), "%s", out);
+    cr_assert(strstr(out, "samples.txt       300 B  a8464d4f5692f9c7        2  2026-11-24 19:00:39\n"), "%s", out);
+    free(out);
+    json_decref(a);
+    a = load("{\"artifacts\": []}");
+    out = capture(print_artifacts, a, 0);
+    cr_assert(strstr(out, "no artifacts"), "%s", out);
+    free(out);
+    json_decref(a);
+}
+
+/* ---- search and compare ---------------------------------------------------------------------- */
+
+static void print_search(FILE *f, const json_t *j, int64_t now) { cli_print_search(f, j, now); }
+static void print_compare(FILE *f, const json_t *j, int64_t now)
+{
+    (void)now;
+    const char *m[] = {"val_loss"};
+    cli_print_compare(f, j, m, 1);
+}
+
+Test(cli_format, search_table_shows_the_columns)
+{
+    json_t *jobs = load(
+        "[{\"id\": \"0b6c1f2e-1234-4abc-8def-0123456789ab\", \"name\": \"a\", \"state\": \"COMPLETED\","
+        "  \"created_at\": \"2026-11-21T06:00:00Z\", \"columns\": {\"hp.lr\": 0.0003, \"metrics.val_loss.min\": 1.52}},"
+        " {\"id\": \"77777777-0000-4000-8000-000000000000\", \"name\": \"b\", \"state\": \"FAILED\","
+        "  \"created_at\": \"2026-11-21T05:00:00Z\", \"columns\": {\"hp.lr\": 0.001, \"metrics.val_loss.min\": null,"
+        "  \"hp.seed\": 7}}]");
+    char *out = capture(print_search, jobs, at("2026-11-21T07:00:00Z"));
+    char *l1 = strchr(out, '\n') + 1, *l2 = strchr(l1, '\n') + 1;
+    cr_assert(strstr(out, "ID        NAME  STATE") == out && strstr(out, "hp.lr  metrics.val_loss.min  hp.seed\n"), "%s",
+              out);
+    cr_assert(strstr(l1, "0b6c1f2e  a     COMPLETED") == l1 && strstr(l1, "0.0003") && strstr(l1, "1.52"), "%s", out);
+    /* b has no val_loss: "-" */
+    cr_assert(strstr(l2, "0.001  ") && strstr(l2, "  -  ") && strstr(l2, "  7\n"), "%s", out);
+    free(out);
+    json_decref(jobs);
+    json_t *none = json_array();
+    out = capture(print_search, none, 0);
+    cr_assert_str_eq(out, "no jobs match\n");
+    free(out);
+    json_decref(none);
+}
+
+Test(cli_format, compare_marks_what_differs)
+{
+    json_t *jobs = load(
+        "[{\"id\": \"0b6c1f2e-1234-4abc-8def-0123456789ab\", \"name\": \"a\", \"state\": \"COMPLETED\","
+        "  \"project\": \"default\", \"spec\": {\"hyperparameters\": {\"lr\": 0.0003, \"max_steps\": 100},"
+        "  \"model\": {\"type\": \"gpt\", \"n_layer\": 2}},"
+        "  \"summaries\": {\"val_loss\": {\"count\": 10, \"min\": 1.5, \"min_step\": 80, \"max\": 4.0, \"max_step\": 1,"
+        "  \"last\": 1.6, \"last_step\": 100}}},"
+        " {\"id\": \"77777777-0000-4000-8000-000000000000\", \"name\": \"b\", \"state\": \"COMPLETED\","
+        "  \"project\": \"default\", \"spec\": {\"hyperparameters\": {\"lr\": 0.001, \"max_steps\": 100},"
+        "  \"model\": {\"type\": \"gpt\", \"n_layer\": 2}}, \"summaries\": {}}]");
+    char *out = capture(print_compare, jobs, 0);
+    cr_assert(strstr(out, "1 0b6c1f2e") && strstr(out, "2 77777777"), "%s", out);
+    cr_assert(strstr(out, "*  hp.lr "), "lr differs: %s", out);
+    cr_assert(strstr(out, "   hp.max_steps "), "max_steps does not: %s", out);
+    cr_assert(strstr(out, "   model.n_layer "), "%s", out);
+    cr_assert(strstr(out, "*  name "), "%s", out);
+    cr_assert(strstr(out, "   state "), "%s", out);
+    cr_assert(strstr(out, "*  metrics.val_loss.min") && strstr(out, "1.5 @80"), "%s", out);
+    free(out);
+    json_decref(jobs);
+}
+
+Test(cli_format, chart_draws_series_on_shared_axes)
+{
+    double x[5] = {1, 2, 3, 4, 5}, y1[5] = {4, 3, 2, 1.5, 1}, y2[5] = {4, 3.5, 3, NAN, 2.5};
+    cli_series_t s[2] = {{x, y1, 5}, {x, y2, 5}};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cli_print_chart(f, "val_loss", s, 2, 20, 4);
+    fclose(f);
+    /* 4 rows between "4" and "1", the first points of both series coincide */
+    cr_assert(!strncmp(text, "val_loss\n4 |*", 13), "%s", text);
+    cr_assert(strstr(text, "\n1 |") && strstr(text, "  1    ") && strstr(text, "5 (step)"), "%s", text);
+    cr_assert(strchr(text, '2') && strchr(text, '1'), "%s", text);
+    int ones = 0, twos = 0;
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        const char *bar = strchr(line, '|'), *end = strchr(line, '\n');
+        for (const char *p = bar && bar < end ? bar : end; p < end; p++) {
+            ones += *p == '1';
+            twos += *p == '2';
+        }
+    }
+    cr_assert_eq(ones, 4, "%s", text);
+    cr_assert_eq(twos, 3, "one point is NaN: %s", text);
+    free(text);
 }

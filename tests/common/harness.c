@@ -211,6 +211,12 @@ int th_http(const char *method, const char *url, const char *body, const char *c
 int th_http_headers(const char *method, const char *url, const char *body, const char *const headers[],
                     long *status, char **out, char **headers_out, long timeout_ms)
 {
+    return th_http_bytes(method, url, body, headers, status, out, NULL, headers_out, timeout_ms);
+}
+
+int th_http_bytes(const char *method, const char *url, const char *body, const char *const headers[],
+                  long *status, char **out, size_t *out_len, char **headers_out, long timeout_ms)
+{
     CURL *c = curl_easy_init();
     if (!c)
         return -1;
@@ -244,6 +250,8 @@ int th_http_headers(const char *method, const char *url, const char *body, const
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
     }
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     if (hl)
         curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_write_cb);
@@ -253,6 +261,8 @@ int th_http_headers(const char *method, const char *url, const char *body, const
     if (rc == CURLE_OK || (rc == CURLE_OPERATION_TIMEDOUT && b.n > 0)) {
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
         *out = b.p;
+        if (out_len)
+            *out_len = b.n;
     } else {
         free(b.p);
         *out = NULL;
@@ -300,4 +310,12 @@ char *th_wait_json_state(const char *url, const char *states, long timeout_ms)
         fprintf(stderr, "harness: timed out waiting for state %s at %s; last reply: %.500s\n", states, url, last);
     free(last);
     return NULL;
+}
+
+char *th_url_escape(const char *s)
+{
+    char *e = curl_easy_escape(NULL, s ? s : "", 0);
+    char *out = strdup(e ? e : "");
+    curl_free(e);
+    return out;
 }

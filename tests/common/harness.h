@@ -53,6 +53,13 @@ int th_http(const char *method, const char *url, const char *body, const char *c
 int th_http_headers(const char *method, const char *url, const char *body, const char *const headers[],
                     long *status, char **out, char **headers_out, long timeout_ms);
 
+/* th_http_headers that also gives the body's length (*out_len, may be NULL): for binary bodies.
+ * HEAD asks for the headers alone. */
+int th_http_bytes(const char *method, const char *url, const char *body, const char *const headers[],
+                  long *status, char **out, size_t *out_len, char **headers_out, long timeout_ms);
+/* s URL-encoded for a query string (NULL counts as ""). Caller frees. */
+char *th_url_escape(const char *s);
+
 /* Polls GET url every 100 ms until the JSON field "state" of the reply equals one of the
  * '|'-separated states (e.g. "COMPLETED|FAILED"); returns the final reply (caller frees) or NULL
  * after timeout_ms. */

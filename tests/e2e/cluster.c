@@ -281,13 +281,14 @@ static bool e2e_kilnd_try_start_i(int r)
                       "--grpc-addr", grpc_addr};
     int argc = 7;
     /* TLS on both APIs, mutual TLS for agents, the first admin's token and the join token. */
-    static char cert[PATH_MAX], key[PATH_MAX], ca[PATH_MAX], boot[PATH_MAX];
+    static char cert[PATH_MAX], key[PATH_MAX], ca[PATH_MAX], boot[PATH_MAX], arts[PATH_MAX];
     snprintf(cert, sizeof cert, "%.255s/server.pem", c->tls_dir);
     snprintf(key, sizeof key, "%.255s/server.key", c->tls_dir);
     snprintf(ca, sizeof ca, "%.255s/ca.pem", c->tls_dir);
     snprintf(boot, sizeof boot, "%.127s/admin.token", c->dir);
+    snprintf(arts, sizeof arts, "%.127s/artifacts", c->dir);
     char *more[] = {"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--bootstrap-token-file", boot,
-                    "--join-token-file", c->join_file};
+                    "--join-token-file", c->join_file, "--artifact-dir", arts};
     for (size_t i = 0; i < (sizeof more / sizeof more[0]); i++)
         argv[argc++] = more[i];
     if (c->heartbeat_timeout_ms > 0) {
@@ -408,14 +409,21 @@ void e2e_kilnd_kill(void)
     }
 }
 
-/* Each agent's command line, kept for e2e_agent_restart (heap strings). */
+/* Each agent's command line and environment (NULL: the test's own), kept for e2e_agent_restart
+ * (heap strings; the environment is the caller's static array). */
 static char *e2e_agent_argv[E2E_AGENTS][40];
+static char *const *e2e_agent_envp;
 
-static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg)
+/* A cluster of kilnd replicas (1 or 2) on the shared test PostgreSQL or, with own_pg, on the
+ * test's own (its socket directory); agents pass --comm-watchdog-s comm_watchdog_s when above 0
+ * and run with agent_env (NULL: this process's environment). */
+static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg, int comm_watchdog_s,
+                      char *const *agent_env)
 {
     e2e_cluster_t *c = &e2e_storage;
     memset(c, 0, sizeof *c);
     e2e_cl = c;
+    e2e_agent_envp = agent_env;
     if (own_pg)
         snprintf(c->own_pg, sizeof c->own_pg, "%s", own_pg);
     /* Ranks orphaned by a killed agent are reparented to this test process (and reaped in
@@ -479,6 +487,10 @@ static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg
 
     const char *agent = e2e_bin("kiln-agent");
     bool has_cores = e2e_has_flag(agent, "--cores");
+    char watchdog[16];
+    snprintf(watchdog, sizeof watchdog, "%d", comm_watchdog_s);
+    if (comm_watchdog_s > 0)
+        cr_assert(e2e_has_flag(agent, "--comm-watchdog-s"), "kiln-agent has no --comm-watchdog-s");
     /* What jobs may read: the repository's data; where both agents may keep checkpoints: a
      * directory beside (not above) their work dirs. */
     char data_root[PATH_MAX + 8], shared_root[PATH_MAX];
@@ -507,12 +519,16 @@ static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg
             aargv[an++] = "--cores";
             aargv[an++] = slots;
         }
+        if (comm_watchdog_s > 0) {
+            aargv[an++] = "--comm-watchdog-s";
+            aargv[an++] = watchdog;
+        }
         aargv[an] = NULL;
         for (int k = 0; k < an; k++)
             e2e_agent_argv[i][k] = strdup(aargv[k]);
         e2e_agent_argv[i][an] = NULL;
         snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
-        c->agents[i] = e2e_spawn(e2e_agent_argv[i], NULL, log, NULL);
+        c->agents[i] = e2e_spawn(e2e_agent_argv[i], agent_env, log, NULL);
         cr_assert(c->agents[i] > 0, "could not start kiln-agent %d", i);
     }
 
@@ -562,17 +578,17 @@ static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg
 
 void e2e_setup(void)
 {
-    e2e_start(0, 1, NULL);
+    e2e_start(0, 1, NULL, 0, NULL);
 }
 
 void e2e_setup_fast_heartbeat(void)
 {
-    e2e_start(3000, 1, NULL);
+    e2e_start(3000, 1, NULL, 0, NULL);
 }
 
 void e2e_setup_replicas(void)
 {
-    e2e_start(3000, 2, NULL);
+    e2e_start(3000, 2, NULL, 0, NULL);
 }
 
 /* Runs a pg.sh function for the test's own cluster (dir "" to make one); returns its output. */
@@ -593,7 +609,7 @@ void e2e_setup_chaos(void)
 {
     char *out = e2e_pg_sh("", "pg_start && pg_createdb chaos >/dev/null && printf '%s' \"$KILN_PG_DIR\"");
     cr_assert(out && out[0] == '/', "no PostgreSQL of the test's own: %s", out ? out : "");
-    e2e_start(3000, 2, out);
+    e2e_start(3000, 2, out, 0, NULL);
     free(out);
 }
 
@@ -630,8 +646,19 @@ void e2e_agent_restart(int i)
     }
     char log[PATH_MAX];
     snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
-    c->agents[i] = e2e_spawn(e2e_agent_argv[i], NULL, log, NULL);
+    c->agents[i] = e2e_spawn(e2e_agent_argv[i], e2e_agent_envp, log, NULL);
     cr_assert(c->agents[i] > 0, "could not start kiln-agent %d again", i);
+}
+
+void e2e_setup_short_watchdog(void)
+{
+    e2e_start(0, 1, NULL, E2E_WATCHDOG_S, NULL);
+}
+
+void e2e_setup_slow_uploads(void)
+{
+    static char *env[] = {"KILN_AGENT_UPLOAD_CHUNK_KB=4", "KILN_AGENT_UPLOAD_DELAY_MS=150", NULL};
+    e2e_start(0, 1, NULL, 0, env);
 }
 
 void e2e_teardown(void)
@@ -840,6 +867,48 @@ json_t *e2e_freeze_at_step(const char *job_id, long step, long timeout_ms, pid_t
     cr_assert_fail("job %s did not reach step %ld while RUNNING (last: %s at step %lld)", job_id, step, state,
                    (long long)got);
     return NULL;
+}
+
+pid_t e2e_rank_pid(const char *job_id, int rank)
+{
+    char want_job[128], want_rank[32];
+    snprintf(want_job, sizeof want_job, "KILN_JOB_ID=%s", job_id);
+    snprintf(want_rank, sizeof want_rank, "KILN_RANK=%d", rank);
+    pid_t pids[E2E_MAX_RANKS];
+    int n = e2e_procs_env(want_job, pids, E2E_MAX_RANKS);
+    for (int i = 0; i < n; i++) {
+        char path[64], buf[65536];
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)pids[i]);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t len = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        /* entries are NUL-separated: compare whole entries */
+        for (ssize_t k = 0; len > 0 && k < len; k += (ssize_t)strlen(buf + k) + 1) {
+            buf[len] = '\0';
+            if (!strcmp(buf + k, want_rank))
+                return pids[i];
+        }
+    }
+    return -1;
+}
+
+bool e2e_pid_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return true;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return true;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": a zombie (Z) or dead (X) process is gone too */
+    const char *p = strrchr(buf, ')');
+    return !p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X';
 }
 
 void e2e_thaw(const pid_t *ranks, int n_ranks)

@@ -43,6 +43,14 @@ extern e2e_cluster_t *e2e_cl;
 void e2e_setup(void);
 /* Like e2e_setup, with kilnd told a short heartbeat timeout when it has the flag. */
 void e2e_setup_fast_heartbeat(void);
+/* Like e2e_setup, with the agents' collective watchdog (--comm-watchdog-s, the ranks'
+ * KILN_COMM_WATCHDOG_S) at E2E_WATCHDOG_S seconds. */
+#define E2E_WATCHDOG_S 3
+void e2e_setup_short_watchdog(void);
+/* Like e2e_setup, with agents that upload artifacts in 4 KiB chunks and pause 150 ms after each
+ * (KILN_AGENT_UPLOAD_CHUNK_KB, KILN_AGENT_UPLOAD_DELAY_MS): an upload long enough to cut. kilnd
+ * keeps artifacts in <dir>/artifacts in every set-up. */
+void e2e_setup_slow_uploads(void);
 void e2e_teardown(void);
 /* (Re)starts kilnd on the cluster's database and ports and waits for /readyz; SIGKILLs it. */
 void e2e_kilnd_start(void);
@@ -95,6 +103,10 @@ json_t *e2e_wait_step(const char *job_id, long step, long timeout_ms);
 #define E2E_MAX_RANKS 16
 json_t *e2e_freeze_at_step(const char *job_id, long step, long timeout_ms, pid_t *ranks, int *n_ranks);
 void e2e_thaw(const pid_t *ranks, int n_ranks);
+/* The pid of the job's kiln-train process with KILN_RANK=rank (from /proc), or -1. */
+pid_t e2e_rank_pid(const char *job_id, int rank);
+/* Whether pid no longer runs (no such process, or a zombie). */
+bool e2e_pid_gone(pid_t pid);
 /* The job's events array (caller owns the {"events": [...]} object). */
 json_t *e2e_events(const char *job_id);
 /* "QUEUED,SCHEDULED,..." of an events reply, into buf. */

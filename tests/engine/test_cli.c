@@ -197,6 +197,44 @@ Test(cli, sigterm_checkpoints_exits_143_and_resumes)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 143);
 }
 
+/* KILN_RESUME_FROM: a job started from another directory's checkpoint (its own directory holds
+ * none); and bad values of the rank contract's variables are refused with exit 2, naming them. */
+Test(cli, resumes_from_another_directory_and_refuses_a_bad_contract)
+{
+    char env_spec[512], env_ck[256], env_from[256];
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("six", "6"));
+    snprintf(env_ck, sizeof(env_ck), "KILN_CHECKPOINT_DIR=%s/a", g_dir);
+    char *env[] = {env_spec, env_ck, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
+    cr_assert_eq(run_train("six", env, NULL, true), 0);
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("ten", "10"));
+    snprintf(env_ck, sizeof(env_ck), "KILN_CHECKPOINT_DIR=%s/b", g_dir);
+    snprintf(env_from, sizeof(env_from), "KILN_RESUME_FROM=%s/a", g_dir);
+    char *env2[] = {env_spec, env_ck, env_from, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
+    cr_assert_eq(run_train("ten", env2, NULL, true), 0);
+    char lp[256], want[320];
+    snprintf(lp, sizeof(lp), "%s/ten.log", g_dir);
+    snprintf(want, sizeof(want), "resumed from %s/a/ckpt_00000006.bin", g_dir);
+    char *log = read_text(lp);
+    cr_assert(strstr(log, want), "no \"%s\" in:\n%s", want, log);
+    cr_assert(strstr(log, "step 7/10") && !strstr(log, "step 6/10"), "%s", log);
+    free(log);
+
+    const char *bad[][2] = {{"KILN_RANK=abc", "KILN_RANK"},
+                            {"KILN_COMM_WATCHDOG_S=0", "KILN_COMM_WATCHDOG_S"},
+                            {"KILN_METRICS_FD=-4", "KILN_METRICS_FD"}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *env3[] = {env_spec, (char *)bad[i][0], NULL};
+        char name[32];
+        snprintf(name, sizeof(name), "bad%zu", i);
+        cr_assert_eq(run_train(name, env3, NULL, true), 2, "%s", bad[i][0]);
+        snprintf(lp, sizeof(lp), "%s/%s.log", g_dir, name);
+        log = read_text(lp);
+        const char *last = last_line(log);
+        cr_assert(strstr(last, bad[i][1]), "the last line does not name %s: %s", bad[i][1], last);
+        free(log);
+    }
+}
+
 Test(cli, bad_specs_and_data_exit_2)
 {
     char env_spec[512];

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "rank/rank.h"
 #include "spec/spec.h"
 
 static char g_data[1200];
@@ -253,6 +254,66 @@ Test(train, init_from_llmc_checkpoint)
     cr_assert(strstr(err.message, "does not match"), "%s", err.message);
     free(bad.losses);
     spec_deinit(&s);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* model.init_from "job:<id>": the model is the file kiln-agent fetched (opts.init_model), read
+ * even outside KILN_DATA_ROOTS (kiln put it there, no spec named it); without it the run is
+ * refused naming the field and saying how to run it by hand. */
+Test(train, init_from_a_job_reads_the_fetched_model)
+{
+    char dir[] = "/tmp/kiln-eng-job-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/model_llmc.bin", dir);
+    eng_gpt_config_t cfg = {32, 256, 256, 2, 2, 32};
+    eng_gpt_t *m = NULL;
+    kiln_err_t err;
+    cr_assert_eq(eng_gpt_create(&cfg, &eng_cpu_backend, 1, &m, &err), 0);
+    eng_gpt_init_weights(m, 99);
+    eng_cpu_backend.scale(m->p.params, 3.0f, m->p.n);
+    cr_assert_eq(eng_gpt_llmc_write(m, path, &err), 0, "%s", err.message);
+    eng_gpt_destroy(m);
+
+    char json[2048], spliced[3072];
+    snprintf(json, sizeof(json), TINY_GPT, data_path(), 4, 7);
+    char *model_end = strstr(json, "\"vocab\": \"bytes\"}");
+    cr_assert(model_end);
+    int head = (int)(model_end - json) + (int)strlen("\"vocab\": \"bytes\"");
+    spec_t by_path, by_job;
+    snprintf(spliced, sizeof(spliced), "%.*s, \"init_from\": \"%s\"%s", head, json, path, json + head);
+    cr_assert_eq(spec_parse_string(spliced, &by_path, &err), 0, "%s", err.message);
+    snprintf(spliced, sizeof(spliced), "%.*s, \"init_from\": \"job:0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11\"%s", head,
+             json, json + head);
+    cr_assert_eq(spec_parse_string(spliced, &by_job, &err), 0, "%s", err.message);
+
+    eng_train_opts_t o = opts();
+    eng_train_result_t res;
+    memset(&res, 0, sizeof(res));
+    cr_assert_eq(eng_train_run(&by_job, &o, &res, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "model.init_from");
+    cr_assert(strstr(err.message, "--init-model"), "%s", err.message);
+    free(res.losses);
+
+    eng_train_result_t a, b;
+    run_ok(&by_path, &o, &a);
+    /* the data roots (the training text's directory) do not hold the fetched copy; that is no
+     * reason to refuse it */
+    char root[1300];
+    snprintf(root, sizeof(root), "%s", data_path());
+    *strrchr(root, '/') = '\0';
+    setenv(RANK_ENV_DATA_ROOTS, root, 1);
+    o.init_model = path;
+    run_ok(&by_job, &o, &b);
+    unsetenv(RANK_ENV_DATA_ROOTS);
+    cr_assert_float_eq(a.losses[0], b.losses[0], 1e-6, "the same model either way: %f vs %f", a.losses[0],
+                       b.losses[0]);
+    free(a.losses);
+    free(b.losses);
+    spec_deinit(&by_path);
+    spec_deinit(&by_job);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);

@@ -147,6 +147,20 @@ static const rest_case_t rest_cases[] = {
      "Last-Event-ID"},
     {"metrics max_points 0", "GET", "/v1/jobs/{id}/metrics?max_points=0", NULL, NULL, 400, "max_points"},
     {"metrics attempt 0", "GET", "/v1/jobs/{id}/metrics?attempt=0", NULL, NULL, 400, "attempt"},
+    {"metrics attempt +1", "GET", "/v1/jobs/{id}/metrics?attempt=%2B1", NULL, NULL, 400, "attempt"},
+    {"metrics max_points 1e3", "GET", "/v1/jobs/{id}/metrics?max_points=1e3", NULL, NULL, 400, "max_points"},
+    {"filter not UTF-8", "GET", "/v1/jobs?filter=%FF%FE", NULL, NULL, 400, "filter"},
+    {"%00 in a filter", "GET", "/v1/jobs?filter=name%20%3D%20%22a%00%22", NULL, NULL, 400, "filter"},
+    {"order_by not UTF-8", "GET", "/v1/jobs?order_by=%C0%AF", NULL, NULL, 400, "order_by"},
+    {"%00 in columns", "GET", "/v1/jobs?columns=hp.lr%00", NULL, NULL, 400, "columns"},
+    {"page_size 1e2", "GET", "/v1/jobs?page_size=1e2", NULL, NULL, 400, "page_size"},
+    {"search page_size 501", "POST", "/v1/jobs:search", NULL, "{\"page_size\": 501}", 400, "page_size"},
+    {"search page_size 2.5", "POST", "/v1/jobs:search", NULL, "{\"page_size\": 2.5}", 400, "page_size"},
+    {"search page token not a token", "POST", "/v1/jobs:search", NULL, "{\"page_token\": \"%%%\"}", 400,
+     "page_token"},
+    {"%00 in an artifact name", "GET", "/v1/jobs/{id}/artifacts/model%00.bin", NULL, NULL, 400, "name"},
+    {"artifact name not UTF-8", "GET", "/v1/jobs/{id}/artifacts/%FF%FE", NULL, NULL, 400, "name"},
+    {"%00 after a job id to delete", "DELETE", "/v1/jobs/{id}%00", NULL, NULL, 400, "id"},
     {"train file://", "POST", "/v1/jobs", NULL, "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"file://\"}}",
      400, "data.train"},
     {"train file://://x.txt", "POST", "/v1/jobs", NULL,
@@ -305,6 +319,9 @@ typedef struct grpc_case {
 /* A GetJobRequest {id "00000000-0000-0000-0000-000000000000\0zz"} */
 #define NUL_ID_HEX "0a 27 30 30 30 30 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 30 30 " \
                    "30 30 30 30 30 30 00 7a 7a"
+/* A DownloadArtifactRequest {id "00000000-0000-0000-0000-000000000000" name "a\0b"} */
+#define DL_NUL_NAME_HEX "0a 24 30 30 30 30 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 30 " \
+                        "30 30 30 30 30 30 30 12 03 61 00 62"
 /* A RegisterRequest {worker_id "w\xfe\xff" slots 1 slot_type "cpu"} */
 #define BAD_WORKER_HEX "0a 03 77 fe ff 20 01 2a 03 63 70 75"
 
@@ -347,6 +364,16 @@ static const grpc_case_t grpc_cases[] = {
     {"GetMetrics max_points 0", "TrainingService/GetMetrics", "{\"id\": \"{id}\", \"max_points\": 0}", NULL, 0,
      "INVALID_ARGUMENT", "max_points"},
     {"GetMetrics name not UTF-8", "TrainingService/GetMetrics", NULL, "12 02 ff fe", 0, "INVALID_ARGUMENT", "name"},
+    {"SearchJobs filter not UTF-8", "TrainingService/SearchJobs", NULL, "0a 02 ff fe", 0, "INVALID_ARGUMENT",
+     "filter"},
+    {"SearchJobs columns with a NUL", "TrainingService/SearchJobs", NULL, "1a 03 61 00 62", 0, "INVALID_ARGUMENT",
+     "columns"},
+    {"SearchJobs page_size 501", "TrainingService/SearchJobs", "{\"page_size\": 501}", NULL, 0, "INVALID_ARGUMENT",
+     "page_size"},
+    {"SearchJobs page_size -1", "TrainingService/SearchJobs", "{\"page_size\": -1}", NULL, 0, "INVALID_ARGUMENT",
+     "page_size"},
+    {"DownloadArtifact name with a NUL", "TrainingService/DownloadArtifact", NULL, DL_NUL_NAME_HEX, 0,
+     "INVALID_ARGUMENT", "name"},
     {"StreamLogs follow on an unknown job", "TrainingService/StreamLogs",
      "{\"id\": \"00000000-0000-0000-0000-000000000000\", \"follow\": true}", NULL, 0, "NOT_FOUND", ""},
     {"StreamLogs since NaN", "TrainingService/StreamLogs", "{\"id\": \"{id}\", \"since\": \"nan\"}", NULL, 0,

@@ -840,6 +840,66 @@ Test(grpc, training_service_jobs_round_trip)
     free(wid);
 }
 
+Test(grpc, training_service_searches_jobs)
+{
+    kiln_err_t err;
+    static const double lrs[] = {0.003, 0.0001, 0.001};
+    char ids[3][40];
+    for (int i = 0; i < 3; i++) {
+        json_t *spec = json_pack("{s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}, s:{s:f, s:i}, s:{s:s}}", "name", "g",
+                                 "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2, "data", "train",
+                                 "synthetic", "hyperparameters", "lr", lrs[i], "global_batch_size", 8, "tags", "team",
+                                 i == 1 ? "cv" : "nlp");
+        json_t *job = NULL;
+        bool created;
+        cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &job, &created, &err), 0, "%s", err.message);
+        snprintf(ids[i], sizeof ids[i], "%s", json_string_value(json_object_get(job, "id")));
+        json_decref(job);
+        json_decref(spec);
+    }
+    Kiln__SearchJobsRequest req = KILN__SEARCH_JOBS_REQUEST__INIT;
+    char *cols[] = {(char *)"hp.lr", (char *)"metrics.val_loss.min"};
+    req.filter = (char *)"hp.lr <= 1e-3 OR tags.team = cv";
+    req.order_by = (char *)"hp.lr desc";
+    req.columns = cols;
+    req.n_columns = 2;
+    req.page_size = 1;
+    int code;
+    char *token = NULL;
+    const char *want[] = {ids[2], ids[1]};
+    for (int page = 0; page < 3; page++) {
+        req.page_token = token ? token : (char *)"";
+        Kiln__ListJobsResponse *r = (Kiln__ListJobsResponse *)tcall("SearchJobs", &req.base,
+                                                                     &kiln__list_jobs_response__descriptor, &code, &err);
+        cr_assert_not_null(r, "SearchJobs: %d %s", code, err.message);
+        if (page == 2) {
+            cr_assert_eq(r->n_jobs, 0);
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+            break;
+        }
+        cr_assert_eq(r->n_jobs, 1);
+        cr_assert_str_eq(r->jobs[0]->id, want[page]);
+        /* hp.lr comes back as a column; the metric the job never reported does not */
+        cr_assert_eq(r->jobs[0]->n_columns, 1);
+        cr_assert_str_eq(r->jobs[0]->columns[0]->key, "hp.lr");
+        cr_assert_float_eq(r->jobs[0]->columns[0]->value, lrs[page == 0 ? 2 : 1], 1e-15);
+        free(token);
+        token = r->next_page_token && r->next_page_token[0] ? strdup(r->next_page_token) : NULL;
+        protobuf_c_message_free_unpacked(&r->base, NULL);
+        if (!token)
+            break;
+    }
+    free(token);
+    /* a bad filter: INVALID_ARGUMENT naming the field, with the caret and the hint */
+    req.filter = (char *)"hp.lrr < 1";
+    req.page_token = (char *)"";
+    cr_assert_null(tcall("SearchJobs", &req.base, &kiln__list_jobs_response__descriptor, &code, &err));
+    cr_assert_eq(code, 3, "INVALID_ARGUMENT, got %d", code);
+    cr_assert(strstr(err.message, "filter: unknown hyperparameter \"lrr\""), "%s", err.message);
+    cr_assert(strstr(err.message, "hp.lrr < 1\n^^^^^^"), "%s", err.message);
+    cr_assert(strstr(err.message, "did you mean hp.lr?"), "%s", err.message);
+}
+
 Test(grpc, training_service_metrics_come_back_as_series)
 {
     char *bin = write_script(

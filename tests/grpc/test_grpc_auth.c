@@ -41,12 +41,13 @@ static void setup(void)
     const char *t = th_tls_dir();
     cr_assert_not_null(t);
     snprintf(tls, sizeof tls, "%s", t);
-    char boot[200], join[200];
+    char boot[200], join[200], arts[200];
     snprintf(boot, sizeof boot, "%s/admin.token", dir);
     snprintf(join, sizeof join, "%s/join.token", dir);
+    snprintf(arts, sizeof arts, "%s/artifacts", dir);
     svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
                         .sched_interval_ms = 50, .db_pool_size = 4, .bootstrap_token_file = boot,
-                        .join_token_file = join};
+                        .join_token_file = join, .artifact_dir = arts};
     cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
     char *tok = slurp_line(boot);
     snprintf(admin_token, sizeof admin_token, "%s", tok);
@@ -128,7 +129,7 @@ static json_t *run_calls(const gcall_t *calls, size_t n, bool tls_on)
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     json_t *out = json_array();
-    static char all[1 << 20];
+    static char all[8 << 20]; /* a streamed download comes back base64-encoded */
     size_t len = fread(all, 1, sizeof all - 1, p);
     all[len] = '\0';
     int st = pclose(p);
@@ -159,7 +160,7 @@ static const char *const k_callers[C_COUNT] = {"no token", "bad token", "expired
                                                "editor", "admin of another project", "project admin",
                                                "cluster admin"};
 static char tokens[C_COUNT][128];
-static char job_p[64], victim_token[64], stop_jobs[C_COUNT][64];
+static char job_p[64], victim_token[64], stop_jobs[C_COUNT][64], del_jobs[C_COUNT][64];
 
 static void user(const char *name, int64_t expires_in_s, char *token_out)
 {
@@ -234,6 +235,10 @@ static void world(void)
         user(name, 0, NULL);
         member("p", name, "viewer");
         new_job("p", stop_jobs[c]);
+        new_job("p", del_jobs[c]);
+        json_t *j = NULL;
+        cr_assert_eq(svc_job_stop(S, svc_caller_kilnd(), del_jobs[c], "ended", &j, &err), 0, "%s", err.message);
+        json_decref(j);
     }
     new_job("p", job_p);
     sleep(1); /* the 1-second token has expired */
@@ -256,6 +261,12 @@ typedef struct row {
                      "UNAUTHENTICATED"
 
 static json_t *r_empty(int c) { (void)c; return json_object(); }
+static json_t *r_search(int c)
+{
+    (void)c;
+    return json_pack("{s:s, s:s, s:[s]}", "filter", "state = QUEUED OR hp.lr > 0", "order_by", "hp.lr desc", "columns",
+                     "hp.lr");
+}
 static json_t *r_job(int c) { (void)c; return json_pack("{s:s}", "id", job_p); }
 static json_t *r_create(int c)
 {
@@ -276,6 +287,8 @@ static json_t *r_remove(int c)
     snprintf(name, sizeof name, "v%d", c);
     return json_pack("{s:s, s:s}", "project", "p", "user", name);
 }
+static json_t *r_delete(int c) { return json_pack("{s:s}", "id", del_jobs[c]); }
+static json_t *r_artifact(int c) { (void)c; return json_pack("{s:s, s:s}", "id", job_p, "name", "model_llmc.bin"); }
 static json_t *r_register(int c) { (void)c; return json_pack("{s:s, s:i, s:s}", "hostname", "forged", "slots", 64, "slot_type", "cpu"); }
 
 static const row_t k_rows[] = {
@@ -283,6 +296,7 @@ static const row_t k_rows[] = {
      {UNAUTH, "PERMISSION_DENIED", "OK", "PERMISSION_DENIED", "OK", "OK"}},
     {"/kiln.TrainingService/GetJob", r_job, {JOB_READ}},
     {"/kiln.TrainingService/ListJobs", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/SearchJobs", r_search, {EVERYONE}},
     {"/kiln.TrainingService/StopJob", r_stop, {UNAUTH, "PERMISSION_DENIED", "OK", "NOT_FOUND", "OK", "OK"}},
     {"/kiln.TrainingService/ListJobEvents", r_job, {JOB_READ}},
     {"/kiln.TrainingService/StreamLogs", r_job, {JOB_READ}},
@@ -299,6 +313,12 @@ static const row_t k_rows[] = {
     {"/kiln.TrainingService/ListMembers", r_members, {JOB_READ}},
     {"/kiln.TrainingService/SetMember", r_set, {MANAGE}},
     {"/kiln.TrainingService/RemoveMember", r_remove, {MANAGE}},
+    {"/kiln.TrainingService/ListArtifacts", r_job, {JOB_READ}},
+    /* job_p has no artifact: whoever may read the job learns just that (downloads have their
+     * own test below) */
+    {"/kiln.TrainingService/DownloadArtifact", r_artifact, {UNAUTH, "NOT_FOUND", "NOT_FOUND", "NOT_FOUND",
+                                                           "NOT_FOUND", "NOT_FOUND"}},
+    {"/kiln.TrainingService/DeleteJob", r_delete, {UNAUTH, "PERMISSION_DENIED", "OK", "NOT_FOUND", "OK", "OK"}},
     /* user tokens are no agent's credential, not even a cluster admin's */
     {"/kiln.AgentService/RegisterWorker", r_register, {NOT_AN_AGENT}},
     {"/kiln.AgentService/Heartbeat", r_empty, {NOT_AN_AGENT}},
@@ -306,6 +326,9 @@ static const row_t k_rows[] = {
     {"/kiln.AgentService/PushLogs", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/PushMetrics", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/ReportRankExit", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/BeginArtifacts", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/PutArtifactChunk", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/FetchInitModel", r_empty, {NOT_AN_AGENT}},
 };
 
 static const row_t *row_of(const char *method)
@@ -548,4 +571,187 @@ Test(grpc_auth, training_service_over_tls_and_not_in_clear)
     json_t *res = run_calls(&plain, 1, false);
     cr_assert_str_eq(code_of(res, 0), "UNAVAILABLE");
     json_decref(res);
+}
+
+/* ---- artifacts ----------------------------------------------------------------------------- */
+
+/* A job of project p run by a worker driven through the service, with an artifact of n
+ * pseudo-random bytes uploaded as its agent would; returns the bytes (caller frees). */
+static uint8_t *job_with_artifact(char *job, char *wid, size_t n)
+{
+    kiln_err_t err;
+    arena_t a;
+    arena_init(&a, 0);
+    /* ahead of the world's queued jobs for the one slot */
+    json_t *spec = json_pack("{s:s, s:s, s:i, s:{s:s, s:[i], s:i, s:i}, s:{s:s}}", "name", "art", "project", "p",
+                             "priority", 100, "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2,
+                             "data", "train", "synthetic");
+    json_t *jj = NULL;
+    bool created;
+    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &jj, &created, &err), 0, "%s", err.message);
+    snprintf(job, 64, "%s", json_string_value(json_object_get(jj, "id")));
+    json_decref(jj);
+    json_decref(spec);
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
+    req.hostname = "art";
+    req.slots = 1;
+    req.slot_type = "cpu";
+    cr_assert_eq(svc_agent_register(S, &req, NULL, &a, &reg, &err), 0, "%s", err.message);
+    snprintf(wid, 64, "%s", reg.worker_id);
+    int attempt = -1;
+    for (int i = 0; i < 200 && attempt < 0; i++) {
+        Kiln__HeartbeatRequest hb = KILN__HEARTBEAT_REQUEST__INIT;
+        Kiln__HeartbeatResponse out = KILN__HEARTBEAT_RESPONSE__INIT;
+        hb.worker_id = wid;
+        cr_assert_eq(svc_agent_heartbeat(S, wid, &hb, &a, &out, &err), 0, "%s", err.message);
+        for (size_t k = 0; k < out.n_assignments; k++)
+            if (!strcmp(out.assignments[k]->job_id, job))
+                attempt = out.assignments[k]->attempt;
+        if (attempt < 0)
+            usleep(50000);
+    }
+    cr_assert(attempt > 0);
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 7 + i / 251);
+    char sha[KILN_SHA256_HEX];
+    kiln_sha256_hex(data, n, sha);
+    Kiln__ArtifactFile f = KILN__ARTIFACT_FILE__INIT, *fp[1] = {&f};
+    f.name = "model_llmc.bin";
+    f.size = (int64_t)n;
+    f.sha256 = sha;
+    Kiln__ArtifactManifest m = KILN__ARTIFACT_MANIFEST__INIT;
+    m.worker_id = wid;
+    m.job_id = job;
+    m.attempt = attempt;
+    m.n_files = 1;
+    m.files = fp;
+    Kiln__ArtifactManifestReply r = KILN__ARTIFACT_MANIFEST_REPLY__INIT;
+    cr_assert_eq(svc_agent_artifacts_begin(S, wid, &m, &a, &r, &err), 0, "%s", err.message);
+    Kiln__ArtifactChunk c = KILN__ARTIFACT_CHUNK__INIT;
+    c.worker_id = wid;
+    c.job_id = job;
+    c.attempt = attempt;
+    c.name = "model_llmc.bin";
+    c.data.data = data;
+    c.data.len = n;
+    c.sha256 = sha;
+    Kiln__ArtifactChunkReply cr = KILN__ARTIFACT_CHUNK_REPLY__INIT;
+    cr_assert_eq(svc_agent_artifact_chunk(S, wid, &c, &cr, &err), 0, "%s", err.message);
+    cr_assert(cr.complete);
+    arena_deinit(&a);
+    return data;
+}
+
+/* The bytes of a DownloadArtifact stream's messages (base64 in grpc_client.py's JSON). */
+static size_t stream_bytes(json_t *r, uint8_t *out, size_t cap, int64_t *first_offset)
+{
+    size_t n = 0, i;
+    json_t *msg;
+    *first_offset = -1;
+    json_array_foreach(json_object_get(r, "response"), i, msg) {
+        const char *b64 = json_string_value(json_object_get(msg, "data"));
+        const char *off = json_string_value(json_object_get(msg, "offset")); /* int64 in proto JSON: text */
+        if (*first_offset < 0)
+            *first_offset = off ? atoll(off) : 0;
+        /* decode base64 */
+        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        unsigned v = 0;
+        int bits = 0;
+        for (const char *p = b64 ? b64 : ""; *p && *p != '='; p++) {
+            const char *q = strchr(tbl, *p);
+            cr_assert_not_null(q, "base64");
+            v = (v << 6) | (unsigned)(q - tbl);
+            bits += 6;
+            if (bits >= 8) {
+                bits -= 8;
+                cr_assert_lt(n, cap);
+                out[n++] = (uint8_t)(v >> bits);
+            }
+        }
+    }
+    return n;
+}
+
+Test(grpc_auth, artifacts_list_download_and_delete_over_grpc)
+{
+    world();
+    char job[64], wid[64];
+    size_t n = 1500000; /* more than one message */
+    uint8_t *data = job_with_artifact(job, wid, n);
+    char sha[KILN_SHA256_HEX];
+    kiln_sha256_hex(data, n, sha);
+    json_t *r = one((gcall_t){.method = "/kiln.TrainingService/ListArtifacts",
+                              .request = json_pack("{s:s}", "id", job), .token = tokens[C_VIEWER]});
+    cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+    json_t *a = json_array_get(json_object_get(json_object_get(r, "response"), "artifacts"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(a, "name")), "model_llmc.bin");
+    cr_assert_str_eq(json_string_value(json_object_get(a, "sha256")), sha);
+    json_decref(r);
+
+    uint8_t *got = malloc(n);
+    int64_t first = 0;
+    r = one((gcall_t){.method = "/kiln.TrainingService/DownloadArtifact",
+                      .request = json_pack("{s:s, s:s}", "id", job, "name", "model_llmc.bin"), .token = tokens[C_VIEWER]});
+    cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+    cr_assert_gt(json_array_size(json_object_get(r, "response")), 1, "streamed in pieces");
+    cr_assert_eq(stream_bytes(r, got, n, &first), n);
+    cr_assert(!memcmp(got, data, n), "byte for byte");
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.TrainingService/DownloadArtifact",
+                      .request = json_pack("{s:s, s:s, s:i, s:i}", "id", job, "name", "model_llmc.bin", "offset", 1000,
+                                           "length", 10),
+                      .token = tokens[C_VIEWER]});
+    cr_assert_str_eq(code(r), "OK");
+    cr_assert_eq(stream_bytes(r, got, n, &first), 10);
+    cr_assert_eq(first, 1000);
+    cr_assert(!memcmp(got, data + 1000, 10));
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.TrainingService/DownloadArtifact",
+                      .request = json_pack("{s:s, s:s, s:I}", "id", job, "name", "model_llmc.bin", "offset",
+                                           (json_int_t)n + 1),
+                      .token = tokens[C_VIEWER]});
+    cr_assert_str_eq(code(r), "OUT_OF_RANGE", "%s", json_string_value(json_object_get(r, "details")));
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.TrainingService/DownloadArtifact",
+                      .request = json_pack("{s:s, s:s}", "id", job, "name", "../admin.token"), .token = tokens[C_VIEWER]});
+    cr_assert_str_eq(code(r), "INVALID_ARGUMENT");
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.TrainingService/DownloadArtifact",
+                      .request = json_pack("{s:s, s:s}", "id", job, "name", "model_llmc.bin"),
+                      .token = tokens[C_OTHER_ADMIN]});
+    cr_assert_str_eq(code(r), "NOT_FOUND", "another project's admin does not see it");
+    json_decref(r);
+    /* a running job is not deleted; an editor deletes it once it has ended */
+    r = one((gcall_t){.method = "/kiln.TrainingService/DeleteJob", .request = json_pack("{s:s}", "id", job),
+                      .token = tokens[C_EDITOR]});
+    cr_assert_str_eq(code(r), "FAILED_PRECONDITION", "%s", json_string_value(json_object_get(r, "details")));
+    json_decref(r);
+    json_t *j = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_stop(S, svc_caller_kilnd(), job, "done", &j, &err), 0, "%s", err.message);
+    json_decref(j);
+    /* STOPPING until its worker reports the rank gone */
+    Kiln__RankExit ex = KILN__RANK_EXIT__INIT;
+    ex.worker_id = wid;
+    ex.job_id = job;
+    ex.attempt = 1;
+    ex.exit_code = 143;
+    cr_assert_eq(svc_agent_rank_exit(S, wid, &ex, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), job, &j, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "STOPPED");
+    json_decref(j);
+    r = one((gcall_t){.method = "/kiln.TrainingService/DeleteJob", .request = json_pack("{s:s}", "id", job),
+                      .token = tokens[C_EDITOR]});
+    cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+    json_t *removed = json_object_get(json_object_get(r, "response"), "removed");
+    cr_assert_str_eq(json_string_value(json_object_get(removed, "artifacts")), "1", "int64 map values are text");
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.TrainingService/ListArtifacts", .request = json_pack("{s:s}", "id", job),
+                      .token = tokens[C_EDITOR]});
+    cr_assert_str_eq(code(r), "NOT_FOUND");
+    json_decref(r);
+    free(got);
+    free(data);
 }

@@ -62,6 +62,18 @@ class Offline(unittest.TestCase):
         line = kiln.LogLine.from_json({"seq": 5, "rank": 0, "attempt": 2, "line": "resumed"})
         self.assertEqual((line.attempt, str(line)), (2, "[rank 0, attempt 2] resumed"))
 
+    def test_artifact_and_model_data(self):
+        a = kiln.Artifact.from_json({"name": "model_llmc.bin", "size": 139776, "sha256": "af57", "created_at": "t",
+                                     "attempt": 2})
+        self.assertEqual((a.name, a.size, a.sha256, a.attempt), ("model_llmc.bin", 139776, "af57", 2))
+        client = kiln.Client(url="https://kilnd.example:8080", token="kiln_not-a-real-one")
+        m = kiln.ModelData(client, "0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11", a)
+        self.assertIsInstance(m, str, "model_data is a string, as SageMaker's is")
+        self.assertEqual(m, "https://kilnd.example:8080/v1/jobs/0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11/artifacts/"
+                            "model_llmc.bin")
+        self.assertEqual((m.url, m.name, m.size, m.sha256), (str(m), "model_llmc.bin", 139776, "af57"))
+        self.assertEqual(kiln.MODEL_ARTIFACT, "model_llmc.bin")
+
     def test_error_from_reply(self):
         e = kiln.KilnError.from_reply(400, b'{"code": "invalid_argument", "message": "must be positive (got -1)",'
                                            b' "field": "hyperparameters.lr", "hint": "try 3e-4"}')
@@ -420,6 +432,49 @@ class Live(unittest.TestCase):
         with self.assertRaises(kiln.KilnError) as cm:
             job.stop()
         self.assertEqual(cm.exception.status, 409)
+
+    def test_search_and_compare(self):
+        run = "sdk-sweep-%d-%d" % (os.getpid(), int(time.time() * 1000))
+        jobs = []
+        for lr in (3e-3, 3e-4):
+            est = tiny_estimator(self.client, "sdk-sweep")
+            est.hyperparameters["lr"] = lr
+            est.extra["tags"] = {"suite": "sdk", "run": run}
+            jobs.append(est.fit(wait=False))
+        for j in jobs:
+            j.wait(timeout=120)
+            self.assertEqual(j.state, "COMPLETED", j.reason)
+        found = self.client.search('tags.run = "%s" AND metrics.train_loss.count >= %d' % (run, MAX_STEPS),
+                                   order_by="hp.lr asc", columns=["hp.lr", "metrics.train_loss.min"])
+        self.assertEqual([j.id for j in found], [jobs[1].id, jobs[0].id])
+        self.assertAlmostEqual(found[0].columns["hp.lr"], 3e-4)
+        summary = found[0].summaries["train_loss"]
+        self.assertEqual(summary["count"], MAX_STEPS)
+        self.assertEqual(found[0].columns["metrics.train_loss.min"], summary["min"])
+        # Paging by one gives the same jobs; an OR across a hyperparameter and a summary finds both.
+        self.assertEqual([j.id for j in self.client.search('tags.run = "%s"' % run, page_size=1, order_by="hp.lr")],
+                         [jobs[1].id, jobs[0].id])
+        both = self.client.search('tags.run = "%s" AND (hp.lr > 1e-3 OR metrics.train_loss.last < %r)'
+                                  % (run, summary["last"] + 1), limit=5)
+        self.assertEqual(len(both), 2)
+        # The job read by id carries every summary.
+        self.assertIn("train_loss", self.client.job(jobs[0].id).summaries)
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.search("hp.lrr < 1")
+        e = cm.exception
+        self.assertEqual((e.status, e.field, e.hint), (400, "filter", "did you mean hp.lr?"))
+        self.assertIn("^^^^^^", e.detail)
+        c = self.client.compare([j.id for j in jobs], max_points=10)
+        self.assertEqual([j.id for j in c["jobs"]], [j.id for j in jobs])
+        self.assertEqual(c["hyperparameters"]["lr"], [3e-3, 3e-4])
+        self.assertIn("lr", c["differing"])
+        self.assertNotIn("max_steps", c["differing"])
+        self.assertEqual(len(c["summaries"]["train_loss"]), 2)
+        curves = c["curves"]["train_loss"]
+        self.assertEqual(len(curves), 2)
+        self.assertTrue(all(2 <= len(points) <= 10 for points in curves), curves)
+        self.assertEqual(curves[0][0][0], 1)
+        self.assertEqual(curves[0][-1][0], MAX_STEPS)
 
     def test_bad_spec_raises_with_field(self):
         est = tiny_estimator(self.client, "sdk-bad")

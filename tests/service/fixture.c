@@ -180,6 +180,19 @@ void rank_exit(const char *wid, const char *job, int attempt, int rank, int code
     cr_assert_eq(svc_agent_rank_exit(svc, wid, &rq, &err), 0, "rank exit: %s", err.message);
 }
 
+void rank_killed(const char *wid, const char *job, int attempt, int rank, int sig, const char *reason)
+{
+    Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
+    rq.worker_id = (char *)wid;
+    rq.job_id = (char *)job;
+    rq.attempt = attempt;
+    rq.rank = rank;
+    rq.exit_code = -1;
+    rq.signal = sig;
+    rq.reason = (char *)(reason ? reason : "");
+    cr_assert_eq(svc_agent_rank_exit(svc, wid, &rq, &err), 0, "rank exit: %s", err.message);
+}
+
 void push_logs(const char *wid, const char *job, int attempt, int rank, int first, int n)
 {
     Kiln__LogLine *lines = calloc((size_t)n, sizeof(*lines));

@@ -31,6 +31,8 @@ void status(const char *wid, const char *job, int attempt, bool started, const c
 /* Started, with the rendezvous port the agent picked (as node 0 reports it). */
 void status_port(const char *wid, const char *job, int attempt, int port);
 void rank_exit(const char *wid, const char *job, int attempt, int rank, int code, const char *reason);
+/* The agent reports that a rank was killed by signal sig (exit code -1). */
+void rank_killed(const char *wid, const char *job, int attempt, int rank, int sig, const char *reason);
 void push_logs(const char *wid, const char *job, int attempt, int rank, int first, int n);
 void push_metrics(const char *wid, const char *job, int attempt, int step0, int nsteps);
 /* The job's events as "STATE STATE ..." (to_state of each, oldest first). */

@@ -169,7 +169,7 @@ Test(submit, list_filters_and_pages)
     json_decref(out);
     svc_job_filter_t f = {.page_size = 2};
     int seen = 0;
-    char tok[128] = "";
+    char tok[512] = "";
     for (int page = 0; page < 5; page++) {
         f.page_token = tok[0] ? tok : NULL;
         cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &f, &out, &err), 0, "%s", err.message);
@@ -330,6 +330,113 @@ Test(life, failing_rank_fails_the_job_and_stops_the_others)
     cr_assert_str_eq(state_of(j), "FAILED");
     cr_assert_str_eq(json_string_value(json_object_get(j, "reason")), reason);
     json_decref(j);
+}
+
+/* Waits until the job's attempt is `attempt` and the workers got its assignments (heartbeats
+ * from both), then reports them started. As in run_job, node 0's agent reports the rendezvous
+ * port it picked as soon as it has its assignment: node 1's waits for that port. */
+static void place_again(char w[2][64], const char *id, int attempt)
+{
+    bool got[2] = {false, false}, leader[2] = {false, false};
+    for (int t = 0; t < 10000 && !(got[0] && got[1]); t += 50) {
+        for (int k = 0; k < 2; k++) {
+            if (got[k])
+                continue;
+            Kiln__HeartbeatResponse *r = hb(w[k], NULL, 0);
+            got[k] = r->n_assignments == 1;
+            if (got[k] && r->assignments[0]->node_rank == 0) {
+                leader[k] = true;
+                status_port(w[k], id, attempt, 29500);
+            }
+        }
+        if (!(got[0] && got[1])) {
+            struct timespec ts = {0, 50 * 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    cr_assert(got[0] && got[1], "attempt %d was not placed on both workers again", attempt);
+    json_t *j = get(id);
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), attempt);
+    json_decref(j);
+    for (int k = 0; k < 2; k++)
+        if (!leader[k])
+            status(w[k], id, attempt, true, NULL);
+    json_decref(wait_state(id, "RUNNING", 2000));
+}
+
+Test(life, a_dead_rank_loses_the_attempt_and_the_next_resumes_on_the_same_workers)
+{
+    char w[2][64], id[40];
+    run_job(2, 3, w, id);
+    rank_killed(w[1], id, 1, 1, 9, "Killed");
+    json_t *j = get(id);
+    cr_assert(!strcmp(state_of(j), "RESTARTING") || !strcmp(state_of(j), "SCHEDULED"), "%s", state_of(j));
+    json_decref(j);
+    json_t *ev = NULL;
+    cr_assert_eq(svc_job_events(svc, svc_caller_kilnd(), id, &ev, &err), 0);
+    const char *reason = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(ev, "events"), i, e)
+        if (!strcmp(json_string_value(json_object_get(e, "to_state")), "RESTARTING"))
+            reason = json_string_value(json_object_get(e, "reason"));
+    cr_assert_not_null(reason, "no RESTARTING event");
+    cr_assert(strstr(reason, "rank 1") && strstr(reason, w[1]) && strstr(reason, "signal 9"), "%s", reason);
+    cr_assert(strstr(reason, "attempt 1 of 3 lost"), "%s", reason);
+    json_decref(ev);
+    /* The other rank is told to stop; once it exits, both slots are free and attempt 2 goes onto
+     * the same two workers (the only ones there are). */
+    Kiln__HeartbeatResponse *r = hb(w[0], id, 1);
+    cr_assert_eq(r->n_stops, 1);
+    cr_assert_eq(r->stops[0]->attempt, 1);
+    rank_exit(w[0], id, 1, 0, 1, "kiln-train: rank 1 (host h) disconnected");
+    place_again(w, id, 2);
+    char evs[256];
+    events_str(id, evs, sizeof(evs));
+    cr_assert(strstr(evs, "RUNNING RESTARTING SCHEDULED STARTING RUNNING"), "%s", evs);
+    /* A late report from attempt 1 changes nothing; attempt 2 completes. */
+    rank_exit(w[1], id, 1, 1, 1, "late");
+    rank_exit(w[0], id, 2, 0, 0, NULL);
+    rank_exit(w[1], id, 2, 1, 0, NULL);
+    j = wait_state(id, "COMPLETED", 2000);
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), 2);
+    json_decref(j);
+}
+
+Test(life, a_rank_failing_in_the_last_attempt_fails_the_job_naming_it)
+{
+    char w[2][64], id[40];
+    run_job(2, 2, w, id);
+    rank_exit(w[0], id, 1, 0, 1, "kiln-train: rank 1 (host h) disconnected");
+    json_decref(wait_state(id, "RESTARTING", 2000));
+    rank_killed(w[1], id, 1, 1, 15, "Terminated");
+    place_again(w, id, 2);
+    const char *why = "kiln-train: no progress for 3 s in an all-reduce: waiting on rank 1 (host h)";
+    rank_exit(w[0], id, 2, 0, 1, why);
+    json_t *j = get(id);
+    cr_assert_str_eq(state_of(j), "FAILED");
+    const char *reason = json_string_value(json_object_get(j, "reason"));
+    cr_assert(strstr(reason, "rank 0") && strstr(reason, w[0]) && strstr(reason, "code 1") && strstr(reason, why),
+              "%s", reason);
+    json_decref(j);
+}
+
+Test(life, a_rank_exiting_with_code_2_fails_the_job_at_once)
+{
+    char w[2][64], id[40];
+    run_job(2, 3, w, id);
+    rank_exit(w[1], id, 1, 1, 2, "kiln-train: data.train: no such file");
+    json_t *j = get(id);
+    cr_assert_str_eq(state_of(j), "FAILED", "a bad spec or data is not retried");
+    const char *reason = json_string_value(json_object_get(j, "reason"));
+    cr_assert(strstr(reason, "rank 1") && strstr(reason, "code 2 (bad spec or data)") && strstr(reason, "no such file"),
+              "%s", reason);
+    cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), 1);
+    json_decref(j);
+    char evs[256];
+    events_str(id, evs, sizeof(evs));
+    cr_assert_str_eq(evs, "QUEUED SCHEDULED STARTING RUNNING FAILED");
+    cr_assert_eq(hb(w[0], id, 1)->n_stops, 1, "the other rank is stopped");
 }
 
 Test(life, an_assignment_the_agent_never_got_is_delivered_again)

@@ -293,3 +293,33 @@ Test(spec, whatever_parses_its_normal_form_parses_again)
         spec_deinit(&t);
     }
 }
+
+/* model.init_from "job:<id>": another job's model, kept as a lower-case id; anything else after
+ * "job:" is refused naming the field; an mlp has nothing to start from. */
+Test(spec, init_from_names_a_job_or_a_file)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\", \"init_from\": "
+                                   "\"job:0B6C2F0E-1D3A-4C55-9D7E-2F1E9A7B5C11\"}, \"data\": {\"train\": \"/d/t.txt\"}}",
+                                   &s, &err), 0, "%s", err.message);
+    cr_assert_str_eq(s.model.init_from, "job:0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11");
+    json_t *j = spec_to_json(&s);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "model"), "init_from")),
+                     "job:0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11");
+    json_decref(j);
+    spec_deinit(&s);
+    const char *bad[] = {"job:", "job:123", "job:0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c1", "job:../../etc/passwd",
+                         "job:0b6c2f0e_1d3a_4c55_9d7e_2f1e9a7b5c11"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"model\": {\"type\": \"gpt\", \"init_from\": \"%s\"}, \"data\": {\"train\": "
+                 "\"/d/t.txt\"}}", bad[i]);
+        cr_assert_eq(spec_parse_string(text, &s, &err), KILN_EINVAL, "%s", bad[i]);
+        cr_assert_str_eq(err.field, "model.init_from");
+        cr_assert(strstr(err.message, "names no job"), "%s", err.message);
+    }
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"mlp\", \"n_inputs\": 4, \"n_classes\": 2, \"init_from\": "
+                                   "\"/d/m.bin\"}, \"data\": {\"train\": \"synthetic\"}}", &s, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "model.init_from");
+}

@@ -251,54 +251,48 @@ Test(jobs, list_filters_and_pages)
     cr_assert_eq(store_job_transition(c, ids[6], "QUEUED", "STOPPED", "x", 0, STORE_TR_ENDED, NULL, &err), 0);
 
     /* Pages of 3, newest first, no job twice, none missed. */
-    store_job_query_t q = {.limit = 3};
+    store_search_t q = {.limit = 3};
     int seen = 0;
     char prev_names[8][16];
+    json_t *cursor = NULL;
     for (int page = 0; page < 5; page++) {
-        json_t *arr = NULL;
-        bool more = false;
-        int64_t nus = 0;
-        char nid[STORE_ID_LEN];
-        cr_assert_eq(store_job_list_json(c, &q, &arr, &more, &nus, nid, &err), 0, "%s", err.message);
+        json_t *arr = NULL, *next = NULL;
+        q.after = cursor;
+        cr_assert_eq(store_job_search_json(c, &q, &arr, &next, &err), 0, "%s", err.message);
         for (size_t i = 0; i < json_array_size(arr); i++) {
             const char *nm = json_string_value(json_object_get(json_array_get(arr, i), "name"));
             kiln_strlcpy(prev_names[seen], nm, 16);
             seen++;
         }
         json_decref(arr);
-        if (!more)
+        json_decref(cursor);
+        cursor = next;
+        if (!next)
             break;
-        q.has_cursor = true;
-        q.cursor_us = nus;
-        kiln_strlcpy(q.cursor_id, nid, sizeof(q.cursor_id));
     }
+    json_decref(cursor);
     cr_assert_eq(seen, 7);
     cr_assert_str_eq(prev_names[0], "job6");
     cr_assert_str_eq(prev_names[6], "job0");
 
-    /* Filters: state list and tags. */
-    const char *states[] = {"STOPPED"};
-    store_job_query_t qs = {.states = states, .nstates = 1, .limit = 50};
-    json_t *arr = NULL;
-    bool more;
-    int64_t nus;
-    char nid[STORE_ID_LEN];
-    cr_assert_eq(store_job_list_json(c, &qs, &arr, &more, &nus, nid, &err), 0);
-    cr_assert_eq(json_array_size(arr), 1);
-    cr_assert_not(more);
-    json_decref(arr);
-    store_job_query_t qt = {.tag_key = "team", .tag_value = "nlp", .limit = 50};
-    cr_assert_eq(store_job_list_json(c, &qt, &arr, &more, &nus, nid, &err), 0);
-    cr_assert_eq(json_array_size(arr), 3);
-    json_decref(arr);
-    store_job_query_t qk = {.tag_key = "team", .limit = 50};
-    cr_assert_eq(store_job_list_json(c, &qk, &arr, &more, &nus, nid, &err), 0);
-    cr_assert_eq(json_array_size(arr), 7);
-    json_decref(arr);
-    store_job_query_t qn = {.tag_key = "nope", .limit = 50};
-    cr_assert_eq(store_job_list_json(c, &qn, &arr, &more, &nus, nid, &err), 0);
-    cr_assert_eq(json_array_size(arr), 0);
-    json_decref(arr);
+    /* Filters: state and tags. */
+    static const struct {
+        const char *filter;
+        size_t n;
+    } cases[] = {{"state = STOPPED", 1}, {"tags.team = nlp", 3}, {"EXISTS tags.team", 7}, {"EXISTS tags.nope", 0}};
+    for (size_t k = 0; k < KILN_ARRAY_LEN(cases); k++) {
+        arena_t a;
+        arena_init(&a, 0);
+        query_node_t *f = NULL;
+        cr_assert_eq(query_parse(cases[k].filter, kiln_now_us(), &a, &f, &err), 0, "%s", err.message);
+        store_search_t qf = {.filter = f, .limit = 50};
+        json_t *arr = NULL, *next = NULL;
+        cr_assert_eq(store_job_search_json(c, &qf, &arr, &next, &err), 0, "%s", err.message);
+        cr_assert_eq(json_array_size(arr), cases[k].n, "%s", cases[k].filter);
+        cr_assert_null(next);
+        json_decref(arr);
+        arena_deinit(&a);
+    }
 
     /* The pending queue: priority, then oldest first. */
     char hi[STORE_ID_LEN];
@@ -412,7 +406,7 @@ Test(ingest, metrics_copy_latest_and_downsampling)
         }
     }
     cr_assert_eq(store_begin(c, &err), 0);
-    cr_assert_eq(store_metrics_copy(c, id, 1, ptrs, 2 * N, kiln_now_us(), &err), 0, "%s", err.message);
+    cr_assert_eq(store_metrics_copy(c, id, 1, ptrs, 2 * N, kiln_now_us(), NULL, NULL, &err), 0, "%s", err.message);
     bool found = false;
     /* attempt 0 is the job's attempt (it was never placed). */
     cr_assert_eq(store_job_metrics_update(c, id, 0, "{\"train_loss\": 4.001, \"lr\": 0.001}", N, 10.0,

@@ -8,13 +8,14 @@
     job = est.fit(wait=False)
     job.wait()
     print(job.state, job.metrics("train_loss"))
+    job.model_data.download("model.bin")   # the trained model (llm.c format), checked
 """
 
 from . import config
-from .client import DEFAULT_URL, TERMINAL_STATES, Client, Job, LogLine, parse_sse
+from .client import DEFAULT_URL, MODEL_ARTIFACT, TERMINAL_STATES, Artifact, Client, Job, LogLine, ModelData, parse_sse
 from .errors import JobFailedError, KilnError
 from .estimator import Estimator
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Job", "LogLine", "Estimator", "KilnError", "JobFailedError", "parse_sse", "config",
-           "DEFAULT_URL", "TERMINAL_STATES", "__version__"]
+__all__ = ["Client", "Job", "LogLine", "Artifact", "ModelData", "Estimator", "KilnError", "JobFailedError",
+           "parse_sse", "config", "DEFAULT_URL", "MODEL_ARTIFACT", "TERMINAL_STATES", "__version__"]

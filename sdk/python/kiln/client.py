@@ -1,5 +1,5 @@
-"""The REST client: Client (jobs, workers, users, tokens, projects) and Job (a handle on one
-training job).
+"""The REST client: Client (jobs, search and compare, artifacts, workers, users, tokens,
+projects) and Job (a handle on one training job).
 
 Standard library only (urllib, json). Shapes follow docs/contracts.md: a Job is the
 JSON object kilnd returns, exposed through properties; logs and metrics are read
@@ -7,7 +7,10 @@ from the job's sub-resources; ``logs(follow=True)`` reads the Server-Sent Events
 stream and reconnects with Last-Event-ID if the connection drops mid-job.
 """
 
+import hashlib
+import contextlib
 import json
+import os
 import socket
 import ssl
 import time
@@ -21,6 +24,7 @@ from .config import DEFAULT_URL
 from .errors import JobFailedError, KilnError
 
 TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
+MODEL_ARTIFACT = "model_llmc.bin"  # the final model kiln-train writes (llm.c format)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,46 @@ class LogLine:
         if self.attempt > 1:
             return "[rank %d, attempt %d] %s" % (self.rank, self.attempt, self.line)
         return "[rank %d] %s" % (self.rank, self.line)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file a job's rank 0 left in its output directory, kept by kilnd."""
+
+    name: str
+    size: int
+    sha256: str
+    created_at: str
+    attempt: int = 0
+
+    @classmethod
+    def from_json(cls, j):
+        return cls(name=j.get("name") or "", size=int(j.get("size") or 0), sha256=j.get("sha256") or "",
+                   created_at=j.get("created_at") or "", attempt=int(j.get("attempt") or 0))
+
+
+class ModelData(str):
+    """Where a job's trained model is, as SageMaker's ``model_data`` says: the string is the URL
+    kilnd serves the model at (GET it with the API token), and the object also knows its
+    ``job_id``, ``name``, ``size`` and ``sha256`` and can ``download(path)`` itself (checked)."""
+
+    def __new__(cls, client, job_id, artifact):
+        url = "%s/v1/jobs/%s/artifacts/%s" % (client.url, _seg(job_id), _seg(artifact.name))
+        self = super().__new__(cls, url)
+        self.client = client
+        self.job_id = job_id
+        self.name = artifact.name
+        self.size = artifact.size
+        self.sha256 = artifact.sha256
+        return self
+
+    @property
+    def url(self):
+        return str(self)
+
+    def download(self, path=None):
+        """Saves the model to path (default: its name in the current directory); returns the path."""
+        return self.client.download(self.job_id, self.name, path)
 
 
 def parse_sse(lines):
@@ -164,6 +208,74 @@ class Client:
             if not token or (limit is not None and len(out) >= limit):
                 return out[:limit] if limit is not None else out
 
+    def search(self, filter=None, order_by=None, columns=None, limit=None, page_size=None):
+        """Jobs matching ``filter`` (the filter language of docs/search.md), as a list of Job, in
+        the order ``order_by`` asks ("FIELD [asc|desc], ...", or a list of such strings; default
+        newest first). ``columns`` (a comma-separated string or a list: "hp.lr",
+        "metrics.val_loss.min", "metrics.val_loss", "hp.*", "metrics.*") come back with each job
+        as ``job.columns`` ({"hp.lr": 0.0003, ...}, None where it has no value), and the named
+        metrics' summaries as ``job.summaries``. ``limit``: at most this many (default: all).
+
+            client.search('hp.lr < 1e-3 AND (metrics.val_loss.min < 1.6 OR tags.team = "nlp")',
+                          order_by="metrics.val_loss.min", columns=["hp.lr", "metrics.val_loss.min"])
+
+        An invalid filter raises KilnError whose ``detail`` shows the filter with a caret under the
+        mistake and whose ``hint`` names the nearest field."""
+        if isinstance(order_by, (list, tuple)):
+            order_by = ", ".join(order_by)
+        if isinstance(columns, str):
+            columns = [c.strip() for c in columns.split(",") if c.strip()]
+        out, token = [], ""
+        while True:
+            size = page_size or 500
+            if limit is not None:
+                size = max(1, min(size, limit - len(out)))
+            body = {"filter": filter or "", "page_size": size}
+            if order_by:
+                body["order_by"] = order_by
+            if columns:
+                body["columns"] = list(columns)
+            if token:
+                body["page_token"] = token
+            _, page = self._call("POST", "/v1/jobs:search", body=body)
+            out.extend(Job(self, j) for j in page.get("jobs", []))
+            token = page.get("next_page_token") or ""
+            if not token or (limit is not None and len(out) >= limit):
+                return out[:limit] if limit is not None else out
+
+    def compare(self, job_ids, metrics=None, max_points=200):
+        """Jobs side by side. Returns a dict:
+
+        - "jobs": the Job of each id (in the order given), with its summaries;
+        - "hyperparameters": {name: [value of each job, None where absent]}, every hyperparameter
+          any of them has; "differing": the names whose values are not all equal;
+        - "summaries": {metric: [summary of each job ({count, min, max, last, min_step, max_step,
+          last_step, ...}) or None]}, for ``metrics`` (default: every metric any job reported);
+        - "curves": {metric: [[(step, value), ...] of each job]}, downsampled by kilnd to at most
+          ``max_points`` per job keeping each bucket's lowest and highest point, for ``metrics``
+          (default: train_loss and val_loss where the jobs have them)."""
+        jobs = [self.job(i) for i in job_ids]
+        names = []
+        for j in jobs:
+            for k in (j.spec.get("hyperparameters") or {}):
+                if k not in names:
+                    names.append(k)
+        hps = {k: [(j.spec.get("hyperparameters") or {}).get(k) for j in jobs] for k in names}
+        differing = [k for k, v in hps.items() if any(x != v[0] for x in v)]
+        if metrics is None:
+            summarised = []
+            for j in jobs:
+                for m in j.summaries:
+                    if m not in summarised:
+                        summarised.append(m)
+            charted = [m for m in ("train_loss", "val_loss") if m in summarised] or summarised[:1]
+        else:
+            summarised = charted = list(metrics)
+        summaries = {m: [j.summaries.get(m) for j in jobs] for m in summarised}
+        curves = {m: [self.metrics(j.id, name=m, max_points=max_points).get(m, []) for j in jobs] for m in charted}
+        return {"jobs": jobs, "hyperparameters": hps, "differing": differing, "summaries": summaries,
+                "curves": curves}
+
     def stop(self, job_id, reason=None):
         """Requests a stop; returns the Job (STOPPING, or STOPPED if it had not started)."""
         body = {"reason": reason} if reason else {}
@@ -255,14 +367,66 @@ class Client:
 
     def metrics(self, job_id, name=None, max_points=None, attempt="latest"):
         """The job's metric histories: {name: [(step, value), ...]} in step order.
-        ``max_points`` asks kilnd to downsample each series (first and last kept). ``attempt``:
-        "latest" (per step the value of the latest attempt that reached it, so a step a retried
-        attempt trained again appears once), "all" (every attempt's point, by step then attempt),
-        or an attempt number."""
+        ``max_points`` asks kilnd to downsample each series: the first and last point and each
+        bucket's lowest and highest survive. ``attempt``: "latest" (per step the points of the
+        latest attempt that reached it, so a step a retried attempt trained again appears once),
+        "all" (every attempt's points, by step then attempt), or an attempt number."""
         _, j = self._call("GET", "/v1/jobs/%s/metrics" % urllib.parse.quote(job_id),
                           query={"name": name, "max_points": max_points or 100000, "attempt": attempt})
         return {s["name"]: [(int(p["step"]), float(p["value"])) for p in s.get("points", [])]
                 for s in j.get("metrics", [])}
+
+    def delete(self, job_id):
+        """Deletes an ended job with its events, logs, metrics and artifacts (editors). Returns
+        {"id", "removed": {"<table>": rows}, "artifact_bytes"}. A job that has not ended gets a
+        KilnError with status 409: stop it first."""
+        return self._call("DELETE", "/v1/jobs/%s" % _seg(self._resolve(job_id)))[1]
+
+    # ---- artifacts ----------------------------------------------------------------------
+    def artifacts(self, job_id):
+        """The files the job's rank 0 left in its output directory (final model, partition plan,
+        samples), uploaded when the job ended: a list of Artifact, by name."""
+        _, j = self._call("GET", "/v1/jobs/%s/artifacts" % _seg(job_id))
+        return [Artifact.from_json(a) for a in j.get("artifacts", [])]
+
+    def download(self, job_id, name, path=None):
+        """Saves artifact ``name`` of the job to ``path`` (a file, or a directory to put it in;
+        default: the current directory) and returns the file's path. The bytes stream to disk
+        and are checked against the artifact's SHA-256; a failed download leaves no file."""
+        path = path or name
+        if os.path.isdir(path):
+            path = os.path.join(path, name)
+        tmp = path + ".part"
+        digest = hashlib.sha256()
+        try:
+            # a big file takes as long as it takes: the timeout bounds each read, not the whole
+            with self._open("GET", "/v1/jobs/%s/artifacts/%s" % (_seg(job_id), _seg(name)),
+                            accept="application/octet-stream", timeout=max(self.timeout, 60)) as r, \
+                    open(tmp, "wb") as out:
+                etag = (r.headers.get("ETag") or "").strip('"')
+                while True:
+                    block = r.read(1 << 20)
+                    if not block:
+                        break
+                    digest.update(block)
+                    out.write(block)
+            if digest.hexdigest() != etag:
+                raise KilnError('the download of "%s" has SHA-256 %s, but kilnd says the artifact\'s is %s'
+                                % (name, digest.hexdigest(), etag or "(none)"), code="data_loss")
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return path
+
+    def model_data(self, job_id):
+        """The job's trained model (a ModelData: its URL, with size, sha256 and download()), or
+        None when the job has no model artifact (yet: it is uploaded when the job ends)."""
+        for a in self.artifacts(job_id):
+            if a.name == MODEL_ARTIFACT:
+                return ModelData(self, job_id, a)
+        return None
 
     # ---- cluster ------------------------------------------------------------------------
     def workers(self):
@@ -404,6 +568,19 @@ class Job:
         return self._data.get("workers") or []
 
     @property
+    def summaries(self):
+        """Metric summaries: {"val_loss": {"count", "min", "max", "last", "min_step", "max_step",
+        "last_step", "rank", "attempt"}, ...}: every metric for a job read by id; for a job from
+        search(), the metrics its columns named."""
+        return self._data.get("summaries") or {}
+
+    @property
+    def columns(self):
+        """The columns a search asked for: {"hp.lr": 0.0003, "metrics.val_loss.min": 1.52, ...}
+        (None where the job has no value); {} for a job not read by search()."""
+        return self._data.get("columns") or {}
+
+    @property
     def spec(self):
         """The normalised spec kilnd stored (defaults filled in)."""
         return self._data.get("spec") or {}
@@ -438,6 +615,24 @@ class Job:
 
     def events(self):
         return self.client.events(self.id)
+
+    def delete(self):
+        """Deletes the job (it must have ended) and everything it left; returns kilnd's summary."""
+        return self.client.delete(self.id)
+
+    def artifacts(self):
+        """The job's artifacts (a list of Artifact); see Client.artifacts."""
+        return self.client.artifacts(self.id)
+
+    def download(self, name, path=None):
+        """Saves one of the job's artifacts (checked against its SHA-256); returns the path."""
+        return self.client.download(self.id, name, path)
+
+    @property
+    def model_data(self):
+        """Where the trained model is, SageMaker-style: a ModelData (a str holding its URL, with
+        size, sha256 and download(path)), or None while the job has no model artifact."""
+        return self.client.model_data(self.id)
 
     def logs(self, follow=False, rank=None, since=None):
         """A generator of LogLine (str(line) is "[rank N] text"); see Client.logs."""

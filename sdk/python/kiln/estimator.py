@@ -97,6 +97,13 @@ class Estimator:
             raise JobFailedError(job)
         return job
 
+    @property
+    def model_data(self):
+        """The latest job's trained model (see Job.model_data), or None."""
+        if self.latest_job is None:
+            raise ValueError("fit() has not been called")
+        return self.latest_job.model_data
+
     def logs(self, follow=True):
         """Prints the latest job's logs (following them until it ends by default)."""
         if self.latest_job is None:

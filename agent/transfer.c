@@ -1,0 +1,835 @@
+/* transfer.c - the agent's transfers with kilnd's artifact store, each on a thread of its own so
+ * that no transfer holds up another job or the agent's reports: when rank 0 of an attempt exits,
+ * its output directory is uploaded (BeginArtifacts, then PutArtifactChunk from the offset kilnd
+ * holds durably, so an upload cut by a kilnd restart continues where it stopped; SHA-256 per
+ * chunk and per file; retries with backoff while kilnd is unreachable) and only then is the
+ * rank's exit queued; and an assignment that starts from another job's model has that model
+ * fetched (FetchInitModel) and checked against its SHA-256 before its ranks start. Problems are
+ * told in the job's log ("[kiln-agent] ..."). */
+#include "agent/agent_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define XFER_MAX_THREADS 8           /* transfers at once; more wait their turn */
+#define XFER_RPC_TIMEOUT_MS 30000
+#define XFER_CHUNK_DEFAULT (1 << 20)
+#define XFER_MAX_RESTARTS 50         /* BeginArtifacts again after an offset mismatch */
+#define XFER_MAX_DATA_LOSS 5         /* checksum refusals before an upload gives up */
+#define XFER_INTERNAL_TRIES 30       /* INTERNAL/UNKNOWN answers before a call gives up */
+#define GRPC_UNAUTHENTICATED 16
+#define GRPC_FAILED_PRECONDITION 9
+#define GRPC_DATA_LOSS 15
+
+static const char k_begin[] = "/kiln.AgentService/BeginArtifacts";
+static const char k_chunk[] = "/kiln.AgentService/PutArtifactChunk";
+static const char k_fetch[] = "/kiln.AgentService/FetchInitModel";
+
+typedef enum { TASK_UPLOAD, TASK_FETCH } task_kind_t;
+
+/* An exit queued behind rank 0's upload (xfer_defer_exit). */
+typedef struct later_exit {
+    struct later_exit *next;
+    int rank, exit_code, sig;
+    pid_t pid;
+    char reason[600];
+} later_exit_t;
+
+typedef struct task {
+    struct task *next;
+    task_kind_t kind;
+    char job_id[64];
+    int attempt;
+    int rank, exit_code, sig;    /* TASK_UPLOAD: the exit to report afterwards */
+    pid_t pid;
+    char reason[600];
+    Kiln__Assignment *a;         /* TASK_FETCH: owned copy */
+    bool cancelled;              /* TASK_FETCH: a stop order came */
+    later_exit_t *later;         /* TASK_UPLOAD: other ranks' exits to report after this one's */
+    bool reported;               /* TASK_UPLOAD: the exits are queued; nothing more attaches */
+} task_t;
+
+struct xfer {
+    xfer_env_t env;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* wakes backoff waits on stop, and the shutdown on thread exit */
+    task_t *queue;               /* waiting for a thread */
+    task_t *active;              /* being worked on */
+    int threads;
+    bool stopping, shut;
+    int chunk_bytes;             /* KILN_AGENT_UPLOAD_CHUNK_KB, else 1 MiB (capped by kilnd's answer) */
+    int delay_ms;                /* KILN_AGENT_UPLOAD_DELAY_MS: a pause after each chunk (tests) */
+};
+
+void xfer_init_model_path(const char *work_dir, const char *job_id, char *out, size_t n)
+{
+    snprintf(out, n, "%s/jobs/%s/init/%s", work_dir, job_id, KILN_ARTIFACT_MODEL);
+}
+
+/* ---- the output directory ------------------------------------------------------------------- */
+
+static void note_add(char *notes, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void note_add(char *notes, size_t n, const char *fmt, ...)
+{
+    size_t len = strlen(notes);
+    if (!n || len + 1 >= n)
+        return;
+    if (len)
+        notes[len++] = '\n', notes[len] = '\0';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(notes + len, n - len, fmt, ap);
+    va_end(ap);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void agent_output_free(agent_out_file_t *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        if (v[i].fd >= 0)
+            close(v[i].fd);
+    free(v);
+}
+
+int agent_output_scan(const char *dir, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n,
+                      kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (notes_n)
+        notes[0] = '\0';
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : kiln_err_set(err, KILN_EIO, NULL, "could not open the output directory: %s",
+                                                  strerror(errno));
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        close(dfd);
+        return kiln_err_set(err, KILN_EIO, NULL, "could not read the output directory: %s", strerror(errno));
+    }
+    char **names = NULL;
+    size_t nn = 0, cap = 0;
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (nn == cap) {
+            cap = cap ? cap * 2 : 32;
+            char **nv = realloc(names, cap * sizeof(*names));
+            if (!nv) {
+                rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+                break;
+            }
+            names = nv;
+        }
+        if (!(names[nn] = strdup(de->d_name))) {
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+            break;
+        }
+        nn++;
+    }
+    if (nn > 1)
+        qsort(names, nn, sizeof(*names), name_cmp);
+    agent_out_file_t *v = rc == 0 ? calloc(KILN_MAX(nn, 1), sizeof(*v)) : NULL;
+    if (rc == 0 && !v)
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    size_t got = 0;
+    for (size_t i = 0; rc == 0 && i < nn; i++) {
+        const char *name = names[i];
+        kiln_err_t e2;
+        if (!kiln_artifact_name_ok(name, "name", &e2)) {
+            note_add(notes, notes_n, "skipped \"%.80s\": not a name artifacts may have (%s)", name, e2.message);
+            continue;
+        }
+        if (got == AGENT_MAX_ARTIFACTS) {
+            note_add(notes, notes_n, "skipped \"%s\" and the rest: at most %d files are kept", name,
+                     AGENT_MAX_ARTIFACTS);
+            break;
+        }
+        /* No following a link out of the directory, and not blocking on a FIFO a job left. */
+        int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0) {
+            note_add(notes, notes_n, "skipped \"%s\": %s", name,
+                     errno == ELOOP ? "a symbolic link" : strerror(errno));
+            continue;
+        }
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+            note_add(notes, notes_n, "skipped \"%s\": %s", name,
+                     S_ISDIR(st.st_mode) ? "a directory (only files at the top are kept)"
+                     : S_ISREG(st.st_mode) ? "it has other hard links"
+                                           : "not a regular file");
+            close(fd);
+            continue;
+        }
+        agent_out_file_t *f = &v[got];
+        kiln_strlcpy(f->name, name, sizeof(f->name));
+        f->fd = fd;
+        if ((rc = kiln_sha256_fd(fd, &f->size, f->sha256, err)) != 0) {
+            close(fd);
+            break;
+        }
+        got++;
+    }
+    for (size_t i = 0; i < nn; i++)
+        free(names[i]);
+    free(names);
+    closedir(d);
+    if (rc) {
+        agent_output_free(v, got);
+        return rc;
+    }
+    *out = v;
+    *n = got;
+    return 0;
+}
+
+/* ---- calls ------------------------------------------------------------------------------------ */
+
+static bool xfer_stopping(xfer_t *x)
+{
+    pthread_mutex_lock(&x->mu);
+    bool s = x->stopping;
+    pthread_mutex_unlock(&x->mu);
+    return s;
+}
+
+/* Sleeps ms, or less when the transfers are stopping. */
+static void xfer_wait(xfer_t *x, int ms)
+{
+    struct timespec ts;
+    kiln_deadline_in(&ts, ms);
+    pthread_mutex_lock(&x->mu);
+    while (!x->stopping)
+        if (pthread_cond_timedwait(&x->cv, &x->mu, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* One call, its worker_id field set to this worker, retried with backoff (100 ms doubling to 5 s) while kilnd is unreachable or
+ * restarting and while the agent registers again; KILN_ECANCELED once the transfers stop. */
+static int xfer_call(xfer_t *x, const task_t *t, const char *method, ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp, int *code, kiln_err_t *err)
+{
+    int backoff = 100, fails = 0;
+    for (;;) {
+        if (xfer_stopping(x))
+            return kiln_err_set(err, KILN_ECANCELED, NULL, "the agent is shutting down");
+        char bearer[AGENT_SECRET_MAX + 8];
+        agent_md_t md[1];
+        size_t n_md = x->env.auth_md(x->env.ud, bearer, md);
+        /* every request names the worker (the first field of each message) */
+        char wid[128];
+        x->env.worker_id(x->env.ud, wid, sizeof(wid));
+        const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(req->descriptor,
+                                                                                             "worker_id");
+        if (f && f->type == PROTOBUF_C_TYPE_STRING)
+            *(char **)((char *)req + f->offset) = wid;
+        *code = 0;
+        int rc = agent_rpc_call(x->env.rpc, method, md, n_md, req, desc, XFER_RPC_TIMEOUT_MS, resp, code, err);
+        memset(bearer, 0, sizeof(bearer));
+        if (rc == 0)
+            return 0;
+        if (*code == GRPC_UNAUTHENTICATED)
+            x->env.unauthenticated(x->env.ud, "transfer", err);
+        else if (!agent_grpc_retryable(*code) ||
+                 ((*code == 13 || *code == 2) && fails >= XFER_INTERNAL_TRIES))
+            return rc;
+        if (fails++ % 20 == 0)
+            log_warn("job %s: %s failed: %s (will retry)", t->job_id, strrchr(method, '/') + 1, err->message);
+        xfer_wait(x, backoff);
+        backoff = KILN_MIN(backoff * 2, 5000);
+    }
+}
+
+/* A line of the agent's in the job's log, on rank t->rank's stream. */
+static void job_note(xfer_t *x, const task_t *t, int stream, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void job_note(xfer_t *x, const task_t *t, int stream, const char *fmt, ...)
+{
+    char line[1200];
+    int n = snprintf(line, sizeof(line), "[kiln-agent] ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    ob_add_line(x->env.ob, t->job_id, t->attempt, t->rank, stream, kiln_now_us(), line, strlen(line));
+}
+
+/* ---- upload ----------------------------------------------------------------------------------- */
+
+typedef struct up_state {
+    agent_out_file_t *files;
+    size_t n;
+    int64_t *offset;             /* per file, as kilnd last said */
+    bool *complete;
+    int max_chunk;
+} up_state_t;
+
+/* BeginArtifacts: records what kilnd holds of each file. */
+static int up_begin(xfer_t *x, const task_t *t, up_state_t *u, kiln_err_t *err)
+{
+    Kiln__ArtifactManifest m = KILN__ARTIFACT_MANIFEST__INIT;
+    Kiln__ArtifactFile *files = calloc(KILN_MAX(u->n, 1), sizeof(*files));
+    Kiln__ArtifactFile **fp = calloc(KILN_MAX(u->n, 1), sizeof(*fp));
+    if (!files || !fp) {
+        free(files);
+        free(fp);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    for (size_t i = 0; i < u->n; i++) {
+        kiln__artifact_file__init(&files[i]);
+        files[i].name = u->files[i].name;
+        files[i].size = u->files[i].size;
+        files[i].sha256 = u->files[i].sha256;
+        fp[i] = &files[i];
+    }
+    m.job_id = (char *)t->job_id;
+    m.attempt = t->attempt;
+    m.n_files = u->n;
+    m.files = fp;
+    ProtobufCMessage *resp = NULL;
+    int code = 0;
+    int rc = xfer_call(x, t, k_begin, &m.base, &kiln__artifact_manifest_reply__descriptor, &resp, &code, err);
+    free(files);
+    free(fp);
+    if (rc)
+        return rc;
+    Kiln__ArtifactManifestReply *r = (Kiln__ArtifactManifestReply *)resp;
+    if (r->n_files != u->n) {
+        protobuf_c_message_free_unpacked(resp, NULL);
+        return kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd answered the manifest with %zu files, not %zu", r->n_files,
+                            u->n);
+    }
+    for (size_t i = 0; i < u->n; i++) {
+        const Kiln__ArtifactOffset *o = r->files[i];
+        u->offset[i] = o && o->offset >= 0 && o->offset <= u->files[i].size ? o->offset : 0;
+        u->complete[i] = o && o->complete;
+    }
+    u->max_chunk = r->max_chunk_bytes > 0 ? r->max_chunk_bytes : XFER_CHUNK_DEFAULT;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return 0;
+}
+
+/* Sends file i from its offset to its end. Returns 0, or the failing call's status with *code
+ * its gRPC code (FAILED_PRECONDITION and DATA_LOSS: begin again). */
+static int up_file(xfer_t *x, const task_t *t, up_state_t *u, size_t i, uint8_t *buf, int *code, kiln_err_t *err)
+{
+    agent_out_file_t *f = &u->files[i];
+    int chunk = KILN_MIN(x->chunk_bytes, u->max_chunk);
+    if (u->offset[i] > 0)
+        log_info("job %s: resuming the upload of \"%s\" at byte %lld of %lld", t->job_id, f->name,
+                 (long long)u->offset[i], (long long)f->size);
+    while (u->offset[i] < f->size) {
+        int64_t off = u->offset[i];
+        size_t len = (size_t)KILN_MIN((int64_t)chunk, f->size - off);
+        size_t got = 0;
+        while (got < len) {
+            ssize_t r = pread(f->fd, buf + got, len - got, (off_t)(off + (int64_t)got));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                *code = 0;
+                return kiln_err_set(err, KILN_EIO, NULL, "could not read \"%s\": %s", f->name,
+                                    r < 0 ? strerror(errno) : "the file got shorter");
+            }
+            got += (size_t)r;
+        }
+        char sha[KILN_SHA256_HEX];
+        kiln_sha256_hex(buf, len, sha);
+        Kiln__ArtifactChunk c = KILN__ARTIFACT_CHUNK__INIT;
+        c.job_id = (char *)t->job_id;
+        c.attempt = t->attempt;
+        c.name = f->name;
+        c.offset = off;
+        c.data.data = buf;
+        c.data.len = len;
+        c.sha256 = sha;
+        ProtobufCMessage *resp = NULL;
+        int rc = xfer_call(x, t, k_chunk, &c.base, &kiln__artifact_chunk_reply__descriptor, &resp, code, err);
+        if (rc)
+            return rc;
+        Kiln__ArtifactChunkReply *r = (Kiln__ArtifactChunkReply *)resp;
+        u->offset[i] = r->offset >= off && r->offset <= f->size ? r->offset : off + (int64_t)len;
+        u->complete[i] = r->complete;
+        protobuf_c_message_free_unpacked(resp, NULL);
+        if (x->delay_ms > 0 && u->offset[i] < f->size)
+            xfer_wait(x, x->delay_ms);
+    }
+    return 0;
+}
+
+/* Uploads the output directory; says in the job's log what was kept or why not. */
+static void upload(xfer_t *x, const task_t *t)
+{
+    char dir[PATH_MAX], notes[2048];
+    snprintf(dir, sizeof(dir), "%s/jobs/%s/output", x->env.work_dir, t->job_id);
+    up_state_t u = {0};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    uint8_t *buf = NULL;
+    if (agent_output_scan(dir, &u.files, &u.n, notes, sizeof(notes), &err) != 0) {
+        job_note(x, t, AGENT_STREAM_STDERR, "artifacts not kept: %s", err.message);
+        return;
+    }
+    for (char *line = notes, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        job_note(x, t, AGENT_STREAM_STDERR, "artifacts: %s", line);
+    }
+    if (u.n == 0)
+        goto done;
+    int64_t total = 0;
+    for (size_t i = 0; i < u.n; i++)
+        total += u.files[i].size;
+    u.offset = calloc(u.n, sizeof(*u.offset));
+    u.complete = calloc(u.n, sizeof(*u.complete));
+    buf = malloc((size_t)x->chunk_bytes); /* chunks are at most that, whatever kilnd allows */
+    if (!u.offset || !u.complete || !buf) {
+        job_note(x, t, AGENT_STREAM_STDERR, "artifacts not kept: the agent ran out of memory");
+        goto done;
+    }
+    int64_t t0 = kiln_mono_us();
+    int restarts = 0, losses = 0, rc = 0, code = 0;
+    for (;;) {
+        rc = up_begin(x, t, &u, &err);
+        for (size_t i = 0; rc == 0 && i < u.n; i++)
+            if (!u.complete[i])
+                rc = up_file(x, t, &u, i, buf, &code, &err);
+        if (rc == 0)
+            break;
+        if (code == GRPC_DATA_LOSS && ++losses < XFER_MAX_DATA_LOSS) {
+            log_warn("job %s: kilnd refused an upload: %s; sending it again", t->job_id, err.message);
+            continue;
+        }
+        if (code == GRPC_FAILED_PRECONDITION && ++restarts < XFER_MAX_RESTARTS) {
+            log_info("job %s: %s; asking kilnd for the offsets again", t->job_id, err.message);
+            continue;
+        }
+        break;
+    }
+    if (rc == 0) {
+        job_note(x, t, AGENT_STREAM_STDOUT, "artifacts: %zu file(s), %lld bytes, kept by kilnd (%.1f s)", u.n,
+                 (long long)total, (kiln_mono_us() - t0) / 1e6);
+        log_info("job %s: uploaded %zu artifact(s), %lld bytes", t->job_id, u.n, (long long)total);
+    } else {
+        job_note(x, t, AGENT_STREAM_STDERR, "artifacts not kept: %s%s%s", err.message, err.hint[0] ? "; " : "",
+                 err.hint);
+        log_warn("job %s: artifacts not uploaded: %s", t->job_id, err.message);
+    }
+done:
+    free(buf);
+    free(u.offset);
+    free(u.complete);
+    agent_output_free(u.files, u.n);
+}
+
+/* ---- fetch -------------------------------------------------------------------------------------- */
+
+/* Whether path holds exactly size bytes with this SHA-256. */
+static bool file_matches(const char *path, int64_t size, const char *sha)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    int64_t got = -1;
+    char h[KILN_SHA256_HEX];
+    kiln_err_t err;
+    bool ok = kiln_sha256_fd(fd, &got, h, &err) == 0 && got == size && !strcmp(h, sha);
+    close(fd);
+    return ok;
+}
+
+static int fetch(xfer_t *x, const task_t *t, kiln_err_t *err)
+{
+    const Kiln__Assignment *a = t->a;
+    char path[PATH_MAX], tmp[PATH_MAX + 16], dir[PATH_MAX];
+    xfer_init_model_path(x->env.work_dir, t->job_id, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s.part", path);
+    snprintf(dir, sizeof(dir), "%s/jobs/%s/init", x->env.work_dir, t->job_id);
+    const char *want_sha = a->init_from_sha256 ? a->init_from_sha256 : "";
+    if (kiln_sha256_hex_ok(want_sha) && file_matches(path, a->init_from_size, want_sha))
+        return 0; /* an earlier attempt fetched it */
+    int rc = kiln_mkdirs_mode(dir, 0700, err);
+    if (rc)
+        return rc;
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", tmp, strerror(errno));
+    int64_t off = 0, size = -1;
+    char sha[KILN_SHA256_HEX] = "";
+    while (rc == 0 && (size < 0 || off < size)) {
+        pthread_mutex_lock(&x->mu);
+        bool cancelled = t->cancelled;
+        pthread_mutex_unlock(&x->mu);
+        if (cancelled) {
+            rc = kiln_err_set(err, KILN_ECANCELED, NULL, "stopped");
+            break;
+        }
+        Kiln__InitModelRequest req = KILN__INIT_MODEL_REQUEST__INIT;
+        req.job_id = (char *)t->job_id;
+        req.attempt = t->attempt;
+        req.offset = off;
+        req.max_bytes = 1 << 20;
+        ProtobufCMessage *resp = NULL;
+        int code = 0;
+        rc = xfer_call(x, t, k_fetch, &req.base, &kiln__init_model_chunk__descriptor, &resp, &code, err);
+        if (rc)
+            break;
+        Kiln__InitModelChunk *c = (Kiln__InitModelChunk *)resp;
+        if (size < 0) {
+            size = c->size;
+            kiln_strlcpy(sha, c->sha256 ? c->sha256 : "", sizeof(sha));
+        }
+        if (c->size != size || strcmp(c->sha256 ? c->sha256 : "", sha) != 0 || c->offset != off ||
+            (c->data.len == 0 && off < size) || (int64_t)c->data.len > size - off) {
+            /* a model never changes once stored: answers that disagree are refused */
+            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd's answers about the model do not agree with each other");
+        } else if (pwrite(fd, c->data.data, c->data.len, (off_t)off) != (ssize_t)c->data.len) {
+            rc = kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", tmp, strerror(errno));
+        } else {
+            off += (int64_t)c->data.len;
+        }
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    if (rc == 0 && kiln_sha256_hex_ok(want_sha) && (strcmp(sha, want_sha) != 0 || size != a->init_from_size))
+        rc = kiln_err_set(err, KILN_ECHECKSUM, NULL, "kilnd now serves another model than the one the assignment "
+                          "names (SHA-256 %.16s..., expected %.16s...)", sha, want_sha);
+    if (rc == 0) {
+        char got[KILN_SHA256_HEX];
+        int64_t n = 0;
+        rc = fsync(fd) == 0 ? kiln_sha256_fd(fd, &n, got, err) : kiln_err_set(err, KILN_EIO, NULL, "fsync failed");
+        if (rc == 0 && (n != size || strcmp(got, sha) != 0))
+            rc = kiln_err_set(err, KILN_ECHECKSUM, NULL, "the model arrived damaged: its SHA-256 is %.16s..., not "
+                              "%.16s...", got, sha);
+    }
+    close(fd);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not put the model in place: %s", strerror(errno));
+    if (rc)
+        unlink(tmp);
+    else
+        log_info("job %s: fetched the model of job %s (%lld bytes, sha256 %s)", t->job_id, a->init_from_job,
+                 (long long)size, sha);
+    return rc;
+}
+
+/* ---- threads ----------------------------------------------------------------------------------- */
+
+static void task_free(task_t *t)
+{
+    if (!t)
+        return;
+    if (t->a)
+        kiln__assignment__free_unpacked(t->a, NULL);
+    while (t->later) {
+        later_exit_t *e = t->later;
+        t->later = e->next;
+        free(e);
+    }
+    free(t);
+}
+
+static void run_task(xfer_t *x, task_t *t)
+{
+    if (t->kind == TASK_UPLOAD) {
+        upload(x, t);
+        /* rank 0's exit, then those that came while it uploaded, in the order they came */
+        pthread_mutex_lock(&x->mu);
+        ob_add_exit(x->env.ob, t->job_id, t->attempt, t->rank, t->pid, t->exit_code, t->sig, t->reason, false);
+        for (const later_exit_t *e = t->later; e; e = e->next)
+            ob_add_exit(x->env.ob, t->job_id, t->attempt, e->rank, e->pid, e->exit_code, e->sig, e->reason, false);
+        t->reported = true;
+        pthread_mutex_unlock(&x->mu);
+        return;
+    }
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = fetch(x, t, &err);
+    pthread_mutex_lock(&x->mu);
+    bool cancelled = t->cancelled;
+    pthread_mutex_unlock(&x->mu);
+    if (cancelled) {
+        log_info("job %s attempt %d: stopped before it started", t->job_id, t->attempt);
+        return;
+    }
+    if (rc == KILN_ECANCELED || x->env.draining(x->env.ud)) {
+        ob_add_status(x->env.ob, t->job_id, t->attempt, false, "the agent is shutting down", true, 0);
+        return;
+    }
+    if (rc) {
+        char reason[600];
+        snprintf(reason, sizeof(reason), "could not fetch model.init_from (the model of job %s): %s",
+                 t->a->init_from_job, err.message);
+        log_error("job %s attempt %d: not started: %s", t->job_id, t->attempt, reason);
+        ob_add_status(x->env.ob, t->job_id, t->attempt, false, reason, false, 0);
+        return;
+    }
+    x->env.start(x->env.ud, t->a);
+}
+
+static void *xfer_main(void *arg)
+{
+    xfer_t *x = arg;
+    pthread_mutex_lock(&x->mu);
+    for (;;) {
+        task_t *t = x->queue;
+        if (!t)
+            break;
+        x->queue = t->next;
+        t->next = x->active;
+        x->active = t;
+        pthread_mutex_unlock(&x->mu);
+        run_task(x, t);
+        pthread_mutex_lock(&x->mu);
+        for (task_t **pp = &x->active; *pp; pp = &(*pp)->next)
+            if (*pp == t) {
+                *pp = t->next;
+                break;
+            }
+        task_free(t);
+    }
+    x->threads--;
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+/* Queues t and makes sure a thread will take it. Caller holds x->mu. */
+static void enqueue_locked(xfer_t *x, task_t *t)
+{
+    task_t **pp = &x->queue;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = t;
+    if (x->threads >= XFER_MAX_THREADS)
+        return;
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, xfer_main, x) == 0)
+        x->threads++;
+    else if (x->threads == 0)
+        log_error("could not start a transfer thread; the transfer waits for the next one");
+    pthread_attr_destroy(&attr);
+}
+
+void xfer_rank0_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t pid, int exit_code, int sig,
+                     const char *reason)
+{
+    task_t *t = calloc(1, sizeof(*t));
+    pthread_mutex_lock(&x->mu);
+    bool shut = x->shut;
+    if (t && !shut) {
+        t->kind = TASK_UPLOAD;
+        kiln_strlcpy(t->job_id, job_id, sizeof(t->job_id));
+        t->attempt = attempt;
+        t->rank = rank;
+        t->pid = pid;
+        t->exit_code = exit_code;
+        t->sig = sig;
+        kiln_strlcpy(t->reason, reason ? reason : "", sizeof(t->reason));
+        enqueue_locked(x, t);
+    }
+    pthread_mutex_unlock(&x->mu);
+    if (!t || shut) {
+        /* no way to upload: the exit must still be reported */
+        free(t);
+        ob_add_exit(x->env.ob, job_id, attempt, rank, pid, exit_code, sig, reason, false);
+    }
+}
+
+bool xfer_defer_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t pid, int exit_code, int sig,
+                     const char *reason)
+{
+    later_exit_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return false;
+    e->rank = rank;
+    e->pid = pid;
+    e->exit_code = exit_code;
+    e->sig = sig;
+    kiln_strlcpy(e->reason, reason ? reason : "", sizeof(e->reason));
+    bool kept = false;
+    pthread_mutex_lock(&x->mu);
+    for (int list = 0; list < 2 && !kept; list++)
+        for (task_t *t = list ? x->active : x->queue; t; t = t->next) {
+            if (t->kind != TASK_UPLOAD || t->reported || t->attempt != attempt || strcmp(t->job_id, job_id))
+                continue;
+            later_exit_t **pp = &t->later;
+            while (*pp)
+                pp = &(*pp)->next;
+            *pp = e;
+            kept = true;
+            break;
+        }
+    pthread_mutex_unlock(&x->mu);
+    if (!kept)
+        free(e);
+    return kept;
+}
+
+static bool same_assignment(const task_t *t, const char *job_id, int attempt)
+{
+    return t->kind == TASK_FETCH && !strcmp(t->job_id, job_id) && (attempt == 0 || t->attempt == attempt);
+}
+
+void xfer_fetch_and_start(xfer_t *x, const Kiln__Assignment *a)
+{
+    pthread_mutex_lock(&x->mu);
+    for (int list = 0; list < 2; list++)
+        for (task_t *t = list ? x->active : x->queue; t; t = t->next)
+            if (same_assignment(t, a->job_id, a->attempt) && !t->cancelled) {
+                pthread_mutex_unlock(&x->mu);
+                return;
+            }
+    bool shut = x->shut;
+    pthread_mutex_unlock(&x->mu);
+    if (shut) {
+        ob_add_status(x->env.ob, a->job_id, a->attempt, false, "the agent is shutting down", true, 0);
+        return;
+    }
+    size_t len = protobuf_c_message_get_packed_size(&a->base);
+    uint8_t *buf = malloc(len ? len : 1);
+    task_t *t = calloc(1, sizeof(*t));
+    if (buf && t) {
+        protobuf_c_message_pack(&a->base, buf);
+        t->a = kiln__assignment__unpack(NULL, len, buf);
+    }
+    free(buf);
+    if (!t || !t->a) {
+        task_free(t);
+        log_error("job %s: out of memory for its assignment; kilnd will deliver it again", a->job_id);
+        return;
+    }
+    t->kind = TASK_FETCH;
+    kiln_strlcpy(t->job_id, a->job_id, sizeof(t->job_id));
+    t->attempt = a->attempt;
+    t->rank = a->n_ranks ? a->ranks[0] : 0;
+    pthread_mutex_lock(&x->mu);
+    enqueue_locked(x, t);
+    pthread_mutex_unlock(&x->mu);
+}
+
+void xfer_cancel(xfer_t *x, const char *job_id, int attempt)
+{
+    pthread_mutex_lock(&x->mu);
+    for (int list = 0; list < 2; list++)
+        for (task_t *t = list ? x->active : x->queue; t; t = t->next)
+            if (same_assignment(t, job_id, attempt))
+                t->cancelled = true;
+    pthread_mutex_unlock(&x->mu);
+}
+
+size_t xfer_list(xfer_t *x, agent_rank_info_t *out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&x->mu);
+    for (int list = 0; list < 2; list++)
+        for (task_t *t = list ? x->active : x->queue; t; t = t->next) {
+            if (t->kind == TASK_FETCH && t->cancelled)
+                continue;
+            size_t nr = t->kind == TASK_UPLOAD ? 1 : t->a->n_ranks;
+            for (size_t k = 0; k < nr; k++, n++) {
+                if (n >= max)
+                    continue;
+                kiln_strlcpy(out[n].job_id, t->job_id, sizeof(out[n].job_id));
+                out[n].attempt = t->attempt;
+                out[n].rank = t->kind == TASK_UPLOAD ? t->rank : t->a->ranks[k];
+                out[n].pid = t->kind == TASK_UPLOAD ? t->pid : 0;
+            }
+            /* exits kept behind rank 0's (xfer_defer_exit) are not in the outbox yet either */
+            for (const later_exit_t *e = t->kind == TASK_UPLOAD && !t->reported ? t->later : NULL; e; e = e->next, n++) {
+                if (n >= max)
+                    continue;
+                kiln_strlcpy(out[n].job_id, t->job_id, sizeof(out[n].job_id));
+                out[n].attempt = t->attempt;
+                out[n].rank = e->rank;
+                out[n].pid = e->pid;
+            }
+        }
+    pthread_mutex_unlock(&x->mu);
+    return n;
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------------- */
+
+static int env_int(const char *name, int def, int lo, int hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < lo || n > hi) {
+        log_warn("%s=\"%s\" ignored: it must be a whole number from %d to %d", name, v, lo, hi);
+        return def;
+    }
+    return (int)n;
+}
+
+int xfer_create(const xfer_env_t *env, xfer_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    xfer_t *x = calloc(1, sizeof(*x));
+    if (!x)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    x->env = *env;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    x->chunk_bytes = env_int("KILN_AGENT_UPLOAD_CHUNK_KB", XFER_CHUNK_DEFAULT >> 10, 1, 4096) << 10;
+    x->delay_ms = env_int("KILN_AGENT_UPLOAD_DELAY_MS", 0, 0, 60000);
+    if (x->delay_ms)
+        log_warn("KILN_AGENT_UPLOAD_DELAY_MS=%d: uploads pause after every chunk (a test setting)", x->delay_ms);
+    *out = x;
+    return 0;
+}
+
+void xfer_shutdown(xfer_t *x, int grace_ms)
+{
+    if (!x)
+        return;
+    struct timespec ts;
+    kiln_deadline_in(&ts, grace_ms);
+    pthread_mutex_lock(&x->mu);
+    x->shut = true;
+    while (x->threads > 0 && grace_ms > 0)
+        if (pthread_cond_timedwait(&x->cv, &x->mu, &ts) != 0)
+            break;
+    if (x->threads > 0)
+        log_warn("stopping %d transfer(s) with kilnd that have not finished", x->threads);
+    x->stopping = true;
+    pthread_cond_broadcast(&x->cv);
+    while (x->threads > 0)
+        pthread_cond_wait(&x->cv, &x->mu);
+    pthread_mutex_unlock(&x->mu);
+}
+
+void xfer_destroy(xfer_t *x)
+{
+    if (!x)
+        return;
+    xfer_shutdown(x, 0);
+    while (x->queue) {
+        task_t *t = x->queue;
+        x->queue = t->next;
+        task_free(t);
+    }
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->cv);
+    free(x);
+}

@@ -1,0 +1,197 @@
+/* rank.h - the rank contract: what kiln-agent and the kiln-train ranks it starts promise each
+ * other (docs/contracts.md). The environment a rank is started with (names, a struct, the
+ * launcher's envp and the rank's reading of it), the metric record a rank writes on
+ * KILN_METRICS_FD (one writer, one parser), the exit codes and what they mean for the job, and
+ * the removal of what a rank's shared-memory transport leaves in /dev/shm.
+ * A leaf: it depends on base/ only. It launches nothing (agent/) and trains nothing (engine/). */
+#ifndef KILN_RANK_H
+#define KILN_RANK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+/* ------------------------------------------------------------------------------------------
+ * The environment. Every variable the agent sets for a rank, by name. Nothing else in kiln
+ * spells these names; tuning knobs an operator may add (KILN_COMM_CHUNK_BYTES, KILN_DP_*,
+ * KILN_CUDA_*, ...) are not part of the contract and live with what they tune.
+ * ------------------------------------------------------------------------------------------ */
+#define RANK_ENV_SPEC             "KILN_SPEC"
+#define RANK_ENV_JOB_ID           "KILN_JOB_ID"
+#define RANK_ENV_ATTEMPT          "KILN_ATTEMPT"
+#define RANK_ENV_RANK             "KILN_RANK"
+#define RANK_ENV_WORLD_SIZE       "KILN_WORLD_SIZE"
+#define RANK_ENV_LOCAL_RANK       "KILN_LOCAL_RANK"
+#define RANK_ENV_LOCAL_WORLD_SIZE "KILN_LOCAL_WORLD_SIZE"
+#define RANK_ENV_NODE_RANK        "KILN_NODE_RANK"
+#define RANK_ENV_NODES            "KILN_NODES"
+#define RANK_ENV_MASTER_ADDR      "KILN_MASTER_ADDR"
+#define RANK_ENV_MASTER_PORT      "KILN_MASTER_PORT"
+#define RANK_ENV_CHECKPOINT_DIR   "KILN_CHECKPOINT_DIR"
+#define RANK_ENV_OUTPUT_DIR       "KILN_OUTPUT_DIR"
+#define RANK_ENV_RESUME_FROM      "KILN_RESUME_FROM"
+#define RANK_ENV_INIT_MODEL       "KILN_INIT_MODEL"
+#define RANK_ENV_METRICS_FD       "KILN_METRICS_FD"
+#define RANK_ENV_THREADS          "KILN_THREADS"
+#define RANK_ENV_DEVICE_ID        "KILN_DEVICE_ID"
+#define RANK_ENV_DATA_ROOTS       "KILN_DATA_ROOTS"
+#define RANK_ENV_COMM_WATCHDOG_S  "KILN_COMM_WATCHDOG_S"
+/* Set from the contract's values for the libraries a rank loads (OpenMP, CUDA). */
+#define RANK_ENV_OMP_THREADS      "OMP_NUM_THREADS"
+#define RANK_ENV_CUDA_DEVICES     "CUDA_VISIBLE_DEVICES"
+
+#define RANK_MAX_WORLD (1 << 20)         /* ranks of one job, at most */
+#define RANK_MAX_THREADS 4096
+#define RANK_MAX_WATCHDOG_S (7 * 86400)  /* KILN_COMM_WATCHDOG_S, at most a week */
+
+/* A rank's place in its job. Strings are borrowed: from the environment (rank_env_parse) or
+ * from the caller (rank_env_envp). "Unset" values are what a rank started by hand, without an
+ * agent, gets. */
+typedef struct rank_env {
+    const char *spec;            /* KILN_SPEC: the job spec JSON file; NULL: unset */
+    const char *job_id;          /* KILN_JOB_ID; NULL: unset */
+    int attempt;                 /* KILN_ATTEMPT, >= 1 (1 when unset) */
+    int rank, world_size;        /* KILN_RANK in [0, world_size), KILN_WORLD_SIZE >= 1 (0, 1) */
+    int local_rank;              /* KILN_LOCAL_RANK in [0, local_world_size) (0) */
+    int local_world_size;        /* KILN_LOCAL_WORLD_SIZE: ranks of the job on this agent (1) */
+    int node_rank, nodes;        /* KILN_NODE_RANK in [0, nodes), KILN_NODES: agents (0, 1) */
+    const char *master_addr;     /* KILN_MASTER_ADDR: rank 0's host; NULL: unset */
+    int master_port;             /* KILN_MASTER_PORT 1..65535; 0: unset */
+    const char *checkpoint_dir;  /* KILN_CHECKPOINT_DIR; NULL: unset (no checkpoints) */
+    const char *output_dir;      /* KILN_OUTPUT_DIR; NULL: unset */
+    const char *resume_from;     /* KILN_RESUME_FROM: a checkpoint directory to resume from
+                                  * when it holds a newer checkpoint than checkpoint_dir; NULL */
+    const char *init_model;      /* KILN_INIT_MODEL: the local copy of the model a spec's
+                                  * model.init_from "job:<id>" names, fetched by the agent; NULL */
+    int metrics_fd;              /* KILN_METRICS_FD >= 0; -1: unset (no metric records) */
+    int threads;                 /* KILN_THREADS 1..RANK_MAX_THREADS; 0: unset */
+    int device_id;               /* KILN_DEVICE_ID >= 0 (and CUDA_VISIBLE_DEVICES); -1: none */
+    const char *data_roots;      /* KILN_DATA_ROOTS: the directories a rank may read,
+                                  * comma-separated; "" none; NULL: unset (anything, by hand) */
+    double comm_watchdog_s;      /* KILN_COMM_WATCHDOG_S: a collective without progress for this
+                                  * long fails; 0: unset (the engine's default) */
+} rank_env_t;
+
+/* The values of a rank started without an agent (world of one, nothing set). */
+void rank_env_init(rank_env_t *e);
+
+/* Reads the contract's variables from envp (NULL-terminated "NAME=value" strings; NULL: the
+ * process environment) into *out (OUT; strings point into envp's storage). An unset or empty
+ * variable keeps rank_env_init's value. Returns 0, or KILN_EINVAL when a value is malformed or
+ * out of range or the values contradict each other; err->field is the variable's name and the
+ * message says what it must be ("KILN_RANK 3 must be below KILN_WORLD_SIZE 2"). */
+int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err);
+
+/* The environment of a rank started with *e: the entries of base (NULL-terminated; NULL: none)
+ * that are neither the contract's variables nor secrets (rank_env_is_secret), then the
+ * contract's variables that e sets (OMP_NUM_THREADS with KILN_THREADS, CUDA_VISIBLE_DEVICES with
+ * KILN_DEVICE_ID). *e is checked with rank_env_parse's rules first, so a rank never gets what it
+ * would refuse. Caller owns *out (a NULL-terminated array of heap strings); free with
+ * rank_envp_free(). Returns 0, KILN_EINVAL (err names the variable) or KILN_ENOMEM. */
+int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_t *err);
+void rank_envp_free(char **envp); /* accepts NULL */
+
+/* Whether an environment entry ("NAME=value", or a bare name) is one the agent never passes to a
+ * rank: KILN_TLS_* and every name holding TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or
+ * PRIVATE_KEY, in any case (KILN_JOIN_TOKEN, KILN_JOIN_TOKEN_FILE, KILN_TOKEN, ...). */
+bool rank_env_is_secret(const char *entry);
+
+/* KILN_DATA_ROOTS joined from roots[0..n) (resolved directories without commas) into a heap
+ * string (caller frees with free()); "" for n = 0. Returns NULL when out of memory or a root
+ * holds a comma. */
+char *rank_data_roots_join(const char *const *roots, size_t n);
+
+/* For what a rank opens: when KILN_DATA_ROOTS is set in the process environment, confines path
+ * to its roots (kiln_path_confine; a missing file inside them passes, so the caller's open
+ * reports it); when it is unset, allows everything (kiln-train run by hand reads what its user
+ * asks). field names the spec field in messages. Returns 0, KILN_EINVAL, KILN_ETOOBIG,
+ * KILN_EPERM or KILN_ENOMEM. */
+int rank_path_confine(const char *path, const char *field, kiln_err_t *err);
+
+/* ------------------------------------------------------------------------------------------
+ * Metric records: one JSON object per line on KILN_METRICS_FD,
+ *   {"step": 120, "time": 1795000000.123456, "metrics": {"train_loss": 2.41, "lr": 0.0003}}
+ * Values are JSON numbers (17 significant digits: they read back as the same double); JSON has
+ * no NaN or infinity, so those travel as the strings "NaN", "Infinity" and "-Infinity".
+ * ------------------------------------------------------------------------------------------ */
+#define RANK_METRIC_NAME_MAX 127          /* bytes of a metric's name, at most */
+#define RANK_METRIC_RECORD_MAX (1 << 20)  /* bytes of one record line, newline included */
+
+typedef struct rank_metric {
+    char name[RANK_METRIC_NAME_MAX + 1];
+    double value;                /* may be NaN or +-infinity */
+} rank_metric_t;
+
+typedef struct rank_metric_record {
+    bool has_step;
+    int64_t step;                /* the optimizer step, when has_step */
+    bool has_time;
+    double time_s;               /* Unix time in seconds, when has_time */
+    rank_metric_t *v;            /* heap; release with rank_metric_record_deinit */
+    size_t n;
+    size_t skipped;              /* entries left out: not a number (nor a non-finite spelling),
+                                  * or a name empty or longer than RANK_METRIC_NAME_MAX */
+} rank_metric_record_t;
+
+/* Formats one record (newline-terminated) into a heap string: step, time_s (Unix seconds) and
+ * names[i] = vals[i] for i < n. Names are 1..RANK_METRIC_NAME_MAX bytes of UTF-8 and are
+ * escaped as JSON needs. Caller owns *out (free()); *len (OUT) its length. Returns 0, KILN_EINVAL
+ * (a name empty, too long or not UTF-8, or the record longer than RANK_METRIC_RECORD_MAX: err
+ * names the metric; nothing is formatted) or KILN_ENOMEM. */
+int rank_metric_format(int64_t step, double time_s, const char *const *names, const double *vals,
+                       size_t n, char **out, size_t *len, kiln_err_t *err);
+/* rank_metric_format, then one write(2) of the whole line to fd (retried on EINTR and short
+ * writes). Returns 0, rank_metric_format's statuses, or KILN_EIO. */
+int rank_metric_write(int fd, int64_t step, double time_s, const char *const *names,
+                      const double *vals, size_t n, kiln_err_t *err);
+/* Parses one record line (len bytes, no newline needed) into *out (OUT; deinit it after, also
+ * after a failure). "step" must be an integer and "time" a number when present (null: absent);
+ * "metrics" must be an object. Returns 0, KILN_EFORMAT (err says what is wrong, field the key)
+ * or KILN_ENOMEM. */
+int rank_metric_parse(const char *line, size_t len, rank_metric_record_t *out, kiln_err_t *err);
+void rank_metric_record_deinit(rank_metric_record_t *r);
+
+/* ------------------------------------------------------------------------------------------
+ * Exit codes and what an ended rank means for its job.
+ * ------------------------------------------------------------------------------------------ */
+enum {
+    RANK_EXIT_DONE = 0,       /* every step done */
+    RANK_EXIT_FAILURE = 1,    /* failed while running (a peer, the device, the file system...) */
+    RANK_EXIT_BAD_INPUT = 2,  /* the spec or its data cannot work: another attempt would fail too */
+    RANK_EXIT_STOPPED = 143,  /* stopped on request (SIGTERM) after writing a checkpoint */
+};
+
+/* kiln-train's exit code for a run that ended with err: RANK_EXIT_BAD_INPUT for problems of the
+ * spec, its data or a layout the engine cannot run (KILN_EINVAL, KILN_ENOTFOUND, KILN_EFORMAT,
+ * KILN_EUNSUPP, KILN_EUNAVAIL, KILN_EPERM (a path outside the data roots), and KILN_EIO on a data.* or model.* field), else
+ * RANK_EXIT_FAILURE. */
+int rank_exit_code_for(const kiln_err_t *err);
+
+typedef enum {
+    RANK_END_DONE,       /* exit code 0 */
+    RANK_END_BAD_INPUT,  /* exit code 2: the job fails at once */
+    RANK_END_LOST,       /* any other exit or a signal: the attempt is lost, like a lost worker */
+} rank_end_t;
+
+/* What a rank that ended with exit_code (when sig is 0) or by signal sig means for its job. */
+rank_end_t rank_end_of(int exit_code, int sig);
+
+/* How the rank ended, for reasons people read: "exited with code 2 (bad spec or data)",
+ * "exited with code 143 (stopped after a checkpoint)", "was killed by signal 9 (Killed)".
+ * Writes into buf (size n); returns buf. */
+char *rank_end_describe(int exit_code, int sig, char *buf, size_t n);
+
+/* ------------------------------------------------------------------------------------------
+ * Shared memory. The comm module's shm transport (libfabric's shm provider) keeps one region per
+ * process, /dev/shm/<pid>:<...>, which a process killed by a signal cannot remove. Whoever knows
+ * that pids[0..n) have ended calls this: the agent for each of an attempt's ranks once it has
+ * exited and before it is reaped (so the pid, held by the zombie, cannot already name another
+ * process's region), a rank for its own pid before it opens the transport (a region left by an
+ * earlier process with its pid). Removes only regular files named "<pid>:..." for those pids.
+ * Returns how many it removed.
+ * ------------------------------------------------------------------------------------------ */
+int rank_shm_cleanup(const int *pids, size_t n);
+
+#endif /* KILN_RANK_H */

@@ -1,0 +1,310 @@
+/* search.c - listing and searching jobs: the filter, order_by and columns of a request parsed
+ * (query/), the legacy status and tag parameters folded into the filter, the caller's projects
+ * (the tenancy rule: a cluster admin sees every project, anyone else those it has a role in),
+ * opaque page tokens that carry the store's cursor and a fingerprint of the search they belong
+ * to, and the columns and summaries each job comes back with. The SQL is store/search.c's. */
+#include "service/svc_int.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A fingerprint of what a page token's cursor depends on: the filter and the order (and the
+ * legacy parameters). A token from another search is refused rather than misapplied. */
+static uint64_t search_fingerprint(const svc_job_filter_t *f)
+{
+    const char *parts[4] = {f->filter, f->order_by, f->status, f->tag};
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 4; i++) {
+        for (const char *p = parts[i] ? parts[i] : ""; *p; p++)
+            h = (h ^ (uint8_t)*p) * 1099511628211ull;
+        h = (h ^ 0xff) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* Token = base64url of {"v": 1, "h": "<fingerprint>", "c": cursor}. */
+static char *token_encode(const json_t *cursor, uint64_t fp)
+{
+    char h[20];
+    snprintf(h, sizeof h, "%016llx", (unsigned long long)fp);
+    json_t *t = json_pack("{s:i, s:s, s:O}", "v", 1, "h", h, "c", cursor);
+    char *text = t ? json_dumps(t, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(t);
+    if (!text)
+        return NULL;
+    size_t n = strlen(text);
+    size_t cap = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    char *b64 = malloc(cap);
+    if (b64)
+        sodium_bin2base64(b64, cap, (const unsigned char *)text, n, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    free(text);
+    return b64;
+}
+
+static int bad_token(kiln_err_t *err, const char *why)
+{
+    kiln_err_set(err, KILN_EINVAL, "page_token", "%s", why);
+    kiln_err_hint(err, "pass next_page_token from the previous page unchanged, with the same filter and order_by");
+    return KILN_EINVAL;
+}
+
+/* The cursor inside a token (caller owns), after checking it belongs to this search. */
+static int token_decode(const char *tok, uint64_t fp, json_t **cursor, kiln_err_t *err)
+{
+    *cursor = NULL;
+    size_t n = strlen(tok);
+    if (n > 8192)
+        return bad_token(err, "page token is too long");
+    unsigned char *bin = malloc(n + 1);
+    size_t len = 0;
+    if (!bin)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (sodium_base642bin(bin, n, tok, n, NULL, &len, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0) {
+        free(bin);
+        return bad_token(err, "malformed page token");
+    }
+    json_t *t = json_loadb((const char *)bin, len, 0, NULL);
+    free(bin);
+    char h[20];
+    snprintf(h, sizeof h, "%016llx", (unsigned long long)fp);
+    const char *th = json_string_value(json_object_get(t, "h"));
+    json_t *c = json_object_get(t, "c");
+    if (!t || json_integer_value(json_object_get(t, "v")) != 1 || !th || !json_is_object(c)) {
+        json_decref(t);
+        return bad_token(err, "malformed page token");
+    }
+    if (strcmp(th, h) != 0) {
+        json_decref(t);
+        return bad_token(err, "page token belongs to another search (a different filter or order_by)");
+    }
+    *cursor = json_incref(c);
+    json_decref(t);
+    return 0;
+}
+
+/* status "RUNNING,QUEUED" -> state IN (...); tag "k:v" -> tags.k = v, "k" -> EXISTS tags.k. */
+static int legacy_filters(const svc_job_filter_t *f, arena_t *a, query_node_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (f->status && *f->status) {
+        char *copy = arena_strdup(a, f->status), *save = NULL;
+        const char *states[64];
+        int n = 0;
+        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            while (*t == ' ')
+                t++;
+            if (*t && n < (int)KILN_ARRAY_LEN(states))
+                states[n++] = t;
+        }
+        if (n == 0) {
+            kiln_err_set(err, KILN_EINVAL, "status", "status must name at least one job state");
+            kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, RESTARTING, COMPLETED, "
+                               "FAILED, STOPPED (comma-separated)");
+            return KILN_EINVAL;
+        }
+        query_node_t *node = NULL;
+        int rc = query_build_in("state", states, n, "status", a, &node, err);
+        if (rc)
+            return rc;
+        *out = node;
+    }
+    if (f->tag && *f->tag) {
+        char *key = arena_strdup(a, f->tag);
+        char *colon = strchr(key, ':');
+        if (colon)
+            *colon = '\0';
+        if (!*key)
+            return kiln_err_set(err, KILN_EINVAL, "tag", "tag filter needs a key (\"key\" or \"key:value\")");
+        /* the key as one quoted segment: whatever it holds, it names one tag */
+        json_t *q = json_string(key);
+        char *qs = q ? json_dumps(q, JSON_ENCODE_ANY) : NULL;
+        json_decref(q);
+        if (!qs)
+            return kiln_err_set(err, KILN_EINVAL, "tag", "tag filter is not valid UTF-8");
+        char *field = arena_sprintf(a, "tags.%s", qs);
+        free(qs);
+        query_node_t *node = NULL;
+        int rc;
+        if (colon) {
+            const char *v = colon + 1;
+            rc = query_build_in(field, &v, 1, "tag", a, &node, err);
+        } else {
+            rc = query_build_exists(field, "tag", a, &node, err);
+        }
+        if (rc)
+            return rc;
+        *out = query_and(a, *out, node);
+    }
+    return 0;
+}
+
+/* Adds "columns" and "summaries" to each job of the page. */
+static int add_columns(store_conn_t *c, json_t *jobs, const query_columns_t *cols, kiln_err_t *err)
+{
+    size_t njobs = json_array_size(jobs);
+    if (njobs == 0 || cols->n == 0)
+        return 0;
+    const char **ids = calloc(njobs, sizeof *ids);
+    const char **names = calloc((size_t)cols->n, sizeof *names);
+    int nnames = 0;
+    bool all_metrics = false, any_metric = false;
+    if (!ids || !names) {
+        free(ids);
+        free(names);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    for (size_t i = 0; i < njobs; i++)
+        ids[i] = json_string_value(json_object_get(json_array_get(jobs, i), "id"));
+    for (int k = 0; k < cols->n; k++) {
+        if (cols->cols[k].id != QF_METRIC)
+            continue;
+        any_metric = true;
+        if (!cols->cols[k].key)
+            all_metrics = true;
+        else
+            names[nnames++] = cols->cols[k].key;
+    }
+    json_t *sums = NULL;
+    int rc = 0;
+    if (any_metric)
+        rc = store_job_summaries_json(c, ids, (int)njobs, all_metrics ? NULL : names, nnames, &sums, err);
+    free(ids);
+    free(names);
+    if (rc)
+        return rc;
+    static const char *const aggs[] = {"min", "max", "last", "count"};
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job) {
+        json_t *mine = json_object_get(sums, json_string_value(json_object_get(job, "id")));
+        json_t *hp = json_object_get(json_object_get(job, "spec"), "hyperparameters");
+        json_t *colv = json_object(), *summ = json_object();
+        for (int k = 0; k < cols->n; k++) {
+            const query_column_t *col = &cols->cols[k];
+            if (col->id == QF_HP) {
+                const char *key;
+                json_t *v;
+                if (!col->key) {
+                    json_object_foreach(hp, key, v) {
+                        char cname[200];
+                        snprintf(cname, sizeof cname, "hp.%s", key);
+                        if (json_is_number(v))
+                            json_object_set(colv, cname, v);
+                    }
+                    continue;
+                }
+                v = json_object_get(hp, col->key);
+                json_object_set_new(colv, col->name, json_is_number(v) ? json_incref(v) : json_null());
+                continue;
+            }
+            /* metrics: one summary, a whole one, or all of them */
+            const char *name;
+            json_t *sm;
+            json_object_foreach(mine, name, sm) {
+                if (col->key && strcmp(name, col->key) != 0)
+                    continue;
+                json_object_set(summ, name, sm);
+            }
+            if (col->key && col->agg != QA_NONE) {
+                json_t *sm1 = json_object_get(mine, col->key);
+                json_t *v = json_object_get(sm1, query_agg_name(col->agg));
+                json_object_set_new(colv, col->name, v ? json_incref(v) : json_null());
+                continue;
+            }
+            for (size_t a = 0; a < KILN_ARRAY_LEN(aggs); a++) {
+                if (col->key) {
+                    char cname[400];
+                    snprintf(cname, sizeof cname, "metrics.%s.%s", col->key, aggs[a]);
+                    json_t *v = json_object_get(json_object_get(mine, col->key), aggs[a]);
+                    json_object_set_new(colv, cname, v ? json_incref(v) : json_null());
+                    continue;
+                }
+                json_object_foreach(mine, name, sm) {
+                    char cname[400];
+                    snprintf(cname, sizeof cname, "metrics.%s.%s", name, aggs[a]);
+                    json_t *v = json_object_get(sm, aggs[a]);
+                    json_object_set_new(colv, cname, v ? json_incref(v) : json_null());
+                }
+            }
+        }
+        json_object_set_new(job, "columns", colv);
+        json_object_set_new(job, "summaries", summ);
+    }
+    json_decref(sums);
+    return 0;
+}
+
+int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out, kiln_err_t *err)
+{
+    arena_t a;
+    arena_init(&a, 0);
+    query_node_t *filter = NULL, *legacy = NULL;
+    query_order_t order;
+    query_columns_t cols;
+    json_t *cursor = NULL, *jobs = NULL, *next = NULL;
+    const char **projects = NULL;
+    store_conn_t *c = NULL;
+    char *tok = NULL;
+    int64_t now = kiln_now_us();
+    *out = NULL;
+    /* the one validator (check.c) before anything is parsed: text is UTF-8 without NUL, of a
+     * bounded length, and a page size the caller gave is in range */
+    int rc = 0;
+    if ((rc = svc_check_str("filter", f->filter, 8192, err)) || (rc = svc_check_str("order_by", f->order_by, 2048, err)) ||
+        (rc = svc_check_str("columns", f->columns, 4096, err)) || (rc = svc_check_str("status", f->status, 200, err)) ||
+        (rc = svc_check_str("tag", f->tag, 320, err)) || (rc = svc_check_str("page_token", f->page_token, 8192, err)) ||
+        (f->page_size_set && (rc = svc_check_range("page_size", f->page_size, 1, 500, err)))) {
+        arena_deinit(&a);
+        return rc;
+    }
+    rc = query_parse(f->filter, now, &a, &filter, err);
+    if (rc == 0)
+        rc = query_order_parse(f->order_by, &a, &order, err);
+    if (rc == 0)
+        rc = query_columns_parse(f->columns, &a, &cols, err);
+    if (rc == 0)
+        rc = legacy_filters(f, &a, &legacy, err);
+    uint64_t fp = search_fingerprint(f);
+    if (rc == 0 && f->page_token && *f->page_token)
+        rc = token_decode(f->page_token, fp, &cursor, err);
+    if (rc)
+        goto fail;
+    store_search_t q = {
+        .filter = query_and(&a, legacy, filter),
+        .order = &order,
+        .limit = f->page_size <= 0 ? 50 : KILN_MIN(f->page_size, 500),
+        .after = cursor,
+        .now_us = now,
+    };
+    /* Tenancy: a member sees the projects it has a role in; a cluster admin every project. */
+    if (!who->cluster_admin) {
+        projects = calloc((size_t)who->nroles + 1, sizeof(*projects));
+        if (!projects) {
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < who->nroles; i++)
+            projects[i] = who->roles[i].project;
+        q.projects = projects;
+        q.nprojects = who->nroles;
+    }
+    if ((rc = store_conn_get(s->store, &c, err)) || (rc = store_job_search_json(c, &q, &jobs, &next, err)) ||
+        (rc = add_columns(c, jobs, &cols, err)))
+        goto fail;
+    if (next && !(tok = token_encode(next, fp))) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    *out = json_pack("{s:O, s:s}", "jobs", jobs, "next_page_token", tok ? tok : "");
+fail:
+    store_conn_put(s->store, c);
+    free(projects);
+    free(tok);
+    json_decref(cursor);
+    json_decref(jobs);
+    json_decref(next);
+    arena_deinit(&a);
+    return rc;
+}

@@ -1,0 +1,507 @@
+/* test_rank.c - the rank contract (rank/): the environment from the launcher's struct to an envp,
+ * into a process environment and back; bad values refused naming the variable; secrets and the
+ * launcher's own contract variables never passed on; data roots; metric records from the writer
+ * through a pipe to the parser (exact doubles, NaN and infinities, escaped and long names);
+ * exit codes and their meaning; shared-memory cleanup of exactly the given processes. */
+#include "rank/rank.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- the environment -------------------------------------------------------------------- */
+
+static const char *envp_get(char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char *const *p = envp; p && *p; p++)
+        if (!strncmp(*p, name, n) && (*p)[n] == '=')
+            return *p + n + 1;
+    return NULL;
+}
+
+static int envp_count(char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+    int c = 0;
+    for (char *const *p = envp; p && *p; p++)
+        c += !strncmp(*p, name, n) && (*p)[n] == '=';
+    return c;
+}
+
+static void full_env(rank_env_t *e)
+{
+    rank_env_init(e);
+    e->spec = "/w/jobs/j1/spec.json";
+    e->job_id = "0b6c2d1e-1111-2222-3333-444455556666";
+    e->attempt = 3;
+    e->rank = 5;
+    e->world_size = 8;
+    e->local_rank = 1;
+    e->local_world_size = 2;
+    e->node_rank = 2;
+    e->nodes = 4;
+    e->master_addr = "10.1.2.3";
+    e->master_port = 29555;
+    e->checkpoint_dir = "/mnt/ckpt/j1";
+    e->output_dir = "/w/jobs/j1/output";
+    e->resume_from = "/mnt/ckpt/other";
+    e->metrics_fd = 3;
+    e->threads = 6;
+    e->device_id = 1;
+    e->data_roots = "/srv/data,/mnt/ckpt";
+    e->comm_watchdog_s = 2.5;
+}
+
+static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
+{
+    cr_assert_str_eq(a->spec, b->spec);
+    cr_assert_str_eq(a->job_id, b->job_id);
+    cr_assert_eq(a->attempt, b->attempt);
+    cr_assert_eq(a->rank, b->rank);
+    cr_assert_eq(a->world_size, b->world_size);
+    cr_assert_eq(a->local_rank, b->local_rank);
+    cr_assert_eq(a->local_world_size, b->local_world_size);
+    cr_assert_eq(a->node_rank, b->node_rank);
+    cr_assert_eq(a->nodes, b->nodes);
+    cr_assert_str_eq(a->master_addr, b->master_addr);
+    cr_assert_eq(a->master_port, b->master_port);
+    cr_assert_str_eq(a->checkpoint_dir, b->checkpoint_dir);
+    cr_assert_str_eq(a->output_dir, b->output_dir);
+    cr_assert_str_eq(a->resume_from, b->resume_from);
+    cr_assert_eq(a->metrics_fd, b->metrics_fd);
+    cr_assert_eq(a->threads, b->threads);
+    cr_assert_eq(a->device_id, b->device_id);
+    cr_assert_str_eq(a->data_roots, b->data_roots);
+    cr_assert_eq(a->comm_watchdog_s, b->comm_watchdog_s);
+}
+
+Test(env, round_trip_through_envp_and_the_process_environment)
+{
+    rank_env_t e, back;
+    full_env(&e);
+    char *base[] = {"PATH=/usr/bin:/bin", "HOME=/root", "KILN_RANK=99", "KILN_RESUME_FROM=/elsewhere",
+                    "KILN_DATA_ROOTS=/", "OMP_NUM_THREADS=64", "KILN_JOIN_TOKEN=kiln_join_x",
+                    "KILN_JOIN_TOKEN_FILE=/etc/kiln/join.token", "KILN_TLS_KEY=/etc/kiln/agent.key",
+                    "my_api_token=abc", "DB_PASSWORD=pw", "KILN_DP_BUCKET_MB=4", NULL};
+    char **envp = NULL;
+    kiln_err_t err;
+    cr_assert_eq(rank_env_envp(&e, base, &envp, &err), 0, "%s", err.message);
+    /* the launcher's own values of contract variables and its secrets never reach a rank */
+    cr_assert_str_eq(envp_get(envp, "PATH"), "/usr/bin:/bin");
+    cr_assert_str_eq(envp_get(envp, "KILN_DP_BUCKET_MB"), "4", "tuning knobs pass through");
+    for (const char *const *s = (const char *const[]){"KILN_JOIN_TOKEN", "KILN_JOIN_TOKEN_FILE", "KILN_TLS_KEY",
+                                                      "my_api_token", "DB_PASSWORD", NULL};
+         *s; s++)
+        cr_assert_null(envp_get(envp, *s), "%s was passed on", *s);
+    cr_assert_eq(envp_count(envp, RANK_ENV_RANK), 1);
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_RANK), "5");
+    cr_assert_eq(envp_count(envp, RANK_ENV_RESUME_FROM), 1);
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_DATA_ROOTS), "/srv/data,/mnt/ckpt");
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_OMP_THREADS), "6", "OpenMP gets the rank's threads");
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_CUDA_DEVICES), "1");
+    cr_assert_eq(envp_count(envp, RANK_ENV_OMP_THREADS), 1);
+
+    /* envp -> rank_env_t directly */
+    cr_assert_eq(rank_env_parse(envp, &back, &err), 0, "%s", err.message);
+    assert_same_env(&e, &back);
+
+    /* envp -> the process environment (what execve gives a rank) -> rank_env_t */
+    cr_assert_eq(clearenv(), 0);
+    for (char **p = envp; *p; p++)
+        cr_assert_eq(putenv(*p), 0);
+    cr_assert_eq(rank_env_parse(NULL, &back, &err), 0, "%s", err.message);
+    assert_same_env(&e, &back);
+    cr_assert_eq(clearenv(), 0); /* before envp's strings go */
+    rank_envp_free(envp);
+}
+
+Test(env, unset_means_a_rank_started_by_hand)
+{
+    rank_env_t e, d;
+    kiln_err_t err;
+    char *none[] = {"PATH=/bin", "KILN_RANK=", NULL}; /* empty counts as unset */
+    cr_assert_eq(rank_env_parse(none, &e, &err), 0, "%s", err.message);
+    rank_env_init(&d);
+    cr_assert_eq(e.rank, 0);
+    cr_assert_eq(e.world_size, 1);
+    cr_assert_eq(e.attempt, 1);
+    cr_assert_eq(e.metrics_fd, -1);
+    cr_assert_eq(e.device_id, -1);
+    cr_assert_eq(e.threads, 0);
+    cr_assert_eq(e.comm_watchdog_s, 0);
+    cr_assert_null(e.spec);
+    cr_assert_null(e.data_roots, "unset: no confinement");
+    /* what is unset stays unset on the way out */
+    char **envp = NULL;
+    cr_assert_eq(rank_env_envp(&d, NULL, &envp, &err), 0, "%s", err.message);
+    for (const char *const *s = (const char *const[]){RANK_ENV_SPEC, RANK_ENV_METRICS_FD, RANK_ENV_THREADS,
+                                                      RANK_ENV_DEVICE_ID, RANK_ENV_CUDA_DEVICES, RANK_ENV_DATA_ROOTS,
+                                                      RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_RESUME_FROM, NULL};
+         *s; s++)
+        cr_assert_null(envp_get(envp, *s), "%s is set", *s);
+    rank_envp_free(envp);
+    /* KILN_DATA_ROOTS set and empty: no directory may be read */
+    char *empty_roots[] = {"KILN_DATA_ROOTS=", NULL};
+    cr_assert_eq(rank_env_parse(empty_roots, &e, &err), 0);
+    cr_assert_not_null(e.data_roots);
+    cr_assert_str_eq(e.data_roots, "");
+}
+
+typedef struct bad_case {
+    const char *entries[4];
+    const char *variable;
+} bad_case_t;
+
+Test(env, bad_values_are_refused_naming_the_variable)
+{
+    static const bad_case_t cases[] = {
+        {{"KILN_RANK=-1"}, "KILN_RANK"},
+        {{"KILN_RANK=1x"}, "KILN_RANK"},
+        {{"KILN_RANK=2", "KILN_WORLD_SIZE=2", "KILN_MASTER_PORT=1"}, "KILN_RANK"},
+        {{"KILN_WORLD_SIZE=0"}, "KILN_WORLD_SIZE"},
+        {{"KILN_WORLD_SIZE=99999999999"}, "KILN_WORLD_SIZE"},
+        {{"KILN_ATTEMPT=0"}, "KILN_ATTEMPT"},
+        {{"KILN_MASTER_PORT=70000"}, "KILN_MASTER_PORT"},
+        {{"KILN_MASTER_PORT=http"}, "KILN_MASTER_PORT"},
+        {{"KILN_METRICS_FD=three"}, "KILN_METRICS_FD"},
+        {{"KILN_THREADS=0"}, "KILN_THREADS"},
+        {{"KILN_THREADS=100000"}, "KILN_THREADS"},
+        {{"KILN_DEVICE_ID=-2"}, "KILN_DEVICE_ID"},
+        {{"KILN_LOCAL_RANK=1"}, "KILN_LOCAL_RANK"},
+        {{"KILN_LOCAL_WORLD_SIZE=3", "KILN_WORLD_SIZE=2"}, "KILN_LOCAL_WORLD_SIZE"},
+        {{"KILN_NODE_RANK=2", "KILN_NODES=2", "KILN_WORLD_SIZE=4"}, "KILN_NODE_RANK"},
+        {{"KILN_NODES=5", "KILN_WORLD_SIZE=4"}, "KILN_NODES"},
+        {{"KILN_COMM_WATCHDOG_S=0"}, "KILN_COMM_WATCHDOG_S"},
+        {{"KILN_COMM_WATCHDOG_S=-3"}, "KILN_COMM_WATCHDOG_S"},
+        {{"KILN_COMM_WATCHDOG_S=soon"}, "KILN_COMM_WATCHDOG_S"},
+        {{"KILN_COMM_WATCHDOG_S=1e9"}, "KILN_COMM_WATCHDOG_S"},
+        {{"KILN_COMM_WATCHDOG_S=nan"}, "KILN_COMM_WATCHDOG_S"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *envp[5] = {0};
+        for (int k = 0; k < 4 && cases[i].entries[k]; k++)
+            envp[k] = (char *)cases[i].entries[k];
+        rank_env_t e;
+        kiln_err_t err;
+        kiln_err_clear(&err);
+        cr_assert_eq(rank_env_parse(envp, &e, &err), KILN_EINVAL, "case %zu (%s) accepted", i, envp[0]);
+        cr_assert_str_eq(err.field, cases[i].variable, "case %zu: field %s, message %s", i, err.field, err.message);
+        cr_assert(strstr(err.message, cases[i].variable), "case %zu: the message does not name %s: %s", i,
+                  cases[i].variable, err.message);
+    }
+    /* The launcher's side refuses what a rank would refuse, and builds nothing. */
+    rank_env_t e;
+    full_env(&e);
+    e.rank = e.world_size;
+    char **envp = (char **)1;
+    kiln_err_t err;
+    cr_assert_eq(rank_env_envp(&e, NULL, &envp, &err), KILN_EINVAL);
+    cr_assert_null(envp);
+    cr_assert_str_eq(err.field, RANK_ENV_RANK);
+    full_env(&e);
+    e.comm_watchdog_s = -1;
+    cr_assert_eq(rank_env_envp(&e, NULL, &envp, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, RANK_ENV_COMM_WATCHDOG_S);
+}
+
+Test(env, secrets)
+{
+    const char *secret[] = {"KILN_JOIN_TOKEN=x", "KILN_JOIN_TOKEN_FILE=/f", "KILN_TOKEN=t", "KILN_TLS_CA=/ca",
+                            "KILN_TLS_CERT", "aws_secret_access_key=s", "PGPASSWORD=p", "MY_PASSWD=p",
+                            "AGENT_CREDENTIAL=c", "SSH_PRIVATE_KEY=k"};
+    const char *fine[] = {"PATH=/bin", "KILN_RANK=1", "KILN_COMM_WATCHDOG_S=3", "HOME=/root", "TLS_MODE=x"};
+    for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++)
+        cr_assert(rank_env_is_secret(secret[i]), "%s", secret[i]);
+    for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)
+        cr_assert(!rank_env_is_secret(fine[i]), "%s", fine[i]);
+}
+
+Test(env, data_roots_join_and_confine)
+{
+    const char *roots[] = {"/srv/a", "/srv/b"};
+    char *s = rank_data_roots_join(roots, 2);
+    cr_assert_str_eq(s, "/srv/a,/srv/b");
+    free(s);
+    s = rank_data_roots_join(NULL, 0);
+    cr_assert_str_eq(s, "");
+    free(s);
+    const char *comma[] = {"/srv/a,b"};
+    cr_assert_null(rank_data_roots_join(comma, 1));
+
+    char tmpl[] = "/tmp/kiln-rank.XXXXXX";
+    cr_assert_not_null(mkdtemp(tmpl));
+    char T[PATH_MAX], p[PATH_MAX + 64], q[PATH_MAX + 64];
+    cr_assert_not_null(realpath(tmpl, T));
+    snprintf(p, sizeof p, "%s/data", T);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/outside", T);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(q, sizeof q, "%s/data/out", T);
+    cr_assert_eq(symlink(p, q), 0); /* a link out of the root */
+    kiln_err_t err;
+    unsetenv(RANK_ENV_DATA_ROOTS);
+    cr_assert_eq(rank_path_confine("/etc/passwd", "data.train", &err), 0, "unset: a rank run by hand");
+    char roots_v[PATH_MAX + 32];
+    snprintf(roots_v, sizeof roots_v, "/nonexistent,%s/data", T);
+    setenv(RANK_ENV_DATA_ROOTS, roots_v, 1);
+    snprintf(p, sizeof p, "%s/data/file.txt", T);
+    cr_assert_eq(rank_path_confine(p, "data.train", &err), 0, "%s", err.message);
+    cr_assert_eq(rank_path_confine("/etc/passwd", "data.train", &err), KILN_EPERM);
+    cr_assert_str_eq(err.field, "data.train");
+    snprintf(p, sizeof p, "%s/data/out/secret", T);
+    cr_assert_eq(rank_path_confine(p, "model.init_from", &err), KILN_EPERM, "a symlink out of the root");
+    setenv(RANK_ENV_DATA_ROOTS, "", 1);
+    snprintf(p, sizeof p, "%s/data/file.txt", T);
+    cr_assert_eq(rank_path_confine(p, "data.train", &err), KILN_EPERM, "set and empty: nothing may be read");
+    unsetenv(RANK_ENV_DATA_ROOTS);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", T);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* ---- metric records ----------------------------------------------------------------------- */
+
+/* Reads everything a pipe holds (non-blocking) into buf. */
+static size_t drain(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+Test(metric, writer_to_parser_round_trip)
+{
+    char long_name[RANK_METRIC_NAME_MAX + 1];
+    memset(long_name, 'x', RANK_METRIC_NAME_MAX);
+    long_name[RANK_METRIC_NAME_MAX] = '\0';
+    const char *names[] = {"train_loss", "lr", "tiny", "huge", "denormal", "neg_zero", "count", "diverged",
+                           "up", "down", "quote\"and\\back", "tab\there", "\xce\xbb_loss", long_name};
+    const double vals[] = {2.4137912345678901, 3e-4, 1e-300, -2.5e300, 5e-324, -0.0, 42, NAN,
+                           INFINITY, -INFINITY, 0.1, 1.0 / 3.0, 7.25, 1.5};
+    size_t n = sizeof(names) / sizeof(names[0]);
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    kiln_err_t err;
+    double t = 1795000000.123456;
+    cr_assert_eq(rank_metric_write(p[1], 120, t, names, vals, n, &err), 0, "%s", err.message);
+    char buf[8192];
+    size_t len = drain(p[0], buf, sizeof buf);
+    cr_assert_gt(len, 0);
+    cr_assert_eq(buf[len - 1], '\n', "one line");
+    cr_assert_null(memchr(buf, '\n', len - 1), "one line only: %s", buf);
+
+    rank_metric_record_t rec;
+    cr_assert_eq(rank_metric_parse(buf, len, &rec, &err), 0, "%s: %s", err.message, buf);
+    cr_assert(rec.has_step && rec.step == 120);
+    cr_assert(rec.has_time && fabs(rec.time_s - t) < 1e-6, "%.6f", rec.time_s);
+    cr_assert_eq(rec.n, n, "%zu of %zu metrics back: %s", rec.n, n, buf);
+    cr_assert_eq(rec.skipped, 0);
+    for (size_t i = 0; i < n; i++) {
+        const rank_metric_t *m = NULL;
+        for (size_t k = 0; k < rec.n && !m; k++)
+            if (!strcmp(rec.v[k].name, names[i]))
+                m = &rec.v[k];
+        cr_assert_not_null(m, "metric \"%s\" lost: %s", names[i], buf);
+        if (isnan(vals[i]))
+            cr_assert(isnan(m->value), "%s: %g", names[i], m->value);
+        else
+            cr_assert(memcmp(&m->value, &vals[i], sizeof(double)) == 0 || (vals[i] == 0 && m->value == 0),
+                      "%s: wrote %.17g, read %.17g", names[i], vals[i], m->value);
+        if (isinf(vals[i]))
+            cr_assert_eq(signbit(m->value), signbit(vals[i]), "%s", names[i]);
+    }
+    rank_metric_record_deinit(&rec);
+    close(p[0]);
+    close(p[1]);
+}
+
+Test(metric, the_writer_refuses_bad_names_and_writes_nothing)
+{
+    char too_long[RANK_METRIC_NAME_MAX + 2];
+    memset(too_long, 'y', RANK_METRIC_NAME_MAX + 1);
+    too_long[RANK_METRIC_NAME_MAX + 1] = '\0';
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    const char *bad[][2] = {{"ok", too_long}, {"ok", ""}, {"ok", "bad\xff utf8"}, {"ok", "\xc0\x80"}};
+    const double vals[] = {1, 2};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        kiln_err_t err;
+        cr_assert_eq(rank_metric_write(p[1], 1, 0, bad[i], vals, 2, &err), KILN_EINVAL, "case %zu", i);
+        cr_assert(strstr(err.message, "metric 1"), "the message names the metric: %s", err.message);
+    }
+    char buf[64];
+    cr_assert_eq(drain(p[0], buf, sizeof buf), 0, "something was written: %s", buf);
+    /* a record too long for the agent to take (1 MiB) */
+    size_t n = 9000;
+    const char **names = calloc(n, sizeof(char *));
+    double *v = calloc(n, sizeof(double));
+    char (*store)[RANK_METRIC_NAME_MAX + 1] = calloc(n, sizeof(*store));
+    for (size_t i = 0; i < n; i++) {
+        memset(store[i], 'a', RANK_METRIC_NAME_MAX - 8);
+        snprintf(store[i] + RANK_METRIC_NAME_MAX - 8, 9, "%08zu", i);
+        names[i] = store[i];
+    }
+    char *out = NULL;
+    size_t len = 0;
+    kiln_err_t err;
+    cr_assert_eq(rank_metric_format(1, 0, names, v, n, &out, &len, &err), KILN_EINVAL);
+    cr_assert_null(out);
+    cr_assert_eq(rank_metric_format(1, 0, names, v, 100, &out, &len, &err), 0, "%s", err.message);
+    cr_assert_lt(len, RANK_METRIC_RECORD_MAX);
+    free(out);
+    free(names);
+    free(v);
+    free(store);
+    close(p[0]);
+    close(p[1]);
+}
+
+Test(metric, the_parser_skips_what_is_not_a_metric_and_refuses_what_is_not_a_record)
+{
+    char line[600];
+    char long_name[RANK_METRIC_NAME_MAX + 2];
+    memset(long_name, 'z', RANK_METRIC_NAME_MAX + 1);
+    long_name[RANK_METRIC_NAME_MAX + 1] = '\0';
+    snprintf(line, sizeof line,
+             "{\"step\": 7.0, \"metrics\": {\"a\": 1, \"%s\": 2, \"note\": \"hello\", \"n\": null, \"\": 3, "
+             "\"b\": \"-Infinity\", \"c\": [1]}}",
+             long_name);
+    rank_metric_record_t rec;
+    kiln_err_t err;
+    cr_assert_eq(rank_metric_parse(line, strlen(line), &rec, &err), 0, "%s", err.message);
+    cr_assert(rec.has_step && rec.step == 7, "an integral real step is a step");
+    cr_assert(!rec.has_time);
+    cr_assert_eq(rec.n, 2, "a and b");
+    cr_assert_eq(rec.skipped, 5);
+    for (size_t i = 0; i < rec.n; i++)
+        if (!strcmp(rec.v[i].name, "b"))
+            cr_assert(isinf(rec.v[i].value) && rec.v[i].value < 0);
+    rank_metric_record_deinit(&rec);
+
+    const char *bad[] = {"", "not json", "[1]", "{\"step\": 1}", "{\"step\": 1.5, \"metrics\": {}}",
+                         "{\"step\": \"1\", \"metrics\": {}}", "{\"time\": \"now\", \"metrics\": {}}",
+                         "{\"metrics\": [1]}", "{\"metrics\": {\"a\": 1}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        kiln_err_clear(&err);
+        cr_assert_eq(rank_metric_parse(bad[i], strlen(bad[i]), &rec, &err), KILN_EFORMAT, "%s", bad[i]);
+        cr_assert_neq(err.message[0], '\0');
+        cr_assert_eq(rec.n, 0);
+        rank_metric_record_deinit(&rec);
+    }
+    /* no metrics at all is a record */
+    const char *empty = "{\"step\": 3, \"time\": 1.5, \"metrics\": {}}";
+    cr_assert_eq(rank_metric_parse(empty, strlen(empty), &rec, &err), 0);
+    cr_assert_eq(rec.n, 0);
+    rank_metric_record_deinit(&rec);
+}
+
+/* ---- exits -------------------------------------------------------------------------------- */
+
+Test(exit, codes_and_what_they_mean)
+{
+    kiln_err_t err;
+    kiln_err_set(&err, KILN_EINVAL, "hyperparameters.lr", "bad");
+    cr_assert_eq(rank_exit_code_for(&err), RANK_EXIT_BAD_INPUT);
+    kiln_err_set(&err, KILN_EIO, "data.train", "unreadable");
+    cr_assert_eq(rank_exit_code_for(&err), RANK_EXIT_BAD_INPUT);
+    kiln_err_set(&err, KILN_EIO, "checkpoint", "disk full");
+    cr_assert_eq(rank_exit_code_for(&err), RANK_EXIT_FAILURE);
+    kiln_err_set(&err, KILN_ECOMM, NULL, "rank 1 (host h) disconnected");
+    cr_assert_eq(rank_exit_code_for(&err), RANK_EXIT_FAILURE);
+    kiln_err_set(&err, KILN_ETIMEDOUT, NULL, "no progress for 3 s in an all-reduce: waiting on rank 1");
+    cr_assert_eq(rank_exit_code_for(&err), RANK_EXIT_FAILURE);
+    kiln_err_set(&err, KILN_EPERM, "data.train", "outside the data roots");
+    cr_assert_eq(rank_exit_code_for(&err), RANK_EXIT_BAD_INPUT);
+
+    cr_assert_eq(rank_end_of(0, 0), RANK_END_DONE);
+    cr_assert_eq(rank_end_of(2, 0), RANK_END_BAD_INPUT);
+    cr_assert_eq(rank_end_of(1, 0), RANK_END_LOST);
+    cr_assert_eq(rank_end_of(143, 0), RANK_END_LOST, "stopped without being asked: lost, like preemption");
+    cr_assert_eq(rank_end_of(134, 0), RANK_END_LOST);
+    cr_assert_eq(rank_end_of(-1, SIGKILL), RANK_END_LOST);
+    cr_assert_eq(rank_end_of(2, SIGSEGV), RANK_END_LOST, "a signal wins over a stale code");
+
+    char buf[128];
+    cr_assert_str_eq(rank_end_describe(-1, SIGKILL, buf, sizeof buf), "was killed by signal 9 (Killed)");
+    cr_assert_str_eq(rank_end_describe(2, 0, buf, sizeof buf), "exited with code 2 (bad spec or data)");
+    cr_assert_str_eq(rank_end_describe(143, 0, buf, sizeof buf), "exited with code 143 (stopped after a checkpoint)");
+    cr_assert_str_eq(rank_end_describe(1, 0, buf, sizeof buf), "exited with code 1");
+}
+
+/* ---- shared memory ------------------------------------------------------------------------ */
+
+static void touch_shm(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%.100s", name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fputs("region", f);
+    fclose(f);
+}
+
+static bool shm_exists(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%.100s", name);
+    return access(path, F_OK) == 0;
+}
+
+Test(shm, cleanup_removes_exactly_the_given_processes_regions)
+{
+    /* pids above pid_max: no process can have them, so no real region is touched */
+    long pid_max = 4194304;
+    FILE *f = fopen("/proc/sys/kernel/pid_max", "r");
+    if (f) {
+        cr_assert_eq(fscanf(f, "%ld", &pid_max), 1);
+        fclose(f);
+    }
+    int a = (int)(pid_max + 1000 + getpid() % 1000), b = a + 1, other = a + 2;
+    char n[12][64];
+    snprintf(n[0], 64, "%d:0:0", a);          /* attempt's rank a: two endpoints */
+    snprintf(n[1], 64, "%d:0:1", a);
+    snprintf(n[2], 64, "%d:0:0", b);          /* attempt's rank b */
+    snprintf(n[3], 64, "%d:0:0", other);      /* another attempt's rank */
+    snprintf(n[4], 64, "%d0:0:0", a);         /* a longer pid that starts with a's digits */
+    snprintf(n[5], 64, "%d-0", a);            /* no colon: not a region of the transport */
+    snprintf(n[6], 64, "x%d:0:0", a);
+    for (int i = 0; i < 7; i++)
+        touch_shm(n[i]);
+    snprintf(n[7], 64, "%d:dir", b);          /* not a regular file */
+    char dir[128];
+    snprintf(dir, sizeof dir, "/dev/shm/%.63s", n[7]);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+
+    int attempt[] = {a, b};
+    cr_assert_eq(rank_shm_cleanup(attempt, 2), 3);
+    cr_assert(!shm_exists(n[0]) && !shm_exists(n[1]) && !shm_exists(n[2]));
+    for (int i = 3; i < 8; i++)
+        cr_assert(shm_exists(n[i]), "%s was removed", n[i]);
+    cr_assert_eq(rank_shm_cleanup(attempt, 2), 0, "nothing left of them");
+    cr_assert_eq(rank_shm_cleanup(&other, 1), 1);
+    cr_assert(!shm_exists(n[3]));
+    cr_assert_eq(rank_shm_cleanup(NULL, 0), 0);
+    for (int i = 4; i < 7; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/dev/shm/%.63s", n[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
