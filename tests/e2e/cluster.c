@@ -487,6 +487,7 @@ static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg
 
     const char *agent = e2e_bin("kiln-agent");
     bool has_cores = e2e_has_flag(agent, "--cores");
+    bool has_ports = e2e_has_flag(agent, "--rendezvous-ports");
     char watchdog[16];
     snprintf(watchdog, sizeof watchdog, "%d", comm_watchdog_s);
     if (comm_watchdog_s > 0)
@@ -522,6 +523,16 @@ static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg
         if (comm_watchdog_s > 0) {
             aargv[an++] = "--comm-watchdog-s";
             aargv[an++] = watchdog;
+        }
+        /* Clusters of tests running side by side share this host: each agent of each cluster
+         * gets rendezvous ports of its own (below the ephemeral range), so two agents never
+         * hand the same free port to ranks of different jobs that rendezvous at once. */
+        char ports[32];
+        if (has_ports) {
+            int base = 20000 + (int)(getpid() % 500) * 16 + i * 8;
+            snprintf(ports, sizeof ports, "%d-%d", base, base + 7);
+            aargv[an++] = "--rendezvous-ports";
+            aargv[an++] = ports;
         }
         aargv[an] = NULL;
         for (int k = 0; k < an; k++)
