@@ -37,6 +37,33 @@ static struct fi_info *fabric_hints(const char *prov, bool ordered)
     return h;
 }
 
+/* The eager limit of tcp;ofi_rxm, chosen for ring chunks of chunk_bytes: at least rxm's own
+ * bounce-buffer size, at most COMM_EAGER_MAX. */
+size_t comm_fabric_eager_limit(size_t chunk_bytes)
+{
+    size_t v = chunk_bytes < COMM_EAGER_MIN ? COMM_EAGER_MIN : chunk_bytes;
+    return v > COMM_EAGER_MAX ? COMM_EAGER_MAX : v;
+}
+
+/* tcp;ofi_rxm sends a message above its eager limit (16 KiB by default) by rendezvous: the
+ * sender announces it, the receiver asks for the data with an RMA read, and that request travels
+ * in the one FIFO TCP stream the receiver's own outgoing data fills. In a ring both directions
+ * carry chunks at once, so every request waited behind a whole chunk of the other direction and
+ * the two directions took turns: half the link's rate on a 1 Gbit/s link (bench/dp_netns.sh).
+ * Sent eagerly, a chunk streams at once; rxm places it in the posted receive, or, when it comes
+ * before the receive is posted, in a buffer it allocates and copies from later. The limit is
+ * rxm's FI_OFI_RXM_EAGER_LIMIT, read when an endpoint opens; an operator's own value is kept.
+ * Process-wide: the last engine opened sets it (one engine per process in kiln-train). */
+static void tcp_set_eager_limit(size_t chunk_bytes)
+{
+    static char ours[32]; /* the value this process set, to tell it from an operator's */
+    const char *cur = getenv("FI_OFI_RXM_EAGER_LIMIT");
+    if (cur && strcmp(cur, ours) != 0)
+        return;
+    snprintf(ours, sizeof(ours), "%zu", comm_fabric_eager_limit(chunk_bytes));
+    setenv("FI_OFI_RXM_EAGER_LIMIT", ours, 1);
+}
+
 int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_err_t *err)
 {
     comm_fabric_t *f = &e->fab;
@@ -47,6 +74,8 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     /* A region named after this pid can only be left over from a killed process that had it. */
     if (!tcp && kiln_shm_unlink_pid((int)getpid()) > 0)
         log_info("comm: removed a stale shm region left by an earlier process %d", (int)getpid());
+    if (tcp)
+        tcp_set_eager_limit(e->chunk_bytes);
 
     /* Messages of one tag from one peer must not overtake each other (send/recv contract). */
     for (int ordered = 1; ordered >= 0 && rc != 0; ordered--) {
