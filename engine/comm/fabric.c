@@ -97,7 +97,7 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     const char *blk = getenv("KILN_COMM_BLOCKING");
     bool may_wait = tcp && blk && strcmp(blk, "1") == 0;
     struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = may_wait ? FI_WAIT_UNSPEC : FI_WAIT_NONE,
-                                 .size = (size_t)(4 * e->depth + 64)};
+                                 .size = (size_t)(COMM_COLL_INFLIGHT * 8 * e->depth + 64)};
     what = "fi_fabric";
     if ((rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL)) != 0)
         goto fail;
@@ -133,20 +133,21 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     if ((rc = fi_getname(&f->ep->fid, f->name, &f->namelen)) != 0)
         goto fail;
 
-    /* Staging for reducing receives, registered once. */
+    /* Staging for reducing receives, registered once: depth slots per running collective. */
+    int nslots = e->depth * COMM_COLL_INFLIGHT;
     f->slot_bytes = e->chunk_bytes;
-    f->slots = aligned_alloc(64, f->slot_bytes * (size_t)e->depth);
-    f->slot_free = calloc((size_t)e->depth, sizeof(int));
+    f->slots = aligned_alloc(64, f->slot_bytes * (size_t)nslots);
+    f->slot_free = calloc((size_t)nslots, sizeof(int));
     if (!f->slots || !f->slot_free) {
         comm_fabric_close(e);
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for %d staging chunks", e->depth);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for %d staging chunks", nslots);
     }
-    for (int i = 0; i < e->depth; i++)
+    for (int i = 0; i < nslots; i++)
         f->slot_free[i] = i;
-    f->nslot_free = e->depth;
+    f->nslot_free = nslots;
     if (f->mr_local) {
         char msg[COMM_MSG_MAX];
-        if (comm_fabric_mr(e, f->slots, f->slot_bytes * (size_t)e->depth, &f->slots_mr,
+        if (comm_fabric_mr(e, f->slots, f->slot_bytes * (size_t)nslots, &f->slots_mr,
                            &f->slots_desc, msg) != 0) {
             comm_fabric_close(e);
             return kiln_err_set(err, KILN_ECOMM, NULL, "%s", msg);

@@ -342,6 +342,80 @@ static void async_buckets(const char *prov, int world)
 Test(comm_shm, async_buckets_in_flight) { async_buckets("shm", 3); }
 Test(comm_tcp, async_buckets_in_flight) { async_buckets("tcp", 4); }
 
+/* ---- collectives queued on one buffer run in order; disjoint ones run at once -------------- */
+
+static int body_queued(comm_t *c, rank_out_t *o, void *arg)
+{
+    (void)arg;
+    int W = comm_size(c), me = comm_rank(c);
+    const size_t n = 300007, m = 120001;
+    float *buf = malloc(sizeof(float) * n), *other = malloc(sizeof(float) * m);
+    float *want = malloc(sizeof(float) * n);
+    kiln_err_t err;
+    CHECK(o, buf && other && want, "out of memory");
+    for (int round = 0; round < 3; round++) {
+        uint32_t sa = 77u + (uint32_t)round, sc = 991u + (uint32_t)round;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = val(me, i, sa);
+        for (size_t i = 0; i < m; i++)
+            other[i] = val(me, i, sc);
+        /* A: all of buf; B: its middle third (starts only after A, which it overlaps); C: a
+         * disjoint buffer (may run beside A); D: all of buf again, after B */
+        comm_req_t *ra, *rb, *rc, *rd;
+        CHECK(o, comm_allreduce_start(c, buf, n, COMM_SUM, &ra, &err) == 0, "start A: %s", err.message);
+        CHECK(o, comm_allreduce_start(c, buf + n / 3, n / 3, COMM_SUM, &rb, &err) == 0, "start B: %s", err.message);
+        CHECK(o, comm_allreduce_start(c, other, m, COMM_AVG, &rc, &err) == 0, "start C: %s", err.message);
+        CHECK(o, comm_reduce_scatter_start(c, buf, n, COMM_AVG, &rd, &err) == 0, "start D: %s", err.message);
+        CHECK(o, comm_wait(rc, &err) == 0, "wait C: %s", err.message);
+        CHECK(o, comm_wait(ra, &err) == 0 && comm_wait(rb, &err) == 0 && comm_wait(rd, &err) == 0,
+              "wait A, B, D: %s", err.message);
+        /* every rank holds the same values after A and after B, so B and D add W copies */
+        for (size_t i = 0; i < n; i++) {
+            float s = ref_reduce(n, i, W, sa, COMM_SUM);
+            if (i >= n / 3 && i < n / 3 + n / 3) {
+                float acc = s;
+                for (int j = 1; j < W; j++)
+                    acc = acc + s;
+                s = acc;
+            }
+            float acc = s;
+            for (int j = 1; j < W; j++)
+                acc = acc + s;
+            want[i] = acc / (float)W;
+        }
+        size_t off, cnt;
+        comm_shard_range(n, me, W, &off, &cnt);
+        for (size_t i = off; i < off + cnt; i++)
+            CHECK(o, memcmp(&buf[i], &want[i], 4) == 0, "round %d [%zu]: %.9g, want %.9g (out of order?)",
+                  round, i, buf[i], want[i]);
+        for (size_t i = 0; i < m; i++) {
+            float w = ref_reduce(m, i, W, sc, COMM_AVG);
+            CHECK(o, memcmp(&other[i], &w, 4) == 0, "round %d C [%zu]: %.9g, want %.9g", round, i, other[i], w);
+        }
+        out_hash(o, other, m * 4);
+    }
+    free(buf);
+    free(other);
+    free(want);
+    return 0;
+}
+
+Test(comm_shm, queued_collectives_on_one_buffer_run_in_order)
+{
+    run_cfg_t cfg = {.world = 3, .provider = "shm", .skip_rank = -1, .chunk_bytes = 65536};
+    rank_out_t *o = run_ranks(&cfg, body_queued, NULL);
+    assert_all_ok(&cfg, o);
+    munmap(o, sizeof(rank_out_t) * MAXR);
+}
+
+Test(comm_tcp, queued_collectives_on_one_buffer_run_in_order)
+{
+    run_cfg_t cfg = {.world = 4, .provider = "tcp", .skip_rank = -1, .chunk_bytes = 65536};
+    rank_out_t *o = run_ranks(&cfg, body_queued, NULL);
+    assert_all_ok(&cfg, o);
+    munmap(o, sizeof(rank_out_t) * MAXR);
+}
+
 /* ---- eager chunks over tcp;ofi_rxm: data that arrives before its receive is posted ---------- */
 
 typedef struct late_arg {
