@@ -215,12 +215,11 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
 int comm_fabric_insert(comm_engine_t *e, const uint8_t (*addrs)[COMM_ADDR_MAX], const uint32_t *lens,
                        kiln_err_t *err);
 void comm_fabric_close(comm_engine_t *e);
-/* Messages up to this size go eagerly over tcp;ofi_rxm (pushed by the sender, no rendezvous):
- * the ring's chunk size, clamped to [COMM_EAGER_MIN, COMM_EAGER_MAX]. Larger point-to-point
- * messages keep rxm's rendezvous, which needs no receiver-side copy. */
+/* Messages up to the ring's chunk size, clamped to [COMM_EAGER_MIN, COMM_EAGER_MAX], go eagerly
+ * over tcp;ofi_rxm (pushed by the sender, no rendezvous; fabric.c says why). Larger
+ * point-to-point messages keep rxm's rendezvous, which needs no receiver-side copy. */
 #define COMM_EAGER_MIN 16384
 #define COMM_EAGER_MAX (8u << 20)
-size_t comm_fabric_eager_limit(size_t chunk_bytes);
 /* Posts a tagged send/receive of x. Returns 0, 1 when the fabric is busy (retry after progress)
  * or KILN_ECOMM with msg. */
 int comm_fabric_post(comm_engine_t *e, comm_xfer_t *x, void *buf, size_t len, void *desc,

@@ -37,14 +37,6 @@ static struct fi_info *fabric_hints(const char *prov, bool ordered)
     return h;
 }
 
-/* The eager limit of tcp;ofi_rxm, chosen for ring chunks of chunk_bytes: at least rxm's own
- * bounce-buffer size, at most COMM_EAGER_MAX. */
-size_t comm_fabric_eager_limit(size_t chunk_bytes)
-{
-    size_t v = chunk_bytes < COMM_EAGER_MIN ? COMM_EAGER_MIN : chunk_bytes;
-    return v > COMM_EAGER_MAX ? COMM_EAGER_MAX : v;
-}
-
 /* tcp;ofi_rxm sends a message above its eager limit (16 KiB by default) by rendezvous: the
  * sender announces it, the receiver asks for the data with an RMA read, and that request travels
  * in the one FIFO TCP stream the receiver's own outgoing data fills. In a ring both directions
@@ -60,7 +52,8 @@ static void tcp_set_eager_limit(size_t chunk_bytes)
     const char *cur = getenv("FI_OFI_RXM_EAGER_LIMIT");
     if (cur && strcmp(cur, ours) != 0)
         return;
-    snprintf(ours, sizeof(ours), "%zu", comm_fabric_eager_limit(chunk_bytes));
+    size_t v = chunk_bytes < COMM_EAGER_MIN ? COMM_EAGER_MIN : chunk_bytes; /* rxm's own floor */
+    snprintf(ours, sizeof(ours), "%zu", v > COMM_EAGER_MAX ? (size_t)COMM_EAGER_MAX : v);
     setenv("FI_OFI_RXM_EAGER_LIMIT", ours, 1);
 }
 
