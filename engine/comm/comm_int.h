@@ -142,6 +142,10 @@ struct comm_engine {
     int depth;
     double timeout_s;
     int64_t watchdog_us;  /* started operations with no progress for this long fail */
+    /* How the progress thread waits while transfers are in flight but none completed (the
+     * transport sets them; progress.c says why): yields first, then naps of nap_us. */
+    int spin_yields;
+    int nap_us;
 
     const comm_transport_t *tp;
     comm_fabric_t fab;

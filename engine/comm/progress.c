@@ -256,7 +256,7 @@ static void *progress_main(void *arg)
         start_colls(e, &shutdown_deadline);
 
         int events = 0;
-        bool sleepy = idle > 64 && e->tp->can_wait(e);
+        bool sleepy = idle > e->spin_yields && e->tp->can_wait(e);
         if (e->active && !e->pending_fail_us) {
             int rc = e->tp->progress(e, sleepy ? 1 : 0, &events, msg);
             if (rc != 0) {
@@ -290,17 +290,21 @@ static void *progress_main(void *arg)
                 comm_op_finish(e, head, KILN_ETIMEDOUT, "timed out waiting for the other ranks to finish");
         }
 
-        /* Spin while data moves; back off while waiting on a slow peer (the cores are shared
-         * with compute): yield, then sleep in the transport's wait (tcp) or take 20 us naps,
-         * then 200 us naps after ~20 ms of silence. */
+        /* Spin while data moves; back off while waiting (the cores are shared with compute):
+         * yield, then nap as the transport says (e->nap_us: 200 us over tcp, where a nap costs
+         * one wakeup where yielding or 20 us naps cost hundreds per millisecond of transfer,
+         * for the same rate; 20 us over shm, whose copies this thread makes), then, after
+         * ~1000 rounds without a completion (a slow peer), sleep in the transport's wait where
+         * it has one or take 200 us naps. */
         if (events > 0) {
             idle = 0;
         } else if (e->active || e->coll_head) {
             idle++;
-            if (idle <= 64) {
+            if (idle <= e->spin_yields) {
                 sched_yield();
             } else if (!sleepy || !e->active) {
-                struct timespec ts = {0, idle < 1000 ? 20000 : 200000};
+                long us = idle < 1000 ? e->nap_us : 200;
+                struct timespec ts = {0, us * 1000};
                 nanosleep(&ts, NULL);
             }
         }
