@@ -350,10 +350,7 @@ static int h_metrics(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, are
     int rc = svc_job_metrics(s, ctx->who, r->id, r->name && r->name[0] ? r->name : NULL, r->max_points, &out, err);
     if (rc)
         return rc;
-    /* REST calls the series "metrics", proto "series" */
-    json_t *wrapped = json_pack("{sO}", "series", json_object_get(out, "metrics") ? json_object_get(out, "metrics") : json_array());
-    json_decref(out);
-    return reply(wrapped, &kiln__get_metrics_response__descriptor, a, resp);
+    return reply(out, &kiln__get_metrics_response__descriptor, a, resp);
 }
 
 static int h_workers(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
