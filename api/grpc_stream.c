@@ -148,9 +148,15 @@ static void stream_run(gstream_t *st)
         stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT, "since: not an RFC 3339 time or Unix seconds");
         return;
     }
+    /* A prefix is resolved once, not on every page. */
+    char id[SVC_JOB_ID_SIZE];
+    if (svc_job_resolve(s, st->who, r->id, id, &err) != 0) {
+        stream_finish(st, (grpc_status_code)kiln_status_grpc(err.status), err.message);
+        return;
+    }
     /* Open the follower first: every line after this point reaches it, everything before is
      * in the history read below, and seq numbers remove the overlap. */
-    if (r->follow && svc_follow_open(s, st->who, r->id, rank, 0, follow_wake, st, &f, &err) != 0) {
+    if (r->follow && svc_follow_open(s, st->who, id, rank, 0, follow_wake, st, &f, &err) != 0) {
         stream_finish(st, (grpc_status_code)kiln_status_grpc(err.status), err.message);
         return;
     }
@@ -161,7 +167,7 @@ static void stream_run(gstream_t *st)
         goto done;
     for (;;) {
         svc_log_query_t q = {.rank = rank, .since_us = since_us, .after_seq = st->last_seq, .limit = STREAM_PAGE};
-        int rc = svc_job_logs(s, st->who, r->id, &q, &page, &err);
+        int rc = svc_job_logs(s, st->who, id, &q, &page, &err);
         if (rc) {
             stream_finish(st, (grpc_status_code)kiln_status_grpc(rc), err.message);
             goto done;

@@ -330,14 +330,17 @@ static int h_events(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, aren
     svc_t *s = ctx->svc;
     const Kiln__ListJobEventsRequest *r = (const Kiln__ListJobEventsRequest *)req;
     json_t *out = NULL;
-    int rc = svc_job_events(s, ctx->who, r->id, &out, err);
+    char id[SVC_JOB_ID_SIZE];
+    int rc = svc_job_resolve(s, ctx->who, r->id, id, err);
+    if (rc == 0)
+        rc = svc_job_events(s, ctx->who, id, &out, err);
     if (rc)
         return rc;
     size_t i;
     json_t *ev;
     json_array_foreach(json_object_get(out, "events"), i, ev)
         if (!json_object_get(ev, "job_id"))
-            json_object_set_new(ev, "job_id", json_string(r->id));
+            json_object_set_new(ev, "job_id", json_string(id));
     return reply(out, &kiln__list_job_events_response__descriptor, a, resp);
 }
 

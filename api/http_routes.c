@@ -50,37 +50,6 @@ static int http_arg_bool(http_req_t *r, const char *name, bool *out, kiln_err_t 
     return KILN_EINVAL;
 }
 
-/* Job ids are UUIDs (8-4-4-4-12 hex digits); anything else can never name a job. */
-static bool http_is_uuid(const char *s)
-{
-    static const int dash[] = {8, 13, 18, 23};
-    if (strlen(s) != 36)
-        return false;
-    for (int i = 0, d = 0; i < 36; i++) {
-        if (d < 4 && i == dash[d]) {
-            if (s[i] != '-')
-                return false;
-            d++;
-        } else if (!isxdigit((unsigned char)s[i])) {
-            return false;
-        }
-    }
-    return true;
-}
-
-static enum MHD_Result http_bad_id(http_req_t *r)
-{
-    return http_reply_errf(r, KILN_ENOTFOUND, "id", "job ids are UUIDs, as POST /v1/jobs returns them",
-                           "no job \"%.80s\": not a job id", r->id);
-}
-
-/* Job routes first check that the id can name a job at all. */
-#define HTTP_JOB_ID(r)                                                                            \
-    do {                                                                                          \
-        if (!http_is_uuid((r)->id))                                                               \
-            return http_bad_id(r);                                                                \
-    } while (0)
-
 /* Replies with the service's error; rc fills in a status the service left unset. */
 static enum MHD_Result http_svc_err(http_req_t *r, int rc, kiln_err_t *err)
 {
@@ -202,7 +171,6 @@ static enum MHD_Result http_jobs_list(http_req_t *r)
 
 static enum MHD_Result http_job_get(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
@@ -214,7 +182,6 @@ static enum MHD_Result http_job_get(http_req_t *r)
 
 static enum MHD_Result http_job_stop(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *body = NULL, *out = NULL;
@@ -240,7 +207,6 @@ static enum MHD_Result http_job_stop(http_req_t *r)
 
 static enum MHD_Result http_job_events(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
@@ -252,7 +218,6 @@ static enum MHD_Result http_job_events(http_req_t *r)
 
 static enum MHD_Result http_job_logs(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     int64_t rank = -1, after_seq = 0, limit = 0;
@@ -296,7 +261,6 @@ static enum MHD_Result http_job_logs(http_req_t *r)
 
 static enum MHD_Result http_job_metrics(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     int64_t max_points = 0;

@@ -159,6 +159,16 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
  * it), KILN_EPERM (not an editor of the project), KILN_EUNFIT (can never fit), KILN_EDB. */
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err);
+/* Every operation on one job (get, stop, events, logs, metrics, follow; REST and gRPC alike)
+ * takes its id or a unique prefix of it (at least SVC_JOB_PREFIX_MIN characters, as `kiln jobs`
+ * shows them), resolved here through the primary key among the jobs the caller can see. */
+#define SVC_JOB_PREFIX_MIN 4
+#define SVC_JOB_ID_SIZE 37
+/* The full id of ref (an id or a prefix) into out. KILN_ENOTFOUND (nothing visible matches, or
+ * ref cannot be part of an id), KILN_EINVAL (a prefix too short, or one that matches several:
+ * the message lists them), KILN_EDB. */
+int svc_job_resolve(svc_t *s, const svc_caller_t *who, const char *ref, char out[SVC_JOB_ID_SIZE],
+                    kiln_err_t *err);
 int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 
 typedef struct svc_job_filter {

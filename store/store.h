@@ -147,6 +147,11 @@ int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const
                              int64_t max_step, double steps_per_s, bool *found, kiln_err_t *err);
 /* The job's project, into project (size n). KILN_ENOTFOUND. */
 int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err);
+/* Job ids from lo to hi (UUIDs, both included) in id order, at most max of them, in projects
+ * (a PostgreSQL text[] literal such as {"a","b"}; NULL for every project): the ids of a prefix,
+ * found through the primary key's index. ids[i] has room for 37 bytes; *n (OUT) how many. */
+int store_job_ids_between(store_conn_t *c, const char *lo, const char *hi, const char *projects, int max,
+                          char (*ids)[37], int *n, kiln_err_t *err);
 /* Terminal state and reason of a job: *state "" and KILN_ENOTFOUND when unknown. */
 int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
                     size_t reason_n, kiln_err_t *err);

@@ -243,6 +243,11 @@ Test(contract, every_route_against_openapi)
     snprintf(path, sizeof path, "/v1/jobs/%s", done);
     want(200, "GET", path, NULL, NULL);
     want(404, "GET", "/v1/jobs/not-a-uuid", NULL, NULL);
+    snprintf(path, sizeof path, "/v1/jobs/%.8s", running); /* a prefix, as `kiln jobs` shows ids */
+    want(200, "GET", path, NULL, NULL);
+    want(400, "GET", "/v1/jobs/abc", NULL, NULL); /* too short a prefix */
+    snprintf(path, sizeof path, "/v1/jobs/%.8s/events", running);
+    want(200, "GET", path, NULL, NULL);
     snprintf(path, sizeof path, "/v1/jobs/%s/events", done);
     want(200, "GET", path, NULL, NULL);
     snprintf(path, sizeof path, "/v1/jobs/%s/logs", running);
@@ -421,6 +426,64 @@ Test(contract, every_route_against_openapi)
     free(queued);
     free(victim_id);
     free(token_id);
+    at_teardown();
+}
+
+/* Every job route takes a unique prefix of the id, resolved by kilnd among the jobs the caller
+ * can see; a prefix several jobs share is refused with the candidates. */
+Test(contract, job_id_prefixes)
+{
+    at_setup();
+    records = json_array();
+    /* jobs until two share their first 4 characters (about 300 expected; bounded) */
+    char (*ids)[40] = calloc(3000, 40);
+    int n = 0, a = -1, b = -1;
+    for (; n < 3000 && a < 0; n++) {
+        char *id = at_create_job("p", NULL, NULL);
+        kiln_strlcpy(ids[n], id, 40);
+        free(id);
+        for (int k = 0; k < n && a < 0; k++)
+            if (!strncmp(ids[k], ids[n], 4)) {
+                a = k;
+                b = n;
+            }
+    }
+    cr_assert(a >= 0, "no two of %d job ids share 4 characters", n);
+    char path[128], *text = NULL;
+    snprintf(path, sizeof path, "/v1/jobs/%.4s", ids[a]);
+    long st = rec("GET", path, NULL, NULL, NULL, NULL, &text);
+    cr_assert_eq(st, 400, "%s", text);
+    cr_assert(strstr(text, "ambiguous") && strstr(text, "more characters"), "%s", text);
+    free(text);
+    /* the shortest prefix that tells them apart names one job on every route */
+    size_t len = 4;
+    while (ids[a][len] == ids[b][len])
+        len++;
+    len++;
+    static const char *const tails[] = {"", "/events", "/logs", "/metrics"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(tails); i++) {
+        snprintf(path, sizeof path, "/v1/jobs/%.*s%s", (int)len, ids[b], tails[i]);
+        cr_assert_eq(rec("GET", path, NULL, NULL, NULL, NULL, &text), 200, "%s: %s", path, text);
+        if (!tails[i][0])
+            cr_assert(strstr(text, ids[b]), "the prefix named %s: %s", ids[b], text);
+        free(text);
+    }
+    snprintf(path, sizeof path, "/v1/jobs/%.*s:stop", (int)len, ids[b]);
+    cr_assert_eq(rec("POST", path, NULL, NULL, NULL, NULL, &text), 200, "%s", text);
+    cr_assert(strstr(text, ids[b]) && strstr(text, "STOPPED"), "%s", text);
+    free(text);
+    /* a viewer of another project does not see them: not found, not ambiguous */
+    json_decref(at_req("POST", "/v1/projects", "{\"name\": \"other\"}", NULL, &st, NULL));
+    json_decref(at_req("POST", "/v1/users", "{\"name\": \"stranger\"}", NULL, &st, NULL));
+    json_t *t = at_req("POST", "/v1/users/stranger/tokens", "{}", NULL, &st, NULL);
+    cr_assert_eq(st, 201);
+    snprintf(path, sizeof path, "/v1/jobs/%.4s", ids[a]);
+    st = rec("GET", path, NULL, json_string_value(json_object_get(t, "token")), NULL, NULL, &text);
+    cr_assert_eq(st, 404, "%s", text);
+    free(text);
+    json_decref(t);
+    free(ids);
+    json_decref(records);
     at_teardown();
 }
 
