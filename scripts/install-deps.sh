@@ -15,7 +15,7 @@ PKGS=(
   python3 python3-torch python3-grpcio python3-protobuf python3-requests protobuf-compiler
   libsodium-dev openssl libssl-dev
   procps iproute2 curl
-  python3-yaml python3-mypy python3-setuptools python3-venv python3-pip
+  python3-yaml python3-mypy python3-setuptools python3-wheel python3-venv python3-pip
   prometheus libsystemd-dev
 )
 

@@ -11,10 +11,12 @@
 """
 
 from . import config
-from .client import DEFAULT_URL, TERMINAL_STATES, Client, Job, LogLine, parse_sse
+from .config import DEFAULT_URL
+from .client import MODEL_ARTIFACT, TERMINAL_STATES, Client, Job, JSONObject, LogLine, parse_sse
 from .errors import JobFailedError, KilnError
 from .estimator import Estimator
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Job", "LogLine", "Estimator", "KilnError", "JobFailedError", "parse_sse", "config",
+__all__ = ["Client", "Job", "LogLine", "Estimator", "KilnError", "JobFailedError", "parse_sse", "config", "JSONObject",
+           "MODEL_ARTIFACT",
            "DEFAULT_URL", "TERMINAL_STATES", "__version__"]
