@@ -75,4 +75,13 @@ size_t ob_pending_exits(ob_t *o, agent_rank_info_t *out, size_t max);
 bool ob_empty(ob_t *o);
 void ob_item_free(ob_item_t *it);
 
+/* ---- the local metrics and health port (monitor.c) ---- */
+typedef struct agent_monitor agent_monitor_t;
+extern prom_family_t agent_prom_dropped_lines, agent_prom_dropped_points;
+/* Serves GET /metrics and GET /healthz on addr ("HOST:PORT", IPv4) for agent a (borrowed; it
+ * must outlive the server). Caller owns *out; stop with agent_monitor_stop(). Returns 0,
+ * KILN_EINVAL (bad address) or KILN_EIO (cannot listen). */
+int agent_monitor_start(agent_t *a, const char *addr, agent_monitor_t **out, kiln_err_t *err);
+void agent_monitor_stop(agent_monitor_t *m);
+
 #endif /* KILN_AGENT_INT_H */

@@ -131,6 +131,7 @@ static void stream_finish(gstream_t *st, grpc_status_code code, const char *mess
     op.data.send_status_from_server.status_details = &details;
     st->status_sent = stream_batch(st, &op, 1);
     grpc_slice_unref(details);
+    api_grpc_count("/kiln.TrainingService/StreamLogs", (int)code, -1);
 }
 
 /* History, then (with follow) live lines until the job ends or the client goes away. */

@@ -290,7 +290,7 @@ static enum MHD_Result http_workers(http_req_t *r)
 
 static enum MHD_Result http_healthz(http_req_t *r)
 {
-    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:s}", "status", "ok", "version", KILN_VERSION));
 }
 
 static enum MHD_Result http_readyz(http_req_t *r)
@@ -303,103 +303,32 @@ static enum MHD_Result http_readyz(http_req_t *r)
     return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ready"));
 }
 
-/* Appends to a heap buffer; on allocation failure the text is just cut short. */
-static void http_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void http_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(*buf + *len, *cap - *len, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return;
-        if ((size_t)n < *cap - *len) {
-            *len += (size_t)n;
-            return;
-        }
-        char *nb = realloc(*buf, *cap * 2 + (size_t)n);
-        if (!nb)
-            return;
-        *buf = nb;
-        *cap = *cap * 2 + (size_t)n;
-    }
-}
-
-/* GET /metrics: Prometheus text format. Request counts by route and status, latency sums,
- * open log streams, and jobs by state (one count query per state through the service). */
+/* GET /metrics: Prometheus text format. The process registry (REST and gRPC requests and
+ * latencies, the service's counters and histograms, process_*, kiln_build_info), open live
+ * streams, and the control plane's gauges from the database (svc_prom_write). When the database
+ * cannot answer, the rest is still served and kiln_up{component="database"} says 0. */
 static enum MHD_Result http_prometheus(http_req_t *r)
 {
     api_http_t *h = r->h;
-    size_t len = 0, cap = 8192;
-    char *buf = malloc(cap);
-    if (!buf)
-        return MHD_NO;
-    buf[0] = '\0';
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_http_requests_total REST requests answered, by route and status.\n"
-                    "# TYPE kiln_http_requests_total counter\n");
-    for (size_t rt = 0; rt <= http_route_count; rt++)
-        for (int st = 100; st < 600; st++) {
-            size_t slot = rt < http_route_count ? rt : HTTP_MAX_ROUTES;
-            unsigned long n = atomic_load_explicit(&h->requests[slot][st], memory_order_relaxed);
-            if (n)
-                http_buf_printf(&buf, &len, &cap,
-                                "kiln_http_requests_total{route=\"%s%s%s\",status=\"%d\"} %lu\n",
-                                rt < http_route_count ? http_routes[rt].method : "unknown",
-                                rt < http_route_count ? " " : "",
-                                rt < http_route_count ? http_routes[rt].pattern : "", st, n);
-        }
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_http_request_seconds_sum Time spent answering REST requests, by route.\n"
-                    "# TYPE kiln_http_request_seconds_sum counter\n");
-    for (size_t rt = 0; rt <= http_route_count; rt++) {
-        size_t slot = rt < http_route_count ? rt : HTTP_MAX_ROUTES;
-        unsigned long long us = atomic_load_explicit(&h->latency_us[slot], memory_order_relaxed);
-        if (us)
-            http_buf_printf(&buf, &len, &cap, "kiln_http_request_seconds_sum{route=\"%s%s%s\"} %.6f\n",
-                            rt < http_route_count ? http_routes[rt].method : "unknown",
-                            rt < http_route_count ? " " : "",
-                            rt < http_route_count ? http_routes[rt].pattern : "", us / 1e6);
-    }
+    prom_buf_t b = {0};
+    prom_write(&b, "kilnd");
     pthread_mutex_lock(&h->streams_lock);
     int streams = h->nstreams;
     pthread_mutex_unlock(&h->streams_lock);
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_http_log_streams Open live log streams (SSE).\n"
-                    "# TYPE kiln_http_log_streams gauge\nkiln_http_log_streams %d\n", streams);
-    /* Live jobs only: finished jobs grow without bound and are not worth paging through here. */
-    static const char *const live[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING",
-                                       "RESTARTING"};
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_jobs Jobs not yet finished, by state (at most 10000 counted per state).\n"
-                    "# TYPE kiln_jobs gauge\n");
-    for (size_t i = 0; i < KILN_ARRAY_LEN(live); i++) {
-        size_t count = 0;
-        char token[512] = "";
-        kiln_err_t err;
-        for (int page = 0; page < 20; page++) {
-            svc_job_filter_t f = {.status = live[i], .page_size = 500,
-                                  .page_token = token[0] ? token : NULL};
-            json_t *out = NULL;
-            kiln_err_clear(&err);
-            if (svc_job_list(h->svc, svc_caller_kilnd(), &f, &out, &err))
-                break;
-            count += json_array_size(json_object_get(out, "jobs"));
-            const char *next = json_string_value(json_object_get(out, "next_page_token"));
-            bool more = next && *next && strlen(next) < sizeof token;
-            if (more)
-                kiln_strlcpy(token, next, sizeof token);
-            json_decref(out);
-            if (!more)
-                break;
-        }
-        http_buf_printf(&buf, &len, &cap, "kiln_jobs{state=\"%s\"} %zu\n", live[i], count);
+    prom_header(&b, "kiln_http_log_streams", "Open live log streams (Server-Sent Events).", PROM_GAUGE);
+    prom_printf(&b, "kiln_http_log_streams %d\n", streams);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    bool db = svc_prom_write(h->svc, &b, &err) == 0;
+    prom_header(&b, "kiln_up", "Whether a component kilnd depends on answered this scrape.", PROM_GAUGE);
+    prom_printf(&b, "kiln_up{component=\"database\"} %d\n", db ? 1 : 0);
+    if (b.oom) {
+        free(b.data);
+        return MHD_NO;
     }
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
-        free(buf);
+        free(b.data);
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");

@@ -13,7 +13,7 @@
 
 #include "base/base.h"
 
-#define CLI_VERSION "0.1.0"
+#define CLI_VERSION KILN_VERSION
 #define CLI_DEFAULT_URL "http://127.0.0.1:8080"
 
 /* Exit statuses of `kiln`. */

@@ -4,6 +4,7 @@
  * signal asks it to stop its ranks and exit. */
 #include "base/base.h"
 #include "agent/agent.h"
+#include "cmd/daemon.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -63,6 +64,15 @@ static void default_train_bin(char *buf, size_t n)
     snprintf(buf, n, "%s/kiln-train", self);
 }
 
+/* The watchdog's check: the heartbeat thread still goes round (it waits at most one
+ * heartbeat interval, or a call's timeout of three, between rounds). */
+static bool agent_alive(void *ud)
+{
+    agent_stats_t st;
+    agent_stats(ud, &st);
+    return st.heartbeat_loop_age_ms < 4 * KILN_MAX(st.heartbeat_interval_ms, 3000) + 5000;
+}
+
 int main(int argc, char **argv)
 {
     /* The join token from the environment: taken and removed before any thread exists, so no
@@ -81,8 +91,8 @@ int main(int argc, char **argv)
     log_init("kiln-agent");
     const char *server = "127.0.0.1:9090", *slot_type = "cpu", *work_dir = "/tmp/kiln-agent";
     const char *train_bin = NULL, *address = NULL, *worker_id = NULL, *token_file = NULL;
-    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL;
-    bool insecure = false;
+    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *metrics_addr = NULL;
+    bool insecure = false, health = false;
     config_list_t data_roots = {0};
     int64_t slots = 1, cores = 0, grace_ms = 10000;
     config_flag_t flags[] = {
@@ -101,6 +111,10 @@ int main(int argc, char **argv)
         {"tls-cert", "KILN_TLS_CERT", CONFIG_STR, &tls_cert, "client certificate for mutual TLS (PEM)"},
         {"tls-key", "KILN_TLS_KEY", CONFIG_STR, &tls_key, "its private key (PEM)"},
         {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure, "talk to kilnd in plain text (no TLS)"},
+        {"metrics-addr", "KILN_METRICS_ADDR", CONFIG_STR, &metrics_addr,
+         "serve GET /metrics (Prometheus) and GET /healthz over plain HTTP on this local HOST:PORT"},
+        {"health", NULL, CONFIG_BOOL, &health,
+         "check a running kiln-agent: GET /healthz at --metrics-addr, exit 0 when it answers"},
     };
     kiln_err_t err;
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags),
@@ -111,6 +125,19 @@ int main(int argc, char **argv)
     if (rc != 0) {
         fprintf(stderr, "kiln-agent: %s\n", err.message);
         return 2;
+    }
+    if (health) {
+        /* a container's HEALTHCHECK: the same flags and environment as the agent it checks */
+        if (!metrics_addr || !metrics_addr[0]) {
+            fprintf(stderr, "kiln-agent: --health checks the agent's --metrics-addr (KILN_METRICS_ADDR), "
+                            "which is not set\n");
+            return 2;
+        }
+        char url[256], why[512];
+        daemon_local_url(metrics_addr, false, "/healthz", url, sizeof url);
+        int bad = daemon_probe(url, NULL, 5000, why, sizeof why);
+        fprintf(bad ? stderr : stdout, "kiln-agent: %s\n", why);
+        return bad;
     }
     if (token_file && token_file[0]) {
         if (token_from_env) {
@@ -165,6 +192,7 @@ int main(int argc, char **argv)
         .n_gpus = (size_t)KILN_MIN(n_gpus, (int)KILN_ARRAY_LEN(gpu_names)),
         .data_roots = data_roots.v, .n_data_roots = (size_t)data_roots.n, .join_token = join_token,
         .tls = {.insecure = insecure, .ca_file = tls_ca, .cert_file = tls_cert, .key_file = tls_key},
+        .metrics_addr = metrics_addr,
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);
@@ -177,9 +205,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "kiln-agent: %s%s%s\n", err.message, err.hint[0] ? "; " : "", err.hint);
         return 1;
     }
+    char status_line[300];
+    snprintf(status_line, sizeof status_line, "%lld %s slot(s), kilnd %s", (long long)slots, slot_type, server);
+    daemon_ready(status_line);
+    daemon_watchdog_start(agent_alive, agent);
     int sig = 0;
     sigwait(&set, &sig);
     log_info("received %s; stopping ranks and exiting", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    daemon_stopping();
     agent_shutdown(agent, 5000);
     agent_destroy(agent);
     log_info("agent stopped");

@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "base/base.h"
+#include "cmd/daemon.h"
 #include "service/service.h"
 
 static const char *USAGE =
@@ -34,6 +35,13 @@ static int read_pem(const char *flag, const char *path, char **out)
     return 0;
 }
 
+/* The watchdog's check: kilnd's own REST server answers /healthz. */
+static bool kilnd_alive(void *url)
+{
+    char why[512];
+    return daemon_probe(url, NULL, 5000, why, sizeof why) == 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *database_url = NULL, *http_addr = "127.0.0.1:8080", *grpc_addr = "127.0.0.1:9090";
@@ -42,7 +50,7 @@ int main(int argc, char **argv)
     int64_t db_wait_s = 30;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
     const char *bootstrap_file = NULL, *join_file = NULL;
-    bool insecure = false, no_auth = false, metrics_auth = false;
+    bool insecure = false, no_auth = false, metrics_auth = false, health = false;
     config_list_t cors = {0};
     config_flag_t flags[] = {
         {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &database_url,
@@ -77,6 +85,8 @@ int main(int argc, char **argv)
         {"cors-origin", "KILN_CORS_ORIGINS", CONFIG_LIST, &cors,
          "a browser origin (https://ui.example.com) allowed to call the REST API"},
         {"metrics-auth", "KILN_METRICS_AUTH", CONFIG_BOOL, &metrics_auth, "GET /metrics needs an API token"},
+        {"health", NULL, CONFIG_BOOL, &health,
+         "check a running kilnd: GET /healthz at --http-addr (https with --tls-cert), exit 0 when it answers"},
         {"no-auth", "KILN_NO_AUTH", CONFIG_BOOL, &no_auth,
          "turn authentication off: every caller is a cluster admin (benchmarks, trusted single-user "
          "machines; needs --insecure)"},
@@ -92,6 +102,14 @@ int main(int argc, char **argv)
         if (err.hint[0])
             fprintf(stderr, "hint: %s\n", err.hint);
         return 2;
+    }
+    if (health) {
+        /* a container's HEALTHCHECK: the same flags and environment as the kilnd it checks */
+        char url[256], why[512];
+        daemon_local_url(http_addr, tls_cert && *tls_cert, "/healthz", url, sizeof url);
+        int bad = daemon_probe(url, NULL, 5000, why, sizeof why);
+        fprintf(bad ? stderr : stdout, "kilnd: %s\n", why);
+        return bad;
     }
     if (log_level) {
         static const char *const names[] = {"debug", "info", "warn", "error"};
@@ -219,10 +237,17 @@ int main(int argc, char **argv)
         log_info("gRPC API listening on %s", grpc_addr);
     }
     log_info("kilnd ready");
+    char status_line[300];
+    snprintf(status_line, sizeof status_line, "REST on %s, gRPC on %s", http_addr, grpc ? grpc_addr : "(none)");
+    daemon_ready(status_line);
+    static char self_url[256];
+    daemon_local_url(http_addr, has_cert, "/healthz", self_url, sizeof self_url);
+    daemon_watchdog_start(kilnd_alive, self_url);
 
     int sig = 0;
     sigwait(&set, &sig);
     log_info("received %s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    daemon_stopping();
     status = 0;
 out:
     api_http_stop(http);

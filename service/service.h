@@ -206,6 +206,11 @@ int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const cha
 int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 /* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */
 int svc_ready(svc_t *s, kiln_err_t *err);
+/* Appends the control plane's gauges to a Prometheus exposition: jobs by state, queue lengths,
+ * workers and slots by state (from the database) and the connection pool's use. The service's
+ * counters and histograms are in the process registry (prom_write). KILN_EDB/KILN_EUNAVAIL
+ * when the database cannot answer (the pool gauge is written regardless). */
+int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err);
 
 /* ---- live log following ------------------------------------------------------------------------
  * A follower sees every line ingested for its job after svc_follow_open() returned (history is

@@ -239,4 +239,9 @@ void svc_auth_free(svc_t *s);
 /* Copies a string into the arena ("" for NULL). */
 char *svc_astr(arena_t *a, const char *s);
 
+/* ---- Prometheus (monitor.c) ---- */
+extern prom_family_t svc_prom_finished, svc_prom_queue_wait, svc_prom_sched_pass, svc_prom_lines, svc_prom_points;
+/* Registers the service's families (svc_create). */
+void svc_prom_init(void);
+
 #endif /* KILN_SVC_INT_H */

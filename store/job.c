@@ -487,6 +487,25 @@ int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n
     return 0;
 }
 
+int store_job_state_age(store_conn_t *c, const char *id, double *seconds, kiln_err_t *err)
+{
+    *seconds = 0;
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_qp(c, "read job state age",
+                      "SELECT extract(epoch FROM clock_timestamp() - updated_at)::float8 FROM jobs WHERE id = $1::uuid",
+                      1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return not_found(err, id);
+    }
+    *seconds = atof(store_get_str(r, 0, 0));
+    PQclear(r);
+    return 0;
+}
+
 int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err)
 {
     project[0] = '\0';

@@ -145,6 +145,8 @@ int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t 
  * eta from steps_per_s (<= 0: unknown). *found (OUT) = whether the job exists. */
 int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const char *latest_json,
                              int64_t max_step, double steps_per_s, bool *found, kiln_err_t *err);
+/* Seconds since the job's last state change (how long it has been in its state). KILN_ENOTFOUND. */
+int store_job_state_age(store_conn_t *c, const char *id, double *seconds, kiln_err_t *err);
 /* The job's project, into project (size n). KILN_ENOTFOUND. */
 int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err);
 /* Job ids from lo to hi (UUIDs, both included) in id order, at most max of them, in projects
@@ -190,6 +192,12 @@ int store_workers_expire(store_conn_t *c, int timeout_ms, int *n, kiln_err_t *er
 int store_workers_refresh(store_conn_t *c, kiln_err_t *err);
 /* *out = array of workers as contracts.md shows them. */
 int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* Counts for monitoring, *out = {"jobs": {STATE: n}, "queues": {QUEUE: n of QUEUED jobs},
+ * "workers": {"ALIVE": n, "DEAD": n, "draining": n}, "slots": {SLOT_TYPE: {"total": n, "used": n}}}
+ * (slots of ALIVE workers). Caller owns *out. */
+int store_stats_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* The pool's size and the connections handed out now. Thread-safe. */
+void store_pool_usage(store_t *st, int *size, int *in_use);
 
 #define STORE_MAX_ROOTS 32
 typedef struct store_worker_cap {
