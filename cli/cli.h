@@ -35,8 +35,15 @@ typedef struct cli_globals {
     const char *tls_ca;       /* --tls-ca FILE */
     const char *profile;      /* --profile NAME */
     const char *token_file;   /* --token-file FILE (a token is never taken as an argument) */
-    bool json;                /* --json */
+    const char *output;       /* -o / --output FORMAT: table (default), wide, json, yaml; --json is -o json */
 } cli_globals_t;
+
+/* How replies are printed: tables, wider tables, or the API's replies as JSON or YAML. */
+typedef enum { CLI_OUT_TABLE, CLI_OUT_WIDE, CLI_OUT_JSON, CLI_OUT_YAML } cli_output_t;
+/* Parses a -o value; false for an unknown one. */
+bool cli_output_parse(const char *s, cli_output_t *out);
+/* Prints j as YAML 1.2 (block style; strings double-quoted as JSON writes them). */
+void cli_print_yaml(FILE *out, const json_t *j);
 
 /* Takes the global options out of argv[1..argc) (they may stand before or after the command,
  * up to a "--") into *g and copies the other arguments, in order, to args (room for argc
@@ -133,7 +140,7 @@ char *cli_short_id(const char *id, char *buf, size_t n);
 
 /* Prints a table of jobs (the "jobs" array of a GET /v1/jobs reply): ID, NAME, STATE, STEP,
  * LOSS, AGE, DURATION. now_us is the current time (ages are relative to it). */
-void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us);
+void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us, bool wide);
 /* Prints one job (a Job object) and its events ({"events": [...]}; may be NULL) as `describe`
  * shows them. */
 void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t now_us);
@@ -143,7 +150,7 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width);
  * leading name column. */
 void cli_print_metrics_raw(FILE *out, const json_t *reply);
 /* Prints the workers table of a GET /v1/workers reply. */
-void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us);
+void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide);
 /* Prints one log line object as "[rank N] line" ("[rank N, attempt A] line" for attempts > 1). */
 void cli_print_log_line(FILE *out, const json_t *line);
 /* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,

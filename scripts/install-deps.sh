@@ -16,7 +16,7 @@ PKGS=(
   libsodium-dev openssl libssl-dev
   procps iproute2 curl
   python3-yaml python3-mypy python3-setuptools python3-wheel python3-venv python3-pip
-  prometheus libsystemd-dev
+  prometheus libsystemd-dev zsh fish
 )
 
 missing=()
