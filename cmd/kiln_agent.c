@@ -94,10 +94,11 @@ int main(int argc, char **argv)
     const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *metrics_addr = NULL;
     bool insecure = false, health = false;
     config_list_t data_roots = {0};
-    int64_t slots = 1, cores = 0, grace_ms = 10000;
+    int64_t slots = 0, cores = 0, grace_ms = 10000;
     config_flag_t flags[] = {
         {"server", "KILN_SERVER", CONFIG_STR, &server, "kilnd gRPC address HOST:PORT"},
-        {"slots", "KILN_SLOTS", CONFIG_INT, &slots, "ranks this machine runs at once"},
+        {"slots", "KILN_SLOTS", CONFIG_INT, &slots,
+         "ranks this machine runs at once (default: 1 cpu slot, or one slot per GPU found)"},
         {"slot-type", "KILN_SLOT_TYPE", CONFIG_STR, &slot_type, "cpu | gpu"},
         {"work-dir", "KILN_WORK_DIR", CONFIG_STR, &work_dir, "job directories (spec, checkpoints, output) live here"},
         {"train-bin", "KILN_TRAIN_BIN", CONFIG_STR, &train_bin, "program each rank runs (default: kiln-train next to kiln-agent)"},
@@ -153,8 +154,8 @@ int main(int argc, char **argv)
     if (!join_token[0])
         log_warn("no join token (--join-token-file or KILN_JOIN_TOKEN): a kilnd that authenticates agents "
                  "will refuse this one");
-    if (slots < 1 || slots > 1024) {
-        fprintf(stderr, "kiln-agent: --slots must be between 1 and 1024\n");
+    if (slots < 0 || slots > 1024) {
+        fprintf(stderr, "kiln-agent: --slots must be between 1 and 1024 (0 or unset: 1 cpu slot, or one per GPU)\n");
         return 2;
     }
     char train_buf[PATH_MAX + 16];
@@ -180,11 +181,15 @@ int main(int argc, char **argv)
                             "(neither libcudart nor nvidia-smi reports a device)\n");
             return 1;
         }
+        if (slots == 0)
+            slots = n_gpus; /* one slot per GPU this node (or this container) was given */
         if (slots > n_gpus) {
             fprintf(stderr, "kiln-agent: --slots %lld is more than the %d GPU(s) found\n", (long long)slots, n_gpus);
             return 1;
         }
     }
+    if (slots == 0)
+        slots = 1;
     agent_config_t cfg = {
         .server = server, .slots = (int)slots, .slot_type = slot_type, .work_dir = work_dir,
         .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores,

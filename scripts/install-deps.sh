@@ -17,6 +17,7 @@ PKGS=(
   procps iproute2 curl
   python3-yaml python3-mypy python3-setuptools python3-wheel python3-venv python3-pip
   prometheus libsystemd-dev zsh fish
+  golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
 )
 
 missing=()
@@ -27,6 +28,8 @@ done
 # packaging) keeps them, one without gets Debian's.
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+# kubectl (for `kubectl kustomize`): any packaging; Debian's is kubernetes-client.
+command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 if [ ${#missing[@]} -ne 0 ]; then
