@@ -49,10 +49,13 @@ int main(int argc, char **argv)
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
     int64_t db_wait_s = 30;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
-    const char *bootstrap_file = NULL, *join_file = NULL;
+    const char *bootstrap_file = NULL, *join_file = NULL, *database_url_file = NULL;
     bool insecure = false, no_auth = false, metrics_auth = false, health = false;
     config_list_t cors = {0};
     config_flag_t flags[] = {
+        {"database-url-file", "KILN_DATABASE_URL_FILE", CONFIG_STR, &database_url_file,
+         "read the database URL from this file (a systemd credential or a Secret: keeps a password out of the "
+         "environment)"},
         {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &database_url,
          "PostgreSQL connection string (libpq), e.g. \"host=/tmp/pg dbname=kiln\" (required)"},
         {"http-addr", "KILN_HTTP_ADDR", CONFIG_STR, &http_addr, "REST listen address"},
@@ -116,6 +119,21 @@ int main(int argc, char **argv)
         for (int i = 0; i < 4; i++)
             if (strcmp(log_level, names[i]) == 0)
                 log_set_level((log_level_t)i);
+    }
+    char *url_from_file = NULL;
+    if (database_url_file && *database_url_file) {
+        if (database_url && *database_url) {
+            fprintf(stderr, "kilnd: the database URL comes from both --database-url and --database-url-file; give it once\n");
+            return 2;
+        }
+        size_t len = 0;
+        if (kiln_file_read(database_url_file, &url_from_file, &len, &err) != 0) {
+            fprintf(stderr, "kilnd: --database-url-file: %s\n", err.message);
+            return 2;
+        }
+        while (len > 0 && (url_from_file[len - 1] == '\n' || url_from_file[len - 1] == '\r' || url_from_file[len - 1] == ' '))
+            url_from_file[--len] = '\0';
+        database_url = url_from_file;
     }
     if (!database_url || !*database_url) {
         fprintf(stderr, "kilnd: no database given\nhint: pass --database-url or set "
@@ -259,6 +277,10 @@ out:
         free(key_pem);
     }
     free(ca_pem);
+    if (url_from_file) {
+        memset(url_from_file, 0, strlen(url_from_file));
+        free(url_from_file);
+    }
     if (status == 0)
         log_info("stopped");
     return status;

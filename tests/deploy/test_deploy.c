@@ -103,3 +103,56 @@ Test(deploy, check_sh_passes)
 {
     free(run("deploy/check.sh", 0, "BUILD=${BIN%/bin} bash deploy/check.sh"));
 }
+
+/* The units as systemd 252 reads them: Type=notify with a watchdog, every secret a credential,
+ * and the exposure `systemd-analyze security` computes no worse than when the agent got its
+ * syscall filter (it was 4.0 without one; kilnd 1.5). */
+Test(deploy, systemd_units_notify_use_credentials_and_keep_their_security_score)
+{
+    char *out = run("systemd units", 0,
+                    "command -v systemd-analyze >/dev/null || { echo \"systemd-analyze is missing\"; exit 1; }; "
+                    "for u in kilnd kiln-agent; do f=deploy/systemd/$u.service; "
+                    "  grep -qx \"Type=notify\" $f && grep -q \"^WatchdogSec=\" $f || { echo \"$u: not Type=notify with WatchdogSec\"; exit 1; }; "
+                    "  grep -q \"^EnvironmentFile=\" $f && grep -q \"PASSWORD\\|TOKEN=\\|KEY=/\" deploy/systemd/$u.env && "
+                    "    { echo \"$u: a secret in its environment file\"; exit 1; }; "
+                    "  cp $f $T/; "
+                    "  s=$(cd $T && systemd-analyze security --offline=true --no-pager $u.service 2>&1 | "
+                    "      sed -n \"s/.*Overall exposure level for $u.service: \\([0-9.]*\\).*/\\1/p\"); "
+                    "  echo \"$u exposure $s\"; "
+                    "done; "
+                    "grep -q \"^LoadCredential=database.url:\" deploy/systemd/kilnd.service && "
+                    "grep -q \"^SystemCallFilter=@system-service\" deploy/systemd/kiln-agent.service || exit 1");
+    double kilnd = -1, agent = -1;
+    const char *k = strstr(out, "kilnd exposure "), *a = strstr(out, "kiln-agent exposure ");
+    if (k)
+        kilnd = atof(k + strlen("kilnd exposure "));
+    if (a)
+        agent = atof(a + strlen("kiln-agent exposure "));
+    cr_assert(kilnd > 0 && kilnd <= 1.5, "kilnd.service exposure %.1f (at most 1.5):\n%s", kilnd, out);
+    cr_assert(agent > 0 && agent <= 2.0, "kiln-agent.service exposure %.1f (at most 2.0; 4.0 without its filter):\n%s",
+              agent, out);
+    free(out);
+}
+
+/* The images, read as text (no Docker engine here): bases pinned to a Debian point release (or
+ * a digest), OCI labels, a HEALTHCHECK through the daemons' --health probes, and the CUDA
+ * keyring installed only after its checksum and key fingerprint check out. */
+Test(deploy, dockerfiles_pin_label_and_check_health)
+{
+    free(run("Dockerfiles", 0,
+             "for f in deploy/Dockerfile deploy/Dockerfile.cuda; do "
+             "  grep \"^FROM \" $f | grep -vE \"^FROM [a-z/.-]+:[0-9]+\\.[0-9]+[a-z.-]*( |@sha256:)|@sha256:[0-9a-f]{64}\" "
+             "    && { echo \"$f: a base image that is not pinned\"; exit 1; }; "
+             "  for l in title description version revision created base.name; do "
+             "    grep -q \"org.opencontainers.image.$l=\" $f || { echo \"$f: no OCI label $l\"; exit 1; }; done; "
+             "  grep -q \"^HEALTHCHECK .*kiln-healthcheck\" $f && grep -q \"COPY deploy/healthcheck.sh\" $f "
+             "    || { echo \"$f: no HEALTHCHECK\"; exit 1; }; "
+             "done; "
+             "grep -q \"sha256sum -c\" deploy/Dockerfile.cuda && grep -q \"CUDA_REPO_KEY_FPR\" deploy/Dockerfile.cuda "
+             "  || { echo \"the CUDA keyring is not verified\"; exit 1; }; "
+             "grep -n \"dpkg -i /tmp/cuda-keyring.deb\" deploy/Dockerfile.cuda | head -1 | cut -d: -f1 > $T/dpkg; "
+             "grep -n \"sha256sum -c\" deploy/Dockerfile.cuda | head -1 | cut -d: -f1 > $T/sum; "
+             "[ $(cat $T/sum) -lt $(cat $T/dpkg) ] || { echo \"the keyring is installed before it is checked\"; exit 1; }; "
+             "sh -n deploy/healthcheck.sh && grep -q -- \"kilnd --health\" deploy/healthcheck.sh && "
+             "grep -q -- \"kiln-agent --health\" deploy/healthcheck.sh"));
+}

@@ -12,6 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -199,4 +204,93 @@ Test(e2e_metrics, kilnd_and_agents_expose_what_prometheus_needs, .init = e2e_set
     free(out);
     free(err);
     e2e_pass();
+}
+
+/* Receives datagrams on fd until one contains want, for at most timeout_ms; the texts seen go to
+ * seen (size n). */
+static bool notify_wait(int fd, const char *want, int timeout_ms, char *seen, size_t n)
+{
+    int64_t end = kiln_mono_us() + (int64_t)timeout_ms * 1000;
+    while (kiln_mono_us() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        char buf[512];
+        ssize_t r = recv(fd, buf, sizeof buf - 1, 0);
+        if (r <= 0)
+            continue;
+        buf[r] = '\0';
+        size_t l = strlen(seen);
+        snprintf(seen + l, n - l, "[%s]", buf);
+        if (strstr(buf, want))
+            return true;
+    }
+    return false;
+}
+
+/* systemd's Type=notify, without systemd: kilnd and kiln-agent say READY=1 once they serve (kilnd
+ * with its database URL read from a credential file, as kilnd.service gives it), ping the
+ * watchdog while they work, and say STOPPING=1 on SIGTERM. */
+Test(e2e_metrics, daemons_notify_systemd_and_ping_the_watchdog, .timeout = 120)
+{
+    char dir[] = "/tmp/kiln-notify.XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char sock_path[128], url_file[128], work[128];
+    snprintf(sock_path, sizeof sock_path, "%s/notify", dir);
+    snprintf(url_file, sizeof url_file, "%s/database.url", dir);
+    snprintf(work, sizeof work, "%s/work", dir);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%.100s", sock_path);
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    char *db = th_pg_create_db("notify");
+    cr_assert(db);
+    FILE *f = fopen(url_file, "w");
+    fprintf(f, "%s\n", db);
+    fclose(f);
+    chmod(url_file, 0600);
+    int hp = th_free_port(), gp = th_free_port();
+    char http[64], grpc[64], env_sock[160], env_url[160], log[160];
+    snprintf(http, sizeof http, "127.0.0.1:%d", hp);
+    snprintf(grpc, sizeof grpc, "127.0.0.1:%d", gp);
+    snprintf(env_sock, sizeof env_sock, "NOTIFY_SOCKET=%s", sock_path);
+    snprintf(env_url, sizeof env_url, "KILN_DATABASE_URL_FILE=%s", url_file);
+    snprintf(log, sizeof log, "%s/kilnd.log", dir);
+    char kilnd[PATH_MAX], agent[PATH_MAX];
+    snprintf(kilnd, sizeof kilnd, "%s/kilnd", th_bin_dir());
+    snprintf(agent, sizeof agent, "%s/kiln-agent", th_bin_dir());
+    char *kargv[] = {kilnd, "--http-addr", http, "--grpc-addr", grpc, "--insecure", "--no-auth", NULL};
+    char *kenv[] = {env_sock, env_url, "WATCHDOG_USEC=1000000", NULL};
+    pid_t k = th_spawn(kargv, kenv, log);
+    cr_assert(k > 0);
+    char seen[4096] = "";
+    cr_assert(notify_wait(fd, "READY=1", 30000, seen, sizeof seen), "kilnd never said READY=1: %s", seen);
+    /* ready means serving */
+    char url[96], *body = NULL;
+    long st = 0;
+    snprintf(url, sizeof url, "http://%s/readyz", http);
+    cr_assert(th_http("GET", url, NULL, NULL, &st, &body, 5000) == 0 && st == 200, "READY=1 before /readyz: %ld", st);
+    free(body);
+    seen[0] = '\0';
+    cr_assert(notify_wait(fd, "WATCHDOG=1", 5000, seen, sizeof seen), "kilnd never pinged the watchdog: %s", seen);
+
+    snprintf(log, sizeof log, "%s/agent.log", dir);
+    char *aargv[] = {agent, "--server", grpc, "--insecure", "--work-dir", work, "--slots", "1", NULL};
+    char *aenv[] = {env_sock, "WATCHDOG_USEC=1000000", NULL};
+    pid_t a = th_spawn(aargv, aenv, log);
+    cr_assert(a > 0);
+    seen[0] = '\0';
+    cr_assert(notify_wait(fd, "READY=1", 30000, seen, sizeof seen), "kiln-agent never said READY=1: %s", seen);
+    seen[0] = '\0';
+    cr_assert(notify_wait(fd, "WATCHDOG=1", 5000, seen, sizeof seen), "kiln-agent never pinged: %s", seen);
+    th_stop(a, SIGTERM, 10000);
+    seen[0] = '\0';
+    kill(k, SIGTERM);
+    cr_assert(notify_wait(fd, "STOPPING=1", 10000, seen, sizeof seen), "kilnd never said STOPPING=1: %s", seen);
+    th_stop(k, SIGTERM, 10000);
+    close(fd);
+    free(db);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }
