@@ -320,11 +320,11 @@ int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_
             json_decref(page);
             return 0;
         }
-        if (rc != KILN_ENOTFOUND) {
-            *err = e2;
+        if (rc != KILN_ENOTFOUND || strlen(ref) == 36) {
+            *err = e2; /* a whole id kilnd does not know is not a name either */
             return rc;
         }
-        /* not an id of a job: perhaps a name */
+        /* not the id of a job: perhaps a name */
     }
     /* A name: scan the job list (newest first), a bounded number of pages. */
     int name_matches = 0;
