@@ -16,7 +16,7 @@ endif
 
 CC ?= gcc
 BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8
+PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8 libsystemd
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -g -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP -pthread $(SANFLAGS) \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # Warnings are errors in CI (CI=true in its environment) and with WERROR=1.
@@ -146,13 +146,15 @@ AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_RANK) $(LIB_BASE)
 CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
 
-$(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(KILND_LIBS)
+# kilnd and kiln-agent share cmd/daemon.c: the --health probe and systemd notifications.
+DAEMON_O := $(BUILD)/obj/cmd/daemon.o
+$(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(DAEMON_O) $(KILND_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(KILND_LIBS) $(LDLIBS)
+	$(CC) -o $@ $< $(DAEMON_O) $(KILND_LIBS) $(LDLIBS)
 
-$(BUILD)/bin/kiln-agent: $(BUILD)/obj/cmd/kiln_agent.o $(AGENT_LIBS)
+$(BUILD)/bin/kiln-agent: $(BUILD)/obj/cmd/kiln_agent.o $(DAEMON_O) $(AGENT_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(AGENT_LIBS) $(LDLIBS)
+	$(CC) -o $@ $< $(DAEMON_O) $(AGENT_LIBS) $(LDLIBS)
 
 $(BUILD)/bin/kiln-train: $(BUILD)/obj/cmd/kiln_train.o $(TRAIN_LIBS)
 	@mkdir -p $(dir $@)

@@ -32,7 +32,6 @@ typedef struct http_route {
 } http_route_t;
 extern const http_route_t http_routes[];
 extern const size_t http_route_count;
-#define HTTP_MAX_ROUTES 64                /* counters' room; http_route_count <= it */
 #define HTTP_MAX_PARAMS 4
 
 typedef struct http_stream http_stream_t;
@@ -55,10 +54,6 @@ struct api_http {
     bool ping_started;
     pthread_mutex_t ping_lock;
     pthread_cond_t ping_cond;
-    /* counters for GET /metrics: requests by route (the table's index; the last slot counts
-     * paths no route matches) and HTTP status */
-    atomic_ulong requests[HTTP_MAX_ROUTES + 1][600];
-    atomic_ullong latency_us[HTTP_MAX_ROUTES + 1];
 };
 
 /* One request's state, from MHD's first call to its completion notice. Allocated on the heap,

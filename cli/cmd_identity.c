@@ -73,7 +73,7 @@ static int cli_call_show(const cli_client_t *c, const char *method, const char *
     if (cli_request(c, method, path, body, NULL, NULL, &reply, &err) != 0)
         return cli_fail(c, &err);
     if (c->json)
-        cli_print_json(reply);
+        cli_print_out(c, reply);
     else if (show)
         show(c, reply);
     json_decref(reply);
@@ -92,7 +92,7 @@ int cli_cmd_whoami(cli_client_t *c, int argc, char **argv)
     if (cli_request(c, "GET", "/v1/whoami", NULL, NULL, NULL, &me, &err) != 0)
         return cli_fail(c, &err);
     if (c->json) {
-        cli_print_json(me);
+        cli_print_out(c, me);
     } else {
         char from[1200];
         cli_print_whoami(stdout, me, c->settings.url, cli_token_source(&c->settings, from, sizeof(from)));
@@ -234,7 +234,7 @@ static int cli_tokens_create(cli_client_t *c, int argc, char **argv, int first)
         goto done;
     }
     if (c->json) {
-        cli_print_json(reply);
+        cli_print_out(c, reply);
     } else {
         /* The secret alone on stdout, so that `kiln tokens create U > file` or `| kiln login`
          * takes exactly it; everything else on stderr. */
@@ -323,7 +323,7 @@ static int cli_projects_list(cli_client_t *c)
         goto done;
     }
     if (c->json) {
-        cli_print_json(reply);
+        cli_print_out(c, reply);
         goto done;
     }
     /* A cluster admin's listing has every project without roles: whoami has its own. */

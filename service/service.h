@@ -183,6 +183,16 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
  * it), KILN_EPERM (not an editor of the project), KILN_EUNFIT (can never fit), KILN_EDB. */
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err);
+/* Every operation on one job (get, stop, delete, events, logs, metrics, artifacts, follow; REST and gRPC alike)
+ * takes its id or a unique prefix of it (at least SVC_JOB_PREFIX_MIN characters, as `kiln jobs`
+ * shows them), resolved here through the primary key among the jobs the caller can see. */
+#define SVC_JOB_PREFIX_MIN 4
+#define SVC_JOB_ID_SIZE 37
+/* The full id of ref (an id or a prefix) into out. KILN_ENOTFOUND (nothing visible matches, or
+ * ref cannot be part of an id), KILN_EINVAL (a prefix too short, or one that matches several:
+ * the message lists them), KILN_EDB. */
+int svc_job_resolve(svc_t *s, const svc_caller_t *who, const char *ref, char out[SVC_JOB_ID_SIZE],
+                    kiln_err_t *err);
 /* *out = the job with "summaries": {metric: {count, min, max, last, min_step, max_step,
  * last_step, rank, attempt}} of every metric it reported. */
 int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
@@ -234,6 +244,11 @@ int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const cha
 int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 /* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */
 int svc_ready(svc_t *s, kiln_err_t *err);
+/* Appends the control plane's gauges to a Prometheus exposition: jobs by state, queue lengths,
+ * workers and slots by state (from the database) and the connection pool's use. The service's
+ * counters and histograms are in the process registry (prom_write). KILN_EDB/KILN_EUNAVAIL
+ * when the database cannot answer (the pool gauge is written regardless). */
+int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err);
 
 /* ---- artifacts and deletion (artifact.c, lifecycle.c) ----------------------------------------
  * A job's artifacts are the files rank 0 left at the top of its output directory, uploaded by its
@@ -256,6 +271,9 @@ typedef struct svc_artifact_file {
     int64_t created_us;
     int attempt;
 } svc_artifact_file_t;
+/* Counts n bytes of an artifact sent to a client through api ("rest" or "grpc") in kilnd's
+ * Prometheus registry (kiln_artifact_bytes_total{direction="served"}). */
+void svc_artifact_served(const char *api, int64_t n);
 /* Opens a complete artifact of the job for the caller (viewers). Errors: KILN_EINVAL (a name no
  * artifact can have: '/', "..", too long), KILN_ENOTFOUND (no such job for the caller, no such
  * artifact, or still uploading), KILN_EUNAVAIL (another store holds it, or the store lost the

@@ -152,8 +152,15 @@ int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t 
  * eta from steps_per_s (<= 0: unknown). *found (OUT) = whether the job exists. */
 int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const char *latest_json,
                              int64_t max_step, double steps_per_s, bool *found, kiln_err_t *err);
+/* Seconds since the job's last state change (how long it has been in its state). KILN_ENOTFOUND. */
+int store_job_state_age(store_conn_t *c, const char *id, double *seconds, kiln_err_t *err);
 /* The job's project, into project (size n). KILN_ENOTFOUND. */
 int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err);
+/* Job ids from lo to hi (UUIDs, both included) in id order, at most max of them, in projects
+ * (a PostgreSQL text[] literal such as {"a","b"}; NULL for every project): the ids of a prefix,
+ * found through the primary key's index. ids[i] has room for 37 bytes; *n (OUT) how many. */
+int store_job_ids_between(store_conn_t *c, const char *lo, const char *hi, const char *projects, int max,
+                          char (*ids)[37], int *n, kiln_err_t *err);
 /* Terminal state and reason of a job: *state "" and KILN_ENOTFOUND when unknown. */
 int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
                     size_t reason_n, kiln_err_t *err);
@@ -192,6 +199,12 @@ int store_workers_expire(store_conn_t *c, int timeout_ms, int *n, kiln_err_t *er
 int store_workers_refresh(store_conn_t *c, kiln_err_t *err);
 /* *out = array of workers as contracts.md shows them. */
 int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* Counts for monitoring, *out = {"jobs": {STATE: n}, "queues": {QUEUE: n of QUEUED jobs},
+ * "workers": {"ALIVE": n, "DEAD": n, "draining": n}, "slots": {SLOT_TYPE: {"total": n, "used": n}}}
+ * (slots of ALIVE workers). Caller owns *out. */
+int store_stats_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* The pool's size and the connections handed out now. Thread-safe. */
+void store_pool_usage(store_t *st, int *size, int *in_use);
 
 #define STORE_MAX_ROOTS 32
 typedef struct store_worker_cap {
