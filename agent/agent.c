@@ -117,6 +117,11 @@ static void cb_exit(void *ud, const char *job_id, int attempt, int rank, pid_t p
         xfer_rank0_exit(a->xfer, job_id, attempt, rank, pid, exit_code, sig, reason);
         return;
     }
+    if (a->xfer && !shutdown && xfer_defer_exit(a->xfer, job_id, attempt, rank, pid, exit_code, sig, reason)) {
+        log_info("job %s rank %d: exited (%s %d); reported after rank 0's, whose output is uploading", job_id, rank,
+                 sig ? "signal" : "code", sig ? sig : exit_code);
+        return;
+    }
     if (sig)
         log_info("job %s rank %d: killed by signal %d%s", job_id, rank, sig,
                  shutdown ? " (the agent is shutting down)" : "");

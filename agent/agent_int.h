@@ -109,6 +109,12 @@ void xfer_destroy(xfer_t *x);
  * Returns at once (a thread does the work). */
 void xfer_rank0_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t pid, int exit_code, int sig,
                      const char *reason);
+/* Another rank of an attempt exited: when rank 0's upload of that attempt is still under way,
+ * the exit is kept and queued right after rank 0's, so kilnd learns of the exits in the order the
+ * ranks ended (the first failure names the attempt's end) and returns true; false: no upload is
+ * pending and the caller queues the exit itself. */
+bool xfer_defer_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t pid, int exit_code, int sig,
+                     const char *reason);
 /* An assignment with init_from_job: fetch the model (unless a checked copy is there), then hand
  * it to env.start; a failure refuses the assignment (a RankStatus with the reason). An
  * assignment already being fetched is ignored. a is copied. */

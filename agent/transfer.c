@@ -35,6 +35,14 @@ static const char k_fetch[] = "/kiln.AgentService/FetchInitModel";
 
 typedef enum { TASK_UPLOAD, TASK_FETCH } task_kind_t;
 
+/* An exit queued behind rank 0's upload (xfer_defer_exit). */
+typedef struct later_exit {
+    struct later_exit *next;
+    int rank, exit_code, sig;
+    pid_t pid;
+    char reason[600];
+} later_exit_t;
+
 typedef struct task {
     struct task *next;
     task_kind_t kind;
@@ -45,6 +53,8 @@ typedef struct task {
     char reason[600];
     Kiln__Assignment *a;         /* TASK_FETCH: owned copy */
     bool cancelled;              /* TASK_FETCH: a stop order came */
+    later_exit_t *later;         /* TASK_UPLOAD: other ranks' exits to report after this one's */
+    bool reported;               /* TASK_UPLOAD: the exits are queued; nothing more attaches */
 } task_t;
 
 struct xfer {
@@ -525,6 +535,11 @@ static void task_free(task_t *t)
         return;
     if (t->a)
         kiln__assignment__free_unpacked(t->a, NULL);
+    while (t->later) {
+        later_exit_t *e = t->later;
+        t->later = e->next;
+        free(e);
+    }
     free(t);
 }
 
@@ -532,7 +547,13 @@ static void run_task(xfer_t *x, task_t *t)
 {
     if (t->kind == TASK_UPLOAD) {
         upload(x, t);
+        /* rank 0's exit, then those that came while it uploaded, in the order they came */
+        pthread_mutex_lock(&x->mu);
         ob_add_exit(x->env.ob, t->job_id, t->attempt, t->rank, t->pid, t->exit_code, t->sig, t->reason, false);
+        for (const later_exit_t *e = t->later; e; e = e->next)
+            ob_add_exit(x->env.ob, t->job_id, t->attempt, e->rank, e->pid, e->exit_code, e->sig, e->reason, false);
+        t->reported = true;
+        pthread_mutex_unlock(&x->mu);
         return;
     }
     kiln_err_t err;
@@ -632,6 +653,36 @@ void xfer_rank0_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t
     }
 }
 
+bool xfer_defer_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t pid, int exit_code, int sig,
+                     const char *reason)
+{
+    later_exit_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return false;
+    e->rank = rank;
+    e->pid = pid;
+    e->exit_code = exit_code;
+    e->sig = sig;
+    kiln_strlcpy(e->reason, reason ? reason : "", sizeof(e->reason));
+    bool kept = false;
+    pthread_mutex_lock(&x->mu);
+    for (int list = 0; list < 2 && !kept; list++)
+        for (task_t *t = list ? x->active : x->queue; t; t = t->next) {
+            if (t->kind != TASK_UPLOAD || t->reported || t->attempt != attempt || strcmp(t->job_id, job_id))
+                continue;
+            later_exit_t **pp = &t->later;
+            while (*pp)
+                pp = &(*pp)->next;
+            *pp = e;
+            kept = true;
+            break;
+        }
+    pthread_mutex_unlock(&x->mu);
+    if (!kept)
+        free(e);
+    return kept;
+}
+
 static bool same_assignment(const task_t *t, const char *job_id, int attempt)
 {
     return t->kind == TASK_FETCH && !strcmp(t->job_id, job_id) && (attempt == 0 || t->attempt == attempt);
@@ -700,6 +751,15 @@ size_t xfer_list(xfer_t *x, agent_rank_info_t *out, size_t max)
                 out[n].attempt = t->attempt;
                 out[n].rank = t->kind == TASK_UPLOAD ? t->rank : t->a->ranks[k];
                 out[n].pid = t->kind == TASK_UPLOAD ? t->pid : 0;
+            }
+            /* exits kept behind rank 0's (xfer_defer_exit) are not in the outbox yet either */
+            for (const later_exit_t *e = t->kind == TASK_UPLOAD && !t->reported ? t->later : NULL; e; e = e->next, n++) {
+                if (n >= max)
+                    continue;
+                kiln_strlcpy(out[n].job_id, t->job_id, sizeof(out[n].job_id));
+                out[n].attempt = t->attempt;
+                out[n].rank = e->rank;
+                out[n].pid = e->pid;
             }
         }
     pthread_mutex_unlock(&x->mu);

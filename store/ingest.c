@@ -472,8 +472,9 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
                              json_t **out, kiln_err_t *err)
 {
-    /* One value per rank and step: the latest attempt's (within an attempt, the later point).
-     * Then each series keeps its first and last point and splits the rest into
+    /* A retried step counts once: of the attempts that reported a rank's step, only the latest
+     * one's points stay (every one of them: a metric matched in log lines before any step record
+     * has several points at one step). Then each series keeps its first and last point and splits the rest into
      * (max_points - 2) / 2 buckets of consecutive points, keeping each bucket's lowest and
      * highest value (the first of equal ones), so spikes survive thinning. The database does
      * the thinning so only kept points travel. */
@@ -482,10 +483,10 @@ int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *na
         "  FROM metric_chunks c,"
         "   unnest(c.steps, c.vals, c.times_us) WITH ORDINALITY AS u(step, value, time_us, ord)"
         "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2)),"
-        " latest AS (SELECT DISTINCT ON (name, rank, step) name, rank, step, value, time_us FROM pts"
-        "  ORDER BY name, rank, step, attempt DESC, cid DESC, ord DESC),"
+        " latest AS (SELECT * FROM (SELECT *, max(attempt) OVER (PARTITION BY name, rank, step) AS last_attempt"
+        "  FROM pts) a WHERE attempt = last_attempt),"
         " s AS (SELECT name, rank, step, value, time_us,"
-        "  row_number() OVER (PARTITION BY name ORDER BY step, rank) AS rn,"
+        "  row_number() OVER (PARTITION BY name ORDER BY step, rank, cid, ord) AS rn,"
         "  count(*) OVER (PARTITION BY name) AS cnt FROM latest),"
         " b AS (SELECT *, CASE WHEN cnt <= $3::int OR rn = 1 OR rn = cnt THEN -rn"
         "  ELSE ((rn - 2) * (($3::int - 2) / 2)) / (cnt - 2) END AS bucket FROM s),"
