@@ -499,6 +499,13 @@ int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_lo
 int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
                     int max_points, json_t **out, kiln_err_t *err)
 {
+    return svc_job_metrics_range(s, who, id, name, 0, 0, max_points, out, err);
+}
+
+int svc_job_metrics_range(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
+                          int64_t start_step, int64_t end_step, int max_points, json_t **out,
+                          kiln_err_t *err)
+{
     *out = NULL;
     if (!store_is_uuid(id))
         return bad_job_id(err, id);
@@ -514,7 +521,8 @@ int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const cha
     if (rc == 0)
         rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
     if (rc == 0)
-        rc = store_metrics_query_json(c, id, name && *name ? name : NULL, max_points, &series, err);
+        rc = store_metrics_query_range_json(c, id, name && *name ? name : NULL, start_step, end_step,
+                                            max_points, &series, err);
     store_conn_put(s->store, c);
     if (rc)
         return rc;

@@ -274,6 +274,13 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
                              json_t **out, kiln_err_t *err)
 {
+    return store_metrics_query_range_json(c, job_id, name, 0, 0, max_points, out, err);
+}
+
+int store_metrics_query_range_json(store_conn_t *c, const char *job_id, const char *name,
+                                   int64_t start_step, int64_t end_step, int max_points, json_t **out,
+                                   kiln_err_t *err)
+{
     /* Evenly spaced points: row x (0-based) of n is kept when it is the first of its bucket
      * floor(x * (m - 1) / (n - 1)); that keeps the first and the last row and at most m rows.
      * The database does the thinning so only kept points travel. */
@@ -282,18 +289,22 @@ int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *na
         "  row_number() OVER (PARTITION BY c.name ORDER BY u.step, u.time_us, c.rank) AS rn,"
         "  count(*) OVER (PARTITION BY c.name) AS cnt"
         "  FROM metric_chunks c, unnest(c.steps, c.vals, c.times_us) AS u(step, value, time_us)"
-        "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2))"
+        "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2)"
+        "   AND ($4::bigint IS NULL OR c.last_step >= $4) AND ($5::bigint IS NULL OR c.first_step <= $5)"
+        "   AND ($4::bigint IS NULL OR u.step >= $4) AND ($5::bigint IS NULL OR u.step <= $5))"
         " SELECT name, step, value, time_us, rank FROM s"
         " WHERE cnt <= $3::int OR rn = cnt OR (rn = 1 AND $3::int > 1)"
         "  OR ($3::int > 2 AND (rn - 1) * ($3::int - 1) / (cnt - 1)"
         "      > (rn - 2) * ($3::int - 1) / (cnt - 1))"
         " ORDER BY name, rn";
-    char mp[16];
+    char mp[16], sb[24], eb[24];
     snprintf(mp, sizeof(mp), "%d", max_points);
-    const char *p[3] = {job_id, name, mp};
+    snprintf(sb, sizeof(sb), "%lld", (long long)start_step);
+    snprintf(eb, sizeof(eb), "%lld", (long long)end_step);
+    const char *p[5] = {job_id, name, mp, start_step > 0 ? sb : NULL, end_step > 0 ? eb : NULL};
     PGresult *r = NULL;
     *out = NULL;
-    int rc = store_q(c, "read metrics", sql, 3, p, &r, err);
+    int rc = store_q(c, "read metrics", sql, 5, p, &r, err);
     if (rc)
         return rc;
     json_t *arr = json_array();

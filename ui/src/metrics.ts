@@ -1,0 +1,115 @@
+// metrics.ts - a job's metric history for its charts: downsampled on the server to about as many
+// points as a chart has pixels, extended with only the new steps while the job runs, re-fetched
+// whole when the appended tail grows long, and fetched in detail for a zoomed step range.
+import { ApiError, get } from './api';
+import type { SeriesData } from './chart';
+import type { MetricSeries } from './types';
+
+export const MAX_POINTS = 1000;
+
+// One value per step: the latest attempt's, and of it the lowest rank's (rank 0 writes the
+// job's own metrics).
+export function toSeries(m: MetricSeries): SeriesData {
+  const best = new Map<number, { v: number | null; attempt: number; rank: number }>();
+  for (const p of m.points) {
+    const attempt = p.attempt ?? 0, rank = p.rank ?? 0;
+    const cur = best.get(p.step);
+    if (!cur || attempt > cur.attempt || (attempt === cur.attempt && rank < cur.rank)) {
+      best.set(p.step, { v: p.value, attempt, rank });
+    }
+  }
+  const steps = [...best.keys()].sort((a, b) => a - b);
+  return { name: m.name, steps, values: steps.map((s) => best.get(s)!.v) };
+}
+
+let rangeSupported = true; // start_step / end_step; a kilnd without them says so with a 400
+
+function url(jobId: string, q: Record<string, string | number>): string {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(q)) p.set(k, String(v));
+  return `/v1/jobs/${encodeURIComponent(jobId)}/metrics?${p}`;
+}
+
+async function fetchSeries(jobId: string, q: Record<string, string | number>): Promise<SeriesData[]> {
+  const r = await get<{ metrics: MetricSeries[] }>(url(jobId, q));
+  return r.metrics.map(toSeries);
+}
+
+export class JobMetrics {
+  series = new Map<string, SeriesData>();
+  lastStep = 0;
+  private tail = 0; // points appended since the last whole fetch
+
+  constructor(private jobId: string) {}
+
+  names(): string[] { return [...this.series.keys()].sort(); }
+
+  async loadAll(): Promise<void> {
+    const all = await fetchSeries(this.jobId, { max_points: MAX_POINTS });
+    this.series = new Map(all.map((s) => [s.name, s]));
+    this.tail = 0;
+    this.lastStep = 0;
+    for (const s of all) if (s.steps.length) this.lastStep = Math.max(this.lastStep, s.steps[s.steps.length - 1]);
+  }
+
+  // New steps since the last fetch. Returns whether anything changed.
+  async extend(): Promise<boolean> {
+    if (!rangeSupported || this.tail > 2 * MAX_POINTS || this.series.size === 0) {
+      const before = this.lastStep;
+      await this.loadAll();
+      return this.lastStep !== before || this.series.size > 0;
+    }
+    let fresh: SeriesData[];
+    try {
+      fresh = await fetchSeries(this.jobId, { start_step: this.lastStep + 1, max_points: MAX_POINTS });
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 400 && /start_step/.test(`${e.body.field} ${e.body.message}`)) {
+        rangeSupported = false;
+        return this.extend();
+      }
+      throw e;
+    }
+    let changed = false;
+    for (const f of fresh) {
+      if (!f.steps.length) continue;
+      const s = this.series.get(f.name);
+      if (!s) { this.series.set(f.name, f); changed = true; continue; }
+      for (let i = 0; i < f.steps.length; i++) {
+        if (s.steps.length && f.steps[i] <= s.steps[s.steps.length - 1]) continue;
+        s.steps.push(f.steps[i]);
+        s.values.push(f.values[i]);
+        this.tail++;
+        changed = true;
+      }
+      this.lastStep = Math.max(this.lastStep, f.steps[f.steps.length - 1]);
+    }
+    return changed;
+  }
+
+  // The named metrics in [lo, hi] in detail (about MAX_POINTS each).
+  async range(names: string[], lo: number, hi: number): Promise<SeriesData[]> {
+    const out: SeriesData[] = [];
+    for (const name of names) {
+      if (!this.series.has(name)) continue;
+      if (rangeSupported) {
+        try {
+          out.push(...await fetchSeries(this.jobId, { name, start_step: Math.max(1, lo), end_step: Math.max(1, hi), max_points: MAX_POINTS }));
+          continue;
+        } catch (e) {
+          if (!(e instanceof ApiError && e.status === 400)) throw e;
+          rangeSupported = false;
+        }
+      }
+      // Without ranges: as many points over the whole history as the zoom needs, capped.
+      const s = this.series.get(name)!;
+      const span = Math.max(1, s.steps[s.steps.length - 1] - s.steps[0]);
+      const n = Math.min(100000, Math.ceil((MAX_POINTS * span) / Math.max(1, hi - lo)));
+      const all = await fetchSeries(this.jobId, { name, max_points: Math.max(2, n) });
+      for (const a of all) {
+        const keep = a.steps.map((st, i) => [st, i]).filter(([st]) => st >= lo && st <= hi);
+        out.push({ name: a.name, steps: keep.map(([st]) => st), values: keep.map(([, i]) => a.values[i]) });
+      }
+    }
+    return out;
+  }
+}
