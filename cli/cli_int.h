@@ -63,6 +63,7 @@ int cli_cmd_whoami(cli_client_t *c, int argc, char **argv);
 int cli_cmd_users(cli_client_t *c, int argc, char **argv);
 int cli_cmd_tokens(cli_client_t *c, int argc, char **argv);
 int cli_cmd_projects(cli_client_t *c, int argc, char **argv);
+int cli_cmd_ui(cli_client_t *c, int argc, char **argv);
 
 /* Prints err to stderr (cli_print_error) and, for a 401, which token was sent and how to get a
  * valid one (cli_print_auth_note). Returns CLI_EXIT_ERROR. */

@@ -14,6 +14,13 @@ PKGS=(
   procps iproute2 curl
 )
 
+# The web UI (ui/) is built with Node.js and npm (packages from ui/package-lock.json) and tested
+# in Chromium. A machine with node and npm from elsewhere keeps them: Debian's npm would not
+# install beside another nodejs.
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+PKGS+=(chromium)
+
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = process.env.KILN_ROOT || path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const BIN = process.env.KILN_BIN_DIR || path.join(ROOT, 'build/bin');
+export const BIN = process.env.KILN_BIN_DIR || path.join(ROOT, 'build/bin');
 const require = createRequire(path.join(ROOT, 'ui/package.json'));
 export const { chromium } = require('playwright-core');
 export const CHROMIUM = process.env.KILN_CHROMIUM || '/usr/bin/chromium';
@@ -99,6 +99,11 @@ export class Cluster {
       await sleep(100);
     }
     return this;
+  }
+
+  // Runs SQL on the cluster's database (tests that need time to have passed, say).
+  sql(q) {
+    return execFileSync(psql(), ['-qAt', '-h', this.db.host, '-p', this.db.port, '-U', 'postgres', '-d', this.db.name, '-c', q]).toString();
   }
 
   spawn(name, argv) {
