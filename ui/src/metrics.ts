@@ -39,24 +39,38 @@ export class JobMetrics {
   series = new Map<string, SeriesData>();
   lastStep = 0;
   private tail = 0; // points appended since the last whole fetch
+  private loaded = new Set<string>(); // the metrics whose whole history was fetched
 
   constructor(private jobId: string) {}
 
   names(): string[] { return [...this.series.keys()].sort(); }
 
-  async loadAll(): Promise<void> {
-    const all = await fetchSeries(this.jobId, { max_points: MAX_POINTS });
-    this.series = new Map(all.map((s) => [s.name, s]));
+  // The whole (downsampled) history of the named metrics (every metric when names is empty),
+  // one request per metric, in parallel: the server downsamples each on its own.
+  async loadAll(names: string[] = []): Promise<void> {
+    const all = names.length
+      ? (await Promise.all(names.map((name) => fetchSeries(this.jobId, { name, max_points: MAX_POINTS })))).flat()
+      : await fetchSeries(this.jobId, { max_points: MAX_POINTS });
+    if (!names.length) this.series.clear();
+    for (const s of all) this.series.set(s.name, s);
+    this.loaded = new Set(names.length ? [...this.loaded, ...names] : all.map((s) => s.name));
     this.tail = 0;
     this.lastStep = 0;
-    for (const s of all) if (s.steps.length) this.lastStep = Math.max(this.lastStep, s.steps[s.steps.length - 1]);
+    for (const s of this.series.values()) if (s.steps.length) this.lastStep = Math.max(this.lastStep, s.steps[s.steps.length - 1]);
+  }
+
+  // Fetches one more metric's history (a chart added on request).
+  async load(name: string): Promise<void> {
+    const [s] = await fetchSeries(this.jobId, { name, max_points: MAX_POINTS });
+    if (s) this.series.set(name, s);
+    this.loaded.add(name);
   }
 
   // New steps since the last fetch. Returns whether anything changed.
   async extend(): Promise<boolean> {
     if (!rangeSupported || this.tail > 2 * MAX_POINTS || this.series.size === 0) {
       const before = this.lastStep;
-      await this.loadAll();
+      await this.loadAll(this.series.size ? [...this.loaded] : []);
       return this.lastStep !== before || this.series.size > 0;
     }
     let fresh: SeriesData[];

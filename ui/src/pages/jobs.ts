@@ -25,15 +25,18 @@ function progressCell(j: Job): Node | string {
     h('span', { class: 'prog-text' }, `${step}/${p.total_steps} (${pct}%)${eta}`));
 }
 
-// Where the caret of kilnd's error detail points in the query, or -1.
+// Where the caret of kilnd's error detail points in the query, or -1. The detail is the query
+// (or a window of it, "..." marking what was cut) and under it a line of carets.
 export function caretPosition(detail: string, query: string): number {
   const lines = detail.split('\n');
   for (let i = 1; i < lines.length; i++) {
-    const m = /^(\s*)\^/.exec(lines[i]);
-    if (!m || lines[i].trim().replace(/\^+/, '') !== '') continue;
-    const qi = lines[i - 1].indexOf(query.slice(0, 20));
-    const col = m[1].length - (qi >= 0 ? qi : 0);
-    return Math.max(0, Math.min(query.length, col));
+    const m = /^( *)\^+\s*$/.exec(lines[i]);
+    if (!m) continue;
+    const shown = lines[i - 1];
+    const cut = shown.startsWith('...') ? 3 : 0;
+    const body = shown.slice(cut).replace(/\.\.\.$/, '');
+    const start = cut ? Math.max(0, query.indexOf(body.slice(0, 16))) : 0;
+    return Math.max(0, Math.min(query.length, start + m[1].length - cut));
   }
   return -1;
 }
@@ -239,6 +242,8 @@ export function jobsPage(main: HTMLElement, params: URLSearchParams): Cleanup {
       renderRows();
       more.hidden = !nextToken;
       status.textContent = `${jobs.length}${nextToken ? '+' : ''} job${jobs.length === 1 ? '' : 's'}`;
+      // when the first page was on screen, in ms since navigation (tests/ui/bench.mjs reads it)
+      if (!main.dataset.loaded) main.dataset.renderedMs = String(Math.round(performance.now()));
       main.dataset.loaded = 'true';
       const sugg = columnSuggestions(jobs);
       clear(colList);
