@@ -119,6 +119,22 @@ $(MIGRATIONS_O): $(MIGRATIONS_C) | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# ---- the web UI (ui/): npm ci from the committed lockfile, tsc, esbuild (ui/build.mjs), embedded
+# into kilnd as C arrays (api/http_ui.c serves them). npm's install scripts are not run.
+UI_SRC := $(shell find ui/src -name '*.ts' -o -name '*.css' 2>/dev/null) ui/index.html ui/build.mjs ui/tsconfig.json
+UI_DEPS := ui/node_modules/.kiln-installed
+UI_C := $(BUILD)/gen/api/ui_assets.c
+UI_O := $(BUILD)/obj/gen/api/ui_assets.o
+$(UI_DEPS): ui/package.json ui/package-lock.json
+	cd ui && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+$(UI_C): $(UI_SRC) $(UI_DEPS)
+	cd ui && node_modules/.bin/tsc --noEmit -p .
+	node ui/build.mjs --out $(BUILD)/ui --c $@
+$(UI_O): $(UI_C) | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
 # ---- module archives ------------------------------------------------------------------------
 define archive
 $(1): $(2)
@@ -133,7 +149,7 @@ $(eval $(call archive,$(LIB_QUERY),$(call obj,$(QUERY_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o))
 $(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC)) $(MIGRATIONS_O)))
 $(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
-$(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC))))
+$(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC)) $(UI_O)))
 $(eval $(call archive,$(LIB_AGENT),$(call obj,$(AGENT_SRC))))
 $(eval $(call archive,$(LIB_ENGINE),$(call obj,$(ENGINE_SRC))))
 $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))

@@ -391,7 +391,8 @@ static int h_metrics(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, are
     svc_t *s = ctx->svc;
     const Kiln__GetMetricsRequest *r = (const Kiln__GetMetricsRequest *)req;
     json_t *out = NULL;
-    int rc = svc_job_metrics(s, ctx->who, r->id, r->name && r->name[0] ? r->name : NULL, r->max_points, &out, err);
+    int rc = svc_job_metrics_range(s, ctx->who, r->id, r->name && r->name[0] ? r->name : NULL, r->start_step,
+                                   r->end_step, r->max_points, &out, err);
     if (rc)
         return rc;
     return reply(out, &kiln__get_metrics_response__descriptor, a, resp);

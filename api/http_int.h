@@ -108,6 +108,22 @@ int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_
 /* 0 when every query argument is one of names (NULL-terminated); else KILN_EINVAL naming the
  * first unknown one (err->field), with the nearest known name as a hint. */
 int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err);
+/* ---- the web UI (http_ui.c; the assets are generated at build time by ui/build.mjs) ---- */
+typedef struct http_ui_asset {
+    const char *name;                /* "index.html", "app-1a2b3c4d.js" */
+    const char *content_type;
+    const char *etag;                /* "\"<sha-256 prefix of the bytes>\"" */
+    const unsigned char *data;
+    size_t len;
+    const unsigned char *gz;         /* the same bytes gzipped, or NULL when that is not smaller */
+    size_t gz_len;
+    bool immutable;                  /* the name carries a hash of the content: cache it for a year */
+} http_ui_asset_t;
+extern const http_ui_asset_t http_ui_assets[];
+extern const size_t http_ui_asset_count;
+/* GET / and /ui: index.html. GET /ui/{asset}: one asset. Open (the page asks for a token). */
+enum MHD_Result http_ui_index(http_req_t *r);
+enum MHD_Result http_ui_asset(http_req_t *r);
 
 /* ---- live log streams (http_sse.c) ---- */
 /* GET /v1/jobs/{id}/logs?follow=true: opens a follower and queues a Server-Sent Events reply.

@@ -358,14 +358,16 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
-    static const char *const args[] = {"name", "max_points", NULL};
-    int64_t max_points = 0;
-    if (http_args_known(r, args, &err) || http_arg_int(r, "max_points", 2, 100000, &max_points, NULL, &err))
+    static const char *const args[] = {"name", "max_points", "start_step", "end_step", NULL};
+    int64_t max_points = 0, start_step = 0, end_step = 0;
+    if (http_args_known(r, args, &err) || http_arg_int(r, "max_points", 2, 100000, &max_points, NULL, &err) ||
+        http_arg_int(r, "start_step", 0, INT64_MAX, &start_step, NULL, &err) ||
+        http_arg_int(r, "end_step", 0, INT64_MAX, &end_step, NULL, &err))
         return http_reply_err(r, &err);
     const char *name = http_arg(r, "name");
     json_t *out = NULL;
-    int rc = svc_job_metrics(r->h->svc, &r->who, r->id, name && *name ? name : NULL, (int)max_points,
-                             &out, &err);
+    int rc = svc_job_metrics_range(r->h->svc, &r->who, r->id, name && *name ? name : NULL, start_step,
+                                   end_step, (int)max_points, &out, &err);
     if (rc)
         return http_svc_err(r, rc, &err);
     return http_reply_json(r, MHD_HTTP_OK, out);
@@ -768,6 +770,43 @@ static enum MHD_Result http_member_remove(http_req_t *r)
                                                      "user", http_param(r, "user")));
 }
 
+/* ---- one-time login links (the web UI) ------------------------------------------------------- */
+
+static enum MHD_Result http_login_link_create(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    int rc = http_body_json(r, true, &body, &err);
+    if (rc == 0 && json_object_size(body) > 0) {
+        rc = kiln_err_set(&err, KILN_EINVAL, json_object_iter_key(json_object_iter(body)),
+                          "unknown field \"%.60s\"", json_object_iter_key(json_object_iter(body)));
+        kiln_err_hint(&err, "this request takes no fields: send {} or nothing");
+    }
+    json_decref(body);
+    if (rc == 0)
+        rc = svc_login_link_create(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+/* Open: the code in the body is the credential. It travels in the body, never in a URL, so no
+ * access log or browser history holds it. */
+static enum MHD_Result http_login_link_redeem(http_req_t *r)
+{
+    static const char *const keys[] = {"code", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *code = NULL;
+    int rc = http_body_fields(r, false, keys, &body, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "code", true, &code, &err);
+    if (rc == 0)
+        rc = svc_login_link_redeem(r->h->svc, code, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const http_route_t http_routes[] = {
@@ -794,6 +833,11 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/projects/{project}/members", http_members_list, 0},
     {"PUT", "/v1/projects/{project}/members/{user}", http_member_set, 0},
     {"DELETE", "/v1/projects/{project}/members/{user}", http_member_remove, 0},
+    {"POST", "/v1/login-links", http_login_link_create, 0},
+    {"POST", "/v1/login-links:redeem", http_login_link_redeem, HTTP_OPEN},
+    {"GET", "/", http_ui_index, HTTP_OPEN},
+    {"GET", "/ui", http_ui_index, HTTP_OPEN},
+    {"GET", "/ui/{asset}", http_ui_asset, HTTP_OPEN},
     {"GET", "/healthz", http_healthz, HTTP_OPEN},
     {"GET", "/readyz", http_readyz, HTTP_OPEN},
     {"GET", "/metrics", http_prometheus, HTTP_PROM},

@@ -144,6 +144,13 @@ static const cli_command_t cli_commands[] = {
      "                       jobs; admin also manages the members\n"
      "  remove-member PROJECT USER\n"
      "                       take USER out of PROJECT\n"},
+    {"ui", cli_cmd_ui, "[--print]",
+     "open kiln's web UI in your browser, already logged in",
+     "  asks kilnd for a one-time login link (POST /v1/login-links) and opens it with xdg-open\n"
+     "  ($KILN_BROWSER names another program); without a display, or with --print, prints it.\n"
+     "  The link works once, for 2 minutes; the browser trades it for a token of its own that\n"
+     "  lasts 12 hours at most, never longer than yours, and is revoked when you log out there.\n"
+     "  The code is in the URL's fragment, which browsers never send to a server.\n"},
     {"version", cli_cmd_version, "", "print kiln's and kilnd's versions (exit 1 when kilnd cannot be reached)", ""},
     {"completion", cli_cmd_completion, "bash|zsh|fish", "print a shell completion script",
      "  bash:  source <(kiln completion bash)         (or save it in /etc/bash_completion.d/kiln)\n"

@@ -77,6 +77,7 @@ int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv);
 int cli_cmd_delete(cli_client_t *c, int argc, char **argv);
 int cli_cmd_search(cli_client_t *c, int argc, char **argv);
 int cli_cmd_compare(cli_client_t *c, int argc, char **argv);
+int cli_cmd_ui(cli_client_t *c, int argc, char **argv);
 
 /* Prints err to stderr (cli_print_error) and, for a 401, which token was sent and how to get a
  * valid one (cli_print_auth_note). Returns CLI_EXIT_ERROR. */

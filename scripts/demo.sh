@@ -47,6 +47,14 @@ curl -fs --cacert "$KILN_TLS_CA" "$KILN_URL/readyz" >/dev/null || {
 KILN_TOKEN=$(cat "$WORK/admin.token")
 export KILN_TOKEN
 echo "demo: kilnd created the cluster admin; its API token is in $WORK/admin.token (mode 0600)"
+# The web UI, over the same TLS: the browser warns about the demo's throwaway CA ($TLS/ca.pem).
+UI_LINK=$("$BIN/kiln" ui --print 2>/dev/null || true)
+cat <<MSG
+demo: the web UI is at $KILN_URL/ (accept the demo's throwaway certificate, or import $TLS/ca.pem)
+      log in by pasting the token of $WORK/admin.token, or open this one-time link within 2 minutes:
+      $UI_LINK
+      (\`build/bin/kiln ui\` makes a new one; KILN_DEMO_KEEP=1 keeps everything up after the job)
+MSG
 
 echo "demo: starting kiln-agent with 1 CPU slot (work dir $WORK/agent, data root $ROOT/data)"
 "$BIN/kiln-agent" --server "127.0.0.1:$GRPC_PORT" --slots 1 --slot-type cpu \
@@ -76,6 +84,7 @@ cat <<MSG
 demo: done. Where to look next:
   - the job over REST:      curl --cacert $KILN_TLS_CA -H "Authorization: Bearer \$(cat $WORK/admin.token)" \\
                               $KILN_URL/v1/jobs/$JOB   (events, logs, metrics under it)
+  - the web UI:             $KILN_URL/ (build/bin/kiln ui opens it logged in)
   - the CLI:                export KILN_URL=$KILN_URL KILN_TLS_CA=$KILN_TLS_CA
                             build/bin/kiln login < $WORK/admin.token
                             build/bin/kiln jobs | describe | logs -f | metrics

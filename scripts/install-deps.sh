@@ -20,6 +20,13 @@ PKGS=(
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
 )
 
+# The web UI (ui/) is built with Node.js and npm (packages from ui/package-lock.json) and tested
+# in Chromium. A machine with node and npm from elsewhere keeps them: Debian's npm would not
+# install beside another nodejs.
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+PKGS+=(chromium)
+
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -546,7 +546,26 @@ int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_lo
 int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
                     int max_points, json_t **out, kiln_err_t *err)
 {
+    return svc_job_metrics_range(s, who, id, name, 0, 0, max_points, out, err);
+}
+
+int svc_job_metrics_range(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
+                          int64_t start_step, int64_t end_step, int max_points, json_t **out,
+                          kiln_err_t *err)
+{
     *out = NULL;
+    if (start_step < 0 || end_step < 0) {
+        kiln_err_set(err, KILN_EINVAL, start_step < 0 ? "start_step" : "end_step", "%s must be 0 or more (got %lld)",
+                     start_step < 0 ? "start_step" : "end_step", (long long)(start_step < 0 ? start_step : end_step));
+        kiln_err_hint(err, "steps count from 1; leave a bound out (or 0) for no bound on that side");
+        return KILN_EINVAL;
+    }
+    if (end_step > 0 && start_step > end_step) {
+        kiln_err_set(err, KILN_EINVAL, "end_step", "end_step %lld is before start_step %lld", (long long)end_step,
+                     (long long)start_step);
+        kiln_err_hint(err, "end_step must be at least start_step");
+        return KILN_EINVAL;
+    }
     JOB_RESOLVE(s, who, id, err);
     if (max_points <= 0)
         max_points = 1000;
@@ -560,7 +579,8 @@ int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const cha
     if (rc == 0)
         rc = store_job_state(c, id, state, sizeof(state), NULL, 0, err);
     if (rc == 0)
-        rc = store_metrics_query_json(c, id, name && *name ? name : NULL, max_points, &series, err);
+        rc = store_metrics_query_range_json(c, id, name && *name ? name : NULL, start_step, end_step,
+                                            max_points, &series, err);
     store_conn_put(s->store, c);
     if (rc)
         return rc;

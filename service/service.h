@@ -119,6 +119,15 @@ int svc_member_set(svc_t *s, const svc_caller_t *who, const char *project, const
 int svc_member_remove(svc_t *s, const svc_caller_t *who, const char *project, const char *user,
                       kiln_err_t *err);
 
+/* One-time login links for the web UI (`kiln ui`). create: for the caller's own user, valid 120
+ * s and once; *out = {"code", "expires_at", "session_expires_at"} (the only time the code is
+ * shown). KILN_ESTATE without authentication. redeem: anyone holding the code; marks it used and
+ * creates a token for the link's user that expires within 12 hours and never after the token
+ * that asked for the link; *out = {"id", "token", "expires_at", "user"}. A link that is not
+ * valid, used, expired, or whose asking token was revoked or expired is KILN_EUNAUTH saying which. */
+int svc_login_link_create(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+int svc_login_link_redeem(svc_t *s, const char *code, json_t **out, kiln_err_t *err);
+
 /* ---- agent-facing operations (called by api/'s AgentService gRPC server) -------------------
  * `worker_id` is the worker the call's credential belongs to (svc_auth_agent; "" with
  * authentication off, when the message's own worker_id is used); a message naming another worker
@@ -240,6 +249,11 @@ int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_lo
  * lowest and highest point of each of (max_points - 2) / 2 buckets (store_metrics_query_json). */
 int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
                     int max_points, json_t **out, kiln_err_t *err);
+/* The same for steps in [start_step, end_step] (0: unbounded on that side), so a zoomed chart
+ * gets max_points within its range. */
+int svc_job_metrics_range(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
+                          int64_t start_step, int64_t end_step, int max_points, json_t **out,
+                          kiln_err_t *err);
 /* *out = {"workers": [...]}: any authenticated caller. */
 int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 /* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */

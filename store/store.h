@@ -275,6 +275,25 @@ int store_member_set(store_conn_t *c, const char *project, const char *user, con
 int store_member_remove(store_conn_t *c, const char *project, const char *user, bool *removed,
                         kiln_err_t *err);
 
+/* A one-time login link (migration 0010): the hash of its code, the user and the token that
+ * asked for it, when the link expires and when the token it is redeemed for will. */
+int store_login_link_insert(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], const char *user,
+                            const char *token_id, int64_t expires_us, int64_t session_expires_us,
+                            kiln_err_t *err);
+typedef struct store_login_redeemed {
+    bool redeemed;               /* the link was unused and valid: token (token_id) now exists */
+    char user[64];               /* when redeemed */
+    int64_t expires_us;          /* the new token's expiry, when redeemed */
+    bool known, used, expired, token_gone; /* when not redeemed: why not */
+} store_login_redeemed_t;
+/* Redeems the link with this code hash, once: marks it used and creates the token (token_id,
+ * token_hash, description) for the link's user, expiring when the link says, in one statement.
+ * A link that is unknown, used, expired, or whose asking token was revoked or expired is not
+ * redeemed (out says which). Returns 0 either way, or KILN_EDB. */
+int store_login_link_redeem(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], const char *token_id,
+                            const uint8_t token_hash[STORE_HASH_LEN], const char *description,
+                            store_login_redeemed_t *out, kiln_err_t *err);
+
 /* On a database without users: creates `user` as a cluster admin holding the token (id, hash)
  * and sets *created. With users already there, changes nothing. One transaction under an
  * advisory lock, so concurrent kilnd agree on one admin. */
@@ -427,6 +446,11 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
  * (max_points - 2) / 2 buckets of consecutive points. name NULL: every metric. */
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
                              json_t **out, kiln_err_t *err);
+/* The same, for steps in [start_step, end_step] only (0: no bound on that side): a chart's zoomed
+ * range, downsampled to max_points within it. */
+int store_metrics_query_range_json(store_conn_t *c, const char *job_id, const char *name,
+                                   int64_t start_step, int64_t end_step, int max_points, json_t **out,
+                                   kiln_err_t *err);
 
 /* ---- artifacts (artifact.c) -------------------------------------------------------------------- */
 

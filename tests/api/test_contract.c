@@ -276,6 +276,22 @@ Test(contract, every_route_against_openapi)
     want(200, "GET", path, NULL, NULL);
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics?max_points=1", running);
     want(400, "GET", path, NULL, NULL);
+    /* a step range (the web UI's zoom): only steps 2 and 3 of train_loss */
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss&start_step=2&end_step=3", running);
+    cr_assert_eq(rec("GET", path, NULL, NULL, NULL, NULL, &text), 200, "%s", text);
+    json_t *mr = json_loads(text, 0, NULL);
+    json_t *pts = json_object_get(json_array_get(json_object_get(mr, "metrics"), 0), "points");
+    cr_assert_eq(json_array_size(pts), 2, "%s", text);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, 0), "step")), 2, "%s", text);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(pts, 1), "step")), 3, "%s", text);
+    json_decref(mr);
+    free(text);
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?start_step=3&end_step=2", running);
+    cr_assert_eq(rec("GET", path, NULL, NULL, NULL, NULL, &text), 400, "%s", text);
+    cr_assert(strstr(text, "\"field\":\"end_step\""), "%s", text);
+    free(text);
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?start_step=-1", running);
+    want(400, "GET", path, NULL, NULL);
     snprintf(path, sizeof path, "/v1/jobs/%s:stop", queued);
     want(400, "POST", path, "{\"reason\": 7}", NULL);
     want(200, "POST", path, "{\"reason\": \"contract test\"}", NULL);
@@ -381,6 +397,40 @@ Test(contract, every_route_against_openapi)
     want(404, "PUT", "/v1/projects/q/members/nobody", "{\"role\": \"viewer\"}", NULL);
     want(200, "DELETE", "/v1/projects/q/members/viewer", NULL, NULL);
     want(403, "DELETE", "/v1/projects/p/members/viewer", NULL, viewer);
+    /* ---- one-time login links and the web UI ---- */
+    cr_assert_eq(rec("POST", "/v1/login-links", NULL, viewer, NULL, NULL, &text), 201, "%s", text);
+    char *code = json_field(text, "code");
+    free(text);
+    want(400, "POST", "/v1/login-links", "{\"ttl\": 60}", NULL);
+    want(400, "POST", "/v1/login-links:redeem", "{}", "");
+    char redeem[256];
+    snprintf(redeem, sizeof redeem, "{\"code\": \"%s\"}", code);
+    want(200, "POST", "/v1/login-links:redeem", redeem, "");
+    want(401, "POST", "/v1/login-links:redeem", redeem, ""); /* once */
+    free(code);
+    char *page = NULL, *hdrs = NULL;
+    cr_assert_eq(rec("GET", "/", NULL, "", NULL, NULL, &page), 200);
+    want(200, "GET", "/ui", NULL, "");
+    /* the page names its script and stylesheet */
+    const char *js = strstr(page, "/ui/app-");
+    cr_assert(js, "%s", page);
+    char asset[128];
+    snprintf(asset, sizeof asset, "%.*s", (int)strcspn(js, "\"'"), js);
+    want(200, "GET", asset, NULL, "");
+    long st_etag = 0;
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", at_base, asset);
+    cr_assert_eq(th_http_headers("GET", url, NULL, NULL, &st_etag, &text, &hdrs, 20000), 0);
+    free(text);
+    const char *et = strcasestr(hdrs, "\nETag:");
+    cr_assert(et, "%s", hdrs);
+    char ui_inm[160];
+    snprintf(ui_inm, sizeof ui_inm, "If-None-Match:%.*s", (int)strcspn(et + 6, "\r\n"), et + 6);
+    free(hdrs);
+    cr_assert_eq(rec("GET", asset, NULL, "", NULL, ui_inm, &text), 304, "%s", text);
+    free(text);
+    want(404, "GET", "/ui/app-00000000.js", NULL, "");
+    free(page);
     want(200, "GET", "/healthz", NULL, "");
     want(200, "GET", "/readyz", NULL, "");
     want(200, "GET", "/metrics", NULL, "");
