@@ -35,7 +35,7 @@ echo "demo: starting kilnd (REST $KILN_URL, gRPC 127.0.0.1:$GRPC_PORT, TLS, toke
 "$BIN/kilnd" --database-url "$KILN_PG_URL" --http-addr "127.0.0.1:$HTTP_PORT" \
   --grpc-addr "127.0.0.1:$GRPC_PORT" --tls-cert "$TLS/server.pem" --tls-key "$TLS/server.key" \
   --tls-ca "$TLS/ca.pem" --bootstrap-token-file "$WORK/admin.token" \
-  --join-token-file "$WORK/join.token" >"$WORK/kilnd.log" 2>&1 &
+  --join-token-file "$WORK/join.token" --artifact-dir "$WORK/artifacts" >"$WORK/kilnd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -fs --cacert "$KILN_TLS_CA" "$KILN_URL/readyz" >/dev/null 2>&1 && break
@@ -79,6 +79,8 @@ echo
 "$BIN/kiln" describe "$JOB"
 echo
 "$BIN/kiln" metrics "$JOB"
+echo
+"$BIN/kiln" artifacts "$JOB"
 cat <<MSG
 
 demo: done. Where to look next:
@@ -90,6 +92,8 @@ demo: done. Where to look next:
                             build/bin/kiln jobs | describe | logs -f | metrics
   - users and projects:     build/bin/kiln users create alice; build/bin/kiln tokens create alice
                             build/bin/kiln projects add-member default alice editor
+  - the trained model:      build/bin/kiln artifacts $JOB --get model_llmc.bin (the UI's job page
+                            has download buttons; search and compare are on its jobs page)
   - samples and checkpoints: $WORK/agent/jobs/$JOB/output and .../checkpoints
   - server logs:            $WORK/kilnd.log, $WORK/agent.log
   - more job specs:         examples/ ; the API: api/openapi.yaml ; the Python SDK: sdk/python
