@@ -91,6 +91,8 @@ static void ob_shed_locked(ob_t *o)
         size_t lines = it->kind == OB_LOGS ? it->nlines : 0, points = it->kind == OB_METRICS ? it->points.n : 0;
         o->dropped_lines += lines;
         o->dropped_points += points;
+        prom_add(&agent_prom_dropped_lines, "", (double)lines);
+        prom_add(&agent_prom_dropped_points, "", (double)points);
         log_warn("agent: outbox over %zu MiB (is kilnd unreachable?): dropped %zu log line(s) and %zu "
                  "metric point(s) of job %s", o->cap_bytes >> 20, lines, points, it->job_id);
         char note[256];

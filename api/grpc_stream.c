@@ -157,6 +157,7 @@ static void stream_finish(gstream_t *st, grpc_status_code code, const char *mess
     op.data.send_status_from_server.status_details = &details;
     st->status_sent = stream_batch(st, &op, 1);
     grpc_slice_unref(details);
+    api_grpc_count("/kiln.TrainingService/StreamLogs", (int)code, -1);
 }
 
 /* A service error as the stream's status: "field: message", as unary calls give it. */
@@ -185,9 +186,15 @@ static void logs_run(gstream_t *st)
         stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT, "since: not an RFC 3339 time or Unix seconds");
         return;
     }
+    /* A prefix is resolved once, not on every page. */
+    char id[SVC_JOB_ID_SIZE];
+    if (svc_job_resolve(s, st->who, r->id, id, &err) != 0) {
+        stream_finish(st, (grpc_status_code)kiln_status_grpc(err.status), err.message);
+        return;
+    }
     /* Open the follower first: every line after this point reaches it, everything before is
      * in the history read below, and seq numbers remove the overlap. */
-    if (r->follow && svc_follow_open(s, st->who, r->id, rank, 0, follow_wake, st, &f, &err) != 0) {
+    if (r->follow && svc_follow_open(s, st->who, id, rank, 0, follow_wake, st, &f, &err) != 0) {
         stream_finish(st, (grpc_status_code)kiln_status_grpc(err.status), err.message);
         return;
     }
@@ -195,7 +202,7 @@ static void logs_run(gstream_t *st)
         goto done;
     for (;;) {
         svc_log_query_t q = {.rank = rank, .since_us = since_us, .after_seq = st->last_seq, .limit = STREAM_PAGE};
-        int rc = svc_job_logs(s, st->who, r->id, &q, &page, &err);
+        int rc = svc_job_logs(s, st->who, id, &q, &page, &err);
         if (rc) {
             stream_finish(st, (grpc_status_code)kiln_status_grpc(rc), err.message);
             goto done;
@@ -280,6 +287,7 @@ static void artifact_run(gstream_t *st)
         d.sha256 = f.sha256;
         if (!stream_send_msg(st, &d.base))
             goto done;
+        svc_artifact_served("grpc", n);
         off += n;
     }
     if (!stream_gone(st))

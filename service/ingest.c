@@ -209,6 +209,7 @@ int svc_agent_logs(svc_t *s, const char *worker_id, const Kiln__LogBatch *batch,
         goto out;
     }
     e->next_seq += (int64_t)batch->n_lines;
+    prom_add(&svc_prom_lines, "", (double)batch->n_lines);
     store_conn_put(s->store, c);
     c = NULL;
 
@@ -363,6 +364,8 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
         goto out;
     }
     rc = store_commit(c, err);
+    if (rc == 0)
+        prom_add(&svc_prom_points, "", (double)batch->n_points);
 out:
     if (c)
         store_conn_put(s->store, c);

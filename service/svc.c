@@ -14,6 +14,7 @@ char *svc_astr(arena_t *a, const char *s)
 int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
 {
     *out = NULL;
+    svc_prom_init();
     svc_t *s = calloc(1, sizeof(*s));
     if (!s)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -149,8 +150,11 @@ int svc_tx_commit(svc_tx_t *tx, kiln_err_t *err)
     tx->c = NULL;
     if (rc)
         return rc;
-    for (int i = 0; i < tx->nended; i++)
+    for (int i = 0; i < tx->nended; i++) {
+        char l[64];
+        prom_add(&svc_prom_finished, prom_label(l, sizeof l, "outcome", tx->ended[i].state), 1);
         svc_follow_end(tx->s, tx->ended[i].id, tx->ended[i].state, tx->ended[i].reason);
+    }
     if (tx->wake_sched)
         svc_sched_wake(tx->s);
     return 0;

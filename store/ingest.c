@@ -472,9 +472,18 @@ int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_q
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *name, int max_points,
                              json_t **out, kiln_err_t *err)
 {
-    /* A retried step counts once: of the attempts that reported a rank's step, only the latest
-     * one's points stay (every one of them: a metric matched in log lines before any step record
-     * has several points at one step). Then each series keeps its first and last point and splits the rest into
+    return store_metrics_query_range_json(c, job_id, name, 0, 0, max_points, out, err);
+}
+
+int store_metrics_query_range_json(store_conn_t *c, const char *job_id, const char *name,
+                                   int64_t start_step, int64_t end_step, int max_points, json_t **out,
+                                   kiln_err_t *err)
+{
+    /* Steps outside [start_step, end_step] (0: no bound) are left out first, chunks by their
+     * step range and points by their step, so a zoomed chart reads only its range. A retried
+     * step counts once: of the attempts that reported a rank's step, only the latest one's points
+     * stay (every one of them: a metric matched in log lines before any step record has several
+     * points at one step). Then each series keeps its first and last point and splits the rest into
      * (max_points - 2) / 2 buckets of consecutive points, keeping each bucket's lowest and
      * highest value (the first of equal ones), so spikes survive thinning. The database does
      * the thinning so only kept points travel. */
@@ -482,7 +491,9 @@ int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *na
         "WITH pts AS (SELECT c.name, c.rank, u.step, u.value, u.time_us, c.attempt, c.id AS cid, u.ord"
         "  FROM metric_chunks c,"
         "   unnest(c.steps, c.vals, c.times_us) WITH ORDINALITY AS u(step, value, time_us, ord)"
-        "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2)),"
+        "  WHERE c.job_id = $1::uuid AND ($2::text IS NULL OR c.name = $2)"
+        "   AND ($4::bigint IS NULL OR c.last_step >= $4) AND ($5::bigint IS NULL OR c.first_step <= $5)"
+        "   AND ($4::bigint IS NULL OR u.step >= $4) AND ($5::bigint IS NULL OR u.step <= $5)),"
         " latest AS (SELECT * FROM (SELECT *, max(attempt) OVER (PARTITION BY name, rank, step) AS last_attempt"
         "  FROM pts) a WHERE attempt = last_attempt),"
         " s AS (SELECT name, rank, step, value, time_us,"
@@ -496,12 +507,14 @@ int store_metrics_query_json(store_conn_t *c, const char *job_id, const char *na
         " SELECT name, step, value, time_us, rank FROM k"
         " WHERE bucket < 0 OR (($3::int - 2) / 2 > 0 AND (rn = lo OR rn = hi))"
         " ORDER BY name, rn";
-    char mp[16];
+    char mp[16], sb[24], eb[24];
     snprintf(mp, sizeof(mp), "%d", max_points);
-    const char *p[3] = {job_id, name, mp};
+    snprintf(sb, sizeof(sb), "%lld", (long long)start_step);
+    snprintf(eb, sizeof(eb), "%lld", (long long)end_step);
+    const char *p[5] = {job_id, name, mp, start_step > 0 ? sb : NULL, end_step > 0 ? eb : NULL};
     PGresult *r = NULL;
     *out = NULL;
-    int rc = store_q(c, "read metrics", sql, 3, p, &r, err);
+    int rc = store_q(c, "read metrics", sql, 5, p, &r, err);
     if (rc)
         return rc;
     json_t *arr = json_array();

@@ -418,6 +418,11 @@ static void e2e_start(int heartbeat_timeout_ms, int comm_watchdog_s, char *const
             aargv[an++] = "--comm-watchdog-s";
             aargv[an++] = watchdog;
         }
+        static char maddr[E2E_AGENTS][32];
+        c->metrics_port[i] = th_free_port();
+        snprintf(maddr[i], sizeof maddr[i], "127.0.0.1:%d", c->metrics_port[i]);
+        aargv[an++] = "--metrics-addr";
+        aargv[an++] = maddr[i];
         aargv[an] = NULL;
         snprintf(log, sizeof log, "%s/agent%d.log", c->dir, i);
         c->agents[i] = e2e_spawn(aargv, agent_env, log, NULL);
