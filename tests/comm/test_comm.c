@@ -36,6 +36,7 @@ typedef struct run_cfg {
     const char *hosts[MAXR]; /* per-rank host name override, or NULL */
     double timeout_s;
     double watchdog_s;      /* 0: the default */
+    double watchdog0_s;     /* rank 0's own, when > 0 (else watchdog_s) */
     size_t chunk_bytes;
     int skip_rank;          /* rank that is never started, or -1 */
 } run_cfg_t;
@@ -90,7 +91,7 @@ static rank_out_t *run_ranks(const run_cfg_t *cfg, rank_body_t body, void *arg)
             cc.provider = cfg->provider;
             cc.hostname = cfg->hosts[r];
             cc.timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 20;
-            cc.watchdog_s = cfg->watchdog_s;
+            cc.watchdog_s = r == 0 && cfg->watchdog0_s > 0 ? cfg->watchdog0_s : cfg->watchdog_s;
             cc.chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : 16384;
             cc.depth = 3;
             kiln_err_t err;
@@ -805,7 +806,9 @@ Test(comm_tcp, killed_rank_fails_peers_fast) { killed_rank("tcp", 3, 1); }
  * the operations that wait on it after KILN_COMM_WATCHDOG_S without progress, naming it. Rank 0
  * waits on its left neighbour, the stopped last rank, in an all-reduce, and on the same rank in
  * a receive. The others (in a ring of 3) wait on whoever they receive from: their watchdog names
- * that rank, unless rank 0 has already given up and left, which they see as its disconnection.
+ * that rank, unless rank 0 has already given up and left, which they see as its disconnection:
+ * rank 0's watchdog is the shorter (2 s against 4 s), so rank 1, which waits on rank 0, cannot
+ * give up first and be seen leaving.
  * The survivors kill the stopped rank when they are done. */
 typedef struct stall_arg {
     int victim;
@@ -844,7 +847,7 @@ static int body_stall(comm_t *c, rank_out_t *o, void *arg)
 
 static void stalled_rank(const char *prov, int world, bool p2p)
 {
-    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .watchdog_s = 2};
+    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .watchdog_s = 4, .watchdog0_s = 2};
     stall_arg_t *sa = mmap(NULL, sizeof(*sa), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert(sa != MAP_FAILED);
     memset((void *)sa, 0, sizeof(*sa));
