@@ -16,7 +16,7 @@ endif
 
 CC ?= gcc
 BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8
+PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8 libsystemd
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -g -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP -pthread $(SANFLAGS) \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # Warnings are errors in CI (CI=true in its environment) and with WERROR=1.
@@ -128,6 +128,22 @@ $(MIGRATIONS_O): $(MIGRATIONS_C) | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# ---- the web UI (ui/): npm ci from the committed lockfile, tsc, esbuild (ui/build.mjs), embedded
+# into kilnd as C arrays (api/http_ui.c serves them). npm's install scripts are not run.
+UI_SRC := $(shell find ui/src -name '*.ts' -o -name '*.css' 2>/dev/null) ui/index.html ui/build.mjs ui/tsconfig.json
+UI_DEPS := ui/node_modules/.kiln-installed
+UI_C := $(BUILD)/gen/api/ui_assets.c
+UI_O := $(BUILD)/obj/gen/api/ui_assets.o
+$(UI_DEPS): ui/package.json ui/package-lock.json
+	cd ui && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+$(UI_C): $(UI_SRC) $(UI_DEPS)
+	cd ui && node_modules/.bin/tsc --noEmit -p .
+	node ui/build.mjs --out $(BUILD)/ui --c $@
+$(UI_O): $(UI_C) | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
 # ---- module archives ------------------------------------------------------------------------
 define archive
 $(1): $(2)
@@ -142,7 +158,7 @@ $(eval $(call archive,$(LIB_QUERY),$(call obj,$(QUERY_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o $(BUILD)/obj/gen/google/protobuf/wrappers.pb-c.o))
 $(eval $(call archive,$(LIB_STORE),$(call obj,$(STORE_SRC)) $(MIGRATIONS_O)))
 $(eval $(call archive,$(LIB_SVC),$(call obj,$(SVC_SRC))))
-$(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC))))
+$(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC)) $(UI_O)))
 $(eval $(call archive,$(LIB_AGENT),$(call obj,$(AGENT_SRC))))
 $(eval $(call archive,$(LIB_ENGINE),$(call obj,$(ENGINE_SRC))))
 $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
@@ -155,13 +171,15 @@ AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_RANK) $(LIB_BASE)
 CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
 
-$(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(KILND_LIBS)
+# kilnd and kiln-agent share cmd/daemon.c: the --health probe and systemd notifications.
+DAEMON_O := $(BUILD)/obj/cmd/daemon.o
+$(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(DAEMON_O) $(KILND_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(KILND_LIBS) $(LDLIBS)
+	$(CC) -o $@ $< $(DAEMON_O) $(KILND_LIBS) $(LDLIBS)
 
-$(BUILD)/bin/kiln-agent: $(BUILD)/obj/cmd/kiln_agent.o $(AGENT_LIBS)
+$(BUILD)/bin/kiln-agent: $(BUILD)/obj/cmd/kiln_agent.o $(DAEMON_O) $(AGENT_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(AGENT_LIBS) $(LDLIBS)
+	$(CC) -o $@ $< $(DAEMON_O) $(AGENT_LIBS) $(LDLIBS)
 
 $(BUILD)/bin/kiln-train: $(BUILD)/obj/cmd/kiln_train.o $(TRAIN_LIBS)
 	@mkdir -p $(dir $@)

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define AGENT_VERSION "kiln-agent 0.1"
+#define AGENT_VERSION "kiln-agent " KILN_VERSION
 #define AGENT_RPC_TIMEOUT_MS 10000
 #define AGENT_MAX_LIST 1024
 #define AGENT_MAX_INTERNAL_TRIES 30  /* INTERNAL/UNKNOWN answers before a report is given up */
@@ -78,6 +78,8 @@ struct agent {
     bool stop_hb, stop_sender, shut_done;
     pthread_t hb_thread, sender_thread;
     bool hb_started, sender_started;
+    agent_monitor_t *monitor;    /* --metrics-addr, or NULL */
+    int64_t hb_loop_us;          /* kiln_mono_us of the heartbeat loop's last round (under mu) */
 };
 
 /* ---- launcher callbacks: everything goes into the outbox ------------------------------------ */
@@ -477,6 +479,9 @@ static void *agent_hb_main(void *arg)
     }
     while (!agent_flag(a, &a->stop_hb)) {
         kiln_err_t err;
+        pthread_mutex_lock(&a->mu);
+        a->hb_loop_us = kiln_mono_us();
+        pthread_mutex_unlock(&a->mu);
         if (!agent_flag(a, &a->registered)) {
             int rcode = 0;
             if (agent_register(a, &err, &rcode) != 0) {
@@ -885,6 +890,9 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
         goto fail;
     }
     a->hb_started = true;
+    if (cfg->metrics_addr && cfg->metrics_addr[0] &&
+        (rc = agent_monitor_start(a, cfg->metrics_addr, &a->monitor, err)) != 0)
+        goto fail;
     log_info("agent up: kilnd %s (%s), %d %s slot(s), %d core(s), work dir %s, rank program %s, address %s",
              a->server, cfg->tls.insecure ? "plain text" : cfg->tls.cert_file ? "mutual TLS" : "TLS", a->slots,
              a->slot_type, a->cores, a->work_dir, a->train_bin, a->address);
@@ -983,6 +991,7 @@ void agent_destroy(agent_t *a)
         return;
     if (a->hb_started || a->sender_started || a->start_started)
         agent_shutdown(a, 3000);
+    agent_monitor_stop(a->monitor);
     xfer_destroy(a->xfer);
     agent_launcher_destroy(a->launcher);
     agent_rpc_destroy(a->rpc);
@@ -1015,6 +1024,25 @@ void agent_worker_id(agent_t *a, char *buf, size_t n)
     pthread_mutex_lock(&a->mu);
     kiln_strlcpy(buf, a->registered ? a->worker_id : "", n);
     pthread_mutex_unlock(&a->mu);
+}
+
+void agent_stats(agent_t *a, agent_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&a->mu);
+    out->registered = a->registered;
+    out->draining = a->draining;
+    kiln_strlcpy(out->worker_id, a->registered ? a->worker_id : "", sizeof(out->worker_id));
+    out->heartbeat_loop_age_ms = a->hb_loop_us ? (kiln_mono_us() - a->hb_loop_us) / 1000 : 0;
+    out->heartbeat_interval_ms = a->hb_interval_ms;
+    pthread_mutex_unlock(&a->mu);
+    out->slots = a->slots;
+    agent_rank_info_t *list = calloc(AGENT_MAX_LIST, sizeof(*list));
+    out->ranks_running = list ? (int)agent_running(a, list, AGENT_MAX_LIST) : 0;
+    free(list);
+    pthread_mutex_lock(&a->ob.mu);
+    out->outbox_bytes = a->ob.queued_bytes;
+    pthread_mutex_unlock(&a->ob.mu);
 }
 
 /* ---- data roots and the credential file ----------------------------------------------------- */

@@ -320,6 +320,10 @@ typedef struct agent_config {
     const char *join_token;  /* the cluster's join token (a secret; never logged), or NULL */
     agent_tls_t tls;         /* how the channel to kilnd is secured */
     int port_lo, port_hi;    /* rendezvous ports (agent_launcher_config_t; 0, 0: the default range) */
+    /* "HOST:PORT" for plain HTTP GET /metrics (Prometheus) and GET /healthz (200 while the agent
+     * runs, with whether it is registered), or NULL/"" for none. Keep it on a local or pod
+     * address: it needs no token and carries nothing secret. */
+    const char *metrics_addr;
 } agent_config_t;
 
 typedef struct agent agent_t;
@@ -344,6 +348,17 @@ void agent_shutdown(agent_t *a, int flush_timeout_ms);
 void agent_destroy(agent_t *a);
 /* Worker id kilnd gave (empty until registered). Copies into buf of size n. */
 void agent_worker_id(agent_t *a, char *buf, size_t n);
+
+/* What the agent's /healthz and /metrics report. */
+typedef struct agent_stats {
+    bool registered, draining;
+    char worker_id[128];
+    int slots, ranks_running;
+    size_t outbox_bytes;
+    int64_t heartbeat_loop_age_ms;   /* since the heartbeat thread last went round its loop */
+    int heartbeat_interval_ms;
+} agent_stats_t;
+void agent_stats(agent_t *a, agent_stats_t *out);
 
 /* Resolves --data-root directories: each must exist and be a directory; the result is its
  * realpath. Duplicates are dropped. out receives up to max heap strings (caller frees each);

@@ -167,4 +167,13 @@ size_t xfer_list(xfer_t *x, agent_rank_info_t *out, size_t max);
 /* Where an assignment's fetched model lives: <work_dir>/jobs/<job_id>/init/model_llmc.bin. */
 void xfer_init_model_path(const char *work_dir, const char *job_id, char *out, size_t n);
 
+/* ---- the local metrics and health port (monitor.c) ---- */
+typedef struct agent_monitor agent_monitor_t;
+extern prom_family_t agent_prom_dropped_lines, agent_prom_dropped_points;
+/* Serves GET /metrics and GET /healthz on addr ("HOST:PORT", IPv4) for agent a (borrowed; it
+ * must outlive the server). Caller owns *out; stop with agent_monitor_stop(). Returns 0,
+ * KILN_EINVAL (bad address) or KILN_EIO (cannot listen). */
+int agent_monitor_start(agent_t *a, const char *addr, agent_monitor_t **out, kiln_err_t *err);
+void agent_monitor_stop(agent_monitor_t *m);
+
 #endif /* KILN_AGENT_INT_H */

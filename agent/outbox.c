@@ -202,6 +202,8 @@ static void ob_shed_locked(ob_t *o)
             st->ledger->points_dropped += points;
         }
         int note_rank = st ? st->rank : 0;
+        prom_add(&agent_prom_dropped_lines, "", (double)lines);
+        prom_add(&agent_prom_dropped_points, "", (double)points);
         log_warn("agent: outbox over %zu MiB (is kilnd unreachable?): dropped %zu log line(s) and %zu "
                  "metric point(s) of job %s", o->cap_bytes >> 20, lines, points, it->job_id);
         char note[256];

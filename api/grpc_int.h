@@ -87,4 +87,8 @@ int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data
  * Keys are proto field names; "time" (RFC 3339) fills a missing time_us. */
 ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a);
 
+/* Counts a finished call for GET /metrics: kiln_grpc_requests_total{method,code} and, for
+ * unary calls (seconds >= 0), kiln_grpc_request_duration_seconds{method}. */
+void api_grpc_count(const char *method, int code, double seconds);
+
 #endif /* KILN_API_GRPC_INT_H */

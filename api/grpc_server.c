@@ -38,6 +38,7 @@ typedef struct gcall {
     bool has_details;
     api_grpc_err_md_t err_md;        /* trailing metadata of an error reply */
     int cancelled;
+    int64_t start_us;                /* when the request arrived (kiln_mono_us) */
 } gcall_t;
 
 struct api_grpc {
@@ -260,6 +261,8 @@ static void grpc_reply(gcall_t *c, grpc_status_code status, const char *message)
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
     c->stage = STAGE_REPLY;
+    api_grpc_count(c->method >= 0 ? method_at((size_t)c->method)->path : "unknown", (int)status,
+                   (double)(kiln_mono_us() - c->start_us) / 1e6);
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, c, NULL);
     if (e != GRPC_CALL_OK) {
         log_error("grpc: could not send a reply: %s", grpc_call_error_to_string(e));
@@ -268,6 +271,31 @@ static void grpc_reply(gcall_t *c, grpc_status_code status, const char *message)
 }
 
 static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const kiln_err_t *err);
+
+static prom_family_t grpc_requests = PROM_FAMILY("kiln_grpc_requests_total",
+                                                 "gRPC calls answered, by method and status code.", PROM_COUNTER);
+static prom_family_t grpc_duration = PROM_HISTOGRAM_FAMILY(
+    "kiln_grpc_request_duration_seconds", "Time from a unary gRPC call's arrival to its reply, by method.",
+    prom_latency_buckets);
+
+void api_grpc_count(const char *method, int code, double seconds)
+{
+    static const char *const names[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                        "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                        "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+    char labels[256];
+    prom_label(labels, sizeof labels - 48, "method", method);
+    size_t l = strlen(labels);
+    labels[l++] = ',';
+    prom_label(labels + l, sizeof labels - l, "code",
+               code >= 0 && code < (int)KILN_ARRAY_LEN(names) ? names[code] : "UNKNOWN");
+    prom_add(&grpc_requests, labels, 1);
+    if (seconds >= 0) {
+        prom_label(labels, sizeof labels, "method", method);
+        prom_observe(&grpc_duration, labels, seconds);
+    }
+}
 
 /* The value of a metadata key (lower case), or NULL; *len its length. Borrowed from the call. */
 static const char *md_get(const grpc_metadata_array *md, const char *key, size_t *len)
@@ -497,6 +525,7 @@ static void *grpc_thread_main(void *arg)
         g->busy++;
         pthread_mutex_unlock(&g->mu);
         grpc_arm(g, c->method); /* keep the method armed before doing the work */
+        c->start_us = kiln_mono_us();
         grpc_handle(g, c);
         pthread_mutex_lock(&g->mu);
         if (--g->busy == 0)
@@ -635,6 +664,8 @@ void api_grpc_stream_leave(api_grpc_t *g)
 
 int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_t **out, kiln_err_t *err)
 {
+    prom_register(&grpc_requests);
+    prom_register(&grpc_duration);
     *out = NULL;
     api_grpc_t *g = calloc(1, sizeof(*g));
     if (!g)

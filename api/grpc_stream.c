@@ -179,6 +179,7 @@ static void stream_finish(gstream_t *st, const kiln_err_t *err)
     st->md_sent = true;
     grpc_slice_unref(details);
     api_grpc_err_md_free(&md);
+    api_grpc_count("/kiln.TrainingService/StreamLogs", (int)kiln_status_grpc(rc), -1);
 }
 
 /* A service error as the stream's status: "field: message" with the field and hint in the
@@ -207,9 +208,15 @@ static void logs_run(gstream_t *st)
         stream_finish(st, &err);
         return;
     }
+    /* A prefix is resolved once, not on every page. */
+    char id[SVC_JOB_ID_SIZE];
+    if (svc_job_resolve(s, st->who, r->id, id, &err) != 0) {
+        stream_finish_err(st, &err);
+        return;
+    }
     /* Open the follower first: every line after this point reaches it, everything before is
      * in the history read below, and seq numbers remove the overlap. */
-    int rc = r->follow ? svc_follow_open(s, st->who, r->id, rank, 0, follow_wake, st, &f, &err) : 0;
+    int rc = r->follow ? svc_follow_open(s, st->who, id, rank, 0, follow_wake, st, &f, &err) : 0;
     if (rc) {
         if (!err.status)
             err.status = rc;
@@ -218,7 +225,7 @@ static void logs_run(gstream_t *st)
     }
     for (;;) {
         svc_log_query_t q = {.rank = rank, .since_us = since_us, .after_seq = st->last_seq, .limit = STREAM_PAGE};
-        rc = svc_job_logs(s, st->who, r->id, &q, &page, &err);
+        rc = svc_job_logs(s, st->who, id, &q, &page, &err);
         if (rc) {
             if (!err.status)
                 err.status = rc;
@@ -307,6 +314,7 @@ static void artifact_run(gstream_t *st)
         d.sha256 = f.sha256;
         if (!stream_send_msg(st, &d.base))
             goto done;
+        svc_artifact_served("grpc", n);
         off += n;
     }
     if (!stream_gone(st))

@@ -421,6 +421,8 @@ static int h_search(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, aren
         strcat(cols, r->columns[i] ? r->columns[i] : "");
     }
     svc_job_filter_t f = {
+        .status = r->status && r->status[0] ? r->status : NULL,
+        .tag = r->tag && r->tag[0] ? r->tag : NULL,
         .filter = r->filter,
         .order_by = r->order_by,
         .columns = cols,
@@ -463,14 +465,17 @@ static int h_events(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, aren
     svc_t *s = ctx->svc;
     const Kiln__ListJobEventsRequest *r = (const Kiln__ListJobEventsRequest *)req;
     json_t *out = NULL;
-    int rc = svc_job_events(s, ctx->who, r->id, &out, err);
+    char id[SVC_JOB_ID_SIZE];
+    int rc = svc_job_resolve(s, ctx->who, r->id, id, err);
+    if (rc == 0)
+        rc = svc_job_events(s, ctx->who, id, &out, err);
     if (rc)
         return rc;
     size_t i;
     json_t *ev;
     json_array_foreach(json_object_get(out, "events"), i, ev)
         if (!json_object_get(ev, "job_id"))
-            json_object_set_new(ev, "job_id", json_string(r->id));
+            json_object_set_new(ev, "job_id", json_string(id));
     return reply(out, &kiln__list_job_events_response__descriptor, a, resp);
 }
 
@@ -482,14 +487,12 @@ static int h_metrics(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, are
     json_t *out = NULL;
     svc_metrics_query_t q = {.name = r->name && r->name[0] ? r->name : NULL,
                              .max_points = r->max_points ? r->max_points->value : 0,
-                             .max_points_set = r->max_points != NULL, .attempt = r->attempt};
+                             .max_points_set = r->max_points != NULL, .attempt = r->attempt,
+                             .start_step = r->start_step, .end_step = r->end_step};
     int rc = svc_job_metrics(s, ctx->who, r->id, &q, &out, err);
     if (rc)
         return rc;
-    /* REST calls the series "metrics", proto "series" */
-    json_t *wrapped = json_pack("{sO}", "series", json_object_get(out, "metrics") ? json_object_get(out, "metrics") : json_array());
-    json_decref(out);
-    return reply(wrapped, &kiln__get_metrics_response__descriptor, a, resp);
+    return reply(out, &kiln__get_metrics_response__descriptor, a, resp);
 }
 
 static int h_workers(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,

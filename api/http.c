@@ -19,17 +19,35 @@
 
 /* ---- replies ------------------------------------------------------------------------------ */
 
-static int http_route_slot(const http_req_t *r)
+/* What GET /metrics reports of REST: requests by route and status, their latency by route. */
+static prom_family_t http_requests = PROM_FAMILY("kiln_http_requests_total",
+                                                 "REST requests answered, by route and HTTP status.", PROM_COUNTER);
+static prom_family_t http_duration = PROM_HISTOGRAM_FAMILY(
+    "kiln_http_request_duration_seconds", "Time from a REST request's headers to its completion, by route "
+    "(a live log stream counts until it ends).", prom_latency_buckets);
+
+/* route="GET /v1/jobs" (the table's pattern; "unknown" for paths no route has) into out. */
+static char *http_route_label(const http_req_t *r, char *out, size_t n)
 {
-    return r->route >= 0 ? r->route : HTTP_MAX_ROUTES;
+    char route[160];
+    if (r->route >= 0)
+        snprintf(route, sizeof route, "%s %s", http_routes[r->route].method, http_routes[r->route].pattern);
+    else
+        snprintf(route, sizeof route, "unknown");
+    return prom_label(out, n, "route", route);
 }
 
 static void http_count(http_req_t *r, int status)
 {
     r->status = status;
     r->answered = true;
-    if (status >= 100 && status < 600)
-        atomic_fetch_add_explicit(&r->h->requests[http_route_slot(r)][status], 1, memory_order_relaxed);
+    char labels[256], code[16];
+    http_route_label(r, labels, sizeof labels - 32);
+    snprintf(code, sizeof code, "%d", status);
+    size_t l = strlen(labels);
+    labels[l++] = ',';
+    prom_label(labels + l, sizeof labels - l, "status", code);
+    prom_add(&http_requests, labels, 1);
 }
 
 #define HTTP_CORS_EXPOSE "Content-Type, WWW-Authenticate, Allow, ETag, Content-Range, Content-Disposition, Accept-Ranges"
@@ -572,14 +590,14 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, c
 static void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                               enum MHD_RequestTerminationCode toe)
 {
-    api_http_t *h = cls;
+    (void)cls;
     (void)conn;
     http_req_t *r = *con_cls;
     if (!r)
         return;
     int64_t us = kiln_mono_us() - r->start_us;
-    atomic_fetch_add_explicit(&h->latency_us[http_route_slot(r)], (unsigned long long)us,
-                              memory_order_relaxed);
+    char labels[192];
+    prom_observe(&http_duration, http_route_label(r, labels, sizeof labels), (double)us / 1e6);
     log_debug("http: %s %s -> %d (%.3f ms)%s", r->method, r->path, r->status, us / 1000.0,
               toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
     arena_deinit(&r->arena);
@@ -683,8 +701,8 @@ int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, k
     int rc = http_parse_addr(addr, &ss, err);
     if (rc)
         return rc;
-    if (http_route_count > HTTP_MAX_ROUTES)
-        return kiln_err_set(err, KILN_EINTERNAL, NULL, "more routes than HTTP_MAX_ROUTES");
+    prom_register(&http_requests);
+    prom_register(&http_duration);
     api_http_t *h = calloc(1, sizeof *h);
     if (!h)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

@@ -32,7 +32,6 @@ typedef struct http_route {
 } http_route_t;
 extern const http_route_t http_routes[];
 extern const size_t http_route_count;
-#define HTTP_MAX_ROUTES 64                /* counters' room; http_route_count <= it */
 #define HTTP_MAX_PARAMS 4
 
 typedef struct http_stream http_stream_t;
@@ -55,10 +54,6 @@ struct api_http {
     bool ping_started;
     pthread_mutex_t ping_lock;
     pthread_cond_t ping_cond;
-    /* counters for GET /metrics: requests by route (the table's index; the last slot counts
-     * paths no route matches) and HTTP status */
-    atomic_ulong requests[HTTP_MAX_ROUTES + 1][600];
-    atomic_ullong latency_us[HTTP_MAX_ROUTES + 1];
 };
 
 /* One request's state, from MHD's first call to its completion notice. Allocated on the heap,
@@ -115,6 +110,22 @@ int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_
 /* 0 when every query argument is one of names (NULL-terminated); else KILN_EINVAL naming the
  * first unknown one (err->field), with the nearest known name as a hint. */
 int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err);
+/* ---- the web UI (http_ui.c; the assets are generated at build time by ui/build.mjs) ---- */
+typedef struct http_ui_asset {
+    const char *name;                /* "index.html", "app-1a2b3c4d.js" */
+    const char *content_type;
+    const char *etag;                /* "\"<sha-256 prefix of the bytes>\"" */
+    const unsigned char *data;
+    size_t len;
+    const unsigned char *gz;         /* the same bytes gzipped, or NULL when that is not smaller */
+    size_t gz_len;
+    bool immutable;                  /* the name carries a hash of the content: cache it for a year */
+} http_ui_asset_t;
+extern const http_ui_asset_t http_ui_assets[];
+extern const size_t http_ui_asset_count;
+/* GET / and /ui: index.html. GET /ui/{asset}: one asset. Open (the page asks for a token). */
+enum MHD_Result http_ui_index(http_req_t *r);
+enum MHD_Result http_ui_asset(http_req_t *r);
 
 /* ---- live log streams (http_sse.c) ---- */
 /* GET /v1/jobs/{id}/logs?follow=true: opens a follower and queues a Server-Sent Events reply.

@@ -75,37 +75,6 @@ int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err)
     return KILN_EINVAL;
 }
 
-/* Job ids are UUIDs (8-4-4-4-12 hex digits); anything else can never name a job. */
-static bool http_is_uuid(const char *s)
-{
-    static const int dash[] = {8, 13, 18, 23};
-    if (strlen(s) != 36)
-        return false;
-    for (int i = 0, d = 0; i < 36; i++) {
-        if (d < 4 && i == dash[d]) {
-            if (s[i] != '-')
-                return false;
-            d++;
-        } else if (!isxdigit((unsigned char)s[i])) {
-            return false;
-        }
-    }
-    return true;
-}
-
-static enum MHD_Result http_bad_id(http_req_t *r)
-{
-    return http_reply_errf(r, KILN_ENOTFOUND, "id", "job ids are UUIDs, as POST /v1/jobs returns them",
-                           "no job \"%.80s\": not a job id", r->id);
-}
-
-/* Job routes first check that the id can name a job at all. */
-#define HTTP_JOB_ID(r)                                                                            \
-    do {                                                                                          \
-        if (!http_is_uuid((r)->id))                                                               \
-            return http_bad_id(r);                                                                \
-    } while (0)
-
 /* Replies with the service's error; rc fills in a status the service left unset. */
 static enum MHD_Result http_svc_err(http_req_t *r, int rc, kiln_err_t *err)
 {
@@ -288,7 +257,6 @@ static enum MHD_Result http_jobs_search(http_req_t *r)
 
 static enum MHD_Result http_job_get(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
@@ -300,7 +268,6 @@ static enum MHD_Result http_job_get(http_req_t *r)
 
 static enum MHD_Result http_job_stop(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *body = NULL, *out = NULL;
@@ -326,7 +293,6 @@ static enum MHD_Result http_job_stop(http_req_t *r)
 
 static enum MHD_Result http_job_events(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
@@ -338,7 +304,6 @@ static enum MHD_Result http_job_events(http_req_t *r)
 
 static enum MHD_Result http_job_logs(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     int64_t rank = -1, after_seq = 0, limit = 0;
@@ -389,14 +354,15 @@ static enum MHD_Result http_job_logs(http_req_t *r)
 
 static enum MHD_Result http_job_metrics(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
-    static const char *const args[] = {"name", "max_points", "attempt", NULL};
+    static const char *const args[] = {"name", "max_points", "attempt", "start_step", "end_step", NULL};
     svc_metrics_query_t q = {0};
     int64_t max_points = 0;
     if (http_args_known(r, args, &err) ||
-        http_arg_int(r, "max_points", INT32_MIN, INT32_MAX, &max_points, &q.max_points_set, &err))
+        http_arg_int(r, "max_points", INT32_MIN, INT32_MAX, &max_points, &q.max_points_set, &err) ||
+        http_arg_int(r, "start_step", INT64_MIN, INT64_MAX, &q.start_step, NULL, &err) ||
+        http_arg_int(r, "end_step", INT64_MIN, INT64_MAX, &q.end_step, NULL, &err))
         return http_reply_err(r, &err);
     q.max_points = (int)max_points;
     q.name = http_arg(r, "name");
@@ -423,7 +389,6 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
 
 static enum MHD_Result http_job_delete(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
@@ -437,7 +402,6 @@ static enum MHD_Result http_job_delete(http_req_t *r)
 
 static enum MHD_Result http_artifacts_list(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
@@ -495,7 +459,6 @@ static int http_parse_range(const char *h, int64_t size, int64_t *first, int64_t
  * loaded into memory), with its SHA-256 as the ETag; a single byte Range gives 206 (or 416). */
 static enum MHD_Result http_artifact_get(http_req_t *r)
 {
-    HTTP_JOB_ID(r);
     kiln_err_t err;
     kiln_err_clear(&err);
     svc_artifact_file_t f;
@@ -539,6 +502,8 @@ static enum MHD_Result http_artifact_get(http_req_t *r)
         resp = MHD_create_response_from_fd_at_offset64(len, f.fd, (uint64_t)first);
         if (!resp)
             close(f.fd);
+        else if (strcmp(r->method, "HEAD") != 0)
+            svc_artifact_served("rest", (int64_t)len);
     }
     if (!resp)
         return MHD_NO;
@@ -573,7 +538,8 @@ static enum MHD_Result http_workers(http_req_t *r)
 
 static enum MHD_Result http_healthz(http_req_t *r)
 {
-    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:b}", "status", "ok", "leader", svc_is_leader(r->h->svc)));
+    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s, s:s, s:b}", "status", "ok", "version", KILN_VERSION,
+                                                     "leader", svc_is_leader(r->h->svc)));
 }
 
 static enum MHD_Result http_readyz(http_req_t *r)
@@ -586,106 +552,32 @@ static enum MHD_Result http_readyz(http_req_t *r)
     return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ready"));
 }
 
-/* Appends to a heap buffer; on allocation failure the text is just cut short. */
-static void http_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void http_buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(*buf + *len, *cap - *len, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return;
-        if ((size_t)n < *cap - *len) {
-            *len += (size_t)n;
-            return;
-        }
-        char *nb = realloc(*buf, *cap * 2 + (size_t)n);
-        if (!nb)
-            return;
-        *buf = nb;
-        *cap = *cap * 2 + (size_t)n;
-    }
-}
-
-/* GET /metrics: Prometheus text format. Request counts by route and status, latency sums,
- * open log streams, and jobs by state (one count query per state through the service). */
+/* GET /metrics: Prometheus text format. The process registry (REST and gRPC requests and
+ * latencies, the service's counters and histograms, process_*, kiln_build_info), open live
+ * streams, and the control plane's gauges from the database (svc_prom_write). When the database
+ * cannot answer, the rest is still served and kiln_up{component="database"} says 0. */
 static enum MHD_Result http_prometheus(http_req_t *r)
 {
     api_http_t *h = r->h;
-    size_t len = 0, cap = 8192;
-    char *buf = malloc(cap);
-    if (!buf)
-        return MHD_NO;
-    buf[0] = '\0';
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_http_requests_total REST requests answered, by route and status.\n"
-                    "# TYPE kiln_http_requests_total counter\n");
-    for (size_t rt = 0; rt <= http_route_count; rt++)
-        for (int st = 100; st < 600; st++) {
-            size_t slot = rt < http_route_count ? rt : HTTP_MAX_ROUTES;
-            unsigned long n = atomic_load_explicit(&h->requests[slot][st], memory_order_relaxed);
-            if (n)
-                http_buf_printf(&buf, &len, &cap,
-                                "kiln_http_requests_total{route=\"%s%s%s\",status=\"%d\"} %lu\n",
-                                rt < http_route_count ? http_routes[rt].method : "unknown",
-                                rt < http_route_count ? " " : "",
-                                rt < http_route_count ? http_routes[rt].pattern : "", st, n);
-        }
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_http_request_seconds_sum Time spent answering REST requests, by route.\n"
-                    "# TYPE kiln_http_request_seconds_sum counter\n");
-    for (size_t rt = 0; rt <= http_route_count; rt++) {
-        size_t slot = rt < http_route_count ? rt : HTTP_MAX_ROUTES;
-        unsigned long long us = atomic_load_explicit(&h->latency_us[slot], memory_order_relaxed);
-        if (us)
-            http_buf_printf(&buf, &len, &cap, "kiln_http_request_seconds_sum{route=\"%s%s%s\"} %.6f\n",
-                            rt < http_route_count ? http_routes[rt].method : "unknown",
-                            rt < http_route_count ? " " : "",
-                            rt < http_route_count ? http_routes[rt].pattern : "", us / 1e6);
-    }
+    prom_buf_t b = {0};
+    prom_write(&b, "kilnd");
     pthread_mutex_lock(&h->streams_lock);
     int streams = h->nstreams;
     pthread_mutex_unlock(&h->streams_lock);
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_http_log_streams Open live log streams (SSE).\n"
-                    "# TYPE kiln_http_log_streams gauge\nkiln_http_log_streams %d\n", streams);
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_leader 1 when this kilnd leads its replicas (runs the scheduler and liveness).\n"
-                    "# TYPE kiln_leader gauge\nkiln_leader %d\n", svc_is_leader(h->svc) ? 1 : 0);
-    /* Live jobs only: finished jobs grow without bound and are not worth paging through here. */
-    static const char *const live[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING",
-                                       "RESTARTING"};
-    http_buf_printf(&buf, &len, &cap,
-                    "# HELP kiln_jobs Jobs not yet finished, by state (at most 10000 counted per state).\n"
-                    "# TYPE kiln_jobs gauge\n");
-    for (size_t i = 0; i < KILN_ARRAY_LEN(live); i++) {
-        size_t count = 0;
-        char token[512] = "";
-        kiln_err_t err;
-        for (int page = 0; page < 20; page++) {
-            svc_job_filter_t f = {.status = live[i], .page_size = 500, .page_size_set = true,
-                                  .page_token = token[0] ? token : NULL};
-            json_t *out = NULL;
-            kiln_err_clear(&err);
-            if (svc_job_list(h->svc, svc_caller_kilnd(), &f, &out, &err))
-                break;
-            count += json_array_size(json_object_get(out, "jobs"));
-            const char *next = json_string_value(json_object_get(out, "next_page_token"));
-            bool more = next && *next && strlen(next) < sizeof token;
-            if (more)
-                kiln_strlcpy(token, next, sizeof token);
-            json_decref(out);
-            if (!more)
-                break;
-        }
-        http_buf_printf(&buf, &len, &cap, "kiln_jobs{state=\"%s\"} %zu\n", live[i], count);
+    prom_header(&b, "kiln_http_log_streams", "Open live log streams (Server-Sent Events).", PROM_GAUGE);
+    prom_printf(&b, "kiln_http_log_streams %d\n", streams);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    bool db = svc_prom_write(h->svc, &b, &err) == 0;
+    prom_header(&b, "kiln_up", "Whether a component kilnd depends on answered this scrape.", PROM_GAUGE);
+    prom_printf(&b, "kiln_up{component=\"database\"} %d\n", db ? 1 : 0);
+    if (b.oom) {
+        free(b.data);
+        return MHD_NO;
     }
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.data, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
-        free(buf);
+        free(b.data);
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
@@ -893,6 +785,43 @@ static enum MHD_Result http_member_remove(http_req_t *r)
                                                      "user", http_param(r, "user")));
 }
 
+/* ---- one-time login links (the web UI) ------------------------------------------------------- */
+
+static enum MHD_Result http_login_link_create(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    int rc = http_body_json(r, true, &body, &err);
+    if (rc == 0 && json_object_size(body) > 0) {
+        rc = kiln_err_set(&err, KILN_EINVAL, json_object_iter_key(json_object_iter(body)),
+                          "unknown field \"%.60s\"", json_object_iter_key(json_object_iter(body)));
+        kiln_err_hint(&err, "this request takes no fields: send {} or nothing");
+    }
+    json_decref(body);
+    if (rc == 0)
+        rc = svc_login_link_create(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+/* Open: the code in the body is the credential. It travels in the body, never in a URL, so no
+ * access log or browser history holds it. */
+static enum MHD_Result http_login_link_redeem(http_req_t *r)
+{
+    static const char *const keys[] = {"code", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *code = NULL;
+    int rc = http_body_fields(r, false, keys, &body, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "code", true, &code, &err);
+    if (rc == 0)
+        rc = svc_login_link_redeem(r->h->svc, code, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
 /* ---- the table ------------------------------------------------------------------------------- */
 
 const http_route_t http_routes[] = {
@@ -919,6 +848,11 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/projects/{project}/members", http_members_list, 0},
     {"PUT", "/v1/projects/{project}/members/{user}", http_member_set, 0},
     {"DELETE", "/v1/projects/{project}/members/{user}", http_member_remove, 0},
+    {"POST", "/v1/login-links", http_login_link_create, 0},
+    {"POST", "/v1/login-links:redeem", http_login_link_redeem, HTTP_OPEN},
+    {"GET", "/", http_ui_index, HTTP_OPEN},
+    {"GET", "/ui", http_ui_index, HTTP_OPEN},
+    {"GET", "/ui/{asset}", http_ui_asset, HTTP_OPEN},
     {"GET", "/healthz", http_healthz, HTTP_OPEN},
     {"GET", "/readyz", http_readyz, HTTP_OPEN},
     {"GET", "/metrics", http_prometheus, HTTP_PROM},

@@ -265,6 +265,62 @@ void kiln_sha256_init(kiln_sha256_t *h);
 void kiln_sha256_update(kiln_sha256_t *h, const void *data, size_t len);
 void kiln_sha256_final(kiln_sha256_t *h, char out[KILN_SHA256_HEX]);
 
+/* kiln's version, as every program and kilnd's /healthz report it. */
+#define KILN_VERSION "0.1.0"
+
+/* ------------------------------------------------------------------------------------------
+ * Prometheus metrics (prom.c): families of counters, gauges and histograms a process updates
+ * from any thread and writes in the text exposition format (0.0.4) when scraped. Like logging,
+ * the registry is process-wide: a family is a static object of the module that updates it and
+ * joins the registry with prom_register() (or its first update). Each series of a family is
+ * named by its rendered labels ("route=\"GET /v1/jobs\",status=\"200\"", or "" for none);
+ * prom_label() renders a value safely.
+ * ------------------------------------------------------------------------------------------ */
+typedef enum { PROM_COUNTER, PROM_GAUGE, PROM_HISTOGRAM } prom_type_t;
+#define PROM_MAX_BUCKETS 16
+typedef struct prom_series prom_series_t;
+typedef struct prom_family {
+    const char *name;                 /* kiln_http_request_duration_seconds */
+    const char *help;
+    prom_type_t type;
+    const double *buckets;            /* histograms: upper bounds, ascending, +Inf implied */
+    int nbuckets;                     /* at most PROM_MAX_BUCKETS */
+    /* the registry's */
+    struct prom_family *next;
+    prom_series_t *series;            /* heap array, nseries of them, under the registry lock */
+    int nseries, cap;
+    bool registered;
+} prom_family_t;
+#define PROM_FAMILY(name_, help_, type_) {.name = (name_), .help = (help_), .type = (type_)}
+#define PROM_HISTOGRAM_FAMILY(name_, help_, buckets_)                                              \
+    {.name = (name_), .help = (help_), .type = PROM_HISTOGRAM, .buckets = (buckets_),              \
+     .nbuckets = (int)KILN_ARRAY_LEN(buckets_)}
+/* Bucket bounds in seconds: request latencies (1 ms .. 10 s) and waits (1 s .. 1 day). */
+extern const double prom_latency_buckets[13];
+extern const double prom_wait_buckets[11];
+
+/* Adds f to the registry (idempotent), so that it is written even before its first update. */
+void prom_register(prom_family_t *f);
+/* Counters add (v >= 0), gauges add or set, histograms observe. Thread-safe. */
+void prom_add(prom_family_t *f, const char *labels, double v);
+void prom_set(prom_family_t *f, const char *labels, double v);
+void prom_observe(prom_family_t *f, const char *labels, double v);
+/* Renders name="value" (value escaped as the format requires) into out (size n); returns out. */
+char *prom_label(char *out, size_t n, const char *name, const char *value);
+
+/* A growing text buffer for an exposition. oom is set (and text cut short) when memory ran out. */
+typedef struct prom_buf {
+    char *data;                       /* heap; caller frees */
+    size_t len, cap;
+    bool oom;
+} prom_buf_t;
+void prom_printf(prom_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "# HELP name help\n# TYPE name type\n". */
+void prom_header(prom_buf_t *b, const char *name, const char *help, prom_type_t type);
+/* Every registered family (in name order), then process_* (CPU, memory, file descriptors, start
+ * time, from /proc/self) and kiln_build_info{program,version} 1. */
+void prom_write(prom_buf_t *b, const char *program);
+
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KILN_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -43,7 +43,13 @@ static void *run_main(void *arg)
     Kiln__MetricPoint **ptsp = calloc(POINTS_PER_BATCH, sizeof(*ptsp));
     Kiln__LogLine *lines = calloc(LINES_PER_BATCH, sizeof(*lines));
     Kiln__LogLine **linesp = calloc(LINES_PER_BATCH, sizeof(*linesp));
-    static char *names[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s"};
+    /* Each client thread streams its own five metrics, step after step, as one rank's trainer
+     * would (two threads interleaving step ranges of the same metric would look to kilnd like a
+     * retried attempt, whose summaries are rebuilt from the stored points). */
+    static const char *base[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s"};
+    char names[5][48];
+    for (int k = 0; k < 5; k++)
+        snprintf(names[k], sizeof names[k], "%s_%d", base[k], r->thread);
     char text[] = "step 1234/5000 | loss 2.4100 | lr 3.0e-04 | norm 0.83 | 412.0 ms | 9943 tok/s | mfu 41.0%";
     int64_t step = (int64_t)r->thread * 1000000000;
     double end = kiln_mono_s() + r->seconds;

@@ -9,8 +9,14 @@
  * With 2 ranks the ring sends S bytes each way per rank while receiving S bytes, so the fair
  * reference for the bus bandwidth is the bidirectional p2p figure. Bandwidths use the best
  * (shortest) of the iterations, which is what the hardware gives when the shared machine lets
- * it; the last column is the all-reduce/bidir ratio of the medians, for comparison. Not a test:
- * it asserts nothing. */
+ * it; the last column is the all-reduce/bidir ratio of the medians, for comparison.
+ *
+ * `comm_bench --buckets N1,N2,... [iters]` instead all-reduces a data-parallel gradient: buckets
+ * of N1, N2, ... floats started back to back (as engine/dp does after backward), then waited
+ * for; rank 0 prints one line per iteration ("buckets <bytes> <seconds> <MB/s>") and a median
+ * line, where MB/s is the bytes each rank sends and receives, 2(n-1)/n of the gradient, per
+ * second: the figure to hold against a link's rate (bench/dp_netns.sh). Not a test: it asserts
+ * nothing. */
 #include "engine/comm/comm.h"
 
 #include <stdio.h>
@@ -63,9 +69,91 @@ static int wait_all(comm_req_t **reqs, size_t n, kiln_err_t *err)
     return rc;
 }
 
+/* --buckets: the gradient of a data-parallel step, all-reduced bucket by bucket. */
+static int bench_buckets(comm_t *c, const char *list, int iters)
+{
+    size_t n[256], total = 0;
+    int nb = 0;
+    for (const char *p = list; *p && nb < 256;) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (end == p || v == 0) {
+            fprintf(stderr, "comm_bench: --buckets wants positive float counts, not \"%s\"\n", list);
+            return 2;
+        }
+        n[nb++] = (size_t)v;
+        total += (size_t)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    float *buf = malloc(total * sizeof(float));
+    comm_req_t *reqs[256];
+    double t[1024];
+    kiln_err_t err;
+    if (!buf || iters < 1 || iters > 1024) {
+        fprintf(stderr, "comm_bench: out of memory or bad iteration count\n");
+        free(buf);
+        return 1;
+    }
+    int me = comm_rank(c), W = comm_size(c);
+    double bus = 2.0 * (W - 1) / W;
+    for (int it = 0; it <= iters; it++) { /* iteration 0 warms up */
+        for (size_t i = 0; i < total; i++)
+            buf[i] = 1e-3f * (float)(i % 1000);
+        if (comm_barrier(c, &err))
+            goto fail;
+        double t0 = kiln_mono_s();
+        size_t off = 0;
+        for (int b = 0; b < nb; b++) {
+            if (comm_allreduce_start(c, buf + off, n[b], COMM_AVG, &reqs[b], &err))
+                goto fail;
+            off += n[b];
+        }
+        double done[256];
+        for (int b = 0; b < nb; b++) {
+            if (comm_wait(reqs[b], &err))
+                goto fail;
+            done[b] = kiln_mono_s() - t0;
+        }
+        if (it > 0 && me == 0 && getenv("COMM_BENCH_TRACE")) {
+            for (int b = 0; b < nb; b++)
+                printf(" %.1f", done[b] * 1e3);
+            printf(" ms\n");
+        }
+        if (it > 0) {
+            t[it - 1] = kiln_mono_s() - t0;
+            if (me == 0)
+                printf("buckets %zu %.4f %.1f\n", total * sizeof(float), t[it - 1],
+                       total * sizeof(float) * bus / t[it - 1] / 1e6);
+        }
+    }
+    if (me == 0) {
+        double m = median(t, iters);
+        printf("buckets_median %zu %.4f %.1f %d\n", total * sizeof(float), m,
+               total * sizeof(float) * bus / m / 1e6, nb);
+        fflush(stdout);
+    }
+    free(buf);
+    return 0;
+fail:
+    fprintf(stderr, "comm_bench: rank %d: %s\n", me, err.message);
+    free(buf);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     log_init("comm_bench");
+    if (argc > 2 && strcmp(argv[1], "--buckets") == 0) {
+        kiln_err_t err;
+        comm_t *c = NULL;
+        if (comm_create_from_env(&c, &err) != 0) {
+            fprintf(stderr, "comm_bench: %s\n", err.message);
+            return 1;
+        }
+        int rc = bench_buckets(c, argv[2], argc > 3 ? atoi(argv[3]) : 10);
+        comm_destroy(c);
+        return rc;
+    }
     size_t min_mib = argc > 1 ? (size_t)atol(argv[1]) : 1;
     size_t max_mib = argc > 2 ? (size_t)atol(argv[2]) : 256;
     kiln_err_t err;

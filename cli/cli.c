@@ -4,6 +4,7 @@
  * cmd_identity.c and cmd_login.c; where kilnd is and which token to send is config.c's. */
 #include "cli/cli_int.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -47,6 +48,8 @@ static const cli_command_t cli_commands[] = {
      "  --limit N      show at most N jobs (default 50)\n"
      "  --all          show every match (follows the pages)\n"
      "  --page-size N  jobs per request (1-500, default 500)\n"
+     "  -o wide        whole ids, project, queue and submitter before the columns; -o json|yaml\n"
+     "                 prints kilnd's reply\n"
      "  (docs/search.md describes the language)\n"},
     {"compare", cli_cmd_compare, "ID ID... [--metric NAME]... [--points N] [--width W] [--height H]",
      "compare jobs side by side: spec fields (differences marked), metric summaries, curves",
@@ -56,7 +59,8 @@ static const cli_command_t cli_commands[] = {
      "                 val_loss, or the first metric the jobs have; the table then shows all)\n"
      "  --points N     points per curve kilnd keeps when it downsamples (default 120; each\n"
      "                 bucket's lowest and highest point survive)\n"
-     "  --width W, --height H   the chart's size in characters (default 64 x 10)\n"},
+     "  --width W, --height H   the chart's size in characters (default 64 x 10)\n"
+     "  -o json|yaml   the jobs, differing fields, summaries and curves as data\n"},
     {"describe", cli_cmd_describe, "ID",
      "show a job: state, progress and ETA, metrics, workers, events",
      "  ID may be a unique prefix of the id (the short id `kiln jobs` shows) or a unique job name\n"},
@@ -83,7 +87,9 @@ static const cli_command_t cli_commands[] = {
      "  --get NAME, -g NAME   download artifact NAME (model_llmc.bin is the final model, llm.c format);\n"
      "                        its SHA-256 is checked against kilnd's, and a failed download leaves no file\n"
      "  -o FILE, --output FILE\n"
-     "                        where to save it (default: NAME in the current directory; - for stdout)\n"
+     "                        where to save it (default: NAME in the current directory; - for stdout;\n"
+     "                        a file named like an output format needs a path: ./json)\n"
+     "  -o wide               the list with exact sizes and whole SHA-256s; -o json|yaml: kilnd's reply\n"
      "  A job's artifacts are uploaded by its agent when it ends. Start a new job from one's model with\n"
      "  \"model\": {\"init_from\": \"job:ID\"} in its spec.\n"},
     {"delete", cli_cmd_delete, "ID",
@@ -138,7 +144,18 @@ static const cli_command_t cli_commands[] = {
      "                       jobs; admin also manages the members\n"
      "  remove-member PROJECT USER\n"
      "                       take USER out of PROJECT\n"},
-    {"version", cli_cmd_version, "", "print the client version and the server's health", ""},
+    {"ui", cli_cmd_ui, "[--print]",
+     "open kiln's web UI in your browser, already logged in",
+     "  asks kilnd for a one-time login link (POST /v1/login-links) and opens it with xdg-open\n"
+     "  ($KILN_BROWSER names another program); without a display, or with --print, prints it.\n"
+     "  The link works once, for 2 minutes; the browser trades it for a token of its own that\n"
+     "  lasts 12 hours at most, never longer than yours, and is revoked when you log out there.\n"
+     "  The code is in the URL's fragment, which browsers never send to a server.\n"},
+    {"version", cli_cmd_version, "", "print kiln's and kilnd's versions (exit 1 when kilnd cannot be reached)", ""},
+    {"completion", cli_cmd_completion, "bash|zsh|fish", "print a shell completion script",
+     "  bash:  source <(kiln completion bash)         (or save it in /etc/bash_completion.d/kiln)\n"
+     "  zsh:   source <(kiln completion zsh)          (after compinit; or save it as _kiln in $fpath)\n"
+     "  fish:  kiln completion fish | source          (or save it in ~/.config/fish/completions/kiln.fish)\n"},
 };
 
 static const char cli_global_help[] =
@@ -150,7 +167,8 @@ static const char cli_global_help[] =
     "  --token-file FILE  read the API token from FILE (default $KILN_TOKEN, then the profile's);\n"
     "                     a token is never given as an argument, where other users could see it\n"
     "  --profile NAME     use this saved login (default $KILN_PROFILE, then the current one)\n"
-    "  --json             print the API's JSON replies instead of tables\n";
+    "  -o, --output FMT   table (default), wide (more columns), json or yaml: the API's replies\n"
+    "  --json             the same as -o json\n";
 
 static void cli_print_usage_lines(FILE *out, const char *prefix, const cli_command_t *c)
 {
@@ -239,8 +257,23 @@ int cli_fail(const cli_client_t *c, const kiln_err_t *err)
     return CLI_EXIT_ERROR;
 }
 
-void cli_print_json(const json_t *j)
+bool cli_output_parse(const char *s, cli_output_t *out)
 {
+    static const char *const names[] = {"table", "wide", "json", "yaml"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(names); i++)
+        if (!strcmp(s, names[i])) {
+            *out = (cli_output_t)i;
+            return true;
+        }
+    return false;
+}
+
+void cli_print_out(const cli_client_t *c, const json_t *j)
+{
+    if (c->output == CLI_OUT_YAML) {
+        cli_print_yaml(stdout, j);
+        return;
+    }
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     if (s) {
         puts(s);
@@ -264,6 +297,24 @@ int cli_parse_globals(int argc, char **argv, cli_globals_t *g, char **args, int 
     bool dashdash = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        /* -o FORMAT, -oFORMAT, --output FORMAT, --output=FORMAT (kubectl's spellings). A value
+         * that is no format stays with the command (one may take -o FILE); cli_main checks. */
+        const char *v = NULL;
+        int skip = 0;
+        if (!dashdash && !strcmp(a, "-o") && i + 1 < argc)
+            v = argv[i + 1], skip = 1;
+        else if (!dashdash && !strncmp(a, "-o", 2) && a[2] && a[2] != '-')
+            v = a + 2;
+        else if (!dashdash && !strcmp(a, "--output") && i + 1 < argc)
+            v = argv[i + 1], skip = 1;
+        else if (!dashdash && !strncmp(a, "--output=", 9))
+            v = a + 9;
+        cli_output_t fmt;
+        if (v && cli_output_parse(v, &fmt)) {
+            g->output = v;
+            i += skip;
+            continue;
+        }
         if (dashdash || a[0] != '-' || a[1] != '-') {
             args[(*nargs)++] = argv[i];
             continue;
@@ -274,7 +325,7 @@ int cli_parse_globals(int argc, char **argv, cli_globals_t *g, char **args, int 
             continue;
         }
         if (!strcmp(a, "--json")) {
-            g->json = true;
+            g->output = "json";
             continue;
         }
         if (!strcmp(a, "--token") || !strncmp(a, "--token=", 8)) {
@@ -339,6 +390,17 @@ int cli_main(int argc, char **argv)
             cli_print_help(stdout, found->name);
             goto done;
         }
+        /* -o with something that is no output format: only for a command that takes -o itself */
+        bool o = !strcmp(args[i], "-o") || !strcmp(args[i], "--output") || !strncmp(args[i], "--output=", 9) ||
+                 (!strncmp(args[i], "-o", 2) && args[i][2] != '-');
+        if (o && !strstr(found->usage, "-o ")) {
+            const char *v = args[i][1] == 'o' ? (args[i][2] ? args[i] + 2 : i + 1 < nargs ? args[i + 1] : "")
+                                              : (strchr(args[i], '=') ? strchr(args[i], '=') + 1
+                                                                      : i + 1 < nargs ? args[i + 1] : "");
+            rc = *v ? cli_usage_error(found->name, "unknown output format \"%s\": use table, wide, json or yaml", v)
+                    : cli_usage_error(found->name, "%s needs a value: table, wide, json or yaml", args[i]);
+            goto done;
+        }
     }
     cli_settings_t settings;
     kiln_err_t err;
@@ -358,7 +420,12 @@ int cli_main(int argc, char **argv)
     }
     cli_client_t client;
     cli_client_init(&client, &settings);
-    client.json = g.json;
+    client.output = CLI_OUT_TABLE;
+    if (g.output && !cli_output_parse(g.output, &client.output)) {
+        rc = cli_usage_error(NULL, "unknown output format \"%s\": use table, wide, json or yaml", g.output);
+        goto done;
+    }
+    client.json = client.output == CLI_OUT_JSON || client.output == CLI_OUT_YAML;
     rc = found->run(&client, nargs, args);
     memset(&client, 0, sizeof(client));
     memset(&settings, 0, sizeof(settings));
@@ -367,4 +434,205 @@ done:
     free(args);
     fflush(stdout);
     return rc;
+}
+
+/* ---- shell completion (kiln completion bash|zsh|fish) ---------------------------------------- */
+
+/* The long options a command's usage and help mention ("--status", "--follow"), space-separated
+ * into out. */
+static void cli_command_options(const cli_command_t *c, char *out, size_t n)
+{
+    out[0] = '\0';
+    const char *texts[] = {c->usage, c->help};
+    for (int t = 0; t < 2; t++)
+        for (const char *p = texts[t]; (p = strstr(p, "--")) != NULL;) {
+            size_t len = 2;
+            while (isalnum((unsigned char)p[len]) || p[len] == '-')
+                len++;
+            char opt[48];
+            if (len > 2 && len < sizeof opt) {
+                snprintf(opt, sizeof opt, " %.*s ", (int)len, p);
+                char padded[1024];
+                snprintf(padded, sizeof padded, " %s ", out);
+                if (!strstr(padded, opt) && strlen(out) + len + 2 < n) {
+                    if (out[0])
+                        strcat(out, " ");
+                    strncat(out, p, len);
+                }
+            }
+            p += len;
+        }
+}
+
+/* The subcommand words of a command whose usage has several forms ("list", "create", ...). */
+static void cli_command_words(const cli_command_t *c, char *out, size_t n)
+{
+    out[0] = '\0';
+    const char *u = c->usage;
+    while (*u) {
+        size_t len = 0;
+        while (islower((unsigned char)u[len]) || (len > 0 && u[len] == '-'))
+            len++;
+        if (len > 0 && (u == c->usage || u[-1] == '\n' || u[-1] == '[') && strlen(out) + len + 2 < n) {
+            if (out[0])
+                strcat(out, " ");
+            strncat(out, u, len);
+        }
+        u += len ? len : 1;
+    }
+}
+
+static const char cli_globals_words[] = "--url --tls-ca --token-file --profile -o --output --json --help";
+
+static void cli_completion_bash(FILE *out)
+{
+    fprintf(out, "# bash completion for kiln (kiln completion bash)\n_kiln() {\n"
+                 "    local cur prev cmd i\n    cur=\"${COMP_WORDS[COMP_CWORD]}\"\n"
+                 "    prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
+                 "    case \"$prev\" in\n"
+                 "        -o|--output) COMPREPLY=($(compgen -W \"table wide json yaml\" -- \"$cur\")); return ;;\n"
+                 "        --tls-ca|--token-file) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
+                 "        --url|--profile|--status|--tag|--limit|--name|--reason|--rank|--since|--points|--user|"
+                 "--expires-in|--description|--idempotency-key|--page-size) return ;;\n"
+                 "    esac\n    cmd=\"\"\n    for ((i = 1; i < COMP_CWORD; i++)); do\n"
+                 "        case \"${COMP_WORDS[i]}\" in\n"
+                 "            --url|--tls-ca|--token-file|--profile|-o|--output) ((i++)) ;;\n"
+                 "            -*) ;;\n            *) cmd=\"${COMP_WORDS[i]}\"; break ;;\n        esac\n    done\n"
+                 "    local globals=\"%s\"\n    if [ -z \"$cmd\" ]; then\n        COMPREPLY=($(compgen -W \"",
+            cli_globals_words);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++)
+        fprintf(out, "%s ", cli_commands[i].name);
+    fprintf(out, "help $globals\" -- \"$cur\"))\n        return\n    fi\n    local opts=\"\" words=\"\"\n"
+                 "    case \"$cmd\" in\n");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++) {
+        char opts[1024], words[256];
+        cli_command_options(&cli_commands[i], opts, sizeof opts);
+        cli_command_words(&cli_commands[i], words, sizeof words);
+        if (!strcmp(cli_commands[i].name, "completion"))
+            snprintf(words, sizeof words, "bash zsh fish");
+        fprintf(out, "        %s) opts=\"%s\"; words=\"%s\" ;;\n", cli_commands[i].name, opts, words);
+    }
+    fprintf(out, "        help) words=\"");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++)
+        fprintf(out, "%s%s", i ? " " : "", cli_commands[i].name);
+    fprintf(out, "\" ;;\n    esac\n"
+                 "    if [[ \"$cur\" == -* ]]; then\n        COMPREPLY=($(compgen -W \"$opts $globals\" -- \"$cur\"))\n"
+                 "    elif [ -n \"$words\" ]; then\n        COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n"
+                 "    else\n        COMPREPLY=($(compgen -f -- \"$cur\"))\n    fi\n}\ncomplete -F _kiln kiln\n");
+}
+
+/* Single quotes for zsh and fish descriptions. */
+static void cli_put_quoted(FILE *out, const char *s)
+{
+    fputc('\'', out);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputs("'\\''", out);
+        else if (*s == ':' || *s == '[' || *s == ']')
+            fputc(' ', out);
+        else
+            fputc(*s, out);
+    }
+    fputc('\'', out);
+}
+
+static void cli_completion_zsh(FILE *out)
+{
+    fprintf(out, "#compdef kiln\n# zsh completion for kiln (kiln completion zsh)\n_kiln() {\n"
+                 "    local -a globals commands\n"
+                 "    globals=(\n"
+                 "        '--url[kilnd REST address]:url:'\n"
+                 "        '--tls-ca[CA certificate file]:file:_files'\n"
+                 "        '--token-file[file holding the API token]:file:_files'\n"
+                 "        '--profile[saved login to use]:profile:'\n"
+                 "        '(-o --output --json)'{-o,--output}'[output format]:format:(table wide json yaml)'\n"
+                 "        '(-o --output --json)--json[the same as -o json]'\n"
+                 "    )\n    commands=(\n");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++) {
+        char d[256];
+        snprintf(d, sizeof d, "%s:%s", cli_commands[i].name, cli_commands[i].summary);
+        char *colon = strchr(d, ':');
+        fprintf(out, "        '%.*s:", (int)(colon - d), d);
+        for (const char *p = colon + 1; *p; p++)
+            fputs(*p == '\'' ? "'\\''" : (char[2]){*p, 0}, out);
+        fputs("'\n", out);
+    }
+    fprintf(out, "        'help:show the help of kiln or of a command'\n    )\n"
+                 "    local curcontext=\"$curcontext\" state line\n    typeset -A opt_args\n"
+                 "    _arguments -C $globals '1: :->command' '*:: :->args'\n"
+                 "    case $state in\n        command) _describe -t commands 'kiln command' commands ;;\n"
+                 "        args)\n            case $words[1] in\n");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++) {
+        char opts[1024], words[256];
+        cli_command_options(&cli_commands[i], opts, sizeof opts);
+        cli_command_words(&cli_commands[i], words, sizeof words);
+        if (!strcmp(cli_commands[i].name, "completion"))
+            snprintf(words, sizeof words, "bash zsh fish");
+        fprintf(out, "                %s) _arguments $globals", cli_commands[i].name);
+        char *save = NULL;
+        for (char *o = strtok_r(opts, " ", &save); o; o = strtok_r(NULL, " ", &save))
+            fprintf(out, " '%s'", o);
+        if (words[0])
+            fprintf(out, " '*: :(%s)'", words);
+        else
+            fprintf(out, " '*:file:_files'");
+        fprintf(out, " ;;\n");
+    }
+    fprintf(out, "                help) _describe -t commands 'kiln command' commands ;;\n"
+                 "            esac ;;\n    esac\n}\n"
+                 "if [ \"$funcstack[1]\" = \"_kiln\" ]; then\n    _kiln \"$@\"\nelse\n    compdef _kiln kiln\nfi\n");
+}
+
+static void cli_completion_fish(FILE *out)
+{
+    fprintf(out, "# fish completion for kiln (kiln completion fish)\n"
+                 "complete -c kiln -f\n"
+                 "complete -c kiln -l url -r -d 'kilnd REST address'\n"
+                 "complete -c kiln -l tls-ca -r -F -d 'CA certificate file'\n"
+                 "complete -c kiln -l token-file -r -F -d 'file holding the API token'\n"
+                 "complete -c kiln -l profile -r -d 'saved login to use'\n"
+                 "complete -c kiln -s o -l output -x -a 'table wide json yaml' -d 'output format'\n"
+                 "complete -c kiln -l json -d 'the same as -o json'\n");
+    fprintf(out, "set -l kiln_commands");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++)
+        fprintf(out, " %s", cli_commands[i].name);
+    fprintf(out, " help\n");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++) {
+        const cli_command_t *c = &cli_commands[i];
+        fprintf(out, "complete -c kiln -n \"not __fish_seen_subcommand_from $kiln_commands\" -a %s -d ", c->name);
+        cli_put_quoted(out, c->summary);
+        fputc('\n', out);
+        char opts[1024], words[256];
+        cli_command_options(c, opts, sizeof opts);
+        cli_command_words(c, words, sizeof words);
+        if (!strcmp(c->name, "completion"))
+            snprintf(words, sizeof words, "bash zsh fish");
+        char *save = NULL;
+        for (char *o = strtok_r(opts, " ", &save); o; o = strtok_r(NULL, " ", &save))
+            fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from %s\" -l %s\n", c->name, o + 2);
+        if (words[0])
+            fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from %s\" -a '%s'\n", c->name, words);
+        else if (!strcmp(c->name, "submit"))
+            fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from submit\" -F\n");
+    }
+    fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from help\" -a '");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++)
+        fprintf(out, "%s%s", i ? " " : "", cli_commands[i].name);
+    fprintf(out, "'\n");
+}
+
+int cli_cmd_completion(cli_client_t *c, int argc, char **argv)
+{
+    (void)c;
+    if (argc != 2)
+        return cli_usage_error("completion", "name one shell: bash, zsh or fish");
+    if (!strcmp(argv[1], "bash"))
+        cli_completion_bash(stdout);
+    else if (!strcmp(argv[1], "zsh"))
+        cli_completion_zsh(stdout);
+    else if (!strcmp(argv[1], "fish"))
+        cli_completion_fish(stdout);
+    else
+        return cli_usage_error("completion", "unknown shell \"%s\": bash, zsh or fish", argv[1]);
+    return CLI_EXIT_OK;
 }

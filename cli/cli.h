@@ -13,7 +13,7 @@
 
 #include "base/base.h"
 
-#define CLI_VERSION "0.1.0"
+#define CLI_VERSION KILN_VERSION
 #define CLI_DEFAULT_URL "http://127.0.0.1:8080"
 
 /* Exit statuses of `kiln`. */
@@ -35,8 +35,15 @@ typedef struct cli_globals {
     const char *tls_ca;       /* --tls-ca FILE */
     const char *profile;      /* --profile NAME */
     const char *token_file;   /* --token-file FILE (a token is never taken as an argument) */
-    bool json;                /* --json */
+    const char *output;       /* -o / --output FORMAT: table (default), wide, json, yaml; --json is -o json */
 } cli_globals_t;
+
+/* How replies are printed: tables, wider tables, or the API's replies as JSON or YAML. */
+typedef enum { CLI_OUT_TABLE, CLI_OUT_WIDE, CLI_OUT_JSON, CLI_OUT_YAML } cli_output_t;
+/* Parses a -o value; false for an unknown one. */
+bool cli_output_parse(const char *s, cli_output_t *out);
+/* Prints j as YAML 1.2 (block style; strings double-quoted as JSON writes them). */
+void cli_print_yaml(FILE *out, const json_t *j);
 
 /* Takes the global options out of argv[1..argc) (they may stand before or after the command,
  * up to a "--") into *g and copies the other arguments, in order, to args (room for argc
@@ -133,7 +140,7 @@ char *cli_short_id(const char *id, char *buf, size_t n);
 
 /* Prints a table of jobs (the "jobs" array of a GET /v1/jobs reply): ID, NAME, STATE, STEP,
  * LOSS, AGE, DURATION. now_us is the current time (ages are relative to it). */
-void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us);
+void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us, bool wide);
 /* Prints one job (a Job object) and its events ({"events": [...]}; may be NULL) as `describe`
  * shows them. */
 void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t now_us);
@@ -143,12 +150,12 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width);
  * leading name column. */
 void cli_print_metrics_raw(FILE *out, const json_t *reply);
 /* Prints the workers table of a GET /v1/workers reply. */
-void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us);
+void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide);
 /* A byte count for people: "512 B", "1.5 KiB", "137 KiB", "2.0 GiB". Returns buf (n >= 16). */
 char *cli_fmt_bytes(double bytes, char *buf, size_t n);
 /* Prints the table of a GET /v1/jobs/{id}/artifacts reply: NAME, SIZE, SHA256 (its first 16
- * digits), ATTEMPT, CREATED. */
-void cli_print_artifacts(FILE *out, const json_t *reply);
+ * digits), ATTEMPT, CREATED; wide (-o wide) adds BYTES and shows the whole SHA-256. */
+void cli_print_artifacts(FILE *out, const json_t *reply, bool wide);
 /* Prints one log line object as "[rank N] line" ("[rank N, attempt A] line" for attempts > 1). */
 void cli_print_log_line(FILE *out, const json_t *line);
 /* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,
@@ -162,7 +169,7 @@ void cli_print_projects(FILE *out, const json_t *reply, const json_t *roles);
 void cli_print_members(FILE *out, const json_t *reply);
 /* Prints the jobs of a search reply (its "jobs" array): ID, NAME, STATE, AGE, then every key of
  * the jobs' "columns" in the order it first appears ("-" where a job has no value). */
-void cli_print_search(FILE *out, const json_t *jobs, int64_t now_us);
+void cli_print_search(FILE *out, const json_t *jobs, int64_t now_us, bool wide);
 /* One series of a chart: n points (steps[i], values[i]); non-finite values are skipped. */
 typedef struct cli_series {
     const double *steps, *values;

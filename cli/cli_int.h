@@ -10,7 +10,8 @@ typedef struct cli_client {
                                 ("" for none), the CA an https kilnd is verified against ("" for
                                 the system's), and where each came from */
     long timeout_ms;         /* bound for one non-streaming request */
-    bool json;               /* --json: print raw API replies instead of tables */
+    bool json;               /* -o json|yaml (or --json): print the API's replies instead of tables */
+    cli_output_t output;     /* which of table, wide, json, yaml */
 } cli_client_t;
 
 /* Sets up a client with the resolved settings s (copied). */
@@ -65,6 +66,7 @@ int cli_cmd_logs(cli_client_t *c, int argc, char **argv);
 int cli_cmd_metrics(cli_client_t *c, int argc, char **argv);
 int cli_cmd_workers(cli_client_t *c, int argc, char **argv);
 int cli_cmd_version(cli_client_t *c, int argc, char **argv);
+int cli_cmd_completion(cli_client_t *c, int argc, char **argv);
 int cli_cmd_login(cli_client_t *c, int argc, char **argv);
 int cli_cmd_logout(cli_client_t *c, int argc, char **argv);
 int cli_cmd_whoami(cli_client_t *c, int argc, char **argv);
@@ -75,6 +77,7 @@ int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv);
 int cli_cmd_delete(cli_client_t *c, int argc, char **argv);
 int cli_cmd_search(cli_client_t *c, int argc, char **argv);
 int cli_cmd_compare(cli_client_t *c, int argc, char **argv);
+int cli_cmd_ui(cli_client_t *c, int argc, char **argv);
 
 /* Prints err to stderr (cli_print_error) and, for a 401, which token was sent and how to get a
  * valid one (cli_print_auth_note). Returns CLI_EXIT_ERROR. */
@@ -82,8 +85,8 @@ int cli_fail(const cli_client_t *c, const kiln_err_t *err);
 /* Says where the token in s came from, for people: "KILN_TOKEN", "--token-file F", "profile
  * \"NAME\" (PATH)" or "none". Returns buf. */
 char *cli_token_source(const cli_settings_t *s, char *buf, size_t n);
-/* Prints j indented on stdout (what --json shows). */
-void cli_print_json(const json_t *j);
+/* Prints the API reply j on stdout as -o asked: indented JSON, or YAML. */
+void cli_print_out(const cli_client_t *c, const json_t *j);
 
 /* Follows a job's logs (history, then live) until the job ends, printing each line to stdout;
  * reconnects with Last-Event-ID when the connection drops while the job runs. rank -1: every

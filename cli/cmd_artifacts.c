@@ -95,9 +95,9 @@ int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv)
     if (cli_request(c, "GET", path, NULL, NULL, NULL, &reply, &err) != 0)
         return cli_fail(c, &err);
     if (c->json)
-        cli_print_json(reply);
+        cli_print_out(c, reply);
     else
-        cli_print_artifacts(stdout, reply);
+        cli_print_artifacts(stdout, reply, c->output == CLI_OUT_WIDE);
     json_decref(reply);
     return CLI_EXIT_OK;
 }
@@ -127,7 +127,7 @@ int cli_cmd_delete(cli_client_t *c, int argc, char **argv)
     if (cli_request(c, "DELETE", path, NULL, NULL, NULL, &reply, &err) != 0)
         return cli_fail(c, &err);
     if (c->json) {
-        cli_print_json(reply);
+        cli_print_out(c, reply);
     } else {
         json_t *removed = json_object_get(reply, "removed");
         char sz[24];

@@ -4,6 +4,11 @@
  * printed once, on stdout alone; nothing else here ever prints one. Saving a login is cmd_login.c's. */
 #include "cli/cli_int.h"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +78,7 @@ static int cli_call_show(const cli_client_t *c, const char *method, const char *
     if (cli_request(c, method, path, body, NULL, NULL, &reply, &err) != 0)
         return cli_fail(c, &err);
     if (c->json)
-        cli_print_json(reply);
+        cli_print_out(c, reply);
     else if (show)
         show(c, reply);
     json_decref(reply);
@@ -92,7 +97,7 @@ int cli_cmd_whoami(cli_client_t *c, int argc, char **argv)
     if (cli_request(c, "GET", "/v1/whoami", NULL, NULL, NULL, &me, &err) != 0)
         return cli_fail(c, &err);
     if (c->json) {
-        cli_print_json(me);
+        cli_print_out(c, me);
     } else {
         char from[1200];
         cli_print_whoami(stdout, me, c->settings.url, cli_token_source(&c->settings, from, sizeof(from)));
@@ -234,7 +239,7 @@ static int cli_tokens_create(cli_client_t *c, int argc, char **argv, int first)
         goto done;
     }
     if (c->json) {
-        cli_print_json(reply);
+        cli_print_out(c, reply);
     } else {
         /* The secret alone on stdout, so that `kiln tokens create U > file` or `| kiln login`
          * takes exactly it; everything else on stderr. */
@@ -323,7 +328,7 @@ static int cli_projects_list(cli_client_t *c)
         goto done;
     }
     if (c->json) {
-        cli_print_json(reply);
+        cli_print_out(c, reply);
         goto done;
     }
     /* A cluster admin's listing has every project without roles: whoami has its own. */
@@ -385,4 +390,76 @@ int cli_cmd_projects(cli_client_t *c, int argc, char **argv)
     }
     json_decref(body);
     return rc;
+}
+
+/* ---- ui ---------------------------------------------------------------------------------------- */
+
+/* Starts a program that opens url in the user's browser; true when it ran and said it worked
+ * (within 5 s; a slower one is taken as working). Its output goes nowhere. */
+static bool cli_open_browser(const char *url)
+{
+    const char *opener = getenv("KILN_BROWSER");
+    if (!opener || !*opener)
+        opener = "xdg-open";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    char *argv[] = {(char *)opener, (char *)url, NULL};
+    pid_t pid;
+    int rc = posix_spawnp(&pid, opener, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return false;
+    for (int i = 0; i < 50; i++) {
+        int st;
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (w < 0)
+            return false;
+        usleep(100 * 1000);
+    }
+    return true;
+}
+
+int cli_cmd_ui(cli_client_t *c, int argc, char **argv)
+{
+    bool print = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--print") || !strcmp(argv[i], "--no-browser"))
+            print = true;
+        else
+            return cli_usage_error("ui", "unexpected argument %s", argv[i]);
+    }
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *link = NULL, *none = json_object();
+    int rc = cli_request(c, "POST", "/v1/login-links", none, NULL, NULL, &link, &err);
+    json_decref(none);
+    if (rc != 0)
+        return cli_fail(c, &err);
+    /* The code rides in the fragment: browsers never send it to a server, and the page takes it
+     * out of the address bar and the history entry before it uses it, once. */
+    size_t n = strlen(c->settings.url) + strlen(cli_jstr(link, "code")) + 16;
+    char *url = malloc(n);
+    if (!url) {
+        json_decref(link);
+        return CLI_EXIT_ERROR;
+    }
+    snprintf(url, n, "%s/#login=%s", c->settings.url, cli_jstr(link, "code"));
+    int ret = CLI_EXIT_OK;
+    if (!print && (getenv("DISPLAY") || getenv("WAYLAND_DISPLAY") || getenv("KILN_BROWSER")) && cli_open_browser(url)) {
+        fprintf(stderr, "opened kiln's web UI in your browser, logged in as you with a one-time link\n");
+    } else {
+        printf("%s\n", url);
+        fprintf(stderr, "open this link in a browser within %s: it logs the browser in as you, once "
+                        "(the browser gets a token of its own, valid until %s at most)\n",
+                "2 minutes", cli_jstr(link, "session_expires_at"));
+    }
+    memset(url, 0, n);
+    free(url);
+    json_decref(link);
+    return ret;
 }

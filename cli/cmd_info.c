@@ -61,7 +61,7 @@ int cli_cmd_metrics(cli_client_t *c, int argc, char **argv)
         goto fail;
     }
     if (c->json) {
-        cli_print_json(reply);
+        cli_print_out(c, reply);
     } else if (raw) {
         cli_print_metrics_raw(stdout, reply);
     } else {
@@ -87,9 +87,9 @@ int cli_cmd_workers(cli_client_t *c, int argc, char **argv)
     if (cli_request(c, "GET", "/v1/workers", NULL, NULL, NULL, &reply, &err) != 0)
         return cli_fail(c, &err);
     if (c->json) {
-        cli_print_json(reply);
+        cli_print_out(c, reply);
     } else {
-        cli_print_workers(stdout, reply, kiln_now_us());
+        cli_print_workers(stdout, reply, kiln_now_us(), c->output == CLI_OUT_WIDE);
     }
     json_decref(reply);
     return CLI_EXIT_OK;
@@ -99,21 +99,30 @@ int cli_cmd_version(cli_client_t *c, int argc, char **argv)
 {
     if (argc > 1)
         return cli_usage_error("version", "unexpected argument %s", argv[1]);
-    printf("kiln %s\n", CLI_VERSION);
-    /* The server part is informational: an unreachable server is not an error here. */
+    /* Both versions; a kilnd that cannot be reached is an error (exit 1), as for any command. */
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *reply = NULL;
     long saved = c->timeout_ms;
-    c->timeout_ms = 3000;
-    if (cli_request(c, "GET", "/healthz", NULL, NULL, NULL, &reply, &err) == 0) {
-        const char *ver = cli_jstr(reply, "version");
-        printf("kilnd at %s: %s%s%s\n", c->settings.url, *cli_jstr(reply, "status") ? cli_jstr(reply, "status") : "ok",
-               *ver ? ", version " : "", ver);
-    } else {
-        printf("kilnd at %s: unreachable (%s)\n", c->settings.url, err.message);
-    }
+    c->timeout_ms = 5000;
+    int rc = cli_request(c, "GET", "/healthz", NULL, NULL, NULL, &reply, &err);
     c->timeout_ms = saved;
+    const char *ver = rc == 0 ? cli_jstr(reply, "version") : "";
+    if (c->json) {
+        json_t *o = json_pack("{s:{s:s}, s:{s:s, s:s, s:s}}", "client", "version", CLI_VERSION, "server", "url",
+                              c->settings.url, "version", ver, rc == 0 ? "status" : "error",
+                              rc == 0 ? (*cli_jstr(reply, "status") ? cli_jstr(reply, "status") : "ok") : err.message);
+        cli_print_out(c, o);
+        json_decref(o);
+    } else {
+        printf("kiln %s\n", CLI_VERSION);
+        if (rc == 0)
+            printf("kilnd %s at %s\n", *ver ? ver : "(version not reported)", c->settings.url);
+    }
     json_decref(reply);
+    if (rc != 0) {
+        fprintf(stderr, "kilnd at %s: unreachable\n", c->settings.url);
+        return cli_fail(c, &err);
+    }
     return CLI_EXIT_OK;
 }

@@ -99,7 +99,7 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
     }
     const char *id = cli_jstr(job, "id");
     if (c->json) {
-        cli_print_json(job);
+        cli_print_out(c, job);
     } else {
         json_t *res = json_object_get(json_object_get(job, "spec"), "resources");
         double nodes = cli_jnum(res, "nodes"), spn = cli_jnum(res, "slots_per_node");
@@ -210,10 +210,10 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
     }
     if (c->json) {
         json_t *o = json_pack("{s:O}", "jobs", acc);
-        cli_print_json(o);
+        cli_print_out(c, o);
         json_decref(o);
     } else {
-        cli_print_jobs(stdout, acc, kiln_now_us());
+        cli_print_jobs(stdout, acc, kiln_now_us(), c->output == CLI_OUT_WIDE);
         if (more)
             fprintf(stderr, "(showing the newest %zu jobs; --all lists every one, --limit N more)\n",
                     json_array_size(acc));
@@ -276,7 +276,7 @@ int cli_cmd_describe(cli_client_t *c, int argc, char **argv)
     }
     if (c->json) {
         json_t *o = json_pack("{s:O,s:O}", "job", job, "events", json_object_get(events, "events"));
-        cli_print_json(o);
+        cli_print_out(c, o);
         json_decref(o);
     } else {
         cli_print_job(stdout, job, events, kiln_now_us());
@@ -323,7 +323,7 @@ int cli_cmd_stop(cli_client_t *c, int argc, char **argv)
         goto done;
     }
     if (c->json)
-        cli_print_json(job);
+        cli_print_out(c, job);
     else
         printf("job %.8s (%s): %s\n", id, cli_jstr(job, "name"), cli_jstr(job, "state"));
 

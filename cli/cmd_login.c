@@ -154,7 +154,7 @@ int cli_cmd_login(cli_client_t *c, int argc, char **argv)
         goto fail;
 
     if (c->json) {
-        cli_print_json(me);
+        cli_print_out(c, me);
     } else {
         char from[1200];
         printf("logged in to %s as %s\n\n", c->settings.url, cli_jstr(me, "user"));

@@ -17,7 +17,7 @@ int cli_cmd_search(cli_client_t *c, int argc, char **argv)
             if (m < 0)
                 return CLI_EXIT_USAGE;
             columns = v;
-        } else if ((m = cli_opt("search", argc, argv, &i, "--order-by", "-o", &v)) != 0) {
+        } else if ((m = cli_opt("search", argc, argv, &i, "--order-by", NULL, &v)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
             order_by = v;
@@ -80,10 +80,10 @@ int cli_cmd_search(cli_client_t *c, int argc, char **argv)
     }
     if (c->json) {
         json_t *o = json_pack("{s:O}", "jobs", acc);
-        cli_print_json(o);
+        cli_print_out(c, o);
         json_decref(o);
     } else {
-        cli_print_search(stdout, acc, kiln_now_us());
+        cli_print_search(stdout, acc, kiln_now_us(), c->output == CLI_OUT_WIDE);
         if (more)
             fprintf(stderr, "(showing the first %zu; --all shows every match, --limit N more)\n", json_array_size(acc));
     }
@@ -198,7 +198,9 @@ int cli_cmd_compare(cli_client_t *c, int argc, char **argv)
             snprintf(path, sizeof path, "/v1/jobs/%.63s/metrics", ids[j]);
             snprintf(num, sizeof num, "%ld", points);
             p = strdup(path);
-            if (!p || cli_path_add(&p, "name", chosen[m]) != 0 || cli_path_add(&p, "max_points", num) != 0) {
+            /* each curve as the run stands: per step the latest attempt's point */
+            if (!p || cli_path_add(&p, "name", chosen[m]) != 0 || cli_path_add(&p, "max_points", num) != 0 ||
+                cli_path_add(&p, "attempt", "latest") != 0) {
                 free(p);
                 kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
                 goto fail;
@@ -233,7 +235,7 @@ int cli_cmd_compare(cli_client_t *c, int argc, char **argv)
     }
     if (c->json) {
         json_t *o = json_pack("{s:O, s:O}", "jobs", jobs, "curves", curves);
-        cli_print_json(o);
+        cli_print_out(c, o);
         json_decref(o);
     } else {
         if (nchosen == 0)

@@ -25,7 +25,7 @@ static char *cell(const json_t *v, char *buf, size_t n)
     return buf;
 }
 
-void cli_print_search(FILE *out, const json_t *jobs, int64_t now_us)
+void cli_print_search(FILE *out, const json_t *jobs, int64_t now_us, bool wide)
 {
     /* The columns: every key of the jobs' "columns", in the order they first appear. */
     const char *names[CLI_TABLE_MAXCOLS];
@@ -39,18 +39,22 @@ void cli_print_search(FILE *out, const json_t *jobs, int64_t now_us)
             bool seen = false;
             for (int c = 0; c < ncols && !seen; c++)
                 seen = !strcmp(names[c], k);
-            if (!seen && ncols < CLI_TABLE_MAXCOLS - 4)
+            if (!seen && ncols < CLI_TABLE_MAXCOLS - (wide ? 7 : 4))
                 names[ncols++] = k;
         }
     }
     cli_table_t t;
-    cli_table_init(&t, "ID NAME STATE >AGE");
+    cli_table_init(&t, wide ? "ID NAME STATE >AGE PROJECT QUEUE BY" : "ID NAME STATE >AGE");
+    int fixed = wide ? 7 : 4;
     for (int c = 0; c < ncols; c++)
         cli_table_col(&t, names[c], true);
     json_array_foreach(jobs, i, job) {
-        char sid[16], name[128], age[32], vals[CLI_TABLE_MAXCOLS][64];
+        char sid[40], name[128], age[32], vals[CLI_TABLE_MAXCOLS][64];
         const char *row[CLI_TABLE_MAXCOLS];
-        cli_short_id(cli_jstr(job, "id"), sid, sizeof sid);
+        if (wide)
+            snprintf(sid, sizeof sid, "%s", cli_jstr(job, "id"));
+        else
+            cli_short_id(cli_jstr(job, "id"), sid, sizeof sid);
         cli_clip(cli_jstr(job, "name"), 32, name, sizeof name);
         int64_t created = cli_jtime(job, "created_at");
         if (created)
@@ -61,8 +65,13 @@ void cli_print_search(FILE *out, const json_t *jobs, int64_t now_us)
         row[1] = name;
         row[2] = cli_jstr(job, "state");
         row[3] = age;
+        if (wide) {
+            row[4] = *cli_jstr(job, "project") ? cli_jstr(job, "project") : "-";
+            row[5] = *cli_jstr(job, "queue") ? cli_jstr(job, "queue") : "-";
+            row[6] = *cli_jstr(job, "submitted_by") ? cli_jstr(job, "submitted_by") : "-";
+        }
         for (int c = 0; c < ncols; c++)
-            row[4 + c] = cell(json_object_get(json_object_get(job, "columns"), names[c]), vals[c], sizeof vals[c]);
+            row[fixed + c] = cell(json_object_get(json_object_get(job, "columns"), names[c]), vals[c], sizeof vals[c]);
         cli_table_row(&t, row);
     }
     if (t.nrows == 0) {

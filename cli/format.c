@@ -3,6 +3,7 @@
  * errors. Pure functions over jansson values and a FILE *; no network here. */
 #include "cli/cli_int.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,10 +268,11 @@ static void cli_job_duration(const json_t *job, int64_t now_us, char *buf, size_
     cli_fmt_duration((double)((en ? en : now_us) - st) / 1e6, buf, n);
 }
 
-void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us)
+void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us, bool wide)
 {
     cli_table_t t;
-    cli_table_init(&t, "ID NAME STATE >STEP >LOSS >AGE >DURATION");
+    cli_table_init(&t, wide ? "ID NAME STATE >STEP >LOSS >AGE >DURATION PROJECT QUEUE >PRIO >RANKS >ATTEMPT BY WORKERS"
+                            : "ID NAME STATE >STEP >LOSS >AGE >DURATION");
     size_t i;
     json_t *job;
     json_array_foreach(jobs, i, job) {
@@ -289,7 +291,19 @@ void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us)
         else
             snprintf(age, sizeof(age), "-");
         cli_job_duration(job, now_us, dur, sizeof(dur));
-        const char *row[] = {sid, name, cli_jstr(job, "state"), step, loss, age, dur};
+        char prio[16], ranks[16], attempt[16], workers[200] = "";
+        snprintf(prio, sizeof prio, "%.0f", cli_jnum(job, "priority"));
+        snprintf(ranks, sizeof ranks, "%.0f", cli_jnum(job, "world_size"));
+        snprintf(attempt, sizeof attempt, "%.0f", cli_jnum(job, "attempt"));
+        size_t k;
+        json_t *w;
+        json_array_foreach(json_object_get(job, "workers"), k, w) {
+            size_t l = strlen(workers);
+            snprintf(workers + l, sizeof workers - l, "%s%s", l ? "," : "", json_string_value(w) ? json_string_value(w) : "");
+        }
+        const char *row[] = {sid, name, cli_jstr(job, "state"), step, loss, age, dur, cli_jstr(job, "project"),
+                             cli_jstr(job, "queue"), prio, ranks, attempt, cli_jstr(job, "submitted_by"),
+                             workers[0] ? workers : "-"};
         cli_table_row(&t, row);
     }
     if (t.nrows == 0) {
@@ -525,10 +539,11 @@ void cli_print_metrics_raw(FILE *out, const json_t *reply)
     }
 }
 
-void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us)
+void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide)
 {
     cli_table_t t;
-    cli_table_init(&t, "ID HOST ADDRESS TYPE >SLOTS >FREE STATE >HEARTBEAT");
+    cli_table_init(&t, wide ? "ID HOST ADDRESS TYPE >SLOTS >FREE STATE >HEARTBEAT >CORES VERSION GPUS DATA-ROOTS"
+                            : "ID HOST ADDRESS TYPE >SLOTS >FREE STATE >HEARTBEAT");
     size_t i;
     json_t *w;
     json_array_foreach(json_object_get(reply, "workers"), i, w) {
@@ -544,8 +559,21 @@ void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us)
         }
         /* an ALIVE worker whose agent is shutting down takes no new placements */
         const char *state = json_is_true(json_object_get(w, "draining")) ? "DRAINING" : cli_jstr(w, "state");
+        char cores[16], gpus[200] = "", roots[300] = "";
+        snprintf(cores, sizeof cores, "%.0f", cli_jnum(w, "cpu_cores"));
+        size_t k;
+        json_t *s;
+        json_array_foreach(json_object_get(w, "gpus"), k, s) {
+            size_t l = strlen(gpus);
+            snprintf(gpus + l, sizeof gpus - l, "%s%s", l ? "," : "", json_string_value(s) ? json_string_value(s) : "");
+        }
+        json_array_foreach(json_object_get(w, "data_roots"), k, s) {
+            size_t l = strlen(roots);
+            snprintf(roots + l, sizeof roots - l, "%s%s", l ? "," : "", json_string_value(s) ? json_string_value(s) : "");
+        }
         const char *row[] = {cli_jstr(w, "id"), cli_jstr(w, "hostname"), cli_jstr(w, "address"),
-                             cli_jstr(w, "slot_type"), slots, freeb, state, hb};
+                             cli_jstr(w, "slot_type"), slots, freeb, state, hb, cores, cli_jstr(w, "version"),
+                             gpus[0] ? gpus : "-", roots[0] ? roots : "-"};
         cli_table_row(&t, row);
     }
     if (t.nrows == 0) {
@@ -572,20 +600,22 @@ char *cli_fmt_bytes(double bytes, char *buf, size_t n)
     return buf;
 }
 
-void cli_print_artifacts(FILE *out, const json_t *reply)
+void cli_print_artifacts(FILE *out, const json_t *reply, bool wide)
 {
     cli_table_t t;
-    cli_table_init(&t, "NAME >SIZE SHA256 >ATTEMPT CREATED");
+    cli_table_init(&t, wide ? "NAME >SIZE >BYTES SHA256 >ATTEMPT CREATED" : "NAME >SIZE SHA256 >ATTEMPT CREATED");
     size_t i;
     json_t *a;
     json_array_foreach(json_object_get(reply, "artifacts"), i, a) {
-        char size[24], attempt[16], created[32], sha[20];
+        char size[24], bytes[32], attempt[16], created[32], sha[KILN_SHA256_HEX];
         cli_fmt_bytes(cli_jnum(a, "size"), size, sizeof(size));
+        snprintf(bytes, sizeof(bytes), "%.0f", cli_jnum(a, "size"));
         snprintf(attempt, sizeof(attempt), "%.0f", cli_jnum(a, "attempt"));
-        snprintf(sha, sizeof(sha), "%.16s", cli_jstr(a, "sha256"));
-        const char *row[] = {cli_jstr(a, "name"), size, sha, attempt,
-                             cli_fmt_time(cli_jstr(a, "created_at"), created, sizeof(created))};
-        cli_table_row(&t, row);
+        snprintf(sha, sizeof(sha), wide ? "%.64s" : "%.16s", cli_jstr(a, "sha256"));
+        cli_fmt_time(cli_jstr(a, "created_at"), created, sizeof(created));
+        const char *narrow[] = {cli_jstr(a, "name"), size, sha, attempt, created};
+        const char *full[] = {cli_jstr(a, "name"), size, bytes, sha, attempt, created};
+        cli_table_row(&t, wide ? full : narrow);
     }
     if (t.nrows == 0) {
         fprintf(out, "no artifacts (a job's output directory is kept once it has ended)\n");
@@ -806,4 +836,110 @@ int cli_error_from_reply(int http_status, const char *body, kiln_err_t *err)
         len = 200;
     kiln_err_set(err, st, NULL, "kilnd answered HTTP %d%s%.*s", http_status, len ? ": " : "", len, b);
     return st;
+}
+
+/* ---- YAML (-o yaml) ------------------------------------------------------------------------ */
+
+/* A key that needs no quotes: letters, digits, '_', '-', '.', not starting with a digit or '-'. */
+static bool cli_yaml_plain_key(const char *k)
+{
+    if (!*k || isdigit((unsigned char)*k) || *k == '-' || *k == '.')
+        return false;
+    for (const char *p = k; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-' && *p != '.')
+            return false;
+    return true;
+}
+
+/* Scalars as JSON writes them, which YAML reads the same (strings double-quoted), except that a
+ * real gets a decimal point ("1.0e-08"), which YAML 1.1 readers need to see a number. */
+static void cli_yaml_scalar(FILE *out, const json_t *j)
+{
+    char *s = json_dumps(j, JSON_ENCODE_ANY | JSON_REAL_PRECISION(10));
+    const char *e = s && json_is_real(j) && !strchr(s, '.') ? strchr(s, 'e') : NULL;
+    if (e)
+        fprintf(out, "%.*s.0%s", (int)(e - s), s, e);
+    else
+        fputs(s ? s : "null", out);
+    free(s);
+}
+
+static void cli_yaml_key(FILE *out, const char *k)
+{
+    if (cli_yaml_plain_key(k)) {
+        fputs(k, out);
+    } else {
+        json_t *s = json_string(k);
+        cli_yaml_scalar(out, s);
+        json_decref(s);
+    }
+    fputc(':', out);
+}
+
+static bool cli_yaml_is_block(const json_t *j)
+{
+    return (json_is_object(j) && json_object_size(j) > 0) || (json_is_array(j) && json_array_size(j) > 0);
+}
+
+/* A value after "key:" or "- ": scalars and empty containers on the same line, blocks below. */
+static void cli_yaml_node(FILE *out, const json_t *j, int indent, bool after_dash);
+
+static void cli_yaml_value(FILE *out, const json_t *j, int indent)
+{
+    if (!cli_yaml_is_block(j)) {
+        fputc(' ', out);
+        if (json_is_object(j))
+            fputs("{}", out);
+        else if (json_is_array(j))
+            fputs("[]", out);
+        else
+            cli_yaml_scalar(out, j);
+        fputc('\n', out);
+        return;
+    }
+    fputc('\n', out);
+    cli_yaml_node(out, j, indent, false);
+}
+
+static void cli_yaml_node(FILE *out, const json_t *j, int indent, bool after_dash)
+{
+    if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        bool first = true;
+        json_object_foreach((json_t *)j, k, v) {
+            if (!(first && after_dash))
+                fprintf(out, "%*s", indent, "");
+            first = false;
+            cli_yaml_key(out, k);
+            cli_yaml_value(out, v, indent + 2);
+        }
+    } else if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) {
+            if (!(i == 0 && after_dash))
+                fprintf(out, "%*s", indent, "");
+            fputc('-', out);
+            if (cli_yaml_is_block(v)) {
+                fputc(' ', out);
+                cli_yaml_node(out, v, indent + 2, true);
+            } else {
+                cli_yaml_value(out, v, indent + 2);
+            }
+        }
+    } else {
+        fprintf(out, "%*s", indent, "");
+        cli_yaml_scalar(out, j);
+        fputc('\n', out);
+    }
+}
+
+void cli_print_yaml(FILE *out, const json_t *j)
+{
+    if (!cli_yaml_is_block(j)) {
+        cli_yaml_value(out, j, 0);
+        return;
+    }
+    cli_yaml_node(out, j, 0, false);
 }

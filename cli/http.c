@@ -3,6 +3,7 @@
  * (docs/contracts.md), nothing about how replies are shown. */
 #include "cli/cli_int.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -395,62 +396,65 @@ char *cli_path_segment(const char *s, char *out, size_t n)
     return out;
 }
 
-static bool cli_looks_like_uuid(const char *s)
+/* Whether s could be (a prefix of) a job id: hex digits and dashes where a UUID has them. */
+static bool cli_id_shaped(const char *s)
 {
-    if (strlen(s) != 36)
+    static const char layout[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    size_t n = strlen(s);
+    if (n == 0 || n > 36)
         return false;
-    for (int i = 0; i < 36; i++) {
-        char ch = s[i];
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (ch != '-')
-                return false;
-        } else if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F'))) {
+    for (size_t i = 0; i < n; i++)
+        if (layout[i] == '-' ? s[i] != '-' : !isxdigit((unsigned char)s[i]))
             return false;
-        }
-    }
     return true;
 }
 
 int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_t *err)
 {
-    if (cli_looks_like_uuid(ref)) {
-        kiln_strlcpy(out, ref, 64);
-        return 0;
-    }
     if (!*ref)
         return kiln_err_set(err, KILN_EINVAL, NULL, "empty job id");
-    /* A prefix or a name: scan the job list (newest first), a bounded number of pages. */
-    int rc = 0, id_matches = 0, name_matches = 0;
-    char id_match[64] = "", name_match[64] = "", listed[256] = "";
-    char *token = strdup("");
+    int rc = 0;
     json_t *page = NULL;
-    size_t reflen = strlen(ref);
+    char path[256], esc[160];
+    /* An id or a prefix of one (kilnd takes 4 characters or more): kilnd resolves it, as every
+     * job route does. */
+    if (cli_id_shaped(ref) && strlen(ref) >= 4) {
+        snprintf(path, sizeof path, "/v1/jobs/%s", cli_path_segment(ref, esc, sizeof esc));
+        kiln_err_t e2;
+        kiln_err_clear(&e2);
+        rc = cli_request(c, "GET", path, NULL, NULL, NULL, &page, &e2);
+        if (rc == 0) {
+            kiln_strlcpy(out, cli_jstr(page, "id"), 64);
+            json_decref(page);
+            return 0;
+        }
+        if (rc != KILN_ENOTFOUND || strlen(ref) == 36) {
+            *err = e2; /* a whole id kilnd does not know is not a name either */
+            return rc;
+        }
+        /* not the id of a job: perhaps a name */
+    }
+    /* A name: scan the job list (newest first), a bounded number of pages. */
+    int name_matches = 0;
+    char name_match[64] = "";
+    char *token = strdup("");
     for (int pages = 0; token && pages < 40; pages++) {
-        char *path = strdup("/v1/jobs?page_size=500");
-        if (!path || (*token && cli_path_add(&path, "page_token", token) != 0)) {
-            free(path);
+        char *p = strdup("/v1/jobs?page_size=500");
+        if (!p || (*token && cli_path_add(&p, "page_token", token) != 0)) {
+            free(p);
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
             goto done;
         }
-        rc = cli_request(c, "GET", path, NULL, NULL, NULL, &page, err);
-        free(path);
+        rc = cli_request(c, "GET", p, NULL, NULL, NULL, &page, err);
+        free(p);
         if (rc != 0)
             goto done;
         size_t i;
         json_t *job;
         json_array_foreach(json_object_get(page, "jobs"), i, job) {
-            const char *id = cli_jstr(job, "id");
-            if (!strncasecmp(id, ref, reflen)) {
-                if (id_matches++ < 4) {
-                    char sid[16];
-                    size_t l = strlen(listed);
-                    snprintf(listed + l, sizeof(listed) - l, "%s%s", l ? ", " : "", cli_short_id(id, sid, sizeof(sid)));
-                }
-                kiln_strlcpy(id_match, id, sizeof(id_match));
-            }
             if (!strcmp(cli_jstr(job, "name"), ref)) {
                 name_matches++;
-                kiln_strlcpy(name_match, id, sizeof(name_match));
+                kiln_strlcpy(name_match, cli_jstr(job, "id"), sizeof(name_match));
             }
         }
         free(token);
@@ -459,13 +463,7 @@ int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_
         json_decref(page);
         page = NULL;
     }
-    if (id_matches == 1) {
-        kiln_strlcpy(out, id_match, 64);
-    } else if (id_matches > 1) {
-        rc = kiln_err_set(err, KILN_EINVAL, NULL, "job id prefix \"%s\" is ambiguous: it matches %d jobs (%s%s)",
-                          ref, id_matches, listed, id_matches > 4 ? ", ..." : "");
-        kiln_err_hint(err, "give more characters of the id");
-    } else if (name_matches == 1) {
+    if (name_matches == 1) {
         kiln_strlcpy(out, name_match, 64);
     } else if (name_matches > 1) {
         rc = kiln_err_set(err, KILN_EINVAL, NULL, "%d jobs are named \"%s\"", name_matches, ref);

@@ -5,6 +5,7 @@
 #include "base/base.h"
 #include "agent/agent.h"
 #include "rank/rank.h"
+#include "cmd/daemon.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -64,6 +65,15 @@ static void default_train_bin(char *buf, size_t n)
     snprintf(buf, n, "%s/kiln-train", self);
 }
 
+/* The watchdog's check: the heartbeat thread still goes round (it waits at most one
+ * heartbeat interval, or a call's timeout of three, between rounds). */
+static bool agent_alive(void *ud)
+{
+    agent_stats_t st;
+    agent_stats(ud, &st);
+    return st.heartbeat_loop_age_ms < 4 * KILN_MAX(st.heartbeat_interval_ms, 3000) + 5000;
+}
+
 int main(int argc, char **argv)
 {
     /* The join token from the environment: taken and removed before any thread exists, so no
@@ -82,16 +92,17 @@ int main(int argc, char **argv)
     log_init("kiln-agent");
     const char *server = "127.0.0.1:9090", *slot_type = "cpu", *work_dir = "/tmp/kiln-agent";
     const char *train_bin = NULL, *address = NULL, *worker_id = NULL, *token_file = NULL;
-    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *ports = "29500-29999";
-    bool insecure = false;
+    const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *ports = "29500-29999", *metrics_addr = NULL;
+    bool insecure = false, health = false;
     config_list_t data_roots = {0};
-    int64_t slots = 1, cores = 0, grace_ms = 10000;
+    int64_t slots = 0, cores = 0, grace_ms = 10000;
     double watchdog_s = 0;
     config_flag_t flags[] = {
         {"server", "KILN_SERVER", CONFIG_STR, &server,
          "kilnd gRPC address HOST:PORT; several comma-separated (kilnd replicas): the agent moves to the next "
          "when one does not answer"},
-        {"slots", "KILN_SLOTS", CONFIG_INT, &slots, "ranks this machine runs at once"},
+        {"slots", "KILN_SLOTS", CONFIG_INT, &slots,
+         "ranks this machine runs at once (default: 1 cpu slot, or one slot per GPU found)"},
         {"slot-type", "KILN_SLOT_TYPE", CONFIG_STR, &slot_type, "cpu | gpu"},
         {"work-dir", "KILN_WORK_DIR", CONFIG_STR, &work_dir, "job directories (spec, checkpoints, output) live here"},
         {"train-bin", "KILN_TRAIN_BIN", CONFIG_STR, &train_bin, "program each rank runs (default: kiln-train next to kiln-agent)"},
@@ -113,6 +124,10 @@ int main(int argc, char **argv)
         {"rendezvous-ports", "KILN_RENDEZVOUS_PORTS", CONFIG_STR, &ports,
          "LO-HI: TCP ports rank 0 of a job this machine leads may listen on; each job gets one free on this host "
          "(keep the range outside the kernel's ephemeral ports)"},
+        {"metrics-addr", "KILN_METRICS_ADDR", CONFIG_STR, &metrics_addr,
+         "serve GET /metrics (Prometheus) and GET /healthz over plain HTTP on this local HOST:PORT"},
+        {"health", NULL, CONFIG_BOOL, &health,
+         "check a running kiln-agent: GET /healthz at --metrics-addr, exit 0 when it answers"},
     };
     kiln_err_t err;
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags),
@@ -123,6 +138,19 @@ int main(int argc, char **argv)
     if (rc != 0) {
         fprintf(stderr, "kiln-agent: %s\n", err.message);
         return 2;
+    }
+    if (health) {
+        /* a container's HEALTHCHECK: the same flags and environment as the agent it checks */
+        if (!metrics_addr || !metrics_addr[0]) {
+            fprintf(stderr, "kiln-agent: --health checks the agent's --metrics-addr (KILN_METRICS_ADDR), "
+                            "which is not set\n");
+            return 2;
+        }
+        char url[256], why[512];
+        daemon_local_url(metrics_addr, false, "/healthz", url, sizeof url);
+        int bad = daemon_probe(url, NULL, 5000, why, sizeof why);
+        fprintf(bad ? stderr : stdout, "kiln-agent: %s\n", why);
+        return bad;
     }
     if (token_file && token_file[0]) {
         if (token_from_env) {
@@ -143,8 +171,8 @@ int main(int argc, char **argv)
                 RANK_MAX_WATCHDOG_S);
         return 2;
     }
-    if (slots < 1 || slots > 1024) {
-        fprintf(stderr, "kiln-agent: --slots must be between 1 and 1024\n");
+    if (slots < 0 || slots > 1024) {
+        fprintf(stderr, "kiln-agent: --slots must be between 1 and 1024 (0 or unset: 1 cpu slot, or one per GPU)\n");
         return 2;
     }
     int port_lo = 0, port_hi = 0, used = 0;
@@ -177,11 +205,15 @@ int main(int argc, char **argv)
                             "(neither libcudart nor nvidia-smi reports a device)\n");
             return 1;
         }
+        if (slots == 0)
+            slots = n_gpus; /* one slot per GPU this node (or this container) was given */
         if (slots > n_gpus) {
             fprintf(stderr, "kiln-agent: --slots %lld is more than the %d GPU(s) found\n", (long long)slots, n_gpus);
             return 1;
         }
     }
+    if (slots == 0)
+        slots = 1;
     agent_config_t cfg = {
         .server = server, .slots = (int)slots, .slot_type = slot_type, .work_dir = work_dir,
         .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores,
@@ -190,6 +222,7 @@ int main(int argc, char **argv)
         .data_roots = data_roots.v, .n_data_roots = (size_t)data_roots.n, .join_token = join_token,
         .tls = {.insecure = insecure, .ca_file = tls_ca, .cert_file = tls_cert, .key_file = tls_key},
         .port_lo = port_lo, .port_hi = port_hi,
+        .metrics_addr = metrics_addr,
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);
@@ -202,9 +235,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "kiln-agent: %s%s%s\n", err.message, err.hint[0] ? "; " : "", err.hint);
         return 1;
     }
+    char status_line[300];
+    snprintf(status_line, sizeof status_line, "%lld %s slot(s), kilnd %s", (long long)slots, slot_type, server);
+    daemon_ready(status_line);
+    daemon_watchdog_start(agent_alive, agent);
     int sig = 0;
     sigwait(&set, &sig);
     log_info("received %s; stopping ranks and exiting", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    daemon_stopping();
     agent_shutdown(agent, 5000);
     agent_destroy(agent);
     log_info("agent stopped");

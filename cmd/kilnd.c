@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "base/base.h"
+#include "cmd/daemon.h"
 #include "service/service.h"
 
 static const char *USAGE =
@@ -34,6 +35,13 @@ static int read_pem(const char *flag, const char *path, char **out)
     return 0;
 }
 
+/* The watchdog's check: kilnd's own REST server answers /healthz. */
+static bool kilnd_alive(void *url)
+{
+    char why[512];
+    return daemon_probe(url, NULL, 5000, why, sizeof why) == 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *database_url = NULL, *http_addr = "127.0.0.1:8080", *grpc_addr = "127.0.0.1:9090";
@@ -43,10 +51,13 @@ int main(int argc, char **argv)
     const char *artifact_dir = NULL;
     int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
-    const char *bootstrap_file = NULL, *join_file = NULL;
-    bool insecure = false, no_auth = false, metrics_auth = false;
+    const char *bootstrap_file = NULL, *join_file = NULL, *database_url_file = NULL;
+    bool insecure = false, no_auth = false, metrics_auth = false, health = false;
     config_list_t cors = {0};
     config_flag_t flags[] = {
+        {"database-url-file", "KILN_DATABASE_URL_FILE", CONFIG_STR, &database_url_file,
+         "read the database URL from this file (a systemd credential or a Secret: keeps a password out of the "
+         "environment)"},
         {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &database_url,
          "PostgreSQL connection string (libpq), e.g. \"host=/tmp/pg dbname=kiln\" (required)"},
         {"http-addr", "KILN_HTTP_ADDR", CONFIG_STR, &http_addr, "REST listen address"},
@@ -89,6 +100,8 @@ int main(int argc, char **argv)
          "drop the logs of jobs that ended more than N days ago (0: keep them)"},
         {"janitor-interval-s", "KILN_JANITOR_INTERVAL_S", CONFIG_INT, &janitor_interval_s,
          "how often the clean-up pass (log retention, deleted jobs' artifact files) runs"},
+        {"health", NULL, CONFIG_BOOL, &health,
+         "check a running kilnd: GET /healthz at --http-addr (https with --tls-cert), exit 0 when it answers"},
         {"no-auth", "KILN_NO_AUTH", CONFIG_BOOL, &no_auth,
          "turn authentication off: every caller is a cluster admin (benchmarks, trusted single-user "
          "machines; needs --insecure)"},
@@ -105,11 +118,34 @@ int main(int argc, char **argv)
             fprintf(stderr, "hint: %s\n", err.hint);
         return 2;
     }
+    if (health) {
+        /* a container's HEALTHCHECK: the same flags and environment as the kilnd it checks */
+        char url[256], why[512];
+        daemon_local_url(http_addr, tls_cert && *tls_cert, "/healthz", url, sizeof url);
+        int bad = daemon_probe(url, NULL, 5000, why, sizeof why);
+        fprintf(bad ? stderr : stdout, "kilnd: %s\n", why);
+        return bad;
+    }
     if (log_level) {
         static const char *const names[] = {"debug", "info", "warn", "error"};
         for (int i = 0; i < 4; i++)
             if (strcmp(log_level, names[i]) == 0)
                 log_set_level((log_level_t)i);
+    }
+    char *url_from_file = NULL;
+    if (database_url_file && *database_url_file) {
+        if (database_url && *database_url) {
+            fprintf(stderr, "kilnd: the database URL comes from both --database-url and --database-url-file; give it once\n");
+            return 2;
+        }
+        size_t len = 0;
+        if (kiln_file_read(database_url_file, &url_from_file, &len, &err) != 0) {
+            fprintf(stderr, "kilnd: --database-url-file: %s\n", err.message);
+            return 2;
+        }
+        while (len > 0 && (url_from_file[len - 1] == '\n' || url_from_file[len - 1] == '\r' || url_from_file[len - 1] == ' '))
+            url_from_file[--len] = '\0';
+        database_url = url_from_file;
     }
     if (!database_url || !*database_url) {
         fprintf(stderr, "kilnd: no database given\nhint: pass --database-url or set "
@@ -241,10 +277,17 @@ int main(int argc, char **argv)
         log_info("gRPC API listening on %s", grpc_addr);
     }
     log_info("kilnd ready");
+    char status_line[300];
+    snprintf(status_line, sizeof status_line, "REST on %s, gRPC on %s", http_addr, grpc ? grpc_addr : "(none)");
+    daemon_ready(status_line);
+    static char self_url[256];
+    daemon_local_url(http_addr, has_cert, "/healthz", self_url, sizeof self_url);
+    daemon_watchdog_start(kilnd_alive, self_url);
 
     int sig = 0;
     sigwait(&set, &sig);
     log_info("received %s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    daemon_stopping();
     status = 0;
 out:
     api_http_stop(http);
@@ -256,6 +299,10 @@ out:
         free(key_pem);
     }
     free(ca_pem);
+    if (url_from_file) {
+        memset(url_from_file, 0, strlen(url_from_file));
+        free(url_from_file);
+    }
     if (status == 0)
         log_info("stopped");
     return status;

@@ -124,6 +124,9 @@ typedef struct eng_gpt {
     eng_gpt_weights_t w;      /* views into p.params */
     eng_gpt_weights_t g;      /* views into p.grads */
     int head_blocks;          /* blocks the head is split into (1 unless set; pipelines) */
+    /* set by eng_gpt_backward while it runs: told when part of a block's gradients is final */
+    void (*part_ready)(void *ctx, int block, int ranges);
+    void *part_ctx;
     bool recompute;           /* activation checkpointing (eng_gpt_set_recompute) */
     float *work;              /* owned, with recompute: one block's activations (below) */
     size_t work_bytes;
@@ -233,12 +236,17 @@ void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const fl
                             float *din, float dloss);
 /* The block's parameter ranges in the flat buffers (OUT: up to ENG_MAX_TENSORS); returns the
  * count. Head blocks list their rows of wte (tied, shared with block 0; the whole of wte for a
- * single head block), the first of them lnfw and lnfb too. */
+ * single head block), the first of them lnfw and lnfb too. Layer halves list their parameters
+ * in the order backward finishes them: attprojw/b, qkvw/b, ln1w/b; fcprojw/b, fcw/b, ln2w/b. */
 int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out);
 
-/* Called during backward when the gradients of `block` are final for this microbatch set (the
- * data-parallel layer starts all-reducing them). Blocks come last to first. */
-typedef void (*eng_grads_ready_fn)(void *ctx, int block);
+/* Called during backward when gradients are final for this microbatch set (the data-parallel
+ * layer starts all-reducing them): the first `ranges` of `block`'s ranges (as the model's
+ * block_ranges lists them: a GPT layer half lists its parameters in the order backward finishes
+ * them, so its output projection's gradient can travel while the rest of the half is computed),
+ * and ENG_RANGES_ALL once the whole block is done. Blocks come last to first. */
+#define ENG_RANGES_ALL 0x7fffffff
+typedef void (*eng_grads_ready_fn)(void *ctx, int block, int ranges);
 
 /* eng_gpt_block_ranges with the model as a void pointer (eng_train_state_t.block_ranges). */
 int eng_gpt_block_ranges_of(const void *model, int block, eng_range_t *out);

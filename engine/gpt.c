@@ -623,6 +623,12 @@ void eng_gpt_block_forward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, bool has_
     }
 }
 
+/* The first `ranges` of block's ranges (eng_gpt_block_ranges order) have final gradients. */
+static void part_ready(eng_gpt_t *m, int block, int ranges)
+{
+    if (m->part_ready) m->part_ready(m->part_ctx, block, ranges);
+}
+
 void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const float *dout,
                             float *din, float dloss)
 {
@@ -652,9 +658,11 @@ void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const fl
         be->copy(din, dout, BT * C * sizeof(float));
         mm_backward(m, m->d_bt, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, dout, atty,
                     w->attprojw + (size_t)l * C * C, (int)BT, C, C);
+        part_ready(m, block, 2);
         be->attention_backward(m->d_qkv, m->d_att, m->d_bt, qkv, att, B, T, C, NH);
         mm_backward(m, m->d_bt, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, m->d_qkv,
                     ln1, w->qkvw + (size_t)l * 3 * C * C, (int)BT, C, 3 * C);
+        part_ready(m, block, 4);
         be->layernorm_backward(din, g->ln1w + l * C, g->ln1b + l * C, m->d_bt, x, w->ln1w + l * C,
                                ln1m, ln1r, (int)BT, C);
         return;
@@ -668,9 +676,11 @@ void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const fl
         be->copy(din, dout, BT * C * sizeof(float));
         mm_backward(m, m->d_fch, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C, dout,
                     fchg, w->fcprojw + (size_t)l * C * 4 * C, (int)BT, 4 * C, C);
+        part_ready(m, block, 2);
         be->gelu_backward(m->d_fch, fch, m->d_fch, BT * 4 * C);
         mm_backward(m, m->d_bt, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, m->d_fch, ln2,
                     w->fcw + (size_t)l * 4 * C * C, (int)BT, C, 4 * C);
+        part_ready(m, block, 4);
         be->layernorm_backward(din, g->ln2w + l * C, g->ln2b + l * C, m->d_bt, res2,
                                w->ln2w + l * C, ln2m, ln2r, (int)BT, C);
         return;
@@ -696,8 +706,12 @@ int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out)
         break;
     case BK_ATTN:
     case BK_MLP: {
-        int lo = kind == BK_ATTN ? 2 : 8; /* ln1w..attprojb or ln2w..fcprojb */
-        for (int i = lo; i < lo + 6; i++) {
+        /* ln1w..attprojb or ln2w..fcprojb, listed in backward's order: the projection out of
+         * the half (attproj, fcproj), the projection into it (qkv, fc), its layernorm */
+        static const int order[6] = {4, 5, 2, 3, 0, 1};
+        int lo = kind == BK_ATTN ? 2 : 8;
+        for (int j = 0; j < 6; j++) {
+            int i = lo + order[j];
             size_t per = t[i].n / L;
             out[n++] = (eng_range_t){t[i].off + (size_t)l * per, per};
         }
@@ -736,12 +750,16 @@ void eng_gpt_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float dloss, eng_grads_re
     int nb = eng_gpt_num_blocks(m), hf = eng_gpt_head_first(m);
     float *dout = m->d_a, *din = m->d_b;
     head_backward(m, a, dout, dloss);
-    for (int b = nb - 1; ready && b >= hf; b--) ready(ctx, b);
+    for (int b = nb - 1; ready && b >= hf; b--) ready(ctx, b, ENG_RANGES_ALL);
+    m->part_ready = ready;
+    m->part_ctx = ctx;
     for (int b = hf - 1; b >= 0; b--) {
         eng_gpt_block_backward(m, a, b, dout, din, dloss);
-        if (ready) ready(ctx, b);
+        if (ready) ready(ctx, b, ENG_RANGES_ALL);
         float *t = dout;
         dout = din;
         din = t;
     }
+    m->part_ready = NULL;
+    m->part_ctx = NULL;
 }

@@ -143,7 +143,7 @@ void eng_mlp_backward(eng_mlp_t *m, int B, float dloss, eng_grads_ready_fn ready
         const float *in = i == 0 ? m->x : m->post[i - 1];
         be->matmul_backward(i == 0 ? NULL : dnext, m->gw[i], m->gb[i], d, in, m->w[i], B, d_in,
                             d_out);
-        if (ready) ready(ctx, i);
+        if (ready) ready(ctx, i, ENG_RANGES_ALL);
         float *t = d;
         d = dnext;
         dnext = t;

@@ -31,10 +31,11 @@ typedef struct ready_ctx {
     bool last_micro;
 } ready_ctx_t;
 
-static void on_grads_ready(void *ctx, int block)
+static void on_grads_ready(void *ctx, int block, int ranges)
 {
     ready_ctx_t *c = ctx;
-    if (c->last_micro && c->par && c->par->grads_ready) c->par->grads_ready(c->par->ctx, block);
+    if (c->last_micro && c->par && c->par->grads_ready)
+        c->par->grads_ready(c->par->ctx, block, ranges);
 }
 
 /* MLP examples of step `step` (1-based), pass `micro`: the global batch of step s is examples

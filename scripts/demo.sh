@@ -35,7 +35,7 @@ echo "demo: starting kilnd (REST $KILN_URL, gRPC 127.0.0.1:$GRPC_PORT, TLS, toke
 "$BIN/kilnd" --database-url "$KILN_PG_URL" --http-addr "127.0.0.1:$HTTP_PORT" \
   --grpc-addr "127.0.0.1:$GRPC_PORT" --tls-cert "$TLS/server.pem" --tls-key "$TLS/server.key" \
   --tls-ca "$TLS/ca.pem" --bootstrap-token-file "$WORK/admin.token" \
-  --join-token-file "$WORK/join.token" >"$WORK/kilnd.log" 2>&1 &
+  --join-token-file "$WORK/join.token" --artifact-dir "$WORK/artifacts" >"$WORK/kilnd.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -fs --cacert "$KILN_TLS_CA" "$KILN_URL/readyz" >/dev/null 2>&1 && break
@@ -47,6 +47,14 @@ curl -fs --cacert "$KILN_TLS_CA" "$KILN_URL/readyz" >/dev/null || {
 KILN_TOKEN=$(cat "$WORK/admin.token")
 export KILN_TOKEN
 echo "demo: kilnd created the cluster admin; its API token is in $WORK/admin.token (mode 0600)"
+# The web UI, over the same TLS: the browser warns about the demo's throwaway CA ($TLS/ca.pem).
+UI_LINK=$("$BIN/kiln" ui --print 2>/dev/null || true)
+cat <<MSG
+demo: the web UI is at $KILN_URL/ (accept the demo's throwaway certificate, or import $TLS/ca.pem)
+      log in by pasting the token of $WORK/admin.token, or open this one-time link within 2 minutes:
+      $UI_LINK
+      (\`build/bin/kiln ui\` makes a new one; KILN_DEMO_KEEP=1 keeps everything up after the job)
+MSG
 
 echo "demo: starting kiln-agent with 1 CPU slot (work dir $WORK/agent, data root $ROOT/data)"
 "$BIN/kiln-agent" --server "127.0.0.1:$GRPC_PORT" --slots 1 --slot-type cpu \
@@ -71,16 +79,21 @@ echo
 "$BIN/kiln" describe "$JOB"
 echo
 "$BIN/kiln" metrics "$JOB"
+echo
+"$BIN/kiln" artifacts "$JOB"
 cat <<MSG
 
 demo: done. Where to look next:
   - the job over REST:      curl --cacert $KILN_TLS_CA -H "Authorization: Bearer \$(cat $WORK/admin.token)" \\
                               $KILN_URL/v1/jobs/$JOB   (events, logs, metrics under it)
+  - the web UI:             $KILN_URL/ (build/bin/kiln ui opens it logged in)
   - the CLI:                export KILN_URL=$KILN_URL KILN_TLS_CA=$KILN_TLS_CA
                             build/bin/kiln login < $WORK/admin.token
                             build/bin/kiln jobs | describe | logs -f | metrics
   - users and projects:     build/bin/kiln users create alice; build/bin/kiln tokens create alice
                             build/bin/kiln projects add-member default alice editor
+  - the trained model:      build/bin/kiln artifacts $JOB --get model_llmc.bin (the UI's job page
+                            has download buttons; search and compare are on its jobs page)
   - samples and checkpoints: $WORK/agent/jobs/$JOB/output and .../checkpoints
   - server logs:            $WORK/kilnd.log, $WORK/agent.log
   - more job specs:         examples/ ; the API: api/openapi.yaml ; the Python SDK: sdk/python

@@ -442,6 +442,8 @@ static int write_chunk(svc_t *s, const char *job_id, const store_artifact_t *a, 
             rc = kiln_err_set(err, KILN_EIO, NULL, "could not make an artifact durable: %s", strerror(errno));
     }
     close(fd);
+    if (rc == 0)
+        svc_prom_artifact_bytes_stored((int64_t)len);
     if (rc == 0 && offset == 0)
         fsync_dir(dir);
     return rc;
@@ -712,6 +714,7 @@ out:
 int svc_job_artifacts(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
+    JOB_RESOLVE(s, who, id, err);
     store_conn_t *c = NULL;
     store_artifact_t *rows = NULL;
     int n = 0;
@@ -746,6 +749,7 @@ int svc_job_artifact_open(svc_t *s, const svc_caller_t *who, const char *id, con
 {
     memset(out, 0, sizeof(*out));
     out->fd = -1;
+    JOB_RESOLVE(s, who, id, err);
     store_conn_t *c = NULL;
     store_artifact_t a;
     int rc = store_conn_get(s->store, &c, err);

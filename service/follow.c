@@ -28,13 +28,14 @@ int svc_follow_open(svc_t *s, const svc_caller_t *who, const char *job_id, int r
                     kiln_err_t *err)
 {
     *out = NULL;
-    if (!job_id || !store_is_uuid(job_id)) {
-        kiln_err_set(err, KILN_ENOTFOUND, "id", "job \"%.80s\" not found", job_id ? job_id : "");
-        return KILN_ENOTFOUND;
-    }
+    char full[SVC_JOB_ID_SIZE];
+    int rc = svc_job_resolve(s, who, job_id, full, err);
+    if (rc)
+        return rc;
+    job_id = full;
     store_conn_t *c = NULL;
     char state[16], reason[256];
-    int rc = store_conn_get(s->store, &c, err);
+    rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
     /* Fail early for an unknown (or invisible) job, before anything is registered. */

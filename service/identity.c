@@ -4,6 +4,7 @@
  * applies to the next request. Authentication itself is auth.c's. */
 #include "service/svc_int.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,4 +300,81 @@ int svc_member_remove(svc_t *s, const svc_caller_t *who, const char *project, co
     svc_auth_invalidate(s);
     log_info("auth: %s removed from project \"%s\" by %s", user, project, who->user);
     return 0;
+}
+
+/* ---- one-time login links (the web UI) -------------------------------------------------------- */
+
+#define LOGIN_LINK_TTL_S 120                 /* how long a link may wait for its browser */
+#define LOGIN_SESSION_S (12LL * 3600)        /* the browser token's lifetime at most */
+#define LOGIN_CODE_PREFIX "kiln_login_"
+
+int svc_login_link_create(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (s->cfg.auth_disabled || !who->token_id || !who->token_id[0]) {
+        kiln_err_set(err, KILN_ESTATE, NULL, "kilnd runs without authentication: there is nothing to log in to");
+        kiln_err_hint(err, "open kilnd's URL in the browser directly");
+        return KILN_ESTATE;
+    }
+    char code[128];
+    uint8_t hash[STORE_HASH_LEN];
+    svc_secret_new(LOGIN_CODE_PREFIX, code, sizeof(code), hash);
+    int64_t now = kiln_now_us();
+    int64_t expires_us = now + LOGIN_LINK_TTL_S * 1000000LL;
+    int64_t session_us = now + LOGIN_SESSION_S * 1000000LL;
+    if (who->token_expires_us > 0 && who->token_expires_us < session_us)
+        session_us = who->token_expires_us;
+    int rc;
+    WITH_CONN(s, err, rc = store_login_link_insert(c, hash, who->user, who->token_id, expires_us, session_us, err));
+    if (rc == 0) {
+        char exp[40], sexp[40];
+        kiln_time_format(expires_us, exp, sizeof(exp));
+        kiln_time_format(session_us, sexp, sizeof(sexp));
+        *out = json_pack("{s:s, s:s, s:s}", "code", code, "expires_at", exp, "session_expires_at", sexp);
+        log_info("auth: login link for user \"%s\" created with token %s (valid %d s)", who->user,
+                 who->token_id, LOGIN_LINK_TTL_S);
+    }
+    sodium_memzero(code, sizeof(code));
+    return rc;
+}
+
+static int login_refused(kiln_err_t *err, const char *why)
+{
+    kiln_err_set(err, KILN_EUNAUTH, "code", "this login link %s", why);
+    kiln_err_hint(err, "run `kiln ui` again for a new link (each works once, for %d seconds), or paste an "
+                       "API token", LOGIN_LINK_TTL_S);
+    return KILN_EUNAUTH;
+}
+
+int svc_login_link_redeem(svc_t *s, const char *code, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (s->cfg.auth_disabled) {
+        kiln_err_set(err, KILN_ESTATE, NULL, "kilnd runs without authentication: there is nothing to log in to");
+        return KILN_ESTATE;
+    }
+    size_t plen = strlen(LOGIN_CODE_PREFIX);
+    if (!code || strncmp(code, LOGIN_CODE_PREFIX, plen) != 0 || strlen(code) > 100)
+        return login_refused(err, "is not valid");
+    uint8_t hash[STORE_HASH_LEN], token_hash[STORE_HASH_LEN];
+    svc_secret_hash(code, hash);
+    char secret[128], id[32];
+    svc_secret_new("kiln_", secret, sizeof(secret), token_hash);
+    svc_token_id_new(id, sizeof(id));
+    store_login_redeemed_t red;
+    int rc;
+    WITH_CONN(s, err, rc = store_login_link_redeem(c, hash, id, token_hash, "web UI (one-time login link)", &red, err));
+    if (rc == 0 && !red.redeemed) {
+        rc = login_refused(err, !red.known ? "is not valid"
+                                : red.used ? "was already used"
+                                : red.expired ? "has expired"
+                                : "belongs to a token that was revoked or has expired");
+    } else if (rc == 0) {
+        char exp[40];
+        kiln_time_format(red.expires_us, exp, sizeof(exp));
+        *out = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "token", secret, "expires_at", exp, "user", red.user);
+        log_info("auth: login link of user \"%s\" used: token %s for the web UI", red.user, id);
+    }
+    sodium_memzero(secret, sizeof(secret));
+    return rc;
 }

@@ -199,8 +199,10 @@ out:
         }
         store_conn_put(s->store, c);
     }
-    if (rc == 0 && fresh)
+    if (rc == 0 && fresh) {
+        prom_add(&svc_prom_lines, "", (double)batch->n_lines);
         svc_notify_logs(s, batch->job_id, first + n - 1);
+    }
     return rc;
 }
 
@@ -320,6 +322,8 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
         goto out;
     }
     rc = store_commit(c, err);
+    if (rc == 0)
+        prom_add(&svc_prom_points, "", (double)batch->n_points);
 out:
     if (c)
         store_conn_put(s->store, c);

@@ -3,6 +3,7 @@
  * and stop requests. State changes go through state.c; listing and search are search.c's. */
 #include "service/svc_int.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,78 @@ static int bad_job_id(kiln_err_t *err, const char *id)
     kiln_err_set(err, KILN_ENOTFOUND, "id", "job \"%.80s\" not found", id ? id : "");
     kiln_err_hint(err, "job ids are UUIDs, as job submission returns them");
     return KILN_ENOTFOUND;
+}
+
+int svc_job_resolve(svc_t *s, const svc_caller_t *who, const char *ref, char out[SVC_JOB_ID_SIZE],
+                    kiln_err_t *err)
+{
+    static const char layout[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    out[0] = '\0';
+    size_t n = ref ? strlen(ref) : 0;
+    if (n == 0 || n > 36)
+        return bad_job_id(err, ref);
+    char lo[SVC_JOB_ID_SIZE], hi[SVC_JOB_ID_SIZE];
+    for (size_t i = 0; i < 36; i++) {
+        char c = i < n ? (char)tolower((unsigned char)ref[i]) : 0;
+        if (i < n && (layout[i] == '-' ? c != '-' : !isxdigit((unsigned char)c)))
+            return bad_job_id(err, ref);
+        lo[i] = i < n ? c : layout[i] == '-' ? '-' : '0';
+        hi[i] = i < n ? c : layout[i] == '-' ? '-' : 'f';
+    }
+    lo[36] = hi[36] = '\0';
+    if (n == 36) {
+        memcpy(out, lo, SVC_JOB_ID_SIZE);
+        return 0;
+    }
+    if (n < SVC_JOB_PREFIX_MIN) {
+        kiln_err_set(err, KILN_EINVAL, "id", "job id prefix \"%s\" is too short", ref);
+        kiln_err_hint(err, "give at least %d characters of the id", SVC_JOB_PREFIX_MIN);
+        return KILN_EINVAL;
+    }
+    /* The caller's projects as a text[] literal (names are [a-z0-9._-]); NULL: all of them. */
+    char *projects = NULL;
+    if (!who->cluster_admin) {
+        size_t cap = 3;
+        for (int i = 0; i < who->nroles; i++)
+            cap += strlen(who->roles[i].project) + 3;
+        projects = malloc(cap);
+        if (!projects)
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        size_t o = 0;
+        projects[o++] = '{';
+        for (int i = 0; i < who->nroles; i++)
+            o += (size_t)snprintf(projects + o, cap - o, "%s\"%s\"", i ? "," : "", who->roles[i].project);
+        projects[o++] = '}';
+        projects[o] = '\0';
+    }
+    char ids[5][37];
+    int found = 0;
+    store_conn_t *c = NULL;
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc == 0) {
+        rc = store_job_ids_between(c, lo, hi, projects, 5, ids, &found, err);
+        store_conn_put(s->store, c);
+    }
+    free(projects);
+    if (rc)
+        return rc;
+    if (found == 0) {
+        kiln_err_set(err, KILN_ENOTFOUND, "id", "no job matches \"%s\"", ref);
+        kiln_err_hint(err, "`kiln jobs` (GET /v1/jobs) lists the jobs you can see");
+        return KILN_ENOTFOUND;
+    }
+    if (found > 1) {
+        char list[200] = "";
+        for (int i = 0; i < found && i < 4; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%.13s", i ? ", " : "", ids[i]);
+        kiln_err_set(err, KILN_EINVAL, "id", "job id prefix \"%s\" is ambiguous: it matches %s jobs (%s%s)", ref,
+                     found > 4 ? "more than 4" : found == 2 ? "2" : found == 3 ? "3" : "4", list,
+                     found > 4 ? ", ..." : "");
+        kiln_err_hint(err, "give more characters of the id");
+        return KILN_EINVAL;
+    }
+    memcpy(out, ids[0], SVC_JOB_ID_SIZE);
+    return 0;
 }
 
 static const char *action_name(svc_role_t need)
@@ -347,8 +420,7 @@ fail:
 int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    if (!store_is_uuid(id))
-        return bad_job_id(err, id);
+    JOB_RESOLVE(s, who, id, err);
     store_conn_t *c = NULL;
     int rc = store_conn_get(s->store, &c, err);
     if (rc)
@@ -382,8 +454,7 @@ int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *
     store_job_row_t job;
     char why[512];
     *out = NULL;
-    if (!store_is_uuid(id))
-        return bad_job_id(err, id);
+    JOB_RESOLVE(s, who, id, err);
     int rc = svc_check_str("reason", reason, 200, err);
     if (rc)
         return rc;
@@ -442,8 +513,7 @@ fail:
 int svc_job_events(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    if (!store_is_uuid(id))
-        return bad_job_id(err, id);
+    JOB_RESOLVE(s, who, id, err);
     store_conn_t *c = NULL;
     json_t *ev = NULL;
     int rc = store_conn_get(s->store, &c, err);
@@ -463,8 +533,7 @@ int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_lo
                  json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    if (!store_is_uuid(id))
-        return bad_job_id(err, id);
+    JOB_RESOLVE(s, who, id, err);
     store_log_query_t sq = {.rank = q ? q->rank : -1, .since_us = q ? q->since_us : 0,
                             .after_seq = q ? q->after_seq : 0, .limit = q ? q->limit : 0};
     int rc = 0;
@@ -498,17 +567,29 @@ int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const svc
                     json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    if (!store_is_uuid(id))
-        return bad_job_id(err, id);
     svc_metrics_query_t mq = q ? *q : (svc_metrics_query_t){0};
     int rc = 0;
     if ((mq.max_points_set && (rc = svc_check_range("max_points", mq.max_points, 2, 100000, err))) ||
         (rc = svc_check_str("name", mq.name, 128, err)) ||
         (rc = svc_check_range("attempt", mq.attempt, -1, INT32_MAX, err)))
         return rc;
+    if (mq.start_step < 0 || mq.end_step < 0) {
+        const char *f = mq.start_step < 0 ? "start_step" : "end_step";
+        kiln_err_set(err, KILN_EINVAL, f, "%s must be 0 or more (got %lld)", f,
+                     (long long)(mq.start_step < 0 ? mq.start_step : mq.end_step));
+        kiln_err_hint(err, "steps count from 1; leave a bound out (or 0) for no bound on that side");
+        return KILN_EINVAL;
+    }
+    if (mq.end_step > 0 && mq.start_step > mq.end_step) {
+        kiln_err_set(err, KILN_EINVAL, "end_step", "end_step %lld is before start_step %lld",
+                     (long long)mq.end_step, (long long)mq.start_step);
+        kiln_err_hint(err, "end_step must be at least start_step");
+        return KILN_EINVAL;
+    }
+    JOB_RESOLVE(s, who, id, err);
     store_metrics_query_t sq = {.name = mq.name && *mq.name ? mq.name : NULL,
                                 .max_points = mq.max_points_set ? mq.max_points : 1000,
-                                .attempt = mq.attempt};
+                                .attempt = mq.attempt, .start_step = mq.start_step, .end_step = mq.end_step};
     store_conn_t *c = NULL;
     json_t *series = NULL;
     char state[16];

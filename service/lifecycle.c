@@ -22,6 +22,7 @@ int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
     json_t *removed = NULL;
     int narts = 0;
     *out = NULL;
+    JOB_RESOLVE(s, who, id, err);
     int rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
@@ -68,6 +69,7 @@ int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
     rc = svc_tx_commit(&tx, err);
     if (rc)
         goto done;
+    svc_prom_job_deleted();
     log_info("job %s: deleted by %s (%d artifact(s), %lld bytes)", id, who->user[0] ? who->user : "kilnd", narts,
              (long long)bytes);
     store_conn_t *c = NULL;

@@ -119,10 +119,17 @@ static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_wo
     char reason[700];
     snprintf(reason, sizeof(reason), "placed %d rank(s) on %d worker(s): %s", job.world_size,
              pl->nodes, where);
+    double waited = 0;
+    rc = store_job_state_age(tx.c, job.id, &waited, err);
+    if (rc)
+        goto fail;
     rc = svc_job_set_state(&tx, &job, JOB_STATE_SCHEDULED, attempt, STORE_TR_NEW_ATTEMPT, reason, err);
     if (rc)
         goto fail;
-    return svc_tx_commit(&tx, err);
+    rc = svc_tx_commit(&tx, err);
+    if (rc == 0)
+        prom_observe(&svc_prom_queue_wait, "", waited);
+    return rc;
 fail:
     svc_tx_abort(&tx);
     return rc;
@@ -160,6 +167,7 @@ static void sched_tick(svc_t *s)
     json_t **paths = NULL;       /* each job's data paths, when workers' data roots differ */
     sched_worker_t *wj = NULL;   /* the workers as one job sees them */
     int ncap = 0, njobs = 0;
+    int64_t pass_start = 0;
     bool locked = false;
     kiln_err_clear(&err);
     if (store_conn_get(s->store, &c, &err))
@@ -169,6 +177,7 @@ static void sched_tick(svc_t *s)
      * same free slots to different jobs in that moment. The connection keeps it for the pass. */
     if (store_sched_lock(c, &locked, &err) || !locked)
         goto out;
+    pass_start = kiln_mono_us(); /* the leader's passes only */
     uint64_t gen = svc_cap_gen(s);
     if (store_workers_capacity(c, &cap, &ncap, &err)) {
         log_warn("scheduler: %s", err.message);
@@ -286,8 +295,10 @@ static void sched_tick(svc_t *s)
     }
 out:
     if (c) {
-        if (locked)
+        if (locked) {
             store_sched_unlock(c);
+            prom_observe(&svc_prom_sched_pass, "", (double)(kiln_mono_us() - pass_start) / 1e6);
+        }
         store_conn_put(s->store, c);
     }
     for (int j = 0; paths && j < njobs; j++)

@@ -141,6 +141,15 @@ int svc_member_set(svc_t *s, const svc_caller_t *who, const char *project, const
 int svc_member_remove(svc_t *s, const svc_caller_t *who, const char *project, const char *user,
                       kiln_err_t *err);
 
+/* One-time login links for the web UI (`kiln ui`). create: for the caller's own user, valid 120
+ * s and once; *out = {"code", "expires_at", "session_expires_at"} (the only time the code is
+ * shown). KILN_ESTATE without authentication. redeem: anyone holding the code; marks it used and
+ * creates a token for the link's user that expires within 12 hours and never after the token
+ * that asked for the link; *out = {"id", "token", "expires_at", "user"}. A link that is not
+ * valid, used, expired, or whose asking token was revoked or expired is KILN_EUNAUTH saying which. */
+int svc_login_link_create(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+int svc_login_link_redeem(svc_t *s, const char *code, json_t **out, kiln_err_t *err);
+
 /* ---- agent-facing operations (called by api/'s AgentService gRPC server) -------------------
  * `worker_id` is the worker the call's credential belongs to (svc_auth_agent; "" with
  * authentication off, when the message's own worker_id is used); a message naming another worker
@@ -207,6 +216,16 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
  * KILN_EUNFIT (can never fit), KILN_EREUSED, KILN_EDB. */
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err);
+/* Every operation on one job (get, stop, delete, events, logs, metrics, artifacts, follow; REST and gRPC alike)
+ * takes its id or a unique prefix of it (at least SVC_JOB_PREFIX_MIN characters, as `kiln jobs`
+ * shows them), resolved here through the primary key among the jobs the caller can see. */
+#define SVC_JOB_PREFIX_MIN 4
+#define SVC_JOB_ID_SIZE 37
+/* The full id of ref (an id or a prefix) into out. KILN_ENOTFOUND (nothing visible matches, or
+ * ref cannot be part of an id), KILN_EINVAL (a prefix too short, or one that matches several:
+ * the message lists them), KILN_EDB. */
+int svc_job_resolve(svc_t *s, const svc_caller_t *who, const char *ref, char out[SVC_JOB_ID_SIZE],
+                    kiln_err_t *err);
 /* *out = the job with "summaries": {metric: {count, min, max, last, min_step, max_step,
  * last_step, rank, attempt}} of every metric it reported. */
 int svc_job_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
@@ -257,12 +276,15 @@ typedef struct svc_metrics_query {
     bool max_points_set;
     int attempt;             /* only this attempt's points (>= 1), 0: every attempt, -1: per step
                                 the latest attempt's point (what a chart of the run shows) */
+    int64_t start_step, end_step; /* steps in [start_step, end_step] only (0: no bound on that
+                                     side), so a zoomed chart gets max_points within its range */
 } svc_metrics_query_t;
 /* *out = {"metrics": [{"name": ..., "points": [{step, value, time, time_us, rank, attempt}]}]},
  * each series ordered by step and then attempt, so a step a retried attempt trained again has
  * its earlier attempt's point beside the later one. A series longer than max_points keeps its
  * first and last point and the lowest and highest point of each of (max_points - 2) / 2 buckets
- * (store_metrics_query_json). q may be NULL (every metric, every attempt, 1000 points). */
+ * (store_metrics_query_json). q may be NULL (every metric, every attempt, 1000 points). id may be
+ * a prefix of the job's id (svc_job_resolve). */
 int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const svc_metrics_query_t *q,
                     json_t **out, kiln_err_t *err);
 /* *out = {"workers": [...]}: any authenticated caller. */
@@ -272,6 +294,12 @@ int svc_ready(svc_t *s, kiln_err_t *err);
 /* Whether this kilnd leads (of the kilnd replicas on its database, the one that runs the
  * scheduler and the liveness checker). */
 bool svc_is_leader(svc_t *s);
+/* Appends the control plane's gauges to a Prometheus exposition: whether this kilnd leads, the
+ * connection pool's use, and jobs by state, queue lengths, workers and slots by state (from the
+ * database). The service's counters and histograms are in the process registry (prom_write).
+ * KILN_EDB/KILN_EUNAVAIL when the database cannot answer (the leader and pool gauges are written
+ * regardless). */
+int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err);
 
 /* ---- artifacts and deletion (artifact.c, lifecycle.c) ----------------------------------------
  * A job's artifacts are the files rank 0 left at the top of its output directory, uploaded by its
@@ -294,6 +322,9 @@ typedef struct svc_artifact_file {
     int64_t created_us;
     int attempt;
 } svc_artifact_file_t;
+/* Counts n bytes of an artifact sent to a client through api ("rest" or "grpc") in kilnd's
+ * Prometheus registry (kiln_artifact_bytes_total{direction="served"}). */
+void svc_artifact_served(const char *api, int64_t n);
 /* Opens a complete artifact of the job for the caller (viewers). Errors: KILN_EINVAL (a name no
  * artifact can have: '/', "..", too long), KILN_ENOTFOUND (no such job for the caller, no such
  * artifact, or still uploading), KILN_EUNAVAIL (another store holds it, or the store lost the

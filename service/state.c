@@ -100,6 +100,8 @@ int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, in
     /* Followers on every kilnd hear of the end when (and only if) this transaction commits. */
     if (svc_state_terminal(to) && (rc = store_notify(tx->c, SVC_CH_JOB_END, job->id, err)) != 0)
         return rc;
+    if (svc_state_terminal(to))
+        tx->ended[to]++;
     /* Anything that ends or re-queues a job may free slots or add work for the scheduler. */
     if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED)
         tx->wake_sched = true;

@@ -14,6 +14,7 @@ char *svc_astr(arena_t *a, const char *s)
 int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
 {
     *out = NULL;
+    svc_prom_init();
     svc_t *s = calloc(1, sizeof(*s));
     if (!s)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -164,6 +165,12 @@ int svc_tx_commit(svc_tx_t *tx, kiln_err_t *err)
     tx->c = NULL;
     if (rc)
         return rc;
+    for (int st = 0; st <= JOB_STATE_STOPPED; st++)
+        if (tx->ended[st] > 0) {
+            char l[64];
+            prom_add(&svc_prom_finished, prom_label(l, sizeof l, "outcome", svc_state_name((svc_job_state_t)st)),
+                     tx->ended[st]);
+        }
     if (tx->wake_sched)
         svc_sched_wake(tx->s);
     return 0;

@@ -100,12 +100,14 @@ struct svc {
 };
 
 /* A database transaction that remembers what to announce once it has committed: whether the
- * scheduler should run. (A job's end is announced by the transaction itself: svc_job_set_state
- * sends SVC_CH_JOB_END, which the database delivers only if it commits.) */
+ * scheduler should run, and how many jobs it ended in each terminal state (counted in
+ * kiln_jobs_finished_total). (A job's end is announced to followers by the transaction itself:
+ * svc_job_set_state sends SVC_CH_JOB_END, which the database delivers only if it commits.) */
 typedef struct svc_tx {
     svc_t *s;
     store_conn_t *c;
     bool wake_sched;
+    int ended[JOB_STATE_STOPPED + 1]; /* by svc_job_state_t */
     const char *actor;           /* the user whose request this is (events record it), or NULL */
 } svc_tx_t;
 
@@ -308,5 +310,23 @@ void svc_janitor_stop(svc_t *s);
 
 /* Copies a string into the arena ("" for NULL). */
 char *svc_astr(arena_t *a, const char *s);
+
+/* ---- Prometheus (monitor.c) ---- */
+extern prom_family_t svc_prom_finished, svc_prom_queue_wait, svc_prom_sched_pass, svc_prom_lines, svc_prom_points;
+/* Counts artifact bytes written to the store, and a deleted job (monitor.c). */
+void svc_prom_artifact_bytes_stored(int64_t n);
+void svc_prom_job_deleted(void);
+/* Registers the service's families (svc_create). */
+void svc_prom_init(void);
+
+/* Replaces `id` (a parameter) by the full id it names, or returns the error. */
+#define JOB_RESOLVE(s, who, id, err)                                                              \
+    char id##_full[SVC_JOB_ID_SIZE];                                                              \
+    do {                                                                                          \
+        int resolve_rc = svc_job_resolve((s), (who), (id), id##_full, (err));                      \
+        if (resolve_rc)                                                                           \
+            return resolve_rc;                                                                    \
+        (id) = id##_full;                                                                         \
+    } while (0)
 
 #endif /* KILN_SVC_INT_H */

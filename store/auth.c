@@ -405,3 +405,73 @@ int store_bootstrap_admin(store_conn_t *c, const char *user, const char *token_i
         *created = false;
     return rc;
 }
+
+/* ---- one-time login links ----------------------------------------------------------------- */
+
+int store_login_link_insert(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], const char *user,
+                            const char *token_id, int64_t expires_us, int64_t session_expires_us,
+                            kiln_err_t *err)
+{
+    char hb[2 * STORE_HASH_LEN + 3], eb[24], sb[24];
+    const char *p[5] = {hash_param(hash, hb), user, token_id, us_param(expires_us, eb, sizeof(eb)),
+                        us_param(session_expires_us, sb, sizeof(sb))};
+    /* Links a day past their expiry are of no use to anyone: each new link sweeps them. */
+    int rc = store_q(c, "sweep login links",
+                     "DELETE FROM login_links WHERE expires_at < now() - interval '1 day'", 0, NULL, NULL, err);
+    if (rc == 0)
+        rc = store_q(c, "create login link",
+                     "INSERT INTO login_links (hash, user_name, token_id, expires_at, session_expires_at)"
+                     " VALUES ($1::bytea, $2, $3, " US_TO_TS("$4") ", " US_TO_TS("$5") ")",
+                     5, p, NULL, err);
+    return rc;
+}
+
+int store_login_link_redeem(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], const char *token_id,
+                            const uint8_t token_hash[STORE_HASH_LEN], const char *description,
+                            store_login_redeemed_t *out, kiln_err_t *err)
+{
+    /* One statement: the link is marked used and the token made together, or neither. A link
+     * whose asking token was revoked or has expired since is refused like a used one. */
+    static const char *sql =
+        "WITH l AS (UPDATE login_links SET used_at = now(), issued_token_id = $2"
+        "  WHERE hash = $1::bytea AND used_at IS NULL AND expires_at > now()"
+        "  AND EXISTS (SELECT 1 FROM tokens t WHERE t.id = login_links.token_id"
+        "   AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now()))"
+        "  RETURNING user_name, session_expires_at)"
+        " INSERT INTO tokens (id, user_name, hash, description, expires_at)"
+        " SELECT $2, user_name, $3::bytea, $4, session_expires_at FROM l"
+        " RETURNING user_name, " STORE_US("expires_at");
+    char hb[2 * STORE_HASH_LEN + 3], tb[2 * STORE_HASH_LEN + 3];
+    const char *p[4] = {hash_param(hash, hb), token_id, hash_param(token_hash, tb), description};
+    PGresult *r = NULL;
+    memset(out, 0, sizeof(*out));
+    int rc = store_q(c, "redeem login link", sql, 4, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1) {
+        kiln_strlcpy(out->user, store_get_str(r, 0, 0), sizeof(out->user));
+        out->expires_us = store_get_i64(r, 0, 1);
+        out->redeemed = true;
+        PQclear(r);
+        return 0;
+    }
+    PQclear(r);
+    /* Not redeemed: say why (the code is 256 random bits, so this tells a guesser nothing). */
+    const char *q[1] = {p[0]};
+    rc = store_q(c, "read login link",
+                 "SELECT l.used_at IS NOT NULL, l.expires_at <= now(),"
+                 "  NOT EXISTS (SELECT 1 FROM tokens t WHERE t.id = l.token_id AND t.revoked_at IS NULL"
+                 "   AND (t.expires_at IS NULL OR t.expires_at > now()))"
+                 " FROM login_links l WHERE l.hash = $1::bytea",
+                 1, q, &r, err);
+    if (rc)
+        return rc;
+    out->known = PQntuples(r) == 1;
+    if (out->known) {
+        out->used = store_get_bool(r, 0, 0);
+        out->expired = store_get_bool(r, 0, 1);
+        out->token_gone = store_get_bool(r, 0, 2);
+    }
+    PQclear(r);
+    return 0;
+}

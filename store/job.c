@@ -412,6 +412,25 @@ int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n
     return 0;
 }
 
+int store_job_state_age(store_conn_t *c, const char *id, double *seconds, kiln_err_t *err)
+{
+    *seconds = 0;
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_qp(c, "read job state age",
+                      "SELECT extract(epoch FROM clock_timestamp() - updated_at)::float8 FROM jobs WHERE id = $1::uuid",
+                      1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return not_found(err, id);
+    }
+    *seconds = atof(store_get_str(r, 0, 0));
+    PQclear(r);
+    return 0;
+}
+
 int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err)
 {
     project[0] = '\0';
@@ -427,6 +446,26 @@ int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, 
         return not_found(err, id);
     }
     kiln_strlcpy(project, store_get_str(r, 0, 0), n);
+    PQclear(r);
+    return 0;
+}
+
+int store_job_ids_between(store_conn_t *c, const char *lo, const char *hi, const char *projects, int max,
+                          char (*ids)[37], int *n, kiln_err_t *err)
+{
+    *n = 0;
+    char lim[16];
+    snprintf(lim, sizeof lim, "%d", max);
+    const char *p[4] = {lo, hi, projects, lim};
+    PGresult *r = NULL;
+    int rc = store_qp(c, "find job ids by prefix",
+                      "SELECT id FROM jobs WHERE id BETWEEN $1::uuid AND $2::uuid"
+                      " AND ($3::text[] IS NULL OR project = ANY($3::text[])) ORDER BY id LIMIT $4::int",
+                      4, p, &r, err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < PQntuples(r) && i < max; i++)
+        kiln_strlcpy(ids[(*n)++], store_get_str(r, i, 0), 37);
     PQclear(r);
     return 0;
 }

@@ -482,3 +482,11 @@ int store_copy(store_conn_t *c, const char *what, const char *copy_sql, const st
         rc = store_pg_fail(c, NULL, what, err);
     return rc;
 }
+
+void store_pool_usage(store_t *st, int *size, int *in_use)
+{
+    pthread_mutex_lock(&st->mu);
+    *size = st->size;
+    *in_use = st->size - st->nfree;
+    pthread_mutex_unlock(&st->mu);
+}

@@ -360,7 +360,7 @@ static void sb_key_joins(sb_t *b, const query_order_t *o, int phase)
         const query_field_t *f = &o->keys[i].field;
         if (f->id != QF_HP && f->id != QF_METRIC)
             continue;
-        char alias[8];
+        char alias[16];
         snprintf(alias, sizeof alias, "o%d", i);
         sb_sql(b, i == 0 && phase == 1 ? " JOIN " : " LEFT JOIN ");
         sb_sql(b, f->id == QF_HP ? "job_hparams " : "metric_summaries ");

@@ -157,8 +157,15 @@ int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t 
  * eta from steps_per_s (<= 0: unknown). *found (OUT) = whether the job exists. */
 int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const char *latest_json,
                              int64_t max_step, double steps_per_s, bool *found, kiln_err_t *err);
+/* Seconds since the job's last state change (how long it has been in its state). KILN_ENOTFOUND. */
+int store_job_state_age(store_conn_t *c, const char *id, double *seconds, kiln_err_t *err);
 /* The job's project, into project (size n). KILN_ENOTFOUND. */
 int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err);
+/* Job ids from lo to hi (UUIDs, both included) in id order, at most max of them, in projects
+ * (a PostgreSQL text[] literal such as {"a","b"}; NULL for every project): the ids of a prefix,
+ * found through the primary key's index. ids[i] has room for 37 bytes; *n (OUT) how many. */
+int store_job_ids_between(store_conn_t *c, const char *lo, const char *hi, const char *projects, int max,
+                          char (*ids)[37], int *n, kiln_err_t *err);
 /* Terminal state and reason of a job: *state "" and KILN_ENOTFOUND when unknown. */
 int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
                     size_t reason_n, kiln_err_t *err);
@@ -199,6 +206,12 @@ int store_workers_expire(store_conn_t *c, int timeout_ms, int64_t watched_since_
 int store_now_us(store_conn_t *c, int64_t *out, kiln_err_t *err);
 /* *out = array of workers as contracts.md shows them. */
 int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* Counts for monitoring, *out = {"jobs": {STATE: n}, "queues": {QUEUE: n of QUEUED jobs},
+ * "workers": {"ALIVE": n, "DEAD": n, "draining": n}, "slots": {SLOT_TYPE: {"total": n, "used": n}}}
+ * (slots of ALIVE workers). Caller owns *out. */
+int store_stats_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* The pool's size and the connections handed out now. Thread-safe. */
+void store_pool_usage(store_t *st, int *size, int *in_use);
 
 #define STORE_MAX_ROOTS 32
 typedef struct store_worker_cap {
@@ -268,6 +281,25 @@ int store_member_set(store_conn_t *c, const char *project, const char *user, con
                      kiln_err_t *err);
 int store_member_remove(store_conn_t *c, const char *project, const char *user, bool *removed,
                         kiln_err_t *err);
+
+/* A one-time login link (migration 0010): the hash of its code, the user and the token that
+ * asked for it, when the link expires and when the token it is redeemed for will. */
+int store_login_link_insert(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], const char *user,
+                            const char *token_id, int64_t expires_us, int64_t session_expires_us,
+                            kiln_err_t *err);
+typedef struct store_login_redeemed {
+    bool redeemed;               /* the link was unused and valid: token (token_id) now exists */
+    char user[64];               /* when redeemed */
+    int64_t expires_us;          /* the new token's expiry, when redeemed */
+    bool known, used, expired, token_gone; /* when not redeemed: why not */
+} store_login_redeemed_t;
+/* Redeems the link with this code hash, once: marks it used and creates the token (token_id,
+ * token_hash, description) for the link's user, expiring when the link says, in one statement.
+ * A link that is unknown, used, expired, or whose asking token was revoked or expired is not
+ * redeemed (out says which). Returns 0 either way, or KILN_EDB. */
+int store_login_link_redeem(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], const char *token_id,
+                            const uint8_t token_hash[STORE_HASH_LEN], const char *description,
+                            store_login_redeemed_t *out, kiln_err_t *err);
 
 /* On a database without users: creates `user` as a cluster admin holding the token (id, hash)
  * and sets *created. With users already there, changes nothing. One transaction under an
@@ -439,11 +471,13 @@ typedef struct store_metrics_query {
     const char *name;        /* NULL: every metric */
     int max_points;          /* >= 2 */
     int attempt;             /* > 0: that attempt's points; 0: all; -1: per step the latest attempt's */
+    int64_t start_step, end_step; /* steps in [start_step, end_step] only; 0: no bound on that side */
 } store_metrics_query_t;
 /* *out = array of {name, points: [{step, value, time, time_us, rank, attempt}]} by name, each
  * series ordered by step, then attempt (attempt -1: per rank and step only the latest attempt's
  * points). A series longer than max_points keeps its first and last point and the lowest and
- * highest of each of (max_points - 2) / 2 buckets of consecutive points. */
+ * highest of each of (max_points - 2) / 2 buckets of consecutive points; with a step range (a
+ * chart's zoomed range) the thinning is within it. */
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const store_metrics_query_t *q,
                              json_t **out, kiln_err_t *err);
 

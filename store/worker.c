@@ -194,3 +194,37 @@ int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, ki
                         " FROM workers w WHERE w.state = 'ALIVE' ORDER BY w.id", 0, NULL,
                         sizeof(**out), cap_fill, (void **)out, n, err);
 }
+
+int store_stats_json(store_conn_t *c, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    PGresult *r = NULL;
+    /* One statement: state counts come from the state index, queue lengths from the pending
+     * jobs' index, the worker side is small. */
+    int rc = store_q(c, "count jobs and workers",
+                     "SELECT 'jobs', state, count(*), 0 FROM jobs GROUP BY state"
+                     " UNION ALL SELECT 'queues', queue, count(*), 0 FROM jobs WHERE state = 'QUEUED' GROUP BY queue"
+                     " UNION ALL SELECT 'workers', state, count(*), 0 FROM workers GROUP BY state"
+                     " UNION ALL SELECT 'workers', 'draining', count(*), 0 FROM workers WHERE draining AND state = 'ALIVE'"
+                     " UNION ALL SELECT 'slots', w.slot_type, sum(w.slots), sum(" USED_SLOTS ")"
+                     "  FROM workers w WHERE w.state = 'ALIVE' GROUP BY w.slot_type",
+                     0, NULL, &r, err);
+    if (rc)
+        return rc;
+    json_t *o = json_pack("{s:{}, s:{}, s:{s:i, s:i, s:i}, s:{}}", "jobs", "queues", "workers", "ALIVE", 0, "DEAD", 0,
+                          "draining", 0, "slots");
+    for (int i = 0; o && i < PQntuples(r); i++) {
+        const char *kind = store_get_str(r, i, 0), *key = store_get_str(r, i, 1);
+        json_t *section = json_object_get(o, kind);
+        if (!strcmp(kind, "slots"))
+            json_object_set_new(section, key, json_pack("{s:I, s:I}", "total", (json_int_t)store_get_i64(r, i, 2),
+                                                        "used", (json_int_t)store_get_i64(r, i, 3)));
+        else
+            json_object_set_new(section, key, json_integer(store_get_i64(r, i, 2)));
+    }
+    PQclear(r);
+    if (!o)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    *out = o;
+    return 0;
+}

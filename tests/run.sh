@@ -58,13 +58,38 @@ for t in "$BUILD"/tests/test_*; do
   echo "   ($(( $(date +%s) - start ))s)"
 done
 
+# The web UI in a real browser: node's test runner drives Debian's Chromium (playwright-core from
+# ui/'s lockfile) against a real kilnd, agents and this PostgreSQL (tests/ui/). Screenshots go to
+# $logdir/ui. Chromium is installed by scripts/install-deps.sh: without it the tests fail.
+if [ -f tests/ui/ui.test.mjs ]; then
+  echo "== ui (browser)"
+  start=$(date +%s)
+  KILN_TEST_OUT="$logdir" node --test --test-reporter=tap tests/ui/ui.test.mjs >"$logdir/ui.log" 2>&1
+  rc=$?
+  grep -aE '^\s*(not ok|ok) .*# SKIP|^\s*not ok|^# (pass|fail|skipped)' "$logdir/ui.log" | tail -n 20
+  p=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$logdir/ui.log" | tail -1)
+  f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$logdir/ui.log" | tail -1)
+  # every browser test runs: one that skipped counts as failed
+  s=$(sed -n 's/^# skipped \([0-9]*\)$/\1/p' "$logdir/ui.log" | tail -1)
+  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0} + ${s:-0}))
+  [ "${s:-0}" -gt 0 ] && bad_bins+=("ui(skipped)")
+  if [ $rc -ne 0 ] || [ -z "$p" ]; then
+    bad_bins+=("ui")
+    [ -z "$p" ] && { failed=$((failed + 1)); tail -n 30 "$logdir/ui.log"; }
+  fi
+  if grep -qaE 'kiln_(join_|agent_|login_)?[A-Za-z0-9_-]{43}' "$logdir/ui.log"; then
+    echo "ui: a secret appears in its output"; bad_bins+=("ui(secret)"); failed=$((failed + 1))
+  fi
+  echo "   ($(( $(date +%s) - start ))s; screenshots in $logdir/ui)"
+fi
+
 if [ ${#bad_bins[@]} -ne 0 ]; then
   # Repeat what went wrong at the very end, so that a log cut to its last lines (CI keeps only
   # the tail) still says which test failed and why.
   for b in "${bad_bins[@]}"; do
     log="$logdir/${b%(*}.log"
     echo "---- $b: failures ----"
-    grep -aE -A8 '\[(FAIL|----)\]|ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log" | cut -c1-400 | head -n 80
+    grep -aE -A8 '\[(FAIL|----)\]|ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|^\s*not ok' "$log" | cut -c1-400 | head -n 80
     echo "---- $b: last lines ----"
     tail -n 15 "$log" | cut -c1-400
   done

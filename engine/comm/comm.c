@@ -159,6 +159,8 @@ int comm_create(const comm_config_t *cfg, comm_t **out, kiln_err_t *err)
     e->chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : (1u << 20);
     e->chunk_bytes = (e->chunk_bytes + 63) & ~(size_t)63;
     e->depth = cfg->depth > 0 ? cfg->depth : 4;
+    e->spin_yields = 64; /* the transport may change them (comm_fabric_open) */
+    e->nap_us = 20;
     e->hosts = calloc((size_t)e->world, COMM_HOST_MAX);
     if (!e->hosts) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

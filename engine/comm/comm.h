@@ -5,9 +5,12 @@
  *
  * Model: every process holds one communication engine (one libfabric endpoint, one progress
  * thread that owns it). A comm_t is a group of ranks over that engine: the world from
- * comm_create(), sub-groups from comm_split(). Operations are queued and executed by the progress
- * thread strictly in submission order (point-to-point ones are posted in order but may complete
- * out of order), so every rank of a group must submit the group's collectives in the same order.
+ * comm_create(), sub-groups from comm_split(). Operations are queued and started by the progress
+ * thread in submission order, so every rank of a group must submit the group's collectives in the
+ * same order. Collectives on disjoint buffers run several at once (one that waits on a peer
+ * leaves the link to the next) and may complete out of order; one queued on memory that an
+ * earlier unfinished one uses starts after it. Point-to-point operations are posted in order but
+ * may complete out of order.
  * Collectives use bandwidth-optimal rings, chunked and pipelined; results are bitwise identical
  * on every rank. A rank that dies makes every pending and later operation fail fast with
  * KILN_ECOMM and the dead rank named ("rank 3 (host h) disconnected"); the group is then unusable
@@ -99,7 +102,8 @@ void comm_shard_range(size_t n, int rank, int world, size_t *offset, size_t *cou
  * Each *_start queues the operation and returns at once with *req (OUT); the buffer is borrowed
  * by the engine until comm_wait() returns. The caller owns *req: comm_wait() it exactly once.
  * Returns 0, KILN_EINVAL, or KILN_ECOMM when the group has already failed (then *req is NULL).
- * All functions are thread-safe; operations are executed in submission order. */
+ * All functions are thread-safe; operations start in submission order (see the top of this
+ * file for which run at once). */
 
 /* buf (n floats) becomes the element-wise sum (or average) over the group, identical bytes on
  * every rank. */

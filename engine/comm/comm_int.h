@@ -14,6 +14,10 @@
 #define COMM_ADDR_MAX 256
 #define COMM_MSG_MAX 256
 #define COMM_PROV_MAX 16
+/* Collectives running at once (started in submission order, on disjoint buffers): while one
+ * waits on a peer (the all-gather half waits for the reduce-scatter half to come round), the
+ * next keeps the link busy. Each holds at most `depth` staging slots of its own. */
+#define COMM_COLL_INFLIGHT 4
 
 typedef struct comm_engine comm_engine_t;
 typedef struct comm_ring comm_ring_t;
@@ -120,7 +124,8 @@ typedef struct comm_fabric {
     uint64_t mr_key;      /* next requested key when the provider does not pick keys */
     char name[COMM_ADDR_MAX];
     size_t namelen;
-    float *slots;         /* staging for reducing receives: depth slots of slot_bytes */
+    float *slots;         /* staging for reducing receives: depth slots of slot_bytes for each
+                           * of COMM_COLL_INFLIGHT collectives */
     size_t slot_bytes;
     struct fid_mr *slots_mr;
     void *slots_desc;
@@ -137,6 +142,10 @@ struct comm_engine {
     int depth;
     double timeout_s;
     int64_t watchdog_us;  /* started operations with no progress for this long fail */
+    /* How the progress thread waits while transfers are in flight but none completed (the
+     * transport sets them; progress.c says why): yields first, then naps of nap_us. */
+    int spin_yields;
+    int nap_us;
 
     const comm_transport_t *tp;
     comm_fabric_t fab;
@@ -168,8 +177,9 @@ struct comm_engine {
     pthread_mutex_t ctl_mu;       /* serialises comm_ctl_poll (progress thread or a waiter) */
 
     /* progress thread only */
-    comm_req_t *coll_head, *coll_tail; /* collectives in order; the head runs */
-    comm_req_t *active;                /* started ops not finished */
+    comm_req_t *coll_head, *coll_tail; /* collectives in submission order, not finished; the
+                                        * first COMM_COLL_INFLIGHT may run (progress.c) */
+    comm_req_t *active;                /* started ops not finished, oldest first */
     int64_t pending_fail_us;           /* fabric error seen: fail then unless a death explains it */
     int64_t progress_us;               /* last time a transfer completed or an op started/ended */
     char pending_fail[COMM_MSG_MAX];
@@ -213,6 +223,11 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
 int comm_fabric_insert(comm_engine_t *e, const uint8_t (*addrs)[COMM_ADDR_MAX], const uint32_t *lens,
                        kiln_err_t *err);
 void comm_fabric_close(comm_engine_t *e);
+/* Messages up to the ring's chunk size, clamped to [COMM_EAGER_MIN, COMM_EAGER_MAX], go eagerly
+ * over tcp;ofi_rxm (pushed by the sender, no rendezvous; fabric.c says why). Larger
+ * point-to-point messages keep rxm's rendezvous, which needs no receiver-side copy. */
+#define COMM_EAGER_MIN 16384
+#define COMM_EAGER_MAX (8u << 20)
 /* Posts a tagged send/receive of x. Returns 0, 1 when the fabric is busy (retry after progress)
  * or KILN_ECOMM with msg. */
 int comm_fabric_post(comm_engine_t *e, comm_xfer_t *x, void *buf, size_t len, void *desc,

@@ -38,6 +38,26 @@ static struct fi_info *fabric_hints(const char *prov, bool ordered)
     return h;
 }
 
+/* tcp;ofi_rxm sends a message above its eager limit (16 KiB by default) by rendezvous: the
+ * sender announces it, the receiver asks for the data with an RMA read, and that request travels
+ * in the one FIFO TCP stream the receiver's own outgoing data fills. In a ring both directions
+ * carry chunks at once, so every request waited behind a whole chunk of the other direction and
+ * the two directions took turns: half the link's rate on a 1 Gbit/s link (bench/dp_netns.sh).
+ * Sent eagerly, a chunk streams at once; rxm places it in the posted receive, or, when it comes
+ * before the receive is posted, in a buffer it allocates and copies from later. The limit is
+ * rxm's FI_OFI_RXM_EAGER_LIMIT, read when an endpoint opens; an operator's own value is kept.
+ * Process-wide: the last engine opened sets it (one engine per process in kiln-train). */
+static void tcp_set_eager_limit(size_t chunk_bytes)
+{
+    static char ours[32]; /* the value this process set, to tell it from an operator's */
+    const char *cur = getenv("FI_OFI_RXM_EAGER_LIMIT");
+    if (cur && strcmp(cur, ours) != 0)
+        return;
+    size_t v = chunk_bytes < COMM_EAGER_MIN ? COMM_EAGER_MIN : chunk_bytes; /* rxm's own floor */
+    snprintf(ours, sizeof(ours), "%zu", v > COMM_EAGER_MAX ? (size_t)COMM_EAGER_MAX : v);
+    setenv("FI_OFI_RXM_EAGER_LIMIT", ours, 1);
+}
+
 int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_err_t *err)
 {
     comm_fabric_t *f = &e->fab;
@@ -49,6 +69,14 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     int self = (int)getpid();
     if (!tcp && rank_shm_cleanup(&self, 1) > 0)
         log_info("comm: removed a stale shm region left by an earlier process %d", (int)getpid());
+    if (tcp)
+        tcp_set_eager_limit(e->chunk_bytes);
+    /* Over tcp the kernel moves the data while the progress thread naps: its socket buffers
+     * keep the link busy through 200 us (25 KB at 1 Gbit/s, 250 KB at 10), and rxm's
+     * completions are polled, so shorter naps only cost wakeups taken from compute. Over shm
+     * the progress thread makes the copies itself: it naps briefly. */
+    e->spin_yields = tcp ? 16 : 64;
+    e->nap_us = tcp ? 200 : 20;
 
     /* Messages of one tag from one peer must not overtake each other (send/recv contract). */
     for (int ordered = 1; ordered >= 0 && rc != 0; ordered--) {
@@ -70,7 +98,7 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     const char *blk = getenv("KILN_COMM_BLOCKING");
     bool may_wait = tcp && blk && strcmp(blk, "1") == 0;
     struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = may_wait ? FI_WAIT_UNSPEC : FI_WAIT_NONE,
-                                 .size = (size_t)(4 * e->depth + 64)};
+                                 .size = (size_t)(COMM_COLL_INFLIGHT * 8 * e->depth + 64)};
     what = "fi_fabric";
     if ((rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL)) != 0)
         goto fail;
@@ -106,20 +134,21 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     if ((rc = fi_getname(&f->ep->fid, f->name, &f->namelen)) != 0)
         goto fail;
 
-    /* Staging for reducing receives, registered once. */
+    /* Staging for reducing receives, registered once: depth slots per running collective. */
+    int nslots = e->depth * COMM_COLL_INFLIGHT;
     f->slot_bytes = e->chunk_bytes;
-    f->slots = aligned_alloc(64, f->slot_bytes * (size_t)e->depth);
-    f->slot_free = calloc((size_t)e->depth, sizeof(int));
+    f->slots = aligned_alloc(64, f->slot_bytes * (size_t)nslots);
+    f->slot_free = calloc((size_t)nslots, sizeof(int));
     if (!f->slots || !f->slot_free) {
         comm_fabric_close(e);
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for %d staging chunks", e->depth);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for %d staging chunks", nslots);
     }
-    for (int i = 0; i < e->depth; i++)
+    for (int i = 0; i < nslots; i++)
         f->slot_free[i] = i;
-    f->nslot_free = e->depth;
+    f->nslot_free = nslots;
     if (f->mr_local) {
         char msg[COMM_MSG_MAX];
-        if (comm_fabric_mr(e, f->slots, f->slot_bytes * (size_t)e->depth, &f->slots_mr,
+        if (comm_fabric_mr(e, f->slots, f->slot_bytes * (size_t)nslots, &f->slots_mr,
                            &f->slots_desc, msg) != 0) {
             comm_fabric_close(e);
             return kiln_err_set(err, KILN_ECOMM, NULL, "%s", msg);

@@ -1,6 +1,7 @@
 /* progress.c - the communication thread. It owns the fabric endpoint: takes submitted operations
- * in order (collectives run one at a time, point-to-point ones are posted at once), drives the
- * transport's progress, watches the control connections for dead peers, and completes requests.
+ * in order (collectives start in submission order, up to COMM_COLL_INFLIGHT at once on disjoint
+ * buffers; point-to-point ones are posted at once), drives the transport's progress, watches the
+ * control connections for dead peers, and completes requests.
  * It is not the algorithms (ring.c) nor the public API (comm.c). */
 #include "engine/comm/comm_int.h"
 
@@ -23,11 +24,17 @@ void comm_op_finish(comm_engine_t *e, comm_req_t *op, int status, const char *ms
             *pp = op->anext;
             break;
         }
-    if (e->coll_head == op) {
-        e->coll_head = op->next;
-        if (!e->coll_head)
-            e->coll_tail = NULL;
-    }
+    comm_req_t *prev = NULL;
+    for (comm_req_t *q = e->coll_head; q; prev = q, q = q->next)
+        if (q == op) {
+            if (prev)
+                prev->next = op->next;
+            else
+                e->coll_head = op->next;
+            if (e->coll_tail == op)
+                e->coll_tail = prev;
+            break;
+        }
     pthread_mutex_lock(&e->mu);
     op->status = status;
     if (msg)
@@ -128,12 +135,55 @@ static void start_op(comm_engine_t *e, comm_req_t *op)
         comm_ctl_bye(e);
         return;
     }
-    op->anext = e->active;
-    e->active = op;
+    /* oldest first: the transport advances older operations before newer ones */
+    comm_req_t **pp = &e->active;
+    while (*pp)
+        pp = &(*pp)->anext;
+    op->anext = NULL;
+    *pp = op;
     int rc = e->tp->start(e, op, msg);
     if (rc != 0) {
         comm_ring_free(op);
         comm_op_finish(e, op, rc, msg);
+    }
+}
+
+static bool overlaps(const comm_req_t *a, const comm_req_t *b)
+{
+    const char *pa = a->buf, *pb = b->buf;
+    size_t na = a->n * a->esize, nb = b->n * b->esize;
+    return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
+/* Starts the collectives that may run now: in submission order, while fewer than
+ * COMM_COLL_INFLIGHT run and the next one's buffer is disjoint from every earlier unfinished
+ * one's (a caller may queue two operations on one buffer and rely on their order). The teardown
+ * starts only when it is the last operation left. Every rank starts a group's collectives in
+ * the same order; tags carry the sequence number, so ones running at once never mix, and the
+ * oldest unfinished collective of any rank has always started on every rank. */
+static void start_colls(comm_engine_t *e, int64_t *shutdown_deadline)
+{
+    for (;;) {
+        int running = 0;
+        comm_req_t *next = NULL;
+        for (comm_req_t *op = e->coll_head; op; op = op->next) {
+            if (op->started) {
+                running++;
+                continue;
+            }
+            next = op;
+            break;
+        }
+        if (!next || running >= COMM_COLL_INFLIGHT)
+            return;
+        if (next->kind == COMM_OP_SHUTDOWN && next != e->coll_head)
+            return;
+        for (const comm_req_t *q = e->coll_head; q != next; q = q->next)
+            if (overlaps(q, next))
+                return;
+        if (next->kind == COMM_OP_SHUTDOWN)
+            *shutdown_deadline = kiln_mono_us() + (int64_t)(e->timeout_s * 1e6);
+        start_op(e, next); /* on an error it finishes (and unlinks) next: look again */
     }
 }
 
@@ -203,14 +253,10 @@ static void *progress_main(void *arg)
             continue;
         }
 
-        if (e->coll_head && !e->coll_head->started) {
-            if (e->coll_head->kind == COMM_OP_SHUTDOWN)
-                shutdown_deadline = kiln_mono_us() + (int64_t)(e->timeout_s * 1e6);
-            start_op(e, e->coll_head);
-        }
+        start_colls(e, &shutdown_deadline);
 
         int events = 0;
-        bool sleepy = idle > 64 && e->tp->can_wait(e);
+        bool sleepy = idle > e->spin_yields && e->tp->can_wait(e);
         if (e->active && !e->pending_fail_us) {
             int rc = e->tp->progress(e, sleepy ? 1 : 0, &events, msg);
             if (rc != 0) {
@@ -244,17 +290,21 @@ static void *progress_main(void *arg)
                 comm_op_finish(e, head, KILN_ETIMEDOUT, "timed out waiting for the other ranks to finish");
         }
 
-        /* Spin while data moves; back off while waiting on a slow peer (the cores are shared
-         * with compute): yield, then sleep in the transport's wait (tcp) or take 20 us naps,
-         * then 200 us naps after ~20 ms of silence. */
+        /* Spin while data moves; back off while waiting (the cores are shared with compute):
+         * yield, then nap as the transport says (e->nap_us: 200 us over tcp, where a nap costs
+         * one wakeup where yielding or 20 us naps cost hundreds per millisecond of transfer,
+         * for the same rate; 20 us over shm, whose copies this thread makes), then, after
+         * ~1000 rounds without a completion (a slow peer), sleep in the transport's wait where
+         * it has one or take 200 us naps. */
         if (events > 0) {
             idle = 0;
         } else if (e->active || e->coll_head) {
             idle++;
-            if (idle <= 64) {
+            if (idle <= e->spin_yields) {
                 sched_yield();
             } else if (!sleepy || !e->active) {
-                struct timespec ts = {0, idle < 1000 ? 20000 : 200000};
+                long us = idle < 1000 ? e->nap_us : 200;
+                struct timespec ts = {0, us * 1000};
                 nanosleep(&ts, NULL);
             }
         }

@@ -3,6 +3,11 @@
  * cut into chunks; a unit is (step, chunk) and up to `depth` receives and sends are in flight, so
  * large buffers stream. Not the transport itself (fabric.c) nor the queueing (progress.c).
  *
+ * Chunks are the configured size or less: a segment is cut into the fewest chunks of at most
+ * chunk_bytes, all of equal size (so a segment a little over one chunk makes two halves, not a
+ * chunk and a sliver), which also lets the all-gather half start before a whole segment is in.
+ * Several rings may run at once (COMM_COLL_INFLIGHT); each takes at most `depth` staging slots.
+ *
  * Reduce-scatter: at step t rank r sends segment r-t-1 to its right and receives segment r-t-2
  * from its left, adding its own values (incoming partial + own, in ring order). After W-1 steps
  * rank r holds the reduced segment r. All-gather then forwards finished segments around the
@@ -33,6 +38,7 @@ struct comm_ring {
     int recv_inflight, send_inflight;
     int window;           /* transfers in flight per direction; reducing receives are further
                            * limited by the depth staging slots */
+    int slots_held;       /* staging slots this ring holds (at most depth) */
     int nxf;
     comm_xfer_t *xf;      /* (2 * window) */
 };
@@ -154,6 +160,8 @@ int comm_ring_start(comm_engine_t *e, comm_req_t *op, char *msg)
         R->ce *= 2;
         R->nch = (maxcnt + R->ce - 1) / R->ce;
     }
+    if (R->nch > 0)
+        R->ce = (maxcnt + R->nch - 1) / R->nch; /* equal chunks, no smaller than needed */
     if (R->ce * op->esize > e->fab.slot_bytes && (op->kind == COMM_OP_ALLREDUCE ||
                                                   op->kind == COMM_OP_REDUCE_SCATTER)) {
         snprintf(msg, COMM_MSG_MAX, "buffer of %zu elements is too large for chunks of %zu bytes",
@@ -236,6 +244,7 @@ void comm_ring_xfer_done(comm_engine_t *e, comm_xfer_t *x, size_t len)
         const float *in = (const float *)((char *)e->fab.slots + (size_t)x->slot * e->fab.slot_bytes);
         reduce_chunk((float *)dst, in, elems, final && op->redop == COMM_AVG, (float)R->W);
         e->fab.slot_free[e->fab.nslot_free++] = x->slot;
+        R->slots_held--;
         x->slot = -1;
     }
     R->rstate[x->unit] = UNIT_DONE;
@@ -260,7 +269,7 @@ int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg)
             R->next_recv++;
             continue;
         }
-        if (reduce && f->nslot_free == 0)
+        if (reduce && (R->slots_held >= e->depth || f->nslot_free == 0))
             break;
         comm_xfer_t *x = ring_xfer(R);
         if (!x)
@@ -280,8 +289,10 @@ int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg)
                 return rc;
             break;
         }
-        if (reduce)
+        if (reduce) {
             f->nslot_free--;
+            R->slots_held++;
+        }
         R->rstate[u] = UNIT_POSTED;
         R->recv_inflight++;
         R->next_recv++;

@@ -29,6 +29,8 @@ typedef struct dp_bucket {
     dp_piece_t *pieces;    /* (np) this rank's shard of the bucket; view into d->pieces */
     comm_req_t *req;       /* in flight (host), or NULL */
     bool launched;
+    int close_block;       /* complete once backward has finished block close_block's first */
+    int close_ranges;      /* close_ranges ranges (ENG_RANGES_ALL: the whole block) */
 } dp_bucket_t;
 
 struct dp {
@@ -44,7 +46,7 @@ struct dp {
     int n_buckets;
     dp_bucket_t *b;        /* (n_buckets) in launch order: from the last block backwards */
     int n_blocks;
-    int *launch_at;        /* (n_blocks) bucket launched when that block is ready, or -1 */
+    int next_launch;       /* buckets before it are launched this step */
     eng_range_t *ranges;   /* all bucket ranges; owned */
     dp_piece_t *pieces;    /* all buckets' shard pieces; owned */
     float *slab;           /* all bucket buffers (backend memory); owned */
@@ -138,6 +140,7 @@ static void wait_all(dp_t *d)
         d->b[i].req = NULL;
         d->b[i].launched = false;
     }
+    d->next_launch = 0;
     if (d->dev) d->be->coll->wait(d->dev, d->o.watchdog_s, NULL);
 }
 
@@ -148,7 +151,6 @@ void dp_destroy(dp_t *d)
     if (d->dev) d->be->coll->destroy(d->dev);
     if (d->be) d->be->free(d->slab);
     free(d->b);
-    free(d->launch_at);
     free(d->ranges);
     free(d->pieces);
     free(d->host);
@@ -186,8 +188,11 @@ static int shard_pieces(const dp_t *d, const dp_bucket_t *bk, int rank, dp_piece
 }
 
 /* Groups the blocks' ranges into buckets in the order backward finishes them (last block
- * first), closing a bucket at a block boundary once it holds bucket_mb. A range listed by
- * several blocks (a tied embedding) is final after the lowest of them and goes in its bucket. */
+ * first, a block's ranges in their listed order), closing a bucket after a range once it holds
+ * bucket_mb: backward reports parts of a block (eng_grads_ready_fn), so the first bucket leaves
+ * as soon as its gradients exist and the last ones left after backward are small. A range
+ * listed by several blocks (a tied embedding) is final after the lowest of them and goes in
+ * its bucket. */
 static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, eng_range_t *),
                         const void *model, kiln_err_t *err)
 {
@@ -199,9 +204,9 @@ static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, 
     owner = calloc((size_t)total + 1, sizeof(int));
     d->ranges = calloc((size_t)total + 1, sizeof(eng_range_t));
     d->pieces = calloc((size_t)total + 1, sizeof(dp_piece_t));
-    d->launch_at = malloc(sizeof(int) * (size_t)(nb > 0 ? nb : 1));
-    d->b = calloc((size_t)(nb > 0 ? nb : 1), sizeof(dp_bucket_t));
-    if (!all || !owner || !d->ranges || !d->pieces || !d->launch_at || !d->b) goto nomem;
+    int *pos = calloc((size_t)total + 1, sizeof(int));
+    d->b = calloc((size_t)total + 1, sizeof(dp_bucket_t));
+    if (!all || !owner || !pos || !d->ranges || !d->pieces || !d->b) goto nomem;
     for (int b = 0; b < nb; b++) {
         int k = block_ranges(model, b, tmp);
         for (int i = 0; i < k; i++) {
@@ -210,9 +215,11 @@ static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, 
                 if (all[j].off == tmp[i].off && all[j].n == tmp[i].n) break;
             if (j == na) {
                 all[na] = tmp[i];
+                pos[na] = i;
                 owner[na++] = b;
             } else if (b < owner[j]) {
                 owner[j] = b;
+                pos[j] = i;
             }
         }
     }
@@ -221,9 +228,12 @@ static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, 
     int nr = 0, np = 0;
     dp_bucket_t *cur = NULL;
     for (int b = nb - 1; b >= 0; b--) {
-        d->launch_at[b] = -1;
-        for (int j = 0; j < na; j++) {
-            if (owner[j] != b) continue;
+        int k = block_ranges(model, b, tmp);
+        for (int i = 0; i < k; i++) {
+            int j;
+            for (j = 0; j < na; j++)
+                if (owner[j] == b && pos[j] == i) break;
+            if (j == na) continue; /* final after a lower block */
             if (!cur) {
                 cur = &d->b[d->n_buckets++];
                 cur->r = &d->ranges[nr];
@@ -231,9 +241,15 @@ static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, 
             d->ranges[nr++] = all[j];
             cur->nr++;
             cur->n += all[j].n;
+            if (cur->n >= cap) {
+                cur->close_block = b;
+                cur->close_ranges = i + 1;
+                cur = NULL;
+            }
         }
-        if (cur && (cur->n >= cap || b == 0)) {
-            d->launch_at[b] = (int)(cur - d->b);
+        if (cur && b == 0) {
+            cur->close_block = 0;
+            cur->close_ranges = ENG_RANGES_ALL;
             cur = NULL;
         }
     }
@@ -262,6 +278,7 @@ nomem:
 done:
     free(all);
     free(owner);
+    free(pos);
     return rc;
 }
 
@@ -394,17 +411,20 @@ static void launch(dp_t *d, int i)
     }
 }
 
-void dp_grads_ready(dp_t *d, int block)
+void dp_grads_ready(dp_t *d, int block, int ranges)
 {
     if (!d->o.overlap || block < 0 || block >= d->n_blocks) return;
-    int i = d->launch_at[block];
-    if (i < 0) return;
     /* buckets go out in order on every rank, so every rank submits the same sequence */
-    for (int k = 0; k <= i; k++)
-        if (!d->b[k].launched) {
-            launch(d, k);
+    while (d->next_launch < d->n_buckets) {
+        dp_bucket_t *bk = &d->b[d->next_launch];
+        if (bk->close_block < block || (bk->close_block == block && bk->close_ranges > ranges))
+            break;
+        if (!bk->launched) {
+            launch(d, d->next_launch);
             d->st.early_launches++;
         }
+        d->next_launch++;
+    }
 }
 
 /* The reduced values back into the gradients: this rank's shard (ZeRO) or all of it. */
@@ -423,6 +443,7 @@ int dp_grads_finish(dp_t *d, kiln_err_t *err)
 {
     double t0 = kiln_mono_s();
     for (int i = 0; i < d->n_buckets; i++) launch(d, i);
+    d->next_launch = 0;
     if (d->device && d->dev && !d->err_status) {
         kiln_err_t e;
         kiln_err_clear(&e);
@@ -590,7 +611,7 @@ static int par_attach(void *ctx, eng_train_state_t *st, kiln_err_t *err)
     return dp_attach(ctx, st->be, st->p, st->n_blocks, st->block_ranges, st->model, st->share, err);
 }
 
-static void par_grads_ready(void *ctx, int block) { dp_grads_ready(ctx, block); }
+static void par_grads_ready(void *ctx, int block, int ranges) { dp_grads_ready(ctx, block, ranges); }
 static int par_grads_finish(void *ctx, kiln_err_t *err) { return dp_grads_finish(ctx, err); }
 static int par_after_update(void *ctx, int64_t step, kiln_err_t *err) { return dp_after_update(ctx, step, err); }
 static int par_gather(void *ctx, float *buf, kiln_err_t *err) { return dp_gather(ctx, buf, err); }

@@ -72,8 +72,9 @@ void dp_destroy(dp_t *d);
 int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
               int (*block_ranges)(const void *model, int block, eng_range_t *out),
               const void *model, eng_share_t *share, kiln_err_t *err);
-/* Backward finished block `block` (last microbatch): launches the buckets that are complete. */
-void dp_grads_ready(dp_t *d, int block);
+/* Backward finished the first `ranges` of block `block`'s ranges (ENG_RANGES_ALL: the whole
+ * block; last microbatch): launches the buckets that are complete. */
+void dp_grads_ready(dp_t *d, int block, int ranges);
 /* Launches the rest and waits: the gradients of share->update / share->norm then hold the
  * group's average. */
 int dp_grads_finish(dp_t *d, kiln_err_t *err);

@@ -545,7 +545,10 @@ static int par_run_passes(void *ctx, eng_sampler_t *s, int passes, bool train, d
     return pipe_run_passes(ctx, s, passes, train, sum, count, err);
 }
 
-static void par_grads_ready(void *ctx, int block) { pipe_grads_ready(ctx, block); }
+static void par_grads_ready(void *ctx, int block, int ranges)
+{
+    if (ranges == ENG_RANGES_ALL) pipe_grads_ready(ctx, block);
+}
 static int par_grads_finish(void *ctx, kiln_err_t *err) { return pipe_grads_finish(ctx, err); }
 static int par_after_update(void *ctx, int64_t step, kiln_err_t *err) { return pipe_after_update(ctx, step, err); }
 static int par_gather(void *ctx, float *buf, kiln_err_t *err) { return pipe_gather(ctx, buf, err); }

@@ -173,7 +173,7 @@ void pipe_grads_ready(pipe_layer_t *pl, int block)
     /* the first stage's embedding bucket waits for the head stages' rows of the tied wte */
     if (pl->stage == 0 && block == 0)
         return;
-    dp_grads_ready(pl->dp, block);
+    dp_grads_ready(pl->dp, block, ENG_RANGES_ALL);
 }
 
 /* The tied embedding: wte's gradient is the lookup's (stage 0) plus the LM head's (the stages

@@ -259,6 +259,34 @@ static void p_healthz(int c, char *path, size_t n, const char **body) { p_fixed(
 static void p_readyz(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/readyz", NULL); }
 static void p_prom(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/metrics", NULL); }
 
+static void p_link(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/login-links", "{}"); }
+/* A fresh link of the cluster admin per caller: the code is the credential, whoever sends it. */
+static void p_redeem(int c, char *path, size_t n, const char **body)
+{
+    static char b[200];
+    json_t *l = admin("POST", "/v1/login-links", "{}", 201);
+    snprintf(b, sizeof b, "{\"code\": \"%s\"}", json_string_value(json_object_get(l, "code")));
+    json_decref(l);
+    p_fixed(c, path, n, body, "/v1/login-links:redeem", b);
+}
+static void p_ui(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/", NULL); }
+static void p_ui_alias(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/ui", NULL); }
+/* The script the page names. */
+static void p_ui_asset(int c, char *path, size_t n, const char **body)
+{
+    long st;
+    char *raw = NULL;
+    json_decref(at_req("GET", "/", NULL, NULL, &st, &raw));
+    const char *s = raw ? strstr(raw, "src=\"/ui/") : NULL;
+    cr_assert(s, "the page names its script: %s", raw ? raw : "");
+    s += strlen("src=\"");
+    size_t len = strcspn(s, "\"");
+    snprintf(path, n, "%.*s", (int)len, s);
+    free(raw);
+    (void)c;
+    *body = NULL;
+}
+
 static const row_t k_rows[] = {
     {"GET", "/v1/jobs", p_jobs, {EVERYONE(200)}},
     {"POST", "/v1/jobs", p_submit, {UNAUTH, 403, 201, 403, 201, 201}},
@@ -283,6 +311,11 @@ static const row_t k_rows[] = {
     {"GET", "/v1/projects/{project}/members", p_members, {UNAUTH, 200, 200, 404, 200, 200}},
     {"PUT", "/v1/projects/{project}/members/{user}", p_member_set, {UNAUTH, 403, 403, 404, 200, 200}},
     {"DELETE", "/v1/projects/{project}/members/{user}", p_member_remove, {UNAUTH, 403, 403, 404, 200, 200}},
+    {"POST", "/v1/login-links", p_link, {EVERYONE(201)}},
+    {"POST", "/v1/login-links:redeem", p_redeem, {OPEN(200)}},
+    {"GET", "/", p_ui, {OPEN(200)}},
+    {"GET", "/ui", p_ui_alias, {OPEN(200)}},
+    {"GET", "/ui/{asset}", p_ui_asset, {OPEN(200)}},
     {"GET", "/healthz", p_healthz, {OPEN(200)}},
     {"GET", "/readyz", p_readyz, {OPEN(200)}},
     {"GET", "/metrics", p_prom, {OPEN(200)}},

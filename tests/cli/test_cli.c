@@ -4,6 +4,9 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <math.h>
+#include <limits.h>
+#include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,7 +32,8 @@ static char *capture(print_fn fn, const json_t *j, int64_t now)
     return out;
 }
 
-static void print_jobs(FILE *f, const json_t *j, int64_t now) { cli_print_jobs(f, j, now); }
+static void print_jobs(FILE *f, const json_t *j, int64_t now) { cli_print_jobs(f, j, now, false); }
+static void print_workers(FILE *f, const json_t *j, int64_t now) { cli_print_workers(f, j, now, false); }
 static void print_log_line(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_log_line(f, j); }
 static void print_raw(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_metrics_raw(f, j); }
 
@@ -197,7 +201,7 @@ Test(cli_format, log_lines_and_workers)
                      " {\"id\": \"w-2\", \"hostname\": \"h\", \"address\": \"127.0.0.1\", \"slots\": 2,"
                      " \"slots_free\": 2, \"slot_type\": \"cpu\", \"state\": \"ALIVE\", \"draining\": true,"
                      " \"last_heartbeat\": \"2026-11-21T06:04:59Z\"}]}");
-    out = capture(cli_print_workers, w, at("2026-11-21T06:05:00Z"));
+    out = capture(print_workers, w, at("2026-11-21T06:05:00Z"));
     cr_assert(strstr(out, "w-1  h     127.0.0.1  cpu       2     1  ALIVE        2s ago\n"), "%s", out);
     cr_assert(strstr(out, "w-2  h     127.0.0.1  cpu       2     2  DRAINING     1s ago\n"), "%s", out);
     free(out);
@@ -343,7 +347,8 @@ Test(cli_main, bad_spec_file_exits_1, .init = cr_redirect_stderr)
     unlink(path);
 }
 
-static void print_artifacts(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j); }
+static void print_artifacts(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j, false); }
+static void print_artifacts_wide(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j, true); }
 
 Test(cli_format, artifacts_table_and_sizes)
 {
@@ -364,6 +369,12 @@ Test(cli_format, artifacts_table_and_sizes)
     cr_assert(strstr(out, "model_llmc.bin  136 KiB  af576245b461f53c        1  2026-11-24 19:00:39\n"), "%s", out);
     cr_assert(strstr(out, "samples.txt       300 B  a8464d4f5692f9c7        2  2026-11-24 19:00:39\n"), "%s", out);
     free(out);
+    /* -o wide: the exact size and the whole SHA-256 */
+    out = capture(print_artifacts_wide, a, 0);
+    cr_assert(strstr(out, "NAME               SIZE   BYTES  SHA256"), "%s", out);
+    cr_assert(strstr(out, "model_llmc.bin  136 KiB  139776  af576245b461f53c83a6574236760363b03a9b1cf3479e4809e0fecd45940afd"),
+              "%s", out);
+    free(out);
     json_decref(a);
     a = load("{\"artifacts\": []}");
     out = capture(print_artifacts, a, 0);
@@ -374,7 +385,8 @@ Test(cli_format, artifacts_table_and_sizes)
 
 /* ---- search and compare ---------------------------------------------------------------------- */
 
-static void print_search(FILE *f, const json_t *j, int64_t now) { cli_print_search(f, j, now); }
+static void print_search(FILE *f, const json_t *j, int64_t now) { cli_print_search(f, j, now, false); }
+static void print_search_wide(FILE *f, const json_t *j, int64_t now) { cli_print_search(f, j, now, true); }
 static void print_compare(FILE *f, const json_t *j, int64_t now)
 {
     (void)now;
@@ -397,6 +409,11 @@ Test(cli_format, search_table_shows_the_columns)
     cr_assert(strstr(l1, "0b6c1f2e  a     COMPLETED") == l1 && strstr(l1, "0.0003") && strstr(l1, "1.52"), "%s", out);
     /* b has no val_loss: "-" */
     cr_assert(strstr(l2, "0.001  ") && strstr(l2, "  -  ") && strstr(l2, "  7\n"), "%s", out);
+    free(out);
+    /* -o wide: whole ids, project, queue and submitter before the columns */
+    out = capture(print_search_wide, jobs, at("2026-11-21T07:00:00Z"));
+    cr_assert(strstr(out, "PROJECT  QUEUE  BY   hp.lr"), "%s", out);
+    cr_assert(strstr(out, "0b6c1f2e-1234-4abc-8def-0123456789ab  a     COMPLETED"), "%s", out);
     free(out);
     json_decref(jobs);
     json_t *none = json_array();
@@ -453,4 +470,67 @@ Test(cli_format, chart_draws_series_on_shared_axes)
     cr_assert_eq(ones, 4, "%s", text);
     cr_assert_eq(twos, 3, "one point is NaN: %s", text);
     free(text);
+}
+
+Test(cli_main, version_exits_1_when_kilnd_is_unreachable, .init = cr_redirect_stderr)
+{
+    int port = th_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "--url", url, "version", NULL}), 1);
+    cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", url, "version", "-ojson", NULL}), 1);
+    fflush(stderr);
+    FILE *f = cr_get_redirected_stderr();
+    char buf[2048] = "";
+    buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+    cr_assert(strstr(buf, "unreachable") && strstr(buf, "could not connect"), "%s", buf);
+}
+
+/* The kiln binary's completion script for shell, run by that shell with the script loaded:
+ * returns what it printed (caller frees). */
+static char *complete_with(const char *shell_cmd)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s 2>&1", shell_cmd);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "%s", cmd);
+    char *buf = calloc(1, 65536);
+    size_t n = fread(buf, 1, 65535, p);
+    buf[n] = '\0';
+    int rc = pclose(p);
+    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s: %s", shell_cmd, buf);
+    return buf;
+}
+
+Test(cli_completion, bash_zsh_and_fish_scripts_complete_commands_options_and_formats)
+{
+    char kiln[PATH_MAX], cmd[PATH_MAX * 2 + 512];
+    snprintf(kiln, sizeof kiln, "%s/kiln", th_bin_dir());
+    /* bash: load the script and ask its function, as bash does at a Tab */
+    snprintf(cmd, sizeof cmd,
+             "bash -c 'source <(%s completion bash) && "
+             "COMP_WORDS=(kiln jo); COMP_CWORD=1; _kiln; echo \"1:${COMPREPLY[*]}\"; "
+             "COMP_WORDS=(kiln --url http://x jobs --st); COMP_CWORD=4; _kiln; echo \"2:${COMPREPLY[*]}\"; "
+             "COMP_WORDS=(kiln tokens \"\"); COMP_CWORD=2; _kiln; echo \"3:${COMPREPLY[*]}\"; "
+             "COMP_WORDS=(kiln jobs -o \"\"); COMP_CWORD=3; _kiln; echo \"4:${COMPREPLY[*]}\"; "
+             "COMP_WORDS=(kiln completion \"\"); COMP_CWORD=2; _kiln; echo \"5:${COMPREPLY[*]}\"'",
+             kiln);
+    char *out = complete_with(cmd);
+    cr_assert(strstr(out, "1:jobs\n") && strstr(out, "2:--status\n") && strstr(out, "3:list create revoke\n") &&
+                  strstr(out, "4:table wide json yaml\n") && strstr(out, "5:bash zsh fish\n"),
+              "%s", out);
+    free(out);
+    /* zsh and fish: the scripts parse, and fish completes from its own */
+    snprintf(cmd, sizeof cmd, "%s completion zsh > /tmp/kiln-zsh-$$ && zsh -n /tmp/kiln-zsh-$$; rc=$?; rm -f /tmp/kiln-zsh-$$; exit $rc",
+             kiln);
+    free(complete_with(cmd));
+    snprintf(cmd, sizeof cmd,
+             "%s completion fish > /tmp/kiln-fish-$$ && fish --no-execute /tmp/kiln-fish-$$ && "
+             "fish -c \"source /tmp/kiln-fish-$$; complete -C 'kiln st'; complete -C 'kiln -o '\"; rc=$?; "
+             "rm -f /tmp/kiln-fish-$$; exit $rc",
+             kiln);
+    out = complete_with(cmd);
+    cr_assert(strstr(out, "stop\t") && strstr(out, "yaml\t"), "%s", out);
+    free(out);
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "completion", "tcsh", NULL}), 2);
 }

@@ -104,7 +104,7 @@ Test(cli_globals, anywhere_before_the_double_dash)
     cr_assert_str_eq(g.tls_ca, "/ca.pem");
     cr_assert_str_eq(g.profile, "prod");
     cr_assert_str_eq(g.token_file, "/t");
-    cr_assert(g.json);
+    cr_assert_str_eq(g.output, "json");
     cr_assert_eq(n, 5);
     const char *want[] = {"tokens", "create", "bob", "--", "--url"};
     for (int i = 0; i < 5; i++)
@@ -114,7 +114,23 @@ Test(cli_globals, anywhere_before_the_double_dash)
     cr_assert_eq(cli_parse_globals(7, argv2, &g, args, &n), 0);
     cr_assert_eq(n, 6);
     cr_assert_null(g.url);
-    cr_assert(!g.json);
+    cr_assert_null(g.output);
+    /* -o FORMAT in kubectl's spellings; a value that is no format stays with the command */
+    const char *forms[][3] = {{"-o", "yaml", "yaml"}, {"-owide", NULL, "wide"}, {"--output", "json", "json"},
+                              {"--output=table", NULL, "table"}};
+    for (size_t i = 0; i < 4; i++) {
+        char *av[] = {"kiln", "jobs", (char *)forms[i][0], (char *)forms[i][1], NULL};
+        cr_assert_eq(cli_parse_globals(forms[i][1] ? 4 : 3, av, &g, args, &n), 0);
+        cr_assert_str_eq(g.output, forms[i][2], "%s", forms[i][0]);
+        cr_assert_eq(n, 1);
+    }
+    char *av3[] = {"kiln", "artifacts", "x", "-o", "model.bin", NULL};
+    cr_assert_eq(cli_parse_globals(5, av3, &g, args, &n), 0);
+    cr_assert_null(g.output);
+    cr_assert_eq(n, 4);
+    cli_output_t o;
+    cr_assert(cli_output_parse("yaml", &o) && o == CLI_OUT_YAML);
+    cr_assert(!cli_output_parse("xml", &o));
 }
 
 Test(cli_globals, missing_values_and_tokens_as_arguments_are_usage_errors, .init = cr_redirect_stderr)

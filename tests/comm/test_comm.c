@@ -36,6 +36,7 @@ typedef struct run_cfg {
     const char *hosts[MAXR]; /* per-rank host name override, or NULL */
     double timeout_s;
     double watchdog_s;      /* 0: the default */
+    double watchdog0_s;     /* rank 0's own, when > 0 (else watchdog_s) */
     size_t chunk_bytes;
     int skip_rank;          /* rank that is never started, or -1 */
 } run_cfg_t;
@@ -90,7 +91,7 @@ static rank_out_t *run_ranks(const run_cfg_t *cfg, rank_body_t body, void *arg)
             cc.provider = cfg->provider;
             cc.hostname = cfg->hosts[r];
             cc.timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 20;
-            cc.watchdog_s = cfg->watchdog_s;
+            cc.watchdog_s = r == 0 && cfg->watchdog0_s > 0 ? cfg->watchdog0_s : cfg->watchdog_s;
             cc.chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : 16384;
             cc.depth = 3;
             kiln_err_t err;
@@ -341,6 +342,168 @@ static void async_buckets(const char *prov, int world)
 
 Test(comm_shm, async_buckets_in_flight) { async_buckets("shm", 3); }
 Test(comm_tcp, async_buckets_in_flight) { async_buckets("tcp", 4); }
+
+/* ---- collectives queued on one buffer run in order; disjoint ones run at once -------------- */
+
+static int body_queued(comm_t *c, rank_out_t *o, void *arg)
+{
+    (void)arg;
+    int W = comm_size(c), me = comm_rank(c);
+    const size_t n = 300007, m = 120001;
+    float *buf = malloc(sizeof(float) * n), *other = malloc(sizeof(float) * m);
+    float *want = malloc(sizeof(float) * n);
+    kiln_err_t err;
+    CHECK(o, buf && other && want, "out of memory");
+    for (int round = 0; round < 3; round++) {
+        uint32_t sa = 77u + (uint32_t)round, sc = 991u + (uint32_t)round;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = val(me, i, sa);
+        for (size_t i = 0; i < m; i++)
+            other[i] = val(me, i, sc);
+        /* A: all of buf; B: its middle third (starts only after A, which it overlaps); C: a
+         * disjoint buffer (may run beside A); D: all of buf again, after B */
+        comm_req_t *ra, *rb, *rc, *rd;
+        CHECK(o, comm_allreduce_start(c, buf, n, COMM_SUM, &ra, &err) == 0, "start A: %s", err.message);
+        CHECK(o, comm_allreduce_start(c, buf + n / 3, n / 3, COMM_SUM, &rb, &err) == 0, "start B: %s", err.message);
+        CHECK(o, comm_allreduce_start(c, other, m, COMM_AVG, &rc, &err) == 0, "start C: %s", err.message);
+        CHECK(o, comm_reduce_scatter_start(c, buf, n, COMM_AVG, &rd, &err) == 0, "start D: %s", err.message);
+        CHECK(o, comm_wait(rc, &err) == 0, "wait C: %s", err.message);
+        CHECK(o, comm_wait(ra, &err) == 0 && comm_wait(rb, &err) == 0 && comm_wait(rd, &err) == 0,
+              "wait A, B, D: %s", err.message);
+        /* every rank holds the same values after A and after B, so B and D add W copies */
+        for (size_t i = 0; i < n; i++) {
+            float s = ref_reduce(n, i, W, sa, COMM_SUM);
+            if (i >= n / 3 && i < n / 3 + n / 3) {
+                float acc = s;
+                for (int j = 1; j < W; j++)
+                    acc = acc + s;
+                s = acc;
+            }
+            float acc = s;
+            for (int j = 1; j < W; j++)
+                acc = acc + s;
+            want[i] = acc / (float)W;
+        }
+        size_t off, cnt;
+        comm_shard_range(n, me, W, &off, &cnt);
+        for (size_t i = off; i < off + cnt; i++)
+            CHECK(o, memcmp(&buf[i], &want[i], 4) == 0, "round %d [%zu]: %.9g, want %.9g (out of order?)",
+                  round, i, buf[i], want[i]);
+        for (size_t i = 0; i < m; i++) {
+            float w = ref_reduce(m, i, W, sc, COMM_AVG);
+            CHECK(o, memcmp(&other[i], &w, 4) == 0, "round %d C [%zu]: %.9g, want %.9g", round, i, other[i], w);
+        }
+        out_hash(o, other, m * 4);
+    }
+    free(buf);
+    free(other);
+    free(want);
+    return 0;
+}
+
+Test(comm_shm, queued_collectives_on_one_buffer_run_in_order)
+{
+    run_cfg_t cfg = {.world = 3, .provider = "shm", .skip_rank = -1, .chunk_bytes = 65536};
+    rank_out_t *o = run_ranks(&cfg, body_queued, NULL);
+    assert_all_ok(&cfg, o);
+    munmap(o, sizeof(rank_out_t) * MAXR);
+}
+
+Test(comm_tcp, queued_collectives_on_one_buffer_run_in_order)
+{
+    run_cfg_t cfg = {.world = 4, .provider = "tcp", .skip_rank = -1, .chunk_bytes = 65536};
+    rank_out_t *o = run_ranks(&cfg, body_queued, NULL);
+    assert_all_ok(&cfg, o);
+    munmap(o, sizeof(rank_out_t) * MAXR);
+}
+
+/* ---- eager chunks over tcp;ofi_rxm: data that arrives before its receive is posted ---------- */
+
+typedef struct late_arg {
+    size_t chunk;
+    const char *limit; /* FI_OFI_RXM_EAGER_LIMIT the ranks must see after comm_create */
+} late_arg_t;
+
+/* Rank 1 comes late to every operation, so the chunks and messages sent to it are already there
+ * when it posts its receives: eager ones wait in rxm's buffers, larger point-to-point messages
+ * in its rendezvous; both must land intact and, for one tag, in the order sent. */
+static int body_late(comm_t *c, rank_out_t *o, void *arg)
+{
+    const late_arg_t *a = arg;
+    int W = comm_size(c), me = comm_rank(c);
+    kiln_err_t err;
+    const char *lim = getenv("FI_OFI_RXM_EAGER_LIMIT");
+    CHECK(o, lim && strcmp(lim, a->limit) == 0, "FI_OFI_RXM_EAGER_LIMIT is %s, want %s",
+          lim ? lim : "unset", a->limit);
+    size_t n = 5 * a->chunk / sizeof(float) * (size_t)W + 7; /* five chunks and a bit a segment */
+    float *buf = malloc(sizeof(float) * n);
+    CHECK(o, buf, "out of memory");
+    for (int round = 0; round < 2; round++) {
+        uint32_t seed = 4242u + (uint32_t)round;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = val(me, i, seed);
+        if (me == 1)
+            usleep(300000);
+        CHECK(o, comm_allreduce(c, buf, n, COMM_SUM, &err) == 0, "allreduce: %s", err.message);
+        for (size_t i = 0; i < n; i++) {
+            float want = ref_reduce(n, i, W, seed, COMM_SUM);
+            CHECK(o, memcmp(&buf[i], &want, 4) == 0, "late allreduce [%zu]: %.9g, want %.9g", i, buf[i],
+                  want);
+        }
+        out_hash(o, buf, n * 4);
+    }
+    /* one tag, three sizes: eager, above the eager limit (rendezvous), eager again */
+    size_t sz[3] = {1000, 3 * a->chunk + 17, a->chunk};
+    unsigned char *m[3];
+    for (int k = 0; k < 3; k++) {
+        m[k] = malloc(sz[k]);
+        CHECK(o, m[k], "out of memory");
+    }
+    if (me == 0) {
+        comm_req_t *r[3];
+        for (int k = 0; k < 3; k++) {
+            for (size_t i = 0; i < sz[k]; i++)
+                m[k][i] = (unsigned char)(i * 13 + (size_t)k * 101);
+            CHECK(o, comm_send_start(c, m[k], sz[k], 1, 5, &r[k], &err) == 0, "send %d: %s", k, err.message);
+        }
+        for (int k = 0; k < 3; k++)
+            CHECK(o, comm_wait(r[k], &err) == 0, "send wait %d: %s", k, err.message);
+    } else if (me == 1) {
+        usleep(300000);
+        for (int k = 0; k < 3; k++) {
+            size_t got = 0;
+            memset(m[k], 0, sz[k]);
+            CHECK(o, comm_recv(c, m[k], sz[k], 0, 5, &got, &err) == 0, "recv %d: %s", k, err.message);
+            CHECK(o, got == sz[k], "message %d: %zu bytes, want %zu (out of order?)", k, got, sz[k]);
+            for (size_t i = 0; i < sz[k]; i++)
+                CHECK(o, m[k][i] == (unsigned char)(i * 13 + (size_t)k * 101), "message %d byte %zu", k, i);
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        free(m[k]);
+    free(buf);
+    CHECK(o, comm_barrier(c, &err) == 0, "barrier: %s", err.message);
+    return 0;
+}
+
+Test(comm_tcp, chunks_that_arrive_before_their_receive)
+{
+    late_arg_t a = {.chunk = 262144, .limit = "262144"}; /* the eager limit follows the chunk size */
+    run_cfg_t cfg = {.world = 3, .provider = "tcp", .skip_rank = -1, .chunk_bytes = a.chunk};
+    rank_out_t *o = run_ranks(&cfg, body_late, &a);
+    assert_all_ok(&cfg, o);
+    munmap(o, sizeof(rank_out_t) * MAXR);
+}
+
+Test(comm_tcp, an_operators_eager_limit_is_kept)
+{
+    cr_assert_eq(setenv("FI_OFI_RXM_EAGER_LIMIT", "65536", 1), 0); /* this test's process only */
+    late_arg_t a = {.chunk = 262144, .limit = "65536"};
+    run_cfg_t cfg = {.world = 2, .provider = "tcp", .skip_rank = -1, .chunk_bytes = a.chunk};
+    rank_out_t *o = run_ranks(&cfg, body_late, &a);
+    assert_all_ok(&cfg, o);
+    munmap(o, sizeof(rank_out_t) * MAXR);
+}
 
 /* ---- point-to-point -------------------------------------------------------------------------- */
 
@@ -643,7 +806,9 @@ Test(comm_tcp, killed_rank_fails_peers_fast) { killed_rank("tcp", 3, 1); }
  * the operations that wait on it after KILN_COMM_WATCHDOG_S without progress, naming it. Rank 0
  * waits on its left neighbour, the stopped last rank, in an all-reduce, and on the same rank in
  * a receive. The others (in a ring of 3) wait on whoever they receive from: their watchdog names
- * that rank, unless rank 0 has already given up and left, which they see as its disconnection.
+ * that rank, unless rank 0 has already given up and left, which they see as its disconnection:
+ * rank 0's watchdog is the shorter (2 s against 4 s), so rank 1, which waits on rank 0, cannot
+ * give up first and be seen leaving.
  * The survivors kill the stopped rank when they are done. */
 typedef struct stall_arg {
     int victim;
@@ -682,7 +847,7 @@ static int body_stall(comm_t *c, rank_out_t *o, void *arg)
 
 static void stalled_rank(const char *prov, int world, bool p2p)
 {
-    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .watchdog_s = 2};
+    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .watchdog_s = 4, .watchdog0_s = 2};
     stall_arg_t *sa = mmap(NULL, sizeof(*sa), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert(sa != MAP_FAILED);
     memset((void *)sa, 0, sizeof(*sa));

@@ -534,6 +534,11 @@ static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg
             aargv[an++] = "--rendezvous-ports";
             aargv[an++] = ports;
         }
+        static char maddr[E2E_AGENTS][32];
+        c->metrics_port[i] = th_free_port();
+        snprintf(maddr[i], sizeof maddr[i], "127.0.0.1:%d", c->metrics_port[i]);
+        aargv[an++] = "--metrics-addr";
+        aargv[an++] = maddr[i];
         aargv[an] = NULL;
         for (int k = 0; k < an; k++)
             e2e_agent_argv[i][k] = strdup(aargv[k]);

@@ -26,6 +26,7 @@ typedef struct e2e_cluster {
     char own_pg[128];             /* the cluster's own PostgreSQL directory (e2e_setup_chaos), or "" */
     pid_t agents[E2E_AGENTS];
     int agent_slots[E2E_AGENTS];
+    int metrics_port[E2E_AGENTS]; /* each agent's --metrics-addr port (/metrics, /healthz) */
     char work_dir[E2E_AGENTS][160];
     char worker_id[E2E_AGENTS][128]; /* filled by e2e_cluster_start from GET /v1/workers */
     int heartbeat_timeout_ms;     /* what kilnd was told (or its default) */

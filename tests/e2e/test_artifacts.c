@@ -135,6 +135,17 @@ Test(e2e_artifacts, a_trained_model_comes_back_byte_for_byte_over_rest_cli_and_s
     cr_assert(strstr(out, "model_llmc.bin") && strstr(out, sha) == NULL && strstr(out, "NAME"), "%s", out);
     free(out);
     free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "artifacts", id, "-o", "wide", NULL), 0, "%s", err);
+    cr_assert(strstr(out, sha) && strstr(out, "BYTES"), "-o wide: the whole SHA-256: %s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "artifacts", id, "-o", "json", NULL), 0, "%s", err);
+    json_t *aj = json_loads(out, 0, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(aj, "artifacts"), 0), "sha256")),
+                     sha, "%s", out);
+    json_decref(aj);
+    free(out);
+    free(err);
 
     /* the SDK: job.model_data, SageMaker-style */
     char py[2048];

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "tests/common/harness.h"
 #include "tests/e2e/e2e.h"
 
@@ -120,6 +121,50 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     cr_assert_not_null(listed, "--json output is not JSON: %s", out);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(listed, "jobs"), 0), "id")), id);
     json_decref(listed);
+    free(out);
+    free(err);
+    /* -o json is --json; -o yaml is the same reply as YAML (read back with PyYAML); -o wide has
+     * more columns */
+    char jf[PATH_MAX], yf[PATH_MAX];
+    snprintf(jf, sizeof jf, "%s/jobs.json", e2e_cl->dir);
+    snprintf(yf, sizeof yf, "%s/jobs.yaml", e2e_cl->dir);
+    rc = e2e_kiln(&out, &err, "describe", short_id, "-o", "json", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    FILE *f = fopen(jf, "w");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "-o", "yaml", "describe", short_id, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    f = fopen(yf, "w");
+    fputs(out, f);
+    fclose(f);
+    free(out);
+    free(err);
+    char *py[] = {"/usr/bin/python3", "-c",
+                  "import json, sys, yaml\n"
+                  "j = json.load(open(sys.argv[1])); y = yaml.safe_load(open(sys.argv[2]))\n"
+                  "assert j == y, 'YAML and JSON differ'\nassert j['job']['id'], j\nprint('same')",
+                  jf, yf, NULL};
+    rc = e2e_run(py, NULL, &out, &err, 30000);
+    cr_assert_eq(rc, 0, "-o yaml is not -o json as YAML: %s %s", out, err);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "jobs", "-o", "wide", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "PROJECT") && strstr(out, "WORKERS") && strstr(out, "admin"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "jobs", "-o", "xml", NULL);
+    cr_assert_eq(rc, 2, "an unknown format is a usage error: %s", err);
+    cr_assert(strstr(err, "unknown output format"), "%s", err);
+    free(out);
+    free(err);
+    /* version: both versions when kilnd answers */
+    rc = e2e_kiln(&out, &err, "version", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "kiln " KILN_VERSION "\nkilnd " KILN_VERSION " at "), "%s", out);
     free(out);
     free(err);
     rc = e2e_kiln(&out, &err, "jobs", "--status", "running", NULL);

@@ -148,6 +148,24 @@ Test(e2e_search, summaries_of_real_runs_found_by_every_client, .init = e2e_setup
     json_decref(js);
     free(out);
     free(err);
+    /* -o yaml and -o wide (global, before or after the command) */
+    rc = e2e_kiln(&out, &err, "search", "tags.sweep = lr", "--columns", "hp.lr", "-o", "yaml", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "jobs:\n") && strstr(out, "hp.lr") && strstr(out, slow), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "-o", "wide", "search", "tags.sweep = lr", "--columns", "hp.lr", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "PROJECT") && strstr(out, "QUEUE") && strstr(out, slow) && strstr(out, fast), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "compare", sslow, sfast, "-o", "json", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    js = json_loads(out, 0, NULL);
+    cr_assert_not_null(js, "compare -o json prints JSON: %s", out);
+    json_decref(js);
+    free(out);
+    free(err);
     rc = e2e_kiln(&out, &err, "compare", sslow, sfast, NULL);
     cr_assert_eq(rc, 0, "%s", err);
     cr_assert(strstr(out, "*  hp.lr"), "the learning rates differ: %s", out);

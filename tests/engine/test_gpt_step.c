@@ -194,11 +194,37 @@ Test(gpt_step, gradient_accumulation)
     free(f.buf);
 }
 
-static int g_ready_order[64], g_nready;
-static void ready_cb(void *ctx, int block)
+static int g_ready_order[64], g_nready, g_nparts;
+/* Reports of part of a block: the gradients of its first `ranges` ranges as they were then,
+ * compared after backward with the final ones (they must not change after being reported). */
+static struct {
+    int block, ranges;
+    float *snap;
+} g_parts[64];
+static void ready_cb(void *ctx, int block, int ranges)
 {
-    (void)ctx;
-    g_ready_order[g_nready++] = block;
+    eng_gpt_t *m = ctx;
+    if (ranges == ENG_RANGES_ALL) {
+        /* the whole block, after any parts of it */
+        for (int i = 0; i < g_nparts; i++)
+            cr_assert(g_parts[i].block >= block, "part of block %d reported after block %d",
+                      g_parts[i].block, block);
+        g_ready_order[g_nready++] = block;
+        return;
+    }
+    cr_assert(g_nparts < 64);
+    cr_assert(ranges > 0 && ranges < ENG_MAX_TENSORS);
+    eng_range_t r[ENG_MAX_TENSORS];
+    int k = eng_gpt_block_ranges(m, block, r);
+    cr_assert(ranges < k, "block %d: %d of its %d ranges reported as a part", block, ranges, k);
+    size_t n = 0;
+    for (int i = 0; i < ranges; i++) n += r[i].n;
+    float *snap = malloc(n * sizeof(float)), *o = snap;
+    for (int i = 0; i < ranges; i++, o += r[i - 1].n)
+        memcpy(o, m->p.grads + r[i].off, r[i].n * sizeof(float));
+    g_parts[g_nparts].block = block;
+    g_parts[g_nparts].ranges = ranges;
+    g_parts[g_nparts++].snap = snap;
 }
 
 /* Per-block ranges tile the flat buffer (wte listed by block 0 and again, whole or in row
@@ -236,10 +262,24 @@ Test(gpt_step, block_ranges_and_ready_order)
     cr_assert_eq(eng_gpt_acts_create(m, 1, f.T, &a, &err), 0);
     eng_gpt_acts_set_batch(m, a, f.tok[0], f.tgt[0]);
     eng_gpt_forward(m, a, true);
-    g_nready = 0;
-    eng_gpt_backward(m, a, 1.0f, ready_cb, NULL);
+    g_nready = g_nparts = 0;
+    eng_gpt_backward(m, a, 1.0f, ready_cb, m);
     cr_assert_eq(g_nready, nb);
     for (int i = 0; i < nb; i++) cr_assert_eq(g_ready_order[i], nb - 1 - i);
+    /* each layer half reports its output projection, then its input projection, early; what
+     * was reported is final */
+    cr_assert_eq(g_nparts, 4 * f.L);
+    for (int i = 0; i < g_nparts; i++) {
+        cr_assert_eq(g_parts[i].block, 2 * f.L - i / 2, "part %d", i);
+        cr_assert_eq(g_parts[i].ranges, i % 2 ? 4 : 2, "part %d", i);
+        int k = eng_gpt_block_ranges(m, g_parts[i].block, r);
+        cr_assert(k >= g_parts[i].ranges);
+        const float *o = g_parts[i].snap;
+        for (int j = 0; j < g_parts[i].ranges; o += r[j].n, j++)
+            cr_assert(memcmp(o, m->p.grads + r[j].off, r[j].n * sizeof(float)) == 0,
+                      "block %d range %d changed after it was reported final", g_parts[i].block, j);
+        free(g_parts[i].snap);
+    }
     free(seen);
     eng_gpt_acts_destroy(m, a);
     eng_gpt_destroy(m);

@@ -900,7 +900,7 @@ Test(grpc, training_service_searches_jobs)
     cr_assert(strstr(err.message, "did you mean hp.lr?"), "%s", err.message);
 }
 
-Test(grpc, training_service_metrics_come_back_as_series)
+Test(grpc, training_service_metrics_come_back_by_name)
 {
     char *bin = write_script(
         "for s in 1 2 3 4; do echo \"{\\\"step\\\": $s, \\\"time\\\": 1795000000, \\\"metrics\\\": {\\\"train_loss\\\": $s.5}}\" >&$KILN_METRICS_FD; done\n"
@@ -916,13 +916,29 @@ Test(grpc, training_service_metrics_come_back_as_series)
     Kiln__GetMetricsResponse *m = (Kiln__GetMetricsResponse *)tcall(
         "GetMetrics", &mreq.base, &kiln__get_metrics_response__descriptor, &code, &err);
     cr_assert_not_null(m, "%s", err.message);
-    cr_assert_eq(m->n_series, 1);
-    cr_assert_str_eq(m->series[0]->name, "train_loss");
-    cr_assert_eq(m->series[0]->n_points, 4);
-    cr_assert_eq(m->series[0]->points[3]->step, 4);
-    cr_assert_float_eq(m->series[0]->points[3]->value, 4.5, 1e-9);
-    cr_assert_eq(m->series[0]->points[3]->time_us, 1795000000000000LL);
+    cr_assert_eq(m->n_metrics, 1);
+    cr_assert_str_eq(m->metrics[0]->name, "train_loss");
+    cr_assert_eq(m->metrics[0]->n_points, 4);
+    cr_assert_eq(m->metrics[0]->points[3]->step, 4);
+    cr_assert_float_eq(m->metrics[0]->points[3]->value, 4.5, 1e-9);
+    cr_assert_eq(m->metrics[0]->points[3]->time_us, 1795000000000000LL);
     protobuf_c_message_free_unpacked(&m->base, NULL);
+    /* a step range, as REST's start_step and end_step */
+    mreq.start_step = 2;
+    mreq.end_step = 3;
+    m = (Kiln__GetMetricsResponse *)tcall("GetMetrics", &mreq.base, &kiln__get_metrics_response__descriptor, &code,
+                                          &err);
+    cr_assert_not_null(m, "%s", err.message);
+    cr_assert_eq(m->n_metrics, 1);
+    cr_assert_eq(m->metrics[0]->n_points, 2);
+    cr_assert_eq(m->metrics[0]->points[0]->step, 2);
+    cr_assert_eq(m->metrics[0]->points[1]->step, 3);
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    mreq.start_step = 3;
+    mreq.end_step = 2;
+    cr_assert_null(tcall("GetMetrics", &mreq.base, &kiln__get_metrics_response__descriptor, &code, &err));
+    cr_assert_eq(code, 3, "INVALID_ARGUMENT, got %d", code);
+    cr_assert(strstr(err.message, "end_step 2 is before start_step 3"), "%s", err.message);
     agent_destroy(agent);
     free(id);
 }

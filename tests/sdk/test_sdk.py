@@ -271,6 +271,47 @@ class Identity(unittest.TestCase):
         self.assertIsInstance(me["projects"], list)
         self.assertEqual(set(me), {"user", "cluster_admin", "projects", "token_id", "token_expires_at"})
 
+    def test_attach_describe_and_id_prefixes(self):
+        spec = {"name": "sdk-attach-" + self.tag,
+                "model": {"type": "mlp", "hidden": [4], "n_inputs": 2, "n_classes": 2},
+                "data": {"train": "synthetic"}, "hyperparameters": {"lr": 0.01, "max_steps": 3},
+                "tags": {"suite": "sdk"}}
+        job = self.client.submit(spec)
+        prefix = job.id[:8]
+        # SageMaker's Estimator.attach: the job's spec becomes the Estimator's
+        est = kiln.Estimator.attach(prefix, client=self.client)
+        self.assertIsNotNone(est.latest_training_job)
+        assert est.latest_training_job is not None
+        self.assertEqual(est.latest_training_job.id, job.id)
+        again = est.spec()
+        self.assertEqual((again["name"], again["model"], again["tags"]), (spec["name"], job.spec["model"], spec["tags"]))
+        # (with agents about, the job may be placed and even finish while this runs)
+        d = est.describe()
+        self.assertEqual(d["id"], job.id)
+        self.assertEqual(d["events"][0]["to_state"], "QUEUED")
+        # every method takes the prefix, resolved by kilnd
+        self.assertEqual(self.client.job(prefix).id, job.id)
+        self.assertEqual(self.client.describe(prefix)["id"], job.id)
+        self.assertEqual(self.client.events(prefix)[0]["to_state"], "QUEUED")
+        self.assertIsInstance(list(self.client.logs(prefix)), list)
+        self.assertIsInstance(self.client.metrics(prefix), dict)
+        # the model: its artifact's URL once there is one, None before
+        model = est.model_data
+        if model is not None:
+            self.assertIn("/v1/jobs/%s/artifacts/" % job.id, model)
+        self.assertIsInstance(self.client.artifacts(prefix), list)
+        try:
+            self.assertIn(self.client.stop(prefix, reason="sdk test").state, ("STOPPED", "STOPPING"))
+        except kiln.KilnError as e:
+            self.assertEqual(e.code, "failed_precondition")  # it had finished already
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.job(prefix[:3])
+        self.assertEqual((cm.exception.status, cm.exception.code), (400, "invalid_argument"))
+        self.assertIn("too short", cm.exception.message)
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.Estimator(model={"type": "mlp"}, client=self.client).describe()
+        self.assertEqual(cm.exception.code, "failed_precondition")
+
     def test_users_projects_and_members(self):
         name, project = "sdk-u-" + self.tag, "sdk-p-" + self.tag
         u = self.client.create_user(name)

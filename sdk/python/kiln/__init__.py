@@ -12,10 +12,11 @@
 """
 
 from . import config
-from .client import DEFAULT_URL, MODEL_ARTIFACT, TERMINAL_STATES, Artifact, Client, Job, LogLine, ModelData, parse_sse
+from .config import DEFAULT_URL
+from .client import MODEL_ARTIFACT, TERMINAL_STATES, Artifact, Client, Job, JSONObject, LogLine, ModelData, parse_sse
 from .errors import JobFailedError, KilnError
 from .estimator import Estimator
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Job", "LogLine", "Artifact", "ModelData", "Estimator", "KilnError", "JobFailedError",
-           "parse_sse", "config", "DEFAULT_URL", "MODEL_ARTIFACT", "TERMINAL_STATES", "__version__"]
+           "parse_sse", "config", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT", "TERMINAL_STATES", "__version__"]

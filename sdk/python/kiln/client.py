@@ -7,8 +7,10 @@ from the job's sub-resources; ``logs(follow=True)`` reads the Server-Sent Events
 stream and reconnects with Last-Event-ID if the connection drops mid-job.
 """
 
-import hashlib
+from __future__ import annotations
+
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -17,14 +19,39 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from http.client import HTTPResponse
+from typing import Any, cast
 
 from . import config
-from .config import DEFAULT_URL
 from .errors import JobFailedError, KilnError
 
 TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
-MODEL_ARTIFACT = "model_llmc.bin"  # the final model kiln-train writes (llm.c format)
+
+#: A JSON object as kilnd sends it (docs/contracts.md, api/openapi.yaml).
+JSONObject = dict[str, Any]
+
+#: The artifact that holds a job's final model (kiln-train writes it in llm.c's format).
+MODEL_ARTIFACT = "model_llmc.bin"
+
+
+def _obj(v: Any) -> JSONObject:
+    """v when it is a JSON object, else {}."""
+    return cast(JSONObject, v) if isinstance(v, dict) else {}
+
+
+def _objs(v: Any) -> list[JSONObject]:
+    """The JSON objects of the list v (nothing when v is not a list)."""
+    return [cast(JSONObject, x) for x in cast("list[object]", v) if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ""
+
+
+def _int(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
 
 
 @dataclass(frozen=True)
@@ -40,11 +67,11 @@ class LogLine:
     attempt: int = 0
 
     @classmethod
-    def from_json(cls, j):
-        return cls(seq=int(j.get("seq") or 0), rank=int(j.get("rank") or 0), stream=j.get("stream") or "stdout",
-                   time=j.get("time") or "", line=j.get("line") or "", attempt=int(j.get("attempt") or 0))
+    def from_json(cls, j: Mapping[str, Any]) -> LogLine:
+        return cls(seq=_int(j.get("seq")), rank=_int(j.get("rank")), stream=_str(j.get("stream")) or "stdout",
+                   time=_str(j.get("time")), line=_str(j.get("line")), attempt=_int(j.get("attempt")))
 
-    def __str__(self):
+    def __str__(self) -> str:
         if self.attempt > 1:
             return "[rank %d, attempt %d] %s" % (self.rank, self.attempt, self.line)
         return "[rank %d] %s" % (self.rank, self.line)
@@ -61,9 +88,9 @@ class Artifact:
     attempt: int = 0
 
     @classmethod
-    def from_json(cls, j):
-        return cls(name=j.get("name") or "", size=int(j.get("size") or 0), sha256=j.get("sha256") or "",
-                   created_at=j.get("created_at") or "", attempt=int(j.get("attempt") or 0))
+    def from_json(cls, j: Mapping[str, Any]) -> Artifact:
+        return cls(name=_str(j.get("name")), size=_int(j.get("size")), sha256=_str(j.get("sha256")),
+                   created_at=_str(j.get("created_at")), attempt=_int(j.get("attempt")))
 
 
 class ModelData(str):
@@ -71,7 +98,13 @@ class ModelData(str):
     kilnd serves the model at (GET it with the API token), and the object also knows its
     ``job_id``, ``name``, ``size`` and ``sha256`` and can ``download(path)`` itself (checked)."""
 
-    def __new__(cls, client, job_id, artifact):
+    client: Client
+    job_id: str
+    name: str
+    size: int
+    sha256: str
+
+    def __new__(cls, client: Client, job_id: str, artifact: Artifact) -> ModelData:
         url = "%s/v1/jobs/%s/artifacts/%s" % (client.url, _seg(job_id), _seg(artifact.name))
         self = super().__new__(cls, url)
         self.client = client
@@ -82,19 +115,20 @@ class ModelData(str):
         return self
 
     @property
-    def url(self):
+    def url(self) -> str:
         return str(self)
 
-    def download(self, path=None):
+    def download(self, path: str | None = None) -> str:
         """Saves the model to path (default: its name in the current directory); returns the path."""
         return self.client.download(self.job_id, self.name, path)
 
 
-def parse_sse(lines):
+def parse_sse(lines: Iterable[str]) -> Iterator[tuple[str, str, str]]:
     """Parses an iterable of text lines (without or with their line ends) of a
     text/event-stream into (event, data, id) tuples. Comments (": ping") are skipped;
     an event without a name is "message"."""
-    event, data, last_id = "", [], ""
+    event, last_id = "", ""
+    data: list[str] = []
     for raw in lines:
         line = raw.rstrip("\r\n")
         if line == "":
@@ -127,7 +161,8 @@ class Client:
     raises it for a config file others may read.
     """
 
-    def __init__(self, url=None, timeout=30.0, token=None, ca=None, profile=None):
+    def __init__(self, url: str | None = None, timeout: float = 30.0, token: str | None = None, ca: str | None = None,
+                 profile: str | None = None) -> None:
         s = config.resolve(url=url, token=token, ca=ca, profile=profile)
         self.url = s.url
         self.timeout = timeout
@@ -135,12 +170,13 @@ class Client:
         self._token = s.token
         self._ssl = ssl.create_default_context(cafile=s.ca) if s.ca else None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "kiln.Client(%r)" % self.url
 
     # ---- plumbing -----------------------------------------------------------------------
-    def _open(self, method, path, body=None, headers=None, timeout=None, accept="application/json"):
-        data = None
+    def _open(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None,
+              timeout: float | None = None, accept: str = "application/json") -> HTTPResponse:
+        data: bytes | None = None
         hdrs = {"Accept": accept, "User-Agent": "kiln-python/0.1"}
         if self._token:
             hdrs["Authorization"] = "Bearer " + self._token
@@ -152,17 +188,18 @@ class Client:
         hdrs.update(headers or {})
         req = urllib.request.Request(self.url + path, data=data, headers=hdrs, method=method)
         try:
-            return urllib.request.urlopen(req, timeout=timeout or self.timeout, context=self._ssl)
+            return cast(HTTPResponse, urllib.request.urlopen(req, timeout=timeout or self.timeout, context=self._ssl))
         except urllib.error.HTTPError as e:
-            body = e.read()
+            raw = e.read()
             e.close()
-            raise KilnError.from_reply(e.code, body) from None
+            raise KilnError.from_reply(e.code, raw) from None
         except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as e:
-            reason = getattr(e, "reason", e)
+            reason: object = getattr(e, "reason", e)
             raise KilnError("could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)" % (self.url, reason),
                             code="unavailable", status=0) from None
 
-    def _call(self, method, path, body=None, headers=None, query=None):
+    def _call(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None,
+              query: Mapping[str, object] | None = None) -> tuple[int, JSONObject]:
         if query:
             q = {k: v for k, v in query.items() if v is not None}
             if q:
@@ -171,12 +208,12 @@ class Client:
             raw = r.read()
             status = r.status
         try:
-            return status, (json.loads(raw) if raw else {})
+            return status, (_obj(json.loads(raw)) if raw else {})
         except ValueError:
             raise KilnError("kilnd sent a reply that is not JSON", code="bad_format", status=status) from None
 
     # ---- jobs ---------------------------------------------------------------------------
-    def submit(self, spec, idempotency_key=None):
+    def submit(self, spec: Mapping[str, Any], idempotency_key: str | None = None) -> Job:
         """Submits a job spec (a dict shaped like the JSON job spec) and returns its Job.
         With ``idempotency_key`` a retry returns the job the first call created."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
@@ -185,30 +222,42 @@ class Client:
         job.created = status == 201
         return job
 
-    def job(self, job_id):
-        """The job with this id (a full id, or a unique prefix of one)."""
-        job_id = self._resolve(job_id)
-        _, j = self._call("GET", "/v1/jobs/" + urllib.parse.quote(job_id))
+    def job(self, job_id: str) -> Job:
+        """The job with this id. Like every method that takes a job id, a unique prefix of one
+        (4 characters or more, as ``kiln jobs`` shows them) works too: kilnd resolves it."""
+        _, j = self._call("GET", "/v1/jobs/" + _seg(job_id))
         return Job(self, j)
 
-    def jobs(self, status=None, tag=None, limit=None):
+    def describe(self, job_id: str) -> JSONObject:
+        """Everything kilnd says about the job, like SageMaker's describe_training_job: the job
+        (state, reason, attempt, progress, latest metrics, workers, normalised spec) with its
+        ``events`` (every state change)."""
+        d = self.job(job_id).to_dict()
+        d["events"] = self.events(_str(d.get("id")) or job_id)
+        return d
+
+    def jobs(self, status: str | Iterable[str] | None = None, tag: str | tuple[str, str] | None = None,
+             limit: int | None = None) -> list[Job]:
         """Jobs, newest first. ``status``: a state or a list of states; ``tag``: "key:value"
         (or a (key, value) pair); ``limit``: at most this many (default: all)."""
-        if isinstance(status, (list, tuple, set, frozenset)):
+        if status is not None and not isinstance(status, str):
             status = ",".join(status)
-        if isinstance(tag, (list, tuple)):
-            tag = "%s:%s" % tuple(tag)
-        out, token = [], ""
+        if isinstance(tag, tuple):
+            tag = "%s:%s" % tag
+        out: list[Job] = []
+        token = ""
         while True:
             size = 500 if limit is None else max(1, min(500, limit - len(out)))
             _, page = self._call("GET", "/v1/jobs", query={"status": status, "tag": tag, "page_size": size,
                                                            "page_token": token or None})
-            out.extend(Job(self, j) for j in page.get("jobs", []))
-            token = page.get("next_page_token") or ""
+            out.extend(Job(self, j) for j in _objs(page.get("jobs")))
+            token = _str(page.get("next_page_token"))
             if not token or (limit is not None and len(out) >= limit):
                 return out[:limit] if limit is not None else out
 
-    def search(self, filter=None, order_by=None, columns=None, limit=None, page_size=None):
+    def search(self, filter: str | None = None, order_by: str | Iterable[str] | None = None,
+               columns: str | Iterable[str] | None = None, limit: int | None = None,
+               page_size: int | None = None) -> list[Job]:
         """Jobs matching ``filter`` (the filter language of docs/search.md), as a list of Job, in
         the order ``order_by`` asks ("FIELD [asc|desc], ...", or a list of such strings; default
         newest first). ``columns`` (a comma-separated string or a list: "hp.lr",
@@ -221,29 +270,29 @@ class Client:
 
         An invalid filter raises KilnError whose ``detail`` shows the filter with a caret under the
         mistake and whose ``hint`` names the nearest field."""
-        if isinstance(order_by, (list, tuple)):
-            order_by = ", ".join(order_by)
-        if isinstance(columns, str):
-            columns = [c.strip() for c in columns.split(",") if c.strip()]
-        out, token = [], ""
+        order = order_by if order_by is None or isinstance(order_by, str) else ", ".join(order_by)
+        cols = [c.strip() for c in columns.split(",") if c.strip()] if isinstance(columns, str) else list(columns or [])
+        out: list[Job] = []
+        token = ""
         while True:
             size = page_size or 500
             if limit is not None:
                 size = max(1, min(size, limit - len(out)))
-            body = {"filter": filter or "", "page_size": size}
-            if order_by:
-                body["order_by"] = order_by
-            if columns:
-                body["columns"] = list(columns)
+            body: JSONObject = {"filter": filter or "", "page_size": size}
+            if order:
+                body["order_by"] = order
+            if cols:
+                body["columns"] = cols
             if token:
                 body["page_token"] = token
             _, page = self._call("POST", "/v1/jobs:search", body=body)
-            out.extend(Job(self, j) for j in page.get("jobs", []))
-            token = page.get("next_page_token") or ""
+            out.extend(Job(self, j) for j in _objs(page.get("jobs")))
+            token = _str(page.get("next_page_token"))
             if not token or (limit is not None and len(out) >= limit):
                 return out[:limit] if limit is not None else out
 
-    def compare(self, job_ids, metrics=None, max_points=200):
+    def compare(self, job_ids: Iterable[str], metrics: Iterable[str] | None = None,
+                max_points: int = 200) -> JSONObject:
         """Jobs side by side. Returns a dict:
 
         - "jobs": the Job of each id (in the order given), with its summaries;
@@ -255,52 +304,56 @@ class Client:
           ``max_points`` per job keeping each bucket's lowest and highest point, for ``metrics``
           (default: train_loss and val_loss where the jobs have them)."""
         jobs = [self.job(i) for i in job_ids]
-        names = []
+        names: list[str] = []
         for j in jobs:
-            for k in (j.spec.get("hyperparameters") or {}):
+            for k in _obj(j.spec.get("hyperparameters")):
                 if k not in names:
                     names.append(k)
-        hps = {k: [(j.spec.get("hyperparameters") or {}).get(k) for j in jobs] for k in names}
+        hps: dict[str, list[Any]] = {k: [_obj(j.spec.get("hyperparameters")).get(k) for j in jobs] for k in names}
         differing = [k for k, v in hps.items() if any(x != v[0] for x in v)]
         if metrics is None:
-            summarised = []
+            summarised: list[str] = []
             for j in jobs:
                 for m in j.summaries:
                     if m not in summarised:
                         summarised.append(m)
             charted = [m for m in ("train_loss", "val_loss") if m in summarised] or summarised[:1]
         else:
-            summarised = charted = list(metrics)
-        summaries = {m: [j.summaries.get(m) for j in jobs] for m in summarised}
+            summarised = list(metrics)
+            charted = summarised
+        summaries: dict[str, list[JSONObject | None]] = {m: [j.summaries.get(m) for j in jobs] for m in summarised}
         curves = {m: [self.metrics(j.id, name=m, max_points=max_points).get(m, []) for j in jobs] for m in charted}
         return {"jobs": jobs, "hyperparameters": hps, "differing": differing, "summaries": summaries,
                 "curves": curves}
 
-    def stop(self, job_id, reason=None):
+    def stop(self, job_id: str, reason: str | None = None) -> Job:
         """Requests a stop; returns the Job (STOPPING, or STOPPED if it had not started)."""
         body = {"reason": reason} if reason else {}
-        _, j = self._call("POST", "/v1/jobs/%s:stop" % urllib.parse.quote(self._resolve(job_id)), body=body)
+        _, j = self._call("POST", "/v1/jobs/%s:stop" % _seg(job_id), body=body)
         return Job(self, j)
 
-    def events(self, job_id):
-        """The job's state changes, oldest first: dicts with seq, from_state, to_state, reason, time, attempt."""
-        _, j = self._call("GET", "/v1/jobs/%s/events" % urllib.parse.quote(job_id))
-        return j.get("events", [])
+    def events(self, job_id: str) -> list[JSONObject]:
+        """The job's state changes, oldest first: dicts with seq, from_state, to_state, reason,
+        time, attempt, actor."""
+        _, j = self._call("GET", "/v1/jobs/%s/events" % _seg(job_id))
+        return _objs(j.get("events"))
 
-    def logs(self, job_id, follow=False, rank=None, since=None):
+    def logs(self, job_id: str, follow: bool = False, rank: int | None = None,
+             since: str | None = None) -> Iterator[LogLine]:
         """A generator of LogLine. Without follow: the history. With follow: the history,
         then live lines until the job ends (the generator then returns)."""
         if follow:
             return self._follow(job_id, rank, since)
         return self._history(job_id, rank, since)
 
-    def _history(self, job_id, rank=None, since=None, after_seq=0):
-        path = "/v1/jobs/%s/logs" % urllib.parse.quote(job_id)
+    def _history(self, job_id: str, rank: int | None = None, since: str | None = None,
+                 after_seq: int = 0) -> Iterator[LogLine]:
+        path = "/v1/jobs/%s/logs" % _seg(job_id)
         while True:
             _, page = self._call("GET", path, query={"rank": rank, "limit": 1000,
                                                      "since": since if not after_seq else None,
                                                      "after_seq": after_seq or None})
-            lines = page.get("lines", [])
+            lines = _objs(page.get("lines"))
             fresh = 0
             for j in lines:
                 line = LogLine.from_json(j)
@@ -312,14 +365,15 @@ class Client:
             if len(lines) < 1000 or not fresh:
                 return
 
-    def _follow(self, job_id, rank=None, since=None):
-        last_seq, backoff, failing_since = 0, 0.2, None
-        path = "/v1/jobs/%s/logs" % urllib.parse.quote(job_id)
+    def _follow(self, job_id: str, rank: int | None = None, since: str | None = None) -> Iterator[LogLine]:
+        last_seq, backoff = 0, 0.2
+        failing_since: float | None = None
+        path = "/v1/jobs/%s/logs" % _seg(job_id)
         while True:
-            query = {"follow": "true", "rank": rank, "since": since if not last_seq else None}
+            query: dict[str, object] = {"follow": "true", "rank": rank, "since": since if not last_seq else None}
             q = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
             headers = {"Last-Event-ID": str(last_seq)} if last_seq else None
-            dropped = None
+            dropped: Exception | None = None
             try:
                 # kilnd pings every 15 s: 60 s of silence means the connection is gone.
                 with self._open("GET", path + "?" + q, headers=headers, timeout=60,
@@ -332,7 +386,7 @@ class Client:
                         if event not in ("log", "message"):
                             continue
                         try:
-                            line = LogLine.from_json(json.loads(data))
+                            line = LogLine.from_json(_obj(json.loads(data)))
                         except ValueError:
                             continue
                         if line.seq and line.seq <= last_seq:
@@ -346,6 +400,7 @@ class Client:
             except (OSError, socket.timeout, TimeoutError, ValueError) as e:
                 dropped = e
             # Closed or dropped before the end event: finished, or reconnect?
+            job: Job | None
             try:
                 job = self.job(job_id)
             except KilnError as e:
@@ -365,31 +420,32 @@ class Client:
             time.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
-    def metrics(self, job_id, name=None, max_points=None, attempt="latest"):
+    def metrics(self, job_id: str, name: str | None = None, max_points: int | None = None,
+                attempt: int | str = "latest") -> dict[str, list[tuple[int, float]]]:
         """The job's metric histories: {name: [(step, value), ...]} in step order.
         ``max_points`` asks kilnd to downsample each series: the first and last point and each
         bucket's lowest and highest survive. ``attempt``: "latest" (per step the points of the
         latest attempt that reached it, so a step a retried attempt trained again appears once),
         "all" (every attempt's points, by step then attempt), or an attempt number."""
-        _, j = self._call("GET", "/v1/jobs/%s/metrics" % urllib.parse.quote(job_id),
+        _, j = self._call("GET", "/v1/jobs/%s/metrics" % _seg(job_id),
                           query={"name": name, "max_points": max_points or 100000, "attempt": attempt})
-        return {s["name"]: [(int(p["step"]), float(p["value"])) for p in s.get("points", [])]
-                for s in j.get("metrics", [])}
+        return {_str(s.get("name")): [(_int(p.get("step")), float(p.get("value") or 0.0)) for p in _objs(s.get("points"))]
+                for s in _objs(j.get("metrics"))}
 
-    def delete(self, job_id):
+    def delete(self, job_id: str) -> JSONObject:
         """Deletes an ended job with its events, logs, metrics and artifacts (editors). Returns
         {"id", "removed": {"<table>": rows}, "artifact_bytes"}. A job that has not ended gets a
         KilnError with status 409: stop it first."""
-        return self._call("DELETE", "/v1/jobs/%s" % _seg(self._resolve(job_id)))[1]
+        return self._call("DELETE", "/v1/jobs/%s" % _seg(job_id))[1]
 
     # ---- artifacts ----------------------------------------------------------------------
-    def artifacts(self, job_id):
+    def artifacts(self, job_id: str) -> list[Artifact]:
         """The files the job's rank 0 left in its output directory (final model, partition plan,
         samples), uploaded when the job ended: a list of Artifact, by name."""
         _, j = self._call("GET", "/v1/jobs/%s/artifacts" % _seg(job_id))
-        return [Artifact.from_json(a) for a in j.get("artifacts", [])]
+        return [Artifact.from_json(a) for a in _objs(j.get("artifacts"))]
 
-    def download(self, job_id, name, path=None):
+    def download(self, job_id: str, name: str, path: str | None = None) -> str:
         """Saves artifact ``name`` of the job to ``path`` (a file, or a directory to put it in;
         default: the current directory) and returns the file's path. The bytes stream to disk
         and are checked against the artifact's SHA-256; a failed download leaves no file."""
@@ -420,7 +476,7 @@ class Client:
             raise
         return path
 
-    def model_data(self, job_id):
+    def model_data(self, job_id: str) -> ModelData | None:
         """The job's trained model (a ModelData: its URL, with size, sha256 and download()), or
         None when the job has no model artifact (yet: it is uploaded when the job ends)."""
         for a in self.artifacts(job_id):
@@ -429,13 +485,13 @@ class Client:
         return None
 
     # ---- cluster ------------------------------------------------------------------------
-    def workers(self):
+    def workers(self) -> list[JSONObject]:
         """Registered workers: dicts with id, hostname, address, slots, slots_free, slot_type,
         state ("ALIVE" | "DEAD"), last_heartbeat, registered_at, gpus."""
         _, j = self._call("GET", "/v1/workers")
-        return j.get("workers", [])
+        return _objs(j.get("workers"))
 
-    def health(self):
+    def health(self) -> bool:
         """True when kilnd answers /readyz (database reachable, migrations applied)."""
         try:
             self._call("GET", "/readyz")
@@ -444,76 +500,66 @@ class Client:
             return False
 
     # ---- identity: who am I, users, tokens, projects, members ---------------------------
-    def whoami(self):
+    def whoami(self) -> JSONObject:
         """Who the token belongs to: {"user", "cluster_admin", "projects": [{"project", "role"}],
         "token_id", "token_expires_at" ("" when it does not expire)}."""
         return self._call("GET", "/v1/whoami")[1]
 
-    def users(self):
+    def users(self) -> list[JSONObject]:
         """Every user (cluster admins only): dicts with name, cluster_admin, created_at, created_by."""
-        return self._call("GET", "/v1/users")[1].get("users", [])
+        return _objs(self._call("GET", "/v1/users")[1].get("users"))
 
-    def create_user(self, name, cluster_admin=False):
+    def create_user(self, name: str, cluster_admin: bool = False) -> JSONObject:
         """Creates a user (cluster admins only); returns it. Give it a token with create_token()."""
         return self._call("POST", "/v1/users", body={"name": name, "cluster_admin": bool(cluster_admin)})[1]
 
-    def create_token(self, user=None, expires_in_s=None, description=None):
+    def create_token(self, user: str | None = None, expires_in_s: int | None = None,
+                     description: str | None = None) -> JSONObject:
         """Creates an API token for user (default: the caller; others' need a cluster admin) and
         returns {"id", "token", "expires_at", "user"}. "token" is the secret, which kilnd never
         shows again; expires_in_s None (or 0) makes one valid until revoked."""
-        body = {}
+        body: JSONObject = {}
         if expires_in_s:
             body["expires_in_s"] = int(expires_in_s)
         if description is not None:
             body["description"] = description
-        return self._call("POST", "/v1/users/%s/tokens" % _seg(user or self.whoami()["user"]), body=body)[1]
+        return self._call("POST", "/v1/users/%s/tokens" % _seg(user or _str(self.whoami().get("user"))), body=body)[1]
 
-    def tokens(self, user=None):
+    def tokens(self, user: str | None = None) -> list[JSONObject]:
         """The tokens of user (default: the caller), without their secrets: dicts with id, user,
         description, created_at, expires_at, revoked_at, last_used_at (None when unset)."""
-        path = "/v1/users/%s/tokens" % _seg(user or self.whoami()["user"])
-        return self._call("GET", path)[1].get("tokens", [])
+        path = "/v1/users/%s/tokens" % _seg(user or _str(self.whoami().get("user")))
+        return _objs(self._call("GET", path)[1].get("tokens"))
 
-    def revoke_token(self, id):
+    def revoke_token(self, id: str) -> JSONObject:
         """Revokes a token (yours, or anyone's for a cluster admin); returns it. The next request
         made with it gets 401."""
         return self._call("DELETE", "/v1/tokens/%s" % _seg(id))[1]
 
-    def projects(self):
+    def projects(self) -> list[JSONObject]:
         """The projects the caller belongs to, with its role (a cluster admin: all of them, with
         role "" where it is not a member): dicts with name, role, created_at, created_by."""
-        return self._call("GET", "/v1/projects")[1].get("projects", [])
+        return _objs(self._call("GET", "/v1/projects")[1].get("projects"))
 
-    def create_project(self, name):
+    def create_project(self, name: str) -> JSONObject:
         """Creates a project (cluster admins only); returns it."""
         return self._call("POST", "/v1/projects", body={"name": name})[1]
 
-    def members(self, project):
+    def members(self, project: str) -> list[JSONObject]:
         """The members of project: dicts with project, user, role."""
-        return self._call("GET", "/v1/projects/%s/members" % _seg(project))[1].get("members", [])
+        return _objs(self._call("GET", "/v1/projects/%s/members" % _seg(project))[1].get("members"))
 
-    def set_member(self, project, user, role):
+    def set_member(self, project: str, user: str, role: str) -> JSONObject:
         """Gives user the role "viewer", "editor" or "admin" in project (or changes it); needs the
         project's admin role. Returns {"project", "user", "role"}."""
         return self._call("PUT", "/v1/projects/%s/members/%s" % (_seg(project), _seg(user)), body={"role": role})[1]
 
-    def remove_member(self, project, user):
+    def remove_member(self, project: str, user: str) -> JSONObject:
         """Takes user out of project; needs the project's admin role. Returns {"project", "user"}."""
         return self._call("DELETE", "/v1/projects/%s/members/%s" % (_seg(project), _seg(user)))[1]
 
-    def _resolve(self, ref):
-        if len(ref) == 36 and ref.count("-") == 4:
-            return ref
-        matches = [j.id for j in self.jobs() if j.id.startswith(ref)]
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise KilnError('no job matches "%s"' % ref, code="not_found", status=404)
-        raise KilnError('job id prefix "%s" is ambiguous: it matches %d jobs' % (ref, len(matches)),
-                        code="invalid_argument", hint="give more characters of the id", status=400)
 
-
-def _seg(s):
+def _seg(s: object) -> str:
     """s as one URL path segment."""
     return urllib.parse.quote(str(s), safe="")
 
@@ -522,122 +568,129 @@ class Job:
     """A handle on one job. Properties read the JSON from the last fetch; call refresh()
     (or wait()) to update them."""
 
-    def __init__(self, client, data):
+    def __init__(self, client: Client, data: JSONObject) -> None:
         self.client = client
         self._data = data
         self.created = True
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<kiln.Job %s %r %s>" % (self.id[:8], self.name, self.state)
 
     # ---- fields -------------------------------------------------------------------------
     @property
-    def id(self):
-        return self._data.get("id", "")
+    def id(self) -> str:
+        return _str(self._data.get("id"))
 
     @property
-    def name(self):
-        return self._data.get("name", "")
+    def name(self) -> str:
+        return _str(self._data.get("name"))
 
     @property
-    def state(self):
+    def state(self) -> str:
         """"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING", "RESTARTING",
         "COMPLETED", "FAILED" or "STOPPED" (as of the last refresh)."""
-        return self._data.get("state", "")
+        return _str(self._data.get("state"))
 
     @property
-    def reason(self):
-        return self._data.get("reason", "")
+    def reason(self) -> str:
+        return _str(self._data.get("reason"))
 
     @property
-    def attempt(self):
-        return self._data.get("attempt", 0)
+    def attempt(self) -> int:
+        return _int(self._data.get("attempt"))
 
     @property
-    def progress(self):
+    def progress(self) -> JSONObject:
         """{"step", "total_steps", "eta_s"}."""
-        return self._data.get("progress") or {}
+        return _obj(self._data.get("progress"))
 
     @property
-    def latest_metrics(self):
+    def latest_metrics(self) -> dict[str, float]:
         """The latest value of each metric: {"train_loss": 2.41, ...}."""
-        return self._data.get("metrics") or {}
+        return {k: float(v) for k, v in _obj(self._data.get("metrics")).items() if isinstance(v, (int, float))}
 
     @property
-    def workers(self):
-        return self._data.get("workers") or []
+    def workers(self) -> list[str]:
+        w = self._data.get("workers")
+        return [x for x in cast("list[object]", w) if isinstance(x, str)] if isinstance(w, list) else []
 
     @property
-    def summaries(self):
+    def summaries(self) -> dict[str, JSONObject]:
         """Metric summaries: {"val_loss": {"count", "min", "max", "last", "min_step", "max_step",
         "last_step", "rank", "attempt"}, ...}: every metric for a job read by id; for a job from
         search(), the metrics its columns named."""
-        return self._data.get("summaries") or {}
+        return {k: _obj(v) for k, v in _obj(self._data.get("summaries")).items()}
 
     @property
-    def columns(self):
+    def columns(self) -> dict[str, float | None]:
         """The columns a search asked for: {"hp.lr": 0.0003, "metrics.val_loss.min": 1.52, ...}
         (None where the job has no value); {} for a job not read by search()."""
-        return self._data.get("columns") or {}
+        return {k: (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None)
+                for k, v in _obj(self._data.get("columns")).items()}
 
     @property
-    def spec(self):
+    def spec(self) -> JSONObject:
         """The normalised spec kilnd stored (defaults filled in)."""
-        return self._data.get("spec") or {}
+        return _obj(self._data.get("spec"))
 
     @property
-    def done(self):
+    def done(self) -> bool:
         return self.state in TERMINAL_STATES
 
-    def to_dict(self):
+    @property
+    def model_data(self) -> ModelData | None:
+        """Where the trained model is, SageMaker-style: a ModelData (a str holding its URL, with
+        size, sha256 and download(path)), or None while the job has no model artifact."""
+        return self.client.model_data(self.id)
+
+    def to_dict(self) -> JSONObject:
         return dict(self._data)
 
+    def describe(self) -> JSONObject:
+        """The job with its events (Client.describe)."""
+        return self.client.describe(self.id)
+
     # ---- actions ------------------------------------------------------------------------
-    def refresh(self):
-        _, self._data = self.client._call("GET", "/v1/jobs/" + urllib.parse.quote(self.id))
+    def refresh(self) -> Job:
+        self._data = self.client.job(self.id).to_dict()
         return self
 
-    def wait(self, timeout=None, poll=0.5, raise_on_failure=False):
+    def wait(self, timeout: float | None = None, poll: float = 0.5, raise_on_failure: bool = False) -> Job:
         """Polls until the job ends; returns self. Raises TimeoutError after ``timeout``
         seconds, and JobFailedError when ``raise_on_failure`` and it did not COMPLETE."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.refresh().done:
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError("job %s still %s after %.0f s" % (self.id, self.state, timeout))
+                raise TimeoutError("job %s still %s after %.0f s" % (self.id, self.state, timeout or 0.0))
             time.sleep(poll)
         if raise_on_failure and self.state != "COMPLETED":
             raise JobFailedError(self)
         return self
 
-    def stop(self, reason=None):
-        self._data = self.client.stop(self.id, reason)._data
+    def stop(self, reason: str | None = None) -> Job:
+        self._data = self.client.stop(self.id, reason).to_dict()
         return self
 
-    def events(self):
+    def events(self) -> list[JSONObject]:
         return self.client.events(self.id)
 
-    def delete(self):
+    def delete(self) -> JSONObject:
         """Deletes the job (it must have ended) and everything it left; returns kilnd's summary."""
         return self.client.delete(self.id)
 
-    def artifacts(self):
+    def artifacts(self) -> list[Artifact]:
         """The job's artifacts (a list of Artifact); see Client.artifacts."""
         return self.client.artifacts(self.id)
 
-    def download(self, name, path=None):
+    def download(self, name: str, path: str | None = None) -> str:
         """Saves one of the job's artifacts (checked against its SHA-256); returns the path."""
         return self.client.download(self.id, name, path)
 
-    @property
-    def model_data(self):
-        """Where the trained model is, SageMaker-style: a ModelData (a str holding its URL, with
-        size, sha256 and download(path)), or None while the job has no model artifact."""
-        return self.client.model_data(self.id)
-
-    def logs(self, follow=False, rank=None, since=None):
+    def logs(self, follow: bool = False, rank: int | None = None, since: str | None = None) -> Iterator[LogLine]:
         """A generator of LogLine (str(line) is "[rank N] text"); see Client.logs."""
         return self.client.logs(self.id, follow=follow, rank=rank, since=since)
 
-    def metrics(self, name=None, max_points=None, attempt="latest"):
+    def metrics(self, name: str | None = None, max_points: int | None = None,
+                attempt: int | str = "latest") -> dict[str, list[tuple[int, float]]]:
         """{name: [(step, value), ...]}; with ``name`` only that metric (see Client.metrics)."""
         return self.client.metrics(self.id, name=name, max_points=max_points, attempt=attempt)

@@ -14,17 +14,21 @@ and refused when group or others have any permission on it (it holds tokens). No
 puts a token into an error message.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 from .errors import KilnError
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
 
-def normalize_url(url):
+def normalize_url(url: str | None) -> str:
     """A bare "host:port" gets "http://"; trailing slashes go. "" for None or ""."""
     if not url:
         return ""
@@ -33,7 +37,7 @@ def normalize_url(url):
     return url.rstrip("/")
 
 
-def config_path(environ=None):
+def config_path(environ: Mapping[str, str] | None = None) -> str:
     """The CLI's config file: $XDG_CONFIG_HOME/kiln/config.json when XDG_CONFIG_HOME is an
     absolute path, else ~/.config/kiln/config.json."""
     env = os.environ if environ is None else environ
@@ -46,7 +50,7 @@ def config_path(environ=None):
     return os.path.join(home, ".config", "kiln", "config.json")
 
 
-def load_config(path):
+def load_config(path: str) -> dict[str, Any]:
     """The config file at path as a dict with a "profiles" dict; {"profiles": {}} when it does
     not exist. Raises KilnError when others may read it, or when it is not such JSON."""
     try:
@@ -66,7 +70,7 @@ def load_config(path):
                             hint="chmod 600 %s (and revoke its tokens if someone else may have read them)" % path)
         raw = f.read()
     try:
-        cfg = json.loads(raw.decode("utf-8"))
+        cfg: Any = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         # The parser's message may quote the text around the error, which may be a token.
         where = " (line %d, column %d)" % (e.lineno, e.colno) if isinstance(e, json.JSONDecodeError) else ""
@@ -74,15 +78,26 @@ def load_config(path):
                         hint="fix it, or remove it and log in again with kiln login") from None
     if not isinstance(cfg, dict):
         raise KilnError('config file "%s" does not hold a JSON object' % path, code="invalid_argument")
-    profiles = cfg.setdefault("profiles", {})
-    if not isinstance(profiles, dict) or not all(
-            isinstance(p, dict) and all(isinstance(p.get(k, ""), str) for k in ("url", "token", "ca"))
-            for p in profiles.values()):
+    obj = cast("dict[str, Any]", cfg)
+    if not _valid_profiles(obj.setdefault("profiles", {})):
         raise KilnError('config file "%s": "profiles" must map names to {"url", "token", "ca"} strings' % path,
                         code="invalid_argument")
-    if not isinstance(cfg.get("current", ""), (str, type(None))):
+    if not isinstance(obj.get("current", ""), (str, type(None))):
         raise KilnError('config file "%s": "current" must be a profile name' % path, code="invalid_argument")
-    return cfg
+    return obj
+
+
+def _valid_profiles(v: object) -> bool:
+    """Whether v maps names to {"url", "token", "ca"} strings."""
+    if not isinstance(v, dict):
+        return False
+    for p in cast("dict[str, object]", v).values():
+        if not isinstance(p, dict):
+            return False
+        prof = cast("dict[str, object]", p)
+        if not all(isinstance(prof.get(k, ""), str) for k in ("url", "token", "ca")):
+            return False
+    return True
 
 
 @dataclass
@@ -100,12 +115,13 @@ class Settings:
     profile_other_url: bool = False
     config_path: str = ""
 
-    def __repr__(self):  # never show the token
+    def __repr__(self) -> str:  # never show the token
         return "Settings(url=%r, token_from=%r, ca=%r, profile=%r)" % (self.url, self.token_from, self.ca,
                                                                       self.profile)
 
 
-def resolve(url=None, token=None, ca=None, profile=None, environ=None):
+def resolve(url: str | None = None, token: str | None = None, ca: str | None = None, profile: str | None = None,
+            environ: Mapping[str, str] | None = None) -> Settings:
     """The Settings for a Client given these arguments (None: not given)."""
     env = os.environ if environ is None else environ
     s = Settings(url="", token="", ca="", url_from="", token_from="", ca_from="")
@@ -125,7 +141,7 @@ def resolve(url=None, token=None, ca=None, profile=None, environ=None):
     s.config_path = config_path(env)
     cfg = load_config(s.config_path)
     s.profile = chosen or cfg.get("current") or "default"
-    prof = cfg["profiles"].get(s.profile)
+    prof: dict[str, str] | None = cfg["profiles"].get(s.profile)
     if chosen and prof is None:
         raise KilnError('no profile "%s" in %s' % (s.profile, s.config_path), code="not_found",
                         hint="kiln login --profile %s saves one" % s.profile)

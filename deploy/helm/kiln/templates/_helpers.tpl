@@ -1,0 +1,29 @@
+{{/* Labels every object carries; "name" is the component's app.kubernetes.io/name. */}}
+{{- define "kiln.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/part-of: kiln
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "kiln.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}{{ .Values.serviceAccount.name }}{{- else -}}default{{- end -}}
+{{- end -}}
+
+{{/* The pod securityContext of every kiln pod: the image's kiln user, Secret files readable through its group. */}}
+{{- define "kiln.podSecurity" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "kiln.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}

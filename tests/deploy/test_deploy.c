@@ -1,0 +1,158 @@
+/* test_deploy.c - deploy/ checked with tools the project did not write, without a cluster, a
+ * Docker engine or a running systemd: `kubectl kustomize deploy/k8s` builds and every object it
+ * makes (and every other manifest in deploy/k8s) is valid against the Kubernetes API's schemas
+ * (tools/k8s-validate.mjs: kubernetes-models' Ajv validators); the Helm chart's values match its
+ * values.schema.json and its templates, rendered by Go's text/template with Sprig and Helm's
+ * own functions (tools/chart-render; the Helm binary cannot be installed here), give valid
+ * objects with the operator's expectations (2 kilnd replicas, a PodDisruptionBudget, agent
+ * probes, GPUs and slots from values, no Secret written by the chart); a broken manifest is
+ * refused; deploy/check.sh passes; the systemd units verify and the agent's sandbox scores
+ * better in `systemd-analyze security` than it did without its syscall filter. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "tests/common/harness.h"
+
+TestSuite(deploy, .timeout = 300);
+
+/* Runs cmdline with bash from the repository root, $T a fresh temporary directory; asserts the
+ * exit status; returns the output (caller frees). */
+static char *run(const char *what, int want, const char *cmdline)
+{
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char dir[] = "/tmp/kiln-deploy.XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char *cmd = malloc(strlen(cmdline) + 1024);
+    char out_file[128];
+    snprintf(out_file, sizeof out_file, "%s/out.txt", dir);
+    sprintf(cmd, "cd %s && export T=%s BIN=%s && bash -c '%s' > %s 2>&1", root, dir, th_bin_dir(), cmdline, out_file);
+    int rc = system(cmd);
+    char *report = NULL;
+    kiln_err_t err;
+    if (kiln_file_read(out_file, &report, NULL, &err) != 0)
+        report = strdup("");
+    snprintf(cmd, 256, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    free(cmd);
+    int status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    cr_assert(want >= 0 ? status == want : status != 0, "%s: exit %d (wanted %s%d):\n%.8000s", what, status,
+              want >= 0 ? "" : "not ", want >= 0 ? want : 0, report);
+    return report;
+}
+
+Test(deploy, kustomize_builds_and_every_manifest_is_valid)
+{
+    char *out = run("kubectl kustomize + k8s-validate", 0,
+                    "command -v kubectl >/dev/null || { echo \"kubectl is missing\"; exit 1; }; "
+                    "kubectl kustomize deploy/k8s > $T/k.yaml && "
+                    "node tools/k8s-validate.mjs $T/k.yaml deploy/k8s/kiln-agent-gpu.yaml deploy/k8s/networkpolicy.yaml "
+                    "deploy/k8s/postgres-trial.yaml deploy/k8s/cert-manager.yaml && "
+                    "echo \"secrets in -k: $(grep -c \"^kind: Secret\" $T/k.yaml)\"");
+    cr_assert(strstr(out, "Deployment/kilnd") && strstr(out, "DaemonSet/kiln-agent-cpu"), "%s", out);
+    /* kubectl apply -k applies no Secret: no password or token is written in the repository */
+    cr_assert(strstr(out, "secrets in -k: 0\n"), "%s", out);
+    free(out);
+}
+
+/* Builds tools/chart-render (Go, Debian's Sprig and yaml.v3) into $T/chart-render. */
+#define CHART_RENDER                                                                                               \
+    "command -v go >/dev/null || { echo \"go is missing (golang-go)\"; exit 1; }; "                             \
+    "GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=${BIN%/bin}/gocache go build -o $T/chart-render "           \
+    "./tools/chart-render || exit 1; "
+
+Test(deploy, helm_chart_renders_to_valid_objects)
+{
+    /* the defaults, and everything switched on with other numbers */
+    char *out = run(
+        "helm chart", 0,
+        CHART_RENDER
+        "printf \"kilnd:\\n  replicas: 3\\n  podDisruptionBudget:\\n    minAvailable: 2\\nagents:\\n  gpu:\\n    "
+        "enabled: true\\n    gpusPerNode: 4\\n  cpu:\\n    slots: 6\\nserviceMonitor:\\n  enabled: true\\n\" > $T/all.yaml && "
+        "$T/chart-render -n kiln deploy/helm/kiln > $T/default.yaml && "
+        "$T/chart-render -n ml -f $T/all.yaml deploy/helm/kiln > $T/all-out.yaml && "
+        "node tools/k8s-validate.mjs --values deploy/helm/kiln/values.schema.json deploy/helm/kiln/values.yaml -- "
+        "$T/default.yaml && "
+        "node tools/k8s-validate.mjs --values deploy/helm/kiln/values.schema.json deploy/helm/kiln/values.yaml "
+        "$T/all.yaml -- $T/all-out.yaml && "
+        "/usr/bin/python3 tests/deploy/chart_checks.py $T/default.yaml $T/all-out.yaml");
+    cr_assert(strstr(out, "chart ok"), "%s", out);
+    free(out);
+}
+
+Test(deploy, a_broken_manifest_or_bad_values_are_refused)
+{
+    /* a port that is not a number: the schema refuses it */
+    free(run("k8s-validate on a broken Deployment", 1,
+             "sed \"s/containerPort: 8080/containerPort: eighty/\" deploy/k8s/kilnd.yaml > $T/bad.yaml && "
+             "node tools/k8s-validate.mjs $T/bad.yaml"));
+    /* replicas: "two" is not an integer for the chart's schema */
+    free(run("values.schema.json on bad values", 1,
+             "printf \"kilnd:\\n  replicas: two\\n\" > $T/v.yaml && "
+             "node tools/k8s-validate.mjs --values deploy/helm/kiln/values.schema.json deploy/helm/kiln/values.yaml "
+             "$T/v.yaml --"));
+}
+
+Test(deploy, check_sh_passes)
+{
+    free(run("deploy/check.sh", 0, "BUILD=${BIN%/bin} bash deploy/check.sh"));
+}
+
+/* The units as systemd 252 reads them: Type=notify with a watchdog, every secret a credential,
+ * and the exposure `systemd-analyze security` computes no worse than when the agent got its
+ * syscall filter (it was 4.0 without one; kilnd 1.5). */
+Test(deploy, systemd_units_notify_use_credentials_and_keep_their_security_score)
+{
+    char *out = run("systemd units", 0,
+                    "command -v systemd-analyze >/dev/null || { echo \"systemd-analyze is missing\"; exit 1; }; "
+                    "for u in kilnd kiln-agent; do f=deploy/systemd/$u.service; "
+                    "  grep -qx \"Type=notify\" $f && grep -q \"^WatchdogSec=\" $f || { echo \"$u: not Type=notify with WatchdogSec\"; exit 1; }; "
+                    "  grep -q \"^EnvironmentFile=\" $f && grep -q \"PASSWORD\\|TOKEN=\\|KEY=/\" deploy/systemd/$u.env && "
+                    "    { echo \"$u: a secret in its environment file\"; exit 1; }; "
+                    "  cp $f $T/; "
+                    "  s=$(cd $T && systemd-analyze security --offline=true --no-pager $u.service 2>&1 | "
+                    "      sed -n \"s/.*Overall exposure level for $u.service: \\([0-9.]*\\).*/\\1/p\"); "
+                    "  echo \"$u exposure $s\"; "
+                    "done; "
+                    "grep -q \"^LoadCredential=database.url:\" deploy/systemd/kilnd.service && "
+                    "grep -q \"^SystemCallFilter=@system-service\" deploy/systemd/kiln-agent.service || exit 1");
+    double kilnd = -1, agent = -1;
+    const char *k = strstr(out, "kilnd exposure "), *a = strstr(out, "kiln-agent exposure ");
+    if (k)
+        kilnd = atof(k + strlen("kilnd exposure "));
+    if (a)
+        agent = atof(a + strlen("kiln-agent exposure "));
+    cr_assert(kilnd > 0 && kilnd <= 1.5, "kilnd.service exposure %.1f (at most 1.5):\n%s", kilnd, out);
+    cr_assert(agent > 0 && agent <= 2.0, "kiln-agent.service exposure %.1f (at most 2.0; 4.0 without its filter):\n%s",
+              agent, out);
+    free(out);
+}
+
+/* The images, read as text (no Docker engine here): bases pinned to a Debian point release (or
+ * a digest), OCI labels, a HEALTHCHECK through the daemons' --health probes, and the CUDA
+ * keyring installed only after its checksum and key fingerprint check out. */
+Test(deploy, dockerfiles_pin_label_and_check_health)
+{
+    free(run("Dockerfiles", 0,
+             "for f in deploy/Dockerfile deploy/Dockerfile.cuda; do "
+             "  grep \"^FROM \" $f | grep -vE \"^FROM [a-z/.-]+:[0-9]+\\.[0-9]+[a-z.-]*( |@sha256:)|@sha256:[0-9a-f]{64}\" "
+             "    && { echo \"$f: a base image that is not pinned\"; exit 1; }; "
+             "  for l in title description version revision created base.name; do "
+             "    grep -q \"org.opencontainers.image.$l=\" $f || { echo \"$f: no OCI label $l\"; exit 1; }; done; "
+             "  grep -q \"^HEALTHCHECK .*kiln-healthcheck\" $f && grep -q \"COPY deploy/healthcheck.sh\" $f "
+             "    || { echo \"$f: no HEALTHCHECK\"; exit 1; }; "
+             "done; "
+             "grep -q \"sha256sum -c\" deploy/Dockerfile.cuda && grep -q \"CUDA_REPO_KEY_FPR\" deploy/Dockerfile.cuda "
+             "  || { echo \"the CUDA keyring is not verified\"; exit 1; }; "
+             "grep -n \"dpkg -i /tmp/cuda-keyring.deb\" deploy/Dockerfile.cuda | head -1 | cut -d: -f1 > $T/dpkg; "
+             "grep -n \"sha256sum -c\" deploy/Dockerfile.cuda | head -1 | cut -d: -f1 > $T/sum; "
+             "[ $(cat $T/sum) -lt $(cat $T/dpkg) ] || { echo \"the keyring is installed before it is checked\"; exit 1; }; "
+             "sh -n deploy/healthcheck.sh && grep -q -- \"kilnd --health\" deploy/healthcheck.sh && "
+             "grep -q -- \"kiln-agent --health\" deploy/healthcheck.sh"));
+}

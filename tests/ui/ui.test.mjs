@@ -1,0 +1,346 @@
+// ui.test.mjs - kiln's web UI in a real browser (Debian's Chromium through playwright-core)
+// against a real kilnd, two real agents and PostgreSQL (cluster.mjs), with real training jobs.
+// Every test saves a screenshot into the test output directory. Run by tests/run.sh as
+// `node --test tests/ui/`; no test skips: a skipped one counts as failed there.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { BIN, browser as newBrowser, Cluster, OUT, sleep } from './cluster.mjs';
+
+let c;
+let adminCtx;
+const contexts = new Set();
+
+// Every browser a test opens is closed at the end, also when the test fails half-way.
+async function browser() {
+  const ctx = await newBrowser();
+  contexts.add(ctx);
+  return ctx;
+}
+
+before(async () => { c = await new Cluster().start({ agents: 2, slots: 2 }); });
+after(async () => {
+  for (const ctx of contexts) await ctx.close().catch(() => {});
+  if (c) { await c.stop(); c.cleanup(process.exitCode); }
+});
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
+}
+
+// A browser already logged in with token (pasting it on the login page, as a user would).
+async function loggedIn(token) {
+  const ctx = await browser();
+  const page = ctx.pages()[0] || await ctx.newPage();
+  page.on('pageerror', (e) => console.error(`page error: ${e.message}`));
+  page.on('dialog', (d) => d.accept());
+  await page.goto(`${c.url}/`);
+  await page.getByLabel('API token').fill(token);
+  await page.getByRole('button', { name: 'Log in' }).click();
+  await page.waitForSelector('main[data-loaded="true"] table.jobs');
+  return { ctx, page };
+}
+
+// A job that trains long enough to watch (about 10 ms a step), stopped by the test.
+const slowSpec = (name, extra = {}) => c.spec(name, { steps: 200000, model: { n_embd: 64, seq_len: 64 }, ...extra });
+
+describe('web UI', { concurrency: false }, () => {
+  test('assets: served at / with their type, ETag, gzip, caching and a strict CSP', async () => {
+    const r = await c.request('GET', '/', null, null, { 'Accept-Encoding': 'gzip' });
+    assert.equal(r.status, 200);
+    assert.match(r.headers['content-type'], /^text\/html/);
+    assert.equal(r.headers['content-encoding'], 'gzip');
+    assert.equal(r.headers['cache-control'], 'no-cache');
+    const csp = r.headers['content-security-policy'];
+    assert.match(csp, /default-src 'none'/);
+    assert.match(csp, /script-src 'self'(;|$)/);
+    assert.doesNotMatch(csp, /unsafe/);
+    assert.equal(r.headers['x-content-type-options'], 'nosniff');
+    const again = await c.request('GET', '/', null, null, { 'Accept-Encoding': 'gzip', 'If-None-Match': r.headers.etag });
+    assert.equal(again.status, 304);
+    const plain = await c.request('GET', '/', null, null);
+    assert.equal(plain.headers['content-encoding'], undefined);
+    const js = /src="\/ui\/(app-[A-Z0-9]+\.js)"/.exec(plain.body);
+    assert.ok(js, 'index.html names the script');
+    const a = await c.request('GET', `/ui/${js[1]}`, null, null);
+    assert.equal(a.status, 200);
+    assert.match(a.headers['content-type'], /^text\/javascript/);
+    assert.match(a.headers['cache-control'], /immutable/);
+    const missing = await c.request('GET', '/ui/nope.js', null, null);
+    assert.equal(missing.status, 404);
+    assert.equal(missing.body.code, 'not_found');
+    const ctx = await browser();
+    const page = await ctx.newPage();
+    const violations = [];
+    page.on('console', (m) => { if (/Content Security Policy/.test(m.text())) violations.push(m.text()); });
+    await page.goto(`${c.url}/`);
+    await page.waitForSelector('#token');
+    await shot(page, 'assets-login-page');
+    assert.deepEqual(violations, [], 'the page breaks its own CSP');
+    await ctx.close();
+  });
+
+  test('log in: a bad token is refused on the page, a good one opens the jobs', async () => {
+    const ctx = await browser();
+    const page = await ctx.newPage();
+    await page.goto(`${c.url}/#/workers`);
+    await page.getByLabel('API token').fill('kiln_not-a-real-token');
+    await page.getByRole('button', { name: 'Log in' }).click();
+    await page.waitForSelector('#login-error:not([hidden])');
+    assert.match(await page.textContent('#login-error'), /not valid/);
+    await page.getByLabel('API token').fill(c.adminToken);
+    await page.getByRole('button', { name: 'Log in' }).click();
+    // back where the user was headed, and the header says who is logged in
+    await page.waitForSelector('main[data-loaded="true"] table.workers');
+    assert.match(await page.textContent('#who'), /admin/);
+    assert.doesNotMatch(page.url(), /kiln_/);
+    await shot(page, 'login-workers');
+    // a reload stays logged in; Log out forgets the token
+    await page.reload();
+    await page.waitForSelector('table.workers');
+    await page.getByRole('button', { name: 'Log out' }).click();
+    await page.waitForSelector('#token');
+    assert.equal(await page.evaluate(() => localStorage.getItem('kiln.token')), null);
+    adminCtx = (await loggedIn(c.adminToken)).ctx;
+    await ctx.close();
+  });
+
+  test('kiln ui: a one-time link opens logged in, leaves no code in the URL or history, works once', async () => {
+    // the CLI makes the link (--print: no browser to open here)
+    const url = execFileSync(path.join(BIN, 'kiln'), ['ui', '--print'], { env: { ...process.env,
+      KILN_URL: c.url, KILN_TOKEN: c.adminToken, KILN_TLS_CA: path.join(c.tls, 'ca.pem'), XDG_CONFIG_HOME: c.dir,
+      DISPLAY: '' } }).toString().trim();
+    const m = /^https:\/\/127\.0\.0\.1:\d+\/#login=(kiln_login_[A-Za-z0-9_-]+)$/.exec(url);
+    assert.ok(m, 'kiln ui --print prints the link');
+    const link = { code: m[1] };
+    const ctx = await browser();
+    const page = await ctx.newPage();
+    await page.goto(url);
+    await page.waitForSelector('main[data-loaded="true"] table.jobs');
+    assert.doesNotMatch(page.url(), /login=/);
+    // the entry the link made holds no code any more: back (the blank page) and forward again
+    await page.goBack();
+    await page.goForward();
+    assert.doesNotMatch(page.url(), /login=/);
+    await page.waitForSelector('main[data-loaded="true"] table.jobs');
+    const token = await page.evaluate(() => localStorage.getItem('kiln.token'));
+    assert.ok(token && token !== c.adminToken, 'the browser got a token of its own');
+    await shot(page, 'login-link');
+    // the same link again: refused, saying why
+    const again = await c.request('POST', '/v1/login-links:redeem', { code: link.code }, null);
+    assert.equal(again.status, 401);
+    assert.match(again.body.message, /already used/);
+    // the browser's token is listed as the user's and dies at log out
+    const id = await page.evaluate(() => localStorage.getItem('kiln.token_id'));
+    await page.getByRole('button', { name: 'Log out' }).click();
+    await page.waitForSelector('#token');
+    const toks = (await c.api('GET', '/v1/users/admin/tokens')).body.tokens;
+    assert.ok(toks.find((t) => t.id === id)?.revoked_at, 'log out revokes the link\'s token');
+    // an expired link, and one whose asking token was revoked, are refused too
+    const late = (await c.api('POST', '/v1/login-links', {})).body;
+    c.sql("UPDATE login_links SET expires_at = now() - interval '1 second' WHERE used_at IS NULL");
+    const r2 = await c.request('POST', '/v1/login-links:redeem', { code: late.code }, null);
+    assert.equal(r2.status, 401);
+    assert.match(r2.body.message, /expired/);
+    const t = (await c.api('POST', '/v1/users/admin/tokens', { description: 'short' })).body;
+    const l3 = (await c.api('POST', '/v1/login-links', {}, t.token)).body;
+    await c.api('DELETE', `/v1/tokens/${t.id}`);
+    const r3 = await c.request('POST', '/v1/login-links:redeem', { code: l3.code }, null);
+    assert.equal(r3.status, 401);
+    assert.match(r3.body.message, /revoked or has expired/);
+    const bad = await c.request('POST', '/v1/login-links:redeem', { code: 'kiln_login_guess' }, null);
+    assert.equal(bad.status, 401);
+    assert.equal((await c.request('POST', '/v1/login-links', { ttl: 5 })).status, 400);
+    await ctx.close();
+  });
+
+  test('live job: the chart gains points and the logs follow; events, spec and resources show', async () => {
+    const job = await c.submit(slowSpec('ui-live'));
+    await c.waitJob(job.id, (j) => j.state === 'RUNNING' && (j.progress?.step || 0) > 5);
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/jobs/${job.id}`);
+    await page.waitForSelector('figure.chart[data-ready="true"]');
+    const loss = page.locator('figure.chart[data-metrics="train_loss,val_loss"]');
+    const step0 = Number(await loss.getAttribute('data-last-step'));
+    await page.waitForFunction((s) => Number(document.querySelector('figure.chart[data-metrics="train_loss,val_loss"]').dataset.lastStep) > s + 20, step0, { timeout: 30000 });
+    const points = Number(await loss.getAttribute('data-points'));
+    assert.ok(points > 20, `the loss chart has ${points} points`);
+    for (const m of ['lr', 'tokens_per_s', 'mfu']) assert.equal(await page.locator(`figure.chart[data-metrics="${m}"]`).count(), 1, `a ${m} chart`);
+    // the logs follow: lines keep arriving and the newest is in view
+    const logs = page.locator('.logs');
+    const n0 = Number(await logs.getAttribute('data-lines'));
+    await page.waitForFunction((n) => Number(document.querySelector('.logs').dataset.lines) > n + 20, n0, { timeout: 30000 });
+    assert.ok(await page.isChecked('#log-follow'));
+    const atBottom = await page.evaluate(() => { const b = document.querySelector('.logs'); return b.scrollHeight - b.scrollTop - b.clientHeight < 40; });
+    assert.ok(atBottom, 'following keeps the newest line in view');
+    // pause, then search the lines
+    await page.uncheck('#log-follow');
+    await page.fill('#log-search', 'step 3/');
+    await page.waitForFunction(() => document.querySelectorAll('.logs .line mark').length >= 1);
+    // rank filter: rank 0 only (the job has one rank)
+    await page.selectOption('#log-rank', '0');
+    await page.fill('#log-search', '');
+    await page.waitForFunction(() => Number(document.querySelector('.logs').dataset.lines) > 0);
+    assert.match(await page.textContent('#events'), /RUNNING/);
+    assert.match(await page.textContent('dl.summary'), /1 node × 1 cpu slot/);
+    assert.match(await page.textContent('pre.spec'), /"max_steps": 200000/);
+    assert.match(await page.textContent('table.kv'), /warmup_steps/);
+    await shot(page, 'live-job');
+    await c.api('POST', `/v1/jobs/${job.id}:stop`, {});
+    await page.waitForSelector('main[data-state="STOPPED"]', { timeout: 60000 });
+    await page.waitForSelector('.logs[data-ended="true"]', { timeout: 30000 });
+    await page.close();
+  });
+
+  test('zoom: dragging across a chart fetches the range in detail', async () => {
+    const job = await c.submit(c.spec('ui-zoom', { steps: 1500 }));
+    await c.waitJob(job.id, (j) => j.state === 'COMPLETED');
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/jobs/${job.id}`);
+    const chart = page.locator('figure.chart[data-metrics="lr"]');
+    await page.waitForSelector('figure.chart[data-metrics="lr"][data-ready="true"]');
+    const full = Number(await chart.getAttribute('data-points'));
+    assert.ok(full <= 1000 && full > 500, `the whole history is downsampled (${full} points)`);
+    const box = await chart.locator('.u-over').boundingBox();
+    const fetched = page.waitForResponse((r) => /\/metrics\?name=lr&start_step=\d+&end_step=\d+/.test(r.url()));
+    await page.mouse.move(box.x + box.width * 0.4, box.y + box.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.5, box.y + box.height / 2, { steps: 5 });
+    await page.mouse.up();
+    assert.equal((await fetched).status(), 200);
+    await page.waitForFunction(() => {
+      const el = document.querySelector('figure.chart[data-metrics="lr"]');
+      const [lo, hi] = (el.dataset.zoomed || '0-0').split('-').map(Number);
+      return hi > lo && Number(el.dataset.points) >= hi - lo - 1;
+    });
+    await shot(page, 'zoom');
+    await chart.locator('.u-over').dblclick();
+    await page.waitForFunction((n) => document.querySelector('figure.chart[data-metrics="lr"]').dataset.points === String(n), full);
+    await page.close();
+  });
+
+  test('search: a bad filter shows the error at its caret, a good one finds the job', async () => {
+    const a = await c.submit(c.spec('ui-search-small', { steps: 5, hp: { lr: 1e-4 } }));
+    await c.submit(c.spec('ui-search-big', { steps: 5, hp: { lr: 5e-3 } }));
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/jobs`);
+    await page.waitForSelector('main[data-loaded="true"]');
+    await page.fill('#filter', 'hp.lr < AND name ~ "ui-search"');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.waitForSelector('#filter-error:not([hidden]) pre.caret');
+    assert.match(await page.textContent('#filter-error pre.caret'), /\^/);
+    assert.equal(await page.getAttribute('#filter', 'aria-invalid'), 'true');
+    const caret = await page.evaluate(() => document.getElementById('filter').selectionStart);
+    assert.ok(caret >= 7 && caret <= 9, `the caret is put where the error is (at ${caret})`);
+    await shot(page, 'search-error');
+    await page.fill('#filter', 'hp.lr < 1e-3 AND name ~ "ui-search"');
+    await page.fill('#columns', 'hp.lr');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.waitForFunction(() => document.getElementById('filter-error').hidden);
+    await page.waitForFunction((id) => {
+      const rows = [...document.querySelectorAll('table.jobs tbody tr[data-id]')];
+      return rows.length === 1 && rows[0].dataset.id === id;
+    }, a.id);
+    assert.match(page.url(), /filter=hp\.lr/, 'the search is in the URL');
+    await shot(page, 'search-good');
+    await page.close();
+  });
+
+  test('compare: two jobs selected in the table, curves overlaid, differing settings marked', async () => {
+    const a = await c.submit(c.spec('ui-cmp-a', { steps: 40, hp: { lr: 2e-3 } }));
+    const b = await c.submit(c.spec('ui-cmp-b', { steps: 40, hp: { lr: 4e-3 } }));
+    await c.waitJob(a.id, (j) => j.state === 'COMPLETED');
+    await c.waitJob(b.id, (j) => j.state === 'COMPLETED');
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/jobs`);
+    await page.waitForSelector(`tr[data-id="${b.id}"]`);
+    await page.getByLabel('Select ui-cmp-a').check();
+    await page.getByLabel('Select ui-cmp-b').check();
+    await page.getByRole('button', { name: /Compare selected \(2\)/ }).click();
+    await page.waitForSelector('main[data-ready="true"]');
+    assert.match(page.url(), new RegExp(`ids=(${a.id},${b.id}|${b.id},${a.id})`));
+    const legend = await page.textContent('#compare-chart');
+    assert.match(legend, /ui-cmp-a/);
+    assert.match(legend, /ui-cmp-b/);
+    assert.equal(await page.locator('tr.diff[data-field="hp.lr"]').count(), 1);
+    assert.equal(await page.locator('tr.diff[data-field="hp.seed"]').count(), 0);
+    assert.match(await page.textContent('tr[data-field="hp.lr"] th'), /≠/);
+    await page.selectOption('#compare-metric', 'lr');
+    await page.waitForFunction(() => /metric=lr/.test(location.hash));
+    await page.check('#only-diff');
+    assert.equal(await page.locator('tr[data-field="hp.seed"]').count(), 0);
+    await shot(page, 'compare');
+    await page.close();
+  });
+
+  test('stop: an editor stops a running job from its page', async () => {
+    const token = await c.user('eddie', 'editor');
+    const job = await c.submit(slowSpec('ui-stop'), token);
+    await c.waitJob(job.id, (j) => j.state === 'RUNNING');
+    const { ctx, page } = await loggedIn(token);
+    await page.goto(`${c.url}/#/jobs/${job.id}`);
+    await page.getByRole('button', { name: 'Stop job' }).click();
+    await page.waitForSelector('main[data-state="STOPPING"], main[data-state="STOPPED"]');
+    const j = await c.waitJob(job.id, (x) => x.state === 'STOPPED', 60000);
+    assert.equal(j.state, 'STOPPED');
+    await page.waitForSelector('main[data-state="STOPPED"]', { timeout: 30000 });
+    assert.equal(await page.locator('#stop').count(), 0, 'no Stop for a stopped job');
+    const ev = (await c.api('GET', `/v1/jobs/${job.id}/events`)).body.events;
+    assert.ok(ev.some((e) => e.actor === 'eddie'), 'the stop is recorded as the editor\'s');
+    await shot(page, 'stop-editor');
+    await ctx.close();
+  });
+
+  test('viewer: the job page offers no Stop', async () => {
+    const token = await c.user('vera', 'viewer');
+    const job = await c.submit(slowSpec('ui-viewer'));
+    await c.waitJob(job.id, (j) => j.state === 'RUNNING');
+    const { ctx, page } = await loggedIn(token);
+    assert.match(await page.textContent('#who'), /vera.*default: viewer/);
+    await page.goto(`${c.url}/#/jobs/${job.id}`);
+    await page.waitForSelector('main[data-state="RUNNING"] figure.chart[data-ready="true"]');
+    assert.equal(await page.locator('#stop').count(), 0);
+    assert.equal(await page.getByRole('button', { name: /stop/i }).count(), 0);
+    await shot(page, 'viewer-no-stop');
+    await c.api('POST', `/v1/jobs/${job.id}:stop`, {});
+    await ctx.close();
+  });
+
+  test('workers: hosts, slots, state and the jobs on each', async () => {
+    const job = await c.submit(slowSpec('ui-on-worker'));
+    const running = await c.waitJob(job.id, (j) => j.state === 'RUNNING' && (j.workers || []).length === 1);
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/workers`);
+    await page.waitForSelector('main[data-loaded="true"]');
+    assert.equal(await page.locator('table.workers tbody tr[data-id]').count(), 2);
+    const row = page.locator(`tr[data-id="${running.workers[0]}"]`);
+    await page.waitForFunction((id) => /ui-on-worker/.test(document.querySelector(`tr[data-id="${id}"]`)?.textContent || ''), running.workers[0]);
+    assert.match(await row.textContent(), /ALIVE/);
+    assert.match(await row.textContent(), /cpu/);
+    await shot(page, 'workers');
+    await c.api('POST', `/v1/jobs/${job.id}:stop`, {});
+    await page.close();
+  });
+
+  test('artifacts: a finished job\'s file downloads from its page', async () => {
+    const job = await c.submit(c.spec('ui-artifact', { steps: 10 }));
+    await c.waitJob(job.id, (j) => j.state === 'COMPLETED');
+    // the agent uploads rank 0's output before it reports the exit: a COMPLETED job has them
+    const list = (await c.api('GET', `/v1/jobs/${job.id}/artifacts`)).body.artifacts;
+    assert.ok(list.length > 0, 'the job has artifacts');
+    const name = list[0].name;
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/jobs/${job.id}`);
+    const btn = page.locator(`button[data-artifact="${name}"]`);
+    await btn.waitFor();
+    const [dl] = await Promise.all([page.waitForEvent('download'), btn.click()]);
+    const file = await dl.path();
+    const want = await c.request('GET', `/v1/jobs/${job.id}/artifacts/${encodeURIComponent(name)}`);
+    assert.equal(readFileSync(file).length, list[0].size);
+    if (typeof want.body === 'string') assert.equal(readFileSync(file, 'utf8'), want.body);
+    await shot(page, 'artifact');
+    await page.close();
+  });
+});

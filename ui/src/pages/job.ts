@@ -1,0 +1,259 @@
+// job.ts - one job: state with its reason, attempt, progress and ETA, resources and workers; live
+// charts (loss, learning rate, throughput, MFU, and any other metric on request); live logs; the
+// events timeline; hyperparameters and the full spec; artifacts; Stop for those who may.
+import { api, ApiError, canEdit, download, get } from '../api';
+import { MetricChart } from '../chart';
+import { announce, clear, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtTime, h, stateBadge, TERMINAL } from '../dom';
+import type { Cleanup } from '../main';
+import { JobMetrics } from '../metrics';
+import { durationS } from '../columns';
+import type { Artifact, Job, JobEvent } from '../types';
+import { logPanel } from './logs';
+
+const POLL_MS = 2000;
+const CHARTS: { title: string; metrics: string[] }[] = [
+  { title: 'Loss', metrics: ['train_loss', 'val_loss'] },
+  { title: 'Learning rate', metrics: ['lr'] },
+  { title: 'Throughput (tokens/s)', metrics: ['tokens_per_s'] },
+  { title: 'MFU', metrics: ['mfu'] },
+];
+
+export function jobPage(main: HTMLElement, _params: URLSearchParams, path: string[]): Cleanup {
+  const id = path[1];
+  let alive = true;
+  let timer = 0;
+  let job: Job | null = null;
+  let lastEventsKey = '';
+  let logs: { el: HTMLElement; destroy: () => void } | null = null;
+  const metrics = new JobMetrics(id);
+  const charts: MetricChart[] = [];
+
+  const head = h('div', { class: 'job-head' });
+  const summary = h('dl', { class: 'summary' });
+  const chartGrid = h('div', { class: 'charts', id: 'charts' });
+  const extraSel = h('select', { id: 'extra-metric' }, h('option', { value: '' }, 'Add a chart…'));
+  const chartsCard = h('section', { class: 'card', 'aria-labelledby': 'charts-title' },
+    h('div', { class: 'card-head' }, h('h2', { id: 'charts-title' }, 'Metrics'),
+      h('label', { for: 'extra-metric', class: 'visually-hidden' }, 'Add a chart of another metric'), extraSel,
+      h('span', { class: 'muted small' }, 'Drag across a chart to zoom in; double-click to zoom out.')),
+    chartGrid);
+  const logsSlot = h('div');
+  const events = h('ol', { class: 'timeline', id: 'events' });
+  const hp = h('table', { class: 'kv', 'aria-label': 'Hyperparameters' });
+  const spec = h('pre', { class: 'spec' });
+  const artifacts = h('div', { id: 'artifacts' }, h('p', { class: 'muted' }, 'Loading…'));
+  main.append(head, summary, chartsCard, logsSlot,
+    h('section', { class: 'card', 'aria-labelledby': 'events-title' }, h('h2', { id: 'events-title' }, 'Events'), events),
+    h('div', { class: 'two' },
+      h('section', { class: 'card', 'aria-labelledby': 'hp-title' }, h('h2', { id: 'hp-title' }, 'Hyperparameters'), hp),
+      h('section', { class: 'card', 'aria-labelledby': 'art-title' }, h('h2', { id: 'art-title' }, 'Artifacts'), artifacts)),
+    h('section', { class: 'card' }, h('details', null, h('summary', null, 'Full spec'), spec)));
+
+  function onZoom(chart: MetricChart, range: [number, number] | null): void {
+    if (!range) { chart.resetZoom(); return; }
+    metrics.range(chart.metrics, range[0], range[1]).then((s) => {
+      if (alive && chart.zoomRange && chart.zoomRange[0] === range[0] && chart.zoomRange[1] === range[1]) chart.setDetail(s);
+    }).catch(() => {});
+  }
+
+  function addChart(title: string, names: string[]): MetricChart {
+    const c = new MetricChart(chartGrid, title, names, onZoom);
+    charts.push(c);
+    return c;
+  }
+
+  function drawCharts(): void {
+    const names = metrics.names();
+    for (const def of CHARTS) {
+      if (!def.metrics.some((m) => metrics.series.has(m))) continue;
+      if (!charts.some((c) => c.title === def.title)) addChart(def.title, def.metrics);
+    }
+    const shown = new Set(charts.flatMap((c) => c.metrics));
+    const others = names.filter((n) => !shown.has(n));
+    const have = new Set([...extraSel.options].map((o) => o.value));
+    for (const n of others) if (!have.has(n)) extraSel.append(h('option', { value: n }, n));
+    for (const c of charts) c.setFull(c.metrics.map((m) => metrics.series.get(m)!).filter(Boolean));
+    if (!charts.length) {
+      if (!chartGrid.querySelector('.empty')) chartGrid.append(h('p', { class: 'muted empty' }, 'No metric points yet.'));
+    } else {
+      chartGrid.querySelector('.empty')?.remove();
+    }
+    // when the charts were first drawn, in ms since navigation (tests/ui/bench.mjs reads it)
+    if (!chartGrid.dataset.ready) chartGrid.dataset.renderedMs = String(Math.round(performance.now()));
+    chartGrid.dataset.ready = 'true';
+  }
+  extraSel.addEventListener('change', async () => {
+    const n = extraSel.value;
+    if (!n) return;
+    extraSel.querySelector(`option[value="${CSS.escape(n)}"]`)?.remove();
+    extraSel.value = '';
+    addChart(n, [n]);
+    if (!metrics.series.has(n)) await metrics.load(n).catch(() => {});
+    if (alive) drawCharts();
+  });
+
+  function renderHead(j: Job): void {
+    clear(head);
+    const actions = h('div', { class: 'actions' });
+    // Offered only to those who may: editors and admins of the job's project.
+    if (canEdit(j.project || 'default') && !TERMINAL.has(j.state) && j.state !== 'STOPPING') {
+      actions.append(h('button', { type: 'button', class: 'danger', id: 'stop', onclick: () => stop(j) }, 'Stop job'));
+    }
+    head.append(
+      h('p', { class: 'crumbs' }, h('a', { href: '#/jobs' }, 'Jobs'), ' / ', h('code', null, j.id)),
+      h('div', { class: 'title-row' }, h('h1', null, j.name || j.id), stateBadge(j.state), actions),
+      h('p', { class: 'reason', id: 'reason' }, j.reason || ''));
+  }
+
+  function renderSummary(j: Job): void {
+    clear(summary);
+    const p = j.progress || {};
+    const r = j.spec?.resources || {};
+    const row = (k: string, ...v: (Node | string | null)[]) => summary.append(h('dt', null, k), h('dd', null, ...v));
+    if (p.total_steps) {
+      row('Progress', h('progress', { max: p.total_steps, value: p.step || 0, 'aria-label': `step ${p.step || 0} of ${p.total_steps}` }),
+        ` step ${p.step || 0} of ${p.total_steps} (${Math.floor((100 * (p.step || 0)) / p.total_steps)}%)`);
+    }
+    if (!TERMINAL.has(j.state) && p.eta_s) row('ETA', fmtDuration(p.eta_s));
+    row('Attempt', String(j.attempt ?? ''));
+    row('Project', j.project || '');
+    if (j.submitted_by) row('Submitted by', j.submitted_by);
+    row('Created', fmtTime(j.created_at), h('span', { class: 'muted' }, ` (${fmtAge(j.created_at)})`));
+    if (j.started_at) row('Started', fmtTime(j.started_at));
+    if (j.ended_at) row('Ended', fmtTime(j.ended_at));
+    const d = durationS(j);
+    if (d !== undefined) row('Duration', fmtDuration(d));
+    row('Resources', `${r.nodes ?? '?'} node${r.nodes === 1 ? '' : 's'} × ${r.slots_per_node ?? '?'} ${r.slot_type || ''} slot${r.slots_per_node === 1 ? '' : 's'}`,
+      j.world_size ? ` (${j.world_size} ranks)` : '');
+    const ws = j.workers || [];
+    row('Workers', ...(ws.length ? ws.flatMap((w, i) => [i ? ', ' : '', h('a', { href: `#/workers?id=${encodeURIComponent(w)}` }, w)]) : ['none now']));
+    if (j.tags && Object.keys(j.tags).length) row('Tags', Object.entries(j.tags).map(([k, v]) => `${k}=${v}`).join(', '));
+    const latest = Object.entries(j.metrics || {}).filter(([, v]) => typeof v === 'number');
+    if (latest.length) row('Latest', latest.map(([k, v]) => `${k} ${fmtNum(v)}`).join(' · '));
+  }
+
+  function renderSpec(j: Job): void {
+    clear(hp);
+    const hps = j.spec?.hyperparameters || {};
+    hp.append(h('tbody', null, ...Object.keys(hps).sort().map((k) => h('tr', null, h('th', { scope: 'row' }, k), h('td', null, fmtNum(hps[k]))))));
+    spec.textContent = JSON.stringify(j.spec ?? {}, null, 2);
+  }
+
+  async function loadEvents(): Promise<void> {
+    const r = await get<{ events: JobEvent[] }>(`/v1/jobs/${encodeURIComponent(id)}/events`);
+    clear(events);
+    for (const e of r.events) {
+      events.append(h('li', null,
+        h('time', { datetime: e.time }, fmtTime(e.time)), ' ',
+        e.from_state ? h('span', null, stateBadge(e.from_state), ' → ') : null, stateBadge(e.to_state),
+        h('span', { class: 'muted' }, ` attempt ${e.attempt}`),
+        e.reason ? h('div', { class: 'ev-reason' }, e.reason) : null,
+        e.actor ? h('div', { class: 'muted small' }, `by ${e.actor}`) : null));
+    }
+  }
+
+  async function loadArtifacts(): Promise<void> {
+    try {
+      const list = (await get<{ artifacts: Artifact[] }>(`/v1/jobs/${encodeURIComponent(id)}/artifacts`)).artifacts;
+      clear(artifacts);
+      if (!list.length) { artifacts.append(h('p', { class: 'muted' }, 'No artifacts (yet): the output of rank 0 is kept when the job ends.')); return; }
+      const tb = h('tbody');
+      for (const a of list) {
+        const btn = h('button', { type: 'button', class: 'link', 'data-artifact': a.name, onclick: async () => {
+          btn.disabled = true;
+          try { await download(`/v1/jobs/${encodeURIComponent(id)}/artifacts/${encodeURIComponent(a.name)}`, a.name.split('/').pop() || a.name); }
+          catch (e) { announce(`Download failed: ${e instanceof Error ? e.message : String(e)}`); }
+          finally { btn.disabled = false; }
+        } }, `Download ${a.name}`);
+        tb.append(h('tr', null, h('td', null, btn), h('td', null, fmtBytes(a.size)),
+          h('td', null, h('code', { class: 'small', title: a.sha256 }, a.sha256.slice(0, 16))),
+          h('td', null, String(a.attempt)), h('td', null, fmtAge(a.created_at))));
+      }
+      artifacts.append(h('table', { class: 'kv' },
+        h('thead', null, h('tr', null, ...['Name', 'Size', 'SHA-256', 'Attempt', 'Created'].map((t) => h('th', { scope: 'col' }, t)))), tb),
+        h('p', { class: 'muted small' }, 'Downloads are checked by kilnd against each file\'s SHA-256 (its ETag).'));
+    } catch (e) {
+      clear(artifacts);
+      artifacts.append(h('p', { class: 'muted' }, `Artifacts unavailable: ${e instanceof Error ? e.message : String(e)}`));
+    }
+  }
+
+  async function stop(j: Job): Promise<void> {
+    if (!confirm(`Stop job ${j.name || j.id}? Its ranks get SIGTERM, checkpoint and exit.`)) return;
+    try {
+      job = await api<Job>('POST', `/v1/jobs/${encodeURIComponent(j.id)}:stop`, { reason: 'stopped from the web UI' });
+      announce(`Job is ${job.state}`);
+      update(job);
+    } catch (e) {
+      alert(e instanceof ApiError ? `${e.message}${e.body.hint ? `\n${e.body.hint}` : ''}` : String(e));
+    }
+  }
+
+  function update(j: Job): void {
+    const prev = job;
+    job = j;
+    main.dataset.state = j.state;
+    renderHead(j);
+    renderSummary(j);
+    if (!prev) renderSpec(j);
+    const key = `${j.state}/${j.attempt}`;
+    if (key !== lastEventsKey) {
+      lastEventsKey = key;
+      loadEvents().catch(() => {});
+      if (!prev || TERMINAL.has(j.state)) loadArtifacts();
+    }
+    if (!logs) {
+      logs = logPanel(id, j.world_size || (j.spec?.resources?.nodes || 1) * (j.spec?.resources?.slots_per_node || 1));
+      logsSlot.append(logs.el);
+    }
+  }
+
+  async function poll(): Promise<void> {
+    if (!alive) return;
+    try {
+      const j = await get<Job>(`/v1/jobs/${encodeURIComponent(id)}`);
+      if (!alive) return;
+      update(j);
+      if (await metrics.extend()) drawCharts();
+      if (TERMINAL.has(j.state)) return; // this round saw the end: nothing changes any more
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) {
+        clear(main);
+        main.append(h('h1', null, 'Job not found'), h('p', null, e.message), h('a', { href: '#/jobs' }, 'All jobs'));
+        return;
+      }
+    }
+    if (alive) timer = window.setTimeout(poll, POLL_MS);
+  }
+
+  (async () => {
+    try {
+      // The charted metrics' histories are asked for at once, beside the job itself.
+      const histories = metrics.loadAll(CHARTS.flatMap((c) => c.metrics));
+      histories.catch(() => {});
+      const j = await get<Job>(`/v1/jobs/${encodeURIComponent(id)}`);
+      if (!alive) return;
+      update(j);
+      document.title = `${j.name || j.id} · kiln`;
+      await histories;
+      if (!alive) return;
+      chartGrid.dataset.dataMs = String(Math.round(performance.now())); // the histories are here
+      // metrics without a chart of their own can get one on request
+      const charted = new Set(CHARTS.flatMap((c) => c.metrics));
+      for (const n of Object.keys(j.metrics || {}).sort()) if (!charted.has(n)) extraSel.append(h('option', { value: n }, n));
+      drawCharts();
+      if (!TERMINAL.has(j.state)) timer = window.setTimeout(poll, POLL_MS);
+    } catch (e) {
+      clear(main);
+      main.append(h('h1', null, 'Job not found'), h('p', null, e instanceof Error ? e.message : String(e)), h('a', { href: '#/jobs' }, 'All jobs'));
+    }
+  })();
+
+  return () => {
+    alive = false;
+    clearTimeout(timer);
+    logs?.destroy();
+    for (const c of charts) c.destroy();
+    document.title = 'kiln';
+  };
+}

@@ -1,0 +1,73 @@
+// types.ts - the shapes of kilnd's REST replies the UI reads (docs/contracts.md, api/openapi.yaml).
+/* eslint-disable @typescript-eslint/no-explicit-any */
+
+export interface Progress { step?: number; total_steps?: number; eta_s?: number | null }
+
+export interface Job {
+  id: string;
+  name: string;
+  state: string;
+  reason: string;
+  attempt: number;
+  project?: string;
+  queue?: string;
+  priority?: number;
+  tags?: Record<string, string>;
+  world_size?: number;
+  submitted_by?: string;
+  created_at?: string;
+  updated_at?: string;
+  started_at?: string | null;
+  ended_at?: string | null;
+  progress?: Progress;
+  // latest value per metric
+  metrics?: Record<string, number | null>;
+  // the columns a search asked for ("hp.lr", "metrics.val_loss.min"; null: the job has none)
+  columns?: Record<string, number | null>;
+  // per metric: GET /v1/jobs/{id} gives every one, a search those its columns name
+  summaries?: Record<string, MetricSummary>;
+  workers?: string[];
+  spec?: any;
+}
+
+export interface JobPage { jobs: Job[]; next_page_token?: string }
+
+// One metric of one job over the lowest rank that reported it (null while count is 0).
+export interface MetricSummary {
+  count: number;
+  min: number | null; max: number | null; last: number | null;
+  min_step: number | null; max_step: number | null; last_step: number | null;
+  rank: number; attempt: number;
+}
+
+export interface JobEvent {
+  seq: number;
+  from_state: string | null;
+  to_state: string;
+  reason: string;
+  time: string;
+  attempt: number;
+  actor?: string;
+}
+
+export interface LogLine { seq: number; rank: number; stream: string; time: string; line: string; attempt?: number }
+
+export interface MetricPoint { step: number; value: number | null; time?: string; time_us?: number; rank?: number; attempt?: number }
+export interface MetricSeries { name: string; points: MetricPoint[] }
+
+export interface Worker {
+  id: string;
+  hostname: string;
+  address?: string;
+  slots: number;
+  slots_free: number;
+  slot_type: string;
+  state: string;
+  draining?: boolean;
+  last_heartbeat?: string;
+  registered_at?: string;
+  cpu_cores?: number;
+  version?: string;
+}
+
+export interface Artifact { name: string; size: number; sha256: string; created_at: string; attempt: number }
