@@ -113,6 +113,10 @@ void cli_print_help(FILE *out, const char *cmd);
  * something else, -1 when the value is missing (the usage error is printed). */
 int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *lng, const char *shrt,
             const char **val);
+/* The paging options of a command that lists jobs: --limit/-n N, --page-size N (1..500),
+ * --all/-a. Returns 1 when argv[*i] was one (its value taken), 0 when it is something else, -1
+ * on a usage error (printed). */
+int cli_paging_opt(const char *cmd, int argc, char **argv, int *i, long *limit, long *page_size, bool *all);
 /* Parses an integer option value; false when it is not a whole number in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 /* ---- tables (format.c), for the printers of format.c and compare.c ---- */

@@ -165,18 +165,9 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
             if (m < 0)
                 return CLI_EXIT_USAGE;
             tag = v;
-        } else if ((m = cli_opt("jobs", argc, argv, &i, "--limit", "-n", &v)) != 0) {
+        } else if ((m = cli_paging_opt("jobs", argc, argv, &i, &limit, &page_size, &all)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 1000000, &limit))
-                return cli_usage_error("jobs", "--limit must be a positive number (got \"%s\")", v);
-        } else if ((m = cli_opt("jobs", argc, argv, &i, "--page-size", NULL, &v)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 500, &page_size))
-                return cli_usage_error("jobs", "--page-size must be between 1 and 500 (got \"%s\")", v);
-        } else if (!strcmp(argv[i], "--all") || !strcmp(argv[i], "-a")) {
-            all = true;
         } else {
             return cli_usage_error("jobs", "unexpected argument %s", argv[i]);
         }

@@ -44,18 +44,9 @@ int cli_cmd_search(cli_client_t *c, int argc, char **argv)
             if (m < 0)
                 return CLI_EXIT_USAGE;
             order_by = v;
-        } else if ((m = cli_opt("search", argc, argv, &i, "--limit", "-n", &v)) != 0) {
+        } else if ((m = cli_paging_opt("search", argc, argv, &i, &limit, &page_size, &all)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 100000000, &limit))
-                return cli_usage_error("search", "--limit must be a positive number (got \"%s\")", v);
-        } else if ((m = cli_opt("search", argc, argv, &i, "--page-size", NULL, &v)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 500, &page_size))
-                return cli_usage_error("search", "--page-size must be between 1 and 500 (got \"%s\")", v);
-        } else if (!strcmp(argv[i], "--all") || !strcmp(argv[i], "-a")) {
-            all = true;
         } else if (!strcmp(argv[i], "--")) {
             if (i + 1 < argc && !filter)
                 filter = argv[++i];
