@@ -238,6 +238,35 @@ int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *lng, con
     return 1;
 }
 
+int cli_paging_opt(const char *cmd, int argc, char **argv, int *i, long *limit, long *page_size, bool *all)
+{
+    const char *v;
+    int m;
+    if (!strcmp(argv[*i], "--all") || !strcmp(argv[*i], "-a")) {
+        *all = true;
+        return 1;
+    }
+    if ((m = cli_opt(cmd, argc, argv, i, "--limit", "-n", &v)) != 0) {
+        if (m < 0)
+            return -1;
+        if (!cli_parse_int(v, 1, 100000000, limit)) {
+            cli_usage_error(cmd, "--limit must be a positive number (got \"%s\")", v);
+            return -1;
+        }
+        return 1;
+    }
+    if ((m = cli_opt(cmd, argc, argv, i, "--page-size", NULL, &v)) != 0) {
+        if (m < 0)
+            return -1;
+        if (!cli_parse_int(v, 1, 500, page_size)) {
+            cli_usage_error(cmd, "--page-size must be between 1 and 500 (got \"%s\")", v);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 bool cli_parse_int(const char *s, long lo, long hi, long *out)
 {
     char *end;

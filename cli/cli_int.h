@@ -44,6 +44,15 @@ int cli_download(const cli_client_t *c, const char *path, FILE *out, kiln_sha256
 /* Appends "&key=value" (or "?key=value" for the first) to path (a heap string, may be
  * reallocated), URL-escaping value. Returns 0 or KILN_ENOMEM. */
 int cli_path_add(char **path, const char *key, const char *value);
+/* One page of jobs: the request for up to page_size jobs after token (NULL: the first page) into
+ * *page (caller frees). Returns 0 or a request error. */
+typedef int (*cli_jobs_page_fn)(const cli_client_t *c, long page_size, const char *token, void *ud, json_t **page,
+                                kiln_err_t *err);
+/* Collects jobs page by page through fetch (page_size each, fewer for the last of limit) until
+ * limit jobs (all: every one) into *out (a JSON array; caller frees); *more: the server has more
+ * than limit. Returns 0 or the failed page's error (*out is NULL then). */
+int cli_collect_jobs(const cli_client_t *c, cli_jobs_page_fn fetch, void *ud, long page_size, long limit, bool all,
+                     json_t **out, bool *more, kiln_err_t *err);
 /* URL-escapes s as one path segment into out. Returns out ("" when it does not fit). */
 char *cli_path_segment(const char *s, char *out, size_t n);
 
@@ -104,6 +113,10 @@ void cli_print_help(FILE *out, const char *cmd);
  * something else, -1 when the value is missing (the usage error is printed). */
 int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *lng, const char *shrt,
             const char **val);
+/* The paging options of a command that lists jobs: --limit/-n N, --page-size N (1..500),
+ * --all/-a. Returns 1 when argv[*i] was one (its value taken), 0 when it is something else, -1
+ * on a usage error (printed). */
+int cli_paging_opt(const char *cmd, int argc, char **argv, int *i, long *limit, long *page_size, bool *all);
 /* Parses an integer option value; false when it is not a whole number in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
 /* ---- tables (format.c), for the printers of format.c and compare.c ---- */

@@ -127,6 +127,29 @@ done:
     return rc;
 }
 
+typedef struct jobs_query {
+    const char *status, *tag;
+} jobs_query_t;
+
+/* A page of GET /v1/jobs with kiln jobs' filters. */
+static int jobs_page(const cli_client_t *c, long page_size, const char *token, void *ud, json_t **page,
+                     kiln_err_t *err)
+{
+    const jobs_query_t *q = ud;
+    char ps[24];
+    snprintf(ps, sizeof(ps), "%ld", page_size);
+    char *path = strdup("/v1/jobs");
+    if (!path || cli_path_add(&path, "page_size", ps) != 0 || (q->status && cli_path_add(&path, "status", q->status) != 0) ||
+        (q->tag && cli_path_add(&path, "tag", q->tag) != 0) ||
+        (token && cli_path_add(&path, "page_token", token) != 0)) {
+        free(path);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    int r = cli_request(c, "GET", path, NULL, NULL, NULL, page, err);
+    free(path);
+    return r;
+}
+
 int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
 {
     const char *status = NULL, *tag = NULL, *v;
@@ -142,18 +165,9 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
             if (m < 0)
                 return CLI_EXIT_USAGE;
             tag = v;
-        } else if ((m = cli_opt("jobs", argc, argv, &i, "--limit", "-n", &v)) != 0) {
+        } else if ((m = cli_paging_opt("jobs", argc, argv, &i, &limit, &page_size, &all)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 1000000, &limit))
-                return cli_usage_error("jobs", "--limit must be a positive number (got \"%s\")", v);
-        } else if ((m = cli_opt("jobs", argc, argv, &i, "--page-size", NULL, &v)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 500, &page_size))
-                return cli_usage_error("jobs", "--page-size must be between 1 and 500 (got \"%s\")", v);
-        } else if (!strcmp(argv[i], "--all") || !strcmp(argv[i], "-a")) {
-            all = true;
         } else {
             return cli_usage_error("jobs", "unexpected argument %s", argv[i]);
         }
@@ -166,48 +180,11 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
 
     kiln_err_t err;
     kiln_err_clear(&err);
-    int rc = CLI_EXIT_OK;
-    json_t *acc = json_array(), *page = NULL;
-    char *token = NULL;
+    jobs_query_t q = {status ? status_up : NULL, tag};
+    json_t *acc = NULL;
     bool more = false;
-    for (;;) {
-        long want = all ? page_size : KILN_MIN(page_size, limit - (long)json_array_size(acc));
-        char ps[24];
-        snprintf(ps, sizeof(ps), "%ld", want);
-        char *path = strdup("/v1/jobs");
-        if (!path || cli_path_add(&path, "page_size", ps) != 0 ||
-            (status && cli_path_add(&path, "status", status_up) != 0) ||
-            (tag && cli_path_add(&path, "tag", tag) != 0) ||
-            (token && cli_path_add(&path, "page_token", token) != 0)) {
-            free(path);
-            kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
-            rc = cli_fail(c, &err);
-            goto done;
-        }
-        int r = cli_request(c, "GET", path, NULL, NULL, NULL, &page, &err);
-        free(path);
-        if (r != 0) {
-            rc = cli_fail(c, &err);
-            goto done;
-        }
-        json_array_extend(acc, json_object_get(page, "jobs"));
-        const char *next = cli_jstr(page, "next_page_token");
-        free(token);
-        token = *next ? strdup(next) : NULL;
-        json_decref(page);
-        page = NULL;
-        if (!token)
-            break;
-        if (!all && (long)json_array_size(acc) >= limit) {
-            more = true;
-            break;
-        }
-    }
-    if (!all && (long)json_array_size(acc) > limit) {
-        more = true;
-        while ((long)json_array_size(acc) > limit)
-            json_array_remove(acc, json_array_size(acc) - 1);
-    }
+    if (cli_collect_jobs(c, jobs_page, &q, page_size, limit, all, &acc, &more, &err) != 0)
+        return cli_fail(c, &err);
     if (c->json) {
         json_t *o = json_pack("{s:O}", "jobs", acc);
         cli_print_out(c, o);
@@ -218,12 +195,8 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
             fprintf(stderr, "(showing the newest %zu jobs; --all lists every one, --limit N more)\n",
                     json_array_size(acc));
     }
-
-done:
-    free(token);
-    json_decref(page);
     json_decref(acc);
-    return rc;
+    return CLI_EXIT_OK;
 }
 
 /* Parses "CMD ID" with no options beyond those the caller handles; returns the ID or NULL after

@@ -6,6 +6,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct search_query {
+    const char *filter, *order_by, *columns;
+} search_query_t;
+
+/* A page of POST /v1/jobs:search (the filter may be longer than a URL should be). */
+static int search_page(const cli_client_t *c, long page_size, const char *token, void *ud, json_t **page,
+                       kiln_err_t *err)
+{
+    const search_query_t *q = ud;
+    json_t *body = json_pack("{s:s, s:I}", "filter", q->filter ? q->filter : "", "page_size", (json_int_t)page_size);
+    if (!body)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (q->order_by)
+        json_object_set_new(body, "order_by", json_string(q->order_by));
+    if (q->columns)
+        json_object_set_new(body, "columns", json_string(q->columns));
+    if (token)
+        json_object_set_new(body, "page_token", json_string(token));
+    int r = cli_request(c, "POST", "/v1/jobs:search", body, NULL, NULL, page, err);
+    json_decref(body);
+    return r;
+}
+
 int cli_cmd_search(cli_client_t *c, int argc, char **argv)
 {
     const char *filter = NULL, *columns = NULL, *order_by = NULL, *v;
@@ -21,18 +44,9 @@ int cli_cmd_search(cli_client_t *c, int argc, char **argv)
             if (m < 0)
                 return CLI_EXIT_USAGE;
             order_by = v;
-        } else if ((m = cli_opt("search", argc, argv, &i, "--limit", "-n", &v)) != 0) {
+        } else if ((m = cli_paging_opt("search", argc, argv, &i, &limit, &page_size, &all)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 100000000, &limit))
-                return cli_usage_error("search", "--limit must be a positive number (got \"%s\")", v);
-        } else if ((m = cli_opt("search", argc, argv, &i, "--page-size", NULL, &v)) != 0) {
-            if (m < 0)
-                return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 500, &page_size))
-                return cli_usage_error("search", "--page-size must be between 1 and 500 (got \"%s\")", v);
-        } else if (!strcmp(argv[i], "--all") || !strcmp(argv[i], "-a")) {
-            all = true;
         } else if (!strcmp(argv[i], "--")) {
             if (i + 1 < argc && !filter)
                 filter = argv[++i];
@@ -46,38 +60,11 @@ int cli_cmd_search(cli_client_t *c, int argc, char **argv)
     }
     kiln_err_t err;
     kiln_err_clear(&err);
-    int rc = CLI_EXIT_OK;
-    json_t *acc = json_array(), *page = NULL;
-    char *token = NULL;
+    search_query_t q = {filter, order_by, columns};
+    json_t *acc = NULL;
     bool more = false;
-    for (;;) {
-        long want = all ? page_size : KILN_MIN(page_size, limit - (long)json_array_size(acc));
-        json_t *body = json_pack("{s:s, s:I}", "filter", filter ? filter : "", "page_size", (json_int_t)want);
-        if (order_by)
-            json_object_set_new(body, "order_by", json_string(order_by));
-        if (columns)
-            json_object_set_new(body, "columns", json_string(columns));
-        if (token)
-            json_object_set_new(body, "page_token", json_string(token));
-        int r = cli_request(c, "POST", "/v1/jobs:search", body, NULL, NULL, &page, &err);
-        json_decref(body);
-        if (r != 0) {
-            rc = cli_fail(c, &err);
-            goto done;
-        }
-        json_array_extend(acc, json_object_get(page, "jobs"));
-        const char *next = cli_jstr(page, "next_page_token");
-        free(token);
-        token = *next ? strdup(next) : NULL;
-        json_decref(page);
-        page = NULL;
-        if (!token)
-            break;
-        if (!all && (long)json_array_size(acc) >= limit) {
-            more = true;
-            break;
-        }
-    }
+    if (cli_collect_jobs(c, search_page, &q, page_size, limit, all, &acc, &more, &err) != 0)
+        return cli_fail(c, &err);
     if (c->json) {
         json_t *o = json_pack("{s:O}", "jobs", acc);
         cli_print_out(c, o);
@@ -87,11 +74,8 @@ int cli_cmd_search(cli_client_t *c, int argc, char **argv)
         if (more)
             fprintf(stderr, "(showing the first %zu; --all shows every match, --limit N more)\n", json_array_size(acc));
     }
-done:
-    free(token);
-    json_decref(page);
     json_decref(acc);
-    return rc;
+    return CLI_EXIT_OK;
 }
 
 #define CLI_COMPARE_MAX 9

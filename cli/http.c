@@ -365,6 +365,45 @@ fail:
 
 /* ---- paths and ids ------------------------------------------------------------------------ */
 
+int cli_collect_jobs(const cli_client_t *c, cli_jobs_page_fn fetch, void *ud, long page_size, long limit, bool all,
+                     json_t **out, bool *more, kiln_err_t *err)
+{
+    json_t *acc = json_array();
+    char *token = NULL;
+    int rc = 0;
+    *more = false;
+    *out = NULL;
+    for (;;) {
+        long want = all ? page_size : KILN_MIN(page_size, limit - (long)json_array_size(acc));
+        json_t *page = NULL;
+        if ((rc = fetch(c, want, token, ud, &page, err)) != 0)
+            break;
+        json_array_extend(acc, json_object_get(page, "jobs"));
+        const char *next = cli_jstr(page, "next_page_token");
+        free(token);
+        token = *next ? strdup(next) : NULL;
+        json_decref(page);
+        if (!token)
+            break;
+        if (!all && (long)json_array_size(acc) >= limit) {
+            *more = true;
+            break;
+        }
+    }
+    free(token);
+    if (rc) {
+        json_decref(acc);
+        return rc;
+    }
+    if (!all && (long)json_array_size(acc) > limit) {
+        *more = true;
+        while ((long)json_array_size(acc) > limit)
+            json_array_remove(acc, json_array_size(acc) - 1);
+    }
+    *out = acc;
+    return 0;
+}
+
 int cli_path_add(char **path, const char *key, const char *value)
 {
     char *esc = curl_easy_escape(NULL, value, 0);

@@ -308,6 +308,7 @@ int comm_wait(comm_req_t *req, kiln_err_t *err)
             comm_watchdog_fail_locked(e, req, (kiln_mono_us() - since) / 1e6);
         if (e->failed && !req->done) {
             /* The stuck thread may still hold req: leave it allocated. */
+            comm_keep_abandoned(req);
             int st = e->failed;
             kiln_err_set(err, st, NULL, "%s", e->failmsg[0] ? e->failmsg : kiln_strerror(st));
             pthread_mutex_unlock(&e->mu);

@@ -190,10 +190,13 @@ void comm_fabric_close(comm_engine_t *e)
     comm_fabric_t *f = &e->fab;
     if (f->abandoned) {
         log_debug("comm: leaving the failed fabric endpoint open");
-        /* slots stay allocated: the provider may still know them */
-        comm_keep_abandoned(f->slots);
-        comm_keep_abandoned(f->slot_free);
-        comm_keep_abandoned(f->peers);
+        /* the endpoint, its fabric objects and the slots stay allocated (the provider may still
+         * know them), referenced from a copy of the fabric's state */
+        comm_fabric_t *kept = malloc(sizeof(*kept));
+        if (kept) {
+            *kept = *f;
+            comm_keep_abandoned(kept);
+        }
         memset(f, 0, sizeof(*f));
         return;
     }
