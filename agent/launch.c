@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +42,7 @@ typedef struct ljob {
     int attempt;
     int refs;                    /* ranks still holding it */
     int port;                    /* the rendezvous port this agent picked for it, or 0 */
+    int port_claim;              /* its claim among this host's agents (port_claim), or -1 */
     agent_metric_defs_t defs;
 } ljob_t;
 
@@ -272,6 +275,8 @@ static void job_release(ljob_t *j)
 {
     if (--j->refs > 0)
         return;
+    if (j->port_claim >= 0)
+        close(j->port_claim);
     agent_metric_defs_deinit(&j->defs);
     free(j);
 }
@@ -866,9 +871,31 @@ static bool port_free(int p)
     return ok;
 }
 
-/* A rendezvous port of the range that no attempt here holds and nothing on the host uses, into
- * *out. Caller holds l->mu. KILN_EUNAVAIL when there is none. */
-static int port_pick_locked(agent_launcher_t *l, int *out, kiln_err_t *err)
+/* Claims port p among the kiln-agents of this host: an abstract unix socket named after the port,
+ * which only one process of the network namespace (the scope of its TCP ports, too) can bind,
+ * and which the kernel lets go when the holder closes it or dies. Held while the attempt holds
+ * the port, so two agents of one host that see the same port free at the same moment (before
+ * either job's rank 0 has bound it) cannot both hand it out. The socket, or -1 when another
+ * agent holds the port. */
+static int port_claim(int p)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "kiln-rendezvous-port-%d", p);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    if (bind(fd, (struct sockaddr *)&sa, len) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A rendezvous port of the range that no attempt here holds, no other agent of the host has
+ * claimed and nothing on the host uses, into *out, with its claim in *claim. Caller holds l->mu.
+ * KILN_EUNAVAIL when there is none. */
+static int port_pick_locked(agent_launcher_t *l, int *out, int *claim, kiln_err_t *err)
 {
     int n = l->port_hi - l->port_lo + 1;
     for (int k = 0; k < n; k++) {
@@ -876,10 +903,18 @@ static int port_pick_locked(agent_launcher_t *l, int *out, kiln_err_t *err)
         bool held = false;
         for (lrank_t *r = l->ranks; r && !held; r = r->next)
             held = r->job->port == p;
-        if (held || !port_free(p))
+        if (held)
             continue;
+        int fd = port_claim(p);
+        if (fd < 0)
+            continue;
+        if (!port_free(p)) {
+            close(fd);
+            continue;
+        }
         l->port_next = p + 1 > l->port_hi ? l->port_lo : p + 1; /* spread reuse over the range */
         *out = p;
+        *claim = fd;
         return 0;
     }
     kiln_err_set(err, KILN_EUNAVAIL, NULL, "no free rendezvous port in %d-%d on this host", l->port_lo, l->port_hi);
@@ -951,9 +986,10 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     kiln_strlcpy(job->job_id, a->job_id, sizeof(job->job_id));
     job->attempt = a->attempt;
     job->refs = 1; /* ours, until the loop below is done */
+    job->port_claim = -1;
     job->defs = defs; /* the job owns them now */
     if (a->master_port == 0 && a->world_size > 1 && a->node_rank == 0 &&
-        (rc = port_pick_locked(l, &job->port, err)) != 0)
+        (rc = port_pick_locked(l, &job->port, &job->port_claim, err)) != 0)
         goto done;
     agent_metric_defs_init(&defs, NULL, 0, NULL);
     if (defs_note[0] && l->cbs.on_line)

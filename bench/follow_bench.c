@@ -215,7 +215,13 @@ typedef struct pusher {
 static void *push_main(void *arg)
 {
     pusher_t *p = arg;
-    static char *names[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s"};
+    /* Each metric thread streams its own five metrics, step after step, as one rank's trainer
+     * would (two threads interleaving step ranges of the same metric would look to kilnd like a
+     * retried attempt, whose summaries are rebuilt from the stored points). */
+    static const char *base[] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s"};
+    char names[5][48];
+    for (int k = 0; k < 5; k++)
+        snprintf(names[k], sizeof names[k], "%s_%d", base[k], p->thread);
     double rate = p->logs ? lines_rate : points_rate / nthreads;
     int per_batch = p->logs ? KILN_MAX(1, (int)(lines_rate / 100)) : POINTS_PER_BATCH;
     Kiln__MetricPoint *pts = calloc((size_t)per_batch, sizeof *pts);

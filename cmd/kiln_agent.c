@@ -122,8 +122,8 @@ int main(int argc, char **argv)
         {"tls-key", "KILN_TLS_KEY", CONFIG_STR, &tls_key, "its private key (PEM)"},
         {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure, "talk to kilnd in plain text (no TLS)"},
         {"rendezvous-ports", "KILN_RENDEZVOUS_PORTS", CONFIG_STR, &ports,
-         "LO-HI: TCP ports rank 0 of a job this machine leads may listen on; each job gets one free on this host "
-         "(keep the range outside the kernel's ephemeral ports)"},
+         "LO-HI: TCP ports rank 0 of a job this machine leads may listen on; each job gets one free on this host, "
+         "which no other kiln-agent of the host hands out meanwhile (keep the range outside the kernel's ephemeral ports)"},
         {"metrics-addr", "KILN_METRICS_ADDR", CONFIG_STR, &metrics_addr,
          "serve GET /metrics (Prometheus) and GET /healthz over plain HTTP on this local HOST:PORT"},
         {"health", NULL, CONFIG_BOOL, &health,

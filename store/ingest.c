@@ -327,18 +327,6 @@ out:
     return rc;
 }
 
-/* Appends s to b as an element of a PostgreSQL array literal: quoted, with " and \ escaped. */
-static void buf_array_text(store_buf_t *b, const char *s)
-{
-    store_buf_putc(b, '"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            store_buf_putc(b, '\\');
-        store_buf_putc(b, *s);
-    }
-    store_buf_putc(b, '"');
-}
-
 int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attempt,
                                   const store_metric_sum_t *sums, size_t n, kiln_err_t *err)
 {
@@ -411,7 +399,7 @@ int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attem
         for (int col = 0; col < 11; col++)
             if (i)
                 store_buf_putc(&a[col], ',');
-        buf_array_text(&a[0], m->name);
+        store_buf_array_text(&a[0], m->name);
         store_buf_i64(&a[1], m->rank);
         store_buf_i64(&a[2], m->n);
         if (any) {
@@ -453,7 +441,7 @@ int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attem
             continue;
         if (ndirty++)
             store_buf_putc(&dirty, ',');
-        buf_array_text(&dirty, store_get_str(r, i, 0));
+        store_buf_array_text(&dirty, store_get_str(r, i, 0));
     }
     store_buf_putc(&dirty, '}');
     store_buf_putc(&dirty, '\0');

@@ -296,7 +296,7 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
 {
     if (n <= 0)
         return 0;
-    /* Two array literals built with jansson-free quoting: ids are UUIDs; reasons are quoted. */
+    /* Two array literals: ids are UUIDs; reasons are quoted. */
     store_buf_t a = {0}, b = {0};
     store_buf_putc(&a, '{');
     store_buf_putc(&b, '{');
@@ -306,13 +306,7 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
             store_buf_putc(&b, ',');
         }
         store_buf_put(&a, ids[i], strlen(ids[i]));
-        store_buf_putc(&b, '"');
-        for (const char *p = reasons[i]; *p; p++) {
-            if (*p == '"' || *p == '\\')
-                store_buf_putc(&b, '\\');
-            store_buf_putc(&b, *p);
-        }
-        store_buf_putc(&b, '"');
+        store_buf_array_text(&b, reasons[i]);
     }
     store_buf_putc(&a, '}');
     store_buf_putc(&b, '}');

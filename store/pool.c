@@ -448,6 +448,21 @@ void store_buf_copy_text(store_buf_t *b, const char *s)
     b->len = (size_t)(d - b->p);
 }
 
+void store_buf_array_text(store_buf_t *b, const char *s)
+{
+    if (!s) {
+        store_buf_put(b, "NULL", 4);
+        return;
+    }
+    store_buf_putc(b, '"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            store_buf_putc(b, '\\');
+        store_buf_putc(b, *s);
+    }
+    store_buf_putc(b, '"');
+}
+
 void store_buf_free(store_buf_t *b)
 {
     free(b->p);

@@ -99,6 +99,9 @@ void store_buf_i64(store_buf_t *b, int64_t v);
 void store_buf_double(store_buf_t *b, double v);
 /* Appends s escaped for COPY's text format (backslash, tab, newline, carriage return). */
 void store_buf_copy_text(store_buf_t *b, const char *s);
+/* Appends s as an element of a PostgreSQL array literal: quoted, with " and \ escaped; NULL as
+ * the unquoted NULL. */
+void store_buf_array_text(store_buf_t *b, const char *s);
 void store_buf_free(store_buf_t *b);
 /* Sends the buffer as one COPY ... FROM STDIN (text format) and drains the results. */
 int store_copy(store_conn_t *c, const char *what, const char *copy_sql, const store_buf_t *b,

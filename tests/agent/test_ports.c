@@ -1,7 +1,8 @@
 /* test_ports.c - rendezvous ports: the agent hands each attempt it leads (node 0 of a job of
  * several ranks, no port from kilnd) a port of its range that no other attempt holds and nothing
  * on the host listens on, gives it back when the attempt's ranks are gone, passes a port kilnd
- * sent on unchanged, and gives a job of one rank none. Two jobs on one host never share one. */
+ * sent on unchanged, and gives a job of one rank none. Two jobs on one host never share one, also
+ * when two agents of the host lead them from the same range. */
 #include "tests/agent/launch_fixture.h"
 
 #include <arpa/inet.h>
@@ -115,4 +116,26 @@ Test(ports, a_port_from_kilnd_is_kept_and_one_rank_gets_none)
     pthread_mutex_unlock(&R.mu);
     cr_assert(none, "a job of one rank gets no KILN_MASTER_PORT");
     agent_launcher_destroy(l);
+}
+
+Test(ports, two_agents_of_one_host_never_hand_out_the_same_port)
+{
+    int lo = range_lo();
+    /* The ranks do not bind their port (as in the moment between the agent's pick and rank 0's
+     * listen), so only the agents' claims keep the second agent off the first one's port. */
+    char *bin = lf_script("rank.sh", "echo \"port=${KILN_MASTER_PORT:-none}\"\nsleep 30\n");
+    agent_launcher_t *l1 = lf_launcher_ports(bin, 8, false, 8, NULL, 0, lo, lo + 2);
+    agent_launcher_t *l2 = lf_launcher_ports(bin, 8, false, 8, NULL, 0, lo, lo + 2);
+    int a = start_leader(l1, "job-one", 2, 0, 0);
+    int b = start_leader(l2, "job-two", 2, 0, 0);
+    cr_assert_eq(a, lo, "the first agent takes the first port (got %d)", a);
+    cr_assert_eq(b, lo + 1, "the second agent skips the port the first one claimed (got %d)", b);
+    cr_assert_eq(start_leader(l1, "job-three", 2, 0, 0), lo + 2);
+    cr_assert_lt(start_leader(l2, "job-four", 2, 0, 0), 0, "every port of the range is claimed on this host");
+
+    /* The first agent's claims go with it: its ports are free for the second again. */
+    agent_launcher_destroy(l1);
+    int c = start_leader(l2, "job-five", 2, 0, 0);
+    cr_assert(c == lo || c == lo + 2, "a port comes back when its agent is gone (got %d)", c);
+    agent_launcher_destroy(l2);
 }
