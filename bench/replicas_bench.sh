@@ -7,6 +7,7 @@
 #   2. a live follower on one replica while an agent pushes metric points and log lines into the
 #      other (bench/follow_bench): ingest rates reached and the latency from a line's sending to
 #      its SSE event on the other replica.
+# With each creation round, the CPU time each replica and PostgreSQL spent per created job.
 # Prints the machine, date and load so the numbers can go in RESULTS.md.
 #   BUILD=build bash bench/replicas_bench.sh            (make BUILD=... bench first)
 # Environment: DURATION (s, default 10), CONNS (default 32), ROUNDS (default 2), POINTS_RATE
@@ -57,6 +58,18 @@ start_replica() {  # start_replica I
 start_replica 0
 start_replica 1
 leader() { for i in 0 1; do curl -s --cacert "$WORK/tls/ca.pem" "${URL[$i]}/healthz" | grep -q '"leader": *true' && echo "$i"; done; }
+TCK=$(getconf CLK_TCK)
+PGPID=$(head -1 "$KILN_PG_DIR/data/postmaster.pid")
+cpu_of() { awk -v t="$TCK" '{s += $14 + $15} END {printf "%.3f", s / t}' "$@" 2>/dev/null; }
+cpu_pg() { cpu_of /proc/$PGPID/stat $(for p in $(ps -o pid= --ppid "$PGPID"); do echo /proc/$p/stat; done); }
+cpu_all() { echo "$(cpu_of /proc/${PIDS[0]}/stat) $(cpu_of /proc/${PIDS[1]}/stat) $(cpu_pg)"; }
+# cpu_per_job BEFORE AFTER JOBS: the CPU each replica and PostgreSQL spent per created job
+cpu_per_job() {
+  awk -v b="$1" -v a="$2" -v n="$3" 'BEGIN { split(b, x, " "); split(a, y, " ");
+    if (n > 0) printf "  cpu per job: replica 0 %.3f ms, replica 1 %.3f ms, postgres %.3f ms\n",
+      (y[1] - x[1]) * 1000 / n, (y[2] - x[2]) * 1000 / n, (y[3] - x[3]) * 1000 / n }'
+}
+sent() { sed -n 's/.*warm-up included: \([0-9]*\).*/\1/p' "$@" | awk '{s += $1} END {print s + 0}'; }
 echo "== machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) CPUs)"
 echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -66,17 +79,22 @@ for round in $(seq "$ROUNDS"); do
   # baseline in the same session: every connection to replica 0 (replica 1 up and idle)
   echo
   echo "== round $round: job creation on replica 0 alone ($CONNS connections, ${DURATION} s)"
+  c0=$(cpu_all)
   "$BUILD/bench/rest_bench" --url "${URL[0]}" --ca "$WORK/tls/ca.pem" --token-file "$WORK/admin.token" \
-    --mode throughput --connections "$CONNS" --duration "$DURATION" | grep -E 'throughput|latency|status [0-9]'
+    --mode throughput --connections "$CONNS" --duration "$DURATION" >"$WORK/rest.out" 2>&1
+  grep -E 'throughput|latency|status [0-9]' "$WORK/rest.out"
+  cpu_per_job "$c0" "$(cpu_all)" "$(sent "$WORK/rest.out")"
   echo
   echo "== round $round: job creation on both replicas at once ($half connections each, ${DURATION} s)"
   RB=()
+  c0=$(cpu_all)
   for i in 0 1; do
     "$BUILD/bench/rest_bench" --url "${URL[$i]}" --ca "$WORK/tls/ca.pem" --token-file "$WORK/admin.token" \
       --mode throughput --connections "$half" --duration "$DURATION" >"$WORK/rest$i.out" 2>&1 &
     RB+=($!)
   done
   wait "${RB[@]}"
+  c1=$(cpu_all)
   total=0
   for i in 0 1; do
     echo "-- replica $i:"; cat "$WORK/rest$i.out"
@@ -85,6 +103,7 @@ for round in $(seq "$ROUNDS"); do
     total=$(awk -v a="$total" -v b="${r:-0}" 'BEGIN {print a + b}')
   done
   echo "-- both replicas: $total jobs/s"
+  cpu_per_job "$c0" "$c1" "$(sent "$WORK/rest0.out" "$WORK/rest1.out")"
 done
 # After every creation round: the bench agent registers without data roots, after which kilnd
 # refuses the creation bench's specs (their file is inside no agent's data root).

@@ -34,8 +34,9 @@ typedef struct eng_backend_bf16 {
     /* out (N,OC) = inp (N,C) @ w^T (OC,C) + bias (OC, fp32, may be NULL) */
     void (*matmul_forward)(float *out, const uint16_t *inp, const uint16_t *w, const float *bias,
                            int N, int C, int OC);
-    /* dinp (N,C) = dout @ w (skipped when dinp is NULL); dw (OC,C) += dout^T @ inp; dbias (OC)
-     * += column sums of the fp32 dout (skipped when NULL). dout_bf (N,OC) is dout in bf16. */
+    /* dinp (N,C) = dout @ w (skipped when dinp is NULL); dw (OC,C) += dout^T @ inp (skipped
+     * when dw is NULL); dbias (OC) += column sums of the fp32 dout (skipped when NULL). dout_bf
+     * (N,OC) is dout in bf16. */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const uint16_t *dout_bf, const uint16_t *inp, const uint16_t *w, int N,
                             int C, int OC);
@@ -138,8 +139,8 @@ struct eng_backend {
     /* out (N,OC) = inp (N,C) @ w^T + bias; w (OC,C), bias (OC) or NULL */
     void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
                            int N, int C, int OC);
-    /* dinp (N,C) = dout @ w (skipped when dinp is NULL); dw (OC,C) += dout^T @ inp;
-     * dbias (OC) += column sums of dout (skipped when NULL) */
+    /* dinp (N,C) = dout @ w (skipped when dinp is NULL); dw (OC,C) += dout^T @ inp (skipped
+     * when dw is NULL); dbias (OC) += column sums of dout (skipped when NULL) */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
 

@@ -290,6 +290,35 @@ static void mm_backward(eng_gpt_t *m, float *dinp, float *dw, float *dbias, cons
                                  N, C, OC);
 }
 
+static void part_ready(eng_gpt_t *m, int block, int ranges);
+
+/* A projection's backward inside a block, after which the block's first `ranges` ranges are
+ * final. When someone waits on them (data parallelism's buckets), the weight and bias gradients
+ * are computed first and reported before the input gradient, so that their bucket can leave a
+ * GEMM earlier (at 1 Gbit this cut the wait for the last buckets by about a quarter:
+ * bench/RESULTS.md). The two GEMMs are independent, so the results are the same bits. Not on
+ * the CPU backend at exactly two threads, which runs the two GEMMs side by side (cpu.c): they
+ * end together there, and apart each would be slower. */
+static void mm_backward_part(eng_gpt_t *m, int block, int ranges, float *dinp, float *dw, float *dbias,
+                             const float *dout, const float *inp, const float *w, int N, int C, int OC)
+{
+    bool side_by_side = !m->bf16 && !strcmp(m->be->name, "cpu") && eng_cpu_threads() == 2;
+    if (!m->part_ready || side_by_side) {
+        mm_backward(m, dinp, dw, dbias, dout, inp, w, N, C, OC);
+        part_ready(m, block, ranges);
+        return;
+    }
+    mm_backward(m, NULL, dw, dbias, dout, inp, w, N, C, OC);
+    part_ready(m, block, ranges);
+    if (!m->bf16) {
+        m->be->matmul_backward(dinp, NULL, NULL, dout, inp, w, N, C, OC);
+        return;
+    }
+    /* m->dbf holds dout in bf16 from the call above */
+    m->be->bf16->matmul_backward(dinp, NULL, NULL, dout, m->dbf, m->xbf, m->wbf + (w - m->p.params),
+                                 N, C, OC);
+}
+
 /* With recompute, the workspace's three regions (an attention half's activations, an MLP
  * half's, the whole head's logits) remember the activation set and block they were last
  * computed for: a backward that comes straight after its forward (the last layer of a
@@ -656,13 +685,11 @@ void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const fl
         float *atty = a->atty + k * BT * C;
         if (m->recompute && !work_current(m, WORK_ATTN, a, block)) attn_forward(m, a, l);
         be->copy(din, dout, BT * C * sizeof(float));
-        mm_backward(m, m->d_bt, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, dout, atty,
-                    w->attprojw + (size_t)l * C * C, (int)BT, C, C);
-        part_ready(m, block, 2);
+        mm_backward_part(m, block, 2, m->d_bt, g->attprojw + (size_t)l * C * C, g->attprojb + l * C, dout,
+                         atty, w->attprojw + (size_t)l * C * C, (int)BT, C, C);
         be->attention_backward(m->d_qkv, m->d_att, m->d_bt, qkv, att, B, T, C, NH);
-        mm_backward(m, m->d_bt, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C, m->d_qkv,
-                    ln1, w->qkvw + (size_t)l * 3 * C * C, (int)BT, C, 3 * C);
-        part_ready(m, block, 4);
+        mm_backward_part(m, block, 4, m->d_bt, g->qkvw + (size_t)l * 3 * C * C, g->qkvb + l * 3 * C,
+                         m->d_qkv, ln1, w->qkvw + (size_t)l * 3 * C * C, (int)BT, C, 3 * C);
         be->layernorm_backward(din, g->ln1w + l * C, g->ln1b + l * C, m->d_bt, x, w->ln1w + l * C,
                                ln1m, ln1r, (int)BT, C);
         return;
@@ -674,13 +701,11 @@ void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const fl
         float *fch = a->fch + k * BT * 4 * C, *fchg = a->fch_gelu + k * BT * 4 * C;
         if (m->recompute && !work_current(m, WORK_MLP, a, block)) mlp_forward(m, a, l);
         be->copy(din, dout, BT * C * sizeof(float));
-        mm_backward(m, m->d_fch, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C, dout,
-                    fchg, w->fcprojw + (size_t)l * C * 4 * C, (int)BT, 4 * C, C);
-        part_ready(m, block, 2);
+        mm_backward_part(m, block, 2, m->d_fch, g->fcprojw + (size_t)l * C * 4 * C, g->fcprojb + l * C,
+                         dout, fchg, w->fcprojw + (size_t)l * C * 4 * C, (int)BT, 4 * C, C);
         be->gelu_backward(m->d_fch, fch, m->d_fch, BT * 4 * C);
-        mm_backward(m, m->d_bt, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C, m->d_fch, ln2,
-                    w->fcw + (size_t)l * 4 * C * C, (int)BT, C, 4 * C);
-        part_ready(m, block, 4);
+        mm_backward_part(m, block, 4, m->d_bt, g->fcw + (size_t)l * 4 * C * C, g->fcb + l * 4 * C,
+                         m->d_fch, ln2, w->fcw + (size_t)l * 4 * C * C, (int)BT, C, 4 * C);
         be->layernorm_backward(din, g->ln2w + l * C, g->ln2b + l * C, m->d_bt, res2,
                                w->ln2w + l * C, ln2m, ln2r, (int)BT, C);
         return;

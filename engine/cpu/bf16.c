@@ -231,9 +231,10 @@ static void bf16_matmul_backward(float *dinp, float *dw, float *dbias, const flo
         mm_key_t k = {N, OC, C, {OC, 1}, {C, 1}, 0, 0};
         run(&k, dout_bf, w, NULL, dinp);
     }
-    /* dw (OC,C) += dout^T (OC,N) @ inp (N,C) */
-    mm_key_t k = {OC, N, C, {1, OC}, {C, 1}, 0, 1};
-    run(&k, dout_bf, inp, NULL, dw);
+    if (dw) { /* dw (OC,C) += dout^T (OC,N) @ inp (N,C) */
+        mm_key_t k = {OC, N, C, {1, OC}, {C, 1}, 0, 1};
+        run(&k, dout_bf, inp, NULL, dw);
+    }
     if (dbias) eng_cpu_colsum_acc(dbias, dout, N, OC);
 }
 

@@ -272,7 +272,7 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
      * threads in turn: no synchronisation inside OpenBLAS, and its packing is done once per
      * GEMM instead of shared. (OpenBLAS's OpenMP build runs single-threaded inside a parallel
      * region; it splits no GEMM along K, so the results are the same bits either way.) */
-    if (dinp && omp_get_max_threads() == 2) {
+    if (dinp && dw && omp_get_max_threads() == 2) {
 #pragma omp parallel sections num_threads(2)
         {
 #pragma omp section
@@ -291,8 +291,9 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
                         1.0f, dinp, C);
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                    dw, C);
+        if (dw)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                        1.0f, dw, C);
     }
     if (dbias) eng_cpu_colsum_acc(dbias, dout, N, OC);
 }

@@ -110,6 +110,8 @@ static void mm_backward(void *dinp, float *dw, const void *dout, const void *inp
         g.alpha = 1.0f; g.beta = 0.0f;
         kc_gemm(&g);
     }
+    if (!dw)
+        return;
     memset(&g, 0, sizeof(g));
     g.ta = false; g.tb = true;
     g.m = C; g.n = OC; g.k = N;

@@ -107,7 +107,7 @@ static void ref_matmul_backward(float *dinp, float *dw, float *dbias, const floa
                 dinp[(size_t)i * C + c] = (float)acc;
             }
     for (int o = 0; o < OC; o++) {
-        for (int c = 0; c < C; c++) {
+        for (int c = 0; dw && c < C; c++) {
             double acc = 0;
             for (int i = 0; i < N; i++) acc += (double)dout[(size_t)i * OC + o] * inp[(size_t)i * C + c];
             dw[(size_t)o * C + c] += (float)acc;
@@ -373,7 +373,7 @@ static void ref_bf16_matmul_backward(float *dinp, float *dw, float *dbias, const
                 dinp[(size_t)i * C + c] = (float)acc;
             }
     for (int o = 0; o < OC; o++) {
-        for (int c = 0; c < C; c++) {
+        for (int c = 0; dw && c < C; c++) {
             double acc = 0;
             for (int i = 0; i < N; i++)
                 acc += bf16_value(dout_bf[(size_t)i * OC + o]) * bf16_value(inp[(size_t)i * C + c]);
