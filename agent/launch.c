@@ -892,20 +892,15 @@ static int port_claim(int p)
     return fd;
 }
 
-/* A rendezvous port of the range that no attempt here holds, no other agent of the host has
- * claimed and nothing on the host uses, into *out, with its claim in *claim. Caller holds l->mu.
+/* A rendezvous port of the range that no agent of the host (this one included) has claimed and
+ * nothing on the host uses, into *out, with its claim in *claim. Caller holds l->mu.
  * KILN_EUNAVAIL when there is none. */
 static int port_pick_locked(agent_launcher_t *l, int *out, int *claim, kiln_err_t *err)
 {
     int n = l->port_hi - l->port_lo + 1;
     for (int k = 0; k < n; k++) {
         int p = l->port_lo + (l->port_next - l->port_lo + k) % n;
-        bool held = false;
-        for (lrank_t *r = l->ranks; r && !held; r = r->next)
-            held = r->job->port == p;
-        if (held)
-            continue;
-        int fd = port_claim(p);
+        int fd = port_claim(p); /* fails for the ports this agent's attempts hold, too */
         if (fd < 0)
             continue;
         if (!port_free(p)) {
@@ -988,10 +983,10 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     job->refs = 1; /* ours, until the loop below is done */
     job->port_claim = -1;
     job->defs = defs; /* the job owns them now */
+    agent_metric_defs_init(&defs, NULL, 0, NULL);
     if (a->master_port == 0 && a->world_size > 1 && a->node_rank == 0 &&
         (rc = port_pick_locked(l, &job->port, &job->port_claim, err)) != 0)
         goto done;
-    agent_metric_defs_init(&defs, NULL, 0, NULL);
     if (defs_note[0] && l->cbs.on_line)
         l->cbs.on_line(l->cbs.ud, a->job_id, a->attempt, a->ranks[0], AGENT_STREAM_STDERR, kiln_now_us(), defs_note,
                        strlen(defs_note));

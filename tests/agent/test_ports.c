@@ -67,6 +67,24 @@ Test(ports, each_attempt_gets_its_own_free_port)
     cr_assert_eq(b, lo + 2, "a second job never gets the first one's port (got %d)", b);
     cr_assert_lt(start_leader(l, "job-c", 2, 0, 0), 0, "no port left: the assignment is refused");
     cr_assert(strstr(R.start_reason, "no free rendezvous port"), "%s", R.start_reason);
+    /* refused with metric definitions, which the job owned by then: freed once (the sanitizer
+     * build catches a second free) */
+    {
+        int32_t ranks[1] = {0};
+        Kiln__Assignment x = lf_assignment("job-defs", 1, ranks, 1, "{}");
+        x.world_size = 2;
+        x.node_rank = 0;
+        x.master_addr = (char *)"127.0.0.1";
+        x.master_port = 0;
+        Kiln__MetricDefinition def = KILN__METRIC_DEFINITION__INIT, *defs[] = {&def};
+        def.name = (char *)"acc";
+        def.regex = (char *)"acc=([0-9.]+)";
+        x.metric_definitions = defs;
+        x.n_metric_definitions = 1;
+        kiln_err_t err;
+        cr_assert_neq(agent_launcher_start(l, &x, &err), 0, "no port left for a job with metric definitions");
+        cr_assert(strstr(err.message, "no free rendezvous port"), "%s", err.message);
+    }
 
     /* What the ranks were told. */
     for (int i = 0; i < 200 && (!lf_find_line(0, "port=") || R.nlines < 2); i++)
