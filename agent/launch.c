@@ -188,8 +188,8 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
         line = marked;
         len += sizeof(AGENT_TRUNCATED_MARK) - 1;
     }
-    if (c->kind == PIPE_STDERR && len > 0)
-        kiln_strlcpy(r->last_err, line, sizeof(r->last_err));
+    if (c->kind == PIPE_STDERR && len > 0) /* the exit's reason: text kilnd accepts */
+        kiln_utf8_copy(r->last_err, sizeof(r->last_err), line, len);
     if (l->cbs.on_line)
         l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank,
                        c->kind == PIPE_STDERR ? AGENT_STREAM_STDERR : AGENT_STREAM_STDOUT, now,

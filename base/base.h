@@ -165,6 +165,10 @@ size_t kiln_utf8_seq(const unsigned char *p, size_t n);
 /* Offset of the first byte of s[0..n) that does not start a valid UTF-8 sequence (a NUL byte
  * counts as invalid: no text kiln stores may hold one), or n when all of it is valid. */
 size_t kiln_utf8_check(const char *s, size_t n);
+/* Copies s[0..n) into dst (cap bytes, NUL-terminated) as valid UTF-8: a byte that starts no valid
+ * sequence (NUL included) becomes U+FFFD, and the copy stops before a sequence that does not fit
+ * whole. Returns the bytes written. */
+size_t kiln_utf8_copy(char *dst, size_t cap, const char *src, size_t n);
 /* Parses a whole string as a decimal integer: an optional '-' and digits only (no '+', no
  * spaces, no hexadecimal), within int64. Returns 0 or KILN_EINVAL. */
 int kiln_parse_int64(const char *s, int64_t *out);

@@ -41,6 +41,26 @@ size_t kiln_utf8_seq(const unsigned char *p, size_t n)
     return need + 1;
 }
 
+size_t kiln_utf8_copy(char *dst, size_t cap, const char *src, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)src;
+    size_t i = 0, o = 0;
+    if (cap == 0)
+        return 0;
+    while (i < n) {
+        size_t k = kiln_utf8_seq(p + i, n - i);
+        const char *piece = k ? src + i : "\xef\xbf\xbd"; /* U+FFFD for a byte that starts none */
+        size_t len = k ? k : 3;
+        if (o + len >= cap)
+            break;
+        memcpy(dst + o, piece, len);
+        o += len;
+        i += k ? k : 1;
+    }
+    dst[o] = '\0';
+    return o;
+}
+
 size_t kiln_utf8_check(const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;

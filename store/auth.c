@@ -8,18 +8,6 @@
 #include <string.h>
 
 /* A hash as a bytea parameter in hex form ("\x0a1b..."); buf has room for 2 + 2 * 32 + 1. */
-static const char *hash_param(const uint8_t hash[STORE_HASH_LEN], char *buf)
-{
-    static const char hex[] = "0123456789abcdef";
-    buf[0] = '\\';
-    buf[1] = 'x';
-    for (int i = 0; i < STORE_HASH_LEN; i++) {
-        buf[2 + 2 * i] = hex[hash[i] >> 4];
-        buf[3 + 2 * i] = hex[hash[i] & 15];
-    }
-    buf[2 + 2 * STORE_HASH_LEN] = '\0';
-    return buf;
-}
 
 /* Unix microseconds (0: none) as a timestamptz parameter expression's argument. */
 static const char *us_param(int64_t us, char *buf, size_t n)
@@ -125,7 +113,7 @@ int store_token_insert(store_conn_t *c, const char *id, const char *user,
                        int64_t expires_us, kiln_err_t *err)
 {
     char hb[2 * STORE_HASH_LEN + 3], eb[24];
-    const char *p[5] = {id, user, hash_param(hash, hb), description ? description : "",
+    const char *p[5] = {id, user, store_hash_param(hash, hb), description ? description : "",
                         us_param(expires_us, eb, sizeof(eb))};
     return store_q(c, "create token",
                    "INSERT INTO tokens (id, user_name, hash, description, expires_at)"
@@ -148,7 +136,7 @@ int store_token_auth(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_
         "   WHERE m.user_name = t.user_name)"
         " FROM t JOIN users u ON u.name = t.user_name";
     char hb[2 * STORE_HASH_LEN + 3];
-    const char *p[1] = {hash_param(hash, hb)};
+    const char *p[1] = {store_hash_param(hash, hb)};
     PGresult *r = NULL;
     memset(out, 0, sizeof(*out));
     int rc = store_qp(c, "authenticate token", sql, 1, p, &r, err);
@@ -337,7 +325,7 @@ int store_worker_check_credential(store_conn_t *c, const char *id,
                                   kiln_err_t *err)
 {
     char hb[2 * STORE_HASH_LEN + 3];
-    const char *p[2] = {id, hash ? hash_param(hash, hb) : NULL};
+    const char *p[2] = {id, hash ? store_hash_param(hash, hb) : NULL};
     PGresult *r = NULL;
     *exists = *match = false;
     int rc = store_q(c, "check worker credential",
@@ -357,7 +345,7 @@ int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LE
                                size_t n, kiln_err_t *err)
 {
     char hb[2 * STORE_HASH_LEN + 3];
-    const char *p[1] = {hash_param(hash, hb)};
+    const char *p[1] = {store_hash_param(hash, hb)};
     PGresult *r = NULL;
     int rc = store_qp(c, "authenticate agent", "SELECT id FROM workers WHERE credential_hash = $1::bytea",
                       1, p, &r, err);
@@ -413,7 +401,7 @@ int store_login_link_insert(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN],
                             kiln_err_t *err)
 {
     char hb[2 * STORE_HASH_LEN + 3], eb[24], sb[24];
-    const char *p[5] = {hash_param(hash, hb), user, token_id, us_param(expires_us, eb, sizeof(eb)),
+    const char *p[5] = {store_hash_param(hash, hb), user, token_id, us_param(expires_us, eb, sizeof(eb)),
                         us_param(session_expires_us, sb, sizeof(sb))};
     /* Links a day past their expiry are of no use to anyone: each new link sweeps them. */
     int rc = store_q(c, "sweep login links",
@@ -442,7 +430,7 @@ int store_login_link_redeem(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN],
         " SELECT $2, user_name, $3::bytea, $4, session_expires_at FROM l"
         " RETURNING user_name, " STORE_US("expires_at");
     char hb[2 * STORE_HASH_LEN + 3], tb[2 * STORE_HASH_LEN + 3];
-    const char *p[4] = {hash_param(hash, hb), token_id, hash_param(token_hash, tb), description};
+    const char *p[4] = {store_hash_param(hash, hb), token_id, store_hash_param(token_hash, tb), description};
     PGresult *r = NULL;
     memset(out, 0, sizeof(*out));
     int rc = store_q(c, "redeem login link", sql, 4, p, &r, err);

@@ -73,11 +73,8 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
     snprintf(ma, sizeof(ma), "%d", j->max_attempts);
     snprintf(ts, sizeof(ts), "%lld", (long long)j->total_steps);
     char hash[2 * STORE_HASH_LEN + 3] = "";
-    if (j->request_hash) {
-        strcpy(hash, "\\x");
-        for (int i = 0; i < STORE_HASH_LEN; i++)
-            snprintf(hash + 2 + 2 * i, 3, "%02x", j->request_hash[i]);
-    }
+    if (j->request_hash)
+        store_hash_param(j->request_hash, hash);
     const char *p[17] = {j->name, j->project ? j->project : "default", j->spec_json,
                          j->reason ? j->reason : "submitted", prio,
                          j->queue ? j->queue : "default", nodes, spn, j->slot_type, ws, ma, ts,

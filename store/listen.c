@@ -113,13 +113,7 @@ int store_listener_notify(store_listener_t *l, const char *const *channels, cons
         for (int k = 0; k < 2; k++) {
             if (i)
                 store_buf_putc(dst[k], ',');
-            store_buf_putc(dst[k], '"');
-            for (const char *p = src[k]; *p; p++) {
-                if (*p == '"' || *p == '\\')
-                    store_buf_putc(dst[k], '\\');
-                store_buf_putc(dst[k], *p);
-            }
-            store_buf_putc(dst[k], '"');
+            store_buf_array_text(dst[k], src[k]);
         }
     }
     store_buf_putc(&ch, '}');

@@ -187,7 +187,9 @@ int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *er
     if (status == KILN_EINVAL)
         kiln_err_hint(err, "a value in the request is not one kiln can store or compare; check its encoding "
                            "(UTF-8), length and range");
-    if (status == KILN_EDB)
+    /* Logged also when refused as the request's fault: a class-22/23/54 error from kiln's own
+     * SQL (a NULL where none belongs, a division by zero) would otherwise pass unseen. */
+    if (status != KILN_EEXIST)
         log_warn("store: could not %s: %s (sqlstate %s)", what, msg, state ? state : "-");
     return status;
 }
@@ -446,6 +448,19 @@ void store_buf_copy_text(store_buf_t *b, const char *s)
         }
     }
     b->len = (size_t)(d - b->p);
+}
+
+const char *store_hash_param(const uint8_t hash[STORE_HASH_LEN], char *buf)
+{
+    static const char hex[] = "0123456789abcdef";
+    buf[0] = '\\';
+    buf[1] = 'x';
+    for (int i = 0; i < STORE_HASH_LEN; i++) {
+        buf[2 + 2 * i] = hex[hash[i] >> 4];
+        buf[3 + 2 * i] = hex[hash[i] & 15];
+    }
+    buf[2 + 2 * STORE_HASH_LEN] = '\0';
+    return buf;
 }
 
 void store_buf_array_text(store_buf_t *b, const char *s)

@@ -467,13 +467,7 @@ static void sb_projects(sb_t *b, const char *const *projects, int n)
     for (int i = 0; i < n; i++) {
         if (i)
             store_buf_putc(&a, ',');
-        store_buf_putc(&a, '"');
-        for (const char *p = projects[i]; *p; p++) {
-            if (*p == '"' || *p == '\\')
-                store_buf_putc(&a, '\\');
-            store_buf_putc(&a, *p);
-        }
-        store_buf_putc(&a, '"');
+        store_buf_array_text(&a, projects[i]);
     }
     store_buf_putc(&a, '}');
     store_buf_putc(&a, '\0');
@@ -691,13 +685,7 @@ int store_job_summaries_json(store_conn_t *c, const char *const *ids, int n, con
     for (int i = 0; names && i < nnames; i++) {
         if (i)
             store_buf_putc(&m, ',');
-        store_buf_putc(&m, '"');
-        for (const char *p = names[i]; *p; p++) {
-            if (*p == '"' || *p == '\\')
-                store_buf_putc(&m, '\\');
-            store_buf_putc(&m, *p);
-        }
-        store_buf_putc(&m, '"');
+        store_buf_array_text(&m, names[i]);
     }
     store_buf_putc(&m, '}');
     store_buf_putc(&m, '\0');

@@ -14,18 +14,18 @@ int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_
         " INSERT INTO workers (id, hostname, address, slots, slot_type, gpus, version, cpu_cores,"
         "  state, state_reason, last_heartbeat, registered_at, data_roots, credential_hash)"
         " VALUES ($1, $2, $3, $4::int, $5, $6::jsonb, $7, $8::int, 'ALIVE', 'registered', now(), now(),"
-        "  $9::jsonb, decode($10, 'hex'))"
+        "  $9::jsonb, $10::bytea)"
         " ON CONFLICT (id) DO UPDATE SET hostname = EXCLUDED.hostname, address = EXCLUDED.address,"
         "  slots = EXCLUDED.slots, slot_type = EXCLUDED.slot_type, gpus = EXCLUDED.gpus,"
         "  version = EXCLUDED.version, cpu_cores = EXCLUDED.cpu_cores, state = 'ALIVE',"
         "  state_reason = 're-registered', last_heartbeat = now(), registered_at = now(), draining = false,"
         "  data_roots = EXCLUDED.data_roots, credential_hash = EXCLUDED.credential_hash"
         " RETURNING (SELECT state FROM old)";
-    char slots[16], cores[16], hash[2 * STORE_HASH_LEN + 1];
+    char slots[16], cores[16], hash[2 * STORE_HASH_LEN + 3];
     snprintf(slots, sizeof(slots), "%d", w->slots);
     snprintf(cores, sizeof(cores), "%d", w->cpu_cores);
-    for (int i = 0; i < STORE_HASH_LEN && w->credential_hash; i++)
-        snprintf(hash + 2 * i, 3, "%02x", w->credential_hash[i]);
+    if (w->credential_hash)
+        store_hash_param(w->credential_hash, hash);
     const char *p[10] = {w->id, w->hostname ? w->hostname : "", w->address ? w->address : "",
                          slots, w->slot_type, w->gpus_json ? w->gpus_json : "[]",
                          w->version ? w->version : "", cores,

@@ -256,6 +256,22 @@ Test(text, utf8_check_finds_the_first_bad_byte)
     cr_assert_eq(kiln_utf8_check("tab\there\n", 9), 9);
 }
 
+Test(text, utf8_copy_keeps_text_kilnd_accepts)
+{
+    char out[16];
+    cr_assert_eq(kiln_utf8_copy(out, sizeof out, "caf\xc3\xa9", 5), 5);
+    cr_assert_str_eq(out, "caf\xc3\xa9");
+    cr_assert_eq(kiln_utf8_copy(out, sizeof out, "a\xff" "b\0c", 5), 9, "bad bytes and NUL become U+FFFD");
+    cr_assert_str_eq(out, "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c");
+    cr_assert_eq(kiln_utf8_check(out, strlen(out)), strlen(out));
+    /* a line cut by a byte limit: the copy stops before the sequence that does not fit */
+    char small[6];
+    cr_assert_eq(kiln_utf8_copy(small, sizeof small, "abcd\xe2\x82\xac", 7), 4);
+    cr_assert_str_eq(small, "abcd");
+    cr_assert_eq(kiln_utf8_copy(small, sizeof small, "ab\xe2\x82", 4), 5, "a sequence cut short in the input");
+    cr_assert_eq(kiln_utf8_check(small, strlen(small)), strlen(small));
+}
+
 Test(text, integers_are_digits_only)
 {
     int64_t v = 0;
