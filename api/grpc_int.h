@@ -77,6 +77,12 @@ typedef struct api_grpc_err_md {
 } api_grpc_err_md_t;
 void api_grpc_err_md_init(api_grpc_err_md_t *md, int rc, const kiln_err_t *err);
 void api_grpc_err_md_free(api_grpc_err_md_t *md);
+/* The status text of an error reply, unary or streaming: "field: message", then the detail and
+ * the hint on lines of their own; logged (a warning for internal, database and I/O errors);
+ * database and internal errors are replaced by a line that points to kilnd's log, and the
+ * others get their trailing metadata in md. what names the call in the log. */
+void api_grpc_err_text(const char *what, int rc, const kiln_err_t *err, char *full, size_t n,
+                       api_grpc_err_md_t *md);
 
 /* Checks every string field of an encoded message of type d (nested messages and map entries
  * included) before it is decoded: valid UTF-8 without NUL bytes, or KILN_EINVAL naming the

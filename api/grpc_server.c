@@ -459,34 +459,38 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
     grpc_reply_err(c, m, rc, &err);
 }
 
-/* Sends a kiln error as the call's status: field and message, the database's own text kept in
- * kilnd's log. */
-static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const kiln_err_t *err_in)
+void api_grpc_err_text(const char *what, int rc, const kiln_err_t *err, char *full, size_t n,
+                       api_grpc_err_md_t *md)
 {
-    kiln_err_t err = *err_in;
-    const char *msg = err.message[0] ? err.message : kiln_strerror(rc);
-    char full[1400];
-    if (err.field[0] && strncmp(msg, err.field, strlen(err.field)) != 0)
-        snprintf(full, sizeof(full), "%s: %s", err.field, msg);
+    const char *msg = err->message[0] ? err->message : kiln_strerror(rc);
+    if (err->field[0] && strncmp(msg, err->field, strlen(err->field)) != 0)
+        snprintf(full, n, "%s: %s", err->field, msg);
     else
-        snprintf(full, sizeof(full), "%s", msg);
+        snprintf(full, n, "%s", msg);
     /* gRPC has one message: the detail (a filter's caret drawing) and the hint follow it on
      * lines of their own. */
-    if (err.detail[0])
-        snprintf(full + strlen(full), sizeof(full) - strlen(full), "\n%s", err.detail);
-    if (err.hint[0])
-        snprintf(full + strlen(full), sizeof(full) - strlen(full), "\nhint: %s", err.hint);
+    if (err->detail[0])
+        snprintf(full + strlen(full), n - strlen(full), "\n%s", err->detail);
+    if (err->hint[0])
+        snprintf(full + strlen(full), n - strlen(full), "\nhint: %s", err->hint);
     if (rc == KILN_EINTERNAL || rc == KILN_EDB || rc == KILN_EIO)
-        log_warn("grpc: %s failed: %s", m->path, full);
+        log_warn("grpc: %s failed: %s", what, full);
     else
-        log_debug("grpc: %s: %s", m->path, full);
-    /* As on REST: the database's own text stays in kilnd's log. */
+        log_debug("grpc: %s: %s", what, full);
+    /* As on REST: the database's own text and internal errors stay in kilnd's log. */
     if (rc == KILN_EDB)
-        snprintf(full, sizeof(full), "the database is unavailable; kilnd's log has the details");
+        snprintf(full, n, "the database is unavailable; kilnd's log has the details");
     else if (rc == KILN_EINTERNAL)
-        snprintf(full, sizeof(full), "internal error; kilnd's log has the details");
+        snprintf(full, n, "internal error; kilnd's log has the details");
     else
-        api_grpc_err_md_init(&c->err_md, rc, &err);
+        api_grpc_err_md_init(md, rc, err);
+}
+
+/* Sends a kiln error as the call's status (api_grpc_err_text). */
+static void grpc_reply_err(gcall_t *c, const api_grpc_method_t *m, int rc, const kiln_err_t *err)
+{
+    char full[1400];
+    api_grpc_err_text(m->path, rc, err, full, sizeof(full), &c->err_md);
     grpc_reply(c, (grpc_status_code)kiln_status_grpc(rc), full);
 }
 

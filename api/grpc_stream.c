@@ -151,19 +151,10 @@ static bool stream_start_md(gstream_t *st)
 static void stream_finish(gstream_t *st, const kiln_err_t *err)
 {
     int rc = err ? (err->status ? err->status : KILN_EINTERNAL) : 0;
-    char msg[600] = "";
+    char msg[1400] = "";
     api_grpc_err_md_t md = {0};
-    if (err) {
-        const char *m = err->message[0] ? err->message : kiln_strerror(rc);
-        if (err->field[0] && strncmp(m, err->field, strlen(err->field)) != 0)
-            snprintf(msg, sizeof(msg), "%s: %s", err->field, m);
-        else
-            snprintf(msg, sizeof(msg), "%s", m);
-        if (rc == KILN_EDB)
-            snprintf(msg, sizeof(msg), "the database is unavailable; kilnd's log has the details");
-        else
-            api_grpc_err_md_init(&md, rc, err);
-    }
+    if (err)
+        api_grpc_err_text("a server stream", rc, err, msg, sizeof(msg), &md);
     grpc_slice details = grpc_slice_from_copied_string(msg);
     grpc_op ops[2];
     size_t n = 0;

@@ -71,13 +71,23 @@ int svc_follow_open(svc_t *s, const svc_caller_t *who, const char *job_id, int r
      * the same lock. */
     pthread_mutex_lock(&e->pub_mu);
     if (!e->pub_loaded) {
+        /* Without it no live line would reach this job's followers here: refuse the follow (the
+         * client retries) rather than open one that stays silent. */
         int64_t last = 0;
-        if (store_job_log_seq(c, job_id, &last, NULL) == 0) {
-            e->pub_seq = last;
-            e->pub_loaded = true;
+        rc = store_job_log_seq(c, job_id, &last, err);
+        if (rc) {
+            pthread_mutex_unlock(&e->pub_mu);
+            pthread_mutex_destroy(&f->mu);
+            free(f->q);
+            free(f);
+            svc_jobent_put(s, e);
+            store_conn_put(s->store, c);
+            return rc;
         }
+        e->pub_seq = last;
+        e->pub_loaded = true;
     }
-    f->last_seq = KILN_MAX(after_seq, e->pub_loaded ? e->pub_seq : 0);
+    f->last_seq = KILN_MAX(after_seq, e->pub_seq);
     pthread_mutex_lock(&e->fmu);
     f->next = e->followers;
     e->followers = f;
