@@ -104,13 +104,15 @@ Test(ports, each_attempt_gets_its_own_free_port)
     /* The port comes back when the attempt's ranks are gone. */
     cr_assert_eq(agent_launcher_stop(l, "job-a", 0, 0), 1);
     cr_assert(lf_wait_exits(1, 10000));
-    for (int i = 0; i < 100; i++) {
+    size_t left = 0;
+    for (int i = 0; i < 500; i++) {
         agent_rank_info_t info[8];
-        size_t n = agent_launcher_list(l, info, 8);
-        if (n == 1)
+        left = agent_launcher_list(l, info, 8);
+        if (left == 1)
             break;
         usleep(20000);
     }
+    cr_assert_eq(left, 1, "job-a's rank is gone from the launcher (%zu ranks listed)", left);
     cr_assert_eq(start_leader(l, "job-d", 2, 0, 0), lo + 1, "the freed port is handed out again");
     agent_launcher_destroy(l);
     close(busy);

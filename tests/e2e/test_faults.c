@@ -252,7 +252,22 @@ Test(e2e_faults, an_agent_killed_mid_job_loses_nothing_silently, .init = e2e_set
     pid_t kilnd = e2e_replica_pid(0);
     cr_assert_eq(kill(kilnd, SIGSTOP), 0);
     e2e_thaw(ranks, n_ranks);
-    usleep(100000);
+    /* until the agent has taken in lines or points it cannot send (its outbox holds them) */
+    char murl[64];
+    snprintf(murl, sizeof murl, "http://127.0.0.1:%d/metrics", e2e_cl->metrics_port[agent]);
+    double queued = 0;
+    for (int i = 0; i < 200 && queued <= 0; i++) {
+        long st = 0;
+        char *body = NULL;
+        if (th_http("GET", murl, NULL, NULL, &st, &body, 2000) == 0 && st == 200 && body) {
+            const char *q = strstr(body, "\nkiln_agent_outbox_bytes ");
+            queued = q ? atof(q + strlen("\nkiln_agent_outbox_bytes ")) : 0;
+        }
+        free(body);
+        if (queued <= 0)
+            usleep(50000);
+    }
+    cr_assert_gt(queued, 0, "the thawed ranks' output never reached the agent's outbox");
     e2e_agent_restart(agent);
     cr_assert_eq(kill(kilnd, SIGCONT), 0);
 

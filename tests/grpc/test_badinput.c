@@ -453,7 +453,8 @@ Test(badinput, grpc_corpus)
         const char *field = json_string_value(json_object_get(tr, "kiln-field"));
         cr_assert_str_eq(field ? field : "", c->field, "%s: %s", c->what, line);
         cr_assert_not_null(json_object_get(tr, "kiln-code"), "%s: no kiln-code: %s", c->what, line);
-        cr_assert_lt(json_real_value(json_object_get(r, "seconds")), 5.0, "%s: answered late: %s", c->what, line);
+        cr_assert_lt(json_real_value(json_object_get(r, "seconds")), 15.0, "%s: answered late (a stream that waits instead of refusing): %s",
+                     c->what, line);
         json_decref(r);
     }
     cr_assert_eq(pclose(p), 0, "%s failed", cmd);
