@@ -17,7 +17,7 @@
 
 /* Version of the table's layout. A backend loaded at run time (libkiln_cuda.so) built against
  * another version is refused. */
-#define ENG_BACKEND_ABI 2
+#define ENG_BACKEND_ABI 3
 
 typedef struct eng_backend eng_backend_t;
 
@@ -143,6 +143,9 @@ struct eng_backend {
      * when dw is NULL); dbias (OC) += column sums of dout (skipped when NULL) */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
+    /* Optional: whether matmul_backward computes dinp and dw at the same time (then two calls,
+     * one for each, would be slower and give dw no sooner). NULL: one after the other. */
+    bool (*matmul_backward_joint)(void);
 
     /* Causal multi-head self-attention. qkv (B,T,3C) holds q,k,v per position (heads NH, head
      * size C/NH); out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (row t valid for

@@ -296,14 +296,13 @@ static void part_ready(eng_gpt_t *m, int block, int ranges);
  * final. When someone waits on them (data parallelism's buckets), the weight and bias gradients
  * are computed first and reported before the input gradient, so that their bucket can leave a
  * GEMM earlier (at 1 Gbit this cut the wait for the last buckets by about a quarter:
- * bench/RESULTS.md). The two GEMMs are independent, so the results are the same bits. Not on
- * the CPU backend at exactly two threads, which runs the two GEMMs side by side (cpu.c): they
- * end together there, and apart each would be slower. */
+ * bench/RESULTS.md). The two GEMMs are independent, so the results are the same bits. Not where
+ * the backend computes both at once (matmul_backward_joint): apart, each would be slower. */
 static void mm_backward_part(eng_gpt_t *m, int block, int ranges, float *dinp, float *dw, float *dbias,
                              const float *dout, const float *inp, const float *w, int N, int C, int OC)
 {
-    bool side_by_side = !m->bf16 && !strcmp(m->be->name, "cpu") && eng_cpu_threads() == 2;
-    if (!m->part_ready || side_by_side) {
+    bool joint = !m->bf16 && m->be->matmul_backward_joint && m->be->matmul_backward_joint();
+    if (!m->part_ready || joint) {
         mm_backward(m, dinp, dw, dbias, dout, inp, w, N, C, OC);
         part_ready(m, block, ranges);
         return;

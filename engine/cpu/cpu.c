@@ -264,6 +264,9 @@ static void cpu_matmul_forward(float *out, const float *inp, const float *w, con
                 OC);
 }
 
+/* Two threads run the two GEMMs of matmul_backward side by side (below). */
+static bool cpu_matmul_backward_joint(void) { return omp_get_max_threads() == 2; }
+
 static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC)
 {
@@ -272,7 +275,7 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
      * threads in turn: no synchronisation inside OpenBLAS, and its packing is done once per
      * GEMM instead of shared. (OpenBLAS's OpenMP build runs single-threaded inside a parallel
      * region; it splits no GEMM along K, so the results are the same bits either way.) */
-    if (dinp && dw && omp_get_max_threads() == 2) {
+    if (dinp && dw && cpu_matmul_backward_joint()) {
 #pragma omp parallel sections num_threads(2)
         {
 #pragma omp section
@@ -870,6 +873,7 @@ const eng_backend_t eng_cpu_backend = {
     .encoder_forward = cpu_encoder_forward, .encoder_backward = cpu_encoder_backward,
     .layernorm_forward = cpu_layernorm_forward, .layernorm_backward = cpu_layernorm_backward,
     .matmul_forward = cpu_matmul_forward, .matmul_backward = cpu_matmul_backward,
+    .matmul_backward_joint = cpu_matmul_backward_joint,
     .attention_forward = cpu_attention_forward, .attention_backward = cpu_attention_backward,
     .gelu_forward = cpu_gelu_forward, .gelu_backward = cpu_gelu_backward,
     .relu_forward = cpu_relu_forward, .relu_backward = cpu_relu_backward,
