@@ -118,6 +118,8 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
     int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
     if (rc == 0)
         rc = svc_agent_owns(s, wid, req->job_id, req->attempt, NULL, 0, err);
+    if (rc == 0 && req->started && req->master_port != 0) /* refused before any database work */
+        rc = svc_check_range("master_port", req->master_port, 1, 65535, err);
     if (rc)
         return rc;
     rc = svc_tx_begin(s, &tx, err);
@@ -143,16 +145,12 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
             goto fail;
         if (found && req->master_port != 0) {
             bool set = false;
-            rc = svc_check_range("master_port", req->master_port, 1, 65535, err);
-            if (rc == 0)
-                rc = store_assign_set_port(tx.c, job.id, job.attempt, wid, req->master_port, &set, err);
+            rc = store_assign_set_port(tx.c, job.id, job.attempt, wid, req->master_port, &set, err);
             if (rc)
                 goto fail;
-            if (set) {
+            if (set) /* the other nodes get theirs on their next heartbeat */
                 log_info("job %s: attempt %d's rendezvous is port %d on worker %s", job.id, job.attempt,
                          req->master_port, wid);
-                tx.wake_sched = false; /* the other nodes get theirs on their next heartbeat */
-            }
         }
         if (!found) {
             rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "
@@ -352,14 +350,16 @@ int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *p
         (crc = svc_check_str("hostname", req->hostname, 255, err)) ||
         (crc = svc_check_str("address", req->address, 255, err)) ||
         (crc = svc_check_str("version", req->version, 128, err)) ||
-        (crc = svc_check_range("gpus", (int64_t)req->n_gpus, 0, 64, err)))
+        (crc = req->n_gpus > 64 ? kiln_err_set(err, KILN_EINVAL, "gpus", "a worker may list at most 64 GPUs, "
+                                               "got %zu", req->n_gpus) : 0))
         return crc;
     for (size_t i = 0; i < req->n_gpus; i++)
         if ((crc = svc_check_str("gpus", req->gpus[i], 256, err)))
             return crc;
     if (req->worker_id && *req->worker_id) {
+        /* 63 characters (checked above) may still be more bytes than a worker id holds */
         if (strlen(req->worker_id) >= sizeof(id))
-            return kiln_err_set(err, KILN_EINVAL, "worker_id", "worker id is longer than %zu characters",
+            return kiln_err_set(err, KILN_EINVAL, "worker_id", "worker id is longer than %zu bytes",
                                 sizeof(id) - 1);
         kiln_strlcpy(id, req->worker_id, sizeof(id));
     } else {

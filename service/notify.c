@@ -200,7 +200,7 @@ static void on_notify(void *ud, const char *channel, const char *payload)
 
 /* ---- leadership --------------------------------------------------------------------------- */
 
-static bool notify_stopping_quiet(svc_t *s)
+static bool notify_stopping(svc_t *s)
 {
     pthread_mutex_lock(&s->mu);
     bool stop = s->stopping;
@@ -220,7 +220,7 @@ static void leader_set(svc_t *s, bool lead, const char *why)
         s->sched_wake = true;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-    } else if (notify_stopping_quiet(s)) {
+    } else if (notify_stopping(s)) {
         log_info("leader: this kilnd no longer leads (%s)", why);
     } else {
         log_warn("leader: this kilnd no longer leads (%s)", why);
@@ -228,14 +228,6 @@ static void leader_set(svc_t *s, bool lead, const char *why)
 }
 
 /* ---- the thread ----------------------------------------------------------------------------- */
-
-static bool notify_stopping(svc_t *s)
-{
-    pthread_mutex_lock(&s->mu);
-    bool stop = s->stopping;
-    pthread_mutex_unlock(&s->mu);
-    return stop;
-}
 
 void *svc_notify_main(void *arg)
 {

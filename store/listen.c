@@ -32,11 +32,9 @@ int store_listener_open(const char *url, const char *const *channels, size_t n, 
     const char *vals[] = {url, "1", "5", "2", "3", "10", "kilnd-listener", NULL};
     PGconn *pg = PQconnectdbParams(keys, vals, 1);
     if (PQstatus(pg) != CONNECTION_OK) {
-        char msg[256];
-        kiln_strlcpy(msg, PQerrorMessage(pg), sizeof(msg));
-        msg[strcspn(msg, "\n")] = '\0';
+        int rc = store_pg_conn_fail(pg, "connect to the database", err);
         PQfinish(pg);
-        return kiln_err_set(err, KILN_EDB, NULL, "could not connect to the database: %s", msg);
+        return rc;
     }
     PQsetNoticeProcessor(pg, listener_notice, NULL);
     PGresult *r = PQexec(pg, "SET synchronous_commit = off; SET tcp_keepalives_idle = 5; "
@@ -54,8 +52,7 @@ int store_listener_open(const char *url, const char *const *channels, size_t n, 
         PQclear(r);
     }
     if (!ok) {
-        int rc = store_pg_fail(NULL, NULL, "listen for notifications", err);
-        kiln_err_set(err, rc, NULL, "could not listen for notifications: %s", PQerrorMessage(pg));
+        int rc = store_pg_conn_fail(pg, "listen for notifications", err);
         PQfinish(pg);
         return rc;
     }
@@ -84,12 +81,8 @@ int store_listener_fd(store_listener_t *l)
 
 int store_listener_drain(store_listener_t *l, store_notify_fn fn, void *ud, kiln_err_t *err)
 {
-    if (!PQconsumeInput(l->pg) || PQstatus(l->pg) != CONNECTION_OK) {
-        char msg[256];
-        kiln_strlcpy(msg, PQerrorMessage(l->pg), sizeof(msg));
-        msg[strcspn(msg, "\n")] = '\0';
-        return kiln_err_set(err, KILN_EDB, NULL, "lost the listening connection: %s", msg);
-    }
+    if (!PQconsumeInput(l->pg) || PQstatus(l->pg) != CONNECTION_OK)
+        return store_pg_conn_fail(l->pg, "keep the listening connection", err);
     PGnotify *n;
     while ((n = PQnotifies(l->pg)) != NULL) {
         fn(ud, n->relname, n->extra ? n->extra : "");
@@ -125,7 +118,7 @@ int store_listener_notify(store_listener_t *l, const char *const *channels, cons
                                2, NULL, p, NULL, NULL, 0);
     int rc = 0;
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
-        rc = kiln_err_set(err, KILN_EDB, NULL, "could not send notifications: %s", PQerrorMessage(l->pg));
+        rc = store_pg_conn_fail(l->pg, "send notifications", err);
     PQclear(r);
     store_buf_free(&ch);
     store_buf_free(&pl);
@@ -140,9 +133,8 @@ int store_listener_try_lock(store_listener_t *l, int64_t key, bool *got, kiln_er
     PGresult *r = PQexecParams(l->pg, "SELECT pg_try_advisory_lock($1::bigint)", 1, NULL, p, NULL, NULL, 0);
     *got = false;
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        kiln_err_set(err, KILN_EDB, NULL, "could not try the leader lock: %s", PQerrorMessage(l->pg));
         PQclear(r);
-        return KILN_EDB;
+        return store_pg_conn_fail(l->pg, "try the leader lock", err);
     }
     *got = PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);

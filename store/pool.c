@@ -38,12 +38,9 @@ static int conn_open(store_t *st, store_conn_t *c, kiln_err_t *err)
     conn_forget_prepared(c);
     c->pg = PQconnectdb(st->url);
     if (PQstatus(c->pg) != CONNECTION_OK) {
-        char msg[256];
-        kiln_strlcpy(msg, PQerrorMessage(c->pg), sizeof(msg));
-        msg[strcspn(msg, "\n")] = '\0';
+        store_pg_conn_fail(c->pg, "connect to the database", err);
         PQfinish(c->pg);
         c->pg = NULL;
-        kiln_err_set(err, KILN_EDB, NULL, "could not connect to the database: %s", msg);
         kiln_err_hint(err, "check --database-url / KILN_DATABASE_URL and that PostgreSQL is running");
         return KILN_EDB;
     }
@@ -448,6 +445,14 @@ void store_buf_copy_text(store_buf_t *b, const char *s)
         }
     }
     b->len = (size_t)(d - b->p);
+}
+
+int store_pg_conn_fail(PGconn *pg, const char *what, kiln_err_t *err)
+{
+    char msg[256];
+    kiln_strlcpy(msg, pg ? PQerrorMessage(pg) : "no connection", sizeof(msg));
+    msg[strcspn(msg, "\n")] = '\0';
+    return kiln_err_set(err, KILN_EDB, NULL, "could not %s: %s", what, msg);
 }
 
 const char *store_hash_param(const uint8_t hash[STORE_HASH_LEN], char *buf)
