@@ -319,3 +319,43 @@ char *th_url_escape(const char *s)
     curl_free(e);
     return out;
 }
+
+const char *th_grpc_python_missing(void)
+{
+    if (system("command -v protoc >/dev/null 2>&1") != 0)
+        return "protoc is not installed (apt-get install protobuf-compiler)";
+    if (system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
+        return "/usr/bin/python3 lacks grpc or protobuf (apt-get install python3-grpcio python3-protobuf)";
+    return NULL;
+}
+
+int th_protoc_python(const char *dir)
+{
+    const char *root = getenv("KILN_ROOT");
+    if (!root || !*root)
+        root = ".";
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && protoc -I%s/proto --python_out='%s' %s/proto/kiln.proto", dir, root,
+             dir, root);
+    int rc = system(cmd);
+    if (rc != 0)
+        fprintf(stderr, "harness: %s failed\n", cmd);
+    return rc;
+}
+
+char *th_read_line(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, f);
+    fclose(f);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    line[strcspn(line, "\n")] = '\0';
+    return line;
+}

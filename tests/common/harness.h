@@ -60,6 +60,14 @@ int th_http_bytes(const char *method, const char *url, const char *body, const c
 /* s URL-encoded for a query string (NULL counts as ""). Caller frees. */
 char *th_url_escape(const char *s);
 
+/* gRPC through Python's grpcio (tests/grpc/grpc_client.py): NULL when protoc and /usr/bin/python3
+ * with grpc and protobuf are there, else why not (a test skips with it). */
+const char *th_grpc_python_missing(void);
+/* Generates kiln_pb2.py from $KILN_ROOT/proto/kiln.proto into dir; the protoc command's status. */
+int th_protoc_python(const char *dir);
+/* The first line of a text file, without its newline (heap), or NULL when it cannot be read. */
+char *th_read_line(const char *path);
+
 /* Polls GET url every 100 ms until the JSON field "state" of the reply equals one of the
  * '|'-separated states (e.g. "COMPLETED|FAILED"); returns the final reply (caller frees) or NULL
  * after timeout_ms. */

@@ -36,9 +36,7 @@ static json_t *grpc_call(const char *method, json_t *request)
 {
     char plan_path[PATH_MAX], proto_dir[PATH_MAX], ca[PATH_MAX], cmd[3 * PATH_MAX];
     snprintf(proto_dir, sizeof proto_dir, "%s/proto-py", e2e_cl->dir);
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && protoc -I%s/proto --python_out=%s %s/proto/kiln.proto", proto_dir,
-             e2e_root(), proto_dir, e2e_root());
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_eq(th_protoc_python(proto_dir), 0);
     snprintf(ca, sizeof ca, "%s/ca.pem", e2e_cl->tls_dir);
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", e2e_cl->grpc_port);

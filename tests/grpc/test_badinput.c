@@ -27,10 +27,8 @@ static int http_port;
 
 static char *slurp_line(const char *path)
 {
-    char *text = NULL;
-    kiln_err_t err;
-    cr_assert_eq(kiln_file_read(path, &text, NULL, &err), 0, "%s", err.message);
-    text[strcspn(text, "\n")] = '\0';
+    char *text = th_read_line(path);
+    cr_assert_not_null(text, "could not read %s", path);
     return text;
 }
 
@@ -401,14 +399,10 @@ static char *fill(const char *s)
 
 Test(badinput, grpc_corpus)
 {
-    if (system("command -v protoc >/dev/null 2>&1") != 0 ||
-        system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
-        cr_skip_test("needs protoc and /usr/bin/python3 with grpc (apt-get install protobuf-compiler "
-                     "python3-grpcio python3-protobuf)");
-    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto", root, dir, root);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char *missing = th_grpc_python_missing();
+    if (missing)
+        cr_skip_test("%s", missing);
+    cr_assert_eq(th_protoc_python(dir), 0);
     size_t n = sizeof grpc_cases / sizeof grpc_cases[0];
     json_t *calls = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -438,6 +432,8 @@ Test(badinput, grpc_corpus)
     snprintf(path, sizeof path, "%s/plan.json", dir);
     cr_assert_eq(json_dump_file(plan, path, 0), 0);
     json_decref(plan);
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
@@ -465,13 +461,10 @@ Test(badinput, grpc_corpus)
 Test(badinput, grpc_explicit_zero_values_are_honoured)
 {
     kiln_err_t err;
-    if (system("command -v protoc >/dev/null 2>&1") != 0 ||
-        system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
-        cr_skip_test("needs protoc and /usr/bin/python3 with grpc");
-    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto", root, dir, root);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char *missing = th_grpc_python_missing();
+    if (missing)
+        cr_skip_test("%s", missing);
+    cr_assert_eq(th_protoc_python(dir), 0);
     json_t *req = json_loads("{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\", "
                              "\"val_fraction\": 0}, \"hyperparameters\": {\"grad_clip\": 0, \"seed\": 0, "
                              "\"min_lr_fraction\": 0}, \"distribution\": {\"model_parallel\": "
@@ -482,11 +475,14 @@ Test(badinput, grpc_explicit_zero_values_are_honoured)
     snprintf(path, sizeof path, "%s/zero.json", dir);
     cr_assert_eq(json_dump_file(plan, path, 0), 0);
     json_decref(plan);
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
     FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
     char line[1 << 16] = "";
     cr_assert_not_null(fgets(line, sizeof line, p));
-    pclose(p);
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
     json_t *r = json_loads(line, 0, NULL);
     cr_assert_str_eq(json_string_value(json_object_get(r, "code")), "OK", "%s", line);
     const char *id = json_string_value(json_object_get(json_object_get(r, "response"), "id"));

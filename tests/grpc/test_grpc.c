@@ -670,14 +670,11 @@ static char *run_capture(const char *cmd)
 
 Test(grpc, python_grpcio_is_a_foreign_client)
 {
-    if (system("command -v protoc >/dev/null 2>&1") != 0)
-        cr_skip_test("protoc is not installed (apt-get install protobuf-compiler)");
-    if (system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
-        cr_skip_test("/usr/bin/python3 lacks grpc or protobuf (apt-get install python3-grpcio python3-protobuf)");
-    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    const char *missing = th_grpc_python_missing();
+    if (missing)
+        cr_skip_test("%s", missing);
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto 2>&1", root, dir, root);
-    run_capture(cmd);
+    cr_assert_eq(th_protoc_python(dir), 0);
     char script[200];
     snprintf(script, sizeof(script), "%s/client.py", dir);
     FILE *f = fopen(script, "w");
@@ -973,10 +970,9 @@ static const char *k_py_stream =
 
 Test(grpc, stream_logs_follows_a_job_to_its_end)
 {
-    if (system("command -v protoc >/dev/null 2>&1") != 0)
-        cr_skip_test("protoc is not installed (apt-get install protobuf-compiler)");
-    if (system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
-        cr_skip_test("/usr/bin/python3 lacks grpc or protobuf (apt-get install python3-grpcio python3-protobuf)");
+    const char *missing = th_grpc_python_missing();
+    if (missing)
+        cr_skip_test("%s", missing);
     char go[200];
     snprintf(go, sizeof(go), "%s/go", dir);
     char body[600];
@@ -987,10 +983,8 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
     agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
-    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
     char cmd[1200];
-    snprintf(cmd, sizeof(cmd), "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto 2>&1", root, dir, root);
-    run_capture(cmd);
+    cr_assert_eq(th_protoc_python(dir), 0);
     char script[200];
     snprintf(script, sizeof(script), "%s/stream.py", dir);
     FILE *f = fopen(script, "w");
@@ -1028,18 +1022,15 @@ static const char *k_py_stream_stop =
 
 Test(grpc, stopping_the_server_ends_live_streams)
 {
-    if (system("command -v protoc >/dev/null 2>&1") != 0)
-        cr_skip_test("protoc is not installed (apt-get install protobuf-compiler)");
-    if (system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
-        cr_skip_test("/usr/bin/python3 lacks grpc or protobuf (apt-get install python3-grpcio python3-protobuf)");
+    const char *missing = th_grpc_python_missing();
+    if (missing)
+        cr_skip_test("%s", missing);
     char *bin = write_script("trap 'exit 143' TERM\necho alive\nwhile :; do sleep 0.05; done\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
-    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
     char cmd[1200];
-    snprintf(cmd, sizeof(cmd), "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto 2>&1", root, dir, root);
-    run_capture(cmd);
+    cr_assert_eq(th_protoc_python(dir), 0);
     char script[200];
     snprintf(script, sizeof(script), "%s/stop.py", dir);
     FILE *f = fopen(script, "w");

@@ -20,19 +20,16 @@ static char *dburl;
 
 static char *slurp_line(const char *path)
 {
-    char *text = NULL;
-    kiln_err_t err;
-    cr_assert_eq(kiln_file_read(path, &text, NULL, &err), 0, "%s", err.message);
-    text[strcspn(text, "\n")] = '\0';
+    char *text = th_read_line(path);
+    cr_assert_not_null(text, "could not read %s", path);
     return text;
 }
 
 static void setup(void)
 {
-    if (system("command -v protoc >/dev/null 2>&1") != 0 ||
-        system("/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1") != 0)
-        cr_skip_test("needs protoc and /usr/bin/python3 with grpc (apt-get install protobuf-compiler "
-                     "python3-grpcio python3-protobuf)");
+    const char *missing = th_grpc_python_missing();
+    if (missing)
+        cr_skip_test("%s", missing);
     kiln_err_t err;
     dburl = th_pg_create_db("grpcauth");
     cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
@@ -69,10 +66,7 @@ static void setup(void)
     free(cert);
     free(key);
     free(ca);
-    char cmd[600];
-    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
-    snprintf(cmd, sizeof cmd, "protoc -I%s/proto --python_out=%s %s/proto/kiln.proto", root, dir, root);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_eq(th_protoc_python(dir), 0);
 }
 
 static void teardown(void)
