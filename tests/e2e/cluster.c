@@ -34,10 +34,24 @@ const char *__lsan_default_suppressions(void)
     return "leak:libcriterion.so\n";
 }
 
-static const char *e2e_jstr(const json_t *o, const char *key)
+const char *e2e_jstr(const json_t *o, const char *key)
 {
     const char *s = json_string_value(json_object_get(o, key));
     return s ? s : "";
+}
+
+json_int_t e2e_jint(const json_t *o, const char *key)
+{
+    return json_integer_value(json_object_get(o, key));
+}
+
+char *e2e_dump(const json_t *j)
+{
+    static char buf[4096];
+    char *s = json_dumps(j, JSON_COMPACT);
+    snprintf(buf, sizeof buf, "%.4000s", s ? s : "(null)");
+    free(s);
+    return buf;
 }
 static e2e_cluster_t e2e_storage;
 

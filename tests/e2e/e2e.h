@@ -117,6 +117,11 @@ char *e2e_event_states(const json_t *events, char *buf, size_t n);
 const char *e2e_data_path(void);
 /* Repository root (KILN_ROOT, else the current directory). */
 const char *e2e_root(void);
+/* A JSON object's string member ("" when missing), integer member (0 when missing), and the
+ * value as compact text for assertion messages (a static buffer, cut at 4,000 bytes). */
+const char *e2e_jstr(const json_t *o, const char *key);
+json_int_t e2e_jint(const json_t *o, const char *key);
+char *e2e_dump(const json_t *j);
 /* A tiny GPT job spec as JSON text (caller frees): name, max_steps, nodes x slots_per_node,
  * and the global batch size. */
 char *e2e_spec(const char *name, int max_steps, int nodes, int slots_per_node, int batch);

@@ -18,12 +18,6 @@
 #include "tests/common/harness.h"
 #include "tests/e2e/e2e.h"
 
-static const char *jstr(const json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
-}
-
 /* The file rank 0 of the job wrote, from the agent's work dir. Caller frees. */
 static char *rank_file(const char *job, const char *name, size_t *len)
 {
@@ -79,10 +73,10 @@ static char *spec_with(const char *name, int steps, const char *init_from)
 static char *run_to_end(const char *spec, const char *want)
 {
     json_t *job = e2e_submit(spec);
-    char *id = strdup(jstr(job, "id"));
+    char *id = strdup(e2e_jstr(job, "id"));
     json_decref(job);
     job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
-    cr_assert_str_eq(jstr(job, "state"), want, "job %s: %s", id, jstr(job, "reason"));
+    cr_assert_str_eq(e2e_jstr(job, "state"), want, "job %s: %s", id, e2e_jstr(job, "reason"));
     json_decref(job);
     return id;
 }
@@ -107,10 +101,10 @@ Test(e2e_artifacts, a_trained_model_comes_back_byte_for_byte_over_rest_cli_and_s
     size_t i;
     json_t *a;
     json_array_foreach(json_object_get(list, "artifacts"), i, a)
-        if (!strcmp(jstr(a, "name"), "model_llmc.bin")) {
+        if (!strcmp(e2e_jstr(a, "name"), "model_llmc.bin")) {
             found = true;
             cr_assert_eq(json_integer_value(json_object_get(a, "size")), (json_int_t)want_len);
-            cr_assert_str_eq(jstr(a, "sha256"), sha);
+            cr_assert_str_eq(e2e_jstr(a, "sha256"), sha);
         }
     cr_assert(found, "the model is listed");
     json_decref(list);
@@ -195,7 +189,7 @@ Test(e2e_artifacts, an_upload_cut_by_killing_kilnd_completes_after_its_restart, 
     char *spec = spec_with("cut", 20, NULL);
     json_t *job = e2e_submit(spec);
     free(spec);
-    char *id = strdup(jstr(job, "id"));
+    char *id = strdup(e2e_jstr(job, "id"));
     json_decref(job);
     /* 4 KiB chunks every 150 ms: catch it part-way */
     long long size = 0, before = -1;
@@ -223,7 +217,7 @@ Test(e2e_artifacts, an_upload_cut_by_killing_kilnd_completes_after_its_restart, 
     }
     cr_assert_eq(low, size, "the upload finished");
     json_t *done = e2e_wait_state(id, "COMPLETED|FAILED", 120000);
-    cr_assert_str_eq(jstr(done, "state"), "COMPLETED", "%s", jstr(done, "reason"));
+    cr_assert_str_eq(e2e_jstr(done, "state"), "COMPLETED", "%s", e2e_jstr(done, "reason"));
     json_decref(done);
     size_t want_len = 0, got_len = 0;
     char *want = rank_file(id, "model_llmc.bin", &want_len);
@@ -301,7 +295,7 @@ Test(e2e_artifacts, kiln_delete_removes_an_ended_job_and_its_files_and_refuses_a
     char *spec = spec_with("long", 100000, NULL);
     json_t *job = e2e_submit(spec);
     free(spec);
-    char *id = strdup(jstr(job, "id"));
+    char *id = strdup(e2e_jstr(job, "id"));
     json_decref(job);
     pid_t ranks[E2E_MAX_RANKS];
     int nr = 0;

@@ -6,6 +6,7 @@
  * KILN_CHAOS_SEED picks the seed (printed; the default is fixed), KILN_CHAOS_S the seconds of
  * chaos (default 40). */
 #include "tests/e2e/e2e.h"
+#include "base/base.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -19,24 +20,6 @@
 #include "tests/common/harness.h"
 
 #define CHAOS_JOBS 20
-
-static const char *jstr(const json_t *o, const char *key)
-{
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "";
-}
-
-static json_int_t jint(const json_t *o, const char *key)
-{
-    return json_integer_value(json_object_get(o, key));
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* One REST call to whichever replica answers (the test's own calls face the chaos too):
  * returns the reply (caller owns) with *status, or NULL when neither answered. */
@@ -153,10 +136,10 @@ Test(e2e_chaos, twenty_jobs_survive_kilnd_agents_and_postgres_dying, .init = e2e
         steps[i] = 300 + (int)(rand_r(&job_seed) % 1500);
 
     /* The jobs go in one by one during the chaos, each retried with its key until acknowledged. */
-    double start = now_s(), next_fault = start + 1.0;
+    double start = kiln_mono_s(), next_fault = start + 1.0;
     int submitted = 0;
-    while (now_s() - start < chaos_s || submitted < CHAOS_JOBS) {
-        double now = now_s();
+    while (kiln_mono_s() - start < chaos_s || submitted < CHAOS_JOBS) {
+        double now = kiln_mono_s();
         bool faults = now - start < chaos_s;
         if (now >= next_fault || !faults) {
             chaos_step(&c, now, faults);
@@ -170,7 +153,7 @@ Test(e2e_chaos, twenty_jobs_survive_kilnd_agents_and_postgres_dying, .init = e2e
             json_t *r = call_any("POST", "/v1/jobs", spec, key, &st);
             free(spec);
             if (r && (st == 201 || st == 200)) {
-                snprintf(ids[submitted], 64, "%s", jstr(r, "id"));
+                snprintf(ids[submitted], 64, "%s", e2e_jstr(r, "id"));
                 submitted++;
             } else if (r) { /* call_any answers NULL for a 5xx (retried): anything else is a refusal */
                 char *s = json_dumps(r, JSON_COMPACT);
@@ -184,27 +167,27 @@ Test(e2e_chaos, twenty_jobs_survive_kilnd_agents_and_postgres_dying, .init = e2e
             cr_assert_fail("only %d of %d jobs were acknowledged", submitted, CHAOS_JOBS);
     }
     /* Everything back up. */
-    chaos_step(&c, now_s() + 1000, false);
+    chaos_step(&c, kiln_mono_s() + 1000, false);
     fprintf(stderr, "chaos: %d kilnd kill(s), %d agent kill(s), %d PostgreSQL crash(es)\n", c.kills_kilnd,
             c.kills_agent, c.pg_crashes);
     cr_assert_gt(c.kills_kilnd + c.kills_agent + c.pg_crashes, 3, "the chaos did little");
 
     /* All 20 complete. */
-    double deadline = now_s() + 400;
+    double deadline = kiln_mono_s() + 400;
     for (int i = 0; i < CHAOS_JOBS; i++) {
         char path[160];
         snprintf(path, sizeof path, "/v1/jobs/%.63s", ids[i]);
         for (;;) {
             long st = 0;
             json_t *j = call_any("GET", path, NULL, NULL, &st);
-            const char *state = j ? jstr(j, "state") : "";
+            const char *state = j ? e2e_jstr(j, "state") : "";
             if (!strcmp(state, "COMPLETED")) {
                 json_decref(j);
                 break;
             }
             char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
             cr_assert(strcmp(state, "FAILED") && strcmp(state, "STOPPED"), "job %d: %s", i, s ? s : "");
-            cr_assert_lt(now_s(), deadline, "job %d did not complete: %s", i, s ? s : "(no answer)");
+            cr_assert_lt(kiln_mono_s(), deadline, "job %d did not complete: %s", i, s ? s : "(no answer)");
             free(s);
             json_decref(j);
             usleep(500000);
@@ -220,9 +203,9 @@ Test(e2e_chaos, twenty_jobs_survive_kilnd_agents_and_postgres_dying, .init = e2e
     size_t k;
     json_t *job;
     json_array_foreach(json_object_get(list, "jobs"), k, job) {
-        int name_i = atoi(jstr(job, "name") + 6);
-        cr_assert(name_i >= 0 && name_i < CHAOS_JOBS && !strcmp(jstr(job, "id"), ids[name_i]),
-                  "job %s (%s) is not the one its key was acknowledged with", jstr(job, "id"), jstr(job, "name"));
+        int name_i = atoi(e2e_jstr(job, "name") + 6);
+        cr_assert(name_i >= 0 && name_i < CHAOS_JOBS && !strcmp(e2e_jstr(job, "id"), ids[name_i]),
+                  "job %s (%s) is not the one its key was acknowledged with", e2e_jstr(job, "id"), e2e_jstr(job, "name"));
     }
     json_decref(list);
 
@@ -239,12 +222,12 @@ Test(e2e_chaos, twenty_jobs_survive_kilnd_agents_and_postgres_dying, .init = e2e
         snprintf(path, sizeof path, "/v1/jobs/%.63s", ids[i]);
         json_t *job = call_any("GET", path, NULL, NULL, &st);
         cr_assert(job && st == 200);
-        int final = (int)jint(job, "attempt"), first_final = 0;
+        int final = (int)e2e_jint(job, "attempt"), first_final = 0;
         json_decref(job);
         size_t n;
         json_t *p;
         json_array_foreach(pts, n, p) {
-            int a = (int)jint(p, "attempt"), s = (int)jint(p, "step");
+            int a = (int)e2e_jint(p, "attempt"), s = (int)e2e_jint(p, "step");
             cr_assert(a >= 1 && a < 24 && s >= 1 && s < 2000, "job %d: point %d/%d", i, a, s);
             cr_assert_eq(seen[a][s], 0, "job %d: step %d of attempt %d stored twice", i, s, a);
             seen[a][s] = 1;
@@ -269,14 +252,14 @@ Test(e2e_chaos, twenty_jobs_survive_kilnd_agents_and_postgres_dying, .init = e2e
             json_t *lines = json_object_get(page, "lines");
             json_array_foreach(lines, n, p) {
                 int s = 0, total = 0;
-                if (sscanf(jstr(p, "line"), "step %d/%d |", &s, &total) == 2 && s > 0 && s < 2000) {
-                    int a = (int)jint(p, "attempt");
+                if (sscanf(e2e_jstr(p, "line"), "step %d/%d |", &s, &total) == 2 && s > 0 && s < 2000) {
+                    int a = (int)e2e_jint(p, "attempt");
                     cr_assert_eq(seen[a][s], 0, "job %d: the line of step %d of attempt %d is stored twice", i, s, a);
                     seen[a][s] = 1;
                     step_lines++;
                 }
             }
-            after = (long long)jint(page, "next_since_seq");
+            after = (long long)e2e_jint(page, "next_since_seq");
             size_t got = json_array_size(lines);
             json_decref(page);
             if (got < 10000)

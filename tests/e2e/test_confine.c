@@ -16,12 +16,6 @@
 
 #include "tests/common/harness.h"
 
-static const char *jstr(const json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
-}
-
 static char secret_path[128], secret_text[64], outside_dir[128];
 
 /* A 0600 file outside every data root, holding a string that must never come back. */
@@ -83,8 +77,8 @@ static void refused_at_submission(const char *what, const char *spec, const char
     json_t *r = e2e_http("POST", "/v1/jobs", spec, NULL, &st);
     char *text = json_dumps(r, 0);
     cr_assert_eq(st, 400, "%s: want 400, got %ld: %s", what, st, text);
-    cr_assert_str_eq(jstr(r, "field"), field, "%s: %s", what, text);
-    cr_assert(strstr(jstr(r, "detail"), "allowed roots"), "%s: the error names the roots: %s", what, text);
+    cr_assert_str_eq(e2e_jstr(r, "field"), field, "%s: %s", what, text);
+    cr_assert(strstr(e2e_jstr(r, "detail"), "allowed roots"), "%s: the error names the roots: %s", what, text);
     assert_no_secret(what, text);
     free(text);
     json_decref(r);
@@ -95,11 +89,11 @@ static void refused_at_launch(const char *what, const char *spec, const char *fi
 {
     json_t *job = e2e_submit(spec);
     char id[64];
-    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
     job = e2e_wait_state(id, "FAILED|COMPLETED", 60000);
-    cr_assert_str_eq(jstr(job, "state"), "FAILED", "%s: %s", what, jstr(job, "reason"));
-    const char *reason = jstr(job, "reason");
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s: %s", what, e2e_jstr(job, "reason"));
+    const char *reason = e2e_jstr(job, "reason");
     cr_assert(strstr(reason, field) && strstr(reason, "not inside an allowed directory"),
               "%s: the reason says which field and why: %s",
               what, reason);
@@ -177,10 +171,10 @@ Test(e2e_confine, a_job_inside_the_roots_trains, .init = e2e_setup, .fini = e2e_
     json_t *job = e2e_submit(spec);
     free(spec);
     char id[64];
-    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
     job = e2e_wait_state(id, "COMPLETED|FAILED", 120000);
-    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "%s", jstr(job, "reason"));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_jstr(job, "reason"));
     json_decref(job);
     char dir[PATH_MAX + 64];
     snprintf(dir, sizeof dir, "%s/%s", ckpt, id);

@@ -6,6 +6,7 @@
  * (every train_loss step of the final attempt stored once, the earlier attempt's points kept
  * apart by their attempt, and the job's log says how many lines the dead agent lost). */
 #include "tests/e2e/e2e.h"
+#include "base/base.h"
 
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -17,33 +18,6 @@
 #include <unistd.h>
 
 #include "tests/common/harness.h"
-
-static const char *jstr(const json_t *o, const char *key)
-{
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "";
-}
-
-static json_int_t jint(const json_t *o, const char *key)
-{
-    return json_integer_value(json_object_get(o, key));
-}
-
-static char *dump(const json_t *j)
-{
-    static char buf[4096];
-    char *s = json_dumps(j, JSON_COMPACT);
-    snprintf(buf, sizeof buf, "%.4000s", s ? s : "(null)");
-    free(s);
-    return buf;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Submits a tiny GPT job (spec text from e2e_spec, adjusted by edit when not NULL); returns
  * its id in id (64 bytes). */
@@ -59,7 +33,7 @@ static void submit(const char *name, int max_steps, void (*edit)(json_t *), char
     }
     json_t *job = e2e_submit(text);
     free(text);
-    snprintf(id, 64, "%s", jstr(job, "id"));
+    snprintf(id, 64, "%s", e2e_jstr(job, "id"));
     json_decref(job);
 }
 
@@ -71,7 +45,7 @@ static bool any_dead(void)
     json_t *w;
     bool dead = false;
     json_array_foreach(json_object_get(ws, "workers"), i, w)
-        dead |= !strcmp(jstr(w, "state"), "DEAD");
+        dead |= !strcmp(e2e_jstr(w, "state"), "DEAD");
     json_decref(ws);
     return dead;
 }
@@ -88,7 +62,7 @@ static json_t *stored_lines(const char *id)
         json_t *lines = json_object_get(page, "lines");
         size_t n = json_array_size(lines);
         json_array_extend(all, lines);
-        after = (long long)jint(page, "next_since_seq");
+        after = (long long)e2e_jint(page, "next_since_seq");
         json_decref(page);
         if (n < 10000)
             return all;
@@ -119,18 +93,18 @@ Test(e2e_faults, replicas_follow_anywhere_and_the_leader_fails_over, .init = e2e
     json_decref(e2e_freeze_at_step(id, 5, 120000, ranks, &n_ranks));
 
     /* The leader dies mid-job; the other replica takes the lead within seconds. */
-    double t0 = now_s();
+    double t0 = kiln_mono_s();
     e2e_replica_signal(leader, SIGKILL);
     int now_leader = e2e_leader(15000);
-    double took = now_s() - t0;
+    double took = kiln_mono_s() - t0;
     cr_assert_eq(now_leader, other, "replica %d did not take the lead after replica %d died", other, leader);
     cr_assert_lt(took, 10.0, "the lead moved after %.1f s", took);
 
     /* The job completes through the surviving replica (the agents move to it). */
     e2e_thaw(ranks, n_ranks);
     json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
-    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "%s", dump(job));
-    cr_assert_eq(jint(job, "attempt"), 1, "no attempt was lost: %s", dump(job));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    cr_assert_eq(e2e_jint(job, "attempt"), 1, "no attempt was lost: %s", e2e_dump(job));
     json_decref(job);
 
     /* The follower on the other replica saw every stored line once, and the end. */
@@ -145,7 +119,7 @@ Test(e2e_faults, replicas_follow_anywhere_and_the_leader_fails_over, .init = e2e
     size_t i;
     json_t *l;
     json_array_foreach(lines, i, l)
-        stored_steps += strstr(jstr(l, "line"), "step ") != NULL;
+        stored_steps += strstr(e2e_jstr(l, "line"), "step ") != NULL;
     cr_assert_gt(stored_steps, 500, "the job logged its steps");
     cr_assert_eq(printed, stored_steps, "the follower on replica %d printed %zu step lines, %zu are stored",
                  other, printed, stored_steps);
@@ -157,7 +131,7 @@ Test(e2e_faults, replicas_follow_anywhere_and_the_leader_fails_over, .init = e2e
     char id2[64];
     submit("e2e-replicas-2", 50, NULL, id2);
     job = e2e_wait_state(id2, "COMPLETED|FAILED|STOPPED", 180000);
-    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "%s", dump(job));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     json_decref(job);
 
     /* The dead replica comes back as a follower of the lead, not a second leader. */
@@ -195,13 +169,13 @@ Test(e2e_faults, a_paused_kilnd_declares_no_worker_dead, .init = e2e_setup_fast_
     const char *dead = strstr(log, "marked DEAD");
     cr_assert_null(dead, "a worker was declared dead for kilnd's own pause: %.200s", dead);
     cr_assert(!any_dead(), "a worker was declared dead for kilnd's own pause");
-    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "%s", dump(job));
-    cr_assert_eq(jint(job, "attempt"), 1, "%s", dump(job));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    cr_assert_eq(e2e_jint(job, "attempt"), 1, "%s", e2e_dump(job));
     json_decref(job);
     json_t *ev = e2e_events(id);
     char states[512];
     e2e_event_states(ev, states, sizeof states);
-    cr_assert_null(strstr(states, "RESTARTING"), "events: %s", dump(ev));
+    cr_assert_null(strstr(states, "RESTARTING"), "events: %s", e2e_dump(ev));
     json_decref(ev);
     cr_assert(strstr(log, "did not run for"), "kilnd noticed its own pause");
     free(log);
@@ -244,7 +218,7 @@ Test(e2e_faults, an_agent_killed_mid_job_loses_nothing_silently, .init = e2e_set
      * step), attempt 1 is frozen again; a retry resumes from that checkpoint, so the steps from
      * 1001 on are trained by both attempts. */
     json_t *job = e2e_freeze_at_step(id, EXACT_CKPT + 5, 120000, ranks, &n_ranks);
-    long reached = (long)jint(json_object_get(job, "progress"), "step");
+    long reached = (long)e2e_jint(json_object_get(job, "progress"), "step");
     json_decref(job);
     cr_assert_lt(reached, 2 * EXACT_CKPT - 300, "attempt 1 ran past the next checkpoint (step %ld)", reached);
     /* Then kilnd pauses, the ranks run a little (their lines and points pile up in the agent's
@@ -272,9 +246,9 @@ Test(e2e_faults, an_agent_killed_mid_job_loses_nothing_silently, .init = e2e_set
     cr_assert_eq(kill(kilnd, SIGCONT), 0);
 
     job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 300000);
-    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "%s", dump(job));
-    int final = (int)jint(job, "attempt");
-    cr_assert_geq(final, 2, "the attempt the agent died with was lost and retried: %s", dump(job));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    int final = (int)e2e_jint(job, "attempt");
+    cr_assert_geq(final, 2, "the attempt the agent died with was lost and retried: %s", e2e_dump(job));
     json_decref(job);
 
     /* Every train_loss point, each with its attempt. */
@@ -282,16 +256,16 @@ Test(e2e_faults, an_agent_killed_mid_job_loses_nothing_silently, .init = e2e_set
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss&attempt=all&max_points=100000", id);
     json_t *m = e2e_get(path);
     json_t *pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
-    cr_assert_gt(json_array_size(pts), 0, "%s", dump(m));
+    cr_assert_gt(json_array_size(pts), 0, "%s", e2e_dump(m));
     static unsigned char seen[16][EXACT_STEPS + 1]; /* [attempt][step]: times stored */
     memset(seen, 0, sizeof seen);
     int64_t first_final = -1, last_earlier = -1;
     size_t i;
     json_t *p;
     json_array_foreach(pts, i, p) {
-        int a = (int)jint(p, "attempt");
-        json_int_t step = jint(p, "step");
-        cr_assert(a >= 1 && a <= final && a < 16, "a point of attempt %d: %s", a, dump(p));
+        int a = (int)e2e_jint(p, "attempt");
+        json_int_t step = e2e_jint(p, "step");
+        cr_assert(a >= 1 && a <= final && a < 16, "a point of attempt %d: %s", a, e2e_dump(p));
         cr_assert(step >= 1 && step <= EXACT_STEPS, "step %lld", (long long)step);
         cr_assert_lt(seen[a][step], 1, "step %lld of attempt %d is stored twice", (long long)step, a);
         seen[a][step]++;
@@ -316,10 +290,10 @@ Test(e2e_faults, an_agent_killed_mid_job_loses_nothing_silently, .init = e2e_set
     pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
     json_int_t prev = 0;
     json_array_foreach(pts, i, p) {
-        cr_assert_gt(jint(p, "step"), prev, "attempt=latest has one point per step");
-        prev = jint(p, "step");
+        cr_assert_gt(e2e_jint(p, "step"), prev, "attempt=latest has one point per step");
+        prev = e2e_jint(p, "step");
         if (prev >= first_final)
-            cr_assert_eq(jint(p, "attempt"), final);
+            cr_assert_eq(e2e_jint(p, "attempt"), final);
     }
     cr_assert_eq(prev, EXACT_STEPS);
     json_decref(m);
@@ -329,8 +303,8 @@ Test(e2e_faults, an_agent_killed_mid_job_loses_nothing_silently, .init = e2e_set
     bool notice = false;
     json_t *l;
     json_array_foreach(lines, i, l)
-        notice |= strstr(jstr(l, "line"), "[kiln-agent]") && strstr(jstr(l, "line"), "were lost") &&
-                  jint(l, "attempt") < final;
+        notice |= strstr(e2e_jstr(l, "line"), "[kiln-agent]") && strstr(e2e_jstr(l, "line"), "were lost") &&
+                  e2e_jint(l, "attempt") < final;
     cr_assert(notice, "no line in the job's log says what was lost");
     json_decref(lines);
     e2e_pass();

@@ -14,26 +14,6 @@
 
 #include "tests/e2e/e2e.h"
 
-static const char *jstr(const json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
-}
-
-static json_int_t jint(const json_t *o, const char *k)
-{
-    return json_integer_value(json_object_get(o, k));
-}
-
-static char *dump(const json_t *j)
-{
-    static char buf[4096];
-    char *s = json_dumps(j, JSON_COMPACT);
-    snprintf(buf, sizeof buf, "%s", s ? s : "(null)");
-    free(s);
-    return buf;
-}
-
 #define GOOD_STEPS 30
 
 Test(e2e, good_job_completes, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
@@ -42,44 +22,44 @@ Test(e2e, good_job_completes, .init = e2e_setup, .fini = e2e_teardown, .timeout 
     json_t *job = e2e_submit(spec);
     free(spec);
     char id[64];
-    snprintf(id, sizeof id, "%s", jstr(job, "id"));
-    cr_assert_eq(strlen(id), 36, "job id: %s", dump(job));
-    cr_assert_str_eq(jstr(job, "state"), "QUEUED");
-    cr_assert_str_eq(jstr(job, "name"), "e2e-good");
+    snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
+    cr_assert_eq(strlen(id), 36, "job id: %s", e2e_dump(job));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "QUEUED");
+    cr_assert_str_eq(e2e_jstr(job, "name"), "e2e-good");
     /* The stored spec is normalised: defaults filled in. */
-    cr_assert_eq(jint(json_object_get(json_object_get(job, "spec"), "hyperparameters"), "max_steps"), GOOD_STEPS);
+    cr_assert_eq(e2e_jint(json_object_get(json_object_get(job, "spec"), "hyperparameters"), "max_steps"), GOOD_STEPS);
     json_decref(job);
 
     job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
-    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "job ended %s: %s", jstr(job, "state"), jstr(job, "reason"));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "job ended %s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
     json_t *progress = json_object_get(job, "progress");
-    cr_assert_eq(jint(progress, "step"), GOOD_STEPS, "progress: %s", dump(progress));
-    cr_assert_eq(jint(progress, "total_steps"), GOOD_STEPS, "progress: %s", dump(progress));
-    cr_assert(*jstr(job, "started_at") && *jstr(job, "ended_at"), "times: %s", dump(job));
+    cr_assert_eq(e2e_jint(progress, "step"), GOOD_STEPS, "progress: %s", e2e_dump(progress));
+    cr_assert_eq(e2e_jint(progress, "total_steps"), GOOD_STEPS, "progress: %s", e2e_dump(progress));
+    cr_assert(*e2e_jstr(job, "started_at") && *e2e_jstr(job, "ended_at"), "times: %s", e2e_dump(job));
     json_t *workers = json_object_get(job, "workers");
-    cr_assert_eq(json_array_size(workers), 1, "workers: %s", dump(workers));
+    cr_assert_eq(json_array_size(workers), 1, "workers: %s", e2e_dump(workers));
     const char *w = json_string_value(json_array_get(workers, 0));
     cr_assert(w && (!strcmp(w, e2e_cl->worker_id[0]) || !strcmp(w, e2e_cl->worker_id[1])), "worker %s", w);
     double latest = json_number_value(json_object_get(json_object_get(job, "metrics"), "train_loss"));
     cr_assert(json_is_number(json_object_get(json_object_get(job, "metrics"), "train_loss")),
-              "no latest train_loss on the job: %s", dump(json_object_get(job, "metrics")));
+              "no latest train_loss on the job: %s", e2e_dump(json_object_get(job, "metrics")));
 
     /* Events: exactly the happy path, each from the previous state, with times and reasons. */
     json_t *ev = e2e_events(id);
     char states[512];
     cr_assert_str_eq(e2e_event_states(ev, states, sizeof states), "QUEUED,SCHEDULED,STARTING,RUNNING,COMPLETED",
-                     "events: %s", dump(ev));
+                     "events: %s", e2e_dump(ev));
     size_t i;
     json_t *e;
     const char *prev = NULL;
     json_array_foreach(json_object_get(ev, "events"), i, e) {
         json_t *from = json_object_get(e, "from_state");
         if (i == 0)
-            cr_assert(json_is_null(from) || !from, "first event has a from_state: %s", dump(e));
+            cr_assert(json_is_null(from) || !from, "first event has a from_state: %s", e2e_dump(e));
         else
-            cr_assert_str_eq(json_string_value(from), prev, "event %zu: %s", i, dump(e));
-        cr_assert(*jstr(e, "time"), "event without time: %s", dump(e));
-        prev = jstr(e, "to_state");
+            cr_assert_str_eq(json_string_value(from), prev, "event %zu: %s", i, e2e_dump(e));
+        cr_assert(*e2e_jstr(e, "time"), "event without time: %s", e2e_dump(e));
+        prev = e2e_jstr(e, "to_state");
     }
     json_decref(ev);
 
@@ -88,29 +68,29 @@ Test(e2e, good_job_completes, .init = e2e_setup, .fini = e2e_teardown, .timeout 
     snprintf(path, sizeof path, "/v1/jobs/%s/logs", id);
     json_t *logs = e2e_get(path);
     json_t *lines = json_object_get(logs, "lines");
-    cr_assert_gt(json_array_size(lines), 0, "no log lines: %s", dump(logs));
+    cr_assert_gt(json_array_size(lines), 0, "no log lines: %s", e2e_dump(logs));
     json_int_t last_seq = 0;
     json_array_foreach(lines, i, e) {
-        cr_assert_eq(jint(e, "rank"), 0, "line from another rank: %s", dump(e));
-        cr_assert_gt(jint(e, "seq"), last_seq, "seq not increasing: %s", dump(e));
-        last_seq = jint(e, "seq");
+        cr_assert_eq(e2e_jint(e, "rank"), 0, "line from another rank: %s", e2e_dump(e));
+        cr_assert_gt(e2e_jint(e, "seq"), last_seq, "seq not increasing: %s", e2e_dump(e));
+        last_seq = e2e_jint(e, "seq");
     }
     json_decref(logs);
     snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=1", id);
     logs = e2e_get(path);
-    cr_assert_eq(json_array_size(json_object_get(logs, "lines")), 0, "rank 1 has lines: %s", dump(logs));
+    cr_assert_eq(json_array_size(json_object_get(logs, "lines")), 0, "rank 1 has lines: %s", e2e_dump(logs));
     json_decref(logs);
 
     /* Metrics: the train_loss history reaches the last step and falls. */
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss", id);
     json_t *m = e2e_get(path);
     json_t *series = json_object_get(m, "metrics");
-    cr_assert_eq(json_array_size(series), 1, "series: %s", dump(m));
-    cr_assert_str_eq(jstr(json_array_get(series, 0), "name"), "train_loss");
+    cr_assert_eq(json_array_size(series), 1, "series: %s", e2e_dump(m));
+    cr_assert_str_eq(e2e_jstr(json_array_get(series, 0), "name"), "train_loss");
     json_t *pts = json_object_get(json_array_get(series, 0), "points");
     size_t n = json_array_size(pts);
-    cr_assert_geq(n, 5, "train_loss points: %s", dump(m));
-    cr_assert_eq(jint(json_array_get(pts, n - 1), "step"), GOOD_STEPS);
+    cr_assert_geq(n, 5, "train_loss points: %s", e2e_dump(m));
+    cr_assert_eq(e2e_jint(json_array_get(pts, n - 1), "step"), GOOD_STEPS);
     double head = 0, tail = 0;
     for (size_t k = 0; k < 3; k++) {
         head += json_number_value(json_object_get(json_array_get(pts, k), "value")) / 3;
@@ -123,14 +103,14 @@ Test(e2e, good_job_completes, .init = e2e_setup, .fini = e2e_teardown, .timeout 
     /* Every metric of the job, including throughput. */
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics", id);
     m = e2e_get(path);
-    cr_assert_geq(json_array_size(json_object_get(m, "metrics")), 2, "metrics: %s", dump(m));
+    cr_assert_geq(json_array_size(json_object_get(m, "metrics")), 2, "metrics: %s", e2e_dump(m));
     json_decref(m);
 
     /* Listing by state finds it. */
     json_t *list = e2e_get("/v1/jobs?status=COMPLETED");
     bool found = false;
-    json_array_foreach(json_object_get(list, "jobs"), i, e) found |= !strcmp(jstr(e, "id"), id);
-    cr_assert(found, "COMPLETED listing lacks the job: %s", dump(list));
+    json_array_foreach(json_object_get(list, "jobs"), i, e) found |= !strcmp(e2e_jstr(e, "id"), id);
+    cr_assert(found, "COMPLETED listing lacks the job: %s", e2e_dump(list));
     json_decref(list);
     json_decref(job);
     e2e_pass();
@@ -146,10 +126,10 @@ Test(e2e, bad_job_rejected, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     json_object_set_new(json_object_get(j, "hyperparameters"), "lr", json_real(-1));
     char *bad = json_dumps(j, JSON_COMPACT);
     json_t *r = e2e_http("POST", "/v1/jobs", bad, NULL, &st);
-    cr_assert_eq(st, 400, "reply: %s", dump(r));
-    cr_assert_str_eq(jstr(r, "code"), "invalid_argument");
-    cr_assert_str_eq(jstr(r, "field"), "hyperparameters.lr", "reply: %s", dump(r));
-    cr_assert(*jstr(r, "message"), "no message: %s", dump(r));
+    cr_assert_eq(st, 400, "reply: %s", e2e_dump(r));
+    cr_assert_str_eq(e2e_jstr(r, "code"), "invalid_argument");
+    cr_assert_str_eq(e2e_jstr(r, "field"), "hyperparameters.lr", "reply: %s", e2e_dump(r));
+    cr_assert(*e2e_jstr(r, "message"), "no message: %s", e2e_dump(r));
     json_decref(r);
     free(bad);
 
@@ -158,30 +138,30 @@ Test(e2e, bad_job_rejected, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     json_object_set_new(json_object_get(j, "hyperparameters"), "learning_rate", json_real(0.1));
     bad = json_dumps(j, JSON_COMPACT);
     r = e2e_http("POST", "/v1/jobs", bad, NULL, &st);
-    cr_assert_eq(st, 400, "reply: %s", dump(r));
-    cr_assert(strstr(jstr(r, "field"), "learning_rate") || strstr(jstr(r, "message"), "learning_rate"),
-              "the unknown key is not named: %s", dump(r));
+    cr_assert_eq(st, 400, "reply: %s", e2e_dump(r));
+    cr_assert(strstr(e2e_jstr(r, "field"), "learning_rate") || strstr(e2e_jstr(r, "message"), "learning_rate"),
+              "the unknown key is not named: %s", e2e_dump(r));
     json_decref(r);
     free(bad);
     json_decref(j);
 
     /* Not JSON at all. */
     r = e2e_http("POST", "/v1/jobs", "{\"name\": ", NULL, &st);
-    cr_assert_eq(st, 400, "reply: %s", dump(r));
-    cr_assert(*jstr(r, "message"), "no message: %s", dump(r));
+    cr_assert_eq(st, 400, "reply: %s", e2e_dump(r));
+    cr_assert(*e2e_jstr(r, "message"), "no message: %s", e2e_dump(r));
     json_decref(r);
 
     /* More ranks than the cluster has, ever: rejected at submission, not queued forever. */
     spec = e2e_spec("e2e-too-big", 10, 3, 1, 6);
     r = e2e_http("POST", "/v1/jobs", spec, NULL, &st);
-    cr_assert(st == 422 || st == 400, "a job needing 3 nodes of 2 was accepted (HTTP %ld): %s", st, dump(r));
-    cr_assert(*jstr(r, "message"), "no message: %s", dump(r));
+    cr_assert(st == 422 || st == 400, "a job needing 3 nodes of 2 was accepted (HTTP %ld): %s", st, e2e_dump(r));
+    cr_assert(*e2e_jstr(r, "message"), "no message: %s", e2e_dump(r));
     json_decref(r);
     free(spec);
 
     /* Nothing was stored. */
     json_t *list = e2e_get("/v1/jobs");
-    cr_assert_eq(json_array_size(json_object_get(list, "jobs")), 0, "stored: %s", dump(list));
+    cr_assert_eq(json_array_size(json_object_get(list, "jobs")), 0, "stored: %s", e2e_dump(list));
     json_decref(list);
     e2e_pass();
 }
@@ -192,24 +172,24 @@ Test(e2e, job_spans_both_agents, .init = e2e_setup, .fini = e2e_teardown, .timeo
     json_t *job = e2e_submit(spec);
     free(spec);
     char id[64];
-    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
     job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
-    const char *state = jstr(job, "state");
+    const char *state = e2e_jstr(job, "state");
 
     /* Gang placement: one rank on each agent, never partly. */
     json_t *workers = json_object_get(job, "workers");
-    cr_assert_eq(json_array_size(workers), 2, "workers: %s", dump(job));
+    cr_assert_eq(json_array_size(workers), 2, "workers: %s", e2e_dump(job));
     cr_assert_str_neq(json_string_value(json_array_get(workers, 0)), json_string_value(json_array_get(workers, 1)));
     cr_assert(e2e_agent_of_job(id) >= 0, "no agent has a directory for the job");
     json_t *ev = e2e_events(id);
     char states[512];
     e2e_event_states(ev, states, sizeof states);
-    cr_assert(strstr(states, "QUEUED,SCHEDULED,STARTING"), "events: %s", dump(ev));
+    cr_assert(strstr(states, "QUEUED,SCHEDULED,STARTING"), "events: %s", e2e_dump(ev));
     json_decref(ev);
 
     /* Data parallel over the two agents: both ranks train to the end and log, tagged. */
-    cr_assert_str_eq(state, "COMPLETED", "two-node job ended %s: %s", state, jstr(job, "reason"));
+    cr_assert_str_eq(state, "COMPLETED", "two-node job ended %s: %s", state, e2e_jstr(job, "reason"));
     cr_assert(strstr(states, "RUNNING,COMPLETED"), "events: %s", states);
     char path[256];
     for (int rank = 0; rank < 2; rank++) {
@@ -219,17 +199,17 @@ Test(e2e, job_spans_both_agents, .init = e2e_setup, .fini = e2e_teardown, .timeo
         cr_assert_gt(json_array_size(lines), 0, "no lines from rank %d", rank);
         size_t i;
         json_t *l;
-        json_array_foreach(lines, i, l) cr_assert_eq(jint(l, "rank"), rank, "%s", dump(l));
+        json_array_foreach(lines, i, l) cr_assert_eq(e2e_jint(l, "rank"), rank, "%s", e2e_dump(l));
         json_decref(logs);
     }
-    cr_assert_eq(jint(json_object_get(job, "progress"), "step"), 20, "%s", dump(job));
+    cr_assert_eq(e2e_jint(json_object_get(job, "progress"), "step"), 20, "%s", e2e_dump(job));
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss", id);
     json_t *m = e2e_get(path);
     json_t *pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
     size_t n = json_array_size(pts);
-    cr_assert_geq(n, 2, "%s", dump(m));
+    cr_assert_geq(n, 2, "%s", e2e_dump(m));
     cr_assert_lt(json_number_value(json_object_get(json_array_get(pts, n - 1), "value")),
-                 json_number_value(json_object_get(json_array_get(pts, 0), "value")), "loss did not fall: %s", dump(m));
+                 json_number_value(json_object_get(json_array_get(pts, 0), "value")), "loss did not fall: %s", e2e_dump(m));
     json_decref(m);
     json_decref(job);
     e2e_pass();
@@ -241,7 +221,7 @@ Test(e2e, job_stopped_mid_run, .init = e2e_setup, .fini = e2e_teardown, .timeout
     json_t *job = e2e_submit(spec);
     free(spec);
     char id[64];
-    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
     /* Really training: a few steps done. */
     job = e2e_wait_step(id, 3, 120000);
@@ -253,20 +233,20 @@ Test(e2e, job_stopped_mid_run, .init = e2e_setup, .fini = e2e_teardown, .timeout
     snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
     long st = 0;
     json_t *r = e2e_http("POST", path, "{\"reason\": \"e2e stop test\"}", NULL, &st);
-    cr_assert_eq(st, 200, "stop: HTTP %ld %s", st, dump(r));
-    cr_assert(!strcmp(jstr(r, "state"), "STOPPING") || !strcmp(jstr(r, "state"), "STOPPED"), "%s", dump(r));
+    cr_assert_eq(st, 200, "stop: HTTP %ld %s", st, e2e_dump(r));
+    cr_assert(!strcmp(e2e_jstr(r, "state"), "STOPPING") || !strcmp(e2e_jstr(r, "state"), "STOPPED"), "%s", e2e_dump(r));
     json_decref(r);
 
     job = e2e_wait_state(id, "STOPPED|FAILED|COMPLETED", 60000);
-    cr_assert_str_eq(jstr(job, "state"), "STOPPED", "ended %s: %s", jstr(job, "state"), jstr(job, "reason"));
-    json_int_t step = jint(json_object_get(job, "progress"), "step");
+    cr_assert_str_eq(e2e_jstr(job, "state"), "STOPPED", "ended %s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
+    json_int_t step = e2e_jint(json_object_get(job, "progress"), "step");
     cr_assert(step >= 3 && step < 1000000, "progress %lld", (long long)step);
     json_decref(job);
     json_t *ev = e2e_events(id);
     char states[512];
     e2e_event_states(ev, states, sizeof states);
-    cr_assert(strstr(states, "RUNNING,STOPPING,STOPPED"), "events: %s", dump(ev));
-    cr_assert(strstr(dump(ev), "e2e stop test"), "the stop reason is not in the events: %s", dump(ev));
+    cr_assert(strstr(states, "RUNNING,STOPPING,STOPPED"), "events: %s", e2e_dump(ev));
+    cr_assert(strstr(e2e_dump(ev), "e2e stop test"), "the stop reason is not in the events: %s", e2e_dump(ev));
     json_decref(ev);
 
     /* The rank got SIGTERM and wrote a checkpoint before exiting (status 143). */
@@ -281,7 +261,7 @@ Test(e2e, job_stopped_mid_run, .init = e2e_setup, .fini = e2e_teardown, .timeout
 
     /* Stopping again is refused: the job has ended. */
     r = e2e_http("POST", path, NULL, NULL, &st);
-    cr_assert_eq(st, 409, "second stop: HTTP %ld %s", st, dump(r));
+    cr_assert_eq(st, 409, "second stop: HTTP %ld %s", st, e2e_dump(r));
     json_decref(r);
     e2e_pass();
 }
@@ -292,7 +272,7 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
     json_t *job = e2e_submit(spec);
     free(spec);
     char id[64];
-    snprintf(id, sizeof id, "%s", jstr(job, "id"));
+    snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
     job = e2e_wait_step(id, 2, 120000);
     char worker[128];
@@ -318,7 +298,7 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
         json_t *e;
         json_array_foreach(json_object_get(ev, "events"), i, e) {
             const char *from = json_string_value(json_object_get(e, "from_state"));
-            const char *to = jstr(e, "to_state");
+            const char *to = e2e_jstr(e, "to_state");
             if (from && !strcmp(from, "RUNNING") && (!strcmp(to, "RESTARTING") || !strcmp(to, "FAILED"))) {
                 left = json_incref(e);
                 break;
@@ -329,8 +309,8 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
             usleep(200000);
     }
     cr_assert_not_null(left, "job still RUNNING %.0f s after its agent died (heartbeat timeout %d ms): %s",
-                       (double)time(NULL) - t0, e2e_cl->heartbeat_timeout_ms, dump(e2e_events(id)));
-    cr_assert(strstr(jstr(left, "reason"), worker), "reason does not name worker %s: %s", worker, dump(left));
+                       (double)time(NULL) - t0, e2e_cl->heartbeat_timeout_ms, e2e_dump(e2e_events(id)));
+    cr_assert(strstr(e2e_jstr(left, "reason"), worker), "reason does not name worker %s: %s", worker, e2e_dump(left));
     json_decref(left);
 
     /* The worker is DEAD, and the job never sits RUNNING on it. */
@@ -339,18 +319,18 @@ Test(e2e, agent_killed_mid_job, .init = e2e_setup_fast_heartbeat, .fini = e2e_te
     json_t *w;
     bool dead = false;
     json_array_foreach(json_object_get(ws, "workers"), i, w)
-        if (!strcmp(jstr(w, "id"), worker))
-            dead = !strcmp(jstr(w, "state"), "DEAD");
-    cr_assert(dead, "worker %s not DEAD: %s", worker, dump(ws));
+        if (!strcmp(e2e_jstr(w, "id"), worker))
+            dead = !strcmp(e2e_jstr(w, "state"), "DEAD");
+    cr_assert(dead, "worker %s not DEAD: %s", worker, e2e_dump(ws));
     json_decref(ws);
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     job = e2e_get(path);
-    const char *state = jstr(job, "state");
+    const char *state = e2e_jstr(job, "state");
     json_t *jw = json_object_get(job, "workers");
     if (!strcmp(state, "RUNNING"))
         cr_assert_str_neq(json_string_value(json_array_get(jw, 0)), worker, "RUNNING on the dead worker: %s",
-                          dump(job));
+                          e2e_dump(job));
     json_decref(job);
     e2e_pass();
 }
@@ -382,7 +362,7 @@ static void retry_job_start(retry_job_t *rj, const char *name)
     json_decref(spec);
     json_t *job = e2e_submit(text);
     free(text);
-    snprintf(rj->id, sizeof rj->id, "%s", jstr(job, "id"));
+    snprintf(rj->id, sizeof rj->id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
     job = e2e_freeze_at_step(rj->id, 15, 120000, rj->ranks, &rj->n_ranks);
     snprintf(rj->worker, sizeof rj->worker, "%s",
@@ -400,24 +380,24 @@ static void retry_job_start(retry_job_t *rj, const char *name)
 static void retry_job_check(const retry_job_t *rj, const char *why)
 {
     json_t *job = e2e_wait_state(rj->id, "COMPLETED|FAILED|STOPPED", e2e_cl->heartbeat_timeout_ms + 120000);
-    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "ended %s: %s", jstr(job, "state"), jstr(job, "reason"));
-    cr_assert_eq(jint(job, "attempt"), 2, "%s", dump(job));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "ended %s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
+    cr_assert_eq(e2e_jint(job, "attempt"), 2, "%s", e2e_dump(job));
     json_t *workers = json_object_get(job, "workers");
-    cr_assert_eq(json_array_size(workers), 1, "%s", dump(job));
+    cr_assert_eq(json_array_size(workers), 1, "%s", e2e_dump(job));
     cr_assert_str_neq(json_string_value(json_array_get(workers, 0)), rj->worker, "attempt 2 ran on the lost worker");
-    cr_assert_eq(jint(json_object_get(job, "progress"), "step"), RETRY_STEPS, "%s", dump(job));
+    cr_assert_eq(e2e_jint(json_object_get(job, "progress"), "step"), RETRY_STEPS, "%s", e2e_dump(job));
     json_decref(job);
 
     json_t *ev = e2e_events(rj->id);
     char states[512];
     e2e_event_states(ev, states, sizeof states);
-    cr_assert(strstr(states, "RUNNING,RESTARTING,SCHEDULED,STARTING,RUNNING,COMPLETED"), "events: %s", dump(ev));
+    cr_assert(strstr(states, "RUNNING,RESTARTING,SCHEDULED,STARTING,RUNNING,COMPLETED"), "events: %s", e2e_dump(ev));
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(ev, "events"), i, e)
-        if (!strcmp(jstr(e, "to_state"), "RESTARTING"))
-            cr_assert(strstr(jstr(e, "reason"), rj->worker) && strstr(jstr(e, "reason"), why),
-                      "RESTARTING reason lacks %s or \"%s\": %s", rj->worker, why, dump(e));
+        if (!strcmp(e2e_jstr(e, "to_state"), "RESTARTING"))
+            cr_assert(strstr(e2e_jstr(e, "reason"), rj->worker) && strstr(e2e_jstr(e, "reason"), why),
+                      "RESTARTING reason lacks %s or \"%s\": %s", rj->worker, why, e2e_dump(e));
     json_decref(ev);
 
     char path[128];
@@ -427,9 +407,9 @@ static void retry_job_check(const retry_job_t *rj, const char *why)
     char resumed_from[450];
     snprintf(resumed_from, sizeof resumed_from, "resumed from %s/ckpt_", rj->ckpt_dir);
     json_array_foreach(json_object_get(logs, "lines"), i, e) {
-        a1 |= jint(e, "attempt") == 1;
-        a2 |= jint(e, "attempt") == 2;
-        resumed |= jint(e, "attempt") == 2 && strstr(jstr(e, "line"), resumed_from);
+        a1 |= e2e_jint(e, "attempt") == 1;
+        a2 |= e2e_jint(e, "attempt") == 2;
+        resumed |= e2e_jint(e, "attempt") == 2 && strstr(e2e_jstr(e, "line"), resumed_from);
     }
     cr_assert(a1 && a2, "lines of attempt 1: %d, of attempt 2: %d", a1, a2);
     cr_assert(resumed, "attempt 2 did not log \"%s...\"", resumed_from);
@@ -480,12 +460,12 @@ Test(e2e, agent_shutdown_job_resumes_elsewhere, .init = e2e_setup, .fini = e2e_t
     size_t i;
     json_t *w;
     json_array_foreach(json_object_get(ws, "workers"), i, w)
-        if (!strcmp(jstr(w, "id"), rj.worker))
-            cr_assert(json_is_true(json_object_get(w, "draining")) || !strcmp(jstr(w, "state"), "DEAD"),
-                      "worker %s: %s", rj.worker, dump(w));
+        if (!strcmp(e2e_jstr(w, "id"), rj.worker))
+            cr_assert(json_is_true(json_object_get(w, "draining")) || !strcmp(e2e_jstr(w, "state"), "DEAD"),
+                      "worker %s: %s", rj.worker, e2e_dump(w));
     json_decref(ws);
     json_t *ev = e2e_events(rj.id);
-    cr_assert_null(strstr(dump(ev), "\"FAILED\""), "events: %s", dump(ev));
+    cr_assert_null(strstr(e2e_dump(ev), "\"FAILED\""), "events: %s", e2e_dump(ev));
     json_decref(ev);
     e2e_pass();
 }

@@ -16,21 +16,6 @@
 
 #include "tests/e2e/e2e.h"
 
-static const char *jstr(const json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
-}
-
-static char *dump(const json_t *j)
-{
-    static char buf[4096];
-    char *s = json_dumps(j, JSON_COMPACT);
-    snprintf(buf, sizeof buf, "%s", s ? s : "(null)");
-    free(s);
-    return buf;
-}
-
 /* A two-rank job on one agent (agent 0 has the cluster's only two slots on one worker), with
  * `attempts` attempts and a checkpoint every 10 steps; data.train replaced when data is given. */
 static void submit_pair(const char *name, int steps, int attempts, const char *data, char *id, size_t idn)
@@ -46,7 +31,7 @@ static void submit_pair(const char *name, int steps, int attempts, const char *d
     json_decref(spec);
     json_t *job = e2e_submit(text);
     free(text);
-    snprintf(id, idn, "%s", jstr(job, "id"));
+    snprintf(id, idn, "%s", e2e_jstr(job, "id"));
     json_decref(job);
 }
 
@@ -56,8 +41,8 @@ static const char *event_reason(json_t *ev, const char *to)
     size_t i;
     json_t *e;
     json_array_foreach(json_object_get(ev, "events"), i, e)
-        if (!strcmp(jstr(e, "to_state"), to))
-            return jstr(e, "reason");
+        if (!strcmp(e2e_jstr(e, "to_state"), to))
+            return e2e_jstr(e, "reason");
     return NULL;
 }
 
@@ -95,7 +80,7 @@ static void freeze_pair(const char *id, long step, pid_t pids[2], char *worker)
     int n = 0;
     json_t *job = e2e_freeze_at_step(id, step, 120000, ranks, &n);
     json_t *ws = json_object_get(job, "workers");
-    cr_assert_eq(json_array_size(ws), 1, "a two-rank job on one node: %s", dump(job));
+    cr_assert_eq(json_array_size(ws), 1, "a two-rank job on one node: %s", e2e_dump(job));
     snprintf(worker, 128, "%s", json_string_value(json_array_get(ws, 0)));
     json_decref(job);
     cr_assert_eq(n, 2, "%d rank processes for a two-rank job", n);
@@ -126,12 +111,12 @@ Test(e2e_ranks, killed_rank_restarts_the_job_from_its_checkpoint, .init = e2e_se
     cr_assert(!shm_left(pids[1]), "rank 1's shm region is still in /dev/shm");
 
     json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
-    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "ended %s: %s", jstr(job, "state"), jstr(job, "reason"));
-    cr_assert_eq(json_integer_value(json_object_get(job, "attempt")), 2, "%s", dump(job));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "ended %s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
+    cr_assert_eq(json_integer_value(json_object_get(job, "attempt")), 2, "%s", e2e_dump(job));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(job, "progress"), "step")), PAIR_STEPS);
     json_t *workers = json_object_get(job, "workers");
     cr_assert_str_eq(json_string_value(json_array_get(workers, 0)), worker,
-                     "attempt 2 is not on the same worker: %s", dump(workers));
+                     "attempt 2 is not on the same worker: %s", e2e_dump(workers));
     json_decref(job);
 
     json_t *ev = e2e_events(id);
@@ -152,7 +137,7 @@ Test(e2e_ranks, killed_rank_restarts_the_job_from_its_checkpoint, .init = e2e_se
     size_t i;
     json_t *l;
     json_array_foreach(json_object_get(logs, "lines"), i, l)
-        resumed |= json_integer_value(json_object_get(l, "attempt")) == 2 && strstr(jstr(l, "line"), want);
+        resumed |= json_integer_value(json_object_get(l, "attempt")) == 2 && strstr(e2e_jstr(l, "line"), want);
     json_decref(logs);
     cr_assert(resumed, "attempt 2 never logged \"%s...\"", want);
     e2e_pass();
@@ -168,8 +153,8 @@ Test(e2e_ranks, killed_rank_without_attempts_left_fails_the_job_naming_it, .init
     freeze_pair(id, 3, pids, worker);
     cr_assert_eq(kill(pids[1], SIGKILL), 0);
     json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED|RESTARTING", 60000);
-    cr_assert_str_eq(jstr(job, "state"), "FAILED", "%s: %s", jstr(job, "state"), jstr(job, "reason"));
-    const char *reason = jstr(job, "reason");
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
+    const char *reason = e2e_jstr(job, "reason");
     cr_assert(strstr(reason, "rank 1 ") && strstr(reason, "signal 9"), "the reason does not name rank 1: %s", reason);
     json_decref(job);
     /* The agent stopped the other rank and both slots are free again. */
@@ -180,7 +165,7 @@ Test(e2e_ranks, killed_rank_without_attempts_left_fails_the_job_naming_it, .init
         size_t i;
         json_t *w;
         json_array_foreach(json_object_get(ws, "workers"), i, w)
-            if (!strcmp(jstr(w, "id"), worker))
+            if (!strcmp(e2e_jstr(w, "id"), worker))
                 freed = json_integer_value(json_object_get(w, "slots_free")) == 2;
         json_decref(ws);
         if (!freed)
@@ -188,7 +173,7 @@ Test(e2e_ranks, killed_rank_without_attempts_left_fails_the_job_naming_it, .init
     }
     cr_assert(freed, "worker %s did not get its slots back", worker);
     json_t *ev = e2e_events(id);
-    cr_assert_null(event_reason(ev, "RESTARTING"), "restarted without attempts left: %s", dump(ev));
+    cr_assert_null(event_reason(ev, "RESTARTING"), "restarted without attempts left: %s", e2e_dump(ev));
     json_decref(ev);
     e2e_pass();
 }
@@ -206,8 +191,8 @@ Test(e2e_ranks, rank_exiting_2_fails_the_job_at_once, .init = e2e_setup, .fini =
     char id[64];
     submit_pair("e2e-rank-bad-data", 100, 3, data, id, sizeof id);
     json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED|RESTARTING", 120000);
-    cr_assert_str_eq(jstr(job, "state"), "FAILED", "%s: %s", jstr(job, "state"), jstr(job, "reason"));
-    const char *reason = jstr(job, "reason");
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
+    const char *reason = e2e_jstr(job, "reason");
     cr_assert(strstr(reason, "code 2 (bad spec or data)") && strstr(reason, "data.train"), "%s", reason);
     cr_assert_eq(json_integer_value(json_object_get(job, "attempt")), 1);
     json_decref(job);
@@ -232,8 +217,8 @@ Test(e2e_ranks, stopped_rank_trips_the_watchdog_naming_it, .init = e2e_setup_sho
     kill(pids[0], SIGCONT);
     json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED|RESTARTING", 90000);
     long took = (long)(time(NULL) - t0);
-    cr_assert_str_eq(jstr(job, "state"), "FAILED", "%s: %s", jstr(job, "state"), jstr(job, "reason"));
-    const char *reason = jstr(job, "reason");
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
+    const char *reason = e2e_jstr(job, "reason");
     char want[64];
     snprintf(want, sizeof want, "KILN_COMM_WATCHDOG_S=%d", E2E_WATCHDOG_S);
     cr_assert(strstr(reason, "rank 0 ") && strstr(reason, "no progress") && strstr(reason, "waiting on rank 1") &&
