@@ -195,6 +195,12 @@ void rank_killed(const char *wid, const char *job, int attempt, int rank, int si
 
 void push_logs(const char *wid, const char *job, int attempt, int rank, int first, int n)
 {
+    push_logs_seq(wid, job, attempt, rank, first, n, 0, 0);
+}
+
+void push_logs_seq(const char *wid, const char *job, int attempt, int rank, int first, int n, uint64_t stream,
+                   uint64_t seq)
+{
     Kiln__LogLine *lines = calloc((size_t)n, sizeof(*lines));
     Kiln__LogLine **ptrs = calloc((size_t)n, sizeof(*ptrs));
     char (*text)[48] = calloc((size_t)n, 48);
@@ -212,6 +218,8 @@ void push_logs(const char *wid, const char *job, int attempt, int rank, int firs
     b.attempt = attempt;
     b.lines = ptrs;
     b.n_lines = (size_t)n;
+    b.stream_id = stream;
+    b.batch_seq = seq;
     cr_assert_eq(svc_agent_logs(svc, wid, &b, &err), 0, "logs: %s", err.message);
     free(lines);
     free(ptrs);

@@ -34,6 +34,9 @@ void rank_exit(const char *wid, const char *job, int attempt, int rank, int code
 /* The agent reports that a rank was killed by signal sig (exit code -1). */
 void rank_killed(const char *wid, const char *job, int attempt, int rank, int sig, const char *reason);
 void push_logs(const char *wid, const char *job, int attempt, int rank, int first, int n);
+/* push_logs as a numbered batch (stream_id, batch_seq), as agents send them */
+void push_logs_seq(const char *wid, const char *job, int attempt, int rank, int first, int n, uint64_t stream,
+                   uint64_t seq);
 void push_metrics(const char *wid, const char *job, int attempt, int step0, int nsteps);
 /* The job's events as "STATE STATE ..." (to_state of each, oldest first). */
 void events_str(const char *id, char *out, size_t n);

@@ -10,28 +10,7 @@
 
 static void send_logs(const char *wid, const char *job, uint64_t stream, uint64_t seq, int first, int n)
 {
-    Kiln__LogLine *lines = calloc((size_t)n, sizeof(*lines));
-    Kiln__LogLine **ptrs = calloc((size_t)n, sizeof(*ptrs));
-    char (*text)[48] = calloc((size_t)n, 48);
-    for (int i = 0; i < n; i++) {
-        kiln__log_line__init(&lines[i]);
-        lines[i].stream = "stdout";
-        snprintf(text[i], 48, "line %d", first + i);
-        lines[i].line = text[i];
-        ptrs[i] = &lines[i];
-    }
-    Kiln__LogBatch b = KILN__LOG_BATCH__INIT;
-    b.worker_id = (char *)wid;
-    b.job_id = (char *)job;
-    b.attempt = 1;
-    b.lines = ptrs;
-    b.n_lines = (size_t)n;
-    b.stream_id = stream;
-    b.batch_seq = seq;
-    cr_assert_eq(svc_agent_logs(svc, wid, &b, &err), 0, "logs: %s", err.message);
-    free(lines);
-    free(ptrs);
-    free(text);
+    push_logs_seq(wid, job, 1, 0, first, n, stream, seq);
 }
 
 static void send_metrics(const char *wid, const char *job, uint64_t stream, uint64_t seq, int step0, int n)
