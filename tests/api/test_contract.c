@@ -57,6 +57,22 @@ static const char *route_of(const char *method, const char *path)
     return any;
 }
 
+/* The Content-Type of a reply's header lines ("" when it has none). */
+static void content_type_of(const char *headers, char *out, size_t n)
+{
+    out[0] = '\0';
+    for (const char *line = headers; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        if (!strncasecmp(line, "Content-Type:", 13)) {
+            const char *v = line + 13;
+            while (*v == ' ')
+                v++;
+            snprintf(out, n, "%.*s", (int)strcspn(v, "\r\n"), v);
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
 /* One request, recorded. token NULL sends the admin's; "" sends none. ctype NULL sends JSON
  * when there is a body. Returns the status; *out gets the body (caller frees) when out. */
 static long rec(const char *method, const char *path, const char *body, const char *token, const char *ctype,
@@ -80,18 +96,8 @@ static long rec(const char *method, const char *path, const char *body, const ch
     char *text = NULL, *headers = NULL;
     cr_assert_eq(th_http_headers(method, url, body, hdrs, &st, &text, &headers, 20000), 0, "%s %s failed", method,
                  url);
-    char ctype_got[128] = "";
-    for (char *line = headers; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (!strncasecmp(line, "Content-Type:", 13)) {
-            const char *v = line + 13;
-            while (*v == ' ')
-                v++;
-            size_t len = strcspn(v, "\r\n");
-            snprintf(ctype_got, sizeof ctype_got, "%.*s", (int)len, v);
-        }
-        line = nl ? nl + 1 : NULL;
-    }
+    char ctype_got[128];
+    content_type_of(headers, ctype_got, sizeof ctype_got);
     const char *route = route_of(method, path);
     json_t *r = json_pack("{s:s, s:s, s:s?, s:i, s:s, s:s}", "method", method, "path", path, "route", route,
                           "status", (int)st, "content_type", ctype_got, "body", text ? text : "");
@@ -124,17 +130,8 @@ static void rec_refused(long want_status, const char *path, const char *extra_he
     cr_assert_eq(th_http_headers("GET", url, NULL, hdrs, &st, &text, &headers, 20000), 0, "GET of %zu bytes failed",
                  n);
     cr_assert_eq(st, want_status, "%s", text ? text : "");
-    char ctype_got[128] = "";
-    for (char *line = headers; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (!strncasecmp(line, "Content-Type:", 13)) {
-            const char *v = line + 13;
-            while (*v == ' ')
-                v++;
-            snprintf(ctype_got, sizeof ctype_got, "%.*s", (int)strcspn(v, "\r\n"), v);
-        }
-        line = nl ? nl + 1 : NULL;
-    }
+    char ctype_got[128];
+    content_type_of(headers, ctype_got, sizeof ctype_got);
     char shown[80];
     snprintf(shown, sizeof shown, "%.60s...", path);
     json_array_append_new(records, json_pack("{s:s, s:s, s:b, s:i, s:s, s:s}", "method", "GET", "path", shown,
