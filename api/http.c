@@ -207,13 +207,11 @@ enum MHD_Result http_reply_err_header(http_req_t *r, const kiln_err_t *err, cons
     int st = err->status ? err->status : KILN_EINTERNAL;
     int http = kiln_status_http(st);
     json_t *o;
-    /* REST carries the idempotency key in a header: name it as the client wrote it */
+    /* REST carries the idempotency key in a header (checked under that name before the service
+     * sees it): a key reused with another body is named as the client wrote it, too */
     if (!strcmp(err->field, "idempotency_key")) {
         kiln_err_t e2 = *err;
         kiln_strlcpy(e2.field, "Idempotency-Key", sizeof e2.field);
-        char *m = strstr(e2.message, "idempotency_key");
-        if (m)
-            snprintf(e2.message, sizeof e2.message, "Idempotency-Key%s", err->message + (m - e2.message) + 15);
         return http_reply_err(r, &e2);
     }
     if (st == KILN_EDB || st == KILN_EINTERNAL) {

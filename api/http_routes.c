@@ -127,11 +127,17 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
     int rc = http_body_json(r, false, &spec, &err);
     if (rc)
         return http_reply_err(r, &err);
+    /* The service checks the key as gRPC's idempotency_key; over REST it is a header, named as
+     * the client wrote it. */
     const char *key = http_header(r, "Idempotency-Key");
     if (key && !*key) {
         json_decref(spec);
         return http_reply_errf(r, KILN_EINVAL, "Idempotency-Key", "use a UUID or another unique string",
                                "Idempotency-Key must have 1 to 200 characters");
+    }
+    if (key && svc_check_str("Idempotency-Key", key, 200, &err)) {
+        json_decref(spec);
+        return http_reply_err(r, &err);
     }
     bool created = true;
     rc = svc_job_create(r->h->svc, who, spec, key, &job, &created, &err);
