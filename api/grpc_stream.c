@@ -193,9 +193,7 @@ static void logs_run(gstream_t *st)
     json_t *page = NULL;
     int rank = r->has_rank ? r->rank : -1;
     int64_t since_us = 0;
-    if (r->since && r->since[0] && kiln_time_parse(r->since, &since_us) != 0) {
-        kiln_err_set(&err, KILN_EINVAL, "since", "since is not a time");
-        kiln_err_hint(&err, "use RFC 3339 (2026-11-21T06:04:37Z) or Unix seconds");
+    if (svc_check_time_text("since", r->since, &since_us, &err)) {
         stream_finish(st, &err);
         return;
     }

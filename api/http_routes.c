@@ -320,12 +320,8 @@ static enum MHD_Result http_job_logs(http_req_t *r)
         http_arg_int(r, "limit", 1, 10000, &limit, NULL, &err) ||
         http_arg_bool(r, "follow", &follow, &err))
         return http_reply_err(r, &err);
-    const char *since = http_arg(r, "since");
-    if (since && *since && kiln_time_parse(since, &q.since_us)) {
-        return http_reply_errf(r, KILN_EINVAL, "since",
-                               "use RFC 3339 (2026-11-21T06:04:37Z) or Unix seconds",
-                               "query parameter since is not a time: \"%.64s\"", since);
-    }
+    if (svc_check_time_text("since", http_arg(r, "since"), &q.since_us, &err))
+        return http_reply_err(r, &err);
     q.rank = (int)rank;
     q.after_seq = after_seq;
     q.limit = (int)limit;

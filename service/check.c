@@ -79,6 +79,18 @@ int svc_check_int_text(const char *field, const char *text, int64_t lo, int64_t 
     return 0;
 }
 
+int svc_check_time_text(const char *field, const char *text, int64_t *out_us, kiln_err_t *err)
+{
+    *out_us = 0;
+    if (!text || !*text || kiln_time_parse(text, out_us) == 0)
+        return 0;
+    char q[200];
+    quote(text, strlen(text), q, sizeof(q));
+    kiln_err_set(err, KILN_EINVAL, field, "%s is not a time: \"%s\"", field, q);
+    kiln_err_hint(err, "use RFC 3339 (2026-11-21T06:04:37Z) or Unix seconds");
+    return KILN_EINVAL;
+}
+
 int svc_check_range(const char *field, int64_t v, int64_t lo, int64_t hi, kiln_err_t *err)
 {
     if (v >= lo && v <= hi)

@@ -57,6 +57,8 @@ int svc_check_str(const char *field, const char *s, size_t max_chars, kiln_err_t
  * (no '+', spaces, fraction or exponent). *out (OUT) on success. */
 int svc_check_int_text(const char *field, const char *text, int64_t lo, int64_t hi, int64_t *out,
                        kiln_err_t *err);
+/* text, when not empty, must be a time (RFC 3339 or Unix seconds): *out_us (OUT), 0 when empty. */
+int svc_check_time_text(const char *field, const char *text, int64_t *out_us, kiln_err_t *err);
 /* v must lie in [lo, hi]. */
 int svc_check_range(const char *field, int64_t v, int64_t lo, int64_t hi, kiln_err_t *err);
 /* v must be a finite number (not NaN, not +-Infinity). */
