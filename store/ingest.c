@@ -573,8 +573,10 @@ static bool parse_pg_array(const char *t, size_t n, int64_t *i64, double *f64)
 }
 
 /* Appends series name's points (pts[0..n), one chunk's worth at a time already parsed) to arr,
- * deduplicated (attempt -1) and thinned as store_metrics_query_json says. */
-static void history_series(json_t *arr, const char *name, hpoint_t *pts, size_t n, int max_points, int attempt)
+ * deduplicated (attempt -1) and thinned as store_metrics_query_json says. KILN_ENOMEM when it
+ * could not (no series is left out silently). */
+static int history_series(json_t *arr, const char *name, hpoint_t *pts, size_t n, int max_points, int attempt,
+                          kiln_err_t *err)
 {
     size_t m = n;
     if (attempt == -1) {
@@ -606,7 +608,7 @@ static void history_series(json_t *arr, const char *name, hpoint_t *pts, size_t 
     /* which to keep: all, or the first, the last and each bucket's lowest and highest */
     bool *keep = calloc(m ? m : 1, sizeof *keep);
     if (!keep)
-        return;
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory thinning metric %s", name);
     if ((int64_t)m <= max_points) {
         for (size_t k = 0; k < m; k++)
             keep[k] = true;
@@ -650,6 +652,7 @@ static void history_series(json_t *arr, const char *name, hpoint_t *pts, size_t 
         json_array_append_new(points, pt);
     }
     free(keep);
+    return 0;
 }
 
 int store_metrics_query_json(store_conn_t *c, const char *job_id, const store_metrics_query_t *q,
@@ -694,10 +697,10 @@ int store_metrics_query_json(store_conn_t *c, const char *job_id, const store_me
         const char *nm = i < rows ? store_get_str(r, i, 0) : NULL;
         if (i > 0 && (!nm || strcmp(nm, store_get_str(r, i - 1, 0)) != 0)) {
             if (npts)
-                history_series(arr, store_get_str(r, i - 1, 0), pts, npts, q->max_points, q->attempt);
+                rc = history_series(arr, store_get_str(r, i - 1, 0), pts, npts, q->max_points, q->attempt, err);
             npts = 0;
         }
-        if (!nm)
+        if (!nm || rc)
             break;
         size_t n = (size_t)store_get_int(r, i, 4);
         if (n > acap) {
