@@ -385,31 +385,44 @@ void e2e_use_replica(int i)
     snprintf(e2e_cl->url, sizeof e2e_cl->url, "%s", i ? e2e_cl->url1 : e2e_cl->url0);
 }
 
+/* Whether replica i is up and says on /healthz that it leads. */
+static bool replica_leads(int i)
+{
+    if (e2e_replica_pid(i) <= 0)
+        return false;
+    char url[128];
+    snprintf(url, sizeof url, "%s/healthz", i ? e2e_cl->url1 : e2e_cl->url0);
+    long st = 0;
+    char *body = NULL;
+    bool lead = false;
+    if (th_http("GET", url, NULL, NULL, &st, &body, 2000) == 0 && st == 200) {
+        json_t *j = json_loads(body, 0, NULL);
+        lead = json_is_true(json_object_get(j, "leader"));
+        json_decref(j);
+    }
+    free(body);
+    return lead;
+}
+
 int e2e_leader(long timeout_ms)
 {
     for (long waited = 0;; waited += 100) {
-        for (int i = 0; i < e2e_cl->nkilnd; i++) {
-            if (e2e_replica_pid(i) <= 0)
-                continue;
-            char url[128];
-            snprintf(url, sizeof url, "%s/healthz", i ? e2e_cl->url1 : e2e_cl->url0);
-            long st = 0;
-            char *body = NULL;
-            if (th_http("GET", url, NULL, NULL, &st, &body, 2000) == 0 && st == 200) {
-                json_t *j = json_loads(body, 0, NULL);
-                bool lead = json_is_true(json_object_get(j, "leader"));
-                json_decref(j);
-                if (lead) {
-                    free(body);
-                    return i;
-                }
-            }
-            free(body);
-        }
+        for (int i = 0; i < e2e_cl->nkilnd; i++)
+            if (replica_leads(i))
+                return i;
         if (waited >= timeout_ms)
             return -1;
         usleep(100000);
     }
+}
+
+int e2e_leaders(void)
+{
+    int mask = 0;
+    for (int i = 0; i < e2e_cl->nkilnd; i++)
+        if (replica_leads(i))
+            mask |= 1 << i;
+    return mask;
 }
 
 void e2e_kilnd_kill(void)

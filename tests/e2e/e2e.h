@@ -67,6 +67,8 @@ pid_t e2e_replica_pid(int i);
 void e2e_use_replica(int i);
 /* The replica whose /healthz says it leads, waiting up to timeout_ms for one to; -1 if none. */
 int e2e_leader(long timeout_ms);
+/* The replicas that say they lead right now, as a bit mask (bit i: replica i). */
+int e2e_leaders(void);
 /* SIGKILLs agent i (its ranks die with it) and starts it again with the same arguments and work
  * dir, as a supervisor restarting it would. */
 void e2e_agent_restart(int i);
