@@ -690,6 +690,11 @@ static void *agent_sender_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&a->ob.mu);
         ob_seal_due_locked(&a->ob, false);
+        int64_t now_us = kiln_mono_us();
+        if (now_us - a->ob.retired_us > 10 * 1000000) { /* a long-lived agent keeps no stream per past job */
+            a->ob.retired_us = now_us;
+            ob_retire_idle_locked(&a->ob, now_us, OB_STREAM_IDLE_US);
+        }
         ob_item_t *it = a->ob.head;
         pthread_mutex_unlock(&a->ob.mu);
         if (agent_flag(a, &a->stop_sender))

@@ -13,6 +13,7 @@
 #define OB_MAX_POINTS 5000
 #define OB_FLUSH_US 200000           /* an open batch is sent at the latest this long after it opened */
 #define OB_CAP_MB_DEFAULT 256        /* queued log and metric batches beyond this are dropped */
+#define OB_STREAM_IDLE_US (600LL * 1000000) /* a stream nothing used for this long, with nothing queued, goes */
 #define OB_POINT_BYTES 64            /* what a queued metric point is counted as */
 
 typedef enum { OB_LOGS, OB_METRICS, OB_STATUS, OB_EXIT } ob_kind_t;
@@ -46,6 +47,7 @@ typedef struct ob_stream {
     uint64_t next_seq[2];       /* OB_LOGS, OB_METRICS */
     int rank;                   /* the first rank seen: kilnd takes notes about the stream as its lines */
     ob_ledger_t *ledger;        /* mapped file, or NULL (no work dir, or it could not be made) */
+    int64_t used_us;            /* monotonic time it was last looked up */
 } ob_stream_t;
 
 /* One report: a log batch, a metric batch, a rank status or a rank exit. */
@@ -79,8 +81,9 @@ typedef struct ob {
     size_t queued_bytes;        /* of the sealed log and metric batches */
     size_t cap_bytes;           /* KILN_AGENT_OUTBOX_MB, default OB_CAP_MB_DEFAULT */
     uint64_t dropped_lines, dropped_points; /* in all, since start */
-    ob_stream_t *streams;       /* one per (job, attempt) seen */
+    ob_stream_t *streams;       /* one per (job, attempt) in use (ob_retire_idle_locked) */
     size_t nstreams, capstreams;
+    int64_t retired_us;         /* monotonic time of the last sweep for idle streams */
     char *ledger_dir;           /* the agent's work dir (ledgers go to jobs/<job>/), or NULL */
 } ob_t;
 
@@ -108,6 +111,11 @@ void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, 
                  int sig, const char *reason, bool shutdown);
 /* Seals open batches older than OB_FLUSH_US (all of them when force). Caller holds o->mu. */
 void ob_seal_due_locked(ob_t *o, bool force);
+/* Forgets the streams not used for idle_us (as of now_us, monotonic) that nothing queued or
+ * filling belongs to and whose ledger balances (every line and point taken was stored or
+ * dropped): their ledger is unmapped and removed. A later report of that attempt starts a new
+ * stream. Returns how many went. Caller holds o->mu. */
+size_t ob_retire_idle_locked(ob_t *o, int64_t now_us, int64_t idle_us);
 /* Exits queued but not yet acknowledged, so heartbeats keep reporting those ranks. Returns the
  * count; copies up to max. */
 size_t ob_pending_exits(ob_t *o, agent_rank_info_t *out, size_t max);

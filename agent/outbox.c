@@ -92,8 +92,10 @@ static ob_ledger_t *ledger_open(const ob_t *o, const char *job_id, int attempt, 
 static ob_stream_t *ob_stream_locked(ob_t *o, const char *job_id, int attempt, int rank)
 {
     for (size_t i = 0; i < o->nstreams; i++)
-        if (o->streams[i].attempt == attempt && !strcmp(o->streams[i].job_id, job_id))
+        if (o->streams[i].attempt == attempt && !strcmp(o->streams[i].job_id, job_id)) {
+            o->streams[i].used_us = kiln_mono_us();
             return &o->streams[i];
+        }
     if (o->nstreams == o->capstreams) {
         size_t cap = o->capstreams ? 2 * o->capstreams : 16;
         ob_stream_t *ns = realloc(o->streams, cap * sizeof(*ns));
@@ -106,6 +108,7 @@ static ob_stream_t *ob_stream_locked(ob_t *o, const char *job_id, int attempt, i
     memset(st, 0, sizeof(*st));
     kiln_strlcpy(st->job_id, job_id, sizeof(st->job_id));
     st->attempt = attempt;
+    st->used_us = kiln_mono_us();
     st->rank = rank;
     while (st->id == 0 && getrandom(&st->id, sizeof(st->id), 0) != (ssize_t)sizeof(st->id))
         st->id = (uint64_t)kiln_now_us() ^ ((uint64_t)kiln_mono_us() << 20) ^ (uint64_t)getpid();
@@ -340,8 +343,11 @@ void ob_add_points(ob_t *o, const char *job_id, int attempt, const agent_point_t
         agent_points_push(&it->points, &pts[i]);
         if (st && st->ledger)
             st->ledger->points_taken++;
-        if (it->points.n >= OB_MAX_POINTS)
+        if (it->points.n >= OB_MAX_POINTS) {
             ob_seal_locked(o, it);
+            /* sealing may shed other jobs' batches and note it, which may grow the streams */
+            st = ob_stream_locked(o, job_id, attempt, pts[0].rank);
+        }
     }
     pthread_mutex_unlock(&o->mu);
 }
@@ -405,6 +411,40 @@ size_t ob_pending_exits(ob_t *o, agent_rank_info_t *out, size_t max)
     }
     pthread_mutex_unlock(&o->mu);
     return n;
+}
+
+/* Whether a queued or filling report belongs to the stream. */
+static bool ob_stream_busy_locked(const ob_t *o, const ob_stream_t *st)
+{
+    const ob_item_t *lists[2] = {o->head, o->open};
+    for (int k = 0; k < 2; k++)
+        for (const ob_item_t *it = lists[k]; it; it = it->next)
+            if (it->attempt == st->attempt && !strcmp(it->job_id, st->job_id))
+                return true;
+    return false;
+}
+
+size_t ob_retire_idle_locked(ob_t *o, int64_t now_us, int64_t idle_us)
+{
+    size_t gone = 0;
+    for (size_t i = o->nstreams; i-- > 0;) {
+        ob_stream_t *st = &o->streams[i];
+        if (now_us - st->used_us < idle_us || ob_stream_busy_locked(o, st))
+            continue;
+        const ob_ledger_t *l = st->ledger;
+        if (l && (l->lines_taken != l->lines_stored + l->lines_dropped ||
+                  l->points_taken != l->points_stored + l->points_dropped))
+            continue; /* not all accounted for: kept, so that a crash still tells the job */
+        if (st->ledger) {
+            munmap(st->ledger, sizeof(ob_ledger_t));
+            char path[PATH_MAX];
+            ledger_path(o, st->job_id, st->attempt, path, sizeof(path));
+            unlink(path);
+        }
+        o->streams[i] = o->streams[--o->nstreams];
+        gone++;
+    }
+    return gone;
 }
 
 bool ob_empty(ob_t *o)

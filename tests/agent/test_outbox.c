@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "agent/agent_int.h"
 
@@ -169,6 +170,54 @@ Test(outbox, a_killed_agents_lost_lines_are_reported_by_the_next)
     ob_set_ledger_dir(&m, dir);
     cr_assert_eq(ob_recover(&m), 1);
     ob_deinit(&m);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* A long-lived agent keeps no stream per past attempt: one that nothing used for the idle time,
+ * with nothing queued and everything it took in accounted for, goes with its ledger file; one
+ * still busy, or with lines not yet sent, stays. */
+Test(outbox, idle_streams_are_forgotten)
+{
+    char dir[] = "/tmp/kiln-ledger.XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    const char *done_job = "7d1f0f6e-34a4-4d6b-9e5c-0a64e0b1c002", *busy_job = "7d1f0f6e-34a4-4d6b-9e5c-0a64e0b1c003";
+    ob_t o;
+    ob_init(&o);
+    ob_set_ledger_dir(&o, dir);
+    ob_add_line(&o, done_job, 2, 0, AGENT_STREAM_STDOUT, 1, "done", 4);
+    pthread_mutex_lock(&o.mu);
+    ob_seal_due_locked(&o, true);
+    /* the first job's batch reaches kilnd; the second job's line is still filling a batch */
+    ob_item_t *it = ob_pop_locked(&o);
+    cr_assert_str_eq(it->job_id, done_job);
+    pthread_mutex_unlock(&o.mu);
+    ob_done(&o, it, true);
+    ob_item_free(it);
+    ob_add_line(&o, busy_job, 1, 0, AGENT_STREAM_STDOUT, 1, "busy", 4);
+    pthread_mutex_lock(&o.mu);
+    cr_assert_eq(o.nstreams, 2);
+    pthread_mutex_unlock(&o.mu);
+    char ledger[300];
+    snprintf(ledger, sizeof ledger, "%s/jobs/%s/outbox-2.ledger", dir, done_job);
+    cr_assert_eq(access(ledger, F_OK), 0, "the attempt has a ledger");
+
+    pthread_mutex_lock(&o.mu);
+    int64_t now = kiln_mono_us();
+    cr_assert_eq(ob_retire_idle_locked(&o, now, 3600LL * 1000000), 0, "nothing is idle for an hour yet");
+    cr_assert_eq(ob_retire_idle_locked(&o, now + 3601LL * 1000000, 3600LL * 1000000), 1, "only the idle, settled one goes");
+    cr_assert_eq(o.nstreams, 1);
+    cr_assert_str_eq(o.streams[0].job_id, busy_job, "the stream with a queued batch stays");
+    pthread_mutex_unlock(&o.mu);
+    cr_assert_neq(access(ledger, F_OK), 0, "its ledger file is removed");
+
+    /* a report of the forgotten attempt later starts a new stream (its own numbers) */
+    ob_add_line(&o, done_job, 2, 0, AGENT_STREAM_STDOUT, 1, "late", 4);
+    pthread_mutex_lock(&o.mu);
+    cr_assert_eq(o.nstreams, 2);
+    pthread_mutex_unlock(&o.mu);
+    ob_deinit(&o);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
