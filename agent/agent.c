@@ -736,6 +736,8 @@ static void *agent_sender_main(void *arg)
         }
         if (done) {
             ob_done(&a->ob, it, rc == 0);
+            if (rc != 0)
+                ob_note_refused(&a->ob, it, err.message);
             pthread_mutex_lock(&a->ob.mu);
             ob_pop_locked(&a->ob);
             pthread_mutex_unlock(&a->ob.mu);

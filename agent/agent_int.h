@@ -97,6 +97,9 @@ void ob_set_ledger_dir(ob_t *o, const char *dir);
 int ob_recover(ob_t *o);
 /* The sender: kilnd stored it (stored) or refused it for good (!stored); counted in the ledger. */
 void ob_done(ob_t *o, const ob_item_t *it, bool stored);
+/* The sender gave a log or metric batch up for good (kilnd refused it, why): a line in the job's
+ * log says how much of it was dropped (not for a batch of nothing but such notes). */
+void ob_note_refused(ob_t *o, const ob_item_t *it, const char *why);
 /* Takes the head report off the queue once it is sent (or given up). Caller holds o->mu. */
 ob_item_t *ob_pop_locked(ob_t *o);
 void ob_deinit(ob_t *o);        /* frees everything still queued */

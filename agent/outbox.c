@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +181,43 @@ static ob_item_t *ob_open_locked(ob_t *o, ob_kind_t kind, const char *job_id, in
 static void ob_add_line_locked(ob_t *o, const char *job_id, int attempt, int rank, int stream,
                                int64_t time_us, char *line, size_t len);
 
+/* Queues a line of the agent's own (it starts "[kiln-agent]") in the attempt's log. */
+static void ob_note_locked(ob_t *o, const char *job_id, int attempt, int rank, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void ob_note_locked(ob_t *o, const char *job_id, int attempt, int rank, const char *fmt, ...)
+{
+    char note[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(note, sizeof(note), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    char *copy = strdup(note);
+    if (copy)
+        ob_add_line_locked(o, job_id, attempt, rank, AGENT_STREAM_STDERR, kiln_now_us(), copy,
+                           strlen(copy));
+}
+
+void ob_note_refused(ob_t *o, const ob_item_t *it, const char *why)
+{
+    if (it->kind != OB_LOGS && it->kind != OB_METRICS)
+        return;
+    /* a refused batch of nothing but such notes gets no note about itself (no note chains) */
+    bool notes_only = it->kind == OB_LOGS;
+    for (size_t i = 0; notes_only && i < it->nlines; i++)
+        notes_only = strncmp(it->lines[i].line, "[kiln-agent]", 12) == 0;
+    if (notes_only)
+        return;
+    pthread_mutex_lock(&o->mu);
+    ob_stream_t *st = ob_stream_locked(o, it->job_id, it->attempt, 0);
+    ob_note_locked(o, it->job_id, it->attempt, st ? st->rank : 0, "[kiln-agent] %zu log line(s) and %zu metric "
+                   "point(s) of this job were dropped: kilnd refused them (%.*s)",
+                   it->kind == OB_LOGS ? it->nlines : 0, it->kind == OB_METRICS ? it->points.n : (size_t)0,
+                   (int)KILN_MIN(strcspn(why, "\r\n"), (size_t)300), why); /* its first line */
+    pthread_mutex_unlock(&o->mu);
+}
+
 /* Over the cap: drops the oldest log and metric batches after the head (the sender may be
  * sending the head without the lock) until the queue fits, and tells each job what it lost. */
 static void ob_shed_locked(ob_t *o)
@@ -209,13 +247,9 @@ static void ob_shed_locked(ob_t *o)
         prom_add(&agent_prom_dropped_points, "", (double)points);
         log_warn("agent: outbox over %zu MiB (is kilnd unreachable?): dropped %zu log line(s) and %zu "
                  "metric point(s) of job %s", o->cap_bytes >> 20, lines, points, it->job_id);
-        char note[256];
-        int n = snprintf(note, sizeof(note), "[kiln-agent] %zu log line(s) and %zu metric point(s) of this "
-                         "job were dropped: kilnd was unreachable and the agent's outbox was full", lines, points);
-        char *copy = strdup(note);
-        if (copy)
-            ob_add_line_locked(o, it->job_id, it->attempt, note_rank, AGENT_STREAM_STDERR, kiln_now_us(), copy,
-                               (size_t)n);
+        ob_note_locked(o, it->job_id, it->attempt, note_rank, "[kiln-agent] %zu log line(s) and %zu metric point(s) "
+                       "of this job were dropped: kilnd was unreachable and the agent's outbox was full", lines,
+                       points);
         ob_item_free(it);
     }
 }

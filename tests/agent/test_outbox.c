@@ -222,3 +222,37 @@ Test(outbox, idle_streams_are_forgotten)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* A batch kilnd refuses for good is not dropped silently: the job's log gets a line saying how
+ * much went; a refused batch of nothing but such lines gets none (no chain of notes). */
+Test(outbox, a_refused_batch_is_noted_in_the_jobs_log)
+{
+    const char *job = "7d1f0f6e-34a4-4d6b-9e5c-0a64e0b1c004";
+    ob_t o;
+    ob_init(&o);
+    for (int i = 0; i < 3; i++)
+        ob_add_line(&o, job, 1, 2, AGENT_STREAM_STDOUT, 1, "out", 3);
+    pthread_mutex_lock(&o.mu);
+    ob_seal_due_locked(&o, true);
+    ob_item_t *it = ob_pop_locked(&o);
+    pthread_mutex_unlock(&o.mu);
+    cr_assert_eq(it->nlines, 3);
+    ob_done(&o, it, false);
+    ob_note_refused(&o, it, "INVALID_ARGUMENT: line: not UTF-8");
+    ob_item_free(it);
+    pthread_mutex_lock(&o.mu);
+    ob_seal_due_locked(&o, true);
+    ob_item_t *note = ob_pop_locked(&o);
+    pthread_mutex_unlock(&o.mu);
+    cr_assert_not_null(note, "a note is queued");
+    cr_assert_eq(note->nlines, 1);
+    cr_assert_eq(note->lines[0].rank, 2, "a line of a rank the agent ran");
+    cr_assert(strstr(note->lines[0].line, "[kiln-agent] 3 log line(s) and 0 metric point(s) of this job were "
+                                          "dropped: kilnd refused them (INVALID_ARGUMENT"), "%s", note->lines[0].line);
+    /* the note itself refused: nothing more */
+    ob_done(&o, note, false);
+    ob_note_refused(&o, note, "PERMISSION_DENIED");
+    ob_item_free(note);
+    cr_assert(ob_empty(&o), "no note about a refused note");
+    ob_deinit(&o);
+}
