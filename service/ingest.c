@@ -272,22 +272,7 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
     char *latest_text = json_dumps(lj, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(lj);
 
-    /* Step rate of the attempt, from the first batch seen to this one. */
     double rate = 0;
-    svc_jobent_t *e = svc_jobent_get(s, batch->job_id);
-    if (e) {
-        pthread_mutex_lock(&e->fmu);
-        if (e->rate_attempt != batch->attempt || max_step < e->rate_step0) {
-            e->rate_attempt = batch->attempt;
-            e->rate_step0 = max_step;
-            e->rate_t0_us = max_step_t;
-        } else if (max_step > e->rate_step0 && max_step_t > e->rate_t0_us) {
-            rate = (double)(max_step - e->rate_step0) / ((double)(max_step_t - e->rate_t0_us) / 1e6);
-        }
-        pthread_mutex_unlock(&e->fmu);
-        svc_jobent_put(s, e);
-    }
-
     store_conn_t *c = NULL;
     store_metric_sum_t *sums = NULL;
     size_t nsums = 0;
@@ -303,6 +288,21 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
                   (unsigned long long)batch->batch_seq, (unsigned long long)batch->stream_id);
         store_rollback(c);
         goto out;
+    }
+    /* Step rate of the attempt, from the first batch seen to this one (a batch sent again,
+     * acknowledged above, does not move it). */
+    svc_jobent_t *e = rc == 0 ? svc_jobent_get(s, batch->job_id) : NULL;
+    if (e) {
+        pthread_mutex_lock(&e->fmu);
+        if (e->rate_attempt != batch->attempt || max_step < e->rate_step0) {
+            e->rate_attempt = batch->attempt;
+            e->rate_step0 = max_step;
+            e->rate_t0_us = max_step_t;
+        } else if (max_step > e->rate_step0 && max_step_t > e->rate_t0_us) {
+            rate = (double)(max_step - e->rate_step0) / ((double)(max_step_t - e->rate_t0_us) / 1e6);
+        }
+        pthread_mutex_unlock(&e->fmu);
+        svc_jobent_put(s, e);
     }
     if (rc == 0)
         rc = store_metrics_copy(c, batch->job_id, batch->attempt, batch->points, batch->n_points, now, &sums,
