@@ -380,18 +380,13 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         rc = check_init_from_job(c, who, &sp, err);
     if (rc)
         goto fail;
-    if (who->cluster_admin) {
-        /* Members' projects exist (membership needs the project); a cluster admin may name any. */
-        bool exists = false;
-        rc = store_project_exists(c, sp.project, &exists, err);
-        if (rc == 0 && !exists) {
-            rc = kiln_err_set(err, KILN_EINVAL, "project", "project \"%s\" does not exist", sp.project);
-            kiln_err_hint(err, "create it first: kiln projects create %s", sp.project);
-        }
-        if (rc)
-            goto fail;
-    }
+    /* A cluster admin may name any project, members only theirs: the insert checks that it
+     * exists (in its statement, saving a round trip per job). */
     rc = store_job_insert(c, &j, id, &created, out, err);
+    if (rc == KILN_ENOTFOUND && !strcmp(err->field, "project")) {
+        rc = kiln_err_set(err, KILN_EINVAL, "project", "project \"%s\" does not exist", sp.project);
+        kiln_err_hint(err, "create it first: kiln projects create %s", sp.project);
+    }
     if (rc)
         goto fail;
     if (created)

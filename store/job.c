@@ -44,6 +44,20 @@ json_t *store_job_json(const PGresult *r, int i)
     return o;
 }
 
+/* Why an insert that names a free idempotency key (or none) inserted nothing: KILN_ENOTFOUND
+ * (field "project") when the project does not exist, which the insert checks in its statement. */
+static int job_insert_no_project(store_conn_t *c, const char *project, kiln_err_t *err)
+{
+    bool exists = true;
+    int rc = store_project_exists(c, project, &exists, err);
+    if (rc)
+        return rc;
+    if (!exists)
+        return kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%s\" does not exist", project);
+    return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: the statement inserted nothing, "
+                        "although its project exists and its idempotency key is free");
+}
+
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
                      json_t **out_json, kiln_err_t *err)
 {
@@ -54,9 +68,10 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         " INSERT INTO jobs (id, name, project, spec, state, reason, priority, queue, nodes,"
         "  slots_per_node, slot_type, world_size, max_attempts, total_steps, tags,"
         "  idempotency_key, event_seq, submitted_by, data_paths, request_hash)"
-        " VALUES (gen_random_uuid(), $1, $2, $3::jsonb, 'QUEUED', $4, $5::int, $6, $7::int,"
-        "  $8::int, $9, $10::int, $11::int, $12::bigint, $13::jsonb, $14, 1, $15, $16::jsonb,"
-        "  $17::bytea)"
+        " SELECT gen_random_uuid(), $1::text, $2::text, $3::jsonb, 'QUEUED', $4::text, $5::int,"
+        "  $6::text, $7::int, $8::int, $9::text, $10::int, $11::int, $12::bigint, $13::jsonb,"
+        "  $14::text, 1, $15::text, $16::jsonb, $17::bytea"
+        " WHERE EXISTS (SELECT 1 FROM projects WHERE name = $2::text)"
         " ON CONFLICT (idempotency_key) DO NOTHING"
         " RETURNING *),"
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
@@ -94,6 +109,9 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         return 0;
     }
     PQclear(r);
+    /* Nothing inserted: the key is taken, or the project does not exist. */
+    if (!j->idempotency_key)
+        return job_insert_no_project(c, p[1], err);
     /* The key is taken: return the job that holds it, if it was made from the same request. */
     const char *p2[2] = {j->idempotency_key, j->request_hash ? hash : NULL};
     rc = store_q(c, "find job by idempotency key",
@@ -103,8 +121,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         return rc;
     if (PQntuples(r) != 1) {
         PQclear(r);
-        return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: an idempotency key "
-                            "conflicted but no job holds it");
+        return job_insert_no_project(c, p[1], err);
     }
     kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
     bool same = store_get_bool(r, 0, 1);

@@ -74,7 +74,8 @@ typedef struct store_job_new {
 /* Inserts a QUEUED job, its first event and its numeric hyperparameters (job_hparams) in one
  * statement. With an idempotency key that is already used, inserts nothing, sets *created = false
  * and returns the existing job's id, or KILN_EREUSED (field "idempotency_key") when that job was
- * created from a request with another request_hash.
+ * created from a request with another request_hash. KILN_ENOTFOUND (field "project") when the
+ * job's project does not exist (checked in the same statement).
  * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the job as store_job_get_json
  * shows it (new reference). */
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,

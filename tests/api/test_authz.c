@@ -607,3 +607,29 @@ Test(authz, metrics_behind_a_token_when_asked, .init = metrics_auth_setup)
     json_decref(at_req("GET", "/healthz", NULL, none, &st, NULL));
     cr_assert_eq(st, 200, "health stays open");
 }
+
+/* A cluster admin may name any project, so the insert itself checks that it exists: a missing
+ * one is a 400 on the field, with or without an Idempotency-Key, and the key stays free for the
+ * request that comes once the project exists. */
+Test(authz, a_job_in_a_project_that_does_not_exist_is_refused)
+{
+    world();
+    const char *key_hdr[] = {"Idempotency-Key: nowhere-1", NULL};
+    for (int with_key = 0; with_key < 2; with_key++) {
+        long st;
+        char *raw = NULL;
+        json_t *j = at_req("POST", "/v1/jobs", job_spec("nowhere"), with_key ? key_hdr : NULL, &st, &raw);
+        cr_assert_eq(st, 400, "%s", raw);
+        cr_assert_str_eq(json_string_value(json_object_get(j, "field")), "project", "%s", raw);
+        cr_assert(strstr(json_string_value(json_object_get(j, "message")), "\"nowhere\" does not exist"), "%s", raw);
+        cr_assert(strstr(json_string_value(json_object_get(j, "hint")), "kiln projects create nowhere"), "%s", raw);
+        json_decref(j);
+        free(raw);
+    }
+    json_decref(admin("POST", "/v1/projects", "{\"name\": \"nowhere\"}", 201));
+    long st;
+    json_t *j = at_req("POST", "/v1/jobs", job_spec("nowhere"), key_hdr, &st, NULL);
+    cr_assert_eq(st, 201);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "project")), "nowhere");
+    json_decref(j);
+}

@@ -30,6 +30,8 @@ static void setup_migrated(void)
 {
     setup();
     cr_assert_eq(store_migrate(c, NULL, NULL, &err), 0, "%s", err.message);
+    /* the project the jobs below are in (a job's project must exist: store_job_insert checks) */
+    cr_assert_eq(store_project_insert(c, "p", "test", &err), 0, "%s", err.message);
 }
 
 static void teardown(void)
@@ -197,6 +199,28 @@ Test(jobs, idempotency_key_is_unique)
     cr_assert_str_neq(a, d);
     cr_assert_eq(count_rows("SELECT count(*) FROM jobs"), 2);
     cr_assert_eq(count_rows("SELECT count(*) FROM job_events"), 2);
+}
+
+/* The project is checked in the insert's own statement: a missing one inserts nothing and says
+ * so on the field, with or without a (free) idempotency key. */
+Test(jobs, a_job_needs_its_project)
+{
+    const char *keys[] = {NULL, "key-nowhere"};
+    for (int i = 0; i < 2; i++) {
+        store_job_new_t j = {.name = "x", .project = "nowhere", .queue = "default", .slot_type = "cpu",
+                             .spec_json = "{\"hyperparameters\": {\"lr\": 0.5}}", .tags_json = "{}",
+                             .idempotency_key = keys[i], .reason = "submitted", .nodes = 1,
+                             .slots_per_node = 1, .world_size = 1, .max_attempts = 1, .total_steps = 1};
+        char id[STORE_ID_LEN];
+        bool created = true;
+        kiln_err_clear(&err);
+        cr_assert_eq(store_job_insert(c, &j, id, &created, NULL, &err), KILN_ENOTFOUND);
+        cr_assert_str_eq(err.field, "project");
+        cr_assert(strstr(err.message, "\"nowhere\" does not exist"), "%s", err.message);
+    }
+    cr_assert_eq(count_rows("SELECT count(*) FROM jobs"), 0);
+    cr_assert_eq(count_rows("SELECT count(*) FROM job_events"), 0);
+    cr_assert_eq(count_rows("SELECT count(*) FROM job_hparams"), 0);
 }
 
 Test(jobs, transitions_write_events_and_check_from)
