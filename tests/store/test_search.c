@@ -31,6 +31,7 @@ static void setup(void)
     cr_assert_eq(store_open(url, 2, &st, &err), 0, "%s", err.message);
     cr_assert_eq(store_conn_get(st, &c, &err), 0, "%s", err.message);
     cr_assert_eq(store_migrate(c, NULL, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(store_project_insert(c, "q", "test", &err), 0, "%s", err.message);
 }
 
 static void teardown(void)
@@ -453,6 +454,11 @@ static const char *const k_filters[] = {
     "id ~ \"a\" OR project = q",
     "hp.lr > 5",
     "metrics.missing.min < 1 OR tags.\"no such\" = x",
+    /* conditions on one key under one AND are one walk of job_hparams (store/search.c hp_plan) */
+    "hp.lr > 1e-4 AND hp.lr < 1e-3 AND hp.global_batch_size >= 8",
+    "EXISTS hp.lr AND hp.lr >= 1e-4 AND state != FAILED AND hp.lr <= 3e-4 AND NOT hp.lr = 2e-4",
+    "(hp.lr > 1e-4 OR hp.lr < 5e-5) AND hp.lr != 3e-4",
+    "NOT (hp.lr > 1e-4 AND hp.lr < 1e-3) OR hp.global_batch_size IN (8) AND hp.global_batch_size > 4",
 };
 
 static const char *const k_orders[] = {
