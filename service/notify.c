@@ -24,6 +24,11 @@
 
 #define NOTIFY_LOCK_TRY_MS 1000     /* a kilnd that does not lead tries the leader lock this often */
 #define NOTIFY_POLL_MS 250
+/* A kilnd that does not lead tells the leader's scheduler of new work at most this often: each
+ * notification is a transaction, and one per job submitted here cost PostgreSQL about 0.06 ms a
+ * job at 1,000 jobs/s (bench/RESULTS.md, "Two kilnd replicas"). The leader's pass places every
+ * job queued by then, so a job waits this much longer at most. */
+#define NOTIFY_SCHED_GAP_US 20000
 
 bool svc_is_leader(svc_t *s)
 {
@@ -86,16 +91,22 @@ void svc_sched_wake(svc_t *s)
     }
 }
 
-/* Sends what is pending in one statement. On failure the notes are kept for the next session. */
-static int notify_send(svc_t *s, store_listener_t *l, kiln_err_t *err)
+/* Sends what is pending in one statement; a scheduler wake-up only when *sched_next_us (the
+ * monotonic time) has come, then moves it NOTIFY_SCHED_GAP_US on. On failure the notes are kept
+ * for the next session. */
+static int notify_send(svc_t *s, store_listener_t *l, int64_t *sched_next_us, kiln_err_t *err)
 {
+    int64_t now = kiln_mono_us();
     pthread_mutex_lock(&s->note_mu);
     int n = s->nnotes;
-    bool sched = s->note_sched;
+    bool sched = s->note_sched && now >= *sched_next_us;
     svc_note_t *notes = s->notes;
     s->notes = NULL;
     s->nnotes = s->capnotes = 0;
-    s->note_sched = false;
+    if (sched) {
+        s->note_sched = false;
+        *sched_next_us = now + NOTIFY_SCHED_GAP_US;
+    }
     pthread_mutex_unlock(&s->note_mu);
     if (n == 0 && !sched) {
         free(notes);
@@ -235,7 +246,7 @@ void *svc_notify_main(void *arg)
     static const char *const channels[] = {SVC_CH_LOGS, SVC_CH_JOB_END, SVC_CH_SCHED};
     store_listener_t *l = NULL;
     int backoff_ms = 100, fails = 0;
-    int64_t next_try_us = 0;
+    int64_t next_try_us = 0, sched_next_us = 0;
     arrivals_t a = {.s = s};
     while (!notify_stopping(s)) {
         kiln_err_t err;
@@ -265,7 +276,7 @@ void *svc_notify_main(void *arg)
                 leader_set(s, true, "took the leader lock");
             next_try_us = kiln_mono_us() + NOTIFY_LOCK_TRY_MS * 1000;
         }
-        if (notify_send(s, l, &err) != 0)
+        if (notify_send(s, l, &sched_next_us, &err) != 0)
             goto lost;
 
         struct pollfd pf[2] = {{.fd = store_listener_fd(l), .events = POLLIN},
@@ -273,6 +284,11 @@ void *svc_notify_main(void *arg)
         int wait_ms = NOTIFY_POLL_MS;
         if (!svc_is_leader(s))
             wait_ms = (int)KILN_MAX(0, KILN_MIN(wait_ms, (next_try_us - kiln_mono_us()) / 1000));
+        pthread_mutex_lock(&s->note_mu);
+        bool sched_waits = s->note_sched;
+        pthread_mutex_unlock(&s->note_mu);
+        if (sched_waits) /* a wake-up held back by NOTIFY_SCHED_GAP_US: go when it may */
+            wait_ms = (int)KILN_MAX(0, KILN_MIN(wait_ms, (sched_next_us - kiln_mono_us() + 999) / 1000));
         if (poll(pf, 2, wait_ms) < 0 && errno != EINTR)
             continue;
         if (pf[1].revents & POLLIN) {
