@@ -11,7 +11,9 @@
 # Prints the machine, date and load so the numbers can go in RESULTS.md.
 #   BUILD=build bash bench/replicas_bench.sh            (make BUILD=... bench first)
 # Environment: DURATION (s, default 10), CONNS (default 32), ROUNDS (default 2), POINTS_RATE
-# (default 200000), LINES_RATE (default 1000), THREADS (metric push threads, default 2).
+# (default 200000), LINES_RATE (default 1000), THREADS (metric push threads, default 2),
+# PG_PROFILE=1 (PostgreSQL loads pg_stat_statements; after the creation rounds the statements
+# that took its time are printed, with calls and the mean time of each).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -27,6 +29,9 @@ for f in "$KILND" "$BUILD/bench/rest_bench" "$BUILD/bench/follow_bench"; do
 done
 
 source scripts/pg.sh
+if [ "${PG_PROFILE:-0}" = 1 ]; then
+  export KILN_PG_OPTS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+fi
 export KILN_PG_PORT=${KILN_PG_PORT:-$((20000 + RANDOM % 20000))}
 pg_start || { echo "replicas_bench.sh: could not start PostgreSQL"; exit 1; }
 WORK=$(mktemp -d /tmp/kiln-replbench.XXXXXX)
@@ -39,6 +44,10 @@ cleanup() {
 trap cleanup EXIT
 bash scripts/make-certs.sh "$WORK/tls" >/dev/null || exit 1
 DB=$(pg_createdb "replbench_$$") || exit 1
+if [ "${PG_PROFILE:-0}" = 1 ]; then
+  "$(pg_bindir)/psql" -q -h "$KILN_PG_HOST" -p "$KILN_PG_PORT" -U postgres -d "replbench_$$" \
+    -c 'CREATE EXTENSION pg_stat_statements' || exit 1
+fi
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 HTTP=(); GRPC=(); URL=()
 start_replica() {  # start_replica I
@@ -105,6 +114,16 @@ for round in $(seq "$ROUNDS"); do
   echo "-- both replicas: $total jobs/s"
   cpu_per_job "$c0" "$c1" "$(sent "$WORK/rest0.out" "$WORK/rest1.out")"
 done
+if [ "${PG_PROFILE:-0}" = 1 ]; then
+  echo
+  echo "== PostgreSQL's statements during the creation rounds (pg_stat_statements, by total time)"
+  "$(pg_bindir)/psql" -q -h "$KILN_PG_HOST" -p "$KILN_PG_PORT" -U postgres -d "replbench_$$" -P pager=off <<'SQL'
+\pset format aligned
+SELECT calls, round(total_exec_time::numeric, 0) AS total_ms, round(mean_exec_time::numeric, 3) AS mean_ms,
+       round(total_plan_time::numeric, 0) AS plan_ms, left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS query
+FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25;
+SQL
+fi
 # After every creation round: the bench agent registers without data roots, after which kilnd
 # refuses the creation bench's specs (their file is inside no agent's data root).
 for round in $(seq "$ROUNDS"); do

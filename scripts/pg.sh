@@ -33,7 +33,7 @@ pg_start() {
 pg_resume() {  # starts the cluster of KILN_PG_DIR again (after pg_crash)
   local bin; bin=$(pg_bindir) || return 1
   pg_as "$bin/pg_ctl" -D "$KILN_PG_DIR/data" -l "$KILN_PG_DIR/server.log" -w \
-    -o "-k $KILN_PG_DIR -c listen_addresses='' -p ${KILN_PG_PORT:-5432} -c max_connections=200 -c shared_buffers=256MB" start >/dev/null || {
+    -o "-k $KILN_PG_DIR -c listen_addresses='' -p ${KILN_PG_PORT:-5432} -c max_connections=200 -c shared_buffers=256MB ${KILN_PG_OPTS:-}" start >/dev/null || {
     cat "$KILN_PG_DIR/server.log" >&2; return 1; }
 }
 
