@@ -7,7 +7,8 @@
 #   2. a live follower on one replica while an agent pushes metric points and log lines into the
 #      other (bench/follow_bench): ingest rates reached and the latency from a line's sending to
 #      its SSE event on the other replica.
-# With each creation round, the CPU time each replica and PostgreSQL spent per created job.
+# With each creation round, the CPU time each replica and PostgreSQL spent per created job, and
+# how busy the machine was (busy, idle, iowait, steal).
 # Prints the machine, date and load so the numbers can go in RESULTS.md.
 #   BUILD=build bash bench/replicas_bench.sh            (make BUILD=... bench first)
 # Environment: DURATION (s, default 10), CONNS (default 32), ROUNDS (default 2), POINTS_RATE
@@ -72,6 +73,15 @@ PGPID=$(head -1 "$KILN_PG_DIR/data/postmaster.pid")
 cpu_of() { awk -v t="$TCK" '{s += $14 + $15} END {printf "%.3f", s / t}' "$@" 2>/dev/null; }
 cpu_pg() { cpu_of /proc/$PGPID/stat $(for p in $(ps -o pid= --ppid "$PGPID"); do echo /proc/$p/stat; done); }
 cpu_all() { echo "$(cpu_of /proc/${PIDS[0]}/stat) $(cpu_of /proc/${PIDS[1]}/stat) $(cpu_pg)"; }
+# the machine's CPU counters (/proc/stat: busy, idle, iowait, steal ticks), and the share of each
+# between two readings: a round that leaves the cores idle is bound by waits, not by CPU
+machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $5, $6, $9}' /proc/stat; }
+machine_share() {
+  awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " "); t = 0;
+    for (i = 1; i <= 4; i++) t += y[i] - x[i];
+    if (t > 0) printf "  machine: busy %.0f%%, idle %.0f%%, iowait %.0f%%, steal %.0f%%\n",
+      100 * (y[1] - x[1]) / t, 100 * (y[2] - x[2]) / t, 100 * (y[3] - x[3]) / t, 100 * (y[4] - x[4]) / t }'
+}
 # cpu_per_job BEFORE AFTER JOBS: the CPU each replica and PostgreSQL spent per created job
 cpu_per_job() {
   awk -v b="$1" -v a="$2" -v n="$3" 'BEGIN { split(b, x, " "); split(a, y, " ");
@@ -88,22 +98,23 @@ for round in $(seq "$ROUNDS"); do
   # baseline in the same session: every connection to replica 0 (replica 1 up and idle)
   echo
   echo "== round $round: job creation on replica 0 alone ($CONNS connections, ${DURATION} s)"
-  c0=$(cpu_all)
+  c0=$(cpu_all); m0=$(machine)
   "$BUILD/bench/rest_bench" --url "${URL[0]}" --ca "$WORK/tls/ca.pem" --token-file "$WORK/admin.token" \
     --mode throughput --connections "$CONNS" --duration "$DURATION" >"$WORK/rest.out" 2>&1
   grep -E 'throughput|latency|status [0-9]' "$WORK/rest.out"
   cpu_per_job "$c0" "$(cpu_all)" "$(sent "$WORK/rest.out")"
+  machine_share "$m0" "$(machine)"
   echo
   echo "== round $round: job creation on both replicas at once ($half connections each, ${DURATION} s)"
   RB=()
-  c0=$(cpu_all)
+  c0=$(cpu_all); m0=$(machine)
   for i in 0 1; do
     "$BUILD/bench/rest_bench" --url "${URL[$i]}" --ca "$WORK/tls/ca.pem" --token-file "$WORK/admin.token" \
       --mode throughput --connections "$half" --duration "$DURATION" >"$WORK/rest$i.out" 2>&1 &
     RB+=($!)
   done
   wait "${RB[@]}"
-  c1=$(cpu_all)
+  c1=$(cpu_all); m1=$(machine)
   total=0
   for i in 0 1; do
     echo "-- replica $i:"; cat "$WORK/rest$i.out"
@@ -113,6 +124,7 @@ for round in $(seq "$ROUNDS"); do
   done
   echo "-- both replicas: $total jobs/s"
   cpu_per_job "$c0" "$c1" "$(sent "$WORK/rest0.out" "$WORK/rest1.out")"
+  machine_share "$m0" "$m1"
 done
 if [ "${PG_PROFILE:-0}" = 1 ]; then
   echo
