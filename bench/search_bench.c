@@ -1,9 +1,10 @@
 /* search_bench.c - latency of experiment searches through kilnd's REST API: each of ten
- * representative searches (the issue's list) is sent N times, one after another on one
- * keep-alive connection (libcurl, TLS with an API token when given), after a few warm-up
- * requests; prints how many jobs matched the first page, and p50/p90/p99/max latency measured at
- * the client. The deep page's token is found first by paging through 50,000 jobs. Not a test:
- * it asserts nothing (a search that fails is reported and counted).
+ * representative searches (the issue's list), and two on one hyperparameter matching some or
+ * few jobs (what the planner misjudges without per-key statistics), is sent N times, one after
+ * another on one keep-alive connection (libcurl, TLS with an API token when given), after a few
+ * warm-up requests; prints how many jobs matched the first page, and p50/p90/p99/max latency
+ * measured at the client. The deep page's token is found first by paging through 50,000 jobs.
+ * Not a test: it asserts nothing (a search that fails is reported and counted).
  *
  * usage: search_bench --url URL [--ca FILE] [--token-file FILE] [--requests 200] [--warmup 10]
  *                     [--only N] */
@@ -35,6 +36,9 @@ static const query_t k_queries[] = {
     {"ordering by a metric summary", "", "metrics.val_loss.min", "hp.lr,metrics.val_loss.min", false},
     {"a deep page (after 50,000 jobs)", "state = COMPLETED", NULL, "hp.lr,metrics.val_loss.min", true},
     {"a query matching nothing", "hp.lr > 1", NULL, "hp.lr,metrics.val_loss.min", false},
+    {"a hyperparameter matching 1.6% of jobs", "hp.lr > 9e-3", NULL, "hp.lr,metrics.val_loss.min", false},
+    {"a narrow range of one hyperparameter", "hp.lr > 1e-3 AND hp.lr < 1.0001e-3", NULL,
+     "hp.lr,metrics.val_loss.min", false},
     {"one matching everything", "created > 2000-01-01", NULL, "hp.lr,metrics.val_loss.min", false},
 };
 
