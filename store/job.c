@@ -45,7 +45,8 @@ json_t *store_job_json(const PGresult *r, int i)
 }
 
 /* Why an insert that names a free idempotency key (or none) inserted nothing: KILN_ENOTFOUND
- * (field "project") when the project does not exist, which the insert checks in its statement. */
+ * (field "project") when the project does not exist, which the insert checks in its statement;
+ * 0 when it exists now (made after the insert's snapshot was taken: the caller tries again). */
 static int job_insert_no_project(store_conn_t *c, const char *project, kiln_err_t *err)
 {
     bool exists = true;
@@ -54,8 +55,7 @@ static int job_insert_no_project(store_conn_t *c, const char *project, kiln_err_
         return rc;
     if (!exists)
         return kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%s\" does not exist", project);
-    return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: the statement inserted nothing, "
-                        "although its project exists and its idempotency key is free");
+    return 0;
 }
 
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
@@ -97,31 +97,40 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
                          j->submitted_by ? j->submitted_by : "", j->paths_json ? j->paths_json : "[]",
                          j->request_hash ? hash : NULL};
     PGresult *r = NULL;
-    int rc = store_qp(c, "insert job", sql, 17, p, &r, err);
-    if (rc)
-        return rc;
-    if (PQntuples(r) == 1) {
-        kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
-        *created = true;
-        if (out_json)
-            *out_json = store_job_json(r, 0);
+    for (int attempt = 0;; attempt++) {
+        int rc = store_qp(c, "insert job", sql, 17, p, &r, err);
+        if (rc)
+            return rc;
+        if (PQntuples(r) == 1) {
+            kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
+            *created = true;
+            if (out_json)
+                *out_json = store_job_json(r, 0);
+            PQclear(r);
+            return 0;
+        }
         PQclear(r);
-        return 0;
-    }
-    PQclear(r);
-    /* Nothing inserted: the key is taken, or the project does not exist. */
-    if (!j->idempotency_key)
-        return job_insert_no_project(c, p[1], err);
-    /* The key is taken: return the job that holds it, if it was made from the same request. */
-    const char *p2[2] = {j->idempotency_key, j->request_hash ? hash : NULL};
-    rc = store_q(c, "find job by idempotency key",
-                 "SELECT id::text, request_hash IS NULL OR $2::bytea IS NULL OR request_hash = $2::bytea"
-                 " FROM jobs WHERE idempotency_key = $1", 2, p2, &r, err);
-    if (rc)
-        return rc;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return job_insert_no_project(c, p[1], err);
+        r = NULL;
+        /* Nothing inserted: the key is taken (return the job that holds it, if it was made from
+         * the same request), or the project does not exist. */
+        if (j->idempotency_key) {
+            const char *p2[2] = {j->idempotency_key, j->request_hash ? hash : NULL};
+            rc = store_q(c, "find job by idempotency key",
+                         "SELECT id::text, request_hash IS NULL OR $2::bytea IS NULL OR request_hash = $2::bytea"
+                         " FROM jobs WHERE idempotency_key = $1", 2, p2, &r, err);
+            if (rc)
+                return rc;
+            if (PQntuples(r) == 1)
+                break;
+            PQclear(r);
+            r = NULL;
+        }
+        rc = job_insert_no_project(c, p[1], err);
+        if (rc)
+            return rc;
+        if (attempt > 0)
+            return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: the statement inserted nothing "
+                                "twice, although its project exists and its idempotency key is free");
     }
     kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
     bool same = store_get_bool(r, 0, 1);
