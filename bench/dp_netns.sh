@@ -5,7 +5,9 @@
 # libfabric tcp;ofi_rxm (the provider kiln uses between hosts), the link shaped with tc tbf to
 # each rate of DP_NETNS_RATES. For every rate, round by round (interleaved, so a load change on
 # the shared machine hits every configuration): one 2-thread process of the same configuration,
-# the 2 ranks with gradient overlap on, with it off, and the same gradient all-reduced alone
+# the 2 ranks with gradient overlap on, with it off, with ZeRO-1 (shard_optimizer_state: the
+# reduce-scatter during backward, the parameter all-gather during the next forward, so the
+# link carries half the bytes in each), and the same gradient all-reduced alone
 # (bench/comm_bench --buckets, the buckets dp plans for this model) to see the collective's rate
 # against the shaped link's. Throughput is global tokens/s from rank 0's step lines, median over
 # the steps after the first 3; the gradient wait is dp's "s waiting for gradients" over the
@@ -156,8 +158,9 @@ run_pair() { # $1 = tag, rest: env assignments and command; rank 0 in A, rank 1 
   [ $failed = 0 ] || { echo "dp_netns.sh: $tag failed: $(tail -n 3 "$WORK/$tag.r0.log" "$WORK/$tag.r1.log")" >&2; exit 1; }
 }
 
-run_dp() { # $1 = overlap 1|0, $2 = tag; sets TPS and WAIT (seconds per step)
-  run_pair "$2" KILN_THREADS=1 KILN_PEAK_GFLOPS=100 KILN_DP_OVERLAP="$1" "$TRAIN" --spec "$WORK/spec.json"
+run_dp() { # $1 = overlap 1|0, $2 = tag, $3 = ZeRO-1 1|0 (default 0); sets TPS and WAIT (s per step)
+  run_pair "$2" KILN_THREADS=1 KILN_PEAK_GFLOPS=100 KILN_DP_OVERLAP="$1" KILN_DP_ZERO="${3:-0}" \
+    "$TRAIN" --spec "$WORK/spec.json"
   local log=$WORK/$2.r0.log dpline
   dpline=$(grep -m1 '^dp: rank 0/2' "$log")
   # another build may plan other buckets (its all-reduce alone moves this build's)
@@ -177,9 +180,9 @@ run_comm() { # $1 = tag; sets AR (median all-reduce rate in MB/s)
 med() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print 0 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f%%", (b > 0 ? 100 * a / b : 0) }'; }
 
-row() { # round rate build 1x2 on on_wait off off_wait ar link
-  printf "%-6s %-8s %-5s %9s %9s %7s %10s %9s %7s %10s %9s %6s\n" "$1" "$2" "$3" "$4" "$5" "$(pct "$5" "$4")" \
-    "$6" "$7" "$(pct "$7" "$4")" "$8" "$9" "$(pct "$9" "$(awk -v l="${10}" 'BEGIN { print l / 1e6 }')")"
+row() { # round rate build 1x2 on on_wait off off_wait ar link zero
+  printf "%-6s %-8s %-5s %9s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s\n" "$1" "$2" "$3" "$4" "$5" "$(pct "$5" "$4")" \
+    "$6" "$7" "$(pct "$7" "$4")" "$8" "${11}" "$(pct "${11}" "$4")" "$9" "$(pct "$9" "$(awk -v l="${10}" 'BEGIN { print l / 1e6 }')")"
 }
 
 BUILDS=this
@@ -198,10 +201,11 @@ echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg); niceness $NICE$([ -n "$AU
 echo "# small GPT L=4 H=4 C=256 V=256 T=128, global batch $G, $STEPS steps, bucket_mb $BUCKET ($NBUCKETS buckets, $GRAD_BYTES bytes)"
 echo "# 2 ranks x 1 thread in namespaces $NSA/$NSB over tcp;ofi_rxm; 1 process x 2 threads for reference"
 [ -n "${DP_NETNS_BASE:-}" ] && echo "# build \"base\": $DP_NETNS_BASE (ranks and all-reduce only; the 1x2 reference is this build's)"
-echo "# on/off: gradient overlap; wait_s: rank 0's wait for gradients per step; ar: the gradient's buckets all-reduced alone"
-printf "%-6s %-8s %-5s %9s %9s %7s %10s %9s %7s %10s %9s %6s\n" round rate build "1x2_tok/s" "on_tok/s" "on_%" \
-  "on_wait_s" "off_tok/s" "off_%" "off_wait_s" "ar_MB/s" "ar_%"
-declare -A S O OW N NW A
+echo "# on/off: gradient overlap; wait_s: rank 0's wait for gradients per step; zero: ZeRO-1 (overlap on);"
+echo "# ar: the gradient's buckets all-reduced alone"
+printf "%-6s %-8s %-5s %9s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s\n" round rate build "1x2_tok/s" "on_tok/s" "on_%" \
+  "on_wait_s" "off_tok/s" "off_%" "off_wait_s" "zero_tok/s" "zero_%" "ar_MB/s" "ar_%"
+declare -A S O OW N NW A Z
 for i in $(seq 1 "$ROUNDS"); do
   for rate in $RATES; do
     shape "$rate"
@@ -214,10 +218,11 @@ for i in $(seq 1 "$ROUNDS"); do
       k="$rate $b"
       run_dp 1 "on.$i.$rate.$b"; o=$TPS ow=$WAIT
       run_dp 0 "off.$i.$rate.$b"; n=$TPS nw=$WAIT
+      run_dp 1 "zero.$i.$rate.$b" 1; z=$TPS
       run_comm "comm.$i.$rate.$b"; a=$AR
-      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link"
+      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z"
       O[$k]="${O[$k]:-} $o"; OW[$k]="${OW[$k]:-} $ow"; N[$k]="${N[$k]:-} $n"; NW[$k]="${NW[$k]:-} $nw"
-      A[$k]="${A[$k]:-} $a"
+      A[$k]="${A[$k]:-} $a"; Z[$k]="${Z[$k]:-} $z"
     done
   done
 done
@@ -226,7 +231,8 @@ for rate in $RATES; do
   for b in $BUILDS; do
     k="$rate $b"
     row median "$rate" "$b" "$(echo "${S[$rate]}" | med)" "$(echo "${O[$k]}" | med)" "$(echo "${OW[$k]}" | med)" \
-      "$(echo "${N[$k]}" | med)" "$(echo "${NW[$k]}" | med)" "$(echo "${A[$k]}" | med)" "$(rate_bps "$rate")"
+      "$(echo "${N[$k]}" | med)" "$(echo "${NW[$k]}" | med)" "$(echo "${A[$k]}" | med)" "$(rate_bps "$rate")" \
+      "$(echo "${Z[$k]}" | med)"
   done
 done
 echo "# tbf per direction: rate R burst max(65536, R/1000 bytes) latency 8ms; link MB/s = R/8/1e6"

@@ -127,6 +127,10 @@ typedef struct eng_gpt {
     /* set by eng_gpt_backward while it runs: told when part of a block's gradients is final */
     void (*part_ready)(void *ctx, int block, int ranges);
     void *part_ctx;
+    /* set by the training loop around its forward passes: told before eng_gpt_forward runs a
+     * block (the head's blocks included), so parameters still arriving can be waited for */
+    void (*block_start)(void *ctx, int block);
+    void *block_ctx;
     bool recompute;           /* activation checkpointing (eng_gpt_set_recompute) */
     float *work;              /* owned, with recompute: one block's activations (below) */
     size_t work_bytes;
@@ -497,6 +501,11 @@ typedef struct eng_parallel {
     eng_grads_ready_fn grads_ready;
     int (*grads_finish)(void *ctx, kiln_err_t *err);
     int (*after_update)(void *ctx, int64_t step, kiln_err_t *err);
+    /* params_wait: forward is about to read block's parameters (-1: the loop is about to read
+     * them all: evaluation, samples, checkpoints, the model). A layer whose update delivers
+     * parameters late (ZeRO's all-gather, left running into the next forward) waits for them
+     * here. Returns 0 or the layer's failure (also reported by the next grads_finish). */
+    int (*params_wait)(void *ctx, int block, kiln_err_t *err);
     int (*step_metrics)(void *ctx, const char **names, double *vals, int max, int *n,
                         kiln_err_t *err);
 

@@ -757,8 +757,12 @@ int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out)
 
 float eng_gpt_forward(eng_gpt_t *m, eng_gpt_acts_t *a, bool has_targets)
 {
-    int hf = eng_gpt_head_first(m);
-    for (int b = 0; b < hf; b++) eng_gpt_block_forward(m, a, b, has_targets);
+    int hf = eng_gpt_head_first(m), nb = eng_gpt_num_blocks(m);
+    for (int b = 0; b < hf; b++) {
+        if (m->block_start) m->block_start(m->block_ctx, b);
+        eng_gpt_block_forward(m, a, b, has_targets);
+    }
+    for (int b = hf; m->block_start && b < nb; b++) m->block_start(m->block_ctx, b);
     head_forward(m, a, has_targets);
     if (!has_targets) return 0.0f;
     size_t BT = (size_t)a->B * a->T;

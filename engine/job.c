@@ -82,8 +82,9 @@ int eng_job_run(const spec_t *s, const eng_train_opts_t *opts, comm_t *world, en
         dp_stats_t st;
         dp_get_stats(d, &st);
         printf("dp: %lld steps on %d ranks, %lld buckets launched during backward, %.2f s waiting for gradients, "
-               "%.2f s in collectives after the update\n", (long long)st.steps, o.world, (long long)st.early_launches,
-               st.finish_wait_s, st.comm_s);
+               "%.2f s in collectives after the update, %.2f s waiting for all-gathered parameters\n",
+               (long long)st.steps, o.world, (long long)st.early_launches, st.finish_wait_s, st.comm_s,
+               st.params_wait_s);
         fflush(stdout);
     }
     release(ps, d, c, world);

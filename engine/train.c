@@ -38,6 +38,13 @@ static void on_grads_ready(void *ctx, int block, int ranges)
         c->par->grads_ready(c->par->ctx, block, ranges);
 }
 
+/* a failure here is the layer's to report (grads_finish, or the next params_wait) */
+static void on_block_start(void *ctx, int block)
+{
+    ready_ctx_t *c = ctx;
+    c->par->params_wait(c->par->ctx, block, NULL);
+}
+
 /* MLP examples of step `step` (1-based), pass `micro`: the global batch of step s is examples
  * [(s-1)*G, s*G) after base, split over replicas like the GPT sampler. */
 static void mlp_batch(eng_run_t *r, int64_t step, int micro, uint64_t base)
@@ -58,14 +65,19 @@ static void own_passes(eng_run_t *r, eng_sampler_t *s, int64_t index, uint64_t b
                        bool train, double *sum, double *count)
 {
     ready_ctx_t rc = {r->par, false};
+    bool wait = r->par && r->par->params_wait;
     for (int mi = 0; mi < passes; mi++) {
         rc.last_micro = mi == passes - 1;
         if (r->is_gpt) {
             eng_sampler_micro(s, mi, r->geo.B, r->tok, r->tgt);
             eng_gpt_acts_set_batch(r->gpt, r->acts, r->tok, r->tgt);
+            r->gpt->block_start = wait ? on_block_start : NULL;
+            r->gpt->block_ctx = &rc;
             *sum += eng_gpt_forward(r->gpt, r->acts, true);
+            r->gpt->block_start = NULL;
             if (train) eng_gpt_backward(r->gpt, r->acts, r->dloss, on_grads_ready, &rc);
         } else {
+            if (wait) r->par->params_wait(r->par->ctx, -1, NULL);
             mlp_batch(r, index, mi, base);
             *sum += eng_mlp_forward(r->mlp, r->xbuf, r->tgt, r->geo.B);
             if (train) eng_mlp_backward(r->mlp, r->geo.B, r->dloss, on_grads_ready, &rc);
@@ -135,6 +147,12 @@ static void refresh_bf16(eng_run_t *r, bool skip_updated)
     }
 }
 
+/* Before the loop reads every parameter (not in its own forward): the parallel layer's. */
+static int params_all(eng_run_t *r, kiln_err_t *err)
+{
+    return r->par && r->par->params_wait ? r->par->params_wait(r->par->ctx, -1, err) : KILN_OK;
+}
+
 typedef struct step_out {
     float loss;
     double norm, lr;
@@ -169,6 +187,8 @@ static int train_step(eng_run_t *r, int64_t step, int64_t max_steps, step_out_t 
     out->lr = eng_lr_at(step, hp->lr, hp->warmup_steps, max_steps, hp->min_lr_fraction);
     adamw(r, step, out->lr, scale);
     if (par && par->after_update && (rc = par->after_update(par->ctx, step, err))) return rc;
+    /* the bf16 copy is rounded from every held parameter, the gathered ones too */
+    if (r->bf16 && (rc = params_all(r, err))) return rc;
     if (r->bf16) refresh_bf16(r, true);
     r->be->synchronize();
     if (r->be->status && (rc = r->be->status(r->be->ctx, err))) return rc;
@@ -363,7 +383,12 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
         }
         if ((rc = report_step(&r, step, max_steps, &so, dt, peak_flops, err))) goto fail;
         bool last = step == max_steps;
-        if ((hp->eval_every > 0 && step % hp->eval_every == 0) || last) {
+        bool eval = (hp->eval_every > 0 && step % hp->eval_every == 0) || last;
+        bool sample = (hp->sample_every > 0 && step % hp->sample_every == 0) || last;
+        bool periodic = s->ckpt_every_steps > 0 && step % s->ckpt_every_steps == 0;
+        bool ckpt = (so.stop || periodic || last) && r.checkpoints;
+        if ((eval || sample || ckpt || so.stop || last) && (rc = params_all(&r, err))) goto fail;
+        if (eval) {
             float vl;
             if ((rc = evaluate(&r, &vl, err))) goto fail;
             res->last_val_loss = vl;
@@ -379,10 +404,8 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
                 eng_run_metric(&r, step, names, vals, 1);
             }
         }
-        if ((hp->sample_every > 0 && step % hp->sample_every == 0) || last) eng_run_sample(&r, step);
-        bool periodic = s->ckpt_every_steps > 0 && step % s->ckpt_every_steps == 0;
-        if ((so.stop || periodic || last) && r.checkpoints && (rc = eng_run_checkpoint(&r, step, err)))
-            goto fail;
+        if (sample) eng_run_sample(&r, step);
+        if (ckpt && (rc = eng_run_checkpoint(&r, step, err))) goto fail;
         if (so.stop && !last) {
             res->stopped = true;
             if (r.rank == 0) {

@@ -1,7 +1,8 @@
 /* dp.c - data parallelism over comm/ (host tensors) or the backend's device collectives: the
  * bucket plan, buckets launched while backward runs, ZeRO-1's reduce-scatter and all-gather,
  * each rank's shard of every bucket (its share of the global norm, and under ZeRO of the
- * update), the parameter-identity check, gathering shards for a checkpoint, and the training
+ * update), ZeRO's parameter all-gather (left running into the next forward when the loop's
+ * layer), the parameter-identity check, gathering shards for a checkpoint, and the training
  * loop's parallel layer for plain data-parallel jobs.
  * It is not the training loop (engine/train.c): everything here runs from its hooks. */
 #include "engine/dp/dp.h"
@@ -53,6 +54,14 @@ struct dp {
     size_t total;          /* floats the layer averages */
     float *host;           /* (max shard) host staging for gathers and checks; owned */
     size_t host_n;
+
+    /* ZeRO's parameter all-gather, launched after the update in forward order (last bucket
+     * first). As the loop's layer on host memory it is left running into the next step's
+     * forward, which waits per block (dp_params_wait): buckets >= gathered are back in the
+     * parameters, the rest in flight. */
+    bool loop_layer;       /* dp_parallel's: the loop calls params_wait before reading them */
+    int gathered;          /* d->n_buckets .. 0; 0: nothing in flight */
+    int *need_from;        /* (n_blocks) lowest bucket holding a range of the block */
 
     int err_status;
     char err_msg[256];
@@ -153,6 +162,7 @@ void dp_destroy(dp_t *d)
     free(d->b);
     free(d->ranges);
     free(d->pieces);
+    free(d->need_from);
     free(d->host);
     free(d);
 }
@@ -272,6 +282,22 @@ static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, 
         off += d->b[i].n;
     }
     d->st.n_buckets = d->n_buckets;
+    /* which buckets a block's forward needs: those holding any of its ranges (a range listed
+     * by several blocks, like a tied embedding, sits in one bucket) */
+    d->need_from = calloc((size_t)nb + 1, sizeof(int));
+    if (!d->need_from) goto nomem;
+    for (int b = 0; b < nb; b++) {
+        int k = block_ranges(model, b, tmp), lo = d->n_buckets;
+        for (int i = 0; i < d->n_buckets; i++)
+            for (int j = 0; j < d->b[i].nr && lo > i; j++)
+                for (int q = 0; q < k; q++)
+                    if (d->b[i].r[j].off < tmp[q].off + tmp[q].n &&
+                        tmp[q].off < d->b[i].r[j].off + d->b[i].r[j].n) {
+                        lo = i;
+                        break;
+                    }
+        d->need_from[b] = lo;
+    }
     goto done;
 nomem:
     rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -352,10 +378,12 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
         return rc;
     if (d->o.shard_optimizer_state)
         printf("dp: rank %d/%d over %s: ZeRO-1, %d gradient buckets (largest %.2f MiB) "
-               "reduce-scattered %s backward, parameters all-gathered after the update; AdamW "
+               "reduce-scattered %s backward, parameters all-gathered %s; AdamW "
                "state for %zu of %zu parameters (%.1f of %.1f MiB)%s\n",
                d->rank, d->world, d->device ? be->name : comm_provider(d->c), d->n_buckets,
                d->st.max_bucket_floats * 4.0 / (1 << 20), d->o.overlap ? "during" : "after",
+               d->loop_layer && !d->device && !d->o.check ? "during the next forward"
+                                                          : "after the update",
                d->st.opt_state_bytes / 8, d->total, d->st.opt_state_bytes / 1048576.0,
                d->st.opt_state_full_bytes / 1048576.0,
                d->o.check ? ", parameter check every step" : "");
@@ -394,6 +422,7 @@ static void launch(dp_t *d, int i)
     if (bk->launched) return;
     bk->launched = true;
     if (d->err_status || d->world == 1) return;
+    if (d->gathered > 0 && dp_params_wait(d, -1, NULL)) return; /* the buffers are shared */
     pack_ranges(d, bk, d->p->grads);
     kiln_err_t e;
     kiln_err_clear(&e);
@@ -467,13 +496,16 @@ int dp_grads_finish(dp_t *d, kiln_err_t *err)
 
 /* ---- after the update ----------------------------------------------------------------------- */
 
-/* ZeRO: each rank's updated shard of every bucket goes to every rank. */
-static int allgather_params(dp_t *d, kiln_err_t *err)
+/* ZeRO: each rank's updated shard of every bucket goes to every rank, the buckets in the order
+ * forward needs them (the last, with the embeddings, first). They come back into the
+ * parameters in dp_params_wait. */
+static void gather_start(dp_t *d)
 {
     kiln_err_t e;
     kiln_err_clear(&e);
     int rc = 0;
-    for (int i = 0; i < d->n_buckets && !rc; i++) {
+    d->gathered = d->n_buckets;
+    for (int i = d->n_buckets - 1; i >= 0 && !rc && !d->err_status; i--) {
         dp_bucket_t *bk = &d->b[i];
         for (int k = 0; k < bk->np; k++)
             d->be->copy(bk->buf + bk->pieces[k].packed, d->p->params + bk->pieces[k].flat,
@@ -481,14 +513,33 @@ static int allgather_params(dp_t *d, kiln_err_t *err)
         rc = d->device ? d->be->coll->allgather(d->dev, bk->buf, bk->n, &e)
                        : comm_allgather_start(d->c, bk->buf, bk->n, &bk->req, &e);
     }
-    if (!rc && d->device) rc = d->be->coll->wait(d->dev, d->o.watchdog_s, &e);
-    for (int i = 0; i < d->n_buckets; i++) {
-        int r = comm_wait(d->b[i].req, rc ? NULL : &e);
-        d->b[i].req = NULL;
-        if (!rc) rc = r;
-        if (!rc) unpack_ranges(d, &d->b[i], d->p->params);
+    if (!rc && d->device && !d->err_status) rc = d->be->coll->wait(d->dev, d->o.watchdog_s, &e);
+    if (rc) fail(d, rc, &e, NULL, NULL);
+}
+
+/* Brings back the all-gathered buckets down to bucket `to` (all, after an error). */
+static int gather_wait(dp_t *d, int to, kiln_err_t *err)
+{
+    while (d->gathered > (d->err_status ? 0 : to)) {
+        dp_bucket_t *bk = &d->b[--d->gathered];
+        kiln_err_t e;
+        kiln_err_clear(&e);
+        int r = comm_wait(bk->req, &e);
+        bk->req = NULL;
+        if (r) fail(d, r, &e, NULL, NULL);
+        if (!d->err_status) unpack_ranges(d, bk, d->p->params);
     }
-    return rc ? fail(d, rc, &e, err, "parameter all-gather failed") : 0;
+    return d->err_status ? fail(d, d->err_status, NULL, err, "parameter all-gather failed") : 0;
+}
+
+int dp_params_wait(dp_t *d, int block, kiln_err_t *err)
+{
+    int to = block >= 0 && block < d->n_blocks ? d->need_from[block] : 0;
+    if (d->gathered <= to) return d->err_status ? gather_wait(d, 0, err) : 0;
+    double t0 = kiln_mono_s();
+    int rc = gather_wait(d, to, err);
+    d->st.params_wait_s += kiln_mono_s() - t0;
+    return rc;
 }
 
 static uint64_t hash_words(uint64_t h, const float *x, size_t n)
@@ -536,8 +587,16 @@ int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err)
     double t0 = kiln_mono_s();
     int rc;
     if (d->err_status) return fail(d, d->err_status, NULL, err, "data-parallel step failed");
-    if (d->o.shard_optimizer_state && d->world > 1 && (rc = allgather_params(d, err))) return rc;
-    if (d->o.inject_step > 0 && step == d->o.inject_step && d->rank == d->o.inject_rank) {
+    bool inject = d->o.inject_step > 0 && step == d->o.inject_step && d->rank == d->o.inject_rank;
+    if (d->o.shard_optimizer_state && d->world > 1) {
+        gather_start(d);
+        /* the loop's layer lets the next forward wait per block; the pipeline's stages, the
+         * check and the injection need every parameter now */
+        bool defer = d->loop_layer && !d->device && !d->o.check && !inject;
+        if (!defer && (rc = gather_wait(d, 0, err))) return rc;
+        if (defer) d->st.gathers_in_forward++;
+    }
+    if (inject) {
         float x;
         float *at = d->p->params + d->p->n / 2;
         d->be->to_host(&x, at, sizeof(x));
@@ -560,7 +619,8 @@ int dp_gather(dp_t *d, float *buf, kiln_err_t *err)
     if (!d->o.shard_optimizer_state || d->world == 1) return 0;
     kiln_err_t e;
     kiln_err_clear(&e);
-    int rc = 0;
+    int rc = dp_params_wait(d, -1, err);
+    if (rc) return rc;
     if (d->rank != 0) { /* this rank's pieces of every bucket, in bucket order, one message */
         size_t pos = 0;
         for (int i = 0; i < d->n_buckets; i++)
@@ -615,6 +675,7 @@ static void par_grads_ready(void *ctx, int block, int ranges) { dp_grads_ready(c
 static int par_grads_finish(void *ctx, kiln_err_t *err) { return dp_grads_finish(ctx, err); }
 static int par_after_update(void *ctx, int64_t step, kiln_err_t *err) { return dp_after_update(ctx, step, err); }
 static int par_gather(void *ctx, float *buf, kiln_err_t *err) { return dp_gather(ctx, buf, err); }
+static int par_params_wait(void *ctx, int block, kiln_err_t *err) { return dp_params_wait(ctx, block, err); }
 
 void dp_parallel(dp_t *d, eng_parallel_t *out)
 {
@@ -631,4 +692,6 @@ void dp_parallel(dp_t *d, eng_parallel_t *out)
     out->grads_finish = par_grads_finish;
     out->after_update = par_after_update;
     out->gather = par_gather;
+    out->params_wait = par_params_wait;
+    d->loop_layer = true;
 }

@@ -2,8 +2,9 @@
  * the gradients of a set of parameter ranges are averaged in buckets that go out while backward
  * is still running (all-reduced, or with distribution.data_parallel.shard_optimizer_state
  * reduce-scattered so each replica updates only its shard and the parameters are all-gathered
- * after: ZeRO stage 1), and every replica's share of the global norm is its shard of each
- * bucket. Host tensors move over comm/; device tensors over the backend's collectives (NCCL).
+ * after: ZeRO stage 1, whose all-gather the loop's layer leaves running into the next forward,
+ * each block waiting for its own buckets), and every replica's share of the global norm is its
+ * shard of each bucket. Host tensors move over comm/; device tensors over the backend's collectives (NCCL).
  * A job of plain data parallelism runs it as the training loop's parallel layer (dp_parallel);
  * the pipeline runs one inside each stage for that stage's replicas. It is not the collectives
  * (engine/comm/) nor the pipeline (engine/pipe/). */
@@ -47,6 +48,9 @@ typedef struct dp_stats {
     int64_t early_launches;      /* buckets launched during backward */
     double finish_wait_s;        /* time grads_finish spent waiting for reductions (total) */
     double comm_s;               /* time in the collectives after the update (gather, check) */
+    int64_t gathers_in_forward;  /* ZeRO: steps whose parameter all-gather went on into the
+                                  * next forward */
+    double params_wait_s;        /* time the loop waited for those all-gathers */
 } dp_stats_t;
 
 /* Defaults from spec->dist: bucket_mb, shard_optimizer_state; overlap on, check off. */
@@ -78,8 +82,14 @@ void dp_grads_ready(dp_t *d, int block, int ranges);
 /* Launches the rest and waits: the gradients of share->update / share->norm then hold the
  * group's average. */
 int dp_grads_finish(dp_t *d, kiln_err_t *err);
-/* After AdamW: under ZeRO, all-gathers the updated shards; with check, compares parameters. */
+/* After AdamW: under ZeRO, all-gathers the updated shards; with check, compares parameters.
+ * As the loop's layer (dp_parallel, host memory) the all-gather goes on into the next step's
+ * forward: the loop calls dp_params_wait before it reads the parameters. */
 int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err);
+/* Waits until the parameters block `block` reads (-1: all of them) are back from ZeRO's
+ * all-gather; nothing to do otherwise. Returns 0 or the communication error (also kept for
+ * the next grads_finish). */
+int dp_params_wait(dp_t *d, int block, kiln_err_t *err);
 /* Makes group rank 0's buf (n floats, flat layout: parameters, m or v) complete with the shards
  * other ranks own (ZeRO; nothing to do otherwise). Collective over the group. */
 int dp_gather(dp_t *d, float *buf, kiln_err_t *err);
