@@ -506,6 +506,12 @@ typedef struct eng_parallel {
      * parameters late (ZeRO's all-gather, left running into the next forward) waits for them
      * here. Returns 0 or the layer's failure (also reported by the next grads_finish). */
     int (*params_wait)(void *ctx, int block, kiln_err_t *err);
+    /* update: runs the rank's update: calls apply(actx, off, n) on ranges that together are
+     * st->share->update, once each, in the layer's order, and may move updated parameters on
+     * between calls (ZeRO's all-gather starts bucket by bucket). NULL: the loop applies the
+     * update ranges itself. */
+    int (*update)(void *ctx, void (*apply)(void *actx, size_t off, size_t n), void *actx,
+                  kiln_err_t *err);
     int (*step_metrics)(void *ctx, const char **names, double *vals, int max, int *n,
                         kiln_err_t *err);
 

@@ -97,30 +97,47 @@ static int run_passes(eng_run_t *r, eng_sampler_t *s, int64_t index, uint64_t ba
 
 /* ---- one step ------------------------------------------------------------------------------------ */
 
-/* AdamW over the rank's update ranges, cut at tensor boundaries for weight decay. With bf16 the
- * update also writes the bf16 working copy of the weights. */
-static void adamw(eng_run_t *r, int64_t step, double lr, float scale)
+/* AdamW of one step over part [lo, hi) of the flat buffer, cut at tensor boundaries for weight
+ * decay. With bf16 the update also writes the bf16 working copy of the weights. */
+typedef struct adamw_args {
+    eng_run_t *r;
+    int64_t step;
+    double lr;
+    float scale;
+} adamw_args_t;
+
+static void adamw_range(void *ctx, size_t lo, size_t n)
 {
+    const adamw_args_t *a = ctx;
+    eng_run_t *r = a->r;
     const spec_hparams_t *hp = &r->spec->hp;
     const eng_params_t *p = r->p;
     uint16_t *wbf = r->bf16 ? eng_gpt_bf16_weights(r->gpt) : NULL;
-    for (int k = 0; k < r->share.update.n; k++) {
-        size_t lo = r->share.update.r[k].off, hi = lo + r->share.update.r[k].n;
-        for (int i = 0; i < p->n_tensors; i++) {
-            const eng_tensor_t *t = &p->tensors[i];
-            size_t a = t->off > lo ? t->off : lo, b = t->off + t->n < hi ? t->off + t->n : hi;
-            if (a >= b) continue;
-            float wd = t->decay ? (float)hp->weight_decay : 0.0f;
-            if (wbf)
-                r->be->bf16->adamw_update(p->params + a, wbf + a, p->grads + a, r->m + a, r->v + a,
-                                          b - a, (float)lr, (float)hp->beta1, (float)hp->beta2,
-                                          (float)hp->eps, wd, scale, step);
-            else
-                r->be->adamw_update(p->params + a, p->grads + a, r->m + a, r->v + a, b - a,
-                                    (float)lr, (float)hp->beta1, (float)hp->beta2, (float)hp->eps,
-                                    wd, scale, step);
-        }
+    size_t hi = lo + n;
+    for (int i = 0; i < p->n_tensors; i++) {
+        const eng_tensor_t *t = &p->tensors[i];
+        size_t x = t->off > lo ? t->off : lo, y = t->off + t->n < hi ? t->off + t->n : hi;
+        if (x >= y) continue;
+        float wd = t->decay ? (float)hp->weight_decay : 0.0f;
+        if (wbf)
+            r->be->bf16->adamw_update(p->params + x, wbf + x, p->grads + x, r->m + x, r->v + x,
+                                      y - x, (float)a->lr, (float)hp->beta1, (float)hp->beta2,
+                                      (float)hp->eps, wd, a->scale, a->step);
+        else
+            r->be->adamw_update(p->params + x, p->grads + x, r->m + x, r->v + x, y - x,
+                                (float)a->lr, (float)hp->beta1, (float)hp->beta2, (float)hp->eps,
+                                wd, a->scale, a->step);
     }
+}
+
+/* AdamW over the rank's update ranges: through the parallel layer, which chooses the order. */
+static int adamw(eng_run_t *r, int64_t step, double lr, float scale, kiln_err_t *err)
+{
+    adamw_args_t a = {r, step, lr, scale};
+    if (r->par && r->par->update) return r->par->update(r->par->ctx, adamw_range, &a, err);
+    for (int k = 0; k < r->share.update.n; k++)
+        adamw_range(&a, r->share.update.r[k].off, r->share.update.r[k].n);
+    return KILN_OK;
 }
 
 static int cmp_off(const void *a, const void *b)
@@ -185,7 +202,7 @@ static int train_step(eng_run_t *r, int64_t step, int64_t max_steps, step_out_t 
     float scale = 1.0f;
     if (hp->grad_clip > 0 && out->norm > hp->grad_clip) scale = (float)(hp->grad_clip / out->norm);
     out->lr = eng_lr_at(step, hp->lr, hp->warmup_steps, max_steps, hp->min_lr_fraction);
-    adamw(r, step, out->lr, scale);
+    if ((rc = adamw(r, step, out->lr, scale, err))) return rc;
     if (par && par->after_update && (rc = par->after_update(par->ctx, step, err))) return rc;
     /* the bf16 copy is rounded from every held parameter, the gathered ones too */
     if (r->bf16 && (rc = params_all(r, err))) return rc;

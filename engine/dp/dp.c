@@ -41,6 +41,7 @@ struct dp {
 
     const eng_backend_t *be;
     eng_params_t *p;       /* borrowed */
+    const eng_share_t *share; /* borrowed: the loop's, as narrowed by dp_attach */
     bool device;           /* buckets in device memory, reduced by be->coll */
     eng_dev_comm_t *dev;
 
@@ -60,6 +61,7 @@ struct dp {
      * forward, which waits per block (dp_params_wait): buckets >= gathered are back in the
      * parameters, the rest in flight. */
     bool loop_layer;       /* dp_parallel's: the loop calls params_wait before reading them */
+    bool gather_started;   /* dp_update started this step's all-gather, bucket by bucket */
     int gathered;          /* d->n_buckets .. 0; 0: nothing in flight */
     int *need_from;        /* (n_blocks) lowest bucket holding a range of the block */
 
@@ -360,6 +362,7 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
     if ((rc = plan_buckets(d, n_blocks, block_ranges, model, err)) ||
         (rc = narrow_share(d, share, err)))
         return rc;
+    d->share = share;
     size_t maxshard = 0;
     for (int r = 0; r < d->world; r++) {
         size_t s = 0;
@@ -496,25 +499,53 @@ int dp_grads_finish(dp_t *d, kiln_err_t *err)
 
 /* ---- after the update ----------------------------------------------------------------------- */
 
-/* ZeRO: each rank's updated shard of every bucket goes to every rank, the buckets in the order
- * forward needs them (the last, with the embeddings, first). They come back into the
- * parameters in dp_params_wait. */
-static void gather_start(dp_t *d)
+/* ZeRO: this rank's updated shard of bucket i goes to every rank (into the bucket's buffer). */
+static void gather_bucket(dp_t *d, int i)
 {
+    dp_bucket_t *bk = &d->b[i];
+    if (d->err_status) return;
+    for (int k = 0; k < bk->np; k++)
+        d->be->copy(bk->buf + bk->pieces[k].packed, d->p->params + bk->pieces[k].flat,
+                    bk->pieces[k].n * sizeof(float));
     kiln_err_t e;
     kiln_err_clear(&e);
-    int rc = 0;
-    d->gathered = d->n_buckets;
-    for (int i = d->n_buckets - 1; i >= 0 && !rc && !d->err_status; i--) {
-        dp_bucket_t *bk = &d->b[i];
-        for (int k = 0; k < bk->np; k++)
-            d->be->copy(bk->buf + bk->pieces[k].packed, d->p->params + bk->pieces[k].flat,
-                        bk->pieces[k].n * sizeof(float));
-        rc = d->device ? d->be->coll->allgather(d->dev, bk->buf, bk->n, &e)
+    int rc = d->device ? d->be->coll->allgather(d->dev, bk->buf, bk->n, &e)
                        : comm_allgather_start(d->c, bk->buf, bk->n, &bk->req, &e);
-    }
-    if (!rc && d->device && !d->err_status) rc = d->be->coll->wait(d->dev, d->o.watchdog_s, &e);
     if (rc) fail(d, rc, &e, NULL, NULL);
+}
+
+/* Every bucket's all-gather, in the order forward needs them (the last, with the embeddings,
+ * first). They come back into the parameters in gather_wait. */
+static void gather_start(dp_t *d)
+{
+    d->gathered = d->n_buckets;
+    for (int i = d->n_buckets - 1; i >= 0; i--) gather_bucket(d, i);
+    if (d->device && !d->err_status) {
+        kiln_err_t e;
+        kiln_err_clear(&e);
+        int rc = d->be->coll->wait(d->dev, d->o.watchdog_s, &e);
+        if (rc) fail(d, rc, &e, NULL, NULL);
+    }
+}
+
+int dp_update(dp_t *d, void (*apply)(void *actx, size_t off, size_t n), void *actx, kiln_err_t *err)
+{
+    if (!(d->o.shard_optimizer_state && d->world > 1 && d->loop_layer && !d->device)) {
+        for (int k = 0; k < d->share->update.n; k++)
+            apply(actx, d->share->update.r[k].off, d->share->update.r[k].n);
+        return 0;
+    }
+    /* ZeRO as the loop's layer: a bucket's shard is updated and its all-gather starts at once,
+     * in the order the next forward needs them, so the first are on their way while AdamW
+     * still runs over the rest */
+    d->gathered = d->n_buckets;
+    d->gather_started = true;
+    for (int i = d->n_buckets - 1; i >= 0; i--) {
+        const dp_bucket_t *bk = &d->b[i];
+        for (int k = 0; k < bk->np; k++) apply(actx, bk->pieces[k].flat, bk->pieces[k].n);
+        gather_bucket(d, i);
+    }
+    return d->err_status ? fail(d, d->err_status, NULL, err, "parameter all-gather failed") : 0;
 }
 
 /* Brings back the all-gathered buckets down to bucket `to` (all, after an error). */
@@ -589,7 +620,8 @@ int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err)
     if (d->err_status) return fail(d, d->err_status, NULL, err, "data-parallel step failed");
     bool inject = d->o.inject_step > 0 && step == d->o.inject_step && d->rank == d->o.inject_rank;
     if (d->o.shard_optimizer_state && d->world > 1) {
-        gather_start(d);
+        if (!d->gather_started) gather_start(d);
+        d->gather_started = false;
         /* the loop's layer lets the next forward wait per block; the pipeline's stages, the
          * check and the injection need every parameter now */
         bool defer = d->loop_layer && !d->device && !d->o.check && !inject;
@@ -676,6 +708,10 @@ static int par_grads_finish(void *ctx, kiln_err_t *err) { return dp_grads_finish
 static int par_after_update(void *ctx, int64_t step, kiln_err_t *err) { return dp_after_update(ctx, step, err); }
 static int par_gather(void *ctx, float *buf, kiln_err_t *err) { return dp_gather(ctx, buf, err); }
 static int par_params_wait(void *ctx, int block, kiln_err_t *err) { return dp_params_wait(ctx, block, err); }
+static int par_update(void *ctx, void (*apply)(void *, size_t, size_t), void *actx, kiln_err_t *err)
+{
+    return dp_update(ctx, apply, actx, err);
+}
 
 void dp_parallel(dp_t *d, eng_parallel_t *out)
 {
@@ -693,5 +729,6 @@ void dp_parallel(dp_t *d, eng_parallel_t *out)
     out->after_update = par_after_update;
     out->gather = par_gather;
     out->params_wait = par_params_wait;
+    out->update = par_update;
     d->loop_layer = true;
 }
