@@ -56,10 +56,11 @@ struct dp {
     float *host;           /* (max shard) host staging for gathers and checks; owned */
     size_t host_n;
 
-    /* ZeRO's parameter all-gather, launched after the update in forward order (last bucket
-     * first). As the loop's layer on host memory it is left running into the next step's
-     * forward, which waits per block (dp_params_wait): buckets >= gathered are back in the
-     * parameters, the rest in flight. */
+    /* ZeRO's parameter all-gather, started in forward order (last bucket first): bucket by
+     * bucket while the loop's AdamW runs (dp_update), else after the update. As the loop's
+     * layer on host memory it is left running into the next step's forward, which waits per
+     * block (dp_params_wait): buckets >= gathered are back in the parameters, the rest in
+     * flight. */
     bool loop_layer;       /* dp_parallel's: the loop calls params_wait before reading them */
     bool gather_started;   /* dp_update started this step's all-gather, bucket by bucket */
     int gathered;          /* d->n_buckets .. 0; 0: nothing in flight */
