@@ -2,7 +2,8 @@
  * which rendezvous over TCP and train through the one training loop (eng_job_run) with the
  * data-parallel layer over libfabric's shm provider.
  * Checks: 2 and 4 ranks reproduce single-rank training with the same global batch; ZeRO-1
- * equals plain data parallelism; a stopped-and-resumed run equals the uninterrupted one; the
+ * equals plain data parallelism, also with its all-gather left running into the next forward;
+ * a stopped-and-resumed run equals the uninterrupted one; the
  * parameter check catches an injected divergence; and, with the real kiln-train binary, a killed
  * rank makes its peer fail fast naming it, and a SIGTERM on one rank stops every rank at the
  * same step. */
