@@ -97,8 +97,6 @@ static int run_passes(eng_run_t *r, eng_sampler_t *s, int64_t index, uint64_t ba
 
 /* ---- one step ------------------------------------------------------------------------------------ */
 
-/* AdamW of one step over part [lo, hi) of the flat buffer, cut at tensor boundaries for weight
- * decay. With bf16 the update also writes the bf16 working copy of the weights. */
 typedef struct adamw_args {
     eng_run_t *r;
     int64_t step;
@@ -106,6 +104,8 @@ typedef struct adamw_args {
     float scale;
 } adamw_args_t;
 
+/* AdamW of one step over [lo, lo + n) of the flat buffer, cut at tensor boundaries for weight
+ * decay. With bf16 the update also writes the bf16 working copy of the weights. */
 static void adamw_range(void *ctx, size_t lo, size_t n)
 {
     const adamw_args_t *a = ctx;

@@ -41,7 +41,6 @@ struct dp {
 
     const eng_backend_t *be;
     eng_params_t *p;       /* borrowed */
-    const eng_share_t *share; /* borrowed: the loop's, as narrowed by dp_attach */
     bool device;           /* buckets in device memory, reduced by be->coll */
     eng_dev_comm_t *dev;
 
@@ -363,7 +362,6 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
     if ((rc = plan_buckets(d, n_blocks, block_ranges, model, err)) ||
         (rc = narrow_share(d, share, err)))
         return rc;
-    d->share = share;
     size_t maxshard = 0;
     for (int r = 0; r < d->world; r++) {
         size_t s = 0;
@@ -531,14 +529,9 @@ static void gather_start(dp_t *d)
 
 int dp_update(dp_t *d, void (*apply)(void *actx, size_t off, size_t n), void *actx, kiln_err_t *err)
 {
-    if (!(d->o.shard_optimizer_state && d->world > 1 && d->loop_layer && !d->device)) {
-        for (int k = 0; k < d->share->update.n; k++)
-            apply(actx, d->share->update.r[k].off, d->share->update.r[k].n);
-        return 0;
-    }
-    /* ZeRO as the loop's layer: a bucket's shard is updated and its all-gather starts at once,
-     * in the order the next forward needs them, so the first are on their way while AdamW
-     * still runs over the rest */
+    /* a bucket's shard is updated and its all-gather starts at once, in the order the next
+     * forward needs them, so the first are on their way while AdamW still runs over the rest;
+     * the shards are share->update (narrow_share), and ZeRO is host memory only (dp_attach) */
     d->gathered = d->n_buckets;
     d->gather_started = true;
     for (int i = d->n_buckets - 1; i >= 0; i--) {
@@ -730,6 +723,7 @@ void dp_parallel(dp_t *d, eng_parallel_t *out)
     out->after_update = par_after_update;
     out->gather = par_gather;
     out->params_wait = par_params_wait;
-    out->update = par_update;
+    /* ZeRO's update goes bucket by bucket; otherwise the loop applies its update ranges */
+    if (d->o.shard_optimizer_state && d->world > 1) out->update = par_update;
     d->loop_layer = true;
 }

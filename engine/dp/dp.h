@@ -82,9 +82,10 @@ void dp_grads_ready(dp_t *d, int block, int ranges);
 /* Launches the rest and waits: the gradients of share->update / share->norm then hold the
  * group's average. */
 int dp_grads_finish(dp_t *d, kiln_err_t *err);
-/* The rank's update as the loop's layer: apply(actx, off, n) over share->update; under ZeRO
- * bucket by bucket in the order the next forward needs them, each bucket's all-gather starting
- * as soon as its shard is updated. Returns 0 or a communication error. */
+/* ZeRO's update as the loop's layer (host memory, more than one rank): apply(actx, off, n) over
+ * this rank's shards (share->update) bucket by bucket, in the order the next forward needs
+ * them, each bucket's all-gather starting as soon as its shard is updated. Returns 0 or a
+ * communication error. */
 int dp_update(dp_t *d, void (*apply)(void *actx, size_t off, size_t n), void *actx, kiln_err_t *err);
 /* After AdamW: under ZeRO, all-gathers the updated shards; with check, compares parameters.
  * As the loop's layer (dp_parallel, host memory) the all-gather goes on into the next step's
