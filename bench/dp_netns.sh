@@ -5,9 +5,11 @@
 # libfabric tcp;ofi_rxm (the provider kiln uses between hosts), the link shaped with tc tbf to
 # each rate of DP_NETNS_RATES. For every rate, round by round (interleaved, so a load change on
 # the shared machine hits every configuration): one 2-thread process of the same configuration,
-# the 2 ranks with gradient overlap on, with it off, with ZeRO-1 (shard_optimizer_state: the
-# reduce-scatter during backward, the parameter all-gather during the next forward, so the
-# link carries half the bytes in each), and the same gradient all-reduced alone
+# two independent 1-thread processes with a rank's half of the batch each, started together (what
+# the 2 ranks would reach if communication were free: the `nocomm` columns), the 2 ranks with
+# gradient overlap on, with it off, with ZeRO-1 (shard_optimizer_state: the reduce-scatter during
+# backward, the parameter all-gather during the next forward, so the link carries half the bytes
+# in each), and the same gradient all-reduced alone
 # (bench/comm_bench --buckets, the buckets dp plans for this model) to see the collective's rate
 # against the shaped link's. Throughput is global tokens/s from rank 0's step lines, median over
 # the steps after the first 3; the gradient wait is dp's "s waiting for gradients" over the
@@ -107,6 +109,9 @@ cat > "$WORK/spec.json" <<EOF
  "distribution": {"data_parallel": {"bucket_mb": $BUCKET}},
  "checkpoint": {"every_steps": 0}}
 EOF
+# a rank's half of the batch in a process of its own (the nocomm columns)
+sed -e "s/\"global_batch_size\": $G/\"global_batch_size\": $((G / 2))/" -e 's/"nodes": 2/"nodes": 1/' \
+  "$WORK/spec.json" > "$WORK/half.json"
 
 # The gradient buckets dp plans for this model (engine/dp/dp.c plan_buckets, ranges of
 # engine/gpt.c eng_gpt_block_ranges): backward order head (ln_f), then per layer from the last
@@ -140,6 +145,19 @@ run_single() { # $1 = log; sets TPS
   wait "${PIDS[@]}" || { echo "dp_netns.sh: the 1-process run failed: $(tail -n 3 "$1")" >&2; exit 1; }
   PIDS=()
   TPS=$(median_tps "$1")
+}
+
+run_nocomm() { # $1 = tag; sets TPS (the two processes' tokens/s added)
+  local r failed=0
+  PIDS=()
+  for r in 0 1; do
+    KILN_PEAK_GFLOPS=100 nice -n "$NICE" "$TRAIN" --spec "$WORK/half.json" --threads 1 > "$WORK/$1.p$r.log" 2>&1 &
+    PIDS+=($!)
+  done
+  for r in "${PIDS[@]}"; do wait "$r" || failed=1; done
+  PIDS=()
+  [ $failed = 0 ] || { echo "dp_netns.sh: the nocomm pair failed: $(tail -n 3 "$WORK/$1.p0.log")" >&2; exit 1; }
+  TPS=$(awk -v a="$(median_tps "$WORK/$1.p0.log")" -v b="$(median_tps "$WORK/$1.p1.log")" 'BEGIN { print a + b }')
 }
 
 run_pair() { # $1 = tag, rest: env assignments and command; rank 0 in A, rank 1 in B
@@ -180,9 +198,10 @@ run_comm() { # $1 = tag; sets AR (median all-reduce rate in MB/s)
 med() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print 0 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f%%", (b > 0 ? 100 * a / b : 0) }'; }
 
-row() { # round rate build 1x2 on on_wait off off_wait ar link zero
-  printf "%-6s %-8s %-5s %9s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s\n" "$1" "$2" "$3" "$4" "$5" "$(pct "$5" "$4")" \
-    "$6" "$7" "$(pct "$7" "$4")" "$8" "${11}" "$(pct "${11}" "$4")" "$9" "$(pct "$9" "$(awk -v l="${10}" 'BEGIN { print l / 1e6 }')")"
+row() { # round rate build 1x2 on on_wait off off_wait ar link zero nocomm
+  printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s\n" "$1" "$2" "$3" "$4" "${12}" \
+    "$(pct "${12}" "$4")" "$5" "$(pct "$5" "$4")" "$6" "$7" "$(pct "$7" "$4")" "$8" "${11}" "$(pct "${11}" "$4")" \
+    "$9" "$(pct "$9" "$(awk -v l="${10}" 'BEGIN { print l / 1e6 }')")"
 }
 
 BUILDS=this
@@ -201,18 +220,21 @@ echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg); niceness $NICE$([ -n "$AU
 echo "# small GPT L=4 H=4 C=256 V=256 T=128, global batch $G, $STEPS steps, bucket_mb $BUCKET ($NBUCKETS buckets, $GRAD_BYTES bytes)"
 echo "# 2 ranks x 1 thread in namespaces $NSA/$NSB over tcp;ofi_rxm; 1 process x 2 threads for reference"
 [ -n "${DP_NETNS_BASE:-}" ] && echo "# build \"base\": $DP_NETNS_BASE (ranks and all-reduce only; the 1x2 reference is this build's)"
+echo "# nocomm: 2 independent 1-thread processes, half the batch each (no communication; this build);"
 echo "# on/off: gradient overlap; wait_s: rank 0's wait for gradients per step; zero: ZeRO-1 (overlap on);"
 echo "# ar: the gradient's buckets all-reduced alone"
-printf "%-6s %-8s %-5s %9s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s\n" round rate build "1x2_tok/s" "on_tok/s" "on_%" \
-  "on_wait_s" "off_tok/s" "off_%" "off_wait_s" "zero_tok/s" "zero_%" "ar_MB/s" "ar_%"
-declare -A S O OW N NW A Z
+printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s\n" round rate build "1x2_tok/s" \
+  "nocomm_tok/s" "nocomm_%" "on_tok/s" "on_%" "on_wait_s" "off_tok/s" "off_%" "off_wait_s" "zero_tok/s" "zero_%" \
+  "ar_MB/s" "ar_%"
+declare -A S P O OW N NW A Z
 for i in $(seq 1 "$ROUNDS"); do
   for rate in $RATES; do
     shape "$rate"
     link=$(rate_bps "$rate")
     use_build this
     run_single "$WORK/single.$i.$rate.log"; s=$TPS
-    S[$rate]="${S[$rate]:-} $s"
+    run_nocomm "nocomm.$i.$rate"; p=$TPS
+    S[$rate]="${S[$rate]:-} $s"; P[$rate]="${P[$rate]:-} $p"
     for b in $BUILDS; do
       use_build "$b"
       k="$rate $b"
@@ -220,7 +242,7 @@ for i in $(seq 1 "$ROUNDS"); do
       run_dp 0 "off.$i.$rate.$b"; n=$TPS nw=$WAIT
       run_dp 1 "zero.$i.$rate.$b" 1; z=$TPS
       run_comm "comm.$i.$rate.$b"; a=$AR
-      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z"
+      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z" "$p"
       O[$k]="${O[$k]:-} $o"; OW[$k]="${OW[$k]:-} $ow"; N[$k]="${N[$k]:-} $n"; NW[$k]="${NW[$k]:-} $nw"
       A[$k]="${A[$k]:-} $a"; Z[$k]="${Z[$k]:-} $z"
     done
@@ -232,7 +254,7 @@ for rate in $RATES; do
     k="$rate $b"
     row median "$rate" "$b" "$(echo "${S[$rate]}" | med)" "$(echo "${O[$k]}" | med)" "$(echo "${OW[$k]}" | med)" \
       "$(echo "${N[$k]}" | med)" "$(echo "${NW[$k]}" | med)" "$(echo "${A[$k]}" | med)" "$(rate_bps "$rate")" \
-      "$(echo "${Z[$k]}" | med)"
+      "$(echo "${Z[$k]}" | med)" "$(echo "${P[$rate]}" | med)"
   done
 done
 echo "# tbf per direction: rate R burst max(65536, R/1000 bytes) latency 8ms; link MB/s = R/8/1e6"
