@@ -112,6 +112,8 @@ EOF
 # a rank's half of the batch in a process of its own (the nocomm columns)
 sed -e "s/\"global_batch_size\": $G/\"global_batch_size\": $((G / 2))/" -e 's/"nodes": 2/"nodes": 1/' \
   "$WORK/spec.json" > "$WORK/half.json"
+grep -q "\"global_batch_size\": $((G / 2))," "$WORK/half.json" && grep -q '"nodes": 1,' "$WORK/half.json" ||
+  { echo "dp_netns.sh: could not derive the half-batch spec for the nocomm columns" >&2; exit 1; }
 
 # The gradient buckets dp plans for this model (engine/dp/dp.c plan_buckets, ranges of
 # engine/gpt.c eng_gpt_block_ranges): backward order head (ln_f), then per layer from the last
