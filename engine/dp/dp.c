@@ -384,8 +384,7 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
                "state for %zu of %zu parameters (%.1f of %.1f MiB)%s\n",
                d->rank, d->world, d->device ? be->name : comm_provider(d->c), d->n_buckets,
                d->st.max_bucket_floats * 4.0 / (1 << 20), d->o.overlap ? "during" : "after",
-               d->loop_layer && !d->device && !d->o.check ? "during the next forward"
-                                                          : "after the update",
+               d->loop_layer && !d->o.check ? "during the next forward" : "after the update",
                d->st.opt_state_bytes / 8, d->total, d->st.opt_state_bytes / 1048576.0,
                d->st.opt_state_full_bytes / 1048576.0,
                d->o.check ? ", parameter check every step" : "");
@@ -429,13 +428,12 @@ static void launch(dp_t *d, int i)
     kiln_err_t e;
     kiln_err_clear(&e);
     int rc;
-    bool zero = d->o.shard_optimizer_state;
-    if (d->device)
-        rc = zero ? d->be->coll->reduce_scatter(d->dev, bk->buf, bk->n, 1, &e)
-                  : d->be->coll->allreduce(d->dev, bk->buf, bk->n, 1, &e);
+    if (d->device) /* ZeRO is host memory only (dp_attach) */
+        rc = d->be->coll->allreduce(d->dev, bk->buf, bk->n, 1, &e);
+    else if (d->o.shard_optimizer_state)
+        rc = comm_reduce_scatter_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e);
     else
-        rc = zero ? comm_reduce_scatter_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e)
-                  : comm_allreduce_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e);
+        rc = comm_allreduce_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e);
     if (rc) {
         bk->req = NULL;
         fail(d, rc, &e, NULL, NULL);
@@ -498,7 +496,8 @@ int dp_grads_finish(dp_t *d, kiln_err_t *err)
 
 /* ---- after the update ----------------------------------------------------------------------- */
 
-/* ZeRO: this rank's updated shard of bucket i goes to every rank (into the bucket's buffer). */
+/* ZeRO (host memory only, dp_attach): this rank's updated shard of bucket i goes to every rank
+ * (into the bucket's buffer). */
 static void gather_bucket(dp_t *d, int i)
 {
     dp_bucket_t *bk = &d->b[i];
@@ -508,8 +507,7 @@ static void gather_bucket(dp_t *d, int i)
                     bk->pieces[k].n * sizeof(float));
     kiln_err_t e;
     kiln_err_clear(&e);
-    int rc = d->device ? d->be->coll->allgather(d->dev, bk->buf, bk->n, &e)
-                       : comm_allgather_start(d->c, bk->buf, bk->n, &bk->req, &e);
+    int rc = comm_allgather_start(d->c, bk->buf, bk->n, &bk->req, &e);
     if (rc) fail(d, rc, &e, NULL, NULL);
 }
 
@@ -519,12 +517,6 @@ static void gather_start(dp_t *d)
 {
     d->gathered = d->n_buckets;
     for (int i = d->n_buckets - 1; i >= 0; i--) gather_bucket(d, i);
-    if (d->device && !d->err_status) {
-        kiln_err_t e;
-        kiln_err_clear(&e);
-        int rc = d->be->coll->wait(d->dev, d->o.watchdog_s, &e);
-        if (rc) fail(d, rc, &e, NULL, NULL);
-    }
 }
 
 int dp_update(dp_t *d, void (*apply)(void *actx, size_t off, size_t n), void *actx, kiln_err_t *err)
@@ -618,7 +610,7 @@ int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err)
         d->gather_started = false;
         /* the loop's layer lets the next forward wait per block; the pipeline's stages, the
          * check and the injection need every parameter now */
-        bool defer = d->loop_layer && !d->device && !d->o.check && !inject;
+        bool defer = d->loop_layer && !d->o.check && !inject;
         if (!defer && (rc = gather_wait(d, 0, err))) return rc;
         if (defer) d->st.gathers_in_forward++;
     }
