@@ -3,10 +3,9 @@
  * data-parallel layer over libfabric's shm provider.
  * Checks: 2 and 4 ranks reproduce single-rank training with the same global batch; ZeRO-1
  * equals plain data parallelism, also with its all-gather left running into the next forward;
- * a stopped-and-resumed run equals the uninterrupted one; the
- * parameter check catches an injected divergence; and, with the real kiln-train binary, a killed
- * rank makes its peer fail fast naming it, and a SIGTERM on one rank stops every rank at the
- * same step. */
+ * a stopped-and-resumed run equals the uninterrupted one; the parameter check catches an
+ * injected divergence; and, with the real kiln-train binary, a killed rank makes its peer fail
+ * fast naming it, and a SIGTERM on one rank stops every rank at the same step. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <math.h>
