@@ -776,6 +776,9 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     a->train_bin = strdup(cfg->train_bin ? cfg->train_bin : "kiln-train");
     a->slots = cfg->slots > 0 ? cfg->slots : 1;
     a->cores = cfg->cores > 0 ? cfg->cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t cpus;
+    if (cfg->cores <= 0 && cfg->cpus && cfg->cpus[0] && rank_cpus_parse(cfg->cpus, "cpus", &cpus, NULL) == 0)
+        a->cores = CPU_COUNT(&cpus); /* a bad list is refused with the launcher */
     a->stop_grace_ms = cfg->stop_grace_ms > 0 ? cfg->stop_grace_ms : 10000;
     a->hb_interval_ms = 1000;
     pthread_cond_init(&a->start_cv, NULL);
@@ -867,7 +870,7 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     ob_set_ledger_dir(&a->ob, a->work_dir);
     ob_recover(&a->ob);
     agent_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
-                                   .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores,
+                                   .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores, .cpus = cfg->cpus,
                                    .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots,
                                    .port_lo = cfg->port_lo, .port_hi = cfg->port_hi,
 
@@ -900,9 +903,11 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     if (cfg->metrics_addr && cfg->metrics_addr[0] &&
         (rc = agent_monitor_start(a, cfg->metrics_addr, &a->monitor, err)) != 0)
         goto fail;
-    log_info("agent up: kilnd %s (%s), %d %s slot(s), %d core(s), work dir %s, rank program %s, address %s",
+    log_info("agent up: kilnd %s (%s), %d %s slot(s), %d core(s)%s%s%s, work dir %s, rank program %s, address %s",
              a->server, cfg->tls.insecure ? "plain text" : cfg->tls.cert_file ? "mutual TLS" : "TLS", a->slots,
-             a->slot_type, a->cores, a->work_dir, a->train_bin, a->address);
+             a->slot_type, a->cores, cfg->cpus && cfg->cpus[0] ? " (ranks bound to their slot's share of CPUs " : "",
+             cfg->cpus && cfg->cpus[0] ? cfg->cpus : "", cfg->cpus && cfg->cpus[0] ? ")" : "", a->work_dir,
+             a->train_bin, a->address);
     *out = a;
     return 0;
 fail:

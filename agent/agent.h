@@ -152,7 +152,13 @@ typedef struct agent_launcher_config {
     const char *work_dir;    /* jobs/<job_id>/... live under it */
     int slots;               /* ranks this agent may run at once */
     bool gpu;                /* slot type gpu: set KILN_DEVICE_ID / CUDA_VISIBLE_DEVICES */
-    int cores;               /* CPU cores to share among ranks (0: online processors) */
+    int cores;               /* CPU cores to share among ranks (0: the --cpus count, else online
+                              * processors) */
+    /* --cpus: a CPU list ("0-3,8") cut into one share per slot (rank_cpus_share); a rank holds a
+     * free slot and runs bound to its share (KILN_CPUS). Every CPU must be one the agent may run
+     * on and each slot needs one at least, else agent_launcher_create refuses it. NULL or "": no
+     * binding, the kernel places the ranks' threads. */
+    const char *cpus;
     int max_line;            /* log line limit in bytes (0: 16 KiB) */
     /* Directories jobs may read from, already resolved (agent_data_roots_resolve); none: jobs
      * may read nothing. Passed to ranks as KILN_DATA_ROOTS. */
@@ -306,7 +312,8 @@ typedef struct agent_config {
     const char *train_bin;
     const char *address;     /* host address ranks rendezvous on */
     const char *worker_id;   /* id to reuse, or NULL/"" */
-    int cores;               /* 0: online processors */
+    int cores;               /* 0: the --cpus count, else online processors */
+    const char *cpus;        /* bind each slot's ranks to its share of these CPUs (agent_launcher_config_t) */
     int stop_grace_ms;       /* grace for the agent's own shutdown, and for the ranks of an
                               * attempt one of whose ranks died (0: 10000) */
     double comm_watchdog_s;  /* the ranks' collective watchdog, KILN_COMM_WATCHDOG_S (0: the

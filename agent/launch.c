@@ -58,7 +58,9 @@ typedef struct lsrc {            /* one epoll source of a rank: a pipe or its pi
 struct lrank {
     lrank_t *next;
     ljob_t *job;
-    int rank, local_rank, device;
+    int rank, local_rank;
+    int slot;                    /* the slot it holds (slot_used), -1: none */
+    int device;                  /* gpu slots: the slot's GPU; -1: none */
     pid_t pid;
     lsrc_t src[PIPE_N];
     bool exited;
@@ -81,7 +83,10 @@ struct agent_launcher {
     double comm_watchdog_s;     /* the ranks' KILN_COMM_WATCHDOG_S (0: the engine's default) */
     int sibling_grace_ms;       /* a dead rank's siblings: SIGKILL this long after SIGTERM */
     bool gpu;
-    bool *dev_used;
+    /* A rank holds a slot when slots carry something of their own: a GPU (gpu), a share of
+     * --cpus (slot_cpus). slot_used[i]: a rank holds slot i. */
+    bool *slot_used;
+    cpu_set_t *slot_cpus;       /* (slots) each slot's share of --cpus; NULL: ranks are not bound */
     agent_launch_cbs_t cbs;
     /* mu: the rank list and what other threads read of a rank (exited, silent, kill_at_us).
      * The I/O thread reads pipes and matches without it: only it reads a rank's pipes or frees
@@ -287,8 +292,8 @@ static void rank_free(agent_launcher_t *l, lrank_t *r)
         src_close(l, &r->src[k]);
         agent_linebuf_deinit(&r->src[k].lb);
     }
-    if (l->dev_used && r->device >= 0 && r->device < l->slots)
-        l->dev_used[r->device] = false;
+    if (r->slot >= 0 && r->slot < l->slots)
+        l->slot_used[r->slot] = false;
     job_release(r->job);
     free(r);
 }
@@ -452,6 +457,27 @@ static void *launcher_main(void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
+/* --cpus: CPUs the agent may run on, at least one a slot; slot i gets share i (rank_cpus_share),
+ * and unless --cores says otherwise the cores the ranks share are these CPUs. */
+static int slot_cpus_plan(agent_launcher_t *l, const agent_launcher_config_t *cfg, kiln_err_t *err)
+{
+    cpu_set_t all;
+    int rc = rank_cpus_parse(cfg->cpus, "cpus", &all, err);
+    if (rc || (rc = rank_cpus_allowed(&all, "cpus", "--cpus", err)))
+        return rc;
+    int n = CPU_COUNT(&all);
+    if (n < l->slots)
+        return kiln_err_set(err, KILN_EINVAL, "cpus", "--cpus %s names %d CPU(s) for %d slots: each slot needs one "
+                            "at least", cfg->cpus, n, l->slots);
+    if (!(l->slot_cpus = calloc((size_t)l->slots, sizeof(cpu_set_t))))
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    for (int i = 0; i < l->slots; i++)
+        rank_cpus_share(&all, l->slots, i, &l->slot_cpus[i]);
+    if (cfg->cores <= 0)
+        l->cores = n;
+    return 0;
+}
+
 int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch_cbs_t *cbs,
                            agent_launcher_t **out, kiln_err_t *err)
 {
@@ -503,12 +529,14 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
     l->port_hi = cfg->port_hi >= l->port_lo ? cfg->port_hi : (cfg->port_lo > 0 ? cfg->port_lo : 29999);
     l->port_next = l->port_lo;
     l->gpu = cfg->gpu;
-    l->dev_used = calloc((size_t)l->slots, sizeof(bool));
+    l->slot_used = calloc((size_t)l->slots, sizeof(bool));
+    if (l->slot_used && cfg->cpus && cfg->cpus[0] && slot_cpus_plan(l, cfg, err) != 0)
+        goto fail;
     if (cbs)
         l->cbs = *cbs;
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     l->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!l->train_bin || !l->dev_used || l->epfd < 0 || l->wakefd < 0) {
+    if (!l->train_bin || !l->slot_used || l->epfd < 0 || l->wakefd < 0) {
         kiln_err_set(err, KILN_EIO, NULL, "could not set up the launcher: %s", strerror(errno));
         goto fail;
     }
@@ -563,7 +591,8 @@ void agent_launcher_destroy(agent_launcher_t *l)
         free(l->roots[i]);
     free(l->roots);
     free(l->roots_csv);
-    free(l->dev_used);
+    free(l->slot_used);
+    free(l->slot_cpus);
     free(l->train_bin);
     free(l->work_dir);
     free(l);
@@ -665,6 +694,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     r->job = job;
     r->rank = (int)a->ranks[local_rank];
     r->local_rank = local_rank;
+    r->slot = -1;
     r->device = -1;
     for (int k = 0; k < PIPE_N; k++) {
         r->src[k].r = r;
@@ -680,18 +710,25 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
         }
         fcntl(p[k][0], F_SETFL, O_NONBLOCK);
     }
-    if (l->gpu) {
-        for (int d = 0; d < l->slots; d++)
-            if (!l->dev_used[d]) {
-                r->device = d;
-                l->dev_used[d] = true;
-                break;
+    if (l->gpu || l->slot_cpus) {
+        for (int i = 0; i < l->slots && r->slot < 0; i++)
+            if (!l->slot_used[i]) {
+                r->slot = i;
+                l->slot_used[i] = true;
             }
-        if (r->device < 0) {
+        if (r->slot < 0 && l->gpu) {
             rc = kiln_err_set(err, KILN_ESTATE, NULL, "no free GPU for rank %d", r->rank);
             goto fail;
         }
+        if (r->slot < 0) /* more ranks than slots (agent_launcher_start warned): the kernel places it */
+            log_warn("job %s: rank %d runs on any CPU: the CPUs of all %d slots are taken", a->job_id, r->rank,
+                     l->slots);
+        if (l->gpu)
+            r->device = r->slot;
     }
+    char cpus[RANK_CPUS_LIST_MAX] = "";
+    if (l->slot_cpus && r->slot >= 0)
+        rank_cpus_format(&l->slot_cpus[r->slot], cpus, sizeof(cpus));
 
     /* The rank contract (rank/): the agent's environment minus the contract's variables and
      * its secrets, plus the rank's place in the job. */
@@ -720,6 +757,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     re.device_id = r->device;
     re.data_roots = l->roots_csv;
     re.comm_watchdog_s = l->comm_watchdog_s;
+    re.cpus = cpus[0] ? cpus : NULL;
     char model[PATH_MAX];
     if (a->init_from_job && a->init_from_job[0]) {
         xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
@@ -763,8 +801,8 @@ fail:
             if (p[k][j] >= 0)
                 close(p[k][j]);
     if (r) {
-        if (l->dev_used && r->device >= 0)
-            l->dev_used[r->device] = false;
+        if (r->slot >= 0)
+            l->slot_used[r->slot] = false;
         for (int k = 0; k < PIPE_N; k++)
             agent_linebuf_deinit(&r->src[k].lb);
         free(r);

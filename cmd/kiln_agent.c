@@ -93,6 +93,7 @@ int main(int argc, char **argv)
     const char *server = "127.0.0.1:9090", *slot_type = "cpu", *work_dir = "/tmp/kiln-agent";
     const char *train_bin = NULL, *address = NULL, *worker_id = NULL, *token_file = NULL;
     const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *ports = "29500-29999", *metrics_addr = NULL;
+    const char *cpus = NULL;
     bool insecure = false, health = false;
     config_list_t data_roots = {0};
     int64_t slots = 0, cores = 0, grace_ms = 10000;
@@ -107,7 +108,10 @@ int main(int argc, char **argv)
         {"work-dir", "KILN_WORK_DIR", CONFIG_STR, &work_dir, "job directories (spec, checkpoints, output) live here"},
         {"train-bin", "KILN_TRAIN_BIN", CONFIG_STR, &train_bin, "program each rank runs (default: kiln-train next to kiln-agent)"},
         {"address", "KILN_ADDRESS", CONFIG_STR, &address, "host address ranks rendezvous on (default: 127.0.0.1 for a loopback kilnd, else the address that reaches it)"},
-        {"cores", "KILN_CORES", CONFIG_INT, &cores, "CPU cores shared among ranks (0: all online)"},
+        {"cores", "KILN_CORES", CONFIG_INT, &cores, "CPU cores shared among ranks (0: the --cpus count, else all online)"},
+        {"cpus", "KILN_AGENT_CPUS", CONFIG_STR, &cpus,
+         "CPU list such as 0-15, cut into one share per slot: each rank runs bound to its slot's share "
+         "(default: unbound)"},
         {"worker-id", "KILN_WORKER_ID", CONFIG_STR, &worker_id, "worker id to reuse after a restart"},
         {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace_ms,
          "on shutdown, or when a rank of a job dies and its other ranks here are stopped, SIGKILL ranks this long "
@@ -216,7 +220,7 @@ int main(int argc, char **argv)
         slots = 1;
     agent_config_t cfg = {
         .server = server, .slots = (int)slots, .slot_type = slot_type, .work_dir = work_dir,
-        .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores,
+        .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores, .cpus = cpus,
         .stop_grace_ms = (int)grace_ms, .comm_watchdog_s = watchdog_s, .gpus = (const char *const *)gpu_names,
         .n_gpus = (size_t)KILN_MIN(n_gpus, (int)KILN_ARRAY_LEN(gpu_names)),
         .data_roots = data_roots.v, .n_data_roots = (size_t)data_roots.n, .join_token = join_token,

@@ -39,6 +39,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "kiln-train: %s\n", err.message);
         return RANK_EXIT_BAD_INPUT;
     }
+    /* before any thread starts (OpenMP's, the communication thread), so all of them inherit it */
+    char cpus[RANK_CPUS_LIST_MAX] = "";
+    if (re.cpus) {
+        cpu_set_t bound;
+        if (rank_cpus_bind(re.cpus, &bound, &err) != 0) {
+            fprintf(stderr, "kiln-train: %s\n", err.message);
+            return RANK_EXIT_BAD_INPUT;
+        }
+        rank_cpus_format(&bound, cpus, sizeof(cpus));
+    }
     spec_path = re.spec;
     threads = re.threads;
     ckpt_dir = re.checkpoint_dir;
@@ -117,7 +127,8 @@ int main(int argc, char **argv)
     o.init_model = init_model;
     o.stop_flag = &g_stop;
     o.quiet = quiet;
-    printf("kiln-train: job \"%s\" rank %d/%d attempt %d\n", spec.name, o.rank, o.world, re.attempt);
+    printf("kiln-train: job \"%s\" rank %d/%d attempt %d%s%s\n", spec.name, o.rank, o.world, re.attempt,
+           cpus[0] ? ", bound to CPUs " : "", cpus);
     fflush(stdout);
 
     /* the job's ranks join from the KILN_* environment when there are several */

@@ -21,7 +21,7 @@ static const char *const k_owned[] = {
     RANK_ENV_LOCAL_RANK, RANK_ENV_LOCAL_WORLD_SIZE, RANK_ENV_NODE_RANK, RANK_ENV_NODES,
     RANK_ENV_MASTER_ADDR, RANK_ENV_MASTER_PORT, RANK_ENV_CHECKPOINT_DIR, RANK_ENV_OUTPUT_DIR,
     RANK_ENV_RESUME_FROM, RANK_ENV_INIT_MODEL, RANK_ENV_METRICS_FD, RANK_ENV_THREADS, RANK_ENV_DEVICE_ID,
-    RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_OMP_THREADS, RANK_ENV_CUDA_DEVICES,
+    RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_CPUS, RANK_ENV_OMP_THREADS, RANK_ENV_CUDA_DEVICES,
 };
 
 void rank_env_init(rank_env_t *e)
@@ -102,6 +102,12 @@ static int env_check(const rank_env_t *e, kiln_err_t *err)
         return kiln_err_set(err, KILN_EINVAL, RANK_ENV_COMM_WATCHDOG_S,
                             "%s must be a number of seconds above 0 and at most %d, not %g", RANK_ENV_COMM_WATCHDOG_S,
                             RANK_MAX_WATCHDOG_S, e->comm_watchdog_s);
+    if (e->cpus) {
+        cpu_set_t s;
+        int rc = rank_cpus_parse(e->cpus, RANK_ENV_CPUS, &s, err);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -142,6 +148,7 @@ int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
     e.output_dir = env_get(envp, RANK_ENV_OUTPUT_DIR);
     e.resume_from = env_get(envp, RANK_ENV_RESUME_FROM);
     e.init_model = env_get(envp, RANK_ENV_INIT_MODEL);
+    e.cpus = env_get(envp, RANK_ENV_CPUS);
     /* set and empty means "no roots", unlike the other strings */
     size_t rn = strlen(RANK_ENV_DATA_ROOTS);
     for (char *const *p = envp; p && *p; p++)
@@ -278,6 +285,8 @@ int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_
         envb_add(&b, RANK_ENV_DATA_ROOTS, "%s", e->data_roots);
     if (e->comm_watchdog_s > 0)
         envb_add(&b, RANK_ENV_COMM_WATCHDOG_S, "%.17g", e->comm_watchdog_s);
+    if (e->cpus)
+        envb_add(&b, RANK_ENV_CPUS, "%s", e->cpus);
     if (b.oom || !b.v) {
         rank_envp_free(b.v);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for a rank's environment");

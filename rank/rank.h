@@ -1,12 +1,14 @@
 /* rank.h - the rank contract: what kiln-agent and the kiln-train ranks it starts promise each
  * other (docs/contracts.md). The environment a rank is started with (names, a struct, the
- * launcher's envp and the rank's reading of it), the metric record a rank writes on
- * KILN_METRICS_FD (one writer, one parser), the exit codes and what they mean for the job, and
- * the removal of what a rank's shared-memory transport leaves in /dev/shm.
+ * launcher's envp and the rank's reading of it), the CPUs a rank binds itself to (KILN_CPUS),
+ * the metric record a rank writes on KILN_METRICS_FD (one writer, one parser), the exit codes
+ * and what they mean for the job, and the removal of what a rank's shared-memory transport
+ * leaves in /dev/shm.
  * A leaf: it depends on base/ only. It launches nothing (agent/) and trains nothing (engine/). */
 #ifndef KILN_RANK_H
 #define KILN_RANK_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +40,7 @@
 #define RANK_ENV_DEVICE_ID        "KILN_DEVICE_ID"
 #define RANK_ENV_DATA_ROOTS       "KILN_DATA_ROOTS"
 #define RANK_ENV_COMM_WATCHDOG_S  "KILN_COMM_WATCHDOG_S"
+#define RANK_ENV_CPUS             "KILN_CPUS"
 /* Set from the contract's values for the libraries a rank loads (OpenMP, CUDA). */
 #define RANK_ENV_OMP_THREADS      "OMP_NUM_THREADS"
 #define RANK_ENV_CUDA_DEVICES     "CUDA_VISIBLE_DEVICES"
@@ -72,6 +75,9 @@ typedef struct rank_env {
                                   * comma-separated; "" none; NULL: unset (anything, by hand) */
     double comm_watchdog_s;      /* KILN_COMM_WATCHDOG_S: a collective without progress for this
                                   * long fails; 0: unset (the engine's default) */
+    const char *cpus;            /* KILN_CPUS: the CPUs every thread of the rank runs on, a Linux
+                                  * CPU list ("0-3,8"; rank_cpus_parse); NULL: unset (the kernel
+                                  * places the threads) */
 } rank_env_t;
 
 /* The values of a rank started without an agent (world of one, nothing set). */
@@ -109,6 +115,35 @@ char *rank_data_roots_join(const char *const *roots, size_t n);
  * asks). field names the spec field in messages. Returns 0, KILN_EINVAL, KILN_ETOOBIG,
  * KILN_EPERM or KILN_ENOMEM. */
 int rank_path_confine(const char *path, const char *field, kiln_err_t *err);
+
+/* ------------------------------------------------------------------------------------------
+ * CPU binding. An agent started with --cpus LIST gives each of its slots its own share of those
+ * CPUs and each rank the share of its slot as KILN_CPUS; the rank binds itself to it before it
+ * starts any thread, so its compute threads, its communication thread and the kernel work they
+ * cause stay off the other slots' CPUs.
+ * ------------------------------------------------------------------------------------------ */
+
+/* Reads a Linux CPU list ("0-3,8": numbers and ascending ranges, comma-separated, each below
+ * CPU_SETSIZE) into *out (OUT). Returns 0 or KILN_EINVAL (err->field is field, the message says
+ * what a list looks like). */
+int rank_cpus_parse(const char *list, const char *field, cpu_set_t *out, kiln_err_t *err);
+#define RANK_CPUS_LIST_MAX (5 * CPU_SETSIZE + 1) /* bytes of the longest list ("0,2,4,...") */
+/* Writes s as a CPU list ("0-3,8"; "" when empty) into buf (size n, cut when too small: give
+ * RANK_CPUS_LIST_MAX for a list that is passed on); returns buf. */
+char *rank_cpus_format(const cpu_set_t *s, char *buf, size_t n);
+/* Share i of `parts` shares of all (OUT): consecutive runs of all's CPUs in ascending order, the
+ * first (count % parts) shares one CPU larger. Returns the share's CPU count; 0 (an empty share)
+ * when all has fewer CPUs than parts or i is out of range. */
+int rank_cpus_share(const cpu_set_t *all, int parts, int i, cpu_set_t *out);
+/* KILN_EINVAL naming the CPUs of want the calling process may not run on, and those it may
+ * ("<label> names CPU(s) 5, which this process may not run on (it may run on 0-1)"; err->field
+ * is field); 0 when it may run on all of them. */
+int rank_cpus_allowed(const cpu_set_t *want, const char *field, const char *label, kiln_err_t *err);
+/* Binds every thread of the calling process, and so every thread it starts after, to the CPUs
+ * of list (KILN_CPUS). *bound (OUT, may be NULL) is the mask the kernel then reports. Returns 0 or
+ * KILN_EINVAL: a malformed list, a CPU the process may not run on (the message names it and the
+ * CPUs it may use), or a refusal by the kernel. */
+int rank_cpus_bind(const char *list, cpu_set_t *bound, kiln_err_t *err);
 
 /* ------------------------------------------------------------------------------------------
  * Metric records: one JSON object per line on KILN_METRICS_FD,

@@ -1,6 +1,7 @@
 /* test_launch.c - the launcher with real child processes: a small shell script stands in for
- * kiln-train. Checks the rank environment, captured lines, metric points, exit codes, signals,
- * reasons, stop orders (SIGTERM, then SIGKILL after the grace) and start failures. */
+ * kiln-train. Checks the rank environment (GPU and CPU slots among it), captured lines, metric
+ * points, exit codes, signals, reasons, stop orders (SIGTERM, then SIGKILL after the grace) and
+ * start failures. */
 #include "tests/agent/launch_fixture.h"
 
 #include <criterion/criterion.h>
@@ -54,7 +55,7 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         "trap '' TERM\n"
         "echo \"env rank=$KILN_RANK world=$KILN_WORLD_SIZE local=$KILN_LOCAL_RANK/$KILN_LOCAL_WORLD_SIZE "
         "node=$KILN_NODE_RANK/$KILN_NODES master=$KILN_MASTER_ADDR:$KILN_MASTER_PORT threads=$KILN_THREADS "
-        "omp=$OMP_NUM_THREADS job=$KILN_JOB_ID attempt=$KILN_ATTEMPT fd=$KILN_METRICS_FD dev=${KILN_DEVICE_ID:-none}\"\n"
+        "omp=$OMP_NUM_THREADS job=$KILN_JOB_ID attempt=$KILN_ATTEMPT fd=$KILN_METRICS_FD dev=${KILN_DEVICE_ID:-none} cpus=${KILN_CPUS:-any}\"\n"
         "echo \"paths $KILN_SPEC $KILN_CHECKPOINT_DIR $KILN_OUTPUT_DIR\"\n"
         "test -d \"$KILN_CHECKPOINT_DIR\" && test -d \"$KILN_OUTPUT_DIR\" && echo dirs-ok\n"
         "grep -q '\"model\"' \"$KILN_SPEC\" && echo spec-ok\n"
@@ -90,7 +91,7 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
     for (int rank = 4; rank <= 5; rank++) {
         char want[1024];
         snprintf(want, sizeof(want), "env rank=%d world=8 local=%d/2 node=1/2 master=10.0.0.7:29500 threads=2 "
-                 "omp=2 job=job-1 attempt=2 fd=3 dev=none", rank, rank - 4);
+                 "omp=2 job=job-1 attempt=2 fd=3 dev=none cpus=any", rank, rank - 4);
         const ev_line_t *e = lf_find_line(rank, "env ");
         cr_assert_not_null(e);
         cr_assert_str_eq(e->text, want);
@@ -305,6 +306,74 @@ Test(launch, gpu_slots_get_distinct_devices_and_assignment_threads_win)
     cr_assert_str_eq(l0->text, "dev=0 cuda=0 threads=3");
     cr_assert_str_eq(l1->text, "dev=1 cuda=1 threads=3");
     agent_launcher_destroy(l);
+}
+
+/* The first n CPUs this process may run on, as a list ("0,1"); false when it has fewer. */
+static bool first_cpus(int n, char *list, size_t len)
+{
+    cpu_set_t mine;
+    cr_assert_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    size_t off = 0;
+    list[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE && n > 0; c++)
+        if (CPU_ISSET(c, &mine)) {
+            off += (size_t)snprintf(list + off, len - off, "%s%d", off ? "," : "", c);
+            n--;
+        }
+    return n == 0;
+}
+
+Test(launch, cpu_slots_bind_each_rank_to_its_own_share_and_free_it_when_it_ends)
+{
+    char list[32], one[16];
+    if (!first_cpus(2, list, sizeof(list)))
+        cr_skip_test("needs 2 CPUs");
+    first_cpus(1, one, sizeof(one));
+    char *bin = lf_script("rank.sh", "echo \"cpus=$KILN_CPUS threads=$KILN_THREADS\"\n");
+    agent_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = 2, .cpus = list};
+    agent_launcher_t *l = lf_launcher_cfg(&cfg);
+    int32_t ranks[] = {0, 1};
+    Kiln__Assignment a = lf_assignment("job-c1", 1, ranks, 2, "{}");
+    cr_assert_eq(agent_launcher_start(l, &a, NULL), 0);
+    cr_assert(lf_wait_exits(2, 10000));
+    const ev_line_t *l0 = lf_find_line(0, "cpus="), *l1 = lf_find_line(1, "cpus=");
+    cr_assert_not_null(l0);
+    cr_assert_not_null(l1);
+    char want0[64], want1[64];
+    snprintf(want0, sizeof(want0), "cpus=%s threads=1", one);
+    snprintf(want1, sizeof(want1), "cpus=%s threads=1", strchr(list, ',') + 1);
+    cr_assert_str_eq(l0->text, want0, "one CPU a slot, one thread a rank");
+    cr_assert_str_eq(l1->text, want1, "the other slot's CPU");
+    /* the ranks have ended: their slots, and the CPUs with them, are free again */
+    int32_t next[] = {2};
+    Kiln__Assignment b = lf_assignment("job-c2", 1, next, 1, "{}");
+    cr_assert_eq(agent_launcher_start(l, &b, NULL), 0);
+    cr_assert(lf_wait_exits(3, 10000));
+    const ev_line_t *l2 = lf_find_line(2, "cpus=");
+    cr_assert_not_null(l2);
+    cr_assert_str_eq(l2->text, want0);
+    agent_launcher_destroy(l);
+}
+
+Test(launch, cpus_the_agent_may_not_run_on_or_too_few_for_its_slots_are_refused)
+{
+    char one[16];
+    first_cpus(1, one, sizeof(one));
+    agent_launch_cbs_t cbs = {0};
+    agent_launcher_t *l = NULL;
+    kiln_err_t err;
+    agent_launcher_config_t cfg = {.train_bin = "/bin/true", .work_dir = dir, .slots = 1, .cpus = "1000"};
+    cr_assert_eq(agent_launcher_create(&cfg, &cbs, &l, &err), KILN_EINVAL);
+    cr_assert_null(l);
+    cr_assert_str_eq(err.field, "cpus");
+    cr_assert(strstr(err.message, "--cpus names CPU(s) 1000"), "%s", err.message);
+    cfg.cpus = one;
+    cfg.slots = 2;
+    cr_assert_eq(agent_launcher_create(&cfg, &cbs, &l, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "1 CPU(s) for 2 slots"), "%s", err.message);
+    cfg.cpus = "first";
+    cr_assert_eq(agent_launcher_create(&cfg, &cbs, &l, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "\"0-3,8\""), "%s", err.message);
 }
 
 Test(launch, many_lines_arrive_complete_and_in_order)

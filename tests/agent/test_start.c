@@ -1,7 +1,8 @@
 /* test_start.c - what kiln-agent checks and keeps when it starts: its data roots (resolved; a
- * missing one, a file, or one holding the agent's own secrets refuses the start), its TLS
- * settings, its join token (never in a log, never left in its environment), and the credential
- * file it keeps in its work dir. The program itself runs where it matters. */
+ * missing one, a file, or one holding the agent's own secrets refuses the start), the CPUs it
+ * shares among its slots (--cpus), its TLS settings, its join token (never in a log, never left
+ * in its environment), and the credential file it keeps in its work dir. The program itself
+ * runs where it matters. */
 #include "agent/agent.h"
 #include "tests/common/harness.h"
 
@@ -162,6 +163,21 @@ Test(start, kiln_agent_refuses_roots_it_cannot_use_or_that_hold_its_secrets)
     cr_assert_eq(agent_run(tok, NULL, out, sizeof(out)), 2, "%s", out);
     cr_assert(strstr(out, "--data-root"), "%s", out);
     cr_assert_null(strstr(out, "tok-in-the-root"));
+}
+
+/* --cpus (or KILN_AGENT_CPUS) must name CPUs the agent may run on, one a slot at least. */
+Test(start, kiln_agent_refuses_cpus_it_cannot_give_its_slots)
+{
+    mkd("work");
+    char out[8192];
+    char *far[] = {"--server", "127.0.0.1:1", "--insecure", "--work-dir", (char *)t("work"), "--cpus", "1000", NULL};
+    cr_assert_eq(agent_run(far, NULL, out, sizeof(out)), 1, "%s", out);
+    cr_assert(strstr(out, "--cpus names CPU(s) 1000, which this process may not run on"), "%s", out);
+    char env_cpus[] = "KILN_AGENT_CPUS=0-x";
+    char *env[] = {env_cpus, NULL};
+    char *bad[] = {"--server", "127.0.0.1:1", "--insecure", "--work-dir", (char *)t("work"), NULL};
+    cr_assert_eq(agent_run(bad, env, out, sizeof(out)), 1, "%s", out);
+    cr_assert(strstr(out, "\"0-3,8\""), "%s", out);
 }
 
 Test(start, kiln_agent_refuses_conflicting_security_settings)

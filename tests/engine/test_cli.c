@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -197,6 +199,55 @@ Test(cli, sigterm_checkpoints_exits_143_and_resumes)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 143);
 }
 
+/* KILN_CPUS (an agent's --cpus): the rank binds itself before any thread starts, so every
+ * thread it has while training (OpenMP's, OpenBLAS's) runs only on the CPUs it was given, with 2
+ * threads on 1 CPU as much as with 1. */
+Test(cli, every_thread_of_a_rank_runs_on_the_cpus_it_was_given)
+{
+    cpu_set_t mine;
+    cr_assert_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &mine)) cpu++;
+    char env_spec[512], env_cpus[32], want[64];
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("bound", "100000"));
+    snprintf(env_cpus, sizeof(env_cpus), "KILN_CPUS=%d", cpu);
+    char *env[] = {env_spec, env_cpus, "KILN_THREADS=2", "KILN_PEAK_GFLOPS=100", NULL};
+    pid_t pid;
+    run_train("bound", env, &pid, false);
+    char lp[256];
+    snprintf(lp, sizeof(lp), "%s/bound.log", g_dir);
+    bool training = false;
+    for (int i = 0; i < 300 && !training; i++) {
+        char *log = read_text(lp);
+        training = strstr(log, "step 3/") != NULL;
+        free(log);
+        if (!training) usleep(50000);
+    }
+    cr_assert(training, "kiln-train did not start training");
+    char task[64];
+    snprintf(task, sizeof(task), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(task);
+    cr_assert_not_null(d);
+    int threads = 0;
+    snprintf(want, sizeof(want), "Cpus_allowed_list:\t%d\n", cpu);
+    for (struct dirent *de; (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char sp[sizeof(task) + sizeof(de->d_name) + 8];
+        snprintf(sp, sizeof(sp), "%s/%s/status", task, de->d_name);
+        char *st = read_text(sp);
+        cr_assert(strstr(st, want), "thread %s is not bound to CPU %d:\n%s", de->d_name, cpu, st);
+        free(st);
+        threads++;
+    }
+    closedir(d);
+    th_stop(pid, SIGKILL, 5000);
+    cr_assert_geq(threads, 2, "the rank's OpenMP thread is among them");
+    char *log = read_text(lp);
+    snprintf(want, sizeof(want), ", bound to CPUs %d\n", cpu);
+    cr_assert(strstr(log, want), "no \"%s\" in:\n%s", want, log);
+    free(log);
+}
+
 /* KILN_RESUME_FROM: a job started from another directory's checkpoint (its own directory holds
  * none); and bad values of the rank contract's variables are refused with exit 2, naming them. */
 Test(cli, resumes_from_another_directory_and_refuses_a_bad_contract)
@@ -221,7 +272,9 @@ Test(cli, resumes_from_another_directory_and_refuses_a_bad_contract)
 
     const char *bad[][2] = {{"KILN_RANK=abc", "KILN_RANK"},
                             {"KILN_COMM_WATCHDOG_S=0", "KILN_COMM_WATCHDOG_S"},
-                            {"KILN_METRICS_FD=-4", "KILN_METRICS_FD"}};
+                            {"KILN_METRICS_FD=-4", "KILN_METRICS_FD"},
+                            {"KILN_CPUS=1000", "KILN_CPUS"},
+                            {"KILN_CPUS=0-", "KILN_CPUS"}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char *env3[] = {env_spec, (char *)bad[i][0], NULL};
         char name[32];

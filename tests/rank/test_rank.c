@@ -1,6 +1,7 @@
 /* test_rank.c - the rank contract (rank/): the environment from the launcher's struct to an envp,
  * into a process environment and back; bad values refused naming the variable; secrets and the
- * launcher's own contract variables never passed on; data roots; metric records from the writer
+ * launcher's own contract variables never passed on; data roots; CPU lists read, written, cut
+ * into slot shares and bound to; metric records from the writer
  * through a pipe to the parser (exact doubles, NaN and infinities, escaped and long names);
  * exit codes and their meaning; shared-memory cleanup of exactly the given processes. */
 #include "rank/rank.h"
@@ -59,6 +60,7 @@ static void full_env(rank_env_t *e)
     e->device_id = 1;
     e->data_roots = "/srv/data,/mnt/ckpt";
     e->comm_watchdog_s = 2.5;
+    e->cpus = "2-3,6";
 }
 
 static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
@@ -82,6 +84,7 @@ static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
     cr_assert_eq(a->device_id, b->device_id);
     cr_assert_str_eq(a->data_roots, b->data_roots);
     cr_assert_eq(a->comm_watchdog_s, b->comm_watchdog_s);
+    cr_assert_str_eq(a->cpus, b->cpus);
 }
 
 Test(env, round_trip_through_envp_and_the_process_environment)
@@ -91,7 +94,7 @@ Test(env, round_trip_through_envp_and_the_process_environment)
     char *base[] = {"PATH=/usr/bin:/bin", "HOME=/root", "KILN_RANK=99", "KILN_RESUME_FROM=/elsewhere",
                     "KILN_DATA_ROOTS=/", "OMP_NUM_THREADS=64", "KILN_JOIN_TOKEN=kiln_join_x",
                     "KILN_JOIN_TOKEN_FILE=/etc/kiln/join.token", "KILN_TLS_KEY=/etc/kiln/agent.key",
-                    "my_api_token=abc", "DB_PASSWORD=pw", "KILN_DP_BUCKET_MB=4", NULL};
+                    "my_api_token=abc", "DB_PASSWORD=pw", "KILN_DP_BUCKET_MB=4", "KILN_CPUS=0-63", NULL};
     char **envp = NULL;
     kiln_err_t err;
     cr_assert_eq(rank_env_envp(&e, base, &envp, &err), 0, "%s", err.message);
@@ -109,6 +112,8 @@ Test(env, round_trip_through_envp_and_the_process_environment)
     cr_assert_str_eq(envp_get(envp, RANK_ENV_OMP_THREADS), "6", "OpenMP gets the rank's threads");
     cr_assert_str_eq(envp_get(envp, RANK_ENV_CUDA_DEVICES), "1");
     cr_assert_eq(envp_count(envp, RANK_ENV_OMP_THREADS), 1);
+    cr_assert_eq(envp_count(envp, RANK_ENV_CPUS), 1);
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_CPUS), "2-3,6", "the rank's share, not the launcher's own value");
 
     /* envp -> rank_env_t directly */
     cr_assert_eq(rank_env_parse(envp, &back, &err), 0, "%s", err.message);
@@ -140,12 +145,14 @@ Test(env, unset_means_a_rank_started_by_hand)
     cr_assert_eq(e.comm_watchdog_s, 0);
     cr_assert_null(e.spec);
     cr_assert_null(e.data_roots, "unset: no confinement");
+    cr_assert_null(e.cpus, "unset: not bound");
     /* what is unset stays unset on the way out */
     char **envp = NULL;
     cr_assert_eq(rank_env_envp(&d, NULL, &envp, &err), 0, "%s", err.message);
     for (const char *const *s = (const char *const[]){RANK_ENV_SPEC, RANK_ENV_METRICS_FD, RANK_ENV_THREADS,
                                                       RANK_ENV_DEVICE_ID, RANK_ENV_CUDA_DEVICES, RANK_ENV_DATA_ROOTS,
-                                                      RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_RESUME_FROM, NULL};
+                                                      RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_RESUME_FROM, RANK_ENV_CPUS,
+                                                      NULL};
          *s; s++)
         cr_assert_null(envp_get(envp, *s), "%s is set", *s);
     rank_envp_free(envp);
@@ -185,6 +192,14 @@ Test(env, bad_values_are_refused_naming_the_variable)
         {{"KILN_COMM_WATCHDOG_S=soon"}, "KILN_COMM_WATCHDOG_S"},
         {{"KILN_COMM_WATCHDOG_S=1e9"}, "KILN_COMM_WATCHDOG_S"},
         {{"KILN_COMM_WATCHDOG_S=nan"}, "KILN_COMM_WATCHDOG_S"},
+        {{"KILN_CPUS=all"}, "KILN_CPUS"},
+        {{"KILN_CPUS=3-1"}, "KILN_CPUS"},
+        {{"KILN_CPUS=0,"}, "KILN_CPUS"},
+        {{"KILN_CPUS=0-"}, "KILN_CPUS"},
+        {{"KILN_CPUS=-1"}, "KILN_CPUS"},
+        {{"KILN_CPUS=1 2"}, "KILN_CPUS"},
+        {{"KILN_CPUS=99999"}, "KILN_CPUS"},
+        {{"KILN_CPUS=0-99999999999999999999"}, "KILN_CPUS"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *envp[5] = {0};
@@ -211,6 +226,70 @@ Test(env, bad_values_are_refused_naming_the_variable)
     e.comm_watchdog_s = -1;
     cr_assert_eq(rank_env_envp(&e, NULL, &envp, &err), KILN_EINVAL);
     cr_assert_str_eq(err.field, RANK_ENV_COMM_WATCHDOG_S);
+}
+
+Test(cpus, lists_read_written_and_cut_into_slot_shares)
+{
+    cpu_set_t s, t;
+    kiln_err_t err;
+    char buf[64];
+    cr_assert_eq(rank_cpus_parse("0-3,8,10-11", "cpus", &s, &err), 0, "%s", err.message);
+    cr_assert_eq(CPU_COUNT(&s), 7);
+    cr_assert(CPU_ISSET(8, &s) && !CPU_ISSET(9, &s) && CPU_ISSET(11, &s));
+    cr_assert_str_eq(rank_cpus_format(&s, buf, sizeof(buf)), "0-3,8,10-11");
+    cr_assert_eq(rank_cpus_parse("5,3,4,4", "cpus", &t, &err), 0, "%s", err.message);
+    cr_assert_str_eq(rank_cpus_format(&t, buf, sizeof(buf)), "3-5", "order and repeats do not matter");
+    cr_assert_eq(rank_cpus_parse("", "cpus", &t, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "cpus");
+    cr_assert(strstr(err.message, "0-3,8"), "the message shows a list: %s", err.message);
+    cr_assert_eq(rank_cpus_parse("2-1", "cpus", &t, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "upwards"), "%s", err.message);
+
+    /* 7 CPUs in 3 shares: 3, 2 and 2, consecutive in ascending order, together all of them */
+    const char *want[] = {"0-2", "3,8", "10-11"};
+    cpu_set_t all_shares;
+    CPU_ZERO(&all_shares);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(rank_cpus_share(&s, 3, i, &t), i == 0 ? 3 : 2);
+        cr_assert_str_eq(rank_cpus_format(&t, buf, sizeof(buf)), want[i]);
+        cpu_set_t both;
+        CPU_AND(&both, &all_shares, &t);
+        cr_assert_eq(CPU_COUNT(&both), 0, "shares are disjoint");
+        CPU_OR(&all_shares, &all_shares, &t);
+    }
+    cr_assert(CPU_EQUAL(&all_shares, &s));
+    cr_assert_eq(rank_cpus_share(&s, 8, 0, &t), 0, "fewer CPUs than shares: none");
+    cr_assert_eq(rank_cpus_share(&s, 3, 3, &t), 0);
+    cr_assert_eq(rank_cpus_share(&s, 1, 0, &t), 7);
+    /* a buffer too small cuts the list, it never overflows */
+    char tiny[4];
+    cr_assert_eq(strlen(rank_cpus_format(&s, tiny, sizeof(tiny))), 3);
+}
+
+Test(cpus, a_rank_binds_every_thread_to_its_cpus_and_only_to_cpus_it_may_use)
+{
+    cpu_set_t mine, bound;
+    kiln_err_t err;
+    cr_assert_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    int first = -1;
+    for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+        if (CPU_ISSET(c, &mine))
+            first = c;
+    char list[16], buf[64];
+    snprintf(list, sizeof(list), "%d", first);
+    cr_assert_eq(rank_cpus_bind(list, &bound, &err), 0, "%s", err.message);
+    cr_assert_str_eq(rank_cpus_format(&bound, buf, sizeof(buf)), list, "the kernel's mask, read back");
+    cpu_set_t now;
+    cr_assert_eq(sched_getaffinity(0, sizeof(now), &now), 0);
+    cr_assert(CPU_EQUAL(&now, &bound));
+    /* a CPU outside the process's mask is refused, naming it and the ones allowed */
+    cr_assert_eq(rank_cpus_bind("1000", &bound, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, RANK_ENV_CPUS);
+    char allowed[64];
+    snprintf(allowed, sizeof(allowed), "(it may run on %s)", list);
+    cr_assert(strstr(err.message, "CPU(s) 1000") && strstr(err.message, allowed), "%s", err.message);
+    cr_assert_eq(rank_cpus_bind("x", &bound, &err), KILN_EINVAL);
+    cr_assert_eq(sched_setaffinity(0, sizeof(mine), &mine), 0, "the process's mask back");
 }
 
 Test(env, secrets)
