@@ -3,7 +3,9 @@
 # (bench/dp_bench.sh's configuration: L=4 H=4 C=256 V=256 T=128, 16 sequences per step,
 # bucket_mb 1, 1 thread per rank) in two network namespaces joined by a veth pair, over
 # libfabric tcp;ofi_rxm (the provider kiln uses between hosts), the link shaped with tc tbf to
-# each rate of DP_NETNS_RATES. For every rate, round by round (interleaved, so a load change on
+# each rate of DP_NETNS_RATES. Each emulated host has a CPU of its own: every process in namespace
+# A runs bound to the first CPU, every process in B to the second (KILN_CPUS, what kiln-agent
+# --cpus gives a slot's ranks), and the reference process, one host with both, to the two. For every rate, round by round (interleaved, so a load change on
 # the shared machine hits every configuration): one 2-thread process of the same configuration,
 # two independent 1-thread processes with a rank's half of the batch each, started together (what
 # the 2 ranks would reach if communication were free: the `nocomm` columns), the 2 ranks with
@@ -27,6 +29,9 @@
 #                          same rounds, for a before/after comparison (its all-reduce alone moves
 #                          this build's bucket plan)
 #   DP_NETNS_BATCH=16 DP_NETNS_BUCKET_MB=1
+#   DP_NETNS_BIND=0        no CPU binding: the kernel places every process on either CPU, so one
+#                          emulated host's threads also run on the other's CPU
+#   DP_NETNS_UNBOUND=1     also run the 2 ranks unbound in every round (the on_unbound columns)
 # The tbf of each direction: `rate R burst max(64 KiB, R x 1 ms) latency 8ms` (the queue holds
 # 8 ms at the rate): packets leave at the rate with no more than a millisecond's burst, as from
 # a real NIC, and a TCP stream keeps ~95% of the rate in both directions at once. Namespaces,
@@ -37,6 +42,8 @@ BUILD=${BUILD:-build}
 ROUNDS=${1:-3}
 STEPS=${2:-20}
 RATES=${DP_NETNS_RATES:-10gbit 1gbit 200mbit}
+BIND=${DP_NETNS_BIND:-1}
+UNBOUND=${DP_NETNS_UNBOUND:-0}
 DP_NETNS_BASE=${DP_NETNS_BASE:-}
 NICE=${DP_NETNS_NICE:-0}
 G=${DP_NETNS_BATCH:-16}
@@ -75,6 +82,16 @@ if [ "$NICE" != 0 ] && [ -w /proc/$$/autogroup ]; then
   AUTOGROUP_WAS=$(sed -n 's/.* nice \(-\{0,1\}[0-9]*\)$/\1/p' /proc/$$/autogroup)
   echo "$NICE" > /proc/$$/autogroup || AUTOGROUP_WAS=
 fi
+
+# the first two CPUs this script may run on: host A's, host B's
+read -r CPU_A CPU_B _ < <(awk '/^Cpus_allowed_list/ { n = split($2, p, ","); o = "";
+  for (i = 1; i <= n; i++) { m = split(p[i], r, "-"); hi = m > 1 ? r[2] : r[1]; for (c = r[1]; c <= hi; c++) o = o " " c }
+  print o }' /proc/self/status)
+[ -n "$CPU_B" ] || { [ "$BIND" = 0 ] || { echo "dp_netns.sh: needs 2 CPUs to give each emulated host its own (DP_NETNS_BIND=0 runs unbound)" >&2; exit 1; }; }
+cpus_of() { # $1 = a, b or both: KILN_CPUS=... for that host's processes (nothing unbound)
+  [ "$BIND" = 1 ] || return 0
+  case $1 in a) echo "KILN_CPUS=$CPU_A" ;; b) echo "KILN_CPUS=$CPU_B" ;; both) echo "KILN_CPUS=$CPU_A,$CPU_B" ;; esac
+}
 
 ip netns add "$NSA" && ip netns add "$NSB" &&
   ip link add "$VA" netns "$NSA" type veth peer name "$VB" netns "$NSB" &&
@@ -142,7 +159,7 @@ median_tps() {
 # Every run sets globals (no $(...) subshells, so a failure stops the script and the cleanup
 # sees the processes it must stop).
 run_single() { # $1 = log; sets TPS
-  KILN_PEAK_GFLOPS=100 nice -n "$NICE" "$TRAIN" --spec "$WORK/spec.json" --threads 2 > "$1" 2>&1 &
+  env $(cpus_of both) KILN_PEAK_GFLOPS=100 nice -n "$NICE" "$TRAIN" --spec "$WORK/spec.json" --threads 2 > "$1" 2>&1 &
   PIDS=($!)
   wait "${PIDS[@]}" || { echo "dp_netns.sh: the 1-process run failed: $(tail -n 3 "$1")" >&2; exit 1; }
   PIDS=()
@@ -153,7 +170,8 @@ run_nocomm() { # $1 = tag; sets TPS (the two processes' tokens/s added)
   local r failed=0
   PIDS=()
   for r in 0 1; do
-    KILN_PEAK_GFLOPS=100 nice -n "$NICE" "$TRAIN" --spec "$WORK/half.json" --threads 1 > "$WORK/$1.p$r.log" 2>&1 &
+    env $(cpus_of "$([ $r = 0 ] && echo a || echo b)") KILN_PEAK_GFLOPS=100 nice -n "$NICE" "$TRAIN" \
+      --spec "$WORK/half.json" --threads 1 > "$WORK/$1.p$r.log" 2>&1 &
     PIDS+=($!)
   done
   for r in "${PIDS[@]}"; do wait "$r" || failed=1; done
@@ -162,13 +180,16 @@ run_nocomm() { # $1 = tag; sets TPS (the two processes' tokens/s added)
   TPS=$(awk -v a="$(median_tps "$WORK/$1.p0.log")" -v b="$(median_tps "$WORK/$1.p1.log")" 'BEGIN { print a + b }')
 }
 
-run_pair() { # $1 = tag, rest: env assignments and command; rank 0 in A, rank 1 in B
-  local tag=$1 r ns port=$((30000 + RANDOM % 20000)) failed=0
+PAIR_BIND=1
+run_pair() { # $1 = tag, rest: env assignments and command; rank 0 in A, rank 1 in B (bound to
+  # their host's CPU unless PAIR_BIND=0)
+  local tag=$1 r ns host port=$((30000 + RANDOM % 20000)) failed=0 cpus
   shift
   PIDS=()
   for r in 1 0; do
-    ns=$NSB; [ $r = 0 ] && ns=$NSA
-    ip netns exec "$ns" env KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_LOCAL_RANK=0 KILN_MASTER_ADDR="$ADDRA" \
+    ns=$NSB host=b; [ $r = 0 ] && ns=$NSA host=a
+    cpus=; [ "$PAIR_BIND" = 1 ] && cpus=$(cpus_of $host)
+    ip netns exec "$ns" env $cpus KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_LOCAL_RANK=0 KILN_MASTER_ADDR="$ADDRA" \
       KILN_MASTER_PORT=$port KILN_COMM_PROVIDER=tcp KILN_COMM_TIMEOUT_S=120 \
       nice -n "$NICE" env "$@" > "$WORK/$tag.r$r.log" 2>&1 &
     PIDS+=($!)
@@ -200,10 +221,12 @@ run_comm() { # $1 = tag; sets AR (median all-reduce rate in MB/s)
 med() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print 0 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f%%", (b > 0 ? 100 * a / b : 0) }'; }
 
-row() { # round rate build 1x2 on on_wait off off_wait ar link zero nocomm
-  printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s\n" "$1" "$2" "$3" "$4" "${12}" \
+row() { # round rate build 1x2 on on_wait off off_wait ar link zero nocomm [unbound]
+  printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s" "$1" "$2" "$3" "$4" "${12}" \
     "$(pct "${12}" "$4")" "$5" "$(pct "$5" "$4")" "$6" "$7" "$(pct "$7" "$4")" "$8" "${11}" "$(pct "${11}" "$4")" \
     "$9" "$(pct "$9" "$(awk -v l="${10}" 'BEGIN { print l / 1e6 }')")"
+  [ "$UNBOUND" = 1 ] && printf " %10s %7s" "${13}" "$(pct "${13}" "$4")"
+  echo
 }
 
 BUILDS=this
@@ -221,14 +244,18 @@ echo "# $(date -u +%FT%TZ) $(uname -n): $(grep -m1 'model name' /proc/cpuinfo | 
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg); niceness $NICE$([ -n "$AUTOGROUP_WAS" ] && echo " (and this session's autogroup)")"
 echo "# small GPT L=4 H=4 C=256 V=256 T=128, global batch $G, $STEPS steps, bucket_mb $BUCKET ($NBUCKETS buckets, $GRAD_BYTES bytes)"
 echo "# 2 ranks x 1 thread in namespaces $NSA/$NSB over tcp;ofi_rxm; 1 process x 2 threads for reference"
+if [ "$BIND" = 1 ]; then echo "# CPUs: namespace A's processes on CPU $CPU_A, B's on CPU $CPU_B, the reference on both (KILN_CPUS)"
+else echo "# CPUs: unbound (DP_NETNS_BIND=0)"; fi
 [ -n "${DP_NETNS_BASE:-}" ] && echo "# build \"base\": $DP_NETNS_BASE (ranks and all-reduce only; the 1x2 reference is this build's)"
 echo "# nocomm: 2 independent 1-thread processes, half the batch each (no communication; this build);"
 echo "# on/off: gradient overlap; wait_s: rank 0's wait for gradients per step; zero: ZeRO-1 (overlap on);"
-echo "# ar: the gradient's buckets all-reduced alone"
-printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s\n" round rate build "1x2_tok/s" \
+echo "# ar: the gradient's buckets all-reduced alone$([ "$UNBOUND" = 1 ] && echo "; unb: overlap on, the ranks unbound")"
+printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s" round rate build "1x2_tok/s" \
   "nocomm_tok/s" "nocomm_%" "on_tok/s" "on_%" "on_wait_s" "off_tok/s" "off_%" "off_wait_s" "zero_tok/s" "zero_%" \
   "ar_MB/s" "ar_%"
-declare -A S P O OW N NW A Z
+[ "$UNBOUND" = 1 ] && printf " %10s %7s" "unb_tok/s" "unb_%"
+echo
+declare -A S P O OW N NW A Z U
 for i in $(seq 1 "$ROUNDS"); do
   for rate in $RATES; do
     shape "$rate"
@@ -244,9 +271,11 @@ for i in $(seq 1 "$ROUNDS"); do
       run_dp 0 "off.$i.$rate.$b"; n=$TPS nw=$WAIT
       run_dp 1 "zero.$i.$rate.$b" 1; z=$TPS
       run_comm "comm.$i.$rate.$b"; a=$AR
-      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z" "$p"
+      u=
+      if [ "$UNBOUND" = 1 ]; then PAIR_BIND=0; run_dp 1 "unb.$i.$rate.$b"; u=$TPS; PAIR_BIND=1; fi
+      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z" "$p" "$u"
       O[$k]="${O[$k]:-} $o"; OW[$k]="${OW[$k]:-} $ow"; N[$k]="${N[$k]:-} $n"; NW[$k]="${NW[$k]:-} $nw"
-      A[$k]="${A[$k]:-} $a"; Z[$k]="${Z[$k]:-} $z"
+      A[$k]="${A[$k]:-} $a"; Z[$k]="${Z[$k]:-} $z"; U[$k]="${U[$k]:-} $u"
     done
   done
 done
@@ -256,7 +285,7 @@ for rate in $RATES; do
     k="$rate $b"
     row median "$rate" "$b" "$(echo "${S[$rate]}" | med)" "$(echo "${O[$k]}" | med)" "$(echo "${OW[$k]}" | med)" \
       "$(echo "${N[$k]}" | med)" "$(echo "${NW[$k]}" | med)" "$(echo "${A[$k]}" | med)" "$(rate_bps "$rate")" \
-      "$(echo "${Z[$k]}" | med)" "$(echo "${P[$rate]}" | med)"
+      "$(echo "${Z[$k]}" | med)" "$(echo "${P[$rate]}" | med)" "$(echo "${U[$k]:-}" | med)"
   done
 done
 echo "# tbf per direction: rate R burst max(65536, R/1000 bytes) latency 8ms; link MB/s = R/8/1e6"
