@@ -26,8 +26,11 @@ CFLAGS_COMMON += -Werror
 endif
 CFLAGS := $(CFLAGS_COMMON) $(OPT)
 # The engine's kernels want the machine's vector units and OpenMP (shared with OpenBLAS's
-# OpenMP build, so there is one thread pool in the process).
-ENGINE_CFLAGS := $(CFLAGS_COMMON) -O3 -march=native -fopenmp
+# OpenMP build, so there is one thread pool in the process). -fno-math-errno: nothing in the
+# engine reads errno after a math function, and with errno to set GCC cannot vectorize a loop
+# holding sqrtf (AdamW ran scalar: 180 ms a step for GPT-2 124M's parameters, 49 ms vectorized;
+# the same bits either way, sqrt being correctly rounded).
+ENGINE_CFLAGS := $(CFLAGS_COMMON) -O3 -march=native -fopenmp -fno-math-errno
 
 LDLIBS := -Wl,--as-needed -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) \
 	$(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgrpc -lgpr \
