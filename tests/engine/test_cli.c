@@ -161,23 +161,35 @@ Test(cli, trains_with_metrics_and_samples)
     cr_assert_eq(access(sp, F_OK), 0, "final checkpoint missing");
 }
 
+/* Starts kiln-train as `name` without waiting for it and returns its pid once its log shows step
+ * 3 (*training), or after 15 s without (!*training). */
+static pid_t train_until_step3(const char *name, char *const env[], bool *training)
+{
+    pid_t pid;
+    run_train(name, env, &pid, false);
+    char lp[256];
+    snprintf(lp, sizeof(lp), "%s/%s.log", g_dir, name);
+    *training = false;
+    for (int i = 0; i < 300 && !*training; i++) {
+        char *log = read_text(lp);
+        *training = strstr(log, "step 3/") != NULL;
+        free(log);
+        if (!*training) usleep(50000);
+    }
+    return pid;
+}
+
 Test(cli, sigterm_checkpoints_exits_143_and_resumes)
 {
     char env_spec[512], env_ck[256];
     snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("long", "100000"));
     snprintf(env_ck, sizeof(env_ck), "KILN_CHECKPOINT_DIR=%s/ck", g_dir);
     char *env[] = {env_spec, env_ck, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
-    pid_t pid;
-    run_train("long", env, &pid, false);
+    bool training;
+    pid_t pid = train_until_step3("long", env, &training);
     char lp[256];
     snprintf(lp, sizeof(lp), "%s/long.log", g_dir);
-    for (int i = 0; i < 300; i++) { /* wait until it is training */
-        char *log = read_text(lp);
-        bool training = strstr(log, "step 3/") != NULL;
-        free(log);
-        if (training) break;
-        usleep(50000);
-    }
+    cr_assert(training, "kiln-train did not start training");
     int status = th_stop(pid, SIGTERM, 20000);
     char *log = read_text(lp);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %d, log:\n%s", status, log);
@@ -212,17 +224,10 @@ Test(cli, every_thread_of_a_rank_runs_on_the_cpus_it_was_given)
     snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("bound", "100000"));
     snprintf(env_cpus, sizeof(env_cpus), "KILN_CPUS=%d", cpu);
     char *env[] = {env_spec, env_cpus, "KILN_THREADS=2", "KILN_PEAK_GFLOPS=100", NULL};
-    pid_t pid;
-    run_train("bound", env, &pid, false);
+    bool training;
+    pid_t pid = train_until_step3("bound", env, &training);
     char lp[256];
     snprintf(lp, sizeof(lp), "%s/bound.log", g_dir);
-    bool training = false;
-    for (int i = 0; i < 300 && !training; i++) {
-        char *log = read_text(lp);
-        training = strstr(log, "step 3/") != NULL;
-        free(log);
-        if (!training) usleep(50000);
-    }
     cr_assert(training, "kiln-train did not start training");
     char task[64];
     snprintf(task, sizeof(task), "/proc/%d/task", (int)pid);
