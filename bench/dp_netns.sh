@@ -241,6 +241,7 @@ use_build() {
 }
 
 echo "# $(date -u +%FT%TZ) $(uname -n): $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
+echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset: OpenBLAS picks its kernels for this CPU)}"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg); niceness $NICE$([ -n "$AUTOGROUP_WAS" ] && echo " (and this session's autogroup)")"
 echo "# small GPT L=4 H=4 C=256 V=256 T=128, global batch $G, $STEPS steps, bucket_mb $BUCKET ($NBUCKETS buckets, $GRAD_BYTES bytes)"
 echo "# 2 ranks x 1 thread in namespaces $NSA/$NSB over tcp;ofi_rxm; 1 process x 2 threads for reference"

@@ -16,6 +16,7 @@ make --no-print-directory BUILD="$BUILD" "$BUILD/bench/engine_bench" >/dev/null 
 out=$(mktemp /tmp/kiln-precision.XXXXXX)
 {
   echo "# $(date -u +%FT%TZ) $(uname -n) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
+  echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset: OpenBLAS picks its kernels for this CPU)}"
   echo "# cpu flags: $(grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512_bf16|amx_bf16|amx_tile)$' | xargs)"
   echo "# load before: $(cat /proc/loadavg)"
   for cfg in small 124m; do
