@@ -116,8 +116,8 @@ int rank_cpus_bind(const char *list, cpu_set_t *bound, kiln_err_t *err)
         struct dirent *de;
         while ((de = readdir(d))) {
             pid_t tid = (pid_t)atoi(de->d_name);
-            if (tid > 0 && sched_setaffinity(tid, sizeof(want), &want) != 0)
-                bad = errno;
+            if (tid > 0 && sched_setaffinity(tid, sizeof(want), &want) != 0 && errno != ESRCH)
+                bad = errno; /* ESRCH: the thread has ended since */
         }
         closedir(d);
     }
