@@ -161,22 +161,21 @@ Test(cli, trains_with_metrics_and_samples)
     cr_assert_eq(access(sp, F_OK), 0, "final checkpoint missing");
 }
 
-/* Starts kiln-train as `name` without waiting for it and returns its pid once its log shows step
- * 3 (*training), or after 15 s without (!*training). */
-static pid_t train_until_step3(const char *name, char *const env[], bool *training)
+/* Starts kiln-train as `name` without waiting for it (*pid); true once its log holds `want`,
+ * false when 15 s pass without. */
+static bool train_until(const char *name, char *const env[], const char *want, pid_t *pid)
 {
-    pid_t pid;
-    run_train(name, env, &pid, false);
+    run_train(name, env, pid, false);
     char lp[256];
     snprintf(lp, sizeof(lp), "%s/%s.log", g_dir, name);
-    *training = false;
-    for (int i = 0; i < 300 && !*training; i++) {
+    bool seen = false;
+    for (int i = 0; i < 300 && !seen; i++) {
         char *log = read_text(lp);
-        *training = strstr(log, "step 3/") != NULL;
+        seen = strstr(log, want) != NULL;
         free(log);
-        if (!*training) usleep(50000);
+        if (!seen) usleep(50000);
     }
-    return pid;
+    return seen;
 }
 
 Test(cli, sigterm_checkpoints_exits_143_and_resumes)
@@ -185,35 +184,27 @@ Test(cli, sigterm_checkpoints_exits_143_and_resumes)
     snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("long", "100000"));
     snprintf(env_ck, sizeof(env_ck), "KILN_CHECKPOINT_DIR=%s/ck", g_dir);
     char *env[] = {env_spec, env_ck, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
-    bool training;
-    pid_t pid = train_until_step3("long", env, &training);
+    pid_t pid;
+    bool training = train_until("long", env, "step 3/", &pid);
+    int status = th_stop(pid, SIGTERM, 20000);
+    cr_assert(training, "kiln-train did not start training");
     char lp[256];
     snprintf(lp, sizeof(lp), "%s/long.log", g_dir);
-    cr_assert(training, "kiln-train did not start training");
-    int status = th_stop(pid, SIGTERM, 20000);
     char *log = read_text(lp);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 143, "status %d, log:\n%s", status, log);
     cr_assert(strstr(log, "stopping at step"), "%s", log);
     free(log);
     /* restart: resumes from the checkpoint */
     pid_t pid2;
-    run_train("long2", env, &pid2, false);
-    snprintf(lp, sizeof(lp), "%s/long2.log", g_dir);
-    bool resumed = false;
-    for (int i = 0; i < 300 && !resumed; i++) {
-        char *l2 = read_text(lp);
-        resumed = strstr(l2, "resumed from") != NULL;
-        free(l2);
-        if (!resumed) usleep(50000);
-    }
+    bool resumed = train_until("long2", env, "resumed from", &pid2);
     status = th_stop(pid2, SIGTERM, 20000);
     cr_assert(resumed, "restart did not resume");
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 143);
 }
 
 /* KILN_CPUS (an agent's --cpus): the rank binds itself before any thread starts, so every
- * thread it has while training (OpenMP's, OpenBLAS's) runs only on the CPUs it was given, with 2
- * threads on 1 CPU as much as with 1. */
+ * thread it has while training (OpenMP's, OpenBLAS's; 2 threads here) runs only on the CPU it
+ * was given. */
 Test(cli, every_thread_of_a_rank_runs_on_the_cpus_it_was_given)
 {
     cpu_set_t mine;
@@ -224,11 +215,13 @@ Test(cli, every_thread_of_a_rank_runs_on_the_cpus_it_was_given)
     snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("bound", "100000"));
     snprintf(env_cpus, sizeof(env_cpus), "KILN_CPUS=%d", cpu);
     char *env[] = {env_spec, env_cpus, "KILN_THREADS=2", "KILN_PEAK_GFLOPS=100", NULL};
-    bool training;
-    pid_t pid = train_until_step3("bound", env, &training);
+    pid_t pid;
+    if (!train_until("bound", env, "step 3/", &pid)) {
+        th_stop(pid, SIGKILL, 5000);
+        cr_assert_fail("kiln-train did not start training");
+    }
     char lp[256];
     snprintf(lp, sizeof(lp), "%s/bound.log", g_dir);
-    cr_assert(training, "kiln-train did not start training");
     char task[64];
     snprintf(task, sizeof(task), "/proc/%d/task", (int)pid);
     DIR *d = opendir(task);
