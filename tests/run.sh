@@ -93,6 +93,13 @@ if [ ${#bad_bins[@]} -ne 0 ]; then
     echo "---- $b: last lines ----"
     tail -n 15 "$log" | cut -c1-400
   done
+  # and last of all, shortest: each failed test with the first line of why
+  for b in "${bad_bins[@]}"; do
+    log="$logdir/${b%(*}.log"
+    echo "---- $b: in short ----"
+    grep -aE -A2 '\[FAIL\]|:[0-9]+: Assertion Failed|Timed out|ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|^\s*not ok' "$log" \
+      | grep -avE '^\[----\]\s*$|^--$|Synthesis' | cut -c1-300 | head -n 8
+  done
   echo "failing: ${bad_bins[*]} (logs in $logdir)"
 fi
 echo "tests: $passed passed, $failed failed"
