@@ -603,6 +603,14 @@ double eng_measure_peak_gflops(void);
  * Both are read once when the libraries load, so a main() that gets true back should re-exec
  * itself (execv("/proc/self/exe", argv)) before doing anything else. Not thread-safe. */
 bool eng_cpu_tune_env(void);
+/* Whether OPENBLAS_CORETYPE's value coretype holds OpenBLAS to kernels without AVX-512 on a CPU
+ * whose AVX-512 (avx512) they would run faster: any core type but SkylakeX, Cooperlake and
+ * SapphireRapids, except on AMD family 19h (amd_19h), where eng_cpu_tune_env picks the AVX2 "Zen"
+ * kernels itself. On an AMD Zen 5 Haswell's kernels made the fp32 step of the small
+ * configuration 1.65x slower (bench/RESULTS.md). NULL or "" (unset) never holds back. */
+bool eng_coretype_holds_back(const char *coretype, bool avx512, bool amd_19h);
+/* The same for this process's OPENBLAS_CORETYPE and CPU (kiln-train says so at start). */
+bool eng_cpu_coretype_holds_back(void);
 /* Peak resident memory of the process in MiB (getrusage). */
 double eng_peak_mem_mb(void);
 

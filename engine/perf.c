@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -95,6 +96,32 @@ static bool amd_family_19h(void)
     unsigned family = (a >> 8) & 0xf;
     if (family == 0xf) family += (a >> 20) & 0xff;
     return family == 0x19;
+}
+
+/* AVX-512 usable: the CPU has AVX512F (CPUID.(EAX=7,ECX=0):EBX bit 16) and the OS saves its
+ * state (XCR0 bits 5-7 with SSE and AVX, under OSXSAVE). */
+static bool cpu_avx512(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !(c & (1u << 27))) return false;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0xe6) != 0xe6) return false;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 16));
+}
+
+bool eng_coretype_holds_back(const char *coretype, bool avx512, bool amd_19h)
+{
+    if (!coretype || !coretype[0] || !avx512 || amd_19h) return false;
+    static const char *const with_avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    for (size_t i = 0; i < sizeof(with_avx512) / sizeof(with_avx512[0]); i++)
+        if (!strcasecmp(coretype, with_avx512[i])) return false;
+    return true;
+}
+
+bool eng_cpu_coretype_holds_back(void)
+{
+    return eng_coretype_holds_back(getenv("OPENBLAS_CORETYPE"), cpu_avx512(), amd_family_19h());
 }
 
 bool eng_cpu_tune_env(void)

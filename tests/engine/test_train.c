@@ -1,7 +1,8 @@
 /* test_train.c - the training loop end to end through eng_train_run on real data: a fixed seed
  * gives identical losses twice, a run stopped at step k and resumed equals the uninterrupted run
  * bit for bit, validation loss on tinyshakespeare falls below a stated value, the MLP learns
- * its synthetic task, and the schedule and batch-geometry checks hold. */
+ * its synthetic task, the schedule and batch-geometry checks hold, and an
+ * OPENBLAS_CORETYPE that holds back an AVX-512 CPU is recognised. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -317,4 +318,19 @@ Test(train, init_from_a_job_reads_the_fetched_model)
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* kiln-train says when the operator's OPENBLAS_CORETYPE holds OpenBLAS to kernels slower than
+ * the CPU could run: a core type without AVX-512 on a CPU with it, except on AMD family 19h. */
+Test(cpu_env, a_coretype_without_avx512_is_named_only_where_the_cpu_could_do_better)
+{
+    cr_assert(eng_coretype_holds_back("Haswell", true, false));
+    cr_assert(eng_coretype_holds_back("Zen", true, false), "Zen's kernels on an AVX-512 CPU that is not a Zen 3/4");
+    cr_assert(!eng_coretype_holds_back("Zen", true, true), "on AMD family 19h kiln picks Zen itself");
+    cr_assert(!eng_coretype_holds_back("Haswell", false, false), "a CPU without AVX-512 loses nothing");
+    cr_assert(!eng_coretype_holds_back("SkylakeX", true, false));
+    cr_assert(!eng_coretype_holds_back("cooperlake", true, false), "OpenBLAS reads the name in any case");
+    cr_assert(!eng_coretype_holds_back("SapphireRapids", true, false));
+    cr_assert(!eng_coretype_holds_back(NULL, true, false), "unset: OpenBLAS chooses");
+    cr_assert(!eng_coretype_holds_back("", true, false));
 }
