@@ -775,10 +775,7 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     a->work_dir = strdup(cfg->work_dir ? cfg->work_dir : "/tmp/kiln-agent");
     a->train_bin = strdup(cfg->train_bin ? cfg->train_bin : "kiln-train");
     a->slots = cfg->slots > 0 ? cfg->slots : 1;
-    a->cores = cfg->cores > 0 ? cfg->cores : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t cpus;
-    if (cfg->cores <= 0 && cfg->cpus && cfg->cpus[0] && rank_cpus_parse(cfg->cpus, "cpus", &cpus, NULL) == 0)
-        a->cores = CPU_COUNT(&cpus); /* a bad list is refused with the launcher */
+    a->cores = cfg->cores; /* the launcher's count once it exists (agent_launcher_cores) */
     a->stop_grace_ms = cfg->stop_grace_ms > 0 ? cfg->stop_grace_ms : 10000;
     a->hb_interval_ms = 1000;
     pthread_cond_init(&a->start_cv, NULL);
@@ -880,6 +877,7 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
                                .on_exit = cb_exit, .ud = a};
     if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
         goto fail;
+    a->cores = agent_launcher_cores(a->launcher);
     xfer_env_t xe = {.rpc = a->rpc, .ob = &a->ob, .work_dir = a->work_dir,
                      .auth_md = xfer_auth_md, .unauthenticated = xfer_unauthenticated, .draining = xfer_draining,
                      .worker_id = xfer_worker_id, .start = xfer_start, .ud = a};

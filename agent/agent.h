@@ -188,6 +188,9 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
 /* Kills every remaining rank (SIGKILL to its group), reaps it, stops the thread. Accepts NULL.
  * Exits of ranks killed here are not delivered. */
 void agent_launcher_destroy(agent_launcher_t *l);
+/* The CPU cores its ranks share: the config's cores, else the --cpus count, else the online
+ * processors (at least 1). */
+int agent_launcher_cores(const agent_launcher_t *l);
 
 /* Launches one assignment. First the checks, before anything is written or started: every
  * a->read_paths entry must be absolute and resolve inside a data root; a->checkpoint_dir ("":

@@ -557,6 +557,11 @@ fail:
     return err ? err->status : KILN_EIO;
 }
 
+int agent_launcher_cores(const agent_launcher_t *l)
+{
+    return l->cores;
+}
+
 void agent_launcher_destroy(agent_launcher_t *l)
 {
     if (!l)
