@@ -45,9 +45,8 @@ run_single() { # 1 rank x 2 threads
 }
 
 # the first two CPUs this script may run on, one for each rank when they are bound
-read -r CPU0 CPU1 _ < <(awk '/^Cpus_allowed_list/ { n = split($2, p, ","); o = "";
-  for (i = 1; i <= n; i++) { m = split(p[i], r, "-"); hi = m > 1 ? r[2] : r[1]; for (c = r[1]; c <= hi; c++) o = o " " c }
-  print o }' /proc/self/status)
+source bench/cpus.sh
+read -r CPU0 CPU1 _ < <(allowed_cpus)
 
 run_dp() { # $1 = overlap 1|0, $2 = bound 1|0 (default 0); 2 ranks x 1 thread over shm
   local port=$((30000 + RANDOM % 20000)) r tag=$1${2:-0} cpus

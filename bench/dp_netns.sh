@@ -84,9 +84,8 @@ if [ "$NICE" != 0 ] && [ -w /proc/$$/autogroup ]; then
 fi
 
 # the first two CPUs this script may run on: host A's, host B's
-read -r CPU_A CPU_B _ < <(awk '/^Cpus_allowed_list/ { n = split($2, p, ","); o = "";
-  for (i = 1; i <= n; i++) { m = split(p[i], r, "-"); hi = m > 1 ? r[2] : r[1]; for (c = r[1]; c <= hi; c++) o = o " " c }
-  print o }' /proc/self/status)
+source bench/cpus.sh
+read -r CPU_A CPU_B _ < <(allowed_cpus)
 [ -n "$CPU_B" ] || { [ "$BIND" = 0 ] || { echo "dp_netns.sh: needs 2 CPUs to give each emulated host its own (DP_NETNS_BIND=0 runs unbound)" >&2; exit 1; }; }
 cpus_of() { # $1 = a, b or both: KILN_CPUS=... for that host's processes (nothing unbound)
   [ "$BIND" = 1 ] || return 0
