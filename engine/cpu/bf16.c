@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/bf16.h"
 #include "engine/cpu/cpu_int.h"
 
 /* ---- the machine ---------------------------------------------------------------------------- */
@@ -45,16 +46,11 @@ static int bf16_available(kiln_err_t *err)
 
 /* ---- rounding ------------------------------------------------------------------------------- */
 
-/* Round to nearest even on the bit pattern; NaNs stay NaNs (quiet). */
 static void bf16_from_f32(uint16_t *dst, const float *src, size_t n)
 {
-    const uint32_t *u = (const uint32_t *)src;
 #pragma omp parallel for simd schedule(static) if (n > (1u << 16))
-    for (size_t i = 0; i < n; i++) {
-        uint32_t x = u[i];
-        uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-        dst[i] = (x & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((x >> 16) | 0x40u) : (uint16_t)r;
-    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = eng_bf16_round(src[i]);
 }
 
 /* ---- oneDNN --------------------------------------------------------------------------------- */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#include "engine/bf16.h"
 #include "engine/cpu/cpu_int.h"
 
 void openblas_set_num_threads(int num_threads);
@@ -810,12 +811,8 @@ static inline void adamw_body(float *param, uint16_t *wbf, const float *grad, fl
         float p = param[i];
         p = p - lr * ((mi * ibc1) / (sqrtf(vi * ibc2) + eps) + wd * p);
         param[i] = p;
-        if (wbf) {
-            union { float f; uint32_t u; } x = {p};
-            wbf[i] = (x.u & 0x7fffffffu) > 0x7f800000u
-                         ? (uint16_t)((x.u >> 16) | 0x40u)
-                         : (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
-        }
+        if (wbf)
+            wbf[i] = eng_bf16_round(p);
     }
 }
 

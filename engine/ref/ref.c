@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/bf16.h"
 
 static void *ref_alloc(size_t bytes)
 {
@@ -327,25 +328,9 @@ static int ref_bf16_available(kiln_err_t *err)
     return 0;
 }
 
-static uint16_t bf16_round(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof(x));
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* NaN */
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-static double bf16_value(uint16_t h)
-{
-    uint32_t x = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &x, sizeof(f));
-    return f;
-}
-
 static void ref_bf16_from_f32(uint16_t *dst, const float *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+    for (size_t i = 0; i < n; i++) dst[i] = eng_bf16_round(src[i]);
 }
 
 static void ref_bf16_matmul_forward(float *out, const uint16_t *inp, const uint16_t *w,
@@ -355,7 +340,7 @@ static void ref_bf16_matmul_forward(float *out, const uint16_t *inp, const uint1
         for (int o = 0; o < OC; o++) {
             double acc = bias ? bias[o] : 0.0;
             for (int c = 0; c < C; c++)
-                acc += bf16_value(inp[(size_t)i * C + c]) * bf16_value(w[(size_t)o * C + c]);
+                acc += eng_bf16_value(inp[(size_t)i * C + c]) * eng_bf16_value(w[(size_t)o * C + c]);
             out[(size_t)i * OC + o] = (float)acc;
         }
 }
@@ -369,14 +354,14 @@ static void ref_bf16_matmul_backward(float *dinp, float *dw, float *dbias, const
             for (int c = 0; c < C; c++) {
                 double acc = 0;
                 for (int o = 0; o < OC; o++)
-                    acc += bf16_value(dout_bf[(size_t)i * OC + o]) * bf16_value(w[(size_t)o * C + c]);
+                    acc += eng_bf16_value(dout_bf[(size_t)i * OC + o]) * eng_bf16_value(w[(size_t)o * C + c]);
                 dinp[(size_t)i * C + c] = (float)acc;
             }
     for (int o = 0; o < OC; o++) {
         for (int c = 0; dw && c < C; c++) {
             double acc = 0;
             for (int i = 0; i < N; i++)
-                acc += bf16_value(dout_bf[(size_t)i * OC + o]) * bf16_value(inp[(size_t)i * C + c]);
+                acc += eng_bf16_value(dout_bf[(size_t)i * OC + o]) * eng_bf16_value(inp[(size_t)i * C + c]);
             dw[(size_t)o * C + c] += (float)acc;
         }
         if (dbias) {

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#include "engine/bf16.h"
 #include "engine/engine.h"
 
 static const eng_backend_t *G;      /* the CUDA backend */
@@ -143,22 +144,6 @@ static float *hget(const void *d, size_t n)
     return h;
 }
 
-/* bf16 on the host: round to nearest even, and back. */
-static uint16_t to_bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static uint16_t *dev_bf_nan(size_t n)
 {
     uint16_t *b = th(malloc(2 * (n ? n : 1)));
@@ -170,7 +155,7 @@ static float *hget_bf(const uint16_t *d, size_t n)
     uint16_t *b = th(malloc(2 * (n ? n : 1)));
     G->to_host(b, d, n * 2);
     float *f = th(malloc(sizeof(float) * (n ? n : 1)));
-    for (size_t i = 0; i < n; i++) f[i] = from_bf(b[i]);
+    for (size_t i = 0; i < n; i++) f[i] = eng_bf16_value(b[i]);
     return f;
 }
 
@@ -362,7 +347,7 @@ Test(cuda, bf16_group)
     B->adamw_update(d_p, d_pb, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 7);
     float *gp = hget(d_p, n), *pb = hget_bf(d_pb, n);
     cr_assert(max_abs(gp, rp, n) <= 1e-6, "bf16 adamw param");
-    for (size_t i = 0; i < n; i++) cr_assert_eq(pb[i], from_bf(to_bf(gp[i])), "bf16 copy [%zu]", i);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(pb[i], eng_bf16_value(eng_bf16_round(gp[i])), "bf16 copy [%zu]", i);
     expect_ok();
 }
 
