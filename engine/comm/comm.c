@@ -335,22 +335,31 @@ void comm_test(comm_req_t *req, bool *done)
     pthread_mutex_unlock(&e->mu);
 }
 
-static int start_coll(comm_t *c, comm_op_kind_t kind, void *buf, size_t n, size_t esize,
-                      comm_redop_t op, int root, comm_req_t **req, kiln_err_t *err)
+static int start_coll_wire(comm_t *c, comm_op_kind_t kind, void *buf, size_t n, size_t esize,
+                           comm_redop_t op, comm_wire_t wire, int root, comm_req_t **req, kiln_err_t *err)
 {
     *req = NULL;
     if (!c || (!buf && n > 0))
         return kiln_err_set(err, KILN_EINVAL, NULL, "a group and a buffer are required");
     if (op != COMM_SUM && op != COMM_AVG)
         return kiln_err_set(err, KILN_EINVAL, NULL, "unknown reduction %d", (int)op);
+    if (wire != COMM_WIRE_FP32 && wire != COMM_WIRE_BF16)
+        return kiln_err_set(err, KILN_EINVAL, NULL, "unknown wire type %d", (int)wire);
     if (root < 0 || root >= c->size)
         return kiln_err_set(err, KILN_EINVAL, NULL, "root %d is not a rank of a group of %d", root, c->size);
     comm_req_t *r = req_new(c, kind, buf, n, esize);
     if (!r)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     r->redop = op;
+    r->wire = c->size > 1 ? wire : COMM_WIRE_FP32;
     r->root = root;
     return submit(c->eng, r, req, err);
+}
+
+static int start_coll(comm_t *c, comm_op_kind_t kind, void *buf, size_t n, size_t esize,
+                      comm_redop_t op, int root, comm_req_t **req, kiln_err_t *err)
+{
+    return start_coll_wire(c, kind, buf, n, esize, op, COMM_WIRE_FP32, root, req, err);
 }
 
 int comm_allreduce_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_req_t **req,
@@ -363,6 +372,18 @@ int comm_reduce_scatter_start(comm_t *c, float *buf, size_t n, comm_redop_t op, 
                               kiln_err_t *err)
 {
     return start_coll(c, COMM_OP_REDUCE_SCATTER, buf, n, sizeof(float), op, 0, req, err);
+}
+
+int comm_allreduce_wire_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_wire_t wire,
+                              comm_req_t **req, kiln_err_t *err)
+{
+    return start_coll_wire(c, COMM_OP_ALLREDUCE, buf, n, sizeof(float), op, wire, 0, req, err);
+}
+
+int comm_reduce_scatter_wire_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_wire_t wire,
+                                   comm_req_t **req, kiln_err_t *err)
+{
+    return start_coll_wire(c, COMM_OP_REDUCE_SCATTER, buf, n, sizeof(float), op, wire, 0, req, err);
 }
 
 int comm_allgather_start(comm_t *c, float *buf, size_t n, comm_req_t **req, kiln_err_t *err)

@@ -33,6 +33,15 @@ typedef struct comm_req comm_req_t;
 
 typedef enum { COMM_SUM = 0, COMM_AVG = 1 } comm_redop_t;
 
+/* What a reducing collective (all-reduce, reduce-scatter) carries between ranks; buffers are fp32
+ * either way. COMM_WIRE_BF16 sends half the bytes: a rank rounds what it sends to bf16 (nearest
+ * even, engine/bf16.h) and adds what it receives in fp32, and the rank that completes a shard of
+ * an all-reduce rounds it to bf16 once before handing it on, so every rank still ends with
+ * identical bytes. The sum loses what the rounding drops (about 3 significant digits are kept
+ * of each partial sum sent), so it suits gradients, not parameters. With one rank nothing is
+ * sent and nothing is rounded. */
+typedef enum { COMM_WIRE_FP32 = 0, COMM_WIRE_BF16 = 1 } comm_wire_t;
+
 /* The watchdog's default: long enough for a peer's slowest step or checkpoint, short enough that
  * a stalled job fails within minutes. KILN_COMM_WATCHDOG_S overrides it. */
 #define COMM_WATCHDOG_DEFAULT_S 180
@@ -113,6 +122,11 @@ int comm_allreduce_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_
  * that shard; the rest of buf is clobbered (partial sums). */
 int comm_reduce_scatter_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_req_t **req,
                               kiln_err_t *err);
+/* The two above with the values on the wire in the given type (comm_wire_t). */
+int comm_allreduce_wire_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_wire_t wire,
+                              comm_req_t **req, kiln_err_t *err);
+int comm_reduce_scatter_wire_start(comm_t *c, float *buf, size_t n, comm_redop_t op, comm_wire_t wire,
+                                   comm_req_t **req, kiln_err_t *err);
 /* In place: each rank contributes buf's shard comm_shard_range(n, rank, size); afterwards every
  * rank holds all n floats. */
 int comm_allgather_start(comm_t *c, float *buf, size_t n, comm_req_t **req, kiln_err_t *err);

@@ -52,6 +52,7 @@ struct comm_req {
     size_t n;             /* elements (collectives) or bytes (bcast, send, recv capacity) */
     size_t esize;         /* element size in bytes */
     comm_redop_t redop;
+    comm_wire_t wire;     /* reducing collectives: the type on the wire */
     int root;             /* bcast root, group rank */
     int peer;             /* send/recv peer, group rank */
     uint32_t tag;

@@ -11,8 +11,15 @@
  * Reduce-scatter: at step t rank r sends segment r-t-1 to its right and receives segment r-t-2
  * from its left, adding its own values (incoming partial + own, in ring order). After W-1 steps
  * rank r holds the reduced segment r. All-gather then forwards finished segments around the
- * ring, so every rank ends with the owner's exact bytes (bitwise identical results). */
+ * ring, so every rank ends with the owner's exact bytes (bitwise identical results).
+ *
+ * With the bf16 wire (comm_wire_t) the ring keeps a bf16 image of the buffer (`wire`, half its
+ * size): a chunk is rounded into it just before it is sent, a reducing receive lands in a staging
+ * slot as bf16 and is added to the fp32 buffer, and an all-gather receive lands in the image and
+ * is widened into the buffer. The owner of a finished all-reduce segment rounds it to bf16 in
+ * place, so the bytes it keeps are the bytes the others receive. */
 #include "engine/comm/comm_int.h"
+#include "engine/bf16.h"
 
 #include <rdma/fi_endpoint.h>
 
@@ -41,6 +48,9 @@ struct comm_ring {
     int slots_held;       /* staging slots this ring holds (at most depth) */
     int nxf;
     comm_xfer_t *xf;      /* (2 * window) */
+    uint16_t *wire;       /* (n) the bf16 image with the bf16 wire, else NULL */
+    struct fid_mr *wmr;   /* its registration when the provider needs FI_MR_LOCAL */
+    void *wdesc;
 };
 
 static int ring_mod(int a, int w)
@@ -123,6 +133,12 @@ static bool chunk_region(const comm_req_t *op, const comm_ring_t *R, int seg, si
     return true;
 }
 
+/* The bf16 image of a region of the buffer. */
+static uint16_t *wire_at(const comm_req_t *op, const comm_ring_t *R, const char *ptr)
+{
+    return R->wire + (size_t)(ptr - (const char *)op->buf) / sizeof(float);
+}
+
 static comm_xfer_t *ring_xfer(comm_ring_t *R)
 {
     for (int i = 0; i < R->nxf; i++)
@@ -179,6 +195,14 @@ int comm_ring_start(comm_engine_t *e, comm_req_t *op, char *msg)
         R->xf[i].op = op;
         R->xf[i].slot = -1;
     }
+    if (op->wire == COMM_WIRE_BF16 && R->steps > 0 && op->n > 0) {
+        R->wire = malloc(op->n * sizeof(uint16_t));
+        if (!R->wire)
+            goto nomem;
+        int rc = comm_fabric_mr(e, R->wire, op->n * sizeof(uint16_t), &R->wmr, &R->wdesc, msg);
+        if (rc != 0)
+            return rc;
+    }
     return comm_fabric_mr(e, op->buf, op->n * op->esize, &op->mr, &op->desc, msg);
 nomem:
     snprintf(msg, COMM_MSG_MAX, "out of memory for a ring of %d ranks", g->size);
@@ -192,6 +216,7 @@ void comm_ring_free(comm_req_t *op)
         return;
     free(R->rstate);
     free(R->xf);
+    free(R->wire);
     free(R);
     op->ring = NULL;
 }
@@ -223,6 +248,19 @@ static void reduce_chunk(float *restrict dst, const float *restrict in, size_t n
     }
 }
 
+/* reduce_chunk for a bf16 partial sum; `round` leaves each result a bf16 value (the owner's
+ * finished all-reduce segment). */
+static void reduce_chunk_bf16(float *restrict dst, const uint16_t *restrict in, size_t n, bool avg, float w,
+                              bool round)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = eng_bf16_value(in[i]) + dst[i];
+        if (avg)
+            x /= w;
+        dst[i] = round ? eng_bf16_value(eng_bf16_round(x)) : x;
+    }
+}
+
 void comm_ring_xfer_done(comm_engine_t *e, comm_xfer_t *x, size_t len)
 {
     comm_req_t *op = x->op;
@@ -232,7 +270,7 @@ void comm_ring_xfer_done(comm_engine_t *e, comm_xfer_t *x, size_t len)
         R->send_inflight--;
         return;
     }
-    if (x->slot >= 0) {
+    if (x->slot >= 0 || R->wire) {
         int t = (int)(x->unit / R->nch);
         size_t c = x->unit % R->nch;
         int sseg, rseg;
@@ -241,11 +279,23 @@ void comm_ring_xfer_done(comm_engine_t *e, comm_xfer_t *x, size_t len)
         char *dst = NULL;
         size_t bytes = 0, elems = 0;
         chunk_region(op, R, rseg, c, &dst, &bytes, &elems);
-        const float *in = (const float *)((char *)e->fab.slots + (size_t)x->slot * e->fab.slot_bytes);
-        reduce_chunk((float *)dst, in, elems, final && op->redop == COMM_AVG, (float)R->W);
-        e->fab.slot_free[e->fab.nslot_free++] = x->slot;
-        R->slots_held--;
-        x->slot = -1;
+        if (x->slot >= 0) {
+            const void *in = (char *)e->fab.slots + (size_t)x->slot * e->fab.slot_bytes;
+            bool avg = final && op->redop == COMM_AVG;
+            if (R->wire)
+                reduce_chunk_bf16((float *)dst, in, elems, avg, (float)R->W,
+                                  final && op->kind == COMM_OP_ALLREDUCE);
+            else
+                reduce_chunk((float *)dst, in, elems, avg, (float)R->W);
+            e->fab.slot_free[e->fab.nslot_free++] = x->slot;
+            R->slots_held--;
+            x->slot = -1;
+        } else { /* an all-gather receive into the bf16 image */
+            const uint16_t *w = wire_at(op, R, dst);
+            float *d = (float *)dst;
+            for (size_t i = 0; i < elems; i++)
+                d[i] = eng_bf16_value(w[i]);
+        }
     }
     R->rstate[x->unit] = UNIT_DONE;
     R->recv_inflight--;
@@ -277,6 +327,11 @@ int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg)
         x->is_send = false;
         x->unit = u;
         void *desc = op->desc;
+        if (R->wire) {
+            bytes = elems * sizeof(uint16_t);
+            ptr = (char *)wire_at(op, R, ptr);
+            desc = R->wdesc;
+        }
         if (reduce) {
             x->slot = f->slot_free[f->nslot_free - 1];
             ptr = (char *)f->slots + (size_t)x->slot * f->slot_bytes;
@@ -323,7 +378,17 @@ int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg)
         x->is_send = true;
         x->unit = u;
         x->slot = -1;
-        rc = comm_fabric_post(e, x, ptr, bytes, op->desc, R->right, comm_tag_coll(op->gid, op->seq, u), msg);
+        void *desc = op->desc;
+        if (R->wire) { /* exact for a finished segment, which already holds bf16 values */
+            uint16_t *w = wire_at(op, R, ptr);
+            const float *src = (const float *)ptr;
+            for (size_t i = 0; i < elems; i++)
+                w[i] = eng_bf16_round(src[i]);
+            ptr = (char *)w;
+            bytes = elems * sizeof(uint16_t);
+            desc = R->wdesc;
+        }
+        rc = comm_fabric_post(e, x, ptr, bytes, desc, R->right, comm_tag_coll(op->gid, op->seq, u), msg);
         if (rc != 0) {
             if (rc < 0)
                 return rc;
@@ -339,6 +404,8 @@ int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg)
             fi_close(&op->mr->fid);
             op->mr = NULL;
         }
+        if (R->wmr)
+            fi_close(&R->wmr->fid);
         comm_ring_free(op);
         comm_op_finish(e, op, 0, NULL);
     }
