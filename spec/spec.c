@@ -512,15 +512,17 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
     rd_t r = {err, "distribution"};
     static const char *const keys[] = {"data_parallel", "model_parallel", "mixed_precision",
                                        "activation_checkpointing", NULL};
-    static const char *const dp_keys[] = {"enabled", "bucket_mb", "shard_optimizer_state", NULL};
+    static const char *const dp_keys[] = {"enabled", "bucket_mb", "shard_optimizer_state", "gradient_dtype", NULL};
     static const char *const mp_keys[] = {"partitions", "microbatches", "pipeline", "optimize", "auto_partition",
                                           "partition_plan", NULL};
     static const char *const pipelines[] = {"simple", "interleaved", NULL};
     static const char *const optimizes[] = {"speed", "memory", NULL};
     static const char *const precisions[] = {"", "none", "fp32", "bf16", NULL};
+    static const char *const gradient_dtypes[] = {"fp32", "bf16", NULL};
     spec_distribution_t *d = &s->dist;
     int rc;
     d->dp_bucket_mb = 25;
+    kiln_strlcpy(d->dp_gradient_dtype, "fp32", sizeof(d->dp_gradient_dtype));
     d->mp_partitions = 1;
     d->mp_microbatches = 1;
     kiln_strlcpy(d->mp_pipeline, "interleaved", sizeof(d->mp_pipeline));
@@ -542,7 +544,9 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
         dp_given = json_object_get(dp, "enabled") != NULL;
         if ((rc = rd_known_keys(&rdp, dp, dp_keys)) || (rc = rd_bool(&rdp, dp, "enabled", &d->dp_enabled)) ||
             (rc = rd_double(&rdp, dp, "bucket_mb", &d->dp_bucket_mb, 0.0, true, 4096.0)) ||
-            (rc = rd_bool(&rdp, dp, "shard_optimizer_state", &d->dp_shard_optimizer_state)))
+            (rc = rd_bool(&rdp, dp, "shard_optimizer_state", &d->dp_shard_optimizer_state)) ||
+            (rc = rd_choice(&rdp, dp, "gradient_dtype", d->dp_gradient_dtype, sizeof(d->dp_gradient_dtype),
+                            gradient_dtypes)))
             return rc;
     }
     if (mp) {
@@ -757,6 +761,11 @@ static int check_engine_support(const spec_t *s, kiln_err_t *err)
                        "set shard_optimizer_state to false on gpu slots",
                        "shard_optimizer_state keeps its savings in lazily backed host memory; on gpu slots it would save "
                        "nothing");
+    if (on_gpu && !strcmp(d->dp_gradient_dtype, "bf16") && spec_dp_replicas(s) > 1)
+        return invalid(err, "distribution.data_parallel.gradient_dtype",
+                       "leave out gradient_dtype (or set \"fp32\") on gpu slots",
+                       "gradient_dtype \"bf16\" is the wire format of the host collectives; GPU replicas reduce "
+                       "their gradients in fp32");
     return 0;
 }
 
@@ -869,8 +878,9 @@ json_t *spec_to_json(const spec_t *s)
                             (json_int_t)s->res.memory_limit_mb);
     const spec_distribution_t *d = &s->dist;
     json_t *dist = json_pack(
-        "{s:{s:b, s:f, s:b}, s:{s:i, s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled", d->dp_enabled,
-        "bucket_mb", d->dp_bucket_mb, "shard_optimizer_state", d->dp_shard_optimizer_state, "model_parallel",
+        "{s:{s:b, s:f, s:b, s:s}, s:{s:i, s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled",
+        d->dp_enabled, "bucket_mb", d->dp_bucket_mb, "shard_optimizer_state", d->dp_shard_optimizer_state,
+        "gradient_dtype", d->dp_gradient_dtype, "model_parallel",
         "partitions", d->mp_partitions, "microbatches", d->mp_microbatches, "pipeline", d->mp_pipeline, "optimize",
         d->mp_optimize, "auto_partition", d->mp_auto_partition, "partition_plan", d->mp_partition_plan,
         "mixed_precision", d->mixed_precision[0] ? d->mixed_precision : "none", "activation_checkpointing",

@@ -65,6 +65,7 @@ typedef struct spec_distribution {
     bool dp_enabled;
     double dp_bucket_mb;
     bool dp_shard_optimizer_state;
+    char dp_gradient_dtype[8]; /* "fp32" | "bf16": what gradients travel as between replicas */
     int mp_partitions;      /* 1: no pipeline */
     int mp_microbatches;
     char mp_pipeline[16];   /* "simple" | "interleaved" */

@@ -78,6 +78,7 @@ void dp_opts_init(dp_opts_t *o, const spec_t *s)
     o->bucket_mb = s && s->dist.dp_bucket_mb > 0 ? s->dist.dp_bucket_mb : 25.0;
     o->overlap = true;
     o->shard_optimizer_state = s ? s->dist.dp_shard_optimizer_state : false;
+    o->bf16_gradients = s && !strcmp(s->dist.dp_gradient_dtype, "bf16");
     o->inject_rank = -1;
     o->watchdog_s = COMM_WATCHDOG_DEFAULT_S;
 }
@@ -113,6 +114,13 @@ int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err)
         (rc = env_bool("KILN_DP_ZERO", &o->shard_optimizer_state, err)) ||
         (rc = env_positive("KILN_DP_BUCKET_MB", &o->bucket_mb, err)))
         return rc;
+    const char *g = getenv("KILN_DP_GRADIENT_DTYPE");
+    if (g && *g) {
+        if (strcmp(g, "fp32") && strcmp(g, "bf16"))
+            return kiln_err_set(err, KILN_EINVAL, "KILN_DP_GRADIENT_DTYPE",
+                                "KILN_DP_GRADIENT_DTYPE must be fp32 or bf16, not \"%s\"", g);
+        o->bf16_gradients = !strcmp(g, "bf16");
+    }
     const char *v = getenv("KILN_DP_INJECT_DIVERGENCE");
     if (v && *v) {
         int r;
@@ -359,6 +367,13 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
         kiln_err_hint(err, "set shard_optimizer_state to false on GPU jobs");
         return KILN_EUNSUPP;
     }
+    if (d->device && d->o.bf16_gradients) {
+        kiln_err_set(err, KILN_EUNSUPP, "distribution.data_parallel.gradient_dtype",
+                     "gradient_dtype \"bf16\" is the host collectives' wire format; the %s backend's "
+                     "collectives carry fp32", be->name);
+        kiln_err_hint(err, "leave out gradient_dtype (or set \"fp32\") on GPU jobs");
+        return KILN_EUNSUPP;
+    }
     if ((rc = plan_buckets(d, n_blocks, block_ranges, model, err)) ||
         (rc = narrow_share(d, share, err)))
         return rc;
@@ -380,18 +395,19 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
         return rc;
     if (d->o.shard_optimizer_state)
         printf("dp: rank %d/%d over %s: ZeRO-1, %d gradient buckets (largest %.2f MiB) "
-               "reduce-scattered %s backward, parameters all-gathered %s; AdamW "
+               "reduce-scattered %s%s backward, parameters all-gathered %s; AdamW "
                "state for %zu of %zu parameters (%.1f of %.1f MiB)%s\n",
                d->rank, d->world, d->device ? be->name : comm_provider(d->c), d->n_buckets,
-               d->st.max_bucket_floats * 4.0 / (1 << 20), d->o.overlap ? "during" : "after",
+               d->st.max_bucket_floats * 4.0 / (1 << 20), d->o.bf16_gradients ? "as bf16 " : "",
+               d->o.overlap ? "during" : "after",
                d->loop_layer && !d->o.check ? "during the next forward" : "after the update",
                d->st.opt_state_bytes / 8, d->total, d->st.opt_state_bytes / 1048576.0,
                d->st.opt_state_full_bytes / 1048576.0,
                d->o.check ? ", parameter check every step" : "");
     else
-        printf("dp: rank %d/%d over %s: %d gradient buckets (largest %.2f MiB) all-reduced %s "
+        printf("dp: rank %d/%d over %s: %d gradient buckets (largest %.2f MiB) all-reduced %s%s "
                "backward%s\n", d->rank, d->world, d->device ? be->name : comm_provider(d->c),
-               d->n_buckets, d->st.max_bucket_floats * 4.0 / (1 << 20),
+               d->n_buckets, d->st.max_bucket_floats * 4.0 / (1 << 20), d->o.bf16_gradients ? "as bf16 " : "",
                d->o.overlap ? "during" : "after", d->o.check ? ", parameter check every step" : "");
     fflush(stdout);
     return KILN_OK;
@@ -428,12 +444,13 @@ static void launch(dp_t *d, int i)
     kiln_err_t e;
     kiln_err_clear(&e);
     int rc;
-    if (d->device) /* ZeRO is host memory only (dp_attach) */
+    comm_wire_t wire = d->o.bf16_gradients ? COMM_WIRE_BF16 : COMM_WIRE_FP32;
+    if (d->device) /* ZeRO and the bf16 wire are host memory only (dp_attach) */
         rc = d->be->coll->allreduce(d->dev, bk->buf, bk->n, 1, &e);
     else if (d->o.shard_optimizer_state)
-        rc = comm_reduce_scatter_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e);
+        rc = comm_reduce_scatter_wire_start(d->c, bk->buf, bk->n, COMM_AVG, wire, &bk->req, &e);
     else
-        rc = comm_allreduce_start(d->c, bk->buf, bk->n, COMM_AVG, &bk->req, &e);
+        rc = comm_allreduce_wire_start(d->c, bk->buf, bk->n, COMM_AVG, wire, &bk->req, &e);
     if (rc) {
         bk->req = NULL;
         fail(d, rc, &e, NULL, NULL);

@@ -30,6 +30,9 @@ typedef struct dp_opts {
     bool overlap;               /* launch each bucket as soon as backward finished it (default);
                                  * false: all buckets after backward (the benchmark's baseline) */
     bool shard_optimizer_state; /* ZeRO-1: reduce-scatter, update this rank's shard, all-gather */
+    bool bf16_gradients;        /* gradients travel as bf16, sums in fp32 (comm_wire_t;
+                                 * distribution.data_parallel.gradient_dtype "bf16"); parameters
+                                 * (ZeRO's all-gather) stay fp32 */
     bool check;                 /* after every step, verify all ranks hold identical parameters */
     int inject_rank;            /* tests: this rank perturbs a parameter after step inject_step */
     int64_t inject_step;        /* <= 0: never */
@@ -53,10 +56,12 @@ typedef struct dp_stats {
     double params_wait_s;        /* time the loop waited for those all-gathers */
 } dp_stats_t;
 
-/* Defaults from spec->dist: bucket_mb, shard_optimizer_state; overlap on, check off. */
+/* Defaults from spec->dist: bucket_mb, shard_optimizer_state, gradient_dtype; overlap on, check
+ * off. */
 void dp_opts_init(dp_opts_t *o, const struct spec *s);
 /* Overrides from the environment: KILN_DP_CHECK=1, KILN_DP_OVERLAP=0|1, KILN_DP_BUCKET_MB=x,
- * KILN_DP_ZERO=0|1, KILN_DP_INJECT_DIVERGENCE=rank:step. Returns 0 or
+ * KILN_DP_ZERO=0|1, KILN_DP_GRADIENT_DTYPE=fp32|bf16, KILN_DP_INJECT_DIVERGENCE=rank:step.
+ * Returns 0 or
  * KILN_EINVAL (err names the variable). */
 int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err);
 

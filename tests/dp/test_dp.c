@@ -33,6 +33,9 @@
  * per-sequence gradients are summed (within a rank, then across ranks), so fp32 rounding. */
 #define LOSS_TOL 2e-5  /* relative, per step, over 20 steps */
 #define PARAM_TOL 2e-5 /* absolute, every parameter after 20 steps (weights are O(0.02..1)) */
+/* bf16 gradients: each is rounded to 8 significant bits before it is summed */
+#define BF16_LOSS_TOL 1e-3
+#define BF16_PARAM_TOL 1e-2
 
 typedef struct rank_out {
     int rc;
@@ -48,7 +51,7 @@ typedef struct job {
     int steps;             /* max_steps */
     int stop_after;        /* > 0: stop (checkpoint) after this step */
     int eval_every, sample_every; /* gpt: validation and samples (16 tokens) every so many steps */
-    bool zero, overlap, check, recompute;
+    bool zero, overlap, check, recompute, bf16_grads;
     const char *inject;    /* KILN_DP_INJECT_DIVERGENCE or NULL */
     double bucket_mb;
     const char *model;     /* "gpt" or "mlp" */
@@ -100,11 +103,11 @@ static bool spec_for(const job_t *j, spec_t *s)
                  "\"eval_every\": %d, \"eval_batches\": 1, \"sample_every\": %d, "
                  "\"sample_tokens\": %d}, \"resources\": {\"device\": \"cpu\", \"nodes\": 1, "
                  "\"slots_per_node\": %d}, \"distribution\": {\"data_parallel\": {\"bucket_mb\": "
-                 "%g, \"shard_optimizer_state\": %s}, \"activation_checkpointing\": %s}, "
-                 "\"checkpoint\": {\"every_steps\": 0, \"keep_last\": 2}}",
+                 "%g, \"shard_optimizer_state\": %s, \"gradient_dtype\": \"%s\"}, "
+                 "\"activation_checkpointing\": %s}, \"checkpoint\": {\"every_steps\": 0, \"keep_last\": 2}}",
                  root(), j->steps, j->eval_every, j->sample_every, j->sample_every > 0 ? 16 : 0,
-                 j->world, j->bucket_mb > 0 ? j->bucket_mb : 0.02,
-                 j->zero ? "true" : "false", j->recompute ? "true" : "false");
+                 j->world, j->bucket_mb > 0 ? j->bucket_mb : 0.02, j->zero ? "true" : "false",
+                 j->bf16_grads ? "bf16" : "fp32", j->recompute ? "true" : "false");
     kiln_err_t err;
     kiln_err_clear(&err);
     int rc = spec_parse_string(json, s, &err);
@@ -386,6 +389,33 @@ Test(dp, zero1_all_gather_in_the_next_forward_changes_no_bit, .timeout = 120)
     rm_rf(zero.out);
     munmap(a, sizeof(rank_out_t) * MAXR);
     munmap(b, sizeof(rank_out_t) * MAXR);
+}
+
+/* gradient_dtype "bf16": gradients cross between ranks as bf16. Every rank still holds the same
+ * parameters after every step (the check is on), training follows the fp32 run closely, and it is
+ * not the fp32 run (the gradients really were rounded). With ZeRO-1 the reduce-scatter is bf16
+ * and the parameters' all-gather fp32. */
+Test(dp, bf16_gradients_track_fp32_and_keep_ranks_identical, .timeout = 150)
+{
+    for (int world = 2; world <= 3; world++) {
+        job_t fp32 = gpt_job(world, 20), bf16 = gpt_job(world, 20);
+        fp32.zero = bf16.zero = world == 3;
+        bf16.bf16_grads = true;
+        rank_out_t *a = run_job(&fp32), *b = run_job(&bf16);
+        expect_ok(&fp32, a);
+        expect_ok(&bf16, b);
+        cr_assert(b[0].losses[19] < b[0].losses[0] - 0.5, "did not learn: %f -> %f", b[0].losses[0],
+                  b[0].losses[19]);
+        char what[80];
+        snprintf(what, sizeof what, "bf16 vs fp32 gradients, %d ranks%s", world, fp32.zero ? ", ZeRO-1" : "");
+        compare(what, &fp32, a, &bf16, b, BF16_LOSS_TOL, BF16_PARAM_TOL);
+        cr_assert(memcmp(a[0].losses + 1, b[0].losses + 1, sizeof(float) * 19) != 0,
+                  "%s: the losses are fp32's, bit for bit", what);
+        rm_rf(fp32.out);
+        rm_rf(bf16.out);
+        munmap(a, sizeof(rank_out_t) * MAXR);
+        munmap(b, sizeof(rank_out_t) * MAXR);
+    }
 }
 
 /* Activation checkpointing recomputes the same numbers on every replica. */

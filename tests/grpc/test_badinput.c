@@ -118,6 +118,10 @@ typedef struct rest_case {
 static const rest_case_t rest_cases[] = {
     {"tag not UTF-8", "GET", "/v1/jobs?tag=%FF%FE", NULL, NULL, 400, "tag"},
     {"metric name not UTF-8", "GET", "/v1/jobs/{id}/metrics?name=%FF%FE", NULL, NULL, 400, "name"},
+    {"gradient_dtype fp16", "POST", "/v1/jobs", NULL,
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"resources\": {\"nodes\": 2}, "
+     "\"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"fp16\"}}}", 400,
+     "distribution.data_parallel.gradient_dtype"},
     {"Idempotency-Key not UTF-8", "POST", "/v1/jobs", "Idempotency-Key: \xff\xfe", GOOD_SPEC, 400, "Idempotency-Key"},
     {"Idempotency-Key of 10,000 characters", "POST", "/v1/jobs", "Idempotency-Key: @10000", GOOD_SPEC, 400,
      "Idempotency-Key"},
@@ -345,6 +349,10 @@ static const grpc_case_t grpc_cases[] = {
     {"CreateJob temperature 0 (explicit, out of range)", "TrainingService/CreateJob",
      "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, "
      "\"hyperparameters\": {\"temperature\": 0}}}", NULL, 0, "INVALID_ARGUMENT", "spec.hyperparameters.temperature"},
+    {"CreateJob gradient_dtype fp16", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"resources\": {\"nodes\": 2}, "
+     "\"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"fp16\"}}}}", NULL, 0, "INVALID_ARGUMENT",
+     "spec.distribution.data_parallel.gradient_dtype"},
     {"CreateJob n_layer 0 (explicit)", "TrainingService/CreateJob",
      "{\"spec\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 0}, \"data\": {\"train\": \"/tmp/x.txt\"}}}", NULL, 0,
      "INVALID_ARGUMENT", "spec.model.n_layer"},

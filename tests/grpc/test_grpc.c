@@ -738,6 +738,10 @@ Test(grpc, training_service_jobs_round_trip)
     spn.value = 2;
     res.slots_per_node = &spn;
     res.slot_type = (char *)"cpu";
+    Kiln__DataParallel dp = KILN__DATA_PARALLEL__INIT;
+    dp.gradient_dtype = (char *)"bf16";
+    Kiln__Distribution dist = KILN__DISTRIBUTION__INIT;
+    dist.data_parallel = &dp;
     Kiln__JobSpec__TagsEntry tag = KILN__JOB_SPEC__TAGS_ENTRY__INIT;
     tag.key = (char *)"team";
     tag.value = (char *)"nlp";
@@ -748,6 +752,7 @@ Test(grpc, training_service_jobs_round_trip)
     spec.data = &data;
     spec.hyperparameters = &hp;
     spec.resources = &res;
+    spec.distribution = &dist;
     spec.tags = tags;
     spec.n_tags = 1;
     Kiln__CreateJobRequest creq = KILN__CREATE_JOB_REQUEST__INIT;
@@ -768,6 +773,7 @@ Test(grpc, training_service_jobs_round_trip)
     cr_assert_float_eq(job->spec->hyperparameters->temperature->value, 1.0, 1e-12);
     cr_assert_eq(job->spec->n_tags, 1);
     cr_assert_str_eq(job->spec->tags[0]->value, "nlp");
+    cr_assert_str_eq(job->spec->distribution->data_parallel->gradient_dtype, "bf16");
     cr_assert(job->state >= KILN__JOB_STATE__JOB_STATE_QUEUED);
     cr_assert(job->created_at && job->created_at[0]);
     char *id = strdup(job->id);

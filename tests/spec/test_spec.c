@@ -227,6 +227,13 @@ Test(spec, combinations_the_engine_cannot_run_are_refused)
          "\"resources\": {\"nodes\": 2, \"slot_type\": \"gpu\", \"device\": \"cuda\"}, "
          "\"distribution\": {\"data_parallel\": {\"shard_optimizer_state\": true}}}",
          "distribution.data_parallel.shard_optimizer_state", "gpu slots"},
+        {"{\"name\": \"g\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/d\"}, "
+         "\"resources\": {\"nodes\": 2, \"slot_type\": \"gpu\", \"device\": \"cuda\"}, "
+         "\"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"bf16\"}}}",
+         "distribution.data_parallel.gradient_dtype", "GPU replicas reduce their gradients in fp32"},
+        {"{\"name\": \"g\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/d\"}, "
+         "\"resources\": {\"nodes\": 2}, \"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"fp16\"}}}",
+         "distribution.data_parallel.gradient_dtype", "must be one of \"fp32\", \"bf16\" (got \"fp16\")"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         spec_t s;
@@ -241,9 +248,20 @@ Test(spec, combinations_the_engine_cannot_run_are_refused)
     kiln_err_t err;
     cr_assert_eq(spec_parse_string("{\"name\": \"ok\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/d\"}, "
                                    "\"resources\": {\"nodes\": 4}, \"distribution\": {\"mixed_precision\": \"bf16\", "
-                                   "\"activation_checkpointing\": true, \"data_parallel\": {\"shard_optimizer_state\": true}, "
-                                   "\"model_parallel\": {\"partitions\": 2}}}", &s, &err),
+                                   "\"activation_checkpointing\": true, \"data_parallel\": {\"shard_optimizer_state\": true, "
+                                   "\"gradient_dtype\": \"bf16\"}, \"model_parallel\": {\"partitions\": 2}}}", &s, &err),
                  0, "%s: %s", err.field, err.message);
+    cr_assert_str_eq(s.dist.dp_gradient_dtype, "bf16");
+    spec_deinit(&s);
+    /* fp32 unless asked, and in the normal form either way */
+    cr_assert_eq(spec_parse_string("{\"name\": \"ok\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/d\"}, "
+                                   "\"resources\": {\"nodes\": 2, \"slot_type\": \"gpu\"}}", &s, &err),
+                 0, "%s: %s", err.field, err.message);
+    cr_assert_str_eq(s.dist.dp_gradient_dtype, "fp32");
+    json_t *norm = spec_to_json(&s);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(norm, "distribution"),
+                                                                       "data_parallel"), "gradient_dtype")), "fp32");
+    json_decref(norm);
     spec_deinit(&s);
 }
 
