@@ -11,7 +11,8 @@
 # the 2 ranks would reach if communication were free: the `nocomm` columns), the 2 ranks with
 # gradient overlap on, with it off, with ZeRO-1 (shard_optimizer_state: the reduce-scatter during
 # backward, the parameter all-gather during the next forward, so the link carries half the bytes
-# in each), and the same gradient all-reduced alone
+# in each), with the gradients sent as bf16 (gradient_dtype "bf16", overlap on: half the bytes),
+# and the same gradient all-reduced alone
 # (bench/comm_bench --buckets, the buckets dp plans for this model) to see the collective's rate
 # against the shaped link's. Throughput is global tokens/s from rank 0's step lines, median over
 # the steps after the first 3; the gradient wait is dp's "s waiting for gradients" over the
@@ -198,9 +199,10 @@ run_pair() { # $1 = tag, rest: env assignments and command; rank 0 in A, rank 1 
   [ $failed = 0 ] || { echo "dp_netns.sh: $tag failed: $(tail -n 3 "$WORK/$tag.r0.log" "$WORK/$tag.r1.log")" >&2; exit 1; }
 }
 
-run_dp() { # $1 = overlap 1|0, $2 = tag, $3 = ZeRO-1 1|0 (default 0); sets TPS and WAIT (s per step)
+run_dp() { # $1 = overlap 1|0, $2 = tag, $3 = ZeRO-1 1|0 (default 0), $4 = gradient dtype (default
+  # fp32); sets TPS and WAIT (s per step)
   run_pair "$2" KILN_THREADS=1 KILN_PEAK_GFLOPS=100 KILN_DP_OVERLAP="$1" KILN_DP_ZERO="${3:-0}" \
-    "$TRAIN" --spec "$WORK/spec.json"
+    KILN_DP_GRADIENT_DTYPE="${4:-fp32}" "$TRAIN" --spec "$WORK/spec.json"
   local log=$WORK/$2.r0.log dpline
   dpline=$(grep -m1 '^dp: rank 0/2' "$log")
   # another build may plan other buckets (its all-reduce alone moves this build's)
@@ -220,11 +222,11 @@ run_comm() { # $1 = tag; sets AR (median all-reduce rate in MB/s)
 med() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print 0 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f%%", (b > 0 ? 100 * a / b : 0) }'; }
 
-row() { # round rate build 1x2 on on_wait off off_wait ar link zero nocomm [unbound]
-  printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s" "$1" "$2" "$3" "$4" "${12}" \
-    "$(pct "${12}" "$4")" "$5" "$(pct "$5" "$4")" "$6" "$7" "$(pct "$7" "$4")" "$8" "${11}" "$(pct "${11}" "$4")" \
-    "$9" "$(pct "$9" "$(awk -v l="${10}" 'BEGIN { print l / 1e6 }')")"
-  [ "$UNBOUND" = 1 ] && printf " %10s %7s" "${13}" "$(pct "${13}" "$4")"
+row() { # round rate build 1x2 on on_wait off off_wait ar link zero nocomm bf16 [unbound]
+  printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %10s %7s %9s %6s" "$1" "$2" "$3" "$4" \
+    "${12}" "$(pct "${12}" "$4")" "$5" "$(pct "$5" "$4")" "$6" "$7" "$(pct "$7" "$4")" "$8" "${11}" \
+    "$(pct "${11}" "$4")" "${13}" "$(pct "${13}" "$4")" "$9" "$(pct "$9" "$(awk -v l="${10}" 'BEGIN { print l / 1e6 }')")"
+  [ "$UNBOUND" = 1 ] && printf " %10s %7s" "${14}" "$(pct "${14}" "$4")"
   echo
 }
 
@@ -249,13 +251,14 @@ else echo "# CPUs: unbound (DP_NETNS_BIND=0)"; fi
 [ -n "${DP_NETNS_BASE:-}" ] && echo "# build \"base\": $DP_NETNS_BASE (ranks and all-reduce only; the 1x2 reference is this build's)"
 echo "# nocomm: 2 independent 1-thread processes, half the batch each (no communication; this build);"
 echo "# on/off: gradient overlap; wait_s: rank 0's wait for gradients per step; zero: ZeRO-1 (overlap on);"
+echo "# bf16: the gradients sent as bf16 (gradient_dtype \"bf16\", overlap on);"
 echo "# ar: the gradient's buckets all-reduced alone$([ "$UNBOUND" = 1 ] && echo "; unb: overlap on, the ranks unbound")"
-printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %9s %6s" round rate build "1x2_tok/s" \
-  "nocomm_tok/s" "nocomm_%" "on_tok/s" "on_%" "on_wait_s" "off_tok/s" "off_%" "off_wait_s" "zero_tok/s" "zero_%" \
-  "ar_MB/s" "ar_%"
+printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %10s %7s %9s %6s" round rate build \
+  "1x2_tok/s" "nocomm_tok/s" "nocomm_%" "on_tok/s" "on_%" "on_wait_s" "off_tok/s" "off_%" "off_wait_s" "zero_tok/s" \
+  "zero_%" "bf16_tok/s" "bf16_%" "ar_MB/s" "ar_%"
 [ "$UNBOUND" = 1 ] && printf " %10s %7s" "unb_tok/s" "unb_%"
 echo
-declare -A S P O OW N NW A Z U
+declare -A S P O OW N NW A Z H U
 for i in $(seq 1 "$ROUNDS"); do
   for rate in $RATES; do
     shape "$rate"
@@ -270,12 +273,13 @@ for i in $(seq 1 "$ROUNDS"); do
       run_dp 1 "on.$i.$rate.$b"; o=$TPS ow=$WAIT
       run_dp 0 "off.$i.$rate.$b"; n=$TPS nw=$WAIT
       run_dp 1 "zero.$i.$rate.$b" 1; z=$TPS
+      run_dp 1 "bf16.$i.$rate.$b" 0 bf16; h=$TPS
       run_comm "comm.$i.$rate.$b"; a=$AR
       u=
       if [ "$UNBOUND" = 1 ]; then PAIR_BIND=0; run_dp 1 "unb.$i.$rate.$b"; u=$TPS; PAIR_BIND=1; fi
-      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z" "$p" "$u"
+      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z" "$p" "$h" "$u"
       O[$k]="${O[$k]:-} $o"; OW[$k]="${OW[$k]:-} $ow"; N[$k]="${N[$k]:-} $n"; NW[$k]="${NW[$k]:-} $nw"
-      A[$k]="${A[$k]:-} $a"; Z[$k]="${Z[$k]:-} $z"; U[$k]="${U[$k]:-} $u"
+      A[$k]="${A[$k]:-} $a"; Z[$k]="${Z[$k]:-} $z"; H[$k]="${H[$k]:-} $h"; U[$k]="${U[$k]:-} $u"
     done
   done
 done
@@ -285,7 +289,7 @@ for rate in $RATES; do
     k="$rate $b"
     row median "$rate" "$b" "$(echo "${S[$rate]}" | med)" "$(echo "${O[$k]}" | med)" "$(echo "${OW[$k]}" | med)" \
       "$(echo "${N[$k]}" | med)" "$(echo "${NW[$k]}" | med)" "$(echo "${A[$k]}" | med)" "$(rate_bps "$rate")" \
-      "$(echo "${Z[$k]}" | med)" "$(echo "${P[$rate]}" | med)" "$(echo "${U[$k]:-}" | med)"
+      "$(echo "${Z[$k]}" | med)" "$(echo "${P[$rate]}" | med)" "$(echo "${H[$k]}" | med)" "$(echo "${U[$k]:-}" | med)"
   done
 done
 echo "# tbf per direction: rate R burst max(65536, R/1000 bytes) latency 8ms; link MB/s = R/8/1e6"
