@@ -609,8 +609,12 @@ bool eng_cpu_tune_env(void);
  * kernels itself. On an AMD Zen 5 Haswell's kernels made the fp32 step of the small
  * configuration 1.65x slower (bench/RESULTS.md). NULL or "" (unset) never holds back. */
 bool eng_coretype_holds_back(const char *coretype, bool avx512, bool amd_19h);
-/* The same for this process's OPENBLAS_CORETYPE and CPU (kiln-train says so at start). */
+/* The same for this process's OPENBLAS_CORETYPE and CPU (kiln-train says so at start). The CPU
+ * backend then runs its fp32 GEMMs on oneDNN's AVX-512 kernels where oneDNN has them. */
 bool eng_cpu_coretype_holds_back(void);
+/* What runs the CPU backend's fp32 GEMMs: "OpenBLAS", or "oneDNN <its kernels>" (when
+ * OPENBLAS_CORETYPE holds OpenBLAS back, or KILN_CPU_SGEMM=onednn|openblas says). Static. */
+const char *eng_cpu_sgemm_name(void);
 /* Peak resident memory of the process in MiB (getrusage). */
 double eng_peak_mem_mb(void);
 

@@ -271,6 +271,10 @@ static int setup(eng_run_t *r, int64_t *start, kiln_err_t *err)
     const eng_parallel_t *par = r->par;
     int rc, head_blocks = 1;
     if ((rc = eng_backend_get(spec_device(r->spec), &r->be, err))) return rc;
+    const char *sgemm = getenv("KILN_CPU_SGEMM");
+    if (r->be == &eng_cpu_backend && sgemm && strcmp(sgemm, "onednn") && strcmp(sgemm, "openblas"))
+        return kiln_err_set(err, KILN_EINVAL, "KILN_CPU_SGEMM", "KILN_CPU_SGEMM must be onednn or openblas, not \"%s\"",
+                            sgemm);
     if ((rc = check_layout(r, err))) return rc;
     int threads = r->o->threads > 0 ? r->o->threads : r->spec->res.threads_per_rank;
     if (r->be->host_memory) eng_cpu_set_threads(threads);
@@ -317,10 +321,11 @@ static void log_start(eng_run_t *r, int64_t max_steps, double peak_flops)
                getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(default)",
                getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "(default)",
                getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(auto)");
-        if (eng_cpu_coretype_holds_back())
+        const char *sgemm = eng_cpu_sgemm_name();
+        printf("cpu: fp32 GEMMs on %s\n", sgemm);
+        if (eng_cpu_coretype_holds_back() && !strncmp(sgemm, "OpenBLAS", 8))
             printf("cpu: OPENBLAS_CORETYPE=%s holds OpenBLAS to kernels without AVX-512 on a CPU that has it; "
-                   "fp32 GEMMs may run up to 1.6x slower: unset it to let OpenBLAS choose\n",
-                   getenv("OPENBLAS_CORETYPE"));
+                   "fp32 GEMMs may run up to 1.6x slower\n", getenv("OPENBLAS_CORETYPE"));
     }
     if (r->is_gpt)
         printf("data: %zu training tokens, %zu validation tokens\n", r->train.n, r->val.n);

@@ -249,9 +249,15 @@ static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const floa
 
 /* ---- matmul ----------------------------------------------------------------------------------- */
 
+/* fp32 GEMMs run on oneDNN where it has AVX-512 kernels (onednn.c, eng_cpu_onednn_sgemm), else
+ * on OpenBLAS. */
 static void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                                int N, int C, int OC)
 {
+    if (eng_cpu_onednn_sgemm(NULL)) {
+        eng_cpu_onednn_sgemm_forward(out, inp, w, bias, N, C, OC);
+        return;
+    }
     /* OpenBLAS computes C = beta C, then C += A B. Its beta = 0 pass is slower than memset
      * (1-5% of a GEMM here), so C is always prepared by us and beta is 1: same bits. */
     if (bias) {
@@ -265,8 +271,8 @@ static void cpu_matmul_forward(float *out, const float *inp, const float *w, con
                 OC);
 }
 
-/* Two threads run the two GEMMs of matmul_backward side by side (below). */
-static bool cpu_matmul_backward_joint(void) { return omp_get_max_threads() == 2; }
+/* Two threads run the two GEMMs of matmul_backward side by side (below; OpenBLAS only). */
+static bool cpu_matmul_backward_joint(void) { return omp_get_max_threads() == 2 && !eng_cpu_onednn_sgemm(NULL); }
 
 static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                                 const float *inp, const float *w, int N, int C, int OC)
@@ -276,7 +282,9 @@ static void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const floa
      * threads in turn: no synchronisation inside OpenBLAS, and its packing is done once per
      * GEMM instead of shared. (OpenBLAS's OpenMP build runs single-threaded inside a parallel
      * region; it splits no GEMM along K, so the results are the same bits either way.) */
-    if (dinp && dw && cpu_matmul_backward_joint()) {
+    if (eng_cpu_onednn_sgemm(NULL)) {
+        eng_cpu_onednn_sgemm_backward(dinp, dw, dout, inp, w, N, C, OC);
+    } else if (dinp && dw && cpu_matmul_backward_joint()) {
 #pragma omp parallel sections num_threads(2)
         {
 #pragma omp section

@@ -1,5 +1,5 @@
 /* cpu_int.h - what the CPU backend's files share (engine/cpu/): the column-sum kernel of the
- * bias gradients and the bf16 group's sticky status. Nothing outside engine/cpu/ includes it. */
+ * bias gradients, oneDNN's GEMMs (onednn.c) and their sticky status. Nothing outside engine/cpu/ includes it. */
 #ifndef KILN_ENGINE_CPU_INT_H
 #define KILN_ENGINE_CPU_INT_H
 
@@ -11,7 +11,16 @@ void eng_cpu_colsum_acc(float *dbias, const float *dout, int N, int OC);
 void eng_cpu_adamw_bf16(float *param, uint16_t *param_bf16, const float *grad, float *m, float *v,
                         size_t n, float lr, float beta1, float beta2, float eps, float wd,
                         float grad_scale, int64_t t);
-/* 0, or KILN_EDEVICE with err describing the first oneDNN failure of the bf16 group. */
+/* 0, or KILN_EDEVICE with err describing the first oneDNN failure (bf16 group or fp32 GEMMs). */
 int eng_cpu_bf16_status(kiln_err_t *err);
+/* Whether the backend's fp32 GEMMs go through oneDNN (onednn.c: its AVX-512 kernels, or
+ * KILN_CPU_SGEMM=onednn|openblas), decided once; *impl (may be NULL) names what runs them. */
+bool eng_cpu_onednn_sgemm(const char **impl);
+/* fp32 matmul_forward and the two GEMMs of matmul_backward (dinp overwritten, dw accumulated;
+ * either may be NULL) through oneDNN. */
+void eng_cpu_onednn_sgemm_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                                  int OC);
+void eng_cpu_onednn_sgemm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                   int N, int C, int OC);
 
 #endif /* KILN_ENGINE_CPU_INT_H */

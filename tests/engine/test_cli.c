@@ -362,5 +362,17 @@ Test(cli, combinations_the_engine_cannot_run_exit_2)
                   "%s: last line \"%s\" lacks \"%s\"", cases[i].name, last, cases[i].expect);
         if (!strcmp(cases[i].name, "bf16cpu"))
             cr_assert(strstr(log, "kiln-train: hint: leave out distribution.mixed_precision"), "no hint:\n%s", log);
+        free(log);
     }
+    /* an operator's KILN_CPU_SGEMM that names no GEMM library */
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", spec_file("sgemm", "{\"model\": {\"type\": \"mlp\", "
+             "\"n_inputs\": 4, \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"}}", data_path()));
+    char *env3[] = {env_spec, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", "KILN_CPU_SGEMM=mkl", NULL};
+    int rc = run_train("sgemm", env3, NULL, true);
+    char lp[256];
+    snprintf(lp, sizeof(lp), "%s/sgemm.log", g_dir);
+    char *log = read_text(lp);
+    cr_assert_eq(rc, 2, "KILN_CPU_SGEMM=mkl: exit %d, log:\n%s", rc, log);
+    cr_assert(strstr(last_line(log), "KILN_CPU_SGEMM must be onednn or openblas, not \"mkl\""), "%s", log);
+    free(log);
 }

@@ -176,11 +176,26 @@ Test(ops_fd, softmax_xent, .init = setup, .fini = teardown)
 
 /* ---- fast CPU kernels against the reference ----------------------------------------------------- */
 
-Test(ops_fast, matmul, .init = setup, .fini = teardown)
+/* The CPU backend's fp32 GEMMs against the reference, on OpenBLAS and on oneDNN
+ * (KILN_CPU_SGEMM; the choice is made once per process, and each test is a process of its own). */
+static void matmul_case(int N, int C, int OC, uint64_t seed);
+
+static void matmul_on(const char *sgemm, const char *want)
+{
+    setenv("KILN_CPU_SGEMM", sgemm, 1);
+    if (strncmp(eng_cpu_sgemm_name(), want, strlen(want)))
+        cr_skip_test("fp32 GEMMs run on %s here", eng_cpu_sgemm_name());
+    matmul_case(37, 48, 70, 11);
+    matmul_case(130, 64, 200, 19); /* the transposed output gradient spans several tiles */
+}
+
+Test(ops_fast, matmul_on_openblas, .init = setup, .fini = teardown) { matmul_on("openblas", "OpenBLAS"); }
+Test(ops_fast, matmul_on_onednn, .init = setup, .fini = teardown) { matmul_on("onednn", "oneDNN"); }
+
+static void matmul_case(int N, int C, int OC, uint64_t seed)
 {
     eng_rng_t r;
-    eng_rng_seed(&r, 11);
-    int N = 37, C = 48, OC = 70;
+    eng_rng_seed(&r, seed);
     float *x = fresh(N * C, &r, 1), *w = fresh(OC * C, &r, 0.2), *b = fresh(OC, &r, 1);
     float *o1 = zeros(N * OC), *o2 = zeros(N * OC), *d = fresh(N * OC, &r, 1);
     CPU->matmul_forward(o1, x, w, b, N, C, OC);

@@ -1,9 +1,15 @@
-/* bf16.c - the CPU backend's bf16 group (backend.h): GEMMs with bf16 inputs and fp32
- * accumulation through oneDNN's matmul primitive, which runs AMX tiles or AVX512-BF16 dot
- * products on CPUs that have them (about 4x OpenBLAS's fp32 sgemm on a 2-core Sapphire Rapids,
- * 2x on a Zen 4; bench/RESULTS.md), and the fp32 -> bf16 rounding. Whether the machine has bf16
- * compute is read from the CPU at run time. It is not the rest of the CPU backend (cpu.c), and
- * the plain reference it is tested against is eng_ref_bf16 (engine/ref/ref.c). */
+/* onednn.c - the CPU backend's GEMMs through oneDNN's matmul primitive:
+ * - the bf16 group (backend.h): bf16 inputs and fp32 accumulation, on AMX tiles or AVX512-BF16
+ *   dot products where the CPU has them (about 4x OpenBLAS's fp32 sgemm on a 2-core Sapphire
+ *   Rapids, 2x on a Zen 4; bench/RESULTS.md), and the fp32 -> bf16 rounding. Whether the machine
+ *   has bf16 compute is read from the CPU at run time;
+ * - fp32 GEMMs where OPENBLAS_CORETYPE holds OpenBLAS to kernels without AVX-512 on a CPU that
+ *   has it (eng_cpu_onednn_sgemm): machines where OpenBLAS builds misbehave set it so. On a 2-core
+ *   Zen 5 oneDNN's AVX-512 kernels ran the GPT's shapes at 320-350 GFLOP/s against 160-180 for
+ *   OpenBLAS's AVX2 ones (and 250-300 for its own AVX-512 kernels, which, run two GEMMs side by
+ *   side as cpu.c does, give a faster step than oneDNN: so OpenBLAS keeps them otherwise).
+ * A failure is sticky and reported by the backend's status once per step. It is not the rest of
+ * the CPU backend (cpu.c), and the plain reference it is tested against is engine/ref/ref.c. */
 #pragma GCC target("prefer-vector-width=512")
 #include <cpuid.h>
 #include <omp.h>
@@ -16,6 +22,7 @@
 #include "engine/backend.h"
 #include "engine/bf16.h"
 #include "engine/cpu/cpu_int.h"
+#include "engine/engine.h"
 
 /* ---- the machine ---------------------------------------------------------------------------- */
 
@@ -58,10 +65,11 @@ static void bf16_from_f32(uint16_t *dst, const float *src, size_t n)
 /* One matmul shape: dst (M,N) f32 = src (M,K) bf16 x wei (K,N) bf16 [+ bias (N) f32], with the
  * strides of each operand (row-major views and transposes of kiln's buffers), overwriting or
  * accumulating into dst. Primitives are made once per shape and kept. */
-typedef struct mm_key {
-    int M, K, N;
+typedef struct mm_key { /* all long: keys are compared with memcmp, so no padding */
+    long M, K, N;
     long ss[2], ws[2]; /* src and weight strides */
-    int bias, accumulate;
+    long bias, accumulate;
+    long f32;          /* src and weights in fp32 (else bf16) */
 } mm_key_t;
 
 typedef struct mm_entry {
@@ -83,7 +91,7 @@ static void fail_locked(const char *what, dnnl_status_t st)
 {
     if (!g_failed) {
         g_failed = KILN_EDEVICE;
-        snprintf(g_failmsg, sizeof(g_failmsg), "oneDNN bf16 matmul failed: %s (status %d)", what,
+        snprintf(g_failmsg, sizeof(g_failmsg), "oneDNN matmul failed: %s (status %d)", what,
                  (int)st);
     }
 }
@@ -110,10 +118,27 @@ static void descs(const mm_key_t *k, dnnl_memory_desc_t *src, dnnl_memory_desc_t
     dnnl_dims_t ds = {k->M, k->K}, dw = {k->K, k->N}, dd = {k->M, k->N}, db = {1, k->N};
     dnnl_dims_t ss = {k->ss[0], k->ss[1]}, ws = {k->ws[0], k->ws[1]}, sd = {k->N, 1},
                 sb = {k->N, 1};
-    dnnl_memory_desc_init_by_strides(src, 2, ds, dnnl_bf16, ss);
-    dnnl_memory_desc_init_by_strides(wei, 2, dw, dnnl_bf16, ws);
+    dnnl_data_type_t in = k->f32 ? dnnl_f32 : dnnl_bf16;
+    dnnl_memory_desc_init_by_strides(src, 2, ds, in, ss);
+    dnnl_memory_desc_init_by_strides(wei, 2, dw, in, ws);
     dnnl_memory_desc_init_by_strides(dst, 2, dd, dnnl_f32, sd);
     dnnl_memory_desc_init_by_strides(bias, 2, db, dnnl_f32, sb);
+}
+
+/* Creates the engine and stream on first use; g_mu held. */
+static dnnl_status_t engine_locked(const char **what)
+{
+    dnnl_status_t st = dnnl_success;
+    if (!g_engine && (st = dnnl_engine_create(&g_engine, dnnl_cpu, 0)) != dnnl_success) {
+        g_engine = NULL;
+        *what = "creating the CPU engine";
+        return st;
+    }
+    if (!g_stream && (st = dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags))) {
+        g_stream = NULL;
+        *what = "creating the stream";
+    }
+    return st;
 }
 
 /* The primitive for k, made on first use; NULL after a failure (recorded). */
@@ -132,16 +157,8 @@ static dnnl_primitive_t primitive(const mm_key_t *k)
             pthread_mutex_unlock(&g_mu);
             return prim;
         }
-    if (!g_engine) {
-        if ((st = dnnl_engine_create(&g_engine, dnnl_cpu, 0)) != dnnl_success) {
-            what = "creating the CPU engine";
-            goto fail;
-        }
-        if ((st = dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags))) {
-            what = "creating the stream";
-            goto fail;
-        }
-    }
+    if ((st = engine_locked(&what)))
+        goto fail;
     dnnl_memory_desc_t src, wei, bias, dst;
     descs(k, &src, &wei, &bias, &dst);
     dnnl_matmul_desc_t md;
@@ -183,8 +200,7 @@ done:
     return prim;
 }
 
-static void run(const mm_key_t *k, const uint16_t *src, const uint16_t *wei, const float *bias,
-                float *dst)
+static void run(const mm_key_t *k, const void *src, const void *wei, const float *bias, float *dst)
 {
     dnnl_primitive_t prim = primitive(k);
     if (!prim) return;
@@ -211,39 +227,71 @@ done:
     dnnl_memory_destroy(md);
 }
 
-/* A buffer of at least n bf16 values for the transposed output gradient, kept between calls
- * (the backend's GEMMs run one at a time, as its oneDNN stream does); NULL without memory. */
-static uint16_t *transpose_scratch(size_t n)
+/* A buffer of at least `bytes` for a transposed output gradient, kept between calls (the
+ * backend's GEMMs run one at a time, as its oneDNN stream does); NULL without memory. */
+static void *transpose_scratch(size_t bytes)
 {
-    static uint16_t *buf;
+    static void *buf;
     static size_t cap;
     pthread_mutex_lock(&g_mu);
-    if (cap < n) {
+    if (cap < bytes) {
         free(buf);
-        buf = malloc(n * sizeof(uint16_t));
-        cap = buf ? n : 0;
+        buf = malloc(bytes);
+        cap = buf ? bytes : 0;
     }
-    uint16_t *out = buf;
+    void *out = buf;
     pthread_mutex_unlock(&g_mu);
     return out;
 }
 
 /* dst (cols, rows) = src (rows, cols)^T, in 64x64 tiles. */
+#define TRANSPOSE(dst, src, rows, cols)                                                            \
+    _Pragma("omp parallel for schedule(static)")                                                   \
+    for (int cb = 0; cb < (cols); cb += 64)                                                        \
+        for (int rb = 0; rb < (rows); rb += 64)                                                    \
+            for (int c = cb; c < cb + 64 && c < (cols); c++)                                       \
+                for (int r = rb; r < rb + 64 && r < (rows); r++)                                   \
+                    (dst)[(size_t)c * (rows) + r] = (src)[(size_t)r * (cols) + c];
+
 static void transpose_bf16(uint16_t *restrict dst, const uint16_t *restrict src, int rows, int cols)
 {
-#pragma omp parallel for schedule(static)
-    for (int cb = 0; cb < cols; cb += 64)
-        for (int rb = 0; rb < rows; rb += 64)
-            for (int c = cb; c < cb + 64 && c < cols; c++)
-                for (int r = rb; r < rb + 64 && r < rows; r++)
-                    dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+    TRANSPOSE(dst, src, rows, cols)
+}
+
+static void transpose_f32(float *restrict dst, const float *restrict src, int rows, int cols)
+{
+    TRANSPOSE(dst, src, rows, cols)
+}
+
+/* The GEMMs of a backward (either output may be NULL): dinp (N,C) = dout (N,OC) @ w (OC,C), and
+ * dw (OC,C) += dout^T (OC,N) @ inp (N,C) with dout^T laid out row by row first (oneDNN's kernels
+ * read a transposed source at a third of their speed). Unlike OpenBLAS's (cpu.c), the two are
+ * not run side by side on one thread each: oneDNN's were slower so (87 against 81 ms a step of
+ * the small configuration in fp32). f32: the operands are fp32, else bf16. */
+static void backward_pair(float *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int C,
+                          int OC, int f32)
+{
+    size_t elem = f32 ? sizeof(float) : sizeof(uint16_t);
+    void *t = dw ? transpose_scratch((size_t)N * OC * elem) : NULL;
+    mm_key_t kd = {N, OC, C, {OC, 1}, {C, 1}, 0, 0, f32};
+    mm_key_t kw = {OC, N, C, {N, 1}, {C, 1}, 0, 1, f32};
+    if (!t) { /* no memory for the copy: read it strided */
+        kw.ss[0] = 1;
+        kw.ss[1] = OC;
+    }
+    if (dinp) run(&kd, dout, w, NULL, dinp);
+    if (dw) {
+        if (t && f32) transpose_f32(t, dout, N, OC);
+        else if (t) transpose_bf16(t, dout, N, OC);
+        run(&kw, t ? t : dout, inp, NULL, dw);
+    }
 }
 
 /* out (N,OC) = inp (N,C) @ w^T: src inp (M=N, K=C), weights w^T (K=C, N=OC) read from w (OC,C). */
 static void bf16_matmul_forward(float *out, const uint16_t *inp, const uint16_t *w,
                                 const float *bias, int N, int C, int OC)
 {
-    mm_key_t k = {N, C, OC, {C, 1}, {1, C}, bias != NULL, 0};
+    mm_key_t k = {N, C, OC, {C, 1}, {1, C}, bias != NULL, 0, 0};
     run(&k, inp, w, bias, out);
 }
 
@@ -251,22 +299,7 @@ static void bf16_matmul_backward(float *dinp, float *dw, float *dbias, const flo
                                  const uint16_t *dout_bf, const uint16_t *inp, const uint16_t *w,
                                  int N, int C, int OC)
 {
-    if (dinp) { /* dinp (N,C) = dout (N,OC) @ w (OC,C) */
-        mm_key_t k = {N, OC, C, {OC, 1}, {C, 1}, 0, 0};
-        run(&k, dout_bf, w, NULL, dinp);
-    }
-    if (dw) { /* dw (OC,C) += dout^T (OC,N) @ inp (N,C), dout^T laid out row by row first:
-               * oneDNN's bf16 kernels read a transposed source at a third of their speed */
-        uint16_t *t = transpose_scratch((size_t)N * OC);
-        if (t) {
-            transpose_bf16(t, dout_bf, N, OC);
-            mm_key_t k = {OC, N, C, {N, 1}, {C, 1}, 0, 1};
-            run(&k, t, inp, NULL, dw);
-        } else {
-            mm_key_t k = {OC, N, C, {1, OC}, {C, 1}, 0, 1};
-            run(&k, dout_bf, inp, NULL, dw);
-        }
-    }
+    backward_pair(dinp, dw, dout_bf, inp, w, N, C, OC, 0);
     if (dbias) eng_cpu_colsum_acc(dbias, dout, N, OC);
 }
 
@@ -277,3 +310,71 @@ const eng_backend_bf16_t eng_cpu_bf16 = {
     .matmul_backward = bf16_matmul_backward,
     .adamw_update = eng_cpu_adamw_bf16,
 };
+
+/* ---- fp32 ----------------------------------------------------------------------------------- */
+
+/* Whether fp32 GEMMs go through oneDNN: KILN_CPU_SGEMM=onednn|openblas decides, else oneDNN
+ * when OPENBLAS_CORETYPE holds OpenBLAS back (eng_cpu_coretype_holds_back) and oneDNN's fp32
+ * matmul runs AVX-512 kernels here (asked of a primitive made for a GPT shape). */
+static pthread_once_t g_sgemm_once = PTHREAD_ONCE_INIT;
+static bool g_sgemm_onednn;
+static char g_sgemm_impl[128] = "OpenBLAS";
+
+static void sgemm_decide(void)
+{
+    const char *env = getenv("KILN_CPU_SGEMM");
+    if (env && !strcmp(env, "openblas")) {
+        snprintf(g_sgemm_impl, sizeof(g_sgemm_impl), "OpenBLAS (KILN_CPU_SGEMM)");
+        return;
+    }
+    if (env && strcmp(env, "onednn")) /* kiln-train refuses it (train.c); others get OpenBLAS */
+        return;
+    if (!env && !eng_cpu_coretype_holds_back())
+        return;
+    mm_key_t k = {256, 256, 256, {256, 1}, {1, 256}, 1, 0, 1};
+    dnnl_memory_desc_t src, wei, bias, dst;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    const char *impl = NULL, *what = "";
+    descs(&k, &src, &wei, &bias, &dst);
+    pthread_mutex_lock(&g_mu);
+    dnnl_status_t st = engine_locked(&what);
+    pthread_mutex_unlock(&g_mu);
+    if (st == dnnl_success && dnnl_matmul_desc_init(&md, &src, &wei, &bias, &dst) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &md, NULL, g_engine, NULL) == dnnl_success &&
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl) {
+        bool forced = env && !strcmp(env, "onednn");
+        if (forced || !strncmp(impl, "brg:avx512", 10)) {
+            g_sgemm_onednn = true;
+            snprintf(g_sgemm_impl, sizeof(g_sgemm_impl), "oneDNN %s%s", impl, forced ? " (KILN_CPU_SGEMM)" : "");
+        }
+    }
+    if (pd) dnnl_primitive_desc_destroy(pd);
+}
+
+bool eng_cpu_onednn_sgemm(const char **impl)
+{
+    pthread_once(&g_sgemm_once, sgemm_decide);
+    if (impl) *impl = g_sgemm_impl;
+    return g_sgemm_onednn;
+}
+
+const char *eng_cpu_sgemm_name(void)
+{
+    const char *impl;
+    eng_cpu_onednn_sgemm(&impl);
+    return impl;
+}
+
+void eng_cpu_onednn_sgemm_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                                  int OC)
+{
+    mm_key_t k = {N, C, OC, {C, 1}, {1, C}, bias != NULL, 0, 1};
+    run(&k, inp, w, bias, out);
+}
+
+void eng_cpu_onednn_sgemm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                   int N, int C, int OC)
+{
+    backward_pair(dinp, dw, dout, inp, w, N, C, OC, 1);
+}
