@@ -227,63 +227,21 @@ done:
     dnnl_memory_destroy(md);
 }
 
-/* A buffer of at least `bytes` for a transposed output gradient, kept between calls (the
- * backend's GEMMs run one at a time, as its oneDNN stream does); NULL without memory. */
-static void *transpose_scratch(size_t bytes)
-{
-    static void *buf;
-    static size_t cap;
-    pthread_mutex_lock(&g_mu);
-    if (cap < bytes) {
-        free(buf);
-        buf = malloc(bytes);
-        cap = buf ? bytes : 0;
-    }
-    void *out = buf;
-    pthread_mutex_unlock(&g_mu);
-    return out;
-}
-
-/* dst (cols, rows) = src (rows, cols)^T, in 64x64 tiles. */
-#define TRANSPOSE(dst, src, rows, cols)                                                            \
-    _Pragma("omp parallel for schedule(static)")                                                   \
-    for (int cb = 0; cb < (cols); cb += 64)                                                        \
-        for (int rb = 0; rb < (rows); rb += 64)                                                    \
-            for (int c = cb; c < cb + 64 && c < (cols); c++)                                       \
-                for (int r = rb; r < rb + 64 && r < (rows); r++)                                   \
-                    (dst)[(size_t)c * (rows) + r] = (src)[(size_t)r * (cols) + c];
-
-static void transpose_bf16(uint16_t *restrict dst, const uint16_t *restrict src, int rows, int cols)
-{
-    TRANSPOSE(dst, src, rows, cols)
-}
-
-static void transpose_f32(float *restrict dst, const float *restrict src, int rows, int cols)
-{
-    TRANSPOSE(dst, src, rows, cols)
-}
-
 /* The GEMMs of a backward (either output may be NULL): dinp (N,C) = dout (N,OC) @ w (OC,C), and
- * dw (OC,C) += dout^T (OC,N) @ inp (N,C) with dout^T laid out row by row first (oneDNN's kernels
- * read a transposed source at a third of their speed). Unlike OpenBLAS's (cpu.c), the two are
- * not run side by side on one thread each: oneDNN's were slower so (87 against 81 ms a step of
- * the small configuration in fp32). f32: the operands are fp32, else bf16. */
-static void backward_pair(float *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int C,
+ * dw (OC,C) += dout^T (OC,N) @ inp (N,C), dout^T read strided. (Copying dout^T row by row
+ * first made the small configuration's step slower: 77-82 against 72-74 ms in fp32, 51-53
+ * against 48-50 in bf16. Running the two side by side on one thread each, as cpu.c does with
+ * OpenBLAS, did too: 87 against 81 ms in fp32.) f32: the operands are fp32, else bf16. */
+static void backward_gemms(float *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int C,
                           int OC, int f32)
 {
-    size_t elem = f32 ? sizeof(float) : sizeof(uint16_t);
-    void *t = dw ? transpose_scratch((size_t)N * OC * elem) : NULL;
-    mm_key_t kd = {N, OC, C, {OC, 1}, {C, 1}, 0, 0, f32};
-    mm_key_t kw = {OC, N, C, {N, 1}, {C, 1}, 0, 1, f32};
-    if (!t) { /* no memory for the copy: read it strided */
-        kw.ss[0] = 1;
-        kw.ss[1] = OC;
+    if (dinp) {
+        mm_key_t k = {N, OC, C, {OC, 1}, {C, 1}, 0, 0, f32};
+        run(&k, dout, w, NULL, dinp);
     }
-    if (dinp) run(&kd, dout, w, NULL, dinp);
     if (dw) {
-        if (t && f32) transpose_f32(t, dout, N, OC);
-        else if (t) transpose_bf16(t, dout, N, OC);
-        run(&kw, t ? t : dout, inp, NULL, dw);
+        mm_key_t k = {OC, N, C, {1, OC}, {C, 1}, 0, 1, f32};
+        run(&k, dout, inp, NULL, dw);
     }
 }
 
@@ -299,7 +257,7 @@ static void bf16_matmul_backward(float *dinp, float *dw, float *dbias, const flo
                                  const uint16_t *dout_bf, const uint16_t *inp, const uint16_t *w,
                                  int N, int C, int OC)
 {
-    backward_pair(dinp, dw, dout_bf, inp, w, N, C, OC, 0);
+    backward_gemms(dinp, dw, dout_bf, inp, w, N, C, OC, 0);
     if (dbias) eng_cpu_colsum_acc(dbias, dout, N, OC);
 }
 
@@ -376,5 +334,5 @@ void eng_cpu_onednn_sgemm_forward(float *out, const float *inp, const float *w, 
 void eng_cpu_onednn_sgemm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                    int N, int C, int OC)
 {
-    backward_pair(dinp, dw, dout, inp, w, N, C, OC, 1);
+    backward_gemms(dinp, dw, dout, inp, w, N, C, OC, 1);
 }
