@@ -160,8 +160,11 @@ static float val(int rank, size_t i, uint32_t seed)
 }
 
 /* What the ring computes for element i: the owner k of i's shard receives the partial sum that
- * started at rank k+1 and went around the ring, adding each rank's value in turn. */
-static float ref_reduce(size_t n, size_t i, int world, uint32_t seed, comm_redop_t op)
+ * started at rank k+1 and went around the ring, adding each rank's value in turn. On the bf16
+ * wire each hop sends its partial sum rounded to bf16 (the next adds its own fp32 value), and the
+ * owner of an all-reduce's shard rounds the result once. */
+static float ref_ring(size_t n, size_t i, int world, uint32_t seed, comm_redop_t op, comm_wire_t wire,
+                      bool allreduce)
 {
     int k = 0;
     for (int r = 0; r < world; r++) {
@@ -170,12 +173,18 @@ static float ref_reduce(size_t n, size_t i, int world, uint32_t seed, comm_redop
         if (i >= off && i < off + cnt)
             k = r;
     }
+    bool bf16 = wire == COMM_WIRE_BF16 && world > 1;
     float acc = val((k + 1) % world, i, seed);
     for (int j = 2; j <= world; j++)
-        acc = acc + val((k + j) % world, i, seed);
+        acc = (bf16 ? eng_bf16_value(eng_bf16_round(acc)) : acc) + val((k + j) % world, i, seed);
     if (op == COMM_AVG && world > 1)
         acc = acc / (float)world;
-    return acc;
+    return bf16 && allreduce ? eng_bf16_value(eng_bf16_round(acc)) : acc;
+}
+
+static float ref_reduce(size_t n, size_t i, int world, uint32_t seed, comm_redop_t op)
+{
+    return ref_ring(n, i, world, seed, op, COMM_WIRE_FP32, false);
 }
 
 static const size_t big_n = 1000003;
@@ -250,38 +259,18 @@ static int body_collectives(comm_t *c, rank_out_t *o, void *arg)
     return 0;
 }
 
-static void collectives(const char *prov, int world)
+/* Runs body on world ranks over provider prov; every rank must pass, with the same outputs. */
+static void on_ranks(const char *prov, int world, rank_body_t body)
 {
     run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1};
-    rank_out_t *o = run_ranks(&cfg, body_collectives, NULL);
+    rank_out_t *o = run_ranks(&cfg, body, NULL);
     assert_all_ok(&cfg, o);
     const char *want = strcmp(prov, "shm") == 0 ? "shm" : "tcp;ofi_rxm";
     cr_assert_str_eq(o[0].provider, want);
     munmap(o, sizeof(rank_out_t) * MAXR);
 }
 
-/* What the bf16 wire computes for element i: each hop sends its partial sum rounded to bf16 and
- * the next adds its own fp32 value; the owner divides (AVG) and, for an all-reduce, rounds the
- * result to bf16 once. */
-static float ref_reduce_bf16(size_t n, size_t i, int world, uint32_t seed, comm_redop_t op, bool allreduce)
-{
-    if (world == 1)
-        return val(0, i, seed);
-    int k = 0;
-    for (int r = 0; r < world; r++) {
-        size_t off, cnt;
-        comm_shard_range(n, r, world, &off, &cnt);
-        if (i >= off && i < off + cnt)
-            k = r;
-    }
-    float acc = val((k + 1) % world, i, seed);
-    for (int j = 2; j <= world; j++) {
-        acc = eng_bf16_value(eng_bf16_round(acc)) + val((k + j) % world, i, seed);
-        if (j == world && op == COMM_AVG)
-            acc /= (float)world;
-    }
-    return allreduce ? eng_bf16_value(eng_bf16_round(acc)) : acc;
-}
+static void collectives(const char *prov, int world) { on_ranks(prov, world, body_collectives); }
 
 static int body_bf16_wire(comm_t *c, rank_out_t *o, void *arg)
 {
@@ -303,7 +292,7 @@ static int body_bf16_wire(comm_t *c, rank_out_t *o, void *arg)
             CHECK(o, comm_allreduce_wire_start(c, buf, n, op, COMM_WIRE_BF16, &req, &err) == 0 &&
                          comm_wait(req, &err) == 0, "bf16 allreduce n=%zu: %s", n, err.message);
             for (size_t i = 0; i < n; i++) {
-                float want = ref_reduce_bf16(n, i, W, seed, op, true);
+                float want = ref_ring(n, i, W, seed, op, COMM_WIRE_BF16, true);
                 CHECK(o, memcmp(&buf[i], &want, 4) == 0, "bf16 allreduce n=%zu op=%d [%zu]: %.9g, want %.9g", n,
                       opi, i, buf[i], want);
                 rounded += buf[i] != ref_reduce(n, i, W, seed, op);
@@ -316,7 +305,7 @@ static int body_bf16_wire(comm_t *c, rank_out_t *o, void *arg)
             size_t off, cnt;
             comm_shard_range(n, me, W, &off, &cnt);
             for (size_t i = off; i < off + cnt; i++) {
-                float want = ref_reduce_bf16(n, i, W, seed, op, false);
+                float want = ref_ring(n, i, W, seed, op, COMM_WIRE_BF16, false);
                 CHECK(o, memcmp(&buf[i], &want, 4) == 0, "bf16 reduce_scatter n=%zu [%zu]: %.9g, want %.9g", n, i,
                       buf[i], want);
             }
@@ -329,13 +318,7 @@ static int body_bf16_wire(comm_t *c, rank_out_t *o, void *arg)
     return 0;
 }
 
-static void bf16_wire(const char *prov, int world)
-{
-    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1};
-    rank_out_t *o = run_ranks(&cfg, body_bf16_wire, NULL);
-    assert_all_ok(&cfg, o);
-    munmap(o, sizeof(rank_out_t) * MAXR);
-}
+static void bf16_wire(const char *prov, int world) { on_ranks(prov, world, body_bf16_wire); }
 
 Test(comm_shm, bf16_wire_world_1) { bf16_wire("shm", 1); }
 Test(comm_shm, bf16_wire_world_2) { bf16_wire("shm", 2); }
