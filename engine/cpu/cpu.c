@@ -120,7 +120,7 @@ static void cpu_sync(void) {}
 static int cpu_status(void *ctx, kiln_err_t *err)
 {
     (void)ctx;
-    return eng_cpu_bf16_status(err);
+    return eng_cpu_onednn_status(err);
 }
 
 /* ---- vectorisable math ------------------------------------------------------------------------ */

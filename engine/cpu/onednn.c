@@ -6,8 +6,9 @@
  * - fp32 GEMMs where OPENBLAS_CORETYPE holds OpenBLAS to kernels without AVX-512 on a CPU that
  *   has it (eng_cpu_onednn_sgemm): machines where OpenBLAS builds misbehave set it so. On a 2-core
  *   Zen 5 oneDNN's AVX-512 kernels ran the GPT's shapes at 320-350 GFLOP/s against 160-180 for
- *   OpenBLAS's AVX2 ones (and 250-300 for its own AVX-512 kernels, which, run two GEMMs side by
- *   side as cpu.c does, give a faster step than oneDNN: so OpenBLAS keeps them otherwise).
+ *   OpenBLAS's AVX2 ones, and the small configuration's fp32 step went from 116 to 72-74 ms.
+ *   OpenBLAS's own AVX-512 kernels (250-300 GFLOP/s) keep the GEMMs otherwise: with backward's
+ *   two run side by side, one thread each, as cpu.c does, they give as fast a step (71-77 ms).
  * A failure is sticky and reported by the backend's status once per step. It is not the rest of
  * the CPU backend (cpu.c), and the plain reference it is tested against is engine/ref/ref.c. */
 #pragma GCC target("prefer-vector-width=512")
@@ -62,7 +63,8 @@ static void bf16_from_f32(uint16_t *dst, const float *src, size_t n)
 
 /* ---- oneDNN --------------------------------------------------------------------------------- */
 
-/* One matmul shape: dst (M,N) f32 = src (M,K) bf16 x wei (K,N) bf16 [+ bias (N) f32], with the
+/* One matmul shape: dst (M,N) f32 = src (M,K) x wei (K,N) [+ bias (N) f32], src and weights
+ * both bf16 or both fp32, with the
  * strides of each operand (row-major views and transposes of kiln's buffers), overwriting or
  * accumulating into dst. Primitives are made once per shape and kept. */
 typedef struct mm_key { /* all long: keys are compared with memcmp, so no padding */
@@ -103,7 +105,7 @@ static void fail(const char *what, dnnl_status_t st)
     pthread_mutex_unlock(&g_mu);
 }
 
-int eng_cpu_bf16_status(kiln_err_t *err)
+int eng_cpu_onednn_status(kiln_err_t *err)
 {
     pthread_mutex_lock(&g_mu);
     int st = g_failed;
