@@ -214,6 +214,8 @@ void comm_ring_free(comm_req_t *op)
     comm_ring_t *R = op->ring;
     if (!R)
         return;
+    if (R->wmr) /* after the last transfer, or when the start failed before any */
+        fi_close(&R->wmr->fid);
     free(R->rstate);
     free(R->xf);
     free(R->wire);
@@ -404,8 +406,6 @@ int comm_ring_advance(comm_engine_t *e, comm_req_t *op, char *msg)
             fi_close(&op->mr->fid);
             op->mr = NULL;
         }
-        if (R->wmr)
-            fi_close(&R->wmr->fid);
         comm_ring_free(op);
         comm_op_finish(e, op, 0, NULL);
     }
