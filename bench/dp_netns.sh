@@ -28,7 +28,8 @@
 #   DP_NETNS_BASE=DIR      also run the ranks and the all-reduce with DIR/bin/kiln-train and
 #                          DIR/bench/comm_bench (another build, e.g. of an older commit), in the
 #                          same rounds, for a before/after comparison (its all-reduce alone moves
-#                          this build's bucket plan)
+#                          this build's bucket plan; a build older than gradient_dtype runs its
+#                          bf16 column with fp32 gradients)
 #   DP_NETNS_BATCH=16 DP_NETNS_BUCKET_MB=1
 #   DP_NETNS_BIND=0        no CPU binding: the kernel places every process on either CPU, so one
 #                          emulated host's threads also run on the other's CPU

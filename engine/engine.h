@@ -615,6 +615,9 @@ bool eng_cpu_coretype_holds_back(void);
 /* What runs the CPU backend's fp32 GEMMs: "OpenBLAS", or "oneDNN <its kernels>" (when
  * OPENBLAS_CORETYPE holds OpenBLAS back, or KILN_CPU_SGEMM=onednn|openblas says). Static. */
 const char *eng_cpu_sgemm_name(void);
+/* KILN_CPU_SGEMM unset, "onednn" or "openblas": 0; anything else KILN_EINVAL naming it (err may
+ * be NULL). kiln-train refuses a bad value (exit 2). */
+int eng_cpu_sgemm_env_check(kiln_err_t *err);
 /* Peak resident memory of the process in MiB (getrusage). */
 double eng_peak_mem_mb(void);
 

@@ -249,8 +249,8 @@ static void cpu_layernorm_backward(float *dinp, float *dw, float *db, const floa
 
 /* ---- matmul ----------------------------------------------------------------------------------- */
 
-/* fp32 GEMMs run on oneDNN where it has AVX-512 kernels (onednn.c, eng_cpu_onednn_sgemm), else
- * on OpenBLAS. */
+/* fp32 GEMMs run on OpenBLAS, or on oneDNN's AVX-512 kernels where OPENBLAS_CORETYPE holds
+ * OpenBLAS back (onednn.c, eng_cpu_onednn_sgemm). */
 static void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                                int N, int C, int OC)
 {

@@ -287,7 +287,7 @@ static void sgemm_decide(void)
         snprintf(g_sgemm_impl, sizeof(g_sgemm_impl), "OpenBLAS (KILN_CPU_SGEMM)");
         return;
     }
-    if (env && strcmp(env, "onednn")) /* kiln-train refuses it (train.c); others get OpenBLAS */
+    if (eng_cpu_sgemm_env_check(NULL)) /* kiln-train refuses it; others get OpenBLAS */
         return;
     if (!env && !eng_cpu_coretype_holds_back())
         return;
@@ -308,8 +308,21 @@ static void sgemm_decide(void)
             g_sgemm_onednn = true;
             snprintf(g_sgemm_impl, sizeof(g_sgemm_impl), "oneDNN %s%s", impl, forced ? " (KILN_CPU_SGEMM)" : "");
         }
+    } else if (env) {
+        snprintf(g_sgemm_impl, sizeof(g_sgemm_impl),
+                 "OpenBLAS (KILN_CPU_SGEMM=onednn, but oneDNN could not make an fp32 matmul here)");
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
+}
+
+int eng_cpu_sgemm_env_check(kiln_err_t *err)
+{
+    const char *env = getenv("KILN_CPU_SGEMM");
+    if (!env || !strcmp(env, "onednn") || !strcmp(env, "openblas"))
+        return KILN_OK;
+    if (err)
+        kiln_err_set(err, KILN_EINVAL, "KILN_CPU_SGEMM", "KILN_CPU_SGEMM must be onednn or openblas, not \"%s\"", env);
+    return KILN_EINVAL;
 }
 
 bool eng_cpu_onednn_sgemm(const char **impl)
