@@ -136,7 +136,8 @@ static pid_t find_rank(const char *id, int rank)
     return found;
 }
 
-static void submit(const char *name, int max_steps, char *id, size_t idn)
+/* Submits a 2-node GPT job; extra: more top-level fields (", \"distribution\": {...}") or "". */
+static void submit_with(const char *name, int max_steps, const char *extra, char *id, size_t idn)
 {
     char spec[2048];
     snprintf(spec, sizeof spec,
@@ -145,13 +146,35 @@ static void submit(const char *name, int max_steps, char *id, size_t idn)
              "\"%s/data/tinyshakespeare.txt\"}, \"hyperparameters\": {\"global_batch_size\": 4, "
              "\"max_steps\": %d, \"eval_every\": 0, \"sample_every\": 0}, \"resources\": "
              "{\"nodes\": 2, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}, \"checkpoint\": "
-             "{\"every_steps\": 0}, \"retry\": {\"max_attempts\": 1}}",
-             name, getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".", max_steps);
+             "{\"every_steps\": 0}, \"retry\": {\"max_attempts\": 1}%s}",
+             name, getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".", max_steps, extra);
     long st = 0;
     json_t *job = http_json("POST", "/v1/jobs", spec, &st);
     cr_assert_eq(st, 201, "submit: HTTP %ld", st);
     snprintf(id, idn, "%s", jstr(job, "id"));
     json_decref(job);
+}
+
+static void submit(const char *name, int max_steps, char *id, size_t idn)
+{
+    submit_with(name, max_steps, "", id, idn);
+}
+
+/* Whether rank's log lines (the first 1,000) include needle. */
+static bool rank_logged(const char *id, int rank, const char *needle)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=%d&limit=1000", id, rank);
+    json_t *logs = http_json("GET", path, NULL, NULL);
+    size_t k;
+    json_t *l;
+    bool found = false;
+    json_array_foreach(json_object_get(logs, "lines"), k, l) {
+        cr_assert_eq(json_integer_value(json_object_get(l, "rank")), rank);
+        if (strstr(jstr(l, "line"), needle)) found = true;
+    }
+    json_decref(logs);
+    return found;
 }
 
 Test(dp_kilnd, two_node_job_completes_with_one_loss_curve, .init = setup, .fini = teardown,
@@ -176,18 +199,28 @@ Test(dp_kilnd, two_node_job_completes_with_one_loss_curve, .init = setup, .fini 
     for (int rank = 0; rank < 2; rank++) {
         char want[32];
         snprintf(want, sizeof want, "dp: rank %d/2 over ", rank);
-        snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=%d&limit=1000", id, rank);
-        json_t *logs = http_json("GET", path, NULL, NULL);
-        size_t k;
-        json_t *l;
-        bool joined = false;
-        json_array_foreach(json_object_get(logs, "lines"), k, l) {
-            cr_assert_eq(json_integer_value(json_object_get(l, "rank")), rank);
-            if (strstr(jstr(l, "line"), want)) joined = true;
-        }
-        json_decref(logs);
-        cr_assert(joined, "rank %d never logged \"%s\"", rank, want);
+        cr_assert(rank_logged(id, rank, want), "rank %d never logged \"%s\"", rank, want);
     }
+}
+
+/* gradient_dtype travels from the submitted spec through kilnd and the agents to the ranks. */
+Test(dp_kilnd, bf16_gradients_reach_both_ranks, .init = setup, .fini = teardown, .timeout = 180)
+{
+    char id[64], url[512];
+    submit_with("dp-bf16", 10, ", \"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"bf16\"}}", id,
+                sizeof id);
+    snprintf(url, sizeof url, "%s/v1/jobs/%s", g_cl.url, id);
+    char *body = th_wait_json_state(url, "FAILED|COMPLETED|STOPPED", 150000);
+    cr_assert_not_null(body, "the job did not end");
+    json_t *job = json_loads(body, 0, NULL);
+    free(body);
+    cr_assert_str_eq(jstr(job, "state"), "COMPLETED", "%s: %s", jstr(job, "state"), jstr(job, "reason"));
+    json_t *dp = json_object_get(json_object_get(json_object_get(job, "spec"), "distribution"), "data_parallel");
+    cr_assert_str_eq(jstr(dp, "gradient_dtype"), "bf16");
+    json_decref(job);
+    for (int rank = 0; rank < 2; rank++)
+        cr_assert(rank_logged(id, rank, "all-reduced as bf16 during backward"),
+                  "rank %d did not reduce its gradients as bf16", rank);
 }
 
 Test(dp_kilnd, killed_rank_fails_the_job_naming_it, .init = setup, .fini = teardown, .timeout = 180)
