@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh - runs every test binary under $BUILD/tests with one throwaway PostgreSQL cluster
 # (store, api and end-to-end suites create their own databases in it), then prints one
-# closing line: "N passed, N failed".
+# closing line: "N passed, N failed". KILN_TESTS names the suites to run (default: all).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -32,6 +32,9 @@ logdir=$(mktemp -d /tmp/kiln-tests.XXXXXX)
 for t in "$BUILD"/tests/test_*; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
+  # KILN_TESTS="test_api test_e2e" runs only those suites (and skips the browser's unless it
+  # names "ui"); KILN_TEST_ARGS passes Criterion's flags, such as --filter 'authz/*'.
+  if [ -n "${KILN_TESTS:-}" ] && [[ " $KILN_TESTS " != *" $name "* ]]; then continue; fi
   echo "== $name"
   start=$(date +%s)
   "$t" --jobs "${KILN_TEST_JOBS:-2}" ${KILN_TEST_ARGS:-} >"$logdir/$name.log" 2>&1
@@ -61,7 +64,7 @@ done
 # The web UI in a real browser: node's test runner drives Debian's Chromium (playwright-core from
 # ui/'s lockfile) against a real kilnd, agents and this PostgreSQL (tests/ui/). Screenshots go to
 # $logdir/ui. Chromium is installed by scripts/install-deps.sh: without it the tests fail.
-if [ -f tests/ui/ui.test.mjs ]; then
+if [ -f tests/ui/ui.test.mjs ] && { [ -z "${KILN_TESTS:-}" ] || [[ " $KILN_TESTS " == *" ui "* ]]; }; then
   echo "== ui (browser)"
   start=$(date +%s)
   KILN_TEST_OUT="$logdir" node --test --test-reporter=tap tests/ui/ui.test.mjs >"$logdir/ui.log" 2>&1
