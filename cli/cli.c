@@ -125,11 +125,16 @@ static const cli_command_t cli_commands[] = {
      "[list] [--user U]\ncreate [USER] [--expires-in D] [--description TEXT]\nrevoke ID",
      "list, create and revoke API tokens",
      "commands:\n"
-     "  list                 your tokens, or those of --user U (cluster admins), with their state\n"
-     "  create [USER]        a new token for USER (default: you), printed once on stdout alone\n"
-     "    --expires-in D     how long it is valid: 3600s, 90m, 12h, 30d (default: until revoked)\n"
+     "  list                 your tokens, or those of --user U (cluster admins), with their state,\n"
+     "                       who made each and with which token (PARENT)\n"
+     "  create [USER]        a new token for USER (default: you), printed once on stdout alone; it is\n"
+     "                       made with your token, never outlives it and is revoked with it\n"
+     "    --expires-in D     how long it is valid: 3600s, 90m, 12h, 30d (default: until revoked, or\n"
+     "                       until your token expires when it does)\n"
      "    --description TEXT what it is for (shown by `kiln tokens`)\n"
-     "  revoke ID            revoke a token (ID as `kiln tokens` shows it); it stops working at once\n"},
+     "  revoke ID            revoke a token (ID as `kiln tokens` shows it) and every token made with\n"
+     "                       it; they stop working at once\n"
+     "A web UI session token (from `kiln ui`) makes no tokens: create them from a `kiln login`.\n"},
     {"projects", cli_cmd_projects,
      "[list]\ncreate NAME\nmembers PROJECT\nadd-member PROJECT USER viewer|editor|admin\n"
      "remove-member PROJECT USER",

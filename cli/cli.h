@@ -160,8 +160,9 @@ void cli_print_artifacts(FILE *out, const json_t *reply, bool wide);
 void cli_print_log_line(FILE *out, const json_t *line);
 /* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,
  * /v1/projects/{p}/members). whoami: login_from says where the token came from ("" to leave the
- * line out). projects: roles is a whoami reply (may be NULL) giving the caller's role where the
- * list has none (a cluster admin's listing). */
+ * line out). tokens: each with its kind, state and lineage (CREATED-BY, PARENT; "-" for none).
+ * projects: roles is a whoami reply (may be NULL) giving the caller's role where the list has
+ * none (a cluster admin's listing). */
 void cli_print_whoami(FILE *out, const json_t *reply, const char *url, const char *login_from);
 void cli_print_users(FILE *out, const json_t *reply);
 void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us);

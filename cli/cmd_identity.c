@@ -167,7 +167,10 @@ static void cli_show_tokens(const cli_client_t *c, const json_t *reply)
 static void cli_show_revoked(const cli_client_t *c, const json_t *reply)
 {
     (void)c;
+    json_int_t more = json_integer_value(json_object_get(reply, "descendants_revoked"));
     printf("revoked token %s of user %s\n", cli_jstr(reply, "id"), cli_jstr(reply, "user"));
+    if (more > 0)
+        printf("also revoked %lld token%s made with it\n", (long long)more, more == 1 ? "" : "s");
 }
 
 static int cli_tokens_list(cli_client_t *c, int argc, char **argv, int first)
@@ -249,6 +252,12 @@ static int cli_tokens_create(cli_client_t *c, int argc, char **argv, int first)
         fprintf(stderr, "created token %s for user %s, %s%s%s\n", cli_jstr(reply, "id"), cli_jstr(reply, "user"),
                 *exp ? "valid until " : "valid until revoked", *exp ? cli_fmt_time(exp, tb, sizeof(tb)) : "",
                 *exp ? " UTC" : "");
+        const char *parent = cli_jstr(reply, "parent_id");
+        if (json_is_true(json_object_get(reply, "expires_with_parent")))
+            fprintf(stderr, "note: it expires with token %s, which made it (a token never outlives the token that "
+                            "makes it); log in with a longer-lived token to make a longer-lived one\n", parent);
+        if (*parent)
+            fprintf(stderr, "note: revoking token %s revokes it too\n", parent);
         fprintf(stderr, "note: this is the only time the token is shown: it cannot be shown again, "
                         "so store it now (kiln login reads it on stdin)\n");
     }

@@ -693,7 +693,7 @@ void cli_print_users(FILE *out, const json_t *reply)
 void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us)
 {
     cli_table_t t;
-    cli_table_init(&t, "ID USER STATE CREATED EXPIRES LAST-USED DESCRIPTION");
+    cli_table_init(&t, "ID USER KIND STATE CREATED EXPIRES LAST-USED CREATED-BY PARENT DESCRIPTION");
     size_t i;
     json_t *k;
     json_array_foreach(json_object_get(reply, "tokens"), i, k) {
@@ -711,8 +711,9 @@ void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us)
         } else {
             snprintf(used, sizeof(used), "never");
         }
-        const char *row[] = {cli_jstr(k, "id"), cli_jstr(k, "user"), state, created, expires, used,
-                             cli_jstr(k, "description")};
+        /* lineage: who made it, with which token (empty, so "-": the bootstrap token, older tokens) */
+        const char *row[] = {cli_jstr(k, "id"), cli_jstr(k, "user"), cli_jstr(k, "kind"), state, created, expires,
+                             used, cli_jstr(k, "created_by"), cli_jstr(k, "parent_id"), cli_jstr(k, "description")};
         cli_table_row(&t, row);
     }
     if (t.nrows == 0) {

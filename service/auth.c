@@ -94,6 +94,7 @@ struct svc_auth_entry {
     char user[64];
     char token_id[32];
     bool cluster_admin;
+    bool session;
     int64_t expires_us;
     int nroles;
     svc_project_role_t *roles;   /* heap; project names heap too */
@@ -133,6 +134,7 @@ static void entry_to_caller(const svc_auth_entry_t *e, arena_t *arena, svc_calle
     out->user = arena_strdup(arena, e->user);
     out->token_id = arena_strdup(arena, e->token_id);
     out->token_expires_us = e->expires_us;
+    out->token_session = e->session;
     out->cluster_admin = e->cluster_admin;
     out->nroles = e->nroles;
     if (e->nroles) {
@@ -177,6 +179,7 @@ static int entry_load(svc_t *s, const uint8_t hash[STORE_HASH_LEN], svc_auth_ent
     kiln_strlcpy(e->user, t.user, sizeof(e->user));
     kiln_strlcpy(e->token_id, t.token_id, sizeof(e->token_id));
     e->cluster_admin = t.cluster_admin;
+    e->session = t.session;
     e->expires_us = t.expires_us;
     size_t n = json_object_size(t.roles);
     if (n) {

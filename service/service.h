@@ -86,6 +86,7 @@ typedef struct svc_caller {
     const char *user;               /* "" for kilnd itself */
     const char *token_id;           /* the token the request carried ("" without one) */
     int64_t token_expires_us;       /* 0: never */
+    bool token_session;             /* a web UI session token (login link): it makes no tokens */
     bool cluster_admin;             /* manages users, projects, workers; admin of every project */
     const svc_project_role_t *roles;/* the projects the user is a member of, sorted by name */
     int nroles;
@@ -122,13 +123,20 @@ int svc_user_create(svc_t *s, const svc_caller_t *who, const char *name, bool cl
                     json_t **out, kiln_err_t *err);
 /* Cluster admins only. *out = {"users": [...]}. */
 int svc_users_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
-/* A new token for user (the caller itself, or anyone for a cluster admin). expires_in_s 0: never
- * expires. *out = {"id", "token", "expires_at"}: the only time the secret is shown. */
+/* A new token for user (the caller itself, or anyone for a cluster admin), made with the
+ * caller's token (its parent, recorded with the caller as created_by): it never outlives that
+ * token and is revoked with it. expires_in_s 0: none of its own, so it never expires, or expires
+ * with the caller's token when that one does ("expires_with_parent": true); an expires_in_s
+ * ending after the caller's token is KILN_EINVAL, a web UI session token KILN_EPERM, a caller's
+ * token revoked meanwhile KILN_EUNAUTH. *out = {"id", "token", "expires_at", "user",
+ * "created_by", "parent_id", "expires_with_parent"}: the only time the secret is shown. */
 int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_t expires_in_s,
                      const char *description, json_t **out, kiln_err_t *err);
 /* *out = {"tokens": [...]} (no secrets). */
 int svc_tokens_list(svc_t *s, const svc_caller_t *who, const char *user, json_t **out, kiln_err_t *err);
-/* Revokes a token of the caller's own (any token for a cluster admin); *out = the token. */
+/* Revokes a token of the caller's own (any token for a cluster admin) and every token made with
+ * it, directly or through others, whoever they belong to; *out = the token, with
+ * "descendants_revoked": how many of those were valid until now. */
 int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 /* Cluster admins only. *out = the project. */
 int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err);
@@ -145,9 +153,10 @@ int svc_member_remove(svc_t *s, const svc_caller_t *who, const char *project, co
 
 /* One-time login links for the web UI (`kiln ui`). create: for the caller's own user, valid 120
  * s and once; *out = {"code", "expires_at", "session_expires_at"} (the only time the code is
- * shown). KILN_ESTATE without authentication. redeem: anyone holding the code; marks it used and
- * creates a token for the link's user that expires within 12 hours and never after the token
- * that asked for the link; *out = {"id", "token", "expires_at", "user"}. A link that is not
+ * shown). KILN_ESTATE without authentication, KILN_EPERM with a session token. redeem: anyone
+ * holding the code; marks it used and creates a session token (it makes no tokens) for the
+ * link's user, made with the token that asked for the link: it expires within 12 hours and never
+ * after that token, and is revoked with it; *out = {"id", "token", "expires_at", "user"}. A link that is not
  * valid, used, expired, or whose asking token was revoked or expired is KILN_EUNAUTH saying which. */
 int svc_login_link_create(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 int svc_login_link_redeem(svc_t *s, const char *code, json_t **out, kiln_err_t *err);

@@ -246,16 +246,30 @@ int store_user_get_json(store_conn_t *c, const char *name, json_t **out, kiln_er
 /* Array of users by name. */
 int store_users_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
 
-/* Stores a token's hash (never the secret). expires_us 0: never expires. */
-int store_token_insert(store_conn_t *c, const char *id, const char *user,
-                       const uint8_t hash[STORE_HASH_LEN], const char *description,
-                       int64_t expires_us, kiln_err_t *err);
+/* A token to store (migration 0012 for its lineage). Borrowed strings. */
+typedef struct store_token_new {
+    const char *id;
+    const char *user;
+    const uint8_t *hash;         /* STORE_HASH_LEN bytes: only the hash is stored, never the secret */
+    const char *description;
+    int64_t expires_us;          /* 0: none asked for (never, or the parent's expiry) */
+    const char *created_by;      /* the user whose token makes it ("" for none) */
+    const char *parent_id;       /* the token that makes it; NULL for none (bootstrap, kilnd) */
+    bool session;                /* a web UI session token (kind "session") rather than "api" */
+} store_token_new_t;
+/* Stores the token. With a parent it is stored only while the parent is valid (neither it nor
+ * a token it was made with revoked, not expired) and if it does not outlive the parent: with
+ * expires_us 0 it expires when the parent does. *stored says whether it was; *expires_us the
+ * expiry it got (0: never). Without a parent it is always stored. */
+int store_token_insert(store_conn_t *c, const store_token_new_t *t, bool *stored, int64_t *expires_us,
+                       kiln_err_t *err);
 typedef struct store_token_auth {
     char token_id[32];
     char user[64];
     bool cluster_admin;
     int64_t expires_us;          /* 0: never */
-    bool revoked, expired;
+    bool revoked, expired;       /* revoked: it, or a token it was made with */
+    bool session;                /* a web UI session token: it makes no tokens */
     json_t *roles;               /* {"project": "viewer"|"editor"|"admin", ...}; caller owns */
 } store_token_auth_t;
 /* The token with this hash, its user and the user's project roles; records the use (at most
@@ -263,11 +277,17 @@ typedef struct store_token_auth {
  * out->roles (json_decref). */
 int store_token_auth(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_token_auth_t *out,
                      kiln_err_t *err);
-/* Arrays / objects of tokens as the API shows them (no secrets, no hashes). */
+/* Arrays / objects of tokens as the API shows them (no secrets, no hashes): id, user,
+ * description, kind ("api" | "session"), created_by and parent_id ("" for none), and the times
+ * created_at, expires_at, revoked_at (also when a token it was made with was revoked before
+ * it expired), last_used_at (null for none). */
 int store_tokens_list_json(store_conn_t *c, const char *user, json_t **out, kiln_err_t *err);
 int store_token_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
-/* Sets revoked_at (kept when already set). KILN_ENOTFOUND. */
-int store_token_revoke(store_conn_t *c, const char *id, kiln_err_t *err);
+/* Revokes the token and every token made with it, directly or through others, in one
+ * statement: sets revoked_at where it is not set yet (descendants that have expired stay
+ * expired). *descendants (may be NULL): how many of those made with it were valid and are
+ * revoked now. KILN_ENOTFOUND. */
+int store_token_revoke(store_conn_t *c, const char *id, int64_t *descendants, kiln_err_t *err);
 
 int store_project_insert(store_conn_t *c, const char *name, const char *created_by, kiln_err_t *err);
 int store_project_exists(store_conn_t *c, const char *name, bool *exists, kiln_err_t *err);
@@ -296,6 +316,7 @@ typedef struct store_login_redeemed {
 } store_login_redeemed_t;
 /* Redeems the link with this code hash, once: marks it used and creates the token (token_id,
  * token_hash, description) for the link's user, expiring when the link says, in one statement.
+ * The token is a session token (kind "session") whose parent is the link's asking token.
  * A link that is unknown, used, expired, or whose asking token was revoked or expired is not
  * redeemed (out says which). Returns 0 either way, or KILN_EDB. */
 int store_login_link_redeem(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], const char *token_id,

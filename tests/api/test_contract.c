@@ -434,7 +434,14 @@ Test(contract, every_route_against_openapi)
     want(200, "GET", "/v1/users/viewer/tokens", NULL, viewer);
     want(403, "GET", "/v1/users/root2/tokens", NULL, viewer);
     want(404, "GET", "/v1/users/nobody/tokens", NULL, NULL);
-    want(201, "POST", "/v1/users/viewer/tokens", "{\"expires_in_s\": 3600}", NULL);
+    cr_assert_eq(rec("POST", "/v1/users/viewer/tokens", "{\"expires_in_s\": 3600}", NULL, NULL, NULL, &text), 201,
+                 "%s", text);
+    char *hour = json_field(text, "token");
+    free(text);
+    /* made with a token that expires: it expires with it, or is refused for outliving it */
+    want(201, "POST", "/v1/users/viewer/tokens", NULL, hour);
+    want(400, "POST", "/v1/users/viewer/tokens", "{\"expires_in_s\": 86400}", hour);
+    free(hour);
     want(201, "POST", "/v1/users/viewer/tokens", NULL, viewer);
     want(400, "POST", "/v1/users/viewer/tokens", "{\"expires_in_s\": \"soon\"}", NULL);
     want(404, "POST", "/v1/users/nobody/tokens", "{}", NULL);
@@ -470,9 +477,15 @@ Test(contract, every_route_against_openapi)
     want(400, "POST", "/v1/login-links:redeem", "{}", "");
     char redeem[256];
     snprintf(redeem, sizeof redeem, "{\"code\": \"%s\"}", code);
-    want(200, "POST", "/v1/login-links:redeem", redeem, "");
+    cr_assert_eq(rec("POST", "/v1/login-links:redeem", redeem, "", NULL, NULL, &text), 200, "%s", text);
+    char *session = json_field(text, "token");
+    free(text);
     want(401, "POST", "/v1/login-links:redeem", redeem, ""); /* once */
     free(code);
+    /* a web UI session token makes no tokens and no login links */
+    want(403, "POST", "/v1/users/viewer/tokens", "{}", session);
+    want(403, "POST", "/v1/login-links", NULL, session);
+    free(session);
     char *page = NULL, *hdrs = NULL;
     cr_assert_eq(rec("GET", "/", NULL, "", NULL, NULL, &page), 200);
     want(200, "GET", "/ui", NULL, "");

@@ -749,3 +749,101 @@ Test(grpc_auth, artifacts_list_download_and_delete_over_grpc)
     free(got);
     free(data);
 }
+
+/* ---- token lineage -------------------------------------------------------------------------- */
+
+/* The caller a token stands for, as kilnd sees it (strings from a). */
+static svc_caller_t caller_of(const char *token, arena_t *a)
+{
+    svc_caller_t who;
+    kiln_err_t err;
+    cr_assert_eq(svc_auth_user(S, token, a, &who, &err), 0, "%s", err.message);
+    return who;
+}
+
+static const char *details(json_t *r) { return json_string_value(json_object_get(r, "details")); }
+
+Test(grpc_auth, tokens_never_outlive_the_token_that_makes_them)
+{
+    char brief[128], web[128], session[128];
+    user("g-brief", 60, brief);
+    user("g-web", 0, web);
+    arena_t a;
+    arena_init(&a, 0);
+    svc_caller_t b = caller_of(brief, &a), w = caller_of(web, &a);
+    /* the web UI's session token: a login link of g-web, redeemed */
+    json_t *link = NULL, *tok = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_login_link_create(S, &w, &link, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_login_link_redeem(S, json_string_value(json_object_get(link, "code")), &tok, &err), 0, "%s",
+                 err.message);
+    snprintf(session, sizeof session, "%s", json_string_value(json_object_get(tok, "token")));
+    char session_id[64];
+    snprintf(session_id, sizeof session_id, "%s", json_string_value(json_object_get(tok, "id")));
+    json_decref(link);
+    json_decref(tok);
+
+    gcall_t calls[] = {
+        {.method = "/kiln.TrainingService/CreateToken", .request = json_pack("{s:s}", "user", "g-brief"),
+         .token = brief},
+        {.method = "/kiln.TrainingService/CreateToken",
+         .request = json_pack("{s:s, s:i}", "user", "g-brief", "expires_in_s", 86400), .token = brief},
+        {.method = "/kiln.TrainingService/CreateToken", .request = json_pack("{s:s}", "user", "g-web"),
+         .token = session},
+        {.method = "/kiln.TrainingService/ListTokens", .request = json_pack("{s:s}", "user", "g-web"), .token = web},
+    };
+    json_t *res = run_calls(calls, sizeof calls / sizeof calls[0], true);
+    /* no expiry asked for: the child expires with its parent */
+    json_t *r = json_array_get(res, 0), *resp = json_object_get(r, "response");
+    cr_assert_str_eq(code_of(res, 0), "OK", "%s", details(r));
+    cr_assert(json_is_true(json_object_get(resp, "expires_with_parent")), "the answer says it expires with its parent");
+    cr_assert_str_eq(json_string_value(json_object_get(resp, "parent_id")), b.token_id);
+    cr_assert_str_eq(json_string_value(json_object_get(resp, "created_by")), "g-brief");
+    char want_exp[40];
+    kiln_time_format(b.token_expires_us, want_exp, sizeof want_exp);
+    cr_assert_str_eq(json_string_value(json_object_get(resp, "expires_at")), want_exp);
+    char child[128];
+    snprintf(child, sizeof child, "%s", json_string_value(json_object_get(resp, "token")));
+    /* longer than its parent: refused, with the parent's expiry */
+    cr_assert_str_eq(code_of(res, 1), "INVALID_ARGUMENT", "%s", details(json_array_get(res, 1)));
+    cr_assert(strstr(details(json_array_get(res, 1)), "cannot outlive") &&
+              strstr(details(json_array_get(res, 1)), "expires at"), "%s", details(json_array_get(res, 1)));
+    /* a session token makes none */
+    cr_assert_str_eq(code_of(res, 2), "PERMISSION_DENIED", "%s", details(json_array_get(res, 2)));
+    cr_assert(strstr(details(json_array_get(res, 2)), "session token"), "%s", details(json_array_get(res, 2)));
+    /* the list shows each token's kind and lineage */
+    json_t *list = json_object_get(json_object_get(json_array_get(res, 3), "response"), "tokens");
+    cr_assert_eq(json_array_size(list), 2, "%s", details(json_array_get(res, 3)));
+    size_t i;
+    json_t *t;
+    int sessions = 0;
+    json_array_foreach(list, i, t) {
+        const char *id = json_string_value(json_object_get(t, "id"));
+        if (!strcmp(id, session_id)) {
+            sessions++;
+            cr_assert_str_eq(json_string_value(json_object_get(t, "kind")), "session");
+            cr_assert_str_eq(json_string_value(json_object_get(t, "parent_id")), w.token_id);
+            cr_assert_str_eq(json_string_value(json_object_get(t, "created_by")), "g-web");
+        } else {
+            cr_assert_str_eq(id, w.token_id);
+            cr_assert_str_eq(json_string_value(json_object_get(t, "kind")), "api");
+        }
+    }
+    cr_assert_eq(sessions, 1);
+    json_decref(res);
+
+    /* revoking the parent revokes the child */
+    gcall_t after[] = {
+        {.method = "/kiln.TrainingService/RevokeToken", .request = json_pack("{s:s}", "id", b.token_id),
+         .token = brief},
+        {.method = "/kiln.TrainingService/WhoAmI", .token = child},
+    };
+    res = run_calls(after, 2, true);
+    cr_assert_str_eq(code_of(res, 0), "OK", "%s", details(json_array_get(res, 0)));
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(json_array_get(res, 0), "response"),
+                                                       "descendants_revoked")), "1", "int64 fields are text");
+    cr_assert_str_eq(code_of(res, 1), "UNAUTHENTICATED", "%s", details(json_array_get(res, 1)));
+    cr_assert(strstr(details(json_array_get(res, 1)), "revoked"), "%s", details(json_array_get(res, 1)));
+    json_decref(res);
+    arena_deinit(&a);
+}

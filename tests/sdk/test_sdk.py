@@ -340,13 +340,18 @@ class Identity(unittest.TestCase):
         name = "sdk-t-" + self.tag
         self.client.create_user(name)
         t = self.client.create_token(name, expires_in_s=3600, description="sdk test")
-        self.assertEqual(set(t), {"id", "token", "expires_at", "user"})
+        self.assertEqual(set(t), {"id", "token", "expires_at", "user", "created_by", "parent_id",
+                                  "expires_with_parent"})
         self.assertTrue(t["token"].startswith("kiln_") and t["id"].startswith("tok_") and t["expires_at"])
+        # made with this client's token (none without authentication)
+        self.assertEqual((t["created_by"], t["parent_id"]), (self.me["user"], self.me["token_id"]))
         forever = self.client.create_token(name)
         self.assertEqual(forever["expires_at"], "")
         listed = self.client.tokens(name)
         self.assertEqual(sorted(x["id"] for x in listed), sorted((t["id"], forever["id"])))
         self.assertEqual([x["description"] for x in listed if x["id"] == t["id"]], ["sdk test"])
+        self.assertEqual({(x["kind"], x["created_by"], x["parent_id"]) for x in listed},
+                         {("api", self.me["user"], self.me["token_id"])})
         text = json.dumps(listed)
         self.assertNoSecret(t["token"], text, "the token list")
         self.assertNoSecret(forever["token"], text, "the token list")
@@ -354,15 +359,26 @@ class Identity(unittest.TestCase):
             user = self.as_user(t["token"])
             self.assertEqual(user.whoami()["user"], name)
             self.assertEqual([x["id"] for x in user.tokens()], [x["id"] for x in listed])  # its own
+            # A token made with t never outlives it: it expires with t, and a longer one is refused.
+            child = user.create_token(description="made with t")
+            self.assertEqual((child["expires_at"], child["expires_with_parent"], child["parent_id"]),
+                             (t["expires_at"], True, t["id"]))
+            with self.assertRaises(kiln.KilnError) as cm:
+                user.create_token(expires_in_s=7200)
+            self.assertEqual((cm.exception.status, cm.exception.field), (400, "expires_in_s"))
         revoked = self.client.revoke_token(t["id"])
         self.assertEqual(revoked["id"], t["id"])
         self.assertTrue(revoked["revoked_at"])
+        self.assertEqual(revoked["descendants_revoked"], 1 if self.auth else 0)
         if self.auth:
             with self.assertRaises(kiln.KilnError) as cm:
                 user.whoami()
             self.assertEqual((cm.exception.status, cm.exception.code), (401, "unauthenticated"))
             self.assertIn("revoked", cm.exception.message)
             self.assertNoSecret(t["token"], str(cm.exception), "the 401 error")
+            with self.assertRaises(kiln.KilnError) as cm:
+                self.as_user(child["token"]).whoami()
+            self.assertEqual(cm.exception.status, 401, "revoked with the token that made it")
             # Expired: refused once its second has passed.
             brief = self.client.create_token(name, expires_in_s=1)
             time.sleep(2)

@@ -516,8 +516,12 @@ class Client:
     def create_token(self, user: str | None = None, expires_in_s: int | None = None,
                      description: str | None = None) -> JSONObject:
         """Creates an API token for user (default: the caller; others' need a cluster admin) and
-        returns {"id", "token", "expires_at", "user"}. "token" is the secret, which kilnd never
-        shows again; expires_in_s None (or 0) makes one valid until revoked."""
+        returns {"id", "token", "expires_at", "user", "created_by", "parent_id",
+        "expires_with_parent"}. "token" is the secret, which kilnd never shows again. The token is
+        made with this client's token (parent_id): it never outlives it and is revoked with it.
+        expires_in_s None (or 0) makes one valid until revoked, or, when this client's token
+        expires, until then (expires_with_parent True); a longer expires_in_s than this client's
+        token has left raises KilnError 400. A web UI session token makes none (403)."""
         body: JSONObject = {}
         if expires_in_s:
             body["expires_in_s"] = int(expires_in_s)
@@ -527,13 +531,16 @@ class Client:
 
     def tokens(self, user: str | None = None) -> list[JSONObject]:
         """The tokens of user (default: the caller), without their secrets: dicts with id, user,
-        description, created_at, expires_at, revoked_at, last_used_at (None when unset)."""
+        description, kind ("api" or "session": a web UI login's), created_by and parent_id (who
+        made it, with which token; "" for none), created_at, expires_at, revoked_at, last_used_at
+        (None when unset)."""
         path = "/v1/users/%s/tokens" % _seg(user or _str(self.whoami().get("user")))
         return _objs(self._call("GET", path)[1].get("tokens"))
 
     def revoke_token(self, id: str) -> JSONObject:
-        """Revokes a token (yours, or anyone's for a cluster admin); returns it. The next request
-        made with it gets 401."""
+        """Revokes a token (yours, or anyone's for a cluster admin) and every token made with it;
+        returns it, with descendants_revoked (how many of those were valid). The next request made
+        with any of them gets 401."""
         return self._call("DELETE", "/v1/tokens/%s" % _seg(id))[1]
 
     def projects(self) -> list[JSONObject]:
