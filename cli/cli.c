@@ -112,7 +112,8 @@ static const cli_command_t cli_commands[] = {
     {"logout", cli_cmd_logout, "[--profile NAME] [--revoke]",
      "remove the saved token of a profile (the current one by default)",
      "options:\n"
-     "  --revoke       first revoke the token on kilnd, so that no copy of it works any more\n"
+     "  --revoke       first revoke the token on kilnd, so that no copy of it works any more, and\n"
+     "                 with it every token made with it (`kiln tokens` shows them as PARENT)\n"
      "  (the profile keeps its URL and CA; kiln login saves a new token)\n"},
     {"whoami", cli_cmd_whoami, "", "show who kilnd knows you as, your token and your projects", ""},
     {"users", cli_cmd_users, "[list]\ncreate NAME [--cluster-admin]",

@@ -166,6 +166,9 @@ void cli_print_log_line(FILE *out, const json_t *line);
 void cli_print_whoami(FILE *out, const json_t *reply, const char *url, const char *login_from);
 void cli_print_users(FILE *out, const json_t *reply);
 void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us);
+/* After a revocation (a DELETE /v1/tokens/{id} reply): the line saying how many tokens made with
+ * it were revoked too; nothing when none were. */
+void cli_print_also_revoked(FILE *out, const json_t *reply);
 void cli_print_projects(FILE *out, const json_t *reply, const json_t *roles);
 void cli_print_members(FILE *out, const json_t *reply);
 /* Prints the jobs of a search reply (its "jobs" array): ID, NAME, STATE, AGE, then every key of

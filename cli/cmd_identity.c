@@ -167,10 +167,8 @@ static void cli_show_tokens(const cli_client_t *c, const json_t *reply)
 static void cli_show_revoked(const cli_client_t *c, const json_t *reply)
 {
     (void)c;
-    json_int_t more = json_integer_value(json_object_get(reply, "descendants_revoked"));
     printf("revoked token %s of user %s\n", cli_jstr(reply, "id"), cli_jstr(reply, "user"));
-    if (more > 0)
-        printf("also revoked %lld token%s made with it\n", (long long)more, more == 1 ? "" : "s");
+    cli_print_also_revoked(stdout, reply);
 }
 
 static int cli_tokens_list(cli_client_t *c, int argc, char **argv, int first)

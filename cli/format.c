@@ -723,6 +723,13 @@ void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us)
     cli_table_print(out, &t);
 }
 
+void cli_print_also_revoked(FILE *out, const json_t *reply)
+{
+    json_int_t more = json_integer_value(json_object_get(reply, "descendants_revoked"));
+    if (more > 0)
+        fprintf(out, "also revoked %lld token%s made with it\n", (long long)more, more == 1 ? "" : "s");
+}
+
 /* The caller's role in project according to a whoami reply; "" when it has none. */
 static const char *cli_whoami_role(const json_t *whoami, const char *project)
 {

@@ -114,10 +114,11 @@ static int refuse_session(const svc_caller_t *who, const char *what, kiln_err_t 
     return KILN_EPERM;
 }
 
-/* The caller's token ends at parent_us (0: never): a new token asking for expires_us (0: none
- * of its own) may not end later. */
-static int check_outlives(const svc_caller_t *who, int64_t expires_us, int64_t parent_us, kiln_err_t *err)
+/* A new token made with the caller's token and asking for expires_us (0: none of its own) may
+ * not end after the caller's token does. */
+static int check_outlives(const svc_caller_t *who, int64_t expires_us, kiln_err_t *err)
 {
+    int64_t parent_us = who->token_expires_us;
     if (parent_us <= 0 || expires_us <= 0 || expires_us <= parent_us)
         return 0;
     char at[40];
@@ -159,7 +160,7 @@ int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_
     const char *parent = who->token_id && *who->token_id ? who->token_id : NULL;
     int64_t expires_us = expires_in_s > 0 ? kiln_now_us() + expires_in_s * 1000000 : 0;
     if (parent) {
-        rc = check_outlives(who, expires_us, who->token_expires_us, err);
+        rc = check_outlives(who, expires_us, err);
         if (rc)
             return rc;
     }

@@ -118,18 +118,18 @@ int store_token_insert(store_conn_t *c, const store_token_new_t *t, bool *stored
         "  AND (expires_at IS NULL OR expires_at > now())),"
         " e AS (SELECT CASE WHEN $5::bigint IS NULL THEN (SELECT expires_at FROM p) ELSE " US_TO_TS("$5") " END AS at)"
         " INSERT INTO tokens (id, user_name, hash, description, expires_at, created_by, parent_id, kind)"
-        " SELECT $1, $2, $3::bytea, $4, e.at, $6, $7::text, $8 FROM e"
+        " SELECT $1, $2, $3::bytea, $4, e.at, $6, $7::text, 'api' FROM e"
         " WHERE $7::text IS NULL OR EXISTS (SELECT 1 FROM p WHERE p.expires_at IS NULL"
         "  OR (e.at IS NOT NULL AND e.at <= p.expires_at))"
         " RETURNING coalesce(" STORE_US("expires_at") ", 0)";
     char hb[2 * STORE_HASH_LEN + 3], eb[24];
-    const char *p[8] = {t->id, t->user, store_hash_param(t->hash, hb), t->description ? t->description : "",
+    const char *p[7] = {t->id, t->user, store_hash_param(t->hash, hb), t->description ? t->description : "",
                         us_param(t->expires_us, eb, sizeof(eb)), t->created_by ? t->created_by : "",
-                        t->parent_id && *t->parent_id ? t->parent_id : NULL, t->session ? "session" : "api"};
+                        t->parent_id && *t->parent_id ? t->parent_id : NULL};
     PGresult *r = NULL;
     *stored = false;
     *expires_us = 0;
-    int rc = store_q(c, "create token", sql, 8, p, &r, err);
+    int rc = store_q(c, "create token", sql, 7, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {

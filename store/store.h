@@ -255,12 +255,12 @@ typedef struct store_token_new {
     int64_t expires_us;          /* 0: none asked for (never, or the parent's expiry) */
     const char *created_by;      /* the user whose token makes it ("" for none) */
     const char *parent_id;       /* the token that makes it; NULL for none (bootstrap, kilnd) */
-    bool session;                /* a web UI session token (kind "session") rather than "api" */
 } store_token_new_t;
-/* Stores the token. With a parent it is stored only while the parent is valid (neither it nor
- * a token it was made with revoked, not expired) and if it does not outlive the parent: with
- * expires_us 0 it expires when the parent does. *stored says whether it was; *expires_us the
- * expiry it got (0: never). Without a parent it is always stored. */
+/* Stores an API token (kind "api"; session tokens come from store_login_link_redeem). With a
+ * parent it is stored only while the parent is valid (neither it nor a token it was made with
+ * revoked, not expired) and if it does not outlive the parent: with expires_us 0 it expires
+ * when the parent does. *stored says whether it was; *expires_us the expiry it got (0: never).
+ * Without a parent it is always stored. */
 int store_token_insert(store_conn_t *c, const store_token_new_t *t, bool *stored, int64_t *expires_us,
                        kiln_err_t *err);
 typedef struct store_token_auth {

@@ -389,12 +389,13 @@ Test(e2e_identity, login_saves_a_private_profile, .init = id_setup, .fini = e2e_
     free(out);
     free(err);
 
-    /* logout --revoke also revokes it on kilnd. */
+    /* logout --revoke also revokes it on kilnd, and carol's token, which it made, with it. */
     cr_assert_eq(kiln_env(NULL, NULL, &out, &err, "--profile", "default", "logout", "--revoke", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "revoked token tok_"), "%s", out);
+    cr_assert(strstr(out, "revoked token tok_") && strstr(out, "\nalso revoked 1 token made with it\n"), "%s", out);
     free(out);
     free(err);
     cr_assert_eq(status_as(ADMIN, "GET", "/v1/whoami", NULL), 401);
+    cr_assert_eq(status_as(tok, "GET", "/v1/whoami", NULL), 401);
     e2e_pass();
 }
 
