@@ -186,21 +186,15 @@ static bool step_taken(agent_metric_cursor_t *c, size_t i, int64_t step)
     return false;
 }
 
-/* A capture as a step: 1 to 19 digits, at most INT64_MAX. */
+/* A capture as a step: digits only, at most INT64_MAX. */
 static bool step_parse(const char *s, size_t n, int64_t *out)
 {
-    if (n == 0 || n > 19)
+    char digits[24];
+    if (n == 0 || n >= sizeof(digits) || s[0] < '0' || s[0] > '9')
         return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v > (uint64_t)INT64_MAX)
-        return false;
-    *out = (int64_t)v;
-    return true;
+    memcpy(digits, s, n);
+    digits[n] = '\0';
+    return kiln_parse_int64(digits, out) == 0;
 }
 
 /* Says once per definition and kind (bit in *noted) why a match gave no point: into c->note
@@ -269,8 +263,9 @@ size_t agent_metric_defs_match(agent_metric_defs_t *d, agent_metric_cursor_t *c,
         }
         if (step_taken(c, i, step)) {
             note_once(c, &c->noted_repeat, i, "[kiln-agent] metric_definitions[%zu] (%s) matched again at step %lld "
-                      "on rank %d; kiln keeps one point per step and attempt, the first, so later matches at a step "
-                      "it has are left out (said once)", i, m->name, (long long)step, rank);
+                      "on rank %d (or %d or more steps below its latest); kiln keeps one point per step and "
+                      "attempt, the first, so such matches are left out (said once)", i, m->name, (long long)step,
+                      rank, AGENT_STEP_WINDOW);
             continue;
         }
         c->count[i]++;

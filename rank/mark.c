@@ -28,20 +28,16 @@ int rank_step_mark_write(FILE *f, int64_t step)
 
 bool rank_step_mark_parse(const char *line, size_t len, int64_t *step)
 {
-    if (len <= MARK_PREFIX_LEN || len - MARK_PREFIX_LEN > 19 || memcmp(line, RANK_STEP_MARK_PREFIX, MARK_PREFIX_LEN))
+    char digits[24];
+    size_t nd = len > MARK_PREFIX_LEN ? len - MARK_PREFIX_LEN : 0;
+    if (nd == 0 || nd >= sizeof(digits) || memcmp(line, RANK_STEP_MARK_PREFIX, MARK_PREFIX_LEN))
         return false;
-    const char *d = line + MARK_PREFIX_LEN;
-    size_t nd = len - MARK_PREFIX_LEN;
-    if (d[0] == '0' && nd > 1)
-        return false; /* one spelling per step: the writer's */
-    uint64_t v = 0;
-    for (size_t i = 0; i < nd; i++) {
-        if (d[i] < '0' || d[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(d[i] - '0');
-    }
-    if (v > (uint64_t)INT64_MAX) /* 19 digits fit in uint64_t, not all in int64_t */
+    memcpy(digits, line + MARK_PREFIX_LEN, nd);
+    digits[nd] = '\0';
+    int64_t v;
+    /* one spelling per step, the writer's: digits only, no leading zero */
+    if (digits[0] < '0' || digits[0] > '9' || (digits[0] == '0' && nd > 1) || kiln_parse_int64(digits, &v))
         return false;
-    *step = (int64_t)v;
+    *step = v;
     return true;
 }
