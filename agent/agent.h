@@ -76,11 +76,20 @@ int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_ste
                         agent_points_t *out, size_t *n_nonfinite, agent_point_t *first_nonfinite,
                         kiln_err_t *err);
 
-/* Metric definitions: PCRE2 patterns whose first capture group is a metric's value. Matching is
- * bounded twice: per line and definition by PCRE2's match, depth and heap limits (a line that
- * hits one is no match), and per job by a CPU-time budget: once matching a job's lines has used
- * more than budget_us of the matching thread's CPU time within one window of window_us (wall
- * clock), the job's definitions switch off for good (off). */
+/* Metric definitions: PCRE2 patterns over a rank's log lines (kiln_metric_regex_compile says
+ * which they may be): a match gives a point whose value is the first capture group that is not
+ * the step group. Its step, in this order: a group named "step", when the pattern has one and it
+ * took part in the match (a capture that is not a whole number below 2^63 gives no point); else
+ * the step of the last step mark on the line's stream (rank/rank.h: kiln-train marks its steps,
+ * so the step of the line is known exactly, not guessed from the metric records' pipe); else the
+ * definition's own count of points on that rank (1, 2, 3, ...): a script that neither marks nor
+ * captures its steps. A definition keeps one point per rank and step in an attempt, the first:
+ * a later match at a step it has a point for (or one more than AGENT_STEP_WINDOW steps below its
+ * highest) gives none. Every point keeps the time of its line. Matching is bounded twice: per
+ * line and definition by PCRE2's match, depth and heap limits (a line that hits one is no match),
+ * and per job by a CPU-time budget: once matching a job's lines has used more than budget_us of
+ * the matching thread's CPU time within one window of window_us (wall clock), the job's
+ * definitions switch off for good (off). */
 #define AGENT_MAX_METRIC_DEFS 16
 #define AGENT_MAX_REGEX 256               /* bytes of one pattern */
 #define AGENT_MATCH_LIMIT 100000          /* pcre2_set_match_limit, per line and definition */
@@ -88,6 +97,7 @@ int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_ste
 #define AGENT_MATCH_HEAP_KIB 4096         /* pcre2_set_heap_limit */
 #define AGENT_MATCH_BUDGET_US 100000      /* CPU time a job's matching may use ... */
 #define AGENT_MATCH_WINDOW_US 1000000     /* ... in one window this long */
+#define AGENT_STEP_WINDOW 1024            /* steps below a definition's highest point told apart */
 typedef struct agent_metric_def agent_metric_def_t; /* one compiled definition (metrics.c) */
 
 typedef struct agent_metric_defs {
@@ -100,6 +110,27 @@ typedef struct agent_metric_defs {
     int64_t spent_us;            /* matching CPU time spent in it */
 } agent_metric_defs_t;
 
+enum { AGENT_STREAM_STDOUT = 0, AGENT_STREAM_STDERR = 1 };
+
+/* What the steps of one rank's matches come from and which steps its points have: one per rank
+ * and attempt, used by one thread. Caller's storage; agent_metric_cursor_init() before use. */
+typedef struct agent_metric_cursor {
+    int64_t mark[2];                      /* per stream: its last step mark's step; -1: none yet */
+    int64_t count[AGENT_MAX_METRIC_DEFS]; /* per definition: its points so far */
+    int64_t hi[AGENT_MAX_METRIC_DEFS];    /* per definition: its highest point's step; -1: none */
+    /* per definition: which steps of (hi - AGENT_STEP_WINDOW, hi] have a point (bit step % window) */
+    uint64_t seen[AGENT_MAX_METRIC_DEFS][AGENT_STEP_WINDOW / 64];
+    uint32_t noted_step, noted_repeat;    /* definitions whose left-out matches were said (bits) */
+    /* A note for the job's log about matches left out (what and why, once per definition and
+     * kind), "" when none: the caller says it and empties it. */
+    char note[400];
+} agent_metric_cursor_t;
+
+void agent_metric_cursor_init(agent_metric_cursor_t *c);
+/* When line (len bytes) of stream (AGENT_STREAM_*) is a step mark (rank_step_mark_parse), makes
+ * its step the stream's and returns true: the line is not part of the log. Else false. */
+bool agent_metric_cursor_mark(agent_metric_cursor_t *c, int stream, const char *line, size_t len);
+
 /* Compiles defs[0..n) (name, regex) for one job, with the budget set to AGENT_MATCH_BUDGET_US
  * per AGENT_MATCH_WINDOW_US (the caller may change budget_us and window_us after). n = 0 gives an
  * empty set. Returns 0, or KILN_EINVAL when there are more than AGENT_MAX_METRIC_DEFS
@@ -110,12 +141,13 @@ typedef struct agent_metric_defs {
 int agent_metric_defs_init(agent_metric_defs_t *d, Kiln__MetricDefinition *const *defs, size_t n,
                             kiln_err_t *err);
 void agent_metric_defs_deinit(agent_metric_defs_t *d);
-/* Applies every definition to a log line (valid UTF-8, NUL-terminated, len bytes); for each that
- * matches with a first capture group holding a number, appends a point (rank, step, time_us).
- * Counts the CPU time it takes against the budget; the call that goes over it sets d->off, and
- * calls after that match nothing. Returns points appended. */
-size_t agent_metric_defs_match(agent_metric_defs_t *d, const char *line, size_t len, int rank,
-                                int64_t step, int64_t time_us, agent_points_t *out);
+/* Applies every definition to a log line of rank's stream (valid UTF-8, NUL-terminated, len
+ * bytes; not a step mark) and appends a point (rank, the step above, time_us: the line's time)
+ * for each that matches with a value; c is the rank's cursor (IN/OUT: counts, steps taken,
+ * c->note). Counts the CPU time it takes against the budget; the call that goes over it sets
+ * d->off, and calls after that match nothing. Returns points appended. */
+size_t agent_metric_defs_match(agent_metric_defs_t *d, agent_metric_cursor_t *c, int stream, const char *line,
+                               size_t len, int rank, int64_t time_us, agent_points_t *out);
 
 /* ------------------------------------------------------------------------------------------
  * Launcher: starts the ranks of an assignment as child processes (each in its own process group,
@@ -124,8 +156,6 @@ size_t agent_metric_defs_match(agent_metric_defs_t *d, const char *line, size_t 
  * comes before its exit. Stop orders send SIGTERM to the rank's process group, then SIGKILL after
  * the grace period.
  * ------------------------------------------------------------------------------------------ */
-enum { AGENT_STREAM_STDOUT = 0, AGENT_STREAM_STDERR = 1 };
-
 typedef struct agent_launch_cbs {
     /* on_started runs on the caller of agent_launcher_start, with the launcher's lock held; the
      * others run on the launcher's I/O thread without it (on_line also on the caller of

@@ -68,7 +68,8 @@ struct lrank {
     bool silent;                 /* killed by the launcher itself: do not deliver the exit */
     int64_t drain_deadline_us;
     int64_t kill_at_us;          /* SIGKILL time after a stop order, 0: none */
-    int64_t last_step;
+    int64_t last_step;           /* of its last metric record (a record without a step takes it) */
+    agent_metric_cursor_t mcur;  /* where its regex matches take their steps (step marks, counts) */
     bool nonfinite_noted;        /* the job's log was told this rank reported NaN or infinity */
     char last_err[512];
 };
@@ -186,6 +187,9 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
         }
         return;
     }
+    int stream = c->kind == PIPE_STDERR ? AGENT_STREAM_STDERR : AGENT_STREAM_STDOUT;
+    if (!truncated && agent_metric_cursor_mark(&r->mcur, stream, line, len))
+        return; /* a step mark (rank/rank.h): the step of the lines after it, not a log line */
     if (truncated && (marked = malloc(len + sizeof(AGENT_TRUNCATED_MARK)))) {
         /* say so, rather than pass a cut line off as whole */
         memcpy(marked, line, len);
@@ -196,14 +200,16 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
     if (c->kind == PIPE_STDERR && len > 0) /* the exit's reason: text kilnd accepts */
         kiln_utf8_copy(r->last_err, sizeof(r->last_err), line, len);
     if (l->cbs.on_line)
-        l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank,
-                       c->kind == PIPE_STDERR ? AGENT_STREAM_STDERR : AGENT_STREAM_STDOUT, now,
-                       line, len);
+        l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, stream, now, line, len);
     agent_metric_defs_t *d = &r->job->defs;
     if (d->n && !d->off) {
         agent_points_clear(&l->pts);
-        if (agent_metric_defs_match(d, line, len, r->rank, r->last_step, now, &l->pts) && l->cbs.on_points)
+        if (agent_metric_defs_match(d, &r->mcur, stream, line, len, r->rank, now, &l->pts) && l->cbs.on_points)
             l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
+        if (r->mcur.note[0] && l->cbs.on_line)
+            l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, AGENT_STREAM_STDERR, now,
+                           r->mcur.note, strlen(r->mcur.note));
+        r->mcur.note[0] = '\0';
         if (d->off) {
             char note[256];
             int n = snprintf(note, sizeof(note), "[kiln-agent] metric definitions switched off for this job: "
@@ -701,6 +707,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     r->local_rank = local_rank;
     r->slot = -1;
     r->device = -1;
+    agent_metric_cursor_init(&r->mcur);
     for (int k = 0; k < PIPE_N; k++) {
         r->src[k].r = r;
         r->src[k].kind = k;
@@ -763,6 +770,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     re.data_roots = l->roots_csv;
     re.comm_watchdog_s = l->comm_watchdog_s;
     re.cpus = cpus[0] ? cpus : NULL;
+    re.step_marks = true; /* on_rank_line reads them */
     char model[PATH_MAX];
     if (a->init_from_job && a->init_from_job[0]) {
         xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));

@@ -233,11 +233,17 @@ int kiln_path_confine(const char *path, const char *field, const char *const *ro
 
 
 /* Compiles a metric definition's pattern the one way kiln runs it (PCRE2, UTF, no \C) and
- * checks it can yield a value: at least one capture group (the first is the value) and no
- * backreference (they make matching exponential). Returns the compiled pattern (a pcre2_code *
- * for PCRE2_CODE_UNIT_WIDTH 8; free with pcre2_code_free), or NULL with err set: KILN_EINVAL
- * naming field ("metric_definitions[0].regex") with a hint, or KILN_ENOMEM. */
-void *kiln_metric_regex_compile(const char *regex, const char *field, kiln_err_t *err);
+ * checks it can yield a point: a capture group for the value (the first group that is not the
+ * step group), no backreference (they make matching exponential), and at most one group named
+ * "step", which, when there is one, gives the point's step and must be able to capture a whole
+ * number (refused when kiln can tell it never does: (?<step>[a-z]+); a group that looks around
+ * itself or calls other groups passes, and a match that captures no number gives no point).
+ * *value_group and *step_group (OUT, may be NULL) are the groups' numbers (step 0: none).
+ * Returns the compiled pattern (a pcre2_code * for PCRE2_CODE_UNIT_WIDTH 8; free with
+ * pcre2_code_free), or NULL with err set: KILN_EINVAL naming field ("metric_definitions[0].regex")
+ * with a hint, or KILN_ENOMEM. */
+void *kiln_metric_regex_compile(const char *regex, const char *field, int *value_group, int *step_group,
+                                kiln_err_t *err);
 
 /* ------------------------------------------------------------------------------------------
  * Artifacts (artifact.c): the files a job leaves in its output directory, kept by kilnd. Their

@@ -1,7 +1,8 @@
 /* rank.h - the rank contract: what kiln-agent and the kiln-train ranks it starts promise each
  * other (docs/contracts.md). The environment a rank is started with (names, a struct, the
  * launcher's envp and the rank's reading of it), the CPUs a rank binds itself to (KILN_CPUS),
- * the metric record a rank writes on KILN_METRICS_FD (one writer, one parser), the exit codes
+ * the metric record a rank writes on KILN_METRICS_FD (one writer, one parser), the step marks
+ * that say which step a rank's log lines belong to (one writer, one parser), the exit codes
  * and what they mean for the job, and the removal of what a rank's shared-memory transport
  * leaves in /dev/shm.
  * A leaf: it depends on base/ only. It launches nothing (agent/) and trains nothing (engine/). */
@@ -12,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/base.h"
 
@@ -41,6 +43,7 @@
 #define RANK_ENV_DATA_ROOTS       "KILN_DATA_ROOTS"
 #define RANK_ENV_COMM_WATCHDOG_S  "KILN_COMM_WATCHDOG_S"
 #define RANK_ENV_CPUS             "KILN_CPUS"
+#define RANK_ENV_STEP_MARKS       "KILN_STEP_MARKS"
 /* Set from the contract's values for the libraries a rank loads (OpenMP, CUDA). */
 #define RANK_ENV_OMP_THREADS      "OMP_NUM_THREADS"
 #define RANK_ENV_CUDA_DEVICES     "CUDA_VISIBLE_DEVICES"
@@ -78,6 +81,9 @@ typedef struct rank_env {
     const char *cpus;            /* KILN_CPUS: the CPUs every thread of the rank runs on, a Linux
                                   * CPU list ("0-3,8"; rank_cpus_parse); NULL: unset (the kernel
                                   * places the threads) */
+    bool step_marks;             /* KILN_STEP_MARKS=1: whoever reads the rank's stdout and stderr
+                                  * (the agent) takes step marks out of them (below); false:
+                                  * unset (0) */
 } rank_env_t;
 
 /* The values of a rank started without an agent (world of one, nothing set). */
@@ -187,6 +193,29 @@ int rank_metric_write(int fd, int64_t step, double time_s, const char *const *na
  * or KILN_ENOMEM. */
 int rank_metric_parse(const char *line, size_t len, rank_metric_record_t *out, kiln_err_t *err);
 void rank_metric_record_deinit(rank_metric_record_t *r);
+
+/* ------------------------------------------------------------------------------------------
+ * Step marks: the step a rank's log lines belong to, told on the pipe that carries them. A rank
+ * started with KILN_STEP_MARKS=1 may write a mark line on stdout or stderr; the lines after it on
+ * that stream belong to its step, up to the next mark. The reader takes marks out of the log and
+ * gives a metric definition's match (a regex over log lines) the step of its stream's last mark.
+ * Being in the same byte stream as the lines, a mark is ordered with them exactly; no other
+ * channel (the metric records' pipe) can overtake it. A mark is RANK_STEP_MARK_PREFIX, the step
+ * in decimal (0 to INT64_MAX, no sign or leading zeros) and a newline; anything else, even close
+ * to one, is an ordinary log line. kiln-train writes one on both streams when it starts (step 0),
+ * once it has resumed (the step it resumed from) and before each step's lines.
+ * ------------------------------------------------------------------------------------------ */
+#define RANK_STEP_MARK_PREFIX "\x1e" "kiln-step " /* ASCII record separator: never typed by chance */
+#define RANK_STEP_MARK_MAX 40                   /* bytes of a mark, newline and NUL included */
+
+/* Formats the mark of step (>= 0) into buf (size n >= RANK_STEP_MARK_MAX), newline-terminated.
+ * Returns its length, or -1 for a negative step or a buffer too small (buf then holds ""). */
+int rank_step_mark_format(int64_t step, char *buf, size_t n);
+/* rank_step_mark_format, then fputs to f (a rank's stdout or stderr: the stdio stream its lines
+ * go through, so the mark keeps its place among them; not flushed). Returns 0 or KILN_EIO. */
+int rank_step_mark_write(FILE *f, int64_t step);
+/* Whether line[0..len) (without its newline) is a mark; if so *step (OUT) is its step. */
+bool rank_step_mark_parse(const char *line, size_t len, int64_t *step);
 
 /* ------------------------------------------------------------------------------------------
  * Exit codes and what an ended rank means for its job.

@@ -663,7 +663,7 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
             if (!md->name[0] || strspn(md->name, "abcdefghijklmnopqrstuvwxyz0123456789_.") != strlen(md->name))
                 return invalid(err, f, "use lower-case letters, digits, '_' and '.'", "%s must be a non-empty metric name", f);
             snprintf(f, sizeof(f), "%s.regex", sec);
-            void *re = kiln_metric_regex_compile(md->regex, f, err);
+            void *re = kiln_metric_regex_compile(md->regex, f, NULL, NULL, err);
             if (!re)
                 return err ? err->status : KILN_EINVAL;
             pcre2_code_free(re);

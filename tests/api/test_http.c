@@ -102,6 +102,9 @@ Test(http, bad_spec_is_400_naming_the_field)
     expect_bad_field("\"lr\": 0.001", "\"lr\": -1", "hyperparameters.lr");
     expect_bad_field("\"n_head\": 2", "\"n_head\": 3", "model.n_head");
     expect_bad_field("\"max_steps\": 5", "\"max_steps\": 5, \"learning_rate\": 1", "hyperparameters.learning_rate");
+    /* a regex metric's step group that can never capture a step (the gRPC twin: test_badinput.c) */
+    expect_bad_field("\"max_steps\": 5}", "\"max_steps\": 5}, \"metric_definitions\": [{\"name\": \"x\","
+                     " \"regex\": \"step (?<step>[a-z]+) ([0-9.]+)\"}]", "metric_definitions[0].regex");
 }
 
 Test(http, unfit_job_is_422)

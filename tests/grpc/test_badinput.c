@@ -353,6 +353,10 @@ static const grpc_case_t grpc_cases[] = {
      "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"resources\": {\"nodes\": 2}, "
      "\"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"fp16\"}}}}", NULL, 0, "INVALID_ARGUMENT",
      "spec.distribution.data_parallel.gradient_dtype"},
+    {"CreateJob metric definition whose step group matches no step", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"metric_definitions\": "
+     "[{\"name\": \"x\", \"regex\": \"step (?<step>[a-z]+) ([0-9.]+)\"}]}}", NULL, 0, "INVALID_ARGUMENT",
+     "spec.metric_definitions[0].regex"},
     {"CreateJob n_layer 0 (explicit)", "TrainingService/CreateJob",
      "{\"spec\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 0}, \"data\": {\"train\": \"/tmp/x.txt\"}}}", NULL, 0,
      "INVALID_ARGUMENT", "spec.model.n_layer"},
