@@ -147,6 +147,28 @@ typedef struct agent_launch_cbs {
 /* Appended to a log line the launcher had to cut at max_line bytes. */
 #define AGENT_TRUNCATED_MARK " [line truncated]"
 
+/* ------------------------------------------------------------------------------------------
+ * The sandbox every rank runs in (sandbox.c; docs/security.md, "Ranks run in a sandbox"): each
+ * attempt on a host gets an unprivileged uid of its own, PID and mount namespaces in which it sees
+ * only the system's libraries, its data and its own directories, no new privileges, and cgroup
+ * limits on memory and tasks. The agent's settings for it; zero values are the defaults.
+ * ------------------------------------------------------------------------------------------ */
+#define AGENT_SANDBOX_UID_LO 2000000000u  /* the default uid range: far above any real user's */
+#define AGENT_SANDBOX_UID_HI 2000065535u
+#define AGENT_SANDBOX_STATE_DIR "/var/lib/kiln-sandbox"
+
+typedef struct agent_sandbox_config {
+    bool off;                    /* development only: ranks run unconfined, as the agent's user */
+    uint32_t uid_lo, uid_hi;     /* uids handed to attempts, one each, never two at once on a host
+                                  * (0, 0: AGENT_SANDBOX_UID_LO..AGENT_SANDBOX_UID_HI) */
+    int64_t memory_per_slot_mb;  /* memory limit per rank (0: the host's memory divided among the slots) */
+    int64_t pids_per_slot;       /* processes and threads per rank (0: 4096) */
+    int64_t tmp_mb;              /* size of an attempt's private /tmp (0: 1024) */
+    const char *state_dir;       /* uid claims and the sandbox's mount point (NULL: AGENT_SANDBOX_STATE_DIR) */
+    const char *const *ro_paths; /* more host paths every rank may read (an /opt/conda), absolute */
+    size_t n_ro_paths;
+} agent_sandbox_config_t;
+
 typedef struct agent_launcher_config {
     const char *train_bin;   /* program each rank runs (kiln-train) */
     const char *work_dir;    /* jobs/<job_id>/... live under it */
@@ -177,6 +199,9 @@ typedef struct agent_launcher_config {
     /* When a rank ends abnormally (a signal, a non-zero exit), the attempt's other ranks here get
      * SIGTERM (and SIGCONT), then SIGKILL after this many ms (0: 10000). */
     int sibling_grace_ms;
+    /* How ranks are confined (zero: the sandbox, on, with its defaults). agent_launcher_create
+     * refuses to start when the sandbox is on and cannot work here (err says why). */
+    agent_sandbox_config_t sandbox;
 } agent_launcher_config_t;
 
 typedef struct agent_launcher agent_launcher_t;
@@ -334,6 +359,7 @@ typedef struct agent_config {
      * runs, with whether it is registered), or NULL/"" for none. Keep it on a local or pod
      * address: it needs no token and carries nothing secret. */
     const char *metrics_addr;
+    agent_sandbox_config_t sandbox; /* how ranks are confined (agent_launcher_config_t) */
 } agent_config_t;
 
 typedef struct agent agent_t;
