@@ -187,7 +187,7 @@ extern prom_family_t agent_prom_dropped_lines, agent_prom_dropped_points;
 int agent_monitor_start(agent_t *a, const char *addr, agent_monitor_t **out, kiln_err_t *err);
 void agent_monitor_stop(agent_monitor_t *m);
 
-/* ---- the ranks' sandbox (sandbox.c, sandbox_cgroup.c) ----------------------------------------
+/* ---- the ranks' sandbox (sandbox.c, sandbox_host.c) -------------------------------------------
  * A sandbox_t is the host's side, one per launcher: the configuration, the cgroup hierarchy and
  * the uid range. A box is one attempt's confinement on this host, shared by the attempt's ranks
  * here: an unprivileged uid no other box holds (claimed host-wide, so agents sharing a host never
@@ -291,7 +291,29 @@ typedef struct sandbox_spawn {
  * reported here, not as an exit). */
 int sandbox_spawn(sandbox_box_t *b, const sandbox_spawn_t *sp, pid_t *pid, kiln_err_t *err);
 
-/* ---- cgroups (sandbox_cgroup.c): the decisions, apart so that they can be tested on any host ---- */
+/* ---- what a box holds of the host (sandbox_host.c) ----------------------------------------------
+ * Its uid: claimed with flock on <state_dir>/uid-<uid> (the kernel lets go when the agent dies),
+ * so agents sharing a host never hand out the same uid. The file records the paths given to the
+ * uid, so that they are given back when the box ends, or by whoever claims the uid next. */
+typedef struct sandbox_ids {
+    const char *state_dir;       /* where the claims are (borrowed) */
+    uid_t agent_uid;             /* the agent's, to which given paths go back */
+    gid_t agent_gid;
+    uint32_t lo, hi;             /* the sandbox's uid range */
+} sandbox_ids_t;
+
+/* Claims uid for this process; what an earlier holder gave it and did not take back is taken back
+ * first. Returns the claim (a descriptor: closing it lets go), or -1 when another holds it. */
+int sandbox_uid_claim(const sandbox_ids_t *ids, uint32_t uid);
+/* Records path in the claim, then chowns it to uid (sandbox_box_give says which entries). Returns
+ * 0, KILN_EINVAL (a path that cannot be recorded) or KILN_EIO naming it. */
+int sandbox_uid_give(const sandbox_ids_t *ids, int claim, uint32_t uid, const char *path, bool recursive,
+                     kiln_err_t *err);
+/* Gives every path recorded in the claim back to the agent (the entries uid owns) and empties the
+ * record; the claim stays held. */
+void sandbox_uid_take_back(const sandbox_ids_t *ids, int claim, uint32_t uid);
+
+/* Cgroups: the decisions apart, so that they can be tested on any host. */
 typedef struct sandbox_cg {
     int version;             /* 1 or 2 */
     char base[2][512];       /* where boxes go: v2 base[0]; v1 base[0] memory, base[1] pids */

@@ -1,5 +1,5 @@
 /* sandbox.c - the sandbox every rank runs in (agent_int.h, docs/security.md): per attempt a box
- * with its own unprivileged uid (claimed host-wide through lock files), cgroup (sandbox_cgroup.c),
+ * with its own unprivileged uid (claimed host-wide through lock files), cgroup (sandbox_host.c),
  * PID namespace (a small init reaps orphans, so the ranks themselves are never pid 1) and mount
  * namespace (a tmpfs root holding only what the box may see), and the spawn that starts a process
  * in it, or unconfined for --sandbox off. It does not decide what a rank may see: the launcher
@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -34,15 +33,12 @@
 
 extern char **environ;
 
-#define SB_CHOWN_DEPTH 64        /* directory levels sandbox_box_give walks, at most */
 #define SB_INIT_WAIT_MS 10000    /* how long a destroyed box may take to empty */
 
 struct sandbox {
     char *state_dir, *stage_dir;
-    uint32_t uid_lo, uid_hi;
+    sandbox_ids_t ids;           /* the agent's uid, the range, the claims (in state_dir) */
     int64_t mem_slot_mb, pids_slot, tmp_mb;
-    uid_t agent_uid;
-    gid_t agent_gid;
     sandbox_cg_t cg;
     int host_pidns_fd;           /* the agent's PID namespace, to return to after each fork */
     bool ro_recursive;           /* mount_setattr(AT_RECURSIVE) works: read-only covers submounts */
@@ -473,156 +469,24 @@ static void box_init_main(const init_args_t *a)
 
 /* ---- uids ------------------------------------------------------------------------------------- */
 
-typedef struct chown_walk {
-    const sandbox_t *s;
-    bool give;                   /* to `to` (entries the agent or the range owns); else back to the agent */
-    uid_t to, from;
-    gid_t gto;
-    dev_t dev;
-    char top[PATH_MAX];
-} chown_walk_t;
-
-static bool walk_takes(const chown_walk_t *w, uid_t owner)
-{
-    if (!w->give)
-        return owner == w->from;
-    return owner == w->s->agent_uid || (owner >= w->s->uid_lo && owner <= w->s->uid_hi);
-}
-
-/* Walks the directory dfd (taking ownership of it): entries of the same file system, never
- * through a symbolic link. Closes dfd. Returns 0 or -1 with errno. */
-static int walk_dir(chown_walk_t *w, int dfd, int depth)
-{
-    struct stat st;
-    int rc = 0;
-    if (fstat(dfd, &st) != 0) {
-        close(dfd);
-        return -1;
-    }
-    if (walk_takes(w, st.st_uid) && fchown(dfd, w->to, w->gto) != 0) {
-        close(dfd);
-        return -1;
-    }
-    if (depth >= SB_CHOWN_DEPTH) {
-        close(dfd);
-        errno = ELOOP;
-        return -1;
-    }
-    int lfd = dup(dfd);
-    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
-    if (!d) {
-        if (lfd >= 0)
-            close(lfd);
-        close(dfd);
-        return -1;
-    }
-    struct dirent *e;
-    while (rc == 0 && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != w->dev)
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            int cfd = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (cfd >= 0)
-                rc = walk_dir(w, cfd, depth + 1);
-            continue;
-        }
-        if (!walk_takes(w, st.st_uid))
-            continue;
-        /* a second name of a file the agent owns is not the job's to take */
-        if (w->give && S_ISREG(st.st_mode) && st.st_nlink > 1 && st.st_uid == w->s->agent_uid)
-            continue;
-        if (fchownat(dfd, e->d_name, w->to, w->gto, AT_SYMLINK_NOFOLLOW) != 0 && errno != ENOENT)
-            rc = -1;
-    }
-    closedir(d);
-    close(dfd);
-    return rc;
-}
-
-/* Chowns path (recursive: and what is below) as w says. Returns 0 or -1 with errno. */
-static int walk_path(chown_walk_t *w, const char *path, bool recursive)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return -1;
-    if (S_ISLNK(st.st_mode)) {
-        errno = ELOOP;
-        return -1;
-    }
-    w->dev = st.st_dev;
-    if (!S_ISDIR(st.st_mode) || !recursive)
-        return walk_takes(w, st.st_uid) ? lchown(path, w->to, w->gto) : 0;
-    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    return dfd < 0 ? -1 : walk_dir(w, dfd, 0);
-}
-
-/* Gives back every path recorded in a claim file (lines "R <path>" or "F <path>") that uid was
- * given, to the agent, and empties the file. */
-static void claim_take_back(const sandbox_t *s, int fd, uint32_t uid)
-{
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > (1 << 20))
-        goto done;
-    char *text = malloc((size_t)st.st_size + 1);
-    if (!text)
-        goto done;
-    ssize_t n = pread(fd, text, (size_t)st.st_size, 0);
-    text[n > 0 ? n : 0] = '\0';
-    for (char *line = text; line && *line;) {
-        char *end = strchr(line, '\n');
-        if (end)
-            *end = '\0';
-        if ((line[0] == 'R' || line[0] == 'F') && line[1] == ' ' && line[2] == '/') {
-            chown_walk_t w = {.s = s, .give = false, .to = s->agent_uid, .gto = s->agent_gid, .from = uid};
-            if (walk_path(&w, line + 2, line[0] == 'R') != 0 && errno != ENOENT)
-                log_warn("sandbox: could not give %s back from uid %u: %s", line + 2, uid, strerror(errno));
-        }
-        line = end ? end + 1 : NULL;
-    }
-    free(text);
-done:
-    if (ftruncate(fd, 0) != 0)
-        log_warn("sandbox: could not empty the claim of uid %u: %s", uid, strerror(errno));
-}
-
-/* Claims uid for this process: its lock file, flock'ed (released by the kernel when the agent
- * dies). What an earlier holder gave it and did not take back is taken back now. Returns the
- * file, or -1 when another holds it. */
-static int claim_try(const sandbox_t *s, uint32_t uid)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/uid-%u", s->state_dir, uid);
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -1;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        close(fd);
-        return -1;
-    }
-    claim_take_back(s, fd, uid);
-    return fd;
-}
-
 static int claim_next(sandbox_t *s, uint32_t *uid, kiln_err_t *err)
 {
     pthread_mutex_lock(&s->mu);
-    uint64_t n = (uint64_t)s->uid_hi - s->uid_lo + 1;
+    uint64_t n = (uint64_t)s->ids.hi - s->ids.lo + 1;
     uint32_t start = s->next_uid;
     pthread_mutex_unlock(&s->mu);
     for (uint64_t k = 0; k < n; k++) {
-        uint32_t u = (uint32_t)(s->uid_lo + ((uint64_t)(start - s->uid_lo) + k) % n);
-        int fd = claim_try(s, u);
+        uint32_t u = (uint32_t)(s->ids.lo + ((uint64_t)(start - s->ids.lo) + k) % n);
+        int fd = sandbox_uid_claim(&s->ids, u);
         if (fd < 0)
             continue;
         pthread_mutex_lock(&s->mu);
-        s->next_uid = u == s->uid_hi ? s->uid_lo : u + 1;
+        s->next_uid = u == s->ids.hi ? s->ids.lo : u + 1;
         pthread_mutex_unlock(&s->mu);
         *uid = u;
         return fd;
     }
-    kiln_err_set(err, KILN_EUNAVAIL, NULL, "every sandbox uid of %u-%u is in use on this host", s->uid_lo, s->uid_hi);
+    kiln_err_set(err, KILN_EUNAVAIL, NULL, "every sandbox uid of %u-%u is in use on this host", s->ids.lo, s->ids.hi);
     kiln_err_hint(err, "widen kiln-agent's --sandbox-uid-range");
     return -1;
 }
@@ -646,19 +510,7 @@ uid_t sandbox_box_uid(const sandbox_box_t *b)
 
 int sandbox_box_give(sandbox_box_t *b, const char *path, bool recursive, kiln_err_t *err)
 {
-    char line[PATH_MAX + 4];
-    int n = snprintf(line, sizeof(line), "%c %s\n", recursive ? 'R' : 'F', path);
-    if (n >= (int)sizeof(line) || strchr(path, '\n'))
-        return kiln_err_set(err, KILN_EINVAL, NULL, "path \"%.120s\" cannot be given to the sandbox", path);
-    /* recorded first: an agent killed halfway leaves the record for the next one */
-    if (lseek(b->claim_fd, 0, SEEK_END) < 0 || write(b->claim_fd, line, (size_t)n) != n)
-        return kiln_err_set(err, KILN_EIO, NULL, "could not record the sandbox's claim on %s: %s", path,
-                            strerror(errno));
-    chown_walk_t w = {.s = b->s, .give = true, .to = b->uid, .gto = b->uid};
-    if (walk_path(&w, path, recursive) != 0)
-        return kiln_err_set(err, KILN_EIO, NULL, "could not give %s to the sandbox's uid %u: %s", path, b->uid,
-                            strerror(errno));
-    return 0;
+    return sandbox_uid_give(&b->s->ids, b->claim_fd, b->uid, path, recursive, err);
 }
 
 void sandbox_box_kill(sandbox_box_t *b)
@@ -703,7 +555,7 @@ void sandbox_box_destroy(sandbox_box_t *b)
     }
     sandbox_cgbox_destroy(&b->cg);
     if (b->claim_fd >= 0) {
-        claim_take_back(b->s, b->claim_fd, b->uid);
+        sandbox_uid_take_back(&b->s->ids, b->claim_fd, b->uid);
         close(b->claim_fd); /* and with it the uid */
     }
     free(b);
@@ -956,9 +808,9 @@ done:
 static void sweep_one(void *ud, uint32_t uid)
 {
     sandbox_t *s = ud;
-    if (uid < s->uid_lo || uid > s->uid_hi)
+    if (uid < s->ids.lo || uid > s->ids.hi)
         return;
-    int fd = claim_try(s, uid); /* takes back what it was given */
+    int fd = sandbox_uid_claim(&s->ids, uid); /* takes back what it was given */
     if (fd < 0)
         return;                 /* a live agent's box */
     sandbox_cgbox_t cg = {.version = s->cg.version, .procs_fd = {-1, -1}};
@@ -1010,11 +862,11 @@ int sandbox_create(const agent_sandbox_config_t *cfg, int slots, sandbox_t **out
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     pthread_mutex_init(&s->mu, NULL);
     s->host_pidns_fd = -1;
-    s->uid_lo = lo;
-    s->uid_hi = hi;
+    s->ids.lo = lo;
+    s->ids.hi = hi;
     s->next_uid = lo + (uint32_t)getpid() % (hi - lo + 1); /* agents of one host start apart */
-    s->agent_uid = geteuid();
-    s->agent_gid = getegid();
+    s->ids.agent_uid = geteuid();
+    s->ids.agent_gid = getegid();
     int64_t ram_mb = (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / (1024 * 1024);
     s->mem_slot_mb = cfg->memory_per_slot_mb ? cfg->memory_per_slot_mb : KILN_MAX(64, ram_mb / KILN_MAX(1, slots));
     s->pids_slot = cfg->pids_per_slot ? cfg->pids_per_slot : 4096;
@@ -1027,6 +879,7 @@ int sandbox_create(const agent_sandbox_config_t *cfg, int slots, sandbox_t **out
             snprintf(s->stage_dir, n, "%s/root", s->state_dir);
     }
     s->ro_paths = calloc(cfg->n_ro_paths + 1, sizeof(char *));
+    s->ids.state_dir = s->state_dir;
     if (!s->state_dir || !s->stage_dir || !s->ro_paths) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;

@@ -116,6 +116,7 @@ static char *program(const char *cases)
     "  try kill_other \"kill -0 $T_OTHER_PID\"\n"                                                        \
     "  try kill_init 'kill -9 1; sleep 0.1; ! kill -0 1'\n"                                              \
     "  try ptrace_agent \"python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).ptrace(16, $T_AGENT_PID, 0, 0))'\"\n" \
+    "  try ptrace_other \"python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).ptrace(16, $T_OTHER_PID, 0, 0))'\"\n" \
     "  try ptrace_init \"python3 -c 'import ctypes,sys; sys.exit(ctypes.CDLL(None).ptrace(16, 1, 0, 0))'\"\n" \
     "  try init_root 'ls /proc/1/root/'\n"                                                               \
     "  try mount 'mkdir -p /tmp/m && mount -t tmpfs none /tmp/m'\n"                                      \
@@ -167,7 +168,7 @@ Test(sandbox, escape_attempts_fail_while_the_agent_and_another_job_go_on)
     static const char *const tries[] = {
         "shadow", "credential", "work_dir", "other_output", "other_checkpoint", "root_home", "home", "write_usr",
         "write_etc", "write_root", "write_data", "write_spec", "see_agent", "kill_agent", "kill_other", "kill_init",
-        "ptrace_agent", "ptrace_init", "init_root", "mount", "setuid_root", "cgroup_fs", "other_jobs"};
+        "ptrace_agent", "ptrace_other", "ptrace_init", "init_root", "mount", "setuid_root", "cgroup_fs", "other_jobs"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(tries); i++) {
         char want[64], got[256] = "";
         snprintf(want, sizeof(want), "%s=", tries[i]);

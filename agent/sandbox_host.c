@@ -1,7 +1,8 @@
-/* sandbox_cgroup.c - the cgroups of the ranks' sandbox: where boxes' cgroups go on this host
- * (cgroup v2, else v1's memory and pids hierarchies; detected, never assumed), a box's cgroup
- * with its memory and task limits, killing everything in it, and whether the OOM killer struck.
- * It starts no process and knows nothing about namespaces (sandbox.c). */
+/* sandbox_host.c - what a box of the ranks' sandbox holds of the host: its cgroup (cgroup v2, else
+ * v1's memory and pids hierarchies; detected, never assumed) with its memory and task limits,
+ * killing everything in it and whether the OOM killer struck; its uid, claimed host-wide; and the
+ * files given to that uid, recorded in the claim and given back. It starts no process and knows
+ * nothing about namespaces (sandbox.c). */
 #include "agent/agent_int.h"
 
 #include <dirent.h>
@@ -11,12 +12,15 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define CG_BASE_NAME "kiln-sandbox"
 #define CG_AGENT_LEAF "kiln-agent"
+#define CHOWN_DEPTH 64           /* directory levels a give or take-back walks, at most */
 
 /* Reads a small control file into buf (NUL-terminated, cut at n - 1). Returns bytes read or -1. */
 static ssize_t cg_read(const char *path, char *buf, size_t n)
@@ -404,4 +408,151 @@ void sandbox_cg_each_box(const sandbox_cg_t *cg, void (*fn)(void *ud, uint32_t u
             fn(ud, (uint32_t)uid);
     }
     closedir(d);
+}
+
+/* ---- uids and the files given to them ------------------------------------------------------- */
+
+typedef struct chown_walk {
+    const sandbox_ids_t *ids;
+    bool give;                   /* to `to` (entries the agent or the range owns); else back to the agent */
+    uid_t to, from;
+    gid_t gto;
+    dev_t dev;
+    char top[PATH_MAX];
+} chown_walk_t;
+
+static bool walk_takes(const chown_walk_t *w, uid_t owner)
+{
+    if (!w->give)
+        return owner == w->from;
+    return owner == w->ids->agent_uid || (owner >= w->ids->lo && owner <= w->ids->hi);
+}
+
+/* Walks the directory dfd (taking ownership of it): entries of the same file system, never
+ * through a symbolic link. Closes dfd. Returns 0 or -1 with errno. */
+static int walk_dir(chown_walk_t *w, int dfd, int depth)
+{
+    struct stat st;
+    int rc = 0;
+    if (fstat(dfd, &st) != 0) {
+        close(dfd);
+        return -1;
+    }
+    if (walk_takes(w, st.st_uid) && fchown(dfd, w->to, w->gto) != 0) {
+        close(dfd);
+        return -1;
+    }
+    if (depth >= CHOWN_DEPTH) {
+        close(dfd);
+        errno = ELOOP;
+        return -1;
+    }
+    int lfd = dup(dfd);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        if (lfd >= 0)
+            close(lfd);
+        close(dfd);
+        return -1;
+    }
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_dev != w->dev)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            int cfd = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (cfd >= 0)
+                rc = walk_dir(w, cfd, depth + 1);
+            continue;
+        }
+        if (!walk_takes(w, st.st_uid))
+            continue;
+        /* a second name of a file the agent owns is not the job's to take */
+        if (w->give && S_ISREG(st.st_mode) && st.st_nlink > 1 && st.st_uid == w->ids->agent_uid)
+            continue;
+        if (fchownat(dfd, e->d_name, w->to, w->gto, AT_SYMLINK_NOFOLLOW) != 0 && errno != ENOENT)
+            rc = -1;
+    }
+    closedir(d);
+    close(dfd);
+    return rc;
+}
+
+/* Chowns path (recursive: and what is below) as w says. Returns 0 or -1 with errno. */
+static int walk_path(chown_walk_t *w, const char *path, bool recursive)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return -1;
+    if (S_ISLNK(st.st_mode)) {
+        errno = ELOOP;
+        return -1;
+    }
+    w->dev = st.st_dev;
+    if (!S_ISDIR(st.st_mode) || !recursive)
+        return walk_takes(w, st.st_uid) ? lchown(path, w->to, w->gto) : 0;
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return dfd < 0 ? -1 : walk_dir(w, dfd, 0);
+}
+
+void sandbox_uid_take_back(const sandbox_ids_t *ids, int fd, uint32_t uid)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size > (1 << 20))
+        goto done;
+    char *text = malloc((size_t)st.st_size + 1);
+    if (!text)
+        goto done;
+    ssize_t n = pread(fd, text, (size_t)st.st_size, 0);
+    text[n > 0 ? n : 0] = '\0';
+    for (char *line = text; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end)
+            *end = '\0';
+        if ((line[0] == 'R' || line[0] == 'F') && line[1] == ' ' && line[2] == '/') {
+            chown_walk_t w = {.ids = ids, .give = false, .to = ids->agent_uid, .gto = ids->agent_gid, .from = uid};
+            if (walk_path(&w, line + 2, line[0] == 'R') != 0 && errno != ENOENT)
+                log_warn("sandbox: could not give %s back from uid %u: %s", line + 2, uid, strerror(errno));
+        }
+        line = end ? end + 1 : NULL;
+    }
+    free(text);
+done:
+    if (ftruncate(fd, 0) != 0)
+        log_warn("sandbox: could not empty the claim of uid %u: %s", uid, strerror(errno));
+}
+
+int sandbox_uid_claim(const sandbox_ids_t *ids, uint32_t uid)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/uid-%u", ids->state_dir, uid);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return -1;
+    }
+    sandbox_uid_take_back(ids, fd, uid);
+    return fd;
+}
+
+int sandbox_uid_give(const sandbox_ids_t *ids, int claim, uint32_t uid, const char *path, bool recursive,
+                     kiln_err_t *err)
+{
+    char line[PATH_MAX + 4];
+    int n = snprintf(line, sizeof(line), "%c %s\n", recursive ? 'R' : 'F', path);
+    if (n >= (int)sizeof(line) || strchr(path, '\n'))
+        return kiln_err_set(err, KILN_EINVAL, NULL, "path \"%.120s\" cannot be given to the sandbox", path);
+    /* recorded first: an agent killed halfway leaves the record for the next one */
+    if (lseek(claim, 0, SEEK_END) < 0 || write(claim, line, (size_t)n) != n)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not record the sandbox's claim on %s: %s", path,
+                            strerror(errno));
+    chown_walk_t w = {.ids = ids, .give = true, .to = uid, .gto = uid};
+    if (walk_path(&w, path, recursive) != 0)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not give %s to the sandbox's uid %u: %s", path, uid,
+                            strerror(errno));
+    return 0;
 }
