@@ -138,7 +138,8 @@ typedef struct agent_launch_cbs {
                     int64_t time_us, const char *line, size_t len);
     void (*on_points)(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n);
     /* exit_code -1 when killed by signal sig. reason: for a non-zero exit code the rank's last
-     * stderr line ("" when it wrote none); for a signal its description ("Killed"). */
+     * stderr line ("" when it wrote none); for a signal its description ("Killed"), or, for a
+     * SIGKILL by the kernel's OOM killer in the box's cgroup, "out of memory (limit N MiB)". */
     void (*on_exit)(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
                     int sig, const char *reason);
     void *ud;
@@ -225,8 +226,12 @@ int agent_launcher_cores(const agent_launcher_t *l);
  * (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path inside a root but missing). Then it creates the job directory, output/ and
  * the checkpoint directory (mode 0700), writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
  * for kiln-train; the launcher does not read it), compiles a->metric_definitions (a set that
- * does not compile is dropped with a line in the job's log) and starts one rank per a->ranks
- * entry with the environment of docs/contracts.md: umask 077, a->threads_per_rank threads (0:
+ * does not compile is dropped with a line in the job's log), makes the attempt's sandbox box
+ * (unless the sandbox is off: the data roots, the rank program, the spec, the model to start from
+ * and the checkpoint to resume from read-only, the output and checkpoint directories writable and
+ * given to the box's uid; memory and tasks per slot times the ranks) and starts one rank per
+ * a->ranks entry in it (in its output directory) with the environment of docs/contracts.md:
+ * umask 077, a->threads_per_rank threads (0:
  * the cores divided among the slots), KILN_DATA_ROOTS, and none of the agent's secrets
  * (KILN_JOIN_TOKEN and the like are filtered out). When a->master_port is 0, a->world_size > 1
  * and a->node_rank is 0, rank 0's rendezvous port is one the launcher picks (see port_lo);

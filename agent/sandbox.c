@@ -122,6 +122,27 @@ static int report_read(int fd, child_report_t *r)
     return -1;
 }
 
+/* In a child: it gets SIGKILL when the thread that forked it ends, unless that happened already
+ * (its parent is no longer `parent`; 0 is a parent outside the child's PID namespace); then it
+ * joins the box's cgroup (procs_fd: cgroup.procs per hierarchy, -1 unused; NULL: none). */
+static void child_start(int fd, pid_t parent, const int *procs_fd)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        child_fail(fd, ST_PDEATH, -1);
+    for (int i = 0; procs_fd && i < 2; i++)
+        if (procs_fd[i] >= 0 && pwrite(procs_fd[i], "0", 1, 0) != 1)
+            child_fail(fd, ST_CGROUP, -1);
+}
+
+/* In a child: becomes uid, with gid uid and no supplementary groups, and can never gain a
+ * privilege again (no_new_privs). */
+static void child_become(int fd, uint32_t uid)
+{
+    if (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0 ||
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || geteuid() != uid || getegid() != uid)
+        child_fail(fd, ST_PRIVS, -1);
+}
+
 /* ---- the box's root: a plan made before the fork, carried out by the box's init -------------- */
 
 typedef enum { OP_BIND, OP_LINK, OP_TMPFS, OP_PROC, OP_FILE } op_kind_t;
@@ -360,8 +381,7 @@ typedef struct init_args {
     const char *stage;
     bool recursive_attr;
     int procs_fd[2];
-    uid_t uid;
-    gid_t gid;
+    uint32_t uid;
     int report_fd;
 } init_args_t;
 
@@ -371,11 +391,7 @@ typedef struct init_args {
 static void box_init_main(const init_args_t *a)
 {
     int fd = a->report_fd;
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != 0)
-        child_fail(fd, ST_PDEATH, -1);
-    for (int i = 0; i < 2; i++)
-        if (a->procs_fd[i] >= 0 && pwrite(a->procs_fd[i], "0", 1, 0) != 1)
-            child_fail(fd, ST_CGROUP, -1);
+    child_start(fd, 0, a->procs_fd);
     if (unshare(CLONE_NEWNS) != 0)
         child_fail(fd, ST_UNSHARE, -1);
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
@@ -443,9 +459,9 @@ static void box_init_main(const init_args_t *a)
         child_fail(fd, ST_PIVOT, -1);
     if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
         child_fail(fd, ST_ROOT_RO, -1);
-    /* nothing of the agent's is kept: no descriptor, no privilege, not even a core */
-    if (setgroups(0, NULL) != 0 || setresgid(a->gid, a->gid, a->gid) != 0 || setresuid(a->uid, a->uid, a->uid) != 0 ||
-        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+    /* nothing of the agent's is kept: no descriptor, no privilege, and it cannot be traced */
+    child_become(fd, a->uid);
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
         child_fail(fd, ST_PRIVS, -1);
     child_report_t ok = {0, 0, -1};
     ssize_t w = write(fd, &ok, sizeof(ok));
@@ -586,7 +602,7 @@ int sandbox_box_create(sandbox_t *s, const sandbox_box_spec_t *spec, sandbox_box
     if ((rc = plan_build(s, spec, b->uid, &plan, err)))
         goto fail;
     init_args_t ia = {.plan = &plan, .stage = s->stage_dir, .recursive_attr = s->ro_recursive,
-                      .procs_fd = {b->cg.procs_fd[0], b->cg.procs_fd[1]}, .uid = b->uid, .gid = b->uid};
+                      .procs_fd = {b->cg.procs_fd[0], b->cg.procs_fd[1]}, .uid = b->uid};
     if (pipe2(rp, O_CLOEXEC) != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not create a pipe: %s", strerror(errno));
         goto fail;
@@ -653,15 +669,9 @@ static void spawn_child(const spawn_args_t *a)
 {
     int fd = a->report_fd;
     sandbox_box_t *b = a->box;
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != (b ? 0 : a->parent))
-        child_fail(fd, ST_PDEATH, -1);
-    if (b) {
-        for (int i = 0; i < 2; i++)
-            if (b->cg.procs_fd[i] >= 0 && pwrite(b->cg.procs_fd[i], "0", 1, 0) != 1)
-                child_fail(fd, ST_CGROUP, -1);
-        if (setns(b->mntns_fd, CLONE_NEWNS) != 0)
-            child_fail(fd, ST_SETNS, -1);
-    }
+    child_start(fd, b ? 0 : a->parent, b ? b->cg.procs_fd : NULL);
+    if (b && setns(b->mntns_fd, CLONE_NEWNS) != 0)
+        child_fail(fd, ST_SETNS, -1);
     setpgid(0, 0);
     struct sigaction dfl;
     memset(&dfl, 0, sizeof(dfl));
@@ -710,11 +720,7 @@ static void spawn_child(const spawn_args_t *a)
                 child_fail(fd, ST_PRIVS, -1);
         if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
             child_fail(fd, ST_PRIVS, -1);
-        if (setgroups(0, NULL) != 0 || setresgid(b->uid, b->uid, b->uid) != 0 ||
-            setresuid(b->uid, b->uid, b->uid) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-            child_fail(fd, ST_PRIVS, -1);
-        if (geteuid() != b->uid || getegid() != b->uid)
-            child_fail(fd, ST_PRIVS, -1);
+        child_become(fd, b->uid);
     }
     execve(a->sp->path, a->sp->argv, a->envp);
     child_fail(fd, ST_EXEC, -1);
