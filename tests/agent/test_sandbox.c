@@ -331,7 +331,7 @@ Test(sandbox, output_metrics_exit_codes_and_signals_are_the_ranks_own)
 
 Test(sandbox, jobs_never_share_a_uid_and_a_jobs_ranks_share_one)
 {
-    char *bin = program("*) echo \"uid=$(id -u)\"\n"
+    char *bin = program("*)\n" CONFINED "  echo \"uid=$(id -u)\"\n"
                         "  echo \"$KILN_RANK\" > /dev/shm/rank-$KILN_RANK\n"
                         "  while [ \"$(ls /dev/shm | grep -c rank-)\" -lt $KILN_LOCAL_WORLD_SIZE ]; do sleep 0.02; done\n"
                         "  echo shm-shared\n"
