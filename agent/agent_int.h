@@ -1,6 +1,7 @@
 /* agent_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
  * waiting for kilnd, bounded in memory, numbered for exactly-once storage, and counted in a
- * ledger that outlives the process). Nothing outside agent/ includes this. */
+ * ledger that outlives the process), transfers with kilnd's store, the monitor port, and the
+ * ranks' sandbox. Nothing outside agent/ includes this (its tests do). */
 #ifndef KILN_AGENT_INT_H
 #define KILN_AGENT_INT_H
 
