@@ -168,7 +168,8 @@ typedef struct agent_launch_cbs {
                     int64_t time_us, const char *line, size_t len);
     void (*on_points)(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n);
     /* exit_code -1 when killed by signal sig. reason: for a non-zero exit code the rank's last
-     * stderr line ("" when it wrote none); for a signal its description ("Killed"). */
+     * stderr line ("" when it wrote none); for a signal its description ("Killed"), or, for a
+     * SIGKILL by the kernel's OOM killer in the box's cgroup, "out of memory (limit N MiB)". */
     void (*on_exit)(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
                     int sig, const char *reason);
     void *ud;
@@ -176,6 +177,28 @@ typedef struct agent_launch_cbs {
 
 /* Appended to a log line the launcher had to cut at max_line bytes. */
 #define AGENT_TRUNCATED_MARK " [line truncated]"
+
+/* ------------------------------------------------------------------------------------------
+ * The sandbox every rank runs in (sandbox.c; docs/security.md, "Ranks run in a sandbox"): each
+ * attempt on a host gets an unprivileged uid of its own, PID and mount namespaces in which it sees
+ * only the system's libraries, its data and its own directories, no new privileges, and cgroup
+ * limits on memory and tasks. The agent's settings for it; zero values are the defaults.
+ * ------------------------------------------------------------------------------------------ */
+#define AGENT_SANDBOX_UID_LO 2000000000u  /* the default uid range: far above any real user's */
+#define AGENT_SANDBOX_UID_HI 2000065535u
+#define AGENT_SANDBOX_STATE_DIR "/var/lib/kiln-sandbox"
+
+typedef struct agent_sandbox_config {
+    bool off;                    /* development only: ranks run unconfined, as the agent's user */
+    uint32_t uid_lo, uid_hi;     /* uids handed to attempts, one each, never two at once on a host
+                                  * (0, 0: AGENT_SANDBOX_UID_LO..AGENT_SANDBOX_UID_HI) */
+    int64_t memory_per_slot_mb;  /* memory limit per rank (0: the host's memory divided among the slots) */
+    int64_t pids_per_slot;       /* processes and threads per rank (0: 4096) */
+    int64_t tmp_mb;              /* size of an attempt's private /tmp (0: 1024) */
+    const char *state_dir;       /* uid claims and the sandbox's mount point (NULL: AGENT_SANDBOX_STATE_DIR) */
+    const char *const *ro_paths; /* more host paths every rank may read (an /opt/conda), absolute */
+    size_t n_ro_paths;
+} agent_sandbox_config_t;
 
 typedef struct agent_launcher_config {
     const char *train_bin;   /* program each rank runs (kiln-train) */
@@ -207,6 +230,9 @@ typedef struct agent_launcher_config {
     /* When a rank ends abnormally (a signal, a non-zero exit), the attempt's other ranks here get
      * SIGTERM (and SIGCONT), then SIGKILL after this many ms (0: 10000). */
     int sibling_grace_ms;
+    /* How ranks are confined (zero: the sandbox, on, with its defaults). agent_launcher_create
+     * refuses to start when the sandbox is on and cannot work here (err says why). */
+    agent_sandbox_config_t sandbox;
 } agent_launcher_config_t;
 
 typedef struct agent_launcher agent_launcher_t;
@@ -230,8 +256,12 @@ int agent_launcher_cores(const agent_launcher_t *l);
  * (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path inside a root but missing). Then it creates the job directory, output/ and
  * the checkpoint directory (mode 0700), writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
  * for kiln-train; the launcher does not read it), compiles a->metric_definitions (a set that
- * does not compile is dropped with a line in the job's log) and starts one rank per a->ranks
- * entry with the environment of docs/contracts.md: umask 077, a->threads_per_rank threads (0:
+ * does not compile is dropped with a line in the job's log), makes the attempt's sandbox box
+ * (unless the sandbox is off: the data roots, the rank program, the spec, the model to start from
+ * and the checkpoint to resume from read-only, the output and checkpoint directories writable and
+ * given to the box's uid; memory and tasks per slot times the ranks) and starts one rank per
+ * a->ranks entry in it (in its output directory) with the environment of docs/contracts.md:
+ * umask 077, a->threads_per_rank threads (0:
  * the cores divided among the slots), KILN_DATA_ROOTS, and none of the agent's secrets
  * (KILN_JOIN_TOKEN and the like are filtered out). When a->master_port is 0, a->world_size > 1
  * and a->node_rank is 0, rank 0's rendezvous port is one the launcher picks (see port_lo);
@@ -364,6 +394,7 @@ typedef struct agent_config {
      * runs, with whether it is registered), or NULL/"" for none. Keep it on a local or pod
      * address: it needs no token and carries nothing secret. */
     const char *metrics_addr;
+    agent_sandbox_config_t sandbox; /* how ranks are confined (agent_launcher_config_t) */
 } agent_config_t;
 
 typedef struct agent agent_t;
