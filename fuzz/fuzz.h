@@ -1,6 +1,7 @@
 /* fuzz.h - what every fuzz target shares: the libFuzzer entry points' declarations, a quiet and
- * repeatable process (logging off, jansson's hash seed fixed so object order is the same in
- * every run) and a NUL-terminated copy of the input. Included by fuzz/<target>.c only. */
+ * repeatable process (LLVMFuzzerInitialize: logging off, jansson's hash seed fixed so object
+ * order is the same in every run), FUZZ_CHECK and a NUL-terminated copy of the input. Included
+ * once by each fuzz/<target>.c, which defines LLVMFuzzerTestOneInput. */
 #ifndef KILN_FUZZ_H
 #define KILN_FUZZ_H
 
@@ -26,11 +27,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
         }                                                                                  \
     } while (0)
 
-/* Call from LLVMFuzzerInitialize. */
-static inline void fuzz_init(void)
+/* libFuzzer calls this once before the first input; every target includes this header once
+ * (one translation unit per binary), so it is defined here. */
+int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
+    (void)argc;
+    (void)argv;
     log_set_level((log_level_t)(LOG_ERROR + 1)); /* above every level: nothing is logged */
     json_object_seed(1);
+    return 0;
 }
 
 /* A heap copy of data[0..size) with a NUL after it (embedded NULs stay). Caller frees. */

@@ -7,14 +7,6 @@
 #include "agent/agent.h"
 #include "fuzz/fuzz.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
-}
-
 /* The lines of one pass, concatenated with a record of each line's length and truncation. */
 typedef struct lines {
     size_t max_line;

@@ -9,14 +9,6 @@
 #include "fuzz/fuzz.h"
 #include "rank/rank.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
-}
-
 static bool same_value(double a, double b)
 {
     return (isnan(a) && isnan(b)) || a == b;

@@ -41,7 +41,7 @@ for t in "${targets[@]}"; do
   [ -f "fuzz/dict/$t.dict" ] && args+=(-dict="fuzz/dict/$t.dict")
   # shellcheck disable=SC2206
   [ -n "${FUZZ_ARGS:-}" ] && args+=($FUZZ_ARGS)
-  echo "fuzz: $t for ${secs}s"
+  if [ "$secs" -gt 0 ]; then echo "fuzz: $t for ${secs}s"; else echo "fuzz: $t over its corpora"; fi
   "$bin" "${args[@]}" "$scratch" "fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

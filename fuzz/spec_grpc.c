@@ -6,14 +6,6 @@
 #include "fuzz/fuzz_spec.h"
 #include "proto/kiln.pb-c.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const ProtobufCMessageDescriptor *d = &kiln__create_job_request__descriptor;

@@ -3,14 +3,6 @@
  * validator (fuzz_spec.h says what is checked). */
 #include "fuzz/fuzz_spec.h"
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_init();
-    return 0;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     json_error_t jerr;
