@@ -277,7 +277,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	$(CC) -o $@ $< $(ALL_LIBS) $(LDLIBS) -lssl -lcrypto
 bench: $(BINS) $(BENCH_BINS)
 
-# ---- fuzzing (fuzz/README.md) ----------------------------------------------------------------------
+# ---- fuzzing (fuzz/README.md) -------------------------------------------------------------------
 # fuzz/<target>.c defines LLVMFuzzerTestOneInput; it links what its FUZZ_LIBS_<target> line names
 # (archives or objects of the modules, dependents first; default: base), each compiled by clang
 # with -fsanitize=fuzzer-no-link,address,undefined into build-fuzz/. `make fuzz` builds every
@@ -285,14 +285,14 @@ bench: $(BINS) $(BENCH_BINS)
 # (fuzz/run.sh); any crash, leak, UBSan report or timeout fails it.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= $(patsubst fuzz/%.c,%,$(sort $(wildcard fuzz/*.c)))
-FUZZ_LIBS_spec_json   := $(LIB_SPEC) $(LIB_BASE)
-FUZZ_LIBS_spec_grpc   := $(call obj,api/grpc_codec.c service/check.c) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-FUZZ_LIBS_grpc_request := $(call obj,api/grpc_codec.c service/check.c) $(LIB_PROTO) $(LIB_BASE)
-FUZZ_LIBS_query       := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
-FUZZ_LIBS_metric_record := $(call obj,agent/metrics.c agent/lines.c) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
-FUZZ_LIBS_log_lines   := $(call obj,agent/lines.c) $(LIB_BASE)
-FUZZ_LIBS_http_range  := $(call obj,api/http_range.c) $(LIB_BASE)
-FUZZ_LIBS_page_token  := $(call obj,service/page_token.c store/search_cursor.c store/pool.c) $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LIBS_spec_json      := $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LIBS_spec_grpc      := $(call obj,api/grpc_codec.c service/check.c) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+FUZZ_LIBS_grpc_request   := $(call obj,api/grpc_codec.c service/check.c) $(LIB_PROTO) $(LIB_BASE)
+FUZZ_LIBS_query          := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LIBS_metric_record  := $(call obj,agent/metrics.c agent/lines.c) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+FUZZ_LIBS_log_lines      := $(call obj,agent/lines.c) $(LIB_BASE)
+FUZZ_LIBS_http_range     := $(call obj,api/http_range.c) $(LIB_BASE)
+FUZZ_LIBS_page_token     := $(call obj,service/page_token.c store/search_cursor.c store/pool.c) $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
 FUZZ_LDLIBS := -Wl,--as-needed $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -ldl -pthread
 
 define fuzzbin
@@ -302,8 +302,11 @@ $(BUILD)/fuzz/$(1): $(BUILD)/obj/fuzz/$(1).o $(or $(FUZZ_LIBS_$(1)),$(LIB_BASE))
 endef
 ifeq ($(FUZZ),1)
 $(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzzbin,$(t))))
-endif
 fuzz-build: $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_TARGETS))
+else
+fuzz-build:
+	@$(MAKE) --no-print-directory FUZZ=1 BUILD=build-fuzz fuzz-build
+endif
 
 fuzz: deps
 	@$(MAKE) --no-print-directory -j$(shell nproc) FUZZ=1 BUILD=build-fuzz fuzz-build
