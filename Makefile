@@ -1,10 +1,20 @@
 # kiln - one Makefile for everything. `make` builds the four binaries under build/bin;
 # `make test` installs what a fresh Debian 12 machine lacks, builds and runs every test;
 # `make demo` runs a real training job through kilnd and an agent. `make SAN=1 test` builds
-# into build-san/ with AddressSanitizer and UndefinedBehaviorSanitizer.
+# into build-san/ with AddressSanitizer and UndefinedBehaviorSanitizer. `make fuzz` builds the
+# libFuzzer targets of fuzz/ with clang into build-fuzz/ and runs each for FUZZ_SECONDS.
 
 SAN ?= 0
-ifeq ($(SAN),1)
+FUZZ ?= 0
+ifeq ($(FUZZ),1)
+# The fuzz build (`make fuzz` sets FUZZ=1): every module a fuzz target links is compiled by clang
+# (FUZZ_CC, whatever CC says) for libFuzzer with ASan and UBSan, into its own directory.
+FUZZ_CC ?= clang-14
+override CC := $(FUZZ_CC)
+BUILD ?= build-fuzz
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else ifeq ($(SAN),1)
 BUILD ?= build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1
@@ -83,7 +93,7 @@ CUDA_LIB := $(BUILD)/lib/libkiln_cuda.so
 endif
 endif
 
-.PHONY: all test test-san demo deps bench clean proto tests
+.PHONY: all test test-san demo deps bench clean proto tests fuzz fuzz-build
 all: $(BINS) $(CUDA_LIB)
 
 deps:
@@ -267,7 +277,42 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	$(CC) -o $@ $< $(ALL_LIBS) $(LDLIBS) -lssl -lcrypto
 bench: $(BINS) $(BENCH_BINS)
 
+# ---- fuzzing (fuzz/README.md) -------------------------------------------------------------------
+# fuzz/<target>.c defines LLVMFuzzerTestOneInput; it links what its FUZZ_LIBS_<target> line names
+# (archives or objects of the modules, dependents first; default: base), each compiled by clang
+# with -fsanitize=fuzzer-no-link,address,undefined into build-fuzz/. `make fuzz` builds every
+# target (or those of FUZZ_TARGETS) and runs each FUZZ_SECONDS with its corpus and dictionary
+# (fuzz/run.sh); any crash, leak, UBSan report or timeout fails it.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(patsubst fuzz/%.c,%,$(sort $(wildcard fuzz/*.c)))
+FUZZ_LIBS_spec_json      := $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LIBS_spec_grpc      := $(call obj,api/grpc_codec.c service/check.c) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+FUZZ_LIBS_grpc_request   := $(call obj,api/grpc_codec.c service/check.c) $(LIB_PROTO) $(LIB_BASE)
+FUZZ_LIBS_query          := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LIBS_metric_record  := $(call obj,agent/metrics.c agent/lines.c) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+FUZZ_LIBS_log_lines      := $(call obj,agent/lines.c) $(LIB_BASE)
+FUZZ_LIBS_http_range     := $(call obj,api/http_range.c) $(LIB_BASE)
+FUZZ_LIBS_page_token     := $(call obj,service/page_token.c store/search_cursor.c store/pool.c) $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LDLIBS := -Wl,--as-needed $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -ldl -pthread
+
+define fuzzbin
+$(BUILD)/fuzz/$(1): $(BUILD)/obj/fuzz/$(1).o $(or $(FUZZ_LIBS_$(1)),$(LIB_BASE))
+	@mkdir -p $$(dir $$@)
+	$$(CC) -fsanitize=fuzzer,address,undefined -o $$@ $$^ $(FUZZ_LDLIBS)
+endef
+ifeq ($(FUZZ),1)
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzzbin,$(t))))
+fuzz-build: $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_TARGETS))
+else
+fuzz-build:
+	@$(MAKE) --no-print-directory FUZZ=1 BUILD=build-fuzz fuzz-build
+endif
+
+fuzz: deps
+	@$(MAKE) --no-print-directory -j$(shell nproc) FUZZ=1 BUILD=build-fuzz fuzz-build
+	@BUILD=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_ARGS="$(FUZZ_ARGS)" bash fuzz/run.sh $(FUZZ_TARGETS)
+
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,5 +1,6 @@
-/* grpc_int.h - internals shared by the gRPC server's files (grpc_server.c, grpc_training.c):
- * the method table entry. Nothing outside api/grpc_*.c includes this. */
+/* grpc_int.h - internals shared by the gRPC server's files (grpc_server.c, grpc_training.c,
+ * grpc_stream.c, grpc_codec.c): the method table entry and the request codec. Nothing outside
+ * api/grpc_*.c includes this (but the fuzz target fuzz/spec_grpc.c, for the codec). */
 #ifndef KILN_API_GRPC_INT_H
 #define KILN_API_GRPC_INT_H
 
@@ -84,14 +85,23 @@ void api_grpc_err_md_free(api_grpc_err_md_t *md);
 void api_grpc_err_text(const char *what, int rc, const kiln_err_t *err, char *full, size_t n,
                        api_grpc_err_md_t *md);
 
+/* ---- the request codec (grpc_codec.c): pure functions, no gRPC calls ---- */
 /* Checks every string field of an encoded message of type d (nested messages and map entries
  * included) before it is decoded: valid UTF-8 without NUL bytes, or KILN_EINVAL naming the
  * field by its dotted path. A message that is not well-formed passes (the decoder refuses it). */
 int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, kiln_err_t *err);
 
-/* JSON shaped like the REST API -> a message of type d, allocated from arena (grpc_training.c).
+/* JSON shaped like the REST API -> a message of type d, allocated from arena.
  * Keys are proto field names; "time" (RFC 3339) fills a missing time_us. */
 ProtobufCMessage *api_grpc_json_to_msg(const json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a);
+
+/* A decoded request message -> the JSON the service takes (what the client set: proto3 scalars
+ * and strings when they differ from their default, wrapper fields when present, partition_plan
+ * text as the JSON it holds). *out (OUT): caller owns (json_decref), NULL on error. Returns 0, or
+ * KILN_EINVAL when a value cannot be carried as the client meant it (NaN, Infinity, text that is
+ * not UTF-8, an unsigned number past int64), err->field naming it by its dotted path under
+ * prefix ("spec" gives "spec.hyperparameters.lr"). Thread-safe. */
+int api_grpc_msg_to_json(const ProtobufCMessage *m, const char *prefix, json_t **out, kiln_err_t *err);
 
 /* Counts a finished call for GET /metrics: kiln_grpc_requests_total{method,code} and, for
  * unary calls (seconds >= 0), kiln_grpc_request_duration_seconds{method}. */

@@ -539,7 +539,7 @@ static void *grpc_thread_main(void *arg)
     return NULL;
 }
 
-/* ---- error details and the wire check ------------------------------------------------------ */
+/* ---- error details ------------------------------------------------------------------------- */
 
 /* A metadata value: printable ASCII (what non-binary metadata may hold), other bytes as '?'. */
 static grpc_slice md_value(const char *s)
@@ -573,71 +573,6 @@ void api_grpc_err_md_free(api_grpc_err_md_t *md)
         grpc_slice_unref(md->md[i].value);
     }
     md->n = 0;
-}
-
-/* Reads a varint at *p (below end); false when it is cut short or too long. */
-static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *out = v;
-            return true;
-        }
-    }
-    return false;
-}
-
-static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, const char *prefix,
-                          int depth, kiln_err_t *err)
-{
-    const uint8_t *end = p + n;
-    while (p < end) {
-        uint64_t key = 0, len = 0;
-        if (!wire_varint(&p, end, &key))
-            return 0; /* malformed: protobuf-c's decoder refuses it */
-        unsigned wt = (unsigned)(key & 7);
-        const ProtobufCFieldDescriptor *f = d ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
-        switch (wt) {
-        case 0:
-            if (!wire_varint(&p, end, &len))
-                return 0;
-            continue;
-        case 1:
-            p += 8;
-            continue;
-        case 5:
-            p += 4;
-            continue;
-        case 2:
-            if (!wire_varint(&p, end, &len) || len > (uint64_t)(end - p))
-                return 0;
-            break;
-        default:
-            return 0;
-        }
-        char path[256];
-        if (f)
-            snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", f->name);
-        if (f && f->type == PROTOBUF_C_TYPE_STRING) {
-            int rc = svc_check_text(path, (const char *)p, (size_t)len, 0, err);
-            if (rc)
-                return rc;
-        } else if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 16) {
-            int rc = wire_check_msg(f->descriptor, p, (size_t)len, path, depth + 1, err);
-            if (rc)
-                return rc;
-        }
-        p += len;
-    }
-    return 0;
-}
-
-int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, kiln_err_t *err)
-{
-    return wire_check_msg(d, data, len, "", 0, err);
 }
 
 /* ---- streams ------------------------------------------------------------------------------ */

@@ -1,6 +1,7 @@
 /* http_int.h - internals shared by the REST front end's files (http.c: daemon, dispatch and
- * replies; http_routes.c: one handler per route; http_sse.c: live log streams).
- * Nothing outside api/http*.c includes this header. */
+ * replies; http_routes.c: one handler per route; http_range.c: the Range header; http_sse.c:
+ * live log streams). Nothing outside api/http*.c includes this header (but the fuzz target
+ * fuzz/http_range.c, for http_range_parse). */
 #ifndef KILN_API_HTTP_INT_H
 #define KILN_API_HTTP_INT_H
 
@@ -106,6 +107,12 @@ const char *http_param(http_req_t *r, const char *name);
 /* Parses a decimal integer argument in [lo, hi]; 0 and *out set, or KILN_EINVAL into err. */
 int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_t *out,
                  bool *present, kiln_err_t *err);
+
+/* One byte range of a representation of size bytes (http_range.c), from a Range header h:
+ * "bytes=first-last", "bytes=first-" or "bytes=-suffix". Returns 1 with [*first, *last] (OUT)
+ * for a satisfiable range (0 <= first <= last < size), 0 when the header is to be ignored (not
+ * a single byte range: the whole file is sent), -1 when it is unsatisfiable (416). Pure. */
+int http_range_parse(const char *h, int64_t size, int64_t *first, int64_t *last);
 
 /* 0 when every query argument is one of names (NULL-terminated); else KILN_EINVAL naming the
  * first unknown one (err->field), with the nearest known name as a hint. */

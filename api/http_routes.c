@@ -4,7 +4,6 @@
  * http_sse.c's; validation of job specs, states and permissions is the service's. */
 #include <ctype.h>
 #include <stdarg.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -413,50 +412,6 @@ static enum MHD_Result http_artifacts_list(http_req_t *r)
     return http_reply_json(r, MHD_HTTP_OK, out);
 }
 
-/* One byte range of a representation of size bytes (RFC 9110 section 14): "bytes=first-last",
- * "bytes=first-" or "bytes=-suffix". Returns 1 with [*first, *last] for a satisfiable range, 0
- * when the header is to be ignored (not a single byte range: the whole file is sent), -1 when
- * it is unsatisfiable (416). */
-static int http_parse_range(const char *h, int64_t size, int64_t *first, int64_t *last)
-{
-    if (strncmp(h, "bytes=", 6) != 0)
-        return 0;
-    const char *p = h + 6;
-    while (*p == ' ')
-        p++;
-    if (strchr(p, ','))
-        return 0; /* several ranges: answered with the whole file, which RFC 9110 allows */
-    const char *dash = strchr(p, '-');
-    if (!dash)
-        return 0;
-    char *end = NULL;
-    errno = 0;
-    if (dash == p) { /* suffix: the last N bytes */
-        long long n = strtoll(dash + 1, &end, 10);
-        if (errno || end == dash + 1 || *end || n < 0)
-            return 0;
-        if (n == 0 || size == 0)
-            return -1;
-        *first = n >= size ? 0 : size - n;
-        *last = size - 1;
-        return 1;
-    }
-    long long a = strtoll(p, &end, 10);
-    if (errno || end != dash || a < 0)
-        return 0;
-    long long b = size - 1;
-    if (dash[1]) {
-        b = strtoll(dash + 1, &end, 10);
-        if (errno || *end || b < a)
-            return 0;
-    }
-    if (a >= size)
-        return -1;
-    *first = a;
-    *last = b < size - 1 ? b : size - 1;
-    return 1;
-}
-
 /* GET /v1/jobs/{id}/artifacts/{name}: the file, streamed from disk by libmicrohttpd (never
  * loaded into memory), with its SHA-256 as the ETag; a single byte Range gives 206 (or 416). */
 static enum MHD_Result http_artifact_get(http_req_t *r)
@@ -482,7 +437,7 @@ static enum MHD_Result http_artifact_get(http_req_t *r)
     if (inm && (strstr(inm, etag) || !strcmp(inm, "*")))
         status = MHD_HTTP_NOT_MODIFIED;
     else if (range && (!if_range || !strcmp(if_range, etag))) {
-        int pr = http_parse_range(range, f.size, &first, &last);
+        int pr = http_range_parse(range, f.size, &first, &last);
         if (pr < 0) {
             close(f.fd);
             kiln_err_set(&err, KILN_ERANGE, "Range", "range \"%.60s\" is not inside artifact \"%s\" (%lld bytes)", range,

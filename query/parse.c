@@ -373,6 +373,9 @@ static int convert_value(qctx_t *q, const query_field_t *f, query_op_t op, query
             return 0;
         }
         if (t->kind == QK_DURATION && t->num < 0) {
+            if (t->num < -QUERY_MAX_AGE_S)
+                return qfail(q, t->pos, t->len, "an age reaches back at most 1000 years (-52000w)",
+                             "age %s is too long ago", qtok_raw(q, t));
             v->us = q->now_us + (int64_t)(t->num * 1e6);
             return 0;
         }

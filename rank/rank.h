@@ -159,6 +159,7 @@ int rank_cpus_bind(const char *list, cpu_set_t *bound, kiln_err_t *err);
  * ------------------------------------------------------------------------------------------ */
 #define RANK_METRIC_NAME_MAX 127          /* bytes of a metric's name, at most */
 #define RANK_METRIC_RECORD_MAX (1 << 20)  /* bytes of one record line, newline included */
+#define RANK_METRIC_TIME_MAX 253402300800.0 /* "time" is below this: 10000-01-01T00:00:00Z */
 
 typedef struct rank_metric {
     char name[RANK_METRIC_NAME_MAX + 1];
@@ -180,7 +181,8 @@ typedef struct rank_metric_record {
  * names[i] = vals[i] for i < n. Names are 1..RANK_METRIC_NAME_MAX bytes of UTF-8 and are
  * escaped as JSON needs. Caller owns *out (free()); *len (OUT) its length. Returns 0, KILN_EINVAL
  * (a name empty, too long or not UTF-8, or the record longer than RANK_METRIC_RECORD_MAX: err
- * names the metric; nothing is formatted) or KILN_ENOMEM. */
+ * names the metric; time_s not in [0, RANK_METRIC_TIME_MAX); nothing is formatted) or
+ * KILN_ENOMEM. */
 int rank_metric_format(int64_t step, double time_s, const char *const *names, const double *vals,
                        size_t n, char **out, size_t *len, kiln_err_t *err);
 /* rank_metric_format, then one write(2) of the whole line to fd (retried on EINTR and short
@@ -188,8 +190,8 @@ int rank_metric_format(int64_t step, double time_s, const char *const *names, co
 int rank_metric_write(int fd, int64_t step, double time_s, const char *const *names,
                       const double *vals, size_t n, kiln_err_t *err);
 /* Parses one record line (len bytes, no newline needed) into *out (OUT; deinit it after, also
- * after a failure). "step" must be an integer and "time" a number when present (null: absent);
- * "metrics" must be an object. Returns 0, KILN_EFORMAT (err says what is wrong, field the key)
+ * after a failure). "step" must be an integer and "time" a number in [0, RANK_METRIC_TIME_MAX)
+ * when present (null: absent); "metrics" must be an object. Returns 0, KILN_EFORMAT (err says what is wrong, field the key)
  * or KILN_ENOMEM. */
 int rank_metric_parse(const char *line, size_t len, rank_metric_record_t *out, kiln_err_t *err);
 void rank_metric_record_deinit(rank_metric_record_t *r);

@@ -19,6 +19,7 @@ PKGS=(
   python3-yaml python3-mypy python3-setuptools python3-wheel python3-venv python3-pip
   prometheus libsystemd-dev zsh fish
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
+  clang-14 libclang-rt-14-dev
 )
 
 # The web UI (ui/) is built with Node.js and npm (packages from ui/package-lock.json) and tested

@@ -264,6 +264,19 @@ typedef struct svc_job_filter {
  * "status", "tag", "page_size" or "page_token" (query.h describes the messages). */
 int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
                  kiln_err_t *err);
+/* Page tokens (page_token.c; pure, thread-safe). The fingerprint of what a token's cursor
+ * depends on: f's filter, order_by, status and tag (a token from another search is refused
+ * rather than misapplied). */
+uint64_t svc_search_fingerprint(const svc_job_filter_t *f);
+/* The token of cursor (borrowed) for the search of fingerprint fp. Caller frees the result;
+ * NULL when out of memory. */
+char *svc_page_token_encode(const json_t *cursor, uint64_t fp);
+/* The cursor inside tok (untrusted text, NUL-terminated) after checking it is a token of the
+ * search of fingerprint fp: *cursor (OUT) is a JSON object (caller owns; json_decref), not yet
+ * checked against the order (store_search_cursor_ok does that). Returns 0, or KILN_EINVAL with
+ * err->field "page_token" (too long, not base64url, not a token, another search's token) or
+ * KILN_ENOMEM; *cursor is NULL then. */
+int svc_page_token_decode(const char *tok, uint64_t fp, json_t **cursor, kiln_err_t *err);
 /* Requests a stop (editors): QUEUED/SCHEDULED jobs become STOPPED at once, running ones STOPPING
  * (agents get stop orders). Stopping a finished job is KILN_ESTATE. *out is the job after the
  * change; the events record the caller. */

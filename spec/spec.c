@@ -565,6 +565,12 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
                 return invalid(err, "distribution.model_parallel.partition_plan", "pass the plan kiln wrote, as an object or its JSON text",
                                "distribution.model_parallel.partition_plan is not valid JSON: %s (line %d, column %d)",
                                je.text, je.line, je.column);
+            if (!json_is_object(parsed)) {
+                /* the same answer as for the array itself (and as gRPC, which sends the text) */
+                json_decref(parsed);
+                return invalid(err, "distribution.model_parallel.partition_plan", "pass the plan kiln wrote, as an object",
+                               "distribution.model_parallel.partition_plan must be an object");
+            }
             d->mp_partition_plan = parsed;
         } else if (plan && json_is_object(plan)) {
             d->mp_partition_plan = json_deep_copy(plan);

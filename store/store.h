@@ -130,6 +130,14 @@ typedef struct store_search {
  * the order. */
 int store_job_search_json(store_conn_t *c, const store_search_t *q, json_t **out, json_t **next,
                           kiln_err_t *err);
+/* The order a search uses (search_cursor.c): o, or when o is NULL or empty the default (created
+ * desc), written into dflt (caller's storage) and returned. */
+const query_order_t *store_search_order(const query_order_t *o, query_order_t *dflt);
+/* Whether cur (untrusted: it comes back inside a page token) is a cursor store_job_search_json
+ * can continue o from (NULL or empty: the default order): {"p": 1 or 2 (2 only when the first key
+ * may be missing), "k": one value per key of the key's type (null only where the key may be
+ * missing; the first key's is null exactly in phase 2), "id": a UUID}. Pure; thread-safe. */
+bool store_search_cursor_ok(const query_order_t *o, const json_t *cur);
 /* *out = {job id: {metric name: {count, min, max, last, min_step, max_step, last_step, rank,
  * attempt}}} for the n jobs ids (those with summaries), only the metrics names[0..nnames) unless
  * names is NULL. Caller owns *out. */
