@@ -127,7 +127,7 @@ static void partial_path(const svc_t *s, const char *job_id, int attempt, const 
     snprintf(out, n, "%s/jobs/%s/%d/.%s.partial", s->artifact_dir, job_id, attempt, name);
 }
 
-static void fsync_dir(const char *dir)
+void svc_fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
@@ -186,7 +186,7 @@ int svc_artifact_sweep(svc_t *s, store_conn_t *c, int limit)
 
 /* ---- upload --------------------------------------------------------------------------------- */
 
-static int no_store(kiln_err_t *err)
+int svc_artifact_no_store(kiln_err_t *err)
 {
     kiln_err_set(err, KILN_EUNSUPP, NULL, "this kilnd keeps no artifacts: it runs without --artifact-dir");
     kiln_err_hint(err, "start kilnd with --artifact-dir DIR to keep jobs' output directories");
@@ -268,7 +268,7 @@ static int empty_file(svc_t *s, const char *job_id, int attempt, const char *nam
         return kiln_err_set(err, KILN_EIO, NULL, "could not create artifact \"%s\": %s", name, strerror(errno));
     fsync(fd);
     close(fd);
-    fsync_dir(dir);
+    svc_fsync_dir(dir);
     return 0;
 }
 
@@ -287,7 +287,7 @@ int svc_agent_artifacts_begin(svc_t *s, const char *worker_id, const Kiln__Artif
     bool superseded = false;
     int rc = svc_agent_check_report(worker_id, m->worker_id, m->job_id, &wid, err);
     if (rc == 0 && !s->store_id[0])
-        rc = no_store(err);
+        rc = svc_artifact_no_store(err);
     if (rc == 0)
         rc = manifest_check(s, m, err);
     if (rc == 0)
@@ -445,7 +445,7 @@ static int write_chunk(svc_t *s, const char *job_id, const store_artifact_t *a, 
     if (rc == 0)
         svc_prom_artifact_bytes_stored((int64_t)len);
     if (rc == 0 && offset == 0)
-        fsync_dir(dir);
+        svc_fsync_dir(dir);
     return rc;
 }
 
@@ -476,7 +476,7 @@ static int finish_file(svc_t *s, const char *job_id, const store_artifact_t *a, 
     }
     if (rename(partial, final) != 0)
         return kiln_err_set(err, KILN_EIO, NULL, "could not put artifact \"%s\" in place: %s", a->name, strerror(errno));
-    fsync_dir(dir);
+    svc_fsync_dir(dir);
     return 0;
 }
 
@@ -489,7 +489,7 @@ int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__Artifa
     int rank0 = 0;
     int rc = svc_agent_check_report(worker_id, ch->worker_id, ch->job_id, &wid, err);
     if (rc == 0 && !s->store_id[0])
-        rc = no_store(err);
+        rc = svc_artifact_no_store(err);
     if (rc == 0)
         rc = svc_check_str("name", ch->name, 0, err);
     if (rc == 0 && !kiln_artifact_name_ok(ch->name, "name", err))
@@ -610,7 +610,7 @@ static int open_artifact(svc_t *s, const char *job_id, const store_artifact_t *a
 {
     *fd_out = -1;
     if (!s->store_id[0])
-        return no_store(err);
+        return svc_artifact_no_store(err);
     if (strcmp(a->store_id, s->store_id) != 0) {
         kiln_err_set(err, KILN_EUNAVAIL, NULL, "artifact \"%s\" of job %s is in artifact store %s, and this kilnd's "
                      "--artifact-dir is store %s", a->name, job_id, a->store_id, s->store_id);
