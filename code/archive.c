@@ -20,25 +20,6 @@
 #define READ_BLOCK (64 * 1024)
 #define HEADER_ALLOWANCE (8 * 1024) /* decompressed bytes of headers counted per entry */
 
-bool code_source_digest(const char *s, char digest[KILN_SHA256_HEX])
-{
-    size_t pl = strlen(CODE_SOURCE_PREFIX);
-    if (!s || strncmp(s, CODE_SOURCE_PREFIX, pl) != 0 || strlen(s) != CODE_SOURCE_LEN)
-        return false;
-    char d[KILN_SHA256_HEX];
-    for (size_t i = 0; i < 64; i++) {
-        char c = s[pl + i];
-        if (c >= 'A' && c <= 'F')
-            c = (char)(c - 'A' + 'a');
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-            return false;
-        d[i] = c;
-    }
-    d[64] = '\0';
-    memcpy(digest, d, KILN_SHA256_HEX);
-    return true;
-}
-
 void code_limits_default(code_limits_t *l, int64_t archive_max_bytes)
 {
     if (archive_max_bytes <= 0)

@@ -14,17 +14,6 @@
 #include "base/base.h"
 
 /* ------------------------------------------------------------------------------------------
- * Sources. A script job's "source" is "code:sha256:<64 hex>", an archive uploaded to kilnd,
- * named by the SHA-256 of its bytes as uploaded.
- * ------------------------------------------------------------------------------------------ */
-#define CODE_SOURCE_PREFIX "code:sha256:"
-#define CODE_SOURCE_LEN (sizeof(CODE_SOURCE_PREFIX) - 1 + 64) /* characters of a source string */
-
-/* The digest of a "code:sha256:<hex>" source (upper-case hex accepted), written in lower case
- * into digest (KILN_SHA256_HEX bytes). Returns false, digest untouched, when s is not one. */
-bool code_source_digest(const char *s, char digest[KILN_SHA256_HEX]);
-
-/* ------------------------------------------------------------------------------------------
  * Reading archives. Every entry is checked before anything is written for it:
  * - its path is relative, valid UTF-8 without control characters, without ".." components,
  *   at most CODE_PATH_MAX bytes with components of at most 255 ("./" prefixes are dropped);

@@ -3,7 +3,7 @@
  * /etc/passwd, device files, FIFOs, set-user-ID bits, 10,001 entries, a gzip bomb, duplicates,
  * what is not a gzip'd tar) refused by the in-memory check and by extraction alike, naming the
  * entry, with nothing written outside the extraction directory; a good archive extracted with its
- * files, modes and links; sources. */
+ * files, modes and links. */
 #include "code/code.h"
 
 #include <archive.h>
@@ -398,23 +398,4 @@ Test(archive, what_is_not_a_gzipped_tar_is_refused)
     cr_assert_eq(code_archive_check(d.p, d.n, NULL, NULL, &err), KILN_EINVAL);
     cr_assert(strstr(err.message, "holds no files"), "%s", err.message);
     free(d.p);
-}
-
-/* ---- sources ------------------------------------------------------------------------------------------- */
-
-Test(source, digest)
-{
-    char d[KILN_SHA256_HEX];
-    const char *hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-    char s[100];
-    snprintf(s, sizeof(s), "code:sha256:%s", hex);
-    cr_assert(code_source_digest(s, d));
-    cr_assert_str_eq(d, hex);
-    snprintf(s, sizeof(s), "code:sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef");
-    cr_assert(code_source_digest(s, d));
-    cr_assert_str_eq(d, hex, "upper-case hex is read in lower case");
-    cr_assert_not(code_source_digest("code:sha256:0123", d));
-    cr_assert_not(code_source_digest("/data/code", d));
-    cr_assert_not(code_source_digest("code:sha256:g123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", d));
-    cr_assert_not(code_source_digest(NULL, d));
 }
