@@ -109,6 +109,19 @@ int svc_code_upload_open(svc_t *s, const svc_caller_t *who, const char *project,
         rc = too_big(s, expect_bytes, err);
     if (rc == 0 && offset < 0)
         rc = kiln_err_set(err, KILN_EINVAL, "offset", "offset must not be negative");
+    if (rc == 0 && who->cluster_admin) {
+        /* a member's project exists; a cluster admin may name any, existing or not */
+        store_conn_t *c = NULL;
+        bool exists = false;
+        if ((rc = store_conn_get(s->store, &c, err)) == 0) {
+            rc = store_project_exists(c, project, &exists, err);
+            store_conn_put(s->store, c);
+        }
+        if (rc == 0 && !exists) {
+            rc = kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%s\" does not exist", project);
+            kiln_err_hint(err, "create it first: kiln projects create %s", project);
+        }
+    }
     if (rc)
         return rc;
     svc_code_upload_t *u = calloc(1, sizeof(*u));
@@ -202,8 +215,15 @@ int64_t svc_code_upload_offset(const svc_code_upload_t *u)
 
 int svc_code_upload_write(svc_code_upload_t *u, const void *data, size_t n, kiln_err_t *err)
 {
-    if ((int64_t)n > u->max - u->offset)
+    if ((int64_t)n > u->max - u->offset) {
+        /* the upload cannot go on: what it holds goes now */
+        if (u->partial[0])
+            unlink(u->partial);
+        if (u->meta[0])
+            unlink(u->meta);
+        u->partial[0] = u->meta[0] = '\0';
         return too_big(u->s, u->offset + (int64_t)n, err);
+    }
     size_t done = 0;
     while (done < n) {
         ssize_t w = pwrite(u->fd, (const char *)data + done, n - done, (off_t)(u->offset + (int64_t)done));
