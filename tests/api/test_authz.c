@@ -328,7 +328,7 @@ static void p_code_get(int c, char *path, size_t n, const char **body)
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", at_admin_token);
         const char *hdrs[] = {"Content-Type: application/gzip", auth, NULL};
         long st = 0;
-        cr_assert_eq(th_http_send("POST", url, data, len, hdrs, &st, &out, 10000), 0);
+        cr_assert_eq(th_http_send("POST", url, data, len, hdrs, &st, &out, NULL, 10000), 0);
         cr_assert_eq(st, 201, "%s", out);
         free(out);
         free(data);
@@ -436,7 +436,7 @@ Test(authz, every_route_times_every_caller)
                 cr_assert_eq(kiln_file_read(archive_path, &data, &len, &err), 0);
                 snprintf(url, sizeof url, "%s%s", at_base, path);
                 const char *gz[] = {"Content-Type: application/gzip", auth, NULL};
-                cr_assert_eq(th_http_send("POST", url, data, len, gz, &st, &raw, 10000), 0);
+                cr_assert_eq(th_http_send("POST", url, data, len, gz, &st, &raw, NULL, 10000), 0);
                 free(data);
                 j = json_loads(raw, 0, NULL);
             } else {

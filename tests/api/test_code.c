@@ -60,7 +60,7 @@ static json_t *upload(const bytes_t *b, const char *project, const char *token, 
     snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token ? token : at_admin_token);
     const char *hdrs[] = {"Content-Type: application/gzip", auth, NULL};
     char *out = NULL;
-    cr_assert_eq(th_http_send("POST", url, b->p, b->n, hdrs, status, &out, 30000), 0, "no answer from %s", url);
+    cr_assert_eq(th_http_send("POST", url, b->p, b->n, hdrs, status, &out, NULL, 30000), 0, "no answer from %s", url);
     json_t *j = json_loads(out, 0, NULL);
     cr_assert_not_null(j, "not JSON: %s", out);
     free(out);
@@ -318,7 +318,7 @@ Test(code, the_size_limit_and_the_media_type)
     snprintf(auth, sizeof(auth), "Authorization: Bearer %s", at_admin_token);
     const char *chunked[] = {"Content-Type: application/gzip", "Transfer-Encoding: chunked", auth, NULL};
     char *out = NULL;
-    cr_assert_eq(th_http_send("POST", url, big.p, big.n, chunked, &st, &out, 30000), 0);
+    cr_assert_eq(th_http_send("POST", url, big.p, big.n, chunked, &st, &out, NULL, 30000), 0);
     cr_assert_eq(st, 413, "%s", out);
     cr_assert(strstr(out, "--code-max-mb"), "%s", out);
     free(out);
@@ -328,11 +328,11 @@ Test(code, the_size_limit_and_the_media_type)
     free(big.p);
     bytes_t b = packed("media");
     const char *json_ct[] = {"Content-Type: application/json", auth, NULL};
-    cr_assert_eq(th_http_send("POST", url, b.p, b.n, json_ct, &st, &out, 10000), 0);
+    cr_assert_eq(th_http_send("POST", url, b.p, b.n, json_ct, &st, &out, NULL, 10000), 0);
     cr_assert_eq(st, 415, "%s", out);
     free(out);
     snprintf(url, sizeof(url), "%s/v1/code?projekt=default", at_base);
-    cr_assert_eq(th_http_send("POST", url, b.p, b.n, k_gzip, &st, &out, 10000), 0);
+    cr_assert_eq(th_http_send("POST", url, b.p, b.n, k_gzip, &st, &out, NULL, 10000), 0);
     cr_assert_eq(st, 400, "%s", out);
     cr_assert(strstr(out, "\"field\":\"projekt\""), "%s", out);
     free(out);

@@ -226,9 +226,9 @@ int th_http_bytes(const char *method, const char *url, const char *body, const c
 }
 
 int th_http_send(const char *method, const char *url, const void *data, size_t len, const char *const headers[],
-                 long *status, char **out, long timeout_ms)
+                 long *status, char **out, char **headers_out, long timeout_ms)
 {
-    return th_http_core(method, url, data ? data : "", len, headers, status, out, NULL, NULL, timeout_ms);
+    return th_http_core(method, url, data ? data : "", len, headers, status, out, NULL, headers_out, timeout_ms);
 }
 
 static int th_http_core(const char *method, const char *url, const char *body, size_t body_len,
