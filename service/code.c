@@ -421,57 +421,29 @@ int svc_code_open(svc_t *s, const svc_caller_t *who, const char *project, const 
 int svc_agent_code(svc_t *s, const char *worker_id, const Kiln__CodeRequest *req, arena_t *arena,
                    Kiln__CodeChunk *out, kiln_err_t *err)
 {
-    const char *wid = NULL;
     store_conn_t *c = NULL;
     json_t *job = NULL;
     int fd = -1;
-    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
-    if (rc == 0 && req->offset < 0)
-        rc = kiln_err_set(err, KILN_EINVAL, "offset", "offset must not be negative");
-    if (rc == 0 && (req->max_bytes < 0 || req->max_bytes > SVC_ARTIFACT_CHUNK_MAX))
-        rc = kiln_err_set(err, KILN_EINVAL, "max_bytes", "max_bytes must be 0 to %d", SVC_ARTIFACT_CHUNK_MAX);
-    if (rc == 0)
-        rc = svc_agent_owns(s, wid, req->job_id, req->attempt, NULL, 0, err);
-    if (rc == 0)
-        rc = store_conn_get(s->store, &c, err);
+    /* the archive comes from the assigned job's own spec, never from the request */
+    int rc = svc_agent_fetch_begin(s, worker_id, req->worker_id, req->job_id, req->attempt, req->offset,
+                                   req->max_bytes, &c, &job, err);
     if (rc)
         return rc;
-    /* the archive comes from the assigned job's own spec, never from the request */
-    rc = store_job_get_json(c, req->job_id, &job, err);
-    if (rc)
-        goto out;
-    char digest[KILN_SHA256_HEX];
+    char digest[KILN_SHA256_HEX], what[100];
     const char *src = json_string_value(json_object_get(json_object_get(job, "spec"), "source"));
     if (!spec_source_digest(src, digest)) {
         rc = kiln_err_set(err, KILN_EINVAL, "job_id", "job %s runs no code archive", req->job_id);
         goto out;
     }
+    snprintf(what, sizeof(what), "code archive %s", digest);
     store_code_t row;
-    if ((rc = store_code_blob(c, digest, &row, err)) || (rc = open_code(s, &row, &fd, err)))
+    if ((rc = store_code_blob(c, digest, &row, err)) || (rc = open_code(s, &row, &fd, err)) ||
+        (rc = svc_read_piece(fd, row.size, req->offset, req->max_bytes, what, arena, &out->data.data, &out->data.len,
+                             err)))
         goto out;
-    if (req->offset > row.size) {
-        rc = kiln_err_set(err, KILN_ERANGE, "offset", "offset %lld is past the archive's %lld bytes",
-                          (long long)req->offset, (long long)row.size);
-        goto out;
-    }
-    size_t want = (size_t)KILN_MIN((int64_t)(req->max_bytes > 0 ? req->max_bytes : 1 << 20), row.size - req->offset);
-    uint8_t *buf = arena_alloc(arena, want ? want : 1);
-    size_t got = 0;
-    while (got < want) {
-        ssize_t n = pread(fd, buf + got, want - got, (off_t)(req->offset + (int64_t)got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = kiln_err_set(err, KILN_EIO, NULL, "could not read code archive %s", digest);
-            goto out;
-        }
-        got += (size_t)n;
-    }
     out->digest = svc_astr(arena, digest);
     out->size = row.size;
     out->offset = req->offset;
-    out->data.data = buf;
-    out->data.len = got;
 out:
     if (fd >= 0)
         close(fd);

@@ -305,6 +305,16 @@ int svc_artifacts_init(svc_t *s, kiln_err_t *err);
 int svc_artifact_model(store_conn_t *c, const char *source_id, int64_t *size, char *sha256, kiln_err_t *err);
 /* "job:<uuid>" -> the uuid (borrowed from ref), or NULL when ref does not name a job. */
 const char *svc_init_from_job(const char *ref);
+/* What every fetch by an agent (FetchInitModel, FetchCode) checks first: the worker reports for
+ * itself (claimed), offset is not negative, max_bytes is 0 to SVC_ARTIFACT_CHUNK_MAX, and kilnd
+ * assigned it the job's attempt; then *c (a connection: the caller puts it back) and *job (the
+ * assigned job's JSON, whose own spec says what it may fetch; caller decrefs). */
+int svc_agent_fetch_begin(svc_t *s, const char *worker_id, const char *claimed, const char *job_id, int attempt,
+                          int64_t offset, int max_bytes, store_conn_t **c, json_t **job, kiln_err_t *err);
+/* The piece of an open file of size bytes from offset, at most max_bytes (0: 1 MiB), read into
+ * arena (*data, *len). KILN_ERANGE past the end, KILN_EIO; what names the file in messages. */
+int svc_read_piece(int fd, int64_t size, int64_t offset, int max_bytes, const char *what, arena_t *arena,
+                   uint8_t **data, size_t *len, kiln_err_t *err);
 /* KILN_EUNSUPP: this kilnd keeps no artifacts (no --artifact-dir), with a hint. */
 int svc_artifact_no_store(kiln_err_t *err);
 /* fsync(2) of a directory, after a file in it was created or renamed (errors ignored). */
