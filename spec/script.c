@@ -517,14 +517,18 @@ static void flatten(json_t *out, const char *prefix, const json_t *obj, int dept
     }
 }
 
+json_t *spec_hparams_flatten(const json_t *hyperparameters)
+{
+    json_t *out = json_object();
+    if (out && json_is_object(hyperparameters))
+        flatten(out, "", hyperparameters, 1);
+    return out;
+}
+
 json_t *spec_hparams_flat(const spec_t *s)
 {
-    if (spec_is_script(s)) {
-        json_t *out = json_object();
-        if (out && s->script.hyperparameters)
-            flatten(out, "", s->script.hyperparameters, 1);
-        return out;
-    }
+    if (spec_is_script(s))
+        return spec_hparams_flatten(s->script.hyperparameters);
     json_t *all = spec_to_json(s);
     json_t *hp = json_incref(json_object_get(all, "hyperparameters"));
     json_decref(all);

@@ -184,6 +184,9 @@ bool spec_source_digest(const char *source, char digest[KILN_SHA256_HEX]);
  * order), keys of at most 256 bytes; arrays, booleans and other text are left out. Caller owns
  * the object (json_decref). */
 json_t *spec_hparams_flat(const spec_t *s);
+/* The same numbers of a normalised spec's "hyperparameters" object (either kind of job: an
+ * engine job's are flat numbers already). Caller owns the result. */
+json_t *spec_hparams_flatten(const json_t *hyperparameters);
 
 /* Whether the spec is a script job's (it names an entry_point rather than a model). */
 static inline bool spec_is_script(const spec_t *s) { return s->script.entry_point[0] != '\0'; }

@@ -392,6 +392,12 @@ Test(code, a_jobs_source_is_an_archive_of_its_project_and_the_issue_example_roun
         cr_assert_str_eq(json_string_value(json_object_get(json_array_get(jobs, 0), "id")), id);
         json_decref(l);
     }
+    /* and as columns, nested keys by their joined names */
+    json_t *cols = as_admin("GET", "/v1/jobs?filter=hp.epochs%20%3D%203&columns=hp.model.depth,hp.*", NULL, 200);
+    json_t *c0 = json_object_get(json_array_get(json_object_get(cols, "jobs"), 0), "columns");
+    cr_assert_eq(json_integer_value(json_object_get(c0, "hp.model.depth")), 4, "%s", json_dumps(c0, 0));
+    cr_assert_eq(json_integer_value(json_object_get(c0, "hp.batch-size")), 64, "hp.* holds the script's numbers");
+    json_decref(cols);
     json_decref(job);
     /* the same digest named by a job of another project: as if it did not exist */
     snprintf(spec, sizeof(spec), "{\"project\": \"other\", \"entry_point\": \"t.py\", \"source\": \"code:sha256:%s\"}",
