@@ -26,7 +26,7 @@ endif
 
 CC ?= gcc
 BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8 libsystemd
+PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8 libsystemd libarchive
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -g -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP -pthread $(SANFLAGS) \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # Warnings are errors in CI (CI=true in its environment) and with WERROR=1.
@@ -55,6 +55,7 @@ PROTO_INC := /usr/include
 WRAPPERS_C := $(BUILD)/gen/google/protobuf/wrappers.pb-c.c
 BASE_SRC  := $(wildcard base/*.c)
 RANK_SRC  := $(wildcard rank/*.c)
+CODE_SRC  := $(wildcard code/*.c)
 SPEC_SRC  := $(wildcard spec/*.c)
 QUERY_SRC := $(wildcard query/*.c)
 STORE_SRC := $(wildcard store/*.c)
@@ -69,6 +70,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 LIB_BASE   := $(BUILD)/lib/libkbase.a
 LIB_RANK   := $(BUILD)/lib/libkrank.a
+LIB_CODE   := $(BUILD)/lib/libkcode.a
 LIB_PROTO  := $(BUILD)/lib/libkproto.a
 LIB_SPEC   := $(BUILD)/lib/libkspec.a
 LIB_QUERY  := $(BUILD)/lib/libkquery.a
@@ -79,7 +81,7 @@ LIB_AGENT := $(BUILD)/lib/libkagent.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -166,6 +168,7 @@ $(1): $(2)
 endef
 $(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
 $(eval $(call archive,$(LIB_RANK),$(call obj,$(RANK_SRC))))
+$(eval $(call archive,$(LIB_CODE),$(call obj,$(CODE_SRC))))
 $(eval $(call archive,$(LIB_SPEC),$(call obj,$(SPEC_SRC))))
 $(eval $(call archive,$(LIB_QUERY),$(call obj,$(QUERY_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o $(BUILD)/obj/gen/google/protobuf/wrappers.pb-c.o))
@@ -179,10 +182,12 @@ $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 # ---- binaries -------------------------------------------------------------------------------
 # Each binary links only the modules it uses (dependents first). rank/ is the contract between
 # the agent and its ranks (and tells kilnd what a rank's exit means); it depends on base only.
-KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
-AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+# code/ reads, writes and checks code archives for kilnd, the agent and the CLI (base and
+# libarchive only).
+KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
+AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_RANK) $(LIB_BASE)
-CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
+CLI_LIBS   := $(LIB_CLI) $(LIB_CODE) $(LIB_BASE)
 
 # kilnd and kiln-agent share cmd/daemon.c: the --health probe and systemd notifications.
 DAEMON_O := $(BUILD)/obj/cmd/daemon.o
@@ -233,8 +238,9 @@ TEST_BINS := $(patsubst %,$(BUILD)/tests/test_%,$(TEST_DIRS))
 # Modules each suite links (default: base only); the e2e suite drives the built binaries.
 TEST_LIBS_base    := $(LIB_BASE)
 TEST_LIBS_rank    := $(LIB_RANK) $(LIB_BASE)
+TEST_LIBS_code    := $(LIB_CODE) $(LIB_BASE)
 TEST_LIBS_store   := $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 TEST_LIBS_spec    := $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_query   := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_api     := $(KILND_LIBS)

@@ -59,6 +59,7 @@ struct agent {
     agent_rpc_t *rpc;
     agent_launcher_t *launcher;
     xfer_t *xfer;                /* uploads of output directories, fetches of init models */
+    agent_code_cache_t *code;    /* script jobs' code, <work_dir>/code-cache (--code-cache-mb) */
     ob_t ob;
 
     pthread_mutex_t mu;          /* the fields below */
@@ -883,6 +884,10 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
                      .worker_id = xfer_worker_id, .start = xfer_start, .ud = a};
     if ((rc = xfer_create(&xe, &a->xfer, err)) != 0)
         goto fail;
+    char code_dir[PATH_MAX];
+    snprintf(code_dir, sizeof(code_dir), "%s/code-cache", a->work_dir);
+    if ((rc = agent_code_cache_create(code_dir, cfg->code_cache_bytes, xfer_code_fetch, a->xfer, &a->code, err)) != 0)
+        goto fail;
     if (pthread_create(&a->sender_thread, NULL, agent_sender_main, a) != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the sender thread");
         goto fail;
@@ -1003,6 +1008,7 @@ void agent_destroy(agent_t *a)
         agent_shutdown(a, 3000);
     agent_monitor_stop(a->monitor);
     xfer_destroy(a->xfer);
+    agent_code_cache_destroy(a->code);
     agent_launcher_destroy(a->launcher);
     agent_rpc_destroy(a->rpc);
     ob_deinit(&a->ob);

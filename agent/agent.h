@@ -365,6 +365,69 @@ int agent_grpc_status(int grpc_code);
 bool agent_grpc_retryable(int grpc_code);
 
 /* ------------------------------------------------------------------------------------------
+ * The code cache (code.c): script jobs' code archives (Assignment.code_digest), fetched from
+ * kilnd, checked against their SHA-256, and extracted once per digest (with code/'s checks:
+ * nothing lands outside the tree) into <dir>/<digest>/, which never changes after: a job's ranks
+ * get a working directory of their own holding a copy (agent_code_prepare) or an overlay over
+ * it (agent_code_overlay). The cache is bounded by the extracted bytes it holds: past the bound
+ * the least recently used trees go, never one a job holds (a tree larger than the bound on its
+ * own is kept while it is held). Each tree has a manifest (<dir>/<digest>.manifest: every entry's
+ * kind, mode, size and time, written last), so a tree that was damaged or only half written is
+ * found (every use compares it) and extracted again. Thread-safe; one cache per agent.
+ * ------------------------------------------------------------------------------------------ */
+typedef struct agent_code_cache agent_code_cache_t;
+
+/* What a job needs: the archive's digest (64 lower-case hex digits) and size, and the assignment
+ * that names it (FetchCode asks for the archive by job and attempt). */
+typedef struct agent_code_ref {
+    const char *digest;
+    int64_t size;                /* bytes of the archive (0: not known beforehand) */
+    const char *job_id;
+    int attempt;
+} agent_code_ref_t;
+
+/* Writes the archive ref names, all of it, to fd (empty, at offset 0). Returns 0 or a status with
+ * err. The agent's fetches FetchCode from kilnd (xfer_code_fetch); tests pass their own. */
+typedef int (*agent_code_fetch_fn)(void *ud, const agent_code_ref_t *ref, int fd, kiln_err_t *err);
+
+/* Opens the cache in dir (created 0755 when missing; what an earlier agent left there is kept
+ * when its manifest holds, removed otherwise), bounded to max_bytes of extracted files
+ * (0: 10 GiB); one archive may expand to at most that much (code_limits_default's other limits
+ * apply). fetch and ud are borrowed for the cache's lifetime. Caller owns *out
+ * (agent_code_cache_destroy). Returns 0, KILN_EIO or KILN_ENOMEM. */
+int agent_code_cache_create(const char *dir, int64_t max_bytes, agent_code_fetch_fn fetch, void *ud,
+                            agent_code_cache_t **out, kiln_err_t *err);
+void agent_code_cache_destroy(agent_code_cache_t *c); /* accepts NULL */
+/* Makes ref's tree present (fetching, checking the SHA-256 and size, extracting when it is
+ * missing or its manifest does not hold) and holds it until agent_code_release: it is not
+ * evicted meanwhile. Several callers wanting one digest wait for one fetch. *tree (OUT, size n):
+ * the tree's path, which nobody may change. Returns 0; KILN_ECHECKSUM (kilnd sent other bytes
+ * than the digest names: nothing is kept); code_archive_extract_fd's refusals; the fetcher's
+ * statuses; KILN_EIO. */
+int agent_code_acquire(agent_code_cache_t *c, const agent_code_ref_t *ref, char *tree, size_t n, kiln_err_t *err);
+/* Ends a hold of agent_code_acquire (then the tree may be evicted; trees over the bound are). */
+void agent_code_release(agent_code_cache_t *c, const char *digest);
+/* The job's working directory workdir (which must not exist; its parent must) as a copy of the
+ * held tree of digest that the job may change: directories, files (content and execute bits; no
+ * hard links) and symbolic links as they are. *bytes (OUT, may be NULL): bytes copied. Returns 0,
+ * KILN_ENOTFOUND (digest is not held), KILN_EEXIST or KILN_EIO. */
+int agent_code_prepare(agent_code_cache_t *c, const char *digest, const char *workdir, int64_t *bytes,
+                       kiln_err_t *err);
+/* For a launcher that mounts the working directory as an overlay in the rank's own mount
+ * namespace (overlayfs: no copy): lower (OUT, size n) is the held tree of digest (read-only),
+ * and upper and work (OUT) are fresh directories under job_dir ("code-upper", "code-work") that
+ * take the job's changes. Returns 0, KILN_ENOTFOUND or KILN_EIO. */
+int agent_code_overlay(agent_code_cache_t *c, const char *digest, const char *job_dir, char *lower, char *upper,
+                       char *work, size_t n, kiln_err_t *err);
+/* A script job whose source is a directory in the data roots: workdir (which must not exist) as
+ * a copy of src, which must lie inside one of roots[0..nroots) once resolved (the same rule and
+ * message as every path a job reads, kiln_path_confine, field "source"), and hold at most
+ * max_bytes (KILN_ETOOBIG naming the limit). Devices, FIFOs and sockets in it are left out.
+ * Returns 0, KILN_EPERM, KILN_ENOTFOUND, KILN_ETOOBIG, KILN_EEXIST or KILN_EIO. */
+int agent_code_copy_dir(const char *src, const char *const *roots, size_t nroots, int64_t max_bytes,
+                        const char *workdir, int64_t *bytes, kiln_err_t *err);
+
+/* ------------------------------------------------------------------------------------------
  * The agent.
  * ------------------------------------------------------------------------------------------ */
 typedef struct agent_config {
@@ -395,6 +458,7 @@ typedef struct agent_config {
      * address: it needs no token and carries nothing secret. */
     const char *metrics_addr;
     agent_sandbox_config_t sandbox; /* how ranks are confined (agent_launcher_config_t) */
+    int64_t code_cache_bytes;  /* --code-cache-mb: the code cache's bound (0: 10 GiB) */
 } agent_config_t;
 
 typedef struct agent agent_t;

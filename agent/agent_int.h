@@ -176,6 +176,10 @@ void xfer_cancel(xfer_t *x, const char *job_id, int attempt);
 /* The ranks transfers hold (uploads whose exits are not queued yet, assignments being
  * fetched: pid 0), for heartbeats. Copies up to max, returns how many there are. */
 size_t xfer_list(xfer_t *x, agent_rank_info_t *out, size_t max);
+/* The code cache's fetcher (agent_code_fetch_fn; ud is the xfer_t): FetchCode from kilnd, piece
+ * by piece, into fd, retrying while kilnd is unreachable; answers that disagree with each other
+ * (size, digest, offsets) are refused (KILN_EFORMAT). The cache checks the digest. */
+int xfer_code_fetch(void *ud, const agent_code_ref_t *ref, int fd, kiln_err_t *err);
 /* Where an assignment's fetched model lives: <work_dir>/jobs/<job_id>/init/model_llmc.bin. */
 void xfer_init_model_path(const char *work_dir, const char *job_id, char *out, size_t n);
 

@@ -137,9 +137,19 @@ static ProtobufCMessage *msg_from_json(const json_t *j, const ProtobufCMessageDe
 {
     ProtobufCMessage *m = arena_alloc(a, d->sizeof_message);
     d->message_init(m);
+    /* a script job's free-form hyperparameters travel as JSON text (JobSpec.hyperparameters_json) */
+    bool script = d == &kiln__job_spec__descriptor && json_is_string(json_object_get(j, "entry_point"));
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         const json_t *v = json_object_get(j, f->name);
+        if (script && !strcmp(f->name, "hyperparameters"))
+            continue;
+        if (script && !strcmp(f->name, "hyperparameters_json")) {
+            char *text = json_dumps(json_object_get(j, "hyperparameters"), JSON_COMPACT);
+            *(char **)((char *)m + f->offset) = arena_strdup(a, text ? text : "{}");
+            free(text);
+            continue;
+        }
         void *slot = (char *)m + f->offset;
         if (!v && f->type == PROTOBUF_C_TYPE_INT64 && !strcmp(f->name, "time_us")) {
             /* log lines and metric points carry RFC 3339 "time" in JSON */

@@ -63,11 +63,19 @@ bool api_grpc_stream_enter(api_grpc_t *g);
 void api_grpc_stream_leave(api_grpc_t *g);
 bool api_grpc_stopping(api_grpc_t *g);
 
-/* The server-streaming StreamLogs and DownloadArtifact (grpc_stream.c). */
+/* The server-streaming StreamLogs, DownloadArtifact and DownloadCode (grpc_stream.c). */
 void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
                           const svc_caller_t *who);
 void api_grpc_stream_artifact(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
                               const svc_caller_t *who);
+void api_grpc_stream_code(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                          const svc_caller_t *who);
+/* UploadCode (grpc_code.c): one piece of an upload; the last (finish) answers the source. */
+int api_grpc_upload_code(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                         ProtobufCMessage **resp, kiln_err_t *err);
+/* FetchCode (grpc_code.c): a piece of the code archive an agent's assigned job names. */
+int api_grpc_fetch_code(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                        ProtobufCMessage **resp, kiln_err_t *err);
 
 /* The trailing metadata of an error reply (grpc_server.c): kiln-code, kiln-field, kiln-hint and
  * kiln-detail, those that are not empty (proto/kiln.proto documents them). Caller's storage,

@@ -154,6 +154,7 @@ static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/BeginArtifacts", &kiln__artifact_manifest__descriptor, h_artifacts_begin, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PutArtifactChunk", &kiln__artifact_chunk__descriptor, h_artifact_chunk, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/FetchInitModel", &kiln__init_model_request__descriptor, h_init_model, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/FetchCode", &kiln__code_request__descriptor, api_grpc_fetch_code, NULL, API_GRPC_AGENT},
 };
 
 /* Every method the server answers: AgentService, then TrainingService (grpc_training.c). */

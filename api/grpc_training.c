@@ -29,6 +29,24 @@ static int h_create(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, aren
         return rc;
     if (!spec)
         spec = json_object();
+    /* a script job's free-form hyperparameters arrive as JSON text; the service reads the object */
+    const json_t *hpj = json_object_get(spec, "hyperparameters_json");
+    if (hpj) {
+        json_error_t je;
+        json_t *hp = json_loads(json_string_value(hpj), JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(hp) || json_object_get(spec, "hyperparameters")) {
+            kiln_err_set(err, KILN_EINVAL, "spec.hyperparameters_json", hp ? "spec.hyperparameters_json must be a JSON "
+                         "object's text, set without hyperparameters" : "spec.hyperparameters_json is not JSON: %s",
+                         je.text);
+            kiln_err_hint(err, "send a script job's hyperparameters as {\"epochs\": 3, ...} in hyperparameters_json, "
+                               "an engine job's in hyperparameters");
+            json_decref(hp);
+            json_decref(spec);
+            return KILN_EINVAL;
+        }
+        json_object_set_new(spec, "hyperparameters", hp);
+        json_object_del(spec, "hyperparameters_json");
+    }
     bool created = false;
     rc = svc_job_create(s, ctx->who, spec, r->idempotency_key, &job, &created, err);
     json_decref(spec);
@@ -309,5 +327,9 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/DownloadArtifact", &kiln__download_artifact_request__descriptor, NULL,
      api_grpc_stream_artifact, API_GRPC_USER},
     {"/kiln.TrainingService/DeleteJob", &kiln__delete_job_request__descriptor, h_delete_job, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/UploadCode", &kiln__upload_code_request__descriptor, api_grpc_upload_code, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/DownloadCode", &kiln__download_code_request__descriptor, NULL, api_grpc_stream_code,
+     API_GRPC_USER},
 };
 const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

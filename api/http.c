@@ -454,17 +454,27 @@ static enum MHD_Result http_options(http_req_t *r)
     return ret;
 }
 
+static bool http_media_is(const char *ct, const char *type)
+{
+    size_t n = strlen(type);
+    return strncasecmp(ct, type, n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
 /* POST and PUT bodies are JSON and say so: anything else (a form, text/plain) is what a
- * cross-site page could send without a preflight. */
+ * cross-site page could send without a preflight. A streamed body (HTTP_STREAM) is an archive:
+ * application/gzip (or application/x-gzip, application/octet-stream), none of which a page can
+ * send without a preflight either. */
 static bool http_content_type_ok(http_req_t *r)
 {
     if (strcmp(r->method, "POST") != 0 && strcmp(r->method, "PUT") != 0)
         return true;
     const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (r->route >= 0 && (http_routes[r->route].flags & HTTP_STREAM))
+        return ct && (http_media_is(ct, "application/gzip") || http_media_is(ct, "application/x-gzip") ||
+                      http_media_is(ct, "application/octet-stream"));
     if (!ct)
         return r->body_len == 0;
-    size_t n = strlen("application/json");
-    return strncasecmp(ct, "application/json", n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+    return http_media_is(ct, "application/json");
 }
 
 /* The bearer token of the Authorization header, or NULL. */
@@ -490,6 +500,17 @@ static enum MHD_Result http_check_arg(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
+/* The callbacks of an HTTP_STREAM route, or NULL for any other request. */
+static const http_stream_route_t *http_stream_of(const http_req_t *r)
+{
+    if (r->route < 0 || !(http_routes[r->route].flags & HTTP_STREAM))
+        return NULL;
+    for (size_t i = 0; i < http_stream_route_count; i++)
+        if (http_stream_routes[i].handle == http_routes[r->route].handle)
+            return &http_stream_routes[i];
+    return NULL;
+}
+
 static enum MHD_Result http_dispatch(http_req_t *r)
 {
     r->cors_origin = http_cors_origin(r);
@@ -511,9 +532,13 @@ static enum MHD_Result http_dispatch(http_req_t *r)
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, http_check_arg, &cerr);
     if (cerr.status)
         return http_reply_err(r, &cerr);
-    if (!http_content_type_ok(r))
+    if (!http_content_type_ok(r)) {
+        if (rt->flags & HTTP_STREAM)
+            return http_reply_errf(r, KILN_EMEDIA, "Content-Type", "send the archive with Content-Type: application/gzip",
+                                   "this request's body must be application/gzip");
         return http_reply_errf(r, KILN_EMEDIA, "Content-Type", "send the body as JSON with Content-Type: application/json",
                                "request bodies must be application/json");
+    }
     if (r->body_too_big)
         return http_reply_errf(r, KILN_ETOOBIG, NULL, "send at most 1 MiB",
                                "request body is larger than %d bytes", HTTP_MAX_BODY);
@@ -524,7 +549,43 @@ static enum MHD_Result http_dispatch(http_req_t *r)
         if (svc_auth_user(r->h->svc, http_bearer(r), &r->arena, &r->who, &err) != 0)
             return http_reply_err(r, &err);
     }
+    const http_stream_route_t *sr = http_stream_of(r);
+    if (sr) {
+        /* before the body: the route opens what takes it, or refuses (answered now) */
+        kiln_err_t err;
+        kiln_err_clear(&err);
+        int rc = sr->body(r, NULL, 0, &err);
+        if (rc) {
+            if (!err.status)
+                err.status = rc;
+            return http_reply_err(r, &err);
+        }
+        r->stream_open = true;
+        return MHD_YES;
+    }
     return rt->handle(r);
+}
+
+/* Bytes of a refused streamed body kilnd reads (and drops) to answer; past them the connection
+ * is closed without an answer. */
+#define HTTP_STREAM_DROP_MAX ((int64_t)64 << 20)
+
+/* A piece of an HTTP_STREAM body. */
+static enum MHD_Result http_stream_piece(http_req_t *r, const char *data, size_t n)
+{
+    if (r->stream_failed) {
+        r->stream_dropped += (int64_t)n;
+        return r->stream_dropped > HTTP_STREAM_DROP_MAX ? MHD_NO : MHD_YES;
+    }
+    kiln_err_clear(&r->stream_err);
+    int rc = http_stream_of(r)->body(r, data, n, &r->stream_err);
+    if (rc) {
+        if (!r->stream_err.status)
+            r->stream_err.status = rc;
+        r->stream_failed = true; /* answered once the body has ended (libmicrohttpd queues no
+                                  * answer in the middle of a body) */
+    }
+    return MHD_YES;
 }
 
 /* Appends an upload chunk to the request body (in the arena, doubling). */
@@ -573,15 +634,24 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, c
         r->start_us = kiln_mono_us();
         http_route_find(r, url);
         *con_cls = r;
+        /* a streamed body is checked before any of it is read: a refusal goes out at once */
+        if (http_stream_of(r) && strcmp(method, "OPTIONS") != 0)
+            return http_dispatch(r);
         return MHD_YES;
     }
     if (*upload_data_size) {
-        http_body_append(r, upload_data, *upload_data_size);
+        enum MHD_Result ret = MHD_YES;
+        if (r->stream_open)
+            ret = http_stream_piece(r, upload_data, *upload_data_size);
+        else if (!r->answered)
+            http_body_append(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
-        return MHD_YES;
+        return ret;
     }
     if (r->answered)
         return MHD_YES;
+    if (r->stream_open)
+        return r->stream_failed ? http_reply_err(r, &r->stream_err) : http_routes[r->route].handle(r);
     return http_dispatch(r);
 }
 
@@ -598,6 +668,9 @@ static void http_on_completed(void *cls, struct MHD_Connection *conn, void **con
     prom_observe(&http_duration, http_route_label(r, labels, sizeof labels), (double)us / 1e6);
     log_debug("http: %s %s -> %d (%.3f ms)%s", r->method, r->path, r->status, us / 1000.0,
               toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+    const http_stream_route_t *sr = http_stream_of(r);
+    if (sr && sr->done)
+        sr->done(r);
     arena_deinit(&r->arena);
     free(r);
     *con_cls = NULL;

@@ -23,14 +23,29 @@ typedef struct http_req http_req_t;
 /* The route table (http_routes.c): one row per method and path pattern. A pattern's "{name}"
  * matches one path segment without '/' or ':' ("/v1/jobs/{id}:stop"); GET rows answer HEAD too.
  * Every row needs a valid API token unless flagged HTTP_OPEN (HTTP_PROM: open unless kilnd runs
- * with --metrics-auth). */
-enum { HTTP_OPEN = 1 << 0, HTTP_PROM = 1 << 1 };
+ * with --metrics-auth).
+ * HTTP_STREAM rows take a body of bytes (application/gzip or application/octet-stream), not
+ * JSON, of any size the route allows, through the callbacks http_stream_routes gives their
+ * handle. */
+enum { HTTP_OPEN = 1 << 0, HTTP_PROM = 1 << 1, HTTP_STREAM = 1 << 2 };
 typedef struct http_route {
     const char *method;
     const char *pattern;
     enum MHD_Result (*handle)(http_req_t *r);
     int flags;
 } http_route_t;
+/* A streamed body's callbacks: body() is called once before any of it arrives (data NULL), after
+ * the request passed every check of a JSON route and authentication, and then for each piece as
+ * it arrives; a refusal before the body is answered at once (the body is never read), one during
+ * the body when it has ended. handle() answers once the whole body is in; done() runs when the
+ * request ends, answered or not (it releases what body() holds in r->stream). */
+typedef struct http_stream_route {
+    enum MHD_Result (*handle)(http_req_t *r);
+    int (*body)(http_req_t *r, const char *data, size_t n, kiln_err_t *err);
+    void (*done)(http_req_t *r);
+} http_stream_route_t;
+extern const http_stream_route_t http_stream_routes[];
+extern const size_t http_stream_route_count;
 extern const http_route_t http_routes[];
 extern const size_t http_route_count;
 #define HTTP_MAX_PARAMS 4
@@ -76,6 +91,11 @@ struct http_req {
     char *body;                      /* upload, in arena, NUL-terminated */
     size_t body_len, body_cap;
     bool body_too_big;
+    void *stream;                    /* HTTP_STREAM: what the route's body() holds */
+    bool stream_open;                /* HTTP_STREAM: body() accepted the request */
+    bool stream_failed;              /* ... and then refused a piece: stream_err, answered at the end */
+    kiln_err_t stream_err;
+    int64_t stream_dropped;          /* bytes dropped after the refusal */
     bool answered;
     int status;                      /* HTTP status queued */
     int64_t start_us;
@@ -104,6 +124,20 @@ const char *http_header(http_req_t *r, const char *name);
 const char *http_param(http_req_t *r, const char *name);
 
 /* ---- routes (http_routes.c) ---- */
+/* Serves an open file (f->fd, which the reply takes over) as a download: its SHA-256 as the
+ * ETag, If-None-Match (304), a single byte Range (206, or 416), content_type, and f->name as the
+ * attachment's file name. */
+enum MHD_Result http_reply_file(http_req_t *r, svc_artifact_file_t *f, const char *content_type);
+
+/* ---- code archives (http_code.c) ---- */
+/* POST /v1/code?project=P (HTTP_STREAM): body() streams the archive into the project's upload,
+ * http_code_upload answers its source (201; 200 when the project had uploaded those bytes),
+ * http_code_done drops an upload the request did not finish. GET /v1/code/{digest}?project=P:
+ * the archive (members). */
+int http_code_body(http_req_t *r, const char *data, size_t n, kiln_err_t *err);
+enum MHD_Result http_code_upload(http_req_t *r);
+void http_code_done(http_req_t *r);
+enum MHD_Result http_code_get(http_req_t *r);
 /* Parses a decimal integer argument in [lo, hi]; 0 and *out set, or KILN_EINVAL into err. */
 int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_t *out,
                  bool *present, kiln_err_t *err);

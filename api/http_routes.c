@@ -412,16 +412,12 @@ static enum MHD_Result http_artifacts_list(http_req_t *r)
     return http_reply_json(r, MHD_HTTP_OK, out);
 }
 
-/* GET /v1/jobs/{id}/artifacts/{name}: the file, streamed from disk by libmicrohttpd (never
- * loaded into memory), with its SHA-256 as the ETag; a single byte Range gives 206 (or 416). */
-static enum MHD_Result http_artifact_get(http_req_t *r)
+/* The file is streamed from disk by libmicrohttpd (never loaded into memory). */
+enum MHD_Result http_reply_file(http_req_t *r, svc_artifact_file_t *fp, const char *content_type)
 {
+    svc_artifact_file_t f = *fp;
     kiln_err_t err;
     kiln_err_clear(&err);
-    svc_artifact_file_t f;
-    int rc = svc_job_artifact_open(r->h->svc, &r->who, r->id, http_param(r, "name"), &f, &err);
-    if (rc)
-        return http_svc_err(r, rc, &err);
     char etag[KILN_SHA256_HEX + 2], disp[KILN_ARTIFACT_NAME_MAX + 40], crange[96], last_mod[64];
     snprintf(etag, sizeof(etag), "\"%s\"", f.sha256);
     snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", f.name);
@@ -440,7 +436,7 @@ static enum MHD_Result http_artifact_get(http_req_t *r)
         int pr = http_range_parse(range, f.size, &first, &last);
         if (pr < 0) {
             close(f.fd);
-            kiln_err_set(&err, KILN_ERANGE, "Range", "range \"%.60s\" is not inside artifact \"%s\" (%lld bytes)", range,
+            kiln_err_set(&err, KILN_ERANGE, "Range", "range \"%.60s\" is not inside \"%s\" (%lld bytes)", range,
                          f.name, (long long)f.size);
             kiln_err_hint(&err, "ask for bytes=FIRST-LAST with FIRST below the size");
             snprintf(crange, sizeof(crange), "bytes */%lld", (long long)f.size);
@@ -468,7 +464,7 @@ static enum MHD_Result http_artifact_get(http_req_t *r)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_LAST_MODIFIED, last_mod);
     if (status != MHD_HTTP_NOT_MODIFIED) {
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
     }
     if (status == MHD_HTTP_PARTIAL_CONTENT) {
@@ -478,6 +474,19 @@ static enum MHD_Result http_artifact_get(http_req_t *r)
     enum MHD_Result ret = http_reply_raw(r, status, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+/* GET /v1/jobs/{id}/artifacts/{name}: the file, with its SHA-256 as the ETag; a single byte Range
+ * gives 206 (or 416). */
+static enum MHD_Result http_artifact_get(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    svc_artifact_file_t f;
+    int rc = svc_job_artifact_open(r->h->svc, &r->who, r->id, http_param(r, "name"), &f, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_file(r, &f, "application/octet-stream");
 }
 
 /* ---- cluster and health ---------------------------------------------------------------------- */
@@ -793,6 +802,8 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/jobs/{id}/metrics", http_job_metrics, 0},
     {"GET", "/v1/jobs/{id}/artifacts", http_artifacts_list, 0},
     {"GET", "/v1/jobs/{id}/artifacts/{name}", http_artifact_get, 0},
+    {"POST", "/v1/code", http_code_upload, HTTP_STREAM},
+    {"GET", "/v1/code/{digest}", http_code_get, 0},
     {"GET", "/v1/workers", http_workers, 0},
     {"GET", "/v1/whoami", http_whoami, 0},
     {"GET", "/v1/users", http_users_list, 0},

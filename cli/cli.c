@@ -19,12 +19,26 @@ typedef struct cli_command {
 } cli_command_t;
 
 static const cli_command_t cli_commands[] = {
-    {"submit", cli_cmd_submit, "JOB.json [--idempotency-key K] [-f|--follow]",
+    {"submit", cli_cmd_submit, "JOB.json [--source-dir DIR] [--idempotency-key K] [-f|--follow]",
      "submit a training job (JOB.json, or - for stdin) and print its id",
      "options:\n"
+     "  --source-dir DIR     a script job's code: pack DIR (honouring DIR/.kilnignore), upload it into\n"
+     "                       the job's project (as kiln code push does) and submit with \"source\" set\n"
      "  --idempotency-key K  retrying with the same key returns the same job, never a duplicate\n"
      "  -f, --follow         stream the job's logs until it ends; exit 1 if it FAILED\n"
      "  (a relative data.train / data.val path that exists here is sent as an absolute path)\n"},
+    {"code", cli_cmd_code, "push DIR [--project P]\nget DIGEST [--project P] [-o FILE]",
+     "upload a source directory as a script job's code, or download an uploaded archive",
+     "commands:\n"
+     "  push DIR             pack DIR into a gzip'd tar, leaving out what DIR/.kilnignore names\n"
+     "                       (gitignore's syntax: patterns, !negation, /anchoring, **, dir/; .git/ is\n"
+     "                       left out unless a line says !.git/), upload it and print the source a\n"
+     "                       script job names: code:sha256:<digest>. The same tree packs to the same\n"
+     "                       bytes, and kilnd keeps them once\n"
+     "  get DIGEST           download the archive (DIGEST or code:sha256:DIGEST), checked against its\n"
+     "                       SHA-256, to DIGEST.tgz or -o FILE (- for stdout)\n"
+     "options:\n"
+     "  --project P, -p P    the project the code is for (default: default); only its members see it\n"},
     {"jobs", cli_cmd_jobs, "[--status S] [--tag K:V] [--limit N] [--all]",
      "list jobs, newest first (those of the projects you belong to)",
      "options:\n"

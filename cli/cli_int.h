@@ -25,6 +25,11 @@ void cli_client_init(cli_client_t *c, const cli_settings_t *s);
 int cli_request(const cli_client_t *c, const char *method, const char *path, const json_t *body,
                 const char *const *headers, long *http_status, json_t **out, kiln_err_t *err);
 
+/* POSTs the file in (len bytes from its current offset) to path as the body, of content_type,
+ * without a time limit (a transfer that stalls for a minute is given up). Replies as cli_request. */
+int cli_upload(const cli_client_t *c, const char *path, FILE *in, int64_t len, const char *content_type,
+               long *http_status, json_t **out, kiln_err_t *err);
+
 /* Streams GET path as Server-Sent Events into sse until the server closes the stream or the
  * parser's callback stops it. low_speed_s: a connection that delivers nothing for that long is
  * treated as dropped (kilnd pings every 15 s). Returns 0 when the stream ended (closed by the
@@ -87,6 +92,15 @@ int cli_cmd_delete(cli_client_t *c, int argc, char **argv);
 int cli_cmd_search(cli_client_t *c, int argc, char **argv);
 int cli_cmd_compare(cli_client_t *c, int argc, char **argv);
 int cli_cmd_ui(cli_client_t *c, int argc, char **argv);
+int cli_cmd_code(cli_client_t *c, int argc, char **argv);
+/* Packs dir (honouring its .kilnignore) and uploads it into project (NULL: "default"); the source
+ * a script job names ("code:sha256:...") into source (100 bytes). Prints what was packed and
+ * sent on stderr. Returns 0 or a status with err. */
+int cli_code_push(cli_client_t *c, const char *dir, const char *project, char *source, kiln_err_t *err);
+/* Downloads GET path into file ("-": stdout) through a temporary file beside it, checking the
+ * bytes against the ETag kilnd sends (their SHA-256); label names it in messages. Prints what
+ * was saved on stderr. Returns a CLI exit status. */
+int cli_download_checked(cli_client_t *c, const char *path, const char *label, const char *file);
 
 /* Prints err to stderr (cli_print_error) and, for a 401, which token was sent and how to get a
  * valid one (cli_print_auth_note). Returns CLI_EXIT_ERROR. */

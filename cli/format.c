@@ -405,7 +405,30 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
         }
         cli_kv(out, "Model", "%s", mb);
     }
-    json_t *hp = json_object_get(spec, "hyperparameters");
+    const char *entry = cli_jstr(spec, "entry_point");
+    if (*entry) {
+        /* a script job: its program, where the code comes from, its own hyperparameters */
+        cli_kv(out, "Entry point", "%s%s%s", entry, *cli_jstr(spec, "python") ? " with " : "", cli_jstr(spec, "python"));
+        const char *src = cli_jstr(spec, "source");
+        if (!strncmp(src, "code:sha256:", 12))
+            cli_kv(out, "Source", "%s (code archive; kiln code get %.12s)", src, src + 12);
+        else
+            cli_kv(out, "Source", "%s", src);
+        char *hps = json_dumps(json_object_get(spec, "hyperparameters"), JSON_COMPACT | JSON_SORT_KEYS);
+        if (hps && strcmp(hps, "{}") != 0) {
+            char clip[256];
+            cli_kv(out, "Hyperparams", "%s", cli_clip(hps, 200, clip, sizeof(clip)));
+        }
+        free(hps);
+        const char *ch;
+        json_t *v;
+        json_object_foreach(json_object_get(json_object_get(spec, "data"), "channels"), ch, v) {
+            char label[80];
+            snprintf(label, sizeof(label), "Channel %s", ch);
+            cli_kv(out, label, "%s", json_string_value(v) ? json_string_value(v) : "");
+        }
+    }
+    json_t *hp = *entry ? NULL : json_object_get(spec, "hyperparameters");
     if (hp) {
         char lr[24];
         cli_kv(out, "Training", "lr=%s batch=%.0f max_steps=%.0f", cli_fmt_value(cli_jnum(hp, "lr"), lr, sizeof(lr)),

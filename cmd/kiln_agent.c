@@ -97,7 +97,7 @@ int main(int argc, char **argv)
     const char *sandbox = "on", *sandbox_uids = NULL, *sandbox_state = AGENT_SANDBOX_STATE_DIR;
     bool insecure = false, health = false;
     config_list_t data_roots = {0}, sandbox_ro = {0};
-    int64_t slots = 0, cores = 0, grace_ms = 10000;
+    int64_t slots = 0, cores = 0, grace_ms = 10000, code_cache_mb = 10240;
     int64_t mem_per_slot = 0, pids_per_slot = 0, sandbox_tmp = 0;
     double watchdog_s = 0;
     config_flag_t flags[] = {
@@ -130,6 +130,9 @@ int main(int argc, char **argv)
         {"rendezvous-ports", "KILN_RENDEZVOUS_PORTS", CONFIG_STR, &ports,
          "LO-HI: TCP ports rank 0 of a job this machine leads may listen on; each job gets one free on this host, "
          "which no other kiln-agent of the host hands out meanwhile (keep the range outside the kernel's ephemeral ports)"},
+        {"code-cache-mb", "KILN_CODE_CACHE_MB", CONFIG_INT, &code_cache_mb,
+         "bound of the cache of script jobs' code (WORK_DIR/code-cache: each archive extracted once; the least "
+         "recently used go first, never one a running job uses)"},
         {"metrics-addr", "KILN_METRICS_ADDR", CONFIG_STR, &metrics_addr,
          "serve GET /metrics (Prometheus) and GET /healthz over plain HTTP on this local HOST:PORT"},
         {"sandbox", "KILN_SANDBOX", CONFIG_STR, &sandbox,
@@ -263,6 +266,10 @@ int main(int argc, char **argv)
     }
     if (slots == 0)
         slots = 1;
+    if (code_cache_mb < 1 || code_cache_mb > ((int64_t)1 << 30)) {
+        fprintf(stderr, "kiln-agent: --code-cache-mb must be 1 or more\n");
+        return 2;
+    }
     agent_config_t cfg = {
         .server = server, .slots = (int)slots, .slot_type = slot_type, .work_dir = work_dir,
         .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores, .cpus = cpus,
@@ -273,6 +280,7 @@ int main(int argc, char **argv)
         .port_lo = port_lo, .port_hi = port_hi,
         .metrics_addr = metrics_addr,
         .sandbox = sandbox_cfg,
+        .code_cache_bytes = code_cache_mb << 20,
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);

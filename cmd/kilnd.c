@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
     int64_t db_wait_s = 30;
     const char *artifact_dir = NULL;
-    int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600;
+    int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600, code_max_mb = 100;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
     const char *bootstrap_file = NULL, *join_file = NULL, *database_url_file = NULL;
     bool insecure = false, no_auth = false, metrics_auth = false, health = false;
@@ -96,6 +96,9 @@ int main(int argc, char **argv)
          "without it, no artifacts are kept"},
         {"artifact-max-job-mb", "KILN_ARTIFACT_MAX_JOB_MB", CONFIG_INT, &artifact_max_mb,
          "largest total of one job's artifacts; a bigger upload is refused, with the reason in the job's log"},
+        {"code-max-mb", "KILN_CODE_MAX_MB", CONFIG_INT, &code_max_mb,
+         "largest code archive a client may upload for script jobs (POST /v1/code; kept in --artifact-dir); "
+         "archives may hold ten times as much uncompressed"},
         {"log-retention-days", "KILN_LOG_RETENTION_DAYS", CONFIG_INT, &log_retention_days,
          "drop the logs of jobs that ended more than N days ago (0: keep them)"},
         {"janitor-interval-s", "KILN_JANITOR_INTERVAL_S", CONFIG_INT, &janitor_interval_s,
@@ -186,9 +189,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (artifact_max_mb < 1 || artifact_max_mb > (int64_t)1 << 30 || log_retention_days < 0 ||
-        log_retention_days > 100000 || janitor_interval_s < 1 || janitor_interval_s > 7 * 86400) {
+        log_retention_days > 100000 || janitor_interval_s < 1 || janitor_interval_s > 7 * 86400 ||
+        code_max_mb < 1 || code_max_mb > 100000) {
         fprintf(stderr, "kilnd: --artifact-max-job-mb must be 1 or more, --log-retention-days 0 (keep logs) or "
-                        "more, --janitor-interval-s 1 to 604800\n");
+                        "more, --janitor-interval-s 1 to 604800, --code-max-mb 1 to 100000\n");
         return 2;
     }
     char *cert_pem = NULL, *key_pem = NULL, *ca_pem = NULL;
@@ -224,6 +228,7 @@ int main(int argc, char **argv)
         .artifact_max_job_bytes = artifact_max_mb << 20,
         .log_retention_days = (int)log_retention_days,
         .janitor_interval_ms = (int)(janitor_interval_s * 1000),
+        .code_max_bytes = code_max_mb << 20,
     };
     api_tls_t tls = {.cert_pem = cert_pem, .key_pem = key_pem, .ca_pem = ca_pem};
     if (insecure)

@@ -455,7 +455,8 @@ out:
 }
 
 /* The typed copies of what the agent needs from the normalised spec (threads, checkpoint
- * directory, metric definitions, the files the ranks read), so that it never parses the spec. */
+ * directory, metric definitions, the files the ranks read, a script job's fields), so that it
+ * never parses the spec. */
 static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id, arena_t *arena,
                             Kiln__Assignment *msg, kiln_err_t *err)
 {
@@ -512,6 +513,7 @@ static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id,
         msg->init_from_size = size;
         msg->init_from_sha256 = svc_astr(arena, sha);
     }
+    svc_assignment_script(s, sp, arena, msg);
     spec_deinit(sp);
     free(sp);
     return 0;
@@ -644,7 +646,8 @@ static Kiln__StopOrder *stop_msg(svc_t *s, arena_t *arena, const store_stop_orde
     m->job_id = svc_astr(arena, o->job_id);
     m->attempt = o->attempt;
     m->reason = svc_astr(arena, o->reason[0] ? o->reason : "stop requested");
-    m->grace_ms = s->cfg.stop_grace_ms;
+    /* the job's own stopping.grace_period_s, else kilnd's --stop-grace-ms */
+    m->grace_ms = o->grace_s > 0 ? o->grace_s * 1000 : s->cfg.stop_grace_ms;
     return m;
 }
 

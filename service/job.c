@@ -150,17 +150,30 @@ bool svc_worker_holds(const store_worker_cap_t *w, const char *path)
 
 int svc_spec_paths(const spec_t *sp, svc_spec_path_t *out)
 {
-    const svc_spec_path_t all[SVC_SPEC_PATHS] = {
-        {"data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : "", true},
-        {"data.val", sp->data.val, true},
-        /* "job:<id>" is a model kilnd holds, fetched by the agent: no file of the agents' */
-        {"model.init_from", svc_init_from_job(sp->model.init_from) ? "" : sp->model.init_from, true},
-        {"checkpoint.path", sp->ckpt_path, false},
-    };
     int n = 0;
-    for (int i = 0; i < SVC_SPEC_PATHS; i++)
-        if (all[i].path && all[i].path[0])
-            out[n++] = all[i];
+#define SPEC_PATH_ADD(f, p, r)                                                                    \
+    do {                                                                                          \
+        if ((p) && (p)[0]) {                                                                      \
+            kiln_strlcpy(out[n].field, (f), sizeof(out[n].field));                                \
+            out[n].path = (p);                                                                    \
+            out[n].read = (r);                                                                    \
+            n++;                                                                                  \
+        }                                                                                         \
+    } while (0)
+    SPEC_PATH_ADD("data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : "", true);
+    SPEC_PATH_ADD("data.val", sp->data.val, true);
+    /* "job:<id>" is a model kilnd holds, fetched by the agent: no file of the agents' */
+    SPEC_PATH_ADD("model.init_from", svc_init_from_job(sp->model.init_from) ? "" : sp->model.init_from, true);
+    for (int i = 0; i < sp->data.n_channels; i++) {
+        char f[96];
+        snprintf(f, sizeof(f), "data.channels.%s", sp->data.channels[i].name);
+        SPEC_PATH_ADD(f, sp->data.channels[i].path, true);
+    }
+    /* "code:sha256:..." is an archive kilnd holds, fetched by the agent */
+    SPEC_PATH_ADD("source", sp->script.source[0] == '/' ? sp->script.source : "", true);
+    SPEC_PATH_ADD("python", sp->script.python, true);
+    SPEC_PATH_ADD("checkpoint.path", sp->ckpt_path, false);
+#undef SPEC_PATH_ADD
     return n;
 }
 
@@ -305,12 +318,34 @@ static int check_init_from_job(store_conn_t *c, const svc_caller_t *who, const s
     return rc;
 }
 
+/* A script job's source "code:sha256:<digest>" must be an archive the job's project uploaded.
+ * The answer is the same whether another project holds that digest or none does. */
+static int check_code_source(store_conn_t *c, const spec_t *sp, kiln_err_t *err)
+{
+    char digest[KILN_SHA256_HEX];
+    if (!spec_source_digest(sp->script.source, digest))
+        return 0;
+    store_code_t row;
+    kiln_err_t e2;
+    int rc = store_code_get(c, sp->project, digest, &row, &e2);
+    if (rc == KILN_ENOTFOUND) {
+        kiln_err_set(err, KILN_EINVAL, "source", "source %s is not a code archive of project \"%s\"",
+                     sp->script.source, sp->project);
+        kiln_err_hint(err, "upload the code into the job's project first: kiln code push DIR --project %s (or "
+                           "kiln submit --source-dir DIR)", sp->project);
+        return KILN_EINVAL;
+    }
+    if (rc)
+        *err = e2;
+    return rc;
+}
+
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err)
 {
     spec_t sp;
-    json_t *norm = NULL, *tags = NULL;
-    char *spec_text = NULL, *tags_text = NULL, *paths_text = NULL;
+    json_t *norm = NULL, *tags = NULL, *hparams = NULL;
+    char *spec_text = NULL, *tags_text = NULL, *paths_text = NULL, *hparams_text = NULL;
     store_conn_t *c = NULL;
     bool parsed = false;
     *out = NULL;
@@ -356,7 +391,10 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         paths_text = json_dumps(arr, JSON_COMPACT);
         json_decref(arr);
     }
-    if (!spec_text || !tags_text || !paths_text) {
+    /* what search indexes as hp.NAME: numbers, nested keys joined with '.' */
+    hparams = spec_hparams_flat(&sp);
+    hparams_text = hparams ? json_dumps(hparams, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    if (!spec_text || !tags_text || !paths_text || !hparams_text) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
         goto fail;
     }
@@ -371,13 +409,15 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         .priority = sp.priority, .nodes = sp.res.nodes, .slots_per_node = sp.res.slots_per_node,
         .world_size = spec_world_size(&sp), .max_attempts = sp.max_attempts > 0 ? sp.max_attempts : 1,
         .total_steps = sp.hp.max_steps, .submitted_by = who->user, .paths_json = paths_text,
-        .request_hash = request_hash,
+        .request_hash = request_hash, .hparams_json = hparams_text,
     };
     char id[STORE_ID_LEN];
     bool created = false;
     rc = store_conn_get(s->store, &c, err);
     if (rc == 0)
         rc = check_init_from_job(c, who, &sp, err);
+    if (rc == 0)
+        rc = check_code_source(c, &sp, err);
     if (rc)
         goto fail;
     /* A cluster admin may name any project, members only theirs: the insert checks that it
@@ -406,9 +446,11 @@ fail:
         spec_deinit(&sp);
     json_decref(norm);
     json_decref(tags);
+    json_decref(hparams);
     free(spec_text);
     free(tags_text);
     free(paths_text);
+    free(hparams_text);
     return rc;
 }
 

@@ -104,7 +104,8 @@ static int add_columns(store_conn_t *c, json_t *jobs, const query_columns_t *col
     json_t *job;
     json_array_foreach(jobs, i, job) {
         json_t *mine = json_object_get(sums, json_string_value(json_object_get(job, "id")));
-        json_t *hp = json_object_get(json_object_get(job, "spec"), "hyperparameters");
+        /* hp.NAME as search indexes it: a script's nested keys joined with '.', numeric text */
+        json_t *hp = spec_hparams_flatten(json_object_get(json_object_get(job, "spec"), "hyperparameters"));
         json_t *colv = json_object(), *summ = json_object();
         for (int k = 0; k < cols->n; k++) {
             const query_column_t *col = &cols->cols[k];
@@ -154,6 +155,7 @@ static int add_columns(store_conn_t *c, json_t *jobs, const query_columns_t *col
                 }
             }
         }
+        json_decref(hp);
         json_object_set_new(job, "columns", colv);
         json_object_set_new(job, "summaries", summ);
     }

@@ -34,6 +34,7 @@ typedef struct svc_config {
     int64_t artifact_max_job_bytes;/* a job's artifacts in all (0: 10 GiB) */
     int log_retention_days;        /* drop the logs of jobs ended longer ago (0: keep them) */
     int janitor_interval_ms;       /* how often the clean-up pass runs (0: one hour) */
+    int64_t code_max_bytes;        /* --code-max-mb: an uploaded code archive, compressed (0: 100 MiB) */
 } svc_config_t;
 
 /* Connects to PostgreSQL, applies migrations, starts the scheduler and liveness threads.
@@ -355,6 +356,50 @@ void svc_artifact_served(const char *api, int64_t n);
  * file), KILN_EDB. On success out->fd is open. */
 int svc_job_artifact_open(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
                           svc_artifact_file_t *out, kiln_err_t *err);
+
+/* ---- code archives (code.c) --------------------------------------------------------------------
+ * Script jobs' code: gzip'd tar archives that project editors upload, checked entry by entry
+ * (code/code.h) when they are whole, kept once per SHA-256 in the artifact store
+ * (DIR/code/<digest>.tgz, beside the jobs' artifacts) and visible only to the projects that
+ * uploaded them: to any other caller an archive that does not exist. Uploads arrive in pieces
+ * (REST: one streamed body; gRPC: a call per piece, resumable), gathering in DIR/code/uploads. */
+typedef struct svc_code_upload svc_code_upload_t;
+
+/* Starts an upload into project (editors; "" or NULL: "default"), or continues the caller's
+ * upload upload_id into that project, of which kilnd must hold exactly offset bytes
+ * (KILN_ESTATE naming what it holds otherwise). expect_bytes (-1: unknown) is what the caller
+ * announces in all: past --code-max-mb it is KILN_ETOOBIG at once. Caller owns *out: finish it
+ * with svc_code_upload_finish, or release it with svc_code_upload_close. Errors: KILN_EINVAL,
+ * KILN_EPERM (not an editor of project), KILN_ENOTFOUND (no such upload of the caller's),
+ * KILN_ESTATE, KILN_ETOOBIG, KILN_EUNSUPP (no --artifact-dir), KILN_EIO. */
+int svc_code_upload_open(svc_t *s, const svc_caller_t *who, const char *project, const char *upload_id,
+                         int64_t offset, int64_t expect_bytes, svc_code_upload_t **out, kiln_err_t *err);
+/* The upload's id (32 hex digits) and the bytes kilnd holds of it. Borrowed from u. */
+const char *svc_code_upload_id(const svc_code_upload_t *u);
+int64_t svc_code_upload_offset(const svc_code_upload_t *u);
+/* Appends n bytes. KILN_ETOOBIG past --code-max-mb (the message names the limit), KILN_EIO. */
+int svc_code_upload_write(svc_code_upload_t *u, const void *data, size_t n, kiln_err_t *err);
+/* The upload is whole: checks its archive (KILN_EINVAL, field "archive", naming the entry at
+ * fault), keeps its bytes once per digest (an archive kilnd holds already is not written again)
+ * and records it for the project. *out = {"source": "code:sha256:<digest>", "digest", "size",
+ * "files", "project", "created"} (created false: the project had uploaded these bytes before).
+ * Frees u whatever the outcome; the partial bytes are removed. */
+int svc_code_upload_finish(svc_code_upload_t *u, json_t **out, kiln_err_t *err);
+/* Releases u. keep: its bytes stay for a later svc_code_upload_open (gRPC's next call); else they
+ * are removed (an abandoned REST request). Accepts NULL. */
+void svc_code_upload_close(svc_code_upload_t *u, bool keep);
+/* Opens the archive digest (64 hex digits, or "code:sha256:<hex>") of project ("" or NULL:
+ * "default") for reading (viewers): out->fd, size, sha256 (the digest), name ("<digest>.tgz").
+ * KILN_ENOTFOUND when the caller cannot read project or project has no such archive (the same
+ * answer), KILN_EINVAL for a malformed digest, KILN_EUNAVAIL when this kilnd's store does not
+ * hold the bytes. */
+int svc_code_open(svc_t *s, const svc_caller_t *who, const char *project, const char *digest,
+                  svc_artifact_file_t *out, kiln_err_t *err);
+/* FetchCode: a piece of the archive the assigned job's spec names as its source (kilnd reads the
+ * job's own spec, never the request, to find it). Allocated from arena. KILN_EPERM when the worker
+ * is not assigned the attempt, KILN_EINVAL when the job runs no archive. */
+int svc_agent_code(svc_t *s, const char *worker_id, const Kiln__CodeRequest *req, arena_t *arena,
+                   Kiln__CodeChunk *out, kiln_err_t *err);
 
 /* Deletes an ended job (editors): its events, logs, metrics, assignments, rank exits, artifact
  * rows and whatever else holds its id, then the job; its artifact files are removed after the

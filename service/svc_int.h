@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "service/service.h"
+#include "spec/spec.h"
 #include "store/store.h"
 
 #define SVC_JOBENT_BUCKETS 1024
@@ -138,11 +139,13 @@ int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const 
 int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_id,
                  const char *why, kiln_err_t *err);
 
-/* The files a job reads (data.train unless synthetic, data.val, model.init_from) and, last, its
- * checkpoint.path: the non-empty ones, into out (room for SVC_SPEC_PATHS). Borrowed from sp. */
-#define SVC_SPEC_PATHS 4
+/* The files a job reads (data.train unless synthetic, data.val, model.init_from; a script job's
+ * data.channels, its source when that is a directory, its python) and, last, its
+ * checkpoint.path: the non-empty ones, into out (room for SVC_SPEC_PATHS). Paths are borrowed
+ * from sp. */
+#define SVC_SPEC_PATHS (6 + SPEC_MAX_CHANNELS)
 typedef struct svc_spec_path {
-    const char *field;
+    char field[96];              /* the spec field: "data.train", "data.channels.train", ... */
     const char *path;
     bool read;                   /* false for checkpoint.path (written, not read) */
 } svc_spec_path_t;
@@ -302,11 +305,31 @@ int svc_artifacts_init(svc_t *s, kiln_err_t *err);
 int svc_artifact_model(store_conn_t *c, const char *source_id, int64_t *size, char *sha256, kiln_err_t *err);
 /* "job:<uuid>" -> the uuid (borrowed from ref), or NULL when ref does not name a job. */
 const char *svc_init_from_job(const char *ref);
+/* What every fetch by an agent (FetchInitModel, FetchCode) checks first: the worker reports for
+ * itself (claimed), offset is not negative, max_bytes is 0 to SVC_ARTIFACT_CHUNK_MAX, and kilnd
+ * assigned it the job's attempt; then *c (a connection: the caller puts it back) and *job (the
+ * assigned job's JSON, whose own spec says what it may fetch; caller decrefs). */
+int svc_agent_fetch_begin(svc_t *s, const char *worker_id, const char *claimed, const char *job_id, int attempt,
+                          int64_t offset, int max_bytes, store_conn_t **c, json_t **job, kiln_err_t *err);
+/* The piece of an open file of size bytes from offset, at most max_bytes (0: 1 MiB), read into
+ * arena (*data, *len). KILN_ERANGE past the end, KILN_EIO; what names the file in messages. */
+int svc_read_piece(int fd, int64_t size, int64_t offset, int max_bytes, const char *what, arena_t *arena,
+                   uint8_t **data, size_t *len, kiln_err_t *err);
+/* KILN_EUNSUPP: this kilnd keeps no artifacts (no --artifact-dir), with a hint. */
+int svc_artifact_no_store(kiln_err_t *err);
+/* fsync(2) of a directory, after a file in it was created or renamed (errors ignored). */
+void svc_fsync_dir(const char *dir);
 /* Removes the directories of this store's trash entries (at most limit); returns how many. */
 int svc_artifact_sweep(svc_t *s, store_conn_t *c, int limit);
 /* Starts and stops the clean-up thread (lifecycle.c). */
 int svc_janitor_start(svc_t *s, kiln_err_t *err);
 void svc_janitor_stop(svc_t *s);
+
+/* The typed fields of an assignment that both kinds of job share beyond the engine's (memory
+ * limit, grace, attempts) and a script job's (entry point, source and its archive's digest and
+ * size, python, hyperparameters, channels, environment, torch_distributed), from sp; allocated
+ * from arena (code.c). */
+void svc_assignment_script(svc_t *s, const spec_t *sp, arena_t *arena, Kiln__Assignment *msg);
 
 /* Copies a string into the arena ("" for NULL). */
 char *svc_astr(arena_t *a, const char *s);

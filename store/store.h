@@ -67,6 +67,8 @@ typedef struct store_job_new {
     const char *paths_json;       /* JSON array of the paths it reads and checkpoints to */
     const uint8_t *request_hash;  /* STORE_HASH_LEN bytes identifying the request (its normalised
                                      spec), compared when the idempotency key is reused; or NULL */
+    const char *hparams_json;     /* JSON object of the numbers search indexes as hp.NAME
+                                     (spec_hparams_flat); NULL: the spec's numeric hyperparameters */
     int priority, nodes, slots_per_node, world_size, max_attempts;
     int64_t total_steps;
 } store_job_new_t;
@@ -393,10 +395,11 @@ typedef struct store_stop_order {
     char job_id[STORE_ID_LEN];
     int attempt;
     char reason[256];
+    int grace_s;                 /* store_assign_take_stops: the job's stopping.grace_period_s (0: none) */
 } store_stop_order_t;
-/* Stop orders for a worker: those not yet sent, and those sent more than resend_ms ago whose
- * assignment is still not released (the reply carrying them may have been lost). Marks them sent
- * now. *out malloc'd. */
+/* Stop orders for a worker: those not yet sent, and those sent more than resend_ms ago (or than
+ * the job's own grace period, when that is longer) whose assignment is still not released (the
+ * reply carrying them may have been lost). Marks them sent now. *out malloc'd. */
 int store_assign_take_stops(store_conn_t *c, const char *worker_id, int resend_ms,
                             store_stop_order_t **out, int *n, kiln_err_t *err);
 /* Of the (job, attempt) pairs a worker says it runs, those it should not run (no live, unstopped
@@ -552,6 +555,31 @@ int store_artifact_trash_add(store_conn_t *c, const char *store_id, const char *
 int store_artifact_trash_list(store_conn_t *c, const char *store_id, int limit, store_trash_t **out, int *n,
                               kiln_err_t *err);
 int store_artifact_trash_done(store_conn_t *c, const char *store_id, const store_trash_t *t, kiln_err_t *err);
+
+/* ---- code archives (code.c) -------------------------------------------------------------------- */
+
+/* An uploaded code archive, as a project sees it: its digest (SHA-256 of the bytes, lower-case
+ * hex), size, files, which artifact store holds the bytes, and when the project uploaded it. */
+typedef struct store_code {
+    char digest[65];
+    int64_t size;
+    int files;
+    char store_id[64];
+    char uploaded_by[64];
+    int64_t created_us;          /* when the project uploaded it */
+} store_code_t;
+
+/* Records that project uploaded the archive digest (size bytes, files files, kept in store_id):
+ * the blob row once for all projects (a blob already recorded keeps its row), the project's row
+ * once per project. *created (OUT, may be NULL): the project had no row before. */
+int store_code_put(store_conn_t *c, const char *project, const char *digest, int64_t size, int files,
+                   const char *store_id, const char *uploaded_by, bool *created, kiln_err_t *err);
+/* The archive digest as project sees it. KILN_ENOTFOUND (field "digest") when project has not
+ * uploaded it, whether or not another project has. */
+int store_code_get(store_conn_t *c, const char *project, const char *digest, store_code_t *out, kiln_err_t *err);
+/* The blob of digest whichever project uploaded it (for an agent fetching what a job names: the
+ * job's project was checked at submission). KILN_ENOTFOUND when there is none. */
+int store_code_blob(store_conn_t *c, const char *digest, store_code_t *out, kiln_err_t *err);
 
 /* ---- lifecycle (lifecycle.c) ------------------------------------------------------------------- */
 

@@ -4,11 +4,14 @@
  * revoked one, a viewer, an editor, the admin of another project, the project's admin and a
  * cluster admin. Also CORS, JSON-only bodies and the token lifecycle. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "code/code.h"
 #include "tests/api/api_test.h"
 
 TestSuite(authz, .init = at_setup, .fini = at_teardown, .timeout = 120);
@@ -287,7 +290,57 @@ static void p_ui_asset(int c, char *path, size_t n, const char **body)
     *body = NULL;
 }
 
+/* A code archive: a fresh one per call (so every allowed upload creates one). */
+static char archive_path[300];
+static void make_archive(void)
+{
+    char dir[256], f[300];
+    snprintf(dir, sizeof dir, "%s/code-%d", at_dir_path(), counter++);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(f, sizeof f, "%s/train.py", dir);
+    FILE *fp = fopen(f, "w");
+    fprintf(fp, "print(%d)\n", counter);
+    fclose(fp);
+    snprintf(archive_path, sizeof archive_path, "%s.tgz", dir);
+    int fd = open(archive_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    kiln_err_t err;
+    cr_assert_eq(code_pack_dir(dir, fd, NULL, 0, NULL, &err), 0, "%s", err.message);
+    close(fd);
+}
+static void p_code_upload(int c, char *path, size_t n, const char **body)
+{
+    make_archive();
+    p_fixed(c, path, n, body, "/v1/code?project=p", NULL);
+}
+/* An archive of project p (uploaded once). */
+static void p_code_get(int c, char *path, size_t n, const char **body)
+{
+    static char digest[KILN_SHA256_HEX];
+    if (!digest[0]) {
+        make_archive();
+        char *data = NULL;
+        size_t len = 0;
+        kiln_err_t err;
+        cr_assert_eq(kiln_file_read(archive_path, &data, &len, &err), 0);
+        kiln_sha256_hex(data, len, digest);
+        char url[200], auth[200], *out = NULL;
+        snprintf(url, sizeof url, "%s/v1/code?project=p", at_base);
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", at_admin_token);
+        const char *hdrs[] = {"Content-Type: application/gzip", auth, NULL};
+        long st = 0;
+        cr_assert_eq(th_http_send("POST", url, data, len, hdrs, &st, &out, NULL, 10000), 0);
+        cr_assert_eq(st, 201, "%s", out);
+        free(out);
+        free(data);
+    }
+    (void)c;
+    snprintf(path, n, "/v1/code/%s?project=p", digest);
+    *body = NULL;
+}
+
 static const row_t k_rows[] = {
+    {"POST", "/v1/code", p_code_upload, {UNAUTH, 403, 201, 403, 201, 201}},
+    {"GET", "/v1/code/{digest}", p_code_get, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/jobs", p_jobs, {EVERYONE(200)}},
     {"POST", "/v1/jobs", p_submit, {UNAUTH, 403, 201, 403, 201, 201}},
     {"POST", "/v1/jobs:search", p_search, {EVERYONE(200)}},
@@ -374,7 +427,21 @@ Test(authz, every_route_times_every_caller)
                 snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[c]);
             long st;
             char *raw = NULL;
-            json_t *j = at_req(row->method, path, body, hdrs, &st, &raw);
+            json_t *j;
+            if (row->prepare == p_code_upload) {
+                /* the body is an archive, not JSON */
+                char *data = NULL, url[400];
+                size_t len = 0;
+                kiln_err_t err;
+                cr_assert_eq(kiln_file_read(archive_path, &data, &len, &err), 0);
+                snprintf(url, sizeof url, "%s%s", at_base, path);
+                const char *gz[] = {"Content-Type: application/gzip", auth, NULL};
+                cr_assert_eq(th_http_send("POST", url, data, len, gz, &st, &raw, NULL, 10000), 0);
+                free(data);
+                j = json_loads(raw, 0, NULL);
+            } else {
+                j = at_req(row->method, path, body, hdrs, &st, &raw);
+            }
             cr_assert_eq(st, row->want[c], "%s %s as %s: want %ld, got %ld: %s", row->method, path,
                          k_callers[c], row->want[c], st, raw);
             if (st == 401) {

@@ -214,8 +214,26 @@ int th_http_headers(const char *method, const char *url, const char *body, const
     return th_http_bytes(method, url, body, headers, status, out, NULL, headers_out, timeout_ms);
 }
 
+static int th_http_core(const char *method, const char *url, const char *body, size_t body_len,
+                        const char *const headers[], long *status, char **out, size_t *out_len, char **headers_out,
+                        long timeout_ms);
+
 int th_http_bytes(const char *method, const char *url, const char *body, const char *const headers[],
                   long *status, char **out, size_t *out_len, char **headers_out, long timeout_ms)
+{
+    return th_http_core(method, url, body, body ? strlen(body) : 0, headers, status, out, out_len, headers_out,
+                        timeout_ms);
+}
+
+int th_http_send(const char *method, const char *url, const void *data, size_t len, const char *const headers[],
+                 long *status, char **out, char **headers_out, long timeout_ms)
+{
+    return th_http_core(method, url, data ? data : "", len, headers, status, out, NULL, headers_out, timeout_ms);
+}
+
+static int th_http_core(const char *method, const char *url, const char *body, size_t body_len,
+                        const char *const headers[], long *status, char **out, size_t *out_len, char **headers_out,
+                        long timeout_ms)
 {
     CURL *c = curl_easy_init();
     if (!c)
@@ -248,7 +266,7 @@ int th_http_bytes(const char *method, const char *url, const char *body, const c
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     if (body) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
     }
     if (!strcmp(method, "HEAD"))
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);

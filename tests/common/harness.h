@@ -57,6 +57,10 @@ int th_http_headers(const char *method, const char *url, const char *body, const
  * HEAD asks for the headers alone. */
 int th_http_bytes(const char *method, const char *url, const char *body, const char *const headers[],
                   long *status, char **out, size_t *out_len, char **headers_out, long timeout_ms);
+/* th_http_headers with a body of bytes, data[0..len) (give its Content-Type in headers; the
+ * default is application/json); headers_out may be NULL. */
+int th_http_send(const char *method, const char *url, const void *data, size_t len, const char *const headers[],
+                 long *status, char **out, char **headers_out, long timeout_ms);
 /* s URL-encoded for a query string (NULL counts as ""). Caller frees. */
 char *th_url_escape(const char *s);
 

@@ -4,13 +4,17 @@
  * server registers, forged agents (no join token, no client certificate, a stolen worker id, a
  * real agent reporting for another agent's job), and TLS itself. */
 #include "api/api.h"
+#include "code/code.h"
 #include "service/service.h"
 #include "tests/common/harness.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static svc_t *S;
@@ -190,6 +194,38 @@ static void new_job(const char *project, char *id_out)
     json_decref(spec);
 }
 
+/* A code archive of project p (its digest and base64 bytes, for UploadCode and DownloadCode). */
+static char code_digest[KILN_SHA256_HEX], *code_b64;
+static void code_world(void)
+{
+    char src[200], tgz[220], p[240];
+    snprintf(src, sizeof src, "%s/src", dir);
+    cr_assert_eq(mkdir(src, 0755), 0);
+    snprintf(p, sizeof p, "%s/train.py", src);
+    FILE *f = fopen(p, "w");
+    fputs("print(1)\n", f);
+    fclose(f);
+    snprintf(tgz, sizeof tgz, "%s.tgz", src);
+    int fd = open(tgz, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    kiln_err_t err;
+    cr_assert_eq(code_pack_dir(src, fd, NULL, 0, NULL, &err), 0, "%s", err.message);
+    close(fd);
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(kiln_file_read(tgz, &data, &len, &err), 0);
+    kiln_sha256_hex(data, len, code_digest);
+    size_t b64n = sodium_base64_encoded_len(len, sodium_base64_VARIANT_ORIGINAL);
+    code_b64 = malloc(b64n);
+    sodium_bin2base64(code_b64, b64n, (const unsigned char *)data, len, sodium_base64_VARIANT_ORIGINAL);
+    svc_code_upload_t *u = NULL;
+    json_t *out = NULL;
+    cr_assert_eq(svc_code_upload_open(S, svc_caller_kilnd(), "p", NULL, 0, (int64_t)len, &u, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_code_upload_write(u, data, len, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_code_upload_finish(u, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    free(data);
+}
+
 static void world(void)
 {
     kiln_err_t err;
@@ -235,6 +271,7 @@ static void world(void)
         json_decref(j);
     }
     new_job("p", job_p);
+    code_world();
     sleep(1); /* the 1-second token has expired */
 }
 
@@ -283,6 +320,12 @@ static json_t *r_remove(int c)
 }
 static json_t *r_delete(int c) { return json_pack("{s:s}", "id", del_jobs[c]); }
 static json_t *r_artifact(int c) { (void)c; return json_pack("{s:s, s:s}", "id", job_p, "name", "model_llmc.bin"); }
+static json_t *r_upload_code(int c)
+{
+    (void)c;
+    return json_pack("{s:s, s:s, s:b}", "project", "p", "data", code_b64, "finish", 1);
+}
+static json_t *r_download_code(int c) { (void)c; return json_pack("{s:s, s:s}", "project", "p", "digest", code_digest); }
 static json_t *r_register(int c) { (void)c; return json_pack("{s:s, s:i, s:s}", "hostname", "forged", "slots", 64, "slot_type", "cpu"); }
 
 static const row_t k_rows[] = {
@@ -313,6 +356,11 @@ static const row_t k_rows[] = {
     {"/kiln.TrainingService/DownloadArtifact", r_artifact, {UNAUTH, "NOT_FOUND", "NOT_FOUND", "NOT_FOUND",
                                                            "NOT_FOUND", "NOT_FOUND"}},
     {"/kiln.TrainingService/DeleteJob", r_delete, {UNAUTH, "PERMISSION_DENIED", "OK", "NOT_FOUND", "OK", "OK"}},
+    /* editors upload into their project; a non-member is refused as for jobs */
+    {"/kiln.TrainingService/UploadCode", r_upload_code,
+     {UNAUTH, "PERMISSION_DENIED", "OK", "PERMISSION_DENIED", "OK", "OK"}},
+    /* members read their project's archives; to anyone else they do not exist */
+    {"/kiln.TrainingService/DownloadCode", r_download_code, {JOB_READ}},
     /* user tokens are no agent's credential, not even a cluster admin's */
     {"/kiln.AgentService/RegisterWorker", r_register, {NOT_AN_AGENT}},
     {"/kiln.AgentService/Heartbeat", r_empty, {NOT_AN_AGENT}},
@@ -323,6 +371,7 @@ static const row_t k_rows[] = {
     {"/kiln.AgentService/BeginArtifacts", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/PutArtifactChunk", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/FetchInitModel", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/FetchCode", r_empty, {NOT_AN_AGENT}},
 };
 
 static const row_t *row_of(const char *method)

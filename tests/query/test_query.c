@@ -427,3 +427,23 @@ Test(query, built_filters_check_values_like_parsed_ones)
     cr_assert_str_eq(buf, "(tags.team = 'x'; --')");
     cr_assert_eq(query_and(&arena, NULL, a), a);
 }
+
+/* A script job's hyperparameters are its own: any name, nested keys joined with '.', names with
+ * '-' as SageMaker users write them; a name one or two letters off an engine's is a typo unless
+ * quoted. */
+Test(query, script_hyperparameters)
+{
+    expect_tree("hp.epochs >= 3", "(hp.epochs >= 3)");
+    expect_tree("hp.batch-size = 64", "(hp.batch-size = 64)");
+    expect_tree("hp.model.depth > 2", "(hp.model.depth > 2)");
+    expect_tree("hp.\"lrr\" < 1", "(hp.lrr < 1)");
+    const kiln_err_t *e = bad("hp.lrr < 1");
+    cr_assert_str_eq(e->hint, "did you mean hp.lr?");
+    e = bad("hp < 1");
+    cr_assert(strstr(e->message, "hp needs a hyperparameter name"), "%s", e->message);
+    query_columns_t c;
+    cr_assert_eq(query_columns_parse("hp.model.depth,hp.epochs", &arena, &c, &err), 0, "%s", err.message);
+    cr_assert_str_eq(c.cols[0].key, "model.depth");
+    cr_assert_str_eq(c.cols[0].name, "hp.model.depth");
+    cr_assert_eq(query_order_parse("hp.epochs DESC", &arena, &(query_order_t){0}, &err), 0, "%s", err.message);
+}

@@ -125,7 +125,7 @@ Test(spec, bad_specs_name_the_field)
         {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"hyperparameters\": {\"learning_rate\": 1}}",
          "hyperparameters.learning_rate", "unknown field"},
         {"{\"model\": {\"type\": \"transformer\"}, \"data\": {\"train\": \"/x.txt\"}}", "model.type", "must be one of"},
-        {"{\"data\": {\"train\": \"/x.txt\"}}", "model", "required"},
+        {"{\"data\": {\"train\": \"/x.txt\"}}", "model", "names neither"},
         {"{\"model\": {\"type\": \"gpt\"}}", "data", "required"},
         {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"s3://bucket/x\"}}", "data.train", "unsupported URL"},
         {"{\"model\": {\"type\": \"gpt\", \"n_layer\": \"four\"}, \"data\": {\"train\": \"/x.txt\"}}", "model.n_layer",
