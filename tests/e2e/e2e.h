@@ -52,6 +52,9 @@ void e2e_setup_short_watchdog(void);
  * (KILN_AGENT_UPLOAD_CHUNK_KB, KILN_AGENT_UPLOAD_DELAY_MS): an upload long enough to cut. kilnd
  * keeps artifacts in <dir>/artifacts in every set-up. */
 void e2e_setup_slow_uploads(void);
+/* Like e2e_setup, with kilnd --agent-approval: both workers register PENDING (ALIVE, but given no
+ * work until a cluster admin approves them). */
+void e2e_setup_approval(void);
 void e2e_teardown(void);
 /* (Re)starts kilnd on the cluster's database and ports and waits for /readyz; SIGKILLs it. */
 void e2e_kilnd_start(void);
