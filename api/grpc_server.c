@@ -364,10 +364,12 @@ static const char *grpc_peer_address(gcall_t *c, arena_t *arena)
     if (!strncmp(p, "ipv4:", 5) || !strncmp(p, "ipv6:", 5))
         p += 5;
     size_t len = strlen(p);
-    if (*p == '[') {
-        const char *close = strchr(p, ']');
-        len = close ? (size_t)(close - p - 1) : len;
-        p++;
+    if (*p == '[' || !strncasecmp(p, "%5B", 3)) {
+        /* "[::1]:port", or URI-escaped "%5B::1%5D:port" */
+        size_t open = *p == '[' ? 1 : 3;
+        const char *close = open == 1 ? strchr(p, ']') : strcasestr(p, "%5D");
+        len = close ? (size_t)(close - p) - open : len - open;
+        p += open;
     } else if (strchr(p, ':') == strrchr(p, ':') && strchr(p, ':')) {
         len = (size_t)(strrchr(p, ':') - p); /* host:port */
     }

@@ -1,7 +1,8 @@
 /* test_trust.c - agents earn trust, end to end: a real kilnd with --agent-approval and mutual TLS,
  * two real kiln-agents that register PENDING, a job that waits until a cluster admin approves one
  * with `kiln workers approve` and then runs on it, `kiln workers` showing how each registered,
- * and `kiln workers remove --ban` taking the other out for good. */
+ * and `kiln workers remove --ban` taking the other out for good; and an agent that kilnd's
+ * registration limit refuses backing off until it gets in. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,16 +45,20 @@ Test(e2e_trust, approval_then_work_then_removal_and_ban, .init = e2e_setup_appro
      .timeout = 240)
 {
     const char *w0 = e2e_cl->worker_id[0], *w1 = e2e_cl->worker_id[1];
-    int a0 = -1, a1 = -1; /* which agent process is which worker */
-    for (int i = 0; i < E2E_AGENTS; i++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/agent%d.log", e2e_cl->dir, i);
-        char *text = e2e_slurp(path);
-        if (text && strstr(text, w0))
-            a0 = i;
-        if (text && strstr(text, w1))
-            a1 = i;
-        free(text);
+    int a0 = -1, a1 = -1; /* which agent process is which worker (once each has logged its id) */
+    for (int t = 0; t < 100 && (a0 < 0 || a1 < 0); t++) {
+        for (int i = 0; i < E2E_AGENTS; i++) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/agent%d.log", e2e_cl->dir, i);
+            char *text = e2e_slurp(path);
+            if (text && strstr(text, w0))
+                a0 = i;
+            if (text && strstr(text, w1))
+                a1 = i;
+            free(text);
+        }
+        if (a0 < 0 || a1 < 0)
+            usleep(100000);
     }
     cr_assert(a0 >= 0 && a1 >= 0 && a0 != a1, "each worker's agent");
 
@@ -117,5 +122,29 @@ Test(e2e_trust, approval_then_work_then_removal_and_ban, .init = e2e_setup_appro
     cr_assert(strstr(out, w1) && strstr(out, "e2e"), "%s", out);
     free(out);
     free(err);
+    e2e_pass();
+}
+
+Test(e2e_trust, an_agent_refused_by_the_registration_limit_backs_off_and_gets_in,
+     .init = e2e_setup_register_limit, .fini = e2e_teardown, .timeout = 180)
+{
+    /* e2e_setup_register_limit waited for both workers ALIVE: one of the agents was refused first */
+    int refused = -1;
+    for (int i = 0; i < E2E_AGENTS && refused < 0; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/agent%d.log", e2e_cl->dir, i);
+        char *text = e2e_slurp(path);
+        const char *no = text ? strstr(text, "too many worker registrations from 127.0.0.1") : NULL;
+        if (no) {
+            refused = i;
+            cr_assert(strstr(no, "retry in") && strstr(no, "retrying in"), "it says when it retries: %s", no);
+            cr_assert(strstr(no, "registered with kilnd"), "and then it got in: %s", no);
+        }
+        free(text);
+    }
+    cr_assert(refused >= 0, "one agent was refused by the limit");
+    json_t *ws = e2e_get("/v1/workers");
+    cr_assert_eq(json_array_size(json_object_get(ws, "workers")), E2E_AGENTS);
+    json_decref(ws);
     e2e_pass();
 }
