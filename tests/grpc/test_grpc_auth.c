@@ -1031,19 +1031,33 @@ Test(grpc_auth, join_tokens_are_used_up_expire_and_are_revoked)
     cr_assert_eq(svc_join_token_create(S, svc_caller_kilnd(), NULL, "366d", NULL, &out, &err), KILN_EINVAL);
 }
 
+/* One heartbeat of worker wid through the service (what the gRPC server calls once the
+ * credential and certificate passed): the attempt of job it was handed (0: none), and whether it
+ * was told it waits for approval. */
+static int heartbeat_in_process(const char *wid, const char *job, bool *waiting)
+{
+    arena_t a;
+    arena_init(&a, 0);
+    kiln_err_t err;
+    Kiln__HeartbeatRequest hb = KILN__HEARTBEAT_REQUEST__INIT;
+    Kiln__HeartbeatResponse out = KILN__HEARTBEAT_RESPONSE__INIT;
+    hb.worker_id = (char *)wid;
+    cr_assert_eq(svc_agent_heartbeat(S, wid, &hb, &a, &out, &err), 0, "%s", err.message);
+    int attempt = 0;
+    for (size_t k = 0; k < out.n_assignments; k++)
+        if (!strcmp(out.assignments[k]->job_id, job))
+            attempt = out.assignments[k]->attempt;
+    if (waiting)
+        *waiting = out.waiting_for_approval;
+    arena_deinit(&a);
+    return attempt;
+}
+
 /* Heartbeats as the worker until an assignment of job arrives (up to 10 s); its attempt, or 0. */
-static int assignment_of(const char *cred, const char *job)
+static int assignment_of(const char *wid, const char *job)
 {
     for (int i = 0; i < 200; i++) {
-        json_t *r = heartbeat(cred, NULL);
-        cr_assert_str_eq(code(r), "OK", "%s", details(r));
-        size_t k;
-        json_t *a;
-        int attempt = 0;
-        json_array_foreach(json_object_get(json_object_get(r, "response"), "assignments"), k, a)
-            if (!strcmp(json_string_value(json_object_get(a, "job_id")), job))
-                attempt = (int)json_integer_value(json_object_get(a, "attempt"));
-        json_decref(r);
+        int attempt = heartbeat_in_process(wid, job, NULL);
         if (attempt)
             return attempt;
         usleep(50000);
@@ -1076,7 +1090,7 @@ Test(grpc_auth, a_removed_and_banned_worker_cannot_come_back)
     snprintf(job, sizeof job, "%s", json_string_value(json_object_get(jj, "id")));
     json_decref(jj);
     json_decref(spec);
-    cr_assert_eq(assignment_of(cred, job), 1);
+    cr_assert_eq(assignment_of(wid, job), 1);
     json_t *r = one((gcall_t){.method = "/kiln.AgentService/ReportRankStatus",
                               .request = json_pack("{s:s, s:s, s:i, s:b}", "worker_id", wid, "job_id", job, "attempt", 1,
                                                    "started", 1),
@@ -1108,21 +1122,34 @@ Test(grpc_auth, a_removed_and_banned_worker_cannot_come_back)
     json_t *w = listed_worker(wid);
     cr_assert_null(w, "a removed worker is not listed");
 
-    /* its credential, its id and its certificate are all refused */
-    struct { const char *what; json_t *r; const char *want, *says; } tries[] = {
-        {"its heartbeat", heartbeat(cred, NULL), "UNAUTHENTICATED", "not valid"},
-        {"its id with its old credential", reg_call(wid, join_token, cred, NULL), "PERMISSION_DENIED", "is banned"},
-        {"a new worker from its certificate", reg_call(NULL, join_token, NULL, NULL), "PERMISSION_DENIED",
-         "certificate is banned"},
-        {"its id from another certificate", reg_call(wid, join_token, NULL, "agent2"), "PERMISSION_DENIED", "is banned"},
+    /* its credential, its id and its certificate are all refused; another machine with its own
+     * certificate is not affected */
+    struct { const char *what, *want, *says; } tries[] = {
+        {"its heartbeat", "UNAUTHENTICATED", "not valid"},
+        {"its id with its old credential", "PERMISSION_DENIED", "is banned"},
+        {"a new worker from its certificate", "PERMISSION_DENIED", "certificate is banned"},
+        {"its id from another certificate", "PERMISSION_DENIED", "is banned"},
+        {"another machine", "OK", ""},
     };
+    json_t *reg = json_pack("{s:s, s:i, s:s}", "hostname", "h", "slots", 1, "slot_type", "cpu");
+    gcall_t calls[] = {
+        {.method = "/kiln.AgentService/Heartbeat", .request = json_object(), .token = cred},
+        {.method = "/kiln.AgentService/RegisterWorker", .request = json_pack("{s:s, s:O}", "worker_id", wid, "hostname", json_object_get(reg, "hostname")),
+         .token = join_token, .worker_credential = cred},
+        {.method = "/kiln.AgentService/RegisterWorker", .request = json_deep_copy(reg), .token = join_token},
+        {.method = "/kiln.AgentService/RegisterWorker", .request = json_pack("{s:s}", "worker_id", wid), .token = join_token,
+         .cert = "agent2"},
+        {.method = "/kiln.AgentService/RegisterWorker", .request = json_deep_copy(reg), .token = join_token,
+         .cert = "agent2"},
+    };
+    json_decref(reg);
+    json_t *res = run_calls(calls, sizeof calls / sizeof calls[0], true);
     for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
-        cr_expect_str_eq(code(tries[i].r), tries[i].want, "%s: %s", tries[i].what, details(tries[i].r));
-        cr_expect(strstr(details(tries[i].r), tries[i].says), "%s: %s", tries[i].what, details(tries[i].r));
-        json_decref(tries[i].r);
+        json_t *t = json_array_get(res, i);
+        cr_expect_str_eq(code(t), tries[i].want, "%s: %s", tries[i].what, details(t));
+        cr_expect(strstr(details(t), tries[i].says), "%s: %s", tries[i].what, details(t));
     }
-    /* another machine with its own certificate is not affected */
-    reg_ok(NULL, join_token, "agent2", tmp, tmp);
+    json_decref(res);
     /* the bans are listed, and lifting one lets the certificate in again */
     r = one((gcall_t){.method = "/kiln.TrainingService/ListWorkerBans", .token = admin_token});
     cr_assert_str_eq(code(r), "OK", "%s", details(r));
@@ -1268,22 +1295,26 @@ Test(grpc_trust_approval, a_pending_worker_gets_no_job_until_approved)
     /* it heartbeats (and stays alive), hears that it waits, and gets nothing while the scheduler
      * (every 50 ms) runs twenty times and more */
     for (int i = 0; i < 20; i++) {
-        json_t *r = heartbeat(cred, NULL);
-        cr_assert_str_eq(code(r), "OK", "%s", details(r));
-        json_t *resp = json_object_get(r, "response");
-        cr_assert(json_is_true(json_object_get(resp, "waiting_for_approval")), "%s", json_dumps(resp, 0));
-        cr_assert(strstr(json_string_value(json_object_get(resp, "message")), "kiln workers approve"));
-        cr_assert_eq(json_array_size(json_object_get(resp, "assignments")), 0, "no work while pending");
-        json_decref(r);
+        bool waiting = false;
+        cr_assert_eq(heartbeat_in_process(wid, job, &waiting), 0, "no work while pending");
+        cr_assert(waiting);
         usleep(50000);
     }
     cr_assert_str_eq(job_state(job), "QUEUED");
-    /* what it would report is refused */
-    json_t *r = one((gcall_t){.method = "/kiln.AgentService/PushLogs", .request = log_batch(wid, job, "forged"),
-                              .token = cred});
+    /* over the wire: its heartbeat says so; what it would report is refused */
+    gcall_t calls[] = {{.method = "/kiln.AgentService/Heartbeat", .request = json_object(), .token = cred},
+                       {.method = "/kiln.AgentService/PushLogs", .request = log_batch(wid, job, "forged"), .token = cred}};
+    json_t *res = run_calls(calls, 2, true);
+    json_t *r = json_array_get(res, 0);
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_t *resp = json_object_get(r, "response");
+    cr_assert(json_is_true(json_object_get(resp, "waiting_for_approval")));
+    cr_assert(strstr(json_string_value(json_object_get(resp, "message")), "kiln workers approve"));
+    cr_assert_eq(json_array_size(json_object_get(resp, "assignments")), 0, "no work while pending");
+    r = json_array_get(res, 1);
     cr_assert_str_eq(code(r), "FAILED_PRECONDITION", "%s", details(r));
     cr_assert(strstr(details(r), "waiting for approval"), "%s", details(r));
-    json_decref(r);
+    json_decref(res);
     /* a cluster admin approves it (an editor may not) */
     char editor[128];
     user("ed", 0, editor);
@@ -1298,7 +1329,7 @@ Test(grpc_trust_approval, a_pending_worker_gets_no_job_until_approved)
     cr_assert_str_eq(field(r, "approved_by"), "admin");
     json_decref(r);
     /* and now it runs the job */
-    cr_assert_eq(assignment_of(cred, job), 1, "the approved worker got the job");
+    cr_assert_eq(assignment_of(wid, job), 1, "the approved worker got the job");
     r = one((gcall_t){.method = "/kiln.AgentService/ReportRankStatus",
                       .request = json_pack("{s:s, s:s, s:i, s:b}", "worker_id", wid, "job_id", job, "attempt", 1,
                                            "started", 1),
