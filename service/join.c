@@ -124,10 +124,11 @@ int svc_join_token_create(svc_t *s, const svc_caller_t *who, const int64_t *uses
     return rc;
 }
 
-int svc_join_tokens_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+int svc_trust_list(svc_t *s, const svc_caller_t *who, const char *what, svc_trust_list_fn list, const char *key,
+                   json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    int rc = svc_trust_need_admin(who, "listing join tokens", err);
+    int rc = svc_trust_need_admin(who, what, err);
     if (rc)
         return rc;
     store_conn_t *c = NULL;
@@ -135,11 +136,16 @@ int svc_join_tokens_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_e
     rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
-    rc = store_join_tokens_list_json(c, &arr, err);
+    rc = list(c, &arr, err);
     store_conn_put(s->store, c);
     if (rc == 0)
-        *out = json_pack("{s:o}", "join_tokens", arr);
+        *out = json_pack("{s:o}", key, arr);
     return rc;
+}
+
+int svc_join_tokens_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+{
+    return svc_trust_list(s, who, "listing join tokens", store_join_tokens_list_json, "join_tokens", out, err);
 }
 
 int svc_join_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)

@@ -312,6 +312,10 @@ int svc_join_check(svc_t *s, store_conn_t *c, const char *token, svc_join_t *out
 int svc_register_admit(svc_t *s, const char *address, kiln_err_t *err);
 /* KILN_EPERM unless who is a cluster admin; what names the operation ("managing join tokens"). */
 int svc_trust_need_admin(const svc_caller_t *who, const char *what, kiln_err_t *err);
+/* For a cluster admin (what names the operation): *out = {key: the array list reads}. */
+typedef int (*svc_trust_list_fn)(store_conn_t *c, json_t **out, kiln_err_t *err);
+int svc_trust_list(svc_t *s, const svc_caller_t *who, const char *what, svc_trust_list_fn list, const char *key,
+                   json_t **out, kiln_err_t *err);
 
 /* ---- agents' reports (agent.c) ------------------------------------------------------------------ */
 

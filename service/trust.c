@@ -143,20 +143,7 @@ int svc_worker_remove(svc_t *s, const svc_caller_t *who, const char *id, bool ba
 
 int svc_worker_bans_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
 {
-    *out = NULL;
-    int rc = svc_trust_need_admin(who, "listing worker bans", err);
-    if (rc)
-        return rc;
-    store_conn_t *c = NULL;
-    json_t *arr = NULL;
-    rc = store_conn_get(s->store, &c, err);
-    if (rc)
-        return rc;
-    rc = store_bans_list_json(c, &arr, err);
-    store_conn_put(s->store, c);
-    if (rc == 0)
-        *out = json_pack("{s:o}", "bans", arr);
-    return rc;
+    return svc_trust_list(s, who, "listing worker bans", store_bans_list_json, "bans", out, err);
 }
 
 int svc_worker_ban_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)

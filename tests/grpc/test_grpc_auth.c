@@ -1183,13 +1183,17 @@ Test(grpc_auth, artifacts_record_the_worker_that_uploaded_them)
 
 /* ---- the same kilnd told to trust agents less ------------------------------------------------ */
 
+/* A suite whose kilnd cfg_fn configures. */
+#define TRUST_SUITE(name, cfg_fn)                                                                  \
+    static void setup_##name(void)                                                                 \
+    {                                                                                              \
+        configure = cfg_fn;                                                                        \
+        setup();                                                                                   \
+    }                                                                                              \
+    TestSuite(name, .init = setup_##name, .fini = teardown, .timeout = 120)
+
 static void cfg_distinct(svc_config_t *cfg) { cfg->agent_distinct_certs = true; }
-static void setup_distinct(void)
-{
-    configure = cfg_distinct;
-    setup();
-}
-TestSuite(grpc_trust_distinct, .init = setup_distinct, .fini = teardown, .timeout = 120);
+TRUST_SUITE(grpc_trust_distinct, cfg_distinct);
 
 Test(grpc_trust_distinct, one_live_worker_per_certificate)
 {
@@ -1219,12 +1223,7 @@ static void cfg_limits(svc_config_t *cfg)
     cfg->register_per_min_addr = 12;
     cfg->register_per_min = 18;
 }
-static void setup_limits(void)
-{
-    configure = cfg_limits;
-    setup();
-}
-TestSuite(grpc_trust_limits, .init = setup_limits, .fini = teardown, .timeout = 120);
+TRUST_SUITE(grpc_trust_limits, cfg_limits);
 
 Test(grpc_trust_limits, registrations_are_rate_limited)
 {
@@ -1277,12 +1276,7 @@ Test(grpc_trust_limits, registrations_are_rate_limited)
 
 /* approval mode */
 static void cfg_approval(svc_config_t *cfg) { cfg->agent_approval = true; }
-static void setup_approval(void)
-{
-    configure = cfg_approval;
-    setup();
-}
-TestSuite(grpc_trust_approval, .init = setup_approval, .fini = teardown, .timeout = 120);
+TRUST_SUITE(grpc_trust_approval, cfg_approval);
 
 Test(grpc_trust_approval, a_pending_worker_gets_no_job_until_approved)
 {
