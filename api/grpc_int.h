@@ -15,7 +15,7 @@ typedef struct api_grpc_ctx {
     svc_t *svc;
     const svc_caller_t *who;          /* TrainingService: the user of the bearer token */
     const char *worker_id;            /* AgentService: the worker of the credential ("" without auth) */
-    const char *worker_credential;    /* RegisterWorker: the "kiln-worker-credential" metadata, or NULL */
+    const svc_agent_peer_t *peer;     /* RegisterWorker: its join token, credential, certificate, address */
 } api_grpc_ctx_t;
 
 /* Handles one decoded request: fills *resp (allocated from arena, or NULL on error) and returns
@@ -32,9 +32,11 @@ typedef struct api_grpc api_grpc_t;
 typedef void (*api_grpc_stream_fn)(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
                                    const svc_caller_t *who);
 
-/* What a method needs from its caller: a user's bearer token, the cluster's join token
- * (RegisterWorker) or a worker's credential (the rest of AgentService). */
-typedef enum { API_GRPC_USER = 0, API_GRPC_JOIN, API_GRPC_AGENT } api_grpc_auth_t;
+/* What a method needs from its caller: a user's bearer token, a join token or a worker's own
+ * credential (RegisterWorker, the service checks which), or a worker's credential: of an
+ * approved worker (the rest of AgentService) or of any registered one (Heartbeat, which tells a
+ * worker that waits for approval so). */
+typedef enum { API_GRPC_USER = 0, API_GRPC_JOIN, API_GRPC_AGENT, API_GRPC_HEARTBEAT } api_grpc_auth_t;
 
 typedef struct api_grpc_method {
     const char *path;                            /* "/kiln.AgentService/Heartbeat" */

@@ -10,6 +10,7 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -76,8 +77,7 @@ static int h_register(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, ar
     Kiln__RegisterResponse *out = arena_alloc(arena, sizeof(*out));
     kiln__register_response__init(out);
     *resp = &out->base;
-    return svc_agent_register(ctx->svc, (const Kiln__RegisterRequest *)req, ctx->worker_credential, arena,
-                              out, err);
+    return svc_agent_register_as(ctx->svc, (const Kiln__RegisterRequest *)req, ctx->peer, arena, out, err);
 }
 
 static int h_heartbeat(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
@@ -146,7 +146,7 @@ static int h_init_model(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, 
 
 static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register, NULL, API_GRPC_JOIN},
-    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL, API_GRPC_HEARTBEAT},
     {"/kiln.AgentService/ReportRankStatus", &kiln__rank_status__descriptor, h_status, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics, NULL, API_GRPC_AGENT},
@@ -330,21 +330,66 @@ static const char *md_str(const grpc_metadata_array *md, const char *key, arena_
     return arena_strndup(arena, v, len);
 }
 
-/* Establishes the caller of a call from its metadata (and, for agents under mutual TLS, its
- * client certificate). */
+/* The SHA-256 of the client certificate the call's TLS session presented, allocated from arena
+ * (NULL without one); under mutual TLS an agent's calls must present one. */
+static int grpc_peer_cert(api_grpc_t *g, gcall_t *c, arena_t *arena, const char **out, kiln_err_t *err)
+{
+    *out = NULL;
+    grpc_auth_context *ac = grpc_call_auth_context(c->call);
+    int ok = ac && grpc_auth_context_peer_is_authenticated(ac);
+    const grpc_auth_property *pem = NULL;
+    if (ok) {
+        grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ac, GRPC_X509_PEM_CERT_PROPERTY_NAME);
+        pem = grpc_auth_property_iterator_next(&it);
+    }
+    int rc = 0;
+    if (pem && pem->value) {
+        char *hex = arena_alloc(arena, SVC_CERT_HEX);
+        rc = svc_cert_sha256(pem->value, pem->value_length, hex, err);
+        *out = rc ? NULL : hex;
+    }
+    grpc_auth_context_release(ac);
+    if (rc == 0 && g->agent_certs && !*out) {
+        kiln_err_set(err, KILN_EUNAUTH, NULL, "agents must present a client certificate signed by kilnd's --tls-ca");
+        kiln_err_hint(err, "start kiln-agent with --tls-cert and --tls-key");
+        return KILN_EUNAUTH;
+    }
+    return rc ? KILN_EUNAUTH : 0;
+}
+
+/* The caller's address without its port ("127.0.0.1", "::1"), from arena. */
+static const char *grpc_peer_address(gcall_t *c, arena_t *arena)
+{
+    char *peer = grpc_call_get_peer(c->call);
+    const char *p = peer ? peer : "";
+    if (!strncmp(p, "ipv4:", 5) || !strncmp(p, "ipv6:", 5))
+        p += 5;
+    size_t len = strlen(p);
+    if (*p == '[' || !strncasecmp(p, "%5B", 3)) {
+        /* "[::1]:port", or URI-escaped "%5B::1%5D:port" */
+        size_t open = *p == '[' ? 1 : 3;
+        const char *close = open == 1 ? strchr(p, ']') : strcasestr(p, "%5D");
+        len = close ? (size_t)(close - p) - open : len - open;
+        p += open;
+    } else if (strchr(p, ':') == strrchr(p, ':') && strchr(p, ':')) {
+        len = (size_t)(strrchr(p, ':') - p); /* host:port */
+    }
+    const char *out = arena_strndup(arena, p, KILN_MIN(len, 63));
+    gpr_free(peer);
+    return out;
+}
+
+/* Establishes the caller of a call from its metadata (and, for agents, its client certificate
+ * under mutual TLS: a worker is bound to the one it registered with). */
 static int grpc_authenticate(api_grpc_t *g, gcall_t *c, const api_grpc_method_t *m, arena_t *arena,
                              api_grpc_ctx_t *ctx, kiln_err_t *err)
 {
     const char *bearer = md_str(&c->md, "authorization", arena);
-    if (m->auth != API_GRPC_USER && g->agent_certs) {
-        grpc_auth_context *ac = grpc_call_auth_context(c->call);
-        int ok = ac && grpc_auth_context_peer_is_authenticated(ac);
-        grpc_auth_context_release(ac);
-        if (!ok) {
-            kiln_err_set(err, KILN_EUNAUTH, NULL, "agents must present a client certificate signed by kilnd's --tls-ca");
-            kiln_err_hint(err, "start kiln-agent with --tls-cert and --tls-key");
-            return KILN_EUNAUTH;
-        }
+    const char *cert = NULL;
+    if (m->auth != API_GRPC_USER) {
+        int rc = grpc_peer_cert(g, c, arena, &cert, err);
+        if (rc)
+            return rc;
     }
     switch (m->auth) {
     case API_GRPC_USER: {
@@ -353,17 +398,18 @@ static int grpc_authenticate(api_grpc_t *g, gcall_t *c, const api_grpc_method_t 
         ctx->who = who;
         return rc;
     }
-    case API_GRPC_JOIN:
-        if (!svc_auth_join(g->svc, bearer)) {
-            kiln_err_set(err, KILN_EUNAUTH, NULL, "registering a worker needs the cluster's join token");
-            kiln_err_hint(err, "start kiln-agent with --join-token-file (the file kilnd's --join-token-file names)");
-            return KILN_EUNAUTH;
-        }
-        ctx->worker_credential = md_str(&c->md, "kiln-worker-credential", arena);
+    case API_GRPC_JOIN: {
+        /* which of the join token and the worker's credential counts is the service's call */
+        svc_agent_peer_t *peer = arena_alloc(arena, sizeof(*peer));
+        *peer = (svc_agent_peer_t){.join_token = bearer, .credential = md_str(&c->md, "kiln-worker-credential", arena),
+                                   .cert_sha256 = cert, .address = grpc_peer_address(c, arena)};
+        ctx->peer = peer;
         return 0;
-    case API_GRPC_AGENT: {
+    }
+    case API_GRPC_AGENT:
+    case API_GRPC_HEARTBEAT: {
         char *wid = arena_alloc(arena, 64); /* worker ids are shorter (store's limit) */
-        int rc = svc_auth_agent(g->svc, bearer, wid, 64, err);
+        int rc = svc_auth_agent(g->svc, bearer, cert, m->auth == API_GRPC_HEARTBEAT, wid, 64, err);
         ctx->worker_id = wid;
         return rc;
     }

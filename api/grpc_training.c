@@ -302,6 +302,75 @@ static int h_delete_job(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, 
     return rc ? rc : reply(out, &kiln__delete_job_response__descriptor, a, resp);
 }
 
+/* ---- what agents are trusted with ------------------------------------------------------------ */
+
+static int h_create_join_token(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                               ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__CreateJoinTokenRequest *r = (const Kiln__CreateJoinTokenRequest *)req;
+    json_t *out = NULL;
+    int64_t uses = r->uses ? r->uses->value : 0;
+    int rc = svc_join_token_create(ctx->svc, ctx->who, r->uses ? &uses : NULL, r->expires_in, r->description, &out,
+                                   err);
+    return rc ? rc : reply(out, &kiln__create_join_token_response__descriptor, a, resp);
+}
+
+static int h_list_join_tokens(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                              ProtobufCMessage **resp, kiln_err_t *err)
+{
+    (void)req;
+    json_t *out = NULL;
+    int rc = svc_join_tokens_list(ctx->svc, ctx->who, &out, err);
+    return rc ? rc : reply(out, &kiln__list_join_tokens_response__descriptor, a, resp);
+}
+
+static int h_revoke_join_token(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                               ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__RevokeJoinTokenRequest *r = (const Kiln__RevokeJoinTokenRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_join_token_revoke(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : reply(out, &kiln__join_token__descriptor, a, resp);
+}
+
+static int h_approve_worker(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                            ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__ApproveWorkerRequest *r = (const Kiln__ApproveWorkerRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_worker_approve(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : reply(out, &kiln__worker__descriptor, a, resp);
+}
+
+static int h_remove_worker(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                           ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__RemoveWorkerRequest *r = (const Kiln__RemoveWorkerRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_worker_remove(ctx->svc, ctx->who, r->id, r->ban, r->reason, &out, err);
+    return rc ? rc : reply(out, &kiln__remove_worker_response__descriptor, a, resp);
+}
+
+static int h_list_worker_bans(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                              ProtobufCMessage **resp, kiln_err_t *err)
+{
+    (void)req;
+    json_t *out = NULL;
+    int rc = svc_worker_bans_list(ctx->svc, ctx->who, &out, err);
+    return rc ? rc : reply(out, &kiln__list_worker_bans_response__descriptor, a, resp);
+}
+
+static int h_delete_worker_ban(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                               ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__DeleteWorkerBanRequest *r = (const Kiln__DeleteWorkerBanRequest *)req;
+    char id[24];
+    snprintf(id, sizeof(id), "%lld", (long long)r->id);
+    json_t *out = NULL;
+    int rc = svc_worker_ban_delete(ctx->svc, ctx->who, id, &out, err);
+    return rc ? rc : reply(out, &kiln__worker_ban__descriptor, a, resp);
+}
+
 const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get, NULL, API_GRPC_USER},
@@ -330,6 +399,20 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/UploadCode", &kiln__upload_code_request__descriptor, api_grpc_upload_code, NULL,
      API_GRPC_USER},
     {"/kiln.TrainingService/DownloadCode", &kiln__download_code_request__descriptor, NULL, api_grpc_stream_code,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/CreateJoinToken", &kiln__create_join_token_request__descriptor, h_create_join_token, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/ListJoinTokens", &kiln__list_join_tokens_request__descriptor, h_list_join_tokens, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/RevokeJoinToken", &kiln__revoke_join_token_request__descriptor, h_revoke_join_token, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/ApproveWorker", &kiln__approve_worker_request__descriptor, h_approve_worker, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/RemoveWorker", &kiln__remove_worker_request__descriptor, h_remove_worker, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/ListWorkerBans", &kiln__list_worker_bans_request__descriptor, h_list_worker_bans, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/DeleteWorkerBan", &kiln__delete_worker_ban_request__descriptor, h_delete_worker_ban, NULL,
      API_GRPC_USER},
 };
 const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

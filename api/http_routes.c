@@ -751,6 +751,103 @@ static enum MHD_Result http_member_remove(http_req_t *r)
                                                      "user", http_param(r, "user")));
 }
 
+/* ---- what agents are trusted with: join tokens, approval, removal, bans ---------------------- */
+
+static enum MHD_Result http_join_tokens_create(http_req_t *r)
+{
+    static const char *const keys[] = {"uses", "expires_in", "description", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *expires_in = NULL, *desc = NULL;
+    int64_t uses = 0;
+    bool has_uses = false;
+    int rc = http_body_fields(r, true, keys, &body, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "expires_in", false, &expires_in, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "description", false, &desc, &err);
+    json_t *u = json_object_get(body, "uses");
+    if (rc == 0 && u && !json_is_null(u)) {
+        if (!json_is_integer(u))
+            rc = kiln_err_set(&err, KILN_EINVAL, "uses", "uses must be a whole number of registrations");
+        uses = json_integer_value(u);
+        has_uses = true;
+    }
+    if (rc == 0)
+        rc = svc_join_token_create(r->h->svc, &r->who, has_uses ? &uses : NULL, expires_in, desc, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+static enum MHD_Result http_join_tokens_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_join_tokens_list(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_join_token_revoke(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_join_token_revoke(r->h->svc, &r->who, r->id, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_worker_approve(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    int rc = http_body_json(r, true, &body, &err);
+    if (rc == 0 && json_object_size(body) > 0) {
+        rc = kiln_err_set(&err, KILN_EINVAL, json_object_iter_key(json_object_iter(body)), "unknown field \"%.60s\"",
+                          json_object_iter_key(json_object_iter(body)));
+        kiln_err_hint(&err, "this request takes no fields: send {} or nothing");
+    }
+    json_decref(body);
+    if (rc == 0)
+        rc = svc_worker_approve(r->h->svc, &r->who, r->id, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_worker_remove(http_req_t *r)
+{
+    static const char *const args[] = {"ban", "reason", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    bool ban = false;
+    int rc = http_args_known(r, args, &err);
+    if (rc == 0)
+        rc = http_arg_bool(r, "ban", &ban, &err);
+    if (rc == 0)
+        rc = svc_worker_remove(r->h->svc, &r->who, r->id, ban, http_arg(r, "reason"), &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_worker_bans_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_worker_bans_list(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_worker_ban_delete(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_worker_ban_delete(r->h->svc, &r->who, r->id, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
 /* ---- one-time login links (the web UI) ------------------------------------------------------- */
 
 static enum MHD_Result http_login_link_create(http_req_t *r)
@@ -805,6 +902,13 @@ const http_route_t http_routes[] = {
     {"POST", "/v1/code", http_code_upload, HTTP_STREAM},
     {"GET", "/v1/code/{digest}", http_code_get, 0},
     {"GET", "/v1/workers", http_workers, 0},
+    {"POST", "/v1/workers/{id}:approve", http_worker_approve, 0},
+    {"DELETE", "/v1/workers/{id}", http_worker_remove, 0},
+    {"GET", "/v1/worker-bans", http_worker_bans_list, 0},
+    {"DELETE", "/v1/worker-bans/{id}", http_worker_ban_delete, 0},
+    {"GET", "/v1/join-tokens", http_join_tokens_list, 0},
+    {"POST", "/v1/join-tokens", http_join_tokens_create, 0},
+    {"DELETE", "/v1/join-tokens/{id}", http_join_token_revoke, 0},
     {"GET", "/v1/whoami", http_whoami, 0},
     {"GET", "/v1/users", http_users_list, 0},
     {"POST", "/v1/users", http_users_create, 0},

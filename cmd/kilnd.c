@@ -53,6 +53,8 @@ int main(int argc, char **argv)
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
     const char *bootstrap_file = NULL, *join_file = NULL, *database_url_file = NULL;
     bool insecure = false, no_auth = false, metrics_auth = false, health = false;
+    bool agent_approval = false, agent_distinct_certs = false;
+    int64_t register_per_min_addr = 60, register_per_min = 600;
     config_list_t cors = {0};
     config_flag_t flags[] = {
         {"database-url-file", "KILN_DATABASE_URL_FILE", CONFIG_STR, &database_url_file,
@@ -86,7 +88,17 @@ int main(int argc, char **argv)
          "first start on an empty database: create the cluster admin \"admin\" with the token in FILE "
          "(read when FILE exists, else created 0600)"},
         {"join-token-file", "KILN_JOIN_TOKEN_FILE", CONFIG_STR, &join_file,
-         "the token agents register with (read when FILE exists, else created 0600)"},
+         "the token agents register with (read when FILE exists, else created 0600); cluster admins also make "
+         "join tokens with a number of uses and an expiry (kiln join-tokens create)"},
+        {"agent-approval", "KILN_AGENT_APPROVAL", CONFIG_BOOL, &agent_approval,
+         "a newly registered worker gets no work until a cluster admin approves it (kiln workers approve ID)"},
+        {"agent-distinct-certs", "KILN_AGENT_DISTINCT_CERTS", CONFIG_BOOL, &agent_distinct_certs,
+         "mutual TLS: refuse to register a worker with a client certificate another live worker is bound to"},
+        {"register-per-min-per-addr", "KILN_REGISTER_PER_MIN_PER_ADDR", CONFIG_INT, &register_per_min_addr,
+         "worker registrations a minute from one source address, in bursts of up to a sixth of it (0: no limit); "
+         "an agent re-registering with its own credential is not counted"},
+        {"register-per-min", "KILN_REGISTER_PER_MIN", CONFIG_INT, &register_per_min,
+         "worker registrations a minute this kilnd takes in all (0: no limit)"},
         {"cors-origin", "KILN_CORS_ORIGINS", CONFIG_LIST, &cors,
          "a browser origin (https://ui.example.com) allowed to call the REST API"},
         {"metrics-auth", "KILN_METRICS_AUTH", CONFIG_BOOL, &metrics_auth, "GET /metrics needs an API token"},
@@ -188,6 +200,16 @@ int main(int argc, char **argv)
                         "heartbeat-interval-ms (>= 10), pool and intervals positive\n");
         return 2;
     }
+    if (register_per_min_addr < 0 || register_per_min_addr > 1000000 || register_per_min < 0 ||
+        register_per_min > 1000000) {
+        fprintf(stderr, "kilnd: --register-per-min-per-addr and --register-per-min take 0 (no limit) to 1000000\n");
+        return 2;
+    }
+    if (agent_distinct_certs && !(tls_ca && *tls_ca)) {
+        fprintf(stderr, "kilnd: --agent-distinct-certs needs mutual TLS (--tls-ca): without client certificates "
+                        "there is nothing to tell workers apart by\n");
+        return 2;
+    }
     if (artifact_max_mb < 1 || artifact_max_mb > (int64_t)1 << 30 || log_retention_days < 0 ||
         log_retention_days > 100000 || janitor_interval_s < 1 || janitor_interval_s > 7 * 86400 ||
         code_max_mb < 1 || code_max_mb > 100000) {
@@ -229,6 +251,10 @@ int main(int argc, char **argv)
         .log_retention_days = (int)log_retention_days,
         .janitor_interval_ms = (int)(janitor_interval_s * 1000),
         .code_max_bytes = code_max_mb << 20,
+        .agent_approval = agent_approval,
+        .agent_distinct_certs = agent_distinct_certs,
+        .register_per_min_addr = (int)register_per_min_addr,
+        .register_per_min = (int)register_per_min,
     };
     api_tls_t tls = {.cert_pem = cert_pem, .key_pem = key_pem, .ca_pem = ca_pem};
     if (insecure)

@@ -743,10 +743,10 @@ int svc_job_artifacts(svc_t *s, const svc_caller_t *who, const char *id, json_t 
         if (!rows[i].complete)
             continue;
         char t[40];
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:s, s:s, s:i}", "name", rows[i].name, "size",
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:s, s:s, s:i, s:s}", "name", rows[i].name, "size",
                                              (json_int_t)rows[i].size, "sha256", rows[i].sha256, "created_at",
                                              kiln_time_format(rows[i].completed_us, t, sizeof(t)), "attempt",
-                                             rows[i].attempt));
+                                             rows[i].attempt, "worker_id", rows[i].worker_id));
     }
     free(rows);
     *out = json_pack("{s:o}", "artifacts", arr);

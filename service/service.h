@@ -35,6 +35,14 @@ typedef struct svc_config {
     int log_retention_days;        /* drop the logs of jobs ended longer ago (0: keep them) */
     int janitor_interval_ms;       /* how often the clean-up pass runs (0: one hour) */
     int64_t code_max_bytes;        /* --code-max-mb: an uploaded code archive, compressed (0: 100 MiB) */
+    /* What agents are trusted with (join.c, trust.c; docs/security.md). */
+    bool agent_approval;           /* --agent-approval: a new worker gets no work until a cluster
+                                      admin approves it */
+    bool agent_distinct_certs;     /* --agent-distinct-certs: a client certificate another live
+                                      worker is bound to cannot register a second one */
+    int register_per_min_addr;     /* registrations a minute from one source address, in bursts of
+                                      up to a sixth of it (0: no limit) */
+    int register_per_min;          /* registrations a minute on this kilnd in all (0: no limit) */
 } svc_config_t;
 
 /* Connects to PostgreSQL, applies migrations, starts the scheduler and liveness threads.
@@ -107,11 +115,19 @@ const svc_caller_t *svc_caller_kilnd(void);
  * to get one) or KILN_EDB. Answers are cached for two seconds; a revocation or role change on
  * this kilnd applies at once, on other kilnd within those seconds. */
 int svc_auth_user(svc_t *s, const char *token, arena_t *arena, svc_caller_t *out, kiln_err_t *err);
-/* Whether token is the cluster's join token (constant-time). */
-bool svc_auth_join(svc_t *s, const char *token);
-/* Authenticates an agent's credential: the worker it belongs to, into worker_id (size n; "" with
- * authentication off). KILN_EUNAUTH or KILN_EDB. */
-int svc_auth_agent(svc_t *s, const char *credential, char *worker_id, size_t n, kiln_err_t *err);
+/* Authenticates an agent's call: its credential names the worker (into worker_id, size n; ""
+ * with authentication off), and the call must present the client certificate the worker
+ * registered with (cert_sha256, the SHA-256 hex of svc_cert_sha256, NULL or "" for none; the
+ * worker's binding is "" when it registered without one). A worker waiting for approval may make
+ * only the calls that allow_pending says (its heartbeats): KILN_ESTATE otherwise. KILN_EUNAUTH
+ * (no, unknown or retired credential, another certificate), KILN_EDB. */
+int svc_auth_agent(svc_t *s, const char *credential, const char *cert_sha256, bool allow_pending,
+                   char *worker_id, size_t n, kiln_err_t *err);
+/* The SHA-256 of a PEM certificate's DER bytes as 64 lower-case hex digits into out (65 bytes),
+ * what `openssl x509 -noout -fingerprint -sha256` shows. KILN_EINVAL when pem[0..len) holds no
+ * certificate. */
+#define SVC_CERT_HEX 65
+int svc_cert_sha256(const char *pem, size_t len, char out[SVC_CERT_HEX], kiln_err_t *err);
 
 /* ---- identity and tenancy (identity.c) --------------------------------------------------------
  * Results are JSON shaped as docs/contracts.md shows; caller owns *out. Cluster admins manage
@@ -171,13 +187,31 @@ int svc_login_link_redeem(svc_t *s, const char *code, json_t **out, kiln_err_t *
  * and lives until the caller resets it. Errors: KILN_EINVAL (bad request), KILN_ENOTFOUND
  * (unknown worker or job), KILN_EDB (database unavailable). */
 
+/* What a RegisterWorker call came with, from its metadata and its TLS session. */
+typedef struct svc_agent_peer {
+    const char *join_token;        /* the bearer token, or NULL */
+    const char *credential;        /* "kiln-worker-credential": the worker's own, or NULL */
+    const char *cert_sha256;       /* the client certificate (svc_cert_sha256), NULL without one */
+    const char *address;           /* the source address, for the rate limits and the record */
+} svc_agent_peer_t;
 /* Registers (or re-registers) a worker; fills worker_id, heartbeat timings and a new credential
- * in *out. The caller has checked the join token. Registering under the id of an existing worker
- * needs that worker's current credential (presented_credential; KILN_EPERM otherwise). */
+ * in *out. A new worker needs a join token that can register now: kilnd's --join-token-file's,
+ * or an active one of svc_join_token_create, of which it consumes a use (KILN_EUNAUTH saying
+ * why otherwise); such registrations are rate-limited per source address and in all
+ * (KILN_ELIMIT with when to retry). Registering again under the id of an existing worker needs
+ * that worker's current credential instead (KILN_EPERM when a join token came without it) and
+ * the certificate it is bound to (KILN_EUNAUTH). A banned worker id or certificate is KILN_EPERM,
+ * and so is, with agent_distinct_certs, a certificate another live worker is bound to. With
+ * agent_approval a new worker is PENDING: registered, but given no work until approved. */
+int svc_agent_register_as(svc_t *s, const Kiln__RegisterRequest *req, const svc_agent_peer_t *peer,
+                          arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err);
+/* svc_agent_register_as for a caller inside kilnd that vouches for the join token itself (tests,
+ * benchmarks): no join token is checked or consumed and no rate limit applies. */
 int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *presented_credential,
                        arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err);
 /* Records liveness; returns assignments not yet delivered to this worker and stop orders for
- * ranks it runs that should stop. Sets out->reregister when the worker id is unknown. */
+ * ranks it runs that should stop. Sets out->reregister when the worker id is unknown, and
+ * out->waiting_for_approval (with a message, and nothing else) while the worker is PENDING. */
 int svc_agent_heartbeat(svc_t *s, const char *worker_id, const Kiln__HeartbeatRequest *req,
                         arena_t *arena, Kiln__HeartbeatResponse *out, kiln_err_t *err);
 /* An agent started (or could not start) all ranks of its assignment. */
@@ -314,6 +348,33 @@ int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const svc
                     json_t **out, kiln_err_t *err);
 /* *out = {"workers": [...]}: any authenticated caller. */
 int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+
+/* ---- what agents are trusted with (join.c, trust.c; cluster admins only: KILN_EPERM) ---------- */
+
+/* A new join token: uses (NULL: 1; 1 to 1000000), expires_in a duration ("90s", "30m", "12h",
+ * "7d"; NULL or "": 24h; at most 365 days), a description (200 characters). *out = the token as
+ * svc_join_tokens_list shows it plus "token", the secret, shown this once. */
+int svc_join_token_create(svc_t *s, const svc_caller_t *who, const int64_t *uses, const char *expires_in,
+                          const char *description, json_t **out, kiln_err_t *err);
+/* *out = {"join_tokens": [{id, description, uses, uses_left, registrations, created_at, created_by,
+ * expires_at, revoked_at, last_used_at, state}]}, oldest first. */
+int svc_join_tokens_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+/* Revokes a join token (workers it registered keep their credentials); *out = the token. */
+int svc_join_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+/* A PENDING worker becomes APPROVED (an approved one stays so); *out = the worker. */
+int svc_worker_approve(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+/* Removes a worker: it is DEAD at once, its credential stops working, it leaves the list, and
+ * the attempts it ran are lost as when a worker dies (re-queued while attempts are left). With
+ * ban, its worker id and its certificate may not register again (reason recorded). *out =
+ * {"id", "removed_at", "removed_by", "lost_attempts", "ban": the ban or null}. Removing a removed
+ * worker again only adds the ban. */
+int svc_worker_remove(svc_t *s, const svc_caller_t *who, const char *id, bool ban, const char *reason,
+                      json_t **out, kiln_err_t *err);
+/* *out = {"bans": [{id, worker_id, cert_sha256, reason, banned_by, banned_at}]}. */
+int svc_worker_bans_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+/* Lifts a ban (id as text, as a path carries it: one that is not a ban's id is KILN_ENOTFOUND);
+ * *out = the ban. */
+int svc_worker_ban_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 /* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */
 int svc_ready(svc_t *s, kiln_err_t *err);
 /* Whether this kilnd leads (of the kilnd replicas on its database, the one that runs the
@@ -334,7 +395,8 @@ int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err);
  * storage) serve each other's artifacts; a replica whose directory is another store answers
  * KILN_EUNAVAIL for an artifact it does not hold, naming the store that does. */
 
-/* *out = {"artifacts": [{"name", "size", "sha256", "created_at", "attempt"}]}: the complete
+/* *out = {"artifacts": [{"name", "size", "sha256", "created_at", "attempt", "worker_id" (the
+ * worker whose credential uploaded it)}]}: the complete
  * ones, by name (viewers). */
 int svc_job_artifacts(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 

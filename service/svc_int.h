@@ -18,14 +18,25 @@
 typedef struct svc_jobent svc_jobent_t;
 typedef struct svc_auth_entry svc_auth_entry_t;
 
-/* One cached agent credential (auth.c). */
+/* One cached agent credential (auth.c): the worker, the certificate it is bound to, whether it
+ * waits for approval. */
 typedef struct svc_agent_entry {
     bool used;
     uint8_t hash[STORE_HASH_LEN];
     uint64_t gen;
     int64_t fetched_us;
     char worker_id[STORE_WORKER_ID_LEN];
+    char cert_sha256[STORE_CERT_HEX];
+    bool pending;
 } svc_agent_entry_t;
+
+/* A token bucket of the registration rate limits (join.c): one per source address, one for all. */
+#define SVC_REG_BUCKETS 512
+typedef struct svc_reg_bucket {
+    char addr[64];                   /* "" for a free slot */
+    double tokens;
+    int64_t at_us;                   /* monotonic: when tokens was last brought up to date */
+} svc_reg_bucket_t;
 
 /* The user the first start against an empty database creates (--bootstrap-token-file). */
 #define SVC_BOOTSTRAP_USER "admin"
@@ -84,6 +95,10 @@ struct svc {
     svc_agent_entry_t *agent_cache;  /* AUTH_CACHE_SLOTS */
     bool has_join;
     uint8_t join_hash[STORE_HASH_LEN];
+    /* Registration rate limits (join.c). */
+    pthread_mutex_t reg_mu;
+    svc_reg_bucket_t reg_all;
+    svc_reg_bucket_t reg_addr[SVC_REG_BUCKETS];
 
     /* The artifact store (artifact.c): its directory, resolved ("" without one), and its id. */
     char artifact_dir[3000];
@@ -283,6 +298,27 @@ int svc_auth_setup(svc_t *s, store_conn_t *c, kiln_err_t *err);
 /* Sets up the caches (and libsodium); svc_auth_free releases them. */
 int svc_auth_init(svc_t *s, kiln_err_t *err);
 void svc_auth_free(svc_t *s);
+
+/* ---- join tokens and registration limits (join.c) -------------------------------------------- */
+
+/* What a join token presented at registration is worth now. */
+typedef struct svc_join {
+    bool ok;                         /* it can register a new worker now */
+    char id[32];                     /* "file", a managed token's id, or "" (auth off, or unknown) */
+    char why[160];                   /* when not ok: why, for KILN_EUNAUTH */
+} svc_join_t;
+/* Looks token up (kilnd's --join-token-file first, in constant time, then the managed tokens)
+ * without consuming anything. KILN_EDB only; an unknown or spent token is out->ok false. */
+int svc_join_check(svc_t *s, store_conn_t *c, const char *token, svc_join_t *out, kiln_err_t *err);
+/* Takes one registration from the source address's bucket and the global one: KILN_ELIMIT with
+ * when to retry when either is empty (nothing is taken then). */
+int svc_register_admit(svc_t *s, const char *address, kiln_err_t *err);
+/* KILN_EPERM unless who is a cluster admin; what names the operation ("managing join tokens"). */
+int svc_trust_need_admin(const svc_caller_t *who, const char *what, kiln_err_t *err);
+/* For a cluster admin (what names the operation): *out = {key: the array list reads}. */
+typedef int (*svc_trust_list_fn)(store_conn_t *c, json_t **out, kiln_err_t *err);
+int svc_trust_list(svc_t *s, const svc_caller_t *who, const char *what, svc_trust_list_fn list, const char *key,
+                   json_t **out, kiln_err_t *err);
 
 /* ---- agents' reports (agent.c) ------------------------------------------------------------------ */
 

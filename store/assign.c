@@ -408,6 +408,15 @@ int store_assign_lost(store_conn_t *c, store_lost_t **out, int *n, kiln_err_t *e
                      " ORDER BY a.job_id, a.attempt", 0, NULL, out, n, err);
 }
 
+int store_assign_held_by(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n, kiln_err_t *err)
+{
+    const char *p[1] = {worker_id};
+    return lost_rows(c, "find a worker's assignments",
+                     "SELECT a.job_id::text, a.attempt, a.worker_id, w.hostname FROM assignments a"
+                     " JOIN workers w ON w.id = a.worker_id WHERE a.worker_id = $1 AND NOT a.released"
+                     " ORDER BY a.job_id", 1, p, out, n, err);
+}
+
 int store_assign_delivered_on(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n,
                               kiln_err_t *err)
 {

@@ -66,6 +66,17 @@ PAIRS = [
     ("response:post /v1/code 201", "UploadCodeResponse"),
     ("query:post /v1/code", "UploadCodeRequest"),
     ("query:get /v1/code/{digest}", "DownloadCodeRequest"),
+    ("schema:JoinToken", "JoinToken"),
+    ("schema:WorkerBan", "WorkerBan"),
+    ("response:get /v1/join-tokens 200", "ListJoinTokensResponse"),
+    ("response:post /v1/join-tokens 201", "CreateJoinTokenResponse"),
+    ("body:post /v1/join-tokens", "CreateJoinTokenRequest"),
+    ("query:delete /v1/join-tokens/{id}", "RevokeJoinTokenRequest"),
+    ("query:post /v1/workers/{id}:approve", "ApproveWorkerRequest"),
+    ("query:delete /v1/workers/{id}", "RemoveWorkerRequest"),
+    ("response:delete /v1/workers/{id} 200", "RemoveWorkerResponse"),
+    ("response:get /v1/worker-bans 200", "ListWorkerBansResponse"),
+    ("query:delete /v1/worker-bans/{id}", "DeleteWorkerBanRequest"),
 ]
 
 # Names one side has alone, and why. Keyed by proto message.

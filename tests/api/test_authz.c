@@ -258,6 +258,64 @@ static void p_member_remove(int c, char *path, size_t n, const char **body)
     member("p", "victim", "viewer"); /* there is always someone to remove */
     p_fixed(c, path, n, body, "/v1/projects/p/members/victim", NULL);
 }
+/* What agents are trusted with: cluster admins only, each given something real to act on. */
+static void p_join_tokens(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/join-tokens", NULL);
+}
+static void p_join_create(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/join-tokens", "{\"uses\": 3, \"expires_in\": \"1h\", \"description\": \"matrix\"}");
+}
+static void p_join_revoke(int c, char *path, size_t n, const char **body)
+{
+    json_t *t = admin("POST", "/v1/join-tokens", "{}", 201);
+    snprintf(path, n, "/v1/join-tokens/%s", json_string_value(json_object_get(t, "id")));
+    json_decref(t);
+    (void)c;
+    *body = NULL;
+}
+/* A worker of its own per caller (no slots: nothing is placed on it). */
+static void bare_worker(int c, char *id, size_t n)
+{
+    snprintf(id, n, "w-matrix-%d-%d", c, counter++);
+    kiln_err_t err;
+    arena_t a;
+    arena_init(&a, 0);
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
+    req.worker_id = id;
+    req.hostname = "bare";
+    req.slot_type = "cpu";
+    cr_assert_eq(svc_agent_register(at_svc, &req, NULL, &a, &reg, &err), 0, "%s", err.message);
+    arena_deinit(&a);
+}
+static void p_worker_approve(int c, char *path, size_t n, const char **body)
+{
+    char id[64];
+    bare_worker(c, id, sizeof id);
+    snprintf(path, n, "/v1/workers/%s:approve", id);
+    *body = "{}";
+}
+static void p_worker_remove(int c, char *path, size_t n, const char **body)
+{
+    char id[64];
+    bare_worker(c, id, sizeof id);
+    snprintf(path, n, "/v1/workers/%s?ban=true&reason=matrix", id);
+    *body = NULL;
+}
+static void p_bans(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/worker-bans", NULL); }
+static void p_unban(int c, char *path, size_t n, const char **body)
+{
+    char id[64], rm[128];
+    bare_worker(c, id, sizeof id);
+    snprintf(rm, sizeof rm, "/v1/workers/%s?ban=true", id);
+    json_t *out = admin("DELETE", rm, NULL, 200);
+    snprintf(path, n, "/v1/worker-bans/%lld",
+             (long long)json_integer_value(json_object_get(json_object_get(out, "ban"), "id")));
+    json_decref(out);
+    *body = NULL;
+}
 static void p_healthz(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/healthz", NULL); }
 static void p_readyz(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/readyz", NULL); }
 static void p_prom(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/metrics", NULL); }
@@ -353,6 +411,13 @@ static const row_t k_rows[] = {
     {"GET", "/v1/jobs/{id}/logs", p_logs, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/metrics", p_metrics, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/workers", p_workers, {EVERYONE(200)}},
+    {"POST", "/v1/workers/{id}:approve", p_worker_approve, {CLUSTER_ONLY(403, 200)}},
+    {"DELETE", "/v1/workers/{id}", p_worker_remove, {CLUSTER_ONLY(403, 200)}},
+    {"GET", "/v1/worker-bans", p_bans, {CLUSTER_ONLY(403, 200)}},
+    {"DELETE", "/v1/worker-bans/{id}", p_unban, {CLUSTER_ONLY(403, 200)}},
+    {"GET", "/v1/join-tokens", p_join_tokens, {CLUSTER_ONLY(403, 200)}},
+    {"POST", "/v1/join-tokens", p_join_create, {CLUSTER_ONLY(403, 201)}},
+    {"DELETE", "/v1/join-tokens/{id}", p_join_revoke, {CLUSTER_ONLY(403, 200)}},
     {"GET", "/v1/whoami", p_whoami, {EVERYONE(200)}},
     {"GET", "/v1/users", p_users, {CLUSTER_ONLY(403, 200)}},
     {"POST", "/v1/users", p_user_create, {CLUSTER_ONLY(403, 201)}},

@@ -538,6 +538,62 @@ Test(contract, every_route_against_openapi)
     want(404, "PUT", "/v1/projects/q/members/nobody", "{\"role\": \"viewer\"}", NULL);
     want(200, "DELETE", "/v1/projects/q/members/viewer", NULL, NULL);
     want(403, "DELETE", "/v1/projects/p/members/viewer", NULL, viewer);
+    /* ---- what agents are trusted with: join tokens, approval, removal, bans ---- */
+    cr_assert_eq(rec("POST", "/v1/join-tokens", "{\"uses\": 2, \"expires_in\": \"1h\", \"description\": \"rack 4\"}",
+                     NULL, NULL, NULL, &text), 201, "%s", text);
+    char *join_id = json_field(text, "id");
+    free(text);
+    want(201, "POST", "/v1/join-tokens", NULL, NULL); /* the defaults: single-use, 24 hours */
+    want(400, "POST", "/v1/join-tokens", "{\"uses\": 0}", NULL);
+    want(400, "POST", "/v1/join-tokens", "{\"uses\": \"two\"}", NULL);
+    want(400, "POST", "/v1/join-tokens", "{\"expires_in\": \"forever\"}", NULL);
+    want(400, "POST", "/v1/join-tokens", "{\"ttl\": 60}", NULL);
+    want(403, "POST", "/v1/join-tokens", "{}", viewer);
+    want(200, "GET", "/v1/join-tokens", NULL, NULL);
+    want(403, "GET", "/v1/join-tokens", NULL, viewer);
+    snprintf(path, sizeof path, "/v1/join-tokens/%s", join_id);
+    want(403, "DELETE", path, NULL, viewer);
+    want(200, "DELETE", path, NULL, NULL);
+    want(404, "DELETE", "/v1/join-tokens/jt_nothing", NULL, NULL);
+    free(join_id);
+    snprintf(path, sizeof path, "/v1/workers/%s:approve", at_worker);
+    want(200, "POST", path, NULL, NULL);
+    want(400, "POST", path, "{\"now\": true}", NULL);
+    want(403, "POST", path, NULL, viewer);
+    want(404, "POST", "/v1/workers/w-nothing:approve", NULL, NULL);
+    {
+        /* a worker of its own to remove */
+        Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+        Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
+        req.worker_id = "w-contract";
+        req.hostname = "contract";
+        req.slot_type = "cpu";
+        arena_t a;
+        arena_init(&a, 0);
+        kiln_err_t rerr;
+        cr_assert_eq(svc_agent_register(at_svc, &req, NULL, &a, &reg, &rerr), 0, "%s", rerr.message);
+        arena_deinit(&a);
+    }
+    want(400, "DELETE", "/v1/workers/w-contract?bann=true", NULL, NULL);
+    want(400, "DELETE", "/v1/workers/w-contract?ban=maybe", NULL, NULL);
+    want(400, "DELETE", "/v1/workers/w-contract?reason=why", NULL, NULL); /* a reason goes with a ban */
+    want(403, "DELETE", "/v1/workers/w-contract?ban=true", NULL, viewer);
+    want(404, "DELETE", "/v1/workers/w-nothing", NULL, NULL);
+    cr_assert_eq(rec("DELETE", "/v1/workers/w-contract?ban=true&reason=contract", NULL, NULL, NULL, NULL, &text), 200,
+                 "%s", text);
+    json_t *removed = json_loads(text, 0, NULL);
+    free(text);
+    char ban_path[64];
+    snprintf(ban_path, sizeof ban_path, "/v1/worker-bans/%lld",
+             (long long)json_integer_value(json_object_get(json_object_get(removed, "ban"), "id")));
+    json_decref(removed);
+    want(200, "DELETE", "/v1/workers/w-contract", NULL, NULL); /* removed already: no ban, no change */
+    want(200, "GET", "/v1/worker-bans", NULL, NULL);
+    want(403, "GET", "/v1/worker-bans", NULL, viewer);
+    want(403, "DELETE", ban_path, NULL, viewer);
+    want(200, "DELETE", ban_path, NULL, NULL);
+    want(404, "DELETE", ban_path, NULL, NULL);
+    want(404, "DELETE", "/v1/worker-bans/first", NULL, NULL);
     /* ---- one-time login links and the web UI ---- */
     cr_assert_eq(rec("POST", "/v1/login-links", NULL, viewer, NULL, NULL, &text), 201, "%s", text);
     char *code = json_field(text, "code");

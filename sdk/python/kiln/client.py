@@ -519,7 +519,10 @@ class Client:
     # ---- cluster ------------------------------------------------------------------------
     def workers(self) -> list[JSONObject]:
         """Registered workers: dicts with id, hostname, address, slots, slots_free, slot_type,
-        state ("ALIVE" | "DEAD"), last_heartbeat, registered_at, gpus."""
+        state ("ALIVE" | "DEAD"), last_heartbeat, registered_at, gpus, data_roots, and how each
+        registered: approval ("APPROVED" | "PENDING": waits for a cluster admin), join_token (its
+        id, "file" for kilnd's --join-token-file), cert_sha256 (the client certificate it is bound
+        to, "" without mutual TLS) and registered_from."""
         _, j = self._call("GET", "/v1/workers")
         return _objs(j.get("workers"))
 
