@@ -53,6 +53,8 @@ struct api_http {
     pthread_mutex_t streams_lock;
     http_stream_t *streams;          /* doubly linked through http_stream.next/prev */
     int nstreams;
+    int streams_closed;              /* since the memory was last given back (http_sse.c) */
+    int64_t last_close_us, last_trim_us;
     pthread_t ping_thread;
     bool ping_started;
     pthread_mutex_t ping_lock;
