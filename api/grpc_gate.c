@@ -53,7 +53,7 @@ struct grpc_gate {
     int held, pending;
     gate_slot_t *slots;
     int nslots;
-    int64_t next_sweep_us, resume_accept_us;
+    int64_t next_sweep_us, resume_accept_us, full_recheck_us;
     bool accept_paused;
     int64_t emfile_logged_us;
     struct {
@@ -196,7 +196,11 @@ static void gate_accept(grpc_gate_t *g)
         if (s->state == SLOT_LIVE)
             gate_release(g, s); /* the number came back: gRPC closed that connection */
         if (g->held >= g->max_connections) {
-            gate_sweep(g, NULL);
+            int64_t now = kiln_mono_us();
+            if (now - g->full_recheck_us >= 100000) { /* a flood at the total is refused without the scan */
+                g->full_recheck_us = now;
+                gate_sweep(g, NULL);
+            }
             if (g->held >= g->max_connections) {
                 gate_refuse(fd, API_NET_CONNECTION_LIMIT);
                 continue;

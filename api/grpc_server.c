@@ -687,6 +687,7 @@ int api_grpc_start_with(svc_t *svc, const api_grpc_config_t *cfg, api_grpc_t **o
 {
     prom_register(&grpc_requests);
     prom_register(&grpc_duration);
+    api_net_init();
     *out = NULL;
     const char *addr = cfg->addr ? cfg->addr : "";
     const api_tls_t *tls = cfg->tls;

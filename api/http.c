@@ -779,6 +779,7 @@ int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, k
         return rc;
     prom_register(&http_requests);
     prom_register(&http_duration);
+    api_net_init();
     api_http_t *h = calloc(1, sizeof *h);
     if (!h)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

@@ -27,7 +27,6 @@ typedef enum {
 } conn_phase_t;
 
 struct http_conn {
-    api_http_t *h;
     int fd;
     api_addr_key_t key;
     bool counted;                    /* holds one of its address's connections in h->addrs */
@@ -124,7 +123,6 @@ void http_conn_notify(void *cls, struct MHD_Connection *mc, void **socket_contex
         if (!c)
             return; /* unlimited and without deadlines: only when memory is gone anyway */
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-        c->h = h;
         c->fd = ci ? ci->connect_fd : -1;
         ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         api_addr_key(ci ? ci->client_addr : NULL, &c->key);

@@ -241,9 +241,13 @@ void api_net_refused(const char *port, api_net_reason_t why)
 #define TLS_SUITES "-KX-ALL:+ECDHE-RSA:+ECDHE-ECDSA:-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:+CHACHA20-POLY1305:" \
                    "-MAC-ALL:+AEAD:%SERVER_PRECEDENCE"
 
-const char *api_tls_gnutls_priorities(api_tls_min_t min)
+void api_net_init(void)
 {
     prom_register(&net_refused);
+}
+
+const char *api_tls_gnutls_priorities(api_tls_min_t min)
+{
     if (min == API_TLS_1_3)
         return "NORMAL:-VERS-ALL:+VERS-TLS1.3:" TLS_SUITES;
     return "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:" TLS_SUITES;
@@ -251,7 +255,6 @@ const char *api_tls_gnutls_priorities(api_tls_min_t min)
 
 const char *api_tls_openssl_ciphers(void)
 {
-    prom_register(&net_refused);
     return "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256:"
            "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
 }

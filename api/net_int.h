@@ -64,6 +64,8 @@ typedef enum {
     API_NET_TLS_VERSION,           /* gRPC: the ClientHello offers no TLS version kilnd accepts */
     API_NET_REASONS
 } api_net_reason_t;
+/* Registers kiln_connections_refused_total with GET /metrics (at each front end's start). */
+void api_net_init(void);
 /* Counts a refused connection of port ("rest" or "grpc") for GET /metrics. Thread-safe. */
 void api_net_refused(const char *port, api_net_reason_t why);
 const char *api_net_reason_name(api_net_reason_t why);
