@@ -3,12 +3,13 @@
  * meet whatever it sends: the TLS handshake, a request's headers (from its first byte), a
  * request's body (from the end of its headers). A reaper thread cuts a connection past its
  * deadline (shutdown(2) of the socket; libmicrohttpd then closes it), so a client that drips a
- * byte now and then cannot hold one; an idle connection is libmicrohttpd's own timeout. Not the
- * requests themselves (http.c). */
+ * byte now and then cannot hold one, unless bytes it sent wait unread (then kilnd is the slow
+ * one); an idle connection is libmicrohttpd's own timeout. Not the requests themselves (http.c). */
 #include <gnutls/gnutls.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -60,6 +61,14 @@ static void conn_index(http_conn_t *c, http_conn_t *value)
         nfd = n;
     }
     by_fd[c->fd] = value;
+}
+
+/* Whether the client is the one behind: bytes it sent that kilnd has not read yet mean kilnd is
+ * (its threads busy with other requests), and the connection is not cut for it. */
+static bool conn_client_late(const http_conn_t *c)
+{
+    int unread = 0;
+    return c->fd >= 0 && (ioctl(c->fd, FIONREAD, &unread) != 0 || unread == 0);
 }
 
 static void conn_cut(http_conn_t *c, api_net_reason_t why)
@@ -218,15 +227,15 @@ static void *http_conn_reaper(void *arg)
             int64_t age = now - c->since_us;
             switch (c->phase) {
             case CONN_HANDSHAKE:
-                if (age > handshake_us)
+                if (age > handshake_us && conn_client_late(c))
                     conn_cut(c, API_NET_HANDSHAKE_DEADLINE);
                 break;
             case CONN_HEADERS:
-                if (age > header_us)
+                if (age > header_us && conn_client_late(c))
                     conn_cut(c, API_NET_HEADER_DEADLINE);
                 break;
             case CONN_BODY:
-                if (age > body_us)
+                if (age > body_us && conn_client_late(c))
                     conn_cut(c, API_NET_BODY_DEADLINE);
                 break;
             case CONN_WAIT:
