@@ -633,7 +633,7 @@ static enum MHD_Result http_framing_header(void *cls, enum MHD_ValueKind kind, c
     (void)kind;
     if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
         if (f->nlength++ == 0)
-            f->length = value;
+            f->length = value ? value : "";
         else if (strcmp(f->length, value ? value : "") != 0)
             f->lengths_differ = true;
     } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
