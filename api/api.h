@@ -30,7 +30,8 @@ typedef struct api_net_limits {
     int handshake_ms;                 /* from connect to the end of the TLS handshake (plain text: to the
                                          first bytes, on gRPC) */
     int header_ms;                    /* REST: from a request's first byte to the end of its headers */
-    int body_ms;                      /* REST: from the end of a request's headers to the end of its body */
+    int body_ms;                      /* REST: from the end of a request's headers to the end of its body
+                                         (a second more for each KiB that arrived) */
     int idle_ms;                      /* a connection with nothing in flight is closed after this */
 } api_net_limits_t;
 #define API_NET_PER_ADDRESS 256

@@ -1,7 +1,8 @@
 /* http_conn.c - the REST front end's connections: the per-address limit (checked when
  * libmicrohttpd accepts, counted from its connection notices) and the deadlines a connection must
  * meet whatever it sends: the TLS handshake, a request's headers (from its first byte), a
- * request's body (from the end of its headers). A reaper thread cuts a connection past its
+ * request's body (from the end of its headers, a second more for each KiB that arrived, so a big
+ * upload at a steady pace is never late). A reaper thread cuts a connection past its
  * deadline (shutdown(2) of the socket; libmicrohttpd then closes it), so a client that drips a
  * byte now and then cannot hold one, unless bytes it sent wait unread (then kilnd is the slow
  * one); an idle connection is libmicrohttpd's own timeout. Not the requests themselves (http.c). */
@@ -17,6 +18,7 @@
 
 #define REAPER_TICK_MS 250
 #define WAIT_CHECK_TICKS 4           /* kept-alive connections are looked at once a second */
+#define BODY_MIN_RATE 1024           /* bytes a second: each KiB of a body received buys a second more */
 
 typedef enum {
     CONN_HANDSHAKE,  /* TLS: connected, handshake not finished */
@@ -33,7 +35,8 @@ struct http_conn {
     bool counted;                    /* holds one of its address's connections in h->addrs */
     conn_phase_t phase;
     int64_t since_us;                /* when the phase began (monotonic) */
-    uint64_t bytes_mark;             /* CONN_WAIT: bytes received when the last request ended */
+    uint64_t bytes_mark;             /* bytes received when the last request ended (CONN_WAIT) or its
+                                        headers were in (CONN_BODY) */
     http_conn_t *next, *prev;        /* in h->conns */
 };
 
@@ -184,12 +187,13 @@ void http_conn_request(struct MHD_Connection *mc, http_conn_event_t ev)
     if (!c)
         return;
     int64_t now = kiln_mono_us();
-    uint64_t mark = ev == HTTP_CONN_DONE && c->fd >= 0 ? api_net_bytes_received(c->fd) : 0;
+    uint64_t mark = ev != HTTP_CONN_BODY && c->fd >= 0 ? api_net_bytes_received(c->fd) : 0;
     pthread_mutex_lock(&conns_lock);
     if (c->phase != CONN_CUT) {
         switch (ev) {
         case HTTP_CONN_HEADERS:
             c->phase = CONN_BODY;
+            c->bytes_mark = mark;
             break;
         case HTTP_CONN_BODY:
             c->phase = CONN_BUSY;
@@ -235,8 +239,14 @@ static void *http_conn_reaper(void *arg)
                     conn_cut(c, API_NET_HEADER_DEADLINE);
                 break;
             case CONN_BODY:
-                if (age > body_us && conn_client_late(c))
-                    conn_cut(c, API_NET_BODY_DEADLINE);
+                /* a body that keeps coming at BODY_MIN_RATE or faster is never late; one that
+                 * drips is cut at the deadline */
+                if (age > body_us && conn_client_late(c)) {
+                    uint64_t in = c->fd >= 0 ? api_net_bytes_received(c->fd) : 0;
+                    uint64_t got = in > c->bytes_mark ? in - c->bytes_mark : 0;
+                    if (age > body_us + (int64_t)(got * 1000000 / BODY_MIN_RATE))
+                        conn_cut(c, API_NET_BODY_DEADLINE);
+                }
                 break;
             case CONN_WAIT:
                 /* A new request has begun when bytes arrived since the last one ended: its

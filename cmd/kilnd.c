@@ -94,7 +94,7 @@ int main(int argc, char **argv)
         {"request-header-timeout-ms", "KILN_REQUEST_HEADER_TIMEOUT_MS", CONFIG_INT, &header_ms,
          "a REST request's headers must be in this soon after its first byte (or after the handshake)"},
         {"request-body-timeout-ms", "KILN_REQUEST_BODY_TIMEOUT_MS", CONFIG_INT, &body_ms,
-         "a REST request's body must be in this soon after its headers"},
+         "a REST request's body must be in this soon after its headers, a second more for each KiB that arrived"},
         {"idle-timeout-ms", "KILN_IDLE_TIMEOUT_MS", CONFIG_INT, &idle_ms,
          "a REST connection between requests, or a gRPC connection without calls, is closed after this"},
         {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure,

@@ -201,6 +201,34 @@ Test(conn_deadlines, a_body_dripped_slower_than_the_deadline_is_cut_off)
     cr_assert_eq(metric("body_deadline"), 1.0);
 }
 
+Test(conn_deadlines, a_body_arriving_at_a_steady_pace_is_not_cut_off)
+{
+    /* 30,000 bytes at 10 KB/s take 3 s, past the 0.7 s deadline, but each KiB buys a second */
+    int fd = th_tcp_connect(NULL, at_port(), false);
+    cr_assert(fd >= 0);
+    char body[30001];
+    memset(body, ' ', sizeof body - 1);
+    body[0] = '{';
+    body[sizeof body - 2] = '}';
+    body[sizeof body - 1] = '\0';
+    char head[256];
+    snprintf(head, sizeof head,
+             "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+             strlen(body));
+    cr_assert_eq(send(fd, head, strlen(head), MSG_NOSIGNAL), (ssize_t)strlen(head));
+    for (size_t off = 0; off < strlen(body); off += 1000) {
+        size_t n = KILN_MIN(1000, strlen(body) - off);
+        cr_assert_eq(send(fd, body + off, n, MSG_NOSIGNAL), (ssize_t)n, "cut off after %zu body bytes", off);
+        cr_assert(!th_tcp_closed_within(fd, 100), "cut off after %zu body bytes", off + n);
+    }
+    char buf[512] = {0};
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    cr_assert(poll(&p, 1, 10000) == 1, "no answer");
+    cr_assert(recv(fd, buf, sizeof buf - 1, 0) > 12 && !strncmp(buf, "HTTP/1.1 4", 10), "%s", buf);
+    close(fd);
+    cr_assert_eq(metric("body_deadline"), 0.0);
+}
+
 Test(conn_deadlines, a_silent_connection_is_cut_off_and_an_idle_kept_alive_one_is_not)
 {
     int silent = th_tcp_connect(NULL, at_port(), false);

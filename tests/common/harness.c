@@ -407,7 +407,7 @@ bool th_tcp_closed_within(int fd, int timeout_ms)
     if (poll(&p, 1, timeout_ms) <= 0)
         return false;
     char c;
-    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK); /* bytes stay for the caller */
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 

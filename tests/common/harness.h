@@ -81,7 +81,7 @@ long th_nofile_raise(void);
  * or not; the descriptor or -1. A non-blocking one may still be connecting. */
 int th_tcp_connect(const char *from, int port, bool nonblock);
 /* Waits until fd has bytes or its end; true when it has its end (read gives 0 or an error) within
- * timeout_ms, false when it stays open (or had bytes). */
+ * timeout_ms, false when it stays open (or has bytes, which it leaves unread). */
 bool th_tcp_closed_within(int fd, int timeout_ms);
 /* Sends len bytes of req on a new connection to 127.0.0.1:port and reads until the server closes
  * it or timeout_ms passes. *out (heap, NUL-terminated; caller frees) and *out_len get what came
