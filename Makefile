@@ -26,7 +26,7 @@ endif
 
 CC ?= gcc
 BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8 libsystemd libarchive
+PKGS := libpq jansson libmicrohttpd gnutls libprotobuf-c libfabric libcurl libsodium libpcre2-8 libsystemd libarchive
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -g -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP -pthread $(SANFLAGS) \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # Warnings are errors in CI (CI=true in its environment) and with WERROR=1.

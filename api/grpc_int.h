@@ -1,12 +1,14 @@
 /* grpc_int.h - internals shared by the gRPC server's files (grpc_server.c, grpc_training.c,
- * grpc_stream.c, grpc_codec.c): the method table entry and the request codec. Nothing outside
- * api/grpc_*.c includes this (but the fuzz target fuzz/spec_grpc.c, for the codec). */
+ * grpc_stream.c, grpc_codec.c, grpc_gate.c): the method table entry, streams, errors, the request
+ * codec, the listening gate. Nothing outside api/grpc_*.c includes this (but the fuzz target
+ * fuzz/spec_grpc.c, for the codec). */
 #ifndef KILN_API_GRPC_INT_H
 #define KILN_API_GRPC_INT_H
 
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
 
+#include "api/api.h"
 #include "base/base.h"
 #include "service/service.h"
 
@@ -116,5 +118,18 @@ int api_grpc_msg_to_json(const ProtobufCMessage *m, const char *prefix, json_t *
 /* Counts a finished call for GET /metrics: kiln_grpc_requests_total{method,code} and, for
  * unary calls (seconds >= 0), kiln_grpc_request_duration_seconds{method}. */
 void api_grpc_count(const char *method, int code, double seconds);
+
+/* The gRPC port's listening socket, owned by kilnd (grpc_gate.c). _open binds and listens on addr
+ * (KILN_EIO when it cannot; the port is taken now, so errors come before gRPC starts); _start
+ * begins accepting and handing connections to fd_handler, the gRPC core's handler of its
+ * "external:" port, once the server has started; _close stops accepting (before the gRPC server
+ * shuts down: the handler dies with it), closes the sockets not yet handed over, frees the gate.
+ * Accepts NULL. limits has its defaults filled in; tls (may be NULL) says whether clients speak
+ * TLS and the oldest version to let through. */
+typedef struct grpc_gate grpc_gate_t;
+int grpc_gate_open(const char *addr, const api_net_limits_t *limits, const api_tls_t *tls, grpc_gate_t **out,
+                   kiln_err_t *err);
+int grpc_gate_start(grpc_gate_t *g, void *fd_handler, kiln_err_t *err);
+void grpc_gate_close(grpc_gate_t *g);
 
 #endif /* KILN_API_GRPC_INT_H */

@@ -6,6 +6,7 @@
  * Unknown methods get UNIMPLEMENTED. The TrainingService conversions live in grpc_training.c. */
 #include "api/api.h"
 #include "api/grpc_int.h"
+#include "api/net_int.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -59,6 +60,8 @@ struct api_grpc {
     int streams;                     /* live server streams (grpc_stream.c) */
     bool tls;
     bool agent_certs;                /* mutual TLS: AgentService calls need a verified client certificate */
+    grpc_gate_t *gate;               /* kilnd's listening socket (NULL when gRPC listens itself) */
+    void *gate_handler;              /* filled by the core: its handler of the "external:" port */
 };
 
 /* ---- AgentService handlers ------------------------------------------------------------------ */
@@ -648,11 +651,29 @@ void api_grpc_stream_leave(api_grpc_t *g)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
+/* The server argument through which the core hands kilnd its handler of the "external:" port
+ * (grpc_gate.c): a pointer to where it writes it, copied as is. */
+#define GATE_PORT "external:kiln-gate"
+static void *gate_arg_copy(void *p) { return p; }
+static void gate_arg_destroy(void *p) { (void)p; }
+static int gate_arg_cmp(void *p, void *q) { return p < q ? -1 : p > q; }
+static const grpc_arg_pointer_vtable gate_arg_vtable = {gate_arg_copy, gate_arg_destroy, gate_arg_cmp};
+
 int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_t **out, kiln_err_t *err)
+{
+    api_grpc_config_t cfg = {.addr = addr, .tls = tls};
+    return api_grpc_start_with(svc, &cfg, out, err);
+}
+
+int api_grpc_start_with(svc_t *svc, const api_grpc_config_t *cfg, api_grpc_t **out, kiln_err_t *err)
 {
     prom_register(&grpc_requests);
     prom_register(&grpc_duration);
+    api_net_init();
     *out = NULL;
+    const char *addr = cfg->addr ? cfg->addr : "";
+    const api_tls_t *tls = cfg->tls;
+    api_net_limits_t limits = api_net_limits_or_default(&cfg->limits);
     api_grpc_t *g = calloc(1, sizeof(*g));
     if (!g)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -660,6 +681,20 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     atomic_init(&g->shutting_down, false);
+    g->tls = tls && tls->cert_pem && tls->key_pem;
+    /* The port is kilnd's (grpc_gate.c) unless it is a unix socket: taken first, so that a busy
+     * port fails before gRPC starts. */
+    bool gated = !cfg->gate_off && strncmp(addr, "unix:", 5) != 0 && strncmp(addr, "unix-abstract:", 14) != 0;
+    if (gated && grpc_gate_open(addr, &limits, tls, &g->gate, err) != 0) {
+        pthread_cond_destroy(&g->cv);
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+        return KILN_EIO;
+    }
+    /* The TLS policy's TLS 1.2 suites (net.c), read by the core once, when it first makes TLS
+     * credentials; TLS 1.3 suites are OpenSSL's, all AEAD. */
+    if (g->tls)
+        setenv("GRPC_SSL_CIPHER_SUITES", api_tls_openssl_ciphers(), 1);
     grpc_init();
     size_t nm = method_count();
     g->rm = calloc(nm, sizeof(void *));
@@ -668,8 +703,17 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = GRPC_MAX_MESSAGE},
         /* a second kilnd on the same port must fail, not share it silently */
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+        /* the TLS handshake's deadline (the gate waited for the ClientHello within the same) */
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, .value.integer = limits.handshake_ms},
+        /* a connection without calls is closed after the idle timeout; one whose client stopped
+         * answering (a stream to a vanished host) is found by a ping */
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_CONNECTION_IDLE_MS, .value.integer = limits.idle_ms},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS, .value.integer = limits.idle_ms},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS, .value.integer = 20000},
+        {.type = GRPC_ARG_POINTER, .key = (char *)GATE_PORT,
+         .value.pointer = {.p = &g->gate_handler, .vtable = &gate_arg_vtable}},
     };
-    grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args), .args = args};
+    grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args) - (gated ? 0 : 1), .args = args};
     g->server = grpc_server_create(&ca, NULL);
     g->cq = grpc_completion_queue_create_for_next(NULL);
     if (!g->rm || !g->server || !g->cq) {
@@ -686,7 +730,6 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
         }
     }
     grpc_server_credentials *creds = NULL;
-    g->tls = tls && tls->cert_pem && tls->key_pem;
     if (g->tls) {
         grpc_ssl_pem_key_cert_pair pair = {.private_key = tls->key_pem, .cert_chain = tls->cert_pem};
         g->agent_certs = tls->ca_pem != NULL;
@@ -699,14 +742,17 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
     } else {
         creds = grpc_insecure_server_credentials_create();
     }
-    int port = creds ? grpc_server_add_http2_port(g->server, addr, creds) : 0;
+    /* Gated, the core's port is "external:": it returns no port number, and its handler in
+     * gate_handler says it was made. */
+    int port = creds ? grpc_server_add_http2_port(g->server, gated ? GATE_PORT : addr, creds) : 0;
     if (creds)
         grpc_server_credentials_release(creds);
-    if (port <= 0) {
+    if (gated ? !g->gate_handler : port <= 0) {
         kiln_err_set(err, KILN_EIO, NULL, "could not listen for gRPC on %s%s", addr, g->tls ? " with TLS" : "");
-        kiln_err_hint(err, g->tls ? "is the address valid and the port free, and do --tls-cert, --tls-key "
-                                    "(and --tls-ca) hold valid PEM?"
-                                  : "is the address valid and the port free? (--grpc-addr)");
+        kiln_err_hint(err, gated ? "do --tls-cert, --tls-key (and --tls-ca) hold valid PEM?"
+                          : g->tls ? "is the address valid and the port free, and do --tls-cert, --tls-key "
+                                     "(and --tls-ca) hold valid PEM?"
+                                   : "is the address valid and the port free? (--grpc-addr)");
         goto fail;
     }
     grpc_server_start(g->server);
@@ -723,8 +769,11 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
         }
         g->nthreads++;
     }
-    log_info("gRPC listening on %s (%s, %zu methods)", addr,
-             !g->tls ? "plain text" : g->agent_certs ? "TLS, agents need client certificates" : "TLS", nm);
+    if (g->gate && grpc_gate_start(g->gate, g->gate_handler, err) != 0)
+        goto fail;
+    log_info("gRPC listening on %s (%s, %zu methods%s)", addr,
+             !g->tls ? "plain text" : g->agent_certs ? "TLS, agents need client certificates" : "TLS", nm,
+             g->gate ? "" : ", no per-address limit");
     *out = g;
     return 0;
 fail:
@@ -736,6 +785,8 @@ void api_grpc_stop(api_grpc_t *g)
 {
     if (!g)
         return;
+    grpc_gate_close(g->gate); /* no connection is handed to the core from here on */
+    g->gate = NULL;
     pthread_mutex_lock(&g->mu);
     atomic_store(&g->shutting_down, true);
     pthread_mutex_unlock(&g->mu);

@@ -1,7 +1,7 @@
 /* http_int.h - internals shared by the REST front end's files (http.c: daemon, dispatch and
  * replies; http_routes.c: one handler per route; http_range.c: the Range header; http_sse.c:
- * live log streams). Nothing outside api/http*.c includes this header (but the fuzz target
- * fuzz/http_range.c, for http_range_parse). */
+ * live log streams; http_conn.c: connection limits and deadlines). Nothing outside api/http*.c
+ * includes this header (but the fuzz target fuzz/http_range.c, for http_range_parse). */
 #ifndef KILN_API_HTTP_INT_H
 #define KILN_API_HTTP_INT_H
 
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "api/net_int.h"
 
 #define HTTP_MAX_BODY (1024 * 1024)      /* bigger request bodies get 413 */
 #define HTTP_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
@@ -51,6 +52,7 @@ extern const size_t http_route_count;
 #define HTTP_MAX_PARAMS 4
 
 typedef struct http_stream http_stream_t;
+typedef struct http_conn http_conn_t;
 
 struct api_http {
     struct MHD_Daemon *daemon;
@@ -66,10 +68,23 @@ struct api_http {
     pthread_mutex_t streams_lock;
     http_stream_t *streams;          /* doubly linked through http_stream.next/prev */
     int nstreams;
+    int streams_closed;              /* since the memory was last given back (http_sse.c) */
+    int64_t last_close_us, last_trim_us;
     pthread_t ping_thread;
     bool ping_started;
     pthread_mutex_t ping_lock;
     pthread_cond_t ping_cond;
+    /* connections (http_conn.c): limits, each one's record and the counts per client address
+     * (under http_conn.c's lock), and the thread that cuts those past their deadlines */
+    api_net_limits_t limits;         /* defaults filled in */
+    int max_connections;
+    http_conn_t *conns;
+    api_addr_counts_t addrs;
+    bool conn_init;
+    pthread_t reaper;
+    bool reaper_started;
+    pthread_mutex_t reaper_lock;
+    pthread_cond_t reaper_cond;
 };
 
 /* One request's state, from MHD's first call to its completion notice. Allocated on the heap,
@@ -167,6 +182,25 @@ extern const size_t http_ui_asset_count;
 /* GET / and /ui: index.html. GET /ui/{asset}: one asset. Open (the page asks for a token). */
 enum MHD_Result http_ui_index(http_req_t *r);
 enum MHD_Result http_ui_asset(http_req_t *r);
+
+/* ---- connections (http_conn.c) ---- */
+/* libmicrohttpd's accept policy (cls: the api_http_t): refuses a client address that holds its
+ * limit already. */
+enum MHD_Result http_conn_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+/* MHD_OPTION_NOTIFY_CONNECTION (cls: the api_http_t): records a connection when it opens (and
+ * cuts it when its address is over the limit), forgets it when it closes. */
+void http_conn_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
+                      enum MHD_ConnectionNotificationCode code);
+/* Where a connection's request is, which sets the deadline it must meet next: its headers are
+ * in (the body is due), its body is in (it is being answered, no deadline), it is done (the
+ * connection waits for the next request). Called on the connection's libmicrohttpd thread. */
+typedef enum { HTTP_CONN_HEADERS, HTTP_CONN_BODY, HTTP_CONN_DONE } http_conn_event_t;
+void http_conn_request(struct MHD_Connection *mc, http_conn_event_t ev);
+/* Sets up the counts and starts the reaper (h->limits set): 0, KILN_ENOMEM or KILN_EIO. */
+int http_conn_init(api_http_t *h, kiln_err_t *err);
+/* Stops the reaper (h->stopping set); _deinit frees the counts after MHD_stop_daemon. */
+void http_conn_stop(api_http_t *h);
+void http_conn_deinit(api_http_t *h);
 
 /* ---- live log streams (http_sse.c) ---- */
 /* GET /v1/jobs/{id}/logs?follow=true: opens a follower and queues a Server-Sent Events reply.
