@@ -147,7 +147,7 @@ Test(grpc, malformed_request_is_invalid_argument)
     kiln_err_t err;
     int rc = agent_rpc_call_raw(C, M_HEARTBEAT, NULL, 0, junk, sizeof(junk), 5000, &out, &len, &code, &err);
     free(out);
-    cr_assert_eq(rc, KILN_EINVAL);
+    cr_assert_eq(rc, KILN_EINVAL, "rc %d, gRPC code %d: %s", rc, code, err.message);
     cr_assert_eq(code, 3, "INVALID_ARGUMENT, got %d", code);
     cr_assert(strstr(err.message, "HeartbeatRequest"), "%s", err.message);
     /* the server is fine afterwards */
