@@ -16,8 +16,8 @@ agent_cgroup() {
     [ "$(id -u)" = 0 ] && [ "${KILN_SANDBOX:-on}" != off ] || return 0
     awk '$2 ~ /^\/sys\/fs\/cgroup/ && ($3 == "cgroup2" || $3 == "cgroup") && $4 ~ /(^|,)ro(,|$)/ { print $2 }' \
         /proc/self/mounts | while read -r m; do
-        mount -o remount,bind,rw "$m" ||
-            echo "kiln-entrypoint: could not make $m writable (the agent needs CAP_SYS_ADMIN, and no AppArmor or seccomp profile that refuses mount)" >&2
+        mount -o remount,bind,rw "$m" || echo "kiln-entrypoint: could not make $m writable" \
+            "(the agent needs CAP_SYS_ADMIN, and no AppArmor or seccomp profile that refuses mount)" >&2
     done
     if [ -f /sys/fs/cgroup/cgroup.controllers ] && [ "$(cat /proc/self/cgroup)" = "0::/" ]; then
         mkdir -p /sys/fs/cgroup/kiln-agent 2>/dev/null || return 0
