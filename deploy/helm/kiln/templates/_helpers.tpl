@@ -27,3 +27,25 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/* The agents' pods: root, for the ranks' sandbox (docs/security.md; deploy/README.md, "The agents' sandbox"). */}}
+{{- define "kiln.agentPodSecurity" -}}
+runAsUser: 0
+runAsGroup: 0
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* The agent's container: exactly the capabilities the sandbox uses, no privileged; seccomp and
+     AppArmor off (RuntimeDefault refuses pivot_root, the runtimes' AppArmor profiles mount). */}}
+{{- define "kiln.agentContainerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+  add: ["SYS_ADMIN", "SYS_CHROOT", "SETUID", "SETGID", "SETPCAP", "CHOWN", "DAC_READ_SEARCH", "KILL", "SYS_PTRACE"]
+seccompProfile:
+  type: Unconfined
+appArmorProfile:
+  type: Unconfined
+{{- end -}}
