@@ -887,18 +887,6 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
      * hears of now (sent once registered); from here on every attempt keeps a ledger. */
     ob_set_ledger_dir(&a->ob, a->work_dir);
     ob_recover(&a->ob);
-    agent_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
-                                   .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores, .cpus = cfg->cpus,
-                                   .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots,
-                                   .port_lo = cfg->port_lo, .port_hi = cfg->port_hi,
-
-                                   .comm_watchdog_s = cfg->comm_watchdog_s,
-                                   .sibling_grace_ms = a->stop_grace_ms, .sandbox = cfg->sandbox};
-    agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
-                               .on_exit = cb_exit, .ud = a};
-    if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
-        goto fail;
-    a->cores = agent_launcher_cores(a->launcher);
     xfer_env_t xe = {.rpc = a->rpc, .ob = &a->ob, .work_dir = a->work_dir,
                      .auth_md = xfer_auth_md, .unauthenticated = xfer_unauthenticated, .draining = xfer_draining,
                      .worker_id = xfer_worker_id, .start = xfer_start, .ud = a};
@@ -908,6 +896,18 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     snprintf(code_dir, sizeof(code_dir), "%s/code-cache", a->work_dir);
     if ((rc = agent_code_cache_create(code_dir, cfg->code_cache_bytes, xfer_code_fetch, a->xfer, &a->code, err)) != 0)
         goto fail;
+    agent_launcher_config_t lc = {.train_bin = a->train_bin, .work_dir = a->work_dir, .slots = a->slots,
+                                   .gpu = !strcmp(a->slot_type, "gpu"), .cores = a->cores, .cpus = cfg->cpus,
+                                   .data_roots = (const char *const *)a->roots, .n_data_roots = a->n_roots,
+                                   .port_lo = cfg->port_lo, .port_hi = cfg->port_hi,
+                                   .comm_watchdog_s = cfg->comm_watchdog_s,
+                                   .sibling_grace_ms = a->stop_grace_ms, .sandbox = cfg->sandbox,
+                                   .python = cfg->python, .code = a->code};
+    agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
+                               .on_exit = cb_exit, .ud = a};
+    if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
+        goto fail;
+    a->cores = agent_launcher_cores(a->launcher);
     if (pthread_create(&a->sender_thread, NULL, agent_sender_main, a) != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the sender thread");
         goto fail;

@@ -1,10 +1,11 @@
 /* agent_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
  * waiting for kilnd, bounded in memory, numbered for exactly-once storage, and counted in a
- * ledger that outlives the process), transfers with kilnd's store, the monitor port, and the
- * ranks' sandbox. Nothing outside agent/ includes this (its tests do). */
+ * ledger that outlives the process), transfers with kilnd's store, the monitor port, the ranks'
+ * sandbox and the kinds of rank the launcher starts (runtimes). Nothing outside agent/ includes this (its tests do). */
 #ifndef KILN_AGENT_INT_H
 #define KILN_AGENT_INT_H
 
+#include <limits.h>
 #include <pthread.h>
 
 #include "agent/agent.h"
@@ -63,7 +64,7 @@ typedef struct ob_item {
     size_t nlines, lines_cap, bytes;
     agent_points_t points;     /* OB_METRICS */
     bool started;               /* OB_STATUS */
-    char reason[600];           /* OB_STATUS, OB_EXIT */
+    char reason[AGENT_REASON_MAX]; /* OB_STATUS, OB_EXIT */
     int rank, exit_code, sig;   /* OB_EXIT */
     int port;                   /* OB_STATUS: the rendezvous port picked for the attempt, or 0 */
     bool shutdown;              /* OB_STATUS, OB_EXIT: because the agent is shutting down */
@@ -356,5 +357,85 @@ bool sandbox_cgbox_oom(const sandbox_cgbox_t *b);
 void sandbox_cgbox_destroy(sandbox_cgbox_t *b);
 /* Names under the bases that look like boxes ("u<uid>"): calls fn for each uid found (once). */
 void sandbox_cg_each_box(const sandbox_cg_t *cg, void (*fn)(void *ud, uint32_t uid), void *ud);
+
+/* ---- the kinds of rank the launcher starts (launch.c, run_train.c, run_script.c) ---------------
+ * The launcher does everything a rank's kind does not change: the job's directories, the box and
+ * its common mounts (data roots, spec, output and checkpoint directories), the rank contract's
+ * values, slots, pipes, output, metrics, signals, exits, OOM and what reaches kilnd. A runtime
+ * says what differs: what an attempt needs on the host before its box is made (code, its own
+ * directories) and what the box must show it, and for each rank the program, its arguments,
+ * its environment and its working directory; and it may know a better reason for a failed rank
+ * than its last stderr line. */
+typedef struct launch_host {       /* the launcher's settings a runtime reads (borrowed) */
+    const char *work_dir;          /* resolved */
+    const char *train_bin;         /* kiln-train */
+    const char *python;            /* --python, resolved to an absolute path ("" when not found) */
+    const char *const *roots;      /* data roots, resolved */
+    size_t nroots;
+    agent_code_cache_t *code;      /* script jobs' code; NULL: code archives cannot be fetched */
+    bool gpu;                      /* slot type gpu */
+    bool sandboxed;                /* ranks run in a box (paths are the same inside and out) */
+} launch_host_t;
+
+typedef struct launch_attempt {    /* one attempt on this agent, as its runtime sees it */
+    const launch_host_t *host;
+    char job_id[64];
+    int attempt;
+    char job_dir[PATH_MAX];        /* <work_dir>/jobs/<job id> */
+    char out_dir[PATH_MAX + 16];   /* <job_dir>/output: what rank 0 leaves there becomes artifacts */
+    char ckpt_dir[PATH_MAX];       /* resolved, writable */
+    void *state;                   /* the runtime's (prepare makes it, release frees it) */
+} launch_attempt_t;
+
+#define LAUNCH_MAX_MOUNTS 64
+typedef struct launch_mounts {     /* what a runtime adds to the box (paths copied in) */
+    sandbox_mount_t v[LAUNCH_MAX_MOUNTS];
+    char path[LAUNCH_MAX_MOUNTS][PATH_MAX];
+    char dst[LAUNCH_MAX_MOUNTS][64];
+    bool give[LAUNCH_MAX_MOUNTS];  /* made the box's uid's, recursively (SANDBOX_RW ones) */
+    size_t n;
+} launch_mounts_t;
+
+/* Adds a mount (dst NULL: where the host has it); give: the box's uid gets the tree. Returns 0,
+ * or KILN_ETOOBIG when there are LAUNCH_MAX_MOUNTS already or a path is too long. */
+int launch_mounts_add(launch_mounts_t *m, const char *src, const char *dst, unsigned flags, bool give,
+                      kiln_err_t *err);
+
+typedef struct launch_cmd {        /* one rank's process */
+    char path[PATH_MAX];           /* the program, as the box sees it (absolute) */
+    char **argv;                   /* NULL-terminated heap strings (rank_envp_free) */
+    char **envp;                   /* likewise */
+    char cwd[PATH_MAX];            /* "": the box's / (the agent's cwd unconfined) */
+} launch_cmd_t;
+
+typedef struct launch_runtime {
+    const char *name;              /* "kiln-train", "script" */
+    /* On the starter thread, before the box: makes what the attempt's ranks need on the host
+     * (the job's directories exist) and adds what the box must show them to *m. Returns 0 or a
+     * status with err (the attempt is refused with err's message). */
+    int (*prepare)(launch_attempt_t *at, const Kiln__Assignment *a, launch_mounts_t *m, kiln_err_t *err);
+    /* One rank: re holds the rank contract's values; fills *cmd (caller frees its arrays). */
+    int (*command)(launch_attempt_t *at, const Kiln__Assignment *a, const rank_env_t *re, launch_cmd_t *cmd,
+                   kiln_err_t *err);
+    /* A rank of the attempt ended abnormally (not by the memory limit): may replace *reason
+     * (size n; what the launcher has: the last stderr line, or the signal's name) with a better
+     * one; tail holds the rank's last stderr lines, '\n'-separated. May be NULL. */
+    void (*exit_reason)(const launch_attempt_t *at, int exit_code, int sig, const char *tail, char *reason,
+                        size_t n);
+    void (*release)(launch_attempt_t *at); /* frees at->state; may be NULL */
+} launch_runtime_t;
+
+extern const launch_runtime_t launch_runtime_train;  /* run_train.c: kiln's own engine */
+extern const launch_runtime_t launch_runtime_script; /* run_script.c: a job's entry_point */
+
+/* Before rank 0's output directory is uploaded: a script job's SM_MODEL_DIR and
+ * SM_OUTPUT_DATA_DIR (<job_dir>/model, <job_dir>/sm-output/data), each with its subdirectories,
+ * become <job_dir>/output/model.tar.gz and output.tar.gz when they hold anything (as SageMaker
+ * packs them); notes (size n) says what was kept, or that the script left no model. Does
+ * nothing for a job without those directories (kiln-train's). */
+void agent_output_pack_trees(const char *job_dir, char *notes, size_t n);
+
+/* A launch_cmd_t's arrays freed and cleared. */
+void launch_cmd_deinit(launch_cmd_t *c);
 
 #endif /* KILN_AGENT_INT_H */

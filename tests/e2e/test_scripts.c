@@ -1,0 +1,247 @@
+/* test_scripts.c - script jobs end to end: real kilnd and kiln-agents (sandbox on) run a job's own
+ * code. Every variable of the torchrun and SageMaker contracts checked from inside a script, and
+ * the hyperparameters as SageMaker's arguments; a PyTorch DDP script (Debian's python3-torch,
+ * gloo) on 2 nodes x 1 rank and on 1 node x 2 ranks ends with the parameters a single process
+ * reaches on the same global batch; SageMaker's failure file as the job's reason; a memory hog's
+ * out-of-memory reason; a script that writes no model. The scripts live in a data root (the
+ * sandbox shows ranks nothing else) or are uploaded as a code archive. */
+#include "tests/e2e/e2e.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SCRIPT_TIMEOUT_MS 180000
+
+/* <cluster dir>/shared-checkpoints/<name>: a data root of both agents, readable by the ranks. */
+static const char *script_dir(const char *name)
+{
+    static char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.200s/shared-checkpoints/%s", e2e_cl->dir, name);
+    cr_assert(mkdir(dir, 0755) == 0 || access(dir, F_OK) == 0, "mkdir %s", dir);
+    chmod(dir, 0755);
+    return dir;
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "could not write %s", path);
+    fputs(text, f);
+    fclose(f);
+    chmod(path, 0644);
+}
+
+/* Every line rank wrote on stdout that starts with prefix, joined by '\n' (heap). */
+static char *rank_lines(const char *id, int rank, const char *prefix)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=%d&limit=1000", id, rank);
+    json_t *logs = e2e_get(path);
+    size_t i, cap = 1 << 16, n = 0;
+    char *out = calloc(1, cap);
+    json_t *e;
+    json_array_foreach(json_object_get(logs, "lines"), i, e) {
+        const char *line = e2e_jstr(e, "line");
+        if (strncmp(line, prefix, strlen(prefix)))
+            continue;
+        size_t len = strlen(line);
+        if (n + len + 2 >= cap)
+            break;
+        memcpy(out + n, line, len);
+        n += len;
+        out[n++] = '\n';
+    }
+    json_decref(logs);
+    return out;
+}
+
+/* The value the script printed as "ENV NAME=value" ("<unset>" when it was unset), static. */
+static const char *env_of(const char *lines, const char *name)
+{
+    static char buf[4096];
+    char key[300];
+    snprintf(key, sizeof key, "ENV %s=", name);
+    const char *p = strstr(lines, key);
+    cr_assert(p, "the script printed no %s:\n%s", name, lines);
+    p += strlen(key);
+    size_t len = strcspn(p, "\n");
+    snprintf(buf, sizeof buf, "%.*s", (int)len, p);
+    return buf;
+}
+
+#define ENV_EQ(lines, name, want)                                                                        \
+    cr_assert_str_eq(env_of(lines, name), want, "%s is \"%s\", not \"%s\"", name, env_of(lines, name), want)
+
+static json_t *finished(const char *id)
+{
+    return e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", SCRIPT_TIMEOUT_MS);
+}
+
+/* ---- the contract, variable by variable ------------------------------------------------------ */
+
+static const char k_env_py[] =
+    "import json, os, socket, sys\n"
+    "names = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'GROUP_WORLD_SIZE',\n"
+    "         'ROLE_RANK', 'ROLE_WORLD_SIZE', 'ROLE_NAME', 'MASTER_ADDR', 'MASTER_PORT',\n"
+    "         'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS',\n"
+    "         'SM_MODEL_DIR', 'SM_OUTPUT_DATA_DIR', 'SM_OUTPUT_DIR', 'SM_CHANNELS', 'SM_CHANNEL_TRAIN',\n"
+    "         'SM_CHANNEL_VALIDATION', 'SM_HPS', 'SM_HP_EPOCHS', 'SM_HP_LR', 'SM_HP_MODEL', 'SM_HP_NAME',\n"
+    "         'SM_HP_BATCH-SIZE', 'SM_HP_X', 'SM_USER_ARGS', 'SM_CURRENT_HOST', 'SM_HOSTS', 'SM_NUM_CPUS',\n"
+    "         'SM_NUM_GPUS', 'SM_TRAINING_ENV', 'SM_CHECKPOINT_DIR', 'CUDA_VISIBLE_DEVICES', 'MY_FLAG',\n"
+    "         'KILN_JOB_ID', 'KILN_MASTER_ADDR', 'KILN_MASTER_PORT', 'KILN_THREADS', 'KILN_CHECKPOINT_DIR',\n"
+    "         'KILN_RANK', 'LD_PRELOAD']\n"
+    "for n in names:\n"
+    "    print('ENV %s=%s' % (n, os.environ.get(n, '<unset>')))\n"
+    "print('ARGV ' + json.dumps(sys.argv[1:]))\n"
+    "print('CWD ' + os.getcwd())\n"
+    "open('snapshot.pt', 'w').write('the code directory is the job\\'s to write')\n"
+    "print('WROTE cwd')\n"
+    "open('/opt/ml/checkpoints/probe', 'w').write('x')\n"
+    "print('WROTE optml=' + str(os.path.exists(os.path.join(os.environ['SM_CHECKPOINT_DIR'], 'probe'))))\n"
+    "print('CHANNEL ' + open(os.path.join(os.environ['SM_CHANNEL_TRAIN'], 'a.txt')).read().strip())\n"
+    "if os.environ['RANK'] == '0':\n"
+    "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "    s.bind(('', int(os.environ['MASTER_PORT']))); s.close()\n"
+    "    print('BOUND master port')\n"
+    "    os.makedirs(os.path.join(os.environ['SM_MODEL_DIR'], 'sub'))\n"
+    "    open(os.path.join(os.environ['SM_MODEL_DIR'], 'sub', 'w.txt'), 'w').write('weights')\n"
+    "    open(os.path.join(os.environ['SM_OUTPUT_DATA_DIR'], 'eval.txt'), 'w').write('acc=1')\n"
+    "sys.stdout.flush()\n";
+
+Test(e2e_scripts, every_variable_of_the_contract_reaches_a_script_on_two_nodes, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    const char *code = script_dir("env-code");
+    write_file(code, "train.py", k_env_py);
+    char train[PATH_MAX], val[PATH_MAX], codedir[PATH_MAX];
+    snprintf(codedir, sizeof codedir, "%s", code);
+    snprintf(train, sizeof train, "%s", script_dir("env-train"));
+    write_file(train, "a.txt", "channel data\n");
+    snprintf(val, sizeof val, "%s", script_dir("env-val"));
+    char spec[4 * PATH_MAX];
+    snprintf(spec, sizeof spec,
+             "{\"name\": \"env\", \"entry_point\": \"train.py\", \"source\": \"%s\","
+             " \"hyperparameters\": {\"epochs\": 3, \"batch-size\": 64, \"lr\": 0.01, \"model\": {\"depth\": 4},"
+             " \"name\": \"run one\", \"x\": true},"
+             " \"data\": {\"channels\": {\"train\": \"%s\", \"validation\": \"%s\"}},"
+             " \"environment\": {\"MY_FLAG\": \"1\"},"
+             " \"resources\": {\"nodes\": 2, \"slots_per_node\": 1, \"slot_type\": \"cpu\"},"
+             " \"distribution\": {\"torch_distributed\": {\"enabled\": true, \"nproc_per_node\": 1}},"
+             " \"retry\": {\"max_attempts\": 3}}",
+             codedir, train, val);
+    json_t *sub = e2e_submit(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", e2e_jstr(sub, "id"));
+    json_decref(sub);
+    json_t *job = finished(id);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "ended %s: %s", e2e_jstr(job, "state"),
+                     e2e_jstr(job, "reason"));
+    json_decref(job);
+
+    for (int r = 0; r < 2; r++) {
+        char *env = rank_lines(id, r, "ENV ");
+        char want[PATH_MAX + 64];
+        snprintf(want, sizeof want, "%d", r);
+        ENV_EQ(env, "RANK", want);
+        ENV_EQ(env, "ROLE_RANK", want);
+        ENV_EQ(env, "GROUP_RANK", want); /* one rank a node: rank r is on node r */
+        ENV_EQ(env, "KILN_RANK", want);
+        ENV_EQ(env, "WORLD_SIZE", "2");
+        ENV_EQ(env, "ROLE_WORLD_SIZE", "2");
+        ENV_EQ(env, "GROUP_WORLD_SIZE", "2");
+        ENV_EQ(env, "LOCAL_RANK", "0");
+        ENV_EQ(env, "LOCAL_WORLD_SIZE", "1");
+        ENV_EQ(env, "ROLE_NAME", "default");
+        char addr[64];
+        snprintf(addr, sizeof addr, "%s", env_of(env, "KILN_MASTER_ADDR"));
+        ENV_EQ(env, "MASTER_ADDR", addr);
+        char port[16];
+        snprintf(port, sizeof port, "%s", env_of(env, "KILN_MASTER_PORT"));
+        cr_assert(atoi(port) > 0, "KILN_MASTER_PORT %s", port);
+        ENV_EQ(env, "MASTER_PORT", port);
+        ENV_EQ(env, "TORCHELASTIC_RESTART_COUNT", "0");
+        ENV_EQ(env, "TORCHELASTIC_MAX_RESTARTS", "2");
+        ENV_EQ(env, "TORCHELASTIC_RUN_ID", id);
+        ENV_EQ(env, "KILN_JOB_ID", id);
+        char threads[16];
+        snprintf(threads, sizeof threads, "%s", env_of(env, "KILN_THREADS"));
+        cr_assert(atoi(threads) >= 1, "KILN_THREADS %s", threads);
+        ENV_EQ(env, "OMP_NUM_THREADS", threads);
+        ENV_EQ(env, "SM_NUM_CPUS", threads);
+        ENV_EQ(env, "SM_NUM_GPUS", "0");
+        ENV_EQ(env, "CUDA_VISIBLE_DEVICES", "<unset>"); /* cpu slots */
+        ENV_EQ(env, "LD_PRELOAD", "<unset>");
+        ENV_EQ(env, "MY_FLAG", "1");
+        char model[PATH_MAX], out[PATH_MAX];
+        snprintf(model, sizeof model, "%s", env_of(env, "SM_MODEL_DIR"));
+        snprintf(out, sizeof out, "%s", env_of(env, "SM_OUTPUT_DIR"));
+        cr_assert(strstr(model, id) && strstr(out, id) && strcmp(model, out), "%s %s", model, out);
+        snprintf(want, sizeof want, "%s/data", out);
+        ENV_EQ(env, "SM_OUTPUT_DATA_DIR", want);
+        char ckpt[PATH_MAX];
+        snprintf(ckpt, sizeof ckpt, "%s", env_of(env, "KILN_CHECKPOINT_DIR"));
+        ENV_EQ(env, "SM_CHECKPOINT_DIR", ckpt);
+        ENV_EQ(env, "SM_CHANNELS", "[\"train\",\"validation\"]");
+        ENV_EQ(env, "SM_CHANNEL_TRAIN", train);
+        ENV_EQ(env, "SM_CHANNEL_VALIDATION", val);
+        ENV_EQ(env, "SM_HPS", "{\"batch-size\":64,\"epochs\":3,\"lr\":0.01,\"model\":{\"depth\":4},\"name\":\"run one\","
+                              "\"x\":true}");
+        ENV_EQ(env, "SM_HP_EPOCHS", "3");
+        ENV_EQ(env, "SM_HP_BATCH-SIZE", "64");
+        ENV_EQ(env, "SM_HP_LR", "0.01");
+        ENV_EQ(env, "SM_HP_MODEL", "{\"depth\":4}");
+        ENV_EQ(env, "SM_HP_NAME", "run one");
+        ENV_EQ(env, "SM_HP_X", "true");
+        const char *args = "[\"--batch-size\",\"64\",\"--epochs\",\"3\",\"--lr\",\"0.01\",\"--model\",\"depth=4\","
+                           "\"--name\",\"run one\",\"-x\",\"True\"]";
+        ENV_EQ(env, "SM_USER_ARGS", args);
+        snprintf(want, sizeof want, "algo-%d", r + 1);
+        ENV_EQ(env, "SM_CURRENT_HOST", want);
+        ENV_EQ(env, "SM_HOSTS", "[\"algo-1\",\"algo-2\"]");
+        json_error_t je;
+        json_t *tenv = json_loads(env_of(env, "SM_TRAINING_ENV"), 0, &je);
+        cr_assert(tenv, "SM_TRAINING_ENV is not JSON: %s", je.text);
+        cr_assert_str_eq(e2e_jstr(tenv, "current_host"), want);
+        cr_assert_str_eq(e2e_jstr(tenv, "job_name"), id);
+        cr_assert_str_eq(e2e_jstr(tenv, "user_entry_point"), "train.py");
+        cr_assert_str_eq(e2e_jstr(tenv, "model_dir"), model);
+        cr_assert_str_eq(e2e_jstr(json_object_get(tenv, "channel_input_dirs"), "train"), train);
+        cr_assert_eq(json_integer_value(json_object_get(json_object_get(tenv, "hyperparameters"), "epochs")), 3);
+        cr_assert_eq(json_array_size(json_object_get(tenv, "hosts")), 2);
+        json_decref(tenv);
+        free(env);
+
+        /* SageMaker's arguments, in sys.argv; the code's directory writable; the channel readable */
+        char *argv = rank_lines(id, r, "ARGV ");
+        snprintf(want, sizeof want, "ARGV [\"--batch-size\", \"64\", \"--epochs\", \"3\", \"--lr\", \"0.01\", "
+                                    "\"--model\", \"depth=4\", \"--name\", \"run one\", \"-x\", \"True\"]\n");
+        cr_assert_str_eq(argv, want);
+        free(argv);
+        char *more = rank_lines(id, r, "WROTE ");
+        cr_assert_str_eq(more, "WROTE cwd\nWROTE optml=True\n");
+        free(more);
+        more = rank_lines(id, r, "CHANNEL ");
+        cr_assert_str_eq(more, "CHANNEL channel data\n");
+        free(more);
+        more = rank_lines(id, r, "BOUND ");
+        cr_assert_str_eq(more, r == 0 ? "BOUND master port\n" : "", "rank %d", r);
+        free(more);
+    }
+
+    /* rank 0's model and output data directories, subdirectories included, as artifacts */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    json_t *list = e2e_get(path);
+    char *names = e2e_dump(list);
+    cr_assert(strstr(names, "\"model.tar.gz\"") && strstr(names, "\"output.tar.gz\""), "%s", names);
+    json_decref(list);
+    e2e_pass();
+}
