@@ -245,3 +245,98 @@ Test(e2e_scripts, every_variable_of_the_contract_reaches_a_script_on_two_nodes, 
     json_decref(list);
     e2e_pass();
 }
+
+/* ---- failures, told as the script told them -------------------------------------------------- */
+
+static char *submit_script(const char *name, const char *source, const char *extra)
+{
+    char spec[2 * PATH_MAX];
+    snprintf(spec, sizeof spec,
+             "{\"name\": \"%s\", \"entry_point\": \"%s.py\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 1},"
+             " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"%s}}",
+             name, name, source, extra);
+    json_t *sub = e2e_submit(spec);
+    char *id = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    return id;
+}
+
+Test(e2e_scripts, failures_are_told_as_the_script_told_them, .init = e2e_setup, .fini = e2e_teardown,
+     .timeout = 300)
+{
+    const char *dir = script_dir("fail-code");
+    /* SageMaker's failure file: its first 1,024 characters are the job's reason */
+    write_file(dir, "failfile.py",
+               "import os, sys\n"
+               "print('a line on stderr', file=sys.stderr)\n"
+               "open(os.path.join(os.environ['SM_OUTPUT_DIR'], 'failure'), 'w').write('bad shard 3: ' + 'x' * 2000)\n"
+               "sys.exit(3)\n");
+    /* no failure file: the rank, its exit code and its last stderr lines */
+    write_file(dir, "tail.py",
+               "import sys\n"
+               "for w in ['one', 'two', 'three', 'four', 'five', 'six']:\n"
+               "    print('stderr line ' + w, file=sys.stderr)\n"
+               "sys.exit(1)\n");
+    /* more memory than the spec gives it */
+    write_file(dir, "hog.py",
+               "import sys\n"
+               "print('allocating', flush=True)\n"
+               "b = b'x' * (400 << 20)\n"
+               "print('still alive', len(b), flush=True)\n");
+    /* done, without a model */
+    write_file(dir, "nomodel.py", "print('trained nothing worth keeping')\n");
+    char *ff = submit_script("failfile", dir, ""), *tail = submit_script("tail", dir, "");
+    char *hog = submit_script("hog", dir, ", \"memory_limit_mb\": 64");
+    char *out = NULL, *err = NULL;
+    /* this one from an uploaded code archive, through the agents' code cache */
+    cr_assert_eq(e2e_kiln(&out, &err, "code", "push", dir, NULL), 0, "kiln code push: %s", err);
+    char source[100] = "";
+    sscanf(out, "%99s", source);
+    free(out);
+    free(err);
+    cr_assert(!strncmp(source, "code:sha256:", 12), "%s", source);
+    char *nomodel = submit_script("nomodel", source, "");
+
+    json_t *job = finished(ff);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
+    const char *reason = e2e_jstr(job, "reason");
+    const char *text = strstr(reason, "bad shard 3: x");
+    cr_assert(text, "the failure file is not the reason: %s", reason);
+    cr_assert_eq(strspn(text + 13, "x"), 1024 - 13, "not the file's first 1,024 characters: %s", reason);
+    cr_assert_eq(text[1024], '\0', "%s", reason);
+    cr_assert(!strstr(reason, "a line on stderr"), "%s", reason);
+    json_decref(job);
+
+    job = finished(tail);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
+    reason = e2e_jstr(job, "reason");
+    cr_assert(strstr(reason, "rank 0") && strstr(reason, "exited with code 1"), "%s", reason);
+    cr_assert(strstr(reason, "stderr line two\nstderr line three\nstderr line four\nstderr line five\nstderr line six"),
+              "not its last stderr lines: %s", reason);
+    cr_assert(!strstr(reason, "line one"), "more than the last lines: %s", reason);
+    json_decref(job);
+
+    job = finished(hog);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
+    reason = e2e_jstr(job, "reason");
+    cr_assert(strstr(reason, "out of memory (limit 64 MiB)"), "not the memory limit: %s", reason);
+    json_decref(job);
+
+    job = finished(nomodel);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    json_decref(job);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", nomodel);
+    json_t *list = e2e_get(path);
+    cr_assert_eq(json_array_size(json_object_get(list, "artifacts")), 0, "%s", e2e_dump(list));
+    json_decref(list);
+    char *said = rank_lines(nomodel, 0, "");
+    cr_assert(strstr(said, "trained nothing"), "%s", said);
+    cr_assert(strstr(said, "the script left SM_MODEL_DIR empty: the job has no model"), "%s", said);
+    free(said);
+    free(ff);
+    free(tail);
+    free(hog);
+    free(nomodel);
+    e2e_pass();
+}
