@@ -340,3 +340,97 @@ Test(e2e_scripts, failures_are_told_as_the_script_told_them, .init = e2e_setup, 
     free(nomodel);
     e2e_pass();
 }
+
+/* ---- PyTorch DDP ------------------------------------------------------------------------------ */
+
+/* Trains a tiny MLP with DDP (gloo) on data it generates, each rank on its slice of every global
+ * batch; then rank 0 trains the same model in one process on the whole batches and prints the
+ * largest difference between the two final parameter sets. */
+static const char k_ddp_py[] =
+    "import argparse, os, torch, torch.distributed as dist\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "p = argparse.ArgumentParser()\n"
+    "p.add_argument('--steps', type=int); p.add_argument('--batch', type=int); p.add_argument('--lr', type=float)\n"
+    "a = p.parse_args()\n"
+    "torch.set_num_threads(1)\n"
+    "dist.init_process_group('gloo')\n"
+    "rank, world = dist.get_rank(), dist.get_world_size()\n"
+    "assert rank == int(os.environ['RANK']) and world == int(os.environ['WORLD_SIZE'])\n"
+    "def make():\n"
+    "    torch.manual_seed(0)\n"
+    "    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))\n"
+    "def flat(m): return torch.cat([q.detach().flatten() for q in m.parameters()])\n"
+    "g = torch.Generator().manual_seed(1)\n"
+    "X = torch.randn(a.steps, a.batch, 8, generator=g)\n"
+    "Y = torch.sin(X @ torch.randn(8, 1, generator=g))\n"
+    "per = a.batch // world\n"
+    "init = flat(make())\n"
+    "model = DDP(make())\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=a.lr)\n"
+    "for s in range(a.steps):\n"
+    "    xb, yb = X[s, rank * per:(rank + 1) * per], Y[s, rank * per:(rank + 1) * per]\n"
+    "    opt.zero_grad(); loss = ((model(xb) - yb) ** 2).mean(); loss.backward(); opt.step()\n"
+    "final = flat(model.module)\n"
+    "every = [torch.zeros_like(final) for _ in range(world)]\n"
+    "dist.all_gather(every, final)\n"
+    "if rank == 0:\n"
+    "    ref = make(); ropt = torch.optim.SGD(ref.parameters(), lr=a.lr)\n"
+    "    for s in range(a.steps):\n"
+    "        ropt.zero_grad(); ((ref(X[s]) - Y[s]) ** 2).mean().backward(); ropt.step()\n"
+    "    print('RESULT world=%d maxdiff=%.3e rankdiff=%.3e moved=%.3e' % (world, (final - flat(ref)).abs().max().item(),\n"
+    "          max((e - final).abs().max().item() for e in every), (flat(ref) - init).abs().max().item()), flush=True)\n"
+    "    torch.save(model.module.state_dict(), os.path.join(os.environ['SM_MODEL_DIR'], 'model.pt'))\n"
+    "dist.destroy_process_group()\n";
+
+#define DDP_TOLERANCE 1e-5  /* float32 sums in another order: ~1e-7 expected */
+
+static void ddp_check(const char *id, int world)
+{
+    json_t *job = finished(id);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%d ranks: ended %s: %s", world, e2e_jstr(job, "state"),
+                     e2e_jstr(job, "reason"));
+    json_decref(job);
+    char *res = rank_lines(id, 0, "RESULT ");
+    int w = 0;
+    double maxdiff = 1, rankdiff = 1, moved = 0;
+    cr_assert_eq(sscanf(res, "RESULT world=%d maxdiff=%lf rankdiff=%lf moved=%lf", &w, &maxdiff, &rankdiff, &moved), 4,
+                 "%s", res);
+    cr_assert_eq(w, world, "%s", res);
+    cr_assert_lt(maxdiff, DDP_TOLERANCE, "DDP and one process differ: %s", res);
+    cr_assert_lt(rankdiff, DDP_TOLERANCE, "the ranks differ: %s", res);
+    cr_assert_gt(moved, 1e-3, "training moved nothing: %s", res);
+    free(res);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    json_t *list = e2e_get(path);
+    cr_assert(strstr(e2e_dump(list), "\"model.tar.gz\""), "%s", e2e_dump(list));
+    json_decref(list);
+}
+
+Test(e2e_scripts, pytorch_ddp_matches_one_process_on_two_nodes_and_on_one_node_with_two_ranks, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 400)
+{
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+        cr_skip_test("python3-torch is not installed for /usr/bin/python3 (scripts/install-deps.sh installs it)");
+    const char *dir = script_dir("ddp-code");
+    write_file(dir, "ddp.py", k_ddp_py);
+    const char *shapes[2] = {"\"nodes\": 2, \"slots_per_node\": 1", "\"nodes\": 1, \"slots_per_node\": 2"};
+    int nproc[2] = {1, 2};
+    char ids[2][64];
+    for (int k = 0; k < 2; k++) {
+        char spec[2 * PATH_MAX];
+        snprintf(spec, sizeof spec,
+                 "{\"name\": \"ddp-%d\", \"entry_point\": \"ddp.py\", \"source\": \"%s\","
+                 " \"hyperparameters\": {\"steps\": 20, \"batch\": 16, \"lr\": 0.1},"
+                 " \"resources\": {%s, \"slot_type\": \"cpu\"},"
+                 " \"distribution\": {\"torch_distributed\": {\"enabled\": true, \"nproc_per_node\": %d}},"
+                 " \"retry\": {\"max_attempts\": 1}}",
+                 k, dir, shapes[k], nproc[k]);
+        json_t *sub = e2e_submit(spec);
+        snprintf(ids[k], sizeof ids[k], "%s", e2e_jstr(sub, "id"));
+        json_decref(sub);
+    }
+    ddp_check(ids[0], 2);
+    ddp_check(ids[1], 2);
+    e2e_pass();
+}
