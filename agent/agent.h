@@ -1,6 +1,6 @@
 /* agent.h - kiln-agent: registers a machine's slots with kilnd over gRPC, heartbeats, launches
- * the ranks of its assignments as kiln-train processes, forwards their output and metric records
- * in batches and reports their exits. The pieces (line splitter, metric records, the launcher,
+ * the ranks of its assignments (kiln-train processes, or a script job's own code), forwards their
+ * output and metric records in batches and reports their exits. The pieces (line splitter, metric records, the launcher,
  * the gRPC client) are public so they can be tested without a network.
  * It is not the training engine (engine/) and holds no job state beyond the ranks it runs. */
 #ifndef KILN_AGENT_H

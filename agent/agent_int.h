@@ -1,7 +1,9 @@
-/* agent_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
- * waiting for kilnd, bounded in memory, numbered for exactly-once storage, and counted in a
- * ledger that outlives the process), transfers with kilnd's store, the monitor port, the ranks'
- * sandbox and the kinds of rank the launcher starts (runtimes). Nothing outside agent/ includes this (its tests do). */
+/* agent_int.h - internals shared by the agent's files: the agent itself (agent.c: lifecycle and
+ * callbacks; heartbeat.c: registration and heartbeats; starter.c; sender.c), the outbox (batched,
+ * ordered reports waiting for kilnd, bounded in memory, numbered for exactly-once storage, and
+ * counted in a ledger that outlives the process), transfers with kilnd's store, the monitor port,
+ * the ranks' sandbox and the kinds of rank the launcher starts (runtimes). Nothing outside agent/
+ * includes this (its tests do). */
 #ifndef KILN_AGENT_INT_H
 #define KILN_AGENT_INT_H
 
@@ -192,6 +194,91 @@ extern prom_family_t agent_prom_dropped_lines, agent_prom_dropped_points;
  * KILN_EINVAL (bad address) or KILN_EIO (cannot listen). */
 int agent_monitor_start(agent_t *a, const char *addr, agent_monitor_t **out, kiln_err_t *err);
 void agent_monitor_stop(agent_monitor_t *m);
+
+/* ---- the agent itself (agent.c, heartbeat.c, starter.c, sender.c) ---------------------------- */
+
+#define AGENT_VERSION "kiln-agent " KILN_VERSION
+#define AGENT_RPC_TIMEOUT_MS 10000
+#define AGENT_MAX_LIST 1024
+#define AGENT_MAX_INTERNAL_TRIES 30  /* INTERNAL/UNKNOWN answers before a report is given up */
+#define AGENT_MAX_ROOTS 32
+#define AGENT_LIMITED_MIN_MS 5000    /* first wait after kilnd's registration limit refused us */
+#define AGENT_LIMITED_MAX_MS 60000
+/* gRPC status codes the agent acts on */
+#define GRPC_PERMISSION_DENIED 7
+#define GRPC_RESOURCE_EXHAUSTED 8
+#define GRPC_FAILED_PRECONDITION 9
+#define GRPC_DATA_LOSS 15
+#define GRPC_UNAUTHENTICATED 16
+
+/* An assignment waiting for the starter thread (an owned copy of the message). */
+typedef struct start_item {
+    struct start_item *next;
+    Kiln__Assignment *a;
+    bool fetched;                /* its init model is in place (a transfer thread fetched it) */
+} start_item_t;
+
+struct agent {
+    char *server, *slot_type, *work_dir, *train_bin, *address;
+    char **gpus;
+    size_t n_gpus;
+    char *roots[AGENT_MAX_ROOTS]; /* data roots, resolved */
+    size_t n_roots;
+    int slots, cores, stop_grace_ms;
+    char hostname[256];
+    char join_token[AGENT_SECRET_MAX]; /* "" when none was given */
+    bool id_from_cfg;            /* the operator named the worker id (--worker-id) */
+
+    agent_rpc_t *rpc;
+    agent_launcher_t *launcher;
+    xfer_t *xfer;                /* uploads of output directories, fetches of init models */
+    agent_code_cache_t *code;    /* script jobs' code, <work_dir>/code-cache (--code-cache-mb) */
+    ob_t ob;
+
+    pthread_mutex_t mu;          /* the fields below */
+    pthread_cond_t cv;           /* wakes the heartbeat thread for stop */
+    char worker_id[128];
+    char credential[AGENT_SECRET_MAX]; /* kilnd's answer to the last registration, "" if none */
+    bool registered;
+    start_item_t *starts;        /* assignments for the starter, in order */
+    pthread_cond_t start_cv;     /* wakes the starter */
+    bool stop_starter;
+    pthread_t start_thread;
+    bool start_started;
+    int hb_interval_ms;
+    bool draining;               /* shutting down: no new assignments */
+    bool hb_now;                 /* heartbeat at once (the drain starting), then clear */
+    bool drain_acked;            /* kilnd has taken a heartbeat that says draining */
+    bool stop_hb, stop_sender, shut_done;
+    pthread_t hb_thread, sender_thread;
+    bool hb_started, sender_started;
+    agent_monitor_t *monitor;    /* --metrics-addr, or NULL */
+    int64_t hb_loop_us;          /* kiln_mono_us of the heartbeat loop's last round (under mu) */
+};
+
+/* Sleeps up to ms on the agent's condition variable; returns early when *flag, or *wake (when
+ * not NULL), turns true (agent.c). */
+void agent_wait(agent_t *a, int ms, const bool *flag, const bool *wake);
+bool agent_flag(agent_t *a, const bool *flag);         /* *flag, read under a->mu */
+/* heartbeat.c: md[0] = "authorization: Bearer <credential>" while the agent holds one (bearer has
+ * AGENT_SECRET_MAX + 8 bytes); returns 1, or 0 without one. */
+size_t agent_auth_md(agent_t *a, char *bearer, agent_md_t *md);
+/* Whether s can travel as a metadata value: printable ASCII, not empty, bounded. */
+bool agent_secret_ok(const char *s);
+/* kilnd refused the credential on a call (what): register again. */
+void agent_unauthenticated(agent_t *a, const char *what, const kiln_err_t *err);
+/* The ranks to report: running, plus those whose exit kilnd has not acknowledged (queued, or
+ * waiting for an upload) and assignments being fetched. Copies up to max; returns the count. */
+size_t agent_running(agent_t *a, agent_rank_info_t *v, size_t max);
+void *agent_hb_main(void *arg);                        /* the heartbeat thread (arg: agent_t) */
+/* starter.c: queues a copy of as for the starter (fetched: its init model is in place), unless
+ * the same (job, attempt) already waits. */
+void agent_start_enqueue(agent_t *a, const Kiln__Assignment *as, bool fetched);
+/* Drops waiting assignments of job_id (attempt 0: any) that a stop order makes moot. */
+void agent_start_cancel(agent_t *a, const char *job_id, int attempt);
+void *agent_start_main(void *arg);                     /* the starter thread (arg: agent_t) */
+void start_item_free(start_item_t *it);                /* accepts NULL */
+void *agent_sender_main(void *arg);                    /* sender.c: the sender thread (arg: agent_t) */
 
 /* ---- the ranks' sandbox (sandbox.c, sandbox_host.c) -------------------------------------------
  * A sandbox_t is the host's side, one per launcher: the configuration, the cgroup hierarchy and

@@ -25,9 +25,6 @@
 #define XFER_MAX_RESTARTS 50         /* BeginArtifacts again after an offset mismatch */
 #define XFER_MAX_DATA_LOSS 5         /* checksum refusals before an upload gives up */
 #define XFER_INTERNAL_TRIES 30       /* INTERNAL/UNKNOWN answers before a call gives up */
-#define GRPC_UNAUTHENTICATED 16
-#define GRPC_FAILED_PRECONDITION 9
-#define GRPC_DATA_LOSS 15
 
 static const char k_begin[] = "/kiln.AgentService/BeginArtifacts";
 static const char k_chunk[] = "/kiln.AgentService/PutArtifactChunk";
