@@ -4,6 +4,7 @@
  * Python prints them (str(), json.dumps with sorted keys), so a script sees what it would see
  * under torchrun or SageMaker. It starts no process. */
 #include "rank/rank.h"
+#include "rank/rank_int.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -253,35 +254,6 @@ static void py_value(sbuf_t *b, json_t *v, py_mode_t mode)
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
-typedef struct strv {
-    char **v;
-    size_t n, cap;
-    bool oom;
-} strv_t;
-
-/* Takes ownership of s. */
-static void strv_push(strv_t *a, char *s)
-{
-    if (!s || a->oom) {
-        free(s);
-        a->oom = true;
-        return;
-    }
-    if (a->n + 2 > a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 32;
-        char **nv = realloc(a->v, cap * sizeof(*nv));
-        if (!nv) {
-            free(s);
-            a->oom = true;
-            return;
-        }
-        a->v = nv;
-        a->cap = cap;
-    }
-    a->v[a->n++] = s;
-    a->v[a->n] = NULL;
-}
-
 /* Takes the string out of b (NULL when it ran out of memory). */
 static char *sb_take(sbuf_t *b)
 {
@@ -306,7 +278,7 @@ static int hp_parse(const char *text, json_t **out, kiln_err_t *err)
     return 0;
 }
 
-static void args_of(json_t *hp, strv_t *a)
+static void args_of(json_t *hp, rank_strv_t *a)
 {
     size_t n;
     const char **k = sorted_keys(hp, &n);
@@ -334,8 +306,8 @@ static void args_of(json_t *hp, strv_t *a)
         } else {
             py_value(&val, v, PY_STR);
         }
-        strv_push(a, sb_take(&name));
-        strv_push(a, sb_take(&val));
+        rank_strv_push(a, sb_take(&name));
+        rank_strv_push(a, sb_take(&val));
     }
     free(k);
 }
@@ -348,7 +320,7 @@ int rank_script_args(const char *hyperparameters_json, char ***out, size_t *n, k
     int rc = hp_parse(hyperparameters_json, &hp, err);
     if (rc)
         return rc;
-    strv_t a = {0};
+    rank_strv_t a = {0};
     args_of(hp, &a);
     json_decref(hp);
     if (!a.oom && !a.v)
@@ -364,17 +336,17 @@ int rank_script_args(const char *hyperparameters_json, char ***out, size_t *n, k
 
 /* ---- the environment ------------------------------------------------------------------------ */
 
-static void env_add(strv_t *a, const char *name, const char *value)
+static void env_add(rank_strv_t *a, const char *name, const char *value)
 {
     sbuf_t b = {0};
     sb_str(&b, name);
     sb_str(&b, "=");
     sb_str(&b, value ? value : "");
-    strv_push(a, sb_take(&b));
+    rank_strv_push(a, sb_take(&b));
 }
 
-static void env_addf(strv_t *a, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void env_addf(strv_t *a, const char *name, const char *fmt, ...)
+static void env_addf(rank_strv_t *a, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void env_addf(rank_strv_t *a, const char *name, const char *fmt, ...)
 {
     char tmp[256];
     va_list ap;
@@ -385,7 +357,7 @@ static void env_addf(strv_t *a, const char *name, const char *fmt, ...)
 }
 
 /* Removes the entries named name (the spec's environment replaces what the agent's had). */
-static void env_remove(strv_t *a, const char *name)
+static void env_remove(rank_strv_t *a, const char *name)
 {
     size_t len = strlen(name), j = 0;
     for (size_t i = 0; i < a->n; i++) {
@@ -418,7 +390,7 @@ static char *json_text(json_t *v)
     return sb_take(&b);
 }
 
-static void env_add_json(strv_t *a, const char *name, json_t *v)
+static void env_add_json(rank_strv_t *a, const char *name, json_t *v)
 {
     char *t = v ? json_text(v) : NULL;
     if (!t)
@@ -434,7 +406,7 @@ int rank_script_envp(const rank_env_t *e, const rank_script_env_t *s, char *cons
     *out = NULL;
     json_t *hp = NULL, *hosts = NULL, *chans = NULL, *dirs = NULL, *tenv = NULL, *args = NULL;
     char **filtered = NULL, **contract = NULL;
-    strv_t a = {0}, uargs = {0};
+    rank_strv_t a = {0}, uargs = {0};
     int rc = hp_parse(s->hyperparameters_json, &hp, err);
     if (rc)
         return rc;
@@ -466,7 +438,7 @@ int rank_script_envp(const rank_env_t *e, const rank_script_env_t *s, char *cons
     if ((rc = rank_env_envp(e, filtered, &contract, err)))
         goto out;
     for (char **p = contract; *p; p++) {
-        strv_push(&a, *p);
+        rank_strv_push(&a, *p);
         *p = NULL;
     }
 
