@@ -1,6 +1,6 @@
 /* agent.h - kiln-agent: registers a machine's slots with kilnd over gRPC, heartbeats, launches
- * the ranks of its assignments as kiln-train processes, forwards their output and metric records
- * in batches and reports their exits. The pieces (line splitter, metric records, the launcher,
+ * the ranks of its assignments (kiln-train processes, or a script job's own code), forwards their
+ * output and metric records in batches and reports their exits. The pieces (line splitter, metric records, the launcher,
  * the gRPC client) are public so they can be tested without a network.
  * It is not the training engine (engine/) and holds no job state beyond the ranks it runs. */
 #ifndef KILN_AGENT_H
@@ -168,8 +168,10 @@ typedef struct agent_launch_cbs {
                     int64_t time_us, const char *line, size_t len);
     void (*on_points)(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n);
     /* exit_code -1 when killed by signal sig. reason: for a non-zero exit code the rank's last
-     * stderr line ("" when it wrote none); for a signal its description ("Killed"), or, for a
-     * SIGKILL by the kernel's OOM killer in the box's cgroup, "out of memory (limit N MiB)". */
+     * stderr line ("" when it wrote none; a script rank: its last stderr lines); for a signal
+     * its description ("Killed"), or, for a SIGKILL by the kernel's OOM killer in the box's
+     * cgroup, "out of memory (limit N MiB)"; for a script rank that failed either way and left
+     * SageMaker's failure file, that file's first RANK_SM_FAILURE_MAX characters. */
     void (*on_exit)(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
                     int sig, const char *reason);
     void *ud;
@@ -177,6 +179,9 @@ typedef struct agent_launch_cbs {
 
 /* Appended to a log line the launcher had to cut at max_line bytes. */
 #define AGENT_TRUNCATED_MARK " [line truncated]"
+/* Bytes of a rank's exit or start reason the agent keeps (a script's failure file: its first
+ * RANK_SM_FAILURE_MAX characters, UTF-8). */
+#define AGENT_REASON_MAX (4 * RANK_SM_FAILURE_MAX + 64)
 
 /* ------------------------------------------------------------------------------------------
  * The sandbox every rank runs in (sandbox.c; docs/security.md, "Ranks run in a sandbox"): each
@@ -233,6 +238,12 @@ typedef struct agent_launcher_config {
     /* How ranks are confined (zero: the sandbox, on, with its defaults). agent_launcher_create
      * refuses to start when the sandbox is on and cannot work here (err says why). */
     agent_sandbox_config_t sandbox;
+    /* Script jobs: the Python that runs a .py entry point (--python; NULL: "python3"), looked up
+     * in PATH when it has no '/'; a job's own "python" replaces it. */
+    const char *python;
+    /* Where script jobs' code archives come from (borrowed; it must outlive the launcher). NULL:
+     * a job whose source is an archive is refused. */
+    struct agent_code_cache *code;
 } agent_launcher_config_t;
 
 typedef struct agent_launcher agent_launcher_t;
@@ -459,6 +470,7 @@ typedef struct agent_config {
     const char *metrics_addr;
     agent_sandbox_config_t sandbox; /* how ranks are confined (agent_launcher_config_t) */
     int64_t code_cache_bytes;  /* --code-cache-mb: the code cache's bound (0: 10 GiB) */
+    const char *python;        /* --python: what runs a script job's .py entry point (NULL: python3) */
 } agent_config_t;
 
 typedef struct agent agent_t;

@@ -1,10 +1,13 @@
-/* agent_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
- * waiting for kilnd, bounded in memory, numbered for exactly-once storage, and counted in a
- * ledger that outlives the process), transfers with kilnd's store, the monitor port, and the
- * ranks' sandbox. Nothing outside agent/ includes this (its tests do). */
+/* agent_int.h - internals shared by the agent's files: the agent itself (agent.c: lifecycle and
+ * callbacks; heartbeat.c: registration and heartbeats; starter.c; sender.c), the outbox (batched,
+ * ordered reports waiting for kilnd, bounded in memory, numbered for exactly-once storage, and
+ * counted in a ledger that outlives the process), transfers with kilnd's store, the monitor port,
+ * the ranks' sandbox and the kinds of rank the launcher starts (runtimes). Nothing outside agent/
+ * includes this (its tests do). */
 #ifndef KILN_AGENT_INT_H
 #define KILN_AGENT_INT_H
 
+#include <limits.h>
 #include <pthread.h>
 
 #include "agent/agent.h"
@@ -63,7 +66,7 @@ typedef struct ob_item {
     size_t nlines, lines_cap, bytes;
     agent_points_t points;     /* OB_METRICS */
     bool started;               /* OB_STATUS */
-    char reason[600];           /* OB_STATUS, OB_EXIT */
+    char reason[AGENT_REASON_MAX]; /* OB_STATUS, OB_EXIT */
     int rank, exit_code, sig;   /* OB_EXIT */
     int port;                   /* OB_STATUS: the rendezvous port picked for the attempt, or 0 */
     bool shutdown;              /* OB_STATUS, OB_EXIT: because the agent is shutting down */
@@ -191,6 +194,91 @@ extern prom_family_t agent_prom_dropped_lines, agent_prom_dropped_points;
  * KILN_EINVAL (bad address) or KILN_EIO (cannot listen). */
 int agent_monitor_start(agent_t *a, const char *addr, agent_monitor_t **out, kiln_err_t *err);
 void agent_monitor_stop(agent_monitor_t *m);
+
+/* ---- the agent itself (agent.c, heartbeat.c, starter.c, sender.c) ---------------------------- */
+
+#define AGENT_VERSION "kiln-agent " KILN_VERSION
+#define AGENT_RPC_TIMEOUT_MS 10000
+#define AGENT_MAX_LIST 1024
+#define AGENT_MAX_INTERNAL_TRIES 30  /* INTERNAL/UNKNOWN answers before a report is given up */
+#define AGENT_MAX_ROOTS 32
+#define AGENT_LIMITED_MIN_MS 5000    /* first wait after kilnd's registration limit refused us */
+#define AGENT_LIMITED_MAX_MS 60000
+/* gRPC status codes the agent acts on */
+#define GRPC_PERMISSION_DENIED 7
+#define GRPC_RESOURCE_EXHAUSTED 8
+#define GRPC_FAILED_PRECONDITION 9
+#define GRPC_DATA_LOSS 15
+#define GRPC_UNAUTHENTICATED 16
+
+/* An assignment waiting for the starter thread (an owned copy of the message). */
+typedef struct start_item {
+    struct start_item *next;
+    Kiln__Assignment *a;
+    bool fetched;                /* its init model is in place (a transfer thread fetched it) */
+} start_item_t;
+
+struct agent {
+    char *server, *slot_type, *work_dir, *train_bin, *address;
+    char **gpus;
+    size_t n_gpus;
+    char *roots[AGENT_MAX_ROOTS]; /* data roots, resolved */
+    size_t n_roots;
+    int slots, cores, stop_grace_ms;
+    char hostname[256];
+    char join_token[AGENT_SECRET_MAX]; /* "" when none was given */
+    bool id_from_cfg;            /* the operator named the worker id (--worker-id) */
+
+    agent_rpc_t *rpc;
+    agent_launcher_t *launcher;
+    xfer_t *xfer;                /* uploads of output directories, fetches of init models */
+    agent_code_cache_t *code;    /* script jobs' code, <work_dir>/code-cache (--code-cache-mb) */
+    ob_t ob;
+
+    pthread_mutex_t mu;          /* the fields below */
+    pthread_cond_t cv;           /* wakes the heartbeat thread for stop */
+    char worker_id[128];
+    char credential[AGENT_SECRET_MAX]; /* kilnd's answer to the last registration, "" if none */
+    bool registered;
+    start_item_t *starts;        /* assignments for the starter, in order */
+    pthread_cond_t start_cv;     /* wakes the starter */
+    bool stop_starter;
+    pthread_t start_thread;
+    bool start_started;
+    int hb_interval_ms;
+    bool draining;               /* shutting down: no new assignments */
+    bool hb_now;                 /* heartbeat at once (the drain starting), then clear */
+    bool drain_acked;            /* kilnd has taken a heartbeat that says draining */
+    bool stop_hb, stop_sender, shut_done;
+    pthread_t hb_thread, sender_thread;
+    bool hb_started, sender_started;
+    agent_monitor_t *monitor;    /* --metrics-addr, or NULL */
+    int64_t hb_loop_us;          /* kiln_mono_us of the heartbeat loop's last round (under mu) */
+};
+
+/* Sleeps up to ms on the agent's condition variable; returns early when *flag, or *wake (when
+ * not NULL), turns true (agent.c). */
+void agent_wait(agent_t *a, int ms, const bool *flag, const bool *wake);
+bool agent_flag(agent_t *a, const bool *flag);         /* *flag, read under a->mu */
+/* heartbeat.c: md[0] = "authorization: Bearer <credential>" while the agent holds one (bearer has
+ * AGENT_SECRET_MAX + 8 bytes); returns 1, or 0 without one. */
+size_t agent_auth_md(agent_t *a, char *bearer, agent_md_t *md);
+/* Whether s can travel as a metadata value: printable ASCII, not empty, bounded. */
+bool agent_secret_ok(const char *s);
+/* kilnd refused the credential on a call (what): register again. */
+void agent_unauthenticated(agent_t *a, const char *what, const kiln_err_t *err);
+/* The ranks to report: running, plus those whose exit kilnd has not acknowledged (queued, or
+ * waiting for an upload) and assignments being fetched. Copies up to max; returns the count. */
+size_t agent_running(agent_t *a, agent_rank_info_t *v, size_t max);
+void *agent_hb_main(void *arg);                        /* the heartbeat thread (arg: agent_t) */
+/* starter.c: queues a copy of as for the starter (fetched: its init model is in place), unless
+ * the same (job, attempt) already waits. */
+void agent_start_enqueue(agent_t *a, const Kiln__Assignment *as, bool fetched);
+/* Drops waiting assignments of job_id (attempt 0: any) that a stop order makes moot. */
+void agent_start_cancel(agent_t *a, const char *job_id, int attempt);
+void *agent_start_main(void *arg);                     /* the starter thread (arg: agent_t) */
+void start_item_free(start_item_t *it);                /* accepts NULL */
+void *agent_sender_main(void *arg);                    /* sender.c: the sender thread (arg: agent_t) */
 
 /* ---- the ranks' sandbox (sandbox.c, sandbox_host.c) -------------------------------------------
  * A sandbox_t is the host's side, one per launcher: the configuration, the cgroup hierarchy and
@@ -356,5 +444,85 @@ bool sandbox_cgbox_oom(const sandbox_cgbox_t *b);
 void sandbox_cgbox_destroy(sandbox_cgbox_t *b);
 /* Names under the bases that look like boxes ("u<uid>"): calls fn for each uid found (once). */
 void sandbox_cg_each_box(const sandbox_cg_t *cg, void (*fn)(void *ud, uint32_t uid), void *ud);
+
+/* ---- the kinds of rank the launcher starts (launch.c, run_train.c, run_script.c) ---------------
+ * The launcher does everything a rank's kind does not change: the job's directories, the box and
+ * its common mounts (data roots, spec, output and checkpoint directories), the rank contract's
+ * values, slots, pipes, output, metrics, signals, exits, OOM and what reaches kilnd. A runtime
+ * says what differs: what an attempt needs on the host before its box is made (code, its own
+ * directories) and what the box must show it, and for each rank the program, its arguments,
+ * its environment and its working directory; and it may know a better reason for a failed rank
+ * than its last stderr line. */
+typedef struct launch_host {       /* the launcher's settings a runtime reads (borrowed) */
+    const char *work_dir;          /* resolved */
+    const char *train_bin;         /* kiln-train */
+    const char *python;            /* --python, resolved to an absolute path ("" when not found) */
+    const char *const *roots;      /* data roots, resolved */
+    size_t nroots;
+    agent_code_cache_t *code;      /* script jobs' code; NULL: code archives cannot be fetched */
+    bool gpu;                      /* slot type gpu */
+    bool sandboxed;                /* ranks run in a box (paths are the same inside and out) */
+} launch_host_t;
+
+typedef struct launch_attempt {    /* one attempt on this agent, as its runtime sees it */
+    const launch_host_t *host;
+    char job_id[64];
+    int attempt;
+    char job_dir[PATH_MAX];        /* <work_dir>/jobs/<job id> */
+    char out_dir[PATH_MAX + 16];   /* <job_dir>/output: what rank 0 leaves there becomes artifacts */
+    char ckpt_dir[PATH_MAX];       /* resolved, writable */
+    void *state;                   /* the runtime's (prepare makes it, release frees it) */
+} launch_attempt_t;
+
+#define LAUNCH_MAX_MOUNTS 64
+typedef struct launch_mounts {     /* what a runtime adds to the box (paths copied in) */
+    sandbox_mount_t v[LAUNCH_MAX_MOUNTS];
+    char path[LAUNCH_MAX_MOUNTS][PATH_MAX];
+    char dst[LAUNCH_MAX_MOUNTS][64];
+    bool give[LAUNCH_MAX_MOUNTS];  /* made the box's uid's, recursively (SANDBOX_RW ones) */
+    size_t n;
+} launch_mounts_t;
+
+/* Adds a mount (dst NULL: where the host has it); give: the box's uid gets the tree. Returns 0,
+ * or KILN_ETOOBIG when there are LAUNCH_MAX_MOUNTS already or a path is too long. */
+int launch_mounts_add(launch_mounts_t *m, const char *src, const char *dst, unsigned flags, bool give,
+                      kiln_err_t *err);
+
+typedef struct launch_cmd {        /* one rank's process */
+    char path[PATH_MAX];           /* the program, as the box sees it (absolute) */
+    char **argv;                   /* NULL-terminated heap strings (rank_envp_free) */
+    char **envp;                   /* likewise */
+    char cwd[PATH_MAX];            /* "": the box's / (the agent's cwd unconfined) */
+} launch_cmd_t;
+
+typedef struct launch_runtime {
+    const char *name;              /* "kiln-train", "script" */
+    /* On the starter thread, before the box: makes what the attempt's ranks need on the host
+     * (the job's directories exist) and adds what the box must show them to *m. Returns 0 or a
+     * status with err (the attempt is refused with err's message). */
+    int (*prepare)(launch_attempt_t *at, const Kiln__Assignment *a, launch_mounts_t *m, kiln_err_t *err);
+    /* One rank: re holds the rank contract's values; fills *cmd (caller frees its arrays). */
+    int (*command)(launch_attempt_t *at, const Kiln__Assignment *a, const rank_env_t *re, launch_cmd_t *cmd,
+                   kiln_err_t *err);
+    /* A rank of the attempt ended abnormally (not by the memory limit): may replace *reason
+     * (size n; what the launcher has: the last stderr line, or the signal's name) with a better
+     * one; tail holds the rank's last stderr lines, '\n'-separated. May be NULL. */
+    void (*exit_reason)(const launch_attempt_t *at, int exit_code, int sig, const char *tail, char *reason,
+                        size_t n);
+    void (*release)(launch_attempt_t *at); /* frees at->state; may be NULL */
+} launch_runtime_t;
+
+extern const launch_runtime_t launch_runtime_train;  /* run_train.c: kiln's own engine */
+extern const launch_runtime_t launch_runtime_script; /* run_script.c: a job's entry_point */
+
+/* Before rank 0's output directory is uploaded: a script job's SM_MODEL_DIR and
+ * SM_OUTPUT_DATA_DIR (<job_dir>/model, <job_dir>/sm-output/data), each with its subdirectories,
+ * become <job_dir>/output/model.tar.gz and output.tar.gz when they hold anything (as SageMaker
+ * packs them); notes (size n) says what was kept, or that the script left no model. Does
+ * nothing for a job without those directories (kiln-train's). */
+void agent_output_pack_trees(const char *job_dir, char *notes, size_t n);
+
+/* A launch_cmd_t's arrays freed and cleared. */
+void launch_cmd_deinit(launch_cmd_t *c);
 
 #endif /* KILN_AGENT_INT_H */

@@ -1,6 +1,7 @@
 /* launch.c - the agent's launcher: checks an assignment's paths against the agent's roots, starts
- * its ranks as kiln-train child processes (own process group, the rank contract's environment
- * from rank/, stdout/stderr/metric records on pipes), reads their output and matches metric
+ * its ranks through the runtime of their kind (kiln-train or a job's script: run_train.c,
+ * run_script.c) as child processes (own process group, the rank contract's environment from
+ * rank/, stdout/stderr/metric records on pipes), reads their output and matches metric
  * definitions on one epoll I/O thread, delivers stop orders and exits, stops the other ranks of
  * an attempt when one of them dies, and removes what a dead rank left in /dev/shm. Each attempt's
  * ranks run in a sandbox box (sandbox.c) that sees the data roots read-only and the job's own
@@ -48,8 +49,13 @@ typedef struct ljob {
     agent_metric_defs_t defs;
     sandbox_box_t *box;          /* the ranks' sandbox, or NULL (--sandbox off) */
     int nranks;                  /* ranks of the attempt on this agent */
-    char bin[PATH_MAX];          /* the rank program as the box sees it ("": l->train_bin) */
+    int grace_ms;                /* stopping.grace_period_s: SIGKILL this long after SIGTERM (0: the order's) */
+    const launch_runtime_t *rt;  /* the ranks' kind */
+    launch_attempt_t at;         /* what the runtime keeps of the attempt */
 } ljob_t;
+
+#define LAUNCH_TAIL_LINES 5      /* stderr lines a rank's failure reason may quote */
+#define LAUNCH_TAIL_BYTES 400
 
 typedef struct lrank lrank_t;
 
@@ -78,10 +84,14 @@ struct lrank {
     agent_metric_cursor_t mcur;  /* where its regex matches take their steps (step marks, counts) */
     bool nonfinite_noted;        /* the job's log was told this rank reported NaN or infinity */
     char last_err[512];
+    char tail[LAUNCH_TAIL_LINES][LAUNCH_TAIL_BYTES]; /* its last stderr lines, a ring */
+    int ntail;                   /* lines written into the ring, in all */
 };
 
 struct agent_launcher {
     char *train_bin, *work_dir; /* work_dir resolved */
+    char *python;               /* --python, resolved ("" when it is nowhere in PATH) */
+    launch_host_t host;         /* what runtimes read of the above */
     char **roots;               /* data roots, resolved */
     size_t nroots;
     char *roots_csv;            /* the roots, comma-separated: the ranks' KILN_DATA_ROOTS */
@@ -204,8 +214,10 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
         line = marked;
         len += sizeof(AGENT_TRUNCATED_MARK) - 1;
     }
-    if (c->kind == PIPE_STDERR && len > 0) /* the exit's reason: text kilnd accepts */
+    if (c->kind == PIPE_STDERR && len > 0) { /* the exit's reason: text kilnd accepts */
         kiln_utf8_copy(r->last_err, sizeof(r->last_err), line, len);
+        kiln_utf8_copy(r->tail[r->ntail++ % LAUNCH_TAIL_LINES], LAUNCH_TAIL_BYTES, line, len);
+    }
     if (l->cbs.on_line)
         l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, stream, now, line, len);
     agent_metric_defs_t *d = &r->job->defs;
@@ -296,6 +308,8 @@ static void job_release(ljob_t *j)
         return;
     if (j->port_claim >= 0)
         close(j->port_claim);
+    if (j->rt && j->rt->release)
+        j->rt->release(&j->at);
     agent_metric_defs_deinit(&j->defs);
     sandbox_box_destroy(j->box);
     free(j);
@@ -325,7 +339,8 @@ static void rank_finish(agent_launcher_t *l, lrank_t *r)
     }
     if (!r->silent && l->cbs.on_exit) {
         int code = -1, sig = 0;
-        char reason[600];
+        char reason[AGENT_REASON_MAX];
+        bool oom = false;
         reason[0] = '\0';
         if (WIFEXITED(r->wstatus)) {
             code = WEXITSTATUS(r->wstatus);
@@ -336,6 +351,7 @@ static void rank_finish(agent_launcher_t *l, lrank_t *r)
             sig = WTERMSIG(r->wstatus);
             int64_t limit_mb = 0;
             if (sig == SIGKILL && !r->sigkilled && r->job->box && sandbox_box_oom(r->job->box, &limit_mb)) {
+                oom = true;
                 if (r->job->nranks > 1)
                     snprintf(reason, sizeof(reason), "out of memory (limit %lld MiB for its %d ranks on this host)",
                              (long long)limit_mb, r->job->nranks);
@@ -344,6 +360,15 @@ static void rank_finish(agent_launcher_t *l, lrank_t *r)
             } else {
                 kiln_strlcpy(reason, strsignal(sig), sizeof(reason));
             }
+        }
+        if ((code != 0 || sig != 0) && !oom && r->job->rt->exit_reason) {
+            char tail[LAUNCH_TAIL_LINES * LAUNCH_TAIL_BYTES];
+            size_t off = 0;
+            tail[0] = '\0';
+            for (int i = KILN_MAX(0, r->ntail - LAUNCH_TAIL_LINES); i < r->ntail; i++)
+                off += (size_t)snprintf(tail + off, sizeof(tail) - off, "%s%s", off ? "\n" : "",
+                                        r->tail[i % LAUNCH_TAIL_LINES]);
+            r->job->rt->exit_reason(&r->job->at, code, sig, tail, reason, sizeof(reason));
         }
         l->cbs.on_exit(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, r->pid, code, sig, reason);
     }
@@ -482,6 +507,54 @@ static void *launcher_main(void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
+/* name as an absolute path: itself when it has a '/' (made absolute), else the first executable
+ * of that name in PATH; "" when there is none. Heap string, or NULL when out of memory. */
+static char *launch_find_program(const char *name)
+{
+    char buf[PATH_MAX];
+    if (strchr(name, '/')) {
+        if (realpath(name, buf))
+            return strdup(buf);
+        return strdup(name[0] == '/' ? name : "");
+    }
+    const char *path = getenv("PATH");
+    char *copy = strdup(path && path[0] ? path : "/usr/local/bin:/usr/bin:/bin"), *save = NULL;
+    if (!copy)
+        return NULL;
+    char *found = NULL;
+    for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+        if (d[0] != '/' || snprintf(buf, sizeof(buf), "%s/%s", d, name) >= (int)sizeof(buf))
+            continue;
+        if (access(buf, X_OK) == 0)
+            found = strdup(buf); /* as found: a virtual environment's python is a link that must stay one */
+    }
+    free(copy);
+    return found ? found : strdup("");
+}
+
+int launch_mounts_add(launch_mounts_t *m, const char *src, const char *dst, unsigned flags, bool give,
+                      kiln_err_t *err)
+{
+    if (m->n >= LAUNCH_MAX_MOUNTS)
+        return kiln_err_set(err, KILN_ETOOBIG, NULL, "more than %d mounts for one attempt", LAUNCH_MAX_MOUNTS);
+    if (strlen(src) >= sizeof(m->path[0]) || (dst && strlen(dst) >= sizeof(m->dst[0])))
+        return kiln_err_set(err, KILN_ETOOBIG, NULL, "path \"%.80s\" is too long for a mount", src);
+    kiln_strlcpy(m->path[m->n], src, sizeof(m->path[0]));
+    if (dst)
+        kiln_strlcpy(m->dst[m->n], dst, sizeof(m->dst[0]));
+    m->v[m->n] = (sandbox_mount_t){m->path[m->n], dst ? m->dst[m->n] : NULL, flags};
+    m->give[m->n] = give;
+    m->n++;
+    return 0;
+}
+
+void launch_cmd_deinit(launch_cmd_t *c)
+{
+    rank_envp_free(c->argv);
+    rank_envp_free(c->envp);
+    c->argv = c->envp = NULL;
+}
+
 /* --cpus: CPUs the agent may run on, at least one a slot; slot i gets share i (rank_cpus_share),
  * and unless --cores says otherwise the cores the ranks share are these CPUs. */
 static int slot_cpus_plan(agent_launcher_t *l, const agent_launcher_config_t *cfg, kiln_err_t *err)
@@ -515,6 +588,7 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
     pthread_cond_init(&l->idle_cv, NULL);
     pthread_mutex_init(&l->snap_mu, NULL);
     l->train_bin = strdup(cfg->train_bin ? cfg->train_bin : "kiln-train");
+    l->python = launch_find_program(cfg->python && cfg->python[0] ? cfg->python : "python3");
     /* resolved, so that it can serve as a root for checkpoint directories */
     l->work_dir = realpath(cfg->work_dir ? cfg->work_dir : ".", NULL);
     if (!l->work_dir) {
@@ -568,6 +642,12 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
                          "and will not read it", l->roots[i], (unsigned)(st.st_mode & 0777));
         }
     }
+    if (l->python && !l->python[0])
+        log_warn("--python %s is not in PATH: script jobs with a .py entry point and no \"python\" of their own "
+                 "will be refused", cfg->python && cfg->python[0] ? cfg->python : "python3");
+    l->host = (launch_host_t){.work_dir = l->work_dir, .train_bin = l->train_bin, .python = l->python,
+                              .roots = (const char *const *)l->roots, .nroots = l->nroots, .code = cfg->code,
+                              .gpu = l->gpu, .sandboxed = l->sandbox != NULL};
     l->slot_used = calloc((size_t)l->slots, sizeof(bool));
     if (l->slot_used && cfg->cpus && cfg->cpus[0] && slot_cpus_plan(l, cfg, err) != 0)
         goto fail;
@@ -575,7 +655,7 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
         l->cbs = *cbs;
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     l->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!l->train_bin || !l->slot_used || l->epfd < 0 || l->wakefd < 0) {
+    if (!l->train_bin || !l->python || !l->slot_used || l->epfd < 0 || l->wakefd < 0) {
         kiln_err_set(err, KILN_EIO, NULL, "could not set up the launcher: %s", strerror(errno));
         goto fail;
     }
@@ -642,6 +722,7 @@ void agent_launcher_destroy(agent_launcher_t *l)
     free(l->slot_used);
     free(l->slot_cpus);
     free(l->train_bin);
+    free(l->python);
     free(l->work_dir);
     free(l);
 }
@@ -654,8 +735,8 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
                       kiln_err_t *err)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
-    char **envp = NULL;
-    char spec_path[PATH_MAX + 16], out_dir[PATH_MAX + 16];
+    launch_cmd_t cmd = {0};
+    char spec_path[PATH_MAX + 16];
     lrank_t *r = NULL;
     int rc = 0;
 
@@ -709,7 +790,6 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     rank_env_t re;
     rank_env_init(&re);
     snprintf(spec_path, sizeof(spec_path), "%s/spec.json", job_dir);
-    snprintf(out_dir, sizeof(out_dir), "%s/output", job_dir);
     re.spec = spec_path;
     re.job_id = a->job_id;
     re.attempt = a->attempt;
@@ -724,7 +804,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
      * one rank has no rendezvous (0: KILN_MASTER_PORT unset) */
     re.master_port = job->port ? job->port : a->master_port;
     re.checkpoint_dir = ckpt_dir;
-    re.output_dir = out_dir;
+    re.output_dir = job->at.out_dir;
     re.resume_from = resume[0] ? resume : NULL;
     re.metrics_fd = LAUNCH_METRICS_FD;
     re.threads = threads;
@@ -738,16 +818,16 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
         xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
         re.init_model = model;
     }
-    if ((rc = rank_env_envp(&re, environ, &envp, err)) != 0)
-        goto fail; /* kilnd sent an assignment the contract cannot carry: err names the variable */
+    /* the program, its arguments and environment and where it runs: the runtime's (an
+     * assignment the contract cannot carry is refused there, err naming the variable) */
+    if ((rc = job->rt->command(&job->at, a, &re, &cmd, err)) != 0)
+        goto fail;
 
-    /* in its box (or unconfined): stdout, stderr and metric records on the pipes, in the output
-     * directory, and SIGKILL when the agent dies (an orphaned rank would go on writing into a
-     * job's checkpoint directory while kilnd restarts the job elsewhere) */
-    const char *bin = job->bin[0] ? job->bin : l->train_bin;
-    char *argv[] = {(char *)bin, NULL};
+    /* in its box (or unconfined): stdout, stderr and metric records on the pipes, and SIGKILL
+     * when the agent dies (an orphaned rank would go on writing into a job's checkpoint
+     * directory while kilnd restarts the job elsewhere) */
     sandbox_fd_t fds[] = {{p[0][1], 1}, {p[1][1], 2}, {p[2][1], LAUNCH_METRICS_FD}};
-    sandbox_spawn_t sp = {.path = bin, .argv = argv, .envp = envp, .cwd = job->box ? out_dir : NULL,
+    sandbox_spawn_t sp = {.path = cmd.path, .argv = cmd.argv, .envp = cmd.envp, .cwd = cmd.cwd[0] ? cmd.cwd : NULL,
                           .fds = fds, .n_fds = KILN_ARRAY_LEN(fds)};
     if ((rc = sandbox_spawn(job->box, &sp, &r->pid, err)) != 0)
         goto fail;
@@ -774,7 +854,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     l->nranks++;
     r = NULL;
 fail:
-    rank_envp_free(envp);
+    launch_cmd_deinit(&cmd);
     for (int k = 0; k < 3; k++)
         for (int j = 0; j < 2; j++)
             if (p[k][j] >= 0)
@@ -886,36 +966,23 @@ static int launch_mkdir_parents(const char *path, kiln_err_t *err)
     return kiln_mkdirs_mode(parent, 0711, err);
 }
 
-/* The box an attempt's ranks run in (sandbox.c): the data roots, the rank program (with the CUDA
- * backend kiln-train loads from beside it or KILN_CUDA_LIB), the spec, the model to start from
- * and the checkpoint to resume from, read-only; the output and checkpoint directories writable,
- * and made the box's uid's. Memory and tasks: the slot's limits times the ranks. bin (OUT): the
- * rank program's resolved path, which the box sees where the host does. */
+/* The box an attempt's ranks run in (sandbox.c): the data roots, the spec, the model to start
+ * from and the checkpoint to resume from, read-only; the output and checkpoint directories
+ * writable, and made the box's uid's; then what the runtime asked for (rm). Memory and tasks: the
+ * slot's limits times the ranks, memory no more than the spec's resources.memory_limit_mb per
+ * rank. */
 static int launch_box(agent_launcher_t *l, const Kiln__Assignment *a, const char *job_dir, const char *ckpt_dir,
-                      const char *resume, sandbox_box_t **out, char *bin, size_t binn, kiln_err_t *err)
+                      const char *resume, const launch_mounts_t *rm, sandbox_box_t **out, kiln_err_t *err)
 {
-    char real[PATH_MAX], lib[2][PATH_MAX + 32], spec[PATH_MAX + 16], out_dir[PATH_MAX + 16], model[PATH_MAX];
-    if (!realpath(l->train_bin, real)) /* as the exec would say */
-        return kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s", l->train_bin, strerror(errno));
-    kiln_strlcpy(bin, real, binn);
-    char *slash = strrchr(real, '/');
-    *slash = '\0';
-    snprintf(lib[0], sizeof(lib[0]), "%s/libkiln_cuda.so", real);
-    snprintf(lib[1], sizeof(lib[1]), "%s/../lib/libkiln_cuda.so", real);
+    char spec[PATH_MAX + 16], out_dir[PATH_MAX + 16], model[PATH_MAX];
     snprintf(spec, sizeof(spec), "%s/spec.json", job_dir);
     snprintf(out_dir, sizeof(out_dir), "%s/output", job_dir);
-    sandbox_mount_t *m = calloc(l->nroots + 10, sizeof(*m));
+    sandbox_mount_t *m = calloc(l->nroots + rm->n + 8, sizeof(*m));
     if (!m)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     size_t n = 0;
     for (size_t i = 0; i < l->nroots; i++)
         m[n++] = (sandbox_mount_t){l->roots[i], NULL, SANDBOX_RO};
-    m[n++] = (sandbox_mount_t){bin, NULL, SANDBOX_RO};
-    m[n++] = (sandbox_mount_t){lib[0], NULL, SANDBOX_RO | SANDBOX_OPTIONAL};
-    m[n++] = (sandbox_mount_t){lib[1], NULL, SANDBOX_RO | SANDBOX_OPTIONAL};
-    const char *cuda_lib = getenv("KILN_CUDA_LIB");
-    if (cuda_lib && cuda_lib[0] == '/')
-        m[n++] = (sandbox_mount_t){cuda_lib, NULL, SANDBOX_RO | SANDBOX_OPTIONAL};
     m[n++] = (sandbox_mount_t){spec, NULL, SANDBOX_RO};
     m[n++] = (sandbox_mount_t){out_dir, NULL, SANDBOX_RW};
     m[n++] = (sandbox_mount_t){ckpt_dir, NULL, SANDBOX_RW};
@@ -926,8 +993,11 @@ static int launch_box(agent_launcher_t *l, const Kiln__Assignment *a, const char
         xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
         m[n++] = (sandbox_mount_t){model, NULL, SANDBOX_RO};
     }
-    /* resources.memory_limit_mb arrives with script jobs: a rank gets the smaller of it and the slot's */
+    for (size_t i = 0; i < rm->n; i++)
+        m[n++] = rm->v[i];
     int64_t rank_mb = sandbox_memory_per_slot_mb(l->sandbox);
+    if (a->memory_limit_mb > 0 && (rank_mb <= 0 || a->memory_limit_mb < rank_mb))
+        rank_mb = a->memory_limit_mb;
     char name[128];
     snprintf(name, sizeof(name), "job %s attempt %d", a->job_id, a->attempt);
     sandbox_box_spec_t bs = {.name = name, .mounts = m, .n_mounts = n, .memory_mb = rank_mb * (int64_t)a->n_ranks,
@@ -943,6 +1013,9 @@ static int launch_box(agent_launcher_t *l, const Kiln__Assignment *a, const char
         rc = sandbox_box_give(box, spec, false, err);
     if (rc == 0 && init_model)
         rc = sandbox_box_give(box, model, false, err);
+    for (size_t i = 0; rc == 0 && i < rm->n; i++)
+        if (rm->give[i])
+            rc = sandbox_box_give(box, rm->path[i], true, err);
     if (rc != 0) {
         sandbox_box_destroy(box);
         return rc;
@@ -1026,8 +1099,11 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     char job_dir[PATH_MAX], path[PATH_MAX + 16], ckpt_dir[PATH_MAX], resume[PATH_MAX];
     ljob_t *job = NULL;
     sandbox_box_t *box = NULL;
-    char bin[PATH_MAX] = "";
     lrank_t *first_old;
+    const launch_runtime_t *rt = a->entry_point && a->entry_point[0] ? &launch_runtime_script : &launch_runtime_train;
+    launch_attempt_t at = {.host = &l->host, .attempt = a->attempt};
+    launch_mounts_t *rm = NULL;
+    bool prepared = false;
     agent_metric_defs_t defs;
     kiln_err_t derr;
     char defs_note[400] = "";
@@ -1059,8 +1135,18 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     snprintf(path, sizeof(path), "%s/spec.json", job_dir);
     if (rc == 0)
         rc = kiln_file_write_atomic_mode(path, spec, strlen(spec), 0600, err);
+    kiln_strlcpy(at.job_id, a->job_id, sizeof(at.job_id));
+    kiln_strlcpy(at.job_dir, job_dir, sizeof(at.job_dir));
+    snprintf(at.out_dir, sizeof(at.out_dir), "%s/output", job_dir);
+    kiln_strlcpy(at.ckpt_dir, ckpt_dir, sizeof(at.ckpt_dir));
+    if (rc == 0 && !(rm = calloc(1, sizeof(*rm))))
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (rc == 0)
+        rc = rt->prepare(&at, a, rm, err);
+    prepared = rc == 0;
     if (rc == 0 && l->sandbox)
-        rc = launch_box(l, a, job_dir, ckpt_dir, resume, &box, bin, sizeof(bin), err);
+        rc = launch_box(l, a, job_dir, ckpt_dir, resume, rm, &box, err);
+    free(rm);
     if (agent_metric_defs_init(&defs, a->metric_definitions, a->n_metric_definitions, &derr) != 0) {
         log_warn("job %s: metric definitions ignored: %s", a->job_id, derr.message);
         snprintf(defs_note, sizeof(defs_note), "[kiln-agent] metric definitions ignored: %s", derr.message);
@@ -1075,6 +1161,8 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
         pthread_mutex_unlock(&l->mu);
         agent_metric_defs_deinit(&defs);
         sandbox_box_destroy(box);
+        if (prepared && rt->release)
+            rt->release(&at);
         return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running", a->job_id, a->attempt);
     }
 
@@ -1085,15 +1173,19 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     }
     job->box = box; /* the job owns it now */
     box = NULL;
+    job->rt = rt;
+    job->at = at; /* and the runtime's state */
+    prepared = false;
+    job->grace_ms = a->grace_period_s > 0 ? a->grace_period_s * 1000 : 0;
     job->nranks = (int)a->n_ranks;
-    kiln_strlcpy(job->bin, bin, sizeof(job->bin));
     kiln_strlcpy(job->job_id, a->job_id, sizeof(job->job_id));
     job->attempt = a->attempt;
     job->refs = 1; /* ours, until the loop below is done */
     job->port_claim = -1;
     job->defs = defs; /* the job owns them now */
     agent_metric_defs_init(&defs, NULL, 0, NULL);
-    if (a->master_port == 0 && a->world_size > 1 && a->node_rank == 0 &&
+    /* a script gets MASTER_PORT even alone (torch.distributed's env:// wants one) */
+    if (a->master_port == 0 && (a->world_size > 1 || rt == &launch_runtime_script) && a->node_rank == 0 &&
         (rc = port_pick_locked(l, &job->port, &job->port_claim, err)) != 0)
         goto done;
     if (defs_note[0] && l->cbs.on_line)
@@ -1134,6 +1226,8 @@ done:
     pthread_mutex_unlock(&l->mu);
     agent_metric_defs_deinit(&defs);
     sandbox_box_destroy(box); /* made, but no job took it */
+    if (prepared && rt->release)
+        rt->release(&at);
     launcher_wake(l);
     return rc;
 }
@@ -1150,12 +1244,13 @@ static int launcher_signal(agent_launcher_t *l, const char *job_id, int attempt,
             continue;
         if (job_id && (strcmp(r->job->job_id, job_id) || (attempt && r->job->attempt != attempt)))
             continue;
-        int sig = grace_ms > 0 ? SIGTERM : SIGKILL;
+        int g = grace_ms > 0 && r->job->grace_ms > 0 ? r->job->grace_ms : grace_ms; /* the spec's, if it set one */
+        int sig = g > 0 ? SIGTERM : SIGKILL;
         r->sigkilled |= sig == SIGKILL;
         kill(-r->pid, sig);
         if (sig == SIGTERM)
             kill(-r->pid, SIGCONT); /* a stopped rank acts on it too (then checkpoints, or not) */
-        int64_t at = grace_ms > 0 ? now + (int64_t)grace_ms * 1000 : 0;
+        int64_t at = g > 0 ? now + (int64_t)g * 1000 : 0;
         if (at && (!r->kill_at_us || at < r->kill_at_us))
             r->kill_at_us = at;
         n++;

@@ -25,9 +25,6 @@
 #define XFER_MAX_RESTARTS 50         /* BeginArtifacts again after an offset mismatch */
 #define XFER_MAX_DATA_LOSS 5         /* checksum refusals before an upload gives up */
 #define XFER_INTERNAL_TRIES 30       /* INTERNAL/UNKNOWN answers before a call gives up */
-#define GRPC_UNAUTHENTICATED 16
-#define GRPC_FAILED_PRECONDITION 9
-#define GRPC_DATA_LOSS 15
 
 static const char k_begin[] = "/kiln.AgentService/BeginArtifacts";
 static const char k_chunk[] = "/kiln.AgentService/PutArtifactChunk";
@@ -41,7 +38,7 @@ typedef struct later_exit {
     struct later_exit *next;
     int rank, exit_code, sig;
     pid_t pid;
-    char reason[600];
+    char reason[AGENT_REASON_MAX];
 } later_exit_t;
 
 typedef struct task {
@@ -51,7 +48,7 @@ typedef struct task {
     int attempt;
     int rank, exit_code, sig;    /* TASK_UPLOAD: the exit to report afterwards */
     pid_t pid;
-    char reason[600];
+    char reason[AGENT_REASON_MAX];
     Kiln__Assignment *a;         /* TASK_FETCH: owned copy */
     bool cancelled;              /* TASK_FETCH: a stop order came */
     later_exit_t *later;         /* TASK_UPLOAD: other ranks' exits to report after this one's */
@@ -381,6 +378,15 @@ static void upload(xfer_t *x, const task_t *t)
     kiln_err_t err;
     kiln_err_clear(&err);
     uint8_t *buf = NULL;
+    char job_dir[PATH_MAX];
+    snprintf(job_dir, sizeof(job_dir), "%s/jobs/%s", x->env.work_dir, t->job_id);
+    agent_output_pack_trees(job_dir, notes, sizeof(notes));
+    for (char *line = notes, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        job_note(x, t, AGENT_STREAM_STDERR, "artifacts: %s", line);
+    }
     if (agent_output_scan(dir, &u.files, &u.n, notes, sizeof(notes), &err) != 0) {
         job_note(x, t, AGENT_STREAM_STDERR, "artifacts not kept: %s", err.message);
         return;
@@ -605,7 +611,7 @@ static void run_task(xfer_t *x, task_t *t)
         return;
     }
     if (rc) {
-        char reason[600];
+        char reason[AGENT_REASON_MAX];
         snprintf(reason, sizeof(reason), "could not fetch model.init_from (the model of job %s): %s",
                  t->a->init_from_job, err.message);
         log_error("job %s attempt %d: not started: %s", t->job_id, t->attempt, reason);

@@ -93,7 +93,7 @@ int main(int argc, char **argv)
     const char *server = "127.0.0.1:9090", *slot_type = "cpu", *work_dir = "/tmp/kiln-agent";
     const char *train_bin = NULL, *address = NULL, *worker_id = NULL, *token_file = NULL;
     const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *ports = "29500-29999", *metrics_addr = NULL;
-    const char *cpus = NULL;
+    const char *cpus = NULL, *python = "python3";
     const char *sandbox = "on", *sandbox_uids = NULL, *sandbox_state = AGENT_SANDBOX_STATE_DIR;
     bool insecure = false, health = false;
     config_list_t data_roots = {0}, sandbox_ro = {0};
@@ -133,6 +133,10 @@ int main(int argc, char **argv)
         {"code-cache-mb", "KILN_CODE_CACHE_MB", CONFIG_INT, &code_cache_mb,
          "bound of the cache of script jobs' code (WORK_DIR/code-cache: each archive extracted once; the least "
          "recently used go first, never one a running job uses)"},
+        {"python", "KILN_PYTHON", CONFIG_STR, &python,
+         "the Python that runs a script job's .py entry point, looked up in PATH unless it is a path (a job's "
+         "own \"python\" inside the data roots replaces it); in the sandbox it must lie under /usr or a "
+         "--sandbox-ro-path"},
         {"metrics-addr", "KILN_METRICS_ADDR", CONFIG_STR, &metrics_addr,
          "serve GET /metrics (Prometheus) and GET /healthz over plain HTTP on this local HOST:PORT"},
         {"sandbox", "KILN_SANDBOX", CONFIG_STR, &sandbox,
@@ -281,6 +285,7 @@ int main(int argc, char **argv)
         .metrics_addr = metrics_addr,
         .sandbox = sandbox_cfg,
         .code_cache_bytes = code_cache_mb << 20,
+        .python = python,
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);

@@ -2,6 +2,7 @@
  * the launcher (rank_env_envp) with the same checks, the secrets a rank never sees, and the data
  * roots a rank may read. It starts no process and knows nothing of gRPC or the engine. */
 #include "rank/rank.h"
+#include "rank/rank_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -165,16 +166,12 @@ int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
 
 /* ---- building a rank's environment ------------------------------------------------------- */
 
-typedef struct envb {
-    char **v;
-    size_t n, cap;
-    bool oom;
-} envb_t;
+typedef rank_strv_t envb_t;
 
-/* Takes ownership of s (a "NAME=value" heap string). */
-static void envb_push(envb_t *b, char *s)
+void rank_strv_push(rank_strv_t *b, char *s)
 {
-    if (!s) {
+    if (!s || b->oom) {
+        free(s);
         b->oom = true;
         return;
     }
@@ -209,7 +206,7 @@ static void envb_add(envb_t *b, const char *name, const char *fmt, ...)
         vsnprintf(s + nlen + 1, (size_t)vlen + 1, fmt, ap);
         va_end(ap);
     }
-    envb_push(b, s);
+    rank_strv_push(b, s);
 }
 
 static bool env_is_owned(const char *entry)
@@ -250,7 +247,7 @@ int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_
     envb_t b = {0};
     for (char *const *p = base; p && *p; p++)
         if (!env_is_owned(*p) && !rank_env_is_secret(*p))
-            envb_push(&b, strdup(*p));
+            rank_strv_push(&b, strdup(*p));
     if (e->spec)
         envb_add(&b, RANK_ENV_SPEC, "%s", e->spec);
     if (e->job_id)

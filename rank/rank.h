@@ -3,8 +3,9 @@
  * launcher's envp and the rank's reading of it), the CPUs a rank binds itself to (KILN_CPUS),
  * the metric record a rank writes on KILN_METRICS_FD (one writer, one parser), the step marks
  * that say which step a rank's log lines belong to (one writer, one parser), the exit codes
- * and what they mean for the job, and the removal of what a rank's shared-memory transport
- * leaves in /dev/shm.
+ * and what they mean for the job, the removal of what a rank's shared-memory transport
+ * leaves in /dev/shm, and what a script rank gets beyond all that (torchrun's and SageMaker's
+ * variables, SageMaker's arguments: script.c).
  * A leaf: it depends on base/ only. It launches nothing (agent/) and trains nothing (engine/). */
 #ifndef KILN_RANK_H
 #define KILN_RANK_H
@@ -112,6 +113,26 @@ static inline const char *rank_env_reserved(const char *name)
     return NULL;
 }
 
+/* SageMaker's script-mode variables a script rank gets (SM_CHANNEL_<NAME> and SM_HP_<NAME> are
+ * built from the channel's and the hyperparameter's name in upper case). */
+#define RANK_ENV_SM_MODEL_DIR       "SM_MODEL_DIR"
+#define RANK_ENV_SM_OUTPUT_DIR      "SM_OUTPUT_DIR"
+#define RANK_ENV_SM_OUTPUT_DATA_DIR "SM_OUTPUT_DATA_DIR"
+#define RANK_ENV_SM_CHANNELS        "SM_CHANNELS"
+#define RANK_ENV_SM_CHANNEL_PREFIX  "SM_CHANNEL_"
+#define RANK_ENV_SM_HPS             "SM_HPS"
+#define RANK_ENV_SM_HP_PREFIX       "SM_HP_"
+#define RANK_ENV_SM_USER_ARGS       "SM_USER_ARGS"
+#define RANK_ENV_SM_CURRENT_HOST    "SM_CURRENT_HOST"
+#define RANK_ENV_SM_HOSTS           "SM_HOSTS"
+#define RANK_ENV_SM_NUM_CPUS        "SM_NUM_CPUS"
+#define RANK_ENV_SM_NUM_GPUS        "SM_NUM_GPUS"
+#define RANK_ENV_SM_TRAINING_ENV    "SM_TRAINING_ENV"
+#define RANK_ENV_SM_CHECKPOINT_DIR  "SM_CHECKPOINT_DIR"
+#define RANK_SM_FAILURE_FILE        "failure"   /* in SM_OUTPUT_DIR: the script's failure reason */
+#define RANK_SM_FAILURE_MAX         1024        /* characters of it the job's reason keeps */
+#define RANK_SM_CHECKPOINT_PATH     "/opt/ml/checkpoints" /* where a sandboxed rank also finds them */
+
 #define RANK_MAX_WORLD (1 << 20)         /* ranks of one job, at most */
 #define RANK_MAX_THREADS 4096
 #define RANK_MAX_WATCHDOG_S (7 * 86400)  /* KILN_COMM_WATCHDOG_S, at most a week */
@@ -168,6 +189,43 @@ int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err);
  * rank_envp_free(). Returns 0, KILN_EINVAL (err names the variable) or KILN_ENOMEM. */
 int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_t *err);
 void rank_envp_free(char **envp); /* accepts NULL */
+
+/* What a script rank (a job with an entry_point) gets beyond the rank contract: torchrun's
+ * variables, SageMaker's, the spec's environment. Strings are borrowed. */
+typedef struct rank_script_env {
+    const char *entry_point;          /* as the spec names it (SM_TRAINING_ENV) */
+    const char *hyperparameters_json; /* a JSON object's text; NULL: {} */
+    const char *const *channel_names; /* data.channels, n_channels of them */
+    const char *const *channel_paths;
+    size_t n_channels;
+    const char *const *env_names;     /* the spec's environment, n_env of them */
+    const char *const *env_values;
+    size_t n_env;
+    const char *model_dir;            /* SM_MODEL_DIR */
+    const char *output_dir;           /* SM_OUTPUT_DIR (the failure file goes there) */
+    const char *output_data_dir;      /* SM_OUTPUT_DATA_DIR */
+    int max_restarts;                 /* TORCHELASTIC_MAX_RESTARTS: retry.max_attempts - 1 */
+    int num_gpus;                     /* SM_NUM_GPUS: GPUs the rank sees (0 on cpu slots) */
+} rank_script_env_t;
+
+/* The environment of a script rank: rank_env_envp's (the agent's environment minus every name
+ * rank_env_reserved refuses, then the KILN_* contract, OMP_NUM_THREADS and CUDA_VISIBLE_DEVICES),
+ * then torchrun's variables (RANK = KILN_RANK, ..., GROUP_RANK = the node, ROLE_NAME "default",
+ * TORCHELASTIC_RESTART_COUNT = attempt - 1, TORCHELASTIC_RUN_ID = the job id; MASTER_ADDR and
+ * MASTER_PORT when e has them), SageMaker's (hosts are "algo-<node + 1>"), then the spec's
+ * environment (a reserved name there is refused: KILN_EINVAL naming it). Caller owns *out; free
+ * with rank_envp_free(). Returns 0, KILN_EINVAL (a bad value or hyperparameters that are not a
+ * JSON object) or KILN_ENOMEM. */
+int rank_script_envp(const rank_env_t *e, const rank_script_env_t *s, char *const *base, char ***out,
+                     kiln_err_t *err);
+
+/* The hyperparameters as the arguments SageMaker's script mode passes: keys in byte order, each
+ * "--key" ("-k" for a key of one character) followed by its value printed as Python's str()
+ * prints the decoded JSON ("3", "0.01", "True", "None", "[1, 2]", a string as it is) and an
+ * object as "k=v,..." with its keys sorted. *out (OUT): a NULL-terminated array of *n heap
+ * strings; caller frees with rank_envp_free(). Returns 0, KILN_EINVAL (not a JSON object) or
+ * KILN_ENOMEM. */
+int rank_script_args(const char *hyperparameters_json, char ***out, size_t *n, kiln_err_t *err);
 
 /* Whether an environment entry ("NAME=value", or a bare name) is one the agent never passes to a
  * rank: KILN_TLS_* and every name holding TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or

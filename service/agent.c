@@ -213,7 +213,7 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
 {
     svc_tx_t tx;
     store_job_row_t job;
-    char reason[900];
+    char reason[4600];           /* a script's failure file: 1,024 characters of UTF-8, and the rank's place */
     const char *wid = NULL;
     int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
     if (rc)
@@ -264,8 +264,9 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
             char how[128];
             rank_end_describe(req->exit_code, req->signal, how, sizeof(how));
             const char *said = req->reason && *req->reason ? req->reason : "";
-            if (req->signal != 0)
-                said = ""; /* the agent's reason for a signal is its name, already in how */
+            if (req->signal != 0 && strstr(how, said))
+                said = ""; /* the signal's name, already in how; anything else (out of memory, a
+                            * script's failure file) is the agent's to say */
             snprintf(reason, sizeof(reason), "rank %d on worker %s %s%s%s", req->rank, wid, how, *said ? ": " : "",
                      said);
             if (rank_end_of(req->exit_code, req->signal) == RANK_END_BAD_INPUT) {

@@ -519,6 +519,7 @@ static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg
     const char *agent = e2e_bin("kiln-agent");
     bool has_cores = e2e_has_flag(agent, "--cores");
     bool has_ports = e2e_has_flag(agent, "--rendezvous-ports");
+    bool has_python = e2e_has_flag(agent, "--python");
     char watchdog[16];
     snprintf(watchdog, sizeof watchdog, "%d", comm_watchdog_s);
     if (comm_watchdog_s > 0)
@@ -564,6 +565,11 @@ static void e2e_start(int heartbeat_timeout_ms, int replicas, const char *own_pg
             snprintf(ports, sizeof ports, "%d-%d", base, base + 7);
             aargv[an++] = "--rendezvous-ports";
             aargv[an++] = ports;
+        }
+        /* Script jobs' Python: Debian's, the one python3-torch installs for */
+        if (has_python) {
+            aargv[an++] = "--python";
+            aargv[an++] = "/usr/bin/python3";
         }
         static char maddr[E2E_AGENTS][32];
         c->metrics_port[i] = th_free_port();

@@ -3,10 +3,12 @@
  * launcher's own contract variables never passed on; data roots; CPU lists read, written, cut
  * into slot shares and bound to; metric records from the writer
  * through a pipe to the parser (exact doubles, NaN and infinities, escaped and long names);
- * exit codes and their meaning; shared-memory cleanup of exactly the given processes. */
+ * exit codes and their meaning; shared-memory cleanup of exactly the given processes; a script
+ * rank's torchrun and SageMaker variables and SageMaker's arguments. */
 #include "rank/rank.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -670,4 +672,98 @@ Test(shm, cleanup_removes_exactly_the_given_processes_regions)
         unlink(path);
     }
     rmdir(dir);
+}
+
+/* ---- a script rank's contract ------------------------------------------------------------- */
+
+/* The arguments SageMaker's toolkit (to_cmd_args) makes of these hyperparameters, as Python 3
+ * printed them. */
+Test(rank_script, hyperparameters_become_the_arguments_sagemaker_passes)
+{
+    const char *hp = "{\"f\":[0.01,1e-05,1000000.0,3.0,1e16,0.30000000000000004,-2.5e-7,123456789012345678,1.5e300],"
+                     "\"l\":[1,\"a\",true,null,2.0,\"it's\",{\"k\":\"v\"}],\"o\":{\"b\":1,\"a\":{\"x\":\"y\"}},"
+                     "\"s\":\"plain text\",\"n\":null,\"t\":false,\"k\":7}";
+    const char *want[] = {"-f", "[0.01, 1e-05, 1000000.0, 3.0, 1e+16, 0.30000000000000004, -2.5e-07, "
+                                "123456789012345678, 1.5e+300]",
+                          "-k", "7", "-l", "[1, 'a', True, None, 2.0, \"it's\", {'k': 'v'}]", "-n", "None",
+                          "-o", "a={'x': 'y'},b=1", "-s", "plain text", "-t", "False"};
+    char **args = NULL;
+    size_t n = 0;
+    kiln_err_t err;
+    cr_assert_eq(rank_script_args(hp, &args, &n, &err), 0, "%s", err.message);
+    cr_assert_eq(n, sizeof(want) / sizeof(want[0]));
+    for (size_t i = 0; i < n; i++)
+        cr_assert_str_eq(args[i], want[i], "argument %zu", i);
+    cr_assert_null(args[n]);
+    rank_envp_free(args);
+    cr_assert_eq(rank_script_args("{}", &args, &n, &err), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_null(args[0]);
+    rank_envp_free(args);
+    cr_assert_eq(rank_script_args("[1]", &args, &n, &err), KILN_EINVAL);
+    cr_assert_null(args);
+}
+
+Test(rank_script, the_environment_has_torchrun_and_sagemaker_and_refuses_reserved_names)
+{
+    rank_env_t e;
+    rank_env_init(&e);
+    e.job_id = "job-9";
+    e.attempt = 3;
+    e.rank = 3;
+    e.world_size = 4;
+    e.local_rank = 1;
+    e.local_world_size = 2;
+    e.node_rank = 1;
+    e.nodes = 2;
+    e.master_addr = "10.0.0.1";
+    e.master_port = 29501;
+    e.threads = 2;
+    e.checkpoint_dir = "/ck";
+    const char *cn[] = {"validation", "train"}, *cp[] = {"/d/v", "/d/t"};
+    const char *en[] = {"MY_FLAG", "PATH"}, *ev[] = {"1", "/venv/bin"};
+    rank_script_env_t s = {.entry_point = "src/train.py", .hyperparameters_json = "{\"lr\": 0.5, \"m\": {\"d\": 2}}",
+                           .channel_names = cn, .channel_paths = cp, .n_channels = 2, .env_names = en,
+                           .env_values = ev, .n_env = 2, .model_dir = "/j/model", .output_dir = "/j/out",
+                           .output_data_dir = "/j/out/data", .max_restarts = 4, .num_gpus = 0};
+    char *base[] = {"PATH=/usr/bin", "RANK=99", "SM_HPS=x", "LD_PRELOAD=/evil.so", "KILN_JOIN_TOKEN=s", "HOME=/h", NULL};
+    char **envp = NULL;
+    kiln_err_t err;
+    cr_assert_eq(rank_script_envp(&e, &s, base, &envp, &err), 0, "%s", err.message);
+    static const char *const want[][2] = {
+        {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},
+        {"GROUP_WORLD_SIZE", "2"}, {"ROLE_RANK", "3"}, {"ROLE_WORLD_SIZE", "4"}, {"ROLE_NAME", "default"},
+        {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29501"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+        {"TORCHELASTIC_MAX_RESTARTS", "4"}, {"TORCHELASTIC_RUN_ID", "job-9"}, {"OMP_NUM_THREADS", "2"},
+        {"SM_MODEL_DIR", "/j/model"}, {"SM_OUTPUT_DIR", "/j/out"}, {"SM_OUTPUT_DATA_DIR", "/j/out/data"},
+        {"SM_CHANNELS", "[\"train\",\"validation\"]"}, {"SM_CHANNEL_TRAIN", "/d/t"}, {"SM_CHANNEL_VALIDATION", "/d/v"},
+        {"SM_HPS", "{\"lr\":0.5,\"m\":{\"d\":2}}"}, {"SM_HP_LR", "0.5"}, {"SM_HP_M", "{\"d\":2}"},
+        {"SM_USER_ARGS", "[\"--lr\",\"0.5\",\"-m\",\"d=2\"]"}, {"SM_CURRENT_HOST", "algo-2"},
+        {"SM_HOSTS", "[\"algo-1\",\"algo-2\"]"}, {"SM_NUM_CPUS", "2"}, {"SM_NUM_GPUS", "0"},
+        {"SM_CHECKPOINT_DIR", "/ck"}, {"KILN_RANK", "3"}, {"MY_FLAG", "1"}, {"PATH", "/venv/bin"}, {"HOME", "/h"},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        cr_assert_eq(envp_count(envp, want[i][0]), 1, "%s once", want[i][0]);
+        cr_assert_str_eq(envp_get(envp, want[i][0]), want[i][1], "%s", want[i][0]);
+    }
+    cr_assert_null(envp_get(envp, "LD_PRELOAD"));
+    cr_assert_null(envp_get(envp, "KILN_JOIN_TOKEN"));
+    cr_assert_null(envp_get(envp, "CUDA_VISIBLE_DEVICES"));
+    json_error_t je;
+    json_t *t = json_loads(envp_get(envp, "SM_TRAINING_ENV"), 0, &je);
+    cr_assert_not_null(t, "%s", je.text);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "module_name")), "train");
+    cr_assert_str_eq(json_string_value(json_object_get(t, "current_host")), "algo-2");
+    cr_assert(json_is_false(json_object_get(t, "is_master")));
+    json_decref(t);
+    rank_envp_free(envp);
+
+    /* a name kiln sets is refused, naming it */
+    const char *bad[] = {"MASTER_PORT"}, *badv[] = {"1"};
+    s.env_names = bad;
+    s.env_values = badv;
+    s.n_env = 1;
+    cr_assert_eq(rank_script_envp(&e, &s, base, &envp, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "MASTER_PORT") && strstr(err.message, "torchrun"), "%s", err.message);
+    cr_assert_null(envp);
 }

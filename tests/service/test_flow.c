@@ -372,6 +372,20 @@ static void place_again(char w[2][64], const char *id, int attempt)
     json_decref(wait_state(id, "RUNNING", 2000));
 }
 
+/* A signal's own name is said once (kilnd's "killed by signal 9 (Killed)"); what else the agent
+ * knows of the death (the memory limit, a script's failure file) reaches the job's reason. */
+Test(life, a_rank_killed_by_the_memory_limit_says_so_in_the_reason)
+{
+    char w[2][64], id[40];
+    run_job(2, 1, w, id);
+    rank_killed(w[1], id, 1, 1, 9, "out of memory (limit 64 MiB)");
+    json_t *j = get(id);
+    const char *reason = json_string_value(json_object_get(j, "reason"));
+    cr_assert(reason && strstr(reason, "signal 9") && strstr(reason, "out of memory (limit 64 MiB)"), "%s",
+              reason ? reason : "(none)");
+    json_decref(j);
+}
+
 Test(life, a_dead_rank_loses_the_attempt_and_the_next_resumes_on_the_same_workers)
 {
     char w[2][64], id[40];

@@ -1,0 +1,436 @@
+/* test_scripts.c - script jobs end to end: real kilnd and kiln-agents (sandbox on) run a job's own
+ * code. Every variable of the torchrun and SageMaker contracts checked from inside a script, and
+ * the hyperparameters as SageMaker's arguments; a PyTorch DDP script (Debian's python3-torch,
+ * gloo) on 2 nodes x 1 rank and on 1 node x 2 ranks ends with the parameters a single process
+ * reaches on the same global batch; SageMaker's failure file as the job's reason; a memory hog's
+ * out-of-memory reason; a script that writes no model. The scripts live in a data root (the
+ * sandbox shows ranks nothing else) or are uploaded as a code archive. */
+#include "tests/e2e/e2e.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SCRIPT_TIMEOUT_MS 180000
+
+/* <cluster dir>/shared-checkpoints/<name>: a data root of both agents, readable by the ranks. */
+static const char *script_dir(const char *name)
+{
+    static char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.200s/shared-checkpoints/%s", e2e_cl->dir, name);
+    cr_assert(mkdir(dir, 0755) == 0 || access(dir, F_OK) == 0, "mkdir %s", dir);
+    chmod(dir, 0755);
+    return dir;
+}
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "could not write %s", path);
+    fputs(text, f);
+    fclose(f);
+    chmod(path, 0644);
+}
+
+/* Every line rank wrote on stdout that starts with prefix, joined by '\n' (heap). */
+static char *rank_lines(const char *id, int rank, const char *prefix)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?rank=%d&limit=1000", id, rank);
+    json_t *logs = e2e_get(path);
+    size_t i, cap = 1 << 16, n = 0;
+    char *out = calloc(1, cap);
+    json_t *e;
+    json_array_foreach(json_object_get(logs, "lines"), i, e) {
+        const char *line = e2e_jstr(e, "line");
+        if (strncmp(line, prefix, strlen(prefix)))
+            continue;
+        size_t len = strlen(line);
+        if (n + len + 2 >= cap)
+            break;
+        memcpy(out + n, line, len);
+        n += len;
+        out[n++] = '\n';
+    }
+    json_decref(logs);
+    return out;
+}
+
+/* The value the script printed as "ENV NAME=value" ("<unset>" when it was unset), static. */
+static const char *env_of(const char *lines, const char *name)
+{
+    static char buf[4096];
+    char key[300];
+    snprintf(key, sizeof key, "ENV %s=", name);
+    const char *p = strstr(lines, key);
+    cr_assert(p, "the script printed no %s:\n%s", name, lines);
+    p += strlen(key);
+    size_t len = strcspn(p, "\n");
+    snprintf(buf, sizeof buf, "%.*s", (int)len, p);
+    return buf;
+}
+
+#define ENV_EQ(lines, name, want)                                                                        \
+    cr_assert_str_eq(env_of(lines, name), want, "%s is \"%s\", not \"%s\"", name, env_of(lines, name), want)
+
+static json_t *finished(const char *id)
+{
+    return e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", SCRIPT_TIMEOUT_MS);
+}
+
+/* ---- the contract, variable by variable ------------------------------------------------------ */
+
+static const char k_env_py[] =
+    "import json, os, socket, sys\n"
+    "names = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'GROUP_RANK', 'GROUP_WORLD_SIZE',\n"
+    "         'ROLE_RANK', 'ROLE_WORLD_SIZE', 'ROLE_NAME', 'MASTER_ADDR', 'MASTER_PORT',\n"
+    "         'TORCHELASTIC_RESTART_COUNT', 'TORCHELASTIC_MAX_RESTARTS', 'TORCHELASTIC_RUN_ID', 'OMP_NUM_THREADS',\n"
+    "         'SM_MODEL_DIR', 'SM_OUTPUT_DATA_DIR', 'SM_OUTPUT_DIR', 'SM_CHANNELS', 'SM_CHANNEL_TRAIN',\n"
+    "         'SM_CHANNEL_VALIDATION', 'SM_HPS', 'SM_HP_EPOCHS', 'SM_HP_LR', 'SM_HP_MODEL', 'SM_HP_NAME',\n"
+    "         'SM_HP_BATCH-SIZE', 'SM_HP_X', 'SM_USER_ARGS', 'SM_CURRENT_HOST', 'SM_HOSTS', 'SM_NUM_CPUS',\n"
+    "         'SM_NUM_GPUS', 'SM_TRAINING_ENV', 'SM_CHECKPOINT_DIR', 'CUDA_VISIBLE_DEVICES', 'MY_FLAG',\n"
+    "         'KILN_JOB_ID', 'KILN_MASTER_ADDR', 'KILN_MASTER_PORT', 'KILN_THREADS', 'KILN_CHECKPOINT_DIR',\n"
+    "         'KILN_RANK', 'LD_PRELOAD']\n"
+    "for n in names:\n"
+    "    print('ENV %s=%s' % (n, os.environ.get(n, '<unset>')))\n"
+    "print('ARGV ' + json.dumps(sys.argv[1:]))\n"
+    "print('CWD ' + os.getcwd())\n"
+    "open('snapshot.pt', 'w').write('the code directory is the job\\'s to write')\n"
+    "print('WROTE cwd')\n"
+    "open('/opt/ml/checkpoints/probe', 'w').write('x')\n"
+    "print('WROTE optml=' + str(os.path.exists(os.path.join(os.environ['SM_CHECKPOINT_DIR'], 'probe'))))\n"
+    "print('CHANNEL ' + open(os.path.join(os.environ['SM_CHANNEL_TRAIN'], 'a.txt')).read().strip())\n"
+    "if os.environ['RANK'] == '0':\n"
+    "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "    s.bind(('', int(os.environ['MASTER_PORT']))); s.close()\n"
+    "    print('BOUND master port')\n"
+    "    os.makedirs(os.path.join(os.environ['SM_MODEL_DIR'], 'sub'))\n"
+    "    open(os.path.join(os.environ['SM_MODEL_DIR'], 'sub', 'w.txt'), 'w').write('weights')\n"
+    "    open(os.path.join(os.environ['SM_OUTPUT_DATA_DIR'], 'eval.txt'), 'w').write('acc=1')\n"
+    "sys.stdout.flush()\n";
+
+Test(e2e_scripts, every_variable_of_the_contract_reaches_a_script_on_two_nodes, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    const char *code = script_dir("env-code");
+    write_file(code, "train.py", k_env_py);
+    char train[PATH_MAX], val[PATH_MAX], codedir[PATH_MAX];
+    snprintf(codedir, sizeof codedir, "%s", code);
+    snprintf(train, sizeof train, "%s", script_dir("env-train"));
+    write_file(train, "a.txt", "channel data\n");
+    snprintf(val, sizeof val, "%s", script_dir("env-val"));
+    char spec[4 * PATH_MAX];
+    snprintf(spec, sizeof spec,
+             "{\"name\": \"env\", \"entry_point\": \"train.py\", \"source\": \"%s\","
+             " \"hyperparameters\": {\"epochs\": 3, \"batch-size\": 64, \"lr\": 0.01, \"model\": {\"depth\": 4},"
+             " \"name\": \"run one\", \"x\": true},"
+             " \"data\": {\"channels\": {\"train\": \"%s\", \"validation\": \"%s\"}},"
+             " \"environment\": {\"MY_FLAG\": \"1\"},"
+             " \"resources\": {\"nodes\": 2, \"slots_per_node\": 1, \"slot_type\": \"cpu\"},"
+             " \"distribution\": {\"torch_distributed\": {\"enabled\": true, \"nproc_per_node\": 1}},"
+             " \"retry\": {\"max_attempts\": 3}}",
+             codedir, train, val);
+    json_t *sub = e2e_submit(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", e2e_jstr(sub, "id"));
+    json_decref(sub);
+    json_t *job = finished(id);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "ended %s: %s", e2e_jstr(job, "state"),
+                     e2e_jstr(job, "reason"));
+    json_decref(job);
+
+    for (int r = 0; r < 2; r++) {
+        char *env = rank_lines(id, r, "ENV ");
+        char want[PATH_MAX + 64];
+        snprintf(want, sizeof want, "%d", r);
+        ENV_EQ(env, "RANK", want);
+        ENV_EQ(env, "ROLE_RANK", want);
+        ENV_EQ(env, "GROUP_RANK", want); /* one rank a node: rank r is on node r */
+        ENV_EQ(env, "KILN_RANK", want);
+        ENV_EQ(env, "WORLD_SIZE", "2");
+        ENV_EQ(env, "ROLE_WORLD_SIZE", "2");
+        ENV_EQ(env, "GROUP_WORLD_SIZE", "2");
+        ENV_EQ(env, "LOCAL_RANK", "0");
+        ENV_EQ(env, "LOCAL_WORLD_SIZE", "1");
+        ENV_EQ(env, "ROLE_NAME", "default");
+        char addr[64];
+        snprintf(addr, sizeof addr, "%s", env_of(env, "KILN_MASTER_ADDR"));
+        ENV_EQ(env, "MASTER_ADDR", addr);
+        char port[16];
+        snprintf(port, sizeof port, "%s", env_of(env, "KILN_MASTER_PORT"));
+        cr_assert(atoi(port) > 0, "KILN_MASTER_PORT %s", port);
+        ENV_EQ(env, "MASTER_PORT", port);
+        ENV_EQ(env, "TORCHELASTIC_RESTART_COUNT", "0");
+        ENV_EQ(env, "TORCHELASTIC_MAX_RESTARTS", "2");
+        ENV_EQ(env, "TORCHELASTIC_RUN_ID", id);
+        ENV_EQ(env, "KILN_JOB_ID", id);
+        char threads[16];
+        snprintf(threads, sizeof threads, "%s", env_of(env, "KILN_THREADS"));
+        cr_assert(atoi(threads) >= 1, "KILN_THREADS %s", threads);
+        ENV_EQ(env, "OMP_NUM_THREADS", threads);
+        ENV_EQ(env, "SM_NUM_CPUS", threads);
+        ENV_EQ(env, "SM_NUM_GPUS", "0");
+        ENV_EQ(env, "CUDA_VISIBLE_DEVICES", "<unset>"); /* cpu slots */
+        ENV_EQ(env, "LD_PRELOAD", "<unset>");
+        ENV_EQ(env, "MY_FLAG", "1");
+        char model[PATH_MAX], out[PATH_MAX];
+        snprintf(model, sizeof model, "%s", env_of(env, "SM_MODEL_DIR"));
+        snprintf(out, sizeof out, "%s", env_of(env, "SM_OUTPUT_DIR"));
+        cr_assert(strstr(model, id) && strstr(out, id) && strcmp(model, out), "%s %s", model, out);
+        snprintf(want, sizeof want, "%s/data", out);
+        ENV_EQ(env, "SM_OUTPUT_DATA_DIR", want);
+        char ckpt[PATH_MAX];
+        snprintf(ckpt, sizeof ckpt, "%s", env_of(env, "KILN_CHECKPOINT_DIR"));
+        ENV_EQ(env, "SM_CHECKPOINT_DIR", ckpt);
+        ENV_EQ(env, "SM_CHANNELS", "[\"train\",\"validation\"]");
+        ENV_EQ(env, "SM_CHANNEL_TRAIN", train);
+        ENV_EQ(env, "SM_CHANNEL_VALIDATION", val);
+        ENV_EQ(env, "SM_HPS", "{\"batch-size\":64,\"epochs\":3,\"lr\":0.01,\"model\":{\"depth\":4},\"name\":\"run one\","
+                              "\"x\":true}");
+        ENV_EQ(env, "SM_HP_EPOCHS", "3");
+        ENV_EQ(env, "SM_HP_BATCH-SIZE", "64");
+        ENV_EQ(env, "SM_HP_LR", "0.01");
+        ENV_EQ(env, "SM_HP_MODEL", "{\"depth\":4}");
+        ENV_EQ(env, "SM_HP_NAME", "run one");
+        ENV_EQ(env, "SM_HP_X", "true");
+        const char *args = "[\"--batch-size\",\"64\",\"--epochs\",\"3\",\"--lr\",\"0.01\",\"--model\",\"depth=4\","
+                           "\"--name\",\"run one\",\"-x\",\"True\"]";
+        ENV_EQ(env, "SM_USER_ARGS", args);
+        snprintf(want, sizeof want, "algo-%d", r + 1);
+        ENV_EQ(env, "SM_CURRENT_HOST", want);
+        ENV_EQ(env, "SM_HOSTS", "[\"algo-1\",\"algo-2\"]");
+        json_error_t je;
+        json_t *tenv = json_loads(env_of(env, "SM_TRAINING_ENV"), 0, &je);
+        cr_assert(tenv, "SM_TRAINING_ENV is not JSON: %s", je.text);
+        cr_assert_str_eq(e2e_jstr(tenv, "current_host"), want);
+        cr_assert_str_eq(e2e_jstr(tenv, "job_name"), id);
+        cr_assert_str_eq(e2e_jstr(tenv, "user_entry_point"), "train.py");
+        cr_assert_str_eq(e2e_jstr(tenv, "model_dir"), model);
+        cr_assert_str_eq(e2e_jstr(json_object_get(tenv, "channel_input_dirs"), "train"), train);
+        cr_assert_eq(json_integer_value(json_object_get(json_object_get(tenv, "hyperparameters"), "epochs")), 3);
+        cr_assert_eq(json_array_size(json_object_get(tenv, "hosts")), 2);
+        json_decref(tenv);
+        free(env);
+
+        /* SageMaker's arguments, in sys.argv; the code's directory writable; the channel readable */
+        char *argv = rank_lines(id, r, "ARGV ");
+        snprintf(want, sizeof want, "ARGV [\"--batch-size\", \"64\", \"--epochs\", \"3\", \"--lr\", \"0.01\", "
+                                    "\"--model\", \"depth=4\", \"--name\", \"run one\", \"-x\", \"True\"]\n");
+        cr_assert_str_eq(argv, want);
+        free(argv);
+        char *more = rank_lines(id, r, "WROTE ");
+        cr_assert_str_eq(more, "WROTE cwd\nWROTE optml=True\n");
+        free(more);
+        more = rank_lines(id, r, "CHANNEL ");
+        cr_assert_str_eq(more, "CHANNEL channel data\n");
+        free(more);
+        more = rank_lines(id, r, "BOUND ");
+        cr_assert_str_eq(more, r == 0 ? "BOUND master port\n" : "", "rank %d", r);
+        free(more);
+    }
+
+    /* rank 0's model and output data directories, subdirectories included, as artifacts */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    json_t *list = e2e_get(path);
+    char *names = e2e_dump(list);
+    cr_assert(strstr(names, "\"model.tar.gz\"") && strstr(names, "\"output.tar.gz\""), "%s", names);
+    json_decref(list);
+    e2e_pass();
+}
+
+/* ---- failures, told as the script told them -------------------------------------------------- */
+
+static char *submit_script(const char *name, const char *source, const char *extra)
+{
+    char spec[2 * PATH_MAX];
+    snprintf(spec, sizeof spec,
+             "{\"name\": \"%s\", \"entry_point\": \"%s.py\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 1},"
+             " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"%s}}",
+             name, name, source, extra);
+    json_t *sub = e2e_submit(spec);
+    char *id = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    return id;
+}
+
+Test(e2e_scripts, failures_are_told_as_the_script_told_them, .init = e2e_setup, .fini = e2e_teardown,
+     .timeout = 300)
+{
+    const char *dir = script_dir("fail-code");
+    /* SageMaker's failure file: its first 1,024 characters are the job's reason */
+    write_file(dir, "failfile.py",
+               "import os, sys\n"
+               "print('a line on stderr', file=sys.stderr)\n"
+               "open(os.path.join(os.environ['SM_OUTPUT_DIR'], 'failure'), 'w').write('bad shard 3: ' + 'x' * 2000)\n"
+               "sys.exit(3)\n");
+    /* no failure file: the rank, its exit code and its last stderr lines */
+    write_file(dir, "tail.py",
+               "import sys\n"
+               "for w in ['one', 'two', 'three', 'four', 'five', 'six']:\n"
+               "    print('stderr line ' + w, file=sys.stderr)\n"
+               "sys.exit(1)\n");
+    /* more memory than the spec gives it */
+    write_file(dir, "hog.py",
+               "import sys\n"
+               "print('allocating', flush=True)\n"
+               "b = b'x' * (400 << 20)\n"
+               "print('still alive', len(b), flush=True)\n");
+    /* done, without a model */
+    write_file(dir, "nomodel.py", "print('trained nothing worth keeping')\n");
+    char *ff = submit_script("failfile", dir, ""), *tail = submit_script("tail", dir, "");
+    char *hog = submit_script("hog", dir, ", \"memory_limit_mb\": 64");
+    char *out = NULL, *err = NULL;
+    /* this one from an uploaded code archive, through the agents' code cache */
+    cr_assert_eq(e2e_kiln(&out, &err, "code", "push", dir, NULL), 0, "kiln code push: %s", err);
+    char source[100] = "";
+    sscanf(out, "%99s", source);
+    free(out);
+    free(err);
+    cr_assert(!strncmp(source, "code:sha256:", 12), "%s", source);
+    char *nomodel = submit_script("nomodel", source, "");
+
+    json_t *job = finished(ff);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
+    const char *reason = e2e_jstr(job, "reason");
+    const char *text = strstr(reason, "bad shard 3: x");
+    cr_assert(text, "the failure file is not the reason: %s", reason);
+    cr_assert_eq(strspn(text + 13, "x"), 1024 - 13, "not the file's first 1,024 characters: %s", reason);
+    cr_assert_eq(text[1024], '\0', "%s", reason);
+    cr_assert(!strstr(reason, "a line on stderr"), "%s", reason);
+    json_decref(job);
+
+    job = finished(tail);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
+    reason = e2e_jstr(job, "reason");
+    cr_assert(strstr(reason, "rank 0") && strstr(reason, "exited with code 1"), "%s", reason);
+    cr_assert(strstr(reason, "stderr line two\nstderr line three\nstderr line four\nstderr line five\nstderr line six"),
+              "not its last stderr lines: %s", reason);
+    cr_assert(!strstr(reason, "line one"), "more than the last lines: %s", reason);
+    json_decref(job);
+
+    job = finished(hog);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
+    reason = e2e_jstr(job, "reason");
+    cr_assert(strstr(reason, "out of memory (limit 64 MiB)"), "not the memory limit: %s", reason);
+    json_decref(job);
+
+    job = finished(nomodel);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    json_decref(job);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", nomodel);
+    json_t *list = e2e_get(path);
+    cr_assert_eq(json_array_size(json_object_get(list, "artifacts")), 0, "%s", e2e_dump(list));
+    json_decref(list);
+    char *said = rank_lines(nomodel, 0, "");
+    cr_assert(strstr(said, "trained nothing"), "%s", said);
+    cr_assert(strstr(said, "the script left SM_MODEL_DIR empty: the job has no model"), "%s", said);
+    free(said);
+    free(ff);
+    free(tail);
+    free(hog);
+    free(nomodel);
+    e2e_pass();
+}
+
+/* ---- PyTorch DDP ------------------------------------------------------------------------------ */
+
+/* Trains a tiny MLP with DDP (gloo) on data it generates, each rank on its slice of every global
+ * batch; then rank 0 trains the same model in one process on the whole batches and prints the
+ * largest difference between the two final parameter sets. */
+static const char k_ddp_py[] =
+    "import argparse, os, torch, torch.distributed as dist\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "p = argparse.ArgumentParser()\n"
+    "p.add_argument('--steps', type=int); p.add_argument('--batch', type=int); p.add_argument('--lr', type=float)\n"
+    "a = p.parse_args()\n"
+    "torch.set_num_threads(1)\n"
+    "dist.init_process_group('gloo')\n"
+    "rank, world = dist.get_rank(), dist.get_world_size()\n"
+    "assert rank == int(os.environ['RANK']) and world == int(os.environ['WORLD_SIZE'])\n"
+    "def make():\n"
+    "    torch.manual_seed(0)\n"
+    "    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))\n"
+    "def flat(m): return torch.cat([q.detach().flatten() for q in m.parameters()])\n"
+    "g = torch.Generator().manual_seed(1)\n"
+    "X = torch.randn(a.steps, a.batch, 8, generator=g)\n"
+    "Y = torch.sin(X @ torch.randn(8, 1, generator=g))\n"
+    "per = a.batch // world\n"
+    "init = flat(make())\n"
+    "model = DDP(make())\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=a.lr)\n"
+    "for s in range(a.steps):\n"
+    "    xb, yb = X[s, rank * per:(rank + 1) * per], Y[s, rank * per:(rank + 1) * per]\n"
+    "    opt.zero_grad(); loss = ((model(xb) - yb) ** 2).mean(); loss.backward(); opt.step()\n"
+    "final = flat(model.module)\n"
+    "every = [torch.zeros_like(final) for _ in range(world)]\n"
+    "dist.all_gather(every, final)\n"
+    "if rank == 0:\n"
+    "    ref = make(); ropt = torch.optim.SGD(ref.parameters(), lr=a.lr)\n"
+    "    for s in range(a.steps):\n"
+    "        ropt.zero_grad(); ((ref(X[s]) - Y[s]) ** 2).mean().backward(); ropt.step()\n"
+    "    print('RESULT world=%d maxdiff=%.3e rankdiff=%.3e moved=%.3e' % (world, (final - flat(ref)).abs().max().item(),\n"
+    "          max((e - final).abs().max().item() for e in every), (flat(ref) - init).abs().max().item()), flush=True)\n"
+    "    torch.save(model.module.state_dict(), os.path.join(os.environ['SM_MODEL_DIR'], 'model.pt'))\n"
+    "dist.destroy_process_group()\n";
+
+#define DDP_TOLERANCE 1e-5  /* float32 sums in another order: ~1e-7 expected */
+
+static void ddp_check(const char *id, int world)
+{
+    json_t *job = finished(id);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%d ranks: ended %s: %s", world, e2e_jstr(job, "state"),
+                     e2e_jstr(job, "reason"));
+    json_decref(job);
+    char *res = rank_lines(id, 0, "RESULT ");
+    int w = 0;
+    double maxdiff = 1, rankdiff = 1, moved = 0;
+    cr_assert_eq(sscanf(res, "RESULT world=%d maxdiff=%lf rankdiff=%lf moved=%lf", &w, &maxdiff, &rankdiff, &moved), 4,
+                 "%s", res);
+    cr_assert_eq(w, world, "%s", res);
+    cr_assert_lt(maxdiff, DDP_TOLERANCE, "DDP and one process differ: %s", res);
+    cr_assert_lt(rankdiff, DDP_TOLERANCE, "the ranks differ: %s", res);
+    cr_assert_gt(moved, 1e-3, "training moved nothing: %s", res);
+    free(res);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    json_t *list = e2e_get(path);
+    cr_assert(strstr(e2e_dump(list), "\"model.tar.gz\""), "%s", e2e_dump(list));
+    json_decref(list);
+}
+
+Test(e2e_scripts, pytorch_ddp_matches_one_process_on_two_nodes_and_on_one_node_with_two_ranks, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 400)
+{
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+        cr_skip_test("python3-torch is not installed for /usr/bin/python3 (scripts/install-deps.sh installs it)");
+    const char *dir = script_dir("ddp-code");
+    write_file(dir, "ddp.py", k_ddp_py);
+    const char *shapes[2] = {"\"nodes\": 2, \"slots_per_node\": 1", "\"nodes\": 1, \"slots_per_node\": 2"};
+    int nproc[2] = {1, 2};
+    char ids[2][64];
+    for (int k = 0; k < 2; k++) {
+        char spec[2 * PATH_MAX];
+        snprintf(spec, sizeof spec,
+                 "{\"name\": \"ddp-%d\", \"entry_point\": \"ddp.py\", \"source\": \"%s\","
+                 " \"hyperparameters\": {\"steps\": 20, \"batch\": 16, \"lr\": 0.1},"
+                 " \"resources\": {%s, \"slot_type\": \"cpu\"},"
+                 " \"distribution\": {\"torch_distributed\": {\"enabled\": true, \"nproc_per_node\": %d}},"
+                 " \"retry\": {\"max_attempts\": 1}}",
+                 k, dir, shapes[k], nproc[k]);
+        json_t *sub = e2e_submit(spec);
+        snprintf(ids[k], sizeof ids[k], "%s", e2e_jstr(sub, "id"));
+        json_decref(sub);
+    }
+    ddp_check(ids[0], 2);
+    ddp_check(ids[1], 2);
+    e2e_pass();
+}
