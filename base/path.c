@@ -1,7 +1,8 @@
 /* path.c - path confinement, one implementation for every program that must keep a job inside
  * its directories: lexical normalisation, resolution the way the kernel opens a path (symlinks
- * and ".."), and the check that a resolved path lies inside one of a set of roots. It decides
- * only; opening files is the caller's business, and it never reads a file's contents. */
+ * and ".."), the check that a resolved path lies inside one of a set of roots, and the rule that
+ * keeps a job out of other projects' areas (.kiln/<project>). It decides only; opening files is
+ * the caller's business, and it never reads a file's contents. */
 #include "base/base.h"
 
 #include <errno.h>
@@ -184,3 +185,46 @@ int kiln_path_confine(const char *path, const char *field, const char *const *ro
     return 0;
 }
 
+
+bool kiln_path_foreign_area(const char *path, const char *project)
+{
+    const size_t an = sizeof(KILN_AREA_DIR) - 1;
+    size_t pn = project ? strlen(project) : 0;
+    for (const char *p = path; p && *p;) {
+        while (*p == '/')
+            p++;
+        const char *q = p;
+        while (*q && *q != '/')
+            q++;
+        if ((size_t)(q - p) == an && !memcmp(p, KILN_AREA_DIR, an)) {
+            const char *n = q;
+            while (*n == '/')
+                n++;
+            const char *e = n;
+            while (*e && *e != '/')
+                e++;
+            if (pn == 0 || (size_t)(e - n) != pn || memcmp(n, project, pn) != 0)
+                return true;
+        }
+        p = q;
+    }
+    return false;
+}
+
+int kiln_path_area_check(const char *resolved, const char *given, const char *field, const char *project,
+                         kiln_err_t *err)
+{
+    if (!kiln_path_foreign_area(resolved, project))
+        return 0;
+    const char *f = field && field[0] ? field : "path";
+    if (project && project[0])
+        kiln_err_set(err, KILN_EPERM, field, "%s \"%.120s\" leads into kiln's area of another project; jobs of "
+                     "project \"%s\" may not read there", f, given, project);
+    else
+        kiln_err_set(err, KILN_EPERM, field, "%s \"%.120s\" leads into kiln's area of a project", f, given);
+    kiln_err_detail(err, "inside a data root, kiln keeps each project's files under <dir>/" KILN_AREA_DIR
+                    "/<project>/, and only that project's jobs may reach them");
+    kiln_err_hint(err, "name a file outside " KILN_AREA_DIR " directories; a job's own checkpoints reach its "
+                  "next attempt through checkpoint.path");
+    return KILN_EPERM;
+}
