@@ -194,11 +194,15 @@ int agent_launcher_cores(const agent_launcher_t *l);
 
 /* Launches one assignment. First the checks, before anything is written or started: every
  * a->read_paths entry must be absolute and resolve inside a data root; a->checkpoint_dir ("":
- * <job dir>/checkpoints) and a->resume_from (when set) inside a data root or the work dir. A
- * failed check refuses the assignment: on_started(ok=false, reason naming the field and the
- * allowed directories; outside them it never says whether the path exists) and KILN_EPERM
- * (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path inside a root but missing). Then it creates the job directory, output/ and
- * the checkpoint directory (mode 0700), writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
+ * <job dir>/checkpoints) and a->resume_from (when set) inside a data root or the work dir; and
+ * none of them, resolved, inside a project area other than a->project's (kiln_path_area_check).
+ * A failed check refuses the assignment: on_started(ok=false, reason naming the field and the
+ * allowed directories; outside them, or in another project's area, it never says whether the
+ * path exists) and KILN_EPERM (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path
+ * inside a root but missing). Then it creates the job directory, output/ and the checkpoint
+ * directory (mode 0700); one in the project's area (<checkpoint.path>/.kiln/<project>/<job id>)
+ * must then be made of real directories of the agent's user closed to others, or the assignment
+ * is refused (KILN_EPERM). Then it writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
  * for kiln-train; the launcher does not read it), compiles a->metric_definitions (a set that
  * does not compile is dropped with a line in the job's log) and starts one rank per a->ranks
  * entry with the environment of docs/contracts.md: umask 077, a->threads_per_rank threads (0:

@@ -225,6 +225,152 @@ Test(confine, checkpoint_dirs_go_under_a_root_or_the_work_dir_only)
     agent_launcher_destroy(l);
 }
 
+/* Project areas: dir/data/ck/.kiln/proj-a/j-a/ckpt_00000005.bin, project proj-a's checkpoint. */
+static char area_ckpt[450];
+
+static void area_tree(void)
+{
+    tree();
+    char p[400];
+    snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a/j-a", data);
+    kiln_err_t err;
+    cr_assert_eq(kiln_mkdirs_mode(p, 0700, &err), 0, "%s", err.message);
+    snprintf(area_ckpt, sizeof area_ckpt, "%s/ckpt_00000005.bin", p);
+    FILE *f = fopen(area_ckpt, "w");
+    fputs("TOP-SECRET-WEIGHTS\n", f);
+    fclose(f);
+}
+
+/* Starts job of project with one read path and, when set, a checkpoint directory and a directory
+ * to resume from; returns the status and the reason. */
+static int start_in(agent_launcher_t *l, const char *job, const char *project, const char *field, const char *path,
+                    const char *ckpt, const char *resume, char *reason)
+{
+    int32_t ranks[] = {0};
+    Kiln__Assignment a = lf_assignment(job, 1, ranks, 1, "{}");
+    Kiln__JobPath jp = KILN__JOB_PATH__INIT, *jps[] = {&jp};
+    jp.field = (char *)field;
+    jp.path = (char *)path;
+    a.read_paths = jps;
+    a.n_read_paths = path ? 1 : 0;
+    a.project = (char *)project;
+    if (ckpt)
+        a.checkpoint_dir = (char *)ckpt;
+    if (resume)
+        a.resume_from = (char *)resume;
+    kiln_err_t err;
+    int rc = agent_launcher_start(l, &a, &err);
+    reason[0] = '\0';
+    if (rc != 0) {
+        snprintf(reason, 600, "%s", R.start_reason);
+        cr_assert_str_eq(reason, err.message);
+        cr_assert_null(strstr(reason, "TOP-SECRET"), "the file's contents in the reason: %s", reason);
+    }
+    return rc;
+}
+
+Test(confine, another_projects_area_is_refused_by_path_and_through_a_link)
+{
+    area_tree();
+    char *bin = lf_script("rank.sh", k_marker_script);
+    const char *roots[] = {data};
+    agent_launcher_t *l = lf_launcher(bin, 2, false, 2, roots, 1);
+    char r1[600], r2[600], r3[600], r4[600], p[400], link[400];
+
+    /* by its path: refused, the same whether the file exists or not */
+    cr_assert_eq(start_in(l, "j-b1", "proj-b", "data.train", area_ckpt, NULL, NULL, r1), KILN_EPERM);
+    cr_assert(strstr(r1, "data.train") && strstr(r1, "another project") && strstr(r1, "proj-b"), "%s", r1);
+    snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a/j-a/ckpt_00000099.bin", data);
+    cr_assert_eq(start_in(l, "j-b2", "proj-b", "data.train", p, NULL, NULL, r2), KILN_EPERM);
+    unpath(r1, area_ckpt);
+    unpath(r2, p);
+    cr_assert_str_eq(r1, r2, "a missing file and a present one in the area answer alike");
+    /* through a symbolic link inside the root, which kilnd cannot see: refused, and where it
+     * leads is not told */
+    snprintf(link, sizeof link, "%s/innocent.txt", data);
+    cr_assert_eq(symlink(area_ckpt, link), 0);
+    cr_assert_eq(start_in(l, "j-b3", "proj-b", "data.val", link, NULL, NULL, r3), KILN_EPERM);
+    cr_assert(strstr(r3, "data.val") && strstr(r3, "another project"), "%s", r3);
+    cr_assert_null(strstr(r3, "proj-a"), "where the link leads is not told: %s", r3);
+    /* ".." out of a directory that is a link into the area */
+    snprintf(link, sizeof link, "%s/models", data);
+    snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a/j-a", data);
+    cr_assert_eq(symlink(p, link), 0);
+    snprintf(p, sizeof p, "%s/models/../j-a/ckpt_00000005.bin", data);
+    cr_assert_eq(start_in(l, "j-b4", "proj-b", "model.init_from", p, NULL, NULL, r4), KILN_EPERM);
+    /* from a kilnd that sends no project, every area is another's */
+    cr_assert_eq(start_in(l, "j-old", "", "data.train", area_ckpt, NULL, NULL, r4), KILN_EPERM);
+    /* a checkpoint directory or a checkpoint to resume from in another's area */
+    snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a/j-b5", data);
+    cr_assert_eq(start_in(l, "j-b5", "proj-b", NULL, NULL, p, NULL, r4), KILN_EPERM);
+    cr_assert(strstr(r4, "checkpoint.path"), "%s", r4);
+    snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a/j-a", data);
+    cr_assert_eq(start_in(l, "j-b6", "proj-b", NULL, NULL, NULL, p, r4), KILN_EPERM);
+    cr_assert(strstr(r4, "resume_from"), "%s", r4);
+    const char *jobs[] = {"j-b1", "j-b2", "j-b3", "j-b4", "j-old", "j-b5", "j-b6"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(jobs); i++) {
+        cr_assert_not(ran(jobs[i]), "%s started a rank", jobs[i]);
+        cr_assert_not(job_dir_exists(jobs[i]), "%s got a job directory", jobs[i]);
+    }
+    snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a/j-b5", data);
+    cr_assert_neq(access(p, F_OK), 0, "nothing was created in the area");
+
+    /* the project's own jobs reach it; the data root's other files stay everyone's */
+    cr_assert_eq(start_in(l, "j-a2", "proj-a", "data.train", area_ckpt, NULL, NULL, r4), 0, "%s", r4);
+    cr_assert(lf_wait_exits(1, 10000));
+    snprintf(p, sizeof p, "%s/corpus.txt", data);
+    cr_assert_eq(start_in(l, "j-b7", "proj-b", "data.train", p, NULL, NULL, r4), 0, "%s", r4);
+    cr_assert(lf_wait_exits(2, 10000));
+    cr_assert(ran("j-a2") && ran("j-b7"));
+    agent_launcher_destroy(l);
+}
+
+Test(confine, a_checkpoint_dir_in_the_project_area_is_made_of_the_agents_own_directories)
+{
+    tree();
+    char *bin = lf_script("rank.sh", k_marker_script);
+    const char *roots[] = {data};
+    agent_launcher_t *l = lf_launcher(bin, 2, false, 2, roots, 1);
+    char r[600], p[400], ck[400];
+    /* created 0700, all three levels */
+    snprintf(ck, sizeof ck, "%s/ck/" KILN_AREA_DIR "/proj-a/j-ok", data);
+    cr_assert_eq(start_in(l, "j-ok", "proj-a", NULL, NULL, ck, NULL, r), 0, "%s", r);
+    cr_assert(lf_wait_exits(1, 10000));
+    struct stat st;
+    snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR, data);
+    cr_assert_eq(stat(p, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700);
+    snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a", data);
+    cr_assert_eq(stat(p, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700);
+    cr_assert_eq(stat(ck, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700);
+
+    /* a ".kiln" that someone made a link to a shared directory of the root: refused before
+     * anything is created there */
+    snprintf(p, sizeof p, "%s/pub", data);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/ck2", data);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/ck2/" KILN_AREA_DIR, data);
+    cr_assert_eq(symlink("../pub", p), 0);
+    snprintf(ck, sizeof ck, "%s/ck2/" KILN_AREA_DIR "/proj-a/j-link", data);
+    cr_assert_eq(start_in(l, "j-link", "proj-a", NULL, NULL, ck, NULL, r), KILN_EPERM);
+    cr_assert(strstr(r, "checkpoint.path") && strstr(r, "symbolic link"), "%s", r);
+    snprintf(p, sizeof p, "%s/pub/proj-a", data);
+    cr_assert_neq(access(p, F_OK), 0, "nothing was created through the link");
+    /* a ".kiln" that others may write to */
+    snprintf(p, sizeof p, "%s/ck3/" KILN_AREA_DIR, data);
+    kiln_err_t err;
+    cr_assert_eq(kiln_mkdirs_mode(p, 0700, &err), 0, "%s", err.message);
+    cr_assert_eq(chmod(p, 0777), 0);
+    snprintf(ck, sizeof ck, "%s/ck3/" KILN_AREA_DIR "/proj-a/j-open", data);
+    cr_assert_eq(start_in(l, "j-open", "proj-a", NULL, NULL, ck, NULL, r), KILN_EPERM);
+    cr_assert(strstr(r, "only it may write to"), "%s", r);
+    cr_assert_not(ran("j-link") || ran("j-open"));
+    agent_launcher_destroy(l);
+}
+
 Test(confine, ranks_get_the_roots_a_private_umask_and_none_of_the_agents_secrets)
 {
     tree();
