@@ -763,6 +763,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     re.data_roots = l->roots_csv;
     re.comm_watchdog_s = l->comm_watchdog_s;
     re.cpus = cpus[0] ? cpus : NULL;
+    re.project = a->project && a->project[0] ? a->project : NULL;
     char model[PATH_MAX];
     if (a->init_from_job && a->init_from_job[0]) {
         xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));

@@ -230,6 +230,12 @@ bool kiln_path_inside(const char *path, const char *root);
  * the path exists nor where its links lead. No file is opened. Thread-safe. */
 int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
                       char *resolved_out, size_t n, bool *exists, kiln_err_t *err);
+/* kiln_path_confine's decision for a path resolved already (resolved; NULL: it could not be):
+ * 0 when it is one of roots[0..nroots) (resolved here) or lies below one, else KILN_EPERM with
+ * kiln_path_confine's message, which names given (the path as the spec gave it), never resolved.
+ * For a path read back from an open file (/proc/self/fd/N). Thread-safe. */
+int kiln_path_confine_resolved(const char *resolved, const char *given, const char *field, const char *const *roots,
+                               size_t nroots, kiln_err_t *err);
 
 /* Project areas. What kiln writes inside a data root lives in a directory named KILN_AREA_DIR
  * and, below it, one directory per project (a job's checkpoints: <checkpoint.path>/.kiln/

@@ -150,41 +150,49 @@ bool kiln_path_inside(const char *path, const char *root)
     return rl > 0 && !strncmp(path, root, rl) && (path[rl] == '\0' || path[rl] == '/');
 }
 
+int kiln_path_confine_resolved(const char *resolved, const char *given, const char *field, const char *const *roots,
+                               size_t nroots, kiln_err_t *err)
+{
+    char root[PATH_MAX];
+    bool inside = false;
+    for (size_t i = 0; resolved && i < nroots && !inside; i++)
+        inside = roots[i] && kiln_path_resolve(roots[i], root, sizeof(root), NULL, NULL) == 0 &&
+                 kiln_path_inside(resolved, root);
+    if (inside)
+        return 0;
+    char list[200];
+    size_t len = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < nroots && len < sizeof(list); i++)
+        len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "", roots[i]);
+    if (nroots == 0)
+        kiln_strlcpy(list, "none are allowed", sizeof(list));
+    kiln_err_set(err, KILN_EPERM, field, "%s \"%.120s\" is not inside an allowed directory (%s)",
+                 field && field[0] ? field : "path", given, list);
+    return KILN_EPERM;
+}
+
 int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
                       char *resolved_out, size_t n, bool *exists, kiln_err_t *err)
 {
-    char res[PATH_MAX], root[PATH_MAX];
+    char res[PATH_MAX];
     bool ex = false;
     const char *f = field && field[0] ? field : "path";
     if (!path || path[0] != '/')
         return kiln_err_set(err, KILN_EINVAL, field, "%s must be an absolute path (got \"%.120s\")", f,
                             path ? path : "");
-    bool inside = false;
     /* A path that cannot be resolved (a symlink loop, too long) is refused like one outside, so
      * that the answer tells nothing about what lies outside the roots. */
-    if (kiln_path_resolve(path, res, sizeof(res), &ex, NULL) == 0)
-        for (size_t i = 0; i < nroots && !inside; i++)
-            inside = roots[i] && kiln_path_resolve(roots[i], root, sizeof(root), NULL, NULL) == 0 &&
-                     kiln_path_inside(res, root);
-    if (!inside) {
-        char list[200];
-        size_t len = 0;
-        list[0] = '\0';
-        for (size_t i = 0; i < nroots && len < sizeof(list); i++)
-            len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "", roots[i]);
-        if (nroots == 0)
-            kiln_strlcpy(list, "none are allowed", sizeof(list));
-        kiln_err_set(err, KILN_EPERM, field, "%s \"%.120s\" is not inside an allowed directory (%s)", f, path,
-                     list);
-        return KILN_EPERM;
-    }
+    bool resolved = kiln_path_resolve(path, res, sizeof(res), &ex, NULL) == 0;
+    int rc = kiln_path_confine_resolved(resolved ? res : NULL, path, field, roots, nroots, err);
+    if (rc)
+        return rc;
     if (resolved_out && kiln_strlcpy(resolved_out, res, n) >= n)
         return kiln_err_set(err, KILN_ETOOBIG, field, "%s: path too long", f);
     if (exists)
         *exists = ex;
     return 0;
 }
-
 
 bool kiln_path_foreign_area(const char *path, const char *project)
 {

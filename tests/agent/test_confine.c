@@ -424,7 +424,7 @@ static const char k_spec_fmt[] =
     "\"global_batch_size\": 1, \"max_steps\": 1, \"eval_every\": 0, \"sample_every\": 0}, "
     "\"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\", \"device\": \"cpu\"}}";
 
-static int run_train(const char *job, const char *data_path)
+static int run_train_in(const char *job, const char *data_path, const char *project)
 {
     char bin[PATH_MAX], spec[1200];
     snprintf(bin, sizeof bin, "%s/kiln-train", th_bin_dir());
@@ -439,12 +439,19 @@ static int run_train(const char *job, const char *data_path)
     a.nodes = 1;
     a.master_addr = (char *)"127.0.0.1";
     a.master_port = th_free_port();
+    if (project)
+        a.project = (char *)project;
     kiln_err_t err;
     cr_assert_eq(agent_launcher_start(l, &a, &err), 0, "%s", err.message);
     int before = R.nexits;
     cr_assert(lf_wait_exits(before + 1, 50000), "kiln-train did not end");
     agent_launcher_destroy(l);
     return R.exits[before].code;
+}
+
+static int run_train(const char *job, const char *data_path)
+{
+    return run_train_in(job, data_path, NULL);
 }
 
 Test(confine, kiln_train_checks_its_own_paths_against_the_roots)
@@ -468,5 +475,33 @@ Test(confine, kiln_train_checks_its_own_paths_against_the_roots)
     /* and a file inside: kiln-train gets past the check and trains its step */
     snprintf(p, sizeof p, "%s/corpus.txt", data);
     code = run_train("j-train-in", p);
+    cr_assert_eq(code, 0, "reason: %s", R.exits[2].reason);
+}
+
+/* The real kiln-train keeps out of other projects' areas by itself (KILN_PROJECT), given no
+ * read_paths to check (a kilnd that does not fill them): by the path and through a link. Its own
+ * project's area it reads. */
+Test(confine, kiln_train_keeps_out_of_other_projects_areas)
+{
+    area_tree();
+    FILE *f = fopen(area_ckpt, "w");
+    for (int i = 0; i < 100; i++)
+        fputs("TOP-SECRET-WEIGHTS of project a, as text for the byte vocabulary\n", f);
+    fclose(f);
+    char link[400];
+    snprintf(link, sizeof link, "%s/innocent.txt", data);
+    cr_assert_eq(symlink(area_ckpt, link), 0);
+    int code = run_train_in("j-train-b", area_ckpt, "proj-b");
+    cr_assert_eq(code, 2, "reason: %s", R.exits[0].reason);
+    cr_assert(strstr(R.exits[0].reason, "another project"), "reason: %s", R.exits[0].reason);
+    code = run_train_in("j-train-b-link", link, "proj-b");
+    cr_assert_eq(code, 2, "reason: %s", R.exits[1].reason);
+    cr_assert(strstr(R.exits[1].reason, "another project") && !strstr(R.exits[1].reason, "proj-a"), "reason: %s",
+              R.exits[1].reason);
+    pthread_mutex_lock(&R.mu);
+    for (int i = 0; i < R.nlines; i++)
+        cr_assert_null(strstr(R.lines[i].text, "TOP-SECRET"), "file contents in a line: %s", R.lines[i].text);
+    pthread_mutex_unlock(&R.mu);
+    code = run_train_in("j-train-a", link, "proj-a");
     cr_assert_eq(code, 0, "reason: %s", R.exits[2].reason);
 }
