@@ -56,8 +56,27 @@ static bool job_dir_exists(const char *job)
     return access(p, F_OK) == 0;
 }
 
-/* Starts job with one read path (field, path); returns the status and the reason. */
-static int start_reading(agent_launcher_t *l, const char *job, const char *field, const char *path, char *reason)
+/* A launcher of 2 slots with dir/data as its root, whose ranks run k_marker_script. */
+static agent_launcher_t *marker_launcher(void)
+{
+    char *bin = lf_script("rank.sh", k_marker_script);
+    const char *roots[] = {data};
+    return lf_launcher(bin, 2, false, 2, roots, 1);
+}
+
+/* No line a rank wrote holds needle (a file's contents). */
+static void assert_no_line_holds(const char *needle)
+{
+    pthread_mutex_lock(&R.mu);
+    for (int i = 0; i < R.nlines; i++)
+        cr_assert_null(strstr(R.lines[i].text, needle), "file contents in a line: %s", R.lines[i].text);
+    pthread_mutex_unlock(&R.mu);
+}
+
+/* Starts job of project with one read path and, when set, a checkpoint directory and a directory
+ * to resume from; returns the status and the reason. */
+static int start_in(agent_launcher_t *l, const char *job, const char *project, const char *field, const char *path,
+                    const char *ckpt, const char *resume, char *reason)
 {
     int32_t ranks[] = {0};
     Kiln__Assignment a = lf_assignment(job, 1, ranks, 1, "{}");
@@ -65,16 +84,29 @@ static int start_reading(agent_launcher_t *l, const char *job, const char *field
     jp.field = (char *)field;
     jp.path = (char *)path;
     a.read_paths = jps;
-    a.n_read_paths = 1;
+    a.n_read_paths = path ? 1 : 0;
+    a.project = (char *)project;
+    if (ckpt)
+        a.checkpoint_dir = (char *)ckpt;
+    if (resume)
+        a.resume_from = (char *)resume;
     kiln_err_t err;
     int before = R.start_failed;
     int rc = agent_launcher_start(l, &a, &err);
+    reason[0] = '\0';
     if (rc != 0) {
         cr_assert_eq(R.start_failed, before + 1, "the refusal goes to on_started");
         snprintf(reason, 600, "%s", R.start_reason);
         cr_assert_str_eq(reason, err.message);
+        cr_assert_null(strstr(reason, "TOP-SECRET"), "the file's contents in the reason: %s", reason);
     }
     return rc;
+}
+
+/* Starts job with one read path (field, path); returns the status and the reason. */
+static int start_reading(agent_launcher_t *l, const char *job, const char *field, const char *path, char *reason)
+{
+    return start_in(l, job, "", field, path, NULL, NULL, reason);
 }
 
 /* reason with path replaced by "<P>", to compare two refusals */
@@ -91,9 +123,7 @@ static void unpath(char *reason, const char *path)
 Test(confine, read_paths_outside_the_roots_are_refused_before_anything_starts)
 {
     tree();
-    char *bin = lf_script("rank.sh", k_marker_script);
-    const char *roots[] = {data};
-    agent_launcher_t *l = lf_launcher(bin, 2, false, 2, roots, 1);
+    agent_launcher_t *l = marker_launcher();
     char r1[600], r2[600], r3[600], r4[600], r5[600], p[400];
 
     cr_assert_eq(start_reading(l, "j-shadow", "data.train", "/etc/shadow", r1), KILN_EPERM);
@@ -127,10 +157,7 @@ Test(confine, read_paths_outside_the_roots_are_refused_before_anything_starts)
     cr_assert_eq(R.started, 0);
     agent_rank_info_t info[4];
     cr_assert_eq(agent_launcher_list(l, info, 4), 0);
-    pthread_mutex_lock(&R.mu);
-    for (int i = 0; i < R.nlines; i++)
-        cr_assert_null(strstr(R.lines[i].text, "SECRET"), "file contents in a line: %s", R.lines[i].text);
-    pthread_mutex_unlock(&R.mu);
+    assert_no_line_holds("SECRET");
     cr_assert_null(strstr(R.start_reason, "TOP-SECRET"));
     agent_launcher_destroy(l);
 }
@@ -138,9 +165,7 @@ Test(confine, read_paths_outside_the_roots_are_refused_before_anything_starts)
 Test(confine, inside_a_root_a_missing_file_says_so_and_a_present_one_runs)
 {
     tree();
-    char *bin = lf_script("rank.sh", k_marker_script);
-    const char *roots[] = {data};
-    agent_launcher_t *l = lf_launcher(bin, 2, false, 2, roots, 1);
+    agent_launcher_t *l = marker_launcher();
     char r[600], p[400];
     snprintf(p, sizeof p, "%s/nope.txt", data);
     cr_assert_eq(start_reading(l, "j-gone", "data.train", p, r), KILN_ENOTFOUND);
@@ -176,9 +201,7 @@ Test(confine, an_agent_without_data_roots_lets_jobs_read_nothing)
 Test(confine, checkpoint_dirs_go_under_a_root_or_the_work_dir_only)
 {
     tree();
-    char *bin = lf_script("rank.sh", k_marker_script);
-    const char *roots[] = {data};
-    agent_launcher_t *l = lf_launcher(bin, 2, false, 2, roots, 1);
+    agent_launcher_t *l = marker_launcher();
     int32_t ranks[] = {0};
     char ck[400];
     kiln_err_t err;
@@ -241,40 +264,10 @@ static void area_tree(void)
     fclose(f);
 }
 
-/* Starts job of project with one read path and, when set, a checkpoint directory and a directory
- * to resume from; returns the status and the reason. */
-static int start_in(agent_launcher_t *l, const char *job, const char *project, const char *field, const char *path,
-                    const char *ckpt, const char *resume, char *reason)
-{
-    int32_t ranks[] = {0};
-    Kiln__Assignment a = lf_assignment(job, 1, ranks, 1, "{}");
-    Kiln__JobPath jp = KILN__JOB_PATH__INIT, *jps[] = {&jp};
-    jp.field = (char *)field;
-    jp.path = (char *)path;
-    a.read_paths = jps;
-    a.n_read_paths = path ? 1 : 0;
-    a.project = (char *)project;
-    if (ckpt)
-        a.checkpoint_dir = (char *)ckpt;
-    if (resume)
-        a.resume_from = (char *)resume;
-    kiln_err_t err;
-    int rc = agent_launcher_start(l, &a, &err);
-    reason[0] = '\0';
-    if (rc != 0) {
-        snprintf(reason, 600, "%s", R.start_reason);
-        cr_assert_str_eq(reason, err.message);
-        cr_assert_null(strstr(reason, "TOP-SECRET"), "the file's contents in the reason: %s", reason);
-    }
-    return rc;
-}
-
 Test(confine, another_projects_area_is_refused_by_path_and_through_a_link)
 {
     area_tree();
-    char *bin = lf_script("rank.sh", k_marker_script);
-    const char *roots[] = {data};
-    agent_launcher_t *l = lf_launcher(bin, 2, false, 2, roots, 1);
+    agent_launcher_t *l = marker_launcher();
     char r1[600], r2[600], r3[600], r4[600], p[400], link[400];
 
     /* by its path: refused, the same whether the file exists or not */
@@ -328,9 +321,7 @@ Test(confine, another_projects_area_is_refused_by_path_and_through_a_link)
 Test(confine, a_checkpoint_dir_in_the_project_area_is_made_of_the_agents_own_directories)
 {
     tree();
-    char *bin = lf_script("rank.sh", k_marker_script);
-    const char *roots[] = {data};
-    agent_launcher_t *l = lf_launcher(bin, 2, false, 2, roots, 1);
+    agent_launcher_t *l = marker_launcher();
     char r[600], p[400], ck[400];
     /* created 0700, all three levels */
     snprintf(ck, sizeof ck, "%s/ck/" KILN_AREA_DIR "/proj-a/j-ok", data);
@@ -463,10 +454,7 @@ Test(confine, kiln_train_checks_its_own_paths_against_the_roots)
     cr_assert_neq(code, 0);
     cr_assert(strstr(R.exits[0].reason, "not inside an allowed directory") && strstr(R.exits[0].reason, data),
               "reason: %s", R.exits[0].reason);
-    pthread_mutex_lock(&R.mu);
-    for (int i = 0; i < R.nlines; i++)
-        cr_assert_null(strstr(R.lines[i].text, "TOP-SECRET"), "file contents in a line: %s", R.lines[i].text);
-    pthread_mutex_unlock(&R.mu);
+    assert_no_line_holds("TOP-SECRET");
     /* the same file through a link inside the root */
     snprintf(p, sizeof p, "%s/escape/secret.txt", data);
     code = run_train("j-train-link", p);
@@ -498,10 +486,7 @@ Test(confine, kiln_train_keeps_out_of_other_projects_areas)
     cr_assert_eq(code, 2, "reason: %s", R.exits[1].reason);
     cr_assert(strstr(R.exits[1].reason, "another project") && !strstr(R.exits[1].reason, "proj-a"), "reason: %s",
               R.exits[1].reason);
-    pthread_mutex_lock(&R.mu);
-    for (int i = 0; i < R.nlines; i++)
-        cr_assert_null(strstr(R.lines[i].text, "TOP-SECRET"), "file contents in a line: %s", R.lines[i].text);
-    pthread_mutex_unlock(&R.mu);
+    assert_no_line_holds("TOP-SECRET");
     code = run_train_in("j-train-a", link, "proj-a");
     cr_assert_eq(code, 0, "reason: %s", R.exits[2].reason);
 }

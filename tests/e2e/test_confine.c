@@ -51,8 +51,9 @@ static const char *shared_root(void)
     return p;
 }
 
-/* A tiny job reading train, optionally checkpointing into ckpt. Caller frees. */
-static char *spec_with(const char *name, const char *train, const char *ckpt)
+/* A tiny job reading train, optionally checkpointing into ckpt, in project (NULL: the default
+ * one). Caller frees. */
+static char *spec_in(const char *name, const char *train, const char *ckpt, const char *project)
 {
     char *text = e2e_spec(name, 20, 1, 1, 4);
     json_t *j = json_loads(text, 0, NULL);
@@ -61,9 +62,27 @@ static char *spec_with(const char *name, const char *train, const char *ckpt)
         json_object_set_new(json_object_get(j, "data"), "train", json_string(train));
     if (ckpt)
         json_object_set_new(j, "checkpoint", json_pack("{s:i, s:s}", "every_steps", 5, "path", ckpt));
+    if (project)
+        json_object_set_new(j, "project", json_string(project));
     text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     return text;
+}
+
+static char *spec_with(const char *name, const char *train, const char *ckpt)
+{
+    return spec_in(name, train, ckpt, NULL);
+}
+
+/* Submits spec (as the admin) and waits until the job COMPLETED; its id into id (64 bytes). */
+static void submit_completes(const char *spec, char *id)
+{
+    json_t *job = e2e_submit(spec);
+    snprintf(id, 64, "%s", e2e_jstr(job, "id"));
+    json_decref(job);
+    job = e2e_wait_state(id, "COMPLETED|FAILED", 120000);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_jstr(job, "reason"));
+    json_decref(job);
 }
 
 static void assert_no_secret(const char *where, const char *text)
@@ -168,15 +187,9 @@ Test(e2e_confine, a_job_inside_the_roots_trains, .init = e2e_setup, .fini = e2e_
     /* the same cluster runs what its roots allow: a data file, a checkpoint directory */
     char ckpt[PATH_MAX];
     snprintf(ckpt, sizeof ckpt, "%s/ok", shared_root());
-    char *spec = spec_with("inside", NULL, ckpt);
-    json_t *job = e2e_submit(spec);
+    char *spec = spec_with("inside", NULL, ckpt), id[64];
+    submit_completes(spec, id);
     free(spec);
-    char id[64];
-    snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
-    json_decref(job);
-    job = e2e_wait_state(id, "COMPLETED|FAILED", 120000);
-    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_jstr(job, "reason"));
-    json_decref(job);
     char dir[PATH_MAX + 128];
     snprintf(dir, sizeof dir, "%s/" KILN_AREA_DIR "/default/%s", ckpt, id);
     cr_assert_gt(e2e_count_files(dir), 0, "checkpoints went to %s", dir);
@@ -212,20 +225,9 @@ Test(e2e_confine, another_projects_checkpoints_are_out_of_reach, .init = e2e_set
     /* project A's job checkpoints into its area of the shared root */
     char ckpt[PATH_MAX];
     snprintf(ckpt, sizeof ckpt, "%s/ck", shared_root());
-    char *text = spec_with("a-trains", NULL, ckpt);
-    json_t *spec = json_loads(text, 0, NULL);
+    char *text = spec_in("a-trains", NULL, ckpt, "proj-a"), a_id[64];
+    submit_completes(text, a_id);
     free(text);
-    json_object_set_new(spec, "project", json_string("proj-a"));
-    text = json_dumps(spec, JSON_COMPACT);
-    json_decref(spec);
-    json_t *job = e2e_submit(text);
-    free(text);
-    char a_id[64];
-    snprintf(a_id, sizeof a_id, "%s", e2e_jstr(job, "id"));
-    json_decref(job);
-    job = e2e_wait_state(a_id, "COMPLETED|FAILED", 120000);
-    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_jstr(job, "reason"));
-    json_decref(job);
     char a_file[PATH_MAX + 128], missing[PATH_MAX + 128], flat[PATH_MAX + 64];
     snprintf(a_file, sizeof a_file, "%s/" KILN_AREA_DIR "/proj-a/%s/ckpt_00000020.bin", ckpt, a_id);
     snprintf(missing, sizeof missing, "%s/" KILN_AREA_DIR "/proj-a/%s/ckpt_00000099.bin", ckpt, a_id);
@@ -238,10 +240,9 @@ Test(e2e_confine, another_projects_checkpoints_are_out_of_reach, .init = e2e_set
         {"data.train", a_file}, {"data.val", a_file}, {"data.train", missing}};
     char first[600] = "";
     for (size_t i = 0; i < KILN_ARRAY_LEN(named); i++) {
-        text = spec_with("b-reads", NULL, NULL);
-        spec = json_loads(text, 0, NULL);
+        text = spec_in("b-reads", NULL, NULL, "proj-b");
+        json_t *spec = json_loads(text, 0, NULL);
         free(text);
-        json_object_set_new(spec, "project", json_string("proj-b"));
         json_object_set_new(json_object_get(spec, "data"), named[i].field + 5, json_string(named[i].path));
         json_object_set_new(json_object_get(spec, "data"), "format", json_string("text"));
         text = json_dumps(spec, JSON_COMPACT);
@@ -270,13 +271,8 @@ Test(e2e_confine, another_projects_checkpoints_are_out_of_reach, .init = e2e_set
     char link[PATH_MAX];
     snprintf(link, sizeof link, "%s/innocent.txt", shared_root());
     cr_assert_eq(symlink(a_file, link), 0);
-    text = spec_with("b-links", link, NULL);
-    spec = json_loads(text, 0, NULL);
-    free(text);
-    json_object_set_new(spec, "project", json_string("proj-b"));
-    text = json_dumps(spec, JSON_COMPACT);
-    json_decref(spec);
-    job = call_ok("POST", "/v1/jobs", text, bob, 201);
+    text = spec_in("b-links", link, NULL, "proj-b");
+    json_t *job = call_ok("POST", "/v1/jobs", text, bob, 201);
     free(text);
     char b_id[64], path[200];
     snprintf(b_id, sizeof b_id, "%s", e2e_jstr(job, "id"));
