@@ -411,18 +411,21 @@ Test(confine, ranks_get_the_roots_a_private_umask_and_none_of_the_agents_secrets
  * file reaches a line. Inside the root it trains. */
 static const char k_spec_fmt[] =
     "{\"name\": \"confine\", \"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 1, \"n_embd\": 8, "
-    "\"seq_len\": 8, \"vocab\": \"bytes\"}, \"data\": {\"train\": \"%s\"}, \"hyperparameters\": {\"lr\": 0.001, "
+    "\"seq_len\": 8, \"vocab\": \"bytes\", \"init_from\": \"%s\"}, \"data\": {\"train\": \"%s\"}, "
+    "\"hyperparameters\": {\"lr\": 0.001, "
     "\"global_batch_size\": 1, \"max_steps\": 1, \"eval_every\": 0, \"sample_every\": 0}, "
     "\"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\", \"device\": \"cpu\"}}";
 
-static int run_train_in(const char *job, const char *data_path, const char *project)
+/* kiln-train as job of project (NULL: none sent) on data_path, from the llm.c model init_from
+ * ("": none); its exit code. */
+static int run_train_in(const char *job, const char *data_path, const char *project, const char *init_from)
 {
     char bin[PATH_MAX], spec[1200];
     snprintf(bin, sizeof bin, "%s/kiln-train", th_bin_dir());
     cr_assert_eq(access(bin, X_OK), 0, "%s not built (set KILN_BIN_DIR)", bin);
     const char *roots[] = {data};
     agent_launcher_t *l = lf_launcher(bin, 1, false, 1, roots, 1);
-    snprintf(spec, sizeof spec, k_spec_fmt, data_path);
+    snprintf(spec, sizeof spec, k_spec_fmt, init_from, data_path);
     int32_t ranks[] = {0};
     Kiln__Assignment a = lf_assignment(job, 1, ranks, 1, spec);
     a.world_size = 1;
@@ -442,7 +445,7 @@ static int run_train_in(const char *job, const char *data_path, const char *proj
 
 static int run_train(const char *job, const char *data_path)
 {
-    return run_train_in(job, data_path, NULL);
+    return run_train_in(job, data_path, NULL, "");
 }
 
 Test(confine, kiln_train_checks_its_own_paths_against_the_roots)
@@ -479,14 +482,32 @@ Test(confine, kiln_train_keeps_out_of_other_projects_areas)
     char link[400];
     snprintf(link, sizeof link, "%s/innocent.txt", data);
     cr_assert_eq(symlink(area_ckpt, link), 0);
-    int code = run_train_in("j-train-b", area_ckpt, "proj-b");
+    int code = run_train_in("j-train-b", area_ckpt, "proj-b", "");
     cr_assert_eq(code, 2, "reason: %s", R.exits[0].reason);
     cr_assert(strstr(R.exits[0].reason, "another project"), "reason: %s", R.exits[0].reason);
-    code = run_train_in("j-train-b-link", link, "proj-b");
+    code = run_train_in("j-train-b-link", link, "proj-b", "");
     cr_assert_eq(code, 2, "reason: %s", R.exits[1].reason);
     cr_assert(strstr(R.exits[1].reason, "another project") && !strstr(R.exits[1].reason, "proj-a"), "reason: %s",
               R.exits[1].reason);
     assert_no_line_holds("TOP-SECRET");
-    code = run_train_in("j-train-a", link, "proj-a");
+    code = run_train_in("j-train-a", link, "proj-a", "");
     cr_assert_eq(code, 0, "reason: %s", R.exits[2].reason);
+
+    /* model.init_from, an llm.c file (the model j-train-a wrote): from the shared part of the root
+     * for anyone, from project a's area for project a only */
+    char model[400], shared[400], own[400], cmd[1700];
+    snprintf(model, sizeof model, "%s/jobs/j-train-a/output/model_llmc.bin", dir);
+    snprintf(shared, sizeof shared, "%s/model.bin", data);
+    snprintf(own, sizeof own, "%s/ck/" KILN_AREA_DIR "/proj-a/model.bin", data);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && cp '%s' '%s'", model, shared, model, own);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(link, sizeof link, "%s/corpus.txt", data);
+    code = run_train_in("j-init-b", link, "proj-b", shared);
+    cr_assert_eq(code, 0, "reason: %s", R.exits[3].reason);
+    code = run_train_in("j-init-b-area", link, "proj-b", own);
+    cr_assert_eq(code, 2, "reason: %s", R.exits[4].reason);
+    cr_assert(strstr(R.exits[4].reason, "model.init_from") && strstr(R.exits[4].reason, "another project"),
+              "reason: %s", R.exits[4].reason);
+    code = run_train_in("j-init-a", link, "proj-a", own);
+    cr_assert_eq(code, 0, "reason: %s", R.exits[5].reason);
 }
