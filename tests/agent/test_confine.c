@@ -1,8 +1,9 @@
 /* test_confine.c - what a job may touch on an agent, with real child processes: the launcher's
- * checks of an assignment's read paths and checkpoint directory against the data roots (refused
- * before anything starts, with a reason that names the field and the roots and never whether a
- * file outside exists), the rank's environment (KILN_DATA_ROOTS, no secrets) and umask, and
- * kiln-train's own re-check of the paths its spec names. */
+ * checks of an assignment's read paths and checkpoint directory against the data roots and other
+ * projects' areas (refused before anything starts, with a reason that names the field and never
+ * whether a file there exists nor where a link leads), the project area's own directories, the
+ * rank's environment (KILN_DATA_ROOTS, no secrets) and umask, and kiln-train's own re-check of
+ * the paths its spec names. */
 #include "tests/agent/launch_fixture.h"
 #include "tests/common/harness.h"
 

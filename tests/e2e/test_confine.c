@@ -2,7 +2,8 @@
  * tokens, --data-root): paths outside every data root are refused at submission, paths that leave
  * a root through a symbolic link (which kilnd cannot see) are refused by the agent when it
  * launches, with the reason on the job, and no byte of the file reaches a reply, a reason, an
- * event, a log line or a server log. */
+ * event, a log line or a server log; another project's checkpoints in a shared data root are out
+ * of reach the same two ways. */
 #include "tests/e2e/e2e.h"
 #include "base/base.h"
 

@@ -2,7 +2,7 @@
  * scheduler and liveness threads, the agent's part played by fixture.c: submission (queued,
  * idempotent, invalid, unfit, lists), the whole life of a job to COMPLETED with logs and metrics,
  * a failing rank, stop requests, re-delivery, a restarted service, max runtime, priorities, two
- * services on one database. */
+ * services on one database, data roots and project areas. */
 #include <criterion/criterion.h>
 #include <libpq-fe.h>
 #include <pthread.h>

@@ -1,6 +1,6 @@
 /* test_store.c - the store module against a real PostgreSQL (the cluster tests/run.sh starts; a
  * fresh database per test): migrations (once, recorded, idempotent, concurrent appliers, from a
- * directory), jobs (insert, idempotency, transitions and events, list with filters and paging),
+ * directory, 0014 on jobs that ran before it), jobs (insert, idempotency, transitions and events, list with filters and paging),
  * COPY ingest of logs and metrics and their reads, workers and assignments. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -168,7 +168,7 @@ static void sql_ok(const char *sql, const char *param)
 Test(migrate, jobs_that_had_not_ended_keep_their_flat_checkpoint_dir)
 {
     const char *root = getenv("KILN_ROOT");
-    char src[1024], tmp[] = "/tmp/kiln-mig.XXXXXX", from[1200], to[1200];
+    char src[1024], tmp[] = "/tmp/kiln-mig.XXXXXX", from[1400], to[1400];
     snprintf(src, sizeof src, "%s/migrations", root ? root : ".");
     cr_assert_not_null(mkdtemp(tmp));
     /* the migrations before 0014, from the repository's directory */
