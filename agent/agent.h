@@ -201,8 +201,8 @@ int agent_launcher_cores(const agent_launcher_t *l);
  * path exists) and KILN_EPERM (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path
  * inside a root but missing). Then it creates the job directory, output/ and the checkpoint
  * directory (mode 0700); one in the project's area (<checkpoint.path>/.kiln/<project>/<job id>)
- * must then be made of real directories of the agent's user closed to others, or the assignment
- * is refused (KILN_EPERM). Then it writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
+ * must then be made of real directories, .kiln and the project's of the agent's user and closed
+ * to others' writes, or the assignment is refused (KILN_EPERM). Then it writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
  * for kiln-train; the launcher does not read it), compiles a->metric_definitions (a set that
  * does not compile is dropped with a line in the job's log) and starts one rank per a->ranks
  * entry with the environment of docs/contracts.md: umask 077, a->threads_per_rank threads (0:

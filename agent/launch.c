@@ -860,7 +860,9 @@ static bool ckpt_in_area(const Kiln__Assignment *a, char *tail, size_t n)
 /* A checkpoint directory in the project's area must resolve to such a place (ckpt: resolved), so
  * that no symbolic link in the place of ".kiln", the project's or the job's directory takes the
  * ranks' checkpoints out of the area; with made (after kiln_mkdirs_mode), those three must also be
- * real directories of the agent's user that nobody else may write to. */
+ * real directories, ".kiln" and the project's of the agent's user and closed to others' writes,
+ * so that nobody else can have put the job's directory there (the job's own may belong to the
+ * uid of a sandbox that ran it). */
 static int launch_ckpt_area(const Kiln__Assignment *a, const char *ckpt, bool made, kiln_err_t *err)
 {
     char tail[256];
@@ -877,7 +879,9 @@ static int launch_ckpt_area(const Kiln__Assignment *a, const char *ckpt, bool ma
     kiln_strlcpy(part, ckpt, sizeof(part));
     for (int k = 0; made && k < 3; k++) {
         struct stat st;
-        if (lstat(part, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
+        bool shared = k > 0; /* ".kiln" or the project's */
+        if (lstat(part, &st) != 0 || !S_ISDIR(st.st_mode) ||
+            (shared && (st.st_uid != geteuid() || (st.st_mode & 022)))) {
             kiln_err_set(err, KILN_EPERM, "checkpoint.path", "checkpoint.path: \"%.200s\" is not a directory of "
                          "kiln-agent's user that only it may write to", part);
             kiln_err_hint(err, "remove it; kiln-agent creates it with mode 0700");

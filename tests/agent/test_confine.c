@@ -359,7 +359,20 @@ Test(confine, a_checkpoint_dir_in_the_project_area_is_made_of_the_agents_own_dir
     snprintf(ck, sizeof ck, "%s/ck3/" KILN_AREA_DIR "/proj-a/j-open", data);
     cr_assert_eq(start_in(l, "j-open", "proj-a", NULL, NULL, ck, NULL, r), KILN_EPERM);
     cr_assert(strstr(r, "only it may write to"), "%s", r);
-    cr_assert_not(ran("j-link") || ran("j-open"));
+    /* a project directory of another user; the job's own directory may be another uid's (the
+     * sandbox gives it to the uid its ranks run as) */
+    snprintf(p, sizeof p, "%s/ck4/" KILN_AREA_DIR "/proj-a", data);
+    cr_assert_eq(kiln_mkdirs_mode(p, 0700, &err), 0, "%s", err.message);
+    cr_assert_eq(chown(p, geteuid() + 1, (gid_t)-1), 0);
+    snprintf(ck, sizeof ck, "%s/ck4/" KILN_AREA_DIR "/proj-a/j-theirs", data);
+    cr_assert_eq(start_in(l, "j-theirs", "proj-a", NULL, NULL, ck, NULL, r), KILN_EPERM);
+    cr_assert(strstr(r, "only it may write to"), "%s", r);
+    snprintf(ck, sizeof ck, "%s/ck/" KILN_AREA_DIR "/proj-a/j-given", data);
+    cr_assert_eq(kiln_mkdirs_mode(ck, 0700, &err), 0, "%s", err.message);
+    cr_assert_eq(chown(ck, geteuid() + 1, (gid_t)-1), 0);
+    cr_assert_eq(start_in(l, "j-given", "proj-a", NULL, NULL, ck, NULL, r), 0, "%s", r);
+    cr_assert(lf_wait_exits(2, 10000));
+    cr_assert_not(ran("j-link") || ran("j-open") || ran("j-theirs"));
     agent_launcher_destroy(l);
 }
 
