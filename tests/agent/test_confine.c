@@ -249,7 +249,9 @@ Test(confine, checkpoint_dirs_go_under_a_root_or_the_work_dir_only)
     agent_launcher_destroy(l);
 }
 
-/* Project areas: dir/data/ck/.kiln/proj-a/j-a/ckpt_00000005.bin, project proj-a's checkpoint. */
+/* Project areas: dir/data/ck/.kiln/proj-a/j-a/ckpt_00000005.bin, project proj-a's checkpoint,
+ * readable by anyone as far as the file system goes (a sandbox's uid too): what keeps other
+ * projects' jobs out of it is kiln's checks alone. */
 static char area_ckpt[450];
 
 static void area_tree(void)
@@ -258,11 +260,12 @@ static void area_tree(void)
     char p[400];
     snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a/j-a", data);
     kiln_err_t err;
-    cr_assert_eq(kiln_mkdirs_mode(p, 0700, &err), 0, "%s", err.message);
+    cr_assert_eq(kiln_mkdirs_mode(p, 0711, &err), 0, "%s", err.message);
     snprintf(area_ckpt, sizeof area_ckpt, "%s/ckpt_00000005.bin", p);
     FILE *f = fopen(area_ckpt, "w");
     fputs("TOP-SECRET-WEIGHTS\n", f);
     fclose(f);
+    cr_assert_eq(chmod(area_ckpt, 0644), 0);
 }
 
 Test(confine, another_projects_area_is_refused_by_path_and_through_a_link)
@@ -324,17 +327,18 @@ Test(confine, a_checkpoint_dir_in_the_project_area_is_made_of_the_agents_own_dir
     tree();
     agent_launcher_t *l = marker_launcher();
     char r[600], p[400], ck[400];
-    /* created 0700, all three levels */
+    /* created by the agent: .kiln and the project's its own and closed to others' writes (0700,
+     * or 0711 where a sandboxed rank must pass through them), the job's 0700 */
     snprintf(ck, sizeof ck, "%s/ck/" KILN_AREA_DIR "/proj-a/j-ok", data);
     cr_assert_eq(start_in(l, "j-ok", "proj-a", NULL, NULL, ck, NULL, r), 0, "%s", r);
     cr_assert(lf_wait_exits(1, 10000));
     struct stat st;
     snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR, data);
     cr_assert_eq(stat(p, &st), 0);
-    cr_assert_eq(st.st_mode & 0777, 0700);
+    cr_assert(st.st_uid == geteuid() && (st.st_mode & 0777 & ~0011) == 0700, "mode %o", st.st_mode & 0777);
     snprintf(p, sizeof p, "%s/ck/" KILN_AREA_DIR "/proj-a", data);
     cr_assert_eq(stat(p, &st), 0);
-    cr_assert_eq(st.st_mode & 0777, 0700);
+    cr_assert(st.st_uid == geteuid() && (st.st_mode & 0777 & ~0011) == 0700, "mode %o", st.st_mode & 0777);
     cr_assert_eq(stat(ck, &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0700);
 
@@ -509,11 +513,12 @@ Test(confine, kiln_train_keeps_out_of_other_projects_areas)
 
     /* model.init_from, an llm.c file (the model j-train-a wrote): from the shared part of the root
      * for anyone, from project a's area for project a only */
-    char model[400], shared[400], own[400], cmd[1700];
+    char model[400], shared[400], own[400], cmd[2600];
     snprintf(model, sizeof model, "%s/jobs/j-train-a/output/model_llmc.bin", dir);
     snprintf(shared, sizeof shared, "%s/model.bin", data);
     snprintf(own, sizeof own, "%s/ck/" KILN_AREA_DIR "/proj-a/model.bin", data);
-    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && cp '%s' '%s'", model, shared, model, own);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && cp '%s' '%s' && chmod 644 '%s' '%s'", model, shared, model, own, shared,
+             own); /* readable by a sandbox's uid */
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     snprintf(link, sizeof link, "%s/corpus.txt", data);
     code = run_train_in("j-init-b", link, "proj-b", shared);
