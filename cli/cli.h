@@ -151,6 +151,9 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width);
 void cli_print_metrics_raw(FILE *out, const json_t *reply);
 /* Prints the workers table of a GET /v1/workers reply. */
 void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide);
+/* GET /v1/join-tokens and GET /v1/worker-bans as tables (cmd_trust.c). */
+void cli_print_join_tokens(FILE *out, const json_t *reply, int64_t now_us);
+void cli_print_worker_bans(FILE *out, const json_t *reply);
 /* A byte count for people: "512 B", "1.5 KiB", "137 KiB", "2.0 GiB". Returns buf (n >= 16). */
 char *cli_fmt_bytes(double bytes, char *buf, size_t n);
 /* Prints the table of a GET /v1/jobs/{id}/artifacts reply: NAME, SIZE, SHA256 (its first 16
@@ -160,11 +163,15 @@ void cli_print_artifacts(FILE *out, const json_t *reply, bool wide);
 void cli_print_log_line(FILE *out, const json_t *line);
 /* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,
  * /v1/projects/{p}/members). whoami: login_from says where the token came from ("" to leave the
- * line out). projects: roles is a whoami reply (may be NULL) giving the caller's role where the
- * list has none (a cluster admin's listing). */
+ * line out). tokens: each with its kind, state and lineage (CREATED-BY, PARENT; "-" for none).
+ * projects: roles is a whoami reply (may be NULL) giving the caller's role where the list has
+ * none (a cluster admin's listing). */
 void cli_print_whoami(FILE *out, const json_t *reply, const char *url, const char *login_from);
 void cli_print_users(FILE *out, const json_t *reply);
 void cli_print_tokens(FILE *out, const json_t *reply, int64_t now_us);
+/* After a revocation (a DELETE /v1/tokens/{id} reply): the line saying how many tokens made with
+ * it were revoked too; nothing when none were. */
+void cli_print_also_revoked(FILE *out, const json_t *reply);
 void cli_print_projects(FILE *out, const json_t *reply, const json_t *roles);
 void cli_print_members(FILE *out, const json_t *reply);
 /* Prints the jobs of a search reply (its "jobs" array): ID, NAME, STATE, AGE, then every key of

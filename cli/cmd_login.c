@@ -176,8 +176,10 @@ done:
     return rc;
 }
 
-/* Revokes the token saved in prof on the kilnd it was saved for. Fills *id (>= 32 bytes). */
-static int cli_revoke_saved(const cli_client_t *c, const json_t *prof, char *id, size_t n, kiln_err_t *err)
+/* Revokes the token saved in prof on the kilnd it was saved for, and with it every token made
+ * with it. Fills *id (>= 32 bytes) and *reply (kilnd's answer; caller decrefs). */
+static int cli_revoke_saved(const cli_client_t *c, const json_t *prof, char *id, size_t n, json_t **reply,
+                            kiln_err_t *err)
 {
     int rc = 0;
     json_t *me = NULL, *gone = NULL;
@@ -198,7 +200,7 @@ static int cli_revoke_saved(const cli_client_t *c, const json_t *prof, char *id,
     memset(t, 0, sizeof(*t));
     free(t);
     json_decref(me);
-    json_decref(gone);
+    *reply = gone;
     return rc;
 }
 
@@ -216,6 +218,7 @@ int cli_cmd_logout(cli_client_t *c, int argc, char **argv)
     int rc = CLI_EXIT_OK;
     json_t *cfg = NULL;
     char path[1024], name[64], id[64] = "";
+    json_t *gone = NULL;
     if (cli_profile_target(c, path, sizeof(path), &cfg, name, sizeof(name), &err) != 0) {
         rc = cli_fail(c, &err);
         goto done;
@@ -225,7 +228,7 @@ int cli_cmd_logout(cli_client_t *c, int argc, char **argv)
         fprintf(stderr, "profile \"%s\" holds no token: nothing to do\n", name);
         goto done;
     }
-    if (revoke && cli_revoke_saved(c, prof, id, sizeof(id), &err) != 0) {
+    if (revoke && cli_revoke_saved(c, prof, id, sizeof(id), &gone, &err) != 0) {
         cli_print_error(stderr, &err);
         fprintf(stderr, "could not revoke the token, so it was kept; kiln logout without --revoke removes it "
                         "anyway\n");
@@ -238,13 +241,16 @@ int cli_cmd_logout(cli_client_t *c, int argc, char **argv)
         goto done;
     }
     printf("logged out: removed the token of profile \"%s\" from %s\n", name, path);
-    if (id[0])
+    if (id[0]) {
         printf("revoked token %s on kilnd\n", id);
-    else
+        cli_print_also_revoked(stdout, gone);
+    } else {
         fprintf(stderr, "note: the token itself still works until it expires or is revoked "
                         "(kiln logout --revoke revokes it too)\n");
+    }
 
 done:
+    json_decref(gone);
     json_decref(cfg);
     return rc;
 }

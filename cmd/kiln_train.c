@@ -101,6 +101,12 @@ int main(int argc, char **argv)
                 err.field[0] ? err.field : "", err.field[0] ? ": " : "", err.message);
         return RANK_EXIT_BAD_INPUT;
     }
+    if (spec_is_script(&spec)) {
+        fprintf(stderr, "kiln-train: %s is a script job's spec (entry_point \"%s\"): kiln-train trains kiln's own "
+                "models; kiln-agent runs scripts\n", spec_path, spec.script.entry_point);
+        spec_deinit(&spec);
+        return RANK_EXIT_BAD_INPUT;
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -127,6 +133,12 @@ int main(int argc, char **argv)
     o.init_model = init_model;
     o.stop_flag = &g_stop;
     o.quiet = quiet;
+    /* the agent's regex metrics take the step of a line from the step marks before it */
+    o.step_marks = re.step_marks && spec.n_metric_defs > 0;
+    if (o.step_marks) {
+        rank_step_mark_write(stdout, 0);
+        rank_step_mark_write(stderr, 0);
+    }
     printf("kiln-train: job \"%s\" rank %d/%d attempt %d%s%s\n", spec.name, o.rank, o.world, re.attempt,
            cpus[0] ? ", bound to CPUs " : "", cpus);
     fflush(stdout);

@@ -544,6 +544,9 @@ typedef struct eng_train_opts {
     volatile int *stop_flag;     /* set asynchronously (SIGTERM): checkpoint and stop */
     int64_t stop_after_step;     /* > 0: behave as if stop_flag were set after this step */
     bool quiet;                  /* no per-step stdout lines */
+    bool step_marks;             /* write a step mark (rank_step_mark_write) on stdout and stderr
+                                  * once resumed and before each step's lines: the agent reads
+                                  * them (KILN_STEP_MARKS) and the job has metric definitions */
     const eng_parallel_t *parallel; /* borrowed; NULL: a single process */
 } eng_train_opts_t;
 

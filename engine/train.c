@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine_int.h"
+#include "rank/rank.h"
 
 double eng_lr_at(int64_t step, double lr, int warmup, int64_t max_steps, double min_frac)
 {
@@ -331,6 +332,15 @@ static void log_start(eng_run_t *r, int64_t max_steps, double peak_flops)
 
 /* ---- the run ---------------------------------------------------------------------------------- */
 
+/* The step the lines that follow belong to, on both streams (rank/rank.h): a regex metric the
+ * agent matches on one of them lands at this step. */
+static void mark_step(const eng_run_t *r, int64_t step)
+{
+    if (!r->o->step_marks) return;
+    rank_step_mark_write(stdout, step);
+    rank_step_mark_write(stderr, step);
+}
+
 /* Per-step log line and metric record (rank 0); the parallel layer's metrics are collective. */
 static int report_step(eng_run_t *r, int64_t step, int64_t max_steps, const step_out_t *so,
                        double dt, double peak_flops, kiln_err_t *err)
@@ -381,6 +391,7 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
 
     if ((rc = setup(&r, &start, err))) goto fail;
     res->start_step = start;
+    if (start > 0) mark_step(&r, start); /* what a resumed run says before its first step */
     /* MFU against every rank's peak: tokens per second are the whole job's */
     double peak_flops = (o->peak_gflops > 0 ? o->peak_gflops : eng_measure_peak_gflops()) * 1e9 *
                         r.world;
@@ -393,6 +404,7 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
     step = start;
     while (step < max_steps) {
         step++;
+        mark_step(&r, step);
         double t0 = kiln_mono_s();
         step_out_t so;
         if ((rc = train_step(&r, step, max_steps, &so, err))) goto fail;

@@ -22,7 +22,8 @@ static const char *const k_owned[] = {
     RANK_ENV_LOCAL_RANK, RANK_ENV_LOCAL_WORLD_SIZE, RANK_ENV_NODE_RANK, RANK_ENV_NODES,
     RANK_ENV_MASTER_ADDR, RANK_ENV_MASTER_PORT, RANK_ENV_CHECKPOINT_DIR, RANK_ENV_OUTPUT_DIR,
     RANK_ENV_RESUME_FROM, RANK_ENV_INIT_MODEL, RANK_ENV_METRICS_FD, RANK_ENV_THREADS, RANK_ENV_DEVICE_ID,
-    RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_CPUS, RANK_ENV_PROJECT, RANK_ENV_OMP_THREADS,
+    RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_CPUS, RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS,
+    RANK_ENV_OMP_THREADS,
     RANK_ENV_CUDA_DEVICES,
 };
 
@@ -120,7 +121,7 @@ static int env_check(const rank_env_t *e, kiln_err_t *err)
 int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
 {
     rank_env_t e;
-    int rc;
+    int rc, marks = 0;
     rank_env_init(&e);
     if (!envp)
         envp = environ;
@@ -134,8 +135,10 @@ int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
         (rc = env_int(envp, RANK_ENV_MASTER_PORT, 1, 65535, &e.master_port, err)) ||
         (rc = env_int(envp, RANK_ENV_METRICS_FD, 0, INT_MAX, &e.metrics_fd, err)) ||
         (rc = env_int(envp, RANK_ENV_THREADS, 1, RANK_MAX_THREADS, &e.threads, err)) ||
-        (rc = env_int(envp, RANK_ENV_DEVICE_ID, 0, 1023, &e.device_id, err)))
+        (rc = env_int(envp, RANK_ENV_DEVICE_ID, 0, 1023, &e.device_id, err)) ||
+        (rc = env_int(envp, RANK_ENV_STEP_MARKS, 0, 1, &marks, err)))
         return rc;
+    e.step_marks = marks == 1;
     const char *w = env_get(envp, RANK_ENV_COMM_WATCHDOG_S);
     if (w) {
         char *end;
@@ -296,6 +299,8 @@ int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_
         envb_add(&b, RANK_ENV_CPUS, "%s", e->cpus);
     if (e->project)
         envb_add(&b, RANK_ENV_PROJECT, "%s", e->project);
+    if (e->step_marks)
+        envb_add(&b, RANK_ENV_STEP_MARKS, "1");
     if (b.oom || !b.v) {
         rank_envp_free(b.v);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for a rank's environment");

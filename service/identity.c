@@ -1,7 +1,8 @@
 /* identity.c - users, API tokens, projects and project members: who may manage what (cluster
  * admins: users and projects; every user: its own tokens; project admins: their members), and
- * the changes themselves. A revocation or role change drops the token cache (auth.c) so that it
- * applies to the next request. Authentication itself is auth.c's. */
+ * the changes themselves. A token is made with the caller's token, never outlives it and is
+ * revoked with it; web UI session tokens make none. A revocation or role change drops the token
+ * cache (auth.c) so that it applies to the next request. Authentication itself is auth.c's. */
 #include "service/svc_int.h"
 
 #include <sodium.h>
@@ -99,6 +100,42 @@ static int check_token_owner(const svc_caller_t *who, const char *user, kiln_err
     return KILN_EPERM;
 }
 
+/* A web UI session token (from a login link) makes no tokens: not by POST .../tokens, not by
+ * a login link. what: "create tokens", "make login links". */
+static int refuse_session(const svc_caller_t *who, const char *what, kiln_err_t *err)
+{
+    if (!who->token_session)
+        return 0;
+    kiln_err_set(err, KILN_EPERM, NULL, "a web UI session token cannot %s", what);
+    kiln_err_detail(err, "token %s came from a one-time login link and lasts only for its browser session",
+                    who->token_id);
+    kiln_err_hint(err, "run `kiln tokens create` (or `kiln ui`) where you logged in with an API token "
+                       "(`kiln login`)");
+    return KILN_EPERM;
+}
+
+/* A new token made with the caller's token and asking for expires_us (0: none of its own) may
+ * not end after the caller's token does. */
+static int check_outlives(const svc_caller_t *who, int64_t expires_us, kiln_err_t *err)
+{
+    int64_t parent_us = who->token_expires_us;
+    if (parent_us <= 0 || expires_us <= 0 || expires_us <= parent_us)
+        return 0;
+    char at[40];
+    kiln_time_format(parent_us, at, sizeof(at));
+    int64_t left_s = (parent_us - kiln_now_us()) / 1000000;
+    if (left_s < 0)
+        left_s = 0;
+    kiln_err_set(err, KILN_EINVAL, "expires_in_s", "a token cannot outlive the token that makes it: this request's "
+                 "token %s expires at %s", who->token_id, at);
+    kiln_err_detail(err, "expires_in_s asks for a token that ends after that; a token ends no later than the token "
+                         "it is made with, and is revoked with it");
+    kiln_err_hint(err, "ask for at most %lld seconds, or leave expires_in_s out to get a token that expires with "
+                       "this one; a longer-lived token needs a longer-lived token to make it (`kiln login` with "
+                       "one, or ask a cluster admin)", (long long)left_s);
+    return KILN_EINVAL;
+}
+
 int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_t expires_in_s,
                      const char *description, json_t **out, kiln_err_t *err)
 {
@@ -106,6 +143,9 @@ int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_
     if (!kiln_ident_ok(user))
         return bad_name(err, "user", "user", user);
     int rc = check_token_owner(who, user, err);
+    if (rc)
+        return rc;
+    rc = refuse_session(who, "create tokens", err);
     if (rc)
         return rc;
     if (expires_in_s < 0 || expires_in_s > TOKEN_MAX_LIFETIME_S) {
@@ -116,22 +156,41 @@ int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_
     int crc = svc_check_str("description", description, 200, err);
     if (crc)
         return crc;
+    /* The caller's token is the new one's parent (none for kilnd's own calls and --no-auth). */
+    const char *parent = who->token_id && *who->token_id ? who->token_id : NULL;
+    int64_t expires_us = expires_in_s > 0 ? kiln_now_us() + expires_in_s * 1000000 : 0;
+    if (parent) {
+        rc = check_outlives(who, expires_us, err);
+        if (rc)
+            return rc;
+    }
     char secret[128], id[32];
     uint8_t hash[STORE_HASH_LEN];
     svc_secret_new("kiln_", secret, sizeof(secret), hash);
     svc_token_id_new(id, sizeof(id));
-    int64_t expires_us = expires_in_s > 0 ? kiln_now_us() + expires_in_s * 1000000 : 0;
+    store_token_new_t t = {.id = id, .user = user, .hash = hash, .description = description,
+                           .expires_us = expires_us, .created_by = who->user, .parent_id = parent};
+    bool stored = false;
+    int64_t got_us = 0;
     WITH_CONN(s, err, {
         rc = store_user_get(c, user, NULL, err);
         if (rc == 0)
-            rc = store_token_insert(c, id, user, hash, description, expires_us, err);
+            rc = store_token_insert(c, &t, &stored, &got_us, err);
     });
+    if (rc == 0 && !stored) {
+        /* The parent was revoked or expired after this request's token was checked. */
+        rc = kiln_err_set(err, KILN_EUNAUTH, NULL, "the token %s was revoked or has expired", parent);
+        kiln_err_hint(err, "log in again with a valid token (`kiln login`)");
+    }
     if (rc == 0) {
         char exp[40] = "";
-        if (expires_us)
-            kiln_time_format(expires_us, exp, sizeof(exp));
-        *out = json_pack("{s:s, s:s, s:s, s:s}", "id", id, "token", secret, "expires_at", exp, "user", user);
-        log_info("auth: token %s for user \"%s\" created by %s", id, user, who->user);
+        if (got_us)
+            kiln_time_format(got_us, exp, sizeof(exp));
+        *out = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "id", id, "token", secret, "expires_at", exp,
+                         "user", user, "created_by", who->user, "parent_id", parent ? parent : "",
+                         "expires_with_parent", expires_us == 0 && got_us != 0);
+        log_info("auth: token %s for user \"%s\" created by %s%s%s", id, user, who->user, parent ? " with token " : "",
+                 parent ? parent : "");
     }
     memset(secret, 0, sizeof(secret));
     return rc;
@@ -160,6 +219,7 @@ int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t *
 {
     *out = NULL;
     json_t *tok = NULL;
+    int64_t descendants = 0;
     int rc;
     WITH_CONN(s, err, {
         rc = store_token_get_json(c, id, &tok, err);
@@ -169,7 +229,7 @@ int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t *
             rc = kiln_err_set(err, KILN_ENOTFOUND, "id", "token \"%.40s\" not found", id);
         }
         if (rc == 0)
-            rc = store_token_revoke(c, id, err);
+            rc = store_token_revoke(c, id, &descendants, err);
         json_decref(tok);
         tok = NULL;
         if (rc == 0)
@@ -177,7 +237,8 @@ int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t *
     });
     if (rc == 0) {
         svc_auth_invalidate(s);
-        log_info("auth: token %s revoked by %s", id, who->user);
+        log_info("auth: token %s revoked by %s (and %lld tokens made with it)", id, who->user, (long long)descendants);
+        json_object_set_new(tok, "descendants_revoked", json_integer(descendants));
         *out = tok;
     }
     return rc;
@@ -316,6 +377,9 @@ int svc_login_link_create(svc_t *s, const svc_caller_t *who, json_t **out, kiln_
         kiln_err_hint(err, "open kilnd's URL in the browser directly");
         return KILN_ESTATE;
     }
+    int rc = refuse_session(who, "make login links", err);
+    if (rc)
+        return rc;
     char code[128];
     uint8_t hash[STORE_HASH_LEN];
     svc_secret_new(LOGIN_CODE_PREFIX, code, sizeof(code), hash);
@@ -324,7 +388,6 @@ int svc_login_link_create(svc_t *s, const svc_caller_t *who, json_t **out, kiln_
     int64_t session_us = now + LOGIN_SESSION_S * 1000000LL;
     if (who->token_expires_us > 0 && who->token_expires_us < session_us)
         session_us = who->token_expires_us;
-    int rc;
     WITH_CONN(s, err, rc = store_login_link_insert(c, hash, who->user, who->token_id, expires_us, session_us, err));
     if (rc == 0) {
         char exp[40], sexp[40];

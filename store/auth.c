@@ -108,32 +108,52 @@ int store_users_list_json(store_conn_t *c, json_t **out, kiln_err_t *err)
 
 /* ---- tokens ------------------------------------------------------------------------------ */
 
-int store_token_insert(store_conn_t *c, const char *id, const char *user,
-                       const uint8_t hash[STORE_HASH_LEN], const char *description,
-                       int64_t expires_us, kiln_err_t *err)
+int store_token_insert(store_conn_t *c, const store_token_new_t *t, bool *stored, int64_t *expires_us,
+                       kiln_err_t *err)
 {
+    /* One statement: the parent is checked and the token stored together. A token asking for no
+     * expiry takes its parent's; one asking to outlive its parent is not stored. */
+    static const char *sql =
+        "WITH p AS (SELECT id, expires_at FROM tokens WHERE id = $7::text AND token_revoked_at(id) IS NULL"
+        "  AND (expires_at IS NULL OR expires_at > now())),"
+        " e AS (SELECT CASE WHEN $5::bigint IS NULL THEN (SELECT expires_at FROM p) ELSE " US_TO_TS("$5") " END AS at)"
+        " INSERT INTO tokens (id, user_name, hash, description, expires_at, created_by, parent_id, kind)"
+        " SELECT $1, $2, $3::bytea, $4, e.at, $6, $7::text, 'api' FROM e"
+        " WHERE $7::text IS NULL OR EXISTS (SELECT 1 FROM p WHERE p.expires_at IS NULL"
+        "  OR (e.at IS NOT NULL AND e.at <= p.expires_at))"
+        " RETURNING coalesce(" STORE_US("expires_at") ", 0)";
     char hb[2 * STORE_HASH_LEN + 3], eb[24];
-    const char *p[5] = {id, user, store_hash_param(hash, hb), description ? description : "",
-                        us_param(expires_us, eb, sizeof(eb))};
-    return store_q(c, "create token",
-                   "INSERT INTO tokens (id, user_name, hash, description, expires_at)"
-                   " VALUES ($1, $2, $3::bytea, $4, CASE WHEN $5::bigint IS NULL THEN NULL ELSE "
-                   US_TO_TS("$5") " END)", 5, p, NULL, err);
+    const char *p[7] = {t->id, t->user, store_hash_param(t->hash, hb), t->description ? t->description : "",
+                        us_param(t->expires_us, eb, sizeof(eb)), t->created_by ? t->created_by : "",
+                        t->parent_id && *t->parent_id ? t->parent_id : NULL};
+    PGresult *r = NULL;
+    *stored = false;
+    *expires_us = 0;
+    int rc = store_q(c, "create token", sql, 7, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1) {
+        *stored = true;
+        *expires_us = store_get_i64(r, 0, 0);
+    }
+    PQclear(r);
+    return 0;
 }
 
 int store_token_auth(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_token_auth_t *out,
                      kiln_err_t *err)
 {
     /* One round trip: the token, its user, the user's roles, and (at most once a minute) the
-     * token's last use. */
+     * token's last use. A token is revoked when it or a token it was made with is. */
     static const char *sql =
-        "WITH t AS (SELECT id, user_name, expires_at, revoked_at FROM tokens WHERE hash = $1::bytea),"
+        "WITH t AS (SELECT id, user_name, expires_at, kind, token_revoked_at(id) AS revoked_at FROM tokens"
+        "  WHERE hash = $1::bytea),"
         " touch AS (UPDATE tokens SET last_used_at = now() WHERE hash = $1::bytea"
         "  AND revoked_at IS NULL AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute'))"
         " SELECT t.id, t.user_name, u.cluster_admin, " STORE_US("t.expires_at") ","
         "  t.revoked_at IS NOT NULL, t.expires_at IS NOT NULL AND t.expires_at <= now(),"
         "  (SELECT coalesce(json_object_agg(m.project, m.role), '{}')::text FROM project_members m"
-        "   WHERE m.user_name = t.user_name)"
+        "   WHERE m.user_name = t.user_name), t.kind = 'session'"
         " FROM t JOIN users u ON u.name = t.user_name";
     char hb[2 * STORE_HASH_LEN + 3];
     const char *p[1] = {store_hash_param(hash, hb)};
@@ -153,12 +173,15 @@ int store_token_auth(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_
     out->revoked = store_get_bool(r, 0, 4);
     out->expired = store_get_bool(r, 0, 5);
     out->roles = store_get_json(r, 0, 6, NULL);
+    out->session = store_get_bool(r, 0, 7);
     PQclear(r);
     return 0;
 }
 
+/* revoked_at counts a revoked parent: a token made with it stopped working then too. */
 #define TOKEN_COLS "id, user_name, description, " STORE_US("created_at") ", " STORE_US("expires_at") \
-                   ", " STORE_US("revoked_at") ", " STORE_US("last_used_at")
+                   ", " STORE_US("token_revoked_at(id)") ", " STORE_US("last_used_at") \
+                   ", kind, created_by, coalesce(parent_id, '')"
 
 static json_t *token_json(const PGresult *r, int i)
 {
@@ -170,6 +193,9 @@ static json_t *token_json(const PGresult *r, int i)
     store_json_set_time(o, "expires_at", r, i, 4);
     store_json_set_time(o, "revoked_at", r, i, 5);
     store_json_set_time(o, "last_used_at", r, i, 6);
+    json_object_set_new(o, "kind", json_string(store_get_str(r, i, 7)));
+    json_object_set_new(o, "created_by", json_string(store_get_str(r, i, 8)));
+    json_object_set_new(o, "parent_id", json_string(store_get_str(r, i, 9)));
     return o;
 }
 
@@ -206,18 +232,27 @@ int store_token_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err
     return 0;
 }
 
-int store_token_revoke(store_conn_t *c, const char *id, kiln_err_t *err)
+int store_token_revoke(store_conn_t *c, const char *id, int64_t *descendants, kiln_err_t *err)
 {
+    /* One statement, so that no token made with it keeps working: the token and its descendants
+     * (tokens whose parent is one of them) are revoked together; descendants that have expired
+     * already stay expired. */
+    static const char *sql =
+        "WITH RECURSIVE d(id) AS (SELECT id FROM tokens WHERE id = $1"
+        "  UNION SELECT t.id FROM tokens t JOIN d ON t.parent_id = d.id),"
+        " u AS (UPDATE tokens SET revoked_at = now() FROM d WHERE tokens.id = d.id AND tokens.revoked_at IS NULL"
+        "  AND (tokens.id = $1 OR tokens.expires_at IS NULL OR tokens.expires_at > now()) RETURNING tokens.id)"
+        " SELECT (SELECT count(*) FROM d WHERE id = $1), (SELECT count(*) FROM u WHERE id <> $1)";
     const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_q(c, "revoke token",
-                     "UPDATE tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING 1",
-                     1, p, &r, err);
+    int rc = store_q(c, "revoke token", sql, 1, p, &r, err);
     if (rc)
         return rc;
-    int n = PQntuples(r);
+    bool found = store_get_i64(r, 0, 0) == 1;
+    if (descendants)
+        *descendants = store_get_i64(r, 0, 1);
     PQclear(r);
-    if (n != 1)
+    if (!found)
         return kiln_err_set(err, KILN_ENOTFOUND, "id", "token \"%.40s\" not found", id);
     return 0;
 }
@@ -320,40 +355,45 @@ int store_member_remove(store_conn_t *c, const char *project, const char *user, 
 
 /* ---- agents' credentials ----------------------------------------------------------------- */
 
-int store_worker_check_credential(store_conn_t *c, const char *id,
-                                  const uint8_t hash[STORE_HASH_LEN], bool *exists, bool *match,
-                                  kiln_err_t *err)
+int store_worker_check_credential(store_conn_t *c, const char *id, const uint8_t hash[STORE_HASH_LEN],
+                                  store_worker_claim_t *out, kiln_err_t *err)
 {
     char hb[2 * STORE_HASH_LEN + 3];
     const char *p[2] = {id, hash ? store_hash_param(hash, hb) : NULL};
     PGresult *r = NULL;
-    *exists = *match = false;
+    memset(out, 0, sizeof(*out));
     int rc = store_q(c, "check worker credential",
-                     "SELECT coalesce(credential_hash = $2::bytea, false) FROM workers WHERE id = $1",
-                     2, p, &r, err);
+                     "SELECT coalesce(credential_hash = $2::bytea, false), coalesce(cert_sha256, '')"
+                     " FROM workers WHERE id = $1", 2, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
-        *exists = true;
-        *match = store_get_bool(r, 0, 0);
+        out->exists = true;
+        out->match = store_get_bool(r, 0, 0);
+        kiln_strlcpy(out->cert_sha256, store_get_str(r, 0, 1), sizeof(out->cert_sha256));
     }
     PQclear(r);
     return 0;
 }
 
-int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], char *id,
-                               size_t n, kiln_err_t *err)
+int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_worker_auth_t *out,
+                               kiln_err_t *err)
 {
     char hb[2 * STORE_HASH_LEN + 3];
     const char *p[1] = {store_hash_param(hash, hb)};
     PGresult *r = NULL;
-    int rc = store_qp(c, "authenticate agent", "SELECT id FROM workers WHERE credential_hash = $1::bytea",
-                      1, p, &r, err);
+    memset(out, 0, sizeof(*out));
+    int rc = store_qp(c, "authenticate agent",
+                      "SELECT id, coalesce(cert_sha256, ''), approval = 'PENDING' FROM workers"
+                      " WHERE credential_hash = $1::bytea", 1, p, &r, err);
     if (rc)
         return rc;
     int found = PQntuples(r);
-    if (found == 1)
-        kiln_strlcpy(id, store_get_str(r, 0, 0), n);
+    if (found == 1) {
+        kiln_strlcpy(out->id, store_get_str(r, 0, 0), sizeof(out->id));
+        kiln_strlcpy(out->cert_sha256, store_get_str(r, 0, 1), sizeof(out->cert_sha256));
+        out->pending = store_get_bool(r, 0, 2);
+    }
     PQclear(r);
     if (found != 1)
         return kiln_err_set(err, KILN_ENOTFOUND, NULL, "no worker holds this credential");
@@ -377,10 +417,14 @@ int store_bootstrap_admin(store_conn_t *c, const char *user, const char *token_i
     if (rc == 0)
         rc = store_users_count(c, &n, err);
     if (rc == 0 && n == 0) {
+        /* the first token has no parent: it is stored unconditionally */
+        store_token_new_t t = {.id = token_id, .user = user, .hash = hash,
+                               .description = "bootstrap token (--bootstrap-token-file)"};
+        bool stored = false;
+        int64_t exp = 0;
         rc = store_user_insert(c, user, true, "bootstrap", err);
         if (rc == 0)
-            rc = store_token_insert(c, token_id, user, hash, "bootstrap token (--bootstrap-token-file)",
-                                    0, err);
+            rc = store_token_insert(c, &t, &stored, &exp, err);
         *created = rc == 0;
     }
     if (rc) {
@@ -419,15 +463,16 @@ int store_login_link_redeem(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN],
                             store_login_redeemed_t *out, kiln_err_t *err)
 {
     /* One statement: the link is marked used and the token made together, or neither. A link
-     * whose asking token was revoked or has expired since is refused like a used one. */
+     * whose asking token was revoked (or a token it was made with) or has expired since is
+     * refused like a used one. The new token is a session made with the asking token. */
     static const char *sql =
         "WITH l AS (UPDATE login_links SET used_at = now(), issued_token_id = $2"
         "  WHERE hash = $1::bytea AND used_at IS NULL AND expires_at > now()"
         "  AND EXISTS (SELECT 1 FROM tokens t WHERE t.id = login_links.token_id"
-        "   AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now()))"
-        "  RETURNING user_name, session_expires_at)"
-        " INSERT INTO tokens (id, user_name, hash, description, expires_at)"
-        " SELECT $2, user_name, $3::bytea, $4, session_expires_at FROM l"
+        "   AND token_revoked_at(t.id) IS NULL AND (t.expires_at IS NULL OR t.expires_at > now()))"
+        "  RETURNING user_name, token_id, session_expires_at)"
+        " INSERT INTO tokens (id, user_name, hash, description, expires_at, created_by, parent_id, kind)"
+        " SELECT $2, user_name, $3::bytea, $4, session_expires_at, user_name, token_id, 'session' FROM l"
         " RETURNING user_name, " STORE_US("expires_at");
     char hb[2 * STORE_HASH_LEN + 3], tb[2 * STORE_HASH_LEN + 3];
     const char *p[4] = {store_hash_param(hash, hb), token_id, store_hash_param(token_hash, tb), description};
@@ -448,7 +493,7 @@ int store_login_link_redeem(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN],
     const char *q[1] = {p[0]};
     rc = store_q(c, "read login link",
                  "SELECT l.used_at IS NOT NULL, l.expires_at <= now(),"
-                 "  NOT EXISTS (SELECT 1 FROM tokens t WHERE t.id = l.token_id AND t.revoked_at IS NULL"
+                 "  NOT EXISTS (SELECT 1 FROM tokens t WHERE t.id = l.token_id AND token_revoked_at(t.id) IS NULL"
                  "   AND (t.expires_at IS NULL OR t.expires_at > now()))"
                  " FROM login_links l WHERE l.hash = $1::bytea",
                  1, q, &r, err);

@@ -55,13 +55,14 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         "trap '' TERM\n"
         "echo \"env rank=$KILN_RANK world=$KILN_WORLD_SIZE local=$KILN_LOCAL_RANK/$KILN_LOCAL_WORLD_SIZE "
         "node=$KILN_NODE_RANK/$KILN_NODES master=$KILN_MASTER_ADDR:$KILN_MASTER_PORT threads=$KILN_THREADS "
-        "omp=$OMP_NUM_THREADS job=$KILN_JOB_ID attempt=$KILN_ATTEMPT fd=$KILN_METRICS_FD dev=${KILN_DEVICE_ID:-none} cpus=${KILN_CPUS:-any}\"\n"
+        "omp=$OMP_NUM_THREADS job=$KILN_JOB_ID attempt=$KILN_ATTEMPT fd=$KILN_METRICS_FD dev=${KILN_DEVICE_ID:-none} cpus=${KILN_CPUS:-any} marks=$KILN_STEP_MARKS\"\n"
         "echo \"paths $KILN_SPEC $KILN_CHECKPOINT_DIR $KILN_OUTPUT_DIR\"\n"
         "test -d \"$KILN_CHECKPOINT_DIR\" && test -d \"$KILN_OUTPUT_DIR\" && echo dirs-ok\n"
         "grep -q '\"model\"' \"$KILN_SPEC\" && echo spec-ok\n"
         "echo '{\"step\": 3, \"time\": 1795000000.5, \"metrics\": {\"train_loss\": 2.5}}' >&$KILN_METRICS_FD\n"
         "echo 'this is not json' >&$KILN_METRICS_FD\n"
         "sleep 0.2\n"
+        "printf '\\036kiln-step 7\\n'\n" /* a step mark: the step of the line after it */
         "echo \"val loss 1.75\"\n"
         "echo 'first problem' >&2\n"
         "echo \"fatal: rank $KILN_RANK gave up\" >&2\n"
@@ -91,7 +92,7 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
     for (int rank = 4; rank <= 5; rank++) {
         char want[1024];
         snprintf(want, sizeof(want), "env rank=%d world=8 local=%d/2 node=1/2 master=10.0.0.7:29500 threads=2 "
-                 "omp=2 job=job-1 attempt=2 fd=3 dev=none cpus=any", rank, rank - 4);
+                 "omp=2 job=job-1 attempt=2 fd=3 dev=none cpus=any marks=1", rank, rank - 4);
         const ev_line_t *e = lf_find_line(rank, "env ");
         cr_assert_not_null(e);
         cr_assert_str_eq(e->text, want);
@@ -111,13 +112,13 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
                 continue;
             if (!strcmp(p->name, "train_loss") && p->value == 2.5 && p->step == 3 && p->time_us == 1795000000500000LL)
                 got_loss++;
-            if (!strcmp(p->name, "val_loss") && p->value == 1.75 && p->step == 3)
+            if (!strcmp(p->name, "val_loss") && p->value == 1.75 && p->step == 7)
                 got_val++;
         }
         cr_assert_eq(got_loss, 1, "the metric record of rank %d", rank);
-        cr_assert_eq(got_val, 1, "the metric definition on rank %d's log, with the last record's step", rank);
+        cr_assert_eq(got_val, 1, "the metric definition on rank %d's log, at the step of the mark before it", rank);
     }
-    cr_assert_eq(R.nlines, 16, "8 lines per rank, nothing else (got %d)", R.nlines);
+    cr_assert_eq(R.nlines, 16, "8 lines per rank, nothing else: not the step mark (got %d)", R.nlines);
     for (int i = 0; i < 2; i++) {
         ev_exit_t *e = &R.exits[i];
         cr_assert_eq(e->code, 3);
@@ -434,13 +435,9 @@ Test(launch, ranks_die_with_the_agent)
     snprintf(pidfile, sizeof(pidfile), "%s/jobs/job-8/output/pid", dir);
     pid_t rank = 0;
     for (int i = 0; i < 100 && rank <= 0; i++) {
-        FILE *f = fopen(pidfile, "r");
-        if (f) {
-            int v = 0;
-            if (fscanf(f, "%d", &v) == 1)
-                rank = v;
-            fclose(f);
-        }
+        /* the rank's pid as this process sees it ($$ is its pid in its sandbox) */
+        if (access(pidfile, F_OK) == 0)
+            rank = lf_find_process("job-8", "rank.sh");
         if (rank <= 0)
             usleep(50000);
     }

@@ -563,17 +563,25 @@ Test(cli_identity_format, tokens_table_states)
     char *out = render(tokens_fn,
                        "{\"tokens\": ["
                        "{\"id\": \"tok_a\", \"user\": \"al\", \"description\": \"ci\", \"created_at\": \"2026-11-20T00:00:00Z\","
-                       " \"expires_at\": null, \"revoked_at\": null, \"last_used_at\": \"2026-11-24T11:58:00Z\"},"
+                       " \"expires_at\": null, \"revoked_at\": null, \"last_used_at\": \"2026-11-24T11:58:00Z\", \"kind\": \"api\"},"
                        "{\"id\": \"tok_b\", \"user\": \"al\", \"description\": \"\", \"created_at\": \"2026-11-20T00:00:00Z\","
                        " \"expires_at\": \"2026-11-21T00:00:00Z\", \"revoked_at\": null, \"last_used_at\": null},"
                        "{\"id\": \"tok_c\", \"user\": \"al\", \"description\": \"old\", \"created_at\": \"2026-11-20T00:00:00Z\","
-                       " \"expires_at\": \"2027-01-01T00:00:00Z\", \"revoked_at\": \"2026-11-22T00:00:00Z\", \"last_used_at\": null}]}",
+                       " \"expires_at\": \"2027-01-01T00:00:00Z\", \"revoked_at\": \"2026-11-22T00:00:00Z\", \"last_used_at\": null},"
+                       "{\"id\": \"tok_d\", \"user\": \"al\", \"description\": \"web\", \"created_at\": \"2026-11-24T11:00:00Z\","
+                       " \"expires_at\": \"2026-11-24T23:00:00Z\", \"revoked_at\": null, \"last_used_at\": null,"
+                       " \"kind\": \"session\", \"created_by\": \"al\", \"parent_id\": \"tok_a\"}]}",
                        NULL);
-    cr_assert(!strncmp(out, "ID     USER  STATE    CREATED              EXPIRES              LAST-USED  DESCRIPTION\n",
-                       86), "%s", out);
-    cr_assert(strstr(out, "tok_a  al    active   2026-11-20 00:00:00  never                2m00s ago  ci\n"), "%s", out);
-    cr_assert(strstr(out, "tok_b  al    expired  2026-11-20 00:00:00  2026-11-21 00:00:00  never      -\n"), "%s", out);
-    cr_assert(strstr(out, "tok_c  al    revoked"), "%s", out);
+    /* lineage: who made each token, with which token ("-": none, as for tokens older than it) */
+    cr_assert(!strncmp(out, "ID     USER  KIND     STATE    CREATED              EXPIRES              LAST-USED  "
+                            "CREATED-BY  PARENT  DESCRIPTION\n", 115), "%s", out);
+    cr_assert(strstr(out, "tok_a  al    api      active   2026-11-20 00:00:00  never                2m00s ago  -           "
+                          "-       ci\n"), "%s", out);
+    cr_assert(strstr(out, "tok_b  al    -        expired  2026-11-20 00:00:00  2026-11-21 00:00:00  never      -           "
+                          "-       -\n"), "%s", out);
+    cr_assert(strstr(out, "tok_c  al    -        revoked"), "%s", out); /* no kind: an older kilnd's reply */
+    cr_assert(strstr(out, "tok_d  al    session  active   2026-11-24 11:00:00  2026-11-24 23:00:00  never      al          "
+                          "tok_a   web\n"), "%s", out);
     free(out);
     out = render(tokens_fn, "{\"tokens\": []}", NULL);
     cr_assert_str_eq(out, "no tokens\n");

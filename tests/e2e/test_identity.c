@@ -389,12 +389,13 @@ Test(e2e_identity, login_saves_a_private_profile, .init = id_setup, .fini = e2e_
     free(out);
     free(err);
 
-    /* logout --revoke also revokes it on kilnd. */
+    /* logout --revoke also revokes it on kilnd, and carol's token, which it made, with it. */
     cr_assert_eq(kiln_env(NULL, NULL, &out, &err, "--profile", "default", "logout", "--revoke", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "revoked token tok_"), "%s", out);
+    cr_assert(strstr(out, "revoked token tok_") && strstr(out, "\nalso revoked 1 token made with it\n"), "%s", out);
     free(out);
     free(err);
     cr_assert_eq(status_as(ADMIN, "GET", "/v1/whoami", NULL), 401);
+    cr_assert_eq(status_as(tok, "GET", "/v1/whoami", NULL), 401);
     e2e_pass();
 }
 
@@ -539,7 +540,7 @@ static void token_id(const char *user, const char *desc, char *out, size_t n)
 Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fini = e2e_teardown, .timeout = 180)
 {
     char *out = NULL, *err = NULL;
-    char bob[200], brief[200], week[200], id[64];
+    char bob[200], brief[200], week[200], laptop[200], id[64], week_id[64];
     new_user_token("bob", bob, sizeof bob);
     cr_assert_eq(kiln_as(bob, &out, &err, "whoami", NULL), 0, "%s", err);
     cr_assert(strstr(out, "User:       bob\n") && strstr(out, "does not expire"), "%s", out);
@@ -563,11 +564,21 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
     free(out);
     free(err);
 
-    /* Revoked by the admin: the very next call is a 401 that names the token and says what to do. */
+    /* Expired: after its second, the token is refused as expired. */
+    sleep(2);
+    cr_assert_eq(kiln_as(brief, &out, &err, "jobs", NULL), 1);
+    cr_assert(strstr(err, "was expired") && strstr(err, "kiln login"), "%s", err);
+    free(out);
+    free(err);
+    cr_assert_eq(status_as(brief, "GET", "/v1/whoami", NULL), 401);
+
+    /* Revoked by the admin: the very next call is a 401 that names the token and says what to do.
+     * The week's token, made with it, goes with it; the expired one stays expired. */
     token_id("bob", "e2e", id, sizeof id);
+    token_id("bob", "week", week_id, sizeof week_id);
     out = admin_ok("tokens", "revoke", id, NULL, NULL);
     char want[200];
-    snprintf(want, sizeof want, "revoked token %s of user bob\n", id);
+    snprintf(want, sizeof want, "revoked token %s of user bob\nalso revoked 1 token made with it\n", id);
     cr_assert_str_eq(out, want);
     free(out);
     cr_assert_eq(kiln_as(bob, &out, &err, "whoami", NULL), 1);
@@ -578,26 +589,29 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
     free(out);
     free(err);
     cr_assert_eq(status_as(bob, "GET", "/v1/jobs", NULL), 401);
-
-    /* Expired: after its second, the token is refused as expired. */
-    sleep(2);
-    cr_assert_eq(kiln_as(brief, &out, &err, "jobs", NULL), 1);
-    cr_assert(strstr(err, "was expired") && strstr(err, "kiln login"), "%s", err);
+    cr_assert_eq(kiln_as(week, &out, &err, "whoami", NULL), 1);
+    snprintf(want, sizeof want, "error: the token %s was revoked", week_id);
+    cr_assert(strstr(err, want), "%s", err);
     free(out);
     free(err);
-    cr_assert_eq(status_as(brief, "GET", "/v1/whoami", NULL), 401);
+
+    /* A new token from the admin for bob's laptop. */
+    cr_assert_eq(kiln_as(ADMIN, &out, &err, "tokens", "create", "bob", "--description", "laptop", NULL), 0, "%s", err);
+    snprintf(laptop, sizeof laptop, "%.*s", (int)strcspn(out, "\n"), out);
+    free(out);
+    free(err);
 
     /* bob's list: one of each state; no secret in any listing. */
-    cr_assert_eq(kiln_as(week, &out, &err, "tokens", NULL), 0, "%s", err);
+    cr_assert_eq(kiln_as(laptop, &out, &err, "tokens", NULL), 0, "%s", err);
     cr_assert(strstr(out, "revoked") && strstr(out, "expired") && strstr(out, "active"), "%s", out);
     cr_assert(strstr(out, "week") && strstr(out, "brief"), "%s", out);
     free(out);
     free(err);
-    const char *secrets[] = {bob, brief, week, ADMIN};
+    const char *secrets[] = {bob, brief, week, laptop, ADMIN};
     char *json_out[3];
     json_out[0] = admin_ok("--json", "tokens", "--user", "bob", NULL);
     json_out[1] = admin_ok("--json", "whoami", NULL, NULL, NULL);
-    cr_assert_eq(kiln_as(week, &json_out[2], &err, "--json", "tokens", NULL), 0, "%s", err);
+    cr_assert_eq(kiln_as(laptop, &json_out[2], &err, "--json", "tokens", NULL), 0, "%s", err);
     free(err);
     for (int k = 0; k < 3; k++) {
         for (size_t s = 0; s < sizeof secrets / sizeof secrets[0]; s++)
@@ -605,17 +619,17 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
         free(json_out[k]);
     }
     /* bob revokes his own token; someone else's does not exist for him. */
-    token_id("bob", "week", id, sizeof id);
+    token_id("bob", "laptop", id, sizeof id);
     char admin_id[64];
     token_id("admin", "bootstrap token (--bootstrap-token-file)", admin_id, sizeof admin_id);
-    cr_assert_eq(kiln_as(week, &out, &err, "tokens", "revoke", admin_id, NULL), 1);
+    cr_assert_eq(kiln_as(laptop, &out, &err, "tokens", "revoke", admin_id, NULL), 1);
     cr_assert(strstr(err, "not found"), "%s", err);
     free(out);
     free(err);
-    cr_assert_eq(kiln_as(week, &out, &err, "tokens", "revoke", id, NULL), 0, "%s", err);
+    cr_assert_eq(kiln_as(laptop, &out, &err, "tokens", "revoke", id, NULL), 0, "%s", err);
     free(out);
     free(err);
-    cr_assert_eq(status_as(week, "GET", "/v1/whoami", NULL), 401);
+    cr_assert_eq(status_as(laptop, "GET", "/v1/whoami", NULL), 401);
 
     /* kilnd logged none of the secrets. */
     char log[PATH_MAX];
@@ -625,6 +639,103 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
     for (size_t s = 0; s < sizeof secrets / sizeof secrets[0]; s++)
         assert_no_secret(text, secrets[s], "kilnd's log");
     free(text);
+    e2e_pass();
+}
+
+/* ---- token lineage ------------------------------------------------------------------------------------- */
+
+Test(e2e_identity, tokens_never_outlive_the_token_that_makes_them, .init = id_setup, .fini = e2e_teardown,
+     .timeout = 180)
+{
+    char *out = NULL, *err = NULL;
+    char hour[200], hour_id[64], child[200], child_id[64], admin_id[64], session[200];
+    free(admin_ok("users", "create", "carol", NULL, NULL));
+    cr_assert_eq(kiln_as(ADMIN, &out, &err, "tokens", "create", "carol", "--expires-in", "1h", "--description", "hour",
+                         NULL), 0, "%s", err);
+    snprintf(hour, sizeof hour, "%.*s", (int)strcspn(out, "\n"), out);
+    free(out);
+    free(err);
+    token_id("carol", "hour", hour_id, sizeof hour_id);
+    token_id("admin", "bootstrap token (--bootstrap-token-file)", admin_id, sizeof admin_id);
+
+    /* No --expires-in: the new token expires with carol's hour, and kiln says so. */
+    cr_assert_eq(kiln_as(hour, &out, &err, "tokens", "create", "--description", "child", NULL), 0, "%s", err);
+    snprintf(child, sizeof child, "%.*s", (int)strcspn(out, "\n"), out);
+    char want[300];
+    snprintf(want, sizeof want, "note: it expires with token %s, which made it", hour_id);
+    cr_assert(strstr(err, want) && !strstr(err, "valid until revoked"), "%s", err);
+    free(out);
+    free(err);
+    token_id("carol", "child", child_id, sizeof child_id);
+    /* Longer than the hour: refused, with the hour's end and what to do. */
+    cr_assert_eq(kiln_as(hour, &out, &err, "tokens", "create", "--expires-in", "30d", NULL), 1);
+    cr_assert(strstr(err, "cannot outlive the token that makes it") && strstr(err, hour_id) &&
+              strstr(err, "leave expires_in_s out"), "%s", err);
+    free(out);
+    free(err);
+
+    /* The list says who made each token, with which token: the table, -o wide and --json. */
+    const char *tables[][2] = {{"-o", "table"}, {"-o", "wide"}};
+    for (size_t k = 0; k < 2; k++) {
+        cr_assert_eq(kiln_as(hour, &out, &err, tables[k][0], tables[k][1], "tokens", NULL), 0, "%s", err);
+        cr_assert(strstr(out, "CREATED-BY") && strstr(out, "PARENT"), "%s", out);
+        const char *row = strstr(out, child_id), *hrow = strstr(out, hour_id);
+        cr_assert(row && hrow, "%s", out);
+        char line[400];
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(row, "\n"), row);
+        cr_assert(strstr(line, " carol ") && strstr(line, hour_id) && strstr(line, " api "), "%s", line);
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(hrow, "\n"), hrow);
+        cr_assert(strstr(line, " admin ") && strstr(line, admin_id), "%s", line);
+        free(out);
+        free(err);
+    }
+    cr_assert_eq(kiln_as(hour, &out, &err, "--json", "tokens", NULL), 0, "%s", err);
+    json_t *j = json_loads(out, 0, NULL);
+    cr_assert_not_null(j, "%s", out);
+    size_t i;
+    json_t *t;
+    int seen = 0;
+    json_array_foreach(json_object_get(j, "tokens"), i, t)
+        if (!strcmp(json_string_value(json_object_get(t, "id")), child_id)) {
+            seen++;
+            cr_assert_str_eq(json_string_value(json_object_get(t, "parent_id")), hour_id);
+            cr_assert_str_eq(json_string_value(json_object_get(t, "created_by")), "carol");
+        }
+    cr_assert_eq(seen, 1, "%s", out);
+    json_decref(j);
+    free(out);
+    free(err);
+
+    /* The web UI's session token (a login link of carol's, redeemed) makes no tokens. */
+    char hdr[320];
+    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s", hour);
+    long st = 0;
+    json_t *link = e2e_http("POST", "/v1/login-links", "{}", hdr, &st);
+    cr_assert_eq(st, 201);
+    char body[200];
+    snprintf(body, sizeof body, "{\"code\": \"%s\"}", json_string_value(json_object_get(link, "code")));
+    json_decref(link);
+    json_t *tok = e2e_http("POST", "/v1/login-links:redeem", body, NULL, &st);
+    cr_assert_eq(st, 200);
+    snprintf(session, sizeof session, "%s", json_string_value(json_object_get(tok, "token")));
+    json_decref(tok);
+    cr_assert_eq(kiln_as(session, &out, &err, "tokens", "create", NULL), 1);
+    cr_assert(strstr(err, "a web UI session token cannot create tokens") && strstr(err, "kiln tokens create"), "%s",
+              err);
+    assert_no_secret(err, session, "the 403 message");
+    free(out);
+    free(err);
+
+    /* Revoking the hour revokes the child and the session with it. */
+    out = admin_ok("tokens", "revoke", hour_id, NULL, NULL);
+    cr_assert(strstr(out, "also revoked 2 tokens made with it"), "%s", out);
+    free(out);
+    cr_assert_eq(kiln_as(child, &out, &err, "whoami", NULL), 1);
+    snprintf(want, sizeof want, "error: the token %s was revoked", child_id);
+    cr_assert(strstr(err, want), "%s", err);
+    free(out);
+    free(err);
+    cr_assert_eq(status_as(session, "GET", "/v1/whoami", NULL), 401);
     e2e_pass();
 }
 

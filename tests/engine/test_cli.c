@@ -1,5 +1,5 @@
 /* test_cli.c - the kiln-train binary as the agent runs it: the rank contract's environment,
- * metric records on KILN_METRICS_FD, SIGTERM -> checkpoint and exit 143, resume on restart,
+ * metric records on KILN_METRICS_FD, step marks, SIGTERM -> checkpoint and exit 143, resume on restart,
  * and exit 2 with a clear last stderr line for bad specs and unreadable or corrupt data. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -291,6 +291,104 @@ Test(cli, resumes_from_another_directory_and_refuses_a_bad_contract)
         const char *last = last_line(log);
         cr_assert(strstr(last, bad[i][1]), "the last line does not name %s: %s", bad[i][1], last);
         free(log);
+    }
+}
+
+/* Runs kiln-train as `name` with env, stdout to <dir>/<name>.out and stderr to <dir>/<name>.err
+ * (apart: each stream's marks only say where that stream's lines belong); returns the exit code. */
+static int run_train_split(const char *name, char *const env[])
+{
+    char bin[512], cmd[1024], log[256];
+    snprintf(bin, sizeof(bin), "%s/kiln-train", th_bin_dir());
+    snprintf(cmd, sizeof(cmd), "exec %s 2>%s/%s.err", bin, g_dir, name);
+    snprintf(log, sizeof(log), "%s/%s.out", g_dir, name);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    pid_t pid = th_spawn(argv, env, log);
+    cr_assert(pid > 0);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "kiln-train died of a signal");
+    return WEXITSTATUS(status);
+}
+
+/* The steps of the marks in text, in order, into steps (at most max); returns how many. Every
+ * "step N/M | loss" line must follow the mark of step N (and no other since). */
+static int marks_of(const char *text, int64_t *steps, int max)
+{
+    int n = 0;
+    int64_t cur = -1;
+    char *copy = strdup(text), *save = NULL;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '\x1e') {
+            cr_assert_eq(strncmp(line, "\x1ekiln-step ", 11), 0, "a malformed mark: %s", line + 1);
+            cr_assert_lt(n, max);
+            cur = steps[n++] = strtoll(line + 11, NULL, 10);
+            continue;
+        }
+        long long s = 0, of = 0;
+        if (sscanf(line, "step %lld/%lld | loss", &s, &of) == 2)
+            cr_assert_eq(cur, s, "\"%s\" follows the mark of step %lld", line, (long long)cur);
+    }
+    free(copy);
+    return n;
+}
+
+/* With KILN_STEP_MARKS=1 and metric definitions, kiln-train marks on both streams step 0 when it
+ * starts, the step it resumed from, and each step before its lines; without either, nothing. */
+Test(cli, marks_the_step_of_its_lines_for_the_agent)
+{
+    char fmt[4096];
+    snprintf(fmt, sizeof(fmt), SMALL_SPEC, "%s", "%s");
+    fmt[strlen(fmt) - 1] = '\0'; /* the closing brace: add the definitions */
+    strcat(fmt, ", \"metric_definitions\": [{\"name\": \"loss_re\", \"regex\": \"loss ([0-9.]+)\"}]}");
+    char env_spec[512], env_ck[256];
+    char specfmt[4096];
+    snprintf(specfmt, sizeof(specfmt), fmt, "%s", "4");
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", spec_file("m4", specfmt, data_path()));
+    snprintf(env_ck, sizeof(env_ck), "KILN_CHECKPOINT_DIR=%s/ck", g_dir);
+    char *env[] = {env_spec, env_ck, "KILN_STEP_MARKS=1", "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
+    cr_assert_eq(run_train_split("m4", env), 0);
+    char path[256];
+    int64_t st[64];
+    snprintf(path, sizeof(path), "%s/m4.out", g_dir);
+    char *out = read_text(path);
+    cr_assert_eq(marks_of(out, st, 64), 5, "%s", out);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(st[i], i, "stdout mark %d is %lld", i, (long long)st[i]);
+    cr_assert(strstr(out, "step 4/4 | loss"), "%s", out);
+    free(out);
+    snprintf(path, sizeof(path), "%s/m4.err", g_dir);
+    char *err = read_text(path);
+    cr_assert_eq(marks_of(err, st, 64), 5, "%s", err);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(st[i], i);
+    free(err);
+
+    /* a resumed run marks the step it resumed from, then only the steps it trains */
+    snprintf(specfmt, sizeof(specfmt), fmt, "%s", "6");
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", spec_file("m6", specfmt, data_path()));
+    cr_assert_eq(run_train_split("m6", env), 0);
+    snprintf(path, sizeof(path), "%s/m6.out", g_dir);
+    out = read_text(path);
+    cr_assert(strstr(out, "resumed from"), "%s", out);
+    static const int64_t want[] = {0, 4, 5, 6};
+    cr_assert_eq(marks_of(out, st, 64), 4, "%s", out);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(st[i], want[i], "resumed: stdout mark %d is %lld", i, (long long)st[i]);
+    free(out);
+
+    /* not asked (no KILN_STEP_MARKS: a rank run by hand), or no definitions: no marks */
+    char *by_hand[] = {env_spec, "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
+    cr_assert_eq(run_train_split("hand", by_hand), 0);
+    snprintf(env_spec, sizeof(env_spec), "KILN_SPEC=%s", small_spec("nodefs", "2"));
+    char *no_defs[] = {env_spec, "KILN_STEP_MARKS=1", "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100", NULL};
+    cr_assert_eq(run_train_split("nodefs", no_defs), 0);
+    const char *files[] = {"hand.out", "hand.err", "nodefs.out", "nodefs.err"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof(path), "%s/%s", g_dir, files[i]);
+        char *text = read_text(path);
+        cr_assert_null(strchr(text, '\x1e'), "%s holds a mark:\n%s", files[i], text);
+        free(text);
     }
 }
 

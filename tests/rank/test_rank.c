@@ -62,6 +62,7 @@ static void full_env(rank_env_t *e)
     e->comm_watchdog_s = 2.5;
     e->cpus = "2-3,6";
     e->project = "nlp-team.2";
+    e->step_marks = true;
 }
 
 static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
@@ -87,6 +88,7 @@ static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
     cr_assert_eq(a->comm_watchdog_s, b->comm_watchdog_s);
     cr_assert_str_eq(a->cpus, b->cpus);
     cr_assert_str_eq(a->project, b->project);
+    cr_assert_eq(a->step_marks, b->step_marks);
 }
 
 Test(env, round_trip_through_envp_and_the_process_environment)
@@ -97,7 +99,7 @@ Test(env, round_trip_through_envp_and_the_process_environment)
                     "KILN_DATA_ROOTS=/", "OMP_NUM_THREADS=64", "KILN_JOIN_TOKEN=kiln_join_x",
                     "KILN_JOIN_TOKEN_FILE=/etc/kiln/join.token", "KILN_TLS_KEY=/etc/kiln/agent.key",
                     "my_api_token=abc", "DB_PASSWORD=pw", "KILN_DP_BUCKET_MB=4", "KILN_CPUS=0-63",
-                    "KILN_PROJECT=other", NULL};
+                    "KILN_PROJECT=other", "KILN_STEP_MARKS=0", NULL};
     char **envp = NULL;
     kiln_err_t err;
     cr_assert_eq(rank_env_envp(&e, base, &envp, &err), 0, "%s", err.message);
@@ -119,6 +121,8 @@ Test(env, round_trip_through_envp_and_the_process_environment)
     cr_assert_str_eq(envp_get(envp, RANK_ENV_CPUS), "2-3,6", "the rank's share, not the launcher's own value");
     cr_assert_eq(envp_count(envp, RANK_ENV_PROJECT), 1);
     cr_assert_str_eq(envp_get(envp, RANK_ENV_PROJECT), "nlp-team.2", "the job's project, not the launcher's");
+    cr_assert_eq(envp_count(envp, RANK_ENV_STEP_MARKS), 1);
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_STEP_MARKS), "1");
 
     /* envp -> rank_env_t directly */
     cr_assert_eq(rank_env_parse(envp, &back, &err), 0, "%s", err.message);
@@ -151,13 +155,14 @@ Test(env, unset_means_a_rank_started_by_hand)
     cr_assert_null(e.spec);
     cr_assert_null(e.data_roots, "unset: no confinement");
     cr_assert_null(e.cpus, "unset: not bound");
+    cr_assert_not(e.step_marks, "unset: nobody reads step marks");
     /* what is unset stays unset on the way out */
     char **envp = NULL;
     cr_assert_eq(rank_env_envp(&d, NULL, &envp, &err), 0, "%s", err.message);
     for (const char *const *s = (const char *const[]){RANK_ENV_SPEC, RANK_ENV_METRICS_FD, RANK_ENV_THREADS,
                                                       RANK_ENV_DEVICE_ID, RANK_ENV_CUDA_DEVICES, RANK_ENV_DATA_ROOTS,
                                                       RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_RESUME_FROM, RANK_ENV_CPUS,
-                                                      RANK_ENV_PROJECT, NULL};
+                                                      RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS, NULL};
          *s; s++)
         cr_assert_null(envp_get(envp, *s), "%s is set", *s);
     rank_envp_free(envp);
@@ -210,6 +215,8 @@ Test(env, bad_values_are_refused_naming_the_variable)
         {{"KILN_PROJECT=.kiln"}, "KILN_PROJECT"},
         {{"KILN_PROJECT=Upper"}, "KILN_PROJECT"},
         {{"KILN_PROJECT=0123456789012345678901234567890123456789012345678901234567890123"}, "KILN_PROJECT"},
+        {{"KILN_STEP_MARKS=2"}, "KILN_STEP_MARKS"},
+        {{"KILN_STEP_MARKS=yes"}, "KILN_STEP_MARKS"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *envp[5] = {0};
@@ -497,6 +504,46 @@ Test(metric, the_writer_refuses_bad_names_and_writes_nothing)
     close(p[1]);
 }
 
+/* A time is Unix seconds up to the year 9999: the writer never formats another (1e300 came out
+ * cut short at 63 bytes, as JSON that no parser takes), and the parser refuses one (the agent
+ * made microseconds of it with llround, whatever the value). Found by fuzz/metric_record. */
+Test(metric, a_time_outside_unix_seconds_is_refused_by_writer_and_parser)
+{
+    const char *names[] = {"loss"};
+    const double vals[] = {1.5};
+    const double bad[] = {1e300, -1, NAN, INFINITY, -INFINITY, RANK_METRIC_TIME_MAX};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *out = NULL;
+        size_t len = 0;
+        kiln_err_t err;
+        cr_assert_eq(rank_metric_format(1, bad[i], names, vals, 1, &out, &len, &err), KILN_EINVAL, "time %g", bad[i]);
+        cr_assert_null(out);
+        cr_assert_str_eq(err.field, "time");
+    }
+    const char *lines[] = {"{\"time\": 1e300, \"metrics\": {}}", "{\"time\": -0.5, \"metrics\": {}}",
+                           "{\"time\": 253402300800, \"metrics\": {}}"};
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        rank_metric_record_t rec;
+        kiln_err_t err;
+        cr_assert_eq(rank_metric_parse(lines[i], strlen(lines[i]), &rec, &err), KILN_EFORMAT, "%s", lines[i]);
+        cr_assert_str_eq(err.field, "time");
+        rank_metric_record_deinit(&rec);
+    }
+    /* the last moment of 9999 and the first of 1970 are times */
+    const double good[] = {0, 253402300799.5};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char *out = NULL;
+        size_t len = 0;
+        kiln_err_t err;
+        cr_assert_eq(rank_metric_format(7, good[i], names, vals, 1, &out, &len, &err), 0, "%s", err.message);
+        rank_metric_record_t rec;
+        cr_assert_eq(rank_metric_parse(out, len, &rec, &err), 0, "%s: %s", err.message, out);
+        cr_assert(rec.has_time && rec.time_s == good[i] && rec.n == 1);
+        rank_metric_record_deinit(&rec);
+        free(out);
+    }
+}
+
 Test(metric, the_parser_skips_what_is_not_a_metric_and_refuses_what_is_not_a_record)
 {
     char line[600];
@@ -537,6 +584,46 @@ Test(metric, the_parser_skips_what_is_not_a_metric_and_refuses_what_is_not_a_rec
 }
 
 /* ---- exits -------------------------------------------------------------------------------- */
+
+Test(mark, writer_to_parser_round_trip_and_nothing_else_is_a_mark)
+{
+    char buf[RANK_STEP_MARK_MAX];
+    const int64_t steps[] = {0, 1, 120, 1000000, INT64_MAX};
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        int n = rank_step_mark_format(steps[i], buf, sizeof(buf));
+        cr_assert_gt(n, 0);
+        cr_assert_eq(buf[n - 1], '\n', "a mark is a line");
+        cr_assert_eq(buf[0], '\x1e', "it starts with a control character nobody types");
+        int64_t back = -1;
+        cr_assert(rank_step_mark_parse(buf, (size_t)n - 1, &back), "%s", buf);
+        cr_assert_eq(back, steps[i]);
+    }
+    cr_assert_eq(rank_step_mark_format(-1, buf, sizeof(buf)), -1);
+    cr_assert_str_eq(buf, "");
+    cr_assert_eq(rank_step_mark_format(1, buf, 8), -1, "too small a buffer");
+    /* close to a mark is a log line */
+    static const char *const not_marks[] = {
+        "kiln-step 5", "\x1ekiln-step ", "\x1ekiln-step -1", "\x1ekiln-step 05", "\x1ekiln-step 5 ",
+        "\x1ekiln-step 5x", "\x1ekiln-step 9223372036854775808", "\x1ekiln-step 12345678901234567890",
+        "\x1ekiln-step  5", "\x1eKILN-STEP 5", "x\x1ekiln-step 5",
+    };
+    for (size_t i = 0; i < sizeof(not_marks) / sizeof(not_marks[0]); i++) {
+        int64_t st = 77;
+        cr_assert_not(rank_step_mark_parse(not_marks[i], strlen(not_marks[i]), &st), "case %zu is a mark", i);
+        cr_assert_eq(st, 77, "case %zu wrote a step", i);
+    }
+    /* rank_step_mark_write goes through stdio, so it keeps its place among the stream's lines */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_not_null(f);
+    fputs("before\n", f);
+    cr_assert_eq(rank_step_mark_write(f, 42), 0);
+    fputs("after\n", f);
+    fclose(f);
+    cr_assert_str_eq(text, "before\n\x1ekiln-step 42\nafter\n");
+    free(text);
+}
 
 Test(exit, codes_and_what_they_mean)
 {

@@ -1,9 +1,11 @@
 /* test_metric_defs.c - metric definitions at submission: PCRE2 patterns that kiln-agent can run
  * on every log line of a job; too many, too long, uncompilable, group-less or backreferencing
- * ones are refused with a message naming the field. */
+ * ones, and those whose "step" group can never capture a step, are refused with a message naming
+ * the field. */
 #include "spec/spec.h"
 
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,4 +89,58 @@ Test(metric_defs, at_most_16_definitions_of_at_most_256_bytes)
     re[257] = '\0';
     snprintf(defs, sizeof defs, "[{\"name\": \"long\", \"regex\": \"%s\"}]", re);
     refused(defs, "metric_definitions[0].regex", "too long");
+}
+
+/* A regex (C text) inside a metric_definitions JSON array of one definition. */
+static char *one_def(const char *regex)
+{
+    json_t *a = json_pack("[{s:s, s:s}]", "name", "m", "regex", regex);
+    cr_assert_not_null(a);
+    char *t = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    return t;
+}
+
+Test(metric_defs, step_groups_that_can_capture_a_step_are_accepted)
+{
+    static const char *const ok[] = {
+        "^step (?<step>[0-9]+)/[0-9]+ \\| loss ([0-9.]+)",
+        "loss ([0-9.]+) at (?<step>\\d+)",                /* the value group comes first */
+        "step (?'step'\\d{3}) ([0-9.]+)",                  /* three digits */
+        "step (?P<step>[1-9][0-9]*) ([0-9.]+)",
+        "step (?<step>13[57]) ([0-9.]+)",                    /* only 135 and 137 */
+        "step (?<step>\\d+|n/a) ([0-9.]+)",                /* digits sometimes */
+        "step (?<step>\\w+) ([0-9.]+)",                    /* digits among others */
+        "s=(?<step>(?<=s=)\\d+) ([0-9.]+)",                /* looks around itself: only running can tell */
+        "(?x) step \\s (?<step> \\d+ ) \\s+ v=([0-9.]+) # extended, with a comment",
+        "[(](?<step>[0-9]+)[)] \\(x\\) v=([0-9.]+)",      /* parentheses as text and in classes */
+        "\\Q(?<step>\\E v=([0-9.]+)",                     /* \\Q...\\E: text, and no step group */
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char *defs = one_def(ok[i]);
+        spec_t s;
+        kiln_err_t err;
+        kiln_err_clear(&err);
+        cr_assert_eq(parse_defs(defs, &s, &err), 0, "case %zu (%s) refused: %s", i, ok[i], err.message);
+        spec_deinit(&s);
+        free(defs);
+    }
+}
+
+Test(metric_defs, step_groups_that_cannot_work_are_refused)
+{
+    static const char *const bad[][2] = {
+        {"step (?<step>[a-z]+) ([0-9.]+)", "never capture a step"},
+        {"step (?<step>-[0-9]+) ([0-9.]+)", "never capture a step"},           /* a sign is no step */
+        {"step (?<step>[0-9]+\\.[0-9]+) ([0-9.]+)", "never capture a step"},  /* nor a fraction */
+        {"step (?<step>\\d{20}) ([0-9.]+)", "never capture a step"},          /* nor 20 digits */
+        {"step (?<step>) ([0-9.]+)", "never capture a step"},
+        {"step (?<step>[0-9]+)", "capture group for the value besides its step group"},
+        {"(?J)(?<step>[0-9]+) (?<step>[0-9]+) ([0-9.]+)", "more than one group named \"step\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *defs = one_def(bad[i][0]);
+        refused(defs, "metric_definitions[0].regex", bad[i][1]);
+        free(defs);
+    }
 }

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import ssl
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any, cast
 
-from . import config
+from . import code, config
 from .errors import JobFailedError, KilnError
 
 TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
@@ -484,10 +485,44 @@ class Client:
                 return ModelData(self, job_id, a)
         return None
 
+    # ---- code -----------------------------------------------------------------------------
+    def upload_code(self, directory: str, project: str | None = None) -> str:
+        """Packs ``directory`` (honouring its ``.kilnignore``; see kiln.code) into a gzip'd tar,
+        uploads it into ``project`` (default: "default") and returns the source a script job
+        names: "code:sha256:<digest>", the SHA-256 of the archive. The same tree packs to the same
+        bytes, which kilnd keeps once; only the project's members see them."""
+        with tempfile.TemporaryFile() as f:
+            code.pack_dir(directory, f)
+            size = f.tell()
+            f.seek(0)
+            path = "/v1/code"
+            if project:
+                path += "?" + urllib.parse.urlencode({"project": project})
+            hdrs = {"Accept": "application/json", "User-Agent": "kiln-python/0.1",
+                    "Content-Type": "application/gzip", "Content-Length": str(size)}
+            if self._token:
+                hdrs["Authorization"] = "Bearer " + self._token
+            req = urllib.request.Request(self.url + path, data=f, headers=hdrs, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=max(self.timeout, 60), context=self._ssl) as r:
+                    raw = r.read()
+            except urllib.error.HTTPError as e:
+                body = e.read()
+                e.close()
+                raise KilnError.from_reply(e.code, body) from None
+            except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as e:
+                reason: object = getattr(e, "reason", e)
+                raise KilnError("could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)"
+                                % (self.url, reason), code="unavailable", status=0) from None
+        return _str(_obj(json.loads(raw)).get("source"))
+
     # ---- cluster ------------------------------------------------------------------------
     def workers(self) -> list[JSONObject]:
         """Registered workers: dicts with id, hostname, address, slots, slots_free, slot_type,
-        state ("ALIVE" | "DEAD"), last_heartbeat, registered_at, gpus."""
+        state ("ALIVE" | "DEAD"), last_heartbeat, registered_at, gpus, data_roots, and how each
+        registered: approval ("APPROVED" | "PENDING": waits for a cluster admin), join_token (its
+        id, "file" for kilnd's --join-token-file), cert_sha256 (the client certificate it is bound
+        to, "" without mutual TLS) and registered_from."""
         _, j = self._call("GET", "/v1/workers")
         return _objs(j.get("workers"))
 
@@ -516,8 +551,12 @@ class Client:
     def create_token(self, user: str | None = None, expires_in_s: int | None = None,
                      description: str | None = None) -> JSONObject:
         """Creates an API token for user (default: the caller; others' need a cluster admin) and
-        returns {"id", "token", "expires_at", "user"}. "token" is the secret, which kilnd never
-        shows again; expires_in_s None (or 0) makes one valid until revoked."""
+        returns {"id", "token", "expires_at", "user", "created_by", "parent_id",
+        "expires_with_parent"}. "token" is the secret, which kilnd never shows again. The token is
+        made with this client's token (parent_id): it never outlives it and is revoked with it.
+        expires_in_s None (or 0) makes one valid until revoked, or, when this client's token
+        expires, until then (expires_with_parent True); a longer expires_in_s than this client's
+        token has left raises KilnError 400. A web UI session token makes none (403)."""
         body: JSONObject = {}
         if expires_in_s:
             body["expires_in_s"] = int(expires_in_s)
@@ -527,13 +566,16 @@ class Client:
 
     def tokens(self, user: str | None = None) -> list[JSONObject]:
         """The tokens of user (default: the caller), without their secrets: dicts with id, user,
-        description, created_at, expires_at, revoked_at, last_used_at (None when unset)."""
+        description, kind ("api" or "session": a web UI login's), created_by and parent_id (who
+        made it, with which token; "" for none), created_at, expires_at, revoked_at, last_used_at
+        (None when unset)."""
         path = "/v1/users/%s/tokens" % _seg(user or _str(self.whoami().get("user")))
         return _objs(self._call("GET", path)[1].get("tokens"))
 
     def revoke_token(self, id: str) -> JSONObject:
-        """Revokes a token (yours, or anyone's for a cluster admin); returns it. The next request
-        made with it gets 401."""
+        """Revokes a token (yours, or anyone's for a cluster admin) and every token made with it;
+        returns it, with descendants_revoked (how many of those were valid). The next request made
+        with any of them gets 401."""
         return self._call("DELETE", "/v1/tokens/%s" % _seg(id))[1]
 
     def projects(self) -> list[JSONObject]:
