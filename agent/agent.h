@@ -425,8 +425,10 @@ int agent_code_overlay(agent_code_cache_t *c, const char *digest, const char *jo
                        char *work, size_t n, kiln_err_t *err);
 /* A script job whose source is a directory in the data roots: workdir (which must not exist) as
  * a copy of src, which must lie inside one of roots[0..nroots) once resolved (the same rule and
- * message as every path a job reads, kiln_path_confine, field "source"), and hold at most
- * max_bytes (KILN_ETOOBIG naming the limit). Devices, FIFOs and sockets in it are left out.
+ * message as every path a job reads, kiln_path_confine, field "source") and outside every
+ * project's area (kiln_path_area_check), and hold at most max_bytes (KILN_ETOOBIG naming the
+ * limit). Devices, FIFOs, sockets and the project areas (KILN_AREA_DIR directories) in it are
+ * left out.
  * Returns 0, KILN_EPERM, KILN_ENOTFOUND, KILN_ETOOBIG, KILN_EEXIST or KILN_EIO. */
 int agent_code_copy_dir(const char *src, const char *const *roots, size_t nroots, int64_t max_bytes,
                         const char *workdir, int64_t *bytes, kiln_err_t *err);
