@@ -813,6 +813,24 @@ Test(roots, another_projects_area_is_refused_at_submission)
         cr_assert_str_eq(err.detail, first);
         json_decref(sp);
     }
+    /* a script job's channels, source directory and python, the same way */
+    static const char area[] = "/data/a/ck/" KILN_AREA_DIR "/proj-a/0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11";
+    const char *fields[] = {"data.channels.train", "source", "python"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(fields); i++) {
+        json_t *sp = json_pack("{s:s, s:s, s:{s:{s:s}}}", "entry_point", "train.py", "source",
+                               i == 1 ? area : "/data/a/code", "data", "channels", "train",
+                               i == 0 ? area : "/data/a/corpus");
+        if (i == 2)
+            json_object_set_new(sp, "python", json_string(area));
+        json_t *job = NULL;
+        bool created = false;
+        kiln_err_clear(&err);
+        cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EPERM, "%s: %s",
+                     fields[i], err.message);
+        cr_assert_str_eq(err.field, fields[i], "%s", err.message);
+        cr_assert(strstr(err.message, "another project"), "%s", err.message);
+        json_decref(sp);
+    }
     /* checkpoint.path inside any area: kiln adds .kiln/<project>/<job id> itself */
     json_t *job = NULL, *sp = gpt_spec("/data/a/corpus.txt", "/data/a/ck/" KILN_AREA_DIR "/default");
     bool created = false;
