@@ -261,11 +261,15 @@ int agent_launcher_cores(const agent_launcher_t *l);
 
 /* Launches one assignment. First the checks, before anything is written or started: every
  * a->read_paths entry must be absolute and resolve inside a data root; a->checkpoint_dir ("":
- * <job dir>/checkpoints) and a->resume_from (when set) inside a data root or the work dir. A
- * failed check refuses the assignment: on_started(ok=false, reason naming the field and the
- * allowed directories; outside them it never says whether the path exists) and KILN_EPERM
- * (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path inside a root but missing). Then it creates the job directory, output/ and
- * the checkpoint directory (mode 0700), writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
+ * <job dir>/checkpoints) and a->resume_from (when set) inside a data root or the work dir; and
+ * none of them, resolved, inside a project area other than a->project's (kiln_path_area_check).
+ * A failed check refuses the assignment: on_started(ok=false, reason naming the field and the
+ * allowed directories; outside them, or in another project's area, it never says whether the
+ * path exists) and KILN_EPERM (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path
+ * inside a root but missing). Then it creates the job directory, output/ and the checkpoint
+ * directory (mode 0700); one in the project's area (<checkpoint.path>/.kiln/<project>/<job id>)
+ * must then be made of real directories, .kiln and the project's of the agent's user and closed
+ * to others' writes, or the assignment is refused (KILN_EPERM). Then it writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
  * for kiln-train; the launcher does not read it), compiles a->metric_definitions (a set that
  * does not compile is dropped with a line in the job's log), makes the attempt's sandbox box
  * (unless the sandbox is off: the data roots, the rank program, the spec, the model to start from
@@ -432,8 +436,10 @@ int agent_code_overlay(agent_code_cache_t *c, const char *digest, const char *jo
                        char *work, size_t n, kiln_err_t *err);
 /* A script job whose source is a directory in the data roots: workdir (which must not exist) as
  * a copy of src, which must lie inside one of roots[0..nroots) once resolved (the same rule and
- * message as every path a job reads, kiln_path_confine, field "source"), and hold at most
- * max_bytes (KILN_ETOOBIG naming the limit). Devices, FIFOs and sockets in it are left out.
+ * message as every path a job reads, kiln_path_confine, field "source") and outside every
+ * project's area (kiln_path_area_check), and hold at most max_bytes (KILN_ETOOBIG naming the
+ * limit). Devices, FIFOs, sockets and the project areas (KILN_AREA_DIR directories) in it are
+ * left out.
  * Returns 0, KILN_EPERM, KILN_ENOTFOUND, KILN_ETOOBIG, KILN_EEXIST or KILN_EIO. */
 int agent_code_copy_dir(const char *src, const char *const *roots, size_t nroots, int64_t max_bytes,
                         const char *workdir, int64_t *bytes, kiln_err_t *err);

@@ -470,7 +470,9 @@ static int copy_file(copier_t *cp, int sfd, const char *name, int dfd, const str
     return rc;
 }
 
-/* Copies the entries of sfd into dfd: directories, files and links; anything else is left out. */
+/* Copies the entries of sfd into dfd: directories, files and links; anything else is left out,
+ * and so is every directory named KILN_AREA_DIR: kiln's project areas (other projects'
+ * checkpoints) are no job's code, and the agent, which reads them here, may read them all. */
 static int copy_dir(copier_t *cp, int sfd, int dfd, int depth)
 {
     if (depth > CODE_PATH_MAX / 2)
@@ -491,7 +493,7 @@ static int copy_dir(copier_t *cp, int sfd, int dfd, int depth)
             if (k < 0 || (target[k] = '\0', symlinkat(target, dfd, names[i]) != 0))
                 rc = kiln_err_set(cp->err, KILN_EIO, NULL, "could not copy link \"%.200s\": %s", names[i],
                                   strerror(errno));
-        } else if (S_ISDIR(st.st_mode)) {
+        } else if (S_ISDIR(st.st_mode) && strcmp(names[i], KILN_AREA_DIR) != 0) {
             int s2 = openat(sfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             int d2 = mkdirat(dfd, names[i], 0755) == 0
                          ? openat(dfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -569,6 +571,8 @@ int agent_code_copy_dir(const char *src, const char *const *roots, size_t nroots
     char real[PATH_MAX];
     bool exists = false;
     int rc = kiln_path_confine(src, "source", roots, nroots, real, sizeof(real), &exists, err);
+    if (rc == 0)
+        rc = kiln_path_area_check(real, src, "source", NULL, err); /* no project's area is code */
     if (rc)
         return rc;
     int sfd = exists ? open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;

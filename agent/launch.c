@@ -812,6 +812,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     re.data_roots = l->roots_csv;
     re.comm_watchdog_s = l->comm_watchdog_s;
     re.cpus = cpus[0] ? cpus : NULL;
+    re.project = a->project && a->project[0] ? a->project : NULL;
     re.step_marks = true; /* on_rank_line reads them */
     char model[PATH_MAX];
     if (a->init_from_job && a->init_from_job[0]) {
@@ -897,9 +898,58 @@ static int launch_refuse(int rc, kiln_err_t *err, const char *hint)
     return rc;
 }
 
+/* Whether checkpoint_dir is the job's directory in its project's area, "<checkpoint.path>/.kiln/
+ * <project>/<job id>"; its last three components into tail (size n). False for a job of the flat
+ * layout (<checkpoint.path>/<job id>) and from a kilnd that sends no project. */
+static bool ckpt_in_area(const Kiln__Assignment *a, char *tail, size_t n)
+{
+    const char *given = a->checkpoint_dir ? a->checkpoint_dir : "";
+    if (!a->project || !a->project[0] ||
+        snprintf(tail, n, "/" KILN_AREA_DIR "/%s/%s", a->project, a->job_id) >= (int)n)
+        return false;
+    size_t tn = strlen(tail), gn = strlen(given);
+    return gn >= tn && !strcmp(given + gn - tn, tail);
+}
+
+/* A checkpoint directory in the project's area must resolve to such a place (ckpt: resolved), so
+ * that no symbolic link in the place of ".kiln", the project's or the job's directory takes the
+ * ranks' checkpoints out of the area; with made (after kiln_mkdirs_mode), those three must also be
+ * real directories, ".kiln" and the project's of the agent's user and closed to others' writes,
+ * so that nobody else can have put the job's directory there (the job's own may belong to the
+ * uid of a sandbox that ran it). */
+static int launch_ckpt_area(const Kiln__Assignment *a, const char *ckpt, bool made, kiln_err_t *err)
+{
+    char tail[256];
+    if (!ckpt_in_area(a, tail, sizeof(tail)))
+        return 0;
+    size_t tn = strlen(tail), cn = strlen(ckpt);
+    if (cn < tn || strcmp(ckpt + cn - tn, tail) != 0) {
+        kiln_err_set(err, KILN_EPERM, "checkpoint.path", "checkpoint.path: \"%.200s\" leads elsewhere through a "
+                     "symbolic link; kiln keeps a project's checkpoints only in real directories", a->checkpoint_dir);
+        kiln_err_hint(err, "remove the symbolic link under checkpoint.path; kiln-agent creates these directories");
+        return KILN_EPERM;
+    }
+    char part[PATH_MAX];
+    kiln_strlcpy(part, ckpt, sizeof(part));
+    for (int k = 0; made && k < 3; k++) {
+        struct stat st;
+        bool shared = k > 0; /* ".kiln" or the project's */
+        if (lstat(part, &st) != 0 || !S_ISDIR(st.st_mode) ||
+            (shared && (st.st_uid != geteuid() || (st.st_mode & 022)))) {
+            kiln_err_set(err, KILN_EPERM, "checkpoint.path", "checkpoint.path: \"%.200s\" is not a directory of "
+                         "kiln-agent's user that only it may write to", part);
+            kiln_err_hint(err, "remove it; kiln-agent creates it with mode 0700");
+            return KILN_EPERM;
+        }
+        *strrchr(part, '/') = '\0';
+    }
+    return 0;
+}
+
 /* The checks of agent_launcher_start, before anything is written: read paths inside a data root
  * (and present), the checkpoint directory and the checkpoint to resume from inside a data root
- * or the work dir. Fills ckpt (resolved checkpoint directory) and resume (resolved, or ""). */
+ * or the work dir, and none of them, resolved, in another project's area. Fills ckpt (resolved
+ * checkpoint directory) and resume (resolved, or ""). */
 static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const char *job_dir, char *ckpt,
                         size_t ckn, char *resume, size_t rn, kiln_err_t *err)
 {
@@ -918,9 +968,13 @@ static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const ch
         /* A relative path is refused (kiln_path_confine): where kiln-train would look for it
          * depends on its working directory and KILN_ROOT, so it cannot be checked here. */
         bool exists = false;
-        rc = kiln_path_confine(p, field, (const char *const *)l->roots, l->nroots, NULL, 0, &exists, err);
+        char res[PATH_MAX];
+        rc = kiln_path_confine(p, field, (const char *const *)l->roots, l->nroots, res, sizeof(res), &exists, err);
         if (rc)
             return launch_refuse(rc, err, read_hint);
+        /* before "does not exist": inside another project's area the answer is the same either way */
+        if ((rc = kiln_path_area_check(res, p, field, a->project, err)))
+            return rc;
         if (!exists)
             return kiln_err_set(err, KILN_ENOTFOUND, field, "%s \"%.120s\" does not exist", field, p);
     }
@@ -949,7 +1003,16 @@ static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const ch
     if (rc == 0 && a->resume_from && a->resume_from[0])
         rc = kiln_path_confine(a->resume_from, "resume_from", wroots, l->nroots + 1, resume, rn, NULL, err);
     free(wroots);
-    return launch_refuse(rc, err, write_hint);
+    if (rc)
+        return launch_refuse(rc, err, write_hint);
+    /* the ranks read what they resume from: neither may be another project's area */
+    if (a->checkpoint_dir && a->checkpoint_dir[0] &&
+        ((rc = kiln_path_area_check(ckpt, a->checkpoint_dir, "checkpoint.path", a->project, err)) ||
+         (rc = launch_ckpt_area(a, ckpt, false, err))))
+        return rc;
+    if (resume[0])
+        rc = kiln_path_area_check(resume, a->resume_from, "resume_from", a->project, err);
+    return rc;
 }
 
 /* The directories above path that are missing, made mode 0711: a box's ranks reach their
@@ -1129,6 +1192,8 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
         rc = launch_mkdir_parents(ckpt_dir, err);
     if (rc == 0)
         rc = kiln_mkdirs_mode(ckpt_dir, 0700, err);
+    if (rc == 0)
+        rc = launch_ckpt_area(a, ckpt_dir, true, err);
     snprintf(path, sizeof(path), "%s/output", job_dir);
     if (rc == 0)
         rc = kiln_mkdirs_mode(path, 0700, err);

@@ -234,6 +234,29 @@ bool kiln_path_inside(const char *path, const char *root);
  * the path exists nor where its links lead. No file is opened. Thread-safe. */
 int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
                       char *resolved_out, size_t n, bool *exists, kiln_err_t *err);
+/* kiln_path_confine's decision for a path resolved already (resolved; NULL: it could not be):
+ * 0 when it is one of roots[0..nroots) (resolved here) or lies below one, else KILN_EPERM with
+ * kiln_path_confine's message, which names given (the path as the spec gave it), never resolved.
+ * For a path read back from an open file (/proc/self/fd/N). Thread-safe. */
+int kiln_path_confine_resolved(const char *resolved, const char *given, const char *field, const char *const *roots,
+                               size_t nroots, kiln_err_t *err);
+
+/* Project areas. What kiln writes inside a data root lives in a directory named KILN_AREA_DIR
+ * and, below it, one directory per project (a job's checkpoints: <checkpoint.path>/.kiln/
+ * <project>/<job id>); only jobs of that project may reach a path there. A data root's other
+ * files are shared by every project. */
+#define KILN_AREA_DIR ".kiln"
+
+/* Whether path (absolute; normalised or resolved: text only) reaches into a project area that is
+ * not project's: one of its components is KILN_AREA_DIR and the next one is missing or another
+ * name. project NULL or "": every area is another's (any KILN_AREA_DIR component). */
+bool kiln_path_foreign_area(const char *path, const char *project);
+
+/* KILN_EPERM when resolved (the path as kilnd normalised it, or as the agent resolved it) reaches
+ * into another project's area (kiln_path_foreign_area); else 0. The message names field, the path
+ * as given and the job's project, never where a link leads nor whether the file exists. */
+int kiln_path_area_check(const char *resolved, const char *given, const char *field, const char *project,
+                         kiln_err_t *err);
 
 
 /* Compiles a metric definition's pattern the one way kiln runs it (PCRE2, UTF, no \C) and

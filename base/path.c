@@ -1,7 +1,8 @@
 /* path.c - path confinement, one implementation for every program that must keep a job inside
  * its directories: lexical normalisation, resolution the way the kernel opens a path (symlinks
- * and ".."), and the check that a resolved path lies inside one of a set of roots. It decides
- * only; opening files is the caller's business, and it never reads a file's contents. */
+ * and ".."), the check that a resolved path lies inside one of a set of roots, and the rule that
+ * keeps a job out of other projects' areas (.kiln/<project>). It decides only; opening files is
+ * the caller's business, and it never reads a file's contents. */
 #include "base/base.h"
 
 #include <errno.h>
@@ -149,34 +150,43 @@ bool kiln_path_inside(const char *path, const char *root)
     return rl > 0 && !strncmp(path, root, rl) && (path[rl] == '\0' || path[rl] == '/');
 }
 
+int kiln_path_confine_resolved(const char *resolved, const char *given, const char *field, const char *const *roots,
+                               size_t nroots, kiln_err_t *err)
+{
+    char root[PATH_MAX];
+    bool inside = false;
+    for (size_t i = 0; resolved && i < nroots && !inside; i++)
+        inside = roots[i] && kiln_path_resolve(roots[i], root, sizeof(root), NULL, NULL) == 0 &&
+                 kiln_path_inside(resolved, root);
+    if (inside)
+        return 0;
+    char list[200];
+    size_t len = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < nroots && len < sizeof(list); i++)
+        len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "", roots[i]);
+    if (nroots == 0)
+        kiln_strlcpy(list, "none are allowed", sizeof(list));
+    kiln_err_set(err, KILN_EPERM, field, "%s \"%.120s\" is not inside an allowed directory (%s)",
+                 field && field[0] ? field : "path", given, list);
+    return KILN_EPERM;
+}
+
 int kiln_path_confine(const char *path, const char *field, const char *const *roots, size_t nroots,
                       char *resolved_out, size_t n, bool *exists, kiln_err_t *err)
 {
-    char res[PATH_MAX], root[PATH_MAX];
+    char res[PATH_MAX];
     bool ex = false;
     const char *f = field && field[0] ? field : "path";
     if (!path || path[0] != '/')
         return kiln_err_set(err, KILN_EINVAL, field, "%s must be an absolute path (got \"%.120s\")", f,
                             path ? path : "");
-    bool inside = false;
     /* A path that cannot be resolved (a symlink loop, too long) is refused like one outside, so
      * that the answer tells nothing about what lies outside the roots. */
-    if (kiln_path_resolve(path, res, sizeof(res), &ex, NULL) == 0)
-        for (size_t i = 0; i < nroots && !inside; i++)
-            inside = roots[i] && kiln_path_resolve(roots[i], root, sizeof(root), NULL, NULL) == 0 &&
-                     kiln_path_inside(res, root);
-    if (!inside) {
-        char list[200];
-        size_t len = 0;
-        list[0] = '\0';
-        for (size_t i = 0; i < nroots && len < sizeof(list); i++)
-            len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "", roots[i]);
-        if (nroots == 0)
-            kiln_strlcpy(list, "none are allowed", sizeof(list));
-        kiln_err_set(err, KILN_EPERM, field, "%s \"%.120s\" is not inside an allowed directory (%s)", f, path,
-                     list);
-        return KILN_EPERM;
-    }
+    bool resolved = kiln_path_resolve(path, res, sizeof(res), &ex, NULL) == 0;
+    int rc = kiln_path_confine_resolved(resolved ? res : NULL, path, field, roots, nroots, err);
+    if (rc)
+        return rc;
     if (resolved_out && kiln_strlcpy(resolved_out, res, n) >= n)
         return kiln_err_set(err, KILN_ETOOBIG, field, "%s: path too long", f);
     if (exists)
@@ -184,3 +194,45 @@ int kiln_path_confine(const char *path, const char *field, const char *const *ro
     return 0;
 }
 
+bool kiln_path_foreign_area(const char *path, const char *project)
+{
+    const size_t an = sizeof(KILN_AREA_DIR) - 1;
+    size_t pn = project ? strlen(project) : 0;
+    for (const char *p = path; p && *p;) {
+        while (*p == '/')
+            p++;
+        const char *q = p;
+        while (*q && *q != '/')
+            q++;
+        if ((size_t)(q - p) == an && !memcmp(p, KILN_AREA_DIR, an)) {
+            const char *n = q;
+            while (*n == '/')
+                n++;
+            const char *e = n;
+            while (*e && *e != '/')
+                e++;
+            if (pn == 0 || (size_t)(e - n) != pn || memcmp(n, project, pn) != 0)
+                return true;
+        }
+        p = q;
+    }
+    return false;
+}
+
+int kiln_path_area_check(const char *resolved, const char *given, const char *field, const char *project,
+                         kiln_err_t *err)
+{
+    if (!kiln_path_foreign_area(resolved, project))
+        return 0;
+    const char *f = field && field[0] ? field : "path";
+    if (project && project[0])
+        kiln_err_set(err, KILN_EPERM, field, "%s \"%.120s\" leads into kiln's area of another project; jobs of "
+                     "project \"%s\" may not read there", f, given, project);
+    else
+        kiln_err_set(err, KILN_EPERM, field, "%s \"%.120s\" leads into kiln's area of a project", f, given);
+    kiln_err_detail(err, "inside a data root, kiln keeps each project's files under <dir>/" KILN_AREA_DIR
+                    "/<project>/, and only that project's jobs may reach them");
+    kiln_err_hint(err, "name a file outside " KILN_AREA_DIR " directories; a job's own checkpoints reach its "
+                  "next attempt through checkpoint.path");
+    return KILN_EPERM;
+}

@@ -250,17 +250,27 @@ done:
 
 /* ---- llm.c GPT-2 format --------------------------------------------------------------------- */
 
+static int llmc_read(const char *path, bool confined, eng_gpt_config_t *cfg, float **params_out,
+                     kiln_err_t *err);
+
 int eng_gpt_llmc_read(const char *path, eng_gpt_config_t *cfg, float **params_out,
                       kiln_err_t *err)
 {
     int confined = rank_path_confine(path, "model.init_from", err); /* KILN_DATA_ROOTS, when set */
     if (confined)
         return confined;
-    return eng_gpt_llmc_read_fetched(path, cfg, params_out, err);
+    return llmc_read(path, true, cfg, params_out, err);
 }
 
 int eng_gpt_llmc_read_fetched(const char *path, eng_gpt_config_t *cfg, float **params_out,
                               kiln_err_t *err)
+{
+    return llmc_read(path, false, cfg, params_out, err);
+}
+
+/* confined: the file a spec names, checked again once open (rank_file_confine) */
+static int llmc_read(const char *path, bool confined, eng_gpt_config_t *cfg, float **params_out,
+                     kiln_err_t *err)
 {
     FILE *f = fopen(path, "rb");
     int rc = KILN_OK;
@@ -268,6 +278,8 @@ int eng_gpt_llmc_read_fetched(const char *path, eng_gpt_config_t *cfg, float **p
     if (!f)
         return kiln_err_set(err, errno == ENOENT ? KILN_ENOTFOUND : KILN_EIO, "model.init_from",
                             "could not open \"%s\": %s", path, strerror(errno));
+    if (confined && (rc = rank_file_confine(fileno(f), path, "model.init_from", err)))
+        goto done;
     int32_t hdr[256];
     if (fread(hdr, sizeof(hdr), 1, f) != 1) {
         rc = kiln_err_set(err, KILN_EFORMAT, "model.init_from",

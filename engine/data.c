@@ -29,6 +29,11 @@ int eng_tokens_load(const char *path, eng_data_kind_t kind, eng_tokens_t *out, k
         return kiln_err_set(err, st, "data.train", "could not open data file \"%s\": %s", path,
                             strerror(errno));
     }
+    /* the file it opened, where it really is: a link changed since the check is caught here */
+    if ((confined = rank_file_confine(fileno(f), path, "data.train", err))) {
+        fclose(f);
+        return confined;
+    }
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(f);

@@ -266,7 +266,8 @@ void eng_gpt_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float dloss, eng_grads_re
  * parameters in llm.c order (with padded vocab rows). Read fills *cfg (OUT); params_out, when
  * non-NULL, receives a malloc'd host array of eng_gpt_num_params(cfg) floats (caller frees).
  * The path is a spec's (model.init_from), so it is confined to KILN_DATA_ROOTS when that is set
- * (KILN_EPERM outside them). Returns KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT with the reason in err. */
+ * and kept out of other projects' areas (KILN_EPERM; rank_path_confine before the open,
+ * rank_file_confine after it). Returns KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT with the reason in err. */
 int eng_gpt_llmc_read(const char *path, eng_gpt_config_t *cfg, float **params_out,
                       kiln_err_t *err);
 /* The same for a file kiln put in place itself rather than one a spec names: the copy of another
@@ -353,8 +354,10 @@ typedef struct eng_tokens {
 } eng_tokens_t;
 
 /* Loads a text file as bytes (vocab 256) or an llm.c token shard (magic 20240520, version 1:
- * header and size are checked). Caller owns *out (eng_tokens_deinit). Returns KILN_ENOTFOUND,
- * KILN_EIO or KILN_EFORMAT with the file and reason in err. */
+ * header and size are checked). The path is a spec's: with KILN_DATA_ROOTS set it is confined to
+ * them and kept out of other projects' areas, before the open and again once open (KILN_EPERM).
+ * Caller owns *out (eng_tokens_deinit). Returns KILN_ENOTFOUND, KILN_EIO or KILN_EFORMAT with the
+ * file and reason in err. */
 int eng_tokens_load(const char *path, eng_data_kind_t kind, eng_tokens_t *out, kiln_err_t *err);
 void eng_tokens_deinit(eng_tokens_t *t);
 /* Moves the last floor(frac * n) tokens of all into tail (OUT, owned); all keeps the rest. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -22,7 +23,8 @@ static const char *const k_owned[] = {
     RANK_ENV_LOCAL_RANK, RANK_ENV_LOCAL_WORLD_SIZE, RANK_ENV_NODE_RANK, RANK_ENV_NODES,
     RANK_ENV_MASTER_ADDR, RANK_ENV_MASTER_PORT, RANK_ENV_CHECKPOINT_DIR, RANK_ENV_OUTPUT_DIR,
     RANK_ENV_RESUME_FROM, RANK_ENV_INIT_MODEL, RANK_ENV_METRICS_FD, RANK_ENV_THREADS, RANK_ENV_DEVICE_ID,
-    RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_CPUS, RANK_ENV_STEP_MARKS, RANK_ENV_OMP_THREADS,
+    RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_CPUS, RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS,
+    RANK_ENV_OMP_THREADS,
     RANK_ENV_CUDA_DEVICES,
 };
 
@@ -110,6 +112,10 @@ static int env_check(const rank_env_t *e, kiln_err_t *err)
         if (rc)
             return rc;
     }
+    if (e->project && !kiln_ident_ok(e->project))
+        return kiln_err_set(err, KILN_EINVAL, RANK_ENV_PROJECT, "%s must be a project name (1 to 63 characters of "
+                            "a-z 0-9 . _ -, starting with a letter or digit), not \"%.64s\"", RANK_ENV_PROJECT,
+                            e->project);
     return 0;
 }
 
@@ -153,6 +159,7 @@ int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
     e.resume_from = env_get(envp, RANK_ENV_RESUME_FROM);
     e.init_model = env_get(envp, RANK_ENV_INIT_MODEL);
     e.cpus = env_get(envp, RANK_ENV_CPUS);
+    e.project = env_get(envp, RANK_ENV_PROJECT);
     /* set and empty means "no roots", unlike the other strings */
     size_t rn = strlen(RANK_ENV_DATA_ROOTS);
     for (char *const *p = envp; p && *p; p++)
@@ -287,6 +294,8 @@ int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_
         envb_add(&b, RANK_ENV_COMM_WATCHDOG_S, "%.17g", e->comm_watchdog_s);
     if (e->cpus)
         envb_add(&b, RANK_ENV_CPUS, "%s", e->cpus);
+    if (e->project)
+        envb_add(&b, RANK_ENV_PROJECT, "%s", e->project);
     if (e->step_marks)
         envb_add(&b, RANK_ENV_STEP_MARKS, "1");
     if (b.oom || !b.v) {
@@ -322,19 +331,56 @@ char *rank_data_roots_join(const char *const *roots, size_t n)
     return s;
 }
 
-int rank_path_confine(const char *path, const char *field, kiln_err_t *err)
+/* KILN_DATA_ROOTS split into roots (pointing into *copy, which the caller frees); false when it is
+ * unset (nothing to confine to). */
+static bool env_roots(char **copy, const char **roots, size_t *nroots)
 {
     const char *env = getenv(RANK_ENV_DATA_ROOTS);
+    *copy = NULL;
+    *nroots = 0;
     if (!env)
+        return false;
+    char *save = NULL;
+    *copy = strdup(env);
+    for (char *tok = *copy ? strtok_r(*copy, ",", &save) : NULL; tok && *nroots < RANK_MAX_ROOTS;
+         tok = strtok_r(NULL, ",", &save))
+        roots[(*nroots)++] = tok;
+    return true;
+}
+
+int rank_path_confine(const char *path, const char *field, kiln_err_t *err)
+{
+    char *copy, res[PATH_MAX];
+    const char *roots[RANK_MAX_ROOTS];
+    size_t nroots;
+    if (!env_roots(&copy, roots, &nroots))
         return 0;
-    char *copy = strdup(env), *save = NULL;
     if (!copy)
         return kiln_err_set(err, KILN_ENOMEM, field, "out of memory");
+    int rc = kiln_path_confine(path, field, roots, nroots, res, sizeof(res), NULL, err);
+    if (rc == 0)
+        rc = kiln_path_area_check(res, path, field, getenv(RANK_ENV_PROJECT), err);
+    free(copy);
+    return rc;
+}
+
+int rank_file_confine(int fd, const char *path, const char *field, kiln_err_t *err)
+{
+    char *copy, link[64], real[PATH_MAX];
     const char *roots[RANK_MAX_ROOTS];
-    size_t nroots = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok && nroots < RANK_MAX_ROOTS; tok = strtok_r(NULL, ",", &save))
-        roots[nroots++] = tok;
-    int rc = kiln_path_confine(path, field, roots, nroots, NULL, 0, NULL, err);
+    size_t nroots;
+    if (!env_roots(&copy, roots, &nroots))
+        return 0;
+    if (!copy)
+        return kiln_err_set(err, KILN_ENOMEM, field, "out of memory");
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, real, sizeof(real) - 1);
+    if (n > 0)
+        real[n] = '\0';
+    /* where the open file is cannot be told (no /proc, a path too long): refused like outside */
+    int rc = kiln_path_confine_resolved(n > 0 && real[0] == '/' ? real : NULL, path, field, roots, nroots, err);
+    if (rc == 0)
+        rc = kiln_path_area_check(real, path, field, getenv(RANK_ENV_PROJECT), err);
     free(copy);
     return rc;
 }

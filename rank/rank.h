@@ -45,6 +45,7 @@
 #define RANK_ENV_DATA_ROOTS       "KILN_DATA_ROOTS"
 #define RANK_ENV_COMM_WATCHDOG_S  "KILN_COMM_WATCHDOG_S"
 #define RANK_ENV_CPUS             "KILN_CPUS"
+#define RANK_ENV_PROJECT          "KILN_PROJECT"
 #define RANK_ENV_STEP_MARKS       "KILN_STEP_MARKS"
 /* Set from the contract's values for the libraries a rank loads (OpenMP, CUDA). */
 #define RANK_ENV_OMP_THREADS      "OMP_NUM_THREADS"
@@ -166,6 +167,10 @@ typedef struct rank_env {
     const char *cpus;            /* KILN_CPUS: the CPUs every thread of the rank runs on, a Linux
                                   * CPU list ("0-3,8"; rank_cpus_parse); NULL: unset (the kernel
                                   * places the threads) */
+    const char *project;         /* KILN_PROJECT: the job's project, a project name (1 to 63 of
+                                  * a-z 0-9 . _ -); its area of a data root is .kiln/<project>,
+                                  * and no other project's may be read; NULL: unset (every area
+                                  * is another's) */
     bool step_marks;             /* KILN_STEP_MARKS=1: whoever reads the rank's stdout and stderr
                                   * (the agent) takes step marks out of them (below); false:
                                   * unset (0) */
@@ -239,10 +244,16 @@ char *rank_data_roots_join(const char *const *roots, size_t n);
 
 /* For what a rank opens: when KILN_DATA_ROOTS is set in the process environment, confines path
  * to its roots (kiln_path_confine; a missing file inside them passes, so the caller's open
- * reports it); when it is unset, allows everything (kiln-train run by hand reads what its user
- * asks). field names the spec field in messages. Returns 0, KILN_EINVAL, KILN_ETOOBIG,
- * KILN_EPERM or KILN_ENOMEM. */
+ * reports it) and out of other projects' areas (kiln_path_area_check, with KILN_PROJECT); when it
+ * is unset, allows everything (kiln-train run by hand reads what its user asks). field names the
+ * spec field in messages. Returns 0, KILN_EINVAL, KILN_ETOOBIG, KILN_EPERM or KILN_ENOMEM. */
 int rank_path_confine(const char *path, const char *field, kiln_err_t *err);
+/* The same check of the file a rank has opened, as fd (opened from path): where the file really
+ * is (/proc/self/fd), so that a symbolic link changed between rank_path_confine and the open
+ * cannot take the rank elsewhere. Messages name path, never where the file was found. Call it
+ * before reading anything; on failure close fd. Returns 0 (also when KILN_DATA_ROOTS is unset),
+ * KILN_EPERM or KILN_ENOMEM. */
+int rank_file_confine(int fd, const char *path, const char *field, kiln_err_t *err);
 
 /* ------------------------------------------------------------------------------------------
  * CPU binding. An agent started with --cpus LIST gives each of its slots its own share of those

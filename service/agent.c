@@ -603,10 +603,12 @@ int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *p
     return agent_register(s, req, &peer, true, arena, out, err);
 }
 
-/* The typed copies of what the agent needs from the normalised spec (threads, checkpoint
+/* The typed copies of what the agent needs from the normalised spec (threads, project, checkpoint
  * directory, metric definitions, the files the ranks read, a script job's fields), so that it
- * never parses the spec. */
-static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id, arena_t *arena,
+ * never parses the spec. The checkpoint directory is <checkpoint.path>/.kiln/<project>/<job id>,
+ * the project's area (KILN_AREA_DIR), or <checkpoint.path>/<job id> for a job flat_dir marks (one
+ * that had not ended when kilnd moved to project areas keeps the directory its checkpoints are in). */
+static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id, bool flat_dir, arena_t *arena,
                             Kiln__Assignment *msg, kiln_err_t *err)
 {
     kiln_err_t e2;
@@ -620,8 +622,13 @@ static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id,
         return KILN_EINTERNAL;
     }
     msg->threads_per_rank = sp->res.threads_per_rank;
-    msg->checkpoint_dir = sp->ckpt_path[0] ? arena_sprintf(arena, "%s/%s", sp->ckpt_path, job_id)
-                                           : svc_astr(arena, "");
+    msg->project = svc_astr(arena, sp->project);
+    if (!sp->ckpt_path[0])
+        msg->checkpoint_dir = svc_astr(arena, "");
+    else if (flat_dir)
+        msg->checkpoint_dir = arena_sprintf(arena, "%s/%s", sp->ckpt_path, job_id);
+    else
+        msg->checkpoint_dir = arena_sprintf(arena, "%s/" KILN_AREA_DIR "/%s/%s", sp->ckpt_path, sp->project, job_id);
     msg->n_metric_definitions = (size_t)sp->n_metric_defs;
     msg->metric_definitions = arena_alloc(arena, sizeof(*msg->metric_definitions) *
                                                      (size_t)KILN_MAX(sp->n_metric_defs, 1));
@@ -712,7 +719,7 @@ static int deliver(svc_t *s, const store_assign_t *a, arena_t *arena, Kiln__Assi
         return rc;
     }
     kiln__assignment__init(msg);
-    rc = assignment_typed(s, spec, a->job_id, arena, msg, err);
+    rc = assignment_typed(s, spec, a->job_id, job.ckpt_flat_dir, arena, msg, err);
     if (rc) {
         free(spec);
         return rc;

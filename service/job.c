@@ -180,7 +180,11 @@ int svc_spec_paths(const spec_t *sp, svc_spec_path_t *out)
 /* Every file a job reads (and where it checkpoints) must be an absolute path that lies inside a
  * data root of some alive worker of its slot type (the agent checks again, after resolving
  * symlinks, when it starts the ranks). With no alive worker of that type yet, nothing can be said:
- * the job waits for one, and the scheduler places it only where the data roots hold its files. */
+ * the job waits for one, and the scheduler places it only where the data roots hold its files.
+ * A file it reads may not lie in another project's area (KILN_AREA_DIR), and checkpoint.path not
+ * in any: kiln adds .kiln/<project>/<job id> to it. These two are questions of the text alone,
+ * asked whatever the workers, answered the same whether the file exists or not; the agent asks
+ * them again of the resolved path. */
 static int check_paths(svc_t *s, const spec_t *sp, kiln_err_t *err)
 {
     svc_spec_path_t paths[SVC_SPEC_PATHS];
@@ -194,6 +198,16 @@ static int check_paths(svc_t *s, const spec_t *sp, kiln_err_t *err)
                               "%s must be an absolute path on the agents' machines (got \"%.200s\")",
                               paths[i].field, p);
             kiln_err_hint(err, "use a path such as /data/corpus.txt or file:///data/corpus.txt");
+            break;
+        }
+        if (paths[i].read && (rc = kiln_path_area_check(p, p, paths[i].field, sp->project, err)))
+            break;
+        if (!paths[i].read && kiln_path_foreign_area(p, NULL)) {
+            rc = kiln_err_set(err, KILN_EINVAL, paths[i].field,
+                              "%s \"%.200s\" lies inside a " KILN_AREA_DIR " directory, which kiln keeps for "
+                              "its project areas", paths[i].field, p);
+            kiln_err_hint(err, "name the directory above it: a job checkpoints into <checkpoint.path>/"
+                               KILN_AREA_DIR "/<project>/<job id>");
             break;
         }
         bool ok = false, typed = false;

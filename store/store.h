@@ -90,6 +90,8 @@ typedef struct store_job_row {
     char slot_type[8];
     int attempt, max_attempts, priority, nodes, slots_per_node, world_size;
     bool stop_requested;
+    bool ckpt_flat_dir;       /* checkpoints in <checkpoint.path>/<job id>, not its project's area:
+                                 a job that had not ended when migration 0014 ran */
     int64_t total_steps;
 } store_job_row_t;
 

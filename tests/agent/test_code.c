@@ -4,7 +4,7 @@
  * recently used first, never a held tree; the order of use kept across a restart; a hostile
  * archive refused with nothing written outside; working directories as copies the job may change
  * (the cached tree never does), overlay paths, and data-root directories copied within the roots
- * and a bound. */
+ * and a bound, leaving the project areas behind. */
 #include "agent/agent.h"
 #include "code/code.h"
 
@@ -353,20 +353,31 @@ Test(codecache, working_directories_are_copies_the_job_may_change)
     agent_code_cache_destroy(c);
 }
 
-Test(codecache, a_data_root_directory_is_copied_within_the_roots_and_a_bound)
+/* The agent copies a source directory as its own user, who may read every project's area: a
+ * project area inside the directory is left out, and a directory inside one is refused. */
+Test(codecache, a_data_root_directory_is_copied_within_the_roots_and_a_bound_without_project_areas)
 {
-    char root[PATH_MAX], src[PATH_MAX], work[PATH_MAX], outside[PATH_MAX], p[PATH_MAX + 64];
+    char root[PATH_MAX], src[PATH_MAX], work[PATH_MAX], outside[PATH_MAX], p[PATH_MAX + 64], area[PATH_MAX + 64];
     snprintf(root, sizeof(root), "%s/data", top);
     snprintf(src, sizeof(src), "%s/data/proj", top);
     snprintf(outside, sizeof(outside), "%s/secret", top);
+    snprintf(area, sizeof(area), "%s/" KILN_AREA_DIR "/proj-a/j-a", src);
     put(src, "train.py", "print(1)\n", 0644);
     put(outside, "key", "secret", 0600);
+    put(area, "ckpt_00000005.bin", "TOP-SECRET-WEIGHTS", 0600);
     const char *roots[] = {root};
     kiln_err_t err;
     snprintf(work, sizeof(work), "%s/w1", top);
     cr_assert_eq(agent_code_copy_dir(src, roots, 1, 0, work, NULL, &err), 0, "%s", err.message);
     snprintf(p, sizeof(p), "%s/train.py", work);
     cr_assert_eq(access(p, R_OK), 0);
+    snprintf(p, sizeof(p), "%s/" KILN_AREA_DIR, work);
+    cr_assert_neq(access(p, F_OK), 0, "the project area was copied into the job's code");
+    snprintf(work, sizeof(work), "%s/w0", top);
+    cr_assert_eq(agent_code_copy_dir(area, roots, 1, 0, work, NULL, &err), KILN_EPERM);
+    cr_assert_str_eq(err.field, "source");
+    cr_assert(strstr(err.message, "area"), "%s", err.message);
+    cr_assert_neq(access(work, F_OK), 0);
     snprintf(work, sizeof(work), "%s/w2", top);
     cr_assert_eq(agent_code_copy_dir(outside, roots, 1, 0, work, NULL, &err), KILN_EPERM);
     cr_assert_str_eq(err.field, "source");

@@ -252,3 +252,27 @@ Test(path, secret_files_and_directories_get_their_modes)
     cr_assert_eq(st.st_mode & 0777, 0700);
     umask(old);
 }
+
+Test(path, a_project_area_belongs_to_its_project_only)
+{
+    /* text only: every ".kiln" component must be followed by the project's own name */
+    cr_assert_not(kiln_path_foreign_area("/data/ck/.kiln/proj-a/j/ckpt_00000005.bin", "proj-a"));
+    cr_assert(kiln_path_foreign_area("/data/ck/.kiln/proj-a/j/ckpt_00000005.bin", "proj-b"));
+    cr_assert(kiln_path_foreign_area("/data/ck/.kiln/proj-a/j", "proj"), "a prefix of the name is another name");
+    cr_assert(kiln_path_foreign_area("/data/ck/.kiln/proj/j", "proj-a"));
+    cr_assert(kiln_path_foreign_area("/data/ck/.kiln", "proj-a"), "the area directory itself");
+    cr_assert(kiln_path_foreign_area("/data/.kiln/proj-a/.kiln/proj-b/x", "proj-a"), "every .kiln counts");
+    cr_assert(kiln_path_foreign_area("/data/ck/.kiln/proj-a/x", NULL), "no project: every area is another's");
+    cr_assert(kiln_path_foreign_area("/data/ck/.kiln/proj-a/x", ""));
+    cr_assert_not(kiln_path_foreign_area("/data/ck/.kilnx/proj-a/x", "proj-b"), "only the exact name");
+    cr_assert_not(kiln_path_foreign_area("/data/ck/x.kiln/proj-a/x", "proj-b"));
+    cr_assert_not(kiln_path_foreign_area("/data/corpus.txt", NULL));
+    kiln_err_t err;
+    cr_assert_eq(kiln_path_area_check("/data/ck/.kiln/proj-a/j/c.bin", "/data/link.txt", "data.val", "proj-b", &err),
+                 KILN_EPERM);
+    cr_assert_str_eq(err.field, "data.val");
+    cr_assert(strstr(err.message, "\"/data/link.txt\"") && strstr(err.message, "\"proj-b\""), "%s", err.message);
+    cr_assert_null(strstr(err.message, "proj-a"), "where the path led is not told: %s", err.message);
+    cr_assert_eq(kiln_path_area_check("/data/ck/.kiln/proj-b/j/c.bin", "/data/link.txt", "data.val", "proj-b", &err),
+                 0);
+}

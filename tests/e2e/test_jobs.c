@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "tests/e2e/e2e.h"
 
 #define GOOD_STEPS 30
@@ -372,7 +373,8 @@ static void retry_job_start(retry_job_t *rj, const char *name)
     json_decref(job);
     rj->agent = e2e_agent_of_job(rj->id);
     cr_assert_geq(rj->agent, 0, "no agent has a directory for the job");
-    snprintf(rj->ckpt_dir, sizeof rj->ckpt_dir, "%s/%s", shared, rj->id);
+    /* the job's project area (KILN_AREA_DIR), where both agents find it */
+    snprintf(rj->ckpt_dir, sizeof rj->ckpt_dir, "%s/" KILN_AREA_DIR "/default/%s", shared, rj->id);
     cr_assert_gt(e2e_count_files(rj->ckpt_dir), 0, "attempt 1 wrote no checkpoint into %s", rj->ckpt_dir);
 }
 

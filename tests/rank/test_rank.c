@@ -63,6 +63,7 @@ static void full_env(rank_env_t *e)
     e->data_roots = "/srv/data,/mnt/ckpt";
     e->comm_watchdog_s = 2.5;
     e->cpus = "2-3,6";
+    e->project = "nlp-team.2";
     e->step_marks = true;
 }
 
@@ -88,6 +89,7 @@ static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
     cr_assert_str_eq(a->data_roots, b->data_roots);
     cr_assert_eq(a->comm_watchdog_s, b->comm_watchdog_s);
     cr_assert_str_eq(a->cpus, b->cpus);
+    cr_assert_str_eq(a->project, b->project);
     cr_assert_eq(a->step_marks, b->step_marks);
 }
 
@@ -98,7 +100,8 @@ Test(env, round_trip_through_envp_and_the_process_environment)
     char *base[] = {"PATH=/usr/bin:/bin", "HOME=/root", "KILN_RANK=99", "KILN_RESUME_FROM=/elsewhere",
                     "KILN_DATA_ROOTS=/", "OMP_NUM_THREADS=64", "KILN_JOIN_TOKEN=kiln_join_x",
                     "KILN_JOIN_TOKEN_FILE=/etc/kiln/join.token", "KILN_TLS_KEY=/etc/kiln/agent.key",
-                    "my_api_token=abc", "DB_PASSWORD=pw", "KILN_DP_BUCKET_MB=4", "KILN_CPUS=0-63", "KILN_STEP_MARKS=0", NULL};
+                    "my_api_token=abc", "DB_PASSWORD=pw", "KILN_DP_BUCKET_MB=4", "KILN_CPUS=0-63",
+                    "KILN_PROJECT=other", "KILN_STEP_MARKS=0", NULL};
     char **envp = NULL;
     kiln_err_t err;
     cr_assert_eq(rank_env_envp(&e, base, &envp, &err), 0, "%s", err.message);
@@ -118,6 +121,8 @@ Test(env, round_trip_through_envp_and_the_process_environment)
     cr_assert_eq(envp_count(envp, RANK_ENV_OMP_THREADS), 1);
     cr_assert_eq(envp_count(envp, RANK_ENV_CPUS), 1);
     cr_assert_str_eq(envp_get(envp, RANK_ENV_CPUS), "2-3,6", "the rank's share, not the launcher's own value");
+    cr_assert_eq(envp_count(envp, RANK_ENV_PROJECT), 1);
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_PROJECT), "nlp-team.2", "the job's project, not the launcher's");
     cr_assert_eq(envp_count(envp, RANK_ENV_STEP_MARKS), 1);
     cr_assert_str_eq(envp_get(envp, RANK_ENV_STEP_MARKS), "1");
 
@@ -159,7 +164,7 @@ Test(env, unset_means_a_rank_started_by_hand)
     for (const char *const *s = (const char *const[]){RANK_ENV_SPEC, RANK_ENV_METRICS_FD, RANK_ENV_THREADS,
                                                       RANK_ENV_DEVICE_ID, RANK_ENV_CUDA_DEVICES, RANK_ENV_DATA_ROOTS,
                                                       RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_RESUME_FROM, RANK_ENV_CPUS,
-                                                      RANK_ENV_STEP_MARKS, NULL};
+                                                      RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS, NULL};
          *s; s++)
         cr_assert_null(envp_get(envp, *s), "%s is set", *s);
     rank_envp_free(envp);
@@ -207,6 +212,11 @@ Test(env, bad_values_are_refused_naming_the_variable)
         {{"KILN_CPUS=1 2"}, "KILN_CPUS"},
         {{"KILN_CPUS=99999"}, "KILN_CPUS"},
         {{"KILN_CPUS=0-99999999999999999999"}, "KILN_CPUS"},
+        {{"KILN_PROJECT=../a"}, "KILN_PROJECT"},
+        {{"KILN_PROJECT=a/b"}, "KILN_PROJECT"},
+        {{"KILN_PROJECT=.kiln"}, "KILN_PROJECT"},
+        {{"KILN_PROJECT=Upper"}, "KILN_PROJECT"},
+        {{"KILN_PROJECT=0123456789012345678901234567890123456789012345678901234567890123"}, "KILN_PROJECT"},
         {{"KILN_STEP_MARKS=2"}, "KILN_STEP_MARKS"},
         {{"KILN_STEP_MARKS=yes"}, "KILN_STEP_MARKS"},
     };
@@ -350,6 +360,41 @@ Test(env, data_roots_join_and_confine)
     setenv(RANK_ENV_DATA_ROOTS, "", 1);
     snprintf(p, sizeof p, "%s/data/file.txt", T);
     cr_assert_eq(rank_path_confine(p, "data.train", &err), KILN_EPERM, "set and empty: nothing may be read");
+
+    /* project areas: data/ck/.kiln/proj-a/j/ckpt.bin is project proj-a's alone; a file a rank has
+     * opened is checked where it really is (as when a link changed between check and open) */
+    setenv(RANK_ENV_DATA_ROOTS, roots_v, 1);
+    snprintf(p, sizeof p, "%s/data/ck/" KILN_AREA_DIR "/proj-a/j", T);
+    cr_assert_eq(kiln_mkdirs_mode(p, 0700, &err), 0, "%s", err.message);
+    snprintf(p, sizeof p, "%s/data/ck/" KILN_AREA_DIR "/proj-a/j/ckpt.bin", T);
+    int fd = open(p, O_CREAT | O_WRONLY, 0600);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    snprintf(q, sizeof q, "%s/data/innocent.txt", T);
+    cr_assert_eq(symlink(p, q), 0);
+    setenv(RANK_ENV_PROJECT, "proj-b", 1);
+    cr_assert_eq(rank_path_confine(p, "data.train", &err), KILN_EPERM);
+    cr_assert_eq(rank_path_confine(q, "data.train", &err), KILN_EPERM, "through a link");
+    cr_assert_null(strstr(err.message, "proj-a"), "%s", err.message);
+    fd = open(p, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(rank_file_confine(fd, q, "data.train", &err), KILN_EPERM);
+    cr_assert_str_eq(err.field, "data.train");
+    cr_assert(strstr(err.message, q) && !strstr(err.message, "proj-a"), "names the path as given: %s", err.message);
+    setenv(RANK_ENV_PROJECT, "proj-a", 1);
+    cr_assert_eq(rank_path_confine(q, "data.train", &err), 0, "%s", err.message);
+    cr_assert_eq(rank_file_confine(fd, q, "data.train", &err), 0, "%s", err.message);
+    close(fd);
+    unsetenv(RANK_ENV_PROJECT);
+    cr_assert_eq(rank_path_confine(q, "data.train", &err), KILN_EPERM, "no project: every area is another's");
+    fd = open("/etc/passwd", O_RDONLY);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(rank_file_confine(fd, q, "data.train", &err), KILN_EPERM, "an open file outside the roots");
+    cr_assert(strstr(err.message, "not inside an allowed directory") && !strstr(err.message, "/etc/passwd"), "%s",
+              err.message);
+    unsetenv(RANK_ENV_DATA_ROOTS);
+    cr_assert_eq(rank_file_confine(fd, q, "data.train", &err), 0, "unset: a rank run by hand");
+    close(fd);
     unsetenv(RANK_ENV_DATA_ROOTS);
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", T);

@@ -2,8 +2,9 @@
  * scheduler and liveness threads, the agent's part played by fixture.c: submission (queued,
  * idempotent, invalid, larger than the workers, lists), the whole life of a job to COMPLETED with logs and metrics,
  * a failing rank, stop requests, re-delivery, a restarted service, max runtime, priorities, two
- * services on one database. */
+ * services on one database, data roots and project areas. */
 #include <criterion/criterion.h>
+#include <libpq-fe.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -790,4 +791,102 @@ Test(roots, a_job_runs_only_where_its_files_are)
     cr_assert_str_eq(as->read_paths[0]->field, "data.train");
     cr_assert_str_eq(as->read_paths[0]->path, "/data/b/corpus.txt");
     cr_assert_str_eq(as->checkpoint_dir, "");
+}
+
+/* Project areas (KILN_AREA_DIR): a job may not read another project's, whether the file exists
+ * or not (kilnd sees only the text), and checkpoint.path may not lie in one. */
+Test(roots, another_projects_area_is_refused_at_submission)
+{
+    char a[64];
+    const char *ra[] = {"/data/a"};
+    reg_roots("ha", ra, 1, a);
+    const struct { const char *field, *path; } bad[] = {
+        {"data.train", "/data/a/ck/" KILN_AREA_DIR "/proj-a/0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11/ckpt_00000010.bin"},
+        {"data.val", "/data/a/ck/" KILN_AREA_DIR "/proj-a/x/../y.txt"},
+        {"model.init_from", "/data/a/" KILN_AREA_DIR "/proj-a/model.bin"},
+        {"data.train", "/data/a/" KILN_AREA_DIR},
+        {"data.train", "/data/a/" KILN_AREA_DIR "/default-x/y.txt"}, /* a prefix of the project's name */
+    };
+    char first[512] = "";
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        json_t *sp = gpt_spec(!strcmp(bad[i].field, "data.train") ? bad[i].path : "/data/a/corpus.txt", NULL);
+        if (!strcmp(bad[i].field, "data.val"))
+            json_object_set_new(json_object_get(sp, "data"), "val", json_string(bad[i].path));
+        if (!strcmp(bad[i].field, "model.init_from"))
+            json_object_set_new(json_object_get(sp, "model"), "init_from", json_string(bad[i].path));
+        json_t *job = NULL;
+        bool created = false;
+        kiln_err_clear(&err);
+        cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EPERM, "%s",
+                     bad[i].path);
+        cr_assert_str_eq(err.field, bad[i].field, "%s: %s", bad[i].path, err.message);
+        cr_assert(strstr(err.message, "another project") && strstr(err.message, "\"default\""), "%s", err.message);
+        cr_assert_null(strstr(err.message, "exist"), "%s", err.message);
+        if (i == 0)
+            snprintf(first, sizeof first, "%s", err.detail);
+        cr_assert_str_eq(err.detail, first);
+        json_decref(sp);
+    }
+    /* a script job's channels, source directory and python, the same way */
+    static const char area[] = "/data/a/ck/" KILN_AREA_DIR "/proj-a/0b6c2f0e-1d3a-4c55-9d7e-2f1e9a7b5c11";
+    const char *fields[] = {"data.channels.train", "source", "python"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(fields); i++) {
+        json_t *sp = json_pack("{s:s, s:s, s:{s:{s:s}}}", "entry_point", "train.py", "source",
+                               i == 1 ? area : "/data/a/code", "data", "channels", "train",
+                               i == 0 ? area : "/data/a/corpus");
+        if (i == 2)
+            json_object_set_new(sp, "python", json_string(area));
+        json_t *job = NULL;
+        bool created = false;
+        kiln_err_clear(&err);
+        cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EPERM, "%s: %s",
+                     fields[i], err.message);
+        cr_assert_str_eq(err.field, fields[i], "%s", err.message);
+        cr_assert(strstr(err.message, "another project"), "%s", err.message);
+        json_decref(sp);
+    }
+    /* checkpoint.path inside any area: kiln adds .kiln/<project>/<job id> itself */
+    json_t *job = NULL, *sp = gpt_spec("/data/a/corpus.txt", "/data/a/ck/" KILN_AREA_DIR "/default");
+    bool created = false;
+    cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "checkpoint.path", "%s", err.message);
+    json_decref(sp);
+    /* the project's own area, and the rest of the root, are readable */
+    char id[40];
+    submit(gpt_spec("/data/a/ck/" KILN_AREA_DIR "/default/notes.txt", NULL), NULL, id, NULL);
+    submit(gpt_spec("/data/a/kiln/x.txt", "/data/a/ck"), NULL, id, NULL);
+}
+
+/* The assignment names the job's project and its checkpoint directory in the project's area; a
+ * job marked ckpt_flat_dir (one that had not ended when migration 0014 ran) keeps
+ * <checkpoint.path>/<job id>. */
+Test(roots, checkpoints_go_to_the_projects_area_and_a_flat_job_keeps_its_directory)
+{
+    char a[64], id[40], flat[40];
+    const char *ra[] = {"/data/a"};
+    reg_roots("ha", ra, 1, a);
+    submit(gpt_spec("/data/a/corpus.txt", "/data/a/ck"), NULL, id, NULL);
+    json_decref(wait_state(id, "SCHEDULED", 5000));
+    Kiln__HeartbeatResponse *r = hb(a, NULL, 0);
+    cr_assert_eq(r->n_assignments, 1);
+    char want[200];
+    snprintf(want, sizeof want, "/data/a/ck/" KILN_AREA_DIR "/default/%s", id);
+    cr_assert_str_eq(r->assignments[0]->checkpoint_dir, want);
+    cr_assert_str_eq(r->assignments[0]->project, "default");
+
+    char b[64];
+    reg_roots("hb", ra, 1, b); /* a free worker for the second job */
+    submit(gpt_spec("/data/a/corpus.txt", "/data/a/ck"), NULL, flat, NULL);
+    json_decref(wait_state(flat, "SCHEDULED", 5000));
+    PGconn *pg = PQconnectdb(url);
+    const char *p[1] = {flat};
+    PGresult *res = PQexecParams(pg, "UPDATE jobs SET ckpt_flat_dir = true WHERE id = $1::uuid", 1, NULL, p, NULL,
+                                 NULL, 0);
+    cr_assert_eq(PQresultStatus(res), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(res);
+    PQfinish(pg);
+    r = hb(b, NULL, 0);
+    cr_assert_eq(r->n_assignments, 1);
+    snprintf(want, sizeof want, "/data/a/ck/%s", flat);
+    cr_assert_str_eq(r->assignments[0]->checkpoint_dir, want);
 }

@@ -1,8 +1,9 @@
 /* test_store.c - the store module against a real PostgreSQL (the cluster tests/run.sh starts; a
  * fresh database per test): migrations (once, recorded, idempotent, concurrent appliers, from a
- * directory), jobs (insert, idempotency, transitions and events, list with filters and paging),
+ * directory, 0014 on jobs that ran before it), jobs (insert, idempotency, transitions and events, list with filters and paging),
  * COPY ingest of logs and metrics and their reads, workers and assignments. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -150,6 +151,78 @@ static void insert_job(const char *name, int priority, const char *tags, const c
     json_decref(jj);
     if (created)
         *created = cr;
+}
+
+static void sql_ok(const char *sql, const char *param)
+{
+    PGconn *pg = PQconnectdb(url);
+    const char *p[1] = {param};
+    PGresult *r = PQexecParams(pg, sql, param ? 1 : 0, NULL, p, NULL, NULL, 0);
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+}
+
+/* Migration 0014 moves checkpoints to project areas for new jobs only: a job with a
+ * checkpoint.path that has not ended keeps <checkpoint.path>/<job id> (ckpt_flat_dir). */
+Test(migrate, jobs_that_had_not_ended_keep_their_flat_checkpoint_dir)
+{
+    const char *root = getenv("KILN_ROOT");
+    char src[1024], tmp[] = "/tmp/kiln-mig.XXXXXX", from[1400], to[1400];
+    snprintf(src, sizeof src, "%s/migrations", root ? root : ".");
+    cr_assert_not_null(mkdtemp(tmp));
+    /* the migrations before 0014, from the repository's directory */
+    DIR *d = opendir(src);
+    cr_assert_not_null(d, "%s", src);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strlen(e->d_name) > 4 && !strcmp(e->d_name + strlen(e->d_name) - 4, ".sql") &&
+            strcmp(e->d_name, "0014") < 0) {
+            snprintf(from, sizeof from, "%s/%s", src, e->d_name);
+            snprintf(to, sizeof to, "%s/%s", tmp, e->d_name);
+            cr_assert_eq(symlink(from, to), 0);
+        }
+    closedir(d);
+    int applied = 0;
+    cr_assert_eq(store_migrate(c, tmp, &applied, &err), 0, "%s", err.message);
+    cr_assert_geq(applied, 9);
+    snprintf(from, sizeof from, "rm -rf '%s'", tmp);
+    cr_assert_eq(system(from), 0);
+    cr_assert_eq(store_project_insert(c, "p", "test", &err), 0, "%s", err.message);
+    static const struct { const char *state, *spec; bool flat; } jobs[] = {
+        {"RUNNING", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
+        {"RESTARTING", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
+        {"QUEUED", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
+        {"COMPLETED", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", false},
+        {"RUNNING", "{\"checkpoint\": {\"every_steps\": 5}}", false},
+    };
+    char ids[KILN_ARRAY_LEN(jobs)][STORE_ID_LEN];
+    for (size_t i = 0; i < KILN_ARRAY_LEN(jobs); i++) {
+        store_job_new_t j = {.name = "m", .project = "p", .queue = "default", .slot_type = "cpu",
+                             .spec_json = jobs[i].spec, .tags_json = "{}", .reason = "submitted", .nodes = 1,
+                             .slots_per_node = 1, .world_size = 1, .max_attempts = 2, .total_steps = 10};
+        bool created = false;
+        cr_assert_eq(store_job_insert(c, &j, ids[i], &created, NULL, &err), 0, "%s", err.message);
+        char sql[200];
+        snprintf(sql, sizeof sql, "UPDATE jobs SET state = '%s' WHERE id = $1::uuid", jobs[i].state);
+        sql_ok(sql, ids[i]);
+    }
+    cr_assert_eq(store_migrate(c, NULL, &applied, &err), 0, "%s", err.message);
+    cr_assert_geq(applied, 1);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(jobs); i++) {
+        store_job_row_t row;
+        cr_assert_eq(store_job_row(c, ids[i], false, &row, &err), 0, "%s", err.message);
+        cr_assert_eq(row.ckpt_flat_dir, jobs[i].flat, "a %s job with %s", jobs[i].state, jobs[i].spec);
+    }
+    store_job_new_t j = {.name = "new", .project = "p", .queue = "default", .slot_type = "cpu",
+                         .spec_json = jobs[0].spec, .tags_json = "{}", .reason = "submitted", .nodes = 1,
+                         .slots_per_node = 1, .world_size = 1, .max_attempts = 2, .total_steps = 10};
+    char id[STORE_ID_LEN];
+    bool created = false;
+    cr_assert_eq(store_job_insert(c, &j, id, &created, NULL, &err), 0, "%s", err.message);
+    store_job_row_t row;
+    cr_assert_eq(store_job_row(c, id, false, &row, &err), 0, "%s", err.message);
+    cr_assert_not(row.ckpt_flat_dir, "a job submitted afterwards checkpoints in its project's area");
 }
 
 Test(jobs, insert_get_and_first_event)
