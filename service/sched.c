@@ -282,7 +282,7 @@ static void sched_tick(svc_t *s)
         const char **texts = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
         int nr = 0;
         for (int j = 0; ids && texts && j < njobs && nr < 200; j++) {
-            if (why[j][0] && strcmp(jobs[j].state, "QUEUED") == 0) {
+            if (why[j][0] && svc_state_parse(jobs[j].state) == JOB_STATE_QUEUED) {
                 ids[nr] = jobs[j].id;
                 texts[nr] = why[j];
                 nr++;

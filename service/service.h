@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "base/job_states.h"
 #include "proto/kiln.pb-c.h"
 
 typedef struct svc svc_t;
@@ -499,18 +500,14 @@ int svc_follow_read(svc_follow_t *f, json_t *lines, int max, bool *ended, json_t
 void svc_follow_close(svc_follow_t *f);
 
 /* ---- job states ----------------------------------------------------------------------------
- * The job state machine (service/state.c). Values match proto's JobState numbers. */
+ * The job state machine (service/state.c). The states are base/job_states.h's list; values match
+ * proto's JobState numbers. */
 typedef enum svc_job_state {
     JOB_STATE_NONE = 0,          /* before the job exists (the first event has no from_state) */
-    JOB_STATE_QUEUED = 1,
-    JOB_STATE_SCHEDULED = 2,
-    JOB_STATE_STARTING = 3,
-    JOB_STATE_RUNNING = 4,
-    JOB_STATE_STOPPING = 5,
-    JOB_STATE_RESTARTING = 6,
-    JOB_STATE_COMPLETED = 7,
-    JOB_STATE_FAILED = 8,
-    JOB_STATE_STOPPED = 9,
+#define SVC_STATE_ENUM_(name, num) JOB_STATE_##name = num,
+    KILN_JOB_STATES(SVC_STATE_ENUM_)
+#undef SVC_STATE_ENUM_
+    JOB_STATE_COUNT_             /* one past the last state */
 } svc_job_state_t;
 
 /* "QUEUED" ... ; "" for JOB_STATE_NONE or an unknown value. Static storage. */

@@ -123,7 +123,7 @@ typedef struct svc_tx {
     svc_t *s;
     store_conn_t *c;
     bool wake_sched;
-    int ended[JOB_STATE_STOPPED + 1]; /* by svc_job_state_t */
+    int ended[JOB_STATE_COUNT_]; /* by svc_job_state_t */
     const char *actor;           /* the user whose request this is (events record it), or NULL */
 } svc_tx_t;
 
