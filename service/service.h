@@ -499,6 +499,24 @@ int svc_follow_read(svc_follow_t *f, json_t *lines, int max, bool *ended, json_t
 /* Accepts NULL. Safe to call while producers run. */
 void svc_follow_close(svc_follow_t *f);
 
+/* ---- queues (queue.c) --------------------------------------------------------------------------
+ * A queue is JSON shaped as GET /v1/queues shows it (store.h, queues). Cluster admins create,
+ * change and delete queues; every user reads them. One validator behind REST and gRPC: name
+ * (required on create, never changed), quota (required on create: {"cpu": n, "gpu": n}, a missing
+ * slot type 0; null: no limit), cohort (null: none), borrowing_limit and lending_limit (slot
+ * counts; a missing slot type unlimited; only within a cohort), weight (> 0, default 1), projects
+ * (existing project names or "*", default ["*"]), fair_sharing (default false). KILN_EINVAL
+ * naming the field, KILN_EPERM, KILN_EEXIST, KILN_ENOTFOUND. */
+int svc_queues_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err); /* {"queues": [...]} */
+int svc_queue_get(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err);
+/* *out = the queue as stored. */
+int svc_queue_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err);
+/* patch: the fields to change (null clears cohort or a limit, and makes quota unlimited). */
+int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const json_t *patch, json_t **out,
+                     kiln_err_t *err);
+/* KILN_ESTATE for "default" and for a queue with jobs waiting or running. */
+int svc_queue_delete(svc_t *s, const svc_caller_t *who, const char *name, kiln_err_t *err);
+
 /* ---- job states ----------------------------------------------------------------------------
  * The job state machine (service/state.c). The states are base/job_states.h's list; values match
  * proto's JobState numbers. */
