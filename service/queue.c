@@ -14,15 +14,6 @@
 static const char *const k_fields[] = {"name", "cohort", "quota", "borrowing_limit", "lending_limit", "weight",
                                        "projects", "fair_sharing", NULL};
 
-static int need_admin(const svc_caller_t *who, const char *what, kiln_err_t *err)
-{
-    if (who->cluster_admin)
-        return 0;
-    kiln_err_set(err, KILN_EPERM, NULL, "%s needs a cluster admin", what);
-    kiln_err_hint(err, "ask a cluster admin (kiln whoami shows your roles)");
-    return KILN_EPERM;
-}
-
 /* A {"cpu": n, "gpu": n} object: slot types cpu and gpu only, whole numbers 0..QUEUE_MAX_SLOTS.
  * With fill, the normalised copy has both slot types (a missing one is 0). *out = new object. */
 static int slot_counts(const json_t *v, const char *field, bool fill, json_t **out, kiln_err_t *err)
@@ -253,7 +244,7 @@ int svc_queue_get(svc_t *s, const svc_caller_t *who, const char *name, json_t **
 int svc_queue_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    int rc = need_admin(who, "creating queues", err);
+    int rc = svc_trust_need_admin(who, "creating queues", err);
     if (rc)
         return rc;
     store_conn_t *c = NULL;
@@ -279,7 +270,7 @@ int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const 
                      kiln_err_t *err)
 {
     *out = NULL;
-    int rc = need_admin(who, "changing queues", err);
+    int rc = svc_trust_need_admin(who, "changing queues", err);
     if (rc)
         return rc;
     store_conn_t *c = NULL;
@@ -306,7 +297,7 @@ int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const 
 
 int svc_queue_delete(svc_t *s, const svc_caller_t *who, const char *name, kiln_err_t *err)
 {
-    int rc = need_admin(who, "deleting queues", err);
+    int rc = svc_trust_need_admin(who, "deleting queues", err);
     if (rc)
         return rc;
     if (name && strcmp(name, "default") == 0) {

@@ -69,16 +69,31 @@ static char *field_text(const json_t *q, const char *key)
     return v && !json_is_null(v) ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 }
 
+/* The statement parameters of q's fields, in the order insert and update take them: name,
+ * cohort, quota, borrowing_limit, lending_limit, weight, projects, fair_sharing. The texts are
+ * malloc'd into own[0..4) (caller frees); weight is written into wbuf. */
+static void queue_params(const json_t *q, const char *p[8], char *own[4], char wbuf[32])
+{
+    static const char *const keys[] = {"quota", "borrowing_limit", "lending_limit", "projects"};
+    for (int i = 0; i < 4; i++)
+        own[i] = field_text(q, keys[i]);
+    snprintf(wbuf, 32, "%.17g", json_number_value(json_object_get(q, "weight")));
+    p[0] = json_string_value(json_object_get(q, "name"));
+    p[1] = json_string_value(json_object_get(q, "cohort"));
+    p[2] = own[0];
+    p[3] = own[1] ? own[1] : "{}";
+    p[4] = own[2] ? own[2] : "{}";
+    p[5] = wbuf;
+    p[6] = own[3] ? own[3] : "[]";
+    p[7] = json_is_true(json_object_get(q, "fair_sharing")) ? "true" : "false";
+}
+
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err)
 {
-    char *quota = field_text(q, "quota"), *bl = field_text(q, "borrowing_limit"), *ll = field_text(q, "lending_limit");
-    char *projects = field_text(q, "projects"), weight[32];
-    snprintf(weight, sizeof weight, "%.17g", json_number_value(json_object_get(q, "weight")));
-    const json_t *cohort = json_object_get(q, "cohort");
-    const char *p[9] = {json_string_value(json_object_get(q, "name")), json_string_value(cohort), quota,
-                        bl ? bl : "{}", ll ? ll : "{}", weight, projects ? projects : "[]",
-                        json_is_true(json_object_get(q, "fair_sharing")) ? "true" : "false",
-                        created_by ? created_by : ""};
+    const char *p[9];
+    char *own[4], weight[32];
+    queue_params(q, p, own, weight);
+    p[8] = created_by ? created_by : "";
     int rc = store_q(c, "create queue",
                      "INSERT INTO queues (name, cohort, quota, borrowing_limit, lending_limit, weight, projects,"
                      " fair_sharing, created_by) VALUES ($1, $2, $3::jsonb, $4::jsonb, $5::jsonb, $6::float8,"
@@ -86,22 +101,16 @@ int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by,
                      9, p, NULL, err);
     if (rc == KILN_EEXIST)
         kiln_err_set(err, KILN_EEXIST, "name", "queue \"%.80s\" already exists", p[0]);
-    free(quota);
-    free(bl);
-    free(ll);
-    free(projects);
+    for (int i = 0; i < 4; i++)
+        free(own[i]);
     return rc;
 }
 
 int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err)
 {
-    char *quota = field_text(q, "quota"), *bl = field_text(q, "borrowing_limit"), *ll = field_text(q, "lending_limit");
-    char *projects = field_text(q, "projects"), weight[32];
-    snprintf(weight, sizeof weight, "%.17g", json_number_value(json_object_get(q, "weight")));
-    const char *p[8] = {json_string_value(json_object_get(q, "name")),
-                        json_string_value(json_object_get(q, "cohort")), quota, bl ? bl : "{}", ll ? ll : "{}",
-                        weight, projects ? projects : "[]",
-                        json_is_true(json_object_get(q, "fair_sharing")) ? "true" : "false"};
+    const char *p[8];
+    char *own[4], weight[32];
+    queue_params(q, p, own, weight);
     PGresult *r = NULL;
     int rc = store_q(c, "update queue",
                      "UPDATE queues SET cohort = $2, quota = $3::jsonb, borrowing_limit = $4::jsonb,"
@@ -113,10 +122,8 @@ int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err)
             rc = kiln_err_set(err, KILN_ENOTFOUND, "name", "queue \"%.80s\" does not exist", p[0]);
         PQclear(r);
     }
-    free(quota);
-    free(bl);
-    free(ll);
-    free(projects);
+    for (int i = 0; i < 4; i++)
+        free(own[i]);
     return rc;
 }
 
