@@ -383,6 +383,18 @@ static int queue_json(const Kiln__Queue *q, json_t **out, kiln_err_t *err)
     return rc;
 }
 
+/* A queue field the service names ("quota.cpu") as the request message's ("queue.quota.cpu");
+ * an update's name is the request's own. */
+static int queue_field(int rc, bool update, kiln_err_t *err)
+{
+    if (rc && err->field[0] && strcmp(err->field, "update_mask") != 0 && !(update && !strcmp(err->field, "name"))) {
+        char f[sizeof(err->field)];
+        snprintf(f, sizeof(f), "queue.%.*s", (int)sizeof(err->field) - 7, err->field);
+        kiln_strlcpy(err->field, f, sizeof(err->field));
+    }
+    return rc;
+}
+
 static int h_create_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
                           kiln_err_t *err)
 {
@@ -390,7 +402,7 @@ static int h_create_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req
     json_t *body = NULL, *out = NULL;
     int rc = queue_json(r->queue, &body, err);
     if (rc == 0)
-        rc = svc_queue_create(ctx->svc, ctx->who, body, &out, err);
+        rc = queue_field(svc_queue_create(ctx->svc, ctx->who, body, &out, err), false, err);
     json_decref(body);
     return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
 }
@@ -431,12 +443,7 @@ static int h_update_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req
         rc = KILN_EINVAL;
     }
     if (rc == 0)
-        rc = svc_queue_update(ctx->svc, ctx->who, r->name, patch, &out, err);
-    if (rc && err->field[0] && strcmp(err->field, "update_mask") != 0 && strcmp(err->field, "name") != 0) {
-        char f[sizeof(err->field)];
-        snprintf(f, sizeof(f), "queue.%.*s", (int)sizeof(err->field) - 7, err->field);
-        kiln_strlcpy(err->field, f, sizeof(err->field));
-    }
+        rc = queue_field(svc_queue_update(ctx->svc, ctx->who, r->name, patch, &out, err), true, err);
     json_decref(set);
     json_decref(patch);
     return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
