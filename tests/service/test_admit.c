@@ -127,7 +127,7 @@ Test(admit, projects_share_a_queue_by_recent_usage)
     q[0].fair_projects = true;
     double usage[2] = {0, 0};
     sched_job_t j[6];
-    char ids[6][8];
+    char ids[6][16];
     for (int i = 0; i < 5; i++) {
         snprintf(ids[i], sizeof ids[i], "p0-%d", i);
         j[i] = job(ids[i], 0, 0, 1, 1, 0);
@@ -222,7 +222,7 @@ typedef struct sim {
     sched_queue_t q[MAXQ];
     int nq;
     sched_job_t job[MAXJ];  /* every job, in submission order */
-    char ids[MAXJ][12];
+    char ids[MAXJ][16];
     int nj;
     int state[MAXJ];        /* 0 not yet submitted, 1 pending, 2 running, 3 done, 4 can never run */
     int ends_at[MAXJ];
