@@ -371,6 +371,92 @@ static int h_delete_worker_ban(const api_grpc_ctx_t *ctx, const ProtobufCMessage
     return rc ? rc : reply(out, &kiln__worker_ban__descriptor, a, resp);
 }
 
+/* ---- queues ----------------------------------------------------------------------------------- */
+
+/* The queue message as the JSON the service validates (only what the client set). */
+static int queue_json(const Kiln__Queue *q, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = q ? api_grpc_msg_to_json(&q->base, "queue", out, err) : 0;
+    if (rc == 0 && !*out)
+        *out = json_object();
+    return rc;
+}
+
+/* A queue field the service names ("quota.cpu") as the request message's ("queue.quota.cpu");
+ * an update's name is the request's own. */
+static int queue_field(int rc, bool update, kiln_err_t *err)
+{
+    if (rc && err->field[0] && strcmp(err->field, "update_mask") != 0 && !(update && !strcmp(err->field, "name"))) {
+        char f[sizeof(err->field)];
+        snprintf(f, sizeof(f), "queue.%.*s", (int)sizeof(err->field) - 7, err->field);
+        kiln_strlcpy(err->field, f, sizeof(err->field));
+    }
+    return rc;
+}
+
+static int h_create_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                          kiln_err_t *err)
+{
+    const Kiln__CreateQueueRequest *r = (const Kiln__CreateQueueRequest *)req;
+    json_t *body = NULL, *out = NULL;
+    int rc = queue_json(r->queue, &body, err);
+    if (rc == 0)
+        rc = queue_field(svc_queue_create(ctx->svc, ctx->who, body, &out, err), false, err);
+    json_decref(body);
+    return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
+}
+
+static int h_list_queues(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                         kiln_err_t *err)
+{
+    (void)req;
+    json_t *out = NULL;
+    int rc = svc_queues_list(ctx->svc, ctx->who, &out, err);
+    return rc ? rc : reply(out, &kiln__list_queues_response__descriptor, a, resp);
+}
+
+static int h_get_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                       kiln_err_t *err)
+{
+    const Kiln__GetQueueRequest *r = (const Kiln__GetQueueRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_queue_get(ctx->svc, ctx->who, r->name, &out, err);
+    return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
+}
+
+static int h_update_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                          kiln_err_t *err)
+{
+    const Kiln__UpdateQueueRequest *r = (const Kiln__UpdateQueueRequest *)req;
+    json_t *set = NULL, *patch = json_object(), *out = NULL;
+    int rc = queue_json(r->queue, &set, err);
+    /* the fields the mask names: what the client set, or null (cleared) */
+    for (size_t i = 0; rc == 0 && i < r->n_update_mask; i++) {
+        const char *f = r->update_mask[i];
+        json_t *v = json_object_get(set, f);
+        json_object_set(patch, f, v ? v : json_null());
+    }
+    if (rc == 0 && r->n_update_mask == 0) {
+        kiln_err_set(err, KILN_EINVAL, "update_mask", "update_mask must name the fields to change");
+        kiln_err_hint(err, "for example update_mask: [\"weight\", \"quota\"]");
+        rc = KILN_EINVAL;
+    }
+    if (rc == 0)
+        rc = queue_field(svc_queue_update(ctx->svc, ctx->who, r->name, patch, &out, err), true, err);
+    json_decref(set);
+    json_decref(patch);
+    return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
+}
+
+static int h_delete_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                          kiln_err_t *err)
+{
+    const Kiln__DeleteQueueRequest *r = (const Kiln__DeleteQueueRequest *)req;
+    int rc = svc_queue_delete(ctx->svc, ctx->who, r->name, err);
+    return rc ? rc : reply(json_pack("{s:s}", "name", r->name), &kiln__delete_queue_response__descriptor, a, resp);
+}
+
 const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/CreateJob", &kiln__create_job_request__descriptor, h_create, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/GetJob", &kiln__get_job_request__descriptor, h_get, NULL, API_GRPC_USER},
@@ -414,5 +500,10 @@ const api_grpc_method_t api_grpc_training_methods[] = {
      API_GRPC_USER},
     {"/kiln.TrainingService/DeleteWorkerBan", &kiln__delete_worker_ban_request__descriptor, h_delete_worker_ban, NULL,
      API_GRPC_USER},
+    {"/kiln.TrainingService/CreateQueue", &kiln__create_queue_request__descriptor, h_create_queue, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListQueues", &kiln__list_queues_request__descriptor, h_list_queues, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/GetQueue", &kiln__get_queue_request__descriptor, h_get_queue, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/UpdateQueue", &kiln__update_queue_request__descriptor, h_update_queue, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/DeleteQueue", &kiln__delete_queue_request__descriptor, h_delete_queue, NULL, API_GRPC_USER},
 };
 const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

@@ -514,13 +514,13 @@ static bool http_media_is(const char *ct, const char *type)
     return strncasecmp(ct, type, n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
-/* POST and PUT bodies are JSON and say so: anything else (a form, text/plain) is what a
+/* POST, PUT and PATCH bodies are JSON and say so: anything else (a form, text/plain) is what a
  * cross-site page could send without a preflight. A streamed body (HTTP_STREAM) is an archive:
  * application/gzip (or application/x-gzip, application/octet-stream), none of which a page can
  * send without a preflight either. */
 static bool http_content_type_ok(http_req_t *r)
 {
-    if (strcmp(r->method, "POST") != 0 && strcmp(r->method, "PUT") != 0)
+    if (strcmp(r->method, "POST") != 0 && strcmp(r->method, "PUT") != 0 && strcmp(r->method, "PATCH") != 0)
         return true;
     const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (r->route >= 0 && (http_routes[r->route].flags & HTTP_STREAM))

@@ -751,6 +751,52 @@ static enum MHD_Result http_member_remove(http_req_t *r)
                                                      "user", http_param(r, "user")));
 }
 
+/* ---- queues --------------------------------------------------------------------------------- */
+
+static enum MHD_Result http_queues_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_queues_list(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_queue_get(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_queue_get(r->h->svc, &r->who, http_param(r, "name"), &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+/* POST and PATCH: the service checks every field (the same validator as gRPC's). */
+static enum MHD_Result http_queue_write(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    bool create = strcmp(r->method, "POST") == 0;
+    int rc = http_body_json(r, false, &body, &err);
+    if (rc == 0 && create)
+        rc = svc_queue_create(r->h->svc, &r->who, body, &out, &err);
+    else if (rc == 0)
+        rc = svc_queue_update(r->h->svc, &r->who, http_param(r, "name"), body, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, create ? MHD_HTTP_CREATED : MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_queue_delete(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = svc_queue_delete(r->h->svc, &r->who, http_param(r, "name"), &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "name", http_param(r, "name")));
+}
+
 /* ---- what agents are trusted with: join tokens, approval, removal, bans ---------------------- */
 
 static enum MHD_Result http_join_tokens_create(http_req_t *r)
@@ -920,6 +966,11 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/projects/{project}/members", http_members_list, 0},
     {"PUT", "/v1/projects/{project}/members/{user}", http_member_set, 0},
     {"DELETE", "/v1/projects/{project}/members/{user}", http_member_remove, 0},
+    {"GET", "/v1/queues", http_queues_list, 0},
+    {"POST", "/v1/queues", http_queue_write, 0},
+    {"GET", "/v1/queues/{name}", http_queue_get, 0},
+    {"PATCH", "/v1/queues/{name}", http_queue_write, 0},
+    {"DELETE", "/v1/queues/{name}", http_queue_delete, 0},
     {"POST", "/v1/login-links", http_login_link_create, 0},
     {"POST", "/v1/login-links:redeem", http_login_link_redeem, HTTP_OPEN},
     {"GET", "/", http_ui_index, HTTP_OPEN},

@@ -189,6 +189,26 @@ static const cli_command_t cli_commands[] = {
      "                       jobs; admin also manages the members\n"
      "  remove-member PROJECT USER\n"
      "                       take USER out of PROJECT\n"},
+    {"queues", cli_cmd_queues,
+     "[list]\ndescribe NAME\ncreate NAME --quota cpu=N,gpu=N [options]\nupdate NAME [options]\ndelete NAME",
+     "list the queues jobs wait in, with quotas and usage; manage them (cluster admins)",
+     "commands:\n"
+     "  list                 every queue: cohort, quota, slots in use, jobs waiting\n"
+     "  describe NAME        one queue with its limits, weight and projects\n"
+     "  create NAME          a new queue (a job names it in its \"queue\")\n"
+     "  update NAME          change the options given\n"
+     "  delete NAME          delete a queue none of whose jobs waits or runs\n"
+     "options of create and update:\n"
+     "  --quota cpu=N,gpu=N  nominal quota per slot type (a missing one is 0; none: no limit)\n"
+     "  --cohort NAME        queues of a cohort lend each other unused quota (none: no cohort)\n"
+     "  --borrowing-limit cpu=N,gpu=N\n"
+     "                       the most it borrows above its quota (a missing one: unlimited)\n"
+     "  --lending-limit cpu=N,gpu=N\n"
+     "                       the most of its unused quota it lends (the rest it keeps)\n"
+     "  --weight W           its fair-sharing weight against the cohort's other queues\n"
+     "  --projects A,B       the projects that may submit to it (*: every project)\n"
+     "  --fair-sharing true|false\n"
+     "                       order its jobs by their project's recent usage\n"},
     {"ui", cli_cmd_ui, "[--print]",
      "open kiln's web UI in your browser, already logged in",
      "  asks kilnd for a one-time login link (POST /v1/login-links) and opens it with xdg-open\n"

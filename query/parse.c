@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/job_states.h"
 #include "spec/spec.h"
 
 /* ---- the table of names ------------------------------------------------------------------- */
@@ -35,8 +36,9 @@ static const char *const k_first[] = {"id", "name", "project", "queue", "state",
 
 static const char *const k_aggs[] = {"min", "max", "last", "count", NULL};
 
-static const char *const k_states[] = {"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING",
-                                       "RESTARTING", "COMPLETED", "FAILED", "STOPPED", NULL};
+#define QUERY_STATE_(name, num) #name,
+static const char *const k_states[] = {KILN_JOB_STATES(QUERY_STATE_) NULL};
+#undef QUERY_STATE_
 
 #define FIELDS_LIST                                                                                    \
     "fields are id, name, project, queue, state, priority, attempt, created, started, ended, "       \

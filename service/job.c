@@ -426,6 +426,8 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         rc = check_init_from_job(c, who, &sp, err);
     if (rc == 0)
         rc = check_code_source(c, &sp, err);
+    if (rc == 0)
+        rc = svc_queue_check_job(c, sp.queue, sp.project, sp.res.slot_type, sp.res.nodes * sp.res.slots_per_node, err);
     if (rc)
         goto fail;
     /* A cluster admin may name any project, members only theirs: the insert checks that it

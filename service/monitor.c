@@ -92,7 +92,7 @@ int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err)
         return rc;
     /* Every state, so that a state with no job reads 0 rather than vanishing. */
     json_t *jobs = json_object_get(st, "jobs");
-    for (int i = JOB_STATE_QUEUED; i <= JOB_STATE_STOPPED; i++)
+    for (int i = JOB_STATE_NONE + 1; i < JOB_STATE_COUNT_; i++)
         if (!json_object_get(jobs, svc_state_name((svc_job_state_t)i)))
             json_object_set_new(jobs, svc_state_name((svc_job_state_t)i), json_integer(0));
     write_gauges(b, "kiln_jobs", "Jobs by state.", "state", jobs);

@@ -1,13 +1,14 @@
 /* sched.c - the scheduler: a thread woken by submissions, exits and registrations (and a tick)
- * that, on the leader kilnd only (notify.c), walks the queue in priority order, then first come
- * first served, and places each job's whole gang at once with sched_place() (best fit, never
- * partial), writing its assignments.
+ * that, on the leader kilnd only (notify.c), reads a snapshot of the workers, the queues and the
+ * pending jobs, lets the admission core (admit.c, sched_admit: quotas, borrowing, DRF between
+ * queues, fair sharing between projects, gangs whole) decide, and commits each admitted job's
+ * placement (sched_place: best fit, never partial), writing its assignments and the others'
+ * reasons.
  *
- * Head of line: a job that fits the cluster but not its free slots right now blocks every job
- * behind it that wants the same slot type (strict priority and FIFO; no backfill), so a big job
- * is never starved by a stream of small ones. Jobs of the other slot type are not blocked. A
- * queued job that no longer fits the cluster at all (workers left after it was accepted) blocks
- * nothing and waits for workers. */
+ * Head of line: within a queue, a job that fits the cluster but not its free slots or its quota
+ * right now blocks the jobs behind it that want the same slot type (no backfill), so a big job is
+ * never starved by a stream of small ones. A queued job that no longer fits the cluster at all
+ * (workers left after it was accepted) blocks nothing and waits for workers. */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -135,27 +136,38 @@ fail:
     return rc;
 }
 
-/* The job's view of the workers: out[] is w[] with the workers that do not hold every one of its
- * paths (a JSON array) emptied. Returns how many workers hold them. */
-static int eligible_workers(const store_worker_cap_t *cap, const sched_worker_t *w, int n, const json_t *paths,
-                            sched_worker_t *out)
+/* What the eligibility callback of the admission core reads: the workers and each pending job's
+ * data paths (a JSON array). */
+typedef struct paths_ctx {
+    const store_worker_cap_t *cap;
+    json_t **paths;
+} paths_ctx_t;
+
+/* Whether worker w's data roots hold every path job j reads. */
+static bool holds_paths(void *ctx, int j, int w)
 {
-    int eligible = 0;
-    for (int i = 0; i < n; i++) {
-        out[i] = w[i];
-        bool ok = true;
-        size_t k;
-        json_t *p;
-        json_array_foreach(paths, k, p)
-            ok = ok && svc_worker_holds(&cap[i], json_string_value(p) ? json_string_value(p) : "");
-        if (!ok)
-            out[i].slots = out[i].slots_free = 0;
-        eligible += ok;
-    }
-    return eligible;
+    const paths_ctx_t *p = ctx;
+    size_t k;
+    json_t *path;
+    json_array_foreach(p->paths[j], k, path)
+        if (!svc_worker_holds(&p->cap[w], json_string_value(path) ? json_string_value(path) : ""))
+            return false;
+    return true;
 }
 
-/* One pass over the queue. */
+/* The index of the (queue, project) pair in names[0..*n) (its project usage slot), added when new. */
+static int project_slot(const char *(*names)[2], int *n, const char *queue, const char *project)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(names[i][0], queue) && !strcmp(names[i][1], project))
+            return i;
+    names[*n][0] = queue;
+    names[*n][1] = project;
+    return (*n)++;
+}
+
+/* One pass over the queue: reads a snapshot, lets the admission core (admit.c) decide, commits its
+ * admissions in its order and writes the others' reasons. */
 static void sched_tick(svc_t *s)
 {
     kiln_err_t err;
@@ -163,10 +175,15 @@ static void sched_tick(svc_t *s)
     store_worker_cap_t *cap = NULL;
     store_job_row_t *jobs = NULL;
     sched_worker_t *w = NULL;
-    char (*why)[200] = NULL;     /* why each pending job waits ("" when placed) */
-    json_t **paths = NULL;       /* each job's data paths, when workers' data roots differ */
-    sched_worker_t *wj = NULL;   /* the workers as one job sees them */
-    int ncap = 0, njobs = 0;
+    json_t **paths = NULL;       /* each job's data paths */
+    json_t *qjson = NULL, *pusage = NULL;
+    sched_queue_t *queues = NULL;
+    sched_job_t *sj = NULL;
+    sched_decision_t *dec = NULL;
+    int *order = NULL;
+    double *proj = NULL;
+    const char *(*pnames)[2] = NULL;
+    int ncap = 0, njobs = 0, nqueues = 0;
     int64_t pass_start = 0;
     bool locked = false;
     kiln_err_clear(&err);
@@ -183,8 +200,8 @@ static void sched_tick(svc_t *s)
         log_warn("scheduler: %s", err.message);
         goto out;
     }
-    /* With no free slot anywhere nothing can be placed: skip reading the queue (a submission
-     * storm into a busy or empty cluster would otherwise re-read it on every wake-up). */
+    /* With no free slot anywhere nothing can be placed: read only the head of the queue (a
+     * submission storm into a busy or empty cluster would otherwise re-read it on every wake-up). */
     int free_slots = 0;
     for (int i = 0; i < ncap; i++)
         free_slots += KILN_MAX(cap[i].slots_free, 0);
@@ -200,11 +217,30 @@ static void sched_tick(svc_t *s)
         svc_cap_set(s, copy, copy ? ncap : 0, gen);
     if (njobs <= 0)
         goto out;
+    if (store_queues_json(c, NULL, &qjson, &err) || svc_queues_to_sched(qjson, &queues, &nqueues)) {
+        log_warn("scheduler: could not read the queues: %s", err.message);
+        goto out;
+    }
+    bool fair = false;
+    for (int q = 0; q < nqueues; q++)
+        fair = fair || queues[q].fair_projects;
+    if (fair && store_queue_project_usage(c, SVC_FAIR_HALF_LIFE_S, &pusage, &err)) {
+        log_warn("scheduler: %s", err.message);
+        goto out;
+    }
 
     w = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*w));
-    why = calloc((size_t)njobs, sizeof(*why));
-    if (!w || !why)
+    sj = calloc((size_t)njobs, sizeof(*sj));
+    dec = calloc((size_t)njobs, sizeof(*dec));
+    order = calloc((size_t)njobs, sizeof(*order));
+    proj = calloc((size_t)njobs, sizeof(*proj));
+    pnames = calloc((size_t)njobs, sizeof(*pnames));
+    paths = calloc((size_t)njobs, sizeof(json_t *));
+    const char **ids = calloc((size_t)njobs, sizeof(char *));
+    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !ids) {
+        free(ids);
         goto out;
+    }
     for (int i = 0; i < ncap; i++) {
         w[i].id = cap[i].id;
         w[i].slot_type = cap[i].slot_type;
@@ -212,85 +248,64 @@ static void sched_tick(svc_t *s)
         w[i].slots_free = cap[i].slots_free;
     }
     /* Each job sees only the workers whose data roots hold every file it reads. */
-    {
-        const char **ids = calloc((size_t)njobs, sizeof(char *));
-        paths = calloc((size_t)njobs, sizeof(json_t *));
-        wj = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*wj));
-        for (int j = 0; ids && j < njobs; j++)
-            ids[j] = jobs[j].id;
-        if (!ids || !paths || !wj || store_job_paths(c, ids, njobs, paths, &err)) {
-            log_warn("scheduler: could not read the jobs' data paths: %s", err.message);
-            free(ids);
-            goto out;
-        }
+    for (int j = 0; j < njobs; j++)
+        ids[j] = jobs[j].id;
+    if (store_job_paths(c, ids, njobs, paths, &err)) {
+        log_warn("scheduler: could not read the jobs' data paths: %s", err.message);
         free(ids);
+        goto out;
     }
-    const char *blocker_cpu = NULL, *blocker_gpu = NULL;
+    free(ids);
+    int nproj = 0;
     for (int j = 0; j < njobs; j++) {
-        store_job_row_t *job = &jobs[j];
-        bool gpu = strcmp(job->slot_type, "gpu") == 0;
-        const char *blocker = gpu ? blocker_gpu : blocker_cpu;
-        if (blocker) {
-            snprintf(why[j], sizeof(why[j]), "waiting behind job %s (higher priority or submitted "
-                     "earlier)", blocker);
-            continue;
-        }
-        sched_request_t req = {.nodes = job->nodes, .slots_per_node = job->slots_per_node,
-                               .slot_type = job->slot_type};
-        sched_placement_t pl;
-        const sched_worker_t *view = w;
-        if (paths) {
-            int eligible = eligible_workers(cap, w, ncap, paths[j], wj);
-            view = wj;
-            if (eligible == 0) {
-                snprintf(why[j], sizeof(why[j]), "waiting for workers: no alive %s worker's --data-root "
-                         "holds every file the job reads", job->slot_type);
-                continue;
-            }
-        }
-        if (!sched_place(view, ncap, &req, &pl)) {
-            if (sched_fits(view, ncap, &req)) {
-                snprintf(why[j], sizeof(why[j]), "waiting for free slots: needs %d worker(s) with %d "
-                         "free %s slot(s) each", job->nodes, job->slots_per_node, job->slot_type);
-                if (gpu)
-                    blocker_gpu = job->id;
-                else
-                    blocker_cpu = job->id;
-            } else if (ncap == 0) {
-                snprintf(why[j], sizeof(why[j]), "waiting for workers: no worker is alive");
-            } else {
-                snprintf(why[j], sizeof(why[j]), "waiting for workers: needs %d worker(s) with %d "
-                         "%s slot(s) each, more than the alive workers have", job->nodes,
-                         job->slots_per_node, job->slot_type);
-            }
-            continue;
-        }
+        sched_job_t *x = &sj[j];
+        x->id = jobs[j].id;
+        x->queue = -1;
+        for (int q = 0; q < nqueues; q++)
+            if (strcmp(queues[q].name, jobs[j].queue) == 0)
+                x->queue = q;
+        x->project = project_slot(pnames, &nproj, jobs[j].queue, jobs[j].project);
+        proj[x->project] = json_number_value(json_object_get(json_object_get(pusage, jobs[j].queue), jobs[j].project));
+        x->priority = jobs[j].priority;
+        x->nodes = jobs[j].nodes;
+        x->slots_per_node = jobs[j].slots_per_node;
+        x->type = sched_slot_type(jobs[j].slot_type);
+    }
+    paths_ctx_t pctx = {.cap = cap, .paths = paths};
+    sched_snapshot_t snap = {.workers = w, .nworkers = ncap, .queues = queues, .nqueues = nqueues, .jobs = sj,
+                             .njobs = njobs, .project_usage = proj, .nprojects = nproj, .eligible = holds_paths,
+                             .ctx = &pctx};
+    int nadmit = 0;
+    if (sched_admit(&snap, dec, order, &nadmit)) {
+        log_warn("scheduler: out of memory");
+        goto out;
+    }
+    for (int k = 0; k < nadmit; k++) {
+        int j = order[k];
         kiln_err_clear(&err);
-        int rc = sched_commit(s, job, cap, &pl, &err);
-        if (rc == 0) {
-            for (int k = 0; k < pl.nodes; k++)
-                w[pl.worker[k]].slots_free -= job->slots_per_node;
-        } else if (rc != KILN_ESTATE) {
-            log_warn("scheduler: could not place job %s: %s", job->id, err.message);
+        int rc = sched_commit(s, &jobs[j], cap, &dec[j].pl, &err);
+        if (rc != 0 && rc != KILN_ESTATE) {
+            log_warn("scheduler: could not place job %s: %s", jobs[j].id, err.message);
             break;
         }
     }
     /* Tell users why their queued jobs wait (one statement; rows change only when the reason
      * does). RESTARTING jobs keep the reason they were re-queued with. */
     {
-        const char **ids = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
+        const char **rids = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
         const char **texts = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
         int nr = 0;
-        for (int j = 0; ids && texts && j < njobs && nr < 200; j++) {
-            if (why[j][0] && strcmp(jobs[j].state, "QUEUED") == 0) {
-                ids[nr] = jobs[j].id;
-                texts[nr] = why[j];
+        for (int j = 0; rids && texts && j < njobs && nr < 200; j++) {
+            if (dec[j].outcome != SCHED_ADMITTED && dec[j].reason[0]
+                && svc_state_parse(jobs[j].state) == JOB_STATE_QUEUED) {
+                rids[nr] = jobs[j].id;
+                texts[nr] = dec[j].reason;
                 nr++;
             }
         }
-        if (nr > 0 && store_job_queue_reasons(c, ids, texts, nr, &err))
+        if (nr > 0 && store_job_queue_reasons(c, rids, texts, nr, &err))
             log_warn("scheduler: %s", err.message);
-        free(ids);
+        free(rids);
         free(texts);
     }
 out:
@@ -304,9 +319,15 @@ out:
     for (int j = 0; paths && j < njobs; j++)
         json_decref(paths[j]);
     free(paths);
-    free(wj);
     free(w);
-    free(why);
+    free(sj);
+    free(dec);
+    free(order);
+    free(proj);
+    free(pnames);
+    free(queues);
+    json_decref(qjson);
+    json_decref(pusage);
     free(cap);
     free(jobs);
 }

@@ -25,8 +25,7 @@ static int legacy_filters(const svc_job_filter_t *f, arena_t *a, query_node_t **
         }
         if (n == 0) {
             kiln_err_set(err, KILN_EINVAL, "status", "status must name at least one job state");
-            kiln_err_hint(err, "states are QUEUED, SCHEDULED, STARTING, RUNNING, STOPPING, RESTARTING, COMPLETED, "
-                               "FAILED, STOPPED (comma-separated)");
+            kiln_err_hint(err, "states are %s (comma-separated)", KILN_JOB_STATE_LIST);
             return KILN_EINVAL;
         }
         query_node_t *node = NULL;

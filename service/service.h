@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "base/job_states.h"
 #include "proto/kiln.pb-c.h"
 
 typedef struct svc svc_t;
@@ -498,19 +499,33 @@ int svc_follow_read(svc_follow_t *f, json_t *lines, int max, bool *ended, json_t
 /* Accepts NULL. Safe to call while producers run. */
 void svc_follow_close(svc_follow_t *f);
 
+/* ---- queues (queue.c) --------------------------------------------------------------------------
+ * A queue is JSON shaped as GET /v1/queues shows it (store.h, queues). Cluster admins create,
+ * change and delete queues; every user reads them. One validator behind REST and gRPC: name
+ * (required on create, never changed), quota (required on create: {"cpu": n, "gpu": n}, a missing
+ * slot type 0; null: no limit), cohort (null: none), borrowing_limit and lending_limit (slot
+ * counts; a missing slot type unlimited; only within a cohort), weight (> 0, default 1), projects
+ * (existing project names or "*", default ["*"]), fair_sharing (default false). KILN_EINVAL
+ * naming the field, KILN_EPERM, KILN_EEXIST, KILN_ENOTFOUND. */
+int svc_queues_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err); /* {"queues": [...]} */
+int svc_queue_get(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err);
+/* *out = the queue as stored. */
+int svc_queue_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err);
+/* patch: the fields to change (null clears cohort or a limit, and makes quota unlimited). */
+int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const json_t *patch, json_t **out,
+                     kiln_err_t *err);
+/* KILN_ESTATE for "default" and for a queue with jobs waiting or running. */
+int svc_queue_delete(svc_t *s, const svc_caller_t *who, const char *name, kiln_err_t *err);
+
 /* ---- job states ----------------------------------------------------------------------------
- * The job state machine (service/state.c). Values match proto's JobState numbers. */
+ * The job state machine (service/state.c). The states are base/job_states.h's list; values match
+ * proto's JobState numbers. */
 typedef enum svc_job_state {
     JOB_STATE_NONE = 0,          /* before the job exists (the first event has no from_state) */
-    JOB_STATE_QUEUED = 1,
-    JOB_STATE_SCHEDULED = 2,
-    JOB_STATE_STARTING = 3,
-    JOB_STATE_RUNNING = 4,
-    JOB_STATE_STOPPING = 5,
-    JOB_STATE_RESTARTING = 6,
-    JOB_STATE_COMPLETED = 7,
-    JOB_STATE_FAILED = 8,
-    JOB_STATE_STOPPED = 9,
+#define SVC_STATE_ENUM_(name, num) JOB_STATE_##name = num,
+    KILN_JOB_STATES(SVC_STATE_ENUM_)
+#undef SVC_STATE_ENUM_
+    JOB_STATE_COUNT_             /* one past the last state */
 } svc_job_state_t;
 
 /* "QUEUED" ... ; "" for JOB_STATE_NONE or an unknown value. Static storage. */
@@ -547,5 +562,92 @@ bool sched_place(const sched_worker_t *workers, int n, const sched_request_t *re
                  sched_placement_t *out);
 /* Whether the request could ever fit these workers (their total slots, all free). */
 bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req);
+
+/* ---- admission (service/admit.c), a pure function over a snapshot, for tests -------------------
+ * Queues have a nominal quota per slot type; a queue in a cohort may borrow the unused quota its
+ * cohort lends, up to its borrowing limit, and lends its own unused quota except what its lending
+ * limit keeps back. The cohort's pool of a slot type is what its queues lend: a queue's usage
+ * above what it keeps (guaranteed = quota - lendable) comes from the pool, so no queue's
+ * borrowing ever reaches what another queue keeps.
+ *
+ * One pass: every (queue, slot type) offers its head job: highest priority, then (when the queue
+ * shares fairly between projects) the project with the least recent usage, then the oldest. Among
+ * the heads, a job that stays within its queue's nominal quota goes before one that borrows, then
+ * the queue with the lowest weighted dominant share (max over slot types of usage / the cluster's
+ * slots of that type, divided by the weight; DRF), then higher priority, then the older job. A
+ * head is admitted whole (sched_place) or not at all. A head that waits for quota or for free
+ * slots blocks the jobs behind it in its queue and slot type (no backfill: a big job is never
+ * starved by small ones behind it), and a head within its nominal quota that waits for free slots
+ * also stops its cohort's borrowing of that slot type for the pass, so borrowers do not take the
+ * slots it waits for. A job that can never fit (the workers, its data roots, or the most quota its
+ * queue could get) blocks nothing. */
+#define SCHED_NTYPES 2        /* slot types: 0 "cpu", 1 "gpu" */
+#define SCHED_UNLIMITED (-1)  /* a quota or limit with no bound */
+/* 0 for "cpu", 1 for "gpu", -1 for anything else. */
+int sched_slot_type(const char *name);
+/* "cpu", "gpu" ("?" out of range). Static storage. */
+const char *sched_slot_type_name(int type);
+
+typedef struct sched_queue {
+    const char *name;
+    const char *cohort;                 /* NULL or "": none (no borrowing, no lending) */
+    int quota[SCHED_NTYPES];            /* nominal; SCHED_UNLIMITED: no limit (the default queue) */
+    int borrowing_limit[SCHED_NTYPES];  /* SCHED_UNLIMITED: as much as the cohort lends */
+    int lending_limit[SCHED_NTYPES];    /* SCHED_UNLIMITED: lends all its unused quota */
+    double weight;                      /* > 0; fair-sharing weight between queues */
+    bool fair_projects;                 /* order its jobs by their project's recent usage */
+    int usage[SCHED_NTYPES];            /* slots its placed, unfinished jobs hold now */
+} sched_queue_t;
+
+typedef struct sched_job {
+    const char *id;
+    int queue;              /* index into the snapshot's queues */
+    int project;            /* index into project_usage: one index per (queue, project) */
+    int priority;
+    int nodes, slots_per_node;
+    int type;               /* slot type index */
+} sched_job_t;
+
+typedef struct sched_snapshot {
+    const sched_worker_t *workers;  /* their slots_free counts every placed job */
+    int nworkers;
+    const sched_queue_t *queues;
+    int nqueues;
+    const sched_job_t *jobs;        /* pending jobs in priority order, then oldest first */
+    int njobs;
+    const double *project_usage;    /* each project's recent usage in its queue, in slots (held
+                                       now plus the decayed past); may be NULL when nprojects 0 */
+    int nprojects;
+    /* NULL, or whether job j may run on worker w (its data roots hold the files it reads). */
+    bool (*eligible)(void *ctx, int job, int worker);
+    void *ctx;
+} sched_snapshot_t;
+
+typedef enum sched_outcome {
+    SCHED_ADMITTED = 1,
+    SCHED_WAIT_BEHIND,    /* behind its queue's blocked head of the same slot type */
+    SCHED_WAIT_SLOTS,     /* fits, but not the free slots now (blocks its queue's slot type) */
+    SCHED_WAIT_QUOTA,     /* its queue's quota, borrowing limit or cohort is used up now */
+    SCHED_WAIT_WORKERS,   /* more than the alive workers (of its data roots) could ever hold */
+    SCHED_WAIT_NEVER_QUOTA, /* more than any quota its queue could ever get */
+} sched_outcome_t;
+
+typedef struct sched_decision {
+    sched_outcome_t outcome;
+    bool borrowed;             /* admitted above its queue's nominal quota */
+    sched_placement_t pl;      /* when admitted */
+    char reason[300];          /* why it waits, as the job shows it ("" when admitted) */
+} sched_decision_t;
+
+/* Decides one pass: out[j] for each of snap->njobs jobs; order[0..*nadmitted) = the admitted jobs
+ * in the order they were admitted (their placements assume that order). Does not modify the
+ * snapshot. Returns 0, or KILN_ENOMEM. */
+int sched_admit(const sched_snapshot_t *snap, sched_decision_t *out, int *order, int *nadmitted);
+
+/* The most slots of its slot type a job of queue q could ever hold under the queues' quotas and
+ * limits (its nominal quota plus what it may borrow from what its cohort lends), or
+ * SCHED_UNLIMITED; *which (OUT, may be NULL) = what bounds it: "quota", "borrowing_limit" or
+ * "lending_limit" (the cohort lends no more). */
+int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, const char **which);
 
 #endif /* KILN_SERVICE_H */

@@ -15,16 +15,12 @@
 
 static const char *const NAMES[] = {
     [JOB_STATE_NONE] = "",
-    [JOB_STATE_QUEUED] = "QUEUED",
-    [JOB_STATE_SCHEDULED] = "SCHEDULED",
-    [JOB_STATE_STARTING] = "STARTING",
-    [JOB_STATE_RUNNING] = "RUNNING",
-    [JOB_STATE_STOPPING] = "STOPPING",
-    [JOB_STATE_RESTARTING] = "RESTARTING",
-    [JOB_STATE_COMPLETED] = "COMPLETED",
-    [JOB_STATE_FAILED] = "FAILED",
-    [JOB_STATE_STOPPED] = "STOPPED",
+#define STATE_NAME_(name, num) [JOB_STATE_##name] = #name,
+    KILN_JOB_STATES(STATE_NAME_)
+#undef STATE_NAME_
 };
+
+_Static_assert(KILN_ARRAY_LEN(NAMES) == JOB_STATE_COUNT_, "a name for every state");
 
 const char *svc_state_name(svc_job_state_t st)
 {
@@ -50,7 +46,7 @@ bool svc_state_terminal(svc_job_state_t st)
 
 #define B(s) (1u << (s))
 /* LEGAL[from] = the set of states `from` may move to. */
-static const unsigned LEGAL[] = {
+static const unsigned LEGAL[JOB_STATE_COUNT_] = {
     [JOB_STATE_NONE] = B(JOB_STATE_QUEUED),
     [JOB_STATE_QUEUED] = B(JOB_STATE_SCHEDULED) | B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
     [JOB_STATE_SCHEDULED] = B(JOB_STATE_STARTING) | B(JOB_STATE_STOPPED) | B(JOB_STATE_RESTARTING)

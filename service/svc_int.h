@@ -32,6 +32,8 @@ typedef struct svc_agent_entry {
 
 /* A token bucket of the registration rate limits (join.c): one per source address, one for all. */
 #define SVC_REG_BUCKETS 512
+/* The half-life of a project's recent usage that fair-sharing queues order their jobs by. */
+#define SVC_FAIR_HALF_LIFE_S 3600.0
 typedef struct svc_reg_bucket {
     char addr[64];                   /* "" for a free slot */
     double tokens;
@@ -123,7 +125,7 @@ typedef struct svc_tx {
     svc_t *s;
     store_conn_t *c;
     bool wake_sched;
-    int ended[JOB_STATE_STOPPED + 1]; /* by svc_job_state_t */
+    int ended[JOB_STATE_COUNT_]; /* by svc_job_state_t */
     const char *actor;           /* the user whose request this is (events record it), or NULL */
 } svc_tx_t;
 
@@ -387,5 +389,15 @@ void svc_prom_init(void);
             return resolve_rc;                                                                    \
         (id) = id##_full;                                                                         \
     } while (0)
+
+/* ---- queues (queue.c) ---------------------------------------------------------------------- */
+/* The admission core's queues from the stored ones (store_queues_json's array, which must outlive
+ * *out: names are borrowed). *out is malloc'd. KILN_ENOMEM. */
+int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n);
+/* A submitted job's queue: KILN_EINVAL (field "queue") when it does not exist or the project may
+ * not use it, KILN_EUNFIT when slots of slot_type are more than any quota the queue could ever
+ * get (err says which limit). */
+int svc_queue_check_job(store_conn_t *c, const char *queue, const char *project, const char *slot_type, int slots,
+                        kiln_err_t *err);
 
 #endif /* KILN_SVC_INT_H */

@@ -147,7 +147,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
 }
 
 #define ROW_COLS "id::text, state, slot_type, attempt, max_attempts, priority, nodes, " \
-                 "slots_per_node, world_size, stop_requested, total_steps, ckpt_flat_dir"
+                 "slots_per_node, world_size, stop_requested, total_steps, ckpt_flat_dir, queue, project"
 
 static void row_fill(const PGresult *r, int i, void *elem)
 {
@@ -165,6 +165,8 @@ static void row_fill(const PGresult *r, int i, void *elem)
     o->stop_requested = store_get_bool(r, i, 9);
     o->total_steps = store_get_i64(r, i, 10);
     o->ckpt_flat_dir = store_get_bool(r, i, 11);
+    kiln_strlcpy(o->queue, store_get_str(r, i, 12), sizeof(o->queue));
+    kiln_strlcpy(o->project, store_get_str(r, i, 13), sizeof(o->project));
 }
 
 int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err)

@@ -93,6 +93,8 @@ typedef struct store_job_row {
     bool ckpt_flat_dir;       /* checkpoints in <checkpoint.path>/<job id>, not its project's area:
                                  a job that had not ended when migration 0014 ran */
     int64_t total_steps;
+    char queue[64];
+    char project[64];
 } store_job_row_t;
 
 /* Reads a job's row; with lock, SELECT ... FOR UPDATE (inside a transaction). KILN_ENOTFOUND when
@@ -253,6 +255,27 @@ typedef struct store_worker_cap {
  * ever run), ordered by id.
  * *out is malloc'd (caller frees). */
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err);
+
+/* ---- queues (queue.c) ------------------------------------------------------------------------
+ * A queue is JSON shaped as GET /v1/queues shows it: {"name", "cohort" (null for none), "quota"
+ * (null for no limit), "borrowing_limit", "lending_limit", "weight", "projects", "fair_sharing",
+ * "usage": {"cpu", "gpu"} (slots its SCHEDULED to STOPPING jobs hold), "pending" (its QUEUED and
+ * RESTARTING jobs), "created_at", "created_by", "updated_at"}. */
+
+/* *out = array of every queue by name, or with name non-NULL of that one (KILN_ENOTFOUND, err
+ * naming it, when there is none). */
+int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
+/* Inserts q (validated fields: name, cohort, quota, borrowing_limit, lending_limit, weight,
+ * projects, fair_sharing). KILN_EEXIST (field "name") when the name is taken. */
+int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err);
+/* Replaces every field of the queue q names with q's. KILN_ENOTFOUND. */
+int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err);
+/* Deletes a queue none of whose jobs waits or runs: KILN_ESTATE (how many do) otherwise;
+ * KILN_ENOTFOUND. */
+int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err);
+/* *out = {"queue": {"project": usage}} for the queues with fair_sharing: each project's slots
+ * held now plus its jobs' slot-time decayed with half_life_s, divided by the decay constant. */
+int store_queue_project_usage(store_conn_t *c, double half_life_s, json_t **out, kiln_err_t *err);
 
 /* ---- identity and tenancy (auth.c) ----------------------------------------------------------- */
 

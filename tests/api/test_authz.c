@@ -245,6 +245,29 @@ static void p_project_create(int c, char *path, size_t n, const char **body)
     snprintf(b, sizeof b, "{\"name\": \"made-%d-%d\"}", c, counter++);
     p_fixed(c, path, n, body, "/v1/projects", b);
 }
+static void p_queues(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/queues", NULL); }
+static void p_queue(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/queues/default", NULL); }
+static void p_queue_create(int c, char *path, size_t n, const char **body)
+{
+    static char b[160];
+    snprintf(b, sizeof b, "{\"name\": \"q-%d-%d\", \"quota\": {\"cpu\": 2}}", c, counter++);
+    p_fixed(c, path, n, body, "/v1/queues", b);
+}
+/* A queue made by the cluster admin for the caller to change or delete. */
+static void p_queue_made(int c, char *path, size_t n, const char **body, const char *b)
+{
+    char make[160];
+    int k = counter++;
+    snprintf(make, sizeof make, "{\"name\": \"made-q-%d-%d\", \"quota\": {\"cpu\": 2}}", c, k);
+    json_decref(admin("POST", "/v1/queues", make, 201));
+    snprintf(path, n, "/v1/queues/made-q-%d-%d", c, k);
+    *body = b;
+}
+static void p_queue_update(int c, char *path, size_t n, const char **body)
+{
+    p_queue_made(c, path, n, body, "{\"weight\": 2}");
+}
+static void p_queue_delete(int c, char *path, size_t n, const char **body) { p_queue_made(c, path, n, body, NULL); }
 static void p_members(int c, char *path, size_t n, const char **body)
 {
     p_fixed(c, path, n, body, "/v1/projects/p/members", NULL);
@@ -426,6 +449,11 @@ static const row_t k_rows[] = {
     {"DELETE", "/v1/tokens/{id}", p_token_revoke, {CLUSTER_ONLY(404, 200)}},
     {"GET", "/v1/projects", p_projects, {EVERYONE(200)}},
     {"POST", "/v1/projects", p_project_create, {CLUSTER_ONLY(403, 201)}},
+    {"GET", "/v1/queues", p_queues, {EVERYONE(200)}},
+    {"GET", "/v1/queues/{name}", p_queue, {EVERYONE(200)}},
+    {"POST", "/v1/queues", p_queue_create, {CLUSTER_ONLY(403, 201)}},
+    {"PATCH", "/v1/queues/{name}", p_queue_update, {CLUSTER_ONLY(403, 200)}},
+    {"DELETE", "/v1/queues/{name}", p_queue_delete, {CLUSTER_ONLY(403, 200)}},
     {"GET", "/v1/projects/{project}/members", p_members, {UNAUTH, 200, 200, 404, 200, 200}},
     {"PUT", "/v1/projects/{project}/members/{user}", p_member_set, {UNAUTH, 403, 403, 404, 200, 200}},
     {"DELETE", "/v1/projects/{project}/members/{user}", p_member_remove, {UNAUTH, 403, 403, 404, 200, 200}},

@@ -305,6 +305,16 @@ Test(contract, every_route_against_openapi)
                  "%s", text);
     cr_assert(strstr(text, "idempotency_key_reused"), "%s", text);
     free(text);
+    /* larger than the workers alive: accepted, waits; larger than its queue could ever get: 422 */
+    want(201, "POST", "/v1/jobs", "{\"model\": {\"type\": \"mlp\", \"hidden\": [4], \"n_inputs\": 2, \"n_classes\": 2},"
+                                  " \"data\": {\"train\": \"synthetic\"}, \"resources\": {\"nodes\": 50},"
+                                  " \"hyperparameters\": {\"global_batch_size\": 100}}", NULL);
+    want(201, "POST", "/v1/queues", "{\"name\": \"tiny\", \"quota\": {\"cpu\": 1}}", NULL);
+    want(422, "POST", "/v1/jobs", "{\"model\": {\"type\": \"mlp\", \"hidden\": [4], \"n_inputs\": 2, \"n_classes\": 2},"
+                                  " \"data\": {\"train\": \"synthetic\"}, \"resources\": {\"nodes\": 2}, \"queue\": \"tiny\"}",
+         NULL);
+    want(400, "POST", "/v1/jobs", "{\"model\": {\"type\": \"mlp\", \"hidden\": [4], \"n_inputs\": 2, \"n_classes\": 2},"
+                                  " \"data\": {\"train\": \"synthetic\"}, \"queue\": \"nowhere\"}", NULL);
     want(403, "POST", "/v1/jobs", "{\"project\": \"p\", \"model\": {\"type\": \"mlp\", \"hidden\": [4], \"n_inputs\": 2,"
                                   " \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"}}", viewer);
     want(200, "GET", "/v1/jobs", NULL, NULL);
@@ -535,6 +545,25 @@ Test(contract, every_route_against_openapi)
     want(404, "PUT", "/v1/projects/q/members/nobody", "{\"role\": \"viewer\"}", NULL);
     want(200, "DELETE", "/v1/projects/q/members/viewer", NULL, NULL);
     want(403, "DELETE", "/v1/projects/p/members/viewer", NULL, viewer);
+    /* ---- queues ---- */
+    want(201, "POST", "/v1/queues", "{\"name\": \"nlp\", \"cohort\": \"research\", \"quota\": {\"cpu\": 8, \"gpu\": 0},"
+         " \"borrowing_limit\": {\"cpu\": 4}, \"lending_limit\": {\"cpu\": 8}, \"weight\": 1, \"projects\": [\"p\"]}", NULL);
+    want(201, "POST", "/v1/queues", "{\"name\": \"viewer\", \"quota\": {\"cpu\": 1}}", NULL);
+    want(409, "POST", "/v1/queues", "{\"name\": \"nlp\", \"quota\": {}}", NULL);
+    want(400, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {\"tpu\": 1}}", NULL);
+    want(400, "POST", "/v1/queues", "{\"name\": \"x\"}", NULL);
+    want(403, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {}}", viewer);
+    want(200, "GET", "/v1/queues", NULL, viewer);
+    want(200, "GET", "/v1/queues/nlp", NULL, viewer);
+    want(404, "GET", "/v1/queues/none", NULL, NULL);
+    want(200, "PATCH", "/v1/queues/nlp", "{\"weight\": 2, \"borrowing_limit\": null}", NULL);
+    want(400, "PATCH", "/v1/queues/nlp", "{\"name\": \"other\"}", NULL);
+    want(403, "PATCH", "/v1/queues/nlp", "{\"weight\": 3}", viewer);
+    want(404, "PATCH", "/v1/queues/none", "{\"weight\": 3}", NULL);
+    want(409, "DELETE", "/v1/queues/default", NULL, NULL);
+    want(403, "DELETE", "/v1/queues/nlp", NULL, viewer);
+    want(200, "DELETE", "/v1/queues/nlp", NULL, NULL);
+    want(404, "DELETE", "/v1/queues/nlp", NULL, NULL);
     /* ---- what agents are trusted with: join tokens, approval, removal, bans ---- */
     cr_assert_eq(rec("POST", "/v1/join-tokens", "{\"uses\": 2, \"expires_in\": \"1h\", \"description\": \"rack 4\"}",
                      NULL, NULL, NULL, &text), 201, "%s", text);
@@ -645,7 +674,7 @@ Test(contract, every_route_against_openapi)
     big[sizeof big - 2] = '}';
     for (size_t i = 0; i < nroutes; i++) {
         const char *m = routes[i].method, *pat = routes[i].path;
-        bool body = !strcmp(m, "POST") || !strcmp(m, "PUT");
+        bool body = !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "PATCH");
         const char *real = fill(pat, false, running, token_id);
         char p2[512];
         kiln_strlcpy(p2, real, sizeof p2);
@@ -697,7 +726,7 @@ Test(contract, every_route_against_openapi)
     PQclear(PQexec(pg, sql));
     for (size_t i = 0; i < nroutes; i++) {
         const char *m = routes[i].method, *pat = routes[i].path;
-        bool body = !strcmp(m, "POST") || !strcmp(m, "PUT");
+        bool body = !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "PATCH");
         char p2[512];
         kiln_strlcpy(p2, fill(pat, false, running, token_id), sizeof p2);
         rec(m, p2, body ? "{}" : NULL, NULL, NULL, NULL, NULL);

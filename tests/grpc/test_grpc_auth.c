@@ -313,6 +313,11 @@ static void world(void)
         json_t *j = NULL;
         cr_assert_eq(svc_job_stop(S, svc_caller_kilnd(), del_jobs[c], "ended", &j, &err), 0, "%s", err.message);
         json_decref(j);
+        /* a queue for each caller to change and one to delete */
+        json_t *qb = json_pack("{s:s+, s:{s:i}}", "name", "gq-", (char[2]){(char)('a' + c), 0}, "quota", "cpu", 1);
+        cr_assert_eq(svc_queue_create(S, svc_caller_kilnd(), qb, &j, &err), 0, "%s", err.message);
+        json_decref(j);
+        json_decref(qb);
     }
     new_job("p", job_p);
     code_world();
@@ -384,6 +389,18 @@ static json_t *r_join_create(int c) { (void)c; return json_pack("{s:i, s:s}", "u
 static json_t *r_join_revoke(int c) { (void)c; return json_pack("{s:s}", "id", victim_join); }
 static json_t *r_approve(int c) { (void)c; return json_pack("{s:s}", "id", "w-matrix"); }
 static json_t *r_remove_worker(int c) { (void)c; return json_pack("{s:s, s:b}", "id", "w-matrix-gone", "ban", 1); }
+static json_t *r_queue_create(int c)
+{
+    return json_pack("{s:{s:s+, s:{s:i, s:i}}}", "queue", "name", "mq-", (char[2]){(char)('a' + c), 0}, "quota", "cpu",
+                     2, "gpu", 0);
+}
+static json_t *r_queue(int c) { (void)c; return json_pack("{s:s}", "name", "default"); }
+static json_t *r_queue_update(int c)
+{
+    return json_pack("{s:s+, s:{s:f}, s:[s]}", "name", "gq-", (char[2]){(char)('a' + c), 0}, "queue", "weight", 2.0,
+                     "update_mask", "weight");
+}
+static json_t *r_queue_delete(int c) { return json_pack("{s:s+}", "name", "gq-", (char[2]){(char)('a' + c), 0}); }
 static json_t *r_unban(int c) { (void)c; return json_pack("{s:s}", "id", victim_ban); /* int64: text in proto JSON */ }
 
 static const row_t k_rows[] = {
@@ -427,6 +444,12 @@ static const row_t k_rows[] = {
     {"/kiln.TrainingService/RemoveWorker", r_remove_worker, {CLUSTER_ONLY("PERMISSION_DENIED")}},
     {"/kiln.TrainingService/ListWorkerBans", r_empty, {CLUSTER_ONLY("PERMISSION_DENIED")}},
     {"/kiln.TrainingService/DeleteWorkerBan", r_unban, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    /* queues: every user reads them, cluster admins manage them */
+    {"/kiln.TrainingService/CreateQueue", r_queue_create, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/ListQueues", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/GetQueue", r_queue, {EVERYONE}},
+    {"/kiln.TrainingService/UpdateQueue", r_queue_update, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/DeleteQueue", r_queue_delete, {CLUSTER_ONLY("PERMISSION_DENIED")}},
     /* user tokens are no agent's credential, not even a cluster admin's */
     {"/kiln.AgentService/RegisterWorker", r_register, {NOT_AN_AGENT}},
     {"/kiln.AgentService/Heartbeat", r_empty, {NOT_AN_AGENT}},

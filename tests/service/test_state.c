@@ -1,12 +1,18 @@
 /* test_state.c - the job state machine's table: every legal transition is allowed, everything
- * else (including leaving a terminal state and skipping steps) is refused; names round-trip. */
+ * else (including leaving a terminal state and skipping steps) is refused; names round-trip; and
+ * every hand-written copy of the state list (proto, OpenAPI, migrations, UI, SDK) is the one in
+ * base/job_states.h. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "service/service.h"
 
 Test(state, names_round_trip)
 {
-    for (int s = JOB_STATE_QUEUED; s <= JOB_STATE_STOPPED; s++) {
+    for (int s = JOB_STATE_NONE + 1; s < JOB_STATE_COUNT_; s++) {
         const char *n = svc_state_name((svc_job_state_t)s);
         cr_assert_neq(n[0], '\0');
         cr_assert_eq(svc_state_parse(n), (svc_job_state_t)s, "%s", n);
@@ -67,11 +73,187 @@ Test(state, illegal_transitions)
     svc_job_state_t term[] = {JOB_STATE_COMPLETED, JOB_STATE_FAILED, JOB_STATE_STOPPED};
     for (int t = 0; t < 3; t++) {
         cr_assert(svc_state_terminal(term[t]));
-        for (int to = JOB_STATE_NONE; to <= JOB_STATE_STOPPED + 1; to++)
+        for (int to = JOB_STATE_NONE; to <= JOB_STATE_COUNT_; to++)
             cr_assert_not(svc_state_legal(term[t], (svc_job_state_t)to), "%s -> %d", svc_state_name(term[t]), to);
     }
     cr_assert_not(svc_state_terminal(JOB_STATE_STOPPING));
     cr_assert_not(svc_state_terminal(JOB_STATE_RESTARTING));
     cr_assert_not(svc_state_legal((svc_job_state_t)-1, JOB_STATE_QUEUED));
     cr_assert_not(svc_state_legal(JOB_STATE_QUEUED, (svc_job_state_t)99));
+}
+
+/* ---- the copies of the state list ---------------------------------------------------------- */
+
+#define STATE_NAME_(name, num) #name,
+static const char *const k_all[] = {KILN_JOB_STATES(STATE_NAME_)};
+#undef STATE_NAME_
+#define NSTATES ((int)(sizeof(k_all) / sizeof(k_all[0])))
+
+/* The file at path under $KILN_ROOT (the repository), NUL-terminated; caller frees. */
+static char *repo_file(const char *path)
+{
+    const char *root = getenv("KILN_ROOT");
+    char full[1024];
+    snprintf(full, sizeof full, "%s/%s", root && *root ? root : ".", path);
+    FILE *f = fopen(full, "rb");
+    cr_assert_not_null(f, "cannot open %s (run the tests from tests/run.sh, which sets KILN_ROOT)", full);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Reads the words of text[0..len) that are upper-case identifiers (A-Z, _) into names, in order;
+ * returns how many. */
+static int caps_words(const char *text, size_t len, char names[][32], int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < len;) {
+        if (text[i] >= 'A' && text[i] <= 'Z' && (i == 0 || !(text[i - 1] == '_' || (text[i - 1] >= 'a' && text[i - 1] <= 'z')))) {
+            size_t j = i;
+            while (j < len && ((text[j] >= 'A' && text[j] <= 'Z') || text[j] == '_'))
+                j++;
+            if (j - i >= 4 && n < max && j - i < 32) {
+                memcpy(names[n], text + i, j - i);
+                names[n][j - i] = '\0';
+                n++;
+            }
+            i = j;
+        } else {
+            i++;
+        }
+    }
+    return n;
+}
+
+/* names[0..n) is exactly the list, in its order. */
+static void assert_is_list(char names[][32], int n, const char *where)
+{
+    cr_assert_eq(n, NSTATES, "%s names %d states; base/job_states.h has %d (%s)", where, n, NSTATES,
+                 KILN_JOB_STATE_LIST);
+    for (int i = 0; i < n; i++)
+        cr_assert_str_eq(names[i], k_all[i], "%s: state %d is %s, base/job_states.h says %s", where, i,
+                         names[i], k_all[i]);
+}
+
+Test(state, proto_enum_is_the_list)
+{
+    char *t = repo_file("proto/kiln.proto");
+    const char *e = strstr(t, "enum JobState {");
+    cr_assert_not_null(e, "proto/kiln.proto has no enum JobState");
+    const char *end = strchr(e, '}');
+    int seen = 0;
+    for (const char *p = strstr(e, "JOB_STATE_"); p && p < end; p = strstr(p + 1, "JOB_STATE_")) {
+        char name[32];
+        int num;
+        cr_assert_eq(sscanf(p, "JOB_STATE_%31[A-Z_] = %d;", name, &num), 2, "cannot read %.40s", p);
+        if (strcmp(name, "UNSPECIFIED") == 0) {
+            cr_assert_eq(num, 0);
+            continue;
+        }
+        svc_job_state_t st = svc_state_parse(name);
+        cr_assert_neq(st, JOB_STATE_NONE, "proto's JOB_STATE_%s is not in base/job_states.h", name);
+        cr_assert_eq((int)st, num, "proto numbers %s %d, base/job_states.h %d", name, num, (int)st);
+        seen++;
+    }
+    cr_assert_eq(seen, NSTATES, "proto's JobState has %d states, base/job_states.h %d", seen, NSTATES);
+    free(t);
+}
+
+Test(state, openapi_enum_is_the_list)
+{
+    char *t = repo_file("api/openapi.yaml");
+    const char *e = strstr(t, "\n    JobState:\n");
+    cr_assert_not_null(e, "api/openapi.yaml has no JobState schema");
+    const char *open = strstr(e, "enum: [");
+    cr_assert_not_null(open);
+    open += 7;
+    const char *close = strchr(open, ']');
+    char names[64][32];
+    int n = caps_words(open, (size_t)(close - open), names, 64);
+    assert_is_list(names, n, "api/openapi.yaml JobState");
+    free(t);
+}
+
+/* The jobs table's and the events table's CHECK constraints: the last one the migrations (in
+ * order) write for state, from_state and to_state. A migration that adds a state rewrites them. */
+Test(state, migration_checks_are_the_list)
+{
+    const char *root = getenv("KILN_ROOT");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/migrations", root && *root ? root : ".");
+    struct dirent **ents = NULL;
+    int ne = scandir(dir, &ents, NULL, alphasort);
+    cr_assert_gt(ne, 0, "no migrations in %s", dir);
+    static const char *const cols[] = {"(state IN (", "(from_state IN (", "(to_state IN ("};
+    char last[3][64][32];
+    int nlast[3] = {-1, -1, -1};
+    for (int f = 0; f < ne; f++) {
+        char path[600];
+        snprintf(path, sizeof path, "migrations/%s", ents[f]->d_name);
+        if (strstr(ents[f]->d_name, ".sql")) {
+            char *t = repo_file(path);
+            for (int c = 0; c < 3; c++)
+                for (const char *p = strstr(t, cols[c]); p; p = strstr(p + 1, cols[c])) {
+                    const char *b = p + strlen(cols[c]), *close = strchr(b, ')');
+                    /* only the constraints' lists of job states: "CHECK (state IN ('QUEUED'" (the
+                     * workers' and artifacts' states are other lists) */
+                    if (p - t >= 6 && strncmp(p - 6, "CHECK ", 6) == 0 && strncmp(b, "'QUEUED'", 8) == 0)
+                        nlast[c] = caps_words(b, (size_t)(close - b), last[c], 64);
+                }
+            free(t);
+        }
+        free(ents[f]);
+    }
+    free(ents);
+    for (int c = 0; c < 3; c++) {
+        cr_assert_geq(nlast[c], 0, "no migration has CHECK %s...)", cols[c]);
+        assert_is_list(last[c], nlast[c], cols[c]);
+    }
+}
+
+Test(state, ui_and_sdk_name_every_state)
+{
+    char *t = repo_file("ui/src/dom.ts");
+    const char *mark = strstr(t, "const STATE_MARK");
+    cr_assert_not_null(mark, "ui/src/dom.ts has no STATE_MARK");
+    const char *mend = strstr(mark, "};");
+    const char *term = strstr(t, "export const TERMINAL = new Set([");
+    const char *live = strstr(t, "export const LIVE_STATES = [");
+    cr_assert(term && live, "ui/src/dom.ts has no TERMINAL or LIVE_STATES");
+    char names[64][32];
+    int nt = caps_words(term + 33, (size_t)(strchr(term + 33, ']') - term - 33), names, 64);
+    char lnames[64][32];
+    int nl = caps_words(live + 28, (size_t)(strchr(live + 28, ']') - live - 28), lnames, 64);
+    for (int i = 0; i < NSTATES; i++) {
+        svc_job_state_t st = svc_state_parse(k_all[i]);
+        char key[48];
+        snprintf(key, sizeof key, "%s:", k_all[i]);
+        const char *k = strstr(mark, key);
+        cr_assert(k && k < mend, "ui/src/dom.ts STATE_MARK has no mark for %s", k_all[i]);
+        bool in_term = false, in_live = false;
+        for (int j = 0; j < nt; j++)
+            in_term = in_term || strcmp(names[j], k_all[i]) == 0;
+        for (int j = 0; j < nl; j++)
+            in_live = in_live || strcmp(lnames[j], k_all[i]) == 0;
+        cr_assert_eq(in_term, svc_state_terminal(st), "ui/src/dom.ts TERMINAL %s %s", in_term ? "has" : "lacks",
+                     k_all[i]);
+        cr_assert_eq(in_live, !svc_state_terminal(st), "ui/src/dom.ts LIVE_STATES %s %s", in_live ? "has" : "lacks",
+                     k_all[i]);
+    }
+    cr_assert_eq(nt + nl, NSTATES, "ui/src/dom.ts TERMINAL and LIVE_STATES name states that do not exist");
+    free(t);
+
+    t = repo_file("sdk/python/kiln/client.py");
+    const char *doc = strstr(t, "def state(self) -> str:");
+    cr_assert_not_null(doc, "sdk/python/kiln/client.py has no Job.state");
+    const char *dend = strstr(strstr(doc, "\"\"\"") + 3, "\"\"\"");
+    int n = caps_words(doc, (size_t)(dend - doc), names, 64);
+    assert_is_list(names, n, "sdk/python/kiln/client.py Job.state's docstring");
+    free(t);
 }

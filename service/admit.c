@@ -1,0 +1,373 @@
+/* admit.c - admission as a pure function (sched_admit): given a snapshot of the workers, the
+ * queues with their quotas and usage, and the pending jobs, decides which jobs start now, where,
+ * and why each other job waits. The scheduler thread (sched.c) reads the snapshot from the store
+ * and commits the admissions; tests/service/test_admit.c checks its invariants on random clusters.
+ * The policy is described in service.h. */
+#include "service/svc_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sched_slot_type(const char *name)
+{
+    if (name && strcmp(name, "cpu") == 0)
+        return 0;
+    if (name && strcmp(name, "gpu") == 0)
+        return 1;
+    return -1;
+}
+
+const char *sched_slot_type_name(int type)
+{
+    return type == 0 ? "cpu" : type == 1 ? "gpu" : "?";
+}
+
+static bool has_cohort(const sched_queue_t *q)
+{
+    return q->cohort && q->cohort[0];
+}
+
+static bool same_cohort(const sched_queue_t *a, const sched_queue_t *b)
+{
+    return has_cohort(a) && has_cohort(b) && strcmp(a->cohort, b->cohort) == 0;
+}
+
+/* What queue q lends its cohort of a slot type with a bounded quota. */
+static int lendable(const sched_queue_t *q, int t)
+{
+    if (!has_cohort(q) || q->quota[t] == SCHED_UNLIMITED)
+        return 0;
+    return q->lending_limit[t] == SCHED_UNLIMITED ? q->quota[t] : KILN_MIN(q->quota[t], q->lending_limit[t]);
+}
+
+/* What queue q keeps for itself (never lent). */
+static int guaranteed(const sched_queue_t *q, int t)
+{
+    return q->quota[t] - lendable(q, t);
+}
+
+/* Slots of the cohort's pool (what its queues lend) of type t, and how many of them queues use
+ * beyond what they keep, with usage[] per queue. */
+static void pool(const sched_queue_t *qs, int nq, int q, int t, const int (*usage)[SCHED_NTYPES],
+                 int *cap, int *used)
+{
+    *cap = *used = 0;
+    for (int r = 0; r < nq; r++) {
+        if (r != q && !same_cohort(&qs[q], &qs[r]))
+            continue;
+        if (qs[r].quota[t] == SCHED_UNLIMITED)
+            continue;
+        *cap += lendable(&qs[r], t);
+        *used += KILN_MAX(0, usage[r][t] - guaranteed(&qs[r], t));
+    }
+}
+
+int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, const char **which)
+{
+    const sched_queue_t *Q = &queues[q];
+    if (which)
+        *which = "quota";
+    if (Q->quota[type] == SCHED_UNLIMITED)
+        return SCHED_UNLIMITED;
+    if (!has_cohort(Q))
+        return Q->quota[type];
+    int others = 0;
+    for (int r = 0; r < nqueues; r++)
+        if (r != q && same_cohort(Q, &queues[r]) && queues[r].quota[type] != SCHED_UNLIMITED)
+            others += lendable(&queues[r], type);
+    int bl = Q->borrowing_limit[type];
+    if (bl != SCHED_UNLIMITED && bl < others) {
+        if (which && bl > 0)
+            *which = "borrowing_limit";
+        return Q->quota[type] + bl;
+    }
+    if (which && others > 0)
+        *which = "lending_limit";
+    return Q->quota[type] + others;
+}
+
+typedef struct admit {
+    const sched_snapshot_t *snap;
+    sched_worker_t *w;                 /* the workers, slots_free as admissions take them */
+    sched_worker_t *view;              /* the workers as one job sees them */
+    int (*usage)[SCHED_NTYPES];        /* per queue */
+    double *proj;                      /* per project index */
+    double total[SCHED_NTYPES];        /* the cluster's slots per type (DRF denominators) */
+    int *next;                         /* per (queue, type): index of the first undecided job */
+    int *blocker;                      /* per (queue, type): the blocked head, or -1 */
+    bool *no_borrow;                   /* per (queue, type): its cohort lends no more this pass */
+} admit_t;
+
+static int qt(int q, int t)
+{
+    return q * SCHED_NTYPES + t;
+}
+
+/* The head of (queue q, type t): the first undecided job in priority-then-age order or, when the
+ * queue shares fairly between projects, among the undecided jobs of the head's priority the one
+ * whose project has the least usage (then the oldest). -1 when none. */
+static int head(admit_t *a, const sched_decision_t *out, int q, int t)
+{
+    const sched_snapshot_t *s = a->snap;
+    int *nx = &a->next[qt(q, t)];
+    while (*nx < s->njobs && (out[*nx].outcome || s->jobs[*nx].queue != q || s->jobs[*nx].type != t))
+        (*nx)++;
+    if (*nx >= s->njobs)
+        return -1;
+    int best = *nx;
+    if (!s->queues[q].fair_projects)
+        return best;
+    int prio = s->jobs[best].priority;
+    for (int j = best + 1; j < s->njobs && s->jobs[j].priority == prio; j++) {
+        if (out[j].outcome || s->jobs[j].queue != q || s->jobs[j].type != t)
+            continue;
+        if (a->proj[s->jobs[j].project] < a->proj[s->jobs[best].project])
+            best = j;
+    }
+    return best;
+}
+
+static double share(const admit_t *a, int q)
+{
+    double m = 0;
+    for (int t = 0; t < SCHED_NTYPES; t++)
+        m = KILN_MAX(m, a->usage[q][t] / a->total[t]);
+    double wt = a->snap->queues[q].weight;
+    return m / (wt > 0 ? wt : 1);
+}
+
+static int job_size(const sched_job_t *j)
+{
+    return j->nodes * j->slots_per_node;
+}
+
+/* Whether job j stays within its queue's nominal quota. */
+static bool entitled(const admit_t *a, int j)
+{
+    const sched_job_t *J = &a->snap->jobs[j];
+    int nom = a->snap->queues[J->queue].quota[J->type];
+    return nom == SCHED_UNLIMITED || a->usage[J->queue][J->type] + job_size(J) <= nom;
+}
+
+/* Checks job j against its queue's quota and cohort now. Returns 0 when it may be admitted,
+ * SCHED_WAIT_QUOTA or SCHED_WAIT_NEVER_QUOTA with the reason written. */
+static int quota_check(admit_t *a, int j, char *why, size_t n)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    const sched_queue_t *Q = &s->queues[J->queue];
+    int t = J->type, d = job_size(J), nom = Q->quota[t];
+    const char *tn = sched_slot_type_name(t);
+    if (nom == SCHED_UNLIMITED)
+        return 0;
+    const char *which = NULL;
+    int max = sched_quota_max(s->queues, s->nqueues, J->queue, t, &which);
+    int used = a->usage[J->queue][t];
+    if (d > max) {
+        snprintf(why, n, "waiting for quota it can never get: needs %d %s slot(s), more than queue %s's %s allows "
+                 "(at most %d)", d, tn, Q->name, which, max);
+        return SCHED_WAIT_NEVER_QUOTA;
+    }
+    if (used + d <= nom && !has_cohort(Q))
+        return 0;
+    if (!has_cohort(Q)) {
+        snprintf(why, n, "waiting for quota: needs %d %s slot(s); queue %s: quota %d, used %d, no cohort to "
+                 "borrow from", d, tn, Q->name, nom, used);
+        return SCHED_WAIT_QUOTA;
+    }
+    int bl = Q->borrowing_limit[t];
+    int borrowed_after = KILN_MAX(0, used + d - nom);
+    int cap, pused;
+    pool(s->queues, s->nqueues, J->queue, t, (const int (*)[SCHED_NTYPES])a->usage, &cap, &pused);
+    int g = guaranteed(Q, t);
+    int need = KILN_MAX(0, used + d - g) - KILN_MAX(0, used - g);
+    bool over_limit = bl != SCHED_UNLIMITED && borrowed_after > bl;
+    if (!over_limit && need <= cap - pused)
+        return 0;
+    int may = bl == SCHED_UNLIMITED ? -1 : KILN_MAX(0, bl - KILN_MAX(0, used - nom));
+    char mayb[48];
+    if (may < 0)
+        snprintf(mayb, sizeof mayb, "may borrow what the cohort lends");
+    else
+        snprintf(mayb, sizeof mayb, "may borrow %d more", may);
+    snprintf(why, n, "waiting for quota: needs %d %s slot(s); queue %s: quota %d, used %d, %s; cohort %s: %d "
+             "free", d, tn, Q->name, nom, used, mayb, Q->cohort, KILN_MAX(0, cap - pused));
+    return SCHED_WAIT_QUOTA;
+}
+
+/* The workers job j may use, in a->view; returns how many. */
+static int job_view(admit_t *a, int j)
+{
+    const sched_snapshot_t *s = a->snap;
+    int eligible = 0;
+    for (int i = 0; i < s->nworkers; i++) {
+        a->view[i] = a->w[i];
+        if (s->eligible && !s->eligible(s->ctx, j, i))
+            a->view[i].slots = a->view[i].slots_free = 0;
+        else
+            eligible++;
+    }
+    return eligible;
+}
+
+/* Tries the head job j; writes out[j]. Returns true when it was admitted. */
+static bool try_job(admit_t *a, int j, sched_decision_t *out)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    const sched_queue_t *Q = &s->queues[J->queue];
+    sched_decision_t *d = &out[j];
+    const char *tn = sched_slot_type_name(J->type);
+    int key = qt(J->queue, J->type);
+    sched_request_t req = {.nodes = J->nodes, .slots_per_node = J->slots_per_node, .slot_type = tn};
+    int eligible = job_view(a, j);
+    if (s->nworkers == 0) {
+        d->outcome = SCHED_WAIT_WORKERS;
+        snprintf(d->reason, sizeof d->reason, "waiting for workers: no worker is alive");
+        return false;
+    }
+    if (eligible == 0) {
+        d->outcome = SCHED_WAIT_WORKERS;
+        snprintf(d->reason, sizeof d->reason, "waiting for workers: no alive %s worker's --data-root holds every "
+                 "file the job reads", tn);
+        return false;
+    }
+    if (!sched_fits(a->view, s->nworkers, &req)) {
+        d->outcome = SCHED_WAIT_WORKERS;
+        snprintf(d->reason, sizeof d->reason, "waiting for workers: needs %d worker(s) with %d %s slot(s) each, "
+                 "more than the alive workers have", J->nodes, J->slots_per_node, tn);
+        return false;
+    }
+    int q = quota_check(a, j, d->reason, sizeof d->reason);
+    if (q == SCHED_WAIT_NEVER_QUOTA) {
+        d->outcome = SCHED_WAIT_NEVER_QUOTA;
+        return false;
+    }
+    if (q) {
+        d->outcome = SCHED_WAIT_QUOTA;
+        a->blocker[key] = j;
+        return false;
+    }
+    bool within = entitled(a, j);
+    if (!within && a->no_borrow[key]) {
+        d->outcome = SCHED_WAIT_SLOTS;
+        snprintf(d->reason, sizeof d->reason, "waiting for free slots: needs %d worker(s) with %d free %s slot(s) "
+                 "each, and queue %s would borrow them while a job within its cohort's quota waits for them",
+                 J->nodes, J->slots_per_node, tn, Q->name);
+        a->blocker[key] = j;
+        return false;
+    }
+    if (!sched_place(a->view, s->nworkers, &req, &d->pl)) {
+        d->outcome = SCHED_WAIT_SLOTS;
+        snprintf(d->reason, sizeof d->reason, "waiting for free slots: needs %d worker(s) with %d free %s slot(s) each",
+                 J->nodes, J->slots_per_node, tn);
+        a->blocker[key] = j;
+        if (within && has_cohort(Q))
+            for (int r = 0; r < s->nqueues; r++)
+                if (same_cohort(Q, &s->queues[r]))
+                    a->no_borrow[qt(r, J->type)] = true;
+        return false;
+    }
+    d->outcome = SCHED_ADMITTED;
+    d->borrowed = !within;
+    d->reason[0] = '\0';
+    for (int k = 0; k < d->pl.nodes; k++)
+        a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
+    a->usage[J->queue][J->type] += job_size(J);
+    if (J->project >= 0 && J->project < s->nprojects)
+        a->proj[J->project] += job_size(J);
+    return true;
+}
+
+int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, int *nadmitted)
+{
+    *nadmitted = 0;
+    for (int j = 0; j < s->njobs; j++)
+        memset(&out[j], 0, sizeof(out[j]));
+    int nkeys = KILN_MAX(s->nqueues, 1) * SCHED_NTYPES;
+    admit_t a = {.snap = s};
+    a.w = calloc((size_t)KILN_MAX(s->nworkers, 1), sizeof(*a.w));
+    a.view = calloc((size_t)KILN_MAX(s->nworkers, 1), sizeof(*a.view));
+    a.usage = calloc((size_t)KILN_MAX(s->nqueues, 1), sizeof(*a.usage));
+    a.proj = calloc((size_t)KILN_MAX(s->nprojects, 1), sizeof(*a.proj));
+    a.next = calloc((size_t)nkeys, sizeof(*a.next));
+    a.blocker = calloc((size_t)nkeys, sizeof(*a.blocker));
+    a.no_borrow = calloc((size_t)nkeys, sizeof(*a.no_borrow));
+    int rc = 0;
+    if (!a.w || !a.view || !a.usage || !a.proj || !a.next || !a.blocker || !a.no_borrow) {
+        rc = KILN_ENOMEM;
+        goto out;
+    }
+    for (int i = 0; i < s->nworkers; i++) {
+        a.w[i] = s->workers[i];
+        int t = sched_slot_type(s->workers[i].slot_type);
+        if (t >= 0)
+            a.total[t] += s->workers[i].slots;
+    }
+    for (int t = 0; t < SCHED_NTYPES; t++)
+        if (a.total[t] <= 0)
+            a.total[t] = 1;
+    for (int q = 0; q < s->nqueues; q++)
+        for (int t = 0; t < SCHED_NTYPES; t++)
+            a.usage[q][t] = s->queues[q].usage[t];
+    for (int p = 0; p < s->nprojects; p++)
+        a.proj[p] = s->project_usage[p];
+    for (int k = 0; k < nkeys; k++)
+        a.blocker[k] = -1;
+    /* A job of an unknown queue or slot type waits with a reason and takes part in nothing. */
+    for (int j = 0; j < s->njobs; j++) {
+        const sched_job_t *J = &s->jobs[j];
+        if (J->queue < 0 || J->queue >= s->nqueues || J->type < 0 || J->type >= SCHED_NTYPES) {
+            out[j].outcome = SCHED_WAIT_WORKERS;
+            snprintf(out[j].reason, sizeof out[j].reason, "waiting for its queue or slot type to exist");
+        }
+    }
+    for (;;) {
+        int best = -1;
+        bool best_in = false;
+        double best_share = 0;
+        for (int q = 0; q < s->nqueues; q++)
+            for (int t = 0; t < SCHED_NTYPES; t++) {
+                if (a.blocker[qt(q, t)] >= 0)
+                    continue;
+                int j = head(&a, out, q, t);
+                if (j < 0)
+                    continue;
+                bool in = entitled(&a, j);
+                double sh = share(&a, q);
+                bool better = best < 0 || (in && !best_in)
+                    || (in == best_in && (sh < best_share || (sh == best_share
+                        && (s->jobs[j].priority > s->jobs[best].priority
+                            || (s->jobs[j].priority == s->jobs[best].priority && j < best)))));
+                if (better) {
+                    best = j;
+                    best_in = in;
+                    best_share = sh;
+                }
+            }
+        if (best < 0)
+            break;
+        if (try_job(&a, best, out))
+            order[(*nadmitted)++] = best;
+    }
+    /* Everything left waits behind its queue's blocked head. */
+    for (int j = 0; j < s->njobs; j++) {
+        if (out[j].outcome)
+            continue;
+        const sched_job_t *J = &s->jobs[j];
+        int b = a.blocker[qt(J->queue, J->type)];
+        out[j].outcome = SCHED_WAIT_BEHIND;
+        snprintf(out[j].reason, sizeof out[j].reason, "waiting behind job %s in queue %s (higher priority or "
+                 "submitted earlier)", b >= 0 ? s->jobs[b].id : "?", s->queues[J->queue].name);
+    }
+out:
+    free(a.w);
+    free(a.view);
+    free(a.usage);
+    free(a.proj);
+    free(a.next);
+    free(a.blocker);
+    free(a.no_borrow);
+    return rc;
+}

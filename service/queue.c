@@ -1,0 +1,399 @@
+/* queue.c - queues as the API sees them (/v1/queues, the gRPC queue methods): the one validator
+ * of a queue's fields behind REST and gRPC, create/list/get/update/delete (cluster admins manage,
+ * every user reads), the check a submitted job's queue passes, and the conversion of the stored
+ * queues into the admission core's sched_queue_t (service/admit.c). */
+#include "service/svc_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUEUE_MAX_SLOTS 1000000
+
+static const char *const k_fields[] = {"name", "cohort", "quota", "borrowing_limit", "lending_limit", "weight",
+                                       "projects", "fair_sharing", NULL};
+
+/* A {"cpu": n, "gpu": n} object: slot types cpu and gpu only, whole numbers 0..QUEUE_MAX_SLOTS.
+ * With fill, the normalised copy has both slot types (a missing one is 0). *out = new object. */
+static int slot_counts(const json_t *v, const char *field, bool fill, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!json_is_object(v)) {
+        kiln_err_set(err, KILN_EINVAL, field, "%s must be an object of slot counts", field);
+        kiln_err_hint(err, "for example {\"cpu\": 8, \"gpu\": 0}");
+        return KILN_EINVAL;
+    }
+    json_t *o = json_object();
+    const char *k;
+    json_t *n;
+    json_object_foreach((json_t *)v, k, n) {
+        char f[96];
+        snprintf(f, sizeof f, "%s.%.40s", field, k);
+        if (sched_slot_type(k) < 0) {
+            json_decref(o);
+            kiln_err_set(err, KILN_EINVAL, f, "%s names slot type \"%.40s\"", field, k);
+            kiln_err_hint(err, "slot types are cpu and gpu");
+            return KILN_EINVAL;
+        }
+        if (!json_is_integer(n) || json_integer_value(n) < 0 || json_integer_value(n) > QUEUE_MAX_SLOTS) {
+            json_decref(o);
+            return kiln_err_set(err, KILN_EINVAL, f, "%s must be a whole number of slots from 0 to %d", f,
+                                QUEUE_MAX_SLOTS);
+        }
+        json_object_set(o, k, n);
+    }
+    if (fill)
+        for (int t = 0; t < SCHED_NTYPES; t++)
+            if (!json_object_get(o, sched_slot_type_name(t)))
+                json_object_set_new(o, sched_slot_type_name(t), json_integer(0));
+    *out = o;
+    return 0;
+}
+
+/* Validates in (a request body: every field, or with base non-NULL a patch over base, the stored
+ * queue) into *out: the queue's full set of fields, normalised. Projects named must exist. */
+static int queue_fields(store_conn_t *c, const json_t *in, const json_t *base, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!json_is_object(in))
+        return kiln_err_set(err, KILN_EINVAL, NULL, "a queue must be a JSON object");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)in, k, v) {
+        bool known = false;
+        for (int i = 0; k_fields[i]; i++)
+            known = known || strcmp(k, k_fields[i]) == 0;
+        if (!known) {
+            kiln_err_set(err, KILN_EINVAL, k, "unknown field \"%.60s\"", k);
+            kiln_err_hint(err, "a queue's fields are name, cohort, quota, borrowing_limit, lending_limit, weight, "
+                               "projects and fair_sharing");
+            return KILN_EINVAL;
+        }
+    }
+    json_t *q = json_object();
+    for (int i = 0; base && k_fields[i]; i++)
+        json_object_set(q, k_fields[i], json_object_get(base, k_fields[i]) ? json_object_get(base, k_fields[i])
+                                                                           : json_null());
+    int rc = 0;
+    const json_t *name = json_object_get(in, "name");
+    if (base) {
+        if (name && !json_equal(name, json_object_get(base, "name")))
+            rc = kiln_err_set(err, KILN_EINVAL, "name", "a queue's name cannot change");
+    } else if (!json_is_string(name) || !kiln_ident_ok(json_string_value(name))) {
+        kiln_err_set(err, KILN_EINVAL, "name", name ? "queue name \"%.80s\" is not valid" : "a queue needs a name",
+                     json_string_value(name) ? json_string_value(name) : "");
+        kiln_err_hint(err, "use 1 to 63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit");
+        rc = KILN_EINVAL;
+    } else {
+        json_object_set(q, "name", (json_t *)name);
+    }
+    const json_t *cohort = json_object_get(in, "cohort");
+    if (rc == 0 && cohort) {
+        if (!json_is_null(cohort) && (!json_is_string(cohort) || !kiln_ident_ok(json_string_value(cohort)))) {
+            kiln_err_set(err, KILN_EINVAL, "cohort", "cohort must be a name (or null for none)");
+            kiln_err_hint(err, "use 1 to 63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit");
+            rc = KILN_EINVAL;
+        } else {
+            json_object_set(q, "cohort", (json_t *)cohort);
+        }
+    }
+    const json_t *quota = json_object_get(in, "quota");
+    if (rc == 0 && !base && !quota) {
+        kiln_err_set(err, KILN_EINVAL, "quota", "a queue needs a quota");
+        kiln_err_hint(err, "for example \"quota\": {\"cpu\": 8, \"gpu\": 0} (null: no limit)");
+        rc = KILN_EINVAL;
+    }
+    if (rc == 0 && quota) {
+        json_t *n = NULL;
+        if (json_is_null(quota))
+            json_object_set_new(q, "quota", json_null());
+        else if ((rc = slot_counts(quota, "quota", true, &n, err)) == 0)
+            json_object_set_new(q, "quota", n);
+    }
+    static const char *const limits[] = {"borrowing_limit", "lending_limit"};
+    for (int l = 0; l < 2 && rc == 0; l++) {
+        const json_t *lv = json_object_get(in, limits[l]);
+        json_t *n = NULL;
+        if (!lv)
+            continue;
+        if (json_is_null(lv))
+            json_object_set_new(q, limits[l], json_object());
+        else if ((rc = slot_counts(lv, limits[l], false, &n, err)) == 0)
+            json_object_set_new(q, limits[l], n);
+    }
+    const json_t *weight = json_object_get(in, "weight");
+    if (rc == 0 && weight) {
+        double w = json_number_value(weight);
+        if (!json_is_number(weight) || !isfinite(w) || w <= 0 || w > 1e6)
+            rc = kiln_err_set(err, KILN_EINVAL, "weight", "weight must be a number above 0 and at most 1000000");
+        else
+            json_object_set_new(q, "weight", json_real(w));
+    }
+    const json_t *fair = json_object_get(in, "fair_sharing");
+    if (rc == 0 && fair) {
+        if (!json_is_boolean(fair))
+            rc = kiln_err_set(err, KILN_EINVAL, "fair_sharing", "fair_sharing must be true or false");
+        else
+            json_object_set(q, "fair_sharing", (json_t *)fair);
+    }
+    const json_t *projects = json_object_get(in, "projects");
+    if (rc == 0 && projects) {
+        if (!json_is_array(projects)) {
+            rc = kiln_err_set(err, KILN_EINVAL, "projects", "projects must be an array of project names "
+                              "(\"*\": every project)");
+        }
+        size_t i;
+        json_t *p;
+        json_array_foreach(projects, i, p) {
+            if (rc)
+                break;
+            char f[32];
+            snprintf(f, sizeof f, "projects[%zu]", i);
+            const char *name_s = json_string_value(p);
+            bool exists = name_s && strcmp(name_s, "*") == 0;
+            if (!exists && name_s && kiln_ident_ok(name_s))
+                rc = store_project_exists(c, name_s, &exists, err);
+            if (rc == 0 && !exists) {
+                kiln_err_set(err, KILN_EINVAL, f, "project \"%.80s\" does not exist",
+                             name_s ? name_s : "(not a string)");
+                kiln_err_hint(err, "kiln projects list shows the projects; \"*\" lets every project use the queue");
+                rc = KILN_EINVAL;
+            }
+        }
+        if (rc == 0)
+            json_object_set(q, "projects", (json_t *)projects);
+    }
+    /* defaults of a new queue */
+    if (rc == 0 && !base) {
+        if (!json_object_get(q, "cohort"))
+            json_object_set_new(q, "cohort", json_null());
+        for (int l = 0; l < 2; l++)
+            if (!json_object_get(q, limits[l]))
+                json_object_set_new(q, limits[l], json_object());
+        if (!json_object_get(q, "weight"))
+            json_object_set_new(q, "weight", json_real(1));
+        if (!json_object_get(q, "projects"))
+            json_object_set_new(q, "projects", json_pack("[s]", "*"));
+        if (!json_object_get(q, "fair_sharing"))
+            json_object_set_new(q, "fair_sharing", json_false());
+    }
+    /* what composes: limits only within a cohort; a cohort lends quotas, so its queues have one */
+    bool in_cohort = rc == 0 && json_is_string(json_object_get(q, "cohort"));
+    for (int l = 0; l < 2 && rc == 0; l++)
+        if (!in_cohort && json_object_size(json_object_get(q, limits[l])) > 0) {
+            kiln_err_set(err, KILN_EINVAL, limits[l], "%s needs a cohort: a queue without one neither borrows nor lends",
+                         limits[l]);
+            kiln_err_hint(err, "set \"cohort\", or leave %s out", limits[l]);
+            rc = KILN_EINVAL;
+        }
+    if (rc == 0 && in_cohort && json_is_null(json_object_get(q, "quota"))) {
+        kiln_err_set(err, KILN_EINVAL, "quota", "a queue in a cohort needs a quota (what it lends and keeps)");
+        kiln_err_hint(err, "give it a quota such as {\"cpu\": 8, \"gpu\": 0}, or no cohort");
+        rc = KILN_EINVAL;
+    }
+    if (rc) {
+        json_decref(q);
+        return rc;
+    }
+    *out = q;
+    return 0;
+}
+
+/* *out = the queue called name (new reference). */
+static int queue_get(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err)
+{
+    json_t *arr = NULL;
+    int rc = store_queues_json(c, name, &arr, err);
+    if (rc == 0) {
+        *out = json_incref(json_array_get(arr, 0));
+        json_decref(arr);
+    }
+    return rc;
+}
+
+int svc_queues_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+{
+    (void)who; /* every user may read the queues it can submit to, and the others' shape */
+    *out = NULL;
+    store_conn_t *c = NULL;
+    json_t *arr = NULL;
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = store_queues_json(c, NULL, &arr, err);
+    store_conn_put(s->store, c);
+    if (rc == 0)
+        *out = json_pack("{s:o}", "queues", arr);
+    return rc;
+}
+
+int svc_queue_get(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err)
+{
+    (void)who;
+    *out = NULL;
+    store_conn_t *c = NULL;
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = queue_get(c, name ? name : "", out, err);
+    store_conn_put(s->store, c);
+    return rc;
+}
+
+int svc_queue_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = svc_trust_need_admin(who, "creating queues", err);
+    if (rc)
+        return rc;
+    store_conn_t *c = NULL;
+    json_t *q = NULL;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = queue_fields(c, body, NULL, &q, err);
+    if (rc == 0)
+        rc = store_queue_insert(c, q, who->user, err);
+    if (rc == 0)
+        rc = queue_get(c, json_string_value(json_object_get(q, "name")), out, err);
+    store_conn_put(s->store, c);
+    if (rc == 0) {
+        log_info("queue \"%s\" created by %s", json_string_value(json_object_get(q, "name")), who->user);
+        svc_sched_wake(s);
+    }
+    json_decref(q);
+    return rc;
+}
+
+int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const json_t *patch, json_t **out,
+                     kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = svc_trust_need_admin(who, "changing queues", err);
+    if (rc)
+        return rc;
+    store_conn_t *c = NULL;
+    json_t *cur = NULL, *q = NULL;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = queue_get(c, name ? name : "", &cur, err);
+    if (rc == 0)
+        rc = queue_fields(c, patch, cur, &q, err);
+    if (rc == 0)
+        rc = store_queue_update(c, q, err);
+    if (rc == 0)
+        rc = queue_get(c, name, out, err);
+    store_conn_put(s->store, c);
+    if (rc == 0) {
+        log_info("queue \"%s\" changed by %s", name, who->user);
+        svc_sched_wake(s);
+    }
+    json_decref(cur);
+    json_decref(q);
+    return rc;
+}
+
+int svc_queue_delete(svc_t *s, const svc_caller_t *who, const char *name, kiln_err_t *err)
+{
+    int rc = svc_trust_need_admin(who, "deleting queues", err);
+    if (rc)
+        return rc;
+    if (name && strcmp(name, "default") == 0) {
+        kiln_err_set(err, KILN_ESTATE, "name", "the queue \"default\" cannot be deleted");
+        kiln_err_hint(err, "jobs that name no queue use it; change its projects or quota instead");
+        return KILN_ESTATE;
+    }
+    store_conn_t *c = NULL;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = store_queue_delete(c, name ? name : "", err);
+    store_conn_put(s->store, c);
+    if (rc == 0)
+        log_info("queue \"%s\" deleted by %s", name, who->user);
+    return rc;
+}
+
+/* ---- the admission core's view ------------------------------------------------------------- */
+
+static void counts(const json_t *o, int *dst, int dflt)
+{
+    for (int t = 0; t < SCHED_NTYPES; t++) {
+        const json_t *v = json_object_get(o, sched_slot_type_name(t));
+        dst[t] = json_is_integer(v) ? (int)json_integer_value(v) : dflt;
+    }
+}
+
+int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n)
+{
+    *n = (int)json_array_size(queues);
+    *out = calloc((size_t)KILN_MAX(*n, 1), sizeof(**out));
+    if (!*out)
+        return KILN_ENOMEM;
+    for (int i = 0; i < *n; i++) {
+        const json_t *j = json_array_get(queues, (size_t)i);
+        sched_queue_t *q = &(*out)[i];
+        q->name = json_string_value(json_object_get(j, "name"));
+        q->cohort = json_string_value(json_object_get(j, "cohort"));
+        const json_t *quota = json_object_get(j, "quota");
+        counts(quota, q->quota, json_is_object(quota) ? 0 : SCHED_UNLIMITED);
+        counts(json_object_get(j, "borrowing_limit"), q->borrowing_limit, SCHED_UNLIMITED);
+        counts(json_object_get(j, "lending_limit"), q->lending_limit, SCHED_UNLIMITED);
+        q->weight = json_number_value(json_object_get(j, "weight"));
+        q->fair_projects = json_is_true(json_object_get(j, "fair_sharing"));
+        counts(json_object_get(j, "usage"), q->usage, 0);
+    }
+    return 0;
+}
+
+/* Whether the queue q (JSON) lets project use it. */
+static bool queue_allows(const json_t *q, const char *project)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(q, "projects"), i, p)
+        if (strcmp(json_string_value(p) ? json_string_value(p) : "", "*") == 0
+            || strcmp(json_string_value(p) ? json_string_value(p) : "", project) == 0)
+            return true;
+    return false;
+}
+
+int svc_queue_check_job(store_conn_t *c, const char *queue, const char *project, const char *slot_type, int slots,
+                        kiln_err_t *err)
+{
+    json_t *all = NULL;
+    int rc = store_queues_json(c, NULL, &all, err);
+    if (rc)
+        return rc;
+    sched_queue_t *qs = NULL;
+    int nq = 0, qi = -1;
+    for (size_t i = 0; i < json_array_size(all); i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(all, i), "name")), queue) == 0)
+            qi = (int)i;
+    if (qi < 0) {
+        kiln_err_set(err, KILN_EINVAL, "queue", "queue \"%.80s\" does not exist", queue);
+        kiln_err_hint(err, "kiln queues list shows the queues; leave queue out to use \"default\"");
+        rc = KILN_EINVAL;
+    } else if (!queue_allows(json_array_get(all, (size_t)qi), project)) {
+        kiln_err_set(err, KILN_EINVAL, "queue", "project \"%.80s\" may not use queue \"%.80s\"", project, queue);
+        kiln_err_hint(err, "kiln queues describe %s shows the projects that may; a cluster admin can add yours",
+                      queue);
+        rc = KILN_EINVAL;
+    } else if ((rc = svc_queues_to_sched(all, &qs, &nq)) == 0) {
+        int t = sched_slot_type(slot_type);
+        const char *which = NULL;
+        int max = t < 0 ? SCHED_UNLIMITED : sched_quota_max(qs, nq, qi, t, &which);
+        if (max != SCHED_UNLIMITED && slots > max) {
+            kiln_err_set(err, KILN_EUNFIT, "queue", "the job needs %d %s slot(s), more than queue \"%.80s\" can ever "
+                         "get: its %s allows at most %d", slots, slot_type, queue, which, max);
+            kiln_err_hint(err, "ask for fewer slots, use another queue, or ask a cluster admin to raise the queue's %s",
+                          which);
+            rc = KILN_EUNFIT;
+        }
+    }
+    free(qs);
+    json_decref(all);
+    return rc;
+}

@@ -1,0 +1,186 @@
+/* queue.c - queues (migration 0016): create, read (with each queue's usage and pending count),
+ * update and delete, and the projects' recent usage the scheduler orders fair queues by. The
+ * service (service/queue.c) validates the fields; here they are stored as given. */
+#include "store/store_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ACTIVE "('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')"
+#define PENDING "('QUEUED', 'RESTARTING')"
+
+/* One queue as JSON text, in the shape GET /v1/queues answers. */
+#define QUEUE_JSON                                                                                  \
+    "json_build_object('name', q.name, 'cohort', q.cohort, 'quota', q.quota,"                      \
+    " 'borrowing_limit', q.borrowing_limit, 'lending_limit', q.lending_limit, 'weight', q.weight," \
+    " 'projects', q.projects, 'fair_sharing', q.fair_sharing,"                                     \
+    " 'usage', (SELECT json_build_object("                                                         \
+    "   'cpu', coalesce(sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'cpu'), 0),"   \
+    "   'gpu', coalesce(sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu'), 0))"   \
+    "   FROM jobs j WHERE j.queue = q.name AND j.state IN " ACTIVE "),"                           \
+    " 'pending', (SELECT count(*) FROM jobs j WHERE j.queue = q.name AND j.state IN " PENDING "),"\
+    " 'created_at', " STORE_US("q.created_at") ", 'created_by', q.created_by,"                   \
+    " 'updated_at', " STORE_US("q.updated_at") ")::text"
+
+static int rows_json(PGresult *r, json_t **out, kiln_err_t *err)
+{
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < PQntuples(r); i++) {
+        json_t *o = store_get_json(r, i, 0, NULL);
+        static const char *const times[] = {"created_at", "updated_at"};
+        for (int t = 0; t < 2; t++) {
+            char buf[40];
+            kiln_time_format(json_integer_value(json_object_get(o, times[t])), buf, sizeof buf);
+            json_object_set_new(o, times[t], json_string(buf));
+        }
+        json_array_append_new(arr, o);
+    }
+    PQclear(r);
+    if (!arr)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    *out = arr;
+    return 0;
+}
+
+int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    const char *p[1] = {name};
+    PGresult *r = NULL;
+    int rc = store_q(c, "list queues",
+                     "SELECT " QUEUE_JSON " FROM queues q WHERE $1::text IS NULL OR q.name = $1 ORDER BY q.name", 1, p,
+                     &r, err);
+    if (rc)
+        return rc;
+    if (name && PQntuples(r) == 0) {
+        PQclear(r);
+        kiln_err_set(err, KILN_ENOTFOUND, "name", "queue \"%.80s\" does not exist", name);
+        kiln_err_hint(err, "kiln queues list shows the queues");
+        return KILN_ENOTFOUND;
+    }
+    return rows_json(r, out, err);
+}
+
+/* The text of a JSON field of q, or NULL when absent or null. Caller frees. */
+static char *field_text(const json_t *q, const char *key)
+{
+    const json_t *v = json_object_get(q, key);
+    return v && !json_is_null(v) ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+}
+
+/* The statement parameters of q's fields, in the order insert and update take them: name,
+ * cohort, quota, borrowing_limit, lending_limit, weight, projects, fair_sharing. The texts are
+ * malloc'd into own[0..4) (caller frees); weight is written into wbuf. */
+static void queue_params(const json_t *q, const char *p[8], char *own[4], char wbuf[32])
+{
+    static const char *const keys[] = {"quota", "borrowing_limit", "lending_limit", "projects"};
+    for (int i = 0; i < 4; i++)
+        own[i] = field_text(q, keys[i]);
+    snprintf(wbuf, 32, "%.17g", json_number_value(json_object_get(q, "weight")));
+    p[0] = json_string_value(json_object_get(q, "name"));
+    p[1] = json_string_value(json_object_get(q, "cohort"));
+    p[2] = own[0];
+    p[3] = own[1] ? own[1] : "{}";
+    p[4] = own[2] ? own[2] : "{}";
+    p[5] = wbuf;
+    p[6] = own[3] ? own[3] : "[]";
+    p[7] = json_is_true(json_object_get(q, "fair_sharing")) ? "true" : "false";
+}
+
+int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err)
+{
+    const char *p[9];
+    char *own[4], weight[32];
+    queue_params(q, p, own, weight);
+    p[8] = created_by ? created_by : "";
+    int rc = store_q(c, "create queue",
+                     "INSERT INTO queues (name, cohort, quota, borrowing_limit, lending_limit, weight, projects,"
+                     " fair_sharing, created_by) VALUES ($1, $2, $3::jsonb, $4::jsonb, $5::jsonb, $6::float8,"
+                     " $7::jsonb, $8::boolean, $9)",
+                     9, p, NULL, err);
+    if (rc == KILN_EEXIST)
+        kiln_err_set(err, KILN_EEXIST, "name", "queue \"%.80s\" already exists", p[0]);
+    for (int i = 0; i < 4; i++)
+        free(own[i]);
+    return rc;
+}
+
+int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err)
+{
+    const char *p[8];
+    char *own[4], weight[32];
+    queue_params(q, p, own, weight);
+    PGresult *r = NULL;
+    int rc = store_q(c, "update queue",
+                     "UPDATE queues SET cohort = $2, quota = $3::jsonb, borrowing_limit = $4::jsonb,"
+                     " lending_limit = $5::jsonb, weight = $6::float8, projects = $7::jsonb, fair_sharing = $8::boolean,"
+                     " updated_at = now() WHERE name = $1",
+                     8, p, &r, err);
+    if (rc == 0) {
+        if (strcmp(PQcmdTuples(r), "1") != 0)
+            rc = kiln_err_set(err, KILN_ENOTFOUND, "name", "queue \"%.80s\" does not exist", p[0]);
+        PQclear(r);
+    }
+    for (int i = 0; i < 4; i++)
+        free(own[i]);
+    return rc;
+}
+
+int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
+{
+    const char *p[1] = {name};
+    PGresult *r = NULL;
+    /* One statement: the queue goes only while none of its jobs waits or runs. */
+    int rc = store_q(c, "delete queue",
+                     "WITH busy AS (SELECT count(*) AS n FROM jobs WHERE queue = $1"
+                     "   AND state IN ('QUEUED', 'RESTARTING', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')),"
+                     " d AS (DELETE FROM queues WHERE name = $1 AND (SELECT n FROM busy) = 0 RETURNING 1)"
+                     " SELECT (SELECT n FROM busy), (SELECT count(*) FROM d), (SELECT count(*) FROM queues WHERE name = $1)",
+                     1, p, &r, err);
+    if (rc)
+        return rc;
+    int64_t busy = store_get_i64(r, 0, 0), deleted = store_get_i64(r, 0, 1), exists = store_get_i64(r, 0, 2);
+    PQclear(r);
+    if (deleted == 1)
+        return 0;
+    if (!exists) {
+        kiln_err_set(err, KILN_ENOTFOUND, "name", "queue \"%.80s\" does not exist", name);
+        return KILN_ENOTFOUND;
+    }
+    kiln_err_set(err, KILN_ESTATE, "name", "queue \"%.80s\" has %lld job(s) waiting or running", name, (long long)busy);
+    kiln_err_hint(err, "stop them or wait until they end, then delete the queue");
+    return KILN_ESTATE;
+}
+
+int store_queue_project_usage(store_conn_t *c, double half_life_s, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    char tau[32];
+    snprintf(tau, sizeof tau, "%.6g", half_life_s / 0.6931471805599453);
+    const char *p[1] = {tau};
+    PGresult *r = NULL;
+    /* held now, plus each job's slots integrated over its run with a decay of tau, divided by tau
+     * (a job that ran all along with n slots counts n); runs that ended ten tau ago count nothing */
+    int rc = store_q(c, "read projects' recent usage",
+                     "SELECT json_object_agg(queue, projects)::text FROM ("
+                     " SELECT queue, json_object_agg(project, u) AS projects FROM ("
+                     "  SELECT queue, project, sum(nodes * slots_per_node * ("
+                     "   CASE WHEN state IN " ACTIVE " THEN 1 ELSE 0 END"
+                     "   + CASE WHEN started_at IS NULL THEN 0 ELSE"
+                     "     exp(-extract(epoch FROM now() - coalesce(ended_at, now())) / $1::float8)"
+                     "     - exp(-extract(epoch FROM now() - started_at) / $1::float8) END)) AS u"
+                     "  FROM jobs WHERE queue IN (SELECT name FROM queues WHERE fair_sharing)"
+                     "   AND (state IN " ACTIVE " OR ended_at > now() - make_interval(secs => 10 * $1::float8))"
+                     "  GROUP BY queue, project) per_project GROUP BY queue) per_queue",
+                     1, p, &r, err);
+    if (rc)
+        return rc;
+    *out = store_get_json(r, 0, 0, NULL);
+    PQclear(r);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = json_object();
+    }
+    return 0;
+}

@@ -1,0 +1,227 @@
+/* test_queues.c - /v1/queues over real HTTP with the real database and scheduler: the JSON shape
+ * the issue gives comes back field for field (with usage and pending), the one validator refuses
+ * bad fields naming them, and a job's queue is honoured: a queue that does not exist or that its
+ * project may not use is a 400 naming it, a job larger than any quota its queue could get a 422
+ * naming the limit, and a queue's quota holds its jobs back while the default queue's run. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/api/api_test.h"
+
+TestSuite(queues, .init = at_setup, .fini = at_teardown, .timeout = 120);
+
+/* A request as the cluster admin; asserts the status; returns the reply (caller decrefs). */
+static json_t *req(const char *method, const char *path, const char *body, long want)
+{
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req(method, path, body, NULL, &st, &raw);
+    cr_assert_eq(st, want, "%s %s %s: want %ld, got %ld: %s", method, path, body ? body : "", want, st, raw);
+    free(raw);
+    return j;
+}
+
+/* A 400 whose field is field. */
+static void refused(const char *method, const char *path, const char *body, long status, const char *field,
+                    const char *needle)
+{
+    json_t *j = req(method, path, body, status);
+    const char *f = json_string_value(json_object_get(j, "field"));
+    cr_assert_str_eq(f ? f : "", field, "%s: field %s", body, f);
+    const char *m = json_string_value(json_object_get(j, "message"));
+    cr_assert(m && strstr(m, needle), "%s: message \"%s\" lacks \"%s\"", body, m, needle);
+    json_decref(j);
+}
+
+/* A small job's spec in queue (NULL: none given) of project, with nodes x slots cpu ranks. */
+static const char *spec(const char *name, const char *project, const char *queue, int nodes, int slots)
+{
+    static char buf[1024];
+    char q[96] = "";
+    if (queue)
+        snprintf(q, sizeof q, ", \"queue\": \"%s\"", queue);
+    snprintf(buf, sizeof buf,
+             "{\"name\": \"%s\", \"project\": \"%s\", \"model\": {\"type\": \"mlp\", \"hidden\": [8], \"n_inputs\": 4,"
+             " \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"}, \"hyperparameters\": {\"global_batch_size\": %d},"
+             " \"resources\": {\"nodes\": %d, \"slots_per_node\": %d, \"slot_type\": \"cpu\"}%s}",
+             name, project, nodes * slots * 2, nodes, slots, q);
+    return buf;
+}
+
+static char *submit(const char *name, const char *project, const char *queue, int nodes, int slots)
+{
+    json_t *j = req("POST", "/v1/jobs", spec(name, project, queue, nodes, slots), 201);
+    char *id = strdup(json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    return id;
+}
+
+/* Waits (up to 20 s) until the job's reason contains needle; returns the job. */
+static json_t *wait_reason(const char *id, const char *needle)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    for (int i = 0; i < 400; i++) {
+        json_t *j = req("GET", path, NULL, 200);
+        const char *r = json_string_value(json_object_get(j, "reason"));
+        if (r && strstr(r, needle))
+            return j;
+        if (i == 399)
+            cr_assert_fail("job %s's reason never said \"%s\": %s", id, needle, r);
+        json_decref(j);
+        usleep(50000);
+    }
+    return NULL;
+}
+
+static json_t *queue_named(json_t *list, const char *name)
+{
+    size_t i;
+    json_t *q;
+    json_array_foreach(json_object_get(list, "queues"), i, q)
+        if (!strcmp(json_string_value(json_object_get(q, "name")), name))
+            return q;
+    return NULL;
+}
+
+Test(queues, the_contract_shape_round_trips)
+{
+    json_t *made = req("POST", "/v1/queues",
+                       "{\"name\": \"nlp\", \"cohort\": \"research\", \"quota\": {\"cpu\": 8, \"gpu\": 0},"
+                       " \"borrowing_limit\": {\"cpu\": 4}, \"lending_limit\": {\"cpu\": 8}, \"weight\": 1,"
+                       " \"projects\": [\"default\"]}",
+                       201);
+    json_t *want = json_loads("{\"name\": \"nlp\", \"cohort\": \"research\", \"quota\": {\"cpu\": 8, \"gpu\": 0},"
+                              " \"borrowing_limit\": {\"cpu\": 4}, \"lending_limit\": {\"cpu\": 8}, \"weight\": 1.0,"
+                              " \"projects\": [\"default\"], \"fair_sharing\": false,"
+                              " \"usage\": {\"cpu\": 0, \"gpu\": 0}, \"pending\": 0}", 0, NULL);
+    const char *k;
+    json_t *v;
+    json_object_foreach(want, k, v) {
+        json_t *got = json_object_get(made, k);
+        char *gs = got ? json_dumps(got, JSON_ENCODE_ANY) : strdup("(absent)");
+        bool same = got && (json_equal(got, v) || (json_is_number(got) && json_is_number(v)
+                                                   && json_number_value(got) == json_number_value(v)));
+        cr_assert(same, "%s is %s", k, gs);
+        free(gs);
+    }
+    cr_assert(json_is_string(json_object_get(made, "created_at")));
+    cr_assert_str_eq(json_string_value(json_object_get(made, "created_by")), "admin");
+    json_decref(want);
+    json_decref(made);
+    /* only name and quota are required; the rest default */
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"min\", \"quota\": {\"gpu\": 2}}", 201));
+    json_t *list = req("GET", "/v1/queues", NULL, 200);
+    json_t *min = queue_named(list, "min"), *dflt = queue_named(list, "default");
+    cr_assert_not_null(min);
+    cr_assert(json_is_null(json_object_get(min, "cohort")));
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(min, "quota"), "cpu")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(min, "quota"), "gpu")), 2);
+    cr_assert_eq(json_object_size(json_object_get(min, "borrowing_limit")), 0);
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(min, "projects"), 0)), "*");
+    /* every cluster starts with "default": no limit, no cohort, every project, fair between projects */
+    cr_assert_not_null(dflt);
+    cr_assert(json_is_null(json_object_get(dflt, "quota")));
+    cr_assert(json_is_true(json_object_get(dflt, "fair_sharing")));
+    json_decref(list);
+    /* PATCH changes what it names; null clears a limit or the cohort */
+    json_t *p = req("PATCH", "/v1/queues/nlp", "{\"weight\": 2.5, \"borrowing_limit\": null, \"quota\": {\"cpu\": 6}}",
+                    200);
+    cr_assert_eq(json_number_value(json_object_get(p, "weight")), 2.5);
+    cr_assert_eq(json_object_size(json_object_get(p, "borrowing_limit")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(p, "quota"), "cpu")), 6);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "cohort")), "research");
+    json_decref(p);
+    json_decref(req("DELETE", "/v1/queues/min", NULL, 200));
+    json_decref(req("GET", "/v1/queues/min", NULL, 404));
+}
+
+Test(queues, bad_fields_are_refused_naming_them)
+{
+    refused("POST", "/v1/queues", "{\"quota\": {}}", 400, "name", "needs a name");
+    refused("POST", "/v1/queues", "{\"name\": \"Bad Name\", \"quota\": {}}", 400, "name", "not valid");
+    refused("POST", "/v1/queues", "{\"name\": \"a\"}", 400, "quota", "needs a quota");
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {\"tpu\": 1}}", 400, "quota.tpu", "slot type");
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {\"cpu\": -1}}", 400, "quota.cpu", "whole number");
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {\"cpu\": 1.5}}", 400, "quota.cpu", "whole number");
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {}, \"borrowing_limit\": {\"cpu\": 1}}", 400,
+            "borrowing_limit", "needs a cohort");
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": null, \"cohort\": \"c\"}", 400, "quota",
+            "needs a quota");
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {}, \"weight\": 0}", 400, "weight", "above 0");
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {}, \"projects\": [\"nope\"]}", 400, "projects[0]",
+            "\"nope\" does not exist");
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {}, \"colour\": \"red\"}", 400, "colour",
+            "unknown field");
+    refused("PATCH", "/v1/queues/default", "{\"name\": \"other\"}", 400, "name", "cannot change");
+    refused("DELETE", "/v1/queues/default", NULL, 409, "name", "cannot be deleted");
+    json_decref(req("GET", "/v1/queues/a", NULL, 404));
+}
+
+Test(queues, a_jobs_queue_is_honoured)
+{
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"p\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"one\", \"quota\": {\"cpu\": 1}}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"ponly\", \"quota\": {\"cpu\": 4}, \"projects\": [\"p\"]}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"lend\", \"cohort\": \"c\", \"quota\": {\"cpu\": 2},"
+                                          " \"lending_limit\": {\"cpu\": 1}}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"borrow\", \"cohort\": \"c\", \"quota\": {\"cpu\": 1}}", 201));
+    /* refused at submission, naming the queue or the limit */
+    refused("POST", "/v1/jobs", spec("j", "default", "nowhere", 1, 1), 400, "queue", "queue \"nowhere\" does not exist");
+    refused("POST", "/v1/jobs", spec("j", "default", "ponly", 1, 1), 400, "queue",
+            "project \"default\" may not use queue \"ponly\"");
+    refused("POST", "/v1/jobs", spec("j", "default", "one", 2, 1), 422, "queue", "its quota allows at most 1");
+    refused("POST", "/v1/jobs", spec("j", "default", "borrow", 1, 3), 422, "queue", "its lending_limit allows at most 2");
+    /* accepted: within what the queue could ever get (borrowing included), or no queue named */
+    free(submit("ok", "p", "ponly", 1, 1));
+    char *a = submit("a", "default", "one", 1, 1);
+    char *b = submit("b", "default", "one", 1, 1);
+    char *d = submit("d", "default", NULL, 1, 1);
+    at_run_job(a);
+    at_run_job(d);
+    json_t *jb = wait_reason(b, "waiting for quota");
+    cr_assert_str_eq(json_string_value(json_object_get(jb, "state")), "QUEUED");
+    cr_assert_str_eq(json_string_value(json_object_get(jb, "reason")),
+                     "waiting for quota: needs 1 cpu slot(s); queue one: quota 1, used 1, no cohort to borrow from");
+    cr_assert_str_eq(json_string_value(json_object_get(jb, "queue")), "one");
+    json_decref(jb);
+    json_t *list = req("GET", "/v1/queues", NULL, 200);
+    json_t *one = queue_named(list, "one");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(one, "usage"), "cpu")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(one, "pending")), 1);
+    json_decref(list);
+    /* a queue whose jobs wait or run stays */
+    refused("DELETE", "/v1/queues/one", NULL, 409, "name", "2 job(s) waiting or running");
+    /* more quota: the waiting job starts */
+    json_decref(req("PATCH", "/v1/queues/one", "{\"quota\": {\"cpu\": 2}}", 200));
+    at_run_job(b);
+    free(a);
+    free(b);
+    free(d);
+}
+
+Test(queues, only_cluster_admins_manage_queues)
+{
+    /* every other caller's 403 and 401 are in test_authz's matrix; here what a refusal says */
+    json_decref(req("POST", "/v1/users", "{\"name\": \"u\"}", 201));
+    json_t *t = req("POST", "/v1/users/u/tokens", "{}", 201);
+    char auth[200];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", json_string_value(json_object_get(t, "token")));
+    json_decref(t);
+    const char *hdrs[] = {auth, NULL};
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {}}", hdrs, &st, &raw);
+    cr_assert_eq(st, 403, "%s", raw);
+    cr_assert(strstr(json_string_value(json_object_get(j, "message")), "creating queues needs a cluster admin"), "%s",
+              raw);
+    json_decref(j);
+    free(raw);
+    j = at_req("GET", "/v1/queues", NULL, hdrs, &st, &raw);
+    cr_assert_eq(st, 200, "every user reads the queues: %s", raw);
+    json_decref(j);
+    free(raw);
+}
