@@ -17,8 +17,9 @@ from .config import DEFAULT_URL
 from .client import MODEL_ARTIFACT, TERMINAL_STATES, Artifact, Client, Job, JSONObject, LogLine, ModelData, parse_sse
 from .errors import JobFailedError, KilnError
 from .estimator import Estimator
+from .metrics import log_metrics
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Job", "LogLine", "Artifact", "ModelData", "Estimator", "KilnError", "JobFailedError",
+__all__ = ["Client", "Job", "LogLine", "Artifact", "ModelData", "Estimator", "log_metrics", "KilnError", "JobFailedError",
            "parse_sse", "config", "code", "KilnIgnore", "pack_dir", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT",
            "TERMINAL_STATES", "__version__"]
