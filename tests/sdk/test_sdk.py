@@ -510,6 +510,12 @@ class Identity(unittest.TestCase):
             spec = again.spec()
             for key in ("entry_point", "source", "hyperparameters", "data", "metric_definitions", "environment"):
                 self.assertEqual(spec[key], got[key], key)
+            # and kilnd takes its own normal form back
+            second = again.fit(wait=False)
+            with contextlib.suppress(kiln.KilnError):
+                second.stop()
+            self.assertNotEqual(second.id, job.id)
+            self.assertEqual(self.client.job(second.id).spec, got)
         finally:
             with contextlib.suppress(kiln.KilnError):
                 job.stop()
