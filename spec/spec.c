@@ -199,12 +199,18 @@ int rd_string(const rd_t *r, const json_t *obj, const char *key, char *out, size
 static int rd_choice(const rd_t *r, const json_t *obj, const char *key, char *out, size_t n,
                      const char *const choices[])
 {
-    int rc = rd_string(r, obj, key, out, n);
+    /* read into room for longer text than any choice, so a long wrong value ("ml.m5.xlarge" for
+     * a slot type) hears the choices rather than the field's length */
+    char got[128];
+    kiln_strlcpy(got, out, sizeof(got));
+    int rc = rd_string(r, obj, key, got, sizeof(got));
     if (rc)
         return rc;
     for (size_t i = 0; choices[i]; i++)
-        if (!strcmp(out, choices[i]))
+        if (!strcmp(got, choices[i]) && strlen(got) < n) {
+            kiln_strlcpy(out, got, n);
             return 0;
+        }
     char path[192], list[256] = "";
     rd_path(r, key, path, sizeof(path));
     for (size_t i = 0; choices[i]; i++) {
@@ -213,7 +219,7 @@ static int rd_choice(const rd_t *r, const json_t *obj, const char *key, char *ou
         strncat(list, choices[i], sizeof(list) - strlen(list) - 1);
         strncat(list, "\"", sizeof(list) - strlen(list) - 1);
     }
-    kiln_err_set(r->err, KILN_EINVAL, path, "%s must be one of %s (got \"%s\")", path, list, out);
+    kiln_err_set(r->err, KILN_EINVAL, path, "%s must be one of %s (got \"%s\")", path, list, got);
     return KILN_EINVAL;
 }
 

@@ -123,6 +123,9 @@ static const rest_case_t rest_cases[] = {
      "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"resources\": {\"nodes\": 2}, "
      "\"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"fp16\"}}}", 400,
      "distribution.data_parallel.gradient_dtype"},
+    {"metric definition with both Name and name", "POST", "/v1/jobs", NULL,
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"metric_definitions\": "
+     "[{\"Name\": \"acc\", \"name\": \"acc2\", \"regex\": \"acc ([0-9.]+)\"}]}", 400, "metric_definitions[0].Name"},
     {"Idempotency-Key not UTF-8", "POST", "/v1/jobs", "Idempotency-Key: \xff\xfe", GOOD_SPEC, 400, "Idempotency-Key"},
     {"Idempotency-Key of 10,000 characters", "POST", "/v1/jobs", "Idempotency-Key: @10000", GOOD_SPEC, 400,
      "Idempotency-Key"},

@@ -2,9 +2,10 @@
  * into a process environment and back; bad values refused naming the variable; secrets and the
  * launcher's own contract variables never passed on; data roots; CPU lists read, written, cut
  * into slot shares and bound to; metric records from the writer
- * through a pipe to the parser (exact doubles, NaN and infinities, escaped and long names);
- * exit codes and their meaning; shared-memory cleanup of exactly the given processes; a script
- * rank's torchrun and SageMaker variables and SageMaker's arguments. */
+ * through a pipe to the parser (exact doubles, NaN and infinities, escaped and long names), the
+ * Python SDK's writer (kiln.log_metrics) read by the same parser; exit codes and their meaning;
+ * shared-memory cleanup of exactly the given processes; a script rank's torchrun and SageMaker
+ * variables and SageMaker's arguments. */
 #include "rank/rank.h"
 
 #include <criterion/criterion.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- the environment -------------------------------------------------------------------- */
@@ -417,51 +419,107 @@ static size_t drain(int fd, char *buf, size_t cap)
     return n;
 }
 
+/* The metrics every writer's round trip carries: exact doubles, NaN and infinities, escaped,
+ * non-ASCII and longest names. */
+#define RT_N 14
+static const char *rt_names[RT_N];
+static const double rt_vals[RT_N] = {2.4137912345678901, 3e-4, 1e-300, -2.5e300, 5e-324, -0.0, 42, NAN,
+                                     INFINITY, -INFINITY, 0.1, 1.0 / 3.0, 7.25, 1.5};
+static char rt_long_name[RANK_METRIC_NAME_MAX + 1];
+
+static void rt_init(void)
+{
+    static const char *const names[RT_N - 1] = {"train_loss", "lr", "tiny", "huge", "denormal", "neg_zero",
+                                                "count", "diverged", "up", "down", "quote\"and\\back",
+                                                "tab\there", "\xce\xbb_loss"};
+    memset(rt_long_name, 'x', RANK_METRIC_NAME_MAX);
+    rt_long_name[RANK_METRIC_NAME_MAX] = '\0';
+    for (size_t i = 0; i < RT_N - 1; i++)
+        rt_names[i] = names[i];
+    rt_names[RT_N - 1] = rt_long_name;
+}
+
+/* Asserts buf[0..len) is one record line of step 120, time t (within tol seconds), holding
+ * exactly rt_names = rt_vals. */
+static void rt_check(const char *buf, size_t len, double t, double tol)
+{
+    cr_assert_gt(len, 0);
+    cr_assert_eq(buf[len - 1], '\n', "one line");
+    cr_assert_null(memchr(buf, '\n', len - 1), "one line only: %s", buf);
+    kiln_err_t err;
+    rank_metric_record_t rec;
+    cr_assert_eq(rank_metric_parse(buf, len, &rec, &err), 0, "%s: %s", err.message, buf);
+    cr_assert(rec.has_step && rec.step == 120);
+    cr_assert(rec.has_time && fabs(rec.time_s - t) <= tol, "%.6f", rec.time_s);
+    cr_assert_eq(rec.n, RT_N, "%zu of %d metrics back: %s", rec.n, RT_N, buf);
+    cr_assert_eq(rec.skipped, 0);
+    for (size_t i = 0; i < RT_N; i++) {
+        const rank_metric_t *m = NULL;
+        for (size_t k = 0; k < rec.n && !m; k++)
+            if (!strcmp(rec.v[k].name, rt_names[i]))
+                m = &rec.v[k];
+        cr_assert_not_null(m, "metric \"%s\" lost: %s", rt_names[i], buf);
+        if (isnan(rt_vals[i]))
+            cr_assert(isnan(m->value), "%s: %g", rt_names[i], m->value);
+        else
+            cr_assert(memcmp(&m->value, &rt_vals[i], sizeof(double)) == 0 || (rt_vals[i] == 0 && m->value == 0),
+                      "%s: wrote %.17g, read %.17g", rt_names[i], rt_vals[i], m->value);
+        if (isinf(rt_vals[i]))
+            cr_assert_eq(signbit(m->value), signbit(rt_vals[i]), "%s", rt_names[i]);
+    }
+    rank_metric_record_deinit(&rec);
+}
+
 Test(metric, writer_to_parser_round_trip)
 {
-    char long_name[RANK_METRIC_NAME_MAX + 1];
-    memset(long_name, 'x', RANK_METRIC_NAME_MAX);
-    long_name[RANK_METRIC_NAME_MAX] = '\0';
-    const char *names[] = {"train_loss", "lr", "tiny", "huge", "denormal", "neg_zero", "count", "diverged",
-                           "up", "down", "quote\"and\\back", "tab\there", "\xce\xbb_loss", long_name};
-    const double vals[] = {2.4137912345678901, 3e-4, 1e-300, -2.5e300, 5e-324, -0.0, 42, NAN,
-                           INFINITY, -INFINITY, 0.1, 1.0 / 3.0, 7.25, 1.5};
-    size_t n = sizeof(names) / sizeof(names[0]);
+    rt_init();
     int p[2];
     cr_assert_eq(pipe(p), 0);
     fcntl(p[0], F_SETFL, O_NONBLOCK);
     kiln_err_t err;
     double t = 1795000000.123456;
-    cr_assert_eq(rank_metric_write(p[1], 120, t, names, vals, n, &err), 0, "%s", err.message);
+    cr_assert_eq(rank_metric_write(p[1], 120, t, rt_names, rt_vals, RT_N, &err), 0, "%s", err.message);
     char buf[8192];
     size_t len = drain(p[0], buf, sizeof buf);
-    cr_assert_gt(len, 0);
-    cr_assert_eq(buf[len - 1], '\n', "one line");
-    cr_assert_null(memchr(buf, '\n', len - 1), "one line only: %s", buf);
-
-    rank_metric_record_t rec;
-    cr_assert_eq(rank_metric_parse(buf, len, &rec, &err), 0, "%s: %s", err.message, buf);
-    cr_assert(rec.has_step && rec.step == 120);
-    cr_assert(rec.has_time && fabs(rec.time_s - t) < 1e-6, "%.6f", rec.time_s);
-    cr_assert_eq(rec.n, n, "%zu of %zu metrics back: %s", rec.n, n, buf);
-    cr_assert_eq(rec.skipped, 0);
-    for (size_t i = 0; i < n; i++) {
-        const rank_metric_t *m = NULL;
-        for (size_t k = 0; k < rec.n && !m; k++)
-            if (!strcmp(rec.v[k].name, names[i]))
-                m = &rec.v[k];
-        cr_assert_not_null(m, "metric \"%s\" lost: %s", names[i], buf);
-        if (isnan(vals[i]))
-            cr_assert(isnan(m->value), "%s: %g", names[i], m->value);
-        else
-            cr_assert(memcmp(&m->value, &vals[i], sizeof(double)) == 0 || (vals[i] == 0 && m->value == 0),
-                      "%s: wrote %.17g, read %.17g", names[i], vals[i], m->value);
-        if (isinf(vals[i]))
-            cr_assert_eq(signbit(m->value), signbit(vals[i]), "%s", names[i]);
-    }
-    rank_metric_record_deinit(&rec);
+    rt_check(buf, len, t, 1e-6);
     close(p[0]);
     close(p[1]);
+}
+
+/* The Python SDK's kiln.log_metrics (sdk/python/kiln/metrics.py), the writer a script job's
+ * code uses, writes records this parser reads exactly as rank_metric_write's. */
+Test(metric, the_python_sdk_writer_to_parser_round_trip)
+{
+    rt_init();
+    if (access("/usr/bin/python3", X_OK) != 0)
+        cr_assert_fail("/usr/bin/python3 is missing");
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    char cmd[PATH_MAX + 512];
+    /* The values as Python spells the same doubles; names read from its argv. */
+    snprintf(cmd, sizeof cmd,
+             "KILN_METRICS_FD=3 /usr/bin/python3 -c 'import sys; sys.path.insert(0, sys.argv[1] + \"/sdk/python\"); "
+             "import kiln; inf = float(\"inf\"); "
+             "v = [2.4137912345678901, 3e-4, 1e-300, -2.5e300, 5e-324, -0.0, 42, float(\"nan\"), inf, -inf, 0.1, "
+             "1.0 / 3.0, 7.25, 1.5]; "
+             "assert kiln.log_metrics(120, **dict(zip(sys.argv[2:], v)))' %s 3>&1 >/dev/null",
+             root);
+    size_t n = strlen(cmd);
+    for (size_t i = 0; i < RT_N; i++) {
+        /* each name single-quoted for the shell (none holds a single quote) */
+        cr_assert_null(strchr(rt_names[i], '\''));
+        n += (size_t)snprintf(cmd + n, sizeof cmd - n, " '%s'", rt_names[i]);
+        cr_assert_lt(n, sizeof cmd);
+    }
+    double before = (double)time(NULL);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    char buf[8192];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = '\0';
+    int rc = pclose(f);
+    cr_assert_eq(rc, 0, "python exited %d: %s", rc, buf);
+    double after = (double)time(NULL) + 1;
+    rt_check(buf, len, (before + after) / 2, (after - before) / 2 + 0.001);
 }
 
 Test(metric, the_writer_refuses_bad_names_and_writes_nothing)

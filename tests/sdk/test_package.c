@@ -1,7 +1,8 @@
 /* test_package.c - the Python SDK as a package: `pip install` of sdk/python works offline into
  * a fresh virtual environment (Debian's setuptools as the build backend, no index), the installed
  * package carries py.typed and imports, and the sources pass mypy --strict (Debian's python3-mypy)
- * and pyright in strict mode (tools/, from npm). The SDK's behaviour against a real kilnd is
+ * and pyright in strict mode (tools/, from npm), so a script with a misspelled Estimator keyword
+ * fails mypy --strict. The SDK's behaviour against a real kilnd is
  * tests/sdk/test_sdk.py, run by the end-to-end suite. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -57,4 +58,40 @@ Test(sdk_package, mypy_strict)
 Test(sdk_package, pyright_strict)
 {
     run("pyright (strict)", "tools/node_modules/.bin/pyright -p sdk/python/pyrightconfig.json");
+}
+
+/* Runs a shell command from the repository root; asserts it exits non-zero and its output holds
+ * want. */
+static void run_fails(const char *what, const char *cmdline, const char *want)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "out=$( { %s ; } 2>&1 ) && { echo \"$out\"; echo '%s passed'; exit 1; }; "
+             "echo \"$out\"; echo \"$out\" | grep -qF '%s'", cmdline, what, want);
+    run(what, cmd);
+}
+
+/* Every keyword of Estimator is declared: a misspelled one (hyperparameter=, SageMaker's own
+ * spelling being hyperparameters=) is a type error, while the same script spelled right passes. */
+Test(sdk_package, mypy_strict_flags_a_misspelled_estimator_keyword)
+{
+    static const char script[] =
+        "import kiln\n"
+        "est = kiln.Estimator(entry_point=\"train.py\", source_dir=\".\", HP={\"epochs\": 1}, instance_count=2,\n"
+        "                     distribution={\"torch_distributed\": {\"enabled\": True}},\n"
+        "                     metric_definitions=[{\"Name\": \"acc\", \"Regex\": \"acc=([0-9.]+)\"}])\n"
+        "job = est.fit(inputs={\"train\": \"/data/train\", \"validation\": \"/data/val\"}, wait=False)\n"
+        "points: list[kiln.MetricPoint] = job.metrics()[\"acc\"]\n"
+        "print(points[0].time.isoformat(), points[0].step, job.dataframe())\n"
+        "kiln.log_metrics(1, acc=0.5)\n";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "printf '%%s' '%s' | sed 's/HP=/hyperparameters=/' > $T/ok.py && "
+             "MYPYPATH=sdk/python /usr/bin/python3 -m mypy --strict --cache-dir $T/mypy $T/ok.py",
+             script);
+    run("mypy --strict on an Estimator script", cmd);
+    snprintf(cmd, sizeof cmd,
+             "printf '%%s' '%s' | sed 's/HP=/hyperparameter=/' > $T/typo.py && "
+             "MYPYPATH=sdk/python /usr/bin/python3 -m mypy --strict --cache-dir $T/mypy $T/typo.py",
+             script);
+    run_fails("mypy --strict on a misspelled keyword", cmd, "Unexpected keyword argument \"hyperparameter\" for \"Estimator\"");
 }

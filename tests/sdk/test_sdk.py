@@ -102,6 +102,91 @@ class Offline(unittest.TestCase):
         self.assertEqual(spec2["name"], "m")
         self.assertEqual(est.spec()["data"], {"train": "/d/train.txt"})
 
+    def test_script_estimator_spec(self):
+        client = kiln.Client("http://127.0.0.1:1")
+        est = kiln.Estimator(entry_point="train.py", source="code:sha256:" + "ab" * 32,
+                             hyperparameters={"epochs": 3, "batch-size": 64, "model": {"depth": 4}},
+                             instance_count=2, distribution={"torch_distributed": {"enabled": True}},
+                             metric_definitions=[{"Name": "val_acc", "Regex": "val_acc=([0-9.]+)"}],
+                             environment={"MY_FLAG": "1"}, tags={"suite": "sdk"}, name="ddp", client=client)
+        spec = est.spec(inputs={"train": "/data/mnist/train", "validation": "/data/mnist/val"})
+        self.assertEqual(spec, {
+            "entry_point": "train.py", "source": "code:sha256:" + "ab" * 32, "environment": {"MY_FLAG": "1"},
+            "data": {"channels": {"train": "/data/mnist/train", "validation": "/data/mnist/val"}},
+            "hyperparameters": {"epochs": 3, "batch-size": 64, "model": {"depth": 4}},
+            "resources": {"nodes": 2}, "distribution": {"torch_distributed": {"enabled": True}}, "name": "ddp",
+            "metric_definitions": [{"Name": "val_acc", "Regex": "val_acc=([0-9.]+)"}], "tags": {"suite": "sdk"}})
+        # a path is SageMaker's "training" channel
+        self.assertEqual(est.spec(inputs="/data/all")["data"], {"channels": {"training": "/data/all"}})
+        self.assertNotIn("data", est.spec())
+        # one of model and entry_point; one of source_dir and source
+        for kw, field in (({}, "model"), ({"model": {"type": "gpt"}, "entry_point": "t.py"}, "entry_point"),
+                          ({"entry_point": "t.py", "source": "/d", "source_dir": "."}, "source_dir")):
+            with self.assertRaises(kiln.KilnError) as cm:
+                kiln.Estimator(client=client, **kw)
+            self.assertEqual((cm.exception.code, cm.exception.field), ("invalid_argument", field))
+        # an entry point alone that is a local file ships its directory, as SageMaker does
+        d = tempfile.mkdtemp(prefix="kiln-sdk-ep-")
+        self.addCleanup(shutil.rmtree, d, True)
+        open(os.path.join(d, "train.py"), "w").close()
+        est = kiln.Estimator(entry_point=os.path.join(d, "train.py"), client=client)
+        self.assertEqual((est.entry_point, est.source_dir), ("train.py", d))
+
+    def test_instance_type(self):
+        client = kiln.Client("http://127.0.0.1:1")
+        self.assertEqual(kiln.Estimator(model={"type": "gpt"}, instance_type="gpu", client=client).resources,
+                         {"slot_type": "gpu"})
+        for itype, use in (("ml.m5.xlarge", "cpu"), ("ml.p3.2xlarge", "gpu"), ("ml.g5.xlarge", "gpu")):
+            with self.assertRaises(kiln.KilnError) as cm:
+                kiln.Estimator(entry_point="t.py", source="/d", instance_type=itype, client=client)
+            e = cm.exception
+            self.assertEqual((e.code, e.field), ("invalid_argument", "instance_type"))
+            self.assertIn('kiln has no instance type "%s"' % itype, e.message)
+            self.assertIn('"cpu" or "gpu"', e.message)
+            self.assertEqual(e.hint, 'use instance_type="%s"' % use)
+
+    def test_metric_point(self):
+        p = kiln.MetricPoint.from_json({"step": 7, "value": 2.5, "time": "2026-11-28T08:00:01.5Z",
+                                        "time_us": 1795852801500000, "rank": 1, "attempt": 2})
+        step, value = p
+        self.assertEqual((step, value), (7, 2.5))
+        self.assertEqual(p, (7, 2.5), "a point is still a (step, value) pair")
+        self.assertEqual((p.step, p.value, p.rank, p.attempt), (7, 2.5, 1, 2))
+        self.assertEqual(p.time.isoformat(), "2026-11-28T08:00:01.500000+00:00")
+        self.assertIn("time=2026-11-28T08:00:01.500000+00:00", repr(p))
+        nan = kiln.MetricPoint.from_json({"step": 1, "value": None, "time_us": 0, "rank": 0, "attempt": 1})
+        self.assertNotEqual(nan.value, nan.value, "null is NaN")
+
+    def test_log_metrics(self):
+        import kiln.metrics as km
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        self.addCleanup(os.close, w)
+        saved = os.environ.get("KILN_METRICS_FD")
+        self.addCleanup(lambda: os.environ.__setitem__("KILN_METRICS_FD", saved) if saved is not None
+                        else os.environ.pop("KILN_METRICS_FD", None))
+        os.environ["KILN_METRICS_FD"] = str(w)
+        before = time.time()
+        self.assertTrue(kiln.log_metrics(12, val_acc=0.93, loss=float("inf"), n=3))
+        rec = json.loads(os.read(r, 65536))
+        self.assertEqual(rec["step"], 12)
+        self.assertEqual(rec["metrics"], {"val_acc": 0.93, "loss": "Infinity", "n": 3.0})
+        self.assertTrue(before <= rec["time"] <= time.time())
+        for args, kw, err in (((-1,), {"x": 1}, ValueError), ((1.5,), {"x": 1}, TypeError), ((True,), {"x": 1}, TypeError),
+                              ((1,), {"x": "1"}, TypeError), ((1,), {"y" * 128: 1}, ValueError),
+                              ((1,), {"": 1}, ValueError)):
+            with self.assertRaises(err):
+                kiln.log_metrics(*args, **kw)
+        with self.assertRaises(ValueError):
+            km.format_record(1, {"big": 1.0, **{"m%06d" % i: 0.1 for i in range(100000)}})
+        # outside a kiln job: nothing written, a note once
+        os.environ.pop("KILN_METRICS_FD")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertFalse(kiln.log_metrics(1, x=1))
+            self.assertFalse(kiln.log_metrics(2, x=1))
+        self.assertLessEqual(err.getvalue().count("KILN_METRICS_FD is not set"), 1)
+
     def test_unreachable_server(self):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
@@ -367,6 +452,74 @@ class Identity(unittest.TestCase):
             kiln.Estimator(model={"type": "mlp"}, client=self.client).describe()
         self.assertEqual(cm.exception.code, "failed_precondition")
 
+    def test_attach_by_name(self):
+        name = "sdk-byname-" + self.tag
+        spec = {"name": name, "model": {"type": "mlp", "hidden": [4], "n_inputs": 2, "n_classes": 2},
+                "data": {"train": "synthetic"}, "hyperparameters": {"lr": 0.01, "max_steps": 3}}
+        job = self.client.submit(spec)
+        est = kiln.Estimator.attach(name, client=self.client)
+        assert est.latest_training_job is not None
+        self.assertEqual(est.latest_training_job.id, job.id)
+        self.assertEqual((est.spec()["name"], est.spec()["model"]), (name, job.spec["model"]))
+        self.assertEqual(self.client.find_job(job.id[:6]).id, job.id, "a prefix still works")
+        # nothing of that name or id: 404
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.Estimator.attach("sdk-no-such-" + self.tag, client=self.client)
+        self.assertEqual((cm.exception.status, cm.exception.code), (404, "not_found"))
+        self.assertIn('no job has the id, id prefix or name "sdk-no-such-', cm.exception.message)
+        # a name two jobs share names neither: 400 listing both
+        twin = self.client.submit(spec)
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.Estimator.attach(name, client=self.client)
+        e = cm.exception
+        self.assertEqual((e.status, e.code), (400, "invalid_argument"))
+        self.assertIn('"%s" is the name of 2 jobs' % name, e.message)
+        self.assertIn(job.id, e.detail or "")
+        self.assertIn(twin.id, e.detail or "")
+        for j in (job, twin):
+            with contextlib.suppress(kiln.KilnError):
+                j.stop()
+
+    def test_a_script_estimators_spec_is_accepted_and_read_back(self):
+        """The spec a script Estimator submits, as kilnd stores it. The source is a directory
+        inside the data roots, which kilnd checks against the alive agents' (when there are any:
+        this case runs beside agents too, and stops the job before it matters)."""
+        name = "sdk-script-" + self.tag
+        roots = [r for w in self.client.workers() if w.get("state") == "ALIVE" for r in w.get("data_roots") or []]
+        base = roots[0] if roots else "/srv/kiln"
+        est = kiln.Estimator(entry_point="train.py", source=base + "/code/ddp",
+                             hyperparameters={"epochs": 3, "batch-size": 64, "lr": 0.01, "model": {"depth": 4}},
+                             instance_count=2, distribution={"torch_distributed": {"enabled": True}},
+                             metric_definitions=[{"Name": "val_acc", "Regex": "val_acc=([0-9.]+)"}],
+                             environment={"MY_FLAG": "1"}, name=name, client=self.client)
+        job = est.fit(inputs={"train": base + "/data/train", "validation": base + "/data/val"}, wait=False)
+        try:
+            got = self.client.job(job.id).spec
+            self.assertEqual((got["entry_point"], got["source"]), ("train.py", base + "/code/ddp"))
+            self.assertEqual(got["hyperparameters"], {"epochs": 3, "batch-size": 64, "lr": 0.01, "model": {"depth": 4}})
+            self.assertEqual(got["data"]["channels"], {"train": base + "/data/train",
+                                                       "validation": base + "/data/val"})
+            self.assertEqual(got["resources"]["nodes"], 2)
+            self.assertIs(got["distribution"]["torch_distributed"]["enabled"], True)
+            self.assertEqual(got["metric_definitions"], [{"name": "val_acc", "regex": "val_acc=([0-9.]+)"}],
+                             "SageMaker's keys, stored in kiln's spelling")
+            self.assertEqual(got["environment"], {"MY_FLAG": "1"})
+            # attached by its name, the Estimator submits the same job again
+            again = kiln.Estimator.attach(name, client=self.client)
+            self.assertEqual((again.entry_point, again.source, again.model), ("train.py", base + "/code/ddp", None))
+            spec = again.spec()
+            for key in ("entry_point", "source", "hyperparameters", "data", "metric_definitions", "environment"):
+                self.assertEqual(spec[key], got[key], key)
+            # and kilnd takes its own normal form back
+            second = again.fit(wait=False)
+            with contextlib.suppress(kiln.KilnError):
+                second.stop()
+            self.assertNotEqual(second.id, job.id)
+            self.assertEqual(self.client.job(second.id).spec, got)
+        finally:
+            with contextlib.suppress(kiln.KilnError):
+                job.stop()
+
     def test_users_projects_and_members(self):
         name, project = "sdk-u-" + self.tag, "sdk-p-" + self.tag
         u = self.client.create_user(name)
@@ -531,6 +684,24 @@ class Live(unittest.TestCase):
         self.assertLess(points[-1][1], points[0][1], "training loss did not fall")
         self.assertAlmostEqual(points[-1][1], job.latest_metrics["train_loss"], places=4)
         self.assertIn("train_loss", job.metrics())
+        # every point carries its time, in step order as the engine recorded them
+        import datetime
+        started = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=10)
+        self.assertTrue(all(started < p.time <= datetime.datetime.now(datetime.timezone.utc) for p in points))
+        self.assertEqual([p.time for p in points], sorted(p.time for p in points))
+        self.assertTrue(all((p.rank, p.attempt) == (0, 1) for p in points))
+        # and SageMaker's TrainingJobAnalytics: a frame of every metric by step and time
+        df = job.dataframe()
+        self.assertEqual(list(df.columns), list(kiln.METRIC_COLUMNS))
+        every = job.metrics()
+        self.assertEqual(sorted(set(df["metric_name"])), sorted(every))
+        self.assertEqual(len(df), sum(len(v) for v in every.values()))
+        loss_df = df[df["metric_name"] == "train_loss"]
+        self.assertEqual(list(loss_df["step"]), [p.step for p in points])
+        self.assertEqual(list(loss_df["value"]), [p.value for p in points])
+        self.assertEqual(list(loss_df["time"]), [p.time for p in points])
+        self.assertEqual(df["timestamp"].min(), 0.0)
+        self.assertEqual(job.metric_rows("train_loss")[-1]["step"], MAX_STEPS)
         states = [e["to_state"] for e in job.events()]
         self.assertEqual(states[0], "QUEUED")
         self.assertEqual(states[-1], "COMPLETED")
@@ -551,7 +722,7 @@ class Live(unittest.TestCase):
         for lr in (3e-3, 3e-4):
             est = tiny_estimator(self.client, "sdk-sweep")
             est.hyperparameters["lr"] = lr
-            est.extra["tags"] = {"suite": "sdk", "run": run}
+            est.tags = {"suite": "sdk", "run": run}
             jobs.append(est.fit(wait=False))
         for j in jobs:
             j.wait(timeout=120)
@@ -665,6 +836,28 @@ class Live(unittest.TestCase):
         self.assertEqual(spec["hyperparameters"]["model"]["depth"], 4)
         with contextlib.suppress(kiln.KilnError):
             self.client.stop(job.id)
+
+    def test_a_script_estimator_uploads_its_source_dir(self):
+        d = tempfile.mkdtemp(prefix="kiln-sdk-est-code-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "train.py"), "w") as f:
+            f.write("import kiln\nkiln.log_metrics(1, acc=0.5)\n")
+        with open(os.path.join(d, "notes.log"), "w") as f:
+            f.write("left out\n")
+        with open(os.path.join(d, ".kilnignore"), "w") as f:
+            f.write("*.log\n")
+        # a channel inside an agent's data roots, as kilnd checks while agents are alive
+        root = self.client.workers()[0]["data_roots"][0]
+        est = kiln.Estimator(entry_point="train.py", source_dir=d, hyperparameters={"epochs": 1},
+                             instance_count=1, metric_definitions=[{"Name": "acc", "Regex": "acc=([0-9.]+)"}],
+                             name="sdk-script-estimator", client=self.client)
+        job = est.fit(inputs={"train": root, "validation": root}, wait=False)
+        with contextlib.suppress(kiln.KilnError):
+            self.client.stop(job.id)
+        self.assertEqual(job.spec["entry_point"], "train.py")
+        self.assertEqual(job.spec["source"], self.client.upload_code(d), "the packed source_dir, uploaded")
+        self.assertEqual(job.spec["data"]["channels"], {"train": root, "validation": root})
+        self.assertEqual(job.spec["metric_definitions"], [{"name": "acc", "regex": "acc=([0-9.]+)"}])
 
     def test_workers(self):
         workers = self.client.workers()

@@ -255,6 +255,10 @@ Test(spec, combinations_the_engine_cannot_run_are_refused)
         {"{\"name\": \"g\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/d\"}, "
          "\"resources\": {\"nodes\": 2}, \"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"fp16\"}}}",
          "distribution.data_parallel.gradient_dtype", "must be one of \"fp32\", \"bf16\" (got \"fp16\")"},
+        /* a cloud instance type where kiln takes a slot type: the choices, not its length */
+        {"{\"name\": \"g\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/d\"}, "
+         "\"resources\": {\"slot_type\": \"ml.m5.xlarge\"}}",
+         "resources.slot_type", "must be one of \"cpu\", \"gpu\" (got \"ml.m5.xlarge\")"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         spec_t s;

@@ -4,10 +4,10 @@
 // `node --test tests/ui/`; no test skips: a skipped one counts as failed there.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { BIN, browser as newBrowser, Cluster, OUT, sleep } from './cluster.mjs';
+import { BIN, browser as newBrowser, Cluster, OUT, ROOT, sleep } from './cluster.mjs';
 
 let c;
 let adminCtx;
@@ -303,9 +303,96 @@ describe('web UI', { concurrency: false }, () => {
     await page.waitForSelector('main[data-state="RUNNING"] figure.chart[data-ready="true"]');
     assert.equal(await page.locator('#stop').count(), 0);
     assert.equal(await page.getByRole('button', { name: /stop/i }).count(), 0);
+    assert.equal(await page.locator('#clone-open').count(), 0, 'a viewer may not submit: no Clone and edit');
     await shot(page, 'viewer-no-stop');
     await c.api('POST', `/v1/jobs/${job.id}:stop`, {});
     await ctx.close();
+  });
+
+  test('script job: its page shows the entry point, the source digest, channels and hyperparameters', async () => {
+    const dir = mkdtempSync(path.join(c.dir, 'code-'));
+    writeFileSync(path.join(dir, 'train.py'), 'print("hello from a script job")\n');
+    const out = execFileSync(path.join(BIN, 'kiln'), ['code', 'push', dir], { env: { ...process.env,
+      KILN_URL: c.url, KILN_TOKEN: c.adminToken, KILN_TLS_CA: path.join(c.tls, 'ca.pem'), XDG_CONFIG_HOME: c.dir } }).toString();
+    const source = /code:sha256:[0-9a-f]{64}/.exec(out)?.[0];
+    assert.ok(source, `kiln code push printed the source: ${out}`);
+    const data = path.join(ROOT, 'data');
+    const r = await c.api('POST', '/v1/jobs', { name: 'ui-script', entry_point: 'train.py', source,
+      hyperparameters: { epochs: 3, 'batch-size': 64, model: { depth: 4 } },
+      data: { channels: { train: data, validation: data } },
+      resources: { nodes: 1, slots_per_node: 1, slot_type: 'cpu' }, tags: { suite: 'ui' } });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const job = r.body;
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/jobs/${job.id}`);
+    await page.waitForSelector('#entry-point');
+    assert.equal(await page.textContent('#entry-point'), 'train.py');
+    assert.equal(await page.textContent('#source'), `${source.slice(0, 'code:sha256:'.length + 12)}…`);
+    assert.equal(await page.getAttribute('#source', 'title'), source, 'the whole digest on hover');
+    const summary = await page.textContent('dl.summary');
+    assert.match(summary, /uploaded code/);
+    assert.match(summary, /Channels\s*train .*validation /);
+    assert.equal(await page.locator('#model').count(), 0);
+    const hp = await page.textContent('table.kv[aria-label="Hyperparameters"]');
+    assert.match(hp, /batch-size\s*64/);
+    assert.match(hp, /epochs\s*3/);
+    assert.match(hp, /model\s*\{"depth":4\}/);
+    await shot(page, 'script-job');
+    // an engine job says which model it trains
+    const engine = await c.submit(c.spec('ui-engine-kind', { steps: 3 }));
+    await page.goto(`${c.url}/#/jobs/${engine.id}`);
+    await page.waitForSelector('#model');
+    assert.equal(await page.textContent('#model'), 'gpt');
+    assert.equal(await page.locator('#entry-point').count(), 0);
+    // (whether the script ran does not matter here: it may have ended already)
+    await c.request('POST', `/v1/jobs/${job.id}:stop`, {}, c.adminToken);
+    await page.close();
+  });
+
+  test('clone and edit: the spec opens in an editor; bad edits are explained, a good one is a new job', async () => {
+    const job = await c.submit(c.spec('ui-clone-src', { steps: 5 }));
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/jobs/${job.id}`);
+    await page.getByRole('button', { name: 'Clone and edit' }).click();
+    const area = page.locator('#clone-spec');
+    await area.waitFor();
+    assert.ok(await area.evaluate((el) => el === document.activeElement), 'the editor has the focus');
+    const spec = JSON.parse(await area.inputValue());
+    assert.equal(spec.name, 'ui-clone-src');
+    assert.equal(spec.hyperparameters.max_steps, 5);
+    const jobsBefore = (await c.api('GET', '/v1/jobs?page_size=500')).body.jobs.length;
+    // not JSON: said here, nothing sent
+    await area.fill('{"name": ');
+    await page.getByRole('button', { name: 'Submit copy' }).click();
+    await page.waitForSelector('#clone-error:not([hidden])');
+    assert.match(await page.textContent('#clone-error'), /Not JSON/);
+    // refused by kilnd: its message names the field, and the text stays as edited
+    spec.hyperparameters.lr = -1;
+    await area.fill(JSON.stringify(spec, null, 2));
+    await page.getByRole('button', { name: 'Submit copy' }).click();
+    await page.waitForFunction(() => /kilnd refused the spec.*hyperparameters\.lr/s.test(document.getElementById('clone-error').textContent));
+    assert.equal(await page.getAttribute('#clone-spec', 'aria-invalid'), 'true');
+    assert.equal(JSON.parse(await area.inputValue()).hyperparameters.lr, -1);
+    assert.equal((await c.api('GET', '/v1/jobs?page_size=500')).body.jobs.length, jobsBefore, 'nothing was submitted');
+    await shot(page, 'clone-refused');
+    // a good edit: a new job with the edits, and the page opens it
+    spec.hyperparameters.lr = 1e-3;
+    spec.hyperparameters.max_steps = 7;
+    spec.name = 'ui-clone-copy';
+    await area.fill(JSON.stringify(spec, null, 2));
+    await page.getByRole('button', { name: 'Submit copy' }).click();
+    await page.waitForFunction((id) => /^#\/jobs\/[0-9a-f-]{36}$/.test(location.hash) && !location.hash.includes(id), job.id);
+    const copyId = page.url().split('/').pop();
+    await page.waitForFunction(() => document.querySelector('h1')?.textContent === 'ui-clone-copy');
+    const copy = (await c.api('GET', `/v1/jobs/${copyId}`)).body;
+    assert.equal(copy.name, 'ui-clone-copy');
+    assert.equal(copy.spec.hyperparameters.lr, 1e-3);
+    assert.equal(copy.spec.hyperparameters.max_steps, 7);
+    const orig = (await c.api('GET', `/v1/jobs/${job.id}`)).body;
+    assert.deepEqual(copy.spec.model, orig.spec.model);
+    assert.equal(orig.spec.hyperparameters.max_steps, 5, 'the original is unchanged');
+    await shot(page, 'clone-submitted');
+    await page.close();
   });
 
   test('workers: hosts, slots, state and the jobs on each', async () => {

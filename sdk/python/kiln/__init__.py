@@ -9,16 +9,27 @@
     job.wait()
     print(job.state, job.metrics("train_loss"))
     job.model_data.download("model.bin")   # the trained model (llm.c format), checked
+
+    # your own code (a script job), SageMaker's way
+    est = kiln.Estimator(entry_point="train.py", source_dir="./scripts", hyperparameters={"epochs": 3},
+                         instance_count=2, distribution={"torch_distributed": {"enabled": True}},
+                         metric_definitions=[{"Name": "val_acc", "Regex": "val_acc=([0-9.]+)"}])
+    job = est.fit(inputs={"train": "/data/mnist/train", "validation": "/data/mnist/val"}, wait=False)
+    job.dataframe()                        # every metric by step and time (pandas)
+    kiln.log_metrics(step, val_acc=0.93)   # inside train.py: metrics straight to kiln
 """
 
 from . import code, config
 from .code import KilnIgnore, pack_dir
 from .config import DEFAULT_URL
-from .client import MODEL_ARTIFACT, TERMINAL_STATES, Artifact, Client, Job, JSONObject, LogLine, ModelData, parse_sse
+from .client import (METRIC_COLUMNS, MODEL_ARTIFACT, TERMINAL_STATES, Artifact, Client, Job, JSONObject, LogLine,
+                     MetricPoint, ModelData, parse_sse)
 from .errors import JobFailedError, KilnError
-from .estimator import Estimator
+from .estimator import INSTANCE_TYPES, Estimator
+from .metrics import log_metrics
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Job", "LogLine", "Artifact", "ModelData", "Estimator", "KilnError", "JobFailedError",
+__all__ = ["Client", "Job", "LogLine", "Artifact", "ModelData", "MetricPoint", "METRIC_COLUMNS", "Estimator",
+           "INSTANCE_TYPES", "log_metrics", "KilnError", "JobFailedError",
            "parse_sse", "config", "code", "KilnIgnore", "pack_dir", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT",
            "TERMINAL_STATES", "__version__"]

@@ -10,7 +10,9 @@ stream and reconnects with Last-Event-ID if the connection drops mid-job.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
+import importlib
 import json
 import os
 import socket
@@ -35,6 +37,9 @@ JSONObject = dict[str, Any]
 
 #: The artifact that holds a job's final model (kiln-train writes it in llm.c's format).
 MODEL_ARTIFACT = "model_llmc.bin"
+
+# The jobs Client.find_job names when a name is not unique.
+_CANDIDATES = 5
 
 
 def _obj(v: Any) -> JSONObject:
@@ -122,6 +127,50 @@ class ModelData(str):
     def download(self, path: str | None = None) -> str:
         """Saves the model to path (default: its name in the current directory); returns the path."""
         return self.client.download(self.job_id, self.name, path)
+
+
+class MetricPoint(tuple[int, float]):
+    """One point of a metric: a ``(step, value)`` pair (it unpacks and compares as one) that
+    also carries ``time`` (when it was recorded: an aware datetime in UTC), ``rank`` (the rank
+    that reported it) and ``attempt``. ``value`` is NaN where kilnd sent null (a non-finite
+    value)."""
+
+    time: datetime.datetime
+    rank: int
+    attempt: int
+
+    def __new__(cls, step: int, value: float, time: datetime.datetime, rank: int = 0, attempt: int = 1) -> MetricPoint:
+        self = super().__new__(cls, cast("Iterable[Any]", (step, value)))
+        self.time = time
+        self.rank = rank
+        self.attempt = attempt
+        return self
+
+    @classmethod
+    def from_json(cls, j: Mapping[str, Any]) -> MetricPoint:
+        """A point of the REST reply ({step, value, time, time_us, rank, attempt})."""
+        v = j.get("value")
+        value = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan")
+        us = _int(j.get("time_us"))
+        when = datetime.datetime.fromtimestamp(us // 1000000, datetime.timezone.utc) + \
+            datetime.timedelta(microseconds=us % 1000000)
+        return cls(_int(j.get("step")), value, when, _int(j.get("rank")), _int(j.get("attempt")) or 1)
+
+    @property
+    def step(self) -> int:
+        return self[0]
+
+    @property
+    def value(self) -> float:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return "MetricPoint(step=%d, value=%r, time=%s, rank=%d, attempt=%d)" % (
+            self.step, self.value, self.time.isoformat(), self.rank, self.attempt)
+
+
+#: The columns of Job.metric_rows() and Job.dataframe(), in order.
+METRIC_COLUMNS = ("metric_name", "step", "value", "time", "timestamp", "rank", "attempt")
 
 
 def parse_sse(lines: Iterable[str]) -> Iterator[tuple[str, str, str]]:
@@ -228,6 +277,38 @@ class Client:
         (4 characters or more, as ``kiln jobs`` shows them) works too: kilnd resolves it."""
         _, j = self._call("GET", "/v1/jobs/" + _seg(job_id))
         return Job(self, j)
+
+    def find_job(self, ref: str) -> Job:
+        """The job ``ref`` names: its id, a unique prefix of its id (4 characters or more), or its
+        name, when exactly one job you can see has that name (as SageMaker's training job names
+        are). A name that is also a prefix of another job's id, and a name several jobs share,
+        raise KilnError (status 400) listing the candidates; nothing found raises status 404."""
+        named: list[Job] = []
+        if ref and all(c.isascii() and (c.isalnum() or c in "-_.") for c in ref):
+            named = self.search('name = "%s"' % ref, limit=_CANDIDATES + 1)
+        by_id: Job | None = None
+        id_error: KilnError | None = None
+        if len(ref) >= 4 and all(c in "0123456789abcdefABCDEF-" for c in ref):
+            try:
+                by_id = self.job(ref)
+            except KilnError as e:
+                if e.status not in (400, 404):
+                    raise
+                id_error = e
+        if len(named) > 1 or (named and by_id is not None and by_id.id != named[0].id):
+            ids = [j.id for j in named[:_CANDIDATES]] + ([by_id.id] if by_id is not None else [])
+            what = "the name of %s%d jobs" % ("more than " if len(named) > _CANDIDATES else "", len(named)) \
+                if len(named) > 1 else "the name of one job and a prefix of another's id"
+            raise KilnError('"%s" is %s' % (ref, what), code="invalid_argument", status=400,
+                            detail="candidates: " + ", ".join(ids), hint="give the job's id (or a prefix only it has)")
+        if named:
+            return named[0]
+        if by_id is not None:
+            return by_id
+        if id_error is not None and id_error.status == 400:
+            raise id_error
+        raise KilnError('no job has the id, id prefix or name "%s"' % ref, code="not_found", status=404,
+                        hint="kiln jobs lists the jobs you can see")
 
     def describe(self, job_id: str) -> JSONObject:
         """Everything kilnd says about the job, like SageMaker's describe_training_job: the job
@@ -422,16 +503,42 @@ class Client:
             backoff = min(backoff * 2, 5.0)
 
     def metrics(self, job_id: str, name: str | None = None, max_points: int | None = None,
-                attempt: int | str = "latest") -> dict[str, list[tuple[int, float]]]:
-        """The job's metric histories: {name: [(step, value), ...]} in step order.
+                attempt: int | str = "latest") -> dict[str, list[MetricPoint]]:
+        """The job's metric histories: {name: [MetricPoint, ...]} in step order; a point unpacks
+        as ``(step, value)`` and carries ``time``, ``rank`` and ``attempt``.
         ``max_points`` asks kilnd to downsample each series: the first and last point and each
         bucket's lowest and highest survive. ``attempt``: "latest" (per step the points of the
         latest attempt that reached it, so a step a retried attempt trained again appears once),
         "all" (every attempt's points, by step then attempt), or an attempt number."""
         _, j = self._call("GET", "/v1/jobs/%s/metrics" % _seg(job_id),
                           query={"name": name, "max_points": max_points or 100000, "attempt": attempt})
-        return {_str(s.get("name")): [(_int(p.get("step")), float(p.get("value") or 0.0)) for p in _objs(s.get("points"))]
+        return {_str(s.get("name")): [MetricPoint.from_json(p) for p in _objs(s.get("points"))]
                 for s in _objs(j.get("metrics"))}
+
+    def metric_rows(self, job_id: str, name: str | None = None, attempt: int | str = "latest") -> list[JSONObject]:
+        """Every point of every metric (or of ``name``) as a row: {"metric_name", "step",
+        "value", "time" (a datetime in UTC), "timestamp" (seconds since the job's first point),
+        "rank", "attempt"}, by metric name, then step. What Job.dataframe() holds, without pandas."""
+        series = self.metrics(job_id, name=name, attempt=attempt)
+        times = [p.time for points in series.values() for p in points]
+        t0 = min(times) if times else None
+        return [{"metric_name": metric, "step": p.step, "value": p.value, "time": p.time,
+                 "timestamp": (p.time - t0).total_seconds() if t0 else 0.0, "rank": p.rank, "attempt": p.attempt}
+                for metric in sorted(series) for p in series[metric]]
+
+    def dataframe(self, job_id: str, name: str | None = None, attempt: int | str = "latest") -> Any:
+        """Client.metric_rows() as a pandas DataFrame with the columns METRIC_COLUMNS, in the
+        manner of SageMaker's ``TrainingJobAnalytics(...).dataframe()``: one row per point, with
+        its step and time. A table of every metric by step is
+        ``df.pivot_table(index="step", columns="metric_name", values="value")``. Needs pandas
+        (Debian's python3-pandas, or ``pip install pandas``); ImportError without it."""
+        try:
+            pandas = importlib.import_module("pandas")
+        except ImportError:
+            raise ImportError("dataframe() needs pandas (apt-get install python3-pandas, or pip install pandas); "
+                              "metric_rows() gives the same rows as dicts without it") from None
+        rows = self.metric_rows(job_id, name=name, attempt=attempt)
+        return pandas.DataFrame(rows, columns=list(METRIC_COLUMNS))
 
     def delete(self, job_id: str) -> JSONObject:
         """Deletes an ended job with its events, logs, metrics and artifacts (editors). Returns
@@ -733,6 +840,15 @@ class Job:
         return self.client.logs(self.id, follow=follow, rank=rank, since=since)
 
     def metrics(self, name: str | None = None, max_points: int | None = None,
-                attempt: int | str = "latest") -> dict[str, list[tuple[int, float]]]:
-        """{name: [(step, value), ...]}; with ``name`` only that metric (see Client.metrics)."""
+                attempt: int | str = "latest") -> dict[str, list[MetricPoint]]:
+        """{name: [MetricPoint, ...]}: each point unpacks as (step, value) and carries its time,
+        rank and attempt; with ``name`` only that metric (see Client.metrics)."""
         return self.client.metrics(self.id, name=name, max_points=max_points, attempt=attempt)
+
+    def metric_rows(self, name: str | None = None, attempt: int | str = "latest") -> list[JSONObject]:
+        """Every point as a dict with its step and time (Client.metric_rows)."""
+        return self.client.metric_rows(self.id, name=name, attempt=attempt)
+
+    def dataframe(self, name: str | None = None, attempt: int | str = "latest") -> Any:
+        """Every metric by step and time as a pandas DataFrame (Client.dataframe)."""
+        return self.client.dataframe(self.id, name=name, attempt=attempt)

@@ -1,6 +1,8 @@
-// job.ts - one job: state with its reason, attempt, progress and ETA, resources and workers; live
-// charts (loss, learning rate, throughput, MFU, and any other metric on request); live logs; the
-// events timeline; hyperparameters and the full spec; artifacts; Stop for those who may.
+// job.ts - one job: state with its reason, attempt, progress and ETA, what it runs (kiln's model,
+// or a script job's entry point, source and channels), resources and workers; live charts (loss,
+// learning rate, throughput, MFU, and any other metric on request); live logs; the events
+// timeline; hyperparameters and the full spec; artifacts; Stop and "Clone and edit" for those who
+// may.
 import { api, ApiError, canEdit, download, get } from '../api';
 import { MetricChart } from '../chart';
 import { announce, clear, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtTime, h, stateBadge, TERMINAL } from '../dom';
@@ -8,6 +10,7 @@ import type { Cleanup } from '../main';
 import { JobMetrics } from '../metrics';
 import { durationS } from '../columns';
 import type { Artifact, Job, JobEvent } from '../types';
+import { clonePanel } from './clone';
 import { logPanel } from './logs';
 
 const POLL_MS = 2000;
@@ -29,6 +32,7 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
   const charts: MetricChart[] = [];
 
   const head = h('div', { class: 'job-head' });
+  const cloneSlot = h('div');
   const summary = h('dl', { class: 'summary' });
   const chartGrid = h('div', { class: 'charts', id: 'charts' });
   const extraSel = h('select', { id: 'extra-metric' }, h('option', { value: '' }, 'Add a chart…'));
@@ -42,7 +46,7 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
   const hp = h('table', { class: 'kv', 'aria-label': 'Hyperparameters' });
   const spec = h('pre', { class: 'spec' });
   const artifacts = h('div', { id: 'artifacts' }, h('p', { class: 'muted' }, 'Loading…'));
-  main.append(head, summary, chartsCard, logsSlot,
+  main.append(head, cloneSlot, summary, chartsCard, logsSlot,
     h('section', { class: 'card', 'aria-labelledby': 'events-title' }, h('h2', { id: 'events-title' }, 'Events'), events),
     h('div', { class: 'two' },
       h('section', { class: 'card', 'aria-labelledby': 'hp-title' }, h('h2', { id: 'hp-title' }, 'Hyperparameters'), hp),
@@ -99,10 +103,23 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
     if (canEdit(j.project || 'default') && !TERMINAL.has(j.state) && j.state !== 'STOPPING') {
       actions.append(h('button', { type: 'button', class: 'danger', id: 'stop', onclick: () => stop(j) }, 'Stop job'));
     }
+    // A copy is submitted to the job's project: offered to those who may submit there.
+    if (canEdit(j.project || 'default')) {
+      actions.append(' ', h('button', { type: 'button', class: 'secondary', id: 'clone-open', 'aria-expanded': cloneSlot.hasChildNodes() ? 'true' : 'false',
+                                        'aria-controls': 'clone', onclick: () => openClone(j) }, 'Clone and edit'));
+    }
     head.append(
       h('p', { class: 'crumbs' }, h('a', { href: '#/jobs' }, 'Jobs'), ' / ', h('code', null, j.id)),
       h('div', { class: 'title-row' }, h('h1', null, j.name || j.id), stateBadge(j.state), actions),
       h('p', { class: 'reason', id: 'reason' }, j.reason || ''));
+  }
+
+  function openClone(j: Job): void {
+    clear(cloneSlot);
+    const panel = clonePanel(j, () => { clear(cloneSlot); renderHead(j); });
+    cloneSlot.append(panel.el);
+    renderHead(j);
+    panel.focus();
   }
 
   function renderSummary(j: Job): void {
@@ -115,6 +132,26 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
         ` step ${p.step || 0} of ${p.total_steps} (${Math.floor((100 * (p.step || 0)) / p.total_steps)}%)`);
     }
     if (!TERMINAL.has(j.state) && p.eta_s) row('ETA', fmtDuration(p.eta_s));
+    // what the job runs: kiln's model, or a script job's code (docs/contracts.md)
+    const sp = j.spec || {};
+    if (sp.entry_point) {
+      row('Entry point', h('code', { id: 'entry-point' }, String(sp.entry_point)),
+        sp.python ? h('span', { class: 'muted' }, ` with ${sp.python}`) : null);
+      const src = String(sp.source || '');
+      const digest = /^code:sha256:([0-9a-f]{64})$/.exec(src);
+      row('Source', digest ? h('code', { id: 'source', title: src }, `code:sha256:${digest[1].slice(0, 12)}…`) : h('code', { id: 'source' }, src),
+        digest ? h('span', { class: 'muted' }, ' (uploaded code)') : h('span', { class: 'muted' }, ' (a directory in the data roots)'));
+      const chans = Object.entries((sp.data?.channels || {}) as Record<string, string>);
+      if (chans.length) row('Channels', ...chans.flatMap(([k, v], i) => [i ? ', ' : '', `${k} `, h('code', null, v)]));
+      const td = sp.distribution?.torch_distributed;
+      if (td?.enabled) row('Distribution', `torchrun, ${td.nproc_per_node ?? 1} process${td.nproc_per_node === 1 ? '' : 'es'} per node`);
+      const env = Object.keys(sp.environment || {});
+      if (env.length) row('Environment', env.sort().join(', '));
+    } else if (sp.model) {
+      const m = sp.model;
+      const shape = ['n_layer', 'n_head', 'n_embd', 'seq_len'].filter((k) => m[k] !== undefined).map((k) => `${k} ${m[k]}`).join(', ');
+      row('Model', h('code', { id: 'model' }, String(m.type || '')), shape ? h('span', { class: 'muted' }, ` (${shape})`) : null);
+    }
     row('Attempt', String(j.attempt ?? ''));
     row('Project', j.project || '');
     if (j.submitted_by) row('Submitted by', j.submitted_by);
