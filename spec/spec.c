@@ -521,7 +521,7 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
     static const char *const gradient_dtypes[] = {"fp32", "bf16", NULL};
     spec_distribution_t *d = &s->dist;
     int rc;
-    d->dp_bucket_mb = 25;
+    d->dp_bucket_mb = 0; /* not set: engine/dp chooses it from the model */
     kiln_strlcpy(d->dp_gradient_dtype, "fp32", sizeof(d->dp_gradient_dtype));
     d->mp_partitions = 1;
     d->mp_microbatches = 1;
@@ -878,13 +878,16 @@ json_t *spec_to_json(const spec_t *s)
                             (json_int_t)s->res.memory_limit_mb);
     const spec_distribution_t *d = &s->dist;
     json_t *dist = json_pack(
-        "{s:{s:b, s:f, s:b, s:s}, s:{s:i, s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled",
-        d->dp_enabled, "bucket_mb", d->dp_bucket_mb, "shard_optimizer_state", d->dp_shard_optimizer_state,
+        "{s:{s:b, s:b, s:s}, s:{s:i, s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled",
+        d->dp_enabled, "shard_optimizer_state", d->dp_shard_optimizer_state,
         "gradient_dtype", d->dp_gradient_dtype, "model_parallel",
         "partitions", d->mp_partitions, "microbatches", d->mp_microbatches, "pipeline", d->mp_pipeline, "optimize",
         d->mp_optimize, "auto_partition", d->mp_auto_partition, "partition_plan", d->mp_partition_plan,
         "mixed_precision", d->mixed_precision[0] ? d->mixed_precision : "none", "activation_checkpointing",
         d->activation_checkpointing);
+    /* absent when the user left it to the engine, so "chosen from the model" stays visible */
+    if (d->dp_bucket_mb > 0)
+        json_object_set_new(json_object_get(dist, "data_parallel"), "bucket_mb", json_real(d->dp_bucket_mb));
     json_t *defs = json_array();
     for (int i = 0; i < s->n_metric_defs; i++)
         json_array_append_new(defs, json_pack("{s:s, s:s}", "name", s->metric_defs[i].name, "regex", s->metric_defs[i].regex));

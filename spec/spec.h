@@ -63,7 +63,7 @@ typedef struct spec_resources {
 
 typedef struct spec_distribution {
     bool dp_enabled;
-    double dp_bucket_mb;
+    double dp_bucket_mb;    /* MiB of fp32 gradients a bucket holds; 0: not set, chosen from the model by engine/dp */
     bool dp_shard_optimizer_state;
     char dp_gradient_dtype[8]; /* "fp32" | "bf16": what gradients travel as between replicas */
     int mp_partitions;      /* 1: no pipeline */

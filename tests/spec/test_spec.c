@@ -72,6 +72,38 @@ Test(spec, checkpoint_path_round_trips)
     spec_deinit(&s);
 }
 
+/* distribution.data_parallel.bucket_mb is stored only when the user set it: left out, it reads
+ * back as 0 (engine/dp chooses it from the model) and stays out of the normal form, so "chosen
+ * by kiln" is visible in the stored spec. */
+Test(spec, bucket_mb_is_stored_only_when_set)
+{
+    spec_t s, t;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string(good, &s, &err), 0);
+    cr_assert_float_eq(s.dist.dp_bucket_mb, 0.0, 1e-12, "a default of %g", s.dist.dp_bucket_mb);
+    json_t *j = spec_to_json(&s);
+    json_t *dp = json_object_get(json_object_get(j, "distribution"), "data_parallel");
+    cr_assert_not_null(dp);
+    cr_assert_null(json_object_get(dp, "bucket_mb"), "an unset bucket_mb is stored");
+    cr_assert_eq(spec_parse(j, &t, &err), 0, "%s", err.message);
+    cr_assert_float_eq(t.dist.dp_bucket_mb, 0.0, 1e-12);
+    json_decref(j);
+    spec_deinit(&s);
+    spec_deinit(&t);
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, "
+                                   "\"distribution\": {\"data_parallel\": {\"bucket_mb\": 2.5}}}", &s, &err), 0,
+                 "%s", err.message);
+    j = spec_to_json(&s);
+    dp = json_object_get(json_object_get(j, "distribution"), "data_parallel");
+    cr_assert_float_eq(json_number_value(json_object_get(dp, "bucket_mb")), 2.5, 1e-12);
+    json_decref(j);
+    spec_deinit(&s);
+    /* 0 is not a size: leaving it out is how to ask for the chosen one */
+    cr_assert_neq(spec_parse_string("{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, "
+                                    "\"distribution\": {\"data_parallel\": {\"bucket_mb\": 0}}}", &s, &err), 0);
+    cr_assert_str_eq(err.field, "distribution.data_parallel.bucket_mb");
+}
+
 Test(spec, absolute_paths_are_stored_normalised)
 {
     spec_t s;
