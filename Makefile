@@ -29,8 +29,11 @@ CFLAGS := $(CFLAGS_COMMON) $(OPT)
 # OpenMP build, so there is one thread pool in the process). -fno-math-errno: nothing in the
 # engine reads errno after a math function, and with errno to set GCC cannot vectorize a loop
 # holding sqrtf (AdamW ran scalar: 180 ms a step for GPT-2 124M's parameters, 49 ms vectorized;
-# the same bits either way, sqrt being correctly rounded).
-ENGINE_CFLAGS := $(CFLAGS_COMMON) -O3 -march=native -fopenmp -fno-math-errno
+# the same bits either way, sqrt being correctly rounded). MARCH is the one flag an image sets
+# (deploy/Dockerfile's KILN_MARCH: a binary built for this machine may die with SIGILL on
+# another); an image builds with these flags otherwise (tests/deploy compares them).
+MARCH ?= native
+ENGINE_CFLAGS := $(CFLAGS_COMMON) -O3 -march=$(MARCH) -fopenmp -fno-math-errno
 
 LDLIBS := -Wl,--as-needed -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) \
 	$(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgrpc -lgpr \
@@ -83,7 +86,7 @@ CUDA_LIB := $(BUILD)/lib/libkiln_cuda.so
 endif
 endif
 
-.PHONY: all test test-san demo deps bench clean proto tests
+.PHONY: all test test-san demo deps bench clean proto tests print-engine-flags
 all: $(BINS) $(CUDA_LIB)
 
 deps:
@@ -254,6 +257,12 @@ test: deps
 test-san: deps
 	@$(MAKE) --no-print-directory -j$(shell nproc) SAN=1 tests
 	@BUILD=build-san KILN_SAN=1 bash tests/run.sh
+
+# The engine's compiler flags with this invocation's variables (tests/deploy runs it with the
+# variables of each Dockerfile's make).
+print-engine-flags:
+	@echo 'ENGINE_CFLAGS=$(ENGINE_CFLAGS)'
+	@echo 'NVCCFLAGS=$(NVCCFLAGS)'
 
 demo: deps
 	@$(MAKE) --no-print-directory all
