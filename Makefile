@@ -56,6 +56,7 @@ API_SRC   := $(wildcard api/*.c)
 AGENT_SRC:= $(wildcard agent/*.c)
 ENGINE_SRC:= $(shell find engine -name '*.c' -not -path 'engine/cuda/*' 2>/dev/null | sort)
 CLI_SRC   := $(wildcard cli/*.c)
+HTTPC_SRC := $(wildcard httpc/*.c)
 CUDA_SRC  := $(wildcard engine/cuda/*.cu)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -71,8 +72,9 @@ LIB_API    := $(BUILD)/lib/libkapi.a
 LIB_AGENT := $(BUILD)/lib/libkagent.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
+LIB_HTTPC  := $(BUILD)/lib/libkhttpc.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_HTTPC) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -168,6 +170,7 @@ $(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC)) $(UI_O)))
 $(eval $(call archive,$(LIB_AGENT),$(call obj,$(AGENT_SRC))))
 $(eval $(call archive,$(LIB_ENGINE),$(call obj,$(ENGINE_SRC))))
 $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
+$(eval $(call archive,$(LIB_HTTPC),$(call obj,$(HTTPC_SRC))))
 
 # ---- binaries -------------------------------------------------------------------------------
 # Each binary links only the modules it uses (dependents first). rank/ is the contract between
@@ -175,10 +178,11 @@ $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_RANK) $(LIB_BASE)
-CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
+CLI_LIBS   := $(LIB_CLI) $(LIB_HTTPC) $(LIB_BASE)
 
-# kilnd and kiln-agent share cmd/daemon.c: the --health probe and systemd notifications.
-DAEMON_O := $(BUILD)/obj/cmd/daemon.o
+# kilnd and kiln-agent share cmd/daemon.c: the --health probe (over httpc/, the CLI's HTTP
+# client) and systemd notifications.
+DAEMON_O := $(BUILD)/obj/cmd/daemon.o $(LIB_HTTPC)
 $(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(DAEMON_O) $(KILND_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(DAEMON_O) $(KILND_LIBS) $(LDLIBS)
@@ -240,6 +244,7 @@ TEST_LIBS_pipe    := $(TRAIN_LIBS)
 TEST_LIBS_cuda    := $(TRAIN_LIBS)
 TEST_LIBS_grpc    := $(LIB_AGENT) $(KILND_LIBS)
 TEST_LIBS_dp      := $(TRAIN_LIBS)
+TEST_LIBS_httpc   := $(LIB_HTTPC) $(LIB_BASE)
 
 define testbin
 $(BUILD)/tests/test_$(1): $(call obj,$(wildcard tests/$(1)/*.c)) $(TEST_COMMON) $(or $(TEST_LIBS_$(1)),$(LIB_BASE))
