@@ -580,10 +580,19 @@ int eng_train_run(const struct spec *spec, const eng_train_opts_t *opts, eng_tra
  * `microbatches` microbatches of B sequences (a pipeline's microbatches; 1 otherwise). */
 typedef struct eng_geometry {
     int global, replicas, per_replica, micro, passes, microbatches, B, T;
+    bool microbatches_chosen; /* a pipeline's microbatches not set: eng_microbatches_choose's */
 } eng_geometry_t;
-/* Fills *g (OUT). Returns 0 or KILN_EINVAL naming the field whose value does not divide. */
+/* Fills *g (OUT). microbatches <= 0 with more than one partition: chosen from the job
+ * (eng_microbatches_choose); otherwise <= 0 means 1. Returns 0 or KILN_EINVAL naming the field
+ * whose value does not divide. */
 int eng_geometry_init(eng_geometry_t *g, const struct spec *s, int replicas, int microbatches,
                       kiln_err_t *err);
+/* A pipeline's microbatches when distribution.model_parallel.microbatches is not set: the most,
+ * up to ENG_MICROBATCHES_PER_STAGE a stage, that split the `micro` sequences of a pass evenly.
+ * The bubble is (stages - 1) / (microbatches + stages - 1): under a fifth at 4 a stage (GPipe's
+ * rule), while each microbatch keeps at least one sequence. Pure. */
+#define ENG_MICROBATCHES_PER_STAGE 4
+int eng_microbatches_choose(int micro, int stages);
 
 /* Learning rate at 1-based step: linear warm-up to lr over warmup steps, then cosine decay to
  * min_lr_fraction*lr at max_steps. */

@@ -43,6 +43,15 @@ size_t eng_ranges_total(const eng_ranges_t *l)
 
 /* ---- geometry ----------------------------------------------------------------------------------- */
 
+int eng_microbatches_choose(int micro, int stages)
+{
+    int most = stages * ENG_MICROBATCHES_PER_STAGE;
+    for (int m = most < micro ? most : micro; m > 1; m--)
+        if (micro % m == 0)
+            return m;
+    return 1;
+}
+
 int eng_geometry_init(eng_geometry_t *g, const spec_t *s, int replicas, int microbatches,
                       kiln_err_t *err)
 {
@@ -50,6 +59,7 @@ int eng_geometry_init(eng_geometry_t *g, const spec_t *s, int replicas, int micr
     g->global = s->hp.global_batch_size;
     g->replicas = replicas > 0 ? replicas : 1;
     g->microbatches = microbatches > 0 ? microbatches : 1;
+    g->microbatches_chosen = microbatches <= 0 && s->dist.mp_partitions > 1;
     g->T = !strcmp(s->model.type, "gpt") ? s->model.seq_len : 1;
     if (g->global % g->replicas)
         return kiln_err_set(err, KILN_EINVAL, "hyperparameters.global_batch_size",
@@ -61,6 +71,8 @@ int eng_geometry_init(eng_geometry_t *g, const spec_t *s, int replicas, int micr
         return kiln_err_set(err, KILN_EINVAL, "hyperparameters.micro_batch_size",
                             "global_batch_size %d is not a multiple of replicas (%d) x "
                             "micro_batch_size (%d)", g->global, g->replicas, g->micro);
+    if (g->microbatches_chosen)
+        g->microbatches = eng_microbatches_choose(g->micro, s->dist.mp_partitions);
     if (g->micro % g->microbatches)
         return kiln_err_set(err, KILN_EINVAL, "distribution.model_parallel.microbatches",
                             "micro batches of %d sequences do not split into %d microbatches",

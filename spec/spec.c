@@ -524,7 +524,7 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
     d->dp_bucket_mb = 0; /* not set: engine/dp chooses it from the model */
     kiln_strlcpy(d->dp_gradient_dtype, "fp32", sizeof(d->dp_gradient_dtype));
     d->mp_partitions = 1;
-    d->mp_microbatches = 1;
+    d->mp_microbatches = 0; /* not set: a pipeline chooses it from the job (engine's eng_microbatches_choose) */
     kiln_strlcpy(d->mp_pipeline, "interleaved", sizeof(d->mp_pipeline));
     kiln_strlcpy(d->mp_optimize, "speed", sizeof(d->mp_optimize));
     d->mp_auto_partition = true;
@@ -707,7 +707,7 @@ static int check_batches(spec_t *s, kiln_err_t *err)
                        "hyperparameters.micro_batch_size (%d) must divide the per-replica batch (%d = %d / %d replicas)",
                        hp->micro_batch_size, per_replica, hp->global_batch_size, replicas);
     int micro = hp->micro_batch_size ? hp->micro_batch_size : per_replica;
-    if (s->dist.mp_partitions > 1 && micro % s->dist.mp_microbatches)
+    if (s->dist.mp_partitions > 1 && s->dist.mp_microbatches > 0 && micro % s->dist.mp_microbatches)
         return invalid(err, "distribution.model_parallel.microbatches",
                        "choose a number of microbatches that divides the per-replica batch",
                        "distribution.model_parallel.microbatches (%d) must divide the per-replica batch (%d)",
@@ -878,16 +878,18 @@ json_t *spec_to_json(const spec_t *s)
                             (json_int_t)s->res.memory_limit_mb);
     const spec_distribution_t *d = &s->dist;
     json_t *dist = json_pack(
-        "{s:{s:b, s:b, s:s}, s:{s:i, s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled",
+        "{s:{s:b, s:b, s:s}, s:{s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled",
         d->dp_enabled, "shard_optimizer_state", d->dp_shard_optimizer_state,
         "gradient_dtype", d->dp_gradient_dtype, "model_parallel",
-        "partitions", d->mp_partitions, "microbatches", d->mp_microbatches, "pipeline", d->mp_pipeline, "optimize",
+        "partitions", d->mp_partitions, "pipeline", d->mp_pipeline, "optimize",
         d->mp_optimize, "auto_partition", d->mp_auto_partition, "partition_plan", d->mp_partition_plan,
         "mixed_precision", d->mixed_precision[0] ? d->mixed_precision : "none", "activation_checkpointing",
         d->activation_checkpointing);
-    /* absent when the user left it to the engine, so "chosen from the model" stays visible */
+    /* absent when the user left them to the engine, so "chosen by kiln" stays visible */
     if (d->dp_bucket_mb > 0)
         json_object_set_new(json_object_get(dist, "data_parallel"), "bucket_mb", json_real(d->dp_bucket_mb));
+    if (d->mp_microbatches > 0)
+        json_object_set_new(json_object_get(dist, "model_parallel"), "microbatches", json_integer(d->mp_microbatches));
     json_t *defs = json_array();
     for (int i = 0; i < s->n_metric_defs; i++)
         json_array_append_new(defs, json_pack("{s:s, s:s}", "name", s->metric_defs[i].name, "regex", s->metric_defs[i].regex));

@@ -67,7 +67,7 @@ typedef struct spec_distribution {
     bool dp_shard_optimizer_state;
     char dp_gradient_dtype[8]; /* "fp32" | "bf16": what gradients travel as between replicas */
     int mp_partitions;      /* 1: no pipeline */
-    int mp_microbatches;
+    int mp_microbatches;    /* 0: not set, chosen from the job by a pipeline (engine) */
     char mp_pipeline[16];   /* "simple" | "interleaved" */
     char mp_optimize[16];   /* "speed" | "memory" */
     bool mp_auto_partition;

@@ -231,9 +231,11 @@ static json_t *saved_plan(pipe_layer_t *pl, int src)
 static void log_plan(pipe_layer_t *pl, const pipe_plan_t *plan)
 {
     const char *out = pl->opts->output_dir;
-    stage_log(pl, "pipeline: %s plan, %d stages x %d replicas, %s schedule, %d microbatches of %d, balance %.3f, "
+    stage_log(pl, "pipeline: %s plan, %d stages x %d replicas, %s schedule, %d microbatches of %d%s, balance %.3f, "
               "predicted %.1f ms per pass, bubble %.1f%% (theory %.1f%%)\n", plan->manual ? "manual" : "automatic",
               pl->n_stages, pl->n_replicas, pipe_sched_name(plan->schedule), pl->geo.microbatches, pl->geo.B,
+              pl->geo.microbatches_chosen ? " (chosen from the job; set distribution.model_parallel.microbatches "
+                                            "to choose another)" : "",
               plan->balance, plan->predicted_pass_ms, plan->predicted_bubble * 100,
               pipe_bubble_theory(pl->n_stages, pl->geo.microbatches) * 100);
     for (int k = 0; k < pl->n_stages; k++)

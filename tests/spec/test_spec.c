@@ -72,10 +72,10 @@ Test(spec, checkpoint_path_round_trips)
     spec_deinit(&s);
 }
 
-/* distribution.data_parallel.bucket_mb is stored only when the user set it: left out, it reads
- * back as 0 (engine/dp chooses it from the model) and stays out of the normal form, so "chosen
- * by kiln" is visible in the stored spec. */
-Test(spec, bucket_mb_is_stored_only_when_set)
+/* distribution.data_parallel.bucket_mb (and a pipeline's microbatches) are stored only when the
+ * user set them: left out, they read back as 0 (the engine chooses them from the job) and stay
+ * out of the normal form, so "chosen by kiln" is visible in the stored spec. */
+Test(spec, bucket_mb_and_microbatches_are_stored_only_when_set)
 {
     spec_t s, t;
     kiln_err_t err;
@@ -96,6 +96,16 @@ Test(spec, bucket_mb_is_stored_only_when_set)
     j = spec_to_json(&s);
     dp = json_object_get(json_object_get(j, "distribution"), "data_parallel");
     cr_assert_float_eq(json_number_value(json_object_get(dp, "bucket_mb")), 2.5, 1e-12);
+    json_decref(j);
+    spec_deinit(&s);
+    /* a pipeline's microbatches likewise: stored only when set */
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, "
+                                   "\"resources\": {\"slots_per_node\": 2}, "
+                                   "\"distribution\": {\"model_parallel\": {\"partitions\": 2}}}", &s, &err), 0,
+                 "%s", err.message);
+    cr_assert_eq(s.dist.mp_microbatches, 0);
+    j = spec_to_json(&s);
+    cr_assert_null(json_object_get(json_object_get(json_object_get(j, "distribution"), "model_parallel"), "microbatches"));
     json_decref(j);
     spec_deinit(&s);
     /* 0 is not a size: leaving it out is how to ask for the chosen one */
