@@ -41,21 +41,47 @@ int64_t cli_jtime(const json_t *obj, const char *key)
     return us;
 }
 
+/* A request to kilnd and what it owns. */
+typedef struct cli_req {
+    httpc_req_t r;
+    char *url;
+    const char **headers; /* (NULL-terminated) the fixed lines, then the caller's */
+} cli_req_t;
+
 /* A request to kilnd at path: the settings' URL, token and CA (the token goes to that URL only:
- * httpc follows no redirect). *url (OUT) is the URL, which the caller frees. */
-static int cli_req_init(const cli_client_t *c, const char *path, httpc_req_t *r, char **url, kiln_err_t *err)
+ * httpc follows no redirect), the header lines accept and content_type (each may be NULL), then
+ * headers (may be NULL). Release with cli_req_deinit whatever it returns. */
+static int cli_req_init(cli_req_t *q, const cli_client_t *c, const char *path, const char *accept,
+                        const char *content_type, const char *const *headers, kiln_err_t *err)
 {
-    memset(r, 0, sizeof(*r));
-    size_t n = strlen(c->settings.url) + strlen(path) + 1;
-    if (!(*url = malloc(n)))
+    memset(q, 0, sizeof(*q));
+    size_t n = strlen(c->settings.url) + strlen(path) + 1, nh = 0, k = 0;
+    while (headers && headers[nh])
+        nh++;
+    q->url = malloc(n);
+    q->headers = calloc(nh + 3, sizeof(*q->headers));
+    if (!q->url || !q->headers)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    snprintf(*url, n, "%s%s", c->settings.url, path);
-    r->url = *url;
-    r->token = c->settings.token;
-    r->ca_file = c->settings.ca_file;
-    r->user_agent = "kiln/" CLI_VERSION;
-    r->connect_timeout_ms = 5000;
+    snprintf(q->url, n, "%s%s", c->settings.url, path);
+    if (accept)
+        q->headers[k++] = accept;
+    if (content_type)
+        q->headers[k++] = content_type;
+    for (size_t i = 0; i < nh; i++)
+        q->headers[k++] = headers[i];
+    q->r.url = q->url;
+    q->r.headers = q->headers;
+    q->r.token = c->settings.token;
+    q->r.ca_file = c->settings.ca_file;
+    q->r.user_agent = "kiln/" CLI_VERSION;
+    q->r.connect_timeout_ms = 5000;
     return 0;
+}
+
+static void cli_req_deinit(cli_req_t *q)
+{
+    free(q->url);
+    free(q->headers);
 }
 
 static int cli_connect_error(const cli_client_t *c, httpc_end_t end, const httpc_res_t *res, kiln_err_t *err)
@@ -74,40 +100,27 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
                 const char *const *headers, long *http_status, json_t **out, kiln_err_t *err)
 {
     int rc = 0;
-    char *body_text = NULL, *url = NULL;
-    const char **hl = NULL;
-    httpc_req_t r;
+    char *body_text = NULL;
+    cli_req_t q;
     httpc_res_t res;
     memset(&res, 0, sizeof res);
 
     *out = NULL;
-    if ((rc = cli_req_init(c, path, &r, &url, err)))
+    if ((rc = cli_req_init(&q, c, path, "Accept: application/json", body ? "Content-Type: application/json" : NULL,
+                           headers, err)))
         goto fail;
-    size_t nh = 0;
-    while (headers && headers[nh])
-        nh++;
-    if (!(hl = calloc(nh + 3, sizeof(*hl)))) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        goto fail;
-    }
-    size_t k = 0;
-    hl[k++] = "Accept: application/json";
     if (body) {
         body_text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(17));
         if (!body_text) {
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the request body");
             goto fail;
         }
-        hl[k++] = "Content-Type: application/json";
-        r.body = body_text;
-        r.body_len = strlen(body_text);
+        q.r.body = body_text;
+        q.r.body_len = strlen(body_text);
     }
-    for (size_t i = 0; i < nh; i++)
-        hl[k++] = headers[i];
-    r.method = method;
-    r.headers = hl;
-    r.timeout_ms = c->timeout_ms;
-    httpc_end_t end = httpc_perform(&r, &res);
+    q.r.method = method;
+    q.r.timeout_ms = c->timeout_ms;
+    httpc_end_t end = httpc_perform(&q.r, &res);
     if (end != HTTPC_OK) {
         rc = cli_connect_error(c, end, &res, err);
         goto fail;
@@ -130,9 +143,8 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
 
 fail:
     httpc_res_deinit(&res);
-    free(hl);
     free(body_text);
-    free(url);
+    cli_req_deinit(&q);
     return rc;
 }
 
@@ -147,29 +159,16 @@ int cli_stream(const cli_client_t *c, const char *path, const char *const *heade
                long low_speed_s, kiln_err_t *err)
 {
     int rc = 0;
-    char *url = NULL;
-    const char **hl = NULL;
-    httpc_req_t r;
+    cli_req_t q;
     httpc_res_t res;
     memset(&res, 0, sizeof res);
 
-    if ((rc = cli_req_init(c, path, &r, &url, err)))
+    if ((rc = cli_req_init(&q, c, path, "Accept: text/event-stream", NULL, headers, err)))
         goto fail;
-    size_t nh = 0;
-    while (headers && headers[nh])
-        nh++;
-    if (!(hl = calloc(nh + 2, sizeof(*hl)))) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        goto fail;
-    }
-    hl[0] = "Accept: text/event-stream";
-    for (size_t i = 0; i < nh; i++)
-        hl[i + 1] = headers[i];
-    r.headers = hl;
-    r.low_speed_s = low_speed_s > 0 ? low_speed_s : 60;
-    r.sink = cli_stream_sink;
-    r.ud = sse;
-    httpc_end_t end = httpc_perform(&r, &res);
+    q.r.low_speed_s = low_speed_s > 0 ? low_speed_s : 60;
+    q.r.sink = cli_stream_sink;
+    q.r.ud = sse;
+    httpc_end_t end = httpc_perform(&q.r, &res);
     if (res.status != 0 && res.status != 200) {
         rc = cli_error_from_reply((int)res.status, res.body, err);
         goto fail;
@@ -186,8 +185,7 @@ int cli_stream(const cli_client_t *c, const char *path, const char *const *heade
 
 fail:
     httpc_res_deinit(&res);
-    free(hl);
-    free(url);
+    cli_req_deinit(&q);
     return rc;
 }
 
@@ -231,21 +229,20 @@ int cli_download(const cli_client_t *c, const char *path, FILE *out, kiln_sha256
                  char *etag, kiln_err_t *err)
 {
     int rc = 0;
-    char *url = NULL;
     cli_dl_t d = {.out = out, .sha = sha, .etag = etag};
-    httpc_req_t r;
+    cli_req_t q;
     httpc_res_t res;
     memset(&res, 0, sizeof res);
     etag[0] = '\0';
     *bytes = 0;
-    if ((rc = cli_req_init(c, path, &r, &url, err)))
+    if ((rc = cli_req_init(&q, c, path, NULL, NULL, NULL, err)))
         goto fail;
     /* a big file takes as long as it takes; a stalled one is given up after a minute */
-    r.low_speed_s = 60;
-    r.sink = cli_dl_sink;
-    r.on_header = cli_dl_header;
-    r.ud = &d;
-    httpc_end_t end = httpc_perform(&r, &res);
+    q.r.low_speed_s = 60;
+    q.r.sink = cli_dl_sink;
+    q.r.on_header = cli_dl_header;
+    q.r.ud = &d;
+    httpc_end_t end = httpc_perform(&q.r, &res);
     if (d.write_failed) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not write the download: %s", strerror(errno));
         goto fail;
@@ -263,7 +260,7 @@ int cli_download(const cli_client_t *c, const char *path, FILE *out, kiln_sha256
     *bytes = d.bytes;
 fail:
     httpc_res_deinit(&res);
-    free(url);
+    cli_req_deinit(&q);
     return rc;
 }
 
