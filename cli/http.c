@@ -96,8 +96,28 @@ static int cli_connect_error(const cli_client_t *c, httpc_end_t end, const httpc
                         res->error);
 }
 
+static int cli_request_core(const cli_client_t *c, const char *method, const char *path, const json_t *body,
+                            FILE *upload, int64_t upload_len, const char *const *headers, long *http_status,
+                            json_t **out, kiln_err_t *err);
+
 int cli_request(const cli_client_t *c, const char *method, const char *path, const json_t *body,
                 const char *const *headers, long *http_status, json_t **out, kiln_err_t *err)
+{
+    return cli_request_core(c, method, path, body, NULL, 0, headers, http_status, out, err);
+}
+
+int cli_upload(const cli_client_t *c, const char *path, FILE *in, int64_t len, const char *content_type,
+               long *http_status, json_t **out, kiln_err_t *err)
+{
+    char ct[128];
+    snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
+    const char *headers[] = {ct, NULL};
+    return cli_request_core(c, "POST", path, NULL, in, len, headers, http_status, out, err);
+}
+
+static int cli_request_core(const cli_client_t *c, const char *method, const char *path, const json_t *body,
+                            FILE *upload, int64_t upload_len, const char *const *headers, long *http_status,
+                            json_t **out, kiln_err_t *err)
 {
     int rc = 0;
     char *body_text = NULL;
@@ -120,6 +140,13 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
     }
     q.r.method = method;
     q.r.timeout_ms = c->timeout_ms;
+    if (upload) {
+        /* a file streamed as the body, as long as it takes; a stalled transfer is given up */
+        q.r.upload = upload;
+        q.r.upload_len = upload_len;
+        q.r.timeout_ms = 0;
+        q.r.low_speed_s = 60;
+    }
     httpc_end_t end = httpc_perform(&q.r, &res);
     if (end != HTTPC_OK) {
         rc = cli_connect_error(c, end, &res, err);

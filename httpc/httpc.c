@@ -63,6 +63,12 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud)
     return size * nmemb;
 }
 
+/* Reads an upload's next bytes from its stream. */
+static size_t on_read(char *buf, size_t size, size_t nmemb, void *ud)
+{
+    return fread(buf, 1, size * nmemb, (FILE *)ud);
+}
+
 static httpc_end_t end_of(CURLcode rc, long status)
 {
     switch (rc) {
@@ -129,7 +135,12 @@ httpc_end_t httpc_perform(const httpc_req_t *req, httpc_res_t *res)
     } else if (req->ca_file && *req->ca_file) {
         curl_easy_setopt(c.h, CURLOPT_CAINFO, req->ca_file);
     }
-    if (req->body) {
+    if (req->upload) {
+        curl_easy_setopt(c.h, CURLOPT_POST, 1L);
+        curl_easy_setopt(c.h, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(c.h, CURLOPT_READDATA, req->upload);
+        curl_easy_setopt(c.h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->upload_len);
+    } else if (req->body) {
         curl_easy_setopt(c.h, CURLOPT_POSTFIELDS, req->body);
         curl_easy_setopt(c.h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
     } else if (!strcmp(method, "POST")) {

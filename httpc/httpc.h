@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* How a request ended on the wire (the HTTP status is separate). */
 typedef enum httpc_end {
@@ -32,6 +33,9 @@ typedef struct httpc_req {
     const char *body;            /* request body (body_len bytes), or NULL; a POST without one
                                   * sends an empty body */
     size_t body_len;
+    FILE *upload;                /* instead of body: upload_len bytes read from this stream as a
+                                  * POST's body, as they are sent (borrowed) */
+    long long upload_len;
     const char *token;           /* sent as "Authorization: Bearer <token>"; NULL or "": none */
     const char *ca_file;         /* https: the server is verified against this CA; NULL or "":
                                   * the system's CAs */
