@@ -41,7 +41,6 @@ typedef struct eng_ranges {
 int eng_ranges_add(eng_ranges_t *l, size_t off, size_t n);
 void eng_ranges_clear(eng_ranges_t *l); /* n = 0; keeps the memory */
 void eng_ranges_deinit(eng_ranges_t *l);
-size_t eng_ranges_total(const eng_ranges_t *l);
 
 /* Parameters and gradients of one model: two slabs of n floats each (device memory), with the
  * tensor table describing their common layout. Optimizer state lives in the trainer. */

@@ -34,13 +34,6 @@ void eng_ranges_deinit(eng_ranges_t *l)
     memset(l, 0, sizeof(*l));
 }
 
-size_t eng_ranges_total(const eng_ranges_t *l)
-{
-    size_t t = 0;
-    for (int i = 0; i < l->n; i++) t += l->r[i].n;
-    return t;
-}
-
 /* ---- geometry ----------------------------------------------------------------------------------- */
 
 int eng_geometry_init(eng_geometry_t *g, const spec_t *s, int replicas, int microbatches,

@@ -177,7 +177,6 @@ void dp_destroy(dp_t *d)
     free(d);
 }
 
-const char *dp_last_error(const dp_t *d) { return d->err_msg; }
 void dp_get_stats(const dp_t *d, dp_stats_t *out) { *out = d->st; }
 
 /* Remembers the first communication error (its message names the dead rank). */

@@ -107,8 +107,6 @@ int dp_gather(dp_t *d, float *buf, kiln_err_t *err);
 /* The training loop's parallel layer for a job of plain data parallelism: replica = rank of the
  * group, the hooks above, collectives over the group. out borrows d. */
 void dp_parallel(dp_t *d, eng_parallel_t *out);
-/* The last communication error (empty when none); borrowed. */
-const char *dp_last_error(const dp_t *d);
 void dp_get_stats(const dp_t *d, dp_stats_t *out);
 
 #endif /* KILN_DP_H */
