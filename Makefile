@@ -1,10 +1,20 @@
 # kiln - one Makefile for everything. `make` builds the four binaries under build/bin;
 # `make test` installs what a fresh Debian 12 machine lacks, builds and runs every test;
 # `make demo` runs a real training job through kilnd and an agent. `make SAN=1 test` builds
-# into build-san/ with AddressSanitizer and UndefinedBehaviorSanitizer.
+# into build-san/ with AddressSanitizer and UndefinedBehaviorSanitizer. `make fuzz` builds the
+# libFuzzer targets of fuzz/ with clang into build-fuzz/ and runs each for FUZZ_SECONDS.
 
 SAN ?= 0
-ifeq ($(SAN),1)
+FUZZ ?= 0
+ifeq ($(FUZZ),1)
+# The fuzz build (`make fuzz` sets FUZZ=1): every module a fuzz target links is compiled by clang
+# (FUZZ_CC, whatever CC says) for libFuzzer with ASan and UBSan, into its own directory.
+FUZZ_CC ?= clang-14
+override CC := $(FUZZ_CC)
+BUILD ?= build-fuzz
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT := -O1
+else ifeq ($(SAN),1)
 BUILD ?= build-san
 SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 OPT := -O1
@@ -16,7 +26,7 @@ endif
 
 CC ?= gcc
 BLASDIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
-PKGS := libpq jansson libmicrohttpd libprotobuf-c libfabric libcurl libsodium libpcre2-8 libsystemd
+PKGS := libpq jansson libmicrohttpd gnutls libprotobuf-c libfabric libcurl libsodium libpcre2-8 libsystemd libarchive
 CFLAGS_COMMON := -std=c11 -Wall -Wextra -g -D_GNU_SOURCE -I. -I$(BUILD)/gen -MMD -MP -pthread $(SANFLAGS) \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # Warnings are errors in CI (CI=true in its environment) and with WERROR=1.
@@ -45,6 +55,7 @@ PROTO_INC := /usr/include
 WRAPPERS_C := $(BUILD)/gen/google/protobuf/wrappers.pb-c.c
 BASE_SRC  := $(wildcard base/*.c)
 RANK_SRC  := $(wildcard rank/*.c)
+CODE_SRC  := $(wildcard code/*.c)
 SPEC_SRC  := $(wildcard spec/*.c)
 QUERY_SRC := $(wildcard query/*.c)
 STORE_SRC := $(wildcard store/*.c)
@@ -59,6 +70,7 @@ obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
 LIB_BASE   := $(BUILD)/lib/libkbase.a
 LIB_RANK   := $(BUILD)/lib/libkrank.a
+LIB_CODE   := $(BUILD)/lib/libkcode.a
 LIB_PROTO  := $(BUILD)/lib/libkproto.a
 LIB_SPEC   := $(BUILD)/lib/libkspec.a
 LIB_QUERY  := $(BUILD)/lib/libkquery.a
@@ -69,7 +81,7 @@ LIB_AGENT := $(BUILD)/lib/libkagent.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -83,7 +95,7 @@ CUDA_LIB := $(BUILD)/lib/libkiln_cuda.so
 endif
 endif
 
-.PHONY: all test test-san demo deps bench clean proto tests
+.PHONY: all test test-san demo deps bench clean proto tests fuzz fuzz-build
 all: $(BINS) $(CUDA_LIB)
 
 deps:
@@ -156,6 +168,7 @@ $(1): $(2)
 endef
 $(eval $(call archive,$(LIB_BASE),$(call obj,$(BASE_SRC))))
 $(eval $(call archive,$(LIB_RANK),$(call obj,$(RANK_SRC))))
+$(eval $(call archive,$(LIB_CODE),$(call obj,$(CODE_SRC))))
 $(eval $(call archive,$(LIB_SPEC),$(call obj,$(SPEC_SRC))))
 $(eval $(call archive,$(LIB_QUERY),$(call obj,$(QUERY_SRC))))
 $(eval $(call archive,$(LIB_PROTO),$(BUILD)/obj/gen/proto/kiln.pb-c.o $(BUILD)/obj/gen/google/protobuf/wrappers.pb-c.o))
@@ -169,10 +182,12 @@ $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 # ---- binaries -------------------------------------------------------------------------------
 # Each binary links only the modules it uses (dependents first). rank/ is the contract between
 # the agent and its ranks (and tells kilnd what a rank's exit means); it depends on base only.
-KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
-AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+# code/ reads, writes and checks code archives for kilnd, the agent and the CLI (base and
+# libarchive only).
+KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
+AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_RANK) $(LIB_BASE)
-CLI_LIBS   := $(LIB_CLI) $(LIB_BASE)
+CLI_LIBS   := $(LIB_CLI) $(LIB_CODE) $(LIB_BASE)
 
 # kilnd and kiln-agent share cmd/daemon.c: the --health probe and systemd notifications.
 DAEMON_O := $(BUILD)/obj/cmd/daemon.o
@@ -223,8 +238,9 @@ TEST_BINS := $(patsubst %,$(BUILD)/tests/test_%,$(TEST_DIRS))
 # Modules each suite links (default: base only); the e2e suite drives the built binaries.
 TEST_LIBS_base    := $(LIB_BASE)
 TEST_LIBS_rank    := $(LIB_RANK) $(LIB_BASE)
+TEST_LIBS_code    := $(LIB_CODE) $(LIB_BASE)
 TEST_LIBS_store   := $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
-TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+TEST_LIBS_service := $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 TEST_LIBS_spec    := $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_query   := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
 TEST_LIBS_api     := $(KILND_LIBS)
@@ -267,7 +283,42 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(ALL_LIBS)
 	$(CC) -o $@ $< $(ALL_LIBS) $(LDLIBS) -lssl -lcrypto
 bench: $(BINS) $(BENCH_BINS)
 
+# ---- fuzzing (fuzz/README.md) -------------------------------------------------------------------
+# fuzz/<target>.c defines LLVMFuzzerTestOneInput; it links what its FUZZ_LIBS_<target> line names
+# (archives or objects of the modules, dependents first; default: base), each compiled by clang
+# with -fsanitize=fuzzer-no-link,address,undefined into build-fuzz/. `make fuzz` builds every
+# target (or those of FUZZ_TARGETS) and runs each FUZZ_SECONDS with its corpus and dictionary
+# (fuzz/run.sh); any crash, leak, UBSan report or timeout fails it.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(patsubst fuzz/%.c,%,$(sort $(wildcard fuzz/*.c)))
+FUZZ_LIBS_spec_json      := $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LIBS_spec_grpc      := $(call obj,api/grpc_codec.c service/check.c) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
+FUZZ_LIBS_grpc_request   := $(call obj,api/grpc_codec.c service/check.c) $(LIB_PROTO) $(LIB_BASE)
+FUZZ_LIBS_query          := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LIBS_metric_record  := $(call obj,agent/metrics.c agent/lines.c) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
+FUZZ_LIBS_log_lines      := $(call obj,agent/lines.c) $(LIB_BASE)
+FUZZ_LIBS_http_range     := $(call obj,api/http_range.c) $(LIB_BASE)
+FUZZ_LIBS_page_token     := $(call obj,service/page_token.c store/search_cursor.c store/pool.c) $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LDLIBS := -Wl,--as-needed $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -ldl -pthread
+
+define fuzzbin
+$(BUILD)/fuzz/$(1): $(BUILD)/obj/fuzz/$(1).o $(or $(FUZZ_LIBS_$(1)),$(LIB_BASE))
+	@mkdir -p $$(dir $$@)
+	$$(CC) -fsanitize=fuzzer,address,undefined -o $$@ $$^ $(FUZZ_LDLIBS)
+endef
+ifeq ($(FUZZ),1)
+$(foreach t,$(FUZZ_TARGETS),$(eval $(call fuzzbin,$(t))))
+fuzz-build: $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_TARGETS))
+else
+fuzz-build:
+	@$(MAKE) --no-print-directory FUZZ=1 BUILD=build-fuzz fuzz-build
+endif
+
+fuzz: deps
+	@$(MAKE) --no-print-directory -j$(shell nproc) FUZZ=1 BUILD=build-fuzz fuzz-build
+	@BUILD=build-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_ARGS="$(FUZZ_ARGS)" bash fuzz/run.sh $(FUZZ_TARGETS)
+
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -27,6 +27,9 @@
 #define AGENT_MAX_ROOTS 32
 #define GRPC_UNAUTHENTICATED 16
 #define GRPC_PERMISSION_DENIED 7
+#define GRPC_RESOURCE_EXHAUSTED 8
+#define AGENT_LIMITED_MIN_MS 5000    /* first wait after kilnd's registration limit refused us */
+#define AGENT_LIMITED_MAX_MS 60000
 
 static const char k_md_auth[] = "authorization";
 static const char k_md_cred[] = "kiln-worker-credential";
@@ -59,6 +62,7 @@ struct agent {
     agent_rpc_t *rpc;
     agent_launcher_t *launcher;
     xfer_t *xfer;                /* uploads of output directories, fetches of init models */
+    agent_code_cache_t *code;    /* script jobs' code, <work_dir>/code-cache (--code-cache-mb) */
     ob_t ob;
 
     pthread_mutex_t mu;          /* the fields below */
@@ -469,7 +473,8 @@ static void agent_maybe_failover(agent_t *a, int code, int *unanswered)
 static void *agent_hb_main(void *arg)
 {
     agent_t *a = arg;
-    int backoff = 100, fails = 0, unanswered = 0;
+    int backoff = 100, fails = 0, unanswered = 0, limited = 0;
+    bool waiting = false;        /* kilnd said this worker waits for approval */
     agent_rank_info_t *list = calloc(AGENT_MAX_LIST, sizeof(*list));
     Kiln__RunningRank *rr = calloc(AGENT_MAX_LIST, sizeof(*rr));
     Kiln__RunningRank **rrp = calloc(AGENT_MAX_LIST, sizeof(*rrp));
@@ -486,14 +491,23 @@ static void *agent_hb_main(void *arg)
             int rcode = 0;
             if (agent_register(a, &err, &rcode) != 0) {
                 agent_maybe_failover(a, rcode, &unanswered);
-                if (fails++ % 20 == 0)
-                    log_warn("could not register with kilnd at %s: %s (retrying)", a->server, err.message);
-                agent_wait(a, backoff, &a->stop_hb, NULL);
+                int wait = backoff;
+                if (rcode == GRPC_RESOURCE_EXHAUSTED) {
+                    /* kilnd limits registrations: come back later, and not in step with the
+                     * other agents it refused */
+                    limited = KILN_MIN(limited ? limited * 2 : AGENT_LIMITED_MIN_MS, AGENT_LIMITED_MAX_MS);
+                    wait = limited / 2 + (int)((uint64_t)kiln_mono_us() % (uint64_t)(limited / 2 + 1));
+                }
+                if (fails++ % 20 == 0 || rcode == GRPC_RESOURCE_EXHAUSTED)
+                    log_warn("could not register with kilnd at %s: %s%s%s (retrying in %.1f s)", a->server,
+                             err.message, err.hint[0] ? "; " : "", err.hint, wait / 1000.0);
+                agent_wait(a, wait, &a->stop_hb, NULL);
                 backoff = KILN_MIN(backoff * 2, 2000);
                 continue;
             }
             fails = 0;
             backoff = 100;
+            limited = 0;
         }
         Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
         char id[128];
@@ -530,6 +544,13 @@ static void *agent_hb_main(void *arg)
             if (fails > 0)
                 log_info("kilnd at %s answers heartbeats again", a->server);
             fails = 0;
+            if (r->waiting_for_approval != waiting) {
+                waiting = r->waiting_for_approval;
+                if (waiting)
+                    log_warn("%s", r->message && r->message[0] ? r->message : "kilnd: this worker waits for approval");
+                else
+                    log_info("kilnd approved worker %s: it takes work now", id);
+            }
             if (r->reregister) {
                 log_warn("kilnd does not know worker %s; registering again", id);
                 pthread_mutex_lock(&a->mu);
@@ -872,7 +893,7 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
                                    .port_lo = cfg->port_lo, .port_hi = cfg->port_hi,
 
                                    .comm_watchdog_s = cfg->comm_watchdog_s,
-                                   .sibling_grace_ms = a->stop_grace_ms};
+                                   .sibling_grace_ms = a->stop_grace_ms, .sandbox = cfg->sandbox};
     agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
                                .on_exit = cb_exit, .ud = a};
     if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)
@@ -882,6 +903,10 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
                      .auth_md = xfer_auth_md, .unauthenticated = xfer_unauthenticated, .draining = xfer_draining,
                      .worker_id = xfer_worker_id, .start = xfer_start, .ud = a};
     if ((rc = xfer_create(&xe, &a->xfer, err)) != 0)
+        goto fail;
+    char code_dir[PATH_MAX];
+    snprintf(code_dir, sizeof(code_dir), "%s/code-cache", a->work_dir);
+    if ((rc = agent_code_cache_create(code_dir, cfg->code_cache_bytes, xfer_code_fetch, a->xfer, &a->code, err)) != 0)
         goto fail;
     if (pthread_create(&a->sender_thread, NULL, agent_sender_main, a) != 0) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the sender thread");
@@ -1003,6 +1028,7 @@ void agent_destroy(agent_t *a)
         agent_shutdown(a, 3000);
     agent_monitor_stop(a->monitor);
     xfer_destroy(a->xfer);
+    agent_code_cache_destroy(a->code);
     agent_launcher_destroy(a->launcher);
     agent_rpc_destroy(a->rpc);
     ob_deinit(&a->ob);

@@ -168,7 +168,8 @@ typedef struct agent_launch_cbs {
                     int64_t time_us, const char *line, size_t len);
     void (*on_points)(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n);
     /* exit_code -1 when killed by signal sig. reason: for a non-zero exit code the rank's last
-     * stderr line ("" when it wrote none); for a signal its description ("Killed"). */
+     * stderr line ("" when it wrote none); for a signal its description ("Killed"), or, for a
+     * SIGKILL by the kernel's OOM killer in the box's cgroup, "out of memory (limit N MiB)". */
     void (*on_exit)(void *ud, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
                     int sig, const char *reason);
     void *ud;
@@ -176,6 +177,28 @@ typedef struct agent_launch_cbs {
 
 /* Appended to a log line the launcher had to cut at max_line bytes. */
 #define AGENT_TRUNCATED_MARK " [line truncated]"
+
+/* ------------------------------------------------------------------------------------------
+ * The sandbox every rank runs in (sandbox.c; docs/security.md, "Ranks run in a sandbox"): each
+ * attempt on a host gets an unprivileged uid of its own, PID and mount namespaces in which it sees
+ * only the system's libraries, its data and its own directories, no new privileges, and cgroup
+ * limits on memory and tasks. The agent's settings for it; zero values are the defaults.
+ * ------------------------------------------------------------------------------------------ */
+#define AGENT_SANDBOX_UID_LO 2000000000u  /* the default uid range: far above any real user's */
+#define AGENT_SANDBOX_UID_HI 2000065535u
+#define AGENT_SANDBOX_STATE_DIR "/var/lib/kiln-sandbox"
+
+typedef struct agent_sandbox_config {
+    bool off;                    /* development only: ranks run unconfined, as the agent's user */
+    uint32_t uid_lo, uid_hi;     /* uids handed to attempts, one each, never two at once on a host
+                                  * (0, 0: AGENT_SANDBOX_UID_LO..AGENT_SANDBOX_UID_HI) */
+    int64_t memory_per_slot_mb;  /* memory limit per rank (0: the host's memory divided among the slots) */
+    int64_t pids_per_slot;       /* processes and threads per rank (0: 4096) */
+    int64_t tmp_mb;              /* size of an attempt's private /tmp (0: 1024) */
+    const char *state_dir;       /* uid claims and the sandbox's mount point (NULL: AGENT_SANDBOX_STATE_DIR) */
+    const char *const *ro_paths; /* more host paths every rank may read (an /opt/conda), absolute */
+    size_t n_ro_paths;
+} agent_sandbox_config_t;
 
 typedef struct agent_launcher_config {
     const char *train_bin;   /* program each rank runs (kiln-train) */
@@ -207,6 +230,9 @@ typedef struct agent_launcher_config {
     /* When a rank ends abnormally (a signal, a non-zero exit), the attempt's other ranks here get
      * SIGTERM (and SIGCONT), then SIGKILL after this many ms (0: 10000). */
     int sibling_grace_ms;
+    /* How ranks are confined (zero: the sandbox, on, with its defaults). agent_launcher_create
+     * refuses to start when the sandbox is on and cannot work here (err says why). */
+    agent_sandbox_config_t sandbox;
 } agent_launcher_config_t;
 
 typedef struct agent_launcher agent_launcher_t;
@@ -230,8 +256,12 @@ int agent_launcher_cores(const agent_launcher_t *l);
  * (KILN_EINVAL for a relative path, KILN_ENOTFOUND for a read path inside a root but missing). Then it creates the job directory, output/ and
  * the checkpoint directory (mode 0700), writes <work_dir>/jobs/<job_id>/spec.json (a->spec_json,
  * for kiln-train; the launcher does not read it), compiles a->metric_definitions (a set that
- * does not compile is dropped with a line in the job's log) and starts one rank per a->ranks
- * entry with the environment of docs/contracts.md: umask 077, a->threads_per_rank threads (0:
+ * does not compile is dropped with a line in the job's log), makes the attempt's sandbox box
+ * (unless the sandbox is off: the data roots, the rank program, the spec, the model to start from
+ * and the checkpoint to resume from read-only, the output and checkpoint directories writable and
+ * given to the box's uid; memory and tasks per slot times the ranks) and starts one rank per
+ * a->ranks entry in it (in its output directory) with the environment of docs/contracts.md:
+ * umask 077, a->threads_per_rank threads (0:
  * the cores divided among the slots), KILN_DATA_ROOTS, and none of the agent's secrets
  * (KILN_JOIN_TOKEN and the like are filtered out). When a->master_port is 0, a->world_size > 1
  * and a->node_rank is 0, rank 0's rendezvous port is one the launcher picks (see port_lo);
@@ -335,6 +365,69 @@ int agent_grpc_status(int grpc_code);
 bool agent_grpc_retryable(int grpc_code);
 
 /* ------------------------------------------------------------------------------------------
+ * The code cache (code.c): script jobs' code archives (Assignment.code_digest), fetched from
+ * kilnd, checked against their SHA-256, and extracted once per digest (with code/'s checks:
+ * nothing lands outside the tree) into <dir>/<digest>/, which never changes after: a job's ranks
+ * get a working directory of their own holding a copy (agent_code_prepare) or an overlay over
+ * it (agent_code_overlay). The cache is bounded by the extracted bytes it holds: past the bound
+ * the least recently used trees go, never one a job holds (a tree larger than the bound on its
+ * own is kept while it is held). Each tree has a manifest (<dir>/<digest>.manifest: every entry's
+ * kind, mode, size and time, written last), so a tree that was damaged or only half written is
+ * found (every use compares it) and extracted again. Thread-safe; one cache per agent.
+ * ------------------------------------------------------------------------------------------ */
+typedef struct agent_code_cache agent_code_cache_t;
+
+/* What a job needs: the archive's digest (64 lower-case hex digits) and size, and the assignment
+ * that names it (FetchCode asks for the archive by job and attempt). */
+typedef struct agent_code_ref {
+    const char *digest;
+    int64_t size;                /* bytes of the archive (0: not known beforehand) */
+    const char *job_id;
+    int attempt;
+} agent_code_ref_t;
+
+/* Writes the archive ref names, all of it, to fd (empty, at offset 0). Returns 0 or a status with
+ * err. The agent's fetches FetchCode from kilnd (xfer_code_fetch); tests pass their own. */
+typedef int (*agent_code_fetch_fn)(void *ud, const agent_code_ref_t *ref, int fd, kiln_err_t *err);
+
+/* Opens the cache in dir (created 0755 when missing; what an earlier agent left there is kept
+ * when its manifest holds, removed otherwise), bounded to max_bytes of extracted files
+ * (0: 10 GiB); one archive may expand to at most that much (code_limits_default's other limits
+ * apply). fetch and ud are borrowed for the cache's lifetime. Caller owns *out
+ * (agent_code_cache_destroy). Returns 0, KILN_EIO or KILN_ENOMEM. */
+int agent_code_cache_create(const char *dir, int64_t max_bytes, agent_code_fetch_fn fetch, void *ud,
+                            agent_code_cache_t **out, kiln_err_t *err);
+void agent_code_cache_destroy(agent_code_cache_t *c); /* accepts NULL */
+/* Makes ref's tree present (fetching, checking the SHA-256 and size, extracting when it is
+ * missing or its manifest does not hold) and holds it until agent_code_release: it is not
+ * evicted meanwhile. Several callers wanting one digest wait for one fetch. *tree (OUT, size n):
+ * the tree's path, which nobody may change. Returns 0; KILN_ECHECKSUM (kilnd sent other bytes
+ * than the digest names: nothing is kept); code_archive_extract_fd's refusals; the fetcher's
+ * statuses; KILN_EIO. */
+int agent_code_acquire(agent_code_cache_t *c, const agent_code_ref_t *ref, char *tree, size_t n, kiln_err_t *err);
+/* Ends a hold of agent_code_acquire (then the tree may be evicted; trees over the bound are). */
+void agent_code_release(agent_code_cache_t *c, const char *digest);
+/* The job's working directory workdir (which must not exist; its parent must) as a copy of the
+ * held tree of digest that the job may change: directories, files (content and execute bits; no
+ * hard links) and symbolic links as they are. *bytes (OUT, may be NULL): bytes copied. Returns 0,
+ * KILN_ENOTFOUND (digest is not held), KILN_EEXIST or KILN_EIO. */
+int agent_code_prepare(agent_code_cache_t *c, const char *digest, const char *workdir, int64_t *bytes,
+                       kiln_err_t *err);
+/* For a launcher that mounts the working directory as an overlay in the rank's own mount
+ * namespace (overlayfs: no copy): lower (OUT, size n) is the held tree of digest (read-only),
+ * and upper and work (OUT) are fresh directories under job_dir ("code-upper", "code-work") that
+ * take the job's changes. Returns 0, KILN_ENOTFOUND or KILN_EIO. */
+int agent_code_overlay(agent_code_cache_t *c, const char *digest, const char *job_dir, char *lower, char *upper,
+                       char *work, size_t n, kiln_err_t *err);
+/* A script job whose source is a directory in the data roots: workdir (which must not exist) as
+ * a copy of src, which must lie inside one of roots[0..nroots) once resolved (the same rule and
+ * message as every path a job reads, kiln_path_confine, field "source"), and hold at most
+ * max_bytes (KILN_ETOOBIG naming the limit). Devices, FIFOs and sockets in it are left out.
+ * Returns 0, KILN_EPERM, KILN_ENOTFOUND, KILN_ETOOBIG, KILN_EEXIST or KILN_EIO. */
+int agent_code_copy_dir(const char *src, const char *const *roots, size_t nroots, int64_t max_bytes,
+                        const char *workdir, int64_t *bytes, kiln_err_t *err);
+
+/* ------------------------------------------------------------------------------------------
  * The agent.
  * ------------------------------------------------------------------------------------------ */
 typedef struct agent_config {
@@ -364,6 +457,8 @@ typedef struct agent_config {
      * runs, with whether it is registered), or NULL/"" for none. Keep it on a local or pod
      * address: it needs no token and carries nothing secret. */
     const char *metrics_addr;
+    agent_sandbox_config_t sandbox; /* how ranks are confined (agent_launcher_config_t) */
+    int64_t code_cache_bytes;  /* --code-cache-mb: the code cache's bound (0: 10 GiB) */
 } agent_config_t;
 
 typedef struct agent agent_t;

@@ -1,6 +1,7 @@
 /* agent_int.h - internals shared by the agent's files: the outbox (batched, ordered reports
  * waiting for kilnd, bounded in memory, numbered for exactly-once storage, and counted in a
- * ledger that outlives the process). Nothing outside agent/ includes this. */
+ * ledger that outlives the process), transfers with kilnd's store, the monitor port, and the
+ * ranks' sandbox. Nothing outside agent/ includes this (its tests do). */
 #ifndef KILN_AGENT_INT_H
 #define KILN_AGENT_INT_H
 
@@ -175,6 +176,10 @@ void xfer_cancel(xfer_t *x, const char *job_id, int attempt);
 /* The ranks transfers hold (uploads whose exits are not queued yet, assignments being
  * fetched: pid 0), for heartbeats. Copies up to max, returns how many there are. */
 size_t xfer_list(xfer_t *x, agent_rank_info_t *out, size_t max);
+/* The code cache's fetcher (agent_code_fetch_fn; ud is the xfer_t): FetchCode from kilnd, piece
+ * by piece, into fd, retrying while kilnd is unreachable; answers that disagree with each other
+ * (size, digest, offsets) are refused (KILN_EFORMAT). The cache checks the digest. */
+int xfer_code_fetch(void *ud, const agent_code_ref_t *ref, int fd, kiln_err_t *err);
 /* Where an assignment's fetched model lives: <work_dir>/jobs/<job_id>/init/model_llmc.bin. */
 void xfer_init_model_path(const char *work_dir, const char *job_id, char *out, size_t n);
 
@@ -186,5 +191,170 @@ extern prom_family_t agent_prom_dropped_lines, agent_prom_dropped_points;
  * KILN_EINVAL (bad address) or KILN_EIO (cannot listen). */
 int agent_monitor_start(agent_t *a, const char *addr, agent_monitor_t **out, kiln_err_t *err);
 void agent_monitor_stop(agent_monitor_t *m);
+
+/* ---- the ranks' sandbox (sandbox.c, sandbox_host.c) -------------------------------------------
+ * A sandbox_t is the host's side, one per launcher: the configuration, the cgroup hierarchy and
+ * the uid range. A box is one attempt's confinement on this host, shared by the attempt's ranks
+ * here: an unprivileged uid no other box holds (claimed host-wide, so agents sharing a host never
+ * hand out the same uid), a cgroup with the attempt's memory and task limits, a PID namespace and
+ * a mount namespace whose root holds only the system's libraries (read-only), the mounts the box
+ * was made with, a private /proc, a minimal /dev, and /tmp and /dev/shm shared by the attempt's
+ * ranks (tmpfs, size-limited). Ranks are spawned into a box as the agent's own children (their
+ * exit status is theirs, stop signals reach them as sent), as the box's uid, with no
+ * capabilities and no new privileges. The network namespace stays the host's (ranks rendezvous
+ * over TCP across hosts). A box lives until sandbox_box_destroy, which kills whatever is left
+ * in it. */
+typedef struct sandbox sandbox_t;
+typedef struct sandbox_box sandbox_box_t;
+
+/* Checks that the sandbox can work on this host and prepares it: root (the agent sets up
+ * namespaces, mounts and cgroups and changes uids), a writable cgroup hierarchy with the memory
+ * and pids controllers (v2 at /sys/fs/cgroup, else v1's memory and pids hierarchies), the state
+ * directory, and one probe box made and destroyed. Leftovers of a killed agent (boxes' cgroups
+ * whose uid nobody claims) are removed. slots sizes the default memory limit per rank. Caller
+ * owns *out; free with sandbox_destroy(). Returns 0, KILN_EPERM (not root), KILN_EUNSUPP (no
+ * usable cgroup hierarchy, namespaces refused) or KILN_EINVAL (a bad setting); err says why
+ * and hints at --sandbox off. cfg->off must be false. */
+int sandbox_create(const agent_sandbox_config_t *cfg, int slots, sandbox_t **out, kiln_err_t *err);
+void sandbox_destroy(sandbox_t *s); /* accepts NULL; boxes must be destroyed first */
+/* One line for the agent's start-up log ("cgroup v1, uids 2000000000-2000065535, ..."). */
+const char *sandbox_describe(const sandbox_t *s);
+/* The memory and task limits of one rank, as configured (MiB; tasks). */
+int64_t sandbox_memory_per_slot_mb(const sandbox_t *s);
+int64_t sandbox_pids_per_slot(const sandbox_t *s);
+
+enum {
+    SANDBOX_RO = 0,          /* read-only (the default) */
+    SANDBOX_RW = 1,          /* writable (by the box's uid, once sandbox_box_give has made it its own) */
+    SANDBOX_OPTIONAL = 2,    /* skipped when the source does not exist */
+};
+
+typedef struct sandbox_mount {
+    const char *src;         /* host path (absolute; symbolic links in it are followed) */
+    const char *dst;         /* where the box sees it (absolute); NULL: the same path as src */
+    unsigned flags;          /* SANDBOX_* */
+} sandbox_mount_t;
+
+typedef struct sandbox_box_spec {
+    const char *name;        /* for log lines and errors ("job-7 attempt 2") */
+    const sandbox_mount_t *mounts; /* in order: a mount inside an earlier one comes after it */
+    size_t n_mounts;
+    int64_t memory_mb;       /* memory limit of the whole box (0: none) */
+    int64_t pids_max;        /* processes and threads of the whole box (0: none) */
+    int64_t tmp_mb;          /* size of /tmp (0: the sandbox's setting) */
+    bool gpu;                /* the NVIDIA device nodes (/dev/nvidia*) are there too */
+} sandbox_box_spec_t;
+
+/* Makes a box: claims a uid, creates its cgroup, starts its PID namespace's init and builds its
+ * root (every spec mount must exist unless SANDBOX_OPTIONAL; err names the one that does not).
+ * The calling thread must live as long as the box: the box's init, like ranks, is killed when
+ * the thread that forked it ends. Caller owns *out; free with sandbox_box_destroy().
+ * Thread-safe. Returns 0, KILN_ENOTFOUND (a mount's source), KILN_EUNAVAIL (every uid of the
+ * range is taken), KILN_EIO (a namespace, mount or cgroup step failed: err names it). */
+int sandbox_box_create(sandbox_t *s, const sandbox_box_spec_t *spec, sandbox_box_t **out, kiln_err_t *err);
+/* Kills everything left in the box (its init, so the whole PID namespace, and the cgroup), waits
+ * for it to go, removes the cgroup, gives the paths it was given back to the agent's uid and
+ * releases the uid. Blocks while the kernel tears the processes down. Accepts NULL. */
+void sandbox_box_destroy(sandbox_box_t *b);
+uid_t sandbox_box_uid(const sandbox_box_t *b);
+/* Makes path the box's (chown to its uid and gid): with recursive, every entry below it too,
+ * without following symbolic links or leaving the file system, and only entries the agent's uid
+ * or a uid of the sandbox's range owns (a file someone else owns stays theirs). Recorded, so
+ * destroy (or the next agent to claim the uid, after a crash) gives it back. Returns 0, or
+ * KILN_EIO naming the path. */
+int sandbox_box_give(sandbox_box_t *b, const char *path, bool recursive, kiln_err_t *err);
+/* SIGKILL to every process in the box, at once (the rank spawns a launcher holds are killed too;
+ * their exits are still theirs to reap). */
+void sandbox_box_kill(sandbox_box_t *b);
+/* Whether the kernel's OOM killer has killed a process of the box (cgroup v2 memory.events
+ * oom_kill; v1 memory.oom_control oom_kill, or memory.failcnt on kernels without that line, which
+ * says the limit was hit; the caller then also requires that the rank died of SIGKILL). *limit_mb
+ * (OUT, may be NULL) is the box's memory limit. */
+bool sandbox_box_oom(const sandbox_box_t *b, int64_t *limit_mb);
+
+/* One inherited descriptor of a spawned process: src (the caller's) becomes dst in the child. */
+typedef struct sandbox_fd {
+    int src, dst;
+} sandbox_fd_t;
+
+typedef struct sandbox_spawn {
+    const char *path;        /* the program, as the box sees it (absolute) */
+    char *const *argv, *const *envp;
+    const char *cwd;         /* as the box sees it; NULL: the box's / (or, unconfined, the agent's cwd) */
+    const sandbox_fd_t *fds; /* the descriptors it keeps; every other one is closed; without an
+                              * entry for 0, stdin is /dev/null */
+    size_t n_fds;
+} sandbox_spawn_t;
+
+/* Starts a process, a child of the calling thread (which must outlive it: it gets SIGKILL when
+ * that thread ends), in its own process group (pgid = its pid), with default signal handling,
+ * no blocked signals and umask 077. In box b (NULL: unconfined, as the agent's user, for
+ * --sandbox off): in the box's cgroup and namespaces, as its uid and gid with no supplementary
+ * groups, no capabilities (bounding set emptied), no new privileges and no core dumps; HOME is
+ * /tmp there. *pid (OUT) is the child's pid as the agent sees it. Returns 0, or KILN_EIO with
+ * err naming the step that failed and the errno (the exec's included: a missing program is
+ * reported here, not as an exit). */
+int sandbox_spawn(sandbox_box_t *b, const sandbox_spawn_t *sp, pid_t *pid, kiln_err_t *err);
+
+/* ---- what a box holds of the host (sandbox_host.c) ----------------------------------------------
+ * Its uid: claimed with flock on <state_dir>/uid-<uid> (the kernel lets go when the agent dies),
+ * so agents sharing a host never hand out the same uid. The file records the paths given to the
+ * uid, so that they are given back when the box ends, or by whoever claims the uid next. */
+typedef struct sandbox_ids {
+    const char *state_dir;       /* where the claims are (borrowed) */
+    uid_t agent_uid;             /* the agent's, to which given paths go back */
+    gid_t agent_gid;
+    uint32_t lo, hi;             /* the sandbox's uid range */
+} sandbox_ids_t;
+
+/* Claims uid for this process; what an earlier holder gave it and did not take back is taken back
+ * first. Returns the claim (a descriptor: closing it lets go), or -1 when another holds it. */
+int sandbox_uid_claim(const sandbox_ids_t *ids, uint32_t uid);
+/* Records path in the claim, then chowns it to uid (sandbox_box_give says which entries). Returns
+ * 0, KILN_EINVAL (a path that cannot be recorded) or KILN_EIO naming it. */
+int sandbox_uid_give(const sandbox_ids_t *ids, int claim, uint32_t uid, const char *path, bool recursive,
+                     kiln_err_t *err);
+/* Gives every path recorded in the claim back to the agent (the entries uid owns) and empties the
+ * record; the claim stays held. */
+void sandbox_uid_take_back(const sandbox_ids_t *ids, int claim, uint32_t uid);
+
+/* Cgroups: the decisions apart, so that they can be tested on any host. */
+typedef struct sandbox_cg {
+    int version;             /* 1 or 2 */
+    char base[2][512];       /* where boxes go: v2 base[0]; v1 base[0] memory, base[1] pids */
+    char agent_leaf[512];    /* v2: the leaf the agent moves itself into, "" for none */
+} sandbox_cg_t;
+
+typedef struct sandbox_cgbox {
+    int version;
+    char dir[2][560];        /* the box's cgroup per hierarchy ("" unused) */
+    int procs_fd[2];         /* their cgroup.procs, open for writing (-1 unused) */
+} sandbox_cgbox_t;
+
+/* Decides where boxes' cgroups go from the cgroup file system at root (/sys/fs/cgroup) and the
+ * agent's /proc/self/cgroup text: v2 when root/cgroup.controllers lists memory and pids (boxes go
+ * in <own cgroup>/kiln-sandbox, the agent into <own cgroup>/kiln-agent, since a v2 cgroup that
+ * hands controllers to its children holds no processes), else v1 when root/<memory>/ and
+ * root/<pids>/ are there (boxes in <own cgroup of each>/kiln-sandbox). Reads, writes nothing.
+ * Returns 0 or KILN_EUNSUPP saying what is missing. */
+int sandbox_cg_detect(const char *root, const char *self_cgroup, sandbox_cg_t *out, kiln_err_t *err);
+/* Makes the bases (v2: moves the calling process into agent_leaf and enables memory and pids
+ * for the children). Returns 0 or KILN_EIO naming the file. */
+int sandbox_cg_setup(const sandbox_cg_t *cg, kiln_err_t *err);
+/* Creates cgroup <base>/<name> with the limits (0: none; v2 memory.max and memory.swap.max 0,
+ * pids.max; v1 memory.limit_in_bytes (and memory.memsw.limit_in_bytes where swap is accounted),
+ * pids.max). A leftover of that name is killed and removed first. Returns 0 or KILN_EIO naming
+ * the file. */
+int sandbox_cgbox_create(const sandbox_cg_t *cg, const char *name, int64_t memory_bytes, int64_t pids_max,
+                         sandbox_cgbox_t *out, kiln_err_t *err);
+/* SIGKILL to every process in it (v2 cgroup.kill where the kernel has it, else each pid of
+ * cgroup.procs, until none is left or wait_ms passes). True when it is empty. */
+bool sandbox_cgbox_kill(sandbox_cgbox_t *b, int wait_ms);
+/* The OOM question of sandbox_box_oom for this cgroup. */
+bool sandbox_cgbox_oom(const sandbox_cgbox_t *b);
+/* Kills what is left (sandbox_cgbox_kill), removes the directories, closes the fds. */
+void sandbox_cgbox_destroy(sandbox_cgbox_t *b);
+/* Names under the bases that look like boxes ("u<uid>"): calls fn for each uid found (once). */
+void sandbox_cg_each_box(const sandbox_cg_t *cg, void (*fn)(void *ud, uint32_t uid), void *ud);
 
 #endif /* KILN_AGENT_INT_H */

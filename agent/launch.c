@@ -2,7 +2,9 @@
  * its ranks as kiln-train child processes (own process group, the rank contract's environment
  * from rank/, stdout/stderr/metric records on pipes), reads their output and matches metric
  * definitions on one epoll I/O thread, delivers stop orders and exits, stops the other ranks of
- * an attempt when one of them dies, and removes what a dead rank left in /dev/shm.
+ * an attempt when one of them dies, and removes what a dead rank left in /dev/shm. Each attempt's
+ * ranks run in a sandbox box (sandbox.c) that sees the data roots read-only and the job's own
+ * directories, unless the sandbox is off.
  * It knows nothing about gRPC (what it reads goes to the callbacks in agent_launch_cbs_t) and
  * never parses the job spec: what it needs comes typed in the assignment. */
 #include "agent/agent_int.h"
@@ -44,6 +46,9 @@ typedef struct ljob {
     int port;                    /* the rendezvous port this agent picked for it, or 0 */
     int port_claim;              /* its claim among this host's agents (port_claim), or -1 */
     agent_metric_defs_t defs;
+    sandbox_box_t *box;          /* the ranks' sandbox, or NULL (--sandbox off) */
+    int nranks;                  /* ranks of the attempt on this agent */
+    char bin[PATH_MAX];          /* the rank program as the box sees it ("": l->train_bin) */
 } ljob_t;
 
 typedef struct lrank lrank_t;
@@ -68,6 +73,7 @@ struct lrank {
     bool silent;                 /* killed by the launcher itself: do not deliver the exit */
     int64_t drain_deadline_us;
     int64_t kill_at_us;          /* SIGKILL time after a stop order, 0: none */
+    bool sigkilled;              /* the launcher sent it SIGKILL (so a SIGKILL death is not the OOM killer's) */
     int64_t last_step;           /* of its last metric record (a record without a step takes it) */
     agent_metric_cursor_t mcur;  /* where its regex matches take their steps (step marks, counts) */
     bool nonfinite_noted;        /* the job's log was told this rank reported NaN or infinity */
@@ -84,6 +90,7 @@ struct agent_launcher {
     double comm_watchdog_s;     /* the ranks' KILN_COMM_WATCHDOG_S (0: the engine's default) */
     int sibling_grace_ms;       /* a dead rank's siblings: SIGKILL this long after SIGTERM */
     bool gpu;
+    sandbox_t *sandbox;         /* NULL: --sandbox off, ranks run unconfined */
     /* A rank holds a slot when slots carry something of their own: a GPU (gpu), a share of
      * --cpus (slot_cpus). slot_used[i]: a rank holds slot i. */
     bool *slot_used;
@@ -272,7 +279,8 @@ static void rank_try_reap(agent_launcher_t *l, lrank_t *r)
     /* A rank killed mid-run leaves its shm transport's region behind: it is RAM, free it. Now,
      * while the zombie still holds the pid, so the name cannot be another process's yet. */
     int pid = (int)r->pid;
-    rank_shm_cleanup(&pid, 1);
+    if (!r->job->box) /* a box's /dev/shm is its own, and goes with it */
+        rank_shm_cleanup(&pid, 1);
     int st = 0;
     if (waitpid(r->pid, &st, 0) != r->pid)
         st = 0;
@@ -289,6 +297,7 @@ static void job_release(ljob_t *j)
     if (j->port_claim >= 0)
         close(j->port_claim);
     agent_metric_defs_deinit(&j->defs);
+    sandbox_box_destroy(j->box);
     free(j);
 }
 
@@ -325,7 +334,16 @@ static void rank_finish(agent_launcher_t *l, lrank_t *r)
                 kiln_strlcpy(reason, r->last_err, sizeof(reason));
         } else if (WIFSIGNALED(r->wstatus)) {
             sig = WTERMSIG(r->wstatus);
-            kiln_strlcpy(reason, strsignal(sig), sizeof(reason));
+            int64_t limit_mb = 0;
+            if (sig == SIGKILL && !r->sigkilled && r->job->box && sandbox_box_oom(r->job->box, &limit_mb)) {
+                if (r->job->nranks > 1)
+                    snprintf(reason, sizeof(reason), "out of memory (limit %lld MiB for its %d ranks on this host)",
+                             (long long)limit_mb, r->job->nranks);
+                else
+                    snprintf(reason, sizeof(reason), "out of memory (limit %lld MiB)", (long long)limit_mb);
+            } else {
+                kiln_strlcpy(reason, strsignal(sig), sizeof(reason));
+            }
         }
         l->cbs.on_exit(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, r->pid, code, sig, reason);
     }
@@ -424,6 +442,7 @@ static void *launcher_main(void *arg)
                 rank_try_reap(l, r);
             if (!r->exited && r->kill_at_us && now >= r->kill_at_us) {
                 log_info("job %s rank %d: grace period over; sending SIGKILL", r->job->job_id, r->rank);
+                r->sigkilled = true;
                 kill(-r->pid, SIGKILL);
                 r->kill_at_us = 0;
             }
@@ -535,6 +554,20 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
     l->port_hi = cfg->port_hi >= l->port_lo ? cfg->port_hi : (cfg->port_lo > 0 ? cfg->port_lo : 29999);
     l->port_next = l->port_lo;
     l->gpu = cfg->gpu;
+    if (cfg->sandbox.off) {
+        log_warn("SANDBOX OFF (--sandbox off): ranks run unconfined as uid %u, with everything this agent can "
+                 "read and write; use it for development only", (unsigned)geteuid());
+    } else {
+        if (sandbox_create(&cfg->sandbox, l->slots, &l->sandbox, err) != 0)
+            goto fail;
+        log_info("sandbox: on, %s", sandbox_describe(l->sandbox));
+        for (size_t i = 0; i < l->nroots; i++) {
+            struct stat st;
+            if (stat(l->roots[i], &st) == 0 && (st.st_mode & 005) != 005)
+                log_warn("data root %s is not readable by other users (mode %03o): ranks run as uids of their own "
+                         "and will not read it", l->roots[i], (unsigned)(st.st_mode & 0777));
+        }
+    }
     l->slot_used = calloc((size_t)l->slots, sizeof(bool));
     if (l->slot_used && cfg->cpus && cfg->cpus[0] && slot_cpus_plan(l, cfg, err) != 0)
         goto fail;
@@ -587,6 +620,9 @@ void agent_launcher_destroy(agent_launcher_t *l)
     while (l->ranks) {
         lrank_t *r = l->ranks;
         l->ranks = r->next;
+        /* reaped if it can be: a box's end waits for the ranks in it to be reaped */
+        if (!r->exited && waitpid(r->pid, NULL, WNOHANG) == r->pid)
+            r->exited = true;
         rank_free(l, r);
     }
     if (l->epfd >= 0)
@@ -602,6 +638,7 @@ void agent_launcher_destroy(agent_launcher_t *l)
         free(l->roots[i]);
     free(l->roots);
     free(l->roots_csv);
+    sandbox_destroy(l->sandbox);
     free(l->slot_used);
     free(l->slot_cpus);
     free(l->train_bin);
@@ -610,81 +647,6 @@ void agent_launcher_destroy(agent_launcher_t *l)
 }
 
 /* ---- starting ranks ----------------------------------------------------------------------- */
-
-/* Moves fd to a number >= 10 (so dup2 onto 1, 2 or 3 in the child never meets itself). */
-static int fd_high(int fd)
-{
-    if (fd >= 10)
-        return fd;
-    int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 10);
-    close(fd);
-    return nfd;
-}
-
-/* fork + exec of one rank: its own process group, default signal handling, umask 077 (its
- * checkpoints and outputs are the job's, not the machine's), stdin from /dev/null,
- * stdout/stderr/metrics onto the pipes, and SIGKILL when the agent dies (orphaned ranks would go
- * on writing into a job's checkpoint directory while kilnd restarts the job elsewhere).
- * Between fork and exec only async-signal-safe calls. Returns 0 or the errno of the failure
- * (exec's included, passed back over a close-on-exec pipe). */
-static int rank_exec(const char *bin, char *const argv[], char *const envp[], int out_fd, int err_fd,
-                     int met_fd, pid_t *out_pid)
-{
-    int ep[2];
-    if (pipe2(ep, O_CLOEXEC) != 0)
-        return errno;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(ep[0]);
-        close(ep[1]);
-        return e;
-    }
-    if (pid == 0) {
-        int e = 0;
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
-            _exit(127);
-        setpgid(0, 0);
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof(dfl));
-        dfl.sa_handler = SIG_DFL;
-        for (int sig = 1; sig < NSIG; sig++)
-            if (sig != SIGKILL && sig != SIGSTOP)
-                sigaction(sig, &dfl, NULL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        umask(077);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0 ||
-            dup2(met_fd, LAUNCH_METRICS_FD) < 0) {
-            e = errno;
-        } else {
-            execve(bin, argv, envp);
-            e = errno;
-        }
-        ssize_t w = write(ep[1], &e, sizeof(e));
-        (void)w;
-        _exit(127);
-    }
-    close(ep[1]);
-    int e = 0;
-    ssize_t n;
-    do
-        n = read(ep[0], &e, sizeof(e));
-    while (n < 0 && errno == EINTR);
-    close(ep[0]);
-    if (n == (ssize_t)sizeof(e) && e != 0) {
-        /* exec failed: reap the child now so no zombie is left behind */
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-        return e;
-    }
-    setpgid(pid, pid); /* also from here, so the group exists before anyone signals it */
-    *out_pid = pid;
-    return 0;
-}
 
 /* Starts one rank; on success the rank is linked into l->ranks and watched by epoll. */
 static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *a, int local_rank,
@@ -715,7 +677,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
         agent_linebuf_init(&r->src[k].lb, k == PIPE_METRICS ? (size_t)1 << 20 : (size_t)l->max_line);
     }
     for (int k = 0; k < 3; k++) {
-        if (pipe2(p[k], O_CLOEXEC) != 0 || (p[k][1] = fd_high(p[k][1])) < 0) {
+        if (pipe2(p[k], O_CLOEXEC) != 0) {
             rc = kiln_err_set(err, KILN_EIO, NULL, "could not create pipes for rank %d: %s", r->rank,
                               strerror(errno));
             goto fail;
@@ -779,12 +741,16 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     if ((rc = rank_env_envp(&re, environ, &envp, err)) != 0)
         goto fail; /* kilnd sent an assignment the contract cannot carry: err names the variable */
 
-    char *argv[] = {l->train_bin, NULL};
-    int serr = rank_exec(l->train_bin, argv, envp, p[0][1], p[1][1], p[2][1], &r->pid);
-    if (serr != 0) {
-        rc = kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s", l->train_bin, strerror(serr));
+    /* in its box (or unconfined): stdout, stderr and metric records on the pipes, in the output
+     * directory, and SIGKILL when the agent dies (an orphaned rank would go on writing into a
+     * job's checkpoint directory while kilnd restarts the job elsewhere) */
+    const char *bin = job->bin[0] ? job->bin : l->train_bin;
+    char *argv[] = {(char *)bin, NULL};
+    sandbox_fd_t fds[] = {{p[0][1], 1}, {p[1][1], 2}, {p[2][1], LAUNCH_METRICS_FD}};
+    sandbox_spawn_t sp = {.path = bin, .argv = argv, .envp = envp, .cwd = job->box ? out_dir : NULL,
+                          .fds = fds, .n_fds = KILN_ARRAY_LEN(fds)};
+    if ((rc = sandbox_spawn(job->box, &sp, &r->pid, err)) != 0)
         goto fail;
-    }
     for (int k = 0; k < 3; k++) {
         close(p[k][1]);
         p[k][1] = -1;
@@ -906,6 +872,87 @@ static int launch_check(agent_launcher_t *l, const Kiln__Assignment *a, const ch
     return launch_refuse(rc, err, write_hint);
 }
 
+/* The directories above path that are missing, made mode 0711: a box's ranks reach their
+ * checkpoint directory through them (inside a data root they are real directories) without
+ * being able to list them. */
+static int launch_mkdir_parents(const char *path, kiln_err_t *err)
+{
+    char parent[PATH_MAX];
+    kiln_strlcpy(parent, path, sizeof(parent));
+    char *slash = strrchr(parent, '/');
+    if (!slash || slash == parent)
+        return 0;
+    *slash = '\0';
+    return kiln_mkdirs_mode(parent, 0711, err);
+}
+
+/* The box an attempt's ranks run in (sandbox.c): the data roots, the rank program (with the CUDA
+ * backend kiln-train loads from beside it or KILN_CUDA_LIB), the spec, the model to start from
+ * and the checkpoint to resume from, read-only; the output and checkpoint directories writable,
+ * and made the box's uid's. Memory and tasks: the slot's limits times the ranks. bin (OUT): the
+ * rank program's resolved path, which the box sees where the host does. */
+static int launch_box(agent_launcher_t *l, const Kiln__Assignment *a, const char *job_dir, const char *ckpt_dir,
+                      const char *resume, sandbox_box_t **out, char *bin, size_t binn, kiln_err_t *err)
+{
+    char real[PATH_MAX], lib[2][PATH_MAX + 32], spec[PATH_MAX + 16], out_dir[PATH_MAX + 16], model[PATH_MAX];
+    if (!realpath(l->train_bin, real)) /* as the exec would say */
+        return kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s", l->train_bin, strerror(errno));
+    kiln_strlcpy(bin, real, binn);
+    char *slash = strrchr(real, '/');
+    *slash = '\0';
+    snprintf(lib[0], sizeof(lib[0]), "%s/libkiln_cuda.so", real);
+    snprintf(lib[1], sizeof(lib[1]), "%s/../lib/libkiln_cuda.so", real);
+    snprintf(spec, sizeof(spec), "%s/spec.json", job_dir);
+    snprintf(out_dir, sizeof(out_dir), "%s/output", job_dir);
+    sandbox_mount_t *m = calloc(l->nroots + 10, sizeof(*m));
+    if (!m)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < l->nroots; i++)
+        m[n++] = (sandbox_mount_t){l->roots[i], NULL, SANDBOX_RO};
+    m[n++] = (sandbox_mount_t){bin, NULL, SANDBOX_RO};
+    m[n++] = (sandbox_mount_t){lib[0], NULL, SANDBOX_RO | SANDBOX_OPTIONAL};
+    m[n++] = (sandbox_mount_t){lib[1], NULL, SANDBOX_RO | SANDBOX_OPTIONAL};
+    const char *cuda_lib = getenv("KILN_CUDA_LIB");
+    if (cuda_lib && cuda_lib[0] == '/')
+        m[n++] = (sandbox_mount_t){cuda_lib, NULL, SANDBOX_RO | SANDBOX_OPTIONAL};
+    m[n++] = (sandbox_mount_t){spec, NULL, SANDBOX_RO};
+    m[n++] = (sandbox_mount_t){out_dir, NULL, SANDBOX_RW};
+    m[n++] = (sandbox_mount_t){ckpt_dir, NULL, SANDBOX_RW};
+    if (resume[0])
+        m[n++] = (sandbox_mount_t){resume, NULL, SANDBOX_RO};
+    bool init_model = a->init_from_job && a->init_from_job[0];
+    if (init_model) {
+        xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));
+        m[n++] = (sandbox_mount_t){model, NULL, SANDBOX_RO};
+    }
+    /* resources.memory_limit_mb arrives with script jobs: a rank gets the smaller of it and the slot's */
+    int64_t rank_mb = sandbox_memory_per_slot_mb(l->sandbox);
+    char name[128];
+    snprintf(name, sizeof(name), "job %s attempt %d", a->job_id, a->attempt);
+    sandbox_box_spec_t bs = {.name = name, .mounts = m, .n_mounts = n, .memory_mb = rank_mb * (int64_t)a->n_ranks,
+                             .pids_max = sandbox_pids_per_slot(l->sandbox) * (int64_t)a->n_ranks, .gpu = l->gpu};
+    sandbox_box_t *box = NULL;
+    int rc = sandbox_box_create(l->sandbox, &bs, &box, err);
+    free(m);
+    if (rc == 0)
+        rc = sandbox_box_give(box, out_dir, true, err);
+    if (rc == 0)
+        rc = sandbox_box_give(box, ckpt_dir, true, err);
+    if (rc == 0)
+        rc = sandbox_box_give(box, spec, false, err);
+    if (rc == 0 && init_model)
+        rc = sandbox_box_give(box, model, false, err);
+    if (rc != 0) {
+        sandbox_box_destroy(box);
+        return rc;
+    }
+    log_info("job %s attempt %d: sandbox uid %u, memory %lld MiB, %lld tasks", a->job_id, a->attempt,
+             (unsigned)sandbox_box_uid(box), (long long)bs.memory_mb, (long long)bs.pids_max);
+    *out = box;
+    return 0;
+}
+
 /* Whether nothing on this host listens on (or otherwise holds) TCP port p: bound the way rank 0
  * will bind it (any address, SO_REUSEADDR), then let go. */
 static bool port_free(int p)
@@ -978,6 +1025,8 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     int threads = a->threads_per_rank > 0 ? a->threads_per_rank : KILN_MAX(1, l->cores / l->slots);
     char job_dir[PATH_MAX], path[PATH_MAX + 16], ckpt_dir[PATH_MAX], resume[PATH_MAX];
     ljob_t *job = NULL;
+    sandbox_box_t *box = NULL;
+    char bin[PATH_MAX] = "";
     lrank_t *first_old;
     agent_metric_defs_t defs;
     kiln_err_t derr;
@@ -1000,6 +1049,8 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
         rc = launch_check(l, a, job_dir, ckpt_dir, sizeof(ckpt_dir), resume, sizeof(resume), err);
     if (rc == 0)
         rc = kiln_mkdirs_mode(job_dir, 0700, err);
+    if (rc == 0 && l->sandbox)
+        rc = launch_mkdir_parents(ckpt_dir, err);
     if (rc == 0)
         rc = kiln_mkdirs_mode(ckpt_dir, 0700, err);
     snprintf(path, sizeof(path), "%s/output", job_dir);
@@ -1008,6 +1059,8 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     snprintf(path, sizeof(path), "%s/spec.json", job_dir);
     if (rc == 0)
         rc = kiln_file_write_atomic_mode(path, spec, strlen(spec), 0600, err);
+    if (rc == 0 && l->sandbox)
+        rc = launch_box(l, a, job_dir, ckpt_dir, resume, &box, bin, sizeof(bin), err);
     if (agent_metric_defs_init(&defs, a->metric_definitions, a->n_metric_definitions, &derr) != 0) {
         log_warn("job %s: metric definitions ignored: %s", a->job_id, derr.message);
         snprintf(defs_note, sizeof(defs_note), "[kiln-agent] metric definitions ignored: %s", derr.message);
@@ -1021,6 +1074,7 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     if (launcher_running_locked(l, a)) {
         pthread_mutex_unlock(&l->mu);
         agent_metric_defs_deinit(&defs);
+        sandbox_box_destroy(box);
         return kiln_err_set(err, KILN_EEXIST, NULL, "job %s attempt %d is already running", a->job_id, a->attempt);
     }
 
@@ -1029,6 +1083,10 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto done;
     }
+    job->box = box; /* the job owns it now */
+    box = NULL;
+    job->nranks = (int)a->n_ranks;
+    kiln_strlcpy(job->bin, bin, sizeof(job->bin));
     kiln_strlcpy(job->job_id, a->job_id, sizeof(job->job_id));
     job->attempt = a->attempt;
     job->refs = 1; /* ours, until the loop below is done */
@@ -1075,6 +1133,7 @@ done:
     snap_rebuild_locked(l);
     pthread_mutex_unlock(&l->mu);
     agent_metric_defs_deinit(&defs);
+    sandbox_box_destroy(box); /* made, but no job took it */
     launcher_wake(l);
     return rc;
 }
@@ -1092,6 +1151,7 @@ static int launcher_signal(agent_launcher_t *l, const char *job_id, int attempt,
         if (job_id && (strcmp(r->job->job_id, job_id) || (attempt && r->job->attempt != attempt)))
             continue;
         int sig = grace_ms > 0 ? SIGTERM : SIGKILL;
+        r->sigkilled |= sig == SIGKILL;
         kill(-r->pid, sig);
         if (sig == SIGTERM)
             kill(-r->pid, SIGCONT); /* a stopped rank acts on it too (then checkpoints, or not) */

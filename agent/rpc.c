@@ -340,6 +340,13 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
                           (const char *)GRPC_SLICE_START_PTR(details));
         if (dl == 0 && err)
             snprintf(err->message, sizeof(err->message), "%s failed with gRPC status %d", method, (int)status);
+        /* kilnd's hint (how to fix it, when to retry) rides in the trailing metadata */
+        for (size_t i = 0; err && i < trail_md.count; i++)
+            if (grpc_slice_str_cmp(trail_md.metadata[i].key, "kiln-hint") == 0) {
+                size_t hl = GRPC_SLICE_LENGTH(trail_md.metadata[i].value);
+                snprintf(err->hint, sizeof(err->hint), "%.*s", (int)KILN_MIN(hl, sizeof(err->hint) - 1),
+                         (const char *)GRPC_SLICE_START_PTR(trail_md.metadata[i].value));
+            }
         goto done;
     }
     if (resp_bb) {

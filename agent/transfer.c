@@ -32,6 +32,7 @@
 static const char k_begin[] = "/kiln.AgentService/BeginArtifacts";
 static const char k_chunk[] = "/kiln.AgentService/PutArtifactChunk";
 static const char k_fetch[] = "/kiln.AgentService/FetchInitModel";
+static const char k_code[] = "/kiln.AgentService/FetchCode";
 
 typedef enum { TASK_UPLOAD, TASK_FETCH } task_kind_t;
 
@@ -524,6 +525,39 @@ static int fetch(xfer_t *x, const task_t *t, kiln_err_t *err)
     else
         log_info("job %s: fetched the model of job %s (%lld bytes, sha256 %s)", t->job_id, a->init_from_job,
                  (long long)size, sha);
+    return rc;
+}
+
+int xfer_code_fetch(void *ud, const agent_code_ref_t *ref, int fd, kiln_err_t *err)
+{
+    xfer_t *x = ud;
+    task_t t = {.kind = TASK_FETCH, .attempt = ref->attempt};
+    kiln_strlcpy(t.job_id, ref->job_id ? ref->job_id : "", sizeof(t.job_id));
+    int64_t off = 0, size = -1;
+    int rc = 0;
+    while (rc == 0 && (size < 0 || off < size)) {
+        Kiln__CodeRequest req = KILN__CODE_REQUEST__INIT;
+        req.job_id = t.job_id;
+        req.attempt = ref->attempt;
+        req.offset = off;
+        req.max_bytes = 1 << 20;
+        ProtobufCMessage *resp = NULL;
+        int code = 0;
+        if ((rc = xfer_call(x, &t, k_code, &req.base, &kiln__code_chunk__descriptor, &resp, &code, err)))
+            break;
+        Kiln__CodeChunk *c = (Kiln__CodeChunk *)resp;
+        if (size < 0)
+            size = c->size;
+        if (c->size != size || strcmp(c->digest ? c->digest : "", ref->digest) != 0 || c->offset != off ||
+            (c->data.len == 0 && off < size) || (int64_t)c->data.len > size - off)
+            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd's answers about code archive %.16s... do not agree with "
+                              "each other or with the assignment", ref->digest);
+        else if (pwrite(fd, c->data.data, c->data.len, (off_t)off) != (ssize_t)c->data.len)
+            rc = kiln_err_set(err, KILN_EIO, NULL, "could not write the code archive: %s", strerror(errno));
+        else
+            off += (int64_t)c->data.len;
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
     return rc;
 }
 

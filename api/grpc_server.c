@@ -6,10 +6,12 @@
  * Unknown methods get UNIMPLEMENTED. The TrainingService conversions live in grpc_training.c. */
 #include "api/api.h"
 #include "api/grpc_int.h"
+#include "api/net_int.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -58,6 +60,8 @@ struct api_grpc {
     int streams;                     /* live server streams (grpc_stream.c) */
     bool tls;
     bool agent_certs;                /* mutual TLS: AgentService calls need a verified client certificate */
+    grpc_gate_t *gate;               /* kilnd's listening socket (NULL when gRPC listens itself) */
+    void *gate_handler;              /* filled by the core: its handler of the "external:" port */
 };
 
 /* ---- AgentService handlers ------------------------------------------------------------------ */
@@ -76,8 +80,7 @@ static int h_register(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, ar
     Kiln__RegisterResponse *out = arena_alloc(arena, sizeof(*out));
     kiln__register_response__init(out);
     *resp = &out->base;
-    return svc_agent_register(ctx->svc, (const Kiln__RegisterRequest *)req, ctx->worker_credential, arena,
-                              out, err);
+    return svc_agent_register_as(ctx->svc, (const Kiln__RegisterRequest *)req, ctx->peer, arena, out, err);
 }
 
 static int h_heartbeat(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
@@ -146,7 +149,7 @@ static int h_init_model(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, 
 
 static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register, NULL, API_GRPC_JOIN},
-    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL, API_GRPC_HEARTBEAT},
     {"/kiln.AgentService/ReportRankStatus", &kiln__rank_status__descriptor, h_status, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics, NULL, API_GRPC_AGENT},
@@ -154,6 +157,7 @@ static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/BeginArtifacts", &kiln__artifact_manifest__descriptor, h_artifacts_begin, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PutArtifactChunk", &kiln__artifact_chunk__descriptor, h_artifact_chunk, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/FetchInitModel", &kiln__init_model_request__descriptor, h_init_model, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/FetchCode", &kiln__code_request__descriptor, api_grpc_fetch_code, NULL, API_GRPC_AGENT},
 };
 
 /* Every method the server answers: AgentService, then TrainingService (grpc_training.c). */
@@ -329,21 +333,66 @@ static const char *md_str(const grpc_metadata_array *md, const char *key, arena_
     return arena_strndup(arena, v, len);
 }
 
-/* Establishes the caller of a call from its metadata (and, for agents under mutual TLS, its
- * client certificate). */
+/* The SHA-256 of the client certificate the call's TLS session presented, allocated from arena
+ * (NULL without one); under mutual TLS an agent's calls must present one. */
+static int grpc_peer_cert(api_grpc_t *g, gcall_t *c, arena_t *arena, const char **out, kiln_err_t *err)
+{
+    *out = NULL;
+    grpc_auth_context *ac = grpc_call_auth_context(c->call);
+    int ok = ac && grpc_auth_context_peer_is_authenticated(ac);
+    const grpc_auth_property *pem = NULL;
+    if (ok) {
+        grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ac, GRPC_X509_PEM_CERT_PROPERTY_NAME);
+        pem = grpc_auth_property_iterator_next(&it);
+    }
+    int rc = 0;
+    if (pem && pem->value) {
+        char *hex = arena_alloc(arena, SVC_CERT_HEX);
+        rc = svc_cert_sha256(pem->value, pem->value_length, hex, err);
+        *out = rc ? NULL : hex;
+    }
+    grpc_auth_context_release(ac);
+    if (rc == 0 && g->agent_certs && !*out) {
+        kiln_err_set(err, KILN_EUNAUTH, NULL, "agents must present a client certificate signed by kilnd's --tls-ca");
+        kiln_err_hint(err, "start kiln-agent with --tls-cert and --tls-key");
+        return KILN_EUNAUTH;
+    }
+    return rc ? KILN_EUNAUTH : 0;
+}
+
+/* The caller's address without its port ("127.0.0.1", "::1"), from arena. */
+static const char *grpc_peer_address(gcall_t *c, arena_t *arena)
+{
+    char *peer = grpc_call_get_peer(c->call);
+    const char *p = peer ? peer : "";
+    if (!strncmp(p, "ipv4:", 5) || !strncmp(p, "ipv6:", 5))
+        p += 5;
+    size_t len = strlen(p);
+    if (*p == '[' || !strncasecmp(p, "%5B", 3)) {
+        /* "[::1]:port", or URI-escaped "%5B::1%5D:port" */
+        size_t open = *p == '[' ? 1 : 3;
+        const char *close = open == 1 ? strchr(p, ']') : strcasestr(p, "%5D");
+        len = close ? (size_t)(close - p) - open : len - open;
+        p += open;
+    } else if (strchr(p, ':') == strrchr(p, ':') && strchr(p, ':')) {
+        len = (size_t)(strrchr(p, ':') - p); /* host:port */
+    }
+    const char *out = arena_strndup(arena, p, KILN_MIN(len, 63));
+    gpr_free(peer);
+    return out;
+}
+
+/* Establishes the caller of a call from its metadata (and, for agents, its client certificate
+ * under mutual TLS: a worker is bound to the one it registered with). */
 static int grpc_authenticate(api_grpc_t *g, gcall_t *c, const api_grpc_method_t *m, arena_t *arena,
                              api_grpc_ctx_t *ctx, kiln_err_t *err)
 {
     const char *bearer = md_str(&c->md, "authorization", arena);
-    if (m->auth != API_GRPC_USER && g->agent_certs) {
-        grpc_auth_context *ac = grpc_call_auth_context(c->call);
-        int ok = ac && grpc_auth_context_peer_is_authenticated(ac);
-        grpc_auth_context_release(ac);
-        if (!ok) {
-            kiln_err_set(err, KILN_EUNAUTH, NULL, "agents must present a client certificate signed by kilnd's --tls-ca");
-            kiln_err_hint(err, "start kiln-agent with --tls-cert and --tls-key");
-            return KILN_EUNAUTH;
-        }
+    const char *cert = NULL;
+    if (m->auth != API_GRPC_USER) {
+        int rc = grpc_peer_cert(g, c, arena, &cert, err);
+        if (rc)
+            return rc;
     }
     switch (m->auth) {
     case API_GRPC_USER: {
@@ -352,17 +401,18 @@ static int grpc_authenticate(api_grpc_t *g, gcall_t *c, const api_grpc_method_t 
         ctx->who = who;
         return rc;
     }
-    case API_GRPC_JOIN:
-        if (!svc_auth_join(g->svc, bearer)) {
-            kiln_err_set(err, KILN_EUNAUTH, NULL, "registering a worker needs the cluster's join token");
-            kiln_err_hint(err, "start kiln-agent with --join-token-file (the file kilnd's --join-token-file names)");
-            return KILN_EUNAUTH;
-        }
-        ctx->worker_credential = md_str(&c->md, "kiln-worker-credential", arena);
+    case API_GRPC_JOIN: {
+        /* which of the join token and the worker's credential counts is the service's call */
+        svc_agent_peer_t *peer = arena_alloc(arena, sizeof(*peer));
+        *peer = (svc_agent_peer_t){.join_token = bearer, .credential = md_str(&c->md, "kiln-worker-credential", arena),
+                                   .cert_sha256 = cert, .address = grpc_peer_address(c, arena)};
+        ctx->peer = peer;
         return 0;
-    case API_GRPC_AGENT: {
+    }
+    case API_GRPC_AGENT:
+    case API_GRPC_HEARTBEAT: {
         char *wid = arena_alloc(arena, 64); /* worker ids are shorter (store's limit) */
-        int rc = svc_auth_agent(g->svc, bearer, wid, 64, err);
+        int rc = svc_auth_agent(g->svc, bearer, cert, m->auth == API_GRPC_HEARTBEAT, wid, 64, err);
         ctx->worker_id = wid;
         return rc;
     }
@@ -539,7 +589,7 @@ static void *grpc_thread_main(void *arg)
     return NULL;
 }
 
-/* ---- error details and the wire check ------------------------------------------------------ */
+/* ---- error details ------------------------------------------------------------------------- */
 
 /* A metadata value: printable ASCII (what non-binary metadata may hold), other bytes as '?'. */
 static grpc_slice md_value(const char *s)
@@ -575,71 +625,6 @@ void api_grpc_err_md_free(api_grpc_err_md_t *md)
     md->n = 0;
 }
 
-/* Reads a varint at *p (below end); false when it is cut short or too long. */
-static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *out = v;
-            return true;
-        }
-    }
-    return false;
-}
-
-static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, const char *prefix,
-                          int depth, kiln_err_t *err)
-{
-    const uint8_t *end = p + n;
-    while (p < end) {
-        uint64_t key = 0, len = 0;
-        if (!wire_varint(&p, end, &key))
-            return 0; /* malformed: protobuf-c's decoder refuses it */
-        unsigned wt = (unsigned)(key & 7);
-        const ProtobufCFieldDescriptor *f = d ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
-        switch (wt) {
-        case 0:
-            if (!wire_varint(&p, end, &len))
-                return 0;
-            continue;
-        case 1:
-            p += 8;
-            continue;
-        case 5:
-            p += 4;
-            continue;
-        case 2:
-            if (!wire_varint(&p, end, &len) || len > (uint64_t)(end - p))
-                return 0;
-            break;
-        default:
-            return 0;
-        }
-        char path[256];
-        if (f)
-            snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", f->name);
-        if (f && f->type == PROTOBUF_C_TYPE_STRING) {
-            int rc = svc_check_text(path, (const char *)p, (size_t)len, 0, err);
-            if (rc)
-                return rc;
-        } else if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 16) {
-            int rc = wire_check_msg(f->descriptor, p, (size_t)len, path, depth + 1, err);
-            if (rc)
-                return rc;
-        }
-        p += len;
-    }
-    return 0;
-}
-
-int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, kiln_err_t *err)
-{
-    return wire_check_msg(d, data, len, "", 0, err);
-}
-
 /* ---- streams ------------------------------------------------------------------------------ */
 
 svc_t *api_grpc_svc(api_grpc_t *g) { return g->svc; }
@@ -666,11 +651,29 @@ void api_grpc_stream_leave(api_grpc_t *g)
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
+/* The server argument through which the core hands kilnd its handler of the "external:" port
+ * (grpc_gate.c): a pointer to where it writes it, copied as is. */
+#define GATE_PORT "external:kiln-gate"
+static void *gate_arg_copy(void *p) { return p; }
+static void gate_arg_destroy(void *p) { (void)p; }
+static int gate_arg_cmp(void *p, void *q) { return p < q ? -1 : p > q; }
+static const grpc_arg_pointer_vtable gate_arg_vtable = {gate_arg_copy, gate_arg_destroy, gate_arg_cmp};
+
 int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_t **out, kiln_err_t *err)
+{
+    api_grpc_config_t cfg = {.addr = addr, .tls = tls};
+    return api_grpc_start_with(svc, &cfg, out, err);
+}
+
+int api_grpc_start_with(svc_t *svc, const api_grpc_config_t *cfg, api_grpc_t **out, kiln_err_t *err)
 {
     prom_register(&grpc_requests);
     prom_register(&grpc_duration);
+    api_net_init();
     *out = NULL;
+    const char *addr = cfg->addr ? cfg->addr : "";
+    const api_tls_t *tls = cfg->tls;
+    api_net_limits_t limits = api_net_limits_or_default(&cfg->limits);
     api_grpc_t *g = calloc(1, sizeof(*g));
     if (!g)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -678,6 +681,20 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     atomic_init(&g->shutting_down, false);
+    g->tls = tls && tls->cert_pem && tls->key_pem;
+    /* The port is kilnd's (grpc_gate.c) unless it is a unix socket: taken first, so that a busy
+     * port fails before gRPC starts. */
+    bool gated = !cfg->gate_off && strncmp(addr, "unix:", 5) != 0 && strncmp(addr, "unix-abstract:", 14) != 0;
+    if (gated && grpc_gate_open(addr, &limits, tls, &g->gate, err) != 0) {
+        pthread_cond_destroy(&g->cv);
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+        return KILN_EIO;
+    }
+    /* The TLS policy's TLS 1.2 suites (net.c), read by the core once, when it first makes TLS
+     * credentials; TLS 1.3 suites are OpenSSL's, all AEAD. */
+    if (g->tls)
+        setenv("GRPC_SSL_CIPHER_SUITES", api_tls_openssl_ciphers(), 1);
     grpc_init();
     size_t nm = method_count();
     g->rm = calloc(nm, sizeof(void *));
@@ -686,8 +703,17 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = GRPC_MAX_MESSAGE},
         /* a second kilnd on the same port must fail, not share it silently */
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+        /* the TLS handshake's deadline (the gate waited for the ClientHello within the same) */
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, .value.integer = limits.handshake_ms},
+        /* a connection without calls is closed after the idle timeout; one whose client stopped
+         * answering (a stream to a vanished host) is found by a ping */
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_CONNECTION_IDLE_MS, .value.integer = limits.idle_ms},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS, .value.integer = limits.idle_ms},
+        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS, .value.integer = 20000},
+        {.type = GRPC_ARG_POINTER, .key = (char *)GATE_PORT,
+         .value.pointer = {.p = &g->gate_handler, .vtable = &gate_arg_vtable}},
     };
-    grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args), .args = args};
+    grpc_channel_args ca = {.num_args = KILN_ARRAY_LEN(args) - (gated ? 0 : 1), .args = args};
     g->server = grpc_server_create(&ca, NULL);
     g->cq = grpc_completion_queue_create_for_next(NULL);
     if (!g->rm || !g->server || !g->cq) {
@@ -704,7 +730,6 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
         }
     }
     grpc_server_credentials *creds = NULL;
-    g->tls = tls && tls->cert_pem && tls->key_pem;
     if (g->tls) {
         grpc_ssl_pem_key_cert_pair pair = {.private_key = tls->key_pem, .cert_chain = tls->cert_pem};
         g->agent_certs = tls->ca_pem != NULL;
@@ -717,14 +742,17 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
     } else {
         creds = grpc_insecure_server_credentials_create();
     }
-    int port = creds ? grpc_server_add_http2_port(g->server, addr, creds) : 0;
+    /* Gated, the core's port is "external:": it returns no port number, and its handler in
+     * gate_handler says it was made. */
+    int port = creds ? grpc_server_add_http2_port(g->server, gated ? GATE_PORT : addr, creds) : 0;
     if (creds)
         grpc_server_credentials_release(creds);
-    if (port <= 0) {
+    if (gated ? !g->gate_handler : port <= 0) {
         kiln_err_set(err, KILN_EIO, NULL, "could not listen for gRPC on %s%s", addr, g->tls ? " with TLS" : "");
-        kiln_err_hint(err, g->tls ? "is the address valid and the port free, and do --tls-cert, --tls-key "
-                                    "(and --tls-ca) hold valid PEM?"
-                                  : "is the address valid and the port free? (--grpc-addr)");
+        kiln_err_hint(err, gated ? "do --tls-cert, --tls-key (and --tls-ca) hold valid PEM?"
+                          : g->tls ? "is the address valid and the port free, and do --tls-cert, --tls-key "
+                                     "(and --tls-ca) hold valid PEM?"
+                                   : "is the address valid and the port free? (--grpc-addr)");
         goto fail;
     }
     grpc_server_start(g->server);
@@ -741,8 +769,11 @@ int api_grpc_start(svc_t *svc, const char *addr, const api_tls_t *tls, api_grpc_
         }
         g->nthreads++;
     }
-    log_info("gRPC listening on %s (%s, %zu methods)", addr,
-             !g->tls ? "plain text" : g->agent_certs ? "TLS, agents need client certificates" : "TLS", nm);
+    if (g->gate && grpc_gate_start(g->gate, g->gate_handler, err) != 0)
+        goto fail;
+    log_info("gRPC listening on %s (%s, %zu methods%s)", addr,
+             !g->tls ? "plain text" : g->agent_certs ? "TLS, agents need client certificates" : "TLS", nm,
+             g->gate ? "" : ", no per-address limit");
     *out = g;
     return 0;
 fail:
@@ -754,6 +785,8 @@ void api_grpc_stop(api_grpc_t *g)
 {
     if (!g)
         return;
+    grpc_gate_close(g->gate); /* no connection is handed to the core from here on */
+    g->gate = NULL;
     pthread_mutex_lock(&g->mu);
     atomic_store(&g->shutting_down, true);
     pthread_mutex_unlock(&g->mu);

@@ -1,6 +1,7 @@
 /* grpc_stream.c - TrainingService's server streams: StreamLogs (LogLine messages, history first
- * and then, with follow, live lines until the job ends) and DownloadArtifact (an artifact's bytes
- * in ArtifactData messages, read from the file as they are sent). One thread per stream writes
+ * and then, with follow, live lines until the job ends), DownloadArtifact and DownloadCode (an
+ * artifact's or a code archive's bytes in ArtifactData messages, read from the file as they are
+ * sent). One thread per stream writes
  * one message at a time (the core allows one outstanding SEND_MESSAGE per call) and waits for
  * each send to complete; completions arrive on the server's queue and wake it. Not the REST SSE
  * stream. */
@@ -265,33 +266,28 @@ done:
     svc_follow_close(f);
 }
 
-/* The artifact's bytes from the request's offset, at most its length, a piece at a time. */
-static void artifact_run(gstream_t *st)
+/* An open file's bytes (f->fd, closed here) from offset, at most length (0: to the end), a piece
+ * at a time; what names the file in messages ("artifact \"x\"", "code archive <digest>"). */
+static void file_send(gstream_t *st, svc_artifact_file_t *f, int64_t offset, int64_t length, const char *what)
 {
-    const Kiln__DownloadArtifactRequest *r = (const Kiln__DownloadArtifactRequest *)st->req;
-    svc_artifact_file_t f;
     kiln_err_t err;
     kiln_err_clear(&err);
     uint8_t *buf = NULL;
-    if (svc_job_artifact_open(api_grpc_svc(st->g), st->who, r->id, r->name, &f, &err) != 0) {
-        stream_finish_err(st, &err);
-        return;
-    }
-    if (r->offset < 0 || r->offset > f.size || r->length < 0) {
-        kiln_err_set(&err, r->length < 0 ? KILN_EINVAL : KILN_ERANGE, r->length < 0 ? "length" : "offset",
-                     "offset must be 0 to %lld and length 0 or more (artifact \"%s\" has %lld bytes)",
-                     (long long)f.size, f.name, (long long)f.size);
+    if (offset < 0 || offset > f->size || length < 0) {
+        kiln_err_set(&err, length < 0 ? KILN_EINVAL : KILN_ERANGE, length < 0 ? "length" : "offset",
+                     "offset must be 0 to %lld and length 0 or more (%s has %lld bytes)", (long long)f->size, what,
+                     (long long)f->size);
         stream_finish_err(st, &err);
         goto done;
     }
-    int64_t end = r->length > 0 && r->length < f.size - r->offset ? r->offset + r->length : f.size;
+    int64_t end = length > 0 && length < f->size - offset ? offset + length : f->size;
     if (!stream_start_md(st) || !(buf = malloc(STREAM_ARTIFACT_PIECE)))
         goto done;
-    for (int64_t off = r->offset; off < end && !stream_gone(st);) {
+    for (int64_t off = offset; off < end && !stream_gone(st);) {
         size_t want = (size_t)KILN_MIN((int64_t)STREAM_ARTIFACT_PIECE, end - off);
-        ssize_t n = pread(f.fd, buf, want, (off_t)off);
+        ssize_t n = pread(f->fd, buf, want, (off_t)off);
         if (n <= 0) {
-            kiln_err_set(&err, KILN_EIO, NULL, "could not read artifact \"%s\"", f.name);
+            kiln_err_set(&err, KILN_EIO, NULL, "could not read %s", what);
             stream_finish_err(st, &err);
             goto done;
         }
@@ -299,8 +295,8 @@ static void artifact_run(gstream_t *st)
         d.offset = off;
         d.data.data = buf;
         d.data.len = (size_t)n;
-        d.size = f.size;
-        d.sha256 = f.sha256;
+        d.size = f->size;
+        d.sha256 = f->sha256;
         if (!stream_send_msg(st, &d.base))
             goto done;
         svc_artifact_served("grpc", n);
@@ -310,7 +306,39 @@ static void artifact_run(gstream_t *st)
         stream_finish(st, NULL);
 done:
     free(buf);
-    close(f.fd);
+    close(f->fd);
+}
+
+/* The artifact's bytes from the request's offset, at most its length. */
+static void artifact_run(gstream_t *st)
+{
+    const Kiln__DownloadArtifactRequest *r = (const Kiln__DownloadArtifactRequest *)st->req;
+    svc_artifact_file_t f;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    if (svc_job_artifact_open(api_grpc_svc(st->g), st->who, r->id, r->name, &f, &err) != 0) {
+        stream_finish_err(st, &err);
+        return;
+    }
+    char what[KILN_ARTIFACT_NAME_MAX + 16];
+    snprintf(what, sizeof(what), "artifact \"%s\"", f.name);
+    file_send(st, &f, r->offset, r->length, what);
+}
+
+/* A code archive's bytes (DownloadCode). */
+static void code_run(gstream_t *st)
+{
+    const Kiln__DownloadCodeRequest *r = (const Kiln__DownloadCodeRequest *)st->req;
+    svc_artifact_file_t f;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    if (svc_code_open(api_grpc_svc(st->g), st->who, r->project, r->digest, &f, &err) != 0) {
+        stream_finish_err(st, &err);
+        return;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "code archive %s", f.sha256);
+    file_send(st, &f, r->offset, r->length, what);
 }
 
 static void *stream_main(void *arg)
@@ -406,4 +434,10 @@ void api_grpc_stream_artifact(api_grpc_t *g, grpc_call *call, ProtobufCMessage *
                               const svc_caller_t *who)
 {
     stream_start(g, call, req, arena, who, artifact_run);
+}
+
+void api_grpc_stream_code(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                          const svc_caller_t *who)
+{
+    stream_start(g, call, req, arena, who, code_run);
 }

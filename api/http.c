@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <dlfcn.h>
+#include <gnutls/gnutls.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -55,11 +56,20 @@ static void http_count(http_req_t *r, int status)
 /* ---- libmicrohttpd's own error pages -------------------------------------------------------
  * libmicrohttpd answers some requests itself, before any handler runs: a malformed request line
  * or header (400), a URL or header block larger than its buffer (414, 431), a Content-Length it
- * cannot take (413), an HTTP version it does not speak (505). It sends HTML pages compiled into
- * it and has no option to change them, but it queues them through its exported
- * MHD_queue_response. kilnd defines MHD_queue_response here, so the dynamic linker sends those
- * calls to it: a response kilnd built itself (http_reply_raw marks its own call) passes through,
- * and the library's own error pages are replaced by kiln's JSON error. */
+ * cannot read or take (400, 413), a chunk size it cannot read (400, 413), an HTTP version it does
+ * not speak (505). Version 0.9.75 sends HTML pages compiled into it and has no option or callback
+ * to change or prevent them (the access handler is not called for these requests), but it queues
+ * them through its exported MHD_queue_response. kilnd defines MHD_queue_response here, so the
+ * dynamic linker sends those calls to it: a response kilnd built itself (http_reply_raw marks its
+ * own call) passes through, and the library's own error pages are replaced by kiln's JSON error.
+ * Statically linked, the two definitions collide at link time; a libmicrohttpd without the
+ * symbol stops kilnd at the first call (http_real_queue).
+ *
+ * A Content-Length libmicrohttpd cannot read is found after the headers, and 0.9.75 then builds
+ * the status line and headers of its answer twice (its state machine moves on from
+ * HEADERS_RECEIVED as if no answer had been queued, reaches START_REPLY and builds them again):
+ * the client would read two header blocks, then the body. That answer is written here instead,
+ * in one piece, and libmicrohttpd closes the connection (http_reply_direct). */
 
 typedef enum MHD_Result (*http_queue_fn)(struct MHD_Connection *, unsigned int, struct MHD_Response *);
 static _Thread_local bool http_own_queue;
@@ -82,6 +92,50 @@ static http_queue_fn http_real_queue(void)
 static json_t *http_err_json(const char *code, const char *message, const char *detail,
                              const char *hint, const char *field);
 
+/* Whether s is a Content-Length libmicrohttpd reads: decimal digits only, below 2^64. */
+static bool http_length_ok(const char *s)
+{
+    uint64_t v = 0;
+    if (!s || !*s)
+        return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    return true;
+}
+
+/* Writes a whole response (status, JSON text) to the connection's socket, through its TLS
+ * session when it has one, for a connection libmicrohttpd closes right after. Runs on the
+ * connection's libmicrohttpd thread, between its reads and writes. false when it could not. */
+static bool http_reply_direct(struct MHD_Connection *conn, unsigned status, const char *text)
+{
+    char head[256];
+    const char *phrase = MHD_get_reason_phrase_for(status);
+    int hn = snprintf(head, sizeof head,
+                      "HTTP/1.1 %u %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\n\r\n",
+                      status, phrase && *phrase ? phrase : "Error", strlen(text));
+    size_t n = (size_t)hn + strlen(text);
+    char *buf = malloc(n);
+    if (!buf)
+        return false;
+    memcpy(buf, head, (size_t)hn);
+    memcpy(buf + hn, text, strlen(text));
+    bool ok = false;
+    const union MHD_ConnectionInfo *tls = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    const union MHD_ConnectionInfo *sock = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (tls && tls->tls_session) {
+        /* nothing of this request was answered yet: the session is between records */
+        ok = gnutls_record_send((gnutls_session_t)tls->tls_session, buf, n) == (ssize_t)n;
+    } else if (sock) {
+        ok = send(sock->connect_fd, buf, n, MSG_NOSIGNAL) == (ssize_t)n;
+    }
+    free(buf);
+    return ok;
+}
+
 enum MHD_Result MHD_queue_response(struct MHD_Connection *conn, unsigned int status, struct MHD_Response *resp);
 enum MHD_Result MHD_queue_response(struct MHD_Connection *conn, unsigned int status, struct MHD_Response *resp)
 {
@@ -89,6 +143,9 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection *conn, unsigned int sta
     if (http_own_queue || status < 400)
         return real(conn, status, resp);
     const char *code = "bad_format", *msg = "malformed HTTP request", *hint = "send a well-formed HTTP/1.1 request";
+    const char *clen = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    bool bad_length = clen && !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) &&
+                      !http_length_ok(clen);
     switch (status) {
     case MHD_HTTP_URI_TOO_LONG:
         code = "payload_too_large";
@@ -102,7 +159,7 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection *conn, unsigned int sta
         break;
     case MHD_HTTP_CONTENT_TOO_LARGE:
         code = "payload_too_large";
-        msg = "the request body is too large";
+        msg = bad_length ? "the request's Content-Length is too large" : "the request body is too large";
         hint = "send at most 1 MiB";
         break;
     case MHD_HTTP_HTTP_VERSION_NOT_SUPPORTED:
@@ -111,6 +168,10 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection *conn, unsigned int sta
         hint = "use HTTP/1.1";
         break;
     case MHD_HTTP_BAD_REQUEST:
+        if (bad_length) {
+            msg = "the request's Content-Length is not a number of bytes";
+            hint = "send one Content-Length header holding a decimal number, or Transfer-Encoding: chunked";
+        }
         break;
     default:
         if (status >= 500) {
@@ -120,9 +181,16 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection *conn, unsigned int sta
         }
         break;
     }
-    json_t *o = http_err_json(code, msg, "", hint, NULL);
+    json_t *o = http_err_json(code, msg, "", hint, bad_length ? "Content-Length" : NULL);
     char *text = json_dumps(o, HTTP_JSON_FLAGS);
     json_decref(o);
+    if (bad_length && (status == MHD_HTTP_BAD_REQUEST || status == MHD_HTTP_CONTENT_TOO_LARGE)) {
+        /* MHD_NO: libmicrohttpd closes the connection without answering itself */
+        if (!text || !http_reply_direct(conn, status, text))
+            log_debug("http: could not answer a request with a malformed Content-Length");
+        free(text);
+        return MHD_NO;
+    }
     struct MHD_Response *json = text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE) : NULL;
     if (!json) {
         free(text);
@@ -454,17 +522,27 @@ static enum MHD_Result http_options(http_req_t *r)
     return ret;
 }
 
+static bool http_media_is(const char *ct, const char *type)
+{
+    size_t n = strlen(type);
+    return strncasecmp(ct, type, n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
 /* POST and PUT bodies are JSON and say so: anything else (a form, text/plain) is what a
- * cross-site page could send without a preflight. */
+ * cross-site page could send without a preflight. A streamed body (HTTP_STREAM) is an archive:
+ * application/gzip (or application/x-gzip, application/octet-stream), none of which a page can
+ * send without a preflight either. */
 static bool http_content_type_ok(http_req_t *r)
 {
     if (strcmp(r->method, "POST") != 0 && strcmp(r->method, "PUT") != 0)
         return true;
     const char *ct = http_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (r->route >= 0 && (http_routes[r->route].flags & HTTP_STREAM))
+        return ct && (http_media_is(ct, "application/gzip") || http_media_is(ct, "application/x-gzip") ||
+                      http_media_is(ct, "application/octet-stream"));
     if (!ct)
         return r->body_len == 0;
-    size_t n = strlen("application/json");
-    return strncasecmp(ct, "application/json", n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+    return http_media_is(ct, "application/json");
 }
 
 /* The bearer token of the Authorization header, or NULL. */
@@ -490,6 +568,17 @@ static enum MHD_Result http_check_arg(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
+/* The callbacks of an HTTP_STREAM route, or NULL for any other request. */
+static const http_stream_route_t *http_stream_of(const http_req_t *r)
+{
+    if (r->route < 0 || !(http_routes[r->route].flags & HTTP_STREAM))
+        return NULL;
+    for (size_t i = 0; i < http_stream_route_count; i++)
+        if (http_stream_routes[i].handle == http_routes[r->route].handle)
+            return &http_stream_routes[i];
+    return NULL;
+}
+
 static enum MHD_Result http_dispatch(http_req_t *r)
 {
     r->cors_origin = http_cors_origin(r);
@@ -511,9 +600,13 @@ static enum MHD_Result http_dispatch(http_req_t *r)
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, http_check_arg, &cerr);
     if (cerr.status)
         return http_reply_err(r, &cerr);
-    if (!http_content_type_ok(r))
+    if (!http_content_type_ok(r)) {
+        if (rt->flags & HTTP_STREAM)
+            return http_reply_errf(r, KILN_EMEDIA, "Content-Type", "send the archive with Content-Type: application/gzip",
+                                   "this request's body must be application/gzip");
         return http_reply_errf(r, KILN_EMEDIA, "Content-Type", "send the body as JSON with Content-Type: application/json",
                                "request bodies must be application/json");
+    }
     if (r->body_too_big)
         return http_reply_errf(r, KILN_ETOOBIG, NULL, "send at most 1 MiB",
                                "request body is larger than %d bytes", HTTP_MAX_BODY);
@@ -524,7 +617,43 @@ static enum MHD_Result http_dispatch(http_req_t *r)
         if (svc_auth_user(r->h->svc, http_bearer(r), &r->arena, &r->who, &err) != 0)
             return http_reply_err(r, &err);
     }
+    const http_stream_route_t *sr = http_stream_of(r);
+    if (sr) {
+        /* before the body: the route opens what takes it, or refuses (answered now) */
+        kiln_err_t err;
+        kiln_err_clear(&err);
+        int rc = sr->body(r, NULL, 0, &err);
+        if (rc) {
+            if (!err.status)
+                err.status = rc;
+            return http_reply_err(r, &err);
+        }
+        r->stream_open = true;
+        return MHD_YES;
+    }
     return rt->handle(r);
+}
+
+/* Bytes of a refused streamed body kilnd reads (and drops) to answer; past them the connection
+ * is closed without an answer. */
+#define HTTP_STREAM_DROP_MAX ((int64_t)64 << 20)
+
+/* A piece of an HTTP_STREAM body. */
+static enum MHD_Result http_stream_piece(http_req_t *r, const char *data, size_t n)
+{
+    if (r->stream_failed) {
+        r->stream_dropped += (int64_t)n;
+        return r->stream_dropped > HTTP_STREAM_DROP_MAX ? MHD_NO : MHD_YES;
+    }
+    kiln_err_clear(&r->stream_err);
+    int rc = http_stream_of(r)->body(r, data, n, &r->stream_err);
+    if (rc) {
+        if (!r->stream_err.status)
+            r->stream_err.status = rc;
+        r->stream_failed = true; /* answered once the body has ended (libmicrohttpd queues no
+                                  * answer in the middle of a body) */
+    }
+    return MHD_YES;
 }
 
 /* Appends an upload chunk to the request body (in the arena, doubling). */
@@ -551,6 +680,65 @@ static void http_body_append(http_req_t *r, const char *data, size_t n)
     r->body[r->body_len] = '\0';
 }
 
+/* MHD_KeyValueIterator over the request headers: counts the framing headers and keeps the first
+ * of each (cls: http_framing_t). */
+typedef struct http_framing {
+    int nlength, nencoding;
+    const char *length, *encoding;
+    bool lengths_differ;
+} http_framing_t;
+
+static enum MHD_Result http_framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    http_framing_t *f = cls;
+    (void)kind;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (f->nlength++ == 0)
+            f->length = value ? value : "";
+        else if (strcmp(f->length, value ? value : "") != 0)
+            f->lengths_differ = true;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        if (f->nencoding++ == 0)
+            f->encoding = value;
+    }
+    return MHD_YES;
+}
+
+/* How the request says its body is framed, checked before the body is read: where the framing
+ * cannot be trusted (two lengths, a length beside chunked, an encoding libmicrohttpd does not
+ * decode, which it would read to the end of the connection) the request gets its error and the
+ * connection is closed; a declared body over the limit is refused before it is read. */
+static enum MHD_Result http_framing_check(http_req_t *r)
+{
+    http_framing_t f = {0};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, http_framing_header, &f);
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    if (f.lengths_differ) {
+        kiln_err_set(&err, KILN_EFORMAT, "Content-Length", "the request has Content-Length headers that disagree");
+        kiln_err_hint(&err, "send one Content-Length header");
+    } else if (f.nencoding > 1 || (f.nencoding && f.nlength)) {
+        kiln_err_set(&err, KILN_EFORMAT, "Transfer-Encoding",
+                     f.nlength ? "the request has both Transfer-Encoding and Content-Length"
+                               : "the request has more than one Transfer-Encoding header");
+        kiln_err_hint(&err, "send either Content-Length or Transfer-Encoding: chunked, once");
+    } else if (f.nencoding && strcasecmp(f.encoding ? f.encoding : "", "chunked") != 0) {
+        kiln_err_set(&err, KILN_EFORMAT, "Transfer-Encoding", "Transfer-Encoding \"%.100s\" is not supported",
+                     f.encoding ? f.encoding : "");
+        kiln_err_hint(&err, "send the body with Content-Length or Transfer-Encoding: chunked");
+    } else if (f.nlength && !http_stream_of(r) && strtoull(f.length, NULL, 10) > HTTP_MAX_BODY) {
+        /* (a streamed body, such as a code archive, has its own limit, checked by its route) */
+        kiln_err_set(&err, KILN_ETOOBIG, NULL, "request body is larger than %d bytes", HTTP_MAX_BODY);
+        kiln_err_hint(&err, "send at most 1 MiB");
+    } else {
+        return MHD_YES;
+    }
+    /* Answered now, before the body: libmicrohttpd then reads no body and, with Connection:
+     * close, ends the connection after the answer. */
+    r->answered = true;
+    return http_reply_err_header(r, &err, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                        const char *method, const char *version,
                                        const char *upload_data, size_t *upload_data_size,
@@ -561,7 +749,8 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, c
     http_req_t *r = *con_cls;
     if (!r) {
         /* First call: headers only. Answering now would make MHD close the connection, so just
-         * set up the request and answer on a later call. */
+         * set up the request and answer on a later call (unless its framing is broken, when
+         * closing is the point). */
         r = calloc(1, sizeof *r);
         if (!r)
             return MHD_NO;
@@ -573,15 +762,29 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn, c
         r->start_us = kiln_mono_us();
         http_route_find(r, url);
         *con_cls = r;
+        http_conn_request(conn, HTTP_CONN_HEADERS);
+        enum MHD_Result framed = http_framing_check(r);
+        if (r->answered)
+            return framed;
+        /* a streamed body is checked before any of it is read: a refusal goes out at once */
+        if (http_stream_of(r) && strcmp(method, "OPTIONS") != 0)
+            return http_dispatch(r);
         return MHD_YES;
     }
     if (*upload_data_size) {
-        http_body_append(r, upload_data, *upload_data_size);
+        enum MHD_Result ret = MHD_YES;
+        if (r->stream_open)
+            ret = http_stream_piece(r, upload_data, *upload_data_size);
+        else if (!r->answered)
+            http_body_append(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
-        return MHD_YES;
+        return ret;
     }
     if (r->answered)
         return MHD_YES;
+    http_conn_request(conn, HTTP_CONN_BODY);
+    if (r->stream_open)
+        return r->stream_failed ? http_reply_err(r, &r->stream_err) : http_routes[r->route].handle(r);
     return http_dispatch(r);
 }
 
@@ -589,7 +792,7 @@ static void http_on_completed(void *cls, struct MHD_Connection *conn, void **con
                               enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
+    http_conn_request(conn, HTTP_CONN_DONE);
     http_req_t *r = *con_cls;
     if (!r)
         return;
@@ -598,63 +801,15 @@ static void http_on_completed(void *cls, struct MHD_Connection *conn, void **con
     prom_observe(&http_duration, http_route_label(r, labels, sizeof labels), (double)us / 1e6);
     log_debug("http: %s %s -> %d (%.3f ms)%s", r->method, r->path, r->status, us / 1000.0,
               toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+    const http_stream_route_t *sr = http_stream_of(r);
+    if (sr && sr->done)
+        sr->done(r);
     arena_deinit(&r->arena);
     free(r);
     *con_cls = NULL;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
-
-/* Parses "host:port", "[v6]:port" or ":port" into a socket address. */
-static int http_parse_addr(const char *addr, struct sockaddr_storage *ss, kiln_err_t *err)
-{
-    const char *colon = addr ? strrchr(addr, ':') : NULL;
-    if (!colon || !colon[1])
-        goto bad;
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port < 0 || port > 65535)
-        goto bad;
-    char host[96];
-    size_t hl = (size_t)(colon - addr);
-    if (hl >= sizeof host)
-        goto bad;
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
-    }
-    if (!host[0])
-        strcpy(host, "0.0.0.0");
-    memset(ss, 0, sizeof *ss);
-    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons((uint16_t)port);
-        return 0;
-    }
-    if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        return 0;
-    }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    if (getaddrinfo(host, NULL, &hints, &ai) == 0 && ai) {
-        memcpy(ss, ai->ai_addr, ai->ai_addrlen);
-        if (ss->ss_family == AF_INET)
-            s4->sin_port = htons((uint16_t)port);
-        else
-            s6->sin6_port = htons((uint16_t)port);
-        freeaddrinfo(ai);
-        return 0;
-    }
-bad:
-    kiln_err_set(err, KILN_EINVAL, "http-addr", "bad listen address \"%s\"", addr ? addr : "");
-    kiln_err_hint(err, "use HOST:PORT, for example 127.0.0.1:8080");
-    return KILN_EINVAL;
-}
 
 /* MHD_OPTION_UNESCAPE_CALLBACK: decodes %HH in the path and query parameters in place, as
  * libmicrohttpd would, except that %00 becomes the overlong (invalid) UTF-8 pair C0 80: a NUL
@@ -696,11 +851,12 @@ int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, k
     *out = NULL;
     const char *addr = cfg->addr;
     struct sockaddr_storage ss;
-    int rc = http_parse_addr(addr, &ss, err);
+    int rc = api_net_parse_addr(addr, "http-addr", &ss, NULL, err);
     if (rc)
         return rc;
     prom_register(&http_requests);
     prom_register(&http_duration);
+    api_net_init();
     api_http_t *h = calloc(1, sizeof *h);
     if (!h)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -737,26 +893,45 @@ int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, k
     if (t && atoi(t) > 0 && atoi(t) <= 64)
         threads = (unsigned)atoi(t);
     MHD_set_panic_func(http_on_panic, NULL);
+    /* Connections: the per-address limit, the deadlines (http_conn.c) and, below them, the
+     * total a process's file descriptors allow. One address may hold at most an eighth of the
+     * total, so that it cannot starve the others when the descriptors are few. */
+    h->limits = api_net_limits_or_default(&cfg->limits);
+    h->max_connections = api_net_max_connections();
+    if (h->limits.per_address > h->max_connections / 8) {
+        log_warn("http: %d connections per client address is more than an eighth of the %d this process's "
+                 "file descriptor limit allows; using %d (raise the limit with ulimit -n or LimitNOFILE=)",
+                 h->limits.per_address, h->max_connections, KILN_MAX(1, h->max_connections / 8));
+        h->limits.per_address = KILN_MAX(1, h->max_connections / 8);
+    }
+    rc = http_conn_init(h, err);
+    if (rc)
+        goto fail;
     /* The TLS options go first in the list, or are skipped with MHD_OPTION_ARRAY of nothing. */
+    const api_tls_min_t tls_min = cfg->tls ? cfg->tls->min_version : API_TLS_1_2;
     struct MHD_OptionItem tls_opts[] = {
         {MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key},
         {MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)api_tls_gnutls_priorities(tls_min)},
         {MHD_OPTION_END, 0, NULL},
     };
     struct MHD_OptionItem no_opts[] = {{MHD_OPTION_END, 0, NULL}};
     h->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
             (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (h->tls ? MHD_USE_TLS : 0),
-        0, NULL, NULL, http_on_request, h,
+        0, http_conn_accept, h, http_on_request, h,
         MHD_OPTION_ARRAY, h->tls ? tls_opts : no_opts,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, h,
         MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, NULL,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        /* a connection with nothing in flight; those in the middle of a request have the
+         * handshake, header and body deadlines of http_conn.c */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)KILN_MAX(1, (h->limits.idle_ms + 999) / 1000),
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
         /* every open log stream holds a connection; MHD's default (about 1,000) is low */
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)8192,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->max_connections,
         MHD_OPTION_END);
     if (!h->daemon) {
         rc = kiln_err_set(err, KILN_EIO, "http-addr", "could not listen on %s%s", addr,
@@ -769,7 +944,9 @@ int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, k
     rc = http_sse_init(h, err);
     if (rc)
         goto fail;
-    log_info("http: listening on %s (%s, %u threads)", addr, h->tls ? "TLS" : "plain text", threads);
+    log_info("http: listening on %s (%s, %u threads, at most %d connections, %d per client address)", addr,
+             !h->tls ? "plain text" : tls_min == API_TLS_1_3 ? "TLS 1.3" : "TLS 1.2 and 1.3", threads,
+             h->max_connections, h->limits.per_address);
     *out = h;
     return 0;
 fail:
@@ -783,8 +960,10 @@ void api_http_stop(api_http_t *h)
         return;
     atomic_store(&h->stopping, true);
     http_sse_shutdown(h); /* every suspended stream resumed and told to end */
+    http_conn_stop(h);
     if (h->daemon)
         MHD_stop_daemon(h->daemon);
+    http_conn_deinit(h);
     pthread_cond_destroy(&h->ping_cond);
     pthread_mutex_destroy(&h->ping_lock);
     pthread_mutex_destroy(&h->streams_lock);

@@ -1,6 +1,7 @@
 /* http_int.h - internals shared by the REST front end's files (http.c: daemon, dispatch and
- * replies; http_routes.c: one handler per route; http_sse.c: live log streams).
- * Nothing outside api/http*.c includes this header. */
+ * replies; http_routes.c: one handler per route; http_range.c: the Range header; http_sse.c:
+ * live log streams; http_conn.c: connection limits and deadlines). Nothing outside api/http*.c
+ * includes this header (but the fuzz target fuzz/http_range.c, for http_range_parse). */
 #ifndef KILN_API_HTTP_INT_H
 #define KILN_API_HTTP_INT_H
 
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "api/net_int.h"
 
 #define HTTP_MAX_BODY (1024 * 1024)      /* bigger request bodies get 413 */
 #define HTTP_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
@@ -22,19 +24,35 @@ typedef struct http_req http_req_t;
 /* The route table (http_routes.c): one row per method and path pattern. A pattern's "{name}"
  * matches one path segment without '/' or ':' ("/v1/jobs/{id}:stop"); GET rows answer HEAD too.
  * Every row needs a valid API token unless flagged HTTP_OPEN (HTTP_PROM: open unless kilnd runs
- * with --metrics-auth). */
-enum { HTTP_OPEN = 1 << 0, HTTP_PROM = 1 << 1 };
+ * with --metrics-auth).
+ * HTTP_STREAM rows take a body of bytes (application/gzip or application/octet-stream), not
+ * JSON, of any size the route allows, through the callbacks http_stream_routes gives their
+ * handle. */
+enum { HTTP_OPEN = 1 << 0, HTTP_PROM = 1 << 1, HTTP_STREAM = 1 << 2 };
 typedef struct http_route {
     const char *method;
     const char *pattern;
     enum MHD_Result (*handle)(http_req_t *r);
     int flags;
 } http_route_t;
+/* A streamed body's callbacks: body() is called once before any of it arrives (data NULL), after
+ * the request passed every check of a JSON route and authentication, and then for each piece as
+ * it arrives; a refusal before the body is answered at once (the body is never read), one during
+ * the body when it has ended. handle() answers once the whole body is in; done() runs when the
+ * request ends, answered or not (it releases what body() holds in r->stream). */
+typedef struct http_stream_route {
+    enum MHD_Result (*handle)(http_req_t *r);
+    int (*body)(http_req_t *r, const char *data, size_t n, kiln_err_t *err);
+    void (*done)(http_req_t *r);
+} http_stream_route_t;
+extern const http_stream_route_t http_stream_routes[];
+extern const size_t http_stream_route_count;
 extern const http_route_t http_routes[];
 extern const size_t http_route_count;
 #define HTTP_MAX_PARAMS 4
 
 typedef struct http_stream http_stream_t;
+typedef struct http_conn http_conn_t;
 
 struct api_http {
     struct MHD_Daemon *daemon;
@@ -50,10 +68,23 @@ struct api_http {
     pthread_mutex_t streams_lock;
     http_stream_t *streams;          /* doubly linked through http_stream.next/prev */
     int nstreams;
+    int streams_closed;              /* since the memory was last given back (http_sse.c) */
+    int64_t last_close_us, last_trim_us;
     pthread_t ping_thread;
     bool ping_started;
     pthread_mutex_t ping_lock;
     pthread_cond_t ping_cond;
+    /* connections (http_conn.c): limits, each one's record and the counts per client address
+     * (under http_conn.c's lock), and the thread that cuts those past their deadlines */
+    api_net_limits_t limits;         /* defaults filled in */
+    int max_connections;
+    http_conn_t *conns;
+    api_addr_counts_t addrs;
+    bool conn_init;
+    pthread_t reaper;
+    bool reaper_started;
+    pthread_mutex_t reaper_lock;
+    pthread_cond_t reaper_cond;
 };
 
 /* One request's state, from MHD's first call to its completion notice. Allocated on the heap,
@@ -75,6 +106,11 @@ struct http_req {
     char *body;                      /* upload, in arena, NUL-terminated */
     size_t body_len, body_cap;
     bool body_too_big;
+    void *stream;                    /* HTTP_STREAM: what the route's body() holds */
+    bool stream_open;                /* HTTP_STREAM: body() accepted the request */
+    bool stream_failed;              /* ... and then refused a piece: stream_err, answered at the end */
+    kiln_err_t stream_err;
+    int64_t stream_dropped;          /* bytes dropped after the refusal */
     bool answered;
     int status;                      /* HTTP status queued */
     int64_t start_us;
@@ -103,9 +139,29 @@ const char *http_header(http_req_t *r, const char *name);
 const char *http_param(http_req_t *r, const char *name);
 
 /* ---- routes (http_routes.c) ---- */
+/* Serves an open file (f->fd, which the reply takes over) as a download: its SHA-256 as the
+ * ETag, If-None-Match (304), a single byte Range (206, or 416), content_type, and f->name as the
+ * attachment's file name. */
+enum MHD_Result http_reply_file(http_req_t *r, svc_artifact_file_t *f, const char *content_type);
+
+/* ---- code archives (http_code.c) ---- */
+/* POST /v1/code?project=P (HTTP_STREAM): body() streams the archive into the project's upload,
+ * http_code_upload answers its source (201; 200 when the project had uploaded those bytes),
+ * http_code_done drops an upload the request did not finish. GET /v1/code/{digest}?project=P:
+ * the archive (members). */
+int http_code_body(http_req_t *r, const char *data, size_t n, kiln_err_t *err);
+enum MHD_Result http_code_upload(http_req_t *r);
+void http_code_done(http_req_t *r);
+enum MHD_Result http_code_get(http_req_t *r);
 /* Parses a decimal integer argument in [lo, hi]; 0 and *out set, or KILN_EINVAL into err. */
 int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_t *out,
                  bool *present, kiln_err_t *err);
+
+/* One byte range of a representation of size bytes (http_range.c), from a Range header h:
+ * "bytes=first-last", "bytes=first-" or "bytes=-suffix". Returns 1 with [*first, *last] (OUT)
+ * for a satisfiable range (0 <= first <= last < size), 0 when the header is to be ignored (not
+ * a single byte range: the whole file is sent), -1 when it is unsatisfiable (416). Pure. */
+int http_range_parse(const char *h, int64_t size, int64_t *first, int64_t *last);
 
 /* 0 when every query argument is one of names (NULL-terminated); else KILN_EINVAL naming the
  * first unknown one (err->field), with the nearest known name as a hint. */
@@ -126,6 +182,25 @@ extern const size_t http_ui_asset_count;
 /* GET / and /ui: index.html. GET /ui/{asset}: one asset. Open (the page asks for a token). */
 enum MHD_Result http_ui_index(http_req_t *r);
 enum MHD_Result http_ui_asset(http_req_t *r);
+
+/* ---- connections (http_conn.c) ---- */
+/* libmicrohttpd's accept policy (cls: the api_http_t): refuses a client address that holds its
+ * limit already. */
+enum MHD_Result http_conn_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+/* MHD_OPTION_NOTIFY_CONNECTION (cls: the api_http_t): records a connection when it opens (and
+ * cuts it when its address is over the limit), forgets it when it closes. */
+void http_conn_notify(void *cls, struct MHD_Connection *mc, void **socket_context,
+                      enum MHD_ConnectionNotificationCode code);
+/* Where a connection's request is, which sets the deadline it must meet next: its headers are
+ * in (the body is due), its body is in (it is being answered, no deadline), it is done (the
+ * connection waits for the next request). Called on the connection's libmicrohttpd thread. */
+typedef enum { HTTP_CONN_HEADERS, HTTP_CONN_BODY, HTTP_CONN_DONE } http_conn_event_t;
+void http_conn_request(struct MHD_Connection *mc, http_conn_event_t ev);
+/* Sets up the counts and starts the reaper (h->limits set): 0, KILN_ENOMEM or KILN_EIO. */
+int http_conn_init(api_http_t *h, kiln_err_t *err);
+/* Stops the reaper (h->stopping set); _deinit frees the counts after MHD_stop_daemon. */
+void http_conn_stop(api_http_t *h);
+void http_conn_deinit(api_http_t *h);
 
 /* ---- live log streams (http_sse.c) ---- */
 /* GET /v1/jobs/{id}/logs?follow=true: opens a follower and queues a Server-Sent Events reply.

@@ -4,7 +4,6 @@
  * http_sse.c's; validation of job specs, states and permissions is the service's. */
 #include <ctype.h>
 #include <stdarg.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -413,60 +412,12 @@ static enum MHD_Result http_artifacts_list(http_req_t *r)
     return http_reply_json(r, MHD_HTTP_OK, out);
 }
 
-/* One byte range of a representation of size bytes (RFC 9110 section 14): "bytes=first-last",
- * "bytes=first-" or "bytes=-suffix". Returns 1 with [*first, *last] for a satisfiable range, 0
- * when the header is to be ignored (not a single byte range: the whole file is sent), -1 when
- * it is unsatisfiable (416). */
-static int http_parse_range(const char *h, int64_t size, int64_t *first, int64_t *last)
+/* The file is streamed from disk by libmicrohttpd (never loaded into memory). */
+enum MHD_Result http_reply_file(http_req_t *r, svc_artifact_file_t *fp, const char *content_type)
 {
-    if (strncmp(h, "bytes=", 6) != 0)
-        return 0;
-    const char *p = h + 6;
-    while (*p == ' ')
-        p++;
-    if (strchr(p, ','))
-        return 0; /* several ranges: answered with the whole file, which RFC 9110 allows */
-    const char *dash = strchr(p, '-');
-    if (!dash)
-        return 0;
-    char *end = NULL;
-    errno = 0;
-    if (dash == p) { /* suffix: the last N bytes */
-        long long n = strtoll(dash + 1, &end, 10);
-        if (errno || end == dash + 1 || *end || n < 0)
-            return 0;
-        if (n == 0 || size == 0)
-            return -1;
-        *first = n >= size ? 0 : size - n;
-        *last = size - 1;
-        return 1;
-    }
-    long long a = strtoll(p, &end, 10);
-    if (errno || end != dash || a < 0)
-        return 0;
-    long long b = size - 1;
-    if (dash[1]) {
-        b = strtoll(dash + 1, &end, 10);
-        if (errno || *end || b < a)
-            return 0;
-    }
-    if (a >= size)
-        return -1;
-    *first = a;
-    *last = b < size - 1 ? b : size - 1;
-    return 1;
-}
-
-/* GET /v1/jobs/{id}/artifacts/{name}: the file, streamed from disk by libmicrohttpd (never
- * loaded into memory), with its SHA-256 as the ETag; a single byte Range gives 206 (or 416). */
-static enum MHD_Result http_artifact_get(http_req_t *r)
-{
+    svc_artifact_file_t f = *fp;
     kiln_err_t err;
     kiln_err_clear(&err);
-    svc_artifact_file_t f;
-    int rc = svc_job_artifact_open(r->h->svc, &r->who, r->id, http_param(r, "name"), &f, &err);
-    if (rc)
-        return http_svc_err(r, rc, &err);
     char etag[KILN_SHA256_HEX + 2], disp[KILN_ARTIFACT_NAME_MAX + 40], crange[96], last_mod[64];
     snprintf(etag, sizeof(etag), "\"%s\"", f.sha256);
     snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"", f.name);
@@ -482,10 +433,10 @@ static enum MHD_Result http_artifact_get(http_req_t *r)
     if (inm && (strstr(inm, etag) || !strcmp(inm, "*")))
         status = MHD_HTTP_NOT_MODIFIED;
     else if (range && (!if_range || !strcmp(if_range, etag))) {
-        int pr = http_parse_range(range, f.size, &first, &last);
+        int pr = http_range_parse(range, f.size, &first, &last);
         if (pr < 0) {
             close(f.fd);
-            kiln_err_set(&err, KILN_ERANGE, "Range", "range \"%.60s\" is not inside artifact \"%s\" (%lld bytes)", range,
+            kiln_err_set(&err, KILN_ERANGE, "Range", "range \"%.60s\" is not inside \"%s\" (%lld bytes)", range,
                          f.name, (long long)f.size);
             kiln_err_hint(&err, "ask for bytes=FIRST-LAST with FIRST below the size");
             snprintf(crange, sizeof(crange), "bytes */%lld", (long long)f.size);
@@ -513,7 +464,7 @@ static enum MHD_Result http_artifact_get(http_req_t *r)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_RANGES, "bytes");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_LAST_MODIFIED, last_mod);
     if (status != MHD_HTTP_NOT_MODIFIED) {
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
     }
     if (status == MHD_HTTP_PARTIAL_CONTENT) {
@@ -523,6 +474,19 @@ static enum MHD_Result http_artifact_get(http_req_t *r)
     enum MHD_Result ret = http_reply_raw(r, status, resp);
     MHD_destroy_response(resp);
     return ret;
+}
+
+/* GET /v1/jobs/{id}/artifacts/{name}: the file, with its SHA-256 as the ETag; a single byte Range
+ * gives 206 (or 416). */
+static enum MHD_Result http_artifact_get(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    svc_artifact_file_t f;
+    int rc = svc_job_artifact_open(r->h->svc, &r->who, r->id, http_param(r, "name"), &f, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_file(r, &f, "application/octet-stream");
 }
 
 /* ---- cluster and health ---------------------------------------------------------------------- */
@@ -787,6 +751,103 @@ static enum MHD_Result http_member_remove(http_req_t *r)
                                                      "user", http_param(r, "user")));
 }
 
+/* ---- what agents are trusted with: join tokens, approval, removal, bans ---------------------- */
+
+static enum MHD_Result http_join_tokens_create(http_req_t *r)
+{
+    static const char *const keys[] = {"uses", "expires_in", "description", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    const char *expires_in = NULL, *desc = NULL;
+    int64_t uses = 0;
+    bool has_uses = false;
+    int rc = http_body_fields(r, true, keys, &body, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "expires_in", false, &expires_in, &err);
+    if (rc == 0)
+        rc = http_field_str(body, "description", false, &desc, &err);
+    json_t *u = json_object_get(body, "uses");
+    if (rc == 0 && u && !json_is_null(u)) {
+        if (!json_is_integer(u))
+            rc = kiln_err_set(&err, KILN_EINVAL, "uses", "uses must be a whole number of registrations");
+        uses = json_integer_value(u);
+        has_uses = true;
+    }
+    if (rc == 0)
+        rc = svc_join_token_create(r->h->svc, &r->who, has_uses ? &uses : NULL, expires_in, desc, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+static enum MHD_Result http_join_tokens_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_join_tokens_list(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_join_token_revoke(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_join_token_revoke(r->h->svc, &r->who, r->id, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_worker_approve(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    int rc = http_body_json(r, true, &body, &err);
+    if (rc == 0 && json_object_size(body) > 0) {
+        rc = kiln_err_set(&err, KILN_EINVAL, json_object_iter_key(json_object_iter(body)), "unknown field \"%.60s\"",
+                          json_object_iter_key(json_object_iter(body)));
+        kiln_err_hint(&err, "this request takes no fields: send {} or nothing");
+    }
+    json_decref(body);
+    if (rc == 0)
+        rc = svc_worker_approve(r->h->svc, &r->who, r->id, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_worker_remove(http_req_t *r)
+{
+    static const char *const args[] = {"ban", "reason", NULL};
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    bool ban = false;
+    int rc = http_args_known(r, args, &err);
+    if (rc == 0)
+        rc = http_arg_bool(r, "ban", &ban, &err);
+    if (rc == 0)
+        rc = svc_worker_remove(r->h->svc, &r->who, r->id, ban, http_arg(r, "reason"), &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_worker_bans_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_worker_bans_list(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_worker_ban_delete(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_worker_ban_delete(r->h->svc, &r->who, r->id, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
 /* ---- one-time login links (the web UI) ------------------------------------------------------- */
 
 static enum MHD_Result http_login_link_create(http_req_t *r)
@@ -838,7 +899,16 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/jobs/{id}/metrics", http_job_metrics, 0},
     {"GET", "/v1/jobs/{id}/artifacts", http_artifacts_list, 0},
     {"GET", "/v1/jobs/{id}/artifacts/{name}", http_artifact_get, 0},
+    {"POST", "/v1/code", http_code_upload, HTTP_STREAM},
+    {"GET", "/v1/code/{digest}", http_code_get, 0},
     {"GET", "/v1/workers", http_workers, 0},
+    {"POST", "/v1/workers/{id}:approve", http_worker_approve, 0},
+    {"DELETE", "/v1/workers/{id}", http_worker_remove, 0},
+    {"GET", "/v1/worker-bans", http_worker_bans_list, 0},
+    {"DELETE", "/v1/worker-bans/{id}", http_worker_ban_delete, 0},
+    {"GET", "/v1/join-tokens", http_join_tokens_list, 0},
+    {"POST", "/v1/join-tokens", http_join_tokens_create, 0},
+    {"DELETE", "/v1/join-tokens/{id}", http_join_token_revoke, 0},
     {"GET", "/v1/whoami", http_whoami, 0},
     {"GET", "/v1/users", http_users_list, 0},
     {"POST", "/v1/users", http_users_create, 0},

@@ -4,6 +4,7 @@
  * the socket can take more, so a slow reader slows only its own stream (the follower refills
  * itself from the database); when nothing is ready the connection is suspended and the
  * follower's wake callback resumes it. Not the follower itself (service/). */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,9 @@
 
 #define SSE_HISTORY_PAGE 1000
 #define SSE_READ_MAX 1000          /* lines per svc_follow_read (one database page when refilling) */
+#define SSE_BLOCK 8192             /* what MHD asks the reader for at a time (its buffer per stream) */
+#define SSE_TRIM_QUIET_US 1000000  /* memory is given back once streams have stopped ending for this long */
+#define SSE_TRIM_EVERY_US 10000000 /* or this long after streams began ending, if they keep ending */
 
 typedef enum { SSE_HISTORY, SSE_LIVE, SSE_DONE } sse_phase_t;
 
@@ -48,7 +52,7 @@ static int64_t sse_ping_ms(void)
 static bool sse_append(http_stream_t *s, const char *data, size_t n)
 {
     if (s->len + n > s->cap) {
-        size_t cap = s->cap ? s->cap : 16384;
+        size_t cap = s->cap ? s->cap : 4096;
         while (cap < s->len + n)
             cap *= 2;
         char *nb = realloc(s->buf, cap);
@@ -171,8 +175,12 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
         if (s->len)
             continue;
 
-        /* Nothing to send: sleep until the follower or the keep-alive thread wakes us. The
-         * check and the suspension happen under the lock the wakers take, so no wake is lost. */
+        /* Nothing to send: sleep until the follower or the keep-alive thread wakes us, without
+         * the buffer (a stream waits far longer than it writes). The check and the suspension
+         * happen under the lock the wakers take, so no wake is lost. */
+        free(s->buf);
+        s->buf = NULL;
+        s->cap = 0;
         pthread_mutex_lock(&s->lock);
         if (s->wake_pending || s->ping_due || atomic_load(&s->h->stopping)) {
             pthread_mutex_unlock(&s->lock);
@@ -227,6 +235,8 @@ static void sse_free(void *cls)
     if (s->next)
         s->next->prev = s->prev;
     h->nstreams--;
+    h->streams_closed++;
+    h->last_close_us = kiln_mono_us();
     pthread_mutex_unlock(&h->streams_lock);
     log_debug("http: log stream for job %s closed (last seq %lld)", s->job_id,
               (long long)s->last_seq);
@@ -281,7 +291,7 @@ enum MHD_Result http_sse_start(http_req_t *r, int rank, int64_t after_seq, int64
         s->phase = SSE_LIVE;
     json_decref(out);
 
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read,
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_read,
                                                                   s, sse_free);
     if (!resp) {
         sse_destroy(s);
@@ -306,13 +316,43 @@ enum MHD_Result http_sse_start(http_req_t *r, int rank, int64_t after_seq, int64
 
 /* ---- keep-alive and shutdown ------------------------------------------------------------------ */
 
+/* Gives the memory streams freed back to the system, once they have stopped ending for a moment
+ * (or every SSE_TRIM_EVERY_US while they keep ending). What a stream holds (its TLS session, its
+ * connection's pool, its buffers and follower) is freed when it ends, but glibc keeps freed memory
+ * in the arena of the thread that used it, and each of libmicrohttpd's threads has its own: after
+ * many followers, hundreds of MB would stay resident, free but never reused by the others. */
+static void sse_trim(api_http_t *h, int64_t now)
+{
+    pthread_mutex_lock(&h->streams_lock);
+    bool due = h->streams_closed > 0 &&
+               (now - h->last_close_us >= SSE_TRIM_QUIET_US || now - h->last_trim_us >= SSE_TRIM_EVERY_US);
+    int closed = h->streams_closed;
+    if (due) {
+        h->streams_closed = 0;
+        h->last_trim_us = now;
+    }
+    pthread_mutex_unlock(&h->streams_lock);
+    if (!due)
+        return;
+#ifdef __GLIBC__
+    int64_t t0 = kiln_mono_us();
+    malloc_trim(0);
+    log_debug("http: %d log stream(s) ended; gave freed memory back in %.1f ms", closed,
+              (double)(kiln_mono_us() - t0) / 1000.0);
+#else
+    (void)closed;
+#endif
+}
+
 /* Every second, marks streams silent for the ping interval and wakes the suspended ones, so
- * each sends `: ping` (and a vanished client is noticed when the write fails). */
+ * each sends `: ping` (and a vanished client is noticed when the write fails); gives memory back
+ * after streams end. */
 static void *sse_ping_main(void *arg)
 {
     api_http_t *h = arg;
     int64_t ping_us = sse_ping_ms() * 1000;
     int64_t tick_ms = KILN_MIN(1000, KILN_MAX(10, ping_us / 1000 / 4));
+    h->last_trim_us = kiln_mono_us();
     pthread_mutex_lock(&h->ping_lock);
     while (!atomic_load(&h->stopping)) {
         struct timespec ts;
@@ -332,6 +372,7 @@ static void *sse_ping_main(void *arg)
             pthread_mutex_unlock(&s->lock);
         }
         pthread_mutex_unlock(&h->streams_lock);
+        sse_trim(h, now);
     }
     pthread_mutex_unlock(&h->ping_lock);
     return NULL;

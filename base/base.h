@@ -39,7 +39,8 @@
     X(EMEDIA,     -20,  "unsupported_media_type", "unsupported media type",       415, 3)   \
     X(ERANGE,     -21,  "range_not_satisfiable", "range not satisfiable",         416, 11)  \
     X(ECHECKSUM,  -22,  "data_loss",           "checksum mismatch",               422, 15)  \
-    X(EREUSED,    -23,  "idempotency_key_reused", "idempotency key reused with a different request", 422, 6)
+    X(EREUSED,    -23,  "idempotency_key_reused", "idempotency key reused with a different request", 422, 6) \
+    X(ELIMIT,     -24,  "resource_exhausted",  "too many requests",               429, 8)
 
 enum {
 #define KILN_STATUS_ENUM(name, val, code, msg, http, grpc) KILN_##name = (val),
@@ -172,6 +173,9 @@ size_t kiln_utf8_copy(char *dst, size_t cap, const char *src, size_t n);
 /* Parses a whole string as a decimal integer: an optional '-' and digits only (no '+', no
  * spaces, no hexadecimal), within int64. Returns 0 or KILN_EINVAL. */
 int kiln_parse_int64(const char *s, int64_t *out);
+/* Parses a duration: a positive whole number with an optional unit s, m, h or d ("90s", "30m",
+ * "12h", "7d"; no unit: seconds), at most 100 years. *seconds (OUT). Returns false otherwise. */
+bool kiln_duration_parse(const char *s, int64_t *seconds);
 /* Whether s is a name kiln accepts for users and projects: 1 to 63 characters of a-z, 0-9,
  * '.', '_' and '-', starting with a letter or digit (the same rule as the database's CHECK). */
 bool kiln_ident_ok(const char *s);

@@ -1,6 +1,7 @@
 /* util.c - clocks, RFC 3339 times, bounded string copy and whole-file I/O with atomic replace. */
 #include "base/base.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -112,6 +113,33 @@ int kiln_time_parse(const char *s, int64_t *out_us)
     time_t t = timegm(&tm);
     *out_us = ((int64_t)t - offset_s) * 1000000 + frac_us;
     return 0;
+}
+
+bool kiln_duration_parse(const char *s, int64_t *seconds)
+{
+    if (!s || !isdigit((unsigned char)*s))
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno)
+        return false;
+    int64_t unit;
+    if (!*end || !strcmp(end, "s"))
+        unit = 1;
+    else if (!strcmp(end, "m"))
+        unit = 60;
+    else if (!strcmp(end, "h"))
+        unit = 3600;
+    else if (!strcmp(end, "d"))
+        unit = 86400;
+    else
+        return false;
+    const int64_t max = 100LL * 366 * 86400;
+    if (v <= 0 || v > max / unit)
+        return false;
+    *seconds = (int64_t)v * unit;
+    return true;
 }
 
 bool kiln_ident_ok(const char *s)

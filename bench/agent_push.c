@@ -1,11 +1,14 @@
 /* agent_push.c - throughput of the agent -> kilnd path: an in-process kilnd (service + gRPC
  * server) on the database given by KILN_DATABASE_URL, driven by the agent's gRPC client from
- * several threads: metric batches (PushMetrics), log batches (PushLogs), heartbeats, and bare
- * gRPC round trips (an unknown method). Security "on" is what a shared cluster runs: mutual TLS,
- * the agent registered with the join token and every call carrying its credential, each batch
- * checked against the ranks kilnd assigned it; "off" is plain text without credentials. Not a
- * test: prints rates, asserts nothing.
+ * several threads: metric batches (PushMetrics), log batches (PushLogs), heartbeats, bare gRPC
+ * round trips (an unknown method), and heartbeats each on a new connection (connect, handshake,
+ * call, close). Security "on" is what a shared cluster runs: mutual TLS, the agent registered
+ * with the join token and every call carrying its credential, each batch checked against the
+ * ranks kilnd assigned it; "off" is plain text without credentials. "gate" (the default) is
+ * kilnd's own listening socket with its per-address limit (grpc_gate.c), "direct" lets gRPC
+ * accept itself, to measure what the gate costs. Not a test: prints rates, asserts nothing.
  * usage: KILN_DATABASE_URL='host=... dbname=...' build/bench/agent_push [seconds] [threads] [off|on]
+ *        [gate|direct]
  * "on" needs KILN_TEST_TLS_DIR: a directory of scripts/make-certs.sh. */
 #include "api/api.h"
 #include "service/service.h"
@@ -20,7 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-typedef enum { OP_METRICS, OP_LOGS, OP_HEARTBEAT, OP_BARE } op_t;
+typedef enum { OP_METRICS, OP_LOGS, OP_HEARTBEAT, OP_BARE, OP_CONNECT } op_t;
 
 typedef struct run {
     agent_rpc_t *rpc;
@@ -30,7 +33,10 @@ typedef struct run {
     const char *worker_id, *job_id;
     double seconds;
     int thread;
+    const char *addr;            /* OP_CONNECT: where to connect */
+    const agent_tls_t *tls;      /* OP_CONNECT: NULL for plain text */
     long calls, items, errors;
+    double bytes;                /* request bytes sent (the encoded messages) */
 } run_t;
 
 #define POINTS_PER_BATCH 5000
@@ -77,6 +83,8 @@ static void *run_main(void *arg)
             rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushMetrics", r->md, r->n_md, &b.base, &kiln__ack__descriptor, 30000,
                                  &resp, NULL, &err);
             items = POINTS_PER_BATCH;
+            if (rc == 0)
+                r->bytes += (double)protobuf_c_message_get_packed_size(&b.base);
         } else if (r->op == OP_LOGS) {
             Kiln__LogBatch b = KILN__LOG_BATCH__INIT;
             for (int i = 0; i < LINES_PER_BATCH; i++) {
@@ -95,6 +103,18 @@ static void *run_main(void *arg)
             rc = agent_rpc_call(r->rpc, "/kiln.AgentService/PushLogs", r->md, r->n_md, &b.base, &kiln__ack__descriptor, 30000,
                                  &resp, NULL, &err);
             items = LINES_PER_BATCH;
+            if (rc == 0)
+                r->bytes += (double)protobuf_c_message_get_packed_size(&b.base);
+        } else if (r->op == OP_CONNECT) {
+            agent_rpc_t *fresh = NULL;
+            Kiln__HeartbeatRequest h = KILN__HEARTBEAT_REQUEST__INIT;
+            h.worker_id = (char *)r->worker_id;
+            rc = agent_rpc_create(r->addr, r->tls, &fresh, &err);
+            if (rc == 0)
+                rc = agent_rpc_call(fresh, "/kiln.AgentService/Heartbeat", r->md, r->n_md, &h.base,
+                                    &kiln__heartbeat_response__descriptor, 30000, &resp, NULL, &err);
+            agent_rpc_destroy(fresh);
+            items = 1;
         } else if (r->op == OP_HEARTBEAT) {
             Kiln__HeartbeatRequest h = KILN__HEARTBEAT_REQUEST__INIT;
             h.worker_id = (char *)r->worker_id;
@@ -128,6 +148,8 @@ static void *run_main(void *arg)
 
 static const agent_md_t *bench_md;
 static size_t bench_n_md;
+static const char *bench_addr;
+static const agent_tls_t *bench_tls;
 
 static void measure(agent_rpc_t *rpc, op_t op, const char *label, const char *unit, const char *wid,
                     const char *jid, double seconds, int threads)
@@ -137,19 +159,24 @@ static void measure(agent_rpc_t *rpc, op_t op, const char *label, const char *un
     double t0 = kiln_mono_s();
     for (int i = 0; i < threads; i++) {
         runs[i] = (run_t){.rpc = rpc, .md = bench_md, .n_md = bench_n_md, .op = op, .worker_id = wid,
-                          .job_id = jid, .seconds = seconds, .thread = i};
+                          .job_id = jid, .seconds = seconds, .thread = i, .addr = bench_addr, .tls = bench_tls};
         pthread_create(&t[i], NULL, run_main, &runs[i]);
     }
     long calls = 0, items = 0, errors = 0;
+    double bytes = 0;
     for (int i = 0; i < threads; i++) {
         pthread_join(t[i], NULL);
         calls += runs[i].calls;
         items += runs[i].items;
         errors += runs[i].errors;
+        bytes += runs[i].bytes;
     }
     double dt = kiln_mono_s() - t0;
-    printf("%-28s %10.0f %s/s  (%ld calls, %.0f calls/s, %d threads, %.1f s, %ld errors)\n", label, items / dt,
-           unit, calls, calls / dt, threads, dt, errors);
+    char mbs[32] = "";
+    if (bytes > 0)
+        snprintf(mbs, sizeof mbs, ", %.1f MB/s", bytes / dt / 1e6);
+    printf("%-28s %10.0f %s/s  (%ld calls, %.0f calls/s%s, %d threads, %.1f s, %ld errors)\n", label, items / dt,
+           unit, calls, calls / dt, mbs, threads, dt, errors);
     fflush(stdout);
 }
 
@@ -179,6 +206,7 @@ int main(int argc, char **argv)
     double seconds = argc > 1 ? atof(argv[1]) : 5;
     int threads = argc > 2 ? atoi(argv[2]) : 2;
     bool secure = argc > 3 && !strcmp(argv[3], "on");
+    bool direct = argc > 4 && !strcmp(argv[4], "direct");
     if (threads < 1 || threads > 16)
         threads = 2;
     svc_t *s = NULL;
@@ -211,7 +239,10 @@ int main(int argc, char **argv)
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
     api_tls_t stls = {.cert_pem = pem[0], .key_pem = pem[1], .ca_pem = pem[2]};
     agent_tls_t ctls = {.ca_file = files[2], .cert_file = files[3], .key_file = files[4]};
-    if (api_grpc_start(s, addr, secure ? &stls : NULL, &g, &err) != 0 ||
+    api_grpc_config_t gcfg = {.addr = addr, .tls = secure ? &stls : NULL, .gate_off = direct};
+    bench_addr = addr;
+    bench_tls = secure ? &ctls : NULL;
+    if (api_grpc_start_with(s, &gcfg, &g, &err) != 0 ||
         agent_rpc_create(addr, secure ? &ctls : NULL, &rpc, &err) != 0) {
         fprintf(stderr, "agent_push: %s\n", err.message);
         return 1;
@@ -267,9 +298,10 @@ int main(int argc, char **argv)
             break;
         usleep(50000);
     }
-    printf("agent -> kilnd over gRPC, security %s%s, %d client thread(s), kilnd in process, %ld cores online\n",
+    printf("agent -> kilnd over gRPC, security %s%s, %d client thread(s), kilnd in process, %s, %ld cores online\n",
            secure ? "on" : "off", secure ? " (mutual TLS, credential, rank checks)" : " (plain text)", threads,
-           sysconf(_SC_NPROCESSORS_ONLN));
+           direct ? "gRPC accepts itself (no gate)" : "through kilnd's gate", sysconf(_SC_NPROCESSORS_ONLN));
+    measure(rpc, OP_CONNECT, "new connection + Heartbeat", "calls", wid, jid, seconds, threads);
     measure(rpc, OP_BARE, "bare round trip (UNIMPL.)", "calls", wid, jid, seconds, threads);
     measure(rpc, OP_HEARTBEAT, "Heartbeat", "calls", wid, jid, seconds, threads);
     measure(rpc, OP_METRICS, "PushMetrics (5000/batch)", "points", wid, jid, seconds, threads);

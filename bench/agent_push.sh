@@ -5,13 +5,17 @@
 # it), alternating, each run on a fresh database of one throwaway PostgreSQL at default
 # durability. Prints the machine, date and load for bench/RESULTS.md.
 #   BUILD=build bash bench/agent_push.sh     (make BUILD=... bench first)
-# Environment: SECONDS_EACH (default 5), THREADS (default 2), ROUNDS (default 2).
+# Environment: SECONDS_EACH (default 5), THREADS (default 2), ROUNDS (default 2), MODES (default
+# "off on"), GATES (default "gate"; "gate direct" also runs gRPC accepting its connections itself,
+# without kilnd's per-address gate, to measure what the gate costs).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 SECONDS_EACH=${SECONDS_EACH:-5}
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-2}
+MODES=${MODES:-off on}
+GATES=${GATES:-gate}
 BENCH="$BUILD/bench/agent_push"
 [ -x "$BENCH" ] || { echo "agent_push.sh: $BENCH is missing (make BUILD=$BUILD bench)"; exit 1; }
 source scripts/pg.sh
@@ -26,14 +30,18 @@ echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 n=0
 for round in $(seq "$ROUNDS"); do
-  order="off on"
-  [ $((round % 2)) -eq 0 ] && order="on off"
+  order=$MODES
+  [ $((round % 2)) -eq 0 ] && order=$(echo $MODES | tr ' ' '\n' | tac | tr '\n' ' ')
+  gates=$GATES
+  [ $((round % 2)) -eq 0 ] && gates=$(echo $GATES | tr ' ' '\n' | tac | tr '\n' ' ')
   for mode in $order; do
-    n=$((n + 1))
-    KILN_DATABASE_URL=$(pg_createdb "push_$$_$n") || exit 1
-    echo
-    echo "== round $round, security $mode"
-    KILN_DATABASE_URL="$KILN_DATABASE_URL" "$BENCH" "$SECONDS_EACH" "$THREADS" "$mode"
+    for gate in $gates; do
+      n=$((n + 1))
+      KILN_DATABASE_URL=$(pg_createdb "push_$$_$n") || exit 1
+      echo
+      echo "== round $round, security $mode, $gate"
+      KILN_DATABASE_URL="$KILN_DATABASE_URL" "$BENCH" "$SECONDS_EACH" "$THREADS" "$mode" "$gate"
+    done
   done
 done
 echo

@@ -19,12 +19,26 @@ typedef struct cli_command {
 } cli_command_t;
 
 static const cli_command_t cli_commands[] = {
-    {"submit", cli_cmd_submit, "JOB.json [--idempotency-key K] [-f|--follow]",
+    {"submit", cli_cmd_submit, "JOB.json [--source-dir DIR] [--idempotency-key K] [-f|--follow]",
      "submit a training job (JOB.json, or - for stdin) and print its id",
      "options:\n"
+     "  --source-dir DIR     a script job's code: pack DIR (honouring DIR/.kilnignore), upload it into\n"
+     "                       the job's project (as kiln code push does) and submit with \"source\" set\n"
      "  --idempotency-key K  retrying with the same key returns the same job, never a duplicate\n"
      "  -f, --follow         stream the job's logs until it ends; exit 1 if it FAILED\n"
      "  (a relative data.train / data.val path that exists here is sent as an absolute path)\n"},
+    {"code", cli_cmd_code, "push DIR [--project P]\nget DIGEST [--project P] [-o FILE]",
+     "upload a source directory as a script job's code, or download an uploaded archive",
+     "commands:\n"
+     "  push DIR             pack DIR into a gzip'd tar, leaving out what DIR/.kilnignore names\n"
+     "                       (gitignore's syntax: patterns, !negation, /anchoring, **, dir/; .git/ is\n"
+     "                       left out unless a line says !.git/), upload it and print the source a\n"
+     "                       script job names: code:sha256:<digest>. The same tree packs to the same\n"
+     "                       bytes, and kilnd keeps them once\n"
+     "  get DIGEST           download the archive (DIGEST or code:sha256:DIGEST), checked against its\n"
+     "                       SHA-256, to DIGEST.tgz or -o FILE (- for stdout)\n"
+     "options:\n"
+     "  --project P, -p P    the project the code is for (default: default); only its members see it\n"},
     {"jobs", cli_cmd_jobs, "[--status S] [--tag K:V] [--limit N] [--all]",
      "list jobs, newest first (those of the projects you belong to)",
      "options:\n"
@@ -96,7 +110,32 @@ static const cli_command_t cli_commands[] = {
      "delete an ended job with its events, logs, metrics and artifacts (editors)",
      "  Only a job that has ended (COMPLETED, FAILED, STOPPED) can be deleted: stop a running one\n"
      "  first. A job whose model another unfinished job starts from (model.init_from) is kept.\n"},
-    {"workers", cli_cmd_workers, "", "list registered workers (agents) and their free slots", ""},
+    {"workers", cli_cmd_workers, "[list]\napprove ID\nremove ID [--ban [--reason TEXT]]\nbans\nunban BAN",
+     "list registered workers (agents); approve, remove and ban them (cluster admins)",
+     "commands:\n"
+     "  list                 every worker: its slots, state (PENDING: waits for approval), when and\n"
+     "                       with which join token it registered (\"file\": kilnd's --join-token-file);\n"
+     "                       -o wide adds where it registered from, the SHA-256 of its client\n"
+     "                       certificate (mutual TLS), cores, version, GPUs and data roots\n"
+     "  approve ID           let a PENDING worker (kilnd --agent-approval) take work; check its\n"
+     "                       data roots and slots first (kiln workers -o wide)\n"
+     "  remove ID            take a worker out: what it runs is lost and re-queued, its credential\n"
+     "                       stops working; its agent may register again as a new worker\n"
+     "    --ban              and ban its worker id and its certificate from registering again\n"
+     "    --reason TEXT      recorded with the ban\n"
+     "  bans                 the bans, with their numbers\n"
+     "  unban BAN            lift ban number BAN\n"},
+    {"join-tokens", cli_cmd_join_tokens, "[list]\ncreate [--uses N] [--expires-in D] [--description TEXT]\nrevoke ID",
+     "list, create and revoke join tokens agents register with (cluster admins)",
+     "commands:\n"
+     "  list                 the join tokens: uses left, registrations made, expiry, who made them\n"
+     "  create               a new join token, printed once on stdout alone (save it to the file an\n"
+     "                       agent's --join-token-file names)\n"
+     "    --uses N           registrations it allows (default 1: single-use)\n"
+     "    --expires-in D     how long it is valid: 90s, 30m, 12h, 7d (default 24h, at most 365d)\n"
+     "    --description TEXT what it is for\n"
+     "  revoke ID            it stops registering workers at once (those it registered stay)\n"
+     "  An agent re-registering under its own worker id uses its credential, not a join token.\n"},
     {"login", cli_cmd_login, "[--url URL] [--tls-ca FILE] [--profile NAME] [--token-file FILE]",
      "check an API token with kilnd and save it for later commands",
      "  Reads the token from stdin (typing is not shown on a terminal), or from --token-file FILE,\n"
@@ -301,6 +340,13 @@ bool cli_output_parse(const char *s, cli_output_t *out)
             return true;
         }
     return false;
+}
+
+void cli_secret_forget(json_t *reply, const char *key)
+{
+    json_t *v = json_object_get(reply, key);
+    if (json_is_string(v))
+        memset((char *)json_string_value(v), 0, json_string_length(v));
 }
 
 void cli_print_out(const cli_client_t *c, const json_t *j)

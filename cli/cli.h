@@ -151,6 +151,9 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width);
 void cli_print_metrics_raw(FILE *out, const json_t *reply);
 /* Prints the workers table of a GET /v1/workers reply. */
 void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide);
+/* GET /v1/join-tokens and GET /v1/worker-bans as tables (cmd_trust.c). */
+void cli_print_join_tokens(FILE *out, const json_t *reply, int64_t now_us);
+void cli_print_worker_bans(FILE *out, const json_t *reply);
 /* A byte count for people: "512 B", "1.5 KiB", "137 KiB", "2.0 GiB". Returns buf (n >= 16). */
 char *cli_fmt_bytes(double bytes, char *buf, size_t n);
 /* Prints the table of a GET /v1/jobs/{id}/artifacts reply: NAME, SIZE, SHA256 (its first 16

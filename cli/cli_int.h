@@ -25,6 +25,11 @@ void cli_client_init(cli_client_t *c, const cli_settings_t *s);
 int cli_request(const cli_client_t *c, const char *method, const char *path, const json_t *body,
                 const char *const *headers, long *http_status, json_t **out, kiln_err_t *err);
 
+/* POSTs the file in (len bytes from its current offset) to path as the body, of content_type,
+ * without a time limit (a transfer that stalls for a minute is given up). Replies as cli_request. */
+int cli_upload(const cli_client_t *c, const char *path, FILE *in, int64_t len, const char *content_type,
+               long *http_status, json_t **out, kiln_err_t *err);
+
 /* Streams GET path as Server-Sent Events into sse until the server closes the stream or the
  * parser's callback stops it. low_speed_s: a connection that delivers nothing for that long is
  * treated as dropped (kilnd pings every 15 s). Returns 0 when the stream ended (closed by the
@@ -66,6 +71,18 @@ double cli_jnum(const json_t *obj, const char *key);
 /* Parses an RFC 3339 field of obj; 0 when absent or malformed. */
 int64_t cli_jtime(const json_t *obj, const char *key);
 
+/* Which subcommand argv names: argv[1] when it is one of names, else the first of names (the
+ * listing) when argv[1] is absent or an option. Sets *first to the index of the first argument
+ * after it. Returns NULL after a usage error. */
+const char *cli_subcommand(const char *cmd, int argc, char **argv, const char *const *names, int *first);
+/* Collects the positional arguments argv[first..argc) into pos (at most max, each the caller's
+ * count); options other than those the caller handles are usage errors. Returns the count, or -1
+ * after a usage error. */
+int cli_positional(const char *cmd, int argc, char **argv, int first, const char **pos, int max);
+/* One request whose reply is printed raw with --json, else by show (may be NULL: nothing). */
+typedef void (*cli_show_fn)(const cli_client_t *c, const json_t *reply);
+int cli_call_show(const cli_client_t *c, const char *method, const char *path, const json_t *body, cli_show_fn show);
+
 /* Subcommands: argc/argv start at the subcommand name. Return CLI_EXIT_*. */
 int cli_cmd_submit(cli_client_t *c, int argc, char **argv);
 int cli_cmd_jobs(cli_client_t *c, int argc, char **argv);
@@ -74,6 +91,7 @@ int cli_cmd_stop(cli_client_t *c, int argc, char **argv);
 int cli_cmd_logs(cli_client_t *c, int argc, char **argv);
 int cli_cmd_metrics(cli_client_t *c, int argc, char **argv);
 int cli_cmd_workers(cli_client_t *c, int argc, char **argv);
+int cli_cmd_join_tokens(cli_client_t *c, int argc, char **argv);
 int cli_cmd_version(cli_client_t *c, int argc, char **argv);
 int cli_cmd_completion(cli_client_t *c, int argc, char **argv);
 int cli_cmd_login(cli_client_t *c, int argc, char **argv);
@@ -87,6 +105,15 @@ int cli_cmd_delete(cli_client_t *c, int argc, char **argv);
 int cli_cmd_search(cli_client_t *c, int argc, char **argv);
 int cli_cmd_compare(cli_client_t *c, int argc, char **argv);
 int cli_cmd_ui(cli_client_t *c, int argc, char **argv);
+int cli_cmd_code(cli_client_t *c, int argc, char **argv);
+/* Packs dir (honouring its .kilnignore) and uploads it into project (NULL: "default"); the source
+ * a script job names ("code:sha256:...") into source (100 bytes). Prints what was packed and
+ * sent on stderr. Returns 0 or a status with err. */
+int cli_code_push(cli_client_t *c, const char *dir, const char *project, char *source, kiln_err_t *err);
+/* Downloads GET path into file ("-": stdout) through a temporary file beside it, checking the
+ * bytes against the ETag kilnd sends (their SHA-256); label names it in messages. Prints what
+ * was saved on stderr. Returns a CLI exit status. */
+int cli_download_checked(cli_client_t *c, const char *path, const char *label, const char *file);
 
 /* Prints err to stderr (cli_print_error) and, for a 401, which token was sent and how to get a
  * valid one (cli_print_auth_note). Returns CLI_EXIT_ERROR. */
@@ -96,6 +123,8 @@ int cli_fail(const cli_client_t *c, const kiln_err_t *err);
 char *cli_token_source(const cli_settings_t *s, char *buf, size_t n);
 /* Prints the API reply j on stdout as -o asked: indented JSON, or YAML. */
 void cli_print_out(const cli_client_t *c, const json_t *j);
+/* Overwrites the string member key of reply (a secret kilnd showed once) once it is printed. */
+void cli_secret_forget(json_t *reply, const char *key);
 
 /* Follows a job's logs (history, then live) until the job ends, printing each line to stdout;
  * reconnects with Last-Event-ID when the connection drops while the job runs. rank -1: every

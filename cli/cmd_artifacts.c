@@ -8,16 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Downloads artifact name of job id into file ("-": stdout), through a temporary file beside it
- * so that a broken download never leaves a partial file under the name. */
-static int artifact_get(cli_client_t *c, const char *id, const char *name, const char *file)
+int cli_download_checked(cli_client_t *c, const char *path, const char *label, const char *file)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
-    char seg[KILN_ARTIFACT_NAME_MAX * 3 + 1], path[512], tmp[4200], etag[80], got[KILN_SHA256_HEX];
-    if (!kiln_artifact_name_ok(name, "--get", &err))
-        return cli_fail(c, &err);
-    snprintf(path, sizeof(path), "/v1/jobs/%s/artifacts/%s", id, cli_path_segment(name, seg, sizeof(seg)));
+    char tmp[4200], etag[80], got[KILN_SHA256_HEX];
     bool to_stdout = !strcmp(file, "-");
     FILE *out = stdout;
     if (!to_stdout) {
@@ -36,8 +31,8 @@ static int artifact_get(cli_client_t *c, const char *id, const char *name, const
     int rc = cli_download(c, path, out, &sha, &bytes, etag, &err);
     kiln_sha256_final(&sha, got);
     if (rc == 0 && strcmp(etag, got) != 0)
-        rc = kiln_err_set(&err, KILN_ECHECKSUM, NULL, "the download of \"%s\" has SHA-256 %s, but kilnd says the "
-                          "artifact's is %s: it was damaged on the way", name, got, etag[0] ? etag : "(none)");
+        rc = kiln_err_set(&err, KILN_ECHECKSUM, NULL, "the download of %s has SHA-256 %s, but kilnd says its SHA-256 "
+                          "is %s: it was damaged on the way", label, got, etag[0] ? etag : "(none)");
     if (to_stdout) {
         fflush(stdout);
     } else {
@@ -51,9 +46,23 @@ static int artifact_get(cli_client_t *c, const char *id, const char *name, const
     if (rc)
         return cli_fail(c, &err);
     char sz[24];
-    fprintf(stderr, "%s: %s (%lld bytes), sha256 %s verified%s%s\n", name, cli_fmt_bytes((double)bytes, sz, sizeof(sz)),
+    fprintf(stderr, "%s: %s (%lld bytes), sha256 %s verified%s%s\n", label, cli_fmt_bytes((double)bytes, sz, sizeof(sz)),
             (long long)bytes, got, to_stdout ? "" : ", saved to ", to_stdout ? "" : file);
     return CLI_EXIT_OK;
+}
+
+/* Downloads artifact name of job id into file ("-": stdout); a broken download never leaves a
+ * partial file under the name. */
+static int artifact_get(cli_client_t *c, const char *id, const char *name, const char *file)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    char seg[KILN_ARTIFACT_NAME_MAX * 3 + 1], path[512], label[KILN_ARTIFACT_NAME_MAX + 16];
+    if (!kiln_artifact_name_ok(name, "--get", &err))
+        return cli_fail(c, &err);
+    snprintf(path, sizeof(path), "/v1/jobs/%s/artifacts/%s", id, cli_path_segment(name, seg, sizeof(seg)));
+    snprintf(label, sizeof(label), "%s", name);
+    return cli_download_checked(c, path, label, file);
 }
 
 int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv)

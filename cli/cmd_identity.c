@@ -12,10 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Which subcommand argv names: argv[1] when it is one of names, else the first of names (the
- * listing) when argv[1] is absent or an option. Sets *first to the index of the first argument
- * after it. Returns NULL after a usage error. */
-static const char *cli_subcommand(const char *cmd, int argc, char **argv, const char *const *names, int *first)
+const char *cli_subcommand(const char *cmd, int argc, char **argv, const char *const *names, int *first)
 {
     *first = 1;
     if (argc < 2 || argv[1][0] == '-')
@@ -33,10 +30,7 @@ static const char *cli_subcommand(const char *cmd, int argc, char **argv, const 
     return NULL;
 }
 
-/* Collects the positional arguments argv[first..argc) into pos (at most max, each the caller's
- * count); options other than those the caller handles are usage errors. Returns the count, or -1
- * after a usage error. */
-static int cli_positional(const char *cmd, int argc, char **argv, int first, const char **pos, int max)
+int cli_positional(const char *cmd, int argc, char **argv, int first, const char **pos, int max)
 {
     int n = 0;
     for (int i = first; i < argc; i++) {
@@ -66,10 +60,7 @@ static int cli_my_name(const cli_client_t *c, char *out, size_t n, kiln_err_t *e
     return rc;
 }
 
-/* One request whose reply is printed raw with --json, else by show (may be NULL: nothing). */
-typedef void (*cli_show_fn)(const cli_client_t *c, const json_t *reply);
-
-static int cli_call_show(const cli_client_t *c, const char *method, const char *path, const json_t *body,
+int cli_call_show(const cli_client_t *c, const char *method, const char *path, const json_t *body,
                          cli_show_fn show)
 {
     kiln_err_t err;
@@ -262,12 +253,7 @@ static int cli_tokens_create(cli_client_t *c, int argc, char **argv, int first)
     fflush(stdout);
 
 done:
-    if (reply) {
-        /* the secret does not outlive its printing */
-        json_t *tok = json_object_get(reply, "token");
-        if (json_is_string(tok))
-            memset((char *)json_string_value(tok), 0, json_string_length(tok));
-    }
+    cli_secret_forget(reply, "token"); /* the secret does not outlive its printing */
     json_decref(reply);
     json_decref(body);
     return rc;

@@ -1,5 +1,6 @@
 /* cmd_info.c - the read-only subcommands of `kiln` that are not about one job's lifecycle:
- * metrics (summary table with sparklines, or raw step,value rows), workers and version. */
+ * metrics (summary table with sparklines, or raw step,value rows) and version. (Workers are
+ * cmd_trust.c's.) */
 #include "cli/cli_int.h"
 
 #include <stdlib.h>
@@ -75,24 +76,6 @@ done:
     free(p);
     json_decref(reply);
     return rc;
-}
-
-int cli_cmd_workers(cli_client_t *c, int argc, char **argv)
-{
-    if (argc > 1)
-        return cli_usage_error("workers", "unexpected argument %s", argv[1]);
-    kiln_err_t err;
-    kiln_err_clear(&err);
-    json_t *reply = NULL;
-    if (cli_request(c, "GET", "/v1/workers", NULL, NULL, NULL, &reply, &err) != 0)
-        return cli_fail(c, &err);
-    if (c->json) {
-        cli_print_out(c, reply);
-    } else {
-        cli_print_workers(stdout, reply, kiln_now_us(), c->output == CLI_OUT_WIDE);
-    }
-    json_decref(reply);
-    return CLI_EXIT_OK;
 }
 
 int cli_cmd_version(cli_client_t *c, int argc, char **argv)

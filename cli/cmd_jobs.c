@@ -54,9 +54,31 @@ static void cli_absolutize_data(json_t *spec)
     }
 }
 
+/* --source-dir: pushes dir into the spec's project and names it as the spec's source. */
+static int cli_source_dir(cli_client_t *c, json_t *spec, const char *dir, kiln_err_t *err)
+{
+    if (!json_is_string(json_object_get(spec, "entry_point"))) {
+        kiln_err_set(err, KILN_EINVAL, "--source-dir", "--source-dir is a script job's code, and this spec names "
+                     "no entry_point");
+        kiln_err_hint(err, "add \"entry_point\": \"train.py\" (the program to run, inside DIR) to the spec");
+        return KILN_EINVAL;
+    }
+    json_t *given = json_object_get(spec, "source");
+    if (given && !json_is_null(given)) {
+        kiln_err_set(err, KILN_EINVAL, "--source-dir", "the spec names a source and --source-dir gives another");
+        kiln_err_hint(err, "leave \"source\" out of the spec, or --source-dir off the command");
+        return KILN_EINVAL;
+    }
+    char source[100];
+    int rc = cli_code_push(c, dir, json_string_value(json_object_get(spec, "project")), source, err);
+    if (rc == 0)
+        json_object_set_new(spec, "source", json_string(source));
+    return rc;
+}
+
 int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
 {
-    const char *file = NULL, *key = NULL, *v;
+    const char *file = NULL, *key = NULL, *source_dir = NULL, *v;
     bool follow = false;
     for (int i = 1; i < argc; i++) {
         int m = cli_opt("submit", argc, argv, &i, "--idempotency-key", NULL, &v);
@@ -64,6 +86,10 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
             return CLI_EXIT_USAGE;
         if (m) {
             key = v;
+        } else if ((m = cli_opt("submit", argc, argv, &i, "--source-dir", NULL, &v)) != 0) {
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            source_dir = v;
         } else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
             follow = true;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
@@ -89,6 +115,10 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
         goto done;
     }
     cli_absolutize_data(spec);
+    if (source_dir && cli_source_dir(c, spec, source_dir, &err) != 0) {
+        rc = cli_fail(c, &err);
+        goto done;
+    }
     if (key) {
         snprintf(header, sizeof(header), "Idempotency-Key: %s", key);
         headers[0] = header;

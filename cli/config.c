@@ -356,27 +356,5 @@ void cli_print_auth_note(FILE *out, const cli_settings_t *s)
 
 bool cli_parse_duration(const char *s, int64_t *seconds)
 {
-    if (!s || !isdigit((unsigned char)*s))
-        return false;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno)
-        return false;
-    int64_t unit;
-    if (!*end || !strcmp(end, "s"))
-        unit = 1;
-    else if (!strcmp(end, "m"))
-        unit = 60;
-    else if (!strcmp(end, "h"))
-        unit = 3600;
-    else if (!strcmp(end, "d"))
-        unit = 86400;
-    else
-        return false;
-    const int64_t max = 100LL * 366 * 86400;
-    if (v <= 0 || v > max / unit)
-        return false;
-    *seconds = (int64_t)v * unit;
-    return true;
+    return kiln_duration_parse(s, seconds);
 }

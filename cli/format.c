@@ -405,7 +405,30 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
         }
         cli_kv(out, "Model", "%s", mb);
     }
-    json_t *hp = json_object_get(spec, "hyperparameters");
+    const char *entry = cli_jstr(spec, "entry_point");
+    if (*entry) {
+        /* a script job: its program, where the code comes from, its own hyperparameters */
+        cli_kv(out, "Entry point", "%s%s%s", entry, *cli_jstr(spec, "python") ? " with " : "", cli_jstr(spec, "python"));
+        const char *src = cli_jstr(spec, "source");
+        if (!strncmp(src, "code:sha256:", 12))
+            cli_kv(out, "Source", "%s (code archive; kiln code get %.12s)", src, src + 12);
+        else
+            cli_kv(out, "Source", "%s", src);
+        char *hps = json_dumps(json_object_get(spec, "hyperparameters"), JSON_COMPACT | JSON_SORT_KEYS);
+        if (hps && strcmp(hps, "{}") != 0) {
+            char clip[256];
+            cli_kv(out, "Hyperparams", "%s", cli_clip(hps, 200, clip, sizeof(clip)));
+        }
+        free(hps);
+        const char *ch;
+        json_t *v;
+        json_object_foreach(json_object_get(json_object_get(spec, "data"), "channels"), ch, v) {
+            char label[80];
+            snprintf(label, sizeof(label), "Channel %s", ch);
+            cli_kv(out, label, "%s", json_string_value(v) ? json_string_value(v) : "");
+        }
+    }
+    json_t *hp = *entry ? NULL : json_object_get(spec, "hyperparameters");
     if (hp) {
         char lr[24];
         cli_kv(out, "Training", "lr=%s batch=%.0f max_steps=%.0f", cli_fmt_value(cli_jnum(hp, "lr"), lr, sizeof(lr)),
@@ -539,28 +562,42 @@ void cli_print_metrics_raw(FILE *out, const json_t *reply)
     }
 }
 
+/* "12s ago" for field of obj, "-" when it has none. */
+static char *cli_ago(const json_t *obj, const char *field, int64_t now_us, char *buf, size_t n)
+{
+    int64_t t_us = cli_jtime(obj, field);
+    char d[24];
+    if (t_us)
+        snprintf(buf, n, "%s ago", cli_fmt_duration((double)(now_us - t_us) / 1e6, d, sizeof(d)));
+    else
+        snprintf(buf, n, "-");
+    return buf;
+}
+
 void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide)
 {
     cli_table_t t;
-    cli_table_init(&t, wide ? "ID HOST ADDRESS TYPE >SLOTS >FREE STATE >HEARTBEAT >CORES VERSION GPUS DATA-ROOTS"
-                            : "ID HOST ADDRESS TYPE >SLOTS >FREE STATE >HEARTBEAT");
+    cli_table_init(&t, wide ? "ID HOST ADDRESS TYPE >SLOTS >FREE STATE >HEARTBEAT >REGISTERED JOIN-TOKEN FROM CERT-SHA256 >CORES "
+                              "VERSION GPUS DATA-ROOTS"
+                            : "ID HOST ADDRESS TYPE >SLOTS >FREE STATE >HEARTBEAT >REGISTERED JOIN-TOKEN");
     size_t i;
     json_t *w;
     json_array_foreach(json_object_get(reply, "workers"), i, w) {
-        char slots[16], freeb[16], hb[40];
+        char slots[16], freeb[16], hb[40], reg[40];
         snprintf(slots, sizeof(slots), "%.0f", cli_jnum(w, "slots"));
         snprintf(freeb, sizeof(freeb), "%.0f", cli_jnum(w, "slots_free"));
-        int64_t t_us = cli_jtime(w, "last_heartbeat");
-        if (t_us) {
-            char d[24];
-            snprintf(hb, sizeof(hb), "%s ago", cli_fmt_duration((double)(now_us - t_us) / 1e6, d, sizeof(d)));
-        } else {
-            snprintf(hb, sizeof(hb), "-");
-        }
-        /* an ALIVE worker whose agent is shutting down takes no new placements */
-        const char *state = json_is_true(json_object_get(w, "draining")) ? "DRAINING" : cli_jstr(w, "state");
-        char cores[16], gpus[200] = "", roots[300] = "";
+        cli_ago(w, "last_heartbeat", now_us, hb, sizeof(hb));
+        cli_ago(w, "registered_at", now_us, reg, sizeof(reg));
+        /* an ALIVE worker whose agent is shutting down takes no new placements; one that waits
+         * for a cluster admin's approval takes none yet */
+        const char *state = cli_jstr(w, "state");
+        if (!strcmp(state, "ALIVE") && json_is_true(json_object_get(w, "draining")))
+            state = "DRAINING";
+        else if (!strcmp(state, "ALIVE") && !strcmp(cli_jstr(w, "approval"), "PENDING"))
+            state = "PENDING";
+        char cores[16], gpus[200] = "", roots[300] = "", cert[24];
         snprintf(cores, sizeof cores, "%.0f", cli_jnum(w, "cpu_cores"));
+        snprintf(cert, sizeof cert, "%.16s", cli_jstr(w, "cert_sha256"));
         size_t k;
         json_t *s;
         json_array_foreach(json_object_get(w, "gpus"), k, s) {
@@ -571,9 +608,10 @@ void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide
             size_t l = strlen(roots);
             snprintf(roots + l, sizeof roots - l, "%s%s", l ? "," : "", json_string_value(s) ? json_string_value(s) : "");
         }
+        /* an empty cell shows as "-" */
         const char *row[] = {cli_jstr(w, "id"), cli_jstr(w, "hostname"), cli_jstr(w, "address"),
-                             cli_jstr(w, "slot_type"), slots, freeb, state, hb, cores, cli_jstr(w, "version"),
-                             gpus[0] ? gpus : "-", roots[0] ? roots : "-"};
+                             cli_jstr(w, "slot_type"), slots, freeb, state, hb, reg, cli_jstr(w, "join_token"),
+                             cli_jstr(w, "registered_from"), cert, cores, cli_jstr(w, "version"), gpus, roots};
         cli_table_row(&t, row);
     }
     if (t.nrows == 0) {
@@ -603,7 +641,7 @@ char *cli_fmt_bytes(double bytes, char *buf, size_t n)
 void cli_print_artifacts(FILE *out, const json_t *reply, bool wide)
 {
     cli_table_t t;
-    cli_table_init(&t, wide ? "NAME >SIZE >BYTES SHA256 >ATTEMPT CREATED" : "NAME >SIZE SHA256 >ATTEMPT CREATED");
+    cli_table_init(&t, wide ? "NAME >SIZE >BYTES SHA256 >ATTEMPT CREATED WORKER" : "NAME >SIZE SHA256 >ATTEMPT CREATED");
     size_t i;
     json_t *a;
     json_array_foreach(json_object_get(reply, "artifacts"), i, a) {
@@ -614,7 +652,7 @@ void cli_print_artifacts(FILE *out, const json_t *reply, bool wide)
         snprintf(sha, sizeof(sha), wide ? "%.64s" : "%.16s", cli_jstr(a, "sha256"));
         cli_fmt_time(cli_jstr(a, "created_at"), created, sizeof(created));
         const char *narrow[] = {cli_jstr(a, "name"), size, sha, attempt, created};
-        const char *full[] = {cli_jstr(a, "name"), size, bytes, sha, attempt, created};
+        const char *full[] = {cli_jstr(a, "name"), size, bytes, sha, attempt, created, cli_jstr(a, "worker_id")};
         cli_table_row(&t, wide ? full : narrow);
     }
     if (t.nrows == 0) {

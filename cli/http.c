@@ -89,8 +89,33 @@ static int cli_connect_error(const cli_client_t *c, CURLcode rc, const char *err
                         "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->settings.url, why);
 }
 
+static int cli_request_core(const cli_client_t *c, const char *method, const char *path, const json_t *body,
+                            FILE *upload, int64_t upload_len, const char *const *headers, long *http_status,
+                            json_t **out, kiln_err_t *err);
+
 int cli_request(const cli_client_t *c, const char *method, const char *path, const json_t *body,
                 const char *const *headers, long *http_status, json_t **out, kiln_err_t *err)
+{
+    return cli_request_core(c, method, path, body, NULL, 0, headers, http_status, out, err);
+}
+
+int cli_upload(const cli_client_t *c, const char *path, FILE *in, int64_t len, const char *content_type,
+               long *http_status, json_t **out, kiln_err_t *err)
+{
+    char ct[128];
+    snprintf(ct, sizeof(ct), "Content-Type: %s", content_type);
+    const char *headers[] = {ct, NULL};
+    return cli_request_core(c, "POST", path, NULL, in, len, headers, http_status, out, err);
+}
+
+static size_t cli_upload_read(char *buf, size_t size, size_t nmemb, void *ud)
+{
+    return fread(buf, 1, size * nmemb, (FILE *)ud);
+}
+
+static int cli_request_core(const cli_client_t *c, const char *method, const char *path, const json_t *body,
+                            FILE *upload, int64_t upload_len, const char *const *headers, long *http_status,
+                            json_t **out, kiln_err_t *err)
 {
     int rc = 0;
     CURL *h = NULL;
@@ -132,7 +157,16 @@ int cli_request(const cli_client_t *c, const char *method, const char *path, con
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, cli_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    if (body_text) {
+    if (upload) {
+        /* a file streamed as the body, as long as it takes; a stalled transfer is given up */
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, cli_upload_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, upload);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)upload_len);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 0L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+    } else if (body_text) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body_text);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body_text));
     } else if (!strcmp(method, "POST")) {

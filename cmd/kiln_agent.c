@@ -94,9 +94,11 @@ int main(int argc, char **argv)
     const char *train_bin = NULL, *address = NULL, *worker_id = NULL, *token_file = NULL;
     const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *ports = "29500-29999", *metrics_addr = NULL;
     const char *cpus = NULL;
+    const char *sandbox = "on", *sandbox_uids = NULL, *sandbox_state = AGENT_SANDBOX_STATE_DIR;
     bool insecure = false, health = false;
-    config_list_t data_roots = {0};
-    int64_t slots = 0, cores = 0, grace_ms = 10000;
+    config_list_t data_roots = {0}, sandbox_ro = {0};
+    int64_t slots = 0, cores = 0, grace_ms = 10000, code_cache_mb = 10240;
+    int64_t mem_per_slot = 0, pids_per_slot = 0, sandbox_tmp = 0;
     double watchdog_s = 0;
     config_flag_t flags[] = {
         {"server", "KILN_SERVER", CONFIG_STR, &server,
@@ -128,8 +130,29 @@ int main(int argc, char **argv)
         {"rendezvous-ports", "KILN_RENDEZVOUS_PORTS", CONFIG_STR, &ports,
          "LO-HI: TCP ports rank 0 of a job this machine leads may listen on; each job gets one free on this host, "
          "which no other kiln-agent of the host hands out meanwhile (keep the range outside the kernel's ephemeral ports)"},
+        {"code-cache-mb", "KILN_CODE_CACHE_MB", CONFIG_INT, &code_cache_mb,
+         "bound of the cache of script jobs' code (WORK_DIR/code-cache: each archive extracted once; the least "
+         "recently used go first, never one a running job uses)"},
         {"metrics-addr", "KILN_METRICS_ADDR", CONFIG_STR, &metrics_addr,
          "serve GET /metrics (Prometheus) and GET /healthz over plain HTTP on this local HOST:PORT"},
+        {"sandbox", "KILN_SANDBOX", CONFIG_STR, &sandbox,
+         "on | off: each rank runs as an unprivileged uid of its own, in PID and mount namespaces that show it "
+         "only the system's libraries, its data and its own directories, with cgroup limits (needs root); off "
+         "runs ranks unconfined, for development only"},
+        {"sandbox-uid-range", "KILN_SANDBOX_UID_RANGE", CONFIG_STR, &sandbox_uids,
+         "LO-HI: uids handed to jobs' ranks, one per job attempt, never two at once on this host (default "
+         "2000000000-2000065535; no real user may have them)"},
+        {"memory-per-slot-mb", "KILN_MEMORY_PER_SLOT_MB", CONFIG_INT, &mem_per_slot,
+         "memory limit of each rank (cgroup; 0: the machine's memory divided among the slots)"},
+        {"sandbox-pids-per-slot", "KILN_SANDBOX_PIDS_PER_SLOT", CONFIG_INT, &pids_per_slot,
+         "processes and threads each rank may have (cgroup pids.max; 0: 4096)"},
+        {"sandbox-tmp-mb", "KILN_SANDBOX_TMP_MB", CONFIG_INT, &sandbox_tmp,
+         "size of the private /tmp a job's ranks on this machine share (0: 1024)"},
+        {"sandbox-state-dir", "KILN_SANDBOX_STATE_DIR", CONFIG_STR, &sandbox_state,
+         "where agents of this machine record the uids they hand out (shared by them; keep it local)"},
+        {"sandbox-ro-path", "KILN_SANDBOX_RO_PATHS", CONFIG_LIST, &sandbox_ro,
+         "another host path every rank may read, such as /opt/conda (the system's /usr, /lib and parts of /etc "
+         "always are)"},
         {"health", NULL, CONFIG_BOOL, &health,
          "check a running kiln-agent: GET /healthz at --metrics-addr, exit 0 when it answers"},
     };
@@ -186,6 +209,31 @@ int main(int argc, char **argv)
                 ports);
         return 2;
     }
+    agent_sandbox_config_t sandbox_cfg = {.memory_per_slot_mb = mem_per_slot, .pids_per_slot = pids_per_slot,
+                                          .tmp_mb = sandbox_tmp, .state_dir = sandbox_state,
+                                          .ro_paths = sandbox_ro.v, .n_ro_paths = (size_t)sandbox_ro.n};
+    if (strcmp(sandbox, "on") && strcmp(sandbox, "off")) {
+        fprintf(stderr, "kiln-agent: --sandbox must be on or off, not \"%s\"\n", sandbox);
+        return 2;
+    }
+    sandbox_cfg.off = !strcmp(sandbox, "off");
+    if (sandbox_uids && sandbox_uids[0]) {
+        unsigned long long lo = 0, hi = 0;
+        int end = 0;
+        if (sscanf(sandbox_uids, "%llu-%llu%n", &lo, &hi, &end) != 2 || sandbox_uids[end] || lo < 1000 || hi < lo ||
+            hi >= 4294967294ULL) {
+            fprintf(stderr, "kiln-agent: --sandbox-uid-range must be LO-HI with 1000 <= LO <= HI < 4294967294, "
+                            "not \"%s\"\n", sandbox_uids);
+            return 2;
+        }
+        sandbox_cfg.uid_lo = (uint32_t)lo;
+        sandbox_cfg.uid_hi = (uint32_t)hi;
+    }
+    if (mem_per_slot < 0 || pids_per_slot < 0 || sandbox_tmp < 0) {
+        fprintf(stderr, "kiln-agent: --memory-per-slot-mb, --sandbox-pids-per-slot and --sandbox-tmp-mb must be 0 "
+                        "(the default) or positive\n");
+        return 2;
+    }
     char train_buf[PATH_MAX + 16];
     if (!train_bin || !train_bin[0]) {
         default_train_bin(train_buf, sizeof(train_buf));
@@ -218,6 +266,10 @@ int main(int argc, char **argv)
     }
     if (slots == 0)
         slots = 1;
+    if (code_cache_mb < 1 || code_cache_mb > ((int64_t)1 << 30)) {
+        fprintf(stderr, "kiln-agent: --code-cache-mb must be 1 or more\n");
+        return 2;
+    }
     agent_config_t cfg = {
         .server = server, .slots = (int)slots, .slot_type = slot_type, .work_dir = work_dir,
         .train_bin = train_bin, .address = address, .worker_id = worker_id, .cores = (int)cores, .cpus = cpus,
@@ -227,6 +279,8 @@ int main(int argc, char **argv)
         .tls = {.insecure = insecure, .ca_file = tls_ca, .cert_file = tls_cert, .key_file = tls_key},
         .port_lo = port_lo, .port_hi = port_hi,
         .metrics_addr = metrics_addr,
+        .sandbox = sandbox_cfg,
+        .code_cache_bytes = code_cache_mb << 20,
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);

@@ -101,6 +101,12 @@ int main(int argc, char **argv)
                 err.field[0] ? err.field : "", err.field[0] ? ": " : "", err.message);
         return RANK_EXIT_BAD_INPUT;
     }
+    if (spec_is_script(&spec)) {
+        fprintf(stderr, "kiln-train: %s is a script job's spec (entry_point \"%s\"): kiln-train trains kiln's own "
+                "models; kiln-agent runs scripts\n", spec_path, spec.script.entry_point);
+        spec_deinit(&spec);
+        return RANK_EXIT_BAD_INPUT;
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));

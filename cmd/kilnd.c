@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "api/api.h"
@@ -49,10 +50,15 @@ int main(int argc, char **argv)
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
     int64_t db_wait_s = 30;
     const char *artifact_dir = NULL;
-    int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600;
+    int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600, code_max_mb = 100;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
     const char *bootstrap_file = NULL, *join_file = NULL, *database_url_file = NULL;
     bool insecure = false, no_auth = false, metrics_auth = false, health = false;
+    bool agent_approval = false, agent_distinct_certs = false;
+    int64_t register_per_min_addr = 60, register_per_min = 600;
+    const char *tls_min = "1.2";
+    int64_t per_address = API_NET_PER_ADDRESS, handshake_ms = API_NET_HANDSHAKE_MS, header_ms = API_NET_HEADER_MS;
+    int64_t body_ms = API_NET_BODY_MS, idle_ms = API_NET_IDLE_MS;
     config_list_t cors = {0};
     config_flag_t flags[] = {
         {"database-url-file", "KILN_DATABASE_URL_FILE", CONFIG_STR, &database_url_file,
@@ -80,13 +86,36 @@ int main(int argc, char **argv)
         {"tls-key", "KILN_TLS_KEY", CONFIG_STR, &tls_key, "PEM private key of --tls-cert"},
         {"tls-ca", "KILN_TLS_CA", CONFIG_STR, &tls_ca,
          "PEM CA: agents must present a client certificate it signed (mutual TLS)"},
+        {"tls-min-version", "KILN_TLS_MIN_VERSION", CONFIG_STR, &tls_min,
+         "1.2 | 1.3: the oldest TLS version REST and gRPC accept (both offer only forward-secret AEAD suites)"},
+        {"max-connections-per-address", "KILN_MAX_CONNECTIONS_PER_ADDRESS", CONFIG_INT, &per_address,
+         "connections one client address (IPv6: its /64) may hold open on each of the REST and gRPC ports; more are "
+         "refused at once (0: no limit; raise it when many clients reach kilnd through one proxy)"},
+        {"handshake-timeout-ms", "KILN_HANDSHAKE_TIMEOUT_MS", CONFIG_INT, &handshake_ms,
+         "a connection's TLS handshake must end this soon after it connects, or it is cut off"},
+        {"request-header-timeout-ms", "KILN_REQUEST_HEADER_TIMEOUT_MS", CONFIG_INT, &header_ms,
+         "a REST request's headers must be in this soon after its first byte (or after the handshake)"},
+        {"request-body-timeout-ms", "KILN_REQUEST_BODY_TIMEOUT_MS", CONFIG_INT, &body_ms,
+         "a REST request's body must be in this soon after its headers, a second more for each KiB that arrived"},
+        {"idle-timeout-ms", "KILN_IDLE_TIMEOUT_MS", CONFIG_INT, &idle_ms,
+         "a REST connection between requests, or a gRPC connection without calls, is closed after this"},
         {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure,
          "serve plain text (no TLS): anything on the network path can read and change the traffic"},
         {"bootstrap-token-file", "KILN_BOOTSTRAP_TOKEN_FILE", CONFIG_STR, &bootstrap_file,
          "first start on an empty database: create the cluster admin \"admin\" with the token in FILE "
          "(read when FILE exists, else created 0600)"},
         {"join-token-file", "KILN_JOIN_TOKEN_FILE", CONFIG_STR, &join_file,
-         "the token agents register with (read when FILE exists, else created 0600)"},
+         "the token agents register with (read when FILE exists, else created 0600); cluster admins also make "
+         "join tokens with a number of uses and an expiry (kiln join-tokens create)"},
+        {"agent-approval", "KILN_AGENT_APPROVAL", CONFIG_BOOL, &agent_approval,
+         "a newly registered worker gets no work until a cluster admin approves it (kiln workers approve ID)"},
+        {"agent-distinct-certs", "KILN_AGENT_DISTINCT_CERTS", CONFIG_BOOL, &agent_distinct_certs,
+         "mutual TLS: refuse to register a worker with a client certificate another live worker is bound to"},
+        {"register-per-min-per-addr", "KILN_REGISTER_PER_MIN_PER_ADDR", CONFIG_INT, &register_per_min_addr,
+         "worker registrations a minute from one source address, in bursts of up to a sixth of it (0: no limit); "
+         "an agent re-registering with its own credential is not counted"},
+        {"register-per-min", "KILN_REGISTER_PER_MIN", CONFIG_INT, &register_per_min,
+         "worker registrations a minute this kilnd takes in all (0: no limit)"},
         {"cors-origin", "KILN_CORS_ORIGINS", CONFIG_LIST, &cors,
          "a browser origin (https://ui.example.com) allowed to call the REST API"},
         {"metrics-auth", "KILN_METRICS_AUTH", CONFIG_BOOL, &metrics_auth, "GET /metrics needs an API token"},
@@ -96,6 +125,9 @@ int main(int argc, char **argv)
          "without it, no artifacts are kept"},
         {"artifact-max-job-mb", "KILN_ARTIFACT_MAX_JOB_MB", CONFIG_INT, &artifact_max_mb,
          "largest total of one job's artifacts; a bigger upload is refused, with the reason in the job's log"},
+        {"code-max-mb", "KILN_CODE_MAX_MB", CONFIG_INT, &code_max_mb,
+         "largest code archive a client may upload for script jobs (POST /v1/code; kept in --artifact-dir); "
+         "archives may hold ten times as much uncompressed"},
         {"log-retention-days", "KILN_LOG_RETENTION_DAYS", CONFIG_INT, &log_retention_days,
          "drop the logs of jobs that ended more than N days ago (0: keep them)"},
         {"janitor-interval-s", "KILN_JANITOR_INTERVAL_S", CONFIG_INT, &janitor_interval_s,
@@ -185,11 +217,47 @@ int main(int argc, char **argv)
                         "heartbeat-interval-ms (>= 10), pool and intervals positive\n");
         return 2;
     }
-    if (artifact_max_mb < 1 || artifact_max_mb > (int64_t)1 << 30 || log_retention_days < 0 ||
-        log_retention_days > 100000 || janitor_interval_s < 1 || janitor_interval_s > 7 * 86400) {
-        fprintf(stderr, "kilnd: --artifact-max-job-mb must be 1 or more, --log-retention-days 0 (keep logs) or "
-                        "more, --janitor-interval-s 1 to 604800\n");
+    if (register_per_min_addr < 0 || register_per_min_addr > 1000000 || register_per_min < 0 ||
+        register_per_min > 1000000) {
+        fprintf(stderr, "kilnd: --register-per-min-per-addr and --register-per-min take 0 (no limit) to 1000000\n");
         return 2;
+    }
+    if (agent_distinct_certs && !(tls_ca && *tls_ca)) {
+        fprintf(stderr, "kilnd: --agent-distinct-certs needs mutual TLS (--tls-ca): without client certificates "
+                        "there is nothing to tell workers apart by\n");
+        return 2;
+    }
+    if (artifact_max_mb < 1 || artifact_max_mb > (int64_t)1 << 30 || log_retention_days < 0 ||
+        log_retention_days > 100000 || janitor_interval_s < 1 || janitor_interval_s > 7 * 86400 ||
+        code_max_mb < 1 || code_max_mb > 100000) {
+        fprintf(stderr, "kilnd: --artifact-max-job-mb must be 1 or more, --log-retention-days 0 (keep logs) or "
+                        "more, --janitor-interval-s 1 to 604800, --code-max-mb 1 to 100000\n");
+        return 2;
+    }
+    api_tls_min_t tls_min_version = API_TLS_1_2;
+    if (!strcmp(tls_min, "1.3")) {
+        tls_min_version = API_TLS_1_3;
+    } else if (strcmp(tls_min, "1.2") != 0) {
+        fprintf(stderr, "kilnd: --tls-min-version \"%s\" is not 1.2 or 1.3\n", tls_min);
+        return 2;
+    }
+    if (per_address < 0 || per_address > 1000000 || handshake_ms < 100 || header_ms < 100 || body_ms < 100 ||
+        idle_ms < 1000 || handshake_ms > 3600000 || header_ms > 3600000 || body_ms > 3600000 || idle_ms > 86400000) {
+        fprintf(stderr, "kilnd: --max-connections-per-address must be 0 (no limit) to 1000000, the "
+                        "--handshake-, --request-header- and --request-body-timeout-ms 100 to 3600000, "
+                        "--idle-timeout-ms 1000 to 86400000\n");
+        return 2;
+    }
+    api_net_limits_t limits = {.per_address = per_address ? (int)per_address : -1,
+                               .handshake_ms = (int)handshake_ms, .header_ms = (int)header_ms,
+                               .body_ms = (int)body_ms, .idle_ms = (int)idle_ms};
+    /* Every connection is a descriptor: take what the hard limit allows (the front ends size their
+     * totals from it). */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &nofile) != 0)
+            log_warn("could not raise the open file limit to %llu", (unsigned long long)nofile.rlim_max);
     }
     char *cert_pem = NULL, *key_pem = NULL, *ca_pem = NULL;
     if (read_pem("tls-cert", tls_cert, &cert_pem) || read_pem("tls-key", tls_key, &key_pem) ||
@@ -224,8 +292,13 @@ int main(int argc, char **argv)
         .artifact_max_job_bytes = artifact_max_mb << 20,
         .log_retention_days = (int)log_retention_days,
         .janitor_interval_ms = (int)(janitor_interval_s * 1000),
+        .code_max_bytes = code_max_mb << 20,
+        .agent_approval = agent_approval,
+        .agent_distinct_certs = agent_distinct_certs,
+        .register_per_min_addr = (int)register_per_min_addr,
+        .register_per_min = (int)register_per_min,
     };
-    api_tls_t tls = {.cert_pem = cert_pem, .key_pem = key_pem, .ca_pem = ca_pem};
+    api_tls_t tls = {.cert_pem = cert_pem, .key_pem = key_pem, .ca_pem = ca_pem, .min_version = tls_min_version};
     if (insecure)
         log_warn("SERVING PLAIN TEXT (--insecure): job specs, logs, tokens and agent credentials cross "
                  "the network unencrypted, and anything on the path can pose as kilnd");
@@ -258,7 +331,7 @@ int main(int argc, char **argv)
     }
     kiln_err_clear(&err);
     api_http_config_t hc = {.addr = http_addr, .tls = &tls, .cors_origins = cors.v, .ncors = cors.n,
-                            .metrics_auth = metrics_auth};
+                            .metrics_auth = metrics_auth, .limits = limits};
     rc = api_http_start(svc, &hc, &http, &err);
     if (rc) {
         log_error("could not start the REST server on %s: %s", http_addr, err.message);
@@ -266,7 +339,8 @@ int main(int argc, char **argv)
     }
     log_info("REST API listening on %s", http_addr);
     kiln_err_clear(&err);
-    rc = api_grpc_start(svc, grpc_addr, &tls, &grpc, &err);
+    api_grpc_config_t gc = {.addr = grpc_addr, .tls = &tls, .limits = limits};
+    rc = api_grpc_start_with(svc, &gc, &grpc, &err);
     if (rc == KILN_EUNSUPP) {
         log_warn("gRPC server not started: %s", err.message);
         grpc = NULL;

@@ -322,6 +322,8 @@ static int lex_number(qctx_t *q, qtok_t *t)
             if (!strcmp(unit, units[k].unit)) {
                 t->kind = QK_DURATION;
                 t->num = v * units[k].seconds;
+                if (!isfinite(t->num))
+                    return qfail(q, s, q->at - s, NULL, "duration %.*s is out of range", q->at - s, q->text + s);
                 return 0;
             }
         /* Not a duration: a word that starts with digits ("0b6c", an id prefix). The parser

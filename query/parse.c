@@ -206,10 +206,18 @@ static int resolve_field(qctx_t *q, const qtok_t *t, query_field_t *f)
         return 0;
     }
     if (!strcmp(first, "hp")) {
-        if (t->nsegs != 2 || !in_list(t->segs[1], spec_hparam_keys)) {
-            const char *best = t->nsegs == 2 ? nearest(t->segs[1], spec_hparam_keys) : NULL;
+        /* kiln's engine's hyperparameters, or a script job's own: any name ("hp.epochs",
+         * "hp.batch-size", "hp.model.depth" for {"model": {"depth": 4}}, quoted when it holds
+         * other characters). An unquoted name one or two letters off an engine's name is taken
+         * for a typo of it; quoting it (hp."lrr") names a script's own. */
+        const char *best = t->nsegs == 2 && !t->quoted && !in_list(t->segs[1], spec_hparam_keys)
+                               ? nearest(t->segs[1], spec_hparam_keys)
+                               : NULL;
+        if (best && kiln_edit_distance(t->segs[1], best) > 2)
+            best = NULL;
+        if (t->nsegs < 2 || best) {
             const char *hint = best ? arena_sprintf(q->arena, "did you mean hp.%s?", best)
-                                    : arena_sprintf(q->arena, "hyperparameters are %s",
+                                    : arena_sprintf(q->arena, "hyperparameters are %s, or a script job's own",
                                                     list_text(q->arena, "hp.", spec_hparam_keys));
             if (t->nsegs < 2)
                 return qfail(q, t->pos, t->len, hint, "hp needs a hyperparameter name (hp.NAME)");
@@ -217,7 +225,7 @@ static int resolve_field(qctx_t *q, const qtok_t *t, query_field_t *f)
         }
         f->id = QF_HP;
         f->type = QT_NUMBER;
-        f->key = t->segs[1];
+        f->key = join_segs(q, t, 1);
         f->nullable = true;
         return 0;
     }
@@ -373,6 +381,9 @@ static int convert_value(qctx_t *q, const query_field_t *f, query_op_t op, query
             return 0;
         }
         if (t->kind == QK_DURATION && t->num < 0) {
+            if (t->num < -QUERY_MAX_AGE_S)
+                return qfail(q, t->pos, t->len, "an age reaches back at most 1000 years (-52000w)",
+                             "age %s is too long ago", qtok_raw(q, t));
             v->us = q->now_us + (int64_t)(t->num * 1e6);
             return 0;
         }

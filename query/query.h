@@ -41,6 +41,9 @@
 #define QUERY_MAX_IN 1000
 #define QUERY_MAX_VALUES 10000 /* in all IN lists of a filter together */
 #define QUERY_MAX_ORDER 8
+/* The oldest age a filter may name (-7d: seven days before now), in seconds: 1,000 years, so
+ * that now minus an age is a time every part of kiln (and PostgreSQL's timestamptz) holds. */
+#define QUERY_MAX_AGE_S (1000.0 * 365.25 * 86400)
 #define QUERY_MAX_COLUMNS 64
 
 typedef enum query_field_id {

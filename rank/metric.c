@@ -49,13 +49,25 @@ static void sb_put(sbuf_t *b, const char *s, size_t n)
 static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_printf(sbuf_t *b, const char *fmt, ...)
 {
-    char tmp[64];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n > 0)
-        sb_put(b, tmp, (size_t)((size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1));
+    if (n <= 0)
+        return;
+    sb_reserve(b, (size_t)n);
+    if (b->oom)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+/* Whether t is a time a record may carry: Unix seconds from 1970 up to the end of year 9999. */
+static bool time_ok(double t)
+{
+    return t >= 0 && t < RANK_METRIC_TIME_MAX; /* false for NaN too */
 }
 
 /* Whether s[0..n) is valid UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF). */
@@ -121,6 +133,9 @@ int rank_metric_format(int64_t step, double time_s, const char *const *names, co
         if (!utf8_ok((const unsigned char *)name, nl))
             return kiln_err_set(err, KILN_EINVAL, "metrics", "metric %zu: the name is not valid UTF-8", i);
     }
+    if (!time_ok(time_s))
+        return kiln_err_set(err, KILN_EINVAL, "time", "metric record time %g is not a Unix time in seconds (1970 to 9999)",
+                            time_s);
     sbuf_t b = {0};
     sb_printf(&b, "{\"step\": %lld, \"time\": %.6f, \"metrics\": {", (long long)step, time_s);
     for (size_t i = 0; i < n; i++) {
@@ -234,8 +249,9 @@ int rank_metric_parse(const char *line, size_t len, rank_metric_record_t *out, k
     }
     json_t *jtime = json_object_get(rec, "time");
     if (jtime && !json_is_null(jtime)) {
-        if (!json_is_number(jtime)) {
-            rc = kiln_err_set(err, KILN_EFORMAT, "time", "metric record time is not a number");
+        if (!json_is_number(jtime) || !time_ok(json_number_value(jtime))) {
+            rc = kiln_err_set(err, KILN_EFORMAT, "time",
+                              "metric record time is not a Unix time in seconds (a number from 0 to 253402300799)");
             goto done;
         }
         out->time_s = json_number_value(jtime);

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/base.h"
 
@@ -47,6 +48,69 @@
 /* Set from the contract's values for the libraries a rank loads (OpenMP, CUDA). */
 #define RANK_ENV_OMP_THREADS      "OMP_NUM_THREADS"
 #define RANK_ENV_CUDA_DEVICES     "CUDA_VISIBLE_DEVICES"
+
+/* A script rank (a job with an entry_point) also gets torchrun's variables, so that a script
+ * written for torchrun runs unchanged, and SageMaker's SM_* variables (script mode). */
+#define RANK_ENV_TORCH_RANK             "RANK"
+#define RANK_ENV_TORCH_WORLD_SIZE       "WORLD_SIZE"
+#define RANK_ENV_TORCH_LOCAL_RANK       "LOCAL_RANK"
+#define RANK_ENV_TORCH_LOCAL_WORLD_SIZE "LOCAL_WORLD_SIZE"
+#define RANK_ENV_TORCH_GROUP_RANK       "GROUP_RANK"
+#define RANK_ENV_TORCH_GROUP_WORLD_SIZE "GROUP_WORLD_SIZE"
+#define RANK_ENV_TORCH_ROLE_RANK        "ROLE_RANK"
+#define RANK_ENV_TORCH_ROLE_WORLD_SIZE  "ROLE_WORLD_SIZE"
+#define RANK_ENV_TORCH_ROLE_NAME        "ROLE_NAME"
+#define RANK_ENV_TORCH_MASTER_ADDR      "MASTER_ADDR"
+#define RANK_ENV_TORCH_MASTER_PORT      "MASTER_PORT"
+#define RANK_ENV_TORCH_RESTART_COUNT    "TORCHELASTIC_RESTART_COUNT"
+#define RANK_ENV_TORCH_MAX_RESTARTS     "TORCHELASTIC_MAX_RESTARTS"
+#define RANK_ENV_TORCH_RUN_ID           "TORCHELASTIC_RUN_ID"
+#define RANK_ENV_SM_PREFIX              "SM_"
+#define RANK_ENV_KILN_PREFIX            "KILN_"
+
+/* The names a job spec's "environment" may not set, because kiln sets them (or must keep them
+ * out of a rank), each with the reason a refusal gives: torchrun's variables, OpenMP's and CUDA's
+ * (from the rank's slot), every SM_* and KILN_* name, and the loader's LD_PRELOAD and LD_AUDIT
+ * (they load code into every program the rank's environment reaches, the launcher's own helpers
+ * included, before the script's code runs; a script that wants a preload sets it for the
+ * programs it starts). LD_LIBRARY_PATH, PATH and PYTHONPATH stay the job's: a virtual
+ * environment may need them, and they change nothing that the script's own code could not. The
+ * one list: spec/ refuses these names and the launcher sets them. */
+#define RANK_ENV_RESERVED(X)                                                                    \
+    X(RANK_ENV_TORCH_RANK, "torchrun's")                                                        \
+    X(RANK_ENV_TORCH_WORLD_SIZE, "torchrun's")                                                  \
+    X(RANK_ENV_TORCH_LOCAL_RANK, "torchrun's")                                                  \
+    X(RANK_ENV_TORCH_LOCAL_WORLD_SIZE, "torchrun's")                                            \
+    X(RANK_ENV_TORCH_GROUP_RANK, "torchrun's")                                                  \
+    X(RANK_ENV_TORCH_GROUP_WORLD_SIZE, "torchrun's")                                            \
+    X(RANK_ENV_TORCH_ROLE_RANK, "torchrun's")                                                   \
+    X(RANK_ENV_TORCH_ROLE_WORLD_SIZE, "torchrun's")                                             \
+    X(RANK_ENV_TORCH_ROLE_NAME, "torchrun's")                                                   \
+    X(RANK_ENV_TORCH_MASTER_ADDR, "torchrun's")                                                 \
+    X(RANK_ENV_TORCH_MASTER_PORT, "torchrun's")                                                 \
+    X(RANK_ENV_TORCH_RESTART_COUNT, "torchrun's")                                               \
+    X(RANK_ENV_TORCH_MAX_RESTARTS, "torchrun's")                                                \
+    X(RANK_ENV_TORCH_RUN_ID, "torchrun's")                                                      \
+    X(RANK_ENV_OMP_THREADS, "set from the rank's cores")                                        \
+    X(RANK_ENV_CUDA_DEVICES, "set from the rank's GPU slot")                                    \
+    X("LD_PRELOAD", "a loader variable that would load code into kiln's own helpers")          \
+    X("LD_AUDIT", "a loader variable that would load code into kiln's own helpers")
+
+/* Why name may not be set by a spec's "environment" (a reason such as "torchrun's", "SageMaker's
+ * (every SM_* name)"), or NULL when it may. Static storage. */
+static inline const char *rank_env_reserved(const char *name)
+{
+#define RANK_ENV_RESERVED_CMP(n, why)                                                           \
+    if (!strcmp(name, n))                                                                       \
+        return why;
+    RANK_ENV_RESERVED(RANK_ENV_RESERVED_CMP)
+#undef RANK_ENV_RESERVED_CMP
+    if (!strncmp(name, RANK_ENV_SM_PREFIX, strlen(RANK_ENV_SM_PREFIX)))
+        return "SageMaker's (every SM_* name)";
+    if (!strncmp(name, RANK_ENV_KILN_PREFIX, strlen(RANK_ENV_KILN_PREFIX)))
+        return "kiln's rank contract (every KILN_* name)";
+    return NULL;
+}
 
 #define RANK_MAX_WORLD (1 << 20)         /* ranks of one job, at most */
 #define RANK_MAX_THREADS 4096
@@ -159,6 +223,7 @@ int rank_cpus_bind(const char *list, cpu_set_t *bound, kiln_err_t *err);
  * ------------------------------------------------------------------------------------------ */
 #define RANK_METRIC_NAME_MAX 127          /* bytes of a metric's name, at most */
 #define RANK_METRIC_RECORD_MAX (1 << 20)  /* bytes of one record line, newline included */
+#define RANK_METRIC_TIME_MAX 253402300800.0 /* "time" is below this: 10000-01-01T00:00:00Z */
 
 typedef struct rank_metric {
     char name[RANK_METRIC_NAME_MAX + 1];
@@ -180,7 +245,8 @@ typedef struct rank_metric_record {
  * names[i] = vals[i] for i < n. Names are 1..RANK_METRIC_NAME_MAX bytes of UTF-8 and are
  * escaped as JSON needs. Caller owns *out (free()); *len (OUT) its length. Returns 0, KILN_EINVAL
  * (a name empty, too long or not UTF-8, or the record longer than RANK_METRIC_RECORD_MAX: err
- * names the metric; nothing is formatted) or KILN_ENOMEM. */
+ * names the metric; time_s not in [0, RANK_METRIC_TIME_MAX); nothing is formatted) or
+ * KILN_ENOMEM. */
 int rank_metric_format(int64_t step, double time_s, const char *const *names, const double *vals,
                        size_t n, char **out, size_t *len, kiln_err_t *err);
 /* rank_metric_format, then one write(2) of the whole line to fd (retried on EINTR and short
@@ -188,8 +254,8 @@ int rank_metric_format(int64_t step, double time_s, const char *const *names, co
 int rank_metric_write(int fd, int64_t step, double time_s, const char *const *names,
                       const double *vals, size_t n, kiln_err_t *err);
 /* Parses one record line (len bytes, no newline needed) into *out (OUT; deinit it after, also
- * after a failure). "step" must be an integer and "time" a number when present (null: absent);
- * "metrics" must be an object. Returns 0, KILN_EFORMAT (err says what is wrong, field the key)
+ * after a failure). "step" must be an integer and "time" a number in [0, RANK_METRIC_TIME_MAX)
+ * when present (null: absent); "metrics" must be an object. Returns 0, KILN_EFORMAT (err says what is wrong, field the key)
  * or KILN_ENOMEM. */
 int rank_metric_parse(const char *line, size_t len, rank_metric_record_t *out, kiln_err_t *err);
 void rank_metric_record_deinit(rank_metric_record_t *r);

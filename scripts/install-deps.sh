@@ -14,11 +14,12 @@ PKGS=(
   libpq-dev postgresql libfabric-dev libfabric-bin libcriterion-dev
   libopenblas-openmp-dev libopenblas0-openmp libcurl4-openssl-dev libpcre2-dev
   python3 python3-torch python3-grpcio python3-protobuf python3-requests protobuf-compiler
-  libsodium-dev openssl libssl-dev
+  libsodium-dev openssl libssl-dev libarchive-dev libgnutls28-dev gnutls-bin
   procps iproute2 curl
   python3-yaml python3-mypy python3-setuptools python3-wheel python3-venv python3-pip
   prometheus libsystemd-dev zsh fish
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
+  clang-14 libclang-rt-14-dev
 )
 
 # The web UI (ui/) is built with Node.js and npm (packages from ui/package-lock.json) and tested

@@ -4,6 +4,7 @@
 #   DIR/ca.pem, DIR/ca.key            the CA (kilnd --tls-ca, clients --tls-ca / KILN_TLS_CA)
 #   DIR/server.pem, DIR/server.key    kilnd's certificate for localhost, 127.0.0.1 and HOST...
 #   DIR/agent.pem, DIR/agent.key      a client certificate for agents (mutual TLS)
+#   DIR/agent2.pem, DIR/agent2.key    another one (tests: a worker is bound to its certificate)
 # Keys are 0600. Certificates are valid for 7 days. Existing files are kept.
 set -euo pipefail
 dir=${1:?usage: make-certs.sh DIR [HOST...]}
@@ -11,7 +12,7 @@ shift
 mkdir -p "$dir"
 umask 077
 cd "$dir"
-[ -f ca.pem ] && [ -f server.pem ] && [ -f agent.pem ] && exit 0
+[ -f ca.pem ] && [ -f server.pem ] && [ -f agent.pem ] && [ -f agent2.pem ] && exit 0
 
 san="DNS:localhost,IP:127.0.0.1"
 for h in "$@"; do
@@ -32,5 +33,6 @@ sign() { # name subject extensions
 sign server "/CN=kilnd" "subjectAltName=$san
 extendedKeyUsage=serverAuth"
 sign agent "/CN=kiln-agent" "extendedKeyUsage=clientAuth"
+sign agent2 "/CN=kiln-agent-2" "extendedKeyUsage=clientAuth"
 rm -f ca.srl
-chmod 644 ca.pem server.pem agent.pem
+chmod 644 ca.pem server.pem agent.pem agent2.pem

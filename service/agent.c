@@ -1,12 +1,15 @@
-/* agent.c - the control plane's agent-facing calls: registration (a fresh credential each time;
- * taking over an existing worker id needs its credential), heartbeats (which carry new
- * assignments and stop orders back), what agents report about the ranks they run ("all my ranks
- * started" or could not start, rank exits) and the check that a worker reports only for ranks
- * kilnd assigned to it. Reports drive the job from STARTING to RUNNING and from RUNNING (or
- * STOPPING) to its end; a report about an older attempt than the job's current one is recorded
- * (its slots are freed) but never changes the job. Logs and metrics are ingest.c's. */
+/* agent.c - the control plane's agent-facing calls: registration (a new worker needs a join
+ * token, of which it consumes a use, and is rate-limited; taking over an existing worker id needs
+ * its credential and certificate; bans, distinct certificates and approval; a fresh credential
+ * each time), heartbeats (which carry new assignments and stop orders back, or that the worker
+ * waits for approval), what agents report about the ranks they run ("all my ranks started" or
+ * could not start, rank exits) and the check that a worker reports only for ranks kilnd assigned
+ * to it. Reports drive the job from STARTING to RUNNING and from RUNNING (or STOPPING) to its
+ * end; a report about an older attempt than the job's current one is recorded (its slots are
+ * freed) but never changes the job. Logs and metrics are ingest.c's. */
 #include "service/svc_int.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,15 +337,16 @@ static int roots_json(const Kiln__RegisterRequest *req, char **out, kiln_err_t *
     return *out ? 0 : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
 }
 
-int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *presented_credential,
-                       arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err)
+/* Checks what a registration declares; fills the worker id (the one asked for, or a new one),
+ * the slot type and the data roots (heap JSON, *roots) and GPUs (heap JSON, *gpus). */
+static int register_check(const Kiln__RegisterRequest *req, char id[STORE_WORKER_ID_LEN], const char **slot_type,
+                          char **roots, char **gpus, kiln_err_t *err)
 {
-    char id[STORE_WORKER_ID_LEN];
-    char *roots = NULL;
-    const char *slot_type = req->slot_type && *req->slot_type ? req->slot_type : "cpu";
-    if (strcmp(slot_type, "cpu") != 0 && strcmp(slot_type, "gpu") != 0)
+    *roots = *gpus = NULL;
+    *slot_type = req->slot_type && *req->slot_type ? req->slot_type : "cpu";
+    if (strcmp(*slot_type, "cpu") != 0 && strcmp(*slot_type, "gpu") != 0)
         return kiln_err_set(err, KILN_EINVAL, "slot_type", "slot type must be \"cpu\" or \"gpu\", got \"%.32s\"",
-                            slot_type);
+                            *slot_type);
     if (req->slots < 0 || req->slots > 4096)
         return kiln_err_set(err, KILN_EINVAL, "slots", "slots must be between 0 and 4096, got %d", req->slots);
     int crc = 0;
@@ -358,73 +362,204 @@ int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *p
             return crc;
     if (req->worker_id && *req->worker_id) {
         /* 63 characters (checked above) may still be more bytes than a worker id holds */
-        if (strlen(req->worker_id) >= sizeof(id))
-            return kiln_err_set(err, KILN_EINVAL, "worker_id", "worker id is longer than %zu bytes",
-                                sizeof(id) - 1);
-        kiln_strlcpy(id, req->worker_id, sizeof(id));
+        if (strlen(req->worker_id) >= STORE_WORKER_ID_LEN)
+            return kiln_err_set(err, KILN_EINVAL, "worker_id", "worker id is longer than %d bytes",
+                                STORE_WORKER_ID_LEN - 1);
+        kiln_strlcpy(id, req->worker_id, STORE_WORKER_ID_LEN);
     } else {
-        new_worker_id(id, sizeof(id));
+        new_worker_id(id, STORE_WORKER_ID_LEN);
     }
-    int rc = roots_json(req, &roots, err);
+    int rc = roots_json(req, roots, err);
     if (rc)
         return rc;
+    json_t *g = json_array();
+    for (size_t i = 0; i < req->n_gpus; i++)
+        json_array_append_new(g, json_string(req->gpus[i] ? req->gpus[i] : ""));
+    *gpus = json_dumps(g, JSON_COMPACT);
+    json_decref(g);
+    return 0;
+}
+
+static int join_refused(const svc_join_t *join, const char *from, kiln_err_t *err)
+{
+    log_warn("auth: refused a worker registration from %.64s: %s", from, join->why);
+    kiln_err_set(err, KILN_EUNAUTH, NULL, "%s", join->why);
+    kiln_err_hint(err, "start kiln-agent with --join-token-file naming a file that holds a join token: kilnd's "
+                       "--join-token-file, or one from `kiln join-tokens create`");
+    return KILN_EUNAUTH;
+}
+
+/* Whether the worker id or the certificate is banned. */
+static int register_banned(store_conn_t *c, const char *id, const char *cert, const char *from, kiln_err_t *err)
+{
+    int64_t ban = 0;
+    bool by_cert = false;
+    int rc = store_ban_find(c, id, cert, &ban, &by_cert, err);
+    if (rc)
+        return rc;
+    if (ban) {
+        if (by_cert)
+            kiln_err_set(err, KILN_EPERM, NULL, "this agent's client certificate is banned (ban %lld)", (long long)ban);
+        else
+            kiln_err_set(err, KILN_EPERM, "worker_id", "worker %s is banned (ban %lld)", id, (long long)ban);
+        kiln_err_hint(err, "a cluster admin lists bans with `kiln workers bans` and lifts one with `kiln workers "
+                           "unban %lld`", (long long)ban);
+        log_warn("worker %s: refused a registration from %.64s: banned (ban %lld)", id, from, (long long)ban);
+        return KILN_EPERM;
+    }
+    return 0;
+}
+
+/* With agent_distinct_certs: whether another live worker is bound to the certificate. Inside the
+ * registration's transaction (the check holds the certificate's lock until it ends). */
+static int register_distinct(svc_t *s, store_conn_t *c, const char *id, const char *cert, const char *from,
+                             kiln_err_t *err)
+{
+    if (!s->cfg.agent_distinct_certs || !cert)
+        return 0;
+    char holder[STORE_WORKER_ID_LEN];
+    int rc = store_worker_cert_holder(c, cert, id, holder, sizeof(holder), err);
+    if (rc == 0 && holder[0]) {
+        kiln_err_set(err, KILN_EPERM, NULL, "the client certificate (SHA-256 %.16s...) is bound to worker %s, which "
+                     "is alive: each worker needs a certificate of its own", cert, holder);
+        kiln_err_hint(err, "give this agent its own certificate, or wait until %s is declared dead (or a cluster "
+                           "admin removes it: kiln workers remove %s)", holder, holder);
+        log_warn("worker %s: refused a registration from %.64s with worker %s's certificate", id, from, holder);
+        return KILN_EPERM;
+    }
+    return rc;
+}
+
+/* A registration: vouched (kilnd's own caller: no join token, no limit) or from a peer. */
+static int agent_register(svc_t *s, const Kiln__RegisterRequest *req, const svc_agent_peer_t *peer, bool vouched,
+                          arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err)
+{
+    char id[STORE_WORKER_ID_LEN];
+    char *roots = NULL, *gpus_text = NULL;
+    const char *slot_type = "cpu";
+    const char *presented = peer->credential && *peer->credential ? peer->credential : NULL;
+    const char *cert = peer->cert_sha256 && *peer->cert_sha256 ? peer->cert_sha256 : NULL;
+    const char *from = peer->address ? peer->address : "";
+    /* A worker registering again under its id, with its credential: neither rate-limited nor in
+     * need of a join token (a single-use token has done its work). */
+    bool claims = presented && req->worker_id && *req->worker_id && !s->cfg.auth_disabled;
+    bool admitted = false, takeover = false, was_alive = false, pending = false;
+    svc_join_t join = {.ok = true};
+    store_conn_t *c = NULL;
+    store_lost_t *lost = NULL;
+    int nlost = 0;
+    char credential[128] = "";
+    int rc = 0;
+    if (!vouched && !claims) {
+        if ((rc = svc_register_admit(s, from, err)))
+            return rc;
+        admitted = true;
+    }
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    if (!vouched) {
+        rc = svc_join_check(s, c, peer->join_token, &join, err);
+        if (rc == 0 && !join.ok && !claims)
+            rc = join_refused(&join, from, err);
+        if (rc)
+            goto out;
+    }
+    rc = register_check(req, id, &slot_type, &roots, &gpus_text, err);
+    if (rc)
+        goto out;
+    const char *host = req->hostname ? req->hostname : "";
+    if (!s->cfg.auth_disabled) {
+        /* Taking over an existing worker's id needs that worker's credential and certificate:
+         * without them, anyone holding a join token could fail a worker's jobs and rewrite its
+         * address. */
+        uint8_t hash[STORE_HASH_LEN];
+        store_worker_claim_t claim;
+        if (presented)
+            svc_secret_hash(presented, hash);
+        rc = store_worker_check_credential(c, id, presented ? hash : NULL, &claim, err);
+        if (rc)
+            goto out;
+        if (claim.exists && claim.match) {
+            takeover = true;
+            if (strcmp(claim.cert_sha256, cert ? cert : "") != 0) {
+                rc = kiln_err_set(err, KILN_EUNAUTH, NULL, "worker %s is bound to the client certificate it "
+                                  "registered with (SHA-256 %.16s...); this registration presented %s%.16s%s", id,
+                                  claim.cert_sha256[0] ? claim.cert_sha256 : "none", cert ? "another (SHA-256 " : "none",
+                                  cert ? cert : "", cert ? "...)" : "");
+                kiln_err_hint(err, "an agent with a new certificate registers as a new worker (without its old "
+                                   "worker id)");
+                log_warn("worker %s: refused a registration with its credential from another certificate (from "
+                         "%.64s)", id, from);
+                goto out;
+            }
+        } else {
+            if (claims && !admitted && (rc = svc_register_admit(s, from, err)))
+                goto out;
+            if (!join.ok) {
+                rc = join_refused(&join, from, err);
+                goto out;
+            }
+            /* authenticated by its join token: now it may hear that it is banned */
+            if ((rc = register_banned(c, id, cert, from, err)))
+                goto out;
+            if (claim.exists) {
+                rc = kiln_err_set(err, KILN_EPERM, "worker_id", "worker \"%s\" is registered; registering again "
+                                  "under its id needs its credential", id);
+                kiln_err_hint(err, "an agent keeps its credential in <work dir>/agent-credential; without it, "
+                                   "register without a worker id to get a new one");
+                log_warn("worker %s: refused a registration that did not carry its credential (from host \"%.64s\", "
+                         "%.64s)", id, host, from);
+                goto out;
+            }
+        }
+    }
+    if ((takeover || s->cfg.auth_disabled) && (rc = register_banned(c, id, cert, from, err)))
+        goto out;
     /* A fresh credential for every registration: the previous one stops working. (With
      * authentication off there is nothing to prove, and none is issued.) */
-    char credential[128] = "";
     uint8_t cred_hash[STORE_HASH_LEN];
     if (!s->cfg.auth_disabled)
         svc_secret_new("kiln_agent_", credential, sizeof(credential), cred_hash);
-    json_t *gpus = json_array();
-    for (size_t i = 0; i < req->n_gpus; i++)
-        json_array_append_new(gpus, json_string(req->gpus[i] ? req->gpus[i] : ""));
-    char *gpus_text = json_dumps(gpus, JSON_COMPACT);
-    json_decref(gpus);
-    const char *host = req->hostname ? req->hostname : "";
     store_worker_reg_t w = {.id = id, .hostname = host,
                             .address = req->address && *req->address ? req->address : host,
                             .slot_type = slot_type, .gpus_json = gpus_text ? gpus_text : "[]",
                             .version = req->version, .slots = req->slots, .cpu_cores = req->cpu_cores,
                             .data_roots_json = roots,
-                            .credential_hash = s->cfg.auth_disabled ? NULL : cred_hash};
-    store_conn_t *c = NULL;
-    store_lost_t *lost = NULL;
-    int nlost = 0;
-    bool was_alive = false;
-    rc = store_conn_get(s->store, &c, err);
+                            .credential_hash = s->cfg.auth_disabled ? NULL : cred_hash,
+                            .join_token = takeover ? "" : join.id, .cert_sha256 = cert, .registered_from = from,
+                            .pending = s->cfg.agent_approval};
+    rc = store_begin(c, err);
     if (rc)
         goto out;
-    if (!s->cfg.auth_disabled) {
-        /* Taking over an existing worker's id needs that worker's credential: without it, anyone
-         * holding the join token could fail a worker's jobs and rewrite its address. */
-        uint8_t presented[STORE_HASH_LEN];
-        bool exists = false, match = false;
-        if (presented_credential && *presented_credential)
-            svc_secret_hash(presented_credential, presented);
-        rc = store_worker_check_credential(c, id, presented_credential && *presented_credential ? presented : NULL,
-                                           &exists, &match, err);
-        if (rc)
-            goto out;
-        if (exists && !match) {
-            rc = kiln_err_set(err, KILN_EPERM, "worker_id", "worker \"%s\" is registered; registering again "
-                              "under its id needs its credential", id);
-            kiln_err_hint(err, "an agent keeps its credential in <work dir>/agent-credential; without it, "
-                               "register without a worker id to get a new one");
-            log_warn("worker %s: refused a registration that did not carry its credential (from host \"%.64s\")",
-                     id, host);
-            goto out;
+    rc = register_distinct(s, c, id, cert, from, err);
+    if (rc == 0 && !vouched && !takeover && join.id[0] && strcmp(join.id, "file") != 0) {
+        /* the check above read the token before this transaction: take the use now, atomically */
+        bool consumed = false;
+        rc = store_join_token_consume(c, join.id, &consumed, err);
+        if (rc == 0 && !consumed) {
+            snprintf(join.why, sizeof(join.why), "the join token %s was used up, expired or revoked", join.id);
+            rc = join_refused(&join, from, err);
         }
     }
-    rc = store_worker_upsert(c, &w, &was_alive, err);
-    if (rc)
+    if (rc == 0)
+        rc = store_worker_upsert(c, &w, &was_alive, &pending, err);
+    if (rc == 0)
+        rc = store_commit(c, err);
+    if (rc) {
+        store_rollback(c);
         goto out;
+    }
     /* A (re-)registration means a fresh agent: whatever it had been given and started is gone. */
     rc = store_assign_delivered_on(c, id, &lost, &nlost, err);
     if (rc)
         goto out;
     store_conn_put(s->store, c);
     c = NULL;
-    log_info("worker %s (%s, %s) registered: %d %s slot(s)%s", id, host, w.address, req->slots,
-             slot_type, was_alive ? " (it was alive: its agent restarted)" : "");
+    log_info("worker %s (%s, %s) registered%s%s from %.64s: %d %s slot(s)%s%s", id, host, w.address,
+             join.id[0] && !takeover ? " with join token " : "", takeover ? "" : join.id, from, req->slots, slot_type,
+             was_alive ? " (it was alive: its agent restarted)" : "",
+             pending ? "; it waits for approval (kiln workers approve)" : "");
     for (int i = 0; i < nlost; i++) {
         char why[512];
         kiln_err_t e2;
@@ -450,12 +585,26 @@ out:
     free(lost);
     free(gpus_text);
     free(roots);
-    memset(credential, 0, sizeof(credential));
+    sodium_memzero(credential, sizeof(credential));
     return rc;
 }
 
+int svc_agent_register_as(svc_t *s, const Kiln__RegisterRequest *req, const svc_agent_peer_t *peer,
+                          arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err)
+{
+    return agent_register(s, req, peer, false, arena, out, err);
+}
+
+int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *presented_credential,
+                       arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err)
+{
+    svc_agent_peer_t peer = {.credential = presented_credential, .address = "kilnd"};
+    return agent_register(s, req, &peer, true, arena, out, err);
+}
+
 /* The typed copies of what the agent needs from the normalised spec (threads, checkpoint
- * directory, metric definitions, the files the ranks read), so that it never parses the spec. */
+ * directory, metric definitions, the files the ranks read, a script job's fields), so that it
+ * never parses the spec. */
 static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id, arena_t *arena,
                             Kiln__Assignment *msg, kiln_err_t *err)
 {
@@ -512,6 +661,7 @@ static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id,
         msg->init_from_size = size;
         msg->init_from_sha256 = svc_astr(arena, sha);
     }
+    svc_assignment_script(s, sp, arena, msg);
     spec_deinit(sp);
     free(sp);
     return 0;
@@ -644,7 +794,8 @@ static Kiln__StopOrder *stop_msg(svc_t *s, arena_t *arena, const store_stop_orde
     m->job_id = svc_astr(arena, o->job_id);
     m->attempt = o->attempt;
     m->reason = svc_astr(arena, o->reason[0] ? o->reason : "stop requested");
-    m->grace_ms = s->cfg.stop_grace_ms;
+    /* the job's own stopping.grace_period_s, else kilnd's --stop-grace-ms */
+    m->grace_ms = o->grace_s > 0 ? o->grace_s * 1000 : s->cfg.stop_grace_ms;
     return m;
 }
 
@@ -663,8 +814,8 @@ int svc_agent_heartbeat(svc_t *s, const char *worker_id, const Kiln__HeartbeatRe
     rc = store_conn_get(s->store, &c, err);
     if (rc)
         return rc;
-    bool began_draining = false;
-    rc = store_worker_touch(c, wid, req->draining, &began_draining, &e2);
+    bool began_draining = false, pending = false;
+    rc = store_worker_touch(c, wid, req->draining, &began_draining, &pending, &e2);
     if (rc == 0 && began_draining) {
         log_info("worker %s is shutting down: no new placements on it", wid);
         if (svc_cap_refresh(s, c, &e2))
@@ -678,6 +829,13 @@ int svc_agent_heartbeat(svc_t *s, const char *worker_id, const Kiln__HeartbeatRe
     }
     if (rc) {
         *err = e2;
+        goto out;
+    }
+    if (pending) {
+        /* registered, but trusted with nothing yet: no work, no stop orders to act on */
+        out->waiting_for_approval = true;
+        out->message = arena_sprintf(arena, "worker %s is waiting for approval: a cluster admin runs `kiln workers "
+                                     "approve %s` (it gets no work until then)", wid, wid);
         goto out;
     }
 

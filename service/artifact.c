@@ -15,7 +15,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,8 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "code/code.h"
 
 #define STORE_ID_FILE ".kiln-store-id"
 
@@ -127,7 +128,7 @@ static void partial_path(const svc_t *s, const char *job_id, int attempt, const 
     snprintf(out, n, "%s/jobs/%s/%d/.%s.partial", s->artifact_dir, job_id, attempt, name);
 }
 
-static void fsync_dir(const char *dir)
+void svc_fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
@@ -136,21 +137,10 @@ static void fsync_dir(const char *dir)
     }
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
 /* Removes a directory tree of the store (symbolic links are removed, never followed). */
 static void rm_tree(const char *path)
 {
-    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+    if (code_tree_remove(path) != 0)
         log_warn("artifacts: could not remove %s completely: %s", path, strerror(errno));
 }
 
@@ -186,7 +176,7 @@ int svc_artifact_sweep(svc_t *s, store_conn_t *c, int limit)
 
 /* ---- upload --------------------------------------------------------------------------------- */
 
-static int no_store(kiln_err_t *err)
+int svc_artifact_no_store(kiln_err_t *err)
 {
     kiln_err_set(err, KILN_EUNSUPP, NULL, "this kilnd keeps no artifacts: it runs without --artifact-dir");
     kiln_err_hint(err, "start kilnd with --artifact-dir DIR to keep jobs' output directories");
@@ -268,7 +258,7 @@ static int empty_file(svc_t *s, const char *job_id, int attempt, const char *nam
         return kiln_err_set(err, KILN_EIO, NULL, "could not create artifact \"%s\": %s", name, strerror(errno));
     fsync(fd);
     close(fd);
-    fsync_dir(dir);
+    svc_fsync_dir(dir);
     return 0;
 }
 
@@ -287,7 +277,7 @@ int svc_agent_artifacts_begin(svc_t *s, const char *worker_id, const Kiln__Artif
     bool superseded = false;
     int rc = svc_agent_check_report(worker_id, m->worker_id, m->job_id, &wid, err);
     if (rc == 0 && !s->store_id[0])
-        rc = no_store(err);
+        rc = svc_artifact_no_store(err);
     if (rc == 0)
         rc = manifest_check(s, m, err);
     if (rc == 0)
@@ -445,7 +435,7 @@ static int write_chunk(svc_t *s, const char *job_id, const store_artifact_t *a, 
     if (rc == 0)
         svc_prom_artifact_bytes_stored((int64_t)len);
     if (rc == 0 && offset == 0)
-        fsync_dir(dir);
+        svc_fsync_dir(dir);
     return rc;
 }
 
@@ -476,7 +466,7 @@ static int finish_file(svc_t *s, const char *job_id, const store_artifact_t *a, 
     }
     if (rename(partial, final) != 0)
         return kiln_err_set(err, KILN_EIO, NULL, "could not put artifact \"%s\" in place: %s", a->name, strerror(errno));
-    fsync_dir(dir);
+    svc_fsync_dir(dir);
     return 0;
 }
 
@@ -489,7 +479,7 @@ int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__Artifa
     int rank0 = 0;
     int rc = svc_agent_check_report(worker_id, ch->worker_id, ch->job_id, &wid, err);
     if (rc == 0 && !s->store_id[0])
-        rc = no_store(err);
+        rc = svc_artifact_no_store(err);
     if (rc == 0)
         rc = svc_check_str("name", ch->name, 0, err);
     if (rc == 0 && !kiln_artifact_name_ok(ch->name, "name", err))
@@ -610,7 +600,7 @@ static int open_artifact(svc_t *s, const char *job_id, const store_artifact_t *a
 {
     *fd_out = -1;
     if (!s->store_id[0])
-        return no_store(err);
+        return svc_artifact_no_store(err);
     if (strcmp(a->store_id, s->store_id) != 0) {
         kiln_err_set(err, KILN_EUNAVAIL, NULL, "artifact \"%s\" of job %s is in artifact store %s, and this kilnd's "
                      "--artifact-dir is store %s", a->name, job_id, a->store_id, s->store_id);
@@ -636,28 +626,63 @@ static int open_artifact(svc_t *s, const char *job_id, const store_artifact_t *a
     return 0;
 }
 
+int svc_agent_fetch_begin(svc_t *s, const char *worker_id, const char *claimed, const char *job_id, int attempt,
+                          int64_t offset, int max_bytes, store_conn_t **c, json_t **job, kiln_err_t *err)
+{
+    const char *wid = NULL;
+    *c = NULL;
+    *job = NULL;
+    int rc = svc_agent_check_report(worker_id, claimed, job_id, &wid, err);
+    if (rc == 0 && offset < 0)
+        rc = kiln_err_set(err, KILN_EINVAL, "offset", "offset must not be negative");
+    if (rc == 0 && (max_bytes < 0 || max_bytes > SVC_ARTIFACT_CHUNK_MAX))
+        rc = kiln_err_set(err, KILN_EINVAL, "max_bytes", "max_bytes must be 0 to %d", SVC_ARTIFACT_CHUNK_MAX);
+    if (rc == 0)
+        rc = svc_agent_owns(s, wid, job_id, attempt, NULL, 0, err);
+    if (rc == 0)
+        rc = store_conn_get(s->store, c, err);
+    if (rc == 0 && (rc = store_job_get_json(*c, job_id, job, err)) != 0) {
+        store_conn_put(s->store, *c);
+        *c = NULL;
+    }
+    return rc;
+}
+
+int svc_read_piece(int fd, int64_t size, int64_t offset, int max_bytes, const char *what, arena_t *arena,
+                   uint8_t **data, size_t *len, kiln_err_t *err)
+{
+    *data = NULL;
+    *len = 0;
+    if (offset > size)
+        return kiln_err_set(err, KILN_ERANGE, "offset", "offset %lld is past the %lld bytes of %s", (long long)offset,
+                            (long long)size, what);
+    size_t want = (size_t)KILN_MIN((int64_t)(max_bytes > 0 ? max_bytes : 1 << 20), size - offset);
+    uint8_t *buf = arena_alloc(arena, want ? want : 1);
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n = pread(fd, buf + got, want - got, (off_t)(offset + (int64_t)got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return kiln_err_set(err, KILN_EIO, NULL, "could not read %s", what);
+        got += (size_t)n;
+    }
+    *data = buf;
+    *len = got;
+    return 0;
+}
+
 int svc_agent_init_model(svc_t *s, const char *worker_id, const Kiln__InitModelRequest *req, arena_t *arena,
                          Kiln__InitModelChunk *out, kiln_err_t *err)
 {
-    const char *wid = NULL;
     store_conn_t *c = NULL;
     json_t *job = NULL;
     int fd = -1;
-    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
-    if (rc == 0 && req->offset < 0)
-        rc = kiln_err_set(err, KILN_EINVAL, "offset", "offset must not be negative");
-    if (rc == 0 && (req->max_bytes < 0 || req->max_bytes > SVC_ARTIFACT_CHUNK_MAX))
-        rc = kiln_err_set(err, KILN_EINVAL, "max_bytes", "max_bytes must be 0 to %d", SVC_ARTIFACT_CHUNK_MAX);
-    if (rc == 0)
-        rc = svc_agent_owns(s, wid, req->job_id, req->attempt, NULL, 0, err);
-    if (rc == 0)
-        rc = store_conn_get(s->store, &c, err);
+    /* The source comes from the assigned job's own spec, never from the request. */
+    int rc = svc_agent_fetch_begin(s, worker_id, req->worker_id, req->job_id, req->attempt, req->offset,
+                                   req->max_bytes, &c, &job, err);
     if (rc)
         return rc;
-    /* The source comes from the assigned job's own spec, never from the request. */
-    rc = store_job_get_json(c, req->job_id, &job, err);
-    if (rc)
-        goto out;
     const char *ref = json_string_value(json_object_get(json_object_get(json_object_get(job, "spec"), "model"),
                                                        "init_from"));
     const char *src = svc_init_from_job(ref);
@@ -673,33 +698,17 @@ int svc_agent_init_model(svc_t *s, const char *worker_id, const Kiln__InitModelR
         kiln_err_set(err, KILN_ENOTFOUND, "model.init_from", "job %s has no model artifact (any more)", src);
     if (rc == 0)
         rc = open_artifact(s, src, &a, &fd, err);
+    char what[80];
+    snprintf(what, sizeof(what), "the model of job %s", src);
+    if (rc == 0)
+        rc = svc_read_piece(fd, a.size, req->offset, req->max_bytes, what, arena, &out->data.data, &out->data.len, err);
     if (rc)
         goto out;
-    if (req->offset > a.size) {
-        rc = kiln_err_set(err, KILN_ERANGE, "offset", "offset %lld is past the model's %lld bytes",
-                          (long long)req->offset, (long long)a.size);
-        goto out;
-    }
-    size_t want = (size_t)KILN_MIN((int64_t)(req->max_bytes > 0 ? req->max_bytes : 1 << 20), a.size - req->offset);
-    uint8_t *buf = arena_alloc(arena, want ? want : 1);
-    size_t got = 0;
-    while (got < want) {
-        ssize_t n = pread(fd, buf + got, want - got, (off_t)(req->offset + (int64_t)got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = kiln_err_set(err, KILN_EIO, NULL, "could not read the model of job %s", src);
-            goto out;
-        }
-        got += (size_t)n;
-    }
     out->source_job_id = svc_astr(arena, src);
     out->name = svc_astr(arena, KILN_ARTIFACT_MODEL);
     out->size = a.size;
     out->sha256 = svc_astr(arena, a.sha256);
     out->offset = req->offset;
-    out->data.data = buf;
-    out->data.len = got;
 out:
     if (fd >= 0)
         close(fd);
@@ -734,10 +743,10 @@ int svc_job_artifacts(svc_t *s, const svc_caller_t *who, const char *id, json_t 
         if (!rows[i].complete)
             continue;
         char t[40];
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:s, s:s, s:i}", "name", rows[i].name, "size",
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:s, s:s, s:i, s:s}", "name", rows[i].name, "size",
                                              (json_int_t)rows[i].size, "sha256", rows[i].sha256, "created_at",
                                              kiln_time_format(rows[i].completed_us, t, sizeof(t)), "attempt",
-                                             rows[i].attempt));
+                                             rows[i].attempt, "worker_id", rows[i].worker_id));
     }
     free(rows);
     *out = json_pack("{s:o}", "artifacts", arr);

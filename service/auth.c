@@ -1,8 +1,9 @@
 /* auth.c - who is calling: API tokens and agent credentials are random secrets (libsodium) of
  * which kilnd keeps only BLAKE2b hashes; a bearer token becomes a caller (user, cluster admin,
  * project roles) through a short-lived in-memory cache in front of PostgreSQL, so a request costs
- * no query when its token was seen in the last seconds. Also the join token agents register with
- * and the bootstrap of the first cluster admin. What a caller may do is decided where the
+ * no query when its token was seen in the last seconds. Also agents' credentials (each bound to
+ * the client certificate its worker registered with), the join token file and the bootstrap of
+ * the first cluster admin. What a caller may do is decided where the
  * operation is (job.c, identity.c) with svc_caller_role(). */
 #include "service/svc_int.h"
 
@@ -282,69 +283,99 @@ check_expiry:
 
 /* ---- agents -------------------------------------------------------------------------------- */
 
-bool svc_auth_join(svc_t *s, const char *token)
+static int agent_unauth(kiln_err_t *err, const char *msg, const char *hint)
 {
-    if (s->cfg.auth_disabled)
-        return true;
-    if (!s->has_join || !token || strlen(token) > 256)
-        return false;
-    uint8_t hash[STORE_HASH_LEN];
-    svc_secret_hash(token, hash);
-    return sodium_memcmp(hash, s->join_hash, STORE_HASH_LEN) == 0;
+    kiln_err_set(err, KILN_EUNAUTH, NULL, "%s", msg);
+    kiln_err_hint(err, "%s", hint);
+    return KILN_EUNAUTH;
 }
 
-int svc_auth_agent(svc_t *s, const char *credential, char *worker_id, size_t n, kiln_err_t *err)
+/* Whether a call that presented cert (NULL or "": none) may act for a worker bound to bound. */
+static int agent_cert_check(const char *worker_id, const char *bound, const char *cert, kiln_err_t *err)
+{
+    if (!cert)
+        cert = "";
+    if (!strcmp(bound, cert))
+        return 0;
+    char msg[256];
+    if (!*bound)
+        snprintf(msg, sizeof(msg), "worker %s registered without a client certificate; this call presented one "
+                 "(SHA-256 %.16s...)", worker_id, cert);
+    else if (!*cert)
+        snprintf(msg, sizeof(msg), "worker %s is bound to the client certificate it registered with (SHA-256 "
+                 "%.16s...); this call presented none", worker_id, bound);
+    else
+        snprintf(msg, sizeof(msg), "worker %s is bound to the client certificate it registered with (SHA-256 "
+                 "%.16s...); this call presented another (SHA-256 %.16s...)", worker_id, bound, cert);
+    log_warn("worker %s: refused a call with its credential from another certificate (%.16s... instead of "
+             "%.16s...)", worker_id, *cert ? cert : "none", *bound ? bound : "none");
+    return agent_unauth(err, msg, "a worker's credential works only with the certificate it registered with; "
+                                  "an agent with a new certificate registers again as a new worker");
+}
+
+int svc_auth_agent(svc_t *s, const char *credential, const char *cert_sha256, bool allow_pending,
+                   char *worker_id, size_t n, kiln_err_t *err)
 {
     if (s->cfg.auth_disabled) {
         worker_id[0] = '\0';
         return 0;
     }
-    if (!credential || !*credential || strlen(credential) > 256) {
-        kiln_err_set(err, KILN_EUNAUTH, NULL, "this call needs the worker's credential");
-        kiln_err_hint(err, "agents send \"authorization: Bearer <credential>\", the credential "
-                           "RegisterWorker answered; register again with the join token");
-        return KILN_EUNAUTH;
-    }
+    if (!credential || !*credential || strlen(credential) > 256)
+        return agent_unauth(err, "this call needs the worker's credential",
+                            "agents send \"authorization: Bearer <credential>\", the credential RegisterWorker "
+                            "answered; register again with the join token");
     uint8_t hash[STORE_HASH_LEN];
     svc_secret_hash(credential, hash);
     size_t slot = slot_of(hash);
     int64_t now = kiln_mono_us();
+    store_worker_auth_t w;
     pthread_mutex_lock(&s->auth_mu);
     svc_agent_entry_t *e = &s->agent_cache[slot];
-    if (e->used && e->gen == s->auth_gen && now - e->fetched_us < AUTH_TTL_US &&
-        sodium_memcmp(e->hash, hash, STORE_HASH_LEN) == 0) {
-        kiln_strlcpy(worker_id, e->worker_id, n);
-        pthread_mutex_unlock(&s->auth_mu);
-        return 0;
+    bool hit = e->used && e->gen == s->auth_gen && now - e->fetched_us < AUTH_TTL_US &&
+               sodium_memcmp(e->hash, hash, STORE_HASH_LEN) == 0;
+    if (hit) {
+        kiln_strlcpy(w.id, e->worker_id, sizeof(w.id));
+        kiln_strlcpy(w.cert_sha256, e->cert_sha256, sizeof(w.cert_sha256));
+        w.pending = e->pending;
     }
     uint64_t gen = s->auth_gen;
     pthread_mutex_unlock(&s->auth_mu);
-    store_conn_t *c = NULL;
-    char id[STORE_WORKER_ID_LEN];
-    int rc = store_conn_get(s->store, &c, err);
+    if (!hit) {
+        store_conn_t *c = NULL;
+        int rc = store_conn_get(s->store, &c, err);
+        if (rc)
+            return rc;
+        kiln_err_t e2;
+        rc = store_worker_by_credential(c, hash, &w, &e2);
+        store_conn_put(s->store, c);
+        if (rc == KILN_ENOTFOUND)
+            return agent_unauth(err, "the worker credential is not valid",
+                                "register again with the join token (a newer registration replaced it, or a "
+                                "cluster admin removed the worker)");
+        if (rc) {
+            *err = e2;
+            return rc;
+        }
+        pthread_mutex_lock(&s->auth_mu);
+        e = &s->agent_cache[slot];
+        e->used = true;
+        memcpy(e->hash, hash, STORE_HASH_LEN);
+        e->gen = gen;
+        e->fetched_us = now;
+        kiln_strlcpy(e->worker_id, w.id, sizeof(e->worker_id));
+        kiln_strlcpy(e->cert_sha256, w.cert_sha256, sizeof(e->cert_sha256));
+        e->pending = w.pending;
+        pthread_mutex_unlock(&s->auth_mu);
+    }
+    int rc = agent_cert_check(w.id, w.cert_sha256, cert_sha256, err);
     if (rc)
         return rc;
-    kiln_err_t e2;
-    rc = store_worker_by_credential(c, hash, id, sizeof(id), &e2);
-    store_conn_put(s->store, c);
-    if (rc == KILN_ENOTFOUND) {
-        kiln_err_set(err, KILN_EUNAUTH, NULL, "the worker credential is not valid");
-        kiln_err_hint(err, "register again with the join token (a newer registration replaced it)");
-        return KILN_EUNAUTH;
+    if (w.pending && !allow_pending) {
+        kiln_err_set(err, KILN_ESTATE, NULL, "worker %s is waiting for approval: it may only heartbeat", w.id);
+        kiln_err_hint(err, "a cluster admin approves it with `kiln workers approve %s`", w.id);
+        return KILN_ESTATE;
     }
-    if (rc) {
-        *err = e2;
-        return rc;
-    }
-    pthread_mutex_lock(&s->auth_mu);
-    e = &s->agent_cache[slot];
-    e->used = true;
-    memcpy(e->hash, hash, STORE_HASH_LEN);
-    e->gen = gen;
-    e->fetched_us = now;
-    kiln_strlcpy(e->worker_id, id, sizeof(e->worker_id));
-    pthread_mutex_unlock(&s->auth_mu);
-    kiln_strlcpy(worker_id, id, n);
+    kiln_strlcpy(worker_id, w.id, n);
     return 0;
 }
 
@@ -457,6 +488,7 @@ int svc_auth_init(svc_t *s, kiln_err_t *err)
     if (sodium_init() < 0)
         return kiln_err_set(err, KILN_EINTERNAL, NULL, "could not initialise libsodium");
     pthread_mutex_init(&s->auth_mu, NULL);
+    pthread_mutex_init(&s->reg_mu, NULL);
     s->auth_cache = calloc(AUTH_CACHE_SLOTS, sizeof(*s->auth_cache));
     s->agent_cache = calloc(AUTH_CACHE_SLOTS, sizeof(*s->agent_cache));
     if (!s->auth_cache || !s->agent_cache)

@@ -1,5 +1,5 @@
-/* follow.c - live log followers: each has a bounded in-memory queue that the notify thread fills
- * without ever blocking. Whichever kilnd stored a job's lines, a notification tells every kilnd
+/* follow.c - live log followers: each has a bounded in-memory queue, sized to what it holds, that
+ * the notify thread fills without ever blocking. Whichever kilnd stored a job's lines, a notification tells every kilnd
  * (notify.c), and each reads the new lines from the database once per job, whatever the number
  * of its followers, and hands them out (svc_follow_catch_up). A follower that falls behind (its
  * queue overflowed) drops the queue and is refilled from the database by seq, so it never loses
@@ -11,7 +11,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FOLLOW_QCAP 4096
+#define FOLLOW_QCAP 4096             /* lines a follower may fall behind before it refills from the database */
+#define FOLLOW_QMIN 16               /* a queue this small is kept when it empties; a bigger one is freed */
+
+/* Room for one more line: the queue doubles up to FOLLOW_QCAP (a follower that keeps up holds a
+ * few lines, not the most it may hold). false when it is full or memory ran out. f->mu held. */
+static bool queue_room(svc_follow_t *f)
+{
+    if (f->qlen < f->qcap)
+        return true;
+    if (f->qcap >= FOLLOW_QCAP)
+        return false;
+    int cap = f->qcap ? KILN_MIN(2 * f->qcap, FOLLOW_QCAP) : FOLLOW_QMIN;
+    svc_follow_item_t *nq = malloc((size_t)cap * sizeof(*nq));
+    if (!nq)
+        return false;
+    for (int i = 0; i < f->qlen; i++)
+        nq[i] = f->q[(f->qhead + i) % f->qcap];
+    free(f->q);
+    f->q = nq;
+    f->qcap = cap;
+    f->qhead = 0;
+    return true;
+}
 
 static void queue_clear(svc_follow_t *f)
 {
@@ -48,11 +70,7 @@ int svc_follow_open(svc_t *s, const svc_caller_t *who, const char *job_id, int r
     }
     svc_follow_t *f = calloc(1, sizeof(*f));
     svc_jobent_t *e = svc_jobent_get(s, job_id);
-    if (f)
-        f->q = calloc(FOLLOW_QCAP, sizeof(*f->q));
-    if (!f || !f->q || !e) {
-        if (f)
-            free(f->q);
+    if (!f || !e) {
         free(f);
         svc_jobent_put(s, e);
         store_conn_put(s->store, c);
@@ -64,7 +82,6 @@ int svc_follow_open(svc_t *s, const svc_caller_t *who, const char *job_id, int r
     f->rank = rank < 0 ? -1 : rank;
     f->wake = wake;
     f->ud = ud;
-    f->qcap = FOLLOW_QCAP;
 
     /* Every line up to the last seq handed out (pub_seq) is committed, so the caller's history
      * read covers it; the notify thread hands later ones to the follower, registered here under
@@ -124,7 +141,7 @@ static void follow_publish(svc_jobent_t *e, json_t *lines)
             json_t *line = json_array_get(lines, i);
             if (f->rank >= 0 && json_integer_value(json_object_get(line, "rank")) != f->rank)
                 continue;
-            if (f->qlen == f->qcap) {
+            if (!queue_room(f)) {
                 /* Behind: stop queueing; the reader refills from the database by seq. */
                 f->overflow = true;
                 added = true;
@@ -306,6 +323,12 @@ int svc_follow_read(svc_follow_t *f, json_t *lines, int max, bool *ended, json_t
         json_array_append_new(lines, it.line);
         f->last_seq = it.seq;
         count++;
+    }
+    if (f->qlen == 0 && f->qcap > FOLLOW_QMIN) {
+        /* a burst is over: give back what it needed */
+        free(f->q);
+        f->q = NULL;
+        f->qcap = f->qhead = 0;
     }
     if (count == 0 && f->qlen == 0 && !f->overflow && f->ended && f->final_checked && !f->need_db) {
         *ended = true;

@@ -150,23 +150,37 @@ bool svc_worker_holds(const store_worker_cap_t *w, const char *path)
 
 int svc_spec_paths(const spec_t *sp, svc_spec_path_t *out)
 {
-    const svc_spec_path_t all[SVC_SPEC_PATHS] = {
-        {"data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : "", true},
-        {"data.val", sp->data.val, true},
-        /* "job:<id>" is a model kilnd holds, fetched by the agent: no file of the agents' */
-        {"model.init_from", svc_init_from_job(sp->model.init_from) ? "" : sp->model.init_from, true},
-        {"checkpoint.path", sp->ckpt_path, false},
-    };
     int n = 0;
-    for (int i = 0; i < SVC_SPEC_PATHS; i++)
-        if (all[i].path && all[i].path[0])
-            out[n++] = all[i];
+#define SPEC_PATH_ADD(f, p, r)                                                                    \
+    do {                                                                                          \
+        if ((p) && (p)[0]) {                                                                      \
+            kiln_strlcpy(out[n].field, (f), sizeof(out[n].field));                                \
+            out[n].path = (p);                                                                    \
+            out[n].read = (r);                                                                    \
+            n++;                                                                                  \
+        }                                                                                         \
+    } while (0)
+    SPEC_PATH_ADD("data.train", strcmp(sp->data.format, "synthetic") ? sp->data.train : "", true);
+    SPEC_PATH_ADD("data.val", sp->data.val, true);
+    /* "job:<id>" is a model kilnd holds, fetched by the agent: no file of the agents' */
+    SPEC_PATH_ADD("model.init_from", svc_init_from_job(sp->model.init_from) ? "" : sp->model.init_from, true);
+    for (int i = 0; i < sp->data.n_channels; i++) {
+        char f[96];
+        snprintf(f, sizeof(f), "data.channels.%s", sp->data.channels[i].name);
+        SPEC_PATH_ADD(f, sp->data.channels[i].path, true);
+    }
+    /* "code:sha256:..." is an archive kilnd holds, fetched by the agent */
+    SPEC_PATH_ADD("source", sp->script.source[0] == '/' ? sp->script.source : "", true);
+    SPEC_PATH_ADD("python", sp->script.python, true);
+    SPEC_PATH_ADD("checkpoint.path", sp->ckpt_path, false);
+#undef SPEC_PATH_ADD
     return n;
 }
 
 /* Every file a job reads (and where it checkpoints) must be an absolute path that lies inside a
  * data root of some alive worker of its slot type (the agent checks again, after resolving
- * symlinks, when it starts the ranks). With no alive worker yet, nothing can be said. */
+ * symlinks, when it starts the ranks). With no alive worker of that type yet, nothing can be said:
+ * the job waits for one, and the scheduler places it only where the data roots hold its files. */
 static int check_paths(svc_t *s, const spec_t *sp, kiln_err_t *err)
 {
     svc_spec_path_t paths[SVC_SPEC_PATHS];
@@ -182,9 +196,11 @@ static int check_paths(svc_t *s, const spec_t *sp, kiln_err_t *err)
             kiln_err_hint(err, "use a path such as /data/corpus.txt or file:///data/corpus.txt");
             break;
         }
-        if (s->ncap == 0)
+        bool ok = false, typed = false;
+        for (int w = 0; w < s->ncap && !typed; w++)
+            typed = strcmp(s->cap[w].slot_type, sp->res.slot_type) == 0;
+        if (!typed)
             continue;
-        bool ok = false;
         char roots[512] = "";
         size_t rl = 0;
         for (int w = 0; w < s->ncap && !ok; w++) {
@@ -211,43 +227,35 @@ static int check_paths(svc_t *s, const spec_t *sp, kiln_err_t *err)
     return rc;
 }
 
-/* The unfit check at submission, against the cached alive workers. Returns 0 (fits, or no
- * worker at all: *no_workers), or KILN_EUNFIT with a message and hint. */
-static int check_fit(svc_t *s, const spec_t *sp, bool *no_workers, kiln_err_t *err)
+/* What a new job waits for, from the cached alive workers. A job that does not fit them is not
+ * invalid: workers come and go (and the cache may not have seen the newest yet), so it is
+ * accepted and waits, and the scheduler keeps its reason current. */
+static void initial_reason(svc_t *s, const spec_t *sp, char *out, size_t n)
 {
     sched_request_t req = {.nodes = sp->res.nodes, .slots_per_node = sp->res.slots_per_node,
                            .slot_type = sp->res.slot_type};
-    int rc = 0;
+    snprintf(out, n, "submitted");
     pthread_mutex_lock(&s->cap_mu);
-    *no_workers = s->ncap == 0;
-    if (s->ncap > 0) {
+    if (s->ncap == 0) {
+        snprintf(out, n, "waiting for workers: no worker is registered yet");
+    } else {
         sched_worker_t *w = calloc((size_t)s->ncap, sizeof(*w));
-        int fitting = 0, max_slots = 0;
+        int max_slots = 0;
         for (int i = 0; i < s->ncap && w; i++) {
             w[i].id = s->cap[i].id;
             w[i].slot_type = s->cap[i].slot_type;
             w[i].slots = s->cap[i].slots;
             w[i].slots_free = s->cap[i].slots_free;
-            if (strcmp(w[i].slot_type, req.slot_type) == 0) {
-                if (w[i].slots >= req.slots_per_node)
-                    fitting++;
+            if (strcmp(w[i].slot_type, req.slot_type) == 0)
                 max_slots = KILN_MAX(max_slots, w[i].slots);
-            }
         }
-        if (w && !sched_fits(w, s->ncap, &req)) {
-            rc = kiln_err_set(err, KILN_EUNFIT, "resources",
-                              "job needs %d worker(s) with %d free %s slot(s) each, but only %d of the "
-                              "%d alive worker(s) have that many %s slots",
-                              req.nodes, req.slots_per_node, req.slot_type, fitting, s->ncap,
-                              req.slot_type);
-            kiln_err_detail(err, "the largest alive %s worker has %d slot(s)", req.slot_type, max_slots);
-            kiln_err_hint(err, "lower resources.nodes or resources.slots_per_node, or start more "
-                               "kiln-agent workers with --slot-type %s", req.slot_type);
-        }
+        if (w && !sched_fits(w, s->ncap, &req))
+            snprintf(out, n, "waiting for workers: needs %d worker(s) with %d %s slot(s) each, more than "
+                     "the alive workers have (the largest alive %s worker has %d)", req.nodes,
+                     req.slots_per_node, req.slot_type, req.slot_type, max_slots);
         free(w);
     }
     pthread_mutex_unlock(&s->cap_mu);
-    return rc;
 }
 
 /* model.init_from "job:<id>": the job must be one the submitter can see, hold a complete model
@@ -305,12 +313,34 @@ static int check_init_from_job(store_conn_t *c, const svc_caller_t *who, const s
     return rc;
 }
 
+/* A script job's source "code:sha256:<digest>" must be an archive the job's project uploaded.
+ * The answer is the same whether another project holds that digest or none does. */
+static int check_code_source(store_conn_t *c, const spec_t *sp, kiln_err_t *err)
+{
+    char digest[KILN_SHA256_HEX];
+    if (!spec_source_digest(sp->script.source, digest))
+        return 0;
+    store_code_t row;
+    kiln_err_t e2;
+    int rc = store_code_get(c, sp->project, digest, &row, &e2);
+    if (rc == KILN_ENOTFOUND) {
+        kiln_err_set(err, KILN_EINVAL, "source", "source %s is not a code archive of project \"%s\"",
+                     sp->script.source, sp->project);
+        kiln_err_hint(err, "upload the code into the job's project first: kiln code push DIR --project %s (or "
+                           "kiln submit --source-dir DIR)", sp->project);
+        return KILN_EINVAL;
+    }
+    if (rc)
+        *err = e2;
+    return rc;
+}
+
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err)
 {
     spec_t sp;
-    json_t *norm = NULL, *tags = NULL;
-    char *spec_text = NULL, *tags_text = NULL, *paths_text = NULL;
+    json_t *norm = NULL, *tags = NULL, *hparams = NULL;
+    char *spec_text = NULL, *tags_text = NULL, *paths_text = NULL, *hparams_text = NULL;
     store_conn_t *c = NULL;
     bool parsed = false;
     *out = NULL;
@@ -334,10 +364,9 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     rc = svc_project_need(who, sp.project, SVC_ROLE_EDITOR, err);
     if (rc)
         goto fail;
-    bool no_workers = false;
-    rc = check_fit(s, &sp, &no_workers, err);
-    if (rc == 0)
-        rc = check_paths(s, &sp, err);
+    char reason[300];
+    initial_reason(s, &sp, reason, sizeof(reason));
+    rc = check_paths(s, &sp, err);
     if (rc)
         goto fail;
     norm = spec_to_json(&sp);
@@ -356,7 +385,10 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         paths_text = json_dumps(arr, JSON_COMPACT);
         json_decref(arr);
     }
-    if (!spec_text || !tags_text || !paths_text) {
+    /* what search indexes as hp.NAME: numbers, nested keys joined with '.' */
+    hparams = spec_hparams_flat(&sp);
+    hparams_text = hparams ? json_dumps(hparams, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    if (!spec_text || !tags_text || !paths_text || !hparams_text) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
         goto fail;
     }
@@ -367,17 +399,19 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     store_job_new_t j = {
         .name = sp.name, .project = sp.project, .queue = sp.queue, .slot_type = sp.res.slot_type,
         .spec_json = spec_text, .tags_json = tags_text, .idempotency_key = idempotency_key,
-        .reason = no_workers ? "waiting for workers: no worker is registered yet" : "submitted",
+        .reason = reason,
         .priority = sp.priority, .nodes = sp.res.nodes, .slots_per_node = sp.res.slots_per_node,
         .world_size = spec_world_size(&sp), .max_attempts = sp.max_attempts > 0 ? sp.max_attempts : 1,
         .total_steps = sp.hp.max_steps, .submitted_by = who->user, .paths_json = paths_text,
-        .request_hash = request_hash,
+        .request_hash = request_hash, .hparams_json = hparams_text,
     };
     char id[STORE_ID_LEN];
     bool created = false;
     rc = store_conn_get(s->store, &c, err);
     if (rc == 0)
         rc = check_init_from_job(c, who, &sp, err);
+    if (rc == 0)
+        rc = check_code_source(c, &sp, err);
     if (rc)
         goto fail;
     /* A cluster admin may name any project, members only theirs: the insert checks that it
@@ -406,9 +440,11 @@ fail:
         spec_deinit(&sp);
     json_decref(norm);
     json_decref(tags);
+    json_decref(hparams);
     free(spec_text);
     free(tags_text);
     free(paths_text);
+    free(hparams_text);
     return rc;
 }
 

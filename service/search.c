@@ -1,88 +1,13 @@
 /* search.c - listing and searching jobs: the filter, order_by and columns of a request parsed
  * (query/), the legacy status and tag parameters folded into the filter, the caller's projects
  * (the tenancy rule: a cluster admin sees every project, anyone else those it has a role in),
- * opaque page tokens that carry the store's cursor and a fingerprint of the search they belong
- * to, and the columns and summaries each job comes back with. The SQL is store/search.c's. */
+ * the page token (page_token.c) that carries the store's cursor, and the columns and summaries
+ * each job comes back with. The SQL is store/search.c's. */
 #include "service/svc_int.h"
 
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A fingerprint of what a page token's cursor depends on: the filter and the order (and the
- * legacy parameters). A token from another search is refused rather than misapplied. */
-static uint64_t search_fingerprint(const svc_job_filter_t *f)
-{
-    const char *parts[4] = {f->filter, f->order_by, f->status, f->tag};
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 4; i++) {
-        for (const char *p = parts[i] ? parts[i] : ""; *p; p++)
-            h = (h ^ (uint8_t)*p) * 1099511628211ull;
-        h = (h ^ 0xff) * 1099511628211ull;
-    }
-    return h;
-}
-
-/* Token = base64url of {"v": 1, "h": "<fingerprint>", "c": cursor}. */
-static char *token_encode(const json_t *cursor, uint64_t fp)
-{
-    char h[20];
-    snprintf(h, sizeof h, "%016llx", (unsigned long long)fp);
-    json_t *t = json_pack("{s:i, s:s, s:O}", "v", 1, "h", h, "c", cursor);
-    char *text = t ? json_dumps(t, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-    json_decref(t);
-    if (!text)
-        return NULL;
-    size_t n = strlen(text);
-    size_t cap = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-    char *b64 = malloc(cap);
-    if (b64)
-        sodium_bin2base64(b64, cap, (const unsigned char *)text, n, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-    free(text);
-    return b64;
-}
-
-static int bad_token(kiln_err_t *err, const char *why)
-{
-    kiln_err_set(err, KILN_EINVAL, "page_token", "%s", why);
-    kiln_err_hint(err, "pass next_page_token from the previous page unchanged, with the same filter and order_by");
-    return KILN_EINVAL;
-}
-
-/* The cursor inside a token (caller owns), after checking it belongs to this search. */
-static int token_decode(const char *tok, uint64_t fp, json_t **cursor, kiln_err_t *err)
-{
-    *cursor = NULL;
-    size_t n = strlen(tok);
-    if (n > 8192)
-        return bad_token(err, "page token is too long");
-    unsigned char *bin = malloc(n + 1);
-    size_t len = 0;
-    if (!bin)
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    if (sodium_base642bin(bin, n, tok, n, NULL, &len, NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0) {
-        free(bin);
-        return bad_token(err, "malformed page token");
-    }
-    json_t *t = json_loadb((const char *)bin, len, 0, NULL);
-    free(bin);
-    char h[20];
-    snprintf(h, sizeof h, "%016llx", (unsigned long long)fp);
-    const char *th = json_string_value(json_object_get(t, "h"));
-    json_t *c = json_object_get(t, "c");
-    if (!t || json_integer_value(json_object_get(t, "v")) != 1 || !th || !json_is_object(c)) {
-        json_decref(t);
-        return bad_token(err, "malformed page token");
-    }
-    if (strcmp(th, h) != 0) {
-        json_decref(t);
-        return bad_token(err, "page token belongs to another search (a different filter or order_by)");
-    }
-    *cursor = json_incref(c);
-    json_decref(t);
-    return 0;
-}
 
 /* status "RUNNING,QUEUED" -> state IN (...); tag "k:v" -> tags.k = v, "k" -> EXISTS tags.k. */
 static int legacy_filters(const svc_job_filter_t *f, arena_t *a, query_node_t **out, kiln_err_t *err)
@@ -179,7 +104,8 @@ static int add_columns(store_conn_t *c, json_t *jobs, const query_columns_t *col
     json_t *job;
     json_array_foreach(jobs, i, job) {
         json_t *mine = json_object_get(sums, json_string_value(json_object_get(job, "id")));
-        json_t *hp = json_object_get(json_object_get(job, "spec"), "hyperparameters");
+        /* hp.NAME as search indexes it: a script's nested keys joined with '.', numeric text */
+        json_t *hp = spec_hparams_flatten(json_object_get(json_object_get(job, "spec"), "hyperparameters"));
         json_t *colv = json_object(), *summ = json_object();
         for (int k = 0; k < cols->n; k++) {
             const query_column_t *col = &cols->cols[k];
@@ -229,6 +155,7 @@ static int add_columns(store_conn_t *c, json_t *jobs, const query_columns_t *col
                 }
             }
         }
+        json_decref(hp);
         json_object_set_new(job, "columns", colv);
         json_object_set_new(job, "summaries", summ);
     }
@@ -266,9 +193,9 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
         rc = query_columns_parse(f->columns, &a, &cols, err);
     if (rc == 0)
         rc = legacy_filters(f, &a, &legacy, err);
-    uint64_t fp = search_fingerprint(f);
+    uint64_t fp = svc_search_fingerprint(f);
     if (rc == 0 && f->page_token && *f->page_token)
-        rc = token_decode(f->page_token, fp, &cursor, err);
+        rc = svc_page_token_decode(f->page_token, fp, &cursor, err);
     if (rc)
         goto fail;
     store_search_t q = {
@@ -293,7 +220,7 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
     if ((rc = store_conn_get(s->store, &c, err)) || (rc = store_job_search_json(c, &q, &jobs, &next, err)) ||
         (rc = add_columns(c, jobs, &cols, err)))
         goto fail;
-    if (next && !(tok = token_encode(next, fp))) {
+    if (next && !(tok = svc_page_token_encode(next, fp))) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;
     }

@@ -34,6 +34,15 @@ typedef struct svc_config {
     int64_t artifact_max_job_bytes;/* a job's artifacts in all (0: 10 GiB) */
     int log_retention_days;        /* drop the logs of jobs ended longer ago (0: keep them) */
     int janitor_interval_ms;       /* how often the clean-up pass runs (0: one hour) */
+    int64_t code_max_bytes;        /* --code-max-mb: an uploaded code archive, compressed (0: 100 MiB) */
+    /* What agents are trusted with (join.c, trust.c; docs/security.md). */
+    bool agent_approval;           /* --agent-approval: a new worker gets no work until a cluster
+                                      admin approves it */
+    bool agent_distinct_certs;     /* --agent-distinct-certs: a client certificate another live
+                                      worker is bound to cannot register a second one */
+    int register_per_min_addr;     /* registrations a minute from one source address, in bursts of
+                                      up to a sixth of it (0: no limit) */
+    int register_per_min;          /* registrations a minute on this kilnd in all (0: no limit) */
 } svc_config_t;
 
 /* Connects to PostgreSQL, applies migrations, starts the scheduler and liveness threads.
@@ -106,11 +115,19 @@ const svc_caller_t *svc_caller_kilnd(void);
  * to get one) or KILN_EDB. Answers are cached for two seconds; a revocation or role change on
  * this kilnd applies at once, on other kilnd within those seconds. */
 int svc_auth_user(svc_t *s, const char *token, arena_t *arena, svc_caller_t *out, kiln_err_t *err);
-/* Whether token is the cluster's join token (constant-time). */
-bool svc_auth_join(svc_t *s, const char *token);
-/* Authenticates an agent's credential: the worker it belongs to, into worker_id (size n; "" with
- * authentication off). KILN_EUNAUTH or KILN_EDB. */
-int svc_auth_agent(svc_t *s, const char *credential, char *worker_id, size_t n, kiln_err_t *err);
+/* Authenticates an agent's call: its credential names the worker (into worker_id, size n; ""
+ * with authentication off), and the call must present the client certificate the worker
+ * registered with (cert_sha256, the SHA-256 hex of svc_cert_sha256, NULL or "" for none; the
+ * worker's binding is "" when it registered without one). A worker waiting for approval may make
+ * only the calls that allow_pending says (its heartbeats): KILN_ESTATE otherwise. KILN_EUNAUTH
+ * (no, unknown or retired credential, another certificate), KILN_EDB. */
+int svc_auth_agent(svc_t *s, const char *credential, const char *cert_sha256, bool allow_pending,
+                   char *worker_id, size_t n, kiln_err_t *err);
+/* The SHA-256 of a PEM certificate's DER bytes as 64 lower-case hex digits into out (65 bytes),
+ * what `openssl x509 -noout -fingerprint -sha256` shows. KILN_EINVAL when pem[0..len) holds no
+ * certificate. */
+#define SVC_CERT_HEX 65
+int svc_cert_sha256(const char *pem, size_t len, char out[SVC_CERT_HEX], kiln_err_t *err);
 
 /* ---- identity and tenancy (identity.c) --------------------------------------------------------
  * Results are JSON shaped as docs/contracts.md shows; caller owns *out. Cluster admins manage
@@ -170,13 +187,31 @@ int svc_login_link_redeem(svc_t *s, const char *code, json_t **out, kiln_err_t *
  * and lives until the caller resets it. Errors: KILN_EINVAL (bad request), KILN_ENOTFOUND
  * (unknown worker or job), KILN_EDB (database unavailable). */
 
+/* What a RegisterWorker call came with, from its metadata and its TLS session. */
+typedef struct svc_agent_peer {
+    const char *join_token;        /* the bearer token, or NULL */
+    const char *credential;        /* "kiln-worker-credential": the worker's own, or NULL */
+    const char *cert_sha256;       /* the client certificate (svc_cert_sha256), NULL without one */
+    const char *address;           /* the source address, for the rate limits and the record */
+} svc_agent_peer_t;
 /* Registers (or re-registers) a worker; fills worker_id, heartbeat timings and a new credential
- * in *out. The caller has checked the join token. Registering under the id of an existing worker
- * needs that worker's current credential (presented_credential; KILN_EPERM otherwise). */
+ * in *out. A new worker needs a join token that can register now: kilnd's --join-token-file's,
+ * or an active one of svc_join_token_create, of which it consumes a use (KILN_EUNAUTH saying
+ * why otherwise); such registrations are rate-limited per source address and in all
+ * (KILN_ELIMIT with when to retry). Registering again under the id of an existing worker needs
+ * that worker's current credential instead (KILN_EPERM when a join token came without it) and
+ * the certificate it is bound to (KILN_EUNAUTH). A banned worker id or certificate is KILN_EPERM,
+ * and so is, with agent_distinct_certs, a certificate another live worker is bound to. With
+ * agent_approval a new worker is PENDING: registered, but given no work until approved. */
+int svc_agent_register_as(svc_t *s, const Kiln__RegisterRequest *req, const svc_agent_peer_t *peer,
+                          arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err);
+/* svc_agent_register_as for a caller inside kilnd that vouches for the join token itself (tests,
+ * benchmarks): no join token is checked or consumed and no rate limit applies. */
 int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *presented_credential,
                        arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err);
 /* Records liveness; returns assignments not yet delivered to this worker and stop orders for
- * ranks it runs that should stop. Sets out->reregister when the worker id is unknown. */
+ * ranks it runs that should stop. Sets out->reregister when the worker id is unknown, and
+ * out->waiting_for_approval (with a message, and nothing else) while the worker is PENDING. */
 int svc_agent_heartbeat(svc_t *s, const char *worker_id, const Kiln__HeartbeatRequest *req,
                         arena_t *arena, Kiln__HeartbeatResponse *out, kiln_err_t *err);
 /* An agent started (or could not start) all ranks of its assignment. */
@@ -264,6 +299,19 @@ typedef struct svc_job_filter {
  * "status", "tag", "page_size" or "page_token" (query.h describes the messages). */
 int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out,
                  kiln_err_t *err);
+/* Page tokens (page_token.c; pure, thread-safe). The fingerprint of what a token's cursor
+ * depends on: f's filter, order_by, status and tag (a token from another search is refused
+ * rather than misapplied). */
+uint64_t svc_search_fingerprint(const svc_job_filter_t *f);
+/* The token of cursor (borrowed) for the search of fingerprint fp. Caller frees the result;
+ * NULL when out of memory. */
+char *svc_page_token_encode(const json_t *cursor, uint64_t fp);
+/* The cursor inside tok (untrusted text, NUL-terminated) after checking it is a token of the
+ * search of fingerprint fp: *cursor (OUT) is a JSON object (caller owns; json_decref), not yet
+ * checked against the order (store_search_cursor_ok does that). Returns 0, or KILN_EINVAL with
+ * err->field "page_token" (too long, not base64url, not a token, another search's token) or
+ * KILN_ENOMEM; *cursor is NULL then. */
+int svc_page_token_decode(const char *tok, uint64_t fp, json_t **cursor, kiln_err_t *err);
 /* Requests a stop (editors): QUEUED/SCHEDULED jobs become STOPPED at once, running ones STOPPING
  * (agents get stop orders). Stopping a finished job is KILN_ESTATE. *out is the job after the
  * change; the events record the caller. */
@@ -300,6 +348,33 @@ int svc_job_metrics(svc_t *s, const svc_caller_t *who, const char *id, const svc
                     json_t **out, kiln_err_t *err);
 /* *out = {"workers": [...]}: any authenticated caller. */
 int svc_workers_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+
+/* ---- what agents are trusted with (join.c, trust.c; cluster admins only: KILN_EPERM) ---------- */
+
+/* A new join token: uses (NULL: 1; 1 to 1000000), expires_in a duration ("90s", "30m", "12h",
+ * "7d"; NULL or "": 24h; at most 365 days), a description (200 characters). *out = the token as
+ * svc_join_tokens_list shows it plus "token", the secret, shown this once. */
+int svc_join_token_create(svc_t *s, const svc_caller_t *who, const int64_t *uses, const char *expires_in,
+                          const char *description, json_t **out, kiln_err_t *err);
+/* *out = {"join_tokens": [{id, description, uses, uses_left, registrations, created_at, created_by,
+ * expires_at, revoked_at, last_used_at, state}]}, oldest first. */
+int svc_join_tokens_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+/* Revokes a join token (workers it registered keep their credentials); *out = the token. */
+int svc_join_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+/* A PENDING worker becomes APPROVED (an approved one stays so); *out = the worker. */
+int svc_worker_approve(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+/* Removes a worker: it is DEAD at once, its credential stops working, it leaves the list, and
+ * the attempts it ran are lost as when a worker dies (re-queued while attempts are left). With
+ * ban, its worker id and its certificate may not register again (reason recorded). *out =
+ * {"id", "removed_at", "removed_by", "lost_attempts", "ban": the ban or null}. Removing a removed
+ * worker again only adds the ban. */
+int svc_worker_remove(svc_t *s, const svc_caller_t *who, const char *id, bool ban, const char *reason,
+                      json_t **out, kiln_err_t *err);
+/* *out = {"bans": [{id, worker_id, cert_sha256, reason, banned_by, banned_at}]}. */
+int svc_worker_bans_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+/* Lifts a ban (id as text, as a path carries it: one that is not a ban's id is KILN_ENOTFOUND);
+ * *out = the ban. */
+int svc_worker_ban_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 /* 0 when the database answers and every migration is applied; KILN_EUNAVAIL otherwise. */
 int svc_ready(svc_t *s, kiln_err_t *err);
 /* Whether this kilnd leads (of the kilnd replicas on its database, the one that runs the
@@ -320,7 +395,8 @@ int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err);
  * storage) serve each other's artifacts; a replica whose directory is another store answers
  * KILN_EUNAVAIL for an artifact it does not hold, naming the store that does. */
 
-/* *out = {"artifacts": [{"name", "size", "sha256", "created_at", "attempt"}]}: the complete
+/* *out = {"artifacts": [{"name", "size", "sha256", "created_at", "attempt", "worker_id" (the
+ * worker whose credential uploaded it)}]}: the complete
  * ones, by name (viewers). */
 int svc_job_artifacts(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 
@@ -342,6 +418,50 @@ void svc_artifact_served(const char *api, int64_t n);
  * file), KILN_EDB. On success out->fd is open. */
 int svc_job_artifact_open(svc_t *s, const svc_caller_t *who, const char *id, const char *name,
                           svc_artifact_file_t *out, kiln_err_t *err);
+
+/* ---- code archives (code.c) --------------------------------------------------------------------
+ * Script jobs' code: gzip'd tar archives that project editors upload, checked entry by entry
+ * (code/code.h) when they are whole, kept once per SHA-256 in the artifact store
+ * (DIR/code/<digest>.tgz, beside the jobs' artifacts) and visible only to the projects that
+ * uploaded them: to any other caller an archive that does not exist. Uploads arrive in pieces
+ * (REST: one streamed body; gRPC: a call per piece, resumable), gathering in DIR/code/uploads. */
+typedef struct svc_code_upload svc_code_upload_t;
+
+/* Starts an upload into project (editors; "" or NULL: "default"), or continues the caller's
+ * upload upload_id into that project, of which kilnd must hold exactly offset bytes
+ * (KILN_ESTATE naming what it holds otherwise). expect_bytes (-1: unknown) is what the caller
+ * announces in all: past --code-max-mb it is KILN_ETOOBIG at once. Caller owns *out: finish it
+ * with svc_code_upload_finish, or release it with svc_code_upload_close. Errors: KILN_EINVAL,
+ * KILN_EPERM (not an editor of project), KILN_ENOTFOUND (no such upload of the caller's),
+ * KILN_ESTATE, KILN_ETOOBIG, KILN_EUNSUPP (no --artifact-dir), KILN_EIO. */
+int svc_code_upload_open(svc_t *s, const svc_caller_t *who, const char *project, const char *upload_id,
+                         int64_t offset, int64_t expect_bytes, svc_code_upload_t **out, kiln_err_t *err);
+/* The upload's id (32 hex digits) and the bytes kilnd holds of it. Borrowed from u. */
+const char *svc_code_upload_id(const svc_code_upload_t *u);
+int64_t svc_code_upload_offset(const svc_code_upload_t *u);
+/* Appends n bytes. KILN_ETOOBIG past --code-max-mb (the message names the limit), KILN_EIO. */
+int svc_code_upload_write(svc_code_upload_t *u, const void *data, size_t n, kiln_err_t *err);
+/* The upload is whole: checks its archive (KILN_EINVAL, field "archive", naming the entry at
+ * fault), keeps its bytes once per digest (an archive kilnd holds already is not written again)
+ * and records it for the project. *out = {"source": "code:sha256:<digest>", "digest", "size",
+ * "files", "project", "created"} (created false: the project had uploaded these bytes before).
+ * Frees u whatever the outcome; the partial bytes are removed. */
+int svc_code_upload_finish(svc_code_upload_t *u, json_t **out, kiln_err_t *err);
+/* Releases u. keep: its bytes stay for a later svc_code_upload_open (gRPC's next call); else they
+ * are removed (an abandoned REST request). Accepts NULL. */
+void svc_code_upload_close(svc_code_upload_t *u, bool keep);
+/* Opens the archive digest (64 hex digits, or "code:sha256:<hex>") of project ("" or NULL:
+ * "default") for reading (viewers): out->fd, size, sha256 (the digest), name ("<digest>.tgz").
+ * KILN_ENOTFOUND when the caller cannot read project or project has no such archive (the same
+ * answer), KILN_EINVAL for a malformed digest, KILN_EUNAVAIL when this kilnd's store does not
+ * hold the bytes. */
+int svc_code_open(svc_t *s, const svc_caller_t *who, const char *project, const char *digest,
+                  svc_artifact_file_t *out, kiln_err_t *err);
+/* FetchCode: a piece of the archive the assigned job's spec names as its source (kilnd reads the
+ * job's own spec, never the request, to find it). Allocated from arena. KILN_EPERM when the worker
+ * is not assigned the attempt, KILN_EINVAL when the job runs no archive. */
+int svc_agent_code(svc_t *s, const char *worker_id, const Kiln__CodeRequest *req, arena_t *arena,
+                   Kiln__CodeChunk *out, kiln_err_t *err);
 
 /* Deletes an ended job (editors): its events, logs, metrics, assignments, rank exits, artifact
  * rows and whatever else holds its id, then the job; its artifact files are removed after the

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "service/service.h"
+#include "spec/spec.h"
 #include "store/store.h"
 
 #define SVC_JOBENT_BUCKETS 1024
@@ -17,14 +18,25 @@
 typedef struct svc_jobent svc_jobent_t;
 typedef struct svc_auth_entry svc_auth_entry_t;
 
-/* One cached agent credential (auth.c). */
+/* One cached agent credential (auth.c): the worker, the certificate it is bound to, whether it
+ * waits for approval. */
 typedef struct svc_agent_entry {
     bool used;
     uint8_t hash[STORE_HASH_LEN];
     uint64_t gen;
     int64_t fetched_us;
     char worker_id[STORE_WORKER_ID_LEN];
+    char cert_sha256[STORE_CERT_HEX];
+    bool pending;
 } svc_agent_entry_t;
+
+/* A token bucket of the registration rate limits (join.c): one per source address, one for all. */
+#define SVC_REG_BUCKETS 512
+typedef struct svc_reg_bucket {
+    char addr[64];                   /* "" for a free slot */
+    double tokens;
+    int64_t at_us;                   /* monotonic: when tokens was last brought up to date */
+} svc_reg_bucket_t;
 
 /* The user the first start against an empty database creates (--bootstrap-token-file). */
 #define SVC_BOOTSTRAP_USER "admin"
@@ -83,6 +95,10 @@ struct svc {
     svc_agent_entry_t *agent_cache;  /* AUTH_CACHE_SLOTS */
     bool has_join;
     uint8_t join_hash[STORE_HASH_LEN];
+    /* Registration rate limits (join.c). */
+    pthread_mutex_t reg_mu;
+    svc_reg_bucket_t reg_all;
+    svc_reg_bucket_t reg_addr[SVC_REG_BUCKETS];
 
     /* The artifact store (artifact.c): its directory, resolved ("" without one), and its id. */
     char artifact_dir[3000];
@@ -138,11 +154,13 @@ int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const 
 int svc_job_lost(svc_t *s, const char *job_id, int attempt, const char *worker_id,
                  const char *why, kiln_err_t *err);
 
-/* The files a job reads (data.train unless synthetic, data.val, model.init_from) and, last, its
- * checkpoint.path: the non-empty ones, into out (room for SVC_SPEC_PATHS). Borrowed from sp. */
-#define SVC_SPEC_PATHS 4
+/* The files a job reads (data.train unless synthetic, data.val, model.init_from; a script job's
+ * data.channels, its source when that is a directory, its python) and, last, its
+ * checkpoint.path: the non-empty ones, into out (room for SVC_SPEC_PATHS). Paths are borrowed
+ * from sp. */
+#define SVC_SPEC_PATHS (6 + SPEC_MAX_CHANNELS)
 typedef struct svc_spec_path {
-    const char *field;
+    char field[96];              /* the spec field: "data.train", "data.channels.train", ... */
     const char *path;
     bool read;                   /* false for checkpoint.path (written, not read) */
 } svc_spec_path_t;
@@ -281,6 +299,27 @@ int svc_auth_setup(svc_t *s, store_conn_t *c, kiln_err_t *err);
 int svc_auth_init(svc_t *s, kiln_err_t *err);
 void svc_auth_free(svc_t *s);
 
+/* ---- join tokens and registration limits (join.c) -------------------------------------------- */
+
+/* What a join token presented at registration is worth now. */
+typedef struct svc_join {
+    bool ok;                         /* it can register a new worker now */
+    char id[32];                     /* "file", a managed token's id, or "" (auth off, or unknown) */
+    char why[160];                   /* when not ok: why, for KILN_EUNAUTH */
+} svc_join_t;
+/* Looks token up (kilnd's --join-token-file first, in constant time, then the managed tokens)
+ * without consuming anything. KILN_EDB only; an unknown or spent token is out->ok false. */
+int svc_join_check(svc_t *s, store_conn_t *c, const char *token, svc_join_t *out, kiln_err_t *err);
+/* Takes one registration from the source address's bucket and the global one: KILN_ELIMIT with
+ * when to retry when either is empty (nothing is taken then). */
+int svc_register_admit(svc_t *s, const char *address, kiln_err_t *err);
+/* KILN_EPERM unless who is a cluster admin; what names the operation ("managing join tokens"). */
+int svc_trust_need_admin(const svc_caller_t *who, const char *what, kiln_err_t *err);
+/* For a cluster admin (what names the operation): *out = {key: the array list reads}. */
+typedef int (*svc_trust_list_fn)(store_conn_t *c, json_t **out, kiln_err_t *err);
+int svc_trust_list(svc_t *s, const svc_caller_t *who, const char *what, svc_trust_list_fn list, const char *key,
+                   json_t **out, kiln_err_t *err);
+
 /* ---- agents' reports (agent.c) ------------------------------------------------------------------ */
 
 /* The worker a report acts for (its credential's; a message naming another is KILN_EPERM) into
@@ -302,11 +341,31 @@ int svc_artifacts_init(svc_t *s, kiln_err_t *err);
 int svc_artifact_model(store_conn_t *c, const char *source_id, int64_t *size, char *sha256, kiln_err_t *err);
 /* "job:<uuid>" -> the uuid (borrowed from ref), or NULL when ref does not name a job. */
 const char *svc_init_from_job(const char *ref);
+/* What every fetch by an agent (FetchInitModel, FetchCode) checks first: the worker reports for
+ * itself (claimed), offset is not negative, max_bytes is 0 to SVC_ARTIFACT_CHUNK_MAX, and kilnd
+ * assigned it the job's attempt; then *c (a connection: the caller puts it back) and *job (the
+ * assigned job's JSON, whose own spec says what it may fetch; caller decrefs). */
+int svc_agent_fetch_begin(svc_t *s, const char *worker_id, const char *claimed, const char *job_id, int attempt,
+                          int64_t offset, int max_bytes, store_conn_t **c, json_t **job, kiln_err_t *err);
+/* The piece of an open file of size bytes from offset, at most max_bytes (0: 1 MiB), read into
+ * arena (*data, *len). KILN_ERANGE past the end, KILN_EIO; what names the file in messages. */
+int svc_read_piece(int fd, int64_t size, int64_t offset, int max_bytes, const char *what, arena_t *arena,
+                   uint8_t **data, size_t *len, kiln_err_t *err);
+/* KILN_EUNSUPP: this kilnd keeps no artifacts (no --artifact-dir), with a hint. */
+int svc_artifact_no_store(kiln_err_t *err);
+/* fsync(2) of a directory, after a file in it was created or renamed (errors ignored). */
+void svc_fsync_dir(const char *dir);
 /* Removes the directories of this store's trash entries (at most limit); returns how many. */
 int svc_artifact_sweep(svc_t *s, store_conn_t *c, int limit);
 /* Starts and stops the clean-up thread (lifecycle.c). */
 int svc_janitor_start(svc_t *s, kiln_err_t *err);
 void svc_janitor_stop(svc_t *s);
+
+/* The typed fields of an assignment that both kinds of job share beyond the engine's (memory
+ * limit, grace, attempts) and a script job's (entry point, source and its archive's digest and
+ * size, python, hyperparameters, channels, environment, torch_distributed), from sp; allocated
+ * from arena (code.c). */
+void svc_assignment_script(svc_t *s, const spec_t *sp, arena_t *arena, Kiln__Assignment *msg);
 
 /* Copies a string into the arena ("" for NULL). */
 char *svc_astr(arena_t *a, const char *s);

@@ -1,7 +1,7 @@
 /* spec.c - job spec parsing, defaults and validation (see spec.h), and the normalised JSON form.
  * Each section is read by one function that walks its JSON object, rejects unknown keys (with a
  * "did you mean" hint), checks types and ranges, and names the offending field on error. */
-#include "spec/spec.h"
+#include "spec/spec_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -46,11 +46,6 @@ spec_kind_t spec_key_kind(const char *section, const char *key)
 
 /* ---- reading helpers ----------------------------------------------------------------------- */
 
-typedef struct rd {
-    kiln_err_t *err;
-    const char *section; /* "" for top level, else "model", "distribution.data_parallel", ... */
-} rd_t;
-
 static const char *rd_path(const rd_t *r, const char *key, char *buf, size_t n)
 {
     if (r->section[0])
@@ -60,7 +55,7 @@ static const char *rd_path(const rd_t *r, const char *key, char *buf, size_t n)
     return buf;
 }
 
-static int rd_fail(const rd_t *r, const char *key, const char *fmt, const char *what)
+int rd_fail(const rd_t *r, const char *key, const char *fmt, const char *what)
 {
     char path[192];
     rd_path(r, key, path, sizeof(path));
@@ -68,7 +63,7 @@ static int rd_fail(const rd_t *r, const char *key, const char *fmt, const char *
 }
 
 /* Rejects keys of obj that are not in allowed (NULL-terminated). */
-static int rd_known_keys(const rd_t *r, const json_t *obj, const char *const allowed[])
+int rd_known_keys(const rd_t *r, const json_t *obj, const char *const allowed[])
 {
     const char *key;
     json_t *val;
@@ -109,7 +104,7 @@ static int rd_known_keys(const rd_t *r, const json_t *obj, const char *const all
 }
 
 /* Object member that must be an object (or absent/null -> *out NULL). */
-static int rd_object(const rd_t *r, const json_t *obj, const char *key, const json_t **out)
+int rd_object(const rd_t *r, const json_t *obj, const char *key, const json_t **out)
 {
     *out = NULL;
     json_t *v = obj ? json_object_get(obj, key) : NULL;
@@ -121,7 +116,7 @@ static int rd_object(const rd_t *r, const json_t *obj, const char *key, const js
     return 0;
 }
 
-static int rd_int64(const rd_t *r, const json_t *obj, const char *key, int64_t *out, int64_t lo, int64_t hi)
+int rd_int64(const rd_t *r, const json_t *obj, const char *key, int64_t *out, int64_t lo, int64_t hi)
 {
     json_t *v = obj ? json_object_get(obj, key) : NULL;
     if (!v || json_is_null(v))
@@ -143,7 +138,7 @@ static int rd_int64(const rd_t *r, const json_t *obj, const char *key, int64_t *
     return 0;
 }
 
-static int rd_int(const rd_t *r, const json_t *obj, const char *key, int *out, int lo, int hi)
+int rd_int(const rd_t *r, const json_t *obj, const char *key, int *out, int lo, int hi)
 {
     int64_t x = *out;
     int rc = rd_int64(r, obj, key, &x, lo, hi);
@@ -172,7 +167,7 @@ static int rd_double(const rd_t *r, const json_t *obj, const char *key, double *
     return 0;
 }
 
-static int rd_bool(const rd_t *r, const json_t *obj, const char *key, bool *out)
+int rd_bool(const rd_t *r, const json_t *obj, const char *key, bool *out)
 {
     json_t *v = obj ? json_object_get(obj, key) : NULL;
     if (!v || json_is_null(v))
@@ -183,7 +178,7 @@ static int rd_bool(const rd_t *r, const json_t *obj, const char *key, bool *out)
     return 0;
 }
 
-static int rd_string(const rd_t *r, const json_t *obj, const char *key, char *out, size_t n)
+int rd_string(const rd_t *r, const json_t *obj, const char *key, char *out, size_t n)
 {
     json_t *v = obj ? json_object_get(obj, key) : NULL;
     if (!v || json_is_null(v))
@@ -222,9 +217,7 @@ static int rd_choice(const rd_t *r, const json_t *obj, const char *key, char *ou
     return KILN_EINVAL;
 }
 
-static int invalid(kiln_err_t *err, const char *field, const char *hint, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int invalid(kiln_err_t *err, const char *field, const char *hint, const char *fmt, ...)
+int invalid(kiln_err_t *err, const char *field, const char *hint, const char *fmt, ...)
 {
     if (!err)
         return KILN_EINVAL;
@@ -245,7 +238,7 @@ static int invalid(kiln_err_t *err, const char *field, const char *hint, const c
 /* An absolute path in buf is stored in its lexical normal form ("/data/../etc/x" is "/etc/x"),
  * so what kilnd checks, stores and shows is what kiln-train and the agent see. Relative paths
  * (kiln-train on its own reads them from the spec's directory) are left as they are. */
-static int normalize_path(char *buf, size_t n, const char *field, kiln_err_t *err)
+int normalize_path(char *buf, size_t n, const char *field, kiln_err_t *err)
 {
     if (buf[0] != '/')
         return 0;
@@ -402,29 +395,8 @@ static int parse_data(const json_t *d, spec_t *s, kiln_err_t *err)
     if (!da->train[0])
         return invalid(err, "data.train", "point it at a text file or an llm.c token shard, e.g. \"file:///data/tinyshakespeare.txt\"",
                        "data.train is required");
-    const char *paths[2] = {da->train, da->val};
-    const char *fields[2] = {"data.train", "data.val"};
-    char *bufs[2] = {da->train, da->val};
-    for (int i = 0; i < 2; i++) {
-        const char *p = paths[i];
-        if (!p[0])
-            continue;
-        if (!strncmp(p, "file://", 7)) {
-            /* A file URL names an absolute path (file:///data/x.txt); what is left after the
-             * scheme is validated as the path it is, so the normal form stored and handed to
-             * kiln-train passes this same parser again. */
-            memmove(bufs[i], p + 7, strlen(p + 7) + 1);
-            if (bufs[i][0] != '/')
-                return invalid(err, fields[i], "write a file URL with three slashes and an absolute path: "
-                               "\"file:///data/corpus.txt\"",
-                               "%s: a file URL must name an absolute path (got \"file://%.200s\")", fields[i],
-                               bufs[i]);
-        } else if (strstr(p, "://"))
-            return invalid(err, fields[i], "kiln reads local files: use a path or a file:// URL on every agent's machine",
-                           "%s: unsupported URL scheme in \"%s\"", fields[i], p);
-        if ((rc = normalize_path(bufs[i], SPEC_PATH, fields[i], err)))
-            return rc;
-    }
+    if ((rc = spec_input_path(da->train, "data.train", err)) || (rc = spec_input_path(da->val, "data.val", err)))
+        return rc;
     bool synthetic = !strcmp(da->train, "synthetic");
     const char *ext = strrchr(da->train, '.');
     kiln_strlcpy(da->format, synthetic ? "synthetic" : (ext && !strcmp(ext, ".bin")) ? "tokens" : "text", sizeof(da->format));
@@ -571,6 +543,12 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
                 return invalid(err, "distribution.model_parallel.partition_plan", "pass the plan kiln wrote, as an object or its JSON text",
                                "distribution.model_parallel.partition_plan is not valid JSON: %s (line %d, column %d)",
                                je.text, je.line, je.column);
+            if (!json_is_object(parsed)) {
+                /* the same answer as for the array itself (and as gRPC, which sends the text) */
+                json_decref(parsed);
+                return invalid(err, "distribution.model_parallel.partition_plan", "pass the plan kiln wrote, as an object",
+                               "distribution.model_parallel.partition_plan must be an object");
+            }
             d->mp_partition_plan = parsed;
         } else if (plan && json_is_object(plan)) {
             d->mp_partition_plan = json_deep_copy(plan);
@@ -631,8 +609,9 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
     }
     if (st) {
         rd_t rs = {err, "stopping"};
-        static const char *const keys[] = {"max_runtime_s", NULL};
-        if ((rc = rd_known_keys(&rs, st, keys)) || (rc = rd_int64(&rs, st, "max_runtime_s", &s->max_runtime_s, 0, (int64_t)1 << 40)))
+        static const char *const keys[] = {"max_runtime_s", "grace_period_s", NULL};
+        if ((rc = rd_known_keys(&rs, st, keys)) || (rc = rd_int64(&rs, st, "max_runtime_s", &s->max_runtime_s, 0, (int64_t)1 << 40)) ||
+            (rc = rd_int(&rs, st, "grace_period_s", &s->grace_period_s, 0, SPEC_MAX_GRACE_S)))
             return rc;
     }
     if (rt) {
@@ -744,7 +723,8 @@ int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err)
 {
     static const char *const keys[] = {"name", "project", "model", "data", "hyperparameters", "resources",
                                        "distribution", "checkpoint", "metric_definitions", "stopping", "retry",
-                                       "priority", "queue", "tags", NULL};
+                                       "priority", "queue", "tags", "entry_point", "source", "python",
+                                       "environment", NULL};
     memset(out, 0, sizeof(*out));
     kiln_err_clear(err);
     if (!json_is_object(in))
@@ -752,9 +732,15 @@ int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err)
     rd_t r = {err, ""};
     const json_t *model, *data, *hp, *res, *dist;
     int rc;
+    /* SageMaker's spellings are read as kiln's, in a copy */
+    json_t *copy = json_deep_copy(in);
+    if (!copy)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    in = copy;
     kiln_strlcpy(out->name, "job", sizeof(out->name));
     kiln_strlcpy(out->project, "default", sizeof(out->project));
-    if ((rc = rd_known_keys(&r, in, keys)) || (rc = rd_string(&r, in, "name", out->name, sizeof(out->name))) ||
+    if ((rc = rd_known_keys(&r, in, keys)) || (rc = spec_aliases(copy, err)) ||
+        (rc = rd_string(&r, in, "name", out->name, sizeof(out->name))) ||
         (rc = rd_string(&r, in, "project", out->project, sizeof(out->project))) ||
         (rc = rd_object(&r, in, "model", &model)) || (rc = rd_object(&r, in, "data", &data)) ||
         (rc = rd_object(&r, in, "hyperparameters", &hp)) || (rc = rd_object(&r, in, "resources", &res)) ||
@@ -764,13 +750,34 @@ int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err)
         rc = invalid(err, "name", "use letters, digits, '-', '_' and '.'", "name \"%s\" is empty or has characters other than letters, digits, '-', '_' and '.'", out->name);
         goto fail;
     }
-    if ((rc = parse_model(model, out, err)) || (rc = parse_data(data, out, err)) || (rc = parse_hparams(hp, out, err)) ||
-        (rc = parse_resources(res, out, err)) || (rc = parse_distribution(dist, out, err)) ||
-        (rc = parse_rest(in, out, err)) || (rc = check_batches(out, err)) ||
-        (rc = spec_caps_check(out, spec_backend(out), err)))
+    const json_t *entry = json_object_get(in, "entry_point");
+    bool script = entry && !json_is_null(entry);
+    if (script && model) {
+        rc = invalid(err, "entry_point", "leave out model to run your own script, or entry_point to train kiln's model",
+                     "a job names either model (kiln's engine trains it) or entry_point (your own script), not both");
         goto fail;
+    }
+    if (!script && !model) {
+        rc = invalid(err, "model", "add \"model\": {\"type\": \"gpt\"} to train kiln's model, or \"entry_point\": "
+                     "\"train.py\" with a \"source\" to run your own script",
+                     "a job names model (kiln's engine trains it) or entry_point (your own script); this one names neither");
+        goto fail;
+    }
+    if (script) {
+        if ((rc = parse_resources(res, out, err)) || (rc = spec_script_parse(in, out, err)) ||
+            (rc = parse_rest(in, out, err)))
+            goto fail;
+    } else if ((rc = spec_engine_no_script_fields(in, err)) || (rc = parse_model(model, out, err)) ||
+               (rc = parse_data(data, out, err)) || (rc = parse_hparams(hp, out, err)) ||
+               (rc = parse_resources(res, out, err)) || (rc = parse_distribution(dist, out, err)) ||
+               (rc = parse_rest(in, out, err)) || (rc = check_batches(out, err)) ||
+               (rc = spec_caps_check(out, spec_backend(out), err))) {
+        goto fail;
+    }
+    json_decref(copy);
     return 0;
 fail:
+    json_decref(copy);
     spec_deinit(out);
     return rc;
 }
@@ -812,6 +819,10 @@ void spec_deinit(spec_t *s)
         return;
     json_decref(s->dist.mp_partition_plan);
     s->dist.mp_partition_plan = NULL;
+    json_decref(s->script.hyperparameters);
+    s->script.hyperparameters = NULL;
+    json_decref(s->script.environment);
+    s->script.environment = NULL;
 }
 
 /* The value of the model section's field key in the normalised spec. */
@@ -839,6 +850,26 @@ static json_t *model_field_json(const spec_model_t *m, const char *key)
 
 json_t *spec_to_json(const spec_t *s)
 {
+    json_t *res = json_pack("{s:i, s:i, s:s, s:s, s:i, s:I}", "nodes", s->res.nodes, "slots_per_node",
+                            s->res.slots_per_node, "slot_type", s->res.slot_type, "device", s->res.device,
+                            "threads_per_rank", s->res.threads_per_rank, "memory_limit_mb",
+                            (json_int_t)s->res.memory_limit_mb);
+    json_t *defs = json_array();
+    for (int i = 0; i < s->n_metric_defs; i++)
+        json_array_append_new(defs, json_pack("{s:s, s:s}", "name", s->metric_defs[i].name, "regex", s->metric_defs[i].regex));
+    json_t *tags = json_object();
+    for (int i = 0; i < s->n_tags; i++)
+        json_object_set_new(tags, s->tag_keys[i], json_string(s->tag_values[i]));
+    json_t *stopping = json_pack("{s:I}", "max_runtime_s", (json_int_t)s->max_runtime_s);
+    if (s->grace_period_s)
+        json_object_set_new(stopping, "grace_period_s", json_integer(s->grace_period_s));
+    json_t *ck = spec_is_script(s) ? json_pack("{s:i}", "every_steps", 0)
+                                   : json_pack("{s:i, s:i}", "every_steps", s->ckpt_every_steps, "keep_last",
+                                               s->ckpt_keep_last);
+    if (s->ckpt_path[0])
+        json_object_set_new(ck, "path", json_string(s->ckpt_path));
+    if (spec_is_script(s))
+        return spec_script_to_json(s, res, ck, defs, stopping, tags);
     /* the fields the model's kind reads, in spec_model_keys' order */
     json_t *model = json_pack("{s:s}", "type", s->model.type);
     for (size_t i = 0; spec_model_keys[i]; i++) {
@@ -861,10 +892,6 @@ json_t *spec_to_json(const spec_t *s)
                            "eval_every", h->eval_every, "eval_batches", h->eval_batches, "sample_every",
                            h->sample_every, "sample_tokens", h->sample_tokens, "temperature", h->temperature, "top_k",
                            h->top_k);
-    json_t *res = json_pack("{s:i, s:i, s:s, s:s, s:i, s:I}", "nodes", s->res.nodes, "slots_per_node",
-                            s->res.slots_per_node, "slot_type", s->res.slot_type, "device", s->res.device,
-                            "threads_per_rank", s->res.threads_per_rank, "memory_limit_mb",
-                            (json_int_t)s->res.memory_limit_mb);
     const spec_distribution_t *d = &s->dist;
     json_t *dist = json_pack(
         "{s:{s:b, s:f, s:b, s:s}, s:{s:i, s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled",
@@ -874,18 +901,8 @@ json_t *spec_to_json(const spec_t *s)
         d->mp_optimize, "auto_partition", d->mp_auto_partition, "partition_plan", d->mp_partition_plan,
         "mixed_precision", d->mixed_precision[0] ? d->mixed_precision : "none", "activation_checkpointing",
         d->activation_checkpointing);
-    json_t *defs = json_array();
-    for (int i = 0; i < s->n_metric_defs; i++)
-        json_array_append_new(defs, json_pack("{s:s, s:s}", "name", s->metric_defs[i].name, "regex", s->metric_defs[i].regex));
-    json_t *tags = json_object();
-    for (int i = 0; i < s->n_tags; i++)
-        json_object_set_new(tags, s->tag_keys[i], json_string(s->tag_values[i]));
-    json_t *ck = json_pack("{s:i, s:i}", "every_steps", s->ckpt_every_steps, "keep_last", s->ckpt_keep_last);
-    if (s->ckpt_path[0])
-        json_object_set_new(ck, "path", json_string(s->ckpt_path));
-    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I}, s:{s:i}, s:i, s:s, s:o}", "name",
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:i}, s:i, s:s, s:o}", "name",
                      s->name, "project", s->project, "model", model, "data", data, "hyperparameters", hp, "resources", res,
-                     "distribution", dist, "checkpoint", ck, "metric_definitions", defs, "stopping", "max_runtime_s",
-                     (json_int_t)s->max_runtime_s, "retry", "max_attempts", s->max_attempts, "priority", s->priority,
-                     "queue", s->queue, "tags", tags);
+                     "distribution", dist, "checkpoint", ck, "metric_definitions", defs, "stopping", stopping,
+                     "retry", "max_attempts", s->max_attempts, "priority", s->priority, "queue", s->queue, "tags", tags);
 }

@@ -18,6 +18,14 @@
 #define SPEC_MAX_TAGS 32
 #define SPEC_STR 256
 #define SPEC_PATH 1024
+#define SPEC_MAX_CHANNELS 20          /* data.channels of a job */
+#define SPEC_CHANNEL_NAME 64          /* bytes of a channel's name, with its NUL */
+#define SPEC_MAX_SCRIPT_HPARAMS 100   /* keys of a script job's hyperparameters (SageMaker's limits) */
+#define SPEC_SCRIPT_HPARAM_KEY 256    /* characters of one key */
+#define SPEC_SCRIPT_HPARAM_VALUE 2500 /* characters of one value, written as JSON */
+#define SPEC_MAX_ENV 100              /* environment variables of a script job */
+#define SPEC_ENV_VALUE 512            /* characters of one value */
+#define SPEC_MAX_GRACE_S 3600         /* stopping.grace_period_s, at most */
 
 typedef struct spec_model {
     char type[16];          /* a model of the capability table (SPEC_MODEL_MAP): "gpt", "mlp" */
@@ -31,11 +39,21 @@ typedef struct spec_model {
     char init_from[SPEC_PATH]; /* "": none; an llm.c file (absolute, normalised), or "job:<id>" */
 } spec_model_t;
 
+/* A named input of a script job (data.channels): a directory or file inside the data roots,
+ * absolute and normalised. */
+typedef struct spec_channel {
+    char name[SPEC_CHANNEL_NAME]; /* [A-Za-z0-9_-]+ */
+    char path[SPEC_PATH];
+} spec_channel_t;
+
 typedef struct spec_data {
     char train[SPEC_PATH];  /* a local path (a "file://" prefix is removed) */
     char val[SPEC_PATH];    /* "" when the validation set is split from train */
     double val_fraction;
     char format[16];        /* "text" | "tokens" */
+    spec_channel_t channels[SPEC_MAX_CHANNELS]; /* script jobs; an engine job's channels are
+                                                 * train and val, read into the fields above */
+    int n_channels;
 } spec_data_t;
 
 typedef struct spec_hparams {
@@ -83,9 +101,27 @@ typedef struct spec_metric_def {
     char regex[SPEC_MAX_REGEX + 1];
 } spec_metric_def_t;
 
+/* What a script job (one with an entry_point instead of a model) adds: the user's program, where
+ * its code comes from, and what kiln hands it without reading it. */
+typedef struct spec_script {
+    char entry_point[SPEC_PATH]; /* "": an engine job. A relative path inside the code, normalised
+                                  * (no "..", no "./"): .py runs with Python, .sh with /bin/sh,
+                                  * anything else is executed */
+    char source[SPEC_PATH];      /* "code:sha256:<64 lower-case hex>" (an archive uploaded to
+                                  * kilnd) or an absolute, normalised directory in the data roots */
+    char python[SPEC_PATH];      /* "": the agent's --python; else absolute and normalised (the
+                                  * agent checks it lies inside a data root) */
+    json_t *hyperparameters;     /* owned; a free-form object kiln does not interpret */
+    json_t *environment;         /* owned; an object of strings; NULL when empty */
+    bool torch_distributed;      /* distribution.torch_distributed.enabled: one rank per slot
+                                  * (false: one process per node, which owns the node's slots) */
+    int nproc_per_node;          /* processes per node: slots_per_node, or 1 when not enabled */
+} spec_script_t;
+
 typedef struct spec {
     char name[128];
     char project[64];
+    spec_script_t script;
     spec_model_t model;
     spec_data_t data;
     spec_hparams_t hp;
@@ -96,6 +132,8 @@ typedef struct spec {
     spec_metric_def_t metric_defs[SPEC_MAX_METRIC_DEFS];
     int n_metric_defs;
     int64_t max_runtime_s;
+    int grace_period_s;          /* stopping.grace_period_s: SIGTERM, then SIGKILL after this
+                                  * long; 0: kilnd's --stop-grace-ms */
     int max_attempts;
     int priority;
     char queue[64];
@@ -113,7 +151,8 @@ int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err);
 int spec_parse_string(const char *text, spec_t *out, kiln_err_t *err);
 /* Same, from a file. KILN_ENOTFOUND/KILN_EIO when the file cannot be read. */
 int spec_load_file(const char *path, spec_t *out, kiln_err_t *err);
-/* Releases what spec_parse allocated (the partition plan). Accepts NULL. */
+/* Releases what spec_parse allocated (the partition plan, a script job's hyperparameters and
+ * environment). Accepts NULL. */
 void spec_deinit(spec_t *s);
 
 /* The fields of the spec's "model", "hyperparameters" and "resources" sections, NULL-terminated:
@@ -131,6 +170,26 @@ spec_kind_t spec_key_kind(const char *section, const char *key);
 /* The normalised spec as JSON: every field present with its effective value. Caller owns the
  * result (json_decref). spec_to_json then spec_parse gives back an equal spec. */
 json_t *spec_to_json(const spec_t *s);
+
+/* A script job's source "code:sha256:<hex>", an archive uploaded to kilnd, named by the SHA-256
+ * of its bytes as uploaded. */
+#define SPEC_CODE_PREFIX "code:sha256:"
+/* When source is "code:sha256:<64 hex digits>" (upper-case accepted): true, with the digest in
+ * lower case in digest (KILN_SHA256_HEX bytes); else false, digest untouched. */
+bool spec_source_digest(const char *source, char digest[KILN_SHA256_HEX]);
+
+/* The numbers of a job's hyperparameters, flat, for search (hp.NAME): an engine job's fields;
+ * a script job's numbers and numeric strings ("0.01"), nested objects' keys joined with '.'
+ * ({"model": {"depth": 4}} is "model.depth"), at most 8 levels deep and 1,000 numbers (keys in
+ * order), keys of at most 256 bytes; arrays, booleans and other text are left out. Caller owns
+ * the object (json_decref). */
+json_t *spec_hparams_flat(const spec_t *s);
+/* The same numbers of a normalised spec's "hyperparameters" object (either kind of job: an
+ * engine job's are flat numbers already). Caller owns the result. */
+json_t *spec_hparams_flatten(const json_t *hyperparameters);
+
+/* Whether the spec is a script job's (it names an entry_point rather than a model). */
+static inline bool spec_is_script(const spec_t *s) { return s->script.entry_point[0] != '\0'; }
 
 /* Ranks the job needs: nodes x slots_per_node. */
 int spec_world_size(const spec_t *s);

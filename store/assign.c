@@ -249,6 +249,8 @@ static int stop_rows(PGresult *r, store_stop_order_t **out, int *n, kiln_err_t *
         (*out)[i].attempt = store_get_int(r, i, 1);
         if (PQnfields(r) > 2)
             kiln_strlcpy((*out)[i].reason, store_get_str(r, i, 2), sizeof((*out)[i].reason));
+        if (PQnfields(r) > 3)
+            (*out)[i].grace_s = store_get_int(r, i, 3);
     }
     *n = rows;
     return 0;
@@ -264,10 +266,14 @@ int store_assign_take_stops(store_conn_t *c, const char *worker_id, int resend_m
     *out = NULL;
     *n = 0;
     int rc = store_q(c, "take stop orders",
-                     "UPDATE assignments SET stop_sent = true, stop_sent_at = now() WHERE worker_id = $1"
-                     " AND stop AND delivered AND NOT released AND (NOT stop_sent"
-                     "  OR stop_sent_at < now() - $2::int * interval '1 millisecond')"
-                     " RETURNING job_id::text, attempt, stop_reason", 2, p, &r, err);
+                     "WITH g AS (SELECT a.id,"
+                     "  COALESCE((j.spec -> 'stopping' ->> 'grace_period_s')::int, 0) AS grace_s"
+                     "  FROM assignments a JOIN jobs j ON j.id = a.job_id WHERE a.worker_id = $1"
+                     "  AND a.stop AND a.delivered AND NOT a.released)"
+                     " UPDATE assignments a SET stop_sent = true, stop_sent_at = now() FROM g"
+                     " WHERE a.id = g.id AND (NOT a.stop_sent"
+                     "  OR a.stop_sent_at < now() - GREATEST($2::int, g.grace_s * 1000) * interval '1 millisecond')"
+                     " RETURNING a.job_id::text, a.attempt, a.stop_reason, g.grace_s", 2, p, &r, err);
     if (rc)
         return rc;
     rc = stop_rows(r, out, n, err);
@@ -400,6 +406,15 @@ int store_assign_lost(store_conn_t *c, store_lost_t **out, int *n, kiln_err_t *e
                      "SELECT a.job_id::text, a.attempt, a.worker_id, w.hostname FROM assignments a"
                      " JOIN workers w ON w.id = a.worker_id WHERE NOT a.released AND w.state = 'DEAD'"
                      " ORDER BY a.job_id, a.attempt", 0, NULL, out, n, err);
+}
+
+int store_assign_held_by(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n, kiln_err_t *err)
+{
+    const char *p[1] = {worker_id};
+    return lost_rows(c, "find a worker's assignments",
+                     "SELECT a.job_id::text, a.attempt, a.worker_id, w.hostname FROM assignments a"
+                     " JOIN workers w ON w.id = a.worker_id WHERE a.worker_id = $1 AND NOT a.released"
+                     " ORDER BY a.job_id", 1, p, out, n, err);
 }
 
 int store_assign_delivered_on(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n,

@@ -355,40 +355,45 @@ int store_member_remove(store_conn_t *c, const char *project, const char *user, 
 
 /* ---- agents' credentials ----------------------------------------------------------------- */
 
-int store_worker_check_credential(store_conn_t *c, const char *id,
-                                  const uint8_t hash[STORE_HASH_LEN], bool *exists, bool *match,
-                                  kiln_err_t *err)
+int store_worker_check_credential(store_conn_t *c, const char *id, const uint8_t hash[STORE_HASH_LEN],
+                                  store_worker_claim_t *out, kiln_err_t *err)
 {
     char hb[2 * STORE_HASH_LEN + 3];
     const char *p[2] = {id, hash ? store_hash_param(hash, hb) : NULL};
     PGresult *r = NULL;
-    *exists = *match = false;
+    memset(out, 0, sizeof(*out));
     int rc = store_q(c, "check worker credential",
-                     "SELECT coalesce(credential_hash = $2::bytea, false) FROM workers WHERE id = $1",
-                     2, p, &r, err);
+                     "SELECT coalesce(credential_hash = $2::bytea, false), coalesce(cert_sha256, '')"
+                     " FROM workers WHERE id = $1", 2, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
-        *exists = true;
-        *match = store_get_bool(r, 0, 0);
+        out->exists = true;
+        out->match = store_get_bool(r, 0, 0);
+        kiln_strlcpy(out->cert_sha256, store_get_str(r, 0, 1), sizeof(out->cert_sha256));
     }
     PQclear(r);
     return 0;
 }
 
-int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], char *id,
-                               size_t n, kiln_err_t *err)
+int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_worker_auth_t *out,
+                               kiln_err_t *err)
 {
     char hb[2 * STORE_HASH_LEN + 3];
     const char *p[1] = {store_hash_param(hash, hb)};
     PGresult *r = NULL;
-    int rc = store_qp(c, "authenticate agent", "SELECT id FROM workers WHERE credential_hash = $1::bytea",
-                      1, p, &r, err);
+    memset(out, 0, sizeof(*out));
+    int rc = store_qp(c, "authenticate agent",
+                      "SELECT id, coalesce(cert_sha256, ''), approval = 'PENDING' FROM workers"
+                      " WHERE credential_hash = $1::bytea", 1, p, &r, err);
     if (rc)
         return rc;
     int found = PQntuples(r);
-    if (found == 1)
-        kiln_strlcpy(id, store_get_str(r, 0, 0), n);
+    if (found == 1) {
+        kiln_strlcpy(out->id, store_get_str(r, 0, 0), sizeof(out->id));
+        kiln_strlcpy(out->cert_sha256, store_get_str(r, 0, 1), sizeof(out->cert_sha256));
+        out->pending = store_get_bool(r, 0, 2);
+    }
     PQclear(r);
     if (found != 1)
         return kiln_err_set(err, KILN_ENOTFOUND, NULL, "no worker holds this credential");

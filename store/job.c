@@ -77,7 +77,8 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
         "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at, $15 FROM j),"
         " h AS (INSERT INTO job_hparams (job_id, key, num)"
-        "  SELECT j.id, x.key, (x.value #>> '{}')::float8 FROM j, jsonb_each(j.spec -> 'hyperparameters') x"
+        "  SELECT j.id, x.key, (x.value #>> '{}')::float8"
+        "  FROM j, jsonb_each(COALESCE($18::jsonb, j.spec -> 'hyperparameters')) x"
         "  WHERE jsonb_typeof(x.value) = 'number')"
         " SELECT " STORE_JOB_COLS " FROM j";
     char prio[16], nodes[16], spn[16], ws[16], ma[16], ts[24];
@@ -90,15 +91,15 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
     char hash[2 * STORE_HASH_LEN + 3] = "";
     if (j->request_hash)
         store_hash_param(j->request_hash, hash);
-    const char *p[17] = {j->name, j->project ? j->project : "default", j->spec_json,
+    const char *p[18] = {j->name, j->project ? j->project : "default", j->spec_json,
                          j->reason ? j->reason : "submitted", prio,
                          j->queue ? j->queue : "default", nodes, spn, j->slot_type, ws, ma, ts,
                          j->tags_json ? j->tags_json : "{}", j->idempotency_key,
                          j->submitted_by ? j->submitted_by : "", j->paths_json ? j->paths_json : "[]",
-                         j->request_hash ? hash : NULL};
+                         j->request_hash ? hash : NULL, j->hparams_json};
     PGresult *r = NULL;
     for (int attempt = 0;; attempt++) {
-        int rc = store_qp(c, "insert job", sql, 17, p, &r, err);
+        int rc = store_qp(c, "insert job", sql, 18, p, &r, err);
         if (rc)
             return rc;
         if (PQntuples(r) == 1) {

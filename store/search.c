@@ -479,36 +479,6 @@ static void sb_after(sb_t *b, const query_order_t *o, int from, const json_t *va
     sb_sql(b, "))");
 }
 
-/* Checks a cursor against the ordering: {"p": 1|2, "k": [one value per key], "id": uuid}. */
-static bool cursor_ok(const query_order_t *o, const json_t *cur)
-{
-    const json_t *k = json_object_get(cur, "k");
-    const char *id = json_string_value(json_object_get(cur, "id"));
-    json_int_t phase = json_integer_value(json_object_get(cur, "p"));
-    if (!json_is_object(cur) || !json_is_array(k) || json_array_size(k) != (size_t)o->n || !id ||
-        !store_is_uuid(id) || (phase != 1 && phase != 2))
-        return false;
-    if (phase == 2 && !o->keys[0].field.nullable)
-        return false;
-    for (int i = 0; i < o->n; i++) {
-        const json_t *v = json_array_get(k, (size_t)i);
-        const query_field_t *f = &o->keys[i].field;
-        if (json_is_null(v)) {
-            if (!f->nullable || (i == 0 && phase == 1))
-                return false;
-            continue;
-        }
-        if (i == 0 && phase == 2)
-            return false;
-        bool ok = f->type == QT_TIME   ? json_is_integer(v)
-                  : f->type == QT_TEXT ? json_is_string(v) && (f->id != QF_ID || store_is_uuid(json_string_value(v)))
-                                       : json_is_number(v) && isfinite(json_number_value(v));
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
 /* ---- the statement ---------------------------------------------------------------------------- */
 
 static void sb_projects(sb_t *b, const char *const *projects, int n)
@@ -745,16 +715,8 @@ int store_job_search_json(store_conn_t *c, const store_search_t *q, json_t **out
     *out = NULL;
     *next = NULL;
     query_order_t dflt;
-    const query_order_t *o = q->order;
-    if (!o || o->n == 0) {
-        memset(&dflt, 0, sizeof dflt);
-        dflt.n = 1;
-        dflt.keys[0].field.id = QF_CREATED;
-        dflt.keys[0].field.type = QT_TIME;
-        dflt.keys[0].desc = true;
-        o = &dflt;
-    }
-    if (q->after && !cursor_ok(o, q->after)) {
+    const query_order_t *o = store_search_order(q->order, &dflt);
+    if (q->after && !store_search_cursor_ok(o, q->after)) {
         kiln_err_set(err, KILN_EINVAL, "page_token", "page token does not fit this search");
         kiln_err_hint(err, "pass next_page_token from the previous page, with the same filter and order_by");
         return KILN_EINVAL;

@@ -67,6 +67,8 @@ typedef struct store_job_new {
     const char *paths_json;       /* JSON array of the paths it reads and checkpoints to */
     const uint8_t *request_hash;  /* STORE_HASH_LEN bytes identifying the request (its normalised
                                      spec), compared when the idempotency key is reused; or NULL */
+    const char *hparams_json;     /* JSON object of the numbers search indexes as hp.NAME
+                                     (spec_hparams_flat); NULL: the spec's numeric hyperparameters */
     int priority, nodes, slots_per_node, world_size, max_attempts;
     int64_t total_steps;
 } store_job_new_t;
@@ -130,6 +132,14 @@ typedef struct store_search {
  * the order. */
 int store_job_search_json(store_conn_t *c, const store_search_t *q, json_t **out, json_t **next,
                           kiln_err_t *err);
+/* The order a search uses (search_cursor.c): o, or when o is NULL or empty the default (created
+ * desc), written into dflt (caller's storage) and returned. */
+const query_order_t *store_search_order(const query_order_t *o, query_order_t *dflt);
+/* Whether cur (untrusted: it comes back inside a page token) is a cursor store_job_search_json
+ * can continue o from (NULL or empty: the default order): {"p": 1 or 2 (2 only when the first key
+ * may be missing), "k": one value per key of the key's type (null only where the key may be
+ * missing; the first key's is null exactly in phase 2), "id": a UUID}. Pure; thread-safe. */
+bool store_search_cursor_ok(const query_order_t *o, const json_t *cur);
 /* *out = {job id: {metric name: {count, min, max, last, min_step, max_step, last_step, rank,
  * attempt}}} for the n jobs ids (those with summaries), only the metrics names[0..nnames) unless
  * names is NULL. Caller owns *out. */
@@ -179,22 +189,29 @@ void store_sched_unlock(store_conn_t *c);
 
 /* ---- workers ----------------------------------------------------------------------------------- */
 
+#define STORE_CERT_HEX 65     /* SHA-256 of a certificate as lower-case hex, plus its NUL */
+
 typedef struct store_worker_reg {
     const char *id, *hostname, *address, *slot_type, *gpus_json, *version;
     const char *data_roots_json;          /* JSON array of the directories jobs may read */
     const uint8_t *credential_hash;       /* STORE_HASH_LEN bytes: the credential issued now */
+    const char *join_token;               /* the join token's id ("file", "" to keep the old one) */
+    const char *cert_sha256;              /* the client certificate it is bound to; NULL or "": none */
+    const char *registered_from;          /* the registration's source address */
+    bool pending;                         /* a new worker starts PENDING (waits for approval) */
     int slots, cpu_cores;
 } store_worker_reg_t;
-/* Inserts the worker or, when its id exists, updates it and makes it ALIVE again; either way it
- * holds the new credential hash from now on.
- * *was_alive (OUT, may be NULL) = it existed and was ALIVE (the agent restarted unseen). */
-int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_alive,
+/* Inserts the worker or, when its id exists, updates it and makes it ALIVE again (keeping its
+ * approval); either way it holds the new credential hash and certificate from now on.
+ * *was_alive (OUT, may be NULL) = it existed and was ALIVE (the agent restarted unseen);
+ * *pending (OUT, may be NULL) = it is PENDING after the registration. */
+int store_worker_upsert(store_conn_t *c, const store_worker_reg_t *w, bool *was_alive, bool *pending,
                         kiln_err_t *err);
 /* Heartbeat: last_heartbeat = now() for an ALIVE worker, and with draining (its agent is shutting
  * down) the worker takes no new placements until it registers again; *began_draining (OUT, may be
- * NULL) = this heartbeat set that. KILN_ENOTFOUND when the worker is unknown, KILN_ESTATE when it
- * is DEAD (it must register again). */
-int store_worker_touch(store_conn_t *c, const char *id, bool draining, bool *began_draining,
+ * NULL) = this heartbeat set that; *pending (OUT, may be NULL) = it waits for approval.
+ * KILN_ENOTFOUND when the worker is unknown, KILN_ESTATE when it is DEAD (it must register again). */
+int store_worker_touch(store_conn_t *c, const char *id, bool draining, bool *began_draining, bool *pending,
                        kiln_err_t *err);
 /* Marks a worker draining (no new placements); *changed = it was not before. */
 int store_worker_set_draining(store_conn_t *c, const char *id, bool *changed, kiln_err_t *err);
@@ -205,8 +222,10 @@ int store_worker_set_draining(store_conn_t *c, const char *id, bool *changed, ki
 int store_workers_expire(store_conn_t *c, int timeout_ms, int64_t watched_since_us, int *n, kiln_err_t *err);
 /* The database's clock (clock_timestamp()) in Unix microseconds. */
 int store_now_us(store_conn_t *c, int64_t *out, kiln_err_t *err);
-/* *out = array of workers as contracts.md shows them. */
+/* *out = array of workers as contracts.md shows them (removed workers left out). */
 int store_workers_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* *out = one worker as the list shows it. KILN_ENOTFOUND (also for a removed worker). */
+int store_worker_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 /* Counts for monitoring, *out = {"jobs": {STATE: n}, "queues": {QUEUE: n of QUEUED jobs},
  * "workers": {"ALIVE": n, "DEAD": n, "draining": n}, "slots": {SLOT_TYPE: {"total": n, "used": n}}}
  * (slots of ALIVE workers). Caller owns *out. */
@@ -227,7 +246,7 @@ typedef struct store_worker_cap {
     int nroots;
     char roots_buf[2048];
 } store_worker_cap_t;
-/* ALIVE workers with their free slots (slots minus unreleased assignments; none while
+/* ALIVE, approved workers with their free slots (slots minus unreleased assignments; none while
  * draining, so nothing is placed there, though the slots still count for what the cluster can
  * ever run), ordered by id.
  * *out is malloc'd (caller frees). */
@@ -329,13 +348,74 @@ int store_login_link_redeem(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN],
 int store_bootstrap_admin(store_conn_t *c, const char *user, const char *token_id,
                           const uint8_t hash[STORE_HASH_LEN], bool *created, kiln_err_t *err);
 
-/* Whether worker id exists and its credential hash equals hash (NULL: never equal). */
-int store_worker_check_credential(store_conn_t *c, const char *id,
-                                  const uint8_t hash[STORE_HASH_LEN], bool *exists, bool *match,
-                                  kiln_err_t *err);
-/* The worker holding the credential with this hash, into id (size n). KILN_ENOTFOUND. */
-int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], char *id,
-                               size_t n, kiln_err_t *err);
+/* What a registration under an existing worker id claims: whether the worker exists, whether its
+ * credential hash equals the presented one (NULL: never equal), and the certificate it is bound to. */
+typedef struct store_worker_claim {
+    bool exists, match;
+    char cert_sha256[STORE_CERT_HEX];   /* "" when bound to none */
+} store_worker_claim_t;
+int store_worker_check_credential(store_conn_t *c, const char *id, const uint8_t hash[STORE_HASH_LEN],
+                                  store_worker_claim_t *out, kiln_err_t *err);
+/* What a worker credential stands for. */
+typedef struct store_worker_auth {
+    char id[STORE_WORKER_ID_LEN];
+    char cert_sha256[STORE_CERT_HEX];   /* the certificate every call must present; "" for none */
+    bool pending;                       /* waits for approval */
+} store_worker_auth_t;
+/* The worker holding the credential with this hash. KILN_ENOTFOUND. */
+int store_worker_by_credential(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_worker_auth_t *out,
+                               kiln_err_t *err);
+
+/* ---- agent trust (trust.c): join tokens, approval, removal and bans --------------------------- */
+
+/* A new join token (hash of its secret; uses >= 1; expires_us: Unix microseconds). *out = the
+ * token as the API shows it: {id, description, uses, uses_left, registrations, created_at,
+ * created_by, expires_at, revoked_at, last_used_at, state}. */
+int store_join_token_insert(store_conn_t *c, const char *id, const uint8_t hash[STORE_HASH_LEN],
+                            const char *description, int uses, int64_t expires_us, const char *created_by,
+                            json_t **out, kiln_err_t *err);
+/* Array of every join token (no secrets), oldest first. */
+int store_join_tokens_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* Sets revoked_at (kept when already set); *out = the token. KILN_ENOTFOUND. */
+int store_join_token_revoke(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
+typedef struct store_join {
+    char id[32];
+    char state[16];              /* "active" | "used_up" | "expired" | "revoked" */
+} store_join_t;
+/* The join token with this hash and its state now. KILN_ENOTFOUND. */
+int store_join_token_find(store_conn_t *c, const uint8_t hash[STORE_HASH_LEN], store_join_t *out, kiln_err_t *err);
+/* Consumes one use of an active token in one UPDATE (uses_left > 0, not expired, not revoked),
+ * so concurrent registrations on any replica never take more than it has. *consumed (OUT). */
+int store_join_token_consume(store_conn_t *c, const char *id, bool *consumed, kiln_err_t *err);
+
+/* PENDING -> APPROVED by `by`; *changed = it was PENDING. KILN_ENOTFOUND (also when removed). */
+int store_worker_approve(store_conn_t *c, const char *id, const char *by, bool *changed, kiln_err_t *err);
+typedef struct store_worker_removed {
+    char cert_sha256[STORE_CERT_HEX];   /* the certificate it was bound to, "" for none */
+    char hostname[256];
+    char removed_by[64];
+    int64_t removed_us;
+    bool already;                       /* it had been removed before (nothing changed) */
+} store_worker_removed_t;
+/* Removes a worker: DEAD, no credential, not listed any more (its unreleased assignments are the
+ * caller's to hand to the lost-attempt path). KILN_ENOTFOUND. */
+int store_worker_remove(store_conn_t *c, const char *id, const char *by, store_worker_removed_t *out,
+                        kiln_err_t *err);
+/* Bans a worker id and/or a certificate (at least one not empty); *out = the ban as the API
+ * shows it: {id, worker_id, cert_sha256, reason, banned_by, banned_at}. */
+int store_ban_insert(store_conn_t *c, const char *worker_id, const char *cert_sha256, const char *reason,
+                     const char *by, json_t **out, kiln_err_t *err);
+int store_bans_list_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+/* Lifts a ban; *out = it. KILN_ENOTFOUND. */
+int store_ban_delete(store_conn_t *c, int64_t id, json_t **out, kiln_err_t *err);
+/* The first ban on worker_id or cert_sha256 (either may be NULL or ""): *ban_id (0: none) and
+ * whether it names the certificate. */
+int store_ban_find(store_conn_t *c, const char *worker_id, const char *cert_sha256, int64_t *ban_id,
+                   bool *by_cert, kiln_err_t *err);
+/* Inside a transaction: takes the certificate's advisory lock (held until commit) and finds a live
+ * worker other than except_id bound to it, into holder (size n; "" when none). */
+int store_worker_cert_holder(store_conn_t *c, const char *cert_sha256, const char *except_id, char *holder,
+                             size_t n, kiln_err_t *err);
 
 /* ---- assignments (placements) and rank exits --------------------------------------------------- */
 
@@ -385,10 +465,11 @@ typedef struct store_stop_order {
     char job_id[STORE_ID_LEN];
     int attempt;
     char reason[256];
+    int grace_s;                 /* store_assign_take_stops: the job's stopping.grace_period_s (0: none) */
 } store_stop_order_t;
-/* Stop orders for a worker: those not yet sent, and those sent more than resend_ms ago whose
- * assignment is still not released (the reply carrying them may have been lost). Marks them sent
- * now. *out malloc'd. */
+/* Stop orders for a worker: those not yet sent, and those sent more than resend_ms ago (or than
+ * the job's own grace period, when that is longer) whose assignment is still not released (the
+ * reply carrying them may have been lost). Marks them sent now. *out malloc'd. */
 int store_assign_take_stops(store_conn_t *c, const char *worker_id, int resend_ms,
                             store_stop_order_t **out, int *n, kiln_err_t *err);
 /* Of the (job, attempt) pairs a worker says it runs, those it should not run (no live, unstopped
@@ -418,6 +499,8 @@ typedef struct store_lost {
 } store_lost_t;
 /* Unreleased assignments on DEAD workers (jobs that lost ranks). *out malloc'd. */
 int store_assign_lost(store_conn_t *c, store_lost_t **out, int *n, kiln_err_t *err);
+/* Unreleased assignments of a worker, delivered or not (used when an admin removes it). */
+int store_assign_held_by(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n, kiln_err_t *err);
 /* Delivered, unreleased assignments of a worker (used when an agent restarts unseen). */
 int store_assign_delivered_on(store_conn_t *c, const char *worker_id, store_lost_t **out, int *n,
                               kiln_err_t *err);
@@ -544,6 +627,31 @@ int store_artifact_trash_add(store_conn_t *c, const char *store_id, const char *
 int store_artifact_trash_list(store_conn_t *c, const char *store_id, int limit, store_trash_t **out, int *n,
                               kiln_err_t *err);
 int store_artifact_trash_done(store_conn_t *c, const char *store_id, const store_trash_t *t, kiln_err_t *err);
+
+/* ---- code archives (code.c) -------------------------------------------------------------------- */
+
+/* An uploaded code archive, as a project sees it: its digest (SHA-256 of the bytes, lower-case
+ * hex), size, files, which artifact store holds the bytes, and when the project uploaded it. */
+typedef struct store_code {
+    char digest[65];
+    int64_t size;
+    int files;
+    char store_id[64];
+    char uploaded_by[64];
+    int64_t created_us;          /* when the project uploaded it */
+} store_code_t;
+
+/* Records that project uploaded the archive digest (size bytes, files files, kept in store_id):
+ * the blob row once for all projects (a blob already recorded keeps its row), the project's row
+ * once per project. *created (OUT, may be NULL): the project had no row before. */
+int store_code_put(store_conn_t *c, const char *project, const char *digest, int64_t size, int files,
+                   const char *store_id, const char *uploaded_by, bool *created, kiln_err_t *err);
+/* The archive digest as project sees it. KILN_ENOTFOUND (field "digest") when project has not
+ * uploaded it, whether or not another project has. */
+int store_code_get(store_conn_t *c, const char *project, const char *digest, store_code_t *out, kiln_err_t *err);
+/* The blob of digest whichever project uploaded it (for an agent fetching what a job names: the
+ * job's project was checked at submission). KILN_ENOTFOUND when there is none. */
+int store_code_blob(store_conn_t *c, const char *digest, store_code_t *out, kiln_err_t *err);
 
 /* ---- lifecycle (lifecycle.c) ------------------------------------------------------------------- */
 

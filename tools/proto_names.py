@@ -63,6 +63,20 @@ PAIRS = [
     ("query:delete /v1/tokens/{id}", "RevokeTokenRequest"),
     ("query:get /v1/projects/{project}/members", "ListMembersRequest"),
     ("query:delete /v1/projects/{project}/members/{user}", "RemoveMemberRequest"),
+    ("response:post /v1/code 201", "UploadCodeResponse"),
+    ("query:post /v1/code", "UploadCodeRequest"),
+    ("query:get /v1/code/{digest}", "DownloadCodeRequest"),
+    ("schema:JoinToken", "JoinToken"),
+    ("schema:WorkerBan", "WorkerBan"),
+    ("response:get /v1/join-tokens 200", "ListJoinTokensResponse"),
+    ("response:post /v1/join-tokens 201", "CreateJoinTokenResponse"),
+    ("body:post /v1/join-tokens", "CreateJoinTokenRequest"),
+    ("query:delete /v1/join-tokens/{id}", "RevokeJoinTokenRequest"),
+    ("query:post /v1/workers/{id}:approve", "ApproveWorkerRequest"),
+    ("query:delete /v1/workers/{id}", "RemoveWorkerRequest"),
+    ("response:delete /v1/workers/{id} 200", "RemoveWorkerResponse"),
+    ("response:get /v1/worker-bans 200", "ListWorkerBansResponse"),
+    ("query:delete /v1/worker-bans/{id}", "DeleteWorkerBanRequest"),
 ]
 
 # Names one side has alone, and why. Keyed by proto message.
@@ -74,6 +88,10 @@ REST_ONLY = {
     "CreateTokenRequest": set(),
     # REST pages and resumes plain log reads; gRPC streams them
     "StreamLogsRequest": {"after_seq", "limit", "Last-Event-ID"},
+    # SageMaker's capitalised spelling, read as name and regex
+    "MetricDefinition": {"Name", "Regex"},
+    # REST downloads in byte ranges of HTTP's own
+    "DownloadCodeRequest": {"Range", "If-Range", "If-None-Match"},
 }
 PROTO_ONLY = {
     # REST's path says which job; the event carries it on gRPC streams
@@ -85,6 +103,13 @@ PROTO_ONLY = {
     "ListTokensRequest": {"user"},
     # REST's series carries the name once; an agent's MetricBatch carries it with every point
     "MetricPoint": {"name"},
+    # a script job's free-form hyperparameters: REST carries the object as "hyperparameters"
+    "JobSpec": {"hyperparameters_json"},
+    # REST uploads in one streamed body; gRPC in resumable pieces
+    "UploadCodeRequest": {"upload_id", "offset", "data", "finish"},
+    "UploadCodeResponse": {"upload_id", "offset"},
+    # REST downloads ranges with the Range header
+    "DownloadCodeRequest": {"offset", "length"},
 }
 # REST path parameter names that stand for a proto field of another name
 PATH_ALIASES = {"name": "user"}

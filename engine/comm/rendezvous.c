@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define RV_MAGIC 0x4b494c4eu /* "KILN" */
@@ -31,6 +32,7 @@ struct rv_hello {
     int32_t world;
     char host[COMM_HOST_MAX];
     char job[64];
+    uint64_t shm;       /* which /dev/shm the rank sees (rv_shm_domain) */
 };
 struct rv_addr {
     uint32_t len;
@@ -146,6 +148,16 @@ static void local_ip(int fd, char *buf, size_t n)
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, buf, (socklen_t)n);
 }
 
+/* Which /dev/shm this process sees: ranks of one host in different sandboxes (kiln-agent's boxes,
+ * containers) have one each, and the shm provider works only between ranks that share one. */
+static uint64_t rv_shm_domain(void)
+{
+    struct stat st;
+    if (stat("/dev/shm", &st) != 0)
+        return 0;
+    return (uint64_t)st.st_dev * 1000003u + (uint64_t)st.st_ino;
+}
+
 static const char *rv_peer_host(const comm_engine_t *e, int r)
 {
     return e->hosts && e->hosts[r][0] ? e->hosts[r] : "?";
@@ -182,6 +194,10 @@ static int rv_master(comm_engine_t *e, const comm_config_t *cfg, const char *myh
     char prov[COMM_PROV_MAX], node[64];
 
     kiln_strlcpy(e->hosts[0], myhost, COMM_HOST_MAX);
+    uint64_t *shm = calloc((size_t)e->world, sizeof(*shm));
+    if (!shm)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    shm[0] = rv_shm_domain();
     if (e->world > 1) {
         lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         int one = 1;
@@ -235,25 +251,35 @@ static int rv_master(comm_engine_t *e, const comm_config_t *cfg, const char *myh
         }
         e->ctl_fds[h.rank] = cfd;
         kiln_strlcpy(e->hosts[h.rank], h.host, COMM_HOST_MAX);
+        shm[h.rank] = h.shm;
         arrived++;
     }
 
-    /* Provider: rank 0's override, else shm when every rank is on this host. */
-    bool one_host = true;
+    /* Provider: rank 0's override, else shm when every rank is on this host, seeing the same
+     * /dev/shm (not so for ranks of one host in different sandboxes). */
+    bool one_host = true, one_shm = true;
     int other = 0;
-    for (int r = 1; r < e->world; r++)
+    for (int r = 1; r < e->world; r++) {
         if (strcmp(e->hosts[r], e->hosts[0]) != 0 && one_host) {
             one_host = false;
             other = r;
         }
+        if (shm[r] != shm[0] && one_shm && one_host) {
+            one_shm = false;
+            other = r;
+        }
+    }
     if (cfg->provider && (strcmp(cfg->provider, "shm") == 0 || strcmp(cfg->provider, "tcp") == 0))
         kiln_strlcpy(prov, cfg->provider, sizeof(prov));
     else
-        kiln_strlcpy(prov, one_host ? "shm" : "tcp", sizeof(prov));
-    if (strcmp(prov, "shm") == 0 && !one_host) {
-        rc = kiln_err_set(err, KILN_EINVAL, NULL,
-                          "provider shm needs every rank on one host, but rank %d is on \"%s\" and rank 0 on \"%s\"",
-                          other, e->hosts[other], e->hosts[0]);
+        kiln_strlcpy(prov, one_host && one_shm ? "shm" : "tcp", sizeof(prov));
+    if (strcmp(prov, "shm") == 0 && !(one_host && one_shm)) {
+        if (!one_host)
+            rc = kiln_err_set(err, KILN_EINVAL, NULL, "provider shm needs every rank on one host, but rank %d is on "
+                              "\"%s\" and rank 0 on \"%s\"", other, e->hosts[other], e->hosts[0]);
+        else
+            rc = kiln_err_set(err, KILN_EINVAL, NULL, "provider shm needs every rank to share one /dev/shm, but rank "
+                              "%d runs in another sandbox than rank 0 on \"%s\"", other, e->hosts[0]);
         rv_broadcast_error(e, KILN_EINVAL, err->message);
         goto done;
     }
@@ -330,6 +356,7 @@ done:
     if (lfd >= 0)
         close(lfd);
     free(table);
+    free(shm);
     return rc;
 }
 
@@ -414,6 +441,7 @@ static int rv_worker(comm_engine_t *e, const comm_config_t *cfg, const char *myh
     e->ctl_fds[0] = fd;
     struct rv_hello h = {.magic = RV_MAGIC, .rank = e->rank, .world = e->world};
     kiln_strlcpy(h.host, myhost, sizeof(h.host));
+    h.shm = rv_shm_domain();
     kiln_strlcpy(h.job, cfg->job_id ? cfg->job_id : "", sizeof(h.job));
     if (rv_write(fd, RV_HELLO, &h, sizeof(h)) != 0)
         return kiln_err_set(err, KILN_ECOMM, NULL, "rank 0 (%s:%d) closed the connection during rendezvous",

@@ -2,6 +2,7 @@
 #include "tests/agent/launch_fixture.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,46 @@ const ev_line_t *lf_find_line(int rank, const char *prefix)
             hit = &R.lines[i];
     pthread_mutex_unlock(&R.mu);
     return hit;
+}
+
+/* The NUL-separated contents of /proc/<pid>/<what> into buf; their length, or 0. */
+static size_t proc_read(const char *pid, const char *what, char *buf, size_t n)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "/proc/%s/%s", pid, what);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t got = fread(buf, 1, n - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    return got;
+}
+
+pid_t lf_find_process(const char *job, const char *cmd_part)
+{
+    char want[128], buf[16384];
+    snprintf(want, sizeof(want), "KILN_JOB_ID=%s", job);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = -1;
+    while (d && found < 0 && (e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        size_t n = proc_read(e->d_name, "cmdline", buf, sizeof(buf));
+        bool cmd = false;
+        for (size_t i = 0; i < n && !cmd; i += strlen(buf + i) + 1)
+            cmd = strstr(buf + i, cmd_part) != NULL;
+        if (!cmd)
+            continue;
+        n = proc_read(e->d_name, "environ", buf, sizeof(buf));
+        for (size_t i = 0; i < n && found < 0; i += strlen(buf + i) + 1)
+            if (!strcmp(buf + i, want))
+                found = atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return found;
 }
 
 Kiln__Assignment lf_assignment(const char *job, int attempt, int32_t *ranks, size_t n, const char *spec)

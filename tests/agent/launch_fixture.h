@@ -57,6 +57,10 @@ agent_launcher_t *lf_launcher_cfg(const agent_launcher_config_t *cfg);
 bool lf_wait_exits(int n, int timeout_ms);
 /* The first line of rank starting with prefix, or NULL. Call with R.mu not held. */
 const ev_line_t *lf_find_line(int rank, const char *prefix);
+/* The pid (as this process sees it) of a process whose environment holds KILN_JOB_ID=job and
+ * whose command line holds cmd_part, or -1. A rank in a sandbox has a pid of its own there ($$),
+ * so tests find it here. */
+pid_t lf_find_process(const char *job, const char *cmd_part);
 /* An assignment of job on this agent: ranks[0..n), world 8, node 1 of 2, master 10.0.0.7:29500. */
 Kiln__Assignment lf_assignment(const char *job, int attempt, int32_t *ranks, size_t n, const char *spec);
 

@@ -47,16 +47,15 @@ static void *watcher(void *arg)
 
 Test(starve, a_backtracking_job_neither_blocks_heartbeats_nor_its_neighbour)
 {
-    char *greedy = lf_script("greedy.sh",
-                             "i=0\n"
-                             "while [ $i -lt 3000 ]; do echo 1111111111111111111111111111111111111111; i=$((i+1)); done\n"
-                             "echo greedy-done\n");
-    char *bystander = lf_script("bystander.sh",
-                                "i=1\n"
-                                "while [ $i -le 100 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.03; done\n");
-    /* one program for both jobs: it runs the script named by the job */
-    char *bin = lf_script("rank.sh", "exec \"$(dirname \"$0\")/$KILN_JOB_ID.sh\"\n");
-    (void)greedy, (void)bystander;
+    /* one program for both jobs: it runs the part named by the job (a rank sees only its program) */
+    char *bin = lf_script("rank.sh",
+                          "case $KILN_JOB_ID in\n"
+                          "greedy) i=0\n"
+                          "  while [ $i -lt 3000 ]; do echo 1111111111111111111111111111111111111111; i=$((i+1)); done\n"
+                          "  echo greedy-done;;\n"
+                          "bystander) i=1\n"
+                          "  while [ $i -le 100 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.03; done;;\n"
+                          "esac\n");
     agent_launcher_t *l = lf_launcher(bin, 2, false, 2, NULL, 0);
 
     watch_t w = {.l = l};

@@ -32,7 +32,8 @@ void at_setup_with(const api_http_config_t *extra)
     snprintf(art_dir, sizeof art_dir, "%s/artifacts", at_dir);
     svc_config_t cfg = {.database_url = at_db, .heartbeat_interval_ms = 1000,
                         .heartbeat_timeout_ms = 60000, .sched_interval_ms = 50, .db_pool_size = 4,
-                        .bootstrap_token_file = token_file, .artifact_dir = art_dir};
+                        .bootstrap_token_file = token_file, .artifact_dir = art_dir,
+                        .code_max_bytes = 4 << 20 /* test_code.c: a limit quick to pass */};
     cr_assert_eq(svc_create(&cfg, &at_svc, &err), 0, "svc_create: %s", err.message);
     char *tok = NULL;
     cr_assert_eq(kiln_file_read(token_file, &tok, NULL, &err), 0, "%s", err.message);

@@ -4,11 +4,14 @@
  * revoked one, a viewer, an editor, the admin of another project, the project's admin and a
  * cluster admin. Also CORS, JSON-only bodies and the token lifecycle. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "code/code.h"
 #include "tests/api/api_test.h"
 
 TestSuite(authz, .init = at_setup, .fini = at_teardown, .timeout = 120);
@@ -255,6 +258,64 @@ static void p_member_remove(int c, char *path, size_t n, const char **body)
     member("p", "victim", "viewer"); /* there is always someone to remove */
     p_fixed(c, path, n, body, "/v1/projects/p/members/victim", NULL);
 }
+/* What agents are trusted with: cluster admins only, each given something real to act on. */
+static void p_join_tokens(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/join-tokens", NULL);
+}
+static void p_join_create(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/join-tokens", "{\"uses\": 3, \"expires_in\": \"1h\", \"description\": \"matrix\"}");
+}
+static void p_join_revoke(int c, char *path, size_t n, const char **body)
+{
+    json_t *t = admin("POST", "/v1/join-tokens", "{}", 201);
+    snprintf(path, n, "/v1/join-tokens/%s", json_string_value(json_object_get(t, "id")));
+    json_decref(t);
+    (void)c;
+    *body = NULL;
+}
+/* A worker of its own per caller (no slots: nothing is placed on it). */
+static void bare_worker(int c, char *id, size_t n)
+{
+    snprintf(id, n, "w-matrix-%d-%d", c, counter++);
+    kiln_err_t err;
+    arena_t a;
+    arena_init(&a, 0);
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
+    req.worker_id = id;
+    req.hostname = "bare";
+    req.slot_type = "cpu";
+    cr_assert_eq(svc_agent_register(at_svc, &req, NULL, &a, &reg, &err), 0, "%s", err.message);
+    arena_deinit(&a);
+}
+static void p_worker_approve(int c, char *path, size_t n, const char **body)
+{
+    char id[64];
+    bare_worker(c, id, sizeof id);
+    snprintf(path, n, "/v1/workers/%s:approve", id);
+    *body = "{}";
+}
+static void p_worker_remove(int c, char *path, size_t n, const char **body)
+{
+    char id[64];
+    bare_worker(c, id, sizeof id);
+    snprintf(path, n, "/v1/workers/%s?ban=true&reason=matrix", id);
+    *body = NULL;
+}
+static void p_bans(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/worker-bans", NULL); }
+static void p_unban(int c, char *path, size_t n, const char **body)
+{
+    char id[64], rm[128];
+    bare_worker(c, id, sizeof id);
+    snprintf(rm, sizeof rm, "/v1/workers/%s?ban=true", id);
+    json_t *out = admin("DELETE", rm, NULL, 200);
+    snprintf(path, n, "/v1/worker-bans/%lld",
+             (long long)json_integer_value(json_object_get(json_object_get(out, "ban"), "id")));
+    json_decref(out);
+    *body = NULL;
+}
 static void p_healthz(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/healthz", NULL); }
 static void p_readyz(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/readyz", NULL); }
 static void p_prom(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/metrics", NULL); }
@@ -287,7 +348,57 @@ static void p_ui_asset(int c, char *path, size_t n, const char **body)
     *body = NULL;
 }
 
+/* A code archive: a fresh one per call (so every allowed upload creates one). */
+static char archive_path[300];
+static void make_archive(void)
+{
+    char dir[256], f[300];
+    snprintf(dir, sizeof dir, "%s/code-%d", at_dir_path(), counter++);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(f, sizeof f, "%s/train.py", dir);
+    FILE *fp = fopen(f, "w");
+    fprintf(fp, "print(%d)\n", counter);
+    fclose(fp);
+    snprintf(archive_path, sizeof archive_path, "%s.tgz", dir);
+    int fd = open(archive_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    kiln_err_t err;
+    cr_assert_eq(code_pack_dir(dir, fd, NULL, 0, NULL, &err), 0, "%s", err.message);
+    close(fd);
+}
+static void p_code_upload(int c, char *path, size_t n, const char **body)
+{
+    make_archive();
+    p_fixed(c, path, n, body, "/v1/code?project=p", NULL);
+}
+/* An archive of project p (uploaded once). */
+static void p_code_get(int c, char *path, size_t n, const char **body)
+{
+    static char digest[KILN_SHA256_HEX];
+    if (!digest[0]) {
+        make_archive();
+        char *data = NULL;
+        size_t len = 0;
+        kiln_err_t err;
+        cr_assert_eq(kiln_file_read(archive_path, &data, &len, &err), 0);
+        kiln_sha256_hex(data, len, digest);
+        char url[200], auth[200], *out = NULL;
+        snprintf(url, sizeof url, "%s/v1/code?project=p", at_base);
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", at_admin_token);
+        const char *hdrs[] = {"Content-Type: application/gzip", auth, NULL};
+        long st = 0;
+        cr_assert_eq(th_http_send("POST", url, data, len, hdrs, &st, &out, NULL, 10000), 0);
+        cr_assert_eq(st, 201, "%s", out);
+        free(out);
+        free(data);
+    }
+    (void)c;
+    snprintf(path, n, "/v1/code/%s?project=p", digest);
+    *body = NULL;
+}
+
 static const row_t k_rows[] = {
+    {"POST", "/v1/code", p_code_upload, {UNAUTH, 403, 201, 403, 201, 201}},
+    {"GET", "/v1/code/{digest}", p_code_get, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/jobs", p_jobs, {EVERYONE(200)}},
     {"POST", "/v1/jobs", p_submit, {UNAUTH, 403, 201, 403, 201, 201}},
     {"POST", "/v1/jobs:search", p_search, {EVERYONE(200)}},
@@ -300,6 +411,13 @@ static const row_t k_rows[] = {
     {"GET", "/v1/jobs/{id}/logs", p_logs, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/metrics", p_metrics, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/workers", p_workers, {EVERYONE(200)}},
+    {"POST", "/v1/workers/{id}:approve", p_worker_approve, {CLUSTER_ONLY(403, 200)}},
+    {"DELETE", "/v1/workers/{id}", p_worker_remove, {CLUSTER_ONLY(403, 200)}},
+    {"GET", "/v1/worker-bans", p_bans, {CLUSTER_ONLY(403, 200)}},
+    {"DELETE", "/v1/worker-bans/{id}", p_unban, {CLUSTER_ONLY(403, 200)}},
+    {"GET", "/v1/join-tokens", p_join_tokens, {CLUSTER_ONLY(403, 200)}},
+    {"POST", "/v1/join-tokens", p_join_create, {CLUSTER_ONLY(403, 201)}},
+    {"DELETE", "/v1/join-tokens/{id}", p_join_revoke, {CLUSTER_ONLY(403, 200)}},
     {"GET", "/v1/whoami", p_whoami, {EVERYONE(200)}},
     {"GET", "/v1/users", p_users, {CLUSTER_ONLY(403, 200)}},
     {"POST", "/v1/users", p_user_create, {CLUSTER_ONLY(403, 201)}},
@@ -374,7 +492,21 @@ Test(authz, every_route_times_every_caller)
                 snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[c]);
             long st;
             char *raw = NULL;
-            json_t *j = at_req(row->method, path, body, hdrs, &st, &raw);
+            json_t *j;
+            if (row->prepare == p_code_upload) {
+                /* the body is an archive, not JSON */
+                char *data = NULL, url[400];
+                size_t len = 0;
+                kiln_err_t err;
+                cr_assert_eq(kiln_file_read(archive_path, &data, &len, &err), 0);
+                snprintf(url, sizeof url, "%s%s", at_base, path);
+                const char *gz[] = {"Content-Type: application/gzip", auth, NULL};
+                cr_assert_eq(th_http_send("POST", url, data, len, gz, &st, &raw, NULL, 10000), 0);
+                free(data);
+                j = json_loads(raw, 0, NULL);
+            } else {
+                j = at_req(row->method, path, body, hdrs, &st, &raw);
+            }
             cr_assert_eq(st, row->want[c], "%s %s as %s: want %ld, got %ld: %s", row->method, path,
                          k_callers[c], row->want[c], st, raw);
             if (st == 401) {

@@ -11,14 +11,17 @@
  * tools/proto_names.py checks that kiln.proto and the spec name their fields alike. */
 #include <criterion/criterion.h>
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "code/code.h"
 #include "tests/api/api_test.h"
 
 TestSuite(contract, .timeout = 300);
@@ -140,6 +143,28 @@ static void rec_refused(long want_status, const char *path, const char *extra_he
     free(text);
     free(headers);
     free(url);
+}
+
+/* rec() for a body of bytes (a code archive) with Content-Type ctype; asserts the status. */
+static void rec_bytes(long want_status, const char *path, const void *data, size_t len, const char *ctype,
+                      const char *token)
+{
+    char url[1024], auth[256], ct[128];
+    snprintf(url, sizeof url, "%s%s", at_base, path);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token ? token : at_admin_token);
+    snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
+    const char *hdrs[] = {auth, ct, NULL};
+    long st = 0;
+    char *text = NULL, *headers = NULL;
+    cr_assert_eq(th_http_send("POST", url, data, len, hdrs, &st, &text, &headers, 20000), 0, "POST %s failed", url);
+    cr_assert_eq(st, want_status, "POST %s: %ld %s", path, st, text);
+    char ctype_got[128];
+    content_type_of(headers, ctype_got, sizeof ctype_got);
+    json_array_append_new(records, json_pack("{s:s, s:s, s:s?, s:i, s:s, s:s}", "method", "POST", "path", path,
+                                             "route", route_of("POST", path), "status", (int)st, "content_type",
+                                             ctype_got, "body", text ? text : ""));
+    free(text);
+    free(headers);
 }
 
 /* rec() that also asserts the status. */
@@ -419,6 +444,50 @@ Test(contract, every_route_against_openapi)
     want(404, "GET", path, NULL, NULL);
     free(art);
 
+    /* ---- code archives: upload (new, again, refused, too large), download ---- */
+    {
+        char src[256], tgz[300];
+        snprintf(src, sizeof src, "%s/contract-src", at_dir_path());
+        cr_assert_eq(mkdir(src, 0755), 0);
+        snprintf(tgz, sizeof tgz, "%s/train.py", src);
+        FILE *f = fopen(tgz, "w");
+        fputs("print('contract')\n", f);
+        fclose(f);
+        snprintf(tgz, sizeof tgz, "%s.tgz", src);
+        int fd = open(tgz, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        kiln_err_t perr;
+        cr_assert_eq(code_pack_dir(src, fd, NULL, 0, NULL, &perr), 0, "%s", perr.message);
+        close(fd);
+        char *arch = NULL;
+        size_t alen = 0;
+        cr_assert_eq(kiln_file_read(tgz, &arch, &alen, &perr), 0);
+        rec_bytes(201, "/v1/code?project=p", arch, alen, "application/gzip", NULL);
+        rec_bytes(200, "/v1/code?project=p", arch, alen, "application/octet-stream", NULL);
+        rec_bytes(400, "/v1/code?project=p", "not an archive", 14, "application/gzip", NULL);
+        rec_bytes(403, "/v1/code?project=p", arch, alen, "application/gzip", viewer);
+        rec_bytes(404, "/v1/code?project=nosuch", arch, alen, "application/gzip", NULL);
+        size_t blen = (4 << 20) + 16;
+        char *bigarch = calloc(1, blen);
+        rec_bytes(413, "/v1/code?project=p", bigarch, blen, "application/gzip", NULL);
+        free(bigarch);
+        char dsha[KILN_SHA256_HEX], cpath[200], cinm[128];
+        kiln_sha256_hex(arch, alen, dsha);
+        snprintf(cpath, sizeof cpath, "/v1/code/%s?project=p", dsha);
+        want(200, "GET", cpath, NULL, NULL);
+        want(200, "GET", cpath, NULL, viewer);
+        cr_assert_eq(rec("GET", cpath, NULL, NULL, NULL, "Range: bytes=0-9", &text), 206, "%s", text);
+        free(text);
+        snprintf(cinm, sizeof cinm, "If-None-Match: \"%s\"", dsha);
+        cr_assert_eq(rec("GET", cpath, NULL, NULL, NULL, cinm, &text), 304, "%s", text);
+        free(text);
+        cr_assert_eq(rec("GET", cpath, NULL, NULL, NULL, "Range: bytes=100000000-", &text), 416, "%s", text);
+        free(text);
+        snprintf(cpath, sizeof cpath, "/v1/code/%s?project=default", dsha);
+        want(404, "GET", cpath, NULL, NULL);
+        want(400, "GET", "/v1/code/not-a-digest", NULL, NULL);
+        free(arch);
+    }
+
     /* ---- cluster, identity ---- */
     want(200, "GET", "/v1/workers", NULL, NULL);
     want(200, "GET", "/v1/whoami", NULL, NULL);
@@ -469,6 +538,62 @@ Test(contract, every_route_against_openapi)
     want(404, "PUT", "/v1/projects/q/members/nobody", "{\"role\": \"viewer\"}", NULL);
     want(200, "DELETE", "/v1/projects/q/members/viewer", NULL, NULL);
     want(403, "DELETE", "/v1/projects/p/members/viewer", NULL, viewer);
+    /* ---- what agents are trusted with: join tokens, approval, removal, bans ---- */
+    cr_assert_eq(rec("POST", "/v1/join-tokens", "{\"uses\": 2, \"expires_in\": \"1h\", \"description\": \"rack 4\"}",
+                     NULL, NULL, NULL, &text), 201, "%s", text);
+    char *join_id = json_field(text, "id");
+    free(text);
+    want(201, "POST", "/v1/join-tokens", NULL, NULL); /* the defaults: single-use, 24 hours */
+    want(400, "POST", "/v1/join-tokens", "{\"uses\": 0}", NULL);
+    want(400, "POST", "/v1/join-tokens", "{\"uses\": \"two\"}", NULL);
+    want(400, "POST", "/v1/join-tokens", "{\"expires_in\": \"forever\"}", NULL);
+    want(400, "POST", "/v1/join-tokens", "{\"ttl\": 60}", NULL);
+    want(403, "POST", "/v1/join-tokens", "{}", viewer);
+    want(200, "GET", "/v1/join-tokens", NULL, NULL);
+    want(403, "GET", "/v1/join-tokens", NULL, viewer);
+    snprintf(path, sizeof path, "/v1/join-tokens/%s", join_id);
+    want(403, "DELETE", path, NULL, viewer);
+    want(200, "DELETE", path, NULL, NULL);
+    want(404, "DELETE", "/v1/join-tokens/jt_nothing", NULL, NULL);
+    free(join_id);
+    snprintf(path, sizeof path, "/v1/workers/%s:approve", at_worker);
+    want(200, "POST", path, NULL, NULL);
+    want(400, "POST", path, "{\"now\": true}", NULL);
+    want(403, "POST", path, NULL, viewer);
+    want(404, "POST", "/v1/workers/w-nothing:approve", NULL, NULL);
+    {
+        /* a worker of its own to remove */
+        Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+        Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
+        req.worker_id = "w-contract";
+        req.hostname = "contract";
+        req.slot_type = "cpu";
+        arena_t a;
+        arena_init(&a, 0);
+        kiln_err_t rerr;
+        cr_assert_eq(svc_agent_register(at_svc, &req, NULL, &a, &reg, &rerr), 0, "%s", rerr.message);
+        arena_deinit(&a);
+    }
+    want(400, "DELETE", "/v1/workers/w-contract?bann=true", NULL, NULL);
+    want(400, "DELETE", "/v1/workers/w-contract?ban=maybe", NULL, NULL);
+    want(400, "DELETE", "/v1/workers/w-contract?reason=why", NULL, NULL); /* a reason goes with a ban */
+    want(403, "DELETE", "/v1/workers/w-contract?ban=true", NULL, viewer);
+    want(404, "DELETE", "/v1/workers/w-nothing", NULL, NULL);
+    cr_assert_eq(rec("DELETE", "/v1/workers/w-contract?ban=true&reason=contract", NULL, NULL, NULL, NULL, &text), 200,
+                 "%s", text);
+    json_t *removed = json_loads(text, 0, NULL);
+    free(text);
+    char ban_path[64];
+    snprintf(ban_path, sizeof ban_path, "/v1/worker-bans/%lld",
+             (long long)json_integer_value(json_object_get(json_object_get(removed, "ban"), "id")));
+    json_decref(removed);
+    want(200, "DELETE", "/v1/workers/w-contract", NULL, NULL); /* removed already: no ban, no change */
+    want(200, "GET", "/v1/worker-bans", NULL, NULL);
+    want(403, "GET", "/v1/worker-bans", NULL, viewer);
+    want(403, "DELETE", ban_path, NULL, viewer);
+    want(200, "DELETE", ban_path, NULL, NULL);
+    want(404, "DELETE", ban_path, NULL, NULL);
+    want(404, "DELETE", "/v1/worker-bans/first", NULL, NULL);
     /* ---- one-time login links and the web UI ---- */
     cr_assert_eq(rec("POST", "/v1/login-links", NULL, viewer, NULL, NULL, &text), 201, "%s", text);
     char *code = json_field(text, "code");

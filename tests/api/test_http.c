@@ -107,15 +107,17 @@ Test(http, bad_spec_is_400_naming_the_field)
                      " \"regex\": \"step (?<step>[a-z]+) ([0-9.]+)\"}]", "metric_definitions[0].regex");
 }
 
-Test(http, unfit_job_is_422)
+Test(http, a_job_no_worker_fits_is_accepted_and_says_what_it_waits_for)
 {
-    /* the fixture's cluster is one 4-slot CPU worker: GPU ranks can never run on it */
+    /* the fixture's cluster is one 4-slot CPU worker: a GPU job waits for a GPU worker */
     char *body = spec_with("\"slot_type\": \"cpu\"", "\"slot_type\": \"gpu\"");
     long st;
     char *raw;
     json_t *j = at_req("POST", "/v1/jobs", body, NULL, &st, &raw);
-    cr_assert_eq(st, 422, "%s", raw);
-    assert_error_shape(j, "unschedulable");
+    cr_assert_eq(st, 201, "%s", raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "QUEUED");
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    cr_assert(why && strstr(why, "waiting for workers") && strstr(why, "gpu"), "%s", raw);
     json_decref(j);
     free(raw);
     free(body);

@@ -34,6 +34,7 @@ static char *capture(print_fn fn, const json_t *j, int64_t now)
 
 static void print_jobs(FILE *f, const json_t *j, int64_t now) { cli_print_jobs(f, j, now, false); }
 static void print_workers(FILE *f, const json_t *j, int64_t now) { cli_print_workers(f, j, now, false); }
+static void print_workers_wide(FILE *f, const json_t *j, int64_t now) { cli_print_workers(f, j, now, true); }
 static void print_log_line(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_log_line(f, j); }
 static void print_raw(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_metrics_raw(f, j); }
 
@@ -197,15 +198,65 @@ Test(cli_format, log_lines_and_workers)
     json_decref(l);
     json_t *w = load("{\"workers\": [{\"id\": \"w-1\", \"hostname\": \"h\", \"address\": \"127.0.0.1\","
                      " \"slots\": 2, \"slots_free\": 1, \"slot_type\": \"cpu\", \"state\": \"ALIVE\","
-                     " \"last_heartbeat\": \"2026-11-21T06:04:58Z\"},"
+                     " \"last_heartbeat\": \"2026-11-21T06:04:58Z\", \"registered_at\": \"2026-11-21T06:00:00Z\","
+                     " \"join_token\": \"file\", \"approval\": \"APPROVED\"},"
                      " {\"id\": \"w-2\", \"hostname\": \"h\", \"address\": \"127.0.0.1\", \"slots\": 2,"
                      " \"slots_free\": 2, \"slot_type\": \"cpu\", \"state\": \"ALIVE\", \"draining\": true,"
-                     " \"last_heartbeat\": \"2026-11-21T06:04:59Z\"}]}");
+                     " \"last_heartbeat\": \"2026-11-21T06:04:59Z\", \"registered_at\": \"2026-11-21T06:04:00Z\","
+                     " \"join_token\": \"jt_00112233aabbccdd\", \"approval\": \"APPROVED\"},"
+                     " {\"id\": \"w-3\", \"hostname\": \"x\", \"address\": \"10.0.0.9\", \"slots\": 8,"
+                     " \"slots_free\": 8, \"slot_type\": \"gpu\", \"state\": \"ALIVE\", \"approval\": \"PENDING\","
+                     " \"last_heartbeat\": \"2026-11-21T06:04:59Z\", \"registered_at\": \"2026-11-21T06:04:50Z\","
+                     " \"join_token\": \"jt_00112233aabbccdd\", \"registered_from\": \"10.0.0.9\", \"cert_sha256\":"
+                     " \"af576245b461f53c83a6574236760363b03a9b1cf3479e4809e0fecd45940afd\"}]}");
     out = capture(print_workers, w, at("2026-11-21T06:05:00Z"));
-    cr_assert(strstr(out, "w-1  h     127.0.0.1  cpu       2     1  ALIVE        2s ago\n"), "%s", out);
-    cr_assert(strstr(out, "w-2  h     127.0.0.1  cpu       2     2  DRAINING     1s ago\n"), "%s", out);
+    cr_assert(strstr(out, "w-1  h     127.0.0.1  cpu       2     1  ALIVE        2s ago   5m00s ago  file\n"), "%s", out);
+    cr_assert(strstr(out, "w-2  h     127.0.0.1  cpu       2     2  DRAINING     1s ago   1m00s ago  jt_00112233aabbccdd\n"),
+              "%s", out);
+    cr_assert(strstr(out, "w-3  x     10.0.0.9   gpu       8     8  PENDING      1s ago     10s ago  jt_00112233aabbccdd\n"),
+              "a worker that waits for approval says so: %s", out);
+    free(out);
+    /* -o wide: where it registered from and the certificate it is bound to */
+    out = capture(print_workers_wide, w, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "JOIN-TOKEN           FROM      CERT-SHA256"), "%s", out);
+    cr_assert(strstr(out, "jt_00112233aabbccdd  10.0.0.9  af576245b461f53c"), "%s", out);
     free(out);
     json_decref(w);
+}
+
+static void print_join_tokens(FILE *f, const json_t *j, int64_t now) { cli_print_join_tokens(f, j, now); }
+static void print_bans(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_worker_bans(f, j); }
+
+Test(cli_format, join_tokens_and_bans)
+{
+    json_t *j = load("{\"join_tokens\": [{\"id\": \"jt_00112233aabbccdd\", \"description\": \"rack 4\", \"uses\": 3,"
+                     " \"uses_left\": 1, \"registrations\": 2, \"created_at\": \"2026-11-21T05:00:00Z\","
+                     " \"created_by\": \"admin\", \"expires_at\": \"2026-11-21T07:05:00Z\", \"revoked_at\": null,"
+                     " \"last_used_at\": null, \"state\": \"active\"},"
+                     " {\"id\": \"jt_99\", \"description\": \"\", \"uses\": 1, \"uses_left\": 1, \"registrations\": 0,"
+                     " \"created_at\": \"2026-11-20T05:00:00Z\", \"created_by\": \"admin\","
+                     " \"expires_at\": \"2026-11-20T06:00:00Z\", \"state\": \"expired\"}]}");
+    char *out = capture(print_join_tokens, j, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "ID                   STATE    USES  LEFT  REGISTERED  EXPIRES              CREATED-BY  "
+                          "DESCRIPTION\n"), "%s", out);
+    cr_assert(strstr(out, "jt_00112233aabbccdd  active      3     1           2  in 1h00m             admin       rack 4\n"),
+              "%s", out);
+    cr_assert(strstr(out, "jt_99                expired     1     1           0  2026-11-20 06:00:00  admin       -\n"),
+              "%s", out);
+    free(out);
+    json_decref(j);
+    j = load("{\"join_tokens\": []}");
+    out = capture(print_join_tokens, j, 0);
+    cr_assert(strstr(out, "no join tokens"), "%s", out);
+    free(out);
+    json_decref(j);
+    j = load("{\"bans\": [{\"id\": 7, \"worker_id\": \"w-1\", \"cert_sha256\": "
+             "\"af576245b461f53c83a6574236760363b03a9b1cf3479e4809e0fecd45940afd\", \"reason\": \"stolen\","
+             " \"banned_by\": \"admin\", \"banned_at\": \"2026-11-21T06:00:00Z\"}]}");
+    out = capture(print_bans, j, 0);
+    cr_assert(strstr(out, "  7  w-1     af576245b461f53c  2026-11-21 06:00:00  admin  stolen\n"), "%s", out);
+    free(out);
+    json_decref(j);
 }
 
 static void print_err(FILE *f, const json_t *e, int64_t now)
@@ -361,7 +412,7 @@ Test(cli_format, artifacts_table_and_sizes)
     cr_assert_str_eq(cli_fmt_bytes(3.0 * (1 << 30), b, sizeof b), "3.0 GiB");
     json_t *a = load("{\"artifacts\": [{\"name\": \"model_llmc.bin\", \"size\": 139776, \"sha256\": "
                      "\"af576245b461f53c83a6574236760363b03a9b1cf3479e4809e0fecd45940afd\", \"created_at\": "
-                     "\"2026-11-24T19:00:39.318Z\", \"attempt\": 1}, {\"name\": \"samples.txt\", \"size\": 300, "
+                     "\"2026-11-24T19:00:39.318Z\", \"attempt\": 1, \"worker_id\": \"w-0011\"}, {\"name\": \"samples.txt\", \"size\": 300, "
                      "\"sha256\": \"a8464d4f5692f9c770d8d315c0285bfdcdf30c69b6c7560994006bdb3de78087\", "
                      "\"created_at\": \"2026-11-24T19:00:39.320Z\", \"attempt\": 2}]}");
     char *out = capture(print_artifacts, a, 0);
@@ -374,6 +425,9 @@ Test(cli_format, artifacts_table_and_sizes)
     cr_assert(strstr(out, "NAME               SIZE   BYTES  SHA256"), "%s", out);
     cr_assert(strstr(out, "model_llmc.bin  136 KiB  139776  af576245b461f53c83a6574236760363b03a9b1cf3479e4809e0fecd45940afd"),
               "%s", out);
+    /* and the worker that uploaded it (provenance) */
+    cr_assert(strstr(out, "ATTEMPT  CREATED              WORKER\n"), "%s", out);
+    cr_assert(strstr(out, "2026-11-24 19:00:39  w-0011\n"), "%s", out);
     free(out);
     json_decref(a);
     a = load("{\"artifacts\": []}");
@@ -516,7 +570,7 @@ Test(cli_completion, bash_zsh_and_fish_scripts_complete_commands_options_and_for
              "COMP_WORDS=(kiln completion \"\"); COMP_CWORD=2; _kiln; echo \"5:${COMPREPLY[*]}\"'",
              kiln);
     char *out = complete_with(cmd);
-    cr_assert(strstr(out, "1:jobs\n") && strstr(out, "2:--status\n") && strstr(out, "3:list create revoke\n") &&
+    cr_assert(strstr(out, "1:jobs join-tokens\n") && strstr(out, "2:--status\n") && strstr(out, "3:list create revoke\n") &&
                   strstr(out, "4:table wide json yaml\n") && strstr(out, "5:bash zsh fish\n"),
               "%s", out);
     free(out);

@@ -8,17 +8,21 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 extern char **environ;
+
+#define KILN_TH_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 char *th_pg_create_db(const char *prefix)
 {
@@ -214,8 +218,26 @@ int th_http_headers(const char *method, const char *url, const char *body, const
     return th_http_bytes(method, url, body, headers, status, out, NULL, headers_out, timeout_ms);
 }
 
+static int th_http_core(const char *method, const char *url, const char *body, size_t body_len,
+                        const char *const headers[], long *status, char **out, size_t *out_len, char **headers_out,
+                        long timeout_ms);
+
 int th_http_bytes(const char *method, const char *url, const char *body, const char *const headers[],
                   long *status, char **out, size_t *out_len, char **headers_out, long timeout_ms)
+{
+    return th_http_core(method, url, body, body ? strlen(body) : 0, headers, status, out, out_len, headers_out,
+                        timeout_ms);
+}
+
+int th_http_send(const char *method, const char *url, const void *data, size_t len, const char *const headers[],
+                 long *status, char **out, char **headers_out, long timeout_ms)
+{
+    return th_http_core(method, url, data ? data : "", len, headers, status, out, NULL, headers_out, timeout_ms);
+}
+
+static int th_http_core(const char *method, const char *url, const char *body, size_t body_len,
+                        const char *const headers[], long *status, char **out, size_t *out_len, char **headers_out,
+                        long timeout_ms)
 {
     CURL *c = curl_easy_init();
     if (!c)
@@ -248,7 +270,7 @@ int th_http_bytes(const char *method, const char *url, const char *body, const c
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     if (body) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
     }
     if (!strcmp(method, "HEAD"))
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
@@ -358,4 +380,157 @@ char *th_read_line(const char *path)
     }
     line[strcspn(line, "\n")] = '\0';
     return line;
+}
+
+/* ---- raw connections ------------------------------------------------------------------------ */
+
+long th_nofile_raise(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? 1L << 20 : (long)rl.rlim_cur;
+}
+
+int th_tcp_connect(const char *from, int port, bool nonblock)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0) | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (from) {
+        struct sockaddr_in src = {.sin_family = AF_INET, .sin_port = 0};
+        inet_pton(AF_INET, from, &src.sin_addr);
+        if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && !(nonblock && errno == EINPROGRESS)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool th_tcp_closed_within(int fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, timeout_ms) <= 0)
+        return false;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK); /* bytes stay for the caller */
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+int th_raw_exchange(int port, const void *req, size_t len, int timeout_ms, char **out, size_t *out_len,
+                    bool *closed)
+{
+    *out = NULL;
+    *out_len = 0;
+    *closed = false;
+    int fd = th_tcp_connect(NULL, port, false);
+    if (fd < 0)
+        return -1;
+    const char *p = req;
+    for (size_t sent = 0; sent < len;) {
+        ssize_t w = send(fd, p + sent, len - sent, MSG_NOSIGNAL);
+        if (w <= 0)
+            break; /* the server may close before it has read everything: what it answered counts */
+        sent += (size_t)w;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left = timeout_ms - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
+            break;
+        if (n == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+        }
+        ssize_t r = recv(fd, buf + n, cap - n, 0);
+        if (r <= 0) {
+            *closed = true; /* its end, or a reset after it */
+            break;
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = '\0';
+    *out = buf;
+    *out_len = n;
+    return 0;
+}
+
+int th_flood(th_flood_t *f, const char *from, int port, int n, int expect_held, int timeout_ms)
+{
+    memset(f, 0, sizeof *f);
+    f->fds = malloc((size_t)n * sizeof *f->fds);
+    f->n = n;
+    for (int i = 0; i < n; i++) {
+        f->fds[i] = th_tcp_connect(from, port, true);
+        if (f->fds[i] < 0)
+            f->failed++;
+    }
+    struct pollfd *p = malloc((size_t)n * sizeof *p);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = -1;
+    for (;;) {
+        int np = 0;
+        f->held = 0;
+        for (int i = 0; i < n; i++)
+            if (f->fds[i] >= 0) {
+                p[np] = (struct pollfd){.fd = f->fds[i], .events = POLLIN};
+                idx[np++] = i;
+                f->held++;
+            }
+        if (f->held == expect_held) {
+            rc = 0;
+            break;
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left = timeout_ms - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+        if (left <= 0)
+            break;
+        if (poll(p, (nfds_t)np, (int)KILN_TH_MIN(left, 200)) < 0)
+            break;
+        for (int k = 0; k < np; k++) {
+            if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            char c;
+            ssize_t r = recv(p[k].fd, &c, 1, MSG_DONTWAIT);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+                close(p[k].fd);
+                f->fds[idx[k]] = -1;
+                f->refused++;
+            }
+        }
+    }
+    free(p);
+    free(idx);
+    return rc;
+}
+
+void th_flood_end(th_flood_t *f)
+{
+    for (int i = 0; f->fds && i < f->n; i++)
+        if (f->fds[i] >= 0)
+            close(f->fds[i]);
+    free(f->fds);
+    f->fds = NULL;
 }

@@ -57,6 +57,10 @@ int th_http_headers(const char *method, const char *url, const char *body, const
  * HEAD asks for the headers alone. */
 int th_http_bytes(const char *method, const char *url, const char *body, const char *const headers[],
                   long *status, char **out, size_t *out_len, char **headers_out, long timeout_ms);
+/* th_http_headers with a body of bytes, data[0..len) (give its Content-Type in headers; the
+ * default is application/json); headers_out may be NULL. */
+int th_http_send(const char *method, const char *url, const void *data, size_t len, const char *const headers[],
+                 long *status, char **out, char **headers_out, long timeout_ms);
 /* s URL-encoded for a query string (NULL counts as ""). Caller frees. */
 char *th_url_escape(const char *s);
 
@@ -72,5 +76,34 @@ char *th_read_line(const char *path);
  * '|'-separated states (e.g. "COMPLETED|FAILED"); returns the final reply (caller frees) or NULL
  * after timeout_ms. */
 char *th_wait_json_state(const char *url, const char *states, long timeout_ms);
+
+/* ---- raw connections (front-door tests: limits, deadlines, broken framing) ---- */
+
+/* Raises this process's open-file limit to its hard limit; returns the limit now in force. */
+long th_nofile_raise(void);
+/* A TCP connection from local address from ("127.0.0.2"; NULL: any) to 127.0.0.1:port, blocking
+ * or not; the descriptor or -1. A non-blocking one may still be connecting. */
+int th_tcp_connect(const char *from, int port, bool nonblock);
+/* Waits until fd has bytes or its end; true when it has its end (read gives 0 or an error) within
+ * timeout_ms, false when it stays open (or has bytes, which it leaves unread). */
+bool th_tcp_closed_within(int fd, int timeout_ms);
+/* Sends len bytes of req on a new connection to 127.0.0.1:port and reads until the server closes
+ * it or timeout_ms passes. *out (heap, NUL-terminated; caller frees) and *out_len get what came
+ * back; *closed whether the server closed the connection. Returns 0, or -1 when no connection. */
+int th_raw_exchange(int port, const void *req, size_t len, int timeout_ms, char **out, size_t *out_len,
+                    bool *closed);
+
+/* n idle connections opened at once from one local address to 127.0.0.1:port, as a client that
+ * holds many would; those the server refuses (closes) are counted and closed here, the others
+ * held until th_flood_end. */
+typedef struct th_flood {
+    int *fds;                 /* the held ones (-1 for refused), n of them */
+    int n, held, refused;
+    int failed;               /* connect() itself failed (out of ports or descriptors) */
+} th_flood_t;
+/* Opens the connections and waits until exactly `expect_held` stay open (the rest refused), or
+ * timeout_ms passes. Returns 0 when it got there, -1 otherwise (the counts say what it saw). */
+int th_flood(th_flood_t *f, const char *from, int port, int n, int expect_held, int timeout_ms);
+void th_flood_end(th_flood_t *f);
 
 #endif

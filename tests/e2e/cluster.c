@@ -283,6 +283,8 @@ static void e2e_fail_setup(const char *fmt, ...)
 /* Starts kilnd and waits for /readyz. Returns true when it is up, false when it exited during
  * start-up (its log says why: typically a port another test took between th_free_port() and
  * kilnd's bind). Fails the test when it neither dies nor becomes ready within 30 s. */
+static const char *const *e2e_kilnd_flags; /* more kilnd flags for the test's set-up, or NULL */
+
 static bool e2e_kilnd_try_start_i(int r)
 {
     e2e_cluster_t *c = e2e_cl;
@@ -310,6 +312,8 @@ static bool e2e_kilnd_try_start_i(int r)
         argv[argc++] = "--heartbeat-timeout-ms";
         argv[argc++] = hb;
     }
+    for (int i = 0; e2e_kilnd_flags && e2e_kilnd_flags[i] && argc < 31; i++)
+        argv[argc++] = (char *)e2e_kilnd_flags[i];
     argv[argc] = NULL;
     snprintf(log, sizeof log, r ? "%s/kilnd1.log" : "%s/kilnd.log", c->dir);
     *pid = e2e_spawn(argv, NULL, log, NULL);
@@ -696,6 +700,20 @@ void e2e_agent_restart(int i)
 void e2e_setup_short_watchdog(void)
 {
     e2e_start(0, 1, NULL, E2E_WATCHDOG_S, NULL);
+}
+
+void e2e_setup_approval(void)
+{
+    static const char *const flags[] = {"--agent-approval", NULL};
+    e2e_kilnd_flags = flags;
+    e2e_start(0, 1, NULL, 0, NULL);
+}
+
+void e2e_setup_register_limit(void)
+{
+    static const char *const flags[] = {"--register-per-min-per-addr", "11", NULL};
+    e2e_kilnd_flags = flags;
+    e2e_start(0, 1, NULL, 0, NULL);
 }
 
 void e2e_setup_slow_uploads(void)

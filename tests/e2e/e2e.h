@@ -52,6 +52,12 @@ void e2e_setup_short_watchdog(void);
  * (KILN_AGENT_UPLOAD_CHUNK_KB, KILN_AGENT_UPLOAD_DELAY_MS): an upload long enough to cut. kilnd
  * keeps artifacts in <dir>/artifacts in every set-up. */
 void e2e_setup_slow_uploads(void);
+/* Like e2e_setup, with kilnd --agent-approval: both workers register PENDING (ALIVE, but given no
+ * work until a cluster admin approves them). */
+void e2e_setup_approval(void);
+/* Like e2e_setup, with kilnd taking 11 registrations a minute from one address, one at a time:
+ * the second agent is refused at first and gets in after backing off. */
+void e2e_setup_register_limit(void);
 void e2e_teardown(void);
 /* (Re)starts kilnd on the cluster's database and ports and waits for /readyz; SIGKILLs it. */
 void e2e_kilnd_start(void);

@@ -100,12 +100,17 @@ Test(e2e_artifacts, a_trained_model_comes_back_byte_for_byte_over_rest_cli_and_s
     bool found = false;
     size_t i;
     json_t *a;
+    char uploader[128] = "";
     json_array_foreach(json_object_get(list, "artifacts"), i, a)
         if (!strcmp(e2e_jstr(a, "name"), "model_llmc.bin")) {
             found = true;
             cr_assert_eq(json_integer_value(json_object_get(a, "size")), (json_int_t)want_len);
             cr_assert_str_eq(e2e_jstr(a, "sha256"), sha);
+            snprintf(uploader, sizeof uploader, "%s", e2e_jstr(a, "worker_id"));
         }
+    /* provenance: the worker whose agent ran rank 0 uploaded it */
+    cr_assert(!strcmp(uploader, e2e_cl->worker_id[0]) || !strcmp(uploader, e2e_cl->worker_id[1]),
+              "the artifact names the worker that uploaded it: \"%s\"", uploader);
     cr_assert(found, "the model is listed");
     json_decref(list);
     char *got = rest_artifact(id, "model_llmc.bin", &got_len);
@@ -131,6 +136,7 @@ Test(e2e_artifacts, a_trained_model_comes_back_byte_for_byte_over_rest_cli_and_s
     free(err);
     cr_assert_eq(e2e_kiln(&out, &err, "artifacts", id, "-o", "wide", NULL), 0, "%s", err);
     cr_assert(strstr(out, sha) && strstr(out, "BYTES"), "-o wide: the whole SHA-256: %s", out);
+    cr_assert(strstr(out, "WORKER") && strstr(out, uploader), "-o wide: the uploading worker: %s", out);
     free(out);
     free(err);
     cr_assert_eq(e2e_kiln(&out, &err, "artifacts", id, "-o", "json", NULL), 0, "%s", err);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -357,6 +358,88 @@ Test(e2e_clients, logs_follow_survives_kilnd_restart, .init = e2e_setup, .fini =
     free(herr);
     free(out);
     free(err);
+    e2e_pass();
+}
+
+/* kiln code push / get and kiln submit --source-dir: the directory packed without what its
+ * .kilnignore names, uploaded once, named as the job's source; describe shows the script. */
+Test(e2e_clients, kiln_code, .init = e2e_setup, .fini = e2e_teardown, .timeout = 240)
+{
+    char src[PATH_MAX], p[PATH_MAX + 32];
+    snprintf(src, sizeof src, "%s/code-src", e2e_cl->dir);
+    cr_assert_eq(mkdir(src, 0755), 0);
+    static const char *const files[][2] = {{"train.py", "print('hello from a script')\n"},
+                                           {"noise.log", "left out"},
+                                           {".kilnignore", "*.log\n"}};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", src, files[i][0]);
+        FILE *f = fopen(p, "w");
+        fputs(files[i][1], f);
+        fclose(f);
+    }
+    char *out = NULL, *err = NULL;
+    int rc = e2e_kiln(&out, &err, "code", "push", src, NULL);
+    cr_assert_eq(rc, 0, "kiln code push: %s", err);
+    char source[100] = "";
+    sscanf(out, "%99s", source);
+    cr_assert(!strncmp(source, "code:sha256:", 12) && strlen(source) == 76, "printed %s", out);
+    cr_assert(strstr(err, "packed") && strstr(err, "2 files") && strstr(err, "uploaded"), "%s", err);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "code", "push", src, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, source), "the same tree, the same source: %s", out);
+    cr_assert(strstr(err, "already uploaded"), "%s", err);
+    free(out);
+    free(err);
+
+    /* a script spec without a source: --source-dir fills it in */
+    const char *spec = write_spec("script", "{\"name\": \"cli-script\", \"entry_point\": \"train.py\","
+                                            " \"hyperparameters\": {\"epochs\": 2}}");
+    rc = e2e_kiln(&out, &err, "submit", "--source-dir", src, spec, NULL);
+    cr_assert_eq(rc, 0, "kiln submit --source-dir: %s", err);
+    char id[64] = "";
+    sscanf(out, "%63s", id);
+    free(out);
+    free(err);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *job = e2e_get(path);
+    cr_assert_str_eq(e2e_jstr(json_object_get(job, "spec"), "source"), source, "%s", e2e_dump(job));
+    json_decref(job);
+    rc = e2e_kiln(&out, &err, "describe", id, NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "Entry point:") && strstr(out, "train.py"), "%s", out);
+    cr_assert(strstr(out, source), "describe names the source: %s", out);
+    cr_assert(strstr(out, "\"epochs\":2"), "and the script's hyperparameters: %s", out);
+    free(out);
+    free(err);
+
+    /* the archive comes back, checked, and without the .log file */
+    snprintf(p, sizeof p, "%s/back.tgz", e2e_cl->dir);
+    rc = e2e_kiln(&out, &err, "code", "get", source, "-o", p, NULL);
+    cr_assert_eq(rc, 0, "kiln code get: %s", err);
+    cr_assert(strstr(err, "verified"), "%s", err);
+    free(out);
+    free(err);
+    char cmd[PATH_MAX * 3];
+    snprintf(cmd, sizeof cmd, "tar -tzf %s > %s.list", p, p);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s.list", p);
+    char *list = e2e_slurp(cmd);
+    cr_assert(strstr(list, "train.py") && !strstr(list, "noise.log"), "%s", list);
+    free(list);
+
+    /* --source-dir needs a script spec, and only one source */
+    spec = write_spec("engine", "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x\"}}");
+    rc = e2e_kiln(&out, &err, "submit", "--source-dir", src, spec, NULL);
+    cr_assert_neq(rc, 0);
+    cr_assert(strstr(err, "no entry_point"), "%s", err);
+    free(out);
+    free(err);
+    snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
+    long st = 0;
+    json_decref(e2e_http("POST", path, "{}", NULL, &st));
     e2e_pass();
 }
 

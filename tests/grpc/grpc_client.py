@@ -3,8 +3,9 @@
 Reads a plan (JSON) from the file named by argv[1]:
   {"target": "127.0.0.1:PORT", "proto_dir": DIR with kiln_pb2.py, "ca": PEM file or "",
    "client_cert": PEM file or "", "client_key": PEM file or "",
+   "client_certs": {"NAME": [PEM file, key file], ...} (optional: other client certificates),
    "calls": [{"method": "/kiln.TrainingService/GetJob", "request": {...}, "token": "..." or null,
-              "worker_credential": "..." or null, "client_cert": true|false,
+              "worker_credential": "..." or null, "client_cert": true|false|"NAME",
               "request_hex": "12 02 ff fe" (optional: these bytes are sent as the request instead)}]}
 and prints one JSON object per call on stdout: {"code": "OK" | "UNAUTHENTICATED" | ...,
 "details": "...", "response": {...} or [..] for a stream, "trailing": {key: value} (the status's
@@ -29,18 +30,20 @@ def main():
         for m in service.methods:
             methods["/kiln.%s/%s" % (service.name, m.name)] = m
 
-    def channel(with_cert):
+    def channel(cert_file, key_file):
         if not plan.get("ca"):
             return grpc.insecure_channel(plan["target"])
         key = cert = None
-        if with_cert and plan.get("client_cert"):
-            cert = open(plan["client_cert"], "rb").read()
-            key = open(plan["client_key"], "rb").read()
+        if cert_file:
+            cert = open(cert_file, "rb").read()
+            key = open(key_file, "rb").read()
         creds = grpc.ssl_channel_credentials(root_certificates=open(plan["ca"], "rb").read(),
                                              private_key=key, certificate_chain=cert)
         return grpc.secure_channel(plan["target"], creds)
 
-    channels = {True: channel(True), False: channel(False)}
+    channels = {True: channel(plan.get("client_cert"), plan.get("client_key")), False: channel(None, None)}
+    for name, (cert_file, key_file) in (plan.get("client_certs") or {}).items():
+        channels[name] = channel(cert_file, key_file)
     for call in plan["calls"]:
         m = methods.get(call["method"])
         req_cls = getattr(kiln_pb2, m.input_type.name) if m else kiln_pb2.Empty
@@ -53,7 +56,8 @@ def main():
             md.append(("authorization", "Bearer " + call["token"]))
         if call.get("worker_credential") is not None:
             md.append(("kiln-worker-credential", call["worker_credential"]))
-        ch = channels[bool(call.get("client_cert", True))]
+        which = call.get("client_cert", True)
+        ch = channels[which if isinstance(which, str) else bool(which)]
         out = {"code": "OK", "details": "", "response": None, "trailing": {}}
         t0 = time.monotonic()
         try:

@@ -43,12 +43,13 @@ static void setup(void)
     cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
     snprintf(dir, sizeof dir, "/tmp/kiln-badin.XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
-    char boot[200], join[200];
+    char boot[200], join[200], arts[200];
     snprintf(boot, sizeof boot, "%s/admin.token", dir);
     snprintf(join, sizeof join, "%s/join.token", dir);
+    snprintf(arts, sizeof arts, "%s/artifacts", dir);
     svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 500, .heartbeat_timeout_ms = 60000,
                         .sched_interval_ms = 50, .db_pool_size = 4, .bootstrap_token_file = boot,
-                        .join_token_file = join};
+                        .join_token_file = join, .artifact_dir = arts};
     cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
     char *t = slurp_line(boot);
     snprintf(admin_token, sizeof admin_token, "%s", t);
@@ -181,6 +182,34 @@ static const rest_case_t rest_cases[] = {
      "{\"name\": \"a\\u0000b\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}}", 400, ""},
     {"stop reason of 1,000 characters", "POST", "/v1/jobs/{id}:stop", NULL, "{\"reason\": \"@1000\"}", 400, "reason"},
     {"unknown job", "GET", "/v1/jobs/00000000-0000-0000-0000-000000000000", NULL, NULL, 404, ""},
+    /* script jobs (the same refusals as gRPC's below) */
+    {"both model and entry_point", "POST", "/v1/jobs", NULL,
+     "{\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"model\": {\"type\": \"gpt\"}}", 400, "entry_point"},
+    {"neither model nor entry_point", "POST", "/v1/jobs", NULL, "{\"name\": \"x\"}", 400, "model"},
+    {"environment sets RANK", "POST", "/v1/jobs", NULL,
+     "{\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"environment\": {\"RANK\": \"0\"}}", 400,
+     "environment.RANK"},
+    {"environment sets SM_MODEL_DIR", "POST", "/v1/jobs", NULL,
+     "{\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"environment\": {\"SM_MODEL_DIR\": \"/x\"}}", 400,
+     "environment.SM_MODEL_DIR"},
+    {"epochs on an engine job", "POST", "/v1/jobs", NULL,
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"epochs\": 3}}",
+     400, "hyperparameters.epochs"},
+    {"entry_point climbing out", "POST", "/v1/jobs", NULL, "{\"entry_point\": \"../t.py\", \"source\": \"/tmp/c\"}",
+     400, "entry_point"},
+    {"channel name with a space", "POST", "/v1/jobs", NULL,
+     "{\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"data\": {\"channels\": {\"tr ain\": \"/tmp/d\"}}}", 400,
+     "data.channels.tr ain"},
+    {"source no project uploaded", "POST", "/v1/jobs", NULL,
+     "{\"entry_point\": \"t.py\", \"source\": \"code:sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"}",
+     400, "source"},
+    {"nproc_per_node against slots_per_node", "POST", "/v1/jobs", NULL,
+     "{\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"resources\": {\"slots_per_node\": 2},"
+     " \"distribution\": {\"torch_distributed\": {\"nproc_per_node\": 1}}}", 400,
+     "distribution.torch_distributed.nproc_per_node"},
+    {"code upload as JSON", "POST", "/v1/code", NULL, "{}", 415, "Content-Type"},
+    {"code digest not hex", "GET", "/v1/code/xyz", NULL, NULL, 400, "digest"},
+    {"code digest with %00", "GET", "/v1/code/ab%00cd", NULL, NULL, 400, "digest"},
 };
 
 /* "@N" in a header or body stands for N copies of 'k'. */
@@ -394,6 +423,44 @@ static const grpc_case_t grpc_cases[] = {
      "INVALID_ARGUMENT", "since"},
     {"StopJob reason of 1,000 characters", "TrainingService/StopJob", "{\"id\": \"{id}\", \"reason\": \"@1000\"}", NULL,
      0, "INVALID_ARGUMENT", "reason"},
+    {"CreateJob both model and entry_point", "TrainingService/CreateJob",
+     "{\"spec\": {\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"model\": {\"type\": \"gpt\"}}}", NULL, 0,
+     "INVALID_ARGUMENT", "spec.entry_point"},
+    {"CreateJob neither model nor entry_point", "TrainingService/CreateJob", "{\"spec\": {\"name\": \"x\"}}", NULL, 0,
+     "INVALID_ARGUMENT", "spec.model"},
+    {"CreateJob environment sets RANK", "TrainingService/CreateJob",
+     "{\"spec\": {\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"environment\": {\"RANK\": \"0\"}}}", NULL, 0,
+     "INVALID_ARGUMENT", "spec.environment.RANK"},
+    {"CreateJob environment sets SM_MODEL_DIR", "TrainingService/CreateJob",
+     "{\"spec\": {\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"environment\": {\"SM_MODEL_DIR\": \"/x\"}}}",
+     NULL, 0, "INVALID_ARGUMENT", "spec.environment.SM_MODEL_DIR"},
+    {"CreateJob epochs on an engine job (hyperparameters_json)", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"},"
+     " \"hyperparameters_json\": \"{\\\"epochs\\\": 3}\"}}", NULL, 0, "INVALID_ARGUMENT", "spec.hyperparameters.epochs"},
+    {"CreateJob hyperparameters_json not an object", "TrainingService/CreateJob",
+     "{\"spec\": {\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"hyperparameters_json\": \"[1]\"}}", NULL, 0,
+     "INVALID_ARGUMENT", "spec.hyperparameters_json"},
+    {"CreateJob entry_point climbing out", "TrainingService/CreateJob",
+     "{\"spec\": {\"entry_point\": \"../t.py\", \"source\": \"/tmp/c\"}}", NULL, 0, "INVALID_ARGUMENT",
+     "spec.entry_point"},
+    {"CreateJob channel name with a space", "TrainingService/CreateJob",
+     "{\"spec\": {\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"data\": {\"channels\": {\"tr ain\": \"/tmp/d\"}}}}",
+     NULL, 0, "INVALID_ARGUMENT", "spec.data.channels.tr ain"},
+    {"CreateJob source no project uploaded", "TrainingService/CreateJob",
+     "{\"spec\": {\"entry_point\": \"t.py\", \"source\": "
+     "\"code:sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"}}", NULL, 0, "INVALID_ARGUMENT",
+     "spec.source"},
+    {"CreateJob nproc_per_node against slots_per_node", "TrainingService/CreateJob",
+     "{\"spec\": {\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"resources\": {\"slots_per_node\": 2},"
+     " \"distribution\": {\"torch_distributed\": {\"nproc_per_node\": 1}}}}", NULL, 0, "INVALID_ARGUMENT",
+     "spec.distribution.torch_distributed.nproc_per_node"},
+    {"UploadCode not an archive", "TrainingService/UploadCode", "{\"data\": \"aGVsbG8gd29ybGQ=\", \"finish\": true}",
+     NULL, 0, "INVALID_ARGUMENT", "archive"},
+    {"UploadCode an upload id nobody made", "TrainingService/UploadCode",
+     "{\"upload_id\": \"0123456789abcdef0123456789abcdef\", \"offset\": 5, \"data\": \"aGVsbG8=\"}", NULL, 0,
+     "NOT_FOUND", "upload_id"},
+    {"DownloadCode digest not hex", "TrainingService/DownloadCode", "{\"digest\": \"xyz\"}", NULL, 0,
+     "INVALID_ARGUMENT", "digest"},
     {"RegisterWorker worker id not UTF-8", "AgentService/RegisterWorker", NULL, BAD_WORKER_HEX, 1, "INVALID_ARGUMENT",
      "worker_id"},
     {"RegisterWorker worker id of 1,000 characters", "AgentService/RegisterWorker",

@@ -436,19 +436,25 @@ Test(grpc, stopping_a_job_sigterms_its_rank)
     free(id);
 }
 
+/* A rank that waits for the test's word. The sandbox gives a rank a /tmp of its own, so the word is
+ * a file in the job's checkpoint directory (the output directory's files would be artifacts). */
+#define WAIT_FOR_GO "while [ ! -e \"$KILN_CHECKPOINT_DIR/go\" ]; do sleep 0.05; done\n"
+
+static void go_path(const char *id, char *out, size_t n)
+{
+    snprintf(out, n, "%s/work/jobs/%s/checkpoints/go", dir, id);
+}
+
 Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
 {
-    char go[200];
-    snprintf(go, sizeof(go), "%s/go", dir);
-    char body[600];
-    snprintf(body, sizeof(body),
-             "echo before\nwhile [ ! -e %s ]; do sleep 0.05; done\n"
-             "i=0; while [ $i -lt 50 ]; do echo \"during $i\"; i=$((i+1)); done\n"
-             "echo '{\"step\": 7, \"metrics\": {\"train_loss\": 1.5}}' >&$KILN_METRICS_FD\nexit 0\n", go);
-    char *bin = write_script(body);
+    char *bin = write_script("echo before\n" WAIT_FOR_GO
+                             "i=0; while [ $i -lt 50 ]; do echo \"during $i\"; i=$((i+1)); done\n"
+                             "echo '{\"step\": 7, \"metrics\": {\"train_loss\": 1.5}}' >&$KILN_METRICS_FD\nexit 0\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
+    char go[400];
+    go_path(id, go, sizeof(go));
     /* kilnd's gRPC side goes away; the rank writes and exits meanwhile */
     api_grpc_stop(G);
     G = NULL;
@@ -980,16 +986,12 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
     const char *missing = th_grpc_python_missing();
     if (missing)
         cr_skip_test("%s", missing);
-    char go[200];
-    snprintf(go, sizeof(go), "%s/go", dir);
-    char body[600];
-    snprintf(body, sizeof(body),
-             "echo first\nwhile [ ! -e %s ]; do sleep 0.05; done\n"
-             "echo second\necho third >&2\nsleep 0.3\necho fourth\nexit 0\n", go);
-    char *bin = write_script(body);
+    char *bin = write_script("echo first\n" WAIT_FOR_GO "echo second\necho third >&2\nsleep 0.3\necho fourth\nexit 0\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
+    char go[400];
+    go_path(id, go, sizeof(go));
     char cmd[1200];
     cr_assert_eq(th_protoc_python(dir), 0);
     char script[200];

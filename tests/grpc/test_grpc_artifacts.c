@@ -176,7 +176,7 @@ Test(grpc_artifacts, rank_0s_output_is_kept_before_the_job_completes)
                 "head -c 200000 /dev/urandom > model_llmc.bin\n"
                 "echo 'a sample' > samples.txt\n"
                 "ln -s /etc/passwd cred\n"               /* a link out of the directory */
-                "ln \"$KILN_SPEC\" spec-link\n"           /* a second name of another file */
+                "echo x > .kept-aside && ln .kept-aside spec-link\n" /* a second name of another file */
                 "mkdir sub && echo x > sub/inner\n"
                 "echo x > .hidden\n"
                 "echo x > 'a b'\n"

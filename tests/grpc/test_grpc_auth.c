@@ -4,19 +4,25 @@
  * server registers, forged agents (no join token, no client certificate, a stolen worker id, a
  * real agent reporting for another agent's job), and TLS itself. */
 #include "api/api.h"
+#include "code/code.h"
 #include "service/service.h"
 #include "tests/common/harness.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static svc_t *S;
 static api_grpc_t *G;
 static char addr[64], dir[128], tls[256], admin_token[128], join_token[128];
 static char *dburl;
+/* What a suite changes in kilnd's configuration before it starts (the agent-trust suites). */
+static void (*configure)(svc_config_t *cfg);
 
 static char *slurp_line(const char *path)
 {
@@ -45,6 +51,8 @@ static void setup(void)
     svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
                         .sched_interval_ms = 50, .db_pool_size = 4, .bootstrap_token_file = boot,
                         .join_token_file = join, .artifact_dir = arts};
+    if (configure)
+        configure(&cfg);
     cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
     char *tok = slurp_line(boot);
     snprintf(admin_token, sizeof admin_token, "%s", tok);
@@ -91,6 +99,7 @@ typedef struct gcall {
     const char *token;
     const char *worker_credential;
     bool no_client_cert;
+    const char *cert;            /* another client certificate: "agent2" (NULL: agent.pem) */
 } gcall_t;
 
 /* Runs the calls with grpc_client.py over TLS; returns an array of {code, details, response}. */
@@ -101,6 +110,8 @@ static json_t *run_calls(const gcall_t *calls, size_t n, bool tls_on)
         json_t *c = json_pack("{s:s, s:o, s:b}", "method", calls[i].method,
                               "request", calls[i].request ? calls[i].request : json_object(),
                               "client_cert", !calls[i].no_client_cert);
+        if (calls[i].cert)
+            json_object_set_new(c, "client_cert", json_string(calls[i].cert));
         if (calls[i].token)
             json_object_set_new(c, "token", json_string(calls[i].token));
         if (calls[i].worker_credential)
@@ -112,8 +123,12 @@ static json_t *run_calls(const gcall_t *calls, size_t n, bool tls_on)
         snprintf(ca, sizeof ca, "%s/ca.pem", tls);
     snprintf(cert, sizeof cert, "%s/agent.pem", tls);
     snprintf(key, sizeof key, "%s/agent.key", tls);
-    json_t *plan = json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "target", addr, "proto_dir", dir, "ca", ca,
-                             "client_cert", cert, "client_key", key, "calls", arr);
+    char cert2[300], key2[300];
+    snprintf(cert2, sizeof cert2, "%s/agent2.pem", tls);
+    snprintf(key2, sizeof key2, "%s/agent2.key", tls);
+    json_t *plan = json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:[s, s]}, s:o}", "target", addr, "proto_dir", dir, "ca", ca,
+                             "client_cert", cert, "client_key", key, "client_certs", "agent2", cert2, key2, "calls",
+                             arr);
     char path[200], cmd[600];
     snprintf(path, sizeof path, "%s/plan.json", dir);
     cr_assert_eq(json_dump_file(plan, path, 0), 0);
@@ -155,6 +170,32 @@ static const char *const k_callers[C_COUNT] = {"no token", "bad token", "expired
                                                "cluster admin"};
 static char tokens[C_COUNT][128];
 static char job_p[64], victim_token[64], stop_jobs[C_COUNT][64], del_jobs[C_COUNT][64];
+static char victim_join[32], victim_ban[24];
+
+/* A worker registered in-process whose agent is shutting down (a heartbeat says so): its slot
+ * counts for what the cluster could run, but nothing is placed on it. */
+static void bare_worker(const char *id, char *cred)
+{
+    kiln_err_t err;
+    arena_t a;
+    arena_init(&a, 0);
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
+    req.worker_id = (char *)id;
+    req.hostname = "bare";
+    req.slots = 1;
+    req.slot_type = "cpu";
+    cr_assert_eq(svc_agent_register(S, &req, NULL, &a, &reg, &err), 0, "%s", err.message);
+    if (cred)
+        snprintf(cred, 128, "%s", reg.credential);
+    Kiln__HeartbeatRequest hb = KILN__HEARTBEAT_REQUEST__INIT;
+    Kiln__HeartbeatResponse out = KILN__HEARTBEAT_RESPONSE__INIT;
+    hb.worker_id = (char *)id;
+    hb.draining = true;
+    cr_assert_eq(svc_agent_heartbeat(S, id, &hb, &a, &out, &err), 0, "%s", err.message);
+    cr_assert_eq(out.n_assignments, 0);
+    arena_deinit(&a);
+}
 
 static void user(const char *name, int64_t expires_in_s, char *token_out)
 {
@@ -190,10 +231,47 @@ static void new_job(const char *project, char *id_out)
     json_decref(spec);
 }
 
+/* A code archive of project p (its digest and base64 bytes, for UploadCode and DownloadCode). */
+static char code_digest[KILN_SHA256_HEX], *code_b64;
+static void code_world(void)
+{
+    char src[200], tgz[220], p[240];
+    snprintf(src, sizeof src, "%s/src", dir);
+    cr_assert_eq(mkdir(src, 0755), 0);
+    snprintf(p, sizeof p, "%s/train.py", src);
+    FILE *f = fopen(p, "w");
+    fputs("print(1)\n", f);
+    fclose(f);
+    snprintf(tgz, sizeof tgz, "%s.tgz", src);
+    int fd = open(tgz, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    kiln_err_t err;
+    cr_assert_eq(code_pack_dir(src, fd, NULL, 0, NULL, &err), 0, "%s", err.message);
+    close(fd);
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(kiln_file_read(tgz, &data, &len, &err), 0);
+    kiln_sha256_hex(data, len, code_digest);
+    size_t b64n = sodium_base64_encoded_len(len, sodium_base64_VARIANT_ORIGINAL);
+    code_b64 = malloc(b64n);
+    sodium_bin2base64(code_b64, b64n, (const unsigned char *)data, len, sodium_base64_VARIANT_ORIGINAL);
+    svc_code_upload_t *u = NULL;
+    json_t *out = NULL;
+    cr_assert_eq(svc_code_upload_open(S, svc_caller_kilnd(), "p", NULL, 0, (int64_t)len, &u, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_code_upload_write(u, data, len, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_code_upload_finish(u, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    free(data);
+}
+
 static void world(void)
 {
     kiln_err_t err;
     json_t *out = NULL;
+    /* what agent trust acts on: workers to approve and remove, first, before any job could be
+     * placed on them; they are shutting down, so nothing ever is */
+    bare_worker("w-matrix", NULL);
+    bare_worker("w-matrix-gone", NULL);
+    bare_worker("w-matrix-banned", NULL);
     cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "p", &out, &err), 0, "%s", err.message);
     json_decref(out);
     cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "q", &out, &err), 0, "%s", err.message);
@@ -235,6 +313,16 @@ static void world(void)
         json_decref(j);
     }
     new_job("p", job_p);
+    code_world();
+    /* a join token to revoke, a ban to lift */
+    cr_assert_eq(svc_join_token_create(S, svc_caller_kilnd(), NULL, "1h", "victim", &out, &err), 0, "%s", err.message);
+    snprintf(victim_join, sizeof victim_join, "%s", json_string_value(json_object_get(out, "id")));
+    json_decref(out);
+    cr_assert_eq(svc_worker_remove(S, svc_caller_kilnd(), "w-matrix-banned", true, "matrix", &out, &err), 0, "%s",
+                 err.message);
+    snprintf(victim_ban, sizeof victim_ban, "%lld",
+             (long long)json_integer_value(json_object_get(json_object_get(out, "ban"), "id")));
+    json_decref(out);
     sleep(1); /* the 1-second token has expired */
 }
 
@@ -283,7 +371,18 @@ static json_t *r_remove(int c)
 }
 static json_t *r_delete(int c) { return json_pack("{s:s}", "id", del_jobs[c]); }
 static json_t *r_artifact(int c) { (void)c; return json_pack("{s:s, s:s}", "id", job_p, "name", "model_llmc.bin"); }
+static json_t *r_upload_code(int c)
+{
+    (void)c;
+    return json_pack("{s:s, s:s, s:b}", "project", "p", "data", code_b64, "finish", 1);
+}
+static json_t *r_download_code(int c) { (void)c; return json_pack("{s:s, s:s}", "project", "p", "digest", code_digest); }
 static json_t *r_register(int c) { (void)c; return json_pack("{s:s, s:i, s:s}", "hostname", "forged", "slots", 64, "slot_type", "cpu"); }
+static json_t *r_join_create(int c) { (void)c; return json_pack("{s:i, s:s}", "uses", 2, "expires_in", "1h"); }
+static json_t *r_join_revoke(int c) { (void)c; return json_pack("{s:s}", "id", victim_join); }
+static json_t *r_approve(int c) { (void)c; return json_pack("{s:s}", "id", "w-matrix"); }
+static json_t *r_remove_worker(int c) { (void)c; return json_pack("{s:s, s:b}", "id", "w-matrix-gone", "ban", 1); }
+static json_t *r_unban(int c) { (void)c; return json_pack("{s:s}", "id", victim_ban); /* int64: text in proto JSON */ }
 
 static const row_t k_rows[] = {
     {"/kiln.TrainingService/CreateJob", r_create,
@@ -313,6 +412,19 @@ static const row_t k_rows[] = {
     {"/kiln.TrainingService/DownloadArtifact", r_artifact, {UNAUTH, "NOT_FOUND", "NOT_FOUND", "NOT_FOUND",
                                                            "NOT_FOUND", "NOT_FOUND"}},
     {"/kiln.TrainingService/DeleteJob", r_delete, {UNAUTH, "PERMISSION_DENIED", "OK", "NOT_FOUND", "OK", "OK"}},
+    /* editors upload into their project; a non-member is refused as for jobs */
+    {"/kiln.TrainingService/UploadCode", r_upload_code,
+     {UNAUTH, "PERMISSION_DENIED", "OK", "PERMISSION_DENIED", "OK", "OK"}},
+    /* members read their project's archives; to anyone else they do not exist */
+    {"/kiln.TrainingService/DownloadCode", r_download_code, {JOB_READ}},
+    /* what agents are trusted with: cluster admins only */
+    {"/kiln.TrainingService/CreateJoinToken", r_join_create, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/ListJoinTokens", r_empty, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/RevokeJoinToken", r_join_revoke, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/ApproveWorker", r_approve, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/RemoveWorker", r_remove_worker, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/ListWorkerBans", r_empty, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    {"/kiln.TrainingService/DeleteWorkerBan", r_unban, {CLUSTER_ONLY("PERMISSION_DENIED")}},
     /* user tokens are no agent's credential, not even a cluster admin's */
     {"/kiln.AgentService/RegisterWorker", r_register, {NOT_AN_AGENT}},
     {"/kiln.AgentService/Heartbeat", r_empty, {NOT_AN_AGENT}},
@@ -323,6 +435,7 @@ static const row_t k_rows[] = {
     {"/kiln.AgentService/BeginArtifacts", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/PutArtifactChunk", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/FetchInitModel", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/FetchCode", r_empty, {NOT_AN_AGENT}},
 };
 
 static const row_t *row_of(const char *method)
@@ -846,4 +959,528 @@ Test(grpc_auth, tokens_never_outlive_the_token_that_makes_them)
     cr_assert(strstr(details(json_array_get(res, 1)), "revoked"), "%s", details(json_array_get(res, 1)));
     json_decref(res);
     arena_deinit(&a);
+}
+
+/* ---- agents earn trust: certificates, join tokens, limits, approval, removal and bans ------- */
+
+/* RegisterWorker as an agent would send it: worker id (NULL: a new worker), join token,
+ * credential and client certificate ("agent2", or NULL for agent.pem) as given. */
+static json_t *reg_call(const char *id, const char *token, const char *cred, const char *cert)
+{
+    json_t *req = json_pack("{s:s, s:s, s:i, s:s}", "hostname", "h", "address", "10.0.0.2", "slots", 1, "slot_type",
+                            "cpu");
+    if (id)
+        json_object_set_new(req, "worker_id", json_string(id));
+    return one((gcall_t){.method = "/kiln.AgentService/RegisterWorker", .request = req, .token = token,
+                         .worker_credential = cred, .cert = cert});
+}
+
+/* Registers a worker that must be accepted; fills its id and credential (128 bytes each). */
+static void reg_ok(const char *id, const char *token, const char *cert, char *id_out, char *cred)
+{
+    json_t *r = reg_call(id, token, NULL, cert);
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    snprintf(id_out, 128, "%s", field(r, "worker_id"));
+    snprintf(cred, 128, "%s", field(r, "credential"));
+    json_decref(r);
+}
+
+static json_t *heartbeat(const char *cred, const char *cert)
+{
+    return one((gcall_t){.method = "/kiln.AgentService/Heartbeat", .request = json_object(), .token = cred, .cert = cert});
+}
+
+/* The worker with this id as GET /v1/workers shows it (NULL when not listed); caller decrefs. */
+static json_t *listed_worker(const char *id)
+{
+    json_t *ws = NULL, *found = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_workers_list(S, svc_caller_kilnd(), &ws, &err), 0, "%s", err.message);
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(ws, "workers"), i, w)
+        if (!strcmp(json_string_value(json_object_get(w, "id")), id))
+            found = json_incref(w);
+    json_decref(ws);
+    return found;
+}
+
+/* openssl's SHA-256 fingerprint of a test certificate, as lower-case hex without colons. */
+static void openssl_fingerprint(const char *name, char out[65])
+{
+    char cmd[600], line[256];
+    snprintf(cmd, sizeof cmd, "openssl x509 -in %s/%s.pem -noout -fingerprint -sha256", tls, name);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    cr_assert_not_null(fgets(line, sizeof line, p));
+    pclose(p);
+    const char *eq = strchr(line, '=');
+    cr_assert_not_null(eq, "%s", line);
+    size_t n = 0;
+    for (const char *c = eq + 1; *c && n < 64; c++)
+        if (*c != ':' && *c != '\n')
+            out[n++] = (char)(*c >= 'A' && *c <= 'F' ? *c - 'A' + 'a' : *c);
+    out[n] = '\0';
+    cr_assert_eq(n, 64, "%s", line);
+}
+
+Test(grpc_auth, a_worker_is_bound_to_the_certificate_it_registered_with)
+{
+    char wid[128], cred[128], fp[65];
+    reg_ok(NULL, join_token, NULL, wid, cred);
+    json_t *w = listed_worker(wid);
+    openssl_fingerprint("agent", fp);
+    cr_assert_str_eq(json_string_value(json_object_get(w, "cert_sha256")), fp, "the fingerprint openssl shows");
+    cr_assert_str_eq(json_string_value(json_object_get(w, "join_token")), "file");
+    cr_assert_str_eq(json_string_value(json_object_get(w, "registered_from")), "127.0.0.1");
+    cr_assert_str_eq(json_string_value(json_object_get(w, "approval")), "APPROVED");
+    json_decref(w);
+
+    /* the stolen credential, from another certificate the CA signed: every AgentService call */
+    api_route_info_t m[128];
+    size_t n = api_grpc_methods(m, 128), k = 0;
+    gcall_t calls[32];
+    for (size_t i = 0; i < n; i++)
+        if (m[i].agent && !m[i].open)
+            calls[k++] = (gcall_t){.method = m[i].path, .request = json_pack("{s:s}", "worker_id", wid), .token = cred,
+                                   .cert = "agent2"};
+    cr_assert_geq(k, 8, "every AgentService method but RegisterWorker");
+    calls[k++] = (gcall_t){.method = "/kiln.AgentService/RegisterWorker",
+                           .request = json_pack("{s:s, s:s, s:i, s:s}", "worker_id", wid, "hostname", "evil", "slots", 64,
+                                                "slot_type", "cpu"),
+                           .worker_credential = cred, .cert = "agent2"};
+    json_t *res = run_calls(calls, k, true);
+    for (size_t i = 0; i < k; i++) {
+        json_t *r = json_array_get(res, i);
+        cr_expect_str_eq(code(r), "UNAUTHENTICATED", "%s with the credential from another certificate: %s",
+                         calls[i].method, details(r));
+        cr_expect(strstr(details(r), "bound to the client certificate it registered with"), "%s: %s", calls[i].method,
+                  details(r));
+    }
+    json_decref(res);
+    /* the worker itself, with its certificate, goes on; nothing of the attempts above landed */
+    json_t *r = heartbeat(cred, NULL);
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_decref(r);
+    w = listed_worker(wid);
+    cr_assert_str_eq(json_string_value(json_object_get(w, "hostname")), "h");
+    cr_assert_eq(json_integer_value(json_object_get(w, "slots")), 1);
+    json_decref(w);
+    /* and registering again under its id with its credential and certificate works */
+    r = reg_call(wid, NULL, cred, NULL);
+    cr_assert_str_eq(code(r), "OK", "a re-registration needs no join token: %s", details(r));
+    json_decref(r);
+}
+
+/* Waits until the join token's state is want (polling the list, up to 10 s). */
+static void join_state_is(const char *id, const char *want)
+{
+    char last[32] = "";
+    for (int i = 0; i < 200; i++) {
+        json_t *l = NULL;
+        kiln_err_t err;
+        cr_assert_eq(svc_join_tokens_list(S, svc_caller_kilnd(), &l, &err), 0, "%s", err.message);
+        size_t k;
+        json_t *t;
+        json_array_foreach(json_object_get(l, "join_tokens"), k, t)
+            if (!strcmp(json_string_value(json_object_get(t, "id")), id))
+                snprintf(last, sizeof last, "%s", json_string_value(json_object_get(t, "state")));
+        json_decref(l);
+        if (!strcmp(last, want))
+            return;
+        usleep(50000);
+    }
+    cr_assert_fail("join token %s is %s, not %s", id, last, want);
+}
+
+/* A join token made by a cluster admin: its id and secret (64 and 128 bytes). */
+static void join_new(int64_t uses, const char *expires_in, char *id, char *secret)
+{
+    json_t *out = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_join_token_create(S, svc_caller_kilnd(), &uses, expires_in, "test", &out, &err), 0, "%s",
+                 err.message);
+    snprintf(id, 64, "%s", json_string_value(json_object_get(out, "id")));
+    snprintf(secret, 128, "%s", json_string_value(json_object_get(out, "token")));
+    cr_assert(!strncmp(secret, "kiln_join_", 10));
+    json_decref(out);
+}
+
+Test(grpc_auth, join_tokens_are_used_up_expire_and_are_revoked)
+{
+    char once_id[64], once[128], wid[128], cred[128], tmp[128];
+    join_new(1, "1h", once_id, once);
+    reg_ok(NULL, once, NULL, wid, cred);
+    json_t *r = reg_call(NULL, once, NULL, NULL);
+    cr_assert_str_eq(code(r), "UNAUTHENTICATED", "a single-use join token used again: %s", details(r));
+    cr_assert(strstr(details(r), "has no uses left"), "%s", details(r));
+    cr_assert(strstr(details(r), once_id), "%s", details(r));
+    json_decref(r);
+    join_state_is(once_id, "used_up");
+    /* the worker it admitted comes back with its credential: no use needed */
+    r = reg_call(wid, once, cred, NULL);
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_decref(r);
+    json_t *w = listed_worker(wid);
+    cr_assert_str_eq(json_string_value(json_object_get(w, "join_token")), once_id, "kiln workers says which token");
+    json_decref(w);
+    json_t *l = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_join_tokens_list(S, svc_caller_kilnd(), &l, &err), 0);
+    json_t *t = json_array_get(json_object_get(l, "join_tokens"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(t, "uses_left")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(t, "registrations")), 1);
+    cr_assert_null(json_object_get(t, "token"), "a listed join token has no secret");
+    json_decref(l);
+
+    /* N uses: exactly N new workers */
+    char two_id[64], two[128];
+    join_new(2, "1h", two_id, two);
+    reg_ok(NULL, two, NULL, tmp, tmp);
+    reg_ok(NULL, two, NULL, tmp, tmp);
+    r = reg_call(NULL, two, NULL, NULL);
+    cr_assert_str_eq(code(r), "UNAUTHENTICATED", "%s", details(r));
+    json_decref(r);
+
+    /* an expired one */
+    char old_id[64], old[128];
+    join_new(5, "1s", old_id, old);
+    join_state_is(old_id, "expired");
+    r = reg_call(NULL, old, NULL, NULL);
+    cr_assert_str_eq(code(r), "UNAUTHENTICATED", "an expired join token: %s", details(r));
+    cr_assert(strstr(details(r), "expired"), "%s", details(r));
+    json_decref(r);
+
+    /* a revoked one */
+    char gone_id[64], gone[128];
+    join_new(5, "1h", gone_id, gone);
+    json_t *rev = NULL;
+    cr_assert_eq(svc_join_token_revoke(S, svc_caller_kilnd(), gone_id, &rev, &err), 0, "%s", err.message);
+    cr_assert_str_eq(json_string_value(json_object_get(rev, "state")), "revoked");
+    json_decref(rev);
+    r = reg_call(NULL, gone, NULL, NULL);
+    cr_assert_str_eq(code(r), "UNAUTHENTICATED", "%s", details(r));
+    cr_assert(strstr(details(r), "was revoked"), "%s", details(r));
+    json_decref(r);
+
+    /* the file's token keeps working beside them */
+    reg_ok(NULL, join_token, NULL, tmp, tmp);
+    /* and what a cluster admin's request may not say */
+    json_t *out = NULL;
+    int64_t zero = 0, many = 1000001;
+    cr_assert_eq(svc_join_token_create(S, svc_caller_kilnd(), &zero, NULL, NULL, &out, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "uses");
+    cr_assert_eq(svc_join_token_create(S, svc_caller_kilnd(), &many, NULL, NULL, &out, &err), KILN_EINVAL);
+    cr_assert_eq(svc_join_token_create(S, svc_caller_kilnd(), NULL, "forever", NULL, &out, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "expires_in");
+    cr_assert_eq(svc_join_token_create(S, svc_caller_kilnd(), NULL, "366d", NULL, &out, &err), KILN_EINVAL);
+}
+
+/* One heartbeat of worker wid through the service (what the gRPC server calls once the
+ * credential and certificate passed): the attempt of job it was handed (0: none), and whether it
+ * was told it waits for approval. */
+static int heartbeat_in_process(const char *wid, const char *job, bool *waiting)
+{
+    arena_t a;
+    arena_init(&a, 0);
+    kiln_err_t err;
+    Kiln__HeartbeatRequest hb = KILN__HEARTBEAT_REQUEST__INIT;
+    Kiln__HeartbeatResponse out = KILN__HEARTBEAT_RESPONSE__INIT;
+    hb.worker_id = (char *)wid;
+    cr_assert_eq(svc_agent_heartbeat(S, wid, &hb, &a, &out, &err), 0, "%s", err.message);
+    int attempt = 0;
+    for (size_t k = 0; k < out.n_assignments; k++)
+        if (!strcmp(out.assignments[k]->job_id, job))
+            attempt = out.assignments[k]->attempt;
+    if (waiting)
+        *waiting = out.waiting_for_approval;
+    arena_deinit(&a);
+    return attempt;
+}
+
+/* Heartbeats as the worker until an assignment of job arrives (up to 10 s); its attempt, or 0. */
+static int assignment_of(const char *wid, const char *job)
+{
+    for (int i = 0; i < 200; i++) {
+        int attempt = heartbeat_in_process(wid, job, NULL);
+        if (attempt)
+            return attempt;
+        usleep(50000);
+    }
+    return 0;
+}
+
+static const char *job_state(const char *job)
+{
+    static char st[32];
+    json_t *j = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), job, &j, &err), 0, "%s", err.message);
+    snprintf(st, sizeof st, "%s", json_string_value(json_object_get(j, "state")));
+    json_decref(j);
+    return st;
+}
+
+Test(grpc_auth, a_removed_and_banned_worker_cannot_come_back)
+{
+    char wid[128], cred[128], fp[65], tmp[128], job[64];
+    reg_ok(NULL, join_token, NULL, wid, cred);
+    json_t *spec = json_pack("{s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}, s:{s:i}}", "name", "rm", "model", "type", "mlp",
+                             "hidden", 8, "n_inputs", 4, "n_classes", 2, "data", "train", "synthetic", "retry",
+                             "max_attempts", 2);
+    json_t *jj = NULL;
+    bool created;
+    kiln_err_t err;
+    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &jj, &created, &err), 0, "%s", err.message);
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(jj, "id")));
+    json_decref(jj);
+    json_decref(spec);
+    cr_assert_eq(assignment_of(wid, job), 1);
+    json_t *r = one((gcall_t){.method = "/kiln.AgentService/ReportRankStatus",
+                              .request = json_pack("{s:s, s:s, s:i, s:b}", "worker_id", wid, "job_id", job, "attempt", 1,
+                                                   "started", 1),
+                              .token = cred});
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_decref(r);
+    cr_assert_str_eq(job_state(job), "RUNNING");
+
+    /* a cluster admin removes and bans it over gRPC */
+    r = one((gcall_t){.method = "/kiln.TrainingService/RemoveWorker",
+                      .request = json_pack("{s:s, s:b, s:s}", "id", wid, "ban", 1, "reason", "credential stolen"),
+                      .token = admin_token});
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_t *resp = json_object_get(r, "response");
+    cr_assert_eq(json_integer_value(json_object_get(resp, "lost_attempts")), 1);
+    openssl_fingerprint("agent", fp);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(resp, "ban"), "cert_sha256")), fp);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(resp, "ban"), "worker_id")), wid);
+    json_decref(r);
+    /* its attempt was lost as when a worker dies: the job waits for its second attempt */
+    const char *st = job_state(job);
+    cr_assert(!strcmp(st, "RESTARTING") || !strcmp(st, "QUEUED"), "job is %s", st);
+    json_t *ev = NULL;
+    cr_assert_eq(svc_job_events(S, svc_caller_kilnd(), job, &ev, &err), 0);
+    char *evs = json_dumps(ev, 0);
+    cr_assert(strstr(evs, "was removed by admin"), "%s", evs);
+    free(evs);
+    json_decref(ev);
+    json_t *w = listed_worker(wid);
+    cr_assert_null(w, "a removed worker is not listed");
+
+    /* its credential, its id and its certificate are all refused; another machine with its own
+     * certificate is not affected */
+    struct { const char *what, *want, *says; } tries[] = {
+        {"its heartbeat", "UNAUTHENTICATED", "not valid"},
+        {"its id with its old credential", "PERMISSION_DENIED", "is banned"},
+        {"a new worker from its certificate", "PERMISSION_DENIED", "certificate is banned"},
+        {"its id from another certificate", "PERMISSION_DENIED", "is banned"},
+        {"another machine", "OK", ""},
+    };
+    json_t *reg = json_pack("{s:s, s:i, s:s}", "hostname", "h", "slots", 1, "slot_type", "cpu");
+    gcall_t calls[] = {
+        {.method = "/kiln.AgentService/Heartbeat", .request = json_object(), .token = cred},
+        {.method = "/kiln.AgentService/RegisterWorker", .request = json_pack("{s:s, s:O}", "worker_id", wid, "hostname", json_object_get(reg, "hostname")),
+         .token = join_token, .worker_credential = cred},
+        {.method = "/kiln.AgentService/RegisterWorker", .request = json_deep_copy(reg), .token = join_token},
+        {.method = "/kiln.AgentService/RegisterWorker", .request = json_pack("{s:s}", "worker_id", wid), .token = join_token,
+         .cert = "agent2"},
+        {.method = "/kiln.AgentService/RegisterWorker", .request = json_deep_copy(reg), .token = join_token,
+         .cert = "agent2"},
+    };
+    json_decref(reg);
+    json_t *res = run_calls(calls, sizeof calls / sizeof calls[0], true);
+    for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        json_t *t = json_array_get(res, i);
+        cr_expect_str_eq(code(t), tries[i].want, "%s: %s", tries[i].what, details(t));
+        cr_expect(strstr(details(t), tries[i].says), "%s: %s", tries[i].what, details(t));
+    }
+    json_decref(res);
+    /* the bans are listed, and lifting one lets the certificate in again */
+    r = one((gcall_t){.method = "/kiln.TrainingService/ListWorkerBans", .token = admin_token});
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_t *bans = json_object_get(json_object_get(r, "response"), "bans");
+    cr_assert_eq(json_array_size(bans), 1);
+    json_t *ban = json_array_get(bans, 0);
+    cr_assert_str_eq(json_string_value(json_object_get(ban, "reason")), "credential stolen");
+    char ban_id[32];
+    snprintf(ban_id, sizeof ban_id, "%s", json_string_value(json_object_get(ban, "id"))); /* int64: text */
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.TrainingService/DeleteWorkerBan", .request = json_pack("{s:s}", "id", ban_id),
+                      .token = admin_token});
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_decref(r);
+    reg_ok(NULL, join_token, NULL, tmp, tmp);
+}
+
+Test(grpc_auth, artifacts_record_the_worker_that_uploaded_them)
+{
+    world();
+    char job[64], wid[64];
+    uint8_t *data = job_with_artifact(job, wid, 1000);
+    json_t *r = one((gcall_t){.method = "/kiln.TrainingService/ListArtifacts",
+                              .request = json_pack("{s:s}", "id", job), .token = tokens[C_VIEWER]});
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_t *a = json_array_get(json_object_get(json_object_get(r, "response"), "artifacts"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(a, "worker_id")), wid, "provenance: the uploading worker");
+    json_decref(r);
+    free(data);
+}
+
+/* ---- the same kilnd told to trust agents less ------------------------------------------------ */
+
+/* A suite whose kilnd cfg_fn configures. */
+#define TRUST_SUITE(name, cfg_fn)                                                                  \
+    static void setup_##name(void)                                                                 \
+    {                                                                                              \
+        configure = cfg_fn;                                                                        \
+        setup();                                                                                   \
+    }                                                                                              \
+    TestSuite(name, .init = setup_##name, .fini = teardown, .timeout = 120)
+
+static void cfg_distinct(svc_config_t *cfg) { cfg->agent_distinct_certs = true; }
+TRUST_SUITE(grpc_trust_distinct, cfg_distinct);
+
+Test(grpc_trust_distinct, one_live_worker_per_certificate)
+{
+    char w1[128], cred1[128], w2[128], cred2[128];
+    reg_ok(NULL, join_token, NULL, w1, cred1);
+    json_t *r = reg_call(NULL, join_token, NULL, NULL);
+    cr_assert_str_eq(code(r), "PERMISSION_DENIED", "a second worker with w1's certificate: %s", details(r));
+    cr_assert(strstr(details(r), w1) && strstr(details(r), "certificate of its own"), "%s", details(r));
+    json_decref(r);
+    reg_ok(NULL, join_token, "agent2", w2, cred2);
+    /* w1 itself registers again with its own certificate */
+    r = reg_call(w1, NULL, cred1, NULL);
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_decref(r);
+    /* once w1 is gone, its certificate may register a worker again */
+    json_t *out = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_worker_remove(S, svc_caller_kilnd(), w1, false, NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    char w3[128], cred3[128];
+    reg_ok(NULL, join_token, NULL, w3, cred3);
+}
+
+/* per source address: 12 a minute, bursts of 2; in all: 18 a minute, bursts of 3 */
+static void cfg_limits(svc_config_t *cfg)
+{
+    cfg->register_per_min_addr = 12;
+    cfg->register_per_min = 18;
+}
+TRUST_SUITE(grpc_trust_limits, cfg_limits);
+
+Test(grpc_trust_limits, registrations_are_rate_limited)
+{
+    gcall_t calls[3];
+    for (int i = 0; i < 3; i++)
+        calls[i] = (gcall_t){.method = "/kiln.AgentService/RegisterWorker",
+                             .request = json_pack("{s:s, s:i, s:s}", "hostname", "flood", "slots", 1, "slot_type", "cpu"),
+                             .token = join_token};
+    json_t *res = run_calls(calls, 3, true);
+    json_t *first = json_array_get(res, 0), *third = json_array_get(res, 2);
+    cr_assert_str_eq(code(first), "OK", "%s", details(first));
+    cr_assert_str_eq(code(json_array_get(res, 1)), "OK", "%s", details(json_array_get(res, 1)));
+    cr_assert_str_eq(code(third), "RESOURCE_EXHAUSTED", "the third within a burst of 2: %s", details(third));
+    cr_assert(strstr(details(third), "too many worker registrations from 127.0.0.1"), "%s", details(third));
+    const char *hint = json_string_value(json_object_get(json_object_get(third, "trailing"), "kiln-hint"));
+    cr_assert(hint && strstr(hint, "retry in"), "says when to retry: %s", hint ? hint : "(no hint)");
+    /* a worker registering again with its credential is not counted */
+    json_t *r = reg_call(field(first, "worker_id"), NULL, field(first, "credential"), NULL);
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_decref(r);
+    json_decref(res);
+    /* the limit for all of this kilnd: registrations from other addresses share it (at most 3 at
+     * once), each address within its own */
+    char join_copy[128];
+    snprintf(join_copy, sizeof join_copy, "%s", join_token);
+    int admitted = 0, refused = 0;
+    for (int i = 1; i <= 5 && !refused; i++) {
+        char from[32];
+        snprintf(from, sizeof from, "10.0.0.%d", i);
+        svc_agent_peer_t peer = {.join_token = join_copy, .address = from};
+        Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+        Kiln__RegisterResponse out = KILN__REGISTER_RESPONSE__INIT;
+        req.hostname = from;
+        req.slot_type = "cpu";
+        arena_t a;
+        arena_init(&a, 0);
+        kiln_err_t err;
+        int rc = svc_agent_register_as(S, &req, &peer, &a, &out, &err);
+        arena_deinit(&a);
+        if (rc == 0) {
+            admitted++;
+        } else {
+            cr_assert_eq(rc, KILN_ELIMIT, "%s", err.message);
+            cr_assert(strstr(err.message, "this kilnd takes at most 18 a minute"), "%s", err.message);
+            refused = i;
+        }
+    }
+    cr_assert(refused > 0 && admitted <= 3, "the global limit holds: %d admitted", admitted);
+}
+
+/* approval mode */
+static void cfg_approval(svc_config_t *cfg) { cfg->agent_approval = true; }
+TRUST_SUITE(grpc_trust_approval, cfg_approval);
+
+Test(grpc_trust_approval, a_pending_worker_gets_no_job_until_approved)
+{
+    char wid[128], cred[128], job[64];
+    reg_ok(NULL, join_token, NULL, wid, cred);
+    json_t *w = listed_worker(wid);
+    cr_assert_str_eq(json_string_value(json_object_get(w, "approval")), "PENDING");
+    json_decref(w);
+    new_job("default", job);
+    /* it heartbeats (and stays alive), hears that it waits, and gets nothing while the scheduler
+     * (every 50 ms) runs twenty times and more */
+    for (int i = 0; i < 20; i++) {
+        bool waiting = false;
+        cr_assert_eq(heartbeat_in_process(wid, job, &waiting), 0, "no work while pending");
+        cr_assert(waiting);
+        usleep(50000);
+    }
+    cr_assert_str_eq(job_state(job), "QUEUED");
+    /* over the wire: its heartbeat says so; what it would report is refused */
+    gcall_t calls[] = {{.method = "/kiln.AgentService/Heartbeat", .request = json_object(), .token = cred},
+                       {.method = "/kiln.AgentService/PushLogs", .request = log_batch(wid, job, "forged"), .token = cred}};
+    json_t *res = run_calls(calls, 2, true);
+    json_t *r = json_array_get(res, 0);
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_t *resp = json_object_get(r, "response");
+    cr_assert(json_is_true(json_object_get(resp, "waiting_for_approval")));
+    cr_assert(strstr(json_string_value(json_object_get(resp, "message")), "kiln workers approve"));
+    cr_assert_eq(json_array_size(json_object_get(resp, "assignments")), 0, "no work while pending");
+    r = json_array_get(res, 1);
+    cr_assert_str_eq(code(r), "FAILED_PRECONDITION", "%s", details(r));
+    cr_assert(strstr(details(r), "waiting for approval"), "%s", details(r));
+    json_decref(res);
+    /* a cluster admin approves it (an editor may not) */
+    char editor[128];
+    user("ed", 0, editor);
+    r = one((gcall_t){.method = "/kiln.TrainingService/ApproveWorker", .request = json_pack("{s:s}", "id", wid),
+                      .token = editor});
+    cr_assert_str_eq(code(r), "PERMISSION_DENIED", "%s", details(r));
+    json_decref(r);
+    r = one((gcall_t){.method = "/kiln.TrainingService/ApproveWorker", .request = json_pack("{s:s}", "id", wid),
+                      .token = admin_token});
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    cr_assert_str_eq(field(r, "approval"), "APPROVED");
+    cr_assert_str_eq(field(r, "approved_by"), "admin");
+    json_decref(r);
+    /* and now it runs the job */
+    cr_assert_eq(assignment_of(wid, job), 1, "the approved worker got the job");
+    r = one((gcall_t){.method = "/kiln.AgentService/ReportRankStatus",
+                      .request = json_pack("{s:s, s:s, s:i, s:b}", "worker_id", wid, "job_id", job, "attempt", 1,
+                                           "started", 1),
+                      .token = cred});
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_decref(r);
+    cr_assert_str_eq(job_state(job), "RUNNING");
+    /* registering again keeps the approval */
+    r = reg_call(wid, NULL, cred, NULL);
+    cr_assert_str_eq(code(r), "OK", "%s", details(r));
+    json_decref(r);
+    w = listed_worker(wid);
+    cr_assert_str_eq(json_string_value(json_object_get(w, "approval")), "APPROVED");
+    json_decref(w);
 }

@@ -280,6 +280,18 @@ Test(query, errors_show_a_caret_under_the_offending_token_and_the_nearest_name)
     cr_assert(strstr(e->message, "priority is a number, not text"), "%s", e->message);
     e = bad("created > 7d");
     cr_assert_str_eq(e->hint, "an age is negative: -7d means that long ago");
+    /* an age or a duration past what a time or a double holds: refused, not converted with
+     * undefined behaviour (found by fuzz/query) */
+    e = bad("created > -1e300d");
+    cr_assert_str_eq(e->message, "age -1e300d is too long ago in filter at column 11");
+    cr_assert_str_eq(e->hint, "an age reaches back at most 1000 years (-52000w)");
+    e = bad("started < -1e8w");
+    cr_assert(strstr(e->message, "age -1e8w is too long ago"), "%s", e->message);
+    e = bad("duration > 1e305w");
+    cr_assert_str_eq(e->message, "duration 1e305w is out of range in filter at column 12");
+    expect_tree("created > -52000w", "(created > @-29654380800000000)");
+    e = bad("created > -52180w");
+    cr_assert(strstr(e->message, "age -52180w is too long ago"), "%s", e->message);
     e = bad("created > 2026-13-01");
     cr_assert(strstr(e->message, "\"2026-13-01\" is not a time"), "%s", e->message);
     e = bad("id = 0b6c");
@@ -414,4 +426,24 @@ Test(query, built_filters_check_values_like_parsed_ones)
     print_node(buf, sizeof buf, a);
     cr_assert_str_eq(buf, "(tags.team = 'x'; --')");
     cr_assert_eq(query_and(&arena, NULL, a), a);
+}
+
+/* A script job's hyperparameters are its own: any name, nested keys joined with '.', names with
+ * '-' as SageMaker users write them; a name one or two letters off an engine's is a typo unless
+ * quoted. */
+Test(query, script_hyperparameters)
+{
+    expect_tree("hp.epochs >= 3", "(hp.epochs >= 3)");
+    expect_tree("hp.batch-size = 64", "(hp.batch-size = 64)");
+    expect_tree("hp.model.depth > 2", "(hp.model.depth > 2)");
+    expect_tree("hp.\"lrr\" < 1", "(hp.lrr < 1)");
+    const kiln_err_t *e = bad("hp.lrr < 1");
+    cr_assert_str_eq(e->hint, "did you mean hp.lr?");
+    e = bad("hp < 1");
+    cr_assert(strstr(e->message, "hp needs a hyperparameter name"), "%s", e->message);
+    query_columns_t c;
+    cr_assert_eq(query_columns_parse("hp.model.depth,hp.epochs", &arena, &c, &err), 0, "%s", err.message);
+    cr_assert_str_eq(c.cols[0].key, "model.depth");
+    cr_assert_str_eq(c.cols[0].name, "hp.model.depth");
+    cr_assert_eq(query_order_parse("hp.epochs DESC", &arena, &(query_order_t){0}, &err), 0, "%s", err.message);
 }

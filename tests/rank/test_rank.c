@@ -459,6 +459,46 @@ Test(metric, the_writer_refuses_bad_names_and_writes_nothing)
     close(p[1]);
 }
 
+/* A time is Unix seconds up to the year 9999: the writer never formats another (1e300 came out
+ * cut short at 63 bytes, as JSON that no parser takes), and the parser refuses one (the agent
+ * made microseconds of it with llround, whatever the value). Found by fuzz/metric_record. */
+Test(metric, a_time_outside_unix_seconds_is_refused_by_writer_and_parser)
+{
+    const char *names[] = {"loss"};
+    const double vals[] = {1.5};
+    const double bad[] = {1e300, -1, NAN, INFINITY, -INFINITY, RANK_METRIC_TIME_MAX};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *out = NULL;
+        size_t len = 0;
+        kiln_err_t err;
+        cr_assert_eq(rank_metric_format(1, bad[i], names, vals, 1, &out, &len, &err), KILN_EINVAL, "time %g", bad[i]);
+        cr_assert_null(out);
+        cr_assert_str_eq(err.field, "time");
+    }
+    const char *lines[] = {"{\"time\": 1e300, \"metrics\": {}}", "{\"time\": -0.5, \"metrics\": {}}",
+                           "{\"time\": 253402300800, \"metrics\": {}}"};
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        rank_metric_record_t rec;
+        kiln_err_t err;
+        cr_assert_eq(rank_metric_parse(lines[i], strlen(lines[i]), &rec, &err), KILN_EFORMAT, "%s", lines[i]);
+        cr_assert_str_eq(err.field, "time");
+        rank_metric_record_deinit(&rec);
+    }
+    /* the last moment of 9999 and the first of 1970 are times */
+    const double good[] = {0, 253402300799.5};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char *out = NULL;
+        size_t len = 0;
+        kiln_err_t err;
+        cr_assert_eq(rank_metric_format(7, good[i], names, vals, 1, &out, &len, &err), 0, "%s", err.message);
+        rank_metric_record_t rec;
+        cr_assert_eq(rank_metric_parse(out, len, &rec, &err), 0, "%s: %s", err.message, out);
+        cr_assert(rec.has_time && rec.time_s == good[i] && rec.n == 1);
+        rank_metric_record_deinit(&rec);
+        free(out);
+    }
+}
+
 Test(metric, the_parser_skips_what_is_not_a_metric_and_refuses_what_is_not_a_record)
 {
     char line[600];

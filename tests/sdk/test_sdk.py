@@ -126,6 +126,61 @@ def mlp_spec(name, project):
             "checkpoint": {"every_steps": 0}}
 
 
+class Code(unittest.TestCase):
+    """.kilnignore (gitignore's syntax) and packing, as kiln code push does them."""
+
+    def test_kilnignore_patterns(self):
+        ig = kiln.KilnIgnore("# outputs\n*.pyc\n/data/\n!keep.pyc\nlogs/**\n**/cache\na/**/b\nfile?.txt\n[!0-9]y\n")
+        excluded = [("x.pyc", False), ("pkg/y.pyc", False), ("data", True), ("logs/a/b.log", False),
+                    ("cache", True), ("deep/er/cache", False), ("a/b", False), ("a/x/y/b", False),
+                    ("file1.txt", False), ("zy", False), (".git", True)]
+        kept = [("keep.pyc", False), ("pkg/data", True), ("data", False), ("logs", True), ("file12.txt", False),
+                ("5y", False), ("a/xb", False), (".gitignore", False), ("# outputs", False)]
+        for path, is_dir in excluded:
+            self.assertTrue(ig.match(path, is_dir), path)
+        for path, is_dir in kept:
+            self.assertFalse(ig.match(path, is_dir), path)
+        self.assertFalse(kiln.KilnIgnore("!.git/\n").match(".git", True), ".git/ re-included")
+
+    def _tree(self):
+        d = tempfile.mkdtemp(prefix="kiln-sdk-code-")
+        self.addCleanup(shutil.rmtree, d, True)
+        for rel, text in (("train.py", "print(1)\n"), ("pkg/model.py", "x = 1\n"), ("pkg/model.pyc", "junk"),
+                          ("data/big.bin", "0" * 100), ("data/keep.txt", "out with its directory"),
+                          (".kilnignore", "*.pyc\n/data/\n!data/keep.txt\n")):
+            os.makedirs(os.path.dirname(os.path.join(d, rel)) or d, exist_ok=True)
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(text)
+        os.symlink("model.py", os.path.join(d, "pkg", "link.py"))
+        return d
+
+    def test_pack_honours_kilnignore_and_is_deterministic(self):
+        import tarfile
+        d = self._tree()
+        a = kiln.code.pack_dir_bytes(d)
+        time.sleep(1.1)
+        os.utime(os.path.join(d, "train.py"), (1000, 1000))
+        self.assertEqual(a, kiln.code.pack_dir_bytes(d), "the same tree packs to the same bytes")
+        with tarfile.open(fileobj=io.BytesIO(a), mode="r:gz") as t:
+            names = sorted(t.getnames())
+            link = t.getmember("pkg/link.py")
+        self.assertEqual(names, [".kilnignore", "pkg", "pkg/link.py", "pkg/model.py", "train.py"])
+        self.assertTrue(link.issym())
+
+    def test_pack_refuses_what_no_archive_may_hold(self):
+        d = self._tree()
+        os.mkfifo(os.path.join(d, "pipe"))
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.code.pack_dir_bytes(d)
+        self.assertIn('"pipe" is a FIFO', str(cm.exception))
+        self.assertIn(".kilnignore", cm.exception.hint)
+        os.unlink(os.path.join(d, "pipe"))
+        os.symlink("/etc", os.path.join(d, "etc"))
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.code.pack_dir_bytes(d)
+        self.assertIn("leads out of the tree", str(cm.exception))
+
+
 class Config(unittest.TestCase):
     """The CLI's config file (kiln login writes it) as the SDK reads it: same precedence, same
     refusals. Each case has its own XDG_CONFIG_HOME and no KILN_* variables."""
@@ -592,6 +647,24 @@ class Live(unittest.TestCase):
             self.assertIn(e.job.id, str(e))
         else:  # or refused at submission, naming the field
             self.assertEqual(e.field, "data.train")
+
+    def test_upload_code_and_a_script_job(self):
+        d = tempfile.mkdtemp(prefix="kiln-sdk-live-code-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "train.py"), "w") as f:
+            f.write("print('sdk')\n")
+        source = self.client.upload_code(d)
+        import hashlib
+        want = "code:sha256:" + hashlib.sha256(kiln.code.pack_dir_bytes(d)).hexdigest()
+        self.assertEqual(source, want, "the source is the SHA-256 of the packed bytes")
+        self.assertEqual(self.client.upload_code(d), source, "again: the same source")
+        job = self.client.submit({"name": "sdk-script", "entry_point": "train.py", "source": source,
+                                  "hyperparameters": {"epochs": 3, "model": {"depth": 4}}})
+        spec = job.to_dict()["spec"]
+        self.assertEqual(spec["entry_point"], "train.py")
+        self.assertEqual(spec["hyperparameters"]["model"]["depth"], 4)
+        with contextlib.suppress(kiln.KilnError):
+            self.client.stop(job.id)
 
     def test_workers(self):
         workers = self.client.workers()

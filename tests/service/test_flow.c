@@ -1,6 +1,6 @@
 /* test_flow.c - the service with a real PostgreSQL (a fresh database per test) and its own
  * scheduler and liveness threads, the agent's part played by fixture.c: submission (queued,
- * idempotent, invalid, unfit, lists), the whole life of a job to COMPLETED with logs and metrics,
+ * idempotent, invalid, larger than the workers, lists), the whole life of a job to COMPLETED with logs and metrics,
  * a failing rank, stop requests, re-delivery, a restarted service, max runtime, priorities, two
  * services on one database. */
 #include <criterion/criterion.h>
@@ -100,25 +100,33 @@ Test(submit, invalid_spec_names_the_field)
     cr_assert_str_eq(err.field, "hyperparameters.lr");
 }
 
-Test(submit, unfit_job_is_rejected_with_a_hint)
+/* A job larger than the alive workers is not invalid (workers come and go): it is accepted, says
+ * what it waits for, and runs once a worker it fits on registers. */
+Test(submit, a_job_larger_than_the_workers_waits_for_them)
 {
     char w[64];
     reg(NULL, 2, "cpu", w);
-    json_t *job = NULL;
-    bool created;
-    json_t *sp = spec(2, 1, "cpu", 0, 1);
-    cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EUNFIT);
-    json_decref(sp);
-    cr_assert(strstr(err.message, "2 worker(s)"), "%s", err.message);
-    cr_assert_neq(err.hint[0], '\0');
-    sp = spec(1, 4, "cpu", 0, 1);
-    cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EUNFIT);
-    json_decref(sp);
-    sp = spec(1, 1, "gpu", 0, 1);
-    cr_assert_eq(svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err), KILN_EUNFIT);
-    json_decref(sp);
-    char id[40];
-    submit(spec(1, 2, "cpu", 0, 1), NULL, id, NULL);
+    char big[40], gpu[40];
+    submit(spec(1, 4, "cpu", 0, 1), NULL, big, NULL);
+    submit(spec(1, 1, "gpu", 0, 1), NULL, gpu, NULL);
+    json_t *j = get(big);
+    cr_assert_str_eq(state_of(j), "QUEUED");
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    cr_assert(strstr(why, "waiting for workers: needs 1 worker(s) with 4 cpu slot(s) each") &&
+              strstr(why, "has 2"), "%s", why);
+    json_decref(j);
+    /* a job that fits runs meanwhile: the big one blocks nobody */
+    char small[40];
+    submit(spec(1, 2, "cpu", 0, 1), NULL, small, NULL);
+    json_decref(wait_state(small, "SCHEDULED", 10000));
+    char w2[64];
+    reg(NULL, 4, "cpu", w2);
+    json_decref(wait_state(big, "SCHEDULED", 10000));
+    j = get(gpu);
+    cr_assert_str_eq(state_of(j), "QUEUED");
+    why = json_string_value(json_object_get(j, "reason"));
+    cr_assert(strstr(why, "waiting for workers") && strstr(why, "gpu"), "%s", why);
+    json_decref(j);
 }
 
 Test(submit, unknown_jobs_are_not_found)

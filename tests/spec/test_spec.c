@@ -125,7 +125,7 @@ Test(spec, bad_specs_name_the_field)
         {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"hyperparameters\": {\"learning_rate\": 1}}",
          "hyperparameters.learning_rate", "unknown field"},
         {"{\"model\": {\"type\": \"transformer\"}, \"data\": {\"train\": \"/x.txt\"}}", "model.type", "must be one of"},
-        {"{\"data\": {\"train\": \"/x.txt\"}}", "model", "required"},
+        {"{\"data\": {\"train\": \"/x.txt\"}}", "model", "names neither"},
         {"{\"model\": {\"type\": \"gpt\"}}", "data", "required"},
         {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"s3://bucket/x\"}}", "data.train", "unsupported URL"},
         {"{\"model\": {\"type\": \"gpt\", \"n_layer\": \"four\"}, \"data\": {\"train\": \"/x.txt\"}}", "model.n_layer",
@@ -182,6 +182,27 @@ Test(spec, syntax_error_reports_position)
     kiln_err_t err;
     cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\",\n}", &s, &err), KILN_EINVAL);
     cr_assert(strstr(err.message, "line 2"), "%s", err.message);
+}
+
+/* The plan's JSON text must hold an object, as the plan itself must: "[1, 2]" was accepted at
+ * submission and then refused when the stored (normalised) spec was read again, by kiln-train.
+ * Found by fuzz/spec_json's round trip. */
+Test(spec, partition_plan_text_must_hold_an_object)
+{
+    const char *texts[] = {"[1, 2]", "[]", "[{\\\"stages\\\": [[0, 1], [2, 3]]}]"};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        char j[512];
+        snprintf(j, sizeof j,
+                 "{\"model\": {\"type\": \"gpt\", \"n_layer\": 2}, \"data\": {\"train\": \"/x\"},"
+                 " \"resources\": {\"nodes\": 2}, \"distribution\": {\"model_parallel\": {\"partitions\": 2,"
+                 " \"partition_plan\": \"%s\"}}}",
+                 texts[i]);
+        spec_t s;
+        kiln_err_t err;
+        cr_assert_eq(spec_parse_string(j, &s, &err), KILN_EINVAL, "accepted plan text %s", texts[i]);
+        cr_assert_str_eq(err.field, "distribution.model_parallel.partition_plan");
+        cr_assert(strstr(err.message, "must be an object"), "%s", err.message);
+    }
 }
 
 Test(spec, partition_plan_accepts_object_or_text)

@@ -485,20 +485,20 @@ Test(workers, draining_worker_gets_no_placements)
 {
     store_worker_reg_t w = {.id = "w-d", .hostname = "hd", .address = "10.0.0.9", .slot_type = "cpu",
                             .gpus_json = "[]", .version = "v", .slots = 2, .cpu_cores = 2};
-    cr_assert_eq(store_worker_upsert(c, &w, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(store_worker_upsert(c, &w, NULL, NULL, &err), 0, "%s", err.message);
     bool began = true, changed = true;
-    cr_assert_eq(store_worker_touch(c, "w-d", false, &began, &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-d", false, &began, NULL, &err), 0);
     cr_assert_not(began);
     store_worker_cap_t *cap = NULL;
     int n = 0;
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
     cr_assert_eq(n, 1);
     free(cap);
-    cr_assert_eq(store_worker_touch(c, "w-d", true, &began, &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-d", true, &began, NULL, &err), 0);
     cr_assert(began, "the first draining heartbeat starts the drain");
-    cr_assert_eq(store_worker_touch(c, "w-d", true, &began, &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-d", true, &began, NULL, &err), 0);
     cr_assert_not(began, "later ones do not");
-    cr_assert_eq(store_worker_touch(c, "w-d", false, &began, &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-d", false, &began, NULL, &err), 0);
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
     cr_assert_eq(n, 1, "a draining worker still counts for what the cluster can run");
     cr_assert_eq(cap[0].slots, 2);
@@ -510,7 +510,7 @@ Test(workers, draining_worker_gets_no_placements)
     cr_assert_eq(store_workers_list_json(c, &list, &err), 0);
     cr_assert(json_is_true(json_object_get(json_array_get(list, 0), "draining")));
     json_decref(list);
-    cr_assert_eq(store_worker_upsert(c, &w, NULL, &err), 0);
+    cr_assert_eq(store_worker_upsert(c, &w, NULL, NULL, &err), 0);
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
     cr_assert_eq(cap[0].slots_free, 2, "registering again ends the drain");
     free(cap);
@@ -523,14 +523,14 @@ Test(workers, upsert_touch_expire_capacity)
     store_worker_reg_t w = {.id = "w-1", .hostname = "h1", .address = "10.0.0.1", .slot_type = "cpu",
                             .gpus_json = "[]", .version = "v", .slots = 4, .cpu_cores = 8};
     bool was_alive = true;
-    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, &err), 0, "%s", err.message);
+    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, NULL, &err), 0, "%s", err.message);
     cr_assert_not(was_alive);
     w.slots = 3;
-    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, &err), 0);
+    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, NULL, &err), 0);
     cr_assert(was_alive);
     cr_assert_eq(count_rows("SELECT count(*) FROM workers"), 1);
-    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, &err), 0);
-    cr_assert_eq(store_worker_touch(c, "w-unknown", false, NULL, &err), KILN_ENOTFOUND);
+    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, NULL, &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-unknown", false, NULL, NULL, &err), KILN_ENOTFOUND);
 
     store_worker_cap_t *cap = NULL;
     int n = 0;
@@ -592,7 +592,7 @@ Test(workers, upsert_touch_expire_capacity)
     int nexp = 0;
     cr_assert_eq(store_workers_expire(c, 0, 0, &nexp, &err), 0);
     cr_assert_eq(nexp, 1);
-    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, &err), KILN_ESTATE);
+    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, NULL, &err), KILN_ESTATE);
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
     cr_assert_eq(n, 0);
     free(cap);
@@ -601,17 +601,17 @@ Test(workers, upsert_touch_expire_capacity)
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(list, 0), "state")), "DEAD");
     json_decref(list);
     /* Re-registering with the old id brings it back. */
-    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, &err), 0);
+    cr_assert_eq(store_worker_upsert(c, &w, &was_alive, NULL, &err), 0);
     cr_assert_not(was_alive);
-    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, &err), 0);
+    cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, NULL, &err), 0);
 }
 
 Test(workers, stop_orders_stale_and_lost)
 {
     store_worker_reg_t w1 = {.id = "w-a", .hostname = "ha", .slot_type = "cpu", .slots = 2};
     store_worker_reg_t w2 = {.id = "w-b", .hostname = "hb", .slot_type = "cpu", .slots = 2};
-    cr_assert_eq(store_worker_upsert(c, &w1, NULL, &err), 0);
-    cr_assert_eq(store_worker_upsert(c, &w2, NULL, &err), 0);
+    cr_assert_eq(store_worker_upsert(c, &w1, NULL, NULL, &err), 0);
+    cr_assert_eq(store_worker_upsert(c, &w2, NULL, NULL, &err), 0);
     char id[STORE_ID_LEN];
     insert_job("s", 0, "{}", NULL, id, NULL);
     for (int k = 0; k < 2; k++) {
@@ -758,4 +758,69 @@ Test(jobs, queue_reasons_change_only_queued_jobs)
     cr_assert_str_eq(json_string_value(json_object_get(j, "reason")), "gone");
     json_decref(j);
     cr_assert_eq(count_rows("SELECT count(*) FROM job_events"), 3, "no event for a reason change");
+}
+
+/* ---- join tokens: one UPDATE per use, whatever the number of replicas ------------------------- */
+
+typedef struct use_arg {
+    const char *id;
+    int used, rc;
+} use_arg_t;
+
+/* One kilnd replica's connection taking uses until the token has none left. */
+static void *use_thread(void *p)
+{
+    use_arg_t *a = p;
+    store_t *s2 = NULL;
+    store_conn_t *c2 = NULL;
+    kiln_err_t e;
+    a->rc = store_open(url, 1, &s2, &e);
+    if (a->rc == 0)
+        a->rc = store_conn_get(s2, &c2, &e);
+    for (bool consumed = true; a->rc == 0 && consumed;) {
+        a->rc = store_join_token_consume(c2, a->id, &consumed, &e);
+        a->used += consumed;
+    }
+    store_conn_put(s2, c2);
+    store_close(s2);
+    return NULL;
+}
+
+TestSuite(trust, .init = setup_migrated, .fini = teardown);
+
+Test(trust, join_token_uses_are_taken_once_by_concurrent_replicas)
+{
+    uint8_t hash[STORE_HASH_LEN] = {1, 2, 3};
+    json_t *t = NULL;
+    cr_assert_eq(store_join_token_insert(c, "jt_race", hash, "race", 40, kiln_now_us() + 3600000000LL, "test", &t, &err),
+                 0, "%s", err.message);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "active");
+    json_decref(t);
+    enum { N = 6 };
+    pthread_t th[N];
+    use_arg_t a[N];
+    memset(a, 0, sizeof(a));
+    for (int i = 0; i < N; i++) {
+        a[i].id = "jt_race";
+        pthread_create(&th[i], NULL, use_thread, &a[i]);
+    }
+    int total = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(a[i].rc, 0, "replica %d failed", i);
+        total += a[i].used;
+    }
+    cr_assert_eq(total, 40, "exactly the token's uses were handed out (%d)", total);
+    cr_assert_eq(count_rows("SELECT registrations FROM join_tokens WHERE id = 'jt_race'"), 40);
+    store_join_t j;
+    cr_assert_eq(store_join_token_find(c, hash, &j, &err), 0, "%s", err.message);
+    cr_assert_str_eq(j.state, "used_up");
+    /* an expired token gives no use, even with uses left */
+    uint8_t hash2[STORE_HASH_LEN] = {4, 5, 6};
+    cr_assert_eq(store_join_token_insert(c, "jt_old", hash2, "", 5, kiln_now_us() - 1000000, "test", &t, &err), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "expired");
+    json_decref(t);
+    bool consumed = true;
+    cr_assert_eq(store_join_token_consume(c, "jt_old", &consumed, &err), 0);
+    cr_assert(!consumed);
 }

@@ -100,7 +100,7 @@ export function fmtBytes(n: number): string {
 // A state badge: text and a shape, so colour is never the only signal.
 const STATE_MARK: Record<string, string> = {
   QUEUED: '○', SCHEDULED: '◔', STARTING: '◑', RUNNING: '▶', STOPPING: '◼', RESTARTING: '↻',
-  COMPLETED: '✓', FAILED: '✗', STOPPED: '■', ALIVE: '●', DEAD: '✗', DRAINING: '◐',
+  COMPLETED: '✓', FAILED: '✗', STOPPED: '■', ALIVE: '●', DEAD: '✗', DRAINING: '◐', PENDING: '◌',
 };
 export function stateBadge(state: string): HTMLElement {
   const s = state || 'UNKNOWN';

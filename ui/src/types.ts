@@ -68,6 +68,11 @@ export interface Worker {
   registered_at?: string;
   cpu_cores?: number;
   version?: string;
+  approval?: string;
+  join_token?: string;
+  cert_sha256?: string;
+  registered_from?: string;
+  data_roots?: string[];
 }
 
-export interface Artifact { name: string; size: number; sha256: string; created_at: string; attempt: number }
+export interface Artifact { name: string; size: number; sha256: string; created_at: string; attempt: number; worker_id?: string }

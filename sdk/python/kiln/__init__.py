@@ -11,7 +11,8 @@
     job.model_data.download("model.bin")   # the trained model (llm.c format), checked
 """
 
-from . import config
+from . import code, config
+from .code import KilnIgnore, pack_dir
 from .config import DEFAULT_URL
 from .client import MODEL_ARTIFACT, TERMINAL_STATES, Artifact, Client, Job, JSONObject, LogLine, ModelData, parse_sse
 from .errors import JobFailedError, KilnError
@@ -19,4 +20,5 @@ from .estimator import Estimator
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Job", "LogLine", "Artifact", "ModelData", "Estimator", "KilnError", "JobFailedError",
-           "parse_sse", "config", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT", "TERMINAL_STATES", "__version__"]
+           "parse_sse", "config", "code", "KilnIgnore", "pack_dir", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT",
+           "TERMINAL_STATES", "__version__"]

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import ssl
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any, cast
 
-from . import config
+from . import code, config
 from .errors import JobFailedError, KilnError
 
 TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
@@ -484,10 +485,44 @@ class Client:
                 return ModelData(self, job_id, a)
         return None
 
+    # ---- code -----------------------------------------------------------------------------
+    def upload_code(self, directory: str, project: str | None = None) -> str:
+        """Packs ``directory`` (honouring its ``.kilnignore``; see kiln.code) into a gzip'd tar,
+        uploads it into ``project`` (default: "default") and returns the source a script job
+        names: "code:sha256:<digest>", the SHA-256 of the archive. The same tree packs to the same
+        bytes, which kilnd keeps once; only the project's members see them."""
+        with tempfile.TemporaryFile() as f:
+            code.pack_dir(directory, f)
+            size = f.tell()
+            f.seek(0)
+            path = "/v1/code"
+            if project:
+                path += "?" + urllib.parse.urlencode({"project": project})
+            hdrs = {"Accept": "application/json", "User-Agent": "kiln-python/0.1",
+                    "Content-Type": "application/gzip", "Content-Length": str(size)}
+            if self._token:
+                hdrs["Authorization"] = "Bearer " + self._token
+            req = urllib.request.Request(self.url + path, data=f, headers=hdrs, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=max(self.timeout, 60), context=self._ssl) as r:
+                    raw = r.read()
+            except urllib.error.HTTPError as e:
+                body = e.read()
+                e.close()
+                raise KilnError.from_reply(e.code, body) from None
+            except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as e:
+                reason: object = getattr(e, "reason", e)
+                raise KilnError("could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)"
+                                % (self.url, reason), code="unavailable", status=0) from None
+        return _str(_obj(json.loads(raw)).get("source"))
+
     # ---- cluster ------------------------------------------------------------------------
     def workers(self) -> list[JSONObject]:
         """Registered workers: dicts with id, hostname, address, slots, slots_free, slot_type,
-        state ("ALIVE" | "DEAD"), last_heartbeat, registered_at, gpus."""
+        state ("ALIVE" | "DEAD"), last_heartbeat, registered_at, gpus, data_roots, and how each
+        registered: approval ("APPROVED" | "PENDING": waits for a cluster admin), join_token (its
+        id, "file" for kilnd's --join-token-file), cert_sha256 (the client certificate it is bound
+        to, "" without mutual TLS) and registered_from."""
         _, j = self._call("GET", "/v1/workers")
         return _objs(j.get("workers"))
 

@@ -1,6 +1,7 @@
 // workers.ts - the cluster's agents: host, slot type, slots and free slots, state (alive,
-// draining, dead), last heartbeat, and the jobs running on each (from the live jobs' workers).
-import { ApiError, get } from '../api';
+// draining, dead, or pending: waiting for a cluster admin's approval, with an Approve button for
+// cluster admins), last heartbeat, and the jobs running on each (from the live jobs' workers).
+import { api, ApiError, get, whoami } from '../api';
 import { clear, fmtAge, h, LIVE_STATES, stateBadge } from '../dom';
 import type { Cleanup } from '../main';
 import type { Job, JobPage, Worker } from '../types';
@@ -32,11 +33,25 @@ export function workersPage(main: HTMLElement, params: URLSearchParams): Cleanup
       }
       clear(body);
       for (const x of w.workers) {
-        const state = x.state === 'ALIVE' && x.draining ? 'DRAINING' : x.state;
+        const pending = x.state === 'ALIVE' && x.approval === 'PENDING';
+        const state = x.state === 'ALIVE' && x.draining ? 'DRAINING' : pending ? 'PENDING' : x.state;
+        const approve = pending && whoami()?.cluster_admin
+          ? h('button', { type: 'button', class: 'approve', title: `Data roots: ${(x.data_roots || []).join(', ') || 'none'}` },
+            'Approve')
+          : null;
+        approve?.addEventListener('click', async () => {
+          try {
+            await api('POST', `/v1/workers/${encodeURIComponent(x.id)}:approve`, {});
+            clearTimeout(timer);
+            load();
+          } catch (e) {
+            status.textContent = e instanceof ApiError ? e.message : String(e);
+          }
+        });
         const jobs = on.get(x.id) || [];
         body.append(h('tr', { 'data-id': x.id, class: x.id === focus ? 'selected' : null },
           h('td', null, x.hostname), h('td', null, h('code', { class: 'small' }, x.id)), h('td', null, x.slot_type),
-          h('td', null, String(x.slots)), h('td', null, String(x.slots_free)), h('td', null, stateBadge(state)),
+          h('td', null, String(x.slots)), h('td', null, String(x.slots_free)), h('td', null, stateBadge(state), ...(approve ? [' ', approve] : [])),
           h('td', { title: x.last_heartbeat || '' }, fmtAge(x.last_heartbeat)),
           h('td', null, ...(jobs.length ? jobs.flatMap((j, i) => [i ? ', ' : '', h('a', { href: `#/jobs/${j.id}` }, j.name || j.id.slice(0, 8))]) : ['—']))));
       }
