@@ -298,8 +298,10 @@ FUZZ_LIBS_query          := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
 FUZZ_LIBS_metric_record  := $(call obj,agent/metrics.c agent/lines.c) $(LIB_PROTO) $(LIB_RANK) $(LIB_BASE)
 FUZZ_LIBS_log_lines      := $(call obj,agent/lines.c) $(LIB_BASE)
 FUZZ_LIBS_http_range     := $(call obj,api/http_range.c) $(LIB_BASE)
+FUZZ_LIBS_http_frame     := $(call obj,api/http_frame.c) $(LIB_BASE)
+FUZZ_LIBS_code_archive   := $(LIB_CODE) $(LIB_BASE)
 FUZZ_LIBS_page_token     := $(call obj,service/page_token.c store/search_cursor.c store/pool.c) $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)
-FUZZ_LDLIBS := -Wl,--as-needed $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -ldl -pthread
+FUZZ_LDLIBS := -Wl,--as-needed $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lz -lm -ldl -pthread
 
 define fuzzbin
 $(BUILD)/fuzz/$(1): $(BUILD)/obj/fuzz/$(1).o $(or $(FUZZ_LIBS_$(1)),$(LIB_BASE))

@@ -379,7 +379,7 @@ static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
 }
 
 static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, const char *prefix,
-                          int depth, kiln_err_t *err)
+                          int depth, bool known_only, kiln_err_t *err)
 {
     const uint8_t *end = p + n;
     while (p < end) {
@@ -392,13 +392,15 @@ static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p,
         case 0:
             if (!wire_varint(&p, end, &len))
                 return 0;
-            continue;
+            len = 0;
+            break;
         case 1:
-            p += 8;
-            continue;
         case 5:
-            p += 4;
-            continue;
+            if ((size_t)(end - p) < (wt == 1 ? 8u : 4u))
+                return 0;
+            p += wt == 1 ? 8 : 4;
+            len = 0;
+            break;
         case 2:
             if (!wire_varint(&p, end, &len) || len > (uint64_t)(end - p))
                 return 0;
@@ -406,6 +408,17 @@ static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p,
         default:
             return 0;
         }
+        if (d && !f && known_only) {
+            char path[256];
+            snprintf(path, sizeof(path), "%s%s%llu", prefix, prefix[0] ? "." : "", (unsigned long long)(key >> 3));
+            kiln_err_set(err, KILN_EINVAL, path, "%s: %s has no field number %llu", path, d->name,
+                         (unsigned long long)(key >> 3));
+            kiln_err_hint(err, "the client's kiln.proto may be newer than this kilnd's; send only the fields "
+                               "this kilnd's proto/kiln.proto declares");
+            return KILN_EINVAL;
+        }
+        if (wt != 2)
+            continue;
         char path[256];
         if (f)
             snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", f->name);
@@ -414,7 +427,7 @@ static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p,
             if (rc)
                 return rc;
         } else if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 16) {
-            int rc = wire_check_msg(f->descriptor, p, (size_t)len, path, depth + 1, err);
+            int rc = wire_check_msg(f->descriptor, p, (size_t)len, path, depth + 1, known_only, err);
             if (rc)
                 return rc;
         }
@@ -423,7 +436,8 @@ static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p,
     return 0;
 }
 
-int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, kiln_err_t *err)
+int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, bool known_only,
+                        kiln_err_t *err)
 {
-    return wire_check_msg(d, data, len, "", 0, err);
+    return wire_check_msg(d, data, len, "", 0, known_only, err);
 }

@@ -100,8 +100,12 @@ void api_grpc_err_text(const char *what, int rc, const kiln_err_t *err, char *fu
 /* ---- the request codec (grpc_codec.c): pure functions, no gRPC calls ---- */
 /* Checks every string field of an encoded message of type d (nested messages and map entries
  * included) before it is decoded: valid UTF-8 without NUL bytes, or KILN_EINVAL naming the
- * field by its dotted path. A message that is not well-formed passes (the decoder refuses it). */
-int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, kiln_err_t *err);
+ * field by its dotted path. With known_only, a field number d's type does not declare is
+ * KILN_EINVAL too, named by its path and number ("spec.200"): what kilnd would not read is
+ * refused, as REST refuses unknown keys (TrainingService; agents' messages stay forward
+ * compatible). A message that is not well-formed passes (the decoder refuses it). */
+int api_grpc_wire_check(const ProtobufCMessageDescriptor *d, const uint8_t *data, size_t len, bool known_only,
+                        kiln_err_t *err);
 
 /* JSON shaped like the REST API -> a message of type d, allocated from arena.
  * Keys are proto field names; "time" (RFC 3339) fills a missing time_us. */

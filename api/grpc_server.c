@@ -461,7 +461,8 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
     grpc_slice in = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
     /* Text fields are checked on the wire, where an embedded NUL is still visible. */
-    rc = api_grpc_wire_check(m->req_desc, GRPC_SLICE_START_PTR(in), GRPC_SLICE_LENGTH(in), &err);
+    rc = api_grpc_wire_check(m->req_desc, GRPC_SLICE_START_PTR(in), GRPC_SLICE_LENGTH(in), m->auth == API_GRPC_USER,
+                             &err);
     if (rc) {
         grpc_slice_unref(in);
         arena_deinit(arena);

@@ -92,20 +92,6 @@ static http_queue_fn http_real_queue(void)
 static json_t *http_err_json(const char *code, const char *message, const char *detail,
                              const char *hint, const char *field);
 
-/* Whether s is a Content-Length libmicrohttpd reads: decimal digits only, below 2^64. */
-static bool http_length_ok(const char *s)
-{
-    uint64_t v = 0;
-    if (!s || !*s)
-        return false;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9' || v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
-            return false;
-        v = v * 10 + (uint64_t)(*s - '0');
-    }
-    return true;
-}
-
 /* Writes a whole response (status, JSON text) to the connection's socket, through its TLS
  * session when it has one, for a connection libmicrohttpd closes right after. Runs on the
  * connection's libmicrohttpd thread, between its reads and writes. false when it could not. */
@@ -680,27 +666,11 @@ static void http_body_append(http_req_t *r, const char *data, size_t n)
     r->body[r->body_len] = '\0';
 }
 
-/* MHD_KeyValueIterator over the request headers: counts the framing headers and keeps the first
- * of each (cls: http_framing_t). */
-typedef struct http_framing {
-    int nlength, nencoding;
-    const char *length, *encoding;
-    bool lengths_differ;
-} http_framing_t;
-
+/* MHD_KeyValueIterator over the request headers: gathers the framing lines (cls: http_frame_t). */
 static enum MHD_Result http_framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
-    http_framing_t *f = cls;
     (void)kind;
-    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
-        if (f->nlength++ == 0)
-            f->length = value ? value : "";
-        else if (strcmp(f->length, value ? value : "") != 0)
-            f->lengths_differ = true;
-    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
-        if (f->nencoding++ == 0)
-            f->encoding = value;
-    }
+    http_frame_header(cls, key, value);
     return MHD_YES;
 }
 
@@ -710,29 +680,13 @@ static enum MHD_Result http_framing_header(void *cls, enum MHD_ValueKind kind, c
  * connection is closed; a declared body over the limit is refused before it is read. */
 static enum MHD_Result http_framing_check(http_req_t *r)
 {
-    http_framing_t f = {0};
+    http_frame_t f = {0};
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, http_framing_header, &f);
     kiln_err_t err;
     kiln_err_clear(&err);
-    if (f.lengths_differ) {
-        kiln_err_set(&err, KILN_EFORMAT, "Content-Length", "the request has Content-Length headers that disagree");
-        kiln_err_hint(&err, "send one Content-Length header");
-    } else if (f.nencoding > 1 || (f.nencoding && f.nlength)) {
-        kiln_err_set(&err, KILN_EFORMAT, "Transfer-Encoding",
-                     f.nlength ? "the request has both Transfer-Encoding and Content-Length"
-                               : "the request has more than one Transfer-Encoding header");
-        kiln_err_hint(&err, "send either Content-Length or Transfer-Encoding: chunked, once");
-    } else if (f.nencoding && strcasecmp(f.encoding ? f.encoding : "", "chunked") != 0) {
-        kiln_err_set(&err, KILN_EFORMAT, "Transfer-Encoding", "Transfer-Encoding \"%.100s\" is not supported",
-                     f.encoding ? f.encoding : "");
-        kiln_err_hint(&err, "send the body with Content-Length or Transfer-Encoding: chunked");
-    } else if (f.nlength && !http_stream_of(r) && strtoull(f.length, NULL, 10) > HTTP_MAX_BODY) {
-        /* (a streamed body, such as a code archive, has its own limit, checked by its route) */
-        kiln_err_set(&err, KILN_ETOOBIG, NULL, "request body is larger than %d bytes", HTTP_MAX_BODY);
-        kiln_err_hint(&err, "send at most 1 MiB");
-    } else {
+    /* (a streamed body, such as a code archive, has its own limit, checked by its route) */
+    if (http_frame_check(&f, http_stream_of(r) ? UINT64_MAX : HTTP_MAX_BODY, &err) == 0)
         return MHD_YES;
-    }
     /* Answered now, before the body: libmicrohttpd then reads no body and, with Connection:
      * close, ends the connection after the answer. */
     r->answered = true;

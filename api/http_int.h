@@ -1,7 +1,8 @@
 /* http_int.h - internals shared by the REST front end's files (http.c: daemon, dispatch and
- * replies; http_routes.c: one handler per route; http_range.c: the Range header; http_sse.c:
- * live log streams; http_conn.c: connection limits and deadlines). Nothing outside api/http*.c
- * includes this header (but the fuzz target fuzz/http_range.c, for http_range_parse). */
+ * replies; http_routes.c: one handler per route; http_range.c: the Range header; http_frame.c:
+ * a request's body framing; http_sse.c: live log streams; http_conn.c: connection limits and
+ * deadlines). Nothing outside api/http*.c includes this header (but the fuzz targets
+ * fuzz/http_range.c and fuzz/http_frame.c, for the pure functions of those two files). */
 #ifndef KILN_API_HTTP_INT_H
 #define KILN_API_HTTP_INT_H
 
@@ -162,6 +163,23 @@ int http_arg_int(http_req_t *r, const char *name, int64_t lo, int64_t hi, int64_
  * for a satisfiable range (0 <= first <= last < size), 0 when the header is to be ignored (not
  * a single byte range: the whole file is sent), -1 when it is unsatisfiable (416). Pure. */
 int http_range_parse(const char *h, int64_t size, int64_t *first, int64_t *last);
+
+/* A request's body framing (http_frame.c), gathered from its header lines before the body is read:
+ * how many Content-Length and Transfer-Encoding lines it has, the first of each, and whether its
+ * Content-Length lines disagree. Zero it, then http_frame_header each line (key, value). */
+typedef struct http_frame {
+    int nlength, nencoding;
+    const char *length, *encoding;  /* the first line's value (borrowed) */
+    bool lengths_differ;
+} http_frame_t;
+void http_frame_header(http_frame_t *f, const char *key, const char *value);
+/* Whether the framing can be trusted: 0; KILN_EFORMAT (err->field "Content-Length" or
+ * "Transfer-Encoding") for lengths that disagree, a length beside an encoding, two encodings or
+ * one other than chunked; KILN_ETOOBIG for a length past max_body. A length that is not a number
+ * (http_length_ok) is left to libmicrohttpd, which refuses it itself. Pure. */
+int http_frame_check(const http_frame_t *f, uint64_t max_body, kiln_err_t *err);
+/* Whether s is a Content-Length libmicrohttpd reads: decimal digits only, below 2^64. Pure. */
+bool http_length_ok(const char *s);
 
 /* 0 when every query argument is one of names (NULL-terminated); else KILN_EINVAL naming the
  * first unknown one (err->field), with the nearest known name as a hint. */

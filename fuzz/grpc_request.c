@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     kiln_err_t err;
     kiln_err_clear(&err);
-    int rc = api_grpc_wire_check(d, msg, len, &err);
+    int rc = api_grpc_wire_check(d, msg, len, true, &err);
     if (rc) {
         FUZZ_CHECK(rc == KILN_EINVAL && err.message[0]);
         return 0;

@@ -11,7 +11,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const ProtobufCMessageDescriptor *d = &kiln__create_job_request__descriptor;
     kiln_err_t err;
     kiln_err_clear(&err);
-    int rc = api_grpc_wire_check(d, data, size, &err);
+    int rc = api_grpc_wire_check(d, data, size, true, &err);
     if (rc) {
         fuzz_check_client_error(rc, &err);
         return 0;

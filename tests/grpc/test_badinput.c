@@ -357,6 +357,10 @@ typedef struct grpc_case {
 /* A DownloadArtifactRequest {id "00000000-0000-0000-0000-000000000000" name "a\0b"} */
 #define DL_NUL_NAME_HEX "0a 24 30 30 30 30 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 2d 30 30 30 30 30 " \
                         "30 30 30 30 30 30 30 12 03 61 00 62"
+/* A CreateJobRequest {spec {name "x", 200: 1}}: a field number kiln.JobSpec does not declare */
+#define UNKNOWN_SPEC_FIELD_HEX "0a 06 0a 01 78 c0 0c 01"
+/* A ListJobsRequest {99: "ab"} */
+#define UNKNOWN_LIST_FIELD_HEX "9a 06 02 61 62"
 /* A RegisterRequest {worker_id "w\xfe\xff" slots 1 slot_type "cpu"} */
 #define BAD_WORKER_HEX "0a 03 77 fe ff 20 01 2a 03 63 70 75"
 
@@ -403,6 +407,10 @@ static const grpc_case_t grpc_cases[] = {
     {"CreateJob train file://", "TrainingService/CreateJob",
      "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"file://\"}}}", NULL, 0, "INVALID_ARGUMENT",
      "spec.data.train"},
+    {"CreateJob with a spec field this kilnd does not know", "TrainingService/CreateJob", NULL, UNKNOWN_SPEC_FIELD_HEX,
+     0, "INVALID_ARGUMENT", "spec.200"},
+    {"ListJobs with a field this kilnd does not know", "TrainingService/ListJobs", NULL, UNKNOWN_LIST_FIELD_HEX, 0,
+     "INVALID_ARGUMENT", "99"},
     {"GetJob id with a NUL", "TrainingService/GetJob", NULL, NUL_ID_HEX, 0, "INVALID_ARGUMENT", "id"},
     {"GetMetrics max_points 0", "TrainingService/GetMetrics", "{\"id\": \"{id}\", \"max_points\": 0}", NULL, 0,
      "INVALID_ARGUMENT", "max_points"},
