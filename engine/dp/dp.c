@@ -184,7 +184,6 @@ void dp_destroy(dp_t *d)
     free(d);
 }
 
-const char *dp_last_error(const dp_t *d) { return d->err_msg; }
 void dp_get_stats(const dp_t *d, dp_stats_t *out) { *out = d->st; }
 
 /* Remembers the first communication error (its message names the dead rank). */
@@ -423,20 +422,12 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
         return kiln_err_set(err, KILN_EUNSUPP, "resources.device",
                             "data parallelism over the %s backend needs its device collectives, "
                             "which this build does not have", be->name);
-    if (d->device && d->o.shard_optimizer_state) {
-        kiln_err_set(err, KILN_EUNSUPP, "distribution.data_parallel.shard_optimizer_state",
-                     "shard_optimizer_state keeps its savings in lazily backed host memory; on "
-                     "the %s backend it would save nothing", be->name);
-        kiln_err_hint(err, "set shard_optimizer_state to false on GPU jobs");
-        return KILN_EUNSUPP;
-    }
-    if (d->device && d->o.bf16_gradients) {
-        kiln_err_set(err, KILN_EUNSUPP, "distribution.data_parallel.gradient_dtype",
-                     "gradient_dtype \"bf16\" is the host collectives' wire format; the %s backend's "
-                     "collectives carry fp32", be->name);
-        kiln_err_hint(err, "leave out gradient_dtype (or set \"fp32\") on GPU jobs");
-        return KILN_EUNSUPP;
-    }
+    /* the options may come from the environment (dp_opts_from_env), not only from the spec the
+     * loop checked: the capability table's refusal, the same as at submission */
+    if (d->o.shard_optimizer_state && !spec_backend_has(be->name, SPEC_CAP_SHARD))
+        return spec_cap_refuse(SPEC_CAP_SHARD, NULL, be->name, err);
+    if (d->o.bf16_gradients && !spec_backend_has(be->name, SPEC_CAP_BF16_GRADS))
+        return spec_cap_refuse(SPEC_CAP_BF16_GRADS, NULL, be->name, err);
     if ((rc = plan_buckets(d, n_blocks, block_ranges, model, err)) ||
         (rc = narrow_share(d, share, err)))
         return rc;
@@ -815,7 +806,8 @@ static int par_bcast(void *ctx, void *buf, size_t bytes, int root, kiln_err_t *e
 
 static int par_attach(void *ctx, eng_train_state_t *st, kiln_err_t *err)
 {
-    return dp_attach(ctx, st->be, st->p, st->n_blocks, st->block_ranges, st->model, st->share, err);
+    const eng_model_t *m = st->model;
+    return dp_attach(ctx, st->be, m->p, m->n_blocks, m->ops->block_ranges, m->impl, st->share, err);
 }
 
 static void par_grads_ready(void *ctx, int block, int ranges) { dp_grads_ready(ctx, block, ranges); }

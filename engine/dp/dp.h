@@ -100,8 +100,9 @@ void dp_destroy(dp_t *d);
  * disjoint, and one listed by several blocks belongs to the lowest): plans the buckets and
  * this rank's shard of each, and narrows share->update (all the ranges, or the shards under
  * ZeRO) and share->norm (the shards). p, m and v are borrowed. Collective over the group (device
- * collectives are created here). Returns 0, KILN_EUNSUPP (a combination the layer cannot run,
- * e.g. ZeRO on device memory), KILN_ENOMEM or KILN_ECOMM. */
+ * collectives are created here). Returns 0, KILN_EINVAL (an option the backend does not have in
+ * spec.h's capability table, e.g. ZeRO on device memory: its refusal), KILN_EUNSUPP (a device
+ * backend whose build has no device collectives), KILN_ENOMEM or KILN_ECOMM. */
 int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
               int (*block_ranges)(const void *model, int block, eng_range_t *out),
               const void *model, eng_share_t *share, kiln_err_t *err);
@@ -131,8 +132,6 @@ int dp_gather(dp_t *d, float *buf, kiln_err_t *err);
 /* The training loop's parallel layer for a job of plain data parallelism: replica = rank of the
  * group, the hooks above, collectives over the group. out borrows d. */
 void dp_parallel(dp_t *d, eng_parallel_t *out);
-/* The last communication error (empty when none); borrowed. */
-const char *dp_last_error(const dp_t *d);
 void dp_get_stats(const dp_t *d, dp_stats_t *out);
 
 #endif /* KILN_DP_H */
