@@ -39,8 +39,11 @@ CFLAGS := $(CFLAGS_COMMON) $(OPT)
 # OpenMP build, so there is one thread pool in the process). -fno-math-errno: nothing in the
 # engine reads errno after a math function, and with errno to set GCC cannot vectorize a loop
 # holding sqrtf (AdamW ran scalar: 180 ms a step for GPT-2 124M's parameters, 49 ms vectorized;
-# the same bits either way, sqrt being correctly rounded).
-ENGINE_CFLAGS := $(CFLAGS_COMMON) -O3 -march=native -fopenmp -fno-math-errno
+# the same bits either way, sqrt being correctly rounded). MARCH is the one flag an image sets
+# (deploy/Dockerfile's KILN_MARCH: a binary built for this machine may die with SIGILL on
+# another); an image builds with these flags otherwise (tests/deploy compares them).
+MARCH ?= native
+ENGINE_CFLAGS := $(CFLAGS_COMMON) -O3 -march=$(MARCH) -fopenmp -fno-math-errno
 
 LDLIBS := -Wl,--as-needed -L$(BLASDIR) -Wl,-rpath,$(BLASDIR) \
 	$(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgrpc -lgpr \
@@ -64,6 +67,7 @@ API_SRC   := $(wildcard api/*.c)
 AGENT_SRC:= $(wildcard agent/*.c)
 ENGINE_SRC:= $(shell find engine -name '*.c' -not -path 'engine/cuda/*' 2>/dev/null | sort)
 CLI_SRC   := $(wildcard cli/*.c)
+HTTPC_SRC := $(wildcard httpc/*.c)
 CUDA_SRC  := $(wildcard engine/cuda/*.cu)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -80,8 +84,9 @@ LIB_API    := $(BUILD)/lib/libkapi.a
 LIB_AGENT := $(BUILD)/lib/libkagent.a
 LIB_ENGINE := $(BUILD)/lib/libkengine.a
 LIB_CLI    := $(BUILD)/lib/libkcli.a
+LIB_HTTPC  := $(BUILD)/lib/libkhttpc.a
 # Link order: dependents before what they depend on.
-ALL_LIBS := $(LIB_CLI) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
+ALL_LIBS := $(LIB_CLI) $(LIB_HTTPC) $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_AGENT) $(LIB_ENGINE) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 
 BINS := $(BUILD)/bin/kilnd $(BUILD)/bin/kiln-agent $(BUILD)/bin/kiln-train $(BUILD)/bin/kiln
 
@@ -95,7 +100,7 @@ CUDA_LIB := $(BUILD)/lib/libkiln_cuda.so
 endif
 endif
 
-.PHONY: all test test-san demo deps bench clean proto tests fuzz fuzz-build
+.PHONY: all test test-san demo deps bench clean proto tests fuzz fuzz-build print-engine-flags
 all: $(BINS) $(CUDA_LIB)
 
 deps:
@@ -178,6 +183,7 @@ $(eval $(call archive,$(LIB_API),$(call obj,$(API_SRC)) $(UI_O)))
 $(eval $(call archive,$(LIB_AGENT),$(call obj,$(AGENT_SRC))))
 $(eval $(call archive,$(LIB_ENGINE),$(call obj,$(ENGINE_SRC))))
 $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
+$(eval $(call archive,$(LIB_HTTPC),$(call obj,$(HTTPC_SRC))))
 
 # ---- binaries -------------------------------------------------------------------------------
 # Each binary links only the modules it uses (dependents first). rank/ is the contract between
@@ -187,10 +193,11 @@ $(eval $(call archive,$(LIB_CLI),$(call obj,$(CLI_SRC))))
 KILND_LIBS := $(LIB_API) $(LIB_SVC) $(LIB_STORE) $(LIB_QUERY) $(LIB_SPEC) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 AGENT_LIBS := $(LIB_AGENT) $(LIB_PROTO) $(LIB_CODE) $(LIB_RANK) $(LIB_BASE)
 TRAIN_LIBS := $(LIB_ENGINE) $(LIB_SPEC) $(LIB_RANK) $(LIB_BASE)
-CLI_LIBS   := $(LIB_CLI) $(LIB_CODE) $(LIB_BASE)
+CLI_LIBS   := $(LIB_CLI) $(LIB_HTTPC) $(LIB_CODE) $(LIB_BASE)
 
-# kilnd and kiln-agent share cmd/daemon.c: the --health probe and systemd notifications.
-DAEMON_O := $(BUILD)/obj/cmd/daemon.o
+# kilnd and kiln-agent share cmd/daemon.c: the --health probe (over httpc/, the CLI's HTTP
+# client) and systemd notifications.
+DAEMON_O := $(BUILD)/obj/cmd/daemon.o $(LIB_HTTPC)
 $(BUILD)/bin/kilnd: $(BUILD)/obj/cmd/kilnd.o $(DAEMON_O) $(KILND_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(DAEMON_O) $(KILND_LIBS) $(LDLIBS)
@@ -253,6 +260,7 @@ TEST_LIBS_pipe    := $(TRAIN_LIBS)
 TEST_LIBS_cuda    := $(TRAIN_LIBS)
 TEST_LIBS_grpc    := $(LIB_AGENT) $(KILND_LIBS)
 TEST_LIBS_dp      := $(TRAIN_LIBS)
+TEST_LIBS_httpc   := $(LIB_HTTPC) $(LIB_BASE)
 
 define testbin
 $(BUILD)/tests/test_$(1): $(call obj,$(wildcard tests/$(1)/*.c)) $(TEST_COMMON) $(or $(TEST_LIBS_$(1)),$(LIB_BASE))
@@ -270,6 +278,12 @@ test: deps
 test-san: deps
 	@$(MAKE) --no-print-directory -j$(shell nproc) SAN=1 tests
 	@BUILD=build-san KILN_SAN=1 bash tests/run.sh
+
+# The engine's compiler flags with this invocation's variables (tests/deploy runs it with the
+# variables of each Dockerfile's make).
+print-engine-flags:
+	@echo 'ENGINE_CFLAGS=$(ENGINE_CFLAGS)'
+	@echo 'NVCCFLAGS=$(NVCCFLAGS)'
 
 demo: deps
 	@$(MAKE) --no-print-directory all

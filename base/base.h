@@ -338,9 +338,8 @@ extern const double prom_wait_buckets[11];
 
 /* Adds f to the registry (idempotent), so that it is written even before its first update. */
 void prom_register(prom_family_t *f);
-/* Counters add (v >= 0), gauges add or set, histograms observe. Thread-safe. */
+/* Counters and gauges add (a counter's v >= 0), histograms observe. Thread-safe. */
 void prom_add(prom_family_t *f, const char *labels, double v);
-void prom_set(prom_family_t *f, const char *labels, double v);
 void prom_observe(prom_family_t *f, const char *labels, double v);
 /* Renders name="value" (value escaped as the format requires) into out (size n); returns out. */
 char *prom_label(char *out, size_t n, const char *name, const char *value);

@@ -82,15 +82,6 @@ void prom_add(prom_family_t *f, const char *labels, double v)
     pthread_mutex_unlock(&prom_lock);
 }
 
-void prom_set(prom_family_t *f, const char *labels, double v)
-{
-    pthread_mutex_lock(&prom_lock);
-    prom_series_t *s = prom_series_get(f, labels);
-    if (s)
-        s->value = v;
-    pthread_mutex_unlock(&prom_lock);
-}
-
 void prom_observe(prom_family_t *f, const char *labels, double v)
 {
     pthread_mutex_lock(&prom_lock);

@@ -34,6 +34,11 @@
 #   DP_NETNS_BIND=0        no CPU binding: the kernel places every process on either CPU, so one
 #                          emulated host's threads also run on the other's CPU
 #   DP_NETNS_UNBOUND=1     also run the 2 ranks unbound in every round (the on_unbound columns)
+#   DP_NETNS_DEFAULTS=1    also run the 2 ranks at default settings in every round: the spec
+#                          without bucket_mb (dp chooses it from the model), overlap on, fp32
+#                          and bf16 gradients (the def and defbf16 columns), against the tuned
+#                          bucket_mb of the on and bf16 columns; with DP_NETNS_BASE, the base
+#                          build's defaults (an older build's fixed 25 MiB) in the same rounds
 # The tbf of each direction: `rate R burst max(64 KiB, R x 1 ms) latency 8ms` (the queue holds
 # 8 ms at the rate): packets leave at the rate with no more than a millisecond's burst, as from
 # a real NIC, and a TCP stream keeps ~95% of the rate in both directions at once. Namespaces,
@@ -46,6 +51,7 @@ STEPS=${2:-20}
 RATES=${DP_NETNS_RATES:-10gbit 1gbit 200mbit}
 BIND=${DP_NETNS_BIND:-1}
 UNBOUND=${DP_NETNS_UNBOUND:-0}
+DEFAULTS=${DP_NETNS_DEFAULTS:-0}
 DP_NETNS_BASE=${DP_NETNS_BASE:-}
 NICE=${DP_NETNS_NICE:-0}
 G=${DP_NETNS_BATCH:-16}
@@ -132,6 +138,10 @@ sed -e "s/\"global_batch_size\": $G/\"global_batch_size\": $((G / 2))/" -e 's/"n
   "$WORK/spec.json" > "$WORK/half.json"
 grep -q "\"global_batch_size\": $((G / 2))," "$WORK/half.json" && grep -q '"nodes": 1,' "$WORK/half.json" ||
   { echo "dp_netns.sh: could not derive the half-batch spec for the nocomm columns" >&2; exit 1; }
+# the same job at default settings: no bucket_mb (the def columns)
+sed -e "s/\"data_parallel\": {\"bucket_mb\": $BUCKET}/\"data_parallel\": {}/" "$WORK/spec.json" > "$WORK/default.json"
+grep -q '"data_parallel": {}' "$WORK/default.json" ||
+  { echo "dp_netns.sh: could not derive the default spec for the def columns" >&2; exit 1; }
 
 # The gradient buckets dp plans for this model (engine/dp/dp.c plan_buckets, ranges of
 # engine/gpt.c eng_gpt_block_ranges): backward order head (ln_f), then per layer from the last
@@ -201,14 +211,22 @@ run_pair() { # $1 = tag, rest: env assignments and command; rank 0 in A, rank 1 
 }
 
 run_dp() { # $1 = overlap 1|0, $2 = tag, $3 = ZeRO-1 1|0 (default 0), $4 = gradient dtype (default
-  # fp32); sets TPS and WAIT (s per step)
+  # fp32), $5 = spec (default the tuned one); sets TPS and WAIT (s per step)
+  local spec=${5:-$WORK/spec.json}
   run_pair "$2" KILN_THREADS=1 KILN_PEAK_GFLOPS=100 KILN_DP_OVERLAP="$1" KILN_DP_ZERO="${3:-0}" \
-    KILN_DP_GRADIENT_DTYPE="${4:-fp32}" "$TRAIN" --spec "$WORK/spec.json"
+    KILN_DP_GRADIENT_DTYPE="${4:-fp32}" "$TRAIN" --spec "$spec"
   local log=$WORK/$2.r0.log dpline
   dpline=$(grep -m1 '^dp: rank 0/2' "$log")
-  # another build may plan other buckets (its all-reduce alone moves this build's)
-  if [ "$TRAIN" = "$PWD/$BUILD/bin/kiln-train" ] && [[ "$dpline" != *" $NBUCKETS gradient buckets"* ]]; then
-    echo "dp_netns.sh: dp planned other buckets than this script assumes ($NBUCKETS): $dpline" >&2; exit 1
+  # another build may plan other buckets (its all-reduce alone moves this build's); at default
+  # settings this build says what it chose
+  if [ "$TRAIN" = "$PWD/$BUILD/bin/kiln-train" ]; then
+    if [ "$spec" = "$WORK/spec.json" ] && [[ "$dpline" != *" $NBUCKETS gradient buckets"* ]]; then
+      echo "dp_netns.sh: dp planned other buckets than this script assumes ($NBUCKETS): $dpline" >&2; exit 1
+    fi
+    if [ "$spec" != "$WORK/spec.json" ] && ! grep -q '^dp: bucket_mb .* chosen from the model' "$log"; then
+      echo "dp_netns.sh: dp did not say which bucket size it chose: $dpline" >&2; exit 1
+    fi
+    [ "$spec" != "$WORK/spec.json" ] && DEFPLAN="$(grep -m1 '^dp: bucket_mb' "$log" | cut -d: -f2 | cut -d' ' -f3) MiB, ${dpline#*: }"
   fi
   TPS=$(median_tps "$log")
   WAIT=$(grep -m1 's waiting for gradients' "$log" | sed -E 's/.* ([0-9.]+) s waiting for gradients.*/\1/' |
@@ -223,11 +241,12 @@ run_comm() { # $1 = tag; sets AR (median all-reduce rate in MB/s)
 med() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print 0 }'; }
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f%%", (b > 0 ? 100 * a / b : 0) }'; }
 
-row() { # round rate build 1x2 on on_wait off off_wait ar link zero nocomm bf16 [unbound]
+row() { # round rate build 1x2 on on_wait off off_wait ar link zero nocomm bf16 unbound def defbf16
   printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %10s %7s %9s %6s" "$1" "$2" "$3" "$4" \
     "${12}" "$(pct "${12}" "$4")" "$5" "$(pct "$5" "$4")" "$6" "$7" "$(pct "$7" "$4")" "$8" "${11}" \
     "$(pct "${11}" "$4")" "${13}" "$(pct "${13}" "$4")" "$9" "$(pct "$9" "$(awk -v l="${10}" 'BEGIN { print l / 1e6 }')")"
   [ "$UNBOUND" = 1 ] && printf " %10s %7s" "${14}" "$(pct "${14}" "$4")"
+  [ "$DEFAULTS" = 1 ] && printf " %10s %7s %13s %9s" "${15}" "$(pct "${15}" "$4")" "${16}" "$(pct "${16}" "$4")"
   echo
 }
 
@@ -254,12 +273,15 @@ echo "# nocomm: 2 independent 1-thread processes, half the batch each (no commun
 echo "# on/off: gradient overlap; wait_s: rank 0's wait for gradients per step; zero: ZeRO-1 (overlap on);"
 echo "# bf16: the gradients sent as bf16 (gradient_dtype \"bf16\", overlap on);"
 echo "# ar: the gradient's buckets all-reduced alone$([ "$UNBOUND" = 1 ] && echo "; unb: overlap on, the ranks unbound")"
+[ "$DEFAULTS" = 1 ] && echo "# def/defbf16: default settings (no bucket_mb: chosen from the model), fp32 / bf16 gradients, overlap on"
 printf "%-6s %-8s %-5s %9s %12s %8s %9s %7s %10s %9s %7s %10s %9s %7s %10s %7s %9s %6s" round rate build \
   "1x2_tok/s" "nocomm_tok/s" "nocomm_%" "on_tok/s" "on_%" "on_wait_s" "off_tok/s" "off_%" "off_wait_s" "zero_tok/s" \
   "zero_%" "bf16_tok/s" "bf16_%" "ar_MB/s" "ar_%"
 [ "$UNBOUND" = 1 ] && printf " %10s %7s" "unb_tok/s" "unb_%"
+[ "$DEFAULTS" = 1 ] && printf " %10s %7s %13s %9s" "def_tok/s" "def_%" "defbf16_tok/s" "defbf16_%"
 echo
-declare -A S P O OW N NW A Z H U
+declare -A S P O OW N NW A Z H U D DH
+DEFPLAN=
 for i in $(seq 1 "$ROUNDS"); do
   for rate in $RATES; do
     shape "$rate"
@@ -278,9 +300,15 @@ for i in $(seq 1 "$ROUNDS"); do
       run_comm "comm.$i.$rate.$b"; a=$AR
       u=
       if [ "$UNBOUND" = 1 ]; then PAIR_BIND=0; run_dp 1 "unb.$i.$rate.$b"; u=$TPS; PAIR_BIND=1; fi
-      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z" "$p" "$h" "$u"
+      df= dh=
+      if [ "$DEFAULTS" = 1 ]; then
+        run_dp 1 "def.$i.$rate.$b" 0 fp32 "$WORK/default.json"; df=$TPS
+        run_dp 1 "defbf16.$i.$rate.$b" 0 bf16 "$WORK/default.json"; dh=$TPS
+      fi
+      row "$i" "$rate" "$b" "$s" "$o" "$ow" "$n" "$nw" "$a" "$link" "$z" "$p" "$h" "$u" "$df" "$dh"
       O[$k]="${O[$k]:-} $o"; OW[$k]="${OW[$k]:-} $ow"; N[$k]="${N[$k]:-} $n"; NW[$k]="${NW[$k]:-} $nw"
       A[$k]="${A[$k]:-} $a"; Z[$k]="${Z[$k]:-} $z"; H[$k]="${H[$k]:-} $h"; U[$k]="${U[$k]:-} $u"
+      D[$k]="${D[$k]:-} $df"; DH[$k]="${DH[$k]:-} $dh"
     done
   done
 done
@@ -290,8 +318,10 @@ for rate in $RATES; do
     k="$rate $b"
     row median "$rate" "$b" "$(echo "${S[$rate]}" | med)" "$(echo "${O[$k]}" | med)" "$(echo "${OW[$k]}" | med)" \
       "$(echo "${N[$k]}" | med)" "$(echo "${NW[$k]}" | med)" "$(echo "${A[$k]}" | med)" "$(rate_bps "$rate")" \
-      "$(echo "${Z[$k]}" | med)" "$(echo "${P[$rate]}" | med)" "$(echo "${H[$k]}" | med)" "$(echo "${U[$k]:-}" | med)"
+      "$(echo "${Z[$k]}" | med)" "$(echo "${P[$rate]}" | med)" "$(echo "${H[$k]}" | med)" "$(echo "${U[$k]:-}" | med)" \
+      "$(echo "${D[$k]:-}" | med)" "$(echo "${DH[$k]:-}" | med)"
   done
 done
 echo "# tbf per direction: rate R burst max(65536, R/1000 bytes) latency 8ms; link MB/s = R/8/1e6"
+[ -n "$DEFPLAN" ] && echo "# at defaults this build chose bucket_mb $DEFPLAN"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,4 +1,4 @@
-/* cli.h - the `kiln` command-line client: subcommands that talk to kilnd's REST API (libcurl +
+/* cli.h - the `kiln` command-line client: subcommands that talk to kilnd's REST API (httpc/ +
  * jansson) and print readable tables, plus what the tests check without a server: the pure
  * formatting helpers (on canned JSON), option parsing, and the config file of saved logins.
  * It is a client only: it never touches the database or the agents; the only state it keeps
@@ -22,8 +22,7 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_ERROR = 1, CLI_EXIT_USAGE = 2 };
 /* Runs `kiln` with argv (argv[0] is the program name): parses the global options (--url,
  * --tls-ca, --profile, --token-file, --json, --help), resolves where kilnd is and which token to
  * send (cli_settings_resolve), dispatches the subcommand, prints to stdout/stderr. Returns the
- * process exit status (CLI_EXIT_*). Not thread-safe (uses stdio, the environment and libcurl's
- * global init). */
+ * process exit status (CLI_EXIT_*). Not thread-safe (uses stdio and the environment). */
 int cli_main(int argc, char **argv);
 
 /* ---- global options, settings and the config file -------------------------------------------- */

@@ -1,4 +1,4 @@
-/* cli_int.h - internals shared by the cli/ files: the REST client (libcurl) and the
+/* cli_int.h - internals shared by the cli/ files: the REST client (over httpc/) and the
  * subcommand entry points. Nothing outside cli/ includes this. */
 #ifndef KILN_CLI_INT_H
 #define KILN_CLI_INT_H

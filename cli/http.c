@@ -1,34 +1,23 @@
-/* http.c - the CLI's REST client over libcurl: one-shot JSON requests, Server-Sent Events
- * streams, query building and job-id resolution. It knows kilnd's URL layout and error shape
+/* http.c - the CLI's REST client over httpc/ (kiln's HTTP client, which the daemons' --health
+ * probe uses too): one-shot JSON requests, Server-Sent Events streams, downloads, query
+ * building and job-id resolution. It knows kilnd's URL layout and error shape
  * (docs/contracts.md), nothing about how replies are shown. */
 #include "cli/cli_int.h"
 
 #include <ctype.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "httpc/httpc.h"
+
 void cli_client_init(cli_client_t *c, const cli_settings_t *s)
 {
     memset(c, 0, sizeof(*c));
     c->settings = *s;
     c->timeout_ms = 30000;
-}
-
-/* What every request to kilnd carries: the token and, for https, the CA to verify it against.
- * auth (caller's storage, >= 600 bytes) holds the header line while the request runs. */
-static struct curl_slist *cli_curl_auth(const cli_client_t *c, CURL *h, struct curl_slist *hl, char *auth)
-{
-    if (c->settings.ca_file[0])
-        curl_easy_setopt(h, CURLOPT_CAINFO, c->settings.ca_file);
-    if (c->settings.token[0]) {
-        snprintf(auth, 600, "Authorization: Bearer %s", c->settings.token);
-        hl = curl_slist_append(hl, auth);
-    }
-    return hl;
 }
 
 const char *cli_jstr(const json_t *obj, const char *key)
@@ -52,41 +41,59 @@ int64_t cli_jtime(const json_t *obj, const char *key)
     return us;
 }
 
-typedef struct cli_buf {
-    char *p;
-    size_t n;
-} cli_buf_t;
+/* A request to kilnd and what it owns. */
+typedef struct cli_req {
+    httpc_req_t r;
+    char *url;
+    const char **headers; /* (NULL-terminated) the fixed lines, then the caller's */
+} cli_req_t;
 
-static size_t cli_buf_write(char *data, size_t size, size_t nmemb, void *ud)
+/* A request to kilnd at path: the settings' URL, token and CA (the token goes to that URL only:
+ * httpc follows no redirect), the header lines accept and content_type (each may be NULL), then
+ * headers (may be NULL). Release with cli_req_deinit whatever it returns. */
+static int cli_req_init(cli_req_t *q, const cli_client_t *c, const char *path, const char *accept,
+                        const char *content_type, const char *const *headers, kiln_err_t *err)
 {
-    cli_buf_t *b = ud;
-    size_t len = size * nmemb;
-    char *np = realloc(b->p, b->n + len + 1);
-    if (!np)
-        return 0;
-    b->p = np;
-    memcpy(b->p + b->n, data, len);
-    b->n += len;
-    b->p[b->n] = '\0';
-    return len;
+    memset(q, 0, sizeof(*q));
+    size_t n = strlen(c->settings.url) + strlen(path) + 1, nh = 0, k = 0;
+    while (headers && headers[nh])
+        nh++;
+    q->url = malloc(n);
+    q->headers = calloc(nh + 3, sizeof(*q->headers));
+    if (!q->url || !q->headers)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    snprintf(q->url, n, "%s%s", c->settings.url, path);
+    if (accept)
+        q->headers[k++] = accept;
+    if (content_type)
+        q->headers[k++] = content_type;
+    for (size_t i = 0; i < nh; i++)
+        q->headers[k++] = headers[i];
+    q->r.url = q->url;
+    q->r.headers = q->headers;
+    q->r.token = c->settings.token;
+    q->r.ca_file = c->settings.ca_file;
+    q->r.user_agent = "kiln/" CLI_VERSION;
+    q->r.connect_timeout_ms = 5000;
+    return 0;
 }
 
-static void cli_curl_global(void)
+static void cli_req_deinit(cli_req_t *q)
 {
-    static bool done;
-    if (!done) {
-        curl_global_init(CURL_GLOBAL_DEFAULT);
-        done = true;
-    }
+    free(q->url);
+    free(q->headers);
 }
 
-static int cli_connect_error(const cli_client_t *c, CURLcode rc, const char *errbuf, kiln_err_t *err)
+static int cli_connect_error(const cli_client_t *c, httpc_end_t end, const httpc_res_t *res, kiln_err_t *err)
 {
-    const char *why = errbuf && *errbuf ? errbuf : curl_easy_strerror(rc);
-    if (rc == CURLE_OPERATION_TIMEDOUT)
-        return kiln_err_set(err, KILN_ETIMEDOUT, NULL, "request to kilnd at %s timed out: %s", c->settings.url, why);
+    if (end == HTTPC_NOMEM)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (end == HTTPC_TIMEOUT)
+        return kiln_err_set(err, KILN_ETIMEDOUT, NULL, "request to kilnd at %s timed out: %s", c->settings.url,
+                            res->error);
     return kiln_err_set(err, KILN_EUNAVAIL, NULL,
-                        "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->settings.url, why);
+                        "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->settings.url,
+                        res->error);
 }
 
 static int cli_request_core(const cli_client_t *c, const char *method, const char *path, const json_t *body,
@@ -108,87 +115,53 @@ int cli_upload(const cli_client_t *c, const char *path, FILE *in, int64_t len, c
     return cli_request_core(c, "POST", path, NULL, in, len, headers, http_status, out, err);
 }
 
-static size_t cli_upload_read(char *buf, size_t size, size_t nmemb, void *ud)
-{
-    return fread(buf, 1, size * nmemb, (FILE *)ud);
-}
-
 static int cli_request_core(const cli_client_t *c, const char *method, const char *path, const json_t *body,
                             FILE *upload, int64_t upload_len, const char *const *headers, long *http_status,
                             json_t **out, kiln_err_t *err)
 {
     int rc = 0;
-    CURL *h = NULL;
-    struct curl_slist *hl = NULL;
-    char *body_text = NULL, *url = NULL;
-    cli_buf_t b = {NULL, 0};
-    char errbuf[CURL_ERROR_SIZE] = "", auth[600];
-    long status = 0;
+    char *body_text = NULL;
+    cli_req_t q;
+    httpc_res_t res;
+    memset(&res, 0, sizeof res);
 
     *out = NULL;
-    cli_curl_global();
-    h = curl_easy_init();
-    url = malloc(strlen(c->settings.url) + strlen(path) + 1);
-    if (!h || !url) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if ((rc = cli_req_init(&q, c, path, "Accept: application/json", body ? "Content-Type: application/json" : NULL,
+                           headers, err)))
         goto fail;
-    }
-    strcpy(url, c->settings.url);
-    strcat(url, path);
-    hl = curl_slist_append(hl, "Accept: application/json");
-    hl = cli_curl_auth(c, h, hl, auth);
     if (body) {
         body_text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(17));
         if (!body_text) {
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the request body");
             goto fail;
         }
-        hl = curl_slist_append(hl, "Content-Type: application/json");
+        q.r.body = body_text;
+        q.r.body_len = strlen(body_text);
     }
-    for (size_t i = 0; headers && headers[i]; i++)
-        hl = curl_slist_append(hl, headers[i]);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" CLI_VERSION);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, cli_buf_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    q.r.method = method;
+    q.r.timeout_ms = c->timeout_ms;
     if (upload) {
         /* a file streamed as the body, as long as it takes; a stalled transfer is given up */
-        curl_easy_setopt(h, CURLOPT_POST, 1L);
-        curl_easy_setopt(h, CURLOPT_READFUNCTION, cli_upload_read);
-        curl_easy_setopt(h, CURLOPT_READDATA, upload);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)upload_len);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 0L);
-        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
-    } else if (body_text) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body_text);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body_text));
-    } else if (!strcmp(method, "POST")) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
+        q.r.upload = upload;
+        q.r.upload_len = upload_len;
+        q.r.timeout_ms = 0;
+        q.r.low_speed_s = 60;
     }
-    CURLcode cr = curl_easy_perform(h);
-    if (cr != CURLE_OK) {
-        rc = cli_connect_error(c, cr, errbuf, err);
+    httpc_end_t end = httpc_perform(&q.r, &res);
+    if (end != HTTPC_OK) {
+        rc = cli_connect_error(c, end, &res, err);
         goto fail;
     }
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (http_status)
-        *http_status = status;
-    if (status < 200 || status > 299) {
-        rc = cli_error_from_reply((int)status, b.p, err);
+        *http_status = res.status;
+    if (res.status < 200 || res.status > 299) {
+        rc = cli_error_from_reply((int)res.status, res.body, err);
         goto fail;
     }
     json_error_t jerr;
-    *out = b.n ? json_loads(b.p, 0, &jerr) : NULL;
+    *out = res.len ? json_loads(res.body, 0, &jerr) : NULL;
     if (!*out) {
-        if (b.n) {
+        if (res.len) {
             rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd sent a reply that is not JSON: %s", jerr.text);
             goto fail;
         }
@@ -196,204 +169,125 @@ static int cli_request_core(const cli_client_t *c, const char *method, const cha
     }
 
 fail:
-    free(b.p);
+    httpc_res_deinit(&res);
     free(body_text);
-    free(url);
-    curl_slist_free_all(hl);
-    if (h)
-        curl_easy_cleanup(h);
+    cli_req_deinit(&q);
     return rc;
 }
 
 /* ---- SSE stream --------------------------------------------------------------------------- */
 
-typedef struct cli_stream_ctx {
-    CURL *h;
-    cli_sse_t *sse;
-    long status;
-    cli_buf_t errbody;   /* body of a non-200 reply */
-    bool got_status;
-} cli_stream_ctx_t;
-
-static size_t cli_stream_write(char *data, size_t size, size_t nmemb, void *ud)
+static int cli_stream_sink(void *ud, const char *data, size_t n)
 {
-    cli_stream_ctx_t *s = ud;
-    size_t len = size * nmemb;
-    if (!s->got_status) {
-        curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &s->status);
-        s->got_status = true;
-    }
-    if (s->status != 200)
-        return cli_buf_write(data, size, nmemb, &s->errbody);
-    if (cli_sse_feed(s->sse, data, len) != 0)
-        return 0; /* stop: curl reports a write error, which we recognise by sse->stopped */
-    return len;
+    return cli_sse_feed(ud, data, n) != 0; /* stop: the callback ended it (sse->stopped) */
 }
 
 int cli_stream(const cli_client_t *c, const char *path, const char *const *headers, cli_sse_t *sse,
                long low_speed_s, kiln_err_t *err)
 {
     int rc = 0;
-    struct curl_slist *hl = NULL;
-    char *url = NULL;
-    char errbuf[CURL_ERROR_SIZE] = "", auth[600];
-    cli_stream_ctx_t s = {0};
+    cli_req_t q;
+    httpc_res_t res;
+    memset(&res, 0, sizeof res);
 
-    cli_curl_global();
-    s.sse = sse;
-    s.h = curl_easy_init();
-    url = malloc(strlen(c->settings.url) + strlen(path) + 1);
-    if (!s.h || !url) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if ((rc = cli_req_init(&q, c, path, "Accept: text/event-stream", NULL, headers, err)))
         goto fail;
-    }
-    strcpy(url, c->settings.url);
-    strcat(url, path);
-    hl = curl_slist_append(hl, "Accept: text/event-stream");
-    hl = cli_curl_auth(c, s.h, hl, auth);
-    for (size_t i = 0; headers && headers[i]; i++)
-        hl = curl_slist_append(hl, headers[i]);
-    curl_easy_setopt(s.h, CURLOPT_URL, url);
-    curl_easy_setopt(s.h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(s.h, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(s.h, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(s.h, CURLOPT_USERAGENT, "kiln/" CLI_VERSION);
-    curl_easy_setopt(s.h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(s.h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(s.h, CURLOPT_LOW_SPEED_TIME, low_speed_s > 0 ? low_speed_s : 60L);
-    curl_easy_setopt(s.h, CURLOPT_WRITEFUNCTION, cli_stream_write);
-    curl_easy_setopt(s.h, CURLOPT_WRITEDATA, &s);
-    CURLcode cr = curl_easy_perform(s.h);
-    if (!s.got_status)
-        curl_easy_getinfo(s.h, CURLINFO_RESPONSE_CODE, &s.status);
-    if (s.status != 0 && s.status != 200) {
-        rc = cli_error_from_reply((int)s.status, s.errbody.p, err);
+    q.r.low_speed_s = low_speed_s > 0 ? low_speed_s : 60;
+    q.r.sink = cli_stream_sink;
+    q.r.ud = sse;
+    httpc_end_t end = httpc_perform(&q.r, &res);
+    if (res.status != 0 && res.status != 200) {
+        rc = cli_error_from_reply((int)res.status, res.body, err);
         goto fail;
     }
     if (sse->stopped)
         goto fail; /* rc 0: the callback ended it */
-    if (cr != CURLE_OK) {
-        const char *why = *errbuf ? errbuf : curl_easy_strerror(cr);
-        if (s.status == 0 && cr == CURLE_COULDNT_CONNECT)
-            rc = kiln_err_set(err, KILN_ECOMM, NULL,
-                              "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)", c->settings.url, why);
-        else
-            rc = kiln_err_set(err, KILN_ECOMM, NULL, "log stream from %s dropped: %s", c->settings.url, why);
-    }
+    if (end == HTTPC_NOMEM)
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    else if (end == HTTPC_CONNECT)
+        rc = kiln_err_set(err, KILN_ECOMM, NULL, "could not connect to kilnd at %s: %s (is kilnd running? set KILN_URL)",
+                          c->settings.url, res.error);
+    else if (end != HTTPC_OK)
+        rc = kiln_err_set(err, KILN_ECOMM, NULL, "log stream from %s dropped: %s", c->settings.url, res.error);
 
 fail:
-    free(s.errbody.p);
-    free(url);
-    curl_slist_free_all(hl);
-    if (s.h)
-        curl_easy_cleanup(s.h);
+    httpc_res_deinit(&res);
+    cli_req_deinit(&q);
     return rc;
 }
 
 /* ---- downloads ---------------------------------------------------------------------------- */
 
 typedef struct cli_dl {
-    CURL *h;
     FILE *out;
     kiln_sha256_t *sha;
     int64_t bytes;
-    long status;
-    bool got_status, write_failed;
-    cli_buf_t errbody;
+    bool write_failed;
     char *etag;
 } cli_dl_t;
 
-static size_t cli_dl_write(char *data, size_t size, size_t nmemb, void *ud)
+static int cli_dl_sink(void *ud, const char *data, size_t len)
 {
     cli_dl_t *d = ud;
-    size_t len = size * nmemb;
-    if (!d->got_status) {
-        curl_easy_getinfo(d->h, CURLINFO_RESPONSE_CODE, &d->status);
-        d->got_status = true;
-    }
-    if (d->status != 200)
-        return cli_buf_write(data, size, nmemb, &d->errbody);
     if (fwrite(data, 1, len, d->out) != len) {
         d->write_failed = true;
-        return 0;
+        return -1;
     }
     kiln_sha256_update(d->sha, data, len);
     d->bytes += (int64_t)len;
-    return len;
+    return 0;
 }
 
-static size_t cli_dl_header(char *data, size_t size, size_t nmemb, void *ud)
+static void cli_dl_header(void *ud, const char *data, size_t len)
 {
     cli_dl_t *d = ud;
-    size_t len = size * nmemb;
     if (len > 5 && !strncasecmp(data, "ETag:", 5)) {
-        const char *v = data + 5;
-        while (*v == ' ' || *v == '"')
+        const char *v = data + 5, *e = data + len;
+        while (v < e && (*v == ' ' || *v == '"'))
             v++;
-        size_t vl = strcspn(v, "\"\r\n");
+        size_t vl = 0;
+        while (v + vl < e && v[vl] != '"' && v[vl] != '\r' && v[vl] != '\n')
+            vl++;
         snprintf(d->etag, 80, "%.*s", (int)KILN_MIN(vl, 79), v);
     }
-    return len;
 }
 
 int cli_download(const cli_client_t *c, const char *path, FILE *out, kiln_sha256_t *sha, int64_t *bytes,
                  char *etag, kiln_err_t *err)
 {
     int rc = 0;
-    struct curl_slist *hl = NULL;
-    char *url = NULL;
-    char errbuf[CURL_ERROR_SIZE] = "", auth[600];
     cli_dl_t d = {.out = out, .sha = sha, .etag = etag};
+    cli_req_t q;
+    httpc_res_t res;
+    memset(&res, 0, sizeof res);
     etag[0] = '\0';
     *bytes = 0;
-    cli_curl_global();
-    d.h = curl_easy_init();
-    url = malloc(strlen(c->settings.url) + strlen(path) + 1);
-    if (!d.h || !url) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if ((rc = cli_req_init(&q, c, path, NULL, NULL, NULL, err)))
         goto fail;
-    }
-    strcpy(url, c->settings.url);
-    strcat(url, path);
-    hl = cli_curl_auth(c, d.h, hl, auth);
-    curl_easy_setopt(d.h, CURLOPT_URL, url);
-    curl_easy_setopt(d.h, CURLOPT_NOSIGNAL, 1L);
-    if (hl)
-        curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(d.h, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(d.h, CURLOPT_USERAGENT, "kiln/" CLI_VERSION);
-    curl_easy_setopt(d.h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     /* a big file takes as long as it takes; a stalled one is given up after a minute */
-    curl_easy_setopt(d.h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(d.h, CURLOPT_LOW_SPEED_TIME, 60L);
-    curl_easy_setopt(d.h, CURLOPT_WRITEFUNCTION, cli_dl_write);
-    curl_easy_setopt(d.h, CURLOPT_WRITEDATA, &d);
-    curl_easy_setopt(d.h, CURLOPT_HEADERFUNCTION, cli_dl_header);
-    curl_easy_setopt(d.h, CURLOPT_HEADERDATA, &d);
-    CURLcode cr = curl_easy_perform(d.h);
-    if (!d.got_status)
-        curl_easy_getinfo(d.h, CURLINFO_RESPONSE_CODE, &d.status);
+    q.r.low_speed_s = 60;
+    q.r.sink = cli_dl_sink;
+    q.r.on_header = cli_dl_header;
+    q.r.ud = &d;
+    httpc_end_t end = httpc_perform(&q.r, &res);
     if (d.write_failed) {
         rc = kiln_err_set(err, KILN_EIO, NULL, "could not write the download: %s", strerror(errno));
         goto fail;
     }
-    if (d.status != 0 && d.status != 200) {
-        rc = cli_error_from_reply((int)d.status, d.errbody.p, err);
+    if (res.status != 0 && res.status != 200) {
+        rc = cli_error_from_reply((int)res.status, res.body, err);
         goto fail;
     }
-    if (cr != CURLE_OK) {
-        rc = d.status == 0 ? cli_connect_error(c, cr, errbuf, err)
-                           : kiln_err_set(err, KILN_ECOMM, NULL, "the download from %s broke off: %s", c->settings.url,
-                                          *errbuf ? errbuf : curl_easy_strerror(cr));
+    if (end != HTTPC_OK) {
+        rc = res.status == 0 ? cli_connect_error(c, end, &res, err)
+                             : kiln_err_set(err, KILN_ECOMM, NULL, "the download from %s broke off: %s",
+                                            c->settings.url, res.error);
         goto fail;
     }
     *bytes = d.bytes;
 fail:
-    free(d.errbody.p);
-    free(url);
-    curl_slist_free_all(hl);
-    if (d.h)
-        curl_easy_cleanup(d.h);
+    httpc_res_deinit(&res);
+    cli_req_deinit(&q);
     return rc;
 }
 
@@ -440,32 +334,32 @@ int cli_collect_jobs(const cli_client_t *c, cli_jobs_page_fn fetch, void *ud, lo
 
 int cli_path_add(char **path, const char *key, const char *value)
 {
-    char *esc = curl_easy_escape(NULL, value, 0);
+    char *esc = httpc_escape(value);
     if (!esc)
         return KILN_ENOMEM;
     size_t n = strlen(*path) + strlen(key) + strlen(esc) + 3;
     char *np = realloc(*path, n);
     if (!np) {
-        curl_free(esc);
+        free(esc);
         return KILN_ENOMEM;
     }
     strcat(np, strchr(np, '?') ? "&" : "?");
     strcat(np, key);
     strcat(np, "=");
     strcat(np, esc);
-    curl_free(esc);
+    free(esc);
     *path = np;
     return 0;
 }
 
 char *cli_path_segment(const char *s, char *out, size_t n)
 {
-    char *esc = curl_easy_escape(NULL, s, 0);
+    char *esc = httpc_escape(s);
     if (!esc || strlen(esc) >= n)
         snprintf(out, n, "%s", "");
     else
         snprintf(out, n, "%s", esc);
-    curl_free(esc);
+    free(esc);
     return out;
 }
 

@@ -1,8 +1,7 @@
-/* daemon.c - the --health probe (libcurl) and systemd notifications (libsystemd's sd_notify)
- * that kilnd and kiln-agent share; see daemon.h. */
+/* daemon.c - the --health probe (over httpc/, the CLI's HTTP client) and systemd notifications
+ * (libsystemd's sd_notify) that kilnd and kiln-agent share; see daemon.h. */
 #include "cmd/daemon.h"
 
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "httpc/httpc.h"
 
 void daemon_local_url(const char *listen_addr, bool tls, const char *path, char *out, size_t n)
 {
@@ -28,45 +28,20 @@ void daemon_local_url(const char *listen_addr, bool tls, const char *path, char 
     snprintf(out, n, "%s://%s:%s%s", tls ? "https" : "http", host, port, path);
 }
 
-static size_t discard(char *p, size_t sz, size_t nm, void *ud)
-{
-    (void)p;
-    (void)ud;
-    return sz * nm;
-}
-
 int daemon_probe(const char *url, const char *ca_file, long timeout_ms, char *why, size_t n)
 {
-    CURL *c = curl_easy_init();
-    if (!c) {
-        snprintf(why, n, "could not start libcurl");
-        return 1;
-    }
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    if (ca_file && *ca_file) {
-        curl_easy_setopt(c, CURLOPT_CAINFO, ca_file);
-    } else {
-        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-    }
-    CURLcode rc = curl_easy_perform(c);
-    long status = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(c);
-    if (rc != CURLE_OK) {
-        snprintf(why, n, "%s: %s", url, curl_easy_strerror(rc));
-        return 1;
-    }
-    if (status != 200) {
+    httpc_req_t req = {.url = url, .ca_file = ca_file, .no_verify = !ca_file || !*ca_file, .timeout_ms = timeout_ms};
+    httpc_res_t res;
+    httpc_end_t end = httpc_perform(&req, &res);
+    long status = res.status;
+    if (end != HTTPC_OK)
+        snprintf(why, n, "%s: %s", url, res.error);
+    else if (status != 200)
         snprintf(why, n, "%s answered HTTP %ld", url, status);
-        return 1;
-    }
-    snprintf(why, n, "%s: ok", url);
-    return 0;
+    else
+        snprintf(why, n, "%s: ok", url);
+    httpc_res_deinit(&res);
+    return end == HTTPC_OK && status == 200 ? 0 : 1;
 }
 
 void daemon_ready(const char *status)

@@ -1,8 +1,10 @@
-/* engine.h - kiln's training engine, public interface: models (GPT, MLP) as sequences of blocks
- * over flat parameter/gradient buffers, data loading, checkpoints and the training loop.
- * Ops live behind engine/backend.h; collectives (engine/comm/) and parallel schedules build on
- * the per-block entry points and the trainer hooks declared here.
- * It is not a general framework: two models, written out by hand, llm.c style. */
+/* engine.h - kiln's training engine, public interface: the model interface (a table of
+ * functions each model implements) and its two models (GPT, MLP) as sequences of blocks over flat
+ * parameter/gradient buffers, data loading, checkpoints and the training loop. Ops live behind
+ * engine/backend.h; collectives (engine/comm/) and parallel schedules build on the per-block
+ * entry points and the trainer hooks declared here; what each model and backend can do is
+ * spec.h's capability table. It is not a general framework: models written out by hand, llm.c
+ * style. */
 #ifndef KILN_ENGINE_H
 #define KILN_ENGINE_H
 
@@ -41,7 +43,6 @@ typedef struct eng_ranges {
 int eng_ranges_add(eng_ranges_t *l, size_t off, size_t n);
 void eng_ranges_clear(eng_ranges_t *l); /* n = 0; keeps the memory */
 void eng_ranges_deinit(eng_ranges_t *l);
-size_t eng_ranges_total(const eng_ranges_t *l);
 
 /* Parameters and gradients of one model: two slabs of n floats each (device memory), with the
  * tensor table describing their common layout. Optimizer state lives in the trainer. */
@@ -52,6 +53,141 @@ typedef struct eng_params {
     int n_tensors;
     eng_tensor_t tensors[ENG_MAX_TENSORS];
 } eng_params_t;
+
+/* Called during backward when gradients are final for this microbatch set (the data-parallel
+ * layer starts all-reducing them): the first `ranges` of `block`'s ranges (as the model's
+ * block_ranges lists them: a GPT layer half lists its parameters in the order backward finishes
+ * them, so its output projection's gradient can travel while the rest of the half is computed),
+ * and ENG_RANGES_ALL once the whole block is done. Blocks come last to first. */
+#define ENG_RANGES_ALL 0x7fffffff
+typedef void (*eng_grads_ready_fn)(void *ctx, int block, int ranges);
+
+/* ============================================================================================
+ * Models: each is one table of functions (eng_model_ops_t), what the training loop, the
+ * data-parallel layer, the pipeline and the checkpoints need of it, so none of them asks which
+ * model it holds. GPT-2 (gpt.c) and the MLP classifier (mlp.c) implement it. The models are the
+ * rows of the spec's capability table (spec.h's SPEC_MODEL_MAP: model.type name is implemented
+ * by eng_<name>_model), whose row also says which optional groups below a model offers.
+ * ============================================================================================ */
+
+struct spec_model;
+struct eng_rng;
+typedef struct eng_model_ops eng_model_ops_t;
+
+/* One microbatch's data, host memory. */
+typedef struct eng_batch {
+    int B;                  /* sequences (examples) */
+    const int32_t *tokens;  /* (B, T) input tokens; NULL for feature data */
+    const float *x;         /* (B, n_inputs) features; NULL for token data */
+    const int32_t *targets; /* (B, T) next tokens or (B) labels; NULL: no loss */
+} eng_batch_t;
+
+/* How a model is built, besides its spec section. */
+typedef struct eng_model_opts {
+    int B;           /* the largest microbatch, in sequences (examples) */
+    int head_blocks; /* blocks a pipeline cuts the head into (1: whole) */
+    bool recompute;  /* activation checkpointing (the RECOMPUTE capability) */
+    bool bf16;       /* mixed precision (the BF16 capability) */
+} eng_model_opts_t;
+
+/* A model as its users hold it (the loop's storage; ops->create fills it). */
+typedef struct eng_model {
+    const eng_model_ops_t *ops;
+    void *impl;            /* the model's own state (eng_gpt_t *, eng_mlp_t *); owned */
+    eng_params_t *p;       /* its parameters and gradients; borrowed from impl */
+    int n_blocks;          /* the blocks of backward's grads_ready and of block_ranges */
+    uint64_t hash;         /* configuration fingerprint: a checkpoint of another is refused */
+    double flops_per_item; /* training FLOPs per token (sequence models) or example: MFU */
+} eng_model_t;
+
+/* Mixed precision (BF16): a bf16 copy of the weights beside the fp32 masters. */
+typedef struct eng_model_bf16 {
+    uint16_t *(*weights)(void *impl);                    /* (n) flat layout; borrowed */
+    void (*refresh)(void *impl, size_t off, size_t n);  /* rounds params [off, off+n) into it */
+} eng_model_bf16_t;
+
+/* Model files (INIT_FILE, INIT_JOB): the format model.init_from names and the final model is. */
+typedef struct eng_model_file {
+    const char *name;   /* the final model's file name in the output directory */
+    const char *format; /* what the log calls the format ("llm.c") */
+    /* Loads the held ranges of the parameters from the file at path after checking it holds a
+     * model of this configuration. fetched: a copy kiln-agent put in place (not confined to the
+     * data roots). 0, KILN_EINVAL (another configuration), or the reader's status. */
+    int (*load)(eng_model_t *m, const char *path, bool fetched, const eng_range_t *held, int n_held,
+                kiln_err_t *err);
+    /* Writes the whole model to path (atomically). */
+    int (*write)(const eng_model_t *m, const char *path, kiln_err_t *err);
+} eng_model_file_t;
+
+/* What a pipeline stage does with a model cut into blocks (PIPELINE). acts is an activation set
+ * of ops->acts_create. Block b writes boundary(b), which block b+1 reads; the first block reads
+ * the batch's tokens, the last writes the losses. From head_first on, the blocks hold the head,
+ * cut into opts.head_blocks; each holds rows head_rows(j) of the tied tensor, which block 0
+ * holds too (the embedding and the LM head share it). */
+typedef struct eng_model_pipe {
+    int (*head_first)(const void *impl);
+    /* the tied tensor (index in p->tensors) and its row length; rows [*r0, *r1) for head block j */
+    int tied_tensor;
+    size_t (*tied_row)(const void *impl);
+    void (*head_rows)(const void *impl, int j, int *r0, int *r1);
+    void (*set_batch)(void *impl, void *acts, const eng_batch_t *b);
+    void (*block_forward)(void *impl, void *acts, int block, bool has_targets);
+    /* dout: the gradient of the block's output (NULL for the last); din (overwritten; may be
+     * NULL for block 0) receives its input's; din must not alias dout */
+    void (*block_backward)(void *impl, void *acts, int block, const float *dout, float *din,
+                           float dloss);
+    float *(*boundary)(void *impl, void *acts, int i);
+    size_t (*boundary_floats)(const void *impl, int B, int T, int i); /* sent forward */
+    size_t (*grad_floats)(const void *impl, int B, int T, int i);     /* sent back */
+    size_t (*max_boundary_floats)(const void *impl, int B, int T);
+    /* two scratch buffers of max_boundary_floats (k = 0, 1) for the gradients between blocks */
+    float *(*grad_scratch)(void *impl, int k);
+    /* the mean of the last block's losses */
+    double (*loss)(void *impl, void *acts);
+    /* memory for measurements: an activation set's, and the model's workspace (bytes) */
+    void (*acts_memory)(const void *impl, const void *acts, const void **start, size_t *bytes);
+    void (*work_memory)(const void *impl, const void **start, size_t *bytes);
+} eng_model_pipe_t;
+
+struct eng_model_ops {
+    const char *name; /* model.type */
+    /* Builds the model of spec section sm on be with o (parameters uninitialised) into *out.
+     * Returns 0, KILN_EINVAL (a configuration it cannot build), KILN_ENOMEM. */
+    int (*create)(const struct spec_model *sm, const eng_backend_t *be, const eng_model_opts_t *o,
+                  eng_model_t *out, kiln_err_t *err);
+    void (*destroy)(eng_model_t *m); /* accepts a model create did not fill */
+    /* Initialises the parameters of ranges from seed: each value is the same whichever ranges
+     * are asked, so ranks holding parts of the model agree with a whole one. */
+    int (*init)(eng_model_t *m, uint64_t seed, const eng_range_t *ranges, int n, kiln_err_t *err);
+    /* The block's parameter ranges (OUT, up to ENG_MAX_TENSORS), in the order its backward
+     * finishes them; returns the count. */
+    int (*block_ranges)(const void *impl, int block, eng_range_t *out);
+    /* An activation set for microbatches of up to B (<= opts.B). Caller owns *out
+     * (acts_destroy). */
+    int (*acts_create)(eng_model_t *m, int B, void **out, kiln_err_t *err);
+    void (*acts_destroy)(eng_model_t *m, void *acts); /* accepts NULL */
+    /* Forward of batch b; block_start (may be NULL) is called before a block's parameters are
+     * read (-1: all of them, once). Returns the mean loss. */
+    float (*forward)(eng_model_t *m, void *acts, const eng_batch_t *b,
+                     void (*block_start)(void *ctx, int block), void *ctx);
+    /* Backward of the last forward on acts; parameter gradients accumulate; ready (may be NULL)
+     * reports final gradients, blocks last to first. dloss: d(objective)/d(one item's loss). */
+    void (*backward)(eng_model_t *m, void *acts, float dloss, eng_grads_ready_fn ready, void *ctx);
+    /* Optional (NULL when the model has none): the fraction of the last forward's examples
+     * classified right (reported with the validation loss). */
+    double (*accuracy)(eng_model_t *m, void *acts);
+    /* Optional: n tokens of text after prompt (sequence models of a byte vocabulary), as
+     * eng_gpt_sample. */
+    int (*sample)(eng_model_t *m, const int32_t *prompt, int n_prompt, int n, double temperature,
+                  int top_k, struct eng_rng *rng, int32_t *out_tokens, kiln_err_t *err);
+    /* Optional groups, present exactly when the capability table's row says so (tested). */
+    const eng_model_bf16_t *bf16;
+    const eng_model_file_t *file;
+    const eng_model_pipe_t *pipe;
+};
+
+/* The model of model.type name (the capability table's rows), or NULL. Static storage. */
+const eng_model_ops_t *eng_model_find(const char *name);
 
 /* ============================================================================================
  * GPT-2
@@ -185,8 +321,8 @@ int eng_gpt_set_recompute(eng_gpt_t *m, bool on, kiln_err_t *err);
  * backend's bf16 group: inputs rounded to bf16, fp32 accumulation and outputs; parameters,
  * gradients and all other activations stay fp32. The bf16 copy of the weights (wbf) must be
  * refreshed whenever the fp32 parameters change (eng_gpt_bf16_refresh, or the bf16 group's
- * adamw_update). Returns 0, KILN_EUNSUPP (the backend or the machine has no bf16 compute, with
- * the reason) or KILN_ENOMEM. */
+ * adamw_update). Returns 0, KILN_EINVAL (the backend has no bf16 group: the capability table's
+ * refusal), KILN_EUNSUPP (the machine has no bf16 compute, with the reason) or KILN_ENOMEM. */
 int eng_gpt_set_bf16(eng_gpt_t *m, bool on, kiln_err_t *err);
 /* The bf16 copy of the weights (n, flat layout), or NULL without bf16. Borrowed. */
 uint16_t *eng_gpt_bf16_weights(eng_gpt_t *m);
@@ -243,14 +379,6 @@ void eng_gpt_block_backward(eng_gpt_t *m, eng_gpt_acts_t *a, int block, const fl
  * single head block), the first of them lnfw and lnfb too. Layer halves list their parameters
  * in the order backward finishes them: attprojw/b, qkvw/b, ln1w/b; fcprojw/b, fcw/b, ln2w/b. */
 int eng_gpt_block_ranges(const eng_gpt_t *m, int block, eng_range_t *out);
-
-/* Called during backward when gradients are final for this microbatch set (the data-parallel
- * layer starts all-reducing them): the first `ranges` of `block`'s ranges (as the model's
- * block_ranges lists them: a GPT layer half lists its parameters in the order backward finishes
- * them, so its output projection's gradient can travel while the rest of the half is computed),
- * and ENG_RANGES_ALL once the whole block is done. Blocks come last to first. */
-#define ENG_RANGES_ALL 0x7fffffff
-typedef void (*eng_grads_ready_fn)(void *ctx, int block, int ranges);
 
 /* eng_gpt_block_ranges with the model as a void pointer (eng_train_state_t.block_ranges). */
 int eng_gpt_block_ranges_of(const void *model, int block, eng_range_t *out);
@@ -452,14 +580,11 @@ typedef struct eng_share {
 /* The loop's state as a parallel layer sees it (borrowed; valid until eng_train_run returns). */
 typedef struct eng_train_state {
     const eng_backend_t *be;
-    eng_params_t *p;       /* parameters and gradients; layout in p->tensors */
+    /* the model: its parameters and gradients (model->p, layout in p->tensors), its blocks as
+     * passed to grads_ready, and their parameter ranges (ops->block_ranges; a range listed by
+     * several blocks, the GPT's tied wte, is final after the lowest of them) */
+    eng_model_t *model;
     float *m, *v;          /* (n) AdamW moments in the flat layout */
-    eng_gpt_t *gpt;        /* the GPT, or NULL (MLP) */
-    int n_blocks;          /* blocks of the model, as passed to grads_ready */
-    /* the block's parameter ranges (OUT, up to ENG_MAX_TENSORS); returns the count. A range
-     * listed by several blocks (GPT's tied wte) is final after the lowest of them. */
-    int (*block_ranges)(const void *model, int block, eng_range_t *out);
-    const void *model;
     int B, T;              /* sequences per microbatch (activation batch), sequence length */
     int passes;            /* passes of micro_batch_size sequences per step (accumulation) */
     float dloss;           /* d(objective)/d(one token's loss): 1 / (tokens per replica-step) */
@@ -571,9 +696,10 @@ struct spec;
  * the final model. A checkpoint holds the whole model in the flat layout whatever the layout of
  * the run, so single-rank, data-parallel and pipelined runs resume each other's checkpoints.
  * Checks the backend's status once per step. Returns 0 (res->stopped says whether it stopped
- * early), KILN_EINVAL (spec/model), KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT (data, checkpoint),
- * KILN_EUNSUPP (world > 1 without a parallel layer, or a combination the engine cannot run),
- * KILN_EDEVICE, or a parallel layer's status. res may be NULL; otherwise free res->losses. */
+ * early), KILN_EINVAL (spec/model, or what spec.h's capability table refuses the model or this
+ * run's backend: spec_caps_check, its message), KILN_ENOTFOUND/KILN_EIO/KILN_EFORMAT (data,
+ * checkpoint), KILN_EUNSUPP (world > 1 without a parallel layer, or what this machine cannot
+ * run: a CPU without bf16), KILN_EDEVICE, or a parallel layer's status. res may be NULL; otherwise free res->losses. */
 int eng_train_run(const struct spec *spec, const eng_train_opts_t *opts, eng_train_result_t *res,
                   kiln_err_t *err);
 
@@ -583,10 +709,19 @@ int eng_train_run(const struct spec *spec, const eng_train_opts_t *opts, eng_tra
  * `microbatches` microbatches of B sequences (a pipeline's microbatches; 1 otherwise). */
 typedef struct eng_geometry {
     int global, replicas, per_replica, micro, passes, microbatches, B, T;
+    bool microbatches_chosen; /* a pipeline's microbatches not set: eng_microbatches_choose's */
 } eng_geometry_t;
-/* Fills *g (OUT). Returns 0 or KILN_EINVAL naming the field whose value does not divide. */
+/* Fills *g (OUT). microbatches <= 0 with more than one partition: chosen from the job
+ * (eng_microbatches_choose); otherwise <= 0 means 1. Returns 0 or KILN_EINVAL naming the field
+ * whose value does not divide. */
 int eng_geometry_init(eng_geometry_t *g, const struct spec *s, int replicas, int microbatches,
                       kiln_err_t *err);
+/* A pipeline's microbatches when distribution.model_parallel.microbatches is not set: the most,
+ * up to ENG_MICROBATCHES_PER_STAGE a stage, that split the `micro` sequences of a pass evenly.
+ * The bubble is (stages - 1) / (microbatches + stages - 1): under a fifth at 4 a stage (GPipe's
+ * rule), while each microbatch keeps at least one sequence. Pure. */
+#define ENG_MICROBATCHES_PER_STAGE 4
+int eng_microbatches_choose(int micro, int stages);
 
 /* Learning rate at 1-based step: linear warm-up to lr over warmup steps, then cosine decay to
  * min_lr_fraction*lr at max_steps. */

@@ -14,26 +14,23 @@ typedef struct eng_run {
     const eng_train_opts_t *o;   /* borrowed */
     const eng_parallel_t *par;   /* borrowed; NULL: a single process */
     const eng_backend_t *be;
-    bool is_gpt;
+    bool tokens;                 /* token sequences (text, llm.c shards); else synthetic examples */
     bool bf16;                   /* mixed precision: bf16 GEMMs, fp32 master weights */
     eng_geometry_t geo;
     int rank, world;
-    eng_gpt_t *gpt;
-    eng_gpt_acts_t *acts;        /* the loop's activations (geo.B sequences); NULL when the
+    eng_model_t model;           /* the model (model.ops NULL until built) */
+    void *acts;                  /* the loop's activations (geo.B sequences); NULL when the
                                   * parallel layer runs the passes */
-    eng_mlp_t *mlp;
-    eng_params_t *p;             /* borrowed from gpt or mlp */
+    eng_params_t *p;             /* borrowed from the model */
     float *m, *v;                /* (n) AdamW moments in the flat layout; owned */
     float dloss;
     eng_share_t share;
     eng_tokens_t train, val;
     eng_sampler_t ts;            /* training sampler */
-    eng_synth_t synth;           /* MLP data */
-    int32_t *tok, *tgt;          /* (B*T) host */
-    float *xbuf;                 /* (B, n_in) host (MLP) */
+    eng_synth_t synth;           /* synthetic examples */
+    int32_t *tok, *tgt;          /* (B*T) host tokens and targets, or (B) labels */
+    float *xbuf;                 /* (B, n_in) host features (synthetic examples) */
     eng_rng_t sample_rng;
-    uint64_t model_hash;
-    double flops_per_item;       /* per token (GPT) or example (MLP) */
     FILE *samples;
     bool checkpoints;            /* rank 0 has a checkpoint directory */
     bool writes_model;           /* rank 0 has an output directory */
@@ -53,7 +50,7 @@ void eng_resolve_path(const char *in, const char *spec_dir, char *out, size_t n)
 int eng_run_setup_model(eng_run_t *r, int head_blocks, kiln_err_t *err);
 /* Loads the data and the training sampler (this replica's shard). */
 int eng_run_setup_data(eng_run_t *r, kiln_err_t *err);
-/* The GPT's parameters over the rank's held ranges, from model.init_from or the seed. */
+/* The model's parameters over the rank's held ranges, from model.init_from or the seed. */
 int eng_run_init_params(eng_run_t *r, kiln_err_t *err);
 void eng_run_deinit(eng_run_t *r);
 /* The whole model as the rank's share (one range each), before a parallel layer narrows it. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "spec/spec.h"
 
 static const char *const gpt_names[ENG_GPT_NTENSORS] = {
     "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -240,9 +241,8 @@ int eng_gpt_set_bf16(eng_gpt_t *m, bool on, kiln_err_t *err)
     m->wbf = m->xbf = m->dbf = NULL;
     m->bf16 = false;
     if (!on) return KILN_OK;
-    if (!be->bf16)
-        return kiln_err_set(err, KILN_EUNSUPP, "distribution.mixed_precision",
-                            "the %s backend has no bf16 compute", be->name);
+    if (!be->bf16) /* the capability table's refusal, the same as at submission */
+        return spec_cap_refuse(SPEC_CAP_BF16, "gpt", be->name, err);
     if ((rc = be->bf16->available(err))) return rc;
     size_t BT = (size_t)m->scratch_B * m->scratch_T, C = m->cfg.n_embd;
     size_t Vp = m->cfg.padded_vocab_size, dmax = 4 * C > Vp ? 4 * C : Vp;
@@ -791,3 +791,195 @@ void eng_gpt_backward(eng_gpt_t *m, eng_gpt_acts_t *a, float dloss, eng_grads_re
     m->part_ready = NULL;
     m->part_ctx = NULL;
 }
+
+/* ---- the model interface (engine.h's eng_model_ops_t) ---------------------------------------- */
+
+extern const eng_model_ops_t eng_gpt_model; /* below; listed by model.c from spec.h's table */
+
+static int gpt_create(const spec_model_t *sm, const eng_backend_t *be, const eng_model_opts_t *o,
+                      eng_model_t *out, kiln_err_t *err)
+{
+    eng_gpt_config_t cfg = {sm->seq_len, sm->vocab_size, sm->padded_vocab_size, sm->n_layer, sm->n_head,
+                            sm->n_embd};
+    eng_gpt_t *m = NULL;
+    int rc;
+    memset(out, 0, sizeof(*out));
+    out->ops = &eng_gpt_model;
+    if ((rc = eng_gpt_create(&cfg, be, o->B, &m, err))) return rc;
+    out->impl = m;
+    if ((o->head_blocks > 1 && (rc = eng_gpt_set_head_blocks(m, o->head_blocks, err))) ||
+        (o->recompute && (rc = eng_gpt_set_recompute(m, true, err))) ||
+        (o->bf16 && (rc = eng_gpt_set_bf16(m, true, err))))
+        return rc;
+    out->p = &m->p;
+    out->n_blocks = eng_gpt_num_blocks(m);
+    out->hash = eng_gpt_config_hash(&cfg);
+    out->flops_per_item = eng_gpt_flops_per_token(&cfg);
+    return KILN_OK;
+}
+
+static void gpt_destroy(eng_model_t *m)
+{
+    eng_gpt_destroy(m->impl);
+    m->impl = NULL;
+}
+
+static int gpt_init(eng_model_t *m, uint64_t seed, const eng_range_t *ranges, int n, kiln_err_t *err)
+{
+    return eng_gpt_init_weights_ranges(m->impl, seed, ranges, n, err);
+}
+
+static int gpt_acts_create(eng_model_t *m, int B, void **out, kiln_err_t *err)
+{
+    const eng_gpt_t *g = m->impl;
+    return eng_gpt_acts_create(g, B, g->scratch_T, (eng_gpt_acts_t **)out, err); /* T = seq_len */
+}
+
+static void gpt_acts_destroy(eng_model_t *m, void *acts) { eng_gpt_acts_destroy(m->impl, acts); }
+
+static float gpt_forward(eng_model_t *mm, void *acts, const eng_batch_t *b, void (*block_start)(void *, int),
+                         void *ctx)
+{
+    eng_gpt_t *m = mm->impl;
+    eng_gpt_acts_set_batch(m, acts, b->tokens, b->targets);
+    m->block_start = block_start;
+    m->block_ctx = ctx;
+    float loss = eng_gpt_forward(m, acts, b->targets != NULL);
+    m->block_start = NULL;
+    return loss;
+}
+
+static void gpt_backward(eng_model_t *m, void *acts, float dloss, eng_grads_ready_fn ready, void *ctx)
+{
+    eng_gpt_backward(m->impl, acts, dloss, ready, ctx);
+}
+
+static int gpt_sample(eng_model_t *m, const int32_t *prompt, int n_prompt, int n, double temperature, int top_k,
+                      eng_rng_t *rng, int32_t *out, kiln_err_t *err)
+{
+    return eng_gpt_sample(m->impl, prompt, n_prompt, n, temperature, top_k, rng, out, err);
+}
+
+static uint16_t *gpt_bf16_weights(void *impl) { return eng_gpt_bf16_weights(impl); }
+static void gpt_bf16_refresh(void *impl, size_t off, size_t n) { eng_gpt_bf16_refresh(impl, off, n); }
+
+/* An llm.c checkpoint's parameters into the held ranges, after checking its shape. */
+static int gpt_load(eng_model_t *mm, const char *path, bool fetched, const eng_range_t *held, int n_held,
+                    kiln_err_t *err)
+{
+    const eng_gpt_t *m = mm->impl;
+    const eng_gpt_config_t *cfg = &m->cfg;
+    eng_gpt_config_t fc;
+    float *params = NULL;
+    int rc = fetched ? eng_gpt_llmc_read_fetched(path, &fc, &params, err) : eng_gpt_llmc_read(path, &fc, &params, err);
+    if (rc) return rc;
+    if (fc.n_layer != cfg->n_layer || fc.n_head != cfg->n_head || fc.n_embd != cfg->n_embd ||
+        fc.vocab_size != cfg->vocab_size || fc.padded_vocab_size != cfg->padded_vocab_size ||
+        fc.max_seq_len != cfg->max_seq_len) {
+        free(params);
+        return kiln_err_set(err, KILN_EINVAL, "model.init_from",
+                            "\"%s\" holds L=%d NH=%d C=%d T=%d V=%d Vp=%d, which does not match "
+                            "the spec's model", path, fc.n_layer, fc.n_head, fc.n_embd,
+                            fc.max_seq_len, fc.vocab_size, fc.padded_vocab_size);
+    }
+    for (int i = 0; i < n_held; i++)
+        m->be->to_device(m->p.params + held[i].off, params + held[i].off, held[i].n * sizeof(float));
+    free(params);
+    return KILN_OK;
+}
+
+static int gpt_write(const eng_model_t *m, const char *path, kiln_err_t *err)
+{
+    return eng_gpt_llmc_write(m->impl, path, err);
+}
+
+/* the pipeline's view: the blocks one at a time */
+static int gpt_head_first(const void *impl) { return eng_gpt_head_first(impl); }
+static size_t gpt_tied_row(const void *impl) { return (size_t)((const eng_gpt_t *)impl)->cfg.n_embd; }
+static void gpt_head_rows(const void *impl, int j, int *r0, int *r1) { eng_gpt_head_rows(impl, j, r0, r1); }
+static void gpt_set_batch(void *impl, void *acts, const eng_batch_t *b)
+{
+    eng_gpt_acts_set_batch(impl, acts, b->tokens, b->targets);
+}
+static void gpt_block_forward(void *impl, void *acts, int block, bool has_targets)
+{
+    eng_gpt_block_forward(impl, acts, block, has_targets);
+}
+static void gpt_block_backward(void *impl, void *acts, int block, const float *dout, float *din, float dloss)
+{
+    eng_gpt_block_backward(impl, acts, block, dout, din, dloss);
+}
+static float *gpt_boundary(void *impl, void *acts, int i) { return eng_gpt_boundary(impl, acts, i); }
+static size_t gpt_boundary_floats(const void *impl, int B, int T, int i)
+{
+    return eng_gpt_boundary_floats(impl, B, T, i);
+}
+static size_t gpt_grad_floats(const void *impl, int B, int T, int i) { return eng_gpt_grad_floats(impl, B, T, i); }
+static size_t gpt_max_boundary_floats(const void *impl, int B, int T)
+{
+    return eng_gpt_max_boundary_floats(impl, B, T);
+}
+static float *gpt_grad_scratch(void *impl, int k)
+{
+    eng_gpt_t *m = impl;
+    return k ? m->d_b : m->d_a;
+}
+static double gpt_loss(void *impl, void *acts)
+{
+    const eng_gpt_t *m = impl;
+    eng_gpt_acts_t *a = acts;
+    size_t BT = (size_t)a->B * a->T;
+    m->be->to_host(a->host_losses, a->losses, BT * sizeof(float));
+    double s = 0;
+    for (size_t i = 0; i < BT; i++) s += a->host_losses[i];
+    return s / (double)BT;
+}
+static void gpt_acts_memory(const void *impl, const void *acts, const void **start, size_t *bytes)
+{
+    (void)impl;
+    const eng_gpt_acts_t *a = acts;
+    *start = a->slab;
+    *bytes = a->bytes;
+}
+static void gpt_work_memory(const void *impl, const void **start, size_t *bytes)
+{
+    const eng_gpt_t *m = impl;
+    *start = m->work;
+    *bytes = m->work ? m->work_bytes : 0;
+}
+
+static const eng_model_bf16_t gpt_bf16 = {gpt_bf16_weights, gpt_bf16_refresh};
+static const eng_model_file_t gpt_file = {KILN_ARTIFACT_MODEL, "llm.c", gpt_load, gpt_write};
+static const eng_model_pipe_t gpt_pipe = {
+    .head_first = gpt_head_first,
+    .tied_tensor = 0, /* wte */
+    .tied_row = gpt_tied_row,
+    .head_rows = gpt_head_rows,
+    .set_batch = gpt_set_batch,
+    .block_forward = gpt_block_forward,
+    .block_backward = gpt_block_backward,
+    .boundary = gpt_boundary,
+    .boundary_floats = gpt_boundary_floats,
+    .grad_floats = gpt_grad_floats,
+    .max_boundary_floats = gpt_max_boundary_floats,
+    .grad_scratch = gpt_grad_scratch,
+    .loss = gpt_loss,
+    .acts_memory = gpt_acts_memory,
+    .work_memory = gpt_work_memory,
+};
+
+const eng_model_ops_t eng_gpt_model = {
+    .name = "gpt",
+    .create = gpt_create,
+    .destroy = gpt_destroy,
+    .init = gpt_init,
+    .block_ranges = eng_gpt_block_ranges_of,
+    .acts_create = gpt_acts_create,
+    .acts_destroy = gpt_acts_destroy,
+    .forward = gpt_forward,
+    .backward = gpt_backward,
+    .sample = gpt_sample,
+    .bf16 = &gpt_bf16,
+    .file = &gpt_file,
+    .pipe = &gpt_pipe,
+};

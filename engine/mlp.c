@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "spec/spec.h"
 
 static const char *const mlp_wnames[ENG_MLP_MAX_LAYERS] = {
     "w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13",
@@ -177,3 +178,107 @@ int eng_mlp_block_ranges_of(const void *model, int block, eng_range_t *out)
     out[1] = (eng_range_t){m->p.tensors[2 * block + 1].off, m->p.tensors[2 * block + 1].n};
     return 2;
 }
+
+/* ---- the model interface (engine.h's eng_model_ops_t) ---------------------------------------- */
+
+extern const eng_model_ops_t eng_mlp_model; /* below; listed by model.c from spec.h's table */
+
+/* The MLP keeps its one set of activations inside the model (sized for the B it was created
+ * with); an activation set only remembers the batch of the last forward. */
+typedef struct mlp_acts {
+    int B;
+} mlp_acts_t;
+
+static uint64_t hash_mix(uint64_t h, uint64_t x)
+{
+    return h ^ (x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+
+static int mlp_create(const spec_model_t *sm, const eng_backend_t *be, const eng_model_opts_t *o, eng_model_t *out,
+                      kiln_err_t *err)
+{
+    eng_mlp_config_t cfg;
+    eng_mlp_t *m = NULL;
+    int rc;
+    memset(out, 0, sizeof(*out));
+    out->ops = &eng_mlp_model;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.n_inputs = sm->n_inputs;
+    cfg.n_classes = sm->n_classes;
+    cfg.n_hidden = sm->n_hidden;
+    for (int i = 0; i < cfg.n_hidden && i < ENG_MLP_MAX_LAYERS - 1; i++)
+        cfg.hidden[i] = sm->hidden[i];
+    if ((rc = eng_mlp_create(&cfg, be, o->B, &m, err))) return rc;
+    out->impl = m;
+    out->p = &m->p;
+    out->n_blocks = m->n_layers;
+    out->hash = hash_mix(1469598103934665603ULL, 0x6d6c70);
+    for (int i = 0; i <= m->n_layers; i++)
+        out->hash = hash_mix(out->hash, (uint64_t)m->dims[i]);
+    out->flops_per_item = 6.0 * (double)m->p.n;
+    return KILN_OK;
+}
+
+static void mlp_destroy(eng_model_t *m)
+{
+    eng_mlp_destroy(m->impl);
+    m->impl = NULL;
+}
+
+/* The whole model at once whatever the ranges: its draws run over every weight in order, so
+ * the values are the same for any share (the MLP is never cut into stages). */
+static int mlp_init(eng_model_t *m, uint64_t seed, const eng_range_t *ranges, int n, kiln_err_t *err)
+{
+    (void)ranges;
+    (void)n;
+    (void)err;
+    eng_mlp_init_weights(m->impl, seed);
+    return KILN_OK;
+}
+
+static int mlp_acts_create(eng_model_t *m, int B, void **out, kiln_err_t *err)
+{
+    const eng_mlp_t *mlp = m->impl;
+    *out = NULL;
+    if (B < 1 || B > mlp->B) return kiln_err_set(err, KILN_EINVAL, NULL, "bad activation shape B=%d", B);
+    mlp_acts_t *a = calloc(1, sizeof(*a));
+    if (!a) return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    a->B = B;
+    *out = a;
+    return KILN_OK;
+}
+
+static void mlp_acts_destroy(eng_model_t *m, void *acts)
+{
+    (void)m;
+    free(acts);
+}
+
+static float mlp_forward(eng_model_t *m, void *acts, const eng_batch_t *b, void (*block_start)(void *, int),
+                         void *ctx)
+{
+    mlp_acts_t *a = acts;
+    a->B = b->B;
+    if (block_start) block_start(ctx, -1);
+    return eng_mlp_forward(m->impl, b->x, b->targets, b->B);
+}
+
+static void mlp_backward(eng_model_t *m, void *acts, float dloss, eng_grads_ready_fn ready, void *ctx)
+{
+    eng_mlp_backward(m->impl, ((mlp_acts_t *)acts)->B, dloss, ready, ctx);
+}
+
+static double mlp_accuracy(eng_model_t *m, void *acts) { return eng_mlp_accuracy(m->impl, ((mlp_acts_t *)acts)->B); }
+
+const eng_model_ops_t eng_mlp_model = {
+    .name = "mlp",
+    .create = mlp_create,
+    .destroy = mlp_destroy,
+    .init = mlp_init,
+    .block_ranges = eng_mlp_block_ranges_of,
+    .acts_create = mlp_acts_create,
+    .acts_destroy = mlp_acts_destroy,
+    .forward = mlp_forward,
+    .backward = mlp_backward,
+    .accuracy = mlp_accuracy,
+};

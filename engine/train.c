@@ -46,43 +46,41 @@ static void on_block_start(void *ctx, int block)
     c->par->params_wait(c->par->ctx, block, NULL);
 }
 
-/* MLP examples of step `step` (1-based), pass `micro`: the global batch of step s is examples
- * [(s-1)*G, s*G) after base, split over replicas like the GPT sampler. */
-static void mlp_batch(eng_run_t *r, int64_t step, int micro, uint64_t base)
+/* Microbatch `micro` of the pass: token sequences from sampler s, or synthetic examples of step
+ * `step` (1-based): the global batch of step s is examples [(s-1)*G, s*G) after base, split
+ * over replicas like the sampler's sequences. */
+static void next_batch(eng_run_t *r, eng_sampler_t *s, int64_t step, uint64_t base, int micro, eng_batch_t *b)
 {
     const eng_geometry_t *g = &r->geo;
-    int replica = r->par ? r->par->replica : 0;
-    for (int b = 0; b < g->B; b++) {
-        uint64_t idx = base + (uint64_t)(step - 1) * g->global + (uint64_t)replica * g->per_replica +
-                       (uint64_t)micro * g->B + b;
-        eng_synth_example(&r->synth, idx, r->xbuf + (size_t)b * r->spec->model.n_inputs,
-                          &r->tgt[b]);
+    *b = (eng_batch_t){.B = g->B, .targets = r->tgt};
+    if (r->tokens) {
+        eng_sampler_micro(s, micro, g->B, r->tok, r->tgt);
+        b->tokens = r->tok;
+        return;
     }
+    int replica = r->par ? r->par->replica : 0;
+    for (int i = 0; i < g->B; i++) {
+        uint64_t idx = base + (uint64_t)(step - 1) * g->global + (uint64_t)replica * g->per_replica +
+                       (uint64_t)micro * g->B + i;
+        eng_synth_example(&r->synth, idx, r->xbuf + (size_t)i * r->spec->model.n_inputs, &r->tgt[i]);
+    }
+    b->x = r->xbuf;
 }
 
-/* Forward (and backward when train) of `passes` microbatches: GPT sequences from sampler s, or
- * MLP examples of index `index` after `base`. Adds each microbatch's mean loss to *sum. */
+/* Forward (and backward when train) of `passes` microbatches (next_batch's: from sampler s, or
+ * examples of index `index` after `base`). Adds each microbatch's mean loss to *sum. */
 static void own_passes(eng_run_t *r, eng_sampler_t *s, int64_t index, uint64_t base, int passes,
                        bool train, double *sum, double *count)
 {
     ready_ctx_t rc = {r->par, false};
     bool wait = r->par && r->par->params_wait;
+    const eng_model_ops_t *ops = r->model.ops;
     for (int mi = 0; mi < passes; mi++) {
+        eng_batch_t b;
         rc.last_micro = mi == passes - 1;
-        if (r->is_gpt) {
-            eng_sampler_micro(s, mi, r->geo.B, r->tok, r->tgt);
-            eng_gpt_acts_set_batch(r->gpt, r->acts, r->tok, r->tgt);
-            r->gpt->block_start = wait ? on_block_start : NULL;
-            r->gpt->block_ctx = &rc;
-            *sum += eng_gpt_forward(r->gpt, r->acts, true);
-            r->gpt->block_start = NULL;
-            if (train) eng_gpt_backward(r->gpt, r->acts, r->dloss, on_grads_ready, &rc);
-        } else {
-            if (wait) r->par->params_wait(r->par->ctx, -1, NULL);
-            mlp_batch(r, index, mi, base);
-            *sum += eng_mlp_forward(r->mlp, r->xbuf, r->tgt, r->geo.B);
-            if (train) eng_mlp_backward(r->mlp, r->geo.B, r->dloss, on_grads_ready, &rc);
-        }
+        next_batch(r, s, index, base, mi, &b);
+        *sum += ops->forward(&r->model, r->acts, &b, wait ? on_block_start : NULL, &rc);
+        if (train) ops->backward(&r->model, r->acts, r->dloss, on_grads_ready, &rc);
         *count += 1;
     }
 }
@@ -113,7 +111,7 @@ static void adamw_range(void *ctx, size_t lo, size_t n)
     eng_run_t *r = a->r;
     const spec_hparams_t *hp = &r->spec->hp;
     const eng_params_t *p = r->p;
-    uint16_t *wbf = r->bf16 ? eng_gpt_bf16_weights(r->gpt) : NULL;
+    uint16_t *wbf = r->bf16 ? r->model.ops->bf16->weights(r->model.impl) : NULL;
     size_t hi = lo + n;
     for (int i = 0; i < p->n_tensors; i++) {
         const eng_tensor_t *t = &p->tensors[i];
@@ -153,15 +151,16 @@ static int cmp_off(const void *a, const void *b)
 static void refresh_bf16(eng_run_t *r, bool skip_updated)
 {
     const eng_ranges_t *u = &r->share.update;
+    void (*refresh)(void *, size_t, size_t) = r->model.ops->bf16->refresh;
     for (int i = 0; i < r->share.held.n; i++) {
         size_t pos = r->share.held.r[i].off, end = pos + r->share.held.r[i].n;
         for (int k = 0; skip_updated && k < u->n && pos < end; k++) {
             size_t c = u->r[k].off, d = c + u->r[k].n;
             if (d <= pos || c >= end) continue;
-            if (c > pos) eng_gpt_bf16_refresh(r->gpt, pos, c - pos);
+            if (c > pos) refresh(r->model.impl, pos, c - pos);
             pos = d;
         }
-        if (pos < end) eng_gpt_bf16_refresh(r->gpt, pos, end - pos);
+        if (pos < end) refresh(r->model.impl, pos, end - pos);
     }
 }
 
@@ -186,7 +185,7 @@ static int train_step(eng_run_t *r, int64_t step, int64_t max_steps, step_out_t 
     for (int i = 0; i < r->share.held.n; i++)
         r->be->memset_zero(r->p->grads + r->share.held.r[i].off,
                            r->share.held.r[i].n * sizeof(float));
-    if (r->is_gpt) eng_sampler_next_step(&r->ts);
+    if (r->tokens) eng_sampler_next_step(&r->ts);
     /* scalars summed over the ranks: squared-norm partials, losses, their count, stop requests */
     double sc[4] = {0, 0, 0, 0};
     if ((rc = run_passes(r, &r->ts, step, 0, r->geo.passes, true, &sc[1], &sc[2], err)))
@@ -220,7 +219,7 @@ static int evaluate(eng_run_t *r, float *out, kiln_err_t *err)
     int rc = KILN_OK, nb = r->spec->hp.eval_batches > 0 ? r->spec->hp.eval_batches : 1;
     double sc[2] = {0, 0};
     *out = NAN;
-    if (r->is_gpt) {
+    if (r->tokens) {
         eng_sampler_t vs;
         if (r->val.n < (size_t)r->geo.T + 1) return KILN_OK;
         if ((rc = eng_sampler_init(&vs, &r->val, r->geo.T, r->geo.micro * r->geo.replicas,
@@ -241,9 +240,12 @@ static int evaluate(eng_run_t *r, float *out, kiln_err_t *err)
 
 /* ---- setup ---------------------------------------------------------------------------------------- */
 
+/* What this backend and layout can run: the capability table with the backend the run has (the
+ * same refusals as at submission, which could only assume one), then what this machine has. */
 static int check_layout(eng_run_t *r, kiln_err_t *err)
 {
     const spec_t *s = r->spec;
+    int rc;
     if (r->world > 1 && !r->par)
         return kiln_err_set(err, KILN_EUNSUPP, "resources",
                             "a job of %d ranks needs a parallel layer to join them (eng_job_run)",
@@ -252,18 +254,10 @@ static int check_layout(eng_run_t *r, kiln_err_t *err)
         return kiln_err_set(err, KILN_EUNSUPP, "distribution.model_parallel.partitions",
                             "%d partitions need the pipeline layer (eng_job_run)",
                             s->dist.mp_partitions);
-    if (r->bf16) {
-        if (!r->is_gpt)
-            return kiln_err_set(err, KILN_EUNSUPP, "distribution.mixed_precision",
-                                "mixed_precision \"bf16\" applies to the gpt model");
-        if (!r->be->bf16) {
-            kiln_err_set(err, KILN_EUNSUPP, "distribution.mixed_precision",
-                         "the %s backend has no bf16 compute", r->be->name);
-            kiln_err_hint(err, "leave out distribution.mixed_precision to train in fp32");
-            return KILN_EUNSUPP;
-        }
-        return r->be->bf16->available(err);
-    }
+    if ((rc = spec_caps_check(s, r->be->name, err))) return rc;
+    if (r->bf16 && !r->be->bf16) /* a build of the backend without its bf16 group */
+        return spec_cap_refuse(SPEC_CAP_BF16, s->model.type, r->be->name, err);
+    if (r->bf16) return r->be->bf16->available(err);
     return KILN_OK;
 }
 
@@ -285,11 +279,8 @@ static int setup(eng_run_t *r, int64_t *start, kiln_err_t *err)
         return rc;
     if ((rc = eng_run_setup_model(r, head_blocks, err))) return rc;
     if (par && par->attach) {
-        eng_train_state_t st = {r->be, r->p, r->m, r->v, r->gpt,
-                                r->is_gpt ? eng_gpt_num_blocks(r->gpt) : r->mlp->n_layers,
-                                r->is_gpt ? eng_gpt_block_ranges_of : eng_mlp_block_ranges_of,
-                                r->is_gpt ? (const void *)r->gpt : (const void *)r->mlp,
-                                r->geo.B, r->geo.T, r->geo.passes, r->dloss, &r->share};
+        eng_train_state_t st = {r->be, &r->model, r->m, r->v, r->geo.B, r->geo.T, r->geo.passes, r->dloss,
+                                &r->share};
         if ((rc = par->attach(par->ctx, &st, err))) return rc;
     }
     qsort(r->share.update.r, (size_t)r->share.update.n, sizeof(eng_range_t), cmp_off);
@@ -312,7 +303,7 @@ static void log_start(eng_run_t *r, int64_t max_steps, double peak_flops)
     if (r->par)
         printf("parallel: %s, rank %d of %d, data replica %d of %d\n", r->par->name, r->rank,
                r->world, r->par->replica, r->par->replicas);
-    if (r->is_gpt && s->dist.activation_checkpointing)
+    if (s->dist.activation_checkpointing)
         printf("activation checkpointing: blocks recompute their activations in backward\n");
     if (r->be == &eng_cpu_backend) {
         printf("cpu: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s OPENBLAS_CORETYPE=%s\n",
@@ -325,7 +316,7 @@ static void log_start(eng_run_t *r, int64_t max_steps, double peak_flops)
             printf("cpu: OPENBLAS_CORETYPE=%s holds OpenBLAS to kernels without AVX-512 on a CPU that has it; "
                    "fp32 GEMMs may run up to 1.6x slower\n", getenv("OPENBLAS_CORETYPE"));
     }
-    if (r->is_gpt)
+    if (r->tokens)
         printf("data: %zu training tokens, %zu validation tokens\n", r->train.n, r->val.n);
     fflush(stdout);
 }
@@ -347,7 +338,7 @@ static int report_step(eng_run_t *r, int64_t step, int64_t max_steps, const step
 {
     const eng_parallel_t *par = r->par;
     double tps = (double)r->geo.global * r->geo.T / dt;
-    double mfu = r->flops_per_item * tps / peak_flops;
+    double mfu = r->model.flops_per_item * tps / peak_flops;
     const char *names[16] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s",
                              "mfu", "peak_mem_mb"};
     double vals[16] = {so->loss, so->lr, so->norm, dt * 1e3, tps, mfu, eng_peak_mem_mb()};
@@ -359,7 +350,7 @@ static int report_step(eng_run_t *r, int64_t step, int64_t max_steps, const step
     if (!r->o->quiet) {
         printf("step %lld/%lld | loss %.4f | lr %.1e | norm %.2f | %.1f ms | %.0f %s/s | mfu %.1f%%",
                (long long)step, (long long)max_steps, so->loss, so->lr, so->norm, dt * 1e3, tps,
-               r->is_gpt ? "tok" : "ex", mfu * 100);
+               r->tokens ? "tok" : "ex", mfu * 100);
         for (int i = 7; i < n; i++) printf(" | %s %.3g", names[i], vals[i]);
         printf("\n");
         fflush(stdout);
@@ -383,7 +374,7 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
     r.par = o->parallel;
     r.rank = o->rank;
     r.world = o->world > 0 ? o->world : 1;
-    r.is_gpt = !strcmp(s->model.type, "gpt");
+    r.tokens = strcmp(s->data.format, "synthetic") != 0;
     r.bf16 = !strcmp(s->dist.mixed_precision, "bf16");
     const spec_hparams_t *hp = &s->hp;
     int64_t max_steps = o->max_steps_override > 0 ? o->max_steps_override : hp->max_steps;
@@ -429,11 +420,11 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
             if ((rc = evaluate(&r, &vl, err))) goto fail;
             res->last_val_loss = vl;
             if (r.rank == 0 && isfinite(vl)) {
-                if (r.is_gpt)
-                    printf("step %lld | val loss %.4f\n", (long long)step, vl);
-                else
+                if (r.model.ops->accuracy && r.acts)
                     printf("step %lld | val loss %.4f | val accuracy %.3f\n", (long long)step, vl,
-                           eng_mlp_accuracy(r.mlp, r.geo.B));
+                           r.model.ops->accuracy(&r.model, r.acts));
+                else
+                    printf("step %lld | val loss %.4f\n", (long long)step, vl);
                 fflush(stdout);
                 const char *names[] = {"val_loss"};
                 double vals[] = {vl};

@@ -34,14 +34,16 @@ void eng_ranges_deinit(eng_ranges_t *l)
     memset(l, 0, sizeof(*l));
 }
 
-size_t eng_ranges_total(const eng_ranges_t *l)
-{
-    size_t t = 0;
-    for (int i = 0; i < l->n; i++) t += l->r[i].n;
-    return t;
-}
-
 /* ---- geometry ----------------------------------------------------------------------------------- */
+
+int eng_microbatches_choose(int micro, int stages)
+{
+    int most = stages * ENG_MICROBATCHES_PER_STAGE;
+    for (int m = most < micro ? most : micro; m > 1; m--)
+        if (micro % m == 0)
+            return m;
+    return 1;
+}
 
 int eng_geometry_init(eng_geometry_t *g, const spec_t *s, int replicas, int microbatches,
                       kiln_err_t *err)
@@ -50,7 +52,8 @@ int eng_geometry_init(eng_geometry_t *g, const spec_t *s, int replicas, int micr
     g->global = s->hp.global_batch_size;
     g->replicas = replicas > 0 ? replicas : 1;
     g->microbatches = microbatches > 0 ? microbatches : 1;
-    g->T = !strcmp(s->model.type, "gpt") ? s->model.seq_len : 1;
+    g->microbatches_chosen = microbatches <= 0 && s->dist.mp_partitions > 1;
+    g->T = strcmp(s->data.format, "synthetic") ? s->model.seq_len : 1; /* sequences, or examples */
     if (g->global % g->replicas)
         return kiln_err_set(err, KILN_EINVAL, "hyperparameters.global_batch_size",
                             "global_batch_size %d does not split over %d data-parallel replicas",
@@ -61,6 +64,8 @@ int eng_geometry_init(eng_geometry_t *g, const spec_t *s, int replicas, int micr
         return kiln_err_set(err, KILN_EINVAL, "hyperparameters.micro_batch_size",
                             "global_batch_size %d is not a multiple of replicas (%d) x "
                             "micro_batch_size (%d)", g->global, g->replicas, g->micro);
+    if (g->microbatches_chosen)
+        g->microbatches = eng_microbatches_choose(g->micro, s->dist.mp_partitions);
     if (g->micro % g->microbatches)
         return kiln_err_set(err, KILN_EINVAL, "distribution.model_parallel.microbatches",
                             "micro batches of %d sequences do not split into %d microbatches",
@@ -128,11 +133,6 @@ int eng_run_setup_data(eng_run_t *r, kiln_err_t *err)
 
 /* ---- model -------------------------------------------------------------------------------------- */
 
-static uint64_t hash_mix(uint64_t h, uint64_t x)
-{
-    return h ^ (x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
-}
-
 int eng_run_share_all(eng_run_t *r, kiln_err_t *err)
 {
     eng_share_t *sh = &r->share;
@@ -145,124 +145,66 @@ int eng_run_share_all(eng_run_t *r, kiln_err_t *err)
     return KILN_OK;
 }
 
-/* Copies an llm.c checkpoint's parameters into the held ranges after checking its shape. */
-static int load_init_from(eng_run_t *r, const eng_gpt_config_t *cfg, kiln_err_t *err)
-{
-    eng_gpt_config_t fc;
-    float *params = NULL;
-    char path[SPEC_PATH];
-    int rc;
-    if (!strncmp(r->spec->model.init_from, "job:", 4)) {
-        /* another job's model: kiln-agent fetched it from kilnd and checked its SHA-256 */
-        if (!r->o->init_model || !*r->o->init_model)
-            return kiln_err_set(err, KILN_EINVAL, "model.init_from",
-                                "\"%s\" names a kiln job's model, which kiln-agent fetches from kilnd; "
-                                "run by hand, give a local copy with --init-model FILE (kiln artifacts "
-                                "%s --get " KILN_ARTIFACT_MODEL ")",
-                                r->spec->model.init_from, r->spec->model.init_from + 4);
-        kiln_strlcpy(path, r->o->init_model, sizeof(path));
-        rc = eng_gpt_llmc_read_fetched(path, &fc, &params, err);
-    } else {
-        eng_resolve_path(r->spec->model.init_from, r->o->spec_dir, path, sizeof(path));
-        rc = eng_gpt_llmc_read(path, &fc, &params, err);
-    }
-    if (rc) return rc;
-    if (fc.n_layer != cfg->n_layer || fc.n_head != cfg->n_head || fc.n_embd != cfg->n_embd ||
-        fc.vocab_size != cfg->vocab_size || fc.padded_vocab_size != cfg->padded_vocab_size ||
-        fc.max_seq_len != cfg->max_seq_len) {
-        free(params);
-        return kiln_err_set(err, KILN_EINVAL, "model.init_from",
-                            "\"%s\" holds L=%d NH=%d C=%d T=%d V=%d Vp=%d, which does not match "
-                            "the spec's model", path, fc.n_layer, fc.n_head, fc.n_embd,
-                            fc.max_seq_len, fc.vocab_size, fc.padded_vocab_size);
-    }
-    for (int i = 0; i < r->share.held.n; i++) {
-        const eng_range_t *h = &r->share.held.r[i];
-        r->be->to_device(r->p->params + h->off, params + h->off, h->n * sizeof(float));
-    }
-    free(params);
-    return KILN_OK;
-}
-
-static int setup_gpt(eng_run_t *r, int head_blocks, kiln_err_t *err)
-{
-    const spec_t *s = r->spec;
-    int rc;
-    eng_gpt_config_t cfg = {s->model.seq_len, s->model.vocab_size, s->model.padded_vocab_size,
-                            s->model.n_layer, s->model.n_head, s->model.n_embd};
-    if ((rc = eng_gpt_create(&cfg, r->be, r->geo.B, &r->gpt, err))) return rc;
-    if (head_blocks > 1 && (rc = eng_gpt_set_head_blocks(r->gpt, head_blocks, err))) return rc;
-    if (s->dist.activation_checkpointing && (rc = eng_gpt_set_recompute(r->gpt, true, err)))
-        return rc;
-    if (r->bf16 && (rc = eng_gpt_set_bf16(r->gpt, true, err))) return rc;
-    r->p = &r->gpt->p;
-    r->model_hash = eng_gpt_config_hash(&cfg);
-    r->flops_per_item = eng_gpt_flops_per_token(&cfg);
-    return KILN_OK;
-}
-
-static int setup_mlp(eng_run_t *r, kiln_err_t *err)
-{
-    const spec_t *s = r->spec;
-    eng_mlp_config_t cfg;
-    int rc;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.n_inputs = s->model.n_inputs;
-    cfg.n_classes = s->model.n_classes;
-    cfg.n_hidden = s->model.n_hidden;
-    for (int i = 0; i < cfg.n_hidden && i < ENG_MLP_MAX_LAYERS - 1; i++)
-        cfg.hidden[i] = s->model.hidden[i];
-    if ((rc = eng_mlp_create(&cfg, r->be, r->geo.B, &r->mlp, err))) return rc;
-    eng_mlp_init_weights(r->mlp, s->hp.seed);
-    r->p = &r->mlp->p;
-    r->model_hash = hash_mix(1469598103934665603ULL, 0x6d6c70);
-    for (int i = 0; i <= r->mlp->n_layers; i++)
-        r->model_hash = hash_mix(r->model_hash, (uint64_t)r->mlp->dims[i]);
-    r->flops_per_item = 6.0 * (double)r->p->n;
-    return KILN_OK;
-}
-
 int eng_run_setup_model(eng_run_t *r, int head_blocks, kiln_err_t *err)
 {
+    const spec_t *s = r->spec;
+    const eng_model_ops_t *ops = eng_model_find(s->model.type);
     int rc;
-    size_t BT = (size_t)r->geo.B * r->geo.T;
-    if ((rc = r->is_gpt ? setup_gpt(r, head_blocks, err) : setup_mlp(r, err))) return rc;
+    size_t B = (size_t)r->geo.B, BT = B * r->geo.T;
+    if (!ops) /* spec_parse took the type from the same table: a bug */
+        return kiln_err_set(err, KILN_EINTERNAL, "model.type", "no model \"%s\" in this engine", s->model.type);
+    eng_model_opts_t mo = {r->geo.B, head_blocks, s->dist.activation_checkpointing, r->bf16};
+    rc = ops->create(&s->model, r->be, &mo, &r->model, err);
+    if (rc) return rc;
+    r->p = r->model.p;
     if ((rc = eng_run_share_all(r, err))) return rc;
     r->m = r->be->alloc(r->p->n * sizeof(float));
     r->v = r->be->alloc(r->p->n * sizeof(float));
     if (!r->m || !r->v)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "could not allocate optimizer state");
-    if (r->is_gpt) {
-        r->tok = malloc(sizeof(int32_t) * BT);
-        r->tgt = malloc(sizeof(int32_t) * BT);
-        if (!r->tok || !r->tgt) return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        if (!(r->par && r->par->run_passes) &&
-            (rc = eng_gpt_acts_create(r->gpt, r->geo.B, r->geo.T, &r->acts, err)))
-            return rc;
-    } else {
-        r->xbuf = malloc(sizeof(float) * r->geo.B * r->spec->model.n_inputs);
-        r->tgt = malloc(sizeof(int32_t) * r->geo.B);
-        if (!r->xbuf || !r->tgt) return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    }
+    r->tok = r->tokens ? malloc(sizeof(int32_t) * BT) : NULL;
+    r->tgt = malloc(sizeof(int32_t) * (r->tokens ? BT : B));
+    r->xbuf = r->tokens ? NULL : malloc(sizeof(float) * B * (size_t)s->model.n_inputs);
+    if ((r->tokens && !r->tok) || !r->tgt || (!r->tokens && !r->xbuf))
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (!(r->par && r->par->run_passes) && (rc = r->model.ops->acts_create(&r->model, r->geo.B, &r->acts, err)))
+        return rc;
     return KILN_OK;
 }
 
-/* The GPT's parameters over the rank's held ranges: from model.init_from, or the seed. */
+/* The model's parameters over the rank's held ranges: from model.init_from, or the seed. */
 int eng_run_init_params(eng_run_t *r, kiln_err_t *err)
 {
-    if (!r->is_gpt) return KILN_OK; /* the MLP initialised itself (it is never split) */
-    if (r->spec->model.init_from[0]) return load_init_from(r, &r->gpt->cfg, err);
-    return eng_gpt_init_weights_ranges(r->gpt, r->spec->hp.seed, r->share.held.r,
-                                       r->share.held.n, err);
+    const eng_model_t *m = &r->model;
+    const char *from = r->spec->model.init_from;
+    if (!from[0])
+        return m->ops->init(&r->model, r->spec->hp.seed, r->share.held.r, r->share.held.n, err);
+    /* the capability table gave only models with files a model.init_from (spec_caps_check) */
+    if (!m->ops->file)
+        return spec_cap_refuse(!strncmp(from, "job:", 4) ? SPEC_CAP_INIT_JOB : SPEC_CAP_INIT_FILE, m->ops->name, NULL,
+                               err);
+    char path[SPEC_PATH];
+    bool fetched = !strncmp(from, "job:", 4);
+    if (fetched) {
+        /* another job's model: kiln-agent fetched it from kilnd and checked its SHA-256 */
+        if (!r->o->init_model || !*r->o->init_model)
+            return kiln_err_set(err, KILN_EINVAL, "model.init_from",
+                                "\"%s\" names a kiln job's model, which kiln-agent fetches from kilnd; "
+                                "run by hand, give a local copy with --init-model FILE (kiln artifacts "
+                                "%s --get %s)", from, from + 4, m->ops->file->name);
+        kiln_strlcpy(path, r->o->init_model, sizeof(path));
+    } else {
+        eng_resolve_path(from, r->o->spec_dir, path, sizeof(path));
+    }
+    return m->ops->file->load(&r->model, path, fetched, r->share.held.r, r->share.held.n, err);
 }
 
 void eng_run_deinit(eng_run_t *r)
 {
-    if (r->gpt) {
-        eng_gpt_acts_destroy(r->gpt, r->acts);
-        eng_gpt_destroy(r->gpt);
+    if (r->model.ops) {
+        r->model.ops->acts_destroy(&r->model, r->acts);
+        r->model.ops->destroy(&r->model);
     }
-    eng_mlp_destroy(r->mlp);
     if (r->be) {
         r->be->free(r->m);
         r->be->free(r->v);

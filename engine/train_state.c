@@ -138,7 +138,7 @@ int eng_run_load_resume(eng_run_t *r, int64_t *start, kiln_err_t *err)
     size_t n = r->p->n;
     eng_ckpt_meta_t meta;
     memset(&meta, 0, sizeof(meta));
-    meta.model_hash = r->model_hash;
+    meta.model_hash = r->model.hash;
     /* int64 pair: the reading rank's status and step, so every rank fails together */
     int64_t hdr[2] = {0, 0};
     if (r->rank == r->resume_src) {
@@ -197,7 +197,7 @@ int eng_run_checkpoint(eng_run_t *r, int64_t step, kiln_err_t *err)
         meta.step = step;
         meta.train = r->ts.st;
         meta.sample_rng = r->sample_rng;
-        meta.model_hash = r->model_hash;
+        meta.model_hash = r->model.hash;
         meta.n_params = r->p->n;
         double t0 = kiln_mono_s();
         if ((rc = eng_ckpt_write(dir, &meta, r->be, r->p->params, r->m, r->v, r->p->n,
@@ -214,15 +214,16 @@ int eng_run_checkpoint(eng_run_t *r, int64_t step, kiln_err_t *err)
 int eng_run_write_model(eng_run_t *r, kiln_err_t *err)
 {
     int rc;
-    if (!r->is_gpt) return KILN_OK;
+    const eng_model_file_t *file = r->model.ops->file;
+    if (!file) return KILN_OK; /* a model without a file format leaves none */
     if ((rc = gather(r, r->p->params, err))) return rc;
     if (r->rank == 0) {
         char path[SPEC_PATH + 32];
         kiln_err_t e2;
         kiln_err_clear(&e2);
-        snprintf(path, sizeof(path), "%s/model_llmc.bin", r->o->output_dir);
-        if (kiln_mkdirs(r->o->output_dir, &e2) == 0 && eng_gpt_llmc_write(r->gpt, path, &e2) == 0)
-            printf("final model written to %s (llm.c format)\n", path);
+        snprintf(path, sizeof(path), "%s/%s", r->o->output_dir, file->name);
+        if (kiln_mkdirs(r->o->output_dir, &e2) == 0 && file->write(&r->model, path, &e2) == 0)
+            printf("final model written to %s (%s format)\n", path, file->format);
         else
             log_warn("could not write the final model: %s", e2.message);
         fflush(stdout);
@@ -263,7 +264,7 @@ static void print_sample(eng_run_t *r, int64_t step, const char *text)
 void eng_run_sample(eng_run_t *r, int64_t step)
 {
     const spec_hparams_t *hp = &r->spec->hp;
-    if (!r->is_gpt || hp->sample_tokens <= 0 || strcmp(r->spec->model.vocab, "bytes") != 0)
+    if (!r->model.ops->sample || hp->sample_tokens <= 0 || strcmp(r->spec->model.vocab, "bytes") != 0)
         return;
     kiln_err_t err;
     kiln_err_clear(&err);
@@ -278,8 +279,8 @@ void eng_run_sample(eng_run_t *r, int64_t step)
         char *text = malloc((size_t)np + n + 1);
         if (toks && text) {
             for (int i = 0; i < np; i++) toks[i] = (uint8_t)prompt[i];
-            if (eng_gpt_sample(r->gpt, toks, np, n, hp->temperature, hp->top_k, &r->sample_rng,
-                               toks, &err) == 0) {
+            if (r->model.ops->sample(&r->model, toks, np, n, hp->temperature, hp->top_k, &r->sample_rng,
+                                     toks, &err) == 0) {
                 for (int i = 0; i < np + n; i++) text[i] = (char)toks[i];
                 text[np + n] = '\0';
                 print_sample(r, step, text);

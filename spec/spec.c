@@ -284,7 +284,6 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
 {
     rd_t r = {err, "model"};
     const char *const *keys = spec_model_keys;
-    static const char *const types[] = {"gpt", "mlp", NULL};
     static const char *const vocabs[] = {"bytes", "gpt2", "custom", NULL};
     spec_model_t *mo = &s->model;
     int rc;
@@ -292,9 +291,13 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
         return invalid(err, "model", "add for example \"model\": {\"type\": \"gpt\"}", "model is required");
     if ((rc = rd_known_keys(&r, m, keys)))
         return rc;
-    if (!json_object_get(m, "type"))
-        return invalid(err, "model.type", "use \"gpt\" or \"mlp\"", "model.type is required");
-    if ((rc = rd_choice(&r, m, "type", mo->type, sizeof(mo->type), types)))
+    if (!json_object_get(m, "type")) {
+        char list[128] = "";
+        for (size_t i = 0; spec_models[i]; i++)
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s\"%s\"", i ? ", " : "", spec_models[i]);
+        return invalid(err, "model.type", NULL, "model.type is required: one of %s", list);
+    }
+    if ((rc = rd_choice(&r, m, "type", mo->type, sizeof(mo->type), spec_models)))
         return rc;
     mo->n_layer = 4;
     mo->n_head = 4;
@@ -331,18 +334,25 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
     }
     mo->padded_vocab_size = (mo->vocab_size + 63) / 64 * 64;
 
-    if (!strcmp(mo->type, "gpt")) {
-        if (mo->n_embd % mo->n_head)
-            return invalid(err, "model.n_head", "choose n_head so that n_embd / n_head is a whole number",
-                           "model.n_head (%d) must divide model.n_embd (%d)", mo->n_head, mo->n_embd);
-        if (json_object_get(m, "hidden") || mo->n_inputs || mo->n_classes)
-            return invalid(err, json_object_get(m, "hidden") ? "model.hidden" : mo->n_inputs ? "model.n_inputs" : "model.n_classes",
-                           "hidden, n_inputs and n_classes describe an \"mlp\" model",
-                           "this field does not apply to a \"gpt\" model");
-    } else { /* mlp */
-        if (mo->init_from[0])
-            return invalid(err, "model.init_from", "drop init_from, or train a \"gpt\" model",
-                           "model.init_from applies to a \"gpt\" model (an llm.c checkpoint), not an \"mlp\"");
+    /* the fields of the model's kind (spec/caps.c's table); another kind's is refused */
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)m, key, val) {
+        char f[96];
+        if (spec_model_reads(mo->type, key))
+            continue;
+        char list[256] = "";
+        for (size_t i = 0; spec_model_keys[i]; i++)
+            if (spec_model_reads(mo->type, spec_model_keys[i]))
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", spec_model_keys[i]);
+        snprintf(f, sizeof(f), "model.%.80s", key);
+        return invalid(err, f, NULL, "%s does not apply to a \"%s\" model, which reads %s", f, mo->type, list);
+    }
+    (void)val;
+    if (spec_model_reads(mo->type, "n_head") && mo->n_embd % mo->n_head)
+        return invalid(err, "model.n_head", "choose n_head so that n_embd / n_head is a whole number",
+                       "model.n_head (%d) must divide model.n_embd (%d)", mo->n_head, mo->n_embd);
+    if (spec_model_reads(mo->type, "hidden")) {
         json_t *h = json_object_get(m, "hidden");
         if (h && !json_is_null(h)) {
             if (!json_is_array(h) || json_array_size(h) > SPEC_MAX_HIDDEN)
@@ -362,12 +372,13 @@ static int parse_model(const json_t *m, spec_t *s, kiln_err_t *err)
             mo->hidden[0] = 128;
             mo->n_hidden = 1;
         }
-        if (mo->n_inputs <= 0)
-            return invalid(err, "model.n_inputs", "set the number of input features", "model.n_inputs is required for an \"mlp\" model");
-        if (mo->n_classes < 2)
-            return invalid(err, "model.n_classes", "set the number of classes (at least 2)",
-                           "model.n_classes is required for an \"mlp\" model and must be at least 2");
     }
+    if (spec_model_reads(mo->type, "n_inputs") && mo->n_inputs <= 0)
+        return invalid(err, "model.n_inputs", "set the number of input features",
+                       "model.n_inputs is required for a \"%s\" model", mo->type);
+    if (spec_model_reads(mo->type, "n_classes") && mo->n_classes < 2)
+        return invalid(err, "model.n_classes", "set the number of classes (at least 2)",
+                       "model.n_classes is required for a \"%s\" model and must be at least 2", mo->type);
     return 0;
 }
 
@@ -397,13 +408,8 @@ static int parse_data(const json_t *d, spec_t *s, kiln_err_t *err)
     kiln_strlcpy(da->format, synthetic ? "synthetic" : (ext && !strcmp(ext, ".bin")) ? "tokens" : "text", sizeof(da->format));
     if ((rc = rd_choice(&r, d, "format", da->format, sizeof(da->format), formats)))
         return rc;
-    if (!strcmp(s->model.type, "mlp") && strcmp(da->format, "synthetic"))
-        return invalid(err, "data.train", "use \"train\": \"synthetic\" for the mlp classifier",
-                       "the mlp model trains on the \"synthetic\" classification data set");
-    if (!strcmp(s->model.type, "gpt") && !strcmp(da->format, "synthetic"))
-        return invalid(err, "data.train", "point data.train at a text file or token shard",
-                       "the gpt model needs a text or token data set");
-    if (!strcmp(da->format, "text") && strcmp(s->model.vocab, "bytes"))
+    /* whether the model trains on this kind of data is the capability table's (spec_caps_check) */
+    if (!strcmp(da->format, "text") && spec_model_reads(s->model.type, "vocab") && strcmp(s->model.vocab, "bytes"))
         return invalid(err, "data.format", "use a token shard (.bin) for the gpt2 or a custom vocabulary, or \"vocab\": \"bytes\"",
                        "text data is tokenised byte by byte and needs model.vocab \"bytes\" (got \"%s\")", s->model.vocab);
     return 0;
@@ -499,10 +505,10 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
     static const char *const gradient_dtypes[] = {"fp32", "bf16", NULL};
     spec_distribution_t *d = &s->dist;
     int rc;
-    d->dp_bucket_mb = 25;
+    d->dp_bucket_mb = 0; /* not set: engine/dp chooses it from the model */
     kiln_strlcpy(d->dp_gradient_dtype, "fp32", sizeof(d->dp_gradient_dtype));
     d->mp_partitions = 1;
-    d->mp_microbatches = 1;
+    d->mp_microbatches = 0; /* not set: a pipeline chooses it from the job (engine's eng_microbatches_choose) */
     kiln_strlcpy(d->mp_pipeline, "interleaved", sizeof(d->mp_pipeline));
     kiln_strlcpy(d->mp_optimize, "speed", sizeof(d->mp_optimize));
     d->mp_auto_partition = true;
@@ -565,14 +571,12 @@ static int parse_distribution(const json_t *o, spec_t *s, kiln_err_t *err)
                        "make nodes x slots_per_node a multiple of the number of partitions",
                        "distribution.model_parallel.partitions (%d) must divide the job's %d ranks (nodes x slots_per_node)",
                        d->mp_partitions, world);
-    if (!strcmp(s->model.type, "gpt") && d->mp_partitions > 2 * s->model.n_layer + 2)
-        return invalid(err, "distribution.model_parallel.partitions", "use at most 2 x n_layer + 2 partitions",
-                       "distribution.model_parallel.partitions (%d) exceeds the model's %d blocks (embedding, an "
-                       "attention and an MLP block for each of %d layers, head)",
-                       d->mp_partitions, 2 * s->model.n_layer + 2, s->model.n_layer);
-    if (!strcmp(s->model.type, "mlp") && d->mp_partitions > 1)
-        return invalid(err, "distribution.model_parallel.partitions", "pipeline parallelism applies to the gpt model",
-                       "the mlp model cannot be partitioned");
+    /* whether the model can be cut at all is the capability table's (spec_caps_check) */
+    int blocks = spec_model_blocks(&s->model);
+    if (blocks > 0 && d->mp_partitions > blocks)
+        return invalid(err, "distribution.model_parallel.partitions", "use at most as many partitions as the model has blocks",
+                       "distribution.model_parallel.partitions (%d) exceeds the %d blocks a pipeline can cut this %s "
+                       "model into", d->mp_partitions, blocks, s->model.type);
     int replicas = world / d->mp_partitions;
     if (replicas > 1 && dp_given && !d->dp_enabled)
         return invalid(err, "distribution.data_parallel.enabled",
@@ -692,7 +696,7 @@ static int check_batches(spec_t *s, kiln_err_t *err)
                        "hyperparameters.micro_batch_size (%d) must divide the per-replica batch (%d = %d / %d replicas)",
                        hp->micro_batch_size, per_replica, hp->global_batch_size, replicas);
     int micro = hp->micro_batch_size ? hp->micro_batch_size : per_replica;
-    if (s->dist.mp_partitions > 1 && micro % s->dist.mp_microbatches)
+    if (s->dist.mp_partitions > 1 && s->dist.mp_microbatches > 0 && micro % s->dist.mp_microbatches)
         return invalid(err, "distribution.model_parallel.microbatches",
                        "choose a number of microbatches that divides the per-replica batch",
                        "distribution.model_parallel.microbatches (%d) must divide the per-replica batch (%d)",
@@ -719,39 +723,6 @@ int spec_dp_replicas(const spec_t *s)
 {
     int p = s->dist.mp_partitions > 0 ? s->dist.mp_partitions : 1;
     return spec_world_size(s) / p;
-}
-
-/* Combinations the training engine cannot run, refused at submission rather than at run time:
- * mixed precision and activation checkpointing apply to the GPT (the MLP has neither); pipeline
- * stages and a sharded optimizer state keep their parts in host memory, so neither runs on GPU
- * slots. What a given machine cannot do (a CPU without bf16 instructions) is only known where
- * the job runs, and kiln-train refuses it there (exit code 2). */
-static int check_engine_support(const spec_t *s, kiln_err_t *err)
-{
-    const spec_distribution_t *d = &s->dist;
-    bool gpt = !strcmp(s->model.type, "gpt");
-    bool on_gpu = !strcmp(s->res.slot_type, "gpu") && strcmp(spec_device(s), "cpu") != 0;
-    if (!gpt && !strcmp(d->mixed_precision, "bf16"))
-        return invalid(err, "distribution.mixed_precision", "leave out mixed_precision for the mlp model",
-                       "mixed_precision \"bf16\" applies to the gpt model, not the %s", s->model.type);
-    if (!gpt && d->activation_checkpointing)
-        return invalid(err, "distribution.activation_checkpointing", "leave out activation_checkpointing for the mlp model",
-                       "activation_checkpointing applies to the gpt model, not the %s", s->model.type);
-    if (on_gpu && d->mp_partitions > 1)
-        return invalid(err, "distribution.model_parallel.partitions",
-                       "train pipelines on cpu slots (resources.slot_type \"cpu\"), or without partitions on gpu slots",
-                       "pipeline parallelism runs on host memory; this job asks for gpu slots");
-    if (on_gpu && d->dp_shard_optimizer_state && spec_dp_replicas(s) > 1)
-        return invalid(err, "distribution.data_parallel.shard_optimizer_state",
-                       "set shard_optimizer_state to false on gpu slots",
-                       "shard_optimizer_state keeps its savings in lazily backed host memory; on gpu slots it would save "
-                       "nothing");
-    if (on_gpu && !strcmp(d->dp_gradient_dtype, "bf16") && spec_dp_replicas(s) > 1)
-        return invalid(err, "distribution.data_parallel.gradient_dtype",
-                       "leave out gradient_dtype (or set \"fp32\") on gpu slots",
-                       "gradient_dtype \"bf16\" is the wire format of the host collectives; GPU replicas reduce "
-                       "their gradients in fp32");
-    return 0;
 }
 
 int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err)
@@ -806,7 +777,7 @@ int spec_parse(const json_t *in, spec_t *out, kiln_err_t *err)
                (rc = parse_data(data, out, err)) || (rc = parse_hparams(hp, out, err)) ||
                (rc = parse_resources(res, out, err)) || (rc = parse_distribution(dist, out, err)) ||
                (rc = parse_rest(in, out, err)) || (rc = check_batches(out, err)) ||
-               (rc = check_engine_support(out, err))) {
+               (rc = spec_caps_check(out, spec_backend(out), err))) {
         goto fail;
     }
     json_decref(copy);
@@ -860,6 +831,29 @@ void spec_deinit(spec_t *s)
     s->script.environment = NULL;
 }
 
+/* The value of the model section's field key in the normalised spec. */
+static json_t *model_field_json(const spec_model_t *m, const char *key)
+{
+    if (!strcmp(key, "hidden")) {
+        json_t *hidden = json_array();
+        for (int i = 0; i < m->n_hidden; i++)
+            json_array_append_new(hidden, json_integer(m->hidden[i]));
+        return hidden;
+    }
+    if (!strcmp(key, "vocab"))
+        return json_string(m->vocab);
+    const struct {
+        const char *key;
+        int value;
+    } ints[] = {{"n_layer", m->n_layer},       {"n_head", m->n_head},         {"n_embd", m->n_embd},
+                {"seq_len", m->seq_len},       {"vocab_size", m->vocab_size}, {"n_inputs", m->n_inputs},
+                {"n_classes", m->n_classes}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(ints); i++)
+        if (!strcmp(key, ints[i].key))
+            return json_integer(ints[i].value);
+    return json_null();
+}
+
 json_t *spec_to_json(const spec_t *s)
 {
     json_t *res = json_pack("{s:i, s:i, s:s, s:s, s:i, s:I}", "nodes", s->res.nodes, "slots_per_node",
@@ -882,17 +876,12 @@ json_t *spec_to_json(const spec_t *s)
         json_object_set_new(ck, "path", json_string(s->ckpt_path));
     if (spec_is_script(s))
         return spec_script_to_json(s, res, ck, defs, stopping, tags);
-    json_t *model;
-    if (!strcmp(s->model.type, "gpt")) {
-        model = json_pack("{s:s, s:i, s:i, s:i, s:i, s:s, s:i}", "type", s->model.type, "n_layer", s->model.n_layer,
-                          "n_head", s->model.n_head, "n_embd", s->model.n_embd, "seq_len", s->model.seq_len, "vocab",
-                          s->model.vocab, "vocab_size", s->model.vocab_size);
-    } else {
-        json_t *hidden = json_array();
-        for (int i = 0; i < s->model.n_hidden; i++)
-            json_array_append_new(hidden, json_integer(s->model.hidden[i]));
-        model = json_pack("{s:s, s:o, s:i, s:i}", "type", s->model.type, "hidden", hidden, "n_inputs",
-                          s->model.n_inputs, "n_classes", s->model.n_classes);
+    /* the fields the model's kind reads, in spec_model_keys' order */
+    json_t *model = json_pack("{s:s}", "type", s->model.type);
+    for (size_t i = 0; spec_model_keys[i]; i++) {
+        const char *k = spec_model_keys[i];
+        if (strcmp(k, "type") && strcmp(k, "init_from") && spec_model_reads(s->model.type, k))
+            json_object_set_new(model, k, model_field_json(&s->model, k));
     }
     if (s->model.init_from[0])
         json_object_set_new(model, "init_from", json_string(s->model.init_from));
@@ -911,13 +900,18 @@ json_t *spec_to_json(const spec_t *s)
                            h->top_k);
     const spec_distribution_t *d = &s->dist;
     json_t *dist = json_pack(
-        "{s:{s:b, s:f, s:b, s:s}, s:{s:i, s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled",
-        d->dp_enabled, "bucket_mb", d->dp_bucket_mb, "shard_optimizer_state", d->dp_shard_optimizer_state,
+        "{s:{s:b, s:b, s:s}, s:{s:i, s:s, s:s, s:b, s:O?}, s:s, s:b}", "data_parallel", "enabled",
+        d->dp_enabled, "shard_optimizer_state", d->dp_shard_optimizer_state,
         "gradient_dtype", d->dp_gradient_dtype, "model_parallel",
-        "partitions", d->mp_partitions, "microbatches", d->mp_microbatches, "pipeline", d->mp_pipeline, "optimize",
+        "partitions", d->mp_partitions, "pipeline", d->mp_pipeline, "optimize",
         d->mp_optimize, "auto_partition", d->mp_auto_partition, "partition_plan", d->mp_partition_plan,
         "mixed_precision", d->mixed_precision[0] ? d->mixed_precision : "none", "activation_checkpointing",
         d->activation_checkpointing);
+    /* absent when the user left them to the engine, so "chosen by kiln" stays visible */
+    if (d->dp_bucket_mb > 0)
+        json_object_set_new(json_object_get(dist, "data_parallel"), "bucket_mb", json_real(d->dp_bucket_mb));
+    if (d->mp_microbatches > 0)
+        json_object_set_new(json_object_get(dist, "model_parallel"), "microbatches", json_integer(d->mp_microbatches));
     return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:i}, s:i, s:s, s:o}", "name",
                      s->name, "project", s->project, "model", model, "data", data, "hyperparameters", hp, "resources", res,
                      "distribution", dist, "checkpoint", ck, "metric_definitions", defs, "stopping", stopping,

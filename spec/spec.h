@@ -28,7 +28,7 @@
 #define SPEC_MAX_GRACE_S 3600         /* stopping.grace_period_s, at most */
 
 typedef struct spec_model {
-    char type[16];          /* "gpt" | "mlp" */
+    char type[16];          /* a model of the capability table (SPEC_MODEL_MAP): "gpt", "mlp" */
     int n_layer, n_head, n_embd, seq_len;
     char vocab[16];         /* "bytes" | "gpt2" | "custom" */
     int vocab_size;         /* real vocabulary size V (bytes: 256, gpt2: 50257) */
@@ -81,11 +81,11 @@ typedef struct spec_resources {
 
 typedef struct spec_distribution {
     bool dp_enabled;
-    double dp_bucket_mb;
+    double dp_bucket_mb;    /* MiB of fp32 gradients a bucket holds; 0: not set, chosen from the model by engine/dp */
     bool dp_shard_optimizer_state;
     char dp_gradient_dtype[8]; /* "fp32" | "bf16": what gradients travel as between replicas */
     int mp_partitions;      /* 1: no pipeline */
-    int mp_microbatches;
+    int mp_microbatches;    /* 0: not set, chosen from the job by a pipeline (engine) */
     char mp_pipeline[16];   /* "simple" | "interleaved" */
     char mp_optimize[16];   /* "speed" | "memory" */
     bool mp_auto_partition;
@@ -198,5 +198,93 @@ int spec_world_size(const spec_t *s);
 const char *spec_device(const spec_t *s);
 /* Data-parallel replicas: world size / pipeline partitions. */
 int spec_dp_replicas(const spec_t *s);
+
+/* ============================================================================================
+ * What the training engine can run (spec/caps.c): one table of what each model and each engine
+ * backend can do. kilnd reads it at submission (spec_parse refuses what the job's model or the
+ * backend its slots imply cannot do) and kiln-train reads it again once it knows the backend it
+ * runs on (spec_caps_check), so a combination is refused with the same field, message and hint
+ * wherever it is refused. What one machine cannot do (a CPU without bf16 instructions, a build
+ * without device collectives) is only known where the job runs; the engine refuses that itself.
+ * ============================================================================================ */
+
+/* A capability: something a job may ask for that not every model or backend has. */
+typedef enum spec_cap {
+    SPEC_CAP_TEXT,       /* data: a text file, byte-level tokens (model-side) */
+    SPEC_CAP_TOKENS,     /* data: an llm.c token shard (model-side) */
+    SPEC_CAP_SYNTHETIC,  /* data: "synthetic" classification examples (model-side) */
+    SPEC_CAP_INIT_FILE,  /* model.init_from: an llm.c checkpoint file (model-side) */
+    SPEC_CAP_INIT_JOB,   /* model.init_from "job:<id>": another job's final model (model-side) */
+    SPEC_CAP_BF16,       /* distribution.mixed_precision "bf16" (model and backend) */
+    SPEC_CAP_RECOMPUTE,  /* distribution.activation_checkpointing (model-side) */
+    SPEC_CAP_PIPELINE,   /* distribution.model_parallel.partitions > 1 (model and backend) */
+    SPEC_CAP_DP,         /* data-parallel replicas (model and backend) */
+    SPEC_CAP_SHARD,      /* shard_optimizer_state over replicas, ZeRO-1 (backend-side) */
+    SPEC_CAP_BF16_GRADS, /* gradient_dtype "bf16" over replicas (backend-side) */
+    SPEC_CAP_COUNT
+} spec_cap_t;
+
+#define SPEC_CAP_BIT(name) (1u << SPEC_CAP_##name)
+
+/* The models: X(name, fields, caps, example, blocks), one line each.
+ *   name     model.type, and the engine's implementation eng_<name>_model (engine/model.h)
+ *   fields   the model section's fields it reads besides type and init_from; another given is
+ *            refused ("does not apply")
+ *   caps     what it can do: SPEC_CAP_BIT()s of the model-side capabilities
+ *   example  a small model section of its kind (JSON): the tests build their specs from it
+ *   blocks   an expression of m (const spec_model_t *): the blocks a pipeline may cut it into,
+ *            with the head whole (0 when it cannot be cut) */
+#define SPEC_MODEL_MAP(X)                                                                              \
+    X(gpt, "n_layer n_head n_embd seq_len vocab vocab_size",                                          \
+      SPEC_CAP_BIT(TEXT) | SPEC_CAP_BIT(TOKENS) | SPEC_CAP_BIT(INIT_FILE) | SPEC_CAP_BIT(INIT_JOB) |  \
+          SPEC_CAP_BIT(BF16) | SPEC_CAP_BIT(RECOMPUTE) | SPEC_CAP_BIT(PIPELINE) | SPEC_CAP_BIT(DP),    \
+      "{\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 32, \"seq_len\": 16}",              \
+      2 * (m)->n_layer + 2)                                                                            \
+    X(mlp, "hidden n_inputs n_classes", SPEC_CAP_BIT(SYNTHETIC) | SPEC_CAP_BIT(DP),                   \
+      "{\"type\": \"mlp\", \"hidden\": [8], \"n_inputs\": 4, \"n_classes\": 2}", 0)
+
+/* The engine's backends: X(name, slots, caps).
+ *   name   the backend (engine/backend.h's eng_backend_t.name)
+ *   slots  the resources.slot_type whose jobs run on it; "" for one no spec chooses (the
+ *          reference ops, which tests run whole models on)
+ *   caps   SPEC_CAP_BIT()s of the backend-side capabilities it has */
+#define SPEC_BACKEND_MAP(X)                                                                            \
+    X(cpu, "cpu", SPEC_CAP_BIT(BF16) | SPEC_CAP_BIT(PIPELINE) | SPEC_CAP_BIT(DP) | SPEC_CAP_BIT(SHARD) | \
+                      SPEC_CAP_BIT(BF16_GRADS))                                                        \
+    X(ref, "", SPEC_CAP_BIT(BF16) | SPEC_CAP_BIT(PIPELINE) | SPEC_CAP_BIT(DP) | SPEC_CAP_BIT(SHARD) |    \
+                   SPEC_CAP_BIT(BF16_GRADS))                                                           \
+    X(cuda, "gpu", SPEC_CAP_BIT(BF16) | SPEC_CAP_BIT(DP))
+
+/* The models and backends of the table, in its order, NULL-terminated. */
+extern const char *const spec_models[];
+extern const char *const spec_backends[];
+
+/* A capability's short name ("bf16", "pipeline", ...; static), and the smallest JSON that asks
+ * for it (an object to merge into a spec: what the tests send). */
+const char *spec_cap_name(spec_cap_t cap);
+const char *spec_cap_ask(spec_cap_t cap);
+/* model's example model section (JSON), backend's slot type ("" for none). NULL when unknown. */
+const char *spec_model_example(const char *model);
+const char *spec_backend_slots(const char *backend);
+/* Whether model (model.type) / backend has cap. A capability of the other side only is had by
+ * every model (backend); an unknown name has none. */
+bool spec_model_has(const char *model, spec_cap_t cap);
+bool spec_backend_has(const char *backend, spec_cap_t cap);
+/* Whether model reads field of the model section (type and init_from: every model). */
+bool spec_model_reads(const char *model, const char *field);
+/* The blocks a pipeline may cut model m into (0: it cannot be cut). */
+int spec_model_blocks(const spec_model_t *m);
+/* The capabilities s asks for (SPEC_CAP_BIT()s). */
+unsigned spec_caps_asked(const spec_t *s);
+/* The backend a job of s runs on as far as submission can tell: "cuda" on gpu slots (unless
+ * resources.device is "cpu"), else "cpu". Static storage. */
+const char *spec_backend(const spec_t *s);
+/* The refusal of cap, the one message for it wherever it is refused: by model when backend is
+ * NULL, else by backend. Fills err (field, message, hint) and returns KILN_EINVAL. */
+int spec_cap_refuse(spec_cap_t cap, const char *model, const char *backend, kiln_err_t *err);
+/* Refuses the first capability s asks for that its model, then backend, does not have
+ * (spec_cap_refuse). backend: the one the job runs on (spec_backend(s) at submission, the
+ * engine's own at run time). Returns 0 or KILN_EINVAL. */
+int spec_caps_check(const spec_t *s, const char *backend, kiln_err_t *err);
 
 #endif /* KILN_SPEC_H */

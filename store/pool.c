@@ -429,24 +429,6 @@ void store_buf_double(store_buf_t *b, double v)
     b->len += (size_t)n;
 }
 
-void store_buf_copy_text(store_buf_t *b, const char *s)
-{
-    size_t n = strlen(s);
-    store_buf_reserve(b, 2 * n);
-    char *d = b->p + b->len;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        switch (ch) {
-        case '\\': *d++ = '\\'; *d++ = '\\'; break;
-        case '\t': *d++ = '\\'; *d++ = 't'; break;
-        case '\n': *d++ = '\\'; *d++ = 'n'; break;
-        case '\r': *d++ = '\\'; *d++ = 'r'; break;
-        default: *d++ = ch; break;
-        }
-    }
-    b->len = (size_t)(d - b->p);
-}
-
 int store_pg_conn_fail(PGconn *pg, const char *what, kiln_err_t *err)
 {
     char msg[256];

@@ -97,8 +97,6 @@ void store_buf_put(store_buf_t *b, const char *s, size_t n);
 void store_buf_putc(store_buf_t *b, char ch);
 void store_buf_i64(store_buf_t *b, int64_t v);
 void store_buf_double(store_buf_t *b, double v);
-/* Appends s escaped for COPY's text format (backslash, tab, newline, carriage return). */
-void store_buf_copy_text(store_buf_t *b, const char *s);
 /* Sets err to KILN_EDB "could not <what>: <the connection's last error, its first line>" and
  * returns KILN_EDB. */
 int store_pg_conn_fail(PGconn *pg, const char *what, kiln_err_t *err);

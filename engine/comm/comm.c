@@ -213,11 +213,6 @@ int comm_size(const comm_t *c)
     return c->size;
 }
 
-int comm_world_rank(const comm_t *c)
-{
-    return c->eng->rank;
-}
-
 const char *comm_provider(const comm_t *c)
 {
     return strcmp(c->eng->provider, "shm") == 0 ? "shm" : "tcp;ofi_rxm";

@@ -98,7 +98,6 @@ void comm_destroy(comm_t *c);
 
 int comm_rank(const comm_t *c);       /* rank in this group */
 int comm_size(const comm_t *c);       /* ranks in this group */
-int comm_world_rank(const comm_t *c); /* global rank of this process */
 /* Provider in use: "shm" or "tcp;ofi_rxm". Static storage. */
 const char *comm_provider(const comm_t *c);
 

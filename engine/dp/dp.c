@@ -65,6 +65,13 @@ struct dp {
     int gathered;          /* d->n_buckets .. 0; 0: nothing in flight */
     int *need_from;        /* (n_blocks) lowest bucket holding a range of the block */
 
+    /* the wait notice: steps measured from one after_update to the next, in windows of
+     * WAIT_WINDOW steps; the first window whose wait share passes WAIT_SHARE is logged, once */
+    double step_end;       /* when the last after_update returned; 0: none yet */
+    double window_wait0;   /* finish_wait_s + params_wait_s at the window's start */
+    double window_s;       /* the window's steps' time so far */
+    int window_steps;
+
     int err_status;
     char err_msg[256];
     dp_stats_t st;
@@ -75,7 +82,7 @@ struct dp {
 void dp_opts_init(dp_opts_t *o, const spec_t *s)
 {
     memset(o, 0, sizeof(*o));
-    o->bucket_mb = s && s->dist.dp_bucket_mb > 0 ? s->dist.dp_bucket_mb : 25.0;
+    o->bucket_mb = s && s->dist.dp_bucket_mb > 0 ? s->dist.dp_bucket_mb : 0;
     o->overlap = true;
     o->shard_optimizer_state = s ? s->dist.dp_shard_optimizer_state : false;
     o->bf16_gradients = s && !strcmp(s->dist.dp_gradient_dtype, "bf16");
@@ -144,7 +151,7 @@ int dp_create(comm_t *c, const dp_opts_t *o, dp_t **out, kiln_err_t *err)
     if (!d) return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     d->c = c;
     d->o = *o;
-    if (!(d->o.bucket_mb > 0)) d->o.bucket_mb = 25;
+    if (!(d->o.bucket_mb > 0)) d->o.bucket_mb = 0; /* chosen by plan_buckets */
     if (!(d->o.watchdog_s > 0)) d->o.watchdog_s = COMM_WATCHDOG_DEFAULT_S;
     d->rank = comm_rank(c);
     d->world = comm_size(c);
@@ -177,7 +184,6 @@ void dp_destroy(dp_t *d)
     free(d);
 }
 
-const char *dp_last_error(const dp_t *d) { return d->err_msg; }
 void dp_get_stats(const dp_t *d, dp_stats_t *out) { *out = d->st; }
 
 /* Remembers the first communication error (its message names the dead rank). */
@@ -205,6 +211,46 @@ static int shard_pieces(const dp_t *d, const dp_bucket_t *bk, int rank, dp_piece
         pos += bk->r[k].n;
     }
     return n;
+}
+
+/* The bounds of a chosen bucket on the wire, per transport (bench/RESULTS.md, "Bucket size
+ * chosen from the model"). Between hosts a collective's fixed cost is a few hundred
+ * microseconds (a ring step's round trips and the communication thread's wake-ups): 256 KiB
+ * takes ~2 ms at 1 Gbit/s, so a bucket of at least that keeps the fixed cost near a tenth;
+ * within a host the transfer itself is fast (GB/s) and a bucket below 1 MiB buys no overlap
+ * worth its packing and wake-ups; NCCL's launches are cheap but its links are fast, and
+ * PyTorch DDP's first bucket is 1 MB. Every transport stops at DDP's 25 MB: past it the first
+ * bucket leaves late and the last one sent after backward is long. */
+static const struct {
+    const char *name;
+    double min_mib, max_mib;
+} g_bounds[] = {
+    [DP_TRANSPORT_SHM] = {"shm", 1.0, 25.0},
+    [DP_TRANSPORT_NETWORK] = {"tcp;ofi_rxm", 0.25, 25.0},
+    [DP_TRANSPORT_DEVICE] = {"device collectives", 1.0, 25.0},
+};
+
+const char *dp_bucket_bounds(dp_transport_t t, double *min_mib, double *max_mib)
+{
+    if ((unsigned)t > DP_TRANSPORT_DEVICE) t = DP_TRANSPORT_NETWORK;
+    if (min_mib) *min_mib = g_bounds[t].min_mib;
+    if (max_mib) *max_mib = g_bounds[t].max_mib;
+    return g_bounds[t].name;
+}
+
+double dp_bucket_mb_choose(size_t n, bool bf16_wire, dp_transport_t t)
+{
+    double lo, hi, per = bf16_wire ? 2.0 : 4.0;
+    dp_bucket_bounds(t, &lo, &hi);
+    double wire_mib = (double)n * per / (1 << 20) / DP_BUCKETS_TARGET;
+    wire_mib = wire_mib < lo ? lo : wire_mib > hi ? hi : wire_mib;
+    return wire_mib / per * sizeof(float); /* the same floats, in MiB of fp32 */
+}
+
+static dp_transport_t transport(const dp_t *d)
+{
+    if (d->device) return DP_TRANSPORT_DEVICE;
+    return !strcmp(comm_provider(d->c), "shm") ? DP_TRANSPORT_SHM : DP_TRANSPORT_NETWORK;
 }
 
 /* Groups the blocks' ranges into buckets in the order backward finishes them (last block
@@ -243,7 +289,12 @@ static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, 
             }
         }
     }
-    size_t cap = (size_t)(d->o.bucket_mb * 1024 * 1024 / sizeof(float)), off = 0;
+    size_t n_all = 0;
+    for (int j = 0; j < na; j++) n_all += all[j].n;
+    d->st.bucket_chosen = !(d->o.bucket_mb > 0);
+    d->st.bucket_mb = d->st.bucket_chosen ? dp_bucket_mb_choose(n_all, d->o.bf16_gradients, transport(d))
+                                          : d->o.bucket_mb;
+    size_t cap = (size_t)(d->st.bucket_mb * 1024 * 1024 / sizeof(float)), off = 0;
     if (cap < 1) cap = 1;
     int nr = 0, np = 0;
     dp_bucket_t *cur = NULL;
@@ -292,6 +343,17 @@ static int plan_buckets(dp_t *d, int nb, int (*block_ranges)(const void *, int, 
         off += d->b[i].n;
     }
     d->st.n_buckets = d->n_buckets;
+    if (d->st.bucket_chosen && d->rank == 0) {
+        double lo, hi;
+        const char *via = dp_bucket_bounds(transport(d), &lo, &hi);
+        double per = d->o.bf16_gradients ? 2.0 : 4.0;
+        printf("dp: bucket_mb %.3g chosen from the model: %.2f MiB of gradients, %.2f MiB as %s on "
+               "the wire over %s, split in %d and kept within %g-%g MiB a bucket there (set "
+               "distribution.data_parallel.bucket_mb to choose another)\n",
+               d->st.bucket_mb, n_all * 4.0 / (1 << 20), n_all * per / (1 << 20),
+               d->o.bf16_gradients ? "bf16" : "fp32", via, DP_BUCKETS_TARGET, lo, hi);
+        fflush(stdout);
+    }
     /* which buckets a block's forward needs: those holding any of its ranges (a range listed
      * by several blocks, like a tied embedding, sits in one bucket) */
     d->need_from = calloc((size_t)nb + 1, sizeof(int));
@@ -360,20 +422,12 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
         return kiln_err_set(err, KILN_EUNSUPP, "resources.device",
                             "data parallelism over the %s backend needs its device collectives, "
                             "which this build does not have", be->name);
-    if (d->device && d->o.shard_optimizer_state) {
-        kiln_err_set(err, KILN_EUNSUPP, "distribution.data_parallel.shard_optimizer_state",
-                     "shard_optimizer_state keeps its savings in lazily backed host memory; on "
-                     "the %s backend it would save nothing", be->name);
-        kiln_err_hint(err, "set shard_optimizer_state to false on GPU jobs");
-        return KILN_EUNSUPP;
-    }
-    if (d->device && d->o.bf16_gradients) {
-        kiln_err_set(err, KILN_EUNSUPP, "distribution.data_parallel.gradient_dtype",
-                     "gradient_dtype \"bf16\" is the host collectives' wire format; the %s backend's "
-                     "collectives carry fp32", be->name);
-        kiln_err_hint(err, "leave out gradient_dtype (or set \"fp32\") on GPU jobs");
-        return KILN_EUNSUPP;
-    }
+    /* the options may come from the environment (dp_opts_from_env), not only from the spec the
+     * loop checked: the capability table's refusal, the same as at submission */
+    if (d->o.shard_optimizer_state && !spec_backend_has(be->name, SPEC_CAP_SHARD))
+        return spec_cap_refuse(SPEC_CAP_SHARD, NULL, be->name, err);
+    if (d->o.bf16_gradients && !spec_backend_has(be->name, SPEC_CAP_BF16_GRADS))
+        return spec_cap_refuse(SPEC_CAP_BF16_GRADS, NULL, be->name, err);
     if ((rc = plan_buckets(d, n_blocks, block_ranges, model, err)) ||
         (rc = narrow_share(d, share, err)))
         return rc;
@@ -616,6 +670,54 @@ static int check_identical(dp_t *d, int64_t step, kiln_err_t *err)
                         (unsigned long long)all[0]);
 }
 
+/* Says once, in the rank's log, when a window of steps spent more than WAIT_SHARE of its time
+ * waiting for the group's gradients (and, under ZeRO, parameters), with what would help: bf16
+ * gradients when they travel as fp32 on host collectives, else more compute per gradient byte
+ * or a faster link. The first window starts after the first step (set-up, first touches). */
+#define WAIT_WINDOW 8
+#define WAIT_SHARE 0.2
+static void note_wait(dp_t *d, int64_t step)
+{
+    double now = kiln_mono_s(), waited = d->st.finish_wait_s + d->st.params_wait_s;
+    if (d->step_end > 0 && d->world > 1 && !d->st.wait_notes) {
+        d->window_s += now - d->step_end;
+        if (++d->window_steps == WAIT_WINDOW) {
+            double w = waited - d->window_wait0, share = d->window_s > 0 ? w / d->window_s : 0;
+            if (share > WAIT_SHARE) {
+                char help[400];
+                if (!d->device && !d->o.bf16_gradients)
+                    snprintf(help, sizeof help,
+                             "set distribution.data_parallel.gradient_dtype: \"bf16\" to send half the "
+                             "bytes (sums stay fp32)");
+                else
+                    snprintf(help, sizeof help,
+                             "the gradients already travel as %s; a larger batch per replica "
+                             "(hyperparameters.global_batch_size) gives backward more to hide them "
+                             "under%s, and a faster link between the hosts shortens them",
+                             d->o.bf16_gradients ? "bf16" : "fp32 (the only dtype of device collectives)",
+                             d->o.shard_optimizer_state || d->device
+                                 ? ""
+                                 : ", shard_optimizer_state moves the parameters' all-gather into the next "
+                                   "forward");
+                printf("dp: rank %d spent %.0f%% of its steps waiting for gradients (%.1f of %.1f ms a "
+                       "step, steps %lld-%lld): the all-reduce does not fit under backward, or a peer "
+                       "rank is slower; %s%s\n",
+                       d->rank, 100 * share, 1e3 * w / WAIT_WINDOW, 1e3 * d->window_s / WAIT_WINDOW,
+                       (long long)(step - WAIT_WINDOW + 1), (long long)step, help,
+                       d->st.bucket_chosen ? "" : "; or leave bucket_mb unset so dp chooses it from the model");
+                fflush(stdout);
+                d->st.wait_notes++;
+            }
+            d->window_steps = 0;
+            d->window_s = 0;
+            d->window_wait0 = waited;
+        }
+    } else {
+        d->window_wait0 = waited;
+    }
+    d->step_end = now;
+}
+
 int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err)
 {
     double t0 = kiln_mono_s();
@@ -644,6 +746,7 @@ int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err)
     if (d->o.check && (rc = check_identical(d, step, err))) return rc;
     d->st.steps++;
     d->st.comm_s += kiln_mono_s() - t0;
+    note_wait(d, step);
     return 0;
 }
 
@@ -703,7 +806,8 @@ static int par_bcast(void *ctx, void *buf, size_t bytes, int root, kiln_err_t *e
 
 static int par_attach(void *ctx, eng_train_state_t *st, kiln_err_t *err)
 {
-    return dp_attach(ctx, st->be, st->p, st->n_blocks, st->block_ranges, st->model, st->share, err);
+    const eng_model_t *m = st->model;
+    return dp_attach(ctx, st->be, m->p, m->n_blocks, m->ops->block_ranges, m->impl, st->share, err);
 }
 
 static void par_grads_ready(void *ctx, int block, int ranges) { dp_grads_ready(ctx, block, ranges); }

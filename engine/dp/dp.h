@@ -26,7 +26,9 @@ typedef struct dp dp_t;
 /* How the data-parallel layer runs. dp_opts_init() fills it from the spec, then the
  * environment may override (dp_opts_from_env). */
 typedef struct dp_opts {
-    double bucket_mb;           /* gradient bucket size in MiB (distribution.data_parallel.bucket_mb) */
+    double bucket_mb;           /* gradient bucket size in MiB of fp32 gradients
+                                 * (distribution.data_parallel.bucket_mb); 0: chosen from the
+                                 * model when the buckets are planned (dp_bucket_mb_choose) */
     bool overlap;               /* launch each bucket as soon as backward finished it (default);
                                  * false: all buckets after backward (the benchmark's baseline) */
     bool shard_optimizer_state; /* ZeRO-1: reduce-scatter, update this rank's shard, all-gather */
@@ -45,6 +47,9 @@ typedef struct dp_opts {
 typedef struct dp_stats {
     int n_buckets;
     size_t max_bucket_floats;
+    double bucket_mb;            /* the bucket size planned with (bucket_mb's unit) */
+    bool bucket_chosen;          /* ... chosen from the model (bucket_mb was not set) */
+    int64_t wait_notes;          /* times the log said a step waited too long (at most 1) */
     size_t opt_state_bytes;      /* AdamW m+v this rank keeps */
     size_t opt_state_full_bytes; /* what an unsharded replica keeps */
     int64_t steps;
@@ -56,8 +61,27 @@ typedef struct dp_stats {
     double params_wait_s;        /* time the loop waited for those all-gathers */
 } dp_stats_t;
 
-/* Defaults from spec->dist: bucket_mb, shard_optimizer_state, gradient_dtype; overlap on, check
- * off. */
+/* Where a group's buckets travel; each bounds the bucket size dp chooses differently. */
+typedef enum dp_transport {
+    DP_TRANSPORT_SHM,     /* comm/ within one host (libfabric shm) */
+    DP_TRANSPORT_NETWORK, /* comm/ between hosts (libfabric tcp;ofi_rxm) */
+    DP_TRANSPORT_DEVICE,  /* the backend's device collectives (NCCL) */
+} dp_transport_t;
+
+/* The bucket size when distribution.data_parallel.bucket_mb is not set, from the gradient
+ * this group averages (n floats) and how it travels: the bytes on the wire (bf16_wire: 2 a
+ * float, else 4) split into DP_BUCKETS_TARGET buckets, each kept within the transport's
+ * bounds on the wire (dp_bucket_bounds). Enough buckets that the first leaves early in
+ * backward and the last, all that is left to send once backward ends, is small; few enough
+ * that each bucket's fixed cost (a collective's latency, the communication thread's wake-ups)
+ * stays small against its transfer. Returns MiB of fp32 gradients, bucket_mb's unit. Pure. */
+#define DP_BUCKETS_TARGET 16
+double dp_bucket_mb_choose(size_t n, bool bf16_wire, dp_transport_t t);
+/* The transport's bounds of a chosen bucket, in MiB on the wire (OUT), and its name. */
+const char *dp_bucket_bounds(dp_transport_t t, double *min_mib, double *max_mib);
+
+/* Defaults from spec->dist: bucket_mb (0 when the spec leaves it to dp), shard_optimizer_state,
+ * gradient_dtype; overlap on, check off. */
 void dp_opts_init(dp_opts_t *o, const struct spec *s);
 /* Overrides from the environment: KILN_DP_CHECK=1, KILN_DP_OVERLAP=0|1, KILN_DP_BUCKET_MB=x,
  * KILN_DP_ZERO=0|1, KILN_DP_GRADIENT_DTYPE=fp32|bf16, KILN_DP_INJECT_DIVERGENCE=rank:step.
@@ -76,8 +100,9 @@ void dp_destroy(dp_t *d);
  * disjoint, and one listed by several blocks belongs to the lowest): plans the buckets and
  * this rank's shard of each, and narrows share->update (all the ranges, or the shards under
  * ZeRO) and share->norm (the shards). p, m and v are borrowed. Collective over the group (device
- * collectives are created here). Returns 0, KILN_EUNSUPP (a combination the layer cannot run,
- * e.g. ZeRO on device memory), KILN_ENOMEM or KILN_ECOMM. */
+ * collectives are created here). Returns 0, KILN_EINVAL (an option the backend does not have in
+ * spec.h's capability table, e.g. ZeRO on device memory: its refusal), KILN_EUNSUPP (a device
+ * backend whose build has no device collectives), KILN_ENOMEM or KILN_ECOMM. */
 int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
               int (*block_ranges)(const void *model, int block, eng_range_t *out),
               const void *model, eng_share_t *share, kiln_err_t *err);
@@ -107,8 +132,6 @@ int dp_gather(dp_t *d, float *buf, kiln_err_t *err);
 /* The training loop's parallel layer for a job of plain data parallelism: replica = rank of the
  * group, the hooks above, collectives over the group. out borrows d. */
 void dp_parallel(dp_t *d, eng_parallel_t *out);
-/* The last communication error (empty when none); borrowed. */
-const char *dp_last_error(const dp_t *d);
 void dp_get_stats(const dp_t *d, dp_stats_t *out);
 
 #endif /* KILN_DP_H */

@@ -246,7 +246,9 @@ int pipe_run(const pipe_sched_t *s, const pipe_hooks_t *hooks, void *ctx,
              pipe_trace_entry_t *trace, kiln_err_t *err);
 
 /* ------------------------------------------------------------------------------------------
- * Profiling and pipelined training of the GPT (engine/engine.h's blocks)
+ * Profiling and pipelined training. A stage runs its model's blocks through the model
+ * interface's pipe group (engine.h's eng_model_pipe_t); the planner (profile and memory model
+ * below) models the GPT's blocks, the one model whose capability row says it pipelines.
  * ------------------------------------------------------------------------------------------ */
 
 /* Most head blocks a GPT head is split into for a pipeline. */
@@ -309,8 +311,8 @@ typedef struct pipe_layer pipe_layer_t;
 /* Creates the layer over the job's world (borrowed; must outlive it) for spec s and opts (both
  * borrowed): splits the grid. dpo sets the stage replicas' data-parallel options. Caller owns
  * *out; free with pipe_layer_destroy(). Collective. Returns 0, KILN_EINVAL (the partitions do
- * not divide the world, not a GPT, no token data), KILN_EUNSUPP (a device backend) or
- * KILN_ECOMM. */
+ * not divide the world, no token data, or a model or (at attach) a backend the capability table
+ * says cannot pipeline: its refusal) or KILN_ECOMM. */
 int pipe_layer_create(comm_t *world, const struct spec *s, const eng_train_opts_t *o,
                       const dp_opts_t *dpo, pipe_layer_t **out, kiln_err_t *err);
 void pipe_layer_destroy(pipe_layer_t *pl); /* accepts NULL */

@@ -36,7 +36,7 @@ struct pipe_layer {
     dp_opts_t dp_opts;
     dp_t *dp;                      /* averaging over replica_group; owned */
     eng_geometry_t geo;
-    eng_gpt_config_t cfg;
+    eng_gpt_config_t cfg;          /* the planner's view of the model (profile.c models GPT blocks) */
 
     /* the plan (prepare) */
     pipe_plan_t plan;
@@ -45,7 +45,8 @@ struct pipe_layer {
 
     /* the model (attach; borrowed from the training loop) */
     const eng_backend_t *be;
-    eng_gpt_t *gpt;
+    eng_model_t *model;            /* its blocks through model->ops->pipe (engine.h) */
+    const eng_model_pipe_t *mp;    /* model->ops->pipe */
     float *m, *v;
     float dloss;
     pipe_range_t ranges[PIPE_MAX_RANGES];
@@ -56,7 +57,7 @@ struct pipe_layer {
     pipe_sched_t sched;            /* a training pass */
     pipe_sched_t forward_sched;    /* an evaluation pass */
     int n_slots;
-    eng_gpt_acts_t **acts;         /* (n_slots) activation sets, one per microbatch in flight */
+    void **acts;                   /* (n_slots) activation sets, one per microbatch in flight */
     float **input_grad;            /* (n_slots) gradient of the stage input, sent back */
     float *output_grad;            /* received gradient of the stage output */
     comm_req_t **act_sends;        /* (n_slots) activation sends in flight */

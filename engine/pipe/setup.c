@@ -65,9 +65,9 @@ int pipe_layer_create(comm_t *world, const spec_t *s, const eng_train_opts_t *o,
     pipe_layer_t *pl = NULL;
     int rc;
     *out = NULL;
-    if (strcmp(s->model.type, "gpt"))
-        return kiln_err_set(err, KILN_EINVAL, "distribution.model_parallel.partitions",
-                            "pipeline parallelism applies to the gpt model");
+    /* the capability table's refusal, the same as at submission */
+    if (!spec_model_has(s->model.type, SPEC_CAP_PIPELINE))
+        return spec_cap_refuse(SPEC_CAP_PIPELINE, s->model.type, NULL, err);
     if (!strcmp(s->data.format, "synthetic"))
         return kiln_err_set(err, KILN_EINVAL, "data.format", "pipeline parallelism needs token data");
     pl = calloc(1, sizeof(*pl));
@@ -109,8 +109,8 @@ static void release_buffers(pipe_layer_t *pl)
             comm_wait(pl->act_sends[k], NULL);
         if (pl->grad_sends)
             comm_wait(pl->grad_sends[k], NULL);
-        if (pl->acts && pl->gpt)
-            eng_gpt_acts_destroy(pl->gpt, pl->acts[k]);
+        if (pl->acts && pl->model)
+            pl->model->ops->acts_destroy(pl->model, pl->acts[k]);
         if (pl->input_grad && pl->be)
             pl->be->free(pl->input_grad[k]);
     }
@@ -231,9 +231,11 @@ static json_t *saved_plan(pipe_layer_t *pl, int src)
 static void log_plan(pipe_layer_t *pl, const pipe_plan_t *plan)
 {
     const char *out = pl->opts->output_dir;
-    stage_log(pl, "pipeline: %s plan, %d stages x %d replicas, %s schedule, %d microbatches of %d, balance %.3f, "
+    stage_log(pl, "pipeline: %s plan, %d stages x %d replicas, %s schedule, %d microbatches of %d%s, balance %.3f, "
               "predicted %.1f ms per pass, bubble %.1f%% (theory %.1f%%)\n", plan->manual ? "manual" : "automatic",
               pl->n_stages, pl->n_replicas, pipe_sched_name(plan->schedule), pl->geo.microbatches, pl->geo.B,
+              pl->geo.microbatches_chosen ? " (chosen from the job; set distribution.model_parallel.microbatches "
+                                            "to choose another)" : "",
               plan->balance, plan->predicted_pass_ms, plan->predicted_bubble * 100,
               pipe_bubble_theory(pl->n_stages, pl->geo.microbatches) * 100);
     for (int k = 0; k < pl->n_stages; k++)
@@ -386,25 +388,26 @@ void pipe_head_rows(const pipe_layer_t *pl, int k, int *r0, int *r1)
     *r0 = *r1 = 0;
     if (last < pl->head_first)
         return;
-    eng_gpt_head_rows(pl->gpt, (first > pl->head_first ? first : pl->head_first) - pl->head_first, r0, &e);
-    eng_gpt_head_rows(pl->gpt, last - pl->head_first, &e, r1);
+    pl->mp->head_rows(pl->model->impl, (first > pl->head_first ? first : pl->head_first) - pl->head_first, r0, &e);
+    pl->mp->head_rows(pl->model->impl, last - pl->head_first, &e, r1);
 }
 
 int pipe_stage_ranges(const pipe_layer_t *pl, int k, pipe_range_t *out)
 {
-    const eng_params_t *P = &pl->gpt->p;
+    const eng_params_t *P = pl->model->p;
+    const eng_tensor_t *tied = pl->mp->tied_tensor >= 0 ? &P->tensors[pl->mp->tied_tensor] : NULL;
     int n = 0, first = pl->plan.stages[k].first, last = pl->plan.stages[k].last;
     for (int b = first; b <= last; b++) {
         eng_range_t r[ENG_MAX_TENSORS];
-        int nr = eng_gpt_block_ranges(pl->gpt, b, r);
+        int nr = pl->model->ops->block_ranges(pl->model->impl, b, r);
         for (int i = 0; i < nr; i++) {
             bool dup = false;
             for (int j = 0; j < n; j++)
                 dup |= r[i].off >= out[j].off && r[i].off + r[i].n <= out[j].off + out[j].n;
             if (dup || n >= PIPE_MAX_RANGES)
                 continue;
-            bool copy = b >= pl->head_first && first > 0 && r[i].off >= P->tensors[0].off &&
-                        r[i].off < P->tensors[0].off + P->tensors[0].n;
+            bool copy = tied && b >= pl->head_first && first > 0 && r[i].off >= tied->off &&
+                        r[i].off < tied->off + tied->n;
             out[n++] = (pipe_range_t){r[i].off, r[i].n, b, copy};
         }
     }
@@ -432,7 +435,7 @@ static int make_buffers(pipe_layer_t *pl, kiln_err_t *err)
                                &pl->forward_sched, err)))
         return rc;
     int n = pl->sched.peak_live > 0 ? pl->sched.peak_live : 1;
-    size_t BT = (size_t)pl->geo.B * pl->geo.T, nbf = eng_gpt_max_boundary_floats(pl->gpt, pl->geo.B, pl->geo.T);
+    size_t BT = (size_t)pl->geo.B * pl->geo.T, nbf = pl->mp->max_boundary_floats(pl->model->impl, pl->geo.B, pl->geo.T);
     pl->acts = calloc((size_t)n, sizeof(*pl->acts));
     pl->input_grad = calloc((size_t)n, sizeof(float *));
     pl->act_sends = calloc((size_t)n, sizeof(comm_req_t *));
@@ -446,7 +449,7 @@ static int make_buffers(pipe_layer_t *pl, kiln_err_t *err)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     pl->n_slots = n;
     for (int k = 0; k < n; k++) {
-        if ((rc = eng_gpt_acts_create(pl->gpt, pl->geo.B, pl->geo.T, &pl->acts[k], err)))
+        if ((rc = pl->model->ops->acts_create(pl->model, pl->geo.B, &pl->acts[k], err)))
             return rc;
         if (!(pl->input_grad[k] = pl->be->alloc(nbf * sizeof(float))))
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -461,11 +464,15 @@ static int attach(void *ctx, eng_train_state_t *ts, kiln_err_t *err)
 {
     pipe_layer_t *pl = ctx;
     int rc;
-    if (!ts->be->host_memory)
-        return kiln_err_set(err, KILN_EUNSUPP, "resources.device",
-                            "pipeline parallelism runs on host memory; this job's device is %s", ts->be->name);
+    /* the capability table's refusals, the same as at submission (the loop checked its own
+     * backend already; a layer used without the loop checks again) */
+    if (!ts->model->ops->pipe)
+        return spec_cap_refuse(SPEC_CAP_PIPELINE, ts->model->ops->name, NULL, err);
+    if (!spec_backend_has(ts->be->name, SPEC_CAP_PIPELINE) || !ts->be->host_memory)
+        return spec_cap_refuse(SPEC_CAP_PIPELINE, ts->model->ops->name, ts->be->name, err);
     pl->be = ts->be;
-    pl->gpt = ts->gpt;
+    pl->model = ts->model;
+    pl->mp = ts->model->ops->pipe;
     pl->m = ts->m;
     pl->v = ts->v;
     pl->dloss = ts->dloss;
@@ -478,7 +485,7 @@ static int attach(void *ctx, eng_train_state_t *ts, kiln_err_t *err)
     for (int i = 0; i < pl->n_ranges; i++)
         if (eng_ranges_add(&sh->held, pl->ranges[i].off, pl->ranges[i].n))
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    if ((rc = dp_attach(pl->dp, pl->be, ts->p, pl->n_blocks, stage_block_ranges, pl, sh, err)) ||
+    if ((rc = dp_attach(pl->dp, pl->be, pl->model->p, pl->n_blocks, stage_block_ranges, pl, sh, err)) ||
         (rc = make_buffers(pl, err)))
         return rc;
     int held = 0;
@@ -499,18 +506,23 @@ static int attach(void *ctx, eng_train_state_t *ts, kiln_err_t *err)
 static void detach(void *ctx)
 {
     pipe_layer_t *pl = ctx;
-    if (!pl->gpt)
+    if (!pl->model)
         return;
-    size_t act = 0, nb = pl->gpt->p.n * sizeof(float);
-    for (int k = 0; k < pl->n_slots; k++)
-        act += resident_bytes(pl->acts[k]->slab, pl->acts[k]->bytes);
-    if (pl->gpt->work)
-        act += resident_bytes(pl->gpt->work, pl->gpt->work_bytes);
+    const eng_params_t *P = pl->model->p;
+    const void *start;
+    size_t act = 0, nb = P->n * sizeof(float), bytes;
+    for (int k = 0; k < pl->n_slots; k++) {
+        pl->mp->acts_memory(pl->model->impl, pl->acts[k], &start, &bytes);
+        act += resident_bytes(start, bytes);
+    }
+    pl->mp->work_memory(pl->model->impl, &start, &bytes);
+    if (bytes)
+        act += resident_bytes(start, bytes);
     pl->act_resident_bytes = (double)act;
-    pl->state_resident_bytes = (double)(resident_bytes(pl->gpt->p.params, nb) + resident_bytes(pl->gpt->p.grads, nb) +
+    pl->state_resident_bytes = (double)(resident_bytes(P->params, nb) + resident_bytes(P->grads, nb) +
                                         resident_bytes(pl->m, nb) + resident_bytes(pl->v, nb));
     release_buffers(pl);
-    pl->gpt = NULL;
+    pl->model = NULL;
 }
 
 static int checkpoint_extra(void *ctx, const char *dir, kiln_err_t *err)

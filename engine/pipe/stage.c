@@ -15,12 +15,12 @@
 
 static size_t act_bytes(const pipe_layer_t *pl, int boundary)
 {
-    return eng_gpt_boundary_floats(pl->gpt, pl->geo.B, pl->geo.T, boundary) * sizeof(float);
+    return pl->mp->boundary_floats(pl->model->impl, pl->geo.B, pl->geo.T, boundary) * sizeof(float);
 }
 
 static size_t grad_bytes(const pipe_layer_t *pl, int boundary)
 {
-    return eng_gpt_grad_floats(pl->gpt, pl->geo.B, pl->geo.T, boundary) * sizeof(float);
+    return pl->mp->grad_floats(pl->model->impl, pl->geo.B, pl->geo.T, boundary) * sizeof(float);
 }
 
 static bool is_last_stage(const pipe_layer_t *pl) { return pl->last_block == pl->n_blocks - 1; }
@@ -53,20 +53,16 @@ static int action_forward(void *ctx, int mb, int slot, kiln_err_t *err)
     if (pl->first_block == 0 && (rc = wait_slot(pl, slot, err)))
         return rc;
     double t0 = kiln_mono_s();
-    eng_gpt_acts_t *a = pl->acts[slot];
+    void *a = pl->acts[slot], *impl = pl->model->impl;
     if (pl->first_block == 0 || pl->last_block >= pl->head_first) { /* tokens, or the head's targets */
         eng_sampler_micro(pl->sampler, pl->pass * pl->geo.microbatches + mb, pl->geo.B, pl->tokens, pl->targets);
-        eng_gpt_acts_set_batch(pl->gpt, a, pl->tokens, pl->targets);
+        eng_batch_t batch = {.B = pl->geo.B, .tokens = pl->tokens, .targets = pl->targets};
+        pl->mp->set_batch(impl, a, &batch);
     }
     for (int b = pl->first_block; b <= pl->last_block; b++)
-        eng_gpt_block_forward(pl->gpt, a, b, true);
+        pl->mp->block_forward(impl, a, b, true);
     if (is_last_stage(pl)) {
-        size_t BT = (size_t)pl->geo.B * pl->geo.T;
-        pl->be->to_host(a->host_losses, a->losses, BT * sizeof(float));
-        double s = 0;
-        for (size_t i = 0; i < BT; i++)
-            s += a->host_losses[i];
-        pl->loss_sum += s / (double)BT;
+        pl->loss_sum += pl->mp->loss(impl, a);
         pl->loss_count += 1;
     }
     pl->be->synchronize();
@@ -83,12 +79,13 @@ static int action_backward(void *ctx, int mb, int slot, kiln_err_t *err)
         return rc;
     pl->grad_sends[slot] = NULL;
     double t0 = kiln_mono_s();
-    eng_gpt_t *m = pl->gpt;
+    void *impl = pl->model->impl;
+    float *scratch[2] = {pl->mp->grad_scratch(impl, 0), pl->mp->grad_scratch(impl, 1)};
     bool last_of_step = pl->pass == pl->passes - 1 && mb == pl->geo.microbatches - 1;
     const float *dout = is_last_stage(pl) ? NULL : pl->output_grad;
     for (int b = pl->last_block; b >= pl->first_block; b--) {
-        float *din = b == pl->first_block ? pl->input_grad[slot] : (dout == m->d_a ? m->d_b : m->d_a);
-        eng_gpt_block_backward(m, pl->acts[slot], b, dout, b == 0 ? NULL : din, pl->dloss);
+        float *din = b == pl->first_block ? pl->input_grad[slot] : (dout == scratch[0] ? scratch[1] : scratch[0]);
+        pl->mp->block_backward(impl, pl->acts[slot], b, dout, b == 0 ? NULL : din, pl->dloss);
         if (last_of_step)
             pipe_grads_ready(pl, b);
         dout = din;
@@ -101,7 +98,7 @@ static int action_backward(void *ctx, int mb, int slot, kiln_err_t *err)
 static int action_send_act(void *ctx, int mb, int slot, kiln_err_t *err)
 {
     pipe_layer_t *pl = ctx;
-    return comm_send_start(pl->pipe_group, eng_gpt_boundary(pl->gpt, pl->acts[slot], pl->last_block),
+    return comm_send_start(pl->pipe_group, pl->mp->boundary(pl->model->impl, pl->acts[slot], pl->last_block),
                            act_bytes(pl, pl->last_block), pl->stage + 1, PIPE_TAG_ACT | (uint32_t)mb,
                            &pl->act_sends[slot], err);
 }
@@ -112,7 +109,7 @@ static int action_recv_act(void *ctx, int mb, int slot, kiln_err_t *err)
     int rc;
     if ((rc = wait_slot(pl, slot, err)))
         return rc;
-    return comm_recv(pl->pipe_group, eng_gpt_boundary(pl->gpt, pl->acts[slot], pl->first_block - 1),
+    return comm_recv(pl->pipe_group, pl->mp->boundary(pl->model->impl, pl->acts[slot], pl->first_block - 1),
                      act_bytes(pl, pl->first_block - 1), pl->stage - 1, PIPE_TAG_ACT | (uint32_t)mb, NULL, err);
 }
 
@@ -183,8 +180,11 @@ void pipe_grads_ready(pipe_layer_t *pl, int block)
 static int tie_grads(pipe_layer_t *pl, kiln_err_t *err)
 {
     int rc, r0, r1;
-    size_t C = (size_t)pl->cfg.n_embd;
-    float *g = pl->gpt->p.grads + pl->gpt->p.tensors[0].off;
+    if (pl->mp->tied_tensor < 0)
+        return 0;
+    const eng_tensor_t *tied = &pl->model->p->tensors[pl->mp->tied_tensor];
+    size_t C = pl->mp->tied_row(pl->model->impl);
+    float *g = pl->model->p->grads + tied->off;
     if (pl->stage != 0) {
         pipe_head_rows(pl, pl->stage, &r0, &r1);
         if (r1 <= r0)
@@ -197,7 +197,7 @@ static int tie_grads(pipe_layer_t *pl, kiln_err_t *err)
         if (r1 <= r0)
             continue;
         size_t n = (size_t)(r1 - r0) * C;
-        if (!pl->tied_buf && !(pl->tied_buf = pl->be->alloc((size_t)pl->cfg.padded_vocab_size * C * sizeof(float))))
+        if (!pl->tied_buf && !(pl->tied_buf = pl->be->alloc(tied->n * sizeof(float))))
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         if ((rc = comm_recv(pl->pipe_group, pl->tied_buf, n * sizeof(float), k, PIPE_TAG_TIED, NULL, err)))
             return rc;
@@ -218,8 +218,10 @@ int pipe_grads_finish(pipe_layer_t *pl, kiln_err_t *err)
 static int tie_params(pipe_layer_t *pl, kiln_err_t *err)
 {
     int rc, r0, r1;
-    size_t C = (size_t)pl->cfg.n_embd;
-    float *w = pl->gpt->p.params + pl->gpt->p.tensors[0].off;
+    if (pl->mp->tied_tensor < 0)
+        return 0;
+    size_t C = pl->mp->tied_row(pl->model->impl);
+    float *w = pl->model->p->params + pl->model->p->tensors[pl->mp->tied_tensor].off;
     if (pl->stage != 0) {
         pipe_head_rows(pl, pl->stage, &r0, &r1);
         if (r1 <= r0)

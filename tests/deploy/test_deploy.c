@@ -7,8 +7,9 @@
  * objects with the operator's expectations (2 kilnd replicas, a PodDisruptionBudget, agent
  * probes, GPUs and slots from values, no Secret written by the chart); a broken manifest is
  * refused; deploy/check.sh passes; the systemd units verify and keep their `systemd-analyze
- * security` scores; and every path that runs kiln-agent runs it with the ranks' sandbox on and the
- * least privilege it works with (tests/deploy/sandbox_checks.py, the unit's capabilities). */
+ * security` scores; every path that runs kiln-agent runs it with the ranks' sandbox on and the
+ * least privilege it works with (tests/deploy/sandbox_checks.py, the unit's capabilities); and
+ * the images build the engine with the Makefile's compiler flags. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdio.h>
@@ -201,4 +202,28 @@ Test(deploy, dockerfiles_pin_label_and_check_health)
              "[ $(cat $T/sum) -lt $(cat $T/dpkg) ] || { echo \"the keyring is installed before it is checked\"; exit 1; }; "
              "sh -n deploy/healthcheck.sh && grep -q -- \"kilnd --health\" deploy/healthcheck.sh && "
              "grep -q -- \"kiln-agent --health\" deploy/healthcheck.sh"));
+}
+
+/* The images build the engine with exactly the Makefile's flags but -march: each Dockerfile's
+ * make, read by deploy/image-flags.sh with the ARG defaults (no Docker engine here), passes
+ * MARCH and gets `make print-engine-flags`'s ENGINE_CFLAGS and NVCCFLAGS; a Dockerfile that
+ * sets ENGINE_CFLAGS itself (as both did, dropping -fno-math-errno) is caught. */
+Test(deploy, images_build_the_engine_with_the_makefiles_flags)
+{
+    char *out = run("image flags", 0,
+                    "norm() { sed -n \"/^ENGINE_CFLAGS=\\|^NVCCFLAGS=/p\" | sed \"s/ -march=[^ ]* / -march=M /\"; }; "
+                    "make -s --no-print-directory print-engine-flags BUILD=build | norm > $T/make.txt; "
+                    "grep -q -- \"-fno-math-errno\" $T/make.txt || { echo \"no -fno-math-errno in the Makefile\"; exit 1; }; "
+                    "check() { bash deploy/image-flags.sh $1 > $T/img.txt || return 1; "
+                    "  grep -q \"^MAKEVARS: .*MARCH=\" $T/img.txt || { echo \"$1 passes no MARCH\"; return 1; }; "
+                    "  norm < $T/img.txt > $T/img-flags.txt; "
+                    "  diff $T/make.txt $T/img-flags.txt || { echo \"$1: engine flags differ from the Makefile\"; return 1; }; "
+                    "  echo \"$1: the engine flags of the Makefile\"; }; "
+                    "check deploy/Dockerfile && check deploy/Dockerfile.cuda || exit 1; "
+                    "sed \"s/ MARCH=/ ENGINE_CFLAGS=-O3 MARCH=/\" deploy/Dockerfile.cuda > $T/Dockerfile.changed; "
+                    "check $T/Dockerfile.changed && { echo \"an ENGINE_CFLAGS of its own went unnoticed\"; exit 1; }; "
+                    "echo checked");
+    cr_assert(strstr(out, "deploy/Dockerfile: the engine flags of the Makefile") &&
+              strstr(out, "deploy/Dockerfile.cuda: the engine flags of the Makefile") && strstr(out, "checked"), "%s", out);
+    free(out);
 }

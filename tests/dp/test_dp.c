@@ -4,8 +4,9 @@
  * Checks: 2 and 4 ranks reproduce single-rank training with the same global batch; ZeRO-1
  * equals plain data parallelism, also with its all-gather left running into the next forward;
  * a stopped-and-resumed run equals the uninterrupted one; the parameter check catches an
- * injected divergence; and, with the real kiln-train binary, a killed rank makes its peer fail
- * fast naming it, and a SIGTERM on one rank stops every rank at the same step. */
+ * injected divergence; the bucket size dp chooses when bucket_mb is not set; and, with the real
+ * kiln-train binary, a killed rank makes its peer fail fast naming it, a SIGTERM on one rank
+ * stops every rank at the same step, and a rank kept waiting by a slower peer is told so once. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <math.h>
@@ -53,7 +54,7 @@ typedef struct job {
     int eval_every, sample_every; /* gpt: validation and samples (16 tokens) every so many steps */
     bool zero, overlap, check, recompute, bf16_grads;
     const char *inject;    /* KILN_DP_INJECT_DIVERGENCE or NULL */
-    double bucket_mb;
+    double bucket_mb;      /* 0: the test's default; < 0: left out of the spec (gpt) */
     const char *model;     /* "gpt" or "mlp" */
     const char *provider;  /* NULL: shm */
     char ckpt[256], out[256];
@@ -79,7 +80,9 @@ static void tmpdir(char *out, size_t n, const char *tag)
  * where Criterion's assertions must not be used. */
 static bool spec_for(const job_t *j, spec_t *s)
 {
-    char json[4096];
+    char json[4096], bucket[64] = "";
+    if (j->bucket_mb >= 0)
+        snprintf(bucket, sizeof bucket, "\"bucket_mb\": %g, ", j->bucket_mb > 0 ? j->bucket_mb : 0.02);
     if (!strcmp(j->model, "mlp"))
         snprintf(json, sizeof json,
                  "{\"model\": {\"type\": \"mlp\", \"n_inputs\": 16, \"n_classes\": 4, "
@@ -102,11 +105,11 @@ static bool spec_for(const job_t *j, spec_t *s)
                  "\"warmup_steps\": 3, \"weight_decay\": 0.1, \"grad_clip\": 1.0, \"seed\": 7, "
                  "\"eval_every\": %d, \"eval_batches\": 1, \"sample_every\": %d, "
                  "\"sample_tokens\": %d}, \"resources\": {\"device\": \"cpu\", \"nodes\": 1, "
-                 "\"slots_per_node\": %d}, \"distribution\": {\"data_parallel\": {\"bucket_mb\": "
-                 "%g, \"shard_optimizer_state\": %s, \"gradient_dtype\": \"%s\"}, "
+                 "\"slots_per_node\": %d}, \"distribution\": {\"data_parallel\": {%s"
+                 "\"shard_optimizer_state\": %s, \"gradient_dtype\": \"%s\"}, "
                  "\"activation_checkpointing\": %s}, \"checkpoint\": {\"every_steps\": 0, \"keep_last\": 2}}",
                  root(), j->steps, j->eval_every, j->sample_every, j->sample_every > 0 ? 16 : 0,
-                 j->world, j->bucket_mb > 0 ? j->bucket_mb : 0.02, j->zero ? "true" : "false",
+                 j->world, bucket, j->zero ? "true" : "false",
                  j->bf16_grads ? "bf16" : "fp32", j->recompute ? "true" : "false");
     kiln_err_t err;
     kiln_err_clear(&err);
@@ -535,8 +538,16 @@ static void start_ranks(const char *dir, int world, pid_t *pids, int steps)
     start_ranks_env(dir, world, pids, steps, "KILN_COMM_WATCHDOG_S=180");
 }
 
-/* The same with one more environment entry. */
+/* The same with one more environment entry and, when dist is not NULL, that "distribution". */
+static void start_ranks_dist(const char *dir, int world, pid_t *pids, int steps, const char *extra_env,
+                             const char *dist);
 static void start_ranks_env(const char *dir, int world, pid_t *pids, int steps, const char *extra_env)
+{
+    start_ranks_dist(dir, world, pids, steps, extra_env, NULL);
+}
+
+static void start_ranks_dist(const char *dir, int world, pid_t *pids, int steps, const char *extra_env,
+                             const char *dist)
 {
     char spec[600];
     snprintf(spec, sizeof spec, "%s/spec.json", dir);
@@ -547,8 +558,9 @@ static void start_ranks_env(const char *dir, int world, pid_t *pids, int steps, 
             "\"seq_len\": 32, \"vocab\": \"bytes\"}, \"data\": {\"train\": "
             "\"%s/data/tinyshakespeare.txt\"}, \"hyperparameters\": {\"global_batch_size\": 12, "
             "\"max_steps\": %d, \"eval_every\": 0, \"sample_every\": 0, \"sample_tokens\": 0}, "
-            "\"resources\": {\"device\": \"cpu\", \"nodes\": 1, \"slots_per_node\": %d}, "
-            "\"checkpoint\": {\"every_steps\": 0}}\n", root(), steps, world);
+            "\"resources\": {\"device\": \"cpu\", \"nodes\": 1, \"slots_per_node\": %d}, %s%s%s"
+            "\"checkpoint\": {\"every_steps\": 0}}\n", root(), steps, world, dist ? "\"distribution\": " : "",
+            dist ? dist : "", dist ? ", " : "");
     fclose(f);
     int port = th_free_port();
     char bin[512];
@@ -678,4 +690,114 @@ Test(dp_kiln_train, stalled_rank_trips_the_watchdog_naming_it, .timeout = 120)
     cr_assert(took >= 2.5 && took < 20, "rank 0 gave up after %.1f s", took);
     free(t);
     rm_rf(dir);
+}
+
+/* A rank that runs slower than its peer (stopped three quarters of the time, as under a noisy
+ * neighbour) makes the peer wait for gradients most of every step: the peer's log says so once,
+ * with the measured share and what helps (bf16 gradients when they travel as fp32; with bf16,
+ * something else), however many windows of steps wait that long. Rank 0's log also says which
+ * bucket size dp chose, as the spec leaves bucket_mb out. */
+static void slow_peer(const char *dist, const char *help)
+{
+    char dir[256];
+    tmpdir(dir, sizeof dir, "wait");
+    pid_t pids[2];
+    start_ranks_dist(dir, 2, pids, 40, "KILN_COMM_WATCHDOG_S=180", dist);
+    int st0 = 0;
+    double end = kiln_mono_s() + 100;
+    while (waitpid(pids[0], &st0, WNOHANG) == 0) {
+        cr_assert(kiln_mono_s() < end, "rank 0 did not finish 40 steps within 100 s");
+        kill(pids[1], SIGSTOP);
+        usleep(15000);
+        kill(pids[1], SIGCONT);
+        usleep(5000);
+    }
+    kill(pids[1], SIGCONT);
+    int st1 = wait_exit(pids[1], 30, NULL);
+    char path[600];
+    snprintf(path, sizeof path, "%s/r0.log", dir);
+    char *t = read_file(path);
+    cr_assert(WIFEXITED(st0) && WEXITSTATUS(st0) == 0 && WIFEXITED(st1) && WEXITSTATUS(st1) == 0,
+              "exit statuses 0x%x 0x%x:\n%s", st0, st1, t);
+    int notes = 0;
+    const char *note = NULL;
+    for (const char *p = t; (p = strstr(p, "of its steps waiting for gradients")); p++, notes++)
+        if (!note) note = p;
+    cr_assert_eq(notes, 1, "rank 0 said %d times that it waits for gradients:\n%s", notes, t);
+    const char *eol = strchr(note, '\n');
+    fprintf(stderr, "rank 0: ...%.*s\n", eol ? (int)(eol - note) : 200, note);
+    const char *pct = strstr(t, "dp: rank 0 spent ");
+    cr_assert(pct && atoi(pct + strlen("dp: rank 0 spent ")) > 20, "no share over 20%%:\n%s", t);
+    cr_assert(strstr(note, help), "the note does not say \"%s\":\n%s", help, t);
+    cr_assert(strstr(t, "dp: bucket_mb ") && strstr(t, "chosen from the model"),
+              "rank 0's log does not say which bucket size dp chose:\n%s", t);
+    free(t);
+    rm_rf(dir);
+}
+
+Test(dp_kiln_train, a_rank_waiting_for_gradients_is_told_once_to_send_bf16, .timeout = 150)
+{
+    slow_peer(NULL, "gradient_dtype: \"bf16\"");
+}
+
+Test(dp_kiln_train, a_rank_waiting_for_bf16_gradients_is_told_what_else_helps, .timeout = 150)
+{
+    slow_peer("{\"data_parallel\": {\"gradient_dtype\": \"bf16\"}}", "already travel as bf16");
+}
+
+/* The bucket size dp chooses when bucket_mb is not set (dp_bucket_mb_choose): the gradient's
+ * bytes on the wire split in DP_BUCKETS_TARGET, within the transport's bounds. The old fixed
+ * 25 MiB held the whole small GPT of bench/dp_netns.sh in one bucket, so nothing overlapped
+ * backward; GPT-2 124M keeps PyTorch DDP's 25 MB. */
+Test(dp_buckets, chosen_from_the_gradient_bytes_and_the_transport)
+{
+    const double mib = 1 << 20;
+    /* bench/dp_netns.sh's small GPT: L=4 H=4 C=256 V=256 T=128, 12.4 MiB of fp32 gradients */
+    size_t small = 256 * 256 + 128 * 256 + 4 * (12 * 256 * 256 + 13 * 256) + 2 * 256;
+    double b = dp_bucket_mb_choose(small, false, DP_TRANSPORT_NETWORK);
+    cr_assert_float_eq(b, small * 4.0 / mib / DP_BUCKETS_TARGET, 1e-9, "small GPT, tcp: %g", b);
+    cr_assert(small * 4.0 / mib / b >= 12, "the small GPT in %g buckets", small * 4.0 / mib / b);
+    /* bf16 on the wire: half the bytes, the same number of buckets, so the same floats */
+    cr_assert_float_eq(dp_bucket_mb_choose(small, true, DP_TRANSPORT_NETWORK), b, 1e-9);
+    /* within a host or on GPUs at least 1 MiB a bucket */
+    cr_assert_float_eq(dp_bucket_mb_choose(small, false, DP_TRANSPORT_SHM), 1.0, 1e-9);
+    cr_assert_float_eq(dp_bucket_mb_choose(small, false, DP_TRANSPORT_DEVICE), 1.0, 1e-9);
+
+    /* GPT-2 124M: 475 MiB of fp32 gradients; 16 buckets would be 29.7 MiB, above the 25 MiB cap */
+    size_t gpt2 = 124439808;
+    cr_assert_float_eq(dp_bucket_mb_choose(gpt2, false, DP_TRANSPORT_NETWORK), 25.0, 1e-9);
+    cr_assert_float_eq(dp_bucket_mb_choose(gpt2, false, DP_TRANSPORT_DEVICE), 25.0, 1e-9);
+    /* as bf16, 14.8 MiB on the wire a bucket: 16 buckets of 29.7 MiB of fp32 gradients */
+    b = dp_bucket_mb_choose(gpt2, true, DP_TRANSPORT_NETWORK);
+    cr_assert_float_eq(b, gpt2 * 4.0 / mib / DP_BUCKETS_TARGET, 1e-9, "GPT-2, bf16 over tcp: %g", b);
+
+    /* a tiny model: one bucket at the transport's minimum, measured on the wire */
+    cr_assert_float_eq(dp_bucket_mb_choose(1000, false, DP_TRANSPORT_NETWORK), 0.25, 1e-9);
+    cr_assert_float_eq(dp_bucket_mb_choose(1000, true, DP_TRANSPORT_NETWORK), 0.5, 1e-9);
+    double lo, hi;
+    cr_assert_str_eq(dp_bucket_bounds(DP_TRANSPORT_NETWORK, &lo, &hi), "tcp;ofi_rxm");
+    cr_assert(lo == 0.25 && hi == 25.0);
+}
+
+/* A spec without bucket_mb leaves it to dp: a run plans with the chosen size and says so in its
+ * counters; a spec that sets it gets exactly that. */
+Test(dp_buckets, a_run_without_bucket_mb_plans_the_chosen_size, .timeout = 120)
+{
+    job_t j = gpt_job(2, 3);
+    j.bucket_mb = -1; /* left out of the spec */
+    rank_out_t *o = run_job(&j);
+    expect_ok(&j, o);
+    cr_assert(o[0].stats.bucket_chosen, "bucket_mb was not chosen");
+    /* the 2-layer test GPT over shm: below 16 MiB, so the shm minimum, 1 MiB, one bucket */
+    cr_assert_float_eq(o[0].stats.bucket_mb, 1.0, 1e-9, "chose %g", o[0].stats.bucket_mb);
+    cr_assert_eq(o[0].stats.n_buckets, 1);
+    rm_rf(j.out);
+    j = gpt_job(2, 3);
+    j.bucket_mb = 0.02;
+    o = run_job(&j);
+    expect_ok(&j, o);
+    cr_assert(!o[0].stats.bucket_chosen);
+    cr_assert_float_eq(o[0].stats.bucket_mb, 0.02, 1e-9);
+    cr_assert_gt(o[0].stats.n_buckets, 1);
+    rm_rf(j.out);
 }

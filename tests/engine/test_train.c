@@ -334,3 +334,38 @@ Test(cpu_env, a_coretype_without_avx512_is_named_only_where_the_cpu_could_do_bet
     cr_assert(!eng_coretype_holds_back(NULL, true, false), "unset: OpenBLAS chooses");
     cr_assert(!eng_coretype_holds_back("", true, false));
 }
+
+/* A pipeline's microbatches when the spec leaves them out (eng_microbatches_choose): the most,
+ * up to 4 a stage, that split a pass's sequences evenly, so the bubble (p-1)/(m+p-1) is under a
+ * fifth where the batch allows; 1 before was a bubble of (p-1)/p, no pipelining at all. */
+Test(train, pipeline_microbatches_are_chosen_from_the_job)
+{
+    cr_assert_eq(eng_microbatches_choose(8, 2), 8);   /* 4 a stage, 1 sequence each */
+    cr_assert_eq(eng_microbatches_choose(64, 2), 8);
+    cr_assert_eq(eng_microbatches_choose(64, 4), 16);
+    cr_assert_eq(eng_microbatches_choose(12, 4), 12);
+    cr_assert_eq(eng_microbatches_choose(6, 4), 6);   /* no more than a pass's sequences */
+    cr_assert_eq(eng_microbatches_choose(20, 4), 10); /* 16 does not divide 20 */
+    cr_assert_eq(eng_microbatches_choose(7, 2), 7);
+    cr_assert_eq(eng_microbatches_choose(11, 2), 1);  /* a prime above 8: only whole passes */
+    cr_assert_eq(eng_microbatches_choose(1, 8), 1);
+
+    /* the geometry takes it when the spec leaves microbatches out, and the value it is given */
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\", \"n_layer\": 4, \"n_head\": 2, \"n_embd\": 32, "
+                                   "\"seq_len\": 16}, \"data\": {\"train\": \"/x.txt\"}, \"hyperparameters\": "
+                                   "{\"global_batch_size\": 32}, \"resources\": {\"slots_per_node\": 4}, "
+                                   "\"distribution\": {\"model_parallel\": {\"partitions\": 2}}}", &s, &err),
+                 0, "%s", err.message);
+    cr_assert_eq(s.dist.mp_microbatches, 0);
+    eng_geometry_t g;
+    cr_assert_eq(eng_geometry_init(&g, &s, 2, s.dist.mp_microbatches, &err), 0, "%s", err.message);
+    cr_assert(g.microbatches_chosen);
+    cr_assert_eq(g.microbatches, 8);
+    cr_assert_eq(g.B, 2);
+    cr_assert_eq(eng_geometry_init(&g, &s, 2, 2, &err), 0, "%s", err.message);
+    cr_assert(!g.microbatches_chosen);
+    cr_assert_eq(g.microbatches, 2);
+    spec_deinit(&s);
+}

@@ -3,9 +3,12 @@
  * on a fresh database, REST and gRPC servers, authentication on) over REST (libcurl and a raw
  * socket) and over gRPC (Python's grpcio as a foreign client, tests/grpc/grpc_client.py). One
  * table per transport: each case's status and the field the error names. No case may be a 5xx
- * or UNAVAILABLE, and every REST error body is kiln's JSON error. */
+ * or UNAVAILABLE, and every REST error body is kiln's JSON error. And the combinations the
+ * engine's capability table (spec.h) refuses, generated from the table, refused with its field,
+ * message and hint over REST, gRPC and kiln-train --spec alike. */
 #include "api/api.h"
 #include "service/service.h"
+#include "spec/spec.h"
 #include "tests/common/harness.h"
 
 #include <arpa/inet.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static svc_t *S;
@@ -588,4 +592,162 @@ Test(badinput, grpc_explicit_zero_values_are_honoured)
                                             "auto_partition")));
     json_decref(job);
     json_decref(r);
+}
+
+/* ---- the capability table, at every door ------------------------------------------------------ */
+
+/* One case for every model of the table, every backend a spec can choose (its slot type), and
+ * every capability the table says the model or the backend lacks: the model's example section,
+ * the first data it takes, the backend's slots, and the smallest JSON that asks for the
+ * capability. A new row of the table is a new set of cases. */
+typedef struct cap_case {
+    char what[128];
+    json_t *spec;   /* owned */
+    kiln_err_t want; /* the table's refusal (spec_cap_refuse) */
+} cap_case_t;
+
+static int cap_cases(cap_case_t *out, int max)
+{
+    int n = 0;
+    for (int mi = 0; spec_models[mi]; mi++) {
+        const char *model = spec_models[mi];
+        const char *data = NULL;
+        for (int c = SPEC_CAP_TEXT; c <= SPEC_CAP_SYNTHETIC && !data; c++)
+            if (spec_model_has(model, (spec_cap_t)c))
+                data = spec_cap_ask((spec_cap_t)c);
+        cr_assert_not_null(data, "model %s takes no data", model);
+        for (int bi = 0; spec_backends[bi]; bi++) {
+            const char *backend = spec_backends[bi], *slots = spec_backend_slots(backend);
+            if (!slots[0])
+                continue; /* no spec chooses it */
+            for (int c = 0; c < SPEC_CAP_COUNT; c++) {
+                bool model_has = spec_model_has(model, (spec_cap_t)c);
+                if (model_has && spec_backend_has(backend, (spec_cap_t)c))
+                    continue;
+                cr_assert_lt(n, max);
+                cap_case_t *k = &out[n];
+                snprintf(k->what, sizeof k->what, "%s on %s slots: %s", model, slots, spec_cap_name((spec_cap_t)c));
+                k->spec = json_pack("{s:s, s:o, s:{s:s, s:s}}", "name", "caps", "model",
+                                    json_loads(spec_model_example(model), 0, NULL), "resources", "slot_type", slots,
+                                    "device", !strcmp(slots, "gpu") ? "cuda" : "cpu");
+                json_t *d = json_loads(data, 0, NULL), *ask = json_loads(spec_cap_ask((spec_cap_t)c), 0, NULL);
+                cr_assert(d && ask && k->spec, "%s: bad JSON in the table", k->what);
+                json_object_update_recursive(k->spec, d);
+                json_object_update_recursive(k->spec, ask);
+                json_decref(d);
+                json_decref(ask);
+                spec_cap_refuse((spec_cap_t)c, model, model_has ? backend : NULL, &k->want);
+                /* what the validator itself says is the table's refusal */
+                spec_t s;
+                kiln_err_t err;
+                cr_assert_eq(spec_parse(k->spec, &s, &err), KILN_EINVAL, "%s: accepted", k->what);
+                cr_assert_str_eq(err.field, k->want.field, "%s", k->what);
+                cr_assert_str_eq(err.message, k->want.message, "%s", k->what);
+                cr_assert_str_eq(err.hint, k->want.hint, "%s", k->what);
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+/* The last line of text (trailing newlines dropped), in place. */
+static const char *last_line_of(char *text)
+{
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n')
+        text[--n] = '\0';
+    char *nl = strrchr(text, '\n');
+    return nl ? nl + 1 : text;
+}
+
+Test(badinput, capabilities_the_table_refuses_are_refused_alike_over_rest_grpc_and_kiln_train)
+{
+    cap_case_t cases[64];
+    int n = cap_cases(cases, 64);
+    cr_assert_geq(n, 4, "the table refuses too little to test: %d cases", n);
+    const char *missing = th_grpc_python_missing();
+    json_t *calls = json_array();
+    for (int i = 0; i < n; i++) {
+        const cap_case_t *c = &cases[i];
+        /* REST */
+        char url[200], *body = json_dumps(c->spec, JSON_COMPACT), *out = NULL;
+        const char *hdrs[] = {"Content-Type: application/json", NULL};
+        long st = 0;
+        snprintf(url, sizeof url, "%s/v1/jobs", base);
+        cr_assert_eq(th_http("POST", url, body, hdrs, &st, &out, 10000), 0, "%s: no answer", c->what);
+        json_t *j = NULL;
+        cr_assert(is_json_error(out, &j), "%s: not kiln's JSON error: %s", c->what, out);
+        cr_assert_eq(st, 400, "%s: HTTP %ld: %s", c->what, st, out);
+        cr_assert_str_eq(json_string_value(json_object_get(j, "field")), c->want.field, "%s: %s", c->what, out);
+        cr_assert_str_eq(json_string_value(json_object_get(j, "message")), c->want.message, "%s: %s", c->what, out);
+        cr_assert_str_eq(json_string_value(json_object_get(j, "hint")), c->want.hint, "%s: %s", c->what, out);
+        json_decref(j);
+        free(out);
+        free(body);
+        /* kiln-train --spec, as an operator runs it by hand */
+        char path[200], cmd[700];
+        snprintf(path, sizeof path, "%s/caps-%d.json", dir, i);
+        cr_assert_eq(json_dump_file(c->spec, path, 0), 0);
+        snprintf(cmd, sizeof cmd, "KILN_THREADS=1 KILN_PEAK_GFLOPS=100 %s/kiln-train --spec %s 2>&1", th_bin_dir(), path);
+        FILE *p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        char text[8192];
+        size_t got = fread(text, 1, sizeof text - 1, p);
+        text[got] = '\0';
+        int status = pclose(p);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: kiln-train exit %d: %s", c->what,
+                  WEXITSTATUS(status), text);
+        char hint_line[600];
+        snprintf(hint_line, sizeof hint_line, "kiln-train: hint: %s\n", c->want.hint);
+        cr_assert(strstr(text, hint_line), "%s: no \"%s\" in: %s", c->what, c->want.hint, text);
+        const char *last = last_line_of(text);
+        char field_at[300];
+        snprintf(field_at, sizeof field_at, ": %s: ", c->want.field);
+        size_t ml = strlen(c->want.message), ll = strlen(last);
+        cr_assert(strstr(last, field_at) && ll >= ml && !strcmp(last + ll - ml, c->want.message),
+                  "%s: last line \"%s\" is not \"...: %s: ... %s\"", c->what, last, c->want.field, c->want.message);
+        /* gRPC, in one run of the foreign client below */
+        json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:O}}", "method", "/kiln.TrainingService/CreateJob",
+                                               "token", admin_token, "request", "spec", c->spec));
+    }
+    if (missing) {
+        cr_log_warn("gRPC leg skipped: %s", missing);
+    } else {
+        cr_assert_eq(th_protoc_python(dir), 0);
+        json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", gaddr, "proto_dir", dir, "ca", "", "calls", calls);
+        calls = NULL;
+        char path[200], cmd[1200];
+        snprintf(path, sizeof path, "%s/caps-plan.json", dir);
+        cr_assert_eq(json_dump_file(plan, path, 0), 0);
+        json_decref(plan);
+        const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
+        FILE *p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        char line[1 << 16];
+        for (int i = 0; i < n; i++) {
+            const cap_case_t *c = &cases[i];
+            cr_assert_not_null(fgets(line, sizeof line, p), "%s: no answer from grpc_client.py", c->what);
+            json_t *r = json_loads(line, 0, NULL);
+            cr_assert_not_null(r, "%s: grpc_client.py said: %s", c->what, line);
+            cr_assert_str_eq(json_string_value(json_object_get(r, "code")), "INVALID_ARGUMENT", "%s: %s", c->what,
+                             line);
+            json_t *tr = json_object_get(r, "trailing");
+            char field[300];
+            snprintf(field, sizeof field, "spec.%s", c->want.field);
+            cr_assert_str_eq(json_string_value(json_object_get(tr, "kiln-field")), field, "%s: %s", c->what, line);
+            cr_assert_str_eq(json_string_value(json_object_get(tr, "kiln-hint")), c->want.hint, "%s: %s", c->what,
+                             line);
+            /* gRPC's one message: "field: message", then the hint on a line of its own */
+            char details[1200];
+            snprintf(details, sizeof details, "%s: %s\nhint: %s", field, c->want.message, c->want.hint);
+            cr_assert_str_eq(json_string_value(json_object_get(r, "details")), details, "%s: %s", c->what, line);
+            json_decref(r);
+        }
+        cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    }
+    json_decref(calls);
+    for (int i = 0; i < n; i++)
+        json_decref(cases[i].spec);
 }

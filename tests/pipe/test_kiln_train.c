@@ -1,6 +1,6 @@
 /* test_kiln_train.c - the pipeline through the kiln-train binary, started the way the agent starts
  * ranks (the rank contract's KILN_* environment): a partitioned job trains and writes its plan and
- * model; a job whose smallest stage exceeds resources.memory_limit_mb and a job with a bad manual
+ * model (and, without microbatches in its spec, chooses them); a job whose smallest stage exceeds resources.memory_limit_mb and a job with a bad manual
  * plan fail on every rank with a clear last line. */
 #include "tests/common/harness.h"
 #include "tests/pipe/pipe_test.h"
@@ -133,14 +133,15 @@ Test(kiln_train, partitioned_job_trains_and_writes_its_plan, .timeout = 120)
     free(samples);
     free(log0);
     free(log1);
-    /* the written plan, passed back as the job's partition_plan, is used as it is */
+    /* the written plan, passed back as the job's partition_plan, is used as it is; this time
+     * the spec leaves microbatches out, and the pipeline chooses 8 (4 a stage) of 1 sequence */
     char keep[64];
     snprintf(keep, sizeof(keep), "%s", g_dir);
     setup_dir(32, "", "");
     char *spec = slurp("spec.json"), patched[8192];
     char *cut = strstr(spec, "\"microbatches\": 4");
     cr_assert_not_null(cut);
-    snprintf(patched, sizeof(patched), "%.*s\"microbatches\": 4, \"partition_plan\": %s%s", (int)(cut - spec), spec,
+    snprintf(patched, sizeof(patched), "%.*s\"partition_plan\": %s%s", (int)(cut - spec), spec,
              plan, cut + strlen("\"microbatches\": 4"));
     snprintf(path, sizeof(path), "%s/spec.json", g_dir);
     kiln_err_t err;
@@ -149,6 +150,7 @@ Test(kiln_train, partitioned_job_trains_and_writes_its_plan, .timeout = 120)
     log0 = slurp("rank0.log");
     cr_assert(WIFEXITED(st[0]) && WEXITSTATUS(st[0]) == 0 && WIFEXITED(st[1]) && WEXITSTATUS(st[1]) == 0, "%s", log0);
     cr_assert(strstr(log0, "pipeline: manual plan, 2 stages"), "%s", log0);
+    cr_assert(strstr(log0, "8 microbatches of 1 (chosen from the job"), "%s", log0);
     char *plan2 = slurp("out/partition_plan.json");
     cr_assert_not_null(plan2);
     const char *s1 = strstr(plan, "\"stages\""), *s2 = strstr(plan2, "\"stages\"");

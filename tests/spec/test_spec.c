@@ -72,6 +72,48 @@ Test(spec, checkpoint_path_round_trips)
     spec_deinit(&s);
 }
 
+/* distribution.data_parallel.bucket_mb (and a pipeline's microbatches) are stored only when the
+ * user set them: left out, they read back as 0 (the engine chooses them from the job) and stay
+ * out of the normal form, so "chosen by kiln" is visible in the stored spec. */
+Test(spec, bucket_mb_and_microbatches_are_stored_only_when_set)
+{
+    spec_t s, t;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string(good, &s, &err), 0);
+    cr_assert_float_eq(s.dist.dp_bucket_mb, 0.0, 1e-12, "a default of %g", s.dist.dp_bucket_mb);
+    json_t *j = spec_to_json(&s);
+    json_t *dp = json_object_get(json_object_get(j, "distribution"), "data_parallel");
+    cr_assert_not_null(dp);
+    cr_assert_null(json_object_get(dp, "bucket_mb"), "an unset bucket_mb is stored");
+    cr_assert_eq(spec_parse(j, &t, &err), 0, "%s", err.message);
+    cr_assert_float_eq(t.dist.dp_bucket_mb, 0.0, 1e-12);
+    json_decref(j);
+    spec_deinit(&s);
+    spec_deinit(&t);
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, "
+                                   "\"distribution\": {\"data_parallel\": {\"bucket_mb\": 2.5}}}", &s, &err), 0,
+                 "%s", err.message);
+    j = spec_to_json(&s);
+    dp = json_object_get(json_object_get(j, "distribution"), "data_parallel");
+    cr_assert_float_eq(json_number_value(json_object_get(dp, "bucket_mb")), 2.5, 1e-12);
+    json_decref(j);
+    spec_deinit(&s);
+    /* a pipeline's microbatches likewise: stored only when set */
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, "
+                                   "\"resources\": {\"slots_per_node\": 2}, "
+                                   "\"distribution\": {\"model_parallel\": {\"partitions\": 2}}}", &s, &err), 0,
+                 "%s", err.message);
+    cr_assert_eq(s.dist.mp_microbatches, 0);
+    j = spec_to_json(&s);
+    cr_assert_null(json_object_get(json_object_get(json_object_get(j, "distribution"), "model_parallel"), "microbatches"));
+    json_decref(j);
+    spec_deinit(&s);
+    /* 0 is not a size: leaving it out is how to ask for the chosen one */
+    cr_assert_neq(spec_parse_string("{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, "
+                                    "\"distribution\": {\"data_parallel\": {\"bucket_mb\": 0}}}", &s, &err), 0);
+    cr_assert_str_eq(err.field, "distribution.data_parallel.bucket_mb");
+}
+
 Test(spec, absolute_paths_are_stored_normalised)
 {
     spec_t s;
@@ -365,4 +407,71 @@ Test(spec, init_from_names_a_job_or_a_file)
     cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"mlp\", \"n_inputs\": 4, \"n_classes\": 2, \"init_from\": "
                                    "\"/d/m.bin\"}, \"data\": {\"train\": \"synthetic\"}}", &s, &err), KILN_EINVAL);
     cr_assert_str_eq(err.field, "model.init_from");
+}
+
+/* A model section holds the fields of its kind (the capability table's row): another kind's field
+ * is refused naming it, not silently ignored; every model's example has a normal form that
+ * parses again to itself and names only its own fields. */
+Test(spec, a_model_reads_only_the_fields_of_its_kind)
+{
+    static const struct {
+        const char *model, *field;
+    } cases[] = {
+        {"{\"type\": \"mlp\", \"n_inputs\": 4, \"n_classes\": 2, \"n_layer\": 3}", "model.n_layer"},
+        {"{\"type\": \"mlp\", \"n_inputs\": 4, \"n_classes\": 2, \"vocab\": \"gpt2\"}", "model.vocab"},
+        {"{\"type\": \"gpt\", \"hidden\": [8]}", "model.hidden"},
+        {"{\"type\": \"gpt\", \"n_classes\": 3}", "model.n_classes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *in = json_pack("{s:o, s:{s:s}}", "model", json_loads(cases[i].model, 0, NULL), "data", "train",
+                               strstr(cases[i].model, "mlp") ? "synthetic" : "/d.txt");
+        spec_t s;
+        kiln_err_t err;
+        cr_assert_eq(spec_parse(in, &s, &err), KILN_EINVAL, "%s was accepted", cases[i].model);
+        cr_assert_str_eq(err.field, cases[i].field, "%s: %s", cases[i].model, err.message);
+        cr_assert(strstr(err.message, "does not apply"), "%s", err.message);
+        json_decref(in);
+    }
+    for (int m = 0; spec_models[m]; m++) {
+        const char *data = NULL;
+        for (int c = SPEC_CAP_TEXT; c <= SPEC_CAP_SYNTHETIC && !data; c++)
+            if (spec_model_has(spec_models[m], (spec_cap_t)c))
+                data = spec_cap_ask((spec_cap_t)c);
+        json_t *in = json_loads(data, 0, NULL);
+        json_object_set_new(in, "model", json_loads(spec_model_example(spec_models[m]), 0, NULL));
+        spec_t s, t;
+        kiln_err_t err;
+        cr_assert_eq(spec_parse(in, &s, &err), 0, "%s's example: %s: %s", spec_models[m], err.field, err.message);
+        json_t *j = spec_to_json(&s);
+        const char *key;
+        json_t *v;
+        json_object_foreach(json_object_get(j, "model"), key, v)
+            cr_assert(spec_model_reads(spec_models[m], key), "%s's normal form names %s", spec_models[m], key);
+        cr_assert_eq(spec_parse(j, &t, &err), 0, "%s: %s", spec_models[m], err.message);
+        json_t *k = spec_to_json(&t);
+        cr_assert(json_equal(j, k), "%s's normal form changes when parsed again", spec_models[m]);
+        json_decref(in);
+        json_decref(j);
+        json_decref(k);
+        spec_deinit(&s);
+        spec_deinit(&t);
+    }
+}
+
+/* A pipeline of more partitions than the blocks the table says the model can be cut into. */
+Test(spec, partitions_beyond_the_models_blocks_are_refused)
+{
+    spec_t s;
+    kiln_err_t err;
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\", \"n_layer\": 1}, \"data\": {\"train\": \"/d\"}, "
+                                   "\"resources\": {\"nodes\": 5}, \"distribution\": {\"model_parallel\": "
+                                   "{\"partitions\": 5}}}", &s, &err),
+                 KILN_EINVAL);
+    cr_assert_str_eq(err.field, "distribution.model_parallel.partitions");
+    cr_assert(strstr(err.message, "exceeds the 4 blocks"), "%s", err.message);
+    cr_assert_eq(spec_parse_string("{\"model\": {\"type\": \"gpt\", \"n_layer\": 1}, \"data\": {\"train\": \"/d\"}, "
+                                   "\"resources\": {\"nodes\": 4}, \"distribution\": {\"model_parallel\": "
+                                   "{\"partitions\": 4}}}", &s, &err),
+                 0, "%s", err.message);
+    spec_deinit(&s);
 }
