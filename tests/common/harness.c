@@ -10,6 +10,8 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +66,42 @@ const char *th_bin_dir(void)
     return d ? d : "build/bin";
 }
 
+/* Whether port is free on loopback now (bound, then let go). */
+static bool port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A port the kernel would hand to bind(0) comes from the ephemeral range, which every outgoing
+ * connection on the machine draws from too: between this call and the test's own bind, one of
+ * them may take it ("Address already in use"). So the port is drawn below that range, where only
+ * explicit binds go, and checked free; the kernel's choice is the fallback. */
 int th_free_port(void)
 {
+    static _Atomic unsigned seq;
+    int lo = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d", &lo) != 1)
+            lo = 32768;
+        fclose(f);
+    }
+    if (lo > 12000) {
+        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL) ^ (atomic_fetch_add(&seq, 1) * 40503u);
+        for (int tries = 0; tries < 200; tries++) {
+            x = x * 1103515245u + 12345u;
+            int port = 10000 + (int)((x >> 8) % (unsigned)(lo - 10000));
+            if (port_free(port))
+                return port;
+        }
+    }
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -16,7 +16,8 @@ char *th_pg_create_db(const char *prefix);
 /* Directory holding the built binaries (KILN_BIN_DIR, default "build/bin"). Static storage. */
 const char *th_bin_dir(void);
 
-/* Picks a free TCP port on 127.0.0.1 (bind to port 0, read it back, close). */
+/* Picks a TCP port free on 127.0.0.1 now, drawn below the kernel's ephemeral range (where
+ * outgoing connections cannot take it before the caller binds it); -1 when none is found. */
 int th_free_port(void);
 
 /* Starts argv[0] (a path) with argv, extra environment entries "K=V" (NULL-terminated, may be
