@@ -197,8 +197,7 @@ void rank_strv_push(rank_strv_t *b, char *s)
     b->v[b->n] = NULL;
 }
 
-static void envb_add(envb_t *b, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void envb_add(envb_t *b, const char *name, const char *fmt, ...)
+void rank_strv_pushf(rank_strv_t *b, const char *name, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -256,48 +255,48 @@ int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_
         if (!env_is_owned(*p) && !rank_env_is_secret(*p))
             rank_strv_push(&b, strdup(*p));
     if (e->spec)
-        envb_add(&b, RANK_ENV_SPEC, "%s", e->spec);
+        rank_strv_pushf(&b, RANK_ENV_SPEC, "%s", e->spec);
     if (e->job_id)
-        envb_add(&b, RANK_ENV_JOB_ID, "%s", e->job_id);
-    envb_add(&b, RANK_ENV_ATTEMPT, "%d", e->attempt);
-    envb_add(&b, RANK_ENV_RANK, "%d", e->rank);
-    envb_add(&b, RANK_ENV_WORLD_SIZE, "%d", e->world_size);
-    envb_add(&b, RANK_ENV_LOCAL_RANK, "%d", e->local_rank);
-    envb_add(&b, RANK_ENV_LOCAL_WORLD_SIZE, "%d", e->local_world_size);
-    envb_add(&b, RANK_ENV_NODE_RANK, "%d", e->node_rank);
-    envb_add(&b, RANK_ENV_NODES, "%d", e->nodes);
+        rank_strv_pushf(&b, RANK_ENV_JOB_ID, "%s", e->job_id);
+    rank_strv_pushf(&b, RANK_ENV_ATTEMPT, "%d", e->attempt);
+    rank_strv_pushf(&b, RANK_ENV_RANK, "%d", e->rank);
+    rank_strv_pushf(&b, RANK_ENV_WORLD_SIZE, "%d", e->world_size);
+    rank_strv_pushf(&b, RANK_ENV_LOCAL_RANK, "%d", e->local_rank);
+    rank_strv_pushf(&b, RANK_ENV_LOCAL_WORLD_SIZE, "%d", e->local_world_size);
+    rank_strv_pushf(&b, RANK_ENV_NODE_RANK, "%d", e->node_rank);
+    rank_strv_pushf(&b, RANK_ENV_NODES, "%d", e->nodes);
     if (e->master_addr)
-        envb_add(&b, RANK_ENV_MASTER_ADDR, "%s", e->master_addr);
+        rank_strv_pushf(&b, RANK_ENV_MASTER_ADDR, "%s", e->master_addr);
     if (e->master_port)
-        envb_add(&b, RANK_ENV_MASTER_PORT, "%d", e->master_port);
+        rank_strv_pushf(&b, RANK_ENV_MASTER_PORT, "%d", e->master_port);
     if (e->checkpoint_dir)
-        envb_add(&b, RANK_ENV_CHECKPOINT_DIR, "%s", e->checkpoint_dir);
+        rank_strv_pushf(&b, RANK_ENV_CHECKPOINT_DIR, "%s", e->checkpoint_dir);
     if (e->output_dir)
-        envb_add(&b, RANK_ENV_OUTPUT_DIR, "%s", e->output_dir);
+        rank_strv_pushf(&b, RANK_ENV_OUTPUT_DIR, "%s", e->output_dir);
     if (e->resume_from)
-        envb_add(&b, RANK_ENV_RESUME_FROM, "%s", e->resume_from);
+        rank_strv_pushf(&b, RANK_ENV_RESUME_FROM, "%s", e->resume_from);
     if (e->init_model)
-        envb_add(&b, RANK_ENV_INIT_MODEL, "%s", e->init_model);
+        rank_strv_pushf(&b, RANK_ENV_INIT_MODEL, "%s", e->init_model);
     if (e->metrics_fd >= 0)
-        envb_add(&b, RANK_ENV_METRICS_FD, "%d", e->metrics_fd);
+        rank_strv_pushf(&b, RANK_ENV_METRICS_FD, "%d", e->metrics_fd);
     if (e->threads > 0) {
-        envb_add(&b, RANK_ENV_THREADS, "%d", e->threads);
-        envb_add(&b, RANK_ENV_OMP_THREADS, "%d", e->threads);
+        rank_strv_pushf(&b, RANK_ENV_THREADS, "%d", e->threads);
+        rank_strv_pushf(&b, RANK_ENV_OMP_THREADS, "%d", e->threads);
     }
     if (e->device_id >= 0) {
-        envb_add(&b, RANK_ENV_DEVICE_ID, "%d", e->device_id);
-        envb_add(&b, RANK_ENV_CUDA_DEVICES, "%d", e->device_id);
+        rank_strv_pushf(&b, RANK_ENV_DEVICE_ID, "%d", e->device_id);
+        rank_strv_pushf(&b, RANK_ENV_CUDA_DEVICES, "%d", e->device_id);
     }
     if (e->data_roots)
-        envb_add(&b, RANK_ENV_DATA_ROOTS, "%s", e->data_roots);
+        rank_strv_pushf(&b, RANK_ENV_DATA_ROOTS, "%s", e->data_roots);
     if (e->comm_watchdog_s > 0)
-        envb_add(&b, RANK_ENV_COMM_WATCHDOG_S, "%.17g", e->comm_watchdog_s);
+        rank_strv_pushf(&b, RANK_ENV_COMM_WATCHDOG_S, "%.17g", e->comm_watchdog_s);
     if (e->cpus)
-        envb_add(&b, RANK_ENV_CPUS, "%s", e->cpus);
+        rank_strv_pushf(&b, RANK_ENV_CPUS, "%s", e->cpus);
     if (e->project)
-        envb_add(&b, RANK_ENV_PROJECT, "%s", e->project);
+        rank_strv_pushf(&b, RANK_ENV_PROJECT, "%s", e->project);
     if (e->step_marks)
-        envb_add(&b, RANK_ENV_STEP_MARKS, "1");
+        rank_strv_pushf(&b, RANK_ENV_STEP_MARKS, "1");
     if (b.oom || !b.v) {
         rank_envp_free(b.v);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for a rank's environment");

@@ -16,5 +16,7 @@ typedef struct rank_strv {
 
 /* Appends s, taking ownership of it (freed when it cannot be kept; NULL sets oom). */
 void rank_strv_push(rank_strv_t *b, char *s);
+/* Appends "name=" followed by fmt's text, of any length (out of memory: b's oom flag is set). */
+void rank_strv_pushf(rank_strv_t *b, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif /* KILN_RANK_INT_H */

@@ -338,22 +338,7 @@ int rank_script_args(const char *hyperparameters_json, char ***out, size_t *n, k
 
 static void env_add(rank_strv_t *a, const char *name, const char *value)
 {
-    sbuf_t b = {0};
-    sb_str(&b, name);
-    sb_str(&b, "=");
-    sb_str(&b, value ? value : "");
-    rank_strv_push(a, sb_take(&b));
-}
-
-static void env_addf(rank_strv_t *a, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void env_addf(rank_strv_t *a, const char *name, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    env_add(a, name, tmp);
+    rank_strv_pushf(a, name, "%s", value ? value : "");
 }
 
 /* Removes the entries named name (the spec's environment replaces what the agent's had). */
@@ -443,21 +428,21 @@ int rank_script_envp(const rank_env_t *e, const rank_script_env_t *s, char *cons
     }
 
     /* torchrun's */
-    env_addf(&a, RANK_ENV_TORCH_RANK, "%d", e->rank);
-    env_addf(&a, RANK_ENV_TORCH_WORLD_SIZE, "%d", e->world_size);
-    env_addf(&a, RANK_ENV_TORCH_LOCAL_RANK, "%d", e->local_rank);
-    env_addf(&a, RANK_ENV_TORCH_LOCAL_WORLD_SIZE, "%d", e->local_world_size);
-    env_addf(&a, RANK_ENV_TORCH_GROUP_RANK, "%d", e->node_rank);
-    env_addf(&a, RANK_ENV_TORCH_GROUP_WORLD_SIZE, "%d", e->nodes);
-    env_addf(&a, RANK_ENV_TORCH_ROLE_RANK, "%d", e->rank);
-    env_addf(&a, RANK_ENV_TORCH_ROLE_WORLD_SIZE, "%d", e->world_size);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_RANK, "%d", e->rank);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_WORLD_SIZE, "%d", e->world_size);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_LOCAL_RANK, "%d", e->local_rank);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_LOCAL_WORLD_SIZE, "%d", e->local_world_size);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_GROUP_RANK, "%d", e->node_rank);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_GROUP_WORLD_SIZE, "%d", e->nodes);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_ROLE_RANK, "%d", e->rank);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_ROLE_WORLD_SIZE, "%d", e->world_size);
     env_add(&a, RANK_ENV_TORCH_ROLE_NAME, "default");
     if (e->master_addr)
         env_add(&a, RANK_ENV_TORCH_MASTER_ADDR, e->master_addr);
     if (e->master_port)
-        env_addf(&a, RANK_ENV_TORCH_MASTER_PORT, "%d", e->master_port);
-    env_addf(&a, RANK_ENV_TORCH_RESTART_COUNT, "%d", e->attempt - 1);
-    env_addf(&a, RANK_ENV_TORCH_MAX_RESTARTS, "%d", KILN_MAX(s->max_restarts, 0));
+        rank_strv_pushf(&a, RANK_ENV_TORCH_MASTER_PORT, "%d", e->master_port);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_RESTART_COUNT, "%d", e->attempt - 1);
+    rank_strv_pushf(&a, RANK_ENV_TORCH_MAX_RESTARTS, "%d", KILN_MAX(s->max_restarts, 0));
     env_add(&a, RANK_ENV_TORCH_RUN_ID, e->job_id ? e->job_id : "none");
 
     /* SageMaker's */
@@ -517,8 +502,8 @@ int rank_script_envp(const rank_env_t *e, const rank_script_env_t *s, char *cons
     env_add_json(&a, RANK_ENV_SM_USER_ARGS, args);
     env_add(&a, RANK_ENV_SM_CURRENT_HOST, host);
     env_add_json(&a, RANK_ENV_SM_HOSTS, hosts);
-    env_addf(&a, RANK_ENV_SM_NUM_CPUS, "%d", e->threads > 0 ? e->threads : 1);
-    env_addf(&a, RANK_ENV_SM_NUM_GPUS, "%d", s->num_gpus);
+    rank_strv_pushf(&a, RANK_ENV_SM_NUM_CPUS, "%d", e->threads > 0 ? e->threads : 1);
+    rank_strv_pushf(&a, RANK_ENV_SM_NUM_GPUS, "%d", s->num_gpus);
     char module[256];
     const char *ep = s->entry_point ? s->entry_point : "";
     const char *slash = strrchr(ep, '/');
