@@ -442,14 +442,18 @@ int th_tcp_connect(const char *from, int port, bool nonblock)
         struct sockaddr_in src = {.sin_family = AF_INET, .sin_port = 0};
         inet_pton(AF_INET, from, &src.sin_addr);
         if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0) {
+            int e = errno;
             close(fd);
+            errno = e;
             return -1;
         }
     }
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && !(nonblock && errno == EINPROGRESS)) {
+        int e = errno;
         close(fd);
+        errno = e;
         return -1;
     }
     return fd;
