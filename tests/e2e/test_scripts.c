@@ -518,6 +518,22 @@ Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_ag
     cr_assert_str_neq(e2e_jstr(listing, "synced_at"), "", "%s", e2e_dump(listing));
     json_decref(listing);
 
+    /* every point attempt 1 will ever have is stored (the agent's outbox dies with it) */
+    char path[200];
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=loss&attempt=all&max_points=100000", id);
+    bool stored = false;
+    for (int i = 0; i < 600 && !stored; i++) {
+        json_t *m = e2e_get(path);
+        size_t k;
+        json_t *p;
+        json_array_foreach(json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points"), k, p)
+            stored = stored || e2e_jint(p, "step") == SPOT_STOP;
+        json_decref(m);
+        if (!stored)
+            usleep(100000);
+    }
+    cr_assert(stored, "the point of step %d never arrived", SPOT_STOP);
+
     /* the machine goes, with the rank on it */
     int agent = e2e_agent_of_job(id);
     cr_assert_geq(agent, 0);
@@ -537,8 +553,6 @@ Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_ag
     free(lines);
 
     /* the metrics: each step once per attempt, and none lost after the restore point */
-    char path[200];
-    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=loss&attempt=all&max_points=100000", id);
     json_t *m = e2e_get(path);
     json_t *pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
     static unsigned char seen[3][SPOT_STEPS + 1];
