@@ -252,16 +252,23 @@ static void forget_locked(ckpt_sync_t *c, ckpt_watch_t *w)
     free(w);
 }
 
-void ckpt_sync_final(ckpt_sync_t *c, const char *job_id, int attempt)
+/* The attempt's watch once no sync of it is under way (NULL: not watched); c->mu held. */
+static ckpt_watch_t *idle_locked(ckpt_sync_t *c, const char *job_id, int attempt)
 {
-    if (!c)
-        return;
-    pthread_mutex_lock(&c->mu);
     ckpt_watch_t *w = find_locked(c, job_id, attempt);
     while (w && w->busy) {
         pthread_cond_wait(&c->cv, &c->mu);
         w = find_locked(c, job_id, attempt);
     }
+    return w;
+}
+
+void ckpt_sync_final(ckpt_sync_t *c, const char *job_id, int attempt)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    ckpt_watch_t *w = idle_locked(c, job_id, attempt);
     if (!w) {
         pthread_mutex_unlock(&c->mu);
         return;
@@ -281,11 +288,7 @@ void ckpt_sync_forget(ckpt_sync_t *c, const char *job_id, int attempt)
     if (!c)
         return;
     pthread_mutex_lock(&c->mu);
-    ckpt_watch_t *w = find_locked(c, job_id, attempt);
-    while (w && w->busy) {
-        pthread_cond_wait(&c->cv, &c->mu);
-        w = find_locked(c, job_id, attempt);
-    }
+    ckpt_watch_t *w = idle_locked(c, job_id, attempt);
     if (w)
         forget_locked(c, w);
     pthread_mutex_unlock(&c->mu);

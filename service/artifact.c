@@ -407,8 +407,10 @@ out:
     return rc;
 }
 
-int svc_store_write(const char *dir, const char *partial, const char *name, int64_t offset, const uint8_t *data,
-                    size_t len, kiln_err_t *err)
+/* Writes data at offset of partial (creating dir, mode 0700) and makes it durable; KILN_ESTATE
+ * when the file holds fewer than offset bytes. */
+static int store_write(const char *dir, const char *partial, const char *name, int64_t offset, const uint8_t *data,
+                       size_t len, kiln_err_t *err)
 {
     int rc = kiln_mkdirs_mode(dir, 0700, err);
     if (rc)
@@ -443,8 +445,10 @@ int svc_store_write(const char *dir, const char *partial, const char *name, int6
     return rc;
 }
 
-int svc_store_finish(const char *dir, const char *partial, const char *final, const char *job_id, const char *what,
-                     const char *name, int64_t want_size, const char *want_sha, kiln_err_t *err)
+/* The last byte arrived: checks partial against want_size and want_sha (KILN_ECHECKSUM, the
+ * bytes dropped) and renames it to final. */
+static int store_finish(const char *dir, const char *partial, const char *final, const char *job_id, const char *what,
+                        const char *name, int64_t want_size, const char *want_sha, kiln_err_t *err)
 {
     char got[KILN_SHA256_HEX];
     int fd = open(partial, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -472,24 +476,30 @@ int svc_store_finish(const char *dir, const char *partial, const char *final, co
     return 0;
 }
 
-/* svc_store_write for an artifact of the job. */
-static int write_chunk(svc_t *s, const char *job_id, const store_artifact_t *a, int64_t offset, const uint8_t *data,
-                       size_t len, kiln_err_t *err)
+int svc_store_chunk(svc_t *s, const svc_store_target_t *t, int64_t offset, const uint8_t *data, size_t len,
+                    int64_t *received, bool *complete, kiln_err_t *err)
 {
-    char dir[PATH_MAX], path[PATH_MAX];
-    attempt_dir(s, job_id, a->attempt, dir, sizeof(dir));
-    partial_path(s, job_id, a->attempt, a->name, path, sizeof(path));
-    return svc_store_write(dir, path, a->name, offset, data, len, err);
-}
-
-/* svc_store_finish for an artifact of the job. */
-static int finish_file(svc_t *s, const char *job_id, const store_artifact_t *a, kiln_err_t *err)
-{
-    char dir[PATH_MAX], partial[PATH_MAX], final[PATH_MAX];
-    attempt_dir(s, job_id, a->attempt, dir, sizeof(dir));
-    partial_path(s, job_id, a->attempt, a->name, partial, sizeof(partial));
-    final_path(s, job_id, a->attempt, a->name, final, sizeof(final));
-    return svc_store_finish(dir, partial, final, job_id, "artifact", a->name, a->size, a->sha256, err);
+    *received = t->received;
+    *complete = false;
+    if (strcmp(t->store_id, s->store_id) != 0)
+        return kiln_err_set(err, KILN_ESTATE, "offset", "the upload of %s \"%s\" began in another artifact store "
+                            "(%s); ask for the offset again to continue in this one", t->what, t->name, t->store_id);
+    if (offset != t->received)
+        return kiln_err_set(err, KILN_ESTATE, "offset", "kilnd holds %lld bytes of \"%s\", not %lld; ask for the "
+                            "offset again", (long long)t->received, t->name, (long long)offset);
+    if ((int64_t)len > t->size - offset)
+        return kiln_err_set(err, KILN_EINVAL, "data", "the chunk goes past the %lld bytes declared for \"%s\"",
+                            (long long)t->size, t->name);
+    int rc = store_write(t->dir, t->partial, t->name, offset, data, len, err);
+    if (rc)
+        return rc;
+    int64_t now = offset + (int64_t)len;
+    if (now == t->size &&
+        (rc = store_finish(t->dir, t->partial, t->final, t->job_id, t->what, t->name, t->size, t->sha256, err)) != 0)
+        return rc;
+    *received = now;
+    *complete = now == t->size;
+    return 0;
 }
 
 int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__ArtifactChunk *ch,
@@ -551,38 +561,25 @@ int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__Artifa
         svc_tx_abort(&tx);
         return 0;
     }
-    if (strcmp(a.store_id, s->store_id) != 0) {
-        rc = kiln_err_set(err, KILN_ESTATE, "offset", "the upload of \"%s\" began in another artifact store (%s); ask "
-                          "for the offset again to continue in this one", a.name, a.store_id);
+    char dir[PATH_MAX], partial[PATH_MAX], final[PATH_MAX];
+    attempt_dir(s, ch->job_id, a.attempt, dir, sizeof(dir));
+    partial_path(s, ch->job_id, a.attempt, a.name, partial, sizeof(partial));
+    final_path(s, ch->job_id, a.attempt, a.name, final, sizeof(final));
+    svc_store_target_t t = {.dir = dir, .partial = partial, .final = final, .job_id = ch->job_id, .what = "artifact",
+                            .name = a.name, .store_id = a.store_id, .size = a.size, .received = a.received,
+                            .sha256 = a.sha256};
+    int64_t received = 0;
+    bool complete = false;
+    rc = svc_store_chunk(s, &t, ch->offset, ch->data.data, ch->data.len, &received, &complete, err);
+    if (rc == KILN_ECHECKSUM) {
+        /* the bytes are gone: record that, so the next try starts at 0 */
+        kiln_err_t e2;
+        if (store_artifact_progress(tx.c, ch->job_id, a.name, 0, false, &e2) == 0 && svc_tx_commit(&tx, &e2) == 0)
+            return rc;
         goto fail;
     }
-    if (ch->offset != a.received) {
-        rc = kiln_err_set(err, KILN_ESTATE, "offset", "kilnd holds %lld bytes of \"%s\", not %lld; ask for the offset "
-                          "again", (long long)a.received, a.name, (long long)ch->offset);
-        goto fail;
-    }
-    if ((int64_t)ch->data.len > a.size - ch->offset) {
-        rc = kiln_err_set(err, KILN_EINVAL, "data", "the chunk goes past the %lld bytes declared for \"%s\"",
-                          (long long)a.size, a.name);
-        goto fail;
-    }
-    rc = write_chunk(s, ch->job_id, &a, ch->offset, ch->data.data, ch->data.len, err);
     if (rc)
         goto fail;
-    int64_t received = ch->offset + (int64_t)ch->data.len;
-    bool complete = received == a.size;
-    if (complete) {
-        rc = finish_file(s, ch->job_id, &a, err);
-        if (rc == KILN_ECHECKSUM) {
-            /* the bytes are gone: record that, so the next try starts at 0 */
-            kiln_err_t e2;
-            if (store_artifact_progress(tx.c, ch->job_id, a.name, 0, false, &e2) == 0 && svc_tx_commit(&tx, &e2) == 0)
-                return rc;
-            goto fail;
-        }
-        if (rc)
-            goto fail;
-    }
     rc = store_artifact_progress(tx.c, ch->job_id, a.name, received, complete, err);
     if (rc)
         goto fail;

@@ -172,7 +172,7 @@ int svc_agent_checkpoint_chunk(svc_t *s, const char *wid, const Kiln__ArtifactCh
     int rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
-    rc = store_ckpt_file_pending(tx.c, ch->job_id, ch->name, &f, err);
+    rc = store_ckpt_file_get(tx.c, ch->job_id, ch->name, false, &f, err);
     if (rc == KILN_ENOTFOUND)
         kiln_err_hint(err, "announce the checkpoint directory first (BeginArtifacts with kind CHECKPOINT)");
     if (rc == 0 && f.attempt != ch->attempt)
@@ -189,43 +189,26 @@ int svc_agent_checkpoint_chunk(svc_t *s, const char *wid, const Kiln__ArtifactCh
         svc_tx_abort(&tx);
         return 0;
     }
-    if (strcmp(b.store_id, s->store_id) != 0) {
-        rc = kiln_err_set(err, KILN_ESTATE, "offset", "the sync of \"%s\" began in another artifact store (%s); ask "
-                          "for the offset again to continue in this one", f.name, b.store_id);
-        goto fail;
-    }
-    if (ch->offset != b.received) {
-        rc = kiln_err_set(err, KILN_ESTATE, "offset", "kilnd holds %lld bytes of \"%s\", not %lld; ask for the offset "
-                          "again", (long long)b.received, f.name, (long long)ch->offset);
-        goto fail;
-    }
-    if ((int64_t)ch->data.len > b.size - ch->offset) {
-        rc = kiln_err_set(err, KILN_EINVAL, "data", "the chunk goes past the %lld bytes declared for \"%s\"",
-                          (long long)b.size, f.name);
-        goto fail;
-    }
     char dir[PATH_MAX], partial[PATH_MAX], final[PATH_MAX];
     ckpt_dir(s, ch->job_id, dir, sizeof(dir));
     ckpt_partial(s, ch->job_id, b.sha256, partial, sizeof(partial));
     ckpt_final(s, ch->job_id, b.sha256, final, sizeof(final));
-    rc = svc_store_write(dir, partial, f.name, ch->offset, ch->data.data, ch->data.len, err);
+    svc_store_target_t t = {.dir = dir, .partial = partial, .final = final, .job_id = ch->job_id,
+                            .what = "checkpoint file", .name = f.name, .store_id = b.store_id, .size = b.size,
+                            .received = b.received, .sha256 = b.sha256};
+    int64_t received = 0;
+    bool complete = false;
+    rc = svc_store_chunk(s, &t, ch->offset, ch->data.data, ch->data.len, &received, &complete, err);
+    if (rc == KILN_ECHECKSUM) {
+        /* the bytes are gone: record that, so the next try starts at 0 */
+        kiln_err_t e2;
+        if (store_ckpt_blob_progress(tx.c, ch->job_id, b.sha256, 0, false, s->store_id, &e2) == 0 &&
+            svc_tx_commit(&tx, &e2) == 0)
+            return rc;
+        goto fail;
+    }
     if (rc)
         goto fail;
-    int64_t received = ch->offset + (int64_t)ch->data.len;
-    bool complete = received == b.size;
-    if (complete) {
-        rc = svc_store_finish(dir, partial, final, ch->job_id, "checkpoint file", f.name, b.size, b.sha256, err);
-        if (rc == KILN_ECHECKSUM) {
-            /* the bytes are gone: record that, so the next try starts at 0 */
-            kiln_err_t e2;
-            if (store_ckpt_blob_progress(tx.c, ch->job_id, b.sha256, 0, false, s->store_id, &e2) == 0 &&
-                svc_tx_commit(&tx, &e2) == 0)
-                return rc;
-            goto fail;
-        }
-        if (rc)
-            goto fail;
-    }
     rc = store_ckpt_blob_progress(tx.c, ch->job_id, b.sha256, received, complete, s->store_id, err);
     if (rc)
         goto fail;
@@ -259,7 +242,7 @@ int svc_agent_checkpoint_fetch(svc_t *s, const char *worker_id, const Kiln__Chec
         return rc;
     store_ckpt_file_t f;
     store_ckpt_blob_t b;
-    rc = store_ckpt_file_synced(c, req->job_id, req->name, &f, err);
+    rc = store_ckpt_file_get(c, req->job_id, req->name, true, &f, err);
     if (rc == 0)
         rc = store_ckpt_blob_get(c, req->job_id, f.sha256, false, &b, err);
     if (rc == 0 && !b.complete)

@@ -356,16 +356,25 @@ int svc_read_piece(int fd, int64_t size, int64_t offset, int max_bytes, const ch
 /* The store's files, for artifacts and checkpoint contents alike. svc_store_durable: what the
  * store holds of an upload whose partial file is partial and whose recorded progress is received:
  * received when the file has at least that much (anything past it was written but never
- * recorded, and goes), else 0. svc_store_write: writes data at offset of partial (creating dir,
- * mode 0700) and makes it durable; KILN_ESTATE when the file holds fewer than offset bytes.
- * svc_store_finish: the last byte arrived: checks partial against want_size and want_sha
- * (KILN_ECHECKSUM, the bytes dropped, naming what ("artifact") and name) and renames it to
- * final. */
+ * recorded, and goes), else 0. */
 int64_t svc_store_durable(const char *partial, int64_t received);
-int svc_store_write(const char *dir, const char *partial, const char *name, int64_t offset, const uint8_t *data,
-                    size_t len, kiln_err_t *err);
-int svc_store_finish(const char *dir, const char *partial, const char *final, const char *job_id, const char *what,
-                     const char *name, int64_t want_size, const char *want_sha, kiln_err_t *err);
+/* What a chunk goes into: the paths of the file's directory, its partial and its final file, and
+ * the row's record (the store holding it, declared size and SHA-256, bytes received); job_id,
+ * what ("artifact") and name name it in messages. */
+typedef struct svc_store_target {
+    const char *dir, *partial, *final;
+    const char *job_id, *what, *name;
+    const char *store_id;
+    int64_t size, received;
+    const char *sha256;
+} svc_store_target_t;
+/* Takes a chunk of t at offset: KILN_ESTATE when another store holds the upload or offset is not
+ * what it holds, KILN_EINVAL past the declared size; otherwise writes it durably and, with the
+ * last byte, checks the whole file against the declared SHA-256 (KILN_ECHECKSUM: the bytes were
+ * dropped; the caller records 0 received) and puts it in place. *received and *complete (OUT)
+ * what to record. */
+int svc_store_chunk(svc_t *s, const svc_store_target_t *t, int64_t offset, const uint8_t *data, size_t len,
+                    int64_t *received, bool *complete, kiln_err_t *err);
 /* Opens the file of a complete content this store holds (path, store_id as recorded, size as
  * recorded); KILN_EUNAVAIL naming the store that does, or when the file is missing or damaged.
  * what names it in messages ("artifact \"x\" of job J"). */

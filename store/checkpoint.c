@@ -46,44 +46,23 @@ int store_ckpt_files(store_conn_t *c, const char *job_id, bool synced, store_ckp
                         2, p, sizeof(store_ckpt_file_t), file_fill, (void **)out, n, err);
 }
 
-int store_ckpt_file_pending(store_conn_t *c, const char *job_id, const char *name, store_ckpt_file_t *out,
-                            kiln_err_t *err)
+int store_ckpt_file_get(store_conn_t *c, const char *job_id, const char *name, bool synced, store_ckpt_file_t *out,
+                        kiln_err_t *err)
 {
     memset(out, 0, sizeof(*out));
-    const char *p[2] = {job_id, name};
+    const char *p[3] = {job_id, synced ? "SYNCED" : "PENDING", name};
     store_ckpt_file_t *rows = NULL;
     int n = 0;
     int rc = store_is_uuid(job_id)
                  ? store_q_rows(c, "read a checkpoint file",
                                 "SELECT " FILE_COLS " FROM checkpoint_files WHERE job_id = $1::uuid"
-                                " AND state = 'PENDING' AND name = $2",
-                                2, p, sizeof(store_ckpt_file_t), file_fill, (void **)&rows, &n, err)
+                                " AND state = $2 AND name = $3",
+                                3, p, sizeof(store_ckpt_file_t), file_fill, (void **)&rows, &n, err)
                  : 0;
     if (rc == 0 && n != 1)
-        rc = kiln_err_set(err, KILN_ENOTFOUND, "name", "job %.40s is not syncing a checkpoint file \"%.128s\"", job_id,
-                          name);
-    if (rc == 0)
-        *out = rows[0];
-    free(rows);
-    return rc;
-}
-
-int store_ckpt_file_synced(store_conn_t *c, const char *job_id, const char *name, store_ckpt_file_t *out,
-                           kiln_err_t *err)
-{
-    memset(out, 0, sizeof(*out));
-    const char *p[2] = {job_id, name};
-    store_ckpt_file_t *rows = NULL;
-    int n = 0;
-    int rc = store_is_uuid(job_id)
-                 ? store_q_rows(c, "read a checkpoint file",
-                                "SELECT " FILE_COLS " FROM checkpoint_files WHERE job_id = $1::uuid"
-                                " AND state = 'SYNCED' AND name = $2",
-                                2, p, sizeof(store_ckpt_file_t), file_fill, (void **)&rows, &n, err)
-                 : 0;
-    if (rc == 0 && n != 1)
-        rc = kiln_err_set(err, KILN_ENOTFOUND, "name", "job %.40s has no synced checkpoint file \"%.128s\"", job_id,
-                          name);
+        rc = kiln_err_set(err, KILN_ENOTFOUND, "name", synced ? "job %.40s has no synced checkpoint file \"%.128s\""
+                                                              : "job %.40s is not syncing a checkpoint file \"%.128s\"",
+                          job_id, name);
     if (rc == 0)
         *out = rows[0];
     free(rows);

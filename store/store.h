@@ -678,11 +678,9 @@ typedef struct store_ckpt_file {
  * (caller frees; NULL when none). */
 int store_ckpt_files(store_conn_t *c, const char *job_id, bool synced, store_ckpt_file_t **out, int *n,
                      kiln_err_t *err);
-/* One file of the PENDING state, or of the SYNCED one. KILN_ENOTFOUND when there is none. */
-int store_ckpt_file_pending(store_conn_t *c, const char *job_id, const char *name, store_ckpt_file_t *out,
-                            kiln_err_t *err);
-int store_ckpt_file_synced(store_conn_t *c, const char *job_id, const char *name, store_ckpt_file_t *out,
-                           kiln_err_t *err);
+/* One file of the SYNCED state (synced), or of the PENDING one. KILN_ENOTFOUND when there is none. */
+int store_ckpt_file_get(store_conn_t *c, const char *job_id, const char *name, bool synced, store_ckpt_file_t *out,
+                        kiln_err_t *err);
 /* Replaces the job's PENDING state with files[0..n) (name, sha256, size), written by attempt on
  * worker_id, and records each content not yet known as a blob of store_id with nothing
  * received (an empty one complete). Run it inside a transaction. */

@@ -3,6 +3,8 @@
 
 #include <criterion/criterion.h>
 #include <curl/curl.h>
+#include <libpq-fe.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,4 +398,36 @@ void at_sse_free(at_sse_t *s)
 {
     free(s->buf);
     pthread_mutex_destroy(&s->lock);
+}
+
+long long at_sql_int(const char *fmt, ...)
+{
+    char q[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(q, sizeof q, fmt, ap);
+    va_end(ap);
+    PGconn *c = PQconnectdb(at_db_url());
+    cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, q);
+    cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", q,
+              PQerrorMessage(c));
+    long long v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? atoll(PQgetvalue(r, 0, 0)) : 0;
+    PQclear(r);
+    PQfinish(c);
+    return v;
+}
+
+void at_sha256sum(const void *data, size_t n, char out[65])
+{
+    char path[256], cmd[320];
+    snprintf(path, sizeof path, "%s/sum.bin", at_dir_path());
+    FILE *f = fopen(path, "wb");
+    cr_assert(f && fwrite(data, 1, n, f) == n);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "sha256sum %s", path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p && fscanf(p, "%64s", out) == 1);
+    pclose(p);
+    unlink(path);
 }

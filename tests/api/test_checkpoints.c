@@ -4,8 +4,6 @@
  * kept and dropped with it, contents stored once, the per-job bound, an attempt that is no longer
  * the latest, and the listing over REST. Checksums are checked against sha256sum. */
 #include <criterion/criterion.h>
-#include <libpq-fe.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,34 +12,6 @@
 #include "tests/api/api_test.h"
 
 TestSuite(checkpoints, .init = at_setup, .fini = at_teardown, .timeout = 120);
-
-static long long sql_int(const char *q)
-{
-    PGconn *c = PQconnectdb(at_db_url());
-    cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
-    PGresult *r = PQexec(c, q);
-    cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", q,
-              PQerrorMessage(c));
-    long long v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? atoll(PQgetvalue(r, 0, 0)) : 0;
-    PQclear(r);
-    PQfinish(c);
-    return v;
-}
-
-/* SHA-256 by sha256sum, a program that is not kiln's. */
-static void sha256sum(const char *text, char out[65])
-{
-    char path[256], cmd[320];
-    snprintf(path, sizeof path, "%s/sum.bin", at_dir_path());
-    FILE *f = fopen(path, "wb");
-    cr_assert(f && fwrite(text, 1, strlen(text), f) == strlen(text));
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "sha256sum %s", path);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p && fscanf(p, "%64s", out) == 1);
-    pclose(p);
-    unlink(path);
-}
 
 /* A file of a checkpoint directory as the agent sees it. */
 typedef struct ck_file {
@@ -58,7 +28,7 @@ static int ck_begin(const char *job, int attempt, const ck_file_t *files, size_t
     cr_assert_leq(n, 8);
     for (size_t i = 0; i < n; i++) {
         kiln__artifact_file__init(&f[i]);
-        sha256sum(files[i].text, sha[i]);
+        at_sha256sum(files[i].text, strlen(files[i].text), sha[i]);
         f[i].name = (char *)files[i].name;
         f[i].size = (int64_t)strlen(files[i].text);
         f[i].sha256 = sha[i];
@@ -175,7 +145,7 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     l = listing(job, names);
     cr_assert_str_eq(names, "ckpt-0005.pt,opt-0005.pt");
     char want[65];
-    sha256sum(s1[0].text, want);
+    at_sha256sum(s1[0].text, strlen(s1[0].text), want);
     json_t *f0 = json_array_get(json_object_get(l, "files"), 0);
     cr_assert_str_eq(json_string_value(json_object_get(f0, "sha256")), want);
     cr_assert_eq(json_integer_value(json_object_get(f0, "size")), (json_int_t)strlen(s1[0].text));
@@ -203,12 +173,12 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     cr_assert_str_eq(names, "ckpt-0005.pt,ckpt-0010.pt", "the dropped file went with the state");
     json_decref(l);
     cr_assert_eq(ck_fetch(job, attempt, "opt-0005.pt", &text, &err), KILN_ENOTFOUND);
-    cr_assert_eq(sql_int("SELECT count(*) FROM checkpoint_blobs"), 2, "the dropped content is gone");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM checkpoint_blobs"), 2, "the dropped content is gone");
     char path[512];
-    sha256sum(s1[1].text, want);
+    at_sha256sum(s1[1].text, strlen(s1[1].text), want);
     snprintf(path, sizeof path, "%s/artifacts/jobs/%s/checkpoints/%s", at_dir_path(), job, want);
     cr_assert_neq(access(path, F_OK), 0, "its bytes too: %s", path);
-    sha256sum(s2[1].text, want);
+    at_sha256sum(s2[1].text, strlen(s2[1].text), want);
     snprintf(path, sizeof path, "%s/artifacts/jobs/%s/checkpoints/%s", at_dir_path(), job, want);
     cr_assert_eq(access(path, F_OK), 0, "the new content is in the store: %s", path);
 
@@ -268,9 +238,7 @@ Test(checkpoints, refusals_say_why_and_leave_the_synced_state_alone)
 
     /* an attempt that is no longer the job's latest (its agent came back after the job moved on)
      * replaces nothing */
-    char q[256];
-    snprintf(q, sizeof q, "UPDATE jobs SET attempt = attempt + 1 WHERE id = '%s'", job);
-    sql_int(q);
+    at_sql_int("UPDATE jobs SET attempt = attempt + 1 WHERE id = '%s'", job);
     const ck_file_t old[] = {{"state.json", "{\"step\": 5}"}};
     cr_assert_eq(ck_begin(job, attempt, old, 1, &committed, NULL, &err), KILN_ESTATE);
     cr_assert(strstr(err.message, "not its latest"), "%s", err.message);
