@@ -13,66 +13,6 @@
 
 TestSuite(checkpoints, .init = at_setup, .fini = at_teardown, .timeout = 120);
 
-/* A file of a checkpoint directory as the agent sees it. */
-typedef struct ck_file {
-    const char *name, *text;
-} ck_file_t;
-
-/* BeginArtifacts of kind CHECKPOINT for files[0..n): the status; *committed and, per file, the
- * offset kilnd holds (off, room for n; may be NULL). */
-static int ck_begin(const char *job, int attempt, const ck_file_t *files, size_t n, bool *committed, int64_t *off,
-                    kiln_err_t *err)
-{
-    Kiln__ArtifactFile f[8], *fp[8];
-    char sha[8][KILN_SHA256_HEX];
-    cr_assert_leq(n, 8);
-    for (size_t i = 0; i < n; i++) {
-        kiln__artifact_file__init(&f[i]);
-        at_sha256sum(files[i].text, strlen(files[i].text), sha[i]);
-        f[i].name = (char *)files[i].name;
-        f[i].size = (int64_t)strlen(files[i].text);
-        f[i].sha256 = sha[i];
-        fp[i] = &f[i];
-    }
-    Kiln__ArtifactManifest m = KILN__ARTIFACT_MANIFEST__INIT;
-    m.worker_id = at_worker;
-    m.job_id = (char *)job;
-    m.attempt = attempt;
-    m.n_files = n;
-    m.files = fp;
-    m.kind = KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT;
-    Kiln__ArtifactManifestReply r = KILN__ARTIFACT_MANIFEST_REPLY__INIT;
-    arena_t a;
-    arena_init(&a, 0);
-    kiln_err_clear(err);
-    int rc = svc_agent_artifacts_begin(at_svc, at_worker, &m, &a, &r, err);
-    if (committed)
-        *committed = r.committed;
-    for (size_t i = 0; rc == 0 && off && i < r.n_files; i++)
-        off[i] = r.files[i]->offset;
-    arena_deinit(&a);
-    return rc;
-}
-
-/* The whole text of file f of the checkpoint directory, in one chunk. */
-static int ck_send(const char *job, int attempt, const ck_file_t *f, kiln_err_t *err)
-{
-    char csha[KILN_SHA256_HEX];
-    kiln_sha256_hex(f->text, strlen(f->text), csha);
-    Kiln__ArtifactChunk c = KILN__ARTIFACT_CHUNK__INIT;
-    c.worker_id = at_worker;
-    c.job_id = (char *)job;
-    c.attempt = attempt;
-    c.name = (char *)f->name;
-    c.data.data = (uint8_t *)f->text;
-    c.data.len = strlen(f->text);
-    c.sha256 = csha;
-    c.kind = KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT;
-    Kiln__ArtifactChunkReply r = KILN__ARTIFACT_CHUNK_REPLY__INIT;
-    kiln_err_clear(err);
-    return svc_agent_artifact_chunk(at_svc, at_worker, &c, &r, err);
-}
-
 /* GET /v1/jobs/{id}/checkpoints; the names joined by ',' into names (room for 256). */
 static json_t *listing(const char *job, char *names)
 {
@@ -117,7 +57,7 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     char names[256];
     bool committed = true;
     int64_t off[3];
-    const ck_file_t s1[] = {{"ckpt-0005.pt", "weights at step 5"}, {"opt-0005.pt", "optimizer at step 5"}};
+    const at_ck_file_t s1[] = {{"ckpt-0005.pt", "weights at step 5"}, {"opt-0005.pt", "optimizer at step 5"}};
 
     /* nothing synced yet */
     json_t *l = listing(job, names);
@@ -126,11 +66,11 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     json_decref(l);
 
     /* announced, one file sent: not the job's state yet */
-    cr_assert_eq(ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
     cr_assert(!committed);
     cr_assert(off[0] == 0 && off[1] == 0);
-    cr_assert_eq(ck_send(job, attempt, &s1[0], &err), 0, "%s", err.message);
-    cr_assert_eq(ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_send(job, attempt, &s1[0], &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
     cr_assert(!committed, "one file of two is whole");
     l = listing(job, names);
     cr_assert_str_eq(names, "", "a state is listed only once it is whole");
@@ -139,8 +79,8 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     cr_assert_eq(ck_fetch(job, attempt, "ckpt-0005.pt", &text, &err), KILN_ENOTFOUND, "nor served");
 
     /* whole: the state is the job's */
-    cr_assert_eq(ck_send(job, attempt, &s1[1], &err), 0, "%s", err.message);
-    cr_assert_eq(ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_send(job, attempt, &s1[1], &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
     cr_assert(committed);
     l = listing(job, names);
     cr_assert_str_eq(names, "ckpt-0005.pt,opt-0005.pt");
@@ -158,16 +98,16 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
 
     /* the next state: one file kept as it was, one dropped, one new; until the new one is whole
      * the old state stays the job's */
-    const ck_file_t s2[] = {{"ckpt-0005.pt", "weights at step 5"}, {"ckpt-0010.pt", "weights at step 10"}};
-    cr_assert_eq(ck_begin(job, attempt, s2, 2, &committed, off, &err), 0, "%s", err.message);
+    const at_ck_file_t s2[] = {{"ckpt-0005.pt", "weights at step 5"}, {"ckpt-0010.pt", "weights at step 10"}};
+    cr_assert_eq(at_ck_begin(job, attempt, s2, 2, &committed, off, &err), 0, "%s", err.message);
     cr_assert(!committed);
     cr_assert_eq(off[0], (int64_t)strlen(s2[0].text), "a content kilnd holds is not sent again");
     cr_assert_eq(off[1], 0);
     l = listing(job, names);
     cr_assert_str_eq(names, "ckpt-0005.pt,opt-0005.pt");
     json_decref(l);
-    cr_assert_eq(ck_send(job, attempt, &s2[1], &err), 0, "%s", err.message);
-    cr_assert_eq(ck_begin(job, attempt, s2, 2, &committed, off, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_send(job, attempt, &s2[1], &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s2, 2, &committed, off, &err), 0, "%s", err.message);
     cr_assert(committed);
     l = listing(job, names);
     cr_assert_str_eq(names, "ckpt-0005.pt,ckpt-0010.pt", "the dropped file went with the state");
@@ -183,7 +123,7 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     cr_assert_eq(access(path, F_OK), 0, "the new content is in the store: %s", path);
 
     /* an empty directory is a state too: every file dropped */
-    cr_assert_eq(ck_begin(job, attempt, NULL, 0, &committed, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, NULL, 0, &committed, NULL, &err), 0, "%s", err.message);
     cr_assert(committed);
     l = listing(job, names);
     cr_assert_str_eq(names, "");
@@ -198,10 +138,10 @@ Test(checkpoints, refusals_say_why_and_leave_the_synced_state_alone)
     kiln_err_t err;
     bool committed = false;
     char names[256];
-    const ck_file_t s1[] = {{"state.json", "{\"step\": 20}"}};
-    cr_assert_eq(ck_begin(job, attempt, s1, 1, &committed, NULL, &err), 0, "%s", err.message);
-    cr_assert_eq(ck_send(job, attempt, &s1[0], &err), 0, "%s", err.message);
-    cr_assert_eq(ck_begin(job, attempt, s1, 1, &committed, NULL, &err), 0, "%s", err.message);
+    const at_ck_file_t s1[] = {{"state.json", "{\"step\": 20}"}};
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 1, &committed, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_send(job, attempt, &s1[0], &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 1, &committed, NULL, &err), 0, "%s", err.message);
     cr_assert(committed);
 
     /* past the per-job bound (10 GiB by default): refused before any byte, with the flag named */
@@ -232,15 +172,15 @@ Test(checkpoints, refusals_say_why_and_leave_the_synced_state_alone)
     arena_deinit(&a);
 
     /* a chunk of a file no state being synced names */
-    const ck_file_t stray = {"stray.pt", "bytes"};
-    cr_assert_eq(ck_send(job, attempt, &stray, &err), KILN_ENOTFOUND);
+    const at_ck_file_t stray = {"stray.pt", "bytes"};
+    cr_assert_eq(at_ck_send(job, attempt, &stray, &err), KILN_ENOTFOUND);
     cr_assert(strstr(err.hint, "kind CHECKPOINT"), "%s", err.hint);
 
     /* an attempt that is no longer the job's latest (its agent came back after the job moved on)
      * replaces nothing */
     at_sql_int("UPDATE jobs SET attempt = attempt + 1 WHERE id = '%s'", job);
-    const ck_file_t old[] = {{"state.json", "{\"step\": 5}"}};
-    cr_assert_eq(ck_begin(job, attempt, old, 1, &committed, NULL, &err), KILN_ESTATE);
+    const at_ck_file_t old[] = {{"state.json", "{\"step\": 5}"}};
+    cr_assert_eq(at_ck_begin(job, attempt, old, 1, &committed, NULL, &err), KILN_ESTATE);
     cr_assert(strstr(err.message, "not its latest"), "%s", err.message);
     json_decref(listing(job, names));
     cr_assert_str_eq(names, "state.json");
