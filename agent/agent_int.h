@@ -186,6 +186,9 @@ bool xfer_restores(const Kiln__Assignment *a);
 bool xfer_needs_fetch(const Kiln__Assignment *a);
 /* The job's checkpoint directory in the agent's work dir: <work_dir>/jobs/<job_id>/checkpoints. */
 void xfer_ckpt_dir(const char *work_dir, const char *job_id, char *out, size_t n);
+/* Records that rank 0 of attempt runs here, so the job's checkpoint directory here is that
+ * attempt's (a later restore of an older synced state leaves it alone). Logs a failure. */
+void xfer_ckpt_attempt_set(const char *work_dir, const char *job_id, int attempt);
 /* Syncs the job's checkpoint directory to kilnd once, on the calling thread: the manifest of its
  * top-level files (agent_output_scan's rules), what kilnd lacks of them, and the manifest again,
  * which kilnd makes the job's synced state. *bytes and *files (OUT) what the state holds.

@@ -229,6 +229,7 @@ int ckpt_sync_watch(ckpt_sync_t *c, const char *job_id, int attempt, kiln_err_t 
         return w ? kiln_err_set(err, KILN_EIO, NULL, "could not watch %s: %s", dir, strerror(e))
                  : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }
+    xfer_ckpt_attempt_set(c->work_dir, job_id, attempt);
     kiln_strlcpy(w->job_id, job_id, sizeof(w->job_id));
     w->attempt = attempt;
     w->wd = wd;

@@ -465,6 +465,39 @@ void xfer_ckpt_dir(const char *work_dir, const char *job_id, char *out, size_t n
     snprintf(out, n, "%s/jobs/%s/checkpoints", work_dir, job_id);
 }
 
+/* <work_dir>/jobs/<job_id>/checkpoints.attempt: the attempt whose rank 0 last ran here, so whose
+ * checkpoints the directory holds (beside it, so that no rank sees it and nothing syncs it). */
+static void ckpt_attempt_path(const char *work_dir, const char *job_id, char *out, size_t n)
+{
+    snprintf(out, n, "%s/jobs/%s/checkpoints.attempt", work_dir, job_id);
+}
+
+void xfer_ckpt_attempt_set(const char *work_dir, const char *job_id, int attempt)
+{
+    char path[PATH_MAX], text[32];
+    ckpt_attempt_path(work_dir, job_id, path, sizeof(path));
+    int len = snprintf(text, sizeof(text), "%d\n", attempt);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, text, (size_t)len) != len)
+        log_warn("job %s: could not record that attempt %d checkpoints here: %s", job_id, attempt, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+}
+
+/* The attempt ckpt_attempt_path records (0: none). */
+static int ckpt_attempt_get(const char *work_dir, const char *job_id)
+{
+    char path[PATH_MAX], text[32] = "";
+    ckpt_attempt_path(work_dir, job_id, path, sizeof(path));
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    return atoi(text);
+}
+
 int xfer_ckpt_sync(xfer_t *x, const char *job_id, int attempt, int64_t *bytes, size_t *files, kiln_err_t *err)
 {
     char dir[PATH_MAX], notes[2048];
@@ -676,12 +709,22 @@ static int restore_file(xfer_t *x, const task_t *t, const char *dir, const Kiln_
 
 /* Makes the job's checkpoint directory hold exactly the synced state the assignment names: its
  * files fetched where this agent lacks them (or holds other bytes), and every other file at the
- * top of the directory removed (the state's deletions; subdirectories are left alone). */
+ * top of the directory removed (the state's deletions; subdirectories are left alone). Unless
+ * rank 0 of the attempt that synced last (or of a later one) ran here: then the directory is as
+ * new as the synced state or newer (a sync kilnd refused, one cut short), and stays as it is. */
 static int restore(xfer_t *x, const task_t *t, kiln_err_t *err)
 {
     const Kiln__Assignment *a = t->a;
     char dir[PATH_MAX];
     xfer_ckpt_dir(x->env.work_dir, t->job_id, dir, sizeof(dir));
+    int here = ckpt_attempt_get(x->env.work_dir, t->job_id);
+    if (here >= a->checkpoint_attempt) {
+        /* this agent ran the attempt that synced last, or a later one: its own directory holds
+         * all of that and perhaps more that never reached kilnd */
+        log_info("job %s attempt %d: keeps the checkpoint directory attempt %d left here (kilnd's synced state is "
+                 "attempt %d's)", t->job_id, t->attempt, here, a->checkpoint_attempt);
+        return 0;
+    }
     int rc = kiln_mkdirs_mode(dir, 0700, err);
     int64_t bytes = 0;
     for (size_t i = 0; rc == 0 && i < a->n_checkpoint_files; i++) {

@@ -289,6 +289,7 @@ void svc_assignment_checkpoints(svc_t *s, const char *job_id, arena_t *arena, Ki
         f->size = files[i].size;
         f->sha256 = svc_astr(arena, files[i].sha256);
         msg->checkpoint_files[msg->n_checkpoint_files++] = f;
+        msg->checkpoint_attempt = KILN_MAX(msg->checkpoint_attempt, files[i].attempt);
     }
     free(files);
 }
