@@ -109,6 +109,12 @@ static void read_events_locked(ckpt_sync_t *c)
         for (char *p = buf; p < buf + n;) {
             const struct inotify_event *ev = (const struct inotify_event *)p;
             p += sizeof(*ev) + ev->len;
+            if (ev->mask & IN_Q_OVERFLOW) {
+                /* events were lost: every directory is synced again once it is quiet */
+                for (ckpt_watch_t *it = c->watches; it; it = it->next)
+                    it->dirty = true, it->n_writing = 0;
+                continue;
+            }
             ckpt_watch_t *w = NULL;
             for (ckpt_watch_t *it = c->watches; it && !w; it = it->next)
                 if (it->wd == ev->wd)

@@ -508,6 +508,10 @@ int xfer_ckpt_sync(xfer_t *x, const char *job_id, int attempt, int64_t *bytes, s
     uint8_t *buf = NULL;
     *bytes = 0;
     *files = 0;
+    /* a directory that is gone is no empty state: kilnd keeps the one it has */
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return kiln_err_set(err, KILN_ENOTFOUND, NULL, "the checkpoint directory %s is gone", dir);
     /* what cannot be synced (a subdirectory, a link, a name no artifact may have) stays out */
     int rc = agent_output_scan(dir, &u.files, &u.n, notes, sizeof(notes), err);
     if (rc)
