@@ -83,6 +83,12 @@ int svc_agent_checkpoint_begin(svc_t *s, const char *wid, const Kiln__ArtifactMa
     store_conn_put(s->store, c);
     if (rc)
         return rc;
+    char empty_sha[KILN_SHA256_HEX];
+    kiln_sha256_hex("", 0, empty_sha);
+    for (size_t i = 0; i < m->n_files; i++)
+        if (m->files[i]->size == 0 && strcmp(m->files[i]->sha256, empty_sha) != 0)
+            return kiln_err_set(err, KILN_ECHECKSUM, "sha256", "checkpoint file \"%s\" is empty, but its SHA-256 is "
+                                "not that of no bytes", m->files[i]->name);
     files = calloc(KILN_MAX(m->n_files, 1), sizeof(*files));
     if (!files)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

@@ -57,7 +57,8 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     char names[256];
     bool committed = true;
     int64_t off[3];
-    const at_ck_file_t s1[] = {{"ckpt-0005.pt", "weights at step 5"}, {"opt-0005.pt", "optimizer at step 5"}};
+    const at_ck_file_t s1[] = {{"ckpt-0005.pt", "weights at step 5"}, {"opt-0005.pt", "optimizer at step 5"},
+                               {"zz-empty", ""}};
 
     /* nothing synced yet */
     json_t *l = listing(job, names);
@@ -66,11 +67,11 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     json_decref(l);
 
     /* announced, one file sent: not the job's state yet */
-    cr_assert_eq(at_ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 3, &committed, off, &err), 0, "%s", err.message);
     cr_assert(!committed);
-    cr_assert(off[0] == 0 && off[1] == 0);
+    cr_assert(off[0] == 0 && off[1] == 0 && off[2] == 0, "an empty file is whole as soon as it is named");
     cr_assert_eq(at_ck_send(job, attempt, &s1[0], &err), 0, "%s", err.message);
-    cr_assert_eq(at_ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 3, &committed, off, &err), 0, "%s", err.message);
     cr_assert(!committed, "one file of two is whole");
     l = listing(job, names);
     cr_assert_str_eq(names, "", "a state is listed only once it is whole");
@@ -80,10 +81,10 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
 
     /* whole: the state is the job's */
     cr_assert_eq(at_ck_send(job, attempt, &s1[1], &err), 0, "%s", err.message);
-    cr_assert_eq(at_ck_begin(job, attempt, s1, 2, &committed, off, &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 3, &committed, off, &err), 0, "%s", err.message);
     cr_assert(committed);
     l = listing(job, names);
-    cr_assert_str_eq(names, "ckpt-0005.pt,opt-0005.pt");
+    cr_assert_str_eq(names, "ckpt-0005.pt,opt-0005.pt,zz-empty");
     char want[65];
     at_sha256sum(s1[0].text, strlen(s1[0].text), want);
     json_t *f0 = json_array_get(json_object_get(l, "files"), 0);
@@ -104,13 +105,13 @@ Test(checkpoints, a_state_becomes_the_job_s_whole_or_not_at_all)
     cr_assert_eq(off[0], (int64_t)strlen(s2[0].text), "a content kilnd holds is not sent again");
     cr_assert_eq(off[1], 0);
     l = listing(job, names);
-    cr_assert_str_eq(names, "ckpt-0005.pt,opt-0005.pt");
+    cr_assert_str_eq(names, "ckpt-0005.pt,opt-0005.pt,zz-empty");
     json_decref(l);
     cr_assert_eq(at_ck_send(job, attempt, &s2[1], &err), 0, "%s", err.message);
     cr_assert_eq(at_ck_begin(job, attempt, s2, 2, &committed, off, &err), 0, "%s", err.message);
     cr_assert(committed);
     l = listing(job, names);
-    cr_assert_str_eq(names, "ckpt-0005.pt,ckpt-0010.pt", "the dropped file went with the state");
+    cr_assert_str_eq(names, "ckpt-0005.pt,ckpt-0010.pt", "the dropped files went with the state");
     json_decref(l);
     cr_assert_eq(ck_fetch(job, attempt, "opt-0005.pt", &text, &err), KILN_ENOTFOUND);
     cr_assert_eq(at_sql_int("SELECT count(*) FROM checkpoint_blobs"), 2, "the dropped content is gone");
