@@ -575,5 +575,10 @@ Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_ag
     cr_assert_str_eq(synced_names(id, &listing), "ckpt-0055.json,ckpt-0060.json", "%s", e2e_dump(listing));
     cr_assert_eq(e2e_jint(listing, "attempt"), 2, "%s", e2e_dump(listing));
     json_decref(listing);
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(e2e_kiln(&out, &err, "artifacts", id, "--checkpoints", NULL), 0, "%s", err);
+    cr_assert(strstr(out, "ckpt-0055.json") && strstr(out, "ckpt-0060.json") && strstr(out, "synced "), "%s", out);
+    free(out);
+    free(err);
     e2e_pass();
 }
