@@ -28,6 +28,7 @@ typedef struct ckpt_watch {
     char writing[CKPT_WRITING_MAX][KILN_ARTIFACT_NAME_MAX + 1]; /* modified, not closed yet */
     int n_writing;
     char last_error[256];        /* the last refusal told in the job's log */
+    bool unsupported;            /* kilnd keeps no artifacts (no --artifact-dir): nothing to sync to */
 } ckpt_watch_t;
 
 struct ckpt_sync {
@@ -78,8 +79,20 @@ static void sync_one(ckpt_sync_t *c, ckpt_watch_t *w)
     int64_t bytes = 0;
     size_t files = 0;
     int64_t t0 = kiln_mono_us();
+    pthread_mutex_lock(&c->mu);
+    bool unsupported = w->unsupported;
+    pthread_mutex_unlock(&c->mu);
+    if (unsupported)
+        return;
     int rc = xfer_ckpt_sync(c->xfer, w->job_id, w->attempt, &bytes, &files, &err);
     pthread_mutex_lock(&c->mu);
+    if (rc == KILN_EUNSUPP) {
+        /* the job's log already says it when its artifacts are not kept */
+        w->unsupported = true;
+        pthread_mutex_unlock(&c->mu);
+        log_info("job %s attempt %d: its checkpoint directory is not synced: %s", w->job_id, w->attempt, err.message);
+        return;
+    }
     if (rc == 0) {
         w->last_error[0] = '\0';
         pthread_mutex_unlock(&c->mu);
