@@ -1,5 +1,5 @@
 /* agent.c - kiln-agent's lifecycle: creating the agent (its work dir, credential, data roots,
- * outbox, transfers, code cache and launcher) and its threads (heartbeat.c, starter.c,
+ * outbox, transfers, checkpoint sync, code cache and launcher) and its threads (heartbeat.c, starter.c,
  * sender.c), the launcher's callbacks (everything a rank says goes into the outbox; rank 0's exit
  * waits for its output's upload), the transfers' callbacks, shutting down in order (drain, stop
  * the ranks, flush), and the agent's numbers for its monitor port. */
@@ -52,6 +52,8 @@ static void cb_exit(void *ud, const char *job_id, int attempt, int rank, pid_t p
                  sig ? "signal" : "code", sig ? sig : exit_code);
         return;
     }
+    if (rank == 0 && shutdown)
+        ckpt_sync_final(a->ckpt, job_id, attempt); /* what its SIGTERM checkpoint left, before the exit */
     if (sig)
         log_info("job %s rank %d: killed by signal %d%s", job_id, rank, sig,
                  shutdown ? " (the agent is shutting down)" : "");
@@ -105,6 +107,12 @@ static bool xfer_draining(void *ud)
 static void xfer_start(void *ud, const Kiln__Assignment *as)
 {
     agent_start_enqueue(ud, as, true);
+}
+
+static void xfer_ckpt_final(void *ud, const char *job_id, int attempt)
+{
+    agent_t *a = ud;
+    ckpt_sync_final(a->ckpt, job_id, attempt);
 }
 
 static void xfer_worker_id(void *ud, char *buf, size_t n)
@@ -224,8 +232,10 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     ob_recover(&a->ob);
     xfer_env_t xe = {.rpc = a->rpc, .ob = &a->ob, .work_dir = a->work_dir,
                      .auth_md = xfer_auth_md, .unauthenticated = xfer_unauthenticated, .draining = xfer_draining,
-                     .worker_id = xfer_worker_id, .start = xfer_start, .ud = a};
+                     .worker_id = xfer_worker_id, .start = xfer_start, .ckpt_final = xfer_ckpt_final, .ud = a};
     if ((rc = xfer_create(&xe, &a->xfer, err)) != 0)
+        goto fail;
+    if ((rc = ckpt_sync_create(a->xfer, a->work_dir, &a->ckpt, err)) != 0)
         goto fail;
     char code_dir[PATH_MAX];
     snprintf(code_dir, sizeof(code_dir), "%s/code-cache", a->work_dir);
@@ -362,6 +372,8 @@ void agent_destroy(agent_t *a)
     if (a->hb_started || a->sender_started || a->start_started)
         agent_shutdown(a, 3000);
     agent_monitor_stop(a->monitor);
+    xfer_shutdown(a->xfer, 0);
+    ckpt_sync_destroy(a->ckpt);
     xfer_destroy(a->xfer);
     agent_code_cache_destroy(a->code);
     agent_launcher_destroy(a->launcher);

@@ -150,6 +150,9 @@ typedef struct xfer_env {
     /* Hands an assignment whose model is in place to the agent's starter, which launches it
      * (ranks must be forked by a thread that lives as long as they do). */
     void (*start)(void *ud, const Kiln__Assignment *a);
+    /* Rank 0 of the attempt exited: sync its checkpoint directory one last time (when it is
+     * synced) before its output is uploaded and its exit reported. NULL: none. */
+    void (*ckpt_final)(void *ud, const char *job_id, int attempt);
     void *ud;
 } xfer_env_t;
 
@@ -170,10 +173,31 @@ void xfer_rank0_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t
  * pending and the caller queues the exit itself. */
 bool xfer_defer_exit(xfer_t *x, const char *job_id, int attempt, int rank, pid_t pid, int exit_code, int sig,
                      const char *reason);
-/* An assignment with init_from_job: fetch the model (unless a checked copy is there), then hand
- * it to env.start; a failure refuses the assignment (a RankStatus with the reason). An
- * assignment already being fetched is ignored. a is copied. */
+/* An assignment that xfer_needs_fetch: fetch the model of init_from_job (unless a checked copy
+ * is there) and restore the synced checkpoint directory (xfer_restores: the job's checkpoint
+ * directory made to hold exactly checkpoint_files), then hand it to env.start; a failure refuses
+ * the assignment (a RankStatus with the reason). An assignment already being fetched is ignored.
+ * a is copied. */
 void xfer_fetch_and_start(xfer_t *x, const Kiln__Assignment *a);
+/* Whether the assignment has a synced checkpoint state to restore (checkpoint_files, and its
+ * checkpoint directory is the job's work dir's), and whether it needs a transfer before it starts
+ * (that, or init_from_job). */
+bool xfer_restores(const Kiln__Assignment *a);
+bool xfer_needs_fetch(const Kiln__Assignment *a);
+/* The job's checkpoint directory in the agent's work dir: <work_dir>/jobs/<job_id>/checkpoints. */
+void xfer_ckpt_dir(const char *work_dir, const char *job_id, char *out, size_t n);
+/* Records that rank 0 of attempt runs here, so the job's checkpoint directory here is that
+ * attempt's (a later restore of an older synced state leaves it alone). Logs a failure. */
+void xfer_ckpt_attempt_set(const char *work_dir, const char *job_id, int attempt);
+/* Syncs the job's checkpoint directory to kilnd once, on the calling thread: the manifest of its
+ * top-level files (agent_output_scan's rules), what kilnd lacks of them, and the manifest again,
+ * which kilnd makes the job's synced state. *bytes and *files (OUT) what the state holds.
+ * Errors: kilnd's refusal (KILN_ETOOBIG past --artifact-max-job-mb, KILN_ESTATE when the
+ * attempt is no longer the job's latest, ...), KILN_ECANCELED when the transfers stop. */
+int xfer_ckpt_sync(xfer_t *x, const char *job_id, int attempt, int64_t *bytes, size_t *files, kiln_err_t *err);
+/* A line of the agent's ("[kiln-agent] ...") in the job's log, as rank 0's. */
+void xfer_job_note(xfer_t *x, const char *job_id, int attempt, int stream, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* A stop order: a fetch for job_id (attempt 0: any) is abandoned, and nothing is started. */
 void xfer_cancel(xfer_t *x, const char *job_id, int attempt);
 /* The ranks transfers hold (uploads whose exits are not queued yet, assignments being
@@ -185,6 +209,23 @@ size_t xfer_list(xfer_t *x, agent_rank_info_t *out, size_t max);
 int xfer_code_fetch(void *ud, const agent_code_ref_t *ref, int fd, kiln_err_t *err);
 /* Where an assignment's fetched model lives: <work_dir>/jobs/<job_id>/init/model_llmc.bin. */
 void xfer_init_model_path(const char *work_dir, const char *job_id, char *out, size_t n);
+
+/* ---- checkpoint directories synced to kilnd (ckpt_sync.c) ------------------------------------ */
+
+typedef struct ckpt_sync ckpt_sync_t;
+/* Starts the watcher thread; x and work_dir are borrowed for its lifetime. Caller owns *out;
+ * free with ckpt_sync_destroy (after xfer_shutdown, which ends a sync under way). */
+int ckpt_sync_create(xfer_t *x, const char *work_dir, ckpt_sync_t **out, kiln_err_t *err);
+void ckpt_sync_destroy(ckpt_sync_t *c);
+/* Watches the attempt's checkpoint directory (xfer_ckpt_dir, created mode 0700 when missing):
+ * each change, once nothing in it is half-written, is synced. Watching it again is a no-op.
+ * KILN_EIO when inotify refuses. Thread-safe. */
+int ckpt_sync_watch(ckpt_sync_t *c, const char *job_id, int attempt, kiln_err_t *err);
+/* Rank 0 of the attempt exited: waits for a sync under way, syncs once more on the calling
+ * thread, and stops watching. Nothing when the attempt is not watched. Thread-safe. */
+void ckpt_sync_final(ckpt_sync_t *c, const char *job_id, int attempt);
+/* Stops watching (after a sync under way) without syncing. Thread-safe. */
+void ckpt_sync_forget(ckpt_sync_t *c, const char *job_id, int attempt);
 
 /* ---- the local metrics and health port (monitor.c) ---- */
 typedef struct agent_monitor agent_monitor_t;
@@ -232,6 +273,7 @@ struct agent {
     agent_rpc_t *rpc;
     agent_launcher_t *launcher;
     xfer_t *xfer;                /* uploads of output directories, fetches of init models */
+    ckpt_sync_t *ckpt;           /* checkpoint directories synced while their jobs run */
     agent_code_cache_t *code;    /* script jobs' code, <work_dir>/code-cache (--code-cache-mb) */
     ob_t ob;
 

@@ -1,7 +1,9 @@
 /* starter.c - kiln-agent's starter: one long-lived thread that launches assignments in the order
  * they came, so that heartbeats never wait for a launch (a script's code may be fetched first)
  * and ranks are forked by a thread that outlives them; an assignment that starts from another
- * job's model goes to a transfer thread first; a stop order drops what still waits. */
+ * job's model, or that restores a synced checkpoint directory, goes to a transfer thread first;
+ * the checkpoint directory of an attempt whose rank 0 starts here is watched and synced
+ * (ckpt_sync.c); a stop order drops what still waits. */
 #include "agent/agent_int.h"
 
 #include <errno.h>
@@ -77,6 +79,18 @@ void agent_start_cancel(agent_t *a, const char *job_id, int attempt)
     pthread_mutex_unlock(&a->mu);
 }
 
+/* Whether the assignment's checkpoint directory is synced from here: it runs rank 0, and its
+ * checkpoints go to the work dir (no checkpoint.path, which the agents share). */
+static bool start_syncs(const Kiln__Assignment *as)
+{
+    if (as->checkpoint_dir && as->checkpoint_dir[0])
+        return false;
+    for (size_t i = 0; i < as->n_ranks; i++)
+        if (as->ranks[i] == 0)
+            return true;
+    return false;
+}
+
 void *agent_start_main(void *arg)
 {
     agent_t *a = arg;
@@ -94,15 +108,25 @@ void *agent_start_main(void *arg)
         pthread_mutex_unlock(&a->mu);
         if (draining) {
             ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true, 0);
-        } else if (it->a->init_from_job && it->a->init_from_job[0] && !it->fetched) {
-            xfer_fetch_and_start(a->xfer, it->a); /* its model first, on a transfer thread */
+        } else if (xfer_needs_fetch(it->a) && !it->fetched) {
+            /* its model, its synced checkpoints first, on a transfer thread */
+            xfer_fetch_and_start(a->xfer, it->a);
         } else {
             /* Launched from this long-lived thread: a rank gets SIGKILL when the thread that
              * forked it ends (PR_SET_PDEATHSIG), so never from a transfer thread. */
             kiln_err_t err;
-            if (agent_launcher_start(a->launcher, it->a, &err) == KILN_EEXIST)
+            bool sync = start_syncs(it->a);
+            if (sync && ckpt_sync_watch(a->ckpt, it->a->job_id, it->a->attempt, &err) != 0) {
+                log_warn("job %s attempt %d: its checkpoint directory will not be synced: %s", it->a->job_id,
+                         it->a->attempt, err.message);
+                sync = false;
+            }
+            int rc = agent_launcher_start(a->launcher, it->a, &err);
+            if (rc == KILN_EEXIST)
                 log_info("job %s attempt %d is already running here; assignment ignored", it->a->job_id,
                          it->a->attempt);
+            else if (rc && sync)
+                ckpt_sync_forget(a->ckpt, it->a->job_id, it->a->attempt);
         }
         start_item_free(it);
     }

@@ -5,7 +5,10 @@
  * chunk and per file; retries with backoff while kilnd is unreachable) and only then is the
  * rank's exit queued; and an assignment that starts from another job's model has that model
  * fetched (FetchInitModel) and checked against its SHA-256 before its ranks start. Problems are
- * told in the job's log ("[kiln-agent] ..."). */
+ * told in the job's log ("[kiln-agent] ..."). The same upload, of kind CHECKPOINT, syncs a job's
+ * checkpoint directory while it runs (xfer_ckpt_sync, called by ckpt_sync.c), and the assignment
+ * of a later attempt has the synced state restored into its checkpoint directory
+ * (FetchCheckpoint) before its ranks start. */
 #include "agent/agent_int.h"
 
 #include <dirent.h>
@@ -30,6 +33,7 @@ static const char k_begin[] = "/kiln.AgentService/BeginArtifacts";
 static const char k_chunk[] = "/kiln.AgentService/PutArtifactChunk";
 static const char k_fetch[] = "/kiln.AgentService/FetchInitModel";
 static const char k_code[] = "/kiln.AgentService/FetchCode";
+static const char k_ckpt[] = "/kiln.AgentService/FetchCheckpoint";
 
 typedef enum { TASK_UPLOAD, TASK_FETCH } task_kind_t;
 
@@ -274,6 +278,8 @@ typedef struct up_state {
     int64_t *offset;             /* per file, as kilnd last said */
     bool *complete;
     int max_chunk;
+    Kiln__ArtifactKind kind;     /* OUTPUT: the job's artifacts; CHECKPOINT: its checkpoint directory */
+    bool committed;              /* CHECKPOINT: kilnd's last answer made the manifest the synced state */
 } up_state_t;
 
 /* BeginArtifacts: records what kilnd holds of each file. */
@@ -298,6 +304,7 @@ static int up_begin(xfer_t *x, const task_t *t, up_state_t *u, kiln_err_t *err)
     m.attempt = t->attempt;
     m.n_files = u->n;
     m.files = fp;
+    m.kind = u->kind;
     ProtobufCMessage *resp = NULL;
     int code = 0;
     int rc = xfer_call(x, t, k_begin, &m.base, &kiln__artifact_manifest_reply__descriptor, &resp, &code, err);
@@ -317,6 +324,7 @@ static int up_begin(xfer_t *x, const task_t *t, up_state_t *u, kiln_err_t *err)
         u->complete[i] = o && o->complete;
     }
     u->max_chunk = r->max_chunk_bytes > 0 ? r->max_chunk_bytes : XFER_CHUNK_DEFAULT;
+    u->committed = r->committed;
     protobuf_c_message_free_unpacked(resp, NULL);
     return 0;
 }
@@ -355,6 +363,7 @@ static int up_file(xfer_t *x, const task_t *t, up_state_t *u, size_t i, uint8_t 
         c.data.data = buf;
         c.data.len = len;
         c.sha256 = sha;
+        c.kind = u->kind;
         ProtobufCMessage *resp = NULL;
         int rc = xfer_call(x, t, k_chunk, &c.base, &kiln__artifact_chunk_reply__descriptor, &resp, code, err);
         if (rc)
@@ -367,6 +376,30 @@ static int up_file(xfer_t *x, const task_t *t, up_state_t *u, size_t i, uint8_t 
             xfer_wait(x, x->delay_ms);
     }
     return 0;
+}
+
+/* Begins the upload and sends every file kilnd does not hold whole, beginning again when kilnd
+ * asks for it (offsets moved, a chunk damaged on the way). */
+static int up_run(xfer_t *x, const task_t *t, up_state_t *u, uint8_t *buf, kiln_err_t *err)
+{
+    int restarts = 0, losses = 0, rc = 0, code = 0;
+    for (;;) {
+        rc = up_begin(x, t, u, err);
+        for (size_t i = 0; rc == 0 && i < u->n; i++)
+            if (!u->complete[i])
+                rc = up_file(x, t, u, i, buf, &code, err);
+        if (rc == 0)
+            return 0;
+        if (code == GRPC_DATA_LOSS && ++losses < XFER_MAX_DATA_LOSS) {
+            log_warn("job %s: kilnd refused an upload: %s; sending it again", t->job_id, err->message);
+            continue;
+        }
+        if (code == GRPC_FAILED_PRECONDITION && ++restarts < XFER_MAX_RESTARTS) {
+            log_info("job %s: %s; asking kilnd for the offsets again", t->job_id, err->message);
+            continue;
+        }
+        return rc;
+    }
 }
 
 /* Uploads the output directory; says in the job's log what was kept or why not. */
@@ -410,24 +443,7 @@ static void upload(xfer_t *x, const task_t *t)
         goto done;
     }
     int64_t t0 = kiln_mono_us();
-    int restarts = 0, losses = 0, rc = 0, code = 0;
-    for (;;) {
-        rc = up_begin(x, t, &u, &err);
-        for (size_t i = 0; rc == 0 && i < u.n; i++)
-            if (!u.complete[i])
-                rc = up_file(x, t, &u, i, buf, &code, &err);
-        if (rc == 0)
-            break;
-        if (code == GRPC_DATA_LOSS && ++losses < XFER_MAX_DATA_LOSS) {
-            log_warn("job %s: kilnd refused an upload: %s; sending it again", t->job_id, err.message);
-            continue;
-        }
-        if (code == GRPC_FAILED_PRECONDITION && ++restarts < XFER_MAX_RESTARTS) {
-            log_info("job %s: %s; asking kilnd for the offsets again", t->job_id, err.message);
-            continue;
-        }
-        break;
-    }
+    int rc = up_run(x, t, &u, buf, &err);
     if (rc == 0) {
         job_note(x, t, AGENT_STREAM_STDOUT, "artifacts: %zu file(s), %lld bytes, kept by kilnd (%.1f s)", u.n,
                  (long long)total, (kiln_mono_us() - t0) / 1e6);
@@ -442,6 +458,97 @@ done:
     free(u.offset);
     free(u.complete);
     agent_output_free(u.files, u.n);
+}
+
+void xfer_ckpt_dir(const char *work_dir, const char *job_id, char *out, size_t n)
+{
+    snprintf(out, n, "%s/jobs/%s/checkpoints", work_dir, job_id);
+}
+
+/* <work_dir>/jobs/<job_id>/checkpoints.attempt: the attempt whose rank 0 last ran here, so whose
+ * checkpoints the directory holds (beside it, so that no rank sees it and nothing syncs it). */
+static void ckpt_attempt_path(const char *work_dir, const char *job_id, char *out, size_t n)
+{
+    snprintf(out, n, "%s/jobs/%s/checkpoints.attempt", work_dir, job_id);
+}
+
+void xfer_ckpt_attempt_set(const char *work_dir, const char *job_id, int attempt)
+{
+    char path[PATH_MAX], text[32];
+    ckpt_attempt_path(work_dir, job_id, path, sizeof(path));
+    int len = snprintf(text, sizeof(text), "%d\n", attempt);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, text, (size_t)len) != len)
+        log_warn("job %s: could not record that attempt %d checkpoints here: %s", job_id, attempt, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+}
+
+/* The attempt ckpt_attempt_path records (0: none). */
+static int ckpt_attempt_get(const char *work_dir, const char *job_id)
+{
+    char path[PATH_MAX], text[32] = "";
+    ckpt_attempt_path(work_dir, job_id, path, sizeof(path));
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    return atoi(text);
+}
+
+int xfer_ckpt_sync(xfer_t *x, const char *job_id, int attempt, int64_t *bytes, size_t *files, kiln_err_t *err)
+{
+    char dir[PATH_MAX], notes[2048];
+    xfer_ckpt_dir(x->env.work_dir, job_id, dir, sizeof(dir));
+    task_t t = {.kind = TASK_UPLOAD, .attempt = attempt};
+    kiln_strlcpy(t.job_id, job_id, sizeof(t.job_id));
+    up_state_t u = {.kind = KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT};
+    uint8_t *buf = NULL;
+    *bytes = 0;
+    *files = 0;
+    /* a directory that is gone is no empty state: kilnd keeps the one it has */
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return kiln_err_set(err, KILN_ENOTFOUND, NULL, "the checkpoint directory %s is gone", dir);
+    /* what cannot be synced (a subdirectory, a link, a name no artifact may have) stays out */
+    int rc = agent_output_scan(dir, &u.files, &u.n, notes, sizeof(notes), err);
+    if (rc)
+        return rc;
+    u.offset = calloc(KILN_MAX(u.n, 1), sizeof(*u.offset));
+    u.complete = calloc(KILN_MAX(u.n, 1), sizeof(*u.complete));
+    buf = malloc((size_t)x->chunk_bytes);
+    if (!u.offset || !u.complete || !buf)
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (rc == 0)
+        rc = up_run(x, &t, &u, buf, err);
+    /* every content is whole now: beginning once more makes the manifest the synced state */
+    if (rc == 0 && !u.committed)
+        rc = up_begin(x, &t, &u, err);
+    if (rc == 0 && !u.committed)
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "kilnd does not hold every file of the checkpoint directory whole "
+                          "after they were sent");
+    for (size_t i = 0; rc == 0 && i < u.n; i++)
+        *bytes += u.files[i].size;
+    if (rc == 0)
+        *files = u.n;
+    free(buf);
+    free(u.offset);
+    free(u.complete);
+    agent_output_free(u.files, u.n);
+    return rc;
+}
+
+void xfer_job_note(xfer_t *x, const char *job_id, int attempt, int stream, const char *fmt, ...)
+{
+    char line[1200];
+    int n = snprintf(line, sizeof(line), "[kiln-agent] ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    ob_add_line(x->env.ob, job_id, attempt, 0, stream, kiln_now_us(), line, strlen(line));
 }
 
 /* ---- fetch -------------------------------------------------------------------------------------- */
@@ -534,6 +641,136 @@ static int fetch(xfer_t *x, const task_t *t, kiln_err_t *err)
     return rc;
 }
 
+bool xfer_restores(const Kiln__Assignment *a)
+{
+    return a->n_checkpoint_files > 0 && !(a->checkpoint_dir && a->checkpoint_dir[0]);
+}
+
+bool xfer_needs_fetch(const Kiln__Assignment *a)
+{
+    return (a->init_from_job && a->init_from_job[0]) || xfer_restores(a);
+}
+
+/* Fetches file f of the synced checkpoint state into dir as its name (through a temporary name
+ * that no artifact can have, so nothing syncs it), checked against its size and SHA-256. */
+static int restore_file(xfer_t *x, const task_t *t, const char *dir, const Kiln__ArtifactFile *f, kiln_err_t *err)
+{
+    char path[PATH_MAX + 160], tmp[PATH_MAX + 160];
+    snprintf(path, sizeof(path), "%s/%.128s", dir, f->name);
+    snprintf(tmp, sizeof(tmp), "%s/.%.128s.kiln-restore", dir, f->name);
+    if (file_matches(path, f->size, f->sha256))
+        return 0; /* this agent has it already */
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", tmp, strerror(errno));
+    int64_t off = 0;
+    int rc = 0;
+    while (rc == 0 && off < f->size) {
+        pthread_mutex_lock(&x->mu);
+        bool cancelled = t->cancelled;
+        pthread_mutex_unlock(&x->mu);
+        if (cancelled) {
+            rc = kiln_err_set(err, KILN_ECANCELED, NULL, "stopped");
+            break;
+        }
+        Kiln__CheckpointRequest req = KILN__CHECKPOINT_REQUEST__INIT;
+        req.job_id = (char *)t->job_id;
+        req.attempt = t->attempt;
+        req.name = f->name;
+        req.offset = off;
+        req.max_bytes = 1 << 20;
+        ProtobufCMessage *resp = NULL;
+        int code = 0;
+        if ((rc = xfer_call(x, t, k_ckpt, &req.base, &kiln__checkpoint_chunk__descriptor, &resp, &code, err)))
+            break;
+        Kiln__CheckpointChunk *c = (Kiln__CheckpointChunk *)resp;
+        if (c->size != f->size || strcmp(c->sha256 ? c->sha256 : "", f->sha256) != 0 || c->offset != off ||
+            c->data.len == 0 || (int64_t)c->data.len > f->size - off)
+            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd's answers about checkpoint file \"%s\" do not agree "
+                              "with each other or with the assignment", f->name);
+        else if (pwrite(fd, c->data.data, c->data.len, (off_t)off) != (ssize_t)c->data.len)
+            rc = kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", tmp, strerror(errno));
+        else
+            off += (int64_t)c->data.len;
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    if (rc == 0) {
+        char got[KILN_SHA256_HEX];
+        int64_t n = 0;
+        rc = fsync(fd) == 0 ? kiln_sha256_fd(fd, &n, got, err) : kiln_err_set(err, KILN_EIO, NULL, "fsync failed");
+        if (rc == 0 && (n != f->size || strcmp(got, f->sha256) != 0))
+            rc = kiln_err_set(err, KILN_ECHECKSUM, NULL, "checkpoint file \"%s\" arrived damaged: its SHA-256 is "
+                              "%.16s..., not %.16s...", f->name, got, f->sha256);
+    }
+    close(fd);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not put checkpoint file \"%s\" in place: %s", f->name,
+                          strerror(errno));
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
+/* Makes the job's checkpoint directory hold exactly the synced state the assignment names: its
+ * files fetched where this agent lacks them (or holds other bytes), and every other file at the
+ * top of the directory removed (the state's deletions; subdirectories are left alone). Unless
+ * rank 0 of the attempt that synced last (or of a later one) ran here: then the directory is as
+ * new as the synced state or newer (a sync kilnd refused, one cut short), and stays as it is. */
+static int restore(xfer_t *x, const task_t *t, kiln_err_t *err)
+{
+    const Kiln__Assignment *a = t->a;
+    char dir[PATH_MAX];
+    xfer_ckpt_dir(x->env.work_dir, t->job_id, dir, sizeof(dir));
+    int here = ckpt_attempt_get(x->env.work_dir, t->job_id);
+    if (here >= a->checkpoint_attempt) {
+        /* this agent ran the attempt that synced last, or a later one: its own directory holds
+         * all of that and perhaps more that never reached kilnd */
+        log_info("job %s attempt %d: keeps the checkpoint directory attempt %d left here (kilnd's synced state is "
+                 "attempt %d's)", t->job_id, t->attempt, here, a->checkpoint_attempt);
+        return 0;
+    }
+    int rc = kiln_mkdirs_mode(dir, 0700, err);
+    int64_t bytes = 0;
+    for (size_t i = 0; rc == 0 && i < a->n_checkpoint_files; i++) {
+        const Kiln__ArtifactFile *f = a->checkpoint_files[i];
+        /* kilnd's answers are checked like any other input */
+        if (!f)
+            return kiln_err_set(err, KILN_EFORMAT, NULL, "the assignment lists an empty checkpoint file");
+        if (!kiln_artifact_name_ok(f->name, "checkpoint_files.name", err))
+            return KILN_EFORMAT;
+        if (!kiln_sha256_hex_ok(f->sha256) || f->size < 0)
+            return kiln_err_set(err, KILN_EFORMAT, NULL, "checkpoint file \"%s\": the assignment gives no usable "
+                                "size and SHA-256", f->name);
+        rc = restore_file(x, t, dir, f, err);
+        bytes += f->size;
+    }
+    if (rc)
+        return rc;
+    DIR *d = opendir(dir);
+    if (!d)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not read %s: %s", dir, strerror(errno));
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        bool keep = false;
+        for (size_t i = 0; i < a->n_checkpoint_files && !keep; i++)
+            keep = !strcmp(a->checkpoint_files[i]->name, de->d_name);
+        struct stat st;
+        if (keep || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(st.st_mode))
+            continue;
+        if (unlinkat(dirfd(d), de->d_name, 0) != 0)
+            log_warn("job %s: could not remove \"%s\" from its checkpoint directory: %s", t->job_id, de->d_name,
+                     strerror(errno));
+    }
+    closedir(d);
+    log_info("job %s attempt %d: restored its synced checkpoint directory (%zu file(s), %lld bytes)", t->job_id,
+             t->attempt, a->n_checkpoint_files, (long long)bytes);
+    job_note(x, t, AGENT_STREAM_STDOUT, "checkpoints: restored %zu file(s), %lld bytes, as kilnd last synced them",
+             a->n_checkpoint_files, (long long)bytes);
+    return 0;
+}
+
 int xfer_code_fetch(void *ud, const agent_code_ref_t *ref, int fd, kiln_err_t *err)
 {
     xfer_t *x = ud;
@@ -586,6 +823,9 @@ static void task_free(task_t *t)
 static void run_task(xfer_t *x, task_t *t)
 {
     if (t->kind == TASK_UPLOAD) {
+        /* the checkpoint directory's last state first: the next attempt restores it */
+        if (x->env.ckpt_final)
+            x->env.ckpt_final(x->env.ud, t->job_id, t->attempt);
         upload(x, t);
         /* rank 0's exit, then those that came while it uploaded, in the order they came */
         pthread_mutex_lock(&x->mu);
@@ -598,7 +838,12 @@ static void run_task(xfer_t *x, task_t *t)
     }
     kiln_err_t err;
     kiln_err_clear(&err);
-    int rc = fetch(x, t, &err);
+    const char *what = "model.init_from";
+    int rc = t->a->init_from_job && t->a->init_from_job[0] ? fetch(x, t, &err) : 0;
+    if (rc == 0 && xfer_restores(t->a)) {
+        what = "checkpoints";
+        rc = restore(x, t, &err);
+    }
     pthread_mutex_lock(&x->mu);
     bool cancelled = t->cancelled;
     pthread_mutex_unlock(&x->mu);
@@ -612,8 +857,12 @@ static void run_task(xfer_t *x, task_t *t)
     }
     if (rc) {
         char reason[AGENT_REASON_MAX];
-        snprintf(reason, sizeof(reason), "could not fetch model.init_from (the model of job %s): %s",
-                 t->a->init_from_job, err.message);
+        if (!strcmp(what, "checkpoints"))
+            snprintf(reason, sizeof(reason), "could not restore the checkpoint directory kilnd synced: %s",
+                     err.message);
+        else
+            snprintf(reason, sizeof(reason), "could not fetch model.init_from (the model of job %s): %s",
+                     t->a->init_from_job, err.message);
         log_error("job %s attempt %d: not started: %s", t->job_id, t->attempt, reason);
         ob_add_status(x->env.ob, t->job_id, t->attempt, false, reason, false, 0);
         return;

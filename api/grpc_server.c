@@ -147,6 +147,16 @@ static int h_init_model(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, 
     return svc_agent_init_model(ctx->svc, ctx->worker_id, (const Kiln__InitModelRequest *)req, arena, out, err);
 }
 
+static int h_checkpoint_fetch(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                              ProtobufCMessage **resp, kiln_err_t *err)
+{
+    Kiln__CheckpointChunk *out = arena_alloc(arena, sizeof(*out));
+    kiln__checkpoint_chunk__init(out);
+    *resp = &out->base;
+    return svc_agent_checkpoint_fetch(ctx->svc, ctx->worker_id, (const Kiln__CheckpointRequest *)req, arena, out,
+                                      err);
+}
+
 static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/RegisterWorker", &kiln__register_request__descriptor, h_register, NULL, API_GRPC_JOIN},
     {"/kiln.AgentService/Heartbeat", &kiln__heartbeat_request__descriptor, h_heartbeat, NULL, API_GRPC_HEARTBEAT},
@@ -158,6 +168,8 @@ static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/PutArtifactChunk", &kiln__artifact_chunk__descriptor, h_artifact_chunk, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/FetchInitModel", &kiln__init_model_request__descriptor, h_init_model, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/FetchCode", &kiln__code_request__descriptor, api_grpc_fetch_code, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/FetchCheckpoint", &kiln__checkpoint_request__descriptor, h_checkpoint_fetch, NULL,
+     API_GRPC_AGENT},
 };
 
 /* Every method the server answers: AgentService, then TrainingService (grpc_training.c). */

@@ -293,6 +293,15 @@ static int h_list_artifacts(const api_grpc_ctx_t *ctx, const ProtobufCMessage *r
     return rc ? rc : reply(out, &kiln__list_artifacts_response__descriptor, a, resp);
 }
 
+static int h_list_checkpoints(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                              ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__ListCheckpointsRequest *r = (const Kiln__ListCheckpointsRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_job_checkpoints(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : reply(out, &kiln__list_checkpoints_response__descriptor, a, resp);
+}
+
 static int h_delete_job(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
                         ProtobufCMessage **resp, kiln_err_t *err)
 {
@@ -479,6 +488,8 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/SetMember", &kiln__set_member_request__descriptor, h_set_member, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/RemoveMember", &kiln__remove_member_request__descriptor, h_remove_member, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/ListArtifacts", &kiln__list_artifacts_request__descriptor, h_list_artifacts, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/ListCheckpoints", &kiln__list_checkpoints_request__descriptor, h_list_checkpoints, NULL,
+     API_GRPC_USER},
     {"/kiln.TrainingService/DownloadArtifact", &kiln__download_artifact_request__descriptor, NULL,
      api_grpc_stream_artifact, API_GRPC_USER},
     {"/kiln.TrainingService/DeleteJob", &kiln__delete_job_request__descriptor, h_delete_job, NULL, API_GRPC_USER},

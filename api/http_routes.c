@@ -412,6 +412,18 @@ static enum MHD_Result http_artifacts_list(http_req_t *r)
     return http_reply_json(r, MHD_HTTP_OK, out);
 }
 
+/* GET /v1/jobs/{id}/checkpoints: the job's checkpoint directory as kilnd last synced it. */
+static enum MHD_Result http_checkpoints_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_job_checkpoints(r->h->svc, &r->who, r->id, &out, &err);
+    if (rc)
+        return http_svc_err(r, rc, &err);
+    return http_reply_json(r, MHD_HTTP_OK, out);
+}
+
 /* The file is streamed from disk by libmicrohttpd (never loaded into memory). */
 enum MHD_Result http_reply_file(http_req_t *r, svc_artifact_file_t *fp, const char *content_type)
 {
@@ -945,6 +957,7 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/jobs/{id}/metrics", http_job_metrics, 0},
     {"GET", "/v1/jobs/{id}/artifacts", http_artifacts_list, 0},
     {"GET", "/v1/jobs/{id}/artifacts/{name}", http_artifact_get, 0},
+    {"GET", "/v1/jobs/{id}/checkpoints", http_checkpoints_list, 0},
     {"POST", "/v1/code", http_code_upload, HTTP_STREAM},
     {"GET", "/v1/code/{digest}", http_code_get, 0},
     {"GET", "/v1/workers", http_workers, 0},

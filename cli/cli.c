@@ -95,7 +95,7 @@ static const cli_command_t cli_commands[] = {
      "stop a job (its ranks get SIGTERM, checkpoint and exit)",
      "options:\n"
      "  --reason R     recorded in the job's events\n"},
-    {"artifacts", cli_cmd_artifacts, "ID [--get NAME [-o FILE]]",
+    {"artifacts", cli_cmd_artifacts, "ID [--get NAME [-o FILE] | --checkpoints]",
      "list a job's artifacts (its output directory: final model, plan, samples), or download one",
      "options:\n"
      "  --get NAME, -g NAME   download artifact NAME (model_llmc.bin is the final model, llm.c format);\n"
@@ -103,6 +103,8 @@ static const cli_command_t cli_commands[] = {
      "  -o FILE, --output FILE\n"
      "                        where to save it (default: NAME in the current directory; - for stdout;\n"
      "                        a file named like an output format needs a path: ./json)\n"
+     "  --checkpoints         list the job's checkpoint directory as kilnd last synced it (a job without\n"
+     "                        checkpoint.path: its next attempt finds that state restored, on any agent)\n"
      "  -o wide               the list with exact sizes and whole SHA-256s; -o json|yaml: kilnd's reply\n"
      "  A job's artifacts are uploaded by its agent when it ends. Start a new job from one's model with\n"
      "  \"model\": {\"init_from\": \"job:ID\"} in its spec.\n"},

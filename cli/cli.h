@@ -158,6 +158,8 @@ char *cli_fmt_bytes(double bytes, char *buf, size_t n);
 /* Prints the table of a GET /v1/jobs/{id}/artifacts reply: NAME, SIZE, SHA256 (its first 16
  * digits), ATTEMPT, CREATED; wide (-o wide) adds BYTES and shows the whole SHA-256. */
 void cli_print_artifacts(FILE *out, const json_t *reply, bool wide);
+/* A job's synced checkpoint directory (GET /v1/jobs/{id}/checkpoints): when, then its files. */
+void cli_print_checkpoints(FILE *out, const json_t *reply, bool wide);
 /* Prints one log line object as "[rank N] line" ("[rank N, attempt A] line" for attempts > 1). */
 void cli_print_log_line(FILE *out, const json_t *line);
 /* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,

@@ -68,9 +68,12 @@ static int artifact_get(cli_client_t *c, const char *id, const char *name, const
 int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv)
 {
     const char *ref = NULL, *extra = NULL, *get = NULL, *file = NULL, *v;
+    bool checkpoints = false;
     for (int i = 1; i < argc; i++) {
         int m;
-        if ((m = cli_opt("artifacts", argc, argv, &i, "--get", "-g", &v)) != 0) {
+        if (!strcmp(argv[i], "--checkpoints")) {
+            checkpoints = true;
+        } else if ((m = cli_opt("artifacts", argc, argv, &i, "--get", "-g", &v)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
             get = v;
@@ -92,6 +95,8 @@ int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv)
         return cli_usage_error("artifacts", "missing the job id");
     if (file && !get)
         return cli_usage_error("artifacts", "-o FILE goes with --get NAME");
+    if (checkpoints && get)
+        return cli_usage_error("artifacts", "--checkpoints lists; it does not go with --get");
     kiln_err_t err;
     kiln_err_clear(&err);
     char id[64], path[160];
@@ -100,11 +105,13 @@ int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv)
     if (get)
         return artifact_get(c, id, get, file ? file : get);
     json_t *reply = NULL;
-    snprintf(path, sizeof(path), "/v1/jobs/%s/artifacts", id);
+    snprintf(path, sizeof(path), "/v1/jobs/%s/%s", id, checkpoints ? "checkpoints" : "artifacts");
     if (cli_request(c, "GET", path, NULL, NULL, NULL, &reply, &err) != 0)
         return cli_fail(c, &err);
     if (c->json)
         cli_print_out(c, reply);
+    else if (checkpoints)
+        cli_print_checkpoints(stdout, reply, c->output == CLI_OUT_WIDE);
     else
         cli_print_artifacts(stdout, reply, c->output == CLI_OUT_WIDE);
     json_decref(reply);

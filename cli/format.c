@@ -662,6 +662,33 @@ void cli_print_artifacts(FILE *out, const json_t *reply, bool wide)
     cli_table_print(out, &t);
 }
 
+void cli_print_checkpoints(FILE *out, const json_t *reply, bool wide)
+{
+    cli_table_t t;
+    cli_table_init(&t, wide ? "NAME >SIZE >BYTES SHA256 >ATTEMPT WORKER" : "NAME >SIZE SHA256 >ATTEMPT");
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(reply, "files"), i, f) {
+        char size[24], bytes[32], attempt[16], sha[KILN_SHA256_HEX];
+        cli_fmt_bytes(cli_jnum(f, "size"), size, sizeof(size));
+        snprintf(bytes, sizeof(bytes), "%.0f", cli_jnum(f, "size"));
+        snprintf(attempt, sizeof(attempt), "%.0f", cli_jnum(f, "attempt"));
+        snprintf(sha, sizeof(sha), wide ? "%.64s" : "%.16s", cli_jstr(f, "sha256"));
+        const char *narrow[] = {cli_jstr(f, "name"), size, sha, attempt};
+        const char *full[] = {cli_jstr(f, "name"), size, bytes, sha, attempt, cli_jstr(f, "worker_id")};
+        cli_table_row(&t, wide ? full : narrow);
+    }
+    if (t.nrows == 0) {
+        fprintf(out, "no synced checkpoints (a job without checkpoint.path has its checkpoint directory synced while "
+                     "it runs)\n");
+        return;
+    }
+    char when[32];
+    cli_fmt_time(cli_jstr(reply, "synced_at"), when, sizeof(when));
+    fprintf(out, "synced %s\n", when);
+    cli_table_print(out, &t);
+}
+
 void cli_print_log_line(FILE *out, const json_t *line)
 {
     double rank = cli_jnum(line, "rank"), attempt = cli_jnum(line, "attempt");

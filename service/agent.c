@@ -670,6 +670,8 @@ static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id,
         msg->init_from_sha256 = svc_astr(arena, sha);
     }
     svc_assignment_script(s, sp, arena, msg);
+    if (!sp->ckpt_path[0])
+        svc_assignment_checkpoints(s, job_id, arena, msg);
     spec_deinit(sp);
     free(sp);
     return 0;

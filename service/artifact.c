@@ -186,6 +186,10 @@ int svc_artifact_no_store(kiln_err_t *err)
 /* The checks of a manifest that need no database. */
 static int manifest_check(svc_t *s, const Kiln__ArtifactManifest *m, kiln_err_t *err)
 {
+    bool ckpt = m->kind == KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT;
+    if (m->kind != KILN__ARTIFACT_KIND__ARTIFACT_KIND_OUTPUT && !ckpt)
+        return kiln_err_set(err, KILN_EINVAL, "kind", "kind must be ARTIFACT_KIND_OUTPUT or ARTIFACT_KIND_CHECKPOINT, "
+                            "got %d", (int)m->kind);
     if (m->attempt < 1)
         return kiln_err_set(err, KILN_EINVAL, "attempt", "attempt must be 1 or more, got %d", m->attempt);
     if (m->n_files > SVC_ARTIFACT_MAX_FILES)
@@ -208,8 +212,9 @@ static int manifest_check(svc_t *s, const Kiln__ArtifactManifest *m, kiln_err_t 
             return kiln_err_set(err, KILN_EINVAL, "sha256", "artifact \"%s\": sha256 must be 64 lower-case hex digits",
                                 f->name);
         if (f->size > max - total) {
-            kiln_err_set(err, KILN_ETOOBIG, "files", "the job's artifacts come to more than this kilnd's limit of "
-                         "%lld MiB per job (kilnd --artifact-max-job-mb)", (long long)(max >> 20));
+            kiln_err_set(err, KILN_ETOOBIG, "files", "the job's %s come%s to more than this kilnd's limit of "
+                         "%lld MiB per job (kilnd --artifact-max-job-mb)",
+                         ckpt ? "checkpoint directory" : "artifacts", ckpt ? "s" : "", (long long)(max >> 20));
             kiln_err_detail(err, "with \"%s\" (%lld bytes) they pass %lld bytes", f->name, (long long)f->size,
                             (long long)max);
             kiln_err_hint(err, "the operator raises the limit with kilnd --artifact-max-job-mb");
@@ -220,23 +225,25 @@ static int manifest_check(svc_t *s, const Kiln__ArtifactManifest *m, kiln_err_t 
     return 0;
 }
 
-/* What the store holds of an uploading row of its own: the recorded offset when the partial file
- * has at least that much (anything past it was written but never recorded, and goes), else
- * nothing. */
-static int64_t durable_offset(svc_t *s, const char *job_id, const store_artifact_t *a)
+int64_t svc_store_durable(const char *partial, int64_t received)
 {
-    char path[PATH_MAX];
-    partial_path(s, job_id, a->attempt, a->name, path, sizeof(path));
-    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(partial, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return 0;
     struct stat st;
     int64_t off = 0;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= a->received &&
-        ftruncate(fd, (off_t)a->received) == 0)
-        off = a->received;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= received && ftruncate(fd, (off_t)received) == 0)
+        off = received;
     close(fd);
     return off;
+}
+
+/* What the store holds of an uploading row of its own (svc_store_durable). */
+static int64_t durable_offset(svc_t *s, const char *job_id, const store_artifact_t *a)
+{
+    char path[PATH_MAX];
+    partial_path(s, job_id, a->attempt, a->name, path, sizeof(path));
+    return svc_store_durable(path, a->received);
 }
 
 /* A zero-byte file is whole as soon as it is declared. */
@@ -284,6 +291,8 @@ int svc_agent_artifacts_begin(svc_t *s, const char *worker_id, const Kiln__Artif
         rc = svc_agent_owns(s, wid, m->job_id, m->attempt, &rank0, 1, err);
     if (rc)
         return rc;
+    if (m->kind == KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT)
+        return svc_agent_checkpoint_begin(s, wid, m, arena, out, err);
     rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
@@ -398,25 +407,22 @@ out:
     return rc;
 }
 
-/* Writes data at offset of the partial file, and makes it durable. */
-static int write_chunk(svc_t *s, const char *job_id, const store_artifact_t *a, int64_t offset, const uint8_t *data,
+/* Writes data at offset of partial (creating dir, mode 0700) and makes it durable; KILN_ESTATE
+ * when the file holds fewer than offset bytes. */
+static int store_write(const char *dir, const char *partial, const char *name, int64_t offset, const uint8_t *data,
                        size_t len, kiln_err_t *err)
 {
-    char dir[PATH_MAX], path[PATH_MAX];
-    attempt_dir(s, job_id, a->attempt, dir, sizeof(dir));
     int rc = kiln_mkdirs_mode(dir, 0700, err);
     if (rc)
         return rc;
-    partial_path(s, job_id, a->attempt, a->name, path, sizeof(path));
     int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (offset == 0 ? O_TRUNC : 0);
-    int fd = open(path, flags, 0600);
+    int fd = open(partial, flags, 0600);
     if (fd < 0)
-        return kiln_err_set(err, KILN_EIO, NULL, "could not open the upload of \"%s\": %s", a->name, strerror(errno));
+        return kiln_err_set(err, KILN_EIO, NULL, "could not open the upload of \"%s\": %s", name, strerror(errno));
     struct stat st;
-    rc = 0;
     if (fstat(fd, &st) != 0 || st.st_size < offset) {
         rc = kiln_err_set(err, KILN_ESTATE, "offset", "the store holds fewer bytes of \"%s\" than recorded; ask for "
-                          "the offset again", a->name);
+                          "the offset again", name);
     } else {
         size_t done = 0;
         while (done < len && rc == 0) {
@@ -439,34 +445,60 @@ static int write_chunk(svc_t *s, const char *job_id, const store_artifact_t *a, 
     return rc;
 }
 
-/* The last byte arrived: the file is checked against the declared SHA-256 and renamed into place.
- * A mismatch drops the bytes (KILN_ECHECKSUM). */
-static int finish_file(svc_t *s, const char *job_id, const store_artifact_t *a, kiln_err_t *err)
+/* The last byte arrived: checks partial against want_size and want_sha (KILN_ECHECKSUM, the
+ * bytes dropped) and renames it to final. */
+static int store_finish(const char *dir, const char *partial, const char *final, const char *job_id, const char *what,
+                        const char *name, int64_t want_size, const char *want_sha, kiln_err_t *err)
 {
-    char dir[PATH_MAX], partial[PATH_MAX], final[PATH_MAX], got[KILN_SHA256_HEX];
-    attempt_dir(s, job_id, a->attempt, dir, sizeof(dir));
-    partial_path(s, job_id, a->attempt, a->name, partial, sizeof(partial));
-    final_path(s, job_id, a->attempt, a->name, final, sizeof(final));
+    char got[KILN_SHA256_HEX];
     int fd = open(partial, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
-        return kiln_err_set(err, KILN_EIO, NULL, "could not reopen the upload of \"%s\": %s", a->name, strerror(errno));
+        return kiln_err_set(err, KILN_EIO, NULL, "could not reopen the upload of %s \"%s\": %s", what, name,
+                            strerror(errno));
     int64_t size = 0;
     int rc = kiln_sha256_fd(fd, &size, got, err);
     close(fd);
     if (rc)
         return rc;
-    if (size != a->size || strcmp(got, a->sha256) != 0) {
+    if (size != want_size || strcmp(got, want_sha) != 0) {
         unlink(partial);
-        log_warn("job %s: artifact \"%s\" arrived with SHA-256 %s, not the declared %s; dropped", job_id, a->name, got,
-                 a->sha256);
-        kiln_err_set(err, KILN_ECHECKSUM, "sha256", "artifact \"%s\" as kilnd received it has SHA-256 %.16s..., not "
-                     "the %.16s... its manifest declared; kilnd dropped it", a->name, got, a->sha256);
+        log_warn("job %s: %s \"%s\" arrived with SHA-256 %s, not the declared %s; dropped", job_id, what, name, got,
+                 want_sha);
+        kiln_err_set(err, KILN_ECHECKSUM, "sha256", "%s \"%s\" as kilnd received it has SHA-256 %.16s..., not the "
+                     "%.16s... its manifest declared; kilnd dropped it", what, name, got, want_sha);
         kiln_err_hint(err, "upload it again from offset 0");
         return KILN_ECHECKSUM;
     }
     if (rename(partial, final) != 0)
-        return kiln_err_set(err, KILN_EIO, NULL, "could not put artifact \"%s\" in place: %s", a->name, strerror(errno));
+        return kiln_err_set(err, KILN_EIO, NULL, "could not put %s \"%s\" in place: %s", what, name,
+                            strerror(errno));
     svc_fsync_dir(dir);
+    return 0;
+}
+
+int svc_store_chunk(svc_t *s, const svc_store_target_t *t, int64_t offset, const uint8_t *data, size_t len,
+                    int64_t *received, bool *complete, kiln_err_t *err)
+{
+    *received = t->received;
+    *complete = false;
+    if (strcmp(t->store_id, s->store_id) != 0)
+        return kiln_err_set(err, KILN_ESTATE, "offset", "the upload of %s \"%s\" began in another artifact store "
+                            "(%s); ask for the offset again to continue in this one", t->what, t->name, t->store_id);
+    if (offset != t->received)
+        return kiln_err_set(err, KILN_ESTATE, "offset", "kilnd holds %lld bytes of \"%s\", not %lld; ask for the "
+                            "offset again", (long long)t->received, t->name, (long long)offset);
+    if ((int64_t)len > t->size - offset)
+        return kiln_err_set(err, KILN_EINVAL, "data", "the chunk goes past the %lld bytes declared for \"%s\"",
+                            (long long)t->size, t->name);
+    int rc = store_write(t->dir, t->partial, t->name, offset, data, len, err);
+    if (rc)
+        return rc;
+    int64_t now = offset + (int64_t)len;
+    if (now == t->size &&
+        (rc = store_finish(t->dir, t->partial, t->final, t->job_id, t->what, t->name, t->size, t->sha256, err)) != 0)
+        return rc;
+    *received = now;
+    *complete = now == t->size;
     return 0;
 }
 
@@ -501,9 +533,14 @@ int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__Artifa
         kiln_err_hint(err, "send the chunk again");
         return KILN_ECHECKSUM;
     }
+    if (ch->kind != KILN__ARTIFACT_KIND__ARTIFACT_KIND_OUTPUT && ch->kind != KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT)
+        return kiln_err_set(err, KILN_EINVAL, "kind", "kind must be ARTIFACT_KIND_OUTPUT or ARTIFACT_KIND_CHECKPOINT, "
+                            "got %d", (int)ch->kind);
     rc = svc_agent_owns(s, wid, ch->job_id, ch->attempt, &rank0, 1, err);
     if (rc)
         return rc;
+    if (ch->kind == KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT)
+        return svc_agent_checkpoint_chunk(s, wid, ch, out, err);
     rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
@@ -524,38 +561,25 @@ int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__Artifa
         svc_tx_abort(&tx);
         return 0;
     }
-    if (strcmp(a.store_id, s->store_id) != 0) {
-        rc = kiln_err_set(err, KILN_ESTATE, "offset", "the upload of \"%s\" began in another artifact store (%s); ask "
-                          "for the offset again to continue in this one", a.name, a.store_id);
+    char dir[PATH_MAX], partial[PATH_MAX], final[PATH_MAX];
+    attempt_dir(s, ch->job_id, a.attempt, dir, sizeof(dir));
+    partial_path(s, ch->job_id, a.attempt, a.name, partial, sizeof(partial));
+    final_path(s, ch->job_id, a.attempt, a.name, final, sizeof(final));
+    svc_store_target_t t = {.dir = dir, .partial = partial, .final = final, .job_id = ch->job_id, .what = "artifact",
+                            .name = a.name, .store_id = a.store_id, .size = a.size, .received = a.received,
+                            .sha256 = a.sha256};
+    int64_t received = 0;
+    bool complete = false;
+    rc = svc_store_chunk(s, &t, ch->offset, ch->data.data, ch->data.len, &received, &complete, err);
+    if (rc == KILN_ECHECKSUM) {
+        /* the bytes are gone: record that, so the next try starts at 0 */
+        kiln_err_t e2;
+        if (store_artifact_progress(tx.c, ch->job_id, a.name, 0, false, &e2) == 0 && svc_tx_commit(&tx, &e2) == 0)
+            return rc;
         goto fail;
     }
-    if (ch->offset != a.received) {
-        rc = kiln_err_set(err, KILN_ESTATE, "offset", "kilnd holds %lld bytes of \"%s\", not %lld; ask for the offset "
-                          "again", (long long)a.received, a.name, (long long)ch->offset);
-        goto fail;
-    }
-    if ((int64_t)ch->data.len > a.size - ch->offset) {
-        rc = kiln_err_set(err, KILN_EINVAL, "data", "the chunk goes past the %lld bytes declared for \"%s\"",
-                          (long long)a.size, a.name);
-        goto fail;
-    }
-    rc = write_chunk(s, ch->job_id, &a, ch->offset, ch->data.data, ch->data.len, err);
     if (rc)
         goto fail;
-    int64_t received = ch->offset + (int64_t)ch->data.len;
-    bool complete = received == a.size;
-    if (complete) {
-        rc = finish_file(s, ch->job_id, &a, err);
-        if (rc == KILN_ECHECKSUM) {
-            /* the bytes are gone: record that, so the next try starts at 0 */
-            kiln_err_t e2;
-            if (store_artifact_progress(tx.c, ch->job_id, a.name, 0, false, &e2) == 0 && svc_tx_commit(&tx, &e2) == 0)
-                return rc;
-            goto fail;
-        }
-        if (rc)
-            goto fail;
-    }
     rc = store_artifact_progress(tx.c, ch->job_id, a.name, received, complete, err);
     if (rc)
         goto fail;
@@ -595,35 +619,41 @@ int svc_artifact_model(store_conn_t *c, const char *source_id, int64_t *size, ch
     return 0;
 }
 
-/* Opens the file of a complete artifact row this store holds. */
-static int open_artifact(svc_t *s, const char *job_id, const store_artifact_t *a, int *fd_out, kiln_err_t *err)
+int svc_store_open(svc_t *s, const char *path, const char *store_id, int64_t size, const char *what, int *fd_out,
+                   kiln_err_t *err)
 {
     *fd_out = -1;
     if (!s->store_id[0])
         return svc_artifact_no_store(err);
-    if (strcmp(a->store_id, s->store_id) != 0) {
-        kiln_err_set(err, KILN_EUNAVAIL, NULL, "artifact \"%s\" of job %s is in artifact store %s, and this kilnd's "
-                     "--artifact-dir is store %s", a->name, job_id, a->store_id, s->store_id);
+    if (strcmp(store_id, s->store_id) != 0) {
+        kiln_err_set(err, KILN_EUNAVAIL, NULL, "%s is in artifact store %s, and this kilnd's --artifact-dir is store %s",
+                     what, store_id, s->store_id);
         kiln_err_detail(err, "each kilnd serves the artifacts of the store its --artifact-dir holds");
         kiln_err_hint(err, "give every kilnd replica the same --artifact-dir on shared storage (NFS, a ReadWriteMany "
-                           "volume), or ask a replica whose --artifact-dir is store %s", a->store_id);
+                           "volume), or ask a replica whose --artifact-dir is store %s", store_id);
         return KILN_EUNAVAIL;
     }
-    char path[PATH_MAX];
-    final_path(s, job_id, a->attempt, a->name, path, sizeof(path));
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != a->size) {
-        log_error("artifacts: %s is missing or does not have the %lld bytes recorded for it", path, (long long)a->size);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != size) {
+        log_error("artifacts: %s is missing or does not have the %lld bytes recorded for it", path, (long long)size);
         if (fd >= 0)
             close(fd);
-        kiln_err_set(err, KILN_EUNAVAIL, NULL, "artifact \"%s\" of job %s is missing from the artifact store", a->name,
-                     job_id);
+        kiln_err_set(err, KILN_EUNAVAIL, NULL, "%s is missing from the artifact store", what);
         kiln_err_hint(err, "the operator finds why in kilnd's log");
         return KILN_EUNAVAIL;
     }
     *fd_out = fd;
     return 0;
+}
+
+/* Opens the file of a complete artifact row this store holds. */
+static int open_artifact(svc_t *s, const char *job_id, const store_artifact_t *a, int *fd_out, kiln_err_t *err)
+{
+    char path[PATH_MAX], what[256];
+    final_path(s, job_id, a->attempt, a->name, path, sizeof(path));
+    snprintf(what, sizeof(what), "artifact \"%s\" of job %s", a->name, job_id);
+    return svc_store_open(s, path, a->store_id, a->size, what, fd_out, err);
 }
 
 int svc_agent_fetch_begin(svc_t *s, const char *worker_id, const char *claimed, const char *job_id, int attempt,

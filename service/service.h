@@ -229,7 +229,10 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
  * (KILN_ESTATE otherwise), refusing data whose SHA-256 is not the chunk's (KILN_ECHECKSUM, nothing
  * written); bytes are fsynced before the offset is recorded; the last chunk's file is checked
  * against the manifest's SHA-256 (KILN_ECHECKSUM and dropped when it differs) and renamed into
- * place. Without an artifact store: KILN_EUNSUPP. */
+ * place. Without an artifact store: KILN_EUNSUPP. A manifest and chunks of kind CHECKPOINT sync
+ * the job's checkpoint directory instead (checkpoint.c; proto/kiln.proto ArtifactKind): the
+ * latest attempt only (KILN_ESTATE otherwise), a job without checkpoint.path only (KILN_EINVAL),
+ * the reply's committed set once the manifest is the job's synced state. */
 int svc_agent_artifacts_begin(svc_t *s, const char *worker_id, const Kiln__ArtifactManifest *m, arena_t *arena,
                               Kiln__ArtifactManifestReply *out, kiln_err_t *err);
 int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__ArtifactChunk *c,
@@ -400,6 +403,16 @@ int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err);
  * worker whose credential uploaded it)}]}: the complete
  * ones, by name (viewers). */
 int svc_job_artifacts(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+/* *out = {"files": [{"name", "size", "sha256", "attempt" (whose content it is), "worker_id" (the
+ * worker whose credential synced it)}], "synced_at" (RFC 3339; "" when nothing was synced),
+ * "attempt" (the latest attempt whose content the state holds; 0: none)}: the job's checkpoint
+ * directory as kilnd last synced it, by name (viewers; checkpoint.c). */
+int svc_job_checkpoints(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+/* FetchCheckpoint: a piece of a file of the assigned job's synced checkpoint state, by name.
+ * Allocated from arena. KILN_EPERM when the worker is not assigned the attempt, KILN_ENOTFOUND
+ * when the state has no such file, KILN_EUNAVAIL when another store holds its bytes. */
+int svc_agent_checkpoint_fetch(svc_t *s, const char *worker_id, const Kiln__CheckpointRequest *req, arena_t *arena,
+                               Kiln__CheckpointChunk *out, kiln_err_t *err);
 
 /* An artifact opened for reading. */
 typedef struct svc_artifact_file {

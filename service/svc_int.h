@@ -353,6 +353,33 @@ int svc_agent_fetch_begin(svc_t *s, const char *worker_id, const char *claimed, 
  * arena (*data, *len). KILN_ERANGE past the end, KILN_EIO; what names the file in messages. */
 int svc_read_piece(int fd, int64_t size, int64_t offset, int max_bytes, const char *what, arena_t *arena,
                    uint8_t **data, size_t *len, kiln_err_t *err);
+/* The store's files, for artifacts and checkpoint contents alike. svc_store_durable: what the
+ * store holds of an upload whose partial file is partial and whose recorded progress is received:
+ * received when the file has at least that much (anything past it was written but never
+ * recorded, and goes), else 0. */
+int64_t svc_store_durable(const char *partial, int64_t received);
+/* What a chunk goes into: the paths of the file's directory, its partial and its final file, and
+ * the row's record (the store holding it, declared size and SHA-256, bytes received); job_id,
+ * what ("artifact") and name name it in messages. */
+typedef struct svc_store_target {
+    const char *dir, *partial, *final;
+    const char *job_id, *what, *name;
+    const char *store_id;
+    int64_t size, received;
+    const char *sha256;
+} svc_store_target_t;
+/* Takes a chunk of t at offset: KILN_ESTATE when another store holds the upload or offset is not
+ * what it holds, KILN_EINVAL past the declared size; otherwise writes it durably and, with the
+ * last byte, checks the whole file against the declared SHA-256 (KILN_ECHECKSUM: the bytes were
+ * dropped; the caller records 0 received) and puts it in place. *received and *complete (OUT)
+ * what to record. */
+int svc_store_chunk(svc_t *s, const svc_store_target_t *t, int64_t offset, const uint8_t *data, size_t len,
+                    int64_t *received, bool *complete, kiln_err_t *err);
+/* Opens the file of a complete content this store holds (path, store_id as recorded, size as
+ * recorded); KILN_EUNAVAIL naming the store that does, or when the file is missing or damaged.
+ * what names it in messages ("artifact \"x\" of job J"). */
+int svc_store_open(svc_t *s, const char *path, const char *store_id, int64_t size, const char *what, int *fd_out,
+                   kiln_err_t *err);
 /* KILN_EUNSUPP: this kilnd keeps no artifacts (no --artifact-dir), with a hint. */
 int svc_artifact_no_store(kiln_err_t *err);
 /* fsync(2) of a directory, after a file in it was created or renamed (errors ignored). */
@@ -368,6 +395,15 @@ void svc_janitor_stop(svc_t *s);
  * size, python, hyperparameters, channels, environment, torch_distributed), from sp; allocated
  * from arena (code.c). */
 void svc_assignment_script(svc_t *s, const spec_t *sp, arena_t *arena, Kiln__Assignment *msg);
+/* The job's synced checkpoint state into msg->checkpoint_files (allocated from arena; none when
+ * it cannot be read, logged). For a job whose checkpoint_dir is "" (checkpoint.c). */
+void svc_assignment_checkpoints(svc_t *s, const char *job_id, arena_t *arena, Kiln__Assignment *msg);
+/* svc_agent_artifacts_begin and svc_agent_artifact_chunk for kind CHECKPOINT, once the worker
+ * (wid) is known to hold rank 0 of the attempt and the manifest passed its checks. */
+int svc_agent_checkpoint_begin(svc_t *s, const char *wid, const Kiln__ArtifactManifest *m, arena_t *arena,
+                               Kiln__ArtifactManifestReply *out, kiln_err_t *err);
+int svc_agent_checkpoint_chunk(svc_t *s, const char *wid, const Kiln__ArtifactChunk *ch, Kiln__ArtifactChunkReply *out,
+                               kiln_err_t *err);
 
 /* Copies a string into the arena ("" for NULL). */
 char *svc_astr(arena_t *a, const char *s);

@@ -653,6 +653,53 @@ int store_artifact_trash_list(store_conn_t *c, const char *store_id, int limit, 
                               kiln_err_t *err);
 int store_artifact_trash_done(store_conn_t *c, const char *store_id, const store_trash_t *t, kiln_err_t *err);
 
+/* ---- synced checkpoint directories (checkpoint.c) ----------------------------------------------- */
+
+/* A content of a job's checkpoint directory the store holds or is receiving, by SHA-256. */
+typedef struct store_ckpt_blob {
+    char sha256[KILN_SHA256_HEX];
+    int64_t size, received;      /* received: bytes held durably */
+    bool complete;               /* whole, verified, in place */
+    char store_id[64];           /* the artifact store holding the bytes */
+} store_ckpt_blob_t;
+
+/* A file of a job's checkpoint directory: its name and content, the attempt and worker that
+ * synced that content, and when the state holding it became the synced one. */
+typedef struct store_ckpt_file {
+    char name[KILN_ARTIFACT_NAME_MAX + 1];
+    char sha256[KILN_SHA256_HEX];
+    int64_t size;
+    int attempt;
+    char worker_id[STORE_WORKER_ID_LEN];
+    int64_t synced_us;
+} store_ckpt_file_t;
+
+/* The files of the job's SYNCED state (synced) or of its PENDING one, by name. *out malloc'd
+ * (caller frees; NULL when none). */
+int store_ckpt_files(store_conn_t *c, const char *job_id, bool synced, store_ckpt_file_t **out, int *n,
+                     kiln_err_t *err);
+/* One file of the SYNCED state (synced), or of the PENDING one. KILN_ENOTFOUND when there is none. */
+int store_ckpt_file_get(store_conn_t *c, const char *job_id, const char *name, bool synced, store_ckpt_file_t *out,
+                        kiln_err_t *err);
+/* Replaces the job's PENDING state with files[0..n) (name, sha256, size), written by attempt on
+ * worker_id, and records each content not yet known as a blob of store_id with nothing
+ * received (an empty one complete). Run it inside a transaction. */
+int store_ckpt_pending_set(store_conn_t *c, const char *job_id, int attempt, const char *worker_id,
+                           const store_ckpt_file_t *files, int n, const char *store_id, kiln_err_t *err);
+/* One content; with lock, FOR UPDATE (in a transaction). KILN_ENOTFOUND when there is none. */
+int store_ckpt_blob_get(store_conn_t *c, const char *job_id, const char *sha256, bool lock, store_ckpt_blob_t *out,
+                        kiln_err_t *err);
+/* received := the bytes store_id holds durably; complete when the content is whole. */
+int store_ckpt_blob_progress(store_conn_t *c, const char *job_id, const char *sha256, int64_t received,
+                             bool complete, const char *store_id, kiln_err_t *err);
+/* The PENDING state becomes the SYNCED one (synced_at now; a file whose content did not change
+ * keeps its attempt and worker). Run it inside a transaction, after checking every content of
+ * the PENDING state is complete. */
+int store_ckpt_commit(store_conn_t *c, const char *job_id, kiln_err_t *err);
+/* Deletes the job's contents no file names any more; *out (malloc'd, caller frees) the rows
+ * deleted, so that their bytes can go. */
+int store_ckpt_blobs_prune(store_conn_t *c, const char *job_id, store_ckpt_blob_t **out, int *n, kiln_err_t *err);
+
 /* ---- code archives (code.c) -------------------------------------------------------------------- */
 
 /* An uploaded code archive, as a project sees it: its digest (SHA-256 of the bytes, lower-case

@@ -3,6 +3,8 @@
 
 #include <criterion/criterion.h>
 #include <curl/curl.h>
+#include <libpq-fe.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,3 +399,89 @@ void at_sse_free(at_sse_t *s)
     free(s->buf);
     pthread_mutex_destroy(&s->lock);
 }
+
+long long at_sql_int(const char *fmt, ...)
+{
+    char q[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(q, sizeof q, fmt, ap);
+    va_end(ap);
+    PGconn *c = PQconnectdb(at_db_url());
+    cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, q);
+    cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", q,
+              PQerrorMessage(c));
+    long long v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? atoll(PQgetvalue(r, 0, 0)) : 0;
+    PQclear(r);
+    PQfinish(c);
+    return v;
+}
+
+void at_sha256sum(const void *data, size_t n, char out[65])
+{
+    char path[256], cmd[320];
+    snprintf(path, sizeof path, "%s/sum.bin", at_dir_path());
+    FILE *f = fopen(path, "wb");
+    cr_assert(f && fwrite(data, 1, n, f) == n);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "sha256sum %s", path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p && fscanf(p, "%64s", out) == 1);
+    pclose(p);
+    unlink(path);
+}
+
+int at_ck_begin(const char *job, int attempt, const at_ck_file_t *files, size_t n, bool *committed, int64_t *off,
+                    kiln_err_t *err)
+{
+    Kiln__ArtifactFile f[8], *fp[8];
+    char sha[8][KILN_SHA256_HEX];
+    cr_assert_leq(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        kiln__artifact_file__init(&f[i]);
+        at_sha256sum(files[i].text, strlen(files[i].text), sha[i]);
+        f[i].name = (char *)files[i].name;
+        f[i].size = (int64_t)strlen(files[i].text);
+        f[i].sha256 = sha[i];
+        fp[i] = &f[i];
+    }
+    Kiln__ArtifactManifest m = KILN__ARTIFACT_MANIFEST__INIT;
+    m.worker_id = at_worker;
+    m.job_id = (char *)job;
+    m.attempt = attempt;
+    m.n_files = n;
+    m.files = fp;
+    m.kind = KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT;
+    Kiln__ArtifactManifestReply r = KILN__ARTIFACT_MANIFEST_REPLY__INIT;
+    arena_t a;
+    arena_init(&a, 0);
+    kiln_err_clear(err);
+    int rc = svc_agent_artifacts_begin(at_svc, at_worker, &m, &a, &r, err);
+    if (committed)
+        *committed = r.committed;
+    for (size_t i = 0; rc == 0 && off && i < r.n_files; i++)
+        off[i] = r.files[i]->offset;
+    arena_deinit(&a);
+    return rc;
+}
+
+/* The whole text of file f of the checkpoint directory, in one chunk. */
+int at_ck_send(const char *job, int attempt, const at_ck_file_t *f, kiln_err_t *err)
+{
+    char csha[KILN_SHA256_HEX];
+    kiln_sha256_hex(f->text, strlen(f->text), csha);
+    Kiln__ArtifactChunk c = KILN__ARTIFACT_CHUNK__INIT;
+    c.worker_id = at_worker;
+    c.job_id = (char *)job;
+    c.attempt = attempt;
+    c.name = (char *)f->name;
+    c.data.data = (uint8_t *)f->text;
+    c.data.len = strlen(f->text);
+    c.sha256 = csha;
+    c.kind = KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT;
+    Kiln__ArtifactChunkReply r = KILN__ARTIFACT_CHUNK_REPLY__INIT;
+    kiln_err_clear(err);
+    return svc_agent_artifact_chunk(at_svc, at_worker, &c, &r, err);
+}
+

@@ -27,6 +27,21 @@ const char *at_dir_path(void);
  * first error's status (err filled) or 0. */
 int at_upload(svc_t *s, const char *worker, const char *job_id, int attempt, const char *name, const void *data,
               size_t len, size_t chunk, kiln_err_t *err);
+/* The first column of the first row of a query of the fixture's database (0 when none); the
+ * query is printf-formatted. */
+long long at_sql_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* SHA-256 of n bytes by sha256sum, a program that is not kiln's, into out (lower-case hex). */
+void at_sha256sum(const void *data, size_t n, char out[65]);
+/* A file of a job's checkpoint directory as its agent sees it. */
+typedef struct at_ck_file {
+    const char *name, *text;
+} at_ck_file_t;
+/* BeginArtifacts of kind CHECKPOINT for files[0..n) (n <= 8) by the fixture's worker: the status;
+ * *committed (may be NULL) and, per file, the offset kilnd holds (off, room for n; may be NULL). */
+int at_ck_begin(const char *job, int attempt, const at_ck_file_t *files, size_t n, bool *committed, int64_t *off,
+                kiln_err_t *err);
+/* PutArtifactChunk of kind CHECKPOINT: the whole text of file f in one chunk. */
+int at_ck_send(const char *job, int attempt, const at_ck_file_t *f, kiln_err_t *err);
 /* Criterion .init/.fini: database, service, REST server, one 4-slot CPU worker. */
 void at_setup(void);
 /* at_setup with REST options (CORS origins, metrics auth); addr is the fixture's. */

@@ -18,25 +18,6 @@ TestSuite(artifacts, .init = at_setup, .fini = at_teardown, .timeout = 120);
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-static long long sql_int(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static long long sql_int(const char *fmt, ...)
-{
-    char q[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(q, sizeof q, fmt, ap);
-    va_end(ap);
-    PGconn *c = PQconnectdb(at_db_url());
-    cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
-    PGresult *r = PQexec(c, q);
-    cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", q,
-              PQerrorMessage(c));
-    long long v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? atoll(PQgetvalue(r, 0, 0)) : 0;
-    PQclear(r);
-    PQfinish(c);
-    return v;
-}
-
 /* Pseudo-random bytes (xorshift), so that every offset holds a different value. */
 static uint8_t *test_bytes(size_t n, uint64_t seed)
 {
@@ -49,21 +30,6 @@ static uint8_t *test_bytes(size_t n, uint64_t seed)
         b[i] = (uint8_t)(x >> 24);
     }
     return b;
-}
-
-/* SHA-256 by sha256sum, a program that is not kiln's. */
-static void sha256sum(const void *data, size_t n, char out[65])
-{
-    char path[256], cmd[320];
-    snprintf(path, sizeof path, "%s/sum.bin", at_dir_path());
-    FILE *f = fopen(path, "wb");
-    cr_assert(f && fwrite(data, 1, n, f) == n);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "sha256sum %s", path);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p && fscanf(p, "%64s", out) == 1);
-    pclose(p);
-    unlink(path);
 }
 
 /* A running job of the fixture's worker; its attempt into *attempt. Caller frees. */
@@ -166,7 +132,7 @@ Test(artifacts, a_model_uploaded_in_chunks_downloads_byte_for_byte_with_ranges)
     cr_assert_eq(at_upload(at_svc, at_worker, job, attempt, "model_llmc.bin", data, n, 65536, &err), 0, "%s",
                  err.message);
     char want[65];
-    sha256sum(data, n, want);
+    at_sha256sum(data, n, want);
 
     char path[256];
     snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", job);
@@ -325,7 +291,7 @@ Test(artifacts, names_that_leave_the_store_are_refused)
         free(body);
     }
     /* Nothing was written anywhere. */
-    cr_assert_eq(sql_int("SELECT count(*) FROM artifacts"), 0);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM artifacts"), 0);
     char dir[256];
     struct stat sb;
     snprintf(dir, sizeof dir, "%s/artifacts/jobs", at_dir_path());
@@ -358,7 +324,7 @@ Test(artifacts, a_damaged_chunk_or_a_wrong_checksum_is_refused)
     cr_assert(strstr(err.message, "does not match"), "%s", err.message);
     cr_assert_eq(kiln_status_grpc(KILN_ECHECKSUM), 15, "agents see DATA_LOSS");
     cr_assert_eq(offset_of(at_svc, job, attempt, name, size, sha), 0, "nothing of it was kept");
-    cr_assert_eq(sql_int("SELECT received FROM artifacts WHERE job_id = '%s'", job), 0);
+    cr_assert_eq(at_sql_int("SELECT received FROM artifacts WHERE job_id = '%s'", job), 0);
 
     /* the right chunk, then one at the wrong offset, then one past the end */
     cr_assert_eq(chunk(at_svc, job, attempt, name, 0, data, 400, NULL, &off, &err), 0, "%s", err.message);
@@ -377,7 +343,7 @@ Test(artifacts, a_damaged_chunk_or_a_wrong_checksum_is_refused)
     cr_assert_eq(chunk(at_svc, job, attempt, name, 0, data, 600, NULL, &off, &err), 0, "%s", err.message);
     cr_assert_eq(chunk(at_svc, job, attempt, name, 600, data + 600, 400, NULL, NULL, &err), KILN_ECHECKSUM);
     cr_assert_str_eq(err.field, "sha256");
-    cr_assert_eq(sql_int("SELECT count(*) FROM artifacts WHERE state = 'COMPLETE'"), 0, "never listed");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM artifacts WHERE state = 'COMPLETE'"), 0, "never listed");
     cr_assert_eq(offset_of(at_svc, job, attempt, name, size, wrong), 0, "its bytes were dropped");
     char p[256];
     snprintf(p, sizeof p, "/v1/jobs/%s/artifacts/%s", job, name);
@@ -506,7 +472,7 @@ Test(artifacts, only_rank_0s_worker_uploads_and_a_job_s_total_is_bounded)
     cr_assert(strstr(err.message, "10240 MiB"), "%s", err.message);
     cr_assert(strstr(err.hint, "--artifact-max-job-mb"), "%s", err.hint);
     cr_assert_eq(kiln_status_grpc(KILN_ETOOBIG), 3, "agents do not retry it");
-    cr_assert_eq(sql_int("SELECT count(*) FROM artifacts"), 0);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM artifacts"), 0);
     free(job);
 }
 
@@ -566,12 +532,12 @@ Test(artifacts, delete_removes_everything_of_an_ended_job_and_409s_a_running_one
     cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK);
     cr_assert_geq(PQntuples(r), 7);
     for (int i = 0; i < PQntuples(r); i++)
-        cr_assert_eq(sql_int("SELECT count(*) FROM %s WHERE job_id = '%s'", PQgetvalue(r, i, 0), job), 0,
+        cr_assert_eq(at_sql_int("SELECT count(*) FROM %s WHERE job_id = '%s'", PQgetvalue(r, i, 0), job), 0,
                      "%s still holds rows of the job", PQgetvalue(r, i, 0));
     PQclear(r);
     PQfinish(c);
-    cr_assert_eq(sql_int("SELECT count(*) FROM jobs WHERE id = '%s'", job), 0);
-    cr_assert_eq(sql_int("SELECT count(*) FROM logs WHERE job_id = '%s'", other), 3, "other jobs keep theirs");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s'", job), 0);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM logs WHERE job_id = '%s'", other), 3, "other jobs keep theirs");
     char dir[256];
     struct stat sb;
     snprintf(dir, sizeof dir, "%s/artifacts/jobs/%s", at_dir_path(), job);
@@ -672,10 +638,10 @@ Test(artifacts, init_from_a_job_is_checked_at_submission_and_travels_in_the_assi
                                                        "init_from")), ref);
     json_decref(j);
     free(raw);
-    cr_assert_eq(sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND data_paths::text LIKE '%%job:%%'", child), 0,
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND data_paths::text LIKE '%%job:%%'", child), 0,
                  "job:<id> is no file the agents' data roots must hold");
     char want[65];
-    sha256sum(data, 3000, want);
+    at_sha256sum(data, 3000, want);
     arena_t a;
     arena_init(&a, 0);
     const Kiln__Assignment *as = NULL;
@@ -742,11 +708,11 @@ Test(artifacts, retention_drops_the_logs_of_long_ended_jobs_only)
     at_push_logs(live, a_running, "live", 0, 30);
     at_rank_exit(old, a_old, 0);
     at_rank_exit(recent, a_recent, 0);
-    sql_int("UPDATE jobs SET ended_at = now() - interval '10 days' WHERE id = '%s'", old);
-    sql_int("UPDATE jobs SET ended_at = now() - interval '1 day' WHERE id = '%s'", recent);
-    sql_int("UPDATE jobs SET started_at = now() - interval '30 days', created_at = now() - interval '30 days'"
+    at_sql_int("UPDATE jobs SET ended_at = now() - interval '10 days' WHERE id = '%s'", old);
+    at_sql_int("UPDATE jobs SET ended_at = now() - interval '1 day' WHERE id = '%s'", recent);
+    at_sql_int("UPDATE jobs SET started_at = now() - interval '30 days', created_at = now() - interval '30 days'"
             " WHERE id = '%s'", live);
-    long long events_old = sql_int("SELECT count(*) FROM job_events WHERE job_id = '%s'", old);
+    long long events_old = at_sql_int("SELECT count(*) FROM job_events WHERE job_id = '%s'", old);
 
     /* A kilnd on the same database with a 5-day retention; its clean-up thread does the work. */
     svc_config_t cfg = {.database_url = at_db_url(), .heartbeat_timeout_ms = 60000, .db_pool_size = 2,
@@ -757,15 +723,15 @@ Test(artifacts, retention_drops_the_logs_of_long_ended_jobs_only)
     long long left = -1;
     for (int i = 0; i < 100 && left != 0; i++) {
         usleep(100000);
-        left = sql_int("SELECT count(*) FROM logs WHERE job_id = '%s'", old);
+        left = at_sql_int("SELECT count(*) FROM logs WHERE job_id = '%s'", old);
     }
     svc_destroy(s2);
     cr_assert_eq(left, 0, "the old job's logs are gone");
-    cr_assert_eq(sql_int("SELECT count(*) FROM logs WHERE job_id = '%s'", recent), 40);
-    cr_assert_eq(sql_int("SELECT count(*) FROM logs WHERE job_id = '%s'", live), 30);
-    cr_assert_eq(sql_int("SELECT count(*) FROM jobs WHERE logs_expired_at IS NOT NULL"), 1);
-    cr_assert_eq(sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND logs_expired_at IS NOT NULL", old), 1);
-    cr_assert_eq(sql_int("SELECT count(*) FROM job_events WHERE job_id = '%s'", old), events_old,
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM logs WHERE job_id = '%s'", recent), 40);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM logs WHERE job_id = '%s'", live), 30);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE logs_expired_at IS NOT NULL"), 1);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND logs_expired_at IS NOT NULL", old), 1);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM job_events WHERE job_id = '%s'", old), events_old,
                  "only logs go");
     /* the job itself answers, with no lines */
     char path[128];

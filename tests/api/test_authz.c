@@ -198,6 +198,12 @@ static void p_artifacts(int c, char *path, size_t n, const char **body)
     snprintf(path, n, "/v1/jobs/%s/artifacts", job_id);
     *body = NULL;
 }
+static void p_checkpoints(int c, char *path, size_t n, const char **body)
+{
+    (void)c;
+    snprintf(path, n, "/v1/jobs/%s/checkpoints", job_id);
+    *body = NULL;
+}
 /* A job of project p that has run and left an artifact (made once). */
 static void p_artifact(int c, char *path, size_t n, const char **body)
 {
@@ -429,6 +435,7 @@ static const row_t k_rows[] = {
     {"DELETE", "/v1/jobs/{id}", p_delete, {UNAUTH, 403, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/artifacts", p_artifacts, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/artifacts/{name}", p_artifact, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"GET", "/v1/jobs/{id}/checkpoints", p_checkpoints, {UNAUTH, 200, 200, 404, 200, 200}},
     {"POST", "/v1/jobs/{id}:stop", p_stop, {UNAUTH, 403, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/events", p_events, {UNAUTH, 200, 200, 404, 200, 200}},
     {"GET", "/v1/jobs/{id}/logs", p_logs, {UNAUTH, 200, 200, 404, 200, 200}},

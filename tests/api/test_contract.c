@@ -283,6 +283,13 @@ Test(contract, every_route_against_openapi)
     kiln_err_t aerr;
     cr_assert_eq(at_upload(at_svc, at_worker, art, a3, "model_llmc.bin", model, sizeof model - 1, 16, &aerr), 0, "%s",
                  aerr.message);
+    /* and a synced checkpoint directory */
+    const at_ck_file_t ck = {"ckpt-0001.pt", "kiln contract test checkpoint"};
+    bool committed = false;
+    cr_assert_eq(at_ck_begin(art, a3, &ck, 1, NULL, NULL, &aerr), 0, "%s", aerr.message);
+    cr_assert_eq(at_ck_send(art, a3, &ck, &aerr), 0, "%s", aerr.message);
+    cr_assert_eq(at_ck_begin(art, a3, &ck, 1, &committed, NULL, &aerr), 0, "%s", aerr.message);
+    cr_assert(committed);
     at_rank_exit(art, a3, 0);
     char *queued = at_create_job("queued", NULL, "contract-key-1");
     char path[512];
@@ -436,6 +443,11 @@ Test(contract, every_route_against_openapi)
     free(text);
     cr_assert_eq(rec("GET", path, NULL, NULL, NULL, "Range: bytes=100000-", &text), 416, "%s", text);
     free(text);
+    snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", art);
+    want(200, "GET", path, NULL, NULL);
+    want(404, "GET", path, NULL, viewer); /* a job in a project the viewer is not in */
+    snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", running); /* nothing synced */
+    want(200, "GET", path, NULL, NULL);
     snprintf(path, sizeof path, "/v1/jobs/%s/artifacts/.hidden", art);
     want(400, "GET", path, NULL, NULL);
     snprintf(path, sizeof path, "/v1/jobs/%s/artifacts/samples.txt", art);

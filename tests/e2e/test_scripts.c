@@ -3,13 +3,15 @@
  * the hyperparameters as SageMaker's arguments; a PyTorch DDP script (Debian's python3-torch,
  * gloo) on 2 nodes x 1 rank and on 1 node x 2 ranks ends with the parameters a single process
  * reaches on the same global batch; SageMaker's failure file as the job's reason; a memory hog's
- * out-of-memory reason; a script that writes no model. The scripts live in a data root (the
+ * out-of-memory reason; a script that writes no model; managed spot training (an agent killed
+ * mid-run, the job resumed on the other from its synced checkpoint directory). The scripts live in a data root (the
  * sandbox shows ranks nothing else) or are uploaded as a code archive. */
 #include "tests/e2e/e2e.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -432,5 +434,151 @@ Test(e2e_scripts, pytorch_ddp_matches_one_process_on_two_nodes_and_on_one_node_w
     }
     ddp_check(ids[0], 2);
     ddp_check(ids[1], 2);
+    e2e_pass();
+}
+
+/* ---- managed spot training: the checkpoint directory survives the machine --------------------- */
+
+#define SPOT_STEPS 60
+#define SPOT_EVERY 5
+#define SPOT_STOP 20 /* attempt 1 checkpoints this step, then waits for its machine to go */
+#define SPOT_STR_(x) #x
+#define SPOT_STR(x) SPOT_STR_(x)
+
+/* Checkpoints every SPOT_EVERY steps into SageMaker's checkpoint directory (a file per
+ * checkpoint, written under a name that is never synced and renamed into place; the older ones
+ * removed but the last two), and resumes from the newest one it finds there. */
+static const char k_spot_py[] =
+    "import json, os, sys, time\n"
+    "ck = os.environ['SM_CHECKPOINT_DIR']\n"
+    "have = sorted(f for f in os.listdir(ck) if f.startswith('ckpt-'))\n"
+    "start = json.load(open(os.path.join(ck, have[-1])))['step'] if have else 0\n"
+    "attempt = int(os.environ['TORCHELASTIC_RESTART_COUNT']) + 1\n"
+    "print('RESUMED from %d in attempt %d' % (start, attempt), flush=True)\n"
+    "for step in range(start + 1, " SPOT_STR(SPOT_STEPS) " + 1):\n"
+    "    print('step %d loss %.6f' % (step, 1.0 / step), flush=True)\n"
+    "    if step % " SPOT_STR(SPOT_EVERY) " == 0:\n"
+    "        tmp = os.path.join(ck, '.writing')\n"
+    "        with open(tmp, 'w') as f:\n"
+    "            json.dump({'step': step}, f)\n"
+    "        os.rename(tmp, os.path.join(ck, 'ckpt-%04d.json' % step))\n"
+    "        for old in sorted(f for f in os.listdir(ck) if f.startswith('ckpt-'))[:-2]:\n"
+    "            os.remove(os.path.join(ck, old))\n"
+    "    if attempt == 1 and step == " SPOT_STR(SPOT_STOP) ":\n"
+    "        while True:\n"
+    "            time.sleep(1)\n"
+    "    time.sleep(0.02)\n";
+
+/* The names in the job's synced checkpoint state, joined by ',' (static). */
+static const char *synced_names(const char *id, json_t **listing)
+{
+    static char names[512];
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/checkpoints", id);
+    json_t *l = e2e_get(path);
+    names[0] = '\0';
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(l, "files"), i, f) {
+        size_t n = strlen(names);
+        snprintf(names + n, sizeof names - n, "%s%s", n ? "," : "", e2e_jstr(f, "name"));
+    }
+    if (listing)
+        *listing = l;
+    else
+        json_decref(l);
+    return names;
+}
+
+Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_agent,
+     .init = e2e_setup_fast_heartbeat, .fini = e2e_teardown, .timeout = 300)
+{
+    const char *dir = script_dir("spot-code");
+    write_file(dir, "spot.py", k_spot_py);
+    char spec[2 * PATH_MAX];
+    snprintf(spec, sizeof spec,
+             "{\"name\": \"spot\", \"entry_point\": \"spot.py\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 3},"
+             " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"},"
+             " \"metric_definitions\": [{\"name\": \"loss\", \"regex\": \"^step (?<step>[0-9]+) loss ([0-9.]+)\"}]}",
+             dir);
+    json_t *sub = e2e_submit(spec);
+    char id[64];
+    snprintf(id, sizeof id, "%s", e2e_jstr(sub, "id"));
+    json_decref(sub);
+
+    /* attempt 1 waits at step SPOT_STOP once it checkpointed it: kilnd's synced state comes to
+     * that checkpoint and the one before it (the older ones' removal synced too) */
+    const char *want = "ckpt-0015.json,ckpt-0020.json";
+    for (int i = 0; i < 600 && strcmp(synced_names(id, NULL), want) != 0; i++)
+        usleep(100000);
+    json_t *listing = NULL;
+    cr_assert_str_eq(synced_names(id, &listing), want, "kilnd's synced state never came to the checkpoints of "
+                     "steps 15 and 20");
+    cr_assert_eq(e2e_jint(listing, "attempt"), 1, "%s", e2e_dump(listing));
+    cr_assert_str_neq(e2e_jstr(listing, "synced_at"), "", "%s", e2e_dump(listing));
+    json_decref(listing);
+
+    /* every point attempt 1 will ever have is stored (the agent's outbox dies with it) */
+    char path[200];
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=loss&attempt=all&max_points=100000", id);
+    bool stored = false;
+    for (int i = 0; i < 600 && !stored; i++) {
+        json_t *m = e2e_get(path);
+        size_t k;
+        json_t *p;
+        json_array_foreach(json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points"), k, p)
+            stored = stored || e2e_jint(p, "step") == SPOT_STOP;
+        json_decref(m);
+        if (!stored)
+            usleep(100000);
+    }
+    cr_assert(stored, "the point of step %d never arrived", SPOT_STOP);
+
+    /* the machine goes, with the rank on it */
+    int agent = e2e_agent_of_job(id);
+    cr_assert_geq(agent, 0);
+    e2e_agent_signal(agent, SIGKILL);
+    json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", SCRIPT_TIMEOUT_MS);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    int final = (int)e2e_jint(job, "attempt");
+    cr_assert_eq(final, 2, "the attempt the agent died with was retried once: %s", e2e_dump(job));
+    json_decref(job);
+
+    /* attempt 2 ran on the other agent (the only one left) and resumed after the last synced
+     * checkpoint */
+    char *lines = rank_lines(id, 0, "RESUMED");
+    cr_assert(strstr(lines, "RESUMED from 0 in attempt 1"), "%s", lines);
+    cr_assert(strstr(lines, "RESUMED from " SPOT_STR(SPOT_STOP) " in attempt 2"), "attempt 2 did not resume from "
+              "the synced checkpoint of step %d:\n%s", SPOT_STOP, lines);
+    free(lines);
+
+    /* the metrics: each step once per attempt, and none lost after the restore point */
+    json_t *m = e2e_get(path);
+    json_t *pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
+    static unsigned char seen[3][SPOT_STEPS + 1];
+    memset(seen, 0, sizeof seen);
+    size_t i;
+    json_t *p;
+    json_array_foreach(pts, i, p) {
+        int a = (int)e2e_jint(p, "attempt");
+        json_int_t step = e2e_jint(p, "step");
+        cr_assert(a >= 1 && a <= 2 && step >= 1 && step <= SPOT_STEPS, "%s", e2e_dump(p));
+        cr_assert_eq(seen[a][step]++, 0, "step %lld of attempt %d is stored twice", (long long)step, a);
+    }
+    json_decref(m);
+    for (int s = 1; s <= SPOT_STEPS; s++) {
+        cr_assert_eq(seen[1][s], s <= SPOT_STOP, "attempt 1 and step %d", s);
+        cr_assert_eq(seen[2][s], s > SPOT_STOP, "attempt 2 and step %d", s);
+    }
+
+    /* the last synced state is attempt 2's last two checkpoints */
+    cr_assert_str_eq(synced_names(id, &listing), "ckpt-0055.json,ckpt-0060.json", "%s", e2e_dump(listing));
+    cr_assert_eq(e2e_jint(listing, "attempt"), 2, "%s", e2e_dump(listing));
+    json_decref(listing);
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(e2e_kiln(&out, &err, "artifacts", id, "--checkpoints", NULL), 0, "%s", err);
+    cr_assert(strstr(out, "ckpt-0055.json") && strstr(out, "ckpt-0060.json") && strstr(out, "synced "), "%s", out);
+    free(out);
+    free(err);
     e2e_pass();
 }

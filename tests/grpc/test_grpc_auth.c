@@ -426,6 +426,7 @@ static const row_t k_rows[] = {
     {"/kiln.TrainingService/SetMember", r_set, {MANAGE}},
     {"/kiln.TrainingService/RemoveMember", r_remove, {MANAGE}},
     {"/kiln.TrainingService/ListArtifacts", r_job, {JOB_READ}},
+    {"/kiln.TrainingService/ListCheckpoints", r_job, {JOB_READ}},
     /* job_p has no artifact: whoever may read the job learns just that (downloads have their
      * own test below) */
     {"/kiln.TrainingService/DownloadArtifact", r_artifact, {UNAUTH, "NOT_FOUND", "NOT_FOUND", "NOT_FOUND",
@@ -461,6 +462,7 @@ static const row_t k_rows[] = {
     {"/kiln.AgentService/PutArtifactChunk", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/FetchInitModel", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/FetchCode", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/FetchCheckpoint", r_empty, {NOT_AN_AGENT}},
 };
 
 static const row_t *row_of(const char *method)
