@@ -26,7 +26,7 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
     const char *spec_path = NULL, *ckpt_dir = NULL, *out_dir = NULL, *prompt = NULL, *resume = NULL;
-    const char *init_model = NULL;
+    const char *init_model = NULL, *log_level = "info";
     int64_t threads = 0, max_steps = 0;
     double peak = 0;
     bool quiet = false;
@@ -56,22 +56,24 @@ int main(int argc, char **argv)
     resume = re.resume_from;
     init_model = re.init_model;
     config_flag_t flags[] = {
-        {"spec", NULL, CONFIG_STR, &spec_path, "job spec JSON file (default " RANK_ENV_SPEC ")"},
-        {"threads", NULL, CONFIG_INT, &threads, "CPU threads (default " RANK_ENV_THREADS "; 0: spec or all cores)"},
-        {"checkpoint-dir", NULL, CONFIG_STR, &ckpt_dir,
+        {"spec", NULL, CONFIG_STR, &spec_path, CONFIG_ANY, "job spec JSON file (default " RANK_ENV_SPEC ")"},
+        {"threads", NULL, CONFIG_INT, &threads, CONFIG_RANGE(0, RANK_MAX_THREADS), "CPU threads (default " RANK_ENV_THREADS "; 0: spec or all cores)"},
+        {"checkpoint-dir", NULL, CONFIG_STR, &ckpt_dir, CONFIG_ANY,
          "checkpoint directory: resumes from the newest checkpoint in it (default " RANK_ENV_CHECKPOINT_DIR ")"},
-        {"resume-from", NULL, CONFIG_STR, &resume,
+        {"resume-from", NULL, CONFIG_STR, &resume, CONFIG_ANY,
          "another checkpoint directory to resume from when it holds a newer checkpoint (default "
          RANK_ENV_RESUME_FROM ")"},
-        {"output-dir", NULL, CONFIG_STR, &out_dir, "samples and the final model (default " RANK_ENV_OUTPUT_DIR ")"},
-        {"init-model", NULL, CONFIG_STR, &init_model,
+        {"output-dir", NULL, CONFIG_STR, &out_dir, CONFIG_ANY, "samples and the final model (default " RANK_ENV_OUTPUT_DIR ")"},
+        {"init-model", NULL, CONFIG_STR, &init_model, CONFIG_ANY,
          "the model file a spec's model.init_from \"job:<id>\" stands for (default " RANK_ENV_INIT_MODEL
          ", set by kiln-agent to the copy it fetched from kilnd)"},
-        {"max-steps", NULL, CONFIG_INT, &max_steps, "override hyperparameters.max_steps"},
-        {"sample", NULL, CONFIG_STR, &prompt, "prompt for text samples (default a newline)"},
-        {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak,
+        {"max-steps", NULL, CONFIG_INT, &max_steps, CONFIG_RANGE(0, 1000000000000), "override hyperparameters.max_steps"},
+        {"sample", NULL, CONFIG_STR, &prompt, CONFIG_ANY, "prompt for text samples (default a newline)"},
+        {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak, CONFIG_RANGE(0, 1e9),
          "machine peak for MFU (0: measure an FMA loop at start)"},
-        {"quiet", NULL, CONFIG_BOOL, &quiet, "no per-step log lines"},
+        {"quiet", NULL, CONFIG_BOOL, &quiet, CONFIG_ANY, "no per-step log lines"},
+        {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, CONFIG_ONE_OF(LOG_LEVEL_CHOICES),
+         "the least severe log lines written"},
     };
     /* libgomp and OpenBLAS read their tuning variables once, when they load: when
      * eng_cpu_tune_env() sets any (passive OpenMP waiting, OpenBLAS kernels for Zen 4), re-exec
@@ -89,6 +91,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "kiln-train: %s\n", err.message);
         return RANK_EXIT_BAD_INPUT;
     }
+    log_level_t level = LOG_INFO;
+    log_level_parse(log_level, &level); /* one of the table's choices */
+    log_set_level(level);
     if (!spec_path || !*spec_path) {
         fprintf(stderr, "kiln-train: no job spec: pass --spec FILE or set " RANK_ENV_SPEC "\n");
         return RANK_EXIT_BAD_INPUT;
