@@ -150,6 +150,7 @@ typedef struct config_check {
 #define CONFIG_RANGE(lo, hi)          {(lo), (hi), NULL, false}
 #define CONFIG_ONE_OF(list)           {0, 0, (list), false}
 #define CONFIG_TEST_RANGE(lo, hi)     {(lo), (hi), NULL, true}
+#define CONFIG_TEST                   {0, 0, NULL, true}
 
 typedef struct config_flag {
     const char *name;      /* without dashes: "database-url" */

@@ -136,8 +136,8 @@ int main(int argc, char **argv)
     double peak = 989.0;
     config_flag_t flags[] = {
         {"config", NULL, CONFIG_STR, &config, CONFIG_ANY, "124m or small"},
-        {"T", NULL, CONFIG_INT, &T, "sequence length"},
-        {"B", NULL, CONFIG_INT, &B, "batch; 0: the largest that fits (powers of two and 3/4 steps)"},
+        {"T", NULL, CONFIG_INT, &T, CONFIG_ANY, "sequence length"},
+        {"B", NULL, CONFIG_INT, &B, CONFIG_ANY, "batch; 0: the largest that fits (powers of two and 3/4 steps)"},
         {"steps", NULL, CONFIG_INT, &steps, CONFIG_ANY, "timed steps"},
         {"warmup", NULL, CONFIG_INT, &warmup, CONFIG_ANY, "untimed steps first"},
         {"precision", NULL, CONFIG_STR, &precision, CONFIG_ANY, "bf16 (bf16 GEMMs, fp32 master weights) or fp32"},

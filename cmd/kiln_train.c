@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "cmd/faults.h"
+#include "engine/comm/comm.h"
 #include "engine/engine.h"
 #include "engine/job.h"
 #include "rank/rank.h"
@@ -30,6 +32,11 @@ int main(int argc, char **argv)
     int64_t threads = 0, max_steps = 0;
     double peak = 0;
     bool quiet = false;
+    eng_settings_t es = ENG_SETTINGS_INIT;
+    const char *cpu_sgemm = NULL;
+    bool cpu_bf16 = true;
+    comm_settings_t cs = COMM_SETTINGS_INIT;
+    es.comm = &cs;
     /* The rank contract first: the flags below override what the agent set. */
     rank_env_t re;
     kiln_err_t err;
@@ -74,6 +81,32 @@ int main(int argc, char **argv)
         {"quiet", NULL, CONFIG_BOOL, &quiet, CONFIG_ANY, "no per-step log lines"},
         {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, CONFIG_ONE_OF(LOG_LEVEL_CHOICES),
          "the least severe log lines written"},
+        {"dp-check", "KILN_DP_CHECK", CONFIG_BOOL, &es.dp_check, CONFIG_ANY,
+         "after every step, the ranks compare a hash of their parameters and fail on divergence"},
+        {"dp-overlap", "KILN_DP_OVERLAP", CONFIG_BOOL, &es.dp_overlap, CONFIG_ANY,
+         "send each gradient bucket as soon as backward has finished it (false: all after backward)"},
+        {"dp-zero", "KILN_DP_ZERO", CONFIG_STR, &es.dp_zero, CONFIG_ONE_OF("0|1"),
+         "1: shard the optimizer state across the ranks (ZeRO-1); replaces the spec's "
+         "distribution.data_parallel.shard_optimizer_state"},
+        {"dp-bucket-mb", "KILN_DP_BUCKET_MB", CONFIG_DOUBLE, &es.dp_bucket_mb, CONFIG_RANGE(0, 4096),
+         "gradient bucket size in MiB; replaces the spec's bucket_mb (0: the spec's, else chosen from the model)"},
+        {"dp-gradient-dtype", "KILN_DP_GRADIENT_DTYPE", CONFIG_STR, &es.dp_gradient_dtype,
+         CONFIG_ONE_OF("fp32|bf16"), "the gradients' wire type; replaces the spec's gradient_dtype"},
+        {"pipe-trace", "KILN_PIPE_TRACE", CONFIG_BOOL, &es.pipe_trace, CONFIG_ANY,
+         "print the last step's per-action timings of every pipeline stage"},
+        COMM_SETTINGS_FLAGS(&cs),
+        {"cpu-sgemm", "KILN_CPU_SGEMM", CONFIG_STR, &cpu_sgemm, CONFIG_ONE_OF("onednn|openblas"),
+         "what runs the CPU backend's fp32 GEMMs (default: OpenBLAS, or oneDNN's AVX-512 kernels where "
+         "OPENBLAS_CORETYPE holds OpenBLAS to kernels without AVX-512 on a CPU that has it)"},
+#if KILN_FAULTS
+        {"cpu-bf16", "KILN_CPU_BF16", CONFIG_BOOL, &cpu_bf16, CONFIG_TEST,
+         "false: the CPU looks as if it had no bf16 instructions (mixed_precision \"bf16\" is then refused)"},
+        {"dp-inject-rank", "KILN_DP_INJECT_RANK", CONFIG_INT, &es.dp_inject_rank, CONFIG_TEST_RANGE(-1, 1000000),
+         "this rank perturbs a parameter after step --dp-inject-step, so that the ranks diverge (-1: none)"},
+        {"dp-inject-step", "KILN_DP_INJECT_STEP", CONFIG_INT, &es.dp_inject_step, CONFIG_TEST_RANGE(0, 1e12),
+         "the step after which --dp-inject-rank diverges"},
+        COMM_SETTINGS_TEST_FLAGS(&cs),
+#endif
     };
     /* libgomp and OpenBLAS read their tuning variables once, when they load: when
      * eng_cpu_tune_env() sets any (passive OpenMP waiting, OpenBLAS kernels for Zen 4), re-exec
@@ -94,6 +127,7 @@ int main(int argc, char **argv)
     log_level_t level = LOG_INFO;
     log_level_parse(log_level, &level); /* one of the table's choices */
     log_set_level(level);
+    eng_cpu_settings_set(cpu_sgemm, cpu_bf16);
     if (!spec_path || !*spec_path) {
         fprintf(stderr, "kiln-train: no job spec: pass --spec FILE or set " RANK_ENV_SPEC "\n");
         return RANK_EXIT_BAD_INPUT;
@@ -138,6 +172,7 @@ int main(int argc, char **argv)
     o.init_model = init_model;
     o.stop_flag = &g_stop;
     o.quiet = quiet;
+    o.settings = &es;
     /* the agent's regex metrics take the step of a line from the step marks before it */
     o.step_marks = re.step_marks && spec.n_metric_defs > 0;
     if (o.step_marks) {
