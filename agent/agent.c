@@ -238,7 +238,7 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
                                    .port_lo = cfg->port_lo, .port_hi = cfg->port_hi,
                                    .comm_watchdog_s = cfg->comm_watchdog_s,
                                    .sibling_grace_ms = a->stop_grace_ms, .sandbox = cfg->sandbox,
-                                   .python = cfg->python, .code = a->code};
+                                   .python = cfg->python, .code = a->code, .cuda_lib = cfg->cuda_lib};
     agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
                                .on_exit = cb_exit, .ud = a};
     if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)

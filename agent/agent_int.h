@@ -460,6 +460,7 @@ typedef struct launch_host {       /* the launcher's settings a runtime reads (b
     const char *work_dir;          /* resolved */
     const char *train_bin;         /* kiln-train */
     const char *python;            /* --python, resolved to an absolute path ("" when not found) */
+    const char *cuda_lib;          /* --cuda-lib, or NULL */
     const char *const *roots;      /* data roots, resolved */
     size_t nroots;
     agent_code_cache_t *code;      /* script jobs' code; NULL: code archives cannot be fetched */

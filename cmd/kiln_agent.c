@@ -94,7 +94,7 @@ int main(int argc, char **argv)
     const char *server = "127.0.0.1:9090", *slot_type = "cpu", *work_dir = "/tmp/kiln-agent";
     const char *train_bin = NULL, *address = NULL, *worker_id = NULL, *token_file = NULL;
     const char *tls_ca = NULL, *tls_cert = NULL, *tls_key = NULL, *ports = "29500-29999", *metrics_addr = NULL;
-    const char *cpus = NULL, *python = "python3", *log_level = "info";
+    const char *cpus = NULL, *python = "python3", *log_level = "info", *cuda_lib = NULL;
     const char *sandbox = "on", *sandbox_uids = NULL, *sandbox_state = AGENT_SANDBOX_STATE_DIR;
     bool insecure = false, health = false;
     config_list_t data_roots = {0}, sandbox_ro = {0};
@@ -167,6 +167,9 @@ int main(int argc, char **argv)
          "artifact upload chunk size (kilnd may ask for smaller)"},
         {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, CONFIG_ONE_OF(LOG_LEVEL_CHOICES),
          "the least severe log lines written"},
+        {"cuda-lib", "KILN_CUDA_LIB", CONFIG_STR, &cuda_lib, CONFIG_ANY,
+         "path of libkiln_cuda.so when it is not beside kiln-train: ranks get it as their --cuda-lib, and the "
+         "sandbox shows it to them"},
 #if KILN_FAULTS
         {"upload-delay-ms", "KILN_AGENT_UPLOAD_DELAY_MS", CONFIG_INT, &upload_delay_ms, CONFIG_TEST_RANGE(0, 60000),
          "a pause after every artifact upload chunk: makes an upload long enough to interrupt"},
@@ -286,6 +289,7 @@ int main(int argc, char **argv)
         .outbox_mb = (int)outbox_mb,
         .upload_chunk_kb = (int)upload_chunk_kb,
         .upload_delay_ms = (int)upload_delay_ms,
+        .cuda_lib = cuda_lib,
     };
     if (access(train_bin, X_OK) != 0)
         log_warn("rank program %s is not executable; assignments will fail", train_bin);

@@ -33,7 +33,7 @@ int main(int argc, char **argv)
     double peak = 0;
     bool quiet = false;
     eng_settings_t es = ENG_SETTINGS_INIT;
-    const char *cpu_sgemm = NULL;
+    const char *cpu_sgemm = NULL, *cuda_lib = NULL;
     bool cpu_bf16 = true;
     comm_settings_t cs = COMM_SETTINGS_INIT;
     es.comm = &cs;
@@ -98,6 +98,8 @@ int main(int argc, char **argv)
         {"cpu-sgemm", "KILN_CPU_SGEMM", CONFIG_STR, &cpu_sgemm, CONFIG_ONE_OF("onednn|openblas"),
          "what runs the CPU backend's fp32 GEMMs (default: OpenBLAS, or oneDNN's AVX-512 kernels where "
          "OPENBLAS_CORETYPE holds OpenBLAS to kernels without AVX-512 on a CPU that has it)"},
+        {"cuda-lib", "KILN_CUDA_LIB", CONFIG_STR, &cuda_lib, CONFIG_ANY,
+         "path of libkiln_cuda.so when it is not beside kiln-train or in ../lib (kiln-agent passes its own)"},
 #if KILN_FAULTS
         {"cpu-bf16", "KILN_CPU_BF16", CONFIG_BOOL, &cpu_bf16, CONFIG_TEST,
          "false: the CPU looks as if it had no bf16 instructions (mixed_precision \"bf16\" is then refused)"},
@@ -128,6 +130,7 @@ int main(int argc, char **argv)
     log_level_parse(log_level, &level); /* one of the table's choices */
     log_set_level(level);
     eng_cpu_settings_set(cpu_sgemm, cpu_bf16);
+    eng_backend_cuda_lib_set(cuda_lib);
     if (!spec_path || !*spec_path) {
         fprintf(stderr, "kiln-train: no job spec: pass --spec FILE or set " RANK_ENV_SPEC "\n");
         return RANK_EXIT_BAD_INPUT;
