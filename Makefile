@@ -100,7 +100,7 @@ CUDA_LIB := $(BUILD)/lib/libkiln_cuda.so
 endif
 endif
 
-.PHONY: all test test-san demo deps bench clean proto tests fuzz fuzz-build print-engine-flags settings-doc FORCE
+.PHONY: all test test-san demo deps bench clean proto tests fuzz fuzz-build print-engine-flags settings-doc print-faults FORCE
 all: $(BINS) $(CUDA_LIB)
 
 deps:
@@ -123,6 +123,10 @@ $(FAULTS_H): FORCE
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 $(BUILD)/obj/cmd/kiln_agent.o $(BUILD)/obj/cmd/kiln_train.o: $(FAULTS_H)
 FORCE:
+# What this invocation builds with (tests/cmd checks that a plain make builds without the knobs).
+print-faults:
+	@echo 'KILN_FAULTS=$(KILN_FAULTS)'
+
 
 # ---- settings in the README ---------------------------------------------------------------------
 # README.md's settings tables are generated from the programs' own tables (--print-settings);
