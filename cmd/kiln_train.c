@@ -110,14 +110,6 @@ int main(int argc, char **argv)
         COMM_SETTINGS_TEST_FLAGS(&cs),
 #endif
     };
-    /* libgomp and OpenBLAS read their tuning variables once, when they load: when
-     * eng_cpu_tune_env() sets any (passive OpenMP waiting, OpenBLAS kernels for Zen 4), re-exec
-     * ourselves once (same pid, same fds, so the agent sees nothing). */
-    if (!getenv("KILN_TRAIN_REEXEC") && eng_cpu_tune_env()) {
-        setenv("KILN_TRAIN_REEXEC", "1", 1);
-        execv("/proc/self/exe", argv);
-        /* exec failed: carry on with the defaults */
-    }
     int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags),
                           "--spec FILE [options]\n(a rank started by kiln-agent reads its place in the job from "
                           "the KILN_* variables of docs/contracts.md)", NULL, &err);
@@ -125,6 +117,15 @@ int main(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "kiln-train: %s\n", err.message);
         return RANK_EXIT_BAD_INPUT;
+    }
+    /* libgomp and OpenBLAS read their tuning variables once, when they load: when
+     * eng_cpu_tune_env() sets any (passive OpenMP waiting, OpenBLAS kernels for Zen 4), re-exec
+     * ourselves once (same pid, same fds, so the agent sees nothing), with settings that have
+     * been checked. */
+    if (!getenv("KILN_TRAIN_REEXEC") && eng_cpu_tune_env()) {
+        setenv("KILN_TRAIN_REEXEC", "1", 1);
+        execv("/proc/self/exe", argv);
+        /* exec failed: carry on with the defaults */
     }
     log_level_t level = LOG_INFO;
     log_level_parse(log_level, &level); /* one of the table's choices */
