@@ -133,7 +133,7 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
-    ob_init(&a->ob);
+    ob_init(&a->ob, cfg->outbox_mb);
     a->server = strdup(cfg->server ? cfg->server : "127.0.0.1:9090");
     a->slot_type = strdup(cfg->slot_type ? cfg->slot_type : "cpu");
     a->work_dir = strdup(cfg->work_dir ? cfg->work_dir : "/tmp/kiln-agent");
@@ -232,7 +232,8 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
     ob_recover(&a->ob);
     xfer_env_t xe = {.rpc = a->rpc, .ob = &a->ob, .work_dir = a->work_dir,
                      .auth_md = xfer_auth_md, .unauthenticated = xfer_unauthenticated, .draining = xfer_draining,
-                     .worker_id = xfer_worker_id, .start = xfer_start, .ckpt_final = xfer_ckpt_final, .ud = a};
+                     .worker_id = xfer_worker_id, .start = xfer_start, .ckpt_final = xfer_ckpt_final, .ud = a,
+                     .chunk_bytes = cfg->upload_chunk_kb << 10, .delay_ms = cfg->upload_delay_ms};
     if ((rc = xfer_create(&xe, &a->xfer, err)) != 0)
         goto fail;
     if ((rc = ckpt_sync_create(a->xfer, a->work_dir, &a->ckpt, err)) != 0)
@@ -247,7 +248,7 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
                                    .port_lo = cfg->port_lo, .port_hi = cfg->port_hi,
                                    .comm_watchdog_s = cfg->comm_watchdog_s,
                                    .sibling_grace_ms = a->stop_grace_ms, .sandbox = cfg->sandbox,
-                                   .python = cfg->python, .code = a->code};
+                                   .python = cfg->python, .code = a->code, .cuda_lib = cfg->cuda_lib};
     agent_launch_cbs_t cbs = {.on_started = cb_started, .on_line = cb_line, .on_points = cb_points,
                                .on_exit = cb_exit, .ud = a};
     if ((rc = agent_launcher_create(&lc, &cbs, &a->launcher, err)) != 0)

@@ -241,6 +241,9 @@ typedef struct agent_launcher_config {
     /* Script jobs: the Python that runs a .py entry point (--python; NULL: "python3"), looked up
      * in PATH when it has no '/'; a job's own "python" replaces it. */
     const char *python;
+    /* kiln-agent's --cuda-lib: libkiln_cuda.so when it is not beside train_bin (NULL: none); the
+     * box shows it to kiln-train ranks, which get it as their --cuda-lib. */
+    const char *cuda_lib;
     /* Where script jobs' code archives come from (borrowed; it must outlive the launcher). NULL:
      * a job whose source is an archive is refused. */
     struct agent_code_cache *code;
@@ -447,6 +450,9 @@ int agent_code_copy_dir(const char *src, const char *const *roots, size_t nroots
 /* ------------------------------------------------------------------------------------------
  * The agent.
  * ------------------------------------------------------------------------------------------ */
+#define AGENT_OUTBOX_MB 256          /* default --outbox-mb */
+#define AGENT_UPLOAD_CHUNK_KB 1024   /* default --upload-chunk-kb */
+
 typedef struct agent_config {
     const char *server;      /* kilnd gRPC address, "HOST:PORT" */
     int slots;
@@ -477,6 +483,10 @@ typedef struct agent_config {
     agent_sandbox_config_t sandbox; /* how ranks are confined (agent_launcher_config_t) */
     int64_t code_cache_bytes;  /* --code-cache-mb: the code cache's bound (0: 10 GiB) */
     const char *python;        /* --python: what runs a script job's .py entry point (NULL: python3) */
+    int outbox_mb;             /* --outbox-mb: bound of queued log and metric batches (0: AGENT_OUTBOX_MB) */
+    int upload_chunk_kb;       /* --upload-chunk-kb: artifact upload chunk (0: AGENT_UPLOAD_CHUNK_KB) */
+    int upload_delay_ms;       /* --upload-delay-ms (test builds only): a pause after each upload chunk */
+    const char *cuda_lib;      /* --cuda-lib: libkiln_cuda.so's path when not beside kiln-train (NULL) */
 } agent_config_t;
 
 typedef struct agent agent_t;

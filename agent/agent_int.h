@@ -16,7 +16,7 @@
 #define OB_MAX_LOG_BYTES (1 << 20)   /* well under the 4 MiB message limit */
 #define OB_MAX_POINTS 5000
 #define OB_FLUSH_US 200000           /* an open batch is sent at the latest this long after it opened */
-#define OB_CAP_MB_DEFAULT 256        /* queued log and metric batches beyond this are dropped */
+#define OB_CAP_MB_DEFAULT AGENT_OUTBOX_MB /* queued log and metric batches beyond this are dropped */
 #define OB_STREAM_IDLE_US (600LL * 1000000) /* a stream nothing used for this long, with nothing queued, goes */
 #define OB_POINT_BYTES 64            /* what a queued metric point is counted as */
 
@@ -83,7 +83,7 @@ typedef struct ob {
     ob_item_t *open;            /* filling: at most one per (job, attempt, kind) */
     size_t sealed;
     size_t queued_bytes;        /* of the sealed log and metric batches */
-    size_t cap_bytes;           /* KILN_AGENT_OUTBOX_MB, default OB_CAP_MB_DEFAULT */
+    size_t cap_bytes;           /* kiln-agent's --outbox-mb, default OB_CAP_MB_DEFAULT */
     uint64_t dropped_lines, dropped_points; /* in all, since start */
     ob_stream_t *streams;       /* one per (job, attempt) in use (ob_retire_idle_locked) */
     size_t nstreams, capstreams;
@@ -91,7 +91,8 @@ typedef struct ob {
     char *ledger_dir;           /* the agent's work dir (ledgers go to jobs/<job>/), or NULL */
 } ob_t;
 
-void ob_init(ob_t *o);
+/* cap_mb: the bound of the queued log and metric batches in MiB (0: OB_CAP_MB_DEFAULT). */
+void ob_init(ob_t *o, int cap_mb);
 /* Keeps a ledger for every stream under dir/jobs/<job id>/ from now on (dir is copied). */
 void ob_set_ledger_dir(ob_t *o, const char *dir);
 /* At start-up, before anything is queued: reads the ledgers a previous agent in this work dir
@@ -154,6 +155,8 @@ typedef struct xfer_env {
      * synced) before its output is uploaded and its exit reported. NULL: none. */
     void (*ckpt_final)(void *ud, const char *job_id, int attempt);
     void *ud;
+    int chunk_bytes;             /* upload chunk size (kiln-agent's --upload-chunk-kb); 0: XFER_CHUNK_DEFAULT */
+    int delay_ms;                /* a pause after each upload chunk (--upload-delay-ms, test builds only) */
 } xfer_env_t;
 
 /* env is copied (its pointers are borrowed for the transfers' lifetime). */
@@ -499,6 +502,7 @@ typedef struct launch_host {       /* the launcher's settings a runtime reads (b
     const char *work_dir;          /* resolved */
     const char *train_bin;         /* kiln-train */
     const char *python;            /* --python, resolved to an absolute path ("" when not found) */
+    const char *cuda_lib;          /* --cuda-lib, or NULL */
     const char *const *roots;      /* data roots, resolved */
     size_t nroots;
     agent_code_cache_t *code;      /* script jobs' code; NULL: code archives cannot be fetched */

@@ -91,6 +91,7 @@ struct lrank {
 struct agent_launcher {
     char *train_bin, *work_dir; /* work_dir resolved */
     char *python;               /* --python, resolved ("" when it is nowhere in PATH) */
+    char *cuda_lib;             /* --cuda-lib, or NULL */
     launch_host_t host;         /* what runtimes read of the above */
     char **roots;               /* data roots, resolved */
     size_t nroots;
@@ -589,6 +590,7 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
     pthread_mutex_init(&l->snap_mu, NULL);
     l->train_bin = strdup(cfg->train_bin ? cfg->train_bin : "kiln-train");
     l->python = launch_find_program(cfg->python && cfg->python[0] ? cfg->python : "python3");
+    l->cuda_lib = cfg->cuda_lib && cfg->cuda_lib[0] ? strdup(cfg->cuda_lib) : NULL;
     /* resolved, so that it can serve as a root for checkpoint directories */
     l->work_dir = realpath(cfg->work_dir ? cfg->work_dir : ".", NULL);
     if (!l->work_dir) {
@@ -646,6 +648,7 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
         log_warn("--python %s is not in PATH: script jobs with a .py entry point and no \"python\" of their own "
                  "will be refused", cfg->python && cfg->python[0] ? cfg->python : "python3");
     l->host = (launch_host_t){.work_dir = l->work_dir, .train_bin = l->train_bin, .python = l->python,
+                              .cuda_lib = l->cuda_lib,
                               .roots = (const char *const *)l->roots, .nroots = l->nroots, .code = cfg->code,
                               .gpu = l->gpu, .sandboxed = l->sandbox != NULL};
     l->slot_used = calloc((size_t)l->slots, sizeof(bool));
@@ -723,6 +726,7 @@ void agent_launcher_destroy(agent_launcher_t *l)
     free(l->slot_cpus);
     free(l->train_bin);
     free(l->python);
+    free(l->cuda_lib);
     free(l->work_dir);
     free(l);
 }

@@ -22,14 +22,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void ob_init(ob_t *o)
+void ob_init(ob_t *o, int cap_mb)
 {
     memset(o, 0, sizeof(*o));
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
-    const char *mb = getenv("KILN_AGENT_OUTBOX_MB");
-    long v = mb ? strtol(mb, NULL, 10) : 0;
-    o->cap_bytes = (size_t)(v > 0 ? v : OB_CAP_MB_DEFAULT) << 20;
+    o->cap_bytes = (size_t)(cap_mb > 0 ? cap_mb : OB_CAP_MB_DEFAULT) << 20;
 }
 
 static size_t ob_item_bytes(const ob_item_t *it)

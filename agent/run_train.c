@@ -1,7 +1,7 @@
 /* run_train.c - the kiln-train runtime: a rank of one of kiln's own models runs the agent's
  * kiln-train (--train-bin) with the rank contract's environment and nothing else, in its output
  * directory when it is in a box. The box also shows it the program and the CUDA backend it loads
- * from beside it or from KILN_CUDA_LIB. */
+ * from beside it or from the agent's --cuda-lib (KILN_CUDA_LIB), which the rank gets as its own. */
 #include "agent/agent_int.h"
 #include "rank/rank.h"
 
@@ -36,7 +36,7 @@ static int train_prepare(launch_attempt_t *at, const Kiln__Assignment *a, launch
     *strrchr(real, '/') = '\0';
     snprintf(lib[0], sizeof(lib[0]), "%s/libkiln_cuda.so", real);
     snprintf(lib[1], sizeof(lib[1]), "%s/../lib/libkiln_cuda.so", real);
-    const char *cuda_lib = getenv("KILN_CUDA_LIB");
+    const char *cuda_lib = at->host->cuda_lib;
     int rc = launch_mounts_add(m, st->bin, NULL, SANDBOX_RO, false, err);
     if (rc == 0)
         rc = launch_mounts_add(m, lib[0], NULL, SANDBOX_RO | SANDBOX_OPTIONAL, false, err);
@@ -63,7 +63,12 @@ static int train_command(launch_attempt_t *at, const Kiln__Assignment *a, const 
     int rc = rank_env_envp(re, environ, &cmd->envp, err);
     if (rc)
         return rc;
-    if (!(cmd->argv = calloc(2, sizeof(char *))) || !(cmd->argv[0] = strdup(bin))) {
+    /* the agent's --cuda-lib is the rank's too */
+    const char *lib = at->host->cuda_lib;
+    if (!(cmd->argv = calloc(3, sizeof(char *))) || !(cmd->argv[0] = strdup(bin)) ||
+        (lib && asprintf(&cmd->argv[1], "--cuda-lib=%s", lib) < 0)) {
+        if (cmd->argv)
+            cmd->argv[1] = NULL;
         launch_cmd_deinit(cmd);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }

@@ -24,7 +24,7 @@
 
 #define XFER_MAX_THREADS 8           /* transfers at once; more wait their turn */
 #define XFER_RPC_TIMEOUT_MS 30000
-#define XFER_CHUNK_DEFAULT (1 << 20)
+#define XFER_CHUNK_DEFAULT (AGENT_UPLOAD_CHUNK_KB << 10)
 #define XFER_MAX_RESTARTS 50         /* BeginArtifacts again after an offset mismatch */
 #define XFER_MAX_DATA_LOSS 5         /* checksum refusals before an upload gives up */
 #define XFER_INTERNAL_TRIES 30       /* INTERNAL/UNKNOWN answers before a call gives up */
@@ -67,8 +67,8 @@ struct xfer {
     task_t *active;              /* being worked on */
     int threads;
     bool stopping, shut;
-    int chunk_bytes;             /* KILN_AGENT_UPLOAD_CHUNK_KB, else 1 MiB (capped by kilnd's answer) */
-    int delay_ms;                /* KILN_AGENT_UPLOAD_DELAY_MS: a pause after each chunk (tests) */
+    int chunk_bytes;             /* env->chunk_bytes, else 1 MiB (capped by kilnd's answer) */
+    int delay_ms;                /* env->delay_ms: a pause after each chunk (tests) */
 };
 
 void xfer_init_model_path(const char *work_dir, const char *job_id, char *out, size_t n)
@@ -1057,20 +1057,6 @@ size_t xfer_list(xfer_t *x, agent_rank_info_t *out, size_t max)
 
 /* ---- lifecycle ----------------------------------------------------------------------------------- */
 
-static int env_int(const char *name, int def, int lo, int hi)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return def;
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (*end || n < lo || n > hi) {
-        log_warn("%s=\"%s\" ignored: it must be a whole number from %d to %d", name, v, lo, hi);
-        return def;
-    }
-    return (int)n;
-}
-
 int xfer_create(const xfer_env_t *env, xfer_t **out, kiln_err_t *err)
 {
     *out = NULL;
@@ -1080,10 +1066,10 @@ int xfer_create(const xfer_env_t *env, xfer_t **out, kiln_err_t *err)
     x->env = *env;
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->cv, NULL);
-    x->chunk_bytes = env_int("KILN_AGENT_UPLOAD_CHUNK_KB", XFER_CHUNK_DEFAULT >> 10, 1, 4096) << 10;
-    x->delay_ms = env_int("KILN_AGENT_UPLOAD_DELAY_MS", 0, 0, 60000);
+    x->chunk_bytes = env->chunk_bytes > 0 ? env->chunk_bytes : XFER_CHUNK_DEFAULT;
+    x->delay_ms = env->delay_ms > 0 ? env->delay_ms : 0;
     if (x->delay_ms)
-        log_warn("KILN_AGENT_UPLOAD_DELAY_MS=%d: uploads pause after every chunk (a test setting)", x->delay_ms);
+        log_warn("--upload-delay-ms %d: uploads pause after every chunk (a test setting)", x->delay_ms);
     *out = x;
     return 0;
 }

@@ -47,7 +47,11 @@ typedef struct api_http_config {
     int ncors;
     bool metrics_auth;                /* GET /metrics needs a token too */
     api_net_limits_t limits;          /* zeros: the defaults */
+    int threads;                      /* request handler threads; 0: API_HTTP_THREADS */
+    int ping_ms;                      /* SSE keep-alive comment interval; 0: API_HTTP_PING_MS */
 } api_http_config_t;
+#define API_HTTP_THREADS 8
+#define API_HTTP_PING_MS 15000
 
 /* Starts the REST server. svc is borrowed and must outlive the server; cfg is copied. Caller
  * owns *out; stop with api_http_stop(). Returns 0 or KILN_EIO/KILN_EINVAL. */

@@ -820,6 +820,7 @@ int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, k
     pthread_cond_init(&h->ping_cond, NULL);
     kiln_strlcpy(h->addr, addr, sizeof h->addr);
     h->metrics_auth = cfg->metrics_auth;
+    h->ping_ms = cfg->ping_ms > 0 ? cfg->ping_ms : API_HTTP_PING_MS;
     if (cfg->ncors > 0) {
         h->cors = calloc((size_t)cfg->ncors, sizeof(char *));
         for (int i = 0; h->cors && i < cfg->ncors; i++)
@@ -841,11 +842,8 @@ int api_http_start(svc_t *svc, const api_http_config_t *cfg, api_http_t **out, k
     }
     /* Handlers block on the database (a commit waits for the WAL flush), so several threads
      * keep one slow call from holding up the others and let commits group: 8 gave 1.2-1.6x the
-     * job creation rate of 4 on 2 cores (bench/RESULTS.md). KILN_HTTP_THREADS overrides. */
-    unsigned threads = 8;
-    const char *t = getenv("KILN_HTTP_THREADS");
-    if (t && atoi(t) > 0 && atoi(t) <= 64)
-        threads = (unsigned)atoi(t);
+     * job creation rate of 4 on 2 cores (bench/RESULTS.md); kilnd's --http-threads overrides. */
+    unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : API_HTTP_THREADS;
     MHD_set_panic_func(http_on_panic, NULL);
     /* Connections: the per-address limit, the deadlines (http_conn.c) and, below them, the
      * total a process's file descriptors allow. One address may hold at most an eighth of the

@@ -18,7 +18,6 @@
 
 #define HTTP_MAX_BODY (1024 * 1024)      /* bigger request bodies get 413 */
 #define HTTP_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
-#define HTTP_PING_MS 15000               /* SSE keep-alive comment interval */
 
 typedef struct http_req http_req_t;
 
@@ -61,6 +60,7 @@ struct api_http {
     char addr[128];
     bool tls;
     bool metrics_auth;
+    int ping_ms;                     /* SSE keep-alive comment interval */
     char **cors;                     /* allowed browser origins (heap copies), ncors of them */
     int ncors;
     char *tls_cert, *tls_key;        /* PEM held for the daemon's lifetime */

@@ -41,12 +41,6 @@ struct http_stream {
     http_stream_t *next, *prev;  /* in h->streams, under h->streams_lock */
 };
 
-static int64_t sse_ping_ms(void)
-{
-    const char *v = getenv("KILN_HTTP_PING_MS"); /* tests shorten the 15 s keep-alive */
-    return v && atoi(v) > 0 ? atoi(v) : HTTP_PING_MS;
-}
-
 /* ---- output buffer ------------------------------------------------------------------------- */
 
 static bool sse_append(http_stream_t *s, const char *data, size_t n)
@@ -350,7 +344,7 @@ static void sse_trim(api_http_t *h, int64_t now)
 static void *sse_ping_main(void *arg)
 {
     api_http_t *h = arg;
-    int64_t ping_us = sse_ping_ms() * 1000;
+    int64_t ping_us = (int64_t)h->ping_ms * 1000;
     int64_t tick_ms = KILN_MIN(1000, KILN_MAX(10, ping_us / 1000 / 4));
     h->last_trim_us = kiln_mono_us();
     pthread_mutex_lock(&h->ping_lock);

@@ -7,6 +7,7 @@
 #define KILN_BASE_H
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -78,11 +79,16 @@ void kiln_err_hint(kiln_err_t *err, const char *fmt, ...) __attribute__((format(
 
 /* ------------------------------------------------------------------------------------------
  * Logging: one line per call to stderr, "2026-11-21T06:04:37.123Z INFO  kilnd: message".
- * Thread-safe. Level from log_set_level() or KILN_LOG_LEVEL (debug|info|warn|error).
+ * Thread-safe. Level INFO until log_set_level(): each program's settings table has log-level
+ * (KILN_LOG_LEVEL) with the choices LOG_LEVEL_CHOICES, and its main passes it to
+ * log_level_parse() and log_set_level().
  * ------------------------------------------------------------------------------------------ */
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level_t;
+#define LOG_LEVEL_CHOICES "debug|info|warn|error"
 
-void log_init(const char *program); /* program name shown on each line; reads KILN_LOG_LEVEL */
+void log_init(const char *program); /* program name shown on each line */
+/* "debug" | "info" | "warn" | "error" -> *out; returns 0, or KILN_EINVAL for anything else. */
+int log_level_parse(const char *name, log_level_t *out);
 void log_set_level(log_level_t level);
 bool log_enabled(log_level_t level);
 void log_write(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -112,10 +118,14 @@ char *arena_strndup(arena_t *a, const char *s, size_t n);
 char *arena_sprintf(arena_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------------------------------
- * Configuration: flags with environment fallbacks. Each flag is `--name VALUE` or
+ * Configuration: one table of settings per program (flag, environment variable, type, range or
+ * choices, default, help), read by one strict parser. Each setting is `--name VALUE` or
  * `--name=VALUE`; when absent, the environment variable (if any) is used, then the default.
- * Booleans accept `--name` alone; lists (CONFIG_LIST) take the flag once per value.
- * `--help` prints usage and makes config_parse return 1.
+ * Booleans accept `--name` alone; lists (CONFIG_LIST) take the flag once per value. A value of
+ * the wrong type, out of range or not among the choices is refused naming the flag or the
+ * variable it came from. `--help` prints usage and `--print-settings` the table (one setting a
+ * line, tab-separated: scripts/settings-doc.sh and tests/cmd read it); both make config_parse
+ * return 1.
  * ------------------------------------------------------------------------------------------ */
 typedef enum { CONFIG_STR, CONFIG_INT, CONFIG_DOUBLE, CONFIG_BOOL, CONFIG_LIST } config_type_t;
 
@@ -127,22 +137,44 @@ typedef struct config_list {
     int n;
 } config_list_t;
 
+/* What a setting's value must be beyond its type: a range [min, max] for CONFIG_INT and
+ * CONFIG_DOUBLE (checked when max > min), or one of choices ("on|off") for CONFIG_STR. A
+ * test_only setting is a fault-injection knob: declared only in test builds (KILN_FAULTS),
+ * marked in --help and --print-settings, and left out of the README. */
+typedef struct config_check {
+    double min, max;
+    const char *choices;
+    bool test_only;
+} config_check_t;
+#define CONFIG_ANY                    {0, 0, NULL, false}
+#define CONFIG_RANGE(lo, hi)          {(lo), (hi), NULL, false}
+#define CONFIG_ONE_OF(list)           {0, 0, (list), false}
+#define CONFIG_TEST_RANGE(lo, hi)     {(lo), (hi), NULL, true}
+#define CONFIG_TEST                   {0, 0, NULL, true}
+
 typedef struct config_flag {
     const char *name;      /* without dashes: "database-url" */
     const char *env;       /* "KILN_DATABASE_URL", or NULL */
     config_type_t type;
     void *value;           /* const char ** | int64_t * | double * | bool * | config_list_t *;
                               holds the default */
+    config_check_t check;  /* CONFIG_ANY, CONFIG_RANGE(lo, hi), CONFIG_ONE_OF("a|b") */
     const char *help;
 } config_flag_t;
 
-/* Parses argv against flags. Positional arguments (not starting with "--") are left in order in
- * argv[0..*npos) when npos is non-NULL (OUT); otherwise they are an error.
- * Returns 0, 1 when --help was printed, or KILN_EINVAL with the problem in err.
+/* Parses argv against flags, then the environment variables of the flags argv did not give.
+ * Positional arguments (not starting with "--") are left in order in argv[0..*npos) when npos
+ * is non-NULL (OUT); otherwise they are an error.
+ * Returns 0, 1 when --help or --print-settings was printed (to stdout), or KILN_EINVAL with the
+ * problem in err (err.field is the flag's name; the message names the flag or the variable).
  * String values point into argv or the environment (borrowed for the process lifetime). */
 int config_parse(int argc, char **argv, config_flag_t *flags, size_t nflags,
                  const char *usage, int *npos, kiln_err_t *err);
 void config_usage(const char *program, const char *usage, const config_flag_t *flags, size_t n);
+/* The table, one setting a line: name, env (or -), type (str|int|number|bool|list), min, max
+ * (- when unbounded), choices (or -), default (or -), test (1 for a test_only knob) and help,
+ * separated by tabs, to out. */
+void config_print_settings(FILE *out, const config_flag_t *flags, size_t n);
 
 /* ------------------------------------------------------------------------------------------
  * Time and small helpers.

@@ -1,4 +1,5 @@
-/* config.c - command-line flags with environment-variable fallbacks, shared by every kiln binary.
+/* config.c - the settings table's parser, shared by every kiln binary: command-line flags with
+ * environment-variable fallbacks, each value checked against its type and range or choices.
  * Not a general option parser: long flags only, one value each. */
 #include "base/base.h"
 
@@ -9,11 +10,37 @@
 #include <string.h>
 #include <strings.h>
 
+/* Whether val is one of the '|'-separated words of choices. */
+static bool config_choice_ok(const char *choices, const char *val)
+{
+    size_t n = strlen(val);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && !strncmp(p, val, n))
+            return true;
+        p += len + (bar ? 1 : 0);
+    }
+    return false;
+}
+
+/* The range check of a number (after its type check). */
+static int config_range(const config_flag_t *f, double v, const char *val, const char *origin, kiln_err_t *err)
+{
+    if (!(f->check.max > f->check.min) || (v >= f->check.min && v <= f->check.max))
+        return 0;
+    return kiln_err_set(err, KILN_EINVAL, f->name, "invalid value \"%s\" for %s: it must be %.15g to %.15g", val, origin,
+                        f->check.min, f->check.max);
+}
+
 static int config_set(config_flag_t *f, const char *val, const char *origin, kiln_err_t *err)
 {
     char *end = NULL;
     switch (f->type) {
     case CONFIG_STR:
+        if (f->check.choices && !config_choice_ok(f->check.choices, val))
+            return kiln_err_set(err, KILN_EINVAL, f->name, "invalid value \"%s\" for %s: expected one of %s", val,
+                                origin, f->check.choices);
         *(const char **)f->value = val;
         return 0;
     case CONFIG_LIST: {
@@ -32,15 +59,19 @@ static int config_set(config_flag_t *f, const char *val, const char *origin, kil
         if (errno || end == val || *end)
             return kiln_err_set(err, KILN_EINVAL, f->name, "invalid value \"%s\" for %s: expected an integer",
                                 val, origin);
+        if (config_range(f, (double)v, val, origin, err))
+            return KILN_EINVAL;
         *(int64_t *)f->value = v;
         return 0;
     }
     case CONFIG_DOUBLE: {
         errno = 0;
         double v = strtod(val, &end);
-        if (errno || end == val || *end)
+        if (errno || end == val || *end || v != v)
             return kiln_err_set(err, KILN_EINVAL, f->name, "invalid value \"%s\" for %s: expected a number",
                                 val, origin);
+        if (config_range(f, v, val, origin, err))
+            return KILN_EINVAL;
         *(double *)f->value = v;
         return 0;
     }
@@ -57,32 +88,70 @@ static int config_set(config_flag_t *f, const char *val, const char *origin, kil
     return KILN_EINTERNAL;
 }
 
+/* The default of f as text into buf ("" when it has none). */
+static void config_default(const config_flag_t *f, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    switch (f->type) {
+    case CONFIG_STR:
+        if (*(const char *const *)f->value)
+            snprintf(buf, n, "%s", *(const char *const *)f->value);
+        break;
+    case CONFIG_INT:
+        snprintf(buf, n, "%" PRId64, *(const int64_t *)f->value);
+        break;
+    case CONFIG_DOUBLE:
+        snprintf(buf, n, "%g", *(const double *)f->value);
+        break;
+    case CONFIG_BOOL:
+        snprintf(buf, n, "%s", *(const bool *)f->value ? "true" : "false");
+        break;
+    case CONFIG_LIST:
+        break;
+    }
+}
+
+static const char *const config_type_names[] = {"str", "int", "number", "bool", "list"};
+
 void config_usage(const char *program, const char *usage, const config_flag_t *flags, size_t n)
 {
-    fprintf(stderr, "usage: %s %s\n\noptions:\n", program, usage ? usage : "[options]");
+    printf("usage: %s %s\n\noptions:\n", program, usage ? usage : "[options]");
     for (size_t i = 0; i < n; i++) {
         const config_flag_t *f = &flags[i];
-        char def[128] = "";
-        switch (f->type) {
-        case CONFIG_STR:
-            if (*(const char *const *)f->value)
-                snprintf(def, sizeof(def), " (default %s)", *(const char *const *)f->value);
-            break;
-        case CONFIG_INT:
-            snprintf(def, sizeof(def), " (default %" PRId64 ")", *(const int64_t *)f->value);
-            break;
-        case CONFIG_DOUBLE:
-            snprintf(def, sizeof(def), " (default %g)", *(const double *)f->value);
-            break;
-        case CONFIG_BOOL:
-            snprintf(def, sizeof(def), " (default %s)", *(const bool *)f->value ? "true" : "false");
-            break;
-        case CONFIG_LIST:
+        char def[160], val[128], range[96] = "";
+        config_default(f, val, sizeof val);
+        if (f->type == CONFIG_LIST)
             snprintf(def, sizeof(def), " (repeatable)");
-            break;
+        else if (val[0])
+            snprintf(def, sizeof(def), " (default %s)", val);
+        else
+            def[0] = '\0';
+        if (f->check.max > f->check.min)
+            snprintf(range, sizeof range, " [%.15g to %.15g]", f->check.min, f->check.max);
+        else if (f->check.choices)
+            snprintf(range, sizeof range, " [%s]", f->check.choices);
+        printf("  --%-22s %s%s%s%s%s%s\n", f->name, f->check.test_only ? "(test builds only) " : "",
+               f->help ? f->help : "", range, def, f->env ? "; env " : "", f->env ? f->env : "");
+    }
+    printf("  --%-22s %s\n", "print-settings", "print this table, one setting a line, tab-separated");
+}
+
+void config_print_settings(FILE *out, const config_flag_t *flags, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const config_flag_t *f = &flags[i];
+        char def[128], lo[32] = "-", hi[32] = "-";
+        config_default(f, def, sizeof def);
+        if (f->check.max > f->check.min) {
+            snprintf(lo, sizeof lo, "%.15g", f->check.min);
+            snprintf(hi, sizeof hi, "%.15g", f->check.max);
         }
-        fprintf(stderr, "  --%-22s %s%s%s%s\n", f->name, f->help ? f->help : "", def,
-                f->env ? "; env " : "", f->env ? f->env : "");
+        fprintf(out, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t", f->name, f->env ? f->env : "-",
+                config_type_names[f->type], lo, hi, f->check.choices ? f->check.choices : "-", def[0] ? def : "-",
+                f->check.test_only ? 1 : 0);
+        for (const char *h = f->help ? f->help : ""; *h; h++) /* one line, whatever the help holds */
+            fputc(*h == '\t' || *h == '\n' ? ' ' : *h, out);
+        fputc('\n', out);
     }
 }
 
@@ -107,6 +176,11 @@ int config_parse(int argc, char **argv, config_flag_t *flags, size_t nflags,
         }
         if (!strcmp(arg, "--help")) {
             config_usage(program, usage, flags, nflags);
+            rc = 1;
+            goto out;
+        }
+        if (!strcmp(arg, "--print-settings")) {
+            config_print_settings(stdout, flags, nflags);
             rc = 1;
             goto out;
         }

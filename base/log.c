@@ -17,17 +17,17 @@ void log_init(const char *program)
 {
     if (program)
         log_program = program;
-    const char *env = getenv("KILN_LOG_LEVEL");
-    if (!env)
-        return;
-    if (!strcasecmp(env, "debug"))
-        log_level = LOG_DEBUG;
-    else if (!strcasecmp(env, "info"))
-        log_level = LOG_INFO;
-    else if (!strcasecmp(env, "warn") || !strcasecmp(env, "warning"))
-        log_level = LOG_WARN;
-    else if (!strcasecmp(env, "error"))
-        log_level = LOG_ERROR;
+}
+
+int log_level_parse(const char *name, log_level_t *out)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; name && i < 4; i++)
+        if (!strcmp(name, names[i])) {
+            *out = (log_level_t)i;
+            return 0;
+        }
+    return KILN_EINVAL;
 }
 
 void log_set_level(log_level_t level) { log_level = level; }

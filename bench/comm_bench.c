@@ -143,14 +143,37 @@ fail:
 int main(int argc, char **argv)
 {
     log_init("comm_bench");
-    if (argc > 2 && strcmp(argv[1], "--buckets") == 0) {
+    /* the communication settings kiln-train has (KILN_COMM_*), then positional arguments */
+    comm_settings_t cs = COMM_SETTINGS_INIT;
+    const char *buckets = NULL;
+    config_flag_t flags[] = {
+        COMM_SETTINGS_FLAGS(&cs),
+        {"buckets", NULL, CONFIG_STR, &buckets, CONFIG_ANY, "SIZES: time bucketed all-reduces of these sizes"},
+    };
+    kiln_err_t cerr;
+    int npos = 0;
+    int prc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags), "[MIN_MIB MAX_MIB] | --buckets SIZES [ITERS]",
+                           &npos, &cerr);
+    if (prc == 1)
+        return 0;
+    if (prc) {
+        fprintf(stderr, "comm_bench: %s\n", cerr.message);
+        return 2;
+    }
+    comm_config_t cc;
+    comm_config_init(&cc);
+    comm_settings_apply(&cc, &cs);
+    /* argv[0..npos) are the positional arguments now */
+    argc = npos + 1;
+    memmove(argv + 1, argv, (size_t)npos * sizeof(char *));
+    if (buckets) {
         kiln_err_t err;
         comm_t *c = NULL;
-        if (comm_create_from_env(&c, &err) != 0) {
+        if (comm_create_from_env(&cc, &c, &err) != 0) {
             fprintf(stderr, "comm_bench: %s\n", err.message);
             return 1;
         }
-        int rc = bench_buckets(c, argv[2], argc > 3 ? atoi(argv[3]) : 10);
+        int rc = bench_buckets(c, buckets, argc > 1 ? atoi(argv[1]) : 10);
         comm_destroy(c);
         return rc;
     }
@@ -158,7 +181,7 @@ int main(int argc, char **argv)
     size_t max_mib = argc > 2 ? (size_t)atol(argv[2]) : 256;
     kiln_err_t err;
     comm_t *c = NULL;
-    if (comm_create_from_env(&c, &err) != 0) {
+    if (comm_create_from_env(&cc, &c, &err) != 0) {
         fprintf(stderr, "comm_bench: %s\n", err.message);
         return 1;
     }

@@ -135,16 +135,16 @@ int main(int argc, char **argv)
     int64_t T = 1024, B = 0, steps = 20, warmup = 5, det = 1;
     double peak = 989.0;
     config_flag_t flags[] = {
-        {"config", NULL, CONFIG_STR, &config, "124m or small"},
-        {"T", NULL, CONFIG_INT, &T, "sequence length"},
-        {"B", NULL, CONFIG_INT, &B, "batch; 0: the largest that fits (powers of two and 3/4 steps)"},
-        {"steps", NULL, CONFIG_INT, &steps, "timed steps"},
-        {"warmup", NULL, CONFIG_INT, &warmup, "untimed steps first"},
-        {"precision", NULL, CONFIG_STR, &precision, "bf16 (bf16 GEMMs, fp32 master weights) or fp32"},
-        {"matmul", NULL, CONFIG_STR, &matmul, "fp32 GEMMs: fp32 or tf32"},
-        {"peak-tflops", "KILN_PEAK_TFLOPS", CONFIG_DOUBLE, &peak,
+        {"config", NULL, CONFIG_STR, &config, CONFIG_ANY, "124m or small"},
+        {"T", NULL, CONFIG_INT, &T, CONFIG_ANY, "sequence length"},
+        {"B", NULL, CONFIG_INT, &B, CONFIG_ANY, "batch; 0: the largest that fits (powers of two and 3/4 steps)"},
+        {"steps", NULL, CONFIG_INT, &steps, CONFIG_ANY, "timed steps"},
+        {"warmup", NULL, CONFIG_INT, &warmup, CONFIG_ANY, "untimed steps first"},
+        {"precision", NULL, CONFIG_STR, &precision, CONFIG_ANY, "bf16 (bf16 GEMMs, fp32 master weights) or fp32"},
+        {"matmul", NULL, CONFIG_STR, &matmul, CONFIG_ANY, "fp32 GEMMs: fp32 or tf32"},
+        {"peak-tflops", "KILN_PEAK_TFLOPS", CONFIG_DOUBLE, &peak, CONFIG_ANY,
          "dense bf16 peak for MFU (989: H100 SXM and H200; 756 H100 PCIe; 312 A100)"},
-        {"deterministic", NULL, CONFIG_INT, &det, "1: no atomics (default), 0: allow them"},
+        {"deterministic", NULL, CONFIG_INT, &det, CONFIG_ANY, "1: no atomics (default), 0: allow them"},
     };
     kiln_err_t err;
     memset(&err, 0, sizeof(err));

@@ -258,15 +258,15 @@ int main(int argc, char **argv)
     double peak = 0;
     bool prof = false, ops = false, recompute = false;
     config_flag_t flags[] = {
-        {"config", NULL, CONFIG_STR, &config, "124m, small or all"},
-        {"threads", RANK_ENV_THREADS, CONFIG_INT, &threads, "CPU threads"},
-        {"steps", NULL, CONFIG_INT, &steps, "timed steps"},
-        {"warmup", NULL, CONFIG_INT, &warmup, "untimed steps first"},
-        {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak, "0: measure"},
-        {"profile", NULL, CONFIG_BOOL, &prof, "per-block timings on stderr"},
-        {"ops", NULL, CONFIG_BOOL, &ops, "CPU time per op on stderr"},
-        {"precision", NULL, CONFIG_STR, &precision, "fp32 or bf16 (bf16 GEMMs, fp32 master weights)"},
-        {"recompute", NULL, CONFIG_BOOL, &recompute, "activation checkpointing"},
+        {"config", NULL, CONFIG_STR, &config, CONFIG_ANY, "124m, small or all"},
+        {"threads", RANK_ENV_THREADS, CONFIG_INT, &threads, CONFIG_ANY, "CPU threads"},
+        {"steps", NULL, CONFIG_INT, &steps, CONFIG_ANY, "timed steps"},
+        {"warmup", NULL, CONFIG_INT, &warmup, CONFIG_ANY, "untimed steps first"},
+        {"peak-gflops", "KILN_PEAK_GFLOPS", CONFIG_DOUBLE, &peak, CONFIG_ANY, "0: measure"},
+        {"profile", NULL, CONFIG_BOOL, &prof, CONFIG_ANY, "per-block timings on stderr"},
+        {"ops", NULL, CONFIG_BOOL, &ops, CONFIG_ANY, "CPU time per op on stderr"},
+        {"precision", NULL, CONFIG_STR, &precision, CONFIG_ANY, "fp32 or bf16 (bf16 GEMMs, fp32 master weights)"},
+        {"recompute", NULL, CONFIG_BOOL, &recompute, CONFIG_ANY, "activation checkpointing"},
     };
     if (!getenv("KILN_BENCH_REEXEC") && !getenv("KILN_BENCH_RAW") && eng_cpu_tune_env()) {
         setenv("KILN_BENCH_REEXEC", "1", 1); /* run as kiln-train does */

@@ -172,12 +172,12 @@ int main(int argc, char **argv)
     if (!url)
         url = getenv("KILN_PG_URL");
     config_flag_t flags[] = {
-        {"database-url", NULL, CONFIG_STR, &url, "libpq connection string of a cluster to create the bench database in"},
-        {"seconds", NULL, CONFIG_INT, &seconds, "measured duration"},
-        {"batch", NULL, CONFIG_INT, &batch_size, "points per batch (agents send 1000-5000)"},
-        {"agents", NULL, CONFIG_INT, &nagents, "concurrent agents (threads)"},
-        {"jobs", NULL, CONFIG_INT, &njobs, "running jobs the points belong to"},
-        {"kind", NULL, CONFIG_STR, &kind, "metrics | logs (log lines instead of metric points)"},
+        {"database-url", NULL, CONFIG_STR, &url, CONFIG_ANY, "libpq connection string of a cluster to create the bench database in"},
+        {"seconds", NULL, CONFIG_INT, &seconds, CONFIG_ANY, "measured duration"},
+        {"batch", NULL, CONFIG_INT, &batch_size, CONFIG_ANY, "points per batch (agents send 1000-5000)"},
+        {"agents", NULL, CONFIG_INT, &nagents, CONFIG_ANY, "concurrent agents (threads)"},
+        {"jobs", NULL, CONFIG_INT, &njobs, CONFIG_ANY, "running jobs the points belong to"},
+        {"kind", NULL, CONFIG_STR, &kind, CONFIG_ANY, "metrics | logs (log lines instead of metric points)"},
     };
     kiln_err_t err;
     log_init("ingest_bench");

@@ -498,8 +498,8 @@ int main(int argc, char **argv)
     const char *part = "all";
     int64_t steps = 6;
     config_flag_t flags[] = {
-        {"part", NULL, CONFIG_STR, &part, "all, synthetic, gpt, balance or limit"},
-        {"steps", NULL, CONFIG_INT, &steps, "training steps per GPT run (the first is not timed)"},
+        {"part", NULL, CONFIG_STR, &part, CONFIG_ANY, "all, synthetic, gpt, balance or limit"},
+        {"steps", NULL, CONFIG_INT, &steps, CONFIG_ANY, "training steps per GPT run (the first is not timed)"},
     };
     kiln_err_t err;
     log_init("pipe_bench");

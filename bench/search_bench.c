@@ -105,12 +105,12 @@ static int cmp_i64(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     config_flag_t flags[] = {
-        {"url", "KILN_URL", CONFIG_STR, &base_url, "kilnd's REST address"},
-        {"ca", NULL, CONFIG_STR, &ca_file, "CA file for an https kilnd"},
-        {"token-file", NULL, CONFIG_STR, &token_file, "file holding an API token"},
-        {"requests", NULL, CONFIG_INT, &nrequests, "measured requests per search"},
-        {"warmup", NULL, CONFIG_INT, &nwarmup, "unmeasured requests per search first"},
-        {"only", NULL, CONFIG_INT, &only, "run only search number N (1-10)"},
+        {"url", "KILN_URL", CONFIG_STR, &base_url, CONFIG_ANY, "kilnd's REST address"},
+        {"ca", NULL, CONFIG_STR, &ca_file, CONFIG_ANY, "CA file for an https kilnd"},
+        {"token-file", NULL, CONFIG_STR, &token_file, CONFIG_ANY, "file holding an API token"},
+        {"requests", NULL, CONFIG_INT, &nrequests, CONFIG_ANY, "measured requests per search"},
+        {"warmup", NULL, CONFIG_INT, &nwarmup, CONFIG_ANY, "unmeasured requests per search first"},
+        {"only", NULL, CONFIG_INT, &only, CONFIG_ANY, "run only search number N (1-10)"},
     };
     kiln_err_t err;
     log_init("search_bench");

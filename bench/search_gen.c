@@ -133,12 +133,12 @@ static void copy_end(PGconn *pg, buf_t *b)
 int main(int argc, char **argv)
 {
     config_flag_t flags[] = {
-        {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &url, "libpq connection string of an empty database"},
-        {"jobs", NULL, CONFIG_INT, &njobs, "jobs"},
-        {"metrics", NULL, CONFIG_INT, &nmetrics, "metrics per job (at most 10)"},
-        {"points", NULL, CONFIG_INT, &npoints, "points per metric and job"},
-        {"seed", NULL, CONFIG_INT, &seed, "random seed"},
-        {"check", NULL, CONFIG_INT, &ncheck, "summaries to compare with metric_summary_rebuild"},
+        {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &url, CONFIG_ANY, "libpq connection string of an empty database"},
+        {"jobs", NULL, CONFIG_INT, &njobs, CONFIG_ANY, "jobs"},
+        {"metrics", NULL, CONFIG_INT, &nmetrics, CONFIG_ANY, "metrics per job (at most 10)"},
+        {"points", NULL, CONFIG_INT, &npoints, CONFIG_ANY, "points per metric and job"},
+        {"seed", NULL, CONFIG_INT, &seed, CONFIG_ANY, "random seed"},
+        {"check", NULL, CONFIG_INT, &ncheck, CONFIG_ANY, "summaries to compare with metric_summary_rebuild"},
     };
     kiln_err_t err;
     log_init("search_gen");

@@ -46,7 +46,7 @@ static bool kilnd_alive(void *url)
 int main(int argc, char **argv)
 {
     const char *database_url = NULL, *http_addr = "127.0.0.1:8080", *grpc_addr = "127.0.0.1:9090";
-    const char *migrations_dir = NULL, *log_level = NULL;
+    const char *migrations_dir = NULL, *log_level = "info";
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
     int64_t db_wait_s = 30;
     const char *artifact_dir = NULL;
@@ -59,82 +59,90 @@ int main(int argc, char **argv)
     const char *tls_min = "1.2";
     int64_t per_address = API_NET_PER_ADDRESS, handshake_ms = API_NET_HANDSHAKE_MS, header_ms = API_NET_HEADER_MS;
     int64_t body_ms = API_NET_BODY_MS, idle_ms = API_NET_IDLE_MS;
+    int64_t http_threads = API_HTTP_THREADS, http_ping_ms = API_HTTP_PING_MS;
     config_list_t cors = {0};
     config_flag_t flags[] = {
-        {"database-url-file", "KILN_DATABASE_URL_FILE", CONFIG_STR, &database_url_file,
+        {"database-url-file", "KILN_DATABASE_URL_FILE", CONFIG_STR, &database_url_file, CONFIG_ANY,
          "read the database URL from this file (a systemd credential or a Secret: keeps a password out of the "
          "environment)"},
-        {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &database_url,
+        {"database-url", "KILN_DATABASE_URL", CONFIG_STR, &database_url, CONFIG_ANY,
          "PostgreSQL connection string (libpq), e.g. \"host=/tmp/pg dbname=kiln\" (required)"},
-        {"http-addr", "KILN_HTTP_ADDR", CONFIG_STR, &http_addr, "REST listen address"},
-        {"grpc-addr", "KILN_GRPC_ADDR", CONFIG_STR, &grpc_addr, "gRPC listen address"},
-        {"migrations-dir", "KILN_MIGRATIONS_DIR", CONFIG_STR, &migrations_dir,
+        {"http-addr", "KILN_HTTP_ADDR", CONFIG_STR, &http_addr, CONFIG_ANY, "REST listen address"},
+        {"grpc-addr", "KILN_GRPC_ADDR", CONFIG_STR, &grpc_addr, CONFIG_ANY, "gRPC listen address"},
+        {"migrations-dir", "KILN_MIGRATIONS_DIR", CONFIG_STR, &migrations_dir, CONFIG_ANY,
          "apply the *.sql migrations of this directory instead of the ones built in"},
-        {"heartbeat-interval-ms", "KILN_HEARTBEAT_INTERVAL_MS", CONFIG_INT, &hb_interval,
+        {"heartbeat-interval-ms", "KILN_HEARTBEAT_INTERVAL_MS", CONFIG_INT, &hb_interval, CONFIG_RANGE(10, 3600000),
          "how often agents heartbeat"},
-        {"heartbeat-timeout-ms", "KILN_HEARTBEAT_TIMEOUT_MS", CONFIG_INT, &hb_timeout,
+        {"heartbeat-timeout-ms", "KILN_HEARTBEAT_TIMEOUT_MS", CONFIG_INT, &hb_timeout, CONFIG_RANGE(20, 86400000),
          "silence after which a worker is declared dead and its jobs leave RUNNING"},
-        {"sched-interval-ms", "KILN_SCHED_INTERVAL_MS", CONFIG_INT, &sched_interval,
+        {"sched-interval-ms", "KILN_SCHED_INTERVAL_MS", CONFIG_INT, &sched_interval, CONFIG_RANGE(1, 3600000),
          "scheduler tick when nothing wakes it"},
-        {"db-pool-size", "KILN_DB_POOL_SIZE", CONFIG_INT, &pool, "database connections for requests"},
-        {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace,
+        {"db-pool-size", "KILN_DB_POOL_SIZE", CONFIG_INT, &pool, CONFIG_RANGE(1, 1024), "database connections for requests"},
+        {"stop-grace-ms", "KILN_STOP_GRACE_MS", CONFIG_INT, &grace, CONFIG_RANGE(0, 3600000),
          "time ranks get between SIGTERM and SIGKILL when a job is stopped"},
-        {"db-wait-s", "KILN_DB_WAIT_S", CONFIG_INT, &db_wait_s,
+        {"db-wait-s", "KILN_DB_WAIT_S", CONFIG_INT, &db_wait_s, CONFIG_RANGE(0, 86400),
          "keep retrying an unreachable database this long at start-up (0: fail at once)"},
-        {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, "debug | info | warn | error"},
-        {"tls-cert", "KILN_TLS_CERT", CONFIG_STR, &tls_cert, "PEM certificate (chain) REST and gRPC serve TLS with"},
-        {"tls-key", "KILN_TLS_KEY", CONFIG_STR, &tls_key, "PEM private key of --tls-cert"},
-        {"tls-ca", "KILN_TLS_CA", CONFIG_STR, &tls_ca,
+        {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, CONFIG_ONE_OF(LOG_LEVEL_CHOICES),
+         "the least severe log lines written"},
+        {"tls-cert", "KILN_TLS_CERT", CONFIG_STR, &tls_cert, CONFIG_ANY, "PEM certificate (chain) REST and gRPC serve TLS with"},
+        {"tls-key", "KILN_TLS_KEY", CONFIG_STR, &tls_key, CONFIG_ANY, "PEM private key of --tls-cert"},
+        {"tls-ca", "KILN_TLS_CA", CONFIG_STR, &tls_ca, CONFIG_ANY,
          "PEM CA: agents must present a client certificate it signed (mutual TLS)"},
-        {"tls-min-version", "KILN_TLS_MIN_VERSION", CONFIG_STR, &tls_min,
-         "1.2 | 1.3: the oldest TLS version REST and gRPC accept (both offer only forward-secret AEAD suites)"},
-        {"max-connections-per-address", "KILN_MAX_CONNECTIONS_PER_ADDRESS", CONFIG_INT, &per_address,
+        {"tls-min-version", "KILN_TLS_MIN_VERSION", CONFIG_STR, &tls_min, CONFIG_ONE_OF("1.2|1.3"),
+         "the oldest TLS version REST and gRPC accept (both offer only forward-secret AEAD suites)"},
+        {"max-connections-per-address", "KILN_MAX_CONNECTIONS_PER_ADDRESS", CONFIG_INT, &per_address, CONFIG_RANGE(0, 1000000),
          "connections one client address (IPv6: its /64) may hold open on each of the REST and gRPC ports; more are "
          "refused at once (0: no limit; raise it when many clients reach kilnd through one proxy)"},
-        {"handshake-timeout-ms", "KILN_HANDSHAKE_TIMEOUT_MS", CONFIG_INT, &handshake_ms,
+        {"handshake-timeout-ms", "KILN_HANDSHAKE_TIMEOUT_MS", CONFIG_INT, &handshake_ms, CONFIG_RANGE(100, 3600000),
          "a connection's TLS handshake must end this soon after it connects, or it is cut off"},
-        {"request-header-timeout-ms", "KILN_REQUEST_HEADER_TIMEOUT_MS", CONFIG_INT, &header_ms,
+        {"request-header-timeout-ms", "KILN_REQUEST_HEADER_TIMEOUT_MS", CONFIG_INT, &header_ms, CONFIG_RANGE(100, 3600000),
          "a REST request's headers must be in this soon after its first byte (or after the handshake)"},
-        {"request-body-timeout-ms", "KILN_REQUEST_BODY_TIMEOUT_MS", CONFIG_INT, &body_ms,
+        {"request-body-timeout-ms", "KILN_REQUEST_BODY_TIMEOUT_MS", CONFIG_INT, &body_ms, CONFIG_RANGE(100, 3600000),
          "a REST request's body must be in this soon after its headers, a second more for each KiB that arrived"},
-        {"idle-timeout-ms", "KILN_IDLE_TIMEOUT_MS", CONFIG_INT, &idle_ms,
+        {"idle-timeout-ms", "KILN_IDLE_TIMEOUT_MS", CONFIG_INT, &idle_ms, CONFIG_RANGE(1000, 86400000),
          "a REST connection between requests, or a gRPC connection without calls, is closed after this"},
-        {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure,
+        {"http-threads", "KILN_HTTP_THREADS", CONFIG_INT, &http_threads, CONFIG_RANGE(1, 64),
+         "REST request handler threads (handlers wait on the database, so several keep one slow call from holding "
+         "up the others)"},
+        {"http-ping-ms", "KILN_HTTP_PING_MS", CONFIG_INT, &http_ping_ms, CONFIG_RANGE(100, 3600000),
+         "a followed log stream (SSE) that has been silent this long gets a keep-alive comment, and a vanished "
+         "client is noticed"},
+        {"insecure", "KILN_INSECURE", CONFIG_BOOL, &insecure, CONFIG_ANY,
          "serve plain text (no TLS): anything on the network path can read and change the traffic"},
-        {"bootstrap-token-file", "KILN_BOOTSTRAP_TOKEN_FILE", CONFIG_STR, &bootstrap_file,
+        {"bootstrap-token-file", "KILN_BOOTSTRAP_TOKEN_FILE", CONFIG_STR, &bootstrap_file, CONFIG_ANY,
          "first start on an empty database: create the cluster admin \"admin\" with the token in FILE "
          "(read when FILE exists, else created 0600)"},
-        {"join-token-file", "KILN_JOIN_TOKEN_FILE", CONFIG_STR, &join_file,
+        {"join-token-file", "KILN_JOIN_TOKEN_FILE", CONFIG_STR, &join_file, CONFIG_ANY,
          "the token agents register with (read when FILE exists, else created 0600); cluster admins also make "
          "join tokens with a number of uses and an expiry (kiln join-tokens create)"},
-        {"agent-approval", "KILN_AGENT_APPROVAL", CONFIG_BOOL, &agent_approval,
+        {"agent-approval", "KILN_AGENT_APPROVAL", CONFIG_BOOL, &agent_approval, CONFIG_ANY,
          "a newly registered worker gets no work until a cluster admin approves it (kiln workers approve ID)"},
-        {"agent-distinct-certs", "KILN_AGENT_DISTINCT_CERTS", CONFIG_BOOL, &agent_distinct_certs,
+        {"agent-distinct-certs", "KILN_AGENT_DISTINCT_CERTS", CONFIG_BOOL, &agent_distinct_certs, CONFIG_ANY,
          "mutual TLS: refuse to register a worker with a client certificate another live worker is bound to"},
-        {"register-per-min-per-addr", "KILN_REGISTER_PER_MIN_PER_ADDR", CONFIG_INT, &register_per_min_addr,
+        {"register-per-min-per-addr", "KILN_REGISTER_PER_MIN_PER_ADDR", CONFIG_INT, &register_per_min_addr, CONFIG_RANGE(0, 1000000),
          "worker registrations a minute from one source address, in bursts of up to a sixth of it (0: no limit); "
          "an agent re-registering with its own credential is not counted"},
-        {"register-per-min", "KILN_REGISTER_PER_MIN", CONFIG_INT, &register_per_min,
+        {"register-per-min", "KILN_REGISTER_PER_MIN", CONFIG_INT, &register_per_min, CONFIG_RANGE(0, 1000000),
          "worker registrations a minute this kilnd takes in all (0: no limit)"},
-        {"cors-origin", "KILN_CORS_ORIGINS", CONFIG_LIST, &cors,
+        {"cors-origin", "KILN_CORS_ORIGINS", CONFIG_LIST, &cors, CONFIG_ANY,
          "a browser origin (https://ui.example.com) allowed to call the REST API"},
-        {"metrics-auth", "KILN_METRICS_AUTH", CONFIG_BOOL, &metrics_auth, "GET /metrics needs an API token"},
-        {"artifact-dir", "KILN_ARTIFACT_DIR", CONFIG_STR, &artifact_dir,
+        {"metrics-auth", "KILN_METRICS_AUTH", CONFIG_BOOL, &metrics_auth, CONFIG_ANY, "GET /metrics needs an API token"},
+        {"artifact-dir", "KILN_ARTIFACT_DIR", CONFIG_STR, &artifact_dir, CONFIG_ANY,
          "keep the jobs' artifacts (rank 0's output directory: final model, plan, samples) here (created "
          "0700); replicas give the same directory on shared storage to serve each other's artifacts; "
          "without it, no artifacts are kept"},
-        {"artifact-max-job-mb", "KILN_ARTIFACT_MAX_JOB_MB", CONFIG_INT, &artifact_max_mb,
+        {"artifact-max-job-mb", "KILN_ARTIFACT_MAX_JOB_MB", CONFIG_INT, &artifact_max_mb, CONFIG_RANGE(1, 1 << 30),
          "largest total of one job's artifacts; a bigger upload is refused, with the reason in the job's log"},
-        {"code-max-mb", "KILN_CODE_MAX_MB", CONFIG_INT, &code_max_mb,
+        {"code-max-mb", "KILN_CODE_MAX_MB", CONFIG_INT, &code_max_mb, CONFIG_RANGE(1, 100000),
          "largest code archive a client may upload for script jobs (POST /v1/code; kept in --artifact-dir); "
          "archives may hold ten times as much uncompressed"},
-        {"log-retention-days", "KILN_LOG_RETENTION_DAYS", CONFIG_INT, &log_retention_days,
+        {"log-retention-days", "KILN_LOG_RETENTION_DAYS", CONFIG_INT, &log_retention_days, CONFIG_RANGE(0, 100000),
          "drop the logs of jobs that ended more than N days ago (0: keep them)"},
-        {"janitor-interval-s", "KILN_JANITOR_INTERVAL_S", CONFIG_INT, &janitor_interval_s,
+        {"janitor-interval-s", "KILN_JANITOR_INTERVAL_S", CONFIG_INT, &janitor_interval_s, CONFIG_RANGE(1, 604800),
          "how often the clean-up pass (log retention, deleted jobs' artifact files) runs"},
-        {"health", NULL, CONFIG_BOOL, &health,
+        {"health", NULL, CONFIG_BOOL, &health, CONFIG_ANY,
          "check a running kilnd: GET /healthz at --http-addr (https with --tls-cert), exit 0 when it answers"},
-        {"no-auth", "KILN_NO_AUTH", CONFIG_BOOL, &no_auth,
+        {"no-auth", "KILN_NO_AUTH", CONFIG_BOOL, &no_auth, CONFIG_ANY,
          "turn authentication off: every caller is a cluster admin (benchmarks, trusted single-user "
          "machines; needs --insecure)"},
     };
@@ -158,12 +166,9 @@ int main(int argc, char **argv)
         fprintf(bad ? stderr : stdout, "kilnd: %s\n", why);
         return bad;
     }
-    if (log_level) {
-        static const char *const names[] = {"debug", "info", "warn", "error"};
-        for (int i = 0; i < 4; i++)
-            if (strcmp(log_level, names[i]) == 0)
-                log_set_level((log_level_t)i);
-    }
+    log_level_t level = LOG_INFO;
+    log_level_parse(log_level, &level); /* one of the table's choices */
+    log_set_level(level);
     char *url_from_file = NULL;
     if (database_url_file && *database_url_file) {
         if (database_url && *database_url) {
@@ -212,14 +217,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "kilnd: --cors-origin \"%s\" is not an origin (scheme://host[:port])\n", cors.v[i]);
             return 2;
         }
-    if (hb_interval < 10 || hb_timeout < 2 * hb_interval || pool < 1 || sched_interval < 1 || grace < 0) {
-        fprintf(stderr, "kilnd: invalid timing flags: heartbeat-timeout-ms must be at least twice "
-                        "heartbeat-interval-ms (>= 10), pool and intervals positive\n");
-        return 2;
-    }
-    if (register_per_min_addr < 0 || register_per_min_addr > 1000000 || register_per_min < 0 ||
-        register_per_min > 1000000) {
-        fprintf(stderr, "kilnd: --register-per-min-per-addr and --register-per-min take 0 (no limit) to 1000000\n");
+    if (hb_timeout < 2 * hb_interval) {
+        fprintf(stderr, "kilnd: --heartbeat-timeout-ms (%lld) must be at least twice --heartbeat-interval-ms (%lld)\n",
+                (long long)hb_timeout, (long long)hb_interval);
         return 2;
     }
     if (agent_distinct_certs && !(tls_ca && *tls_ca)) {
@@ -227,27 +227,7 @@ int main(int argc, char **argv)
                         "there is nothing to tell workers apart by\n");
         return 2;
     }
-    if (artifact_max_mb < 1 || artifact_max_mb > (int64_t)1 << 30 || log_retention_days < 0 ||
-        log_retention_days > 100000 || janitor_interval_s < 1 || janitor_interval_s > 7 * 86400 ||
-        code_max_mb < 1 || code_max_mb > 100000) {
-        fprintf(stderr, "kilnd: --artifact-max-job-mb must be 1 or more, --log-retention-days 0 (keep logs) or "
-                        "more, --janitor-interval-s 1 to 604800, --code-max-mb 1 to 100000\n");
-        return 2;
-    }
-    api_tls_min_t tls_min_version = API_TLS_1_2;
-    if (!strcmp(tls_min, "1.3")) {
-        tls_min_version = API_TLS_1_3;
-    } else if (strcmp(tls_min, "1.2") != 0) {
-        fprintf(stderr, "kilnd: --tls-min-version \"%s\" is not 1.2 or 1.3\n", tls_min);
-        return 2;
-    }
-    if (per_address < 0 || per_address > 1000000 || handshake_ms < 100 || header_ms < 100 || body_ms < 100 ||
-        idle_ms < 1000 || handshake_ms > 3600000 || header_ms > 3600000 || body_ms > 3600000 || idle_ms > 86400000) {
-        fprintf(stderr, "kilnd: --max-connections-per-address must be 0 (no limit) to 1000000, the "
-                        "--handshake-, --request-header- and --request-body-timeout-ms 100 to 3600000, "
-                        "--idle-timeout-ms 1000 to 86400000\n");
-        return 2;
-    }
+    api_tls_min_t tls_min_version = !strcmp(tls_min, "1.3") ? API_TLS_1_3 : API_TLS_1_2;
     api_net_limits_t limits = {.per_address = per_address ? (int)per_address : -1,
                                .handshake_ms = (int)handshake_ms, .header_ms = (int)header_ms,
                                .body_ms = (int)body_ms, .idle_ms = (int)idle_ms};
@@ -331,7 +311,8 @@ int main(int argc, char **argv)
     }
     kiln_err_clear(&err);
     api_http_config_t hc = {.addr = http_addr, .tls = &tls, .cors_origins = cors.v, .ncors = cors.n,
-                            .metrics_auth = metrics_auth, .limits = limits};
+                            .metrics_auth = metrics_auth, .limits = limits, .threads = (int)http_threads,
+                            .ping_ms = (int)http_ping_ms};
     rc = api_http_start(svc, &hc, &http, &err);
     if (rc) {
         log_error("could not start the REST server on %s: %s", http_addr, err.message);

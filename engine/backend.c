@@ -17,11 +17,15 @@ static const eng_backend_t *g_cuda;     /* loaded backend, once found */
 static char g_cuda_error[256];          /* why loading failed, once tried */
 static int g_cuda_tried;
 
-/* Candidate locations: $KILN_CUDA_LIB, beside the executable, ../lib relative to it, then the
- * dynamic loader's own search path. */
+static const char *g_cuda_lib; /* eng_backend_cuda_lib_set's */
+
+void eng_backend_cuda_lib_set(const char *path) { g_cuda_lib = path; }
+
+/* Candidate locations: the --cuda-lib setting, beside the executable, ../lib relative to it, then
+ * the dynamic loader's own search path. */
 static void *cuda_dlopen(char *why, size_t n)
 {
-    const char *env = getenv("KILN_CUDA_LIB");
+    const char *env = g_cuda_lib;
     char exe[PATH_MAX], cand[PATH_MAX + 64];
     void *h = NULL;
     if (env && *env && (h = dlopen(env, RTLD_NOW | RTLD_LOCAL))) return h;

@@ -207,6 +207,10 @@ struct eng_backend {
  * ENG_BACKEND_ABI; KILN_EUNAVAIL with a clear message when that fails or no GPU is present.
  * "auto": cuda when available, else cpu. "ref": the reference ops. Thread-safe. */
 int eng_backend_get(const char *device, const eng_backend_t **out, kiln_err_t *err);
+/* kiln-train's --cuda-lib (KILN_CUDA_LIB): where libkiln_cuda.so is when it is not beside the
+ * executable (NULL: look there, then in ../lib, then the loader's path). Call before the first
+ * eng_backend_get("cuda"); path is borrowed for the process's lifetime. */
+void eng_backend_cuda_lib_set(const char *path);
 
 /* The CPU backend (the default; always available). */
 extern const eng_backend_t eng_cpu_backend;

@@ -651,6 +651,23 @@ typedef struct eng_parallel {
 } eng_parallel_t;
 
 /* Options of one run, from the spec and the command line. */
+/* The engine's own settings in kiln-train's table (cmd/kiln_train.c: the KILN_DP_*, KILN_COMM_*
+ * and KILN_PIPE_TRACE variables): what is set overrides the spec's choice or the default.
+ * ENG_SETTINGS_INIT leaves everything to the spec. */
+struct comm_settings;
+typedef struct eng_settings {
+    bool dp_check;                 /* compare the ranks' parameters after every step */
+    bool dp_overlap;               /* launch each bucket as backward finishes it (default true) */
+    const char *dp_zero;           /* "1" | "0": shard the optimizer state; NULL: the spec's */
+    double dp_bucket_mb;           /* > 0: the bucket size; 0: the spec's, else chosen */
+    const char *dp_gradient_dtype; /* "fp32" | "bf16"; NULL: the spec's */
+    int64_t dp_inject_rank;        /* fault injection (tests): this rank perturbs a parameter after */
+    int64_t dp_inject_step;        /* step dp_inject_step; rank -1: never */
+    bool pipe_trace;               /* print the last pass's per-action timings of each stage */
+    const struct comm_settings *comm; /* NULL: comm's defaults */
+} eng_settings_t;
+#define ENG_SETTINGS_INIT {false, true, NULL, 0, NULL, -1, 0, false, NULL}
+
 typedef struct eng_train_opts {
     const char *checkpoint_dir;  /* "" or NULL: no checkpoints */
     const char *resume_from;     /* "" or NULL: none; else a checkpoint directory whose newest
@@ -673,6 +690,7 @@ typedef struct eng_train_opts {
                                   * once resumed and before each step's lines: the agent reads
                                   * them (KILN_STEP_MARKS) and the job has metric definitions */
     const eng_parallel_t *parallel; /* borrowed; NULL: a single process */
+    const eng_settings_t *settings; /* borrowed; NULL: ENG_SETTINGS_INIT's */
 } eng_train_opts_t;
 
 /* The outcome of eng_train_run. */
@@ -754,11 +772,14 @@ bool eng_coretype_holds_back(const char *coretype, bool avx512, bool amd_19h);
  * backend then runs its fp32 GEMMs on oneDNN's AVX-512 kernels where oneDNN has them. */
 bool eng_cpu_coretype_holds_back(void);
 /* What runs the CPU backend's fp32 GEMMs: "OpenBLAS", or "oneDNN <its kernels>" (when
- * OPENBLAS_CORETYPE holds OpenBLAS back, or KILN_CPU_SGEMM=onednn|openblas says). Static. */
+ * OPENBLAS_CORETYPE holds OpenBLAS back, or eng_cpu_settings_set's sgemm says). Static. */
 const char *eng_cpu_sgemm_name(void);
-/* KILN_CPU_SGEMM unset, "onednn" or "openblas": 0; anything else KILN_EINVAL naming it (err may
- * be NULL). kiln-train refuses a bad value (exit 2). */
-int eng_cpu_sgemm_env_check(kiln_err_t *err);
+/* The CPU backend's settings (kiln-train's --cpu-sgemm and, in test builds, --cpu-bf16), for the
+ * whole process: sgemm "onednn" | "openblas" decides what runs the fp32 GEMMs (NULL: OpenBLAS, or
+ * oneDNN's AVX-512 kernels where OPENBLAS_CORETYPE holds OpenBLAS back); bf16 false makes the CPU
+ * look as if it had no bf16 instructions. Call before the first GEMM; sgemm is borrowed for the
+ * process's lifetime. Not thread-safe. */
+void eng_cpu_settings_set(const char *sgemm, bool bf16);
 /* Peak resident memory of the process in MiB (getrusage). */
 double eng_peak_mem_mb(void);
 

@@ -43,13 +43,17 @@ int eng_job_run(const spec_t *s, const eng_train_opts_t *opts, comm_t *world, en
         o.parallel = NULL;
         return eng_train_run(s, &o, res, err);
     }
-    if (!c && (rc = comm_create_from_env(&c, err)))
-        return rc;
+    if (!c) {
+        comm_config_t cc;
+        comm_config_init(&cc);
+        comm_settings_apply(&cc, o.settings ? o.settings->comm : NULL);
+        if ((rc = comm_create_from_env(&cc, &c, err)))
+            return rc;
+    }
     o.rank = comm_rank(c);
     o.world = comm_size(c);
     dp_opts_init(&dpo, s);
-    if ((rc = dp_opts_from_env(&dpo, err)))
-        goto fail;
+    dp_settings_apply(&dpo, o.settings);
     /* the watchdog is the rank contract's (the operator's, through the agent): device
      * collectives wait as long as comm's */
     rank_env_t re;

@@ -24,7 +24,7 @@ struct spec;
  * from the rank contract's environment when the job has more than one (comm_create_from_env)
  * and leaves them before returning. distribution.model_parallel.partitions > 1 trains as a
  * pipeline; otherwise a world of more than one rank trains data-parallel (options from the spec,
- * then the environment: dp_opts_from_env); one rank trains alone. opts->rank and opts->world
+ * then opts->settings: dp_settings_apply); one rank trains alone. opts->rank and opts->world
  * are taken from the group. res as eng_train_run's; info (may be NULL) OUT. Returns
  * eng_train_run's statuses, or the group's (KILN_ECOMM naming a dead rank, KILN_ETIMEDOUT). */
 int eng_job_run(const struct spec *s, const eng_train_opts_t *opts, comm_t *world,

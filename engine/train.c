@@ -266,7 +266,6 @@ static int setup(eng_run_t *r, int64_t *start, kiln_err_t *err)
     const eng_parallel_t *par = r->par;
     int rc, head_blocks = 1;
     if ((rc = eng_backend_get(spec_device(r->spec), &r->be, err))) return rc;
-    if (r->be == &eng_cpu_backend && (rc = eng_cpu_sgemm_env_check(err))) return rc;
     if ((rc = check_layout(r, err))) return rc;
     int threads = r->o->threads > 0 ? r->o->threads : r->spec->res.threads_per_rank;
     if (r->be->host_memory) eng_cpu_set_threads(threads);

@@ -16,21 +16,23 @@ void comm_config_init(comm_config_t *cfg)
     cfg->world_size = 1;
     cfg->master_addr = "127.0.0.1";
     cfg->master_port = 29500;
+    cfg->test_stall_after = -1;
 }
 
-static int env_long(const char *name, long lo, long hi, long *out, kiln_err_t *err)
+void comm_settings_apply(comm_config_t *cfg, const comm_settings_t *s)
 {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return 1;
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi)
-        return kiln_err_set(err, KILN_EINVAL, name, "%s must be an integer in [%ld, %ld], not \"%s\"",
-                            name, lo, hi, v);
-    *out = x;
-    return 0;
+    if (!s)
+        return;
+    if (s->provider && *s->provider)
+        cfg->provider = s->provider;
+    if (s->timeout_s > 0)
+        cfg->timeout_s = s->timeout_s;
+    if (s->chunk_bytes > 0)
+        cfg->chunk_bytes = (size_t)s->chunk_bytes;
+    if (s->depth > 0)
+        cfg->depth = (int)s->depth;
+    cfg->blocking = s->blocking;
+    cfg->test_stall_after = s->test_stall_after;
 }
 
 void comm_config_from_rank(comm_config_t *cfg, const rank_env_t *re)
@@ -50,28 +52,11 @@ void comm_config_from_rank(comm_config_t *cfg, const rank_env_t *re)
 
 int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err)
 {
-    long v = 0;
-    int rc;
     rank_env_t re;
-    if ((rc = rank_env_parse(NULL, &re, err)))
+    int rc = rank_env_parse(NULL, &re, err);
+    if (rc)
         return rc;
     comm_config_from_rank(cfg, &re);
-    /* tuning knobs of this module, not part of the rank contract */
-    if ((rc = env_long("KILN_COMM_TIMEOUT_S", 1, 86400, &v, err)) < 0)
-        return rc;
-    if (rc == 0)
-        cfg->timeout_s = (double)v;
-    if ((rc = env_long("KILN_COMM_CHUNK_BYTES", 64, 1L << 30, &v, err)) < 0)
-        return rc;
-    if (rc == 0)
-        cfg->chunk_bytes = (size_t)v;
-    if ((rc = env_long("KILN_COMM_DEPTH", 1, 64, &v, err)) < 0)
-        return rc;
-    if (rc == 0)
-        cfg->depth = (int)v;
-    const char *s;
-    if ((s = getenv("KILN_COMM_PROVIDER")) && *s)
-        cfg->provider = s;
     return 0;
 }
 
@@ -159,6 +144,8 @@ int comm_create(const comm_config_t *cfg, comm_t **out, kiln_err_t *err)
     e->chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : (1u << 20);
     e->chunk_bytes = (e->chunk_bytes + 63) & ~(size_t)63;
     e->depth = cfg->depth > 0 ? cfg->depth : 4;
+    e->blocking = cfg->blocking;
+    e->test_stall_after = cfg->test_stall_after;
     e->spin_yields = 64; /* the transport may change them (comm_fabric_open) */
     e->nap_us = 20;
     e->hosts = calloc((size_t)e->world, COMM_HOST_MAX);
@@ -191,10 +178,13 @@ fail:
     return rc;
 }
 
-int comm_create_from_env(comm_t **out, kiln_err_t *err)
+int comm_create_from_env(const comm_config_t *base, comm_t **out, kiln_err_t *err)
 {
     comm_config_t cfg;
-    comm_config_init(&cfg);
+    if (base)
+        cfg = *base;
+    else
+        comm_config_init(&cfg);
     int rc = comm_config_from_env(&cfg, err);
     if (rc != 0) {
         *out = NULL;

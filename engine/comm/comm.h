@@ -63,21 +63,57 @@ typedef struct comm_config {
     int depth;               /* staging slots = reducing chunks in flight (plain ones: 4x); 0 means 4 */
     const char *hostname;    /* NULL: gethostname(); tests set it to pretend ranks are on other hosts */
     const char *job_id;      /* optional: ranks presenting a different job id are refused */
+    bool blocking;           /* tcp: the progress thread sleeps in libfabric's wait instead of polling
+                              * (measured: 3x the small-message latency, no CPU saved) */
+    long test_stall_after;   /* fault injection (tests): the progress thread stops for good when it
+                              * starts its (N+1)th collective, as one stuck in the provider would;
+                              * < 0 (comm_config_init's -1): never */
 } comm_config_t;
 
 /* Fills cfg with defaults (world of 1, rank 0, 127.0.0.1, automatic provider). */
 void comm_config_init(comm_config_t *cfg);
+
+/* The communication settings of a program that joins a job (kiln-train, bench/comm_bench):
+ * COMM_SETTINGS_FLAGS(s) expands to their rows of its settings table (base/config.c), which
+ * write into *s; comm_settings_apply() copies what is set into a comm_config_t. The fault knob
+ * (COMM_SETTINGS_TEST_FLAGS) belongs in test builds only. */
+typedef struct comm_settings {
+    const char *provider;     /* "auto" | "shm" | "tcp"; NULL: auto */
+    double timeout_s;         /* > 0: the rendezvous timeout */
+    int64_t chunk_bytes;      /* > 0: the ring chunk */
+    int64_t depth;            /* > 0: transfers in flight */
+    bool blocking;            /* comm_config_t's */
+    int64_t test_stall_after; /* comm_config_t's; -1: never */
+} comm_settings_t;
+#define COMM_SETTINGS_INIT {NULL, 0, 0, 0, false, -1}
+#define COMM_SETTINGS_FLAGS(s)                                                                             \
+    {"comm-provider", "KILN_COMM_PROVIDER", CONFIG_STR, &(s)->provider, CONFIG_ONE_OF("auto|shm|tcp"),     \
+     "how ranks talk: shm within a host, tcp across hosts (auto: shm when all ranks share a host)"},        \
+    {"comm-timeout-s", "KILN_COMM_TIMEOUT_S", CONFIG_DOUBLE, &(s)->timeout_s, CONFIG_RANGE(0, 86400),      \
+     "rendezvous timeout: ranks that never arrive are named in the error (0: 300)"},                       \
+    {"comm-chunk-bytes", "KILN_COMM_CHUNK_BYTES", CONFIG_INT, &(s)->chunk_bytes,                           \
+     CONFIG_RANGE(0, 1 << 30), "ring chunk size of the collectives (0: 1 MiB)"},                          \
+    {"comm-depth", "KILN_COMM_DEPTH", CONFIG_INT, &(s)->depth, CONFIG_RANGE(0, 64),                        \
+     "chunks of a collective in flight (0: 4)"},                                                           \
+    {"comm-blocking", "KILN_COMM_BLOCKING", CONFIG_BOOL, &(s)->blocking, CONFIG_ANY,                       \
+     "tcp: the communication thread sleeps in libfabric's wait instead of polling (3x the small-message "  \
+     "latency here, no CPU saved)"}
+#define COMM_SETTINGS_TEST_FLAGS(s)                                                                        \
+    {"comm-test-stall-after", "KILN_COMM_TEST_STALL_AFTER", CONFIG_INT, &(s)->test_stall_after,            \
+     CONFIG_TEST_RANGE(-1, 1000000),                                                                        \
+     "the communication thread stops for good at its (N+1)th collective, as one stuck in the provider "    \
+     "would (-1: never)"}
+void comm_settings_apply(comm_config_t *cfg, const comm_settings_t *s);
 
 struct rank_env;
 /* Fills cfg's place in the job from the rank contract (rank/rank.h, already read): rank, world
  * size, local rank, rendezvous address and port, job id and the watchdog; fields the contract
  * leaves unset keep their values. Strings are borrowed from re. */
 void comm_config_from_rank(comm_config_t *cfg, const struct rank_env *re);
-/* Reads the rank contract from the environment (rank_env_parse) into cfg (comm_config_from_rank),
- * then this module's own tuning variables: KILN_COMM_PROVIDER (shm|tcp|auto),
- * KILN_COMM_TIMEOUT_S, KILN_COMM_CHUNK_BYTES, KILN_COMM_DEPTH. Fields whose variables are unset
- * keep their values. Strings point into the environment (borrowed). Returns 0 or KILN_EINVAL
- * (err names the bad variable). */
+/* Reads the rank contract from the environment (rank_env_parse) into cfg (comm_config_from_rank).
+ * The tuning fields (provider, timeout, chunk size, depth) are the program's settings and keep
+ * their values (kiln-train's table sets them). Strings point into the environment (borrowed).
+ * Returns 0 or KILN_EINVAL (err names the bad variable). */
 int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err);
 
 /* Joins the job: rendezvous with every rank through rank 0 (rank 0 listens on master_port),
@@ -88,8 +124,8 @@ int comm_config_from_env(comm_config_t *cfg, kiln_err_t *err);
  * errors) or KILN_EIO (sockets). */
 int comm_create(const comm_config_t *cfg, comm_t **out, kiln_err_t *err);
 
-/* comm_config_init() + comm_config_from_env() + comm_create(). */
-int comm_create_from_env(comm_t **out, kiln_err_t *err);
+/* comm_config_from_env() on a copy of base (NULL: comm_config_init's defaults) + comm_create(). */
+int comm_create_from_env(const comm_config_t *base, comm_t **out, kiln_err_t *err);
 
 /* Releases a group. Destroying the last group of the engine waits for every other rank to reach
  * its own teardown (so no rank closes while peers still receive from it; bounded by the timeout)

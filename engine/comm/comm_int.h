@@ -141,6 +141,9 @@ struct comm_engine {
     char provider[COMM_PROV_MAX]; /* "shm" or "tcp" */
     size_t chunk_bytes;
     int depth;
+    bool blocking;        /* comm_config_t's */
+    long test_stall_after; /* comm_config_t's; collectives_started counts against it */
+    long collectives_started;
     double timeout_s;
     int64_t watchdog_us;  /* started operations with no progress for this long fail */
     /* How the progress thread waits while transfers are in flight but none completed (the

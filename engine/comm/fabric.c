@@ -91,12 +91,11 @@ int comm_fabric_open(comm_engine_t *e, const char *prov, const char *node, kiln_
     f->mr_local = (f->info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
 
     struct fi_av_attr av_attr = {.type = FI_AV_TABLE, .count = (size_t)e->world};
-    /* KILN_COMM_BLOCKING=1 (tcp only): a completion queue with a wait object lets the thread
-     * sleep in the kernel until data arrives instead of polling with naps. Measured here it
-     * tripled small-message latency (157 vs 48 us) without saving CPU, so polling is the
-     * default. shm moves data only while polled and always polls. */
-    const char *blk = getenv("KILN_COMM_BLOCKING");
-    bool may_wait = tcp && blk && strcmp(blk, "1") == 0;
+    /* e->blocking (tcp only): a completion queue with a wait object lets the thread sleep in the
+     * kernel until data arrives instead of polling with naps. Measured here it tripled
+     * small-message latency (157 vs 48 us) without saving CPU, so polling is the default. shm
+     * moves data only while polled and always polls. */
+    bool may_wait = tcp && e->blocking;
     struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = may_wait ? FI_WAIT_UNSPEC : FI_WAIT_NONE,
                                  .size = (size_t)(COMM_COLL_INFLIGHT * 8 * e->depth + 64)};
     what = "fi_fabric";

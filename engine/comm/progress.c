@@ -107,19 +107,13 @@ void comm_engine_fail(comm_engine_t *e, const char *fmt, ...)
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Test hook: KILN_COMM_TEST_STALL_AFTER=N makes the thread stop for good when it starts its
+/* Fault injection: e->test_stall_after = N makes the thread stop for good when it starts its
  * (N+1)th collective, as a thread stuck inside the provider would (COMM_STUCK_US). */
 static void test_stall(comm_engine_t *e)
 {
-    static long after = -2;
-    static long started;
-    if (after == -2) {
-        const char *v = getenv("KILN_COMM_TEST_STALL_AFTER");
-        after = v && *v ? atol(v) : -1;
-    }
-    if (after < 0 || started++ < after)
+    if (e->test_stall_after < 0 || e->collectives_started++ < e->test_stall_after)
         return;
-    log_warn("comm: KILN_COMM_TEST_STALL_AFTER: the communication thread stops here (rank %d)", e->rank);
+    log_warn("comm: the communication thread stops here, as asked (rank %d)", e->rank);
     for (;;)
         pause();
 }

@@ -14,7 +14,7 @@ void eng_cpu_adamw_bf16(float *param, uint16_t *param_bf16, const float *grad, f
 /* 0, or KILN_EDEVICE with err describing the first oneDNN failure (bf16 group or fp32 GEMMs). */
 int eng_cpu_onednn_status(kiln_err_t *err);
 /* Whether the backend's fp32 GEMMs go through oneDNN (onednn.c: its AVX-512 kernels, or
- * KILN_CPU_SGEMM=onednn|openblas), decided once; *impl (may be NULL) names what runs them. */
+ * eng_cpu_settings_set's sgemm), decided once; *impl (may be NULL) names what runs them. */
 bool eng_cpu_onednn_sgemm(const char **impl);
 /* fp32 matmul_forward and the two GEMMs of matmul_backward (dinp overwritten, dw accumulated;
  * either may be NULL) through oneDNN. */

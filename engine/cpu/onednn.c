@@ -27,12 +27,21 @@
 
 /* ---- the machine ---------------------------------------------------------------------------- */
 
+/* eng_cpu_settings_set's */
+static const char *g_sgemm_setting;
+static bool g_bf16_off;
+
+void eng_cpu_settings_set(const char *sgemm, bool bf16)
+{
+    g_sgemm_setting = sgemm && *sgemm ? sgemm : NULL;
+    g_bf16_off = !bf16;
+}
+
 /* AVX512-BF16: CPUID.(EAX=7,ECX=1):EAX bit 5. AMX-BF16: CPUID.(EAX=7,ECX=0):EDX bit 22. Both
- * need the OS to save the AVX-512 state (XCR0 bits 5-7, with OSXSAVE). KILN_CPU_BF16=0 makes the
- * machine look as if it had neither (to see the refusal on a machine that has them). */
+ * need the OS to save the AVX-512 state (XCR0 bits 5-7, with OSXSAVE). The bf16 setting false
+ * makes the machine look as if it had neither (to see the refusal on a machine that has them). */
 static int bf16_available(kiln_err_t *err)
 {
-    const char *force = getenv("KILN_CPU_BF16");
     unsigned a, b, c, d;
     bool avx512_bf16 = false, amx_bf16 = false, os_avx512 = false;
     if (__get_cpuid_count(1, 0, &a, &b, &c, &d) && (c & (1u << 27))) { /* OSXSAVE */
@@ -42,11 +51,11 @@ static int bf16_available(kiln_err_t *err)
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) avx512_bf16 = a & (1u << 5);
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) amx_bf16 = d & (1u << 22);
-    if (force && !strcmp(force, "0")) avx512_bf16 = amx_bf16 = false;
+    if (g_bf16_off) avx512_bf16 = amx_bf16 = false;
     if (os_avx512 && (avx512_bf16 || amx_bf16)) return KILN_OK;
     kiln_err_set(err, KILN_EUNSUPP, "distribution.mixed_precision",
                  "mixed_precision \"bf16\" needs bf16 compute, and this CPU has neither "
-                 "AVX512-BF16 nor AMX-BF16%s", force && !strcmp(force, "0") ? " (KILN_CPU_BF16=0)" : "");
+                 "AVX512-BF16 nor AMX-BF16%s", g_bf16_off ? " (KILN_CPU_BF16=0)" : "");
     kiln_err_hint(err, "leave out distribution.mixed_precision to train in fp32, or run on a CPU "
                        "with AVX512-BF16 (AMD Zen 4, Intel Cooper Lake or Sapphire Rapids) or a GPU");
     return KILN_EUNSUPP;
@@ -273,7 +282,7 @@ const eng_backend_bf16_t eng_cpu_bf16 = {
 
 /* ---- fp32 ----------------------------------------------------------------------------------- */
 
-/* Whether fp32 GEMMs go through oneDNN: KILN_CPU_SGEMM=onednn|openblas decides, else oneDNN
+/* Whether fp32 GEMMs go through oneDNN: the sgemm setting (onednn|openblas) decides, else oneDNN
  * when OPENBLAS_CORETYPE holds OpenBLAS back (eng_cpu_coretype_holds_back) and oneDNN's fp32
  * matmul runs AVX-512 kernels here (asked of a primitive made for a GPT shape). */
 static pthread_once_t g_sgemm_once = PTHREAD_ONCE_INIT;
@@ -282,12 +291,12 @@ static char g_sgemm_impl[128] = "OpenBLAS";
 
 static void sgemm_decide(void)
 {
-    const char *env = getenv("KILN_CPU_SGEMM");
+    const char *env = g_sgemm_setting;
     if (env && !strcmp(env, "openblas")) {
         snprintf(g_sgemm_impl, sizeof(g_sgemm_impl), "OpenBLAS (KILN_CPU_SGEMM)");
         return;
     }
-    if (eng_cpu_sgemm_env_check(NULL)) /* kiln-train refuses it; others get OpenBLAS */
+    if (env && strcmp(env, "onednn")) /* kiln-train's table allows only the two */
         return;
     if (!env && !eng_cpu_coretype_holds_back())
         return;
@@ -313,16 +322,6 @@ static void sgemm_decide(void)
                  "OpenBLAS (KILN_CPU_SGEMM=onednn, but oneDNN could not make an fp32 matmul here)");
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
-}
-
-int eng_cpu_sgemm_env_check(kiln_err_t *err)
-{
-    const char *env = getenv("KILN_CPU_SGEMM");
-    if (!env || !strcmp(env, "onednn") || !strcmp(env, "openblas"))
-        return KILN_OK;
-    if (err)
-        kiln_err_set(err, KILN_EINVAL, "KILN_CPU_SGEMM", "KILN_CPU_SGEMM must be onednn or openblas, not \"%s\"", env);
-    return KILN_EINVAL;
 }
 
 bool eng_cpu_onednn_sgemm(const char **impl)

@@ -90,55 +90,18 @@ void dp_opts_init(dp_opts_t *o, const spec_t *s)
     o->watchdog_s = COMM_WATCHDOG_DEFAULT_S;
 }
 
-static int env_bool(const char *name, bool *out, kiln_err_t *err)
+void dp_settings_apply(dp_opts_t *o, const eng_settings_t *s)
 {
-    const char *v = getenv(name);
-    if (!v || !*v) return 0;
-    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes")) *out = true;
-    else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no")) *out = false;
-    else return kiln_err_set(err, KILN_EINVAL, name, "%s must be 0 or 1, not \"%s\"", name, v);
-    return 0;
-}
-
-static int env_positive(const char *name, double *out, kiln_err_t *err)
-{
-    const char *v = getenv(name);
-    if (!v || !*v) return 0;
-    char *end;
-    double x = strtod(v, &end);
-    if (*end || !(x > 0))
-        return kiln_err_set(err, KILN_EINVAL, name, "%s must be a positive number, not \"%s\"",
-                            name, v);
-    *out = x;
-    return 0;
-}
-
-int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err)
-{
-    int rc;
-    if ((rc = env_bool("KILN_DP_CHECK", &o->check, err)) ||
-        (rc = env_bool("KILN_DP_OVERLAP", &o->overlap, err)) ||
-        (rc = env_bool("KILN_DP_ZERO", &o->shard_optimizer_state, err)) ||
-        (rc = env_positive("KILN_DP_BUCKET_MB", &o->bucket_mb, err)))
-        return rc;
-    const char *g = getenv("KILN_DP_GRADIENT_DTYPE");
-    if (g && *g) {
-        if (strcmp(g, "fp32") && strcmp(g, "bf16"))
-            return kiln_err_set(err, KILN_EINVAL, "KILN_DP_GRADIENT_DTYPE",
-                                "KILN_DP_GRADIENT_DTYPE must be fp32 or bf16, not \"%s\"", g);
-        o->bf16_gradients = !strcmp(g, "bf16");
+    if (!s) return;
+    o->check = s->dp_check;
+    o->overlap = s->dp_overlap;
+    if (s->dp_zero) o->shard_optimizer_state = !strcmp(s->dp_zero, "1");
+    if (s->dp_bucket_mb > 0) o->bucket_mb = s->dp_bucket_mb;
+    if (s->dp_gradient_dtype) o->bf16_gradients = !strcmp(s->dp_gradient_dtype, "bf16");
+    if (s->dp_inject_rank >= 0) {
+        o->inject_rank = (int)s->dp_inject_rank;
+        o->inject_step = s->dp_inject_step;
     }
-    const char *v = getenv("KILN_DP_INJECT_DIVERGENCE");
-    if (v && *v) {
-        int r;
-        long long st;
-        if (sscanf(v, "%d:%lld", &r, &st) != 2)
-            return kiln_err_set(err, KILN_EINVAL, "KILN_DP_INJECT_DIVERGENCE",
-                                "KILN_DP_INJECT_DIVERGENCE must be RANK:STEP, not \"%s\"", v);
-        o->inject_rank = r;
-        o->inject_step = st;
-    }
-    return 0;
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
@@ -422,7 +385,7 @@ int dp_attach(dp_t *d, const eng_backend_t *be, eng_params_t *p, int n_blocks,
         return kiln_err_set(err, KILN_EUNSUPP, "resources.device",
                             "data parallelism over the %s backend needs its device collectives, "
                             "which this build does not have", be->name);
-    /* the options may come from the environment (dp_opts_from_env), not only from the spec the
+    /* the options may come from kiln-train's settings (dp_settings_apply), not only from the spec the
      * loop checked: the capability table's refusal, the same as at submission */
     if (d->o.shard_optimizer_state && !spec_backend_has(be->name, SPEC_CAP_SHARD))
         return spec_cap_refuse(SPEC_CAP_SHARD, NULL, be->name, err);
@@ -739,7 +702,7 @@ int dp_after_update(dp_t *d, int64_t step, kiln_err_t *err)
         d->be->to_host(&x, at, sizeof(x));
         x = nextafterf(x, INFINITY);
         d->be->to_device(at, &x, sizeof(x));
-        printf("dp: rank %d perturbed one parameter after step %lld (KILN_DP_INJECT_DIVERGENCE)\n",
+        printf("dp: rank %d perturbed one parameter after step %lld (--dp-inject-rank, a test setting)\n",
                d->rank, (long long)step);
         fflush(stdout);
     }

@@ -23,8 +23,8 @@ struct spec;
 
 typedef struct dp dp_t;
 
-/* How the data-parallel layer runs. dp_opts_init() fills it from the spec, then the
- * environment may override (dp_opts_from_env). */
+/* How the data-parallel layer runs. dp_opts_init() fills it from the spec, then kiln-train's
+ * settings may override (dp_settings_apply). */
 typedef struct dp_opts {
     double bucket_mb;           /* gradient bucket size in MiB of fp32 gradients
                                  * (distribution.data_parallel.bucket_mb); 0: chosen from the
@@ -83,11 +83,9 @@ const char *dp_bucket_bounds(dp_transport_t t, double *min_mib, double *max_mib)
 /* Defaults from spec->dist: bucket_mb (0 when the spec leaves it to dp), shard_optimizer_state,
  * gradient_dtype; overlap on, check off. */
 void dp_opts_init(dp_opts_t *o, const struct spec *s);
-/* Overrides from the environment: KILN_DP_CHECK=1, KILN_DP_OVERLAP=0|1, KILN_DP_BUCKET_MB=x,
- * KILN_DP_ZERO=0|1, KILN_DP_GRADIENT_DTYPE=fp32|bf16, KILN_DP_INJECT_DIVERGENCE=rank:step.
- * Returns 0 or
- * KILN_EINVAL (err names the variable). */
-int dp_opts_from_env(dp_opts_t *o, kiln_err_t *err);
+/* dp_settings_apply() lays these over dp_opts_init's; they live in eng_settings_t (engine.h),
+ * which kiln-train's settings table fills. */
+void dp_settings_apply(dp_opts_t *o, const eng_settings_t *s);
 
 /* Creates the layer over group c (borrowed; must outlive the result). Caller owns *out (OUT);
  * free with dp_destroy(). Returns 0, KILN_EINVAL, KILN_ENOMEM. */

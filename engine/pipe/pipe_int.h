@@ -65,6 +65,7 @@ struct pipe_layer {
     int32_t *tokens, *targets;     /* (B*T) host */
     size_t act_set_bytes;          /* planned bytes of one activation set on this stage */
     pipe_trace_entry_t *trace;     /* (sched.n) the last pass's action timings */
+    bool print_trace;              /* eng_settings_t's pipe_trace: print them after each step */
 
     /* the passes in progress */
     eng_sampler_t *sampler;

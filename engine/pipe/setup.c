@@ -77,6 +77,7 @@ int pipe_layer_create(comm_t *world, const spec_t *s, const eng_train_opts_t *o,
     pl->opts = o;
     pl->world = world;
     pl->dp_opts = *dpo;
+    pl->print_trace = o->settings && o->settings->pipe_trace;
     pl->rank = comm_rank(world);
     pl->world_size = comm_size(world);
     pl->n_stages = s->dist.mp_partitions;

@@ -150,7 +150,7 @@ int pipe_run_passes(pipe_layer_t *pl, eng_sampler_t *s, int passes, bool train, 
         rc = pipe_run(sc, &stage_actions, pl, train ? pl->trace : NULL, err);
     if (train)
         pl->passes_t1 = kiln_mono_s();
-    if (train && !rc && getenv("KILN_PIPE_TRACE")) {
+    if (train && !rc && pl->print_trace) {
         /* debugging aid: the last pass's actions with start/end in ms from the passes' start */
         fprintf(stderr, "pipe trace stage %d:", pl->stage);
         for (int i = 0; i < pl->sched.n; i++)

@@ -34,10 +34,8 @@ static size_t queued_lines(ob_t *o, const char *job, int *exits, bool *notice)
 
 Test(outbox, a_full_outbox_drops_the_oldest_batches_and_says_so)
 {
-    setenv("KILN_AGENT_OUTBOX_MB", "1", 1);
     ob_t o;
-    ob_init(&o);
-    unsetenv("KILN_AGENT_OUTBOX_MB");
+    ob_init(&o, 1); /* kiln-agent --outbox-mb 1 */
     cr_assert_eq(o.cap_bytes, (size_t)1 << 20);
     char line[200];
     memset(line, 'x', sizeof(line) - 1);
@@ -89,7 +87,7 @@ Test(outbox, a_full_outbox_drops_the_oldest_batches_and_says_so)
 Test(outbox, batches_are_numbered_per_attempt)
 {
     ob_t o;
-    ob_init(&o);
+    ob_init(&o, 0);
     for (int i = 0; i < 2500; i++)
         ob_add_line(&o, "job-a", 1, 0, AGENT_STREAM_STDOUT, 1, "x", 1);
     agent_point_t pt = {.name = "loss", .rank = 0, .step = 1, .value = 1.5, .time_us = 1};
@@ -131,7 +129,7 @@ Test(outbox, a_killed_agents_lost_lines_are_reported_by_the_next)
     cr_assert_not_null(mkdtemp(dir));
     const char *job = "7d1f0f6e-34a4-4d6b-9e5c-0a64e0b1c001";
     ob_t o;
-    ob_init(&o);
+    ob_init(&o, 0);
     ob_set_ledger_dir(&o, dir);
     for (int i = 0; i < 1040; i++)
         ob_add_line(&o, job, 1, 3, AGENT_STREAM_STDOUT, 1, "line", 4);
@@ -150,7 +148,7 @@ Test(outbox, a_killed_agents_lost_lines_are_reported_by_the_next)
     ob_deinit(&o);
 
     ob_t n;
-    ob_init(&n);
+    ob_init(&n, 0);
     ob_set_ledger_dir(&n, dir);
     cr_assert_eq(ob_recover(&n), 1, "one attempt lost something");
     pthread_mutex_lock(&n.mu);
@@ -166,7 +164,7 @@ Test(outbox, a_killed_agents_lost_lines_are_reported_by_the_next)
     ob_deinit(&n);
     /* the notice itself is in a new ledger: a second restart reports it, if it too was lost */
     ob_t m;
-    ob_init(&m);
+    ob_init(&m, 0);
     ob_set_ledger_dir(&m, dir);
     cr_assert_eq(ob_recover(&m), 1);
     ob_deinit(&m);
@@ -184,7 +182,7 @@ Test(outbox, idle_streams_are_forgotten)
     cr_assert_not_null(mkdtemp(dir));
     const char *done_job = "7d1f0f6e-34a4-4d6b-9e5c-0a64e0b1c002", *busy_job = "7d1f0f6e-34a4-4d6b-9e5c-0a64e0b1c003";
     ob_t o;
-    ob_init(&o);
+    ob_init(&o, 0);
     ob_set_ledger_dir(&o, dir);
     ob_add_line(&o, done_job, 2, 0, AGENT_STREAM_STDOUT, 1, "done", 4);
     pthread_mutex_lock(&o.mu);
@@ -229,7 +227,7 @@ Test(outbox, a_refused_batch_is_noted_in_the_jobs_log)
 {
     const char *job = "7d1f0f6e-34a4-4d6b-9e5c-0a64e0b1c004";
     ob_t o;
-    ob_init(&o);
+    ob_init(&o, 0);
     for (int i = 0; i < 3; i++)
         ob_add_line(&o, job, 1, 2, AGENT_STREAM_STDOUT, 1, "out", 3);
     pthread_mutex_lock(&o.mu);

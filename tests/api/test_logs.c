@@ -205,9 +205,8 @@ Test(logs, slow_reader_loses_nothing_and_blocks_no_one)
 
 Test(logs, keepalive_pings_and_failed_job_end)
 {
-    setenv("KILN_HTTP_PING_MS", "200", 1); /* read when the stream's keep-alive thread starts */
     at_teardown();
-    at_setup();
+    at_setup_with(&(api_http_config_t){.ping_ms = 200}); /* kilnd's --http-ping-ms */
     char *id = at_create_job("pings", NULL, NULL);
     int attempt = at_run_job(id);
     char path[256];
@@ -265,9 +264,8 @@ static long prom_gauge(const char *name)
 
 Test(logs, vanished_client_is_noticed_by_the_keepalive)
 {
-    setenv("KILN_HTTP_PING_MS", "200", 1);
     at_teardown();
-    at_setup();
+    at_setup_with(&(api_http_config_t){.ping_ms = 200});
     char *id = at_create_job("vanish", NULL, NULL);
     at_run_job(id);
     char path[256];

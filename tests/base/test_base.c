@@ -60,11 +60,11 @@ Test(config, flags_env_and_defaults)
     bool verbose = false;
     double rate = 1.5;
     config_flag_t flags[] = {
-        {"database-url", "KILN_TEST_DBURL", CONFIG_STR, &url, "db"},
-        {"http-addr", "KILN_TEST_HTTP", CONFIG_STR, &addr, "addr"},
-        {"slots", "KILN_TEST_SLOTS", CONFIG_INT, &slots, "slots"},
-        {"verbose", NULL, CONFIG_BOOL, &verbose, "v"},
-        {"rate", NULL, CONFIG_DOUBLE, &rate, "r"},
+        {"database-url", "KILN_TEST_DBURL", CONFIG_STR, &url, CONFIG_ANY, "db"},
+        {"http-addr", "KILN_TEST_HTTP", CONFIG_STR, &addr, CONFIG_ANY, "addr"},
+        {"slots", "KILN_TEST_SLOTS", CONFIG_INT, &slots, CONFIG_RANGE(1, 64), "slots"},
+        {"verbose", NULL, CONFIG_BOOL, &verbose, CONFIG_ANY, "v"},
+        {"rate", NULL, CONFIG_DOUBLE, &rate, CONFIG_ANY, "r"},
     };
     setenv("KILN_TEST_SLOTS", "4", 1);
     setenv("KILN_TEST_DBURL", "from-env", 1);
@@ -88,12 +88,59 @@ Test(config, flags_env_and_defaults)
     cr_assert(strstr(err.message, "unknown option"));
 }
 
+Test(config, ranges_and_choices_are_checked_naming_where_the_value_came_from)
+{
+    int64_t slots = 8;
+    double rate = 1.5;
+    const char *level = "info";
+    config_flag_t flags[] = {
+        {"slots", "KILN_TEST_SLOTS2", CONFIG_INT, &slots, CONFIG_RANGE(1, 64), "slots"},
+        {"rate", NULL, CONFIG_DOUBLE, &rate, CONFIG_RANGE(0, 10), "r"},
+        {"log-level", "KILN_TEST_LEVEL", CONFIG_STR, &level, CONFIG_ONE_OF(LOG_LEVEL_CHOICES), "level"},
+    };
+    kiln_err_t err;
+    char *over[] = {"prog", "--slots=65", NULL};
+    cr_assert_eq(config_parse(2, over, flags, 3, NULL, NULL, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.message, "invalid value \"65\" for --slots: it must be 1 to 64");
+    cr_assert_str_eq(err.field, "slots");
+    char *under[] = {"prog", "--rate", "-0.5", NULL};
+    cr_assert_eq(config_parse(3, under, flags, 3, NULL, NULL, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "--rate"), "%s", err.message);
+    char *nan[] = {"prog", "--rate=nan", NULL};
+    cr_assert_eq(config_parse(2, nan, flags, 3, NULL, NULL, &err), KILN_EINVAL);
+    char *none[] = {"prog", NULL};
+    setenv("KILN_TEST_LEVEL", "loud", 1);
+    cr_assert_eq(config_parse(1, none, flags, 3, NULL, NULL, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.message, "invalid value \"loud\" for KILN_TEST_LEVEL: expected one of debug|info|warn|error");
+    setenv("KILN_TEST_LEVEL", "warn", 1);
+    setenv("KILN_TEST_SLOTS2", "0", 1);
+    cr_assert_eq(config_parse(1, none, flags, 3, NULL, NULL, &err), KILN_EINVAL);
+    cr_assert(strstr(err.message, "KILN_TEST_SLOTS2"), "%s", err.message);
+    setenv("KILN_TEST_SLOTS2", "64", 1);
+    cr_assert_eq(config_parse(1, none, flags, 3, NULL, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(slots, 64);
+    cr_assert_str_eq(level, "warn");
+    unsetenv("KILN_TEST_SLOTS2");
+    unsetenv("KILN_TEST_LEVEL");
+
+    /* the table as --print-settings writes it */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    config_print_settings(f, flags, 3);
+    fclose(f);
+    cr_assert_str_eq(text, "slots\tKILN_TEST_SLOTS2\tint\t1\t64\t-\t64\t0\tslots\n"
+                           "rate\t-\tnumber\t0\t10\t-\t1.5\t0\tr\n"
+                           "log-level\tKILN_TEST_LEVEL\tstr\t-\t-\tdebug|info|warn|error\twarn\t0\tlevel\n");
+    free(text);
+}
+
 Test(config, list_flags_repeat_and_split_the_environment)
 {
     config_list_t roots = {0}, origins = {0};
     config_flag_t flags[] = {
-        {"data-root", "KILN_TEST_ROOTS", CONFIG_LIST, &roots, "roots"},
-        {"cors-origin", "KILN_TEST_ORIGINS", CONFIG_LIST, &origins, "origins"},
+        {"data-root", "KILN_TEST_ROOTS", CONFIG_LIST, &roots, CONFIG_ANY, "roots"},
+        {"cors-origin", "KILN_TEST_ORIGINS", CONFIG_LIST, &origins, CONFIG_ANY, "origins"},
     };
     setenv("KILN_TEST_ROOTS", "/ignored", 1);
     setenv("KILN_TEST_ORIGINS", "https://a.example,https://b.example:8443", 1);

@@ -40,6 +40,7 @@ typedef struct run_cfg {
     double watchdog0_s;     /* rank 0's own, when > 0 (else watchdog_s) */
     size_t chunk_bytes;
     int skip_rank;          /* rank that is never started, or -1 */
+    long stall_after;       /* comm_config_t's test_stall_after when > 0 */
 } run_cfg_t;
 
 typedef int (*rank_body_t)(comm_t *c, rank_out_t *out, void *arg);
@@ -95,6 +96,8 @@ static rank_out_t *run_ranks(const run_cfg_t *cfg, rank_body_t body, void *arg)
             cc.watchdog_s = r == 0 && cfg->watchdog0_s > 0 ? cfg->watchdog0_s : cfg->watchdog_s;
             cc.chunk_bytes = cfg->chunk_bytes ? cfg->chunk_bytes : 16384;
             cc.depth = 3;
+            if (cfg->stall_after > 0)
+                cc.test_stall_after = cfg->stall_after;
             kiln_err_t err;
             kiln_err_clear(&err);
             comm_t *c = NULL;
@@ -749,10 +752,10 @@ Test(comm, config_from_env)
     setenv("KILN_LOCAL_RANK", "0", 1);
     setenv("KILN_MASTER_ADDR", "10.1.2.3", 1);
     setenv("KILN_MASTER_PORT", "29999", 1);
-    setenv("KILN_COMM_PROVIDER", "tcp", 1);
-    setenv("KILN_COMM_TIMEOUT_S", "30", 1);
     comm_config_t cfg;
     comm_config_init(&cfg);
+    cfg.provider = "tcp"; /* the program's settings stay */
+    cfg.timeout_s = 30;
     kiln_err_t err;
     cr_assert_eq(comm_config_from_env(&cfg, &err), 0);
     cr_assert_eq(cfg.rank, 2);
@@ -836,9 +839,10 @@ static int body_victim(comm_t *c, rank_out_t *o, void *arg)
     return rc == KILN_ECOMM && rc2 == KILN_ECOMM ? 0 : 1;
 }
 
-static void killed_rank(const char *prov, int world, int victim)
+static void killed_rank(const char *prov, int world, int victim, long stall_after)
 {
-    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .chunk_bytes = 1 << 20};
+    run_cfg_t cfg = {.world = world, .provider = prov, .skip_rank = -1, .chunk_bytes = 1 << 20,
+                     .stall_after = stall_after};
     victim_arg_t *va = mmap(NULL, sizeof(*va), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert(va != MAP_FAILED);
     memset((void *)va, 0, sizeof(*va));
@@ -858,7 +862,7 @@ static void killed_rank(const char *prov, int world, int victim)
     cr_assert(WIFSIGNALED(o[victim].wstatus), "the victim was not killed");
 }
 
-Test(comm_shm, killed_rank_fails_peers_fast) { killed_rank("shm", 3, 2); }
+Test(comm_shm, killed_rank_fails_peers_fast) { killed_rank("shm", 3, 2, 0); }
 
 /* A peer killed while holding a lock in shm's shared memory can leave the survivors'
  * communication threads spinning inside the provider for good. Simulated here by stopping every
@@ -866,10 +870,9 @@ Test(comm_shm, killed_rank_fails_peers_fast) { killed_rank("shm", 3, 2); }
  * through the control connections, name the rank, and exit without hanging on the thread. */
 Test(comm_shm, killed_rank_is_named_even_when_the_progress_thread_is_stuck, .timeout = 60)
 {
-    setenv("KILN_COMM_TEST_STALL_AFTER", "1", 1);
-    killed_rank("shm", 3, 2);
+    killed_rank("shm", 3, 2, 1);
 }
-Test(comm_tcp, killed_rank_fails_peers_fast) { killed_rank("tcp", 3, 1); }
+Test(comm_tcp, killed_rank_fails_peers_fast) { killed_rank("tcp", 3, 1, 0); }
 
 /* A rank that stops (SIGSTOP) stays connected, so nothing reports a death: the watchdog fails
  * the operations that wait on it after KILN_COMM_WATCHDOG_S without progress, naming it. Rank 0
@@ -940,7 +943,7 @@ static void stalled_rank(const char *prov, int world, bool p2p)
 Test(comm_shm, stalled_rank_trips_the_watchdog, .timeout = 60) { stalled_rank("shm", 2, false); }
 Test(comm_tcp, stalled_rank_trips_the_watchdog, .timeout = 60) { stalled_rank("tcp", 3, false); }
 Test(comm_shm, stalled_peer_of_a_receive_trips_the_watchdog, .timeout = 60) { stalled_rank("shm", 2, true); }
-Test(comm_tcp, killed_rank_0_fails_peers_fast) { killed_rank("tcp", 3, 0); }
+Test(comm_tcp, killed_rank_0_fails_peers_fast) { killed_rank("tcp", 3, 0, 0); }
 
 /* ---- point-to-point beside a running collective; an idle engine uses no CPU ----------------- */
 

@@ -68,6 +68,7 @@ static void need_cuda(void)
     kiln_err_t err;
     memset(&err, 0, sizeof(err));
     const eng_backend_t *be = NULL;
+    eng_backend_cuda_lib_set(getenv("KILN_CUDA_LIB")); /* as kiln-train's --cuda-lib */
     if (eng_backend_get("cuda", &be, &err) != 0) {
         char reason[400];
         snprintf(reason, sizeof(reason), "%s", err.message);

@@ -9,6 +9,7 @@
  * stops every rank at the same step, and a rank kept waiting by a slower peer is told so once. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,7 +54,7 @@ typedef struct job {
     int stop_after;        /* > 0: stop (checkpoint) after this step */
     int eval_every, sample_every; /* gpt: validation and samples (16 tokens) every so many steps */
     bool zero, overlap, check, recompute, bf16_grads;
-    const char *inject;    /* KILN_DP_INJECT_DIVERGENCE or NULL */
+    const char *inject;    /* "RANK:STEP" (kiln-train's --dp-inject-rank and --dp-inject-step) or NULL */
     double bucket_mb;      /* 0: the test's default; < 0: left out of the spec (gpt) */
     const char *model;     /* "gpt" or "mlp" */
     const char *provider;  /* NULL: shm */
@@ -138,9 +139,13 @@ static int rank_main(const job_t *j, int rank, int port, rank_out_t *out)
     o.checkpoint_dir = j->ckpt[0] ? j->ckpt : NULL;
     o.output_dir = j->out;
     o.stop_after_step = j->stop_after;
-    setenv("KILN_DP_CHECK", j->check ? "1" : "0", 1);
-    setenv("KILN_DP_OVERLAP", j->overlap ? "1" : "0", 1);
-    if (j->inject) setenv("KILN_DP_INJECT_DIVERGENCE", j->inject, 1);
+    eng_settings_t es = ENG_SETTINGS_INIT;
+    es.dp_check = j->check;
+    es.dp_overlap = j->overlap;
+    long long inject_step = 0;
+    if (j->inject && sscanf(j->inject, "%" SCNd64 ":%lld", &es.dp_inject_rank, &inject_step) != 2) return 4;
+    es.dp_inject_step = inject_step;
+    o.settings = &es;
     /* rank 0 logs; the others stay quiet so Criterion's output stays readable */
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) return 3;
     kiln_err_t err;

@@ -65,11 +65,11 @@ Test(bf16, this_machine_has_bf16_compute_and_the_check_can_refuse)
     kiln_err_t err;
     kiln_err_clear(&err);
     cr_assert_eq(CPU->available(&err), 0, "%s", err.message);
-    setenv("KILN_CPU_BF16", "0", 1);
+    eng_cpu_settings_set(NULL, false); /* kiln-train's --cpu-bf16=false, a test setting */
     cr_assert_eq(CPU->available(&err), KILN_EUNSUPP);
     cr_assert(strstr(err.message, "neither AVX512-BF16 nor AMX-BF16"), "%s", err.message);
     cr_assert_str_eq(err.field, "distribution.mixed_precision");
-    unsetenv("KILN_CPU_BF16");
+    eng_cpu_settings_set(NULL, true);
 }
 
 Test(bf16, rounding_is_exact, .init = setup, .fini = teardown)

@@ -177,12 +177,12 @@ Test(ops_fd, softmax_xent, .init = setup, .fini = teardown)
 /* ---- fast CPU kernels against the reference ----------------------------------------------------- */
 
 /* The CPU backend's fp32 GEMMs against the reference, on OpenBLAS and on oneDNN
- * (KILN_CPU_SGEMM; the choice is made once per process, and each test is a process of its own). */
+ * (eng_cpu_settings_set, kiln-train's --cpu-sgemm; the choice is made once per process, and each test is a process of its own). */
 static void matmul_case(int N, int C, int OC, uint64_t seed);
 
 static void matmul_on(const char *sgemm, const char *want)
 {
-    setenv("KILN_CPU_SGEMM", sgemm, 1);
+    eng_cpu_settings_set(sgemm, true);
     if (strncmp(eng_cpu_sgemm_name(), want, strlen(want)))
         cr_skip_test("fp32 GEMMs run on %s here", eng_cpu_sgemm_name());
     matmul_case(37, 48, 70, 11);

@@ -355,7 +355,7 @@ Test(grpc_code, a_script_job_over_grpc_reaches_the_agents_code_cache)
 
     /* the agent's own fetch fills its cache with the uploaded tree */
     ob_t ob;
-    ob_init(&ob);
+    ob_init(&ob, 0);
     xfer_env_t env = {.rpc = C, .ob = &ob, .work_dir = dir, .auth_md = no_auth, .unauthenticated = unauthenticated,
                       .draining = not_draining, .worker_id = worker_id, .start = no_start, .ud = NULL};
     xfer_t *x = NULL;
