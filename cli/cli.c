@@ -849,7 +849,20 @@ static void cli_completion_fish(FILE *out)
                  "        case jobs\n            $toks[1] $g jobs -o name --limit 200 2>/dev/null\n"
                  "        case workers\n            $toks[1] $g workers list -o name 2>/dev/null\n"
                  "        case queues\n            $toks[1] $g queues list -o name 2>/dev/null\n"
-                 "    end\nend\n");
+                 "    end\nend\n"
+                 "# __kiln_cmd_is CMD [SUB...]: the command typed is CMD (and its first argument one of SUB)\n"
+                 "function __kiln_cmd_is\n"
+                 "    set -l toks (commandline -opc)\n    set -l a\n    set -l skip 0\n"
+                 "    for t in $toks[2..-1]\n"
+                 "        if test $skip = 1\n            set skip 0\n"
+                 "        else if contains -- $t --url --tls-ca --token-file --profile -o --output\n"
+                 "            set skip 1\n"
+                 "        else if not string match -q -- '-*' $t\n            set -a a $t\n        end\n"
+                 "    end\n"
+                 "    test (count $a) -ge 1; and test \"$a[1]\" = \"$argv[1]\"; or return 1\n"
+                 "    test (count $argv) -eq 1; and return 0\n"
+                 "    test (count $a) -ge 2; and contains -- $a[2] $argv[2..-1]\n"
+                 "end\n");
     fprintf(out, "set -l kiln_commands");
     for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++)
         fprintf(out, " %s", cli_commands[i].name);
@@ -868,12 +881,9 @@ static void cli_completion_fish(FILE *out)
         for (char *o = strtok_r(opts, " ", &save); o; o = strtok_r(NULL, " ", &save))
             fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from %s\" -l %s\n", c->name, o + 2);
         const char *subs, *kind = cli_dynamic_kind(c->name, &subs);
-        if (*kind && subs)
-            fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from %s; and __fish_seen_subcommand_from %s\" "
-                         "-a '(__kiln_ids %s)'\n", c->name, subs, kind);
-        else if (*kind)
-            fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from %s\" -a '(__kiln_ids %s)'\n", c->name,
-                    kind);
+        if (*kind)
+            fprintf(out, "complete -c kiln -n \"__kiln_cmd_is %s%s%s\" -a '(__kiln_ids %s)'\n", c->name,
+                    subs ? " " : "", subs ? subs : "", kind);
         if (words[0] && (!*kind || subs))
             fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from %s\" -a '%s'\n", c->name, words);
         else if (!strcmp(c->name, "submit"))
