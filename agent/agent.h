@@ -316,7 +316,7 @@ size_t agent_launcher_list(agent_launcher_t *l, agent_rank_info_t *out, size_t m
 #define AGENT_MAX_ARTIFACTS 256
 
 typedef struct agent_out_file {
-    char name[KILN_ARTIFACT_NAME_MAX + 1];
+    char name[KILN_ARTIFACT_PATH_MAX + 1]; /* a path in the tree for agent_tree_scan */
     int fd;                      /* open read-only on the very file that was hashed */
     int64_t size;
     char sha256[KILN_SHA256_HEX];
@@ -328,6 +328,10 @@ typedef struct agent_out_file {
  * count. Returns 0 (also for a missing dir: nothing to upload), or KILN_EIO / KILN_ENOMEM. */
 int agent_output_scan(const char *dir, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n,
                       kiln_err_t *err);
+/* agent_output_scan over the whole tree under dir (a checkpoint directory): each file named by
+ * its path relative to dir (kiln_artifact_path_ok), directories walked through descriptors with
+ * O_NOFOLLOW so that no link leads out of the tree; at most AGENT_MAX_ARTIFACTS files in all. */
+int agent_tree_scan(const char *dir, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n, kiln_err_t *err);
 void agent_output_free(agent_out_file_t *v, size_t n);
 
 /* ------------------------------------------------------------------------------------------

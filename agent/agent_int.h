@@ -193,7 +193,7 @@ void xfer_ckpt_dir(const char *work_dir, const char *job_id, char *out, size_t n
  * attempt's (a later restore of an older synced state leaves it alone). Logs a failure. */
 void xfer_ckpt_attempt_set(const char *work_dir, const char *job_id, int attempt);
 /* Syncs the job's checkpoint directory to kilnd once, on the calling thread: the manifest of its
- * top-level files (agent_output_scan's rules), what kilnd lacks of them, and the manifest again,
+ * files, the whole tree by relative path (agent_tree_scan), what kilnd lacks of them, and the manifest again,
  * which kilnd makes the job's synced state. *bytes and *files (OUT) what the state holds.
  * Errors: kilnd's refusal (KILN_ETOOBIG past --artifact-max-job-mb, KILN_ESTATE when the
  * attempt is no longer the job's latest, ...), KILN_ECANCELED when the transfers stop. */

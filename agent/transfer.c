@@ -6,10 +6,12 @@
  * rank's exit queued; and an assignment that starts from another job's model has that model
  * fetched (FetchInitModel) and checked against its SHA-256 before its ranks start. Problems are
  * told in the job's log ("[kiln-agent] ..."). The same upload, of kind CHECKPOINT, syncs a job's
- * checkpoint directory while it runs (xfer_ckpt_sync, called by ckpt_sync.c), and the assignment
- * of a later attempt has the synced state restored into its checkpoint directory
- * (FetchCheckpoint) before its ranks start. */
+ * checkpoint directory while it runs, as a tree of files named by relative path (xfer_ckpt_sync,
+ * called by ckpt_sync.c), and the assignment of a later attempt has the synced tree restored into
+ * its checkpoint directory (FetchCheckpoint) before its ranks start. The model, a checkpoint file
+ * and a script job's code archive are fetched by one chunked download (download). */
 #include "agent/agent_int.h"
+#include "code/code.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -105,30 +107,35 @@ void agent_output_free(agent_out_file_t *v, size_t n)
     free(v);
 }
 
-int agent_output_scan(const char *dir, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n,
-                      kiln_err_t *err)
+/* What a scan has found so far. */
+typedef struct scan_acc {
+    agent_out_file_t *v;
+    size_t n, cap;
+    bool full;                   /* AGENT_MAX_ARTIFACTS reached and told */
+    char *notes;
+    size_t notes_n;
+} scan_acc_t;
+
+/* The names in the directory dfd, sorted (NULL entries never; *nn their count; caller frees). */
+static int read_names(int dfd, char ***out, size_t *nn, kiln_err_t *err)
 {
     *out = NULL;
-    *n = 0;
-    if (notes_n)
-        notes[0] = '\0';
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
-        return errno == ENOENT ? 0 : kiln_err_set(err, KILN_EIO, NULL, "could not open the output directory: %s",
-                                                  strerror(errno));
-    DIR *d = fdopendir(dfd);
+    *nn = 0;
+    int fd = dup(dfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
-        close(dfd);
-        return kiln_err_set(err, KILN_EIO, NULL, "could not read the output directory: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return kiln_err_set(err, KILN_EIO, NULL, "could not read a directory to upload: %s", strerror(errno));
     }
     char **names = NULL;
-    size_t nn = 0, cap = 0;
+    size_t n = 0, cap = 0;
     int rc = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
-        if (nn == cap) {
+        if (n == cap) {
             cap = cap ? cap * 2 : 32;
             char **nv = realloc(names, cap * sizeof(*names));
             if (!nv) {
@@ -137,66 +144,132 @@ int agent_output_scan(const char *dir, agent_out_file_t **out, size_t *n, char *
             }
             names = nv;
         }
-        if (!(names[nn] = strdup(de->d_name))) {
+        if (!(names[n] = strdup(de->d_name))) {
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
             break;
         }
-        nn++;
+        n++;
     }
-    if (nn > 1)
-        qsort(names, nn, sizeof(*names), name_cmp);
-    agent_out_file_t *v = rc == 0 ? calloc(KILN_MAX(nn, 1), sizeof(*v)) : NULL;
-    if (rc == 0 && !v)
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    size_t got = 0;
-    for (size_t i = 0; rc == 0 && i < nn; i++) {
+    closedir(d);
+    if (n > 1)
+        qsort(names, n, sizeof(*names), name_cmp);
+    *out = names;
+    *nn = n;
+    return rc;
+}
+
+/* Adds the qualifying files of the directory dfd, whose path in the tree is prefix ("" at the
+ * top), to acc; below it too (tree, at most KILN_ARTIFACT_PATH_DEPTH names deep). Every entry is
+ * opened relative to its directory and never through a link, so nothing outside the tree is read. */
+static int scan_dir(int dfd, const char *prefix, bool tree, int depth, scan_acc_t *acc, kiln_err_t *err)
+{
+    char **names = NULL;
+    size_t nn = 0;
+    int rc = read_names(dfd, &names, &nn, err);
+    for (size_t i = 0; rc == 0 && i < nn && !acc->full; i++) {
         const char *name = names[i];
+        char path[KILN_ARTIFACT_PATH_MAX + 2];
+        int plen = snprintf(path, sizeof(path), "%s%s%s", prefix, *prefix ? "/" : "", name);
         kiln_err_t e2;
-        if (!kiln_artifact_name_ok(name, "name", &e2)) {
-            note_add(notes, notes_n, "skipped \"%.80s\": not a name artifacts may have (%s)", name, e2.message);
+        if (!kiln_artifact_name_ok(name, "name", &e2) ||
+            (tree && (plen >= (int)sizeof(path) || !kiln_artifact_path_ok(path, "name", &e2)))) {
+            note_add(acc->notes, acc->notes_n, "skipped \"%.80s%s%.80s\": not a name %s may have (%s)", prefix,
+                     *prefix ? "/" : "", name, tree ? "checkpoint files" : "artifacts", e2.message);
             continue;
-        }
-        if (got == AGENT_MAX_ARTIFACTS) {
-            note_add(notes, notes_n, "skipped \"%s\" and the rest: at most %d files are kept", name,
-                     AGENT_MAX_ARTIFACTS);
-            break;
         }
         /* No following a link out of the directory, and not blocking on a FIFO a job left. */
         int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         struct stat st;
         if (fd < 0) {
-            note_add(notes, notes_n, "skipped \"%s\": %s", name,
+            note_add(acc->notes, acc->notes_n, "skipped \"%s\": %s", path,
                      errno == ELOOP ? "a symbolic link" : strerror(errno));
             continue;
         }
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
-            note_add(notes, notes_n, "skipped \"%s\": %s", name,
-                     S_ISDIR(st.st_mode) ? "a directory (only files at the top are kept)"
+        if (fstat(fd, &st) != 0) {
+            note_add(acc->notes, acc->notes_n, "skipped \"%s\": %s", path, strerror(errno));
+            close(fd);
+            continue;
+        }
+        if (S_ISDIR(st.st_mode) && tree && depth + 1 < KILN_ARTIFACT_PATH_DEPTH) {
+            rc = scan_dir(fd, path, tree, depth + 1, acc, err);
+            close(fd);
+            continue;
+        }
+        if (!S_ISREG(st.st_mode) || st.st_nlink != 1) {
+            note_add(acc->notes, acc->notes_n, "skipped \"%s\": %s", path,
+                     S_ISDIR(st.st_mode) ? (tree ? "a directory too deep" : "a directory (only files at the top are kept)")
                      : S_ISREG(st.st_mode) ? "it has other hard links"
                                            : "not a regular file");
             close(fd);
             continue;
         }
-        agent_out_file_t *f = &v[got];
-        kiln_strlcpy(f->name, name, sizeof(f->name));
+        if (acc->n == AGENT_MAX_ARTIFACTS) {
+            note_add(acc->notes, acc->notes_n, "skipped \"%s\" and the rest: at most %d files are kept", path,
+                     AGENT_MAX_ARTIFACTS);
+            acc->full = true;
+            close(fd);
+            break;
+        }
+        if (acc->n == acc->cap) {
+            size_t cap = acc->cap ? acc->cap * 2 : 16;
+            agent_out_file_t *nv = realloc(acc->v, cap * sizeof(*nv));
+            if (!nv) {
+                close(fd);
+                rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+                break;
+            }
+            acc->v = nv;
+            acc->cap = cap;
+        }
+        agent_out_file_t *f = &acc->v[acc->n];
+        kiln_strlcpy(f->name, path, sizeof(f->name));
         f->fd = fd;
         if ((rc = kiln_sha256_fd(fd, &f->size, f->sha256, err)) != 0) {
             close(fd);
             break;
         }
-        got++;
+        acc->n++;
     }
     for (size_t i = 0; i < nn; i++)
         free(names[i]);
     free(names);
-    closedir(d);
+    return rc;
+}
+
+static int scan(const char *dir, bool tree, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n,
+                kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (notes_n)
+        notes[0] = '\0';
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : kiln_err_set(err, KILN_EIO, NULL, "could not open the %s directory: %s",
+                                                  tree ? "checkpoint" : "output", strerror(errno));
+    scan_acc_t acc = {.notes = notes, .notes_n = notes_n};
+    int rc = scan_dir(dfd, "", tree, 0, &acc, err);
+    close(dfd);
+    if (rc == 0 && !acc.v && !(acc.v = calloc(1, sizeof(*acc.v))))
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     if (rc) {
-        agent_output_free(v, got);
+        agent_output_free(acc.v, acc.n);
         return rc;
     }
-    *out = v;
-    *n = got;
+    *out = acc.v;
+    *n = acc.n;
     return 0;
+}
+
+int agent_output_scan(const char *dir, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n,
+                      kiln_err_t *err)
+{
+    return scan(dir, false, out, n, notes, notes_n, err);
+}
+
+int agent_tree_scan(const char *dir, agent_out_file_t **out, size_t *n, char *notes, size_t notes_n, kiln_err_t *err)
+{
+    return scan(dir, true, out, n, notes, notes_n, err);
 }
 
 /* ---- calls ------------------------------------------------------------------------------------ */
@@ -512,8 +585,8 @@ int xfer_ckpt_sync(xfer_t *x, const char *job_id, int attempt, int64_t *bytes, s
     struct stat st;
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return kiln_err_set(err, KILN_ENOTFOUND, NULL, "the checkpoint directory %s is gone", dir);
-    /* what cannot be synced (a subdirectory, a link, a name no artifact may have) stays out */
-    int rc = agent_output_scan(dir, &u.files, &u.n, notes, sizeof(notes), err);
+    /* the tree; what cannot be synced (a link, a name no checkpoint file may have) stays out */
+    int rc = agent_tree_scan(dir, &u.files, &u.n, notes, sizeof(notes), err);
     if (rc)
         return rc;
     u.offset = calloc(KILN_MAX(u.n, 1), sizeof(*u.offset));
@@ -553,10 +626,10 @@ void xfer_job_note(xfer_t *x, const char *job_id, int attempt, int stream, const
 
 /* ---- fetch -------------------------------------------------------------------------------------- */
 
-/* Whether path holds exactly size bytes with this SHA-256. */
-static bool file_matches(const char *path, int64_t size, const char *sha)
+/* Whether the file name under dfd holds exactly size bytes with this SHA-256 (never through a link). */
+static bool file_matches_at(int dfd, const char *name, int64_t size, const char *sha)
 {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return false;
     int64_t got = -1;
@@ -567,77 +640,137 @@ static bool file_matches(const char *path, int64_t size, const char *sha)
     return ok;
 }
 
-static int fetch(xfer_t *x, const task_t *t, kiln_err_t *err)
+/* A chunk as FetchInitModel, FetchCheckpoint and FetchCode answer it. */
+typedef struct dl_chunk {
+    int64_t size, offset;
+    const char *sha256;          /* the whole file's (the code archive's digest) */
+    ProtobufCBinaryData data;
+} dl_chunk_t;
+
+/* One file fetched from kilnd a chunk at a time (download). */
+typedef struct dl {
+    const char *what;            /* for messages: "the model", "checkpoint file \"x\"" */
+    const char *method;
+    ProtobufCMessage *req;       /* the request, its offset set through req_offset for each chunk */
+    int64_t *req_offset;
+    const ProtobufCMessageDescriptor *resp_desc;
+    void (*view)(const ProtobufCMessage *resp, dl_chunk_t *out);
+    int64_t size;                /* what the file must be; -1: what kilnd's first answer says */
+    char sha256[KILN_SHA256_HEX]; /* likewise; "": what kilnd's first answer says */
+    bool verify;                 /* fsync what was written and check it against size and sha256 */
+} dl_t;
+
+static void view_model(const ProtobufCMessage *m, dl_chunk_t *c)
 {
-    const Kiln__Assignment *a = t->a;
-    char path[PATH_MAX], tmp[PATH_MAX + 16], dir[PATH_MAX];
-    xfer_init_model_path(x->env.work_dir, t->job_id, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s.part", path);
-    snprintf(dir, sizeof(dir), "%s/jobs/%s/init", x->env.work_dir, t->job_id);
-    const char *want_sha = a->init_from_sha256 ? a->init_from_sha256 : "";
-    if (kiln_sha256_hex_ok(want_sha) && file_matches(path, a->init_from_size, want_sha))
-        return 0; /* an earlier attempt fetched it */
-    int rc = kiln_mkdirs_mode(dir, 0700, err);
-    if (rc)
-        return rc;
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", tmp, strerror(errno));
-    int64_t off = 0, size = -1;
-    char sha[KILN_SHA256_HEX] = "";
-    while (rc == 0 && (size < 0 || off < size)) {
+    const Kiln__InitModelChunk *r = (const Kiln__InitModelChunk *)m;
+    *c = (dl_chunk_t){.size = r->size, .offset = r->offset, .sha256 = r->sha256, .data = r->data};
+}
+
+static void view_ckpt(const ProtobufCMessage *m, dl_chunk_t *c)
+{
+    const Kiln__CheckpointChunk *r = (const Kiln__CheckpointChunk *)m;
+    *c = (dl_chunk_t){.size = r->size, .offset = r->offset, .sha256 = r->sha256, .data = r->data};
+}
+
+static void view_code(const ProtobufCMessage *m, dl_chunk_t *c)
+{
+    const Kiln__CodeChunk *r = (const Kiln__CodeChunk *)m;
+    *c = (dl_chunk_t){.size = r->size, .offset = r->offset, .sha256 = r->digest, .data = r->data};
+}
+
+/* Writes the file d names into fd from offset 0, chunk by chunk, until a stop order for t. Every
+ * answer must agree with the others and with what d expects (a stored file never changes). */
+static int download(xfer_t *x, const task_t *t, dl_t *d, int fd, kiln_err_t *err)
+{
+    int64_t off = 0;
+    int rc = 0;
+    for (bool first = true; rc == 0 && (d->size < 0 || off < d->size); first = false) {
         pthread_mutex_lock(&x->mu);
         bool cancelled = t->cancelled;
         pthread_mutex_unlock(&x->mu);
-        if (cancelled) {
-            rc = kiln_err_set(err, KILN_ECANCELED, NULL, "stopped");
-            break;
-        }
-        Kiln__InitModelRequest req = KILN__INIT_MODEL_REQUEST__INIT;
-        req.job_id = (char *)t->job_id;
-        req.attempt = t->attempt;
-        req.offset = off;
-        req.max_bytes = 1 << 20;
+        if (cancelled)
+            return kiln_err_set(err, KILN_ECANCELED, NULL, "stopped");
+        *d->req_offset = off;
         ProtobufCMessage *resp = NULL;
         int code = 0;
-        rc = xfer_call(x, t, k_fetch, &req.base, &kiln__init_model_chunk__descriptor, &resp, &code, err);
-        if (rc)
+        if ((rc = xfer_call(x, t, d->method, d->req, d->resp_desc, &resp, &code, err)))
             break;
-        Kiln__InitModelChunk *c = (Kiln__InitModelChunk *)resp;
-        if (size < 0) {
-            size = c->size;
-            kiln_strlcpy(sha, c->sha256 ? c->sha256 : "", sizeof(sha));
-        }
-        if (c->size != size || strcmp(c->sha256 ? c->sha256 : "", sha) != 0 || c->offset != off ||
-            (c->data.len == 0 && off < size) || (int64_t)c->data.len > size - off) {
-            /* a model never changes once stored: answers that disagree are refused */
-            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd's answers about the model do not agree with each other");
-        } else if (pwrite(fd, c->data.data, c->data.len, (off_t)off) != (ssize_t)c->data.len) {
-            rc = kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", tmp, strerror(errno));
-        } else {
-            off += (int64_t)c->data.len;
-        }
+        dl_chunk_t c;
+        d->view(resp, &c);
+        const char *sha = c.sha256 ? c.sha256 : "";
+        if (first && d->size < 0)
+            d->size = c.size;
+        if (first && !d->sha256[0])
+            kiln_strlcpy(d->sha256, sha, sizeof(d->sha256));
+        if (c.size != d->size || strcmp(sha, d->sha256) != 0 || c.offset != off || (c.data.len == 0 && off < d->size) ||
+            (int64_t)c.data.len > d->size - off)
+            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd's answers about %s do not agree with each other or with "
+                              "the assignment", d->what);
+        else if (pwrite(fd, c.data.data, c.data.len, (off_t)off) != (ssize_t)c.data.len)
+            rc = kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", d->what, strerror(errno));
+        else
+            off += (int64_t)c.data.len;
         protobuf_c_message_free_unpacked(resp, NULL);
     }
-    if (rc == 0 && kiln_sha256_hex_ok(want_sha) && (strcmp(sha, want_sha) != 0 || size != a->init_from_size))
-        rc = kiln_err_set(err, KILN_ECHECKSUM, NULL, "kilnd now serves another model than the one the assignment "
-                          "names (SHA-256 %.16s..., expected %.16s...)", sha, want_sha);
-    if (rc == 0) {
-        char got[KILN_SHA256_HEX];
-        int64_t n = 0;
-        rc = fsync(fd) == 0 ? kiln_sha256_fd(fd, &n, got, err) : kiln_err_set(err, KILN_EIO, NULL, "fsync failed");
-        if (rc == 0 && (n != size || strcmp(got, sha) != 0))
-            rc = kiln_err_set(err, KILN_ECHECKSUM, NULL, "the model arrived damaged: its SHA-256 is %.16s..., not "
-                              "%.16s...", got, sha);
-    }
+    if (rc || !d->verify)
+        return rc;
+    char got[KILN_SHA256_HEX];
+    int64_t n = 0;
+    rc = fsync(fd) == 0 ? kiln_sha256_fd(fd, &n, got, err) : kiln_err_set(err, KILN_EIO, NULL, "fsync failed");
+    if (rc == 0 && (n != d->size || strcmp(got, d->sha256) != 0))
+        rc = kiln_err_set(err, KILN_ECHECKSUM, NULL, "%s arrived damaged: its SHA-256 is %.16s..., not %.16s...",
+                          d->what, got, d->sha256);
+    return rc;
+}
+
+/* Downloads d into name under dfd through tmp there (a name nothing syncs or serves), then puts
+ * it in place. */
+static int download_as(xfer_t *x, const task_t *t, dl_t *d, int dfd, const char *tmp, const char *name,
+                       kiln_err_t *err)
+{
+    int fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", d->what, strerror(errno));
+    int rc = download(x, t, d, fd, err);
     close(fd);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = kiln_err_set(err, KILN_EIO, NULL, "could not put the model in place: %s", strerror(errno));
+    if (rc == 0 && renameat(dfd, tmp, dfd, name) != 0)
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not put %s in place: %s", d->what, strerror(errno));
     if (rc)
-        unlink(tmp);
-    else
+        unlinkat(dfd, tmp, 0);
+    return rc;
+}
+
+static int fetch(xfer_t *x, const task_t *t, kiln_err_t *err)
+{
+    const Kiln__Assignment *a = t->a;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/jobs/%s/init", x->env.work_dir, t->job_id);
+    const char *want_sha = a->init_from_sha256 ? a->init_from_sha256 : "";
+    bool known = kiln_sha256_hex_ok(want_sha);
+    int rc = kiln_mkdirs_mode(dir, 0700, err);
+    if (rc)
+        return rc;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not open %s: %s", dir, strerror(errno));
+    if (known && file_matches_at(dfd, KILN_ARTIFACT_MODEL, a->init_from_size, want_sha)) {
+        close(dfd);
+        return 0; /* an earlier attempt fetched it */
+    }
+    Kiln__InitModelRequest req = KILN__INIT_MODEL_REQUEST__INIT;
+    req.job_id = (char *)t->job_id;
+    req.attempt = t->attempt;
+    req.max_bytes = 1 << 20;
+    dl_t d = {.what = "the model", .method = k_fetch, .req = &req.base, .req_offset = &req.offset,
+              .resp_desc = &kiln__init_model_chunk__descriptor, .view = view_model,
+              .size = known ? a->init_from_size : -1, .verify = true};
+    if (known)
+        kiln_strlcpy(d.sha256, want_sha, sizeof(d.sha256));
+    rc = download_as(x, t, &d, dfd, KILN_ARTIFACT_MODEL ".part", KILN_ARTIFACT_MODEL, err);
+    close(dfd);
+    if (rc == 0)
         log_info("job %s: fetched the model of job %s (%lld bytes, sha256 %s)", t->job_id, a->init_from_job,
-                 (long long)size, sha);
+                 (long long)d.size, d.sha256);
     return rc;
 }
 
@@ -651,71 +784,115 @@ bool xfer_needs_fetch(const Kiln__Assignment *a)
     return (a->init_from_job && a->init_from_job[0]) || xfer_restores(a);
 }
 
-/* Fetches file f of the synced checkpoint state into dir as its name (through a temporary name
- * that no artifact can have, so nothing syncs it), checked against its size and SHA-256. */
-static int restore_file(xfer_t *x, const task_t *t, const char *dir, const Kiln__ArtifactFile *f, kiln_err_t *err)
+/* The directory holding path's last name under root, made where missing, opened one name at a
+ * time and never through a link (a link or file in the way of a directory is removed); *leaf is
+ * that last name. Returns a descriptor, or -1 with errno set. */
+static int open_parent(int root, const char *path, const char **leaf)
 {
-    char path[PATH_MAX + 160], tmp[PATH_MAX + 160];
-    snprintf(path, sizeof(path), "%s/%.128s", dir, f->name);
-    snprintf(tmp, sizeof(tmp), "%s/.%.128s.kiln-restore", dir, f->name);
-    if (file_matches(path, f->size, f->sha256))
-        return 0; /* this agent has it already */
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", tmp, strerror(errno));
-    int64_t off = 0;
-    int rc = 0;
-    while (rc == 0 && off < f->size) {
-        pthread_mutex_lock(&x->mu);
-        bool cancelled = t->cancelled;
-        pthread_mutex_unlock(&x->mu);
-        if (cancelled) {
-            rc = kiln_err_set(err, KILN_ECANCELED, NULL, "stopped");
-            break;
+    int dfd = dup(root);
+    for (const char *p = path; dfd >= 0;) {
+        const char *slash = strchr(p, '/');
+        if (!slash) {
+            *leaf = p;
+            return dfd;
         }
+        char name[KILN_ARTIFACT_NAME_MAX + 1];
+        size_t len = KILN_MIN((size_t)(slash - p), sizeof(name) - 1);
+        memcpy(name, p, len);
+        name[len] = '\0';
+        int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 && (errno == ENOTDIR || errno == ELOOP) && unlinkat(dfd, name, 0) == 0)
+            errno = ENOENT;
+        if (fd < 0 && errno == ENOENT && (mkdirat(dfd, name, 0700) == 0 || errno == EEXIST))
+            fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(dfd);
+        errno = e;
+        dfd = fd;
+        p = slash + 1;
+    }
+    return -1;
+}
+
+/* Fetches file f of the synced checkpoint state to its path under root (through a temporary name
+ * that no checkpoint file can have, so nothing syncs it), checked against its size and SHA-256. */
+static int restore_file(xfer_t *x, const task_t *t, int root, const Kiln__ArtifactFile *f, kiln_err_t *err)
+{
+    const char *leaf = NULL;
+    int dfd = open_parent(root, f->name, &leaf);
+    if (dfd < 0)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not make the directory of checkpoint file \"%s\": %s", f->name,
+                            strerror(errno));
+    char what[KILN_ARTIFACT_PATH_MAX + 32], tmp[KILN_ARTIFACT_NAME_MAX + 32];
+    snprintf(what, sizeof(what), "checkpoint file \"%s\"", f->name);
+    snprintf(tmp, sizeof(tmp), ".%s.kiln-restore", leaf);
+    int rc = 0;
+    if (!file_matches_at(dfd, leaf, f->size, f->sha256)) { /* else this agent has it already */
         Kiln__CheckpointRequest req = KILN__CHECKPOINT_REQUEST__INIT;
         req.job_id = (char *)t->job_id;
         req.attempt = t->attempt;
         req.name = f->name;
-        req.offset = off;
         req.max_bytes = 1 << 20;
-        ProtobufCMessage *resp = NULL;
-        int code = 0;
-        if ((rc = xfer_call(x, t, k_ckpt, &req.base, &kiln__checkpoint_chunk__descriptor, &resp, &code, err)))
-            break;
-        Kiln__CheckpointChunk *c = (Kiln__CheckpointChunk *)resp;
-        if (c->size != f->size || strcmp(c->sha256 ? c->sha256 : "", f->sha256) != 0 || c->offset != off ||
-            c->data.len == 0 || (int64_t)c->data.len > f->size - off)
-            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd's answers about checkpoint file \"%s\" do not agree "
-                              "with each other or with the assignment", f->name);
-        else if (pwrite(fd, c->data.data, c->data.len, (off_t)off) != (ssize_t)c->data.len)
-            rc = kiln_err_set(err, KILN_EIO, NULL, "could not write %s: %s", tmp, strerror(errno));
-        else
-            off += (int64_t)c->data.len;
-        protobuf_c_message_free_unpacked(resp, NULL);
+        dl_t d = {.what = what, .method = k_ckpt, .req = &req.base, .req_offset = &req.offset,
+                  .resp_desc = &kiln__checkpoint_chunk__descriptor, .view = view_ckpt, .size = f->size,
+                  .verify = true};
+        kiln_strlcpy(d.sha256, f->sha256, sizeof(d.sha256));
+        rc = download_as(x, t, &d, dfd, tmp, leaf, err);
     }
-    if (rc == 0) {
-        char got[KILN_SHA256_HEX];
-        int64_t n = 0;
-        rc = fsync(fd) == 0 ? kiln_sha256_fd(fd, &n, got, err) : kiln_err_set(err, KILN_EIO, NULL, "fsync failed");
-        if (rc == 0 && (n != f->size || strcmp(got, f->sha256) != 0))
-            rc = kiln_err_set(err, KILN_ECHECKSUM, NULL, "checkpoint file \"%s\" arrived damaged: its SHA-256 is "
-                              "%.16s..., not %.16s...", f->name, got, f->sha256);
-    }
-    close(fd);
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = kiln_err_set(err, KILN_EIO, NULL, "could not put checkpoint file \"%s\" in place: %s", f->name,
-                          strerror(errno));
-    if (rc)
-        unlink(tmp);
+    close(dfd);
     return rc;
 }
 
-/* Makes the job's checkpoint directory hold exactly the synced state the assignment names: its
- * files fetched where this agent lacks them (or holds other bytes), and every other file at the
- * top of the directory removed (the state's deletions; subdirectories are left alone). Unless
- * rank 0 of the attempt that synced last (or of a later one) ran here: then the directory is as
- * new as the synced state or newer (a sync kilnd refused, one cut short), and stays as it is. */
+/* Removes from the directory dfd (prefix: its path in the tree, "" at the top) what the state a
+ * names not: files and links that are not its files, directories that hold none of them. */
+static void prune(const task_t *t, const char *dir, int dfd, const char *prefix, int depth)
+{
+    const Kiln__Assignment *a = t->a;
+    char **names = NULL;
+    size_t nn = 0;
+    kiln_err_t err;
+    if (read_names(dfd, &names, &nn, &err) != 0)
+        log_warn("job %s: could not read its checkpoint directory: %s", t->job_id, err.message);
+    for (size_t i = 0; i < nn; i++) {
+        char path[KILN_ARTIFACT_PATH_MAX + 300];
+        snprintf(path, sizeof(path), "%s%s%s", prefix, *prefix ? "/" : "", names[i]);
+        size_t plen = strlen(path);
+        bool file = false, holds = false;
+        for (size_t k = 0; k < a->n_checkpoint_files && !file; k++) {
+            const char *n = a->checkpoint_files[k]->name;
+            file = !strcmp(n, path);
+            holds = holds || (!strncmp(n, path, plen) && n[plen] == '/');
+        }
+        struct stat st;
+        if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode) && holds && depth + 1 < KILN_ARTIFACT_PATH_DEPTH) {
+            int fd = openat(dfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd >= 0) {
+                prune(t, dir, fd, path, depth + 1);
+                close(fd);
+            }
+            continue;
+        }
+        if (file && !S_ISDIR(st.st_mode))
+            continue;
+        char full[PATH_MAX + KILN_ARTIFACT_PATH_MAX + 300];
+        snprintf(full, sizeof(full), "%s/%s", dir, path);
+        /* a directory no file of the state is in, or one where a file of the state goes */
+        if (S_ISDIR(st.st_mode) ? code_tree_remove(full) != 0 : unlinkat(dfd, names[i], 0) != 0)
+            log_warn("job %s: could not remove \"%s\" from its checkpoint directory: %s", t->job_id, path,
+                     strerror(errno));
+    }
+    for (size_t i = 0; i < nn; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* Makes the job's checkpoint directory hold exactly the synced state the assignment names, as a
+ * tree: what the state does not name removed first, then its files fetched where this agent
+ * lacks them (or holds other bytes), their directories made as needed. Unless rank 0 of the
+ * attempt that synced last (or of a later one) ran here: then the directory is as new as the
+ * synced state or newer (a sync kilnd refused, one cut short), and stays as it is. */
 static int restore(xfer_t *x, const task_t *t, kiln_err_t *err)
 {
     const Kiln__Assignment *a = t->a;
@@ -729,41 +906,32 @@ static int restore(xfer_t *x, const task_t *t, kiln_err_t *err)
                  "attempt %d's)", t->job_id, t->attempt, here, a->checkpoint_attempt);
         return 0;
     }
-    int rc = kiln_mkdirs_mode(dir, 0700, err);
-    int64_t bytes = 0;
-    for (size_t i = 0; rc == 0 && i < a->n_checkpoint_files; i++) {
+    /* kilnd's answers are checked like any other input */
+    for (size_t i = 0; i < a->n_checkpoint_files; i++) {
         const Kiln__ArtifactFile *f = a->checkpoint_files[i];
-        /* kilnd's answers are checked like any other input */
         if (!f)
             return kiln_err_set(err, KILN_EFORMAT, NULL, "the assignment lists an empty checkpoint file");
-        if (!kiln_artifact_name_ok(f->name, "checkpoint_files.name", err))
+        if (!kiln_artifact_path_ok(f->name, "checkpoint_files.name", err))
             return KILN_EFORMAT;
         if (!kiln_sha256_hex_ok(f->sha256) || f->size < 0)
             return kiln_err_set(err, KILN_EFORMAT, NULL, "checkpoint file \"%s\": the assignment gives no usable "
                                 "size and SHA-256", f->name);
-        rc = restore_file(x, t, dir, f, err);
-        bytes += f->size;
     }
+    int rc = kiln_mkdirs_mode(dir, 0700, err);
     if (rc)
         return rc;
-    DIR *d = opendir(dir);
-    if (!d)
-        return kiln_err_set(err, KILN_EIO, NULL, "could not read %s: %s", dir, strerror(errno));
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        bool keep = false;
-        for (size_t i = 0; i < a->n_checkpoint_files && !keep; i++)
-            keep = !strcmp(a->checkpoint_files[i]->name, de->d_name);
-        struct stat st;
-        if (keep || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(st.st_mode))
-            continue;
-        if (unlinkat(dirfd(d), de->d_name, 0) != 0)
-            log_warn("job %s: could not remove \"%s\" from its checkpoint directory: %s", t->job_id, de->d_name,
-                     strerror(errno));
+    int root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0)
+        return kiln_err_set(err, KILN_EIO, NULL, "could not open %s: %s", dir, strerror(errno));
+    prune(t, dir, root, "", 0);
+    int64_t bytes = 0;
+    for (size_t i = 0; rc == 0 && i < a->n_checkpoint_files; i++) {
+        rc = restore_file(x, t, root, a->checkpoint_files[i], err);
+        bytes += a->checkpoint_files[i]->size;
     }
-    closedir(d);
+    close(root);
+    if (rc)
+        return rc;
     log_info("job %s attempt %d: restored its synced checkpoint directory (%zu file(s), %lld bytes)", t->job_id,
              t->attempt, a->n_checkpoint_files, (long long)bytes);
     job_note(x, t, AGENT_STREAM_STDOUT, "checkpoints: restored %zu file(s), %lld bytes, as kilnd last synced them",
@@ -776,32 +944,17 @@ int xfer_code_fetch(void *ud, const agent_code_ref_t *ref, int fd, kiln_err_t *e
     xfer_t *x = ud;
     task_t t = {.kind = TASK_FETCH, .attempt = ref->attempt};
     kiln_strlcpy(t.job_id, ref->job_id ? ref->job_id : "", sizeof(t.job_id));
-    int64_t off = 0, size = -1;
-    int rc = 0;
-    while (rc == 0 && (size < 0 || off < size)) {
-        Kiln__CodeRequest req = KILN__CODE_REQUEST__INIT;
-        req.job_id = t.job_id;
-        req.attempt = ref->attempt;
-        req.offset = off;
-        req.max_bytes = 1 << 20;
-        ProtobufCMessage *resp = NULL;
-        int code = 0;
-        if ((rc = xfer_call(x, &t, k_code, &req.base, &kiln__code_chunk__descriptor, &resp, &code, err)))
-            break;
-        Kiln__CodeChunk *c = (Kiln__CodeChunk *)resp;
-        if (size < 0)
-            size = c->size;
-        if (c->size != size || strcmp(c->digest ? c->digest : "", ref->digest) != 0 || c->offset != off ||
-            (c->data.len == 0 && off < size) || (int64_t)c->data.len > size - off)
-            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd's answers about code archive %.16s... do not agree with "
-                              "each other or with the assignment", ref->digest);
-        else if (pwrite(fd, c->data.data, c->data.len, (off_t)off) != (ssize_t)c->data.len)
-            rc = kiln_err_set(err, KILN_EIO, NULL, "could not write the code archive: %s", strerror(errno));
-        else
-            off += (int64_t)c->data.len;
-        protobuf_c_message_free_unpacked(resp, NULL);
-    }
-    return rc;
+    char what[64];
+    snprintf(what, sizeof(what), "code archive %.16s...", ref->digest);
+    Kiln__CodeRequest req = KILN__CODE_REQUEST__INIT;
+    req.job_id = t.job_id;
+    req.attempt = ref->attempt;
+    req.max_bytes = 1 << 20;
+    /* the caller checks the archive's SHA-256 as it extracts it */
+    dl_t d = {.what = what, .method = k_code, .req = &req.base, .req_offset = &req.offset,
+              .resp_desc = &kiln__code_chunk__descriptor, .view = view_code, .size = -1};
+    kiln_strlcpy(d.sha256, ref->digest, sizeof(d.sha256));
+    return download(x, &t, &d, fd, err);
 }
 
 /* ---- threads ----------------------------------------------------------------------------------- */

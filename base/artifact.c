@@ -43,6 +43,52 @@ bool kiln_artifact_name_ok(const char *name, const char *field, kiln_err_t *err)
     return true;
 }
 
+bool kiln_artifact_path_ok(const char *path, const char *field, kiln_err_t *err)
+{
+    static const char hint[] = "a checkpoint file's path is up to 16 names joined by '/', relative to the checkpoint "
+                               "directory; each name is 1 to 128 characters of A-Z a-z 0-9 . _ -, starting with a "
+                               "letter or digit";
+    size_t n = path ? strlen(path) : 0;
+    if (n == 0 || n > KILN_ARTIFACT_PATH_MAX) {
+        kiln_err_set(err, KILN_EINVAL, field, "%s must have 1 to %d characters (got %zu)", field,
+                     KILN_ARTIFACT_PATH_MAX, n);
+        kiln_err_hint(err, "%s", hint);
+        return false;
+    }
+    int depth = 0;
+    for (const char *p = path;; depth++) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        char name[KILN_ARTIFACT_NAME_MAX + 2];
+        if (depth == KILN_ARTIFACT_PATH_DEPTH) {
+            kiln_err_set(err, KILN_EINVAL, field, "%s has more than %d names", field, KILN_ARTIFACT_PATH_DEPTH);
+            kiln_err_hint(err, "%s", hint);
+            return false;
+        }
+        if (len == 0 || len > KILN_ARTIFACT_NAME_MAX) {
+            if (len)
+                kiln_err_set(err, KILN_EINVAL, field, "%s has a name longer than %d characters (at byte %zu)", field,
+                             KILN_ARTIFACT_NAME_MAX, (size_t)(p - path));
+            else
+                kiln_err_set(err, KILN_EINVAL, field, "%s has an empty name at byte %zu (a leading, trailing or "
+                             "doubled '/')", field, (size_t)(p - path));
+            kiln_err_hint(err, "%s", hint);
+            return false;
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+        if (!kiln_artifact_name_ok(name, field, NULL)) {
+            kiln_err_set(err, KILN_EINVAL, field, "%s has a name that is not allowed at byte %zu (\".\", \"..\", a "
+                         "hidden name or a character names may not hold)", field, (size_t)(p - path));
+            kiln_err_hint(err, "%s", hint);
+            return false;
+        }
+        if (!slash)
+            return true;
+        p = slash + 1;
+    }
+}
+
 bool kiln_sha256_hex_ok(const char *s)
 {
     if (!s || strlen(s) != 64)

@@ -310,6 +310,8 @@ void *kiln_metric_regex_compile(const char *regex, const char *field, int *value
  * decides which names exist; SHA-256 (libsodium) is how agent, kilnd and clients agree on bytes.
  * ------------------------------------------------------------------------------------------ */
 #define KILN_ARTIFACT_NAME_MAX 128        /* bytes of a name */
+#define KILN_ARTIFACT_PATH_MAX 512        /* bytes of a path in a synced checkpoint tree */
+#define KILN_ARTIFACT_PATH_DEPTH 16       /* names in such a path */
 #define KILN_ARTIFACT_MODEL "model_llmc.bin" /* the final model kiln-train writes (llm.c format) */
 #define KILN_SHA256_HEX 65                /* 64 lower-case hex digits and a NUL */
 
@@ -318,6 +320,10 @@ void *kiln_metric_regex_compile(const char *regex, const char *field, int *value
  * needs escaping in a URL or a file system. On failure err (may be NULL) says why, naming
  * field, with a hint. */
 bool kiln_artifact_name_ok(const char *name, const char *field, kiln_err_t *err);
+/* Whether path can name a file of a synced checkpoint tree: 1 to KILN_ARTIFACT_PATH_MAX bytes of
+ * at most KILN_ARTIFACT_PATH_DEPTH names joined by '/', each one kiln_artifact_name_ok accepts.
+ * So relative, no empty name, no "." or "..", nothing hidden. err as kiln_artifact_name_ok's. */
+bool kiln_artifact_path_ok(const char *path, const char *field, kiln_err_t *err);
 
 /* Whether s is 64 lower-case hex digits (a SHA-256 as kiln writes it). */
 bool kiln_sha256_hex_ok(const char *s);

@@ -7,7 +7,7 @@
 # one-rank jobs of /bin/true, off and on, twice each. Prints the machine, date and load for
 # bench/RESULTS.md, every run, then the medians of the runs per configuration.
 #   BUILD=build bash bench/sandbox_bench.sh      (as root; make BUILD=... bench first)
-# Environment: ROUNDS (default 4), STEPS (default 40), RANKS (default "1 2"), STARTS (default 20).
+# Environment: ROUNDS (default 4), STEPS (default 40), RANKS (default "1 2"), STARTS (default 20; 0: none).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -49,6 +49,7 @@ for r in $RANKS; do
     echo "sandbox=$mode ranks=$r runs=$runs step_ms median $step (runs from $lo to $hi), start_ms median $start"
   done
 done
+[ "$STARTS" -gt 0 ] || exit 0
 echo "== starting a one-rank job of /bin/true ($STARTS in a row): the launcher's start call, and to its exit"
 for mode in off on on off; do
   "$BENCH" --train-bin /bin/true --data data/tinyshakespeare.txt --sandbox "$mode" --starts "$STARTS" 2>/dev/null | tail -1

@@ -201,7 +201,8 @@ static int manifest_check(svc_t *s, const Kiln__ArtifactManifest *m, kiln_err_t 
         const Kiln__ArtifactFile *f = m->files[i];
         char field[48];
         snprintf(field, sizeof(field), "files[%zu].name", i);
-        if (!f || !kiln_artifact_name_ok(f->name, field, err))
+        /* a checkpoint directory is synced as a tree: its files are named by relative paths */
+        if (!f || !(ckpt ? kiln_artifact_path_ok(f->name, field, err) : kiln_artifact_name_ok(f->name, field, err)))
             return f ? KILN_EINVAL : kiln_err_set(err, KILN_EINVAL, field, "%s is missing", field);
         for (size_t k = 0; k < i; k++)
             if (!strcmp(m->files[k]->name, f->name))
@@ -514,7 +515,8 @@ int svc_agent_artifact_chunk(svc_t *s, const char *worker_id, const Kiln__Artifa
         rc = svc_artifact_no_store(err);
     if (rc == 0)
         rc = svc_check_str("name", ch->name, 0, err);
-    if (rc == 0 && !kiln_artifact_name_ok(ch->name, "name", err))
+    if (rc == 0 && !(ch->kind == KILN__ARTIFACT_KIND__ARTIFACT_KIND_CHECKPOINT ? kiln_artifact_path_ok(ch->name, "name", err)
+                                                                             : kiln_artifact_name_ok(ch->name, "name", err)))
         rc = KILN_EINVAL;
     if (rc == 0 && ch->offset < 0)
         rc = kiln_err_set(err, KILN_EINVAL, "offset", "offset must not be negative");

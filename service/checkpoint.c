@@ -236,7 +236,7 @@ int svc_agent_checkpoint_fetch(svc_t *s, const char *worker_id, const Kiln__Chec
     json_t *job = NULL;
     int fd = -1;
     int rc = svc_check_str("name", req->name, 0, err);
-    if (rc == 0 && !kiln_artifact_name_ok(req->name, "name", err))
+    if (rc == 0 && !kiln_artifact_path_ok(req->name, "name", err))
         rc = KILN_EINVAL;
     if (rc == 0 && !s->store_id[0])
         rc = svc_artifact_no_store(err);
@@ -254,7 +254,7 @@ int svc_agent_checkpoint_fetch(svc_t *s, const char *worker_id, const Kiln__Chec
     if (rc == 0 && !b.complete)
         rc = kiln_err_set(err, KILN_EINTERNAL, NULL, "checkpoint file \"%s\" of job %s is synced but its content is "
                           "not whole", f.name, req->job_id);
-    char path[PATH_MAX], what[256];
+    char path[PATH_MAX], what[KILN_ARTIFACT_PATH_MAX + 96];
     ckpt_final(s, req->job_id, f.sha256, path, sizeof(path));
     snprintf(what, sizeof(what), "checkpoint file \"%s\" of job %s", f.name, req->job_id);
     if (rc == 0)

@@ -19,8 +19,9 @@ int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
     svc_tx_t tx;
     store_job_row_t job;
     store_artifact_t *arts = NULL;
+    store_ckpt_blob_t *blobs = NULL;
     json_t *removed = NULL;
-    int narts = 0;
+    int narts = 0, nblobs = 0;
     *out = NULL;
     JOB_RESOLVE(s, who, id, err);
     int rc = svc_tx_begin(s, &tx, err);
@@ -47,16 +48,21 @@ int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
     }
     if (rc == 0)
         rc = store_artifacts_of(tx.c, id, true, &arts, &narts, err);
+    if (rc == 0)
+        rc = store_ckpt_blobs(tx.c, id, &blobs, &nblobs, err);
     if (rc)
         goto fail;
+    /* the bytes of its artifacts and of its synced checkpoint directory's contents; the job's
+     * directory in every store holding any of them goes */
     int64_t bytes = 0;
-    for (int i = 0; i < narts && rc == 0; i++) {
-        bytes += arts[i].complete ? arts[i].size : arts[i].received;
+    for (int i = 0; i < narts + nblobs && rc == 0; i++) {
+        const char *sid = i < narts ? arts[i].store_id : blobs[i - narts].store_id;
+        bytes += i < narts ? (arts[i].complete ? arts[i].size : arts[i].received) : blobs[i - narts].received;
         bool seen = false;
         for (int k = 0; k < i && !seen; k++)
-            seen = !strcmp(arts[k].store_id, arts[i].store_id);
+            seen = !strcmp(k < narts ? arts[k].store_id : blobs[k - narts].store_id, sid);
         if (!seen)
-            rc = store_artifact_trash_add(tx.c, arts[i].store_id, id, 0, err);
+            rc = store_artifact_trash_add(tx.c, sid, id, 0, err);
     }
     /* This store may hold files without a row (an upload never announced twice, a partial file):
      * its job directory goes too. */
@@ -70,8 +76,8 @@ int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
     if (rc)
         goto done;
     svc_prom_job_deleted();
-    log_info("job %s: deleted by %s (%d artifact(s), %lld bytes)", id, who->user[0] ? who->user : "kilnd", narts,
-             (long long)bytes);
+    log_info("job %s: deleted by %s (%d artifact(s), %d checkpoint content(s), %lld bytes)", id,
+             who->user[0] ? who->user : "kilnd", narts, nblobs, (long long)bytes);
     store_conn_t *c = NULL;
     kiln_err_t e2;
     if (s->store_id[0] && store_conn_get(s->store, &c, &e2) == 0) {
@@ -85,6 +91,7 @@ fail:
 done:
     json_decref(removed);
     free(arts);
+    free(blobs);
     return rc;
 }
 

@@ -60,8 +60,8 @@ int store_ckpt_file_get(store_conn_t *c, const char *job_id, const char *name, b
                                 3, p, sizeof(store_ckpt_file_t), file_fill, (void **)&rows, &n, err)
                  : 0;
     if (rc == 0 && n != 1)
-        rc = kiln_err_set(err, KILN_ENOTFOUND, "name", synced ? "job %.40s has no synced checkpoint file \"%.128s\""
-                                                              : "job %.40s is not syncing a checkpoint file \"%.128s\"",
+        rc = kiln_err_set(err, KILN_ENOTFOUND, "name", synced ? "job %.40s has no synced checkpoint file \"%.512s\""
+                                                              : "job %.40s is not syncing a checkpoint file \"%.512s\"",
                           job_id, name);
     if (rc == 0)
         *out = rows[0];
@@ -161,4 +161,16 @@ int store_ckpt_blobs_prune(store_conn_t *c, const char *job_id, store_ckpt_blob_
                         " (SELECT 1 FROM checkpoint_files f WHERE f.job_id = b.job_id AND f.sha256 = b.sha256)"
                         " RETURNING " BLOB_COLS,
                         1, p, sizeof(store_ckpt_blob_t), blob_fill, (void **)out, n, err);
+}
+
+int store_ckpt_blobs(store_conn_t *c, const char *job_id, store_ckpt_blob_t **out, int *n, kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (!store_is_uuid(job_id))
+        return 0;
+    const char *p[1] = {job_id};
+    return store_q_rows(c, "read a job's checkpoint contents",
+                        "SELECT " BLOB_COLS " FROM checkpoint_blobs WHERE job_id = $1::uuid ORDER BY sha256", 1, p,
+                        sizeof(store_ckpt_blob_t), blob_fill, (void **)out, n, err);
 }

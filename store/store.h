@@ -666,7 +666,7 @@ typedef struct store_ckpt_blob {
 /* A file of a job's checkpoint directory: its name and content, the attempt and worker that
  * synced that content, and when the state holding it became the synced one. */
 typedef struct store_ckpt_file {
-    char name[KILN_ARTIFACT_NAME_MAX + 1];
+    char name[KILN_ARTIFACT_PATH_MAX + 1]; /* its path in the tree (kiln_artifact_path_ok) */
     char sha256[KILN_SHA256_HEX];
     int64_t size;
     int attempt;
@@ -699,6 +699,9 @@ int store_ckpt_commit(store_conn_t *c, const char *job_id, kiln_err_t *err);
 /* Deletes the job's contents no file names any more; *out (malloc'd, caller frees) the rows
  * deleted, so that their bytes can go. */
 int store_ckpt_blobs_prune(store_conn_t *c, const char *job_id, store_ckpt_blob_t **out, int *n, kiln_err_t *err);
+/* Every content the store holds or is receiving for the job, by SHA-256; *out malloc'd (caller
+ * frees; NULL when none). */
+int store_ckpt_blobs(store_conn_t *c, const char *job_id, store_ckpt_blob_t **out, int *n, kiln_err_t *err);
 
 /* ---- code archives (code.c) -------------------------------------------------------------------- */
 

@@ -191,3 +191,57 @@ Test(checkpoints, refusals_say_why_and_leave_the_synced_state_alone)
     free(text);
     free(job);
 }
+
+/* A script's checkpoint directory is a tree (Hugging Face's checkpoint-500/...): its files are
+ * named by relative paths, which are checked like artifact names, name by name; deleting the job
+ * counts the bytes of its synced contents. */
+Test(checkpoints, a_tree_is_synced_by_relative_paths_and_its_bytes_go_with_the_job)
+{
+    char *job = at_create_job("ckpt-tree", NULL, NULL);
+    int attempt = at_run_job(job);
+    kiln_err_t err;
+    bool committed = false;
+    char names[256];
+    const at_ck_file_t s1[] = {{"checkpoint-500/model.pt", "weights at step 500"},
+                               {"checkpoint-500/rng/state.bin", "rng"},
+                               {"trainer_state.json", "{}"}};
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 3, &committed, NULL, &err), 0, "%s", err.message);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(at_ck_send(job, attempt, &s1[i], &err), 0, "%s", err.message);
+    cr_assert_eq(at_ck_begin(job, attempt, s1, 3, &committed, NULL, &err), 0, "%s", err.message);
+    cr_assert(committed);
+    json_decref(listing(job, names));
+    cr_assert_str_eq(names, "checkpoint-500/model.pt,checkpoint-500/rng/state.bin,trainer_state.json");
+    char *text = NULL;
+    cr_assert_eq(ck_fetch(job, attempt, "checkpoint-500/rng/state.bin", &text, &err), 0, "%s", err.message);
+    cr_assert_str_eq(text, "rng");
+    free(text);
+
+    /* a path that leaves the tree or hides a name is refused, naming the field, and the synced
+     * state stays */
+    const char *bad[] = {"../escape.pt", "/etc/passwd", "a/../../b", "a//b", "a/", "./a", "a/.hidden"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const at_ck_file_t f[] = {{bad[i], "x"}};
+        cr_assert_eq(at_ck_begin(job, attempt, f, 1, &committed, NULL, &err), KILN_EINVAL, "%s", bad[i]);
+        cr_assert_str_eq(err.field, "files[0].name", "%s", bad[i]);
+        cr_assert(err.hint[0], "%s", bad[i]);
+        cr_assert_eq(ck_fetch(job, attempt, bad[i], &text, &err), KILN_EINVAL, "%s", bad[i]);
+    }
+    json_decref(listing(job, names));
+    cr_assert_str_eq(names, "checkpoint-500/model.pt,checkpoint-500/rng/state.bin,trainer_state.json");
+
+    /* deleting the job reports the bytes of its checkpoint contents, and they go */
+    at_rank_exit(job, attempt, 0);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job);
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("DELETE", path, NULL, NULL, &st, &raw);
+    cr_assert_eq(st, 200, "%s", raw);
+    json_int_t want = (json_int_t)(strlen(s1[0].text) + strlen(s1[1].text) + strlen(s1[2].text));
+    cr_assert_eq(json_integer_value(json_object_get(j, "artifact_bytes")), want, "%s", raw);
+    json_decref(j);
+    free(raw);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM checkpoint_blobs"), 0);
+    free(job);
+}

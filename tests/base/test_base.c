@@ -254,6 +254,31 @@ Test(base, artifact_names)
     cr_assert(kiln_artifact_name_ok(long_name, "name", NULL), "128 characters are allowed");
 }
 
+/* Checkpoint paths: relative, every name an artifact name, bounded in length and depth. */
+Test(base, artifact_paths)
+{
+    const char *good[] = {"state.json", "checkpoint-500/model.safetensors", "a/b/c/d.pt", "x-1/y_2/z.3"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        cr_assert(kiln_artifact_path_ok(good[i], "name", NULL), "%s", good[i]);
+    char deep[64] = "", long_path[600];
+    for (int i = 0; i < 17; i++)
+        strcat(deep, i ? "/a" : "a");
+    memset(long_path, 'b', 513);
+    long_path[513] = '\0';
+    for (int i = 100; i < 513; i += 100)
+        long_path[i] = '/';
+    const char *bad[] = {"", "/abs", "a/", "a//b", "./a", "a/./b", "a/../b", "..", "../x", "a/.hidden", "a/-x",
+                         "a\\b/c", "a/b c", deep, long_path};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kiln_err_t err;
+        cr_assert_not(kiln_artifact_path_ok(bad[i], "files[2].name", &err), "\"%s\"", bad[i]);
+        cr_assert_str_eq(err.field, "files[2].name");
+        cr_assert(err.hint[0]);
+    }
+    deep[strlen(deep) - 2] = '\0';
+    cr_assert(kiln_artifact_path_ok(deep, "name", NULL), "16 names are allowed");
+}
+
 /* SHA-256 against the published test vectors (FIPS 180-2), whole and in pieces and from a file. */
 Test(base, sha256_vectors)
 {

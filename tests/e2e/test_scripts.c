@@ -445,25 +445,30 @@ Test(e2e_scripts, pytorch_ddp_matches_one_process_on_two_nodes_and_on_one_node_w
 #define SPOT_STR_(x) #x
 #define SPOT_STR(x) SPOT_STR_(x)
 
-/* Checkpoints every SPOT_EVERY steps into SageMaker's checkpoint directory (a file per
- * checkpoint, written under a name that is never synced and renamed into place; the older ones
- * removed but the last two), and resumes from the newest one it finds there. */
+/* Checkpoints every SPOT_EVERY steps into SageMaker's checkpoint directory as a tree, the way
+ * Hugging Face's Trainer does (a directory per checkpoint, ckpt-NNNN/state.json and
+ * ckpt-NNNN/rng/seed.txt, made under a name that is never synced and renamed into place; the
+ * older ones removed but the last two), and resumes from the newest one it finds there. */
 static const char k_spot_py[] =
-    "import json, os, sys, time\n"
+    "import json, os, shutil, sys, time\n"
     "ck = os.environ['SM_CHECKPOINT_DIR']\n"
     "have = sorted(f for f in os.listdir(ck) if f.startswith('ckpt-'))\n"
-    "start = json.load(open(os.path.join(ck, have[-1])))['step'] if have else 0\n"
+    "start = json.load(open(os.path.join(ck, have[-1], 'state.json')))['step'] if have else 0\n"
+    "seed = open(os.path.join(ck, have[-1], 'rng', 'seed.txt')).read() if have else '-'\n"
     "attempt = int(os.environ['TORCHELASTIC_RESTART_COUNT']) + 1\n"
-    "print('RESUMED from %d in attempt %d' % (start, attempt), flush=True)\n"
+    "print('RESUMED from %d in attempt %d seed %s' % (start, attempt, seed), flush=True)\n"
     "for step in range(start + 1, " SPOT_STR(SPOT_STEPS) " + 1):\n"
     "    print('step %d loss %.6f' % (step, 1.0 / step), flush=True)\n"
     "    if step % " SPOT_STR(SPOT_EVERY) " == 0:\n"
     "        tmp = os.path.join(ck, '.writing')\n"
-    "        with open(tmp, 'w') as f:\n"
+    "        os.makedirs(os.path.join(tmp, 'rng'))\n"
+    "        with open(os.path.join(tmp, 'state.json'), 'w') as f:\n"
     "            json.dump({'step': step}, f)\n"
-    "        os.rename(tmp, os.path.join(ck, 'ckpt-%04d.json' % step))\n"
+    "        with open(os.path.join(tmp, 'rng', 'seed.txt'), 'w') as f:\n"
+    "            f.write('s%d' % step)\n"
+    "        os.rename(tmp, os.path.join(ck, 'ckpt-%04d' % step))\n"
     "        for old in sorted(f for f in os.listdir(ck) if f.startswith('ckpt-'))[:-2]:\n"
-    "            os.remove(os.path.join(ck, old))\n"
+    "            shutil.rmtree(os.path.join(ck, old))\n"
     "    if attempt == 1 and step == " SPOT_STR(SPOT_STOP) ":\n"
     "        while True:\n"
     "            time.sleep(1)\n"
@@ -508,7 +513,7 @@ Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_ag
 
     /* attempt 1 waits at step SPOT_STOP once it checkpointed it: kilnd's synced state comes to
      * that checkpoint and the one before it (the older ones' removal synced too) */
-    const char *want = "ckpt-0015.json,ckpt-0020.json";
+    const char *want = "ckpt-0015/rng/seed.txt,ckpt-0015/state.json,ckpt-0020/rng/seed.txt,ckpt-0020/state.json";
     for (int i = 0; i < 600 && strcmp(synced_names(id, NULL), want) != 0; i++)
         usleep(100000);
     json_t *listing = NULL;
@@ -547,9 +552,9 @@ Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_ag
     /* attempt 2 ran on the other agent (the only one left) and resumed after the last synced
      * checkpoint */
     char *lines = rank_lines(id, 0, "RESUMED");
-    cr_assert(strstr(lines, "RESUMED from 0 in attempt 1"), "%s", lines);
-    cr_assert(strstr(lines, "RESUMED from " SPOT_STR(SPOT_STOP) " in attempt 2"), "attempt 2 did not resume from "
-              "the synced checkpoint of step %d:\n%s", SPOT_STOP, lines);
+    cr_assert(strstr(lines, "RESUMED from 0 in attempt 1 seed -"), "%s", lines);
+    cr_assert(strstr(lines, "RESUMED from " SPOT_STR(SPOT_STOP) " in attempt 2 seed s" SPOT_STR(SPOT_STOP)),
+              "attempt 2 did not resume from the synced checkpoint tree of step %d:\n%s", SPOT_STOP, lines);
     free(lines);
 
     /* the metrics: each step once per attempt, and none lost after the restore point */
@@ -572,12 +577,15 @@ Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_ag
     }
 
     /* the last synced state is attempt 2's last two checkpoints */
-    cr_assert_str_eq(synced_names(id, &listing), "ckpt-0055.json,ckpt-0060.json", "%s", e2e_dump(listing));
+    cr_assert_str_eq(synced_names(id, &listing),
+                     "ckpt-0055/rng/seed.txt,ckpt-0055/state.json,ckpt-0060/rng/seed.txt,ckpt-0060/state.json", "%s",
+                     e2e_dump(listing));
     cr_assert_eq(e2e_jint(listing, "attempt"), 2, "%s", e2e_dump(listing));
     json_decref(listing);
     char *out = NULL, *err = NULL;
     cr_assert_eq(e2e_kiln(&out, &err, "artifacts", id, "--checkpoints", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "ckpt-0055.json") && strstr(out, "ckpt-0060.json") && strstr(out, "synced "), "%s", out);
+    cr_assert(strstr(out, "ckpt-0055/state.json") && strstr(out, "ckpt-0060/rng/seed.txt") && strstr(out, "synced "),
+              "%s", out);
     free(out);
     free(err);
     e2e_pass();

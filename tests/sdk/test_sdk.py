@@ -859,6 +859,30 @@ class Live(unittest.TestCase):
         self.assertEqual(job.spec["data"]["channels"], {"train": root, "validation": root})
         self.assertEqual(job.spec["metric_definitions"], [{"name": "acc", "regex": "acc=([0-9.]+)"}])
 
+    def test_a_script_job_s_model_and_synced_checkpoints(self):
+        d = tempfile.mkdtemp(prefix="kiln-sdk-ckpt-code-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "train.py"), "w") as f:
+            f.write("import os\n"
+                    "ck = os.path.join(os.environ['SM_CHECKPOINT_DIR'], 'checkpoint-3', 'rng')\n"
+                    "os.makedirs(ck)\n"
+                    "open(os.path.join(ck, 'state.bin'), 'w').write('seed 3')\n"
+                    "open(os.path.join(os.environ['SM_MODEL_DIR'], 'weights.txt'), 'w').write('w')\n")
+        job = self.client.submit({"name": "sdk-ckpt", "entry_point": "train.py", "source": self.client.upload_code(d)})
+        self.assertEqual(job.checkpoints(), kiln.Checkpoints(files=[], attempt=0, synced_at=""), "nothing yet")
+        job.wait(timeout=120, raise_on_failure=True)
+        ck = job.checkpoints()
+        self.assertIsInstance(ck, kiln.Checkpoints)
+        self.assertEqual([(c.name, c.size, c.attempt) for c in ck.files], [("checkpoint-3/rng/state.bin", 6, 1)])
+        import hashlib
+        self.assertEqual(ck.files[0].sha256, hashlib.sha256(b"seed 3").hexdigest())
+        self.assertTrue(ck.files[0].worker_id and ck.synced_at, ck)
+        self.assertEqual(ck.attempt, 1)
+        # the model directory's archive is the job's model_data
+        model = job.model_data
+        assert model is not None
+        self.assertTrue(model.endswith("/artifacts/" + kiln.SCRIPT_MODEL_ARTIFACT), model)
+
     def test_workers(self):
         workers = self.client.workers()
         self.assertEqual(len(workers), 2)

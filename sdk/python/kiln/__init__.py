@@ -22,14 +22,14 @@
 from . import code, config
 from .code import KilnIgnore, pack_dir
 from .config import DEFAULT_URL
-from .client import (METRIC_COLUMNS, MODEL_ARTIFACT, TERMINAL_STATES, Artifact, Client, Job, JSONObject, LogLine,
-                     MetricPoint, ModelData, parse_sse)
+from .client import (METRIC_COLUMNS, MODEL_ARTIFACT, SCRIPT_MODEL_ARTIFACT, TERMINAL_STATES, Artifact, CheckpointFile,
+                     Checkpoints, Client, Job, JSONObject, LogLine, MetricPoint, ModelData, parse_sse)
 from .errors import JobFailedError, KilnError
 from .estimator import INSTANCE_TYPES, Estimator
 from .metrics import log_metrics
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Job", "LogLine", "Artifact", "ModelData", "MetricPoint", "METRIC_COLUMNS", "Estimator",
+__all__ = ["Client", "Job", "LogLine", "Artifact", "CheckpointFile", "Checkpoints", "ModelData", "MetricPoint", "METRIC_COLUMNS", "Estimator",
            "INSTANCE_TYPES", "log_metrics", "KilnError", "JobFailedError",
-           "parse_sse", "config", "code", "KilnIgnore", "pack_dir", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT",
+           "parse_sse", "config", "code", "KilnIgnore", "pack_dir", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT", "SCRIPT_MODEL_ARTIFACT",
            "TERMINAL_STATES", "__version__"]

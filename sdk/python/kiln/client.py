@@ -37,6 +37,8 @@ JSONObject = dict[str, Any]
 
 #: The artifact that holds a job's final model (kiln-train writes it in llm.c's format).
 MODEL_ARTIFACT = "model_llmc.bin"
+#: The artifact that holds a script job's model: its SM_MODEL_DIR, packed as a gzip'd tar.
+SCRIPT_MODEL_ARTIFACT = "model.tar.gz"
 
 # The jobs Client.find_job names when a name is not unique.
 _CANDIDATES = 5
@@ -97,6 +99,40 @@ class Artifact:
     def from_json(cls, j: Mapping[str, Any]) -> Artifact:
         return cls(name=_str(j.get("name")), size=_int(j.get("size")), sha256=_str(j.get("sha256")),
                    created_at=_str(j.get("created_at")), attempt=_int(j.get("attempt")))
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """One file of a job's synced checkpoint directory: ``name`` is its path in the directory
+    (``checkpoint-500/optimizer.pt``), ``attempt`` the attempt that wrote this content and
+    ``worker_id`` the worker that synced it."""
+
+    name: str
+    size: int
+    sha256: str
+    attempt: int = 0
+    worker_id: str = ""
+
+    @classmethod
+    def from_json(cls, j: Mapping[str, Any]) -> CheckpointFile:
+        return cls(name=_str(j.get("name")), size=_int(j.get("size")), sha256=_str(j.get("sha256")),
+                   attempt=_int(j.get("attempt")), worker_id=_str(j.get("worker_id")))
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """The last state of a job's checkpoint directory that kilnd holds whole (what its next
+    attempt finds restored): ``files`` by path, ``attempt`` (the latest attempt whose content it
+    holds; 0 when nothing was synced) and ``synced_at`` (RFC 3339; "" when nothing was synced)."""
+
+    files: list[CheckpointFile]
+    attempt: int
+    synced_at: str
+
+    @classmethod
+    def from_json(cls, j: Mapping[str, Any]) -> Checkpoints:
+        return cls(files=[CheckpointFile.from_json(f) for f in _objs(j.get("files"))], attempt=_int(j.get("attempt")),
+                   synced_at=_str(j.get("synced_at")))
 
 
 class ModelData(str):
@@ -586,11 +622,21 @@ class Client:
 
     def model_data(self, job_id: str) -> ModelData | None:
         """The job's trained model (a ModelData: its URL, with size, sha256 and download()), or
-        None when the job has no model artifact (yet: it is uploaded when the job ends)."""
+        None when the job has no model artifact (yet: it is uploaded when the job ends). An
+        engine job's model is MODEL_ARTIFACT; a script job's is its SM_MODEL_DIR packed as
+        SCRIPT_MODEL_ARTIFACT (model.tar.gz)."""
         for a in self.artifacts(job_id):
-            if a.name == MODEL_ARTIFACT:
+            if a.name in (MODEL_ARTIFACT, SCRIPT_MODEL_ARTIFACT):
                 return ModelData(self, job_id, a)
         return None
+
+    def checkpoints(self, job_id: str) -> Checkpoints:
+        """The job's synced checkpoint directory (a job with no ``checkpoint.path``: the
+        ``$SM_CHECKPOINT_DIR`` a script writes to), as kilnd last holds it whole: a Checkpoints
+        with its files by path, the attempt and when it was synced. Raises KilnError 503
+        (``unavailable``) when kilnd keeps no artifacts."""
+        _, j = self._call("GET", "/v1/jobs/%s/checkpoints" % _seg(job_id))
+        return Checkpoints.from_json(j)
 
     # ---- code -----------------------------------------------------------------------------
     def upload_code(self, directory: str, project: str | None = None) -> str:
@@ -830,6 +876,10 @@ class Job:
     def artifacts(self) -> list[Artifact]:
         """The job's artifacts (a list of Artifact); see Client.artifacts."""
         return self.client.artifacts(self.id)
+
+    def checkpoints(self) -> Checkpoints:
+        """The job's synced checkpoint directory (a Checkpoints); see Client.checkpoints."""
+        return self.client.checkpoints(self.id)
 
     def download(self, name: str, path: str | None = None) -> str:
         """Saves one of the job's artifacts (checked against its SHA-256); returns the path."""
