@@ -78,10 +78,12 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
     if (!confirm(`Delete queue ${q.name}? Jobs can no longer be submitted to it.`)) return;
     try {
       await api('DELETE', `/v1/queues/${encodeURIComponent(q.name)}`);
+      // the URL first, then the table: once the row is gone, nothing names the queue
       if (selected === q.name) selected = '';
+      queues = queues.filter((x) => x.name !== q.name);
+      sync();
       status.textContent = `Queue ${q.name} deleted.`;
       await load();
-      sync();
     } catch (e) {
       status.textContent = e instanceof ApiError ? `${e.message}${e.body.hint ? ` (${e.body.hint})` : ''}` : String(e);
     }
