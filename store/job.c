@@ -321,12 +321,14 @@ int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out
     return rc;
 }
 
-int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,
-                            kiln_err_t *err)
+/* Runs sql, an UPDATE whose $1 is a uuid[] of ids and $2 a text[] of the matching texts, in one
+ * statement (what names it in errors). */
+static int update_by_ids(store_conn_t *c, const char *what, const char *sql, const char *const *ids,
+                         const char *const *texts, int n, kiln_err_t *err)
 {
     if (n <= 0)
         return 0;
-    /* Two array literals: ids are UUIDs; reasons are quoted. */
+    /* Two array literals: ids are UUIDs; texts are quoted. */
     store_buf_t a = {0}, b = {0};
     store_buf_putc(&a, '{');
     store_buf_putc(&b, '{');
@@ -336,49 +338,34 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
             store_buf_putc(&b, ',');
         }
         store_buf_put(&a, ids[i], strlen(ids[i]));
-        store_buf_array_text(&b, reasons[i]);
+        store_buf_array_text(&b, texts[i]);
     }
     store_buf_putc(&a, '}');
     store_buf_putc(&b, '}');
     store_buf_putc(&a, '\0');
     store_buf_putc(&b, '\0');
     const char *p[2] = {a.p, b.p};
-    int rc = store_q(c, "update the reasons of queued jobs",
-                     "UPDATE jobs j SET reason = v.reason FROM unnest($1::uuid[], $2::text[]) AS v(id, reason)"
-                     " WHERE j.id = v.id AND j.state = 'QUEUED' AND j.reason <> v.reason", 2, p, NULL, err);
+    int rc = store_q(c, what, sql, 2, p, NULL, err);
     store_buf_free(&a);
     store_buf_free(&b);
     return rc;
 }
 
+int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,
+                            kiln_err_t *err)
+{
+    return update_by_ids(c, "update the reasons of queued jobs",
+                         "UPDATE jobs j SET reason = v.reason FROM unnest($1::uuid[], $2::text[]) AS v(id, reason)"
+                         " WHERE j.id = v.id AND j.state = 'QUEUED' AND j.reason <> v.reason", ids, reasons, n, err);
+}
+
 int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *const *pending_json, int n,
                           kiln_err_t *err)
 {
-    if (n <= 0)
-        return 0;
-    store_buf_t a = {0}, b = {0};
-    store_buf_putc(&a, '{');
-    store_buf_putc(&b, '{');
-    for (int i = 0; i < n; i++) {
-        if (i) {
-            store_buf_putc(&a, ',');
-            store_buf_putc(&b, ',');
-        }
-        store_buf_put(&a, ids[i], strlen(ids[i]));
-        store_buf_array_text(&b, pending_json[i]);
-    }
-    store_buf_putc(&a, '}');
-    store_buf_putc(&b, '}');
-    store_buf_putc(&a, '\0');
-    store_buf_putc(&b, '\0');
-    const char *p[2] = {a.p, b.p};
-    int rc = store_q(c, "update the pending reasons of waiting jobs",
-                     "UPDATE jobs j SET pending = v.p::jsonb FROM unnest($1::uuid[], $2::text[]) AS v(id, p)"
-                     " WHERE j.id = v.id AND j.state IN " STORE_WAITING " AND j.pending IS DISTINCT FROM v.p::jsonb",
-                     2, p, NULL, err);
-    store_buf_free(&a);
-    store_buf_free(&b);
-    return rc;
+    return update_by_ids(c, "update the pending reasons of waiting jobs",
+                         "UPDATE jobs j SET pending = v.p::jsonb FROM unnest($1::uuid[], $2::text[]) AS v(id, p)"
+                         " WHERE j.id = v.id AND j.state IN " STORE_WAITING " AND j.pending IS DISTINCT FROM v.p::jsonb",
+                         ids, pending_json, n, err);
 }
 
 int store_job_running_json(store_conn_t *c, json_t **out, kiln_err_t *err)
