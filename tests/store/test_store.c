@@ -153,16 +153,6 @@ static void insert_job(const char *name, int priority, const char *tags, const c
         *created = cr;
 }
 
-static void sql_ok(const char *sql, const char *param)
-{
-    PGconn *pg = PQconnectdb(url);
-    const char *p[1] = {param};
-    PGresult *r = PQexecParams(pg, sql, param ? 1 : 0, NULL, p, NULL, NULL, 0);
-    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(pg));
-    PQclear(r);
-    PQfinish(pg);
-}
-
 /* Migration 0014 moves checkpoints to project areas for new jobs only: a job with a
  * checkpoint.path that has not ended keeps <checkpoint.path>/<job id> (ckpt_flat_dir). */
 Test(migrate, jobs_that_had_not_ended_keep_their_flat_checkpoint_dir)
