@@ -202,8 +202,10 @@ int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const 
             snprintf(p->missing, sizeof p->missing, "%s", reason_detail(dec[j].reason));
             continue;
         }
-        snprintf(p->missing, sizeof p->missing, "its turn: job %s is ahead of it in queue %s and waits (%.250s)",
+        char text[sizeof p->missing]; /* head != j, but the compiler cannot know it */
+        snprintf(text, sizeof text, "its turn: job %s is ahead of it in queue %s and waits (%.250s)",
                  s->jobs[head].id, s->queues[J->queue].name, out[head].missing);
+        memcpy(p->missing, text, sizeof text);
         add_blocking(p, s->jobs[head].id);
         for (int k = 0; k < out[head].nblocking; k++)
             add_blocking(p, out[head].blocking[k]);
