@@ -354,6 +354,33 @@ static void cli_print_time_kv(FILE *out, const char *key, const json_t *job, con
            cli_fmt_duration((double)(now_us - us) / 1e6, ago, sizeof(ago)));
 }
 
+/* A waiting job's pending reason (job.pending): its position, what is missing, the jobs it waits
+ * for and its estimated start; nothing when the job does not wait. */
+static void cli_print_pending(FILE *out, const json_t *job, int64_t now_us)
+{
+    const json_t *p = json_object_get(job, "pending");
+    if (!json_is_object(p))
+        return;
+    cli_kv(out, "Position", "%.0f in queue %s", cli_jnum(p, "position"), cli_jstr(job, "queue"));
+    cli_kv(out, "Missing", "%s", cli_jstr(p, "missing"));
+    const json_t *b = json_object_get(p, "blocking_jobs");
+    if (json_array_size(b) > 0) {
+        char ids[512] = "";
+        size_t off = 0;
+        for (size_t i = 0; i < json_array_size(b) && off + 40 < sizeof ids; i++)
+            off += (size_t)snprintf(ids + off, sizeof ids - off, "%s%s", i ? ", " : "",
+                                    json_string_value(json_array_get(b, i)) ? json_string_value(json_array_get(b, i)) : "");
+        cli_kv(out, "Waits for", "%s", ids);
+    }
+    int64_t at = cli_jtime(p, "estimated_start");
+    char tb[40], in[32];
+    if (at)
+        cli_kv(out, "Est. start", "%s (in %s)", cli_fmt_time(cli_jstr(p, "estimated_start"), tb, sizeof tb),
+               cli_fmt_duration((double)KILN_MAX(0, at - now_us) / 1e6, in, sizeof in));
+    else
+        cli_kv(out, "Est. start", "unknown (what it waits for has no predicted end yet)");
+}
+
 void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t now_us)
 {
     const char *state = cli_jstr(job, "state");
@@ -368,6 +395,7 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
     if (*cli_jstr(job, "submitted_by"))
         cli_kv(out, "Submitted by", "%s", cli_jstr(job, "submitted_by"));
     cli_kv(out, "State", "%s%s%s", state, *reason ? "  " : "", reason);
+    cli_print_pending(out, job, now_us);
     double attempt = cli_jnum(job, "attempt");
     if (!isnan(attempt))
         cli_kv(out, "Attempt", "%.0f", attempt);

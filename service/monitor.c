@@ -1,7 +1,8 @@
 /* monitor.c - what kilnd tells Prometheus about the control plane: the service's own counters
- * and histograms (finished jobs by outcome, queue waits, scheduling passes, ingested lines and
- * points), and at scrape time the database's view (jobs by state, queue lengths, workers and
- * slots by state) and the connection pool's use. The HTTP side is api/'s. */
+ * and histograms (finished jobs by outcome, queue waits, scheduling passes, admissions and
+ * preemptions per queue, ingested lines and points), and at scrape time the database's view (jobs
+ * by state, queue lengths, per queue its pending and admitted jobs, usage, quota and borrowed
+ * slots, workers and slots by state) and the connection pool's use. The HTTP side is api/'s. */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -25,6 +26,24 @@ static prom_family_t svc_prom_artifact_bytes = PROM_FAMILY(
     "Artifact bytes kilnd's artifact store took from agents (direction=\"stored\") and sent to clients "
     "(direction=\"served\", by api: rest or grpc).",
     PROM_COUNTER);
+/* Per queue (label values lower-case: queue names are, and so are slot types and reasons). */
+static prom_family_t svc_prom_queue_admissions = PROM_FAMILY(
+    "kiln_queue_admissions_total",
+    "Jobs the scheduler admitted (placed) from each queue; borrowing=\"true\" when the job took slots above the "
+    "queue's nominal quota from its cohort.",
+    PROM_COUNTER);
+static prom_family_t svc_prom_queue_admission_wait = PROM_HISTOGRAM_FAMILY(
+    "kiln_queue_admission_wait_seconds", "Seconds a job of each queue waited from QUEUED to its admission.",
+    prom_wait_buckets);
+static prom_family_t svc_prom_queue_preemptions = PROM_FAMILY(
+    "kiln_queue_preemptions_total",
+    "Jobs of each queue preempted (stopped from their checkpoint to free their slots for another job), by reason: "
+    "priority (a higher-priority job of the same queue), reclaim (a queue took back the quota this borrowing "
+    "queue used), backfill_overrun (a backfilled job ran past its prediction when the job it was backfilled "
+    "around needed its slots).",
+    PROM_COUNTER);
+static const char *const k_preempt_reasons[] = {SVC_PREEMPT_REASONS};
+
 static prom_family_t svc_prom_deleted = PROM_FAMILY("kiln_jobs_deleted_total",
                                                     "Ended jobs deleted with everything they left.", PROM_COUNTER);
 
@@ -38,6 +57,41 @@ void svc_artifact_served(const char *api, int64_t n)
     char l[64], labels[96];
     snprintf(labels, sizeof labels, "direction=\"served\",%s", prom_label(l, sizeof l, "api", api));
     prom_add(&svc_prom_artifact_bytes, labels, (double)n);
+}
+
+void svc_prom_queue_admitted(const char *queue, bool borrowing, double waited_s)
+{
+    char l[160], labels[200];
+    prom_label(l, sizeof l, "queue", queue);
+    snprintf(labels, sizeof labels, "%s,borrowing=\"%s\"", l, borrowing ? "true" : "false");
+    prom_add(&svc_prom_queue_admissions, labels, 1);
+    if (waited_s >= 0)
+        prom_observe(&svc_prom_queue_admission_wait, l, waited_s);
+}
+
+void svc_prom_queue_preempted(const char *queue, const char *reason)
+{
+    char l[160], r[80], labels[256];
+    snprintf(labels, sizeof labels, "%s,%s", prom_label(l, sizeof l, "queue", queue),
+             prom_label(r, sizeof r, "reason", reason));
+    prom_add(&svc_prom_queue_preemptions, labels, 1);
+}
+
+void svc_prom_queues_seen(const sched_queue_t *queues, int n)
+{
+    for (int q = 0; q < n; q++) {
+        char l[160], labels[256];
+        prom_label(l, sizeof l, "queue", queues[q].name);
+        for (int b = 0; b < 2; b++) {
+            snprintf(labels, sizeof labels, "%s,borrowing=\"%s\"", l, b ? "true" : "false");
+            prom_add(&svc_prom_queue_admissions, labels, 0);
+        }
+        for (size_t r = 0; r < KILN_ARRAY_LEN(k_preempt_reasons); r++) {
+            char rl[80];
+            snprintf(labels, sizeof labels, "%s,%s", l, prom_label(rl, sizeof rl, "reason", k_preempt_reasons[r]));
+            prom_add(&svc_prom_queue_preemptions, labels, 0);
+        }
+    }
 }
 
 void svc_prom_job_deleted(void)
@@ -54,6 +108,9 @@ void svc_prom_init(void)
     prom_register(&svc_prom_points);
     prom_register(&svc_prom_artifact_bytes);
     prom_register(&svc_prom_deleted);
+    prom_register(&svc_prom_queue_admissions);
+    prom_register(&svc_prom_queue_admission_wait);
+    prom_register(&svc_prom_queue_preemptions);
     prom_add(&svc_prom_artifact_bytes, "direction=\"stored\"", 0);
     prom_add(&svc_prom_deleted, "", 0);
     prom_add(&svc_prom_lines, "", 0);
@@ -74,6 +131,74 @@ static void write_gauges(prom_buf_t *b, const char *name, const char *help, cons
                     lower ? prom_label_lower(l, sizeof l, label, k) : prom_label(l, sizeof l, label, k),
                     (long long)json_integer_value(v));
     }
+}
+
+/* A slot count of a queue's JSON object (quota, usage) for type t; -1 when it has no bound. */
+static long long slot_count(const json_t *o, int t)
+{
+    const json_t *v = json_object_get(o, sched_slot_type_name(t));
+    return json_is_null(o) ? -1 : json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* The per-queue gauges, from the queues as GET /v1/queues shows them. */
+static int queue_gauges(svc_t *s, prom_buf_t *b, kiln_err_t *err)
+{
+    store_conn_t *c = NULL;
+    json_t *qs = NULL;
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc == 0)
+        rc = store_queues_json(c, NULL, &qs, err);
+    store_conn_put(s->store, c);
+    if (rc)
+        return rc;
+    static const struct {
+        const char *name, *help, *field;
+    } counts[] = {
+        {"kiln_queue_pending_jobs", "Jobs waiting in each queue to be admitted (QUEUED, RESTARTING).", "pending"},
+        {"kiln_queue_admitted_jobs", "Jobs of each queue admitted and holding slots (SCHEDULED to STOPPING).",
+         "admitted"},
+    };
+    size_t i;
+    json_t *q;
+    for (size_t k = 0; k < KILN_ARRAY_LEN(counts); k++) {
+        prom_header(b, counts[k].name, counts[k].help, PROM_GAUGE);
+        json_array_foreach(qs, i, q) {
+            char l[160];
+            prom_printf(b, "%s{%s} %lld\n", counts[k].name,
+                        prom_label(l, sizeof l, "queue", json_string_value(json_object_get(q, "name"))),
+                        (long long)json_integer_value(json_object_get(q, counts[k].field)));
+        }
+    }
+    static const struct {
+        const char *name, *help;
+    } slots[] = {
+        {"kiln_queue_usage_slots", "Slots of each type the admitted jobs of each queue hold."},
+        {"kiln_queue_quota_slots", "Each queue's nominal quota per slot type (+Inf: no limit)."},
+        {"kiln_queue_borrowed_slots", "Slots of each type each queue holds above its nominal quota, borrowed from "
+                                      "its cohort."},
+    };
+    for (size_t k = 0; k < KILN_ARRAY_LEN(slots); k++) {
+        prom_header(b, slots[k].name, slots[k].help, PROM_GAUGE);
+        json_array_foreach(qs, i, q) {
+            char l[160];
+            prom_label(l, sizeof l, "queue", json_string_value(json_object_get(q, "name")));
+            for (int t = 0; t < SCHED_NTYPES; t++) {
+                long long used = slot_count(json_object_get(q, "usage"), t);
+                long long quota = slot_count(json_object_get(q, "quota"), t);
+                prom_printf(b, "%s{%s,slot_type=\"%s\"} ", slots[k].name, l, sched_slot_type_name(t));
+                if (k == 0)
+                    prom_printf(b, "%lld\n", used);
+                else if (k == 1 && quota < 0)
+                    prom_printf(b, "+Inf\n");
+                else if (k == 1)
+                    prom_printf(b, "%lld\n", quota);
+                else
+                    prom_printf(b, "%lld\n", quota < 0 ? 0 : KILN_MAX(0, used - quota));
+            }
+        }
+    }
+    json_decref(qs);
+    return 0;
 }
 
 int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err)
@@ -117,5 +242,5 @@ int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err)
                     total - used > 0 ? total - used : 0);
     }
     json_decref(st);
-    return 0;
+    return queue_gauges(s, b, err);
 }

@@ -74,7 +74,7 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
 /* Places one job on the chosen workers in one transaction. Returns 0, or an error (the job
  * changed state meanwhile: KILN_ESTATE, harmless). */
 static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_worker_cap_t *cap,
-                        const sched_placement_t *pl, kiln_err_t *err)
+                        const sched_placement_t *pl, const char *admission, bool borrowing, kiln_err_t *err)
 {
     svc_tx_t tx;
     store_job_row_t job;
@@ -117,8 +117,8 @@ static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_wo
         if (wl + 80 < sizeof(where))
             wl += (size_t)snprintf(where + wl, sizeof(where) - wl, "%s%s", k ? ", " : "", w->id);
     }
-    char reason[700];
-    snprintf(reason, sizeof(reason), "placed %d rank(s) on %d worker(s): %s", job.world_size,
+    char reason[1100];
+    snprintf(reason, sizeof(reason), "%s; placed %d rank(s) on %d worker(s): %s", admission, job.world_size,
              pl->nodes, where);
     double waited = 0;
     rc = store_job_state_age(tx.c, job.id, &waited, err);
@@ -128,8 +128,10 @@ static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_wo
     if (rc)
         goto fail;
     rc = svc_tx_commit(&tx, err);
-    if (rc == 0)
+    if (rc == 0) {
         prom_observe(&svc_prom_queue_wait, "", waited);
+        svc_prom_queue_admitted(job.queue, borrowing, st == JOB_STATE_QUEUED ? waited : -1);
+    }
     return rc;
 fail:
     svc_tx_abort(&tx);
@@ -205,7 +207,12 @@ static void sched_tick(svc_t *s)
     int free_slots = 0;
     for (int i = 0; i < ncap; i++)
         free_slots += KILN_MAX(cap[i].slots_free, 0);
-    if (store_job_pending(c, free_slots > 0 ? 1000 : 20, &jobs, &njobs, &err)) {
+    /* ...but the whole queue every 2 s all the same, so every waiting job's pending reason
+     * (its position, what it waits for) stays current. */
+    bool full = free_slots > 0 || pass_start - s->sched_full_us >= 2000000;
+    if (full)
+        s->sched_full_us = pass_start;
+    if (store_job_pending(c, full ? 1000 : 20, &jobs, &njobs, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
     }
@@ -221,6 +228,7 @@ static void sched_tick(svc_t *s)
         log_warn("scheduler: could not read the queues: %s", err.message);
         goto out;
     }
+    svc_prom_queues_seen(queues, nqueues);
     bool fair = false;
     for (int q = 0; q < nqueues; q++)
         fair = fair || queues[q].fair_projects;
@@ -280,15 +288,29 @@ static void sched_tick(svc_t *s)
         log_warn("scheduler: out of memory");
         goto out;
     }
+    /* Each queue's usage as the admissions of the pass take it, for their events. */
+    int (*qusage)[SCHED_NTYPES] = calloc((size_t)KILN_MAX(nqueues, 1), sizeof(*qusage));
+    for (int q = 0; qusage && q < nqueues; q++)
+        memcpy(qusage[q], queues[q].usage, sizeof(qusage[q]));
     for (int k = 0; k < nadmit; k++) {
         int j = order[k];
         kiln_err_clear(&err);
-        int rc = sched_commit(s, &jobs[j], cap, &dec[j].pl, &err);
+        char admission[400];
+        sched_admission_text(&snap, j, &dec[j], qusage ? qusage[sj[j].queue] : NULL, admission, sizeof admission);
+        if (qusage)
+            qusage[sj[j].queue][sj[j].type] += sj[j].nodes * sj[j].slots_per_node;
+        int rc = sched_commit(s, &jobs[j], cap, &dec[j].pl, admission, dec[j].borrowed, &err);
         if (rc != 0 && rc != KILN_ESTATE) {
             log_warn("scheduler: could not place job %s: %s", jobs[j].id, err.message);
             break;
         }
     }
+    free(qusage);
+    /* Each waiting job's pending reason (position, what is missing, what it waits for, when it
+     * should start), written where it changed. */
+    kiln_err_clear(&err);
+    if (svc_sched_pending_write(c, &snap, dec, jobs, &err))
+        log_warn("scheduler: could not write the pending reasons: %s", err.message);
     /* Tell users why their queued jobs wait (one statement; rows change only when the reason
      * does). RESTARTING jobs keep the reason they were re-queued with. */
     {

@@ -663,4 +663,43 @@ int sched_admit(const sched_snapshot_t *snap, sched_decision_t *out, int *order,
  * "lending_limit" (the cohort lends no more). */
 int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, const char **which);
 
+/* ---- pending reasons (service/pending.c), a pure function over a pass, for tests -------------
+ * What a person reads about a waiting job: its position in its queue, what it needs and what is
+ * missing, the jobs it waits for, and when it should start. The estimate releases the slots of
+ * the jobs holding them in the order they are predicted to end (their measured step time times
+ * steps remaining, or what stopping.max_runtime_s leaves them) until the job fits the workers it
+ * may use and, when it waits for quota, its queue's nominal quota; it is unknown when a job whose
+ * end is unknown stands in the way, when nothing would make it fit, and for a job waiting behind
+ * another (that job's run time is not known before it runs). */
+typedef struct sched_running {
+    const char *id;
+    int queue;              /* index into the snapshot's queues; -1 when not there */
+    int type;               /* slot type index */
+    int nodes, slots_per_node;
+    const int *workers;     /* nodes indices into the snapshot's workers (-1: not there) */
+    double end_s;           /* seconds until its predicted end; < 0 when unknown */
+} sched_running_t;
+
+#define SCHED_PENDING_MAX_BLOCKING 10
+typedef struct sched_pending {
+    int position;           /* 1-based, among its queue's waiting jobs in the snapshot's order */
+    char missing[400];      /* "needs 2 cpu slot(s) on 2 worker(s); queue nlp: quota 8, used 8, ..." */
+    int nblocking;
+    const char *blocking[SCHED_PENDING_MAX_BLOCKING]; /* job ids (borrowed from snap and running) */
+    double start_s;         /* seconds from now to its estimated start; < 0 when unknown */
+} sched_pending_t;
+
+/* Fills out[j] for each job of the snapshot that sched_admit did not admit (dec and order are
+ * its results for snap); admitted jobs get position 0. running: every job holding slots after
+ * the pass, those it admitted included (their slots are the snapshot's slots_free less the
+ * admitted placements). Does not modify its inputs. Returns 0, or KILN_ENOMEM. */
+int sched_pending(const sched_snapshot_t *snap, const sched_decision_t *dec, const sched_running_t *running,
+                  int nrunning, sched_pending_t *out);
+
+/* What the event of job j's admission says (its queue; within quota, or borrowing how many slots
+ * from which cohort; the quota and the usage with the job) into out (size n). usage: its queue's
+ * slots in use per type just before this admission (NULL: the snapshot's). */
+void sched_admission_text(const sched_snapshot_t *snap, int j, const sched_decision_t *d, const int *usage,
+                          char *out, size_t n);
+
 #endif /* KILN_SERVICE_H */

@@ -70,6 +70,7 @@ struct svc {
     bool sched_wake;
     pthread_t sched_thread, live_thread, notify_thread;
     bool sched_started, live_started, notify_started;
+    int64_t sched_full_us;       /* the scheduler thread's: when a pass last read the whole queue */
 
     /* Several kilnd on one database (notify.c): news to send, and who leads. */
     pthread_mutex_t note_mu;
@@ -413,6 +414,15 @@ extern prom_family_t svc_prom_finished, svc_prom_queue_wait, svc_prom_sched_pass
 /* Counts artifact bytes written to the store, and a deleted job (monitor.c). */
 void svc_prom_artifact_bytes_stored(int64_t n);
 void svc_prom_job_deleted(void);
+/* The reasons a job is preempted, as kiln_queue_preemptions_total{queue,reason} counts them. */
+#define SVC_PREEMPT_REASONS "priority", "reclaim", "backfill_overrun"
+/* Counts an admission from queue (borrowing: above its nominal quota) and, when waited_s >= 0
+ * (the job was QUEUED), observes its wait in kiln_queue_admission_wait_seconds. */
+void svc_prom_queue_admitted(const char *queue, bool borrowing, double waited_s);
+/* Counts a preemption of a job of queue; reason is one of SVC_PREEMPT_REASONS. */
+void svc_prom_queue_preempted(const char *queue, const char *reason);
+/* Makes the per-queue counters of these queues read 0 before their first event (each pass). */
+void svc_prom_queues_seen(const sched_queue_t *queues, int n);
 /* Registers the service's families (svc_create). */
 void svc_prom_init(void);
 
@@ -435,5 +445,12 @@ int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n);
  * get (err says which limit). */
 int svc_queue_check_job(store_conn_t *c, const char *queue, const char *project, const char *slot_type, int slots,
                         kiln_err_t *err);
+
+/* ---- pending reasons (pending.c) ----------------------------------------------------------- */
+/* After a pass: computes the pending reason of every job of snap that dec (sched_admit's result)
+ * did not admit (sched_pending, with the jobs holding slots read from c) and writes it onto those
+ * of jobs[] (the rows snap was made from) that still wait, where it changed. */
+int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const sched_decision_t *dec,
+                            const store_job_row_t *jobs, kiln_err_t *err);
 
 #endif /* KILN_SVC_INT_H */

@@ -41,6 +41,8 @@ json_t *store_job_json(const PGresult *r, int i)
     json_object_set_new(o, "world_size", json_integer(store_get_int(r, i, 19)));
     json_object_set_new(o, "submitted_by", json_string(store_get_str(r, i, 20)));
     json_object_set_new(o, "spec", store_get_json(r, i, 13, NULL));
+    if (!store_is_null(r, i, 21))  /* only while the job waits (store_job_pending_set) */
+        json_object_set_new(o, "pending", store_get_json(r, i, 21, NULL));
     return o;
 }
 
@@ -201,7 +203,8 @@ int store_job_transition(store_conn_t *c, const char *id, const char *from, cons
         "               THEN clock_timestamp() ELSE started_at END,"
         "  ended_at = CASE WHEN ($6::int & 2) <> 0 THEN clock_timestamp() ELSE ended_at END,"
         "  stop_requested = stop_requested OR ($6::int & 4) <> 0,"
-        "  eta_s = CASE WHEN ($6::int & 8) <> 0 OR ($6::int & 2) <> 0 THEN NULL ELSE eta_s END"
+        "  eta_s = CASE WHEN ($6::int & 8) <> 0 OR ($6::int & 2) <> 0 THEN NULL ELSE eta_s END,"
+        "  pending = CASE WHEN $3 IN " STORE_WAITING " THEN pending END"
         " WHERE id = $1::uuid AND state = $2"
         " RETURNING id, event_seq, attempt)"
         " INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, actor)"
@@ -318,12 +321,14 @@ int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out
     return rc;
 }
 
-int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,
-                            kiln_err_t *err)
+/* Runs sql, an UPDATE whose $1 is a uuid[] of ids and $2 a text[] of the matching texts, in one
+ * statement (what names it in errors). */
+static int update_by_ids(store_conn_t *c, const char *what, const char *sql, const char *const *ids,
+                         const char *const *texts, int n, kiln_err_t *err)
 {
     if (n <= 0)
         return 0;
-    /* Two array literals: ids are UUIDs; reasons are quoted. */
+    /* Two array literals: ids are UUIDs; texts are quoted. */
     store_buf_t a = {0}, b = {0};
     store_buf_putc(&a, '{');
     store_buf_putc(&b, '{');
@@ -333,19 +338,57 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
             store_buf_putc(&b, ',');
         }
         store_buf_put(&a, ids[i], strlen(ids[i]));
-        store_buf_array_text(&b, reasons[i]);
+        store_buf_array_text(&b, texts[i]);
     }
     store_buf_putc(&a, '}');
     store_buf_putc(&b, '}');
     store_buf_putc(&a, '\0');
     store_buf_putc(&b, '\0');
     const char *p[2] = {a.p, b.p};
-    int rc = store_q(c, "update the reasons of queued jobs",
-                     "UPDATE jobs j SET reason = v.reason FROM unnest($1::uuid[], $2::text[]) AS v(id, reason)"
-                     " WHERE j.id = v.id AND j.state = 'QUEUED' AND j.reason <> v.reason", 2, p, NULL, err);
+    int rc = store_q(c, what, sql, 2, p, NULL, err);
     store_buf_free(&a);
     store_buf_free(&b);
     return rc;
+}
+
+int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,
+                            kiln_err_t *err)
+{
+    return update_by_ids(c, "update the reasons of queued jobs",
+                         "UPDATE jobs j SET reason = v.reason FROM unnest($1::uuid[], $2::text[]) AS v(id, reason)"
+                         " WHERE j.id = v.id AND j.state = 'QUEUED' AND j.reason <> v.reason", ids, reasons, n, err);
+}
+
+int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *const *pending_json, int n,
+                          kiln_err_t *err)
+{
+    return update_by_ids(c, "update the pending reasons of waiting jobs",
+                         "UPDATE jobs j SET pending = v.p::jsonb FROM unnest($1::uuid[], $2::text[]) AS v(id, p)"
+                         " WHERE j.id = v.id AND j.state IN " STORE_WAITING " AND j.pending IS DISTINCT FROM v.p::jsonb",
+                         ids, pending_json, n, err);
+}
+
+int store_job_running_json(store_conn_t *c, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    PGresult *r = NULL;
+    int rc = store_q(c, "read the running jobs",
+                     "SELECT coalesce(json_agg(json_build_object('id', j.id, 'queue', j.queue, 'slot_type', j.slot_type,"
+                     " 'nodes', j.nodes, 'slots_per_node', j.slots_per_node,"
+                     " 'workers', ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"
+                     "   AND a.attempt = j.attempt ORDER BY a.node_rank),"
+                     " 'end_s', CASE WHEN e.s IS NOT NULL THEN GREATEST(e.s, 0) END)), '[]')::text"
+                     " FROM jobs j, LATERAL (SELECT LEAST(j.eta_s,"
+                     "   CASE WHEN (j.spec->'stopping'->>'max_runtime_s')::float8 > 0"
+                     "   THEN (j.spec->'stopping'->>'max_runtime_s')::float8"
+                     "    - extract(epoch FROM now() - coalesce(j.started_at, now()))::float8 END) AS s) e"
+                     " WHERE j.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')",
+                     0, NULL, &r, err);
+    if (rc)
+        return rc;
+    *out = store_get_json(r, 0, 0, json_array());
+    PQclear(r);
+    return 0;
 }
 
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err)

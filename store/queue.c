@@ -1,4 +1,4 @@
-/* queue.c - queues (migration 0016): create, read (with each queue's usage and pending count),
+/* queue.c - queues (migration 0016): create, read (with each queue's usage, pending and admitted counts),
  * update and delete, and the projects' recent usage the scheduler orders fair queues by. The
  * service (service/queue.c) validates the fields; here they are stored as given. */
 #include "store/store_int.h"
@@ -20,6 +20,7 @@
     "   'gpu', coalesce(sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu'), 0))"   \
     "   FROM jobs j WHERE j.queue = q.name AND j.state IN " ACTIVE "),"                           \
     " 'pending', (SELECT count(*) FROM jobs j WHERE j.queue = q.name AND j.state IN " PENDING "),"\
+    " 'admitted', (SELECT count(*) FROM jobs j WHERE j.queue = q.name AND j.state IN " ACTIVE "),"    \
     " 'created_at', " STORE_US("q.created_at") ", 'created_by', q.created_by,"                   \
     " 'updated_at', " STORE_US("q.updated_at") ")::text"
 

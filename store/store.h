@@ -161,6 +161,16 @@ int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out
  * differs, in one statement. ids are job ids; reasons the matching texts. */
 int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,
                             kiln_err_t *err);
+/* Sets the pending reason (a JSON object text, migration 0020) of the n jobs ids that still wait,
+ * only where it differs, in one statement. */
+int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *const *pending_json, int n,
+                          kiln_err_t *err);
+/* *out = a JSON array of the jobs holding slots (SCHEDULED, STARTING, RUNNING, STOPPING), each
+ * {"id", "queue", "slot_type", "nodes", "slots_per_node", "workers": [worker ids of its current
+ * attempt], "end_s": seconds until its predicted end or null}: the prediction is the lesser of
+ * its steps remaining over its measured step rate (eta_s) and what stopping.max_runtime_s leaves
+ * it; null when it has neither. */
+int store_job_running_json(store_conn_t *c, json_t **out, kiln_err_t *err);
 /* Jobs that have run longer than their spec's stopping.max_runtime_s (counted from their first
  * start). *out malloc'd, at most 100. */
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err);

@@ -75,6 +75,10 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 /* Microseconds since the epoch of a timestamptz expression, as SQL. */
 #define STORE_US(expr) "(floor(extract(epoch from " expr ") * 1000000))::bigint"
 
+/* The states in which a job waits to be placed, as SQL: its pending reason (jobs.pending) is kept
+ * only in these. */
+#define STORE_WAITING "('QUEUED', 'RESTARTING')"
+
 /* The columns of a job as the API shows it, from "jobs j", and the JSON of one result row whose
  * first columns are these (job.c). */
 #define STORE_JOB_COLS                                                                                  \
@@ -83,8 +87,8 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
     "j.progress_step, j.total_steps, j.eta_s, j.metrics::text, j.spec::text, "                    \
     "array_to_json(ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"             \
     " AND a.attempt = j.attempt AND j.attempt > 0 ORDER BY a.node_rank))::text, "                 \
-    "j.priority, j.queue, j.project, j.tags::text, j.world_size, j.submitted_by"
-#define STORE_JOB_NCOLS 21
+    "j.priority, j.queue, j.project, j.tags::text, j.world_size, j.submitted_by, j.pending::text"
+#define STORE_JOB_NCOLS 22
 json_t *store_job_json(const PGresult *r, int row);
 
 /* Growable byte buffer for building COPY data. */

@@ -1224,3 +1224,50 @@ Test(grpc, a_restarted_agent_takes_its_worker_id_from_its_credential_file)
     cr_assert_str_eq(id, "w-operator");
     agent_destroy(agent);
 }
+
+/* A waiting job's pending object is the same on gRPC's GetJob as in the JSON REST answers
+ * (svc_job_get), and absent on both for a placed job. */
+Test(grpc, pending_reason_is_the_same_as_rest)
+{
+    char *wid = register_worker("host-p", 1);
+    char *first = submit();
+    json_decref(wait_state(first, "SCHEDULED|STARTING|RUNNING", 10000));
+    char *second = submit();
+    json_t *job = NULL;
+    kiln_err_t err;
+    for (int i = 0; i < 400; i++) {
+        json_decref(job);
+        cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), second, &job, &err), 0, "%s", err.message);
+        if (json_array_size(json_object_get(json_object_get(job, "pending"), "blocking_jobs")) == 1)
+            break;
+        usleep(50000);
+    }
+    json_t *p = json_object_get(job, "pending");
+    cr_assert(json_is_object(p), "the second job waits with a pending object: %s",
+              json_string_value(json_object_get(job, "reason")));
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(p, "blocking_jobs"), 0)), first);
+    Kiln__GetJobRequest greq = KILN__GET_JOB_REQUEST__INIT;
+    greq.id = second;
+    int code;
+    Kiln__Job *g = (Kiln__Job *)tcall("GetJob", &greq.base, &kiln__job__descriptor, &code, &err);
+    cr_assert_not_null(g, "GetJob: %d %s", code, err.message);
+    cr_assert_not_null(g->pending);
+    cr_assert_eq(g->pending->position, json_integer_value(json_object_get(p, "position")));
+    cr_assert_str_eq(g->pending->missing, json_string_value(json_object_get(p, "missing")));
+    cr_assert(strstr(g->pending->missing, "needs 1 worker(s) with 1 free cpu slot(s) each; 0 such worker(s)"), "%s",
+              g->pending->missing);
+    cr_assert_eq(g->pending->n_blocking_jobs, 1);
+    cr_assert_str_eq(g->pending->blocking_jobs[0], first);
+    cr_assert_str_eq(g->pending->estimated_start, "", "unknown: the first job has no predicted end");
+    cr_assert_null(json_object_get(p, "estimated_start"));
+    protobuf_c_message_free_unpacked(&g->base, NULL);
+    greq.id = first;
+    g = (Kiln__Job *)tcall("GetJob", &greq.base, &kiln__job__descriptor, &code, &err);
+    cr_assert_not_null(g);
+    cr_assert_null(g->pending, "a placed job has no pending reason");
+    protobuf_c_message_free_unpacked(&g->base, NULL);
+    json_decref(job);
+    free(first);
+    free(second);
+    free(wid);
+}

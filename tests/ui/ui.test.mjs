@@ -463,6 +463,89 @@ describe('web UI', { concurrency: false }, () => {
     await page.close();
   });
 
+  test('queues: an admin creates, edits and deletes a queue; a viewer sees them without edit controls', async () => {
+    const page = await adminCtx.newPage();
+    page.on('dialog', (d) => d.accept());
+    await page.goto(`${c.url}/#/queues`);
+    await page.waitForSelector('main[data-loaded="true"] table.queues tr[data-name="default"]');
+    assert.match(await page.textContent('tr[data-name="default"] td.quota'), /no limit/);
+    // create: the form's fields become the queue; the URL names it
+    await page.getByRole('button', { name: 'New queue' }).click();
+    await page.waitForFunction(() => /new=1/.test(location.hash));
+    await page.fill('#q-name', 'ui-team');
+    await page.fill('#q-cohort', 'ui-cohort');
+    await page.fill('#q-quota-cpu', '3');
+    await page.fill('#q-borrow-cpu', '1');
+    await page.getByRole('button', { name: 'Create' }).click();
+    await page.waitForSelector('tr[data-name="ui-team"].selected');
+    await page.waitForFunction(() => /name=ui-team/.test(location.hash) && !/new=1/.test(location.hash));
+    let q = (await c.api('GET', '/v1/queues/ui-team')).body;
+    assert.equal(q.cohort, 'ui-cohort');
+    assert.deepEqual(q.quota, { cpu: 3, gpu: 0 });
+    assert.deepEqual(q.borrowing_limit, { cpu: 1 });
+    assert.deepEqual(q.projects, ['*']);
+    const row = page.locator('tr[data-name="ui-team"]');
+    assert.match(await row.locator('td.quota').textContent(), /cpu 3, gpu 0/);
+    assert.equal(await row.locator('td.pending').textContent(), '0');
+    // a refusal is shown with kilnd's message and field; nothing changes
+    await page.fill('#q-weight', '0');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.waitForSelector('#queue-error:not([hidden])');
+    assert.match(await page.textContent('#queue-error'), /weight: weight must be a number above 0/);
+    // edit: the weight and the quota change
+    await page.fill('#q-weight', '2.5');
+    await page.fill('#q-quota-cpu', '4');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.waitForFunction(() => document.querySelector('tr[data-name="ui-team"] td.weight')?.textContent === '2.5');
+    q = (await c.api('GET', '/v1/queues/ui-team')).body;
+    assert.equal(q.weight, 2.5);
+    assert.equal(q.quota.cpu, 4);
+    assert.equal(q.cohort, 'ui-cohort', 'what the form did not change stays');
+    // the selection survives a reload (it is in the URL) and opens the edit form again
+    await page.reload();
+    await page.waitForSelector('#queue-form h2');
+    assert.equal(await page.textContent('#queue-form h2'), 'Edit queue ui-team');
+    assert.equal(await page.inputValue('#q-quota-cpu'), '4');
+    await shot(page, 'queues-admin');
+    // a viewer reads the queues and gets no edit controls
+    const token = await c.user('quinn', 'viewer');
+    const v = await loggedIn(token);
+    await v.page.goto(`${c.url}/#/queues?name=ui-team`);
+    await v.page.waitForSelector('main[data-loaded="true"] tr[data-name="ui-team"]');
+    assert.equal(await v.page.locator('#queue-new').count(), 0);
+    assert.equal(await v.page.locator('table.queues button').count(), 0);
+    assert.equal(await v.page.locator('#queue-form').count(), 0);
+    await shot(v.page, 'queues-viewer');
+    await v.ctx.close();
+    // delete (confirmed): gone from the table and from kilnd
+    await page.getByRole('button', { name: 'Delete queue ui-team' }).click();
+    await page.waitForFunction(() => !document.querySelector('tr[data-name="ui-team"]'));
+    assert.equal((await c.request('GET', '/v1/queues/ui-team')).status, 404);
+    assert.doesNotMatch(page.url(), /name=ui-team/);
+    await page.close();
+  });
+
+  test('pending: a job waiting for its queue\'s quota says why on its page, and stops saying once placed', async () => {
+    assert.equal((await c.api('POST', '/v1/queues', { name: 'ui-one', quota: { cpu: 1 } })).status, 201);
+    const first = await c.submit({ ...slowSpec('ui-first'), queue: 'ui-one' });
+    await c.waitJob(first.id, (j) => j.state === 'RUNNING');
+    const second = await c.submit({ ...c.spec('ui-second', { steps: 5 }), queue: 'ui-one' });
+    const page = await adminCtx.newPage();
+    await page.goto(`${c.url}/#/jobs/${second.id}`);
+    await page.waitForSelector('#pending');
+    assert.match(await page.textContent('#pending-missing'), /needs 1 cpu slot\(s\) on 1 worker\(s\); queue ui-one: quota 1, used 1/);
+    const text = await page.textContent('#pending');
+    assert.match(text, /Position\s*1 in queue ui-one/);
+    assert.equal(await page.getAttribute('#pending a.blocking', 'href'), `#/jobs/${first.id}`);
+    assert.match(await page.textContent('#pending-start'), /unknown|\d{4}-\d\d-\d\d/);
+    await shot(page, 'pending');
+    // the first job stops: the second is placed and the box goes away
+    await c.api('POST', `/v1/jobs/${first.id}:stop`, {});
+    await page.waitForSelector('#pending', { state: 'detached', timeout: 60000 });
+    await c.waitJob(second.id, (j) => j.state === 'COMPLETED' || j.state === 'FAILED' || j.state === 'RUNNING');
+    await page.close();
+  });
+
   test('artifacts: a finished job\'s file downloads from its page', async () => {
     const job = await c.submit(c.spec('ui-artifact', { steps: 10 }));
     await c.waitJob(job.id, (j) => j.state === 'COMPLETED');

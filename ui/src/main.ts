@@ -1,5 +1,5 @@
 // main.ts - the web UI's entry: hash routes (#/jobs?filter=..., #/jobs/ID, #/compare?ids=A,B,
-// #/workers, #/login) so every view is a shareable link, the login state, the header, and the
+// #/workers, #/queues?name=Q, #/login) so every view is a shareable link, the login state, the header, and the
 // one-time login link of `kiln ui` (#login=CODE, redeemed once and removed from the URL and the
 // browser history before anything else runs).
 import 'uplot/dist/uPlot.min.css';
@@ -10,6 +10,7 @@ import { jobsPage } from './pages/jobs';
 import { jobPage } from './pages/job';
 import { comparePage } from './pages/compare';
 import { workersPage } from './pages/workers';
+import { queuesPage } from './pages/queues';
 import { loginPage } from './pages/login';
 
 export type Cleanup = () => void;
@@ -53,7 +54,7 @@ function renderHeader(): void {
   const cur = route().path[0] || 'jobs';
   const link = (href: string, label: string, key: string) =>
     h('a', { href, 'aria-current': cur === key ? 'page' : null }, label);
-  nav.append(link('#/jobs', 'Jobs', 'jobs'), link('#/workers', 'Workers', 'workers'));
+  nav.append(link('#/jobs', 'Jobs', 'jobs'), link('#/workers', 'Workers', 'workers'), link('#/queues', 'Queues', 'queues'));
   const roles = me.cluster_admin ? 'cluster admin'
     : me.projects.map((p) => `${p.project}: ${p.role}`).join(', ') || 'no projects';
   who.append(h('span', { title: roles }, me.user, h('span', { class: 'muted' }, ` (${roles})`)));
@@ -90,6 +91,7 @@ export function render(): void {
     case 'jobs': page = path[1] ? jobPage : jobsPage; break;
     case 'compare': page = comparePage; break;
     case 'workers': page = workersPage; break;
+    case 'queues': page = queuesPage; break;
     default:
       main.append(h('h1', null, 'Not found'), h('p', null, 'No page here. ', h('a', { href: '#/jobs' }, 'Jobs')));
       return;

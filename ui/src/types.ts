@@ -27,7 +27,30 @@ export interface Job {
   // per metric: GET /v1/jobs/{id} gives every one, a search those its columns name
   summaries?: Record<string, MetricSummary>;
   workers?: string[];
+  // while the job waits to be placed (docs/contracts.md)
+  pending?: Pending;
   spec?: any;
+}
+
+export interface Pending { position: number; missing: string; blocking_jobs: string[]; estimated_start?: string }
+
+// A queue as GET /v1/queues answers (null quota: no limit; limits: a missing slot type is unlimited).
+export interface SlotCounts { cpu?: number; gpu?: number }
+export interface Queue {
+  name: string;
+  cohort: string | null;
+  quota: SlotCounts | null;
+  borrowing_limit: SlotCounts;
+  lending_limit: SlotCounts;
+  weight: number;
+  projects: string[];
+  fair_sharing: boolean;
+  usage: SlotCounts;
+  pending: number;
+  admitted: number;
+  created_at?: string;
+  created_by?: string;
+  updated_at?: string;
 }
 
 export interface JobPage { jobs: Job[]; next_page_token?: string }

@@ -800,6 +800,13 @@ class Job:
         return _obj(self._data.get("progress"))
 
     @property
+    def pending(self) -> JSONObject | None:
+        """While the job waits to be placed: {"position", "missing", "blocking_jobs",
+        "estimated_start"} (estimated_start absent when unknown); None once it is placed."""
+        p = self._data.get("pending")
+        return _obj(p) if isinstance(p, dict) else None
+
+    @property
     def latest_metrics(self) -> dict[str, float]:
         """The latest value of each metric: {"train_loss": 2.41, ...}."""
         return {k: float(v) for k, v in _obj(self._data.get("metrics")).items() if isinstance(v, (int, float))}

@@ -21,6 +21,22 @@ const CHARTS: { title: string; metrics: string[] }[] = [
   { title: 'MFU', metrics: ['mfu'] },
 ];
 
+// While the job waits: its place in its queue, what it lacks, the jobs it waits for (links) and
+// when it should start (docs/contracts.md, "pending").
+function pendingBox(j: Job): HTMLElement {
+  const p = j.pending!;
+  const dl = h('dl', { class: 'summary', id: 'pending', 'aria-label': 'Why it waits' });
+  const row = (k: string, ...v: (Node | string | null)[]) => dl.append(h('dt', null, k), h('dd', null, ...v));
+  row('Position', `${p.position} in queue `, h('a', { href: `#/queues?name=${encodeURIComponent(j.queue || 'default')}` }, j.queue || 'default'));
+  row('Missing', h('span', { id: 'pending-missing' }, p.missing));
+  const b = p.blocking_jobs || [];
+  row('Waits for', ...(b.length ? b.flatMap((id, i) => [i ? ', ' : '', h('a', { href: `#/jobs/${encodeURIComponent(id)}`, class: 'blocking' }, id.slice(0, 8))]) : ['no job: see what is missing']));
+  row('Estimated start', p.estimated_start
+    ? h('time', { id: 'pending-start', datetime: p.estimated_start }, fmtTime(p.estimated_start))
+    : h('span', { class: 'muted', id: 'pending-start' }, 'unknown (what it waits for has no predicted end yet)'));
+  return h('section', { class: 'card pending', 'aria-labelledby': 'pending-title' }, h('h2', { id: 'pending-title' }, 'Why it waits'), dl);
+}
+
 export function jobPage(main: HTMLElement, _params: URLSearchParams, path: string[]): Cleanup {
   const id = path[1];
   let alive = true;
@@ -112,6 +128,7 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
       h('p', { class: 'crumbs' }, h('a', { href: '#/jobs' }, 'Jobs'), ' / ', h('code', null, j.id)),
       h('div', { class: 'title-row' }, h('h1', null, j.name || j.id), stateBadge(j.state), actions),
       h('p', { class: 'reason', id: 'reason' }, j.reason || ''));
+    if (j.pending) head.append(pendingBox(j));
   }
 
   function openClone(j: Job): void {

@@ -1,0 +1,348 @@
+/* pending.c - a waiting job's pending reason (issue 28 item 5): sched_pending, a pure function
+ * over one pass of the admission core (its snapshot and decisions, and the jobs holding slots),
+ * and the scheduler's step that writes the result onto the jobs (svc_sched_pending_write, only
+ * where it changed). It reads sched_admit's results and never changes how jobs are admitted. */
+#include "service/svc_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The detail of an admission reason, "waiting for quota: needs ..." -> "needs ...". */
+static const char *reason_detail(const char *reason)
+{
+    const char *colon = strncmp(reason, "waiting ", 8) == 0 ? strstr(reason, ": ") : NULL;
+    return colon ? colon + 2 : reason;
+}
+
+static void add_blocking(sched_pending_t *p, const char *id)
+{
+    for (int k = 0; k < p->nblocking; k++)
+        if (strcmp(p->blocking[k], id) == 0)
+            return;
+    if (p->nblocking < SCHED_PENDING_MAX_BLOCKING)
+        p->blocking[p->nblocking++] = id;
+}
+
+typedef struct pend {
+    const sched_snapshot_t *snap;
+    const sched_running_t *run;
+    int nrun;
+    int *free;                 /* per worker: free slots after the pass */
+    int (*usage)[SCHED_NTYPES]; /* per queue: usage after the pass */
+    sched_worker_t *view;      /* the workers as one job sees them, during a simulation */
+    int *sorted;               /* running jobs by predicted end, unknown last */
+} pend_t;
+
+/* A running job's place in the order of predicted ends. */
+typedef struct by_end {
+    double end_s;              /* < 0: unknown, sorted last */
+    const char *id;
+    int idx;
+} by_end_t;
+
+static int end_cmp(const void *a, const void *b)
+{
+    const by_end_t *x = a, *y = b;
+    bool xu = x->end_s < 0, yu = y->end_s < 0;
+    if (xu != yu)
+        return xu ? 1 : -1;
+    if (x->end_s != y->end_s)
+        return x->end_s < y->end_s ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+/* Whether job j fits the workers it may use in P->view now, and its queue's nominal quota
+ * (when quota is set) with usage used. */
+static bool fits_now(const pend_t *P, int j, bool quota, int used)
+{
+    const sched_snapshot_t *s = P->snap;
+    const sched_job_t *J = &s->jobs[j];
+    if (quota) {
+        int nom = s->queues[J->queue].quota[J->type];
+        if (nom != SCHED_UNLIMITED && used + J->nodes * J->slots_per_node > nom)
+            return false;
+    }
+    sched_request_t req = {.nodes = J->nodes, .slots_per_node = J->slots_per_node,
+                           .slot_type = sched_slot_type_name(J->type)};
+    return sched_place(P->view, s->nworkers, &req, NULL);
+}
+
+/* The blocked head job j (waiting for free slots or quota): releases the running jobs in the
+ * order they end until j fits; those it needed are its blocking jobs, the last one's end its
+ * estimated start. */
+static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pending_t *out)
+{
+    const sched_snapshot_t *s = P->snap;
+    const sched_job_t *J = &s->jobs[j];
+    bool quota = d->outcome == SCHED_WAIT_QUOTA;
+    int used = P->usage[J->queue][J->type];
+    bool *usable = calloc((size_t)KILN_MAX(s->nworkers, 1), sizeof(*usable));
+    if (!usable)
+        return;
+    for (int i = 0; i < s->nworkers; i++) {
+        P->view[i] = s->workers[i];
+        P->view[i].slots_free = P->free[i];
+        usable[i] = !s->eligible || s->eligible(s->ctx, j, i);
+        if (!usable[i])
+            P->view[i].slots = P->view[i].slots_free = 0;
+    }
+    /* Fitting already means it waits for something no end of a job frees (another queue's head
+     * goes first, or its cohort keeps the slots for a job within quota): no estimate. */
+    bool fit = fits_now(P, j, quota, used);
+    for (int k = 0; k < P->nrun && !fit; k++) {
+        const sched_running_t *R = &P->run[P->sorted[k]];
+        if (R->type != J->type)
+            continue;
+        bool relevant = quota && R->queue == J->queue;
+        for (int n = 0; n < R->nodes && R->workers; n++) {
+            int w = R->workers[n];
+            if (w >= 0 && w < s->nworkers && usable[w]) {
+                P->view[w].slots_free += R->slots_per_node;
+                relevant = true;
+            }
+        }
+        if (!relevant)
+            continue;
+        if (R->queue == J->queue)
+            used -= R->nodes * R->slots_per_node;
+        add_blocking(out, R->id);
+        if (R->end_s < 0)
+            break; /* its end is unknown, so is everything after it */
+        if (fits_now(P, j, quota, used)) {
+            out->start_s = R->end_s;
+            fit = true;
+        }
+    }
+    free(usable);
+}
+
+int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const sched_running_t *running,
+                  int nrunning, sched_pending_t *out)
+{
+    pend_t P = {.snap = s, .run = running, .nrun = nrunning};
+    int *pos = calloc((size_t)KILN_MAX(s->nqueues, 1) + 1, sizeof(*pos));
+    P.free = calloc((size_t)KILN_MAX(s->nworkers, 1), sizeof(*P.free));
+    P.usage = calloc((size_t)KILN_MAX(s->nqueues, 1), sizeof(*P.usage));
+    P.view = calloc((size_t)KILN_MAX(s->nworkers, 1), sizeof(*P.view));
+    P.sorted = calloc((size_t)KILN_MAX(nrunning, 1), sizeof(*P.sorted));
+    int rc = 0;
+    if (!pos || !P.free || !P.usage || !P.view || !P.sorted) {
+        rc = KILN_ENOMEM;
+        goto out;
+    }
+    for (int i = 0; i < s->nworkers; i++)
+        P.free[i] = s->workers[i].slots_free;
+    for (int q = 0; q < s->nqueues; q++)
+        for (int t = 0; t < SCHED_NTYPES; t++)
+            P.usage[q][t] = s->queues[q].usage[t];
+    for (int j = 0; j < s->njobs; j++) {
+        const sched_job_t *J = &s->jobs[j];
+        memset(&out[j], 0, sizeof(out[j]));
+        out[j].start_s = -1;
+        if (dec[j].outcome != SCHED_ADMITTED)
+            continue;
+        for (int k = 0; k < dec[j].pl.nodes; k++)
+            P.free[dec[j].pl.worker[k]] -= J->slots_per_node;
+        P.usage[J->queue][J->type] += J->nodes * J->slots_per_node;
+    }
+    by_end_t *order = calloc((size_t)KILN_MAX(nrunning, 1), sizeof(*order));
+    if (!order) {
+        rc = KILN_ENOMEM;
+        goto out;
+    }
+    for (int k = 0; k < nrunning; k++)
+        order[k] = (by_end_t){.end_s = running[k].end_s, .id = running[k].id, .idx = k};
+    qsort(order, (size_t)nrunning, sizeof(*order), end_cmp);
+    for (int k = 0; k < nrunning; k++)
+        P.sorted[k] = order[k].idx;
+    free(order);
+
+    /* The blocked heads first: the jobs behind them name what they wait for. */
+    for (int j = 0; j < s->njobs; j++) {
+        const sched_job_t *J = &s->jobs[j];
+        sched_pending_t *p = &out[j];
+        if (dec[j].outcome == SCHED_ADMITTED)
+            continue;
+        bool known = J->queue >= 0 && J->queue < s->nqueues;
+        p->position = ++pos[known ? J->queue + 1 : 0];
+        if (dec[j].outcome == SCHED_WAIT_BEHIND)
+            continue;
+        const char *detail = reason_detail(dec[j].reason);
+        if (dec[j].outcome == SCHED_WAIT_SLOTS) {
+            int have = 0;
+            for (int i = 0; i < s->nworkers; i++)
+                if (P.free[i] >= J->slots_per_node && sched_slot_type(s->workers[i].slot_type) == J->type
+                    && (!s->eligible || s->eligible(s->ctx, j, i)))
+                    have++;
+            snprintf(p->missing, sizeof p->missing, "%s; %d such worker(s) have them free now", detail, have);
+        } else if (dec[j].outcome == SCHED_WAIT_QUOTA && strncmp(detail, "needs ", 6) == 0 && strstr(detail, "; ")) {
+            /* "needs 2 cpu slot(s); queue nlp: ..." says the gang's shape too */
+            snprintf(p->missing, sizeof p->missing, "needs %d %s slot(s) on %d worker(s); %s",
+                     J->nodes * J->slots_per_node, sched_slot_type_name(J->type), J->nodes, strstr(detail, "; ") + 2);
+        } else {
+            snprintf(p->missing, sizeof p->missing, "%s", detail);
+        }
+        if (known && (dec[j].outcome == SCHED_WAIT_SLOTS || dec[j].outcome == SCHED_WAIT_QUOTA))
+            simulate(&P, j, &dec[j], p);
+    }
+    for (int j = 0; j < s->njobs; j++) {
+        const sched_job_t *J = &s->jobs[j];
+        sched_pending_t *p = &out[j];
+        if (dec[j].outcome != SCHED_WAIT_BEHIND)
+            continue;
+        /* the head it waits behind: the one job of its queue and slot type that blocks them */
+        int head = -1;
+        for (int h = 0; h < s->njobs && head < 0; h++)
+            if (s->jobs[h].queue == J->queue && s->jobs[h].type == J->type
+                && (dec[h].outcome == SCHED_WAIT_SLOTS || dec[h].outcome == SCHED_WAIT_QUOTA))
+                head = h;
+        if (head < 0) {
+            snprintf(p->missing, sizeof p->missing, "%s", reason_detail(dec[j].reason));
+            continue;
+        }
+        char text[sizeof p->missing]; /* head != j, but the compiler cannot know it */
+        snprintf(text, sizeof text, "its turn: job %s is ahead of it in queue %s and waits (%.250s)",
+                 s->jobs[head].id, s->queues[J->queue].name, out[head].missing);
+        memcpy(p->missing, text, sizeof text);
+        add_blocking(p, s->jobs[head].id);
+        for (int k = 0; k < out[head].nblocking; k++)
+            add_blocking(p, out[head].blocking[k]);
+    }
+out:
+    free(pos);
+    free(P.free);
+    free(P.usage);
+    free(P.view);
+    free(P.sorted);
+    return rc;
+}
+
+/* ---- the scheduler's step ------------------------------------------------------------------ */
+
+/* The pending object of p as compact JSON text (caller frees). now_us: the pass's wall clock. */
+static char *pending_text(const sched_pending_t *p, int64_t now_us)
+{
+    json_t *o = json_pack("{s:i, s:s, s:[]}", "position", p->position, "missing", p->missing, "blocking_jobs");
+    if (!o)
+        return NULL;
+    for (int k = 0; k < p->nblocking; k++)
+        json_array_append_new(json_object_get(o, "blocking_jobs"), json_string(p->blocking[k]));
+    if (p->start_s >= 0 && p->start_s < 1e9) {
+        /* to the next 10 s: a person reads minutes, and the row changes only when that does */
+        int64_t at = now_us + (int64_t)ceil(p->start_s * 1e6);
+        at = (at + 9999999) / 10000000 * 10000000;
+        char buf[40];
+        json_object_set_new(o, "estimated_start", json_string(kiln_time_format(at, buf, sizeof buf)));
+    }
+    char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    return text;
+}
+
+int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const sched_decision_t *dec,
+                            const store_job_row_t *jobs, kiln_err_t *err)
+{
+    int nwait = 0;
+    for (int j = 0; j < snap->njobs; j++)
+        nwait += dec[j].outcome != SCHED_ADMITTED;
+    if (nwait == 0)
+        return 0;
+    json_t *run = NULL;
+    sched_running_t *r = NULL;
+    int *widx = NULL;
+    sched_pending_t *pend = NULL;
+    const char **ids = NULL;
+    char **texts = NULL;
+    int nrun = 0, nw = 0, rc = store_job_running_json(c, &run, err);
+    if (rc)
+        goto out;
+    nrun = (int)json_array_size(run);
+    size_t nidx = 0;
+    for (int k = 0; k < nrun; k++)
+        nidx += json_array_size(json_object_get(json_array_get(run, (size_t)k), "workers"));
+    r = calloc((size_t)KILN_MAX(nrun, 1), sizeof(*r));
+    widx = calloc(KILN_MAX(nidx, 1), sizeof(*widx));
+    pend = calloc((size_t)snap->njobs, sizeof(*pend));
+    ids = calloc((size_t)nwait, sizeof(*ids));
+    texts = calloc((size_t)nwait, sizeof(*texts));
+    if (!r || !widx || !pend || !ids || !texts) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    size_t used = 0;
+    for (int k = 0; k < nrun; k++) {
+        const json_t *o = json_array_get(run, (size_t)k);
+        const json_t *ws = json_object_get(o, "workers"), *end = json_object_get(o, "end_s");
+        const char *queue = json_string_value(json_object_get(o, "queue"));
+        r[k].id = json_string_value(json_object_get(o, "id"));
+        r[k].queue = -1;
+        for (int q = 0; queue && q < snap->nqueues; q++)
+            if (strcmp(snap->queues[q].name, queue) == 0)
+                r[k].queue = q;
+        r[k].type = sched_slot_type(json_string_value(json_object_get(o, "slot_type")));
+        r[k].nodes = (int)json_array_size(ws);
+        r[k].slots_per_node = (int)json_integer_value(json_object_get(o, "slots_per_node"));
+        r[k].end_s = json_is_number(end) ? json_number_value(end) : -1;
+        r[k].workers = widx + used;
+        for (size_t n = 0; n < json_array_size(ws); n++) {
+            const char *wid = json_string_value(json_array_get(ws, n));
+            widx[used + n] = -1;
+            for (int i = 0; wid && i < snap->nworkers; i++)
+                if (strcmp(snap->workers[i].id, wid) == 0)
+                    widx[used + n] = i;
+        }
+        used += json_array_size(ws);
+    }
+    rc = sched_pending(snap, dec, r, nrun, pend);
+    if (rc) {
+        kiln_err_set(err, rc, NULL, "out of memory");
+        goto out;
+    }
+    int64_t now = kiln_now_us();
+    for (int j = 0; j < snap->njobs; j++) {
+        if (dec[j].outcome == SCHED_ADMITTED)
+            continue;
+        ids[nw] = jobs[j].id;
+        texts[nw] = pending_text(&pend[j], now);
+        if (!texts[nw]) {
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+            goto out;
+        }
+        nw++;
+    }
+    rc = store_job_pending_set(c, ids, (const char *const *)texts, nw, err);
+out:
+    for (int k = 0; texts && k < nw; k++)
+        free(texts[k]);
+    free(texts);
+    free(ids);
+    free(pend);
+    free(widx);
+    free(r);
+    json_decref(run);
+    return rc;
+}
+
+void sched_admission_text(const sched_snapshot_t *s, int j, const sched_decision_t *d, const int *usage,
+                          char *out, size_t n)
+{
+    const sched_job_t *J = &s->jobs[j];
+    if (J->queue < 0 || J->queue >= s->nqueues) {
+        snprintf(out, n, "admitted");
+        return;
+    }
+    const sched_queue_t *Q = &s->queues[J->queue];
+    const char *tn = sched_slot_type_name(J->type);
+    int size = J->nodes * J->slots_per_node, nom = Q->quota[J->type];
+    int after = (usage ? usage[J->type] : Q->usage[J->type]) + size;
+    if (nom == SCHED_UNLIMITED)
+        snprintf(out, n, "admitted from queue %s (no quota limit)", Q->name);
+    else if (d->borrowed)
+        snprintf(out, n, "admitted from queue %s borrowing %d %s slot(s) from cohort %s (quota %d, in use %d with "
+                 "this job)", Q->name, KILN_MIN(size, after - nom), tn, Q->cohort ? Q->cohort : "", nom, after);
+    else
+        snprintf(out, n, "admitted from queue %s within its quota (quota %d %s, in use %d with this job)", Q->name,
+                 nom, tn, after);
+}
