@@ -417,6 +417,10 @@ void svc_prom_job_deleted(void);
 void svc_prom_init(void);
 
 /* Replaces `id` (a parameter) by the full id it names, or returns the error. */
+/* The tuning controller's pass (tune.c), run by the leader's scheduler thread before each
+ * scheduling pass: starts, promotes and stops trials and ends tuning jobs. */
+void svc_tune_pass(svc_t *s);
+
 #define JOB_RESOLVE(s, who, id, err)                                                              \
     char id##_full[SVC_JOB_ID_SIZE];                                                              \
     do {                                                                                          \
