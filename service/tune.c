@@ -203,6 +203,13 @@ int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, jso
     parsed = true;
     if ((rc = svc_project_need(who, t.project, SVC_ROLE_EDITOR, err)))
         goto fail;
+    if (t.strategy == SPEC_TUNE_HYPERBAND) {
+        /* refused rather than run without what it needs: trials that pause at a rung */
+        rc = kiln_err_set(err, KILN_EINVAL, "strategy", "strategy \"hyperband\" is not available in this kilnd: its "
+                          "trials need to pause at a rung and resume when promoted");
+        kiln_err_hint(err, "use \"random\" or \"grid\"");
+        goto fail;
+    }
     if (!t.seed_set) {
         /* recorded, so the search can be repeated */
         uint32_t seed;
