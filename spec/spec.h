@@ -132,6 +132,10 @@ typedef struct spec {
     spec_metric_def_t metric_defs[SPEC_MAX_METRIC_DEFS];
     int n_metric_defs;
     int64_t max_runtime_s;
+    int64_t pause_at_step;       /* stopping.max_steps (engine jobs; 0: none): the run stops at this
+                                  * step with a checkpoint and exits 0, paused; the learning-rate
+                                  * schedule still spans hyperparameters.max_steps, so raising or
+                                  * removing it and resuming continues the same run */
     int grace_period_s;          /* stopping.grace_period_s: SIGTERM, then SIGKILL after this
                                   * long; 0: kilnd's --stop-grace-ms */
     int max_attempts;
