@@ -43,3 +43,15 @@ CREATE TABLE tuning_trials (
     PRIMARY KEY (tuning_id, trial)
 );
 CREATE UNIQUE INDEX tuning_trials_job_idx ON tuning_trials (job_id);
+
+-- A job paused at its stopping.max_steps (a hyperband trial at a rung): its checkpoint is kept and
+-- its slots are free; it resumes (RESTARTING) when its stopping.max_steps is raised.
+ALTER TABLE jobs DROP CONSTRAINT jobs_state_check;
+ALTER TABLE jobs ADD CONSTRAINT jobs_state_check CHECK (state IN ('QUEUED', 'SCHEDULED', 'STARTING', 'RUNNING',
+    'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PAUSED'));
+ALTER TABLE job_events DROP CONSTRAINT job_events_from_state_check;
+ALTER TABLE job_events ADD CONSTRAINT job_events_from_state_check CHECK (from_state IN ('QUEUED', 'SCHEDULED',
+    'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PAUSED'));
+ALTER TABLE job_events DROP CONSTRAINT job_events_to_state_check;
+ALTER TABLE job_events ADD CONSTRAINT job_events_to_state_check CHECK (to_state IN ('QUEUED', 'SCHEDULED',
+    'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PAUSED'));

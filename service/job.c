@@ -525,7 +525,9 @@ int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *
     case JOB_STATE_QUEUED:
     case JOB_STATE_SCHEDULED:
     case JOB_STATE_RESTARTING:
-        /* Nothing runs for the current attempt (SCHEDULED: not delivered yet). */
+    case JOB_STATE_PAUSED:
+        /* Nothing runs for the current attempt (SCHEDULED: not delivered yet; PAUSED: its
+         * ranks exited at stopping.max_steps). */
         if (st == JOB_STATE_SCHEDULED)
             rc = store_assign_stop(tx.c, id, job.attempt, why, NULL, err);
         if (rc == 0)

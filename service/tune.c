@@ -59,19 +59,20 @@ static tune_trial_state_t trial_state(const spec_tuning_t *t, const json_t *tr, 
         return TUNE_TRIAL_FAILED;
     if (js == JOB_STATE_STOPPED)
         return TUNE_TRIAL_STOPPED;
-    if (js == JOB_STATE_COMPLETED) {
-        int64_t rungs[SPEC_TUNE_MAX_RUNGS];
-        int n = tune_rungs(t, rungs);
-        int rung = (int)json_integer_value(json_object_get(tr, "rung"));
-        (void)nrungs;
-        return n > 0 && rung + 1 < n ? TUNE_TRIAL_PAUSED : TUNE_TRIAL_COMPLETED;
-    }
+    if (js == JOB_STATE_COMPLETED)
+        return TUNE_TRIAL_COMPLETED;
+    (void)t;
+    (void)nrungs;
+    /* a hyperband trial at its rung; one promoted (rung past the rungs it finished) runs again */
+    if (js == JOB_STATE_PAUSED)
+        return (int)json_integer_value(json_object_get(tr, "rung")) < nrungs + 1 ? TUNE_TRIAL_PAUSED : TUNE_TRIAL_ACTIVE;
     return TUNE_TRIAL_ACTIVE;
 }
 
 static const char *trial_state_name(tune_trial_state_t st, const char *job_state)
 {
-    return st == TUNE_TRIAL_PAUSED ? "PAUSED" : job_state ? job_state : "";
+    (void)st;
+    return job_state ? job_state : "";
 }
 
 /* The view of the trials (arrays sized ntrials, strings borrowed from trials or kept in names). */
@@ -203,13 +204,6 @@ int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, jso
     parsed = true;
     if ((rc = svc_project_need(who, t.project, SVC_ROLE_EDITOR, err)))
         goto fail;
-    if (t.strategy == SPEC_TUNE_HYPERBAND) {
-        /* refused rather than run without what it needs: trials that pause at a rung */
-        rc = kiln_err_set(err, KILN_EINVAL, "strategy", "strategy \"hyperband\" is not available in this kilnd: its "
-                          "trials need to pause at a rung and resume when promoted");
-        kiln_err_hint(err, "use \"random\" or \"grid\"");
-        goto fail;
-    }
     if (!t.seed_set) {
         /* recorded, so the search can be repeated */
         uint32_t seed;
@@ -366,11 +360,11 @@ out:
 
 /* ---- the controller -------------------------------------------------------------------------- */
 
-/* Stops the trials of view that still run; reason is theirs. */
+/* Stops the trials of view that still run or are paused; reason is theirs. */
 static void stop_active(svc_t *s, const char *tuning_id, const view_buf_t *vb, const char *reason)
 {
     for (int i = 0; i < vb->n; i++) {
-        if (vb->trials[i].state != TUNE_TRIAL_ACTIVE || !vb->trials[i].job_id)
+        if ((vb->trials[i].state != TUNE_TRIAL_ACTIVE && vb->trials[i].state != TUNE_TRIAL_PAUSED) || !vb->trials[i].job_id)
             continue;
         json_t *j = NULL;
         kiln_err_t e;
@@ -382,10 +376,75 @@ static void stop_active(svc_t *s, const char *tuning_id, const view_buf_t *vb, c
     }
 }
 
+/* In tx: the paused trials of view end COMPLETED (never promoted, their tuning job ended). */
+static int end_paused(svc_tx_t *tx, const view_buf_t *vb, kiln_err_t *err)
+{
+    for (int i = 0; i < vb->n; i++) {
+        if (vb->trials[i].state != TUNE_TRIAL_PAUSED)
+            continue;
+        store_job_row_t job;
+        int rc = store_job_row(tx->c, vb->trials[i].job_id, true, &job, err);
+        if (rc == KILN_ENOTFOUND)
+            continue;
+        if (rc == 0 && svc_state_parse(job.state) == JOB_STATE_PAUSED)
+            rc = svc_job_set_state(tx, &job, JOB_STATE_COMPLETED, job.attempt, 0,
+                                   "not promoted past its rung; its tuning job ended", err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* In tx: trial i of view, paused after its rungs, continues toward its next rung (the last: to
+ * its end) as a new attempt that resumes from its checkpoint. */
+static int promote(svc_tx_t *tx, const char *id, const tune_trial_t *x, const int64_t *rungs, int nr, kiln_err_t *err)
+{
+    int next = x->nrungs; /* the rung it runs toward now */
+    int64_t pause = next < nr - 1 ? rungs[next] : 0;
+    store_job_row_t job;
+    int rc = store_job_row(tx->c, x->job_id, true, &job, err);
+    if (rc)
+        return rc;
+    if (svc_state_parse(job.state) != JOB_STATE_PAUSED)
+        return 0; /* stopped meanwhile */
+    char reason[200];
+    snprintf(reason, sizeof reason, "promoted to rung %d of its tuning job: resumes from its checkpoint toward step %lld",
+             next, (long long)(pause ? pause : rungs[nr - 1]));
+    if ((rc = store_tuning_trial_rung(tx->c, id, x->trial, next, NULL, err)) ||
+        (rc = store_job_pause_set(tx->c, x->job_id, pause, err)))
+        return rc;
+    return svc_job_set_state(tx, &job, JOB_STATE_RESTARTING, job.attempt, 0, reason, err);
+}
+
+/* A paused trial that has not had its rung's objective recorded gets it now (into tr, and the
+ * database): the value it reported at the pause. */
+static int record_rungs(store_conn_t *c, const char *id, const spec_tuning_t *t, json_t *trials, kiln_err_t *err)
+{
+    size_t i;
+    json_t *tr;
+    json_array_foreach(trials, i, tr) {
+        const char *st = json_string_value(json_object_get(tr, "job_state"));
+        json_t *ro = json_object_get(tr, "rung_objectives");
+        int rung = (int)json_integer_value(json_object_get(tr, "rung"));
+        json_t *v = json_object_get(json_object_get(tr, "metrics"), t->metric);
+        if (!st || strcmp(st, "PAUSED") || !json_is_array(ro) || (int)json_array_size(ro) != rung || !json_is_number(v))
+            continue;
+        json_array_append_new(ro, json_real(json_number_value(v)));
+        char *text = json_dumps(ro, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        int rc = text ? store_tuning_trial_rung(c, id, (int)json_integer_value(json_object_get(tr, "trial")), rung, text,
+                                                err)
+                      : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        free(text);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* Submits trial n of t as a job (the tuning job's submitter recorded as its submitter), and
  * records it in tx. */
 static int start_trial(svc_t *s, svc_tx_t *tx, const char *id, const char *user, const spec_tuning_t *t, int n,
-                       int64_t steps, kiln_err_t *err)
+                       kiln_err_t *err)
 {
     json_t *values = tune_trial_values(t, n), *spec = NULL, *job = NULL, *tags = NULL;
     char *vtext = NULL;
@@ -397,7 +456,7 @@ static int start_trial(svc_t *s, svc_tx_t *tx, const char *id, const char *user,
     snprintf(key, sizeof key, "tuning:%s:%d", id, n);
     snprintf(num, sizeof num, "%d", n);
     tags = json_pack("{s:s, s:s}", "tuning_job", id, "tuning_trial", num);
-    spec = tags ? spec_tuning_trial_spec(t, values, name, tags, steps) : NULL;
+    spec = tags ? spec_tuning_trial_spec(t, values, name, tags) : NULL;
     vtext = json_dumps(values, JSON_COMPACT | JSON_REAL_PRECISION(17));
     if (!spec || !vtext) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -446,7 +505,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     }
     parsed = true;
     const char *last_failure = NULL;
-    if ((rc = store_tuning_trials_json(tx.c, id, &trials, err)))
+    if ((rc = store_tuning_trials_json(tx.c, id, &trials, err)) || (rc = record_rungs(tx.c, id, &t, trials, err)))
         goto fail;
     if (view_build(&t, trials, &vb, &last_failure)) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -473,19 +532,29 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     tune_decide(&view, &plan);
     if (plan.end != TUNE_END_NONE) {
         const char *to = plan.end == TUNE_END_COMPLETED ? "COMPLETED" : "FAILED";
+        for (int i = 0; i < vb.n; i++)
+            if (vb.trials[i].state == TUNE_TRIAL_PAUSED)
+                vb.trials[i].state = TUNE_TRIAL_COMPLETED; /* ended below, not stopped */
         stop_active(s, id, &vb, plan.end == TUNE_END_COMPLETED ? "its tuning job completed" : "its tuning job failed");
-        rc = store_tuning_set_state(tx.c, id, "RUNNING", to, plan.reason, NULL, true, err);
+        for (int i = 0; i < vb.n; i++)
+            if (vb.trials[i].state == TUNE_TRIAL_COMPLETED)
+                vb.trials[i].state = TUNE_TRIAL_PAUSED;
+        rc = end_paused(&tx, &vb, err);
+        if (rc == 0)
+            rc = store_tuning_set_state(tx.c, id, "RUNNING", to, plan.reason, NULL, true, err);
         if (rc == 0 && (rc = svc_tx_commit(&tx, err)) == 0)
             log_info("tuning job %s: RUNNING -> %s (%s)", id, to, plan.reason);
         goto out;
     }
     int64_t rungs[SPEC_TUNE_MAX_RUNGS];
     int nr = tune_rungs(&t, rungs);
+    for (int k = 0; k < plan.npromote; k++)
+        if ((rc = promote(&tx, id, &vb.trials[plan.promote[k]], rungs, nr, err)))
+            goto fail;
     for (int k = 0; k < plan.nnew; k++) {
         int n = view.next_trial + k;
         kiln_err_t e3;
-        int r2 = start_trial(s, &tx, id, json_string_value(json_object_get(row, "submitted_by")), &t, n,
-                             nr > 0 ? rungs[0] : 0, &e3);
+        int r2 = start_trial(s, &tx, id, json_string_value(json_object_get(row, "submitted_by")), &t, n, &e3);
         if (r2 == KILN_EDB || r2 == KILN_ENOMEM || r2 == KILN_EUNAVAIL) {
             rc = r2;
             *err = e3;

@@ -355,10 +355,10 @@ void spec_tuning_deinit(spec_tuning_t *t);
 json_t *spec_tuning_to_json(const spec_tuning_t *t);
 /* The job spec of a trial: the base job with each parameter's value (values: an object by
  * parameter name) set at its path, named name, tagged tags (an object of strings, merged into
- * the base job's), at priority priority; for hyperband, hyperparameters.max_steps is max_steps
- * (0: unchanged). Caller owns the result; NULL when out of memory. */
-json_t *spec_tuning_trial_spec(const spec_tuning_t *t, const json_t *values, const char *name, const json_t *tags,
-                               int64_t max_steps);
+ * the base job's), at the request's trial_priority; for hyperband, hyperparameters.max_steps is
+ * the last rung (max_resource) and stopping.max_steps the first (min_resource): it pauses there. Caller
+ * owns the result; NULL when out of memory. */
+json_t *spec_tuning_trial_spec(const spec_tuning_t *t, const json_t *values, const char *name, const json_t *tags);
 /* The strategy's name ("random", "grid", "hyperband"). Static storage. */
 const char *spec_tune_strategy_name(spec_tune_strategy_t s);
 

@@ -549,8 +549,7 @@ json_t *spec_tuning_to_json(const spec_tuning_t *t)
     return out;
 }
 
-json_t *spec_tuning_trial_spec(const spec_tuning_t *t, const json_t *values, const char *name, const json_t *tags,
-                               int64_t max_steps)
+json_t *spec_tuning_trial_spec(const spec_tuning_t *t, const json_t *values, const char *name, const json_t *tags)
 {
     json_t *job = json_deep_copy(t->job);
     if (!job)
@@ -568,10 +567,12 @@ json_t *spec_tuning_trial_spec(const spec_tuning_t *t, const json_t *values, con
         json_object_set_new(job, "tags", jt);
     }
     json_object_update(jt, (json_t *)tags);
-    if (max_steps > 0) {
-        json_t *v = json_integer((json_int_t)max_steps);
+    if (t->strategy == SPEC_TUNE_HYPERBAND) {
+        json_t *v = json_integer((json_int_t)t->max_resource), *at = json_integer((json_int_t)t->min_resource);
         path_set(job, "hyperparameters.max_steps", v, false);
+        path_set(job, "stopping.max_steps", at, true);
         json_decref(v);
+        json_decref(at);
     }
     return job;
 }

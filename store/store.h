@@ -100,6 +100,12 @@ typedef struct store_job_row {
 /* Reads a job's row; with lock, SELECT ... FOR UPDATE (inside a transaction). KILN_ENOTFOUND when
  * there is no such job (id need not be a valid UUID: a malformed id is simply not found). */
 int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err);
+/* The job's spec's stopping.max_steps (0 when none) and hyperparameters.max_steps (0 for a script
+ * job). */
+int store_job_pause_step(store_conn_t *c, const char *id, int64_t *pause_at, int64_t *max_steps, kiln_err_t *err);
+/* Sets the job's stopping.max_steps to pause_at (0: removes it, so it runs to its end) and gives
+ * it one attempt more (the resumed attempt keeps the retries its spec asked for). */
+int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err);
 
 enum {
     STORE_TR_STARTED = 1 << 0,   /* set started_at (first time only) */
