@@ -283,23 +283,12 @@ int svc_tuning_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t 
 {
     *out = NULL;
     char *projects = NULL;
-    if (!who->cluster_admin) {
-        size_t cap = 3;
-        for (int i = 0; i < who->nroles; i++)
-            cap += strlen(who->roles[i].project) + 3;
-        projects = malloc(cap);
-        if (!projects)
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        size_t o = 0;
-        projects[o++] = '{';
-        for (int i = 0; i < who->nroles; i++)
-            o += (size_t)snprintf(projects + o, cap - o, "%s\"%s\"", i ? "," : "", who->roles[i].project);
-        projects[o++] = '}';
-        projects[o] = '\0';
-    }
+    int rc = svc_caller_projects(who, &projects, err);
+    if (rc)
+        return rc;
     store_conn_t *c = NULL;
     json_t *list = NULL;
-    int rc = store_conn_get(s->store, &c, err);
+    rc = store_conn_get(s->store, &c, err);
     if (rc == 0) {
         rc = store_tuning_list_json(c, projects, TUNE_LIST_MAX, &list, err);
         store_conn_put(s->store, c);
