@@ -18,26 +18,25 @@ static int reply(json_t *j, const ProtobufCMessageDescriptor *d, arena_t *a, Pro
     return 0;
 }
 
-static int h_create(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
-                    kiln_err_t *err)
+/* A JobSpec message as the JSON the service validates; fields are named under prefix ("spec"):
+ * a script job's free-form hyperparameters arrive as JSON text and become the object. */
+static int spec_json(const Kiln__JobSpec *m, const char *prefix, json_t **out, kiln_err_t *err)
 {
-    svc_t *s = ctx->svc;
-    const Kiln__CreateJobRequest *r = (const Kiln__CreateJobRequest *)req;
-    json_t *spec = NULL, *job = NULL;
-    int rc = r->spec ? api_grpc_msg_to_json(&r->spec->base, "spec", &spec, err) : 0;
+    json_t *spec = NULL;
+    *out = NULL;
+    int rc = m ? api_grpc_msg_to_json(&m->base, prefix, &spec, err) : 0;
     if (rc)
         return rc;
     if (!spec)
         spec = json_object();
-    /* a script job's free-form hyperparameters arrive as JSON text; the service reads the object */
     const json_t *hpj = json_object_get(spec, "hyperparameters_json");
     if (hpj) {
         json_error_t je;
         json_t *hp = json_loads(json_string_value(hpj), JSON_REJECT_DUPLICATES, &je);
         if (!json_is_object(hp) || json_object_get(spec, "hyperparameters")) {
-            kiln_err_set(err, KILN_EINVAL, "spec.hyperparameters_json", hp ? "spec.hyperparameters_json must be a JSON "
-                         "object's text, set without hyperparameters" : "spec.hyperparameters_json is not JSON: %s",
-                         je.text);
+            kiln_err_set(err, KILN_EINVAL, NULL, hp ? "%s.hyperparameters_json must be a JSON object's text, set "
+                         "without hyperparameters" : "%s.hyperparameters_json is not JSON: %s", prefix, je.text);
+            snprintf(err->field, sizeof err->field, "%s.hyperparameters_json", prefix);
             kiln_err_hint(err, "send a script job's hyperparameters as {\"epochs\": 3, ...} in hyperparameters_json, "
                                "an engine job's in hyperparameters");
             json_decref(hp);
@@ -47,15 +46,32 @@ static int h_create(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, aren
         json_object_set_new(spec, "hyperparameters", hp);
         json_object_del(spec, "hyperparameters_json");
     }
+    *out = spec;
+    return 0;
+}
+
+/* A field the service names ("hyperparameters.lr") as the request message's ("spec.hyperparameters.lr"). */
+static void field_under(const char *prefix, kiln_err_t *err)
+{
+    char f[sizeof(err->field)];
+    snprintf(f, sizeof(f), "%s.%.*s", prefix, (int)(sizeof(err->field) - strlen(prefix) - 2), err->field);
+    kiln_strlcpy(err->field, f, sizeof(err->field));
+}
+
+static int h_create(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
+                    kiln_err_t *err)
+{
+    svc_t *s = ctx->svc;
+    const Kiln__CreateJobRequest *r = (const Kiln__CreateJobRequest *)req;
+    json_t *spec = NULL, *job = NULL;
+    int rc = spec_json(r->spec, "spec", &spec, err);
+    if (rc)
+        return rc;
     bool created = false;
     rc = svc_job_create(s, ctx->who, spec, r->idempotency_key, &job, &created, err);
     json_decref(spec);
-    if (rc && err->field[0] && strncmp(err->field, "idempotency_key", 15) != 0) {
-        /* the spec's fields are named from the request message: spec.hyperparameters.lr */
-        char f[sizeof(err->field)];
-        snprintf(f, sizeof(f), "spec.%.*s", (int)sizeof(err->field) - 6, err->field);
-        kiln_strlcpy(err->field, f, sizeof(err->field));
-    }
+    if (rc && err->field[0] && strncmp(err->field, "idempotency_key", 15) != 0)
+        field_under("spec", err); /* the spec's fields are named from the request message */
     return rc ? rc : reply(job, &kiln__job__descriptor, a, resp);
 }
 
@@ -380,6 +396,97 @@ static int h_delete_worker_ban(const api_grpc_ctx_t *ctx, const ProtobufCMessage
     return rc ? rc : reply(out, &kiln__worker_ban__descriptor, a, resp);
 }
 
+/* ---- tuning jobs ------------------------------------------------------------------------------ */
+
+/* The service's tuning job with its free values (a trial's parameters, the best's) as JSON text. */
+static int tuning_reply(json_t *tj, arena_t *a, ProtobufCMessage **resp)
+{
+    json_t *lists[1] = {json_object_get(tj, "trials")};
+    size_t i;
+    json_t *tr;
+    json_array_foreach(lists[0], i, tr) {
+        char *p = json_dumps(json_object_get(tr, "parameters"), JSON_COMPACT | JSON_REAL_PRECISION(17));
+        json_object_set_new(tr, "parameters_json", json_string(p ? p : "{}"));
+        free(p);
+    }
+    json_t *best = json_object_get(tj, "best");
+    if (json_is_object(best)) {
+        char *p = json_dumps(json_object_get(best, "parameters"), JSON_COMPACT | JSON_REAL_PRECISION(17));
+        json_object_set_new(best, "parameters_json", json_string(p ? p : "{}"));
+        free(p);
+    }
+    return reply(tj, &kiln__tuning_job__descriptor, a, resp);
+}
+
+static int h_create_tuning(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                           ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__CreateTuningJobRequest *r = (const Kiln__CreateTuningJobRequest *)req;
+    json_t *body = NULL, *job = NULL, *out = NULL;
+    int rc = r->tuning_job ? api_grpc_msg_to_json(&r->tuning_job->base, "tuning_job", &body, err) : 0;
+    if (rc == 0 && !body)
+        body = json_object();
+    if (rc == 0 && r->tuning_job && r->tuning_job->job) {
+        rc = spec_json(r->tuning_job->job, "tuning_job.job", &job, err);
+        if (rc == 0)
+            json_object_set_new(body, "job", job);
+    }
+    /* categorical values arrive as JSON text */
+    const char *name;
+    json_t *p;
+    json_object_foreach(rc == 0 ? json_object_get(body, "parameters") : NULL, name, p) {
+        const char *text = json_string_value(json_object_get(p, "values_json"));
+        if (!text)
+            continue;
+        json_error_t je;
+        json_t *vals = json_loads(text, JSON_DECODE_ANY, &je);
+        if (!json_is_array(vals)) {
+            rc = kiln_err_set(err, KILN_EINVAL, NULL, "tuning_job.parameters.%.80s.values_json is not a JSON array's text",
+                              name);
+            snprintf(err->field, sizeof err->field, "tuning_job.parameters.%.80s.values_json", name);
+            kiln_err_hint(err, "send the values as text such as [64, 128] or [\"adam\", \"sgd\"]");
+            json_decref(vals);
+            break;
+        }
+        json_object_set_new(p, "values", vals);
+        json_object_del(p, "values_json");
+    }
+    if (rc == 0) {
+        rc = svc_tuning_create(ctx->svc, ctx->who, body, &out, err);
+        if (rc && err->field[0] && strncmp(err->field, "tuning_job.", 11) != 0)
+            field_under("tuning_job", err);
+    }
+    json_decref(body);
+    return rc ? rc : tuning_reply(out, a, resp);
+}
+
+static int h_list_tuning(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                         ProtobufCMessage **resp, kiln_err_t *err)
+{
+    (void)req;
+    json_t *out = NULL;
+    int rc = svc_tuning_list(ctx->svc, ctx->who, &out, err);
+    return rc ? rc : reply(out, &kiln__list_tuning_jobs_response__descriptor, a, resp);
+}
+
+static int h_get_tuning(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                        ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__GetTuningJobRequest *r = (const Kiln__GetTuningJobRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_tuning_get(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : tuning_reply(out, a, resp);
+}
+
+static int h_stop_tuning(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                         ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__StopTuningJobRequest *r = (const Kiln__StopTuningJobRequest *)req;
+    json_t *out = NULL;
+    int rc = svc_tuning_stop(ctx->svc, ctx->who, r->id, &out, err);
+    return rc ? rc : tuning_reply(out, a, resp);
+}
+
 /* ---- queues ----------------------------------------------------------------------------------- */
 
 /* The queue message as the JSON the service validates (only what the client set). */
@@ -516,5 +623,12 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/GetQueue", &kiln__get_queue_request__descriptor, h_get_queue, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/UpdateQueue", &kiln__update_queue_request__descriptor, h_update_queue, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/DeleteQueue", &kiln__delete_queue_request__descriptor, h_delete_queue, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/CreateTuningJob", &kiln__create_tuning_job_request__descriptor, h_create_tuning, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/ListTuningJobs", &kiln__list_tuning_jobs_request__descriptor, h_list_tuning, NULL,
+     API_GRPC_USER},
+    {"/kiln.TrainingService/GetTuningJob", &kiln__get_tuning_job_request__descriptor, h_get_tuning, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/StopTuningJob", &kiln__stop_tuning_job_request__descriptor, h_stop_tuning, NULL,
+     API_GRPC_USER},
 };
 const size_t api_grpc_training_method_count = KILN_ARRAY_LEN(api_grpc_training_methods);

@@ -809,6 +809,55 @@ static enum MHD_Result http_queue_delete(http_req_t *r)
     return http_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "name", http_param(r, "name")));
 }
 
+/* ---- tuning jobs ------------------------------------------------------------------------------ */
+
+static enum MHD_Result http_tuning_create(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    int rc = http_body_json(r, false, &body, &err);
+    if (rc == 0)
+        rc = svc_tuning_create(r->h->svc, &r->who, body, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+static enum MHD_Result http_tuning_list(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_tuning_list(r->h->svc, &r->who, &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_tuning_get(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *out = NULL;
+    int rc = svc_tuning_get(r->h->svc, &r->who, http_param(r, "id"), &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
+static enum MHD_Result http_tuning_stop(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    int rc = http_body_json(r, true, &body, &err);
+    if (rc)
+        return http_reply_err(r, &err);
+    if (body && json_object_size(body) > 0) {
+        json_decref(body);
+        return http_reply_errf(r, KILN_EINVAL, "", "send {} or no body", "a stop request takes no fields");
+    }
+    json_decref(body);
+    rc = svc_tuning_stop(r->h->svc, &r->who, http_param(r, "id"), &out, &err);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
+}
+
 /* ---- what agents are trusted with: join tokens, approval, removal, bans ---------------------- */
 
 static enum MHD_Result http_join_tokens_create(http_req_t *r)
@@ -984,6 +1033,10 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/queues/{name}", http_queue_get, 0},
     {"PATCH", "/v1/queues/{name}", http_queue_write, 0},
     {"DELETE", "/v1/queues/{name}", http_queue_delete, 0},
+    {"GET", "/v1/tuning-jobs", http_tuning_list, 0},
+    {"POST", "/v1/tuning-jobs", http_tuning_create, 0},
+    {"GET", "/v1/tuning-jobs/{id}", http_tuning_get, 0},
+    {"POST", "/v1/tuning-jobs/{id}:stop", http_tuning_stop, 0},
     {"POST", "/v1/login-links", http_login_link_create, 0},
     {"POST", "/v1/login-links:redeem", http_login_link_redeem, HTTP_OPEN},
     {"GET", "/", http_ui_index, HTTP_OPEN},

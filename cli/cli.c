@@ -211,6 +211,15 @@ static const cli_command_t cli_commands[] = {
      "  --projects A,B       the projects that may submit to it (*: every project)\n"
      "  --fair-sharing true|false\n"
      "                       order its jobs by their project's recent usage\n"},
+    {"tune", cli_cmd_tune, "[list]\nsubmit FILE\ndescribe ID\nstop ID",
+     "hyperparameter tuning: searches whose trials are ordinary jobs",
+     "commands:\n"
+     "  list                 the tuning jobs you can see: state, strategy, trials, objective\n"
+     "  submit FILE          start one from a JSON request (- reads standard input): the base job\n"
+     "                       as \"job\", \"parameters\" by path in it (a bare name is\n"
+     "                       hyperparameters.NAME), \"objective\", \"strategy\", \"max_jobs\", ...\n"
+     "  describe ID          the tuning job, its trials table and the best trial\n"
+     "  stop ID              stop it and its trials\n"},
     {"ui", cli_cmd_ui, "[--print]",
      "open kiln's web UI in your browser, already logged in",
      "  asks kilnd for a one-time login link (POST /v1/login-links) and opens it with xdg-open\n"

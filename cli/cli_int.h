@@ -101,6 +101,7 @@ int cli_cmd_users(cli_client_t *c, int argc, char **argv);
 int cli_cmd_tokens(cli_client_t *c, int argc, char **argv);
 int cli_cmd_projects(cli_client_t *c, int argc, char **argv);
 int cli_cmd_queues(cli_client_t *c, int argc, char **argv);
+int cli_cmd_tune(cli_client_t *c, int argc, char **argv);
 int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv);
 int cli_cmd_delete(cli_client_t *c, int argc, char **argv);
 int cli_cmd_search(cli_client_t *c, int argc, char **argv);

@@ -698,6 +698,7 @@ typedef struct eng_train_result {
     int64_t steps_done;     /* optimizer steps completed in total (including resumed ones) */
     int64_t start_step;     /* 0, or the step resumed from */
     bool stopped;           /* stopped early by stop_flag (a checkpoint was written) */
+    bool paused;            /* stopped at stopping.max_steps with a checkpoint (exits 0) */
     float last_train_loss;
     float last_val_loss;    /* NAN when never evaluated */
     double peak_mem_mb;

@@ -409,10 +409,13 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
         }
         if ((rc = report_step(&r, step, max_steps, &so, dt, peak_flops, err))) goto fail;
         bool last = step == max_steps;
-        bool eval = (hp->eval_every > 0 && step % hp->eval_every == 0) || last;
+        /* stopping.max_steps: paused here with a checkpoint (and evaluated, so the pause reports
+         * val_loss); the schedule still spans max_steps */
+        bool pause = s->pause_at_step > 0 && step == s->pause_at_step && !last;
+        bool eval = (hp->eval_every > 0 && step % hp->eval_every == 0) || last || pause;
         bool sample = (hp->sample_every > 0 && step % hp->sample_every == 0) || last;
         bool periodic = s->ckpt_every_steps > 0 && step % s->ckpt_every_steps == 0;
-        bool ckpt = (so.stop || periodic || last) && r.checkpoints;
+        bool ckpt = (so.stop || periodic || last || pause) && r.checkpoints;
         if ((eval || sample || ckpt || so.stop || last) && (rc = params_all(&r, err))) goto fail;
         if (eval) {
             float vl;
@@ -436,6 +439,15 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
             res->stopped = true;
             if (r.rank == 0) {
                 printf("stopping at step %lld on request (%s)\n", (long long)step,
+                       r.checkpoints ? "checkpoint written" : "no checkpoint directory");
+                fflush(stdout);
+            }
+            break;
+        }
+        if (pause) {
+            res->paused = true;
+            if (r.rank == 0) {
+                printf("paused at step %lld (stopping.max_steps; %s)\n", (long long)step,
                        r.checkpoints ? "checkpoint written" : "no checkpoint directory");
                 fflush(stdout);
             }

@@ -285,7 +285,16 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
         } else {
             int n_exited = 0, n_ok = 0;
             rc = store_rank_exit_counts(tx.c, job.id, job.attempt, &n_exited, &n_ok, err);
-            if (rc == 0 && n_ok >= job.world_size) {
+            int64_t pause_at = 0, max_steps = 0;
+            if (rc == 0 && n_ok >= job.world_size)
+                rc = store_job_pause_step(tx.c, job.id, &pause_at, &max_steps, err);
+            if (rc == 0 && n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps) {
+                /* stopped at stopping.max_steps with a checkpoint: paused, its slots free */
+                snprintf(reason, sizeof(reason), "paused at step %lld of %lld (stopping.max_steps): all %d rank(s) "
+                         "exited with code 0, checkpoint kept", (long long)pause_at, (long long)max_steps,
+                         job.world_size);
+                rc = svc_job_set_state(&tx, &job, JOB_STATE_PAUSED, job.attempt, STORE_TR_STARTED, reason, err);
+            } else if (rc == 0 && n_ok >= job.world_size) {
                 snprintf(reason, sizeof(reason), "all %d rank(s) exited with code 0", job.world_size);
                 rc = svc_job_set_state(&tx, &job, JOB_STATE_COMPLETED, job.attempt, STORE_TR_STARTED,
                                        reason, err);

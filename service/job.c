@@ -45,26 +45,14 @@ int svc_job_resolve(svc_t *s, const svc_caller_t *who, const char *ref, char out
         kiln_err_hint(err, "give at least %d characters of the id", SVC_JOB_PREFIX_MIN);
         return KILN_EINVAL;
     }
-    /* The caller's projects as a text[] literal (names are [a-z0-9._-]); NULL: all of them. */
     char *projects = NULL;
-    if (!who->cluster_admin) {
-        size_t cap = 3;
-        for (int i = 0; i < who->nroles; i++)
-            cap += strlen(who->roles[i].project) + 3;
-        projects = malloc(cap);
-        if (!projects)
-            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        size_t o = 0;
-        projects[o++] = '{';
-        for (int i = 0; i < who->nroles; i++)
-            o += (size_t)snprintf(projects + o, cap - o, "%s\"%s\"", i ? "," : "", who->roles[i].project);
-        projects[o++] = '}';
-        projects[o] = '\0';
-    }
+    int rc = svc_caller_projects(who, &projects, err);
+    if (rc)
+        return rc;
     char ids[5][37];
     int found = 0;
     store_conn_t *c = NULL;
-    int rc = store_conn_get(s->store, &c, err);
+    rc = store_conn_get(s->store, &c, err);
     if (rc == 0) {
         rc = store_job_ids_between(c, lo, hi, projects, 5, ids, &found, err);
         store_conn_put(s->store, c);
@@ -88,6 +76,27 @@ int svc_job_resolve(svc_t *s, const svc_caller_t *who, const char *ref, char out
         return KILN_EINVAL;
     }
     memcpy(out, ids[0], SVC_JOB_ID_SIZE);
+    return 0;
+}
+
+int svc_caller_projects(const svc_caller_t *who, char **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (who->cluster_admin)
+        return 0;
+    size_t cap = 3;
+    for (int i = 0; i < who->nroles; i++)
+        cap += strlen(who->roles[i].project) + 3;
+    char *p = malloc(cap);
+    if (!p)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    size_t o = 0;
+    p[o++] = '{';
+    for (int i = 0; i < who->nroles; i++)
+        o += (size_t)snprintf(p + o, cap - o, "%s\"%s\"", i ? "," : "", who->roles[i].project);
+    p[o++] = '}';
+    p[o] = '\0';
+    *out = p;
     return 0;
 }
 
@@ -525,7 +534,9 @@ int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *
     case JOB_STATE_QUEUED:
     case JOB_STATE_SCHEDULED:
     case JOB_STATE_RESTARTING:
-        /* Nothing runs for the current attempt (SCHEDULED: not delivered yet). */
+    case JOB_STATE_PAUSED:
+        /* Nothing runs for the current attempt (SCHEDULED: not delivered yet; PAUSED: its
+         * ranks exited at stopping.max_steps). */
         if (st == JOB_STATE_SCHEDULED)
             rc = store_assign_stop(tx.c, id, job.attempt, why, NULL, err);
         if (rc == 0)

@@ -371,6 +371,7 @@ void *svc_sched_main(void *arg)
             break;
         if (!svc_is_leader(s))
             continue; /* the leader schedules; wake-ups here were forwarded to it (notify.c) */
+        svc_tune_pass(s);
         sched_tick(s);
         /* Coalesce bursts of wake-ups (a submission storm) into at most one pass per 20 ms. */
         struct timespec pause = {.tv_sec = 0, .tv_nsec = 20 * 1000000};

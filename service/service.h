@@ -12,6 +12,7 @@
 #include "base/base.h"
 #include "base/job_states.h"
 #include "proto/kiln.pb-c.h"
+#include "spec/spec.h"
 
 typedef struct svc svc_t;
 
@@ -701,5 +702,97 @@ int sched_pending(const sched_snapshot_t *snap, const sched_decision_t *dec, con
  * slots in use per type just before this admission (NULL: the snapshot's). */
 void sched_admission_text(const sched_snapshot_t *snap, int j, const sched_decision_t *d, const int *usage,
                           char *out, size_t n);
+/* ---- tuning jobs (tune.c) ----------------------------------------------------------------------
+ * A tuning job (issue 29) searches a base job spec's parameters toward an objective metric; its
+ * trials are ordinary jobs in the base job's project and queue, tagged tuning_job = its id and
+ * tuning_trial = their number. Editors of the project create and stop tuning jobs, viewers read
+ * them; a tuning job of a project the caller has no role in does not exist for it. As JSON:
+ * {"id", "name", "project", "state" (RUNNING, STOPPING, COMPLETED, FAILED, STOPPED), "reason",
+ * "strategy", "objective": {"metric", "goal"}, "max_jobs", "max_parallel_jobs", "seed", "spec"
+ * (the normalised request), "trials": [{"trial", "job_id", "parameters", "objective" (the
+ * trial's latest value, or null), "steps", "rung", "state"}], "best": {"job_id", "objective",
+ * "parameters"} or null, "events", "submitted_by", "created_at", "updated_at", "ended_at"}. */
+
+/* Validates body (spec_tuning_parse: KILN_EINVAL naming the field), checks the caller is an
+ * editor of the base job's project and that its queue takes the job, draws a seed when none is
+ * given, and stores the tuning job RUNNING; the leader's controller starts its trials. */
+int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err);
+/* *out = {"tuning_jobs": [...]}: those of the projects the caller can see, newest first (at most
+ * 500), each without trials and spec, with "trial_count". */
+int svc_tuning_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+int svc_tuning_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+/* A RUNNING tuning job becomes STOPPING (editors): the controller stops its trials, then it is
+ * STOPPED. KILN_ESTATE when it is not RUNNING. *out = the tuning job. */
+int svc_tuning_stop(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
+
+/* ---- tuning search (service/tune_search.c), pure functions for tests and benchmarks ------------
+ * A tuning job's trials are numbered from 0. Trial n's parameter values depend only on the
+ * request and n: random and hyperband draw each parameter from the seed, n and the parameter's
+ * place (the same seed gives the same trials, on any kilnd, after any restart); grid takes the
+ * n-th point of the grid (the last parameter varying fastest). */
+
+/* A number in [0, 1) from (seed, trial, param): stateless and the same everywhere. */
+double tune_uniform(uint64_t seed, int trial, int param);
+/* p's value for the uniform draw u in [0, 1): linear, log (log-uniform) or reverse_log (1 - v
+ * log-uniform) over [min, max], integers rounded to the nearest and each integer given its cell's
+ * share of the scale, categorical values with equal chances. Caller owns the result. */
+json_t *tune_param_value(const spec_tune_param_t *p, double u);
+/* The grid's points (the product of the categorical parameters' values and the integer
+ * parameters' ranges); -1 when a parameter is continuous or the product is past 2^40. */
+int64_t tune_grid_size(const spec_tuning_t *t);
+/* Trial n's values, an object by parameter name. Caller owns it; NULL past the grid's end (or
+ * when out of memory). */
+json_t *tune_trial_values(const spec_tuning_t *t, int trial);
+/* Hyperband's rungs: the steps each rung trains to (min_resource, x eta, ..., max_resource)
+ * into steps (SPEC_TUNE_MAX_RUNGS), returning how many; 0 for the other strategies. */
+int tune_rungs(const spec_tuning_t *t, int64_t *steps);
+
+/* What a trial is, as the controller sees it. */
+typedef enum tune_trial_state {
+    TUNE_TRIAL_ACTIVE = 1,   /* its job waits or runs */
+    TUNE_TRIAL_PAUSED,       /* hyperband: it finished a rung below the top and waits for promotion */
+    TUNE_TRIAL_COMPLETED,    /* its job ended COMPLETED (at the top rung, for hyperband) */
+    TUNE_TRIAL_FAILED,       /* its job ended FAILED (after its own retries) */
+    TUNE_TRIAL_STOPPED,      /* its job was stopped */
+} tune_trial_state_t;
+
+typedef struct tune_trial {
+    int trial;                        /* its number */
+    const char *job_id;               /* borrowed, for reasons */
+    tune_trial_state_t state;
+    bool has_objective;               /* it reported the objective metric */
+    double objective;                 /* its latest value */
+    const char *reported;             /* the metrics it reported, comma-separated (borrowed) */
+    int nrungs;                       /* hyperband: rungs it finished */
+    double rung_objective[SPEC_TUNE_MAX_RUNGS]; /* the objective at the end of each */
+} tune_trial_t;
+
+typedef struct tune_view {
+    const spec_tuning_t *t;
+    const tune_trial_t *trials;       /* by trial number */
+    int ntrials;
+    int next_trial;                   /* trials drawn so far */
+    const char *last_failure;         /* the last failed trial's reason, or NULL */
+} tune_view_t;
+
+#define TUNE_PLAN_MAX 64
+typedef enum { TUNE_END_NONE = 0, TUNE_END_COMPLETED, TUNE_END_FAILED } tune_end_t;
+typedef struct tune_plan {
+    int nnew;                         /* trials to start now: next_trial .. next_trial + nnew - 1 */
+    int promote[TUNE_PLAN_MAX];       /* indexes into trials of paused trials to continue a rung up */
+    int npromote;
+    int best;                         /* index of the best trial so far, -1 when none */
+    tune_end_t end;                   /* the search ends now, with reason */
+    char reason[400];
+} tune_plan_t;
+
+/* One controller decision over a snapshot: in this order, the search FAILS when a trial finished
+ * a rung or ended COMPLETED without the objective metric (the reason names the metric and those
+ * it reported) or when max_failed_trials trials failed; it COMPLETES when the best objective
+ * reaches completion.target_objective, when no_improvement_trials completed trials in a row did
+ * not improve on the best, or when every trial is drawn and none runs or can be promoted.
+ * Otherwise paused trials in the top 1/eta of their rung so far are promoted (top rungs first)
+ * and new trials fill what max_parallel_jobs leaves. Returns 0. */
+int tune_decide(const tune_view_t *v, tune_plan_t *out);
 
 #endif /* KILN_SERVICE_H */

@@ -7,7 +7,9 @@
  *   QUEUED -> SCHEDULED -> STARTING -> RUNNING -> COMPLETED | FAILED
  *   any non-terminal -> STOPPING (running) or STOPPED (not started) on a stop request
  *   SCHEDULED | STARTING | RUNNING -> RESTARTING (a worker or a rank was lost, attempts left)
- *                                    -> SCHEDULED */
+ *                                    -> SCHEDULED
+ *   STARTING | RUNNING -> PAUSED (every rank exited 0 at stopping.max_steps, below max_steps)
+ *                      -> RESTARTING (resumed) | COMPLETED | STOPPED */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -52,11 +54,14 @@ static const unsigned LEGAL[JOB_STATE_COUNT_] = {
     [JOB_STATE_SCHEDULED] = B(JOB_STATE_STARTING) | B(JOB_STATE_STOPPED) | B(JOB_STATE_RESTARTING)
                             | B(JOB_STATE_FAILED),
     [JOB_STATE_STARTING] = B(JOB_STATE_RUNNING) | B(JOB_STATE_STOPPING) | B(JOB_STATE_RESTARTING)
-                           | B(JOB_STATE_FAILED) | B(JOB_STATE_COMPLETED) | B(JOB_STATE_STOPPED),
+                           | B(JOB_STATE_FAILED) | B(JOB_STATE_COMPLETED) | B(JOB_STATE_STOPPED)
+                           | B(JOB_STATE_PAUSED),
     [JOB_STATE_RUNNING] = B(JOB_STATE_COMPLETED) | B(JOB_STATE_FAILED) | B(JOB_STATE_STOPPING)
-                          | B(JOB_STATE_RESTARTING),
+                          | B(JOB_STATE_RESTARTING) | B(JOB_STATE_PAUSED),
     [JOB_STATE_STOPPING] = B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
     [JOB_STATE_RESTARTING] = B(JOB_STATE_SCHEDULED) | B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
+    /* resumed (a new attempt from its checkpoint), ended by its tuning job, or stopped */
+    [JOB_STATE_PAUSED] = B(JOB_STATE_RESTARTING) | B(JOB_STATE_COMPLETED) | B(JOB_STATE_STOPPED),
     [JOB_STATE_COMPLETED] = 0,
     [JOB_STATE_FAILED] = 0,
     [JOB_STATE_STOPPED] = 0,
@@ -99,7 +104,7 @@ int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, in
     if (svc_state_terminal(to))
         tx->ended[to]++;
     /* Anything that ends or re-queues a job may free slots or add work for the scheduler. */
-    if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED)
+    if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED || to == JOB_STATE_PAUSED)
         tx->wake_sched = true;
     return 0;
 }

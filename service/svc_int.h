@@ -427,6 +427,13 @@ void svc_prom_queues_seen(const sched_queue_t *queues, int n);
 void svc_prom_init(void);
 
 /* Replaces `id` (a parameter) by the full id it names, or returns the error. */
+/* The caller's projects as a PostgreSQL text[] literal (names are [a-z0-9._-]) into *out (caller
+ * frees); NULL for a cluster admin, who sees every project. KILN_ENOMEM. */
+int svc_caller_projects(const svc_caller_t *who, char **out, kiln_err_t *err);
+/* The tuning controller's pass (tune.c), run by the leader's scheduler thread before each
+ * scheduling pass: starts, promotes and stops trials and ends tuning jobs. */
+void svc_tune_pass(svc_t *s);
+
 #define JOB_RESOLVE(s, who, id, err)                                                              \
     char id##_full[SVC_JOB_ID_SIZE];                                                              \
     do {                                                                                          \

@@ -615,10 +615,18 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
     }
     if (st) {
         rd_t rs = {err, "stopping"};
-        static const char *const keys[] = {"max_runtime_s", "grace_period_s", NULL};
+        static const char *const keys[] = {"max_runtime_s", "grace_period_s", "max_steps", NULL};
         if ((rc = rd_known_keys(&rs, st, keys)) || (rc = rd_int64(&rs, st, "max_runtime_s", &s->max_runtime_s, 0, (int64_t)1 << 40)) ||
-            (rc = rd_int(&rs, st, "grace_period_s", &s->grace_period_s, 0, SPEC_MAX_GRACE_S)))
+            (rc = rd_int(&rs, st, "grace_period_s", &s->grace_period_s, 0, SPEC_MAX_GRACE_S)) ||
+            (rc = rd_int64(&rs, st, "max_steps", &s->pause_at_step, 0, (int64_t)1 << 40)))
             return rc;
+        if (s->pause_at_step > 0 && spec_is_script(s))
+            return invalid(err, "stopping.max_steps", "leave it out: a script job's steps are its own",
+                           "stopping.max_steps pauses kiln's engine; a script job cannot take it");
+        if (s->pause_at_step > 0 && s->pause_at_step > s->hp.max_steps)
+            return invalid(err, "stopping.max_steps", "make it at most hyperparameters.max_steps",
+                           "stopping.max_steps (%lld) is past hyperparameters.max_steps (%lld)",
+                           (long long)s->pause_at_step, (long long)s->hp.max_steps);
     }
     if (rt) {
         rd_t rr = {err, "retry"};
@@ -869,6 +877,8 @@ json_t *spec_to_json(const spec_t *s)
     json_t *stopping = json_pack("{s:I}", "max_runtime_s", (json_int_t)s->max_runtime_s);
     if (s->grace_period_s)
         json_object_set_new(stopping, "grace_period_s", json_integer(s->grace_period_s));
+    if (s->pause_at_step)
+        json_object_set_new(stopping, "max_steps", json_integer((json_int_t)s->pause_at_step));
     json_t *ck = spec_is_script(s) ? json_pack("{s:i}", "every_steps", 0)
                                    : json_pack("{s:i, s:i}", "every_steps", s->ckpt_every_steps, "keep_last",
                                                s->ckpt_keep_last);

@@ -132,6 +132,10 @@ typedef struct spec {
     spec_metric_def_t metric_defs[SPEC_MAX_METRIC_DEFS];
     int n_metric_defs;
     int64_t max_runtime_s;
+    int64_t pause_at_step;       /* stopping.max_steps (engine jobs; 0: none): the run stops at this
+                                  * step with a checkpoint and exits 0, paused; the learning-rate
+                                  * schedule still spans hyperparameters.max_steps, so raising or
+                                  * removing it and resuming continues the same run */
     int grace_period_s;          /* stopping.grace_period_s: SIGTERM, then SIGKILL after this
                                   * long; 0: kilnd's --stop-grace-ms */
     int max_attempts;
@@ -286,5 +290,76 @@ int spec_cap_refuse(spec_cap_t cap, const char *model, const char *backend, kiln
  * (spec_cap_refuse). backend: the one the job runs on (spec_backend(s) at submission, the
  * engine's own at run time). Returns 0 or KILN_EINVAL. */
 int spec_caps_check(const spec_t *s, const char *backend, kiln_err_t *err);
+
+/* ============================================================================================
+ * Tuning jobs (spec/tuning.c): a search over a base job spec's parameters toward an objective
+ * metric. The request is parsed and validated here, once for REST and gRPC: every parameter's
+ * path must be one the base spec has, and the ends of its range and each categorical value are
+ * substituted into the base spec and run through spec_parse, so a value the job validator would
+ * refuse is refused at submission, naming the parameter.
+ * ============================================================================================ */
+#define SPEC_TUNE_MAX_PARAMS 30    /* SageMaker's limit */
+#define SPEC_TUNE_MAX_VALUES 100   /* values of one categorical parameter */
+#define SPEC_TUNE_MAX_JOBS 1000    /* max_jobs, at most */
+#define SPEC_TUNE_MAX_RUNGS 16     /* hyperband rungs, at most */
+
+typedef enum { SPEC_TUNE_INTEGER = 1, SPEC_TUNE_CONTINUOUS, SPEC_TUNE_CATEGORICAL } spec_tune_type_t;
+typedef enum { SPEC_TUNE_LINEAR = 0, SPEC_TUNE_LOG, SPEC_TUNE_REVERSE_LOG } spec_tune_scaling_t;
+typedef enum { SPEC_TUNE_RANDOM = 1, SPEC_TUNE_GRID, SPEC_TUNE_HYPERBAND } spec_tune_strategy_t;
+
+typedef struct spec_tune_param {
+    char name[128];              /* as the request names it ("lr", "model.n_embd") */
+    char path[160];              /* its dotted path in the job spec ("hyperparameters.lr") */
+    spec_tune_type_t type;
+    spec_tune_scaling_t scaling; /* integer and continuous */
+    double min, max;             /* integer and continuous; min < max */
+    json_t *values;              /* categorical: an array of 1 to SPEC_TUNE_MAX_VALUES numbers,
+                                  * strings or booleans (owned); NULL otherwise */
+} spec_tune_param_t;
+
+typedef struct spec_tuning {
+    char name[128];
+    char project[64];            /* the base job's */
+    json_t *job;                 /* the base job spec, normalised (spec_to_json; owned) */
+    bool script;                 /* the base job is a script job */
+    spec_tune_param_t params[SPEC_TUNE_MAX_PARAMS];
+    int nparams;
+    char metric[64];             /* objective.metric */
+    bool maximize;               /* objective.goal "maximize" (default "minimize") */
+    spec_tune_strategy_t strategy;
+    int64_t min_resource, max_resource; /* hyperband: steps */
+    int reduction_factor;        /* hyperband: eta, 2 to 10 (default 3) */
+    int max_jobs;                /* trials in all (default 10) */
+    int max_parallel_jobs;       /* trials at once (default 1); at most max_jobs */
+    uint64_t seed;
+    bool seed_set;               /* false: kilnd draws one at submission and records it */
+    bool has_target;             /* completion.target_objective given */
+    double target;
+    int no_improvement_trials;   /* completion.no_improvement_trials (0: off) */
+    bool early_stopping;         /* early_stopping "auto" (refused at present: only "off") */
+    int max_failed_trials;       /* failed trials that end the tuning job (default 3) */
+    int trial_priority;          /* default: the base job's priority minus 1 */
+} spec_tuning_t;
+
+/* Parses and validates a tuning request (the body of POST /v1/tuning-jobs; the keys name, job,
+ * parameters, objective, strategy, hyperband, max_jobs, max_parallel_jobs, seed, completion,
+ * early_stopping, max_failed_trials, trial_priority). A bare parameter name means
+ * hyperparameters.<name> (an engine job's hyperparameters section and a script job's free-form
+ * hyperparameters alike); a dotted name is a path in the job spec. KILN_EINVAL with err->field
+ * the offending field ("parameters.lr.min", "job.model.n_head", "max_parallel_jobs") otherwise.
+ * *out must be released with spec_tuning_deinit() on success. */
+int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err);
+/* Releases what spec_tuning_parse allocated. Accepts NULL. */
+void spec_tuning_deinit(spec_tuning_t *t);
+/* The normalised request (every field with its effective value). Caller owns the result. */
+json_t *spec_tuning_to_json(const spec_tuning_t *t);
+/* The job spec of a trial: the base job with each parameter's value (values: an object by
+ * parameter name) set at its path, named name, tagged tags (an object of strings, merged into
+ * the base job's), at the request's trial_priority; for hyperband, hyperparameters.max_steps is
+ * the last rung (max_resource) and stopping.max_steps the first (min_resource): it pauses there. Caller
+ * owns the result; NULL when out of memory. */
+json_t *spec_tuning_trial_spec(const spec_tuning_t *t, const json_t *values, const char *name, const json_t *tags);
+/* The strategy's name ("random", "grid", "hyperband"). Static storage. */
+const char *spec_tune_strategy_name(spec_tune_strategy_t s);
 
 #endif /* KILN_SPEC_H */

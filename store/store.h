@@ -100,6 +100,12 @@ typedef struct store_job_row {
 /* Reads a job's row; with lock, SELECT ... FOR UPDATE (inside a transaction). KILN_ENOTFOUND when
  * there is no such job (id need not be a valid UUID: a malformed id is simply not found). */
 int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err);
+/* The job's spec's stopping.max_steps (0 when none) and hyperparameters.max_steps (0 for a script
+ * job). */
+int store_job_pause_step(store_conn_t *c, const char *id, int64_t *pause_at, int64_t *max_steps, kiln_err_t *err);
+/* Sets the job's stopping.max_steps to pause_at (0: removes it, so it runs to its end) and gives
+ * it one attempt more (the resumed attempt keeps the retries its spec asked for). */
+int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err);
 
 enum {
     STORE_TR_STARTED = 1 << 0,   /* set started_at (first time only) */
@@ -798,5 +804,40 @@ int store_notify(store_conn_t *c, const char *channel, const char *payload, kiln
 
 /* true when s is a UUID in canonical text form (36 characters). */
 bool store_is_uuid(const char *s);
+
+
+/* ---- tuning jobs (tune.c) ----------------------------------------------------------------------
+ * A tuning job as JSON: {"id", "name", "project", "state", "reason", "spec" (the normalised
+ * request), "next_trial", "submitted_by", "created_at", "updated_at", "ended_at" (RFC 3339 or
+ * null)}. States RUNNING, STOPPING, COMPLETED, FAILED, STOPPED; each change is an event. */
+
+/* Inserts a RUNNING tuning job (and its first event); *out = it. KILN_ENOTFOUND (field
+ * "project") when the project does not exist. */
+int store_tuning_insert(store_conn_t *c, const char *name, const char *project, const char *spec_json,
+                        const char *submitted_by, const char *reason, json_t **out, kiln_err_t *err);
+/* *out = the tuning job (for_update: its row locked until the transaction ends). KILN_ENOTFOUND. */
+int store_tuning_get_json(store_conn_t *c, const char *id, bool for_update, json_t **out, kiln_err_t *err);
+/* *out = its trials, by number: [{"trial", "job_id", "parameters", "rung", "rung_objectives",
+ * "job_state", "job_reason", "steps", "total_steps", "metrics" (the job's latest values),
+ * "attempt"}]. */
+int store_tuning_trials_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
+/* *out = its events, oldest first: [{"seq", "time", "from_state", "to_state", "reason", "actor"}]. */
+int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
+/* *out = the tuning jobs of projects (a text[] literal; NULL: every project), newest first, at
+ * most limit, each with "trial_count". */
+int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, json_t **out, kiln_err_t *err);
+/* The RUNNING and STOPPING tuning jobs, oldest first. Caller frees *ids. */
+int store_tuning_active(store_conn_t *c, char (**ids)[STORE_ID_LEN], int *n, kiln_err_t *err);
+/* Moves a tuning job from `from` to `to` with an event (actor NULL: kilnd); ended sets ended_at.
+ * KILN_ESTATE when it is no longer in `from`. */
+int store_tuning_set_state(store_conn_t *c, const char *id, const char *from, const char *to, const char *reason,
+                           const char *actor, bool ended, kiln_err_t *err);
+/* Records trial number trial as job job_id with its parameters (JSON text) and rung; the tuning
+ * job's next_trial moves past it. KILN_EEXIST when the number is taken. */
+int store_tuning_trial_insert(store_conn_t *c, const char *tuning_id, int trial, const char *job_id,
+                              const char *params_json, int rung, kiln_err_t *err);
+/* Sets a trial's rung and, when rung_objectives_json is not NULL, its objectives per rung. */
+int store_tuning_trial_rung(store_conn_t *c, const char *tuning_id, int trial, int rung,
+                            const char *rung_objectives_json, kiln_err_t *err);
 
 #endif /* KILN_STORE_H */

@@ -425,6 +425,31 @@ static void p_code_get(int c, char *path, size_t n, const char **body)
     *body = NULL;
 }
 
+/* Tuning jobs: project p's, one made as cluster admin for the callers to read or stop. */
+static char *tuning_body(void)
+{
+    static char b[1400];
+    snprintf(b, sizeof b, "{\"name\": \"t\", \"job\": %s, \"parameters\": {\"lr\": {\"type\": \"continuous\","
+             " \"min\": 0.0001, \"max\": 0.01}}, \"objective\": {\"metric\": \"val_loss\"}, \"max_jobs\": 1}",
+             job_spec("p"));
+    return b;
+}
+static void p_tunings(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/tuning-jobs", NULL); }
+static void p_tuning_create(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/tuning-jobs", tuning_body());
+}
+static void p_tuning_made(int c, char *path, size_t n, const char **body, const char *suffix, const char *b)
+{
+    json_t *t = admin("POST", "/v1/tuning-jobs", tuning_body(), 201);
+    snprintf(path, n, "/v1/tuning-jobs/%s%s", json_string_value(json_object_get(t, "id")), suffix);
+    json_decref(t);
+    (void)c;
+    *body = b;
+}
+static void p_tuning(int c, char *path, size_t n, const char **body) { p_tuning_made(c, path, n, body, "", NULL); }
+static void p_tuning_stop(int c, char *path, size_t n, const char **body) { p_tuning_made(c, path, n, body, ":stop", "{}"); }
+
 static const row_t k_rows[] = {
     {"POST", "/v1/code", p_code_upload, {UNAUTH, 403, 201, 403, 201, 201}},
     {"GET", "/v1/code/{digest}", p_code_get, {UNAUTH, 200, 200, 404, 200, 200}},
@@ -461,6 +486,10 @@ static const row_t k_rows[] = {
     {"POST", "/v1/queues", p_queue_create, {CLUSTER_ONLY(403, 201)}},
     {"PATCH", "/v1/queues/{name}", p_queue_update, {CLUSTER_ONLY(403, 200)}},
     {"DELETE", "/v1/queues/{name}", p_queue_delete, {CLUSTER_ONLY(403, 200)}},
+    {"GET", "/v1/tuning-jobs", p_tunings, {EVERYONE(200)}},
+    {"POST", "/v1/tuning-jobs", p_tuning_create, {UNAUTH, 403, 201, 403, 201, 201}},
+    {"GET", "/v1/tuning-jobs/{id}", p_tuning, {UNAUTH, 200, 200, 404, 200, 200}},
+    {"POST", "/v1/tuning-jobs/{id}:stop", p_tuning_stop, {UNAUTH, 403, 200, 404, 200, 200}},
     {"GET", "/v1/projects/{project}/members", p_members, {UNAUTH, 200, 200, 404, 200, 200}},
     {"PUT", "/v1/projects/{project}/members/{user}", p_member_set, {UNAUTH, 403, 403, 404, 200, 200}},
     {"DELETE", "/v1/projects/{project}/members/{user}", p_member_remove, {UNAUTH, 403, 403, 404, 200, 200}},

@@ -576,6 +576,34 @@ Test(contract, every_route_against_openapi)
     want(403, "DELETE", "/v1/queues/nlp", NULL, viewer);
     want(200, "DELETE", "/v1/queues/nlp", NULL, NULL);
     want(404, "DELETE", "/v1/queues/nlp", NULL, NULL);
+    /* ---- tuning jobs ---- */
+    {
+        static const char tuning[] =
+            "{\"name\": \"sweep\", \"job\": {\"model\": {\"type\": \"mlp\", \"hidden\": [8], \"n_inputs\": 4,"
+            " \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"}, \"hyperparameters\": {\"max_steps\": 50}},"
+            " \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 0.0001, \"max\": 0.01, \"scaling\": \"log\"},"
+            " \"model.hidden\": {\"type\": \"integer\", \"min\": 1, \"max\": 4}},"
+            " \"objective\": {\"metric\": \"val_loss\"}, \"max_jobs\": 2, \"seed\": 1}";
+        want(400, "POST", "/v1/tuning-jobs", tuning, NULL); /* model.hidden is a list, not a number */
+        char body[1024];
+        snprintf(body, sizeof body, "%s", tuning);
+        char *h = strstr(body, "\"model.hidden\"");
+        memcpy(h, "\"warmup_steps\"", strlen("\"warmup_steps\""));
+        memmove(h + strlen("\"warmup_steps\""), h + strlen("\"model.hidden\""), strlen(h + strlen("\"model.hidden\"")) + 1);
+        want(403, "POST", "/v1/tuning-jobs", body, viewer);
+        cr_assert_eq(rec("POST", "/v1/tuning-jobs", body, NULL, NULL, NULL, &text), 201, "%s", text);
+        char *tid = json_field(text, "id");
+        free(text);
+        want(200, "GET", "/v1/tuning-jobs", NULL, NULL);
+        snprintf(path, sizeof path, "/v1/tuning-jobs/%s", tid);
+        want(200, "GET", path, NULL, NULL);
+        want(404, "GET", "/v1/tuning-jobs/00000000-0000-0000-0000-000000000000", NULL, NULL);
+        snprintf(path, sizeof path, "/v1/tuning-jobs/%s:stop", tid);
+        want(400, "POST", path, "{\"reason\": \"x\"}", NULL);
+        want(200, "POST", path, "{}", NULL);
+        want(409, "POST", path, "{}", NULL);
+        free(tid);
+    }
     /* ---- what agents are trusted with: join tokens, approval, removal, bans ---- */
     cr_assert_eq(rec("POST", "/v1/join-tokens", "{\"uses\": 2, \"expires_in\": \"1h\", \"description\": \"rack 4\"}",
                      NULL, NULL, NULL, &text), 201, "%s", text);

@@ -121,6 +121,16 @@ typedef struct rest_case {
 } rest_case_t;
 
 static const rest_case_t rest_cases[] = {
+    {"tuning range with min >= max", "POST", "/v1/tuning-jobs", NULL,
+     "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 0.1, \"max\": 0.01}}}", 400, "parameters.lr.min"},
+    {"tuning log scaling from 0", "POST", "/v1/tuning-jobs", NULL,
+     "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"weight_decay\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.1, \"scaling\": \"log\"}}}", 400, "parameters.weight_decay.min"},
+    {"tuning categorical value the job refuses", "POST", "/v1/tuning-jobs", NULL,
+     "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"model.n_head\": {\"type\": \"categorical\", \"values\": [2, 5]}}}", 400, "parameters.model.n_head.values[1]"},
+    {"tuning path the job lacks", "POST", "/v1/tuning-jobs", NULL,
+     "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"model.depth\": {\"type\": \"integer\", \"min\": 1, \"max\": 2}}}", 400, "parameters.model.depth"},
+    {"tuning max_parallel_jobs above max_jobs", "POST", "/v1/tuning-jobs", NULL,
+     "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01}}, \"max_jobs\": 2, \"max_parallel_jobs\": 3}", 400, "max_parallel_jobs"},
     {"tag not UTF-8", "GET", "/v1/jobs?tag=%FF%FE", NULL, NULL, 400, "tag"},
     {"metric name not UTF-8", "GET", "/v1/jobs/{id}/metrics?name=%FF%FE", NULL, NULL, 400, "name"},
     {"gradient_dtype fp16", "POST", "/v1/jobs", NULL,
@@ -368,6 +378,16 @@ typedef struct grpc_case {
 #define BAD_WORKER_HEX "0a 03 77 fe ff 20 01 2a 03 63 70 75"
 
 static const grpc_case_t grpc_cases[] = {
+    {"CreateTuningJob: tuning range with min >= max", "TrainingService/CreateTuningJob",
+     "{\"tuning_job\": {\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 0.1, \"max\": 0.01}}}}", NULL, 0, "INVALID_ARGUMENT", "tuning_job.parameters.lr.min"},
+    {"CreateTuningJob: tuning log scaling from 0", "TrainingService/CreateTuningJob",
+     "{\"tuning_job\": {\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"weight_decay\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.1, \"scaling\": \"log\"}}}}", NULL, 0, "INVALID_ARGUMENT", "tuning_job.parameters.weight_decay.min"},
+    {"CreateTuningJob: tuning categorical value the job refuses", "TrainingService/CreateTuningJob",
+     "{\"tuning_job\": {\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"model.n_head\": {\"type\": \"categorical\", \"values_json\": \"[2, 5]\"}}}}", NULL, 0, "INVALID_ARGUMENT", "tuning_job.parameters.model.n_head.values[1]"},
+    {"CreateTuningJob: tuning path the job lacks", "TrainingService/CreateTuningJob",
+     "{\"tuning_job\": {\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"model.depth\": {\"type\": \"integer\", \"min\": 1, \"max\": 2}}}}", NULL, 0, "INVALID_ARGUMENT", "tuning_job.parameters.model.depth"},
+    {"CreateTuningJob: tuning max_parallel_jobs above max_jobs", "TrainingService/CreateTuningJob",
+     "{\"tuning_job\": {\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 500}}, \"objective\": {\"metric\": \"val_loss\"}, \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01}}, \"max_jobs\": 2, \"max_parallel_jobs\": 3}}", NULL, 0, "INVALID_ARGUMENT", "tuning_job.max_parallel_jobs"},
     {"ListJobs with tag \\xff\\xfe", "TrainingService/ListJobs", NULL, "12 02 ff fe", 0, "INVALID_ARGUMENT", "tag"},
     {"ListJobs page_size 0", "TrainingService/ListJobs", "{\"page_size\": 0}", NULL, 0, "INVALID_ARGUMENT",
      "page_size"},

@@ -172,6 +172,25 @@ static const char *const k_callers[C_COUNT] = {"no token", "bad token", "expired
                                                "cluster admin"};
 static char tokens[C_COUNT][128];
 static char job_p[64], victim_token[64], stop_jobs[C_COUNT][64], del_jobs[C_COUNT][64];
+static char tuning_p[64], stop_tunings[C_COUNT][64];
+
+/* A tuning request over project's mlp job (one trial). Caller owns it. */
+static json_t *tuning_body(const char *project)
+{
+    return json_pack("{s:s, s:{s:s, s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}}, s:{s:{s:s, s:f, s:f}}, s:{s:s}, s:i}",
+                     "name", "t", "job", "name", "g", "project", project, "model", "type", "mlp", "hidden", 8,
+                     "n_inputs", 4, "n_classes", 2, "data", "train", "synthetic", "parameters", "lr", "type",
+                     "continuous", "min", 0.0001, "max", 0.01, "objective", "metric", "val_loss", "max_jobs", 1);
+}
+static void new_tuning(const char *project, char *id)
+{
+    json_t *b = tuning_body(project), *out = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_tuning_create(S, svc_caller_kilnd(), b, &out, &err), 0, "%s", err.message);
+    snprintf(id, 64, "%s", json_string_value(json_object_get(out, "id")));
+    json_decref(out);
+    json_decref(b);
+}
 static char victim_join[32], victim_ban[24];
 
 /* A worker registered in-process whose agent is shutting down (a heartbeat says so): its slot
@@ -309,6 +328,7 @@ static void world(void)
         user(name, 0, NULL);
         member("p", name, "viewer");
         new_job("p", stop_jobs[c]);
+        new_tuning("p", stop_tunings[c]);
         new_job("p", del_jobs[c]);
         json_t *j = NULL;
         cr_assert_eq(svc_job_stop(S, svc_caller_kilnd(), del_jobs[c], "ended", &j, &err), 0, "%s", err.message);
@@ -320,6 +340,7 @@ static void world(void)
         json_decref(qb);
     }
     new_job("p", job_p);
+    new_tuning("p", tuning_p);
     code_world();
     /* a join token to revoke, a ban to lift */
     cr_assert_eq(svc_join_token_create(S, svc_caller_kilnd(), NULL, "1h", "victim", &out, &err), 0, "%s", err.message);
@@ -401,6 +422,14 @@ static json_t *r_queue_update(int c)
                      "update_mask", "weight");
 }
 static json_t *r_queue_delete(int c) { return json_pack("{s:s+}", "name", "gq-", (char[2]){(char)('a' + c), 0}); }
+static json_t *r_tuning_create(int c)
+{
+    (void)c;
+    json_t *b = tuning_body("p");
+    return json_pack("{s:o}", "tuning_job", b);
+}
+static json_t *r_tuning(int c) { (void)c; return json_pack("{s:s}", "id", tuning_p); }
+static json_t *r_tuning_stop(int c) { return json_pack("{s:s}", "id", stop_tunings[c]); }
 static json_t *r_unban(int c) { (void)c; return json_pack("{s:s}", "id", victim_ban); /* int64: text in proto JSON */ }
 
 static const row_t k_rows[] = {
@@ -451,6 +480,13 @@ static const row_t k_rows[] = {
     {"/kiln.TrainingService/GetQueue", r_queue, {EVERYONE}},
     {"/kiln.TrainingService/UpdateQueue", r_queue_update, {CLUSTER_ONLY("PERMISSION_DENIED")}},
     {"/kiln.TrainingService/DeleteQueue", r_queue_delete, {CLUSTER_ONLY("PERMISSION_DENIED")}},
+    /* tuning jobs: as jobs (editors create and stop, viewers read; other projects' do not exist) */
+    {"/kiln.TrainingService/CreateTuningJob", r_tuning_create,
+     {UNAUTH, "PERMISSION_DENIED", "OK", "PERMISSION_DENIED", "OK", "OK"}},
+    {"/kiln.TrainingService/ListTuningJobs", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/GetTuningJob", r_tuning, {JOB_READ}},
+    {"/kiln.TrainingService/StopTuningJob", r_tuning_stop,
+     {UNAUTH, "PERMISSION_DENIED", "OK", "NOT_FOUND", "OK", "OK"}},
     /* user tokens are no agent's credential, not even a cluster admin's */
     {"/kiln.AgentService/RegisterWorker", r_register, {NOT_AN_AGENT}},
     {"/kiln.AgentService/Heartbeat", r_empty, {NOT_AN_AGENT}},

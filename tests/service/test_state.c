@@ -43,6 +43,10 @@ Test(state, legal_transitions)
         {JOB_STATE_RESTARTING, JOB_STATE_SCHEDULED},
         {JOB_STATE_RESTARTING, JOB_STATE_STOPPED},
         {JOB_STATE_RESTARTING, JOB_STATE_FAILED},
+        {JOB_STATE_RUNNING, JOB_STATE_PAUSED},
+        {JOB_STATE_PAUSED, JOB_STATE_RESTARTING},
+        {JOB_STATE_PAUSED, JOB_STATE_COMPLETED},
+        {JOB_STATE_PAUSED, JOB_STATE_STOPPED},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
         cr_assert(svc_state_legal(ok[i].from, ok[i].to), "%s -> %s should be legal",

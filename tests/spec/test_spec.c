@@ -475,3 +475,28 @@ Test(spec, partitions_beyond_the_models_blocks_are_refused)
                  0, "%s", err.message);
     spec_deinit(&s);
 }
+
+/* stopping.max_steps: a pause step within max_steps, for engine jobs; kept by the round trip. */
+Test(spec, pause_step_is_checked_and_round_trips)
+{
+    const char *tmpl = "{\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8},"
+                       " \"data\": {\"train\": \"/data/tiny.txt\"}, \"hyperparameters\": {\"max_steps\": 30},"
+                       " \"stopping\": {\"max_steps\": %d}}";
+    char buf[512];
+    spec_t s;
+    kiln_err_t err;
+    snprintf(buf, sizeof buf, tmpl, 10);
+    cr_assert_eq(spec_parse_string(buf, &s, &err), 0, "%s", err.message);
+    cr_assert_eq(s.pause_at_step, 10);
+    json_t *j = spec_to_json(&s);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "stopping"), "max_steps")), 10);
+    json_decref(j);
+    spec_deinit(&s);
+    snprintf(buf, sizeof buf, tmpl, 31);
+    cr_assert_eq(spec_parse_string(buf, &s, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "stopping.max_steps");
+    cr_assert(strstr(err.message, "past hyperparameters.max_steps"), "%s", err.message);
+    cr_assert_eq(spec_parse_string("{\"entry_point\": \"t.py\", \"source\": \"/data/c\", \"stopping\": {\"max_steps\": 5}}",
+                                   &s, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "stopping.max_steps");
+}

@@ -1,0 +1,600 @@
+/* tune.c - tuning jobs: submission (one validator, spec/tuning.c, behind REST and gRPC), reads,
+ * stop requests, and the controller pass the leader runs with the scheduler: it reads each
+ * running tuning job and its trials from the database, lets tune_decide (tune_search.c) choose,
+ * and submits trials as ordinary jobs (svc_job_create), stops them, or ends the tuning job. All
+ * its state is in the database, so a restarted or newly elected kilnd carries on where the last
+ * pass stopped; a trial's job is created under an idempotency key made of the tuning job's id and
+ * the trial's number, so a pass cut short never submits a trial twice. */
+#include "service/svc_int.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec/spec.h"
+
+#define TUNE_LIST_MAX 500
+
+static int bad_tuning_id(kiln_err_t *err, const char *id)
+{
+    if (svc_check_str("id", id, 0, err))
+        return KILN_EINVAL;
+    kiln_err_set(err, KILN_ENOTFOUND, "id", "tuning job \"%.80s\" not found", id ? id : "");
+    kiln_err_hint(err, "`kiln tune list` (GET /v1/tuning-jobs) lists the tuning jobs you can see");
+    return KILN_ENOTFOUND;
+}
+
+/* Reads tuning job id (for_update: locked in c's transaction) if the caller has need in its
+ * project; KILN_ENOTFOUND when it cannot see it. */
+static int tuning_read(store_conn_t *c, const svc_caller_t *who, const char *id, svc_role_t need, bool for_update,
+                       json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (!store_is_uuid(id))
+        return bad_tuning_id(err, id);
+    int rc = store_tuning_get_json(c, id, for_update, out, err);
+    if (rc)
+        return rc;
+    const char *project = json_string_value(json_object_get(*out, "project"));
+    if (svc_caller_role(who, project) == SVC_ROLE_NONE) {
+        json_decref(*out);
+        *out = NULL;
+        return bad_tuning_id(err, id);
+    }
+    rc = svc_project_need(who, project, need, err);
+    if (rc) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* A trial's state as the tuning job shows it and as tune_decide sees it. */
+static tune_trial_state_t trial_state(const spec_tuning_t *t, const json_t *tr, int nrungs)
+{
+    const char *st = json_string_value(json_object_get(tr, "job_state"));
+    svc_job_state_t js = svc_state_parse(st ? st : "");
+    if (js == JOB_STATE_FAILED)
+        return TUNE_TRIAL_FAILED;
+    if (js == JOB_STATE_STOPPED)
+        return TUNE_TRIAL_STOPPED;
+    if (js == JOB_STATE_COMPLETED)
+        return TUNE_TRIAL_COMPLETED;
+    (void)t;
+    (void)nrungs;
+    /* a hyperband trial at its rung; one promoted (rung past the rungs it finished) runs again */
+    if (js == JOB_STATE_PAUSED)
+        return (int)json_integer_value(json_object_get(tr, "rung")) < nrungs + 1 ? TUNE_TRIAL_PAUSED : TUNE_TRIAL_ACTIVE;
+    return TUNE_TRIAL_ACTIVE;
+}
+
+static const char *trial_state_name(tune_trial_state_t st, const char *job_state)
+{
+    (void)st;
+    return job_state ? job_state : "";
+}
+
+/* The view of the trials (arrays sized ntrials, strings borrowed from trials or kept in names). */
+typedef struct view_buf {
+    tune_trial_t *trials;
+    char (*reported)[512];
+    int n;
+} view_buf_t;
+
+static int view_build(const spec_tuning_t *t, const json_t *trials, view_buf_t *vb, const char **last_failure)
+{
+    size_t n = json_array_size(trials);
+    vb->n = (int)n;
+    vb->trials = calloc(n ? n : 1, sizeof *vb->trials);
+    vb->reported = calloc(n ? n : 1, sizeof *vb->reported);
+    if (!vb->trials || !vb->reported)
+        return KILN_ENOMEM;
+    *last_failure = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *tr = json_array_get(trials, i);
+        tune_trial_t *x = &vb->trials[i];
+        x->trial = (int)json_integer_value(json_object_get(tr, "trial"));
+        x->job_id = json_string_value(json_object_get(tr, "job_id"));
+        const json_t *ro = json_object_get(tr, "rung_objectives");
+        x->nrungs = (int)KILN_MIN(json_array_size(ro), SPEC_TUNE_MAX_RUNGS);
+        for (int k = 0; k < x->nrungs; k++)
+            x->rung_objective[k] = json_number_value(json_array_get(ro, (size_t)k));
+        x->state = trial_state(t, tr, x->nrungs);
+        const json_t *metrics = json_object_get(tr, "metrics");
+        const json_t *v = json_object_get(metrics, t->metric);
+        x->has_objective = json_is_number(v);
+        x->objective = json_number_value(v);
+        const char *key;
+        json_t *mv;
+        size_t o = 0;
+        json_object_foreach((json_t *)metrics, key, mv) {
+            (void)mv;
+            if (o + strlen(key) + 3 < sizeof vb->reported[i])
+                o += (size_t)snprintf(vb->reported[i] + o, sizeof vb->reported[i] - o, "%s%s", o ? ", " : "", key);
+        }
+        x->reported = vb->reported[i];
+        if (x->state == TUNE_TRIAL_FAILED)
+            *last_failure = json_string_value(json_object_get(tr, "job_reason"));
+    }
+    return 0;
+}
+
+static void view_free(view_buf_t *vb)
+{
+    free(vb->trials);
+    free(vb->reported);
+}
+
+/* The tuning job as the API shows it: its row, its request's main fields, trials, best, events. */
+static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    const char *id = json_string_value(json_object_get(row, "id"));
+    json_t *trials = NULL, *events = NULL, *spec = json_object_get(row, "spec");
+    spec_tuning_t t;
+    kiln_err_t e2;
+    int rc = spec_tuning_parse(spec, &t, &e2);
+    if (rc)
+        return kiln_err_set(err, KILN_EINTERNAL, NULL, "tuning job %s holds a request kilnd cannot read: %s", id,
+                            e2.message);
+    if ((rc = store_tuning_trials_json(c, id, &trials, err)) || (rc = store_tuning_events_json(c, id, &events, err)))
+        goto out;
+    view_buf_t vb = {0};
+    const char *last_failure = NULL;
+    if (view_build(&t, trials, &vb, &last_failure)) {
+        view_free(&vb);
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    json_t *list = json_array();
+    int best = -1;
+    for (int i = 0; i < vb.n; i++) {
+        const json_t *tr = json_array_get(trials, (size_t)i);
+        const tune_trial_t *x = &vb.trials[i];
+        json_array_append_new(
+            list, json_pack("{s:i, s:O, s:O, s:o, s:O, s:O, s:s}", "trial", x->trial, "job_id",
+                            json_object_get(tr, "job_id"), "parameters", json_object_get(tr, "parameters"),
+                            "objective", x->has_objective ? json_real(x->objective) : json_null(), "steps",
+                            json_object_get(tr, "steps"), "rung", json_object_get(tr, "rung"), "state",
+                            trial_state_name(x->state, json_string_value(json_object_get(tr, "job_state")))));
+        if (x->has_objective && x->state != TUNE_TRIAL_FAILED
+            && (best < 0 || (t.maximize ? x->objective > vb.trials[best].objective
+                                        : x->objective < vb.trials[best].objective)))
+            best = i;
+    }
+    json_t *o = json_deep_copy(row);
+    json_object_del(o, "next_trial");
+    json_object_set_new(o, "strategy", json_string(spec_tune_strategy_name(t.strategy)));
+    json_object_set(o, "objective", json_object_get(spec, "objective"));
+    json_object_set_new(o, "max_jobs", json_integer(t.max_jobs));
+    json_object_set_new(o, "max_parallel_jobs", json_integer(t.max_parallel_jobs));
+    json_object_set_new(o, "seed", json_integer((json_int_t)t.seed));
+    json_object_set_new(o, "trials", list);
+    json_object_set_new(o, "best", best < 0 ? json_null()
+                                            : json_pack("{s:O, s:f, s:O}", "job_id",
+                                                        json_object_get(json_array_get(trials, (size_t)best), "job_id"),
+                                                        "objective", vb.trials[best].objective, "parameters",
+                                                        json_object_get(json_array_get(trials, (size_t)best),
+                                                                        "parameters")));
+    json_object_set(o, "events", events);
+    view_free(&vb);
+    *out = o;
+out:
+    spec_tuning_deinit(&t);
+    json_decref(trials);
+    json_decref(events);
+    return rc;
+}
+
+int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    spec_tuning_t t;
+    spec_t base;
+    bool parsed = false, based = false;
+    store_conn_t *c = NULL;
+    json_t *norm = NULL, *row = NULL;
+    char *text = NULL;
+    if (!body || !json_is_object(body))
+        return kiln_err_set(err, KILN_EINVAL, NULL, "the tuning job must be a JSON object");
+    int rc = spec_tuning_parse(body, &t, err);
+    if (rc)
+        return rc;
+    parsed = true;
+    if ((rc = svc_project_need(who, t.project, SVC_ROLE_EDITOR, err)))
+        goto fail;
+    if (!t.seed_set) {
+        /* recorded, so the search can be repeated */
+        uint32_t seed;
+        randombytes_buf(&seed, sizeof seed);
+        t.seed = seed;
+        t.seed_set = true;
+    }
+    if ((rc = spec_parse(t.job, &base, err)))
+        goto fail;
+    based = true;
+    norm = spec_tuning_to_json(&t);
+    text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    if (!text) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the tuning job");
+        goto fail;
+    }
+    if ((rc = store_conn_get(s->store, &c, err)))
+        goto fail;
+    rc = svc_queue_check_job(c, base.queue, base.project, base.res.slot_type, base.res.nodes * base.res.slots_per_node,
+                             err);
+    if (rc) {
+        if (rc == KILN_EINVAL && err->field[0]) {
+            char f[sizeof err->field];
+            snprintf(f, sizeof f, "job.%.120s", err->field);
+            kiln_strlcpy(err->field, f, sizeof err->field);
+        }
+        goto fail;
+    }
+    char reason[200];
+    snprintf(reason, sizeof reason, "submitted: %s search over %d parameter(s), up to %d trial(s), %d at once",
+             spec_tune_strategy_name(t.strategy), t.nparams, t.max_jobs, t.max_parallel_jobs);
+    rc = store_tuning_insert(c, t.name, t.project, text, who->user, reason, &row, err);
+    if (rc == KILN_ENOTFOUND) {
+        rc = kiln_err_set(err, KILN_EINVAL, "job.project", "project \"%s\" does not exist", t.project);
+        kiln_err_hint(err, "create it first: kiln projects create %s", t.project);
+    }
+    if (rc)
+        goto fail;
+    rc = tuning_json(c, row, out, err);
+    if (rc == 0) {
+        log_info("tuning job %s: created \"%s\" in project %s by %s (%s, %d trial(s), seed %llu)",
+                 json_string_value(json_object_get(row, "id")), t.name, t.project,
+                 who->user[0] ? who->user : "kilnd", spec_tune_strategy_name(t.strategy), t.max_jobs,
+                 (unsigned long long)t.seed);
+        svc_sched_wake(s);
+    }
+fail:
+    if (c)
+        store_conn_put(s->store, c);
+    if (based)
+        spec_deinit(&base);
+    if (parsed)
+        spec_tuning_deinit(&t);
+    json_decref(norm);
+    json_decref(row);
+    free(text);
+    return rc;
+}
+
+int svc_tuning_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    store_conn_t *c = NULL;
+    json_t *row = NULL;
+    int rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        return rc;
+    rc = tuning_read(c, who, id, SVC_ROLE_VIEWER, false, &row, err);
+    if (rc == 0)
+        rc = tuning_json(c, row, out, err);
+    store_conn_put(s->store, c);
+    json_decref(row);
+    return rc;
+}
+
+int svc_tuning_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    char *projects = NULL;
+    int rc = svc_caller_projects(who, &projects, err);
+    if (rc)
+        return rc;
+    store_conn_t *c = NULL;
+    json_t *list = NULL;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc == 0) {
+        rc = store_tuning_list_json(c, projects, TUNE_LIST_MAX, &list, err);
+        store_conn_put(s->store, c);
+    }
+    free(projects);
+    if (rc)
+        return rc;
+    /* the list shows each tuning job's row and its request's main fields, not its trials */
+    size_t i;
+    json_t *o;
+    json_array_foreach(list, i, o) {
+        json_t *spec = json_object_get(o, "spec");
+        json_object_set(o, "strategy", json_object_get(spec, "strategy"));
+        json_object_set(o, "objective", json_object_get(spec, "objective"));
+        json_object_set(o, "max_jobs", json_object_get(spec, "max_jobs"));
+        json_object_del(o, "spec");
+        json_object_del(o, "next_trial");
+    }
+    *out = json_pack("{s:o}", "tuning_jobs", list);
+    return 0;
+}
+
+int svc_tuning_stop(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    svc_tx_t tx;
+    json_t *row = NULL;
+    int rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    rc = tuning_read(tx.c, who, id, SVC_ROLE_EDITOR, true, &row, err);
+    if (rc)
+        goto fail;
+    const char *st = json_string_value(json_object_get(row, "state"));
+    if (strcmp(st, "RUNNING")) {
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "tuning job %s is %s, not RUNNING", id, st);
+        kiln_err_hint(err, "only a running tuning job can be stopped");
+        goto fail;
+    }
+    char reason[200];
+    snprintf(reason, sizeof reason, "stop requested by %s", who->user[0] ? who->user : "kilnd");
+    rc = store_tuning_set_state(tx.c, id, "RUNNING", "STOPPING", reason, who->user, false, err);
+    if (rc)
+        goto fail;
+    tx.wake_sched = true;
+    rc = svc_tx_commit(&tx, err);
+    if (rc)
+        goto out;
+    log_info("tuning job %s: RUNNING -> STOPPING (%s)", id, reason);
+    rc = svc_tuning_get(s, who, id, out, err);
+    goto out;
+fail:
+    svc_tx_abort(&tx);
+out:
+    json_decref(row);
+    return rc;
+}
+
+/* ---- the controller -------------------------------------------------------------------------- */
+
+/* Stops the trials of view that still run or are paused; reason is theirs. */
+static void stop_active(svc_t *s, const char *tuning_id, const view_buf_t *vb, const char *reason)
+{
+    for (int i = 0; i < vb->n; i++) {
+        if ((vb->trials[i].state != TUNE_TRIAL_ACTIVE && vb->trials[i].state != TUNE_TRIAL_PAUSED) || !vb->trials[i].job_id)
+            continue;
+        json_t *j = NULL;
+        kiln_err_t e;
+        int rc = svc_job_stop(s, svc_caller_kilnd(), vb->trials[i].job_id, reason, &j, &e);
+        if (rc && rc != KILN_ESTATE)
+            log_warn("tuning job %s: could not stop trial %d (job %s): %s", tuning_id, vb->trials[i].trial,
+                     vb->trials[i].job_id, e.message);
+        json_decref(j);
+    }
+}
+
+/* In tx: the paused trials of view end COMPLETED (never promoted, their tuning job ended). */
+static int end_paused(svc_tx_t *tx, const view_buf_t *vb, kiln_err_t *err)
+{
+    for (int i = 0; i < vb->n; i++) {
+        if (vb->trials[i].state != TUNE_TRIAL_PAUSED)
+            continue;
+        store_job_row_t job;
+        int rc = store_job_row(tx->c, vb->trials[i].job_id, true, &job, err);
+        if (rc == KILN_ENOTFOUND)
+            continue;
+        if (rc == 0 && svc_state_parse(job.state) == JOB_STATE_PAUSED)
+            rc = svc_job_set_state(tx, &job, JOB_STATE_COMPLETED, job.attempt, 0,
+                                   "not promoted past its rung; its tuning job ended", err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* In tx: trial i of view, paused after its rungs, continues toward its next rung (the last: to
+ * its end) as a new attempt that resumes from its checkpoint. */
+static int promote(svc_tx_t *tx, const char *id, const tune_trial_t *x, const int64_t *rungs, int nr, kiln_err_t *err)
+{
+    int next = x->nrungs; /* the rung it runs toward now */
+    int64_t pause = next < nr - 1 ? rungs[next] : 0;
+    store_job_row_t job;
+    int rc = store_job_row(tx->c, x->job_id, true, &job, err);
+    if (rc)
+        return rc;
+    if (svc_state_parse(job.state) != JOB_STATE_PAUSED)
+        return 0; /* stopped meanwhile */
+    char reason[200];
+    snprintf(reason, sizeof reason, "promoted to rung %d of its tuning job: resumes from its checkpoint toward step %lld",
+             next, (long long)(pause ? pause : rungs[nr - 1]));
+    if ((rc = store_tuning_trial_rung(tx->c, id, x->trial, next, NULL, err)) ||
+        (rc = store_job_pause_set(tx->c, x->job_id, pause, err)))
+        return rc;
+    return svc_job_set_state(tx, &job, JOB_STATE_RESTARTING, job.attempt, 0, reason, err);
+}
+
+/* A paused trial that has not had its rung's objective recorded gets it now (into tr, and the
+ * database): the value it reported at the pause. */
+static int record_rungs(store_conn_t *c, const char *id, const spec_tuning_t *t, json_t *trials, kiln_err_t *err)
+{
+    size_t i;
+    json_t *tr;
+    json_array_foreach(trials, i, tr) {
+        const char *st = json_string_value(json_object_get(tr, "job_state"));
+        json_t *ro = json_object_get(tr, "rung_objectives");
+        int rung = (int)json_integer_value(json_object_get(tr, "rung"));
+        json_t *v = json_object_get(json_object_get(tr, "metrics"), t->metric);
+        if (!st || strcmp(st, "PAUSED") || !json_is_array(ro) || (int)json_array_size(ro) != rung || !json_is_number(v))
+            continue;
+        json_array_append_new(ro, json_real(json_number_value(v)));
+        char *text = json_dumps(ro, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        int rc = text ? store_tuning_trial_rung(c, id, (int)json_integer_value(json_object_get(tr, "trial")), rung, text,
+                                                err)
+                      : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        free(text);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Submits trial n of t as a job (the tuning job's submitter recorded as its submitter), and
+ * records it in tx. */
+static int start_trial(svc_t *s, svc_tx_t *tx, const char *id, const char *user, const spec_tuning_t *t, int n,
+                       kiln_err_t *err)
+{
+    json_t *values = tune_trial_values(t, n), *spec = NULL, *job = NULL, *tags = NULL;
+    char *vtext = NULL;
+    int rc = 0;
+    if (!values)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    char name[160], key[80], num[16];
+    snprintf(name, sizeof name, "%.100s-%d", t->name, n);
+    snprintf(key, sizeof key, "tuning:%s:%d", id, n);
+    snprintf(num, sizeof num, "%d", n);
+    tags = json_pack("{s:s, s:s}", "tuning_job", id, "tuning_trial", num);
+    spec = tags ? spec_tuning_trial_spec(t, values, name, tags) : NULL;
+    vtext = json_dumps(values, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    if (!spec || !vtext) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    svc_caller_t as = *svc_caller_kilnd();
+    as.user = user;
+    rc = svc_job_create(s, &as, spec, key, &job, NULL, err);
+    if (rc)
+        goto out;
+    rc = store_tuning_trial_insert(tx->c, id, n, json_string_value(json_object_get(job, "id")), vtext, 0, err);
+out:
+    json_decref(values);
+    json_decref(spec);
+    json_decref(job);
+    json_decref(tags);
+    free(vtext);
+    return rc;
+}
+
+/* One tuning job's pass, in one transaction that holds its row. */
+static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
+{
+    svc_tx_t tx;
+    json_t *row = NULL, *trials = NULL;
+    spec_tuning_t t;
+    bool parsed = false;
+    view_buf_t vb = {0};
+    int rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    if ((rc = store_tuning_get_json(tx.c, id, true, &row, err)))
+        goto fail;
+    const char *state = json_string_value(json_object_get(row, "state"));
+    if (strcmp(state, "RUNNING") && strcmp(state, "STOPPING"))
+        goto fail; /* ended meanwhile */
+    kiln_err_t e2;
+    if ((rc = spec_tuning_parse(json_object_get(row, "spec"), &t, &e2))) {
+        /* a request stored by an older kilnd that this one refuses: end it, saying why */
+        char reason[400];
+        snprintf(reason, sizeof reason, "kilnd cannot read the request: %s", e2.message);
+        rc = store_tuning_set_state(tx.c, id, state, "FAILED", reason, NULL, true, err);
+        if (rc == 0)
+            rc = svc_tx_commit(&tx, err);
+        goto out;
+    }
+    parsed = true;
+    const char *last_failure = NULL;
+    if ((rc = store_tuning_trials_json(tx.c, id, &trials, err)) || (rc = record_rungs(tx.c, id, &t, trials, err)))
+        goto fail;
+    if (view_build(&t, trials, &vb, &last_failure)) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    int active = 0;
+    for (int i = 0; i < vb.n; i++)
+        active += vb.trials[i].state == TUNE_TRIAL_ACTIVE;
+    if (!strcmp(state, "STOPPING")) {
+        stop_active(s, id, &vb, "its tuning job was stopped");
+        if (active == 0) {
+            rc = store_tuning_set_state(tx.c, id, "STOPPING", "STOPPED", "stopped; every trial has ended", NULL, true,
+                                        err);
+            if (rc == 0 && (rc = svc_tx_commit(&tx, err)) == 0)
+                log_info("tuning job %s: STOPPING -> STOPPED", id);
+            goto out;
+        }
+        goto fail; /* nothing to write yet */
+    }
+    tune_view_t view = {.t = &t, .trials = vb.trials, .ntrials = vb.n,
+                        .next_trial = (int)json_integer_value(json_object_get(row, "next_trial")),
+                        .last_failure = last_failure};
+    tune_plan_t plan;
+    tune_decide(&view, &plan);
+    if (plan.end != TUNE_END_NONE) {
+        const char *to = plan.end == TUNE_END_COMPLETED ? "COMPLETED" : "FAILED";
+        for (int i = 0; i < vb.n; i++)
+            if (vb.trials[i].state == TUNE_TRIAL_PAUSED)
+                vb.trials[i].state = TUNE_TRIAL_COMPLETED; /* ended below, not stopped */
+        stop_active(s, id, &vb, plan.end == TUNE_END_COMPLETED ? "its tuning job completed" : "its tuning job failed");
+        for (int i = 0; i < vb.n; i++)
+            if (vb.trials[i].state == TUNE_TRIAL_COMPLETED)
+                vb.trials[i].state = TUNE_TRIAL_PAUSED;
+        rc = end_paused(&tx, &vb, err);
+        if (rc == 0)
+            rc = store_tuning_set_state(tx.c, id, "RUNNING", to, plan.reason, NULL, true, err);
+        if (rc == 0 && (rc = svc_tx_commit(&tx, err)) == 0)
+            log_info("tuning job %s: RUNNING -> %s (%s)", id, to, plan.reason);
+        goto out;
+    }
+    int64_t rungs[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_rungs(&t, rungs);
+    for (int k = 0; k < plan.npromote; k++)
+        if ((rc = promote(&tx, id, &vb.trials[plan.promote[k]], rungs, nr, err)))
+            goto fail;
+    for (int k = 0; k < plan.nnew; k++) {
+        int n = view.next_trial + k;
+        kiln_err_t e3;
+        int r2 = start_trial(s, &tx, id, json_string_value(json_object_get(row, "submitted_by")), &t, n, &e3);
+        if (r2 == KILN_EDB || r2 == KILN_ENOMEM || r2 == KILN_EUNAVAIL) {
+            rc = r2;
+            *err = e3;
+            goto fail;
+        }
+        if (r2) {
+            /* the job validator or the cluster refuses the trial: the search cannot go on */
+            char reason[400];
+            snprintf(reason, sizeof reason, "trial %d could not be submitted: %.250s%s%.100s", n, e3.message,
+                     e3.field[0] ? " (field " : "", e3.field[0] ? e3.field : "");
+            if (e3.field[0])
+                kiln_strlcpy(reason + strlen(reason), ")", sizeof reason - strlen(reason));
+            stop_active(s, id, &vb, "its tuning job failed");
+            rc = store_tuning_set_state(tx.c, id, "RUNNING", "FAILED", reason, NULL, true, err);
+            if (rc == 0 && (rc = svc_tx_commit(&tx, err)) == 0)
+                log_info("tuning job %s: RUNNING -> FAILED (%s)", id, reason);
+            goto out;
+        }
+    }
+    rc = svc_tx_commit(&tx, err);
+    goto out;
+fail:
+    svc_tx_abort(&tx);
+out:
+    view_free(&vb);
+    if (parsed)
+        spec_tuning_deinit(&t);
+    json_decref(row);
+    json_decref(trials);
+    return rc;
+}
+
+void svc_tune_pass(svc_t *s)
+{
+    kiln_err_t err;
+    store_conn_t *c = NULL;
+    char(*ids)[STORE_ID_LEN] = NULL;
+    int n = 0;
+    kiln_err_clear(&err);
+    if (store_conn_get(s->store, &c, &err))
+        return;
+    int rc = store_tuning_active(c, &ids, &n, &err);
+    store_conn_put(s->store, c);
+    if (rc) {
+        log_warn("tuning: %s", err.message);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        kiln_err_clear(&err);
+        if (tune_one(s, ids[i], &err))
+            log_warn("tuning job %s: %s", ids[i], err.message);
+    }
+    free(ids);
+}

@@ -1,0 +1,254 @@
+/* tune_search.c - the tuning search as pure functions: a trial's parameter values from the seed
+ * and its number (random and hyperband draws, grid points), hyperband's rungs, and the decision
+ * of one controller pass over a snapshot of the trials (start, promote, end). No I/O: tune.c
+ * reads the snapshot and carries the decision out; tests and benchmarks drive these directly. */
+#include "service/service.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* splitmix64: a stateless mix, so trial n's draw depends on (seed, n, parameter) only. */
+static uint64_t mix(uint64_t x)
+{
+    x += UINT64_C(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+double tune_uniform(uint64_t seed, int trial, int param)
+{
+    uint64_t h = mix(mix(mix(seed) ^ (uint64_t)(uint32_t)trial) ^ ((uint64_t)(uint32_t)param << 32));
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0); /* 53 bits: [0, 1) */
+}
+
+json_t *tune_param_value(const spec_tune_param_t *p, double u)
+{
+    if (p->type == SPEC_TUNE_CATEGORICAL) {
+        size_t n = json_array_size(p->values);
+        size_t i = (size_t)(u * (double)n);
+        return json_incref(json_array_get(p->values, i < n ? i : n - 1));
+    }
+    double lo = p->min, hi = p->max, v;
+    if (p->type == SPEC_TUNE_INTEGER) {
+        /* each integer of [min, max] gets the share of the scale its cell [k - 0.5, k + 0.5) has */
+        lo = p->scaling == SPEC_TUNE_LOG ? KILN_MAX(p->min - 0.5, p->min * 0.5) : p->min - 0.5;
+        hi = p->max + 0.5;
+    }
+    switch (p->scaling) {
+    case SPEC_TUNE_LOG:
+        v = exp(log(lo) + u * (log(hi) - log(lo)));
+        break;
+    case SPEC_TUNE_REVERSE_LOG: /* 1 - v is log-uniform: fine steps near 1 */
+        v = 1.0 - exp(log(1.0 - hi) + (1.0 - u) * (log(1.0 - lo) - log(1.0 - hi)));
+        break;
+    default:
+        v = lo + u * (hi - lo);
+    }
+    if (p->type == SPEC_TUNE_INTEGER) {
+        double k = floor(v + 0.5);
+        k = k < p->min ? p->min : k > p->max ? p->max : k;
+        return json_integer((json_int_t)k);
+    }
+    v = v < p->min ? p->min : v > p->max ? p->max : v;
+    return json_real(v);
+}
+
+int64_t tune_grid_size(const spec_tuning_t *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->nparams; i++) {
+        const spec_tune_param_t *p = &t->params[i];
+        int64_t k = p->type == SPEC_TUNE_CATEGORICAL ? (int64_t)json_array_size(p->values)
+                    : p->type == SPEC_TUNE_INTEGER   ? (int64_t)(p->max - p->min) + 1
+                                                     : 0;
+        if (k <= 0 || n > INT64_C(1) << 40)
+            return -1;
+        n *= k;
+    }
+    return n;
+}
+
+json_t *tune_trial_values(const spec_tuning_t *t, int trial)
+{
+    json_t *out = json_object();
+    if (!out || trial < 0)
+        return out;
+    if (t->strategy == SPEC_TUNE_GRID) {
+        int64_t size = tune_grid_size(t);
+        if (size < 0 || trial >= size) {
+            json_decref(out);
+            return NULL;
+        }
+        /* mixed radix, the last parameter varying fastest */
+        int64_t rest = trial;
+        for (int i = t->nparams - 1; i >= 0; i--) {
+            const spec_tune_param_t *p = &t->params[i];
+            int64_t k = p->type == SPEC_TUNE_CATEGORICAL ? (int64_t)json_array_size(p->values) : (int64_t)(p->max - p->min) + 1;
+            int64_t d = rest % k;
+            rest /= k;
+            json_object_set_new(out, p->name, p->type == SPEC_TUNE_CATEGORICAL
+                                                  ? json_incref(json_array_get(p->values, (size_t)d))
+                                                  : json_integer((json_int_t)(p->min + (double)d)));
+        }
+        return out;
+    }
+    for (int i = 0; i < t->nparams; i++)
+        json_object_set_new(out, t->params[i].name, tune_param_value(&t->params[i], tune_uniform(t->seed, trial, i)));
+    return out;
+}
+
+int tune_rungs(const spec_tuning_t *t, int64_t *steps)
+{
+    if (t->strategy != SPEC_TUNE_HYPERBAND)
+        return 0;
+    int n = 0;
+    int64_t r = t->min_resource;
+    while (n < SPEC_TUNE_MAX_RUNGS && r < t->max_resource) {
+        steps[n++] = r;
+        r *= t->reduction_factor;
+    }
+    if (n < SPEC_TUNE_MAX_RUNGS)
+        steps[n++] = t->max_resource;
+    return n;
+}
+
+/* Whether a is better than b for the objective's goal. */
+static bool better(const spec_tuning_t *t, double a, double b) { return t->maximize ? a > b : a < b; }
+
+/* The index of trial i among those that finished rung k, best first; -1 when it did not. *n
+ * (OUT) = how many finished it. */
+static int rung_rank(const tune_view_t *v, int k, int i, int *n)
+{
+    int cnt = 0, better_than = 0;
+    const tune_trial_t *me = &v->trials[i];
+    bool mine = me->nrungs > k;
+    for (int j = 0; j < v->ntrials; j++) {
+        const tune_trial_t *o = &v->trials[j];
+        if (o->nrungs <= k)
+            continue;
+        cnt++;
+        if (mine && j != i
+            && (better(v->t, o->rung_objective[k], me->rung_objective[k])
+                || (o->rung_objective[k] == me->rung_objective[k] && o->trial < me->trial)))
+            better_than++;
+    }
+    *n = cnt;
+    return mine ? better_than : -1;
+}
+
+int tune_decide(const tune_view_t *v, tune_plan_t *out)
+{
+    const spec_tuning_t *t = v->t;
+    memset(out, 0, sizeof *out);
+    int active = 0, failed = 0;
+    /* the objective checked early: a trial that finished a rung (or, without rungs, ended
+     * COMPLETED) without reporting it ends the search */
+    for (int i = 0; i < v->ntrials; i++) {
+        const tune_trial_t *x = &v->trials[i];
+        if (x->state == TUNE_TRIAL_ACTIVE)
+            active++;
+        if (x->state == TUNE_TRIAL_FAILED)
+            failed++;
+        bool due = x->state == TUNE_TRIAL_PAUSED || x->state == TUNE_TRIAL_COMPLETED;
+        if (due && !x->has_objective) {
+            out->end = TUNE_END_FAILED;
+            snprintf(out->reason, sizeof out->reason,
+                     "objective metric \"%s\" was not reported by trial %d (job %s), which %s; it reported: %s",
+                     t->metric, x->trial, x->job_id ? x->job_id : "?",
+                     x->state == TUNE_TRIAL_PAUSED ? "reached its first rung" : "ended",
+                     x->reported && x->reported[0] ? x->reported : "no metrics");
+            return 0;
+        }
+    }
+    if (failed >= t->max_failed_trials) {
+        out->end = TUNE_END_FAILED;
+        snprintf(out->reason, sizeof out->reason, "%d trial(s) failed (max_failed_trials is %d)%s%s", failed,
+                 t->max_failed_trials, v->last_failure && v->last_failure[0] ? "; the last: " : "",
+                 v->last_failure ? v->last_failure : "");
+        return 0;
+    }
+    /* the best so far, over every objective a trial has at its end or its rungs' ends */
+    int best = -1;
+    double best_v = 0;
+    for (int i = 0; i < v->ntrials; i++) {
+        const tune_trial_t *x = &v->trials[i];
+        if (!x->has_objective || x->state == TUNE_TRIAL_FAILED)
+            continue;
+        if (best < 0 || better(t, x->objective, best_v)) {
+            best = i;
+            best_v = x->objective;
+        }
+    }
+    out->best = best;
+    if (best >= 0 && t->has_target && (best_v == t->target || better(t, best_v, t->target))) {
+        out->end = TUNE_END_COMPLETED;
+        snprintf(out->reason, sizeof out->reason, "trial %d reached the target objective: %s = %.6g", v->trials[best].trial,
+                 t->metric, best_v);
+        return 0;
+    }
+    if (t->no_improvement_trials > 0) {
+        /* in trial order over the ended trials: how many since the best one last improved */
+        int since = 0, seen = 0;
+        double b = 0;
+        for (int i = 0; i < v->ntrials; i++) {
+            const tune_trial_t *x = &v->trials[i];
+            if (x->state != TUNE_TRIAL_COMPLETED || !x->has_objective)
+                continue;
+            if (seen++ == 0 || better(t, x->objective, b)) {
+                b = x->objective;
+                since = 0;
+            } else {
+                since++;
+            }
+        }
+        if (seen > 0 && since >= t->no_improvement_trials) {
+            out->end = TUNE_END_COMPLETED;
+            snprintf(out->reason, sizeof out->reason, "no improvement of %s over the last %d trials", t->metric, since);
+            return 0;
+        }
+    }
+    int64_t rungs[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_rungs(t, rungs);
+    int room = t->max_parallel_jobs - active;
+    /* hyperband (ASHA): from the top rung down, a paused trial in the top 1/eta of its rung so
+     * far is promoted at once */
+    if (nr > 0) {
+        for (int k = nr - 2; k >= 0 && room > 0; k--) {
+            for (int i = 0; i < v->ntrials && room > 0; i++) {
+                const tune_trial_t *x = &v->trials[i];
+                if (x->state != TUNE_TRIAL_PAUSED || x->nrungs != k + 1)
+                    continue;
+                int n = 0, r = rung_rank(v, k, i, &n);
+                if (r >= 0 && r < n / t->reduction_factor && out->npromote < TUNE_PLAN_MAX) {
+                    out->promote[out->npromote++] = i;
+                    room--;
+                }
+            }
+        }
+    }
+    int64_t limit = t->max_jobs;
+    if (t->strategy == SPEC_TUNE_GRID) {
+        int64_t g = tune_grid_size(t);
+        limit = g >= 0 && g < limit ? g : limit;
+    }
+    while (room > 0 && v->next_trial + out->nnew < limit && out->nnew < TUNE_PLAN_MAX) {
+        out->nnew++;
+        room--;
+    }
+    /* the end: every trial drawn and none left to run or to promote */
+    bool waiting = false;
+    for (int i = 0; i < v->ntrials && !waiting; i++)
+        waiting = v->trials[i].state == TUNE_TRIAL_ACTIVE;
+    if (!waiting && out->npromote == 0 && out->nnew == 0 && v->next_trial >= limit) {
+        out->end = TUNE_END_COMPLETED;
+        if (best >= 0)
+            snprintf(out->reason, sizeof out->reason, "all %d trial(s) ended; the best is trial %d with %s = %.6g",
+                     v->next_trial, v->trials[best].trial, t->metric, best_v);
+        else
+            snprintf(out->reason, sizeof out->reason, "all %d trial(s) ended", v->next_trial);
+    }
+    return 0;
+}

@@ -1,0 +1,232 @@
+/* tune.c - tuning jobs (migration 0019): the tuning job row with its events, and its trials with
+ * their jobs' state, progress and latest metrics. The service (service/tune.c) validates the
+ * request and decides; here rows are stored and read as given. */
+#include "store/store_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A tuning job's own columns as JSON text (without its trials). */
+#define TUNING_JSON                                                                                       \
+    "json_build_object('id', t.id, 'name', t.name, 'project', t.project, 'state', t.state,"              \
+    " 'reason', t.reason, 'spec', t.spec, 'next_trial', t.next_trial, 'submitted_by', t.submitted_by,"   \
+    " 'created_at', " STORE_US("t.created_at") ", 'updated_at', " STORE_US("t.updated_at") ","          \
+    " 'ended_at', " STORE_US("t.ended_at") ")::text"
+
+/* Turns the microsecond times of o into RFC 3339 text (null stays null). */
+static void times_text(json_t *o)
+{
+    static const char *const keys[] = {"created_at", "updated_at", "ended_at", "time"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++) {
+        json_t *v = json_object_get(o, keys[i]);
+        if (!v || !json_is_integer(v))
+            continue;
+        char buf[40];
+        kiln_time_format(json_integer_value(v), buf, sizeof buf);
+        json_object_set_new(o, keys[i], json_string(buf));
+    }
+}
+
+int store_tuning_insert(store_conn_t *c, const char *name, const char *project, const char *spec_json,
+                        const char *submitted_by, const char *reason, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    static const char *sql =
+        "WITH t AS (INSERT INTO tuning_jobs (id, name, project, spec, state, reason, submitted_by)"
+        " SELECT gen_random_uuid(), $1::text, $2::text, $3::jsonb, 'RUNNING', $4::text, $5::text"
+        " WHERE EXISTS (SELECT 1 FROM projects WHERE name = $2::text) RETURNING *),"
+        " e AS (INSERT INTO tuning_events (tuning_id, seq, from_state, to_state, reason, actor)"
+        "  SELECT id, 1, NULL, 'RUNNING', $4::text, $5::text FROM t)"
+        " SELECT " TUNING_JSON " FROM t";
+    const char *p[5] = {name, project, spec_json, reason, submitted_by};
+    PGresult *r = NULL;
+    int rc = store_q(c, "insert tuning job", sql, 5, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%s\" does not exist", project);
+    }
+    *out = store_get_json(r, 0, 0, NULL);
+    times_text(*out);
+    PQclear(r);
+    return 0;
+}
+
+int store_tuning_get_json(store_conn_t *c, const char *id, bool for_update, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read tuning job",
+                     for_update ? "SELECT " TUNING_JSON " FROM tuning_jobs t WHERE t.id = $1::uuid FOR UPDATE"
+                                : "SELECT " TUNING_JSON " FROM tuning_jobs t WHERE t.id = $1::uuid",
+                     1, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        kiln_err_set(err, KILN_ENOTFOUND, "id", "tuning job \"%.80s\" not found", id);
+        kiln_err_hint(err, "`kiln tune list` (GET /v1/tuning-jobs) lists the tuning jobs you can see");
+        return KILN_ENOTFOUND;
+    }
+    *out = store_get_json(r, 0, 0, NULL);
+    times_text(*out);
+    PQclear(r);
+    return 0;
+}
+
+int store_tuning_trials_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read trials",
+                     "SELECT json_build_object('trial', t.trial, 'job_id', t.job_id, 'parameters', t.parameters,"
+                     " 'rung', t.rung, 'rung_objectives', t.rung_objectives, 'job_state', j.state,"
+                     " 'job_reason', j.reason, 'steps', j.progress_step, 'total_steps', j.total_steps,"
+                     " 'metrics', j.metrics, 'attempt', j.attempt)::text"
+                     " FROM tuning_trials t JOIN jobs j ON j.id = t.job_id WHERE t.tuning_id = $1::uuid"
+                     " ORDER BY t.trial",
+                     1, p, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < PQntuples(r); i++)
+        json_array_append_new(arr, store_get_json(r, i, 0, NULL));
+    PQclear(r);
+    if (!arr)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    *out = arr;
+    return 0;
+}
+
+int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    const char *p[1] = {id};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read tuning events",
+                     "SELECT json_build_object('seq', seq, 'time', " STORE_US("at") ", 'from_state', from_state,"
+                     " 'to_state', to_state, 'reason', reason, 'actor', actor)::text"
+                     " FROM tuning_events WHERE tuning_id = $1::uuid ORDER BY seq",
+                     1, p, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < PQntuples(r); i++) {
+        json_t *o = store_get_json(r, i, 0, NULL);
+        times_text(o);
+        json_array_append_new(arr, o);
+    }
+    PQclear(r);
+    if (!arr)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    *out = arr;
+    return 0;
+}
+
+int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    char lim[16];
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *p[2] = {projects, lim};
+    PGresult *r = NULL;
+    int rc = store_q(c, "list tuning jobs",
+                     "SELECT " TUNING_JSON ", (SELECT count(*) FROM tuning_trials x WHERE x.tuning_id = t.id)"
+                     " FROM tuning_jobs t WHERE $1::text[] IS NULL OR t.project = ANY($1::text[])"
+                     " ORDER BY t.created_at DESC, t.id DESC LIMIT $2::int",
+                     2, p, &r, err);
+    if (rc)
+        return rc;
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < PQntuples(r); i++) {
+        json_t *o = store_get_json(r, i, 0, NULL);
+        times_text(o);
+        json_object_set_new(o, "trial_count", json_integer(store_get_i64(r, i, 1)));
+        json_array_append_new(arr, o);
+    }
+    PQclear(r);
+    if (!arr)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    *out = arr;
+    return 0;
+}
+
+int store_tuning_active(store_conn_t *c, char (**ids)[STORE_ID_LEN], int *n, kiln_err_t *err)
+{
+    *ids = NULL;
+    *n = 0;
+    PGresult *r = NULL;
+    int rc = store_q(c, "list active tuning jobs",
+                     "SELECT id::text FROM tuning_jobs WHERE state IN ('RUNNING', 'STOPPING') ORDER BY created_at",
+                     0, NULL, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    if (rows > 0) {
+        *ids = calloc((size_t)rows, STORE_ID_LEN);
+        if (!*ids) {
+            PQclear(r);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+        for (int i = 0; i < rows; i++)
+            kiln_strlcpy((*ids)[i], store_get_str(r, i, 0), STORE_ID_LEN);
+        *n = rows;
+    }
+    PQclear(r);
+    return 0;
+}
+
+int store_tuning_set_state(store_conn_t *c, const char *id, const char *from, const char *to, const char *reason,
+                           const char *actor, bool ended, kiln_err_t *err)
+{
+    const char *p[6] = {id, from, to, reason, actor, ended ? "t" : "f"};
+    PGresult *r = NULL;
+    int rc = store_q(c, "change tuning job state",
+                     "WITH t AS (UPDATE tuning_jobs SET state = $3::text, reason = $4::text, updated_at = now(),"
+                     "  ended_at = CASE WHEN $6::bool THEN now() ELSE ended_at END"
+                     "  WHERE id = $1::uuid AND state = $2::text RETURNING id)"
+                     " INSERT INTO tuning_events (tuning_id, seq, from_state, to_state, reason, actor)"
+                     " SELECT t.id, (SELECT coalesce(max(seq), 0) + 1 FROM tuning_events WHERE tuning_id = t.id),"
+                     "  $2::text, $3::text, $4::text, $5::text FROM t RETURNING seq",
+                     6, p, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    PQclear(r);
+    if (rows != 1)
+        return kiln_err_set(err, KILN_ESTATE, NULL, "tuning job %s is no longer %s", id, from);
+    return 0;
+}
+
+int store_tuning_trial_insert(store_conn_t *c, const char *tuning_id, int trial, const char *job_id,
+                              const char *params_json, int rung, kiln_err_t *err)
+{
+    char tr[16], rg[16];
+    snprintf(tr, sizeof tr, "%d", trial);
+    snprintf(rg, sizeof rg, "%d", rung);
+    const char *p[5] = {tuning_id, tr, job_id, params_json, rg};
+    int rc = store_q(c, "record trial",
+                     "WITH t AS (INSERT INTO tuning_trials (tuning_id, trial, job_id, parameters, rung)"
+                     " VALUES ($1::uuid, $2::int, $3::uuid, $4::jsonb, $5::int) RETURNING tuning_id)"
+                     " UPDATE tuning_jobs SET next_trial = greatest(next_trial, $2::int + 1), updated_at = now()"
+                     " WHERE id = $1::uuid",
+                     5, p, NULL, err);
+    return rc;
+}
+
+int store_tuning_trial_rung(store_conn_t *c, const char *tuning_id, int trial, int rung,
+                            const char *rung_objectives_json, kiln_err_t *err)
+{
+    char tr[16], rg[16];
+    snprintf(tr, sizeof tr, "%d", trial);
+    snprintf(rg, sizeof rg, "%d", rung);
+    const char *p[4] = {tuning_id, tr, rg, rung_objectives_json};
+    return store_q(c, "record trial rung",
+                   "UPDATE tuning_trials SET rung = $3::int, rung_objectives = coalesce($4::jsonb, rung_objectives)"
+                   " WHERE tuning_id = $1::uuid AND trial = $2::int",
+                   4, p, NULL, err);
+}

@@ -1,0 +1,322 @@
+/* test_tuning.c - tuning jobs over REST against the real server, database and controller (the
+ * leader's scheduler thread): what submission refuses and the field it names, the round trip
+ * (create, get, list, stop), seeded trials that repeat, and the ends the controller decides for
+ * trials the fixture's worker runs by hand: the objective never reported, too many failures,
+ * and every trial done with the best one named. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tests/api/api_test.h"
+
+TestSuite(tuning, .init = at_setup, .fini = at_teardown, .timeout = 120);
+
+#define BASE_JOB                                                                                              \
+    "{\"name\": \"base\", \"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"      \
+    " \"seq_len\": 8}, \"data\": {\"train\": \"file:///tmp/kiln-api-test.txt\"},"                              \
+    " \"hyperparameters\": {\"lr\": 0.001, \"global_batch_size\": 2, \"max_steps\": 500},"   \
+    " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}"
+
+/* A tuning request: the base job, parameters (an object's members, text), and extra members. */
+static char *request(const char *params, const char *extra)
+{
+    static char buf[8192];
+    snprintf(buf, sizeof buf,
+             "{\"name\": \"sweep\", \"job\": " BASE_JOB ", \"parameters\": {%s},"
+             " \"objective\": {\"metric\": \"val_loss\", \"goal\": \"minimize\"}%s%s}",
+             params, extra && extra[0] ? ", " : "", extra ? extra : "");
+    return buf;
+}
+
+#define LR "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2, \"scaling\": \"log\"}"
+
+/* POSTs body and asserts a 400 naming field, whose message contains needle. */
+static void refused(const char *body, const char *field, const char *needle)
+{
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/tuning-jobs", body, NULL, &st, &raw);
+    cr_assert_eq(st, 400, "want 400 for %s, got %ld: %s", field, st, raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "field")), field, "%s", raw);
+    cr_assert(strstr(raw, needle), "the answer says \"%s\": %s", needle, raw);
+    json_decref(j);
+    free(raw);
+}
+
+Test(tuning, refuses_bad_input_naming_the_field)
+{
+    refused(request("\"lr\": {\"type\": \"continuous\", \"min\": 0.01, \"max\": 0.001}", NULL), "parameters.lr.min",
+            "less than max");
+    refused(request("\"weight_decay\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.2, \"scaling\": \"log\"}", NULL),
+            "parameters.weight_decay.min", "log scaling");
+    refused(request("\"model.n_foo\": {\"type\": \"integer\", \"min\": 1, \"max\": 4}", NULL), "parameters.model.n_foo",
+            "no field model.n_foo");
+    refused(request("\"dropout\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.5}", NULL), "parameters.dropout",
+            "no field hyperparameters.dropout");
+    /* values the job validator refuses: an end of a range, a categorical value, a fraction for an integer */
+    refused(request("\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 20}", NULL), "parameters.lr.max",
+            "hyperparameters.lr");
+    refused(request("\"model.n_head\": {\"type\": \"categorical\", \"values\": [2, 3]}", NULL),
+            "parameters.model.n_head.values[1]", "model.n_head = 3");
+    refused(request("\"warmup_steps\": {\"type\": \"continuous\", \"min\": 0, \"max\": 300}", NULL),
+            "parameters.warmup_steps.type", "warmup_steps");
+    refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": -5, \"max\": 300}", NULL),
+            "parameters.warmup_steps.min", "warmup_steps");
+    {
+        char body[8192];
+        snprintf(body, sizeof body,
+                 "{\"job\": " BASE_JOB ", \"parameters\": {" LR "}, \"objective\": {\"metric\": \"\"}}");
+        refused(body, "objective.metric", "empty");
+    }
+    refused(request(LR, "\"max_jobs\": 4, \"max_parallel_jobs\": 5"), "max_parallel_jobs", "more than max_jobs");
+    {
+        char params[4096] = "";
+        for (int i = 0; i < 31; i++)
+            snprintf(params + strlen(params), sizeof params - strlen(params), "%s\"p%d\": {\"type\": \"integer\", "
+                     "\"min\": 0, \"max\": 1}", i ? ", " : "", i);
+        refused(request(params, NULL), "parameters", "at most 30");
+    }
+    refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 9},"
+                    " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32]}",
+                    "\"strategy\": \"grid\", \"max_jobs\": 19"),
+            "max_jobs", "20 points");
+    refused(request(LR, "\"strategy\": \"grid\""), "parameters.lr.type", "grid search");
+    refused(request(LR, "\"stratgy\": \"grid\""), "stratgy", "strategy");
+    refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 50}"),
+            "hyperband.min_resource", "less than max_resource");
+    {
+        char body[8192];
+        snprintf(body, sizeof body, "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_head\": 3, \"n_embd\": 16}},"
+                 " \"parameters\": {" LR "}, \"objective\": {\"metric\": \"val_loss\"}}");
+        refused(body, "job.model.n_head", "n_head");
+    }
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
+}
+
+/* GETs the tuning job until pred holds (asserting within 20 s); returns it (caller decrefs). */
+static json_t *wait_tuning(const char *id, bool (*pred)(const json_t *t, void *ctx), void *ctx)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        long st;
+        json_t *t = at_req("GET", path, NULL, NULL, &st, NULL);
+        cr_assert_eq(st, 200);
+        if (pred(t, ctx))
+            return t;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 20) {
+            char *text = json_dumps(t, JSON_COMPACT);
+            cr_assert_fail("tuning job %s never reached the awaited condition: %s", id, text);
+        }
+        json_decref(t);
+        struct timespec pause = {0, 20 * 1000000};
+        nanosleep(&pause, NULL); /* polls the condition; the controller runs on its own thread */
+    }
+}
+
+static bool has_trials(const json_t *t, void *ctx) { return json_array_size(json_object_get(t, "trials")) >= (size_t)*(int *)ctx; }
+static bool in_state(const json_t *t, void *ctx)
+{
+    return !strcmp(json_string_value(json_object_get(t, "state")), (const char *)ctx);
+}
+
+static char *create(const char *body)
+{
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/tuning-jobs", body, NULL, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    free(raw);
+    char *id = strdup(json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    return id;
+}
+
+/* The trial's job: its id and its spec's hyperparameters / model. */
+static json_t *trial_job(const json_t *trials, size_t i)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", json_string_value(json_object_get(json_array_get(trials, i), "job_id")));
+    long st;
+    json_t *j = at_req("GET", path, NULL, NULL, &st, NULL);
+    cr_assert_eq(st, 200);
+    return j;
+}
+
+Test(tuning, round_trip_seeded_trials_and_stop)
+{
+    const char *params = LR ", \"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 300},"
+                         " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32]}";
+    char *id = create(request(params, "\"max_jobs\": 6, \"max_parallel_jobs\": 3, \"seed\": 7"));
+    int three = 3;
+    json_t *t = wait_tuning(id, has_trials, &three);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "RUNNING");
+    cr_assert_str_eq(json_string_value(json_object_get(t, "strategy")), "random");
+    cr_assert_eq(json_integer_value(json_object_get(t, "seed")), 7);
+    cr_assert(json_is_null(json_object_get(t, "best")));
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 3, "max_parallel_jobs caps the trials at once");
+    for (size_t i = 0; i < 3; i++) {
+        json_t *tr = json_array_get(trials, i);
+        json_t *p = json_object_get(tr, "parameters");
+        double lr = json_number_value(json_object_get(p, "lr"));
+        json_int_t warm = json_integer_value(json_object_get(p, "warmup_steps"));
+        json_int_t embd = json_integer_value(json_object_get(p, "model.n_embd"));
+        cr_assert(lr >= 1e-4 && lr <= 1e-2 && json_is_integer(json_object_get(p, "warmup_steps")) && warm >= 0 &&
+                  warm <= 300 && (embd == 16 || embd == 32), "trial %zu's values lie in their ranges", i);
+        json_t *job = trial_job(trials, i);
+        json_t *spec = json_object_get(job, "spec");
+        cr_assert_float_eq(json_number_value(json_object_get(json_object_get(spec, "hyperparameters"), "lr")), lr, 1e-12,
+                           "the trial's job trains with its lr");
+        cr_assert_eq(json_integer_value(json_object_get(json_object_get(spec, "model"), "n_embd")), embd);
+        cr_assert_str_eq(json_string_value(json_object_get(json_object_get(job, "tags"), "tuning_job")), id);
+        cr_assert_eq(json_integer_value(json_object_get(job, "priority")), -1, "trials sit below ordinary jobs");
+        json_decref(job);
+    }
+    /* the trials are searchable: tags.tuning_job and hp.* */
+    {
+        char body[300];
+        snprintf(body, sizeof body, "{\"filter\": \"tags.tuning_job = \\\"%s\\\" AND hp.lr >= 0.0001\"}", id);
+        long st;
+        json_t *r = at_req("POST", "/v1/jobs:search", body, NULL, &st, NULL);
+        cr_assert_eq(st, 200);
+        cr_assert_eq(json_array_size(json_object_get(r, "jobs")), 3);
+        json_decref(r);
+    }
+    /* the same seed gives the same trials */
+    char *again = create(request(params, "\"max_jobs\": 6, \"max_parallel_jobs\": 3, \"seed\": 7"));
+    json_t *t2 = wait_tuning(again, has_trials, &three);
+    for (size_t i = 0; i < 3; i++)
+        cr_assert(json_equal(json_object_get(json_array_get(trials, i), "parameters"),
+                             json_object_get(json_array_get(json_object_get(t2, "trials"), i), "parameters")),
+                  "trial %zu repeats with the seed", i);
+    /* listed, without trials */
+    long st;
+    json_t *list = at_req("GET", "/v1/tuning-jobs", NULL, NULL, &st, NULL);
+    cr_assert_eq(st, 200);
+    cr_assert_eq(json_array_size(json_object_get(list, "tuning_jobs")), 2);
+    cr_assert_null(json_object_get(json_array_get(json_object_get(list, "tuning_jobs"), 0), "trials"));
+    json_decref(list);
+    /* stopped: its trials stop (queued ones at once) and it ends STOPPED */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s:stop", id);
+    json_t *s = at_req("POST", path, "{}", NULL, &st, NULL);
+    cr_assert_eq(st, 200);
+    cr_assert(!strcmp(json_string_value(json_object_get(s, "state")), "STOPPING") ||
+              !strcmp(json_string_value(json_object_get(s, "state")), "STOPPED"));
+    json_decref(s);
+    json_t *done = wait_tuning(id, in_state, "STOPPED");
+    cr_assert(json_object_get(done, "ended_at") && !json_is_null(json_object_get(done, "ended_at")));
+    size_t i;
+    json_t *tr;
+    json_array_foreach(json_object_get(done, "trials"), i, tr) {
+        const char *st2 = json_string_value(json_object_get(tr, "state"));
+        cr_assert(!strcmp(st2, "STOPPED") || !strcmp(st2, "STOPPING"), "trial %zu: %s", i, st2);
+    }
+    json_decref(at_req("POST", path, "{}", NULL, &st, NULL));
+    cr_assert_eq(st, 409, "a stopped tuning job stops no more");
+    json_decref(done);
+    json_decref(t);
+    json_decref(t2);
+    free(id);
+    free(again);
+}
+
+/* Runs the tuning job's trial n on the fixture's worker: reports metric (NULL: none) = value,
+ * then exits with code. */
+static void run_trial(const char *id, int n, const char *metric, double value, int code)
+{
+    int want = n + 1;
+    json_t *t = wait_tuning(id, has_trials, &want);
+    const char *job = json_string_value(json_object_get(json_array_get(json_object_get(t, "trials"), (size_t)n), "job_id"));
+    int attempt = at_run_job(job);
+    Kiln__MetricPoint pts[2] = {KILN__METRIC_POINT__INIT, KILN__METRIC_POINT__INIT}, *pp[2] = {&pts[0], &pts[1]};
+    pts[0].name = "train_loss";
+    pts[0].step = 5;
+    pts[0].value = 3.0;
+    pts[1].name = (char *)metric;
+    pts[1].step = 5;
+    pts[1].value = value;
+    Kiln__MetricBatch mb = KILN__METRIC_BATCH__INIT;
+    mb.worker_id = at_worker;
+    mb.job_id = (char *)job;
+    mb.attempt = attempt;
+    mb.n_points = metric ? 2 : 1;
+    mb.points = pp;
+    kiln_err_t err;
+    cr_assert_eq(svc_agent_metrics(at_svc, at_worker, &mb, &err), 0, "%s", err.message);
+    at_rank_exit(job, attempt, code);
+    json_decref(t);
+}
+
+static bool ended(const json_t *t, void *ctx)
+{
+    (void)ctx;
+    const char *s = json_string_value(json_object_get(t, "state"));
+    return strcmp(s, "RUNNING") && strcmp(s, "STOPPING");
+}
+
+Test(tuning, objective_never_reported_fails_with_the_metrics_seen)
+{
+    char *id = create(request(LR, "\"max_jobs\": 3, \"seed\": 1"));
+    run_trial(id, 0, NULL, 0, 0);
+    json_t *t = wait_tuning(id, ended, NULL);
+    const char *reason = json_string_value(json_object_get(t, "reason"));
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "FAILED", "%s", reason);
+    cr_assert(strstr(reason, "\"val_loss\"") && strstr(reason, "train_loss"), "the reason names the metric and what "
+              "was reported: %s", reason);
+    cr_assert_eq(json_array_size(json_object_get(t, "trials")), 1, "no trial after the first");
+    json_decref(t);
+    free(id);
+}
+
+Test(tuning, failing_trials_end_it_after_max_failed_trials)
+{
+    char *id = create(request(LR, "\"max_jobs\": 5, \"seed\": 1, \"max_failed_trials\": 2"));
+    run_trial(id, 0, "val_loss", 2.0, 1);
+    run_trial(id, 1, "val_loss", 2.0, 1);
+    json_t *t = wait_tuning(id, ended, NULL);
+    const char *reason = json_string_value(json_object_get(t, "reason"));
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "FAILED", "%s", reason);
+    cr_assert(strstr(reason, "2 trial(s) failed"), "%s", reason);
+    json_decref(t);
+    free(id);
+}
+
+Test(tuning, completes_with_the_best_trial)
+{
+    char *id = create(request(LR, "\"max_jobs\": 3, \"seed\": 3"));
+    run_trial(id, 0, "val_loss", 2.5, 0);
+    run_trial(id, 1, "val_loss", 1.5, 0);
+    run_trial(id, 2, "val_loss", 2.0, 0);
+    json_t *t = wait_tuning(id, ended, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(t, "reason")));
+    json_t *best = json_object_get(t, "best");
+    cr_assert_float_eq(json_number_value(json_object_get(best, "objective")), 1.5, 1e-9);
+    cr_assert_str_eq(json_string_value(json_object_get(best, "job_id")),
+                     json_string_value(json_object_get(json_array_get(json_object_get(t, "trials"), 1), "job_id")));
+    cr_assert(json_equal(json_object_get(best, "parameters"),
+                         json_object_get(json_array_get(json_object_get(t, "trials"), 1), "parameters")));
+    cr_assert(json_array_size(json_object_get(t, "events")) >= 2, "RUNNING, then COMPLETED");
+    json_decref(t);
+    free(id);
+}
+
+Test(tuning, target_objective_ends_it_early)
+{
+    char *id = create(request(LR, "\"max_jobs\": 5, \"seed\": 3, \"completion\": {\"target_objective\": 1.0}"));
+    run_trial(id, 0, "val_loss", 0.9, 0);
+    json_t *t = wait_tuning(id, ended, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "COMPLETED");
+    cr_assert(strstr(json_string_value(json_object_get(t, "reason")), "target"));
+    cr_assert_eq(json_array_size(json_object_get(t, "trials")), 1);
+    json_decref(t);
+    free(id);
+}

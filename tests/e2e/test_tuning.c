@@ -1,0 +1,221 @@
+/* test_tuning.c - a tuning job end to end: the `kiln tune` CLI against a real kilnd and two real
+ * agents training tiny GPT trials. A seeded random search run twice gives the same trials, each
+ * trained the same (the same val_loss), the second time round as the first; describe prints the
+ * trials table and the best trial. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "tests/e2e/e2e.h"
+
+/* Polls the tuning job until it has ended; fails after timeout_ms. Caller owns the result. */
+static json_t *wait_ended(const char *id, long timeout_ms)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
+    int64_t t0 = kiln_mono_us();
+    for (;;) {
+        json_t *t = e2e_get(path);
+        const char *st = e2e_jstr(t, "state");
+        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
+            return t;
+        if ((kiln_mono_us() - t0) / 1000 > timeout_ms)
+            cr_assert_fail("tuning job %s did not end: %s", id, e2e_dump(t));
+        json_decref(t);
+        struct timespec pause = {0, 100 * 1000000};
+        nanosleep(&pause, NULL); /* polls the condition: the trials train meanwhile */
+    }
+}
+
+/* kiln tune submit FILE: returns the id it printed (caller frees). */
+static char *submit(const char *file)
+{
+    char *out = NULL, *err = NULL;
+    int rc = e2e_kiln(&out, &err, "tune", "submit", file, NULL);
+    cr_assert_eq(rc, 0, "kiln tune submit: %s %s", out, err);
+    char id[64] = "";
+    const char *p = strstr(out, "id:");
+    cr_assert(p && sscanf(p + 3, "%63s", id) == 1, "%s", out);
+    free(out);
+    free(err);
+    return strdup(id);
+}
+
+Test(e2e_tuning, seeded_random_search_repeats_through_the_cli, .init = e2e_setup, .fini = e2e_teardown,
+     .timeout = 300)
+{
+    char *job = e2e_spec("trial", 30, 1, 1, 4);
+    char body[4096], file[PATH_MAX];
+    snprintf(body, sizeof body,
+             "{\"name\": \"lr-sweep\", \"job\": %s, \"parameters\": {"
+             "\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01, \"scaling\": \"log\"},"
+             " \"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 10}},"
+             " \"objective\": {\"metric\": \"val_loss\", \"goal\": \"minimize\"},"
+             " \"strategy\": \"random\", \"max_jobs\": 3, \"max_parallel_jobs\": 2, \"seed\": 42}",
+             job);
+    free(job);
+    snprintf(file, sizeof file, "%s/tune.json", e2e_cl->dir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fputs(body, f);
+    fclose(f);
+
+    char *first = submit(file);
+    json_t *a = wait_ended(first, 200000);
+    cr_assert_str_eq(e2e_jstr(a, "state"), "COMPLETED", "%s", e2e_dump(a));
+    char *second = submit(file);
+    json_t *b = wait_ended(second, 200000);
+    cr_assert_str_eq(e2e_jstr(b, "state"), "COMPLETED", "%s", e2e_dump(b));
+
+    json_t *ta = json_object_get(a, "trials"), *tb = json_object_get(b, "trials");
+    cr_assert_eq(json_array_size(ta), 3);
+    cr_assert_eq(json_array_size(tb), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *x = json_array_get(ta, i), *y = json_array_get(tb, i);
+        cr_assert(json_equal(json_object_get(x, "parameters"), json_object_get(y, "parameters")),
+                  "trial %zu: the same seed gives the same values: %s", i, e2e_dump(a));
+        double lr = json_number_value(json_object_get(json_object_get(x, "parameters"), "lr"));
+        cr_assert(lr >= 0.001 && lr <= 0.01);
+        cr_assert(json_is_number(json_object_get(x, "objective")), "trial %zu reported val_loss", i);
+        cr_assert(json_number_value(json_object_get(x, "objective")) == json_number_value(json_object_get(y, "objective")),
+                  "trial %zu trained the same both times: %s vs %s", i, e2e_dump(x), e2e_dump(y));
+        cr_assert_str_eq(e2e_jstr(x, "state"), "COMPLETED");
+        /* the trial is an ordinary job of the search, tagged with it */
+        char path[128];
+        snprintf(path, sizeof path, "/v1/jobs/%s", e2e_jstr(x, "job_id"));
+        json_t *j = e2e_get(path);
+        cr_assert_str_eq(e2e_jstr(json_object_get(j, "tags"), "tuning_job"), first);
+        json_decref(j);
+    }
+    cr_assert(json_is_object(json_object_get(a, "best")));
+
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", first, NULL), 0, "%s", err);
+    cr_assert(strstr(out, "TRIAL") && strstr(out, "best:") && strstr(out, "COMPLETED"), "%s", out);
+    cr_assert(strstr(out, e2e_jstr(json_object_get(a, "best"), "job_id")), "%s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "list", NULL), 0, "%s", err);
+    cr_assert(strstr(out, first) && strstr(out, second), "%s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "stop", first, NULL), 5, "a completed search stops no more (409: exit 5): %s", out);
+    cr_assert(strstr(err, "COMPLETED"), "%s", err);
+    free(out);
+    free(err);
+    json_decref(a);
+    json_decref(b);
+    free(first);
+    free(second);
+    e2e_pass();
+}
+
+/* The job's model artifact through `kiln artifacts --get` (caller frees; *n its size). */
+static char *model_of(const char *job, const char *tag, size_t *n)
+{
+    char file[PATH_MAX], *out = NULL, *err = NULL;
+    snprintf(file, sizeof file, "%s/model-%s.bin", e2e_cl->dir, tag);
+    cr_assert_eq(e2e_kiln(&out, &err, "artifacts", job, "--get", "model_llmc.bin", "-o", file, NULL), 0, "%s", err);
+    free(out);
+    free(err);
+    FILE *f = fopen(file, "rb");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
+Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_straight_through, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    char *job = e2e_spec("hb", 30, 1, 1, 4);
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"name\": \"hb\", \"job\": %s, \"parameters\": {"
+             "\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01, \"scaling\": \"log\"}},"
+             " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\","
+             " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 30, \"reduction_factor\": 3},"
+             " \"max_jobs\": 3, \"max_parallel_jobs\": 3, \"seed\": 9}",
+             job);
+    free(job);
+    long st;
+    json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
+    cr_assert_eq(st, 201, "%s", e2e_dump(c));
+    char *id = strdup(e2e_jstr(c, "id"));
+    json_decref(c);
+    json_t *t = wait_ended(id, 200000);
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    /* three trials paused at step 10; the best of them (the top third) was promoted and ran to 30 */
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
+    int promoted = -1;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *x = json_array_get(trials, i);
+        cr_assert_str_eq(e2e_jstr(x, "state"), "COMPLETED", "%s", e2e_dump(t));
+        if (e2e_jint(x, "rung") == 1) {
+            cr_assert_eq(promoted, -1, "one trial promoted: %s", e2e_dump(t));
+            promoted = (int)i;
+        }
+    }
+    cr_assert_geq(promoted, 0, "%s", e2e_dump(t));
+    json_t *best = json_array_get(trials, (size_t)promoted);
+    const char *trial_job = e2e_jstr(best, "job_id");
+    cr_assert_str_eq(e2e_jstr(json_object_get(t, "best"), "job_id"), trial_job);
+    json_t *ev = e2e_events(trial_job);
+    char states[512];
+    e2e_event_states(ev, states, sizeof states);
+    cr_assert(strstr(states, "RUNNING,PAUSED,RESTARTING,SCHEDULED") && strstr(states, "COMPLETED"),
+              "the trial paused at its rung, then resumed: %s", states);
+    json_decref(ev);
+    /* the promoted attempt continued from the checkpoint of step 10, not from the start */
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", trial_job);
+    json_t *logs = e2e_get(path);
+    char *text = e2e_dump(logs);
+    cr_assert(strstr(text, "paused at step 10") && strstr(text, "at step 10"), "%s", text);
+    bool resumed = false;
+    size_t li;
+    json_t *line;
+    json_array_foreach(json_object_get(logs, "lines"), li, line)
+        if (e2e_jint(line, "attempt") == 2 && strstr(e2e_jstr(line, "line"), "resumed from"))
+            resumed = true;
+    if (!resumed)
+        json_array_foreach(json_object_get(logs, "lines"), li, line)
+            if (e2e_jint(line, "attempt") == 2)
+                fprintf(stderr, "attempt 2: %s\n", e2e_jstr(line, "line"));
+    cr_assert(resumed, "the second attempt resumed from the checkpoint of step 10");
+    json_decref(logs);
+    /* the same trial trained straight through: the same parameters, bit for bit */
+    json_t *tj = e2e_get((snprintf(path, sizeof path, "/v1/jobs/%s", trial_job), path));
+    json_t *spec = json_deep_copy(json_object_get(tj, "spec"));
+    json_object_del(json_object_get(spec, "stopping"), "max_steps");
+    json_object_set_new(spec, "name", json_string("straight"));
+    json_object_set_new(spec, "tags", json_object());
+    char *spec_text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_t *straight = e2e_submit(spec_text);
+    char *sid = strdup(e2e_jstr(straight, "id"));
+    json_decref(e2e_wait_state(sid, "COMPLETED", 120000));
+    size_t na = 0, nb = 0;
+    char *a = model_of(trial_job, "paused", &na), *b = model_of(sid, "straight", &nb);
+    cr_assert(na == nb && na > 0 && !memcmp(a, b, na), "the paused-and-promoted trial's model (%zu bytes) is the "
+              "straight run's (%zu bytes) bit for bit", na, nb);
+    free(a);
+    free(b);
+    free(spec_text);
+    free(sid);
+    json_decref(straight);
+    json_decref(spec);
+    json_decref(tj);
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}

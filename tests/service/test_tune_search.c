@@ -1,0 +1,247 @@
+/* test_tune_search.c - the tuning search's pure functions without a cluster: seeded draws repeat
+ * and differ between seeds, ranges, integer rounding, log and reverse_log scaling (checked
+ * statistically) and categorical values are respected, the grid is enumerated whole, and the
+ * controller's decisions: parallelism, the ends (objective missing, failures, target, no
+ * improvement, all done) and hyperband's asynchronous promotions (ASHA). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "service/service.h"
+
+/* Parses a request over a tiny GPT base job with params (members) and extra members. */
+static void parse(spec_tuning_t *t, const char *params, const char *extra)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8},"
+             " \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 2000}},"
+             " \"parameters\": {%s}, \"objective\": {\"metric\": \"val_loss\"}%s%s}",
+             params, extra ? ", " : "", extra ? extra : "");
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    kiln_err_t err;
+    cr_assert_eq(spec_tuning_parse(j, t, &err), 0, "%s: %s", err.field, err.message);
+    json_decref(j);
+}
+
+Test(tune_search, seeded_draws_repeat_and_seeds_differ)
+{
+    spec_tuning_t a, b, c;
+    const char *p = "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2, \"scaling\": \"log\"},"
+                    " \"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 300},"
+                    " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32]}";
+    parse(&a, p, "\"seed\": 11");
+    parse(&b, p, "\"seed\": 11");
+    parse(&c, p, "\"seed\": 12");
+    int same_c = 0;
+    for (int n = 0; n < 50; n++) {
+        json_t *x = tune_trial_values(&a, n), *y = tune_trial_values(&b, n), *z = tune_trial_values(&c, n);
+        cr_assert(json_equal(x, y), "trial %d repeats with the seed", n);
+        same_c += json_equal(x, z);
+        json_decref(x);
+        json_decref(y);
+        json_decref(z);
+    }
+    cr_assert_eq(same_c, 0, "another seed draws other trials");
+    /* a trial's values do not depend on which trials were drawn before it */
+    json_t *late = tune_trial_values(&a, 49), *again = tune_trial_values(&b, 49);
+    cr_assert(json_equal(late, again));
+    json_decref(late);
+    json_decref(again);
+    spec_tuning_deinit(&a);
+    spec_tuning_deinit(&b);
+    spec_tuning_deinit(&c);
+}
+
+Test(tune_search, ranges_integers_and_categoricals_are_respected)
+{
+    spec_tuning_t t;
+    parse(&t, "\"warmup_steps\": {\"type\": \"integer\", \"min\": 3, \"max\": 6},"
+              " \"hyperparameters.weight_decay\": {\"type\": \"continuous\", \"min\": 0.05, \"max\": 0.2},"
+              " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32, 64]}",
+          "\"seed\": 5");
+    int seen_int[10] = {0}, seen_cat[3] = {0};
+    for (int n = 0; n < 2000; n++) {
+        json_t *v = tune_trial_values(&t, n);
+        json_t *w = json_object_get(v, "warmup_steps");
+        cr_assert(json_is_integer(w));
+        json_int_t k = json_integer_value(w);
+        cr_assert(k >= 3 && k <= 6, "%lld", (long long)k);
+        seen_int[k]++;
+        double wd = json_number_value(json_object_get(v, "hyperparameters.weight_decay"));
+        cr_assert(wd >= 0.05 && wd <= 0.2);
+        json_int_t e = json_integer_value(json_object_get(v, "model.n_embd"));
+        cr_assert(e == 16 || e == 32 || e == 64);
+        seen_cat[e == 16 ? 0 : e == 32 ? 1 : 2]++;
+        json_decref(v);
+    }
+    for (int k = 3; k <= 6; k++)
+        cr_assert(seen_int[k] > 400 && seen_int[k] < 600, "each integer about a quarter of the draws: %d drew %d", k,
+                  seen_int[k]);
+    for (int k = 0; k < 3; k++)
+        cr_assert(seen_cat[k] > 550 && seen_cat[k] < 780, "each value about a third: %d", seen_cat[k]);
+    spec_tuning_deinit(&t);
+}
+
+Test(tune_search, log_and_reverse_log_scaling_statistically)
+{
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2, \"scaling\": \"log\"},"
+              " \"beta2\": {\"type\": \"continuous\", \"min\": 0.9, \"max\": 0.9999, \"scaling\": \"reverse_log\"}",
+          "\"seed\": 9");
+    /* log-uniform: log10(lr) is uniform on [-4, -2], so each decade holds half, and the mean of
+     * log10 is -3 with standard deviation 2 / sqrt(12) */
+    int n = 4000, low_decade = 0, beta_near = 0;
+    double sum = 0, sum2 = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *v = tune_trial_values(&t, i);
+        double lr = json_number_value(json_object_get(v, "lr"));
+        double b2 = json_number_value(json_object_get(v, "beta2"));
+        cr_assert(lr >= 1e-4 && lr <= 1e-2 && b2 >= 0.9 && b2 <= 0.9999);
+        double l = log10(lr);
+        sum += l;
+        sum2 += l * l;
+        low_decade += lr < 1e-3;
+        /* 1 - beta2 is log-uniform on [1e-4, 1e-1]: a third of the draws above 0.999 */
+        beta_near += b2 > 0.999;
+        json_decref(v);
+    }
+    double mean = sum / n, sd = sqrt(sum2 / n - mean * mean);
+    cr_assert(fabs(mean + 3.0) < 0.05, "mean of log10(lr) %.3f, want -3", mean);
+    cr_assert(fabs(sd - 2.0 / sqrt(12.0)) < 0.03, "sd of log10(lr) %.3f, want %.3f", sd, 2.0 / sqrt(12.0));
+    cr_assert(low_decade > 1850 && low_decade < 2150, "half the draws in [1e-4, 1e-3): %d", low_decade);
+    cr_assert(beta_near > 1200 && beta_near < 1470, "a third of beta2 above 0.999: %d", beta_near);
+    spec_tuning_deinit(&t);
+}
+
+Test(tune_search, grid_enumerates_every_point_once)
+{
+    spec_tuning_t t;
+    parse(&t, "\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 2},"
+              " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32]}",
+          "\"strategy\": \"grid\", \"max_jobs\": 6");
+    cr_assert_eq(tune_grid_size(&t), 6);
+    char seen[6][64];
+    for (int n = 0; n < 6; n++) {
+        json_t *v = tune_trial_values(&t, n);
+        char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+        snprintf(seen[n], sizeof seen[n], "%s", s);
+        for (int m = 0; m < n; m++)
+            cr_assert_str_neq(seen[m], seen[n], "grid point %d repeats %d", n, m);
+        free(s);
+        json_decref(v);
+    }
+    cr_assert_null(tune_trial_values(&t, 6), "nothing past the grid's end");
+    spec_tuning_deinit(&t);
+}
+
+static tune_trial_t trial(int n, tune_trial_state_t st, bool has, double obj)
+{
+    tune_trial_t x = {.trial = n, .job_id = "j", .state = st, .has_objective = has, .objective = obj, .reported = "train_loss"};
+    return x;
+}
+
+Test(tune_search, decisions_random)
+{
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"max_jobs\": 4, \"max_parallel_jobs\": 2, \"max_failed_trials\": 2,"
+          " \"completion\": {\"target_objective\": 1.0, \"no_improvement_trials\": 2}");
+    tune_trial_t tr[4];
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 0, .next_trial = 0};
+    tune_plan_t p;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nnew, 2, "max_parallel_jobs at once");
+    cr_assert_eq(p.end, TUNE_END_NONE);
+    tr[0] = trial(0, TUNE_TRIAL_ACTIVE, false, 0);
+    tr[1] = trial(1, TUNE_TRIAL_COMPLETED, true, 2.0);
+    v.ntrials = 2;
+    v.next_trial = 2;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nnew, 1);
+    cr_assert_eq(p.best, 1);
+    /* the objective never reported by a completed trial ends it, naming both */
+    tr[1] = trial(1, TUNE_TRIAL_COMPLETED, false, 0);
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_FAILED);
+    cr_assert(strstr(p.reason, "\"val_loss\"") && strstr(p.reason, "train_loss"), "%s", p.reason);
+    /* failures */
+    tr[0] = trial(0, TUNE_TRIAL_FAILED, false, 0);
+    tr[1] = trial(1, TUNE_TRIAL_FAILED, false, 0);
+    v.last_failure = "rank 0 exited with code 1";
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_FAILED);
+    cr_assert(strstr(p.reason, "2 trial(s) failed") && strstr(p.reason, "code 1"), "%s", p.reason);
+    /* the target */
+    tr[0] = trial(0, TUNE_TRIAL_ACTIVE, true, 0.9);
+    tr[1] = trial(1, TUNE_TRIAL_COMPLETED, true, 2.0);
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_COMPLETED);
+    cr_assert(strstr(p.reason, "target"), "%s", p.reason);
+    /* no improvement over 2 completed trials */
+    tr[0] = trial(0, TUNE_TRIAL_COMPLETED, true, 1.5);
+    tr[1] = trial(1, TUNE_TRIAL_COMPLETED, true, 1.6);
+    tr[2] = trial(2, TUNE_TRIAL_COMPLETED, true, 1.7);
+    v.ntrials = 3;
+    v.next_trial = 3;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_COMPLETED);
+    cr_assert(strstr(p.reason, "no improvement"), "%s", p.reason);
+    /* all done */
+    tr[2] = trial(2, TUNE_TRIAL_COMPLETED, true, 1.4);
+    tr[3] = trial(3, TUNE_TRIAL_STOPPED, true, 1.45);
+    v.ntrials = 4;
+    v.next_trial = 4;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_COMPLETED);
+    cr_assert(strstr(p.reason, "all 4 trial(s) ended"), "%s", p.reason);
+    spec_tuning_deinit(&t);
+}
+
+Test(tune_search, hyperband_rungs_and_asynchronous_promotion)
+{
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 2000,"
+          " \"reduction_factor\": 3}, \"max_jobs\": 30, \"max_parallel_jobs\": 2");
+    int64_t r[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_rungs(&t, r);
+    cr_assert_eq(nr, 4);
+    cr_assert(r[0] == 100 && r[1] == 300 && r[2] == 900 && r[3] == 2000);
+    tune_trial_t tr[4];
+    for (int i = 0; i < 4; i++) {
+        tr[i] = trial(i, TUNE_TRIAL_PAUSED, true, 0);
+        tr[i].nrungs = 1;
+    }
+    tr[0].rung_objective[0] = 3.0;
+    tr[1].rung_objective[0] = 2.0;
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 2, .next_trial = 2};
+    tune_plan_t p;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.npromote, 0, "2 at a rung: the top third is empty");
+    cr_assert_eq(p.nnew, 2);
+    tr[2].rung_objective[0] = 2.5;
+    v.ntrials = 3;
+    v.next_trial = 3;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.npromote, 1, "3 at a rung: the best is promoted at once, not when the rung fills");
+    cr_assert_eq(p.promote[0], 1);
+    cr_assert_eq(p.nnew, 1);
+    /* a promoted trial that finished the next rung is promoted again before anything else */
+    tr[1].nrungs = 2;
+    tr[1].rung_objective[1] = 1.0;
+    tr[3].rung_objective[0] = 1.5;
+    v.ntrials = 4;
+    v.next_trial = 4;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.npromote, 1, "trial 3 now leads rung 0 (4 trials: the top one), trial 1 is alone at rung 1");
+    cr_assert_eq(p.promote[0], 3);
+    /* seeded: the same decisions twice */
+    tune_plan_t q;
+    tune_decide(&v, &q);
+    cr_assert_eq(memcmp(&p, &q, sizeof p), 0);
+    spec_tuning_deinit(&t);
+}
