@@ -16,7 +16,8 @@
     X(RESTARTING, 6)                                                                                 \
     X(COMPLETED, 7)                                                                                  \
     X(FAILED, 8)                                                                                     \
-    X(STOPPED, 9)
+    X(STOPPED, 9)                                                                                    \
+    X(PREEMPTED, 10)
 
 #define KILN_JOB_STATE_SEP_(name, num) ", " #name
 /* "QUEUED, SCHEDULED, ..., STOPPED": every state for messages and hints. */

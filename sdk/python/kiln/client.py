@@ -737,7 +737,7 @@ class Job:
     @property
     def state(self) -> str:
         """"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING", "RESTARTING",
-        "COMPLETED", "FAILED" or "STOPPED" (as of the last refresh)."""
+        "COMPLETED", "FAILED", "STOPPED" or "PREEMPTED" (as of the last refresh)."""
         return _str(self._data.get("state"))
 
     @property
