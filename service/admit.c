@@ -237,11 +237,11 @@ static bool candidate(const admit_t *a, int j, int r, bool within)
     const sched_running_t *R = &s->running[r];
     if (a->taken[r] || !R->preemptible || R->freeing || R->type != J->type || R->queue < 0 || R->queue >= s->nqueues)
         return false;
+    if (R->preemptions >= protect_after(s) && R->priority >= J->priority)
+        return false;
     if (overran(s, R))
         return true;
     if (!within)
-        return false;
-    if (R->preemptions >= protect_after(s) && R->priority >= J->priority)
         return false;
     if (J->preempted_by && R->id && strcmp(J->preempted_by, R->id) == 0)
         return false; /* never back and forth */
