@@ -252,39 +252,37 @@ static bool candidate(const admit_t *a, int j, int r, bool within)
         && a->usage[R->queue][J->type] > V->quota[J->type];
 }
 
-/* Whether job j could start with the slots and quota of the running jobs set[0..n) given back,
- * and those of every STOPPING job (freeing). */
-static bool fits_without(admit_t *a, int j, const int *set, int n, bool freeing)
+/* Gives back (sign 1: also their slots in a->view) or takes again (sign -1: the quota usage only)
+ * what the running jobs set[0..n) and every STOPPING job not taken by another head hold. */
+static void give_back(admit_t *a, const int *set, int n, int sign)
 {
     const sched_snapshot_t *s = a->snap;
-    const sched_job_t *J = &s->jobs[j];
-    job_view(a, j);
-    int t = J->type;
     for (int pass = 0; pass < 2; pass++)
         for (int k = 0; k < (pass ? s->nrunning : n); k++) {
             int r = pass ? k : set[k];
             const sched_running_t *R = &s->running[r];
-            if (pass && !(freeing && R->freeing && !a->taken[r]))
+            if (pass && !(R->freeing && !a->taken[r]))
                 continue;
             if (R->queue >= 0 && R->queue < s->nqueues && R->type >= 0 && R->type < SCHED_NTYPES)
-                a->usage[R->queue][R->type] -= R->nodes * R->slots_per_node;
-            for (int x = 0; x < R->nodes; x++)
+                a->usage[R->queue][R->type] -= sign * R->nodes * R->slots_per_node;
+            for (int x = 0; sign > 0 && x < R->nodes; x++)
                 if (R->worker[x] >= 0 && R->worker[x] < s->nworkers && a->view[R->worker[x]].slots > 0)
                     a->view[R->worker[x]].slots_free += R->slots_per_node;
         }
+}
+
+/* Whether job j could start with the slots and quota of the running jobs set[0..n) given back,
+ * and those of every STOPPING job (freeing). */
+static bool fits_without(admit_t *a, int j, const int *set, int n)
+{
+    const sched_job_t *J = &a->snap->jobs[j];
+    job_view(a, j);
+    give_back(a, set, n, 1);
     char why[300];
     sched_request_t req = {.nodes = J->nodes, .slots_per_node = J->slots_per_node,
-                           .slot_type = sched_slot_type_name(t)};
-    bool ok = quota_check(a, j, why, sizeof why) == 0 && sched_place(a->view, s->nworkers, &req, NULL);
-    for (int pass = 0; pass < 2; pass++)
-        for (int k = 0; k < (pass ? s->nrunning : n); k++) {
-            int r = pass ? k : set[k];
-            const sched_running_t *R = &s->running[r];
-            if (pass && !(freeing && R->freeing && !a->taken[r]))
-                continue;
-            if (R->queue >= 0 && R->queue < s->nqueues && R->type >= 0 && R->type < SCHED_NTYPES)
-                a->usage[R->queue][R->type] += R->nodes * R->slots_per_node;
-        }
+                           .slot_type = sched_slot_type_name(J->type)};
+    bool ok = quota_check(a, j, why, sizeof why) == 0 && sched_place(a->view, a->snap->nworkers, &req, NULL);
+    give_back(a, set, n, -1);
     return ok;
 }
 
@@ -362,7 +360,7 @@ static int choose_victims(admit_t *a, int j, bool within, sched_decision_t *d)
             }
         if (best_mask && cost_cmp(&c, &best) >= 0)
             continue;
-        if (fits_without(a, j, set, k, true)) {
+        if (fits_without(a, j, set, k)) {
             best = c;
             best_mask = mask;
         }
@@ -379,14 +377,14 @@ static int choose_victims(admit_t *a, int j, bool within, sched_decision_t *d)
     /* More candidates than an exhaustive search allows: the first that suffice in the order of
      * least lost work, less any the others do without. */
     int k = 0;
-    while (k < n && !fits_without(a, j, a->cand, k, true))
+    while (k < n && !fits_without(a, j, a->cand, k))
         k++;
-    if (k >= n && !fits_without(a, j, a->cand, n, true))
+    if (k >= n && !fits_without(a, j, a->cand, n))
         return 0;
     for (int i = k - 1; i >= 0; i--) {
         int drop = a->cand[i];
         memmove(&a->cand[i], &a->cand[i + 1], (size_t)(k - i - 1) * sizeof(int));
-        if (fits_without(a, j, a->cand, k - 1, true)) {
+        if (fits_without(a, j, a->cand, k - 1)) {
             k--;
         } else {
             memmove(&a->cand[i + 1], &a->cand[i], (size_t)(k - i - 1) * sizeof(int));
@@ -413,7 +411,7 @@ static bool try_preempt(admit_t *a, int j, sched_decision_t *out)
     bool any_freeing = false;
     for (int r = 0; r < s->nrunning; r++)
         any_freeing = any_freeing || (s->running[r].freeing && s->running[r].type == J->type && !a->taken[r]);
-    if (any_freeing && fits_without(a, j, NULL, 0, true)) {
+    if (any_freeing && fits_without(a, j, NULL, 0)) {
         d->outcome = SCHED_WAIT_SLOTS;
         snprintf(d->reason, sizeof d->reason, "waiting for free slots: needs %d worker(s) with %d free %s slot(s) "
                  "each, which jobs stopping now are freeing", J->nodes, J->slots_per_node,

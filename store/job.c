@@ -304,6 +304,19 @@ int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n,
                         sizeof(**out), row_fill, (void **)out, n, err);
 }
 
+/* a = the array literal {id,...} of ids[0..n) (UUIDs need no quoting), NUL-terminated. */
+static void id_array(store_buf_t *a, const char *const *ids, int n)
+{
+    store_buf_putc(a, '{');
+    for (int i = 0; i < n; i++) {
+        if (i)
+            store_buf_putc(a, ',');
+        store_buf_put(a, ids[i], strlen(ids[i]));
+    }
+    store_buf_putc(a, '}');
+    store_buf_putc(a, '\0');
+}
+
 static void holding_fill(const PGresult *r, int i, void *elem)
 {
     store_holding_t *o = elem;
@@ -351,14 +364,7 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
     if (n <= 0)
         return 0;
     store_buf_t a = {0};
-    store_buf_putc(&a, '{');
-    for (int i = 0; i < n; i++) {
-        if (i)
-            store_buf_putc(&a, ',');
-        store_buf_put(&a, ids[i], strlen(ids[i]));
-    }
-    store_buf_putc(&a, '}');
-    store_buf_putc(&a, '\0');
+    id_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
     int rc = store_q(c, "predict run times",
@@ -403,14 +409,7 @@ int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out
     for (int i = 0; i < n; i++)
         out[i] = NULL;
     store_buf_t a = {0};
-    store_buf_putc(&a, '{');
-    for (int i = 0; i < n; i++) {
-        if (i)
-            store_buf_putc(&a, ',');
-        store_buf_put(&a, ids[i], strlen(ids[i]));
-    }
-    store_buf_putc(&a, '}');
-    store_buf_putc(&a, '\0');
+    id_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
     int rc = store_q(c, "read job paths", "SELECT id::text, data_paths::text FROM jobs WHERE id = ANY($1::uuid[])",
