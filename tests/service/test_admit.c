@@ -591,6 +591,16 @@ Test(admit, backfill_only_what_ends_before_the_head_can_start)
     /* no prediction for what the head waits for: nothing is backfilled */
     r[0].end_s = -1;
     cr_assert_eq(pass_running(w, 1, q, 1, j, 5, r, 1, 0, out, order), 0);
+    /* nor for one job among those it waits for (it might end first, and the head start sooner) */
+    sched_running_t r2[] = {running("run", 0, 0, 2, w0, 0), running("unknown", 0, 0, 1, w0, 0)};
+    r2[0].end_s = 100;
+    w[0].slots_free = 1;
+    q[0].usage[0] = 3;
+    j[4].runtime_s = 50;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 5, r2, 2, 0, out, order), 0, "%s", out[4].reason);
+    w[0].slots_free = 2;
+    q[0].usage[0] = 2;
+    j[4].runtime_s = 80;
     /* a backfilled job that overran its prediction is preempted for the head, whatever its priority */
     r[0].end_s = 100;
     r[0].backfilled = true;
@@ -795,6 +805,10 @@ typedef struct psim {
     int lost;               /* steps lost to preemption in all */
     int npreempt;
     bool pair[150][150];    /* pair[x][y]: job x preempted job y */
+    int bf_head[MAXJ];      /* the head a job was backfilled ahead of, + 1 (0: not backfilled) */
+    int nbackfilled;
+    bool check_head;        /* predictions exact, one queue: a head starts only after what was
+                               backfilled ahead of it has ended */
 } psim_t;
 
 static double prediction(const psim_t *P, int j)
@@ -895,6 +909,14 @@ static int psim_run(psim_t *P, unsigned seed, int k_protect)
             P->started[j] = now;
             P->backfilled[j] = out[p].backfilled;
             P->backfill_end[j] = out[p].end_s;
+            if (out[p].backfilled) {
+                P->bf_head[j] = idx[out[p].behind_head] + 1;
+                P->nbackfilled++;
+            }
+            for (int b = 0; P->check_head && b < S->nj; b++)
+                if (P->bf_head[b] == j + 1)
+                    cr_assert_eq(S->state[b], 3, "seed %u t %d: head %s started while %s, backfilled ahead of it, "
+                                 "still runs", seed, now, S->ids[j], S->ids[b]);
             if (out[p].backfilled)
                 cr_assert(P->predicted[j] && out[p].end_s <= now + prediction(P, j) + 1e-9);
         }
@@ -956,6 +978,28 @@ Test(admit, random_streams_with_preemption_and_backfill_keep_the_invariants, .ti
             cr_assert_leq(P.preemptions[j], 3 + 2 * P.S.nj, "seed %u", seed);
     }
     cr_assert_gt(preempts, 20, "only %d preemptions in %d streams", preempts, seeds);
+}
+
+Test(admit, backfill_never_delays_the_head_with_exact_predictions)
+{
+    static psim_t P;
+    int backfilled = 0;
+    for (unsigned seed = 1; seed <= 60; seed++) {
+        psim_make(&P, seed);
+        P.S.nq = 1;
+        P.S.q[0] = queue("default", NULL, U, U);
+        for (int j = 0; j < P.S.nj; j++) {
+            P.S.job[j].queue = 0;
+            P.S.job[j].priority = 0;
+            P.S.job[j].project = 0;
+            P.predicted[j] = 1;
+        }
+        P.check_head = true;
+        psim_run(&P, seed, 3);
+        backfilled += P.nbackfilled;
+        cr_assert_eq(P.npreempt, 0);
+    }
+    cr_assert_gt(backfilled, 30, "only %d jobs were backfilled: the runs show little", backfilled);
 }
 
 Test(admit, livelock_bait_every_job_finishes)
