@@ -24,3 +24,5 @@ ALTER TABLE jobs ADD COLUMN backfill_end timestamptz;
 DROP INDEX jobs_pending_idx;
 CREATE INDEX jobs_pending_idx ON jobs (priority DESC, created_at, id)
     WHERE state IN ('QUEUED', 'RESTARTING', 'PREEMPTED');
+-- Run-time predictions for jobs that never ran: the step times of jobs of the same model and resources.
+CREATE INDEX jobs_step_time_idx ON jobs ((spec->'model'), (spec->'resources')) WHERE step_time_s IS NOT NULL;
