@@ -238,6 +238,12 @@ extern prom_family_t agent_prom_dropped_lines, agent_prom_dropped_points;
  * KILN_EINVAL (bad address) or KILN_EIO (cannot listen). */
 int agent_monitor_start(agent_t *a, const char *addr, agent_monitor_t **out, kiln_err_t *err);
 void agent_monitor_stop(agent_monitor_t *m);
+/* Appends the machine's use to b (hoststats.c): kiln_agent_host_cpu_seconds_total{mode},
+ * kiln_agent_host_cpus and kiln_agent_host_memory_bytes{state} from proc (a /proc, or NULL for
+ * "/proc"; a file it cannot read leaves its families out), and per GPU
+ * kiln_agent_gpu_utilization_ratio{gpu} and kiln_agent_gpu_memory_bytes{gpu,state} when NVML
+ * (libnvidia-ml.so.1) loads, none otherwise. Thread-safe. */
+void agent_host_prom(prom_buf_t *b, const char *proc);
 
 /* ---- the agent itself (agent.c, heartbeat.c, starter.c, sender.c) ---------------------------- */
 

@@ -1,7 +1,7 @@
 /* monitor.c - kiln-agent's local HTTP port (--metrics-addr): GET /metrics in Prometheus text
- * format (the agent's counters, its state, process_* and kiln_build_info) and GET /healthz for
- * liveness probes. Plain HTTP through libmicrohttpd, no token: it carries nothing secret and
- * belongs on a local or pod address. Nothing here talks to kilnd. */
+ * format (the agent's counters, its state, the machine's CPU, memory and GPU use, process_* and
+ * kiln_build_info) and GET /healthz for liveness probes. Plain HTTP through libmicrohttpd, no
+ * token: it carries nothing secret and belongs on a local or pod address. Nothing here talks to kilnd. */
 #include "agent/agent_int.h"
 
 #include <arpa/inet.h>
@@ -77,6 +77,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         prom_printf(&b, "kiln_agent_ranks_running %d\n", st.ranks_running);
         prom_header(&b, "kiln_agent_outbox_bytes", "Reports queued for kilnd, in bytes.", PROM_GAUGE);
         prom_printf(&b, "kiln_agent_outbox_bytes %zu\n", st.outbox_bytes);
+        agent_host_prom(&b, NULL);
         if (b.oom) {
             free(b.data);
             return MHD_NO;

@@ -304,8 +304,8 @@ void api_grpc_count(const char *method, int code, double seconds)
     prom_label(labels, sizeof labels - 48, "method", method);
     size_t l = strlen(labels);
     labels[l++] = ',';
-    prom_label(labels + l, sizeof labels - l, "code",
-               code >= 0 && code < (int)KILN_ARRAY_LEN(names) ? names[code] : "UNKNOWN");
+    prom_label_lower(labels + l, sizeof labels - l, "code",
+                     code >= 0 && code < (int)KILN_ARRAY_LEN(names) ? names[code] : "UNKNOWN");
     prom_add(&grpc_requests, labels, 1);
     if (seconds >= 0) {
         prom_label(labels, sizeof labels, "method", method);

@@ -375,6 +375,9 @@ void prom_add(prom_family_t *f, const char *labels, double v);
 void prom_observe(prom_family_t *f, const char *labels, double v);
 /* Renders name="value" (value escaped as the format requires) into out (size n); returns out. */
 char *prom_label(char *out, size_t n, const char *name, const char *value);
+/* prom_label with value in lower case (its first 127 bytes): how every value of a fixed set
+ * (a state, an outcome, a status code) is written, on kilnd and the agent alike. */
+char *prom_label_lower(char *out, size_t n, const char *name, const char *value);
 
 /* A growing text buffer for an exposition. oom is set (and text cut short) when memory ran out. */
 typedef struct prom_buf {

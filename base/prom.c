@@ -2,6 +2,7 @@
  * gauges and histograms updated under one lock, written in name order with the process_*
  * metrics of /proc/self and kiln_build_info. Not an HTTP server: kilnd's REST front end and
  * kiln-agent's metrics port serve what prom_write() produces. */
+#include <ctype.h>
 #include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -121,6 +122,16 @@ char *prom_label(char *out, size_t n, const char *name, const char *value)
         out[o++] = '"';
     out[o] = '\0';
     return out;
+}
+
+char *prom_label_lower(char *out, size_t n, const char *name, const char *value)
+{
+    char low[128];
+    size_t i = 0;
+    for (const char *p = value ? value : ""; *p && i + 1 < sizeof low; p++)
+        low[i++] = (char)tolower((unsigned char)*p);
+    low[i] = '\0';
+    return prom_label(out, n, name, low);
 }
 
 void prom_printf(prom_buf_t *b, const char *fmt, ...)

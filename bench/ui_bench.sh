@@ -4,7 +4,7 @@
 # baseline of the same page with no data, in one run (tests/ui/bench.mjs). Prints the machine,
 # date and load so the numbers can go in RESULTS.md.
 #   make BUILD=build all && BUILD=build bash bench/ui_bench.sh
-# Environment: JOBS (10000), POINTS (100000), ROUNDS (5 page loads each).
+# Environment: JOBS (10000), POINTS (100000), RUNNING_POINTS (50000), ROUNDS (5 page loads each).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}

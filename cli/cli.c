@@ -78,7 +78,7 @@ static const cli_command_t cli_commands[] = {
     {"describe", cli_cmd_describe, "ID",
      "show a job: state, progress and ETA, metrics, workers, events",
      "  ID may be a unique prefix of the id (the short id `kiln jobs` shows) or a unique job name\n"},
-    {"logs", cli_cmd_logs, "[-f] [--rank N] [--since T] ID",
+    {"logs", cli_cmd_logs, "[-f] [--rank N] [--since T] [--limit N] ID",
      "print a job's logs; -f follows them live until the job ends",
      "options:\n"
      "  -f, --follow   stream new lines until the job ends (reconnects if the connection drops)\n"
@@ -218,7 +218,14 @@ static const cli_command_t cli_commands[] = {
      "  The link works once, for 2 minutes; the browser trades it for a token of its own that\n"
      "  lasts 12 hours at most, never longer than yours, and is revoked when you log out there.\n"
      "  The code is in the URL's fragment, which browsers never send to a server.\n"},
-    {"version", cli_cmd_version, "", "print kiln's and kilnd's versions (exit 1 when kilnd cannot be reached)", ""},
+    {"config", cli_cmd_config, "get-profiles\nuse-profile NAME",
+     "list the saved logins (profiles) and choose the current one",
+     "commands:\n"
+     "  get-profiles         every profile of the config file: its URL, whether it holds a token (never\n"
+     "                       the token), the current one marked *; -o json prints them as data\n"
+     "  use-profile NAME     make NAME the current profile, used when neither --profile nor\n"
+     "                       KILN_PROFILE names another (kiln login --profile NAME saves one)\n"},
+    {"version", cli_cmd_version, "", "print kiln's and kilnd's versions (exit 6 when kilnd cannot be reached)", ""},
     {"completion", cli_cmd_completion, "bash|zsh|fish", "print a shell completion script",
      "  bash:  source <(kiln completion bash)         (or save it in /etc/bash_completion.d/kiln)\n"
      "  zsh:   source <(kiln completion zsh)          (after compinit; or save it as _kiln in $fpath)\n"
@@ -234,8 +241,26 @@ static const char cli_global_help[] =
     "  --token-file FILE  read the API token from FILE (default $KILN_TOKEN, then the profile's);\n"
     "                     a token is never given as an argument, where other users could see it\n"
     "  --profile NAME     use this saved login (default $KILN_PROFILE, then the current one)\n"
-    "  -o, --output FMT   table (default), wide (more columns), json or yaml: the API's replies\n"
-    "  --json             the same as -o json\n";
+    "  -o, --output FMT   table (default), wide (more columns), json or yaml (the API's replies),\n"
+    "                     or name (a list's ids or names, one a line: jobs, search, workers,\n"
+    "                     queues, projects, users, tokens, artifacts)\n"
+    "  --json             the same as -o json\n"
+    "  --no-headers       tables without their heading line\n";
+
+/* What each exit status means (the overview's help and the README say the same). */
+static const char cli_exit_help[] =
+    "exit status:\n"
+    "  0  ok\n"
+    "  1  error: input kilnd refused, a server error, an unreadable config file, a followed job\n"
+    "     that FAILED\n"
+    "  2  usage: the command line is wrong\n"
+    "  3  not found: no such job, worker, queue, user, profile, file, ... (HTTP 404)\n"
+    "  4  unauthenticated or forbidden: no valid token, or not allowed (HTTP 401, 403)\n"
+    "  5  conflict or wrong state: it already exists, or the job is not in a state that allows it\n"
+    "     (HTTP 409)\n"
+    "  6  unreachable or unavailable: no answer from kilnd, it is not ready or asks to wait (HTTP\n"
+    "     429, 502, 503, 504): trying again later may work\n"
+    "  (the API's message goes to stderr)\n";
 
 static void cli_print_usage_lines(FILE *out, const char *prefix, const cli_command_t *c)
 {
@@ -260,6 +285,7 @@ void cli_print_help(FILE *out, const char *cmd)
         if (*c->help)
             fprintf(out, "\n%s", c->help);
         fprintf(out, "\n%s", cli_global_help);
+        fprintf(out, "\n%s", cli_exit_help);
         return;
     }
     fprintf(out, "kiln - command-line client for kilnd, the kiln training service\n\n"
@@ -268,7 +294,7 @@ void cli_print_help(FILE *out, const char *cmd)
         fprintf(out, "  %-9s %s\n", cli_commands[i].name, cli_commands[i].summary);
     fprintf(out, "  %-9s %s\n", "help", "show this text, or a command's (kiln help tokens)");
     fprintf(out, "\n%s", cli_global_help);
-    fprintf(out, "\nexit status: 0 ok, 1 error (the API's message goes to stderr), 2 usage error\n");
+    fprintf(out, "\n%s", cli_exit_help);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -345,17 +371,47 @@ bool cli_parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
+int cli_exit_code(int st)
+{
+    switch (st) {
+    case KILN_OK: return CLI_EXIT_OK;
+    case KILN_ENOTFOUND: return CLI_EXIT_NOT_FOUND;
+    case KILN_EUNAUTH:
+    case KILN_EPERM: return CLI_EXIT_AUTH;
+    case KILN_EEXIST:
+    case KILN_ESTATE:
+    case KILN_EREUSED: return CLI_EXIT_CONFLICT;
+    case KILN_EUNAVAIL:
+    case KILN_EDB:
+    case KILN_ECOMM:
+    case KILN_ELIMIT:
+    case KILN_ETIMEDOUT: return CLI_EXIT_UNAVAILABLE;
+    default: return CLI_EXIT_ERROR;
+    }
+}
+
 int cli_fail(const cli_client_t *c, const kiln_err_t *err)
 {
     cli_print_error(stderr, err);
     if (err->status == KILN_EUNAUTH)
         cli_print_auth_note(stderr, &c->settings);
-    return CLI_EXIT_ERROR;
+    return cli_exit_code(err->status);
+}
+
+bool cli_print_names(const cli_client_t *c, const json_t *items, const char *key)
+{
+    if (c->output != CLI_OUT_NAME)
+        return false;
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it)
+        printf("%s\n", cli_jstr(it, key));
+    return true;
 }
 
 bool cli_output_parse(const char *s, cli_output_t *out)
 {
-    static const char *const names[] = {"table", "wide", "json", "yaml"};
+    static const char *const names[] = {"table", "wide", "json", "yaml", "name"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(names); i++)
         if (!strcmp(s, names[i])) {
             *out = (cli_output_t)i;
@@ -431,6 +487,10 @@ int cli_parse_globals(int argc, char **argv, cli_globals_t *g, char **args, int 
             g->output = "json";
             continue;
         }
+        if (!strcmp(a, "--no-headers")) {
+            g->no_headers = true;
+            continue;
+        }
         if (!strcmp(a, "--token") || !strncmp(a, "--token=", 8)) {
             cli_usage_error(NULL, "kiln takes no --token: other users can read a program's arguments");
             fprintf(stderr, "hint: kiln login saves a token (read from stdin); or use --token-file FILE or "
@@ -500,8 +560,8 @@ int cli_main(int argc, char **argv)
             const char *v = args[i][1] == 'o' ? (args[i][2] ? args[i] + 2 : i + 1 < nargs ? args[i + 1] : "")
                                               : (strchr(args[i], '=') ? strchr(args[i], '=') + 1
                                                                       : i + 1 < nargs ? args[i + 1] : "");
-            rc = *v ? cli_usage_error(found->name, "unknown output format \"%s\": use table, wide, json or yaml", v)
-                    : cli_usage_error(found->name, "%s needs a value: table, wide, json or yaml", args[i]);
+            rc = *v ? cli_usage_error(found->name, "unknown output format \"%s\": use table, wide, json, yaml or name", v)
+                    : cli_usage_error(found->name, "%s needs a value: table, wide, json, yaml or name", args[i]);
             goto done;
         }
     }
@@ -510,7 +570,7 @@ int cli_main(int argc, char **argv)
     kiln_err_clear(&err);
     if (cli_settings_resolve(&g, &settings, &err) != 0) {
         cli_print_error(stderr, &err);
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_ERROR; /* this machine's config or token file, not kilnd's answer */
         goto done;
     }
     /* A profile asked for by name must exist, except for kiln login, which creates it. */
@@ -518,16 +578,27 @@ int cli_main(int argc, char **argv)
         kiln_err_set(&err, KILN_ENOTFOUND, NULL, "no profile \"%s\" in %s", settings.profile, settings.config_path);
         kiln_err_hint(&err, "kiln login --profile %s saves one", settings.profile);
         cli_print_error(stderr, &err);
-        rc = CLI_EXIT_ERROR;
+        rc = cli_exit_code(err.status);
         goto done;
     }
     cli_client_t client;
     cli_client_init(&client, &settings);
     client.output = CLI_OUT_TABLE;
     if (g.output && !cli_output_parse(g.output, &client.output)) {
-        rc = cli_usage_error(NULL, "unknown output format \"%s\": use table, wide, json or yaml", g.output);
+        rc = cli_usage_error(NULL, "unknown output format \"%s\": use table, wide, json, yaml or name", g.output);
         goto done;
     }
+    static const char *const named[] = {"jobs", "search", "workers", "queues", "projects", "users", "tokens",
+                                        "artifacts", NULL};
+    bool lists = false;
+    for (size_t i = 0; named[i]; i++)
+        lists |= !strcmp(found->name, named[i]);
+    if (client.output == CLI_OUT_NAME && !lists) {
+        rc = cli_usage_error(found->name, "-o name lists ids or names: it applies to jobs, search, workers, queues, "
+                                          "projects, users, tokens and artifacts");
+        goto done;
+    }
+    cli_table_set_headers(!g.no_headers);
     client.json = client.output == CLI_OUT_JSON || client.output == CLI_OUT_YAML;
     rc = found->run(&client, nargs, args);
     memset(&client, 0, sizeof(client));
@@ -585,27 +656,69 @@ static void cli_command_words(const cli_command_t *c, char *out, size_t n)
     }
 }
 
-static const char cli_globals_words[] = "--url --tls-ca --token-file --profile -o --output --json --help";
+static const char cli_globals_words[] = "--url --tls-ca --token-file --profile -o --output --json --no-headers --help";
+
+/* Arguments completed from the server: a command (and, for one with subcommands, the
+ * subcommands after which) takes job ids, worker ids or queue names. The scripts ask `kiln`
+ * itself for them, with the global options typed so far (another --url or --profile). */
+static const struct {
+    const char *cmd, *subs, *kind;
+} cli_dynamic[] = {
+    {"describe", NULL, "jobs"}, {"logs", NULL, "jobs"}, {"metrics", NULL, "jobs"}, {"stop", NULL, "jobs"},
+    {"artifacts", NULL, "jobs"}, {"delete", NULL, "jobs"}, {"compare", NULL, "jobs"},
+    {"workers", "approve remove", "workers"}, {"queues", "describe update delete", "queues"},
+};
+/* The kiln arguments (after the global options) that list each kind of candidate. */
+static const char cli_dynamic_bash_lister[] =
+    "    case \"$1\" in\n"
+    "        jobs) \"${COMP_WORDS[0]}\" \"${g[@]}\" jobs -o name --limit 200 2>/dev/null ;;\n"
+    "        workers) \"${COMP_WORDS[0]}\" \"${g[@]}\" workers list -o name 2>/dev/null ;;\n"
+    "        queues) \"${COMP_WORDS[0]}\" \"${g[@]}\" queues list -o name 2>/dev/null ;;\n"
+    "    esac\n";
+
+/* The kind of server-side candidates for command cmd: its (kind) when its arguments are such,
+ * and "" otherwise; *subs gets the subcommands they follow (NULL: the command's own). */
+static const char *cli_dynamic_kind(const char *cmd, const char **subs)
+{
+    *subs = NULL;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cli_dynamic); i++)
+        if (!strcmp(cli_dynamic[i].cmd, cmd)) {
+            *subs = cli_dynamic[i].subs;
+            return cli_dynamic[i].kind;
+        }
+    return "";
+}
 
 static void cli_completion_bash(FILE *out)
 {
-    fprintf(out, "# bash completion for kiln (kiln completion bash)\n_kiln() {\n"
-                 "    local cur prev cmd i\n    cur=\"${COMP_WORDS[COMP_CWORD]}\"\n"
+    fprintf(out, "# bash completion for kiln (kiln completion bash)\n"
+                 "# _kiln_ids KIND: job ids, worker ids or queue names, from kilnd (through kiln itself, with\n"
+                 "# the global options typed so far)\n_kiln_ids() {\n"
+                 "    local -a g=()\n    local j\n"
+                 "    for ((j = 1; j < COMP_CWORD; j++)); do\n"
+                 "        case \"${COMP_WORDS[j]}\" in\n"
+                 "            --url|--tls-ca|--token-file|--profile) g+=(\"${COMP_WORDS[j]}\" \"${COMP_WORDS[j+1]}\"); ((j++)) ;;\n"
+                 "        esac\n    done\n%s}\n"
+                 "_kiln() {\n"
+                 "    local cur prev cmd sub i\n    cur=\"${COMP_WORDS[COMP_CWORD]}\"\n"
                  "    prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
                  "    case \"$prev\" in\n"
-                 "        -o|--output) COMPREPLY=($(compgen -W \"table wide json yaml\" -- \"$cur\")); return ;;\n"
+                 "        -o|--output) COMPREPLY=($(compgen -W \"table wide json yaml name\" -- \"$cur\")); return ;;\n",
+            cli_dynamic_bash_lister);
+    fprintf(out, 
                  "        --tls-ca|--token-file) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n"
                  "        --url|--profile|--status|--tag|--limit|--name|--reason|--rank|--since|--points|--user|"
                  "--expires-in|--description|--idempotency-key|--page-size) return ;;\n"
-                 "    esac\n    cmd=\"\"\n    for ((i = 1; i < COMP_CWORD; i++)); do\n"
+                 "    esac\n    cmd=\"\"; sub=\"\"\n    for ((i = 1; i < COMP_CWORD; i++)); do\n"
                  "        case \"${COMP_WORDS[i]}\" in\n"
                  "            --url|--tls-ca|--token-file|--profile|-o|--output) ((i++)) ;;\n"
-                 "            -*) ;;\n            *) cmd=\"${COMP_WORDS[i]}\"; break ;;\n        esac\n    done\n"
+                 "            -*) ;;\n            *) if [ -z \"$cmd\" ]; then cmd=\"${COMP_WORDS[i]}\"; "
+                 "elif [ -z \"$sub\" ]; then sub=\"${COMP_WORDS[i]}\"; fi ;;\n        esac\n    done\n"
                  "    local globals=\"%s\"\n    if [ -z \"$cmd\" ]; then\n        COMPREPLY=($(compgen -W \"",
             cli_globals_words);
     for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++)
         fprintf(out, "%s ", cli_commands[i].name);
-    fprintf(out, "help $globals\" -- \"$cur\"))\n        return\n    fi\n    local opts=\"\" words=\"\"\n"
+    fprintf(out, "help $globals\" -- \"$cur\"))\n        return\n    fi\n    local opts=\"\" words=\"\" dyn=\"\"\n"
                  "    case \"$cmd\" in\n");
     for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++) {
         char opts[1024], words[256];
@@ -613,13 +726,21 @@ static void cli_completion_bash(FILE *out)
         cli_command_words(&cli_commands[i], words, sizeof words);
         if (!strcmp(cli_commands[i].name, "completion"))
             snprintf(words, sizeof words, "bash zsh fish");
-        fprintf(out, "        %s) opts=\"%s\"; words=\"%s\" ;;\n", cli_commands[i].name, opts, words);
+        const char *subs, *kind = cli_dynamic_kind(cli_commands[i].name, &subs);
+        char dyn[160] = "";
+        if (*kind && subs) /* after one of its subcommands: ids; before: the subcommand words */
+            snprintf(dyn, sizeof dyn, "; case \" %s \" in *\" $sub \"*) [ -n \"$sub\" ] && dyn=%s ;; esac", subs,
+                     kind);
+        else if (*kind)
+            snprintf(dyn, sizeof dyn, "; dyn=%s", kind);
+        fprintf(out, "        %s) opts=\"%s\"; words=\"%s\"%s ;;\n", cli_commands[i].name, opts, words, dyn);
     }
     fprintf(out, "        help) words=\"");
     for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++)
         fprintf(out, "%s%s", i ? " " : "", cli_commands[i].name);
     fprintf(out, "\" ;;\n    esac\n"
                  "    if [[ \"$cur\" == -* ]]; then\n        COMPREPLY=($(compgen -W \"$opts $globals\" -- \"$cur\"))\n"
+                 "    elif [ -n \"$dyn\" ]; then\n        COMPREPLY=($(compgen -W \"$(_kiln_ids \"$dyn\")\" -- \"$cur\"))\n"
                  "    elif [ -n \"$words\" ]; then\n        COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n"
                  "    else\n        COMPREPLY=($(compgen -f -- \"$cur\"))\n    fi\n}\ncomplete -F _kiln kiln\n");
 }
@@ -641,15 +762,29 @@ static void cli_put_quoted(FILE *out, const char *s)
 
 static void cli_completion_zsh(FILE *out)
 {
-    fprintf(out, "#compdef kiln\n# zsh completion for kiln (kiln completion zsh)\n_kiln() {\n"
+    fprintf(out, "#compdef kiln\n# zsh completion for kiln (kiln completion zsh)\n"
+                 "# _kiln_ids KIND: job ids, worker ids or queue names, from kilnd (through kiln itself, with\n"
+                 "# the global options typed so far)\n_kiln_ids() {\n"
+                 "    local -a g ids\n    local j\n"
+                 "    for ((j = 2; j < CURRENT; j++)); do\n"
+                 "        case $words[j] in\n"
+                 "            --url|--tls-ca|--token-file|--profile) g+=($words[j] $words[j+1]) ;;\n"
+                 "        esac\n    done\n"
+                 "    case $1 in\n"
+                 "        jobs) ids=(${(f)\"$($words[1] $g jobs -o name --limit 200 2>/dev/null)\"}) ;;\n"
+                 "        workers) ids=(${(f)\"$($words[1] $g workers list -o name 2>/dev/null)\"}) ;;\n"
+                 "        queues) ids=(${(f)\"$($words[1] $g queues list -o name 2>/dev/null)\"}) ;;\n"
+                 "    esac\n    compadd -a ids\n}\n"
+                 "_kiln() {\n"
                  "    local -a globals commands\n"
                  "    globals=(\n"
                  "        '--url[kilnd REST address]:url:'\n"
                  "        '--tls-ca[CA certificate file]:file:_files'\n"
                  "        '--token-file[file holding the API token]:file:_files'\n"
                  "        '--profile[saved login to use]:profile:'\n"
-                 "        '(-o --output --json)'{-o,--output}'[output format]:format:(table wide json yaml)'\n"
+                 "        '(-o --output --json)'{-o,--output}'[output format]:format:(table wide json yaml name)'\n"
                  "        '(-o --output --json)--json[the same as -o json]'\n"
+                 "        '--no-headers[tables without their heading line]'\n"
                  "    )\n    commands=(\n");
     for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++) {
         char d[256];
@@ -675,7 +810,12 @@ static void cli_completion_zsh(FILE *out)
         char *save = NULL;
         for (char *o = strtok_r(opts, " ", &save); o; o = strtok_r(NULL, " ", &save))
             fprintf(out, " '%s'", o);
-        if (words[0])
+        const char *subs, *kind = cli_dynamic_kind(cli_commands[i].name, &subs);
+        if (*kind && subs)
+            fprintf(out, " '1: :(%s)' '*: :_kiln_ids %s'", words, kind);
+        else if (*kind)
+            fprintf(out, " '*: :_kiln_ids %s'", kind);
+        else if (words[0])
             fprintf(out, " '*: :(%s)'", words);
         else
             fprintf(out, " '*:file:_files'");
@@ -694,8 +834,35 @@ static void cli_completion_fish(FILE *out)
                  "complete -c kiln -l tls-ca -r -F -d 'CA certificate file'\n"
                  "complete -c kiln -l token-file -r -F -d 'file holding the API token'\n"
                  "complete -c kiln -l profile -r -d 'saved login to use'\n"
-                 "complete -c kiln -s o -l output -x -a 'table wide json yaml' -d 'output format'\n"
-                 "complete -c kiln -l json -d 'the same as -o json'\n");
+                 "complete -c kiln -s o -l output -x -a 'table wide json yaml name' -d 'output format'\n"
+                 "complete -c kiln -l json -d 'the same as -o json'\n"
+                 "complete -c kiln -l no-headers -d 'tables without their heading line'\n"
+                 "# __kiln_ids KIND: job ids, worker ids or queue names, from kilnd (through kiln itself, with\n"
+                 "# the global options typed so far)\n"
+                 "function __kiln_ids\n"
+                 "    set -l toks (commandline -opc)\n    set -l g\n"
+                 "    for j in (seq 2 (math (count $toks) - 1))\n"
+                 "        if contains -- $toks[$j] --url --tls-ca --token-file --profile\n"
+                 "            set -a g $toks[$j] $toks[(math $j + 1)]\n"
+                 "        end\n    end\n"
+                 "    switch $argv[1]\n"
+                 "        case jobs\n            $toks[1] $g jobs -o name --limit 200 2>/dev/null\n"
+                 "        case workers\n            $toks[1] $g workers list -o name 2>/dev/null\n"
+                 "        case queues\n            $toks[1] $g queues list -o name 2>/dev/null\n"
+                 "    end\nend\n"
+                 "# __kiln_cmd_is CMD [SUB...]: the command typed is CMD (and its first argument one of SUB)\n"
+                 "function __kiln_cmd_is\n"
+                 "    set -l toks (commandline -opc)\n    set -l a\n    set -l skip 0\n"
+                 "    for t in $toks[2..-1]\n"
+                 "        if test $skip = 1\n            set skip 0\n"
+                 "        else if contains -- $t --url --tls-ca --token-file --profile -o --output\n"
+                 "            set skip 1\n"
+                 "        else if not string match -q -- '-*' $t\n            set -a a $t\n        end\n"
+                 "    end\n"
+                 "    test (count $a) -ge 1; and test \"$a[1]\" = \"$argv[1]\"; or return 1\n"
+                 "    test (count $argv) -eq 1; and return 0\n"
+                 "    test (count $a) -ge 2; and contains -- $a[2] $argv[2..-1]\n"
+                 "end\n");
     fprintf(out, "set -l kiln_commands");
     for (size_t i = 0; i < KILN_ARRAY_LEN(cli_commands); i++)
         fprintf(out, " %s", cli_commands[i].name);
@@ -713,7 +880,11 @@ static void cli_completion_fish(FILE *out)
         char *save = NULL;
         for (char *o = strtok_r(opts, " ", &save); o; o = strtok_r(NULL, " ", &save))
             fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from %s\" -l %s\n", c->name, o + 2);
-        if (words[0])
+        const char *subs, *kind = cli_dynamic_kind(c->name, &subs);
+        if (*kind)
+            fprintf(out, "complete -c kiln -n \"__kiln_cmd_is %s%s%s\" -a '(__kiln_ids %s)'\n", c->name,
+                    subs ? " " : "", subs ? subs : "", kind);
+        if (words[0] && (!*kind || subs))
             fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from %s\" -a '%s'\n", c->name, words);
         else if (!strcmp(c->name, "submit"))
             fprintf(out, "complete -c kiln -n \"__fish_seen_subcommand_from submit\" -F\n");

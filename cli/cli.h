@@ -14,10 +14,22 @@
 #include "base/base.h"
 
 #define CLI_VERSION KILN_VERSION
-#define CLI_DEFAULT_URL "http://127.0.0.1:8080"
+/* kilnd serves REST over TLS on 127.0.0.1:8080 unless told otherwise (README). */
+#define CLI_DEFAULT_URL "https://127.0.0.1:8080"
 
-/* Exit statuses of `kiln`. */
-enum { CLI_EXIT_OK = 0, CLI_EXIT_ERROR = 1, CLI_EXIT_USAGE = 2 };
+/* Exit statuses of `kiln`, by kind of failure, so that a script can tell them apart (the help's
+ * "exit status" lines and the README list them; cli_exit_code maps a failure to one). */
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_ERROR = 1,       /* anything else: refused input, a server error, a job that FAILED */
+    CLI_EXIT_USAGE = 2,       /* the command line is wrong */
+    CLI_EXIT_NOT_FOUND = 3,   /* no such job, worker, queue, profile, ... (HTTP 404) */
+    CLI_EXIT_AUTH = 4,        /* unauthenticated or forbidden (HTTP 401, 403) */
+    CLI_EXIT_CONFLICT = 5,    /* conflict or wrong state: it exists, it has not ended, ... (HTTP 409) */
+    CLI_EXIT_UNAVAILABLE = 6  /* kilnd unreachable, unavailable, timed out or asking to wait (429, 502-504) */
+};
+/* The exit status for a failure of kiln status st (KILN_E*): the one place that maps them. */
+int cli_exit_code(int st);
 
 /* Runs `kiln` with argv (argv[0] is the program name): parses the global options (--url,
  * --tls-ca, --profile, --token-file, --json, --help), resolves where kilnd is and which token to
@@ -34,11 +46,12 @@ typedef struct cli_globals {
     const char *tls_ca;       /* --tls-ca FILE */
     const char *profile;      /* --profile NAME */
     const char *token_file;   /* --token-file FILE (a token is never taken as an argument) */
-    const char *output;       /* -o / --output FORMAT: table (default), wide, json, yaml; --json is -o json */
+    const char *output;       /* -o / --output FORMAT: table (default), wide, json, yaml, name; --json is -o json */
+    bool no_headers;          /* --no-headers: tables without their heading line */
 } cli_globals_t;
 
 /* How replies are printed: tables, wider tables, or the API's replies as JSON or YAML. */
-typedef enum { CLI_OUT_TABLE, CLI_OUT_WIDE, CLI_OUT_JSON, CLI_OUT_YAML } cli_output_t;
+typedef enum { CLI_OUT_TABLE, CLI_OUT_WIDE, CLI_OUT_JSON, CLI_OUT_YAML, CLI_OUT_NAME } cli_output_t;
 /* Parses a -o value; false for an unknown one. */
 bool cli_output_parse(const char *s, cli_output_t *out);
 /* Prints j as YAML 1.2 (block style; strings double-quoted as JSON writes them). */
@@ -86,7 +99,7 @@ typedef struct cli_settings {
  * (err filled; never with a token's text in it). */
 int cli_settings_resolve(const cli_globals_t *g, cli_settings_t *s, kiln_err_t *err);
 
-/* Writes url normalised into out: a bare "host:port" gets "http://", trailing slashes go.
+/* Writes url normalised into out: a bare "host:port" gets "https://", trailing slashes go.
  * Returns out ("" for NULL or ""). */
 char *cli_url_normalize(const char *url, char *out, size_t n);
 

@@ -107,6 +107,7 @@ int cli_cmd_search(cli_client_t *c, int argc, char **argv);
 int cli_cmd_compare(cli_client_t *c, int argc, char **argv);
 int cli_cmd_ui(cli_client_t *c, int argc, char **argv);
 int cli_cmd_code(cli_client_t *c, int argc, char **argv);
+int cli_cmd_config(cli_client_t *c, int argc, char **argv);
 /* Packs dir (honouring its .kilnignore) and uploads it into project (NULL: "default"); the source
  * a script job names ("code:sha256:...") into source (100 bytes). Prints what was packed and
  * sent on stderr. Returns 0 or a status with err. */
@@ -167,6 +168,13 @@ void cli_table_col(cli_table_t *t, const char *name, bool right);
 void cli_table_row(cli_table_t *t, const char *const *vals);
 /* Prints the table with its header and frees its rows (plain, or indented by two spaces). */
 void cli_table_print(FILE *out, cli_table_t *t);
+/* Whether tables print their heading line (--no-headers turns it off for the whole run). Not
+ * thread-safe, like the rest of the CLI. */
+void cli_table_set_headers(bool on);
+bool cli_table_headers(void);
+/* With -o name: prints the member key of each object of items (a JSON array), one a line, and
+ * returns true; returns false (printing nothing) for every other output format. */
+bool cli_print_names(const cli_client_t *c, const json_t *items, const char *key);
 void cli_table_print_indented(FILE *out, cli_table_t *t);
 /* Display width of UTF-8 text (cells per code point), and s cut to max cells with an ellipsis. */
 size_t cli_width(const char *s);

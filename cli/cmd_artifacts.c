@@ -110,9 +110,9 @@ int cli_cmd_artifacts(cli_client_t *c, int argc, char **argv)
         return cli_fail(c, &err);
     if (c->json)
         cli_print_out(c, reply);
-    else if (checkpoints)
+    else if (checkpoints && !cli_print_names(c, json_object_get(reply, "files"), "name"))
         cli_print_checkpoints(stdout, reply, c->output == CLI_OUT_WIDE);
-    else
+    else if (!checkpoints && !cli_print_names(c, json_object_get(reply, "artifacts"), "name"))
         cli_print_artifacts(stdout, reply, c->output == CLI_OUT_WIDE);
     json_decref(reply);
     return CLI_EXIT_OK;

@@ -101,8 +101,8 @@ int cli_cmd_whoami(cli_client_t *c, int argc, char **argv)
 
 static void cli_show_users(const cli_client_t *c, const json_t *reply)
 {
-    (void)c;
-    cli_print_users(stdout, reply);
+    if (!cli_print_names(c, json_object_get(reply, "users"), "name"))
+        cli_print_users(stdout, reply);
 }
 
 static void cli_show_user_created(const cli_client_t *c, const json_t *reply)
@@ -151,8 +151,8 @@ int cli_cmd_users(cli_client_t *c, int argc, char **argv)
 
 static void cli_show_tokens(const cli_client_t *c, const json_t *reply)
 {
-    (void)c;
-    cli_print_tokens(stdout, reply, kiln_now_us());
+    if (!cli_print_names(c, json_object_get(reply, "tokens"), "id"))
+        cli_print_tokens(stdout, reply, kiln_now_us());
 }
 
 static void cli_show_revoked(const cli_client_t *c, const json_t *reply)
@@ -324,6 +324,8 @@ static int cli_projects_list(cli_client_t *c)
         cli_print_out(c, reply);
         goto done;
     }
+    if (cli_print_names(c, json_object_get(reply, "projects"), "name"))
+        goto done;
     /* A cluster admin's listing has every project without roles: whoami has its own. */
     bool roleless = false;
     size_t i;

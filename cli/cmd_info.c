@@ -82,7 +82,7 @@ int cli_cmd_version(cli_client_t *c, int argc, char **argv)
 {
     if (argc > 1)
         return cli_usage_error("version", "unexpected argument %s", argv[1]);
-    /* Both versions; a kilnd that cannot be reached is an error (exit 1), as for any command. */
+    /* Both versions; a kilnd that cannot be reached is an error (exit 6), as for any command. */
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *reply = NULL;

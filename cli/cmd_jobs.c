@@ -219,7 +219,7 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
         json_t *o = json_pack("{s:O}", "jobs", acc);
         cli_print_out(c, o);
         json_decref(o);
-    } else {
+    } else if (!cli_print_names(c, acc, "id")) {
         cli_print_jobs(stdout, acc, kiln_now_us(), c->output == CLI_OUT_WIDE);
         if (more)
             fprintf(stderr, "(showing the newest %zu jobs; --all lists every one, --limit N more)\n",

@@ -1,6 +1,7 @@
-/* cmd_login.c - `kiln login` and `kiln logout`: a token read from stdin (or --token-file) is
- * checked with kilnd and saved, with the URL and CA, as a profile of the config file; logout
- * removes it again (revoking it first on request). Reading, writing and choosing profiles is
+/* cmd_login.c - `kiln login`, `kiln logout` and `kiln config`: a token read from stdin (or
+ * --token-file) is checked with kilnd and saved, with the URL and CA, as a profile of the config
+ * file; logout removes it again (revoking it first on request); config lists the profiles and
+ * chooses the current one. Reading, writing and choosing profiles is
  * config.c's; the token is never printed. */
 #include "cli/cli_int.h"
 
@@ -133,7 +134,7 @@ int cli_cmd_login(cli_client_t *c, int argc, char **argv)
         cli_print_error(stderr, &err);
         fprintf(stderr, "%s; nothing was saved\n", err.status == KILN_EUNAUTH ? "kilnd did not accept the token"
                                                                              : "could not check the token");
-        rc = CLI_EXIT_ERROR;
+        rc = cli_exit_code(err.status);
         goto done;
     }
 
@@ -232,7 +233,7 @@ int cli_cmd_logout(cli_client_t *c, int argc, char **argv)
         cli_print_error(stderr, &err);
         fprintf(stderr, "could not revoke the token, so it was kept; kiln logout without --revoke removes it "
                         "anyway\n");
-        rc = CLI_EXIT_ERROR;
+        rc = cli_exit_code(err.status);
         goto done;
     }
     json_object_del(prof, "token");
@@ -251,6 +252,88 @@ int cli_cmd_logout(cli_client_t *c, int argc, char **argv)
 
 done:
     json_decref(gone);
+    json_decref(cfg);
+    return rc;
+}
+
+/* ---- kiln config get-profiles | use-profile NAME ------------------------------------------- */
+
+/* Lists the profiles of the config file, the current one marked with '*' (kubectl's
+ * get-contexts), with their URLs and whether each holds a token (never the token). */
+static int cli_config_get_profiles(cli_client_t *c, const char *path, json_t *cfg)
+{
+    json_t *profiles = json_object_get(cfg, "profiles");
+    const char *current = json_string_value(json_object_get(cfg, "current"));
+    if (c->json) {
+        json_t *list = json_array();
+        const char *k;
+        json_t *p;
+        json_object_foreach(profiles, k, p)
+            json_array_append_new(list, json_pack("{s:s, s:s, s:b, s:b}", "name", k, "url", cli_jstr(p, "url"),
+                                                  "current", current && !strcmp(current, k), "token",
+                                                  *cli_jstr(p, "token") != '\0'));
+        json_t *o = json_pack("{s:o, s:s}", "profiles", list, "config", path);
+        cli_print_out(c, o);
+        json_decref(o);
+        return CLI_EXIT_OK;
+    }
+    cli_table_t t;
+    cli_table_init(&t, "CURRENT NAME URL TOKEN CA");
+    const char *k;
+    json_t *p;
+    json_object_foreach(profiles, k, p) {
+        const char *row[] = {current && !strcmp(current, k) ? "*" : " ", k, cli_jstr(p, "url"),
+                             *cli_jstr(p, "token") ? "saved" : "none", cli_jstr(p, "ca")};
+        cli_table_row(&t, row);
+    }
+    if (t.nrows == 0)
+        fprintf(stderr, "no profiles in %s (kiln login saves one)\n", path);
+    else
+        cli_table_print(stdout, &t);
+    return CLI_EXIT_OK;
+}
+
+/* Makes profile the config file's current one: later commands use it when neither --profile
+ * nor KILN_PROFILE names another. */
+static int cli_config_use_profile(cli_client_t *c, const char *path, json_t *cfg, const char *profile)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    if (!json_object_get(json_object_get(cfg, "profiles"), profile)) {
+        kiln_err_set(&err, KILN_ENOTFOUND, "profile", "no profile \"%.64s\" in %s", profile, path);
+        kiln_err_hint(&err, "kiln config get-profiles lists them; kiln login --profile %.64s saves one", profile);
+        return cli_fail(c, &err);
+    }
+    json_object_set_new(cfg, "current", json_string(profile));
+    if (cli_config_save(path, cfg, &err) != 0)
+        return cli_fail(c, &err);
+    printf("now using profile \"%s\" (%s)\n", profile, path);
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_config(cli_client_t *c, int argc, char **argv)
+{
+    static const char *const subs[] = {"get-profiles", "use-profile", NULL};
+    int first = 0;
+    const char *sub = cli_subcommand("config", argc, argv, subs, &first);
+    if (!sub)
+        return CLI_EXIT_USAGE;
+    const char *pos[2];
+    int n = cli_positional("config", argc, argv, first, pos, 2);
+    if (n < 0)
+        return CLI_EXIT_USAGE;
+    bool list = !strcmp(sub, "get-profiles");
+    if (list && n)
+        return cli_usage_error("config", "get-profiles takes no argument");
+    if (!list && n != 1)
+        return cli_usage_error("config", "use-profile needs one profile name");
+    char path[1024], name[64];
+    json_t *cfg = NULL;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    if (cli_profile_target(c, path, sizeof path, &cfg, name, sizeof name, &err) != 0)
+        return cli_fail(c, &err);
+    int rc = list ? cli_config_get_profiles(c, path, cfg) : cli_config_use_profile(c, path, cfg, pos[0]);
     json_decref(cfg);
     return rc;
 }

@@ -130,9 +130,11 @@ static void show_queue(const json_t *q)
 
 static void show_list(const cli_client_t *c, const json_t *reply)
 {
-    (void)c;
     char a[64], b[64];
-    printf("%-20s %-14s %-18s %-18s %s\n", "NAME", "COHORT", "QUOTA", "USAGE", "PENDING");
+    if (cli_print_names(c, json_object_get(reply, "queues"), "name"))
+        return;
+    if (cli_table_headers())
+        printf("%-20s %-14s %-18s %-18s %s\n", "NAME", "COHORT", "QUOTA", "USAGE", "PENDING");
     size_t i;
     json_t *q;
     json_array_foreach(json_object_get(reply, "queues"), i, q) {

@@ -62,7 +62,8 @@ void cli_print_worker_bans(FILE *out, const json_t *reply)
 
 static void cli_show_workers(const cli_client_t *c, const json_t *reply)
 {
-    cli_print_workers(stdout, reply, kiln_now_us(), c->output == CLI_OUT_WIDE);
+    if (!cli_print_names(c, json_object_get(reply, "workers"), "id"))
+        cli_print_workers(stdout, reply, kiln_now_us(), c->output == CLI_OUT_WIDE);
 }
 
 static void cli_show_approved(const cli_client_t *c, const json_t *reply)

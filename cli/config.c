@@ -25,8 +25,8 @@ char *cli_url_normalize(const char *url, char *out, size_t n)
             out[0] = '\0';
         return out;
     }
-    /* A bare host:port is accepted for convenience. */
-    snprintf(out, n, "%s%s", strstr(url, "://") ? "" : "http://", url);
+    /* A bare host:port is accepted for convenience, as https: kilnd serves TLS by default. */
+    snprintf(out, n, "%s%s", strstr(url, "://") ? "" : "https://", url);
     size_t len = strlen(out);
     while (len > 0 && out[len - 1] == '/')
         out[--len] = '\0';

@@ -193,6 +193,18 @@ void cli_table_row(cli_table_t *t, const char *const *vals)
     t->nrows++;
 }
 
+static bool cli_headers = true;
+
+void cli_table_set_headers(bool on)
+{
+    cli_headers = on;
+}
+
+bool cli_table_headers(void)
+{
+    return cli_headers;
+}
+
 void cli_table_print(FILE *out, cli_table_t *t)
 {
     size_t w[CLI_TABLE_MAXCOLS];
@@ -203,7 +215,7 @@ void cli_table_print(FILE *out, cli_table_t *t)
             w[c] = KILN_MAX(w[c], cli_width(s ? s : ""));
         }
     }
-    for (size_t r = 0; r <= t->nrows; r++) {
+    for (size_t r = cli_headers ? 0 : 1; r <= t->nrows; r++) {
         for (int c = 0; c < t->ncols; c++) {
             const char *s = r == 0 ? t->head[c] : t->cells[(r - 1) * (size_t)t->ncols + (size_t)c];
             if (!s)
@@ -234,7 +246,10 @@ void cli_table_print_indented(FILE *out, cli_table_t *t)
     FILE *mem = open_memstream(&text, &len);
     if (!mem)
         return;
+    bool headers = cli_headers; /* a table inside a page keeps its heading */
+    cli_headers = true;
     cli_table_print(mem, t);
+    cli_headers = headers;
     fclose(mem);
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
@@ -318,7 +333,7 @@ static void cli_kv(FILE *out, const char *key, const char *fmt, ...)
 {
     char label[32];
     snprintf(label, sizeof(label), "%s:", key);
-    fprintf(out, "%-12s", label);
+    fprintf(out, "%-14s", label); /* the longest label ("Submitted by:") and a space */
     va_list ap;
     va_start(ap, fmt);
     vfprintf(out, fmt, ap);
@@ -880,9 +895,14 @@ static int cli_status_from_code(const char *code, int http_status)
 #undef CLI_CODE_ROW
     switch (http_status) {
     case 400: return KILN_EINVAL;
+    case 401: return KILN_EUNAUTH;
+    case 403: return KILN_EPERM;
     case 404: return KILN_ENOTFOUND;
     case 409: return KILN_ESTATE;
+    case 429: return KILN_ELIMIT;
+    case 502: return KILN_ECOMM;
     case 503: return KILN_EUNAVAIL;
+    case 504: return KILN_ETIMEDOUT;
     default: return KILN_EINTERNAL;
     }
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 prom_family_t svc_prom_finished = PROM_FAMILY("kiln_jobs_finished_total",
-                                              "Jobs that ended here, by outcome (COMPLETED, FAILED, STOPPED).",
+                                              "Jobs that ended here, by outcome (completed, failed, stopped).",
                                               PROM_COUNTER);
 prom_family_t svc_prom_queue_wait = PROM_HISTOGRAM_FAMILY(
     "kiln_job_queue_wait_seconds", "Time jobs waited in QUEUED or RESTARTING before they were placed.",
@@ -60,15 +60,19 @@ void svc_prom_init(void)
     prom_add(&svc_prom_points, "", 0);
 }
 
-/* One gauge family from a JSON object {key: n} with the keys as values of label. */
-static void write_gauges(prom_buf_t *b, const char *name, const char *help, const char *label, json_t *obj)
+/* One gauge family from a JSON object {key: n} with the keys as values of label: lower-cased
+ * when lower (a state), as they are otherwise (a queue's name). */
+static void write_gauges(prom_buf_t *b, const char *name, const char *help, const char *label, json_t *obj,
+                         bool lower)
 {
     prom_header(b, name, help, PROM_GAUGE);
     const char *k;
     json_t *v;
     json_object_foreach(obj, k, v) {
         char l[160];
-        prom_printf(b, "%s{%s} %lld\n", name, prom_label(l, sizeof l, label, k), (long long)json_integer_value(v));
+        prom_printf(b, "%s{%s} %lld\n", name,
+                    lower ? prom_label_lower(l, sizeof l, label, k) : prom_label(l, sizeof l, label, k),
+                    (long long)json_integer_value(v));
     }
 }
 
@@ -95,14 +99,14 @@ int svc_prom_write(svc_t *s, prom_buf_t *b, kiln_err_t *err)
     for (int i = JOB_STATE_NONE + 1; i < JOB_STATE_COUNT_; i++)
         if (!json_object_get(jobs, svc_state_name((svc_job_state_t)i)))
             json_object_set_new(jobs, svc_state_name((svc_job_state_t)i), json_integer(0));
-    write_gauges(b, "kiln_jobs", "Jobs by state.", "state", jobs);
+    write_gauges(b, "kiln_jobs", "Jobs by state (queued, running, completed, ...).", "state", jobs, true);
     json_t *queues = json_object_get(st, "queues");
     if (!json_object_get(queues, "default"))
         json_object_set_new(queues, "default", json_integer(0));
-    write_gauges(b, "kiln_queue_length", "QUEUED jobs by queue.", "queue", queues);
-    write_gauges(b, "kiln_workers", "Registered workers by state (ALIVE, DEAD; draining: ALIVE ones shutting down).",
-                 "state", json_object_get(st, "workers"));
-    prom_header(b, "kiln_slots", "Slots of the ALIVE workers, by slot type and use.", PROM_GAUGE);
+    write_gauges(b, "kiln_queue_length", "QUEUED jobs by queue.", "queue", queues, false);
+    write_gauges(b, "kiln_workers", "Registered workers by state (alive, dead; draining: alive ones shutting down).",
+                 "state", json_object_get(st, "workers"), true);
+    prom_header(b, "kiln_slots", "Slots of the alive workers, by slot type and use.", PROM_GAUGE);
     const char *type;
     json_t *v;
     json_object_foreach(json_object_get(st, "slots"), type, v) {

@@ -170,7 +170,7 @@ int svc_tx_commit(svc_tx_t *tx, kiln_err_t *err)
     for (int st = 0; st < JOB_STATE_COUNT_; st++)
         if (tx->ended[st] > 0) {
             char l[64];
-            prom_add(&svc_prom_finished, prom_label(l, sizeof l, "outcome", svc_state_name((svc_job_state_t)st)),
+            prom_add(&svc_prom_finished, prom_label_lower(l, sizeof l, "outcome", svc_state_name((svc_job_state_t)st)),
                      tx->ended[st]);
         }
     if (tx->wake_sched)

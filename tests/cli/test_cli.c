@@ -48,7 +48,7 @@ static json_t *load(const char *s)
 
 static const char *JOB_RUNNING =
     "{\"id\": \"0b6c1f2e-1234-4abc-8def-0123456789ab\", \"name\": \"gpt-tiny\", \"state\": \"RUNNING\","
-    " \"reason\": \"all 2 ranks started\", \"attempt\": 1, \"created_at\": \"2026-11-21T06:00:00.000Z\","
+    " \"reason\": \"all 2 ranks started\", \"attempt\": 1, \"submitted_by\": \"alice\", \"created_at\": \"2026-11-21T06:00:00.000Z\","
     " \"updated_at\": \"2026-11-21T06:01:00Z\", \"started_at\": \"2026-11-21T06:00:10Z\", \"ended_at\": null,"
     " \"progress\": {\"step\": 120, \"total_steps\": 2000, \"eta_s\": 310.5},"
     " \"metrics\": {\"train_loss\": 2.41234, \"tokens_per_s\": 51234.0}, \"workers\": [\"w-1\", \"w-2\"],"
@@ -149,11 +149,12 @@ Test(cli_format, describe)
     json_t *job = load(JOB_RUNNING);
     char *out = capture(print_job_with_events, job,
                         at("2026-11-21T06:05:00Z"));
-    cr_assert(strstr(out, "ID:         0b6c1f2e-1234-4abc-8def-0123456789ab\n"), "%s", out);
-    cr_assert(strstr(out, "State:      RUNNING  all 2 ranks started\n"), "%s", out);
-    cr_assert(strstr(out, "Progress:   120/2000 steps") && strstr(out, "6.0%  ETA 5m11s"), "%s", out);
-    cr_assert(strstr(out, "Workers:    w-1, w-2\n"), "%s", out);
-    cr_assert(strstr(out, "Resources:  2 nodes x 1 cpu slot\n"), "%s", out);
+    cr_assert(strstr(out, "ID:           0b6c1f2e-1234-4abc-8def-0123456789ab\n"), "%s", out);
+    cr_assert(strstr(out, "State:        RUNNING  all 2 ranks started\n"), "%s", out);
+    cr_assert(strstr(out, "\nSubmitted by: alice\n"), "a space after every label: %s", out);
+    cr_assert(strstr(out, "Progress:     120/2000 steps") && strstr(out, "6.0%  ETA 5m11s"), "%s", out);
+    cr_assert(strstr(out, "Workers:      w-1, w-2\n"), "%s", out);
+    cr_assert(strstr(out, "Resources:    2 nodes x 1 cpu slot\n"), "%s", out);
     cr_assert(strstr(out, "  train_loss       2.412\n"), "%s", out);
     cr_assert(strstr(out, "2026-11-21 06:00:00       -  →  QUEUED     alice  submitted\n"), "%s", out);
     cr_assert(strstr(out, "2026-11-21 06:00:01  QUEUED  →  SCHEDULED  kilnd  placed on w-1, w-2\n"), "%s", out);
@@ -289,7 +290,8 @@ Test(cli_errors, api_error_reply)
     cr_assert_eq(cli_error_from_reply(404, "{\"code\": \"not_found\", \"message\": \"job not found\"}", &err),
                  KILN_ENOTFOUND);
     kiln_err_clear(&err);
-    cr_assert_eq(cli_error_from_reply(502, "<html>Bad gateway</html>\nmore", &err), KILN_EINTERNAL);
+    cr_assert_eq(cli_error_from_reply(502, "<html>Bad gateway</html>\nmore", &err), KILN_ECOMM, "a proxy's: unreachable");
+    cr_assert_eq(cli_exit_code(KILN_ECOMM), CLI_EXIT_UNAVAILABLE);
     cr_assert_str_eq(err.message, "kilnd answered HTTP 502: <html>Bad gateway</html>");
     kiln_err_clear(&err);
     cr_assert_eq(cli_error_from_reply(409, NULL, &err), KILN_ESTATE);
@@ -369,12 +371,12 @@ Test(cli_main, help_exits_0, .init = cr_redirect_stdout)
     fflush(stdout);
 }
 
-Test(cli_main, unreachable_server_exits_1, .init = cr_redirect_stderr)
+Test(cli_main, unreachable_server_exits_6, .init = cr_redirect_stderr)
 {
     int port = th_free_port();
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "--url", url, "jobs", NULL}), 1);
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "--url", url, "jobs", NULL}), CLI_EXIT_UNAVAILABLE);
     fflush(stderr);
     char want[160];
     snprintf(want, sizeof want, "error: could not connect to kilnd at %s: ", url);
@@ -394,7 +396,7 @@ Test(cli_main, bad_spec_file_exits_1, .init = cr_redirect_stderr)
     cr_assert_eq(write(fd, "{\"name\": ", 9), 9);
     close(fd);
     cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", "http://127.0.0.1:1", "submit", path, NULL}), 1);
-    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "submit", "/nonexistent/job.json", NULL}), 1);
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "submit", "/nonexistent/job.json", NULL}), CLI_EXIT_NOT_FOUND);
     unlink(path);
 }
 
@@ -526,13 +528,13 @@ Test(cli_format, chart_draws_series_on_shared_axes)
     free(text);
 }
 
-Test(cli_main, version_exits_1_when_kilnd_is_unreachable, .init = cr_redirect_stderr)
+Test(cli_main, version_exits_6_when_kilnd_is_unreachable, .init = cr_redirect_stderr)
 {
     int port = th_free_port();
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "--url", url, "version", NULL}), 1);
-    cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", url, "version", "-ojson", NULL}), 1);
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "--url", url, "version", NULL}), 6);
+    cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", url, "version", "-ojson", NULL}), 6);
     fflush(stderr);
     FILE *f = cr_get_redirected_stderr();
     char buf[2048] = "";
@@ -571,7 +573,7 @@ Test(cli_completion, bash_zsh_and_fish_scripts_complete_commands_options_and_for
              kiln);
     char *out = complete_with(cmd);
     cr_assert(strstr(out, "1:jobs join-tokens\n") && strstr(out, "2:--status\n") && strstr(out, "3:list create revoke\n") &&
-                  strstr(out, "4:table wide json yaml\n") && strstr(out, "5:bash zsh fish\n"),
+                  strstr(out, "4:table wide json yaml name\n") && strstr(out, "5:bash zsh fish\n"),
               "%s", out);
     free(out);
     /* zsh and fish: the scripts parse, and fish completes from its own */

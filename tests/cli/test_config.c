@@ -171,7 +171,7 @@ Test(cli_globals, durations)
 Test(cli_globals, urls_are_normalised)
 {
     char b[128];
-    cr_assert_str_eq(cli_url_normalize("127.0.0.1:8080", b, sizeof b), "http://127.0.0.1:8080");
+    cr_assert_str_eq(cli_url_normalize("127.0.0.1:8080", b, sizeof b), "https://127.0.0.1:8080");
     cr_assert_str_eq(cli_url_normalize("https://k.example:8443//", b, sizeof b), "https://k.example:8443");
     cr_assert_str_eq(cli_url_normalize("", b, sizeof b), "");
     cr_assert_str_eq(cli_url_normalize(NULL, b, sizeof b), "");
@@ -406,7 +406,7 @@ Test(cli_settings, choosing_a_profile)
     cr_assert_eq(resolve(&s, &err, NULL, NULL, NULL, NULL), 0);
     cr_assert_str_eq(s.profile, "other");
     cr_assert(s.profile_chosen);
-    cr_assert_str_eq(s.url, "http://b.example:8080");
+    cr_assert_str_eq(s.url, "https://b.example:8080");
     cr_assert_str_eq(s.token, TOKEN_B);
     cr_assert_str_eq(s.ca_file, "");
     cr_assert_eq(resolve(&s, &err, NULL, NULL, "default", NULL), 0); /* --profile beats KILN_PROFILE */
@@ -542,10 +542,10 @@ Test(cli_identity_format, whoami_page)
                        " \"token_expires_at\": \"2026-12-01T10:00:00.000Z\","
                        " \"projects\": [{\"project\": \"ml\", \"role\": \"viewer\"}, {\"project\": \"nlp-x\", \"role\": \"admin\"}]}",
                        NULL);
-    cr_assert_str_eq(out, "User:       alice\n"
-                          "Token:      tok_1, expires 2026-12-01 10:00:00 UTC\n"
-                          "kilnd:      https://k:1\n"
-                          "Login:      KILN_TOKEN\n"
+    cr_assert_str_eq(out, "User:         alice\n"
+                          "Token:        tok_1, expires 2026-12-01 10:00:00 UTC\n"
+                          "kilnd:        https://k:1\n"
+                          "Login:        KILN_TOKEN\n"
                           "Projects:\n"
                           "  PROJECT  ROLE\n"
                           "  ml       viewer\n"
@@ -553,8 +553,8 @@ Test(cli_identity_format, whoami_page)
     free(out);
     out = render(whoami_fn, "{\"user\": \"admin\", \"cluster_admin\": true, \"token_id\": \"tok_2\","
                             " \"token_expires_at\": \"\", \"projects\": []}", NULL);
-    cr_assert(strstr(out, "User:       admin (cluster admin)\n") && strstr(out, "tok_2, does not expire"), "%s", out);
-    cr_assert(strstr(out, "Projects:   none as a member"), "%s", out);
+    cr_assert(strstr(out, "User:         admin (cluster admin)\n") && strstr(out, "tok_2, does not expire"), "%s", out);
+    cr_assert(strstr(out, "Projects:     none as a member"), "%s", out);
     free(out);
 }
 
@@ -688,7 +688,7 @@ Test(cli_identity_main, help_lists_the_identity_commands_and_options, .init = cr
 Test(cli_identity_main, an_unknown_named_profile_is_an_error, .init = cr_redirect_stderr)
 {
     two_profiles();
-    cr_assert_eq(run_cli((const char *[]){"kiln", "--profile", "nope", "whoami", NULL}), 1);
+    cr_assert_eq(run_cli((const char *[]){"kiln", "--profile", "nope", "whoami", NULL}), 3, "not found");
     char *err = captured_stderr();
     cr_assert(strstr(err, "error: no profile \"nope\" in ") && strstr(err, "kiln login --profile nope"), "%s", err);
 }
@@ -721,7 +721,7 @@ Test(cli_identity_main, login_saves_nothing_when_the_token_is_not_checked, .init
 {
     const char *path = fresh_home();
     stdin_from("kiln_NEWsecret\n");
-    cr_assert_eq(run_cli((const char *[]){"kiln", "--url", "http://127.0.0.1:1", "login", NULL}), 1);
+    cr_assert_eq(run_cli((const char *[]){"kiln", "--url", "http://127.0.0.1:1", "login", NULL}), 6, "unreachable");
     char *err = captured_stderr();
     cr_assert(strstr(err, "could not connect to kilnd at http://127.0.0.1:1"), "%s", err);
     cr_assert(strstr(err, "could not check the token; nothing was saved"), "%s", err);
@@ -754,7 +754,36 @@ Test(cli_identity_main, logout_revoke_keeps_a_token_it_could_not_revoke, .init =
     const char *path = fresh_home();
     write_file(path, "{\"current\": \"x\", \"profiles\": {\"x\": {\"url\": \"http://127.0.0.1:1\", \"token\": \""
                      TOKEN_A "\"}}}", 0600);
-    cr_assert_eq(run_cli((const char *[]){"kiln", "logout", "--revoke", NULL}), 1);
+    cr_assert_eq(run_cli((const char *[]){"kiln", "logout", "--revoke", NULL}), 6, "unreachable");
     cr_assert(strstr(captured_stderr(), "could not revoke the token, so it was kept"));
     cr_assert(strstr(slurp(path), TOKEN_A));
+}
+
+Test(cli_identity_main, config_lists_profiles_and_switches_the_current_one, .init = cr_redirect_stdout)
+{
+    const char *path = two_profiles();
+    cr_assert_eq(run_cli((const char *[]){"kiln", "config", "get-profiles", NULL}), 0);
+    cr_assert_eq(run_cli((const char *[]){"kiln", "config", "use-profile", "other", NULL}), 0);
+    cr_assert(strstr(slurp(path), "\"current\": \"other\""), "%s", slurp(path));
+    cr_assert_eq(run_cli((const char *[]){"kiln", "--no-headers", "config", "get-profiles", NULL}), 0);
+    cr_assert_eq(run_cli((const char *[]){"kiln", "config", "use-profile", "nope", NULL}), 3, "no such profile");
+    cr_assert_eq(run_cli((const char *[]){"kiln", "config", "use-profile", NULL}), 2);
+    cr_assert_eq(run_cli((const char *[]){"kiln", "config", "set-profile", "x", NULL}), 2);
+    fflush(stdout);
+    static char out[8192];
+    size_t n = fread(out, 1, sizeof out - 1, cr_get_redirected_stdout());
+    out[n] = '\0';
+    /* the first listing: a heading, the current one marked, URLs, never a token */
+    cr_assert(strstr(out, "CURRENT  NAME     URL                      TOKEN  CA\n"
+                          "*        default  https://a.example:8443/  saved  /etc/a-ca.pem\n"
+                          "         other    b.example:8080           saved  -\n"),
+              "%s", out);
+    cr_assert(strstr(out, "now using profile \"other\""), "%s", out);
+    /* the second: no heading, and "other" is current */
+    const char *after = strstr(out, "now using profile \"other\"");
+    cr_assert(after && strstr(after, ")\n         default  https://a.example:8443/  saved  /etc/a-ca.pem\n"
+                                     "*        other    b.example:8080           saved  -\n"),
+              "%s", out);
+    cr_assert_null(strstr(out, TOKEN_A));
+    cr_assert_null(strstr(out, TOKEN_B));
 }

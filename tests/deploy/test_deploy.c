@@ -5,8 +5,10 @@
  * values.schema.json and its templates, rendered by Go's text/template with Sprig and Helm's
  * own functions (tools/chart-render; the Helm binary cannot be installed here), give valid
  * objects with the operator's expectations (2 kilnd replicas, a PodDisruptionBudget, agent
- * probes, GPUs and slots from values, no Secret written by the chart); a broken manifest is
- * refused; deploy/check.sh passes; the systemd units verify and keep their `systemd-analyze
+ * probes, GPUs and slots from values, no Secret written by the chart, an artifact volume whose
+ * access mode fits the replicas, the database URL as a file, NetworkPolicies both ways, images of
+ * the chart's appVersion) and deploy/k8s agrees with them (tests/deploy/k8s_matches_chart.py); a
+ * broken manifest or two replicas on a ReadWriteOnce volume are refused; deploy/check.sh passes; the systemd units verify and keep their `systemd-analyze
  * security` scores; every path that runs kiln-agent runs it with the ranks' sandbox on and the
  * least privilege it works with (tests/deploy/sandbox_checks.py, the unit's capabilities); and
  * the images build the engine with the Makefile's compiler flags. */
@@ -78,16 +80,24 @@ Test(deploy, helm_chart_renders_to_valid_objects)
         "helm chart", 0,
         CHART_RENDER
         "printf \"kilnd:\\n  replicas: 3\\n  podDisruptionBudget:\\n    minAvailable: 2\\nagents:\\n  gpu:\\n    "
-        "enabled: true\\n    gpusPerNode: 4\\n  cpu:\\n    slots: 6\\nserviceMonitor:\\n  enabled: true\\n\" > $T/all.yaml && "
+        "enabled: true\\n    gpusPerNode: 4\\n  cpu:\\n    slots: 6\\nserviceMonitor:\\n  enabled: true\\n"
+        "networkPolicy:\\n  database:\\n    cidr: 10.20.0.0/16\\n\" > $T/all.yaml && "
+        "printf \"kilnd:\\n  replicas: 1\\n  artifacts:\\n    accessMode: ReadWriteOnce\\n\" > $T/rwo.yaml && "
         "$T/chart-render -n kiln deploy/helm/kiln > $T/default.yaml && "
         "$T/chart-render -n ml -f $T/all.yaml deploy/helm/kiln > $T/all-out.yaml && "
+        "$T/chart-render -n kiln -f $T/rwo.yaml deploy/helm/kiln > $T/rwo-out.yaml && "
         "node tools/k8s-validate.mjs --values deploy/helm/kiln/values.schema.json deploy/helm/kiln/values.yaml -- "
         "$T/default.yaml && "
         "node tools/k8s-validate.mjs --values deploy/helm/kiln/values.schema.json deploy/helm/kiln/values.yaml "
         "$T/all.yaml -- $T/all-out.yaml && "
-        "/usr/bin/python3 tests/deploy/chart_checks.py $T/default.yaml $T/all-out.yaml && "
+        "node tools/k8s-validate.mjs --values deploy/helm/kiln/values.schema.json deploy/helm/kiln/values.yaml "
+        "$T/rwo.yaml -- $T/rwo-out.yaml && "
+        "/usr/bin/python3 tests/deploy/chart_checks.py $T/default.yaml $T/all-out.yaml $T/rwo-out.yaml && "
+        "kubectl kustomize deploy/k8s > $T/k.yaml && "
+        "/usr/bin/python3 tests/deploy/k8s_matches_chart.py $T/default.yaml $T/k.yaml deploy/k8s/networkpolicy.yaml && "
         "/usr/bin/python3 tests/deploy/sandbox_checks.py $T/all-out.yaml");
     cr_assert(strstr(out, "chart ok"), "%s", out);
+    cr_assert(strstr(out, "k8s matches the chart"), "%s", out);
     cr_assert(strstr(out, "sandbox ok: 2 agent DaemonSet(s), 1 kilnd"), "%s", out);
     free(out);
 }
@@ -98,6 +108,20 @@ Test(deploy, a_broken_manifest_or_bad_values_are_refused)
     free(run("k8s-validate on a broken Deployment", 1,
              "sed \"s/containerPort: 8080/containerPort: eighty/\" deploy/k8s/kilnd.yaml > $T/bad.yaml && "
              "node tools/k8s-validate.mjs $T/bad.yaml"));
+    /* two replicas on one ReadWriteOnce artifact volume: the chart's own check says what to do */
+    char *out = run("chart-render with replicas 2 on ReadWriteOnce", 1,
+                    CHART_RENDER
+                    "printf \"kilnd:\\n  replicas: 2\\n  artifacts:\\n    accessMode: ReadWriteOnce\\n\" > $T/v.yaml && "
+                    "$T/chart-render -n kiln -f $T/v.yaml deploy/helm/kiln");
+    cr_assert(strstr(out, "kilnd.replicas is 2 but kilnd.artifacts.accessMode is ReadWriteOnce") &&
+                  strstr(out, "ReadWriteMany"),
+              "%s", out);
+    free(out);
+    /* an access mode that is neither */
+    free(run("values.schema.json on a bad access mode", 1,
+             "printf \"kilnd:\\n  artifacts:\\n    accessMode: ReadOnlyMany\\n\" > $T/v.yaml && "
+             "node tools/k8s-validate.mjs --values deploy/helm/kiln/values.schema.json deploy/helm/kiln/values.yaml "
+             "$T/v.yaml --"));
     /* replicas: "two" is not an integer for the chart's schema */
     free(run("values.schema.json on bad values", 1,
              "printf \"kilnd:\\n  replicas: two\\n\" > $T/v.yaml && "

@@ -176,8 +176,8 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
 
     rc = e2e_kiln(&out, &err, "describe", short_id, NULL);
     cr_assert_eq(rc, 0, "%s", err);
-    cr_assert(strstr(out, id) && strstr(out, "State:      COMPLETED"), "%s", out);
-    cr_assert(strstr(out, "Progress:   20/20 steps"), "%s", out);
+    cr_assert(strstr(out, id) && strstr(out, "State:        COMPLETED"), "%s", out);
+    cr_assert(strstr(out, "Progress:     20/20 steps"), "%s", out);
     cr_assert(strstr(out, "train_loss") && strstr(out, "Events:") && strstr(out, "RUNNING  \u2192  COMPLETED"),
               "%s", out);
     free(out);
@@ -200,11 +200,13 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     free(out);
     free(err);
     rc = e2e_kiln(&out, &err, "metrics", short_id, "--name", "no_such_metric", NULL);
-    cr_assert_eq(rc, 1);
+    cr_assert_eq(rc, 3, "not found");
     free(out);
     free(err);
 
-    /* Errors: the API's field and message, exit 1; usage errors exit 2. */
+    /* Errors: the API's field and message, and an exit status by kind (README, kiln help): 1
+     * refused input, 2 usage, 3 not found, 4 unauthenticated or forbidden, 5 conflict or wrong
+     * state, 6 unreachable. */
     char *good_text = e2e_spec("cli-bad", 10, 1, 1, 4);
     json_t *bad_json = json_loads(good_text, 0, NULL);
     json_object_set_new(json_object_get(bad_json, "hyperparameters"), "lr", json_integer(-1));
@@ -220,12 +222,12 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     free(out);
     free(err);
     rc = e2e_kiln(&out, &err, "stop", id, NULL);
-    cr_assert_eq(rc, 1, "stopping a finished job: rc %d", rc);
+    cr_assert_eq(rc, 5, "stopping a finished job: rc %d", rc);
     cr_assert(!strncmp(err, "error: ", 7), "%s", err);
     free(out);
     free(err);
     rc = e2e_kiln(&out, &err, "describe", "ffffffff", NULL);
-    cr_assert_eq(rc, 1);
+    cr_assert_eq(rc, 3, "not found");
     cr_assert(strstr(err, "no job matches"), "%s", err);
     free(out);
     free(err);
@@ -236,8 +238,72 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     char closed[64];
     snprintf(closed, sizeof closed, "http://127.0.0.1:%d", th_free_port());
     rc = e2e_kiln(&out, &err, "--url", closed, "jobs", NULL);
-    cr_assert_eq(rc, 1);
+    cr_assert_eq(rc, 6, "unreachable");
     cr_assert(strstr(err, "could not connect to kilnd at") && strstr(err, "is kilnd running?"), "%s", err);
+    free(out);
+    free(err);
+    /* a token kilnd does not know: 4; a viewer-less admin's projects create twice: 5 */
+    char **env = e2e_client_env(0);
+    char *bad_env[] = {env[0], "KILN_TOKEN=kiln_not-a-token-kilnd-knows", env[2], NULL};
+    char kiln[PATH_MAX];
+    snprintf(kiln, sizeof kiln, "%s/kiln", th_bin_dir());
+    char *jobs_argv[] = {kiln, "jobs", NULL};
+    rc = e2e_run(jobs_argv, bad_env, &out, &err, 60000);
+    cr_assert_eq(rc, 4, "unauthenticated: rc %d: %s", rc, err);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "projects", "create", "cli-twice", NULL), 0, "%s", err);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "projects", "create", "cli-twice", NULL);
+    cr_assert_eq(rc, 5, "conflict: rc %d: %s", rc, err);
+    free(out);
+    free(err);
+
+    /* -o name: whole ids, one a line; --no-headers: the table without its heading */
+    rc = e2e_kiln(&out, &err, "jobs", "-o", "name", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    char line[80];
+    snprintf(line, sizeof line, "%s\n", id);
+    cr_assert(strstr(out, line) && !strstr(out, "ID") && !strstr(out, "cli-tiny"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "workers", "-o", "name", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(count_lines(out), 2, "%s", out);
+    cr_assert(strstr(out, e2e_cl->worker_id[0]) && strstr(out, e2e_cl->worker_id[1]), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "--no-headers", "jobs", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(!strstr(out, "STATE") && !strncmp(out, short_id, 8), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "describe", "-o", "name", short_id, NULL);
+    cr_assert_eq(rc, 2, "-o name on a command that lists nothing: %s", err);
+    free(out);
+    free(err);
+
+    /* bash completion of a job id: the script asks kiln (with the --url typed) for candidates */
+    cr_assert_eq(e2e_kiln(&out, &err, "queues", "create", "cli-queue", "--quota", "cpu=1", NULL), 0, "%s", err);
+    free(out);
+    free(err);
+    char script[PATH_MAX * 5 + 1024];
+    snprintf(script, sizeof script,
+             "source <(%s completion bash) && "
+             "COMP_WORDS=(%s --url \"$KILN_URL\" logs %.4s); COMP_CWORD=4; _kiln; echo \"1:${COMPREPLY[*]}\"; "
+             "COMP_WORDS=(%s describe \"\"); COMP_CWORD=2; _kiln; echo \"2:${COMPREPLY[*]}\"; "
+             "COMP_WORDS=(%s workers approve \"\"); COMP_CWORD=3; _kiln; echo \"3:${COMPREPLY[*]}\"; "
+             "COMP_WORDS=(%s queues describe \"\"); COMP_CWORD=3; _kiln; echo \"4:${COMPREPLY[*]}\"",
+             kiln, kiln, id, kiln, kiln, kiln);
+    char *bash_argv[] = {"/bin/bash", "-c", script, NULL};
+    rc = e2e_run(bash_argv, e2e_client_env(0), &out, &err, 60000);
+    cr_assert_eq(rc, 0, "%s%s", out, err);
+    snprintf(line, sizeof line, "1:%s\n", id);
+    cr_assert(strstr(out, line), "a job id prefix completes to the job: %s%s", out, err);
+    cr_assert(strstr(out, "2:") && strstr(strstr(out, "2:"), id), "%s", out);
+    cr_assert(strstr(strstr(out, "3:"), e2e_cl->worker_id[0]), "%s", out);
+    cr_assert(strstr(strstr(out, "4:"), "cli-queue"), "%s", out);
     free(out);
     free(err);
 

@@ -258,7 +258,7 @@ Test(e2e_identity, login_saves_a_private_profile, .init = id_setup, .fini = e2e_
     char *where[] = {url_env, ca_env, NULL};
 
     /* No token anywhere: 401, the server's message and hint, and the way to log in. */
-    cr_assert_eq(kiln_env(where, NULL, &out, &err, "whoami", NULL), 1);
+    cr_assert_eq(kiln_env(where, NULL, &out, &err, "whoami", NULL), 4);
     cr_assert(strstr(err, "error: this request needs an API token"), "%s", err);
     cr_assert(strstr(err, "hint: send \"Authorization: Bearer <token>\""), "%s", err);
     cr_assert(strstr(err, "note: kiln sent no token"), "%s", err);
@@ -301,8 +301,8 @@ Test(e2e_identity, login_saves_a_private_profile, .init = id_setup, .fini = e2e_
 
     /* Later commands need nothing else: no KILN_URL, KILN_TOKEN or KILN_TLS_CA. */
     cr_assert_eq(kiln_env(NULL, NULL, &out, &err, "whoami", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "User:       admin (cluster admin)\n"), "%s", out);
-    cr_assert(strstr(out, "Login:      profile \"default\""), "%s", out);
+    cr_assert(strstr(out, "User:         admin (cluster admin)\n"), "%s", out);
+    cr_assert(strstr(out, "Login:        profile \"default\""), "%s", out);
     free(out);
     free(err);
     /* ... and the Python SDK reads the same profile: one login serves both. */
@@ -336,21 +336,21 @@ Test(e2e_identity, login_saves_a_private_profile, .init = id_setup, .fini = e2e_
     free(out);
     free(err);
     cr_assert_eq(kiln_env(NULL, NULL, &out, &err, "whoami", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "User:       carol\n"), "%s", out);
+    cr_assert(strstr(out, "User:         carol\n"), "%s", out);
     free(out);
     free(err);
     char *admin_profile[] = {"KILN_PROFILE=default", NULL};
     cr_assert_eq(kiln_env(admin_profile, NULL, &out, &err, "whoami", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "User:       admin"), "%s", out);
+    cr_assert(strstr(out, "User:         admin"), "%s", out);
     free(out);
     free(err);
     cr_assert_eq(kiln_env(admin_profile, NULL, &out, &err, "--profile", "carol", "whoami", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "User:       carol"), "--profile must beat KILN_PROFILE: %s", out);
+    cr_assert(strstr(out, "User:         carol"), "--profile must beat KILN_PROFILE: %s", out);
     free(out);
     free(err);
     /* KILN_TOKEN beats the profile. */
     cr_assert_eq(kiln_as(ADMIN, &out, &err, "whoami", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "User:       admin") && strstr(out, "Login:      KILN_TOKEN"), "%s", out);
+    cr_assert(strstr(out, "User:         admin") && strstr(out, "Login:        KILN_TOKEN"), "%s", out);
     free(out);
     free(err);
 
@@ -359,7 +359,7 @@ Test(e2e_identity, login_saves_a_private_profile, .init = id_setup, .fini = e2e_
     snprintf(other, sizeof other, "https://localhost:%d", e2e_cl->http_port);
     snprintf(other_env, sizeof other_env, "KILN_URL=%s", other);
     char *elsewhere[] = {other_env, ca_env, NULL};
-    cr_assert_eq(kiln_env(elsewhere, NULL, &out, &err, "whoami", NULL), 1);
+    cr_assert_eq(kiln_env(elsewhere, NULL, &out, &err, "whoami", NULL), 4);
     snprintf(want, sizeof want, "profile \"carol\" holds the login for %s, not for %s", e2e_cl->url, other);
     cr_assert(strstr(err, "this request needs an API token") && strstr(err, want), "%s", err);
     free(out);
@@ -384,7 +384,7 @@ Test(e2e_identity, login_saves_a_private_profile, .init = id_setup, .fini = e2e_
     assert_no_secret(text, tok, "the config file after logout");
     cr_assert(strstr(text, ADMIN), "logout removed the other profile's token");
     free(text);
-    cr_assert_eq(kiln_env(NULL, NULL, &out, &err, "whoami", NULL), 1);
+    cr_assert_eq(kiln_env(NULL, NULL, &out, &err, "whoami", NULL), 4);
     cr_assert(strstr(err, "this request needs an API token") && strstr(err, "kiln login"), "%s", err);
     free(out);
     free(err);
@@ -437,7 +437,7 @@ Test(e2e_identity, a_viewer_sees_only_its_project, .init = id_setup, .fini = e2e
     free(out);
 
     cr_assert_eq(kiln_as(alice, &out, &err, "whoami", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "User:       alice\n") && strstr(out, "  ml       viewer\n"), "%s", out);
+    cr_assert(strstr(out, "User:         alice\n") && strstr(out, "  ml       viewer\n"), "%s", out);
     free(out);
     free(err);
     cr_assert_eq(kiln_as(alice, &out, &err, "projects", NULL), 0, "%s", err);
@@ -458,7 +458,7 @@ Test(e2e_identity, a_viewer_sees_only_its_project, .init = id_setup, .fini = e2e
     free(err);
 
     /* Another project's job does not exist for her: 404, never 403. */
-    cr_assert_eq(kiln_as(alice, &out, &err, "describe", theirs_id, NULL), 1);
+    cr_assert_eq(kiln_as(alice, &out, &err, "describe", theirs_id, NULL), 3);
     cr_assert(strstr(err, "not found"), "%s", err);
     free(out);
     free(err);
@@ -479,22 +479,22 @@ Test(e2e_identity, a_viewer_sees_only_its_project, .init = id_setup, .fini = e2e
     FILE *f = fopen(spec_path, "w");
     fputs(job_spec("by-alice", "ml"), f);
     fclose(f);
-    cr_assert_eq(kiln_as(alice, &out, &err, "submit", spec_path, NULL), 1);
+    cr_assert_eq(kiln_as(alice, &out, &err, "submit", spec_path, NULL), 4);
     cr_assert(strstr(err, "you are a viewer of project \"ml\"") && strstr(err, "editor"), "%s", err);
     cr_assert_str_eq(out, "");
     free(out);
     free(err);
     cr_assert_eq(status_as(alice, "POST", "/v1/jobs", job_spec("by-alice", "ml")), 403);
-    cr_assert_eq(kiln_as(alice, &out, &err, "stop", mine_id, NULL), 1);
+    cr_assert_eq(kiln_as(alice, &out, &err, "stop", mine_id, NULL), 4);
     cr_assert(strstr(err, "viewer"), "%s", err);
     free(out);
     free(err);
     /* nor manage users or members */
-    cr_assert_eq(kiln_as(alice, &out, &err, "users", NULL), 1);
+    cr_assert_eq(kiln_as(alice, &out, &err, "users", NULL), 4);
     cr_assert(strstr(err, "needs a cluster admin"), "%s", err);
     free(out);
     free(err);
-    cr_assert_eq(kiln_as(alice, &out, &err, "projects", "add-member", "ml", "alice", "admin", NULL), 1);
+    cr_assert_eq(kiln_as(alice, &out, &err, "projects", "add-member", "ml", "alice", "admin", NULL), 4);
     free(out);
     free(err);
 
@@ -543,7 +543,7 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
     char bob[200], brief[200], week[200], laptop[200], id[64], week_id[64];
     new_user_token("bob", bob, sizeof bob);
     cr_assert_eq(kiln_as(bob, &out, &err, "whoami", NULL), 0, "%s", err);
-    cr_assert(strstr(out, "User:       bob\n") && strstr(out, "does not expire"), "%s", out);
+    cr_assert(strstr(out, "User:         bob\n") && strstr(out, "does not expire"), "%s", out);
     free(out);
     free(err);
 
@@ -566,7 +566,7 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
 
     /* Expired: after its second, the token is refused as expired. */
     sleep(2);
-    cr_assert_eq(kiln_as(brief, &out, &err, "jobs", NULL), 1);
+    cr_assert_eq(kiln_as(brief, &out, &err, "jobs", NULL), 4);
     cr_assert(strstr(err, "was expired") && strstr(err, "kiln login"), "%s", err);
     free(out);
     free(err);
@@ -581,7 +581,7 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
     snprintf(want, sizeof want, "revoked token %s of user bob\nalso revoked 1 token made with it\n", id);
     cr_assert_str_eq(out, want);
     free(out);
-    cr_assert_eq(kiln_as(bob, &out, &err, "whoami", NULL), 1);
+    cr_assert_eq(kiln_as(bob, &out, &err, "whoami", NULL), 4);
     snprintf(want, sizeof want, "error: the token %s was revoked", id);
     cr_assert(strstr(err, want), "%s", err);
     cr_assert(strstr(err, "note: kiln sent the token of KILN_TOKEN") && strstr(err, "kiln login"), "%s", err);
@@ -589,7 +589,7 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
     free(out);
     free(err);
     cr_assert_eq(status_as(bob, "GET", "/v1/jobs", NULL), 401);
-    cr_assert_eq(kiln_as(week, &out, &err, "whoami", NULL), 1);
+    cr_assert_eq(kiln_as(week, &out, &err, "whoami", NULL), 4);
     snprintf(want, sizeof want, "error: the token %s was revoked", week_id);
     cr_assert(strstr(err, want), "%s", err);
     free(out);
@@ -622,7 +622,7 @@ Test(e2e_identity, revoked_and_expired_tokens_are_refused, .init = id_setup, .fi
     token_id("bob", "laptop", id, sizeof id);
     char admin_id[64];
     token_id("admin", "bootstrap token (--bootstrap-token-file)", admin_id, sizeof admin_id);
-    cr_assert_eq(kiln_as(laptop, &out, &err, "tokens", "revoke", admin_id, NULL), 1);
+    cr_assert_eq(kiln_as(laptop, &out, &err, "tokens", "revoke", admin_id, NULL), 3);
     cr_assert(strstr(err, "not found"), "%s", err);
     free(out);
     free(err);
@@ -719,7 +719,7 @@ Test(e2e_identity, tokens_never_outlive_the_token_that_makes_them, .init = id_se
     cr_assert_eq(st, 200);
     snprintf(session, sizeof session, "%s", json_string_value(json_object_get(tok, "token")));
     json_decref(tok);
-    cr_assert_eq(kiln_as(session, &out, &err, "tokens", "create", NULL), 1);
+    cr_assert_eq(kiln_as(session, &out, &err, "tokens", "create", NULL), 4);
     cr_assert(strstr(err, "a web UI session token cannot create tokens") && strstr(err, "kiln tokens create"), "%s",
               err);
     assert_no_secret(err, session, "the 403 message");
@@ -730,7 +730,7 @@ Test(e2e_identity, tokens_never_outlive_the_token_that_makes_them, .init = id_se
     out = admin_ok("tokens", "revoke", hour_id, NULL, NULL);
     cr_assert(strstr(out, "also revoked 2 tokens made with it"), "%s", out);
     free(out);
-    cr_assert_eq(kiln_as(child, &out, &err, "whoami", NULL), 1);
+    cr_assert_eq(kiln_as(child, &out, &err, "whoami", NULL), 4);
     snprintf(want, sizeof want, "error: the token %s was revoked", child_id);
     cr_assert(strstr(err, want), "%s", err);
     free(out);

@@ -4,7 +4,8 @@
  * passes, workers and slots, ingested lines and points, the pool, streams, process_* and
  * kiln_build_info), `promtool check metrics` (Debian's prometheus package) finds nothing to
  * say about either exposition, /healthz answers on the agents' --metrics-addr, and the --health
- * probes of both daemons exit 0 against a live server and 1 against a dead port. */
+ * probes of both daemons exit 0 against a live server and 1 against a dead port. Every label
+ * value of a fixed set is lower case on both, and the agents tell their machine's CPU and memory. */
 #include <criterion/criterion.h>
 #include <ctype.h>
 #include <jansson.h>
@@ -46,6 +47,40 @@ static double sample(const char *text, const char *prefix)
         p = p ? p + 1 : NULL;
     }
     return -1;
+}
+
+/* Asserts that every label value in the exposition is lower case, but for the labels that carry
+ * a name as written (a REST route, a gRPC method, a queue, a version) and a histogram bucket's
+ * bound (le="+Inf", as the format spells it). */
+static void label_values_lower_case(const char *what, const char *text)
+{
+    static const char *const as_written[] = {"route", "method", "queue", "version", "le"};
+    for (const char *line = text; line && *line;) {
+        const char *end = strchr(line, '\n');
+        const char *brace = strchr(line, '{');
+        if (line[0] != '#' && brace && (!end || brace < end)) {
+            for (const char *p = brace + 1; *p && *p != '}';) {
+                const char *eq = strchr(p, '=');
+                cr_assert(eq && eq[1] == '"', "%s: a malformed sample: %.200s", what, line);
+                bool free_form = false;
+                for (size_t i = 0; i < KILN_ARRAY_LEN(as_written); i++)
+                    free_form |= (size_t)(eq - p) == strlen(as_written[i]) && !strncmp(p, as_written[i], eq - p);
+                const char *v = eq + 2;
+                for (; *v && *v != '"'; v++) {
+                    if (*v == '\\' && v[1])
+                        v++;
+                    else
+                        cr_assert(free_form || !isupper((unsigned char)*v),
+                                  "%s: a label value not in lower case: %.*s", what, (int)(end ? end - line : 200),
+                                  line);
+                }
+                p = *v ? v + 1 : v;
+                if (*p == ',')
+                    p++;
+            }
+        }
+        line = end ? end + 1 : NULL;
+    }
 }
 
 /* promtool check metrics reads the exposition on stdin: exit 0 and no complaint. */
@@ -101,18 +136,19 @@ Test(e2e_metrics, kilnd_and_agents_expose_what_prometheus_needs, .init = e2e_set
     snprintf(url, sizeof url, "%s/metrics", e2e_cl->url);
     char *k = scrape(url);
     promtool_clean("kilnd", k);
+    label_values_lower_case("kilnd", k);
     static const char *const kilnd_has[] = {
         "kiln_http_request_duration_seconds_bucket{route=\"POST /v1/jobs\",le=\"+Inf\"}",
         "kiln_http_requests_total{route=\"POST /v1/jobs\",status=\"201\"}",
         "kiln_grpc_request_duration_seconds_count{method=\"/kiln.AgentService/Heartbeat\"}",
         "kiln_grpc_request_duration_seconds_count{method=\"/kiln.AgentService/PushLogs\"}",
-        "kiln_grpc_requests_total{method=\"/kiln.AgentService/RegisterWorker\",code=\"OK\"}",
-        "kiln_jobs{state=\"COMPLETED\"}",
-        "kiln_jobs_finished_total{outcome=\"COMPLETED\"}",
+        "kiln_grpc_requests_total{method=\"/kiln.AgentService/RegisterWorker\",code=\"ok\"}",
+        "kiln_jobs{state=\"completed\"}",
+        "kiln_jobs_finished_total{outcome=\"completed\"}",
         "kiln_queue_length{queue=\"default\"}",
         "kiln_job_queue_wait_seconds_count",
         "kiln_scheduler_pass_seconds_count",
-        "kiln_workers{state=\"ALIVE\"}",
+        "kiln_workers{state=\"alive\"}",
         "kiln_slots{slot_type=\"cpu\",state=\"free\"}",
         "kiln_ingested_log_lines_total",
         "kiln_ingested_metric_points_total",
@@ -134,11 +170,11 @@ Test(e2e_metrics, kilnd_and_agents_expose_what_prometheus_needs, .init = e2e_set
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(kilnd_has); i++)
         cr_assert(sample(k, kilnd_has[i]) >= 0, "kilnd's /metrics lacks %s:\n%.3000s", kilnd_has[i], k);
-    cr_assert_geq(sample(k, "kiln_jobs{state=\"COMPLETED\"}"), 1);
-    cr_assert_geq(sample(k, "kiln_jobs_finished_total{outcome=\"COMPLETED\"}"), 1);
+    cr_assert_geq(sample(k, "kiln_jobs{state=\"completed\"}"), 1);
+    cr_assert_geq(sample(k, "kiln_jobs_finished_total{outcome=\"completed\"}"), 1);
     cr_assert_geq(sample(k, "kiln_job_queue_wait_seconds_count"), 1);
     cr_assert_geq(sample(k, "kiln_scheduler_pass_seconds_count"), 1);
-    cr_assert_eq(sample(k, "kiln_workers{state=\"ALIVE\"}"), E2E_AGENTS);
+    cr_assert_eq(sample(k, "kiln_workers{state=\"alive\"}"), E2E_AGENTS);
     cr_assert_eq(sample(k, "kiln_slots{slot_type=\"cpu\",state=\"free\"}"), 3, "2 + 1 cpu slots, all free");
     cr_assert_gt(sample(k, "kiln_ingested_log_lines_total"), 0);
     cr_assert_gt(sample(k, "kiln_ingested_metric_points_total"), 0);
@@ -153,6 +189,11 @@ Test(e2e_metrics, kilnd_and_agents_expose_what_prometheus_needs, .init = e2e_set
         snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", e2e_cl->metrics_port[i]);
         char *a = scrape(url);
         promtool_clean("kiln-agent", a);
+        label_values_lower_case("kiln-agent", a);
+        cr_assert_geq(sample(a, "kiln_agent_host_cpus"), 1, "%s", a);
+        cr_assert_gt(sample(a, "kiln_agent_host_cpu_seconds_total{mode=\"idle\"}"), 0);
+        cr_assert_gt(sample(a, "kiln_agent_host_memory_bytes{state=\"total\"}"), 0);
+        cr_assert_gt(sample(a, "kiln_agent_host_memory_bytes{state=\"available\"}"), 0);
         cr_assert_eq(sample(a, "kiln_agent_registered"), 1, "%s", a);
         cr_assert_eq(sample(a, "kiln_agent_slots"), e2e_cl->agent_slots[i]);
         cr_assert_eq(sample(a, "kiln_agent_outbox_dropped_lines_total"), 0);

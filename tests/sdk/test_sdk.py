@@ -330,7 +330,7 @@ class Config(unittest.TestCase):
         self.two_profiles()
         self.env["KILN_PROFILE"] = "other"
         s = self.resolve()
-        self.assertEqual((s.url, s.token, s.profile), ("http://b.example:8080", self.TOKEN_B, "other"))
+        self.assertEqual((s.url, s.token, s.profile), ("https://b.example:8080", self.TOKEN_B, "other"))
         self.assertEqual(self.resolve(profile="default").token, self.TOKEN_A)
         with self.assertRaises(kiln.KilnError) as cm:
             self.resolve(profile="nope")
@@ -370,7 +370,7 @@ class Config(unittest.TestCase):
             for var in ("KILN_URL", "KILN_TOKEN", "KILN_TLS_CA", "KILN_PROFILE"):
                 os.environ.pop(var, None)
             client = kiln.Client(timeout=2)
-            self.assertEqual((client.url, client.profile, client._token), ("http://127.0.0.1:1", "lab", self.TOKEN_A))
+            self.assertEqual((client.url, client.profile, client._token), ("https://127.0.0.1:1", "lab", self.TOKEN_A))
             self.assertNotIn("AAAA", repr(client))
             self.assertEqual(kiln.Client(token="")._token, "")
             with self.assertRaises(kiln.KilnError) as cm:  # the token was sent there: kilnd is not up

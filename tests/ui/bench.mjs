@@ -1,6 +1,7 @@
 // bench.mjs - how fast the web UI is with a lot of data, measured in the browser tests' harness
 // (cluster.mjs: a real kilnd with TLS and tokens, Debian's Chromium): the jobs page with 10,000
-// jobs in the database, and a job page whose metrics have 100,000 points each. Each is measured
+// jobs in the database, a job page whose metrics have 100,000 points each, and a running job's
+// page (50,000 points a metric and 50,000 log lines, the page following both). Each is measured
 // against a baseline in the same run (an empty database / a job with no points). Times are
 // the page's own performance.now() when the table or the charts were first on screen, i.e.
 // milliseconds since the navigation started. Run by bench/ui_bench.sh.
@@ -9,6 +10,7 @@ import { browser, Cluster } from './cluster.mjs';
 const JOBS = Number(process.env.JOBS || 10000);
 const POINTS = Number(process.env.POINTS || 100000);
 const ROUNDS = Number(process.env.ROUNDS || 5);
+const RUNNING_POINTS = Number(process.env.RUNNING_POINTS || 50000);
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
 
 async function measure(ctx, url, selector, attr, also) {
@@ -56,6 +58,15 @@ function fillPoints(c, jobId, n) {
          generate_series(0, ${n / 1000 - 1}) k`);
 }
 
+// n log lines of rank 0, attempt 1, as a training run writes them (a step line each).
+function fillLogs(c, jobId, n) {
+  c.sql(`INSERT INTO logs (job_id, seq, attempt, rank, stream, time_us, line)
+    SELECT '${jobId}'::uuid, s, 1, 0, 'stdout', 1795000000000000 + s::bigint * 400000,
+      format('step %s/%s | loss %s | lr 3.0e-04 | 51234 tok/s', s, ${n * 2}, round((1.5 + 3.5 * exp(-s / 15000.0))::numeric, 4))
+    FROM generate_series(1, ${n}) s;
+    INSERT INTO log_seqs (job_id, last_seq) VALUES ('${jobId}'::uuid, ${n})`);
+}
+
 const c = await new Cluster().start({ agents: 0 });
 const ctx = await browser();
 try {
@@ -95,6 +106,13 @@ try {
   results.points_full = await measure(ctx, `${c.url}/#/jobs/${big.id}`, '#charts[data-ready="true"]', 'data-rendered-ms', dataMs);
   // the browser's own part: from the last history's arrival to the charts on screen
   results.points_draw = results.points_full.map((v, i) => v - dataMs[i]);
+  // a running job: its page also follows the logs and polls for new points
+  const running = (await c.api('POST', '/v1/jobs', c.spec('bench-running', { steps: RUNNING_POINTS * 2 }))).body;
+  fillPoints(c, running.id, RUNNING_POINTS);
+  fillLogs(c, running.id, RUNNING_POINTS);
+  c.sql(`UPDATE jobs SET state = 'RUNNING', attempt = 1, started_at = now(), progress_step = ${RUNNING_POINTS}
+    WHERE id = '${running.id}'`);
+  results.running = await measure(ctx, `${c.url}/#/jobs/${running.id}`, '#charts[data-ready="true"]', 'data-rendered-ms');
   // the metrics request alone (all seven series, downsampled to 1,000 points each)
   const apiMs = [];
   for (let i = 0; i < ROUNDS; i++) {
@@ -109,6 +127,8 @@ try {
   console.log(`job page, ${POINTS} points x 7 metrics: charts drawn at median ${median(results.points_full)} ms ` +
               `(no points: ${median(results.points_empty)} ms), of which drawing ${median(results.points_draw)} ms ` +
               `after the data arrived; metrics API (all 7 series in one request) median ${median(apiMs)} ms`);
+  console.log(`running job, ${RUNNING_POINTS} points x 7 metrics and ${RUNNING_POINTS} log lines: first chart at median ` +
+              `${median(results.running)} ms`);
 } finally {
   await ctx.close();
   await c.stop();

@@ -248,11 +248,13 @@ describe('web UI', { concurrency: false }, () => {
     await page.close();
   });
 
-  test('compare: two jobs selected in the table, curves overlaid, differing settings marked', async () => {
+  test('compare: two jobs selected in the table, a chart per chosen metric, a scatter, only differing settings', async () => {
     const a = await c.submit(c.spec('ui-cmp-a', { steps: 40, hp: { lr: 2e-3 } }));
     const b = await c.submit(c.spec('ui-cmp-b', { steps: 40, hp: { lr: 4e-3 } }));
-    await c.waitJob(a.id, (j) => j.state === 'COMPLETED');
+    const done = await c.waitJob(a.id, (j) => j.state === 'COMPLETED');
     await c.waitJob(b.id, (j) => j.state === 'COMPLETED');
+    const losses = ['train_loss', 'val_loss'].filter((n) => n in done.metrics);
+    assert.ok(losses.includes('train_loss'));
     const page = await adminCtx.newPage();
     await page.goto(`${c.url}/#/jobs`);
     await page.waitForSelector(`tr[data-id="${b.id}"]`);
@@ -261,17 +263,67 @@ describe('web UI', { concurrency: false }, () => {
     await page.getByRole('button', { name: /Compare selected \(2\)/ }).click();
     await page.waitForSelector('main[data-ready="true"]');
     assert.match(page.url(), new RegExp(`ids=(${a.id},${b.id}|${b.id},${a.id})`));
-    const legend = await page.textContent('#compare-chart');
-    assert.match(legend, /ui-cmp-a/);
-    assert.match(legend, /ui-cmp-b/);
+    // the losses are charted by default, one chart each, both jobs in each
+    const captions = () => page.$$eval('#compare-charts figure.chart figcaption', (els) => els.map((e) => e.textContent));
+    assert.deepEqual(await captions(), losses);
+    assert.match(await page.textContent('#compare-charts'), /ui-cmp-a[\s\S]*ui-cmp-b|ui-cmp-b[\s\S]*ui-cmp-a/);
+    // a second metric: a second chart beside the first, kept in the URL
+    await page.check('#metric-lr');
+    await page.waitForFunction((n) => document.querySelectorAll('#compare-charts figure.chart[data-ready="true"]').length === n, losses.length + 1);
+    assert.deepEqual(await captions(), [...losses, 'lr']);
+    await page.waitForFunction((want) => new URLSearchParams(location.hash.split('?')[1]).get('metrics') === want, [...losses, 'lr'].join(','));
+    // only the settings that differ, by default; the metrics stay
+    assert.equal(await page.isChecked('#only-diff'), true);
     assert.equal(await page.locator('tr.diff[data-field="hp.lr"]').count(), 1);
-    assert.equal(await page.locator('tr.diff[data-field="hp.seed"]').count(), 0);
     assert.match(await page.textContent('tr[data-field="hp.lr"] th'), /≠/);
-    await page.selectOption('#compare-metric', 'lr');
-    await page.waitForFunction(() => /metric=lr/.test(location.hash));
-    await page.check('#only-diff');
     assert.equal(await page.locator('tr[data-field="hp.seed"]').count(), 0);
+    assert.equal(await page.locator('tr[data-field="metrics.train_loss.last"]').count(), 1);
+    await page.uncheck('#only-diff');
+    assert.equal(await page.locator('tr[data-field="hp.seed"]').count(), 1);
+    await page.waitForFunction(() => /rows=all/.test(location.hash));
+    // the scatter: the one hyperparameter that differs against the loss, a point a job
+    assert.equal(await page.inputValue('#scatter-x'), 'hp.lr');
+    assert.equal(await page.locator('#compare-scatter figure.scatter[data-points="2"]').count(), 1);
     await shot(page, 'compare');
+    // the URL brings the same view back
+    const again = await adminCtx.newPage();
+    await again.goto(page.url());
+    await again.waitForSelector('main[data-ready="true"]');
+    assert.deepEqual(await again.$$eval('#compare-charts figure.chart figcaption', (els) => els.map((e) => e.textContent)), [...losses, 'lr']);
+    assert.equal(await again.isChecked('#only-diff'), false);
+    await again.close();
+    await page.close();
+  });
+
+  test('dark mode follows the browser; at 390 px the filter and actions stay reachable; "/" focuses the filter', async () => {
+    const page = await adminCtx.newPage();
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.goto(`${c.url}/#/jobs`);
+    await page.waitForSelector('main[data-loaded="true"] table.jobs tbody tr[data-id]');
+    const bg = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    assert.equal(await bg(), 'rgb(13, 17, 23)');
+    await shot(page, 'jobs-dark');
+    await page.emulateMedia({ colorScheme: 'light' });
+    assert.equal(await bg(), 'rgb(246, 248, 250)');
+    // a phone's width: no page-wide sideways scroll; the table scrolls in its card
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.reload();
+    await page.waitForSelector('main[data-loaded="true"] table.jobs tbody tr[data-id]');
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 390),
+      `the page is wider than the screen: ${await page.evaluate(() => document.documentElement.scrollWidth)} px`);
+    for (const sel of ['#filter', 'button[type="submit"]', '.toolbar button']) {
+      const box = await page.locator(sel).first().boundingBox();
+      assert.ok(box && box.x >= 0 && box.x + box.width <= 390, `${sel} is off screen at 390 px: ${JSON.stringify(box)}`);
+    }
+    const wrap = page.locator('main .table-wrap').first();
+    assert.ok(await wrap.evaluate((el) => el.scrollWidth > el.clientWidth && getComputedStyle(el).overflowX === 'auto'),
+      'the jobs table should scroll inside its card');
+    await shot(page, 'jobs-390px');
+    // "/" from anywhere but a field focuses the filter
+    await page.locator('h1').first().click();
+    await page.keyboard.press('/');
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'filter');
+    assert.equal(await page.inputValue('#filter'), '', 'the "/" that focuses the filter is not typed into it');
     await page.close();
   });
 

@@ -25,6 +25,22 @@ export function alignSeries(series: SeriesData[]): uPlot.AlignedData {
   return [Array.from(x), ...ys] as uPlot.AlignedData;
 }
 
+// The page's colours for axes and grid lines (style.css's variables: light or dark, as the
+// browser prefers).
+function themed(): { fg: string; grid: string } {
+  const css = getComputedStyle(document.documentElement);
+  return { fg: css.getPropertyValue('--fg').trim() || '#1b1f24', grid: css.getPropertyValue('--grid').trim() || '#eaeef2' };
+}
+
+function axes(xLabel: string, yLabel?: string): uPlot.Axis[] {
+  const t = themed();
+  const common = { stroke: t.fg, grid: { stroke: t.grid, width: 1 }, ticks: { stroke: t.grid, width: 1 } };
+  return [
+    { ...common, label: xLabel, values: (_u, ticks) => ticks.map((v) => fmtNum(v)) },
+    { ...common, label: yLabel, values: (_u, ticks) => ticks.map((v) => fmtNum(v)), size: 64 },
+  ];
+}
+
 export class MetricChart {
   readonly el: HTMLElement;
   private plot: uPlot | null = null;
@@ -55,15 +71,13 @@ export class MetricChart {
       width: this.width(),
       height: 220,
       scales: { x: { time: false } },
-      axes: [
-        { label: 'step', values: (_u, ticks) => ticks.map((t) => fmtNum(t)) },
-        { values: (_u, ticks) => ticks.map((t) => fmtNum(t)), size: 64 },
-      ],
+      axes: axes('step'),
       series: [
         { label: 'step', value: (_u, v) => (v === null || v === undefined ? '' : fmtNum(v)) },
         ...this.names.map((n, i) => ({
           label: n, stroke: COLORS[i % COLORS.length], width: 1.5, dash: DASHES[i % DASHES.length],
-          spanGaps: true, points: { show: false },
+          // points drawn only where they are sparse (uPlot's rule): a metric logged once is a dot
+          spanGaps: true,
           value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? '—' : fmtNum(v)),
         })),
       ],
@@ -125,6 +139,54 @@ export class MetricChart {
 
   destroy(): void {
     clearTimeout(this.zoomTimer);
+    this.ro.disconnect();
+    this.plot?.destroy();
+    this.el.remove();
+  }
+}
+
+export interface ScatterPoint { label: string; x: number; y: number }
+
+// One point per job: a hyperparameter (x) against a metric (y). Each job is its own series, so the
+// legend names it in the colour and shape the compare page's line charts give it.
+export class ScatterChart {
+  readonly el: HTMLElement;
+  private plot: uPlot | null = null;
+  private ro: ResizeObserver;
+
+  constructor(parent: HTMLElement, title: string, private xLabel: string, private yLabel: string, points: ScatterPoint[]) {
+    this.el = h('figure', { class: 'chart scatter', 'data-points': String(points.length) }, h('figcaption', null, title));
+    parent.append(this.el);
+    const xs = [...new Set(points.map((p) => p.x))].sort((a, b) => a - b);
+    const at = new Map(xs.map((x, i) => [x, i]));
+    const ys = points.map((p) => {
+      const y: (number | null)[] = new Array(xs.length).fill(null);
+      y[at.get(p.x)!] = p.y;
+      return y;
+    });
+    const opts: uPlot.Options = {
+      width: Math.max(240, this.el.clientWidth - 4),
+      height: 240,
+      scales: { x: { time: false } },
+      axes: axes(this.xLabel, this.yLabel),
+      series: [
+        { label: this.xLabel, value: (_u, v) => (v === null || v === undefined ? '' : fmtNum(v)) },
+        ...points.map((p, i) => ({
+          label: p.label, stroke: COLORS[i % COLORS.length], fill: COLORS[i % COLORS.length],
+          paths: () => null, points: { show: true, size: 9 + 2 * (i % DASHES.length), width: 2 },
+          value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? '—' : fmtNum(v)),
+        })),
+      ],
+      legend: { live: true },
+    };
+    this.plot = new uPlot(opts, [xs, ...ys] as uPlot.AlignedData, this.el);
+    this.plot.over.setAttribute('aria-label', `${title}: one point per job`);
+    this.ro = new ResizeObserver(() => this.plot?.setSize({ width: Math.max(240, this.el.clientWidth - 4), height: 240 }));
+    this.ro.observe(this.el);
+    this.el.dataset.ready = 'true';
+  }
+
+  destroy(): void {
     this.ro.disconnect();
     this.plot?.destroy();
     this.el.remove();

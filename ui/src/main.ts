@@ -143,6 +143,18 @@ async function boot(): Promise<void> {
     if (!location.hash.startsWith('#/login') && location.hash) sessionStorage.setItem('kiln.next', location.hash);
   }
   window.addEventListener('hashchange', render);
+  // "/" focuses the page's filter (the jobs search), as on GitHub and Grafana; typed into a
+  // field it is a slash.
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key !== '/' || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    const t = ev.target as HTMLElement | null;
+    if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
+    const filter = document.getElementById('filter') as HTMLInputElement | null;
+    if (!filter) return;
+    ev.preventDefault();
+    filter.focus();
+    filter.select();
+  });
   // Another tab logged out (or in): follow it.
   window.addEventListener('storage', (ev) => {
     if (ev.key === 'kiln.token' && !ev.newValue && whoami()) { setWhoami(null); go('#/login'); }

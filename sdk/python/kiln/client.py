@@ -206,7 +206,7 @@ class Client:
     file to verify an https kilnd against instead of the system's CAs. Each not given comes
     from $KILN_URL / $KILN_TOKEN / $KILN_TLS_CA, then from the profile ``kiln login`` saved
     (``profile``, default $KILN_PROFILE, then the current one; see kiln.config), and the URL
-    last from http://127.0.0.1:8080. ``timeout`` bounds each ordinary request in seconds.
+    last from https://127.0.0.1:8080. ``timeout`` bounds each ordinary request in seconds.
     Methods raise KilnError on API errors and when kilnd cannot be reached; the constructor
     raises it for a config file others may read.
     """

@@ -25,15 +25,16 @@ from typing import Any, cast
 
 from .errors import KilnError
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_URL = "https://127.0.0.1:8080"  # where kilnd serves by default (TLS), as the CLI
 
 
 def normalize_url(url: str | None) -> str:
-    """A bare "host:port" gets "http://"; trailing slashes go. "" for None or ""."""
+    """A bare "host:port" gets "https://" (kilnd serves TLS by default); trailing slashes go.
+    "" for None or ""."""
     if not url:
         return ""
     if "://" not in url:
-        url = "http://" + url
+        url = "https://" + url
     return url.rstrip("/")
 
 

@@ -239,10 +239,14 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
       loadEvents().catch(() => {});
       if (!prev || TERMINAL.has(j.state)) loadArtifacts();
     }
-    if (!logs) {
-      logs = logPanel(id, j.world_size || (j.spec?.resources?.nodes || 1) * (j.spec?.resources?.slots_per_node || 1));
-      logsSlot.append(logs.el);
-    }
+    if (!logs && chartGrid.dataset.ready) startLogs(j);
+  }
+
+  // The log panel starts once the charts are drawn: a running job's log stream begins with its
+  // whole history (tens of thousands of lines), which would otherwise hold up the first chart.
+  function startLogs(j: Job): void {
+    logs = logPanel(id, j.world_size || (j.spec?.resources?.nodes || 1) * (j.spec?.resources?.slots_per_node || 1));
+    logsSlot.append(logs.el);
   }
 
   async function poll(): Promise<void> {
@@ -279,6 +283,7 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
       const charted = new Set(CHARTS.flatMap((c) => c.metrics));
       for (const n of Object.keys(j.metrics || {}).sort()) if (!charted.has(n)) extraSel.append(h('option', { value: n }, n));
       drawCharts();
+      if (!logs) startLogs(j);
       if (!TERMINAL.has(j.state)) timer = window.setTimeout(poll, POLL_MS);
     } catch (e) {
       clear(main);

@@ -58,7 +58,7 @@ export function jobsPage(main: HTMLElement, params: URLSearchParams): Cleanup {
   // ---- controls ----
   const q = h('input', { id: 'filter', type: 'search', value: filter, spellcheck: 'false', autocomplete: 'off',
                          placeholder: 'hp.lr < 1e-3 AND (metrics.val_loss.min < 1.6 OR tags.team = "nlp")',
-                         'aria-describedby': 'filter-help filter-error' });
+                         'aria-describedby': 'filter-help filter-error', 'aria-keyshortcuts': '/' });
   const colsIn = h('input', { id: 'columns', type: 'text', value: columns.join(','), spellcheck: 'false',
                               autocomplete: 'off', list: 'column-names' });
   const colList = h('datalist', { id: 'column-names' });

@@ -49,3 +49,19 @@ seccompProfile:
 appArmorProfile:
   type: Unconfined
 {{- end -}}
+
+{{/* The image of kilnd and the CPU agents, and of the GPU agents: the tags default to the chart's appVersion. */}}
+{{- define "kiln.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- define "kiln.cudaImage" -}}
+{{ .Values.image.repository }}:{{ .Values.image.cudaTag | default (printf "%s-cuda" .Chart.AppVersion) }}
+{{- end -}}
+
+{{/* Values the schema cannot judge alone: refused with a message saying what to change. */}}
+{{- define "kiln.validate" -}}
+{{- $a := .Values.kilnd.artifacts -}}
+{{- if and (gt (int .Values.kilnd.replicas) 1) (eq $a.accessMode "ReadWriteOnce") (not $a.existingClaim) -}}
+{{- fail (printf "kilnd.replicas is %d but kilnd.artifacts.accessMode is ReadWriteOnce: replicas share one artifact volume, which then needs ReadWriteMany (a storage class that offers it: NFS, CephFS, EFS, Filestore); or set kilnd.replicas to 1" (int .Values.kilnd.replicas)) -}}
+{{- end -}}
+{{- end -}}
