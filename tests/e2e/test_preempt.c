@@ -13,7 +13,7 @@
 #include "base/base.h"
 #include "tests/e2e/e2e.h"
 
-#define STEPS 2000
+#define STEPS 400
 
 typedef struct frozen {
     char id[64];
@@ -218,13 +218,13 @@ Test(preempt, backfill_runs_a_small_job_while_the_big_one_waits, .init = e2e_set
      .timeout = 300)
 {
     frozen_t first, big, small, blind;
-    submit(&first, "e2e-first", 10000000, 2, NULL, 200);
+    submit(&first, "e2e-first", 10000000, 2, NULL, 30);
     submit(&big, "e2e-big", STEPS, 2, NULL, 0);
     json_decref(e2e_wait_state(big.id, "QUEUED", 1000));
     submit(&small, "e2e-small", STEPS, 1, "{\"stopping\": {\"max_runtime_s\": 600}}", 0);
     /* no prediction: another model shape that never ran, no max_runtime_s */
     submit(&blind, "e2e-blind", STEPS, 1, "{\"hyperparameters\": {\"lr\": 0.003, \"global_batch_size\": 4, "
-           "\"max_steps\": 2000, \"warmup_steps\": 2, \"seed\": 8, \"eval_every\": 0, \"sample_every\": 0}, "
+           "\"max_steps\": 400, \"warmup_steps\": 2, \"seed\": 8, \"eval_every\": 0, \"sample_every\": 0}, "
            "\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 32, \"seq_len\": 32, "
            "\"vocab\": \"bytes\"}}", 0);
     json_t *j = e2e_wait_state(small.id, "COMPLETED|FAILED|STOPPED", 120000);
