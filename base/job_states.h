@@ -17,7 +17,8 @@
     X(COMPLETED, 7)                                                                                  \
     X(FAILED, 8)                                                                                     \
     X(STOPPED, 9)                                                                                    \
-    X(PAUSED, 10)
+    X(PREEMPTED, 10)                                                                                 \
+    X(PAUSED, 11)
 
 #define KILN_JOB_STATE_SEP_(name, num) ", " #name
 /* "QUEUED, SCHEDULED, ..., STOPPED": every state for messages and hints. */

@@ -206,6 +206,10 @@ int eng_run_checkpoint(eng_run_t *r, int64_t step, kiln_err_t *err)
         printf("checkpoint: step %lld written to %s/ckpt_%08lld.bin (%.2f s)\n", (long long)step,
                dir, (long long)step, kiln_mono_s() - t0);
         fflush(stdout);
+        /* what preempting the job loses is the steps since this (the scheduler reads it) */
+        const char *names[] = {"checkpoint_step"};
+        double vals[] = {(double)step};
+        eng_run_metric(r, step, names, vals, 1);
     }
     eng_run_release(r);
     return KILN_OK;

@@ -48,10 +48,10 @@ CREATE UNIQUE INDEX tuning_trials_job_idx ON tuning_trials (job_id);
 -- its slots are free; it resumes (RESTARTING) when its stopping.max_steps is raised.
 ALTER TABLE jobs DROP CONSTRAINT jobs_state_check;
 ALTER TABLE jobs ADD CONSTRAINT jobs_state_check CHECK (state IN ('QUEUED', 'SCHEDULED', 'STARTING', 'RUNNING',
-    'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PAUSED'));
+    'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PREEMPTED', 'PAUSED'));
 ALTER TABLE job_events DROP CONSTRAINT job_events_from_state_check;
 ALTER TABLE job_events ADD CONSTRAINT job_events_from_state_check CHECK (from_state IN ('QUEUED', 'SCHEDULED',
-    'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PAUSED'));
+    'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PREEMPTED', 'PAUSED'));
 ALTER TABLE job_events DROP CONSTRAINT job_events_to_state_check;
 ALTER TABLE job_events ADD CONSTRAINT job_events_to_state_check CHECK (to_state IN ('QUEUED', 'SCHEDULED',
-    'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PAUSED'));
+    'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'COMPLETED', 'FAILED', 'STOPPED', 'PREEMPTED', 'PAUSED'));

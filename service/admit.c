@@ -2,7 +2,9 @@
  * queues with their quotas and usage, and the pending jobs, decides which jobs start now, where,
  * and why each other job waits. The scheduler thread (sched.c) reads the snapshot from the store
  * and commits the admissions; tests/service/test_admit.c checks its invariants on random clusters.
- * The policy is described in service.h. */
+ * Preemption (victims chosen to lose the least work) and backfill (by predicted run times) are
+ * part of the decision, so that tests and a simulator can drive it on a virtual clock. The policy
+ * is described in service.h. */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -97,6 +99,8 @@ typedef struct admit {
     int *next;                         /* per (queue, type): index of the first undecided job */
     int *blocker;                      /* per (queue, type): the blocked head, or -1 */
     bool *no_borrow;                   /* per (queue, type): its cohort lends no more this pass */
+    bool *taken;                       /* per running job: a victim chosen this pass */
+    int *cand;                         /* scratch: candidate victims */
 } admit_t;
 
 static int qt(int q, int t)
@@ -211,6 +215,351 @@ static int job_view(admit_t *a, int j)
     return eligible;
 }
 
+
+/* ---- preemption ---------------------------------------------------------------------------- */
+
+static int protect_after(const sched_snapshot_t *s)
+{
+    return s->protect_after > 0 ? s->protect_after : 3;
+}
+
+static bool overran(const sched_snapshot_t *s, const sched_running_t *R)
+{
+    return R->backfilled && s->now_s > R->backfill_end_s;
+}
+
+/* Whether running job r may be preempted for pending job j (within: j stays within its queue's
+ * nominal quota). */
+static bool candidate(const admit_t *a, int j, int r, bool within)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    const sched_running_t *R = &s->running[r];
+    if (a->taken[r] || !R->preemptible || R->freeing || R->type != J->type || R->queue < 0 || R->queue >= s->nqueues)
+        return false;
+    if (R->preemptions >= protect_after(s) && R->priority >= J->priority)
+        return false;
+    if (overran(s, R))
+        return true;
+    if (!within)
+        return false;
+    if (J->preempted_by && R->id && strcmp(J->preempted_by, R->id) == 0)
+        return false; /* never back and forth */
+    if (R->queue == J->queue)
+        return R->priority < J->priority;
+    const sched_queue_t *V = &s->queues[R->queue];
+    return same_cohort(&s->queues[J->queue], V) && V->quota[J->type] != SCHED_UNLIMITED
+        && a->usage[R->queue][J->type] > V->quota[J->type];
+}
+
+/* Gives back (sign 1: also their slots in a->view) or takes again (sign -1: the quota usage only)
+ * what the running jobs set[0..n) and every STOPPING job not taken by another head hold. */
+static void give_back(admit_t *a, const int *set, int n, int sign)
+{
+    const sched_snapshot_t *s = a->snap;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < (pass ? s->nrunning : n); k++) {
+            int r = pass ? k : set[k];
+            const sched_running_t *R = &s->running[r];
+            if (pass && !(R->freeing && !a->taken[r]))
+                continue;
+            if (R->queue >= 0 && R->queue < s->nqueues && R->type >= 0 && R->type < SCHED_NTYPES)
+                a->usage[R->queue][R->type] -= sign * R->nodes * R->slots_per_node;
+            for (int x = 0; sign > 0 && x < R->nodes; x++)
+                if (R->worker[x] >= 0 && R->worker[x] < s->nworkers && a->view[R->worker[x]].slots > 0)
+                    a->view[R->worker[x]].slots_free += R->slots_per_node;
+        }
+}
+
+/* Whether job j could start with the slots and quota of the running jobs set[0..n) given back,
+ * and those of every STOPPING job (freeing). */
+static bool fits_without(admit_t *a, int j, const int *set, int n)
+{
+    const sched_job_t *J = &a->snap->jobs[j];
+    job_view(a, j);
+    give_back(a, set, n, 1);
+    char why[300];
+    sched_request_t req = {.nodes = J->nodes, .slots_per_node = J->slots_per_node,
+                           .slot_type = sched_slot_type_name(J->type)};
+    bool ok = quota_check(a, j, why, sizeof why) == 0 && sched_place(a->view, a->snap->nworkers, &req, NULL);
+    give_back(a, set, n, -1);
+    return ok;
+}
+
+/* The cost of losing a set of victims, compared lexicographically: steps lost, jobs, priorities,
+ * then the negated start times (newer victims cost less). */
+typedef struct cost {
+    int64_t lost;
+    int n;
+    int64_t prio;
+    double age;
+} cost_t;
+
+static int cost_cmp(const cost_t *x, const cost_t *y)
+{
+    if (x->lost != y->lost)
+        return x->lost < y->lost ? -1 : 1;
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
+    if (x->prio != y->prio)
+        return x->prio < y->prio ? -1 : 1;
+    if (x->age != y->age)
+        return x->age < y->age ? -1 : 1;
+    return 0;
+}
+
+static int victim_cmp(const sched_snapshot_t *s, int x, int y)
+{
+    const sched_running_t *X = &s->running[x], *Y = &s->running[y];
+    if (X->steps_lost != Y->steps_lost)
+        return X->steps_lost < Y->steps_lost ? -1 : 1;
+    if (X->priority != Y->priority)
+        return X->priority < Y->priority ? -1 : 1;
+    if (X->start_s != Y->start_s)
+        return X->start_s > Y->start_s ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static void sort_cands(const sched_snapshot_t *s, int *c, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: candidates are few, and no global state */
+        for (int k = i; k > 0 && victim_cmp(s, c[k - 1], c[k]) > 0; k--) {
+            int tmp = c[k];
+            c[k] = c[k - 1];
+            c[k - 1] = tmp;
+        }
+}
+
+/* Chooses the victims for head j: writes them to d->victims and returns how many (0: none
+ * suffice). */
+static int choose_victims(admit_t *a, int j, bool within, sched_decision_t *d)
+{
+    const sched_snapshot_t *s = a->snap;
+    int n = 0;
+    for (int r = 0; r < s->nrunning; r++)
+        if (candidate(a, j, r, within))
+            a->cand[n++] = r;
+    if (n == 0)
+        return 0;
+    sort_cands(s, a->cand, n);
+    int m = KILN_MIN(n, SCHED_PREEMPT_EXACT);
+    unsigned best_mask = 0;
+    cost_t best = {0};
+    int set[SCHED_PREEMPT_EXACT];
+    for (unsigned mask = 1; mask < (1u << m); mask++) {
+        cost_t c = {0};
+        int k = 0;
+        for (int i = 0; i < m; i++)
+            if (mask & (1u << i)) {
+                const sched_running_t *R = &s->running[a->cand[i]];
+                c.lost += R->steps_lost;
+                c.n++;
+                c.prio += R->priority;
+                c.age -= R->start_s;
+                set[k++] = a->cand[i];
+            }
+        if (best_mask && cost_cmp(&c, &best) >= 0)
+            continue;
+        if (fits_without(a, j, set, k)) {
+            best = c;
+            best_mask = mask;
+        }
+    }
+    int nv = 0;
+    if (best_mask) {
+        for (int i = 0; i < m; i++)
+            if (best_mask & (1u << i))
+                d->victims[nv++] = a->cand[i];
+        return nv;
+    }
+    if (n == m)
+        return 0;
+    /* More candidates than an exhaustive search allows: the first that suffice in the order of
+     * least lost work, less any the others do without. */
+    int k = 0;
+    while (k < n && !fits_without(a, j, a->cand, k))
+        k++;
+    if (k >= n && !fits_without(a, j, a->cand, n))
+        return 0;
+    for (int i = k - 1; i >= 0; i--) {
+        int drop = a->cand[i];
+        memmove(&a->cand[i], &a->cand[i + 1], (size_t)(k - i - 1) * sizeof(int));
+        if (fits_without(a, j, a->cand, k - 1)) {
+            k--;
+        } else {
+            memmove(&a->cand[i + 1], &a->cand[i], (size_t)(k - i - 1) * sizeof(int));
+            a->cand[i] = drop;
+        }
+    }
+    if (k > SCHED_MAX_VICTIMS)
+        return 0;
+    memcpy(d->victims, a->cand, (size_t)k * sizeof(int));
+    return k;
+}
+
+/* Head j cannot start now: when slots being freed would let it, it waits for them; otherwise it
+ * preempts the victims that lose the least work, if any suffice. Returns true when it decided
+ * (out[j] written). */
+static bool try_preempt(admit_t *a, int j, sched_decision_t *out)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    sched_decision_t *d = &out[j];
+    if (s->nrunning == 0)
+        return false;
+    bool within = entitled(a, j);
+    bool any_freeing = false;
+    for (int r = 0; r < s->nrunning; r++)
+        any_freeing = any_freeing || (s->running[r].freeing && s->running[r].type == J->type && !a->taken[r]);
+    if (any_freeing && fits_without(a, j, NULL, 0)) {
+        d->outcome = SCHED_WAIT_SLOTS;
+        snprintf(d->reason, sizeof d->reason, "waiting for free slots: needs %d worker(s) with %d free %s slot(s) "
+                 "each, which jobs stopping now are freeing", J->nodes, J->slots_per_node,
+                 sched_slot_type_name(J->type));
+        return true;
+    }
+    int nv = choose_victims(a, j, within, d);
+    if (nv == 0)
+        return false;
+    d->outcome = SCHED_PREEMPTING;
+    d->nvictims = nv;
+    size_t len = (size_t)snprintf(d->reason, sizeof d->reason, "waiting for %d job(s) preempted for it to stop "
+                                  "and free their slots:", nv);
+    for (int k = 0; k < nv; k++) {
+        a->taken[d->victims[k]] = true;
+        if (len < sizeof d->reason)
+            len += (size_t)snprintf(d->reason + len, sizeof d->reason - len, "%s %s", k ? "," : "",
+                                    s->running[d->victims[k]].id);
+    }
+    return true;
+}
+
+const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *buf, size_t n)
+{
+    const sched_job_t *J = &s->jobs[j];
+    const sched_running_t *R = &s->running[r];
+    const char *qn = J->queue >= 0 && J->queue < s->nqueues ? s->queues[J->queue].name : "?";
+    const char *rq = R->queue >= 0 && R->queue < s->nqueues ? s->queues[R->queue].name : "?";
+    if (overran(s, R)) {
+        snprintf(buf, n, "it was backfilled and ran past its predicted end; job %s of queue %s needs its slots",
+                 J->id, qn);
+        return "backfill_overrun";
+    }
+    if (R->queue == J->queue) {
+        snprintf(buf, n, "job %s (priority %d) of queue %s needs its slots and has the higher priority (this job: "
+                 "%d); %lld step(s) since its last checkpoint", J->id, J->priority, qn, R->priority,
+                 (long long)R->steps_lost);
+        return "priority";
+    }
+    snprintf(buf, n, "queue %s reclaims the quota queue %s borrows (job %s needs it); %lld step(s) since its "
+             "last checkpoint", qn, rq, J->id, (long long)R->steps_lost);
+    return "reclaim";
+}
+
+/* ---- backfill ------------------------------------------------------------------------------- */
+
+static int end_cmp(const void *x, const void *y)
+{
+    double a = ((const double *)x)[0], b = ((const double *)y)[0];
+    return a < b ? -1 : a > b;
+}
+
+/* The earliest time head b could start by the predicted ends of the jobs holding slots of its
+ * type (jobs STOPPING end now, jobs admitted this pass end after their run time); < 0 when one of
+ * them has no prediction (it might end sooner than predicted ones, and the head then start sooner). */
+static double earliest_start(admit_t *a, int b, const sched_decision_t *out, const int *order, int nadmitted)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *B = &s->jobs[b];
+    sched_request_t req = {.nodes = B->nodes, .slots_per_node = B->slots_per_node,
+                           .slot_type = sched_slot_type_name(B->type)};
+    int cap = s->nrunning + nadmitted;
+    double (*ev)[2] = calloc((size_t)KILN_MAX(cap, 1), sizeof(*ev));
+    if (!ev)
+        return -1;
+    int n = 0;
+    bool unknown = false;
+    for (int r = 0; r < s->nrunning; r++) {
+        const sched_running_t *R = &s->running[r];
+        if (R->type != B->type)
+            continue;
+        double end = R->freeing || a->taken[r] ? s->now_s : R->end_s;
+        unknown = unknown || end < 0;
+        ev[n][0] = KILN_MAX(end, s->now_s);
+        ev[n][1] = r;
+        n++;
+    }
+    for (int k = 0; k < nadmitted; k++) {
+        const sched_job_t *J = &s->jobs[order[k]];
+        if (J->type != B->type)
+            continue;
+        unknown = unknown || J->runtime_s < 0;
+        ev[n][0] = s->now_s + J->runtime_s;
+        ev[n][1] = -1 - order[k];
+        n++;
+    }
+    double at = -1;
+    if (!unknown) {
+        qsort(ev, (size_t)n, sizeof(*ev), end_cmp);
+        job_view(a, b);
+        for (int k = 0; k < n && at < 0; k++) {
+            int r = (int)ev[k][1];
+            int nodes = r >= 0 ? s->running[r].nodes : out[-1 - r].pl.nodes;
+            int spn = r >= 0 ? s->running[r].slots_per_node : s->jobs[-1 - r].slots_per_node;
+            for (int x = 0; x < nodes; x++) {
+                int w = r >= 0 ? s->running[r].worker[x] : out[-1 - r].pl.worker[x];
+                if (w >= 0 && w < s->nworkers && a->view[w].slots > 0)
+                    a->view[w].slots_free += spn;
+            }
+            if ((k == n - 1 || ev[k + 1][0] > ev[k][0]) && sched_place(a->view, s->nworkers, &req, NULL))
+                at = ev[k][0];
+        }
+    }
+    free(ev);
+    return at;
+}
+
+/* Starts jobs behind the blocked head b of (queue q, type t) that end by its earliest start. */
+static void backfill(admit_t *a, int b, sched_decision_t *out, int *order, int *nadmitted)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *B = &s->jobs[b];
+    double at = -2;
+    for (int j = 0; j < s->njobs; j++) {
+        const sched_job_t *J = &s->jobs[j];
+        if (out[j].outcome || J->queue != B->queue || J->type != B->type || J->runtime_s < 0)
+            continue;
+        if (at == -2)
+            at = earliest_start(a, b, out, order, *nadmitted);
+        if (at < 0)
+            return;
+        double end = s->now_s + J->runtime_s;
+        if (end > at)
+            continue;
+        char why[300];
+        if (quota_check(a, j, why, sizeof why) != 0 || (!entitled(a, j) && a->no_borrow[qt(J->queue, J->type)]))
+            continue;
+        sched_request_t req = {.nodes = J->nodes, .slots_per_node = J->slots_per_node,
+                               .slot_type = sched_slot_type_name(J->type)};
+        sched_decision_t *d = &out[j];
+        job_view(a, j);
+        if (!sched_place(a->view, s->nworkers, &req, &d->pl))
+            continue;
+        d->outcome = SCHED_ADMITTED;
+        d->borrowed = !entitled(a, j);
+        d->backfilled = true;
+        d->behind_head = b;
+        d->end_s = end;
+        d->reason[0] = '\0';
+        for (int k = 0; k < d->pl.nodes; k++)
+            a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
+        a->usage[J->queue][J->type] += job_size(J);
+        if (J->project >= 0 && J->project < s->nprojects)
+            a->proj[J->project] += job_size(J);
+        order[(*nadmitted)++] = j;
+    }
+}
+
 /* Tries the head job j; writes out[j]. Returns true when it was admitted. */
 static bool try_job(admit_t *a, int j, sched_decision_t *out)
 {
@@ -247,6 +596,7 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
     if (q) {
         d->outcome = SCHED_WAIT_QUOTA;
         a->blocker[key] = j;
+        try_preempt(a, j, out);
         return false;
     }
     bool within = entitled(a, j);
@@ -267,6 +617,7 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
             for (int r = 0; r < s->nqueues; r++)
                 if (same_cohort(Q, &s->queues[r]))
                     a->no_borrow[qt(r, J->type)] = true;
+        try_preempt(a, j, out);
         return false;
     }
     d->outcome = SCHED_ADMITTED;
@@ -294,8 +645,10 @@ int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, in
     a.next = calloc((size_t)nkeys, sizeof(*a.next));
     a.blocker = calloc((size_t)nkeys, sizeof(*a.blocker));
     a.no_borrow = calloc((size_t)nkeys, sizeof(*a.no_borrow));
+    a.taken = calloc((size_t)KILN_MAX(s->nrunning, 1), sizeof(*a.taken));
+    a.cand = calloc((size_t)KILN_MAX(s->nrunning, 1), sizeof(*a.cand));
     int rc = 0;
-    if (!a.w || !a.view || !a.usage || !a.proj || !a.next || !a.blocker || !a.no_borrow) {
+    if (!a.w || !a.view || !a.usage || !a.proj || !a.next || !a.blocker || !a.no_borrow || !a.taken || !a.cand) {
         rc = KILN_ENOMEM;
         goto out;
     }
@@ -351,6 +704,10 @@ int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, in
         if (try_job(&a, best, out))
             order[(*nadmitted)++] = best;
     }
+    /* Jobs behind a head that waits for free slots start now when they end before it can. */
+    for (int k = 0; k < nkeys; k++)
+        if (a.blocker[k] >= 0 && out[a.blocker[k]].outcome == SCHED_WAIT_SLOTS)
+            backfill(&a, a.blocker[k], out, order, nadmitted);
     /* Everything left waits behind its queue's blocked head. */
     for (int j = 0; j < s->njobs; j++) {
         if (out[j].outcome)
@@ -369,5 +726,7 @@ out:
     free(a.next);
     free(a.blocker);
     free(a.no_borrow);
+    free(a.taken);
+    free(a.cand);
     return rc;
 }

@@ -535,8 +535,9 @@ int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *
     case JOB_STATE_SCHEDULED:
     case JOB_STATE_RESTARTING:
     case JOB_STATE_PAUSED:
+    case JOB_STATE_PREEMPTED:
         /* Nothing runs for the current attempt (SCHEDULED: not delivered yet; PAUSED: its
-         * ranks exited at stopping.max_steps). */
+         * ranks exited at stopping.max_steps; PREEMPTED: its ranks were stopped). */
         if (st == JOB_STATE_SCHEDULED)
             rc = store_assign_stop(tx.c, id, job.attempt, why, NULL, err);
         if (rc == 0)
@@ -551,7 +552,15 @@ int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *
             rc = svc_job_finish_stopping(&tx, &job, err);
         break;
     case JOB_STATE_STOPPING:
-        break; /* already on its way: asking again is not an error */
+        /* already on its way: asking again is not an error; a job stopping for a preemption
+         * ends STOPPED now instead of waiting to resume */
+        if (job.preempted_by[0])
+            rc = store_job_set_preempted_by(tx.c, id, NULL, err);
+        if (rc == 0 && job.preempted_by[0]) {
+            job.preempted_by[0] = '\0';
+            rc = svc_job_finish_stopping(&tx, &job, err);
+        }
+        break;
     default:
         rc = kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" has already finished (%s)", id, job.state);
         kiln_err_hint(err, "only jobs that have not finished can be stopped");

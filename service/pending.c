@@ -27,7 +27,7 @@ static void add_blocking(sched_pending_t *p, const char *id)
 
 typedef struct pend {
     const sched_snapshot_t *snap;
-    const sched_running_t *run;
+    const sched_holder_t *run;
     int nrun;
     int *free;                 /* per worker: free slots after the pass */
     int (*usage)[SCHED_NTYPES]; /* per queue: usage after the pass */
@@ -92,7 +92,7 @@ static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pe
      * goes first, or its cohort keeps the slots for a job within quota): no estimate. */
     bool fit = fits_now(P, j, quota, used);
     for (int k = 0; k < P->nrun && !fit; k++) {
-        const sched_running_t *R = &P->run[P->sorted[k]];
+        const sched_holder_t *R = &P->run[P->sorted[k]];
         if (R->type != J->type)
             continue;
         bool relevant = quota && R->queue == J->queue;
@@ -118,7 +118,7 @@ static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pe
     free(usable);
 }
 
-int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const sched_running_t *running,
+int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const sched_holder_t *running,
                   int nrunning, sched_pending_t *out)
 {
     pend_t P = {.snap = s, .run = running, .nrun = nrunning};
@@ -250,7 +250,7 @@ int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const
     if (nwait == 0)
         return 0;
     json_t *run = NULL;
-    sched_running_t *r = NULL;
+    sched_holder_t *r = NULL;
     int *widx = NULL;
     sched_pending_t *pend = NULL;
     const char **ids = NULL;

@@ -6,9 +6,11 @@
  * reasons.
  *
  * Head of line: within a queue, a job that fits the cluster but not its free slots or its quota
- * right now blocks the jobs behind it that want the same slot type (no backfill), so a big job is
- * never starved by a stream of small ones. A queued job that no longer fits the cluster at all
- * (workers left after it was accepted) blocks nothing and waits for workers. */
+ * right now blocks the jobs behind it that want the same slot type, so a big job is never starved
+ * by a stream of small ones; they start before it only by backfill, when predicted to end before
+ * it could start. A queued job that no longer fits the cluster at all (workers left after it was
+ * accepted) blocks nothing and waits for workers. The jobs the core chooses to preempt get their
+ * stop orders here (svc_job_preempt). */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -71,10 +73,17 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
     return place(workers, n, req, true, NULL);
 }
 
-/* Places one job on the chosen workers in one transaction. Returns 0, or an error (the job
- * changed state meanwhile: KILN_ESTATE, harmless). */
+/* Places one job on the chosen workers in one transaction; backfill (NULL when not) says ahead of
+ * which job it was backfilled and its predicted run time. Returns 0, or an error (the job changed
+ * state meanwhile: KILN_ESTATE, harmless). */
+typedef struct backfill_note {
+    const char *head;
+    double runtime_s;
+} backfill_note_t;
+
 static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_worker_cap_t *cap,
-                        const sched_placement_t *pl, const char *admission, bool borrowing, kiln_err_t *err)
+                        const sched_placement_t *pl, const char *admission, bool borrowing,
+                        const backfill_note_t *backfill, kiln_err_t *err)
 {
     svc_tx_t tx;
     store_job_row_t job;
@@ -85,7 +94,8 @@ static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_wo
     if (rc)
         goto fail;
     svc_job_state_t st = svc_state_parse(job.state);
-    if ((st != JOB_STATE_QUEUED && st != JOB_STATE_RESTARTING) || job.attempt != pending->attempt) {
+    if ((st != JOB_STATE_QUEUED && st != JOB_STATE_RESTARTING && st != JOB_STATE_PREEMPTED)
+        || job.attempt != pending->attempt) {
         rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being placed", job.id);
         goto fail;
     }
@@ -117,26 +127,59 @@ static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_wo
         if (wl + 80 < sizeof(where))
             wl += (size_t)snprintf(where + wl, sizeof(where) - wl, "%s%s", k ? ", " : "", w->id);
     }
-    char reason[1100];
-    snprintf(reason, sizeof(reason), "%s; placed %d rank(s) on %d worker(s): %s", admission, job.world_size,
-             pl->nodes, where);
+    char reason[1400];
+    int rl = snprintf(reason, sizeof(reason), "%s; placed %d rank(s) on %d worker(s): %s", admission,
+                      job.world_size, pl->nodes, where);
+    if (st == JOB_STATE_PREEMPTED && rl > 0 && (size_t)rl < sizeof(reason))
+        rl += snprintf(reason + rl, sizeof(reason) - (size_t)rl, "; resumes from its checkpoint after preemption");
+    if (backfill && rl > 0 && (size_t)rl < sizeof(reason))
+        snprintf(reason + rl, sizeof(reason) - (size_t)rl, "; backfilled ahead of job %s: predicted to end in "
+                 "%.0f s, before that job can start", backfill->head, backfill->runtime_s);
     double waited = 0;
     rc = store_job_state_age(tx.c, job.id, &waited, err);
     if (rc)
         goto fail;
     rc = svc_job_set_state(&tx, &job, JOB_STATE_SCHEDULED, attempt, STORE_TR_NEW_ATTEMPT, reason, err);
+    if (rc == 0 && backfill)
+        rc = store_job_set_backfill(tx.c, job.id, backfill->runtime_s, err);
     if (rc)
         goto fail;
     rc = svc_tx_commit(&tx, err);
     if (rc == 0) {
         prom_observe(&svc_prom_queue_wait, "", waited);
-        svc_prom_queue_admitted(job.queue, borrowing, st == JOB_STATE_QUEUED ? waited : -1);
+        svc_prom_queue_admitted(job.queue, borrowing,
+                                st == JOB_STATE_QUEUED || st == JOB_STATE_PREEMPTED ? waited : -1);
     }
     return rc;
 fail:
     svc_tx_abort(&tx);
     return rc;
 }
+
+/* Preempts running job victim (as read into the snapshot) for job `by`, in one transaction.
+ * KILN_ESTATE (harmless) when it moved on meanwhile. */
+static int sched_preempt(svc_t *s, const store_holding_t *victim, const char *by, const char *why, kiln_err_t *err)
+{
+    svc_tx_t tx;
+    store_job_row_t job;
+    int rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    rc = store_job_row(tx.c, victim->id, true, &job, err);
+    if (rc == 0 && (svc_state_parse(job.state) != JOB_STATE_RUNNING || job.attempt != victim->attempt))
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being preempted", job.id);
+    if (rc == 0)
+        rc = svc_job_preempt(&tx, &job, by, why, err);
+    if (rc) {
+        svc_tx_abort(&tx);
+        return rc;
+    }
+    return svc_tx_commit(&tx, err);
+}
+
+/* The seconds a job takes to start (processes, data) beyond its predicted steps: a backfilled
+ * job's prediction includes it. */
+#define SCHED_START_ALLOWANCE_S 3.0
 
 /* What the eligibility callback of the admission core reads: the workers and each pending job's
  * data paths (a JSON array). */
@@ -185,7 +228,11 @@ static void sched_tick(svc_t *s)
     int *order = NULL;
     double *proj = NULL;
     const char *(*pnames)[2] = NULL;
-    int ncap = 0, njobs = 0, nqueues = 0;
+    int ncap = 0, njobs = 0, nqueues = 0, nhold = 0;
+    store_holding_t *hold = NULL;
+    sched_running_t *run = NULL;
+    int *run_workers = NULL;
+    double *runtime = NULL;
     int64_t pass_start = 0;
     bool locked = false;
     kiln_err_clear(&err);
@@ -245,7 +292,23 @@ static void sched_tick(svc_t *s)
     pnames = calloc((size_t)njobs, sizeof(*pnames));
     paths = calloc((size_t)njobs, sizeof(json_t *));
     const char **ids = calloc((size_t)njobs, sizeof(char *));
-    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !ids) {
+    runtime = calloc((size_t)njobs, sizeof(*runtime));
+    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !ids || !runtime) {
+        free(ids);
+        goto out;
+    }
+    /* The jobs holding slots: victims for preemption, and their predicted ends for backfill. */
+    if (store_job_holding(c, &hold, &nhold, &err)) {
+        log_warn("scheduler: %s", err.message);
+        free(ids);
+        goto out;
+    }
+    int nrw = 0;
+    for (int r = 0; r < nhold; r++)
+        nrw += KILN_MAX(hold[r].nodes, 1);
+    run = calloc((size_t)KILN_MAX(nhold, 1), sizeof(*run));
+    run_workers = calloc((size_t)KILN_MAX(nrw, 1), sizeof(*run_workers));
+    if (!run || !run_workers) {
         free(ids);
         goto out;
     }
@@ -263,7 +326,46 @@ static void sched_tick(svc_t *s)
         free(ids);
         goto out;
     }
+    /* Run-time predictions matter only when something could be backfilled into free slots. */
+    for (int j = 0; j < njobs; j++)
+        runtime[j] = -1;
+    if (free_slots > 0 && store_job_predictions(c, ids, njobs, runtime, &err))
+        log_warn("scheduler: %s", err.message);
     free(ids);
+    double now = (double)kiln_now_us() / 1e6;
+    for (int r = 0, off = 0; r < nhold; r++) {
+        sched_running_t *x = &run[r];
+        const store_holding_t *h = &hold[r];
+        x->id = h->id;
+        x->queue = -1;
+        for (int q = 0; q < nqueues; q++)
+            if (strcmp(queues[q].name, h->queue) == 0)
+                x->queue = q;
+        x->type = sched_slot_type(h->slot_type);
+        x->priority = h->priority;
+        x->slots_per_node = h->slots_per_node;
+        x->worker = &run_workers[off];
+        /* its nodes, as far as its assignments say (a part already released holds nothing) */
+        char list[sizeof(h->workers)];
+        kiln_strlcpy(list, h->workers, sizeof(list));
+        char *save = NULL;
+        for (char *tok = strtok_r(list, ",", &save); tok && x->nodes < h->nodes; tok = strtok_r(NULL, ",", &save))
+            for (int i = 0; i < ncap; i++)
+                if (strcmp(cap[i].id, tok) == 0) {
+                    run_workers[off + x->nodes++] = i;
+                    break;
+                }
+        off += KILN_MAX(h->nodes, 1);
+        svc_job_state_t hs = svc_state_parse(h->state);
+        x->preemptible = hs == JOB_STATE_RUNNING;
+        x->freeing = hs == JOB_STATE_STOPPING;
+        x->steps_lost = h->steps_lost;
+        x->preemptions = h->preemptions;
+        x->start_s = now - h->age_s;
+        x->end_s = h->end_in_s < 0 ? -1 : now + h->end_in_s;
+        x->backfilled = h->backfilled;
+        x->backfill_end_s = now + h->backfill_end_in_s;
+    }
     int nproj = 0;
     for (int j = 0; j < njobs; j++) {
         sched_job_t *x = &sj[j];
@@ -278,11 +380,14 @@ static void sched_tick(svc_t *s)
         x->nodes = jobs[j].nodes;
         x->slots_per_node = jobs[j].slots_per_node;
         x->type = sched_slot_type(jobs[j].slot_type);
+        x->runtime_s = runtime[j] < 0 ? -1 : runtime[j] + SCHED_START_ALLOWANCE_S;
+        x->preempted_by = jobs[j].last_preempted_by[0] ? jobs[j].last_preempted_by : NULL;
     }
     paths_ctx_t pctx = {.cap = cap, .paths = paths};
     sched_snapshot_t snap = {.workers = w, .nworkers = ncap, .queues = queues, .nqueues = nqueues, .jobs = sj,
                              .njobs = njobs, .project_usage = proj, .nprojects = nproj, .eligible = holds_paths,
-                             .ctx = &pctx};
+                             .ctx = &pctx, .running = run, .nrunning = nhold, .now_s = now,
+                             .protect_after = s->cfg.preempt_protect_after};
     int nadmit = 0;
     if (sched_admit(&snap, dec, order, &nadmit)) {
         log_warn("scheduler: out of memory");
@@ -299,12 +404,27 @@ static void sched_tick(svc_t *s)
         sched_admission_text(&snap, j, &dec[j], qusage ? qusage[sj[j].queue] : NULL, admission, sizeof admission);
         if (qusage)
             qusage[sj[j].queue][sj[j].type] += sj[j].nodes * sj[j].slots_per_node;
-        int rc = sched_commit(s, &jobs[j], cap, &dec[j].pl, admission, dec[j].borrowed, &err);
+        backfill_note_t note = {.head = dec[j].backfilled ? jobs[dec[j].behind_head].id : NULL,
+                                .runtime_s = dec[j].end_s - now};
+        int rc = sched_commit(s, &jobs[j], cap, &dec[j].pl, admission, dec[j].borrowed,
+                              dec[j].backfilled ? &note : NULL, &err);
         if (rc != 0 && rc != KILN_ESTATE) {
             log_warn("scheduler: could not place job %s: %s", jobs[j].id, err.message);
             break;
         }
     }
+    for (int j = 0; j < njobs; j++)
+        for (int k = 0; dec[j].outcome == SCHED_PREEMPTING && k < dec[j].nvictims; k++) {
+            char why[400];
+            const char *kind = sched_victim_reason(&snap, j, dec[j].victims[k], why, sizeof(why));
+            kiln_err_clear(&err);
+            int rc = sched_preempt(s, &hold[dec[j].victims[k]], jobs[j].id, why, &err);
+            if (rc == 0)
+                svc_prom_queue_preempted(hold[dec[j].victims[k]].queue, kind);
+            if (rc != 0 && rc != KILN_ESTATE)
+                log_warn("scheduler: could not preempt job %s for job %s: %s", hold[dec[j].victims[k]].id,
+                         jobs[j].id, err.message);
+        }
     free(qusage);
     /* Each waiting job's pending reason (position, what is missing, what it waits for, when it
      * should start), written where it changed. */
@@ -352,6 +472,10 @@ out:
     json_decref(pusage);
     free(cap);
     free(jobs);
+    free(hold);
+    free(run);
+    free(run_workers);
+    free(runtime);
 }
 
 void *svc_sched_main(void *arg)

@@ -25,6 +25,8 @@ typedef struct svc_config {
     /* Added by the control-plane implementation (zero means the default): */
     const char *migrations_dir;    /* NULL: the migrations embedded in the binary */
     int stop_grace_ms;             /* SIGTERM -> SIGKILL grace told in stop orders (default 10000) */
+    int preempt_protect_after;     /* a job preempted this often is no longer preempted by jobs of
+                                      its priority or lower (default 3) */
     /* Authentication. */
     const char *bootstrap_token_file; /* first start on an empty database: the admin's token */
     const char *join_token_file;   /* the token agents register with (created when missing) */
@@ -590,11 +592,30 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
  * the queue with the lowest weighted dominant share (max over slot types of usage / the cluster's
  * slots of that type, divided by the weight; DRF), then higher priority, then the older job. A
  * head is admitted whole (sched_place) or not at all. A head that waits for quota or for free
- * slots blocks the jobs behind it in its queue and slot type (no backfill: a big job is never
- * starved by small ones behind it), and a head within its nominal quota that waits for free slots
- * also stops its cohort's borrowing of that slot type for the pass, so borrowers do not take the
- * slots it waits for. A job that can never fit (the workers, its data roots, or the most quota its
- * queue could get) blocks nothing. */
+ * slots blocks the jobs behind it in its queue and slot type (a big job is never starved by small
+ * ones behind it: they start before it only by backfill, below), and a head within its nominal
+ * quota that waits for free slots also stops its cohort's borrowing of that slot type for the
+ * pass, so borrowers do not take the slots it waits for. A job that can never fit (the workers,
+ * its data roots, or the most quota its queue could get) blocks nothing.
+ *
+ * Preemption. A head within its queue's nominal quota that cannot start may preempt running jobs:
+ * lower-priority jobs of its own queue, and jobs of queues of its cohort that use more than their
+ * nominal quota (reclaim); any head may preempt a job started by backfill that ran past the end
+ * predicted for it. A job never preempts the job that last preempted it, and one preempted
+ * protect_after times is never a victim of a job of its
+ * priority or lower. Slots being freed (jobs STOPPING, victims chosen earlier in the pass) count
+ * first: a head they would let start waits for them and preempts nothing. Otherwise, among the
+ * sets of candidates whose slots and quota let the head start, the one chosen loses the least work:
+ * fewest steps since each victim's last checkpoint in all, then fewest jobs, then the lowest
+ * priorities, then the newest (exactly among the SCHED_PREEMPT_EXACT candidates that lose least,
+ * else the first that suffice in that order, less any not needed). The head waits
+ * (SCHED_PREEMPTING) while its victims stop.
+ *
+ * Backfill. When the head of a queue and slot type waits for free slots, its earliest start is
+ * when enough of the jobs holding slots have ended by their predicted ends (end_s); jobs behind it
+ * whose predicted run time (runtime_s) ends by then start now in the free slots, if their quota
+ * allows (backfilled). With no prediction for what the head waits for, or for the job, nothing is
+ * backfilled, so the head starts no later than it would without backfill. */
 #define SCHED_NTYPES 2        /* slot types: 0 "cpu", 1 "gpu" */
 #define SCHED_UNLIMITED (-1)  /* a quota or limit with no bound */
 /* 0 for "cpu", 1 for "gpu", -1 for anything else. */
@@ -620,7 +641,27 @@ typedef struct sched_job {
     int priority;
     int nodes, slots_per_node;
     int type;               /* slot type index */
+    double runtime_s;       /* predicted run time once started; < 0: no prediction (never backfilled) */
+    const char *preempted_by; /* NULL, or the job that preempted it last: it never preempts that one back */
 } sched_job_t;
+
+/* A job that holds slots now: placed, starting, running, or stopping (freeing them). */
+typedef struct sched_running {
+    const char *id;
+    int queue;              /* index into the snapshot's queues; -1: unknown (never a victim) */
+    int type;               /* slot type index */
+    int priority;
+    int nodes, slots_per_node;
+    const int *worker;      /* [nodes]: index into workers of each node's slots */
+    bool preemptible;       /* RUNNING (placed or starting jobs are not preempted) */
+    bool freeing;           /* STOPPING: its slots come back soon */
+    int64_t steps_lost;     /* steps since its last checkpoint: the work preempting it loses */
+    int preemptions;        /* times it was preempted before */
+    double start_s;         /* when its attempt started (clock of now_s); newer is larger */
+    double end_s;           /* predicted end (clock of now_s); < 0: no prediction */
+    bool backfilled;        /* started by backfill, predicted to end by backfill_end_s */
+    double backfill_end_s;
+} sched_running_t;
 
 typedef struct sched_snapshot {
     const sched_worker_t *workers;  /* their slots_free counts every placed job */
@@ -635,6 +676,10 @@ typedef struct sched_snapshot {
     /* NULL, or whether job j may run on worker w (its data roots hold the files it reads). */
     bool (*eligible)(void *ctx, int job, int worker);
     void *ctx;
+    const sched_running_t *running; /* the jobs holding slots (may be NULL when nrunning is 0) */
+    int nrunning;
+    double now_s;                   /* the clock of the predictions (seconds) */
+    int protect_after;              /* preemptions after which a job is protected (0: 3) */
 } sched_snapshot_t;
 
 typedef enum sched_outcome {
@@ -644,19 +689,35 @@ typedef enum sched_outcome {
     SCHED_WAIT_QUOTA,     /* its queue's quota, borrowing limit or cohort is used up now */
     SCHED_WAIT_WORKERS,   /* more than the alive workers (of its data roots) could ever hold */
     SCHED_WAIT_NEVER_QUOTA, /* more than any quota its queue could ever get */
+    SCHED_PREEMPTING,     /* waits while victims[] stop to make room for it (blocks like WAIT_SLOTS) */
 } sched_outcome_t;
+
+#define SCHED_PREEMPT_EXACT 12  /* candidates searched exhaustively for the least lost work */
+#define SCHED_MAX_VICTIMS 32
 
 typedef struct sched_decision {
     sched_outcome_t outcome;
     bool borrowed;             /* admitted above its queue's nominal quota */
     sched_placement_t pl;      /* when admitted */
     char reason[300];          /* why it waits, as the job shows it ("" when admitted) */
+    bool backfilled;           /* admitted by backfill ahead of job behind_head, to end by end_s */
+    int behind_head;
+    double end_s;
+    int nvictims;              /* SCHED_PREEMPTING: the running jobs (indices) to preempt for it */
+    int victims[SCHED_MAX_VICTIMS];
 } sched_decision_t;
 
 /* Decides one pass: out[j] for each of snap->njobs jobs; order[0..*nadmitted) = the admitted jobs
  * in the order they were admitted (their placements assume that order). Does not modify the
  * snapshot. Returns 0, or KILN_ENOMEM. */
 int sched_admit(const sched_snapshot_t *snap, sched_decision_t *out, int *order, int *nadmitted);
+
+/* Why running job r is preempted for pending job j (a decision's victim), for its reason:
+ * "job J (priority P) of queue Q needs its slots and has the higher priority", "queue Q reclaims
+ * the quota queue R borrows", "it was backfilled and ran past its predicted end". */
+/* Returns the preemption's kind for the per-queue counter: "priority", "reclaim" or
+ * "backfill_overrun" (SVC_PREEMPT_REASONS). */
+const char *sched_victim_reason(const sched_snapshot_t *snap, int j, int r, char *buf, size_t n);
 
 /* The most slots of its slot type a job of queue q could ever hold under the queues' quotas and
  * limits (its nominal quota plus what it may borrow from what its cohort lends), or
@@ -672,14 +733,14 @@ int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, c
  * may use and, when it waits for quota, its queue's nominal quota; it is unknown when a job whose
  * end is unknown stands in the way, when nothing would make it fit, and for a job waiting behind
  * another (that job's run time is not known before it runs). */
-typedef struct sched_running {
+typedef struct sched_holder {
     const char *id;
     int queue;              /* index into the snapshot's queues; -1 when not there */
     int type;               /* slot type index */
     int nodes, slots_per_node;
     const int *workers;     /* nodes indices into the snapshot's workers (-1: not there) */
     double end_s;           /* seconds until its predicted end; < 0 when unknown */
-} sched_running_t;
+} sched_holder_t;
 
 #define SCHED_PENDING_MAX_BLOCKING 10
 typedef struct sched_pending {
@@ -694,7 +755,7 @@ typedef struct sched_pending {
  * its results for snap); admitted jobs get position 0. running: every job holding slots after
  * the pass, those it admitted included (their slots are the snapshot's slots_free less the
  * admitted placements). Does not modify its inputs. Returns 0, or KILN_ENOMEM. */
-int sched_pending(const sched_snapshot_t *snap, const sched_decision_t *dec, const sched_running_t *running,
+int sched_pending(const sched_snapshot_t *snap, const sched_decision_t *dec, const sched_holder_t *running,
                   int nrunning, sched_pending_t *out);
 
 /* What the event of job j's admission says (its queue; within quota, or borrowing how many slots

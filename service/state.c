@@ -9,7 +9,9 @@
  *   SCHEDULED | STARTING | RUNNING -> RESTARTING (a worker or a rank was lost, attempts left)
  *                                    -> SCHEDULED
  *   STARTING | RUNNING -> PAUSED (every rank exited 0 at stopping.max_steps, below max_steps)
- *                      -> RESTARTING (resumed) | COMPLETED | STOPPED */
+ *                      -> RESTARTING (resumed) | COMPLETED | STOPPED
+ *   STARTING | RUNNING -> STOPPING -> PREEMPTED (stopped to make room for another job, svc_job_preempt)
+ *                                  -> SCHEDULED (resumes from its checkpoint) */
 #include "service/svc_int.h"
 
 #include <stdio.h>
@@ -58,13 +60,14 @@ static const unsigned LEGAL[JOB_STATE_COUNT_] = {
                            | B(JOB_STATE_PAUSED),
     [JOB_STATE_RUNNING] = B(JOB_STATE_COMPLETED) | B(JOB_STATE_FAILED) | B(JOB_STATE_STOPPING)
                           | B(JOB_STATE_RESTARTING) | B(JOB_STATE_PAUSED),
-    [JOB_STATE_STOPPING] = B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
+    [JOB_STATE_STOPPING] = B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED) | B(JOB_STATE_PREEMPTED),
     [JOB_STATE_RESTARTING] = B(JOB_STATE_SCHEDULED) | B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
     /* resumed (a new attempt from its checkpoint), ended by its tuning job, or stopped */
     [JOB_STATE_PAUSED] = B(JOB_STATE_RESTARTING) | B(JOB_STATE_COMPLETED) | B(JOB_STATE_STOPPED),
     [JOB_STATE_COMPLETED] = 0,
     [JOB_STATE_FAILED] = 0,
     [JOB_STATE_STOPPED] = 0,
+    [JOB_STATE_PREEMPTED] = B(JOB_STATE_SCHEDULED) | B(JOB_STATE_STOPPED) | B(JOB_STATE_FAILED),
 };
 #undef B
 
@@ -104,7 +107,8 @@ int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, in
     if (svc_state_terminal(to))
         tx->ended[to]++;
     /* Anything that ends or re-queues a job may free slots or add work for the scheduler. */
-    if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED || to == JOB_STATE_PAUSED)
+    if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED || to == JOB_STATE_PAUSED ||
+        to == JOB_STATE_PREEMPTED)
         tx->wake_sched = true;
     return 0;
 }
@@ -117,8 +121,35 @@ int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err)
     int rc = store_assign_unreleased(tx->c, job->id, job->attempt, &n, err);
     if (rc || n > 0)
         return rc;
+    if (job->preempted_by[0] && !job->stop_requested) {
+        char reason[300];
+        snprintf(reason, sizeof(reason), "preempted by job %s: every rank has exited (after a checkpoint); it "
+                 "waits in queue %s and resumes from its newest checkpoint when admitted again", job->preempted_by,
+                 job->queue);
+        return svc_job_set_state(tx, job, JOB_STATE_PREEMPTED, job->attempt, STORE_TR_PREEMPTED, reason, err);
+    }
     return svc_job_set_state(tx, job, JOB_STATE_STOPPED, job->attempt, 0,
                              "stopped on request: every rank has exited", err);
+}
+
+int svc_job_preempt(svc_tx_t *tx, store_job_row_t *job, const char *by, const char *why, kiln_err_t *err)
+{
+    svc_job_state_t st = svc_state_parse(job->state);
+    if (st != JOB_STATE_STARTING && st != JOB_STATE_RUNNING)
+        return kiln_err_set(err, KILN_ESTATE, NULL, "job %s is %s: only a started job is preempted", job->id,
+                            job->state);
+    char reason[700];
+    snprintf(reason, sizeof(reason), "preempted by job %s: %s", by, why);
+    int rc = store_job_set_preempted_by(tx->c, job->id, by, err);
+    if (rc == 0)
+        rc = store_assign_stop(tx->c, job->id, job->attempt, reason, NULL, err);
+    if (rc == 0)
+        rc = svc_job_set_state(tx, job, JOB_STATE_STOPPING, job->attempt, 0, reason, err);
+    if (rc == 0) {
+        kiln_strlcpy(job->preempted_by, by, sizeof(job->preempted_by));
+        rc = svc_job_finish_stopping(tx, job, err);
+    }
+    return rc;
 }
 
 int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const char *worker_id,
@@ -135,10 +166,11 @@ int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const 
         rc = store_assign_stop(tx->c, job->id, attempt, reason, NULL, err);
         if (rc)
             return rc;
-        if (attempt < job->max_attempts) {
+        /* Attempts ended by preemption do not count against retry.max_attempts. */
+        if (attempt - job->preemptions < job->max_attempts) {
             snprintf(reason, sizeof(reason), "%s; attempt %d of %d lost, re-queued (the next "
                      "attempt resumes from the newest checkpoint its worker can read: "
-                     "checkpoint.path on shared storage, or the same worker's)", why, attempt,
+                     "checkpoint.path on shared storage, or the same worker's)", why, attempt - job->preemptions,
                      job->max_attempts);
             rc = svc_job_set_state(tx, job, JOB_STATE_RESTARTING, attempt, 0, reason, err);
         } else {

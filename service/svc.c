@@ -29,6 +29,8 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err)
         s->cfg.db_pool_size = 16;
     if (s->cfg.stop_grace_ms <= 0)
         s->cfg.stop_grace_ms = 10000;
+    if (s->cfg.preempt_protect_after <= 0)
+        s->cfg.preempt_protect_after = 3;
     s->database_url = cfg->database_url ? strdup(cfg->database_url) : NULL;
     s->migrations_dir = cfg->migrations_dir ? strdup(cfg->migrations_dir) : NULL;
     s->cfg.database_url = s->database_url;

@@ -142,8 +142,15 @@ void svc_tx_abort(svc_tx_t *tx);
  * has after the change. */
 int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, int attempt,
                       int flags, const char *reason, kiln_err_t *err);
-/* When a STOPPING job has no ranks left (no unreleased assignments), it becomes STOPPED. */
+/* When a STOPPING job has no ranks left (no unreleased assignments), it becomes STOPPED, or
+ * PREEMPTED when it stops for a preemption (job->preempted_by) nobody turned into a stop request. */
 int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err);
+/* Inside tx, with *job (STARTING or RUNNING) read FOR UPDATE: preempts it for job `by` — its ranks
+ * get the stop order (SIGTERM: they checkpoint and exit), it goes STOPPING with the reason
+ * "preempted by job BY: why" and, once every rank has exited, PREEMPTED (a waiting state the
+ * scheduler admits from; its next attempt resumes from the checkpoint and does not count against
+ * retry.max_attempts). KILN_ESTATE in any other state. */
+int svc_job_preempt(svc_tx_t *tx, store_job_row_t *job, const char *by, const char *why, kiln_err_t *err);
 /* Inside tx, with *job read FOR UPDATE: when attempt is the job's current one and it is
  * SCHEDULED, STARTING or RUNNING, stops its ranks and moves it to RESTARTING (attempts left) or
  * FAILED with why (which names what was lost: the worker, or the rank and how it ended); a
@@ -417,7 +424,7 @@ void svc_prom_job_deleted(void);
 /* The reasons a job is preempted, as kiln_queue_preemptions_total{queue,reason} counts them. */
 #define SVC_PREEMPT_REASONS "priority", "reclaim", "backfill_overrun"
 /* Counts an admission from queue (borrowing: above its nominal quota) and, when waited_s >= 0
- * (the job was QUEUED), observes its wait in kiln_queue_admission_wait_seconds. */
+ * (the job was QUEUED or PREEMPTED), observes its wait in kiln_queue_admission_wait_seconds. */
 void svc_prom_queue_admitted(const char *queue, bool borrowing, double waited_s);
 /* Counts a preemption of a job of queue; reason is one of SVC_PREEMPT_REASONS. */
 void svc_prom_queue_preempted(const char *queue, const char *reason);

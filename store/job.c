@@ -149,7 +149,8 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
 }
 
 #define ROW_COLS "id::text, state, slot_type, attempt, max_attempts, priority, nodes, " \
-                 "slots_per_node, world_size, stop_requested, total_steps, ckpt_flat_dir, queue, project"
+                 "slots_per_node, world_size, stop_requested, total_steps, ckpt_flat_dir, queue, project, " \
+                 "preemptions, coalesce(preempted_by::text, ''), coalesce(last_preempted_by::text, '')"
 
 static void row_fill(const PGresult *r, int i, void *elem)
 {
@@ -169,6 +170,19 @@ static void row_fill(const PGresult *r, int i, void *elem)
     o->ckpt_flat_dir = store_get_bool(r, i, 11);
     kiln_strlcpy(o->queue, store_get_str(r, i, 12), sizeof(o->queue));
     kiln_strlcpy(o->project, store_get_str(r, i, 13), sizeof(o->project));
+    o->preemptions = store_get_int(r, i, 14);
+    kiln_strlcpy(o->preempted_by, store_get_str(r, i, 15), sizeof(o->preempted_by));
+    kiln_strlcpy(o->last_preempted_by, store_get_str(r, i, 16), sizeof(o->last_preempted_by));
+}
+
+int store_job_set_preempted_by(store_conn_t *c, const char *id, const char *by, kiln_err_t *err)
+{
+    if (!store_is_uuid(id) || (by && !store_is_uuid(by)))
+        return not_found(err, id);
+    const char *p[2] = {id, by};
+    return store_q(c, "mark a job preempted", "UPDATE jobs SET preempted_by = $2::uuid,"
+                   " last_preempted_by = COALESCE($2::uuid, last_preempted_by) WHERE id = $1::uuid", 2, p,
+                   NULL, err);
 }
 
 int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err)
@@ -203,6 +217,9 @@ int store_job_transition(store_conn_t *c, const char *id, const char *from, cons
         "               THEN clock_timestamp() ELSE started_at END,"
         "  ended_at = CASE WHEN ($6::int & 2) <> 0 THEN clock_timestamp() ELSE ended_at END,"
         "  stop_requested = stop_requested OR ($6::int & 4) <> 0,"
+        "  preemptions = preemptions + CASE WHEN ($6::int & 16) <> 0 THEN 1 ELSE 0 END,"
+        "  preempted_by = CASE WHEN ($6::int & 8) <> 0 THEN NULL ELSE preempted_by END,"
+        "  backfill_end = CASE WHEN ($6::int & 8) <> 0 THEN NULL ELSE backfill_end END,"
         "  eta_s = CASE WHEN ($6::int & 8) <> 0 OR ($6::int & 2) <> 0 THEN NULL ELSE eta_s END,"
         "  pending = CASE WHEN $3 IN " STORE_WAITING " THEN pending END"
         " WHERE id = $1::uuid AND state = $2"
@@ -285,9 +302,109 @@ int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n,
     snprintf(lim, sizeof(lim), "%d", limit);
     const char *p[1] = {lim};
     return store_q_rows(c, "read the job queue",
-                        "SELECT " ROW_COLS " FROM jobs WHERE state IN ('QUEUED', 'RESTARTING')"
+                        "SELECT " ROW_COLS " FROM jobs WHERE state IN ('QUEUED', 'RESTARTING', 'PREEMPTED')"
                         " ORDER BY priority DESC, created_at, id LIMIT $1::int", 1, p,
                         sizeof(**out), row_fill, (void **)out, n, err);
+}
+
+/* a = the array literal {id,...} of ids[0..n) (UUIDs need no quoting), NUL-terminated. */
+static void id_array(store_buf_t *a, const char *const *ids, int n)
+{
+    store_buf_putc(a, '{');
+    for (int i = 0; i < n; i++) {
+        if (i)
+            store_buf_putc(a, ',');
+        store_buf_put(a, ids[i], strlen(ids[i]));
+    }
+    store_buf_putc(a, '}');
+    store_buf_putc(a, '\0');
+}
+
+static void holding_fill(const PGresult *r, int i, void *elem)
+{
+    store_holding_t *o = elem;
+    kiln_strlcpy(o->id, store_get_str(r, i, 0), sizeof(o->id));
+    kiln_strlcpy(o->state, store_get_str(r, i, 1), sizeof(o->state));
+    kiln_strlcpy(o->queue, store_get_str(r, i, 2), sizeof(o->queue));
+    kiln_strlcpy(o->slot_type, store_get_str(r, i, 3), sizeof(o->slot_type));
+    o->attempt = store_get_int(r, i, 4);
+    o->priority = store_get_int(r, i, 5);
+    o->nodes = store_get_int(r, i, 6);
+    o->slots_per_node = store_get_int(r, i, 7);
+    o->preemptions = store_get_int(r, i, 8);
+    o->steps_lost = store_get_i64(r, i, 9);
+    o->age_s = store_get_double(r, i, 10);
+    o->end_in_s = store_is_null(r, i, 11) ? -1 : KILN_MAX(0.0, store_get_double(r, i, 11));
+    o->backfilled = !store_is_null(r, i, 12);
+    o->backfill_end_in_s = store_get_double(r, i, 12);
+    kiln_strlcpy(o->workers, store_get_str(r, i, 13), sizeof(o->workers));
+}
+
+int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t *err)
+{
+    return store_q_rows(c, "read the jobs holding slots",
+                        "SELECT j.id::text, j.state, j.queue, j.slot_type, j.attempt, j.priority, j.nodes,"
+                        " j.slots_per_node, j.preemptions,"
+                        " GREATEST(j.progress_step - COALESCE(floor(CASE WHEN jsonb_typeof(j.metrics->'checkpoint_step')"
+                        "  = 'number' THEN (j.metrics->>'checkpoint_step')::float8 END)::bigint, 0), 0),"
+                        " extract(epoch FROM clock_timestamp() - j.created_at)::float8,"
+                        " LEAST(CASE WHEN j.step_time_s IS NOT NULL AND j.total_steps > 0"
+                        "   THEN j.step_time_s * GREATEST(j.total_steps - j.progress_step, 0) END,"
+                        "  CASE WHEN j.started_at IS NOT NULL AND (j.spec->'stopping'->>'max_runtime_s')::float8 > 0"
+                        "   THEN extract(epoch FROM j.started_at - clock_timestamp())::float8"
+                        "    + (j.spec->'stopping'->>'max_runtime_s')::float8 END),"
+                        " extract(epoch FROM j.backfill_end - clock_timestamp())::float8,"
+                        " (SELECT string_agg(a.worker_id, ',' ORDER BY a.node_rank) FROM assignments a"
+                        "   WHERE a.job_id = j.id AND a.attempt = j.attempt AND NOT a.released)"
+                        " FROM jobs j WHERE j.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')", 0, NULL,
+                        sizeof(**out), holding_fill, (void **)out, n, err);
+}
+
+int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, kiln_err_t *err)
+{
+    for (int i = 0; i < n; i++)
+        runtime_s[i] = -1;
+    if (n <= 0)
+        return 0;
+    store_buf_t a = {0};
+    id_array(&a, ids, n);
+    const char *p[1] = {a.p};
+    PGresult *r = NULL;
+    int rc = store_q(c, "predict run times",
+                     "WITH p AS (SELECT id, spec, total_steps, progress_step, step_time_s, started_at FROM jobs"
+                     "  WHERE id = ANY($1::uuid[])),"
+                     " h AS (SELECT spec->'model' AS m, spec->'resources' AS r, avg(step_time_s) AS st FROM jobs"
+                     "  WHERE step_time_s IS NOT NULL AND spec->'model' IS NOT NULL"
+                     "   AND (spec->'model', spec->'resources') IN (SELECT spec->'model', spec->'resources' FROM p)"
+                     "  GROUP BY 1, 2)"
+                     " SELECT p.id::text, CASE"
+                     "  WHEN p.step_time_s IS NOT NULL AND p.total_steps > 0"
+                     "   THEN p.step_time_s * GREATEST(p.total_steps - p.progress_step, 0)"
+                     "  WHEN (p.spec->'stopping'->>'max_runtime_s')::float8 > 0"
+                     "   THEN GREATEST((p.spec->'stopping'->>'max_runtime_s')::float8"
+                     "    - COALESCE(extract(epoch FROM clock_timestamp() - p.started_at)::float8, 0), 0)"
+                     "  WHEN h.st IS NOT NULL AND p.total_steps > 0 THEN h.st * p.total_steps END"
+                     " FROM p LEFT JOIN h ON h.m = p.spec->'model' AND h.r = p.spec->'resources'",
+                     1, p, &r, err);
+    store_buf_free(&a);
+    if (rc)
+        return rc;
+    for (int row = 0; row < PQntuples(r); row++)
+        for (int i = 0; i < n; i++)
+            if (!store_is_null(r, row, 1) && !strcmp(ids[i], store_get_str(r, row, 0)))
+                runtime_s[i] = store_get_double(r, row, 1);
+    PQclear(r);
+    return 0;
+}
+
+int store_job_set_backfill(store_conn_t *c, const char *id, double runtime_s, kiln_err_t *err)
+{
+    char secs[40];
+    snprintf(secs, sizeof(secs), "%.3f", runtime_s);
+    const char *p[2] = {id, secs};
+    return store_q(c, "mark a job backfilled",
+                   "UPDATE jobs SET backfill_end = clock_timestamp() + $2::float8 * interval '1 second'"
+                   " WHERE id = $1::uuid", 2, p, NULL, err);
 }
 
 int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out, kiln_err_t *err)
@@ -295,14 +412,7 @@ int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out
     for (int i = 0; i < n; i++)
         out[i] = NULL;
     store_buf_t a = {0};
-    store_buf_putc(&a, '{');
-    for (int i = 0; i < n; i++) {
-        if (i)
-            store_buf_putc(&a, ',');
-        store_buf_put(&a, ids[i], strlen(ids[i]));
-    }
-    store_buf_putc(&a, '}');
-    store_buf_putc(&a, '\0');
+    id_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
     int rc = store_q(c, "read job paths", "SELECT id::text, data_paths::text FROM jobs WHERE id = ANY($1::uuid[])",
@@ -430,6 +540,7 @@ int store_job_metrics_update(store_conn_t *c, const char *id, int attempt, const
         " metrics = CASE WHEN attempt = $2::int THEN metrics || $3::jsonb ELSE metrics END,"
         " progress_step = CASE WHEN attempt = $2::int THEN GREATEST(progress_step, $4::bigint)"
         "  ELSE progress_step END,"
+        " step_time_s = CASE WHEN attempt = $2::int AND $5::float8 > 0 THEN 1 / $5::float8 ELSE step_time_s END,"
         " eta_s = CASE WHEN attempt = $2::int AND $5::float8 > 0 AND total_steps > 0"
         "  THEN GREATEST(total_steps - GREATEST(progress_step, $4::bigint), 0) / $5::float8"
         "  ELSE eta_s END"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #define ACTIVE "('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')"
-#define PENDING "('QUEUED', 'RESTARTING')"
+#define PENDING "('QUEUED', 'RESTARTING', 'PREEMPTED')"
 
 /* One queue as JSON text, in the shape GET /v1/queues answers. */
 #define QUEUE_JSON                                                                                  \
@@ -135,7 +135,7 @@ int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
     /* One statement: the queue goes only while none of its jobs waits or runs. */
     int rc = store_q(c, "delete queue",
                      "WITH busy AS (SELECT count(*) AS n FROM jobs WHERE queue = $1"
-                     "   AND state IN ('QUEUED', 'RESTARTING', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')),"
+                     "   AND state IN ('QUEUED', 'RESTARTING', 'PREEMPTED', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')),"
                      " d AS (DELETE FROM queues WHERE name = $1 AND (SELECT n FROM busy) = 0 RETURNING 1)"
                      " SELECT (SELECT n FROM busy), (SELECT count(*) FROM d), (SELECT count(*) FROM queues WHERE name = $1)",
                      1, p, &r, err);

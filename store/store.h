@@ -95,7 +95,41 @@ typedef struct store_job_row {
     int64_t total_steps;
     char queue[64];
     char project[64];
+    int preemptions;          /* times it was preempted (those attempts do not count against max_attempts) */
+    char preempted_by[STORE_ID_LEN]; /* while it stops for a preemption: the job it makes room for, else "" */
+    char last_preempted_by[STORE_ID_LEN]; /* the last job that preempted it, or "" */
 } store_job_row_t;
+
+/* Sets (by a job id: also last_preempted_by) or clears (by NULL) what job `id` stops to make room
+ * for (preempted_by). */
+int store_job_set_preempted_by(store_conn_t *c, const char *id, const char *by, kiln_err_t *err);
+
+/* A job that holds slots (SCHEDULED, STARTING, RUNNING, STOPPING), for preemption and backfill.
+ * Times are seconds relative to the database's clock now. */
+typedef struct store_holding {
+    char id[STORE_ID_LEN];
+    char state[16];
+    char queue[64];
+    char slot_type[8];
+    int attempt, priority, nodes, slots_per_node, preemptions;
+    int64_t steps_lost;       /* progress step less the metric checkpoint_step (0 when none was written) */
+    double age_s;             /* since it was submitted */
+    double end_in_s;          /* predicted end: measured step time x steps left, or when
+                                 stopping.max_runtime_s stops it (the sooner); -1: no prediction */
+    bool backfilled;
+    double backfill_end_in_s; /* the end predicted when it was backfilled (negative: past) */
+    char workers[2048];       /* its current attempt's unreleased assignments' workers by node rank,
+                                 comma-separated */
+} store_holding_t;
+/* Every job holding slots now. Caller frees *out. */
+int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t *err);
+/* The predicted run time (seconds, once started) of each job ids[i] into runtime_s[i], -1 when
+ * there is none: its measured step time x the steps it has left, else what stopping.max_runtime_s
+ * leaves it, else the mean measured step time of other jobs with the same model and resources x
+ * its steps. */
+int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, kiln_err_t *err);
+/* Records that job id was started by backfill, predicted to end runtime_s from now. */
+int store_job_set_backfill(store_conn_t *c, const char *id, double runtime_s, kiln_err_t *err);
 
 /* Reads a job's row; with lock, SELECT ... FOR UPDATE (inside a transaction). KILN_ENOTFOUND when
  * there is no such job (id need not be a valid UUID: a malformed id is simply not found). */
@@ -111,7 +145,9 @@ enum {
     STORE_TR_STARTED = 1 << 0,   /* set started_at (first time only) */
     STORE_TR_ENDED = 1 << 1,     /* set ended_at */
     STORE_TR_STOP_REQ = 1 << 2,  /* set stop_requested */
-    STORE_TR_NEW_ATTEMPT = 1 << 3 /* a new attempt starts: reset progress, eta and started_at */
+    STORE_TR_NEW_ATTEMPT = 1 << 3, /* a new attempt starts: reset progress, eta and started_at; clear
+                                      preempted_by and backfill_end */
+    STORE_TR_PREEMPTED = 1 << 4    /* count one more preemption */
 };
 /* Moves a job from state `from` to `to` with reason, sets its attempt, and appends the event row
  * (next per-job seq, clock time, actor: the user whose request caused it, NULL or "" for kilnd

@@ -77,7 +77,7 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 
 /* The states in which a job waits to be placed, as SQL: its pending reason (jobs.pending) is kept
  * only in these. */
-#define STORE_WAITING "('QUEUED', 'RESTARTING')"
+#define STORE_WAITING "('QUEUED', 'RESTARTING', 'PREEMPTED')"
 
 /* The columns of a job as the API shows it, from "jobs j", and the JSON of one result row whose
  * first columns are these (job.c). */

@@ -24,7 +24,7 @@ static sched_queue_t queue(const char *name, const char *cohort, int cpu, int gp
 static sched_job_t job(const char *id, int q, int prio, int nodes, int spn, int type)
 {
     sched_job_t j = {.id = id, .queue = q, .project = -1, .priority = prio, .nodes = nodes, .slots_per_node = spn,
-                     .type = type};
+                     .type = type, .runtime_s = -1};
     return j;
 }
 
@@ -418,4 +418,634 @@ Test(admit, random_clusters_keep_the_invariants, .timeout = 120)
         total += 1;
     }
     cr_assert_gt(ran, total * 20, "too few jobs ran (%d in %d clusters) for the runs to show much", ran, total);
+}
+
+/* ---- preemption and backfill ------------------------------------------------------------------ */
+
+static sched_running_t running(const char *id, int q, int prio, int spn, const int *worker, int64_t lost)
+{
+    sched_running_t r = {.id = id, .queue = q, .type = 0, .priority = prio, .nodes = 1, .slots_per_node = spn,
+                         .worker = worker, .preemptible = true, .steps_lost = lost, .end_s = -1};
+    return r;
+}
+
+static int pass_running(const sched_worker_t *w, int nw, const sched_queue_t *q, int nq, const sched_job_t *j,
+                        int nj, const sched_running_t *r, int nr, double now, sched_decision_t *out, int *order)
+{
+    sched_snapshot_t s = {.workers = w, .nworkers = nw, .queues = q, .nqueues = nq, .jobs = j, .njobs = nj,
+                          .running = r, .nrunning = nr, .now_s = now};
+    int n = -1;
+    cr_assert_eq(sched_admit(&s, out, order, &n), 0);
+    return n;
+}
+
+static bool has_victim(const sched_decision_t *d, int r)
+{
+    for (int k = 0; k < d->nvictims; k++)
+        if (d->victims[k] == r)
+            return true;
+    return false;
+}
+
+Test(admit, preemption_picks_the_victims_that_lose_least_work)
+{
+    /* One worker of 4 slots, full. The head (priority 3) needs 2: preempting "old" (2 slots, 10
+     * steps since its checkpoint) loses more than "a" and "b" together (3 + 2); "vip" has the
+     * higher priority and is never a victim. */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 4, 0)};
+    sched_queue_t q[] = {queue("default", NULL, U, U)};
+    q[0].usage[0] = 4;
+    sched_running_t r[] = {running("old", 0, 0, 2, w0, 10), running("a", 0, 0, 1, w0, 3),
+                           running("b", 0, 1, 1, w0, 2)};
+    sched_job_t j[] = {job("head", 0, 3, 1, 2, 0), job("next", 0, 3, 1, 1, 0)};
+    sched_decision_t out[2];
+    int order[2];
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 2, r, 3, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    cr_assert_eq(out[0].nvictims, 2);
+    cr_assert(has_victim(&out[0], 1) && has_victim(&out[0], 2));
+    cr_assert(strstr(out[0].reason, "a") && strstr(out[0].reason, "preempted"), "%s", out[0].reason);
+    cr_assert_eq(out[1].outcome, SCHED_WAIT_BEHIND, "one head preempts at a time: %s", out[1].reason);
+    char why[400];
+    sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 1, .jobs = j, .njobs = 2,
+                          .running = r, .nrunning = 3};
+    sched_victim_reason(&s, 0, 1, why, sizeof why);
+    cr_assert(strstr(why, "job head (priority 3)") && strstr(why, "3 step(s) since its last checkpoint"), "%s", why);
+
+    /* An equal-priority head preempts nothing, and neither does one whose victims are stopping:
+     * "old" STOPPING frees 2 slots, enough for the head. */
+    j[0].priority = 0;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 3, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS);
+    j[0].priority = 3;
+    r[0].freeing = true;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 3, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "%s", out[0].reason);
+    cr_assert(strstr(out[0].reason, "stopping now are freeing"), "%s", out[0].reason);
+    /* Stopping jobs count first: a head of 3 slots needs only one more victim, the cheapest. */
+    j[0].slots_per_node = 3;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 3, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING);
+    cr_assert_eq(out[0].nvictims, 1);
+    cr_assert_eq(out[0].victims[0], 2);
+}
+
+Test(admit, protected_after_k_preemptions_and_never_back_and_forth)
+{
+    /* Queue a borrows 2 of b's quota with job "a1"; b's job within its quota reclaims them,
+     * unless a1 was preempted k times (the default 3) and b1's priority is not above a1's. */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 4, 0)};
+    sched_queue_t q[] = {queue("a", "c", 2, 0), queue("b", "c", 2, 0)};
+    q[0].usage[0] = 4;
+    sched_running_t r[] = {running("a1", 0, 0, 4, w0, 0)};
+    sched_job_t j[] = {job("b1", 1, 0, 1, 2, 0)};
+    sched_decision_t out[1];
+    int order[1];
+    r[0].preemptions = 2;
+    cr_assert_eq(pass_running(w, 1, q, 2, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    r[0].preemptions = 3;
+    cr_assert_eq(pass_running(w, 1, q, 2, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "a protected job was chosen");
+    j[0].priority = 1;
+    cr_assert_eq(pass_running(w, 1, q, 2, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "a higher priority still preempts it");
+    /* k from the snapshot */
+    j[0].priority = 0;
+    r[0].preemptions = 1;
+    sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 2, .jobs = j, .njobs = 1,
+                          .running = r, .nrunning = 1, .protect_after = 1};
+    int n;
+    cr_assert_eq(sched_admit(&s, out, order, &n), 0);
+    cr_assert_neq(out[0].outcome, SCHED_PREEMPTING);
+    s.protect_after = 2;
+    cr_assert_eq(sched_admit(&s, out, order, &n), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING);
+    /* never the job that preempted it last */
+    j[0].preempted_by = "a1";
+    cr_assert_eq(sched_admit(&s, out, order, &n), 0);
+    cr_assert_neq(out[0].outcome, SCHED_PREEMPTING);
+}
+
+Test(admit, reclaim_preempts_only_borrowers)
+{
+    /* Queues a and b of cohort c, quota 2 each. a uses 4 (borrows 2): its jobs are reclaimed for
+     * b's job within b's quota; nothing of a is preempted for a job of b beyond b's quota. */
+    static const int w0[] = {0}, w1[] = {1};
+    sched_worker_t w[] = {W("w0", "cpu", 2, 0), W("w1", "cpu", 2, 0)};
+    sched_queue_t q[] = {queue("a", "c", 2, 0), queue("b", "c", 2, 0)};
+    q[0].usage[0] = 4;
+    sched_running_t r[] = {running("a1", 0, 9, 2, w0, 5), running("a2", 0, 9, 2, w1, 1)};
+    sched_job_t j[] = {job("b1", 1, 0, 1, 2, 0)};
+    sched_decision_t out[1];
+    int order[1];
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    cr_assert_eq(out[0].nvictims, 1);
+    cr_assert_eq(out[0].victims[0], 1, "the borrower's job with fewer steps since its checkpoint");
+    char why[400];
+    sched_snapshot_t s = {.workers = w, .nworkers = 2, .queues = q, .nqueues = 2, .jobs = j, .njobs = 1,
+                          .running = r, .nrunning = 2};
+    sched_victim_reason(&s, 0, 1, why, sizeof why);
+    cr_assert(strstr(why, "queue b reclaims the quota queue a borrows"), "%s", why);
+    /* a within its quota: nothing to reclaim */
+    q[0].usage[0] = 2;
+    r[1].queue = 1;
+    q[1].usage[0] = 2;
+    j[0].slots_per_node = 1;
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+}
+
+Test(admit, backfill_only_what_ends_before_the_head_can_start)
+{
+    /* 4 slots; a running job holds 2 until t=100. The head needs 4: it waits until 100. Behind
+     * it, a job of 2 slots predicted to take 50 starts now; one of 80 does not fit beside it; one
+     * of 200 and one with no prediction wait. */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 4, 2)};
+    sched_queue_t q[] = {queue("default", NULL, U, U)};
+    q[0].usage[0] = 2;
+    sched_running_t r[] = {running("run", 0, 0, 2, w0, 0)};
+    r[0].end_s = 100;
+    sched_job_t j[] = {job("head", 0, 0, 1, 4, 0), job("long", 0, 0, 1, 2, 0), job("blind", 0, 0, 1, 1, 0),
+                       job("short", 0, 0, 1, 2, 0), job("more", 0, 0, 1, 1, 0)};
+    for (int i = 0; i < 5; i++)
+        j[i].runtime_s = -1;
+    j[1].runtime_s = 200;
+    j[3].runtime_s = 50;
+    j[4].runtime_s = 80;
+    sched_decision_t out[5];
+    int order[5];
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 5, r, 1, 0, out, order), 1);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS);
+    cr_assert_eq(out[1].outcome, SCHED_WAIT_BEHIND);
+    cr_assert_eq(out[2].outcome, SCHED_WAIT_BEHIND);
+    cr_assert_eq(out[3].outcome, SCHED_ADMITTED);
+    cr_assert(out[3].backfilled);
+    cr_assert_eq(out[3].behind_head, 0);
+    cr_assert_float_eq(out[3].end_s, 50, 1e-9);
+    cr_assert_eq(out[4].outcome, SCHED_WAIT_BEHIND, "no free slot left for it");
+    /* no prediction for what the head waits for: nothing is backfilled */
+    r[0].end_s = -1;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 5, r, 1, 0, out, order), 0);
+    /* nor for one job among those it waits for (it might end first, and the head start sooner) */
+    sched_running_t r2[] = {running("run", 0, 0, 2, w0, 0), running("unknown", 0, 0, 1, w0, 0)};
+    r2[0].end_s = 100;
+    w[0].slots_free = 1;
+    q[0].usage[0] = 3;
+    j[4].runtime_s = 50;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 5, r2, 2, 0, out, order), 0, "%s", out[4].reason);
+    w[0].slots_free = 2;
+    q[0].usage[0] = 2;
+    j[4].runtime_s = 80;
+    /* a backfilled job that overran its prediction is preempted for the head, whatever its priority */
+    r[0].end_s = 100;
+    r[0].backfilled = true;
+    r[0].backfill_end_s = 10;
+    r[0].priority = 7;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 20, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING);
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 5, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "not overrun yet");
+}
+
+/* ---- property-based runs with running jobs: preemption and backfill -------------------------- */
+
+/* The cost of a set of victims, as the contract orders them: steps lost, jobs, priorities, then
+ * newest (larger start times cost less). */
+typedef struct vcost {
+    long long lost;
+    int n;
+    long long prio;
+    double age;
+} vcost_t;
+
+static vcost_t vcost(const sched_running_t *r, const int *set, int n)
+{
+    vcost_t c = {0};
+    for (int k = 0; k < n; k++) {
+        c.lost += r[set[k]].steps_lost;
+        c.n++;
+        c.prio += r[set[k]].priority;
+        c.age -= r[set[k]].start_s;
+    }
+    return c;
+}
+
+static int vcost_cmp(vcost_t x, vcost_t y)
+{
+    if (x.lost != y.lost)
+        return x.lost < y.lost ? -1 : 1;
+    if (x.n != y.n)
+        return x.n < y.n ? -1 : 1;
+    if (x.prio != y.prio)
+        return x.prio < y.prio ? -1 : 1;
+    return x.age < y.age ? -1 : x.age > y.age;
+}
+
+/* The contract's victims for pending job J, written out again here: running, not stopping, its
+ * slot type, not protected (preempted k times, priority not below J's), not the job that last
+ * preempted J; a backfilled job past its predicted end; otherwise only for J within its queue's
+ * nominal quota: a lower-priority job of J's queue or a job of a queue of its cohort above its
+ * nominal quota. */
+static bool is_candidate(const sched_queue_t *q, const sched_job_t *J, const sched_running_t *R, int k, double now)
+{
+    if (!R->preemptible || R->freeing || R->type != J->type || R->queue < 0)
+        return false;
+    if (R->preemptions >= k && R->priority >= J->priority)
+        return false;
+    if (R->backfilled && now > R->backfill_end_s)
+        return true;
+    int nom = q[J->queue].quota[J->type];
+    if (nom != U && q[J->queue].usage[J->type] + J->nodes * J->slots_per_node > nom)
+        return false;
+    if (J->preempted_by && !strcmp(J->preempted_by, R->id))
+        return false;
+    if (R->queue == J->queue)
+        return R->priority < J->priority;
+    const sched_queue_t *V = &q[R->queue];
+    return q[J->queue].cohort && V->cohort && !strcmp(q[J->queue].cohort, V->cohort) && V->quota[J->type] != U
+        && V->usage[J->type] > V->quota[J->type];
+}
+
+/* Whether J is admitted at once with the running jobs in set (and the stopping ones) gone: the
+ * admission core itself, asked without any running job to preempt. */
+static bool starts_without(const sched_worker_t *w, int nw, const sched_queue_t *q, int nq, const sched_job_t *J,
+                           const sched_running_t *r, int nr, const int *set, int n)
+{
+    sched_worker_t w2[MAXW];
+    sched_queue_t q2[MAXQ];
+    memcpy(w2, w, sizeof(*w) * (size_t)nw);
+    memcpy(q2, q, sizeof(*q) * (size_t)nq);
+    for (int i = 0; i < nr; i++) {
+        bool gone = r[i].freeing;
+        for (int k = 0; k < n; k++)
+            gone = gone || set[k] == i;
+        if (!gone)
+            continue;
+        q2[r[i].queue].usage[r[i].type] -= r[i].nodes * r[i].slots_per_node;
+        for (int x = 0; x < r[i].nodes; x++)
+            w2[r[i].worker[x]].slots_free += r[i].slots_per_node;
+    }
+    sched_decision_t out[1];
+    int order[1], na = 0;
+    sched_snapshot_t s = {.workers = w2, .nworkers = nw, .queues = q2, .nqueues = nq, .jobs = J, .njobs = 1};
+    cr_assert_eq(sched_admit(&s, out, order, &na), 0);
+    return na == 1;
+}
+
+Test(admit, victims_lose_the_least_work_brute_force, .timeout = 120)
+{
+    static const char *const wids[] = {"w0", "w1", "w2", "w3"};
+    static const char *const rids[] = {"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11"};
+    int preempted = 0, checked = 0;
+    for (unsigned seed = 1; seed <= 600; seed++) {
+        unsigned s = seed;
+        int nw = 1 + (int)(rnd(&s) % 3);
+        sched_worker_t w[MAXW];
+        for (int i = 0; i < nw; i++) {
+            int slots = 2 + (int)(rnd(&s) % 5);
+            w[i] = (sched_worker_t){.id = wids[i], .slot_type = "cpu", .slots = slots, .slots_free = slots};
+        }
+        bool cohort = seed % 2;
+        sched_queue_t q[2] = {queue("a", cohort ? "c" : NULL, cohort ? (int)(rnd(&s) % 6) : U, 0),
+                              queue("b", cohort ? "c" : NULL, cohort ? (int)(rnd(&s) % 6) : U, 0)};
+        int nq = cohort ? 2 : 1;
+        /* fill the workers with running jobs */
+        sched_running_t r[12];
+        int rw[12][2];
+        int nr = 0;
+        for (int tries = 0; tries < 40 && nr < 12; tries++) {
+            int nodes = rnd(&s) % 4 == 0 && nw > 1 ? 2 : 1, spn = 1 + (int)(rnd(&s) % 3);
+            int a = (int)(rnd(&s) % (unsigned)nw), b = (a + 1) % nw;
+            if (w[a].slots_free < spn || (nodes == 2 && w[b].slots_free < spn))
+                continue;
+            rw[nr][0] = a;
+            rw[nr][1] = b;
+            r[nr] = running(rids[nr], (int)(rnd(&s) % (unsigned)nq), (int)(rnd(&s) % 3), spn, rw[nr],
+                            (int64_t)(rnd(&s) % 8));
+            r[nr].nodes = nodes;
+            r[nr].preemptions = (int)(rnd(&s) % 5);
+            r[nr].start_s = (double)(rnd(&s) % 4);
+            r[nr].freeing = rnd(&s) % 10 == 0;
+            for (int x = 0; x < nodes; x++)
+                w[rw[nr][x]].slots_free -= spn;
+            q[r[nr].queue].usage[0] += nodes * spn;
+            nr++;
+        }
+        sched_job_t J = job("head", (int)(rnd(&s) % (unsigned)nq), (int)(rnd(&s) % 4), 1 + (int)(rnd(&s) % 2),
+                            1 + (int)(rnd(&s) % 4), 0);
+        sched_decision_t out[1];
+        int order[1];
+        int na = pass_running(w, nw, q, nq, &J, 1, r, nr, 0, out, order);
+        if (na == 1 || out[0].outcome == SCHED_WAIT_WORKERS || out[0].outcome == SCHED_WAIT_NEVER_QUOTA)
+            continue;
+        int cand[12], nc = 0;
+        for (int i = 0; i < nr; i++)
+            if (is_candidate(q, &J, &r[i], 3, 0))
+                cand[nc++] = i;
+        bool freeing_suffices = starts_without(w, nw, q, nq, &J, r, nr, NULL, 0);
+        /* the best set by brute force */
+        vcost_t best = {0};
+        bool found = false;
+        for (unsigned m = 1; !freeing_suffices && m < (1u << nc); m++) {
+            int set[12], n = 0;
+            for (int i = 0; i < nc; i++)
+                if (m & (1u << i))
+                    set[n++] = cand[i];
+            vcost_t c = vcost(r, set, n);
+            if (found && vcost_cmp(c, best) >= 0)
+                continue;
+            if (starts_without(w, nw, q, nq, &J, r, nr, set, n)) {
+                best = c;
+                found = true;
+            }
+        }
+        checked++;
+        if (out[0].outcome != SCHED_PREEMPTING) {
+            cr_assert(!found, "seed %u: a set of victims would let the head start, none was chosen (%s)", seed,
+                      out[0].reason);
+            continue;
+        }
+        preempted++;
+        cr_assert_not(freeing_suffices, "seed %u: preempted although stopping jobs free enough", seed);
+        cr_assert(found, "seed %u: victims chosen where no set suffices", seed);
+        for (int k = 0; k < out[0].nvictims; k++) {
+            int v = out[0].victims[k];
+            cr_assert(v >= 0 && v < nr && is_candidate(q, &J, &r[v], 3, 0), "seed %u: victim %d may not be preempted",
+                      seed, v);
+        }
+        cr_assert(starts_without(w, nw, q, nq, &J, r, nr, out[0].victims, out[0].nvictims),
+                  "seed %u: the victims do not free enough", seed);
+        vcost_t got = vcost(r, out[0].victims, out[0].nvictims);
+        cr_assert_eq(vcost_cmp(got, best), 0, "seed %u: victims lose %lld steps in %d job(s); the least is %lld in %d",
+                     seed, got.lost, got.n, best.lost, best.n);
+    }
+    cr_assert_gt(preempted, 50, "only %d of %d cases preempted: the cases show little", preempted, checked);
+}
+
+/* A job stream on a virtual clock with running jobs that step and checkpoint, preemption (a
+ * victim stops for one tick, loses the steps since its checkpoint and waits again) and backfill
+ * (predictions exact, or short by two ticks: overruns). */
+typedef struct psim {
+    sim_t S;
+    int steps[MAXJ];        /* its whole run, in ticks */
+    int done[MAXJ];         /* steps done (kept from its last checkpoint when preempted) */
+    int ckpt_every[MAXJ];
+    int predicted[MAXJ];    /* 0: no prediction; 1 exact; 2 two ticks short */
+    int started[MAXJ];      /* tick its current attempt started */
+    int preemptions[MAXJ];
+    const char *last_by[MAXJ];
+    bool backfilled[MAXJ];
+    double backfill_end[MAXJ];
+    int worker_idx[MAXJ][4];
+    int lost;               /* steps lost to preemption in all */
+    int npreempt;
+    bool pair[150][150];    /* pair[x][y]: job x preempted job y */
+    int bf_head[MAXJ];      /* the head a job was backfilled ahead of, + 1 (0: not backfilled) */
+    int nbackfilled;
+    bool check_head;        /* predictions exact, one queue: a head starts only after what was
+                               backfilled ahead of it has ended */
+} psim_t;
+
+static double prediction(const psim_t *P, int j)
+{
+    int left = P->steps[j] - P->done[j];
+    return P->predicted[j] == 0 ? -1 : P->predicted[j] == 1 ? left : KILN_MAX(0, left - 2);
+}
+
+/* Runs the stream until every job has run; returns the tick it ended at. livelock: the bait. */
+static int psim_run(psim_t *P, unsigned seed, int k_protect)
+{
+    sim_t *S = &P->S;
+    sched_job_t pend[MAXJ];
+    int idx[MAXJ], order[MAXJ], ridx[MAXJ];
+    static sched_decision_t out[MAXJ];
+    static sched_running_t run[MAXJ];
+    int now = 0;
+    for (; now < 20000; now++) {
+        for (int j = 0; j < S->nj; j++) {
+            if (S->state[j] == 2 && P->done[j] >= P->steps[j]) {
+                S->state[j] = 3;
+            } else if (S->state[j] == 5) { /* stopped after a preemption: back to waiting */
+                S->state[j] = 1;
+            } else if (S->state[j] == 0 && S->submit_at[j] <= now) {
+                S->state[j] = 1;
+                continue;
+            } else {
+                continue;
+            }
+            for (int x = 0; x < S->pl[j].nodes; x++)
+                S->w[S->pl[j].worker[x]].slots_free += S->job[j].slots_per_node;
+            S->q[S->job[j].queue].usage[S->job[j].type] -= S->job[j].nodes * S->job[j].slots_per_node;
+        }
+        int np = 0, nr = 0;
+        for (int prio = 2; prio >= 0; prio--)
+            for (int j = 0; j < S->nj; j++)
+                if (S->state[j] == 1 && S->job[j].priority == prio) {
+                    idx[np] = j;
+                    pend[np] = S->job[j];
+                    pend[np].runtime_s = prediction(P, j);
+                    pend[np].preempted_by = P->last_by[j];
+                    np++;
+                }
+        for (int j = 0; j < S->nj; j++)
+            if (S->state[j] == 2 || S->state[j] == 6) {
+                ridx[nr] = j;
+                for (int x = 0; x < S->pl[j].nodes; x++)
+                    P->worker_idx[j][x] = S->pl[j].worker[x];
+                run[nr] = (sched_running_t){.id = S->ids[j], .queue = S->job[j].queue, .type = S->job[j].type,
+                                            .priority = S->job[j].priority, .nodes = S->job[j].nodes,
+                                            .slots_per_node = S->job[j].slots_per_node, .worker = P->worker_idx[j],
+                                            .preemptible = S->state[j] == 2, .freeing = S->state[j] == 6,
+                                            .steps_lost = P->done[j] % P->ckpt_every[j],
+                                            .preemptions = P->preemptions[j], .start_s = P->started[j],
+                                            .end_s = P->predicted[j] ? now + prediction(P, j) : -1,
+                                            .backfilled = P->backfilled[j], .backfill_end_s = P->backfill_end[j]};
+                nr++;
+            }
+        bool live = false;
+        for (int j = 0; j < S->nj; j++)
+            live = live || (S->state[j] != 3 && S->state[j] != 4);
+        if (!live)
+            break;
+        sched_snapshot_t snap = {.workers = S->w, .nworkers = S->nw, .queues = S->q, .nqueues = S->nq, .jobs = pend,
+                                 .njobs = np, .project_usage = S->proj, .nprojects = MAXQ * 3, .running = run,
+                                 .nrunning = nr, .now_s = now, .protect_after = k_protect};
+        int n = -1;
+        cr_assert_eq(sched_admit(&snap, out, order, &n), 0);
+        /* victims: each allowed, none twice */
+        bool taken[MAXJ] = {0};
+        for (int p = 0; p < np; p++) {
+            cr_assert(out[p].outcome >= SCHED_ADMITTED && out[p].outcome <= SCHED_PREEMPTING);
+            if (out[p].outcome != SCHED_ADMITTED)
+                cr_assert_neq(out[p].reason[0], '\0', "seed %u: job %s waits without a reason", seed, pend[p].id);
+            for (int v = 0; out[p].outcome == SCHED_PREEMPTING && v < out[p].nvictims; v++) {
+                int r = out[p].victims[v];
+                cr_assert(r >= 0 && r < nr && !taken[r], "seed %u: victim %d chosen twice", seed, r);
+                taken[r] = true;
+                cr_assert(is_candidate(S->q, &pend[p], &run[r], k_protect, now),
+                          "seed %u t %d: %s may not preempt %s (priorities %d, %d; %d preemption(s) before)", seed, now,
+                          pend[p].id, run[r].id, pend[p].priority, run[r].priority, run[r].preemptions);
+            }
+        }
+        for (int k = 0; k < n; k++) {
+            int p = order[k], j = idx[p];
+            const sched_placement_t *pl = &out[p].pl;
+            cr_assert_eq(out[p].outcome, SCHED_ADMITTED);
+            cr_assert_eq(pl->nodes, S->job[j].nodes, "seed %u: job %s's gang is not whole", seed, S->job[j].id);
+            for (int a = 0; a < pl->nodes; a++) {
+                cr_assert_str_eq(S->w[pl->worker[a]].slot_type, sched_slot_type_name(S->job[j].type));
+                for (int b = 0; b < a; b++)
+                    cr_assert_neq(pl->worker[a], pl->worker[b]);
+                S->w[pl->worker[a]].slots_free -= S->job[j].slots_per_node;
+            }
+            S->q[S->job[j].queue].usage[S->job[j].type] += S->job[j].nodes * S->job[j].slots_per_node;
+            S->state[j] = 2;
+            S->pl[j] = *pl;
+            P->started[j] = now;
+            P->backfilled[j] = out[p].backfilled;
+            P->backfill_end[j] = out[p].end_s;
+            if (out[p].backfilled) {
+                P->bf_head[j] = idx[out[p].behind_head] + 1;
+                P->nbackfilled++;
+            }
+            for (int b = 0; P->check_head && b < S->nj; b++)
+                if (P->bf_head[b] == j + 1)
+                    cr_assert_eq(S->state[b], 3, "seed %u t %d: head %s started while %s, backfilled ahead of it, "
+                                 "still runs", seed, now, S->ids[j], S->ids[b]);
+            if (out[p].backfilled)
+                cr_assert(P->predicted[j] && out[p].end_s <= now + prediction(P, j) + 1e-9);
+        }
+        for (int p = 0; p < np; p++) {
+            if (out[p].outcome == SCHED_WAIT_WORKERS || out[p].outcome == SCHED_WAIT_NEVER_QUOTA)
+                S->state[idx[p]] = 4;
+            for (int v = 0; out[p].outcome == SCHED_PREEMPTING && v < out[p].nvictims; v++) {
+                int j = ridx[out[p].victims[v]];
+                int keep = P->done[j] - P->done[j] % P->ckpt_every[j];
+                P->lost += P->done[j] - keep;
+                P->done[j] = keep;
+                P->preemptions[j]++;
+                P->last_by[j] = pend[p].id;
+                P->npreempt++;
+                if (idx[p] < 150 && j < 150)
+                    P->pair[idx[p]][j] = true;
+                S->state[j] = 6; /* stopping: frees its slots at the next tick */
+            }
+        }
+        for (int j = 0; j < S->nj; j++)
+            if (S->state[j] == 2)
+                P->done[j]++;
+            else if (S->state[j] == 6)
+                S->state[j] = 5;
+        sim_check(S, seed, now);
+    }
+    for (int j = 0; j < S->nj; j++)
+        cr_assert(S->state[j] == 3 || S->state[j] == 4, "seed %u: job %s never finished (state %d, %d preemption(s)) "
+                  "after %d ticks", seed, S->job[j].id, S->state[j], P->preemptions[j], now);
+    return now;
+}
+
+static void psim_make(psim_t *P, unsigned seed)
+{
+    memset(P, 0, sizeof(*P));
+    sim_make(&P->S, seed);
+    unsigned s = seed * 7919u;
+    P->S.nj = KILN_MIN(P->S.nj, 150);
+    for (int j = 0; j < P->S.nj; j++) {
+        P->steps[j] = P->S.ends_at[j];
+        P->S.mask[j] = ~0u;
+        P->ckpt_every[j] = 1 + (int)(rnd(&s) % 8);
+        P->predicted[j] = (int)(rnd(&s) % 3);
+    }
+}
+
+Test(admit, random_streams_with_preemption_and_backfill_keep_the_invariants, .timeout = 120)
+{
+    const char *env = getenv("KILN_ADMIT_SEEDS");
+    int seeds = env ? atoi(env) / 2 : 100;
+    static psim_t P;
+    int preempts = 0, lost = 0;
+    for (unsigned seed = 1; seed <= (unsigned)seeds; seed++) {
+        psim_make(&P, seed);
+        psim_run(&P, seed, 3);
+        preempts += P.npreempt;
+        lost += P.lost;
+        for (int j = 0; j < P.S.nj; j++)
+            cr_assert_leq(P.preemptions[j], 3 + 2 * P.S.nj, "seed %u", seed);
+    }
+    cr_assert_gt(preempts, 20, "only %d preemptions in %d streams", preempts, seeds);
+}
+
+Test(admit, backfill_never_delays_the_head_with_exact_predictions)
+{
+    static psim_t P;
+    int backfilled = 0;
+    for (unsigned seed = 1; seed <= 60; seed++) {
+        psim_make(&P, seed);
+        P.S.nq = 1;
+        P.S.q[0] = queue("default", NULL, U, U);
+        for (int j = 0; j < P.S.nj; j++) {
+            P.S.job[j].queue = 0;
+            P.S.job[j].priority = 0;
+            P.S.job[j].project = 0;
+            P.predicted[j] = 1;
+        }
+        P.check_head = true;
+        psim_run(&P, seed, 3);
+        backfilled += P.nbackfilled;
+        cr_assert_eq(P.npreempt, 0);
+    }
+    cr_assert_gt(backfilled, 30, "only %d jobs were backfilled: the runs show little", backfilled);
+}
+
+Test(admit, livelock_bait_every_job_finishes)
+{
+    /* Two queues of one cohort (quota 2 each on one worker of 4 slots) that borrow from each other
+     * in turn, every job of equal priority: first queue a's two long jobs borrow, and queue b's short
+     * jobs, arriving one every 6 ticks within b's quota, reclaim; then the other way round. Every
+     * job finishes, none is preempted more than k times (the protection is reached), and two jobs
+     * never preempt each other back and forth. */
+    for (int k = 1; k <= 3; k++) {
+        static psim_t P;
+        memset(&P, 0, sizeof(P));
+        sim_t *S = &P.S;
+        S->nw = 1;
+        S->w[0] = (sched_worker_t){.id = "w0", .slot_type = "cpu", .slots = 4, .slots_free = 4};
+        S->nq = 2;
+        S->q[0] = queue("a", "c", 2, 0);
+        S->q[1] = queue("b", "c", 2, 0);
+        S->nj = 0;
+        for (int phase = 0; phase < 2; phase++) {
+            int t0 = phase * 300, longq = phase, shortq = 1 - phase;
+            for (int i = 0; i < 12; i++) {
+                int j = S->nj++;
+                bool lng = i < 2;
+                int q = lng ? longq : shortq;
+                snprintf(S->ids[j], sizeof S->ids[j], "%c%s%d", q ? 'b' : 'a', lng ? "long" : "short", j);
+                S->job[j] = job(S->ids[j], q, 1, 1, 2, 0);
+                S->job[j].project = q;
+                S->submit_at[j] = lng ? t0 : t0 + 2 + 6 * (i - 2);
+                P.steps[j] = lng ? 40 : 3;
+                P.ckpt_every[j] = 4;
+                S->mask[j] = ~0u;
+            }
+        }
+        int end = psim_run(&P, (unsigned)k, k);
+        cr_assert_lt(end, 1000, "k %d: the bait took %d ticks", k, end);
+        int most = 0;
+        for (int j = 0; j < S->nj; j++) {
+            cr_assert_leq(P.preemptions[j], k, "k %d: job %s preempted %d times by jobs of its priority", k,
+                          S->ids[j], P.preemptions[j]);
+            most = KILN_MAX(most, P.preemptions[j]);
+            for (int i = 0; i < S->nj; i++)
+                cr_assert_not(P.pair[i][j] && P.pair[j][i], "k %d: %s and %s preempted each other", k, S->ids[i],
+                              S->ids[j]);
+        }
+        cr_assert_eq(most, k, "k %d: no job reached the protection (most preemptions %d): the bait shows little", k,
+                     most);
+    }
 }

@@ -890,3 +890,86 @@ Test(roots, checkpoints_go_to_the_projects_area_and_a_flat_job_keeps_its_directo
     snprintf(want, sizeof want, "/data/a/ck/%s", flat);
     cr_assert_str_eq(r->assignments[0]->checkpoint_dir, want);
 }
+
+/* Heartbeats w until it gets an assignment of job (at most 5 s) and reports it started. */
+static void start_on(const char *w, const char *job, int attempt)
+{
+    for (int t = 0; t < 5000; t += 50) {
+        Kiln__HeartbeatResponse *r = hb(w, NULL, 0);
+        if (r->n_assignments == 1) {
+            cr_assert_str_eq(r->assignments[0]->job_id, job);
+            cr_assert_eq(r->assignments[0]->attempt, attempt);
+            status_port(w, job, attempt, 29500);
+            json_decref(wait_state(job, "RUNNING", 2000));
+            return;
+        }
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_fail("job %s attempt %d was never assigned to %s", job, attempt, w);
+}
+
+Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_an_attempt)
+{
+    char w[64], low[40], high[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 0, 2), NULL, low, NULL);
+    json_decref(wait_state(low, "SCHEDULED", 5000));
+    start_on(w, low, 1);
+    submit(spec(1, 1, "cpu", 5, 1), NULL, high, NULL);
+    /* the scheduler preempts low: its rank gets the stop order naming high */
+    json_t *j = wait_state(low, "STOPPING", 5000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), high), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    Kiln__HeartbeatResponse *r = hb(w, low, 1);
+    cr_assert_eq(r->n_stops, 1);
+    cr_assert(strstr(r->stops[0]->reason, "preempted by job"), "%s", r->stops[0]->reason);
+    j = get(high);
+    cr_assert_str_eq(state_of(j), "QUEUED", "high waits for the slot being freed");
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "freeing")
+                  || strstr(json_string_value(json_object_get(j, "reason")), "preempted"),
+              "%s", json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    rank_exit(w, low, 1, 0, 143, "stopped on SIGTERM");
+    j = wait_state(low, "PREEMPTED", 2000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), high));
+    json_decref(j);
+    /* high runs and completes; low resumes as attempt 2 */
+    json_decref(wait_state(high, "SCHEDULED", 5000));
+    start_on(w, high, 1);
+    rank_exit(w, high, 1, 0, 0, NULL);
+    json_decref(wait_state(high, "COMPLETED", 2000));
+    json_decref(wait_state(low, "SCHEDULED", 5000));
+    start_on(w, low, 2);
+    char ev[512];
+    events_str(low, ev, sizeof(ev));
+    cr_assert_str_eq(ev, "QUEUED SCHEDULED STARTING RUNNING STOPPING PREEMPTED SCHEDULED STARTING RUNNING");
+    /* retry.max_attempts 2: the preemption used none, so losing attempt 2 still restarts it */
+    rank_killed(w, low, 2, 0, 9, "Killed");
+    j = get(low);
+    cr_assert(!strcmp(state_of(j), "RESTARTING") || !strcmp(state_of(j), "SCHEDULED"), "%s: %s", state_of(j),
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    /* a stop while it waits: STOPPED */
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), low, NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+}
+
+Test(life, a_stop_during_a_preemption_ends_the_job_stopped)
+{
+    char w[64], low[40], high[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, low, NULL);
+    json_decref(wait_state(low, "SCHEDULED", 5000));
+    start_on(w, low, 1);
+    submit(spec(1, 1, "cpu", 5, 1), NULL, high, NULL);
+    json_decref(wait_state(low, "STOPPING", 5000));
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), low, "no longer needed", &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    rank_exit(w, low, 1, 0, 143, "stopped on SIGTERM");
+    json_decref(wait_state(low, "STOPPED", 2000));
+    json_decref(wait_state(high, "SCHEDULED", 5000));
+}

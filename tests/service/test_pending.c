@@ -28,7 +28,7 @@ Test(pending, slots_estimate_from_the_ends_it_needs)
                           .weight = 1}};
     sched_job_t j[] = {job("big", 0, 2, 3), job("small", 0, 1, 1)};
     int w0[] = {0}, w1[] = {1};
-    sched_running_t run[] = {
+    sched_holder_t run[] = {
         {.id = "r1", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w0, .end_s = 50},
         {.id = "r2", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w1, .end_s = 20},
         {.id = "r3", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w0, .end_s = -1},
@@ -82,7 +82,7 @@ Test(pending, quota_names_the_numbers_and_the_queues_jobs)
                           .weight = 1}};
     sched_job_t j[] = {job("a", 0, 1, 2), job("b", 1, 1, 1), job("c", 0, 1, 1)};
     int w0[] = {0};
-    sched_running_t run[] = {
+    sched_holder_t run[] = {
         {.id = "mine", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w0, .end_s = 30},
     };
     sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 2, .jobs = j, .njobs = 3};

@@ -47,6 +47,9 @@ Test(state, legal_transitions)
         {JOB_STATE_PAUSED, JOB_STATE_RESTARTING},
         {JOB_STATE_PAUSED, JOB_STATE_COMPLETED},
         {JOB_STATE_PAUSED, JOB_STATE_STOPPED},
+        {JOB_STATE_STOPPING, JOB_STATE_PREEMPTED},
+        {JOB_STATE_PREEMPTED, JOB_STATE_SCHEDULED},
+        {JOB_STATE_PREEMPTED, JOB_STATE_STOPPED},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
         cr_assert(svc_state_legal(ok[i].from, ok[i].to), "%s -> %s should be legal",
@@ -69,6 +72,9 @@ Test(state, illegal_transitions)
         {JOB_STATE_QUEUED, JOB_STATE_NONE},
         {JOB_STATE_QUEUED, JOB_STATE_QUEUED},
         {JOB_STATE_RUNNING, JOB_STATE_RUNNING},
+        {JOB_STATE_RUNNING, JOB_STATE_PREEMPTED},   /* through STOPPING: its ranks checkpoint first */
+        {JOB_STATE_PREEMPTED, JOB_STATE_RUNNING},
+        {JOB_STATE_PREEMPTED, JOB_STATE_QUEUED},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         cr_assert_not(svc_state_legal(bad[i].from, bad[i].to), "%s -> %s should be illegal",
@@ -82,6 +88,7 @@ Test(state, illegal_transitions)
     }
     cr_assert_not(svc_state_terminal(JOB_STATE_STOPPING));
     cr_assert_not(svc_state_terminal(JOB_STATE_RESTARTING));
+    cr_assert_not(svc_state_terminal(JOB_STATE_PREEMPTED));
     cr_assert_not(svc_state_legal((svc_job_state_t)-1, JOB_STATE_QUEUED));
     cr_assert_not(svc_state_legal(JOB_STATE_QUEUED, (svc_job_state_t)99));
 }

@@ -100,7 +100,7 @@ export function fmtBytes(n: number): string {
 // A state badge: text and a shape, so colour is never the only signal.
 const STATE_MARK: Record<string, string> = {
   QUEUED: '○', SCHEDULED: '◔', STARTING: '◑', RUNNING: '▶', STOPPING: '◼', RESTARTING: '↻',
-  COMPLETED: '✓', FAILED: '✗', STOPPED: '■', PAUSED: '⏸', ALIVE: '●', DEAD: '✗', DRAINING: '◐', PENDING: '◌',
+  COMPLETED: '✓', FAILED: '✗', STOPPED: '■', PREEMPTED: '⇣', PAUSED: '⏸', ALIVE: '●', DEAD: '✗', DRAINING: '◐', PENDING: '◌',
 };
 export function stateBadge(state: string): HTMLElement {
   const s = state || 'UNKNOWN';
@@ -108,4 +108,4 @@ export function stateBadge(state: string): HTMLElement {
 }
 
 export const TERMINAL = new Set(['COMPLETED', 'FAILED', 'STOPPED']);
-export const LIVE_STATES = ['QUEUED', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'PAUSED'];
+export const LIVE_STATES = ['QUEUED', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'PREEMPTED', 'PAUSED'];

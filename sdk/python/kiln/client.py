@@ -783,7 +783,7 @@ class Job:
     @property
     def state(self) -> str:
         """"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING", "RESTARTING",
-        "COMPLETED", "FAILED", "STOPPED" or "PAUSED" (as of the last refresh)."""
+        "COMPLETED", "FAILED", "STOPPED", "PREEMPTED" or "PAUSED" (as of the last refresh)."""
         return _str(self._data.get("state"))
 
     @property
