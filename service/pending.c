@@ -184,6 +184,10 @@ int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const 
         } else {
             snprintf(p->missing, sizeof p->missing, "%s", detail);
         }
+        /* waiting while jobs preempted for it stop: those are what it waits for */
+        for (int k = 0; dec[j].outcome == SCHED_PREEMPTING && k < dec[j].nvictims; k++)
+            if (dec[j].victims[k] >= 0 && dec[j].victims[k] < s->nrunning)
+                add_blocking(p, s->running[dec[j].victims[k]].id);
         if (known && (dec[j].outcome == SCHED_WAIT_SLOTS || dec[j].outcome == SCHED_WAIT_QUOTA))
             simulate(&P, j, &dec[j], p);
     }
@@ -196,7 +200,8 @@ int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const 
         int head = -1;
         for (int h = 0; h < s->njobs && head < 0; h++)
             if (s->jobs[h].queue == J->queue && s->jobs[h].type == J->type
-                && (dec[h].outcome == SCHED_WAIT_SLOTS || dec[h].outcome == SCHED_WAIT_QUOTA))
+                && (dec[h].outcome == SCHED_WAIT_SLOTS || dec[h].outcome == SCHED_WAIT_QUOTA
+                    || dec[h].outcome == SCHED_PREEMPTING))
                 head = h;
         if (head < 0) {
             snprintf(p->missing, sizeof p->missing, "%s", reason_detail(dec[j].reason));
