@@ -759,14 +759,10 @@ int svc_job_artifacts(svc_t *s, const svc_caller_t *who, const char *id, json_t 
     store_conn_t *c = NULL;
     store_artifact_t *rows = NULL;
     int n = 0;
-    int rc = store_conn_get(s->store, &c, err);
+    int rc = svc_job_view_conn(s, who, id, &c, err);
     if (rc)
         return rc;
-    rc = svc_job_access(c, who, id, SVC_ROLE_VIEWER, err);
-    if (rc == 0)
-        rc = store_job_row(c, id, false, &(store_job_row_t){0}, err);
-    if (rc == 0)
-        rc = store_artifacts_of(c, id, false, &rows, &n, err);
+    rc = store_artifacts_of(c, id, false, &rows, &n, err);
     store_conn_put(s->store, c);
     if (rc)
         return rc;

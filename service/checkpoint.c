@@ -307,14 +307,10 @@ int svc_job_checkpoints(svc_t *s, const svc_caller_t *who, const char *id, json_
     store_conn_t *c = NULL;
     store_ckpt_file_t *files = NULL;
     int n = 0;
-    int rc = store_conn_get(s->store, &c, err);
+    int rc = svc_job_view_conn(s, who, id, &c, err);
     if (rc)
         return rc;
-    rc = svc_job_access(c, who, id, SVC_ROLE_VIEWER, err);
-    if (rc == 0)
-        rc = store_job_row(c, id, false, &(store_job_row_t){0}, err);
-    if (rc == 0)
-        rc = store_ckpt_files(c, id, true, &files, &n, err);
+    rc = store_ckpt_files(c, id, true, &files, &n, err);
     store_conn_put(s->store, c);
     if (rc)
         return rc;

@@ -140,6 +140,21 @@ int svc_job_access(store_conn_t *c, const svc_caller_t *who, const char *id, svc
     return svc_project_need(who, project, need, err);
 }
 
+int svc_job_view_conn(svc_t *s, const svc_caller_t *who, const char *id, store_conn_t **c, kiln_err_t *err)
+{
+    int rc = store_conn_get(s->store, c, err);
+    if (rc)
+        return rc;
+    rc = svc_job_access(*c, who, id, SVC_ROLE_VIEWER, err);
+    if (rc == 0)
+        rc = store_job_row(*c, id, false, &(store_job_row_t){0}, err);
+    if (rc) {
+        store_conn_put(s->store, *c);
+        *c = NULL;
+    }
+    return rc;
+}
+
 /* Whether path lies inside root (both absolute and normalised), at a component boundary. */
 static bool path_within(const char *path, const char *root)
 {

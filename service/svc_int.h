@@ -188,6 +188,9 @@ int svc_project_need(const svc_caller_t *who, const char *project, svc_role_t ne
  * not act on is KILN_EPERM. c is the caller's connection. */
 int svc_job_access(store_conn_t *c, const svc_caller_t *who, const char *id, svc_role_t need,
                    kiln_err_t *err);
+/* A connection for reading job id's rows as a viewer: taken from the pool once the caller may
+ * view the job (svc_job_access) and the job exists; the caller puts it back. */
+int svc_job_view_conn(svc_t *s, const svc_caller_t *who, const char *id, store_conn_t **c, kiln_err_t *err);
 
 /* Wakes the scheduler: this kilnd's when it leads, else the leader's through the database. */
 void svc_sched_wake(svc_t *s);
