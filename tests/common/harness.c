@@ -514,41 +514,28 @@ int th_raw_exchange(int port, const void *req, size_t len, int timeout_ms, char 
     return 0;
 }
 
-int th_flood(th_flood_t *f, const char *from, int port, int n, int expect_held, int timeout_ms)
+/* Polls f's first `opened` connections, counting and closing those the server closed, until at most
+ * `want` stay open or the deadline (CLOCK_MONOTONIC ms) passes; returns whether it got there. */
+static bool flood_settle(th_flood_t *f, int opened, int want, int64_t deadline_ms, struct pollfd *p, int *idx)
 {
-    memset(f, 0, sizeof *f);
-    f->fds = malloc((size_t)n * sizeof *f->fds);
-    f->n = n;
-    for (int i = 0; i < n; i++) {
-        f->fds[i] = th_tcp_connect(from, port, true);
-        if (f->fds[i] < 0)
-            f->failed++;
-    }
-    struct pollfd *p = malloc((size_t)n * sizeof *p);
-    int *idx = malloc((size_t)n * sizeof *idx);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = -1;
     for (;;) {
         int np = 0;
         f->held = 0;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < opened; i++)
             if (f->fds[i] >= 0) {
                 p[np] = (struct pollfd){.fd = f->fds[i], .events = POLLIN};
                 idx[np++] = i;
                 f->held++;
             }
-        if (f->held == expect_held) {
-            rc = 0;
-            break;
-        }
+        if (f->held <= want)
+            return true;
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        long left = timeout_ms - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+        int64_t left = deadline_ms - ((int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000);
         if (left <= 0)
-            break;
+            return false;
         if (poll(p, (nfds_t)np, (int)KILN_TH_MIN(left, 200)) < 0)
-            break;
+            return false;
         for (int k = 0; k < np; k++) {
             if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
@@ -561,9 +548,43 @@ int th_flood(th_flood_t *f, const char *from, int port, int n, int expect_held, 
             }
         }
     }
+}
+
+/* The connections go out in waves no larger than the server's listen queue (1,024) can take, each
+ * once the server has answered the last: a burst past the queue makes the kernel answer with SYN
+ * cookies, and a cookie's final ACK dropped on a full queue leaves a connection the client counts as
+ * open and the server never saw (CI once counted 259 "held" this way). */
+#define FLOOD_WAVE 256
+
+int th_flood(th_flood_t *f, const char *from, int port, int n, int expect_held, int timeout_ms)
+{
+    memset(f, 0, sizeof *f);
+    f->fds = malloc((size_t)n * sizeof *f->fds);
+    f->n = n;
+    struct pollfd *p = malloc((size_t)n * sizeof *p);
+    int *idx = malloc((size_t)n * sizeof *idx);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t deadline_ms = (int64_t)t0.tv_sec * 1000 + t0.tv_nsec / 1000000 + timeout_ms;
+    bool ok = true;
+    int opened = 0;
+    while (ok && opened < n) {
+        int wave = KILN_TH_MIN(FLOOD_WAVE, n - opened);
+        for (int i = opened; i < opened + wave; i++) {
+            f->fds[i] = th_tcp_connect(from, port, true);
+            if (f->fds[i] < 0)
+                f->failed++;
+        }
+        opened += wave;
+        /* until the limit is passed the server answers nothing, and the queue has room */
+        if (opened > expect_held)
+            ok = flood_settle(f, opened, expect_held, deadline_ms, p, idx);
+    }
+    if (ok)
+        ok = flood_settle(f, opened, expect_held, deadline_ms, p, idx);
     free(p);
     free(idx);
-    return rc;
+    return ok && f->held == expect_held ? 0 : -1;
 }
 
 void th_flood_end(th_flood_t *f)

@@ -94,9 +94,9 @@ bool th_tcp_closed_within(int fd, int timeout_ms);
 int th_raw_exchange(int port, const void *req, size_t len, int timeout_ms, char **out, size_t *out_len,
                     bool *closed);
 
-/* n idle connections opened at once from one local address to 127.0.0.1:port, as a client that
- * holds many would; those the server refuses (closes) are counted and closed here, the others
- * held until th_flood_end. */
+/* n idle connections opened from one local address to 127.0.0.1:port as fast as the server's
+ * listen queue takes them, as a client that holds many would; those the server refuses (closes)
+ * are counted and closed here, the others held until th_flood_end. */
 typedef struct th_flood {
     int *fds;                 /* the held ones (-1 for refused), n of them */
     int n, held, refused;
