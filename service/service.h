@@ -817,6 +817,14 @@ typedef enum tune_trial_state {
     TUNE_TRIAL_STOPPED,      /* its job was stopped */
 } tune_trial_state_t;
 
+/* A trial's objective by step: steps ascending, one value each (the lowest rank's, its latest
+ * attempt's); n = 0 when none was loaded. */
+typedef struct tune_curve {
+    const int64_t *steps;
+    const double *values;
+    int n;
+} tune_curve_t;
+
 typedef struct tune_trial {
     int trial;                        /* its number */
     const char *job_id;               /* borrowed, for reasons */
@@ -826,6 +834,8 @@ typedef struct tune_trial {
     const char *reported;             /* the metrics it reported, comma-separated (borrowed) */
     int nrungs;                       /* hyperband: rungs it finished */
     double rung_objective[SPEC_TUNE_MAX_RUNGS]; /* the objective at the end of each */
+    tune_curve_t curve;               /* early_stopping "auto": the objective by step (borrowed) */
+    int64_t total_steps;              /* the steps it trains in all (0: unknown) */
 } tune_trial_t;
 
 typedef struct tune_view {
@@ -837,23 +847,46 @@ typedef struct tune_view {
 } tune_view_t;
 
 #define TUNE_PLAN_MAX 64
+/* The median stopping rule (early_stopping "auto", random and grid; Golovin et al., Google
+ * Vizier, KDD 2017): a running trial is stopped at step s, its latest step with the objective,
+ * when its best objective up to s is worse than the median of the completed trials' running
+ * averages of the objective up to s (each over its values at steps <= s). It is judged only once
+ * TUNE_MEDIAN_MIN_TRIALS completed trials have values up to s and s reaches 1/TUNE_MEDIAN_MIN_PART
+ * of its total steps (when known). */
+#define TUNE_MEDIAN_MIN_TRIALS 3
+#define TUNE_MEDIAN_MIN_PART 10
+typedef struct tune_stop {
+    int index;                        /* into the view's trials */
+    int64_t step;                     /* the step it was judged at */
+    double best;                      /* its best objective up to step */
+    double median;                    /* the completed trials' median running average up to step */
+    int history;                      /* how many completed trials that median is over */
+} tune_stop_t;
 typedef enum { TUNE_END_NONE = 0, TUNE_END_COMPLETED, TUNE_END_FAILED } tune_end_t;
 typedef struct tune_plan {
     int nnew;                         /* trials to start now: next_trial .. next_trial + nnew - 1 */
     int promote[TUNE_PLAN_MAX];       /* indexes into trials of paused trials to continue a rung up */
     int npromote;
+    tune_stop_t stop[TUNE_PLAN_MAX];  /* running trials the median stopping rule stops now */
+    int nstop;
     int best;                         /* index of the best trial so far, -1 when none */
     tune_end_t end;                   /* the search ends now, with reason */
     char reason[400];
 } tune_plan_t;
 
+/* The median stopping rule for running trial i of v (see TUNE_MEDIAN_MIN_TRIALS): true when it is
+ * stopped now, with *out filled; false when it goes on or cannot be judged yet. */
+bool tune_median_stop(const tune_view_t *v, int i, tune_stop_t *out);
+
 /* One controller decision over a snapshot: in this order, the search FAILS when a trial finished
  * a rung or ended COMPLETED without the objective metric (the reason names the metric and those
  * it reported) or when max_failed_trials trials failed; it COMPLETES when the best objective
  * reaches completion.target_objective, when no_improvement_trials completed trials in a row did
- * not improve on the best, or when every trial is drawn and none runs or can be promoted.
- * Otherwise paused trials in the top 1/eta of their rung so far are promoted (top rungs first)
- * and new trials fill what max_parallel_jobs leaves. Returns 0. */
+ * not improve on the best (trials stopped early count, in trial order), or when every trial is
+ * drawn and none runs or can be promoted. Otherwise running trials the median stopping rule
+ * judges worse are stopped (early_stopping "auto"), paused trials in the top 1/eta of their rung
+ * so far are promoted (top rungs first) and new trials fill what max_parallel_jobs leaves.
+ * Returns 0. */
 int tune_decide(const tune_view_t *v, tune_plan_t *out);
 
 #endif /* KILN_SERVICE_H */

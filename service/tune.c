@@ -79,16 +79,44 @@ static const char *trial_state_name(tune_trial_state_t st, const char *job_state
 typedef struct view_buf {
     tune_trial_t *trials;
     char (*reported)[512];
+    int64_t **steps;                  /* each trial's curve, when curves were given */
+    double **values;
     int n;
 } view_buf_t;
 
-static int view_build(const spec_tuning_t *t, const json_t *trials, view_buf_t *vb, const char **last_failure)
+/* Trial x's curve from curves (store_tuning_curves_json), into arrays vb keeps at [i]. */
+static int curve_build(const json_t *curves, view_buf_t *vb, size_t i, tune_trial_t *x)
+{
+    char key[16];
+    snprintf(key, sizeof key, "%d", x->trial);
+    const json_t *cv = json_object_get(curves, key), *st = json_object_get(cv, "steps"),
+                 *va = json_object_get(cv, "values");
+    size_t m = KILN_MIN(json_array_size(st), json_array_size(va));
+    if (m == 0)
+        return 0;
+    vb->steps[i] = malloc(sizeof(int64_t) * m);
+    vb->values[i] = malloc(sizeof(double) * m);
+    if (!vb->steps[i] || !vb->values[i])
+        return KILN_ENOMEM;
+    for (size_t k = 0; k < m; k++) {
+        vb->steps[i][k] = json_integer_value(json_array_get(st, k));
+        vb->values[i][k] = json_number_value(json_array_get(va, k));
+    }
+    x->curve = (tune_curve_t){.steps = vb->steps[i], .values = vb->values[i], .n = (int)m};
+    return 0;
+}
+
+/* curves: NULL, or each trial's objective by step (store_tuning_curves_json). */
+static int view_build(const spec_tuning_t *t, const json_t *trials, const json_t *curves, view_buf_t *vb,
+                      const char **last_failure)
 {
     size_t n = json_array_size(trials);
     vb->n = (int)n;
     vb->trials = calloc(n ? n : 1, sizeof *vb->trials);
     vb->reported = calloc(n ? n : 1, sizeof *vb->reported);
-    if (!vb->trials || !vb->reported)
+    vb->steps = calloc(n ? n : 1, sizeof *vb->steps);
+    vb->values = calloc(n ? n : 1, sizeof *vb->values);
+    if (!vb->trials || !vb->reported || !vb->steps || !vb->values)
         return KILN_ENOMEM;
     *last_failure = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -114,6 +142,9 @@ static int view_build(const spec_tuning_t *t, const json_t *trials, view_buf_t *
                 o += (size_t)snprintf(vb->reported[i] + o, sizeof vb->reported[i] - o, "%s%s", o ? ", " : "", key);
         }
         x->reported = vb->reported[i];
+        x->total_steps = json_integer_value(json_object_get(tr, "total_steps"));
+        if (curves && curve_build(curves, vb, i, x))
+            return KILN_ENOMEM;
         if (x->state == TUNE_TRIAL_FAILED)
             *last_failure = json_string_value(json_object_get(tr, "job_reason"));
     }
@@ -122,6 +153,12 @@ static int view_build(const spec_tuning_t *t, const json_t *trials, view_buf_t *
 
 static void view_free(view_buf_t *vb)
 {
+    for (int i = 0; i < vb->n && vb->steps && vb->values; i++) {
+        free(vb->steps[i]);
+        free(vb->values[i]);
+    }
+    free(vb->steps);
+    free(vb->values);
     free(vb->trials);
     free(vb->reported);
 }
@@ -142,7 +179,7 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
         goto out;
     view_buf_t vb = {0};
     const char *last_failure = NULL;
-    if (view_build(&t, trials, &vb, &last_failure)) {
+    if (view_build(&t, trials, NULL, &vb, &last_failure)) {
         view_free(&vb);
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
@@ -158,6 +195,10 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
                             "objective", x->has_objective ? json_real(x->objective) : json_null(), "steps",
                             json_object_get(tr, "steps"), "rung", json_object_get(tr, "rung"), "state",
                             trial_state_name(x->state, json_string_value(json_object_get(tr, "job_state")))));
+        json_t *why = json_object_get(tr, "stop_reason");
+        why = json_is_string(why) ? why : json_object_get(tr, "job_reason");
+        json_object_set_new(json_array_get(list, json_array_size(list) - 1), "reason",
+                            json_string(json_is_string(why) ? json_string_value(why) : ""));
         if (x->has_objective && x->state != TUNE_TRIAL_FAILED
             && (best < 0 || (t.maximize ? x->objective > vb.trials[best].objective
                                         : x->objective < vb.trials[best].objective)))
@@ -365,6 +406,29 @@ static void stop_active(svc_t *s, const char *tuning_id, const view_buf_t *vb, c
     }
 }
 
+/* Stops running trial x of tuning job id by the median stopping rule (st); its job's reason and
+ * event say so, and it keeps the objective it reported. */
+static int stop_early(svc_t *s, svc_tx_t *tx, const char *id, const spec_tuning_t *t, const tune_trial_t *x,
+                      const tune_stop_t *st, kiln_err_t *err)
+{
+    char reason[300];
+    snprintf(reason, sizeof reason,
+             "stopped early by the median rule: its best %s by step %lld is %.6g, worse than %.6g, the median of "
+             "the running averages of %d completed trial(s) up to that step",
+             t->metric, (long long)st->step, st->best, st->median, st->history);
+    json_t *j = NULL;
+    kiln_err_t e;
+    int rc = svc_job_stop(s, svc_caller_kilnd(), x->job_id, reason, &j, &e);
+    json_decref(j);
+    if (rc) {
+        if (rc != KILN_ESTATE)
+            log_warn("tuning job %s: could not stop trial %d (job %s) early: %s", id, x->trial, x->job_id, e.message);
+        return 0; /* ended meanwhile, or judged again next pass */
+    }
+    log_info("tuning job %s: trial %d (job %s) %s", id, x->trial, x->job_id, reason);
+    return store_tuning_trial_stopped(tx->c, id, x->trial, reason, err);
+}
+
 /* In tx: the paused trials of view end COMPLETED (never promoted, their tuning job ended). */
 static int end_paused(svc_tx_t *tx, const view_buf_t *vb, kiln_err_t *err)
 {
@@ -470,7 +534,7 @@ out:
 static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
 {
     svc_tx_t tx;
-    json_t *row = NULL, *trials = NULL;
+    json_t *row = NULL, *trials = NULL, *curves = NULL;
     spec_tuning_t t;
     bool parsed = false;
     view_buf_t vb = {0};
@@ -496,7 +560,9 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     const char *last_failure = NULL;
     if ((rc = store_tuning_trials_json(tx.c, id, &trials, err)) || (rc = record_rungs(tx.c, id, &t, trials, err)))
         goto fail;
-    if (view_build(&t, trials, &vb, &last_failure)) {
+    if (t.early_stopping && (rc = store_tuning_curves_json(tx.c, id, t.metric, &curves, err)))
+        goto fail;
+    if (view_build(&t, trials, curves, &vb, &last_failure)) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -535,6 +601,9 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
             log_info("tuning job %s: RUNNING -> %s (%s)", id, to, plan.reason);
         goto out;
     }
+    for (int k = 0; k < plan.nstop; k++)
+        if ((rc = stop_early(s, &tx, id, &t, &vb.trials[plan.stop[k].index], &plan.stop[k], err)))
+            goto fail;
     int64_t rungs[SPEC_TUNE_MAX_RUNGS];
     int nr = tune_rungs(&t, rungs);
     for (int k = 0; k < plan.npromote; k++)
@@ -573,6 +642,7 @@ out:
         spec_tuning_deinit(&t);
     json_decref(row);
     json_decref(trials);
+    json_decref(curves);
     return rc;
 }
 

@@ -139,6 +139,53 @@ static int rung_rank(const tune_view_t *v, int k, int i, int *n)
     return mine ? better_than : -1;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+bool tune_median_stop(const tune_view_t *v, int i, tune_stop_t *out)
+{
+    const spec_tuning_t *t = v->t;
+    const tune_trial_t *me = &v->trials[i];
+    if (!t->early_stopping || t->strategy == SPEC_TUNE_HYPERBAND || me->state != TUNE_TRIAL_ACTIVE || me->curve.n == 0)
+        return false;
+    int64_t s = me->curve.steps[me->curve.n - 1];
+    if (s < 1 || (me->total_steps > 0 && s * TUNE_MEDIAN_MIN_PART < me->total_steps))
+        return false;
+    double best = me->curve.values[0];
+    for (int k = 1; k < me->curve.n; k++)
+        if (better(t, me->curve.values[k], best))
+            best = me->curve.values[k];
+    double *avg = malloc(sizeof(double) * (size_t)(v->ntrials ? v->ntrials : 1));
+    if (!avg)
+        return false;
+    int n = 0;
+    for (int j = 0; j < v->ntrials; j++) {
+        const tune_trial_t *o = &v->trials[j];
+        if (j == i || o->state != TUNE_TRIAL_COMPLETED)
+            continue;
+        double sum = 0;
+        int cnt = 0;
+        for (int k = 0; k < o->curve.n && o->curve.steps[k] <= s; k++, cnt++)
+            sum += o->curve.values[k];
+        if (cnt > 0)
+            avg[n++] = sum / cnt;
+    }
+    bool stop = false;
+    if (n >= TUNE_MEDIAN_MIN_TRIALS) {
+        qsort(avg, (size_t)n, sizeof *avg, cmp_double);
+        double median = n % 2 ? avg[n / 2] : (avg[n / 2 - 1] + avg[n / 2]) / 2;
+        if (better(t, median, best)) {
+            *out = (tune_stop_t){.index = i, .step = s, .best = best, .median = median, .history = n};
+            stop = true;
+        }
+    }
+    free(avg);
+    return stop;
+}
+
 int tune_decide(const tune_view_t *v, tune_plan_t *out)
 {
     const spec_tuning_t *t = v->t;
@@ -195,7 +242,7 @@ int tune_decide(const tune_view_t *v, tune_plan_t *out)
         double b = 0;
         for (int i = 0; i < v->ntrials; i++) {
             const tune_trial_t *x = &v->trials[i];
-            if (x->state != TUNE_TRIAL_COMPLETED || !x->has_objective)
+            if ((x->state != TUNE_TRIAL_COMPLETED && x->state != TUNE_TRIAL_STOPPED) || !x->has_objective)
                 continue;
             if (seen++ == 0 || better(t, x->objective, b)) {
                 b = x->objective;
@@ -212,6 +259,10 @@ int tune_decide(const tune_view_t *v, tune_plan_t *out)
     }
     int64_t rungs[SPEC_TUNE_MAX_RUNGS];
     int nr = tune_rungs(t, rungs);
+    /* the median stopping rule: a stopped trial's slots count until its job has ended */
+    for (int i = 0; i < v->ntrials && out->nstop < TUNE_PLAN_MAX; i++)
+        if (tune_median_stop(v, i, &out->stop[out->nstop]))
+            out->nstop++;
     int room = t->max_parallel_jobs - active;
     /* hyperband (ASHA): from the top rung down, a paused trial in the top 1/eta of its rung so
      * far is promoted at once */

@@ -336,7 +336,7 @@ typedef struct spec_tuning {
     bool has_target;             /* completion.target_objective given */
     double target;
     int no_improvement_trials;   /* completion.no_improvement_trials (0: off) */
-    bool early_stopping;         /* early_stopping "auto" (refused at present: only "off") */
+    bool early_stopping;         /* early_stopping "auto": the median stopping rule (random, grid) */
     int max_failed_trials;       /* failed trials that end the tuning job (default 3) */
     int trial_priority;          /* default: the base job's priority minus 1 */
 } spec_tuning_t;

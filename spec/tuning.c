@@ -359,10 +359,13 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
             goto fail;
         }
         if (v && !strcmp(v, "auto")) {
-            /* refused rather than ignored until the median stopping rule is built */
-            rc = invalid(err, "early_stopping", "leave early_stopping out (or \"off\")",
-                         "early_stopping \"auto\" (the median stopping rule) is not available in this kilnd");
-            goto fail;
+            if (out->strategy == SPEC_TUNE_HYPERBAND) {
+                rc = invalid(err, "early_stopping", "leave early_stopping out (or \"off\"), or use strategy random or grid",
+                             "early_stopping \"auto\" (the median stopping rule) is for random and grid; hyperband "
+                             "already stops trials at its rungs");
+                goto fail;
+            }
+            out->early_stopping = true;
         }
     }
     /* objective */

@@ -855,7 +855,7 @@ int store_tuning_insert(store_conn_t *c, const char *name, const char *project, 
 int store_tuning_get_json(store_conn_t *c, const char *id, bool for_update, json_t **out, kiln_err_t *err);
 /* *out = its trials, by number: [{"trial", "job_id", "parameters", "rung", "rung_objectives",
  * "job_state", "job_reason", "steps", "total_steps", "metrics" (the job's latest values),
- * "attempt"}]. */
+ * "attempt", "stop_reason" (why the controller stopped it early, or null)}]. */
 int store_tuning_trials_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 /* *out = its events, oldest first: [{"seq", "time", "from_state", "to_state", "reason", "actor"}]. */
 int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
@@ -872,6 +872,12 @@ int store_tuning_set_state(store_conn_t *c, const char *id, const char *from, co
  * job's next_trial moves past it. KILN_EEXIST when the number is taken. */
 int store_tuning_trial_insert(store_conn_t *c, const char *tuning_id, int trial, const char *job_id,
                               const char *params_json, int rung, kiln_err_t *err);
+/* *out = {"<trial>": {"steps": [...], "values": [...]}}: metric by step, steps ascending, of the
+ * trials whose jobs did not fail, stop or start stopping (the median stopping rule's history and candidates); at
+ * each step the lowest rank's value of the job's latest attempt that has one, finite values only. */
+int store_tuning_curves_json(store_conn_t *c, const char *id, const char *metric, json_t **out, kiln_err_t *err);
+/* Records why the tuning controller stopped a trial early (its stop_reason). */
+int store_tuning_trial_stopped(store_conn_t *c, const char *tuning_id, int trial, const char *reason, kiln_err_t *err);
 /* Sets a trial's rung and, when rung_objectives_json is not NULL, its objectives per rung. */
 int store_tuning_trial_rung(store_conn_t *c, const char *tuning_id, int trial, int rung,
                             const char *rung_objectives_json, kiln_err_t *err);

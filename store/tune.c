@@ -86,7 +86,7 @@ int store_tuning_trials_json(store_conn_t *c, const char *id, json_t **out, kiln
                      "SELECT json_build_object('trial', t.trial, 'job_id', t.job_id, 'parameters', t.parameters,"
                      " 'rung', t.rung, 'rung_objectives', t.rung_objectives, 'job_state', j.state,"
                      " 'job_reason', j.reason, 'steps', j.progress_step, 'total_steps', j.total_steps,"
-                     " 'metrics', j.metrics, 'attempt', j.attempt)::text"
+                     " 'metrics', j.metrics, 'attempt', j.attempt, 'stop_reason', t.stop_reason)::text"
                      " FROM tuning_trials t JOIN jobs j ON j.id = t.job_id WHERE t.tuning_id = $1::uuid"
                      " ORDER BY t.trial",
                      1, p, &r, err);
@@ -229,4 +229,41 @@ int store_tuning_trial_rung(store_conn_t *c, const char *tuning_id, int trial, i
                    "UPDATE tuning_trials SET rung = $3::int, rung_objectives = coalesce($4::jsonb, rung_objectives)"
                    " WHERE tuning_id = $1::uuid AND trial = $2::int",
                    4, p, NULL, err);
+}
+
+int store_tuning_curves_json(store_conn_t *c, const char *id, const char *metric, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    const char *p[2] = {id, metric};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read trial curves",
+                     "SELECT json_object_agg(x.trial::text, x.curve)::text FROM ("
+                     " SELECT t.trial, json_build_object('steps', array_agg(pt.step ORDER BY pt.step),"
+                     "  'values', array_agg(pt.val ORDER BY pt.step)) AS curve"
+                     " FROM tuning_trials t JOIN jobs j ON j.id = t.job_id"
+                     " CROSS JOIN LATERAL (SELECT DISTINCT ON (u.step) u.step, u.val"
+                     "  FROM metric_chunks m, unnest(m.steps, m.vals) AS u(step, val)"
+                     "  WHERE m.job_id = t.job_id AND m.name = $2::text"
+                     "   AND u.val NOT IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)"
+                     "  ORDER BY u.step, m.attempt DESC, m.rank, m.id DESC) pt"
+                     " WHERE t.tuning_id = $1::uuid AND j.state NOT IN ('FAILED', 'STOPPED', 'STOPPING')"
+                     " GROUP BY t.trial) x",
+                     2, p, &r, err);
+    if (rc)
+        return rc;
+    *out = PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) ? store_get_json(r, 0, 0, NULL) : json_object();
+    PQclear(r);
+    if (!*out)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    return 0;
+}
+
+int store_tuning_trial_stopped(store_conn_t *c, const char *tuning_id, int trial, const char *reason, kiln_err_t *err)
+{
+    char tr[16];
+    snprintf(tr, sizeof tr, "%d", trial);
+    const char *p[3] = {tuning_id, tr, reason};
+    return store_q(c, "record trial stopped early",
+                   "UPDATE tuning_trials SET stop_reason = $3::text WHERE tuning_id = $1::uuid AND trial = $2::int", 3,
+                   p, NULL, err);
 }

@@ -1,13 +1,16 @@
 /* test_tuning.c - a tuning job end to end: the `kiln tune` CLI against a real kilnd and two real
  * agents training tiny GPT trials. A seeded random search run twice gives the same trials, each
  * trained the same (the same val_loss), the second time round as the first; describe prints the
- * trials table and the best trial. */
+ * trials table and the best trial. With script trials (a shell script in a data root whose loss
+ * is its hyperparameter): early_stopping "auto" stops the trial worse than the median. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "tests/e2e/e2e.h"
@@ -29,6 +32,43 @@ static json_t *wait_ended(const char *id, long timeout_ms)
         struct timespec pause = {0, 100 * 1000000};
         nanosleep(&pause, NULL); /* polls the condition: the trials train meanwhile */
     }
+}
+
+/* Writes script text as <cluster dir>/shared-checkpoints/<name>/trial.sh (a data root of both
+ * agents, so the sandbox shows it to the ranks); the directory's path into dir. */
+static void script_trial(const char *name, const char *text, char *dir, size_t n)
+{
+    snprintf(dir, n, "%.200s/shared-checkpoints/%s", e2e_cl->dir, name);
+    cr_assert(mkdir(dir, 0755) == 0 || access(dir, F_OK) == 0, "mkdir %s", dir);
+    chmod(dir, 0755);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/trial.sh", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+    chmod(path, 0644);
+}
+
+/* POST /v1/tuning-jobs over a grid of the script job in dir whose hyperparameter "loss" takes
+ * values (a JSON array), extra members after; returns the id (caller frees). */
+static char *submit_script_grid(const char *dir, const char *values, const char *extra)
+{
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"name\": \"script-grid\", \"job\": {\"name\": \"t\", \"entry_point\": \"trial.sh\", \"source\": \"%s\","
+             " \"retry\": {\"max_attempts\": 1}, \"hyperparameters\": {\"loss\": 1},"
+             " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"},"
+             " \"metric_definitions\": [{\"name\": \"loss\", \"regex\": \"^step (?<step>[0-9]+) loss ([0-9.]+)\"}]},"
+             " \"parameters\": {\"loss\": {\"type\": \"categorical\", \"values\": %s}},"
+             " \"objective\": {\"metric\": \"loss\", \"goal\": \"minimize\"}, \"strategy\": \"grid\"%s%s}",
+             dir, values, extra ? ", " : "", extra ? extra : "");
+    long status = 0;
+    json_t *r = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &status);
+    cr_assert_eq(status, 201, "%ld %s", status, e2e_dump(r));
+    char *id = strdup(e2e_jstr(r, "id"));
+    json_decref(r);
+    return id;
 }
 
 /* kiln tune submit FILE: returns the id it printed (caller frees). */
@@ -215,6 +255,48 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
     json_decref(straight);
     json_decref(spec);
     json_decref(tj);
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}
+
+/* A trial reports its hyperparameter as its loss at steps 1-5 and ends; the one with loss 9 goes
+ * on reporting until it is stopped. */
+static const char k_median_sh[] =
+    "i=1\n"
+    "while [ $i -le 5 ]; do echo \"step $i loss $2\"; i=$((i+1)); sleep 0.05; done\n"
+    "while [ \"$2\" = 9 ]; do echo \"step $i loss $2\"; i=$((i+1)); sleep 0.1; done\n";
+
+Test(e2e_tuning, median_rule_stops_the_trial_worse_than_the_completed_median, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    char dir[PATH_MAX];
+    script_trial("median", k_median_sh, dir, sizeof dir);
+    /* one at a time: trials 0-2 complete (losses 2, 1, 3: median 2), then trial 3 (loss 9) runs
+     * until the median rule stops it, and the search ends with every trial */
+    char *id = submit_script_grid(dir, "[2, 1, 3, 9]", "\"max_jobs\": 4, \"max_parallel_jobs\": 1, "
+                                                       "\"early_stopping\": \"auto\"");
+    json_t *t = wait_ended(id, 200000);
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 4, "%s", e2e_dump(t));
+    for (size_t i = 0; i < 3; i++)
+        cr_assert_str_eq(e2e_jstr(json_array_get(trials, i), "state"), "COMPLETED", "trial %zu: %s", i, e2e_dump(t));
+    json_t *bad = json_array_get(trials, 3);
+    cr_assert_str_eq(e2e_jstr(bad, "state"), "STOPPED", "%s", e2e_dump(bad));
+    cr_assert(strstr(e2e_jstr(bad, "reason"), "stopped early by the median rule") &&
+              strstr(e2e_jstr(bad, "reason"), "median of the running averages of 3 completed trial(s)"),
+              "%s", e2e_dump(bad));
+    cr_assert(json_number_value(json_object_get(bad, "objective")) == 9.0, "it keeps its objective: %s", e2e_dump(bad));
+    json_t *best = json_object_get(t, "best");
+    cr_assert(json_number_value(json_object_get(best, "objective")) == 1.0, "%s", e2e_dump(t));
+    cr_assert_str_eq(e2e_jstr(best, "job_id"), e2e_jstr(json_array_get(trials, 1), "job_id"));
+    /* its job's events say who stopped it and why */
+    json_t *ev = e2e_events(e2e_jstr(bad, "job_id"));
+    char *text = json_dumps(ev, 0);
+    cr_assert(strstr(text, "stopped early by the median rule"), "%s", text);
+    free(text);
+    json_decref(ev);
     json_decref(t);
     free(id);
     e2e_pass();

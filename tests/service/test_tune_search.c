@@ -2,7 +2,8 @@
  * and differ between seeds, ranges, integer rounding, log and reverse_log scaling (checked
  * statistically) and categorical values are respected, the grid is enumerated whole, and the
  * controller's decisions: parallelism, the ends (objective missing, failures, target, no
- * improvement, all done) and hyperband's asynchronous promotions (ASHA). */
+ * improvement, all done), hyperband's asynchronous promotions (ASHA) and the median stopping
+ * rule (early_stopping "auto"). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -243,5 +244,97 @@ Test(tune_search, hyperband_rungs_and_asynchronous_promotion)
     tune_plan_t q;
     tune_decide(&v, &q);
     cr_assert_eq(memcmp(&p, &q, sizeof p), 0);
+    spec_tuning_deinit(&t);
+}
+
+/* Trial n's curve: its objective at steps 10, 20, ... (k values of vals). */
+static int64_t curve_steps[10] = {10, 20, 30, 40, 50, 60, 70, 80, 90, 100};
+static void curve(tune_trial_t *x, const double *vals, int k, int64_t total)
+{
+    x->curve = (tune_curve_t){.steps = curve_steps, .values = vals, .n = k};
+    x->total_steps = total;
+}
+
+Test(tune_search, median_rule_stops_a_running_trial_worse_than_the_completed_median)
+{
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"max_jobs\": 10, \"max_parallel_jobs\": 2, \"early_stopping\": \"auto\"");
+    cr_assert(t.early_stopping);
+    /* completed trials' running averages up to step 30: 4.0, 3.0, 2.0 (median 3.0); up to 100: 2.7, 2.0, 1.1 */
+    static const double c0[] = {5, 4, 3, 3, 2, 2, 2, 1, 1, 1}, c1[] = {3, 3, 3, 2, 2, 2, 1, 1, 1, 2},
+                        c2[] = {2, 2, 2, 1, 1, 1, 0, 0, 1, 1};
+    static const double bad[] = {4, 3.5, 3.2}, good[] = {4, 3, 2.5}, tie[] = {4, 3.5, 3.0};
+    tune_trial_t tr[5];
+    tr[0] = trial(0, TUNE_TRIAL_COMPLETED, true, 1);
+    tr[1] = trial(1, TUNE_TRIAL_COMPLETED, true, 2);
+    tr[2] = trial(2, TUNE_TRIAL_COMPLETED, true, 1);
+    curve(&tr[0], c0, 10, 100);
+    curve(&tr[1], c1, 10, 100);
+    curve(&tr[2], c2, 10, 100);
+    tr[3] = trial(3, TUNE_TRIAL_ACTIVE, true, 3.2);
+    curve(&tr[3], bad, 3, 100);
+    tr[4] = trial(4, TUNE_TRIAL_ACTIVE, true, 2.5);
+    curve(&tr[4], good, 3, 100);
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 5, .next_trial = 5};
+    tune_plan_t p;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 1, "the trial whose best (3.2) is worse than the median (3.0) stops, the other goes on");
+    cr_assert_eq(p.stop[0].index, 3);
+    cr_assert_eq(p.stop[0].step, 30);
+    cr_assert_float_eq(p.stop[0].best, 3.2, 1e-12);
+    cr_assert_float_eq(p.stop[0].median, 3.0, 1e-12);
+    cr_assert_eq(p.stop[0].history, 3);
+    cr_assert_eq(p.nnew, 0, "a stopped trial holds its slot until its job has ended");
+    /* equal to the median is not worse */
+    curve(&tr[3], tie, 3, 100);
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 0);
+    curve(&tr[3], bad, 3, 100);
+    /* not before 1/10 of its steps */
+    curve(&tr[3], bad, 3, 400);
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 0, "step 30 of 400 is too early to judge");
+    curve(&tr[3], bad, 3, 300);
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 1, "step 30 of 300 is judged");
+    /* not with fewer than 3 completed trials */
+    tr[2].state = TUNE_TRIAL_FAILED;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 0, "2 completed trials are not enough history");
+    tr[2].state = TUNE_TRIAL_COMPLETED;
+    /* only what the completed trials had reported by the step counts: at step 10 their values are 5, 3, 2 */
+    static const double early[] = {3.5};
+    curve(&tr[3], early, 1, 100);
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 1);
+    cr_assert_float_eq(p.stop[0].median, 3.0, 1e-12);
+    cr_assert_eq(p.stop[0].step, 10);
+    /* maximize: higher is better; the running averages' median up to step 30 is still 3.0 */
+    t.maximize = true;
+    static const double low[] = {1, 2, 2.5};
+    curve(&tr[3], bad, 3, 100);
+    curve(&tr[4], low, 3, 100);
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 1, "maximize: a best of 4.0 goes on, a best of 2.5 stops");
+    cr_assert_eq(p.stop[0].index, 4);
+    t.maximize = false;
+    /* off, or a trial that is not running: never */
+    t.early_stopping = false;
+    curve(&tr[4], bad, 3, 100);
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 0, "early_stopping off");
+    t.early_stopping = true;
+    tr[3].state = TUNE_TRIAL_PAUSED;
+    tr[4].state = TUNE_TRIAL_STOPPED;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 0, "only running trials are judged");
+    /* a trial stopped early counts as a trial: the search ends when every trial has ended */
+    tr[3].state = TUNE_TRIAL_STOPPED;
+    v.next_trial = 10;
+    tr[3].objective = 0.5;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_COMPLETED, "%s", p.reason);
+    cr_assert_eq(p.best, 3, "a trial stopped early keeps its objective and can be the best");
     spec_tuning_deinit(&t);
 }
