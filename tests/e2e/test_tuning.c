@@ -2,7 +2,8 @@
  * agents training tiny GPT trials. A seeded random search run twice gives the same trials, each
  * trained the same (the same val_loss), the second time round as the first; describe prints the
  * trials table and the best trial. With script trials (a shell script in a data root whose loss
- * is its hyperparameter): early_stopping "auto" stops the trial worse than the median. */
+ * is its hyperparameter): early_stopping "auto" stops the trial worse than the median, and a
+ * search whose kilnd is SIGKILLed mid-flight carries on after the restart with the same trials. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdio.h>
@@ -297,6 +298,66 @@ Test(e2e_tuning, median_rule_stops_the_trial_worse_than_the_completed_median, .i
     cr_assert(strstr(text, "stopped early by the median rule"), "%s", text);
     free(text);
     json_decref(ev);
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}
+
+/* A trial reports its loss until the file GO in its script's directory exists, then ends. */
+static const char k_wait_sh[] =
+    "i=1\n"
+    "while [ ! -e \"$GO\" ]; do echo \"step $i loss $2\"; i=$((i+1)); sleep 0.1; done\n"
+    "echo \"step $i loss $2\"\n";
+
+Test(e2e_tuning, a_search_carries_on_with_the_same_trials_after_kilnd_is_killed, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    char dir[PATH_MAX], script[sizeof k_wait_sh + PATH_MAX + 32], go[PATH_MAX + 8];
+    snprintf(go, sizeof go, "%.200s/shared-checkpoints/restart/GO", e2e_cl->dir);
+    snprintf(script, sizeof script, "GO='%s'\n%s", go, k_wait_sh);
+    script_trial("restart", script, dir, sizeof dir);
+    char *id = submit_script_grid(dir, "[4, 3, 2, 1]", "\"max_jobs\": 4, \"max_parallel_jobs\": 2");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
+    /* two trials run (and wait for GO) when kilnd dies */
+    json_t *t = NULL;
+    for (int i = 0; i < 1200; i++) {
+        json_decref(t);
+        t = e2e_get(path);
+        json_t *tr = json_object_get(t, "trials");
+        if (json_array_size(tr) == 2 && !strcmp(e2e_jstr(json_array_get(tr, 0), "state"), "RUNNING") &&
+            !strcmp(e2e_jstr(json_array_get(tr, 1), "state"), "RUNNING"))
+            break;
+        usleep(100000);
+    }
+    json_t *before = json_incref(json_object_get(t, "trials"));
+    cr_assert_eq(json_array_size(before), 2, "%s", e2e_dump(t));
+    json_decref(t);
+    e2e_kilnd_kill();
+    e2e_kilnd_start();
+    FILE *f = fopen(go, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    t = wait_ended(id, 200000);
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    json_t *after = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(after), 4, "%s", e2e_dump(t));
+    for (size_t i = 0; i < 4; i++) {
+        json_t *x = json_array_get(after, i);
+        cr_assert_eq(e2e_jint(x, "trial"), (json_int_t)i);
+        cr_assert_str_eq(e2e_jstr(x, "state"), "COMPLETED", "%s", e2e_dump(t));
+        if (i < 2)
+            cr_assert_str_eq(e2e_jstr(x, "job_id"), e2e_jstr(json_array_get(before, i), "job_id"),
+                             "trial %zu kept its job across the restart: %s", i, e2e_dump(t));
+    }
+    cr_assert(json_number_value(json_object_get(json_object_get(t, "best"), "objective")) == 1.0, "%s", e2e_dump(t));
+    /* no trial was submitted twice: the project has exactly the search's four trial jobs */
+    char q[256];
+    snprintf(q, sizeof q, "/v1/jobs?tag=tuning_job:%s", id);
+    json_t *jobs = e2e_get(q);
+    cr_assert_eq(json_array_size(json_object_get(jobs, "jobs")), 4, "%s", e2e_dump(jobs));
+    json_decref(jobs);
+    json_decref(before);
     json_decref(t);
     free(id);
     e2e_pass();
