@@ -3,7 +3,9 @@
  * trained the same (the same val_loss), the second time round as the first; describe prints the
  * trials table and the best trial. With script trials (a shell script in a data root whose loss
  * is its hyperparameter): early_stopping "auto" stops the trial worse than the median, and a
- * search whose kilnd is SIGKILLed mid-flight carries on after the restart with the same trials. */
+ * search whose kilnd is SIGKILLed mid-flight carries on after the restart with the same trials.
+ * Trials are preemptible work: an ordinary job submitted to a cluster full of them preempts one,
+ * which resumes from its checkpoint afterwards, and the search completes. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdio.h>
@@ -155,6 +157,27 @@ Test(e2e_tuning, seeded_random_search_repeats_through_the_cli, .init = e2e_setup
     e2e_pass();
 }
 
+/* Whether attempt of job says in its log that it resumed from a checkpoint (printing the
+ * attempt's lines when not). */
+static bool attempt_resumed(const char *job, int attempt)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", job);
+    json_t *logs = e2e_get(path);
+    bool resumed = false;
+    size_t li;
+    json_t *line;
+    json_array_foreach(json_object_get(logs, "lines"), li, line)
+        if (e2e_jint(line, "attempt") == attempt && strstr(e2e_jstr(line, "line"), "resumed from"))
+            resumed = true;
+    if (!resumed)
+        json_array_foreach(json_object_get(logs, "lines"), li, line)
+            if (e2e_jint(line, "attempt") == attempt)
+                fprintf(stderr, "attempt %d: %s\n", attempt, e2e_jstr(line, "line"));
+    json_decref(logs);
+    return resumed;
+}
+
 /* The job's model artifact through `kiln artifacts --get` (caller frees; *n its size). */
 static char *model_of(const char *job, const char *tag, size_t *n)
 {
@@ -223,18 +246,8 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
     json_t *logs = e2e_get(path);
     char *text = e2e_dump(logs);
     cr_assert(strstr(text, "paused at step 10") && strstr(text, "at step 10"), "%s", text);
-    bool resumed = false;
-    size_t li;
-    json_t *line;
-    json_array_foreach(json_object_get(logs, "lines"), li, line)
-        if (e2e_jint(line, "attempt") == 2 && strstr(e2e_jstr(line, "line"), "resumed from"))
-            resumed = true;
-    if (!resumed)
-        json_array_foreach(json_object_get(logs, "lines"), li, line)
-            if (e2e_jint(line, "attempt") == 2)
-                fprintf(stderr, "attempt 2: %s\n", e2e_jstr(line, "line"));
-    cr_assert(resumed, "the second attempt resumed from the checkpoint of step 10");
     json_decref(logs);
+    cr_assert(attempt_resumed(trial_job, 2), "the second attempt resumed from the checkpoint of step 10");
     /* the same trial trained straight through: the same parameters, bit for bit */
     json_t *tj = e2e_get((snprintf(path, sizeof path, "/v1/jobs/%s", trial_job), path));
     json_t *spec = json_deep_copy(json_object_get(tj, "spec"));
@@ -358,6 +371,97 @@ Test(e2e_tuning, a_search_carries_on_with_the_same_trials_after_kilnd_is_killed,
     cr_assert_eq(json_array_size(json_object_get(jobs, "jobs")), 4, "%s", e2e_dump(jobs));
     json_decref(jobs);
     json_decref(before);
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}
+
+Test(e2e_tuning, trials_yield_to_an_ordinary_job_and_resume_from_their_checkpoints, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    /* three trials (at the default trial priority, the base job's minus 1) fill the 3 cpu slots,
+     * each frozen at step 30 with a checkpoint every step */
+    char *text = e2e_spec("pre", 400, 1, 1, 4);
+    json_t *base = json_loads(text, 0, NULL);
+    free(text);
+    char ckpt[PATH_MAX];
+    snprintf(ckpt, sizeof ckpt, "%.200s/shared-checkpoints", e2e_cl->dir);
+    json_object_set_new(base, "checkpoint", json_pack("{s:i, s:s}", "every_steps", 1, "path", ckpt));
+    json_t *req = json_pack("{s:s, s:o, s:{s:{s:s, s:f, s:f}}, s:{s:s}, s:s, s:i, s:i, s:i}", "name", "pre", "job",
+                            base, "parameters", "lr", "type", "continuous", "min", 0.001, "max", 0.01, "objective",
+                            "metric", "train_loss", "strategy", "random", "max_jobs", 3, "max_parallel_jobs", 3,
+                            "seed", 3);
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    long st = 0;
+    json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
+    free(body);
+    cr_assert_eq(st, 201, "%s", e2e_dump(c));
+    char *id = strdup(e2e_jstr(c, "id"));
+    json_decref(c);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
+    json_t *t = NULL;
+    for (int i = 0; i < 600; i++) {
+        json_decref(t);
+        t = e2e_get(path);
+        if (json_array_size(json_object_get(t, "trials")) == 3)
+            break;
+        usleep(100000);
+    }
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
+    char jobs[3][64];
+    pid_t ranks[3][E2E_MAX_RANKS];
+    int nranks[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(jobs[i], sizeof jobs[i], "%s", e2e_jstr(json_array_get(trials, (size_t)i), "job_id"));
+        json_t *j = e2e_freeze_at_step(jobs[i], 30, 120000, ranks[i], &nranks[i]);
+        cr_assert_eq(e2e_jint(j, "priority"), -1, "a trial runs below ordinary jobs: %s", e2e_dump(j));
+        json_decref(j);
+    }
+    json_decref(t);
+    /* an ordinary job (priority 0) to the same queue preempts one trial */
+    char *spec = e2e_spec("ordinary", 20, 1, 1, 4);
+    json_t *o = e2e_submit(spec);
+    free(spec);
+    char ord[64];
+    snprintf(ord, sizeof ord, "%s", e2e_jstr(o, "id"));
+    json_decref(o);
+    int victim = -1;
+    for (int k = 0; k < 600 && victim < 0; k++) {
+        for (int i = 0; i < 3 && victim < 0; i++) {
+            snprintf(path, sizeof path, "/v1/jobs/%s", jobs[i]);
+            json_t *j = e2e_get(path);
+            if (!strcmp(e2e_jstr(j, "state"), "STOPPING") || !strcmp(e2e_jstr(j, "state"), "PREEMPTED"))
+                victim = i;
+            json_decref(j);
+        }
+        if (victim < 0)
+            usleep(100000);
+    }
+    cr_assert_geq(victim, 0, "no trial was preempted for the ordinary job");
+    e2e_thaw(ranks[victim], nranks[victim]);
+    json_t *v = e2e_wait_state(jobs[victim], "PREEMPTED", 60000);
+    cr_assert(strstr(e2e_jstr(v, "reason"), ord), "%s", e2e_dump(v));
+    json_decref(v);
+    json_decref(e2e_wait_state(ord, "COMPLETED", 120000));
+    for (int i = 0; i < 3; i++)
+        if (i != victim)
+            e2e_thaw(ranks[i], nranks[i]);
+    /* the preempted trial resumed from its checkpoint and the search completed with three trials */
+    t = wait_ended(id, 200000);
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
+    for (size_t i = 0; i < 3; i++)
+        cr_assert_str_eq(e2e_jstr(json_array_get(trials, i), "state"), "COMPLETED", "%s", e2e_dump(t));
+    snprintf(path, sizeof path, "/v1/jobs/%s", jobs[victim]);
+    json_t *vj = e2e_get(path);
+    int attempt = (int)e2e_jint(vj, "attempt");
+    json_decref(vj);
+    cr_assert_geq(attempt, 2, "the preempted trial ran again");
+    cr_assert(attempt_resumed(jobs[victim], attempt), "the preempted trial resumed from its checkpoint");
     json_decref(t);
     free(id);
     e2e_pass();
