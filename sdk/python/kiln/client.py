@@ -1,5 +1,5 @@
-"""The REST client: Client (jobs, search and compare, artifacts, workers, users, tokens,
-projects) and Job (a handle on one training job).
+"""The REST client: Client (jobs, search and compare, artifacts, tuning jobs, workers, users,
+tokens, projects), Job (a handle on one training job) and TuningJob (one tuning job).
 
 Standard library only (urllib, json). Shapes follow docs/contracts.md: a Job is the
 JSON object kilnd returns, exposed through properties; logs and metrics are read
@@ -669,6 +669,45 @@ class Client:
                                 % (self.url, reason), code="unavailable", status=0) from None
         return _str(_obj(json.loads(raw)).get("source"))
 
+    # ---- tuning jobs --------------------------------------------------------------------
+    def create_tuning_job(self, spec: Mapping[str, Any]) -> TuningJob:
+        """Starts a tuning job (POST /v1/tuning-jobs: {"name", "job", "parameters", "objective",
+        "strategy", ...}, docs/contracts.md) and returns its TuningJob. A bad spec raises
+        KilnError naming the field (status 400). HyperparameterTuner builds the spec."""
+        _, j = self._call("POST", "/v1/tuning-jobs", body=spec)
+        return TuningJob(self, j)
+
+    def tuning_job(self, tuning_job_id: str) -> TuningJob:
+        """The tuning job with this id, with its trials, best trial and events."""
+        _, j = self._call("GET", "/v1/tuning-jobs/" + _seg(tuning_job_id))
+        return TuningJob(self, j)
+
+    def tuning_jobs(self) -> list[TuningJob]:
+        """The tuning jobs of the projects you can see, newest first."""
+        _, j = self._call("GET", "/v1/tuning-jobs")
+        return [TuningJob(self, t) for t in _objs(j.get("tuning_jobs"))]
+
+    def find_tuning_job(self, ref: str) -> TuningJob:
+        """The tuning job ``ref`` names: its id, a unique prefix of its id, or its name when one
+        tuning job you can see has it. Several matches raise KilnError (status 400) listing them;
+        none, status 404."""
+        found = [t for t in self.tuning_jobs() if t.id == ref]
+        if not found:
+            found = [t for t in self.tuning_jobs() if t.name == ref or (len(ref) >= 4 and t.id.startswith(ref))]
+        if len(found) > 1:
+            raise KilnError('"%s" names %d tuning jobs' % (ref, len(found)), code="invalid_argument", status=400,
+                            detail="candidates: " + ", ".join(t.id for t in found[:_CANDIDATES]),
+                            hint="give the tuning job's id (or a prefix only it has)")
+        if not found:
+            raise KilnError('no tuning job has the id, id prefix or name "%s"' % ref, code="not_found", status=404,
+                            hint="kiln tune list lists the tuning jobs you can see")
+        return self.tuning_job(found[0].id)
+
+    def stop_tuning_job(self, tuning_job_id: str) -> TuningJob:
+        """Stops a tuning job and its trials (editors); returns it STOPPING (or already ended)."""
+        _, j = self._call("POST", "/v1/tuning-jobs/%s:stop" % _seg(tuning_job_id), body={})
+        return TuningJob(self, j)
+
     # ---- cluster ------------------------------------------------------------------------
     def workers(self) -> list[JSONObject]:
         """Registered workers: dicts with id, hostname, address, slots, slots_free, slot_type,
@@ -909,3 +948,128 @@ class Job:
     def dataframe(self, name: str | None = None, attempt: int | str = "latest") -> Any:
         """Every metric by step and time as a pandas DataFrame (Client.dataframe)."""
         return self.client.dataframe(self.id, name=name, attempt=attempt)
+
+
+#: The states a tuning job ends in.
+TUNING_TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of a tuning job: an ordinary job (``job_id``) trained with ``parameters``;
+    ``objective`` is its latest value of the objective metric (None before it reports one),
+    ``steps`` the steps it trained, ``rung`` its hyperband rung, ``state`` its job's state."""
+    trial: int
+    job_id: str
+    parameters: JSONObject
+    objective: float | None
+    steps: int
+    rung: int
+    state: str
+
+    @classmethod
+    def from_json(cls, j: Mapping[str, Any]) -> Trial:
+        o = j.get("objective")
+        return cls(trial=_int(j.get("trial")), job_id=_str(j.get("job_id")), parameters=_obj(j.get("parameters")),
+                   objective=float(o) if isinstance(o, (int, float)) and not isinstance(o, bool) else None,
+                   steps=_int(j.get("steps")), rung=_int(j.get("rung")), state=_str(j.get("state")))
+
+
+#: The columns of TuningJob.dataframe() besides one per parameter.
+TRIAL_COLUMNS = ("trial", "job_id", "objective", "steps", "rung", "state")
+
+
+class TuningJob:
+    """A handle on one tuning job (its trials are ordinary jobs tagged ``tuning_job``).
+    Properties read the JSON from the last fetch; refresh() or wait() updates them."""
+
+    def __init__(self, client: Client, data: JSONObject) -> None:
+        self.client = client
+        self._data = data
+
+    def __repr__(self) -> str:
+        return "<kiln.TuningJob %s %r %s>" % (self.id[:8], self.name, self.state)
+
+    @property
+    def id(self) -> str:
+        return _str(self._data.get("id"))
+
+    @property
+    def name(self) -> str:
+        return _str(self._data.get("name"))
+
+    @property
+    def state(self) -> str:
+        """"RUNNING", "STOPPING", "COMPLETED", "FAILED" or "STOPPED" (as of the last refresh)."""
+        return _str(self._data.get("state"))
+
+    @property
+    def reason(self) -> str:
+        return _str(self._data.get("reason"))
+
+    @property
+    def done(self) -> bool:
+        return self.state in TUNING_TERMINAL_STATES
+
+    @property
+    def objective(self) -> JSONObject:
+        """{"metric": ..., "goal": "minimize" | "maximize"}."""
+        return _obj(self._data.get("objective"))
+
+    @property
+    def trials(self) -> list[Trial]:
+        """Every trial so far, in the order the search made them."""
+        return [Trial.from_json(t) for t in _objs(self._data.get("trials"))]
+
+    @property
+    def best(self) -> JSONObject | None:
+        """{"job_id", "objective", "parameters"} of the best trial so far, or None before any
+        trial reported the objective."""
+        b = self._data.get("best")
+        return _obj(b) if isinstance(b, dict) else None
+
+    def best_job(self) -> Job | None:
+        """The best trial's Job (its model through ``model_data``), or None before there is one."""
+        b = self.best
+        return self.client.job(_str(b.get("job_id"))) if b else None
+
+    def to_dict(self) -> JSONObject:
+        return dict(self._data)
+
+    def refresh(self) -> TuningJob:
+        self._data = self.client.tuning_job(self.id)._data
+        return self
+
+    def wait(self, timeout: float | None = None, poll: float = 1.0) -> TuningJob:
+        """Polls until the tuning job ends; returns self. Raises TimeoutError after ``timeout``
+        seconds. A tuning job that ends FAILED is returned as it is: its reason says why."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.refresh().done:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("tuning job %s still %s after %.0f s" % (self.id, self.state, timeout or 0.0))
+            time.sleep(poll)
+        return self
+
+    def stop(self) -> TuningJob:
+        self._data = self.client.stop_tuning_job(self.id)._data
+        return self
+
+    def trial_rows(self) -> list[JSONObject]:
+        """One dict per trial: TRIAL_COLUMNS and each parameter by its name."""
+        rows: list[JSONObject] = []
+        for t in self.trials:
+            row: JSONObject = {"trial": t.trial, "job_id": t.job_id, "objective": t.objective, "steps": t.steps,
+                               "rung": t.rung, "state": t.state}
+            row.update(t.parameters)
+            rows.append(row)
+        return rows
+
+    def dataframe(self) -> Any:
+        """The trials as a pandas DataFrame (trial_rows()), in the manner of SageMaker's
+        ``HyperparameterTuningJobAnalytics(...).dataframe()``. Needs pandas."""
+        try:
+            pandas = importlib.import_module("pandas")
+        except ImportError:
+            raise ImportError("dataframe() needs pandas (apt-get install python3-pandas, or pip install pandas); "
+                              "trial_rows() gives the same rows as dicts without it") from None
+        return pandas.DataFrame(self.trial_rows())
