@@ -798,19 +798,20 @@ def _seg(s: object) -> str:
     return urllib.parse.quote(str(s), safe="")
 
 
-class Job:
-    """A handle on one job. Properties read the JSON from the last fetch; call refresh()
-    (or wait()) to update them."""
+class _Handle:
+    """What a Job and a TuningJob share: the JSON of the last fetch behind properties, its
+    state, and polling until it ends. Subclasses say how to fetch (refresh) and which states end."""
+
+    _terminal: frozenset[str] = frozenset()
+    _kind = "job"
 
     def __init__(self, client: Client, data: JSONObject) -> None:
         self.client = client
         self._data = data
-        self.created = True
 
     def __repr__(self) -> str:
-        return "<kiln.Job %s %r %s>" % (self.id[:8], self.name, self.state)
+        return "<kiln.%s %s %r %s>" % (type(self).__name__, self.id[:8], self.name, self.state)
 
-    # ---- fields -------------------------------------------------------------------------
     @property
     def id(self) -> str:
         return _str(self._data.get("id"))
@@ -821,13 +822,48 @@ class Job:
 
     @property
     def state(self) -> str:
-        """"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING", "RESTARTING",
-        "COMPLETED", "FAILED", "STOPPED", "PREEMPTED" or "PAUSED" (as of the last refresh)."""
         return _str(self._data.get("state"))
 
     @property
     def reason(self) -> str:
         return _str(self._data.get("reason"))
+
+    @property
+    def done(self) -> bool:
+        return self.state in self._terminal
+
+    def to_dict(self) -> JSONObject:
+        return dict(self._data)
+
+    def _fetch(self) -> JSONObject:
+        raise NotImplementedError
+
+    def _poll(self, timeout: float | None, poll: float) -> None:
+        """Fetches until the state is one that ends; TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._data = self._fetch()
+            if self.done:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("%s %s still %s after %.0f s" % (self._kind, self.id, self.state, timeout or 0.0))
+            time.sleep(poll)
+
+
+class Job(_Handle):
+    """A handle on one job. Properties read the JSON from the last fetch; call refresh()
+    (or wait()) to update them. ``state`` is "QUEUED", "SCHEDULED", "STARTING", "RUNNING",
+    "STOPPING", "RESTARTING", "COMPLETED", "FAILED", "STOPPED", "PREEMPTED" or "PAUSED" (as of
+    the last refresh)."""
+
+    _terminal = TERMINAL_STATES
+
+    def __init__(self, client: Client, data: JSONObject) -> None:
+        super().__init__(client, data)
+        self.created = True
+
+    def _fetch(self) -> JSONObject:
+        return self.client.job(self.id)._data
 
     @property
     def attempt(self) -> int:
@@ -875,17 +911,10 @@ class Job:
         return _obj(self._data.get("spec"))
 
     @property
-    def done(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    @property
     def model_data(self) -> ModelData | None:
         """Where the trained model is, SageMaker-style: a ModelData (a str holding its URL, with
         size, sha256 and download(path)), or None while the job has no model artifact."""
         return self.client.model_data(self.id)
-
-    def to_dict(self) -> JSONObject:
-        return dict(self._data)
 
     def describe(self) -> JSONObject:
         """The job with its events (Client.describe)."""
@@ -893,17 +922,13 @@ class Job:
 
     # ---- actions ------------------------------------------------------------------------
     def refresh(self) -> Job:
-        self._data = self.client.job(self.id).to_dict()
+        self._data = self._fetch()
         return self
 
     def wait(self, timeout: float | None = None, poll: float = 0.5, raise_on_failure: bool = False) -> Job:
         """Polls until the job ends; returns self. Raises TimeoutError after ``timeout``
         seconds, and JobFailedError when ``raise_on_failure`` and it did not COMPLETE."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.refresh().done:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError("job %s still %s after %.0f s" % (self.id, self.state, timeout or 0.0))
-            time.sleep(poll)
+        self._poll(timeout, poll)
         if raise_on_failure and self.state != "COMPLETED":
             raise JobFailedError(self)
         return self
@@ -979,37 +1004,16 @@ class Trial:
 TRIAL_COLUMNS = ("trial", "job_id", "objective", "steps", "rung", "state")
 
 
-class TuningJob:
+class TuningJob(_Handle):
     """A handle on one tuning job (its trials are ordinary jobs tagged ``tuning_job``).
-    Properties read the JSON from the last fetch; refresh() or wait() updates them."""
+    Properties read the JSON from the last fetch; refresh() or wait() updates them. ``state``
+    is "RUNNING", "STOPPING", "COMPLETED", "FAILED" or "STOPPED"."""
 
-    def __init__(self, client: Client, data: JSONObject) -> None:
-        self.client = client
-        self._data = data
+    _terminal = TUNING_TERMINAL_STATES
+    _kind = "tuning job"
 
-    def __repr__(self) -> str:
-        return "<kiln.TuningJob %s %r %s>" % (self.id[:8], self.name, self.state)
-
-    @property
-    def id(self) -> str:
-        return _str(self._data.get("id"))
-
-    @property
-    def name(self) -> str:
-        return _str(self._data.get("name"))
-
-    @property
-    def state(self) -> str:
-        """"RUNNING", "STOPPING", "COMPLETED", "FAILED" or "STOPPED" (as of the last refresh)."""
-        return _str(self._data.get("state"))
-
-    @property
-    def reason(self) -> str:
-        return _str(self._data.get("reason"))
-
-    @property
-    def done(self) -> bool:
-        return self.state in TUNING_TERMINAL_STATES
+    def _fetch(self) -> JSONObject:
+        return self.client.tuning_job(self.id)._data
 
     @property
     def objective(self) -> JSONObject:
@@ -1033,21 +1037,14 @@ class TuningJob:
         b = self.best
         return self.client.job(_str(b.get("job_id"))) if b else None
 
-    def to_dict(self) -> JSONObject:
-        return dict(self._data)
-
     def refresh(self) -> TuningJob:
-        self._data = self.client.tuning_job(self.id)._data
+        self._data = self._fetch()
         return self
 
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> TuningJob:
         """Polls until the tuning job ends; returns self. Raises TimeoutError after ``timeout``
         seconds. A tuning job that ends FAILED is returned as it is: its reason says why."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.refresh().done:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError("tuning job %s still %s after %.0f s" % (self.id, self.state, timeout or 0.0))
-            time.sleep(poll)
+        self._poll(timeout, poll)
         return self
 
     def stop(self) -> TuningJob:
