@@ -74,6 +74,27 @@ static char *submit_script_grid(const char *dir, const char *values, const char 
     return id;
 }
 
+/* Polls the tuning job until it has n trials (each in state, when not NULL); returns it (caller
+ * owns) or fails after 120 s. */
+static json_t *wait_trials(const char *id, size_t n, const char *state)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
+    for (int k = 0;; k++) {
+        json_t *t = e2e_get(path);
+        json_t *tr = json_object_get(t, "trials");
+        bool all = json_array_size(tr) == n;
+        for (size_t i = 0; all && state && i < n; i++)
+            all = !strcmp(e2e_jstr(json_array_get(tr, i), "state"), state);
+        if (all)
+            return t;
+        if (k == 1200)
+            cr_assert_fail("tuning job %s never had %zu trials %s: %s", id, n, state ? state : "", e2e_dump(t));
+        json_decref(t);
+        usleep(100000);
+    }
+}
+
 /* kiln tune submit FILE: returns the id it printed (caller frees). */
 static char *submit(const char *file)
 {
@@ -330,19 +351,8 @@ Test(e2e_tuning, a_search_carries_on_with_the_same_trials_after_kilnd_is_killed,
     snprintf(script, sizeof script, "GO='%s'\n%s", go, k_wait_sh);
     script_trial("restart", script, dir, sizeof dir);
     char *id = submit_script_grid(dir, "[4, 3, 2, 1]", "\"max_jobs\": 4, \"max_parallel_jobs\": 2");
-    char path[128];
-    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
     /* two trials run (and wait for GO) when kilnd dies */
-    json_t *t = NULL;
-    for (int i = 0; i < 1200; i++) {
-        json_decref(t);
-        t = e2e_get(path);
-        json_t *tr = json_object_get(t, "trials");
-        if (json_array_size(tr) == 2 && !strcmp(e2e_jstr(json_array_get(tr, 0), "state"), "RUNNING") &&
-            !strcmp(e2e_jstr(json_array_get(tr, 1), "state"), "RUNNING"))
-            break;
-        usleep(100000);
-    }
+    json_t *t = wait_trials(id, 2, "RUNNING");
     json_t *before = json_incref(json_object_get(t, "trials"));
     cr_assert_eq(json_array_size(before), 2, "%s", e2e_dump(t));
     json_decref(t);
@@ -401,14 +411,7 @@ Test(e2e_tuning, trials_yield_to_an_ordinary_job_and_resume_from_their_checkpoin
     json_decref(c);
     char path[256];
     snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
-    json_t *t = NULL;
-    for (int i = 0; i < 600; i++) {
-        json_decref(t);
-        t = e2e_get(path);
-        if (json_array_size(json_object_get(t, "trials")) == 3)
-            break;
-        usleep(100000);
-    }
+    json_t *t = wait_trials(id, 3, NULL);
     json_t *trials = json_object_get(t, "trials");
     cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
     char jobs[3][64];
