@@ -1,7 +1,8 @@
 /* tune_search.c - the tuning search as pure functions: a trial's parameter values from the seed
  * and its number (random and hyperband draws, grid points), hyperband's rungs, and the decision
- * of one controller pass over a snapshot of the trials (start, promote, end). No I/O: tune.c
- * reads the snapshot and carries the decision out; tests and benchmarks drive these directly. */
+ * of one controller pass over a snapshot of the trials (start, promote, stop early by the median
+ * rule, end). No I/O: tune.c reads the snapshot and carries the decision out; tests and
+ * benchmarks drive these directly. */
 #include "service/service.h"
 
 #include <math.h>
