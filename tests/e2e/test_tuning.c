@@ -8,6 +8,7 @@
  * which resumes from its checkpoint afterwards, and the search completes. */
 #include <criterion/criterion.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,8 +418,20 @@ Test(e2e_tuning, trials_yield_to_an_ordinary_job_and_resume_from_their_checkpoin
     char jobs[3][64];
     pid_t ranks[3][E2E_MAX_RANKS];
     int nranks[3];
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++)
         snprintf(jobs[i], sizeof jobs[i], "%s", e2e_jstr(json_array_get(trials, (size_t)i), "job_id"));
+    /* each rank is held (SIGSTOP) as soon as it exists, so that none runs to its end while
+     * another is brought to step 30 */
+    for (int k = 0, held = 0; held != 7; k++) {
+        cr_assert_lt(k, 12000, "the trials' ranks never all started");
+        for (int i = 0; i < 3; i++) {
+            pid_t pid = held & (1 << i) ? -1 : e2e_rank_pid(jobs[i], 0);
+            if (pid > 0 && kill(pid, SIGSTOP) == 0)
+                held |= 1 << i;
+        }
+        usleep(10000);
+    }
+    for (int i = 0; i < 3; i++) {
         json_t *j = e2e_freeze_at_step(jobs[i], 30, 120000, ranks[i], &nranks[i]);
         cr_assert_eq(e2e_jint(j, "priority"), -1, "a trial runs below ordinary jobs: %s", e2e_dump(j));
         json_decref(j);
