@@ -733,15 +733,6 @@ int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, c
  * may use and, when it waits for quota, its queue's nominal quota; it is unknown when a job whose
  * end is unknown stands in the way, when nothing would make it fit, and for a job waiting behind
  * another (that job's run time is not known before it runs). */
-typedef struct sched_holder {
-    const char *id;
-    int queue;              /* index into the snapshot's queues; -1 when not there */
-    int type;               /* slot type index */
-    int nodes, slots_per_node;
-    const int *workers;     /* nodes indices into the snapshot's workers (-1: not there) */
-    double end_s;           /* seconds until its predicted end; < 0 when unknown */
-} sched_holder_t;
-
 #define SCHED_PENDING_MAX_BLOCKING 10
 typedef struct sched_pending {
     int position;           /* 1-based, among its queue's waiting jobs in the snapshot's order */
@@ -754,8 +745,10 @@ typedef struct sched_pending {
 /* Fills out[j] for each job of the snapshot that sched_admit did not admit (dec and order are
  * its results for snap); admitted jobs get position 0. running: every job holding slots after
  * the pass, those it admitted included (their slots are the snapshot's slots_free less the
- * admitted placements). Does not modify its inputs. Returns 0, or KILN_ENOMEM. */
-int sched_pending(const sched_snapshot_t *snap, const sched_decision_t *dec, const sched_holder_t *running,
+ * admitted placements); only their id, queue, type, nodes, slots_per_node, worker (-1: not in
+ * the snapshot) and end_s (on the clock of snap->now_s) are read. Does not modify its inputs.
+ * Returns 0, or KILN_ENOMEM. */
+int sched_pending(const sched_snapshot_t *snap, const sched_decision_t *dec, const sched_running_t *running,
                   int nrunning, sched_pending_t *out);
 
 /* What the event of job j's admission says (its queue; within quota, or borrowing how many slots
