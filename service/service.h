@@ -612,10 +612,13 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
  * (SCHED_PREEMPTING) while its victims stop.
  *
  * Backfill. When the head of a queue and slot type waits for free slots, its earliest start is
- * when enough of the jobs holding slots have ended by their predicted ends (end_s); jobs behind it
- * whose predicted run time (runtime_s) ends by then start now in the free slots, if their quota
- * allows (backfilled). With no prediction for what the head waits for, or for the job, nothing is
- * backfilled, so the head starts no later than it would without backfill. */
+ * when enough of the jobs holding slots have ended by their predicted ends (end_s), and it then
+ * takes the slots where it would be placed at that time (reserved, besides what heads before it
+ * reserve). Jobs behind it start now, if their quota allows (backfilled), in free slots that no
+ * such head of their slot type needs: for each head whose earliest start comes before the job's
+ * predicted end (now + runtime_s), only slots that head leaves unreserved then. With no prediction
+ * for what the head waits for, or for the job, nothing is backfilled behind it, so with exact
+ * predictions every head starts no later than it would without backfill. */
 #define SCHED_NTYPES 2        /* slot types: 0 "cpu", 1 "gpu" */
 #define SCHED_UNLIMITED (-1)  /* a quota or limit with no bound */
 /* 0 for "cpu", 1 for "gpu", -1 for anything else. */
@@ -703,6 +706,7 @@ typedef struct sched_decision {
     bool backfilled;           /* admitted by backfill ahead of job behind_head, to end by end_s */
     int behind_head;
     double end_s;
+    double head_start_s;       /* backfilled: behind_head's earliest start, which it does not delay */
     int nvictims;              /* SCHED_PREEMPTING: the running jobs (indices) to preempt for it */
     int victims[SCHED_MAX_VICTIMS];
 } sched_decision_t;
