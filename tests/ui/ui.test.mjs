@@ -610,6 +610,16 @@ describe('web UI', { concurrency: false }, () => {
     await page.waitForSelector('#parallel[data-ready="true"][data-lines="3"]');
     assert.equal(await page.getAttribute('#parallel', 'data-axes'), 'lr,warmup_steps,val_loss');
     assert.equal(await page.locator('#parallel canvas').count(), 1);
+    // hovering a line names its trial: down the middle axis until the pointer is on one
+    const over = await page.locator('#parallel .u-over').boundingBox();
+    let named = '';
+    for (let y = over.y + 1; y < over.y + over.height && !named; y += 4) {
+      await page.mouse.move(over.x + over.width / 2, y);
+      const text = await page.textContent('#parallel .parallel-hover');
+      if (/^trial \d+ \(COMPLETED\): lr .*warmup_steps .*→ val_loss \d/.test(text)) named = text;
+    }
+    assert.ok(named, 'hovering the parallel coordinates names no trial');
+    await page.mouse.move(0, 0);
     assert.match(await page.textContent('#events'), /RUNNING[\s\S]*COMPLETED/);
     await shot(page, 'tuning-page');
     // sorting by the objective: kept in the URL, the best trial first

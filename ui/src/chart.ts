@@ -235,7 +235,8 @@ export class ObjectiveChart {
       this.plot = new uPlot({
         width: Math.max(240, this.el.clientWidth - 4),
         height: 220,
-        scales: { x: { time: false } },
+        // room above and below the dots, so the worst and best are not cut at the edge
+        scales: { x: { time: false }, y: { range: (_u, lo, hi) => uPlot.rangeNum(lo, hi, 0.1, true) } },
         axes: this.integerX ? [{ ...ax[0], incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, ax[1]] : ax,
         series: [
           { label: this.xLabel, value: fmt },
