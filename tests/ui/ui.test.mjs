@@ -626,12 +626,21 @@ describe('web UI', { concurrency: false }, () => {
     await page.locator('#trials thead button', { hasText: 'val_loss' }).click();
     await page.waitForFunction(() => /order_by=objective/.test(location.hash));
     assert.equal(await page.getAttribute('#trials tbody tr:first-child', 'data-job'), done.best.job_id);
-    // the best trials open side by side on the compare page
+    // the trials selected, then the best ones, open side by side on the compare page
+    const compared = async () => {
+      await page.waitForFunction(() => location.hash.startsWith('#/compare?ids='));
+      await page.waitForSelector('main[data-ready="true"] #compare-table');
+      return new URL(`http://x/${page.url().split('#/')[1]}`).searchParams.get('ids').split(',').sort();
+    };
+    const two = done.trials.filter((t) => t.job_id !== done.best.job_id).map((t) => t.job_id);
+    assert.ok(await page.isDisabled('#compare-selected'), 'Compare selected needs two trials');
+    for (const j of two) await page.check(`#trials input[data-job="${j}"]`);
+    await page.click('#compare-selected');
+    assert.deepEqual(await compared(), two.sort());
+    await page.goBack();
+    await page.waitForSelector('main[data-ready="true"] #trials tbody tr[data-job]');
     await page.locator('#compare-top').click();
-    await page.waitForFunction(() => location.hash.startsWith('#/compare?ids='));
-    const ids = new URL(`http://x/${page.url().split('#/')[1]}`).searchParams.get('ids').split(',');
-    assert.deepEqual(ids.sort(), done.trials.map((t) => t.job_id).sort());
-    await page.waitForSelector('main[data-ready="true"] #compare-table');
+    assert.deepEqual(await compared(), done.trials.map((t) => t.job_id).sort());
     // a trial's job page says whose trial it is and links back
     await page.goto(`${c.url}/#/jobs/${done.best.job_id}`);
     await page.waitForSelector('#trial-of a');
