@@ -213,6 +213,17 @@ int svc_agent_register_as(svc_t *s, const Kiln__RegisterRequest *req, const svc_
  * benchmarks): no join token is checked or consumed and no rate limit applies. */
 int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *presented_credential,
                        arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err);
+/* WatchWork: the worker a watch is for, the one the credential belongs to (*wid points into
+ * authenticated or req). KILN_EPERM when the request names another worker; KILN_EINVAL when
+ * there is no credential and the request names no usable worker id. */
+int svc_agent_watch(const char *authenticated, const Kiln__WatchWorkRequest *req, const char **wid,
+                    kiln_err_t *err);
+/* Work for agents: fn(ud, worker_id) runs on the notify thread whenever any kilnd on the database
+ * commits an assignment or a stop order for that worker (after the commit, so a heartbeat then
+ * finds it). fn must not block. One hook per svc_t; svc_on_work(s, NULL, NULL) removes it, and
+ * when that returns fn is not running and will not run again. */
+typedef void (*svc_work_fn)(void *ud, const char *worker_id);
+void svc_on_work(svc_t *s, svc_work_fn fn, void *ud);
 /* Records liveness; returns assignments not yet delivered to this worker and stop orders for
  * ranks it runs that should stop. Sets out->reregister when the worker id is unknown, and
  * out->waiting_for_approval (with a message, and nothing else) while the worker is PENDING. */

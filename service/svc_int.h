@@ -48,6 +48,8 @@ typedef struct svc_reg_bucket {
 #define SVC_CH_JOB_END "kiln_job_end"  /* "<job id>": the job reached a terminal state (sent by the
                                           transaction that moved it there) */
 #define SVC_CH_SCHED "kiln_sched"      /* "": the scheduler has work (for the leader) */
+#define SVC_CH_WORK "kiln_work"        /* "<worker id>": an assignment or a stop order for the worker
+                                          was committed (sent by that transaction; svc_on_work) */
 /* The session advisory lock the leader holds ("kilnlead"); migrations and the scheduler's pass
  * use others (store/). */
 #define SVC_LEADER_KEY INT64_C(0x6b696c6e6c656164)
@@ -78,6 +80,8 @@ struct svc {
     int nnotes, capnotes;
     bool note_sched;             /* tell the leader's scheduler it has work */
     int notify_efd;              /* eventfd that wakes the notify thread */
+    svc_work_fn work_fn;         /* svc_on_work's hook (under note_mu) */
+    void *work_ud;
     atomic_bool leader;          /* this kilnd holds the leader lock: it schedules and judges liveness */
     atomic_uint_fast64_t leader_epoch; /* counts the times it took the lock */
 

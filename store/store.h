@@ -523,6 +523,10 @@ int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assig
  * has none yet, when worker_id holds node 0. *set (OUT) = some row changed. */
 int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
                           bool *set, kiln_err_t *err);
+/* Sends a notification on channel, with a worker's id as its payload, for every worker holding
+ * an assignment of the attempt; delivered only if the transaction commits (WatchWork's nudges). */
+int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *job_id, int attempt,
+                                kiln_err_t *err);
 /* Marks one assignment delivered; *spec_json (OUT, malloc'd, caller frees) = the job's spec. */
 int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err);
 int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,
