@@ -274,6 +274,36 @@ void agent_rpc_destroy(agent_rpc_t *r)
     grpc_shutdown();
 }
 
+/* The call's metadata as the core takes it: static slices point at the caller's strings, which
+ * outlive the call. n_md is at most RPC_MAX_MD. */
+static void rpc_md(const agent_md_t *md, size_t n_md, grpc_metadata *send_md)
+{
+    memset(send_md, 0, sizeof(*send_md) * RPC_MAX_MD);
+    for (size_t i = 0; i < n_md; i++) {
+        send_md[i].key = grpc_slice_from_static_string(md[i].key);
+        send_md[i].value = grpc_slice_from_static_string(md[i].value);
+    }
+}
+
+/* A status other than OK as the kiln status matching it, with kilnd's message and hint in err. */
+static int rpc_status_err(grpc_status_code status, grpc_slice details, const grpc_metadata_array *trail_md,
+                          const char *method, kiln_err_t *err)
+{
+    size_t dl = GRPC_SLICE_LENGTH(details);
+    int rc = kiln_err_set(err, agent_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
+                          (const char *)GRPC_SLICE_START_PTR(details));
+    if (dl == 0 && err)
+        snprintf(err->message, sizeof(err->message), "%s failed with gRPC status %d", method, (int)status);
+    /* kilnd's hint (how to fix it, when to retry) rides in the trailing metadata */
+    for (size_t i = 0; err && i < trail_md->count; i++)
+        if (grpc_slice_str_cmp(trail_md->metadata[i].key, "kiln-hint") == 0) {
+            size_t hl = GRPC_SLICE_LENGTH(trail_md->metadata[i].value);
+            snprintf(err->hint, sizeof(err->hint), "%.*s", (int)KILN_MIN(hl, sizeof(err->hint) - 1),
+                     (const char *)GRPC_SLICE_START_PTR(trail_md->metadata[i].value));
+        }
+    return rc;
+}
+
 int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md, size_t n_md,
                         const void *data, size_t len, int timeout_ms, uint8_t **out, size_t *out_len,
                         int *grpc_code, kiln_err_t *err)
@@ -285,13 +315,8 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
     if (n_md > RPC_MAX_MD)
         return kiln_err_set(err, KILN_EINVAL, NULL, "too many metadata entries for one call");
     int rc = 0;
-    /* static slices point at the caller's strings, which outlive the call */
     grpc_metadata send_md[RPC_MAX_MD];
-    memset(send_md, 0, sizeof(send_md));
-    for (size_t i = 0; i < n_md; i++) {
-        send_md[i].key = grpc_slice_from_static_string(md[i].key);
-        send_md[i].value = grpc_slice_from_static_string(md[i].value);
-    }
+    rpc_md(md, n_md, send_md);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
                                          gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
@@ -347,18 +372,7 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
     if (grpc_code)
         *grpc_code = (int)status;
     if (status != GRPC_STATUS_OK) {
-        size_t dl = GRPC_SLICE_LENGTH(details);
-        rc = kiln_err_set(err, agent_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
-                          (const char *)GRPC_SLICE_START_PTR(details));
-        if (dl == 0 && err)
-            snprintf(err->message, sizeof(err->message), "%s failed with gRPC status %d", method, (int)status);
-        /* kilnd's hint (how to fix it, when to retry) rides in the trailing metadata */
-        for (size_t i = 0; err && i < trail_md.count; i++)
-            if (grpc_slice_str_cmp(trail_md.metadata[i].key, "kiln-hint") == 0) {
-                size_t hl = GRPC_SLICE_LENGTH(trail_md.metadata[i].value);
-                snprintf(err->hint, sizeof(err->hint), "%.*s", (int)KILN_MIN(hl, sizeof(err->hint) - 1),
-                         (const char *)GRPC_SLICE_START_PTR(trail_md.metadata[i].value));
-            }
+        rc = rpc_status_err(status, details, &trail_md, method, err);
         goto done;
     }
     if (resp_bb) {
@@ -418,11 +432,7 @@ int agent_rpc_watch(agent_rpc_t *r, const char *method, const agent_md_t *md, si
     if (n_md > RPC_MAX_MD)
         return kiln_err_set(err, KILN_EINVAL, NULL, "too many metadata entries for one call");
     grpc_metadata send_md[RPC_MAX_MD];
-    memset(send_md, 0, sizeof(send_md));
-    for (size_t i = 0; i < n_md; i++) {
-        send_md[i].key = grpc_slice_from_static_string(md[i].key);
-        send_md[i].value = grpc_slice_from_static_string(md[i].value);
-    }
+    rpc_md(md, n_md, send_md);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
     grpc_slice method_s = grpc_slice_from_copied_string(method);
@@ -504,13 +514,8 @@ int agent_rpc_watch(agent_rpc_t *r, const char *method, const agent_md_t *md, si
     if (started) {
         rpc_pluck(cq, (void *)3);
         *grpc_code = (int)status;
-        if (status != GRPC_STATUS_OK) {
-            size_t dl = GRPC_SLICE_LENGTH(details);
-            rc = kiln_err_set(err, agent_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
-                              (const char *)GRPC_SLICE_START_PTR(details));
-            if (dl == 0 && err)
-                snprintf(err->message, sizeof(err->message), "%s ended with gRPC status %d", method, (int)status);
-        }
+        if (status != GRPC_STATUS_OK)
+            rc = rpc_status_err(status, details, &trail_md, method, err);
     }
     pthread_mutex_lock(&r->watch_mu);
     r->watch = NULL;
