@@ -13,7 +13,7 @@ were spent); for Optuna from the val_loss lines as they arrive. Also: the steps 
 run would have spent had promoted trials restarted from step 0 instead of resuming.
 
     python3 bench/tune_bench.py URL TOKEN CA KILN_TRAIN DATA OUT_JSON
-    (environment: SEEDS "1 2 3", RANDOM_TRIALS 6, MIN_RESOURCE 50, MAX_RESOURCE 1350, ETA 3,
+    (environment: SEEDS "1 2 3", RANDOM_TRIALS 4, MIN_RESOURCE 50, MAX_RESOURCE 450, ETA 3,
      PARALLEL 2)
 """
 import json
@@ -31,9 +31,9 @@ import kiln  # noqa: E402
 
 URL, TOKEN, CA, TRAIN, DATA, OUT = sys.argv[1:7]
 SEEDS = [int(s) for s in os.environ.get("SEEDS", "1 2 3").split()]
-RANDOM_TRIALS = int(os.environ.get("RANDOM_TRIALS", "6"))
+RANDOM_TRIALS = int(os.environ.get("RANDOM_TRIALS", "4"))
 MIN_R = int(os.environ.get("MIN_RESOURCE", "50"))
-MAX_R = int(os.environ.get("MAX_RESOURCE", "1350"))
+MAX_R = int(os.environ.get("MAX_RESOURCE", "450"))
 ETA = int(os.environ.get("ETA", "3"))
 PARALLEL = int(os.environ.get("PARALLEL", "2"))
 BUDGET = RANDOM_TRIALS * MAX_R
@@ -95,6 +95,8 @@ def kiln_search(seed, strategy, res):
         time.sleep(1.0)
     res.update({"id": tid, "state": t["state"], "reason": t.get("reason"), "curve": curve, "steps": steps,
                 "best": best, "trials": trials, "wall_s": round(time.monotonic() - t0, 1)})
+    print("-- seed %d %s: %s, %d steps, best %s, %.0f s, curve %s" % (seed, strategy, t["state"], steps, best,
+                                                                   res["wall_s"], curve), flush=True)
 
 
 def restart_steps(trials):
@@ -134,7 +136,7 @@ def optuna_search(seed, res):
         path = os.path.join(work, "t%d.json" % trial.number)
         with open(path, "w") as f:
             json.dump(spec, f)
-        p = subprocess.Popen(["nice", "-n", "10", TRAIN, "--spec", path, "--threads", "1", "--quiet",
+        p = subprocess.Popen([TRAIN, "--spec", path, "--threads", "1", "--quiet",
                               "--peak-gflops", "1", "--output-dir", os.path.join(work, "o%d" % trial.number)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         last, val = 0, None
@@ -175,6 +177,9 @@ def optuna_search(seed, res):
     shutil.rmtree(work, ignore_errors=True)
     res.update({"curve": state["curve"], "steps": state["steps"], "best": state["best"], "trials": state["trials"],
                 "pruned": state["pruned"], "wall_s": round(time.monotonic() - t0, 1)})
+    print("-- seed %d optuna: %d trials (%d pruned), %d steps, best %s, %.0f s, curve %s"
+          % (seed, state["trials"], state["pruned"], state["steps"], state["best"], res["wall_s"], state["curve"]),
+          flush=True)
 
 
 # ---- the comparison --------------------------------------------------------------------------

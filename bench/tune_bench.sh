@@ -6,8 +6,8 @@
 # (sandbox on) and PostgreSQL (bench/kiln_cluster.sh); the driver is bench/tune_bench.py. Prints
 # the machine, date and load for bench/RESULTS.md; the raw curves go to OUT (a JSON file).
 #   BUILD=build bash bench/tune_bench.sh      (as root; needs python3-optuna)
-# Environment: SEEDS (default "1 2 3"), RANDOM_TRIALS (6: the budget is 6 x MAX_RESOURCE steps),
-# MIN_RESOURCE (50), MAX_RESOURCE (1350), ETA (3), PARALLEL (2), OUT (/tmp/tune_bench.json),
+# Environment: SEEDS (default "1 2 3"), RANDOM_TRIALS (4: the budget is 4 x MAX_RESOURCE steps),
+# MIN_RESOURCE (50), MAX_RESOURCE (450), ETA (3), PARALLEL (2), OUT (/tmp/tune_bench.json),
 # HEARTBEAT_MS (kilnd's, 500: a trial's pause and promotion wait on it less).
 set -u
 cd "$(dirname "$0")/.."
