@@ -249,9 +249,10 @@ def main():
         vals = [f(r, key) for r in rows if f(r, key) is not None]
         return statistics.median(vals) if vals else None
     print("== medians over %d seeds: random best %s; hyperband best@budget %s, steps to random's best %s "
-          "(fraction %s); optuna best@budget %s; restart/resume steps %s"
+          "(fraction %s; inf: not within its steps); optuna best@budget %s; restart/resume steps %s"
           % (len(rows), fmt(med("best", lambda r, k: r["random"][k])), fmt(med("hb_best_at_budget")),
-             fmt(med("hb_steps_to_random_best"), "%d"),
+             fmt(med("s", lambda r, k: r["hb_steps_to_random_best"] if r["hb_steps_to_random_best"] is not None
+                     else float("inf")), "%.0f"),
              fmt(med("f", lambda r, k: r["hb_steps_to_random_best"] / r["random"]["steps"]
                      if r["hb_steps_to_random_best"] is not None else float("inf")), "%.2f"),
              fmt(med("optuna_best_at_budget")),
