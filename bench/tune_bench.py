@@ -14,7 +14,7 @@ run would have spent had promoted trials restarted from step 0 instead of resumi
 
     python3 bench/tune_bench.py URL TOKEN CA KILN_TRAIN DATA OUT_JSON
     (environment: SEEDS "1 2 3", RANDOM_TRIALS 4, MIN_RESOURCE 50, MAX_RESOURCE 450, ETA 3,
-     PARALLEL 2)
+     PARALLEL 2, WARMUP_MAX 300)
 """
 import json
 import shutil
@@ -37,11 +37,12 @@ MAX_R = int(os.environ.get("MAX_RESOURCE", "450"))
 ETA = int(os.environ.get("ETA", "3"))
 PARALLEL = int(os.environ.get("PARALLEL", "2"))
 BUDGET = RANDOM_TRIALS * MAX_R
+WARMUP_MAX = int(os.environ.get("WARMUP_MAX", "300"))  # the top of warmup_steps' range
 client = kiln.Client(URL, token=TOKEN, ca=CA, timeout=120)
 
 # the search space (the issue's), over a 2-layer GPT of seq_len 32, batch 8, byte vocabulary
 SPACE = {"lr": {"type": "continuous", "min": 1e-4, "max": 3e-2, "scaling": "log"},
-         "warmup_steps": {"type": "integer", "min": 0, "max": min(300, MAX_R - 1)},
+         "warmup_steps": {"type": "integer", "min": 0, "max": min(WARMUP_MAX, MAX_R - 1)},
          "weight_decay": {"type": "continuous", "min": 0.0, "max": 0.2},
          "model.n_embd": {"type": "categorical", "values": [64, 128]}}
 
