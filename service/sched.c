@@ -177,6 +177,9 @@ static int sched_preempt(svc_t *s, const store_holding_t *victim, const char *by
     return svc_tx_commit(&tx, err);
 }
 
+/* Up to this many jobs read, every pass writes their pending reasons; beyond, one pass a second. */
+#define SCHED_REASONS_EVERY_PASS 100
+
 /* The seconds a job takes to start (processes, data) beyond its predicted steps: a backfilled
  * job's prediction includes it. */
 #define SCHED_START_ALLOWANCE_S 3.0
@@ -228,7 +231,7 @@ static void sched_tick(svc_t *s)
     int *order = NULL;
     double *proj = NULL;
     const char *(*pnames)[2] = NULL;
-    int ncap = 0, njobs = 0, nqueues = 0, nhold = 0;
+    int ncap = 0, njobs = 0, nqueues = 0, nhold = 0, nadmit = 0;
     store_holding_t *hold = NULL;
     sched_running_t *run = NULL;
     int *run_workers = NULL;
@@ -271,14 +274,16 @@ static void sched_tick(svc_t *s)
         svc_cap_set(s, copy, copy ? ncap : 0, gen);
     if (njobs <= 0)
         goto out;
-    if (store_queues_json(c, NULL, &qjson, &err) || svc_queues_to_sched(qjson, &queues, &nqueues)) {
+    if (store_queue_defs_json(c, true, &qjson, &err) || svc_queues_to_sched(qjson, &queues, &nqueues)) {
         log_warn("scheduler: could not read the queues: %s", err.message);
         goto out;
     }
     svc_prom_queues_seen(queues, nqueues);
+    /* Projects' recent usage matters only to the jobs of a fair queue among those read. */
     bool fair = false;
-    for (int q = 0; q < nqueues; q++)
-        fair = fair || queues[q].fair_projects;
+    for (int j = 0; j < njobs && !fair; j++)
+        for (int q = 0; q < nqueues && !fair; q++)
+            fair = queues[q].fair_projects && strcmp(queues[q].name, jobs[j].queue) == 0;
     if (fair && store_queue_project_usage(c, SVC_FAIR_HALF_LIFE_S, &pusage, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
@@ -388,7 +393,6 @@ static void sched_tick(svc_t *s)
                              .njobs = njobs, .project_usage = proj, .nprojects = nproj, .eligible = holds_paths,
                              .ctx = &pctx, .running = run, .nrunning = nhold, .now_s = now,
                              .protect_after = s->cfg.preempt_protect_after};
-    int nadmit = 0;
     if (sched_admit(&snap, dec, order, &nadmit)) {
         log_warn("scheduler: out of memory");
         goto out;
@@ -427,7 +431,12 @@ static void sched_tick(svc_t *s)
         }
     free(qusage);
     /* Each waiting job's pending reason (position, what is missing, what it waits for, when it
-     * should start), written where it changed. */
+     * should start), written where it changed: by every pass of a short queue, and of a long one
+     * (where each admission moves every position behind it, so nearly every row changes) by at
+     * most one pass a second. */
+    if (njobs > SCHED_REASONS_EVERY_PASS && pass_start - s->sched_reasons_us < 1000000)
+        goto out;
+    s->sched_reasons_us = pass_start;
     kiln_err_clear(&err);
     if (svc_sched_pending_write(c, &snap, dec, jobs, &err))
         log_warn("scheduler: could not write the pending reasons: %s", err.message);
@@ -454,7 +463,13 @@ out:
     if (c) {
         if (locked) {
             store_sched_unlock(c);
-            prom_observe(&svc_prom_sched_pass, "", (double)(kiln_mono_us() - pass_start) / 1e6);
+            int64_t took = kiln_mono_us() - pass_start;
+            prom_observe(&svc_prom_sched_pass, "", (double)took / 1e6);
+            pthread_mutex_lock(&s->mu);
+            if (s->pass_rec && s->pass_rec_n < s->pass_rec_cap)
+                s->pass_rec[s->pass_rec_n++] = (svc_sched_pass_t){.at_us = pass_start, .took_us = took,
+                                                                  .jobs = KILN_MAX(njobs, 0), .admitted = nadmit};
+            pthread_mutex_unlock(&s->mu);
         }
         store_conn_put(s->store, c);
     }
@@ -476,6 +491,23 @@ out:
     free(run);
     free(run_workers);
     free(runtime);
+}
+
+void svc_sched_record(svc_t *s, svc_sched_pass_t *buf, int cap)
+{
+    pthread_mutex_lock(&s->mu);
+    s->pass_rec = buf && cap > 0 ? buf : NULL;
+    s->pass_rec_cap = s->pass_rec ? cap : 0;
+    s->pass_rec_n = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int svc_sched_recorded(svc_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->pass_rec_n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void *svc_sched_main(void *arg)

@@ -71,6 +71,9 @@ struct svc {
     pthread_t sched_thread, live_thread, notify_thread;
     bool sched_started, live_started, notify_started;
     int64_t sched_full_us;       /* the scheduler thread's: when a pass last read the whole queue */
+    int64_t sched_reasons_us;    /* the scheduler thread's: when a pass last wrote a long queue's reasons */
+    svc_sched_pass_t *pass_rec;  /* svc_sched_record's buffer (NULL: passes are not recorded) */
+    int pass_rec_cap, pass_rec_n;
 
     /* Several kilnd on one database (notify.c): news to send, and who leads. */
     pthread_mutex_t note_mu;
