@@ -214,6 +214,105 @@ static int project_slot(const char *(*names)[2], int *n, const char *queue, cons
     return (*n)++;
 }
 
+/* What a pass read of a pending job that the next passes need not read again: its data paths
+ * (a job's spec never changes) and its predicted run time (which changes only as jobs like it
+ * run: read again after SCHED_PREDICT_TTL_US). The scheduler thread's, sorted by id. */
+#define SCHED_PREDICT_TTL_US 5000000
+typedef struct sched_known {
+    char id[STORE_ID_LEN];
+    json_t *paths;             /* owned; NULL: not read yet */
+    double runtime_s;
+    int64_t runtime_at_us;     /* 0: not read yet */
+} sched_known_t;
+
+static int known_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sched_known_t *)a)->id, ((const sched_known_t *)b)->id);
+}
+
+void svc_sched_known_free(svc_t *s)
+{
+    for (int i = 0; i < s->nknown; i++)
+        json_decref(s->known[i].paths);
+    free(s->known);
+    s->known = NULL;
+    s->nknown = 0;
+}
+
+/* Each job's data paths (new references) and, with predict, its predicted run time (-1: unknown)
+ * for jobs[0..n), reading from the database only what the last pass did not already read; the
+ * kept set becomes these jobs'. Returns 0 or an error (nothing kept changes then). */
+static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *jobs, int n, bool predict,
+                           json_t **paths, double *runtime, kiln_err_t *err)
+{
+    sched_known_t *k = calloc((size_t)KILN_MAX(n, 1), sizeof(*k));
+    const char **ids = calloc((size_t)KILN_MAX(n, 1), sizeof(*ids));
+    int *at = calloc((size_t)KILN_MAX(n, 1), sizeof(*at));
+    json_t **got = calloc((size_t)KILN_MAX(n, 1), sizeof(*got));
+    double *rt = calloc((size_t)KILN_MAX(n, 1), sizeof(*rt));
+    int rc = 0, nk = 0, m = 0;
+    if (!k || !ids || !at || !got || !rt) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    int64_t now = kiln_mono_us();
+    for (int j = 0; j < n; j++) {
+        sched_known_t key = {0};
+        kiln_strlcpy(key.id, jobs[j].id, sizeof key.id);
+        const sched_known_t *old = s->nknown ? bsearch(&key, s->known, (size_t)s->nknown, sizeof key, known_cmp) : NULL;
+        k[j] = old ? *old : key;
+        k[j].paths = old ? json_incref(old->paths) : NULL;
+        nk++;
+    }
+    /* the paths nobody read yet */
+    for (int j = 0; j < n; j++)
+        if (!k[j].paths) {
+            ids[m] = k[j].id;
+            at[m++] = j;
+        }
+    if (m > 0 && (rc = store_job_paths(c, ids, m, got, err)) != 0)
+        goto out;
+    for (int i = 0; i < m; i++)
+        k[at[i]].paths = got[i];
+    m = 0;
+    /* the predictions not read in SCHED_PREDICT_TTL_US */
+    for (int j = 0; predict && j < n; j++)
+        if (!k[j].runtime_at_us || now - k[j].runtime_at_us > SCHED_PREDICT_TTL_US) {
+            ids[m] = k[j].id;
+            at[m++] = j;
+        }
+    kiln_err_t perr;
+    if (m > 0 && store_job_predictions(c, ids, m, rt, &perr)) {
+        log_warn("scheduler: %s", perr.message); /* no backfill this pass for lack of them */
+        for (int i = 0; i < m; i++)
+            k[at[i]].runtime_at_us = 0;
+    } else {
+        for (int i = 0; i < m; i++) {
+            k[at[i]].runtime_s = rt[i];
+            k[at[i]].runtime_at_us = now;
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        paths[j] = json_incref(k[j].paths);
+        runtime[j] = predict && k[j].runtime_at_us ? k[j].runtime_s : -1;
+    }
+    svc_sched_known_free(s);
+    qsort(k, (size_t)n, sizeof(*k), known_cmp);
+    s->known = k;
+    s->nknown = n;
+    k = NULL;
+    nk = 0;
+out:
+    for (int j = 0; k && j < nk; j++)
+        json_decref(k[j].paths);
+    free(k);
+    free(ids);
+    free(at);
+    free(got);
+    free(rt);
+    return rc;
+}
+
 /* One pass over the queue: reads a snapshot, lets the admission core (admit.c) decide, commits its
  * admissions in its order and writes the others' reasons. */
 static void sched_tick(svc_t *s)
@@ -296,16 +395,12 @@ static void sched_tick(svc_t *s)
     proj = calloc((size_t)njobs, sizeof(*proj));
     pnames = calloc((size_t)njobs, sizeof(*pnames));
     paths = calloc((size_t)njobs, sizeof(json_t *));
-    const char **ids = calloc((size_t)njobs, sizeof(char *));
     runtime = calloc((size_t)njobs, sizeof(*runtime));
-    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !ids || !runtime) {
-        free(ids);
+    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !runtime)
         goto out;
-    }
     /* The jobs holding slots: victims for preemption, and their predicted ends for backfill. */
     if (store_job_holding(c, &hold, &nhold, &err)) {
         log_warn("scheduler: %s", err.message);
-        free(ids);
         goto out;
     }
     int nrw = 0;
@@ -313,30 +408,20 @@ static void sched_tick(svc_t *s)
         nrw += KILN_MAX(hold[r].nodes, 1);
     run = calloc((size_t)KILN_MAX(nhold, 1), sizeof(*run));
     run_workers = calloc((size_t)KILN_MAX(nrw, 1), sizeof(*run_workers));
-    if (!run || !run_workers) {
-        free(ids);
+    if (!run || !run_workers)
         goto out;
-    }
     for (int i = 0; i < ncap; i++) {
         w[i].id = cap[i].id;
         w[i].slot_type = cap[i].slot_type;
         w[i].slots = cap[i].slots;
         w[i].slots_free = cap[i].slots_free;
     }
-    /* Each job sees only the workers whose data roots hold every file it reads. */
-    for (int j = 0; j < njobs; j++)
-        ids[j] = jobs[j].id;
-    if (store_job_paths(c, ids, njobs, paths, &err)) {
-        log_warn("scheduler: could not read the jobs' data paths: %s", err.message);
-        free(ids);
+    /* Each job sees only the workers whose data roots hold every file it reads. Run-time
+     * predictions matter only when something could be backfilled into free slots. */
+    if (sched_job_facts(s, c, jobs, njobs, free_slots > 0, paths, runtime, &err)) {
+        log_warn("scheduler: could not read the jobs' data paths and predictions: %s", err.message);
         goto out;
     }
-    /* Run-time predictions matter only when something could be backfilled into free slots. */
-    for (int j = 0; j < njobs; j++)
-        runtime[j] = -1;
-    if (free_slots > 0 && store_job_predictions(c, ids, njobs, runtime, &err))
-        log_warn("scheduler: %s", err.message);
-    free(ids);
     double now = (double)kiln_now_us() / 1e6;
     for (int r = 0, off = 0; r < nhold; r++) {
         sched_running_t *x = &run[r];
@@ -433,10 +518,12 @@ static void sched_tick(svc_t *s)
     /* Each waiting job's pending reason (position, what is missing, what it waits for, when it
      * should start), written where it changed: by every pass of a short queue, and of a long one
      * (where each admission moves every position behind it, so nearly every row changes) by at
-     * most one pass a second. */
-    if (njobs > SCHED_REASONS_EVERY_PASS && pass_start - s->sched_reasons_us < 1000000)
+     * most one pass a second, and no more often than leaves the writing a fifth of the time. */
+    if (njobs > SCHED_REASONS_EVERY_PASS
+        && pass_start - s->sched_reasons_us < KILN_MAX(1000000, 4 * s->sched_reasons_took_us))
         goto out;
     s->sched_reasons_us = pass_start;
+    int64_t reasons_start = kiln_mono_us();
     kiln_err_clear(&err);
     if (svc_sched_pending_write(c, &snap, dec, jobs, &err))
         log_warn("scheduler: could not write the pending reasons: %s", err.message);
@@ -459,6 +546,7 @@ static void sched_tick(svc_t *s)
         free(rids);
         free(texts);
     }
+    s->sched_reasons_took_us = kiln_mono_us() - reasons_start;
 out:
     if (c) {
         if (locked) {
