@@ -132,6 +132,51 @@ class Offline(unittest.TestCase):
         est = kiln.Estimator(entry_point=os.path.join(d, "train.py"), client=client)
         self.assertEqual((est.entry_point, est.source_dir), ("train.py", d))
 
+    def test_tuner_spec(self):
+        client = kiln.Client("http://127.0.0.1:1")
+        est = kiln.Estimator(model={"type": "gpt", "n_layer": 2}, data="/d/train.txt",
+                             hyperparameters={"lr": 1e-3, "max_steps": 100}, name="base", client=client)
+        tuner = kiln.HyperparameterTuner(
+            est, "val_acc", {"lr": kiln.ContinuousParameter(1e-4, 1e-2, scaling_type="Logarithmic"),
+                             "warmup_steps": kiln.IntegerParameter(0, 30),
+                             "weight_decay": kiln.ContinuousParameter(0.0, 0.5, "ReverseLogarithmic"),
+                             "model.n_embd": kiln.CategoricalParameter([32, 64])},
+            metric_definitions=[{"Name": "val_acc", "Regex": "acc=([0-9.]+)"}], strategy="Hyperband",
+            objective_type="Maximize", max_jobs=9, max_parallel_jobs=3, base_tuning_job_name="sweep",
+            strategy_config=kiln.StrategyConfig(kiln.HyperbandStrategyConfig(min_resource=10, max_resource=90)),
+            completion_criteria_config=kiln.TuningJobCompletionCriteriaConfig(
+                max_number_training_jobs_not_improving=4, target_objective_metric_value=0.9),
+            early_stopping_type="Off", random_seed=5, max_failed_trials=2, trial_priority=-5)
+        self.assertEqual(tuner.spec(), {
+            "name": "sweep", "job": dict(est.spec(), metric_definitions=[{"Name": "val_acc", "Regex": "acc=([0-9.]+)"}]),
+            "parameters": {"lr": {"type": "continuous", "min": 1e-4, "max": 1e-2, "scaling": "log"},
+                           "warmup_steps": {"type": "integer", "min": 0, "max": 30, "scaling": "auto"},
+                           "weight_decay": {"type": "continuous", "min": 0.0, "max": 0.5, "scaling": "reverse_log"},
+                           "model.n_embd": {"type": "categorical", "values": [32, 64]}},
+            "objective": {"metric": "val_acc", "goal": "maximize"}, "strategy": "hyperband", "max_jobs": 9,
+            "max_parallel_jobs": 3, "seed": 5, "early_stopping": "off",
+            "hyperband": {"min_resource": 10, "max_resource": 90, "reduction_factor": 3},
+            "completion": {"target_objective": 0.9, "no_improvement_trials": 4},
+            "max_failed_trials": 2, "trial_priority": -5})
+        # the defaults leave kilnd's: no goal, no max_jobs, no seed
+        plain = kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(1e-4, 1e-2)}).spec()
+        self.assertEqual((plain["strategy"], plain["objective"]), ("random", {"metric": "val_loss"}))
+        self.assertFalse({"goal", "max_jobs", "seed", "hyperband", "name"} & (set(plain) | set(plain["objective"])))
+        # what kiln does not have is refused by name, never passed on or ignored
+        for kw, field in (({"strategy": "Bayesian"}, "strategy"), ({"objective_type": "Lowest"}, "objective_type"),
+                          ({"early_stopping_type": "Sometimes"}, "early_stopping_type")):
+            with self.assertRaises(kiln.KilnError) as cm:
+                kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(0.1, 0.2)}, **kw)
+            self.assertEqual((cm.exception.code, cm.exception.field), ("invalid_argument", field))
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(0.1, 0.2, "Cubic")}).spec()
+        self.assertEqual(cm.exception.field, "scaling_type")
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(0.1, 0.2)},
+                                     completion_criteria_config=kiln.TuningJobCompletionCriteriaConfig(
+                                         complete_on_convergence=True)).spec()
+        self.assertEqual(cm.exception.field, "completion_criteria_config.complete_on_convergence")
+
     def test_instance_type(self):
         client = kiln.Client("http://127.0.0.1:1")
         self.assertEqual(kiln.Estimator(model={"type": "gpt"}, instance_type="gpu", client=client).resources,
@@ -882,6 +927,62 @@ class Live(unittest.TestCase):
         model = job.model_data
         assert model is not None
         self.assertTrue(model.endswith("/artifacts/" + kiln.SCRIPT_MODEL_ARTIFACT), model)
+
+    def test_hyperparameter_tuner(self):
+        run = "sdk-tune-%d-%d" % (os.getpid(), int(time.time() * 1000))
+        est = tiny_estimator(self.client, "sdk-trial")
+        ranges = {"lr": kiln.ContinuousParameter(1e-3, 1e-2, "Logarithmic"), "warmup_steps": kiln.IntegerParameter(0, 5, "Linear")}
+        # kilnd's validator answers a range the base job would refuse with the field
+        with self.assertRaises(kiln.KilnError) as cm:
+            kiln.HyperparameterTuner(est, "val_loss", {"warmup_steps": kiln.IntegerParameter(-5, 5)}).fit(wait=False)
+        self.assertEqual(cm.exception.status, 400)
+        self.assertIn("warmup_steps", cm.exception.field or "")
+        tuner = kiln.HyperparameterTuner(est, "val_loss", ranges, objective_type="Minimize", max_jobs=2,
+                                         max_parallel_jobs=2, random_seed=11, base_tuning_job_name=run)
+        t = tuner.fit(wait=True, timeout=240)
+        self.assertIs(tuner.latest_tuning_job, t)
+        self.assertEqual(t.state, "COMPLETED", t.reason)
+        trials = t.trials
+        self.assertEqual(len(trials), 2)
+        for tr in trials:
+            self.assertEqual(tr.state, "COMPLETED")
+            self.assertTrue(1e-3 <= tr.parameters["lr"] <= 1e-2, tr)
+            self.assertIsNotNone(tr.objective)
+            self.assertEqual(tr.steps, MAX_STEPS)
+        # the best trial's job, its parameters in its spec, and its model
+        best = tuner.best_training_job()
+        want = min(trials, key=lambda tr: tr.objective if tr.objective is not None else float("inf"))
+        self.assertEqual(best.id, want.job_id)
+        self.assertEqual(best.spec["hyperparameters"]["lr"], want.parameters["lr"])
+        self.assertEqual(best.spec["tags"]["tuning_job"], t.id)
+        model = best.model_data
+        assert model is not None
+        self.assertTrue(model.endswith("/artifacts/" + kiln.MODEL_ARTIFACT), model)
+        self.assertEqual(tuner.best_estimator().model_data, model)
+        self.assertEqual(tuner.best_estimator().hyperparameters["lr"], want.parameters["lr"])
+        # found again by id and by name, ranges and settings read back
+        for ref in (t.id, run):
+            again = kiln.HyperparameterTuner.attach(ref, client=self.client)
+            self.assertEqual(again.latest_tuning_job.id if again.latest_tuning_job else None, t.id)
+            self.assertEqual(again.hyperparameter_ranges, ranges)
+            self.assertEqual((again.objective_metric_name, again.random_seed, again.max_jobs), ("val_loss", 11, 2))
+            # kilnd stores the base job normalised: what the estimator set is kept, defaults added
+            hp = again.spec()["job"]["hyperparameters"]
+            self.assertEqual({k: hp[k] for k in est.hyperparameters}, est.hyperparameters)
+        self.assertIn(t.id, [x.id for x in self.client.tuning_jobs()])
+        # SageMaker's analytics: a row per trial with its parameters
+        rows = tuner.analytics().trial_rows()
+        self.assertEqual([r["job_id"] for r in rows], [tr.job_id for tr in trials])
+        self.assertTrue(set(kiln.TRIAL_COLUMNS) | {"lr", "warmup_steps"} <= set(rows[0]))
+        self.assertEqual(list(t.dataframe()["objective"]), [tr.objective for tr in trials])
+        self.assertEqual(tuner.describe()["id"], t.id)
+        # a finished search stops no more
+        with self.assertRaises(kiln.KilnError) as cm:
+            tuner.stop_tuning_job()
+        self.assertEqual(cm.exception.status, 409)
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.find_tuning_job("no-such-tuning-job-" + run)
+        self.assertEqual(cm.exception.status, 404)
 
     def test_workers(self):
         workers = self.client.workers()

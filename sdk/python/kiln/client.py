@@ -1,5 +1,5 @@
-"""The REST client: Client (jobs, search and compare, artifacts, workers, users, tokens,
-projects) and Job (a handle on one training job).
+"""The REST client: Client (jobs, search and compare, artifacts, tuning jobs, workers, users,
+tokens, projects), Job (a handle on one training job) and TuningJob (one tuning job).
 
 Standard library only (urllib, json). Shapes follow docs/contracts.md: a Job is the
 JSON object kilnd returns, exposed through properties; logs and metrics are read
@@ -669,6 +669,45 @@ class Client:
                                 % (self.url, reason), code="unavailable", status=0) from None
         return _str(_obj(json.loads(raw)).get("source"))
 
+    # ---- tuning jobs --------------------------------------------------------------------
+    def create_tuning_job(self, spec: Mapping[str, Any]) -> TuningJob:
+        """Starts a tuning job (POST /v1/tuning-jobs: {"name", "job", "parameters", "objective",
+        "strategy", ...}, docs/contracts.md) and returns its TuningJob. A bad spec raises
+        KilnError naming the field (status 400). HyperparameterTuner builds the spec."""
+        _, j = self._call("POST", "/v1/tuning-jobs", body=spec)
+        return TuningJob(self, j)
+
+    def tuning_job(self, tuning_job_id: str) -> TuningJob:
+        """The tuning job with this id, with its trials, best trial and events."""
+        _, j = self._call("GET", "/v1/tuning-jobs/" + _seg(tuning_job_id))
+        return TuningJob(self, j)
+
+    def tuning_jobs(self) -> list[TuningJob]:
+        """The tuning jobs of the projects you can see, newest first."""
+        _, j = self._call("GET", "/v1/tuning-jobs")
+        return [TuningJob(self, t) for t in _objs(j.get("tuning_jobs"))]
+
+    def find_tuning_job(self, ref: str) -> TuningJob:
+        """The tuning job ``ref`` names: its id, a unique prefix of its id, or its name when one
+        tuning job you can see has it. Several matches raise KilnError (status 400) listing them;
+        none, status 404."""
+        found = [t for t in self.tuning_jobs() if t.id == ref]
+        if not found:
+            found = [t for t in self.tuning_jobs() if t.name == ref or (len(ref) >= 4 and t.id.startswith(ref))]
+        if len(found) > 1:
+            raise KilnError('"%s" names %d tuning jobs' % (ref, len(found)), code="invalid_argument", status=400,
+                            detail="candidates: " + ", ".join(t.id for t in found[:_CANDIDATES]),
+                            hint="give the tuning job's id (or a prefix only it has)")
+        if not found:
+            raise KilnError('no tuning job has the id, id prefix or name "%s"' % ref, code="not_found", status=404,
+                            hint="kiln tune list lists the tuning jobs you can see")
+        return self.tuning_job(found[0].id)
+
+    def stop_tuning_job(self, tuning_job_id: str) -> TuningJob:
+        """Stops a tuning job and its trials (editors); returns it STOPPING (or already ended)."""
+        _, j = self._call("POST", "/v1/tuning-jobs/%s:stop" % _seg(tuning_job_id), body={})
+        return TuningJob(self, j)
+
     # ---- cluster ------------------------------------------------------------------------
     def workers(self) -> list[JSONObject]:
         """Registered workers: dicts with id, hostname, address, slots, slots_free, slot_type,
@@ -759,19 +798,20 @@ def _seg(s: object) -> str:
     return urllib.parse.quote(str(s), safe="")
 
 
-class Job:
-    """A handle on one job. Properties read the JSON from the last fetch; call refresh()
-    (or wait()) to update them."""
+class _Handle:
+    """What a Job and a TuningJob share: the JSON of the last fetch behind properties, its
+    state, and polling until it ends. Subclasses say how to fetch (refresh) and which states end."""
+
+    _terminal: frozenset[str] = frozenset()
+    _kind = "job"
 
     def __init__(self, client: Client, data: JSONObject) -> None:
         self.client = client
         self._data = data
-        self.created = True
 
     def __repr__(self) -> str:
-        return "<kiln.Job %s %r %s>" % (self.id[:8], self.name, self.state)
+        return "<kiln.%s %s %r %s>" % (type(self).__name__, self.id[:8], self.name, self.state)
 
-    # ---- fields -------------------------------------------------------------------------
     @property
     def id(self) -> str:
         return _str(self._data.get("id"))
@@ -782,13 +822,48 @@ class Job:
 
     @property
     def state(self) -> str:
-        """"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING", "RESTARTING",
-        "COMPLETED", "FAILED", "STOPPED", "PREEMPTED" or "PAUSED" (as of the last refresh)."""
         return _str(self._data.get("state"))
 
     @property
     def reason(self) -> str:
         return _str(self._data.get("reason"))
+
+    @property
+    def done(self) -> bool:
+        return self.state in self._terminal
+
+    def to_dict(self) -> JSONObject:
+        return dict(self._data)
+
+    def _fetch(self) -> JSONObject:
+        raise NotImplementedError
+
+    def _poll(self, timeout: float | None, poll: float) -> None:
+        """Fetches until the state is one that ends; TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._data = self._fetch()
+            if self.done:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("%s %s still %s after %.0f s" % (self._kind, self.id, self.state, timeout or 0.0))
+            time.sleep(poll)
+
+
+class Job(_Handle):
+    """A handle on one job. Properties read the JSON from the last fetch; call refresh()
+    (or wait()) to update them. ``state`` is "QUEUED", "SCHEDULED", "STARTING", "RUNNING",
+    "STOPPING", "RESTARTING", "COMPLETED", "FAILED", "STOPPED", "PREEMPTED" or "PAUSED" (as of
+    the last refresh)."""
+
+    _terminal = TERMINAL_STATES
+
+    def __init__(self, client: Client, data: JSONObject) -> None:
+        super().__init__(client, data)
+        self.created = True
+
+    def _fetch(self) -> JSONObject:
+        return self.client.job(self.id)._data
 
     @property
     def attempt(self) -> int:
@@ -836,17 +911,10 @@ class Job:
         return _obj(self._data.get("spec"))
 
     @property
-    def done(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    @property
     def model_data(self) -> ModelData | None:
         """Where the trained model is, SageMaker-style: a ModelData (a str holding its URL, with
         size, sha256 and download(path)), or None while the job has no model artifact."""
         return self.client.model_data(self.id)
-
-    def to_dict(self) -> JSONObject:
-        return dict(self._data)
 
     def describe(self) -> JSONObject:
         """The job with its events (Client.describe)."""
@@ -854,17 +922,13 @@ class Job:
 
     # ---- actions ------------------------------------------------------------------------
     def refresh(self) -> Job:
-        self._data = self.client.job(self.id).to_dict()
+        self._data = self._fetch()
         return self
 
     def wait(self, timeout: float | None = None, poll: float = 0.5, raise_on_failure: bool = False) -> Job:
         """Polls until the job ends; returns self. Raises TimeoutError after ``timeout``
         seconds, and JobFailedError when ``raise_on_failure`` and it did not COMPLETE."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.refresh().done:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError("job %s still %s after %.0f s" % (self.id, self.state, timeout or 0.0))
-            time.sleep(poll)
+        self._poll(timeout, poll)
         if raise_on_failure and self.state != "COMPLETED":
             raise JobFailedError(self)
         return self
@@ -909,3 +973,100 @@ class Job:
     def dataframe(self, name: str | None = None, attempt: int | str = "latest") -> Any:
         """Every metric by step and time as a pandas DataFrame (Client.dataframe)."""
         return self.client.dataframe(self.id, name=name, attempt=attempt)
+
+
+#: The states a tuning job ends in.
+TUNING_TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of a tuning job: an ordinary job (``job_id``) trained with ``parameters``;
+    ``objective`` is its latest value of the objective metric (None before it reports one),
+    ``steps`` the steps it trained, ``rung`` its hyperband rung, ``state`` its job's state."""
+    trial: int
+    job_id: str
+    parameters: JSONObject
+    objective: float | None
+    steps: int
+    rung: int
+    state: str
+
+    @classmethod
+    def from_json(cls, j: Mapping[str, Any]) -> Trial:
+        o = j.get("objective")
+        return cls(trial=_int(j.get("trial")), job_id=_str(j.get("job_id")), parameters=_obj(j.get("parameters")),
+                   objective=float(o) if isinstance(o, (int, float)) and not isinstance(o, bool) else None,
+                   steps=_int(j.get("steps")), rung=_int(j.get("rung")), state=_str(j.get("state")))
+
+
+#: The columns of TuningJob.dataframe() besides one per parameter.
+TRIAL_COLUMNS = ("trial", "job_id", "objective", "steps", "rung", "state")
+
+
+class TuningJob(_Handle):
+    """A handle on one tuning job (its trials are ordinary jobs tagged ``tuning_job``).
+    Properties read the JSON from the last fetch; refresh() or wait() updates them. ``state``
+    is "RUNNING", "STOPPING", "COMPLETED", "FAILED" or "STOPPED"."""
+
+    _terminal = TUNING_TERMINAL_STATES
+    _kind = "tuning job"
+
+    def _fetch(self) -> JSONObject:
+        return self.client.tuning_job(self.id)._data
+
+    @property
+    def objective(self) -> JSONObject:
+        """{"metric": ..., "goal": "minimize" | "maximize"}."""
+        return _obj(self._data.get("objective"))
+
+    @property
+    def trials(self) -> list[Trial]:
+        """Every trial so far, in the order the search made them."""
+        return [Trial.from_json(t) for t in _objs(self._data.get("trials"))]
+
+    @property
+    def best(self) -> JSONObject | None:
+        """{"job_id", "objective", "parameters"} of the best trial so far, or None before any
+        trial reported the objective."""
+        b = self._data.get("best")
+        return _obj(b) if isinstance(b, dict) else None
+
+    def best_job(self) -> Job | None:
+        """The best trial's Job (its model through ``model_data``), or None before there is one."""
+        b = self.best
+        return self.client.job(_str(b.get("job_id"))) if b else None
+
+    def refresh(self) -> TuningJob:
+        self._data = self._fetch()
+        return self
+
+    def wait(self, timeout: float | None = None, poll: float = 1.0) -> TuningJob:
+        """Polls until the tuning job ends; returns self. Raises TimeoutError after ``timeout``
+        seconds. A tuning job that ends FAILED is returned as it is: its reason says why."""
+        self._poll(timeout, poll)
+        return self
+
+    def stop(self) -> TuningJob:
+        self._data = self.client.stop_tuning_job(self.id)._data
+        return self
+
+    def trial_rows(self) -> list[JSONObject]:
+        """One dict per trial: TRIAL_COLUMNS and each parameter by its name."""
+        rows: list[JSONObject] = []
+        for t in self.trials:
+            row: JSONObject = {"trial": t.trial, "job_id": t.job_id, "objective": t.objective, "steps": t.steps,
+                               "rung": t.rung, "state": t.state}
+            row.update(t.parameters)
+            rows.append(row)
+        return rows
+
+    def dataframe(self) -> Any:
+        """The trials as a pandas DataFrame (trial_rows()), in the manner of SageMaker's
+        ``HyperparameterTuningJobAnalytics(...).dataframe()``. Needs pandas."""
+        try:
+            pandas = importlib.import_module("pandas")
+        except ImportError:
+            raise ImportError("dataframe() needs pandas (apt-get install python3-pandas, or pip install pandas); "
+                              "trial_rows() gives the same rows as dicts without it") from None
+        return pandas.DataFrame(self.trial_rows())

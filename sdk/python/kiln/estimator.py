@@ -159,7 +159,16 @@ class Estimator:
         it (Client.find_job)."""
         c = client or Client(url)
         job = c.find_job(training_job_name)
-        spec = copy.deepcopy(job.spec)
+        est = cls.from_spec(job.spec, client=c, name=job.name or None)
+        est.latest_job = job
+        return est
+
+    @classmethod
+    def from_spec(cls, job_spec: Mapping[str, Any], client: Client | None = None, url: str | None = None,
+                  name: str | None = None) -> Estimator:
+        """An Estimator whose fit() submits ``job_spec`` (a job spec as kilnd stores it, e.g. a
+        job's ``spec`` or a tuning job's base job); ``name`` when the spec has none."""
+        spec = copy.deepcopy(dict(job_spec))
 
         def obj(key: str) -> JSONObject | None:
             v = spec.get(key)
@@ -171,22 +180,18 @@ class Estimator:
 
         model, entry_point = obj("model"), text("entry_point")
         if model is None and entry_point is None:
-            raise KilnError("job %s names neither a model nor an entry_point in its spec" % job.id,
-                            code="failed_precondition")
-        data = obj("data")
+            raise KilnError("the job spec names neither a model nor an entry_point", code="failed_precondition")
         defs = spec.get("metric_definitions")
         priority = spec.get("priority")
-        est = cls(model=model, entry_point=entry_point, source=text("source"), python=text("python") or None,
-                  environment=cast("dict[str, str] | None", obj("environment")), data=data,
-                  hyperparameters=obj("hyperparameters"), resources=obj("resources"),
-                  distribution=obj("distribution"), name=text("name") or job.name or None,
-                  metric_definitions=cast("list[dict[str, str]]", defs) if isinstance(defs, list) else None,
-                  project=text("project"), queue=text("queue") or None,
-                  priority=priority if isinstance(priority, int) else None,
-                  tags=cast("dict[str, str] | None", obj("tags")), checkpoint=obj("checkpoint"),
-                  stopping=obj("stopping"), retry=obj("retry"), client=c)
-        est.latest_job = job
-        return est
+        return cls(model=model, entry_point=entry_point, source=text("source"), python=text("python") or None,
+                   environment=cast("dict[str, str] | None", obj("environment")), data=obj("data"),
+                   hyperparameters=obj("hyperparameters"), resources=obj("resources"),
+                   distribution=obj("distribution"), name=text("name") or name,
+                   metric_definitions=cast("list[dict[str, str]]", defs) if isinstance(defs, list) else None,
+                   project=text("project"), queue=text("queue") or None,
+                   priority=priority if isinstance(priority, int) else None,
+                   tags=cast("dict[str, str] | None", obj("tags")), checkpoint=obj("checkpoint"),
+                   stopping=obj("stopping"), retry=obj("retry"), client=client or Client(url))
 
     @property
     def latest_training_job(self) -> Job | None:
