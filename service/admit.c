@@ -101,6 +101,12 @@ typedef struct admit {
     bool *no_borrow;                   /* per (queue, type): its cohort lends no more this pass */
     bool *taken;                       /* per running job: a victim chosen this pass */
     int *cand;                         /* scratch: candidate victims */
+    double *at;                        /* per (queue, type): its blocked head's earliest start, < 0
+                                          unknown (backfill) */
+    int *extra;                        /* per (queue, type) and worker: slots a job may hold past its
+                                          blocked head's earliest start without delaying it */
+    int *reserved;                     /* per worker: slots blocked heads will take at their earliest
+                                          starts (heads handled so far) */
 } admit_t;
 
 static int qt(int q, int t)
@@ -466,8 +472,11 @@ static int end_cmp(const void *x, const void *y)
 
 /* The earliest time head b could start by the predicted ends of the jobs holding slots of its
  * type (jobs STOPPING end now, jobs admitted this pass end after their run time); < 0 when one of
- * them has no prediction (it might end sooner than predicted ones, and the head then start sooner). */
-static double earliest_start(admit_t *a, int b, const sched_decision_t *out, const int *order, int nadmitted)
+ * them has no prediction (it might end sooner than predicted ones, and the head then start sooner).
+ * When known, reserves the slots it would take then (a->reserved) and sets extra[w]: what worker w
+ * has free then beyond them and the other heads' reservations, which a job may hold longer. */
+static double earliest_start(admit_t *a, int b, const sched_decision_t *out, const int *order, int nadmitted,
+                             int *extra)
 {
     const sched_snapshot_t *s = a->snap;
     const sched_job_t *B = &s->jobs[b];
@@ -515,27 +524,43 @@ static double earliest_start(admit_t *a, int b, const sched_decision_t *out, con
                 at = ev[k][0];
         }
     }
+    if (at >= 0) {
+        sched_placement_t pl;
+        sched_place(a->view, s->nworkers, &req, &pl);
+        for (int i = 0; i < s->nworkers; i++)
+            extra[i] = (a->view[i].slots > 0 ? a->view[i].slots_free : a->w[i].slots_free) - a->reserved[i];
+        for (int k = 0; k < pl.nodes; k++) {
+            extra[pl.worker[k]] -= B->slots_per_node;
+            a->reserved[pl.worker[k]] += B->slots_per_node;
+        }
+    }
     free(ev);
     return at;
 }
 
-/* Starts jobs behind the blocked head b of (queue q, type t) that end by its earliest start. */
-static void backfill(admit_t *a, int b, sched_decision_t *out, int *order, int *nadmitted)
+/* Whether the blocked head of key k waits for free slots with a known earliest start. */
+static bool reserves(const admit_t *a, const sched_decision_t *out, int k)
+{
+    return a->blocker[k] >= 0 && out[a->blocker[k]].outcome == SCHED_WAIT_SLOTS && a->at[k] >= 0;
+}
+
+/* Starts jobs behind the blocked head b of (queue q, type t) (key kb) that end by its earliest
+ * start, or that fit the slots it leaves free then (a->extra), and likewise for every other head
+ * of their slot type waiting for free slots. */
+static void backfill(admit_t *a, int kb, sched_decision_t *out, int *order, int *nadmitted)
 {
     const sched_snapshot_t *s = a->snap;
+    int b = a->blocker[kb];
     const sched_job_t *B = &s->jobs[b];
-    double at = -2;
+    int nkeys = KILN_MAX(s->nqueues, 1) * SCHED_NTYPES, nw = s->nworkers;
+    if (a->at[kb] < 0)
+        return;
     for (int j = 0; j < s->njobs; j++) {
         const sched_job_t *J = &s->jobs[j];
         if (out[j].outcome || J->queue != B->queue || J->type != B->type || J->runtime_s < 0)
             continue;
-        if (at == -2)
-            at = earliest_start(a, b, out, order, *nadmitted);
-        if (at < 0)
-            return;
+        double at = a->at[kb];
         double end = s->now_s + J->runtime_s;
-        if (end > at)
-            continue;
         char why[300];
         if (quota_check(a, j, why, sizeof why) != 0 || (!entitled(a, j) && a->no_borrow[qt(J->queue, J->type)]))
             continue;
@@ -543,13 +568,21 @@ static void backfill(admit_t *a, int b, sched_decision_t *out, int *order, int *
                                .slot_type = sched_slot_type_name(J->type)};
         sched_decision_t *d = &out[j];
         job_view(a, j);
-        if (!sched_place(a->view, s->nworkers, &req, &d->pl))
+        /* past a head's earliest start, only in the slots that head leaves free then */
+        for (int k = J->type; k < nkeys; k += SCHED_NTYPES)
+            for (int i = 0; reserves(a, out, k) && end > a->at[k] && i < nw; i++)
+                a->view[i].slots_free = KILN_MAX(0, KILN_MIN(a->view[i].slots_free, a->extra[k * nw + i]));
+        if (!sched_place(a->view, nw, &req, &d->pl))
             continue;
+        for (int k = J->type; k < nkeys; k += SCHED_NTYPES)
+            for (int x = 0; reserves(a, out, k) && end > a->at[k] && x < d->pl.nodes; x++)
+                a->extra[k * nw + d->pl.worker[x]] -= J->slots_per_node;
         d->outcome = SCHED_ADMITTED;
         d->borrowed = !entitled(a, j);
         d->backfilled = true;
         d->behind_head = b;
         d->end_s = end;
+        d->head_start_s = at;
         d->reason[0] = '\0';
         for (int k = 0; k < d->pl.nodes; k++)
             a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
@@ -647,8 +680,12 @@ int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, in
     a.no_borrow = calloc((size_t)nkeys, sizeof(*a.no_borrow));
     a.taken = calloc((size_t)KILN_MAX(s->nrunning, 1), sizeof(*a.taken));
     a.cand = calloc((size_t)KILN_MAX(s->nrunning, 1), sizeof(*a.cand));
+    a.at = calloc((size_t)nkeys, sizeof(*a.at));
+    a.extra = calloc((size_t)nkeys * (size_t)KILN_MAX(s->nworkers, 1), sizeof(*a.extra));
+    a.reserved = calloc((size_t)KILN_MAX(s->nworkers, 1), sizeof(*a.reserved));
     int rc = 0;
-    if (!a.w || !a.view || !a.usage || !a.proj || !a.next || !a.blocker || !a.no_borrow || !a.taken || !a.cand) {
+    if (!a.w || !a.view || !a.usage || !a.proj || !a.next || !a.blocker || !a.no_borrow || !a.taken || !a.cand
+        || !a.at || !a.extra || !a.reserved) {
         rc = KILN_ENOMEM;
         goto out;
     }
@@ -705,9 +742,14 @@ int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, in
             order[(*nadmitted)++] = best;
     }
     /* Jobs behind a head that waits for free slots start now when they end before it can. */
-    for (int k = 0; k < nkeys; k++)
+    for (int k = 0; k < nkeys; k++) {
+        a.at[k] = -1;
         if (a.blocker[k] >= 0 && out[a.blocker[k]].outcome == SCHED_WAIT_SLOTS)
-            backfill(&a, a.blocker[k], out, order, nadmitted);
+            a.at[k] = earliest_start(&a, a.blocker[k], out, order, *nadmitted, &a.extra[(size_t)k * s->nworkers]);
+    }
+    for (int k = 0; k < nkeys; k++)
+        if (reserves(&a, out, k))
+            backfill(&a, k, out, order, nadmitted);
     /* Everything left waits behind its queue's blocked head. */
     for (int j = 0; j < s->njobs; j++) {
         if (out[j].outcome)
@@ -728,5 +770,8 @@ out:
     free(a.no_borrow);
     free(a.taken);
     free(a.cand);
+    free(a.at);
+    free(a.extra);
+    free(a.reserved);
     return rc;
 }

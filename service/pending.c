@@ -27,7 +27,7 @@ static void add_blocking(sched_pending_t *p, const char *id)
 
 typedef struct pend {
     const sched_snapshot_t *snap;
-    const sched_holder_t *run;
+    const sched_running_t *run;
     int nrun;
     int *free;                 /* per worker: free slots after the pass */
     int (*usage)[SCHED_NTYPES]; /* per queue: usage after the pass */
@@ -92,12 +92,12 @@ static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pe
      * goes first, or its cohort keeps the slots for a job within quota): no estimate. */
     bool fit = fits_now(P, j, quota, used);
     for (int k = 0; k < P->nrun && !fit; k++) {
-        const sched_holder_t *R = &P->run[P->sorted[k]];
+        const sched_running_t *R = &P->run[P->sorted[k]];
         if (R->type != J->type)
             continue;
         bool relevant = quota && R->queue == J->queue;
-        for (int n = 0; n < R->nodes && R->workers; n++) {
-            int w = R->workers[n];
+        for (int n = 0; n < R->nodes && R->worker; n++) {
+            int w = R->worker[n];
             if (w >= 0 && w < s->nworkers && usable[w]) {
                 P->view[w].slots_free += R->slots_per_node;
                 relevant = true;
@@ -111,14 +111,14 @@ static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pe
         if (R->end_s < 0)
             break; /* its end is unknown, so is everything after it */
         if (fits_now(P, j, quota, used)) {
-            out->start_s = R->end_s;
+            out->start_s = KILN_MAX(R->end_s - s->now_s, 0);
             fit = true;
         }
     }
     free(usable);
 }
 
-int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const sched_holder_t *running,
+int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const sched_running_t *running,
                   int nrunning, sched_pending_t *out)
 {
     pend_t P = {.snap = s, .run = running, .nrun = nrunning};
@@ -255,7 +255,7 @@ int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const
     if (nwait == 0)
         return 0;
     json_t *run = NULL;
-    sched_holder_t *r = NULL;
+    sched_running_t *r = NULL;
     int *widx = NULL;
     sched_pending_t *pend = NULL;
     const char **ids = NULL;
@@ -289,8 +289,8 @@ int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const
         r[k].type = sched_slot_type(json_string_value(json_object_get(o, "slot_type")));
         r[k].nodes = (int)json_array_size(ws);
         r[k].slots_per_node = (int)json_integer_value(json_object_get(o, "slots_per_node"));
-        r[k].end_s = json_is_number(end) ? json_number_value(end) : -1;
-        r[k].workers = widx + used;
+        r[k].end_s = json_is_number(end) ? snap->now_s + json_number_value(end) : -1;
+        r[k].worker = widx + used;
         for (size_t n = 0; n < json_array_size(ws); n++) {
             const char *wid = json_string_value(json_array_get(ws, n));
             widx[used + n] = -1;

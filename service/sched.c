@@ -8,7 +8,7 @@
  * Head of line: within a queue, a job that fits the cluster but not its free slots or its quota
  * right now blocks the jobs behind it that want the same slot type, so a big job is never starved
  * by a stream of small ones; they start before it only by backfill, when predicted to end before
- * it could start. A queued job that no longer fits the cluster at all (workers left after it was
+ * it could start or in slots it leaves free when it starts. A queued job that no longer fits the cluster at all (workers left after it was
  * accepted) blocks nothing and waits for workers. The jobs the core chooses to preempt get their
  * stop orders here (svc_job_preempt). */
 #include "service/svc_int.h"
@@ -74,11 +74,13 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
 }
 
 /* Places one job on the chosen workers in one transaction; backfill (NULL when not) says ahead of
- * which job it was backfilled and its predicted run time. Returns 0, or an error (the job changed
- * state meanwhile: KILN_ESTATE, harmless). */
+ * which job it was backfilled, its predicted run time, and whether it ends after that job could
+ * start (in slots that job leaves free). Returns 0, or an error (the job changed state meanwhile:
+ * KILN_ESTATE, harmless). */
 typedef struct backfill_note {
     const char *head;
     double runtime_s;
+    bool beside;
 } backfill_note_t;
 
 static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_worker_cap_t *cap,
@@ -134,7 +136,8 @@ static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_wo
         rl += snprintf(reason + rl, sizeof(reason) - (size_t)rl, "; resumes from its checkpoint after preemption");
     if (backfill && rl > 0 && (size_t)rl < sizeof(reason))
         snprintf(reason + rl, sizeof(reason) - (size_t)rl, "; backfilled ahead of job %s: predicted to end in "
-                 "%.0f s, before that job can start", backfill->head, backfill->runtime_s);
+                 "%.0f s, %s", backfill->head, backfill->runtime_s,
+                 backfill->beside ? "on slots that job leaves free when it can start" : "before that job can start");
     double waited = 0;
     rc = store_job_state_age(tx.c, job.id, &waited, err);
     if (rc)
@@ -494,7 +497,7 @@ static void sched_tick(svc_t *s)
         if (qusage)
             qusage[sj[j].queue][sj[j].type] += sj[j].nodes * sj[j].slots_per_node;
         backfill_note_t note = {.head = dec[j].backfilled ? jobs[dec[j].behind_head].id : NULL,
-                                .runtime_s = dec[j].end_s - now};
+                                .runtime_s = dec[j].end_s - now, .beside = dec[j].end_s > dec[j].head_start_s};
         int rc = sched_commit(s, &jobs[j], cap, &dec[j].pl, admission, dec[j].borrowed,
                               dec[j].backfilled ? &note : NULL, &err);
         if (rc != 0 && rc != KILN_ESTATE) {

@@ -625,10 +625,13 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
  * (SCHED_PREEMPTING) while its victims stop.
  *
  * Backfill. When the head of a queue and slot type waits for free slots, its earliest start is
- * when enough of the jobs holding slots have ended by their predicted ends (end_s); jobs behind it
- * whose predicted run time (runtime_s) ends by then start now in the free slots, if their quota
- * allows (backfilled). With no prediction for what the head waits for, or for the job, nothing is
- * backfilled, so the head starts no later than it would without backfill. */
+ * when enough of the jobs holding slots have ended by their predicted ends (end_s), and it then
+ * takes the slots where it would be placed at that time (reserved, besides what heads before it
+ * reserve). Jobs behind it start now, if their quota allows (backfilled), in free slots that no
+ * such head of their slot type needs: for each head whose earliest start comes before the job's
+ * predicted end (now + runtime_s), only slots that head leaves unreserved then. With no prediction
+ * for what the head waits for, or for the job, nothing is backfilled behind it, so with exact
+ * predictions every head starts no later than it would without backfill. */
 #define SCHED_NTYPES 2        /* slot types: 0 "cpu", 1 "gpu" */
 #define SCHED_UNLIMITED (-1)  /* a quota or limit with no bound */
 /* 0 for "cpu", 1 for "gpu", -1 for anything else. */
@@ -716,6 +719,7 @@ typedef struct sched_decision {
     bool backfilled;           /* admitted by backfill ahead of job behind_head, to end by end_s */
     int behind_head;
     double end_s;
+    double head_start_s;       /* backfilled: behind_head's earliest start, which it does not delay */
     int nvictims;              /* SCHED_PREEMPTING: the running jobs (indices) to preempt for it */
     int victims[SCHED_MAX_VICTIMS];
 } sched_decision_t;
@@ -746,15 +750,6 @@ int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, c
  * may use and, when it waits for quota, its queue's nominal quota; it is unknown when a job whose
  * end is unknown stands in the way, when nothing would make it fit, and for a job waiting behind
  * another (that job's run time is not known before it runs). */
-typedef struct sched_holder {
-    const char *id;
-    int queue;              /* index into the snapshot's queues; -1 when not there */
-    int type;               /* slot type index */
-    int nodes, slots_per_node;
-    const int *workers;     /* nodes indices into the snapshot's workers (-1: not there) */
-    double end_s;           /* seconds until its predicted end; < 0 when unknown */
-} sched_holder_t;
-
 #define SCHED_PENDING_MAX_BLOCKING 10
 typedef struct sched_pending {
     int position;           /* 1-based, among its queue's waiting jobs in the snapshot's order */
@@ -767,8 +762,10 @@ typedef struct sched_pending {
 /* Fills out[j] for each job of the snapshot that sched_admit did not admit (dec and order are
  * its results for snap); admitted jobs get position 0. running: every job holding slots after
  * the pass, those it admitted included (their slots are the snapshot's slots_free less the
- * admitted placements). Does not modify its inputs. Returns 0, or KILN_ENOMEM. */
-int sched_pending(const sched_snapshot_t *snap, const sched_decision_t *dec, const sched_holder_t *running,
+ * admitted placements); only their id, queue, type, nodes, slots_per_node, worker (-1: not in
+ * the snapshot) and end_s (on the clock of snap->now_s) are read. Does not modify its inputs.
+ * Returns 0, or KILN_ENOMEM. */
+int sched_pending(const sched_snapshot_t *snap, const sched_decision_t *dec, const sched_running_t *running,
                   int nrunning, sched_pending_t *out);
 
 /* What the event of job j's admission says (its queue; within quota, or borrowing how many slots

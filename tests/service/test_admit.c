@@ -612,6 +612,68 @@ Test(admit, backfill_only_what_ends_before_the_head_can_start)
     cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "not overrun yet");
 }
 
+Test(admit, backfill_a_longer_job_into_slots_the_head_leaves_free)
+{
+    /* Four workers of 4: w0 full until t=100, w3 half full until t=5000, w1 and w2 free. The head
+     * needs 3 x 4: it can start at 100, on w0, w1 and w2, and leaves w3's 2 free slots free then.
+     * A job of 1 x 2 predicted to take 1000 s starts now on w3, where it delays nothing; one of
+     * 1 x 3 does not (no worker has 3 slots the head leaves free), nor one of 2 x 1. */
+    static const int w0[] = {0}, w3[] = {3};
+    sched_worker_t w[] = {W("w0", "cpu", 4, 0), W("w1", "cpu", 4, 4), W("w2", "cpu", 4, 4), W("w3", "cpu", 4, 2)};
+    sched_queue_t q[] = {queue("default", NULL, U, U)};
+    q[0].usage[0] = 6;
+    sched_running_t r[] = {running("r0", 0, 0, 4, w0, 0), running("r3", 0, 0, 2, w3, 0)};
+    r[0].end_s = 100;
+    r[1].end_s = 5000;
+    sched_job_t j[] = {job("head", 0, 0, 3, 4, 0), job("wide", 0, 0, 1, 3, 0), job("pair", 0, 0, 2, 1, 0),
+                       job("fits", 0, 0, 1, 2, 0), job("more", 0, 0, 1, 1, 0)};
+    for (int i = 0; i < 5; i++)
+        j[i].runtime_s = 1000;
+    sched_decision_t out[5];
+    int order[5];
+    cr_assert_eq(pass_running(w, 4, q, 1, j, 5, r, 2, 0, out, order), 1);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "%s", out[0].reason);
+    cr_assert_eq(out[1].outcome, SCHED_WAIT_BEHIND, "no worker has 3 slots the head leaves free");
+    cr_assert_eq(out[2].outcome, SCHED_WAIT_BEHIND, "only w3 has slots the head leaves free");
+    cr_assert_eq(out[3].outcome, SCHED_ADMITTED, "%s", out[3].reason);
+    cr_assert(out[3].backfilled);
+    cr_assert_eq(out[3].pl.worker[0], 3, "on w3, which the head does not need");
+    cr_assert_float_eq(out[3].head_start_s, 100, 1e-9);
+    cr_assert_float_eq(out[3].end_s, 1000, 1e-9);
+    cr_assert_eq(out[4].outcome, SCHED_WAIT_BEHIND, "w3's free slots are taken");
+    /* with w3's job ending by 100 too, the head would take w3 if w1 were busy: nothing longer starts */
+    r[1].end_s = 50;
+    w[1].slots_free = 0;
+    cr_assert_eq(pass_running(w, 4, q, 1, j, 5, r, 2, 0, out, order), 0);
+}
+
+Test(admit, backfill_never_takes_the_slots_another_queues_head_waits_for)
+{
+    /* w0: 2 of 4 free until t=10; w1: full until 1000. Queue a's head needs 2 x 4 (at 1000), queue
+     * b's head 1 x 4 (w0, at 10). A job behind a's head of 1 x 2 predicted to take 50 s ends long
+     * before a's head can start, but after b's could: it does not take w0's free slots. */
+    static const int w0[] = {0}, w1[] = {1};
+    sched_worker_t w[] = {W("w0", "cpu", 4, 2), W("w1", "cpu", 4, 0)};
+    sched_queue_t q[] = {queue("a", NULL, U, U), queue("b", NULL, U, U)};
+    q[0].usage[0] = 4;
+    q[1].usage[0] = 2;
+    sched_running_t r[] = {running("r0", 1, 0, 2, w0, 0), running("r1", 0, 0, 4, w1, 0)};
+    r[0].end_s = 10;
+    r[1].end_s = 1000;
+    sched_job_t j[] = {job("ahead", 0, 0, 2, 4, 0), job("bhead", 1, 0, 1, 4, 0), job("short", 0, 0, 1, 2, 0)};
+    j[2].runtime_s = 50;
+    sched_decision_t out[3];
+    int order[3];
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 3, r, 2, 0, out, order), 0, "%s", out[2].reason);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS);
+    cr_assert_eq(out[1].outcome, SCHED_WAIT_SLOTS);
+    cr_assert_eq(out[2].outcome, SCHED_WAIT_BEHIND);
+    /* predicted to take 5 s, it ends before b's head can start: it goes */
+    j[2].runtime_s = 5;
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 3, r, 2, 0, out, order), 1);
+    cr_assert(out[2].backfilled);
+}
+
 /* ---- property-based runs with running jobs: preemption and backfill -------------------------- */
 
 /* The cost of a set of victims, as the contract orders them: steps lost, jobs, priorities, then
@@ -806,7 +868,9 @@ typedef struct psim {
     int npreempt;
     bool pair[150][150];    /* pair[x][y]: job x preempted job y */
     int bf_head[MAXJ];      /* the head a job was backfilled ahead of, + 1 (0: not backfilled) */
-    int nbackfilled;
+    bool bf_long[MAXJ];     /* backfilled to end after that head's earliest start */
+    double head_at[MAXJ];   /* the earliest start of a head jobs were backfilled ahead of (< 0: none) */
+    int nbackfilled, nlong;
     bool check_head;        /* predictions exact, one queue: a head starts only after what was
                                backfilled ahead of it has ended */
 } psim_t;
@@ -910,13 +974,21 @@ static int psim_run(psim_t *P, unsigned seed, int k_protect)
             P->backfilled[j] = out[p].backfilled;
             P->backfill_end[j] = out[p].end_s;
             if (out[p].backfilled) {
-                P->bf_head[j] = idx[out[p].behind_head] + 1;
+                int h = idx[out[p].behind_head];
+                P->bf_head[j] = h + 1;
+                P->bf_long[j] = out[p].end_s > out[p].head_start_s;
                 P->nbackfilled++;
+                P->nlong += P->bf_long[j];
+                if (P->head_at[h] < 0 || out[p].head_start_s < P->head_at[h])
+                    P->head_at[h] = out[p].head_start_s;
             }
             for (int b = 0; P->check_head && b < S->nj; b++)
-                if (P->bf_head[b] == j + 1)
+                if (P->bf_head[b] == j + 1 && !P->bf_long[b])
                     cr_assert_eq(S->state[b], 3, "seed %u t %d: head %s started while %s, backfilled ahead of it, "
                                  "still runs", seed, now, S->ids[j], S->ids[b]);
+            if (P->check_head && P->head_at[j] >= 0)
+                cr_assert_leq(now, P->head_at[j] + 1e-9, "seed %u: head %s started at %d, after %g, its earliest "
+                              "start when jobs were backfilled ahead of it", seed, S->ids[j], now, P->head_at[j]);
             if (out[p].backfilled)
                 cr_assert(P->predicted[j] && out[p].end_s <= now + prediction(P, j) + 1e-9);
         }
@@ -953,6 +1025,8 @@ static void psim_make(psim_t *P, unsigned seed)
 {
     memset(P, 0, sizeof(*P));
     sim_make(&P->S, seed);
+    for (int j = 0; j < MAXJ; j++)
+        P->head_at[j] = -1;
     unsigned s = seed * 7919u;
     P->S.nj = KILN_MIN(P->S.nj, 150);
     for (int j = 0; j < P->S.nj; j++) {
@@ -983,7 +1057,7 @@ Test(admit, random_streams_with_preemption_and_backfill_keep_the_invariants, .ti
 Test(admit, backfill_never_delays_the_head_with_exact_predictions)
 {
     static psim_t P;
-    int backfilled = 0;
+    int backfilled = 0, longer = 0;
     for (unsigned seed = 1; seed <= 60; seed++) {
         psim_make(&P, seed);
         P.S.nq = 1;
@@ -993,13 +1067,22 @@ Test(admit, backfill_never_delays_the_head_with_exact_predictions)
             P.S.job[j].priority = 0;
             P.S.job[j].project = 0;
             P.predicted[j] = 1;
+            /* submitted in the order of their ids (the order of age here), so no job that arrives
+             * later goes ahead of a head */
+            for (int k = j; k > 0 && P.S.submit_at[k - 1] > P.S.submit_at[k]; k--) {
+                int t = P.S.submit_at[k];
+                P.S.submit_at[k] = P.S.submit_at[k - 1];
+                P.S.submit_at[k - 1] = t;
+            }
         }
         P.check_head = true;
         psim_run(&P, seed, 3);
         backfilled += P.nbackfilled;
+        longer += P.nlong;
         cr_assert_eq(P.npreempt, 0);
     }
     cr_assert_gt(backfilled, 30, "only %d jobs were backfilled: the runs show little", backfilled);
+    cr_assert_gt(longer, 10, "only %d jobs were backfilled past a head's start: the runs show little", longer);
 }
 
 Test(admit, livelock_bait_every_job_finishes)

@@ -28,11 +28,11 @@ Test(pending, slots_estimate_from_the_ends_it_needs)
                           .weight = 1}};
     sched_job_t j[] = {job("big", 0, 2, 3), job("small", 0, 1, 1)};
     int w0[] = {0}, w1[] = {1};
-    sched_holder_t run[] = {
-        {.id = "r1", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w0, .end_s = 50},
-        {.id = "r2", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w1, .end_s = 20},
-        {.id = "r3", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w0, .end_s = -1},
-        {.id = "r4", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w1, .end_s = 5},
+    sched_running_t run[] = {
+        {.id = "r1", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .worker = w0, .end_s = 50},
+        {.id = "r2", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .worker = w1, .end_s = 20},
+        {.id = "r3", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .worker = w0, .end_s = -1},
+        {.id = "r4", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .worker = w1, .end_s = 5},
     };
     sched_snapshot_t s = {.workers = w, .nworkers = 2, .queues = q, .nqueues = 1, .jobs = j, .njobs = 2};
     sched_decision_t dec[2];
@@ -71,6 +71,12 @@ Test(pending, slots_estimate_from_the_ends_it_needs)
     cr_assert_str_eq(p[1].blocking[0], "big");
     cr_assert_eq(p[1].nblocking, 1 + p[0].nblocking);
     cr_assert_lt(p[1].start_s, 0);
+    /* ends are on the snapshot's clock, the estimate counts from now */
+    s.now_s = 1000;
+    for (int k = 0; k < 4; k++)
+        run[k].end_s += run[k].end_s < 0 ? 0 : 1000;
+    cr_assert_eq(sched_pending(&s, dec, run, 4, p), 0);
+    cr_assert_float_eq(p[0].start_s, 50, 1e-9, "50 s from now: %g", p[0].start_s);
 }
 
 Test(pending, quota_names_the_numbers_and_the_queues_jobs)
@@ -82,8 +88,8 @@ Test(pending, quota_names_the_numbers_and_the_queues_jobs)
                           .weight = 1}};
     sched_job_t j[] = {job("a", 0, 1, 2), job("b", 1, 1, 1), job("c", 0, 1, 1)};
     int w0[] = {0};
-    sched_holder_t run[] = {
-        {.id = "mine", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .workers = w0, .end_s = 30},
+    sched_running_t run[] = {
+        {.id = "mine", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 2, .worker = w0, .end_s = 30},
     };
     sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 2, .jobs = j, .njobs = 3};
     sched_decision_t dec[3];

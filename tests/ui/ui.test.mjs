@@ -565,4 +565,128 @@ describe('web UI', { concurrency: false }, () => {
     await shot(page, 'artifact');
     await page.close();
   });
+
+  test('tuning: the list, a search\'s page (best trial, trials, charts, parallel coordinates), Stop for editors only', async () => {
+    const errors = [];
+    const watch = (page) => {
+      page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
+      page.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
+    };
+    const search = (name, job, extra = {}) => ({
+      name, job, objective: { metric: 'val_loss', goal: 'minimize' }, strategy: 'random', seed: 5,
+      parameters: { lr: { type: 'continuous', min: 1e-3, max: 1e-2, scaling: 'log' },
+                    warmup_steps: { type: 'integer', min: 0, max: 5 } },
+      ...extra,
+    });
+    // a search of three tiny trials, watched live from its page while it runs
+    const sweep = (await c.api('POST', '/v1/tuning-jobs', search('ui-sweep', c.spec('ui-trial', { steps: 20 }),
+      { max_jobs: 3, max_parallel_jobs: 3 }))).body;
+    // and one whose only trial trains until stopped: Stop is offered while it runs
+    const slow = (await c.api('POST', '/v1/tuning-jobs', search('ui-slow-search', slowSpec('ui-slow-trial'),
+      { max_jobs: 1, max_parallel_jobs: 1 }))).body;
+    const { ctx, page } = await loggedIn(c.adminToken);
+    watch(page);
+    await page.goto(`${c.url}/#/tuning/${sweep.id}`);
+    await page.waitForSelector('main[data-ready="true"] #trials');
+    await page.waitForSelector('main[data-state="COMPLETED"]', { timeout: 120000 });
+    const done = (await c.api('GET', `/v1/tuning-jobs/${sweep.id}`)).body;
+    assert.equal(done.trials.length, 3);
+    assert.ok(done.best, 'the search has a best trial');
+    // the trials table: a column a parameter, a row a trial linked to its job, the best marked
+    await page.waitForFunction(() => document.querySelectorAll('#trials tbody tr[data-state="COMPLETED"]').length === 3);
+    const headers = await page.$$eval('#trials thead th', (els) => els.map((e) => e.textContent.replace(/[▲▼]/g, '').trim()));
+    for (const hd of ['Trial', 'lr', 'warmup_steps', 'val_loss', 'Steps', 'Rung', 'State', 'Job']) assert.ok(headers.includes(hd), `no ${hd} column: ${headers}`);
+    for (const tr of done.trials) {
+      assert.equal(await page.locator(`#trials tr[data-job="${tr.job_id}"] a[href="#/jobs/${tr.job_id}"]`).count(), 2, 'a trial links to its job');
+    }
+    assert.equal(await page.getAttribute('#trials tr.best', 'data-job'), done.best.job_id);
+    // the best trial so far, linked to its job, with its objective and parameters
+    assert.equal(await page.getAttribute('#best-link', 'href'), `#/jobs/${done.best.job_id}`);
+    assert.equal(Number(await page.textContent('#best-objective')), Number(done.best.objective.toPrecision(5)));
+    assert.match(await page.textContent('#best'), /lr[\s\S]*warmup_steps/);
+    // both objective charts (a dot a trial) and the parallel coordinates (a line a trial)
+    await page.waitForSelector('#chart-by-trial[data-ready="true"][data-points="3"]');
+    await page.waitForSelector('#chart-by-steps[data-ready="true"][data-points="3"]');
+    await page.waitForSelector('#parallel[data-ready="true"][data-lines="3"]');
+    assert.equal(await page.getAttribute('#parallel', 'data-axes'), 'lr,warmup_steps,val_loss');
+    assert.equal(await page.locator('#parallel canvas').count(), 1);
+    // hovering a line names its trial: down the middle axis until the pointer is on one
+    const over = await page.locator('#parallel .u-over').boundingBox();
+    let named = '';
+    for (let y = over.y + 1; y < over.y + over.height && !named; y += 4) {
+      await page.mouse.move(over.x + over.width / 2, y);
+      const text = await page.textContent('#parallel .parallel-hover');
+      if (/^trial \d+ \(COMPLETED\): lr .*warmup_steps .*→ val_loss \d/.test(text)) named = text;
+    }
+    assert.ok(named, 'hovering the parallel coordinates names no trial');
+    await page.mouse.move(0, 0);
+    assert.match(await page.textContent('#events'), /RUNNING[\s\S]*COMPLETED/);
+    await shot(page, 'tuning-page');
+    // sorting by the objective: kept in the URL, the best trial first
+    await page.locator('#trials thead button', { hasText: 'val_loss' }).click();
+    await page.waitForFunction(() => /order_by=objective/.test(location.hash));
+    assert.equal(await page.getAttribute('#trials tbody tr:first-child', 'data-job'), done.best.job_id);
+    // the trials selected, then the best ones, open side by side on the compare page
+    const compared = async () => {
+      await page.waitForFunction(() => location.hash.startsWith('#/compare?ids='));
+      await page.waitForSelector('main[data-ready="true"] #compare-table');
+      return new URL(`http://x/${page.url().split('#/')[1]}`).searchParams.get('ids').split(',').sort();
+    };
+    const two = done.trials.filter((t) => t.job_id !== done.best.job_id).map((t) => t.job_id);
+    assert.ok(await page.isDisabled('#compare-selected'), 'Compare selected needs two trials');
+    for (const j of two) await page.check(`#trials input[data-job="${j}"]`);
+    await page.click('#compare-selected');
+    assert.deepEqual(await compared(), two.sort());
+    await page.goBack();
+    await page.waitForSelector('main[data-ready="true"] #trials tbody tr[data-job]');
+    await page.locator('#compare-top').click();
+    assert.deepEqual(await compared(), done.trials.map((t) => t.job_id).sort());
+    // a trial's job page says whose trial it is and links back
+    await page.goto(`${c.url}/#/jobs/${done.best.job_id}`);
+    await page.waitForSelector('#trial-of a');
+    await page.waitForFunction(() => /Trial \d+ of tuning job ui-sweep/.test(document.getElementById('trial-of').textContent));
+    assert.equal(await page.getAttribute('#trial-of a', 'href'), `#/tuning/${sweep.id}`);
+    // the list: both searches, with their trials done and the best objective
+    await page.locator('nav a', { hasText: 'Tuning' }).click();
+    await page.waitForSelector(`main[data-detailed="true"] table.tunings tr[data-id="${sweep.id}"]`);
+    const row = page.locator(`table.tunings tr[data-id="${sweep.id}"]`);
+    assert.match(await row.textContent(), /ui-sweep.*COMPLETED.*random.*3 \/ 3.*val_loss \(minimize\)/);
+    assert.equal(await row.locator('td.c-best a').getAttribute('href'), `#/jobs/${done.best.job_id}`);
+    assert.equal(await page.locator(`table.tunings tr[data-id="${slow.id}"][data-state="RUNNING"]`).count(), 1);
+    await page.locator('table.tunings thead button', { hasText: 'Name' }).click();
+    await page.waitForFunction(() => /order_by=name(\+|%20)asc/.test(location.hash));
+    assert.deepEqual(await page.$$eval('table.tunings tbody tr', (trs) => trs.map((t) => t.querySelector('.c-name').textContent)),
+      ['ui-slow-search', 'ui-sweep']);
+    await shot(page, 'tuning-list');
+    // dark mode and a phone's width
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.goto(`${c.url}/#/tuning/${sweep.id}`);
+    await page.waitForSelector('#parallel[data-ready="true"]');
+    assert.equal(await page.evaluate(() => getComputedStyle(document.body).backgroundColor), 'rgb(13, 17, 23)');
+    await shot(page, 'tuning-dark');
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.reload();
+    await page.waitForSelector('#parallel[data-ready="true"]');
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 390),
+      `the page is wider than the screen: ${await page.evaluate(() => document.documentElement.scrollWidth)} px`);
+    await shot(page, 'tuning-390px');
+    await page.emulateMedia({ colorScheme: 'light' });
+    await page.setViewportSize({ width: 1400, height: 1000 });
+    // a viewer sees the running search without Stop; an admin stops it from its page
+    const token = await c.user('tilly', 'viewer');
+    const v = await loggedIn(token);
+    watch(v.page);
+    await v.page.goto(`${c.url}/#/tuning/${slow.id}`);
+    await v.page.waitForSelector('main[data-ready="true"][data-state="RUNNING"] #trials');
+    assert.equal(await v.page.locator('#stop').count(), 0);
+    assert.equal(await v.page.getByRole('button', { name: /stop/i }).count(), 0);
+    await shot(v.page, 'tuning-viewer');
+    await v.ctx.close();
+    await page.goto(`${c.url}/#/tuning/${slow.id}`);
+    await page.getByRole('button', { name: 'Stop tuning job' }).click();
+    await page.waitForSelector('main[data-state="STOPPED"]', { timeout: 60000 });
+    assert.equal(await page.locator('#stop').count(), 0, 'no Stop for a stopped search');
+    assert.deepEqual(errors, []);
+    await ctx.close();
+  });
 });

@@ -109,3 +109,45 @@ export function stateBadge(state: string): HTMLElement {
 
 export const TERMINAL = new Set(['COMPLETED', 'FAILED', 'STOPPED']);
 export const LIVE_STATES = ['QUEUED', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'PREEMPTED', 'PAUSED'];
+
+// One entry of an events timeline (a job's or a tuning job's): when, from -> to, the attempt
+// where there is one, the reason and who acted.
+export interface TimelineEvent { time: string; from_state: string | null; to_state: string; reason: string; attempt?: number; actor?: string | null }
+export function timelineItem(e: TimelineEvent): HTMLElement {
+  return h('li', null,
+    h('time', { datetime: e.time }, fmtTime(e.time)), ' ',
+    e.from_state ? h('span', null, stateBadge(e.from_state), ' → ') : null, stateBadge(e.to_state),
+    e.attempt !== undefined ? h('span', { class: 'muted' }, ` attempt ${e.attempt}`) : null,
+    e.reason ? h('div', { class: 'ev-reason' }, e.reason) : null,
+    e.actor ? h('div', { class: 'muted small' }, `by ${e.actor}`) : null);
+}
+
+// ---- sortable tables ------------------------------------------------------------------------
+
+export interface SortOrder { field: string; desc: boolean }
+
+// "field desc" (an order_by as the URL keeps it) -> {field, desc}; null for none.
+export function parseOrder(orderBy: string): SortOrder | null {
+  const m = /^\s*([^\s,]+)(?:\s+(asc|desc))?/i.exec(orderBy);
+  return m ? { field: m[1], desc: (m[2] || 'asc').toLowerCase() === 'desc' } : null;
+}
+
+// A sortable column's header cell: a button that sorts by field (again: the other way round),
+// aria-sort saying how the table is sorted now. firstDesc: the first click sorts descending.
+export function sortHeader(label: string, field: string, order: SortOrder | null, firstDesc: boolean,
+                           onSort: (o: SortOrder) => void): HTMLTableCellElement {
+  const active = !!order && order.field === field;
+  const btn = h('button', { type: 'button', class: 'sort', onclick: () => onSort({ field, desc: active ? !order!.desc : firstDesc }) },
+    label, h('span', { class: 'sort-mark', 'aria-hidden': 'true' }, active ? (order!.desc ? ' ▼' : ' ▲') : ''));
+  return h('th', { scope: 'col', 'aria-sort': active ? (order!.desc ? 'descending' : 'ascending') : null }, btn);
+}
+
+// Orders two cell values: numbers by value, the rest as text (numeric-aware); missing values last
+// whichever the direction.
+export function compareCells(a: unknown, b: unknown, desc: boolean): number {
+  const none = (v: unknown) => v === null || v === undefined || v === '';
+  if (none(a) || none(b)) return none(a) === none(b) ? 0 : none(a) ? 1 : -1;
+  const d = typeof a === 'number' && typeof b === 'number' ? a - b
+    : String(a).localeCompare(String(b), undefined, { numeric: true });
+  return desc ? -d : d;
+}

@@ -1,6 +1,6 @@
 // main.ts - the web UI's entry: hash routes (#/jobs?filter=..., #/jobs/ID, #/compare?ids=A,B,
-// #/workers, #/queues?name=Q, #/login) so every view is a shareable link, the login state, the header, and the
-// one-time login link of `kiln ui` (#login=CODE, redeemed once and removed from the URL and the
+// #/tuning, #/tuning/ID, #/workers, #/queues?name=Q, #/login) so every view is a shareable link,
+// the login state, the header, and the one-time login link of `kiln ui` (#login=CODE, redeemed once and removed from the URL and the
 // browser history before anything else runs).
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
@@ -11,6 +11,8 @@ import { jobPage } from './pages/job';
 import { comparePage } from './pages/compare';
 import { workersPage } from './pages/workers';
 import { queuesPage } from './pages/queues';
+import { tuningsPage } from './pages/tunings';
+import { tuningPage } from './pages/tuning';
 import { loginPage } from './pages/login';
 
 export type Cleanup = () => void;
@@ -54,7 +56,8 @@ function renderHeader(): void {
   const cur = route().path[0] || 'jobs';
   const link = (href: string, label: string, key: string) =>
     h('a', { href, 'aria-current': cur === key ? 'page' : null }, label);
-  nav.append(link('#/jobs', 'Jobs', 'jobs'), link('#/workers', 'Workers', 'workers'), link('#/queues', 'Queues', 'queues'));
+  nav.append(link('#/jobs', 'Jobs', 'jobs'), link('#/tuning', 'Tuning', 'tuning'), link('#/workers', 'Workers', 'workers'),
+             link('#/queues', 'Queues', 'queues'));
   const roles = me.cluster_admin ? 'cluster admin'
     : me.projects.map((p) => `${p.project}: ${p.role}`).join(', ') || 'no projects';
   who.append(h('span', { title: roles }, me.user, h('span', { class: 'muted' }, ` (${roles})`)));
@@ -92,6 +95,7 @@ export function render(): void {
     case 'compare': page = comparePage; break;
     case 'workers': page = workersPage; break;
     case 'queues': page = queuesPage; break;
+    case 'tuning': page = path[1] ? tuningPage : tuningsPage; break;
     default:
       main.append(h('h1', null, 'Not found'), h('p', null, 'No page here. ', h('a', { href: '#/jobs' }, 'Jobs')));
       return;

@@ -99,3 +99,39 @@ export interface Worker {
 }
 
 export interface Artifact { name: string; size: number; sha256: string; created_at: string; attempt: number; worker_id?: string }
+
+// Tuning jobs (GET /v1/tuning-jobs, GET /v1/tuning-jobs/{id}): a search whose trials are jobs.
+export interface TuningParameter { type: 'integer' | 'continuous' | 'categorical'; min?: number; max?: number;
+                                   scaling?: 'linear' | 'log' | 'reverse_log'; values?: (number | string | boolean)[] }
+export interface TuningObjective { metric: string; goal?: 'minimize' | 'maximize' }
+export interface TuningTrial {
+  trial: number;
+  job_id: string;
+  parameters: Record<string, number | string | boolean>;
+  objective: number | null; // the trial's latest value of the objective metric
+  steps: number;
+  rung: number;
+  state: string; // its job's state
+}
+export interface TuningJob {
+  id: string;
+  name: string;
+  project: string;
+  state: string;
+  reason: string;
+  strategy: string;
+  objective: TuningObjective;
+  max_jobs: number;
+  max_parallel_jobs?: number;
+  seed?: number;
+  // the request as kilnd normalised it (scalings resolved): GET /v1/tuning-jobs/{id} only
+  spec?: { parameters?: Record<string, TuningParameter>; hyperband?: { min_resource: number; max_resource: number; reduction_factor: number }; [k: string]: any };
+  trials?: TuningTrial[];
+  best?: { job_id: string; objective: number; parameters: Record<string, number | string | boolean> } | null;
+  events?: (Omit<JobEvent, 'attempt'> & { attempt?: number })[];
+  trial_count?: number; // the list's: how many trials it has submitted
+  submitted_by: string;
+  created_at: string;
+  updated_at: string;
+  ended_at?: string | null;
+}

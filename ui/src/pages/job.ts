@@ -2,14 +2,14 @@
 // or a script job's entry point, source and channels), resources and workers; live charts (loss,
 // learning rate, throughput, MFU, and any other metric on request); live logs; the events
 // timeline; hyperparameters and the full spec; artifacts; Stop and "Clone and edit" for those who
-// may.
+// may; for a tuning job's trial, a link back to the search.
 import { api, ApiError, canEdit, download, get } from '../api';
 import { MetricChart } from '../chart';
-import { announce, clear, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtTime, h, stateBadge, TERMINAL } from '../dom';
+import { announce, clear, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtTime, h, stateBadge, TERMINAL, timelineItem } from '../dom';
 import type { Cleanup } from '../main';
 import { JobMetrics } from '../metrics';
 import { durationS } from '../columns';
-import type { Artifact, Job, JobEvent } from '../types';
+import type { Artifact, Job, JobEvent, TuningJob } from '../types';
 import { clonePanel } from './clone';
 import { logPanel } from './logs';
 
@@ -43,6 +43,7 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
   let timer = 0;
   let job: Job | null = null;
   let lastEventsKey = '';
+  let tuningName: string | null = null; // of the tuning job whose trial this is ('' while read)
   let logs: { el: HTMLElement; destroy: () => void } | null = null;
   const metrics = new JobMetrics(id);
   const charts: MetricChart[] = [];
@@ -128,6 +129,16 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
       h('p', { class: 'crumbs' }, h('a', { href: '#/jobs' }, 'Jobs'), ' / ', h('code', null, j.id)),
       h('div', { class: 'title-row' }, h('h1', null, j.name || j.id), stateBadge(j.state), actions),
       h('p', { class: 'reason', id: 'reason' }, j.reason || ''));
+    const tuning = j.tags?.tuning_job;
+    if (tuning) {
+      head.append(h('p', { id: 'trial-of' }, `Trial ${j.tags?.tuning_trial ?? '?'} of tuning job `,
+        h('a', { href: `#/tuning/${encodeURIComponent(tuning)}` }, tuningName || tuning.slice(0, 8))));
+      if (tuningName === null) {
+        tuningName = '';
+        get<TuningJob>(`/v1/tuning-jobs/${encodeURIComponent(tuning)}`)
+          .then((t) => { tuningName = t.name; if (alive && job) renderHead(job); }).catch(() => {});
+      }
+    }
     if (j.pending) head.append(pendingBox(j));
   }
 
@@ -196,14 +207,7 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
   async function loadEvents(): Promise<void> {
     const r = await get<{ events: JobEvent[] }>(`/v1/jobs/${encodeURIComponent(id)}/events`);
     clear(events);
-    for (const e of r.events) {
-      events.append(h('li', null,
-        h('time', { datetime: e.time }, fmtTime(e.time)), ' ',
-        e.from_state ? h('span', null, stateBadge(e.from_state), ' → ') : null, stateBadge(e.to_state),
-        h('span', { class: 'muted' }, ` attempt ${e.attempt}`),
-        e.reason ? h('div', { class: 'ev-reason' }, e.reason) : null,
-        e.actor ? h('div', { class: 'muted small' }, `by ${e.actor}`) : null));
-    }
+    for (const e of r.events) events.append(timelineItem(e));
   }
 
   async function loadArtifacts(): Promise<void> {

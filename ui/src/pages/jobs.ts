@@ -6,7 +6,7 @@
 // returns the columns' values and the named metrics' summaries with each job.
 import { ApiError, get } from '../api';
 import { columnSuggestions, columnValue, durationS } from '../columns';
-import { announce, clear, fmtAge, fmtDuration, fmtNum, h, stateBadge, TERMINAL } from '../dom';
+import { announce, clear, fmtAge, fmtDuration, fmtNum, h, parseOrder, sortHeader, stateBadge, TERMINAL } from '../dom';
 import { go, setParams, type Cleanup } from '../main';
 import type { Job, JobPage } from '../types';
 
@@ -116,14 +116,10 @@ export function jobsPage(main: HTMLElement, params: URLSearchParams): Cleanup {
     return base;
   }
 
-  function sortSpec(): { field: string; desc: boolean } | null {
-    const m = /^\s*([^\s,]+)(?:\s+(asc|desc))?/i.exec(orderBy);
-    return m ? { field: m[1], desc: (m[2] || 'asc').toLowerCase() === 'desc' } : null;
-  }
 
   function renderHead(): void {
     clear(thead);
-    const s = sortSpec();
+    const s = parseOrder(orderBy);
     const all = h('input', { type: 'checkbox', 'aria-label': 'Select every job shown', onchange: (ev: Event) => {
       const on = (ev.target as HTMLInputElement).checked;
       for (const j of jobs) { if (on) selected.add(j.id); else selected.delete(j.id); }
@@ -131,15 +127,11 @@ export function jobsPage(main: HTMLElement, params: URLSearchParams): Cleanup {
     } });
     const tr = h('tr', null, h('th', { scope: 'col', class: 'sel' }, all));
     for (const c of cols()) {
-      const active = s && c.sortField === s.field;
-      const sortAttr = active ? (s!.desc ? 'descending' : 'ascending') : null;
-      const btn = h('button', { type: 'button', class: 'sort', onclick: () => {
-        const desc = active ? !s!.desc : c.key === 'age' ? false : c.key !== 'name';
-        orderBy = `${c.sortField} ${desc ? 'desc' : 'asc'}`;
+      tr.append(sortHeader(c.label, c.sortField!, s, c.key === 'age' ? false : c.key !== 'name', (o) => {
+        orderBy = `${o.field} ${o.desc ? 'desc' : 'asc'}`;
         saveUrl();
         load(true);
-      } }, c.label, h('span', { class: 'sort-mark', 'aria-hidden': 'true' }, active ? (s!.desc ? ' ▼' : ' ▲') : ''));
-      tr.append(h('th', { scope: 'col', 'aria-sort': sortAttr }, btn));
+      }));
     }
     thead.append(tr);
   }

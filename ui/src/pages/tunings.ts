@@ -1,0 +1,124 @@
+// tunings.ts - the tuning jobs page (#/tuning?order_by=created desc): the searches of the projects
+// the user can see (GET /v1/tuning-jobs) with their state, strategy, trials finished of the most,
+// best objective so far and age, sortable by any column, the order kept in the URL. The list
+// gives no trial counts by state nor best objective, so each tuning job shown is read
+// (GET /v1/tuning-jobs/{id}) too: an ended one once, a running one on every refresh.
+import { ApiError, get } from '../api';
+import { clear, compareCells, fmtAge, fmtNum, h, parseOrder, sortHeader, stateBadge, TERMINAL } from '../dom';
+import { setParams, type Cleanup } from '../main';
+import type { TuningJob } from '../types';
+
+const REFRESH_MS = 3000;
+const DEFAULT_ORDER = 'created desc';
+const READ_AT_ONCE = 4;
+
+// A tuning job's trials that ended (COMPLETED, FAILED, STOPPED), or undefined before it is read.
+export function trialsDone(t: TuningJob): number | undefined {
+  return t.trials ? t.trials.filter((x) => TERMINAL.has(x.state)).length : undefined;
+}
+
+export function objectiveText(t: TuningJob): string {
+  return `${t.objective?.metric || ''} (${t.objective?.goal === 'maximize' ? 'maximize' : 'minimize'})`;
+}
+
+interface Col { field: string; label: string; firstDesc: boolean; value: (t: TuningJob) => unknown; cell: (t: TuningJob) => Node | string }
+
+const COLS: Col[] = [
+  { field: 'name', label: 'Name', firstDesc: false, value: (t) => t.name,
+    cell: (t) => h('a', { href: `#/tuning/${t.id}`, title: t.id }, t.name || t.id.slice(0, 8)) },
+  { field: 'state', label: 'State', firstDesc: false, value: (t) => t.state, cell: (t) => stateBadge(t.state) },
+  { field: 'project', label: 'Project', firstDesc: false, value: (t) => t.project, cell: (t) => t.project },
+  { field: 'strategy', label: 'Strategy', firstDesc: false, value: (t) => t.strategy, cell: (t) => t.strategy },
+  { field: 'trials', label: 'Trials done / max', firstDesc: true, value: (t) => trialsDone(t),
+    cell: (t) => `${trialsDone(t) ?? '…'} / ${t.max_jobs}${t.trials && t.trials.length > (trialsDone(t) || 0) ? ` (${t.trials.length - (trialsDone(t) || 0)} active)` : ''}` },
+  { field: 'objective', label: 'Objective', firstDesc: false, value: (t) => t.objective?.metric, cell: objectiveText },
+  { field: 'best', label: 'Best', firstDesc: false, value: (t) => t.best?.objective,
+    cell: (t) => (t.best ? h('a', { href: `#/jobs/${t.best.job_id}`, title: 'the best trial\'s job' }, fmtNum(t.best.objective)) : t.trials ? '—' : '…') },
+  { field: 'created', label: 'Created', firstDesc: true, value: (t) => t.created_at, cell: (t) => fmtAge(t.created_at) },
+];
+
+export function tuningsPage(main: HTMLElement, params: URLSearchParams): Cleanup {
+  let orderBy = params.get('order_by') || DEFAULT_ORDER;
+  let alive = true;
+  let timer = 0;
+  let list: TuningJob[] = [];
+  let loaded = false;
+  const detail = new Map<string, TuningJob>(); // the full reads, by id
+  const status = h('span', { class: 'muted', 'aria-live': 'polite' });
+  const errBox = h('p', { class: 'error', role: 'alert' });
+  errBox.hidden = true;
+  const thead = h('thead');
+  const tbody = h('tbody');
+  main.append(h('h1', null, 'Tuning jobs'),
+    h('p', { class: 'muted small' }, 'Searches over hyperparameters whose trials are jobs. Start one with kiln tune submit FILE.'),
+    errBox, h('div', { class: 'toolbar' }, status),
+    h('div', { class: 'table-wrap' }, h('table', { class: 'tunings', 'aria-label': 'Tuning jobs' }, thead, tbody)));
+
+  let shown = '';
+  function render(): void {
+    const order = parseOrder(orderBy);
+    const key = JSON.stringify([loaded, orderBy, list, [...detail.values()].map((t) => [t.id, t.state, t.best, trialsDone(t), t.trials?.length])]);
+    if (key === shown) return; // nothing new: the table (and the focus in it) stays
+    shown = key;
+    clear(thead);
+    thead.append(h('tr', null, ...COLS.map((c) => sortHeader(c.label, c.field, order, c.firstDesc, (o) => {
+      orderBy = `${o.field} ${o.desc ? 'desc' : 'asc'}`;
+      setParams(new URLSearchParams(orderBy === DEFAULT_ORDER ? '' : `order_by=${encodeURIComponent(orderBy)}`));
+      render();
+    }))));
+    const rows = list.map((t) => detail.get(t.id) || t);
+    const col = COLS.find((c) => c.field === order?.field);
+    if (col) rows.sort((a, b) => compareCells(col.value(a), col.value(b), order!.desc));
+    clear(tbody);
+    for (const t of rows) {
+      tbody.append(h('tr', { 'data-id': t.id, 'data-state': t.state }, ...COLS.map((c) => h('td', { class: `c-${c.field}` }, c.cell(t)))));
+    }
+    if (!rows.length) {
+      tbody.append(h('tr', null, h('td', { colspan: COLS.length, class: 'muted empty' },
+        loaded ? 'No tuning jobs yet. Start one with kiln tune submit FILE.' : 'Loading…')));
+    }
+    status.textContent = `${rows.length} tuning job${rows.length === 1 ? '' : 's'}`;
+  }
+
+  // Reads the tuning jobs that need it (never read, or still running), a few at a time.
+  async function readDetails(): Promise<void> {
+    const todo = list.filter((t) => !detail.has(t.id) || !TERMINAL.has(detail.get(t.id)!.state));
+    for (let i = 0; i < todo.length && alive; i += READ_AT_ONCE) {
+      await Promise.all(todo.slice(i, i + READ_AT_ONCE).map(async (t) => {
+        try { detail.set(t.id, await get<TuningJob>(`/v1/tuning-jobs/${encodeURIComponent(t.id)}`)); } catch { /* shown from the list */ }
+      }));
+      if (alive) render();
+    }
+  }
+
+  async function load(): Promise<void> {
+    try {
+      list = (await get<{ tuning_jobs: TuningJob[] }>('/v1/tuning-jobs')).tuning_jobs;
+      if (!alive) return;
+      loaded = true;
+      errBox.hidden = true;
+      render();
+      main.dataset.loaded = 'true';
+      await readDetails();
+      if (alive) main.dataset.detailed = 'true';
+    } catch (e) {
+      if (!alive) return;
+      errBox.textContent = e instanceof ApiError ? e.message : `kilnd did not answer: ${String(e)}`;
+      errBox.hidden = false;
+    }
+  }
+
+  // Live: read again every few seconds while the tab is visible.
+  async function refresh(): Promise<void> {
+    if (!alive) return;
+    if (document.visibilityState === 'visible') await load();
+    if (alive) timer = window.setTimeout(refresh, REFRESH_MS);
+  }
+
+  render();
+  (async () => {
+    await load();
+    if (alive) timer = window.setTimeout(refresh, REFRESH_MS);
+  })();
+  return () => { alive = false; clearTimeout(timer); };
+}
