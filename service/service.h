@@ -564,6 +564,19 @@ bool svc_state_legal(svc_job_state_t from, svc_job_state_t to);
 /* COMPLETED, FAILED, STOPPED. */
 bool svc_state_terminal(svc_job_state_t st);
 
+/* ---- scheduling passes, as a benchmark sees them ---------------------------------------------
+ * Each pass of the leader's scheduler: when it began (kiln_mono_us), how long it took (pass lock
+ * to release, as kiln_scheduler_pass_seconds counts it), the pending jobs it read and how many it
+ * admitted. svc_sched_record() has the passes from now on appended to buf (at most cap; later ones
+ * are not recorded); buf must outlive the recording, which svc_sched_record(s, NULL, 0) ends.
+ * svc_sched_recorded() is how many are in buf so far. */
+typedef struct svc_sched_pass {
+    int64_t at_us, took_us;
+    int jobs, admitted;
+} svc_sched_pass_t;
+void svc_sched_record(svc_t *s, svc_sched_pass_t *buf, int cap);
+int svc_sched_recorded(svc_t *s);
+
 /* ---- gang placement (service/sched.c), a pure function for tests --------------------------------
  * A job needs `nodes` distinct workers of its slot type, each with `slots_per_node` free slots,
  * all at once. Among the workers that fit, the ones with the fewest free slots are chosen (best

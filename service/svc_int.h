@@ -73,6 +73,13 @@ struct svc {
     pthread_t sched_thread, live_thread, notify_thread;
     bool sched_started, live_started, notify_started;
     int64_t sched_full_us;       /* the scheduler thread's: when a pass last read the whole queue */
+    int64_t sched_reasons_us;    /* the scheduler thread's: when a pass last wrote a long queue's */
+    int64_t sched_reasons_took_us; /* reasons, and how long that took */
+    struct sched_known *known;   /* the scheduler thread's: what it read of the jobs of its last
+                                    pass (sched.c), by id */
+    int nknown;
+    svc_sched_pass_t *pass_rec;  /* svc_sched_record's buffer (NULL: passes are not recorded) */
+    int pass_rec_cap, pass_rec_n;
 
     /* Several kilnd on one database (notify.c): news to send, and who leads. */
     pthread_mutex_t note_mu;
@@ -198,6 +205,8 @@ int svc_job_view_conn(svc_t *s, const svc_caller_t *who, const char *id, store_c
 
 /* Wakes the scheduler: this kilnd's when it leads, else the leader's through the database. */
 void svc_sched_wake(svc_t *s);
+/* Frees what the scheduler keeps of the jobs of its last pass (sched.c); svc_destroy's. */
+void svc_sched_known_free(svc_t *s);
 void *svc_sched_main(void *arg);
 void *svc_live_main(void *arg);
 
