@@ -1,6 +1,6 @@
 /* agent.c - kiln-agent's lifecycle: creating the agent (its work dir, credential, data roots,
  * outbox, transfers, checkpoint sync, code cache and launcher) and its threads (heartbeat.c, starter.c,
- * sender.c), the launcher's callbacks (everything a rank says goes into the outbox; rank 0's exit
+ * sender.c, watch.c), the launcher's callbacks (everything a rank says goes into the outbox; rank 0's exit
  * waits for its output's upload), the transfers' callbacks, shutting down in order (drain, stop
  * the ranks, flush), and the agent's numbers for its monitor port. */
 #include "agent/agent_int.h"
@@ -269,6 +269,11 @@ int agent_create(const agent_config_t *cfg, agent_t **out, kiln_err_t *err)
         goto fail;
     }
     a->hb_started = true;
+    if (pthread_create(&a->watch_thread, NULL, agent_watch_main, a) != 0) {
+        rc = kiln_err_set(err, KILN_EIO, NULL, "could not start the watch thread");
+        goto fail;
+    }
+    a->watch_started = true;
     if (cfg->metrics_addr && cfg->metrics_addr[0] &&
         (rc = agent_monitor_start(a, cfg->metrics_addr, &a->monitor, err)) != 0)
         goto fail;
@@ -359,18 +364,21 @@ void agent_shutdown(agent_t *a, int flush_timeout_ms)
     pthread_mutex_lock(&a->ob.mu);
     pthread_cond_broadcast(&a->ob.cv);
     pthread_mutex_unlock(&a->ob.mu);
+    agent_rpc_watch_cancel(a->rpc);
+    if (a->watch_started)
+        pthread_join(a->watch_thread, NULL);
     if (a->hb_started)
         pthread_join(a->hb_thread, NULL);
     if (a->sender_started)
         pthread_join(a->sender_thread, NULL);
-    a->hb_started = a->sender_started = false;
+    a->hb_started = a->sender_started = a->watch_started = false;
 }
 
 void agent_destroy(agent_t *a)
 {
     if (!a)
         return;
-    if (a->hb_started || a->sender_started || a->start_started)
+    if (a->hb_started || a->sender_started || a->start_started || a->watch_started)
         agent_shutdown(a, 3000);
     agent_monitor_stop(a->monitor);
     xfer_shutdown(a->xfer, 0);

@@ -364,6 +364,17 @@ void agent_rpc_destroy(agent_rpc_t *r);
  * one, after the calls in flight have ended; returns the address now used (with one address,
  * that one, and nothing changes). Thread-safe. */
 const char *agent_rpc_next(agent_rpc_t *r);
+/* One server-streaming call held open (WatchWork): sends the request bytes, calls on_msg(ud,
+ * bytes, len) for each message as it arrives (on this thread), and returns when the stream ends:
+ * kilnd ended it, timeout_ms passed (DEADLINE_EXCEEDED), agent_rpc_watch_cancel, or
+ * agent_rpc_next moved the channel (CANCELLED). *grpc_code (OUT) is its status; returns 0 when
+ * OK, else the kiln status matching it with kilnd's message in err. One watch at a time per
+ * channel; it holds no lock while it waits. */
+int agent_rpc_watch(agent_rpc_t *r, const char *method, const agent_md_t *md, size_t n_md, const void *data,
+                    size_t len, int timeout_ms, void (*on_msg)(void *ud, const uint8_t *msg, size_t len), void *ud,
+                    int *grpc_code, kiln_err_t *err);
+/* Ends the watch in progress, or the next one to start if none is (shutdown). Thread-safe. */
+void agent_rpc_watch_cancel(agent_rpc_t *r);
 /* How many addresses the channel goes round. */
 int agent_rpc_ntargets(const agent_rpc_t *r);
 

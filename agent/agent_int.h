@@ -255,9 +255,13 @@ void agent_host_prom(prom_buf_t *b, const char *proc);
 #define AGENT_LIMITED_MIN_MS 5000    /* first wait after kilnd's registration limit refused us */
 #define AGENT_LIMITED_MAX_MS 60000
 /* gRPC status codes the agent acts on */
+#define GRPC_CANCELLED 1
+#define GRPC_DEADLINE_EXCEEDED 4
 #define GRPC_PERMISSION_DENIED 7
 #define GRPC_RESOURCE_EXHAUSTED 8
 #define GRPC_FAILED_PRECONDITION 9
+#define GRPC_ABORTED 10
+#define GRPC_UNIMPLEMENTED 12
 #define GRPC_DATA_LOSS 15
 #define GRPC_UNAUTHENTICATED 16
 
@@ -301,11 +305,14 @@ struct agent {
     bool hb_now;                 /* heartbeat at once (the drain starting), then clear */
     bool drain_acked;            /* kilnd has taken a heartbeat that says draining */
     bool stop_hb, stop_sender, shut_done;
-    pthread_t hb_thread, sender_thread;
-    bool hb_started, sender_started;
+    pthread_t hb_thread, sender_thread, watch_thread;
+    bool hb_started, sender_started, watch_started;
     agent_monitor_t *monitor;    /* --metrics-addr, or NULL */
     int64_t hb_loop_us;          /* kiln_mono_us of the heartbeat loop's last round (under mu) */
 };
+
+/* The watch thread (watch.c): holds WatchWork open while registered; each nudge sets hb_now. */
+void *agent_watch_main(void *arg);
 
 /* Sleeps up to ms on the agent's condition variable; returns early when *flag, or *wake (when
  * not NULL), turns true (agent.c). */

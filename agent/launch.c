@@ -1174,6 +1174,9 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     agent_metric_defs_t defs;
     kiln_err_t derr;
     char defs_note[400] = "";
+    /* where a start's time goes (the "started" line): files, the runtime's preparation (a
+     * script's code), the sandbox's box, spawning the ranks */
+    int64_t t0 = kiln_mono_us(), t_files = 0, t_prep = 0, t_box = 0;
 
     if (!job_id_ok(a->job_id))
         return kiln_err_set(err, KILN_EINVAL, "job_id", "assignment has a bad job id");
@@ -1210,11 +1213,14 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     kiln_strlcpy(at.ckpt_dir, ckpt_dir, sizeof(at.ckpt_dir));
     if (rc == 0 && !(rm = calloc(1, sizeof(*rm))))
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    t_files = kiln_mono_us();
     if (rc == 0)
         rc = rt->prepare(&at, a, rm, err);
     prepared = rc == 0;
+    t_prep = kiln_mono_us();
     if (rc == 0 && l->sandbox)
         rc = launch_box(l, a, job_dir, ckpt_dir, resume, rm, &box, err);
+    t_box = kiln_mono_us();
     free(rm);
     if (agent_metric_defs_init(&defs, a->metric_definitions, a->n_metric_definitions, &derr) != 0) {
         log_warn("job %s: metric definitions ignored: %s", a->job_id, derr.message);
@@ -1283,8 +1289,11 @@ done:
             snprintf(err->message + ml, sizeof(err->message) - ml, "; %s", err->hint);
         }
     } else {
-        log_info("job %s attempt %d: started %d rank(s) (threads %d)", a->job_id, a->attempt,
-                 (int)a->n_ranks, threads);
+        int64_t t_end = kiln_mono_us();
+        log_info("job %s attempt %d: started %d rank(s) (threads %d) in %.1f ms: files %.1f, prepare %.1f, "
+                 "sandbox %.1f, spawn %.1f", a->job_id, a->attempt, (int)a->n_ranks, threads,
+                 (double)(t_end - t0) / 1e3, (double)(t_files - t0) / 1e3, (double)(t_prep - t_files) / 1e3,
+                 (double)(t_box - t_prep) / 1e3, (double)(t_end - t_box) / 1e3);
     }
     if (l->cbs.on_started)
         l->cbs.on_started(l->cbs.ud, a->job_id, a->attempt, rc == 0, rc == 0 ? "" : err->message,

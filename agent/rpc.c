@@ -1,6 +1,7 @@
 /* rpc.c - the agent's gRPC client: one channel to kilnd (TLS, optionally with a client
  * certificate, or plain text when asked) and blocking unary calls with deadlines and per-call
- * metadata over the gRPC C core, messages packed with protobuf-c. With several kilnd addresses
+ * metadata over the gRPC C core, messages packed with protobuf-c, and one held server stream
+ * (agent_rpc_watch: WatchWork). With several kilnd addresses
  * the channel goes to one of them and moves to the next when the caller says so
  * (agent_rpc_next). Retrying is the caller's business (agent_grpc_retryable says when it is
  * worth it); which credential a call carries is agent.c's. */
@@ -42,6 +43,11 @@ struct agent_rpc {
     pthread_t keeper;
     bool keeper_started;
     atomic_bool stopping;
+    /* The held stream (agent_rpc_watch), cancelled when the channel moves or on request; it
+     * holds no lock while it waits (the call keeps the channel it was made on alive). */
+    pthread_mutex_t watch_mu;
+    grpc_call *watch;
+    bool watch_cancel;               /* cancel the watch starting now, too */
 };
 
 static void *rpc_keeper_main(void *arg)
@@ -179,6 +185,7 @@ int agent_rpc_create(const char *target, const agent_tls_t *tls, agent_rpc_t **o
     pthread_rwlockattr_init(&la);
     pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&r->lock, &la);
+    pthread_mutex_init(&r->watch_mu, NULL);
     pthread_rwlockattr_destroy(&la);
     /* "host:port" or a comma-separated list of them (several kilnd replicas) */
     const char *p = target ? target : "";
@@ -228,6 +235,10 @@ const char *agent_rpc_next(agent_rpc_t *r)
     }
     const char *t = r->targets[r->cur];
     pthread_rwlock_unlock(&r->lock);
+    pthread_mutex_lock(&r->watch_mu);
+    if (r->watch) /* it reconnects, to the new target */
+        grpc_call_cancel(r->watch, NULL);
+    pthread_mutex_unlock(&r->watch_mu);
     return t;
 }
 
@@ -258,8 +269,39 @@ void agent_rpc_destroy(agent_rpc_t *r)
     for (int i = 0; i < r->ntargets; i++)
         free(r->targets[i]);
     pthread_rwlock_destroy(&r->lock);
+    pthread_mutex_destroy(&r->watch_mu);
     free(r);
     grpc_shutdown();
+}
+
+/* The call's metadata as the core takes it: static slices point at the caller's strings, which
+ * outlive the call. n_md is at most RPC_MAX_MD. */
+static void rpc_md(const agent_md_t *md, size_t n_md, grpc_metadata *send_md)
+{
+    memset(send_md, 0, sizeof(*send_md) * RPC_MAX_MD);
+    for (size_t i = 0; i < n_md; i++) {
+        send_md[i].key = grpc_slice_from_static_string(md[i].key);
+        send_md[i].value = grpc_slice_from_static_string(md[i].value);
+    }
+}
+
+/* A status other than OK as the kiln status matching it, with kilnd's message and hint in err. */
+static int rpc_status_err(grpc_status_code status, grpc_slice details, const grpc_metadata_array *trail_md,
+                          const char *method, kiln_err_t *err)
+{
+    size_t dl = GRPC_SLICE_LENGTH(details);
+    int rc = kiln_err_set(err, agent_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
+                          (const char *)GRPC_SLICE_START_PTR(details));
+    if (dl == 0 && err)
+        snprintf(err->message, sizeof(err->message), "%s failed with gRPC status %d", method, (int)status);
+    /* kilnd's hint (how to fix it, when to retry) rides in the trailing metadata */
+    for (size_t i = 0; err && i < trail_md->count; i++)
+        if (grpc_slice_str_cmp(trail_md->metadata[i].key, "kiln-hint") == 0) {
+            size_t hl = GRPC_SLICE_LENGTH(trail_md->metadata[i].value);
+            snprintf(err->hint, sizeof(err->hint), "%.*s", (int)KILN_MIN(hl, sizeof(err->hint) - 1),
+                     (const char *)GRPC_SLICE_START_PTR(trail_md->metadata[i].value));
+        }
+    return rc;
 }
 
 int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md, size_t n_md,
@@ -273,13 +315,8 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
     if (n_md > RPC_MAX_MD)
         return kiln_err_set(err, KILN_EINVAL, NULL, "too many metadata entries for one call");
     int rc = 0;
-    /* static slices point at the caller's strings, which outlive the call */
     grpc_metadata send_md[RPC_MAX_MD];
-    memset(send_md, 0, sizeof(send_md));
-    for (size_t i = 0; i < n_md; i++) {
-        send_md[i].key = grpc_slice_from_static_string(md[i].key);
-        send_md[i].value = grpc_slice_from_static_string(md[i].value);
-    }
+    rpc_md(md, n_md, send_md);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
     gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
                                          gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
@@ -335,18 +372,7 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
     if (grpc_code)
         *grpc_code = (int)status;
     if (status != GRPC_STATUS_OK) {
-        size_t dl = GRPC_SLICE_LENGTH(details);
-        rc = kiln_err_set(err, agent_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
-                          (const char *)GRPC_SLICE_START_PTR(details));
-        if (dl == 0 && err)
-            snprintf(err->message, sizeof(err->message), "%s failed with gRPC status %d", method, (int)status);
-        /* kilnd's hint (how to fix it, when to retry) rides in the trailing metadata */
-        for (size_t i = 0; err && i < trail_md.count; i++)
-            if (grpc_slice_str_cmp(trail_md.metadata[i].key, "kiln-hint") == 0) {
-                size_t hl = GRPC_SLICE_LENGTH(trail_md.metadata[i].value);
-                snprintf(err->hint, sizeof(err->hint), "%.*s", (int)KILN_MIN(hl, sizeof(err->hint) - 1),
-                         (const char *)GRPC_SLICE_START_PTR(trail_md.metadata[i].value));
-            }
+        rc = rpc_status_err(status, details, &trail_md, method, err);
         goto done;
     }
     if (resp_bb) {
@@ -373,6 +399,131 @@ done:
     grpc_slice_unref(details);
     if (resp_bb)
         grpc_byte_buffer_destroy(resp_bb);
+    grpc_byte_buffer_destroy(req_bb);
+    grpc_metadata_array_destroy(&init_md);
+    grpc_metadata_array_destroy(&trail_md);
+    grpc_completion_queue_shutdown(cq);
+    grpc_completion_queue_destroy(cq);
+    return rc;
+}
+
+void agent_rpc_watch_cancel(agent_rpc_t *r)
+{
+    pthread_mutex_lock(&r->watch_mu);
+    if (r->watch)
+        grpc_call_cancel(r->watch, NULL);
+    else
+        r->watch_cancel = true;
+    pthread_mutex_unlock(&r->watch_mu);
+}
+
+/* Plucks tag from cq; false when the batch failed (the call is over). */
+static bool rpc_pluck(grpc_completion_queue *cq, void *tag)
+{
+    grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+int agent_rpc_watch(agent_rpc_t *r, const char *method, const agent_md_t *md, size_t n_md, const void *data,
+                    size_t len, int timeout_ms, void (*on_msg)(void *ud, const uint8_t *msg, size_t len), void *ud,
+                    int *grpc_code, kiln_err_t *err)
+{
+    *grpc_code = GRPC_STATUS_UNKNOWN;
+    if (n_md > RPC_MAX_MD)
+        return kiln_err_set(err, KILN_EINVAL, NULL, "too many metadata entries for one call");
+    grpc_metadata send_md[RPC_MAX_MD];
+    rpc_md(md, n_md, send_md);
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_REALTIME), gpr_time_from_millis(timeout_ms, GPR_TIMESPAN));
+    grpc_slice method_s = grpc_slice_from_copied_string(method);
+    pthread_rwlock_rdlock(&r->lock);
+    grpc_call *call = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method_s, NULL, deadline,
+                                               NULL);
+    pthread_rwlock_unlock(&r->lock);
+    grpc_slice_unref(method_s);
+    pthread_mutex_lock(&r->watch_mu);
+    r->watch = call;
+    if (r->watch_cancel)
+        grpc_call_cancel(call, NULL);
+    r->watch_cancel = false;
+    pthread_mutex_unlock(&r->watch_mu);
+    grpc_slice req_s = grpc_slice_from_copied_buffer(data ? data : "", len);
+    grpc_byte_buffer *req_bb = grpc_raw_byte_buffer_create(&req_s, 1);
+    grpc_slice_unref(req_s);
+    grpc_metadata_array init_md, trail_md;
+    grpc_metadata_array_init(&init_md);
+    grpc_metadata_array_init(&trail_md);
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+    const char *error_string = NULL;
+    grpc_op ops[4];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = n_md;
+    ops[0].data.send_initial_metadata.metadata = n_md ? send_md : NULL;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = req_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+    grpc_op st_op;
+    memset(&st_op, 0, sizeof(st_op));
+    st_op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    st_op.data.recv_status_on_client.trailing_metadata = &trail_md;
+    st_op.data.recv_status_on_client.status = &status;
+    st_op.data.recv_status_on_client.status_details = &details;
+    st_op.data.recv_status_on_client.error_string = &error_string;
+    int rc = 0;
+    bool sent = grpc_call_start_batch(call, ops, KILN_ARRAY_LEN(ops), (void *)1, NULL) == GRPC_CALL_OK;
+    bool started = grpc_call_start_batch(call, &st_op, 1, (void *)3, NULL) == GRPC_CALL_OK;
+    if (!sent || !started) {
+        rc = kiln_err_set(err, KILN_EINTERNAL, NULL, "could not start a gRPC call to %s", method);
+        grpc_call_cancel(call, NULL);
+        if (sent) /* a batch that started still completes */
+            rpc_pluck(cq, (void *)1);
+        sent = false;
+    }
+    if (sent && rpc_pluck(cq, (void *)1)) {
+        /* one message at a time until the stream ends */
+        for (;;) {
+            grpc_byte_buffer *bb = NULL;
+            grpc_op op;
+            memset(&op, 0, sizeof(op));
+            op.op = GRPC_OP_RECV_MESSAGE;
+            op.data.recv_message.recv_message = &bb;
+            if (grpc_call_start_batch(call, &op, 1, (void *)2, NULL) != GRPC_CALL_OK)
+                break;
+            bool ok = rpc_pluck(cq, (void *)2);
+            if (!ok || !bb) {
+                if (bb)
+                    grpc_byte_buffer_destroy(bb);
+                break;
+            }
+            grpc_byte_buffer_reader reader;
+            if (grpc_byte_buffer_reader_init(&reader, bb)) {
+                grpc_slice s = grpc_byte_buffer_reader_readall(&reader);
+                grpc_byte_buffer_reader_destroy(&reader);
+                on_msg(ud, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
+                grpc_slice_unref(s);
+            }
+            grpc_byte_buffer_destroy(bb);
+        }
+    } else if (sent) {
+        grpc_call_cancel(call, NULL);
+    }
+    if (started) {
+        rpc_pluck(cq, (void *)3);
+        *grpc_code = (int)status;
+        if (status != GRPC_STATUS_OK)
+            rc = rpc_status_err(status, details, &trail_md, method, err);
+    }
+    pthread_mutex_lock(&r->watch_mu);
+    r->watch = NULL;
+    pthread_mutex_unlock(&r->watch_mu);
+    grpc_call_unref(call);
+    if (error_string)
+        gpr_free((void *)error_string);
+    grpc_slice_unref(details);
     grpc_byte_buffer_destroy(req_bb);
     grpc_metadata_array_destroy(&init_md);
     grpc_metadata_array_destroy(&trail_md);

@@ -28,11 +28,11 @@ typedef int (*api_grpc_handler_fn)(const api_grpc_ctx_t *ctx, const ProtobufCMes
 typedef struct api_grpc api_grpc_t;
 
 /* A server-streaming method: takes ownership of call (unref it when done), req (free with
- * protobuf_c_message_free_unpacked) and arena (heap; arena_deinit and free it), which holds who,
- * the authenticated caller. Runs on a completion-queue thread: must not block; start a thread for
- * the stream. */
+ * protobuf_c_message_free_unpacked) and arena (heap; arena_deinit and free it), which holds what
+ * ctx points to (the authenticated caller; ctx itself does not outlive the call). Runs on a
+ * completion-queue thread: must not block; start a thread for the stream, or park the call. */
 typedef void (*api_grpc_stream_fn)(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                                   const svc_caller_t *who);
+                                   const api_grpc_ctx_t *ctx);
 
 /* What a method needs from its caller: a user's bearer token, a join token or a worker's own
  * credential (RegisterWorker, the service checks which), or a worker's credential: of an
@@ -43,8 +43,8 @@ typedef enum { API_GRPC_USER = 0, API_GRPC_JOIN, API_GRPC_AGENT, API_GRPC_HEARTB
 typedef struct api_grpc_method {
     const char *path;                            /* "/kiln.AgentService/Heartbeat" */
     const ProtobufCMessageDescriptor *req_desc;  /* request message type */
-    api_grpc_handler_fn handle;                  /* unary methods */
-    api_grpc_stream_fn stream;                   /* server-streaming methods (handle is NULL) */
+    api_grpc_handler_fn handle;                  /* unary methods; for a stream, its checks (no reply) */
+    api_grpc_stream_fn stream;                   /* server-streaming methods */
     api_grpc_auth_t auth;
 } api_grpc_method_t;
 
@@ -69,11 +69,27 @@ bool api_grpc_stopping(api_grpc_t *g);
 
 /* The server-streaming StreamLogs, DownloadArtifact and DownloadCode (grpc_stream.c). */
 void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                          const svc_caller_t *who);
+                          const api_grpc_ctx_t *ctx);
 void api_grpc_stream_artifact(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                              const svc_caller_t *who);
+                              const api_grpc_ctx_t *ctx);
 void api_grpc_stream_code(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                          const svc_caller_t *who);
+                          const api_grpc_ctx_t *ctx);
+
+/* WatchWork (grpc_watch.c): the agents' held streams, nudged when work for their worker is
+ * committed. _create makes the table and hooks it to the service (svc_on_work); _unhook removes
+ * the hook (before the server stops: no nudge after it returns); _free frees the table once the
+ * server has stopped (every watch's close has completed). api_grpc_watches(g) is the server's. */
+typedef struct api_grpc_watches api_grpc_watches_t;
+int api_grpc_watches_create(api_grpc_t *g, api_grpc_watches_t **out);
+void api_grpc_watches_unhook(api_grpc_watches_t *ws);
+void api_grpc_watches_free(api_grpc_watches_t *ws);
+api_grpc_watches_t *api_grpc_watches(api_grpc_t *g);
+/* WatchWork's checks, before the call is parked: the worker is the credential's (svc_agent_watch). */
+int api_grpc_watch_check(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                         ProtobufCMessage **resp, kiln_err_t *err);
+/* Parks a WatchWork call (it sends the first WorkNudge at once). */
+void api_grpc_watch(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
+                    const api_grpc_ctx_t *ctx);
 /* UploadCode (grpc_code.c): one piece of an upload; the last (finish) answers the source. */
 int api_grpc_upload_code(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
                          ProtobufCMessage **resp, kiln_err_t *err);

@@ -61,6 +61,7 @@ struct api_grpc {
     bool tls;
     bool agent_certs;                /* mutual TLS: AgentService calls need a verified client certificate */
     grpc_gate_t *gate;               /* kilnd's listening socket (NULL when gRPC listens itself) */
+    api_grpc_watches_t *watches;     /* WatchWork's held streams (grpc_watch.c) */
     void *gate_handler;              /* filled by the core: its handler of the "external:" port */
 };
 
@@ -169,6 +170,8 @@ static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/FetchInitModel", &kiln__init_model_request__descriptor, h_init_model, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/FetchCode", &kiln__code_request__descriptor, api_grpc_fetch_code, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/FetchCheckpoint", &kiln__checkpoint_request__descriptor, h_checkpoint_fetch, NULL,
+     API_GRPC_AGENT},
+    {"/kiln.AgentService/WatchWork", &kiln__watch_work_request__descriptor, api_grpc_watch_check, api_grpc_watch,
      API_GRPC_AGENT},
 };
 
@@ -493,15 +496,23 @@ static void grpc_handle(api_grpc_t *g, gcall_t *c)
         grpc_reply(c, GRPC_STATUS_INVALID_ARGUMENT, msg);
         return;
     }
+    ProtobufCMessage *resp = NULL;
     if (m->stream) {
+        rc = m->handle ? m->handle(&ctx, req, arena, &resp, &err) : 0;
+        if (rc) {
+            protobuf_c_message_free_unpacked(req, NULL);
+            arena_deinit(arena);
+            free(arena);
+            grpc_reply_err(c, m, rc, &err);
+            return;
+        }
         /* the stream owns the call, the request and the arena (with the caller) from here */
         grpc_call *call = c->call;
         c->call = NULL;
         gcall_free(c);
-        m->stream(g, call, req, arena, ctx.who);
+        m->stream(g, call, req, arena, &ctx);
         return;
     }
-    ProtobufCMessage *resp = NULL;
     rc = m->handle(&ctx, req, arena, &resp, &err);
     protobuf_c_message_free_unpacked(req, NULL);
     if (rc == 0 && resp) {
@@ -644,6 +655,8 @@ svc_t *api_grpc_svc(api_grpc_t *g) { return g->svc; }
 
 bool api_grpc_stopping(api_grpc_t *g) { return atomic_load(&g->shutting_down); }
 
+api_grpc_watches_t *api_grpc_watches(api_grpc_t *g) { return g->watches; }
+
 bool api_grpc_stream_enter(api_grpc_t *g)
 {
     pthread_mutex_lock(&g->mu);
@@ -734,6 +747,10 @@ int api_grpc_start_with(svc_t *svc, const api_grpc_config_t *cfg, api_grpc_t **o
         goto fail;
     }
     grpc_server_register_completion_queue(g->server, g->cq, NULL);
+    if (api_grpc_watches_create(g, &g->watches) != 0) {
+        kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
     for (size_t i = 0; i < nm; i++) {
         g->rm[i] = grpc_server_register_method(g->server, method_at(i)->path, NULL,
                                                GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
@@ -798,6 +815,7 @@ void api_grpc_stop(api_grpc_t *g)
 {
     if (!g)
         return;
+    api_grpc_watches_unhook(g->watches); /* no nudge from here on */
     grpc_gate_close(g->gate); /* no connection is handed to the core from here on */
     g->gate = NULL;
     pthread_mutex_lock(&g->mu);
@@ -835,6 +853,7 @@ void api_grpc_stop(api_grpc_t *g)
                 ;
         grpc_completion_queue_destroy(g->cq);
     }
+    api_grpc_watches_free(g->watches);
     free(g->rm);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);

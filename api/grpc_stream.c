@@ -425,19 +425,19 @@ fail:
 }
 
 void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                          const svc_caller_t *who)
+                          const api_grpc_ctx_t *ctx)
 {
-    stream_start(g, call, req, arena, who, logs_run);
+    stream_start(g, call, req, arena, ctx->who, logs_run);
 }
 
 void api_grpc_stream_artifact(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                              const svc_caller_t *who)
+                              const api_grpc_ctx_t *ctx)
 {
-    stream_start(g, call, req, arena, who, artifact_run);
+    stream_start(g, call, req, arena, ctx->who, artifact_run);
 }
 
 void api_grpc_stream_code(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                          const svc_caller_t *who)
+                          const api_grpc_ctx_t *ctx)
 {
-    stream_start(g, call, req, arena, who, code_run);
+    stream_start(g, call, req, arena, ctx->who, code_run);
 }

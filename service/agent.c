@@ -50,6 +50,16 @@ int svc_agent_check_report(const char *authenticated, const char *claimed, const
     return 0;
 }
 
+int svc_agent_watch(const char *authenticated, const Kiln__WatchWorkRequest *req, const char **wid,
+                    kiln_err_t *err)
+{
+    int rc = agent_worker(authenticated, req->worker_id, wid, err);
+    if (rc == 0 && strlen(*wid) >= STORE_WORKER_ID_LEN)
+        rc = kiln_err_set(err, KILN_EINVAL, "worker_id", "worker id is longer than %d characters",
+                          STORE_WORKER_ID_LEN - 1);
+    return rc;
+}
+
 int svc_agent_owns(svc_t *s, const char *worker_id, const char *job_id, int attempt, const int *ranks,
                    size_t n, kiln_err_t *err)
 {
@@ -151,9 +161,13 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
             rc = store_assign_set_port(tx.c, job.id, job.attempt, wid, req->master_port, &set, err);
             if (rc)
                 goto fail;
-            if (set) /* the other nodes get theirs on their next heartbeat */
+            if (set) { /* the other nodes' assignments can go out now: nudge their agents */
                 log_info("job %s: attempt %d's rendezvous is port %d on worker %s", job.id, job.attempt,
                          req->master_port, wid);
+                rc = store_assign_notify_workers(tx.c, SVC_CH_WORK, job.id, job.attempt, err);
+                if (rc)
+                    goto fail;
+            }
         }
         if (!found) {
             rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "

@@ -1,6 +1,7 @@
 /* notify.c - how several kilnd on one database keep each other informed, on one thread with
  * one dedicated database session (store_listener_t):
- *  - it LISTENs for news: log lines stored (any kilnd), jobs that ended, work for the scheduler;
+ *  - it LISTENs for news: log lines stored (any kilnd), jobs that ended, work for the scheduler,
+ *    work for an agent (handed to svc_on_work's hook: gRPC's WatchWork nudges the agent);
  *    log news makes the live followers of this kilnd read the new lines from the database and
  *    hand them out (svc_follow_catch_up), so a follower sees every line whichever kilnd stored it;
  *  - it sends this kilnd's news, coalesced: after an ingest commits, the job's highest seq (one
@@ -164,6 +165,15 @@ static void on_notify(void *ud, const char *channel, const char *payload)
         a->sched = true;
         return;
     }
+    if (!strcmp(channel, SVC_CH_WORK)) {
+        if (payload[0] && strlen(payload) < STORE_WORKER_ID_LEN) {
+            pthread_mutex_lock(&a->s->note_mu);
+            if (a->s->work_fn)
+                a->s->work_fn(a->s->work_ud, payload);
+            pthread_mutex_unlock(&a->s->note_mu);
+        }
+        return;
+    }
     char job_id[STORE_ID_LEN];
     kiln_strlcpy(job_id, payload, sizeof(job_id));
     if (!store_is_uuid(job_id))
@@ -243,7 +253,7 @@ static void leader_set(svc_t *s, bool lead, const char *why)
 void *svc_notify_main(void *arg)
 {
     svc_t *s = arg;
-    static const char *const channels[] = {SVC_CH_LOGS, SVC_CH_JOB_END, SVC_CH_SCHED};
+    static const char *const channels[] = {SVC_CH_LOGS, SVC_CH_JOB_END, SVC_CH_SCHED, SVC_CH_WORK};
     store_listener_t *l = NULL;
     int backoff_ms = 100, fails = 0;
     int64_t next_try_us = 0, sched_next_us = 0;
@@ -344,6 +354,14 @@ void svc_notify_free(svc_t *s)
     free(s->notes);
     s->notes = NULL;
     s->nnotes = s->capnotes = 0;
+}
+
+void svc_on_work(svc_t *s, svc_work_fn fn, void *ud)
+{
+    pthread_mutex_lock(&s->note_mu);
+    s->work_fn = fn;
+    s->work_ud = ud;
+    pthread_mutex_unlock(&s->note_mu);
 }
 
 void svc_notify_wake(svc_t *s)

@@ -364,7 +364,7 @@ int svc_queue_check_job(store_conn_t *c, const char *queue, const char *project,
                         kiln_err_t *err)
 {
     json_t *all = NULL;
-    int rc = store_queues_json(c, NULL, &all, err);
+    int rc = store_queue_defs_json(c, false, &all, err);
     if (rc)
         return rc;
     sched_queue_t *qs = NULL;

@@ -180,6 +180,9 @@ static int sched_preempt(svc_t *s, const store_holding_t *victim, const char *by
     return svc_tx_commit(&tx, err);
 }
 
+/* Up to this many jobs read, every pass writes their pending reasons; beyond, one pass a second. */
+#define SCHED_REASONS_EVERY_PASS 100
+
 /* The seconds a job takes to start (processes, data) beyond its predicted steps: a backfilled
  * job's prediction includes it. */
 #define SCHED_START_ALLOWANCE_S 3.0
@@ -214,6 +217,105 @@ static int project_slot(const char *(*names)[2], int *n, const char *queue, cons
     return (*n)++;
 }
 
+/* What a pass read of a pending job that the next passes need not read again: its data paths
+ * (a job's spec never changes) and its predicted run time (which changes only as jobs like it
+ * run: read again after SCHED_PREDICT_TTL_US). The scheduler thread's, sorted by id. */
+#define SCHED_PREDICT_TTL_US 5000000
+typedef struct sched_known {
+    char id[STORE_ID_LEN];
+    json_t *paths;             /* owned; NULL: not read yet */
+    double runtime_s;
+    int64_t runtime_at_us;     /* 0: not read yet */
+} sched_known_t;
+
+static int known_cmp(const void *a, const void *b)
+{
+    return strcmp(((const sched_known_t *)a)->id, ((const sched_known_t *)b)->id);
+}
+
+void svc_sched_known_free(svc_t *s)
+{
+    for (int i = 0; i < s->nknown; i++)
+        json_decref(s->known[i].paths);
+    free(s->known);
+    s->known = NULL;
+    s->nknown = 0;
+}
+
+/* Each job's data paths (new references) and, with predict, its predicted run time (-1: unknown)
+ * for jobs[0..n), reading from the database only what the last pass did not already read; the
+ * kept set becomes these jobs'. Returns 0 or an error (nothing kept changes then). */
+static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *jobs, int n, bool predict,
+                           json_t **paths, double *runtime, kiln_err_t *err)
+{
+    sched_known_t *k = calloc((size_t)KILN_MAX(n, 1), sizeof(*k));
+    const char **ids = calloc((size_t)KILN_MAX(n, 1), sizeof(*ids));
+    int *at = calloc((size_t)KILN_MAX(n, 1), sizeof(*at));
+    json_t **got = calloc((size_t)KILN_MAX(n, 1), sizeof(*got));
+    double *rt = calloc((size_t)KILN_MAX(n, 1), sizeof(*rt));
+    int rc = 0, nk = 0, m = 0;
+    if (!k || !ids || !at || !got || !rt) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    int64_t now = kiln_mono_us();
+    for (int j = 0; j < n; j++) {
+        sched_known_t key = {0};
+        kiln_strlcpy(key.id, jobs[j].id, sizeof key.id);
+        const sched_known_t *old = s->nknown ? bsearch(&key, s->known, (size_t)s->nknown, sizeof key, known_cmp) : NULL;
+        k[j] = old ? *old : key;
+        k[j].paths = old ? json_incref(old->paths) : NULL;
+        nk++;
+    }
+    /* the paths nobody read yet */
+    for (int j = 0; j < n; j++)
+        if (!k[j].paths) {
+            ids[m] = k[j].id;
+            at[m++] = j;
+        }
+    if (m > 0 && (rc = store_job_paths(c, ids, m, got, err)) != 0)
+        goto out;
+    for (int i = 0; i < m; i++)
+        k[at[i]].paths = got[i];
+    m = 0;
+    /* the predictions not read in SCHED_PREDICT_TTL_US */
+    for (int j = 0; predict && j < n; j++)
+        if (!k[j].runtime_at_us || now - k[j].runtime_at_us > SCHED_PREDICT_TTL_US) {
+            ids[m] = k[j].id;
+            at[m++] = j;
+        }
+    kiln_err_t perr;
+    if (m > 0 && store_job_predictions(c, ids, m, rt, &perr)) {
+        log_warn("scheduler: %s", perr.message); /* no backfill this pass for lack of them */
+        for (int i = 0; i < m; i++)
+            k[at[i]].runtime_at_us = 0;
+    } else {
+        for (int i = 0; i < m; i++) {
+            k[at[i]].runtime_s = rt[i];
+            k[at[i]].runtime_at_us = now;
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        paths[j] = json_incref(k[j].paths);
+        runtime[j] = predict && k[j].runtime_at_us ? k[j].runtime_s : -1;
+    }
+    svc_sched_known_free(s);
+    qsort(k, (size_t)n, sizeof(*k), known_cmp);
+    s->known = k;
+    s->nknown = n;
+    k = NULL;
+    nk = 0;
+out:
+    for (int j = 0; k && j < nk; j++)
+        json_decref(k[j].paths);
+    free(k);
+    free(ids);
+    free(at);
+    free(got);
+    free(rt);
+    return rc;
+}
+
 /* One pass over the queue: reads a snapshot, lets the admission core (admit.c) decide, commits its
  * admissions in its order and writes the others' reasons. */
 static void sched_tick(svc_t *s)
@@ -231,7 +333,7 @@ static void sched_tick(svc_t *s)
     int *order = NULL;
     double *proj = NULL;
     const char *(*pnames)[2] = NULL;
-    int ncap = 0, njobs = 0, nqueues = 0, nhold = 0;
+    int ncap = 0, njobs = 0, nqueues = 0, nhold = 0, nadmit = 0;
     store_holding_t *hold = NULL;
     sched_running_t *run = NULL;
     int *run_workers = NULL;
@@ -274,14 +376,16 @@ static void sched_tick(svc_t *s)
         svc_cap_set(s, copy, copy ? ncap : 0, gen);
     if (njobs <= 0)
         goto out;
-    if (store_queues_json(c, NULL, &qjson, &err) || svc_queues_to_sched(qjson, &queues, &nqueues)) {
+    if (store_queue_defs_json(c, true, &qjson, &err) || svc_queues_to_sched(qjson, &queues, &nqueues)) {
         log_warn("scheduler: could not read the queues: %s", err.message);
         goto out;
     }
     svc_prom_queues_seen(queues, nqueues);
+    /* Projects' recent usage matters only to the jobs of a fair queue among those read. */
     bool fair = false;
-    for (int q = 0; q < nqueues; q++)
-        fair = fair || queues[q].fair_projects;
+    for (int j = 0; j < njobs && !fair; j++)
+        for (int q = 0; q < nqueues && !fair; q++)
+            fair = queues[q].fair_projects && strcmp(queues[q].name, jobs[j].queue) == 0;
     if (fair && store_queue_project_usage(c, SVC_FAIR_HALF_LIFE_S, &pusage, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
@@ -294,16 +398,12 @@ static void sched_tick(svc_t *s)
     proj = calloc((size_t)njobs, sizeof(*proj));
     pnames = calloc((size_t)njobs, sizeof(*pnames));
     paths = calloc((size_t)njobs, sizeof(json_t *));
-    const char **ids = calloc((size_t)njobs, sizeof(char *));
     runtime = calloc((size_t)njobs, sizeof(*runtime));
-    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !ids || !runtime) {
-        free(ids);
+    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !runtime)
         goto out;
-    }
     /* The jobs holding slots: victims for preemption, and their predicted ends for backfill. */
     if (store_job_holding(c, &hold, &nhold, &err)) {
         log_warn("scheduler: %s", err.message);
-        free(ids);
         goto out;
     }
     int nrw = 0;
@@ -311,30 +411,20 @@ static void sched_tick(svc_t *s)
         nrw += KILN_MAX(hold[r].nodes, 1);
     run = calloc((size_t)KILN_MAX(nhold, 1), sizeof(*run));
     run_workers = calloc((size_t)KILN_MAX(nrw, 1), sizeof(*run_workers));
-    if (!run || !run_workers) {
-        free(ids);
+    if (!run || !run_workers)
         goto out;
-    }
     for (int i = 0; i < ncap; i++) {
         w[i].id = cap[i].id;
         w[i].slot_type = cap[i].slot_type;
         w[i].slots = cap[i].slots;
         w[i].slots_free = cap[i].slots_free;
     }
-    /* Each job sees only the workers whose data roots hold every file it reads. */
-    for (int j = 0; j < njobs; j++)
-        ids[j] = jobs[j].id;
-    if (store_job_paths(c, ids, njobs, paths, &err)) {
-        log_warn("scheduler: could not read the jobs' data paths: %s", err.message);
-        free(ids);
+    /* Each job sees only the workers whose data roots hold every file it reads. Run-time
+     * predictions matter only when something could be backfilled into free slots. */
+    if (sched_job_facts(s, c, jobs, njobs, free_slots > 0, paths, runtime, &err)) {
+        log_warn("scheduler: could not read the jobs' data paths and predictions: %s", err.message);
         goto out;
     }
-    /* Run-time predictions matter only when something could be backfilled into free slots. */
-    for (int j = 0; j < njobs; j++)
-        runtime[j] = -1;
-    if (free_slots > 0 && store_job_predictions(c, ids, njobs, runtime, &err))
-        log_warn("scheduler: %s", err.message);
-    free(ids);
     double now = (double)kiln_now_us() / 1e6;
     for (int r = 0, off = 0; r < nhold; r++) {
         sched_running_t *x = &run[r];
@@ -391,7 +481,6 @@ static void sched_tick(svc_t *s)
                              .njobs = njobs, .project_usage = proj, .nprojects = nproj, .eligible = holds_paths,
                              .ctx = &pctx, .running = run, .nrunning = nhold, .now_s = now,
                              .protect_after = s->cfg.preempt_protect_after};
-    int nadmit = 0;
     if (sched_admit(&snap, dec, order, &nadmit)) {
         log_warn("scheduler: out of memory");
         goto out;
@@ -430,7 +519,14 @@ static void sched_tick(svc_t *s)
         }
     free(qusage);
     /* Each waiting job's pending reason (position, what is missing, what it waits for, when it
-     * should start), written where it changed. */
+     * should start), written where it changed: by every pass of a short queue, and of a long one
+     * (where each admission moves every position behind it, so nearly every row changes) by at
+     * most one pass a second, and no more often than leaves the writing a fifth of the time. */
+    if (njobs > SCHED_REASONS_EVERY_PASS
+        && pass_start - s->sched_reasons_us < KILN_MAX(1000000, 4 * s->sched_reasons_took_us))
+        goto out;
+    s->sched_reasons_us = pass_start;
+    int64_t reasons_start = kiln_mono_us();
     kiln_err_clear(&err);
     if (svc_sched_pending_write(c, &snap, dec, jobs, &err))
         log_warn("scheduler: could not write the pending reasons: %s", err.message);
@@ -453,11 +549,18 @@ static void sched_tick(svc_t *s)
         free(rids);
         free(texts);
     }
+    s->sched_reasons_took_us = kiln_mono_us() - reasons_start;
 out:
     if (c) {
         if (locked) {
             store_sched_unlock(c);
-            prom_observe(&svc_prom_sched_pass, "", (double)(kiln_mono_us() - pass_start) / 1e6);
+            int64_t took = kiln_mono_us() - pass_start;
+            prom_observe(&svc_prom_sched_pass, "", (double)took / 1e6);
+            pthread_mutex_lock(&s->mu);
+            if (s->pass_rec && s->pass_rec_n < s->pass_rec_cap)
+                s->pass_rec[s->pass_rec_n++] = (svc_sched_pass_t){.at_us = pass_start, .took_us = took,
+                                                                  .jobs = KILN_MAX(njobs, 0), .admitted = nadmit};
+            pthread_mutex_unlock(&s->mu);
         }
         store_conn_put(s->store, c);
     }
@@ -479,6 +582,23 @@ out:
     free(run);
     free(run_workers);
     free(runtime);
+}
+
+void svc_sched_record(svc_t *s, svc_sched_pass_t *buf, int cap)
+{
+    pthread_mutex_lock(&s->mu);
+    s->pass_rec = buf && cap > 0 ? buf : NULL;
+    s->pass_rec_cap = s->pass_rec ? cap : 0;
+    s->pass_rec_n = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int svc_sched_recorded(svc_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->pass_rec_n;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void *svc_sched_main(void *arg)

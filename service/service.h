@@ -213,6 +213,17 @@ int svc_agent_register_as(svc_t *s, const Kiln__RegisterRequest *req, const svc_
  * benchmarks): no join token is checked or consumed and no rate limit applies. */
 int svc_agent_register(svc_t *s, const Kiln__RegisterRequest *req, const char *presented_credential,
                        arena_t *arena, Kiln__RegisterResponse *out, kiln_err_t *err);
+/* WatchWork: the worker a watch is for, the one the credential belongs to (*wid points into
+ * authenticated or req). KILN_EPERM when the request names another worker; KILN_EINVAL when
+ * there is no credential and the request names no usable worker id. */
+int svc_agent_watch(const char *authenticated, const Kiln__WatchWorkRequest *req, const char **wid,
+                    kiln_err_t *err);
+/* Work for agents: fn(ud, worker_id) runs on the notify thread whenever any kilnd on the database
+ * commits an assignment or a stop order for that worker (after the commit, so a heartbeat then
+ * finds it). fn must not block. One hook per svc_t; svc_on_work(s, NULL, NULL) removes it, and
+ * when that returns fn is not running and will not run again. */
+typedef void (*svc_work_fn)(void *ud, const char *worker_id);
+void svc_on_work(svc_t *s, svc_work_fn fn, void *ud);
 /* Records liveness; returns assignments not yet delivered to this worker and stop orders for
  * ranks it runs that should stop. Sets out->reregister when the worker id is unknown, and
  * out->waiting_for_approval (with a message, and nothing else) while the worker is PENDING. */
@@ -552,6 +563,19 @@ svc_job_state_t svc_state_parse(const char *name);
 bool svc_state_legal(svc_job_state_t from, svc_job_state_t to);
 /* COMPLETED, FAILED, STOPPED. */
 bool svc_state_terminal(svc_job_state_t st);
+
+/* ---- scheduling passes, as a benchmark sees them ---------------------------------------------
+ * Each pass of the leader's scheduler: when it began (kiln_mono_us), how long it took (pass lock
+ * to release, as kiln_scheduler_pass_seconds counts it), the pending jobs it read and how many it
+ * admitted. svc_sched_record() has the passes from now on appended to buf (at most cap; later ones
+ * are not recorded); buf must outlive the recording, which svc_sched_record(s, NULL, 0) ends.
+ * svc_sched_recorded() is how many are in buf so far. */
+typedef struct svc_sched_pass {
+    int64_t at_us, took_us;
+    int jobs, admitted;
+} svc_sched_pass_t;
+void svc_sched_record(svc_t *s, svc_sched_pass_t *buf, int cap);
+int svc_sched_recorded(svc_t *s);
 
 /* ---- gang placement (service/sched.c), a pure function for tests --------------------------------
  * A job needs `nodes` distinct workers of its slot type, each with `slots_per_node` free slots,

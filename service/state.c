@@ -106,6 +106,10 @@ int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, in
         return rc;
     if (svc_state_terminal(to))
         tx->ended[to]++;
+    /* The agents of a placed or stopping attempt hear of it when this commits (WatchWork). */
+    if ((to == JOB_STATE_SCHEDULED || to == JOB_STATE_STOPPING) &&
+        (rc = store_assign_notify_workers(tx->c, SVC_CH_WORK, job->id, attempt, err)) != 0)
+        return rc;
     /* Anything that ends or re-queues a job may free slots or add work for the scheduler. */
     if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED || to == JOB_STATE_PAUSED ||
         to == JOB_STATE_PREEMPTED)

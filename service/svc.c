@@ -133,6 +133,7 @@ void svc_destroy(svc_t *s)
     svc_auth_free(s);
     pthread_mutex_destroy(&s->auth_mu);
     store_close(s->store);
+    svc_sched_known_free(s);
     free(s->cap);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -48,6 +48,8 @@ typedef struct svc_reg_bucket {
 #define SVC_CH_JOB_END "kiln_job_end"  /* "<job id>": the job reached a terminal state (sent by the
                                           transaction that moved it there) */
 #define SVC_CH_SCHED "kiln_sched"      /* "": the scheduler has work (for the leader) */
+#define SVC_CH_WORK "kiln_work"        /* "<worker id>": an assignment or a stop order for the worker
+                                          was committed (sent by that transaction; svc_on_work) */
 /* The session advisory lock the leader holds ("kilnlead"); migrations and the scheduler's pass
  * use others (store/). */
 #define SVC_LEADER_KEY INT64_C(0x6b696c6e6c656164)
@@ -71,6 +73,13 @@ struct svc {
     pthread_t sched_thread, live_thread, notify_thread;
     bool sched_started, live_started, notify_started;
     int64_t sched_full_us;       /* the scheduler thread's: when a pass last read the whole queue */
+    int64_t sched_reasons_us;    /* the scheduler thread's: when a pass last wrote a long queue's */
+    int64_t sched_reasons_took_us; /* reasons, and how long that took */
+    struct sched_known *known;   /* the scheduler thread's: what it read of the jobs of its last
+                                    pass (sched.c), by id */
+    int nknown;
+    svc_sched_pass_t *pass_rec;  /* svc_sched_record's buffer (NULL: passes are not recorded) */
+    int pass_rec_cap, pass_rec_n;
 
     /* Several kilnd on one database (notify.c): news to send, and who leads. */
     pthread_mutex_t note_mu;
@@ -78,6 +87,8 @@ struct svc {
     int nnotes, capnotes;
     bool note_sched;             /* tell the leader's scheduler it has work */
     int notify_efd;              /* eventfd that wakes the notify thread */
+    svc_work_fn work_fn;         /* svc_on_work's hook (under note_mu) */
+    void *work_ud;
     atomic_bool leader;          /* this kilnd holds the leader lock: it schedules and judges liveness */
     atomic_uint_fast64_t leader_epoch; /* counts the times it took the lock */
 
@@ -194,6 +205,8 @@ int svc_job_view_conn(svc_t *s, const svc_caller_t *who, const char *id, store_c
 
 /* Wakes the scheduler: this kilnd's when it leads, else the leader's through the database. */
 void svc_sched_wake(svc_t *s);
+/* Frees what the scheduler keeps of the jobs of its last pass (sched.c); svc_destroy's. */
+void svc_sched_known_free(svc_t *s);
 void *svc_sched_main(void *arg);
 void *svc_live_main(void *arg);
 

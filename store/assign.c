@@ -146,6 +146,17 @@ int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, cons
     return 0;
 }
 
+int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *job_id, int attempt,
+                                kiln_err_t *err)
+{
+    char att[16];
+    snprintf(att, sizeof(att), "%d", attempt);
+    const char *p[3] = {channel, job_id, att};
+    return store_qp(c, "notify the workers of an attempt",
+                    "SELECT count(pg_notify($1, worker_id)) FROM assignments"
+                    " WHERE job_id = $2::uuid AND attempt = $3::int", 3, p, NULL, err);
+}
+
 int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err)
 {
     char ids[24];

@@ -371,13 +371,13 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
     const char *p[1] = {a.p};
     PGresult *r = NULL;
     int rc = store_q(c, "predict run times",
-                     "WITH p AS (SELECT id, spec, total_steps, progress_step, step_time_s, started_at FROM jobs"
-                     "  WHERE id = ANY($1::uuid[])),"
+                     "WITH p AS (SELECT x.i, j.spec, j.total_steps, j.progress_step, j.step_time_s, j.started_at"
+                     "  FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i) JOIN jobs j ON j.id = x.id),"
                      " h AS (SELECT spec->'model' AS m, spec->'resources' AS r, avg(step_time_s) AS st FROM jobs"
                      "  WHERE step_time_s IS NOT NULL AND spec->'model' IS NOT NULL"
                      "   AND (spec->'model', spec->'resources') IN (SELECT spec->'model', spec->'resources' FROM p)"
                      "  GROUP BY 1, 2)"
-                     " SELECT p.id::text, CASE"
+                     " SELECT p.i, CASE"
                      "  WHEN p.step_time_s IS NOT NULL AND p.total_steps > 0"
                      "   THEN p.step_time_s * GREATEST(p.total_steps - p.progress_step, 0)"
                      "  WHEN (p.spec->'stopping'->>'max_runtime_s')::float8 > 0"
@@ -389,10 +389,12 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
     store_buf_free(&a);
     if (rc)
         return rc;
-    for (int row = 0; row < PQntuples(r); row++)
-        for (int i = 0; i < n; i++)
-            if (!store_is_null(r, row, 1) && !strcmp(ids[i], store_get_str(r, row, 0)))
-                runtime_s[i] = store_get_double(r, row, 1);
+    /* each row names its id by its place in ids (1-based) */
+    for (int row = 0; row < PQntuples(r); row++) {
+        int i = store_get_int(r, row, 0) - 1;
+        if (i >= 0 && i < n && !store_is_null(r, row, 1))
+            runtime_s[i] = store_get_double(r, row, 1);
+    }
     PQclear(r);
     return 0;
 }
@@ -415,14 +417,16 @@ int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out
     id_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
-    int rc = store_q(c, "read job paths", "SELECT id::text, data_paths::text FROM jobs WHERE id = ANY($1::uuid[])",
+    int rc = store_q(c, "read job paths", "SELECT x.i, j.data_paths::text FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i)"
+                     " JOIN jobs j ON j.id = x.id",
                      1, p, &r, err);
     store_buf_free(&a);
     if (rc == 0) {
-        for (int row = 0; row < PQntuples(r); row++)
-            for (int i = 0; i < n; i++)
-                if (!out[i] && !strcmp(ids[i], store_get_str(r, row, 0)))
-                    out[i] = store_get_json(r, row, 1, json_array());
+        for (int row = 0; row < PQntuples(r); row++) { /* each row names its id by its place in ids */
+            int i = store_get_int(r, row, 0) - 1;
+            if (i >= 0 && i < n && !out[i])
+                out[i] = store_get_json(r, row, 1, json_array());
+        }
         PQclear(r);
     }
     for (int i = 0; i < n; i++)

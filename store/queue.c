@@ -10,19 +10,27 @@
 #define ACTIVE "('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')"
 #define PENDING "('QUEUED', 'RESTARTING', 'PREEMPTED')"
 
-/* One queue as JSON text, in the shape GET /v1/queues answers. */
+/* One queue as JSON text, in the shape GET /v1/queues answers: its fields and, from n (COUNTS
+ * below, NULL when none of its jobs waits or holds slots), its usage, pending and admitted. */
+#define QUEUE_FIELDS                                                                                \
+    "'name', q.name, 'cohort', q.cohort, 'quota', q.quota,"                                         \
+    " 'borrowing_limit', q.borrowing_limit, 'lending_limit', q.lending_limit, 'weight', q.weight,"  \
+    " 'projects', q.projects, 'fair_sharing', q.fair_sharing,"                                      \
+    " 'created_at', " STORE_US("q.created_at") ", 'created_by', q.created_by,"                    \
+    " 'updated_at', " STORE_US("q.updated_at")
 #define QUEUE_JSON                                                                                  \
-    "json_build_object('name', q.name, 'cohort', q.cohort, 'quota', q.quota,"                      \
-    " 'borrowing_limit', q.borrowing_limit, 'lending_limit', q.lending_limit, 'weight', q.weight," \
-    " 'projects', q.projects, 'fair_sharing', q.fair_sharing,"                                     \
-    " 'usage', (SELECT json_build_object("                                                         \
-    "   'cpu', coalesce(sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'cpu'), 0),"   \
-    "   'gpu', coalesce(sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu'), 0))"   \
-    "   FROM jobs j WHERE j.queue = q.name AND j.state IN " ACTIVE "),"                           \
-    " 'pending', (SELECT count(*) FROM jobs j WHERE j.queue = q.name AND j.state IN " PENDING "),"\
-    " 'admitted', (SELECT count(*) FROM jobs j WHERE j.queue = q.name AND j.state IN " ACTIVE "),"    \
-    " 'created_at', " STORE_US("q.created_at") ", 'created_by', q.created_by,"                   \
-    " 'updated_at', " STORE_US("q.updated_at") ")::text"
+    "json_build_object(" QUEUE_FIELDS ","                                                           \
+    " 'usage', json_build_object('cpu', coalesce(n.cpu, 0), 'gpu', coalesce(n.gpu, 0)),"           \
+    " 'pending', coalesce(n.pending, 0), 'admitted', coalesce(n.admitted, 0))::text"
+/* Every queue's counts in one pass over the jobs that wait or hold slots (not one per queue). */
+#define COUNTS                                                                                      \
+    "(SELECT j.queue,"                                                                              \
+    "  sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'cpu' AND j.state IN " ACTIVE ") AS cpu," \
+    "  sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu' AND j.state IN " ACTIVE ") AS gpu," \
+    "  count(*) FILTER (WHERE j.state IN " PENDING ") AS pending,"                                  \
+    "  count(*) FILTER (WHERE j.state IN " ACTIVE ") AS admitted"                                   \
+    " FROM jobs j WHERE j.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING', 'QUEUED', 'RESTARTING',"  \
+    "  'PREEMPTED') AND ($1::text IS NULL OR j.queue = $1) GROUP BY j.queue) n"
 
 static int rows_json(PGresult *r, json_t **out, kiln_err_t *err)
 {
@@ -50,8 +58,8 @@ int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_
     const char *p[1] = {name};
     PGresult *r = NULL;
     int rc = store_q(c, "list queues",
-                     "SELECT " QUEUE_JSON " FROM queues q WHERE $1::text IS NULL OR q.name = $1 ORDER BY q.name", 1, p,
-                     &r, err);
+                     "SELECT " QUEUE_JSON " FROM queues q LEFT JOIN " COUNTS " ON n.queue = q.name"
+                     " WHERE $1::text IS NULL OR q.name = $1 ORDER BY q.name", 1, p, &r, err);
     if (rc)
         return rc;
     if (name && PQntuples(r) == 0) {
@@ -61,6 +69,24 @@ int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_
         return KILN_ENOTFOUND;
     }
     return rows_json(r, out, err);
+}
+
+int store_queue_defs_json(store_conn_t *c, bool usage, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    PGresult *r = NULL;
+    int rc = usage ? store_q(c, "list queues",
+                             "SELECT json_build_object(" QUEUE_FIELDS ", 'usage', json_build_object("
+                             " 'cpu', coalesce(n.cpu, 0), 'gpu', coalesce(n.gpu, 0)))::text FROM queues q LEFT JOIN"
+                             " (SELECT j.queue,"
+                             "   sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'cpu') AS cpu,"
+                             "   sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu') AS gpu"
+                             "  FROM jobs j WHERE j.state IN " ACTIVE " GROUP BY j.queue) n ON n.queue = q.name"
+                             " ORDER BY q.name", 0, NULL, &r, err)
+                   : store_q(c, "list queues",
+                             "SELECT json_build_object(" QUEUE_FIELDS ")::text FROM queues q ORDER BY q.name", 0, NULL,
+                             &r, err);
+    return rc ? rc : rows_json(r, out, err);
 }
 
 /* The text of a JSON field of q, or NULL when absent or null. Caller frees. */

@@ -317,6 +317,10 @@ int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, ki
 /* *out = array of every queue by name, or with name non-NULL of that one (KILN_ENOTFOUND, err
  * naming it, when there is none). */
 int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
+/* *out = array of every queue by name with its fields only (no "pending", "admitted"; "usage" only
+ * when usage is true): what checking a submission (no usage: reads no job) and a scheduling pass
+ * (usage: reads only the jobs holding slots) need. */
+int store_queue_defs_json(store_conn_t *c, bool usage, json_t **out, kiln_err_t *err);
 /* Inserts q (validated fields: name, cohort, quota, borrowing_limit, lending_limit, weight,
  * projects, fair_sharing). KILN_EEXIST (field "name") when the name is taken. */
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err);
@@ -523,6 +527,10 @@ int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assig
  * has none yet, when worker_id holds node 0. *set (OUT) = some row changed. */
 int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
                           bool *set, kiln_err_t *err);
+/* Sends a notification on channel, with a worker's id as its payload, for every worker holding
+ * an assignment of the attempt; delivered only if the transaction commits (WatchWork's nudges). */
+int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *job_id, int attempt,
+                                kiln_err_t *err);
 /* Marks one assignment delivered; *spec_json (OUT, malloc'd, caller frees) = the job's spec. */
 int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err);
 int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,

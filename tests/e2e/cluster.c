@@ -715,6 +715,20 @@ void e2e_setup_approval(void)
     e2e_start(0, 1, NULL, 0, NULL);
 }
 
+void e2e_setup_slow_heartbeat(void)
+{
+    static const char *const flags[] = {"--heartbeat-interval-ms", E2E_SLOW_HEARTBEAT_MS, NULL};
+    e2e_kilnd_flags = flags;
+    e2e_start(300000, 1, NULL, 0, NULL);
+}
+
+void e2e_setup_replicas_slow_heartbeat(void)
+{
+    static const char *const flags[] = {"--heartbeat-interval-ms", E2E_SLOW_HEARTBEAT_MS, NULL};
+    e2e_kilnd_flags = flags;
+    e2e_start(300000, 2, NULL, 0, NULL);
+}
+
 void e2e_setup_register_limit(void)
 {
     static const char *const flags[] = {"--register-per-min-per-addr", "11", NULL};

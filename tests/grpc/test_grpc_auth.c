@@ -499,6 +499,7 @@ static const row_t k_rows[] = {
     {"/kiln.AgentService/FetchInitModel", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/FetchCode", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/FetchCheckpoint", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/WatchWork", r_empty, {NOT_AN_AGENT}},
 };
 
 static const row_t *row_of(const char *method)
@@ -661,6 +662,12 @@ Test(grpc_auth, forged_agents_cannot_touch_another_workers_job)
          NULL, "PERMISSION_DENIED"},
         {"a heartbeat as w-aaa with w-bbb's credential", "/kiln.AgentService/Heartbeat",
          json_pack("{s:s}", "worker_id", "w-aaa"), bcred, NULL, "PERMISSION_DENIED"},
+        {"w-bbb watches for w-aaa's work", "/kiln.AgentService/WatchWork", json_pack("{s:s}", "worker_id", "w-aaa"),
+         bcred, NULL, "PERMISSION_DENIED"},
+        {"a watch for w-aaa's work with no credential", "/kiln.AgentService/WatchWork",
+         json_pack("{s:s}", "worker_id", "w-aaa"), NULL, NULL, "UNAUTHENTICATED"},
+        {"a watch with w-aaa's credential sent as a join token's", "/kiln.AgentService/WatchWork",
+         json_pack("{s:s}", "worker_id", "w-aaa"), NULL, acred, "UNAUTHENTICATED"},
     };
     size_t n = sizeof forged / sizeof forged[0];
     gcall_t calls[16];

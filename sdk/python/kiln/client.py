@@ -852,9 +852,7 @@ class _Handle:
 
 class Job(_Handle):
     """A handle on one job. Properties read the JSON from the last fetch; call refresh()
-    (or wait()) to update them. ``state`` is "QUEUED", "SCHEDULED", "STARTING", "RUNNING",
-    "STOPPING", "RESTARTING", "COMPLETED", "FAILED", "STOPPED", "PREEMPTED" or "PAUSED" (as of
-    the last refresh)."""
+    (or wait()) to update them."""
 
     _terminal = TERMINAL_STATES
 
@@ -864,6 +862,12 @@ class Job(_Handle):
 
     def _fetch(self) -> JSONObject:
         return self.client.job(self.id)._data
+
+    @property
+    def state(self) -> str:
+        """"QUEUED", "SCHEDULED", "STARTING", "RUNNING", "STOPPING", "RESTARTING",
+        "COMPLETED", "FAILED", "STOPPED", "PREEMPTED" or "PAUSED" (as of the last refresh)."""
+        return _str(self._data.get("state"))
 
     @property
     def attempt(self) -> int:

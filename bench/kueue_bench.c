@@ -1,0 +1,629 @@
+/* kueue_bench.c - Kueue's scheduler benchmark replayed on kiln (issue 28, Performance): 5 cohorts x
+ * 6 queues (nominal quota 20 cpu slots, borrowing limit 100), per queue 350 small jobs (1 slot,
+ * 200 ms, priority 50, one every 100 ms), 100 medium (5 slots, 500 ms, priority 100, every 500 ms)
+ * and 50 large (20 slots, 1 s, priority 200, every 1.2 s) on 30 workers of 20 slots, through the
+ * real service and its real scheduler thread on a real PostgreSQL database:
+ *   - queues are made with svc_queue_create (what POST /v1/queues calls), jobs submitted with
+ *     svc_job_create (what POST /v1/jobs and gRPC CreateJob call) at the given rates;
+ *   - simulated agents, one per worker, call what the agent's RPCs reach: svc_agent_register,
+ *     svc_agent_heartbeat (every --heartbeat-ms, with the (job, attempt) pairs they run), then
+ *     svc_agent_rank_status (started, with a rendezvous port) for each assignment and one
+ *     svc_agent_rank_exit per rank, code 0, once the job's runtime has passed; a stop order (a
+ *     preemption) ends the ranks at once with code 143, as ranks stopped by SIGTERM after their
+ *     checkpoint do, and the job waits in its queue again.
+ * Then, on a fresh database, a backlog: --backlog jobs of the same mix submitted before any worker
+ * registers, then the workers and agents start; every scheduler pass is recorded
+ * (svc_sched_record), with the jobs pending when it began (all but those admitted before it).
+ * Prints wall time to all done, average usage (busy slot-seconds / (slots x wall)), average time
+ * to admission (creation to first SCHEDULED) per size, preemptions, and the pass times. Not a test.
+ *
+ * usage: kueue_bench [--database-url URL] [--scale 1] [--heartbeat-ms 250] [--backlog 10000]
+ * The database URL defaults to KILN_DATABASE_URL, then KILN_PG_URL (scripts/pg.sh); a fresh
+ * database is created in that cluster for each phase and dropped afterwards. */
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "service/service.h"
+
+#define NCOHORTS 5
+#define QPER 6
+#define NQUEUES (NCOHORTS * QPER)
+#define MAX_WORKERS 64
+#define MAX_RUN 64 /* assignments one worker holds at once (20 slots: at most 20) */
+
+typedef struct size_class {
+    const char *name;
+    int slots, priority, count;
+    double runtime_s, every_s;
+} size_class_t;
+
+static size_class_t sizes[3] = {
+    {"small", 1, 50, 350, 0.2, 0.1},
+    {"medium", 5, 100, 100, 0.5, 0.5},
+    {"large", 20, 200, 50, 1.0, 1.2},
+};
+
+static svc_t *svc;
+static const char *admin_url;
+static double scale = 1.0;
+static int64_t heartbeat_ms = 250, nworkers = 30, worker_slots = 20, backlog = 10000, timeout_s = 900;
+static const char *phase = "all";
+static bool pg_stats;
+static atomic_long completed, preempt_stops, submit_errors, agent_errors;
+static atomic_bool stop_agents;
+static int64_t t0_us;
+
+/* ---- database helpers ------------------------------------------------------------------------- */
+
+static int admin_sql(const char *sql)
+{
+    PGconn *c = PQconnectdb(admin_url);
+    if (PQstatus(c) != CONNECTION_OK) {
+        fprintf(stderr, "kueue_bench: could not connect: %s", PQerrorMessage(c));
+        PQfinish(c);
+        return -1;
+    }
+    PGresult *r = PQexec(c, sql);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok)
+        fprintf(stderr, "kueue_bench: %s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+    return ok ? 0 : -1;
+}
+
+/* One value of a one-row query on conn, as a double (NaN when it failed or was NULL). */
+static double sql_num(PGconn *c, const char *sql)
+{
+    PGresult *r = PQexec(c, sql);
+    double v = 0.0 / 0.0;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+        v = atof(PQgetvalue(r, 0, 0));
+    else if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        fprintf(stderr, "kueue_bench: %s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    return v;
+}
+
+/* ---- the simulated agents --------------------------------------------------------------------- */
+
+typedef struct run_slot {
+    char job[40];
+    int attempt, nranks, ranks[32];
+    int64_t end_us; /* when its ranks exit with code 0 */
+} run_slot_t;
+
+typedef struct worker {
+    char id[64];
+    run_slot_t run[MAX_RUN];
+    int nrun;
+    int64_t next_hb_us;
+    arena_t arena;
+} worker_t;
+
+static worker_t workers[MAX_WORKERS];
+
+static double runtime_of(int world_size)
+{
+    for (int k = 0; k < 3; k++)
+        if (sizes[k].slots == world_size)
+            return sizes[k].runtime_s;
+    return 1.0;
+}
+
+static void agent_err(const char *what, const kiln_err_t *err)
+{
+    if (atomic_fetch_add(&agent_errors, 1) < 10)
+        fprintf(stderr, "kueue_bench: agent: %s: %s\n", what, err->message);
+}
+
+/* Ends the ranks of run slot i of worker w with exit code `code` and drops the slot. */
+static void end_ranks(worker_t *w, int i, int code)
+{
+    run_slot_t *r = &w->run[i];
+    kiln_err_t err;
+    for (int k = 0; k < r->nranks; k++) {
+        Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
+        rq.worker_id = w->id;
+        rq.job_id = r->job;
+        rq.attempt = r->attempt;
+        rq.rank = r->ranks[k];
+        rq.exit_code = code;
+        rq.reason = code ? "stopped on SIGTERM after a checkpoint" : "";
+        if (svc_agent_rank_exit(svc, w->id, &rq, &err))
+            agent_err("rank exit", &err);
+    }
+    if (code == 0)
+        atomic_fetch_add(&completed, 1);
+    w->run[i] = w->run[--w->nrun];
+}
+
+/* One heartbeat of worker w, and what the agent does with its answer. */
+static void agent_beat(worker_t *w)
+{
+    kiln_err_t err;
+    Kiln__HeartbeatRequest rq = KILN__HEARTBEAT_REQUEST__INIT;
+    Kiln__RunningRank rr[MAX_RUN], *rrp[MAX_RUN];
+    rq.worker_id = w->id;
+    for (int i = 0; i < w->nrun; i++) {
+        kiln__running_rank__init(&rr[i]);
+        rr[i].job_id = w->run[i].job;
+        rr[i].attempt = w->run[i].attempt;
+        rr[i].rank = w->run[i].ranks[0];
+        rrp[i] = &rr[i];
+    }
+    rq.running = rrp;
+    rq.n_running = (size_t)w->nrun;
+    arena_reset(&w->arena);
+    Kiln__HeartbeatResponse rs = KILN__HEARTBEAT_RESPONSE__INIT;
+    if (svc_agent_heartbeat(svc, w->id, &rq, &w->arena, &rs, &err)) {
+        agent_err("heartbeat", &err);
+        return;
+    }
+    if (rs.reregister) {
+        kiln_err_set(&err, KILN_ESTATE, NULL, "worker %s was told to register again", w->id);
+        agent_err("heartbeat", &err);
+    }
+    /* stop orders first: ranks stopped by SIGTERM exit with 143 */
+    for (size_t s = 0; s < rs.n_stops; s++)
+        for (int i = 0; i < w->nrun; i++)
+            if (w->run[i].attempt == rs.stops[s]->attempt && strcmp(w->run[i].job, rs.stops[s]->job_id) == 0) {
+                atomic_fetch_add(&preempt_stops, 1);
+                end_ranks(w, i, 143);
+                break;
+            }
+    for (size_t a = 0; a < rs.n_assignments; a++) {
+        const Kiln__Assignment *as = rs.assignments[a];
+        bool known = false;
+        for (int i = 0; i < w->nrun && !known; i++)
+            known = w->run[i].attempt == as->attempt && strcmp(w->run[i].job, as->job_id) == 0;
+        if (known || w->nrun >= MAX_RUN)
+            continue;
+        Kiln__RankStatus st = KILN__RANK_STATUS__INIT;
+        st.worker_id = w->id;
+        st.job_id = as->job_id;
+        st.attempt = as->attempt;
+        st.started = true;
+        st.reason = "";
+        st.master_port = as->node_rank == 0 ? 29500 : 0;
+        if (svc_agent_rank_status(svc, w->id, &st, &err)) {
+            agent_err("rank status", &err);
+            continue;
+        }
+        run_slot_t *r = &w->run[w->nrun++];
+        kiln_strlcpy(r->job, as->job_id, sizeof(r->job));
+        r->attempt = as->attempt;
+        r->nranks = (int)KILN_MIN(as->n_ranks, KILN_ARRAY_LEN(r->ranks));
+        for (int k = 0; k < r->nranks; k++)
+            r->ranks[k] = as->ranks[k];
+        r->end_us = kiln_mono_us() + (int64_t)(runtime_of(as->world_size) * 1e6);
+    }
+}
+
+typedef struct agent_thread {
+    int first, step; /* the workers it plays: first, first + step, ... */
+} agent_thread_t;
+
+static void *agent_main(void *p)
+{
+    agent_thread_t *t = p;
+    while (!atomic_load(&stop_agents)) {
+        int64_t now = kiln_mono_us(), next = now + heartbeat_ms * 1000;
+        for (int i = t->first; i < nworkers; i += t->step) {
+            worker_t *w = &workers[i];
+            /* ranks whose runtime has passed exit; the agent tells kilnd at once, and heartbeats
+             * at its interval (and right after an exit, as the real agent wakes its loop) */
+            bool ended = false;
+            for (int k = w->nrun - 1; k >= 0; k--)
+                if (w->run[k].end_us <= now) {
+                    end_ranks(w, k, 0);
+                    ended = true;
+                }
+            if (ended || now >= w->next_hb_us) {
+                agent_beat(w);
+                w->next_hb_us = kiln_mono_us() + heartbeat_ms * 1000;
+            }
+            next = KILN_MIN(next, w->next_hb_us);
+            for (int k = 0; k < w->nrun; k++)
+                next = KILN_MIN(next, w->run[k].end_us);
+        }
+        int64_t sleep_us = next - kiln_mono_us();
+        if (sleep_us > 0)
+            usleep((useconds_t)KILN_MIN(sleep_us, 20000));
+    }
+    return NULL;
+}
+
+static int register_workers(void)
+{
+    for (int i = 0; i < nworkers; i++) {
+        kiln_err_t err;
+        arena_init(&workers[i].arena, 0);
+        Kiln__RegisterRequest reg = KILN__REGISTER_REQUEST__INIT;
+        Kiln__RegisterResponse out = KILN__REGISTER_RESPONSE__INIT;
+        char host[32];
+        snprintf(host, sizeof host, "sim-%02d", i);
+        reg.hostname = host;
+        reg.address = "127.0.0.1";
+        reg.slots = (int32_t)worker_slots;
+        reg.slot_type = "cpu";
+        if (svc_agent_register(svc, &reg, NULL, &workers[i].arena, &out, &err)) {
+            fprintf(stderr, "kueue_bench: register: %s\n", err.message);
+            return -1;
+        }
+        kiln_strlcpy(workers[i].id, out.worker_id, sizeof workers[i].id);
+        workers[i].nrun = 0;
+        workers[i].next_hb_us = 0;
+    }
+    return 0;
+}
+
+/* ---- submission ------------------------------------------------------------------------------ */
+
+static json_t *job_spec(int size, int queue)
+{
+    char qname[32];
+    snprintf(qname, sizeof qname, "c%d-q%d", queue / QPER, queue % QPER);
+    return json_pack("{s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}, s:{s:f, s:i, s:I},"
+                     " s:{s:i, s:i, s:s}, s:i, s:s}",
+                     "name", sizes[size].name,
+                     "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2,
+                     "data", "train", "synthetic",
+                     "hyperparameters", "lr", 0.01, "global_batch_size", 40, "max_steps", (json_int_t)100,
+                     "resources", "nodes", 1, "slots_per_node", sizes[size].slots, "slot_type", "cpu",
+                     "priority", sizes[size].priority, "queue", qname);
+}
+
+static int submit(int size, int queue)
+{
+    json_t *sp = job_spec(size, queue), *job = NULL;
+    bool created = false;
+    kiln_err_t err;
+    int rc = svc_job_create(svc, svc_caller_kilnd(), sp, NULL, &job, &created, &err);
+    if (rc && atomic_fetch_add(&submit_errors, 1) < 10)
+        fprintf(stderr, "kueue_bench: submit: %s\n", err.message);
+    json_decref(sp);
+    json_decref(job);
+    return rc;
+}
+
+static int count_of(int size) { return (int)(sizes[size].count * scale + 0.5); }
+
+typedef struct submitter {
+    int size, part, parts;
+    double max_lag_s;
+} submitter_t;
+
+/* Submits its size's jobs to queues part, part + parts, ...: job i of queue q at
+ * i x every + q x every / 30 after the start (Kueue's generators, one per queue, start together;
+ * here each queue's are spread over the interval), as fast as it can when behind. */
+static void *submit_main(void *p)
+{
+    submitter_t *s = p;
+    const size_class_t *c = &sizes[s->size];
+    int n = count_of(s->size);
+    for (int i = 0; i < n; i++)
+        for (int q = s->part; q < NQUEUES; q += s->parts) {
+            int64_t at = t0_us + (int64_t)((i * c->every_s + q * c->every_s / NQUEUES) * 1e6);
+            int64_t now = kiln_mono_us();
+            if (at > now)
+                usleep((useconds_t)(at - now));
+            else
+                s->max_lag_s = KILN_MAX(s->max_lag_s, (double)(now - at) / 1e6);
+            submit(s->size, q);
+        }
+    return NULL;
+}
+
+/* ---- one phase on a fresh database ------------------------------------------------------------ */
+
+static char bench_url[2048], dbname[64];
+
+static int phase_begin(const char *tag)
+{
+    snprintf(dbname, sizeof dbname, "kueue_bench_%s_%d", tag, (int)getpid());
+    char sql[160];
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", dbname);
+    if (admin_sql(sql))
+        return -1;
+    snprintf(bench_url, sizeof bench_url, "%s dbname=%s", admin_url, dbname);
+    svc_config_t cfg = {.database_url = bench_url, .heartbeat_interval_ms = (int)heartbeat_ms,
+                        .heartbeat_timeout_ms = 120000, .db_pool_size = 24, .stop_grace_ms = 1000};
+    kiln_err_t err;
+    if (svc_create(&cfg, &svc, &err)) {
+        fprintf(stderr, "kueue_bench: %s\n", err.message);
+        return -1;
+    }
+    for (int q = 0; q < NQUEUES; q++) {
+        char name[32], cohort[16];
+        snprintf(name, sizeof name, "c%d-q%d", q / QPER, q % QPER);
+        snprintf(cohort, sizeof cohort, "c%d", q / QPER);
+        json_t *body = json_pack("{s:s, s:s, s:{s:i}, s:{s:i}, s:[s]}", "name", name, "cohort", cohort, "quota",
+                                 "cpu", 20, "borrowing_limit", "cpu", 100, "projects", "default");
+        json_t *out = NULL;
+        int rc = svc_queue_create(svc, svc_caller_kilnd(), body, &out, &err);
+        json_decref(body);
+        json_decref(out);
+        if (rc) {
+            fprintf(stderr, "kueue_bench: queue %s: %s\n", name, err.message);
+            return -1;
+        }
+    }
+    if (pg_stats) {
+        PGconn *c = PQconnectdb(bench_url);
+        PQclear(PQexec(c, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"));
+        PQclear(PQexec(c, "SELECT pg_stat_statements_reset()"));
+        PQfinish(c);
+    }
+    atomic_store(&completed, 0);
+    atomic_store(&preempt_stops, 0);
+    atomic_store(&stop_agents, false);
+    return 0;
+}
+
+/* The statements that took the most of the database's time in this phase. */
+static void report_statements(void)
+{
+    PGconn *c = PQconnectdb(bench_url);
+    PGresult *r = PQexec(c, "SELECT round(total_exec_time)::bigint, calls, round((total_exec_time / calls)::numeric, 3),"
+                            " regexp_replace(left(query, 110), '\\s+', ' ', 'g') FROM pg_stat_statements"
+                            " ORDER BY total_exec_time DESC LIMIT 15");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+        printf("kueue_bench: database time by statement (total ms, calls, ms per call, statement):\n");
+        for (int i = 0; i < PQntuples(r); i++)
+            printf("  %8s %8s %8s  %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+                   PQgetvalue(r, i, 3));
+    } else {
+        fprintf(stderr, "kueue_bench: pg_stat_statements: %s", PQerrorMessage(c));
+    }
+    PQclear(r);
+    PQfinish(c);
+}
+
+static void phase_end(void)
+{
+    if (pg_stats)
+        report_statements();
+    svc_destroy(svc);
+    svc = NULL;
+    for (int i = 0; i < nworkers; i++)
+        arena_deinit(&workers[i].arena);
+    char sql[160];
+    snprintf(sql, sizeof sql, "DROP DATABASE %s", dbname);
+    admin_sql(sql);
+}
+
+#define NAGENT_THREADS 6
+static pthread_t agent_th[NAGENT_THREADS];
+static agent_thread_t agent_args[NAGENT_THREADS];
+
+static void agents_start(void)
+{
+    for (int i = 0; i < NAGENT_THREADS; i++) {
+        agent_args[i] = (agent_thread_t){.first = i, .step = NAGENT_THREADS};
+        pthread_create(&agent_th[i], NULL, agent_main, &agent_args[i]);
+    }
+}
+
+static void agents_stop(void)
+{
+    atomic_store(&stop_agents, true);
+    for (int i = 0; i < NAGENT_THREADS; i++)
+        pthread_join(agent_th[i], NULL);
+}
+
+/* Waits until `total` jobs have ended (or the timeout); returns 0 when they did. */
+static int wait_done(long total)
+{
+    int64_t last_print = kiln_mono_us();
+    PGconn *c = PQconnectdb(bench_url);
+    for (;;) {
+        double ended = sql_num(c, "SELECT count(*) FROM jobs WHERE state IN ('COMPLETED', 'FAILED', 'STOPPED')");
+        if (ended >= (double)total)
+            break;
+        if (kiln_mono_us() - t0_us > timeout_s * 1000000) {
+            fprintf(stderr, "kueue_bench: only %.0f of %ld jobs ended in %lld s\n", ended, total, (long long)timeout_s);
+            PQfinish(c);
+            return -1;
+        }
+        if (kiln_mono_us() - last_print > 10000000) {
+            last_print = kiln_mono_us();
+            fprintf(stderr, "kueue_bench: %5.0f s: %ld of %ld done, %ld preempted\n",
+                    (double)(last_print - t0_us) / 1e6, atomic_load(&completed), total, atomic_load(&preempt_stops));
+        }
+        usleep(1000000); /* the count takes the database ~20 ms at 15,000 jobs: not more often */
+    }
+    PQfinish(c);
+    return 0;
+}
+
+/* The four figures (and preemptions) from the database's job events. */
+static void report_figures(const char *what)
+{
+    PGconn *c = PQconnectdb(bench_url);
+    double wall = sql_num(c, "SELECT extract(epoch FROM (SELECT max(time) FROM job_events WHERE to_state = 'COMPLETED')"
+                             " - (SELECT min(created_at) FROM jobs))");
+    /* slots held: from each attempt's SCHEDULED to the end of that attempt */
+    double busy = sql_num(c, "SELECT sum(j.nodes * j.slots_per_node * extract(epoch FROM e.time - s.time))"
+                             " FROM job_events s JOIN jobs j ON j.id = s.job_id"
+                             " JOIN LATERAL (SELECT min(time) AS time FROM job_events x WHERE x.job_id = s.job_id"
+                             "   AND x.attempt = s.attempt AND x.to_state IN ('COMPLETED', 'PREEMPTED', 'FAILED',"
+                             "   'STOPPED', 'RESTARTING')) e ON true WHERE s.to_state = 'SCHEDULED'");
+    double preempted = sql_num(c, "SELECT count(*) FROM job_events WHERE to_state = 'PREEMPTED'");
+    double done = sql_num(c, "SELECT count(*) FROM jobs WHERE state = 'COMPLETED'");
+    double all = sql_num(c, "SELECT count(*) FROM jobs");
+    printf("kueue_bench: %s: %.0f of %.0f jobs completed, all done in %.1f s of wall time\n", what, done, all, wall);
+    printf("kueue_bench: %s: average usage %.1f%% (%.0f busy slot-seconds / (%lld slots x %.1f s))\n", what,
+           100.0 * busy / ((double)(nworkers * worker_slots) * wall), busy, (long long)(nworkers * worker_slots), wall);
+    for (int k = 2; k >= 0; k--) {
+        char sql[600];
+        snprintf(sql, sizeof sql,
+                 "SELECT avg(extract(epoch FROM f.time - j.created_at)) FROM jobs j JOIN LATERAL"
+                 " (SELECT min(time) AS time FROM job_events e WHERE e.job_id = j.id AND e.to_state = 'SCHEDULED')"
+                 " f ON true WHERE j.priority = %d", sizes[k].priority);
+        double avg = sql_num(c, sql);
+        snprintf(sql, sizeof sql,
+                 "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM f.time - j.created_at))"
+                 " FROM jobs j JOIN LATERAL (SELECT min(time) AS time FROM job_events e WHERE e.job_id = j.id"
+                 " AND e.to_state = 'SCHEDULED') f ON true WHERE j.priority = %d", sizes[k].priority);
+        double p99 = sql_num(c, sql);
+        printf("kueue_bench: %s: average time to admission, %-6s %6.2f s (p99 %.2f s)\n", what, sizes[k].name, avg, p99);
+    }
+    printf("kueue_bench: %s: %.0f preemptions (%ld stop orders the agents acted on)\n", what, preempted,
+           atomic_load(&preempt_stops));
+    PQfinish(c);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void report_passes(const char *what, const svc_sched_pass_t *p, int n, const long *pending, int64_t lo,
+                          int64_t hi)
+{
+    int64_t *t = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    int k = 0;
+    double jobs = 0;
+    for (int i = 0; i < n; i++)
+        if (!pending || (pending[i] >= lo && pending[i] <= hi)) {
+            t[k++] = p[i].took_us;
+            jobs += p[i].jobs;
+        }
+    qsort(t, (size_t)k, sizeof(int64_t), cmp_i64);
+    char range[64] = "";
+    if (pending)
+        snprintf(range, sizeof range, " with %lld-%lld jobs pending", (long long)lo, (long long)hi);
+    if (k > 0)
+        printf("kueue_bench: %s: %d passes%s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max "
+               "%.1f ms (%.0f jobs read per pass)\n",
+               what, k, range, t[k / 2] / 1e3, t[k * 9 / 10] / 1e3, t[k * 99 / 100] / 1e3,
+               t[k - 1] / 1e3, jobs / k);
+    else
+        printf("kueue_bench: %s: no pass%s\n", what, range);
+    free(t);
+}
+
+static int run_kueue(void)
+{
+    if (phase_begin("k") || register_workers())
+        return -1;
+    long total = 0;
+    for (int k = 0; k < 3; k++)
+        total += (long)count_of(k) * NQUEUES;
+    svc_sched_pass_t *rec = calloc(200000, sizeof(*rec));
+    svc_sched_record(svc, rec, 200000);
+    printf("kueue_bench: kueue: %ld jobs (%d small, %d medium, %d large per queue) into %d queues of %d cohorts, "
+           "%lld workers x %lld slots, heartbeats every %lld ms\n",
+           total, count_of(0), count_of(1), count_of(2), NQUEUES, NCOHORTS, (long long)nworkers,
+           (long long)worker_slots, (long long)heartbeat_ms);
+    fflush(stdout);
+    t0_us = kiln_mono_us();
+    agents_start();
+    submitter_t subs[6];
+    pthread_t sth[6];
+    for (int i = 0; i < 6; i++) {
+        subs[i] = (submitter_t){.size = i / 2, .part = i % 2, .parts = 2};
+        pthread_create(&sth[i], NULL, submit_main, &subs[i]);
+    }
+    double lag = 0;
+    for (int i = 0; i < 6; i++) {
+        pthread_join(sth[i], NULL);
+        lag = KILN_MAX(lag, subs[i].max_lag_s);
+    }
+    printf("kueue_bench: kueue: submitted in %.1f s (at most %.2f s behind the schedule), %ld refused\n",
+           (double)(kiln_mono_us() - t0_us) / 1e6, lag, atomic_load(&submit_errors));
+    int rc = wait_done(total);
+    agents_stop();
+    int n = svc_sched_recorded(svc);
+    svc_sched_record(svc, NULL, 0);
+    report_figures("kueue");
+    report_passes("kueue", rec, n, NULL, 0, 0);
+    free(rec);
+    printf("kueue_bench: kueue: %ld agent call errors\n", atomic_load(&agent_errors));
+    phase_end();
+    return rc;
+}
+
+static int run_backlog(void)
+{
+    if (phase_begin("b"))
+        return -1;
+    /* the same mix, queue after queue, before any worker registers: every job waits */
+    int64_t t = kiln_mono_us();
+    long total = 0;
+    for (long i = 0; i < backlog; i++) {
+        /* 35 small : 10 medium : 5 large */
+        int r = (int)(i % 50), size = r < 35 ? 0 : r < 45 ? 1 : 2;
+        if (submit(size, (int)(i % NQUEUES)) == 0)
+            total++;
+    }
+    printf("kueue_bench: backlog: %ld jobs submitted in %.1f s with no worker\n", total,
+           (double)(kiln_mono_us() - t) / 1e6);
+    svc_sched_pass_t *rec = calloc(200000, sizeof(*rec));
+    svc_sched_record(svc, rec, 200000);
+    t0_us = kiln_mono_us();
+    if (register_workers())
+        return -1;
+    agents_start();
+    int rc = wait_done(total);
+    agents_stop();
+    int n = svc_sched_recorded(svc);
+    svc_sched_record(svc, NULL, 0);
+    /* the jobs pending when a pass began: all but those the passes before it admitted (a
+     * preempted job back in its queue is not counted again: there are few) */
+    long *pend = calloc((size_t)n + 1, sizeof(long)), admitted = 0;
+    for (int i = 0; i < n; i++) {
+        pend[i] = total - admitted;
+        admitted += rec[i].admitted;
+    }
+    printf("kueue_bench: backlog: drained in %.1f s\n", (double)(kiln_mono_us() - t0_us) / 1e6);
+    report_passes("backlog", rec, n, pend, backlog * 9 / 10, backlog);
+    report_passes("backlog", rec, n, pend, 1, backlog);
+    free(pend);
+    free(rec);
+    phase_end();
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    admin_url = getenv("KILN_DATABASE_URL");
+    if (!admin_url)
+        admin_url = getenv("KILN_PG_URL");
+    config_flag_t flags[] = {
+        {"database-url", NULL, CONFIG_STR, &admin_url, CONFIG_ANY, "libpq connection string of a cluster to create the bench databases in"},
+        {"scale", NULL, CONFIG_DOUBLE, &scale, CONFIG_ANY, "fraction of each queue's job counts (1: Kueue's 350/100/50)"},
+        {"heartbeat-ms", NULL, CONFIG_INT, &heartbeat_ms, CONFIG_ANY, "each simulated agent's heartbeat interval"},
+        {"backlog", NULL, CONFIG_INT, &backlog, CONFIG_ANY, "jobs pending when the workers join, for the pass times"},
+        {"phase", NULL, CONFIG_STR, &phase, CONFIG_ANY, "all | kueue | backlog"},
+        {"timeout", NULL, CONFIG_INT, &timeout_s, CONFIG_ANY, "seconds a phase may take"},
+        {"pg-stats", NULL, CONFIG_BOOL, &pg_stats, CONFIG_ANY, "print the statements that took the database's time "
+         "(needs shared_preload_libraries=pg_stat_statements)"},
+    };
+    kiln_err_t err;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    log_init("kueue_bench");
+    log_set_level(LOG_WARN);
+    int rc = config_parse(argc, argv, flags, KILN_ARRAY_LEN(flags), "kueue_bench [flags]", NULL, &err);
+    if (rc == 1)
+        return 0;
+    if (rc || !admin_url || scale <= 0 || scale > 10 || heartbeat_ms < 10 || backlog < 1) {
+        fprintf(stderr, "kueue_bench: %s\n", rc ? err.message : "need --database-url (or KILN_PG_URL), sane sizes");
+        return 2;
+    }
+    rc = 0;
+    if (strcmp(phase, "backlog") != 0)
+        rc |= run_kueue();
+    if (strcmp(phase, "kueue") != 0)
+        rc |= run_backlog();
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,263 @@
+"""tune_bench.py - the driver of bench/tune_bench.sh: issue 29's tuning benchmark, per seed, on
+one search space over tiny GPT jobs on tinyshakespeare and one budget of training steps (all
+trials' steps summed):
+  random     kiln's `random` strategy, RANDOM_TRIALS trials of MAX_RESOURCE steps (the budget)
+  hyperband  kiln's `hyperband` (asynchronous, pause and resume), stopped once it has spent the
+             budget
+  optuna     Optuna's TPE sampler and Hyperband pruner driving kiln-train --spec directly, with
+             val_loss every MIN_RESOURCE steps reported to the pruner, stopped at the budget
+The kiln searches run through a real kilnd and agent (bench/kiln_cluster.sh), all three at once.
+Each curve is (steps consumed, best val_loss so far): for kiln from polling the tuning job (the
+sum of its trials' steps when a new best was first seen, so a point never counts fewer steps than
+were spent); for Optuna from the val_loss lines as they arrive. Also: the steps the same hyperband
+run would have spent had promoted trials restarted from step 0 instead of resuming.
+
+    python3 bench/tune_bench.py URL TOKEN CA KILN_TRAIN DATA OUT_JSON
+    (environment: SEEDS "1 2 3", RANDOM_TRIALS 4, MIN_RESOURCE 50, MAX_RESOURCE 450, ETA 3,
+     PARALLEL 2, WARMUP_MAX 300)
+"""
+import json
+import shutil
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk", "python"))
+import kiln  # noqa: E402
+
+URL, TOKEN, CA, TRAIN, DATA, OUT = sys.argv[1:7]
+SEEDS = [int(s) for s in os.environ.get("SEEDS", "1 2 3").split()]
+RANDOM_TRIALS = int(os.environ.get("RANDOM_TRIALS", "4"))
+MIN_R = int(os.environ.get("MIN_RESOURCE", "50"))
+MAX_R = int(os.environ.get("MAX_RESOURCE", "450"))
+ETA = int(os.environ.get("ETA", "3"))
+PARALLEL = int(os.environ.get("PARALLEL", "2"))
+BUDGET = RANDOM_TRIALS * MAX_R
+WARMUP_MAX = int(os.environ.get("WARMUP_MAX", "300"))  # the top of warmup_steps' range
+client = kiln.Client(URL, token=TOKEN, ca=CA, timeout=120)
+
+# the search space (the issue's), over a 2-layer GPT of seq_len 32, batch 8, byte vocabulary
+SPACE = {"lr": {"type": "continuous", "min": 1e-4, "max": 3e-2, "scaling": "log"},
+         "warmup_steps": {"type": "integer", "min": 0, "max": min(WARMUP_MAX, MAX_R - 1)},
+         "weight_decay": {"type": "continuous", "min": 0.0, "max": 0.2},
+         "model.n_embd": {"type": "categorical", "values": [64, 128]}}
+
+
+def base_job(name, max_steps, eval_every):
+    return {"name": name,
+            "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "seq_len": 32, "vocab": "bytes"},
+            "data": {"train": DATA, "val_fraction": 0.1},
+            "hyperparameters": {"lr": 3e-3, "global_batch_size": 8, "max_steps": max_steps, "warmup_steps": 0,
+                                "weight_decay": 0.0, "seed": 7, "eval_every": eval_every, "sample_every": 0},
+            "resources": {"nodes": 1, "slots_per_node": 1, "slot_type": "cpu"},
+            "tags": {"bench": "tune"}}
+
+
+def rungs():
+    r, out = MIN_R, []
+    while r < MAX_R:
+        out.append(r)
+        r *= ETA
+    return out + [MAX_R]
+
+
+# ---- kiln: a tuning job through kilnd, polled ------------------------------------------------
+
+def kiln_search(seed, strategy, res):
+    body = {"name": "bench-%s-%d" % (strategy, seed), "job": base_job("trial", MAX_R, 0), "parameters": SPACE,
+            "objective": {"metric": "val_loss", "goal": "minimize"}, "strategy": strategy,
+            "max_parallel_jobs": PARALLEL, "seed": seed}
+    if strategy == "hyperband":
+        body["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA}
+        body["max_jobs"] = 500
+    else:
+        body["max_jobs"] = RANDOM_TRIALS
+    _, tj = client._call("POST", "/v1/tuning-jobs", body)
+    tid = tj["id"]
+    curve, best, stopped, t0 = [], None, False, time.monotonic()
+    while True:
+        _, t = client._call("GET", "/v1/tuning-jobs/" + tid)
+        trials = t.get("trials") or []
+        steps = sum(int(x.get("steps") or 0) for x in trials)
+        for x in trials:
+            o = x.get("objective")
+            if isinstance(o, (int, float)) and (best is None or o < best):
+                best = o
+                curve.append([steps, o])
+        if t["state"] not in ("RUNNING", "STOPPING", "QUEUED", "PENDING"):
+            break
+        if strategy == "hyperband" and not stopped and steps >= BUDGET:
+            client._call("POST", "/v1/tuning-jobs/%s:stop" % tid, {})
+            stopped = True
+        time.sleep(1.0)
+    res.update({"id": tid, "state": t["state"], "reason": t.get("reason"), "curve": curve, "steps": steps,
+                "best": best, "trials": trials, "wall_s": round(time.monotonic() - t0, 1)})
+    print("-- seed %d %s: %s, %d steps, best %s, %.0f s, curve %s" % (seed, strategy, t["state"], steps, best,
+                                                                   res["wall_s"], curve), flush=True)
+
+
+def restart_steps(trials):
+    """The steps the same hyperband run spends when a promoted trial restarts from step 0: each
+    promotion from rung i to rung i+1 that reached rung i+1 costs rungs[i+1] instead of
+    rungs[i+1] - rungs[i], i.e. rungs[i] more. A segment the bench's stop cut short is counted at
+    the steps it trained (no extra), which understates the saving."""
+    rs, extra = rungs(), 0
+    for x in trials:
+        r, s = int(x.get("rung") or 0), int(x.get("steps") or 0)
+        done = r if r < len(rs) and s >= rs[r] else r - 1  # promotions whose rung was reached
+        extra += sum(rs[i] for i in range(max(done, 0)))
+    return sum(int(x.get("steps") or 0) for x in trials) + extra
+
+
+# ---- Optuna: TPE + Hyperband pruner on kiln-train --spec ---------------------------------------
+
+def optuna_search(seed, res):
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    lock = threading.Lock()
+    state = {"steps": 0, "best": None, "curve": [], "trials": 0, "pruned": 0}
+    work = tempfile.mkdtemp(prefix="kiln-tune-optuna-")
+
+    def objective(trial):
+        with lock:
+            if state["steps"] >= BUDGET:
+                trial.study.stop()
+                raise optuna.TrialPruned()
+            state["trials"] += 1
+        spec = base_job("optuna-%d" % trial.number, MAX_R, MIN_R)
+        hp = spec["hyperparameters"]
+        hp["lr"] = trial.suggest_float("lr", 1e-4, 3e-2, log=True)
+        hp["warmup_steps"] = trial.suggest_int("warmup_steps", 0, SPACE["warmup_steps"]["max"])
+        hp["weight_decay"] = trial.suggest_float("weight_decay", 0.0, 0.2)
+        spec["model"]["n_embd"] = trial.suggest_categorical("model.n_embd", [64, 128])
+        path = os.path.join(work, "t%d.json" % trial.number)
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        p = subprocess.Popen([TRAIN, "--spec", path, "--threads", "1", "--quiet",
+                              "--peak-gflops", "1", "--output-dir", os.path.join(work, "o%d" % trial.number)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        last, val = 0, None
+        try:
+            for line in p.stdout:
+                # "step 300 | val loss 2.4815"
+                if not line.startswith("step ") or "| val loss " not in line:
+                    continue
+                step = int(line.split()[1])
+                val = float(line.rsplit(" ", 1)[1])
+                with lock:
+                    state["steps"] += step - last
+                    if state["best"] is None or val < state["best"]:
+                        state["best"] = val
+                        state["curve"].append([state["steps"], val])
+                last = step
+                trial.report(val, step)
+                if trial.should_prune():
+                    with lock:
+                        state["pruned"] += 1
+                    raise optuna.TrialPruned()
+                with lock:
+                    if state["steps"] >= BUDGET:
+                        break
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        if val is None:
+            raise RuntimeError("kiln-train reported no val loss: exit %s" % p.returncode)
+        return val
+
+    t0 = time.monotonic()
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed),
+                                pruner=optuna.pruners.HyperbandPruner(min_resource=MIN_R, max_resource=MAX_R,
+                                                                      reduction_factor=ETA))
+    study.optimize(objective, n_jobs=PARALLEL, n_trials=10000)
+    shutil.rmtree(work, ignore_errors=True)
+    res.update({"curve": state["curve"], "steps": state["steps"], "best": state["best"], "trials": state["trials"],
+                "pruned": state["pruned"], "wall_s": round(time.monotonic() - t0, 1)})
+    print("-- seed %d optuna: %d trials (%d pruned), %d steps, best %s, %.0f s, curve %s"
+          % (seed, state["trials"], state["pruned"], state["steps"], state["best"], res["wall_s"], state["curve"]),
+          flush=True)
+
+
+# ---- the comparison --------------------------------------------------------------------------
+
+def best_at(curve, steps):
+    """The best val_loss a curve had found by `steps` steps consumed (None: none yet)."""
+    b = None
+    for s, v in curve:
+        if s <= steps:
+            b = v
+    return b
+
+
+def steps_to(curve, target):
+    """The steps a curve spent to first reach val_loss <= target (None: never)."""
+    for s, v in curve:
+        if v <= target:
+            return s
+    return None
+
+
+def fmt(v, spec="%.4f"):
+    return "-" if v is None else spec % v
+
+
+def main():
+    print("== rungs %s, budget %d steps (random: %d trials x %d), parallel %d, seeds %s"
+          % (rungs(), BUDGET, RANDOM_TRIALS, MAX_R, PARALLEL, SEEDS), flush=True)
+    # every seed's three searches at once: they share the CPUs, which slows each but changes no
+    # step count (the searches are compared in steps)
+    rows, th = [], []
+    for seed in SEEDS:
+        out = {"seed": seed, "random": {}, "hyperband": {}, "optuna": {}}
+        rows.append(out)
+        th += [threading.Thread(target=kiln_search, args=(seed, "random", out["random"])),
+               threading.Thread(target=kiln_search, args=(seed, "hyperband", out["hyperband"])),
+               threading.Thread(target=optuna_search, args=(seed, out["optuna"]))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    for out in rows:
+        seed = out["seed"]
+        rnd, hb, op = out["random"], out["hyperband"], out["optuna"]
+        out["hb_steps_to_random_best"] = steps_to(hb["curve"], rnd["best"]) if rnd.get("best") else None
+        out["hb_best_at_budget"] = best_at(hb["curve"], BUDGET)
+        out["optuna_best_at_budget"] = best_at(op["curve"], BUDGET)
+        out["hb_restart_steps"] = restart_steps(hb["trials"])
+        hb_trials = hb["trials"]
+        out["hb_ntrials"] = len(hb_trials)
+        out["hb_promotions"] = sum(int(x.get("rung") or 0) for x in hb_trials)
+        with open(OUT, "w") as f:
+            json.dump({"budget": BUDGET, "rungs": rungs(), "seeds": rows}, f, indent=1)
+        h2r = out["hb_steps_to_random_best"]
+        print("seed %d: random best %s (%d steps, %s, %.0f s); hyperband best@budget %s, reached random's best at %s "
+              "steps (%s of random's), %d trials, %d promotions, %d steps spent (restart: %d, %s), %s, %.0f s; "
+              "optuna best@budget %s (%d trials, %d pruned, %d steps, %.0f s)"
+              % (seed, fmt(rnd["best"]), rnd["steps"], rnd["state"], rnd["wall_s"], fmt(out["hb_best_at_budget"]),
+                 fmt(h2r, "%d"), fmt(h2r / rnd["steps"] if h2r is not None else None, "%.2f"), len(hb_trials),
+                 out["hb_promotions"], hb["steps"], out["hb_restart_steps"], hb["state"], hb.get("reason"),
+                 hb["wall_s"], fmt(out["optuna_best_at_budget"]), op["trials"], op["pruned"], op["steps"],
+                 op["wall_s"]), flush=True)
+        for name in ("random", "hyperband", "optuna"):
+            print("  %s curve (steps, best): %s" % (name, out[name]["curve"]), flush=True)
+
+    def med(key, f=lambda r, k: r[k]):
+        vals = [f(r, key) for r in rows if f(r, key) is not None]
+        return statistics.median(vals) if vals else None
+    print("== medians over %d seeds: random best %s; hyperband best@budget %s, steps to random's best %s "
+          "(fraction %s; inf: not within its steps); optuna best@budget %s; restart/resume steps %s"
+          % (len(rows), fmt(med("best", lambda r, k: r["random"][k])), fmt(med("hb_best_at_budget")),
+             fmt(med("s", lambda r, k: r["hb_steps_to_random_best"] if r["hb_steps_to_random_best"] is not None
+                     else float("inf")), "%.0f"),
+             fmt(med("f", lambda r, k: r["hb_steps_to_random_best"] / r["random"]["steps"]
+                     if r["hb_steps_to_random_best"] is not None else float("inf")), "%.2f"),
+             fmt(med("optuna_best_at_budget")),
+             fmt(med("x", lambda r, k: r["hb_restart_steps"] / r["hyperband"]["steps"]), "%.2f")), flush=True)
+
+
+main()
