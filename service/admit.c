@@ -616,9 +616,14 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
         return false;
     }
     if (!sched_fits(a->view, s->nworkers, &req)) {
+        int largest = 0; /* the same words as the reason a submission starts with (job.c) */
+        for (int i = 0; i < s->nworkers; i++)
+            if (!strcmp(a->view[i].slot_type, tn))
+                largest = KILN_MAX(largest, a->view[i].slots);
         d->outcome = SCHED_WAIT_WORKERS;
         snprintf(d->reason, sizeof d->reason, "waiting for workers: needs %d worker(s) with %d %s slot(s) each, "
-                 "more than the alive workers have", J->nodes, J->slots_per_node, tn);
+                 "more than the alive workers have (the largest alive %s worker has %d)", J->nodes,
+                 J->slots_per_node, tn, tn, largest);
         return false;
     }
     int q = quota_check(a, j, d->reason, sizeof d->reason);

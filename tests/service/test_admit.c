@@ -194,7 +194,8 @@ Test(admit, the_default_queue_is_todays_policy)
     int order[4];
     cr_assert_eq(pass(w, 2, q, 1, j, 4, out, order), 1);
     cr_assert_eq(out[0].outcome, SCHED_WAIT_WORKERS);
-    cr_assert(strstr(out[0].reason, "more than the alive workers have"), "%s", out[0].reason);
+    cr_assert(strstr(out[0].reason, "more than the alive workers have (the largest alive cpu worker has 4)"), "%s",
+              out[0].reason);
     cr_assert_eq(out[1].outcome, SCHED_WAIT_SLOTS);
     cr_assert_str_eq(out[1].reason, "waiting for free slots: needs 1 worker(s) with 3 free cpu slot(s) each");
     cr_assert_eq(out[2].outcome, SCHED_ADMITTED);
