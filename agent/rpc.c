@@ -285,6 +285,21 @@ static void rpc_md(const agent_md_t *md, size_t n_md, grpc_metadata *send_md)
     }
 }
 
+/* The first four ops of a call: its metadata and one request message out, the end of the client's
+ * side, and the server's initial metadata in. */
+static void rpc_request_ops(grpc_op *ops, grpc_metadata *send_md, size_t n_md, grpc_byte_buffer *req_bb,
+                            grpc_metadata_array *init_md)
+{
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = n_md;
+    ops[0].data.send_initial_metadata.metadata = n_md ? send_md : NULL;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = req_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = init_md;
+}
+
 /* A status other than OK as the kiln status matching it, with kilnd's message and hint in err. */
 static int rpc_status_err(grpc_status_code status, grpc_slice details, const grpc_metadata_array *trail_md,
                           const char *method, kiln_err_t *err)
@@ -339,14 +354,7 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
     bool call_locked = true;
     grpc_op ops[6];
     memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].data.send_initial_metadata.count = n_md;
-    ops[0].data.send_initial_metadata.metadata = n_md ? send_md : NULL;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = req_bb;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+    rpc_request_ops(ops, send_md, n_md, req_bb, &init_md);
     ops[4].op = GRPC_OP_RECV_MESSAGE;
     ops[4].data.recv_message.recv_message = &resp_bb;
     ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
@@ -458,14 +466,7 @@ int agent_rpc_watch(agent_rpc_t *r, const char *method, const agent_md_t *md, si
     const char *error_string = NULL;
     grpc_op ops[4];
     memset(ops, 0, sizeof(ops));
-    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].data.send_initial_metadata.count = n_md;
-    ops[0].data.send_initial_metadata.metadata = n_md ? send_md : NULL;
-    ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = req_bb;
-    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+    rpc_request_ops(ops, send_md, n_md, req_bb, &init_md);
     grpc_op st_op;
     memset(&st_op, 0, sizeof(st_op));
     st_op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
