@@ -285,6 +285,15 @@ static void rpc_md(const agent_md_t *md, size_t n_md, grpc_metadata *send_md)
     }
 }
 
+/* One request message, a copy of data. */
+static grpc_byte_buffer *rpc_request_bb(const void *data, size_t len)
+{
+    grpc_slice req_s = grpc_slice_from_copied_buffer(data ? data : "", len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&req_s, 1);
+    grpc_slice_unref(req_s);
+    return bb;
+}
+
 /* The first four ops of a call: its metadata and one request message out, the end of the client's
  * side, and the server's initial metadata in. */
 static void rpc_request_ops(grpc_op *ops, grpc_metadata *send_md, size_t n_md, grpc_byte_buffer *req_bb,
@@ -340,9 +349,7 @@ int agent_rpc_call_raw(agent_rpc_t *r, const char *method, const agent_md_t *md,
     grpc_call *call = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method_s,
                                                NULL, deadline, NULL);
     grpc_slice_unref(method_s);
-    grpc_slice req_s = grpc_slice_from_copied_buffer(data ? data : "", len);
-    grpc_byte_buffer *req_bb = grpc_raw_byte_buffer_create(&req_s, 1);
-    grpc_slice_unref(req_s);
+    grpc_byte_buffer *req_bb = rpc_request_bb(data, len);
     grpc_metadata_array init_md, trail_md;
     grpc_metadata_array_init(&init_md);
     grpc_metadata_array_init(&trail_md);
@@ -455,9 +462,7 @@ int agent_rpc_watch(agent_rpc_t *r, const char *method, const agent_md_t *md, si
         grpc_call_cancel(call, NULL);
     r->watch_cancel = false;
     pthread_mutex_unlock(&r->watch_mu);
-    grpc_slice req_s = grpc_slice_from_copied_buffer(data ? data : "", len);
-    grpc_byte_buffer *req_bb = grpc_raw_byte_buffer_create(&req_s, 1);
-    grpc_slice_unref(req_s);
+    grpc_byte_buffer *req_bb = rpc_request_bb(data, len);
     grpc_metadata_array init_md, trail_md;
     grpc_metadata_array_init(&init_md);
     grpc_metadata_array_init(&trail_md);

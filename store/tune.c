@@ -28,6 +28,26 @@ static void times_text(json_t *o)
     }
 }
 
+/* r's first column (a JSON object a row) as an array in *out, each object's times as text when
+ * `times`, and column count_col (>= 0) added as "trial_count"; clears r. */
+static int rows_array(PGresult *r, bool times, int count_col, json_t **out, kiln_err_t *err)
+{
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < PQntuples(r); i++) {
+        json_t *o = store_get_json(r, i, 0, NULL);
+        if (times)
+            times_text(o);
+        if (count_col >= 0)
+            json_object_set_new(o, "trial_count", json_integer(store_get_i64(r, i, count_col)));
+        json_array_append_new(arr, o);
+    }
+    PQclear(r);
+    if (!arr)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    *out = arr;
+    return 0;
+}
+
 int store_tuning_insert(store_conn_t *c, const char *name, const char *project, const char *spec_json,
                         const char *submitted_by, const char *reason, json_t **out, kiln_err_t *err)
 {
@@ -92,14 +112,7 @@ int store_tuning_trials_json(store_conn_t *c, const char *id, json_t **out, kiln
                      1, p, &r, err);
     if (rc)
         return rc;
-    json_t *arr = json_array();
-    for (int i = 0; arr && i < PQntuples(r); i++)
-        json_array_append_new(arr, store_get_json(r, i, 0, NULL));
-    PQclear(r);
-    if (!arr)
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    *out = arr;
-    return 0;
+    return rows_array(r, false, -1, out, err);
 }
 
 int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)
@@ -114,17 +127,7 @@ int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln
                      1, p, &r, err);
     if (rc)
         return rc;
-    json_t *arr = json_array();
-    for (int i = 0; arr && i < PQntuples(r); i++) {
-        json_t *o = store_get_json(r, i, 0, NULL);
-        times_text(o);
-        json_array_append_new(arr, o);
-    }
-    PQclear(r);
-    if (!arr)
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    *out = arr;
-    return 0;
+    return rows_array(r, true, -1, out, err);
 }
 
 int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, json_t **out, kiln_err_t *err)
@@ -141,18 +144,7 @@ int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, jso
                      2, p, &r, err);
     if (rc)
         return rc;
-    json_t *arr = json_array();
-    for (int i = 0; arr && i < PQntuples(r); i++) {
-        json_t *o = store_get_json(r, i, 0, NULL);
-        times_text(o);
-        json_object_set_new(o, "trial_count", json_integer(store_get_i64(r, i, 1)));
-        json_array_append_new(arr, o);
-    }
-    PQclear(r);
-    if (!arr)
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    *out = arr;
-    return 0;
+    return rows_array(r, true, 1, out, err);
 }
 
 int store_tuning_active(store_conn_t *c, char (**ids)[STORE_ID_LEN], int *n, kiln_err_t *err)
