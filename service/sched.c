@@ -8,8 +8,8 @@
  * Head of line: within a queue, a job that fits the cluster but not its free slots or its quota
  * right now blocks the jobs behind it that want the same slot type, so a big job is never starved
  * by a stream of small ones; they start before it only by backfill, when predicted to end before
- * it could start or in slots it leaves free when it starts. A queued job that no longer fits the cluster at all (workers left after it was
- * accepted) blocks nothing and waits for workers. The jobs the core chooses to preempt get their
+ * it could start or in slots it leaves free when it starts. A queued job that no longer fits the
+ * cluster at all (workers left after it was accepted) blocks nothing and waits for workers. The jobs the core chooses to preempt get their
  * stop orders here (svc_job_preempt). */
 #include "service/svc_int.h"
 

@@ -51,7 +51,7 @@ static int tuning_read(store_conn_t *c, const svc_caller_t *who, const char *id,
 }
 
 /* A trial's state as the tuning job shows it and as tune_decide sees it. */
-static tune_trial_state_t trial_state(const spec_tuning_t *t, const json_t *tr, int nrungs)
+static tune_trial_state_t trial_state(const json_t *tr, int nrungs)
 {
     const char *st = json_string_value(json_object_get(tr, "job_state"));
     svc_job_state_t js = svc_state_parse(st ? st : "");
@@ -61,18 +61,10 @@ static tune_trial_state_t trial_state(const spec_tuning_t *t, const json_t *tr, 
         return TUNE_TRIAL_STOPPED;
     if (js == JOB_STATE_COMPLETED)
         return TUNE_TRIAL_COMPLETED;
-    (void)t;
-    (void)nrungs;
     /* a hyperband trial at its rung; one promoted (rung past the rungs it finished) runs again */
     if (js == JOB_STATE_PAUSED)
         return (int)json_integer_value(json_object_get(tr, "rung")) < nrungs + 1 ? TUNE_TRIAL_PAUSED : TUNE_TRIAL_ACTIVE;
     return TUNE_TRIAL_ACTIVE;
-}
-
-static const char *trial_state_name(tune_trial_state_t st, const char *job_state)
-{
-    (void)st;
-    return job_state ? job_state : "";
 }
 
 /* The view of the trials (arrays sized ntrials, strings borrowed from trials or kept in names). */
@@ -128,7 +120,7 @@ static int view_build(const spec_tuning_t *t, const json_t *trials, const json_t
         x->nrungs = (int)KILN_MIN(json_array_size(ro), SPEC_TUNE_MAX_RUNGS);
         for (int k = 0; k < x->nrungs; k++)
             x->rung_objective[k] = json_number_value(json_array_get(ro, (size_t)k));
-        x->state = trial_state(t, tr, x->nrungs);
+        x->state = trial_state(tr, x->nrungs);
         const json_t *metrics = json_object_get(tr, "metrics");
         const json_t *v = json_object_get(metrics, t->metric);
         x->has_objective = json_is_number(v);
@@ -189,12 +181,13 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
     for (int i = 0; i < vb.n; i++) {
         const json_t *tr = json_array_get(trials, (size_t)i);
         const tune_trial_t *x = &vb.trials[i];
+        const char *job_state = json_string_value(json_object_get(tr, "job_state"));
         json_array_append_new(
             list, json_pack("{s:i, s:O, s:O, s:o, s:O, s:O, s:s}", "trial", x->trial, "job_id",
                             json_object_get(tr, "job_id"), "parameters", json_object_get(tr, "parameters"),
                             "objective", x->has_objective ? json_real(x->objective) : json_null(), "steps",
                             json_object_get(tr, "steps"), "rung", json_object_get(tr, "rung"), "state",
-                            trial_state_name(x->state, json_string_value(json_object_get(tr, "job_state")))));
+                            job_state ? job_state : ""));
         json_t *why = json_object_get(tr, "stop_reason");
         why = json_is_string(why) ? why : json_object_get(tr, "job_reason");
         json_object_set_new(json_array_get(list, json_array_size(list) - 1), "reason",
