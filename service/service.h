@@ -792,7 +792,8 @@ void sched_admission_text(const sched_snapshot_t *snap, int j, const sched_decis
  * {"id", "name", "project", "state" (RUNNING, STOPPING, COMPLETED, FAILED, STOPPED), "reason",
  * "strategy", "objective": {"metric", "goal"}, "max_jobs", "max_parallel_jobs", "seed", "spec"
  * (the normalised request), "trials": [{"trial", "job_id", "parameters", "objective" (the
- * trial's latest value, or null), "steps", "rung", "state"}], "best": {"job_id", "objective",
+ * trial's latest value, or null), "steps", "rung", "state", "reason", "rungs": [{"rung", "steps",
+ * "objective"}] (hyperband: the rungs it finished, its last too when it completed there)}], "best": {"job_id", "objective",
  * "parameters"} or null, "events", "submitted_by", "created_at", "updated_at", "ended_at"}. */
 
 /* Validates body (spec_tuning_parse: KILN_EINVAL naming the field), checks the caller is an
@@ -828,6 +829,18 @@ json_t *tune_trial_values(const spec_tuning_t *t, int trial);
 /* Hyperband's rungs: the steps each rung trains to (min_resource, x eta, ..., max_resource)
  * into steps (SPEC_TUNE_MAX_RUNGS), returning how many; 0 for the other strategies. */
 int tune_rungs(const spec_tuning_t *t, int64_t *steps);
+/* Hyperband's brackets (hyperband.brackets, at most one a rung; 0 for the other strategies).
+ * Bracket b's trials start at rung b and are promoted by rank among their bracket only; the
+ * brackets get about equal budgets of steps, as in Hyperband (Li et al., JMLR 2018), so the
+ * more aggressive a bracket, the more trials it gets. */
+int tune_brackets(const spec_tuning_t *t);
+/* Trial n's bracket: a function of the request and n only (0 with one bracket; trial 0 is in
+ * bracket 0). */
+int tune_trial_bracket(const spec_tuning_t *t, int trial);
+/* Trial n's own rungs: the steps of the rungs of its bracket (tune_rungs from its bracket's
+ * first), into steps (SPEC_TUNE_MAX_RUNGS), returning how many; its rung k is the k-th of these.
+ * 0 for the other strategies. */
+int tune_trial_rungs(const spec_tuning_t *t, int trial, int64_t *steps);
 
 /* What a trial is, as the controller sees it. */
 typedef enum tune_trial_state {
@@ -853,8 +866,9 @@ typedef struct tune_trial {
     bool has_objective;               /* it reported the objective metric */
     double objective;                 /* its latest value */
     const char *reported;             /* the metrics it reported, comma-separated (borrowed) */
-    int nrungs;                       /* hyperband: rungs it finished */
+    int nrungs;                       /* hyperband: rungs it finished (of its own, tune_trial_rungs) */
     double rung_objective[SPEC_TUNE_MAX_RUNGS]; /* the objective at the end of each */
+    int bracket;                      /* hyperband: tune_trial_bracket of its number */
     tune_curve_t curve;               /* early_stopping "auto": the objective by step (borrowed) */
     int64_t total_steps;              /* the steps it trains in all (0: unknown) */
 } tune_trial_t;
@@ -906,7 +920,7 @@ bool tune_median_stop(const tune_view_t *v, int i, tune_stop_t *out);
  * not improve on the best (trials stopped early count, in trial order), or when every trial is
  * drawn and none runs or can be promoted. Otherwise running trials the median stopping rule
  * judges worse are stopped (early_stopping "auto"), paused trials in the top 1/eta of their rung
- * so far are promoted (top rungs first) and new trials fill what max_parallel_jobs leaves.
+ * so far among their bracket are promoted (top rungs first) and new trials fill what max_parallel_jobs leaves.
  * Returns 0. */
 int tune_decide(const tune_view_t *v, tune_plan_t *out);
 

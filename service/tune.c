@@ -121,6 +121,7 @@ static int view_build(const spec_tuning_t *t, const json_t *trials, const json_t
         for (int k = 0; k < x->nrungs; k++)
             x->rung_objective[k] = json_number_value(json_array_get(ro, (size_t)k));
         x->state = trial_state(tr, x->nrungs);
+        x->bracket = tune_trial_bracket(t, x->trial);
         const json_t *metrics = json_object_get(tr, "metrics");
         const json_t *v = json_object_get(metrics, t->metric);
         x->has_objective = json_is_number(v);
@@ -153,6 +154,23 @@ static void view_free(view_buf_t *vb)
     free(vb->values);
     free(vb->trials);
     free(vb->reported);
+}
+
+/* Hyperband trial x's finished rungs as the API shows them: [{"rung", "steps", "objective"}]
+ * (steps: its bracket's rung; objective: the value it reported there), its last rung too when it
+ * completed there (steps: what it trained); [] for the other strategies. */
+static json_t *rungs_json(const spec_tuning_t *t, const tune_trial_t *x, int64_t trained)
+{
+    int64_t steps[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_trial_rungs(t, x->trial, steps), k;
+    json_t *a = json_array();
+    for (k = 0; k < x->nrungs && k < nr - 1; k++)
+        json_array_append_new(a, json_pack("{s:i, s:I, s:f}", "rung", k, "steps", (json_int_t)steps[k], "objective",
+                                           x->rung_objective[k]));
+    if (nr > 0 && k == nr - 1 && x->state == TUNE_TRIAL_COMPLETED && x->has_objective && trained == steps[k])
+        json_array_append_new(a, json_pack("{s:i, s:I, s:f}", "rung", k, "steps", (json_int_t)steps[k], "objective",
+                                           x->objective));
+    return a;
 }
 
 /* The tuning job as the API shows it: its row, its request's main fields, trials, best, events. */
@@ -190,8 +208,9 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
                             job_state ? job_state : ""));
         json_t *why = json_object_get(tr, "stop_reason");
         why = json_is_string(why) ? why : json_object_get(tr, "job_reason");
-        json_object_set_new(json_array_get(list, json_array_size(list) - 1), "reason",
-                            json_string(json_is_string(why) ? json_string_value(why) : ""));
+        json_t *item = json_array_get(list, json_array_size(list) - 1);
+        json_object_set_new(item, "reason", json_string(json_is_string(why) ? json_string_value(why) : ""));
+        json_object_set_new(item, "rungs", rungs_json(&t, x, json_integer_value(json_object_get(tr, "steps"))));
         if (x->has_objective && x->state != TUNE_TRIAL_FAILED
             && (best < 0 || (t.maximize ? x->objective > vb.trials[best].objective
                                         : x->objective < vb.trials[best].objective)))
@@ -441,10 +460,12 @@ static int end_paused(svc_tx_t *tx, const view_buf_t *vb, kiln_err_t *err)
     return 0;
 }
 
-/* In tx: trial i of view, paused after its rungs, continues toward its next rung (the last: to
- * its end) as a new attempt that resumes from its checkpoint. */
-static int promote(svc_tx_t *tx, const char *id, const tune_trial_t *x, const int64_t *rungs, int nr, kiln_err_t *err)
+/* In tx: trial x of t, paused after its rungs, continues toward its next rung (the last: to its
+ * end) as a new attempt that resumes from its checkpoint. */
+static int promote(svc_tx_t *tx, const char *id, const spec_tuning_t *t, const tune_trial_t *x, kiln_err_t *err)
 {
+    int64_t rungs[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_trial_rungs(t, x->trial, rungs);
     int next = x->nrungs; /* the rung it runs toward now */
     int64_t pause = next < nr - 1 ? rungs[next] : 0;
     store_job_row_t job;
@@ -487,6 +508,23 @@ static int record_rungs(store_conn_t *c, const char *id, const spec_tuning_t *t,
     return 0;
 }
 
+/* A hyperband trial n of a bracket past the first pauses first at its bracket's first rung
+ * (spec_tuning_trial_spec pauses it at min_resource), or, in a bracket of the last rung alone,
+ * runs straight to max_resource. Returns 0, or -1 when out of memory. */
+static int first_rung(const spec_tuning_t *t, int n, json_t *spec)
+{
+    int64_t rungs[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_trial_rungs(t, n, rungs);
+    json_t *stopping = json_object_get(spec, "stopping");
+    if (nr == 0 || tune_trial_bracket(t, n) == 0 || !json_is_object(stopping))
+        return 0;
+    if (nr == 1) {
+        json_object_del(stopping, "max_steps");
+        return 0;
+    }
+    return json_object_set_new(stopping, "max_steps", json_integer((json_int_t)rungs[0]));
+}
+
 /* Submits trial n of t as a job (the tuning job's submitter recorded as its submitter), and
  * records it in tx. */
 static int start_trial(svc_t *s, svc_tx_t *tx, const char *id, const char *user, const spec_tuning_t *t, int n,
@@ -504,7 +542,7 @@ static int start_trial(svc_t *s, svc_tx_t *tx, const char *id, const char *user,
     tags = json_pack("{s:s, s:s}", "tuning_job", id, "tuning_trial", num);
     spec = tags ? spec_tuning_trial_spec(t, values, name, tags) : NULL;
     vtext = json_dumps(values, JSON_COMPACT | JSON_REAL_PRECISION(17));
-    if (!spec || !vtext) {
+    if (!spec || !vtext || first_rung(t, n, spec)) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
     }
@@ -597,10 +635,8 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     for (int k = 0; k < plan.nstop; k++)
         if ((rc = stop_early(s, &tx, id, &t, &vb.trials[plan.stop[k].index], &plan.stop[k], err)))
             goto fail;
-    int64_t rungs[SPEC_TUNE_MAX_RUNGS];
-    int nr = tune_rungs(&t, rungs);
     for (int k = 0; k < plan.npromote; k++)
-        if ((rc = promote(&tx, id, &vb.trials[plan.promote[k]], rungs, nr, err)))
+        if ((rc = promote(&tx, id, &t, &vb.trials[plan.promote[k]], err)))
             goto fail;
     for (int k = 0; k < plan.nnew; k++) {
         int n = view.next_trial + k;

@@ -116,11 +116,70 @@ int tune_rungs(const spec_tuning_t *t, int64_t *steps)
     return n;
 }
 
+/* ---- hyperband's brackets ----------------------------------------------------------------------
+ * Bracket b's trials start at rung b (b = 0: the most aggressive) and are ranked only against
+ * one another. Bracket b's trial costs, expected, c_b = the sum over its rungs k >= b of
+ * (rungs[k] - rungs[k-1]) / eta^(k-b) steps (rungs[b-1] = 0); as in Hyperband, the brackets get
+ * equal budgets, so bracket b gets m_b = round(c_last / c_b) trials (at least 1, at most
+ * TUNE_BRACKET_SHARE_MAX) in each cycle of sum(m_b) trials, interleaved by a smooth weighted
+ * round robin (trial 0 in bracket 0). */
+#define TUNE_BRACKET_SHARE_MAX 64
+
+int tune_brackets(const spec_tuning_t *t)
+{
+    int64_t r[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_rungs(t, r);
+    if (nr == 0)
+        return 0;
+    int nb = t->brackets > 0 ? t->brackets : 1;
+    return nb < nr ? nb : nr;
+}
+
+int tune_trial_bracket(const spec_tuning_t *t, int trial)
+{
+    int64_t r[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_rungs(t, r), nb = tune_brackets(t);
+    if (nb <= 1 || trial < 0)
+        return 0;
+    double cost[SPEC_TUNE_MAX_RUNGS];
+    int share[SPEC_TUNE_MAX_RUNGS], cycle = 0;
+    for (int b = 0; b < nb; b++) {
+        double c = 0, keep = 1;
+        for (int k = b; k < nr; k++, keep /= t->reduction_factor)
+            c += (double)(r[k] - (k > b ? r[k - 1] : 0)) * keep;
+        cost[b] = c;
+    }
+    for (int b = 0; b < nb; b++) {
+        double m = floor(cost[nb - 1] / cost[b] + 0.5);
+        share[b] = m < 1 ? 1 : m > TUNE_BRACKET_SHARE_MAX ? TUNE_BRACKET_SHARE_MAX : (int)m;
+        cycle += share[b];
+    }
+    /* the place in the cycle, then the smooth weighted round robin up to it */
+    int pos = trial % cycle, given[SPEC_TUNE_MAX_RUNGS] = {0}, pick = 0;
+    for (int i = 0; i <= pos; i++) {
+        pick = 0;
+        for (int b = 1; b < nb; b++)
+            if ((given[b] + 0.5) / share[b] < (given[pick] + 0.5) / share[pick])
+                pick = b;
+        given[pick]++;
+    }
+    return pick;
+}
+
+int tune_trial_rungs(const spec_tuning_t *t, int trial, int64_t *steps)
+{
+    int64_t r[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_rungs(t, r), b = tune_trial_bracket(t, trial);
+    for (int k = b; k < nr; k++)
+        steps[k - b] = r[k];
+    return nr - b;
+}
+
 /* Whether a is better than b for the objective's goal. */
 static bool better(const spec_tuning_t *t, double a, double b) { return t->maximize ? a > b : a < b; }
 
-/* The index of trial i among those that finished rung k, best first; -1 when it did not. *n
- * (OUT) = how many finished it. */
+/* The index of trial i among those of its bracket that finished their rung k, best first; -1
+ * when it did not. *n (OUT) = how many finished it. */
 static int rung_rank(const tune_view_t *v, int k, int i, int *n)
 {
     int cnt = 0, better_than = 0;
@@ -128,7 +187,7 @@ static int rung_rank(const tune_view_t *v, int k, int i, int *n)
     bool mine = me->nrungs > k;
     for (int j = 0; j < v->ntrials; j++) {
         const tune_trial_t *o = &v->trials[j];
-        if (o->nrungs <= k)
+        if (o->nrungs <= k || o->bracket != me->bracket)
             continue;
         cnt++;
         if (mine && j != i
@@ -266,7 +325,7 @@ int tune_decide(const tune_view_t *v, tune_plan_t *out)
             out->nstop++;
     int room = t->max_parallel_jobs - active;
     /* hyperband (ASHA): from the top rung down, a paused trial in the top 1/eta of its rung so
-     * far is promoted at once */
+     * far (in its bracket) is promoted at once */
     if (nr > 0) {
         for (int k = nr - 2; k >= 0 && room > 0; k--) {
             for (int i = 0; i < v->ntrials && room > 0; i++) {

@@ -329,6 +329,7 @@ typedef struct spec_tuning {
     spec_tune_strategy_t strategy;
     int64_t min_resource, max_resource; /* hyperband: steps */
     int reduction_factor;        /* hyperband: eta, 2 to 10 (default 3) */
+    int brackets;                /* hyperband: brackets, 1 to its rungs (default 1: trials start at the first rung) */
     int max_jobs;                /* trials in all (default 10) */
     int max_parallel_jobs;       /* trials at once (default 1); at most max_jobs */
     uint64_t seed;

@@ -266,7 +266,7 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
                                        "max_parallel_jobs", "seed", "completion", "early_stopping",
                                        "max_failed_trials", "trial_priority", NULL};
     static const char *const obj_keys[] = {"metric", "goal", NULL};
-    static const char *const hb_keys[] = {"min_resource", "max_resource", "reduction_factor", NULL};
+    static const char *const hb_keys[] = {"min_resource", "max_resource", "reduction_factor", "brackets", NULL};
     static const char *const done_keys[] = {"target_objective", "no_improvement_trials", NULL};
     memset(out, 0, sizeof *out);
     kiln_err_clear(err);
@@ -283,6 +283,7 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
     out->max_parallel_jobs = 1;
     out->max_failed_trials = 3;
     out->reduction_factor = 3;
+    out->brackets = 1;
     if ((rc = rd_known_keys(&r, in, keys)) || (rc = rd_string(&r, in, "name", out->name, sizeof out->name)) ||
         (rc = rd_object(&r, in, "job", &job)) || (rc = rd_object(&r, in, "parameters", &params)) ||
         (rc = rd_object(&r, in, "objective", &objective)) || (rc = rd_object(&r, in, "hyperband", &hb)) ||
@@ -431,7 +432,8 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
         if ((rc = rd_known_keys(&rh, hb, hb_keys)) ||
             (rc = rd_int64(&rh, hb, "min_resource", &out->min_resource, 1, INT64_C(1000000000))) ||
             (rc = rd_int64(&rh, hb, "max_resource", &out->max_resource, 1, INT64_C(1000000000))) ||
-            (rc = rd_int(&rh, hb, "reduction_factor", &out->reduction_factor, 2, 10)))
+            (rc = rd_int(&rh, hb, "reduction_factor", &out->reduction_factor, 2, 10)) ||
+            (rc = rd_int(&rh, hb, "brackets", &out->brackets, 1, SPEC_TUNE_MAX_RUNGS)))
             goto fail;
         if (!out->min_resource || !out->max_resource) {
             rc = invalid(err, !out->min_resource ? "hyperband.min_resource" : "hyperband.max_resource",
@@ -453,6 +455,12 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
         if (r0 * out->reduction_factor < out->max_resource) {
             rc = invalid(err, "hyperband.max_resource", "raise min_resource or reduction_factor",
                          "hyperband would need more than %d rungs", SPEC_TUNE_MAX_RUNGS);
+            goto fail;
+        }
+        if (out->brackets > rungs + 1) {
+            rc = invalid(err, "hyperband.brackets", "give at most one bracket a rung",
+                         "hyperband.brackets (%d) is more than the %d rungs from min_resource to max_resource",
+                         out->brackets, rungs + 1);
             goto fail;
         }
     } else if (hb) {
@@ -540,9 +548,10 @@ json_t *spec_tuning_to_json(const spec_tuning_t *t)
     if (!out)
         return NULL;
     if (t->strategy == SPEC_TUNE_HYPERBAND)
-        json_object_set_new(out, "hyperband", json_pack("{s:I, s:I, s:i}", "min_resource", (json_int_t)t->min_resource,
+        json_object_set_new(out, "hyperband", json_pack("{s:I, s:I, s:i, s:i}", "min_resource", (json_int_t)t->min_resource,
                                                         "max_resource", (json_int_t)t->max_resource,
-                                                        "reduction_factor", t->reduction_factor));
+                                                        "reduction_factor", t->reduction_factor, "brackets",
+                                                        t->brackets));
     json_t *done = json_object();
     if (t->has_target)
         json_object_set_new(done, "target_objective", json_real(t->target));

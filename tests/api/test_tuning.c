@@ -86,6 +86,9 @@ Test(tuning, refuses_bad_input_naming_the_field)
     refused(request(LR, "\"stratgy\": \"grid\""), "stratgy", "strategy");
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 50}"),
             "hyperband.min_resource", "less than max_resource");
+    refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90,"
+                        " \"brackets\": 4}"),
+            "hyperband.brackets", "more than the 3 rungs");
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90},"
                         " \"early_stopping\": \"auto\""),
             "early_stopping", "is for random and grid");

@@ -254,6 +254,18 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
     }
     cr_assert_geq(promoted, 0, "%s", e2e_dump(t));
     json_t *best = json_array_get(trials, (size_t)promoted);
+    /* each trial's rung history: every one finished rung 0 (10 steps), the promoted one rung 1
+     * (30) with its final objective */
+    for (size_t i = 0; i < 3; i++) {
+        json_t *x = json_array_get(trials, i), *rg = json_object_get(x, "rungs");
+        cr_assert_eq(json_array_size(rg), i == (size_t)promoted ? 2 : 1, "%s", e2e_dump(x));
+        cr_assert(e2e_jint(json_array_get(rg, 0), "rung") == 0 && e2e_jint(json_array_get(rg, 0), "steps") == 10 &&
+                  json_is_number(json_object_get(json_array_get(rg, 0), "objective")), "%s", e2e_dump(x));
+    }
+    json_t *top = json_array_get(json_object_get(best, "rungs"), 1);
+    cr_assert(e2e_jint(top, "rung") == 1 && e2e_jint(top, "steps") == 30 &&
+              json_number_value(json_object_get(top, "objective")) ==
+                  json_number_value(json_object_get(best, "objective")), "%s", e2e_dump(best));
     const char *trial_job = e2e_jstr(best, "job_id");
     cr_assert_str_eq(e2e_jstr(json_object_get(t, "best"), "job_id"), trial_job);
     json_t *ev = e2e_events(trial_job);
@@ -291,6 +303,49 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
     json_decref(straight);
     json_decref(spec);
     json_decref(tj);
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}
+
+Test(e2e_tuning, hyperband_brackets_start_their_trials_at_their_own_rungs, .init = e2e_setup, .fini = e2e_teardown,
+     .timeout = 300)
+{
+    /* rungs 10 and 30, two brackets: trials 0 and 2 start at rung 0 (10 steps), trial 1 in bracket 1
+     * runs straight to 30; two trials at rung 0 promote none */
+    char *job = e2e_spec("hbb", 30, 1, 1, 4);
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"name\": \"hbb\", \"job\": %s, \"parameters\": {"
+             "\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01, \"scaling\": \"log\"}},"
+             " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\","
+             " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 30, \"brackets\": 2},"
+             " \"max_jobs\": 3, \"max_parallel_jobs\": 3, \"seed\": 9}",
+             job);
+    free(job);
+    long st;
+    json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
+    cr_assert_eq(st, 201, "%s", e2e_dump(c));
+    cr_assert_eq(e2e_jint(json_object_get(json_object_get(c, "spec"), "hyperband"), "brackets"), 2, "%s", e2e_dump(c));
+    char *id = strdup(e2e_jstr(c, "id"));
+    json_decref(c);
+    json_t *t = wait_ended(id, 200000);
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
+    for (size_t i = 0; i < 3; i++) {
+        json_t *x = json_array_get(trials, i), *rg = json_object_get(x, "rungs");
+        cr_assert_eq(e2e_jint(x, "rung"), 0, "none promoted: %s", e2e_dump(x));
+        cr_assert_eq(json_array_size(rg), 1, "%s", e2e_dump(x));
+        cr_assert_eq(e2e_jint(json_array_get(rg, 0), "steps"), i == 1 ? 30 : 10, "%s", e2e_dump(x));
+        cr_assert_eq(e2e_jint(x, "steps"), i == 1 ? 30 : 10, "%s", e2e_dump(x));
+        json_t *ev = e2e_events(e2e_jstr(x, "job_id"));
+        char states[512];
+        e2e_event_states(ev, states, sizeof states);
+        cr_assert(i == 1 ? !strstr(states, "PAUSED") : strstr(states, "RUNNING,PAUSED") != NULL,
+                  "trial %zu: %s", i, states);
+        json_decref(ev);
+    }
     json_decref(t);
     free(id);
     e2e_pass();

@@ -247,6 +247,82 @@ Test(tune_search, hyperband_rungs_and_asynchronous_promotion)
     spec_tuning_deinit(&t);
 }
 
+Test(tune_search, hyperband_brackets_share_the_budget_and_start_at_their_own_rungs)
+{
+    spec_tuning_t one, three;
+    const char *p = "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}";
+    parse(&one, p, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 50, \"max_resource\": 450}");
+    parse(&three, p, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 50, \"max_resource\": 450,"
+                     " \"brackets\": 3}");
+    cr_assert_eq(tune_brackets(&one), 1, "one bracket unless asked");
+    cr_assert_eq(tune_brackets(&three), 3);
+    int64_t r[SPEC_TUNE_MAX_RUNGS];
+    int count[3] = {0}, seen[3] = {-1, -1, -1};
+    for (int n = 0; n < 70; n++) {
+        cr_assert_eq(tune_trial_bracket(&one, n), 0);
+        cr_assert_eq(tune_trial_rungs(&one, n, r), 3);
+        cr_assert(r[0] == 50 && r[1] == 150 && r[2] == 450);
+        int b = tune_trial_bracket(&three, n);
+        cr_assert(b >= 0 && b < 3);
+        cr_assert_eq(b, tune_trial_bracket(&three, n), "a function of the trial's number");
+        count[b]++;
+        if (seen[b] < 0)
+            seen[b] = n;
+        /* bracket b's trials start at rung b */
+        int nr = tune_trial_rungs(&three, n, r);
+        cr_assert_eq(nr, 3 - b);
+        cr_assert_eq(r[0], b == 0 ? 50 : b == 1 ? 150 : 450, "trial %d, bracket %d", n, b);
+        cr_assert_eq(r[nr - 1], 450);
+    }
+    cr_assert_eq(tune_trial_bracket(&three, 0), 0, "trial 0 in the most aggressive bracket");
+    cr_assert(seen[1] < 4 && seen[2] < 4, "every bracket has a trial among the first four: %d %d", seen[1], seen[2]);
+    /* equal budgets: a trial costs 116.7, 250 and 450 steps expected in brackets 0, 1, 2, so
+     * 4 : 2 : 1 trials a cycle of 7 */
+    cr_assert(count[0] == 40 && count[1] == 20 && count[2] == 10, "%d %d %d", count[0], count[1], count[2]);
+    spec_tuning_deinit(&one);
+    spec_tuning_deinit(&three);
+    /* more brackets than rungs is refused, naming the field */
+    json_t *j = json_loads("{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
+                           " \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 450}},"
+                           " \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}},"
+                           " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\", \"hyperband\":"
+                           " {\"min_resource\": 50, \"max_resource\": 450, \"brackets\": 4}}",
+                           0, NULL);
+    cr_assert_not_null(j);
+    spec_tuning_t bad;
+    kiln_err_t err;
+    cr_assert_eq(spec_tuning_parse(j, &bad, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "hyperband.brackets", "%s", err.message);
+    json_decref(j);
+}
+
+Test(tune_search, hyperband_ranks_a_trial_only_against_its_own_bracket)
+{
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 50, \"max_resource\": 450,"
+          " \"brackets\": 2}, \"max_jobs\": 30, \"max_parallel_jobs\": 4");
+    /* brackets 0 and 1 cost 116.7 and 250 steps a trial: 2 : 1, trials 0, 2, 3 in bracket 0 */
+    int want[4] = {0, 1, 0, 0};
+    tune_trial_t tr[4];
+    double obj[4] = {3.0, 1.0, 2.0, 2.5};
+    for (int i = 0; i < 4; i++) {
+        tr[i] = trial(i, TUNE_TRIAL_PAUSED, true, obj[i]);
+        tr[i].bracket = tune_trial_bracket(&t, i);
+        cr_assert_eq(tr[i].bracket, want[i], "trial %d", i);
+        tr[i].nrungs = 1;
+        tr[i].rung_objective[0] = obj[i];
+    }
+    /* trial 1 paused at its first rung (150 steps) has the best value of the four, but it is alone
+     * in its bracket: trial 2 leads bracket 0's three at 50 steps and is the one promoted */
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 4, .next_trial = 4};
+    tune_plan_t p;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.npromote, 1);
+    cr_assert_eq(p.promote[0], 2);
+    spec_tuning_deinit(&t);
+}
+
 /* Trial n's curve: its objective at steps 10, 20, ... (k values of vals). */
 static int64_t curve_steps[10] = {10, 20, 30, 40, 50, 60, 70, 80, 90, 100};
 static void curve(tune_trial_t *x, const double *vals, int k, int64_t total)
