@@ -3,7 +3,8 @@ one search space over tiny GPT jobs on tinyshakespeare and one budget of trainin
 trials' steps summed):
   random     kiln's `random` strategy, RANDOM_TRIALS trials of MAX_RESOURCE steps (the budget)
   hyperband  kiln's `hyperband` (asynchronous, pause and resume), stopped once it has spent the
-             budget
+             budget; one search for each bracket count of HB_BRACKETS ("hyperband" for 1 bracket,
+             "hyperband-b3" for 3, ...)
   optuna     Optuna's TPE sampler and Hyperband pruner driving kiln-train --spec directly, with
              val_loss every MIN_RESOURCE steps reported to the pruner, stopped at the budget
 The kiln searches run through a real kilnd and agent (bench/kiln_cluster.sh), all three at once.
@@ -14,7 +15,7 @@ run would have spent had promoted trials restarted from step 0 instead of resumi
 
     python3 bench/tune_bench.py URL TOKEN CA KILN_TRAIN DATA OUT_JSON
     (environment: SEEDS "1 2 3", RANDOM_TRIALS 4, MIN_RESOURCE 50, MAX_RESOURCE 450, ETA 3,
-     PARALLEL 2, WARMUP_MAX 300)
+     PARALLEL 2, WARMUP_MAX 300, HB_BRACKETS "1", OPTUNA 1)
 """
 import json
 import shutil
@@ -38,6 +39,9 @@ ETA = int(os.environ.get("ETA", "3"))
 PARALLEL = int(os.environ.get("PARALLEL", "2"))
 BUDGET = RANDOM_TRIALS * MAX_R
 WARMUP_MAX = int(os.environ.get("WARMUP_MAX", "300"))  # the top of warmup_steps' range
+HB_BRACKETS = [int(b) for b in os.environ.get("HB_BRACKETS", "1").split()]
+HB_NAMES = ["hyperband" if b == 1 else "hyperband-b%d" % b for b in HB_BRACKETS]
+OPTUNA = os.environ.get("OPTUNA", "1") == "1"
 client = kiln.Client(URL, token=TOKEN, ca=CA, timeout=120)
 
 # the search space (the issue's), over a 2-layer GPT of seq_len 32, batch 8, byte vocabulary
@@ -67,12 +71,14 @@ def rungs():
 
 # ---- kiln: a tuning job through kilnd, polled ------------------------------------------------
 
-def kiln_search(seed, strategy, res):
-    body = {"name": "bench-%s-%d" % (strategy, seed), "job": base_job("trial", MAX_R, 0), "parameters": SPACE,
+def kiln_search(seed, strategy, res, brackets=1):
+    label = strategy if brackets == 1 else "%s-b%d" % (strategy, brackets)
+    body = {"name": "bench-%s-%d" % (label, seed), "job": base_job("trial", MAX_R, 0), "parameters": SPACE,
             "objective": {"metric": "val_loss", "goal": "minimize"}, "strategy": strategy,
             "max_parallel_jobs": PARALLEL, "seed": seed}
     if strategy == "hyperband":
-        body["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA}
+        body["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA,
+                             "brackets": brackets}
         body["max_jobs"] = 500
     else:
         body["max_jobs"] = RANDOM_TRIALS
@@ -96,20 +102,16 @@ def kiln_search(seed, strategy, res):
         time.sleep(1.0)
     res.update({"id": tid, "state": t["state"], "reason": t.get("reason"), "curve": curve, "steps": steps,
                 "best": best, "trials": trials, "wall_s": round(time.monotonic() - t0, 1)})
-    print("-- seed %d %s: %s, %d steps, best %s, %.0f s, curve %s" % (seed, strategy, t["state"], steps, best,
+    print("-- seed %d %s: %s, %d steps, best %s, %.0f s, curve %s" % (seed, label, t["state"], steps, best,
                                                                    res["wall_s"], curve), flush=True)
 
 
 def restart_steps(trials):
     """The steps the same hyperband run spends when a promoted trial restarts from step 0: each
-    promotion from rung i to rung i+1 that reached rung i+1 costs rungs[i+1] instead of
-    rungs[i+1] - rungs[i], i.e. rungs[i] more. A segment the bench's stop cut short is counted at
-    the steps it trained (no extra), which understates the saving."""
-    rs, extra = rungs(), 0
-    for x in trials:
-        r, s = int(x.get("rung") or 0), int(x.get("steps") or 0)
-        done = r if r < len(rs) and s >= rs[r] else r - 1  # promotions whose rung was reached
-        extra += sum(rs[i] for i in range(max(done, 0)))
+    promotion past a rung that reached its next rung costs that rung's steps again (a trial's
+    `rungs`: the rungs it finished). A segment the bench's stop cut short is counted at the steps
+    it trained (no extra), which understates the saving."""
+    extra = sum(sum(int(r["steps"]) for r in (x.get("rungs") or [])[:-1]) for x in trials)
     return sum(int(x.get("steps") or 0) for x in trials) + extra
 
 
@@ -207,57 +209,71 @@ def fmt(v, spec="%.4f"):
 
 
 def main():
-    print("== rungs %s, budget %d steps (random: %d trials x %d), parallel %d, seeds %s"
-          % (rungs(), BUDGET, RANDOM_TRIALS, MAX_R, PARALLEL, SEEDS), flush=True)
-    # every seed's three searches at once: they share the CPUs, which slows each but changes no
-    # step count (the searches are compared in steps)
+    print("== rungs %s, budget %d steps (random: %d trials x %d), parallel %d, seeds %s, hyperband brackets %s"
+          % (rungs(), BUDGET, RANDOM_TRIALS, MAX_R, PARALLEL, SEEDS, HB_BRACKETS), flush=True)
+    # every seed's searches at once: they share the CPUs, which slows each but changes no step
+    # count (the searches are compared in steps)
+    names = ["random"] + HB_NAMES + (["optuna"] if OPTUNA else [])
     rows, th = [], []
     for seed in SEEDS:
-        out = {"seed": seed, "random": {}, "hyperband": {}, "optuna": {}}
+        out = {"seed": seed}
+        out.update({n: {} for n in names})
         rows.append(out)
-        th += [threading.Thread(target=kiln_search, args=(seed, "random", out["random"])),
-               threading.Thread(target=kiln_search, args=(seed, "hyperband", out["hyperband"])),
-               threading.Thread(target=optuna_search, args=(seed, out["optuna"]))]
+        th.append(threading.Thread(target=kiln_search, args=(seed, "random", out["random"])))
+        th += [threading.Thread(target=kiln_search, args=(seed, "hyperband", out[n], b))
+               for n, b in zip(HB_NAMES, HB_BRACKETS)]
+        if OPTUNA:
+            th.append(threading.Thread(target=optuna_search, args=(seed, out["optuna"])))
     for t in th:
         t.start()
     for t in th:
         t.join()
     for out in rows:
-        seed = out["seed"]
-        rnd, hb, op = out["random"], out["hyperband"], out["optuna"]
-        out["hb_steps_to_random_best"] = steps_to(hb["curve"], rnd["best"]) if rnd.get("best") else None
-        out["hb_best_at_budget"] = best_at(hb["curve"], BUDGET)
-        out["optuna_best_at_budget"] = best_at(op["curve"], BUDGET)
-        out["hb_restart_steps"] = restart_steps(hb["trials"])
-        hb_trials = hb["trials"]
-        out["hb_ntrials"] = len(hb_trials)
-        out["hb_promotions"] = sum(int(x.get("rung") or 0) for x in hb_trials)
-        with open(OUT, "w") as f:
-            json.dump({"budget": BUDGET, "rungs": rungs(), "seeds": rows}, f, indent=1)
-        h2r = out["hb_steps_to_random_best"]
-        print("seed %d: random best %s (%d steps, %s, %.0f s); hyperband best@budget %s, reached random's best at %s "
-              "steps (%s of random's), %d trials, %d promotions, %d steps spent (restart: %d, %s), %s, %.0f s; "
-              "optuna best@budget %s (%d trials, %d pruned, %d steps, %.0f s)"
-              % (seed, fmt(rnd["best"]), rnd["steps"], rnd["state"], rnd["wall_s"], fmt(out["hb_best_at_budget"]),
-                 fmt(h2r, "%d"), fmt(h2r / rnd["steps"] if h2r is not None else None, "%.2f"), len(hb_trials),
-                 out["hb_promotions"], hb["steps"], out["hb_restart_steps"], hb["state"], hb.get("reason"),
-                 hb["wall_s"], fmt(out["optuna_best_at_budget"]), op["trials"], op["pruned"], op["steps"],
-                 op["wall_s"]), flush=True)
-        for name in ("random", "hyperband", "optuna"):
-            print("  %s curve (steps, best): %s" % (name, out[name]["curve"]), flush=True)
+        seed, rnd = out["seed"], out["random"]
+        line = "seed %d: random best %s (%d steps, %s, %.0f s)" % (seed, fmt(rnd["best"]), rnd["steps"], rnd["state"],
+                                                                  rnd["wall_s"])
+        for n in HB_NAMES:
+            hb = out[n]
+            h2r = steps_to(hb["curve"], rnd["best"]) if rnd.get("best") else None
+            hb.update({"steps_to_random_best": h2r, "best_at_budget": best_at(hb["curve"], BUDGET),
+                       "restart_steps": restart_steps(hb["trials"]),
+                       "promotions": sum(int(x.get("rung") or 0) for x in hb["trials"])})
+            line += ("; %s best@budget %s, reached random's best at %s steps (%s of random's), %d trials, "
+                     "%d promotions, %d steps spent (restart: %d), %s, %.0f s" % (
+                         n, fmt(hb["best_at_budget"]), fmt(h2r, "%d"),
+                         fmt(h2r / rnd["steps"] if h2r is not None else None, "%.2f"), len(hb["trials"]),
+                         hb["promotions"], hb["steps"], hb["restart_steps"], hb["state"], hb["wall_s"]))
+        if OPTUNA:
+            op = out["optuna"]
+            op["best_at_budget"] = best_at(op["curve"], BUDGET)
+            line += "; optuna best@budget %s (%d trials, %d pruned, %d steps, %.0f s)" % (
+                fmt(op["best_at_budget"]), op["trials"], op["pruned"], op["steps"], op["wall_s"])
+        print(line, flush=True)
+        for n in names:
+            print("  %s curve (steps, best): %s" % (n, out[n]["curve"]), flush=True)
+        for n in HB_NAMES:
+            print("  %s rungs by trial: %s" % (n, [(x["trial"], [(r["steps"], round(r["objective"], 4))
+                                                               for r in x.get("rungs") or []])
+                                                  for x in out[n]["trials"]]), flush=True)
+    with open(OUT, "w") as f:
+        json.dump({"budget": BUDGET, "rungs": rungs(), "seeds": rows}, f, indent=1)
 
-    def med(key, f=lambda r, k: r[k]):
-        vals = [f(r, key) for r in rows if f(r, key) is not None]
+    def med(vals):
+        vals = [v for v in vals if v is not None]
         return statistics.median(vals) if vals else None
-    print("== medians over %d seeds: random best %s; hyperband best@budget %s, steps to random's best %s "
-          "(fraction %s; inf: not within its steps); optuna best@budget %s; restart/resume steps %s"
-          % (len(rows), fmt(med("best", lambda r, k: r["random"][k])), fmt(med("hb_best_at_budget")),
-             fmt(med("s", lambda r, k: r["hb_steps_to_random_best"] if r["hb_steps_to_random_best"] is not None
-                     else float("inf")), "%.0f"),
-             fmt(med("f", lambda r, k: r["hb_steps_to_random_best"] / r["random"]["steps"]
-                     if r["hb_steps_to_random_best"] is not None else float("inf")), "%.2f"),
-             fmt(med("optuna_best_at_budget")),
-             fmt(med("x", lambda r, k: r["hb_restart_steps"] / r["hyperband"]["steps"]), "%.2f")), flush=True)
+    line = "== medians over %d seeds: random best %s" % (len(rows), fmt(med(r["random"]["best"] for r in rows)))
+    for n in HB_NAMES:
+        line += "; %s best@budget %s, steps to random's best %s (fraction %s; inf: not within its steps), " \
+                "restart/resume steps %s" % (
+                    n, fmt(med(r[n]["best_at_budget"] for r in rows)),
+                    fmt(med(r[n]["steps_to_random_best"] if r[n]["steps_to_random_best"] is not None else float("inf")
+                            for r in rows), "%.0f"),
+                    fmt(med(r[n]["steps_to_random_best"] / r["random"]["steps"]
+                            if r[n]["steps_to_random_best"] is not None else float("inf") for r in rows), "%.2f"),
+                    fmt(med(r[n]["restart_steps"] / r[n]["steps"] for r in rows), "%.2f"))
+    if OPTUNA:
+        line += "; optuna best@budget %s" % fmt(med(r["optuna"]["best_at_budget"] for r in rows))
+    print(line, flush=True)
 
 
 main()

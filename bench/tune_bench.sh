@@ -24,7 +24,7 @@ echo "== date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # PARALLEL slots for each kiln search of each seed, all at once (one thread a slot)
 export HEARTBEAT_MS=${HEARTBEAT_MS:-500}
-cluster_start $((2 * ${PARALLEL:-2} * $(echo ${SEEDS:-1 2 3} | wc -w)))
+cluster_start $(((1 + $(echo ${HB_BRACKETS:-1} | wc -w)) * ${PARALLEL:-2} * $(echo ${SEEDS:-1 2 3} | wc -w)))
 cp data/tinyshakespeare.txt "$CL_DATA/" && chmod 644 "$CL_DATA/tinyshakespeare.txt"
 /usr/bin/python3 bench/tune_bench.py "$KILN_URL" "$KILN_TOKEN" "$KILN_TLS_CA" "$PWD/$BUILD/bin/kiln-train" \
   "$CL_DATA/tinyshakespeare.txt" "${OUT:-/tmp/tune_bench.json}" || {

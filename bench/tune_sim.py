@@ -1,0 +1,268 @@
+"""tune_sim.py - issue 29's tuning benchmark replayed: each trial of each seed is trained once,
+straight through, with kiln-train (the bench's search space and tiny GPT, val_loss every
+MIN_RESOURCE steps), and kiln's own search (bench/tune_sim.c, which runs tune_decide) is replayed
+over those curves for random search and for hyperband with 1 to all brackets, at any budget. A
+trial's curve is what kiln would see at its rungs: a paused trial is evaluated at its pause and
+resumes bit-exactly (e2e_tuning checks both), so its val_loss at a rung is its curve's.
+
+    python3 bench/tune_sim.py curves CURVES_DIR     train what is missing (SEEDS, TRIALS, JOBS)
+    python3 bench/tune_sim.py report CURVES_DIR     rung figures and the searches, per seed
+Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
+MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 12 16 24"),
+BUILD (build). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim draw), so random
+search and hyperband of one seed share their first trials, as in the real bench.
+"""
+import concurrent.futures
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+BUILD = os.environ.get("BUILD", "build")
+SIM = os.path.join(ROOT, BUILD, "bench", "tune_sim")
+TRAIN = os.path.join(ROOT, BUILD, "bin", "kiln-train")
+DATA = os.path.join(ROOT, "data", "tinyshakespeare.txt")
+SEEDS = [int(s) for s in os.environ.get("SEEDS", "1 2 3").split()]
+TRIALS = int(os.environ.get("TRIALS", "36"))
+JOBS = int(os.environ.get("JOBS", "2"))
+MIN_R = int(os.environ.get("MIN_RESOURCE", "50"))
+MAX_R = int(os.environ.get("MAX_RESOURCE", "450"))
+ETA = int(os.environ.get("ETA", "3"))
+WARMUP_MAX = int(os.environ.get("WARMUP_MAX", "300"))
+PARALLEL = int(os.environ.get("PARALLEL", "2"))
+RANDOM_TRIALS = [int(k) for k in os.environ.get("RANDOM_TRIALS", "4 8 16 32").split()]
+FULL_K = int(os.environ.get("FULL_K", "8"))
+
+SPACE = {"lr": {"type": "continuous", "min": 1e-4, "max": 3e-2, "scaling": "log"},
+         "warmup_steps": {"type": "integer", "min": 0, "max": min(WARMUP_MAX, MAX_R - 1)},
+         "weight_decay": {"type": "continuous", "min": 0.0, "max": 0.2},
+         "model.n_embd": {"type": "categorical", "values": [64, 128]}}
+
+
+def base_job(eval_every):
+    """tune_bench.py's base job."""
+    return {"name": "trial",
+            "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "seq_len": 32, "vocab": "bytes"},
+            "data": {"train": DATA, "val_fraction": 0.1},
+            "hyperparameters": {"lr": 3e-3, "global_batch_size": 8, "max_steps": MAX_R, "warmup_steps": 0,
+                                "weight_decay": 0.0, "seed": 7, "eval_every": eval_every, "sample_every": 0},
+            "resources": {"nodes": 1, "slots_per_node": 1, "slot_type": "cpu"}}
+
+
+def request(seed, strategy, brackets=1, max_jobs=500):
+    r = {"name": "sim", "job": base_job(0), "parameters": SPACE,
+         "objective": {"metric": "val_loss", "goal": "minimize"}, "strategy": strategy,
+         "max_jobs": max_jobs, "max_parallel_jobs": PARALLEL, "seed": seed}
+    if strategy == "hyperband":
+        r["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA,
+                          "brackets": brackets}
+    return r
+
+
+def rungs():
+    r, out = MIN_R, []
+    while r < MAX_R:
+        out.append(r)
+        r *= ETA
+    return out + [MAX_R]
+
+
+def sim(req, *args):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(req, f)
+    try:
+        out = subprocess.run([SIM, args[0], f.name] + [str(a) for a in args[1:]], check=True,
+                             capture_output=True, text=True).stdout
+    finally:
+        os.unlink(f.name)
+    return out
+
+
+def curves_path(d, seed):
+    return os.path.join(d, "curves-s%d-min%d-max%d-w%d.json" % (seed, MIN_R, MAX_R, WARMUP_MAX))
+
+
+def train_one(values, to=MAX_R):
+    """Trains one trial from step 0 to step `to` (paused there by stopping.max_steps as kiln pauses
+    a trial at a rung, the schedule spanning MAX_RESOURCE); its val_loss every MIN_RESOURCE steps."""
+    spec = base_job(MIN_R)
+    if to < MAX_R:
+        spec["stopping"] = {"max_steps": to}
+    for k, v in values.items():
+        node, path = spec, k.split(".") if "." in k else ["hyperparameters", k]
+        for p in path[:-1]:
+            node = node[p]
+        node[path[-1]] = v
+    with tempfile.TemporaryDirectory(prefix="kiln-tune-sim-") as work:
+        path = os.path.join(work, "spec.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        p = subprocess.run(["nice", "-n", "10", TRAIN, "--spec", path, "--threads", "1", "--quiet",
+                            "--peak-gflops", "1", "--output-dir", os.path.join(work, "o")],
+                           capture_output=True, text=True)
+        out = p.stdout
+        if p.returncode:
+            print("kiln-train exited %d: %s" % (p.returncode, (p.stdout + p.stderr)[-300:]), file=sys.stderr,
+                  flush=True)
+    steps, vals = [], []
+    for line in out.splitlines():
+        if line.startswith("step ") and "| val loss " in line:  # "step 300 | val loss 2.4815"
+            steps.append(int(line.split()[1]))
+            vals.append(float(line.split("| val loss ")[1].split()[0]))
+    return {"parameters": values, "steps": steps, "values": vals}
+
+
+class Pool:
+    """One seed's curves, trained as a search first needs them (trial n to step s) and kept."""
+
+    def __init__(self, d, seed):
+        self.path, self.seed, self.trained = curves_path(d, seed), seed, 0
+        self.have = json.load(open(self.path)) if os.path.exists(self.path) else {}
+        self.draws = []
+
+    def ensure(self, n, step):
+        c = self.have.get(str(n))
+        if c and c["steps"] and c["steps"][-1] >= step:
+            return
+        if n >= len(self.draws):
+            self.draws = [json.loads(x) for x in sim(request(self.seed, "random"), "draw", n + 100).splitlines()]
+        for _ in range(3):  # a run killed from outside (a loaded machine) is run again
+            c = train_one(self.draws[n], step)
+            if c["steps"] and c["steps"][-1] == step:
+                break
+        if not c["steps"] or c["steps"][-1] != step:
+            sys.exit("tune_sim.py: trial %d of seed %d did not reach step %d: %s" % (n, self.seed, step, c))
+        self.trained += step
+        self.have[str(n)] = c
+        with open(self.path + ".tmp", "w") as f:
+            json.dump(self.have, f)
+        os.replace(self.path + ".tmp", self.path)
+
+    def run(self, req, budget):
+        while True:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump(self.have, f)
+            try:
+                with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as g:
+                    json.dump(req, g)
+                p = subprocess.run([SIM, "run", g.name, f.name, str(budget)], capture_output=True, text=True)
+            finally:
+                os.unlink(f.name)
+                os.unlink(g.name)
+            out = json.loads(p.stdout)
+            if p.returncode == 3:
+                self.ensure(*out["need"])
+                continue
+            if p.returncode:
+                sys.exit("tune_sim: %s" % p.stderr)
+            return out
+
+
+def curves(d):
+    os.makedirs(d, exist_ok=True)
+    for seed in SEEDS:
+        path = curves_path(d, seed)
+        have = json.load(open(path)) if os.path.exists(path) else {}
+        draws = [json.loads(line) for line in sim(request(seed, "random"), "draw", TRIALS).splitlines()]
+        todo = [n for n in range(TRIALS) if str(n) not in have]
+        with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
+            for n, c in zip(todo, ex.map(lambda n: train_one(draws[n]), todo)):
+                have[str(n)] = c
+                with open(path + ".tmp", "w") as f:
+                    json.dump(have, f)
+                os.replace(path + ".tmp", path)
+                print("seed %d trial %d: %s -> %s" % (seed, n, draws[n], c["values"][-1:]), flush=True)
+
+
+def spearman(a, b):
+    def ranks(x):
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        r = [0] * len(x)
+        for k, i in enumerate(order):
+            r[i] = k
+        return r
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    return 1 - 6 * sum((p - q) ** 2 for p, q in zip(ra, rb)) / (n * (n * n - 1)) if n > 2 else None
+
+
+def steps_to(curve, target):
+    for s, v in curve:
+        if v <= target + 1e-12:
+            return s
+    return None
+
+
+def seed_report(d, seed):
+    """One seed's rung figures and searches, as lines of text and a row per RANDOM_TRIALS."""
+    rs, pool, lines, rows = rungs(), Pool(d, seed), [], {}
+    full = {n: c for n, c in pool.have.items() if c["steps"] and c["steps"][-1] == MAX_R}
+    final = [c["values"][-1] for c in full.values()]
+    lines.append("-- seed %d: rung val_loss against the final (%d steps) val_loss over its %d full curves:" % (
+        seed, MAX_R, len(full)))
+    if len(full) > 2:
+        best_n = min(full, key=lambda n: full[n]["values"][-1])
+        for r in rs[:-1]:
+            at = [c["values"][c["steps"].index(r)] for c in full.values()]
+            order = sorted(full, key=lambda n: full[n]["values"][full[n]["steps"].index(r)])
+            top = [full[n]["values"][-1] for n in order[:max(1, len(order) // ETA)]]
+            lines.append("   rung %4d: Spearman %.2f; the final best trial ranks #%d of %d there; the best final of "
+                         "that rung's top 1/%d %.4f (of all: %.4f)" % (r, spearman(at, final), order.index(best_n) + 1,
+                                                                       len(order), ETA, min(top), min(final)))
+    for k in RANDOM_TRIALS:
+        budget = k * MAX_R
+        hb_budget = budget if k <= FULL_K else budget // 3
+        rnd = pool.run(request(seed, "random", max_jobs=k), budget)
+        rbest = rnd["curve"][-1][1]
+        row = {"random": rbest, "full": hb_budget == budget}
+        for b in range(1, len(rs) + 1):
+            hb = pool.run(request(seed, "hyperband", brackets=b), hb_budget)
+            best_at = [v for st, v in hb["curve"] if st <= hb_budget]
+            row[b] = (steps_to(hb["curve"], rbest), best_at[-1] if best_at else None, hb)
+        rows[k] = row
+        lines.append("   random %2d x %d = %5d steps: best %.4f; hyperband run to %d steps:" % (
+            k, MAX_R, budget, rbest, hb_budget))
+        for b in range(1, len(rs) + 1):
+            s2, bb, hb = row[b]
+            lines.append("     %d bracket(s): reaches random's best at %s steps (%s), best %s, %d trials by bracket %s; "
+                         "per rung: %s" % (b, s2, "%.2fx" % (s2 / budget) if s2 else "not within %d" % hb_budget,
+                                           "%.4f" % bb if bb else "-", hb["trials"], hb["trials_by_bracket"],
+                                           ", ".join("%d: %d segments %d steps" % (
+                                               x["steps"], x["segments_ending"], x["segment_steps"])
+                                               for x in hb["rungs"])))
+    lines.append("   (trained %d steps for this seed's missing curves)" % pool.trained)
+    return lines, rows
+
+
+def report(d):
+    rs = rungs()
+    print("== rungs %s, eta %d, warmup 0..%d, parallel %d, seeds %s; hyperband runs to random's budget for up to %d "
+          "random trials, past that to a third of it" % (rs, ETA, SPACE["warmup_steps"]["max"], PARALLEL, SEEDS,
+                                                         FULL_K), flush=True)
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
+        results = list(ex.map(lambda seed: seed_report(d, seed), SEEDS))
+    for lines, _ in results:
+        print("\n".join(lines), flush=True)
+    print("== medians over the seeds: steps hyperband took to reach random's best as a fraction of random's "
+          "(the target: <= 0.33; inf: not within what it ran), its best at random's budget, and on how many seeds "
+          "that best beats random's")
+    for k in RANDOM_TRIALS:
+        rows = [r[k] for _, r in results]
+        line = "   random %2d trials: random best %.4f" % (k, statistics.median(r["random"] for r in rows))
+        for b in range(1, len(rs) + 1):
+            fr = [r[b][0] / (k * MAX_R) if r[b][0] else float("inf") for r in rows]
+            line += " | %d bracket(s): %s" % (b, "%.2f" % statistics.median(fr))
+            if rows[0]["full"]:
+                bests = [r[b][1] for r in rows if r[b][1]]
+                line += ", best %.4f, beats random %d/%d" % (statistics.median(bests), sum(
+                    1 for r in rows if r[b][1] is not None and r[b][1] < r["random"]), len(rows))
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("curves", "report"):
+        sys.exit(__doc__)
+    (curves if sys.argv[1] == "curves" else report)(sys.argv[2])
