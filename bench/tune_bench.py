@@ -29,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk", "python"))
 import kiln  # noqa: E402
+import tune_space  # noqa: E402  (bench/, the script's own folder, is on sys.path)
 
 URL, TOKEN, CA, TRAIN, DATA, OUT = sys.argv[1:7]
 SEEDS = [int(s) for s in os.environ.get("SEEDS", "1 2 3").split()]
@@ -44,21 +45,11 @@ HB_NAMES = ["hyperband" if b == 1 else "hyperband-b%d" % b for b in HB_BRACKETS]
 OPTUNA = os.environ.get("OPTUNA", "1") == "1"
 client = kiln.Client(URL, token=TOKEN, ca=CA, timeout=120)
 
-# the search space (the issue's), over a 2-layer GPT of seq_len 32, batch 8, byte vocabulary
-SPACE = {"lr": {"type": "continuous", "min": 1e-4, "max": 3e-2, "scaling": "log"},
-         "warmup_steps": {"type": "integer", "min": 0, "max": min(WARMUP_MAX, MAX_R - 1)},
-         "weight_decay": {"type": "continuous", "min": 0.0, "max": 0.2},
-         "model.n_embd": {"type": "categorical", "values": [64, 128]}}
+SPACE = tune_space.space(WARMUP_MAX, MAX_R)
 
 
 def base_job(name, max_steps, eval_every):
-    return {"name": name,
-            "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "seq_len": 32, "vocab": "bytes"},
-            "data": {"train": DATA, "val_fraction": 0.1},
-            "hyperparameters": {"lr": 3e-3, "global_batch_size": 8, "max_steps": max_steps, "warmup_steps": 0,
-                                "weight_decay": 0.0, "seed": 7, "eval_every": eval_every, "sample_every": 0},
-            "resources": {"nodes": 1, "slots_per_node": 1, "slot_type": "cpu"},
-            "tags": {"bench": "tune"}}
+    return tune_space.base_job(name, DATA, max_steps, eval_every)
 
 
 def rungs():

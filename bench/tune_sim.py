@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 
+import tune_space
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BUILD = os.environ.get("BUILD", "build")
 SIM = os.path.join(ROOT, BUILD, "bench", "tune_sim")
@@ -36,20 +38,11 @@ PARALLEL = int(os.environ.get("PARALLEL", "2"))
 RANDOM_TRIALS = [int(k) for k in os.environ.get("RANDOM_TRIALS", "4 8 16 32").split()]
 FULL_K = int(os.environ.get("FULL_K", "8"))
 
-SPACE = {"lr": {"type": "continuous", "min": 1e-4, "max": 3e-2, "scaling": "log"},
-         "warmup_steps": {"type": "integer", "min": 0, "max": min(WARMUP_MAX, MAX_R - 1)},
-         "weight_decay": {"type": "continuous", "min": 0.0, "max": 0.2},
-         "model.n_embd": {"type": "categorical", "values": [64, 128]}}
+SPACE = tune_space.space(WARMUP_MAX, MAX_R)
 
 
 def base_job(eval_every):
-    """tune_bench.py's base job."""
-    return {"name": "trial",
-            "model": {"type": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "seq_len": 32, "vocab": "bytes"},
-            "data": {"train": DATA, "val_fraction": 0.1},
-            "hyperparameters": {"lr": 3e-3, "global_batch_size": 8, "max_steps": MAX_R, "warmup_steps": 0,
-                                "weight_decay": 0.0, "seed": 7, "eval_every": eval_every, "sample_every": 0},
-            "resources": {"nodes": 1, "slots_per_node": 1, "slot_type": "cpu"}}
+    return tune_space.base_job("trial", DATA, MAX_R, eval_every)
 
 
 def request(seed, strategy, brackets=1, max_jobs=500):

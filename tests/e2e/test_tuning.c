@@ -220,26 +220,35 @@ static char *model_of(const char *job, const char *tag, size_t *n)
     return buf;
 }
 
-Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_straight_through, .init = e2e_setup,
-     .fini = e2e_teardown, .timeout = 300)
+/* Submits a hyperband search named name over lr, rungs 10 and 30 (hyperband members extra),
+ * 3 trials all at once, seed 9, and waits for it to end COMPLETED: the tuning job, its id in *id. */
+static json_t *hyperband_done(const char *name, const char *extra, char **id)
 {
-    char *job = e2e_spec("hb", 30, 1, 1, 4);
+    char *job = e2e_spec(name, 30, 1, 1, 4);
     char body[4096];
     snprintf(body, sizeof body,
-             "{\"name\": \"hb\", \"job\": %s, \"parameters\": {"
+             "{\"name\": \"%s\", \"job\": %s, \"parameters\": {"
              "\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01, \"scaling\": \"log\"}},"
              " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\","
-             " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 30, \"reduction_factor\": 3},"
+             " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 30, %s},"
              " \"max_jobs\": 3, \"max_parallel_jobs\": 3, \"seed\": 9}",
-             job);
+             name, job, extra);
     free(job);
     long st;
     json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
     cr_assert_eq(st, 201, "%s", e2e_dump(c));
-    char *id = strdup(e2e_jstr(c, "id"));
+    *id = strdup(e2e_jstr(c, "id"));
     json_decref(c);
-    json_t *t = wait_ended(id, 200000);
+    json_t *t = wait_ended(*id, 200000);
     cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    return t;
+}
+
+Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_straight_through, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    char *id = NULL;
+    json_t *t = hyperband_done("hb", "\"reduction_factor\": 3", &id);
     /* three trials paused at step 10; the best of them (the top third) was promoted and ran to 30 */
     json_t *trials = json_object_get(t, "trials");
     cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
@@ -313,24 +322,9 @@ Test(e2e_tuning, hyperband_brackets_start_their_trials_at_their_own_rungs, .init
 {
     /* rungs 10 and 30, two brackets: trials 0 and 2 start at rung 0 (10 steps), trial 1 in bracket 1
      * runs straight to 30; two trials at rung 0 promote none */
-    char *job = e2e_spec("hbb", 30, 1, 1, 4);
-    char body[4096];
-    snprintf(body, sizeof body,
-             "{\"name\": \"hbb\", \"job\": %s, \"parameters\": {"
-             "\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01, \"scaling\": \"log\"}},"
-             " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\","
-             " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 30, \"brackets\": 2},"
-             " \"max_jobs\": 3, \"max_parallel_jobs\": 3, \"seed\": 9}",
-             job);
-    free(job);
-    long st;
-    json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
-    cr_assert_eq(st, 201, "%s", e2e_dump(c));
-    cr_assert_eq(e2e_jint(json_object_get(json_object_get(c, "spec"), "hyperband"), "brackets"), 2, "%s", e2e_dump(c));
-    char *id = strdup(e2e_jstr(c, "id"));
-    json_decref(c);
-    json_t *t = wait_ended(id, 200000);
-    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    char *id = NULL;
+    json_t *t = hyperband_done("hbb", "\"brackets\": 2", &id);
+    cr_assert_eq(e2e_jint(json_object_get(json_object_get(t, "spec"), "hyperband"), "brackets"), 2, "%s", e2e_dump(t));
     json_t *trials = json_object_get(t, "trials");
     cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
     for (size_t i = 0; i < 3; i++) {
