@@ -112,6 +112,7 @@ export interface TuningTrial {
   steps: number;
   rung: number;
   state: string; // its job's state
+  rungs?: { rung: number; steps: number; objective: number }[]; // hyperband: the rungs it finished
 }
 export interface TuningJob {
   id: string;
@@ -125,7 +126,7 @@ export interface TuningJob {
   max_parallel_jobs?: number;
   seed?: number;
   // the request as kilnd normalised it (scalings resolved): GET /v1/tuning-jobs/{id} only
-  spec?: { parameters?: Record<string, TuningParameter>; hyperband?: { min_resource: number; max_resource: number; reduction_factor: number }; [k: string]: any };
+  spec?: { parameters?: Record<string, TuningParameter>; hyperband?: { min_resource: number; max_resource: number; reduction_factor: number; brackets?: number }; [k: string]: any };
   trials?: TuningTrial[];
   best?: { job_id: string; objective: number; parameters: Record<string, number | string | boolean> } | null;
   events?: (Omit<JobEvent, 'attempt'> & { attempt?: number })[];

@@ -93,14 +93,16 @@ def _range_from_json(j: Mapping[str, Any]) -> ParameterRange:
 class HyperbandStrategyConfig:
     """Hyperband's resources, in training steps: a trial first runs ``min_resource`` steps, and
     the promoted ones continue (from their checkpoint) up to ``max_resource``; the top
-    1/``reduction_factor`` of a rung is promoted."""
+    1/``reduction_factor`` of a rung is promoted. With ``brackets`` b > 1, trials are spread over
+    b brackets of about equal budgets, bracket k's trials starting at rung k (Hyperband)."""
     min_resource: int
     max_resource: int
     reduction_factor: int = 3
+    brackets: int = 1
 
     def to_json(self) -> JSONObject:
         return {"min_resource": self.min_resource, "max_resource": self.max_resource,
-                "reduction_factor": self.reduction_factor}
+                "reduction_factor": self.reduction_factor, "brackets": self.brackets}
 
 
 @dataclass(frozen=True)
