@@ -392,7 +392,18 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
         goto fail;
     }
     step = start;
-    while (step < max_steps) {
+    res->steps_done = start;
+    if (s->pause_at_step > 0 && start >= s->pause_at_step && start < max_steps) {
+        /* resumed at or past its stopping.max_steps (the same attempt launched again after it
+         * paused there): still paused, nothing trained past it */
+        res->paused = true;
+        if (r.rank == 0) {
+            printf("paused at step %lld (stopping.max_steps %lld; resumed there, nothing to train)\n",
+                   (long long)start, (long long)s->pause_at_step);
+            fflush(stdout);
+        }
+    }
+    while (!res->paused && step < max_steps) {
         step++;
         mark_step(&r, step);
         double t0 = kiln_mono_s();

@@ -131,6 +131,38 @@ Test(train, resume_is_exact)
     spec_deinit(&s);
 }
 
+/* A run paused at its stopping.max_steps (7 of 14) and launched again with the same spec (an
+ * attempt started twice) resumes at 7 and is paused there again, training nothing: it never runs
+ * past its rung to max_steps. */
+Test(train, a_run_launched_again_at_its_pause_step_stays_paused)
+{
+    char fmt[2048];
+    snprintf(fmt, sizeof fmt, "%.*s, \"stopping\": {\"max_steps\": 7}}", (int)strlen(TINY_GPT) - 1, TINY_GPT);
+    spec_t s;
+    parse(&s, fmt, data_path(), 14, 11);
+    eng_train_opts_t o = opts();
+    char dir[] = "/tmp/kiln-eng-pause-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    o.checkpoint_dir = dir;
+    eng_train_result_t first, again;
+    run_ok(&s, &o, &first);
+    cr_assert(first.paused);
+    cr_assert_eq(first.n_losses, 7);
+    run_ok(&s, &o, &again);
+    cr_assert_eq(again.start_step, 7);
+    cr_assert(again.paused, "launched again at its pause step, it is paused");
+    cr_assert_eq(again.n_losses, 0, "it trained %d step(s) past its pause step", again.n_losses);
+    char path[1200];
+    cr_assert_eq(eng_ckpt_find_latest(dir, path, sizeof(path)), 0);
+    cr_assert(strstr(path, "ckpt_00000007.bin"), "newest checkpoint %s", path);
+    char cmd[1300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(first.losses);
+    free(again.losses);
+    spec_deinit(&s);
+}
+
 /* Learning check: L=2, C=64, T=64, 16 sequences a step, 250 steps on tinyshakespeare must reach
  * validation loss < 2.50 nats/byte (a unigram model gets ~3.3; the first step ~5.5). */
 Test(train, val_loss_falls_on_tinyshakespeare, .timeout = 120)
