@@ -1074,6 +1074,13 @@ static int launch_box(agent_launcher_t *l, const Kiln__Assignment *a, const char
                              .pids_max = sandbox_pids_per_slot(l->sandbox) * (int64_t)a->n_ranks, .gpu = l->gpu};
     sandbox_box_t *box = NULL;
     int rc = sandbox_box_create(l->sandbox, &bs, &box, err);
+    if (rc == KILN_EIO) {
+        /* a host's passing trouble (a cgroup gone under it) should not cost the job an attempt:
+         * once more, with another uid and cgroup */
+        log_warn("job %s attempt %d: %s; building its sandbox once more", a->job_id, a->attempt, err->message);
+        kiln_err_clear(err);
+        rc = sandbox_box_create(l->sandbox, &bs, &box, err);
+    }
     free(m);
     if (rc == 0)
         rc = sandbox_box_give(box, out_dir, true, err);
