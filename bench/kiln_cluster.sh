@@ -51,7 +51,7 @@ cluster_start() {  # cluster_start SLOTS [extra kiln-agent flags...]
   CL_AGENT_ARGS=(--server "127.0.0.1:$grpc" --slots "$slots" --slot-type cpu \
     --work-dir "$CL_WORK/agent" --data-root "$CL_DATA" --join-token-file "$CL_WORK/tls/join.token" \
     --tls-ca "$CL_WORK/tls/ca.pem" --tls-cert "$CL_WORK/tls/agent.pem" --tls-key "$CL_WORK/tls/agent.key" --python /usr/bin/python3 \
-    --sandbox-state-dir "$CL_WORK/sandbox-state" "$@")
+    "$@")
   cl_agent_start "${AGENT_SANDBOX:-on}"
 }
 # Starts the agent (CL_AGENT_ARGS, --sandbox $1) and waits until its worker is ALIVE, not draining,

@@ -364,6 +364,36 @@ Test(sandbox, jobs_never_share_a_uid_and_a_jobs_ranks_share_one)
     agent_launcher_destroy(l2);
 }
 
+/* A second agent of this host that records its uids in another --sandbox-state-dir (a
+ * misconfiguration: agents of one host share it) neither takes the first agent's live box for a
+ * dead agent's and kills it when it starts, nor hands out its uid. */
+Test(sandbox, an_agent_with_another_state_dir_leaves_a_live_box_alone)
+{
+    char *bin = program("*)\n" CONFINED "  echo \"uid=$(id -u)\"\n  sleep 2\n  echo survived;;\n");
+    char bin_copy[PATH_MAX], state[PATH_MAX + 16];
+    snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
+    agent_launcher_t *l1 = lf_launcher(bin_copy, 1, false, 1, NULL, 0);
+    start(l1, "first", 1);
+    cr_assert(wait_line("first", "uid=", 20000), "the first job did not start");
+    snprintf(state, sizeof(state), "%s-other-state", dir);
+    agent_launcher_config_t cfg = {.train_bin = bin_copy, .work_dir = dir, .slots = 1, .cores = 1,
+                                   .sandbox = {.state_dir = state}};
+    agent_launcher_t *l2 = lf_launcher_cfg(&cfg); /* its start sweeps the host's boxes */
+    start(l2, "second", 1);
+    cr_assert(lf_wait_exits(2, 20000), "the jobs did not end");
+    cr_assert(job_line("first", "survived", NULL, 0), "the second agent's start killed the first agent's live box");
+    char u1[64] = "", u2[64] = "";
+    cr_assert(job_line("first", "uid=", u1, sizeof(u1)) && job_line("second", "uid=", u2, sizeof(u2)));
+    cr_assert_str_neq(u1, u2, "both jobs ran as %s", u1);
+    for (int i = 0; i < R.nexits; i++)
+        cr_assert_eq(R.exits[i].code, 0, "job %s exited %d", R.exits[i].job, R.exits[i].code);
+    agent_launcher_destroy(l2);
+    agent_launcher_destroy(l1);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* Two kiln-train ranks of one job in one box: rank 0 picks libfabric's shm provider (every rank
  * on this host, one /dev/shm) and the job trains its steps. */
 Test(sandbox, two_kiln_train_ranks_train_over_shm_in_their_box, .timeout = 180)
