@@ -160,7 +160,10 @@ Test(e2e_push, a_burst_of_work_is_one_nudge_and_an_ended_watch_is_counted, .init
         prev = after;
         after = metric(0, NUDGES);
     }
-    double sent = after - before, most = burst_ms / 50 + 2;
+    /* one at once, one per 50 ms of the burst, one after it; kilnd may hear the notifications
+     * spread over up to 250 ms more than the client took to send them (its notify thread reads
+     * them in batches, on a loaded machine late) */
+    double sent = after - before, most = (burst_ms + 250) / 50 + 2;
     cr_log_info("200 notifications in %.0f ms: %.0f nudges (at most %.0f)", burst_ms, sent, most);
     cr_assert_geq(sent, 2, "a burst longer than an instant is a nudge at once and one at its end (%.0f)", sent);
     cr_assert_leq(sent, most, "200 notifications in %.0f ms became %.0f nudges: at most one each 50 ms, so %.0f",
