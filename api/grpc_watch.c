@@ -62,9 +62,9 @@ struct api_grpc_watches {
 static prom_family_t prom_watches = PROM_FAMILY("kiln_grpc_work_watches",
                                                  "WatchWork streams this kilnd holds (one per watching agent).",
                                                  PROM_GAUGE);
-static prom_family_t prom_nudges = PROM_FAMILY("kiln_grpc_work_nudges_total",
-                                               "WorkNudges sent to watching agents (a burst for one worker is one or two).",
-                                               PROM_COUNTER);
+static prom_family_t prom_nudges = PROM_FAMILY(
+    "kiln_grpc_work_nudges_total", "WorkNudges sent to watching agents (at most one per worker each 50 ms).",
+    PROM_COUNTER);
 
 static watch_t **bucket_of(api_grpc_watches_t *ws, const char *worker_id)
 {
