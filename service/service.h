@@ -857,6 +857,9 @@ typedef struct tune_trial {
     double rung_objective[SPEC_TUNE_MAX_RUNGS]; /* the objective at the end of each */
     tune_curve_t curve;               /* early_stopping "auto": the objective by step (borrowed) */
     int64_t total_steps;              /* the steps it trains in all (0: unknown) */
+    const char *parent;               /* warm start: the parent tuning job's id when the trial is one of
+                                       * its (history: never started, stopped, promoted or counted as
+                                       * this job's); NULL for this job's own trials (borrowed) */
 } tune_trial_t;
 
 typedef struct tune_view {
@@ -865,6 +868,8 @@ typedef struct tune_view {
     int ntrials;
     int next_trial;                   /* trials drawn so far */
     const char *last_failure;         /* the last failed trial's reason, or NULL */
+    const json_t *tried;              /* warm start: the parents' configurations (tune_tried_t's
+                                       * source, an array of objects by parameter name), or NULL */
 } tune_view_t;
 
 #define TUNE_PLAN_MAX 64
@@ -894,6 +899,32 @@ typedef struct tune_plan {
     tune_end_t end;                   /* the search ends now, with reason */
     char reason[400];
 } tune_plan_t;
+
+/* ---- warm start: the parents' trials as history ------------------------------------------------
+ * A warm-started tuning job's view holds its parents' trials after its own (parent set, state
+ * COMPLETED, STOPPED or FAILED), and tried, every configuration a parent ran. tune_decide counts
+ * only its own trials for max_parallel_jobs, max_jobs and max_failed_trials, and never starts,
+ * stops or promotes a parent's trial; the parents' trials count for the best (a parent's best
+ * stays best until a trial beats it: a tie does not), completion.target_objective, the bar
+ * no_improvement_trials measures against (the count itself is of this job's trials, so a search
+ * whose parents stagnated still runs), the median stopping rule's completed trials and
+ * hyperband's rung rankings. A new trial never repeats a configuration a parent tried. */
+
+/* Trial n's values when the configurations in tried (an array of objects by parameter name, NULL
+ * or empty: none) must not repeat. Grid takes the n-th grid point not in tried. Random and
+ * hyperband draw as tune_trial_values does and, while the draw is in tried, draw again from the
+ * next stream (the seed mixed with the redraw's number; TUNE_REDRAWS at most); a space of integer
+ * and categorical parameters then takes the first untried grid point from a drawn offset. Caller
+ * owns the result; NULL when nothing is left untried (or out of memory). */
+#define TUNE_REDRAWS 64
+json_t *tune_trial_values_new(const spec_tuning_t *t, int trial, const json_t *tried);
+/* How many points of t's space tried leaves: the grid's points not in tried (for any strategy
+ * whose parameters are all integer or categorical); -1 when a parameter is continuous or the
+ * space is past 2^40 points. */
+int64_t tune_space_left(const spec_tuning_t *t, const json_t *tried);
+/* The index into v's trials of the best trial so far (the best objective of a trial that did not
+ * fail; on a tie a parent's, else the earlier in v's order), -1 when none. */
+int tune_best(const tune_view_t *v);
 
 /* The median stopping rule for running trial i of v (see TUNE_MEDIAN_MIN_TRIALS): true when it is
  * stopped now, with *out filled; false when it goes on or cannot be judged yet. */
