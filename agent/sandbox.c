@@ -135,12 +135,16 @@ static void child_start(int fd, pid_t parent, const int *procs_fd)
 }
 
 /* In a child: becomes uid, with gid uid and no supplementary groups, and can never gain a
- * privilege again (no_new_privs). */
-static void child_become(int fd, uint32_t uid)
+ * privilege again (no_new_privs). The kernel clears the parent-death signal when the effective
+ * uid changes, so it is set again here: without it a box (and its ranks) would outlive a killed
+ * agent and go on training beside the job's next attempt. parent as for child_start. */
+static void child_become(int fd, uint32_t uid, pid_t parent)
 {
     if (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0 ||
         prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || geteuid() != uid || getegid() != uid)
         child_fail(fd, ST_PRIVS, -1);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        child_fail(fd, ST_PDEATH, -1);
 }
 
 /* ---- the box's root: a plan made before the fork, carried out by the box's init -------------- */
@@ -460,12 +464,13 @@ static void box_init_main(const init_args_t *a)
     if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0)
         child_fail(fd, ST_ROOT_RO, -1);
     /* nothing of the agent's is kept: no descriptor, no privilege, and it cannot be traced */
-    child_become(fd, a->uid);
+    child_become(fd, a->uid, 0);
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
         child_fail(fd, ST_PRIVS, -1);
+    /* an agent that died before the parent-death signal was set again reads no report: end */
     child_report_t ok = {0, 0, -1};
-    ssize_t w = write(fd, &ok, sizeof(ok));
-    (void)w;
+    if (write(fd, &ok, sizeof(ok)) != (ssize_t)sizeof(ok))
+        _exit(127);
     if (syscall(SYS_close_range, 0u, ~0u, 0u) != 0)
         for (int i = 0; i < 1024; i++)
             close(i);
@@ -720,7 +725,7 @@ static void spawn_child(const spawn_args_t *a)
                 child_fail(fd, ST_PRIVS, -1);
         if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
             child_fail(fd, ST_PRIVS, -1);
-        child_become(fd, b->uid);
+        child_become(fd, b->uid, 0);
     }
     execve(a->sp->path, a->sp->argv, a->envp);
     child_fail(fd, ST_EXEC, -1);
