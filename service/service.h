@@ -792,15 +792,19 @@ void sched_admission_text(const sched_snapshot_t *snap, int j, const sched_decis
  * {"id", "name", "project", "state" (RUNNING, STOPPING, COMPLETED, FAILED, STOPPED), "reason",
  * "strategy", "objective": {"metric", "goal"}, "max_jobs", "max_parallel_jobs", "seed", "spec"
  * (the normalised request), "trials": [{"trial", "job_id", "parameters", "objective" (the
- * trial's latest value, or null), "steps", "rung", "state"}], "best": {"job_id", "objective",
- * "parameters"} or null, "events", "submitted_by", "created_at", "updated_at", "ended_at"}. */
+ * trial's latest value, or null), "steps", "rung", "state"}, then a warm start's parents' trials,
+ * each with "parent": its tuning job's id], "best": {"job_id", "objective", "parameters",
+ * "parent" (null: its own)} or null, "warm_start" ({"parents", "type"} or null), "events",
+ * "submitted_by", "created_at", "updated_at", "ended_at"}. */
 
 /* Validates body (spec_tuning_parse: KILN_EINVAL naming the field), checks the caller is an
- * editor of the base job's project and that its queue takes the job, draws a seed when none is
- * given, and stores the tuning job RUNNING; the leader's controller starts its trials. */
+ * editor of the base job's project, that a warm start's parents suit it (KILN_EINVAL naming
+ * warm_start.parents[i] or warm_start.type) and that its queue takes the job, draws a seed when
+ * none is given, and stores the tuning job RUNNING; the leader's controller starts its trials. */
 int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err);
 /* *out = {"tuning_jobs": [...]}: those of the projects the caller can see, newest first (at most
- * 500), each without trials and spec, with "trial_count". */
+ * 500), each without trials and spec, with "trial_count", "trials_done", "trials_running" and
+ * "best" ({"job_id", "objective"} or null), from one query (store_tuning_list_json). */
 int svc_tuning_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 int svc_tuning_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 /* A RUNNING tuning job becomes STOPPING (editors): the controller stops its trials, then it is
