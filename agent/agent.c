@@ -16,10 +16,12 @@
 
 /* ---- launcher callbacks: everything goes into the outbox ------------------------------------ */
 
-static void cb_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason, int master_port)
+static void cb_started(void *ud, const char *job_id, int attempt, bool ok, bool host_fault, const char *reason,
+                       int master_port)
 {
     agent_t *a = ud;
-    ob_add_status(&a->ob, job_id, attempt, ok, reason, false, master_port);
+    ob_add_status(&a->ob, job_id, attempt, ok, reason, host_fault ? OB_FAULT_HOST : OB_FAULT_JOB,
+                  master_port);
 }
 
 static void cb_line(void *ud, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
@@ -319,7 +321,7 @@ void agent_shutdown(agent_t *a, int flush_timeout_ms)
     while (waiting) {
         start_item_t *it = waiting;
         waiting = it->next;
-        ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true, 0);
+        ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", OB_FAULT_SHUTDOWN, 0);
         start_item_free(it);
     }
     /* Tell kilnd first (one heartbeat, at most 3 s), so that the attempts lost below are not

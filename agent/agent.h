@@ -162,8 +162,10 @@ typedef struct agent_launch_cbs {
      * agent_launcher_start, lock held, for the launcher's own note about a job before its ranks
      * start). None may call back into the launcher. Pointers are borrowed for the call. */
     /* master_port: the rendezvous port the launcher picked for this attempt (node 0 of a job of
-     * several ranks), else 0. */
-    void (*on_started)(void *ud, const char *job_id, int attempt, bool ok, const char *reason, int master_port);
+     * several ranks), else 0. host_fault (not ok): the start failed for a fault of this host
+     * (its sandbox, processes, ports, memory), not of the job's spec, data or code. */
+    void (*on_started)(void *ud, const char *job_id, int attempt, bool ok, bool host_fault, const char *reason,
+                       int master_port);
     void (*on_line)(void *ud, const char *job_id, int attempt, int rank, int stream,
                     int64_t time_us, const char *line, size_t len);
     void (*on_points)(void *ud, const char *job_id, int attempt, const agent_point_t *pts, size_t n);

@@ -70,6 +70,7 @@ typedef struct ob_item {
     int rank, exit_code, sig;   /* OB_EXIT */
     int port;                   /* OB_STATUS: the rendezvous port picked for the attempt, or 0 */
     bool shutdown;              /* OB_STATUS, OB_EXIT: because the agent is shutting down */
+    bool host_fault;            /* OB_STATUS: not started for a fault of this host */
     pid_t pid;
     int tries;                  /* failed sends so far */
 } ob_item_t;
@@ -111,8 +112,12 @@ void ob_deinit(ob_t *o);        /* frees everything still queued */
 void ob_add_line(ob_t *o, const char *job_id, int attempt, int rank, int stream, int64_t time_us,
                  const char *line, size_t len);
 void ob_add_points(ob_t *o, const char *job_id, int attempt, const agent_point_t *pts, size_t n);
+/* Why an attempt did not start here: its spec, data or code (the job fails); the agent shutting
+ * down, or a fault of this host (the attempt is lost and re-queued). */
+typedef enum { OB_FAULT_JOB, OB_FAULT_SHUTDOWN, OB_FAULT_HOST } ob_fault_t;
+/* started, or not for fault (ignored when started). */
 void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason,
-                   bool shutdown, int master_port);
+                   ob_fault_t fault, int master_port);
 /* Seals the job's open batches first, so the exit follows every line the rank wrote. shutdown:
  * the agent stopped the rank because it is shutting down. */
 void ob_add_exit(ob_t *o, const char *job_id, int attempt, int rank, pid_t pid, int exit_code,
@@ -437,9 +442,9 @@ typedef struct sandbox_spawn {
  * no blocked signals and umask 077. In box b (NULL: unconfined, as the agent's user, for
  * --sandbox off): in the box's cgroup and namespaces, as its uid and gid with no supplementary
  * groups, no capabilities (bounding set emptied), no new privileges and no core dumps; HOME is
- * /tmp there. *pid (OUT) is the child's pid as the agent sees it. Returns 0, or KILN_EIO with
- * err naming the step that failed and the errno (the exec's included: a missing program is
- * reported here, not as an exit). */
+ * /tmp there. *pid (OUT) is the child's pid as the agent sees it. Returns 0; KILN_ENOTFOUND when
+ * the exec failed (a missing or not executable program is reported here, not as an exit); else
+ * KILN_EIO with err naming the step that failed and the errno. */
 int sandbox_spawn(sandbox_box_t *b, const sandbox_spawn_t *sp, pid_t *pid, kiln_err_t *err);
 
 /* ---- what a box holds of the host (sandbox_host.c) ----------------------------------------------

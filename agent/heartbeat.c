@@ -152,7 +152,7 @@ static void agent_handle_heartbeat(agent_t *a, const Kiln__HeartbeatResponse *r)
     for (size_t i = 0; i < r->n_assignments; i++) {
         const Kiln__Assignment *as = r->assignments[i];
         if (agent_flag(a, &a->draining)) {
-            ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down", true, 0);
+            ob_add_status(&a->ob, as->job_id, as->attempt, false, "the agent is shutting down", OB_FAULT_SHUTDOWN, 0);
             continue;
         }
         agent_start_enqueue(a, as, false);

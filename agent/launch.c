@@ -736,7 +736,7 @@ void agent_launcher_destroy(agent_launcher_t *l)
 /* Starts one rank; on success the rank is linked into l->ranks and watched by epoll. */
 static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *a, int local_rank,
                       int threads, const char *job_dir, const char *ckpt_dir, const char *resume,
-                      kiln_err_t *err)
+                      bool *host_fault, kiln_err_t *err)
 {
     int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
     launch_cmd_t cmd = {0};
@@ -765,6 +765,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
         if (pipe2(p[k], O_CLOEXEC) != 0) {
             rc = kiln_err_set(err, KILN_EIO, NULL, "could not create pipes for rank %d: %s", r->rank,
                               strerror(errno));
+            *host_fault = true;
             goto fail;
         }
         fcntl(p[k][0], F_SETFL, O_NONBLOCK);
@@ -834,8 +835,10 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     sandbox_fd_t fds[] = {{p[0][1], 1}, {p[1][1], 2}, {p[2][1], LAUNCH_METRICS_FD}};
     sandbox_spawn_t sp = {.path = cmd.path, .argv = cmd.argv, .envp = cmd.envp, .cwd = cmd.cwd[0] ? cmd.cwd : NULL,
                           .fds = fds, .n_fds = KILN_ARRAY_LEN(fds)};
-    if ((rc = sandbox_spawn(job->box, &sp, &r->pid, err)) != 0)
+    if ((rc = sandbox_spawn(job->box, &sp, &r->pid, err)) != 0) {
+        *host_fault = rc != KILN_ENOTFOUND; /* not an exec that failed: the host's pipes, fork, box */
         goto fail;
+    }
     for (int k = 0; k < 3; k++) {
         close(p[k][1]);
         p[k][1] = -1;
@@ -1071,6 +1074,13 @@ static int launch_box(agent_launcher_t *l, const Kiln__Assignment *a, const char
                              .pids_max = sandbox_pids_per_slot(l->sandbox) * (int64_t)a->n_ranks, .gpu = l->gpu};
     sandbox_box_t *box = NULL;
     int rc = sandbox_box_create(l->sandbox, &bs, &box, err);
+    if (rc == KILN_EIO) {
+        /* a host's passing trouble (a cgroup gone under it) should not cost the job an attempt:
+         * once more, with another uid and cgroup */
+        log_warn("job %s attempt %d: %s; building its sandbox once more", a->job_id, a->attempt, err->message);
+        kiln_err_clear(err);
+        rc = sandbox_box_create(l->sandbox, &bs, &box, err);
+    }
     free(m);
     if (rc == 0)
         rc = sandbox_box_give(box, out_dir, true, err);
@@ -1171,6 +1181,7 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     launch_attempt_t at = {.host = &l->host, .attempt = a->attempt};
     launch_mounts_t *rm = NULL;
     bool prepared = false;
+    bool host_fault = false;     /* a failure of this host's (its sandbox, processes, ports, memory) */
     agent_metric_defs_t defs;
     kiln_err_t derr;
     char defs_note[400] = "";
@@ -1219,7 +1230,7 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     prepared = rc == 0;
     t_prep = kiln_mono_us();
     if (rc == 0 && l->sandbox)
-        rc = launch_box(l, a, job_dir, ckpt_dir, resume, rm, &box, err);
+        host_fault = (rc = launch_box(l, a, job_dir, ckpt_dir, resume, rm, &box, err)) != 0;
     t_box = kiln_mono_us();
     free(rm);
     if (agent_metric_defs_init(&defs, a->metric_definitions, a->n_metric_definitions, &derr) != 0) {
@@ -1261,8 +1272,10 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     agent_metric_defs_init(&defs, NULL, 0, NULL);
     /* a script gets MASTER_PORT even alone (torch.distributed's env:// wants one) */
     if (a->master_port == 0 && (a->world_size > 1 || rt == &launch_runtime_script) && a->node_rank == 0 &&
-        (rc = port_pick_locked(l, &job->port, &job->port_claim, err)) != 0)
+        (rc = port_pick_locked(l, &job->port, &job->port_claim, err)) != 0) {
+        host_fault = true;
         goto done;
+    }
     if (defs_note[0] && l->cbs.on_line)
         l->cbs.on_line(l->cbs.ud, a->job_id, a->attempt, a->ranks[0], AGENT_STREAM_STDERR, kiln_now_us(), defs_note,
                        strlen(defs_note));
@@ -1270,7 +1283,7 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
         log_warn("job %s: %d ranks assigned while %d of %d slots are busy", a->job_id,
                  (int)a->n_ranks, l->nranks, l->slots);
     for (size_t i = 0; i < a->n_ranks; i++) {
-        if ((rc = rank_spawn(l, job, a, (int)i, threads, job_dir, ckpt_dir, resume, err)) != 0)
+        if ((rc = rank_spawn(l, job, a, (int)i, threads, job_dir, ckpt_dir, resume, &host_fault, err)) != 0)
             break;
     }
     if (rc != 0) {
@@ -1296,8 +1309,8 @@ done:
                  (double)(t_box - t_prep) / 1e3, (double)(t_end - t_box) / 1e3);
     }
     if (l->cbs.on_started)
-        l->cbs.on_started(l->cbs.ud, a->job_id, a->attempt, rc == 0, rc == 0 ? "" : err->message,
-                          rc == 0 && job ? job->port : 0);
+        l->cbs.on_started(l->cbs.ud, a->job_id, a->attempt, rc == 0, rc != 0 && (host_fault || rc == KILN_ENOMEM),
+                          rc == 0 ? "" : err->message, rc == 0 && job ? job->port : 0);
     if (job)
         job_release(job);
     snap_rebuild_locked(l);

@@ -385,14 +385,15 @@ void ob_add_points(ob_t *o, const char *job_id, int attempt, const agent_point_t
 }
 
 void ob_add_status(ob_t *o, const char *job_id, int attempt, bool started, const char *reason,
-                   bool shutdown, int master_port)
+                   ob_fault_t fault, int master_port)
 {
     ob_item_t *it = ob_new(OB_STATUS, job_id, attempt);
     if (!it)
         return;
     it->started = started;
     it->port = master_port;
-    it->shutdown = shutdown;
+    it->shutdown = !started && fault == OB_FAULT_SHUTDOWN;
+    it->host_fault = !started && fault == OB_FAULT_HOST;
     kiln_strlcpy(it->reason, reason ? reason : "", sizeof(it->reason));
     pthread_mutex_lock(&o->mu);
     ob_push_locked(o, it);

@@ -27,7 +27,7 @@ static int train_prepare(launch_attempt_t *at, const Kiln__Assignment *a, launch
         return 0;
     char real[PATH_MAX], lib[2][PATH_MAX + 32];
     if (!realpath(at->host->train_bin, real)) { /* as the exec would say */
-        int rc = kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s", at->host->train_bin, strerror(errno));
+        int rc = kiln_err_set(err, KILN_ENOTFOUND, NULL, "could not start %s: %s", at->host->train_bin, strerror(errno));
         free(st);
         at->state = NULL;
         return rc;

@@ -797,8 +797,8 @@ int sandbox_spawn(sandbox_box_t *b, const sandbox_spawn_t *sp, pid_t *out_pid, k
         /* the child is gone or going: reap it now so no zombie is left behind */
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        if (r.stage == ST_EXEC)
-            rc = kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s", sp->path, strerror(r.err));
+        if (r.stage == ST_EXEC) /* the program's own fault: missing, not executable */
+            rc = kiln_err_set(err, KILN_ENOTFOUND, NULL, "could not start %s: %s", sp->path, strerror(r.err));
         else
             rc = kiln_err_set(err, KILN_EIO, NULL, "could not start %s: %s%s: %s", sp->path,
                               b ? "sandbox: " : "", stage_name(r.stage), strerror(r.err));

@@ -87,6 +87,7 @@ static int agent_send(agent_t *a, ob_item_t *it, char *wid, int *code, kiln_err_
         rs.started = it->started;
         rs.reason = it->reason;
         rs.worker_shutdown = it->shutdown;
+        rs.host_fault = it->host_fault;
         rs.master_port = it->port;
         req = &rs.base;
         method = k_status;

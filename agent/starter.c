@@ -107,7 +107,7 @@ void *agent_start_main(void *arg)
         bool draining = a->draining;
         pthread_mutex_unlock(&a->mu);
         if (draining) {
-            ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", true, 0);
+            ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", OB_FAULT_SHUTDOWN, 0);
         } else if (xfer_needs_fetch(it->a) && !it->fetched) {
             /* its model, its synced checkpoints first, on a transfer thread */
             xfer_fetch_and_start(a->xfer, it->a);

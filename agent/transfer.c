@@ -1005,7 +1005,7 @@ static void run_task(xfer_t *x, task_t *t)
         return;
     }
     if (rc == KILN_ECANCELED || x->env.draining(x->env.ud)) {
-        ob_add_status(x->env.ob, t->job_id, t->attempt, false, "the agent is shutting down", true, 0);
+        ob_add_status(x->env.ob, t->job_id, t->attempt, false, "the agent is shutting down", OB_FAULT_SHUTDOWN, 0);
         return;
     }
     if (rc) {
@@ -1017,7 +1017,7 @@ static void run_task(xfer_t *x, task_t *t)
             snprintf(reason, sizeof(reason), "could not fetch model.init_from (the model of job %s): %s",
                      t->a->init_from_job, err.message);
         log_error("job %s attempt %d: not started: %s", t->job_id, t->attempt, reason);
-        ob_add_status(x->env.ob, t->job_id, t->attempt, false, reason, false, 0);
+        ob_add_status(x->env.ob, t->job_id, t->attempt, false, reason, OB_FAULT_JOB, 0);
         return;
     }
     x->env.start(x->env.ud, t->a);
@@ -1142,7 +1142,7 @@ void xfer_fetch_and_start(xfer_t *x, const Kiln__Assignment *a)
     bool shut = x->shut;
     pthread_mutex_unlock(&x->mu);
     if (shut) {
-        ob_add_status(x->env.ob, a->job_id, a->attempt, false, "the agent is shutting down", true, 0);
+        ob_add_status(x->env.ob, a->job_id, a->attempt, false, "the agent is shutting down", OB_FAULT_SHUTDOWN, 0);
         return;
     }
     size_t len = protobuf_c_message_get_packed_size(&a->base);

@@ -18,7 +18,9 @@
  * holding slots with their steps since checkpoint and predicted ends (measured step time x steps
  * left), and the pending jobs' predicted run times as store_job_predictions gives them (their own
  * measured step time when they ran before, else the mean step time of earlier jobs of the same
- * model shape and resources, x steps left, + 3 s: SCHED_START_ALLOWANCE_S); jobs start `--start`
+ * model shape and resources, else of that shape at any resources, x steps left, + 3 s:
+ * SCHED_START_ALLOWANCE_S; with none, `--default-runtime` when given, as kilnd's
+ * --sched-default-runtime-s); jobs start `--start`
  * seconds after placement and a preempted one stops `--stop` seconds after its order.
  *
  * Per policy: utilisation (slot-seconds held by jobs / slot-seconds of the alive workers, from 0 to
@@ -31,7 +33,7 @@
  * (with the same churn); the target is every queue's p99 wait at most 2x that (floor: one tick).
  *
  * usage: sched_sim [--seeds 5] [--seed0 1] [--jobs 2000] [--load 1.1] [--mix default|wide] [--tick 30]
- *                  [--start 3] [--stop 10]
+ *                  [--start 3] [--stop 10] [--default-runtime 0]
  * (--mix wide: 70% of gangs multi-node, 60% of nodes whole workers; default: 40% and 40%). */
 #include <math.h>
 #include <stdio.h>
@@ -256,6 +258,9 @@ typedef struct run {
     /* class history: sum and count of measured step times per (class, nodes, spn, type) */
     double hist_sum[NCLASS][MAXNODES + 1][17][SCHED_NTYPES];
     int hist_n[NCLASS][MAXNODES + 1][17][SCHED_NTYPES];
+    double model_sum[NCLASS]; /* the same per class at any resources */
+    int model_n[NCLASS];
+    double default_runtime_s; /* > 0: the run time assumed when nothing of the class has run */
     /* accumulators */
     double held_ss, avail_ss, lost_ss, churn_lost_ss;
     double held_w, avail_w; /* the same while jobs arrive (before the trace's last arrival) */
@@ -424,11 +429,14 @@ static void pass_today(run_t *R)
     }
 }
 
+/* The mean measured step time of earlier jobs of J's class and resources, else of its class at
+ * any resources (store_job_predictions' order); *known false when neither ran. */
 static double mean_step(const run_t *R, const tjob_t *J, bool *known)
 {
     int n = R->hist_n[J->cls][J->nodes][J->spn][J->type];
-    *known = n > 0;
-    return n ? R->hist_sum[J->cls][J->nodes][J->spn][J->type] / n : 0;
+    *known = n > 0 || R->model_n[J->cls] > 0;
+    return n ? R->hist_sum[J->cls][J->nodes][J->spn][J->type] / n
+           : R->model_n[J->cls] ? R->model_sum[J->cls] / R->model_n[J->cls] : 0;
 }
 
 /* The invariants of quotas after a pass: no queue above its quota plus its borrowing limit, and
@@ -512,7 +520,8 @@ static void pass_queues(run_t *R)
         double st = known ? J->step_s : mean_step(R, J, &known);
         R->pj[p] = (sched_job_t){.id = J->id, .queue = R->only_team >= 0 ? 0 : J->team, .project = -1,
                                  .priority = J->prio, .nodes = J->nodes, .slots_per_node = J->spn, .type = J->type,
-                                 .runtime_s = known ? st * (double)(J->steps - S->done_at_start) + 3.0 : -1,
+                                 .runtime_s = known ? st * (double)(J->steps - S->done_at_start) + 3.0
+                                              : R->default_runtime_s > 0 ? R->default_runtime_s + 3.0 : -1,
                                  .preempted_by = S->preempted_by};
     }
     sched_snapshot_t snap = {.workers = R->sw, .nworkers = nw, .queues = qs, .nqueues = nq, .jobs = R->pj,
@@ -731,6 +740,8 @@ static void run_sim(run_t *R)
                 S->measured = true; /* its step time is known from its first step on */
                 R->hist_sum[J->cls][J->nodes][J->spn][J->type] += J->step_s;
                 R->hist_n[J->cls][J->nodes][J->spn][J->type]++;
+                R->model_sum[J->cls] += J->step_s;
+                R->model_n[J->cls]++;
             }
         }
         while (next_ev < T->nev && T->ev[next_ev].t <= t) {
@@ -850,7 +861,7 @@ static void figures(const run_t *R, fig_t *f)
 static void usage_exit(void)
 {
     fprintf(stderr, "usage: sched_sim [--seeds N] [--seed0 S] [--jobs N] [--load X] [--mix default|wide] [--tick S] "
-                    "[--start S] [--stop S]\n");
+                    "[--start S] [--stop S] [--default-runtime S]\n");
     exit(2);
 }
 
@@ -858,7 +869,7 @@ int main(int argc, char **argv)
 {
     int seeds = 5, njobs = 2000;
     uint64_t seed0 = 1;
-    double load = 1.1, tick = 30, start_s = 3, stop_s = 10;
+    double load = 1.1, tick = 30, start_s = 3, stop_s = 10, default_runtime_s = 0;
     bool wide = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -879,16 +890,18 @@ int main(int argc, char **argv)
             start_s = atof(v);
         else if (!strcmp(a, "--stop"))
             stop_s = atof(v);
+        else if (!strcmp(a, "--default-runtime"))
+            default_runtime_s = atof(v);
         else if (!strcmp(a, "--mix") && (!strcmp(v, "wide") || !strcmp(v, "default")))
             wide = !strcmp(v, "wide");
         else
             usage_exit();
     }
-    if (seeds < 1 || njobs < 10 || load <= 0 || tick <= 0 || start_s < 0 || stop_s < 0)
+    if (seeds < 1 || njobs < 10 || load <= 0 || tick <= 0 || start_s < 0 || stop_s < 0 || default_runtime_s < 0)
         usage_exit();
     printf("sched_sim: %d seed(s) from %llu, %d jobs each, mix %s, offered load %.2f, tick %.0f s, start %.0f s, "
-           "stop %.0f s\n", seeds, (unsigned long long)seed0, njobs, wide ? "wide" : "default", load, tick, start_s,
-           stop_s);
+           "stop %.0f s, default run time %.0f s\n", seeds, (unsigned long long)seed0, njobs, wide ? "wide" : "default",
+           load, tick, start_s, stop_s, default_runtime_s);
     printf("cluster: 16 gpu workers x 8 slots, 8 cpu workers x 8; queues %s/%s/%s/%s (cohort research), gpu "
            "quota 40/32/32/24, cpu 16 each\n", team_names[0], team_names[1], team_names[2], team_names[3]);
     printf("util: slot-seconds held / alive, while jobs arrive (arr) and to the last end (all); waits: submit to "
@@ -908,7 +921,7 @@ int main(int argc, char **argv)
         for (int p = 0; p < 2; p++) {
             run_t *R = calloc(1, sizeof(*R));
             *R = (run_t){.T = &T, .pol = p ? POL_QUEUES : POL_TODAY, .only_team = -1, .tick = tick,
-                         .start_s = start_s, .stop_s = stop_s};
+                         .start_s = start_s, .stop_s = stop_s, .default_runtime_s = default_runtime_s};
             run_sim(R);
             figures(R, &f[p]);
             free(R->j);
@@ -918,7 +931,7 @@ int main(int argc, char **argv)
         for (int q = 0; q < NTEAMS; q++) {
             run_t *R = calloc(1, sizeof(*R));
             *R = (run_t){.T = &T, .pol = POL_QUEUES, .only_team = q, .tick = tick, .start_s = start_s,
-                         .stop_s = stop_s};
+                         .stop_s = stop_s, .default_runtime_s = default_runtime_s};
             run_sim(R);
             f[1].ref99[q] = f[0].ref99[q] = wait_pct(R, q, 99);
             total_viol += R->violations;

@@ -48,7 +48,7 @@ int main(int argc, char **argv)
     const char *database_url = NULL, *http_addr = "127.0.0.1:8080", *grpc_addr = "127.0.0.1:9090";
     const char *migrations_dir = NULL, *log_level = "info";
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
-    int64_t db_wait_s = 30, preempt_protect_after = 3;
+    int64_t db_wait_s = 30, preempt_protect_after = 3, sched_default_runtime_s = 0;
     const char *artifact_dir = NULL;
     int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600, code_max_mb = 100;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
@@ -83,6 +83,10 @@ int main(int argc, char **argv)
         {"preempt-protect-after", "KILN_PREEMPT_PROTECT_AFTER", CONFIG_INT, &preempt_protect_after,
          CONFIG_RANGE(1, 1000), "a job preempted this many times is no longer preempted by jobs of its priority or "
          "lower until it ends (no job is preempted over and over)"},
+        {"sched-default-runtime-s", "KILN_SCHED_DEFAULT_RUNTIME_S", CONFIG_INT, &sched_default_runtime_s,
+         CONFIG_RANGE(0, 604800), "the run time the scheduler assumes for a waiting job when nothing of its model has "
+         "run yet, so backfill may start it (labelled an estimate in its pending reason; it is preempted if it "
+         "outruns it and a job it was backfilled ahead of needs its slots); 0: such a job is never backfilled"},
         {"db-wait-s", "KILN_DB_WAIT_S", CONFIG_INT, &db_wait_s, CONFIG_RANGE(0, 86400),
          "keep retrying an unreachable database this long at start-up (0: fail at once)"},
         {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, CONFIG_ONE_OF(LOG_LEVEL_CHOICES),
@@ -269,6 +273,7 @@ int main(int argc, char **argv)
         .migrations_dir = migrations_dir,
         .stop_grace_ms = (int)grace,
         .preempt_protect_after = (int)preempt_protect_after,
+        .sched_default_runtime_s = (int)sched_default_runtime_s,
         .bootstrap_token_file = bootstrap_file,
         .join_token_file = join_file,
         .auth_disabled = no_auth,

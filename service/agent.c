@@ -205,6 +205,13 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
                      wid);
             if (rc == 0)
                 rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
+        } else if (req->host_fault &&
+                   (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING)) {
+            /* Its host could not start the ranks (its sandbox, processes, ports), not the job's
+             * spec or code: a lost attempt, re-queued while attempts are left. */
+            snprintf(reason, sizeof(reason), "worker %s could not start its ranks (a fault of that host, not of "
+                     "the job): %s", wid, req->reason && *req->reason ? req->reason : "no reason given");
+            rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
         } else if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
             snprintf(reason, sizeof(reason), "worker %s could not start its ranks: %s", wid,
                      req->reason && *req->reason ? req->reason : "no reason given");

@@ -211,6 +211,11 @@ int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const 
         snprintf(text, sizeof text, "its turn: job %s is ahead of it in queue %s and waits (%.250s)",
                  s->jobs[head].id, s->queues[J->queue].name, out[head].missing);
         memcpy(p->missing, text, sizeof text);
+        /* backfill starts it ahead of the head only by its run time: say when that is an estimate */
+        size_t ml = strlen(p->missing);
+        if (J->runtime_estimate && J->runtime_s >= 0 && ml < sizeof p->missing)
+            snprintf(p->missing + ml, sizeof p->missing - ml, "; its run time, %.0f s, is %s", J->runtime_s,
+                     J->runtime_estimate);
         add_blocking(p, s->jobs[head].id);
         for (int k = 0; k < out[head].nblocking; k++)
             add_blocking(p, out[head].blocking[k]);

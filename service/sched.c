@@ -73,34 +73,43 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
     return place(workers, n, req, true, NULL);
 }
 
-/* Places one job on the chosen workers in one transaction; backfill (NULL when not) says ahead of
- * which job it was backfilled, its predicted run time, and whether it ends after that job could
- * start (in slots that job leaves free). Returns 0, or an error (the job changed state meanwhile:
- * KILN_ESTATE, harmless). */
+/* Places one job on the chosen workers inside tx (the pass's one transaction), *locked being its
+ * row as locked in tx and pending as the pass read it; backfill (NULL when not) says ahead of which
+ * job it was backfilled, its predicted run time, and whether it ends after that job could start
+ * (in slots that job leaves free). Returns 0, or an error: KILN_ESTATE (harmless: the job changed
+ * state meanwhile, nothing was written) or any other (the transaction is then unusable). */
 typedef struct backfill_note {
     const char *head;
     double runtime_s;
     bool beside;
+    const char *estimate;      /* NULL, or how runtime_s was estimated */
 } backfill_note_t;
 
-static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_worker_cap_t *cap,
-                        const sched_placement_t *pl, const char *admission, bool borrowing,
+/* How a run time from source was estimated, for reasons; NULL when it is a prediction proper. */
+static const char *sched_estimate_text(store_predict_t source)
+{
+    switch (source) {
+    case STORE_PREDICT_MODEL:
+        return "an estimate from the step time of its model at other resources (nothing of its model has run at "
+               "its resources yet)";
+    case STORE_PREDICT_DEFAULT:
+        return "an estimate: the scheduler's default run time (--sched-default-runtime-s), as nothing of its model "
+               "has run yet";
+    default:
+        return NULL;
+    }
+}
+
+static int sched_commit(svc_tx_t *tx, const store_job_row_t *pending, const store_job_row_t *locked,
+                        const store_worker_cap_t *cap, const sched_placement_t *pl, const char *admission,
                         const backfill_note_t *backfill, kiln_err_t *err)
 {
-    svc_tx_t tx;
-    store_job_row_t job;
-    int rc = svc_tx_begin(s, &tx, err);
-    if (rc)
-        return rc;
-    rc = store_job_row(tx.c, pending->id, true, &job, err);
-    if (rc)
-        goto fail;
+    store_job_row_t job = *locked;
+    int rc;
     svc_job_state_t st = svc_state_parse(job.state);
     if ((st != JOB_STATE_QUEUED && st != JOB_STATE_RESTARTING && st != JOB_STATE_PREEMPTED)
-        || job.attempt != pending->attempt) {
-        rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being placed", job.id);
-        goto fail;
-    }
+        || job.attempt != pending->attempt)
+        return kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being placed", job.id);
     int attempt = job.attempt + 1;
     const store_worker_cap_t *w0 = &cap[pl->worker[0]];
     store_assign_t a;
@@ -123,61 +132,49 @@ static int sched_commit(svc_t *s, const store_job_row_t *pending, const store_wo
         /* The agent of node 0 picks a port free on its host and reports it; the other nodes'
          * assignments wait for it (store_assign_undelivered). */
         a.master_port = 0;
-        rc = store_assign_insert(tx.c, &a, err);
+        rc = store_assign_insert(tx->c, &a, err);
         if (rc)
-            goto fail;
+            return rc;
         if (wl + 80 < sizeof(where))
             wl += (size_t)snprintf(where + wl, sizeof(where) - wl, "%s%s", k ? ", " : "", w->id);
     }
-    char reason[1400];
+    char reason[1600];
     int rl = snprintf(reason, sizeof(reason), "%s; placed %d rank(s) on %d worker(s): %s", admission,
                       job.world_size, pl->nodes, where);
     if (st == JOB_STATE_PREEMPTED && rl > 0 && (size_t)rl < sizeof(reason))
         rl += snprintf(reason + rl, sizeof(reason) - (size_t)rl, "; resumes from its checkpoint after preemption");
     if (backfill && rl > 0 && (size_t)rl < sizeof(reason))
         snprintf(reason + rl, sizeof(reason) - (size_t)rl, "; backfilled ahead of job %s: predicted to end in "
-                 "%.0f s, %s", backfill->head, backfill->runtime_s,
+                 "%.0f s%s%s%s, %s", backfill->head, backfill->runtime_s, backfill->estimate ? " (" : "",
+                 backfill->estimate ? backfill->estimate : "", backfill->estimate ? ")" : "",
                  backfill->beside ? "on slots that job leaves free when it can start" : "before that job can start");
-    double waited = 0;
-    rc = store_job_state_age(tx.c, job.id, &waited, err);
-    if (rc)
-        goto fail;
-    rc = svc_job_set_state(&tx, &job, JOB_STATE_SCHEDULED, attempt, STORE_TR_NEW_ATTEMPT, reason, err);
+    rc = svc_job_set_state(tx, &job, JOB_STATE_SCHEDULED, attempt, STORE_TR_NEW_ATTEMPT, reason, err);
     if (rc == 0 && backfill)
-        rc = store_job_set_backfill(tx.c, job.id, backfill->runtime_s, err);
-    if (rc)
-        goto fail;
-    rc = svc_tx_commit(&tx, err);
-    if (rc == 0) {
-        prom_observe(&svc_prom_queue_wait, "", waited);
-        svc_prom_queue_admitted(job.queue, borrowing,
-                                st == JOB_STATE_QUEUED || st == JOB_STATE_PREEMPTED ? waited : -1);
-    }
-    return rc;
-fail:
-    svc_tx_abort(&tx);
+        rc = store_job_set_backfill(tx->c, job.id, backfill->runtime_s, err);
     return rc;
 }
 
-/* Preempts running job victim (as read into the snapshot) for job `by`, in one transaction.
- * KILN_ESTATE (harmless) when it moved on meanwhile. */
-static int sched_preempt(svc_t *s, const store_holding_t *victim, const char *by, const char *why, kiln_err_t *err)
+/* Preempts running job victim (as read into the snapshot) for job `by`, inside tx (the pass's one
+ * transaction). KILN_ESTATE (harmless, nothing written) when it moved on meanwhile; any other
+ * error leaves the transaction unusable. */
+static int sched_preempt(svc_tx_t *tx, const store_holding_t *victim, const char *by, const char *why, kiln_err_t *err)
 {
-    svc_tx_t tx;
     store_job_row_t job;
-    int rc = svc_tx_begin(s, &tx, err);
-    if (rc)
-        return rc;
-    rc = store_job_row(tx.c, victim->id, true, &job, err);
+    int rc = store_job_row(tx->c, victim->id, true, &job, err);
     if (rc == 0 && (svc_state_parse(job.state) != JOB_STATE_RUNNING || job.attempt != victim->attempt))
         rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being preempted", job.id);
     if (rc == 0)
-        rc = svc_job_preempt(&tx, &job, by, why, err);
-    if (rc) {
-        svc_tx_abort(&tx);
-        return rc;
-    }
-    return svc_tx_commit(&tx, err);
+        rc = svc_job_preempt(tx, &job, by, why, err);
+    return rc;
+}
+
+/* Whether the pass's decisions preempt any job. */
+static bool pass_preempts(const sched_decision_t *dec, int n)
+{
+    for (int j = 0; j < n; j++)
+        if (dec[j].outcome == SCHED_PREEMPTING && dec[j].nvictims > 0)
+            return true;
+    return false;
 }
 
 /* Up to this many jobs read, every pass writes their pending reasons; beyond, one pass a second. */
@@ -225,6 +222,7 @@ typedef struct sched_known {
     char id[STORE_ID_LEN];
     json_t *paths;             /* owned; NULL: not read yet */
     double runtime_s;
+    store_predict_t source;    /* where runtime_s comes from */
     int64_t runtime_at_us;     /* 0: not read yet */
 } sched_known_t;
 
@@ -243,18 +241,20 @@ void svc_sched_known_free(svc_t *s)
 }
 
 /* Each job's data paths (new references) and, with predict, its predicted run time (-1: unknown)
- * for jobs[0..n), reading from the database only what the last pass did not already read; the
- * kept set becomes these jobs'. Returns 0 or an error (nothing kept changes then). */
+ * and where that comes from, for jobs[0..n), reading from the database only what the last pass did
+ * not already read; the kept set becomes these jobs'. Returns 0 or an error (nothing kept changes
+ * then). */
 static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *jobs, int n, bool predict,
-                           json_t **paths, double *runtime, kiln_err_t *err)
+                           json_t **paths, double *runtime, store_predict_t *source, kiln_err_t *err)
 {
     sched_known_t *k = calloc((size_t)KILN_MAX(n, 1), sizeof(*k));
     const char **ids = calloc((size_t)KILN_MAX(n, 1), sizeof(*ids));
     int *at = calloc((size_t)KILN_MAX(n, 1), sizeof(*at));
     json_t **got = calloc((size_t)KILN_MAX(n, 1), sizeof(*got));
     double *rt = calloc((size_t)KILN_MAX(n, 1), sizeof(*rt));
+    store_predict_t *src = calloc((size_t)KILN_MAX(n, 1), sizeof(*src));
     int rc = 0, nk = 0, m = 0;
-    if (!k || !ids || !at || !got || !rt) {
+    if (!k || !ids || !at || !got || !rt || !src) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
     }
@@ -285,19 +285,21 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
             at[m++] = j;
         }
     kiln_err_t perr;
-    if (m > 0 && store_job_predictions(c, ids, m, rt, &perr)) {
+    if (m > 0 && store_job_predictions(c, ids, m, rt, src, &perr)) {
         log_warn("scheduler: %s", perr.message); /* no backfill this pass for lack of them */
         for (int i = 0; i < m; i++)
             k[at[i]].runtime_at_us = 0;
     } else {
         for (int i = 0; i < m; i++) {
             k[at[i]].runtime_s = rt[i];
+            k[at[i]].source = src[i];
             k[at[i]].runtime_at_us = now;
         }
     }
     for (int j = 0; j < n; j++) {
         paths[j] = json_incref(k[j].paths);
         runtime[j] = predict && k[j].runtime_at_us ? k[j].runtime_s : -1;
+        source[j] = runtime[j] >= 0 ? k[j].source : STORE_PREDICT_NONE;
     }
     svc_sched_known_free(s);
     qsort(k, (size_t)n, sizeof(*k), known_cmp);
@@ -313,7 +315,37 @@ out:
     free(at);
     free(got);
     free(rt);
+    free(src);
     return rc;
+}
+
+/* Writes the waiting jobs' pending reasons and the QUEUED ones' reason texts for one pass (its
+ * snapshot, decisions and jobs); failures are logged (the next write corrects them). */
+static void sched_write_reasons(store_conn_t *c, const sched_snapshot_t *snap, const sched_decision_t *dec,
+                                const store_job_row_t *jobs)
+{
+    kiln_err_t err;
+    int njobs = snap->njobs;
+    kiln_err_clear(&err);
+    if (svc_sched_pending_write(c, snap, dec, jobs, &err))
+        log_warn("scheduler: could not write the pending reasons: %s", err.message);
+    /* Tell users why their queued jobs wait (one statement; rows change only when the reason
+     * does). RESTARTING jobs keep the reason they were re-queued with. */
+    const char **rids = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
+    const char **texts = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
+    int nr = 0;
+    for (int j = 0; rids && texts && j < njobs && nr < 200; j++) {
+        if (dec[j].outcome != SCHED_ADMITTED && dec[j].reason[0]
+            && svc_state_parse(jobs[j].state) == JOB_STATE_QUEUED) {
+            rids[nr] = jobs[j].id;
+            texts[nr] = dec[j].reason;
+            nr++;
+        }
+    }
+    if (nr > 0 && store_job_queue_reasons(c, rids, texts, nr, &err))
+        log_warn("scheduler: %s", err.message);
+    free(rids);
+    free(texts);
 }
 
 /* One pass over the queue: reads a snapshot, lets the admission core (admit.c) decide, commits its
@@ -338,8 +370,11 @@ static void sched_tick(svc_t *s)
     sched_running_t *run = NULL;
     int *run_workers = NULL;
     double *runtime = NULL;
-    int64_t pass_start = 0;
-    bool locked = false;
+    store_predict_t *source = NULL; /* where each job's runtime comes from */
+    int64_t pass_start = 0, t_read = 0, t_decide = 0, t_commit = 0;
+    bool locked = false, reasons = false;
+    sched_snapshot_t snap = {0};
+    svc_sched_pass_t *rec = NULL; /* this pass's record, when recording */
     kiln_err_clear(&err);
     if (store_conn_get(s->store, &c, &err))
         goto out;
@@ -399,7 +434,8 @@ static void sched_tick(svc_t *s)
     pnames = calloc((size_t)njobs, sizeof(*pnames));
     paths = calloc((size_t)njobs, sizeof(json_t *));
     runtime = calloc((size_t)njobs, sizeof(*runtime));
-    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !runtime)
+    source = calloc((size_t)njobs, sizeof(*source));
+    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !runtime || !source)
         goto out;
     /* The jobs holding slots: victims for preemption, and their predicted ends for backfill. */
     if (store_job_holding(c, &hold, &nhold, &err)) {
@@ -421,7 +457,7 @@ static void sched_tick(svc_t *s)
     }
     /* Each job sees only the workers whose data roots hold every file it reads. Run-time
      * predictions matter only when something could be backfilled into free slots. */
-    if (sched_job_facts(s, c, jobs, njobs, free_slots > 0, paths, runtime, &err)) {
+    if (sched_job_facts(s, c, jobs, njobs, free_slots > 0, paths, runtime, source, &err)) {
         log_warn("scheduler: could not read the jobs' data paths and predictions: %s", err.message);
         goto out;
     }
@@ -473,83 +509,113 @@ static void sched_tick(svc_t *s)
         x->nodes = jobs[j].nodes;
         x->slots_per_node = jobs[j].slots_per_node;
         x->type = sched_slot_type(jobs[j].slot_type);
+        /* nothing of its model has run: the configured default, if any (an estimate, as is one
+         * from its model at other resources) */
+        if (runtime[j] < 0 && free_slots > 0 && s->cfg.sched_default_runtime_s > 0) {
+            runtime[j] = s->cfg.sched_default_runtime_s;
+            source[j] = STORE_PREDICT_DEFAULT;
+        }
         x->runtime_s = runtime[j] < 0 ? -1 : runtime[j] + SCHED_START_ALLOWANCE_S;
+        x->runtime_estimate = sched_estimate_text(source[j]);
         x->preempted_by = jobs[j].last_preempted_by[0] ? jobs[j].last_preempted_by : NULL;
     }
     paths_ctx_t pctx = {.cap = cap, .paths = paths};
-    sched_snapshot_t snap = {.workers = w, .nworkers = ncap, .queues = queues, .nqueues = nqueues, .jobs = sj,
+    snap = (sched_snapshot_t){.workers = w, .nworkers = ncap, .queues = queues, .nqueues = nqueues, .jobs = sj,
                              .njobs = njobs, .project_usage = proj, .nprojects = nproj, .eligible = holds_paths,
-                             .ctx = &pctx, .running = run, .nrunning = nhold, .now_s = now,
-                             .protect_after = s->cfg.preempt_protect_after};
+                              .ctx = &pctx, .running = run, .nrunning = nhold, .now_s = now,
+                              .protect_after = s->cfg.preempt_protect_after};
+    t_read = kiln_mono_us();
     if (sched_admit(&snap, dec, order, &nadmit)) {
         log_warn("scheduler: out of memory");
         goto out;
     }
-    /* Each queue's usage as the admissions of the pass take it, for their events. */
+    t_decide = kiln_mono_us();
+    /* The pass's admissions and preemptions commit in one transaction (one commit to wait for,
+     * not one per job); a job that changed meanwhile is left out (nothing of it was written), any
+     * other error rolls the pass back (the next pass decides again). Each queue's usage as the
+     * admissions of the pass take it, for their events. */
     int (*qusage)[SCHED_NTYPES] = calloc((size_t)KILN_MAX(nqueues, 1), sizeof(*qusage));
+    double *waited = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*waited));
+    store_job_row_t *row = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*row)); /* as locked */
+    const char **aid = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*aid));
+    bool *placed = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*placed));
+    const char **preempted = calloc((size_t)KILN_MAX(nhold, 1), sizeof(*preempted)); /* each victim's kind */
+    svc_tx_t tx;
+    int txrc = !qusage || !waited || !row || !aid || !placed || !preempted
+                   ? kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory")
+                   : nadmit > 0 || pass_preempts(dec, njobs) ? svc_tx_begin(s, &tx, &err) : 0;
+    bool intx = txrc == 0 && (nadmit > 0 || pass_preempts(dec, njobs));
     for (int q = 0; qusage && q < nqueues; q++)
         memcpy(qusage[q], queues[q].usage, sizeof(qusage[q]));
-    for (int k = 0; k < nadmit; k++) {
+    /* the admitted jobs' rows, locked in one statement */
+    for (int k = 0; intx && k < nadmit; k++)
+        aid[k] = jobs[order[k]].id;
+    if (intx && nadmit > 0)
+        txrc = store_job_rows_lock(tx.c, aid, nadmit, row, waited, placed, &err);
+    for (int k = 0; intx && txrc == 0 && k < nadmit; k++) {
         int j = order[k];
+        if (!placed[k])
+            continue; /* deleted meanwhile */
         kiln_err_clear(&err);
         char admission[400];
-        sched_admission_text(&snap, j, &dec[j], qusage ? qusage[sj[j].queue] : NULL, admission, sizeof admission);
-        if (qusage)
-            qusage[sj[j].queue][sj[j].type] += sj[j].nodes * sj[j].slots_per_node;
+        sched_admission_text(&snap, j, &dec[j], qusage[sj[j].queue], admission, sizeof admission);
+        qusage[sj[j].queue][sj[j].type] += sj[j].nodes * sj[j].slots_per_node;
         backfill_note_t note = {.head = dec[j].backfilled ? jobs[dec[j].behind_head].id : NULL,
-                                .runtime_s = dec[j].end_s - now, .beside = dec[j].end_s > dec[j].head_start_s};
-        int rc = sched_commit(s, &jobs[j], cap, &dec[j].pl, admission, dec[j].borrowed,
-                              dec[j].backfilled ? &note : NULL, &err);
-        if (rc != 0 && rc != KILN_ESTATE) {
-            log_warn("scheduler: could not place job %s: %s", jobs[j].id, err.message);
-            break;
-        }
+                                .runtime_s = dec[j].end_s - now, .beside = dec[j].end_s > dec[j].head_start_s,
+                                .estimate = sj[j].runtime_estimate};
+        int rc = sched_commit(&tx, &jobs[j], &row[k], cap, &dec[j].pl, admission, dec[j].backfilled ? &note : NULL,
+                              &err);
+        placed[k] = rc == 0;
+        if (rc != 0 && rc != KILN_ESTATE)
+            txrc = rc;
     }
-    for (int j = 0; j < njobs; j++)
-        for (int k = 0; dec[j].outcome == SCHED_PREEMPTING && k < dec[j].nvictims; k++) {
+    for (int j = 0; intx && txrc == 0 && j < njobs; j++)
+        for (int k = 0; txrc == 0 && dec[j].outcome == SCHED_PREEMPTING && k < dec[j].nvictims; k++) {
             char why[400];
-            const char *kind = sched_victim_reason(&snap, j, dec[j].victims[k], why, sizeof(why));
+            int v = dec[j].victims[k];
+            const char *kind = sched_victim_reason(&snap, j, v, why, sizeof(why));
             kiln_err_clear(&err);
-            int rc = sched_preempt(s, &hold[dec[j].victims[k]], jobs[j].id, why, &err);
+            int rc = sched_preempt(&tx, &hold[v], jobs[j].id, why, &err);
             if (rc == 0)
-                svc_prom_queue_preempted(hold[dec[j].victims[k]].queue, kind);
-            if (rc != 0 && rc != KILN_ESTATE)
-                log_warn("scheduler: could not preempt job %s for job %s: %s", hold[dec[j].victims[k]].id,
-                         jobs[j].id, err.message);
+                preempted[v] = kind;
+            else if (rc != KILN_ESTATE)
+                txrc = rc;
         }
+    if (intx && txrc == 0)
+        txrc = svc_tx_commit(&tx, &err);
+    else if (intx)
+        svc_tx_abort(&tx);
+    if (txrc != 0) {
+        log_warn("scheduler: could not commit the pass's %d admission(s) and its preemptions: %s", nadmit,
+                 err.message);
+    } else {
+        for (int k = 0; k < nadmit; k++)
+            if (placed[k]) {
+                int j = order[k];
+                prom_observe(&svc_prom_queue_wait, "", waited[k]);
+                svc_job_state_t was = svc_state_parse(row[k].state);
+                svc_prom_queue_admitted(jobs[j].queue, dec[j].borrowed,
+                                        was == JOB_STATE_QUEUED || was == JOB_STATE_PREEMPTED ? waited[k] : -1);
+            }
+        for (int v = 0; v < nhold; v++)
+            if (preempted[v])
+                svc_prom_queue_preempted(hold[v].queue, preempted[v]);
+    }
+    t_commit = kiln_mono_us();
+    free(waited);
+    free(row);
+    free(aid);
+    free(placed);
+    free(preempted);
     free(qusage);
     /* Each waiting job's pending reason (position, what is missing, what it waits for, when it
      * should start), written where it changed: by every pass of a short queue, and of a long one
      * (where each admission moves every position behind it, so nearly every row changes) by at
-     * most one pass a second, and no more often than leaves the writing a fifth of the time. */
-    if (njobs > SCHED_REASONS_EVERY_PASS
-        && pass_start - s->sched_reasons_us < KILN_MAX(1000000, 4 * s->sched_reasons_took_us))
-        goto out;
-    s->sched_reasons_us = pass_start;
-    int64_t reasons_start = kiln_mono_us();
-    kiln_err_clear(&err);
-    if (svc_sched_pending_write(c, &snap, dec, jobs, &err))
-        log_warn("scheduler: could not write the pending reasons: %s", err.message);
-    /* Tell users why their queued jobs wait (one statement; rows change only when the reason
-     * does). RESTARTING jobs keep the reason they were re-queued with. */
-    {
-        const char **rids = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
-        const char **texts = calloc((size_t)KILN_MAX(njobs, 1), sizeof(char *));
-        int nr = 0;
-        for (int j = 0; rids && texts && j < njobs && nr < 200; j++) {
-            if (dec[j].outcome != SCHED_ADMITTED && dec[j].reason[0]
-                && svc_state_parse(jobs[j].state) == JOB_STATE_QUEUED) {
-                rids[nr] = jobs[j].id;
-                texts[nr] = dec[j].reason;
-                nr++;
-            }
-        }
-        if (nr > 0 && store_job_queue_reasons(c, rids, texts, nr, &err))
-            log_warn("scheduler: %s", err.message);
-        free(rids);
-        free(texts);
-    }
-    s->sched_reasons_took_us = kiln_mono_us() - reasons_start;
+     * most one pass a second, and no more often than leaves the writing a fifth of the time. It is
+     * written once the pass lock is released: it changes no admission, and the next pass may begin
+     * on another kilnd meanwhile (its reasons then replace these). */
+    reasons = njobs <= SCHED_REASONS_EVERY_PASS
+              || pass_start - s->sched_reasons_us >= KILN_MAX(1000000, 4 * s->sched_reasons_took_us);
 out:
     if (c) {
         if (locked) {
@@ -557,9 +623,23 @@ out:
             int64_t took = kiln_mono_us() - pass_start;
             prom_observe(&svc_prom_sched_pass, "", (double)took / 1e6);
             pthread_mutex_lock(&s->mu);
-            if (s->pass_rec && s->pass_rec_n < s->pass_rec_cap)
-                s->pass_rec[s->pass_rec_n++] = (svc_sched_pass_t){.at_us = pass_start, .took_us = took,
-                                                                  .jobs = KILN_MAX(njobs, 0), .admitted = nadmit};
+            if (s->pass_rec && s->pass_rec_n < s->pass_rec_cap) {
+                rec = &s->pass_rec[s->pass_rec_n++];
+                *rec = (svc_sched_pass_t){.at_us = pass_start, .took_us = took, .jobs = KILN_MAX(njobs, 0),
+                                          .admitted = nadmit, .read_us = t_read ? t_read - pass_start : took,
+                                          .decide_us = t_decide ? t_decide - t_read : 0,
+                                          .commit_us = t_commit ? t_commit - t_decide : 0};
+            }
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (reasons) {
+            int64_t reasons_start = kiln_mono_us();
+            s->sched_reasons_us = pass_start;
+            sched_write_reasons(c, &snap, dec, jobs);
+            s->sched_reasons_took_us = kiln_mono_us() - reasons_start;
+            pthread_mutex_lock(&s->mu);
+            if (rec)
+                rec->reasons_us = s->sched_reasons_took_us;
             pthread_mutex_unlock(&s->mu);
         }
         store_conn_put(s->store, c);
@@ -582,6 +662,7 @@ out:
     free(run);
     free(run_workers);
     free(runtime);
+    free(source);
 }
 
 void svc_sched_record(svc_t *s, svc_sched_pass_t *buf, int cap)

@@ -27,6 +27,8 @@ typedef struct svc_config {
     int stop_grace_ms;             /* SIGTERM -> SIGKILL grace told in stop orders (default 10000) */
     int preempt_protect_after;     /* a job preempted this often is no longer preempted by jobs of
                                       its priority or lower (default 3) */
+    int sched_default_runtime_s;   /* a waiting job's estimated run time when nothing of its model
+                                      has run (0: none; such a job is never backfilled) */
     /* Authentication. */
     const char *bootstrap_token_file; /* first start on an empty database: the admin's token */
     const char *join_token_file;   /* the token agents register with (created when missing) */
@@ -573,6 +575,9 @@ bool svc_state_terminal(svc_job_state_t st);
 typedef struct svc_sched_pass {
     int64_t at_us, took_us;
     int jobs, admitted;
+    /* where took_us went: reading the snapshot, deciding (sched_admit), committing the admissions
+     * and preemptions, writing the waiting jobs' reasons (0 in a pass that does not) */
+    int64_t read_us, decide_us, commit_us, reasons_us;
 } svc_sched_pass_t;
 void svc_sched_record(svc_t *s, svc_sched_pass_t *buf, int cap);
 int svc_sched_recorded(svc_t *s);
@@ -669,6 +674,8 @@ typedef struct sched_job {
     int nodes, slots_per_node;
     int type;               /* slot type index */
     double runtime_s;       /* predicted run time once started; < 0: no prediction (never backfilled) */
+    const char *runtime_estimate; /* NULL, or how runtime_s was estimated (nothing of its model at its
+                                     resources has run yet): its pending reason says so */
     const char *preempted_by; /* NULL, or the job that preempted it last: it never preempts that one back */
 } sched_job_t;
 

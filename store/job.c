@@ -175,6 +175,53 @@ static void row_fill(const PGresult *r, int i, void *elem)
     kiln_strlcpy(o->last_preempted_by, store_get_str(r, i, 16), sizeof(o->last_preempted_by));
 }
 
+static void id_array(store_buf_t *a, const char *const *ids, int n);
+
+int store_job_rows_lock(store_conn_t *c, const char *const *ids, int n, store_job_row_t *out, double *age_s,
+                        bool *found, kiln_err_t *err)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        found[i] = false;
+    const char **valid = calloc((size_t)KILN_MAX(n, 1), sizeof(*valid));
+    int *at = calloc((size_t)KILN_MAX(n, 1), sizeof(*at));
+    if (!valid || !at) {
+        free(valid);
+        free(at);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        if (store_is_uuid(ids[i])) {
+            valid[m] = ids[i];
+            at[m++] = i;
+        }
+    int rc = 0;
+    if (m > 0) {
+        store_buf_t a = {0};
+        id_array(&a, valid, m);
+        const char *p[1] = {a.p};
+        PGresult *r = NULL;
+        rc = store_q(c, "lock jobs",
+                     "SELECT " ROW_COLS ", x.i, extract(epoch FROM clock_timestamp() - updated_at)::float8"
+                     " FROM unnest($1::uuid[]) WITH ORDINALITY x(jid, i) JOIN jobs ON jobs.id = x.jid"
+                     " ORDER BY jobs.id FOR UPDATE OF jobs", 1, p, &r, err);
+        store_buf_free(&a);
+        for (int row = 0; rc == 0 && row < PQntuples(r); row++) { /* each row names its id by its place */
+            int k = store_get_int(r, row, 17) - 1;
+            if (k < 0 || k >= m || found[at[k]])
+                continue;
+            row_fill(r, row, &out[at[k]]);
+            age_s[at[k]] = store_get_double(r, row, 18);
+            found[at[k]] = true;
+        }
+        if (rc == 0)
+            PQclear(r);
+    }
+    free(valid);
+    free(at);
+    return rc;
+}
+
 int store_job_set_preempted_by(store_conn_t *c, const char *id, const char *by, kiln_err_t *err)
 {
     if (!store_is_uuid(id) || (by && !store_is_uuid(by)))
@@ -360,10 +407,14 @@ int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t
                         sizeof(**out), holding_fill, (void **)out, n, err);
 }
 
-int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, kiln_err_t *err)
+int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, store_predict_t *source,
+                          kiln_err_t *err)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         runtime_s[i] = -1;
+        if (source)
+            source[i] = STORE_PREDICT_NONE;
+    }
     if (n <= 0)
         return 0;
     store_buf_t a = {0};
@@ -373,18 +424,25 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
     int rc = store_q(c, "predict run times",
                      "WITH p AS (SELECT x.i, j.spec, j.total_steps, j.progress_step, j.step_time_s, j.started_at"
                      "  FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i) JOIN jobs j ON j.id = x.id),"
-                     " h AS (SELECT spec->'model' AS m, spec->'resources' AS r, avg(step_time_s) AS st FROM jobs"
-                     "  WHERE step_time_s IS NOT NULL AND spec->'model' IS NOT NULL"
-                     "   AND (spec->'model', spec->'resources') IN (SELECT spec->'model', spec->'resources' FROM p)"
-                     "  GROUP BY 1, 2)"
+                     " h AS (SELECT spec->'model' AS m, spec->'resources' AS r, sum(step_time_s) AS st, count(*) AS n"
+                     "  FROM jobs WHERE step_time_s IS NOT NULL AND spec->'model' IS NOT NULL"
+                     "   AND spec->'model' IN (SELECT spec->'model' FROM p)"
+                     "  GROUP BY 1, 2),"
+                     " hm AS (SELECT m, sum(st) / sum(n) AS st FROM h GROUP BY m)"
                      " SELECT p.i, CASE"
                      "  WHEN p.step_time_s IS NOT NULL AND p.total_steps > 0"
                      "   THEN p.step_time_s * GREATEST(p.total_steps - p.progress_step, 0)"
                      "  WHEN (p.spec->'stopping'->>'max_runtime_s')::float8 > 0"
                      "   THEN GREATEST((p.spec->'stopping'->>'max_runtime_s')::float8"
                      "    - COALESCE(extract(epoch FROM clock_timestamp() - p.started_at)::float8, 0), 0)"
-                     "  WHEN h.st IS NOT NULL AND p.total_steps > 0 THEN h.st * p.total_steps END"
-                     " FROM p LEFT JOIN h ON h.m = p.spec->'model' AND h.r = p.spec->'resources'",
+                     "  WHEN h.st IS NOT NULL AND p.total_steps > 0 THEN h.st / h.n * p.total_steps"
+                     "  WHEN hm.st IS NOT NULL AND p.total_steps > 0 THEN hm.st * p.total_steps END,"
+                     " CASE WHEN p.step_time_s IS NOT NULL AND p.total_steps > 0 THEN 1"
+                     "  WHEN (p.spec->'stopping'->>'max_runtime_s')::float8 > 0 THEN 2"
+                     "  WHEN h.st IS NOT NULL AND p.total_steps > 0 THEN 3"
+                     "  WHEN hm.st IS NOT NULL AND p.total_steps > 0 THEN 4 ELSE 0 END"
+                     " FROM p LEFT JOIN h ON h.m = p.spec->'model' AND h.r = p.spec->'resources'"
+                     " LEFT JOIN hm ON hm.m = p.spec->'model'",
                      1, p, &r, err);
     store_buf_free(&a);
     if (rc)
@@ -392,8 +450,11 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
     /* each row names its id by its place in ids (1-based) */
     for (int row = 0; row < PQntuples(r); row++) {
         int i = store_get_int(r, row, 0) - 1;
-        if (i >= 0 && i < n && !store_is_null(r, row, 1))
+        if (i >= 0 && i < n && !store_is_null(r, row, 1)) {
             runtime_s[i] = store_get_double(r, row, 1);
+            if (source)
+                source[i] = (store_predict_t)store_get_int(r, row, 2);
+        }
     }
     PQclear(r);
     return 0;

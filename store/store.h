@@ -123,14 +123,31 @@ typedef struct store_holding {
 } store_holding_t;
 /* Every job holding slots now. Caller frees *out. */
 int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t *err);
+/* Where a predicted run time comes from (STORE_PREDICT_MODEL and STORE_PREDICT_DEFAULT are
+ * estimates: nothing of the job's model at its resources has run yet). */
+typedef enum store_predict {
+    STORE_PREDICT_NONE = 0,
+    STORE_PREDICT_OWN,         /* its own measured step time x the steps it has left */
+    STORE_PREDICT_MAX_RUNTIME, /* what stopping.max_runtime_s leaves it */
+    STORE_PREDICT_SHAPE,       /* other jobs' mean step time at the same model and resources x its steps */
+    STORE_PREDICT_MODEL,       /* other jobs' mean step time of the same model at other resources x its steps */
+    STORE_PREDICT_DEFAULT,     /* the scheduler's configured default (never set by the store) */
+} store_predict_t;
 /* The predicted run time (seconds, once started) of each job ids[i] into runtime_s[i], -1 when
- * there is none: its measured step time x the steps it has left, else what stopping.max_runtime_s
- * leaves it, else the mean measured step time of other jobs with the same model and resources x
- * its steps. */
-int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, kiln_err_t *err);
+ * there is none, and where it comes from into source[i] (NULL: not wanted): its measured step time
+ * x the steps it has left, else what stopping.max_runtime_s leaves it, else the mean measured step
+ * time of other jobs with the same model and resources x its steps, else that of other jobs of the
+ * same model at any resources x its steps. */
+int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, store_predict_t *source,
+                          kiln_err_t *err);
 /* Records that job id was started by backfill, predicted to end runtime_s from now. */
 int store_job_set_backfill(store_conn_t *c, const char *id, double runtime_s, kiln_err_t *err);
 
+/* Reads and locks (FOR UPDATE, in id order: inside a transaction) the rows of jobs ids[0..n) into
+ * out[i] (n entries), with the seconds since each one's last state change in age_s[i]; found[i]
+ * says whether job ids[i] exists (ids need not be valid UUIDs; a malformed one is not found). */
+int store_job_rows_lock(store_conn_t *c, const char *const *ids, int n, store_job_row_t *out, double *age_s,
+                        bool *found, kiln_err_t *err);
 /* Reads a job's row; with lock, SELECT ... FOR UPDATE (inside a transaction). KILN_ENOTFOUND when
  * there is no such job (id need not be a valid UUID: a malformed id is simply not found). */
 int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err);

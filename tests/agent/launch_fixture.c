@@ -13,7 +13,8 @@
 rec_t R;
 char dir[256];
 
-static void on_started(void *ud, const char *job_id, int attempt, bool ok, const char *reason, int master_port)
+static void on_started(void *ud, const char *job_id, int attempt, bool ok, bool host_fault, const char *reason,
+                       int master_port)
 {
     rec_t *r = ud;
     (void)job_id, (void)attempt;
@@ -23,6 +24,7 @@ static void on_started(void *ud, const char *job_id, int attempt, bool ok, const
         r->started++;
     else
         r->start_failed++;
+    r->start_host_fault = !ok && host_fault;
     snprintf(r->start_reason, sizeof(r->start_reason), "%s", reason);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);

@@ -34,6 +34,7 @@ typedef struct rec {
     int started, start_failed;
     int last_port;     /* the rendezvous port of the last start */
     char start_reason[600];
+    bool start_host_fault;  /* the last start failed for a fault of the host */
     size_t long_len;
     bool long_marked;
 } rec_t;

@@ -279,8 +279,9 @@ Test(launch, a_program_that_cannot_start_fails_the_assignment)
     int32_t ranks[] = {0, 1};
     Kiln__Assignment a = lf_assignment("job-5", 1, ranks, 2, "{}");
     kiln_err_t err;
-    cr_assert_eq(agent_launcher_start(l, &a, &err), KILN_EIO);
+    cr_assert_eq(agent_launcher_start(l, &a, &err), KILN_ENOTFOUND);
     cr_assert_eq(R.start_failed, 1);
+    cr_assert(!R.start_host_fault, "a program that is not there is not the host's fault");
     cr_assert_eq(R.started, 0);
     cr_assert(strstr(R.start_reason, "could not start"), "%s", R.start_reason);
     cr_assert(strstr(R.start_reason, "No such file"), "%s", R.start_reason);

@@ -498,6 +498,37 @@ Test(life, ranks_that_cannot_start_fail_the_job)
     json_decref(j);
 }
 
+Test(life, ranks_that_a_faulty_host_cannot_start_lose_the_attempt_not_the_job)
+{
+    char w[64], id[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 0, 2), NULL, id, NULL);
+    Kiln__RankStatus rq = KILN__RANK_STATUS__INIT;
+    rq.worker_id = w;
+    rq.job_id = id;
+    rq.started = false;
+    rq.host_fault = true;
+    rq.reason = (char *)"could not build the sandbox: join the box's cgroup: No such device";
+    for (int attempt = 1; attempt <= 2; attempt++) {
+        char want[16];
+        snprintf(want, sizeof want, "%d", attempt);
+        json_t *j = wait_state(id, "SCHEDULED", 5000);
+        cr_assert_eq(json_integer_value(json_object_get(j, "attempt")), attempt);
+        json_decref(j);
+        cr_assert_eq(hb(w, NULL, 0)->n_assignments, 1);
+        rq.attempt = attempt;
+        cr_assert_eq(svc_agent_rank_status(svc, w, &rq, &err), 0, "rank status: %s", err.message);
+        j = get(id);
+        const char *reason = json_string_value(json_object_get(j, "reason"));
+        cr_assert(strstr(reason, "a fault of that host") && strstr(reason, "No such device"), "%s", reason);
+        if (attempt == 1)
+            cr_assert(strcmp(state_of(j), "FAILED"), "a host's fault is retried: %s", state_of(j));
+        else
+            cr_assert_str_eq(state_of(j), "FAILED", "retry.max_attempts still bounds it");
+        json_decref(j);
+    }
+}
+
 Test(life, stop_mid_run_goes_through_stopping)
 {
     char w[2][64], id[40];

@@ -130,3 +130,30 @@ Test(pending, borrowing_admission_text)
     cr_assert_str_eq(text, "admitted from queue nlp borrowing 1 cpu slot(s) from cohort research (quota 2, in use 3 "
                            "with this job)");
 }
+
+/* A job waiting behind the head whose run time is an estimate (nothing of its model at its
+ * resources has run) says so, with the estimate; one with a prediction proper does not. */
+Test(pending, an_estimated_run_time_is_labelled)
+{
+    sched_worker_t w[] = {W("w0", 4, 0)};
+    sched_queue_t q[] = {{.name = "default", .quota = {U, U}, .borrowing_limit = {U, U}, .lending_limit = {U, U},
+                          .weight = 1}};
+    sched_job_t j[] = {job("big", 0, 1, 4), job("guess", 0, 1, 1), job("known", 0, 1, 1)};
+    j[1].runtime_s = 120;
+    j[1].runtime_estimate = "an estimate from the step time of its model at other resources";
+    j[2].runtime_s = 60;
+    int w0[] = {0};
+    sched_running_t run[] = {{.id = "r1", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 4, .worker = w0,
+                              .end_s = -1}};
+    sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 1, .jobs = j, .njobs = 3,
+                          .running = run, .nrunning = 1};
+    sched_decision_t dec[3];
+    int order[3], n = -1;
+    cr_assert_eq(sched_admit(&s, dec, order, &n), 0);
+    cr_assert_eq(dec[1].outcome, SCHED_WAIT_BEHIND);
+    sched_pending_t p[3];
+    cr_assert_eq(sched_pending(&s, dec, run, 1, p), 0);
+    cr_assert(strstr(p[1].missing, "; its run time, 120 s, is an estimate from the step time of its model"), "%s",
+              p[1].missing);
+    cr_assert_null(strstr(p[2].missing, "estimate"), "%s", p[2].missing);
+}

@@ -891,3 +891,64 @@ Test(trust, join_token_uses_are_taken_once_by_concurrent_replicas)
     cr_assert_eq(store_join_token_consume(c, "jt_old", &consumed, &err), 0);
     cr_assert(!consumed);
 }
+
+/* A job of model m at resources r with the given steps (spec JSON holds both), into id. */
+static void insert_shaped(const char *model, const char *resources, int64_t steps, char *id)
+{
+    char spec[256];
+    snprintf(spec, sizeof spec, "{\"model\": %s, \"resources\": %s}", model, resources);
+    store_job_new_t j = {.name = "shaped", .project = "p", .queue = "default", .slot_type = "cpu",
+                         .spec_json = spec, .reason = "submitted", .nodes = 1, .slots_per_node = 1,
+                         .world_size = 1, .max_attempts = 1, .total_steps = steps};
+    bool cr = false;
+    cr_assert_eq(store_job_insert(c, &j, id, &cr, NULL, &err), 0, "%s", err.message);
+}
+
+/* Run-time predictions: a job's own step time, else its model's at its resources, else (an
+ * estimate, said so by its source) its model's at other resources; nothing for an unseen model. */
+Test(jobs, predictions_fall_back_to_the_model_at_other_resources)
+{
+    char ran[STORE_ID_LEN], same[STORE_ID_LEN], other[STORE_ID_LEN], unseen[STORE_ID_LEN];
+    insert_shaped("{\"layers\": 2}", "{\"slots_per_node\": 1}", 100, ran);
+    insert_shaped("{\"layers\": 2}", "{\"slots_per_node\": 1}", 100, same);
+    insert_shaped("{\"layers\": 2}", "{\"slots_per_node\": 4}", 300, other);
+    insert_shaped("{\"layers\": 9}", "{\"slots_per_node\": 1}", 100, unseen);
+    bool found = false;
+    /* 4 steps a second: 0.25 s a step, 10 steps done */
+    cr_assert_eq(store_job_metrics_update(c, ran, 0, "{}", 10, 4.0, &found, &err), 0, "%s", err.message);
+    cr_assert(found);
+    const char *ids[] = {ran, same, other, unseen};
+    double rt[4];
+    store_predict_t src[4];
+    cr_assert_eq(store_job_predictions(c, ids, 4, rt, src, &err), 0, "%s", err.message);
+    cr_assert_float_eq(rt[0], 0.25 * 90, 1e-6);
+    cr_assert_eq(src[0], STORE_PREDICT_OWN);
+    cr_assert_float_eq(rt[1], 0.25 * 100, 1e-6);
+    cr_assert_eq(src[1], STORE_PREDICT_SHAPE);
+    cr_assert_float_eq(rt[2], 0.25 * 300, 1e-6, "the model's step time at other resources, x its steps");
+    cr_assert_eq(src[2], STORE_PREDICT_MODEL);
+    cr_assert_lt(rt[3], 0);
+    cr_assert_eq(src[3], STORE_PREDICT_NONE);
+}
+
+/* The scheduler locks a pass's admitted jobs in one statement: each row where its id is, the
+ * missing and the malformed ones not found. */
+Test(jobs, rows_lock_reads_each_job_in_place)
+{
+    char a[STORE_ID_LEN], b[STORE_ID_LEN];
+    insert_job("a", 5, NULL, NULL, a, NULL);
+    insert_job("b", 7, NULL, NULL, b, NULL);
+    const char *ids[] = {b, "not-a-uuid", "00000000-0000-0000-0000-00000000abcd", a};
+    store_job_row_t rows[4];
+    double age[4];
+    bool found[4];
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_eq(store_job_rows_lock(c, ids, 4, rows, age, found, &err), 0, "%s", err.message);
+    cr_assert_eq(store_commit(c, &err), 0);
+    cr_assert(found[0] && !found[1] && !found[2] && found[3]);
+    cr_assert_str_eq(rows[0].id, b);
+    cr_assert_eq(rows[0].priority, 7);
+    cr_assert_str_eq(rows[3].id, a);
+    cr_assert_str_eq(rows[3].state, "QUEUED");
+    cr_assert_geq(age[3], 0);
+}
