@@ -490,6 +490,25 @@ static void box_init_main(const init_args_t *a)
 
 /* ---- uids ------------------------------------------------------------------------------------- */
 
+/* Whether uid's box cgroup exists while this agent's state directory never claimed uid: the box of
+ * another agent of this host that records its uids in another --sandbox-state-dir (agents of one
+ * host are meant to share it). Such a box is neither taken for a dead agent's (and killed) nor
+ * given the uid of. */
+static bool uid_foreign(const sandbox_t *s, uint32_t uid)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/uid-%u", s->state_dir, uid);
+    if (lstat(path, &st) == 0)
+        return false;
+    snprintf(path, sizeof(path), "%s/u%u", s->cg.base[0], uid);
+    if (stat(path, &st) != 0)
+        return false;
+    log_warn("sandbox: the box of uid %u is another agent's on this host, which records its uids outside %s; "
+             "it is left alone (agents of one host should share --sandbox-state-dir)", uid, s->state_dir);
+    return true;
+}
+
 static int claim_next(sandbox_t *s, uint32_t *uid, kiln_err_t *err)
 {
     pthread_mutex_lock(&s->mu);
@@ -498,6 +517,8 @@ static int claim_next(sandbox_t *s, uint32_t *uid, kiln_err_t *err)
     pthread_mutex_unlock(&s->mu);
     for (uint64_t k = 0; k < n; k++) {
         uint32_t u = (uint32_t)(s->ids.lo + ((uint64_t)(start - s->ids.lo) + k) % n);
+        if (uid_foreign(s, u))
+            continue;
         int fd = sandbox_uid_claim(&s->ids, u);
         if (fd < 0)
             continue;
@@ -819,7 +840,7 @@ done:
 static void sweep_one(void *ud, uint32_t uid)
 {
     sandbox_t *s = ud;
-    if (uid < s->ids.lo || uid > s->ids.hi)
+    if (uid < s->ids.lo || uid > s->ids.hi || uid_foreign(s, uid))
         return;
     int fd = sandbox_uid_claim(&s->ids, uid); /* takes back what it was given */
     if (fd < 0)

@@ -4,16 +4,26 @@
  * at its next interval. A held watch costs no thread: it is a parked call with a
  * RECV_CLOSE_ON_SERVER batch and at most one send in flight, both completed on the server's
  * queue; its memory is this struct and the core's call. At most one watch per worker (a newer
- * one replaces the older) and WATCH_MAX in all. */
+ * one replaces the older) and WATCH_MAX in all. A worker's watch gets at most one nudge each
+ * NUDGE_GAP_US: a burst of work for it (one notification per commit) comes as one nudge at once
+ * and, if more came within the gap, one more at its end, sent by the table's pacing thread. A
+ * watch that ends is counted in kiln_grpc_requests_total with the status it ended with; the
+ * watches held are the gauge kiln_grpc_work_watches, the nudges sent kiln_grpc_work_nudges_total. */
 #include "api/grpc_int.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define WATCH_MAX 4096               /* held watches per kilnd; more are refused (heartbeats go on) */
 #define WATCH_BUCKETS 256
+/* Between two nudges of one watch, at least: an agent's heartbeat after a nudge takes all the
+ * work committed by then, so nudges closer than this would only repeat it. */
+#define NUDGE_GAP_US 50000
+#define WATCH_METHOD "/kiln.AgentService/WatchWork"
 
 typedef struct watch watch_t;
 
@@ -30,8 +40,11 @@ struct watch {
     grpc_byte_buffer *bb;            /* the message in flight */
     bool sending;                    /* a send batch is in flight */
     bool again;                      /* nudged while sending: send once more when it completes */
+    bool due;                        /* nudged within NUDGE_GAP_US of the last: the pacer sends it */
+    int64_t last_us;                 /* when the last nudge was sent (kiln_mono_us) */
     bool md_sent, closed, listed;
     int cancelled;
+    int status;                      /* the status kilnd ended the call with; -1: none (it was not kilnd) */
     watch_t *next;                   /* in its bucket */
 };
 
@@ -40,7 +53,18 @@ struct api_grpc_watches {
     pthread_mutex_t mu;              /* the table and every watch's flags */
     watch_t *bucket[WATCH_BUCKETS];
     int n;
+    int n_due;                       /* listed watches with due set */
+    pthread_cond_t cv;               /* the pacer's: a watch became due, or stop */
+    pthread_t pacer;
+    bool pacer_on, stop;
 };
+
+static prom_family_t prom_watches = PROM_FAMILY("kiln_grpc_work_watches",
+                                                 "WatchWork streams this kilnd holds (one per watching agent).",
+                                                 PROM_GAUGE);
+static prom_family_t prom_nudges = PROM_FAMILY(
+    "kiln_grpc_work_nudges_total", "WorkNudges sent to watching agents (at most one per worker each 50 ms).",
+    PROM_COUNTER);
 
 static watch_t **bucket_of(api_grpc_watches_t *ws, const char *worker_id)
 {
@@ -61,6 +85,11 @@ static void unlist(api_grpc_watches_t *ws, watch_t *w)
         }
     w->listed = false;
     ws->n--;
+    prom_add(&prom_watches, "", -1);
+    if (w->due) {
+        w->due = false;
+        ws->n_due--;
+    }
 }
 
 static void watch_free(watch_t *w)
@@ -101,6 +130,8 @@ static void watch_send(watch_t *w)
     }
     w->sending = true;
     w->md_sent = true;
+    w->last_us = kiln_mono_us();
+    prom_add(&prom_nudges, "", 1);
 }
 
 static void send_done(api_grpc_tag_t *t, bool ok)
@@ -121,6 +152,14 @@ static void send_done(api_grpc_tag_t *t, bool ok)
         watch_free(w);
 }
 
+/* Ends the call with status (counted when it closes). Under ws->mu, or before the watch is shared. */
+static void watch_end(watch_t *w, grpc_status_code status, const char *message)
+{
+    if (w->status < 0)
+        w->status = (int)status;
+    grpc_call_cancel_with_status(w->call, status, message, NULL);
+}
+
 /* The call is over: the agent went away or its deadline passed, it was replaced, or kilnd stops. */
 static void close_done(api_grpc_tag_t *t, bool ok)
 {
@@ -131,22 +170,67 @@ static void close_done(api_grpc_tag_t *t, bool ok)
     w->closed = true;
     unlist(ws, w);
     bool gone = !w->sending;
+    int status = w->status >= 0 ? w->status : (int)GRPC_STATUS_CANCELLED;
     pthread_mutex_unlock(&ws->mu);
+    api_grpc_count(WATCH_METHOD, status, -1);
     if (gone)
         watch_free(w);
 }
 
-/* svc_on_work's hook (the notify thread): nudges the worker's watch on this kilnd, if it has one. */
+/* svc_on_work's hook (the notify thread): nudges the worker's watch on this kilnd, if it has one,
+ * at once unless it was nudged within NUDGE_GAP_US; then the pacer sends it at the gap's end. */
 static void watch_nudge(void *ud, const char *worker_id)
 {
     api_grpc_watches_t *ws = ud;
     pthread_mutex_lock(&ws->mu);
     for (watch_t *w = *bucket_of(ws, worker_id); w; w = w->next)
         if (!strcmp(w->worker_id, worker_id)) {
-            watch_send(w);
+            if (w->due)
+                break;
+            if (kiln_mono_us() - w->last_us >= NUDGE_GAP_US) {
+                watch_send(w);
+            } else {
+                w->due = true;
+                if (ws->n_due++ == 0)
+                    pthread_cond_signal(&ws->cv);
+            }
             break;
         }
     pthread_mutex_unlock(&ws->mu);
+}
+
+/* The pacer: sends each due watch its nudge once NUDGE_GAP_US has passed since its last, until
+ * stop. Sleeps while none is due. */
+static void *pacer_main(void *arg)
+{
+    api_grpc_watches_t *ws = arg;
+    pthread_mutex_lock(&ws->mu);
+    while (!ws->stop) {
+        if (ws->n_due == 0) {
+            pthread_cond_wait(&ws->cv, &ws->mu);
+            continue;
+        }
+        int64_t now = kiln_mono_us(), next = INT64_MAX;
+        for (size_t i = 0; i < WATCH_BUCKETS && ws->n_due > 0; i++)
+            for (watch_t *w = ws->bucket[i]; w; w = w->next) {
+                if (!w->due)
+                    continue;
+                if (now - w->last_us >= NUDGE_GAP_US) {
+                    w->due = false;
+                    ws->n_due--;
+                    watch_send(w);
+                } else if (w->last_us + NUDGE_GAP_US < next) {
+                    next = w->last_us + NUDGE_GAP_US;
+                }
+            }
+        if (ws->n_due > 0 && next != INT64_MAX) {
+            struct timespec ts;
+            kiln_deadline_in(&ts, (next - now + 999) / 1000);
+            pthread_cond_timedwait(&ws->cv, &ws->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&ws->mu);
+    return NULL;
 }
 
 int api_grpc_watch_check(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
@@ -171,6 +255,7 @@ void api_grpc_watch(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena
         goto fail;
     w->ws = ws;
     w->call = call;
+    w->status = -1;
     kiln_strlcpy(w->worker_id, wid, sizeof(w->worker_id));
     w->send = (wtag_t){.hdr = {API_GRPC_TAG_FN, send_done}, .w = w};
     w->close = (wtag_t){.hdr = {API_GRPC_TAG_FN, close_done}, .w = w};
@@ -194,28 +279,28 @@ void api_grpc_watch(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena
     for (watch_t *o = *b; o; o = o->next)
         if (!strcmp(o->worker_id, w->worker_id)) {
             unlist(ws, o);
-            grpc_call_cancel_with_status(o->call, GRPC_STATUS_ABORTED,
-                                         "another WatchWork call of this worker replaced this one", NULL);
+            watch_end(o, GRPC_STATUS_ABORTED, "another WatchWork call of this worker replaced this one");
             break;
         }
     if (ws->n >= WATCH_MAX) {
         pthread_mutex_unlock(&ws->mu);
         log_warn("grpc: %d agents watch for work already; worker %s gets its work on heartbeats", WATCH_MAX,
                  w->worker_id);
-        grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                     "kilnd holds as many work watches as it may; heartbeats still bring work",
-                                     NULL);
+        watch_end(w, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                  "kilnd holds as many work watches as it may; heartbeats still bring work");
         return;
     }
     w->next = *b;
     *b = w;
     w->listed = true;
     ws->n++;
+    prom_add(&prom_watches, "", 1);
     watch_send(w); /* first: the agent heartbeats for whatever came before the watch */
     pthread_mutex_unlock(&ws->mu);
     return;
 fail:
     grpc_call_cancel_with_status(call, GRPC_STATUS_UNAVAILABLE, "kilnd could not hold the watch", NULL);
+    api_grpc_count(WATCH_METHOD, GRPC_STATUS_UNAVAILABLE, -1);
     grpc_call_unref(call);
     if (req)
         protobuf_c_message_free_unpacked(req, NULL);
@@ -234,21 +319,49 @@ int api_grpc_watches_create(api_grpc_t *g, api_grpc_watches_t **out)
     if (!ws)
         return KILN_ENOMEM;
     ws->g = g;
+    prom_add(&prom_watches, "", 0); /* both written from the start, at 0 */
+    prom_add(&prom_nudges, "", 0);
     pthread_mutex_init(&ws->mu, NULL);
+    pthread_cond_init(&ws->cv, NULL);
+    if (pthread_create(&ws->pacer, NULL, pacer_main, ws) != 0) {
+        pthread_cond_destroy(&ws->cv);
+        pthread_mutex_destroy(&ws->mu);
+        free(ws);
+        *out = NULL;
+        return KILN_ENOMEM;
+    }
+    ws->pacer_on = true;
     svc_on_work(api_grpc_svc(g), watch_nudge, ws);
     return 0;
 }
 
+/* Stops and joins the pacer (once): no nudge is sent after it returns. */
+static void pacer_stop(api_grpc_watches_t *ws)
+{
+    if (!ws->pacer_on)
+        return;
+    pthread_mutex_lock(&ws->mu);
+    ws->stop = true;
+    pthread_cond_signal(&ws->cv);
+    pthread_mutex_unlock(&ws->mu);
+    pthread_join(ws->pacer, NULL);
+    ws->pacer_on = false;
+}
+
 void api_grpc_watches_unhook(api_grpc_watches_t *ws)
 {
-    if (ws)
-        svc_on_work(api_grpc_svc(ws->g), NULL, NULL);
+    if (!ws)
+        return;
+    svc_on_work(api_grpc_svc(ws->g), NULL, NULL);
+    pacer_stop(ws);
 }
 
 void api_grpc_watches_free(api_grpc_watches_t *ws)
 {
     if (!ws)
         return;
+    pacer_stop(ws);
+    pthread_cond_destroy(&ws->cv);
     pthread_mutex_destroy(&ws->mu);
     free(ws);
 }

@@ -4,6 +4,8 @@
 # KILN_URL, KILN_TOKEN, KILN_TLS_CA, CL_WORK (a temporary directory) and CL_DATA (the agent's
 # data root) are set; everything stops when the sourcing script exits.
 #   source bench/kiln_cluster.sh; cluster_start SLOTS [extra kiln-agent flags...]
+# cluster_agent_restart MODE stops the agent (SIGTERM, as a shutdown) and starts it again with
+# --sandbox MODE (on|off) and everything else as before; it comes back as the same worker.
 # Needs BUILD (the build directory with bin/kilnd and bin/kiln-agent); HEARTBEAT_MS is kilnd's
 # --heartbeat-interval-ms (default 1000), AGENT_LOG_LEVEL the agent's log level (default warn).
 source scripts/pg.sh
@@ -46,15 +48,33 @@ cluster_start() {  # cluster_start SLOTS [extra kiln-agent flags...]
   done
   KILN_TOKEN=$(cat "$CL_WORK/admin.token") || { echo "kilnd did not start:"; cat "$CL_WORK/kilnd.log"; exit 1; }
   export KILN_TOKEN
-  KILN_LOG_LEVEL=${AGENT_LOG_LEVEL:-warn} "$BUILD/bin/kiln-agent" --server "127.0.0.1:$grpc" --slots "$slots" --slot-type cpu \
+  CL_AGENT_ARGS=(--server "127.0.0.1:$grpc" --slots "$slots" --slot-type cpu \
     --work-dir "$CL_WORK/agent" --data-root "$CL_DATA" --join-token-file "$CL_WORK/tls/join.token" \
-    --tls-ca "$CL_WORK/tls/ca.pem" --tls-cert "$CL_WORK/tls/agent.pem" --tls-key "$CL_WORK/tls/agent.key" --sandbox "${AGENT_SANDBOX:-on}" --python /usr/bin/python3 \
-    --sandbox-state-dir "$CL_WORK/sandbox-state" "$@" >>"$CL_WORK/agent.log" 2>&1 &
+    --tls-ca "$CL_WORK/tls/ca.pem" --tls-cert "$CL_WORK/tls/agent.pem" --tls-key "$CL_WORK/tls/agent.key" --python /usr/bin/python3 \
+    "$@")
+  cl_agent_start "${AGENT_SANDBOX:-on}"
+}
+# Starts the agent (CL_AGENT_ARGS, --sandbox $1) and waits until its worker is ALIVE, not draining,
+# with every slot free.
+cl_agent_start() {
+  KILN_LOG_LEVEL=${AGENT_LOG_LEVEL:-warn} "$BUILD/bin/kiln-agent" "${CL_AGENT_ARGS[@]}" --sandbox "$1" \
+    >>"$CL_WORK/agent.log" 2>&1 &
+  CL_AGENT_PID=$!
   CL_PIDS+=($!)
-  for i in $(seq 200); do
+  local i
+  for i in $(seq 300); do
     curl -sf --cacert "$KILN_TLS_CA" -H "Authorization: Bearer $KILN_TOKEN" "$KILN_URL/v1/workers" 2>/dev/null |
-      grep -q '"ALIVE"' && return 0
+      python3 -c 'import json,sys; w=json.load(sys.stdin)["workers"]
+sys.exit(not any(x["state"] == "ALIVE" and not x.get("draining") and x["slots_free"] == x["slots"] for x in w))' &&
+      return 0
     sleep 0.1
   done
   echo "kiln-agent did not register:"; cat "$CL_WORK/agent.log"; exit 1
+}
+cluster_agent_restart() {  # cluster_agent_restart on|off
+  kill "$CL_AGENT_PID" 2>/dev/null && wait "$CL_AGENT_PID" 2>/dev/null
+  local p keep=()
+  for p in "${CL_PIDS[@]}"; do [ "$p" != "$CL_AGENT_PID" ] && keep+=("$p"); done
+  CL_PIDS=("${keep[@]}")
+  cl_agent_start "$1"
 }

@@ -2,9 +2,13 @@
 on synthetic data, gloo backend, BATCH samples per rank a step, STEPS steps. Written for torchrun's
 contract (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so it runs unchanged under plain torchrun
 and as a kiln script job. Rank 0 prints each step's time and, at the end, the median over the
-steps after WARMUP: "median_step_ms=X steps=N threads=T".
+steps after WARMUP and, from getrusage over those steps (every thread of the process), what one
+step costs in counts that a loaded machine does not change: "median_step_ms=X steps=N threads=T
+cpu_ms=C sys_ms=S minflt=F majflt=M nvcsw=V nivcsw=I" (CPU time, faults and context switches a
+step).
 """
 import os
+import resource
 import statistics
 import time
 
@@ -27,6 +31,8 @@ x = torch.randn(BATCH, 784)
 y = torch.randint(0, 10, (BATCH,))
 times = []
 for step in range(1, STEPS + 1):
+    if step == WARMUP + 1:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     opt.zero_grad()
     loss = loss_fn(model(x), y)
@@ -37,7 +43,13 @@ for step in range(1, STEPS + 1):
         times.append(ms)
     if rank == 0 and step % 10 == 0:
         print("step %d loss %.4f step_ms %.2f" % (step, loss.item(), ms), flush=True)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
 if rank == 0:
-    print("median_step_ms=%.3f steps=%d threads=%d" % (statistics.median(times), len(times), torch.get_num_threads()),
-          flush=True)
+    n = len(times)
+    print("median_step_ms=%.3f steps=%d threads=%d cpu_ms=%.3f sys_ms=%.3f minflt=%.2f majflt=%.2f nvcsw=%.2f "
+          "nivcsw=%.2f" % (statistics.median(times), n, torch.get_num_threads(),
+                           (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) * 1000 / n,
+                           (r1.ru_stime - r0.ru_stime) * 1000 / n, (r1.ru_minflt - r0.ru_minflt) / n,
+                           (r1.ru_majflt - r0.ru_majflt) / n, (r1.ru_nvcsw - r0.ru_nvcsw) / n,
+                           (r1.ru_nivcsw - r0.ru_nivcsw) / n), flush=True)
 dist.destroy_process_group()

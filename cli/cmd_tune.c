@@ -1,6 +1,6 @@
 /* cmd_tune.c - `kiln tune submit|list|describe|stop`: tuning jobs (/v1/tuning-jobs), searches over
- * a base job's hyperparameters whose trials are ordinary jobs. describe prints the trials table
- * and the best trial. */
+ * a base job's hyperparameters whose trials are ordinary jobs. describe prints a warm start's
+ * parents, the trials table and the best trial; list each search's trials done, running and best. */
 #include "cli/cli_int.h"
 
 #include <stdio.h>
@@ -44,12 +44,29 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
            (long long)json_integer_value(json_object_get(t, "max_parallel_jobs")));
     printf("objective:  %s %s\n", cli_jstr(obj, "goal"), cli_jstr(obj, "metric"));
     const json_t *trials = json_object_get(t, "trials");
-    if (json_array_size(trials) > 0) {
+    const json_t *ws = json_object_get(t, "warm_start");
+    size_t own = 0, i;
+    json_t *tr;
+    json_array_foreach(trials, i, tr) own += !json_is_string(json_object_get(tr, "parent"));
+    if (json_is_object(ws)) {
+        /* the parents, each with the trials of its that are this search's history */
+        printf("warm start: %s, from:\n", cli_jstr(ws, "type"));
+        size_t k;
+        json_t *pid;
+        json_array_foreach(json_object_get(ws, "parents"), k, pid) {
+            size_t n = 0;
+            json_array_foreach(trials, i, tr) n += json_equal(json_object_get(tr, "parent"), pid);
+            printf("            %s (%zu trial(s))\n", json_string_value(pid), n);
+        }
+    }
+    if (own > 0) {
         printf("\n%-6s %-10s %-11s %-12s %-8s %-5s %s\n", "TRIAL", "JOB", "STATE", "OBJECTIVE", "STEPS", "RUNG",
                "PARAMETERS");
         size_t i;
         json_t *tr;
         json_array_foreach(trials, i, tr) {
+            if (json_is_string(json_object_get(tr, "parent")))
+                continue; /* a parent's: counted above */
             char p[512], objective[32] = "-";
             params_text(json_object_get(tr, "parameters"), p, sizeof p);
             if (json_is_number(json_object_get(tr, "objective")))
@@ -64,8 +81,10 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
     if (json_is_object(best)) {
         char p[512];
         params_text(json_object_get(best, "parameters"), p, sizeof p);
-        printf("\nbest:       job %s, %s = %.6g\n            %s\n", cli_jstr(best, "job_id"), cli_jstr(obj, "metric"),
-               cli_jnum(best, "objective"), p);
+        const char *parent = json_string_value(json_object_get(best, "parent"));
+        printf("\nbest:       job %s, %s = %.6g%s%s%s\n            %s\n", cli_jstr(best, "job_id"),
+               cli_jstr(obj, "metric"), cli_jnum(best, "objective"), parent ? " (a trial of parent " : "",
+               parent ? parent : "", parent ? ")" : "", p);
     } else {
         printf("\nbest:       (no trial has reported %s yet)\n", cli_jstr(obj, "metric"));
     }
@@ -74,15 +93,21 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
 static void show_list(const cli_client_t *c, const json_t *reply)
 {
     (void)c;
-    printf("%-36s %-16s %-10s %-10s %-7s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "OBJECTIVE");
+    printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "RUNNING",
+           "BEST", "OBJECTIVE");
     size_t i;
     json_t *t;
     json_array_foreach(json_object_get(reply, "tuning_jobs"), i, t) {
         const json_t *obj = json_object_get(t, "objective");
-        printf("%-36s %-16.16s %-10s %-10s %3lld/%-3lld %s %s\n", cli_jstr(t, "id"), cli_jstr(t, "name"),
+        const json_t *best = json_object_get(t, "best");
+        char best_text[32] = "-";
+        if (json_is_object(best))
+            snprintf(best_text, sizeof best_text, "%.6g", cli_jnum(best, "objective"));
+        printf("%-36s %-16.16s %-10s %-10s %3lld/%-3lld %-7lld %-12s %s %s\n", cli_jstr(t, "id"), cli_jstr(t, "name"),
                cli_jstr(t, "state"), cli_jstr(t, "strategy"),
-               (long long)json_integer_value(json_object_get(t, "trial_count")),
-               (long long)json_integer_value(json_object_get(t, "max_jobs")), cli_jstr(obj, "goal"),
+               (long long)json_integer_value(json_object_get(t, "trials_done")),
+               (long long)json_integer_value(json_object_get(t, "max_jobs")),
+               (long long)json_integer_value(json_object_get(t, "trials_running")), best_text, cli_jstr(obj, "goal"),
                cli_jstr(obj, "metric"));
     }
 }

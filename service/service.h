@@ -800,15 +800,19 @@ void sched_admission_text(const sched_snapshot_t *snap, int j, const sched_decis
  * "strategy", "objective": {"metric", "goal"}, "max_jobs", "max_parallel_jobs", "seed", "spec"
  * (the normalised request), "trials": [{"trial", "job_id", "parameters", "objective" (the
  * trial's latest value, or null), "steps", "rung", "state", "reason", "rungs": [{"rung", "steps",
- * "objective"}] (hyperband: the rungs it finished, its last too when it completed there)}], "best": {"job_id", "objective",
- * "parameters"} or null, "events", "submitted_by", "created_at", "updated_at", "ended_at"}. */
+ * "objective"}] (hyperband: the rungs it finished, its last too when it completed there)}, then a
+ * warm start's parents' trials, each with "parent": its tuning job's id], "best": {"job_id",
+ * "objective", "parameters", "parent" (null: its own)} or null, "warm_start" ({"parents", "type"}
+ * or null), "events", "submitted_by", "created_at", "updated_at", "ended_at"}. */
 
 /* Validates body (spec_tuning_parse: KILN_EINVAL naming the field), checks the caller is an
- * editor of the base job's project and that its queue takes the job, draws a seed when none is
- * given, and stores the tuning job RUNNING; the leader's controller starts its trials. */
+ * editor of the base job's project, that a warm start's parents suit it (KILN_EINVAL naming
+ * warm_start.parents[i] or warm_start.type) and that its queue takes the job, draws a seed when
+ * none is given, and stores the tuning job RUNNING; the leader's controller starts its trials. */
 int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err);
 /* *out = {"tuning_jobs": [...]}: those of the projects the caller can see, newest first (at most
- * 500), each without trials and spec, with "trial_count". */
+ * 500), each without trials and spec, with "trial_count", "trials_done", "trials_running" and
+ * "best" ({"job_id", "objective"} or null), from one query (store_tuning_list_json). */
 int svc_tuning_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 int svc_tuning_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 /* A RUNNING tuning job becomes STOPPING (editors): the controller stops its trials, then it is
@@ -878,6 +882,9 @@ typedef struct tune_trial {
     int bracket;                      /* hyperband: tune_trial_bracket of its number */
     tune_curve_t curve;               /* early_stopping "auto": the objective by step (borrowed) */
     int64_t total_steps;              /* the steps it trains in all (0: unknown) */
+    const char *parent;               /* warm start: the parent tuning job's id when the trial is one of
+                                       * its (history: never started, stopped, promoted or counted as
+                                       * this job's); NULL for this job's own trials (borrowed) */
 } tune_trial_t;
 
 typedef struct tune_view {
@@ -886,6 +893,8 @@ typedef struct tune_view {
     int ntrials;
     int next_trial;                   /* trials drawn so far */
     const char *last_failure;         /* the last failed trial's reason, or NULL */
+    const json_t *tried;              /* warm start: the parents' configurations (tune_tried_t's
+                                       * source, an array of objects by parameter name), or NULL */
 } tune_view_t;
 
 #define TUNE_PLAN_MAX 64
@@ -915,6 +924,32 @@ typedef struct tune_plan {
     tune_end_t end;                   /* the search ends now, with reason */
     char reason[400];
 } tune_plan_t;
+
+/* ---- warm start: the parents' trials as history ------------------------------------------------
+ * A warm-started tuning job's view holds its parents' trials after its own (parent set, state
+ * COMPLETED, STOPPED or FAILED), and tried, every configuration a parent ran. tune_decide counts
+ * only its own trials for max_parallel_jobs, max_jobs and max_failed_trials, and never starts,
+ * stops or promotes a parent's trial; the parents' trials count for the best (a parent's best
+ * stays best until a trial beats it: a tie does not), completion.target_objective, the bar
+ * no_improvement_trials measures against (the count itself is of this job's trials, so a search
+ * whose parents stagnated still runs), the median stopping rule's completed trials and
+ * hyperband's rung rankings. A new trial never repeats a configuration a parent tried. */
+
+/* Trial n's values when the configurations in tried (an array of objects by parameter name, NULL
+ * or empty: none) must not repeat. Grid takes the n-th grid point not in tried. Random and
+ * hyperband draw as tune_trial_values does and, while the draw is in tried, draw again from the
+ * next stream (the seed mixed with the redraw's number; TUNE_REDRAWS at most); a space of integer
+ * and categorical parameters then takes the first untried grid point from a drawn offset. Caller
+ * owns the result; NULL when nothing is left untried (or out of memory). */
+#define TUNE_REDRAWS 64
+json_t *tune_trial_values_new(const spec_tuning_t *t, int trial, const json_t *tried);
+/* How many points of t's space tried leaves: the grid's points not in tried (for any strategy
+ * whose parameters are all integer or categorical); -1 when a parameter is continuous or the
+ * space is past 2^40 points. */
+int64_t tune_space_left(const spec_tuning_t *t, const json_t *tried);
+/* The index into v's trials of the best trial so far (the best objective of a trial that did not
+ * fail; on a tie a parent's, else the earlier in v's order), -1 when none. */
+int tune_best(const tune_view_t *v);
 
 /* The median stopping rule for running trial i of v (see TUNE_MEDIAN_MIN_TRIALS): true when it is
  * stopped now, with *out filled; false when it goes on or cannot be judged yet. */

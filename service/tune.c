@@ -79,8 +79,8 @@ typedef struct view_buf {
 /* Trial x's curve from curves (store_tuning_curves_json), into arrays vb keeps at [i]. */
 static int curve_build(const json_t *curves, view_buf_t *vb, size_t i, tune_trial_t *x)
 {
-    char key[16];
-    snprintf(key, sizeof key, "%d", x->trial);
+    char key[64];
+    snprintf(key, sizeof key, "%.40s%s%d", x->parent ? x->parent : "", x->parent ? ":" : "", x->trial);
     const json_t *cv = json_object_get(curves, key), *st = json_object_get(cv, "steps"),
                  *va = json_object_get(cv, "values");
     size_t m = KILN_MIN(json_array_size(st), json_array_size(va));
@@ -120,8 +120,13 @@ static int view_build(const spec_tuning_t *t, const json_t *trials, const json_t
         x->nrungs = (int)KILN_MIN(json_array_size(ro), SPEC_TUNE_MAX_RUNGS);
         for (int k = 0; k < x->nrungs; k++)
             x->rung_objective[k] = json_number_value(json_array_get(ro, (size_t)k));
+        x->parent = json_string_value(json_object_get(tr, "parent"));
         x->state = trial_state(tr, x->nrungs);
-        x->bracket = tune_trial_bracket(t, x->trial);
+        /* a warm start parent's trials are history in this job's first bracket (their rung results
+         * were mapped onto its rungs) */
+        x->bracket = x->parent ? 0 : tune_trial_bracket(t, x->trial);
+        if (x->parent && (x->state == TUNE_TRIAL_ACTIVE || x->state == TUNE_TRIAL_PAUSED))
+            x->state = TUNE_TRIAL_STOPPED; /* its tuning job has ended: history, never this job's to run */
         const json_t *metrics = json_object_get(tr, "metrics");
         const json_t *v = json_object_get(metrics, t->metric);
         x->has_objective = json_is_number(v);
@@ -138,7 +143,7 @@ static int view_build(const spec_tuning_t *t, const json_t *trials, const json_t
         x->total_steps = json_integer_value(json_object_get(tr, "total_steps"));
         if (curves && curve_build(curves, vb, i, x))
             return KILN_ENOMEM;
-        if (x->state == TUNE_TRIAL_FAILED)
+        if (x->state == TUNE_TRIAL_FAILED && !x->parent)
             *last_failure = json_string_value(json_object_get(tr, "job_reason"));
     }
     return 0;
@@ -162,7 +167,8 @@ static void view_free(view_buf_t *vb)
 static json_t *rungs_json(const spec_tuning_t *t, const tune_trial_t *x, int64_t trained)
 {
     int64_t steps[SPEC_TUNE_MAX_RUNGS];
-    int nr = tune_trial_rungs(t, x->trial, steps), k;
+    /* a warm start parent's trial: its results sit on this job's first bracket's rungs */
+    int nr = x->parent ? tune_rungs(t, steps) : tune_trial_rungs(t, x->trial, steps), k;
     json_t *a = json_array();
     for (k = 0; k < x->nrungs && k < nr - 1; k++)
         json_array_append_new(a, json_pack("{s:i, s:I, s:f}", "rung", k, "steps", (json_int_t)steps[k], "objective",
@@ -173,19 +179,86 @@ static json_t *rungs_json(const spec_tuning_t *t, const tune_trial_t *x, int64_t
     return a;
 }
 
+/* Warm start: appends the trials of t's parents to trials, each with "parent": its tuning job's id
+ * and its rung objectives at the rungs of t that train to the same steps (the prefix that does),
+ * and *tried = every configuration a parent ran (caller owns). With curves (early_stopping), the
+ * parents' curves join it keyed "<parent>:<trial>". A parent that no longer exists is skipped. */
+static int history_load(store_conn_t *c, const spec_tuning_t *t, json_t *trials, json_t *curves, json_t **tried,
+                        kiln_err_t *err)
+{
+    *tried = json_array();
+    if (!*tried)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    int64_t rungs[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_rungs(t, rungs);
+    for (int k = 0; k < t->nparents; k++) {
+        json_t *row = NULL, *ptrials = NULL, *pcurves = NULL;
+        spec_tuning_t pt;
+        kiln_err_t e2;
+        int rc = store_tuning_get_json(c, t->parents[k], false, &row, err);
+        if (rc == KILN_ENOTFOUND) {
+            kiln_err_clear(err);
+            continue; /* deleted since: its history went with it */
+        }
+        if (rc)
+            return rc;
+        int64_t prungs[SPEC_TUNE_MAX_RUNGS];
+        int pnr = 0;
+        if (spec_tuning_parse(json_object_get(row, "spec"), &pt, &e2) == 0) {
+            pnr = tune_rungs(&pt, prungs);
+            spec_tuning_deinit(&pt);
+        }
+        json_decref(row);
+        if ((rc = store_tuning_trials_json(c, t->parents[k], &ptrials, err)) ||
+            (curves && (rc = store_tuning_curves_json(c, t->parents[k], t->metric, &pcurves, err)))) {
+            json_decref(ptrials);
+            return rc;
+        }
+        size_t i;
+        json_t *tr;
+        json_array_foreach(ptrials, i, tr) {
+            json_array_append(*tried, json_object_get(tr, "parameters"));
+            json_object_set_new(tr, "parent", json_string(t->parents[k]));
+            /* its objective at our rung j where it trained to the same steps */
+            json_t *ro = json_object_get(tr, "rung_objectives"), *mine = json_array();
+            for (int j = 0; j < nr && mine; j++) {
+                int m = 0;
+                while (m < pnr && prungs[m] != rungs[j])
+                    m++;
+                if (m == pnr || (size_t)m >= json_array_size(ro))
+                    break;
+                json_array_append(mine, json_array_get(ro, (size_t)m));
+            }
+            json_object_set_new(tr, "rung_objectives", mine ? mine : json_array());
+            json_array_append(trials, tr);
+        }
+        const char *key;
+        json_t *cv;
+        json_object_foreach(pcurves, key, cv) {
+            char k2[64];
+            snprintf(k2, sizeof k2, "%s:%.16s", t->parents[k], key);
+            json_object_set(curves, k2, cv);
+        }
+        json_decref(ptrials);
+        json_decref(pcurves);
+    }
+    return 0;
+}
+
 /* The tuning job as the API shows it: its row, its request's main fields, trials, best, events. */
 static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
     const char *id = json_string_value(json_object_get(row, "id"));
-    json_t *trials = NULL, *events = NULL, *spec = json_object_get(row, "spec");
+    json_t *trials = NULL, *events = NULL, *tried = NULL, *spec = json_object_get(row, "spec");
     spec_tuning_t t;
     kiln_err_t e2;
     int rc = spec_tuning_parse(spec, &t, &e2);
     if (rc)
         return kiln_err_set(err, KILN_EINTERNAL, NULL, "tuning job %s holds a request kilnd cannot read: %s", id,
                             e2.message);
-    if ((rc = store_tuning_trials_json(c, id, &trials, err)) || (rc = store_tuning_events_json(c, id, &events, err)))
+    if ((rc = store_tuning_trials_json(c, id, &trials, err)) || (rc = store_tuning_events_json(c, id, &events, err)) ||
+        (rc = history_load(c, &t, trials, NULL, &tried, err)))
         goto out;
     view_buf_t vb = {0};
     const char *last_failure = NULL;
@@ -195,7 +268,8 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
         goto out;
     }
     json_t *list = json_array();
-    int best = -1;
+    tune_view_t view = {.t = &t, .trials = vb.trials, .ntrials = vb.n, .tried = tried};
+    int best = tune_best(&view);
     for (int i = 0; i < vb.n; i++) {
         const json_t *tr = json_array_get(trials, (size_t)i);
         const tune_trial_t *x = &vb.trials[i];
@@ -211,10 +285,8 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
         json_t *item = json_array_get(list, json_array_size(list) - 1);
         json_object_set_new(item, "reason", json_string(json_is_string(why) ? json_string_value(why) : ""));
         json_object_set_new(item, "rungs", rungs_json(&t, x, json_integer_value(json_object_get(tr, "steps"))));
-        if (x->has_objective && x->state != TUNE_TRIAL_FAILED
-            && (best < 0 || (t.maximize ? x->objective > vb.trials[best].objective
-                                        : x->objective < vb.trials[best].objective)))
-            best = i;
+        if (x->parent)
+            json_object_set_new(item, "parent", json_string(x->parent));
     }
     json_t *o = json_deep_copy(row);
     json_object_del(o, "next_trial");
@@ -225,11 +297,15 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
     json_object_set_new(o, "seed", json_integer((json_int_t)t.seed));
     json_object_set_new(o, "trials", list);
     json_object_set_new(o, "best", best < 0 ? json_null()
-                                            : json_pack("{s:O, s:f, s:O}", "job_id",
+                                            : json_pack("{s:O, s:f, s:O, s:o}", "job_id",
                                                         json_object_get(json_array_get(trials, (size_t)best), "job_id"),
                                                         "objective", vb.trials[best].objective, "parameters",
                                                         json_object_get(json_array_get(trials, (size_t)best),
-                                                                        "parameters")));
+                                                                        "parameters"),
+                                                        "parent", vb.trials[best].parent
+                                                                      ? json_string(vb.trials[best].parent)
+                                                                      : json_null()));
+    json_object_set(o, "warm_start", t.nparents ? json_object_get(spec, "warm_start") : json_null());
     json_object_set(o, "events", events);
     view_free(&vb);
     *out = o;
@@ -237,7 +313,97 @@ out:
     spec_tuning_deinit(&t);
     json_decref(trials);
     json_decref(events);
+    json_decref(tried);
     return rc;
+}
+
+/* Whether a and b name the same parameters. */
+static bool same_names(const spec_tuning_t *a, const spec_tuning_t *b)
+{
+    if (a->nparams != b->nparams)
+        return false;
+    for (int i = 0; i < a->nparams; i++) {
+        bool found = false;
+        for (int k = 0; k < b->nparams && !found; k++)
+            found = !strcmp(a->params[i].name, b->params[k].name);
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* The warm start's checks that need the parents (t->nparents > 0): each exists and the caller
+ * can see it, is of t's project, has ended with trials, and has t's objective; for
+ * identical_data_and_algorithm, its base job has t's data, model and code and its parameters t's
+ * names. KILN_EINVAL naming warm_start.parents[i] (or warm_start.type) otherwise. */
+static int warm_start_check(store_conn_t *c, const svc_caller_t *who, const spec_tuning_t *t, kiln_err_t *err)
+{
+    for (int i = 0; i < t->nparents; i++) {
+        char f[48];
+        snprintf(f, sizeof f, "warm_start.parents[%d]", i);
+        const char *pid = t->parents[i];
+        json_t *row = NULL, *trials = NULL;
+        spec_tuning_t pt;
+        bool parsed = false;
+        kiln_err_t e2;
+        int rc = store_tuning_get_json(c, pid, false, &row, &e2);
+        if (rc && rc != KILN_ENOTFOUND) {
+            *err = e2;
+            return rc;
+        }
+        const char *project = json_string_value(json_object_get(row, "project"));
+        const char *state = json_string_value(json_object_get(row, "state"));
+        if (rc == KILN_ENOTFOUND || svc_caller_role(who, project) == SVC_ROLE_NONE) {
+            rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s not found", f, pid);
+            kiln_err_hint(err, "`kiln tune list` (GET /v1/tuning-jobs) lists the tuning jobs you can see");
+        } else if (strcmp(project, t->project)) {
+            rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s is in project \"%s\", not \"%s\"", f, pid, project,
+                              t->project);
+            kiln_err_hint(err, "a warm start takes parents of the base job's own project");
+        } else if (!strcmp(state, "RUNNING") || !strcmp(state, "STOPPING")) {
+            rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s is %s; a parent must have ended", f, pid, state);
+            kiln_err_hint(err, "wait until it is COMPLETED, STOPPED or FAILED, or stop it: kiln tune stop %s", pid);
+        } else if ((rc = store_tuning_trials_json(c, pid, &trials, err))) {
+            goto done;
+        } else if (json_array_size(trials) == 0) {
+            rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s ended (%s) without a trial", f, pid, state);
+            kiln_err_hint(err, "a parent gives its trials as history: name one that ran trials");
+        } else if (spec_tuning_parse(json_object_get(row, "spec"), &pt, &e2)) {
+            rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s holds a request kilnd cannot read: %s", f, pid,
+                              e2.message);
+        } else {
+            parsed = true;
+            if (strcmp(pt.metric, t->metric) || pt.maximize != t->maximize) {
+                rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s's objective is %s (%s), not %s (%s)", f, pid,
+                                  pt.metric, pt.maximize ? "maximize" : "minimize", t->metric,
+                                  t->maximize ? "maximize" : "minimize");
+                kiln_err_hint(err, "a warm start takes parents with the same objective metric and goal");
+            } else if (t->warm_type == SPEC_WARM_IDENTICAL && !same_names(&pt, t)) {
+                rc = kiln_err_set(err, KILN_EINVAL, "warm_start.type",
+                                  "identical_data_and_algorithm needs the parameters of tuning job %s by the same names",
+                                  pid);
+                kiln_err_hint(err, "tune the same parameters as the parent, or use \"type\": \"transfer_learning\"");
+            } else if (t->warm_type == SPEC_WARM_IDENTICAL) {
+                static const char *const same[] = {"model", "data", "entry_point", "source"};
+                for (size_t k = 0; k < KILN_ARRAY_LEN(same) && !rc; k++)
+                    if (!json_equal(json_object_get(pt.job, same[k]), json_object_get(t->job, same[k])) &&
+                        (json_object_get(pt.job, same[k]) || json_object_get(t->job, same[k]))) {
+                        rc = kiln_err_set(err, KILN_EINVAL, "warm_start.type",
+                                          "identical_data_and_algorithm needs the base job's %s of tuning job %s",
+                                          same[k], pid);
+                        kiln_err_hint(err, "use the parent's base job, or \"type\": \"transfer_learning\"");
+                    }
+            }
+        }
+    done:
+        if (parsed)
+            spec_tuning_deinit(&pt);
+        json_decref(row);
+        json_decref(trials);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err)
@@ -273,7 +439,7 @@ int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, jso
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the tuning job");
         goto fail;
     }
-    if ((rc = store_conn_get(s->store, &c, err)))
+    if ((rc = store_conn_get(s->store, &c, err)) || (rc = warm_start_check(c, who, &t, err)))
         goto fail;
     rc = svc_queue_check_job(c, base.queue, base.project, base.res.slot_type, base.res.nodes * base.res.slots_per_node,
                              err);
@@ -406,7 +572,8 @@ out:
 static void stop_active(svc_t *s, const char *tuning_id, const view_buf_t *vb, const char *reason)
 {
     for (int i = 0; i < vb->n; i++) {
-        if ((vb->trials[i].state != TUNE_TRIAL_ACTIVE && vb->trials[i].state != TUNE_TRIAL_PAUSED) || !vb->trials[i].job_id)
+        if ((vb->trials[i].state != TUNE_TRIAL_ACTIVE && vb->trials[i].state != TUNE_TRIAL_PAUSED) || !vb->trials[i].job_id ||
+            vb->trials[i].parent)
             continue;
         json_t *j = NULL;
         kiln_err_t e;
@@ -445,7 +612,7 @@ static int stop_early(svc_t *s, svc_tx_t *tx, const char *id, const spec_tuning_
 static int end_paused(svc_tx_t *tx, const view_buf_t *vb, kiln_err_t *err)
 {
     for (int i = 0; i < vb->n; i++) {
-        if (vb->trials[i].state != TUNE_TRIAL_PAUSED)
+        if (vb->trials[i].state != TUNE_TRIAL_PAUSED || vb->trials[i].parent)
             continue;
         store_job_row_t job;
         int rc = store_job_row(tx->c, vb->trials[i].job_id, true, &job, err);
@@ -525,16 +692,16 @@ static int first_rung(const spec_tuning_t *t, int n, json_t *spec)
     return json_object_set_new(stopping, "max_steps", json_integer((json_int_t)rungs[0]));
 }
 
-/* Submits trial n of t as a job (the tuning job's submitter recorded as its submitter), and
- * records it in tx. */
+/* Submits trial n of t (a configuration not in tried) as a job (the tuning job's submitter
+ * recorded as its submitter), and records it in tx. */
 static int start_trial(svc_t *s, svc_tx_t *tx, const char *id, const char *user, const spec_tuning_t *t, int n,
-                       kiln_err_t *err)
+                       const json_t *tried, kiln_err_t *err)
 {
-    json_t *values = tune_trial_values(t, n), *spec = NULL, *job = NULL, *tags = NULL;
+    json_t *values = tune_trial_values_new(t, n, tried), *spec = NULL, *job = NULL, *tags = NULL;
     char *vtext = NULL;
     int rc = 0;
     if (!values)
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "could not draw trial %d's values: out of memory", n);
     char name[160], key[80], num[16];
     snprintf(name, sizeof name, "%.100s-%d", t->name, n);
     snprintf(key, sizeof key, "tuning:%s:%d", id, n);
@@ -565,7 +732,7 @@ out:
 static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
 {
     svc_tx_t tx;
-    json_t *row = NULL, *trials = NULL, *curves = NULL;
+    json_t *row = NULL, *trials = NULL, *curves = NULL, *tried = NULL;
     spec_tuning_t t;
     bool parsed = false;
     view_buf_t vb = {0};
@@ -593,6 +760,8 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
         goto fail;
     if (t.early_stopping && (rc = store_tuning_curves_json(tx.c, id, t.metric, &curves, err)))
         goto fail;
+    if ((rc = history_load(tx.c, &t, trials, curves, &tried, err)))
+        goto fail;
     if (view_build(&t, trials, curves, &vb, &last_failure)) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;
@@ -613,7 +782,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     }
     tune_view_t view = {.t = &t, .trials = vb.trials, .ntrials = vb.n,
                         .next_trial = (int)json_integer_value(json_object_get(row, "next_trial")),
-                        .last_failure = last_failure};
+                        .last_failure = last_failure, .tried = tried};
     tune_plan_t plan;
     tune_decide(&view, &plan);
     if (plan.end != TUNE_END_NONE) {
@@ -641,7 +810,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     for (int k = 0; k < plan.nnew; k++) {
         int n = view.next_trial + k;
         kiln_err_t e3;
-        int r2 = start_trial(s, &tx, id, json_string_value(json_object_get(row, "submitted_by")), &t, n, &e3);
+        int r2 = start_trial(s, &tx, id, json_string_value(json_object_get(row, "submitted_by")), &t, n, tried, &e3);
         if (r2 == KILN_EDB || r2 == KILN_ENOMEM || r2 == KILN_EUNAVAIL) {
             rc = r2;
             *err = e3;
@@ -672,6 +841,7 @@ out:
     json_decref(row);
     json_decref(trials);
     json_decref(curves);
+    json_decref(tried);
     return rc;
 }
 

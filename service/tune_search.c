@@ -72,6 +72,24 @@ int64_t tune_grid_size(const spec_tuning_t *t)
     return n;
 }
 
+/* Point idx (0 <= idx < tune_grid_size) of t's grid: mixed radix, the last parameter varying
+ * fastest. Caller owns it. */
+static json_t *grid_point(const spec_tuning_t *t, int64_t idx)
+{
+    json_t *out = json_object();
+    int64_t rest = idx;
+    for (int i = t->nparams - 1; out && i >= 0; i--) {
+        const spec_tune_param_t *p = &t->params[i];
+        int64_t k = p->type == SPEC_TUNE_CATEGORICAL ? (int64_t)json_array_size(p->values) : (int64_t)(p->max - p->min) + 1;
+        int64_t d = rest % k;
+        rest /= k;
+        json_object_set_new(out, p->name, p->type == SPEC_TUNE_CATEGORICAL
+                                              ? json_incref(json_array_get(p->values, (size_t)d))
+                                              : json_integer((json_int_t)(p->min + (double)d)));
+    }
+    return out;
+}
+
 json_t *tune_trial_values(const spec_tuning_t *t, int trial)
 {
     json_t *out = json_object();
@@ -79,22 +97,8 @@ json_t *tune_trial_values(const spec_tuning_t *t, int trial)
         return out;
     if (t->strategy == SPEC_TUNE_GRID) {
         int64_t size = tune_grid_size(t);
-        if (size < 0 || trial >= size) {
-            json_decref(out);
-            return NULL;
-        }
-        /* mixed radix, the last parameter varying fastest */
-        int64_t rest = trial;
-        for (int i = t->nparams - 1; i >= 0; i--) {
-            const spec_tune_param_t *p = &t->params[i];
-            int64_t k = p->type == SPEC_TUNE_CATEGORICAL ? (int64_t)json_array_size(p->values) : (int64_t)(p->max - p->min) + 1;
-            int64_t d = rest % k;
-            rest /= k;
-            json_object_set_new(out, p->name, p->type == SPEC_TUNE_CATEGORICAL
-                                                  ? json_incref(json_array_get(p->values, (size_t)d))
-                                                  : json_integer((json_int_t)(p->min + (double)d)));
-        }
-        return out;
+        json_decref(out);
+        return size < 0 || trial >= size ? NULL : grid_point(t, trial);
     }
     for (int i = 0; i < t->nparams; i++)
         json_object_set_new(out, t->params[i].name, tune_param_value(&t->params[i], tune_uniform(t->seed, trial, i)));
@@ -178,6 +182,15 @@ int tune_trial_rungs(const spec_tuning_t *t, int trial, int64_t *steps)
 /* Whether a is better than b for the objective's goal. */
 static bool better(const spec_tuning_t *t, double a, double b) { return t->maximize ? a > b : a < b; }
 
+/* "trial 3", or "trial 3 of tuning job <id>" for a parent's, into buf. */
+static void trial_name(const tune_trial_t *x, char *buf, size_t n)
+{
+    if (x->parent)
+        snprintf(buf, n, "trial %d of tuning job %.40s", x->trial, x->parent);
+    else
+        snprintf(buf, n, "trial %d", x->trial);
+}
+
 /* The index of trial i among those of its bracket that finished their rung k, best first; -1
  * when it did not. *n (OUT) = how many finished it. */
 static int rung_rank(const tune_view_t *v, int k, int i, int *n)
@@ -255,6 +268,8 @@ int tune_decide(const tune_view_t *v, tune_plan_t *out)
      * COMPLETED) without reporting it ends the search */
     for (int i = 0; i < v->ntrials; i++) {
         const tune_trial_t *x = &v->trials[i];
+        if (x->parent)
+            continue; /* a parent's trial is history: its own job judged it */
         if (x->state == TUNE_TRIAL_ACTIVE)
             active++;
         if (x->state == TUNE_TRIAL_FAILED)
@@ -278,40 +293,39 @@ int tune_decide(const tune_view_t *v, tune_plan_t *out)
         return 0;
     }
     /* the best so far, over every objective a trial has at its end or its rungs' ends */
-    int best = -1;
-    double best_v = 0;
-    for (int i = 0; i < v->ntrials; i++) {
-        const tune_trial_t *x = &v->trials[i];
-        if (!x->has_objective || x->state == TUNE_TRIAL_FAILED)
-            continue;
-        if (best < 0 || better(t, x->objective, best_v)) {
-            best = i;
-            best_v = x->objective;
-        }
-    }
+    int best = tune_best(v);
+    double best_v = best >= 0 ? v->trials[best].objective : 0;
+    char best_name[120] = "";
+    if (best >= 0)
+        trial_name(&v->trials[best], best_name, sizeof best_name);
     out->best = best;
     if (best >= 0 && t->has_target && (best_v == t->target || better(t, best_v, t->target))) {
         out->end = TUNE_END_COMPLETED;
-        snprintf(out->reason, sizeof out->reason, "trial %d reached the target objective: %s = %.6g", v->trials[best].trial,
-                 t->metric, best_v);
+        snprintf(out->reason, sizeof out->reason, "%s reached the target objective: %s = %.6g", best_name, t->metric,
+                 best_v);
         return 0;
     }
     if (t->no_improvement_trials > 0) {
-        /* in trial order over the ended trials: how many since the best one last improved */
-        int since = 0, seen = 0;
+        /* in trial order over the ended trials: how many since the best one last improved; the
+         * parents' trials (the earlier ones) set the bar but are not counted */
+        int since = 0, seen = 0, own = 0;
         double b = 0;
-        for (int i = 0; i < v->ntrials; i++) {
-            const tune_trial_t *x = &v->trials[i];
-            if ((x->state != TUNE_TRIAL_COMPLETED && x->state != TUNE_TRIAL_STOPPED) || !x->has_objective)
-                continue;
-            if (seen++ == 0 || better(t, x->objective, b)) {
-                b = x->objective;
-                since = 0;
-            } else {
-                since++;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < v->ntrials; i++) {
+                const tune_trial_t *x = &v->trials[i];
+                if ((x->state != TUNE_TRIAL_COMPLETED && x->state != TUNE_TRIAL_STOPPED) || !x->has_objective ||
+                    (x->parent != NULL) != (pass == 0))
+                    continue;
+                own += pass == 1;
+                if (seen++ == 0 || better(t, x->objective, b)) {
+                    b = x->objective;
+                    since = 0;
+                } else if (pass == 1) {
+                    since++;
+                }
             }
         }
-        if (seen > 0 && since >= t->no_improvement_trials) {
+        if (own > 0 && since >= t->no_improvement_trials) {
             out->end = TUNE_END_COMPLETED;
             snprintf(out->reason, sizeof out->reason, "no improvement of %s over the last %d trials", t->metric, since);
             return 0;
@@ -342,8 +356,10 @@ int tune_decide(const tune_view_t *v, tune_plan_t *out)
     }
     int64_t limit = t->max_jobs;
     if (t->strategy == SPEC_TUNE_GRID) {
-        int64_t g = tune_grid_size(t);
+        int64_t g = json_array_size(v->tried) ? tune_space_left(t, v->tried) : tune_grid_size(t);
         limit = g >= 0 && g < limit ? g : limit;
+    } else if (json_array_size(v->tried) && tune_space_left(t, v->tried) == 0) {
+        limit = KILN_MIN(limit, v->next_trial); /* the parents tried every point of the space */
     }
     while (room > 0 && v->next_trial + out->nnew < limit && out->nnew < TUNE_PLAN_MAX) {
         out->nnew++;
@@ -356,10 +372,170 @@ int tune_decide(const tune_view_t *v, tune_plan_t *out)
     if (!waiting && out->npromote == 0 && out->nnew == 0 && v->next_trial >= limit) {
         out->end = TUNE_END_COMPLETED;
         if (best >= 0)
-            snprintf(out->reason, sizeof out->reason, "all %d trial(s) ended; the best is trial %d with %s = %.6g",
-                     v->next_trial, v->trials[best].trial, t->metric, best_v);
+            snprintf(out->reason, sizeof out->reason, "all %d trial(s) ended; the best is %s with %s = %.6g",
+                     v->next_trial, best_name, t->metric, best_v);
         else
             snprintf(out->reason, sizeof out->reason, "all %d trial(s) ended", v->next_trial);
     }
     return 0;
+}
+
+/* ---- warm start ------------------------------------------------------------------------------- */
+
+/* A configuration's text for comparing: its members sorted, numbers as 17 digits (what a value
+ * read back from the database prints as). Caller frees. */
+static char *config_key(const json_t *values)
+{
+    return json_dumps(values, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The tried configurations' keys, sorted, for bsearch. */
+typedef struct tried_set {
+    char **keys;
+    size_t n;
+} tried_set_t;
+
+static void tried_free(tried_set_t *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->keys[i]);
+    free(s->keys);
+    s->keys = NULL;
+    s->n = 0;
+}
+
+static int tried_build(const json_t *tried, tried_set_t *s)
+{
+    s->n = 0;
+    s->keys = calloc(json_array_size(tried) + 1, sizeof *s->keys);
+    if (!s->keys)
+        return KILN_ENOMEM;
+    size_t i;
+    json_t *v;
+    json_array_foreach(tried, i, v) {
+        if (!(s->keys[s->n] = config_key(v))) {
+            tried_free(s);
+            return KILN_ENOMEM;
+        }
+        s->n++;
+    }
+    qsort(s->keys, s->n, sizeof *s->keys, cmp_str);
+    return 0;
+}
+
+/* Whether values is one of s's (false when it cannot be encoded: the caller then finds out). */
+static bool tried_has(const tried_set_t *s, const json_t *values)
+{
+    if (s->n == 0)
+        return false;
+    char *k = config_key(values);
+    bool in = k && bsearch(&k, s->keys, s->n, sizeof *s->keys, cmp_str) != NULL;
+    free(k);
+    return in;
+}
+
+int64_t tune_space_left(const spec_tuning_t *t, const json_t *tried)
+{
+    int64_t size = tune_grid_size(t);
+    if (size < 0)
+        return -1;
+    tried_set_t s;
+    if (tried_build(tried, &s))
+        return -1;
+    /* distinct tried configurations that are points of this grid */
+    int64_t in = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        if (i > 0 && !strcmp(s.keys[i], s.keys[i - 1]))
+            continue;
+        json_t *v = json_loads(s.keys[i], 0, NULL);
+        bool point = json_object_size(v) == (size_t)t->nparams;
+        for (int k = 0; point && k < t->nparams; k++) {
+            const spec_tune_param_t *p = &t->params[k];
+            json_t *x = json_object_get(v, p->name);
+            if (p->type == SPEC_TUNE_CATEGORICAL) {
+                bool found = false;
+                for (size_t m = 0; !found && m < json_array_size(p->values); m++)
+                    found = json_equal(x, json_array_get(p->values, m));
+                point = found;
+            } else {
+                point = json_is_integer(x) && (double)json_integer_value(x) >= p->min &&
+                        (double)json_integer_value(x) <= p->max;
+            }
+        }
+        json_decref(v);
+        in += point;
+    }
+    tried_free(&s);
+    return size - in;
+}
+
+/* Trial n's draw number r (r = 0: tune_trial_values' draw). */
+static json_t *redraw(const spec_tuning_t *t, int trial, int r)
+{
+    uint64_t seed = r == 0 ? t->seed : mix(t->seed ^ mix((uint64_t)r));
+    json_t *out = json_object();
+    for (int i = 0; out && i < t->nparams; i++)
+        json_object_set_new(out, t->params[i].name, tune_param_value(&t->params[i], tune_uniform(seed, trial, i)));
+    return out;
+}
+
+json_t *tune_trial_values_new(const spec_tuning_t *t, int trial, const json_t *tried)
+{
+    if (json_array_size(tried) == 0 || trial < 0)
+        return tune_trial_values(t, trial);
+    tried_set_t s;
+    if (tried_build(tried, &s))
+        return NULL;
+    json_t *out = NULL;
+    int64_t size = tune_grid_size(t);
+    if (t->strategy == SPEC_TUNE_GRID) {
+        /* the trial-th point not tried */
+        int64_t seen = 0;
+        for (int64_t g = 0; g < size && !out; g++) {
+            json_t *v = grid_point(t, g);
+            if (v && !tried_has(&s, v) && seen++ == trial) {
+                out = v;
+                break;
+            }
+            json_decref(v);
+        }
+        tried_free(&s);
+        return out;
+    }
+    for (int r = 0; r <= TUNE_REDRAWS && !out; r++) {
+        json_t *v = redraw(t, trial, r);
+        if (v && !tried_has(&s, v))
+            out = v;
+        else
+            json_decref(v);
+    }
+    if (!out && size > 0) {
+        /* a small space nearly all tried: the first untried point from a drawn offset */
+        int64_t from = (int64_t)(tune_uniform(t->seed, trial, SPEC_TUNE_MAX_PARAMS) * (double)size);
+        for (int64_t k = 0; k < size && !out; k++) {
+            json_t *v = grid_point(t, (from + k) % size);
+            if (v && !tried_has(&s, v))
+                out = v;
+            else
+                json_decref(v);
+        }
+    }
+    tried_free(&s);
+    return out;
+}
+
+int tune_best(const tune_view_t *v)
+{
+    int best = -1;
+    for (int i = 0; i < v->ntrials; i++) {
+        const tune_trial_t *x = &v->trials[i];
+        if (!x->has_objective || x->state == TUNE_TRIAL_FAILED)
+            continue;
+        const tune_trial_t *b = best >= 0 ? &v->trials[best] : NULL;
+        if (!b || better(v->t, x->objective, b->objective) || (x->objective == b->objective && x->parent && !b->parent))
+            best = i;
+    }
+    return best;
 }

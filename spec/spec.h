@@ -302,10 +302,14 @@ int spec_caps_check(const spec_t *s, const char *backend, kiln_err_t *err);
 #define SPEC_TUNE_MAX_VALUES 100   /* values of one categorical parameter */
 #define SPEC_TUNE_MAX_JOBS 1000    /* max_jobs, at most */
 #define SPEC_TUNE_MAX_RUNGS 16     /* hyperband rungs, at most */
+#define SPEC_TUNE_MAX_PARENTS 5    /* warm_start.parents, at most (SageMaker's limit) */
 
 typedef enum { SPEC_TUNE_INTEGER = 1, SPEC_TUNE_CONTINUOUS, SPEC_TUNE_CATEGORICAL } spec_tune_type_t;
 typedef enum { SPEC_TUNE_LINEAR = 0, SPEC_TUNE_LOG, SPEC_TUNE_REVERSE_LOG } spec_tune_scaling_t;
 typedef enum { SPEC_TUNE_RANDOM = 1, SPEC_TUNE_GRID, SPEC_TUNE_HYPERBAND } spec_tune_strategy_t;
+/* warm_start.type: the parents ran the same base job's data and model with the same parameter
+ * names, or (transfer_learning) parameters were added or removed and the base job changed. */
+typedef enum { SPEC_WARM_NONE = 0, SPEC_WARM_IDENTICAL, SPEC_WARM_TRANSFER } spec_warm_type_t;
 
 typedef struct spec_tune_param {
     char name[128];              /* as the request names it ("lr", "model.n_embd") */
@@ -340,11 +344,18 @@ typedef struct spec_tuning {
     bool early_stopping;         /* early_stopping "auto": the median stopping rule (random, grid) */
     int max_failed_trials;       /* failed trials that end the tuning job (default 3) */
     int trial_priority;          /* default: the base job's priority minus 1 */
+    int nparents;                /* warm_start.parents: earlier tuning jobs whose trials are history */
+    char parents[SPEC_TUNE_MAX_PARENTS][40]; /* their ids (UUIDs, lower case, distinct) */
+    spec_warm_type_t warm_type;  /* warm_start.type; SPEC_WARM_NONE without parents */
 } spec_tuning_t;
 
 /* Parses and validates a tuning request (the body of POST /v1/tuning-jobs; the keys name, job,
  * parameters, objective, strategy, hyperband, max_jobs, max_parallel_jobs, seed, completion,
- * early_stopping, max_failed_trials, trial_priority). A bare parameter name means
+ * early_stopping, max_failed_trials, trial_priority, warm_start). warm_start is {"parents": [1 to
+ * SPEC_TUNE_MAX_PARENTS distinct tuning job ids], "type": "identical_data_and_algorithm" |
+ * "transfer_learning"}; what needs the parents themselves (they exist, share the project, have
+ * ended with trials, the same objective) is checked where the submission reads them
+ * (svc_tuning_create). A bare parameter name means
  * hyperparameters.<name> (an engine job's hyperparameters section and a script job's free-form
  * hyperparameters alike); a dotted name is a path in the job spec. KILN_EINVAL with err->field
  * the offending field ("parameters.lr.min", "job.model.n_head", "max_parallel_jobs") otherwise.
@@ -360,6 +371,9 @@ json_t *spec_tuning_to_json(const spec_tuning_t *t);
  * the last rung (max_resource) and stopping.max_steps the first (min_resource): it pauses there. Caller
  * owns the result; NULL when out of memory. */
 json_t *spec_tuning_trial_spec(const spec_tuning_t *t, const json_t *values, const char *name, const json_t *tags);
+/* warm_start.type's name ("identical_data_and_algorithm", "transfer_learning"; "" for none). Static
+ * storage. */
+const char *spec_warm_type_name(spec_warm_type_t w);
 /* The strategy's name ("random", "grid", "hyperband"). Static storage. */
 const char *spec_tune_strategy_name(spec_tune_strategy_t s);
 

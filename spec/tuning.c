@@ -11,9 +11,64 @@
 
 static const char *const k_strategies[] = {"random", "grid", "hyperband", NULL};
 
+static const char *const k_warm_types[] = {"identical_data_and_algorithm", "transfer_learning", NULL};
+
 const char *spec_tune_strategy_name(spec_tune_strategy_t s)
 {
     return s >= SPEC_TUNE_RANDOM && s <= SPEC_TUNE_HYPERBAND ? k_strategies[s - 1] : "";
+}
+
+const char *spec_warm_type_name(spec_warm_type_t w)
+{
+    return w >= SPEC_WARM_IDENTICAL && w <= SPEC_WARM_TRANSFER ? k_warm_types[w - 1] : "";
+}
+
+/* warm_start: {"parents": [ids], "type": ...} into t (the parents' own checks are the service's). */
+static int parse_warm_start(spec_tuning_t *t, const json_t *ws, kiln_err_t *err)
+{
+    static const char *const keys[] = {"parents", "type", NULL};
+    static const char *const hint = "give {\"parents\": [\"<tuning job id>\"], \"type\": "
+                                    "\"identical_data_and_algorithm\" or \"transfer_learning\"}";
+    rd_t r = {err, "warm_start"};
+    int rc = rd_known_keys(&r, ws, keys);
+    if (rc)
+        return rc;
+    const json_t *parents = json_object_get(ws, "parents");
+    if (!json_is_array(parents) || json_array_size(parents) == 0 || json_array_size(parents) > SPEC_TUNE_MAX_PARENTS)
+        return invalid(err, "warm_start.parents", hint, "warm_start.parents must be a list of 1 to %d tuning job ids",
+                       SPEC_TUNE_MAX_PARENTS);
+    size_t i;
+    json_t *v;
+    json_array_foreach(parents, i, v) {
+        char f[48];
+        snprintf(f, sizeof f, "warm_start.parents[%zu]", i);
+        const char *id = json_string_value(v);
+        bool uuid = id && strlen(id) == 36;
+        for (int k = 0; uuid && k < 36; k++)
+            uuid = (k == 8 || k == 13 || k == 18 || k == 23) ? id[k] == '-' : strchr("0123456789abcdefABCDEF", id[k]) != NULL;
+        if (!uuid)
+            return invalid(err, f, "give the id `kiln tune list` shows (GET /v1/tuning-jobs)",
+                           "%s is not a tuning job id", f);
+        char *dst = t->parents[t->nparents];
+        for (int k = 0; k <= 36; k++)
+            dst[k] = (char)(id[k] >= 'A' && id[k] <= 'F' ? id[k] - 'A' + 'a' : id[k]);
+        for (int k = 0; k < t->nparents; k++)
+            if (!strcmp(t->parents[k], dst))
+                return invalid(err, f, "name each parent once", "%s repeats warm_start.parents[%d]", f, k);
+        t->nparents++;
+    }
+    char type[40] = "";
+    if ((rc = rd_string(&r, ws, "type", type, sizeof type)))
+        return rc;
+    for (int k = 0; k_warm_types[k]; k++)
+        if (!strcmp(type, k_warm_types[k]))
+            t->warm_type = (spec_warm_type_t)(k + 1);
+    if (!t->warm_type)
+        return invalid(err, "warm_start.type", "\"identical_data_and_algorithm\" (the same base job and parameter "
+                       "names) or \"transfer_learning\" (parameters or the base job changed)",
+                       "warm_start.type must be \"identical_data_and_algorithm\" or \"transfer_learning\"%s%s%s",
+                       type[0] ? " (got \"" : "", type, type[0] ? "\")" : "");
+    return 0;
 }
 
 void spec_tuning_deinit(spec_tuning_t *t)
@@ -264,7 +319,7 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
 {
     static const char *const keys[] = {"name", "job", "parameters", "objective", "strategy", "hyperband", "max_jobs",
                                        "max_parallel_jobs", "seed", "completion", "early_stopping",
-                                       "max_failed_trials", "trial_priority", NULL};
+                                       "max_failed_trials", "trial_priority", "warm_start", NULL};
     static const char *const obj_keys[] = {"metric", "goal", NULL};
     static const char *const hb_keys[] = {"min_resource", "max_resource", "reduction_factor", "brackets", NULL};
     static const char *const done_keys[] = {"target_objective", "no_improvement_trials", NULL};
@@ -275,7 +330,7 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
                        "the tuning job must be a JSON object");
     rd_t r = {err, ""};
     int rc;
-    const json_t *job, *params, *objective, *hb, *done;
+    const json_t *job, *params, *objective, *hb, *done, *ws;
     spec_t base;
     bool parsed = false;
     kiln_strlcpy(out->name, "tuning", sizeof out->name);
@@ -287,7 +342,7 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
     if ((rc = rd_known_keys(&r, in, keys)) || (rc = rd_string(&r, in, "name", out->name, sizeof out->name)) ||
         (rc = rd_object(&r, in, "job", &job)) || (rc = rd_object(&r, in, "parameters", &params)) ||
         (rc = rd_object(&r, in, "objective", &objective)) || (rc = rd_object(&r, in, "hyperband", &hb)) ||
-        (rc = rd_object(&r, in, "completion", &done)))
+        (rc = rd_object(&r, in, "completion", &done)) || (rc = rd_object(&r, in, "warm_start", &ws)))
         goto fail;
     if (!out->name[0] || strspn(out->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != strlen(out->name)) {
         rc = invalid(err, "name", "use letters, digits, '-', '_' and '.'",
@@ -494,6 +549,8 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
                 }
         }
     }
+    if (ws && (rc = parse_warm_start(out, ws, err)))
+        goto fail;
     if (out->strategy == SPEC_TUNE_GRID) {
         double size = 1;
         for (int i = 0; i < out->nparams; i++) {
@@ -558,6 +615,13 @@ json_t *spec_tuning_to_json(const spec_tuning_t *t)
     if (t->no_improvement_trials)
         json_object_set_new(done, "no_improvement_trials", json_integer(t->no_improvement_trials));
     json_object_set_new(out, "completion", done);
+    if (t->nparents > 0) {
+        json_t *parents = json_array();
+        for (int i = 0; i < t->nparents; i++)
+            json_array_append_new(parents, json_string(t->parents[i]));
+        json_object_set_new(out, "warm_start",
+                            json_pack("{s:o, s:s}", "parents", parents, "type", spec_warm_type_name(t->warm_type)));
+    }
     return out;
 }
 

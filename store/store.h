@@ -885,7 +885,10 @@ int store_tuning_trials_json(store_conn_t *c, const char *id, json_t **out, kiln
 /* *out = its events, oldest first: [{"seq", "time", "from_state", "to_state", "reason", "actor"}]. */
 int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 /* *out = the tuning jobs of projects (a text[] literal; NULL: every project), newest first, at
- * most limit, each with "trial_count". */
+ * most limit, each with "trial_count", "trials_done" (jobs ended COMPLETED, FAILED or STOPPED),
+ * "trials_running" (jobs not ended nor PAUSED at a rung) and "best" ({"job_id", "objective"}: the
+ * best objective of a trial that did not fail, its warm start parents' trials included; null when
+ * none), all in one query. */
 int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, json_t **out, kiln_err_t *err);
 /* The RUNNING and STOPPING tuning jobs, oldest first. Caller frees *ids. */
 int store_tuning_active(store_conn_t *c, char (**ids)[STORE_ID_LEN], int *n, kiln_err_t *err);

@@ -137,14 +137,51 @@ int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, jso
     snprintf(lim, sizeof lim, "%d", limit);
     const char *p[2] = {projects, lim};
     PGresult *r = NULL;
+    /* one query: each tuning job's trial counts by state and its best trial, over its own trials
+     * and its warm start parents' (the parents' first on a tie, as the service's tune_best) */
     int rc = store_q(c, "list tuning jobs",
-                     "SELECT " TUNING_JSON ", (SELECT count(*) FROM tuning_trials x WHERE x.tuning_id = t.id)"
-                     " FROM tuning_jobs t WHERE $1::text[] IS NULL OR t.project = ANY($1::text[])"
+                     "SELECT " TUNING_JSON ", n.total, n.done, n.running,"
+                     " CASE WHEN b.job_id IS NULL THEN NULL ELSE json_build_object('job_id', b.job_id, 'objective',"
+                     "  b.obj)::text END"
+                     " FROM tuning_jobs t"
+                     " CROSS JOIN LATERAL (SELECT count(*) AS total,"
+                     "  count(*) FILTER (WHERE j.state IN ('COMPLETED', 'FAILED', 'STOPPED')) AS done,"
+                     "  count(*) FILTER (WHERE j.state NOT IN ('COMPLETED', 'FAILED', 'STOPPED', 'PAUSED')) AS running"
+                     "  FROM tuning_trials x JOIN jobs j ON j.id = x.job_id WHERE x.tuning_id = t.id) n"
+                     " LEFT JOIN LATERAL (SELECT x.job_id, (j.metrics->>(t.spec->'objective'->>'metric'))::float8 AS obj,"
+                     "  x.tuning_id <> t.id AS from_parent"
+                     "  FROM tuning_trials x JOIN jobs j ON j.id = x.job_id"
+                     "  WHERE (x.tuning_id = t.id OR x.tuning_id::text IN"
+                     "   (SELECT jsonb_array_elements_text(coalesce(t.spec->'warm_start'->'parents', '[]'::jsonb))))"
+                     "   AND j.state <> 'FAILED'"
+                     "   AND jsonb_typeof(j.metrics->(t.spec->'objective'->>'metric')) = 'number'"
+                     "  ORDER BY CASE WHEN t.spec->'objective'->>'goal' = 'maximize'"
+                     "   THEN -(j.metrics->>(t.spec->'objective'->>'metric'))::float8"
+                     "   ELSE (j.metrics->>(t.spec->'objective'->>'metric'))::float8 END,"
+                     "   (x.tuning_id <> t.id) DESC, x.trial LIMIT 1) b ON true"
+                     " WHERE $1::text[] IS NULL OR t.project = ANY($1::text[])"
                      " ORDER BY t.created_at DESC, t.id DESC LIMIT $2::int",
                      2, p, &r, err);
     if (rc)
         return rc;
-    return rows_array(r, true, 1, out, err);
+    json_t *arr = NULL;
+    int rows = PQntuples(r);
+    json_t *extra = json_array();
+    for (int i = 0; extra && i < rows; i++)
+        json_array_append_new(extra, json_pack("{s:I, s:I, s:o}", "trials_done", (json_int_t)store_get_i64(r, i, 2),
+                                               "trials_running", (json_int_t)store_get_i64(r, i, 3), "best",
+                                               PQgetisnull(r, i, 4) ? json_null() : store_get_json(r, i, 4, NULL)));
+    if (!extra) {
+        PQclear(r);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    rc = rows_array(r, true, 1, &arr, err);
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) json_object_update(o, json_array_get(extra, i));
+    json_decref(extra);
+    *out = arr;
+    return rc;
 }
 
 int store_tuning_active(store_conn_t *c, char (**ids)[STORE_ID_LEN], int *n, kiln_err_t *err)

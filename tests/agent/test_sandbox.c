@@ -364,6 +364,42 @@ Test(sandbox, jobs_never_share_a_uid_and_a_jobs_ranks_share_one)
     agent_launcher_destroy(l2);
 }
 
+/* A second agent of this host that records its uids in another --sandbox-state-dir (a
+ * misconfiguration: agents of one host share it) neither takes the first agent's live box for a
+ * dead agent's and kills it when it starts, nor hands out its uid. Both use a uid range and state
+ * dirs of this test's own, so that no other test's box is in their way or they in its. */
+Test(sandbox, an_agent_with_another_state_dir_leaves_a_live_box_alone)
+{
+    char *bin = program("*)\n  echo \"uid=$(id -u)\"\n  sleep 2\n  echo survived;;\n");
+    char bin_copy[PATH_MAX], state[2][PATH_MAX + 16];
+    snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
+    agent_launcher_t *l[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(state[i], sizeof(state[i]), "%s-state%d", dir, i);
+        agent_launcher_config_t cfg = {.train_bin = bin_copy, .work_dir = dir, .slots = 1, .cores = 1,
+                                       .sandbox = {.state_dir = state[i], .uid_lo = 2100000000u,
+                                                   .uid_hi = 2100000015u}};
+        l[i] = lf_launcher_cfg(&cfg); /* the second's start sweeps the host's boxes */
+        if (i == 0) {
+            start(l[0], "first", 1);
+            cr_assert(wait_line("first", "uid=", 20000), "the first job did not start");
+        }
+    }
+    start(l[1], "second", 1);
+    cr_assert(lf_wait_exits(2, 20000), "the jobs did not end");
+    cr_assert(job_line("first", "survived", NULL, 0), "the second agent's start killed the first agent's live box");
+    char u1[64] = "", u2[64] = "";
+    cr_assert(job_line("first", "uid=", u1, sizeof(u1)) && job_line("second", "uid=", u2, sizeof(u2)));
+    cr_assert_str_neq(u1, u2, "both jobs ran as %s", u1);
+    for (int i = 0; i < R.nexits; i++)
+        cr_assert_eq(R.exits[i].code, 0, "job %s exited %d", R.exits[i].job, R.exits[i].code);
+    agent_launcher_destroy(l[1]);
+    agent_launcher_destroy(l[0]);
+    char cmd[2 * PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", state[0], state[1]);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* Two kiln-train ranks of one job in one box: rank 0 picks libfabric's shm provider (every rank
  * on this host, one /dev/shm) and the job trains its steps. */
 Test(sandbox, two_kiln_train_ranks_train_over_shm_in_their_box, .timeout = 180)

@@ -2,7 +2,9 @@
  * leader's scheduler thread): what submission refuses and the field it names, the round trip
  * (create, get, list, stop), seeded trials that repeat, and the ends the controller decides for
  * trials the fixture's worker runs by hand: the objective never reported, too many failures,
- * and every trial done with the best one named. */
+ * and every trial done with the best one named. A warm start draws none of its parent's
+ * configurations, keeps the parent's best until a trial beats it, and its parents are checked
+ * at submission; the list carries each search's trial counts and best. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +129,15 @@ static json_t *wait_tuning(const char *id, bool (*pred)(const json_t *t, void *c
     }
 }
 
-static bool has_trials(const json_t *t, void *ctx) { return json_array_size(json_object_get(t, "trials")) >= (size_t)*(int *)ctx; }
+/* Whether the tuning job has at least *ctx trials of its own (a warm start lists its parents'
+ * after them, each with "parent"). */
+static bool has_trials(const json_t *t, void *ctx)
+{
+    size_t own = 0, i;
+    json_t *tr;
+    json_array_foreach(json_object_get(t, "trials"), i, tr) own += json_object_get(tr, "parent") == NULL;
+    return own >= (size_t)*(int *)ctx;
+}
 static bool in_state(const json_t *t, void *ctx)
 {
     return !strcmp(json_string_value(json_object_get(t, "state")), (const char *)ctx);
@@ -326,4 +336,178 @@ Test(tuning, target_objective_ends_it_early)
     cr_assert_eq(json_array_size(json_object_get(t, "trials")), 1);
     json_decref(t);
     free(id);
+}
+
+/* ---- warm start ------------------------------------------------------------------------------ */
+
+#define WARMUP4 "\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 3}"
+
+/* The configuration text of a trial's parameters, for comparing. Caller frees. */
+static char *config_text(const json_t *tr)
+{
+    return json_dumps(json_object_get(tr, "parameters"), JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+/* The list's entry for tuning job id (caller decrefs). */
+static json_t *listed(const char *id)
+{
+    long st;
+    json_t *list = at_req("GET", "/v1/tuning-jobs", NULL, NULL, &st, NULL);
+    cr_assert_eq(st, 200);
+    size_t i;
+    json_t *o, *found = NULL;
+    json_array_foreach(json_object_get(list, "tuning_jobs"), i, o) if (!strcmp(json_string_value(json_object_get(o, "id")), id))
+        found = json_incref(o);
+    json_decref(list);
+    cr_assert_not_null(found, "tuning job %s is listed", id);
+    return found;
+}
+
+Test(tuning, warm_start_draws_no_parent_configuration_and_keeps_its_best_until_beaten)
+{
+    /* the parent: 2 of the 4 points, best 1.0 */
+    char *parent = create(request(WARMUP4, "\"max_jobs\": 2, \"seed\": 5"));
+    run_trial(parent, 0, "val_loss", 1.0, 0);
+    run_trial(parent, 1, "val_loss", 2.0, 0);
+    json_t *p = wait_tuning(parent, ended, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "state")), "COMPLETED");
+    json_t *ptrials = json_object_get(p, "trials");
+    cr_assert_eq(json_array_size(ptrials), 2);
+    char *tried[2] = {config_text(json_array_get(ptrials, 0)), config_text(json_array_get(ptrials, 1))};
+    const char *parent_best = json_string_value(json_object_get(json_object_get(p, "best"), "job_id"));
+    cr_assert_str_eq(parent_best, json_string_value(json_object_get(json_array_get(ptrials, 0), "job_id")));
+    {
+        json_t *l = listed(parent);
+        cr_assert_eq(json_integer_value(json_object_get(l, "trials_done")), 2);
+        cr_assert_eq(json_integer_value(json_object_get(l, "trials_running")), 0);
+        cr_assert_str_eq(json_string_value(json_object_get(json_object_get(l, "best"), "job_id")), parent_best);
+        json_decref(l);
+    }
+
+    /* the child: the same seed, so without the parent's history its trials would be the parent's */
+    char extra[400];
+    snprintf(extra, sizeof extra, "\"max_jobs\": 2, \"seed\": 5, \"warm_start\": {\"parents\": [\"%s\"],"
+             " \"type\": \"identical_data_and_algorithm\"}", parent);
+    char *child = create(request(WARMUP4, extra));
+    int one = 1;
+    json_t *c = wait_tuning(child, has_trials, &one);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "warm_start"), "type")),
+                     "identical_data_and_algorithm");
+    json_t *best = json_object_get(c, "best");
+    cr_assert_str_eq(json_string_value(json_object_get(best, "job_id")), parent_best, "the parent's best is the best");
+    cr_assert_str_eq(json_string_value(json_object_get(best, "parent")), parent);
+    cr_assert_float_eq(json_number_value(json_object_get(best, "objective")), 1.0, 1e-9);
+    {
+        json_t *l = listed(child);
+        cr_assert_eq(json_integer_value(json_object_get(l, "trials_done")), 0);
+        cr_assert_eq(json_integer_value(json_object_get(l, "trials_running")), 1);
+        cr_assert_str_eq(json_string_value(json_object_get(json_object_get(l, "best"), "job_id")), parent_best);
+        json_decref(l);
+    }
+    json_decref(c);
+    /* a trial worse than the parent's best leaves it best */
+    run_trial(child, 0, "val_loss", 1.5, 0);
+    int two = 2;
+    c = wait_tuning(child, has_trials, &two);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "best"), "job_id")), parent_best);
+    json_decref(c);
+    /* one better beats it */
+    run_trial(child, 1, "val_loss", 0.5, 0);
+    c = wait_tuning(child, ended, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(c, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(c, "reason")));
+    json_t *trials = json_object_get(c, "trials");
+    cr_assert_eq(json_array_size(trials), 4, "its 2 trials, then the parent's 2");
+    for (size_t i = 0; i < 2; i++) {
+        json_t *tr = json_array_get(trials, i);
+        cr_assert_null(json_object_get(tr, "parent"));
+        char *mine = config_text(tr);
+        cr_assert(strcmp(mine, tried[0]) && strcmp(mine, tried[1]), "trial %zu repeats a parent's configuration: %s", i,
+                  mine);
+        free(mine);
+    }
+    for (size_t i = 2; i < 4; i++)
+        cr_assert_str_eq(json_string_value(json_object_get(json_array_get(trials, i), "parent")), parent);
+    best = json_object_get(c, "best");
+    cr_assert_float_eq(json_number_value(json_object_get(best, "objective")), 0.5, 1e-9);
+    cr_assert_str_eq(json_string_value(json_object_get(best, "job_id")),
+                     json_string_value(json_object_get(json_array_get(trials, 1), "job_id")));
+    cr_assert(json_is_null(json_object_get(best, "parent")));
+    {
+        json_t *l = listed(child);
+        cr_assert_eq(json_integer_value(json_object_get(l, "trials_done")), 2);
+        cr_assert_float_eq(json_number_value(json_object_get(json_object_get(l, "best"), "objective")), 0.5, 1e-9);
+        json_decref(l);
+    }
+    json_decref(c);
+    json_decref(p);
+    free(tried[0]);
+    free(tried[1]);
+    free(parent);
+    free(child);
+}
+
+Test(tuning, warm_start_refuses_parents_it_cannot_use_naming_the_field)
+{
+    char body[10000], extra[1200];
+    /* more than 5, not an id, no type: the validator's */
+    snprintf(extra, sizeof extra, "\"warm_start\": {\"parents\": [\"%s\", \"%s\", \"%s\", \"%s\", \"%s\", \"%s\"],"
+             " \"type\": \"transfer_learning\"}", "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002",
+             "00000000-0000-4000-8000-000000000003", "00000000-0000-4000-8000-000000000004",
+             "00000000-0000-4000-8000-000000000005", "00000000-0000-4000-8000-000000000006");
+    refused(request(LR, extra), "warm_start.parents", "1 to 5");
+    refused(request(LR, "\"warm_start\": {\"parents\": [\"lr-sweep\"], \"type\": \"transfer_learning\"}"),
+            "warm_start.parents[0]", "not a tuning job id");
+    refused(request(LR, "\"warm_start\": {\"parents\": [\"00000000-0000-4000-8000-000000000001\"]}"), "warm_start.type",
+            "identical_data_and_algorithm");
+    /* missing */
+    refused(request(LR, "\"warm_start\": {\"parents\": [\"00000000-0000-4000-8000-000000000001\"],"
+                        " \"type\": \"transfer_learning\"}"),
+            "warm_start.parents[0]", "not found");
+    /* still running */
+    char *running = create(request(LR, "\"max_jobs\": 3, \"seed\": 1"));
+    snprintf(extra, sizeof extra, "\"warm_start\": {\"parents\": [\"%s\"], \"type\": \"transfer_learning\"}", running);
+    refused(request(LR, extra), "warm_start.parents[0]", "is RUNNING");
+    /* another objective: an ended parent that minimised train_loss */
+    snprintf(body, sizeof body, "{\"name\": \"other\", \"job\": " BASE_JOB ", \"parameters\": {" LR "},"
+             " \"objective\": {\"metric\": \"train_loss\"}, \"max_jobs\": 1, \"seed\": 2}");
+    char *other = create(body);
+    run_trial(other, 0, "val_loss", 1.0, 0);
+    json_decref(wait_tuning(other, ended, NULL));
+    snprintf(extra, sizeof extra, "\"warm_start\": {\"parents\": [\"%s\", \"%s\"], \"type\": \"transfer_learning\"}",
+             "00000000-0000-4000-8000-000000000009", other);
+    refused(request(LR, extra), "warm_start.parents[0]", "not found");
+    snprintf(extra, sizeof extra, "\"warm_start\": {\"parents\": [\"%s\"], \"type\": \"transfer_learning\"}", other);
+    refused(request(LR, extra), "warm_start.parents[0]", "objective is train_loss (minimize), not val_loss");
+    /* identical_data_and_algorithm: other parameter names */
+    snprintf(body, sizeof body, "{\"name\": \"same\", \"job\": " BASE_JOB ", \"parameters\": {" WARMUP4 "},"
+             " \"objective\": {\"metric\": \"val_loss\"}, \"max_jobs\": 1, \"seed\": 2}");
+    char *same = create(body);
+    run_trial(same, 0, "val_loss", 1.0, 0);
+    json_decref(wait_tuning(same, ended, NULL));
+    snprintf(extra, sizeof extra, "\"warm_start\": {\"parents\": [\"%s\"], \"type\": \"identical_data_and_algorithm\"}",
+             same);
+    refused(request(LR, extra), "warm_start.type", "same names");
+    /* in another project */
+    long st;
+    json_decref(at_req("POST", "/v1/projects", "{\"name\": \"elsewhere\"}", NULL, &st, NULL));
+    cr_assert_eq(st, 201);
+    snprintf(body, sizeof body, "{\"job\": {\"project\": \"elsewhere\", \"model\": {\"type\": \"gpt\", \"n_layer\": 1,"
+             " \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"file:///tmp/kiln-api-test.txt\"},"
+             " \"hyperparameters\": {\"max_steps\": 500}, \"resources\": {\"nodes\": 1, \"slots_per_node\": 1,"
+             " \"slot_type\": \"cpu\"}}, \"parameters\": {" LR "}, \"objective\": {\"metric\": \"val_loss\"}, \"max_jobs\": 1}");
+    char *away = create(body);
+    snprintf(extra, sizeof extra, "\"warm_start\": {\"parents\": [\"%s\"], \"type\": \"transfer_learning\"}", away);
+    refused(request(LR, extra), "warm_start.parents[0]", "in project \\\"elsewhere\\\"");
+    /* transfer_learning takes the parent with other parameters */
+    snprintf(extra, sizeof extra, "\"max_jobs\": 1, \"warm_start\": {\"parents\": [\"%s\"], \"type\": \"transfer_learning\"}",
+             same);
+    char *ok = create(request(LR, extra));
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs WHERE spec->'warm_start'->>'type' = 'transfer_learning'"), 1,
+                 "only the one accepted was stored");
+    free(running);
+    free(other);
+    free(same);
+    free(away);
+    free(ok);
 }

@@ -703,6 +703,20 @@ void e2e_agent_restart(int i)
     cr_assert(c->agents[i] > 0, "could not start kiln-agent %d again", i);
 }
 
+void e2e_agent_restart_on(int i, int replica)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", replica ? e2e_cl->grpc_port1 : e2e_cl->grpc_port);
+    for (int k = 0; k + 1 < 40 && e2e_agent_argv[i][k + 1]; k++)
+        if (!strcmp(e2e_agent_argv[i][k], "--server")) {
+            free(e2e_agent_argv[i][k + 1]);
+            e2e_agent_argv[i][k + 1] = strdup(addr);
+            cr_assert(e2e_agent_argv[i][k + 1], "out of memory");
+            break;
+        }
+    e2e_agent_restart(i);
+}
+
 void e2e_setup_short_watchdog(void)
 {
     e2e_start(0, 1, NULL, E2E_WATCHDOG_S, NULL);

@@ -83,6 +83,8 @@ int e2e_leaders(void);
 /* SIGKILLs agent i (its ranks die with it) and starts it again with the same arguments and work
  * dir, as a supervisor restarting it would. */
 void e2e_agent_restart(int i);
+/* e2e_agent_restart with --server naming replica `replica` (0 or 1) alone, from now on. */
+void e2e_agent_restart_on(int i, int replica);
 /* e2e_setup_replicas on a PostgreSQL of the test's own (scripts/pg.sh), so that it can crash
  * without harming other tests; e2e_pg_crash stops it as a crash would, e2e_pg_resume starts it. */
 void e2e_setup_chaos(void);

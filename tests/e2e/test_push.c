@@ -2,14 +2,20 @@
  * tells the agents to heartbeat only once a minute; a two-node job still reaches RUNNING, and
  * stops when asked, within seconds (kilnd nudges the agents through WatchWork when the
  * assignments, the rendezvous port and the stop orders commit), with one kilnd and with two
- * replicas (the leader schedules; an agent may watch on the other one). */
+ * replicas, the agents watching on the one that does not lead (the leader schedules and commits;
+ * the other hears of it through the database). A burst of work notifications for one worker
+ * comes to its agent as one or two nudges, and a watch that ends is counted in
+ * kiln_grpc_requests_total. */
 #include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/base.h"
+#include "tests/common/harness.h"
 #include "tests/e2e/e2e.h"
 
 /* Far below the minute the next heartbeat is away (the set-up registered the agents, each with a
@@ -55,6 +61,47 @@ static void job_runs_and_stops_before_a_heartbeat(void)
     cr_log_info("stop -> STOPPED in %.2f s", stopped);
 }
 
+/* The value of the sample line name (with its labels, as written) in replica i's /metrics, or -1
+ * when it has none. */
+static double metric(int replica, const char *name)
+{
+    char url[160];
+    snprintf(url, sizeof url, "%s/metrics", replica ? e2e_cl->url1 : e2e_cl->url0);
+    const char *hdrs[] = {"Authorization:", NULL};
+    long st = 0;
+    char *text = NULL;
+    cr_assert_eq(th_http("GET", url, NULL, hdrs, &st, &text, 10000), 0, "GET %s failed", url);
+    cr_assert_eq(st, 200, "GET %s: %ld", url, st);
+    double v = -1;
+    size_t n = strlen(name);
+    for (const char *p = text; p && *p;) {
+        if (!strncmp(p, name, n) && p[n] == ' ') {
+            v = atof(p + n + 1);
+            break;
+        }
+        p = strchr(p, '\n');
+        p = p ? p + 1 : NULL;
+    }
+    free(text);
+    return v;
+}
+
+/* Waits up to timeout_ms until replica i's sample name has the value want; returns the last value. */
+static double metric_wait(int replica, const char *name, double want, long timeout_ms)
+{
+    double v = -1;
+    for (long waited = 0; waited <= timeout_ms; waited += 100) {
+        if ((v = metric(replica, name)) == want)
+            break;
+        usleep(100000);
+    }
+    return v;
+}
+
+#define WATCHES "kiln_grpc_work_watches"
+#define NUDGES "kiln_grpc_work_nudges_total"
+#define WATCH_ENDED "kiln_grpc_requests_total{method=\"/kiln.AgentService/WatchWork\",code=\"cancelled\"}"
+
 Test(e2e_push, work_arrives_before_the_next_heartbeat, .init = e2e_setup_slow_heartbeat, .fini = e2e_teardown,
      .timeout = 180)
 {
@@ -62,10 +109,70 @@ Test(e2e_push, work_arrives_before_the_next_heartbeat, .init = e2e_setup_slow_he
     e2e_pass();
 }
 
-Test(e2e_push, work_arrives_through_either_replica, .init = e2e_setup_replicas_slow_heartbeat,
+/* The agents are restarted knowing only the replica that does not lead, and the test waits until
+ * that replica holds both their watches and the other none: the job's work is then committed by
+ * the leader and reaches the agents only through the other replica's notification listener. */
+Test(e2e_push, work_arrives_through_the_replica_that_does_not_lead, .init = e2e_setup_replicas_slow_heartbeat,
+     .fini = e2e_teardown, .timeout = 240)
+{
+    int leader = e2e_leader(30000);
+    cr_assert_geq(leader, 0, "no replica leads");
+    int other = 1 - leader;
+    for (int i = 0; i < E2E_AGENTS; i++)
+        e2e_agent_restart_on(i, other);
+    double w = metric_wait(other, WATCHES, E2E_AGENTS, 30000);
+    cr_assert_eq(w, E2E_AGENTS, "replica %d (not leading) holds %.0f work watches, not the agents' %d", other, w,
+                 E2E_AGENTS);
+    w = metric_wait(leader, WATCHES, 0, 30000);
+    cr_assert_eq(w, 0, "replica %d (leading) still holds %.0f work watches", leader, w);
+    cr_assert_eq(e2e_leaders(), 1 << leader, "replica %d alone should lead (leaders mask %d)", leader, e2e_leaders());
+    job_runs_and_stops_before_a_heartbeat();
+    cr_assert_eq(e2e_leaders(), 1 << leader, "the lead moved during the test (leaders mask %d)", e2e_leaders());
+    cr_assert_eq(metric(other, WATCHES), E2E_AGENTS, "the agents' watches left replica %d during the test", other);
+    e2e_pass();
+}
+
+/* 200 notifications of work for worker 0, each its own transaction, as fast as the database takes
+ * them: kilnd sends its agent one nudge at once and at most one more each 50 ms, not one each. A
+ * watch the agent's end cuts off is counted as a cancelled WatchWork call. */
+Test(e2e_push, a_burst_of_work_is_one_nudge_and_an_ended_watch_is_counted, .init = e2e_setup_slow_heartbeat,
      .fini = e2e_teardown, .timeout = 180)
 {
-    cr_assert_geq(e2e_leader(30000), 0, "no replica leads");
-    job_runs_and_stops_before_a_heartbeat();
+    cr_assert_eq(metric_wait(0, WATCHES, E2E_AGENTS, 30000), E2E_AGENTS, "the agents hold no watches");
+    PGconn *db = PQconnectdb(e2e_cl->db_url);
+    cr_assert_eq(PQstatus(db), CONNECTION_OK, "%s", PQerrorMessage(db));
+    char q[256];
+    snprintf(q, sizeof q, "NOTIFY kiln_work, '%s'", e2e_cl->worker_id[0]);
+    double before = metric(0, NUDGES);
+    cr_assert_geq(before, E2E_AGENTS, "each watch's first nudge is counted (%.0f)", before);
+    double t0 = now_s();
+    for (int i = 0; i < 200; i++) {
+        PGresult *r = PQexec(db, q);
+        cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(db));
+        PQclear(r);
+    }
+    double burst_ms = (now_s() - t0) * 1000;
+    PQfinish(db);
+    /* the last nudge goes out within 50 ms of the burst's end; wait until the count settles */
+    double after = metric(0, NUDGES), prev = -1;
+    for (int i = 0; i < 100 && after != prev; i++) {
+        usleep(300000);
+        prev = after;
+        after = metric(0, NUDGES);
+    }
+    /* one at once, one per 50 ms of the burst, one after it; kilnd may hear the notifications
+     * spread over up to 250 ms more than the client took to send them (its notify thread reads
+     * them in batches, on a loaded machine late) */
+    double sent = after - before, most = (burst_ms + 250) / 50 + 2;
+    cr_log_info("200 notifications in %.0f ms: %.0f nudges (at most %.0f)", burst_ms, sent, most);
+    cr_assert_geq(sent, 2, "a burst longer than an instant is a nudge at once and one at its end (%.0f)", sent);
+    cr_assert_leq(sent, most, "200 notifications in %.0f ms became %.0f nudges: at most one each 50 ms, so %.0f",
+                  burst_ms, sent, most);
+    double ended = metric(0, WATCH_ENDED);
+    e2e_agent_signal(0, SIGKILL);
+    double now_ended = metric_wait(0, WATCH_ENDED, (ended < 0 ? 0 : ended) + 1, 30000);
+    cr_assert_eq(now_ended, (ended < 0 ? 0 : ended) + 1, "the killed agent's watch was not counted as a cancelled "
+                 "WatchWork call (%.0f before, %.0f now)", ended, now_ended);
+    cr_assert_eq(metric_wait(0, WATCHES, E2E_AGENTS - 1, 30000), E2E_AGENTS - 1, "the killed agent's watch is held");
     e2e_pass();
 }

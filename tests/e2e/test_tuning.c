@@ -1,7 +1,8 @@
 /* test_tuning.c - a tuning job end to end: the `kiln tune` CLI against a real kilnd and two real
  * agents training tiny GPT trials. A seeded random search run twice gives the same trials, each
  * trained the same (the same val_loss), the second time round as the first; describe prints the
- * trials table and the best trial. With script trials (a shell script in a data root whose loss
+ * trials table and the best trial; a third, warm-started from the first with the same seed, draws
+ * none of its trials and describe shows the parent. With script trials (a shell script in a data root whose loss
  * is its hyperparameter): early_stopping "auto" stops the trial worse than the median, and a
  * search whose kilnd is SIGKILLed mid-flight carries on after the restart with the same trials.
  * Trials are preemptible work: an ordinary job submitted to a cluster full of them preempts one,
@@ -168,6 +169,31 @@ Test(e2e_tuning, seeded_random_search_repeats_through_the_cli, .init = e2e_setup
     cr_assert(strstr(out, first) && strstr(out, second), "%s", out);
     free(out);
     free(err);
+    /* warm-started from the first: one more trial; the first's trials are its history */
+    {
+        json_t *req = json_loads(body, 0, NULL);
+        json_object_set_new(req, "max_jobs", json_integer(1));
+        json_object_set_new(req, "max_parallel_jobs", json_integer(1));
+        json_object_set_new(req, "warm_start", json_pack("{s:[s], s:s}", "parents", first, "type",
+                                                         "identical_data_and_algorithm"));
+        cr_assert_eq(json_dump_file(req, file, 0), 0);
+        json_decref(req);
+    }
+    char *third = submit(file);
+    json_t *c = wait_ended(third, 200000);
+    cr_assert_str_eq(e2e_jstr(c, "state"), "COMPLETED", "%s", e2e_dump(c));
+    cr_assert_eq(json_array_size(json_object_get(c, "trials")), 4, "its trial, then its parent's 3: %s", e2e_dump(c));
+    for (size_t i = 1; i < 4; i++)
+        cr_assert(!json_equal(json_object_get(json_array_get(json_object_get(c, "trials"), 0), "parameters"),
+                              json_object_get(json_array_get(ta, i - 1), "parameters")),
+                  "the same seed, yet not the parent's trial %zu", i - 1);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", third, NULL), 0, "%s", err);
+    cr_assert(strstr(out, "warm start: identical_data_and_algorithm") && strstr(out, first) &&
+              strstr(out, "(3 trial(s))"), "describe shows the parent: %s", out);
+    free(out);
+    free(err);
+    json_decref(c);
+    free(third);
     cr_assert_eq(e2e_kiln(&out, &err, "tune", "stop", first, NULL), 5, "a completed search stops no more (409: exit 5): %s", out);
     cr_assert(strstr(err, "COMPLETED"), "%s", err);
     free(out);

@@ -177,6 +177,25 @@ class Offline(unittest.TestCase):
                                          complete_on_convergence=True)).spec()
         self.assertEqual(cm.exception.field, "completion_criteria_config.complete_on_convergence")
 
+    def test_tuner_warm_start(self):
+        client = kiln.Client("http://127.0.0.1:1")
+        est = kiln.Estimator(model={"type": "gpt"}, data="/d/train.txt", client=client)
+        a, b = "00000000-0000-4000-8000-00000000000b", "00000000-0000-4000-8000-00000000000a"
+        ws = kiln.WarmStartConfig(kiln.WarmStartTypes.IDENTICAL_DATA_AND_ALGORITHM, parents={a, b})
+        tuner = kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(1e-4, 1e-2)},
+                                         warm_start_config=ws)
+        self.assertEqual(tuner.spec()["warm_start"], {"parents": [b, a], "type": "identical_data_and_algorithm"})
+        # kiln's names, a list's order kept, a repeat once
+        ws2 = kiln.WarmStartConfig("transfer_learning", [a, b, a])
+        self.assertEqual(ws2.to_json(), {"parents": [a, b], "type": "transfer_learning"})
+        self.assertEqual(kiln.WarmStartConfig.from_json(ws2.to_json()), ws2)
+        self.assertIsNone(kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(0.1, 0.2)})
+                          .spec().get("warm_start"))
+        for bad, field in ((("Bayesian", [a]), "warm_start_type"), ((kiln.WarmStartTypes.TRANSFER_LEARNING, [7]), "parents")):
+            with self.assertRaises(kiln.KilnError) as cm:
+                kiln.WarmStartConfig(*bad)
+            self.assertEqual((cm.exception.code, cm.exception.field), ("invalid_argument", field))
+
     def test_instance_type(self):
         client = kiln.Client("http://127.0.0.1:1")
         self.assertEqual(kiln.Estimator(model={"type": "gpt"}, instance_type="gpu", client=client).resources,

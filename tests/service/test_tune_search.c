@@ -414,3 +414,183 @@ Test(tune_search, median_rule_stops_a_running_trial_worse_than_the_completed_med
     cr_assert_eq(p.best, 3, "a trial stopped early keeps its objective and can be the best");
     spec_tuning_deinit(&t);
 }
+
+/* ---- warm start: the parents' trials as history ---------------------------------------------- */
+
+Test(tune_search, warm_start_never_redraws_a_parents_configuration)
+{
+    spec_tuning_t t;
+    parse(&t, "\"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32, 64]},"
+              " \"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 1}",
+          "\"seed\": 4, \"max_jobs\": 6");
+    cr_assert_eq(tune_space_left(&t, NULL), 6);
+    /* a parent tried four of the six points (one twice) and one outside this space */
+    json_t *tried = json_loads("[{\"model.n_embd\": 16, \"warmup_steps\": 0}, {\"model.n_embd\": 32, \"warmup_steps\": 1},"
+                               " {\"model.n_embd\": 64, \"warmup_steps\": 0}, {\"model.n_embd\": 16, \"warmup_steps\": 1},"
+                               " {\"model.n_embd\": 16, \"warmup_steps\": 0}, {\"model.n_embd\": 128, \"warmup_steps\": 0}]",
+                               0, NULL);
+    cr_assert_not_null(tried);
+    cr_assert_eq(tune_space_left(&t, tried), 2);
+    for (int n = 0; n < 40; n++) {
+        json_t *v = tune_trial_values_new(&t, n, tried);
+        cr_assert_not_null(v, "trial %d has an untried point", n);
+        json_int_t e = json_integer_value(json_object_get(v, "model.n_embd")),
+                   w = json_integer_value(json_object_get(v, "warmup_steps"));
+        cr_assert((e == 32 && w == 0) || (e == 64 && w == 1), "trial %d drew a parent's point: %lld, %lld", n,
+                  (long long)e, (long long)w);
+        json_t *again = tune_trial_values_new(&t, n, tried);
+        cr_assert(json_equal(v, again), "the same trial draws the same");
+        json_decref(again);
+        json_decref(v);
+    }
+    /* without parents: trial n's values as before */
+    json_t *a = tune_trial_values_new(&t, 3, NULL), *b = tune_trial_values(&t, 3);
+    cr_assert(json_equal(a, b));
+    json_decref(a);
+    json_decref(b);
+    spec_tuning_deinit(&t);
+
+    /* grid skips the points a parent tried, and its end comes sooner */
+    parse(&t, "\"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32, 64]},"
+              " \"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 1}",
+          "\"strategy\": \"grid\", \"max_jobs\": 6");
+    char seen[2][64];
+    for (int n = 0; n < 2; n++) {
+        json_t *v = tune_trial_values_new(&t, n, tried);
+        cr_assert_not_null(v);
+        char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+        snprintf(seen[n], sizeof seen[n], "%s", s);
+        free(s);
+        json_decref(v);
+    }
+    cr_assert_str_eq(seen[0], "{\"model.n_embd\":32,\"warmup_steps\":0}");
+    cr_assert_str_eq(seen[1], "{\"model.n_embd\":64,\"warmup_steps\":1}");
+    cr_assert_null(tune_trial_values_new(&t, 2, tried), "two points were left");
+    tune_view_t v = {.t = &t, .trials = NULL, .ntrials = 0, .next_trial = 0, .tried = tried};
+    tune_plan_t p;
+    t.max_parallel_jobs = 6;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nnew, 2, "grid: only the untried points are trials");
+    spec_tuning_deinit(&t);
+
+    /* a random search whose parents tried the whole space starts nothing and ends */
+    parse(&t, "\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 1}", "\"max_jobs\": 4");
+    json_t *all = json_loads("[{\"warmup_steps\": 0}, {\"warmup_steps\": 1}]", 0, NULL);
+    v = (tune_view_t){.t = &t, .trials = NULL, .ntrials = 0, .next_trial = 0, .tried = all};
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nnew, 0);
+    cr_assert_eq(p.end, TUNE_END_COMPLETED, "%s", p.reason);
+    json_decref(all);
+    json_decref(tried);
+    spec_tuning_deinit(&t);
+}
+
+Test(tune_search, warm_start_parents_trials_are_history_not_this_jobs)
+{
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"max_jobs\": 4, \"max_parallel_jobs\": 2, \"max_failed_trials\": 2,"
+          " \"completion\": {\"no_improvement_trials\": 2}");
+    const char *P = "7d1b8a44-0000-4000-8000-000000000001";
+    tune_trial_t tr[6];
+    /* the parent's trials: its best 1.0, two failures, one without the objective */
+    tr[0] = trial(0, TUNE_TRIAL_COMPLETED, true, 1.0);
+    tr[1] = trial(1, TUNE_TRIAL_FAILED, false, 0);
+    tr[2] = trial(2, TUNE_TRIAL_FAILED, false, 0);
+    tr[3] = trial(3, TUNE_TRIAL_COMPLETED, false, 0);
+    for (int i = 0; i < 4; i++)
+        tr[i].parent = P;
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 4, .next_trial = 0};
+    tune_plan_t p;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_NONE, "a parent's failures and missing objective are not this job's: %s", p.reason);
+    cr_assert_eq(p.nnew, 2, "the parent's trials take no slot");
+    cr_assert_eq(p.best, 0, "the parent's best is the best before any trial");
+    cr_assert_eq(tune_best(&v), 0);
+    /* a trial that ties does not beat it; one that is better does */
+    tune_trial_t own[6];
+    own[0] = trial(0, TUNE_TRIAL_COMPLETED, true, 1.0);
+    memcpy(&own[1], tr, sizeof tr[0] * 4);
+    v.trials = own;
+    v.ntrials = 5;
+    v.next_trial = 1;
+    cr_assert_eq(tune_best(&v), 1, "a tie keeps the parent's best");
+    own[0].objective = 0.5;
+    cr_assert_eq(tune_best(&v), 0, "beaten");
+    /* no_improvement_trials counts this job's trials against the parent's bar */
+    own[0].objective = 1.5;
+    own[5] = trial(1, TUNE_TRIAL_COMPLETED, true, 1.2);
+    /* order: own trials first as tune.c builds the view */
+    tune_trial_t ord[6] = {own[0], own[5], own[1], own[2], own[3], own[4]};
+    v.trials = ord;
+    v.ntrials = 6;
+    v.next_trial = 2;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_COMPLETED, "two own trials worse than the parent's 1.0: %s", p.reason);
+    cr_assert(strstr(p.reason, "no improvement") && strstr(p.reason, "last 2"), "%s", p.reason);
+    ord[1].objective = 0.8;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_NONE, "one beat the parent: %s", p.reason);
+    cr_assert_eq(p.best, 1);
+    spec_tuning_deinit(&t);
+
+    /* the target: a parent's trial that reached it ends the search at once, naming it */
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"completion\": {\"target_objective\": 1.0}");
+    v = (tune_view_t){.t = &t, .trials = tr, .ntrials = 4, .next_trial = 0};
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_COMPLETED);
+    cr_assert(strstr(p.reason, "trial 0 of tuning job 7d1b8a44"), "%s", p.reason);
+    spec_tuning_deinit(&t);
+}
+
+Test(tune_search, warm_start_median_rule_and_hyperband_rank_against_the_parents)
+{
+    spec_tuning_t t;
+    const char *P = "7d1b8a44-0000-4000-8000-000000000001";
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"max_jobs\": 10, \"max_parallel_jobs\": 2, \"early_stopping\": \"auto\"");
+    /* three completed trials of the parent (median of the running averages up to step 30: 3.0) */
+    static const double c0[] = {5, 4, 3}, c1[] = {3, 3, 3}, c2[] = {2, 2, 2}, bad[] = {4, 3.5, 3.2};
+    tune_trial_t tr[4];
+    tr[0] = trial(0, TUNE_TRIAL_ACTIVE, true, 3.2);
+    curve(&tr[0], bad, 3, 100);
+    tr[1] = trial(0, TUNE_TRIAL_COMPLETED, true, 3);
+    tr[2] = trial(1, TUNE_TRIAL_COMPLETED, true, 3);
+    tr[3] = trial(2, TUNE_TRIAL_COMPLETED, true, 2);
+    curve(&tr[1], c0, 3, 100);
+    curve(&tr[2], c1, 3, 100);
+    curve(&tr[3], c2, 3, 100);
+    for (int i = 1; i < 4; i++)
+        tr[i].parent = P;
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 4, .next_trial = 1};
+    tune_plan_t p;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.nstop, 1, "the parent's completed trials are the median's history");
+    cr_assert_eq(p.stop[0].index, 0);
+    cr_assert_eq(p.stop[0].history, 3);
+    spec_tuning_deinit(&t);
+
+    /* hyperband: a new trial at rung 0 ranks against the parent's rung results */
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 900,"
+          " \"reduction_factor\": 3}, \"max_jobs\": 30, \"max_parallel_jobs\": 2");
+    tune_trial_t hb[3];
+    hb[0] = trial(0, TUNE_TRIAL_PAUSED, true, 0);
+    hb[0].nrungs = 1;
+    hb[0].rung_objective[0] = 2.0;
+    hb[1] = trial(0, TUNE_TRIAL_COMPLETED, true, 1.0);
+    hb[2] = trial(1, TUNE_TRIAL_COMPLETED, true, 1.0);
+    hb[1].nrungs = hb[2].nrungs = 1;
+    hb[1].rung_objective[0] = 3.0;
+    hb[2].rung_objective[0] = 2.5;
+    hb[1].parent = hb[2].parent = P;
+    v = (tune_view_t){.t = &t, .trials = hb, .ntrials = 3, .next_trial = 1};
+    tune_decide(&v, &p);
+    cr_assert_eq(p.npromote, 1, "the best of 3 at rung 0 (two of them the parent's) is promoted at once");
+    cr_assert_eq(p.promote[0], 0);
+    hb[0].rung_objective[0] = 2.7;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.npromote, 0, "the parent's 2.5 ranks above it");
+    spec_tuning_deinit(&t);
+}

@@ -648,7 +648,7 @@ describe('web UI', { concurrency: false }, () => {
     assert.equal(await page.getAttribute('#trial-of a', 'href'), `#/tuning/${sweep.id}`);
     // the list: both searches, with their trials done and the best objective
     await page.locator('nav a', { hasText: 'Tuning' }).click();
-    await page.waitForSelector(`main[data-detailed="true"] table.tunings tr[data-id="${sweep.id}"]`);
+    await page.waitForSelector(`main[data-loaded="true"] table.tunings tr[data-id="${sweep.id}"]`);
     const row = page.locator(`table.tunings tr[data-id="${sweep.id}"]`);
     assert.match(await row.textContent(), /ui-sweep.*COMPLETED.*random.*3 \/ 3.*val_loss \(minimize\)/);
     assert.equal(await row.locator('td.c-best a').getAttribute('href'), `#/jobs/${done.best.job_id}`);

@@ -113,7 +113,9 @@ export interface TuningTrial {
   rung: number;
   state: string; // its job's state
   rungs?: { rung: number; steps: number; objective: number }[]; // hyperband: the rungs it finished
+  parent?: string; // warm start: the parent tuning job whose trial this is (history), absent for its own
 }
+export interface TuningWarmStart { parents: string[]; type: 'identical_data_and_algorithm' | 'transfer_learning' }
 export interface TuningJob {
   id: string;
   name: string;
@@ -128,7 +130,11 @@ export interface TuningJob {
   // the request as kilnd normalised it (scalings resolved): GET /v1/tuning-jobs/{id} only
   spec?: { parameters?: Record<string, TuningParameter>; hyperband?: { min_resource: number; max_resource: number; reduction_factor: number; brackets?: number }; [k: string]: any };
   trials?: TuningTrial[];
-  best?: { job_id: string; objective: number; parameters: Record<string, number | string | boolean> } | null;
+  // the list's best has job_id and objective only; parent: the warm start parent whose trial it is
+  best?: { job_id: string; objective: number; parameters?: Record<string, number | string | boolean>; parent?: string | null } | null;
+  warm_start?: TuningWarmStart | null;
+  trials_done?: number; // the list's: trials whose jobs ended
+  trials_running?: number; // the list's: trials whose jobs have not ended (not paused at a rung)
   events?: (Omit<JobEvent, 'attempt'> & { attempt?: number })[];
   trial_count?: number; // the list's: how many trials it has submitted
   submitted_by: string;

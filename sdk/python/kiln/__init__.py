@@ -37,7 +37,8 @@ from .errors import JobFailedError, KilnError
 from .estimator import INSTANCE_TYPES, Estimator
 from .metrics import log_metrics
 from .tuner import (CategoricalParameter, ContinuousParameter, HyperbandStrategyConfig, HyperparameterTuner,
-                    IntegerParameter, ParameterRange, StrategyConfig, TuningJobCompletionCriteriaConfig)
+                    IntegerParameter, ParameterRange, StrategyConfig, TuningJobCompletionCriteriaConfig, WarmStartConfig,
+                    WarmStartTypes)
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Job", "LogLine", "Artifact", "CheckpointFile", "Checkpoints", "ModelData", "MetricPoint", "METRIC_COLUMNS", "Estimator",
@@ -45,4 +46,4 @@ __all__ = ["Client", "Job", "LogLine", "Artifact", "CheckpointFile", "Checkpoint
            "parse_sse", "config", "code", "KilnIgnore", "pack_dir", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT", "SCRIPT_MODEL_ARTIFACT",
            "TERMINAL_STATES", "TuningJob", "Trial", "TRIAL_COLUMNS", "TUNING_TERMINAL_STATES", "HyperparameterTuner",
            "ContinuousParameter", "IntegerParameter", "CategoricalParameter", "ParameterRange", "HyperbandStrategyConfig",
-           "StrategyConfig", "TuningJobCompletionCriteriaConfig", "__version__"]
+           "StrategyConfig", "TuningJobCompletionCriteriaConfig", "WarmStartConfig", "WarmStartTypes", "__version__"]

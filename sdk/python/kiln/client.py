@@ -987,7 +987,8 @@ TUNING_TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
 class Trial:
     """One trial of a tuning job: an ordinary job (``job_id``) trained with ``parameters``;
     ``objective`` is its latest value of the objective metric (None before it reports one),
-    ``steps`` the steps it trained, ``rung`` its hyperband rung, ``state`` its job's state."""
+    ``steps`` the steps it trained, ``rung`` its hyperband rung, ``state`` its job's state;
+    ``parent`` the warm start parent tuning job whose trial it is (history), None for its own."""
     trial: int
     job_id: str
     parameters: JSONObject
@@ -995,17 +996,19 @@ class Trial:
     steps: int
     rung: int
     state: str
+    parent: str | None = None
 
     @classmethod
     def from_json(cls, j: Mapping[str, Any]) -> Trial:
         o = j.get("objective")
         return cls(trial=_int(j.get("trial")), job_id=_str(j.get("job_id")), parameters=_obj(j.get("parameters")),
                    objective=float(o) if isinstance(o, (int, float)) and not isinstance(o, bool) else None,
-                   steps=_int(j.get("steps")), rung=_int(j.get("rung")), state=_str(j.get("state")))
+                   steps=_int(j.get("steps")), rung=_int(j.get("rung")), state=_str(j.get("state")),
+                   parent=j["parent"] if isinstance(j.get("parent"), str) else None)
 
 
 #: The columns of TuningJob.dataframe() besides one per parameter.
-TRIAL_COLUMNS = ("trial", "job_id", "objective", "steps", "rung", "state")
+TRIAL_COLUMNS = ("trial", "job_id", "objective", "steps", "rung", "state", "parent")
 
 
 class TuningJob(_Handle):
@@ -1060,7 +1063,7 @@ class TuningJob(_Handle):
         rows: list[JSONObject] = []
         for t in self.trials:
             row: JSONObject = {"trial": t.trial, "job_id": t.job_id, "objective": t.objective, "steps": t.steps,
-                               "rung": t.rung, "state": t.state}
+                               "rung": t.rung, "state": t.state, "parent": t.parent}
             row.update(t.parameters)
             rows.append(row)
         return rows

@@ -14,6 +14,13 @@ trials pause at a rung and resume when promoted). Trials are ordinary kiln jobs.
     tuner.fit(wait=True)
     best = tuner.best_training_job()         # the best trial's kiln.Job
     best.model_data.download("model.bin")     # its trained model
+
+A warm start (SageMaker's WarmStartConfig) continues from earlier tuning jobs: their trials are the
+new search's history, so none of their configurations is tried again and their best stays best
+until a trial beats it:
+
+    again = kiln.HyperparameterTuner(est, "val_loss", ranges, max_jobs=10, warm_start_config=kiln.WarmStartConfig(
+        kiln.WarmStartTypes.IDENTICAL_DATA_AND_ALGORITHM, parents={tuner.latest_tuning_job.id}))
 """
 
 from __future__ import annotations
@@ -133,6 +140,57 @@ class TuningJobCompletionCriteriaConfig:
         return out
 
 
+class WarmStartTypes:
+    """SageMaker's warm start types: the parents ran the same base job (model, data, code) with the
+    same parameter names, or (TransferLearning) parameters were added or removed or the base job
+    changed. kiln's own names ("identical_data_and_algorithm", "transfer_learning") work too."""
+    IDENTICAL_DATA_AND_ALGORITHM = "IdenticalDataAndAlgorithm"
+    TRANSFER_LEARNING = "TransferLearning"
+
+
+_WARM_TYPES = {"identicaldataandalgorithm": "identical_data_and_algorithm", "transferlearning": "transfer_learning"}
+_WARM_TYPES_BACK = {"identical_data_and_algorithm": WarmStartTypes.IDENTICAL_DATA_AND_ALGORITHM,
+                    "transfer_learning": WarmStartTypes.TRANSFER_LEARNING}
+
+
+class WarmStartConfig:
+    """A warm start from 1 to 5 earlier tuning jobs (``parents``: ids, TuningJob objects or tuners
+    that ran one) of the same project, ended with trials and with the same objective."""
+
+    def __init__(self, warm_start_type: str, parents: Sequence[Any] | set[Any] | frozenset[Any]) -> None:
+        t = _WARM_TYPES.get(str(warm_start_type).lower().replace("_", "").replace("-", ""))
+        if t is None:
+            raise KilnError('unknown warm_start_type "%s"' % warm_start_type, code="invalid_argument",
+                            field="warm_start_type",
+                            hint="use WarmStartTypes.IDENTICAL_DATA_AND_ALGORITHM or WarmStartTypes.TRANSFER_LEARNING")
+        ids: list[str] = []
+        for p in parents:
+            if isinstance(p, HyperparameterTuner):
+                p = p._latest()
+            pid = p if isinstance(p, str) else getattr(p, "id", None)
+            if not isinstance(pid, str) or not pid:
+                raise KilnError("a warm start parent is a tuning job id, a TuningJob or a tuner that ran one, "
+                                "not %r" % (p,), code="invalid_argument", field="parents")
+            if pid not in ids:
+                ids.append(pid)
+        self.type = _WARM_TYPES_BACK[t]
+        self.parents: list[str] = sorted(ids) if isinstance(parents, (set, frozenset)) else ids
+
+    def to_json(self) -> JSONObject:
+        return {"parents": list(self.parents),
+                "type": _WARM_TYPES[self.type.lower().replace("_", "")]}
+
+    @classmethod
+    def from_json(cls, j: Mapping[str, Any]) -> WarmStartConfig:
+        return cls(str(j.get("type") or ""), list(cast("list[str]", j.get("parents") or [])))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WarmStartConfig) and (self.type, self.parents) == (other.type, other.parents)
+
+    def __repr__(self) -> str:
+        return "WarmStartConfig(%r, parents=%r)" % (self.type, self.parents)
+
+
 _STRATEGIES = ("random", "grid", "hyperband")
 
 
@@ -155,6 +213,7 @@ class HyperparameterTuner:
       base_tuning_job_name   the tuning job's name
       max_failed_trials, trial_priority  kiln's: failed trials that end the search (default 3),
                              and the trials' priority (default: the base job's minus 1)
+      warm_start_config      WarmStartConfig: earlier tuning jobs whose trials are history
     """
 
     def __init__(self, estimator: Estimator, objective_metric_name: str,
@@ -165,7 +224,8 @@ class HyperparameterTuner:
                  strategy_config: HyperbandStrategyConfig | StrategyConfig | None = None,
                  completion_criteria_config: TuningJobCompletionCriteriaConfig | None = None,
                  early_stopping_type: str = "Off", random_seed: int | None = None,
-                 max_failed_trials: int | None = None, trial_priority: int | None = None) -> None:
+                 max_failed_trials: int | None = None, trial_priority: int | None = None,
+                 warm_start_config: WarmStartConfig | None = None) -> None:
         s = strategy.lower()
         if s not in _STRATEGIES:
             raise KilnError('kiln has no tuning strategy "%s"' % strategy, code="invalid_argument", field="strategy",
@@ -194,6 +254,7 @@ class HyperparameterTuner:
         self.random_seed = random_seed
         self.max_failed_trials = max_failed_trials
         self.trial_priority = trial_priority
+        self.warm_start_config = warm_start_config
         self.latest_tuning_job: TuningJob | None = None
 
     @property
@@ -228,6 +289,8 @@ class HyperparameterTuner:
             spec["max_failed_trials"] = self.max_failed_trials
         if self.trial_priority is not None:
             spec["trial_priority"] = self.trial_priority
+        if self.warm_start_config is not None:
+            spec["warm_start"] = self.warm_start_config.to_json()
         return spec
 
     def fit(self, inputs: str | Mapping[str, Any] | None = None, job_name: str | None = None, wait: bool = True,
@@ -309,6 +372,8 @@ class HyperparameterTuner:
                     early_stopping_type=str(sp.get("early_stopping") or "off"),
                     random_seed=cast("int | None", sp.get("seed")),
                     max_failed_trials=cast("int | None", sp.get("max_failed_trials")),
-                    trial_priority=cast("int | None", sp.get("trial_priority")))
+                    trial_priority=cast("int | None", sp.get("trial_priority")),
+                    warm_start_config=WarmStartConfig.from_json(cast("dict[str, Any]", sp["warm_start"]))
+                    if isinstance(sp.get("warm_start"), dict) else None)
         tuner.latest_tuning_job = t
         return tuner

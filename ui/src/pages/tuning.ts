@@ -58,6 +58,7 @@ export function tuningPage(main: HTMLElement, params: URLSearchParams, path: str
   let alive = true;
   let timer = 0;
   let tj: TuningJob | null = null;
+  let history: TuningTrial[] = []; // a warm start's parents' trials
   let orderBy = params.get('order_by') || DEFAULT_ORDER;
   let chartsKey = '';
   let trialsKey = '';
@@ -118,6 +119,11 @@ export function tuningPage(main: HTMLElement, params: URLSearchParams, path: str
     row('Trials', h('span', { id: 'trial-count' }, `${trialsDone(t) ?? 0} done, ${active} active, of at most ${t.max_jobs}`),
       h('span', { class: 'muted' }, ` (${t.max_parallel_jobs ?? 1} at once)`));
     row('Steps consumed', fmtNum(trials.reduce((a, x) => a + (x.steps || 0), 0)));
+    if (t.warm_start) {
+      row('Warm start', `${t.warm_start.type.replace(/_/g, ' ')} from `, ...t.warm_start.parents.flatMap((p, i) => [
+        i ? ', ' : '', h('a', { href: `#/tuning/${p}`, class: 'warm-parent' }, p.slice(0, 8)),
+        h('span', { class: 'muted' }, ` (${history.filter((x) => x.parent === p).length} trials)`)]));
+    }
     if (t.seed !== undefined) row('Seed', String(t.seed));
     row('Project', t.project);
     if (t.submitted_by) row('Submitted by', t.submitted_by);
@@ -137,9 +143,10 @@ export function tuningPage(main: HTMLElement, params: URLSearchParams, path: str
     best.append(h('p', null,
       h('a', { href: `#/jobs/${b.job_id}`, id: 'best-link' }, tr ? `Trial ${tr.trial}` : b.job_id.slice(0, 8)),
       `: ${t.objective?.metric || 'objective'} `, h('strong', { id: 'best-objective' }, fmtNum(b.objective)),
-      tr ? h('span', { class: 'muted' }, ` after ${fmtNum(tr.steps)} steps`) : null),
+      tr ? h('span', { class: 'muted' }, ` after ${fmtNum(tr.steps)} steps`) : null,
+      b.parent ? h('span', { class: 'muted', id: 'best-parent' }, ` (a trial of warm start parent ${b.parent.slice(0, 8)})`) : null),
       h('table', { class: 'kv', 'aria-label': 'The best trial\'s parameters' },
-        h('tbody', null, ...Object.keys(b.parameters || {}).map((k) => h('tr', null, h('th', { scope: 'row' }, k), h('td', null, fmtNum(b.parameters[k])))))));
+        h('tbody', null, ...Object.entries(b.parameters || {}).map(([k, v]) => h('tr', null, h('th', { scope: 'row' }, k), h('td', null, fmtNum(v)))))));
   }
 
   function renderTrials(t: TuningJob): void {
@@ -263,6 +270,9 @@ export function tuningPage(main: HTMLElement, params: URLSearchParams, path: str
   }
 
   function update(t: TuningJob): void {
+    // a warm start's parents' trials are history: counted in the summary, not this search's own
+    history = (t.trials || []).filter((x) => x.parent);
+    t = { ...t, trials: (t.trials || []).filter((x) => !x.parent) };
     tj = t;
     main.dataset.state = t.state;
     renderHead(t);

@@ -1,8 +1,7 @@
 // tunings.ts - the tuning jobs page (#/tuning?order_by=created desc): the searches of the projects
-// the user can see (GET /v1/tuning-jobs) with their state, strategy, trials finished of the most,
-// best objective so far and age, sortable by any column, the order kept in the URL. The list
-// gives no trial counts by state nor best objective, so each tuning job shown is read
-// (GET /v1/tuning-jobs/{id}) too: an ended one once, a running one on every refresh.
+// the user can see (GET /v1/tuning-jobs) with their state, strategy, trials finished of the most
+// and running, best objective so far and age, sortable by any column, the order kept in the URL.
+// One read a refresh: the list carries each search's trial counts and best.
 import { ApiError, get } from '../api';
 import { clear, compareCells, fmtAge, fmtNum, h, parseOrder, sortHeader, stateBadge, TERMINAL } from '../dom';
 import { setParams, type Cleanup } from '../main';
@@ -10,11 +9,12 @@ import type { TuningJob } from '../types';
 
 const REFRESH_MS = 3000;
 const DEFAULT_ORDER = 'created desc';
-const READ_AT_ONCE = 4;
 
-// A tuning job's trials that ended (COMPLETED, FAILED, STOPPED), or undefined before it is read.
+// A tuning job's trials that ended (COMPLETED, FAILED, STOPPED): the list's count, or its own
+// trials' (a warm start's parents' are history); undefined when neither came.
 export function trialsDone(t: TuningJob): number | undefined {
-  return t.trials ? t.trials.filter((x) => TERMINAL.has(x.state)).length : undefined;
+  if (t.trials_done !== undefined) return t.trials_done;
+  return t.trials ? t.trials.filter((x) => !x.parent && TERMINAL.has(x.state)).length : undefined;
 }
 
 export function objectiveText(t: TuningJob): string {
@@ -30,10 +30,10 @@ const COLS: Col[] = [
   { field: 'project', label: 'Project', firstDesc: false, value: (t) => t.project, cell: (t) => t.project },
   { field: 'strategy', label: 'Strategy', firstDesc: false, value: (t) => t.strategy, cell: (t) => t.strategy },
   { field: 'trials', label: 'Trials done / max', firstDesc: true, value: (t) => trialsDone(t),
-    cell: (t) => `${trialsDone(t) ?? '…'} / ${t.max_jobs}${t.trials && t.trials.length > (trialsDone(t) || 0) ? ` (${t.trials.length - (trialsDone(t) || 0)} active)` : ''}` },
+    cell: (t) => `${trialsDone(t) ?? '…'} / ${t.max_jobs}${t.trials_running ? ` (${t.trials_running} active)` : ''}` },
   { field: 'objective', label: 'Objective', firstDesc: false, value: (t) => t.objective?.metric, cell: objectiveText },
   { field: 'best', label: 'Best', firstDesc: false, value: (t) => t.best?.objective,
-    cell: (t) => (t.best ? h('a', { href: `#/jobs/${t.best.job_id}`, title: 'the best trial\'s job' }, fmtNum(t.best.objective)) : t.trials ? '—' : '…') },
+    cell: (t) => (t.best ? h('a', { href: `#/jobs/${t.best.job_id}`, title: 'the best trial\'s job' }, fmtNum(t.best.objective)) : '—') },
   { field: 'created', label: 'Created', firstDesc: true, value: (t) => t.created_at, cell: (t) => fmtAge(t.created_at) },
 ];
 
@@ -43,7 +43,6 @@ export function tuningsPage(main: HTMLElement, params: URLSearchParams): Cleanup
   let timer = 0;
   let list: TuningJob[] = [];
   let loaded = false;
-  const detail = new Map<string, TuningJob>(); // the full reads, by id
   const status = h('span', { class: 'muted', 'aria-live': 'polite' });
   const errBox = h('p', { class: 'error', role: 'alert' });
   errBox.hidden = true;
@@ -57,7 +56,7 @@ export function tuningsPage(main: HTMLElement, params: URLSearchParams): Cleanup
   let shown = '';
   function render(): void {
     const order = parseOrder(orderBy);
-    const key = JSON.stringify([loaded, orderBy, list, [...detail.values()].map((t) => [t.id, t.state, t.best, trialsDone(t), t.trials?.length])]);
+    const key = JSON.stringify([loaded, orderBy, list]);
     if (key === shown) return; // nothing new: the table (and the focus in it) stays
     shown = key;
     clear(thead);
@@ -66,7 +65,7 @@ export function tuningsPage(main: HTMLElement, params: URLSearchParams): Cleanup
       setParams(new URLSearchParams(orderBy === DEFAULT_ORDER ? '' : `order_by=${encodeURIComponent(orderBy)}`));
       render();
     }))));
-    const rows = list.map((t) => detail.get(t.id) || t);
+    const rows = [...list];
     const col = COLS.find((c) => c.field === order?.field);
     if (col) rows.sort((a, b) => compareCells(col.value(a), col.value(b), order!.desc));
     clear(tbody);
@@ -80,17 +79,6 @@ export function tuningsPage(main: HTMLElement, params: URLSearchParams): Cleanup
     status.textContent = `${rows.length} tuning job${rows.length === 1 ? '' : 's'}`;
   }
 
-  // Reads the tuning jobs that need it (never read, or still running), a few at a time.
-  async function readDetails(): Promise<void> {
-    const todo = list.filter((t) => !detail.has(t.id) || !TERMINAL.has(detail.get(t.id)!.state));
-    for (let i = 0; i < todo.length && alive; i += READ_AT_ONCE) {
-      await Promise.all(todo.slice(i, i + READ_AT_ONCE).map(async (t) => {
-        try { detail.set(t.id, await get<TuningJob>(`/v1/tuning-jobs/${encodeURIComponent(t.id)}`)); } catch { /* shown from the list */ }
-      }));
-      if (alive) render();
-    }
-  }
-
   async function load(): Promise<void> {
     try {
       list = (await get<{ tuning_jobs: TuningJob[] }>('/v1/tuning-jobs')).tuning_jobs;
@@ -99,8 +87,6 @@ export function tuningsPage(main: HTMLElement, params: URLSearchParams): Cleanup
       errBox.hidden = true;
       render();
       main.dataset.loaded = 'true';
-      await readDetails();
-      if (alive) main.dataset.detailed = 'true';
     } catch (e) {
       if (!alive) return;
       errBox.textContent = e instanceof ApiError ? e.message : `kilnd did not answer: ${String(e)}`;
