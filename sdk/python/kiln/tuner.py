@@ -166,7 +166,10 @@ class WarmStartConfig:
         ids: list[str] = []
         for p in parents:
             if isinstance(p, HyperparameterTuner):
-                p = p._latest()
+                if p.latest_tuning_job is None:
+                    raise KilnError("a warm start parent tuner has no tuning job yet: call its fit() first",
+                                    code="failed_precondition", field="parents")
+                p = p.latest_tuning_job
             pid = p if isinstance(p, str) else getattr(p, "id", None)
             if not isinstance(pid, str) or not pid:
                 raise KilnError("a warm start parent is a tuning job id, a TuningJob or a tuner that ran one, "
