@@ -155,7 +155,7 @@ class Offline(unittest.TestCase):
                            "model.n_embd": {"type": "categorical", "values": [32, 64]}},
             "objective": {"metric": "val_acc", "goal": "maximize"}, "strategy": "hyperband", "max_jobs": 9,
             "max_parallel_jobs": 3, "seed": 5, "early_stopping": "off",
-            "hyperband": {"min_resource": 10, "max_resource": 90, "reduction_factor": 3},
+            "hyperband": {"min_resource": 10, "max_resource": 90, "reduction_factor": 3, "brackets": 1},
             "completion": {"target_objective": 0.9, "no_improvement_trials": 4},
             "max_failed_trials": 2, "trial_priority": -5})
         # the defaults leave kilnd's: no goal, no max_jobs, no seed
