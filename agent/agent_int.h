@@ -301,6 +301,7 @@ struct agent {
     char credential[AGENT_SECRET_MAX]; /* kilnd's answer to the last registration, "" if none */
     bool registered;
     start_item_t *starts;        /* assignments for the starter, in order */
+    const start_item_t *starting; /* the one the starter is launching now, or NULL */
     pthread_cond_t start_cv;     /* wakes the starter */
     bool stop_starter;
     pthread_t start_thread;
@@ -341,6 +342,10 @@ void agent_start_enqueue(agent_t *a, const Kiln__Assignment *as, bool fetched);
 void agent_start_cancel(agent_t *a, const char *job_id, int attempt);
 void *agent_start_main(void *arg);                     /* the starter thread (arg: agent_t) */
 void start_item_free(start_item_t *it);                /* accepts NULL */
+/* The ranks of the assignments waiting for the starter or being launched by it, into
+ * out[0..max) (as xfer_list): a heartbeat reports them, so that kilnd does not deliver again an
+ * assignment whose start is only slow. Returns how many there are (may exceed max). */
+size_t agent_start_list(agent_t *a, agent_rank_info_t *out, size_t max);
 void *agent_sender_main(void *arg);                    /* sender.c: the sender thread (arg: agent_t) */
 
 /* ---- the ranks' sandbox (sandbox.c, sandbox_host.c) -------------------------------------------

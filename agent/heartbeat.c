@@ -169,8 +169,10 @@ size_t agent_running(agent_t *a, agent_rank_info_t *v, size_t max)
     size_t ne = ob_pending_exits(&a->ob, ex, KILN_ARRAY_LEN(ex));
     if (ne > KILN_ARRAY_LEN(ex))
         ne = KILN_ARRAY_LEN(ex);
-    /* and those whose exit waits for an upload, or whose start for a fetch */
+    /* and those whose exit waits for an upload, or whose start for a fetch or for the starter */
     size_t nx = xfer_list(a->xfer, ex + ne, KILN_ARRAY_LEN(ex) - ne);
+    ne += KILN_MIN(nx, KILN_ARRAY_LEN(ex) - ne);
+    nx = agent_start_list(a, ex + ne, KILN_ARRAY_LEN(ex) - ne);
     ne += KILN_MIN(nx, KILN_ARRAY_LEN(ex) - ne);
     for (size_t i = 0; i < ne && n < max; i++) {
         bool dup = false;

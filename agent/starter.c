@@ -91,6 +91,23 @@ static bool start_syncs(const Kiln__Assignment *as)
     return false;
 }
 
+size_t agent_start_list(agent_t *a, agent_rank_info_t *out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&a->mu);
+    for (const start_item_t *it = a->starting ? a->starting : a->starts; it;
+         it = it == a->starting ? a->starts : it->next)
+        for (size_t k = 0; k < it->a->n_ranks; k++, n++)
+            if (n < max) {
+                kiln_strlcpy(out[n].job_id, it->a->job_id ? it->a->job_id : "", sizeof(out[n].job_id));
+                out[n].attempt = it->a->attempt;
+                out[n].rank = it->a->ranks[k];
+                out[n].pid = 0;
+            }
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
 void *agent_start_main(void *arg)
 {
     agent_t *a = arg;
@@ -104,10 +121,12 @@ void *agent_start_main(void *arg)
         }
         start_item_t *it = a->starts;
         a->starts = it->next;
+        a->starting = it;
         bool draining = a->draining;
         pthread_mutex_unlock(&a->mu);
         if (draining) {
-            ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down", OB_FAULT_SHUTDOWN, 0);
+            ob_add_status(&a->ob, it->a->job_id, it->a->attempt, false, "the agent is shutting down",
+                          OB_FAULT_SHUTDOWN, 0);
         } else if (xfer_needs_fetch(it->a) && !it->fetched) {
             /* its model, its synced checkpoints first, on a transfer thread */
             xfer_fetch_and_start(a->xfer, it->a);
@@ -128,6 +147,9 @@ void *agent_start_main(void *arg)
             else if (rc && sync)
                 ckpt_sync_forget(a->ckpt, it->a->job_id, it->a->attempt);
         }
+        pthread_mutex_lock(&a->mu);
+        a->starting = NULL; /* launched (the launcher lists it), refused, or with a transfer thread */
+        pthread_mutex_unlock(&a->mu);
         start_item_free(it);
     }
     return NULL;
