@@ -218,7 +218,19 @@ Test(preempt, backfill_runs_a_small_job_while_the_big_one_waits, .init = e2e_set
      .timeout = 300)
 {
     frozen_t first, big, small, blind;
-    submit(&first, "e2e-first", 10000000, 2, NULL, 30);
+    /* the first job is frozen only once kilnd knows its step time (from two metric batches): the
+     * head's reservation, and so any backfill, needs the predicted end of the job it waits for */
+    submit(&first, "e2e-first", 10000000, 2, NULL, 0);
+    for (int64_t until = kiln_mono_us() + 120 * 1000000;;) {
+        json_t *j = job_get(first.id);
+        bool known = json_is_number(json_object_get(json_object_get(j, "progress"), "eta_s"));
+        json_decref(j);
+        if (known)
+            break;
+        cr_assert_lt(kiln_mono_us(), until, "job %s: no step time known after 120 s", first.id);
+        usleep(50000);
+    }
+    json_decref(e2e_freeze_at_step(first.id, 1, 120000, first.ranks, &first.n_ranks));
     submit(&big, "e2e-big", STEPS, 2, NULL, 0);
     json_decref(e2e_wait_state(big.id, "QUEUED", 1000));
     submit(&small, "e2e-small", STEPS, 1, "{\"stopping\": {\"max_runtime_s\": 600}}", 0);
