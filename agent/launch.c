@@ -1230,7 +1230,8 @@ int agent_launcher_start(agent_launcher_t *l, const Kiln__Assignment *a, kiln_er
     prepared = rc == 0;
     t_prep = kiln_mono_us();
     if (rc == 0 && l->sandbox)
-        host_fault = (rc = launch_box(l, a, job_dir, ckpt_dir, resume, rm, &box, err)) != 0;
+        /* a path of the job's that is not there (KILN_ENOTFOUND) is the job's fault, not the host's */
+        host_fault = (rc = launch_box(l, a, job_dir, ckpt_dir, resume, rm, &box, err)) != 0 && rc != KILN_ENOTFOUND;
     t_box = kiln_mono_us();
     free(rm);
     if (agent_metric_defs_init(&defs, a->metric_definitions, a->n_metric_definitions, &derr) != 0) {
