@@ -8,9 +8,10 @@ resumes bit-exactly (e2e_tuning checks both), so its val_loss at a rung is its c
     python3 bench/tune_sim.py curves CURVES_DIR     train what is missing (SEEDS, TRIALS, JOBS)
     python3 bench/tune_sim.py report CURVES_DIR     rung figures and the searches, per seed
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
-MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 12 16 24"),
-BUILD (build). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim draw), so random
-search and hyperband of one seed share their first trials, as in the real bench.
+MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
+BRACKETS (the hyperband bracket counts replayed, e.g. "1 2"; default 1 to one a rung), BUILD
+(build). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim draw), so random search and
+hyperband of one seed share their first trials, as in the real bench.
 """
 import concurrent.futures
 import json
@@ -37,8 +38,13 @@ WARMUP_MAX = int(os.environ.get("WARMUP_MAX", "300"))
 PARALLEL = int(os.environ.get("PARALLEL", "2"))
 RANDOM_TRIALS = [int(k) for k in os.environ.get("RANDOM_TRIALS", "4 8 16 32").split()]
 FULL_K = int(os.environ.get("FULL_K", "8"))
+BRACKETS = [int(b) for b in os.environ.get("BRACKETS", "").split()]
 
-SPACE = tune_space.space(WARMUP_MAX, MAX_R)
+# In the order kilnd draws them: trial n's value of a parameter depends on the parameter's place
+# among them, and kilnd draws from the spec as PostgreSQL's jsonb keeps it (shorter keys first, then
+# bytewise), not in the order the request gave; so tune_sim draw gives the trials kilnd gives.
+SPACE = {k: v for k, v in sorted(tune_space.space(WARMUP_MAX, MAX_R).items(),
+                                 key=lambda kv: (len(kv[0].encode()), kv[0].encode()))}
 
 
 def base_job(eval_every):
@@ -182,6 +188,18 @@ def spearman(a, b):
     return 1 - 6 * sum((p - q) ** 2 for p, q in zip(ra, rb)) / (n * (n * n - 1)) if n > 2 else None
 
 
+def restart_steps(hb):
+    """What a hyperband run's finished segments would have cost had every promoted trial restarted
+    from step 0 instead of resuming: each segment from step r to r' costs r' instead of r' - r."""
+    return sum(x["segments_ending"] * x["steps"] - x["segment_steps"] for x in hb["rungs"]) + hb["steps"]
+
+
+def best_by(curve, steps):
+    """The best of a search's curve ([[steps consumed, best so far], ...]) within steps; None: none yet."""
+    at = [v for s, v in curve if s <= steps]
+    return at[-1] if at else None
+
+
 def steps_to(curve, target):
     for s, v in curve:
         if v <= target + 1e-12:
@@ -192,6 +210,7 @@ def steps_to(curve, target):
 def seed_report(d, seed):
     """One seed's rung figures and searches, as lines of text and a row per RANDOM_TRIALS."""
     rs, pool, lines, rows = rungs(), Pool(d, seed), [], {}
+    brackets = BRACKETS or range(1, len(rs) + 1)
     full = {n: c for n, c in pool.have.items() if c["steps"] and c["steps"][-1] == MAX_R}
     final = [c["values"][-1] for c in full.values()]
     lines.append("-- seed %d: rung val_loss against the final (%d steps) val_loss over its %d full curves:" % (
@@ -210,19 +229,20 @@ def seed_report(d, seed):
         hb_budget = budget if k <= FULL_K else budget // 3
         rnd = pool.run(request(seed, "random", max_jobs=k), budget)
         rbest = rnd["curve"][-1][1]
-        row = {"random": rbest, "full": hb_budget == budget}
-        for b in range(1, len(rs) + 1):
+        row = {"random": rbest, "full": hb_budget == budget, "random_at": best_by(rnd["curve"], hb_budget)}
+        for b in brackets:
             hb = pool.run(request(seed, "hyperband", brackets=b), hb_budget)
-            best_at = [v for st, v in hb["curve"] if st <= hb_budget]
-            row[b] = (steps_to(hb["curve"], rbest), best_at[-1] if best_at else None, hb)
+            row[b] = (steps_to(hb["curve"], rbest), best_by(hb["curve"], hb_budget), hb)
         rows[k] = row
-        lines.append("   random %2d x %d = %5d steps: best %.4f; hyperband run to %d steps:" % (
-            k, MAX_R, budget, rbest, hb_budget))
-        for b in range(1, len(rs) + 1):
+        lines.append("   random %2d x %d = %5d steps: best %.4f (%.4f by %d steps); hyperband run to %d steps:" % (
+            k, MAX_R, budget, rbest, row["random_at"], hb_budget, hb_budget))
+        for b in brackets:
             s2, bb, hb = row[b]
             lines.append("     %d bracket(s): reaches random's best at %s steps (%s), best %s, %d trials by bracket %s; "
+                         "restarting promoted trials: %d steps for its %d (%.2fx); "
                          "per rung: %s" % (b, s2, "%.2fx" % (s2 / budget) if s2 else "not within %d" % hb_budget,
                                            "%.4f" % bb if bb else "-", hb["trials"], hb["trials_by_bracket"],
+                                           restart_steps(hb), hb["steps"], restart_steps(hb) / hb["steps"],
                                            ", ".join("%d: %d segments %d steps" % (
                                                x["steps"], x["segments_ending"], x["segment_steps"])
                                                for x in hb["rungs"])))
@@ -240,18 +260,20 @@ def report(d):
     for lines, _ in results:
         print("\n".join(lines), flush=True)
     print("== medians over the seeds: steps hyperband took to reach random's best as a fraction of random's "
-          "(the target: <= 0.33; inf: not within what it ran), its best at random's budget, and on how many seeds "
-          "that best beats random's")
+          "(the target: <= 0.33; inf: not within what it ran), its best at the steps it ran to, on how many seeds "
+          "that best beats random's (its final, or its best by those steps when hyperband ran to a third), and "
+          "what restarting promoted trials from step 0 would cost against resuming them")
     for k in RANDOM_TRIALS:
         rows = [r[k] for _, r in results]
         line = "   random %2d trials: random best %.4f" % (k, statistics.median(r["random"] for r in rows))
-        for b in range(1, len(rs) + 1):
+        for b in BRACKETS or range(1, len(rs) + 1):
             fr = [r[b][0] / (k * MAX_R) if r[b][0] else float("inf") for r in rows]
             line += " | %d bracket(s): %s" % (b, "%.2f" % statistics.median(fr))
-            if rows[0]["full"]:
-                bests = [r[b][1] for r in rows if r[b][1]]
-                line += ", best %.4f, beats random %d/%d" % (statistics.median(bests), sum(
-                    1 for r in rows if r[b][1] is not None and r[b][1] < r["random"]), len(rows))
+            bests = [r[b][1] for r in rows if r[b][1]]
+            line += ", best %.4f, beats random's %s %d/%d, restart %.2fx" % (
+                statistics.median(bests), "final best" if rows[0]["full"] else "best at equal steps", sum(
+                    1 for r in rows if r[b][1] is not None and r[b][1] < r["random" if r["full"] else "random_at"]),
+                len(rows), statistics.median(restart_steps(r[b][2]) / r[b][2]["steps"] for r in rows))
         print(line, flush=True)
 
 
