@@ -561,8 +561,10 @@ static void pass_queues(run_t *R)
     for (int q = 0; q < nq; q++)
         for (int t = 0; t < SCHED_NTYPES; t++)
             use[q][t] = qs[q].usage[t];
-    for (int k = 0; k < nadmit; k++)
-        use[R->pj[R->order[k]].queue][R->pj[R->order[k]].type] += R->pj[R->order[k]].nodes * R->pj[R->order[k]].slots_per_node;
+    for (int k = 0; k < nadmit; k++) {
+        const sched_job_t *A = &R->pj[R->order[k]];
+        use[A->queue][A->type] += A->nodes * A->slots_per_node;
+    }
     for (int p = 0; p < np; p++) {
         const sched_job_t *P = &R->pj[p];
         sched_outcome_t o = R->dec[p].outcome;
