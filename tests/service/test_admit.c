@@ -1148,14 +1148,21 @@ Test(admit, random_streams_with_preemption_and_backfill_keep_the_invariants, .ti
     cr_assert_gt(preempts, 20, "only %d preemptions in %d streams", preempts, seeds);
 }
 
-Test(admit, backfill_never_delays_the_head_with_exact_predictions)
+/* Runs 60 seeded streams of one queue, every job of one priority with an exact prediction, and
+ * checks that no head starts after the earliest start it had when jobs were backfilled ahead of
+ * it. quota: the queue's quota is half the slots of each type (at least the largest job's 12), so
+ * heads wait for quota as well as for slots; else it has none. Adds up what the runs did. */
+static void never_delays(bool quota, int *backfilled, int *longer, int *behind_quota)
 {
     static psim_t P;
-    int backfilled = 0, longer = 0;
     for (unsigned seed = 1; seed <= 60; seed++) {
         psim_make(&P, seed);
+        int total[SCHED_NTYPES] = {0, 0};
+        for (int i = 0; i < P.S.nw; i++)
+            total[sched_slot_type(P.S.w[i].slot_type)] += P.S.w[i].slots;
         P.S.nq = 1;
-        P.S.q[0] = queue("default", NULL, U, U);
+        P.S.q[0] = quota ? queue("default", NULL, KILN_MAX(12, total[0] / 2), KILN_MAX(12, total[1] / 2))
+                         : queue("default", NULL, U, U);
         for (int j = 0; j < P.S.nj; j++) {
             P.S.job[j].queue = 0;
             P.S.job[j].priority = 0;
@@ -1171,44 +1178,25 @@ Test(admit, backfill_never_delays_the_head_with_exact_predictions)
         }
         P.check_head = true;
         psim_run(&P, seed, 3);
-        backfilled += P.nbackfilled;
-        longer += P.nlong;
+        *backfilled += P.nbackfilled;
+        *longer += P.nlong;
+        *behind_quota += P.nbehind_quota;
         cr_assert_eq(P.npreempt, 0);
     }
+}
+
+Test(admit, backfill_never_delays_the_head_with_exact_predictions)
+{
+    int backfilled = 0, longer = 0, behind_quota = 0;
+    never_delays(false, &backfilled, &longer, &behind_quota);
     cr_assert_gt(backfilled, 30, "only %d jobs were backfilled: the runs show little", backfilled);
     cr_assert_gt(longer, 10, "only %d jobs were backfilled past a head's start: the runs show little", longer);
 }
 
 Test(admit, backfill_behind_quota_never_delays_the_head_with_exact_predictions)
 {
-    /* As above, with the queue's quota half the slots of each type (at least the largest job's 12),
-     * so heads wait for quota as well as for slots. */
-    static psim_t P;
-    int backfilled = 0, behind_quota = 0;
-    for (unsigned seed = 1; seed <= 60; seed++) {
-        psim_make(&P, seed);
-        int total[SCHED_NTYPES] = {0, 0};
-        for (int i = 0; i < P.S.nw; i++)
-            total[sched_slot_type(P.S.w[i].slot_type)] += P.S.w[i].slots;
-        P.S.nq = 1;
-        P.S.q[0] = queue("default", NULL, KILN_MAX(12, total[0] / 2), KILN_MAX(12, total[1] / 2));
-        for (int j = 0; j < P.S.nj; j++) {
-            P.S.job[j].queue = 0;
-            P.S.job[j].priority = 0;
-            P.S.job[j].project = 0;
-            P.predicted[j] = 1;
-            for (int k = j; k > 0 && P.S.submit_at[k - 1] > P.S.submit_at[k]; k--) {
-                int t = P.S.submit_at[k];
-                P.S.submit_at[k] = P.S.submit_at[k - 1];
-                P.S.submit_at[k - 1] = t;
-            }
-        }
-        P.check_head = true;
-        psim_run(&P, seed, 3);
-        backfilled += P.nbackfilled;
-        behind_quota += P.nbehind_quota;
-        cr_assert_eq(P.npreempt, 0);
-    }
+    int backfilled = 0, longer = 0, behind_quota = 0;
+    never_delays(true, &backfilled, &longer, &behind_quota);
     cr_assert_gt(backfilled, 30, "only %d jobs were backfilled: the runs show little", backfilled);
     cr_assert_gt(behind_quota, 10, "only %d jobs were backfilled ahead of a head waiting for quota", behind_quota);
 }
