@@ -56,25 +56,59 @@ static int assign_rows(store_conn_t *c, const char *what, const char *sql, int n
     return store_q_rows(c, what, sql, np, p, sizeof(**out), assign_fill, (void **)out, n, err);
 }
 
+int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, const char *channel, kiln_err_t *err)
+{
+    if (n <= 0)
+        return 0;
+    /* one array literal per column; each job's ranks go as the text of an int[] (unnest would
+     * flatten a two-dimensional array) */
+    store_buf_t b[9] = {{0}};
+    for (int f = 0; f < 9; f++)
+        store_buf_putc(&b[f], '{');
+    for (int i = 0; i < n; i++) {
+        for (int f = 0; i && f < 9; f++)
+            store_buf_putc(&b[f], ',');
+        char ranks[256 * 8 + 4];
+        size_t l = 0;
+        ranks[l++] = '{';
+        for (int k = 0; k < a[i].nranks && l < sizeof(ranks) - 16; k++)
+            l += (size_t)snprintf(ranks + l, sizeof(ranks) - l, "%s%d", k ? "," : "", a[i].ranks[k]);
+        ranks[l++] = '}';
+        ranks[l] = '\0';
+        store_buf_array_text(&b[0], a[i].job_id);
+        store_buf_i64(&b[1], a[i].attempt);
+        store_buf_array_text(&b[2], a[i].worker_id);
+        store_buf_i64(&b[3], a[i].node_rank);
+        store_buf_i64(&b[4], a[i].nodes);
+        store_buf_array_text(&b[5], ranks);
+        store_buf_i64(&b[6], a[i].world_size);
+        store_buf_array_text(&b[7], a[i].master_addr);
+        store_buf_i64(&b[8], a[i].master_port);
+    }
+    for (int f = 0; f < 9; f++) {
+        store_buf_putc(&b[f], '}');
+        store_buf_putc(&b[f], '\0');
+    }
+    const char *p[10] = {b[0].p, b[1].p, b[2].p, b[3].p, b[4].p, b[5].p, b[6].p, b[7].p, b[8].p, channel};
+    int rc = store_qp(c, "insert assignments",
+                     "WITH ins AS (INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
+                     " world_size, master_addr, master_port)"
+                     " SELECT x.job_id, x.attempt, x.worker_id, x.node_rank, x.nodes, x.ranks::int[], x.world_size,"
+                     "  x.master_addr, x.master_port"
+                     " FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::int[], $6::text[], $7::int[],"
+                     "  $8::text[], $9::int[]) AS x(job_id, attempt, worker_id, node_rank, nodes, ranks, world_size,"
+                     "  master_addr, master_port)"
+                     " RETURNING worker_id)"
+                     " SELECT count(pg_notify($10, w)) FROM (SELECT DISTINCT worker_id AS w FROM ins) d"
+                     " WHERE $10::text IS NOT NULL", 10, p, NULL, err);
+    for (int f = 0; f < 9; f++)
+        store_buf_free(&b[f]);
+    return rc;
+}
+
 int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err)
 {
-    char att[16], nr[16], nodes[16], ws[16], port[16], ranks[256 * 8 + 4];
-    snprintf(att, sizeof(att), "%d", a->attempt);
-    snprintf(nr, sizeof(nr), "%d", a->node_rank);
-    snprintf(nodes, sizeof(nodes), "%d", a->nodes);
-    snprintf(ws, sizeof(ws), "%d", a->world_size);
-    snprintf(port, sizeof(port), "%d", a->master_port);
-    size_t l = 0;
-    ranks[l++] = '{';
-    for (int i = 0; i < a->nranks; i++)
-        l += (size_t)snprintf(ranks + l, sizeof(ranks) - l, "%s%d", i ? "," : "", a->ranks[i]);
-    ranks[l++] = '}';
-    ranks[l] = '\0';
-    const char *p[9] = {a->job_id, att, a->worker_id, nr, nodes, ranks, ws, a->master_addr, port};
-    return store_q(c, "insert assignment",
-                   "INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
-                   " world_size, master_addr, master_port) VALUES ($1::uuid, $2::int, $3, $4::int,"
-                   " $5::int, $6::int[], $7::int, $8, $9::int)", 9, p, NULL, err);
+    return store_assign_insert_many(c, a, 1, NULL, err);
 }
 
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
