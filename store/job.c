@@ -240,7 +240,7 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
                            : "SELECT " ROW_COLS " FROM jobs WHERE id = $1::uuid";
     const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_q(c, "read job", sql, 1, p, &r, err);
+    int rc = store_qp(c, "read job", sql, 1, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) != 1) {
