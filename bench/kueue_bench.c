@@ -113,11 +113,11 @@ typedef struct worker {
 
 static worker_t workers[MAX_WORKERS];
 
-/* Each agent thread sleeps on its own condition variable; a nudge of one of its workers wakes it. */
-#define NAGENT_THREADS 6
-static pthread_mutex_t agent_mu[NAGENT_THREADS];
-static pthread_cond_t agent_cv[NAGENT_THREADS];
-static bool agent_woken[NAGENT_THREADS];
+/* One thread per worker, as each real agent is its own process: it sleeps on its own condition
+ * variable, which a nudge of its worker signals. */
+static pthread_mutex_t agent_mu[MAX_WORKERS];
+static pthread_cond_t agent_cv[MAX_WORKERS];
+static bool agent_woken[MAX_WORKERS];
 
 /* svc_on_work's hook (the notify thread, after the commit): what WatchWork's nudge does. */
 static void on_work(void *ud, const char *worker_id)
@@ -126,7 +126,7 @@ static void on_work(void *ud, const char *worker_id)
     for (int i = 0; i < nworkers; i++)
         if (strcmp(workers[i].id, worker_id) == 0) {
             atomic_store(&workers[i].nudged, true);
-            int t = i % NAGENT_THREADS;
+            int t = i;
             pthread_mutex_lock(&agent_mu[t]);
             agent_woken[t] = true;
             pthread_cond_signal(&agent_cv[t]);
@@ -370,7 +370,7 @@ static int phase_begin(const char *tag)
         return -1;
     snprintf(bench_url, sizeof bench_url, "%s dbname=%s", admin_url, dbname);
     svc_config_t cfg = {.database_url = bench_url, .heartbeat_interval_ms = (int)heartbeat_ms,
-                        .heartbeat_timeout_ms = 120000, .db_pool_size = 24, .stop_grace_ms = 1000};
+                        .heartbeat_timeout_ms = 120000, .db_pool_size = 40, .stop_grace_ms = 1000};
     kiln_err_t err;
     if (svc_create(&cfg, &svc, &err)) {
         fprintf(stderr, "kueue_bench: %s\n", err.message);
@@ -435,14 +435,14 @@ static void phase_end(void)
     admin_sql(sql);
 }
 
-static pthread_t agent_th[NAGENT_THREADS];
-static agent_thread_t agent_args[NAGENT_THREADS];
+static pthread_t agent_th[MAX_WORKERS];
+static agent_thread_t agent_args[MAX_WORKERS];
 
 static void agents_start(void)
 {
     if (!no_push)
         svc_on_work(svc, on_work, NULL);
-    for (int i = 0; i < NAGENT_THREADS; i++) {
+    for (int i = 0; i < nworkers; i++) {
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -450,7 +450,7 @@ static void agents_start(void)
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&agent_mu[i], NULL);
         agent_woken[i] = false;
-        agent_args[i] = (agent_thread_t){.first = i, .step = NAGENT_THREADS};
+        agent_args[i] = (agent_thread_t){.first = i, .step = (int)nworkers};
         pthread_create(&agent_th[i], NULL, agent_main, &agent_args[i]);
     }
 }
@@ -459,7 +459,7 @@ static void agents_stop(void)
 {
     svc_on_work(svc, NULL, NULL);
     atomic_store(&stop_agents, true);
-    for (int i = 0; i < NAGENT_THREADS; i++) {
+    for (int i = 0; i < nworkers; i++) {
         pthread_join(agent_th[i], NULL);
         pthread_cond_destroy(&agent_cv[i]);
         pthread_mutex_destroy(&agent_mu[i]);
