@@ -538,7 +538,8 @@ static void report_figures(const char *what)
                             "  min(time) FILTER (WHERE to_state = 'STARTING') st,"
                             "  min(time) FILTER (WHERE to_state = 'RUNNING') ru,"
                             "  min(time) FILTER (WHERE to_state = 'COMPLETED') co FROM job_events GROUP BY 1, 2) x"
-                            " JOIN jobs j ON j.id = x.job_id WHERE co IS NOT NULL AND st IS NOT NULL AND ru IS NOT NULL");
+                            " JOIN jobs j ON j.id = x.job_id"
+                            " WHERE co IS NOT NULL AND st IS NOT NULL AND ru IS NOT NULL");
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
         printf("kueue_bench: %s: a completed attempt, on average: scheduled -> delivered %.3f s, -> started %.3f s,"
                " -> end recorded %.3f s beyond its runtime; %.3f s in all beyond its runtime (p99 %.3f s)\n", what,

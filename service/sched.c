@@ -117,8 +117,8 @@ typedef struct admit_batch {
  * start (in slots that job leaves free). b has room for it. Returns 0, or KILN_ESTATE (harmless:
  * the job changed state meanwhile, nothing of it is added). */
 static int sched_batch_add(admit_batch_t *b, const store_job_row_t *pending, const store_job_row_t *locked,
-                        const store_worker_cap_t *cap, const sched_placement_t *pl, const char *admission,
-                        const backfill_note_t *backfill, kiln_err_t *err)
+                           const store_worker_cap_t *cap, const sched_placement_t *pl, const char *admission,
+                           const backfill_note_t *backfill, kiln_err_t *err)
 {
     const store_job_row_t *job = locked;
     svc_job_state_t st = svc_state_parse(job->state);
@@ -606,7 +606,8 @@ static void sched_tick(svc_t *s)
     batch.first = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.first));
     batch.nodes = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.nodes));
     batch.asg = calloc((size_t)KILN_MAX(nasg, 1), sizeof(*batch.asg));
-    if (intx && txrc == 0 && (!slot || !moved || !batch.tr || !batch.reason || !batch.first || !batch.nodes || !batch.asg))
+    if (intx && txrc == 0
+        && (!slot || !moved || !batch.tr || !batch.reason || !batch.first || !batch.nodes || !batch.asg))
         txrc = kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
     for (int k = 0; intx && txrc == 0 && k < nadmit; k++) {
         int j = order[k];
@@ -622,7 +623,7 @@ static void sched_tick(svc_t *s)
                                 .estimate = sj[j].runtime_estimate};
         slot[k] = batch.ntr;
         int rc = sched_batch_add(&batch, &jobs[j], &row[k], cap, &dec[j].pl, admission,
-                              dec[j].backfilled ? &note : NULL, &err);
+                                 dec[j].backfilled ? &note : NULL, &err);
         if (rc != 0)
             slot[k] = -1;
         if (rc != 0 && rc != KILN_ESTATE)
