@@ -501,8 +501,12 @@ static bool uid_foreign(const sandbox_t *s, uint32_t uid)
     snprintf(path, sizeof(path), "%s/uid-%u", s->state_dir, uid);
     if (lstat(path, &st) == 0)
         return false;
-    snprintf(path, sizeof(path), "%s/u%u", s->cg.base[0], uid);
-    if (stat(path, &st) != 0)
+    bool exists = false;
+    for (int i = 0; i < (s->cg.version == 1 ? 2 : 1) && !exists; i++) {
+        snprintf(path, sizeof(path), "%s/u%u", s->cg.base[i], uid);
+        exists = stat(path, &st) == 0;
+    }
+    if (!exists)
         return false;
     log_warn("sandbox: the box of uid %u is another agent's on this host, which records its uids outside %s; "
              "it is left alone (agents of one host should share --sandbox-state-dir)", uid, s->state_dir);

@@ -395,19 +395,27 @@ void sandbox_cgbox_destroy(sandbox_cgbox_t *b)
 
 void sandbox_cg_each_box(const sandbox_cg_t *cg, void (*fn)(void *ud, uint32_t uid), void *ud)
 {
-    DIR *d = opendir(cg->base[0]);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char *end;
-        if (e->d_name[0] != 'u' || e->d_name[1] < '0' || e->d_name[1] > '9')
+    /* v1: a box's pids cgroup may outlive its memory one (a removal cut short), so both are read;
+     * a uid with a directory in the first is not reported again for the second */
+    for (int i = 0; i < (cg->version == 1 ? 2 : 1); i++) {
+        DIR *d = opendir(cg->base[i]);
+        if (!d)
             continue;
-        unsigned long long uid = strtoull(e->d_name + 1, &end, 10);
-        if (*end == '\0' && uid > 0 && uid <= UINT32_MAX)
-            fn(ud, (uint32_t)uid);
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            char *end, path[PATH_MAX];
+            struct stat st;
+            if (e->d_name[0] != 'u' || e->d_name[1] < '0' || e->d_name[1] > '9')
+                continue;
+            unsigned long long uid = strtoull(e->d_name + 1, &end, 10);
+            if (*end != '\0' || uid == 0 || uid > UINT32_MAX)
+                continue;
+            snprintf(path, sizeof(path), "%s/%s", cg->base[0], e->d_name);
+            if (i == 0 || stat(path, &st) != 0)
+                fn(ud, (uint32_t)uid);
+        }
+        closedir(d);
     }
-    closedir(d);
 }
 
 /* ---- uids and the files given to them ------------------------------------------------------- */

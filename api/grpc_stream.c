@@ -30,6 +30,7 @@ struct gstream {
     grpc_call *call;
     ProtobufCMessage *req;           /* the method's request message */
     void (*run)(gstream_t *st);      /* what the stream sends */
+    const char *method;              /* its path, for kiln_grpc_requests_total */
     arena_t *arena;                  /* holds who */
     const svc_caller_t *who;
     pthread_mutex_t mu;
@@ -171,7 +172,7 @@ static void stream_finish(gstream_t *st, const kiln_err_t *err)
     st->md_sent = true;
     grpc_slice_unref(details);
     api_grpc_err_md_free(&md);
-    api_grpc_count("/kiln.TrainingService/StreamLogs", (int)kiln_status_grpc(rc), -1);
+    api_grpc_count(st->method, (int)kiln_status_grpc(rc), -1);
 }
 
 /* A service error as the stream's status: "field: message" with the field and hint in the
@@ -366,7 +367,7 @@ static void *stream_main(void *arg)
 }
 
 static void stream_start(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
-                         const svc_caller_t *who, void (*run)(gstream_t *st))
+                         const svc_caller_t *who, const char *method, void (*run)(gstream_t *st))
 {
     gstream_t *st = NULL;
     if (!api_grpc_stream_enter(g)) {
@@ -384,6 +385,7 @@ static void stream_start(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, 
     st->call = call;
     st->req = req;
     st->run = run;
+    st->method = method;
     st->arena = arena;
     st->who = who;
     pthread_mutex_init(&st->mu, NULL);
@@ -427,17 +429,17 @@ fail:
 void api_grpc_stream_logs(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
                           const api_grpc_ctx_t *ctx)
 {
-    stream_start(g, call, req, arena, ctx->who, logs_run);
+    stream_start(g, call, req, arena, ctx->who, "/kiln.TrainingService/StreamLogs", logs_run);
 }
 
 void api_grpc_stream_artifact(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
                               const api_grpc_ctx_t *ctx)
 {
-    stream_start(g, call, req, arena, ctx->who, artifact_run);
+    stream_start(g, call, req, arena, ctx->who, "/kiln.TrainingService/DownloadArtifact", artifact_run);
 }
 
 void api_grpc_stream_code(api_grpc_t *g, grpc_call *call, ProtobufCMessage *req, arena_t *arena,
                           const api_grpc_ctx_t *ctx)
 {
-    stream_start(g, call, req, arena, ctx->who, code_run);
+    stream_start(g, call, req, arena, ctx->who, "/kiln.TrainingService/DownloadCode", code_run);
 }

@@ -400,6 +400,48 @@ Test(sandbox, an_agent_with_another_state_dir_leaves_a_live_box_alone)
     cr_assert_eq(system(cmd), 0);
 }
 
+/* A box an agent left behind whose cgroup is half removed (with cgroup v1, its pids cgroup alone;
+ * with v2, its one cgroup) is swept by the next agent of the same state dir when it starts. Uses
+ * a uid range and a state dir of this test's own. */
+Test(sandbox, a_half_removed_box_of_a_dead_agent_is_swept_at_start)
+{
+    char state[PATH_MAX + 16], claim[PATH_MAX + 64], stale[700], bin_copy[PATH_MAX];
+    char *bin = program("*)\n  true;;\n");
+    snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
+    snprintf(state, sizeof(state), "%s-state", dir);
+    agent_launcher_config_t cfg = {.train_bin = bin_copy, .work_dir = dir, .slots = 1, .cores = 1,
+                                   .sandbox = {.state_dir = state, .uid_lo = 2100000020u, .uid_hi = 2100000023u}};
+    agent_launcher_destroy(lf_launcher_cfg(&cfg)); /* the cgroup bases and the state dir exist */
+    char *self = NULL;
+    size_t len = 0;
+    kiln_err_t err;
+    cr_assert_eq(kiln_file_read("/proc/self/cgroup", &self, &len, &err), 0);
+    sandbox_cg_t cg;
+    cr_assert_eq(sandbox_cg_detect("/sys/fs/cgroup", self, &cg, &err), 0, "%s", err.message);
+    free(self);
+    /* what a dead agent of this state dir left: for every uid of the range (the agent's own check
+     * at start takes one of them, which would clean that one anyway), its claim and one cgroup */
+    const char *base = cg.base[cg.version == 1 ? 1 : 0];
+    for (unsigned u = 2100000020u; u <= 2100000023u; u++) {
+        snprintf(claim, sizeof(claim), "%s/uid-%u", state, u);
+        FILE *f = fopen(claim, "w");
+        cr_assert_not_null(f);
+        fclose(f);
+        snprintf(stale, sizeof(stale), "%s/u%u", base, u);
+        cr_assert_eq(mkdir(stale, 0755), 0, "mkdir %s", stale);
+    }
+    agent_launcher_t *l = lf_launcher_cfg(&cfg);
+    for (unsigned u = 2100000020u; u <= 2100000023u; u++) {
+        struct stat st;
+        snprintf(stale, sizeof(stale), "%s/u%u", base, u);
+        cr_assert_neq(stat(stale, &st), 0, "the next agent left the dead box's cgroup %s", stale);
+    }
+    agent_launcher_destroy(l);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* Two kiln-train ranks of one job in one box: rank 0 picks libfabric's shm provider (every rank
  * on this host, one /dev/shm) and the job trains its steps. */
 Test(sandbox, two_kiln_train_ranks_train_over_shm_in_their_box, .timeout = 180)

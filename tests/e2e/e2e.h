@@ -103,6 +103,11 @@ json_t *e2e_http(const char *method, const char *path, const char *body, const c
 /* GET path expecting 200; fails the test otherwise. Caller owns the result. */
 json_t *e2e_get(const char *path);
 
+/* gRPC: one call of method ("/kiln.TrainingService/GetJob") with request (proto JSON; stolen) as
+ * the admin, over TLS, by tests/grpc/grpc_client.py (Python's grpcio). Returns {code, details,
+ * response} (a server stream's messages: "response" is their list); caller owns. */
+json_t *e2e_grpc(const char *method, json_t *request);
+
 /* Submits spec text, expects 201; returns the job (caller owns). */
 json_t *e2e_submit(const char *spec);
 /* Polls the job until its state is one of the '|'-separated states; returns it (caller owns) or

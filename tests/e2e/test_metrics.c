@@ -128,13 +128,30 @@ Test(e2e_metrics, kilnd_and_agents_expose_what_prometheus_needs, .init = e2e_set
     cr_assert(aname, "the job left no artifact");
     char apath[256];
     snprintf(apath, sizeof apath, "/v1/jobs/%s/artifacts/%s", id, aname);
-    json_decref(arts);
     json_decref(e2e_http("GET", apath, NULL, "Range: bytes=0-0", &st));
     cr_assert_eq(st, 206);
 
+    /* a gRPC server stream is counted under its own method */
+    json_t *g = e2e_grpc("/kiln.TrainingService/DownloadArtifact",
+                         json_pack("{s:s, s:s, s:i}", "id", id, "name", aname, "length", 1));
+    cr_assert_str_eq(json_string_value(json_object_get(g, "code")), "OK", "%s",
+                     json_string_value(json_object_get(g, "details")));
+    json_decref(g);
+    json_decref(arts);
+
     char url[256];
     snprintf(url, sizeof url, "%s/metrics", e2e_cl->url);
+    /* the stream counts itself once its status is sent, which the client may see first */
+    static const char dl_ok[] = "kiln_grpc_requests_total{method=\"/kiln.TrainingService/DownloadArtifact\",code=\"ok\"}";
     char *k = scrape(url);
+    for (int i = 0; i < 200 && sample(k, dl_ok) < 1; i++) {
+        free(k);
+        usleep(50 * 1000);
+        k = scrape(url);
+    }
+    cr_assert_eq(sample(k, dl_ok), 1, "kilnd's /metrics does not count the DownloadArtifact stream:\n%.3000s", k);
+    cr_assert(!strstr(k, "method=\"/kiln.TrainingService/StreamLogs\""),
+              "a stream that was not StreamLogs was counted as one");
     promtool_clean("kilnd", k);
     label_values_lower_case("kilnd", k);
     static const char *const kilnd_has[] = {

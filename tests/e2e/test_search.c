@@ -31,33 +31,6 @@ static char *submit_lr(const char *name, double lr)
     return id;
 }
 
-/* One gRPC call with tests/grpc/grpc_client.py; returns {code, details, response}. */
-static json_t *grpc_call(const char *method, json_t *request)
-{
-    char plan_path[PATH_MAX], proto_dir[PATH_MAX], ca[PATH_MAX], cmd[3 * PATH_MAX];
-    snprintf(proto_dir, sizeof proto_dir, "%s/proto-py", e2e_cl->dir);
-    cr_assert_eq(th_protoc_python(proto_dir), 0);
-    snprintf(ca, sizeof ca, "%s/ca.pem", e2e_cl->tls_dir);
-    char target[64];
-    snprintf(target, sizeof target, "127.0.0.1:%d", e2e_cl->grpc_port);
-    json_t *plan = json_pack("{s:s, s:s, s:s, s:[{s:s, s:o, s:s, s:b}]}", "target", target, "proto_dir", proto_dir,
-                             "ca", ca, "calls", "method", method, "request", request, "token",
-                             e2e_cl->admin_token, "client_cert", 0);
-    snprintf(plan_path, sizeof plan_path, "%s/grpc-plan.json", e2e_cl->dir);
-    cr_assert_eq(json_dump_file(plan, plan_path, 0), 0);
-    json_decref(plan);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s", e2e_root(), plan_path);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, p);
-    buf[n] = '\0';
-    pclose(p);
-    json_t *out = json_loads(buf, JSON_DISABLE_EOF_CHECK, NULL);
-    cr_assert_not_null(out, "grpc_client.py said: %s", buf);
-    return out;
-}
-
 Test(e2e_search, summaries_of_real_runs_found_by_every_client, .init = e2e_setup, .fini = e2e_teardown,
      .timeout = 300)
 {
@@ -106,7 +79,7 @@ Test(e2e_search, summaries_of_real_runs_found_by_every_client, .init = e2e_setup
     json_decref(r);
 
     /* gRPC: SearchJobs over TLS with the admin's token */
-    json_t *g = grpc_call("/kiln.TrainingService/SearchJobs",
+    json_t *g = e2e_grpc("/kiln.TrainingService/SearchJobs",
                           json_pack("{s:s, s:s, s:[s]}", "filter", "tags.sweep = lr AND hp.lr < 1e-3", "order_by",
                                     "metrics.train_loss.min", "columns", "metrics.train_loss.min"));
     cr_assert_str_eq(json_string_value(json_object_get(g, "code")), "OK", "%s", json_string_value(json_object_get(g, "details")));
@@ -115,7 +88,7 @@ Test(e2e_search, summaries_of_real_runs_found_by_every_client, .init = e2e_setup
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(gj, 0), "id")), slow);
     cr_assert_not_null(json_object_get(json_object_get(json_object_get(json_array_get(gj, 0), "summaries"), "train_loss"), "min"));
     json_decref(g);
-    g = grpc_call("/kiln.TrainingService/SearchJobs", json_pack("{s:s}", "filter", "hp.lr << 1"));
+    g = e2e_grpc("/kiln.TrainingService/SearchJobs", json_pack("{s:s}", "filter", "hp.lr << 1"));
     cr_assert_str_eq(json_string_value(json_object_get(g, "code")), "INVALID_ARGUMENT");
     json_decref(g);
 
