@@ -823,7 +823,9 @@ int svc_tuning_stop(svc_t *s, const svc_caller_t *who, const char *id, json_t **
  * A tuning job's trials are numbered from 0. Trial n's parameter values depend only on the
  * request and n: random and hyperband draw each parameter from the seed, n and the parameter's
  * place (the same seed gives the same trials, on any kilnd, after any restart); grid takes the
- * n-th point of the grid (the last parameter varying fastest). */
+ * n-th point of the grid (the last parameter varying fastest). TPE (bayesian, and hyperband's
+ * sampler tpe) adds the history: trial n's values from the seed, n and the ended trials' results
+ * (tune_next_values below). */
 
 /* A number in [0, 1) from (seed, trial, param): stateless and the same everywhere. */
 double tune_uniform(uint64_t seed, int trial, int param);
