@@ -11,7 +11,7 @@ resumes bit-exactly (e2e_tuning checks both), so its val_loss at a rung is its c
                                                     bayesian (TPE): the best within each of BUDGETS
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
 MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 12 16 24"),
-BUDGETS ("1800 3600"), REUSE (other CURVES_DIRs to read curves from, never written),
+BUDGETS ("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian"), REUSE (other CURVES_DIRs to read curves from, never written),
 BUILD (build). A curve is kept by its trial's parameter values (all it depends on). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim draw), so random
 search and hyperband of one seed share their first trials, as in the real bench.
 """
@@ -196,6 +196,7 @@ TPE_SEARCHES = [("random", lambda seed: request(seed, "random")),
                 ("hyperband", lambda seed: request(seed, "hyperband")),
                 ("hyperband+tpe", lambda seed: request(seed, "hyperband", sampler="tpe")),
                 ("bayesian", lambda seed: request(seed, "bayesian"))]
+TPE_SEARCHES = [(n, mk) for n, mk in TPE_SEARCHES if n in os.environ.get("SEARCHES", n).split()]
 
 
 def tpe_report(d):
