@@ -105,8 +105,13 @@ typedef struct admit {
                                           unknown (backfill) */
     int *extra;                        /* per (queue, type) and worker: slots a job may hold past its
                                           blocked head's earliest start without delaying it */
-    int *reserved;                     /* per worker: slots blocked heads will take at their earliest
-                                          starts (heads handled so far) */
+    int *hk;                           /* the keys of the blocked heads, in the order they blocked */
+    int nh;
+    sched_placement_t *pl;             /* per blocked head (as hk): the slots it reserves */
+    int (*usage_at)[SCHED_NTYPES];     /* per (queue, type) and queue: the queues' usage at that blocked
+                                          head's earliest start (without it), with the heads of its
+                                          slot type that start no later and the jobs backfilled to
+                                          hold slots past it */
 } admit_t;
 
 static int qt(int q, int t)
@@ -464,28 +469,73 @@ const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *b
 
 /* ---- backfill ------------------------------------------------------------------------------- */
 
-static int end_cmp(const void *x, const void *y)
+/* Whether head b passes its quota check with the queues' usage use[] (a->usage swapped). */
+static bool quota_ok_with(admit_t *a, int b, int (*use)[SCHED_NTYPES])
 {
-    double a = ((const double *)x)[0], b = ((const double *)y)[0];
-    return a < b ? -1 : a > b;
+    int (*saved)[SCHED_NTYPES] = a->usage;
+    char why[300];
+    a->usage = use;
+    bool ok = quota_check(a, b, why, sizeof why) == 0;
+    a->usage = saved;
+    return ok;
 }
 
-/* The earliest time head b could start by the predicted ends of the jobs holding slots of its
- * type (jobs STOPPING end now, jobs admitted this pass end after their run time); < 0 when one of
- * them has no prediction (it might end sooner than predicted ones, and the head then start sooner).
- * When known, reserves the slots it would take then (a->reserved) and sets extra[w]: what worker w
- * has free then beyond them and the other heads' reservations, which a job may hold longer. */
-static double earliest_start(admit_t *a, int b, const sched_decision_t *out, const int *order, int nadmitted,
-                             int *extra)
+/* A change to the slots and quota of one slot type: a job ending (its slots and usage come back)
+ * or a blocked head starting at its earliest start (it takes its reservation). */
+typedef struct change {
+    double t;
+    int sign;               /* +1: slots come back; -1: a head takes them */
+    int queue, size, spn, nodes;
+    const int *worker;      /* [nodes] */
+} change_t;
+
+static int change_cmp(const void *x, const void *y)
+{
+    const change_t *a = x, *b = y;
+    return a->t < b->t ? -1 : a->t > b->t;
+}
+
+/* Applies change c (dir 1) or undoes it (dir -1) to a->view and use[]. */
+static void apply(admit_t *a, const change_t *c, int type, int (*use)[SCHED_NTYPES], int dir)
 {
     const sched_snapshot_t *s = a->snap;
+    for (int x = 0; x < c->nodes; x++) {
+        int w = c->worker[x];
+        if (w >= 0 && w < s->nworkers && a->view[w].slots > 0)
+            a->view[w].slots_free += dir * c->sign * c->spn;
+    }
+    if (c->queue >= 0 && c->queue < s->nqueues)
+        use[c->queue][type] -= dir * c->sign * c->size;
+}
+
+/* The earliest time the m-th blocked head (a->hk[m], waiting for free slots or for quota) could
+ * start, by the predicted ends of the jobs holding slots of its type (jobs STOPPING end now, jobs
+ * admitted this pass end after their run time) and the reservations of the heads before it
+ * (a->hk[0..m)): they take their slots and quota at their earliest starts and give them back after
+ * their predicted run times (never, without one; with skip, heads without a prediction are left
+ * out instead, when they would keep it from ever starting). It is the first such time at which its quota
+ * check passes and its gang fits with what the heads before it take later while it would run
+ * (until its predicted end; for ever without one) already taken. < 0 when a job holding slots has
+ * no prediction (it might end sooner than predicted ones, and the head then start sooner). When
+ * known, sets a->pl[m] (the slots it reserves), extra[w]: what worker w has free then beyond them,
+ * which a job may hold longer, and use[] (per queue): the queues' usage then, without the head,
+ * which jobs that hold slots longer add to. */
+static double earliest_start(admit_t *a, int m, const sched_decision_t *out, const int *order, int nadmitted,
+                             bool skip, int *extra, int (*use)[SCHED_NTYPES])
+{
+    const sched_snapshot_t *s = a->snap;
+    int b = a->blocker[a->hk[m]];
     const sched_job_t *B = &s->jobs[b];
     sched_request_t req = {.nodes = B->nodes, .slots_per_node = B->slots_per_node,
                            .slot_type = sched_slot_type_name(B->type)};
-    int cap = s->nrunning + nadmitted;
-    double (*ev)[2] = calloc((size_t)KILN_MAX(cap, 1), sizeof(*ev));
-    if (!ev)
+    int cap = s->nrunning + nadmitted + 2 * m;
+    change_t *ev = calloc((size_t)KILN_MAX(cap, 1), sizeof(*ev));
+    int *takes = calloc((size_t)KILN_MAX(m, 1), sizeof(*takes)); /* the heads' takes, as indices into ev */
+    if (!ev || !takes) {
+        free(ev);
+        free(takes);
         return -1;
+    }
     int n = 0;
     bool unknown = false;
     for (int r = 0; r < s->nrunning; r++) {
@@ -494,59 +544,115 @@ static double earliest_start(admit_t *a, int b, const sched_decision_t *out, con
             continue;
         double end = R->freeing || a->taken[r] ? s->now_s : R->end_s;
         unknown = unknown || end < 0;
-        ev[n][0] = KILN_MAX(end, s->now_s);
-        ev[n][1] = r;
-        n++;
+        ev[n++] = (change_t){.t = KILN_MAX(end, s->now_s), .sign = 1, .queue = R->queue,
+                             .size = R->nodes * R->slots_per_node, .spn = R->slots_per_node, .nodes = R->nodes,
+                             .worker = R->worker};
     }
     for (int k = 0; k < nadmitted; k++) {
         const sched_job_t *J = &s->jobs[order[k]];
         if (J->type != B->type)
             continue;
         unknown = unknown || J->runtime_s < 0;
-        ev[n][0] = s->now_s + J->runtime_s;
-        ev[n][1] = -1 - order[k];
-        n++;
+        ev[n++] = (change_t){.t = s->now_s + J->runtime_s, .sign = 1, .queue = J->queue, .size = job_size(J),
+                             .spn = J->slots_per_node, .nodes = out[order[k]].pl.nodes,
+                             .worker = out[order[k]].pl.worker};
+    }
+    for (int h = 0; h < m; h++) {
+        const sched_job_t *H = &s->jobs[a->blocker[a->hk[h]]];
+        if (H->type != B->type || a->at[a->hk[h]] < 0 || (skip && H->runtime_s < 0))
+            continue;
+        change_t c = {.t = a->at[a->hk[h]], .sign = -1, .queue = H->queue, .size = job_size(H),
+                      .spn = H->slots_per_node, .nodes = a->pl[h].nodes, .worker = a->pl[h].worker};
+        ev[n++] = c;
+        if (H->runtime_s >= 0) {
+            c.t += H->runtime_s;
+            c.sign = 1;
+            ev[n++] = c;
+        }
     }
     double at = -1;
     if (!unknown) {
-        qsort(ev, (size_t)n, sizeof(*ev), end_cmp);
+        qsort(ev, (size_t)n, sizeof(*ev), change_cmp);
+        int nt = 0;
+        for (int x = 0; x < n; x++)
+            if (ev[x].sign < 0)
+                takes[nt++] = x;
         job_view(a, b);
+        for (int q = 0; q < s->nqueues; q++)
+            for (int t = 0; t < SCHED_NTYPES; t++)
+                use[q][t] = a->usage[q][t];
         for (int k = 0; k < n && at < 0; k++) {
-            int r = (int)ev[k][1];
-            int nodes = r >= 0 ? s->running[r].nodes : out[-1 - r].pl.nodes;
-            int spn = r >= 0 ? s->running[r].slots_per_node : s->jobs[-1 - r].slots_per_node;
-            for (int x = 0; x < nodes; x++) {
-                int w = r >= 0 ? s->running[r].worker[x] : out[-1 - r].pl.worker[x];
-                if (w >= 0 && w < s->nworkers && a->view[w].slots > 0)
-                    a->view[w].slots_free += spn;
+            apply(a, &ev[k], B->type, use, 1);
+            if (k < n - 1 && ev[k + 1].t <= ev[k].t)
+                continue;
+            /* what the heads before it take later, while it would run: taken now (conservative:
+             * what ends meanwhile is not counted back) */
+            double until = B->runtime_s >= 0 ? ev[k].t + B->runtime_s : 1e300;
+            for (int x = 0; x < nt; x++)
+                if (takes[x] > k && ev[takes[x]].t < until)
+                    apply(a, &ev[takes[x]], B->type, use, 1);
+            if (quota_ok_with(a, b, use) && sched_place(a->view, s->nworkers, &req, &a->pl[m])) {
+                at = ev[k].t;
+                for (int i = 0; i < s->nworkers; i++) /* workers it may not use: what is free now */
+                    extra[i] = a->view[i].slots > 0 ? a->view[i].slots_free : a->w[i].slots_free;
+                for (int x = 0; x < a->pl[m].nodes; x++)
+                    extra[a->pl[m].worker[x]] -= B->slots_per_node;
             }
-            if ((k == n - 1 || ev[k + 1][0] > ev[k][0]) && sched_place(a->view, s->nworkers, &req, NULL))
-                at = ev[k][0];
-        }
-    }
-    if (at >= 0) {
-        sched_placement_t pl;
-        sched_place(a->view, s->nworkers, &req, &pl);
-        for (int i = 0; i < s->nworkers; i++)
-            extra[i] = (a->view[i].slots > 0 ? a->view[i].slots_free : a->w[i].slots_free) - a->reserved[i];
-        for (int k = 0; k < pl.nodes; k++) {
-            extra[pl.worker[k]] -= B->slots_per_node;
-            a->reserved[pl.worker[k]] += B->slots_per_node;
+            for (int x = 0; at < 0 && x < nt; x++)
+                if (takes[x] > k && ev[takes[x]].t < until)
+                    apply(a, &ev[takes[x]], B->type, use, -1);
         }
     }
     free(ev);
+    free(takes);
     return at;
 }
 
-/* Whether the blocked head of key k waits for free slots with a known earliest start. */
+/* Whether head b waits for free slots or for quota, which backfill may go around. */
+static bool waits(const sched_decision_t *out, int b)
+{
+    return b >= 0 && (out[b].outcome == SCHED_WAIT_SLOTS || out[b].outcome == SCHED_WAIT_QUOTA);
+}
+
+/* Whether the blocked head of key k waits for free slots or quota with a known earliest start. */
 static bool reserves(const admit_t *a, const sched_decision_t *out, int k)
 {
-    return a->blocker[k] >= 0 && out[a->blocker[k]].outcome == SCHED_WAIT_SLOTS && a->at[k] >= 0;
+    return waits(out, a->blocker[k]) && a->at[k] >= 0;
+}
+
+/* Whether job j, holding its slots past the earliest start of every head of its slot type that it
+ * would outlast (end), leaves each of them its quota then. */
+static bool quota_past_heads(admit_t *a, const sched_decision_t *out, int j, double end)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    int nkeys = KILN_MAX(s->nqueues, 1) * SCHED_NTYPES;
+    bool ok = true;
+    for (int k = J->type; ok && k < nkeys; k += SCHED_NTYPES) {
+        if (!reserves(a, out, k) || end <= a->at[k])
+            continue;
+        int (*use)[SCHED_NTYPES] = &a->usage_at[(size_t)k * s->nqueues];
+        use[J->queue][J->type] += job_size(J);
+        ok = quota_ok_with(a, a->blocker[k], use);
+        use[J->queue][J->type] -= job_size(J);
+    }
+    return ok;
+}
+
+/* Adds job j's usage to the usage at the earliest start of every head it outlasts. */
+static void hold_past_heads(admit_t *a, const sched_decision_t *out, int j, double end)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    int nkeys = KILN_MAX(s->nqueues, 1) * SCHED_NTYPES;
+    for (int k = J->type; k < nkeys; k += SCHED_NTYPES)
+        if (reserves(a, out, k) && end > a->at[k])
+            a->usage_at[(size_t)k * s->nqueues + (size_t)J->queue][J->type] += job_size(J);
 }
 
 /* Starts jobs behind the blocked head b of (queue q, type t) (key kb) that end by its earliest
- * start, or that fit the slots it leaves free then (a->extra), and likewise for every other head
- * of their slot type waiting for free slots. */
+ * start, or that fit the slots and quota it leaves free then (a->extra, a->usage_at), and likewise
+ * for every other head of their slot type waiting for free slots or quota. */
 static void backfill(admit_t *a, int kb, sched_decision_t *out, int *order, int *nadmitted)
 {
     const sched_snapshot_t *s = a->snap;
@@ -562,7 +668,8 @@ static void backfill(admit_t *a, int kb, sched_decision_t *out, int *order, int 
         double at = a->at[kb];
         double end = s->now_s + J->runtime_s;
         char why[300];
-        if (quota_check(a, j, why, sizeof why) != 0 || (!entitled(a, j) && a->no_borrow[qt(J->queue, J->type)]))
+        if (quota_check(a, j, why, sizeof why) != 0 || (!entitled(a, j) && a->no_borrow[qt(J->queue, J->type)])
+            || !quota_past_heads(a, out, j, end))
             continue;
         sched_request_t req = {.nodes = J->nodes, .slots_per_node = J->slots_per_node,
                                .slot_type = sched_slot_type_name(J->type)};
@@ -577,6 +684,7 @@ static void backfill(admit_t *a, int kb, sched_decision_t *out, int *order, int 
         for (int k = J->type; k < nkeys; k += SCHED_NTYPES)
             for (int x = 0; reserves(a, out, k) && end > a->at[k] && x < d->pl.nodes; x++)
                 a->extra[k * nw + d->pl.worker[x]] -= J->slots_per_node;
+        hold_past_heads(a, out, j, end);
         d->outcome = SCHED_ADMITTED;
         d->borrowed = !entitled(a, j);
         d->backfilled = true;
@@ -591,6 +699,13 @@ static void backfill(admit_t *a, int kb, sched_decision_t *out, int *order, int 
             a->proj[J->project] += job_size(J);
         order[(*nadmitted)++] = j;
     }
+}
+
+/* Head j blocks the jobs behind it in key (queue, type). */
+static void block(admit_t *a, int key, int j)
+{
+    a->blocker[key] = j;
+    a->hk[a->nh++] = key;
 }
 
 /* Tries the head job j; writes out[j]. Returns true when it was admitted. */
@@ -633,7 +748,7 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
     }
     if (q) {
         d->outcome = SCHED_WAIT_QUOTA;
-        a->blocker[key] = j;
+        block(a, key, j);
         try_preempt(a, j, out);
         return false;
     }
@@ -643,14 +758,14 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
         snprintf(d->reason, sizeof d->reason, "waiting for free slots: needs %d worker(s) with %d free %s slot(s) "
                  "each, and queue %s would borrow them while a job within its cohort's quota waits for them",
                  J->nodes, J->slots_per_node, tn, Q->name);
-        a->blocker[key] = j;
+        block(a, key, j);
         return false;
     }
     if (!sched_place(a->view, s->nworkers, &req, &d->pl)) {
         d->outcome = SCHED_WAIT_SLOTS;
         snprintf(d->reason, sizeof d->reason, "waiting for free slots: needs %d worker(s) with %d free %s slot(s) each",
                  J->nodes, J->slots_per_node, tn);
-        a->blocker[key] = j;
+        block(a, key, j);
         if (within && has_cohort(Q))
             for (int r = 0; r < s->nqueues; r++)
                 if (same_cohort(Q, &s->queues[r]))
@@ -687,10 +802,12 @@ int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, in
     a.cand = calloc((size_t)KILN_MAX(s->nrunning, 1), sizeof(*a.cand));
     a.at = calloc((size_t)nkeys, sizeof(*a.at));
     a.extra = calloc((size_t)nkeys * (size_t)KILN_MAX(s->nworkers, 1), sizeof(*a.extra));
-    a.reserved = calloc((size_t)KILN_MAX(s->nworkers, 1), sizeof(*a.reserved));
+    a.hk = calloc((size_t)nkeys, sizeof(*a.hk));
+    a.pl = calloc((size_t)nkeys, sizeof(*a.pl));
+    a.usage_at = calloc((size_t)nkeys * (size_t)KILN_MAX(s->nqueues, 1), sizeof(*a.usage_at));
     int rc = 0;
     if (!a.w || !a.view || !a.usage || !a.proj || !a.next || !a.blocker || !a.no_borrow || !a.taken || !a.cand
-        || !a.at || !a.extra || !a.reserved) {
+        || !a.at || !a.extra || !a.hk || !a.pl || !a.usage_at) {
         rc = KILN_ENOMEM;
         goto out;
     }
@@ -746,12 +863,28 @@ int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, in
         if (try_job(&a, best, out))
             order[(*nadmitted)++] = best;
     }
-    /* Jobs behind a head that waits for free slots start now when they end before it can. */
-    for (int k = 0; k < nkeys; k++) {
+    /* Jobs behind a head that waits for free slots or quota start now when they end before it can
+     * (or leave it the slots and quota it takes then). Each head's reservation counts the heads that
+     * blocked before it; then each head's slots and quota then lose what heads after it hold then. */
+    for (int k = 0; k < nkeys; k++)
         a.at[k] = -1;
-        if (a.blocker[k] >= 0 && out[a.blocker[k]].outcome == SCHED_WAIT_SLOTS)
-            a.at[k] = earliest_start(&a, a.blocker[k], out, order, *nadmitted, &a.extra[(size_t)k * s->nworkers]);
+    for (int m = 0; m < a.nh; m++) {
+        int k = a.hk[m];
+        for (int skip = 0; skip < 2 && a.at[k] < 0 && waits(out, a.blocker[k]); skip++)
+            a.at[k] = earliest_start(&a, m, out, order, *nadmitted, skip, &a.extra[(size_t)k * s->nworkers],
+                                     &a.usage_at[(size_t)k * s->nqueues]);
     }
+    for (int m = 0; m < a.nh; m++)
+        for (int h = m + 1; reserves(&a, out, a.hk[m]) && h < a.nh; h++) {
+            int k = a.hk[m], kh = a.hk[h];
+            const sched_job_t *H = &s->jobs[a.blocker[kh]];
+            if (!reserves(&a, out, kh) || H->type != s->jobs[a.blocker[k]].type || a.at[kh] > a.at[k]
+                || (H->runtime_s >= 0 && a.at[kh] + H->runtime_s <= a.at[k]))
+                continue;
+            for (int x = 0; x < a.pl[h].nodes; x++)
+                a.extra[(size_t)k * s->nworkers + (size_t)a.pl[h].worker[x]] -= H->slots_per_node;
+            a.usage_at[(size_t)k * s->nqueues + (size_t)H->queue][H->type] += job_size(H);
+        }
     for (int k = 0; k < nkeys; k++)
         if (reserves(&a, out, k))
             backfill(&a, k, out, order, nadmitted);
@@ -777,6 +910,8 @@ out:
     free(a.cand);
     free(a.at);
     free(a.extra);
-    free(a.reserved);
+    free(a.hk);
+    free(a.pl);
+    free(a.usage_at);
     return rc;
 }

@@ -640,14 +640,18 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
  * else the first that suffice in that order, less any not needed). The head waits
  * (SCHED_PREEMPTING) while its victims stop.
  *
- * Backfill. When the head of a queue and slot type waits for free slots, its earliest start is
- * when enough of the jobs holding slots have ended by their predicted ends (end_s), and it then
- * takes the slots where it would be placed at that time (reserved, besides what heads before it
- * reserve). Jobs behind it start now, if their quota allows (backfilled), in free slots that no
+ * Backfill. When the head of a queue and slot type waits for free slots or for quota, its earliest
+ * start is when enough of the jobs holding slots have ended by their predicted ends (end_s) for its
+ * quota check to pass and its gang to fit, and it then takes the slots where it would be placed at
+ * that time (reserved). Blocked heads reserve in turn, in the order they blocked: the heads before
+ * one take their reservations at their earliest starts and give them back after their predicted run
+ * times (runtime_s; never without one, unless that would keep the later head from ever starting).
+ * Jobs behind a head start now, if their quota allows (backfilled), in free slots and quota that no
  * such head of their slot type needs: for each head whose earliest start comes before the job's
- * predicted end (now + runtime_s), only slots that head leaves unreserved then. With no prediction
- * for what the head waits for, or for the job, nothing is backfilled behind it, so with exact
- * predictions every head starts no later than it would without backfill. */
+ * predicted end (now + runtime_s), only slots that head (and the heads holding slots then) leave
+ * unreserved then, and only if the head's quota check still passes then with the job's usage. With
+ * no prediction for what the head waits for, or for the job, nothing is backfilled behind it, so
+ * with exact predictions backfill never delays a head's earliest start. */
 #define SCHED_NTYPES 2        /* slot types: 0 "cpu", 1 "gpu" */
 #define SCHED_UNLIMITED (-1)  /* a quota or limit with no bound */
 /* 0 for "cpu", 1 for "gpu", -1 for anything else. */

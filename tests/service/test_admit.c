@@ -675,6 +675,97 @@ Test(admit, backfill_never_takes_the_slots_another_queues_head_waits_for)
     cr_assert(out[2].backfilled);
 }
 
+Test(admit, backfill_behind_a_head_that_waits_for_quota)
+{
+    /* Queue a (quota 6, no cohort) holds 4 until t=100; its head needs 5: it waits for quota until
+     * 100 though the worker has slots. Behind it, a job of 2 predicted to take 50 s starts now (it
+     * ends first); one of 2 taking 500 s does not (at 100 the queue would use 2 + 5 > 6). */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 16, 12)};
+    sched_queue_t q[] = {queue("a", NULL, 6, 0)};
+    q[0].usage[0] = 4;
+    sched_running_t r[] = {running("run", 0, 0, 4, w0, 0)};
+    r[0].end_s = 100;
+    sched_job_t j[] = {job("head", 0, 0, 1, 5, 0), job("behind", 0, 0, 1, 2, 0)};
+    j[0].runtime_s = 1000;
+    j[1].runtime_s = 500;
+    sched_decision_t out[2];
+    int order[2];
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 2, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_QUOTA, "%s", out[0].reason);
+    cr_assert_eq(out[1].outcome, SCHED_WAIT_BEHIND, "it would hold the quota the head needs at 100");
+    j[1].runtime_s = 50;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 2, r, 1, 0, out, order), 1);
+    cr_assert(out[1].backfilled);
+    cr_assert_float_eq(out[1].head_start_s, 100, 1e-9);
+    /* with a quota of 7 the head leaves 2 free at 100: the long one fits beside it */
+    q[0].quota[0] = 7;
+    j[1].runtime_s = 500;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 2, r, 1, 0, out, order), 1);
+    cr_assert(out[1].backfilled);
+    cr_assert_gt(out[1].end_s, out[1].head_start_s);
+}
+
+Test(admit, backfill_of_another_queue_keeps_the_cohort_quota_a_head_needs)
+{
+    /* Cohort c: queues a and b, quota 4 cpu each, lending all of it (the cohort's pool is 8); the
+     * worker has 16 slots. b borrows: it holds 6 until t=100 (starting: not a victim). a's head
+     * needs 7 and b's head 8: both wait for quota, a's until 100, b's until a's ends at 1100. A job
+     * of b behind its head, of 2 slots, taking 500 s would leave the cohort 6 for a's head at 100:
+     * it waits; taking 50 s, it ends first and starts now. */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 16, 10)};
+    sched_queue_t q[] = {queue("a", "c", 4, 0), queue("b", "c", 4, 0)};
+    q[1].usage[0] = 6;
+    sched_running_t r[] = {running("run", 1, 0, 6, w0, 0)};
+    r[0].end_s = 100;
+    r[0].preemptible = false;
+    sched_job_t j[] = {job("ahead", 0, 0, 1, 7, 0), job("bhead", 1, 0, 1, 8, 0), job("bjob", 1, 0, 1, 2, 0)};
+    j[0].runtime_s = 1000;
+    j[1].runtime_s = 1000;
+    j[2].runtime_s = 500;
+    sched_decision_t out[3];
+    int order[3];
+    cr_assert_eq(pass_running(w, 1, q, 2, j, 3, r, 1, 0, out, order), 0, "%s", out[2].reason);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_QUOTA, "%s", out[0].reason);
+    cr_assert_eq(out[1].outcome, SCHED_WAIT_QUOTA, "%s", out[1].reason);
+    cr_assert_eq(out[2].outcome, SCHED_WAIT_BEHIND);
+    j[2].runtime_s = 50;
+    cr_assert_eq(pass_running(w, 1, q, 2, j, 3, r, 1, 0, out, order), 1);
+    cr_assert(out[2].backfilled);
+    cr_assert_eq(out[2].behind_head, 1);
+    cr_assert_float_eq(out[2].head_start_s, 1100, 1e-9, "b's head starts when a's ends");
+}
+
+Test(admit, heads_reserve_in_turn_so_a_later_head_starts_after_an_earlier_one)
+{
+    /* Worker w (4 slots) is held by b until t=10; worker v has 1 slot free. a's head (4 slots,
+     * 100 s) blocks first (the lower share) and takes w at 10; b's head (4 slots) can then start
+     * only at 110, when a's ends, not at 10. A job of b of 1 slot taking 50 s starts now on v. */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 4, 0), W("v", "cpu", 1, 1)};
+    sched_queue_t q[] = {queue("a", NULL, U, U), queue("b", NULL, U, U)};
+    q[1].usage[0] = 4;
+    sched_running_t r[] = {running("run", 1, 0, 4, w0, 0)};
+    r[0].end_s = 10;
+    sched_job_t j[] = {job("ahead", 0, 0, 1, 4, 0), job("bhead", 1, 0, 1, 4, 0), job("bjob", 1, 0, 1, 1, 0)};
+    j[0].runtime_s = 100;
+    j[1].runtime_s = 100;
+    j[2].runtime_s = 50;
+    sched_decision_t out[3];
+    int order[3];
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 3, r, 1, 0, out, order), 1);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS);
+    cr_assert_eq(out[1].outcome, SCHED_WAIT_SLOTS);
+    cr_assert(out[2].backfilled);
+    cr_assert_eq(out[2].pl.worker[0], 1);
+    cr_assert_float_eq(out[2].head_start_s, 110, 1e-9, "b's head starts after a's ends, not at 10");
+    /* a's head with no prediction holds w for ever: b's head's start is then reckoned without it */
+    j[0].runtime_s = -1;
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 3, r, 1, 0, out, order), 1);
+    cr_assert_float_eq(out[2].head_start_s, 10, 1e-9);
+}
+
 /* ---- property-based runs with running jobs: preemption and backfill -------------------------- */
 
 /* The cost of a set of victims, as the contract orders them: steps lost, jobs, priorities, then
@@ -872,6 +963,7 @@ typedef struct psim {
     bool bf_long[MAXJ];     /* backfilled to end after that head's earliest start */
     double head_at[MAXJ];   /* the earliest start of a head jobs were backfilled ahead of (< 0: none) */
     int nbackfilled, nlong;
+    int nbehind_quota;      /* backfilled ahead of a head that waited for quota */
     bool check_head;        /* predictions exact, one queue: a head starts only after what was
                                backfilled ahead of it has ended */
 } psim_t;
@@ -979,6 +1071,7 @@ static int psim_run(psim_t *P, unsigned seed, int k_protect)
                 P->bf_head[j] = h + 1;
                 P->bf_long[j] = out[p].end_s > out[p].head_start_s;
                 P->nbackfilled++;
+                P->nbehind_quota += out[out[p].behind_head].outcome == SCHED_WAIT_QUOTA;
                 P->nlong += P->bf_long[j];
                 if (P->head_at[h] < 0 || out[p].head_start_s < P->head_at[h])
                     P->head_at[h] = out[p].head_start_s;
@@ -1055,14 +1148,21 @@ Test(admit, random_streams_with_preemption_and_backfill_keep_the_invariants, .ti
     cr_assert_gt(preempts, 20, "only %d preemptions in %d streams", preempts, seeds);
 }
 
-Test(admit, backfill_never_delays_the_head_with_exact_predictions)
+/* Runs 60 seeded streams of one queue, every job of one priority with an exact prediction, and
+ * checks that no head starts after the earliest start it had when jobs were backfilled ahead of
+ * it. quota: the queue's quota is half the slots of each type (at least the largest job's 12), so
+ * heads wait for quota as well as for slots; else it has none. Adds up what the runs did. */
+static void never_delays(bool quota, int *backfilled, int *longer, int *behind_quota)
 {
     static psim_t P;
-    int backfilled = 0, longer = 0;
     for (unsigned seed = 1; seed <= 60; seed++) {
         psim_make(&P, seed);
+        int total[SCHED_NTYPES] = {0, 0};
+        for (int i = 0; i < P.S.nw; i++)
+            total[sched_slot_type(P.S.w[i].slot_type)] += P.S.w[i].slots;
         P.S.nq = 1;
-        P.S.q[0] = queue("default", NULL, U, U);
+        P.S.q[0] = quota ? queue("default", NULL, KILN_MAX(12, total[0] / 2), KILN_MAX(12, total[1] / 2))
+                         : queue("default", NULL, U, U);
         for (int j = 0; j < P.S.nj; j++) {
             P.S.job[j].queue = 0;
             P.S.job[j].priority = 0;
@@ -1078,12 +1178,27 @@ Test(admit, backfill_never_delays_the_head_with_exact_predictions)
         }
         P.check_head = true;
         psim_run(&P, seed, 3);
-        backfilled += P.nbackfilled;
-        longer += P.nlong;
+        *backfilled += P.nbackfilled;
+        *longer += P.nlong;
+        *behind_quota += P.nbehind_quota;
         cr_assert_eq(P.npreempt, 0);
     }
+}
+
+Test(admit, backfill_never_delays_the_head_with_exact_predictions)
+{
+    int backfilled = 0, longer = 0, behind_quota = 0;
+    never_delays(false, &backfilled, &longer, &behind_quota);
     cr_assert_gt(backfilled, 30, "only %d jobs were backfilled: the runs show little", backfilled);
     cr_assert_gt(longer, 10, "only %d jobs were backfilled past a head's start: the runs show little", longer);
+}
+
+Test(admit, backfill_behind_quota_never_delays_the_head_with_exact_predictions)
+{
+    int backfilled = 0, longer = 0, behind_quota = 0;
+    never_delays(true, &backfilled, &longer, &behind_quota);
+    cr_assert_gt(backfilled, 30, "only %d jobs were backfilled: the runs show little", backfilled);
+    cr_assert_gt(behind_quota, 10, "only %d jobs were backfilled ahead of a head waiting for quota", behind_quota);
 }
 
 Test(admit, livelock_bait_every_job_finishes)
