@@ -67,7 +67,7 @@ def rungs():
 def kiln_search(seed, strategy, res, brackets=1):
     label = (strategy if brackets == 1 else "%s-b%d" % (strategy, brackets)) + \
         ("+tpe" if strategy == "hyperband" and HB_SAMPLER == "tpe" else "")
-    body = {"name": "bench-%s-%d" % (label, seed), "job": base_job("trial", MAX_R, 0), "parameters": SPACE,
+    body = {"name": "bench-%s-%d" % (label.replace("+", "-"), seed), "job": base_job("trial", MAX_R, 0), "parameters": SPACE,
             "objective": {"metric": "val_loss", "goal": "minimize"}, "strategy": strategy,
             "max_parallel_jobs": PARALLEL, "seed": seed}
     if strategy == "hyperband":
