@@ -7,9 +7,12 @@ resumes bit-exactly (e2e_tuning checks both), so its val_loss at a rung is its c
 
     python3 bench/tune_sim.py curves CURVES_DIR     train what is missing (SEEDS, TRIALS, JOBS)
     python3 bench/tune_sim.py report CURVES_DIR     rung figures and the searches, per seed
+    python3 bench/tune_sim.py tpe CURVES_DIR        random, hyperband, hyperband with sampler tpe and
+                                                    bayesian (TPE): the best within each of BUDGETS
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
 MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 12 16 24"),
-BUILD (build). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim draw), so random
+BUDGETS ("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian"), REUSE (other CURVES_DIRs to read curves from, never written),
+BUILD (build). A curve is kept by its trial's parameter values (all it depends on). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim draw), so random
 search and hyperband of one seed share their first trials, as in the real bench.
 """
 import concurrent.futures
@@ -37,6 +40,8 @@ WARMUP_MAX = int(os.environ.get("WARMUP_MAX", "300"))
 PARALLEL = int(os.environ.get("PARALLEL", "2"))
 RANDOM_TRIALS = [int(k) for k in os.environ.get("RANDOM_TRIALS", "4 8 16 32").split()]
 FULL_K = int(os.environ.get("FULL_K", "8"))
+BUDGETS = [int(b) for b in os.environ.get("BUDGETS", "1800 3600").split()]
+REUSE = os.environ.get("REUSE", "").split()
 
 SPACE = tune_space.space(WARMUP_MAX, MAX_R)
 
@@ -45,13 +50,13 @@ def base_job(eval_every):
     return tune_space.base_job("trial", DATA, MAX_R, eval_every)
 
 
-def request(seed, strategy, brackets=1, max_jobs=500):
+def request(seed, strategy, brackets=1, max_jobs=500, sampler="random"):
     r = {"name": "sim", "job": base_job(0), "parameters": SPACE,
          "objective": {"metric": "val_loss", "goal": "minimize"}, "strategy": strategy,
          "max_jobs": max_jobs, "max_parallel_jobs": PARALLEL, "seed": seed}
     if strategy == "hyperband":
         r["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA,
-                          "brackets": brackets}
+                          "brackets": brackets, "sampler": sampler}
     return r
 
 
@@ -108,30 +113,40 @@ def train_one(values, to=MAX_R):
     return {"parameters": values, "steps": steps, "values": vals}
 
 
+def pkey(values):
+    """A trial's curve's key: its parameter values (a curve depends on them alone)."""
+    return json.dumps(values, sort_keys=True)
+
+
 class Pool:
-    """One seed's curves, trained as a search first needs them (trial n to step s) and kept."""
+    """One seed's curves by parameter values, trained as a search first needs them (to step s)
+    and kept; REUSE's curve files of the same seed and scale are read too (never written)."""
 
     def __init__(self, d, seed):
         self.path, self.seed, self.trained = curves_path(d, seed), seed, 0
-        self.have = json.load(open(self.path)) if os.path.exists(self.path) else {}
-        self.draws = []
+        self.have = {}
+        for path in [curves_path(r, seed) for r in REUSE] + [self.path]:
+            for c in (json.load(open(path)) if os.path.exists(path) else {}).values():
+                old = self.have.get(pkey(c["parameters"]))
+                if c["steps"] and (not old or old["steps"][-1] < c["steps"][-1]):
+                    self.have[pkey(c["parameters"])] = c
 
-    def ensure(self, n, step):
-        c = self.have.get(str(n))
+    def ensure(self, values, step):
+        c = self.have.get(pkey(values))
         if c and c["steps"] and c["steps"][-1] >= step:
             return
-        if n >= len(self.draws):
-            self.draws = [json.loads(x) for x in sim(request(self.seed, "random"), "draw", n + 100).splitlines()]
         for _ in range(3):  # a run killed from outside (a loaded machine) is run again
-            c = train_one(self.draws[n], step)
+            c = train_one(values, step)
             if c["steps"] and c["steps"][-1] == step:
                 break
         if not c["steps"] or c["steps"][-1] != step:
-            sys.exit("tune_sim.py: trial %d of seed %d did not reach step %d: %s" % (n, self.seed, step, c))
+            sys.exit("tune_sim.py: %s of seed %d did not reach step %d: %s" % (values, self.seed, step, c))
         self.trained += step
-        self.have[str(n)] = c
+        self.have[pkey(values)] = c
+        mine = json.load(open(self.path)) if os.path.exists(self.path) else {}
+        mine[pkey(values)] = c
         with open(self.path + ".tmp", "w") as f:
-            json.dump(self.have, f)
+            json.dump(mine, f)
         os.replace(self.path + ".tmp", self.path)
 
     def run(self, req, budget):
@@ -147,7 +162,7 @@ class Pool:
                 os.unlink(g.name)
             out = json.loads(p.stdout)
             if p.returncode == 3:
-                self.ensure(*out["need"])
+                self.ensure(out["parameters"], out["need"][1])
                 continue
             if p.returncode:
                 sys.exit("tune_sim: %s" % p.stderr)
@@ -157,17 +172,67 @@ class Pool:
 def curves(d):
     os.makedirs(d, exist_ok=True)
     for seed in SEEDS:
-        path = curves_path(d, seed)
-        have = json.load(open(path)) if os.path.exists(path) else {}
+        pool = Pool(d, seed)
         draws = [json.loads(line) for line in sim(request(seed, "random"), "draw", TRIALS).splitlines()]
-        todo = [n for n in range(TRIALS) if str(n) not in have]
+        todo = [n for n in range(TRIALS) if pool.have.get(pkey(draws[n]), {}).get("steps", [0])[-1] < MAX_R]
         with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
             for n, c in zip(todo, ex.map(lambda n: train_one(draws[n]), todo)):
-                have[str(n)] = c
-                with open(path + ".tmp", "w") as f:
-                    json.dump(have, f)
-                os.replace(path + ".tmp", path)
+                pool.have[pkey(draws[n])] = c
+                mine = json.load(open(pool.path)) if os.path.exists(pool.path) else {}
+                mine[pkey(draws[n])] = c
+                with open(pool.path + ".tmp", "w") as f:
+                    json.dump(mine, f)
+                os.replace(pool.path + ".tmp", pool.path)
                 print("seed %d trial %d: %s -> %s" % (seed, n, draws[n], c["values"][-1:]), flush=True)
+
+
+def best_at(curve, budget):
+    """The best objective found within budget steps (None before the first result)."""
+    at = [v for st, v in curve if st <= budget]
+    return at[-1] if at else None
+
+
+TPE_SEARCHES = [("random", lambda seed: request(seed, "random")),
+                ("hyperband", lambda seed: request(seed, "hyperband")),
+                ("hyperband+tpe", lambda seed: request(seed, "hyperband", sampler="tpe")),
+                ("bayesian", lambda seed: request(seed, "bayesian"))]
+TPE_SEARCHES = [(n, mk) for n, mk in TPE_SEARCHES if n in os.environ.get("SEARCHES", n).split()]
+
+
+def tpe_report(d):
+    """Random search, hyperband (random draws), hyperband with TPE draws and bayesian (TPE),
+    each seed run to the largest of BUDGETS steps: the best val_loss within each budget."""
+    top = max(BUDGETS)
+    os.makedirs(d, exist_ok=True)
+
+    def one(seed):
+        pool = Pool(d, seed)
+        res = {name: pool.run(mk(seed), top) for name, mk in TPE_SEARCHES}
+        return seed, res, pool.trained
+
+    print("== rungs %s, eta %d, warmup 0..%d, parallel %d, seeds %s, budgets %s; each searcher runs to %d steps "
+          "(max_jobs 500) and its best within each budget is read from its curve" % (
+              rungs(), ETA, SPACE["warmup_steps"]["max"], PARALLEL, SEEDS, BUDGETS, top), flush=True)
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
+        results = list(ex.map(one, SEEDS))
+    names = [n for n, _ in TPE_SEARCHES]
+    print("| seed | budget | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for seed, res, trained in results:
+        for b in BUDGETS:
+            print("| %d | %d | %s |" % (seed, b, " | ".join(
+                "%.4f" % best_at(res[n]["curve"], b) if best_at(res[n]["curve"], b) else "-" for n in names)))
+    for b in BUDGETS:
+        med = []
+        for n in names:
+            vals = [best_at(res[n]["curve"], b) for _, res, _ in results]
+            vals = [v for v in vals if v is not None]
+            med.append("%.4f" % statistics.median(vals) if vals else "-")
+        print("| median | %d | %s |" % (b, " | ".join(med)))
+    for seed, res, trained in results:
+        print("-- seed %d: trials %s; curves %s; (trained %d steps for missing curves)" % (
+            seed, {n: res[n]["trials"] for n in names},
+            {n: res[n]["curve"] for n in names}, trained), flush=True)
 
 
 def spearman(a, b):
@@ -256,6 +321,6 @@ def report(d):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("curves", "report"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("curves", "report", "tpe"):
         sys.exit(__doc__)
-    (curves if sys.argv[1] == "curves" else report)(sys.argv[2])
+    {"curves": curves, "report": report, "tpe": tpe_report}[sys.argv[1]](sys.argv[2])
