@@ -6,7 +6,9 @@
  *   - queues are made with svc_queue_create (what POST /v1/queues calls), jobs submitted with
  *     svc_job_create (what POST /v1/jobs and gRPC CreateJob call) at the given rates;
  *   - simulated agents, one per worker, call what the agent's RPCs reach: svc_agent_register,
- *     svc_agent_heartbeat (every --heartbeat-ms, with the (job, attempt) pairs they run), then
+ *     svc_agent_heartbeat (every --heartbeat-ms, with the (job, attempt) pairs they run, and at once
+ *     when kilnd nudges the worker: svc_on_work, the hook behind gRPC's WatchWork, as the real
+ *     agent's watch thread wakes its heartbeat loop; --no-push for heartbeats alone), then
  *     svc_agent_rank_status (started, with a rendezvous port) for each assignment and one
  *     svc_agent_rank_exit per rank, code 0, once the job's runtime has passed; a stop order (a
  *     preemption) ends the ranks at once with code 143, as ranks stopped by SIGTERM after their
@@ -55,7 +57,7 @@ static const char *admin_url;
 static double scale = 1.0;
 static int64_t heartbeat_ms = 250, nworkers = 30, worker_slots = 20, backlog = 10000, timeout_s = 900;
 static const char *phase = "all";
-static bool pg_stats;
+static bool pg_stats, no_push;
 static atomic_long completed, preempt_stops, submit_errors, agent_errors;
 static atomic_bool stop_agents;
 static int64_t t0_us;
@@ -105,10 +107,33 @@ typedef struct worker {
     run_slot_t run[MAX_RUN];
     int nrun;
     int64_t next_hb_us;
+    atomic_bool nudged; /* kilnd has work for it: heartbeat now */
     arena_t arena;
 } worker_t;
 
 static worker_t workers[MAX_WORKERS];
+
+/* One thread per worker, as each real agent is its own process: it sleeps on its own condition
+ * variable, which a nudge of its worker signals. */
+static pthread_mutex_t agent_mu[MAX_WORKERS];
+static pthread_cond_t agent_cv[MAX_WORKERS];
+static bool agent_woken[MAX_WORKERS];
+
+/* svc_on_work's hook (the notify thread, after the commit): what WatchWork's nudge does. */
+static void on_work(void *ud, const char *worker_id)
+{
+    (void)ud;
+    for (int i = 0; i < nworkers; i++)
+        if (strcmp(workers[i].id, worker_id) == 0) {
+            atomic_store(&workers[i].nudged, true);
+            int t = i;
+            pthread_mutex_lock(&agent_mu[t]);
+            agent_woken[t] = true;
+            pthread_cond_signal(&agent_cv[t]);
+            pthread_mutex_unlock(&agent_mu[t]);
+            return;
+        }
+}
 
 static double runtime_of(int world_size)
 {
@@ -226,7 +251,7 @@ static void *agent_main(void *p)
                     end_ranks(w, k, 0);
                     ended = true;
                 }
-            if (ended || now >= w->next_hb_us) {
+            if (atomic_exchange(&w->nudged, false) || ended || now >= w->next_hb_us) {
                 agent_beat(w);
                 w->next_hb_us = kiln_mono_us() + heartbeat_ms * 1000;
             }
@@ -234,9 +259,19 @@ static void *agent_main(void *p)
             for (int k = 0; k < w->nrun; k++)
                 next = KILN_MIN(next, w->run[k].end_us);
         }
-        int64_t sleep_us = next - kiln_mono_us();
-        if (sleep_us > 0)
-            usleep((useconds_t)KILN_MIN(sleep_us, 20000));
+        int64_t sleep_us = KILN_MIN(next - kiln_mono_us(), 20000);
+        int th = t->first;
+        pthread_mutex_lock(&agent_mu[th]);
+        if (sleep_us > 0 && !agent_woken[th]) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t ns = ts.tv_nsec + sleep_us * 1000;
+            ts.tv_sec += ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            pthread_cond_timedwait(&agent_cv[th], &agent_mu[th], &ts);
+        }
+        agent_woken[th] = false;
+        pthread_mutex_unlock(&agent_mu[th]);
     }
     return NULL;
 }
@@ -335,7 +370,7 @@ static int phase_begin(const char *tag)
         return -1;
     snprintf(bench_url, sizeof bench_url, "%s dbname=%s", admin_url, dbname);
     svc_config_t cfg = {.database_url = bench_url, .heartbeat_interval_ms = (int)heartbeat_ms,
-                        .heartbeat_timeout_ms = 120000, .db_pool_size = 24, .stop_grace_ms = 1000};
+                        .heartbeat_timeout_ms = 120000, .db_pool_size = 40, .stop_grace_ms = 1000};
     kiln_err_t err;
     if (svc_create(&cfg, &svc, &err)) {
         fprintf(stderr, "kueue_bench: %s\n", err.message);
@@ -400,23 +435,35 @@ static void phase_end(void)
     admin_sql(sql);
 }
 
-#define NAGENT_THREADS 6
-static pthread_t agent_th[NAGENT_THREADS];
-static agent_thread_t agent_args[NAGENT_THREADS];
+static pthread_t agent_th[MAX_WORKERS];
+static agent_thread_t agent_args[MAX_WORKERS];
 
 static void agents_start(void)
 {
-    for (int i = 0; i < NAGENT_THREADS; i++) {
-        agent_args[i] = (agent_thread_t){.first = i, .step = NAGENT_THREADS};
+    if (!no_push)
+        svc_on_work(svc, on_work, NULL);
+    for (int i = 0; i < nworkers; i++) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&agent_cv[i], &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&agent_mu[i], NULL);
+        agent_woken[i] = false;
+        agent_args[i] = (agent_thread_t){.first = i, .step = (int)nworkers};
         pthread_create(&agent_th[i], NULL, agent_main, &agent_args[i]);
     }
 }
 
 static void agents_stop(void)
 {
+    svc_on_work(svc, NULL, NULL);
     atomic_store(&stop_agents, true);
-    for (int i = 0; i < NAGENT_THREADS; i++)
+    for (int i = 0; i < nworkers; i++) {
         pthread_join(agent_th[i], NULL);
+        pthread_cond_destroy(&agent_cv[i]);
+        pthread_mutex_destroy(&agent_mu[i]);
+    }
 }
 
 /* Waits until `total` jobs have ended (or the timeout); returns 0 when they did. */
@@ -478,6 +525,29 @@ static void report_figures(const char *what)
     }
     printf("kueue_bench: %s: %.0f preemptions (%ld stop orders the agents acted on)\n", what, preempted,
            atomic_load(&preempt_stops));
+    /* where a completed attempt's time beyond its runtime goes, from its events: SCHEDULED (the
+     * pass's commit) -> STARTING (delivered in a heartbeat) -> RUNNING (its ranks' start reported)
+     * -> COMPLETED (the last exit recorded), less the runtime */
+    PGresult *r = PQexec(c, "SELECT avg(extract(epoch FROM st - s)), avg(extract(epoch FROM ru - st)),"
+                            " avg(extract(epoch FROM co - ru) - CASE j.world_size WHEN 1 THEN 0.2 WHEN 5 THEN 0.5"
+                            "  ELSE 1.0 END), avg(extract(epoch FROM co - s) - CASE j.world_size WHEN 1 THEN 0.2"
+                            "  WHEN 5 THEN 0.5 ELSE 1.0 END), percentile_cont(0.99) WITHIN GROUP (ORDER BY"
+                            "  extract(epoch FROM co - s) - CASE j.world_size WHEN 1 THEN 0.2 WHEN 5 THEN 0.5 ELSE"
+                            "  1.0 END) FROM (SELECT job_id, attempt,"
+                            "  min(time) FILTER (WHERE to_state = 'SCHEDULED') s,"
+                            "  min(time) FILTER (WHERE to_state = 'STARTING') st,"
+                            "  min(time) FILTER (WHERE to_state = 'RUNNING') ru,"
+                            "  min(time) FILTER (WHERE to_state = 'COMPLETED') co FROM job_events GROUP BY 1, 2) x"
+                            " JOIN jobs j ON j.id = x.job_id"
+                            " WHERE co IS NOT NULL AND st IS NOT NULL AND ru IS NOT NULL");
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+        printf("kueue_bench: %s: a completed attempt, on average: scheduled -> delivered %.3f s, -> started %.3f s,"
+               " -> end recorded %.3f s beyond its runtime; %.3f s in all beyond its runtime (p99 %.3f s)\n", what,
+               atof(PQgetvalue(r, 0, 0)), atof(PQgetvalue(r, 0, 1)), atof(PQgetvalue(r, 0, 2)),
+               atof(PQgetvalue(r, 0, 3)), atof(PQgetvalue(r, 0, 4)));
+    else
+        fprintf(stderr, "kueue_bench: step times: %s", PQerrorMessage(c));
+    PQclear(r);
     PQfinish(c);
 }
 
@@ -621,6 +691,8 @@ int main(int argc, char **argv)
         {"backlog", NULL, CONFIG_INT, &backlog, CONFIG_ANY, "jobs pending when the workers join, for the pass times"},
         {"phase", NULL, CONFIG_STR, &phase, CONFIG_ANY, "all | kueue | backlog"},
         {"timeout", NULL, CONFIG_INT, &timeout_s, CONFIG_ANY, "seconds a phase may take"},
+        {"no-push", NULL, CONFIG_BOOL, &no_push, CONFIG_ANY, "agents heartbeat at their interval only (no nudge "
+         "when kilnd commits work for them, as with a kilnd without WatchWork)"},
         {"pg-stats", NULL, CONFIG_BOOL, &pg_stats, CONFIG_ANY, "print the statements that took the database's time "
          "(needs shared_preload_libraries=pg_stat_statements)"},
     };

@@ -29,9 +29,9 @@ typedef struct bench {
 
 static bench_t B = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static void on_started(void *ud, const char *job, int attempt, bool ok, const char *reason, int port)
+static void on_started(void *ud, const char *job, int attempt, bool ok, bool host_fault, const char *reason, int port)
 {
-    (void)ud, (void)job, (void)attempt, (void)port;
+    (void)ud, (void)job, (void)attempt, (void)host_fault, (void)port;
     if (!ok)
         fprintf(stderr, "sandbox_bench: not started: %s\n", reason);
 }

@@ -15,7 +15,7 @@ run would have spent had promoted trials restarted from step 0 instead of resumi
 
     python3 bench/tune_bench.py URL TOKEN CA KILN_TRAIN DATA OUT_JSON
     (environment: SEEDS "1 2 3", RANDOM_TRIALS 4, MIN_RESOURCE 50, MAX_RESOURCE 450, ETA 3,
-     PARALLEL 2, WARMUP_MAX 300, HB_BRACKETS "1", OPTUNA 1)
+     PARALLEL 2, WARMUP_MAX 300, HB_BRACKETS "1", HB_SAMPLER "random" (or "tpe"), OPTUNA 1)
 """
 import json
 import shutil
@@ -41,7 +41,9 @@ PARALLEL = int(os.environ.get("PARALLEL", "2"))
 BUDGET = RANDOM_TRIALS * MAX_R
 WARMUP_MAX = int(os.environ.get("WARMUP_MAX", "300"))  # the top of warmup_steps' range
 HB_BRACKETS = [int(b) for b in os.environ.get("HB_BRACKETS", "1").split()]
-HB_NAMES = ["hyperband" if b == 1 else "hyperband-b%d" % b for b in HB_BRACKETS]
+HB_SAMPLER = os.environ.get("HB_SAMPLER", "random")  # hyperband.sampler: random or tpe
+HB_NAMES = [("hyperband" if b == 1 else "hyperband-b%d" % b) + ("+tpe" if HB_SAMPLER == "tpe" else "")
+            for b in HB_BRACKETS]
 OPTUNA = os.environ.get("OPTUNA", "1") == "1"
 client = kiln.Client(URL, token=TOKEN, ca=CA, timeout=120)
 
@@ -63,13 +65,14 @@ def rungs():
 # ---- kiln: a tuning job through kilnd, polled ------------------------------------------------
 
 def kiln_search(seed, strategy, res, brackets=1):
-    label = strategy if brackets == 1 else "%s-b%d" % (strategy, brackets)
-    body = {"name": "bench-%s-%d" % (label, seed), "job": base_job("trial", MAX_R, 0), "parameters": SPACE,
+    label = (strategy if brackets == 1 else "%s-b%d" % (strategy, brackets)) + \
+        ("+tpe" if strategy == "hyperband" and HB_SAMPLER == "tpe" else "")
+    body = {"name": "bench-%s-%d" % (label.replace("+", "-"), seed), "job": base_job("trial", MAX_R, 0), "parameters": SPACE,
             "objective": {"metric": "val_loss", "goal": "minimize"}, "strategy": strategy,
             "max_parallel_jobs": PARALLEL, "seed": seed}
     if strategy == "hyperband":
         body["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA,
-                             "brackets": brackets}
+                             "brackets": brackets, "sampler": HB_SAMPLER}
         body["max_jobs"] = 500
     else:
         body["max_jobs"] = RANDOM_TRIALS

@@ -9,6 +9,7 @@
 # Environment: SEEDS (default "1 2 3"), RANDOM_TRIALS (4: the budget is 4 x MAX_RESOURCE steps),
 # MIN_RESOURCE (50), MAX_RESOURCE (450), ETA (3), PARALLEL (2), OUT (/tmp/tune_bench.json),
 # HEARTBEAT_MS (kilnd's, 500: a trial's pause and promotion wait on it less).
+# HB_SAMPLER (hyperband.sampler of kiln's hyperband searches: random, the default, or tpe).
 # WARMUP_MAX (300: the top of warmup_steps' range).
 set -u
 cd "$(dirname "$0")/.."

@@ -7,8 +7,10 @@
  *   tune_sim run REQUEST.json CURVES.json BUDGET  the search until BUDGET steps: one JSON object,
  *                                                 or {"need": [trial, step]} (exit 3) when a
  *                                                 trial's curve does not reach a step it trains to
- * CURVES.json: {"<trial>": {"steps": [...], "values": [...]}}, the objective at every step a rung
- * can end at. The output's "curve" is [[steps consumed, best so far], ...] with steps counted as
+ * CURVES.json: {"<any key>": {"parameters": {...}, "steps": [...], "values": [...]}}, the objective
+ * at every step a rung can end at for the trial of those parameter values (a trial's values come
+ * from the search itself, tune_next_values: TPE's depend on the results before them). The "need"
+ * answer carries the values to train: {"need": [trial, step], "parameters": {...}}. The output's "curve" is [[steps consumed, best so far], ...] with steps counted as
  * the bench's poll counts them (every step trained by then, paused and running trials alike). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,18 +34,22 @@ static json_t *load(const char *path)
     return j;
 }
 
-/* Trial n's objective at step s from curves; false when the curve lacks it. */
-static bool curve_at(const json_t *curves, int n, int64_t s, double *v)
+/* The objective at step s of the trial whose parameters are values, from curves; false when no
+ * curve of those parameters reaches s. */
+static bool curve_at(const json_t *curves, const json_t *values, int64_t s, double *v)
 {
-    char key[16];
-    snprintf(key, sizeof key, "%d", n);
-    const json_t *c = json_object_get(curves, key), *st = json_object_get(c, "steps"),
-                 *va = json_object_get(c, "values");
-    for (size_t k = 0; k < json_array_size(st); k++)
-        if (json_integer_value(json_array_get(st, k)) == s) {
-            *v = json_number_value(json_array_get(va, k));
-            return true;
-        }
+    const char *key;
+    const json_t *c;
+    json_object_foreach((json_t *)curves, key, c) {
+        if (!json_equal(json_object_get(c, "parameters"), (json_t *)values))
+            continue;
+        const json_t *st = json_object_get(c, "steps"), *va = json_object_get(c, "values");
+        for (size_t k = 0; k < json_array_size(st); k++)
+            if (json_integer_value(json_array_get(st, k)) == s) {
+                *v = json_number_value(json_array_get(va, k));
+                return true;
+            }
+    }
     return false;
 }
 
@@ -52,12 +58,13 @@ static int run(const spec_tuning_t *t, const json_t *curves, int64_t budget)
     int cap = t->max_jobs;
     tune_trial_t *tr = calloc((size_t)cap, sizeof *tr);
     sim_trial_t *sm = calloc((size_t)cap, sizeof *sm);
+    json_t **vals = calloc((size_t)cap, sizeof *vals);
     int64_t trial_rungs[SPEC_TUNE_MAX_RUNGS], grung[SPEC_TUNE_MAX_RUNGS];
     int ngr = tune_rungs(t, grung), nb = tune_brackets(t);
     int64_t max_steps = json_integer_value(json_object_get(json_object_get(t->job, "hyperparameters"), "max_steps"));
     int64_t reached[SPEC_TUNE_MAX_RUNGS + 1] = {0}, seg_steps[SPEC_TUNE_MAX_RUNGS + 1] = {0};
     int per_bracket[SPEC_TUNE_MAX_RUNGS + 1] = {0};
-    if (!tr || !sm)
+    if (!tr || !sm || !vals)
         return 1;
     json_t *curve = json_array();
     int n = 0;
@@ -73,19 +80,22 @@ static int run(const spec_tuning_t *t, const json_t *curves, int64_t budget)
             kiln_strlcpy(why, plan.reason, sizeof why);
             break;
         }
-        int need = -1;
+        int need = -1, first_new = n;
         int64_t need_to = 0;
         for (int k = 0; k < plan.npromote + plan.nnew; k++) {
             int i = k < plan.npromote ? plan.promote[k] : n++;
             if (k >= plan.npromote) {
+                /* as the controller does: each new trial of one pass over the same history */
+                v.ntrials = first_new;
+                vals[i] = tune_next_values(&v, i);
                 tr[i] = (tune_trial_t){.trial = i, .state = TUNE_TRIAL_ACTIVE, .reported = "val_loss",
-                                       .bracket = tune_trial_bracket(t, i)};
+                                       .bracket = tune_trial_bracket(t, i), .values = vals[i]};
                 per_bracket[tr[i].bracket]++;
             }
             int nr = tune_trial_rungs(t, i, trial_rungs);
             int64_t to = nr ? trial_rungs[tr[i].nrungs] : max_steps;
             double probe;
-            if (need < 0 && !curve_at(curves, i, to, &probe)) {
+            if (need < 0 && !curve_at(curves, vals[i], to, &probe)) {
                 need = i;
                 need_to = to;
             }
@@ -95,7 +105,12 @@ static int run(const spec_tuning_t *t, const json_t *curves, int64_t budget)
         }
         if (need >= 0) {
             /* the caller trains trial need to step need_to and asks again */
-            printf("{\"need\": [%d, %lld]}\n", need, (long long)need_to);
+            char *vt = json_dumps(vals[need], JSON_COMPACT | JSON_REAL_PRECISION(17));
+            printf("{\"need\": [%d, %lld], \"parameters\": %s}\n", need, (long long)need_to, vt ? vt : "null");
+            free(vt);
+            for (int i = 0; i < n; i++)
+                json_decref(vals[i]);
+            free(vals);
             free(tr);
             free(sm);
             json_decref(curve);
@@ -124,7 +139,7 @@ static int run(const spec_tuning_t *t, const json_t *curves, int64_t budget)
         s->done = s->seg_to;
         finished += s->seg_to - s->seg_from;
         double val = 0;
-        curve_at(curves, next, s->seg_to, &val);
+        curve_at(curves, vals[next], s->seg_to, &val);
         int g = 0; /* the global rung the segment ended at */
         while (g < ngr && grung[g] != s->seg_to)
             g++;
@@ -159,6 +174,9 @@ static int run(const spec_tuning_t *t, const json_t *curves, int64_t budget)
     puts(text);
     free(text);
     json_decref(out);
+    for (int i = 0; i < n; i++)
+        json_decref(vals[i]);
+    free(vals);
     free(tr);
     free(sm);
     return 0;

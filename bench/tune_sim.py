@@ -7,11 +7,15 @@ resumes bit-exactly (e2e_tuning checks both), so its val_loss at a rung is its c
 
     python3 bench/tune_sim.py curves CURVES_DIR     train what is missing (SEEDS, TRIALS, JOBS)
     python3 bench/tune_sim.py report CURVES_DIR     rung figures and the searches, per seed
+    python3 bench/tune_sim.py tpe CURVES_DIR        random, hyperband, hyperband with sampler tpe and
+                                                    bayesian (TPE): the best within each of BUDGETS
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
 MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
-BRACKETS (the hyperband bracket counts replayed, e.g. "1 2"; default 1 to one a rung), BUILD
-(build). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim draw), so random search and
-hyperband of one seed share their first trials, as in the real bench.
+BRACKETS (report's hyperband bracket counts, e.g. "1 2"; default 1 to one a rung), BUDGETS
+("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian"), REUSE (other
+CURVES_DIRs to read curves from, never written), BUILD (build). A curve is kept by its trial's
+parameter values (all it depends on). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim
+draw), so random search and hyperband of one seed share their first trials, as in the real bench.
 """
 import concurrent.futures
 import json
@@ -39,6 +43,8 @@ PARALLEL = int(os.environ.get("PARALLEL", "2"))
 RANDOM_TRIALS = [int(k) for k in os.environ.get("RANDOM_TRIALS", "4 8 16 32").split()]
 FULL_K = int(os.environ.get("FULL_K", "8"))
 BRACKETS = [int(b) for b in os.environ.get("BRACKETS", "").split()]
+BUDGETS = [int(b) for b in os.environ.get("BUDGETS", "1800 3600").split()]
+REUSE = os.environ.get("REUSE", "").split()
 
 # In the order kilnd draws them: trial n's value of a parameter depends on the parameter's place
 # among them, and kilnd draws from the spec as PostgreSQL's jsonb keeps it (shorter keys first, then
@@ -51,13 +57,13 @@ def base_job(eval_every):
     return tune_space.base_job("trial", DATA, MAX_R, eval_every)
 
 
-def request(seed, strategy, brackets=1, max_jobs=500):
+def request(seed, strategy, brackets=1, max_jobs=500, sampler="random"):
     r = {"name": "sim", "job": base_job(0), "parameters": SPACE,
          "objective": {"metric": "val_loss", "goal": "minimize"}, "strategy": strategy,
          "max_jobs": max_jobs, "max_parallel_jobs": PARALLEL, "seed": seed}
     if strategy == "hyperband":
         r["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA,
-                          "brackets": brackets}
+                          "brackets": brackets, "sampler": sampler}
     return r
 
 
@@ -114,30 +120,40 @@ def train_one(values, to=MAX_R):
     return {"parameters": values, "steps": steps, "values": vals}
 
 
+def pkey(values):
+    """A trial's curve's key: its parameter values (a curve depends on them alone)."""
+    return json.dumps(values, sort_keys=True)
+
+
 class Pool:
-    """One seed's curves, trained as a search first needs them (trial n to step s) and kept."""
+    """One seed's curves by parameter values, trained as a search first needs them (to step s)
+    and kept; REUSE's curve files of the same seed and scale are read too (never written)."""
 
     def __init__(self, d, seed):
         self.path, self.seed, self.trained = curves_path(d, seed), seed, 0
-        self.have = json.load(open(self.path)) if os.path.exists(self.path) else {}
-        self.draws = []
+        self.have = {}
+        for path in [curves_path(r, seed) for r in REUSE] + [self.path]:
+            for c in (json.load(open(path)) if os.path.exists(path) else {}).values():
+                old = self.have.get(pkey(c["parameters"]))
+                if c["steps"] and (not old or old["steps"][-1] < c["steps"][-1]):
+                    self.have[pkey(c["parameters"])] = c
 
-    def ensure(self, n, step):
-        c = self.have.get(str(n))
+    def ensure(self, values, step):
+        c = self.have.get(pkey(values))
         if c and c["steps"] and c["steps"][-1] >= step:
             return
-        if n >= len(self.draws):
-            self.draws = [json.loads(x) for x in sim(request(self.seed, "random"), "draw", n + 100).splitlines()]
         for _ in range(3):  # a run killed from outside (a loaded machine) is run again
-            c = train_one(self.draws[n], step)
+            c = train_one(values, step)
             if c["steps"] and c["steps"][-1] == step:
                 break
         if not c["steps"] or c["steps"][-1] != step:
-            sys.exit("tune_sim.py: trial %d of seed %d did not reach step %d: %s" % (n, self.seed, step, c))
+            sys.exit("tune_sim.py: %s of seed %d did not reach step %d: %s" % (values, self.seed, step, c))
         self.trained += step
-        self.have[str(n)] = c
+        self.have[pkey(values)] = c
+        mine = json.load(open(self.path)) if os.path.exists(self.path) else {}
+        mine[pkey(values)] = c
         with open(self.path + ".tmp", "w") as f:
-            json.dump(self.have, f)
+            json.dump(mine, f)
         os.replace(self.path + ".tmp", self.path)
 
     def run(self, req, budget):
@@ -153,7 +169,7 @@ class Pool:
                 os.unlink(g.name)
             out = json.loads(p.stdout)
             if p.returncode == 3:
-                self.ensure(*out["need"])
+                self.ensure(out["parameters"], out["need"][1])
                 continue
             if p.returncode:
                 sys.exit("tune_sim: %s" % p.stderr)
@@ -163,17 +179,67 @@ class Pool:
 def curves(d):
     os.makedirs(d, exist_ok=True)
     for seed in SEEDS:
-        path = curves_path(d, seed)
-        have = json.load(open(path)) if os.path.exists(path) else {}
+        pool = Pool(d, seed)
         draws = [json.loads(line) for line in sim(request(seed, "random"), "draw", TRIALS).splitlines()]
-        todo = [n for n in range(TRIALS) if str(n) not in have]
+        todo = [n for n in range(TRIALS) if pool.have.get(pkey(draws[n]), {}).get("steps", [0])[-1] < MAX_R]
         with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
             for n, c in zip(todo, ex.map(lambda n: train_one(draws[n]), todo)):
-                have[str(n)] = c
-                with open(path + ".tmp", "w") as f:
-                    json.dump(have, f)
-                os.replace(path + ".tmp", path)
+                pool.have[pkey(draws[n])] = c
+                mine = json.load(open(pool.path)) if os.path.exists(pool.path) else {}
+                mine[pkey(draws[n])] = c
+                with open(pool.path + ".tmp", "w") as f:
+                    json.dump(mine, f)
+                os.replace(pool.path + ".tmp", pool.path)
                 print("seed %d trial %d: %s -> %s" % (seed, n, draws[n], c["values"][-1:]), flush=True)
+
+
+def best_at(curve, budget):
+    """The best objective found within budget steps (None before the first result)."""
+    at = [v for st, v in curve if st <= budget]
+    return at[-1] if at else None
+
+
+TPE_SEARCHES = [("random", lambda seed: request(seed, "random")),
+                ("hyperband", lambda seed: request(seed, "hyperband")),
+                ("hyperband+tpe", lambda seed: request(seed, "hyperband", sampler="tpe")),
+                ("bayesian", lambda seed: request(seed, "bayesian"))]
+TPE_SEARCHES = [(n, mk) for n, mk in TPE_SEARCHES if n in os.environ.get("SEARCHES", n).split()]
+
+
+def tpe_report(d):
+    """Random search, hyperband (random draws), hyperband with TPE draws and bayesian (TPE),
+    each seed run to the largest of BUDGETS steps: the best val_loss within each budget."""
+    top = max(BUDGETS)
+    os.makedirs(d, exist_ok=True)
+
+    def one(seed):
+        pool = Pool(d, seed)
+        res = {name: pool.run(mk(seed), top) for name, mk in TPE_SEARCHES}
+        return seed, res, pool.trained
+
+    print("== rungs %s, eta %d, warmup 0..%d, parallel %d, seeds %s, budgets %s; each searcher runs to %d steps "
+          "(max_jobs 500) and its best within each budget is read from its curve" % (
+              rungs(), ETA, SPACE["warmup_steps"]["max"], PARALLEL, SEEDS, BUDGETS, top), flush=True)
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
+        results = list(ex.map(one, SEEDS))
+    names = [n for n, _ in TPE_SEARCHES]
+    print("| seed | budget | " + " | ".join(names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for seed, res, trained in results:
+        for b in BUDGETS:
+            print("| %d | %d | %s |" % (seed, b, " | ".join(
+                "%.4f" % best_at(res[n]["curve"], b) if best_at(res[n]["curve"], b) else "-" for n in names)))
+    for b in BUDGETS:
+        med = []
+        for n in names:
+            vals = [best_at(res[n]["curve"], b) for _, res, _ in results]
+            vals = [v for v in vals if v is not None]
+            med.append("%.4f" % statistics.median(vals) if vals else "-")
+        print("| median | %d | %s |" % (b, " | ".join(med)))
+    for seed, res, trained in results:
+        print("-- seed %d: trials %s; curves %s; (trained %d steps for missing curves)" % (
+            seed, {n: res[n]["trials"] for n in names},
+            {n: res[n]["curve"] for n in names}, trained), flush=True)
 
 
 def spearman(a, b):
@@ -194,12 +260,6 @@ def restart_steps(hb):
     return sum(x["segments_ending"] * x["steps"] - x["segment_steps"] for x in hb["rungs"]) + hb["steps"]
 
 
-def best_by(curve, steps):
-    """The best of a search's curve ([[steps consumed, best so far], ...]) within steps; None: none yet."""
-    at = [v for s, v in curve if s <= steps]
-    return at[-1] if at else None
-
-
 def steps_to(curve, target):
     for s, v in curve:
         if v <= target + 1e-12:
@@ -211,10 +271,12 @@ def seed_report(d, seed):
     """One seed's rung figures and searches, as lines of text and a row per RANDOM_TRIALS."""
     rs, pool, lines, rows = rungs(), Pool(d, seed), [], {}
     brackets = BRACKETS or range(1, len(rs) + 1)
-    full = {n: c for n, c in pool.have.items() if c["steps"] and c["steps"][-1] == MAX_R}
+    # over random search's trials (an unbiased sample of the space), not the ones hyperband chose to train on
+    drawn = {pkey(json.loads(x)) for x in sim(request(seed, "random"), "draw", max(RANDOM_TRIALS)).splitlines()}
+    full = {n: c for n, c in pool.have.items() if n in drawn and c["steps"] and c["steps"][-1] == MAX_R}
     final = [c["values"][-1] for c in full.values()]
-    lines.append("-- seed %d: rung val_loss against the final (%d steps) val_loss over its %d full curves:" % (
-        seed, MAX_R, len(full)))
+    lines.append("-- seed %d: rung val_loss against the final (%d steps) val_loss over the full curves of %d of its "
+                 "first %d trials:" % (seed, MAX_R, len(full), max(RANDOM_TRIALS)))
     if len(full) > 2:
         best_n = min(full, key=lambda n: full[n]["values"][-1])
         for r in rs[:-1]:
@@ -229,10 +291,10 @@ def seed_report(d, seed):
         hb_budget = budget if k <= FULL_K else budget // 3
         rnd = pool.run(request(seed, "random", max_jobs=k), budget)
         rbest = rnd["curve"][-1][1]
-        row = {"random": rbest, "full": hb_budget == budget, "random_at": best_by(rnd["curve"], hb_budget)}
+        row = {"random": rbest, "full": hb_budget == budget, "random_at": best_at(rnd["curve"], hb_budget)}
         for b in brackets:
             hb = pool.run(request(seed, "hyperband", brackets=b), hb_budget)
-            row[b] = (steps_to(hb["curve"], rbest), best_by(hb["curve"], hb_budget), hb)
+            row[b] = (steps_to(hb["curve"], rbest), best_at(hb["curve"], hb_budget), hb)
         rows[k] = row
         lines.append("   random %2d x %d = %5d steps: best %.4f (%.4f by %d steps); hyperband run to %d steps:" % (
             k, MAX_R, budget, rbest, row["random_at"], hb_budget, hb_budget))
@@ -278,6 +340,6 @@ def report(d):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("curves", "report"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("curves", "report", "tpe"):
         sys.exit(__doc__)
-    (curves if sys.argv[1] == "curves" else report)(sys.argv[2])
+    {"curves": curves, "report": report, "tpe": tpe_report}[sys.argv[1]](sys.argv[2])

@@ -161,9 +161,11 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
             rc = store_assign_set_port(tx.c, job.id, job.attempt, wid, req->master_port, &set, err);
             if (rc)
                 goto fail;
-            if (set) { /* the other nodes' assignments can go out now: nudge their agents */
+            if (set) /* the other nodes' assignments can go out now: nudge their agents (a job of one node
+                      * has none: its own agent, which reports this, needs no nudge) */
                 log_info("job %s: attempt %d's rendezvous is port %d on worker %s", job.id, job.attempt,
                          req->master_port, wid);
+            if (set && job.nodes > 1) {
                 rc = store_assign_notify_workers(tx.c, SVC_CH_WORK, job.id, job.attempt, err);
                 if (rc)
                     goto fail;
@@ -175,14 +177,18 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
             goto fail;
         }
         if (st == JOB_STATE_STARTING) {
-            store_assign_t *as = NULL;
-            int n = 0, started = 0;
-            rc = store_assign_list(tx.c, job.id, job.attempt, &as, &n, err);
-            if (rc)
-                goto fail;
-            for (int i = 0; i < n; i++)
-                started += as[i].started && !as[i].released;
-            free(as);
+            /* a job of one node has one assignment: this one, just marked started */
+            int n = 1, started = 1;
+            if (job.nodes > 1) {
+                store_assign_t *as = NULL;
+                rc = store_assign_list(tx.c, job.id, job.attempt, &as, &n, err);
+                if (rc)
+                    goto fail;
+                started = 0;
+                for (int i = 0; i < n; i++)
+                    started += as[i].started && !as[i].released;
+                free(as);
+            }
             if (n > 0 && started == n) {
                 snprintf(reason, sizeof(reason), "all %d rank(s) started", job.world_size);
                 rc = svc_job_set_state(&tx, &job, JOB_STATE_RUNNING, job.attempt, STORE_TR_STARTED,

@@ -100,57 +100,99 @@ static const char *sched_estimate_text(store_predict_t source)
     }
 }
 
-static int sched_commit(svc_tx_t *tx, const store_job_row_t *pending, const store_job_row_t *locked,
-                        const store_worker_cap_t *cap, const sched_placement_t *pl, const char *admission,
-                        const backfill_note_t *backfill, kiln_err_t *err)
+/* A pass's admissions as they are written: every admitted job's move to SCHEDULED and every
+ * assignment of theirs, each kind in one statement (sched_admit_write). */
+typedef struct admit_batch {
+    store_transition_t *tr;   /* one per job */
+    char (*reason)[1600];     /* tr[k].reason's text */
+    int *first, *nodes;       /* job k's assignments: asg[first[k] .. first[k] + nodes[k]) */
+    int ntr;
+    store_assign_t *asg;
+    int nasg;
+} admit_batch_t;
+
+/* Adds to b the placement of one job on the chosen workers, *locked being its row as locked in
+ * the pass's transaction and pending as the pass read it; backfill (NULL when not) says ahead of
+ * which job it was backfilled, its predicted run time, and whether it ends after that job could
+ * start (in slots that job leaves free). b has room for it. Returns 0, or KILN_ESTATE (harmless:
+ * the job changed state meanwhile, nothing of it is added). */
+static int sched_batch_add(admit_batch_t *b, const store_job_row_t *pending, const store_job_row_t *locked,
+                           const store_worker_cap_t *cap, const sched_placement_t *pl, const char *admission,
+                           const backfill_note_t *backfill, kiln_err_t *err)
 {
-    store_job_row_t job = *locked;
-    int rc;
-    svc_job_state_t st = svc_state_parse(job.state);
+    const store_job_row_t *job = locked;
+    svc_job_state_t st = svc_state_parse(job->state);
     if ((st != JOB_STATE_QUEUED && st != JOB_STATE_RESTARTING && st != JOB_STATE_PREEMPTED)
-        || job.attempt != pending->attempt)
-        return kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being placed", job.id);
-    int attempt = job.attempt + 1;
+        || job->attempt != pending->attempt)
+        return kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being placed", job->id);
+    int attempt = job->attempt + 1;
     const store_worker_cap_t *w0 = &cap[pl->worker[0]];
-    store_assign_t a;
     char where[512];
     size_t wl = 0;
     where[0] = '\0';
-    for (int k = 0; k < pl->nodes; k++) {
-        const store_worker_cap_t *w = &cap[pl->worker[k]];
-        memset(&a, 0, sizeof(a));
-        kiln_strlcpy(a.job_id, job.id, sizeof(a.job_id));
-        a.attempt = attempt;
-        kiln_strlcpy(a.worker_id, w->id, sizeof(a.worker_id));
-        a.node_rank = k;
-        a.nodes = pl->nodes;
-        a.world_size = job.world_size;
-        a.nranks = KILN_MIN(job.slots_per_node, (int)KILN_ARRAY_LEN(a.ranks));
-        for (int r = 0; r < a.nranks; r++)
-            a.ranks[r] = k * job.slots_per_node + r;
-        kiln_strlcpy(a.master_addr, w0->address[0] ? w0->address : w0->hostname, sizeof(a.master_addr));
+    int k = b->ntr;
+    b->first[k] = b->nasg;
+    b->nodes[k] = pl->nodes;
+    for (int n = 0; n < pl->nodes; n++) {
+        const store_worker_cap_t *w = &cap[pl->worker[n]];
+        store_assign_t *a = &b->asg[b->nasg++];
+        memset(a, 0, sizeof(*a));
+        kiln_strlcpy(a->job_id, job->id, sizeof(a->job_id));
+        a->attempt = attempt;
+        kiln_strlcpy(a->worker_id, w->id, sizeof(a->worker_id));
+        a->node_rank = n;
+        a->nodes = pl->nodes;
+        a->world_size = job->world_size;
+        a->nranks = KILN_MIN(job->slots_per_node, (int)KILN_ARRAY_LEN(a->ranks));
+        for (int r = 0; r < a->nranks; r++)
+            a->ranks[r] = n * job->slots_per_node + r;
+        kiln_strlcpy(a->master_addr, w0->address[0] ? w0->address : w0->hostname, sizeof(a->master_addr));
         /* The agent of node 0 picks a port free on its host and reports it; the other nodes'
          * assignments wait for it (store_assign_undelivered). */
-        a.master_port = 0;
-        rc = store_assign_insert(tx->c, &a, err);
-        if (rc)
-            return rc;
+        a->master_port = 0;
         if (wl + 80 < sizeof(where))
-            wl += (size_t)snprintf(where + wl, sizeof(where) - wl, "%s%s", k ? ", " : "", w->id);
+            wl += (size_t)snprintf(where + wl, sizeof(where) - wl, "%s%s", n ? ", " : "", w->id);
     }
-    char reason[1600];
-    int rl = snprintf(reason, sizeof(reason), "%s; placed %d rank(s) on %d worker(s): %s", admission,
-                      job.world_size, pl->nodes, where);
-    if (st == JOB_STATE_PREEMPTED && rl > 0 && (size_t)rl < sizeof(reason))
-        rl += snprintf(reason + rl, sizeof(reason) - (size_t)rl, "; resumes from its checkpoint after preemption");
-    if (backfill && rl > 0 && (size_t)rl < sizeof(reason))
-        snprintf(reason + rl, sizeof(reason) - (size_t)rl, "; backfilled ahead of job %s: predicted to end in "
+    char *reason = b->reason[k];
+    size_t cap_r = sizeof(b->reason[k]);
+    int rl = snprintf(reason, cap_r, "%s; placed %d rank(s) on %d worker(s): %s", admission, job->world_size,
+                      pl->nodes, where);
+    if (st == JOB_STATE_PREEMPTED && rl > 0 && (size_t)rl < cap_r)
+        rl += snprintf(reason + rl, cap_r - (size_t)rl, "; resumes from its checkpoint after preemption");
+    if (backfill && rl > 0 && (size_t)rl < cap_r)
+        snprintf(reason + rl, cap_r - (size_t)rl, "; backfilled ahead of job %s: predicted to end in "
                  "%.0f s%s%s%s, %s", backfill->head, backfill->runtime_s, backfill->estimate ? " (" : "",
                  backfill->estimate ? backfill->estimate : "", backfill->estimate ? ")" : "",
                  backfill->beside ? "on slots that job leaves free when it can start" : "before that job can start");
-    rc = svc_job_set_state(tx, &job, JOB_STATE_SCHEDULED, attempt, STORE_TR_NEW_ATTEMPT, reason, err);
-    if (rc == 0 && backfill)
-        rc = store_job_set_backfill(tx->c, job.id, backfill->runtime_s, err);
+    b->tr[k] = (store_transition_t){.id = job->id, .from = job->state, .reason = reason, .attempt = attempt,
+                                    .backfill_s = backfill ? KILN_MAX(backfill->runtime_s, 0.0) : -1};
+    b->ntr++;
+    return 0;
+}
+
+/* Writes b's admissions inside tx (the pass's one transaction): the jobs' moves to SCHEDULED with
+ * their events (svc_job_set_state's, all in one statement), then the assignments of those that
+ * moved, whose agents hear of them when tx commits (WatchWork). done[k] says whether job k moved.
+ * An error leaves tx unusable. */
+static int sched_admit_write(svc_tx_t *tx, admit_batch_t *b, bool *done, kiln_err_t *err)
+{
+    int rc = store_job_transition_many(tx->c, b->tr, b->ntr, svc_state_name(JOB_STATE_SCHEDULED),
+                                       STORE_TR_NEW_ATTEMPT, tx->actor, err);
+    int m = 0;
+    for (int k = 0; rc == 0 && k < b->ntr; k++) {
+        done[k] = b->tr[k].done;
+        if (!done[k])
+            continue;
+        log_info("job %s: %s -> SCHEDULED (attempt %d): %s", b->tr[k].id, b->tr[k].from, b->tr[k].attempt,
+                 b->tr[k].reason);
+        for (int n = 0; n < b->nodes[k]; n++)
+            if (m != b->first[k] + n)
+                b->asg[m++] = b->asg[b->first[k] + n];
+            else
+                m++;
+    }
+    if (rc == 0)
+        rc = store_assign_insert_many(tx->c, b->asg, m, SVC_CH_WORK, err);
     return rc;
 }
 
@@ -552,8 +594,24 @@ static void sched_tick(svc_t *s)
         aid[k] = jobs[order[k]].id;
     if (intx && nadmit > 0)
         txrc = store_job_rows_lock(tx.c, aid, nadmit, row, waited, placed, &err);
+    /* each placed job's state change and assignments, written together after */
+    admit_batch_t batch = {0};
+    int *slot = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*slot)); /* admission k's place in batch, or -1 */
+    bool *moved = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*moved));
+    int nasg = 0;
+    for (int k = 0; k < nadmit; k++)
+        nasg += dec[order[k]].pl.nodes;
+    batch.tr = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.tr));
+    batch.reason = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.reason));
+    batch.first = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.first));
+    batch.nodes = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.nodes));
+    batch.asg = calloc((size_t)KILN_MAX(nasg, 1), sizeof(*batch.asg));
+    if (intx && txrc == 0
+        && (!slot || !moved || !batch.tr || !batch.reason || !batch.first || !batch.nodes || !batch.asg))
+        txrc = kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
     for (int k = 0; intx && txrc == 0 && k < nadmit; k++) {
         int j = order[k];
+        slot[k] = -1;
         if (!placed[k])
             continue; /* deleted meanwhile */
         kiln_err_clear(&err);
@@ -563,12 +621,25 @@ static void sched_tick(svc_t *s)
         backfill_note_t note = {.head = dec[j].backfilled ? jobs[dec[j].behind_head].id : NULL,
                                 .runtime_s = dec[j].end_s - now, .beside = dec[j].end_s > dec[j].head_start_s,
                                 .estimate = sj[j].runtime_estimate};
-        int rc = sched_commit(&tx, &jobs[j], &row[k], cap, &dec[j].pl, admission, dec[j].backfilled ? &note : NULL,
-                              &err);
-        placed[k] = rc == 0;
+        slot[k] = batch.ntr;
+        int rc = sched_batch_add(&batch, &jobs[j], &row[k], cap, &dec[j].pl, admission,
+                                 dec[j].backfilled ? &note : NULL, &err);
+        if (rc != 0)
+            slot[k] = -1;
         if (rc != 0 && rc != KILN_ESTATE)
             txrc = rc;
     }
+    if (intx && txrc == 0 && batch.ntr > 0)
+        txrc = sched_admit_write(&tx, &batch, moved, &err);
+    for (int k = 0; k < nadmit; k++)
+        placed[k] = placed[k] && slot && moved && slot[k] >= 0 && moved[slot[k]];
+    free(slot);
+    free(moved);
+    free(batch.tr);
+    free(batch.reason);
+    free(batch.first);
+    free(batch.nodes);
+    free(batch.asg);
     for (int j = 0; intx && txrc == 0 && j < njobs; j++)
         for (int k = 0; txrc == 0 && dec[j].outcome == SCHED_PREEMPTING && k < dec[j].nvictims; k++) {
             char why[400];

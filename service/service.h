@@ -827,7 +827,9 @@ int svc_tuning_stop(svc_t *s, const svc_caller_t *who, const char *id, json_t **
  * A tuning job's trials are numbered from 0. Trial n's parameter values depend only on the
  * request and n: random and hyperband draw each parameter from the seed, n and the parameter's
  * place (the same seed gives the same trials, on any kilnd, after any restart); grid takes the
- * n-th point of the grid (the last parameter varying fastest). */
+ * n-th point of the grid (the last parameter varying fastest). TPE (bayesian, and hyperband's
+ * sampler tpe) adds the history: trial n's values from the seed, n and the ended trials' results
+ * (tune_next_values below). */
 
 /* A number in [0, 1) from (seed, trial, param): stateless and the same everywhere. */
 double tune_uniform(uint64_t seed, int trial, int param);
@@ -886,6 +888,8 @@ typedef struct tune_trial {
     int bracket;                      /* hyperband: tune_trial_bracket of its number */
     tune_curve_t curve;               /* early_stopping "auto": the objective by step (borrowed) */
     int64_t total_steps;              /* the steps it trains in all (0: unknown) */
+    const json_t *values;             /* its parameter values, an object by name (borrowed; NULL:
+                                       * unknown, and TPE does not learn from it) */
     const char *parent;               /* warm start: the parent tuning job's id when the trial is one of
                                        * its (history: never started, stopped, promoted or counted as
                                        * this job's); NULL for this job's own trials (borrowed) */
@@ -954,6 +958,37 @@ int64_t tune_space_left(const spec_tuning_t *t, const json_t *tried);
 /* The index into v's trials of the best trial so far (the best objective of a trial that did not
  * fail; on a tie a parent's, else the earlier in v's order), -1 when none. */
 int tune_best(const tune_view_t *v);
+
+/* ---- TPE (strategy "bayesian", and hyperband's sampler "tpe") -----------------------------------
+ * The Tree-structured Parzen Estimator (Bergstra et al., NeurIPS 2011) as Optuna's TPESampler does
+ * it by default (univariate, tune_search.c says how). Until TUNE_TPE_STARTUP observations exist a
+ * trial takes random search's draw (so the first trials equal random's); after that, trial n's
+ * values are a pure function of the request, n and the observations (random numbers from (seed,
+ * n), apart from random's). Only ended trials are observations: with trials still running
+ * (max_parallel_jobs > 1), TPE learns from the finished ones only. */
+#define TUNE_TPE_STARTUP 10
+#define TUNE_TPE_CANDIDATES 24
+typedef struct tune_obs {
+    const json_t *values;             /* by parameter name (borrowed) */
+    double objective;                 /* better as t's goal says */
+    bool partial;                     /* stopped before its end: ranked after every full one */
+} tune_obs_t;
+/* Trial n's values by TPE over the nobs observations obs (in age order, oldest first: the
+ * older ones weigh less past 25). Each parameter learns from the observations that have a value
+ * of it in its range; one with fewer than TUNE_TPE_STARTUP takes random's draw. Caller owns the
+ * result; NULL when out of memory. */
+json_t *tune_tpe_values(const spec_tuning_t *t, int trial, const tune_obs_t *obs, int nobs);
+/* TPE's observations in v into out (room for v->ntrials), returning how many; 0 when t does not
+ * use TPE. bayesian: every trial (a parent's too) that ended COMPLETED with the objective (its
+ * final value), and those STOPPED with one (partial: stopped early by the median rule, or a
+ * parent's left unfinished). hyperband with sampler "tpe" (BOHB's rule, Falkner et al., ICML
+ * 2018): the results at the highest rung that has at least TUNE_TPE_STARTUP of them, each
+ * trial's objective at that rung; 0 when no rung has that many. */
+int tune_tpe_history(const tune_view_t *v, tune_obs_t *out);
+/* The values of new trial n of v: TPE over tune_tpe_history when t uses it and there are at least
+ * TUNE_TPE_STARTUP observations, else (and when TPE's pick is a configuration in v->tried)
+ * tune_trial_values_new(t, n, v->tried). Caller owns it; NULL as tune_trial_values_new. */
+json_t *tune_next_values(const tune_view_t *v, int trial);
 
 /* The median stopping rule for running trial i of v (see TUNE_MEDIAN_MIN_TRIALS): true when it is
  * stopped now, with *out filled; false when it goes on or cannot be judged yet. */

@@ -121,6 +121,7 @@ static int view_build(const spec_tuning_t *t, const json_t *trials, const json_t
         for (int k = 0; k < x->nrungs; k++)
             x->rung_objective[k] = json_number_value(json_array_get(ro, (size_t)k));
         x->parent = json_string_value(json_object_get(tr, "parent"));
+        x->values = json_object_get(tr, "parameters");
         x->state = trial_state(tr, x->nrungs);
         /* a warm start parent's trials are history in this job's first bracket (their rung results
          * were mapped onto its rungs) */
@@ -692,12 +693,14 @@ static int first_rung(const spec_tuning_t *t, int n, json_t *spec)
     return json_object_set_new(stopping, "max_steps", json_integer((json_int_t)rungs[0]));
 }
 
-/* Submits trial n of t (a configuration not in tried) as a job (the tuning job's submitter
+/* Submits trial n of view's search (tune_next_values: a configuration not in its tried, drawn by
+ * TPE over its ended trials when the strategy uses it) as a job (the tuning job's submitter
  * recorded as its submitter), and records it in tx. */
-static int start_trial(svc_t *s, svc_tx_t *tx, const char *id, const char *user, const spec_tuning_t *t, int n,
-                       const json_t *tried, kiln_err_t *err)
+static int start_trial(svc_t *s, svc_tx_t *tx, const char *id, const char *user, const tune_view_t *view, int n,
+                       kiln_err_t *err)
 {
-    json_t *values = tune_trial_values_new(t, n, tried), *spec = NULL, *job = NULL, *tags = NULL;
+    const spec_tuning_t *t = view->t;
+    json_t *values = tune_next_values(view, n), *spec = NULL, *job = NULL, *tags = NULL;
     char *vtext = NULL;
     int rc = 0;
     if (!values)
@@ -810,7 +813,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     for (int k = 0; k < plan.nnew; k++) {
         int n = view.next_trial + k;
         kiln_err_t e3;
-        int r2 = start_trial(s, &tx, id, json_string_value(json_object_get(row, "submitted_by")), &t, n, tried, &e3);
+        int r2 = start_trial(s, &tx, id, json_string_value(json_object_get(row, "submitted_by")), &view, n, &e3);
         if (r2 == KILN_EDB || r2 == KILN_ENOMEM || r2 == KILN_EUNAVAIL) {
             rc = r2;
             *err = e3;

@@ -539,3 +539,433 @@ int tune_best(const tune_view_t *v)
     }
     return best;
 }
+
+/* ---- TPE: the Tree-structured Parzen Estimator (Bergstra et al., NeurIPS 2011) -----------------
+ * As Optuna's TPESampler does it by default (univariate): per parameter, in its own scale (log
+ * for log, log(1 - v) for reverse_log, integers continuous over their cells then rounded), the
+ * observations are split into the gamma(n) = min(ceil(n / 10), 25) best, whose Parzen estimator
+ * is l(x), and the rest, g(x); each estimator is a mixture of truncated normals, one at each
+ * observation (the bandwidth the larger distance to its neighbours, clipped to [range / min(100,
+ * components), range]) plus a prior (the range's middle, bandwidth the range, weight 1), the
+ * observations weighted 1 each up to 25 of them, the older ones ramped down past that.
+ * Categorical parameters: each observation a row of smoothed counts (prior weight 1). The value
+ * is the candidate, of TUNE_TPE_CANDIDATES drawn from l, with the largest l(x) / g(x). Random
+ * numbers come from (seed, trial) alone, so a trial's values are a pure function of the request,
+ * its number and the history. */
+
+#define TPE_PRIOR_WEIGHT 1.0
+#define TPE_FLAT_WEIGHTS 25
+
+/* A uniform number for trial n's TPE draw k of parameter i: a stream apart from random's. */
+static double tpe_uniform(uint64_t seed, int trial, int param, int k)
+{
+    return tune_uniform(mix(seed ^ UINT64_C(0x7470652d7470652d)), trial, (param + 1) * 4096 + k);
+}
+
+/* The standard normal's lower tail P(Z < z). */
+static double phi_cdf(double z) { return 0.5 * erfc(-z / M_SQRT2); }
+
+/* log of P(a < Z < b), a < b, computed on the side of 0 where it keeps its precision. */
+static double log_gauss_mass(double a, double b)
+{
+    double m = a >= 0 ? phi_cdf(-a) - phi_cdf(-b) : b <= 0 ? phi_cdf(b) - phi_cdf(a) : 1.0 - phi_cdf(a) - phi_cdf(-b);
+    return log(m > 1e-300 ? m : 1e-300);
+}
+
+/* A draw from N(0, 1) truncated to (a, b) for u in [0, 1), by inverting its distribution. */
+static double truncnorm_draw(double a, double b, double u)
+{
+    if (a >= 0) /* the upper tail: mirrored, where the lower tail's cdf is precise */
+        return -truncnorm_draw(-b, -a, 1.0 - u);
+    double pa = phi_cdf(a), pb = phi_cdf(b);
+    if (!(pb - pa > 1e-14))
+        return a + u * (b - a);
+    double target = pa + u * (pb - pa), lo = a, hi = b;
+    for (int i = 0; i < 80; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (phi_cdf(mid) < target)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+/* One parameter's Parzen estimator over the internal scale [lo, hi]: n components (the
+ * observations, then the prior), weights summing to 1. */
+typedef struct parzen {
+    int n;
+    double *w, *mu, *sigma;           /* numerical */
+    double *cat;                      /* categorical: n rows of k probabilities */
+    int k;
+    double lo, hi;
+} parzen_t;
+
+static void parzen_free(parzen_t *pz)
+{
+    free(pz->w);
+    free(pz->mu);
+    free(pz->sigma);
+    free(pz->cat);
+}
+
+/* Optuna's default_weights: 1 each up to TPE_FLAT_WEIGHTS; past that the newest 25 get 1, the
+ * older ones a ramp from 1/n up (xs in age order, oldest first). */
+static double tpe_weight(int i, int n)
+{
+    if (n <= TPE_FLAT_WEIGHTS || i >= n - TPE_FLAT_WEIGHTS)
+        return 1.0;
+    int m = n - TPE_FLAT_WEIGHTS;
+    return m == 1 ? 1.0 / n : 1.0 / n + (1.0 - 1.0 / n) * (double)i / (double)(m - 1);
+}
+
+/* Sorts the indexes idx[0..n) by before(ctx, a, b) (a goes first), stably: an insertion sort
+ * with a context (qsort has none, and the controller may run on several threads). */
+static void sort_idx(int *idx, int n, bool (*before)(const void *ctx, int a, int b), const void *ctx)
+{
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && before(ctx, idx[b], idx[b - 1]); b--) {
+            int tmp = idx[b];
+            idx[b] = idx[b - 1];
+            idx[b - 1] = tmp;
+        }
+}
+
+static bool by_value(const void *ctx, int a, int b) { return ((const double *)ctx)[a] < ((const double *)ctx)[b]; }
+static bool by_index(const void *ctx, int a, int b)
+{
+    (void)ctx;
+    return a < b;
+}
+
+/* Builds pz from the n observations xs (internal scale, or category indexes) in age order. */
+static int parzen_build(parzen_t *pz, const spec_tune_param_t *p, double lo, double hi, const double *xs, int n)
+{
+    memset(pz, 0, sizeof *pz);
+    pz->n = n + 1;
+    pz->lo = lo;
+    pz->hi = hi;
+    pz->w = malloc(sizeof(double) * (size_t)pz->n);
+    if (!pz->w)
+        return KILN_ENOMEM;
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += pz->w[i] = tpe_weight(i, n);
+    sum += pz->w[n] = TPE_PRIOR_WEIGHT;
+    for (int i = 0; i <= n; i++)
+        pz->w[i] /= sum;
+    if (p->type == SPEC_TUNE_CATEGORICAL) {
+        pz->k = (int)json_array_size(p->values);
+        pz->cat = malloc(sizeof(double) * (size_t)pz->n * (size_t)pz->k);
+        if (!pz->cat)
+            return KILN_ENOMEM;
+        double base = TPE_PRIOR_WEIGHT / (n + 1);
+        for (int i = 0; i <= n; i++) {
+            double rs = 0;
+            for (int c = 0; c < pz->k; c++)
+                rs += pz->cat[i * pz->k + c] = base + (i < n && (int)xs[i] == c ? 1.0 : 0.0);
+            for (int c = 0; c < pz->k; c++)
+                pz->cat[i * pz->k + c] /= rs;
+        }
+        return 0;
+    }
+    pz->mu = malloc(sizeof(double) * (size_t)pz->n);
+    pz->sigma = malloc(sizeof(double) * (size_t)pz->n);
+    int *order = malloc(sizeof(int) * (size_t)pz->n);
+    if (!pz->mu || !pz->sigma || !order) {
+        free(order);
+        return KILN_ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        pz->mu[i] = xs[i];
+    pz->mu[n] = 0.5 * (lo + hi);
+    /* the bandwidth: the larger gap to a neighbour among the sorted means (the range's ends the
+     * outer neighbours), the first and last taking their inner gap (consider_endpoints off) */
+    int m = pz->n;
+    for (int i = 0; i < m; i++)
+        order[i] = i;
+    sort_idx(order, m, by_value, pz->mu);
+    for (int r = 0; r < m; r++) {
+        double left = pz->mu[order[r]] - (r > 0 ? pz->mu[order[r - 1]] : lo);
+        double right = (r + 1 < m ? pz->mu[order[r + 1]] : hi) - pz->mu[order[r]];
+        double s = left > right ? left : right;
+        if (m >= 2 && r == 0)
+            s = pz->mu[order[1]] - pz->mu[order[0]];
+        if (m >= 2 && r == m - 1)
+            s = pz->mu[order[m - 1]] - pz->mu[order[m - 2]];
+        pz->sigma[order[r]] = s;
+    }
+    free(order);
+    double minsigma = (hi - lo) / KILN_MIN(100.0, 1.0 + m), maxsigma = hi - lo;
+    for (int i = 0; i < m; i++)
+        pz->sigma[i] = pz->sigma[i] < minsigma ? minsigma : pz->sigma[i] > maxsigma ? maxsigma : pz->sigma[i];
+    pz->sigma[n] = hi - lo;
+    return 0;
+}
+
+/* log of pz's density at x (a category index for categorical). */
+static double parzen_log_pdf(const parzen_t *pz, double x)
+{
+    if (pz->cat) {
+        double s = 0;
+        for (int i = 0; i < pz->n; i++)
+            s += pz->w[i] * pz->cat[i * pz->k + (int)x];
+        return log(s > 1e-300 ? s : 1e-300);
+    }
+    double best = -INFINITY, *lp = malloc(sizeof(double) * (size_t)pz->n);
+    if (!lp)
+        return 0;
+    for (int i = 0; i < pz->n; i++) {
+        double z = (x - pz->mu[i]) / pz->sigma[i];
+        lp[i] = log(pz->w[i]) - 0.5 * z * z - log(pz->sigma[i] * sqrt(2 * M_PI)) -
+                log_gauss_mass((pz->lo - pz->mu[i]) / pz->sigma[i], (pz->hi - pz->mu[i]) / pz->sigma[i]);
+        best = lp[i] > best ? lp[i] : best;
+    }
+    double s = 0;
+    for (int i = 0; i < pz->n; i++)
+        s += exp(lp[i] - best);
+    free(lp);
+    return best + log(s);
+}
+
+/* A draw from pz with the uniforms u1 (which component) and u2 (where in it). */
+static double parzen_draw(const parzen_t *pz, double u1, double u2)
+{
+    int c = pz->n - 1;
+    double acc = 0;
+    for (int i = 0; i < pz->n; i++)
+        if ((acc += pz->w[i]) > u1) {
+            c = i;
+            break;
+        }
+    if (pz->cat) {
+        acc = 0;
+        for (int k = 0; k < pz->k; k++)
+            if ((acc += pz->cat[c * pz->k + k]) > u2)
+                return k;
+        return pz->k - 1;
+    }
+    double mu = pz->mu[c], s = pz->sigma[c];
+    double x = mu + s * truncnorm_draw((pz->lo - mu) / s, (pz->hi - mu) / s, u2);
+    return x < pz->lo ? pz->lo : x > pz->hi ? pz->hi : x;
+}
+
+/* p's internal scale: [*lo, *hi], as tune_param_value maps the uniform draw. */
+static void tpe_bounds(const spec_tune_param_t *p, double *lo, double *hi)
+{
+    double a = p->min, b = p->max;
+    if (p->type == SPEC_TUNE_INTEGER) {
+        a = p->scaling == SPEC_TUNE_LOG ? KILN_MAX(p->min - 0.5, p->min * 0.5) : p->min - 0.5;
+        b = p->max + 0.5;
+    }
+    if (p->scaling == SPEC_TUNE_LOG) {
+        *lo = log(a);
+        *hi = log(b);
+    } else if (p->scaling == SPEC_TUNE_REVERSE_LOG) { /* log(1 - v): decreasing in v */
+        *lo = log(1.0 - b);
+        *hi = log(1.0 - a);
+    } else {
+        *lo = a;
+        *hi = b;
+    }
+}
+
+/* The observation v of p on its internal scale into *x; false when v is not one of p's values. */
+static bool tpe_to_internal(const spec_tune_param_t *p, const json_t *v, double *x)
+{
+    if (p->type == SPEC_TUNE_CATEGORICAL) {
+        for (size_t k = 0; k < json_array_size(p->values); k++)
+            if (json_equal(json_array_get(p->values, k), (json_t *)v)) {
+                *x = (double)k;
+                return true;
+            }
+        return false;
+    }
+    if (!json_is_number(v))
+        return false;
+    double d = json_number_value(v);
+    if (!(d >= p->min && d <= p->max))
+        return false;
+    *x = p->scaling == SPEC_TUNE_LOG ? log(d) : p->scaling == SPEC_TUNE_REVERSE_LOG ? log(1.0 - d) : d;
+    return true;
+}
+
+/* The internal x of p as its value (caller owns it). */
+static json_t *tpe_from_internal(const spec_tune_param_t *p, double x)
+{
+    if (p->type == SPEC_TUNE_CATEGORICAL)
+        return json_incref(json_array_get(p->values, (size_t)x));
+    double v = p->scaling == SPEC_TUNE_LOG ? exp(x) : p->scaling == SPEC_TUNE_REVERSE_LOG ? 1.0 - exp(x) : x;
+    if (p->type == SPEC_TUNE_INTEGER) {
+        double k = floor(v + 0.5);
+        return json_integer((json_int_t)(k < p->min ? p->min : k > p->max ? p->max : k));
+    }
+    return json_real(v < p->min ? p->min : v > p->max ? p->max : v);
+}
+
+/* Best first: full observations before partial ones, then by objective (t's goal). */
+typedef struct obs_rank {
+    const tune_obs_t *obs;
+    bool maximize;
+} obs_rank_t;
+
+static bool obs_before(const void *ctx, int i, int j)
+{
+    const obs_rank_t *r = ctx;
+    const tune_obs_t *x = &r->obs[i], *y = &r->obs[j];
+    if (x->partial != y->partial)
+        return !x->partial;
+    return r->maximize ? x->objective > y->objective : x->objective < y->objective;
+}
+
+/* Parameter i's TPE value for trial n over the observations idx[0..m) (best first; the first
+ * `below` of them form l). Caller owns it; NULL when out of memory. */
+static json_t *tpe_param(const spec_tuning_t *t, int trial, int i, const tune_obs_t *obs, const int *idx, int m,
+                         int below)
+{
+    const spec_tune_param_t *p = &t->params[i];
+    double lo = 0, hi = 0, *xl = malloc(sizeof(double) * (size_t)(m + 1)), *xg = malloc(sizeof(double) * (size_t)(m + 1));
+    int *age = malloc(sizeof(int) * (size_t)(m + 1));
+    json_t *out = NULL;
+    parzen_t l = {0}, g = {0};
+    if (!xl || !xg || !age)
+        goto done;
+    if (p->type != SPEC_TUNE_CATEGORICAL)
+        tpe_bounds(p, &lo, &hi);
+    /* each side in age order (the observations' order in obs) for the weights */
+    int nl = 0, ng = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int c = 0;
+        for (int r = pass ? below : 0; r < (pass ? m : below); r++)
+            age[c++] = idx[r];
+        sort_idx(age, c, by_index, NULL);
+        for (int a = 0; a < c; a++) {
+            double x = 0;
+            tpe_to_internal(p, json_object_get(obs[age[a]].values, p->name), &x);
+            (pass ? xg : xl)[a] = x;
+        }
+        *(pass ? &ng : &nl) = c;
+    }
+    if (parzen_build(&l, p, lo, hi, xl, nl) || parzen_build(&g, p, lo, hi, xg, ng))
+        goto done;
+    double best_x = 0, best_score = -INFINITY;
+    for (int k = 0; k < TUNE_TPE_CANDIDATES; k++) {
+        double x = parzen_draw(&l, tpe_uniform(t->seed, trial, i, 2 * k), tpe_uniform(t->seed, trial, i, 2 * k + 1));
+        double score = parzen_log_pdf(&l, x) - parzen_log_pdf(&g, x);
+        if (score > best_score) {
+            best_score = score;
+            best_x = x;
+        }
+    }
+    out = tpe_from_internal(p, best_x);
+done:
+    parzen_free(&l);
+    parzen_free(&g);
+    free(xl);
+    free(xg);
+    free(age);
+    return out;
+}
+
+json_t *tune_tpe_values(const spec_tuning_t *t, int trial, const tune_obs_t *obs, int nobs)
+{
+    json_t *out = json_object();
+    int *idx = malloc(sizeof(int) * (size_t)(nobs + 1));
+    if (!out || !idx || trial < 0)
+        goto fail;
+    for (int i = 0; i < t->nparams; i++) {
+        /* the observations that have a value of this parameter (a transfer-learning parent's
+         * may not), best first */
+        const spec_tune_param_t *p = &t->params[i];
+        int m = 0;
+        for (int k = 0; k < nobs; k++) {
+            double x;
+            if (isfinite(obs[k].objective) && tpe_to_internal(p, json_object_get(obs[k].values, p->name), &x))
+                idx[m++] = k;
+        }
+        json_t *v;
+        if (m < TUNE_TPE_STARTUP) {
+            v = tune_param_value(p, tune_uniform(t->seed, trial, i));
+        } else {
+            obs_rank_t r = {obs, t->maximize};
+            sort_idx(idx, m, obs_before, &r);
+            int below = (m + 9) / 10;
+            v = tpe_param(t, trial, i, obs, idx, m, below < 25 ? below : 25);
+        }
+        if (!v || json_object_set_new(out, p->name, v))
+            goto fail;
+    }
+    free(idx);
+    return out;
+fail:
+    free(idx);
+    json_decref(out);
+    return NULL;
+}
+
+int tune_tpe_history(const tune_view_t *v, tune_obs_t *out)
+{
+    const spec_tuning_t *t = v->t;
+    int n = 0;
+    if (t->strategy == SPEC_TUNE_BAYESIAN) {
+        for (int i = 0; i < v->ntrials; i++) {
+            const tune_trial_t *x = &v->trials[i];
+            if (!x->values || !x->has_objective ||
+                (x->state != TUNE_TRIAL_COMPLETED && x->state != TUNE_TRIAL_STOPPED))
+                continue;
+            out[n++] = (tune_obs_t){.values = x->values, .objective = x->objective,
+                                    .partial = x->state == TUNE_TRIAL_STOPPED};
+        }
+        return n;
+    }
+    if (t->strategy != SPEC_TUNE_HYPERBAND || t->sampler != SPEC_TUNE_SAMPLER_TPE)
+        return 0;
+    /* BOHB's rule: the highest rung with TUNE_TPE_STARTUP results, the rung's objective each */
+    int64_t rungs[SPEC_TUNE_MAX_RUNGS];
+    int nr = tune_rungs(t, rungs);
+    for (int g = nr - 1; g >= 0; g--) {
+        n = 0;
+        for (int i = 0; i < v->ntrials; i++) {
+            const tune_trial_t *x = &v->trials[i];
+            int j = g - x->bracket, own = nr - x->bracket; /* its rung index there; its own rungs */
+            if (!x->values || j < 0)
+                continue;
+            if (j < own - 1 && x->nrungs > j)
+                out[n++] = (tune_obs_t){.values = x->values, .objective = x->rung_objective[j]};
+            else if (j == own - 1 && x->state == TUNE_TRIAL_COMPLETED && x->has_objective &&
+                     (!x->parent || x->nrungs >= own - 1))
+                out[n++] = (tune_obs_t){.values = x->values, .objective = x->objective};
+        }
+        if (n >= TUNE_TPE_STARTUP)
+            return n;
+    }
+    return 0;
+}
+
+json_t *tune_next_values(const tune_view_t *v, int trial)
+{
+    const spec_tuning_t *t = v->t;
+    bool tpe = t->strategy == SPEC_TUNE_BAYESIAN || (t->strategy == SPEC_TUNE_HYPERBAND && t->sampler == SPEC_TUNE_SAMPLER_TPE);
+    if (!tpe || trial < 0)
+        return tune_trial_values_new(t, trial, v->tried);
+    tune_obs_t *obs = malloc(sizeof *obs * (size_t)(v->ntrials + 1));
+    if (!obs)
+        return NULL;
+    int n = tune_tpe_history(v, obs);
+    json_t *out = n >= TUNE_TPE_STARTUP ? tune_tpe_values(t, trial, obs, n) : NULL;
+    free(obs);
+    if (out && json_array_size(v->tried)) {
+        /* a parent ran this configuration: drawn as random search would instead */
+        tried_set_t s;
+        if (tried_build(v->tried, &s)) {
+            json_decref(out);
+            return NULL;
+        }
+        if (tried_has(&s, out)) {
+            json_decref(out);
+            out = NULL;
+        }
+        tried_free(&s);
+    }
+    return out ? out : tune_trial_values_new(t, trial, v->tried);
+}

@@ -306,7 +306,10 @@ int spec_caps_check(const spec_t *s, const char *backend, kiln_err_t *err);
 
 typedef enum { SPEC_TUNE_INTEGER = 1, SPEC_TUNE_CONTINUOUS, SPEC_TUNE_CATEGORICAL } spec_tune_type_t;
 typedef enum { SPEC_TUNE_LINEAR = 0, SPEC_TUNE_LOG, SPEC_TUNE_REVERSE_LOG } spec_tune_scaling_t;
-typedef enum { SPEC_TUNE_RANDOM = 1, SPEC_TUNE_GRID, SPEC_TUNE_HYPERBAND } spec_tune_strategy_t;
+typedef enum { SPEC_TUNE_RANDOM = 1, SPEC_TUNE_GRID, SPEC_TUNE_HYPERBAND, SPEC_TUNE_BAYESIAN } spec_tune_strategy_t;
+/* hyperband.sampler: how hyperband draws a new trial (random search's draw, or TPE over the
+ * results at its rungs). */
+typedef enum { SPEC_TUNE_SAMPLER_RANDOM = 0, SPEC_TUNE_SAMPLER_TPE } spec_tune_sampler_t;
 /* warm_start.type: the parents ran the same base job's data and model with the same parameter
  * names, or (transfer_learning) parameters were added or removed and the base job changed. */
 typedef enum { SPEC_WARM_NONE = 0, SPEC_WARM_IDENTICAL, SPEC_WARM_TRANSFER } spec_warm_type_t;
@@ -333,6 +336,7 @@ typedef struct spec_tuning {
     spec_tune_strategy_t strategy;
     int64_t min_resource, max_resource; /* hyperband: steps */
     int reduction_factor;        /* hyperband: eta, 2 to 10 (default 3) */
+    spec_tune_sampler_t sampler; /* hyperband.sampler (default random) */
     int brackets;                /* hyperband: brackets, 1 to its rungs (default 1: trials start at the first rung) */
     int max_jobs;                /* trials in all (default 10) */
     int max_parallel_jobs;       /* trials at once (default 1); at most max_jobs */
@@ -341,7 +345,7 @@ typedef struct spec_tuning {
     bool has_target;             /* completion.target_objective given */
     double target;
     int no_improvement_trials;   /* completion.no_improvement_trials (0: off) */
-    bool early_stopping;         /* early_stopping "auto": the median stopping rule (random, grid) */
+    bool early_stopping;         /* early_stopping "auto": the median stopping rule (random, grid, bayesian) */
     int max_failed_trials;       /* failed trials that end the tuning job (default 3) */
     int trial_priority;          /* default: the base job's priority minus 1 */
     int nparents;                /* warm_start.parents: earlier tuning jobs whose trials are history */

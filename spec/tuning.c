@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_strategies[] = {"random", "grid", "hyperband", NULL};
+static const char *const k_strategies[] = {"random", "grid", "hyperband", "bayesian", NULL};
 
 static const char *const k_warm_types[] = {"identical_data_and_algorithm", "transfer_learning", NULL};
 
 const char *spec_tune_strategy_name(spec_tune_strategy_t s)
 {
-    return s >= SPEC_TUNE_RANDOM && s <= SPEC_TUNE_HYPERBAND ? k_strategies[s - 1] : "";
+    return s >= SPEC_TUNE_RANDOM && s <= SPEC_TUNE_BAYESIAN ? k_strategies[s - 1] : "";
 }
 
 const char *spec_warm_type_name(spec_warm_type_t w)
@@ -321,7 +321,8 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
                                        "max_parallel_jobs", "seed", "completion", "early_stopping",
                                        "max_failed_trials", "trial_priority", "warm_start", NULL};
     static const char *const obj_keys[] = {"metric", "goal", NULL};
-    static const char *const hb_keys[] = {"min_resource", "max_resource", "reduction_factor", "brackets", NULL};
+    static const char *const hb_keys[] = {"min_resource", "max_resource", "reduction_factor", "brackets", "sampler",
+                                          NULL};
     static const char *const done_keys[] = {"target_objective", "no_improvement_trials", NULL};
     memset(out, 0, sizeof *out);
     kiln_err_clear(err);
@@ -380,8 +381,9 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
             if (!strcmp(strategy, k_strategies[i]))
                 out->strategy = (spec_tune_strategy_t)(i + 1);
         if (!out->strategy) {
-            rc = invalid(err, "strategy", "\"random\", \"grid\" or \"hyperband\"",
-                         "strategy must be \"random\", \"grid\" or \"hyperband\" (got \"%s\")", strategy);
+            rc = invalid(err, "strategy", "\"random\", \"grid\", \"hyperband\" or \"bayesian\" (TPE)",
+                         "strategy must be \"random\", \"grid\", \"hyperband\" or \"bayesian\" (got \"%s\")",
+                         strategy);
             goto fail;
         }
     }
@@ -416,8 +418,8 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
         }
         if (v && !strcmp(v, "auto")) {
             if (out->strategy == SPEC_TUNE_HYPERBAND) {
-                rc = invalid(err, "early_stopping", "leave early_stopping out (or \"off\"), or use strategy random or grid",
-                             "early_stopping \"auto\" (the median stopping rule) is for random and grid; hyperband "
+                rc = invalid(err, "early_stopping", "leave early_stopping out (or \"off\"), or use strategy random, grid or bayesian",
+                             "early_stopping \"auto\" (the median stopping rule) is for random, grid and bayesian; hyperband "
                              "already stops trials at its rungs");
                 goto fail;
             }
@@ -490,6 +492,16 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
             (rc = rd_int(&rh, hb, "reduction_factor", &out->reduction_factor, 2, 10)) ||
             (rc = rd_int(&rh, hb, "brackets", &out->brackets, 1, SPEC_TUNE_MAX_RUNGS)))
             goto fail;
+        {
+            json_t *sj = json_object_get(hb, "sampler");
+            const char *sv = json_string_value(sj);
+            if (sj && !json_is_null(sj) && (!sv || (strcmp(sv, "random") && strcmp(sv, "tpe")))) {
+                rc = invalid(err, "hyperband.sampler", "\"random\" (random search's draws) or \"tpe\" (TPE over the "
+                             "results at the rungs)", "hyperband.sampler must be \"random\" or \"tpe\"");
+                goto fail;
+            }
+            out->sampler = sv && !strcmp(sv, "tpe") ? SPEC_TUNE_SAMPLER_TPE : SPEC_TUNE_SAMPLER_RANDOM;
+        }
         if (!out->min_resource || !out->max_resource) {
             rc = invalid(err, !out->min_resource ? "hyperband.min_resource" : "hyperband.max_resource",
                          "give both, in steps", "hyperband.min_resource and max_resource are both needed");
@@ -605,10 +617,11 @@ json_t *spec_tuning_to_json(const spec_tuning_t *t)
     if (!out)
         return NULL;
     if (t->strategy == SPEC_TUNE_HYPERBAND)
-        json_object_set_new(out, "hyperband", json_pack("{s:I, s:I, s:i, s:i}", "min_resource", (json_int_t)t->min_resource,
-                                                        "max_resource", (json_int_t)t->max_resource,
-                                                        "reduction_factor", t->reduction_factor, "brackets",
-                                                        t->brackets));
+        json_object_set_new(out, "hyperband", json_pack("{s:I, s:I, s:i, s:i, s:s}", "min_resource",
+                                                        (json_int_t)t->min_resource, "max_resource",
+                                                        (json_int_t)t->max_resource, "reduction_factor",
+                                                        t->reduction_factor, "brackets", t->brackets, "sampler",
+                                                        t->sampler == SPEC_TUNE_SAMPLER_TPE ? "tpe" : "random"));
     json_t *done = json_object();
     if (t->has_target)
         json_object_set_new(done, "target_objective", json_real(t->target));

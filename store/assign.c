@@ -56,25 +56,59 @@ static int assign_rows(store_conn_t *c, const char *what, const char *sql, int n
     return store_q_rows(c, what, sql, np, p, sizeof(**out), assign_fill, (void **)out, n, err);
 }
 
+int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, const char *channel, kiln_err_t *err)
+{
+    if (n <= 0)
+        return 0;
+    /* one array literal per column; each job's ranks go as the text of an int[] (unnest would
+     * flatten a two-dimensional array) */
+    store_buf_t b[9] = {{0}};
+    for (int f = 0; f < 9; f++)
+        store_buf_putc(&b[f], '{');
+    for (int i = 0; i < n; i++) {
+        for (int f = 0; i && f < 9; f++)
+            store_buf_putc(&b[f], ',');
+        char ranks[256 * 8 + 4];
+        size_t l = 0;
+        ranks[l++] = '{';
+        for (int k = 0; k < a[i].nranks && l < sizeof(ranks) - 16; k++)
+            l += (size_t)snprintf(ranks + l, sizeof(ranks) - l, "%s%d", k ? "," : "", a[i].ranks[k]);
+        ranks[l++] = '}';
+        ranks[l] = '\0';
+        store_buf_array_text(&b[0], a[i].job_id);
+        store_buf_i64(&b[1], a[i].attempt);
+        store_buf_array_text(&b[2], a[i].worker_id);
+        store_buf_i64(&b[3], a[i].node_rank);
+        store_buf_i64(&b[4], a[i].nodes);
+        store_buf_array_text(&b[5], ranks);
+        store_buf_i64(&b[6], a[i].world_size);
+        store_buf_array_text(&b[7], a[i].master_addr);
+        store_buf_i64(&b[8], a[i].master_port);
+    }
+    for (int f = 0; f < 9; f++) {
+        store_buf_putc(&b[f], '}');
+        store_buf_putc(&b[f], '\0');
+    }
+    const char *p[10] = {b[0].p, b[1].p, b[2].p, b[3].p, b[4].p, b[5].p, b[6].p, b[7].p, b[8].p, channel};
+    int rc = store_qp(c, "insert assignments",
+                     "WITH ins AS (INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
+                     " world_size, master_addr, master_port)"
+                     " SELECT x.job_id, x.attempt, x.worker_id, x.node_rank, x.nodes, x.ranks::int[], x.world_size,"
+                     "  x.master_addr, x.master_port"
+                     " FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::int[], $6::text[], $7::int[],"
+                     "  $8::text[], $9::int[]) AS x(job_id, attempt, worker_id, node_rank, nodes, ranks, world_size,"
+                     "  master_addr, master_port)"
+                     " RETURNING worker_id)"
+                     " SELECT count(pg_notify($10, w)) FROM (SELECT DISTINCT worker_id AS w FROM ins) d"
+                     " WHERE $10::text IS NOT NULL", 10, p, NULL, err);
+    for (int f = 0; f < 9; f++)
+        store_buf_free(&b[f]);
+    return rc;
+}
+
 int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err)
 {
-    char att[16], nr[16], nodes[16], ws[16], port[16], ranks[256 * 8 + 4];
-    snprintf(att, sizeof(att), "%d", a->attempt);
-    snprintf(nr, sizeof(nr), "%d", a->node_rank);
-    snprintf(nodes, sizeof(nodes), "%d", a->nodes);
-    snprintf(ws, sizeof(ws), "%d", a->world_size);
-    snprintf(port, sizeof(port), "%d", a->master_port);
-    size_t l = 0;
-    ranks[l++] = '{';
-    for (int i = 0; i < a->nranks; i++)
-        l += (size_t)snprintf(ranks + l, sizeof(ranks) - l, "%s%d", i ? "," : "", a->ranks[i]);
-    ranks[l++] = '}';
-    ranks[l] = '\0';
-    const char *p[9] = {a->job_id, att, a->worker_id, nr, nodes, ranks, ws, a->master_addr, port};
-    return store_q(c, "insert assignment",
-                   "INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
-                   " world_size, master_addr, master_port) VALUES ($1::uuid, $2::int, $3, $4::int,"
-                   " $5::int, $6::int[], $7::int, $8, $9::int)", 9, p, NULL, err);
+    return store_assign_insert_many(c, a, 1, NULL, err);
 }
 
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
@@ -134,11 +168,11 @@ int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, cons
     const char *p[4] = {job_id, att, worker_id, pt};
     PGresult *r = NULL;
     *set = false;
-    int rc = store_q(c, "set the rendezvous port",
-                     "UPDATE assignments SET master_port = $4::int"
-                     " WHERE job_id = $1::uuid AND attempt = $2::int AND master_port = 0"
-                     "  AND EXISTS (SELECT 1 FROM assignments z WHERE z.job_id = $1::uuid AND z.attempt = $2::int"
-                     "   AND z.worker_id = $3 AND z.node_rank = 0) RETURNING 1", 4, p, &r, err);
+    int rc = store_qp(c, "set the rendezvous port",
+                      "UPDATE assignments SET master_port = $4::int"
+                      " WHERE job_id = $1::uuid AND attempt = $2::int AND master_port = 0"
+                      "  AND EXISTS (SELECT 1 FROM assignments z WHERE z.job_id = $1::uuid AND z.attempt = $2::int"
+                      "   AND z.worker_id = $3 AND z.node_rank = 0) RETURNING 1", 4, p, &r, err);
     if (rc)
         return rc;
     *set = PQntuples(r) > 0;
@@ -164,10 +198,10 @@ int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err
     const char *p[1] = {ids};
     PGresult *r = NULL;
     *spec_json = NULL;
-    int rc = store_q(c, "mark assignment delivered",
-                     "UPDATE assignments a SET delivered = true, delivered_at = now() FROM jobs j"
-                     " WHERE a.id = $1::bigint AND j.id = a.job_id AND NOT a.delivered"
-                     " RETURNING j.spec::text", 1, p, &r, err);
+    int rc = store_qp(c, "mark assignment delivered",
+                      "UPDATE assignments a SET delivered = true, delivered_at = now() FROM jobs j"
+                      " WHERE a.id = $1::bigint AND j.id = a.job_id AND NOT a.delivered"
+                      " RETURNING j.spec::text", 1, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) != 1) {
@@ -187,9 +221,9 @@ int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,
     const char *p[3] = {job_id, att, worker_id};
     PGresult *r = NULL;
     *found = false;
-    int rc = store_q(c, "mark assignment started",
-                     "UPDATE assignments SET started = true WHERE job_id = $1::uuid AND attempt = $2::int"
-                     " AND worker_id = $3 AND NOT released RETURNING 1", 3, p, &r, err);
+    int rc = store_qp(c, "mark assignment started",
+                      "UPDATE assignments SET started = true WHERE job_id = $1::uuid AND attempt = $2::int"
+                      " AND worker_id = $3 AND NOT released RETURNING 1", 3, p, &r, err);
     if (rc)
         return rc;
     *found = PQntuples(r) == 1;
@@ -203,10 +237,10 @@ int store_assign_stop(store_conn_t *c, const char *job_id, int attempt, const ch
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
     const char *p[4] = {job_id, att, reason ? reason : "", except_worker};
-    int rc = store_q(c, "release undelivered assignments",
-                     "UPDATE assignments SET released = true, released_at = now(), stop = true,"
-                     " stop_reason = $3 WHERE job_id = $1::uuid AND attempt = $2::int AND NOT released"
-                     " AND NOT delivered AND ($4::text IS NULL OR worker_id <> $4)", 4, p, NULL, err);
+    int rc = store_qp(c, "release undelivered assignments",
+                      "UPDATE assignments SET released = true, released_at = now(), stop = true,"
+                      " stop_reason = $3 WHERE job_id = $1::uuid AND attempt = $2::int AND NOT released"
+                      " AND NOT delivered AND ($4::text IS NULL OR worker_id <> $4)", 4, p, NULL, err);
     if (rc)
         return rc;
     return store_q(c, "order assignments to stop",
@@ -221,10 +255,10 @@ int store_assign_release(store_conn_t *c, const char *job_id, int attempt, const
     char att[16];
     snprintf(att, sizeof(att), "%d", attempt);
     const char *p[3] = {job_id, att, worker_id};
-    return store_q(c, "release assignments",
-                   "UPDATE assignments SET released = true, released_at = now() WHERE job_id = $1::uuid"
-                   " AND attempt = $2::int AND NOT released AND ($3::text IS NULL OR worker_id = $3)",
-                   3, p, NULL, err);
+    return store_qp(c, "release assignments",
+                    "UPDATE assignments SET released = true, released_at = now() WHERE job_id = $1::uuid"
+                    " AND attempt = $2::int AND NOT released AND ($3::text IS NULL OR worker_id = $3)",
+                    3, p, NULL, err);
 }
 
 int store_assign_unreleased(store_conn_t *c, const char *job_id, int attempt, int *n,
@@ -276,15 +310,15 @@ int store_assign_take_stops(store_conn_t *c, const char *worker_id, int resend_m
     PGresult *r = NULL;
     *out = NULL;
     *n = 0;
-    int rc = store_q(c, "take stop orders",
-                     "WITH g AS (SELECT a.id,"
-                     "  COALESCE((j.spec -> 'stopping' ->> 'grace_period_s')::int, 0) AS grace_s"
-                     "  FROM assignments a JOIN jobs j ON j.id = a.job_id WHERE a.worker_id = $1"
-                     "  AND a.stop AND a.delivered AND NOT a.released)"
-                     " UPDATE assignments a SET stop_sent = true, stop_sent_at = now() FROM g"
-                     " WHERE a.id = g.id AND (NOT a.stop_sent"
-                     "  OR a.stop_sent_at < now() - GREATEST($2::int, g.grace_s * 1000) * interval '1 millisecond')"
-                     " RETURNING a.job_id::text, a.attempt, a.stop_reason, g.grace_s", 2, p, &r, err);
+    int rc = store_qp(c, "take stop orders",
+                      "WITH g AS (SELECT a.id,"
+                      "  COALESCE((j.spec -> 'stopping' ->> 'grace_period_s')::int, 0) AS grace_s"
+                      "  FROM assignments a JOIN jobs j ON j.id = a.job_id WHERE a.worker_id = $1"
+                      "  AND a.stop AND a.delivered AND NOT a.released)"
+                      " UPDATE assignments a SET stop_sent = true, stop_sent_at = now() FROM g"
+                      " WHERE a.id = g.id AND (NOT a.stop_sent"
+                      "  OR a.stop_sent_at < now() - GREATEST($2::int, g.grace_s * 1000) * interval '1 millisecond')"
+                      " RETURNING a.job_id::text, a.attempt, a.stop_reason, g.grace_s", 2, p, &r, err);
     if (rc)
         return rc;
     rc = stop_rows(r, out, n, err);
@@ -327,11 +361,11 @@ int store_assign_stale(store_conn_t *c, const char *worker_id, const char *const
     pairs_literals(job_ids, attempts, n, &ids, &atts);
     const char *p[3] = {worker_id, ids, atts};
     PGresult *r = NULL;
-    int rc = store_q(c, "check running ranks",
-                     "SELECT DISTINCT r.job_id::text, r.attempt FROM unnest($2::uuid[], $3::int[])"
-                     " AS r(job_id, attempt) WHERE NOT EXISTS (SELECT 1 FROM assignments a"
-                     " WHERE a.worker_id = $1 AND a.job_id = r.job_id AND a.attempt = r.attempt"
-                     " AND NOT a.released)", 3, p, &r, err);
+    int rc = store_qp(c, "check running ranks",
+                      "SELECT DISTINCT r.job_id::text, r.attempt FROM unnest($2::uuid[], $3::int[])"
+                      " AS r(job_id, attempt) WHERE NOT EXISTS (SELECT 1 FROM assignments a"
+                      " WHERE a.worker_id = $1 AND a.job_id = r.job_id AND a.attempt = r.attempt"
+                      " AND NOT a.released)", 3, p, &r, err);
     free(ids);
     free(atts);
     if (rc)
@@ -350,13 +384,13 @@ int store_assign_reap(store_conn_t *c, const char *worker_id, const char *const 
     snprintf(ms, sizeof(ms), "%d", grace_ms);
     const char *p[4] = {worker_id, ids, atts, ms};
     PGresult *r = NULL;
-    int rc = store_q(c, "release stopped assignments",
-                     "UPDATE assignments a SET released = true, released_at = now()"
-                     " WHERE a.worker_id = $1 AND NOT a.released AND a.stop_sent"
-                     " AND a.stop_sent_at < now() - $4::int * interval '1 millisecond'"
-                     " AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
-                     "  WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
-                     " RETURNING a.job_id::text, a.attempt", 4, p, &r, err);
+    int rc = store_qp(c, "release stopped assignments",
+                      "UPDATE assignments a SET released = true, released_at = now()"
+                      " WHERE a.worker_id = $1 AND NOT a.released AND a.stop_sent"
+                      " AND a.stop_sent_at < now() - $4::int * interval '1 millisecond'"
+                      " AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
+                      "  WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+                      " RETURNING a.job_id::text, a.attempt", 4, p, &r, err);
     free(ids);
     free(atts);
     if (rc)
@@ -375,15 +409,15 @@ int store_assign_redeliver(store_conn_t *c, const char *worker_id, const char *c
     const char *p[4] = {worker_id, ids, atts, ms};
     PGresult *r = NULL;
     *nredeliver = 0;
-    int rc = store_q(c, "mark assignments for redelivery",
-                     "UPDATE assignments a SET delivered = false"
-                     " WHERE a.worker_id = $1 AND a.delivered AND NOT a.started AND NOT a.stop"
-                     " AND NOT a.released AND a.delivered_at < now() - $4::int * interval '1 millisecond'"
-                     " AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
-                     "  WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
-                     " AND NOT EXISTS (SELECT 1 FROM rank_exits x WHERE x.job_id = a.job_id"
-                     "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks))"
-                     " RETURNING a.job_id::text", 4, p, &r, err);
+    int rc = store_qp(c, "mark assignments for redelivery",
+                      "UPDATE assignments a SET delivered = false"
+                      " WHERE a.worker_id = $1 AND a.delivered AND NOT a.started AND NOT a.stop"
+                      " AND NOT a.released AND a.delivered_at < now() - $4::int * interval '1 millisecond'"
+                      " AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
+                      "  WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+                      " AND NOT EXISTS (SELECT 1 FROM rank_exits x WHERE x.job_id = a.job_id"
+                      "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks))"
+                      " RETURNING a.job_id::text", 4, p, &r, err);
     free(ids);
     free(atts);
     if (rc)
@@ -450,21 +484,21 @@ int store_rank_exit_insert(store_conn_t *c, const Kiln__RankExit *e, bool *inser
                         e->reason ? e->reason : ""};
     PGresult *r = NULL;
     *inserted = *released = false;
-    int rc = store_q(c, "record rank exit",
-                     "INSERT INTO rank_exits (job_id, attempt, rank, worker_id, exit_code, signal, reason)"
-                     " VALUES ($1::uuid, $2::int, $3::int, $4, $5::int, $6::int, $7)"
-                     " ON CONFLICT DO NOTHING RETURNING 1", 7, p, &r, err);
+    int rc = store_qp(c, "record rank exit",
+                      "INSERT INTO rank_exits (job_id, attempt, rank, worker_id, exit_code, signal, reason)"
+                      " VALUES ($1::uuid, $2::int, $3::int, $4, $5::int, $6::int, $7)"
+                      " ON CONFLICT DO NOTHING RETURNING 1", 7, p, &r, err);
     if (rc)
         return rc;
     *inserted = PQntuples(r) == 1;
     PQclear(r);
-    rc = store_q(c, "release finished assignment",
-                 "UPDATE assignments a SET released = true, released_at = now()"
-                 " WHERE a.job_id = $1::uuid AND a.attempt = $2::int AND a.worker_id = $4"
-                 " AND $3::int = ANY(a.ranks)"
-                 " AND NOT a.released AND (SELECT count(*) FROM rank_exits x WHERE x.job_id = a.job_id"
-                 "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks)) >= cardinality(a.ranks)"
-                 " RETURNING 1", 4, p, &r, err);
+    rc = store_qp(c, "release finished assignment",
+                  "UPDATE assignments a SET released = true, released_at = now()"
+                  " WHERE a.job_id = $1::uuid AND a.attempt = $2::int AND a.worker_id = $4"
+                  " AND $3::int = ANY(a.ranks)"
+                  " AND NOT a.released AND (SELECT count(*) FROM rank_exits x WHERE x.job_id = a.job_id"
+                  "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks)) >= cardinality(a.ranks)"
+                  " RETURNING 1", 4, p, &r, err);
     if (rc)
         return rc;
     *released = PQntuples(r) == 1;
@@ -480,9 +514,9 @@ int store_rank_exit_counts(store_conn_t *c, const char *job_id, int attempt, int
     const char *p[2] = {job_id, att};
     PGresult *r = NULL;
     *n_exited = *n_ok = 0;
-    int rc = store_q(c, "count rank exits",
-                     "SELECT count(*), count(*) FILTER (WHERE exit_code = 0 AND signal = 0)"
-                     " FROM rank_exits WHERE job_id = $1::uuid AND attempt = $2::int", 2, p, &r, err);
+    int rc = store_qp(c, "count rank exits",
+                      "SELECT count(*), count(*) FILTER (WHERE exit_code = 0 AND signal = 0)"
+                      " FROM rank_exits WHERE job_id = $1::uuid AND attempt = $2::int", 2, p, &r, err);
     if (rc)
         return rc;
     *n_exited = store_get_int(r, 0, 0);

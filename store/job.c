@@ -240,7 +240,7 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
                            : "SELECT " ROW_COLS " FROM jobs WHERE id = $1::uuid";
     const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_q(c, "read job", sql, 1, p, &r, err);
+    int rc = store_qp(c, "read job", sql, 1, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) != 1) {
@@ -252,40 +252,114 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
     return 0;
 }
 
+/* A state change of the jobs in CTE x (id, from_state, reason, attempt, backfill_s, i): each in its
+ * from_state moves to $6 with flags $7 and gets its event row (actor $8); returns the i of each
+ * that moved. */
+#define TRANSITION_SQL(X)                                                                                 \
+    "WITH x AS (" X "),"                                                                                  \
+    " u AS ("                                                                                             \
+    " UPDATE jobs j SET state = $6, reason = x.reason, attempt = x.attempt, event_seq = j.event_seq + 1," \
+    "  updated_at = clock_timestamp(),"                                                                   \
+    "  started_at = CASE WHEN ($7::int & 1) <> 0 AND j.started_at IS NULL"                                \
+    "               THEN clock_timestamp() ELSE j.started_at END,"                                        \
+    "  ended_at = CASE WHEN ($7::int & 2) <> 0 THEN clock_timestamp() ELSE j.ended_at END,"               \
+    "  stop_requested = j.stop_requested OR ($7::int & 4) <> 0,"                                          \
+    "  preemptions = j.preemptions + CASE WHEN ($7::int & 16) <> 0 THEN 1 ELSE 0 END,"                    \
+    "  preempted_by = CASE WHEN ($7::int & 8) <> 0 THEN NULL ELSE j.preempted_by END,"                    \
+    "  backfill_end = CASE WHEN x.backfill_s IS NOT NULL"                                                 \
+    "                 THEN clock_timestamp() + x.backfill_s * interval '1 second'"                        \
+    "                 WHEN ($7::int & 8) <> 0 THEN NULL ELSE j.backfill_end END,"                         \
+    "  eta_s = CASE WHEN ($7::int & 8) <> 0 OR ($7::int & 2) <> 0 THEN NULL ELSE j.eta_s END,"            \
+    "  pending = CASE WHEN $6 IN " STORE_WAITING " THEN j.pending END"                                    \
+    " FROM x WHERE j.id = x.id AND j.state = x.from_state"                                                \
+    " RETURNING j.id, j.event_seq, j.attempt, x.from_state, x.reason, x.i),"                              \
+    " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, actor)"            \
+    " SELECT id, event_seq, from_state, $6, reason, attempt, $8 FROM u ORDER BY i)"                       \
+    " SELECT i FROM u"
+
+/* Runs TRANSITION_SQL with parameters p (8) and marks the moved ones of t[0..n) done. */
+static int transition_run(store_conn_t *c, const char *sql, const char *const *p, store_transition_t *t, int n,
+                          kiln_err_t *err)
+{
+    PGresult *r = NULL;
+    /* one job: prepared (its plan is an index lookup); many: planned with the arrays' sizes known */
+    int rc = n == 1 ? store_qp(c, "change job state", sql, 8, p, &r, err)
+                    : store_q(c, "change job state", sql, 8, p, &r, err);
+    if (rc)
+        return rc;
+    for (int row = 0; row < PQntuples(r); row++) { /* each row names its transition by its place */
+        int k = store_get_int(r, row, 0) - 1;
+        if (k >= 0 && k < n)
+            t[k].done = true;
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* One job's move: a one-row x, so that its plan is an index lookup (prepared once). */
+static int transition_one(store_conn_t *c, store_transition_t *t, const char *to, int flags, const char *actor,
+                          kiln_err_t *err)
+{
+    static const char *sql = TRANSITION_SQL("SELECT $1::uuid AS id, $2::text AS from_state, $3::text AS reason,"
+                                            " $4::int AS attempt, $5::float8 AS backfill_s, 1::bigint AS i");
+    char att[16], fl[16], bf[40];
+    snprintf(att, sizeof(att), "%d", t->attempt);
+    snprintf(fl, sizeof(fl), "%d", flags);
+    snprintf(bf, sizeof(bf), "%.3f", t->backfill_s);
+    const char *p[8] = {t->id, t->from, t->reason ? t->reason : "", att, t->backfill_s >= 0 ? bf : NULL, to, fl,
+                        actor ? actor : ""};
+    return transition_run(c, sql, p, t, 1, err);
+}
+
+int store_job_transition_many(store_conn_t *c, store_transition_t *t, int n, const char *to, int flags,
+                              const char *actor, kiln_err_t *err)
+{
+    static const char *sql =
+        TRANSITION_SQL("SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::float8[])"
+                       "  WITH ORDINALITY AS x(id, from_state, reason, attempt, backfill_s, i)");
+    for (int k = 0; k < n; k++)
+        t[k].done = false;
+    if (n <= 0)
+        return 0;
+    if (n == 1)
+        return transition_one(c, t, to, flags, actor, err);
+    store_buf_t a[5] = {{0}};
+    for (int f = 0; f < 5; f++)
+        store_buf_putc(&a[f], '{');
+    for (int k = 0; k < n; k++) {
+        for (int f = 0; k && f < 5; f++)
+            store_buf_putc(&a[f], ',');
+        store_buf_array_text(&a[0], t[k].id);
+        store_buf_array_text(&a[1], t[k].from);
+        store_buf_array_text(&a[2], t[k].reason ? t[k].reason : "");
+        store_buf_i64(&a[3], t[k].attempt);
+        if (t[k].backfill_s >= 0)
+            store_buf_double(&a[4], t[k].backfill_s);
+        else
+            store_buf_put(&a[4], "NULL", 4);
+    }
+    for (int f = 0; f < 5; f++) {
+        store_buf_putc(&a[f], '}');
+        store_buf_putc(&a[f], '\0');
+    }
+    char fl[16];
+    snprintf(fl, sizeof(fl), "%d", flags);
+    const char *p[8] = {a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, to, fl, actor ? actor : ""};
+    int rc = transition_run(c, sql, p, t, n, err);
+    for (int f = 0; f < 5; f++)
+        store_buf_free(&a[f]);
+    return rc;
+}
+
 int store_job_transition(store_conn_t *c, const char *id, const char *from, const char *to,
                          const char *reason, int attempt, int flags, const char *actor,
                          kiln_err_t *err)
 {
-    static const char *sql =
-        "WITH u AS ("
-        " UPDATE jobs SET state = $3, reason = $4, attempt = $5::int, event_seq = event_seq + 1,"
-        "  updated_at = clock_timestamp(),"
-        "  started_at = CASE WHEN ($6::int & 1) <> 0 AND started_at IS NULL"
-        "               THEN clock_timestamp() ELSE started_at END,"
-        "  ended_at = CASE WHEN ($6::int & 2) <> 0 THEN clock_timestamp() ELSE ended_at END,"
-        "  stop_requested = stop_requested OR ($6::int & 4) <> 0,"
-        "  preemptions = preemptions + CASE WHEN ($6::int & 16) <> 0 THEN 1 ELSE 0 END,"
-        "  preempted_by = CASE WHEN ($6::int & 8) <> 0 THEN NULL ELSE preempted_by END,"
-        "  backfill_end = CASE WHEN ($6::int & 8) <> 0 THEN NULL ELSE backfill_end END,"
-        "  eta_s = CASE WHEN ($6::int & 8) <> 0 OR ($6::int & 2) <> 0 THEN NULL ELSE eta_s END,"
-        "  pending = CASE WHEN $3 IN " STORE_WAITING " THEN pending END"
-        " WHERE id = $1::uuid AND state = $2"
-        " RETURNING id, event_seq, attempt)"
-        " INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, actor)"
-        " SELECT id, event_seq, $2, $3, $4, attempt, $7 FROM u RETURNING seq";
-    char att[16], fl[16];
-    snprintf(att, sizeof(att), "%d", attempt);
-    snprintf(fl, sizeof(fl), "%d", flags);
-    const char *p[7] = {id, from, to, reason ? reason : "", att, fl, actor ? actor : ""};
-    PGresult *r = NULL;
-    int rc = store_q(c, "change job state", sql, 7, p, &r, err);
-    if (rc)
-        return rc;
-    int n = PQntuples(r);
-    PQclear(r);
-    if (n != 1)
+    store_transition_t t = {.id = id, .from = from, .reason = reason, .attempt = attempt, .backfill_s = -1};
+    int rc = store_job_transition_many(c, &t, 1, to, flags, actor, err);
+    if (rc == 0 && !t.done)
         return kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" is no longer %s", id, from);
-    return 0;
+    return rc;
 }
 
 int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)
@@ -458,16 +532,6 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
     }
     PQclear(r);
     return 0;
-}
-
-int store_job_set_backfill(store_conn_t *c, const char *id, double runtime_s, kiln_err_t *err)
-{
-    char secs[40];
-    snprintf(secs, sizeof(secs), "%.3f", runtime_s);
-    const char *p[2] = {id, secs};
-    return store_q(c, "mark a job backfilled",
-                   "UPDATE jobs SET backfill_end = clock_timestamp() + $2::float8 * interval '1 second'"
-                   " WHERE id = $1::uuid", 2, p, NULL, err);
 }
 
 int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out, kiln_err_t *err)

@@ -140,8 +140,6 @@ typedef enum store_predict {
  * same model at any resources x its steps. */
 int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, store_predict_t *source,
                           kiln_err_t *err);
-/* Records that job id was started by backfill, predicted to end runtime_s from now. */
-int store_job_set_backfill(store_conn_t *c, const char *id, double runtime_s, kiln_err_t *err);
 
 /* Reads and locks (FOR UPDATE, in id order: inside a transaction) the rows of jobs ids[0..n) into
  * out[i] (n entries), with the seconds since each one's last state change in age_s[i]; found[i]
@@ -173,6 +171,19 @@ enum {
 int store_job_transition(store_conn_t *c, const char *id, const char *from, const char *to,
                          const char *reason, int attempt, int flags, const char *actor,
                          kiln_err_t *err);
+/* One job's move for store_job_transition_many. */
+typedef struct store_transition {
+    const char *id, *from, *reason;
+    int attempt;
+    double backfill_s; /* >= 0: the job starts by backfill, predicted to end this many seconds from now
+                          (its backfill_end); < 0: not */
+    bool done;         /* OUT: moved (false: it was no longer in `from`, or there is no such job) */
+} store_transition_t;
+/* store_job_transition for t[0..n) in one statement, all to `to` with the same flags and actor:
+ * each job in its t[k].from moves, with its own reason and attempt, and gets its event row;
+ * t[k].done says which did (the others are left as they were). The ids must be distinct. */
+int store_job_transition_many(store_conn_t *c, store_transition_t *t, int n, const char *to, int flags,
+                              const char *actor, kiln_err_t *err);
 
 /* *out = the job as contracts.md shows it (new reference). KILN_ENOTFOUND. */
 int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
@@ -533,6 +544,10 @@ typedef struct store_assign {
 } store_assign_t;
 
 int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err);
+/* Inserts a[0..n) in one statement and, with a channel (NULL: none), sends one notification on it
+ * per worker among them, its id as the payload, delivered only if the transaction commits
+ * (WatchWork's nudges, as store_assign_notify_workers sends). */
+int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, const char *channel, kiln_err_t *err);
 /* Assignments of one attempt of a job, by node rank. *out malloc'd (caller frees). */
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
                       int *n, kiln_err_t *err);

@@ -8,7 +8,7 @@
 
 #include "store/store.h"
 
-#define STORE_PREPARED_MAX 32
+#define STORE_PREPARED_MAX 64
 
 struct store_conn {
     PGconn *pg;

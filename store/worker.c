@@ -60,11 +60,11 @@ int store_worker_touch(store_conn_t *c, const char *id, bool draining, bool *beg
         *began_draining = false;
     if (pending)
         *pending = false;
-    int rc = store_q(c, "record heartbeat",
-                     "WITH old AS (SELECT draining FROM workers WHERE id = $1)"
-                     " UPDATE workers SET last_heartbeat = now(), draining = draining OR $2::bool"
-                     " WHERE id = $1 AND state = 'ALIVE' RETURNING (SELECT draining FROM old), approval",
-                     2, p, &r, err);
+    int rc = store_qp(c, "record heartbeat",
+                      "WITH old AS (SELECT draining FROM workers WHERE id = $1)"
+                      " UPDATE workers SET last_heartbeat = now(), draining = draining OR $2::bool"
+                      " WHERE id = $1 AND state = 'ALIVE' RETURNING (SELECT draining FROM old), approval",
+                      2, p, &r, err);
     if (rc)
         return rc;
     int n = PQntuples(r);

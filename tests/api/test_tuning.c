@@ -91,9 +91,13 @@ Test(tuning, refuses_bad_input_naming_the_field)
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90,"
                         " \"brackets\": 4}"),
             "hyperband.brackets", "more than the 3 rungs");
+    refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90,"
+                        " \"sampler\": \"bayesian\"}"),
+            "hyperband.sampler", "hyperband.sampler must be");
+    refused(request(LR, "\"strategy\": \"tpe\""), "strategy", "bayesian");
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90},"
                         " \"early_stopping\": \"auto\""),
-            "early_stopping", "is for random and grid");
+            "early_stopping", "is for random, grid and bayesian");
     refused(request(LR, "\"early_stopping\": \"median\""), "early_stopping", "early_stopping must be");
     {
         char body[8192];

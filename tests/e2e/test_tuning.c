@@ -4,10 +4,12 @@
  * trials table and the best trial; a third, warm-started from the first with the same seed, draws
  * none of its trials and describe shows the parent. With script trials (a shell script in a data root whose loss
  * is its hyperparameter): early_stopping "auto" stops the trial worse than the median, and a
- * search whose kilnd is SIGKILLed mid-flight carries on after the restart with the same trials.
+ * search whose kilnd is SIGKILLed mid-flight carries on after the restart with the same trials,
+ * and a bayesian (TPE) search runs past its random startup to the end.
  * Trials are preemptible work: an ordinary job submitted to a cluster full of them preempts one,
  * which resumes from its checkpoint afterwards, and the search completes. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -346,11 +348,14 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
 Test(e2e_tuning, hyperband_brackets_start_their_trials_at_their_own_rungs, .init = e2e_setup, .fini = e2e_teardown,
      .timeout = 300)
 {
-    /* rungs 10 and 30, two brackets: trials 0 and 2 start at rung 0 (10 steps), trial 1 in bracket 1
+    /* rungs 10 and 30, two brackets (TPE's sampler): trials 0 and 2 start at rung 0 (10 steps), trial 1 in bracket 1
      * runs straight to 30; two trials at rung 0 promote none */
     char *id = NULL;
-    json_t *t = hyperband_done("hbb", "\"brackets\": 2", &id);
+    json_t *t = hyperband_done("hbb", "\"brackets\": 2, \"sampler\": \"tpe\"", &id);
     cr_assert_eq(e2e_jint(json_object_get(json_object_get(t, "spec"), "hyperband"), "brackets"), 2, "%s", e2e_dump(t));
+    /* TPE's sampler learns only from 10 results at a rung: these 3 trials are random's draws */
+    cr_assert_str_eq(e2e_jstr(json_object_get(json_object_get(t, "spec"), "hyperband"), "sampler"), "tpe", "%s",
+                     e2e_dump(t));
     json_t *trials = json_object_get(t, "trials");
     cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
     for (size_t i = 0; i < 3; i++) {
@@ -408,6 +413,48 @@ Test(e2e_tuning, median_rule_stops_the_trial_worse_than_the_completed_median, .i
     cr_assert(strstr(text, "stopped early by the median rule"), "%s", text);
     free(text);
     json_decref(ev);
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}
+
+/* A trial reports its hyperparameter as its loss once and ends. */
+static const char k_echo_sh[] = "echo \"step 1 loss $2\"\n";
+
+Test(e2e_tuning, bayesian_search_runs_past_its_random_startup_to_the_end, .init = e2e_setup, .fini = e2e_teardown,
+     .timeout = 300)
+{
+    char dir[PATH_MAX];
+    script_trial("bayes", k_echo_sh, dir, sizeof dir);
+    /* 12 trials, 2 at once: the first 10 random search's draws; trial 11 is drawn with at most one
+     * other running, so by TPE over at least 10 ended trials */
+    char body[PATH_MAX + 2048];
+    snprintf(body, sizeof body,
+             "{\"name\": \"bayes\", \"job\": {\"name\": \"t\", \"entry_point\": \"trial.sh\", \"source\": \"%s\","
+             " \"retry\": {\"max_attempts\": 1}, \"hyperparameters\": {\"loss\": 1},"
+             " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"},"
+             " \"metric_definitions\": [{\"name\": \"loss\", \"regex\": \"^step (?<step>[0-9]+) loss ([0-9.]+)\"}]},"
+             " \"parameters\": {\"loss\": {\"type\": \"continuous\", \"min\": 1, \"max\": 9}},"
+             " \"objective\": {\"metric\": \"loss\"}, \"strategy\": \"bayesian\", \"max_jobs\": 12,"
+             " \"max_parallel_jobs\": 2, \"seed\": 5, \"early_stopping\": \"auto\"}",
+             dir);
+    long st = 0;
+    json_t *r = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
+    cr_assert_eq(st, 201, "%ld %s", st, e2e_dump(r));
+    char *id = strdup(e2e_jstr(r, "id"));
+    json_decref(r);
+    json_t *t = wait_ended(id, 240000);
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    cr_assert_str_eq(e2e_jstr(t, "strategy"), "bayesian", "%s", e2e_dump(t));
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 12, "%s", e2e_dump(t));
+    for (size_t i = 0; i < 12; i++) {
+        json_t *x = json_array_get(trials, i);
+        double p = json_number_value(json_object_get(json_object_get(x, "parameters"), "loss"));
+        cr_assert(p >= 1 && p <= 9, "%s", e2e_dump(x));
+        cr_assert(fabs(json_number_value(json_object_get(x, "objective")) - p) < 1e-9, "each trial ran its values: %s",
+                  e2e_dump(x));
+    }
     json_decref(t);
     free(id);
     e2e_pass();

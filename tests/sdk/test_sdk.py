@@ -155,7 +155,8 @@ class Offline(unittest.TestCase):
                            "model.n_embd": {"type": "categorical", "values": [32, 64]}},
             "objective": {"metric": "val_acc", "goal": "maximize"}, "strategy": "hyperband", "max_jobs": 9,
             "max_parallel_jobs": 3, "seed": 5, "early_stopping": "off",
-            "hyperband": {"min_resource": 10, "max_resource": 90, "reduction_factor": 3, "brackets": 1},
+            "hyperband": {"min_resource": 10, "max_resource": 90, "reduction_factor": 3, "brackets": 1,
+                          "sampler": "random"},
             "completion": {"target_objective": 0.9, "no_improvement_trials": 4},
             "max_failed_trials": 2, "trial_priority": -5})
         # the defaults leave kilnd's: no goal, no max_jobs, no seed
@@ -163,7 +164,15 @@ class Offline(unittest.TestCase):
         self.assertEqual((plain["strategy"], plain["objective"]), ("random", {"metric": "val_loss"}))
         self.assertFalse({"goal", "max_jobs", "seed", "hyperband", "name"} & (set(plain) | set(plain["objective"])))
         # what kiln does not have is refused by name, never passed on or ignored
-        for kw, field in (({"strategy": "Bayesian"}, "strategy"), ({"objective_type": "Lowest"}, "objective_type"),
+        # SageMaker's Bayesian is kiln's TPE; hyperband's sampler is kiln's own
+        bayes = kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(1e-4, 1e-2)},
+                                         strategy="Bayesian", early_stopping_type="Auto").spec()
+        self.assertEqual((bayes["strategy"], bayes["early_stopping"]), ("bayesian", "auto"))
+        bohb = kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(1e-4, 1e-2)},
+                                        strategy="Hyperband", strategy_config=kiln.HyperbandStrategyConfig(
+                                            10, 90, sampler="tpe")).spec()
+        self.assertEqual(bohb["hyperband"]["sampler"], "tpe")
+        for kw, field in (({"strategy": "Optimal"}, "strategy"), ({"objective_type": "Lowest"}, "objective_type"),
                           ({"early_stopping_type": "Sometimes"}, "early_stopping_type")):
             with self.assertRaises(kiln.KilnError) as cm:
                 kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(0.1, 0.2)}, **kw)

@@ -1004,3 +1004,61 @@ Test(life, a_stop_during_a_preemption_ends_the_job_stopped)
     json_decref(wait_state(low, "STOPPED", 2000));
     json_decref(wait_state(high, "SCHEDULED", 5000));
 }
+
+/* The nudges (svc_on_work: what WatchWork sends) each of two workers got. */
+static pthread_mutex_t nudge_mu = PTHREAD_MUTEX_INITIALIZER;
+static char nudge_w[2][64];
+static int nudge_n[2];
+
+static void count_nudge(void *ud, const char *wid)
+{
+    (void)ud;
+    pthread_mutex_lock(&nudge_mu);
+    for (int i = 0; i < 2; i++)
+        nudge_n[i] += strcmp(nudge_w[i], wid) == 0;
+    pthread_mutex_unlock(&nudge_mu);
+}
+
+static int nudges(int i)
+{
+    pthread_mutex_lock(&nudge_mu);
+    int n = nudge_n[i];
+    pthread_mutex_unlock(&nudge_mu);
+    return n;
+}
+
+static void watch_worker(int i, const char *wid)
+{
+    pthread_mutex_lock(&nudge_mu);
+    kiln_strlcpy(nudge_w[i], wid, sizeof nudge_w[i]);
+    nudge_n[i] = 0;
+    pthread_mutex_unlock(&nudge_mu);
+}
+
+static void wait_nudges(int i, int n)
+{
+    for (int t = 0; nudges(i) < n; t += 20) {
+        cr_assert_lt(t, 5000, "worker %s got %d nudge(s), wanted %d", nudge_w[i], nudges(i), n);
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+Test(life, the_start_of_a_one_node_job_nudges_no_agent)
+{
+    char w1[64], w2[64], a[40], b[40];
+    reg(NULL, 1, "cpu", w1);
+    watch_worker(0, w1);
+    svc_on_work(svc, count_nudge, NULL);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, a, NULL);
+    wait_nudges(0, 1); /* its placement */
+    start_on(w1, a, 1); /* reported started with its rendezvous port */
+    /* A job placed on a second worker after that report: its nudge comes after any the report sent
+     * (notifications arrive in commit order). */
+    reg(NULL, 1, "cpu", w2);
+    watch_worker(1, w2);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, b, NULL);
+    wait_nudges(1, 1);
+    svc_on_work(svc, NULL, NULL);
+    cr_assert_eq(nudges(0), 1, "the agent that reported the start was nudged again for nothing");
+}

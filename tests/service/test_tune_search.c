@@ -3,7 +3,10 @@
  * statistically) and categorical values are respected, the grid is enumerated whole, and the
  * controller's decisions: parallelism, the ends (objective missing, failures, target, no
  * improvement, all done), hyperband's asynchronous promotions (ASHA) and the median stopping
- * rule (early_stopping "auto"). */
+ * rule (early_stopping "auto"); TPE (strategy bayesian, hyperband's sampler tpe): its startup draws
+ * are random's, it repeats for the same history and moves with another, keeps to the ranges and
+ * concentrates near the optimum of a synthetic objective, and hyperband's TPE learns at the highest
+ * rung with enough results (BOHB). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -593,4 +596,241 @@ Test(tune_search, warm_start_median_rule_and_hyperband_rank_against_the_parents)
     tune_decide(&v, &p);
     cr_assert_eq(p.npromote, 0, "the parent's 2.5 ranks above it");
     spec_tuning_deinit(&t);
+}
+
+/* ---- TPE ------------------------------------------------------------------------------------- */
+
+#define TPE_SPACE                                                                                    \
+    "\"lr\": {\"type\": \"continuous\", \"min\": 1e-5, \"max\": 1e-1, \"scaling\": \"log\"},"         \
+    " \"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 300},"                           \
+    " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32, 64]}"
+
+/* A synthetic objective with its optimum at lr = 1e-3, warmup 100, n_embd 32: a quadratic in
+ * log10(lr), plus smaller terms for the others. */
+static double synthetic(const json_t *v)
+{
+    double d = log10(json_number_value(json_object_get(v, "lr"))) + 3.0;
+    double w = ((double)json_integer_value(json_object_get(v, "warmup_steps")) - 100.0) / 300.0;
+    return d * d + w * w + (json_integer_value(json_object_get(v, "model.n_embd")) == 32 ? 0.0 : 0.5);
+}
+
+/* A sequential search of n trials of t (each ends before the next is drawn) on synthetic: vals
+ * (n, caller decrefs) hold the values each trial was given. */
+static void run_search(const spec_tuning_t *t, int n, json_t **vals)
+{
+    tune_trial_t *tr = calloc((size_t)n, sizeof *tr);
+    cr_assert_not_null(tr);
+    for (int i = 0; i < n; i++) {
+        tune_view_t v = {.t = t, .trials = tr, .ntrials = i, .next_trial = i};
+        vals[i] = tune_next_values(&v, i);
+        cr_assert_not_null(vals[i]);
+        tr[i] = (tune_trial_t){.trial = i, .state = TUNE_TRIAL_COMPLETED, .has_objective = true,
+                               .objective = synthetic(vals[i]), .values = vals[i], .reported = "val_loss"};
+    }
+    free(tr);
+}
+
+Test(tune_search, tpe_startup_is_random_and_same_history_gives_same_values)
+{
+    spec_tuning_t t, r;
+    parse(&t, TPE_SPACE, "\"strategy\": \"bayesian\", \"seed\": 3, \"max_jobs\": 40");
+    parse(&r, TPE_SPACE, "\"seed\": 3, \"max_jobs\": 40");
+    json_t *a[30], *b[30];
+    run_search(&t, 30, a);
+    run_search(&t, 30, b);
+    int differs_from_random = 0;
+    for (int i = 0; i < 30; i++) {
+        cr_assert(json_equal(a[i], b[i]), "trial %d repeats for the same seed and history", i);
+        json_t *rv = tune_trial_values(&r, i);
+        if (i < TUNE_TPE_STARTUP)
+            cr_assert(json_equal(a[i], rv), "startup trial %d is random search's draw", i);
+        else
+            differs_from_random += !json_equal(a[i], rv);
+        json_decref(rv);
+    }
+    cr_assert_geq(differs_from_random, 15, "past the startup, TPE's values are not random's");
+    /* another history: the same trial number gets other values */
+    tune_trial_t tr[20];
+    for (int i = 0; i < 20; i++)
+        tr[i] = (tune_trial_t){.trial = i, .state = TUNE_TRIAL_COMPLETED, .has_objective = true,
+                               .objective = synthetic(a[i]), .values = a[i]};
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 20, .next_trial = 20};
+    json_t *x = tune_next_values(&v, 20), *y = tune_next_values(&v, 20);
+    cr_assert(json_equal(x, y));
+    for (int i = 0; i < 20; i++)
+        tr[i].objective = -synthetic(a[i]); /* the worst are now the best */
+    json_t *z = tune_next_values(&v, 20);
+    cr_assert(!json_equal(x, z), "a different history moves the draw");
+    /* a trial that failed, or runs, is not an observation */
+    tr[19].state = TUNE_TRIAL_FAILED;
+    tune_obs_t obs[20];
+    cr_assert_eq(tune_tpe_history(&v, obs), 19);
+    tr[18].state = TUNE_TRIAL_ACTIVE;
+    tr[17].state = TUNE_TRIAL_STOPPED;
+    cr_assert_eq(tune_tpe_history(&v, obs), 18);
+    cr_assert(obs[17].partial && !obs[0].partial, "a trial stopped early ranks after the finished ones");
+    json_decref(x);
+    json_decref(y);
+    json_decref(z);
+    for (int i = 0; i < 30; i++) {
+        json_decref(a[i]);
+        json_decref(b[i]);
+    }
+    spec_tuning_deinit(&t);
+    spec_tuning_deinit(&r);
+}
+
+Test(tune_search, tpe_keeps_to_ranges_scalings_and_categoricals)
+{
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2, \"scaling\": \"log\"},"
+              " \"beta2\": {\"type\": \"continuous\", \"min\": 0.9, \"max\": 0.9999, \"scaling\": \"reverse_log\"},"
+              " \"model.n_layer\": {\"type\": \"integer\", \"min\": 1, \"max\": 4},"
+              " \"warmup_steps\": {\"type\": \"integer\", \"min\": 1, \"max\": 1000, \"scaling\": \"log\"},"
+              " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32, 64]}",
+          "\"strategy\": \"bayesian\", \"seed\": 9");
+    tune_trial_t tr[40];
+    json_t *vals[40];
+    int cat[3] = {0};
+    for (int i = 0; i < 40; i++) {
+        tune_view_t v = {.t = &t, .trials = tr, .ntrials = i, .next_trial = i};
+        vals[i] = tune_next_values(&v, i);
+        const json_t *x = vals[i];
+        double lr = json_number_value(json_object_get(x, "lr")), b2 = json_number_value(json_object_get(x, "beta2"));
+        cr_assert(lr >= 1e-4 && lr <= 1e-2, "%g", lr);
+        cr_assert(b2 >= 0.9 && b2 <= 0.9999, "%g", b2);
+        cr_assert(json_is_integer(json_object_get(x, "warmup_steps")) && json_is_integer(json_object_get(x, "model.n_layer")));
+        json_int_t nl = json_integer_value(json_object_get(x, "model.n_layer")),
+                   w = json_integer_value(json_object_get(x, "warmup_steps")),
+                   e = json_integer_value(json_object_get(x, "model.n_embd"));
+        cr_assert(nl >= 1 && nl <= 4 && w >= 1 && w <= 1000, "%lld %lld", (long long)nl, (long long)w);
+        cr_assert(e == 16 || e == 32 || e == 64, "%lld", (long long)e);
+        /* an objective that wants lr and 1 - beta2 small on their log scales, and n_embd 64 */
+        tr[i] = (tune_trial_t){.trial = i, .state = TUNE_TRIAL_COMPLETED, .has_objective = true,
+                               .objective = log(lr) + log(1 - b2) + (e == 64 ? 0 : 3), .values = vals[i]};
+        if (i >= TUNE_TPE_STARTUP)
+            cat[e == 16 ? 0 : e == 32 ? 1 : 2]++;
+    }
+    cr_assert_gt(cat[2], cat[0] + cat[1], "the better category is drawn most: %d %d %d", cat[0], cat[1], cat[2]);
+    for (int i = 0; i < 40; i++)
+        json_decref(vals[i]);
+    spec_tuning_deinit(&t);
+}
+
+Test(tune_search, tpe_concentrates_near_the_optimum_more_than_random_draws)
+{
+    /* over 8 seeds, trials 15..39 of TPE against random search's: their distance to the optimum
+     * in log10(lr), and the best objective found */
+    double tpe_dist = 0, rnd_dist = 0;
+    int tpe_closer = 0, tpe_best_better = 0;
+    for (int seed = 1; seed <= 8; seed++) {
+        spec_tuning_t t, r;
+        char extra[96];
+        snprintf(extra, sizeof extra, "\"strategy\": \"bayesian\", \"seed\": %d, \"max_jobs\": 40", seed);
+        parse(&t, TPE_SPACE, extra);
+        snprintf(extra, sizeof extra, "\"seed\": %d, \"max_jobs\": 40", seed);
+        parse(&r, TPE_SPACE, extra);
+        json_t *a[40], *b[40];
+        run_search(&t, 40, a);
+        run_search(&r, 40, b);
+        double dt = 0, dr = 0, bt = INFINITY, br = INFINITY;
+        for (int i = 0; i < 40; i++) {
+            bt = fmin(bt, synthetic(a[i]));
+            br = fmin(br, synthetic(b[i]));
+            if (i >= 15) {
+                dt += fabs(log10(json_number_value(json_object_get(a[i], "lr"))) + 3.0);
+                dr += fabs(log10(json_number_value(json_object_get(b[i], "lr"))) + 3.0);
+            }
+            json_decref(a[i]);
+            json_decref(b[i]);
+        }
+        tpe_dist += dt;
+        rnd_dist += dr;
+        tpe_closer += dt < dr;
+        tpe_best_better += bt < br;
+        spec_tuning_deinit(&t);
+        spec_tuning_deinit(&r);
+    }
+    cr_assert_lt(tpe_dist, 0.6 * rnd_dist, "TPE's later trials are nearer the optimum: %.2f vs random's %.2f",
+                 tpe_dist, rnd_dist);
+    cr_assert_geq(tpe_closer, 7, "nearer on %d of 8 seeds", tpe_closer);
+    cr_assert_geq(tpe_best_better, 6, "a better best on %d of 8 seeds", tpe_best_better);
+}
+
+Test(tune_search, hyperband_tpe_learns_at_the_highest_rung_with_enough_results)
+{
+    spec_tuning_t t, plain;
+    const char *hb = "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100, \"max_parallel_jobs\": 4,"
+                     " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90, \"sampler\": \"tpe\"}";
+    parse(&t, TPE_SPACE, hb);
+    parse(&plain, TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100,"
+                             " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}");
+    json_t *norm = spec_tuning_to_json(&t);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(norm, "hyperband"), "sampler")), "tpe");
+    json_decref(norm);
+    tune_trial_t tr[30];
+    json_t *vals[30];
+    for (int i = 0; i < 30; i++) {
+        vals[i] = tune_trial_values(&t, i);
+        double f = synthetic(vals[i]);
+        /* rung 0 (10 steps): every trial; rung 1 (30): the first 12; the top (90): 4 completed */
+        tr[i] = (tune_trial_t){.trial = i, .state = TUNE_TRIAL_PAUSED, .has_objective = true, .objective = f + 1,
+                               .values = vals[i], .nrungs = 1, .rung_objective = {f + 2}};
+        if (i < 12) {
+            tr[i].nrungs = 2;
+            tr[i].rung_objective[1] = f + 1;
+        }
+        if (i < 4) {
+            tr[i].state = TUNE_TRIAL_COMPLETED;
+            tr[i].objective = f;
+        }
+    }
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 30, .next_trial = 30};
+    tune_obs_t obs[30];
+    cr_assert_eq(tune_tpe_history(&v, obs), 12, "rung 1 is the highest with 10 results");
+    cr_assert(obs[0].objective == tr[0].rung_objective[1], "each at that rung's objective");
+    v.ntrials = 9; /* 9 results at every rung: none has enough, and the draw is random's */
+    cr_assert_eq(tune_tpe_history(&v, obs), 0);
+    json_t *x = tune_next_values(&v, 9), *y = tune_trial_values(&t, 9);
+    cr_assert(json_equal(x, y));
+    json_decref(x);
+    json_decref(y);
+    v.ntrials = 30;
+    x = tune_next_values(&v, 30);
+    y = tune_trial_values(&t, 30);
+    cr_assert(!json_equal(x, y), "with enough results the draw is TPE's");
+    json_decref(x);
+    json_decref(y);
+    /* sampler random: no history, random's draws */
+    v.t = &plain;
+    cr_assert_eq(tune_tpe_history(&v, obs), 0);
+    for (int i = 0; i < 30; i++)
+        json_decref(vals[i]);
+    spec_tuning_deinit(&t);
+    spec_tuning_deinit(&plain);
+}
+
+Test(tune_search, tpe_learns_from_a_warm_start_parents_trials)
+{
+    spec_tuning_t t;
+    parse(&t, TPE_SPACE, "\"strategy\": \"bayesian\", \"seed\": 6");
+    spec_tuning_t r;
+    parse(&r, TPE_SPACE, "\"seed\": 6");
+    tune_trial_t tr[12];
+    json_t *vals[12];
+    for (int i = 0; i < 12; i++) {
+        vals[i] = tune_trial_values(&r, 100 + i);
+        tr[i] = (tune_trial_t){.trial = i, .state = TUNE_TRIAL_COMPLETED, .has_objective = true,
+                               .objective = synthetic(vals[i]), .values = vals[i], .parent = "p"};
+    }
+    /* this job's trial 0, with 12 parents' trials as history: TPE at once, not a startup draw */
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 12, .next_trial = 0};
+    json_t *x = tune_next_values(&v, 0), *y = tune_trial_values(&t, 0);
+    cr_assert(!json_equal(x, y));
+    json_decref(x);
+    json_decref(y);
+    for (int i = 0; i < 12; i++)
+        json_decref(vals[i]);
+    spec_tuning_deinit(&t);
+    spec_tuning_deinit(&r);
 }

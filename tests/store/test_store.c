@@ -290,6 +290,40 @@ Test(jobs, a_job_needs_its_project)
     cr_assert_eq(count_rows("SELECT count(*) FROM job_hparams"), 0);
 }
 
+Test(jobs, many_transitions_in_one_statement_move_only_the_jobs_still_in_their_state)
+{
+    char a[STORE_ID_LEN], b[STORE_ID_LEN], d[STORE_ID_LEN];
+    insert_job("a", 0, "{}", NULL, a, NULL);
+    insert_job("b", 0, "{}", NULL, b, NULL);
+    insert_job("d", 0, "{}", NULL, d, NULL);
+    /* b moved on meanwhile: its move from QUEUED loses, the others' do not */
+    cr_assert_eq(store_job_transition(c, b, "QUEUED", "STOPPED", "gone", 0, STORE_TR_ENDED, NULL, &err), 0);
+    store_transition_t t[3] = {
+        {.id = a, .from = "QUEUED", .reason = "placed \"a\"", .attempt = 1, .backfill_s = -1},
+        {.id = b, .from = "QUEUED", .reason = "placed b", .attempt = 1, .backfill_s = -1},
+        {.id = d, .from = "QUEUED", .reason = "placed d, backfilled", .attempt = 1, .backfill_s = 30},
+    };
+    cr_assert_eq(store_job_transition_many(c, t, 3, "SCHEDULED", STORE_TR_NEW_ATTEMPT, "sched", &err), 0, "%s",
+                 err.message);
+    cr_assert(t[0].done && !t[1].done && t[2].done);
+    cr_assert_eq(count_rows("SELECT count(*) FROM jobs WHERE state = 'SCHEDULED' AND attempt = 1"), 2);
+    cr_assert_eq(count_rows("SELECT count(*) FROM jobs WHERE state = 'STOPPED'"), 1);
+    /* each its own reason and event (next seq, the actor); the backfilled one its predicted end */
+    char q[400];
+    snprintf(q, sizeof q, "SELECT count(*) FROM job_events WHERE job_id = '%s' AND seq = 2 AND from_state = 'QUEUED'"
+             " AND to_state = 'SCHEDULED' AND reason = 'placed \"a\"' AND attempt = 1 AND actor = 'sched'", a);
+    cr_assert_eq(count_rows(q), 1);
+    snprintf(q, sizeof q, "SELECT count(*) FROM jobs WHERE id = '%s' AND reason = 'placed \"a\"'"
+             " AND backfill_end IS NULL", a);
+    cr_assert_eq(count_rows(q), 1);
+    snprintf(q, sizeof q, "SELECT count(*) FROM jobs WHERE id = '%s' AND backfill_end > now() + interval '20 s'"
+             " AND backfill_end < now() + interval '40 s'", d);
+    cr_assert_eq(count_rows(q), 1);
+    cr_assert_eq(count_rows("SELECT count(*) FROM job_events WHERE to_state = 'SCHEDULED'"), 2);
+    /* none at all: nothing to do */
+    cr_assert_eq(store_job_transition_many(c, t, 0, "SCHEDULED", 0, NULL, &err), 0);
+}
+
 Test(jobs, transitions_write_events_and_check_from)
 {
     char id[STORE_ID_LEN];
@@ -583,6 +617,78 @@ Test(workers, draining_worker_gets_no_placements)
     free(cap);
     cr_assert_eq(store_worker_set_draining(c, "w-d", &changed, &err), 0);
     cr_assert(changed);
+}
+
+Test(workers, assignments_inserted_together_nudge_each_worker_once_on_commit)
+{
+    store_worker_reg_t w = {.id = "w-1", .hostname = "h1", .address = "10.0.0.1", .slot_type = "cpu",
+                            .gpus_json = "[]", .version = "v", .slots = 4, .cpu_cores = 8};
+    cr_assert_eq(store_worker_upsert(c, &w, NULL, NULL, &err), 0, "%s", err.message);
+    w.id = "w-2";
+    cr_assert_eq(store_worker_upsert(c, &w, NULL, NULL, &err), 0, "%s", err.message);
+    char j1[STORE_ID_LEN], j2[STORE_ID_LEN];
+    insert_job("a", 0, "{}", NULL, j1, NULL);
+    insert_job("b", 0, "{}", NULL, j2, NULL);
+    PGconn *l = PQconnectdb(url);
+    PQclear(PQexec(l, "LISTEN work_test"));
+    /* j1 on both workers (two nodes, ranks 0-1 and 2-3), j2 on w-2 */
+    store_assign_t a[3] = {
+        {.attempt = 1, .node_rank = 0, .nodes = 2, .world_size = 4, .nranks = 2, .ranks = {0, 1},
+         .master_addr = "10.0.0.1"},
+        {.attempt = 1, .node_rank = 1, .nodes = 2, .world_size = 4, .nranks = 2, .ranks = {2, 3},
+         .master_addr = "10.0.0.1"},
+        {.attempt = 3, .node_rank = 0, .nodes = 1, .world_size = 1, .nranks = 1, .ranks = {0},
+         .master_addr = "a \"quoted\" host", .master_port = 7},
+    };
+    kiln_strlcpy(a[0].job_id, j1, sizeof a[0].job_id);
+    kiln_strlcpy(a[1].job_id, j1, sizeof a[1].job_id);
+    kiln_strlcpy(a[2].job_id, j2, sizeof a[2].job_id);
+    kiln_strlcpy(a[0].worker_id, "w-1", sizeof a[0].worker_id);
+    kiln_strlcpy(a[1].worker_id, "w-2", sizeof a[1].worker_id);
+    kiln_strlcpy(a[2].worker_id, "w-2", sizeof a[2].worker_id);
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_eq(store_assign_insert_many(c, a, 3, "work_test", &err), 0, "%s", err.message);
+    PQconsumeInput(l);
+    cr_assert_null(PQnotifies(l), "nothing is sent before the commit");
+    cr_assert_eq(store_commit(c, &err), 0);
+    store_assign_t *got = NULL;
+    int n = 0;
+    cr_assert_eq(store_assign_list(c, j1, 1, &got, &n, &err), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(got[1].worker_id, "w-2");
+    cr_assert_eq(got[1].nranks, 2);
+    cr_assert_eq(got[1].ranks[0], 2);
+    cr_assert_eq(got[1].ranks[1], 3);
+    free(got);
+    cr_assert_eq(store_assign_list(c, j2, 3, &got, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(got[0].master_addr, "a \"quoted\" host");
+    cr_assert_eq(got[0].master_port, 7);
+    free(got);
+    /* one nudge per worker: w-1 and w-2, in any order, and no more */
+    int nudged = 0, w1 = 0, w2 = 0;
+    for (int t = 0; t < 500 && nudged < 2; t++) {
+        PQconsumeInput(l);
+        PGnotify *nt;
+        while ((nt = PQnotifies(l))) {
+            nudged++;
+            w1 += strcmp(nt->extra, "w-1") == 0;
+            w2 += strcmp(nt->extra, "w-2") == 0;
+            PQfreemem(nt);
+        }
+        if (nudged < 2)
+            usleep(10000);
+    }
+    cr_assert(nudged == 2 && w1 == 1 && w2 == 1, "nudges: %d (w-1 %d, w-2 %d)", nudged, w1, w2);
+    /* without a channel, none */
+    store_assign_t b = a[2];
+    b.attempt = 4;
+    cr_assert_eq(store_assign_insert_many(c, &b, 1, NULL, &err), 0, "%s", err.message);
+    PGresult *r = PQexec(l, "SELECT 1");
+    PQclear(r);
+    PQconsumeInput(l);
+    cr_assert_null(PQnotifies(l));
+    PQfinish(l);
 }
 
 Test(workers, upsert_touch_expire_capacity)

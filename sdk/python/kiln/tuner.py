@@ -101,15 +101,18 @@ class HyperbandStrategyConfig:
     """Hyperband's resources, in training steps: a trial first runs ``min_resource`` steps, and
     the promoted ones continue (from their checkpoint) up to ``max_resource``; the top
     1/``reduction_factor`` of a rung is promoted. With ``brackets`` b > 1, trials are spread over
-    b brackets of about equal budgets, bracket k's trials starting at rung k (Hyperband)."""
+    b brackets of about equal budgets, bracket k's trials starting at rung k (Hyperband).
+    ``sampler`` (kiln's): "random" draws new trials as random search does, "tpe" by TPE over the
+    results at the highest rung with at least 10 of them (BOHB)."""
     min_resource: int
     max_resource: int
     reduction_factor: int = 3
     brackets: int = 1
+    sampler: str = "random"
 
     def to_json(self) -> JSONObject:
         return {"min_resource": self.min_resource, "max_resource": self.max_resource,
-                "reduction_factor": self.reduction_factor, "brackets": self.brackets}
+                "reduction_factor": self.reduction_factor, "brackets": self.brackets, "sampler": self.sampler}
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ class WarmStartConfig:
         return "WarmStartConfig(%r, parents=%r)" % (self.type, self.parents)
 
 
-_STRATEGIES = ("random", "grid", "hyperband")
+_STRATEGIES = ("random", "grid", "hyperband", "bayesian")
 
 
 class HyperparameterTuner:
@@ -207,7 +210,8 @@ class HyperparameterTuner:
                              spec ("model.n_embd"); at most 30
       objective_type         "Minimize" or "Maximize" (default: kiln's, Minimize; SageMaker's
                              default is Maximize, so say which when porting)
-      strategy               "Random" (default), "Grid" or "Hyperband"; kiln has no "Bayesian"
+      strategy               "Random" (default), "Grid", "Hyperband" or "Bayesian" (TPE: its first
+                             10 trials random, the later ones drawn by TPE over the ended trials)
       strategy_config        HyperbandStrategyConfig (or SageMaker's StrategyConfig around it)
       max_jobs, max_parallel_jobs, random_seed (the same seed gives the same trials)
       completion_criteria_config  TuningJobCompletionCriteriaConfig
@@ -232,8 +236,8 @@ class HyperparameterTuner:
         s = strategy.lower()
         if s not in _STRATEGIES:
             raise KilnError('kiln has no tuning strategy "%s"' % strategy, code="invalid_argument", field="strategy",
-                            hint='use "Random", "Grid" or "Hyperband" (Hyperband pauses trials at a rung and '
-                                 "resumes the promoted ones)")
+                            hint='use "Random", "Grid", "Hyperband" (Hyperband pauses trials at a rung and '
+                                 'resumes the promoted ones) or "Bayesian" (TPE)')
         if objective_type is not None and objective_type.lower() not in ("minimize", "maximize"):
             raise KilnError('objective_type must be "Minimize" or "Maximize", not "%s"' % objective_type,
                             code="invalid_argument", field="objective_type")
@@ -367,7 +371,7 @@ class HyperparameterTuner:
                     max_jobs=cast("int | None", sp.get("max_jobs")),
                     max_parallel_jobs=int(sp.get("max_parallel_jobs") or 1),
                     base_tuning_job_name=str(sp.get("name") or t.name) or None,
-                    strategy_config=HyperbandStrategyConfig(**cast("dict[str, int]", hb))
+                    strategy_config=HyperbandStrategyConfig(**cast("dict[str, Any]", hb))
                     if isinstance(hb, dict) else None,
                     completion_criteria_config=TuningJobCompletionCriteriaConfig(
                         max_number_training_jobs_not_improving=done.get("no_improvement_trials"),
