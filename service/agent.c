@@ -166,7 +166,8 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
                 log_info("job %s: attempt %d's rendezvous is port %d on worker %s", job.id, job.attempt,
                          req->master_port, wid);
             if (set && job.nodes > 1) {
-                rc = store_assign_notify_workers(tx.c, SVC_CH_WORK, job.id, job.attempt, err);
+                rc = store_assign_notify_workers(tx.c, SVC_CH_WORK, (const char *const[]){job.id},
+                                                 (const int[]){job.attempt}, 1, err);
                 if (rc)
                     goto fail;
             }

@@ -105,7 +105,6 @@ static const char *sched_estimate_text(store_predict_t source)
 typedef struct admit_batch {
     store_transition_t *tr;   /* one per job */
     char (*reason)[1600];     /* tr[k].reason's text */
-    int *first, *nodes;       /* job k's assignments: asg[first[k] .. first[k] + nodes[k]) */
     int ntr;
     store_assign_t *asg;
     int nasg;
@@ -131,8 +130,6 @@ static int sched_batch_add(admit_batch_t *b, const store_job_row_t *pending, con
     size_t wl = 0;
     where[0] = '\0';
     int k = b->ntr;
-    b->first[k] = b->nasg;
-    b->nodes[k] = pl->nodes;
     for (int n = 0; n < pl->nodes; n++) {
         const store_worker_cap_t *w = &cap[pl->worker[n]];
         store_assign_t *a = &b->asg[b->nasg++];
@@ -170,29 +167,18 @@ static int sched_batch_add(admit_batch_t *b, const store_job_row_t *pending, con
     return 0;
 }
 
-/* Writes b's admissions inside tx (the pass's one transaction): the jobs' moves to SCHEDULED with
- * their events (svc_job_set_state's, all in one statement), then the assignments of those that
- * moved, whose agents hear of them when tx commits (WatchWork). done[k] says whether job k moved.
- * An error leaves tx unusable. */
-static int sched_admit_write(svc_tx_t *tx, admit_batch_t *b, bool *done, kiln_err_t *err)
+/* Writes b's admissions inside tx (the pass's one transaction): every assignment, then the jobs'
+ * moves to SCHEDULED with their events (svc_jobs_set_state: one statement, and one nudge for all
+ * their agents, heard when tx commits). The jobs' rows are locked in tx and were checked in their
+ * states, so each moves; one that does not is an error. An error leaves tx unusable. */
+static int sched_admit_write(svc_tx_t *tx, admit_batch_t *b, kiln_err_t *err)
 {
-    int rc = store_job_transition_many(tx->c, b->tr, b->ntr, svc_state_name(JOB_STATE_SCHEDULED),
-                                       STORE_TR_NEW_ATTEMPT, tx->actor, err);
-    int m = 0;
-    for (int k = 0; rc == 0 && k < b->ntr; k++) {
-        done[k] = b->tr[k].done;
-        if (!done[k])
-            continue;
-        log_info("job %s: %s -> SCHEDULED (attempt %d): %s", b->tr[k].id, b->tr[k].from, b->tr[k].attempt,
-                 b->tr[k].reason);
-        for (int n = 0; n < b->nodes[k]; n++)
-            if (m != b->first[k] + n)
-                b->asg[m++] = b->asg[b->first[k] + n];
-            else
-                m++;
-    }
+    int rc = store_assign_insert_many(tx->c, b->asg, b->nasg, err);
     if (rc == 0)
-        rc = store_assign_insert_many(tx->c, b->asg, m, SVC_CH_WORK, err);
+        rc = svc_jobs_set_state(tx, b->tr, b->ntr, JOB_STATE_SCHEDULED, STORE_TR_NEW_ATTEMPT, err);
+    for (int k = 0; rc == 0 && k < b->ntr; k++)
+        if (!b->tr[k].done)
+            rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed state while locked by the pass", b->tr[k].id);
     return rc;
 }
 
@@ -596,22 +582,16 @@ static void sched_tick(svc_t *s)
         txrc = store_job_rows_lock(tx.c, aid, nadmit, row, waited, placed, &err);
     /* each placed job's state change and assignments, written together after */
     admit_batch_t batch = {0};
-    int *slot = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*slot)); /* admission k's place in batch, or -1 */
-    bool *moved = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*moved));
     int nasg = 0;
     for (int k = 0; k < nadmit; k++)
         nasg += dec[order[k]].pl.nodes;
     batch.tr = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.tr));
     batch.reason = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.reason));
-    batch.first = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.first));
-    batch.nodes = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*batch.nodes));
     batch.asg = calloc((size_t)KILN_MAX(nasg, 1), sizeof(*batch.asg));
-    if (intx && txrc == 0
-        && (!slot || !moved || !batch.tr || !batch.reason || !batch.first || !batch.nodes || !batch.asg))
+    if (intx && txrc == 0 && (!batch.tr || !batch.reason || !batch.asg))
         txrc = kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory");
     for (int k = 0; intx && txrc == 0 && k < nadmit; k++) {
         int j = order[k];
-        slot[k] = -1;
         if (!placed[k])
             continue; /* deleted meanwhile */
         kiln_err_clear(&err);
@@ -621,24 +601,16 @@ static void sched_tick(svc_t *s)
         backfill_note_t note = {.head = dec[j].backfilled ? jobs[dec[j].behind_head].id : NULL,
                                 .runtime_s = dec[j].end_s - now, .beside = dec[j].end_s > dec[j].head_start_s,
                                 .estimate = sj[j].runtime_estimate};
-        slot[k] = batch.ntr;
         int rc = sched_batch_add(&batch, &jobs[j], &row[k], cap, &dec[j].pl, admission,
                                  dec[j].backfilled ? &note : NULL, &err);
-        if (rc != 0)
-            slot[k] = -1;
+        placed[k] = rc == 0; /* KILN_ESTATE: it moved on meanwhile, and is left out */
         if (rc != 0 && rc != KILN_ESTATE)
             txrc = rc;
     }
     if (intx && txrc == 0 && batch.ntr > 0)
-        txrc = sched_admit_write(&tx, &batch, moved, &err);
-    for (int k = 0; k < nadmit; k++)
-        placed[k] = placed[k] && slot && moved && slot[k] >= 0 && moved[slot[k]];
-    free(slot);
-    free(moved);
+        txrc = sched_admit_write(&tx, &batch, &err);
     free(batch.tr);
     free(batch.reason);
-    free(batch.first);
-    free(batch.nodes);
     free(batch.asg);
     for (int j = 0; intx && txrc == 0 && j < njobs; j++)
         for (int k = 0; txrc == 0 && dec[j].outcome == SCHED_PREEMPTING && k < dec[j].nvictims; k++) {

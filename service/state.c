@@ -79,41 +79,66 @@ bool svc_state_legal(svc_job_state_t from, svc_job_state_t to)
     return (LEGAL[from] >> to) & 1u;
 }
 
-int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, int attempt,
-                      int flags, const char *reason, kiln_err_t *err)
+int svc_jobs_set_state(svc_tx_t *tx, store_transition_t *t, int n, svc_job_state_t to, int flags, kiln_err_t *err)
 {
-    svc_job_state_t from = svc_state_parse(job->state);
-    if (!svc_state_legal(from, to)) {
-        log_error("job %s: illegal transition %s -> %s refused (%s)", job->id, job->state,
-                  svc_state_name(to), reason ? reason : "");
-        return kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" cannot go from %s to %s", job->id,
-                            job->state, svc_state_name(to));
+    for (int k = 0; k < n; k++) {
+        t[k].done = false;
+        if (!svc_state_legal(svc_state_parse(t[k].from), to)) {
+            log_error("job %s: illegal transition %s -> %s refused (%s)", t[k].id, t[k].from, svc_state_name(to),
+                      t[k].reason ? t[k].reason : "");
+            return kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" cannot go from %s to %s", t[k].id, t[k].from,
+                                svc_state_name(to));
+        }
     }
     if (svc_state_terminal(to))
         flags |= STORE_TR_ENDED;
-    int rc = store_job_transition(tx->c, job->id, job->state, svc_state_name(to), reason, attempt,
-                                  flags, tx->actor, err);
+    int rc = store_job_transition_many(tx->c, t, n, svc_state_name(to), flags, tx->actor, err);
     if (rc)
         return rc;
-    log_info("job %s: %s -> %s (attempt %d): %s", job->id, job->state, svc_state_name(to), attempt,
-             reason ? reason : "");
+    const char **ids = calloc((size_t)KILN_MAX(n, 1), sizeof(*ids));
+    int *atts = calloc((size_t)KILN_MAX(n, 1), sizeof(*atts));
+    if (!ids || !atts) {
+        free(ids);
+        free(atts);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    int moved = 0;
+    for (int k = 0; rc == 0 && k < n; k++) {
+        if (!t[k].done)
+            continue;
+        log_info("job %s: %s -> %s (attempt %d): %s", t[k].id, t[k].from, svc_state_name(to), t[k].attempt,
+                 t[k].reason ? t[k].reason : "");
+        ids[moved] = t[k].id;
+        atts[moved++] = t[k].attempt;
+        /* Followers on every kilnd hear of the end when (and only if) this transaction commits. */
+        if (svc_state_terminal(to) && (rc = store_notify(tx->c, SVC_CH_JOB_END, t[k].id, err)) == 0)
+            tx->ended[to]++;
+    }
+    /* The agents of placed or stopping attempts hear of them when this commits (WatchWork). */
+    if (rc == 0 && (to == JOB_STATE_SCHEDULED || to == JOB_STATE_STOPPING))
+        rc = store_assign_notify_workers(tx->c, SVC_CH_WORK, ids, atts, moved, err);
+    free(ids);
+    free(atts);
+    /* Anything that ends or re-queues a job may free slots or add work for the scheduler. */
+    if (moved > 0 && (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED ||
+                      to == JOB_STATE_PAUSED || to == JOB_STATE_PREEMPTED))
+        tx->wake_sched = true;
+    return rc;
+}
+
+int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, int attempt,
+                      int flags, const char *reason, kiln_err_t *err)
+{
+    store_transition_t t = {.id = job->id, .from = job->state, .reason = reason, .attempt = attempt, .backfill_s = -1};
+    int rc = svc_jobs_set_state(tx, &t, 1, to, flags, err);
+    if (rc == 0 && !t.done)
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" is no longer %s", job->id, job->state);
+    if (rc)
+        return rc;
     kiln_strlcpy(job->state, svc_state_name(to), sizeof(job->state));
     job->attempt = attempt;
     if (flags & STORE_TR_STOP_REQ)
         job->stop_requested = true;
-    /* Followers on every kilnd hear of the end when (and only if) this transaction commits. */
-    if (svc_state_terminal(to) && (rc = store_notify(tx->c, SVC_CH_JOB_END, job->id, err)) != 0)
-        return rc;
-    if (svc_state_terminal(to))
-        tx->ended[to]++;
-    /* The agents of a placed or stopping attempt hear of it when this commits (WatchWork). */
-    if ((to == JOB_STATE_SCHEDULED || to == JOB_STATE_STOPPING) &&
-        (rc = store_assign_notify_workers(tx->c, SVC_CH_WORK, job->id, attempt, err)) != 0)
-        return rc;
-    /* Anything that ends or re-queues a job may free slots or add work for the scheduler. */
-    if (svc_state_terminal(to) || to == JOB_STATE_RESTARTING || to == JOB_STATE_STOPPED || to == JOB_STATE_PAUSED ||
-        to == JOB_STATE_PREEMPTED)
-        tx->wake_sched = true;
     return 0;
 }
 

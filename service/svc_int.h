@@ -153,6 +153,12 @@ void svc_tx_abort(svc_tx_t *tx);
  * has after the change. */
 int svc_job_set_state(svc_tx_t *tx, store_job_row_t *job, svc_job_state_t to, int attempt,
                       int flags, const char *reason, kiln_err_t *err);
+/* svc_job_set_state for the jobs t[0..n) (each in its t[k].from, with its own reason, attempt and
+ * backfill end), all to `to`, in one statement, with one nudge statement for all their workers
+ * when `to` places or stops them (their assignments written before): t[k].done says which moved
+ * (one no longer in its from state is left as it is). KILN_ESTATE, nothing written, when a move is
+ * not legal. The ids must be distinct. */
+int svc_jobs_set_state(svc_tx_t *tx, store_transition_t *t, int n, svc_job_state_t to, int flags, kiln_err_t *err);
 /* When a STOPPING job has no ranks left (no unreleased assignments), it becomes STOPPED, or
  * PREEMPTED when it stops for a preemption (job->preempted_by) nobody turned into a stop request. */
 int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err);

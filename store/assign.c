@@ -56,7 +56,29 @@ static int assign_rows(store_conn_t *c, const char *what, const char *sql, int n
     return store_q_rows(c, what, sql, np, p, sizeof(**out), assign_fill, (void **)out, n, err);
 }
 
-int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, const char *channel, kiln_err_t *err)
+static void pairs_literals(const char *const *job_ids, const int *attempts, int n, char **ids_lit,
+                           char **att_lit)
+{
+    size_t cap = (size_t)n * (STORE_ID_LEN + 4) + 4;
+    char *a = malloc(cap), *b = malloc((size_t)n * 14 + 4);
+    size_t la = 0, lb = 0;
+    a[la++] = '{';
+    b[lb++] = '{';
+    for (int i = 0; i < n; i++) {
+        /* Only UUID-shaped ids go in; anything else cannot match an assignment anyway. */
+        const char *id = store_is_uuid(job_ids[i]) ? job_ids[i] : "00000000-0000-0000-0000-000000000000";
+        la += (size_t)snprintf(a + la, cap - la, "%s%s", i ? "," : "", id);
+        lb += (size_t)sprintf(b + lb, "%s%d", i ? "," : "", attempts[i]);
+    }
+    a[la++] = '}';
+    a[la] = '\0';
+    b[lb++] = '}';
+    b[lb] = '\0';
+    *ids_lit = a;
+    *att_lit = b;
+}
+
+int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, kiln_err_t *err)
 {
     if (n <= 0)
         return 0;
@@ -89,18 +111,15 @@ int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, co
         store_buf_putc(&b[f], '}');
         store_buf_putc(&b[f], '\0');
     }
-    const char *p[10] = {b[0].p, b[1].p, b[2].p, b[3].p, b[4].p, b[5].p, b[6].p, b[7].p, b[8].p, channel};
+    const char *p[9] = {b[0].p, b[1].p, b[2].p, b[3].p, b[4].p, b[5].p, b[6].p, b[7].p, b[8].p};
     int rc = store_qp(c, "insert assignments",
-                     "WITH ins AS (INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
-                     " world_size, master_addr, master_port)"
-                     " SELECT x.job_id, x.attempt, x.worker_id, x.node_rank, x.nodes, x.ranks::int[], x.world_size,"
-                     "  x.master_addr, x.master_port"
-                     " FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::int[], $6::text[], $7::int[],"
-                     "  $8::text[], $9::int[]) AS x(job_id, attempt, worker_id, node_rank, nodes, ranks, world_size,"
-                     "  master_addr, master_port)"
-                     " RETURNING worker_id)"
-                     " SELECT count(pg_notify($10, w)) FROM (SELECT DISTINCT worker_id AS w FROM ins) d"
-                     " WHERE $10::text IS NOT NULL", 10, p, NULL, err);
+                      "INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
+                      " world_size, master_addr, master_port)"
+                      " SELECT x.job_id, x.attempt, x.worker_id, x.node_rank, x.nodes, x.ranks::int[], x.world_size,"
+                      "  x.master_addr, x.master_port"
+                      " FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::int[], $6::text[], $7::int[],"
+                      "  $8::text[], $9::int[]) AS x(job_id, attempt, worker_id, node_rank, nodes, ranks, world_size,"
+                      "  master_addr, master_port)", 9, p, NULL, err);
     for (int f = 0; f < 9; f++)
         store_buf_free(&b[f]);
     return rc;
@@ -108,7 +127,7 @@ int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, co
 
 int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err)
 {
-    return store_assign_insert_many(c, a, 1, NULL, err);
+    return store_assign_insert_many(c, a, 1, err);
 }
 
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
@@ -180,15 +199,21 @@ int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, cons
     return 0;
 }
 
-int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *job_id, int attempt,
-                                kiln_err_t *err)
+int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *const *job_ids, const int *attempts,
+                                int n, kiln_err_t *err)
 {
-    char att[16];
-    snprintf(att, sizeof(att), "%d", attempt);
-    const char *p[3] = {channel, job_id, att};
-    return store_qp(c, "notify the workers of an attempt",
-                    "SELECT count(pg_notify($1, worker_id)) FROM assignments"
-                    " WHERE job_id = $2::uuid AND attempt = $3::int", 3, p, NULL, err);
+    if (n <= 0)
+        return 0;
+    char *ids = NULL, *atts = NULL;
+    pairs_literals(job_ids, attempts, n, &ids, &atts);
+    const char *p[3] = {channel, ids, atts};
+    int rc = store_qp(c, "notify the workers of attempts",
+                      "SELECT count(pg_notify($1, w)) FROM (SELECT DISTINCT a.worker_id AS w FROM assignments a"
+                      " JOIN unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
+                      "  ON a.job_id = r.job_id AND a.attempt = r.attempt) d", 3, p, NULL, err);
+    free(ids);
+    free(atts);
+    return rc;
 }
 
 int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err)
@@ -327,28 +352,6 @@ int store_assign_take_stops(store_conn_t *c, const char *worker_id, int resend_m
 }
 
 /* Builds the two array literals for a list of (job id, attempt) pairs. Caller frees. */
-static void pairs_literals(const char *const *job_ids, const int *attempts, int n, char **ids_lit,
-                           char **att_lit)
-{
-    size_t cap = (size_t)n * (STORE_ID_LEN + 4) + 4;
-    char *a = malloc(cap), *b = malloc((size_t)n * 14 + 4);
-    size_t la = 0, lb = 0;
-    a[la++] = '{';
-    b[lb++] = '{';
-    for (int i = 0; i < n; i++) {
-        /* Only UUID-shaped ids go in; anything else cannot match an assignment anyway. */
-        const char *id = store_is_uuid(job_ids[i]) ? job_ids[i] : "00000000-0000-0000-0000-000000000000";
-        la += (size_t)snprintf(a + la, cap - la, "%s%s", i ? "," : "", id);
-        lb += (size_t)sprintf(b + lb, "%s%d", i ? "," : "", attempts[i]);
-    }
-    a[la++] = '}';
-    a[la] = '\0';
-    b[lb++] = '}';
-    b[lb] = '\0';
-    *ids_lit = a;
-    *att_lit = b;
-}
-
 int store_assign_stale(store_conn_t *c, const char *worker_id, const char *const *job_ids,
                        const int *attempts, int n, store_stop_order_t **out, int *nout,
                        kiln_err_t *err)

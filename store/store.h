@@ -544,10 +544,8 @@ typedef struct store_assign {
 } store_assign_t;
 
 int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err);
-/* Inserts a[0..n) in one statement and, with a channel (NULL: none), sends one notification on it
- * per worker among them, its id as the payload, delivered only if the transaction commits
- * (WatchWork's nudges, as store_assign_notify_workers sends). */
-int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, const char *channel, kiln_err_t *err);
+/* Inserts a[0..n) in one statement. */
+int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, kiln_err_t *err);
 /* Assignments of one attempt of a job, by node rank. *out malloc'd (caller frees). */
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
                       int *n, kiln_err_t *err);
@@ -559,10 +557,11 @@ int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assig
  * has none yet, when worker_id holds node 0. *set (OUT) = some row changed. */
 int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
                           bool *set, kiln_err_t *err);
-/* Sends a notification on channel, with a worker's id as its payload, for every worker holding
- * an assignment of the attempt; delivered only if the transaction commits (WatchWork's nudges). */
-int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *job_id, int attempt,
-                                kiln_err_t *err);
+/* Sends a notification on channel, with a worker's id as its payload, once for every worker holding
+ * an assignment of any of the attempts (job_ids[k], attempts[k]), k < n, in one statement;
+ * delivered only if the transaction commits (WatchWork's nudges). */
+int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *const *job_ids, const int *attempts,
+                                int n, kiln_err_t *err);
 /* Marks one assignment delivered; *spec_json (OUT, malloc'd, caller frees) = the job's spec. */
 int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err);
 int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,

@@ -619,7 +619,7 @@ Test(workers, draining_worker_gets_no_placements)
     cr_assert(changed);
 }
 
-Test(workers, assignments_inserted_together_nudge_each_worker_once_on_commit)
+Test(workers, assignments_inserted_together_and_their_attempts_nudge_each_worker_once_on_commit)
 {
     store_worker_reg_t w = {.id = "w-1", .hostname = "h1", .address = "10.0.0.1", .slot_type = "cpu",
                             .gpus_json = "[]", .version = "v", .slots = 4, .cpu_cores = 8};
@@ -647,7 +647,10 @@ Test(workers, assignments_inserted_together_nudge_each_worker_once_on_commit)
     kiln_strlcpy(a[1].worker_id, "w-2", sizeof a[1].worker_id);
     kiln_strlcpy(a[2].worker_id, "w-2", sizeof a[2].worker_id);
     cr_assert_eq(store_begin(c, &err), 0);
-    cr_assert_eq(store_assign_insert_many(c, a, 3, "work_test", &err), 0, "%s", err.message);
+    cr_assert_eq(store_assign_insert_many(c, a, 3, &err), 0, "%s", err.message);
+    const char *jobs[2] = {j1, j2};
+    int attempts[2] = {1, 3};
+    cr_assert_eq(store_assign_notify_workers(c, "work_test", jobs, attempts, 2, &err), 0, "%s", err.message);
     PQconsumeInput(l);
     cr_assert_null(PQnotifies(l), "nothing is sent before the commit");
     cr_assert_eq(store_commit(c, &err), 0);
@@ -680,10 +683,10 @@ Test(workers, assignments_inserted_together_nudge_each_worker_once_on_commit)
             usleep(10000);
     }
     cr_assert(nudged == 2 && w1 == 1 && w2 == 1, "nudges: %d (w-1 %d, w-2 %d)", nudged, w1, w2);
-    /* without a channel, none */
+    /* inserting alone nudges nobody */
     store_assign_t b = a[2];
     b.attempt = 4;
-    cr_assert_eq(store_assign_insert_many(c, &b, 1, NULL, &err), 0, "%s", err.message);
+    cr_assert_eq(store_assign_insert_many(c, &b, 1, &err), 0, "%s", err.message);
     PGresult *r = PQexec(l, "SELECT 1");
     PQclear(r);
     PQconsumeInput(l);
