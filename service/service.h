@@ -972,6 +972,8 @@ typedef struct tune_obs {
     const json_t *values;             /* by parameter name (borrowed) */
     double objective;                 /* better as t's goal says */
     bool partial;                     /* stopped before its end: ranked after every full one */
+    int rung;                         /* hyperband: the (global) rung of objective; among partial
+                                       * ones the higher rung ranks first (0 for bayesian) */
 } tune_obs_t;
 /* Trial n's values by TPE over the nobs observations obs (in age order, oldest first: the
  * older ones weigh less past 25). Each parameter learns from the observations that have a value
@@ -981,9 +983,11 @@ json_t *tune_tpe_values(const spec_tuning_t *t, int trial, const tune_obs_t *obs
 /* TPE's observations in v into out (room for v->ntrials), returning how many; 0 when t does not
  * use TPE. bayesian: every trial (a parent's too) that ended COMPLETED with the objective (its
  * final value), and those STOPPED with one (partial: stopped early by the median rule, or a
- * parent's left unfinished). hyperband with sampler "tpe" (BOHB's rule, Falkner et al., ICML
- * 2018): the results at the highest rung that has at least TUNE_TPE_STARTUP of them, each
- * trial's objective at that rung; 0 when no rung has that many. */
+ * parent's left unfinished). hyperband with sampler "tpe" (as Optuna's TPE under its Hyperband
+ * pruner, not BOHB's one rung): every trial but a failed one with a result, COMPLETED ones at
+ * their final objective, the rest (paused, running on, stopped) partial at their highest finished
+ * rung's objective and ranked by that rung (tune_rungs' index), higher first, then by objective;
+ * so TPE starts once TUNE_TPE_STARTUP trials have finished a rung. */
 int tune_tpe_history(const tune_view_t *v, tune_obs_t *out);
 /* The values of new trial n of v: TPE over tune_tpe_history when t uses it and there are at least
  * TUNE_TPE_STARTUP observations, else (and when TPE's pick is a configuration in v->tried)

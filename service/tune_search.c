@@ -803,7 +803,8 @@ static json_t *tpe_from_internal(const spec_tune_param_t *p, double x)
     return json_real(v < p->min ? p->min : v > p->max ? p->max : v);
 }
 
-/* Best first: full observations before partial ones, then by objective (t's goal). */
+/* Best first: full observations before partial ones, then the higher rung first, then by objective
+ * (t's goal). */
 typedef struct obs_rank {
     const tune_obs_t *obs;
     bool maximize;
@@ -815,6 +816,8 @@ static bool obs_before(const void *ctx, int i, int j)
     const tune_obs_t *x = &r->obs[i], *y = &r->obs[j];
     if (x->partial != y->partial)
         return !x->partial;
+    if (x->rung != y->rung)
+        return x->rung > y->rung;
     return r->maximize ? x->objective > y->objective : x->objective < y->objective;
 }
 
@@ -920,26 +923,23 @@ int tune_tpe_history(const tune_view_t *v, tune_obs_t *out)
     }
     if (t->strategy != SPEC_TUNE_HYPERBAND || t->sampler != SPEC_TUNE_SAMPLER_TPE)
         return 0;
-    /* BOHB's rule: the highest rung with TUNE_TPE_STARTUP results, the rung's objective each */
+    /* as Optuna's TPE under its Hyperband pruner: every trial that got a result, at the highest
+     * rung it finished (the global rung: a later bracket starts higher), ranked by that rung
+     * then by its objective there */
     int64_t rungs[SPEC_TUNE_MAX_RUNGS];
     int nr = tune_rungs(t, rungs);
-    for (int g = nr - 1; g >= 0; g--) {
-        n = 0;
-        for (int i = 0; i < v->ntrials; i++) {
-            const tune_trial_t *x = &v->trials[i];
-            int j = g - x->bracket, own = nr - x->bracket; /* its rung index there; its own rungs */
-            if (!x->values || j < 0)
-                continue;
-            if (j < own - 1 && x->nrungs > j)
-                out[n++] = (tune_obs_t){.values = x->values, .objective = x->rung_objective[j]};
-            else if (j == own - 1 && x->state == TUNE_TRIAL_COMPLETED && x->has_objective &&
-                     (!x->parent || x->nrungs >= own - 1))
-                out[n++] = (tune_obs_t){.values = x->values, .objective = x->objective};
-        }
-        if (n >= TUNE_TPE_STARTUP)
-            return n;
+    for (int i = 0; i < v->ntrials; i++) {
+        const tune_trial_t *x = &v->trials[i];
+        int own = nr - x->bracket; /* its own rungs */
+        if (!x->values || x->state == TUNE_TRIAL_FAILED)
+            continue;
+        if (x->state == TUNE_TRIAL_COMPLETED && x->has_objective && (!x->parent || x->nrungs >= own - 1))
+            out[n++] = (tune_obs_t){.values = x->values, .objective = x->objective, .rung = nr - 1};
+        else if (x->nrungs > 0)
+            out[n++] = (tune_obs_t){.values = x->values, .objective = x->rung_objective[x->nrungs - 1],
+                                    .partial = true, .rung = x->bracket + x->nrungs - 1};
     }
-    return 0;
+    return n;
 }
 
 json_t *tune_next_values(const tune_view_t *v, int trial)

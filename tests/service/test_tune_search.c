@@ -5,8 +5,8 @@
  * improvement, all done), hyperband's asynchronous promotions (ASHA) and the median stopping
  * rule (early_stopping "auto"); TPE (strategy bayesian, hyperband's sampler tpe): its startup draws
  * are random's, it repeats for the same history and moves with another, keeps to the ranges and
- * concentrates near the optimum of a synthetic objective, and hyperband's TPE learns at the highest
- * rung with enough results (BOHB). */
+ * concentrates near the optimum of a synthetic objective, and hyperband's TPE learns from every trial
+ * with a rung result, a higher rung ranked first (as Optuna's TPE under its Hyperband pruner). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -757,14 +757,17 @@ Test(tune_search, tpe_concentrates_near_the_optimum_more_than_random_draws)
     cr_assert_geq(tpe_best_better, 6, "a better best on %d of 8 seeds", tpe_best_better);
 }
 
-Test(tune_search, hyperband_tpe_learns_at_the_highest_rung_with_enough_results)
+Test(tune_search, hyperband_tpe_learns_from_every_trial_with_a_rung_ranked_by_the_rung)
 {
-    spec_tuning_t t, plain;
+    spec_tuning_t t, plain, two;
     const char *hb = "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100, \"max_parallel_jobs\": 4,"
                      " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90, \"sampler\": \"tpe\"}";
     parse(&t, TPE_SPACE, hb);
     parse(&plain, TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100,"
                              " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}");
+    parse(&two, TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100,"
+                           " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90, \"brackets\": 2,"
+                           " \"sampler\": \"tpe\"}");
     json_t *norm = spec_tuning_to_json(&t);
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(norm, "hyperband"), "sampler")), "tpe");
     json_decref(norm);
@@ -785,12 +788,23 @@ Test(tune_search, hyperband_tpe_learns_at_the_highest_rung_with_enough_results)
             tr[i].objective = f;
         }
     }
+    tr[12].state = TUNE_TRIAL_ACTIVE; /* promoted, running to rung 1: it keeps its rung 0 result */
+    tr[13].state = TUNE_TRIAL_STOPPED;
+    tr[14].state = TUNE_TRIAL_FAILED; /* not an observation */
+    tr[15].state = TUNE_TRIAL_ACTIVE; /* its first rung still running: no result yet */
+    tr[15].nrungs = 0;
     tune_view_t v = {.t = &t, .trials = tr, .ntrials = 30, .next_trial = 30};
     tune_obs_t obs[30];
-    cr_assert_eq(tune_tpe_history(&v, obs), 12, "rung 1 is the highest with 10 results");
-    cr_assert(obs[0].objective == tr[0].rung_objective[1], "each at that rung's objective");
-    v.ntrials = 9; /* 9 results at every rung: none has enough, and the draw is random's */
-    cr_assert_eq(tune_tpe_history(&v, obs), 0);
+    cr_assert_eq(tune_tpe_history(&v, obs), 28, "every trial with a result but the failed one");
+    cr_assert(!obs[0].partial && obs[0].objective == tr[0].objective, "a completed trial at its final objective");
+    cr_assert(obs[4].partial && obs[4].rung == 1 && obs[4].objective == tr[4].rung_objective[1],
+              "a paused trial at its highest rung's objective");
+    cr_assert(obs[12].partial && obs[12].rung == 0 && obs[12].objective == tr[12].rung_objective[0]);
+    cr_assert(obs[13].partial && obs[13].objective == tr[13].rung_objective[0]);
+    cr_assert(obs[14].values == tr[16].values, "the failed and the unfinished trials are left out");
+    /* TPE starts at 10 trials with a result, wherever they are: 9 are not enough */
+    v.ntrials = 9;
+    cr_assert_eq(tune_tpe_history(&v, obs), 9);
     json_t *x = tune_next_values(&v, 9), *y = tune_trial_values(&t, 9);
     cr_assert(json_equal(x, y));
     json_decref(x);
@@ -801,6 +815,21 @@ Test(tune_search, hyperband_tpe_learns_at_the_highest_rung_with_enough_results)
     cr_assert(!json_equal(x, y), "with enough results the draw is TPE's");
     json_decref(x);
     json_decref(y);
+    /* two brackets: 6 trials at rung 0 and 4 of bracket 1 at rung 1 (its first) are 10 results,
+     * though no rung has 10 of them (BOHB's rule would still draw at random) */
+    tune_trial_t b2[10];
+    for (int i = 0; i < 10; i++)
+        b2[i] = (tune_trial_t){.trial = i, .state = TUNE_TRIAL_PAUSED, .has_objective = true,
+                               .objective = synthetic(vals[i]), .values = vals[i], .nrungs = 1,
+                               .rung_objective = {synthetic(vals[i])}, .bracket = i < 6 ? 0 : 1};
+    tune_view_t w = {.t = &two, .trials = b2, .ntrials = 10, .next_trial = 10};
+    cr_assert_eq(tune_tpe_history(&w, obs), 10);
+    cr_assert(obs[6].rung == 1 && obs[0].rung == 0, "a bracket 1 trial's first rung is rung 1");
+    x = tune_next_values(&w, 10);
+    y = tune_trial_values(&two, 10);
+    cr_assert(!json_equal(x, y), "10 results across the rungs: the draw is TPE's");
+    json_decref(x);
+    json_decref(y);
     /* sampler random: no history, random's draws */
     v.t = &plain;
     cr_assert_eq(tune_tpe_history(&v, obs), 0);
@@ -808,6 +837,37 @@ Test(tune_search, hyperband_tpe_learns_at_the_highest_rung_with_enough_results)
         json_decref(vals[i]);
     spec_tuning_deinit(&t);
     spec_tuning_deinit(&plain);
+    spec_tuning_deinit(&two);
+}
+
+Test(tune_search, tpe_ranks_a_higher_rung_before_a_better_value_at_a_lower_one)
+{
+    /* 10 observations near lr 1e-2 at rung 1 with objective 5, 10 near lr 1e-4 at rung 0 with
+     * objective 1 (a lower rung's values are not comparable with a higher's): l is the best
+     * 2 (ceil(20 / 10)), which are rung 1's, so TPE draws near 1e-2, not 1e-4 */
+    spec_tuning_t t;
+    parse(&t, TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 5, \"hyperband\": {\"min_resource\": 10,"
+                         " \"max_resource\": 90, \"sampler\": \"tpe\"}");
+    json_t *vals[20];
+    tune_obs_t obs[20];
+    for (int i = 0; i < 20; i++) {
+        bool high = i % 2 == 0;
+        vals[i] = json_pack("{s:f, s:i, s:i}", "lr", (high ? 1e-2 : 1e-4) * (1.0 + 0.01 * i), "warmup_steps", 100,
+                            "model.n_embd", 32);
+        obs[i] = (tune_obs_t){.values = vals[i], .objective = (high ? 5.0 : 1.0) + 0.01 * i, .partial = true,
+                              .rung = high ? 1 : 0};
+    }
+    int near_high = 0;
+    for (int n = 20; n < 40; n++) {
+        json_t *x = tune_tpe_values(&t, n, obs, 20);
+        cr_assert_not_null(x);
+        near_high += fabs(log10(json_number_value(json_object_get(x, "lr"))) + 2.0) < 1.0;
+        json_decref(x);
+    }
+    cr_assert_geq(near_high, 15, "%d of 20 draws within a decade of 1e-2", near_high);
+    for (int i = 0; i < 20; i++)
+        json_decref(vals[i]);
+    spec_tuning_deinit(&t);
 }
 
 Test(tune_search, tpe_learns_from_a_warm_start_parents_trials)

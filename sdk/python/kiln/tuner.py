@@ -102,8 +102,8 @@ class HyperbandStrategyConfig:
     the promoted ones continue (from their checkpoint) up to ``max_resource``; the top
     1/``reduction_factor`` of a rung is promoted. With ``brackets`` b > 1, trials are spread over
     b brackets of about equal budgets, bracket k's trials starting at rung k (Hyperband).
-    ``sampler`` (kiln's): "random" draws new trials as random search does, "tpe" by TPE over the
-    results at the highest rung with at least 10 of them (BOHB)."""
+    ``sampler`` (kiln's): "random" draws new trials as random search does, "tpe" by TPE over every
+    trial with a result, ranked by the rung it reached, then by its objective there."""
     min_resource: int
     max_resource: int
     reduction_factor: int = 3
