@@ -1,25 +1,35 @@
-"""tune_sim.py - issue 29's tuning benchmark replayed: each trial of each seed is trained once,
-straight through, with kiln-train (the bench's search space and tiny GPT, val_loss every
-MIN_RESOURCE steps), and kiln's own search (bench/tune_sim.c, which runs tune_decide) is replayed
-over those curves for random search and for hyperband with 1 to all brackets, at any budget. A
-trial's curve is what kiln would see at its rungs: a paused trial is evaluated at its pause and
-resumes bit-exactly (e2e_tuning checks both), so its val_loss at a rung is its curve's.
+"""tune_sim.py - issue 29's tuning benchmark replayed: each trial of each seed is trained once with
+kiln-train (the bench's search space and tiny GPT, val_loss every MIN_RESOURCE steps), as far as a
+search needs it and resumed from its checkpoint when a search needs more, and kiln's own search
+(bench/tune_sim.c, which runs tune_decide) is replayed over those curves for random search and for
+hyperband with 1 to all brackets, at any budget; Optuna's TPESampler and HyperbandPruner drive the
+same curves (optuna_run). A trial's curve is what kiln would see at its rungs: a paused trial is
+evaluated at its pause and resumes bit-exactly (e2e_tuning checks both), so its val_loss at a rung
+is its curve's.
 
     python3 bench/tune_sim.py curves CURVES_DIR     train what is missing (SEEDS, TRIALS, JOBS)
     python3 bench/tune_sim.py report CURVES_DIR     rung figures and the searches, per seed
-    python3 bench/tune_sim.py tpe CURVES_DIR        random, hyperband, hyperband with sampler tpe and
-                                                    bayesian (TPE): the best within each of BUDGETS
+    python3 bench/tune_sim.py tpe CURVES_DIR        random, hyperband, hyperband with sampler tpe,
+                                                    bayesian (TPE) and Optuna (TPESampler with
+                                                    HyperbandPruner, optuna_run): the best within
+                                                    each of BUDGETS
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
 MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
 BRACKETS (report's hyperband bracket counts, e.g. "1 2"; default 1 to one a rung), BUDGETS
-("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian"), REUSE (other
-CURVES_DIRs to read curves from, never written), BUILD (build). A curve is kept by its trial's
-parameter values (all it depends on). Trials 0..TRIALS-1 of a seed are the ones kiln draws (tune_sim
-draw), so random search and hyperband of one seed share their first trials, as in the real bench.
+("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian optuna"),
+TARGET_TRIALS (tpe's: for each k, the steps each searcher took to reach random search's final best of
+k trials, as a fraction of its k * MAX_RESOURCE steps), SIM (the tune_sim binary; default BUILD's),
+OUT (tpe's results as JSON), REUSE (other CURVES_DIRs to read curves from, never written), BUILD
+(build). A curve is kept by its trial's parameter values (all it depends on), a partial one with
+its checkpoint in CURVES_DIR/ckpt (one process writes a CURVES_DIR at a time). Trials 0..TRIALS-1
+of a seed are the ones kiln draws (tune_sim draw), so random search and hyperband of one seed share
+their first trials, as in the real bench.
 """
 import concurrent.futures
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,7 +39,7 @@ import tune_space
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BUILD = os.environ.get("BUILD", "build")
-SIM = os.path.join(ROOT, BUILD, "bench", "tune_sim")
+SIM = os.environ.get("SIM") or os.path.join(ROOT, BUILD, "bench", "tune_sim")
 TRAIN = os.path.join(ROOT, BUILD, "bin", "kiln-train")
 DATA = os.path.join(ROOT, "data", "tinyshakespeare.txt")
 SEEDS = [int(s) for s in os.environ.get("SEEDS", "1 2 3").split()]
@@ -45,6 +55,7 @@ FULL_K = int(os.environ.get("FULL_K", "8"))
 BRACKETS = [int(b) for b in os.environ.get("BRACKETS", "").split()]
 BUDGETS = [int(b) for b in os.environ.get("BUDGETS", "1800 3600").split()]
 REUSE = os.environ.get("REUSE", "").split()
+TARGET_TRIALS = [int(k) for k in os.environ.get("TARGET_TRIALS", "").split()]
 
 # In the order kilnd draws them: trial n's value of a parameter depends on the parameter's place
 # among them, and kilnd draws from the spec as PostgreSQL's jsonb keeps it (shorter keys first, then
@@ -90,12 +101,15 @@ def curves_path(d, seed):
     return os.path.join(d, "curves-s%d-min%d-max%d-w%d.json" % (seed, MIN_R, MAX_R, WARMUP_MAX))
 
 
-def train_one(values, to=MAX_R):
-    """Trains one trial from step 0 to step `to` (paused there by stopping.max_steps as kiln pauses
-    a trial at a rung, the schedule spanning MAX_RESOURCE); its val_loss every MIN_RESOURCE steps."""
+def train_one(values, to=MAX_R, ckpt=None):
+    """Trains one trial to step `to` (paused there by stopping.max_steps as kiln pauses a trial at a
+    rung, the schedule spanning MAX_RESOURCE); its val_loss every MIN_RESOURCE steps. With ckpt (a
+    directory kept between calls) it resumes from the newest checkpoint there, as kiln resumes a
+    promoted trial (bit-exact: e2e_tuning), and returns only the steps after it."""
     spec = base_job(MIN_R)
     if to < MAX_R:
         spec["stopping"] = {"max_steps": to}
+    spec["checkpoint"] = {"keep_last": 1}
     for k, v in values.items():
         node, path = spec, k.split(".") if "." in k else ["hyperparameters", k]
         for p in path[:-1]:
@@ -106,7 +120,8 @@ def train_one(values, to=MAX_R):
         with open(path, "w") as f:
             json.dump(spec, f)
         p = subprocess.run(["nice", "-n", "10", TRAIN, "--spec", path, "--threads", "1", "--quiet",
-                            "--peak-gflops", "1", "--output-dir", os.path.join(work, "o")],
+                            "--peak-gflops", "1", "--output-dir", os.path.join(work, "o"),
+                            "--checkpoint-dir", ckpt or os.path.join(work, "c")],
                            capture_output=True, text=True)
         out = p.stdout
         if p.returncode:
@@ -118,6 +133,15 @@ def train_one(values, to=MAX_R):
             steps.append(int(line.split()[1]))
             vals.append(float(line.split("| val loss ")[1].split()[0]))
     return {"parameters": values, "steps": steps, "values": vals}
+
+
+def ckpt_step(d):
+    """The step of the newest checkpoint in directory d (0: none)."""
+    best = 0
+    for name in os.listdir(d) if os.path.isdir(d) else []:
+        if name.startswith("ckpt_") and name.endswith(".bin"):
+            best = max(best, int(name[5:-4]))
+    return best
 
 
 def pkey(values):
@@ -139,22 +163,46 @@ class Pool:
                     self.have[pkey(c["parameters"])] = c
 
     def ensure(self, values, step):
+        """Trains the trial of these values to step (when its curve stops short of it): from its
+        checkpoint at the curve's last step when CURVES_DIR/ckpt holds one, else from step 0."""
         c = self.have.get(pkey(values))
         if c and c["steps"] and c["steps"][-1] >= step:
             return
+        ck = os.path.join(os.path.dirname(self.path), "ckpt",
+                          hashlib.sha1(pkey(values).encode()).hexdigest()[:20])
+        at = ckpt_step(ck)
+        if not (c and c["steps"] and at == c["steps"][-1]):
+            shutil.rmtree(ck, ignore_errors=True)
+            c, at = None, 0
+        os.makedirs(ck, exist_ok=True)
         for _ in range(3):  # a run killed from outside (a loaded machine) is run again
-            c = train_one(values, step)
-            if c["steps"] and c["steps"][-1] == step:
+            got = train_one(values, step, ck)
+            if got["steps"] and got["steps"][-1] == step:
                 break
-        if not c["steps"] or c["steps"][-1] != step:
-            sys.exit("tune_sim.py: %s of seed %d did not reach step %d: %s" % (values, self.seed, step, c))
-        self.trained += step
-        self.have[pkey(values)] = c
+        if not got["steps"] or got["steps"][-1] != step:
+            sys.exit("tune_sim.py: %s of seed %d did not reach step %d: %s" % (values, self.seed, step, got))
+        if c:
+            keep = [k for k, st in enumerate(c["steps"]) if st < got["steps"][0]]
+            got = {"parameters": values, "steps": [c["steps"][k] for k in keep] + got["steps"],
+                   "values": [c["values"][k] for k in keep] + got["values"]}
+        if step >= MAX_R:
+            shutil.rmtree(ck, ignore_errors=True)
+        self.trained += step - at
+        self.have[pkey(values)] = got
         mine = json.load(open(self.path)) if os.path.exists(self.path) else {}
-        mine[pkey(values)] = c
+        mine[pkey(values)] = got
         with open(self.path + ".tmp", "w") as f:
             json.dump(mine, f)
         os.replace(self.path + ".tmp", self.path)
+
+    def at(self, values, step, train_to):
+        """The objective of the trial of these values at step, training it to train_to first when
+        its curve stops short of step."""
+        c = self.have.get(pkey(values))
+        if not (c and c["steps"] and c["steps"][-1] >= step):
+            self.ensure(values, train_to)
+            c = self.have[pkey(values)]
+        return c["values"][c["steps"].index(step)]
 
     def run(self, req, budget):
         while True:
@@ -174,6 +222,66 @@ class Pool:
             if p.returncode:
                 sys.exit("tune_sim: %s" % p.stderr)
             return out
+
+
+def optuna_run(pool, seed, budget):
+    """Optuna (Debian's python3-optuna) on the same curves: TPESampler(seed) and HyperbandPruner
+    (min_resource, max_resource, reduction_factor as kiln's hyperband) asking for trials of the
+    same space, PARALLEL at a time on the same clock of one tick a step; each trial reports its
+    val_loss every MIN_RESOURCE steps (the curves' points) to the pruner, which may prune it there.
+    Steps are counted as for kiln's searches (every step trained by then, running trials too), and
+    a new best is any reported val_loss (Optuna's pruned and running trials' too, as kiln counts a
+    paused trial's rung objective), and in at_rungs only those at kiln's rung steps and the end
+    (what kiln's searches see). Same output as tune_sim run: curve, steps, trials."""
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="sim-%d" % seed, direction="minimize",
+                                sampler=optuna.samplers.TPESampler(seed=seed),
+                                pruner=optuna.pruners.HyperbandPruner(min_resource=MIN_R, max_resource=MAX_R,
+                                                                      reduction_factor=ETA))
+    w = SPACE["warmup_steps"]["max"]
+
+    def ask(now):
+        t = study.ask()
+        values = {"lr": t.suggest_float("lr", 1e-4, 3e-2, log=True),
+                  "model.n_embd": t.suggest_categorical("model.n_embd", [64, 128]),
+                  "warmup_steps": t.suggest_int("warmup_steps", 0, w),
+                  "weight_decay": t.suggest_float("weight_decay", 0.0, 0.2)}
+        return {"trial": t, "values": values, "start": now, "done": 0}
+
+    stops = rungs()
+    running = [ask(0) for _ in range(PARALLEL)]
+    finished, best, curve, ntrials, pruned = 0, None, [], PARALLEL, 0
+    best_r, curve_r = None, []  # counting only the values at kiln's rungs (100, 300, ...) and the end
+    while True:
+        # the next report: the running trial whose next MIN_RESOURCE step comes first (ties: the first)
+        k = min(range(len(running)), key=lambda i: running[i]["start"] + running[i]["done"] + MIN_R)
+        r = running[k]
+        now = r["start"] + r["done"] + MIN_R
+        consumed = finished + sum(now - x["start"] for x in running)
+        if consumed > budget:
+            break
+        step = r["done"] + MIN_R
+        v = pool.at(r["values"], step, min(x for x in stops if x >= step))
+        r["done"] = step
+        if best is None or v < best:
+            best = v
+            curve.append([consumed, v])
+        if step in stops and (best_r is None or v < best_r):
+            best_r = v
+            curve_r.append([consumed, v])
+        r["trial"].report(v, step)
+        if step >= MAX_R or r["trial"].should_prune():
+            if step >= MAX_R:
+                study.tell(r["trial"], v)
+            else:
+                study.tell(r["trial"], state=optuna.trial.TrialState.PRUNED)
+                pruned += 1
+            finished += step
+            running[k] = ask(now)
+            ntrials += 1
+    return {"curve": curve, "steps": consumed, "trials": ntrials, "pruned": pruned,
+            "at_rungs": {"curve": curve_r, "trials": ntrials}}
 
 
 def curves(d):
@@ -202,7 +310,8 @@ def best_at(curve, budget):
 TPE_SEARCHES = [("random", lambda seed: request(seed, "random")),
                 ("hyperband", lambda seed: request(seed, "hyperband")),
                 ("hyperband+tpe", lambda seed: request(seed, "hyperband", sampler="tpe")),
-                ("bayesian", lambda seed: request(seed, "bayesian"))]
+                ("bayesian", lambda seed: request(seed, "bayesian")),
+                ("optuna", None)]
 TPE_SEARCHES = [(n, mk) for n, mk in TPE_SEARCHES if n in os.environ.get("SEARCHES", n).split()]
 
 
@@ -214,7 +323,11 @@ def tpe_report(d):
 
     def one(seed):
         pool = Pool(d, seed)
-        res = {name: pool.run(mk(seed), top) for name, mk in TPE_SEARCHES}
+        res = {name: pool.run(mk(seed), top) if mk else optuna_run(pool, seed, top) for name, mk in TPE_SEARCHES}
+        if "optuna" in res:
+            res["optuna@rungs"] = res["optuna"]["at_rungs"]
+        for k in TARGET_TRIALS:  # random search of k trials run to its end: the best to reach
+            res["random%d" % k] = pool.run(request(seed, "random", max_jobs=k), k * MAX_R)
         return seed, res, pool.trained
 
     print("== rungs %s, eta %d, warmup 0..%d, parallel %d, seeds %s, budgets %s; each searcher runs to %d steps "
@@ -222,7 +335,7 @@ def tpe_report(d):
               rungs(), ETA, SPACE["warmup_steps"]["max"], PARALLEL, SEEDS, BUDGETS, top), flush=True)
     with concurrent.futures.ThreadPoolExecutor(JOBS) as ex:
         results = list(ex.map(one, SEEDS))
-    names = [n for n, _ in TPE_SEARCHES]
+    names = [n for n, _ in TPE_SEARCHES] + (["optuna@rungs"] if "optuna" in dict(TPE_SEARCHES) else [])
     print("| seed | budget | " + " | ".join(names) + " |")
     print("|---|---|" + "---|" * len(names))
     for seed, res, trained in results:
@@ -236,6 +349,16 @@ def tpe_report(d):
             vals = [v for v in vals if v is not None]
             med.append("%.4f" % statistics.median(vals) if vals else "-")
         print("| median | %d | %s |" % (b, " | ".join(med)))
+    for k in TARGET_TRIALS:
+        print("-- steps to reach the final best of random search of %d trials (%d steps), as a fraction of its "
+              "steps (target A: <= 0.33; '-': not within %d)" % (k, k * MAX_R, top))
+        for seed, res, _ in results:
+            goal = res["random%d" % k]["curve"][-1][1]
+            print("   seed %d, %.4f: %s" % (seed, goal, ", ".join("%s %s" % (n, "%.2f" % (s / (k * MAX_R)) if s else "-")
+                                                              for n in names for s in [steps_to(res[n]["curve"], goal)])))
+    if os.environ.get("OUT"):
+        with open(os.environ["OUT"], "w") as f:
+            json.dump({str(seed): res for seed, res, _ in results}, f)
     for seed, res, trained in results:
         print("-- seed %d: trials %s; curves %s; (trained %d steps for missing curves)" % (
             seed, {n: res[n]["trials"] for n in names},

@@ -353,7 +353,7 @@ Test(e2e_tuning, hyperband_brackets_start_their_trials_at_their_own_rungs, .init
     char *id = NULL;
     json_t *t = hyperband_done("hbb", "\"brackets\": 2, \"sampler\": \"tpe\"", &id);
     cr_assert_eq(e2e_jint(json_object_get(json_object_get(t, "spec"), "hyperband"), "brackets"), 2, "%s", e2e_dump(t));
-    /* TPE's sampler learns only from 10 results at a rung: these 3 trials are random's draws */
+    /* TPE's sampler starts once 10 trials have a rung result: these 3 trials are random's draws */
     cr_assert_str_eq(e2e_jstr(json_object_get(json_object_get(t, "spec"), "hyperband"), "sampler"), "tpe", "%s",
                      e2e_dump(t));
     json_t *trials = json_object_get(t, "trials");
