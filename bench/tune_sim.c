@@ -10,8 +10,10 @@
  * CURVES.json: {"<any key>": {"parameters": {...}, "steps": [...], "values": [...]}}, the objective
  * at every step a rung can end at for the trial of those parameter values (a trial's values come
  * from the search itself, tune_next_values: TPE's depend on the results before them). The "need"
- * answer carries the values to train: {"need": [trial, step], "parameters": {...}}. The output's "curve" is [[steps consumed, best so far], ...] with steps counted as
- * the bench's poll counts them (every step trained by then, paused and running trials alike). */
+ * answer carries the values to train: {"need": [trial, step], "parameters": {...}}. The output's
+ * "curve" is [[steps consumed, best so far], ...] with steps counted as the bench's poll counts them
+ * (every step trained by then, paused and running trials alike); "drawn" is each trial's values and
+ * the steps it had trained by the end ("done" segments only). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,8 +170,11 @@ static int run(const spec_tuning_t *t, const json_t *curves, int64_t budget)
     json_t *brackets = json_array();
     for (int b = 0; b < nb; b++)
         json_array_append_new(brackets, json_integer(per_bracket[b]));
-    json_t *out = json_pack("{s:o, s:I, s:i, s:s, s:o, s:o}", "curve", curve, "steps", (json_int_t)finished, "trials",
-                            n, "end", why, "rungs", rungs, "trials_by_bracket", brackets);
+    json_t *drawn = json_array(); /* each trial's values and the steps it trained */
+    for (int i = 0; i < n; i++)
+        json_array_append_new(drawn, json_pack("{s:O, s:I}", "parameters", vals[i], "steps", (json_int_t)sm[i].done));
+    json_t *out = json_pack("{s:o, s:I, s:i, s:s, s:o, s:o, s:o}", "curve", curve, "steps", (json_int_t)finished,
+                            "trials", n, "end", why, "rungs", rungs, "trials_by_bracket", brackets, "drawn", drawn);
     char *text = json_dumps(out, JSON_COMPACT);
     puts(text);
     free(text);
