@@ -972,8 +972,8 @@ typedef struct tune_obs {
     const json_t *values;             /* by parameter name (borrowed) */
     double objective;                 /* better as t's goal says */
     bool partial;                     /* stopped before its end: ranked after every full one */
-    int rung;                         /* hyperband: the (global) rung of objective; among partial
-                                       * ones the higher rung ranks first (0 for bayesian) */
+    int rung;                         /* hyperband: the (global) rung its objective is from; among
+                                       * partial ones the higher rung ranks first (0 for bayesian) */
 } tune_obs_t;
 /* Trial n's values by TPE over the nobs observations obs (in age order, oldest first: the
  * older ones weigh less past 25). Each parameter learns from the observations that have a value
