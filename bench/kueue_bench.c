@@ -19,7 +19,7 @@
  * Prints wall time to all done, average usage (busy slot-seconds / (slots x wall)), average time
  * to admission (creation to first SCHEDULED) per size, preemptions, and the pass times. Not a test.
  *
- * usage: kueue_bench [--database-url URL] [--scale 1] [--heartbeat-ms 250] [--backlog 10000]
+ * usage: kueue_bench [--database-url URL] [--scale 1] [--heartbeat-ms 250] [--backlog 10000] [--trace]
  * The database URL defaults to KILN_DATABASE_URL, then KILN_PG_URL (scripts/pg.sh); a fresh
  * database is created in that cluster for each phase and dropped afterwards. */
 #include <libpq-fe.h>
@@ -102,12 +102,63 @@ typedef struct run_slot {
     int64_t end_us; /* when its ranks exit with code 0 */
 } run_slot_t;
 
+/* ---- --trace: where an attempt's time goes on the agent's side, step by step (kiln_mono_us) ---- */
+
+typedef struct step_stat {
+    atomic_llong sum_us, n, max_us;
+} step_stat_t;
+
+enum {
+    ST_NUDGE_TO_HB,  /* kilnd's nudge (svc_on_work) -> the agent's heartbeat begins */
+    ST_HB_DELIVER,   /* a heartbeat that delivered assignments: the call, start to return */
+    ST_HB_PER_ASSIGN,/* the same, per assignment it delivered */
+    ST_HB_EMPTY,     /* a heartbeat that delivered nothing */
+    ST_STATUS,       /* svc_agent_rank_status (started): the call */
+    ST_END_LAG,      /* the runtime's end -> the agent acts on it */
+    ST_EXIT_CALL,    /* one svc_agent_rank_exit */
+    ST_EXITS_JOB,    /* all of an attempt's rank exits, the first call's start to the last's return */
+    ST_EXIT_TO_PASS, /* the last exit's return -> the next scheduler pass begins */
+    ST_COMMIT_TO_NUDGE, /* the end of the pass before a nudge -> the nudge */
+    ST_N_
+};
+static const char *step_names[ST_N_] = {
+    "nudge -> heartbeat begins", "heartbeat delivering (call)", "  per assignment delivered",
+    "heartbeat delivering nothing (call)", "start report (call)", "runtime's end -> agent acts",
+    "one rank exit (call)", "an attempt's rank exits (all calls)", "last exit -> next pass begins",
+    "pass's end -> nudge (notify path)",
+};
+static step_stat_t steps[ST_N_];
+static bool trace;
+/* the last exits' return times of completed attempts, and the nudges' times, for the pass gaps */
+#define MAX_MARKS 400000
+static int64_t *exit_marks, *nudge_marks;
+static atomic_int n_exit_marks, n_nudge_marks;
+
+static void step_add(int k, int64_t us)
+{
+    if (us < 0)
+        us = 0;
+    atomic_fetch_add(&steps[k].sum_us, us);
+    atomic_fetch_add(&steps[k].n, 1);
+    long long m = atomic_load(&steps[k].max_us);
+    while (us > m && !atomic_compare_exchange_weak(&steps[k].max_us, &m, us)) {
+    }
+}
+
+static void mark(int64_t *marks, atomic_int *n, int64_t at)
+{
+    int i = atomic_fetch_add(n, 1);
+    if (marks && i < MAX_MARKS)
+        marks[i] = at;
+}
+
 typedef struct worker {
     char id[64];
     run_slot_t run[MAX_RUN];
     int nrun;
     int64_t next_hb_us;
     atomic_bool nudged; /* kilnd has work for it: heartbeat now */
+    atomic_llong nudged_at_us; /* when (the first nudge not yet acted on) */
     arena_t arena;
 } worker_t;
 
@@ -125,6 +176,11 @@ static void on_work(void *ud, const char *worker_id)
     (void)ud;
     for (int i = 0; i < nworkers; i++)
         if (strcmp(workers[i].id, worker_id) == 0) {
+            int64_t now = kiln_mono_us();
+            long long zero = 0;
+            atomic_compare_exchange_strong(&workers[i].nudged_at_us, &zero, now);
+            if (trace)
+                mark(nudge_marks, &n_nudge_marks, now);
             atomic_store(&workers[i].nudged, true);
             int t = i;
             pthread_mutex_lock(&agent_mu[t]);
@@ -154,7 +210,11 @@ static void end_ranks(worker_t *w, int i, int code)
 {
     run_slot_t *r = &w->run[i];
     kiln_err_t err;
+    int64_t t_first = kiln_mono_us();
+    if (code == 0)
+        step_add(ST_END_LAG, t_first - r->end_us);
     for (int k = 0; k < r->nranks; k++) {
+        int64_t t_call = kiln_mono_us();
         Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
         rq.worker_id = w->id;
         rq.job_id = r->job;
@@ -164,9 +224,15 @@ static void end_ranks(worker_t *w, int i, int code)
         rq.reason = code ? "stopped on SIGTERM after a checkpoint" : "";
         if (svc_agent_rank_exit(svc, w->id, &rq, &err))
             agent_err("rank exit", &err);
+        step_add(ST_EXIT_CALL, kiln_mono_us() - t_call);
     }
-    if (code == 0)
+    if (code == 0) {
+        int64_t t_last = kiln_mono_us();
+        step_add(ST_EXITS_JOB, t_last - t_first);
+        if (trace)
+            mark(exit_marks, &n_exit_marks, t_last);
         atomic_fetch_add(&completed, 1);
+    }
     w->run[i] = w->run[--w->nrun];
 }
 
@@ -188,7 +254,20 @@ static void agent_beat(worker_t *w)
     rq.n_running = (size_t)w->nrun;
     arena_reset(&w->arena);
     Kiln__HeartbeatResponse rs = KILN__HEARTBEAT_RESPONSE__INIT;
-    if (svc_agent_heartbeat(svc, w->id, &rq, &w->arena, &rs, &err)) {
+    int64_t t_hb = kiln_mono_us();
+    long long nudged_at = atomic_exchange(&w->nudged_at_us, 0);
+    if (nudged_at)
+        step_add(ST_NUDGE_TO_HB, t_hb - nudged_at);
+    int hrc = svc_agent_heartbeat(svc, w->id, &rq, &w->arena, &rs, &err);
+    int64_t t_hb_end = kiln_mono_us();
+    if (rs.n_assignments > 0) {
+        step_add(ST_HB_DELIVER, t_hb_end - t_hb);
+        for (size_t a = 0; a < rs.n_assignments; a++)
+            step_add(ST_HB_PER_ASSIGN, (t_hb_end - t_hb) / (int64_t)rs.n_assignments);
+    } else {
+        step_add(ST_HB_EMPTY, t_hb_end - t_hb);
+    }
+    if (hrc) {
         agent_err("heartbeat", &err);
         return;
     }
@@ -218,7 +297,10 @@ static void agent_beat(worker_t *w)
         st.started = true;
         st.reason = "";
         st.master_port = as->node_rank == 0 ? 29500 : 0;
-        if (svc_agent_rank_status(svc, w->id, &st, &err)) {
+        int64_t t_st = kiln_mono_us();
+        int src = svc_agent_rank_status(svc, w->id, &st, &err);
+        step_add(ST_STATUS, kiln_mono_us() - t_st);
+        if (src) {
             agent_err("rank status", &err);
             continue;
         }
@@ -399,6 +481,9 @@ static int phase_begin(const char *tag)
     }
     atomic_store(&completed, 0);
     atomic_store(&preempt_stops, 0);
+    memset(steps, 0, sizeof steps);
+    atomic_store(&n_exit_marks, 0);
+    atomic_store(&n_nudge_marks, 0);
     atomic_store(&stop_agents, false);
     return 0;
 }
@@ -597,6 +682,51 @@ static void report_passes(const char *what, const svc_sched_pass_t *p, int n, co
     free(t);
 }
 
+static int cmp_i64(const void *a, const void *b);
+
+/* The first recorded pass that begins at or after t (passes are recorded in order), or -1. */
+static int pass_after(const svc_sched_pass_t *p, int n, int64_t t)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (p[mid].at_us < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n ? lo : -1;
+}
+
+/* --trace: where an attempt's time went, step by step, as the agents saw it, and the gaps between
+ * the agents' calls and the scheduler's passes. */
+static void report_steps(const char *what, const svc_sched_pass_t *p, int n)
+{
+    if (!trace)
+        return;
+    int ne = KILN_MIN(atomic_load(&n_exit_marks), MAX_MARKS);
+    for (int i = 0; i < ne; i++) {
+        int k = pass_after(p, n, exit_marks[i]);
+        if (k >= 0)
+            step_add(ST_EXIT_TO_PASS, p[k].at_us - exit_marks[i]);
+    }
+    int nn = KILN_MIN(atomic_load(&n_nudge_marks), MAX_MARKS);
+    qsort(nudge_marks, (size_t)nn, sizeof(int64_t), cmp_i64);
+    for (int i = 0, k = 0; i < nn; i++) {
+        /* the last pass that ended before the nudge */
+        while (k + 1 < n && p[k + 1].at_us + p[k + 1].took_us <= nudge_marks[i])
+            k++;
+        if (n > 0 && p[k].at_us + p[k].took_us <= nudge_marks[i])
+            step_add(ST_COMMIT_TO_NUDGE, nudge_marks[i] - (p[k].at_us + p[k].took_us));
+    }
+    printf("kueue_bench: %s: steps as the agents saw them (average ms, max ms, count):\n", what);
+    for (int k = 0; k < ST_N_; k++) {
+        long long c = atomic_load(&steps[k].n);
+        printf("  %-40s %9.2f %9.1f %8lld\n", step_names[k], c ? (double)atomic_load(&steps[k].sum_us) / c / 1e3 : 0.0,
+               (double)atomic_load(&steps[k].max_us) / 1e3, c);
+    }
+}
+
 static int run_kueue(void)
 {
     if (phase_begin("k") || register_workers())
@@ -632,6 +762,7 @@ static int run_kueue(void)
     svc_sched_record(svc, NULL, 0);
     report_figures("kueue");
     report_passes("kueue", rec, n, NULL, 0, 0);
+    report_steps("kueue", rec, n);
     free(rec);
     printf("kueue_bench: kueue: %ld agent call errors\n", atomic_load(&agent_errors));
     phase_end();
@@ -693,6 +824,8 @@ int main(int argc, char **argv)
         {"timeout", NULL, CONFIG_INT, &timeout_s, CONFIG_ANY, "seconds a phase may take"},
         {"no-push", NULL, CONFIG_BOOL, &no_push, CONFIG_ANY, "agents heartbeat at their interval only (no nudge "
          "when kilnd commits work for them, as with a kilnd without WatchWork)"},
+        {"trace", NULL, CONFIG_BOOL, &trace, CONFIG_ANY, "print where an attempt's time goes, step by step, as "
+         "the agents see it (each call's time, the agents' own lag, the gaps to the scheduler's passes)"},
         {"pg-stats", NULL, CONFIG_BOOL, &pg_stats, CONFIG_ANY, "print the statements that took the database's time "
          "(needs shared_preload_libraries=pg_stat_statements)"},
     };
@@ -706,6 +839,10 @@ int main(int argc, char **argv)
     if (rc || !admin_url || scale <= 0 || scale > 10 || heartbeat_ms < 10 || backlog < 1) {
         fprintf(stderr, "kueue_bench: %s\n", rc ? err.message : "need --database-url (or KILN_PG_URL), sane sizes");
         return 2;
+    }
+    if (trace) {
+        exit_marks = calloc(MAX_MARKS, sizeof(int64_t));
+        nudge_marks = calloc(MAX_MARKS, sizeof(int64_t));
     }
     rc = 0;
     if (strcmp(phase, "backlog") != 0)
