@@ -5,14 +5,16 @@
  * real service and its real scheduler thread on a real PostgreSQL database:
  *   - queues are made with svc_queue_create (what POST /v1/queues calls), jobs submitted with
  *     svc_job_create (what POST /v1/jobs and gRPC CreateJob call) at the given rates;
- *   - simulated agents, one per worker, call what the agent's RPCs reach: svc_agent_register,
- *     svc_agent_heartbeat (every --heartbeat-ms, with the (job, attempt) pairs they run, and at once
- *     when kilnd nudges the worker: svc_on_work, the hook behind gRPC's WatchWork, as the real
- *     agent's watch thread wakes its heartbeat loop; --no-push for heartbeats alone), then
- *     svc_agent_rank_status (started, with a rendezvous port) for each assignment and one
- *     svc_agent_rank_exit per rank, code 0, once the job's runtime has passed; a stop order (a
- *     preemption) ends the ranks at once with code 143, as ranks stopped by SIGTERM after their
- *     checkpoint do, and the job waits in its queue again.
+ *   - simulated agents, one per worker, call what the agent's RPCs reach, on two threads each as
+ *     kiln-agent has: the heartbeat loop calls svc_agent_register, then svc_agent_heartbeat (every
+ *     --heartbeat-ms, with the (job, attempt) pairs they run, and at once when kilnd nudges the
+ *     worker: svc_on_work, the hook behind gRPC's WatchWork, as the real agent's watch thread wakes
+ *     its heartbeat loop; --no-push for heartbeats alone), starts each assignment's ranks and queues
+ *     its "started" report; the sender sends the reports in order, svc_agent_rank_status (started,
+ *     with a rendezvous port) and one svc_agent_rank_exit per rank, code 0, queued the moment the
+ *     job's runtime has passed (as the agent's reaper does on waitpid); a stop order (a preemption)
+ *     ends the ranks at once with code 143, as ranks stopped by SIGTERM after their checkpoint do,
+ *     and the job waits in its queue again.
  * Then, on a fresh database, a backlog: --backlog jobs of the same mix submitted before any worker
  * registers, then the workers and agents start; every scheduler pass is recorded
  * (svc_sched_record), with the jobs pending when it began (all but those admitted before it).
@@ -152,10 +154,25 @@ static void mark(int64_t *marks, atomic_int *n, int64_t at)
         marks[i] = at;
 }
 
+/* A report in a worker's outbox: sent in order by its sender thread, as kiln-agent's sender drains
+ * its outbox (agent/sender.c): "started" reports and rank exits. */
+typedef struct report {
+    bool exit;           /* a rank exit; else a "started" report */
+    char job[40];
+    int attempt, rank, code, port;
+    bool last;           /* the attempt's last rank exit */
+    int64_t end_us;      /* an exit: when its runtime ended (0: a stop order's) */
+} report_t;
+#define MAX_OUT 2048
+
 typedef struct worker {
     char id[64];
+    pthread_mutex_t mu;  /* run, nrun and the outbox */
+    pthread_cond_t out_cv; /* the sender's: a report queued, or the queue's end */
     run_slot_t run[MAX_RUN];
     int nrun;
+    report_t out[MAX_OUT];
+    int out_head, out_n;
     int64_t next_hb_us;
     atomic_bool nudged; /* kilnd has work for it: heartbeat now */
     atomic_llong nudged_at_us; /* when (the first nudge not yet acted on) */
@@ -164,8 +181,10 @@ typedef struct worker {
 
 static worker_t workers[MAX_WORKERS];
 
-/* One thread per worker, as each real agent is its own process: it sleeps on its own condition
- * variable, which a nudge of its worker signals. */
+/* Each worker's agent has two threads, as kiln-agent has: the heartbeat loop (woken by kilnd's
+ * nudge or its interval; it takes assignments, starts their "ranks" and queues the "started"
+ * reports, and acts on stop orders) and the sender (it queues each rank's exit when its runtime
+ * has passed, as the agent's reaper does on waitpid, and sends the reports in order). */
 static pthread_mutex_t agent_mu[MAX_WORKERS];
 static pthread_cond_t agent_cv[MAX_WORKERS];
 static bool agent_woken[MAX_WORKERS];
@@ -205,35 +224,108 @@ static void agent_err(const char *what, const kiln_err_t *err)
         fprintf(stderr, "kueue_bench: agent: %s: %s\n", what, err->message);
 }
 
-/* Ends the ranks of run slot i of worker w with exit code `code` and drops the slot. */
-static void end_ranks(worker_t *w, int i, int code)
+/* Queues a report (w->mu held). */
+static void out_put_locked(worker_t *w, const report_t *r)
+{
+    if (w->out_n == MAX_OUT) {
+        kiln_err_t err;
+        kiln_err_set(&err, KILN_ENOMEM, NULL, "worker %s: outbox full, a report dropped", w->id);
+        agent_err("outbox", &err);
+        return;
+    }
+    w->out[(w->out_head + w->out_n++) % MAX_OUT] = *r;
+    pthread_cond_signal(&w->out_cv);
+}
+
+/* Queues the exits of run slot i's ranks with exit code `code` and drops the slot (w->mu held). */
+static void end_ranks_locked(worker_t *w, int i, int code, int64_t end_us)
 {
     run_slot_t *r = &w->run[i];
-    kiln_err_t err;
-    int64_t t_first = kiln_mono_us();
-    if (code == 0)
-        step_add(ST_END_LAG, t_first - r->end_us);
     for (int k = 0; k < r->nranks; k++) {
-        int64_t t_call = kiln_mono_us();
-        Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
-        rq.worker_id = w->id;
-        rq.job_id = r->job;
-        rq.attempt = r->attempt;
-        rq.rank = r->ranks[k];
-        rq.exit_code = code;
-        rq.reason = code ? "stopped on SIGTERM after a checkpoint" : "";
-        if (svc_agent_rank_exit(svc, w->id, &rq, &err))
-            agent_err("rank exit", &err);
-        step_add(ST_EXIT_CALL, kiln_mono_us() - t_call);
-    }
-    if (code == 0) {
-        int64_t t_last = kiln_mono_us();
-        step_add(ST_EXITS_JOB, t_last - t_first);
-        if (trace)
-            mark(exit_marks, &n_exit_marks, t_last);
-        atomic_fetch_add(&completed, 1);
+        report_t rep = {.exit = true, .attempt = r->attempt, .rank = r->ranks[k], .code = code,
+                        .last = k == r->nranks - 1, .end_us = end_us};
+        kiln_strlcpy(rep.job, r->job, sizeof rep.job);
+        out_put_locked(w, &rep);
     }
     w->run[i] = w->run[--w->nrun];
+}
+
+/* Sends one report. */
+static void send_report(worker_t *w, const report_t *r, int64_t *first_exit_us)
+{
+    kiln_err_t err;
+    int64_t t_call = kiln_mono_us();
+    if (!r->exit) {
+        Kiln__RankStatus st = KILN__RANK_STATUS__INIT;
+        st.worker_id = w->id;
+        st.job_id = (char *)r->job;
+        st.attempt = r->attempt;
+        st.started = true;
+        st.reason = "";
+        st.master_port = r->port;
+        if (svc_agent_rank_status(svc, w->id, &st, &err))
+            agent_err("rank status", &err);
+        step_add(ST_STATUS, kiln_mono_us() - t_call);
+        return;
+    }
+    if (*first_exit_us == 0) {
+        *first_exit_us = t_call;
+        if (r->code == 0)
+            step_add(ST_END_LAG, t_call - r->end_us);
+    }
+    Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
+    rq.worker_id = w->id;
+    rq.job_id = (char *)r->job;
+    rq.attempt = r->attempt;
+    rq.rank = r->rank;
+    rq.exit_code = r->code;
+    rq.reason = r->code ? "stopped on SIGTERM after a checkpoint" : "";
+    if (svc_agent_rank_exit(svc, w->id, &rq, &err))
+        agent_err("rank exit", &err);
+    int64_t t_end = kiln_mono_us();
+    step_add(ST_EXIT_CALL, t_end - t_call);
+    if (r->last) {
+        if (r->code == 0) {
+            step_add(ST_EXITS_JOB, t_end - *first_exit_us);
+            if (trace)
+                mark(exit_marks, &n_exit_marks, t_end);
+            atomic_fetch_add(&completed, 1);
+        }
+        *first_exit_us = 0;
+    }
+}
+
+static void *sender_main(void *p)
+{
+    worker_t *w = p;
+    int64_t first_exit_us = 0;
+    pthread_mutex_lock(&w->mu);
+    while (!atomic_load(&stop_agents)) {
+        /* ranks whose runtime has passed exit with code 0 (the reaper's waitpid) */
+        int64_t now = kiln_mono_us(), next = now + 50000;
+        for (int k = w->nrun - 1; k >= 0; k--) {
+            if (w->run[k].end_us <= now)
+                end_ranks_locked(w, k, 0, w->run[k].end_us);
+            else
+                next = KILN_MIN(next, w->run[k].end_us);
+        }
+        if (w->out_n == 0) {
+            struct timespec ts;
+            int64_t ns = next * 1000; /* kiln_mono_us is CLOCK_MONOTONIC */
+            ts.tv_sec = ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            pthread_cond_timedwait(&w->out_cv, &w->mu, &ts);
+            continue;
+        }
+        report_t r = w->out[w->out_head];
+        w->out_head = (w->out_head + 1) % MAX_OUT;
+        w->out_n--;
+        pthread_mutex_unlock(&w->mu);
+        send_report(w, &r, &first_exit_us);
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
 }
 
 /* One heartbeat of worker w, and what the agent does with its answer. */
@@ -242,16 +334,21 @@ static void agent_beat(worker_t *w)
     kiln_err_t err;
     Kiln__HeartbeatRequest rq = KILN__HEARTBEAT_REQUEST__INIT;
     Kiln__RunningRank rr[MAX_RUN], *rrp[MAX_RUN];
+    char jobs[MAX_RUN][40];
     rq.worker_id = w->id;
-    for (int i = 0; i < w->nrun; i++) {
+    pthread_mutex_lock(&w->mu);
+    int nrun = w->nrun;
+    for (int i = 0; i < nrun; i++) {
         kiln__running_rank__init(&rr[i]);
-        rr[i].job_id = w->run[i].job;
+        kiln_strlcpy(jobs[i], w->run[i].job, sizeof jobs[i]);
+        rr[i].job_id = jobs[i];
         rr[i].attempt = w->run[i].attempt;
         rr[i].rank = w->run[i].ranks[0];
         rrp[i] = &rr[i];
     }
+    pthread_mutex_unlock(&w->mu);
     rq.running = rrp;
-    rq.n_running = (size_t)w->nrun;
+    rq.n_running = (size_t)nrun;
     arena_reset(&w->arena);
     Kiln__HeartbeatResponse rs = KILN__HEARTBEAT_RESPONSE__INIT;
     int64_t t_hb = kiln_mono_us();
@@ -275,14 +372,16 @@ static void agent_beat(worker_t *w)
         kiln_err_set(&err, KILN_ESTATE, NULL, "worker %s was told to register again", w->id);
         agent_err("heartbeat", &err);
     }
+    pthread_mutex_lock(&w->mu);
     /* stop orders first: ranks stopped by SIGTERM exit with 143 */
     for (size_t s = 0; s < rs.n_stops; s++)
         for (int i = 0; i < w->nrun; i++)
             if (w->run[i].attempt == rs.stops[s]->attempt && strcmp(w->run[i].job, rs.stops[s]->job_id) == 0) {
                 atomic_fetch_add(&preempt_stops, 1);
-                end_ranks(w, i, 143);
+                end_ranks_locked(w, i, 143, 0);
                 break;
             }
+    /* new assignments: the ranks start now and run their runtime; the "started" report is queued */
     for (size_t a = 0; a < rs.n_assignments; a++) {
         const Kiln__Assignment *as = rs.assignments[a];
         bool known = false;
@@ -290,20 +389,6 @@ static void agent_beat(worker_t *w)
             known = w->run[i].attempt == as->attempt && strcmp(w->run[i].job, as->job_id) == 0;
         if (known || w->nrun >= MAX_RUN)
             continue;
-        Kiln__RankStatus st = KILN__RANK_STATUS__INIT;
-        st.worker_id = w->id;
-        st.job_id = as->job_id;
-        st.attempt = as->attempt;
-        st.started = true;
-        st.reason = "";
-        st.master_port = as->node_rank == 0 ? 29500 : 0;
-        int64_t t_st = kiln_mono_us();
-        int src = svc_agent_rank_status(svc, w->id, &st, &err);
-        step_add(ST_STATUS, kiln_mono_us() - t_st);
-        if (src) {
-            agent_err("rank status", &err);
-            continue;
-        }
         run_slot_t *r = &w->run[w->nrun++];
         kiln_strlcpy(r->job, as->job_id, sizeof(r->job));
         r->attempt = as->attempt;
@@ -311,13 +396,18 @@ static void agent_beat(worker_t *w)
         for (int k = 0; k < r->nranks; k++)
             r->ranks[k] = as->ranks[k];
         r->end_us = kiln_mono_us() + (int64_t)(runtime_of(as->world_size) * 1e6);
+        report_t rep = {.exit = false, .attempt = as->attempt, .port = as->node_rank == 0 ? 29500 : 0};
+        kiln_strlcpy(rep.job, as->job_id, sizeof rep.job);
+        out_put_locked(w, &rep);
     }
+    pthread_mutex_unlock(&w->mu);
 }
 
 typedef struct agent_thread {
     int first, step; /* the workers it plays: first, first + step, ... */
 } agent_thread_t;
 
+/* The heartbeat loop: at once when nudged, else every --heartbeat-ms. */
 static void *agent_main(void *p)
 {
     agent_thread_t *t = p;
@@ -325,23 +415,13 @@ static void *agent_main(void *p)
         int64_t now = kiln_mono_us(), next = now + heartbeat_ms * 1000;
         for (int i = t->first; i < nworkers; i += t->step) {
             worker_t *w = &workers[i];
-            /* ranks whose runtime has passed exit; the agent tells kilnd at once, and heartbeats
-             * at its interval (and right after an exit, as the real agent wakes its loop) */
-            bool ended = false;
-            for (int k = w->nrun - 1; k >= 0; k--)
-                if (w->run[k].end_us <= now) {
-                    end_ranks(w, k, 0);
-                    ended = true;
-                }
-            if (atomic_exchange(&w->nudged, false) || ended || now >= w->next_hb_us) {
+            if (atomic_exchange(&w->nudged, false) || now >= w->next_hb_us) {
                 agent_beat(w);
                 w->next_hb_us = kiln_mono_us() + heartbeat_ms * 1000;
             }
             next = KILN_MIN(next, w->next_hb_us);
-            for (int k = 0; k < w->nrun; k++)
-                next = KILN_MIN(next, w->run[k].end_us);
         }
-        int64_t sleep_us = KILN_MIN(next - kiln_mono_us(), 20000);
+        int64_t sleep_us = next - kiln_mono_us();
         int th = t->first;
         pthread_mutex_lock(&agent_mu[th]);
         if (sleep_us > 0 && !agent_woken[th]) {
@@ -377,6 +457,7 @@ static int register_workers(void)
         }
         kiln_strlcpy(workers[i].id, out.worker_id, sizeof workers[i].id);
         workers[i].nrun = 0;
+        workers[i].out_head = workers[i].out_n = 0;
         workers[i].next_hb_us = 0;
     }
     return 0;
@@ -520,7 +601,7 @@ static void phase_end(void)
     admin_sql(sql);
 }
 
-static pthread_t agent_th[MAX_WORKERS];
+static pthread_t agent_th[MAX_WORKERS], sender_th[MAX_WORKERS];
 static agent_thread_t agent_args[MAX_WORKERS];
 
 static void agents_start(void)
@@ -534,9 +615,15 @@ static void agents_start(void)
         pthread_cond_init(&agent_cv[i], &ca);
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&agent_mu[i], NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&workers[i].out_cv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&workers[i].mu, NULL);
         agent_woken[i] = false;
         agent_args[i] = (agent_thread_t){.first = i, .step = (int)nworkers};
         pthread_create(&agent_th[i], NULL, agent_main, &agent_args[i]);
+        pthread_create(&sender_th[i], NULL, sender_main, &workers[i]);
     }
 }
 
@@ -546,6 +633,12 @@ static void agents_stop(void)
     atomic_store(&stop_agents, true);
     for (int i = 0; i < nworkers; i++) {
         pthread_join(agent_th[i], NULL);
+        pthread_mutex_lock(&workers[i].mu);
+        pthread_cond_signal(&workers[i].out_cv);
+        pthread_mutex_unlock(&workers[i].mu);
+        pthread_join(sender_th[i], NULL);
+        pthread_cond_destroy(&workers[i].out_cv);
+        pthread_mutex_destroy(&workers[i].mu);
         pthread_cond_destroy(&agent_cv[i]);
         pthread_mutex_destroy(&agent_mu[i]);
     }
