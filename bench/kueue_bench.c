@@ -12,7 +12,9 @@
  *     its heartbeat loop; --no-push for heartbeats alone), starts each assignment's ranks and queues
  *     its "started" report; the sender sends the reports in order, svc_agent_rank_status (started,
  *     with a rendezvous port) and one svc_agent_rank_exit per rank, code 0, queued the moment the
- *     job's runtime has passed (as the agent's reaper does on waitpid); a stop order (a preemption)
+ *     job's runtime has passed (as the agent's reaper does on waitpid; its heartbeats report the
+ *     attempt until its last exit is sent, so that kilnd does not deliver it again while its reports
+ *     wait in the outbox); a stop order (a preemption)
  *     ends the ranks at once with code 143, as ranks stopped by SIGTERM after their checkpoint do,
  *     and the job waits in its queue again.
  * Then, on a fresh database, a backlog: --backlog jobs of the same mix submitted before any worker
@@ -102,6 +104,8 @@ typedef struct run_slot {
     char job[40];
     int attempt, nranks, ranks[32];
     int64_t end_us; /* when its ranks exit with code 0 */
+    bool ended;     /* its exits are queued: it is dropped when the last is sent (until then its
+                       heartbeats report it, so that kilnd does not deliver it again meanwhile) */
 } run_slot_t;
 
 /* ---- --trace: where an attempt's time goes on the agent's side, step by step (kiln_mono_us) ---- */
@@ -237,7 +241,7 @@ static void out_put_locked(worker_t *w, const report_t *r)
     pthread_cond_signal(&w->out_cv);
 }
 
-/* Queues the exits of run slot i's ranks with exit code `code` and drops the slot (w->mu held). */
+/* Queues the exits of run slot i's ranks with exit code `code` (w->mu held). */
 static void end_ranks_locked(worker_t *w, int i, int code, int64_t end_us)
 {
     run_slot_t *r = &w->run[i];
@@ -247,7 +251,19 @@ static void end_ranks_locked(worker_t *w, int i, int code, int64_t end_us)
         kiln_strlcpy(rep.job, r->job, sizeof rep.job);
         out_put_locked(w, &rep);
     }
-    w->run[i] = w->run[--w->nrun];
+    r->ended = true;
+}
+
+/* Drops the run slot of (job, attempt), its last exit sent. */
+static void run_drop(worker_t *w, const char *job, int attempt)
+{
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->nrun; i++)
+        if (w->run[i].attempt == attempt && strcmp(w->run[i].job, job) == 0) {
+            w->run[i] = w->run[--w->nrun];
+            break;
+        }
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Sends one report. */
@@ -285,6 +301,7 @@ static void send_report(worker_t *w, const report_t *r, int64_t *first_exit_us)
     int64_t t_end = kiln_mono_us();
     step_add(ST_EXIT_CALL, t_end - t_call);
     if (r->last) {
+        run_drop(w, r->job, r->attempt);
         if (r->code == 0) {
             step_add(ST_EXITS_JOB, t_end - *first_exit_us);
             if (trace)
@@ -303,7 +320,9 @@ static void *sender_main(void *p)
     while (!atomic_load(&stop_agents)) {
         /* ranks whose runtime has passed exit with code 0 (the reaper's waitpid) */
         int64_t now = kiln_mono_us(), next = now + 50000;
-        for (int k = w->nrun - 1; k >= 0; k--) {
+        for (int k = 0; k < w->nrun; k++) {
+            if (w->run[k].ended)
+                continue;
             if (w->run[k].end_us <= now)
                 end_ranks_locked(w, k, 0, w->run[k].end_us);
             else
@@ -376,7 +395,8 @@ static void agent_beat(worker_t *w)
     /* stop orders first: ranks stopped by SIGTERM exit with 143 */
     for (size_t s = 0; s < rs.n_stops; s++)
         for (int i = 0; i < w->nrun; i++)
-            if (w->run[i].attempt == rs.stops[s]->attempt && strcmp(w->run[i].job, rs.stops[s]->job_id) == 0) {
+            if (!w->run[i].ended && w->run[i].attempt == rs.stops[s]->attempt &&
+                strcmp(w->run[i].job, rs.stops[s]->job_id) == 0) {
                 atomic_fetch_add(&preempt_stops, 1);
                 end_ranks_locked(w, i, 143, 0);
                 break;
@@ -396,6 +416,7 @@ static void agent_beat(worker_t *w)
         for (int k = 0; k < r->nranks; k++)
             r->ranks[k] = as->ranks[k];
         r->end_us = kiln_mono_us() + (int64_t)(runtime_of(as->world_size) * 1e6);
+        r->ended = false;
         report_t rep = {.exit = false, .attempt = as->attempt, .port = as->node_rank == 0 ? 29500 : 0};
         kiln_strlcpy(rep.job, as->job_id, sizeof rep.job);
         out_put_locked(w, &rep);
