@@ -795,25 +795,6 @@ void store_sched_unlock(store_conn_t *c)
     PQclear(PQexec(c->pg, "SELECT pg_advisory_unlock(" SCHED_LOCK_KEY ")"));
 }
 
-int store_job_pause_step(store_conn_t *c, const char *id, int64_t *pause_at, int64_t *max_steps, kiln_err_t *err)
-{
-    *pause_at = *max_steps = 0;
-    const char *p[1] = {id};
-    PGresult *r = NULL;
-    int rc = store_qp(c, "read the pause step",
-                      "SELECT coalesce((spec #>> '{stopping,max_steps}')::bigint, 0),"
-                      " coalesce((spec #>> '{hyperparameters,max_steps}')::bigint, 0) FROM jobs WHERE id = $1::uuid",
-                      1, p, &r, err);
-    if (rc)
-        return rc;
-    if (PQntuples(r) == 1) {
-        *pause_at = store_get_i64(r, 0, 0);
-        *max_steps = store_get_i64(r, 0, 1);
-    }
-    PQclear(r);
-    return 0;
-}
-
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err)
 {
     char at[24];
