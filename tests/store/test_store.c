@@ -789,21 +789,28 @@ Test(workers, upsert_touch_expire_capacity)
     cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, NULL, &err), 0);
 }
 
-Test(workers, stop_orders_stale_and_lost)
+/* Workers w-a and w-b (2 cpu slots each) and a job placed on both: node 0 on w-a, node 1 on w-b,
+ * attempt 1, rendezvous port `port` (0: not yet reported). */
+static void gang_of_two(char *id, int port)
 {
     store_worker_reg_t w1 = {.id = "w-a", .hostname = "ha", .slot_type = "cpu", .slots = 2};
     store_worker_reg_t w2 = {.id = "w-b", .hostname = "hb", .slot_type = "cpu", .slots = 2};
     cr_assert_eq(store_worker_upsert(c, &w1, NULL, NULL, &err), 0);
     cr_assert_eq(store_worker_upsert(c, &w2, NULL, NULL, &err), 0);
-    char id[STORE_ID_LEN];
     insert_job("s", 0, "{}", NULL, id, NULL);
     for (int k = 0; k < 2; k++) {
         store_assign_t a = {.attempt = 1, .node_rank = k, .nodes = 2, .world_size = 2, .nranks = 1,
-                            .ranks = {k}, .master_addr = "ha", .master_port = 29500};
+                            .ranks = {k}, .master_addr = "ha", .master_port = port};
         kiln_strlcpy(a.job_id, id, sizeof(a.job_id));
         kiln_strlcpy(a.worker_id, k ? "w-b" : "w-a", sizeof(a.worker_id));
         cr_assert_eq(store_assign_insert(c, &a, &err), 0);
     }
+}
+
+Test(workers, stop_orders_stale_and_lost)
+{
+    char id[STORE_ID_LEN];
+    gang_of_two(id, 29500);
     store_assign_t *und = NULL;
     int n = 0;
     char *spec = NULL;
@@ -871,19 +878,8 @@ Test(workers, stop_orders_stale_and_lost)
 
 Test(workers, a_gangs_start_report_sets_the_port_for_every_node_in_one_statement)
 {
-    store_worker_reg_t w1 = {.id = "w-a", .hostname = "ha", .slot_type = "cpu", .slots = 2};
-    store_worker_reg_t w2 = {.id = "w-b", .hostname = "hb", .slot_type = "cpu", .slots = 2};
-    cr_assert_eq(store_worker_upsert(c, &w1, NULL, NULL, &err), 0);
-    cr_assert_eq(store_worker_upsert(c, &w2, NULL, NULL, &err), 0);
     char id[STORE_ID_LEN];
-    insert_job("s", 0, "{}", NULL, id, NULL);
-    for (int k = 0; k < 2; k++) {
-        store_assign_t a = {.attempt = 1, .node_rank = k, .nodes = 2, .world_size = 2, .nranks = 1,
-                            .ranks = {k}, .master_addr = "ha"};
-        kiln_strlcpy(a.job_id, id, sizeof(a.job_id));
-        kiln_strlcpy(a.worker_id, k ? "w-b" : "w-a", sizeof(a.worker_id));
-        cr_assert_eq(store_assign_insert(c, &a, &err), 0);
-    }
+    gang_of_two(id, 0);
     store_assign_t *und = NULL;
     int n = 0;
     cr_assert_eq(store_assign_undelivered(c, "w-b", &und, &n, &err), 0);
