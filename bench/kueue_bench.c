@@ -124,14 +124,14 @@ enum {
     ST_EXIT_CALL,    /* one svc_agent_rank_exit */
     ST_EXITS_JOB,    /* all of an attempt's rank exits, the first call's start to the last's return */
     ST_EXIT_TO_PASS, /* the last exit's return -> the next scheduler pass begins */
-    ST_COMMIT_TO_NUDGE, /* the end of the pass before a nudge -> the nudge */
+    ST_COMMIT_TO_NUDGE, /* the commit of the admitting pass before a nudge -> the nudge */
     ST_N_
 };
 static const char *step_names[ST_N_] = {
     "nudge -> heartbeat begins", "heartbeat delivering (call)", "  per assignment delivered",
     "heartbeat delivering nothing (call)", "start report (call)", "runtime's end -> agent acts",
     "one rank exit (call)", "an attempt's rank exits (all calls)", "last exit -> next pass begins",
-    "pass's end -> nudge (notify path)",
+    "pass's commit -> nudge (notify path)",
 };
 static step_stat_t steps[ST_N_];
 static bool trace;
@@ -826,13 +826,21 @@ static void report_steps(const char *what, const svc_sched_pass_t *p, int n)
     }
     int nn = KILN_MIN(atomic_load(&n_nudge_marks), MAX_MARKS);
     qsort(nudge_marks, (size_t)nn, sizeof(int64_t), cmp_i64);
-    for (int i = 0, k = 0; i < nn; i++) {
-        /* the last pass that ended before the nudge */
-        while (k + 1 < n && p[k + 1].at_us + p[k + 1].took_us <= nudge_marks[i])
+    /* the commits of the passes that admitted jobs (a pass's phases follow each other from at_us;
+     * the pass itself ends later, when it releases its lock) */
+    int64_t *commits = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    int nc = 0;
+    for (int k = 0; commits && k < n; k++)
+        if (p[k].admitted > 0)
+            commits[nc++] = p[k].at_us + p[k].read_us + p[k].decide_us + p[k].commit_us;
+    for (int i = 0, k = 0; i < nn && nc > 0; i++) {
+        /* the last of them before the nudge */
+        while (k + 1 < nc && commits[k + 1] <= nudge_marks[i])
             k++;
-        if (n > 0 && p[k].at_us + p[k].took_us <= nudge_marks[i])
-            step_add(ST_COMMIT_TO_NUDGE, nudge_marks[i] - (p[k].at_us + p[k].took_us));
+        if (commits[k] <= nudge_marks[i])
+            step_add(ST_COMMIT_TO_NUDGE, nudge_marks[i] - commits[k]);
     }
+    free(commits);
     printf("kueue_bench: %s: steps as the agents saw them (average ms, max ms, count):\n", what);
     for (int k = 0; k < ST_N_; k++) {
         long long c = atomic_load(&steps[k].n);
