@@ -733,37 +733,47 @@ static int assignment_msg(svc_t *s, const store_assign_t *a, const store_job_row
 }
 
 /* Delivers a worker's undelivered assignments a[0..n) in one transaction: locks their jobs' rows
- * (in id order, as a pass does), releases those whose attempt moved on (stopped, failed,
- * restarted: nothing to start), marks the others delivered in one statement and moves their jobs
- * SCHEDULED -> STARTING in another. One that a heartbeat of the same worker delivered meanwhile is
- * left out. Appends a message to out->assignments for each delivered one. */
+ * one by one in id order (as a pass locks its jobs; each lock and state change a prepared one-row
+ * statement), releases those whose attempt moved on (stopped, failed, restarted: nothing to
+ * start), marks the others delivered in one statement and moves their jobs SCHEDULED -> STARTING.
+ * One that a heartbeat of the same worker delivered meanwhile is left out. Appends a message to
+ * out->assignments for each delivered one. */
 static int deliver_all(svc_t *s, const store_assign_t *a, int n, arena_t *arena, Kiln__HeartbeatResponse *out,
                        kiln_err_t *err)
 {
     svc_tx_t tx;
-    const char **ids = calloc((size_t)n, sizeof(*ids));
+    int *order = calloc((size_t)n, sizeof(*order));
     store_job_row_t *row = calloc((size_t)n, sizeof(*row));
-    double *age = calloc((size_t)n, sizeof(*age));
-    bool *found = calloc((size_t)n, sizeof(*found));
     int64_t *aid = calloc((size_t)n, sizeof(*aid));
     int *want = calloc((size_t)n, sizeof(*want));
     char **spec = calloc((size_t)n, sizeof(*spec));
-    store_transition_t *tr = calloc((size_t)n, sizeof(*tr));
-    char (*reason)[256] = calloc((size_t)n, sizeof(*reason));
-    int rc = 0, nwant = 0, ntr = 0;
-    if (!ids || !row || !age || !found || !aid || !want || !spec || !tr || !reason) {
+    int rc = 0, nwant = 0;
+    if (!order || !row || !aid || !want || !spec) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
     }
-    for (int i = 0; i < n; i++)
-        ids[i] = a[i].job_id;
+    for (int i = 0; i < n; i++) { /* by job id (a worker holds a few assignments: insertion sort) */
+        int k = i;
+        while (k > 0 && strcmp(a[order[k - 1]].job_id, a[i].job_id) > 0) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
     rc = svc_tx_begin(s, &tx, err);
     if (rc)
         goto out;
-    rc = store_job_rows_lock(tx.c, ids, n, row, age, found, err);
-    for (int i = 0; rc == 0 && i < n; i++) {
-        if (!found[i])
-            continue; /* deleted: its assignments went with it */
+    for (int k = 0; rc == 0 && k < n; k++) {
+        int i = order[k];
+        bool again = k > 0 && strcmp(a[order[k - 1]].job_id, a[i].job_id) == 0;
+        if (again) /* locked already (and moved, if it was to move) */
+            row[i] = row[order[k - 1]];
+        else if ((rc = store_job_row(tx.c, a[i].job_id, true, &row[i], err)) == KILN_ENOTFOUND) {
+            rc = 0; /* deleted: nothing to start */
+            continue;
+        }
+        if (rc)
+            break;
         svc_job_state_t st = svc_state_parse(row[i].state);
         if (row[i].attempt != a[i].attempt || (st != JOB_STATE_SCHEDULED && st != JOB_STATE_STARTING)) {
             rc = store_assign_release(tx.c, a[i].job_id, a[i].attempt, a[i].worker_id, err);
@@ -776,21 +786,15 @@ static int deliver_all(svc_t *s, const store_assign_t *a, int n, arena_t *arena,
         rc = store_assign_deliver_many(tx.c, aid, nwant, spec, err);
     for (int k = 0; rc == 0 && k < nwant; k++) {
         int i = want[k];
-        bool dup = false; /* a job moves once, whatever number of its assignments this worker holds */
-        for (int m = 0; m < ntr && !dup; m++)
-            dup = strcmp(tr[m].id, row[i].id) == 0;
-        if (!spec[k] || dup || svc_state_parse(row[i].state) != JOB_STATE_SCHEDULED)
+        if (!spec[k] || svc_state_parse(row[i].state) != JOB_STATE_SCHEDULED)
             continue;
-        snprintf(reason[ntr], sizeof(reason[ntr]), "assignment delivered to worker %s", a[i].worker_id);
-        tr[ntr] = (store_transition_t){.id = row[i].id, .from = row[i].state, .reason = reason[ntr],
-                                       .attempt = row[i].attempt, .backfill_s = -1};
-        ntr++;
+        char reason[256];
+        snprintf(reason, sizeof(reason), "assignment delivered to worker %s", a[i].worker_id);
+        rc = svc_job_set_state(&tx, &row[i], JOB_STATE_STARTING, row[i].attempt, 0, reason, err);
+        for (int m = k + 1; rc == 0 && m < nwant; m++) /* another part of the same job: moved now */
+            if (strcmp(a[want[m]].job_id, a[i].job_id) == 0)
+                row[want[m]] = row[i];
     }
-    if (rc == 0 && ntr > 0)
-        rc = svc_jobs_set_state(&tx, tr, ntr, JOB_STATE_STARTING, 0, err);
-    for (int m = 0; rc == 0 && m < ntr; m++)
-        if (!tr[m].done) /* its row is locked: it cannot have moved */
-            rc = kiln_err_set(err, KILN_ESTATE, NULL, "job \"%s\" is no longer %s", tr[m].id, tr[m].from);
     if (rc) {
         svc_tx_abort(&tx);
         goto out;
@@ -810,15 +814,11 @@ static int deliver_all(svc_t *s, const store_assign_t *a, int n, arena_t *arena,
 out:
     for (int k = 0; spec && k < n; k++)
         free(spec[k]);
-    free(ids);
+    free(order);
     free(row);
-    free(age);
-    free(found);
     free(aid);
     free(want);
     free(spec);
-    free(tr);
-    free(reason);
     return rc;
 }
 
