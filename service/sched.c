@@ -540,7 +540,7 @@ static void sched_tick(svc_t *s)
     store_predict_t *source = NULL; /* where each job's runtime comes from */
     int64_t pass_start = 0, t_read = 0, t_decide = 0, t_commit = 0;
     bool locked = false, reasons = false;
-    bool kept = false; /* the pass ran through: its view of the queue may be kept for the next */
+    bool kept = false, full_read = false; /* the pass ran through: its view of the queue may be kept for the next */
     sched_snapshot_t snap = {0};
     svc_sched_pass_t *rec = NULL; /* this pass's record, when recording */
     kiln_err_clear(&err);
@@ -572,6 +572,7 @@ static void sched_tick(svc_t *s)
         log_warn("scheduler: %s", err.message);
         goto out;
     }
+    full_read = svc_sched_view_was_full(s->view);
     /* Keep the submission check's view fresh (a copy: the scheduler keeps its own). */
     store_worker_cap_t *copy = ncap ? malloc((size_t)ncap * sizeof(*copy)) : NULL;
     if (copy)
@@ -817,7 +818,8 @@ out:
                 *rec = (svc_sched_pass_t){.at_us = pass_start, .took_us = took, .jobs = KILN_MAX(njobs, 0),
                                           .admitted = nadmit, .read_us = t_read ? t_read - pass_start : took,
                                           .decide_us = t_decide ? t_decide - t_read : 0,
-                                          .commit_us = t_commit ? t_commit - t_decide : 0};
+                                          .commit_us = t_commit ? t_commit - t_decide : 0,
+                                          .full_read = full_read};
             }
             pthread_mutex_unlock(&s->mu);
         }

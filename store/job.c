@@ -525,8 +525,8 @@ int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_
     }
     const char *p[2] = {since, xmin};
     return pending_read(c, "read the job queue's changes",
-                        "SELECT s.snap::text, NOT pg_visible_in_snapshot(f.xid, $1::pg_snapshot), j.*"
-                        " FROM (SELECT pg_current_snapshot() AS snap) s CROSS JOIN job_forget f"
+                        "SELECT s.snap::text, s.forgot, j.* FROM (SELECT pg_current_snapshot() AS snap,"
+                        "  NOT pg_visible_in_snapshot((SELECT xid FROM job_forget), $1::pg_snapshot) AS forgot) s"
                         " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE sched_xid >= $2::xid8"
                         "  AND NOT pg_visible_in_snapshot(sched_xid, $1::pg_snapshot)) j ON true",
                         2, p, out, n, snap, forget, err);
