@@ -248,8 +248,10 @@ static int project_slot(const char *(*names)[2], int *n, const char *queue, cons
 
 /* What a pass read of a pending job that the next passes need not read again: its data paths
  * (a job's spec never changes) and its predicted run time (which changes only as jobs like it
- * run: read again after SCHED_PREDICT_TTL_US). The scheduler thread's, sorted by id. */
+ * run: read again after SCHED_PREDICT_TTL_US, at most SCHED_PREDICT_REFRESH a pass). The
+ * scheduler thread's, sorted by id. */
 #define SCHED_PREDICT_TTL_US 5000000
+#define SCHED_PREDICT_REFRESH 100
 typedef struct sched_known {
     char id[STORE_ID_LEN];
     json_t *paths;             /* owned; NULL: not read yet */
@@ -445,9 +447,12 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
     for (int i = 0; i < m; i++)
         k[at[i]].paths = got[i];
     m = 0;
-    /* the predictions not read in SCHED_PREDICT_TTL_US */
-    for (int j = 0; predict && j < n; j++)
-        if (!k[j].runtime_at_us || now - k[j].runtime_at_us > SCHED_PREDICT_TTL_US) {
+    /* the predictions never read, and those not read in SCHED_PREDICT_TTL_US, at most
+     * SCHED_PREDICT_REFRESH of these a pass (the head of the queue first): the jobs read in one
+     * pass would otherwise all expire in the same later one */
+    for (int j = 0, stale = 0; predict && j < n; j++)
+        if (!k[j].runtime_at_us
+            || (now - k[j].runtime_at_us > SCHED_PREDICT_TTL_US && stale++ < SCHED_PREDICT_REFRESH)) {
             ids[m] = k[j].id;
             at[m++] = j;
         }
