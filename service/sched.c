@@ -893,8 +893,10 @@ void *svc_sched_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
-        if (!svc_is_leader(s))
+        if (!svc_is_leader(s)) {
+            svc_sched_view_drop(&s->view); /* a leader again reads the queue whole first */
             continue; /* the leader schedules; wake-ups here were forwarded to it (notify.c) */
+        }
         svc_tune_pass(s);
         sched_tick(s);
         /* Coalesce bursts of wake-ups (a submission storm) into at most one pass per 20 ms. */
