@@ -760,12 +760,13 @@ static void report_passes(const char *what, const svc_sched_pass_t *p, int n, co
                           int64_t hi)
 {
     int64_t *t = malloc(sizeof(int64_t) * (size_t)(n + 1));
-    int k = 0;
+    int k = 0, whole = 0;
     double jobs = 0;
     for (int i = 0; i < n; i++)
         if (!pending || (pending[i] >= lo && pending[i] <= hi)) {
             t[k++] = p[i].took_us;
             jobs += p[i].jobs;
+            whole += p[i].full_read;
         }
     qsort(t, (size_t)k, sizeof(int64_t), cmp_i64);
     /* where the time of the slowest 1% and of the median pass went (each phase's own p50 / p99) */
@@ -788,9 +789,9 @@ static void report_passes(const char *what, const svc_sched_pass_t *p, int n, co
         snprintf(range, sizeof range, " with %lld-%lld jobs pending", (long long)lo, (long long)hi);
     if (k > 0)
         printf("kueue_bench: %s: %d passes%s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max "
-               "%.1f ms (%.0f jobs read per pass; phases p50/p99 ms: %s)\n",
+               "%.1f ms (%.0f jobs read per pass, %d of the passes read the queue whole; phases p50/p99 ms: %s)\n",
                what, k, range, t[k / 2] / 1e3, t[k * 9 / 10] / 1e3, t[k * 99 / 100] / 1e3,
-               t[k - 1] / 1e3, jobs / k, phases);
+               t[k - 1] / 1e3, jobs / k, whole, phases);
     else
         printf("kueue_bench: %s: no pass%s\n", what, range);
     free(t);

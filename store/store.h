@@ -221,6 +221,29 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
 /* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
  * *out is malloc'd (caller frees), *n rows, at most limit. */
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err);
+/* A job as the scheduler's kept view of the queue holds it (store_job_pending_all and _changes):
+ * its row, its place in the order (priority high to low, then created_us, then id) and whether it
+ * waits (QUEUED, RESTARTING, PREEMPTED) as of the read's snapshot. */
+typedef struct store_pending {
+    store_job_row_t row;
+    int64_t created_us;       /* created_at, microseconds since the epoch */
+    bool waiting;
+} store_pending_t;
+/* Orders two store_pending_t as store_job_pending does (priority high to low, then oldest, then
+ * id): <0, 0 or >0 as a sorts before, with or after b. Pure. */
+int store_pending_cmp(const void *a, const void *b);
+/* The first limit waiting jobs in the order above (all waiting, *n rows, caller frees *out), and
+ * into *snap (caller frees) the database snapshot they were read in (pg_current_snapshot's text),
+ * both from one statement. */
+int store_job_pending_all(store_conn_t *c, int limit, store_pending_t **out, int *n, char **snap, kiln_err_t *err);
+/* Every job whose scheduling columns (migration 0023's trigger list) were written by a transaction
+ * that the snapshot since (from an earlier read) did not see, waiting or not, as this statement's
+ * snapshot (into *snap, caller frees) sees it (*n rows, caller frees *out); *forget = true when
+ * jobs were deleted since then (the rows say nothing of those: read everything again). Every
+ * waiting job this snapshot sees is either unchanged since `since` or among the rows, whatever
+ * order the writers committed in. KILN_EINVAL for a malformed since. */
+int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_t **out, int *n, char **snap,
+                              bool *forget, kiln_err_t *err);
 /* The data_paths of each of the n jobs ids, into out[i] as a JSON array (new references; an
  * empty array for a job without paths or not found). */
 int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out, kiln_err_t *err);
