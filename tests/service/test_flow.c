@@ -999,12 +999,8 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     Kiln__HeartbeatResponse *r = hb(w, low, 1);
     cr_assert_eq(r->n_stops, 1);
     cr_assert(strstr(r->stops[0]->reason, "preempted by job"), "%s", r->stops[0]->reason);
-    j = get(high);
-    cr_assert_str_eq(state_of(j), "QUEUED", "high waits for the slot being freed");
-    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "freeing")
-                  || strstr(json_string_value(json_object_get(j, "reason")), "preempted"),
-              "%s", json_string_value(json_object_get(j, "reason")));
-    json_decref(j);
+    /* high waits for the slot being freed, and says so */
+    json_decref(wait_reason(high, "QUEUED", (const char *const[]){"freeing", "preempted"}, 2, 5000));
     rank_exit(w, low, 1, 0, 143, "stopped on SIGTERM");
     j = wait_state(low, "PREEMPTED", 2000);
     cr_assert(strstr(json_string_value(json_object_get(j, "reason")), high));
