@@ -5,21 +5,25 @@
  * real service and its real scheduler thread on a real PostgreSQL database:
  *   - queues are made with svc_queue_create (what POST /v1/queues calls), jobs submitted with
  *     svc_job_create (what POST /v1/jobs and gRPC CreateJob call) at the given rates;
- *   - simulated agents, one per worker, call what the agent's RPCs reach: svc_agent_register,
- *     svc_agent_heartbeat (every --heartbeat-ms, with the (job, attempt) pairs they run, and at once
- *     when kilnd nudges the worker: svc_on_work, the hook behind gRPC's WatchWork, as the real
- *     agent's watch thread wakes its heartbeat loop; --no-push for heartbeats alone), then
- *     svc_agent_rank_status (started, with a rendezvous port) for each assignment and one
- *     svc_agent_rank_exit per rank, code 0, once the job's runtime has passed; a stop order (a
- *     preemption) ends the ranks at once with code 143, as ranks stopped by SIGTERM after their
- *     checkpoint do, and the job waits in its queue again.
+ *   - simulated agents, one per worker, call what the agent's RPCs reach, on two threads each as
+ *     kiln-agent has: the heartbeat loop calls svc_agent_register, then svc_agent_heartbeat (every
+ *     --heartbeat-ms, with the (job, attempt) pairs they run, and at once when kilnd nudges the
+ *     worker: svc_on_work, the hook behind gRPC's WatchWork, as the real agent's watch thread wakes
+ *     its heartbeat loop; --no-push for heartbeats alone), starts each assignment's ranks and queues
+ *     its "started" report; the sender sends the reports in order, svc_agent_rank_status (started,
+ *     with a rendezvous port) and one svc_agent_rank_exit per rank, code 0, queued the moment the
+ *     job's runtime has passed (as the agent's reaper does on waitpid; its heartbeats report the
+ *     attempt until its last exit is sent, so that kilnd does not deliver it again while its reports
+ *     wait in the outbox); a stop order (a preemption)
+ *     ends the ranks at once with code 143, as ranks stopped by SIGTERM after their checkpoint do,
+ *     and the job waits in its queue again.
  * Then, on a fresh database, a backlog: --backlog jobs of the same mix submitted before any worker
  * registers, then the workers and agents start; every scheduler pass is recorded
  * (svc_sched_record), with the jobs pending when it began (all but those admitted before it).
  * Prints wall time to all done, average usage (busy slot-seconds / (slots x wall)), average time
  * to admission (creation to first SCHEDULED) per size, preemptions, and the pass times. Not a test.
  *
- * usage: kueue_bench [--database-url URL] [--scale 1] [--heartbeat-ms 250] [--backlog 10000]
+ * usage: kueue_bench [--database-url URL] [--scale 1] [--heartbeat-ms 250] [--backlog 10000] [--trace]
  * The database URL defaults to KILN_DATABASE_URL, then KILN_PG_URL (scripts/pg.sh); a fresh
  * database is created in that cluster for each phase and dropped afterwards. */
 #include <libpq-fe.h>
@@ -100,21 +104,91 @@ typedef struct run_slot {
     char job[40];
     int attempt, nranks, ranks[32];
     int64_t end_us; /* when its ranks exit with code 0 */
+    bool ended;     /* its exits are queued: it is dropped when the last is sent (until then its
+                       heartbeats report it, so that kilnd does not deliver it again meanwhile) */
 } run_slot_t;
+
+/* ---- --trace: where an attempt's time goes on the agent's side, step by step (kiln_mono_us) ---- */
+
+typedef struct step_stat {
+    atomic_llong sum_us, n, max_us;
+} step_stat_t;
+
+enum {
+    ST_NUDGE_TO_HB,  /* kilnd's nudge (svc_on_work) -> the agent's heartbeat begins */
+    ST_HB_DELIVER,   /* a heartbeat that delivered assignments: the call, start to return */
+    ST_HB_PER_ASSIGN,/* the same, per assignment it delivered */
+    ST_HB_EMPTY,     /* a heartbeat that delivered nothing */
+    ST_STATUS,       /* svc_agent_rank_status (started): the call */
+    ST_END_LAG,      /* the runtime's end -> the agent acts on it */
+    ST_EXIT_CALL,    /* one svc_agent_rank_exit */
+    ST_EXITS_JOB,    /* all of an attempt's rank exits, the first call's start to the last's return */
+    ST_EXIT_TO_PASS, /* the last exit's return -> the next scheduler pass begins */
+    ST_COMMIT_TO_NUDGE, /* the commit of the admitting pass before a nudge -> the nudge */
+    ST_N_
+};
+static const char *step_names[ST_N_] = {
+    "nudge -> heartbeat begins", "heartbeat delivering (call)", "  per assignment delivered",
+    "heartbeat delivering nothing (call)", "start report (call)", "runtime's end -> agent acts",
+    "one rank exit (call)", "an attempt's rank exits (all calls)", "last exit -> next pass begins",
+    "pass's commit -> nudge (notify path)",
+};
+static step_stat_t steps[ST_N_];
+static bool trace;
+/* the last exits' return times of completed attempts, and the nudges' times, for the pass gaps */
+#define MAX_MARKS 400000
+static int64_t *exit_marks, *nudge_marks;
+static atomic_int n_exit_marks, n_nudge_marks;
+
+static void step_add(int k, int64_t us)
+{
+    if (us < 0)
+        us = 0;
+    atomic_fetch_add(&steps[k].sum_us, us);
+    atomic_fetch_add(&steps[k].n, 1);
+    long long m = atomic_load(&steps[k].max_us);
+    while (us > m && !atomic_compare_exchange_weak(&steps[k].max_us, &m, us)) {
+    }
+}
+
+static void mark(int64_t *marks, atomic_int *n, int64_t at)
+{
+    int i = atomic_fetch_add(n, 1);
+    if (marks && i < MAX_MARKS)
+        marks[i] = at;
+}
+
+/* A report in a worker's outbox: sent in order by its sender thread, as kiln-agent's sender drains
+ * its outbox (agent/sender.c): "started" reports and rank exits. */
+typedef struct report {
+    bool exit;           /* a rank exit; else a "started" report */
+    char job[40];
+    int attempt, rank, code, port;
+    bool last;           /* the attempt's last rank exit */
+    int64_t end_us;      /* an exit: when its runtime ended (0: a stop order's) */
+} report_t;
+#define MAX_OUT 2048
 
 typedef struct worker {
     char id[64];
+    pthread_mutex_t mu;  /* run, nrun and the outbox */
+    pthread_cond_t out_cv; /* the sender's: a report queued, or the queue's end */
     run_slot_t run[MAX_RUN];
     int nrun;
+    report_t out[MAX_OUT];
+    int out_head, out_n;
     int64_t next_hb_us;
     atomic_bool nudged; /* kilnd has work for it: heartbeat now */
+    atomic_llong nudged_at_us; /* when (the first nudge not yet acted on) */
     arena_t arena;
 } worker_t;
 
 static worker_t workers[MAX_WORKERS];
 
-/* One thread per worker, as each real agent is its own process: it sleeps on its own condition
- * variable, which a nudge of its worker signals. */
+/* Each worker's agent has two threads, as kiln-agent has: the heartbeat loop (woken by kilnd's
+ * nudge or its interval; it takes assignments, starts their "ranks" and queues the "started"
+ * reports, and acts on stop orders) and the sender (it queues each rank's exit when its runtime
+ * has passed, as the agent's reaper does on waitpid, and sends the reports in order). */
 static pthread_mutex_t agent_mu[MAX_WORKERS];
 static pthread_cond_t agent_cv[MAX_WORKERS];
 static bool agent_woken[MAX_WORKERS];
@@ -125,6 +199,11 @@ static void on_work(void *ud, const char *worker_id)
     (void)ud;
     for (int i = 0; i < nworkers; i++)
         if (strcmp(workers[i].id, worker_id) == 0) {
+            int64_t now = kiln_mono_us();
+            long long zero = 0;
+            atomic_compare_exchange_strong(&workers[i].nudged_at_us, &zero, now);
+            if (trace)
+                mark(nudge_marks, &n_nudge_marks, now);
             atomic_store(&workers[i].nudged, true);
             int t = i;
             pthread_mutex_lock(&agent_mu[t]);
@@ -149,25 +228,123 @@ static void agent_err(const char *what, const kiln_err_t *err)
         fprintf(stderr, "kueue_bench: agent: %s: %s\n", what, err->message);
 }
 
-/* Ends the ranks of run slot i of worker w with exit code `code` and drops the slot. */
-static void end_ranks(worker_t *w, int i, int code)
+/* Queues a report (w->mu held). */
+static void out_put_locked(worker_t *w, const report_t *r)
+{
+    if (w->out_n == MAX_OUT) {
+        kiln_err_t err;
+        kiln_err_set(&err, KILN_ENOMEM, NULL, "worker %s: outbox full, a report dropped", w->id);
+        agent_err("outbox", &err);
+        return;
+    }
+    w->out[(w->out_head + w->out_n++) % MAX_OUT] = *r;
+    pthread_cond_signal(&w->out_cv);
+}
+
+/* Queues the exits of run slot i's ranks with exit code `code` (w->mu held). */
+static void end_ranks_locked(worker_t *w, int i, int code, int64_t end_us)
 {
     run_slot_t *r = &w->run[i];
-    kiln_err_t err;
     for (int k = 0; k < r->nranks; k++) {
-        Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
-        rq.worker_id = w->id;
-        rq.job_id = r->job;
-        rq.attempt = r->attempt;
-        rq.rank = r->ranks[k];
-        rq.exit_code = code;
-        rq.reason = code ? "stopped on SIGTERM after a checkpoint" : "";
-        if (svc_agent_rank_exit(svc, w->id, &rq, &err))
-            agent_err("rank exit", &err);
+        report_t rep = {.exit = true, .attempt = r->attempt, .rank = r->ranks[k], .code = code,
+                        .last = k == r->nranks - 1, .end_us = end_us};
+        kiln_strlcpy(rep.job, r->job, sizeof rep.job);
+        out_put_locked(w, &rep);
     }
-    if (code == 0)
-        atomic_fetch_add(&completed, 1);
-    w->run[i] = w->run[--w->nrun];
+    r->ended = true;
+}
+
+/* Drops the run slot of (job, attempt), its last exit sent. */
+static void run_drop(worker_t *w, const char *job, int attempt)
+{
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->nrun; i++)
+        if (w->run[i].attempt == attempt && strcmp(w->run[i].job, job) == 0) {
+            w->run[i] = w->run[--w->nrun];
+            break;
+        }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Sends one report. */
+static void send_report(worker_t *w, const report_t *r, int64_t *first_exit_us)
+{
+    kiln_err_t err;
+    int64_t t_call = kiln_mono_us();
+    if (!r->exit) {
+        Kiln__RankStatus st = KILN__RANK_STATUS__INIT;
+        st.worker_id = w->id;
+        st.job_id = (char *)r->job;
+        st.attempt = r->attempt;
+        st.started = true;
+        st.reason = "";
+        st.master_port = r->port;
+        if (svc_agent_rank_status(svc, w->id, &st, &err))
+            agent_err("rank status", &err);
+        step_add(ST_STATUS, kiln_mono_us() - t_call);
+        return;
+    }
+    if (*first_exit_us == 0) {
+        *first_exit_us = t_call;
+        if (r->code == 0)
+            step_add(ST_END_LAG, t_call - r->end_us);
+    }
+    Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
+    rq.worker_id = w->id;
+    rq.job_id = (char *)r->job;
+    rq.attempt = r->attempt;
+    rq.rank = r->rank;
+    rq.exit_code = r->code;
+    rq.reason = r->code ? "stopped on SIGTERM after a checkpoint" : "";
+    if (svc_agent_rank_exit(svc, w->id, &rq, &err))
+        agent_err("rank exit", &err);
+    int64_t t_end = kiln_mono_us();
+    step_add(ST_EXIT_CALL, t_end - t_call);
+    if (r->last) {
+        run_drop(w, r->job, r->attempt);
+        if (r->code == 0) {
+            step_add(ST_EXITS_JOB, t_end - *first_exit_us);
+            if (trace)
+                mark(exit_marks, &n_exit_marks, t_end);
+            atomic_fetch_add(&completed, 1);
+        }
+        *first_exit_us = 0;
+    }
+}
+
+static void *sender_main(void *p)
+{
+    worker_t *w = p;
+    int64_t first_exit_us = 0;
+    pthread_mutex_lock(&w->mu);
+    while (!atomic_load(&stop_agents)) {
+        /* ranks whose runtime has passed exit with code 0 (the reaper's waitpid) */
+        int64_t now = kiln_mono_us(), next = now + 50000;
+        for (int k = 0; k < w->nrun; k++) {
+            if (w->run[k].ended)
+                continue;
+            if (w->run[k].end_us <= now)
+                end_ranks_locked(w, k, 0, w->run[k].end_us);
+            else
+                next = KILN_MIN(next, w->run[k].end_us);
+        }
+        if (w->out_n == 0) {
+            struct timespec ts;
+            int64_t ns = next * 1000; /* kiln_mono_us is CLOCK_MONOTONIC */
+            ts.tv_sec = ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            pthread_cond_timedwait(&w->out_cv, &w->mu, &ts);
+            continue;
+        }
+        report_t r = w->out[w->out_head];
+        w->out_head = (w->out_head + 1) % MAX_OUT;
+        w->out_n--;
+        pthread_mutex_unlock(&w->mu);
+        send_report(w, &r, &first_exit_us);
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
 }
 
 /* One heartbeat of worker w, and what the agent does with its answer. */
@@ -176,19 +353,37 @@ static void agent_beat(worker_t *w)
     kiln_err_t err;
     Kiln__HeartbeatRequest rq = KILN__HEARTBEAT_REQUEST__INIT;
     Kiln__RunningRank rr[MAX_RUN], *rrp[MAX_RUN];
+    char jobs[MAX_RUN][40];
     rq.worker_id = w->id;
-    for (int i = 0; i < w->nrun; i++) {
+    pthread_mutex_lock(&w->mu);
+    int nrun = w->nrun;
+    for (int i = 0; i < nrun; i++) {
         kiln__running_rank__init(&rr[i]);
-        rr[i].job_id = w->run[i].job;
+        kiln_strlcpy(jobs[i], w->run[i].job, sizeof jobs[i]);
+        rr[i].job_id = jobs[i];
         rr[i].attempt = w->run[i].attempt;
         rr[i].rank = w->run[i].ranks[0];
         rrp[i] = &rr[i];
     }
+    pthread_mutex_unlock(&w->mu);
     rq.running = rrp;
-    rq.n_running = (size_t)w->nrun;
+    rq.n_running = (size_t)nrun;
     arena_reset(&w->arena);
     Kiln__HeartbeatResponse rs = KILN__HEARTBEAT_RESPONSE__INIT;
-    if (svc_agent_heartbeat(svc, w->id, &rq, &w->arena, &rs, &err)) {
+    int64_t t_hb = kiln_mono_us();
+    long long nudged_at = atomic_exchange(&w->nudged_at_us, 0);
+    if (nudged_at)
+        step_add(ST_NUDGE_TO_HB, t_hb - nudged_at);
+    int hrc = svc_agent_heartbeat(svc, w->id, &rq, &w->arena, &rs, &err);
+    int64_t t_hb_end = kiln_mono_us();
+    if (rs.n_assignments > 0) {
+        step_add(ST_HB_DELIVER, t_hb_end - t_hb);
+        for (size_t a = 0; a < rs.n_assignments; a++)
+            step_add(ST_HB_PER_ASSIGN, (t_hb_end - t_hb) / (int64_t)rs.n_assignments);
+    } else {
+        step_add(ST_HB_EMPTY, t_hb_end - t_hb);
+    }
+    if (hrc) {
         agent_err("heartbeat", &err);
         return;
     }
@@ -196,14 +391,17 @@ static void agent_beat(worker_t *w)
         kiln_err_set(&err, KILN_ESTATE, NULL, "worker %s was told to register again", w->id);
         agent_err("heartbeat", &err);
     }
+    pthread_mutex_lock(&w->mu);
     /* stop orders first: ranks stopped by SIGTERM exit with 143 */
     for (size_t s = 0; s < rs.n_stops; s++)
         for (int i = 0; i < w->nrun; i++)
-            if (w->run[i].attempt == rs.stops[s]->attempt && strcmp(w->run[i].job, rs.stops[s]->job_id) == 0) {
+            if (!w->run[i].ended && w->run[i].attempt == rs.stops[s]->attempt &&
+                strcmp(w->run[i].job, rs.stops[s]->job_id) == 0) {
                 atomic_fetch_add(&preempt_stops, 1);
-                end_ranks(w, i, 143);
+                end_ranks_locked(w, i, 143, 0);
                 break;
             }
+    /* new assignments: the ranks start now and run their runtime; the "started" report is queued */
     for (size_t a = 0; a < rs.n_assignments; a++) {
         const Kiln__Assignment *as = rs.assignments[a];
         bool known = false;
@@ -211,17 +409,6 @@ static void agent_beat(worker_t *w)
             known = w->run[i].attempt == as->attempt && strcmp(w->run[i].job, as->job_id) == 0;
         if (known || w->nrun >= MAX_RUN)
             continue;
-        Kiln__RankStatus st = KILN__RANK_STATUS__INIT;
-        st.worker_id = w->id;
-        st.job_id = as->job_id;
-        st.attempt = as->attempt;
-        st.started = true;
-        st.reason = "";
-        st.master_port = as->node_rank == 0 ? 29500 : 0;
-        if (svc_agent_rank_status(svc, w->id, &st, &err)) {
-            agent_err("rank status", &err);
-            continue;
-        }
         run_slot_t *r = &w->run[w->nrun++];
         kiln_strlcpy(r->job, as->job_id, sizeof(r->job));
         r->attempt = as->attempt;
@@ -229,13 +416,19 @@ static void agent_beat(worker_t *w)
         for (int k = 0; k < r->nranks; k++)
             r->ranks[k] = as->ranks[k];
         r->end_us = kiln_mono_us() + (int64_t)(runtime_of(as->world_size) * 1e6);
+        r->ended = false;
+        report_t rep = {.exit = false, .attempt = as->attempt, .port = as->node_rank == 0 ? 29500 : 0};
+        kiln_strlcpy(rep.job, as->job_id, sizeof rep.job);
+        out_put_locked(w, &rep);
     }
+    pthread_mutex_unlock(&w->mu);
 }
 
 typedef struct agent_thread {
     int first, step; /* the workers it plays: first, first + step, ... */
 } agent_thread_t;
 
+/* The heartbeat loop: at once when nudged, else every --heartbeat-ms. */
 static void *agent_main(void *p)
 {
     agent_thread_t *t = p;
@@ -243,23 +436,13 @@ static void *agent_main(void *p)
         int64_t now = kiln_mono_us(), next = now + heartbeat_ms * 1000;
         for (int i = t->first; i < nworkers; i += t->step) {
             worker_t *w = &workers[i];
-            /* ranks whose runtime has passed exit; the agent tells kilnd at once, and heartbeats
-             * at its interval (and right after an exit, as the real agent wakes its loop) */
-            bool ended = false;
-            for (int k = w->nrun - 1; k >= 0; k--)
-                if (w->run[k].end_us <= now) {
-                    end_ranks(w, k, 0);
-                    ended = true;
-                }
-            if (atomic_exchange(&w->nudged, false) || ended || now >= w->next_hb_us) {
+            if (atomic_exchange(&w->nudged, false) || now >= w->next_hb_us) {
                 agent_beat(w);
                 w->next_hb_us = kiln_mono_us() + heartbeat_ms * 1000;
             }
             next = KILN_MIN(next, w->next_hb_us);
-            for (int k = 0; k < w->nrun; k++)
-                next = KILN_MIN(next, w->run[k].end_us);
         }
-        int64_t sleep_us = KILN_MIN(next - kiln_mono_us(), 20000);
+        int64_t sleep_us = next - kiln_mono_us();
         int th = t->first;
         pthread_mutex_lock(&agent_mu[th]);
         if (sleep_us > 0 && !agent_woken[th]) {
@@ -295,6 +478,7 @@ static int register_workers(void)
         }
         kiln_strlcpy(workers[i].id, out.worker_id, sizeof workers[i].id);
         workers[i].nrun = 0;
+        workers[i].out_head = workers[i].out_n = 0;
         workers[i].next_hb_us = 0;
     }
     return 0;
@@ -399,6 +583,9 @@ static int phase_begin(const char *tag)
     }
     atomic_store(&completed, 0);
     atomic_store(&preempt_stops, 0);
+    memset(steps, 0, sizeof steps);
+    atomic_store(&n_exit_marks, 0);
+    atomic_store(&n_nudge_marks, 0);
     atomic_store(&stop_agents, false);
     return 0;
 }
@@ -435,7 +622,7 @@ static void phase_end(void)
     admin_sql(sql);
 }
 
-static pthread_t agent_th[MAX_WORKERS];
+static pthread_t agent_th[MAX_WORKERS], sender_th[MAX_WORKERS];
 static agent_thread_t agent_args[MAX_WORKERS];
 
 static void agents_start(void)
@@ -449,9 +636,15 @@ static void agents_start(void)
         pthread_cond_init(&agent_cv[i], &ca);
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&agent_mu[i], NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&workers[i].out_cv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&workers[i].mu, NULL);
         agent_woken[i] = false;
         agent_args[i] = (agent_thread_t){.first = i, .step = (int)nworkers};
         pthread_create(&agent_th[i], NULL, agent_main, &agent_args[i]);
+        pthread_create(&sender_th[i], NULL, sender_main, &workers[i]);
     }
 }
 
@@ -461,6 +654,12 @@ static void agents_stop(void)
     atomic_store(&stop_agents, true);
     for (int i = 0; i < nworkers; i++) {
         pthread_join(agent_th[i], NULL);
+        pthread_mutex_lock(&workers[i].mu);
+        pthread_cond_signal(&workers[i].out_cv);
+        pthread_mutex_unlock(&workers[i].mu);
+        pthread_join(sender_th[i], NULL);
+        pthread_cond_destroy(&workers[i].out_cv);
+        pthread_mutex_destroy(&workers[i].mu);
         pthread_cond_destroy(&agent_cv[i]);
         pthread_mutex_destroy(&agent_mu[i]);
     }
@@ -561,12 +760,13 @@ static void report_passes(const char *what, const svc_sched_pass_t *p, int n, co
                           int64_t hi)
 {
     int64_t *t = malloc(sizeof(int64_t) * (size_t)(n + 1));
-    int k = 0;
+    int k = 0, whole = 0;
     double jobs = 0;
     for (int i = 0; i < n; i++)
         if (!pending || (pending[i] >= lo && pending[i] <= hi)) {
             t[k++] = p[i].took_us;
             jobs += p[i].jobs;
+            whole += p[i].full_read;
         }
     qsort(t, (size_t)k, sizeof(int64_t), cmp_i64);
     /* where the time of the slowest 1% and of the median pass went (each phase's own p50 / p99) */
@@ -589,12 +789,65 @@ static void report_passes(const char *what, const svc_sched_pass_t *p, int n, co
         snprintf(range, sizeof range, " with %lld-%lld jobs pending", (long long)lo, (long long)hi);
     if (k > 0)
         printf("kueue_bench: %s: %d passes%s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, max "
-               "%.1f ms (%.0f jobs read per pass; phases p50/p99 ms: %s)\n",
+               "%.1f ms (%.0f jobs read per pass, %d of the passes read the queue whole; phases p50/p99 ms: %s)\n",
                what, k, range, t[k / 2] / 1e3, t[k * 9 / 10] / 1e3, t[k * 99 / 100] / 1e3,
-               t[k - 1] / 1e3, jobs / k, phases);
+               t[k - 1] / 1e3, jobs / k, whole, phases);
     else
         printf("kueue_bench: %s: no pass%s\n", what, range);
     free(t);
+}
+
+static int cmp_i64(const void *a, const void *b);
+
+/* The first recorded pass that begins at or after t (passes are recorded in order), or -1. */
+static int pass_after(const svc_sched_pass_t *p, int n, int64_t t)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (p[mid].at_us < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n ? lo : -1;
+}
+
+/* --trace: where an attempt's time went, step by step, as the agents saw it, and the gaps between
+ * the agents' calls and the scheduler's passes. */
+static void report_steps(const char *what, const svc_sched_pass_t *p, int n)
+{
+    if (!trace)
+        return;
+    int ne = KILN_MIN(atomic_load(&n_exit_marks), MAX_MARKS);
+    for (int i = 0; i < ne; i++) {
+        int k = pass_after(p, n, exit_marks[i]);
+        if (k >= 0)
+            step_add(ST_EXIT_TO_PASS, p[k].at_us - exit_marks[i]);
+    }
+    int nn = KILN_MIN(atomic_load(&n_nudge_marks), MAX_MARKS);
+    qsort(nudge_marks, (size_t)nn, sizeof(int64_t), cmp_i64);
+    /* the commits of the passes that admitted jobs (a pass's phases follow each other from at_us;
+     * the pass itself ends later, when it releases its lock) */
+    int64_t *commits = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    int nc = 0;
+    for (int k = 0; commits && k < n; k++)
+        if (p[k].admitted > 0)
+            commits[nc++] = p[k].at_us + p[k].read_us + p[k].decide_us + p[k].commit_us;
+    for (int i = 0, k = 0; i < nn && nc > 0; i++) {
+        /* the last of them before the nudge */
+        while (k + 1 < nc && commits[k + 1] <= nudge_marks[i])
+            k++;
+        if (commits[k] <= nudge_marks[i])
+            step_add(ST_COMMIT_TO_NUDGE, nudge_marks[i] - commits[k]);
+    }
+    free(commits);
+    printf("kueue_bench: %s: steps as the agents saw them (average ms, max ms, count):\n", what);
+    for (int k = 0; k < ST_N_; k++) {
+        long long c = atomic_load(&steps[k].n);
+        printf("  %-40s %9.2f %9.1f %8lld\n", step_names[k], c ? (double)atomic_load(&steps[k].sum_us) / c / 1e3 : 0.0,
+               (double)atomic_load(&steps[k].max_us) / 1e3, c);
+    }
 }
 
 static int run_kueue(void)
@@ -632,6 +885,7 @@ static int run_kueue(void)
     svc_sched_record(svc, NULL, 0);
     report_figures("kueue");
     report_passes("kueue", rec, n, NULL, 0, 0);
+    report_steps("kueue", rec, n);
     free(rec);
     printf("kueue_bench: kueue: %ld agent call errors\n", atomic_load(&agent_errors));
     phase_end();
@@ -693,6 +947,8 @@ int main(int argc, char **argv)
         {"timeout", NULL, CONFIG_INT, &timeout_s, CONFIG_ANY, "seconds a phase may take"},
         {"no-push", NULL, CONFIG_BOOL, &no_push, CONFIG_ANY, "agents heartbeat at their interval only (no nudge "
          "when kilnd commits work for them, as with a kilnd without WatchWork)"},
+        {"trace", NULL, CONFIG_BOOL, &trace, CONFIG_ANY, "print where an attempt's time goes, step by step, as "
+         "the agents see it (each call's time, the agents' own lag, the gaps to the scheduler's passes)"},
         {"pg-stats", NULL, CONFIG_BOOL, &pg_stats, CONFIG_ANY, "print the statements that took the database's time "
          "(needs shared_preload_libraries=pg_stat_statements)"},
     };
@@ -706,6 +962,10 @@ int main(int argc, char **argv)
     if (rc || !admin_url || scale <= 0 || scale > 10 || heartbeat_ms < 10 || backlog < 1) {
         fprintf(stderr, "kueue_bench: %s\n", rc ? err.message : "need --database-url (or KILN_PG_URL), sane sizes");
         return 2;
+    }
+    if (trace) {
+        exit_marks = calloc(MAX_MARKS, sizeof(int64_t));
+        nudge_marks = calloc(MAX_MARKS, sizeof(int64_t));
     }
     rc = 0;
     if (strcmp(phase, "backlog") != 0)

@@ -152,25 +152,19 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
     }
     svc_job_state_t st = svc_state_parse(job.state);
     if (req->started) {
-        bool found = false;
-        rc = store_assign_set_started(tx.c, job.id, job.attempt, wid, &found, err);
+        bool found = false, set = false;
+        rc = store_assign_set_started(tx.c, job.id, job.attempt, wid, req->master_port, &found, &set, err);
         if (rc)
             goto fail;
-        if (found && req->master_port != 0) {
-            bool set = false;
-            rc = store_assign_set_port(tx.c, job.id, job.attempt, wid, req->master_port, &set, err);
+        if (set) /* the other nodes' assignments can go out now: nudge their agents (a job of one node
+                  * has none: its own agent, which reports this, needs no nudge) */
+            log_info("job %s: attempt %d's rendezvous is port %d on worker %s", job.id, job.attempt,
+                     req->master_port, wid);
+        if (set && job.nodes > 1) {
+            rc = store_assign_notify_workers(tx.c, SVC_CH_WORK, (const char *const[]){job.id},
+                                             (const int[]){job.attempt}, 1, err);
             if (rc)
                 goto fail;
-            if (set) /* the other nodes' assignments can go out now: nudge their agents (a job of one node
-                      * has none: its own agent, which reports this, needs no nudge) */
-                log_info("job %s: attempt %d's rendezvous is port %d on worker %s", job.id, job.attempt,
-                         req->master_port, wid);
-            if (set && job.nodes > 1) {
-                rc = store_assign_notify_workers(tx.c, SVC_CH_WORK, (const char *const[]){job.id},
-                                                 (const int[]){job.attempt}, 1, err);
-                if (rc)
-                    goto fail;
-            }
         }
         if (!found) {
             rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "
@@ -258,13 +252,14 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
     rc = store_job_row(tx.c, req->job_id, true, &job, err);
     if (rc)
         goto fail;
-    bool inserted = false, released = false;
+    /* one statement: the exit, the assignment's release with its last rank, the attempt's counts */
+    store_rank_exit_t rec;
     Kiln__RankExit ex = *req;
     ex.worker_id = (char *)wid;
-    rc = store_rank_exit_insert(tx.c, &ex, &inserted, &released, err);
+    rc = store_rank_exit_record(tx.c, &ex, &rec, err);
     if (rc)
         goto fail;
-    if (released)
+    if (rec.released)
         tx.wake_sched = true;
     bool failed = req->exit_code != 0 || req->signal != 0;
     char ended[128];
@@ -272,7 +267,7 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
     log_info("job %s: rank %d (attempt %d) on worker %s %s%s%s", job.id, req->rank, req->attempt, wid, ended,
              failed && !req->signal && req->reason && *req->reason ? ": " : "",
              failed && !req->signal && req->reason ? req->reason : "");
-    if (!inserted || req->attempt != job.attempt)
+    if (!rec.inserted || req->attempt != job.attempt)
         return svc_tx_commit(&tx, err);   /* a repeat, or an old attempt: nothing changes */
 
     svc_job_state_t st = svc_state_parse(job.state);
@@ -311,18 +306,14 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
                 rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
             }
         } else {
-            int n_exited = 0, n_ok = 0;
-            rc = store_rank_exit_counts(tx.c, job.id, job.attempt, &n_exited, &n_ok, err);
-            int64_t pause_at = 0, max_steps = 0;
-            if (rc == 0 && n_ok >= job.world_size)
-                rc = store_job_pause_step(tx.c, job.id, &pause_at, &max_steps, err);
-            if (rc == 0 && n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps) {
+            int64_t pause_at = rec.pause_at, max_steps = rec.max_steps;
+            if (rec.n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps) {
                 /* stopped at stopping.max_steps with a checkpoint: paused, its slots free */
                 snprintf(reason, sizeof(reason), "paused at step %lld of %lld (stopping.max_steps): all %d rank(s) "
                          "exited with code 0, checkpoint kept", (long long)pause_at, (long long)max_steps,
                          job.world_size);
                 rc = svc_job_set_state(&tx, &job, JOB_STATE_PAUSED, job.attempt, STORE_TR_STARTED, reason, err);
-            } else if (rc == 0 && n_ok >= job.world_size) {
+            } else if (rec.n_ok >= job.world_size) {
                 snprintf(reason, sizeof(reason), "all %d rank(s) exited with code 0", job.world_size);
                 rc = svc_job_set_state(&tx, &job, JOB_STATE_COMPLETED, job.attempt, STORE_TR_STARTED,
                                        reason, err);
@@ -714,55 +705,14 @@ static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id,
     return 0;
 }
 
-/* Delivers one assignment: marks it delivered and moves its job SCHEDULED -> STARTING.
- * Returns 1 when *msg was filled, 0 when the assignment is no longer wanted. */
-static int deliver(svc_t *s, const store_assign_t *a, arena_t *arena, Kiln__Assignment *msg,
-                   kiln_err_t *err)
+/* The message for assignment a, delivered with its job's spec (row: the job's locked row). */
+static int assignment_msg(svc_t *s, const store_assign_t *a, const store_job_row_t *row, const char *spec,
+                          arena_t *arena, Kiln__Assignment *msg, kiln_err_t *err)
 {
-    svc_tx_t tx;
-    store_job_row_t job;
-    char *spec = NULL;
-    int rc = svc_tx_begin(s, &tx, err);
-    if (rc)
-        return rc;
-    rc = store_job_row(tx.c, a->job_id, true, &job, err);
-    if (rc)
-        goto fail;
-    svc_job_state_t st = svc_state_parse(job.state);
-    if (job.attempt != a->attempt || (st != JOB_STATE_SCHEDULED && st != JOB_STATE_STARTING)) {
-        /* The attempt moved on (stopped, failed, restarted): nothing to start. */
-        rc = store_assign_release(tx.c, a->job_id, a->attempt, a->worker_id, err);
-        if (rc)
-            goto fail;
-        rc = svc_tx_commit(&tx, err);
-        return rc ? rc : 0;
-    }
-    rc = store_assign_deliver(tx.c, a->id, &spec, err);
-    if (rc == KILN_ESTATE) {
-        /* a heartbeat of the same worker running at the same time delivered it */
-        svc_tx_abort(&tx);
-        return 0;
-    }
-    if (rc)
-        goto fail;
-    if (st == JOB_STATE_SCHEDULED) {
-        char reason[256];
-        snprintf(reason, sizeof(reason), "assignment delivered to worker %s", a->worker_id);
-        rc = svc_job_set_state(&tx, &job, JOB_STATE_STARTING, job.attempt, 0, reason, err);
-        if (rc)
-            goto fail;
-    }
-    rc = svc_tx_commit(&tx, err);
-    if (rc) {
-        free(spec);
-        return rc;
-    }
     kiln__assignment__init(msg);
-    rc = assignment_typed(s, spec, a->job_id, job.ckpt_flat_dir, arena, msg, err);
-    if (rc) {
-        free(spec);
+    int rc = assignment_typed(s, spec, a->job_id, row->ckpt_flat_dir, arena, msg, err);
+    if (rc)
         return rc;
-    }
     msg->job_id = svc_astr(arena, a->job_id);
     msg->attempt = a->attempt;
     msg->spec_json = svc_astr(arena, spec);
@@ -776,13 +726,98 @@ static int deliver(svc_t *s, const store_assign_t *a, arena_t *arena, Kiln__Assi
     msg->master_addr = svc_astr(arena, a->master_addr);
     msg->master_port = a->master_port;
     msg->resume_from = svc_astr(arena, "");
-    free(spec);
     log_info("job %s: attempt %d assignment (ranks %d..%d of %d) delivered to worker %s", a->job_id,
              a->attempt, a->nranks ? a->ranks[0] : 0, a->nranks ? a->ranks[a->nranks - 1] : 0,
              a->world_size, a->worker_id);
-    return 1;
-fail:
-    svc_tx_abort(&tx);
+    return 0;
+}
+
+/* Delivers a worker's undelivered assignments a[0..n) in one transaction: locks their jobs' rows
+ * one by one in id order (as a pass locks its jobs; each lock and state change a prepared one-row
+ * statement), releases those whose attempt moved on (stopped, failed, restarted: nothing to
+ * start), marks the others delivered in one statement and moves their jobs SCHEDULED -> STARTING.
+ * One that a heartbeat of the same worker delivered meanwhile is left out. Appends a message to
+ * out->assignments for each delivered one. */
+static int deliver_all(svc_t *s, const store_assign_t *a, int n, arena_t *arena, Kiln__HeartbeatResponse *out,
+                       kiln_err_t *err)
+{
+    svc_tx_t tx;
+    int *order = calloc((size_t)n, sizeof(*order));
+    store_job_row_t *row = calloc((size_t)n, sizeof(*row));
+    int64_t *aid = calloc((size_t)n, sizeof(*aid));
+    int *want = calloc((size_t)n, sizeof(*want));
+    char **spec = calloc((size_t)n, sizeof(*spec));
+    int rc = 0, nwant = 0;
+    if (!order || !row || !aid || !want || !spec) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) { /* by job id (a worker holds a few assignments: insertion sort) */
+        int k = i;
+        while (k > 0 && strcmp(a[order[k - 1]].job_id, a[i].job_id) > 0) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
+    rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        goto out;
+    for (int k = 0; rc == 0 && k < n; k++) {
+        int i = order[k];
+        bool again = k > 0 && strcmp(a[order[k - 1]].job_id, a[i].job_id) == 0;
+        if (again) /* locked already (and moved, if it was to move) */
+            row[i] = row[order[k - 1]];
+        else if ((rc = store_job_row(tx.c, a[i].job_id, true, &row[i], err)) == KILN_ENOTFOUND) {
+            rc = 0; /* deleted: nothing to start */
+            continue;
+        }
+        if (rc)
+            break;
+        svc_job_state_t st = svc_state_parse(row[i].state);
+        if (row[i].attempt != a[i].attempt || (st != JOB_STATE_SCHEDULED && st != JOB_STATE_STARTING)) {
+            rc = store_assign_release(tx.c, a[i].job_id, a[i].attempt, a[i].worker_id, err);
+            continue;
+        }
+        aid[nwant] = a[i].id;
+        want[nwant++] = i;
+    }
+    if (rc == 0)
+        rc = store_assign_deliver_many(tx.c, aid, nwant, spec, err);
+    for (int k = 0; rc == 0 && k < nwant; k++) {
+        int i = want[k];
+        if (!spec[k] || svc_state_parse(row[i].state) != JOB_STATE_SCHEDULED)
+            continue;
+        char reason[256];
+        snprintf(reason, sizeof(reason), "assignment delivered to worker %s", a[i].worker_id);
+        rc = svc_job_set_state(&tx, &row[i], JOB_STATE_STARTING, row[i].attempt, 0, reason, err);
+        for (int m = k + 1; rc == 0 && m < nwant; m++) /* another part of the same job: moved now */
+            if (strcmp(a[want[m]].job_id, a[i].job_id) == 0)
+                row[want[m]] = row[i];
+    }
+    if (rc) {
+        svc_tx_abort(&tx);
+        goto out;
+    }
+    rc = svc_tx_commit(&tx, err);
+    if (rc)
+        goto out;
+    out->assignments = arena_alloc(arena, sizeof(Kiln__Assignment *) * (size_t)KILN_MAX(nwant, 1));
+    for (int k = 0; rc == 0 && k < nwant; k++) {
+        if (!spec[k])
+            continue;
+        Kiln__Assignment *m = arena_alloc(arena, sizeof(*m));
+        rc = assignment_msg(s, &a[want[k]], &row[want[k]], spec[k], arena, m, err);
+        if (rc == 0)
+            out->assignments[out->n_assignments++] = m;
+    }
+out:
+    for (int k = 0; spec && k < n; k++)
+        free(spec[k]);
+    free(order);
+    free(row);
+    free(aid);
+    free(want);
     free(spec);
     return rc;
 }
@@ -927,19 +962,8 @@ int svc_agent_heartbeat(svc_t *s, const char *worker_id, const Kiln__HeartbeatRe
     for (int i = 0; i < nreaped; i++)
         finish_if_stopping(s, reaped[i].job_id, reaped[i].attempt);
 
-    if (nund > 0) {
-        out->assignments = arena_alloc(arena, sizeof(Kiln__Assignment *) * (size_t)nund);
-        for (int i = 0; i < nund; i++) {
-            Kiln__Assignment *m = arena_alloc(arena, sizeof(*m));
-            int d = deliver(s, &und[i], arena, m, err);
-            if (d < 0) {
-                rc = d;
-                goto out;
-            }
-            if (d == 1)
-                out->assignments[out->n_assignments++] = m;
-        }
-    }
+    if (nund > 0 && (rc = deliver_all(s, und, nund, arena, out, err)))
+        goto out;
     if (nstale + nstops > 0) {
         out->stops = arena_alloc(arena, sizeof(Kiln__StopOrder *) * (size_t)(nstale + nstops));
         for (int i = 0; i < nstops; i++)

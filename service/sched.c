@@ -205,6 +205,10 @@ static bool pass_preempts(const sched_decision_t *dec, int n)
     return false;
 }
 
+/* The most waiting jobs the scheduler's view of the queue keeps (in the queue's order); when more
+ * wait, it is read whole again once fewer than a pass reads remain of it. */
+#define SCHED_VIEW_KEEP 20000
+
 /* Up to this many jobs read, every pass writes their pending reasons; beyond, one pass a second. */
 #define SCHED_REASONS_EVERY_PASS 100
 
@@ -244,8 +248,10 @@ static int project_slot(const char *(*names)[2], int *n, const char *queue, cons
 
 /* What a pass read of a pending job that the next passes need not read again: its data paths
  * (a job's spec never changes) and its predicted run time (which changes only as jobs like it
- * run: read again after SCHED_PREDICT_TTL_US). The scheduler thread's, sorted by id. */
+ * run: read again after SCHED_PREDICT_TTL_US, at most SCHED_PREDICT_REFRESH a pass). The
+ * scheduler thread's, sorted by id. */
 #define SCHED_PREDICT_TTL_US 5000000
+#define SCHED_PREDICT_REFRESH 100
 typedef struct sched_known {
     char id[STORE_ID_LEN];
     json_t *paths;             /* owned; NULL: not read yet */
@@ -259,13 +265,148 @@ static int known_cmp(const void *a, const void *b)
     return strcmp(((const sched_known_t *)a)->id, ((const sched_known_t *)b)->id);
 }
 
-void svc_sched_known_free(svc_t *s)
+/* Forgets the facts kept of the last pass's jobs. */
+static void sched_known_clear(svc_t *s)
 {
     for (int i = 0; i < s->nknown; i++)
         json_decref(s->known[i].paths);
     free(s->known);
     s->known = NULL;
     s->nknown = 0;
+}
+
+void svc_sched_known_free(svc_t *s)
+{
+    svc_sched_view_drop(&s->view);
+    sched_known_clear(s);
+}
+
+/* The waiting jobs a pass reads, kept between passes. Invariant: rows[0..n) are, in
+ * store_pending_cmp's order, exactly the jobs waiting in snapshot snap that sort no later than
+ * bound (all of them when complete). A row unchanged since snap reads the same now (the columns
+ * are migration 0023's trigger list), so bringing it up to date needs only the rows written by
+ * transactions snap did not see. */
+struct sched_view {
+    store_pending_t *rows;
+    int n;
+    char *snap;             /* pg_current_snapshot() of the reads it holds */
+    bool complete;          /* every waiting job is among rows */
+    store_pending_t bound;  /* when not complete: the last row of the full read */
+    bool was_full;          /* the last read was a full one */
+};
+
+void svc_sched_view_drop(sched_view_t **view)
+{
+    if (!*view)
+        return;
+    free((*view)->rows);
+    free((*view)->snap);
+    free(*view);
+    *view = NULL;
+}
+
+bool svc_sched_view_was_full(const sched_view_t *view)
+{
+    return view && view->was_full;
+}
+
+static int pending_id_cmp(const void *a, const void *b)
+{
+    return strcmp(((const store_pending_t *)a)->row.id, ((const store_pending_t *)b)->row.id);
+}
+
+/* Brings v up to date with ch[0..nch) (every job written since v->snap, as snapshot snap sees
+ * it; sorted here). Takes snap. Returns 0, or KILN_ENOMEM (v unchanged). */
+static int view_apply(sched_view_t *v, store_pending_t *ch, int nch, char *snap)
+{
+    qsort(ch, (size_t)nch, sizeof(*ch), pending_id_cmp);
+    /* the changed rows that belong in the view, in its order */
+    store_pending_t *add = malloc((size_t)KILN_MAX(nch, 1) * sizeof(*add));
+    store_pending_t *rows = malloc((size_t)KILN_MAX(v->n + nch, 1) * sizeof(*rows));
+    if (!add || !rows) {
+        free(add);
+        free(rows);
+        return KILN_ENOMEM;
+    }
+    int nadd = 0;
+    for (int i = 0; i < nch; i++)
+        if (ch[i].waiting && (v->complete || store_pending_cmp(&ch[i], &v->bound) <= 0))
+            add[nadd++] = ch[i];
+    qsort(add, (size_t)nadd, sizeof(*add), store_pending_cmp);
+    /* merge the unchanged rows (in order already) with those */
+    int n = 0, a = 0;
+    for (int i = 0; i < v->n; i++) {
+        if (nch && bsearch(&v->rows[i], ch, (size_t)nch, sizeof(*ch), pending_id_cmp))
+            continue; /* written since: its new version, if it still belongs, is among add */
+        while (a < nadd && store_pending_cmp(&add[a], &v->rows[i]) < 0)
+            rows[n++] = add[a++];
+        rows[n++] = v->rows[i];
+    }
+    while (a < nadd)
+        rows[n++] = add[a++];
+    free(add);
+    free(v->rows);
+    free(v->snap);
+    v->rows = rows;
+    v->n = n;
+    v->snap = snap;
+    return 0;
+}
+
+int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int keep, store_job_row_t **out, int *n,
+                        kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    sched_view_t *v = *view;
+    int rc = 0;
+    bool fresh = false;
+    if (v) {
+        store_pending_t *ch = NULL;
+        int nch = 0;
+        char *snap = NULL;
+        bool forget = false;
+        rc = store_job_pending_changes(c, v->snap, &ch, &nch, &snap, &forget, err);
+        if (rc == 0 && !forget && view_apply(v, ch, nch, snap) == 0)
+            snap = NULL; /* taken */
+        else if (rc == 0)
+            svc_sched_view_drop(view); /* jobs were deleted, or out of memory: read it whole */
+        free(ch);
+        free(snap);
+        if (rc) {
+            svc_sched_view_drop(view);
+            return rc;
+        }
+        /* a bounded view that runs short of what the pass reads: read it whole again */
+        if (*view && !v->complete && v->n < limit)
+            svc_sched_view_drop(view);
+    }
+    if (!*view) {
+        if (!(v = calloc(1, sizeof(*v))))
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        rc = store_job_pending_all(c, keep, &v->rows, &v->n, &v->snap, err);
+        if (rc) {
+            svc_sched_view_drop(&v);
+            return rc;
+        }
+        v->complete = v->n < keep;
+        if (v->n > 0)
+            v->bound = v->rows[v->n - 1];
+        *view = v;
+        fresh = true;
+    }
+    v->was_full = fresh;
+    int m = KILN_MIN(limit, v->n);
+    if (m > 0) {
+        if (!(*out = malloc((size_t)m * sizeof(**out)))) {
+            svc_sched_view_drop(view);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+        for (int i = 0; i < m; i++)
+            (*out)[i] = v->rows[i].row;
+    }
+    *n = m;
+    return 0;
 }
 
 /* Each job's data paths (new references) and, with predict, its predicted run time (-1: unknown)
@@ -306,9 +447,12 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
     for (int i = 0; i < m; i++)
         k[at[i]].paths = got[i];
     m = 0;
-    /* the predictions not read in SCHED_PREDICT_TTL_US */
-    for (int j = 0; predict && j < n; j++)
-        if (!k[j].runtime_at_us || now - k[j].runtime_at_us > SCHED_PREDICT_TTL_US) {
+    /* the predictions never read, and those not read in SCHED_PREDICT_TTL_US, at most
+     * SCHED_PREDICT_REFRESH of these a pass (the head of the queue first): the jobs read in one
+     * pass would otherwise all expire in the same later one */
+    for (int j = 0, stale = 0; predict && j < n; j++)
+        if (!k[j].runtime_at_us
+            || (now - k[j].runtime_at_us > SCHED_PREDICT_TTL_US && stale++ < SCHED_PREDICT_REFRESH)) {
             ids[m] = k[j].id;
             at[m++] = j;
         }
@@ -329,7 +473,7 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
         runtime[j] = predict && k[j].runtime_at_us ? k[j].runtime_s : -1;
         source[j] = runtime[j] >= 0 ? k[j].source : STORE_PREDICT_NONE;
     }
-    svc_sched_known_free(s);
+    sched_known_clear(s);
     qsort(k, (size_t)n, sizeof(*k), known_cmp);
     s->known = k;
     s->nknown = n;
@@ -401,6 +545,7 @@ static void sched_tick(svc_t *s)
     store_predict_t *source = NULL; /* where each job's runtime comes from */
     int64_t pass_start = 0, t_read = 0, t_decide = 0, t_commit = 0;
     bool locked = false, reasons = false;
+    bool kept = false, full_read = false; /* the pass ran through: its view of the queue may be kept for the next */
     sched_snapshot_t snap = {0};
     svc_sched_pass_t *rec = NULL; /* this pass's record, when recording */
     kiln_err_clear(&err);
@@ -427,18 +572,22 @@ static void sched_tick(svc_t *s)
     bool full = free_slots > 0 || pass_start - s->sched_full_us >= 2000000;
     if (full)
         s->sched_full_us = pass_start;
-    if (store_job_pending(c, full ? 1000 : 20, &jobs, &njobs, &err)) {
+    /* the waiting jobs: the kept view brought up to date with what changed since the last pass */
+    if (svc_sched_view_read(&s->view, c, full ? 1000 : 20, SCHED_VIEW_KEEP, &jobs, &njobs, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
     }
+    full_read = svc_sched_view_was_full(s->view);
     /* Keep the submission check's view fresh (a copy: the scheduler keeps its own). */
     store_worker_cap_t *copy = ncap ? malloc((size_t)ncap * sizeof(*copy)) : NULL;
     if (copy)
         memcpy(copy, cap, (size_t)ncap * sizeof(*copy));
     if (copy || ncap == 0)
         svc_cap_set(s, copy, copy ? ncap : 0, gen);
-    if (njobs <= 0)
+    if (njobs <= 0) {
+        kept = true;
         goto out;
+    }
     if (store_queue_defs_json(c, true, &qjson, &err) || svc_queues_to_sched(qjson, &queues, &nqueues)) {
         log_warn("scheduler: could not read the queues: %s", err.message);
         goto out;
@@ -632,6 +781,7 @@ static void sched_tick(svc_t *s)
         log_warn("scheduler: could not commit the pass's %d admission(s) and its preemptions: %s", nadmit,
                  err.message);
     } else {
+        kept = true;
         for (int k = 0; k < nadmit; k++)
             if (placed[k]) {
                 int j = order[k];
@@ -660,6 +810,8 @@ static void sched_tick(svc_t *s)
     reasons = njobs <= SCHED_REASONS_EVERY_PASS
               || pass_start - s->sched_reasons_us >= KILN_MAX(1000000, 4 * s->sched_reasons_took_us);
 out:
+    if (!kept) /* not the leader's pass, or it failed somewhere: the next reads the queue whole */
+        svc_sched_view_drop(&s->view);
     if (c) {
         if (locked) {
             store_sched_unlock(c);
@@ -671,7 +823,8 @@ out:
                 *rec = (svc_sched_pass_t){.at_us = pass_start, .took_us = took, .jobs = KILN_MAX(njobs, 0),
                                           .admitted = nadmit, .read_us = t_read ? t_read - pass_start : took,
                                           .decide_us = t_decide ? t_decide - t_read : 0,
-                                          .commit_us = t_commit ? t_commit - t_decide : 0};
+                                          .commit_us = t_commit ? t_commit - t_decide : 0,
+                                          .full_read = full_read};
             }
             pthread_mutex_unlock(&s->mu);
         }
@@ -740,8 +893,10 @@ void *svc_sched_main(void *arg)
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
-        if (!svc_is_leader(s))
+        if (!svc_is_leader(s)) {
+            svc_sched_view_drop(&s->view); /* a leader again reads the queue whole first */
             continue; /* the leader schedules; wake-ups here were forwarded to it (notify.c) */
+        }
         svc_tune_pass(s);
         sched_tick(s);
         /* Coalesce bursts of wake-ups (a submission storm) into at most one pass per 20 ms. */

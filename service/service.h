@@ -578,6 +578,7 @@ typedef struct svc_sched_pass {
     /* where took_us went: reading the snapshot, deciding (sched_admit), committing the admissions
      * and preemptions, writing the waiting jobs' reasons (0 in a pass that does not) */
     int64_t read_us, decide_us, commit_us, reasons_us;
+    bool full_read; /* it read every waiting job (else only those written since the last pass) */
 } svc_sched_pass_t;
 void svc_sched_record(svc_t *s, svc_sched_pass_t *buf, int cap);
 int svc_sched_recorded(svc_t *s);

@@ -78,6 +78,7 @@ struct svc {
     struct sched_known *known;   /* the scheduler thread's: what it read of the jobs of its last
                                     pass (sched.c), by id */
     int nknown;
+    struct sched_view *view;     /* the scheduler thread's: its kept view of the waiting jobs (sched.c) */
     svc_sched_pass_t *pass_rec;  /* svc_sched_record's buffer (NULL: passes are not recorded) */
     int pass_rec_cap, pass_rec_n;
 
@@ -211,8 +212,23 @@ int svc_job_view_conn(svc_t *s, const svc_caller_t *who, const char *id, store_c
 
 /* Wakes the scheduler: this kilnd's when it leads, else the leader's through the database. */
 void svc_sched_wake(svc_t *s);
-/* Frees what the scheduler keeps of the jobs of its last pass (sched.c); svc_destroy's. */
+/* Frees what the scheduler keeps of the jobs of its last pass and its view of the queue (sched.c);
+ * svc_destroy's. */
 void svc_sched_known_free(svc_t *s);
+
+/* The scheduler's kept view of the waiting jobs: every waiting job up to a bound in the queue's
+ * order, as of one database snapshot, brought up to date each pass with only the jobs written
+ * since (store_job_pending_changes). Opaque; NULL is an empty view (the next read is a full one). */
+typedef struct sched_view sched_view_t;
+/* Into *out (caller frees) the first limit waiting jobs in store_job_pending's order, exactly what
+ * store_job_pending(c, limit) would read now: from *view brought up to date, or read whole (at most
+ * keep jobs kept) when there is none, jobs were deleted since its snapshot, or fewer than limit
+ * remain of a bounded view. *view is kept on success and dropped (NULL) on any error. */
+int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int keep, store_job_row_t **out, int *n,
+                        kiln_err_t *err);
+/* How the last svc_sched_view_read of the view got its rows: true when read whole. */
+bool svc_sched_view_was_full(const sched_view_t *view);
+void svc_sched_view_drop(sched_view_t **view);
 void *svc_sched_main(void *arg);
 void *svc_live_main(void *arg);
 

@@ -178,27 +178,6 @@ int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assig
                        " ORDER BY a.id", 1, p, out, n, err);
 }
 
-int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
-                          bool *set, kiln_err_t *err)
-{
-    char att[16], pt[16];
-    snprintf(att, sizeof(att), "%d", attempt);
-    snprintf(pt, sizeof(pt), "%d", port);
-    const char *p[4] = {job_id, att, worker_id, pt};
-    PGresult *r = NULL;
-    *set = false;
-    int rc = store_qp(c, "set the rendezvous port",
-                      "UPDATE assignments SET master_port = $4::int"
-                      " WHERE job_id = $1::uuid AND attempt = $2::int AND master_port = 0"
-                      "  AND EXISTS (SELECT 1 FROM assignments z WHERE z.job_id = $1::uuid AND z.attempt = $2::int"
-                      "   AND z.worker_id = $3 AND z.node_rank = 0) RETURNING 1", 4, p, &r, err);
-    if (rc)
-        return rc;
-    *set = PQntuples(r) > 0;
-    PQclear(r);
-    return 0;
-}
-
 int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *const *job_ids, const int *attempts,
                                 int n, kiln_err_t *err)
 {
@@ -216,42 +195,74 @@ int store_assign_notify_workers(store_conn_t *c, const char *channel, const char
     return rc;
 }
 
-int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err)
+int store_assign_deliver_many(store_conn_t *c, const int64_t *ids, int n, char **spec_json, kiln_err_t *err)
 {
-    char ids[24];
-    snprintf(ids, sizeof(ids), "%lld", (long long)id);
-    const char *p[1] = {ids};
+    for (int i = 0; i < n; i++)
+        spec_json[i] = NULL;
+    if (n <= 0)
+        return 0;
+    store_buf_t a = {0};
+    store_buf_putc(&a, '{');
+    for (int i = 0; i < n; i++) {
+        if (i)
+            store_buf_putc(&a, ',');
+        store_buf_i64(&a, ids[i]);
+    }
+    store_buf_putc(&a, '}');
+    store_buf_putc(&a, '\0');
+    const char *p[1] = {a.p};
     PGresult *r = NULL;
-    *spec_json = NULL;
-    int rc = store_qp(c, "mark assignment delivered",
-                      "UPDATE assignments a SET delivered = true, delivered_at = now() FROM jobs j"
-                      " WHERE a.id = $1::bigint AND j.id = a.job_id AND NOT a.delivered"
-                      " RETURNING j.spec::text", 1, p, &r, err);
+    int rc = store_qp(c, "mark assignments delivered",
+                      "UPDATE assignments a SET delivered = true, delivered_at = now()"
+                      " FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, i), jobs j"
+                      " WHERE a.id = x.id AND j.id = a.job_id AND NOT a.delivered"
+                      " RETURNING x.i, j.spec::text", 1, p, &r, err);
+    store_buf_free(&a);
     if (rc)
         return rc;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return kiln_err_set(err, KILN_ESTATE, NULL, "assignment %lld was already delivered", (long long)id);
+    for (int row = 0; row < PQntuples(r) && rc == 0; row++) { /* each row names its id by its place */
+        int k = store_get_int(r, row, 0) - 1;
+        if (k < 0 || k >= n || spec_json[k])
+            continue;
+        spec_json[k] = strdup(store_get_str(r, row, 1));
+        if (!spec_json[k])
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }
-    *spec_json = strdup(store_get_str(r, 0, 0));
     PQclear(r);
-    return *spec_json ? 0 : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (rc)
+        for (int i = 0; i < n; i++) {
+            free(spec_json[i]);
+            spec_json[i] = NULL;
+        }
+    return rc;
 }
 
-int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,
-                             const char *worker_id, bool *found, kiln_err_t *err)
+int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
+                             bool *found, bool *port_set, kiln_err_t *err)
 {
-    char att[16];
+    char att[16], pt[16];
     snprintf(att, sizeof(att), "%d", attempt);
-    const char *p[3] = {job_id, att, worker_id};
+    snprintf(pt, sizeof(pt), "%d", port);
+    const char *p[4] = {job_id, att, worker_id, pt};
     PGresult *r = NULL;
-    *found = false;
+    *found = *port_set = false;
+    /* o: each row as it was before this statement (its old port, whether it was released) */
     int rc = store_qp(c, "mark assignment started",
-                      "UPDATE assignments SET started = true WHERE job_id = $1::uuid AND attempt = $2::int"
-                      " AND worker_id = $3 AND NOT released RETURNING 1", 3, p, &r, err);
+                      "WITH z AS (SELECT $4::int > 0 AND EXISTS (SELECT 1 FROM assignments WHERE job_id = $1::uuid"
+                      "  AND attempt = $2::int AND worker_id = $3 AND node_rank = 0 AND NOT released) AS port)"
+                      " UPDATE assignments a SET started = a.started OR (a.worker_id = $3 AND NOT a.released),"
+                      "  master_port = CASE WHEN z.port AND a.master_port = 0 THEN $4::int ELSE a.master_port END"
+                      " FROM z, assignments o"
+                      " WHERE o.id = a.id AND a.job_id = $1::uuid AND a.attempt = $2::int"
+                      "  AND ((a.worker_id = $3 AND NOT a.released) OR (z.port AND a.master_port = 0))"
+                      " RETURNING a.worker_id = $3 AND NOT o.released, z.port AND o.master_port = 0",
+                      4, p, &r, err);
     if (rc)
         return rc;
-    *found = PQntuples(r) == 1;
+    for (int row = 0; row < PQntuples(r); row++) {
+        *found = *found || store_get_bool(r, row, 0);
+        *port_set = *port_set || store_get_bool(r, row, 1);
+    }
     PQclear(r);
     return 0;
 }
@@ -475,8 +486,7 @@ int store_assign_delivered_on(store_conn_t *c, const char *worker_id, store_lost
                      " AND NOT a.released ORDER BY a.job_id", 1, p, out, n, err);
 }
 
-int store_rank_exit_insert(store_conn_t *c, const Kiln__RankExit *e, bool *inserted,
-                           bool *released, kiln_err_t *err)
+int store_rank_exit_record(store_conn_t *c, const Kiln__RankExit *e, store_rank_exit_t *out, kiln_err_t *err)
 {
     char att[16], rank[16], code[16], sig[16];
     snprintf(att, sizeof(att), "%d", e->attempt);
@@ -486,44 +496,37 @@ int store_rank_exit_insert(store_conn_t *c, const Kiln__RankExit *e, bool *inser
     const char *p[7] = {e->job_id, att, rank, e->worker_id ? e->worker_id : "", code, sig,
                         e->reason ? e->reason : ""};
     PGresult *r = NULL;
-    *inserted = *released = false;
+    memset(out, 0, sizeof(*out));
+    /* Every part of the statement reads the same snapshot, which does not hold the row it inserts:
+     * the counts are the exits before it (prior) plus the new one (ins). The caller holds the job's
+     * row lock, so every earlier exit of the attempt has committed before this statement began. */
     int rc = store_qp(c, "record rank exit",
-                      "INSERT INTO rank_exits (job_id, attempt, rank, worker_id, exit_code, signal, reason)"
-                      " VALUES ($1::uuid, $2::int, $3::int, $4, $5::int, $6::int, $7)"
-                      " ON CONFLICT DO NOTHING RETURNING 1", 7, p, &r, err);
+                      "WITH ins AS (INSERT INTO rank_exits (job_id, attempt, rank, worker_id, exit_code, signal, reason)"
+                      "  VALUES ($1::uuid, $2::int, $3::int, $4, $5::int, $6::int, $7)"
+                      "  ON CONFLICT DO NOTHING RETURNING rank, exit_code, signal),"
+                      " prior AS (SELECT rank, exit_code, signal FROM rank_exits"
+                      "  WHERE job_id = $1::uuid AND attempt = $2::int),"
+                      " rel AS (UPDATE assignments a SET released = true, released_at = now()"
+                      "  WHERE a.job_id = $1::uuid AND a.attempt = $2::int AND a.worker_id = $4"
+                      "  AND $3::int = ANY(a.ranks) AND NOT a.released"
+                      "  AND (SELECT count(*) FROM (SELECT rank FROM prior UNION ALL SELECT rank FROM ins) x"
+                      "   WHERE x.rank = ANY(a.ranks)) >= cardinality(a.ranks) RETURNING 1),"
+                      " alle AS (SELECT exit_code, signal FROM prior UNION ALL SELECT exit_code, signal FROM ins)"
+                      " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM rel), (SELECT count(*) FROM alle),"
+                      "  (SELECT count(*) FROM alle WHERE exit_code = 0 AND signal = 0),"
+                      "  coalesce((SELECT (spec #>> '{stopping,max_steps}')::bigint FROM jobs WHERE id = $1::uuid), 0),"
+                      "  coalesce((SELECT (spec #>> '{hyperparameters,max_steps}')::bigint FROM jobs"
+                      "   WHERE id = $1::uuid), 0)", 7, p, &r, err);
     if (rc)
         return rc;
-    *inserted = PQntuples(r) == 1;
-    PQclear(r);
-    rc = store_qp(c, "release finished assignment",
-                  "UPDATE assignments a SET released = true, released_at = now()"
-                  " WHERE a.job_id = $1::uuid AND a.attempt = $2::int AND a.worker_id = $4"
-                  " AND $3::int = ANY(a.ranks)"
-                  " AND NOT a.released AND (SELECT count(*) FROM rank_exits x WHERE x.job_id = a.job_id"
-                  "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks)) >= cardinality(a.ranks)"
-                  " RETURNING 1", 4, p, &r, err);
-    if (rc)
-        return rc;
-    *released = PQntuples(r) == 1;
-    PQclear(r);
-    return 0;
-}
-
-int store_rank_exit_counts(store_conn_t *c, const char *job_id, int attempt, int *n_exited,
-                           int *n_ok, kiln_err_t *err)
-{
-    char att[16];
-    snprintf(att, sizeof(att), "%d", attempt);
-    const char *p[2] = {job_id, att};
-    PGresult *r = NULL;
-    *n_exited = *n_ok = 0;
-    int rc = store_qp(c, "count rank exits",
-                      "SELECT count(*), count(*) FILTER (WHERE exit_code = 0 AND signal = 0)"
-                      " FROM rank_exits WHERE job_id = $1::uuid AND attempt = $2::int", 2, p, &r, err);
-    if (rc)
-        return rc;
-    *n_exited = store_get_int(r, 0, 0);
-    *n_ok = store_get_int(r, 0, 1);
+    if (PQntuples(r) == 1) {
+        out->inserted = store_get_int(r, 0, 0) > 0;
+        out->released = store_get_int(r, 0, 1) > 0;
+        out->n_exited = store_get_int(r, 0, 2);
+        out->n_ok = store_get_int(r, 0, 3);
+        out->pause_at = store_get_i64(r, 0, 4);
+        out->max_steps = store_get_i64(r, 0, 5);
+    }
     PQclear(r);
     return 0;
 }

@@ -152,27 +152,32 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
                  "slots_per_node, world_size, stop_requested, total_steps, ckpt_flat_dir, queue, project, " \
                  "preemptions, coalesce(preempted_by::text, ''), coalesce(last_preempted_by::text, '')"
 
+/* Fills o from ROW_COLS starting at column off of row i. */
+static void row_fill_at(const PGresult *r, int i, int off, store_job_row_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    kiln_strlcpy(o->id, store_get_str(r, i, off + 0), sizeof(o->id));
+    kiln_strlcpy(o->state, store_get_str(r, i, off + 1), sizeof(o->state));
+    kiln_strlcpy(o->slot_type, store_get_str(r, i, off + 2), sizeof(o->slot_type));
+    o->attempt = store_get_int(r, i, off + 3);
+    o->max_attempts = store_get_int(r, i, off + 4);
+    o->priority = store_get_int(r, i, off + 5);
+    o->nodes = store_get_int(r, i, off + 6);
+    o->slots_per_node = store_get_int(r, i, off + 7);
+    o->world_size = store_get_int(r, i, off + 8);
+    o->stop_requested = store_get_bool(r, i, off + 9);
+    o->total_steps = store_get_i64(r, i, off + 10);
+    o->ckpt_flat_dir = store_get_bool(r, i, off + 11);
+    kiln_strlcpy(o->queue, store_get_str(r, i, off + 12), sizeof(o->queue));
+    kiln_strlcpy(o->project, store_get_str(r, i, off + 13), sizeof(o->project));
+    o->preemptions = store_get_int(r, i, off + 14);
+    kiln_strlcpy(o->preempted_by, store_get_str(r, i, off + 15), sizeof(o->preempted_by));
+    kiln_strlcpy(o->last_preempted_by, store_get_str(r, i, off + 16), sizeof(o->last_preempted_by));
+}
+
 static void row_fill(const PGresult *r, int i, void *elem)
 {
-    store_job_row_t *o = elem;
-    memset(o, 0, sizeof(*o));
-    kiln_strlcpy(o->id, store_get_str(r, i, 0), sizeof(o->id));
-    kiln_strlcpy(o->state, store_get_str(r, i, 1), sizeof(o->state));
-    kiln_strlcpy(o->slot_type, store_get_str(r, i, 2), sizeof(o->slot_type));
-    o->attempt = store_get_int(r, i, 3);
-    o->max_attempts = store_get_int(r, i, 4);
-    o->priority = store_get_int(r, i, 5);
-    o->nodes = store_get_int(r, i, 6);
-    o->slots_per_node = store_get_int(r, i, 7);
-    o->world_size = store_get_int(r, i, 8);
-    o->stop_requested = store_get_bool(r, i, 9);
-    o->total_steps = store_get_i64(r, i, 10);
-    o->ckpt_flat_dir = store_get_bool(r, i, 11);
-    kiln_strlcpy(o->queue, store_get_str(r, i, 12), sizeof(o->queue));
-    kiln_strlcpy(o->project, store_get_str(r, i, 13), sizeof(o->project));
-    o->preemptions = store_get_int(r, i, 14);
-    kiln_strlcpy(o->preempted_by, store_get_str(r, i, 15), sizeof(o->preempted_by));
-    kiln_strlcpy(o->last_preempted_by, store_get_str(r, i, 16), sizeof(o->last_preempted_by));
+    row_fill_at(r, i, 0, elem);
 }
 
 static void id_array(store_buf_t *a, const char *const *ids, int n);
@@ -426,6 +431,105 @@ int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n,
                         "SELECT " ROW_COLS " FROM jobs WHERE state IN ('QUEUED', 'RESTARTING', 'PREEMPTED')"
                         " ORDER BY priority DESC, created_at, id LIMIT $1::int", 1, p,
                         sizeof(**out), row_fill, (void **)out, n, err);
+}
+
+int store_pending_cmp(const void *a, const void *b)
+{
+    const store_pending_t *x = a, *y = b;
+    if (x->row.priority != y->row.priority)
+        return x->row.priority > y->row.priority ? -1 : 1;
+    if (x->created_us != y->created_us)
+        return x->created_us < y->created_us ? -1 : 1;
+    return strcmp(x->row.id, y->row.id); /* lower-case UUID text sorts as PostgreSQL's uuid does */
+}
+
+/* The columns of a kept pending row after the snapshot and the forget flag: whether it waits, its
+ * ROW_COLS and created_at in microseconds (exact: extract returns numeric). */
+#define PENDING_COLS "state IN " STORE_WAITING ", " ROW_COLS ", (extract(epoch FROM created_at) * 1000000)::bigint"
+
+/* Reads the rows of one pending read: column 0 the snapshot, 1 whether jobs were deleted since,
+ * then PENDING_COLS (NULL when no job matched: the one row carries only the snapshot). */
+static int pending_read(store_conn_t *c, const char *what, const char *sql, int np, const char *const *p,
+                        store_pending_t **out, int *n, char **snap, bool *forget, kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    *snap = NULL;
+    if (forget)
+        *forget = false;
+    PGresult *r = NULL;
+    int rc = store_q(c, what, sql, np, p, &r, err);
+    if (rc)
+        return rc;
+    int rows = PQntuples(r);
+    if (rows < 1) {
+        PQclear(r);
+        return kiln_err_set(err, KILN_EDB, NULL, "could not %s: the statement returned no snapshot", what);
+    }
+    store_pending_t *arr = calloc((size_t)rows, sizeof(*arr));
+    *snap = strdup(store_get_str(r, 0, 0));
+    if (!arr || !*snap) {
+        free(arr);
+        free(*snap);
+        *snap = NULL;
+        PQclear(r);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory reading %d rows to %s", rows, what);
+    }
+    if (forget)
+        *forget = store_get_bool(r, 0, 1);
+    int m = 0;
+    for (int i = 0; i < rows; i++) {
+        if (store_is_null(r, i, 3))
+            continue; /* no job: the snapshot's row alone */
+        arr[m].waiting = store_get_bool(r, i, 2);
+        row_fill_at(r, i, 3, &arr[m].row);
+        arr[m].created_us = store_get_i64(r, i, 3 + 17);
+        m++;
+    }
+    PQclear(r);
+    *out = arr;
+    *n = m;
+    return 0;
+}
+
+int store_job_pending_all(store_conn_t *c, int limit, store_pending_t **out, int *n, char **snap, kiln_err_t *err)
+{
+    char lim[16];
+    snprintf(lim, sizeof(lim), "%d", limit);
+    const char *p[1] = {lim};
+    return pending_read(c, "read the job queue",
+                        "SELECT s.snap::text, false, j.* FROM (SELECT pg_current_snapshot() AS snap) s"
+                        " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE state IN " STORE_WAITING
+                        "  ORDER BY priority DESC, created_at, id LIMIT $1::int) j ON true",
+                        1, p, out, n, snap, NULL, err);
+}
+
+int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_t **out, int *n, char **snap,
+                              bool *forget, kiln_err_t *err)
+{
+    /* a snapshot's text is xmin:xmax:xip,...; rows written before xmin were visible in it (or
+     * never committed), so the index bounds the scan to those at or after it */
+    char xmin[24];
+    size_t k = 0;
+    while (since[k] >= '0' && since[k] <= '9' && k < sizeof(xmin) - 1) {
+        xmin[k] = since[k];
+        k++;
+    }
+    xmin[k] = '\0';
+    if (k == 0 || since[k] != ':') {
+        *out = NULL;
+        *n = 0;
+        *snap = NULL;
+        *forget = true;
+        return kiln_err_set(err, KILN_EINVAL, NULL, "malformed snapshot \"%.60s\"", since);
+    }
+    const char *p[2] = {since, xmin};
+    return pending_read(c, "read the job queue's changes",
+                        "SELECT s.snap::text, s.forgot, j.* FROM (SELECT pg_current_snapshot() AS snap,"
+                        "  NOT pg_visible_in_snapshot((SELECT xid FROM job_forget), $1::pg_snapshot) AS forgot) s"
+                        " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE sched_xid >= $2::xid8"
+                        "  AND NOT pg_visible_in_snapshot(sched_xid, $1::pg_snapshot)) j ON true",
+                        2, p, out, n, snap, forget, err);
 }
 
 /* a = the array literal {id,...} of ids[0..n) (UUIDs need no quoting), NUL-terminated. */
@@ -793,25 +897,6 @@ int store_sched_lock(store_conn_t *c, bool *got, kiln_err_t *err)
 void store_sched_unlock(store_conn_t *c)
 {
     PQclear(PQexec(c->pg, "SELECT pg_advisory_unlock(" SCHED_LOCK_KEY ")"));
-}
-
-int store_job_pause_step(store_conn_t *c, const char *id, int64_t *pause_at, int64_t *max_steps, kiln_err_t *err)
-{
-    *pause_at = *max_steps = 0;
-    const char *p[1] = {id};
-    PGresult *r = NULL;
-    int rc = store_qp(c, "read the pause step",
-                      "SELECT coalesce((spec #>> '{stopping,max_steps}')::bigint, 0),"
-                      " coalesce((spec #>> '{hyperparameters,max_steps}')::bigint, 0) FROM jobs WHERE id = $1::uuid",
-                      1, p, &r, err);
-    if (rc)
-        return rc;
-    if (PQntuples(r) == 1) {
-        *pause_at = store_get_i64(r, 0, 0);
-        *max_steps = store_get_i64(r, 0, 1);
-    }
-    PQclear(r);
-    return 0;
 }
 
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err)

@@ -149,9 +149,6 @@ int store_job_rows_lock(store_conn_t *c, const char *const *ids, int n, store_jo
 /* Reads a job's row; with lock, SELECT ... FOR UPDATE (inside a transaction). KILN_ENOTFOUND when
  * there is no such job (id need not be a valid UUID: a malformed id is simply not found). */
 int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err);
-/* The job's spec's stopping.max_steps (0 when none) and hyperparameters.max_steps (0 for a script
- * job). */
-int store_job_pause_step(store_conn_t *c, const char *id, int64_t *pause_at, int64_t *max_steps, kiln_err_t *err);
 /* Sets the job's stopping.max_steps to pause_at (0: removes it, so it runs to its end) and gives
  * it one attempt more (the resumed attempt keeps the retries its spec asked for). */
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err);
@@ -224,6 +221,29 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
 /* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
  * *out is malloc'd (caller frees), *n rows, at most limit. */
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err);
+/* A job as the scheduler's kept view of the queue holds it (store_job_pending_all and _changes):
+ * its row, its place in the order (priority high to low, then created_us, then id) and whether it
+ * waits (QUEUED, RESTARTING, PREEMPTED) as of the read's snapshot. */
+typedef struct store_pending {
+    store_job_row_t row;
+    int64_t created_us;       /* created_at, microseconds since the epoch */
+    bool waiting;
+} store_pending_t;
+/* Orders two store_pending_t as store_job_pending does (priority high to low, then oldest, then
+ * id): <0, 0 or >0 as a sorts before, with or after b. Pure. */
+int store_pending_cmp(const void *a, const void *b);
+/* The first limit waiting jobs in the order above (all waiting, *n rows, caller frees *out), and
+ * into *snap (caller frees) the database snapshot they were read in (pg_current_snapshot's text),
+ * both from one statement. */
+int store_job_pending_all(store_conn_t *c, int limit, store_pending_t **out, int *n, char **snap, kiln_err_t *err);
+/* Every job whose scheduling columns (migration 0023's trigger list) were written by a transaction
+ * that the snapshot since (from an earlier read) did not see, waiting or not, as this statement's
+ * snapshot (into *snap, caller frees) sees it (*n rows, caller frees *out); *forget = true when
+ * jobs were deleted since then (the rows say nothing of those: read everything again). Every
+ * waiting job this snapshot sees is either unchanged since `since` or among the rows, whatever
+ * order the writers committed in. KILN_EINVAL for a malformed since. */
+int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_t **out, int *n, char **snap,
+                              bool *forget, kiln_err_t *err);
 /* The data_paths of each of the n jobs ids, into out[i] as a JSON array (new references; an
  * empty array for a job without paths or not found). */
 int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out, kiln_err_t *err);
@@ -550,22 +570,24 @@ int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, ki
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
                       int *n, kiln_err_t *err);
 /* Undelivered, unreleased, not stopped assignments of a worker: node 0's at once, the others'
- * once node 0's agent has reported the rendezvous port (store_assign_set_port). */
+ * once node 0's agent has reported the rendezvous port (store_assign_set_started). */
 int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assign_t **out, int *n,
                              kiln_err_t *err);
-/* The rendezvous port node 0's agent picked for the attempt: set on every assignment of it that
- * has none yet, when worker_id holds node 0. *set (OUT) = some row changed. */
-int store_assign_set_port(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
-                          bool *set, kiln_err_t *err);
 /* Sends a notification on channel, with a worker's id as its payload, once for every worker holding
  * an assignment of any of the attempts (job_ids[k], attempts[k]), k < n, in one statement;
  * delivered only if the transaction commits (WatchWork's nudges). */
 int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *const *job_ids, const int *attempts,
                                 int n, kiln_err_t *err);
-/* Marks one assignment delivered; *spec_json (OUT, malloc'd, caller frees) = the job's spec. */
-int store_assign_deliver(store_conn_t *c, int64_t id, char **spec_json, kiln_err_t *err);
-int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt,
-                             const char *worker_id, bool *found, kiln_err_t *err);
+/* Marks the assignments ids[0..n) delivered, in one statement; spec_json[i] (OUT, malloc'd, caller
+ * frees) = the spec of assignment ids[i]'s job, or NULL when it was delivered already (by another
+ * heartbeat of the same worker) or is gone. */
+int store_assign_deliver_many(store_conn_t *c, const int64_t *ids, int n, char **spec_json, kiln_err_t *err);
+/* A worker's "started" report, in one statement: marks its live (unreleased) assignment of the
+ * attempt started (*found OUT: it has one) and, when port > 0 and that assignment is node 0's, sets
+ * the rendezvous port node 0's agent picked on every assignment of the attempt that has none yet
+ * (*port_set OUT: some row got it). */
+int store_assign_set_started(store_conn_t *c, const char *job_id, int attempt, const char *worker_id, int port,
+                             bool *found, bool *port_set, kiln_err_t *err);
 /* Asks every unreleased assignment of the attempt (except on except_worker, may be NULL) to stop;
  * undelivered ones are released at once since nothing runs for them. */
 int store_assign_stop(store_conn_t *c, const char *job_id, int attempt, const char *reason,
@@ -626,13 +648,18 @@ int store_assign_delivered_on(store_conn_t *c, const char *worker_id, store_lost
 int store_assign_ranks_of(store_conn_t *c, const char *job_id, int attempt, const char *worker_id,
                           int *ranks, int *n, kiln_err_t *err);
 
-/* Records a rank exit; *inserted (OUT) = false when this rank's exit was already recorded.
- * Releases the worker's assignment when all its ranks have exited (*released OUT). */
-int store_rank_exit_insert(store_conn_t *c, const Kiln__RankExit *e, bool *inserted,
-                           bool *released, kiln_err_t *err);
-/* Exits recorded for an attempt: *n_exited, and *n_ok of them with exit code 0. */
-int store_rank_exit_counts(store_conn_t *c, const char *job_id, int attempt, int *n_exited,
-                           int *n_ok, kiln_err_t *err);
+/* What store_rank_exit_record found. */
+typedef struct store_rank_exit {
+    bool inserted;          /* false when this rank's exit was already recorded (a resend) */
+    bool released;          /* the worker's assignment was released: all its ranks have exited */
+    int n_exited, n_ok;     /* the attempt's exits recorded, this one included; n_ok: code 0, no signal */
+    int64_t pause_at;       /* the job's stopping.max_steps (0: none) */
+    int64_t max_steps;      /* its hyperparameters.max_steps (0: none) */
+} store_rank_exit_t;
+/* Records a rank exit, releases the worker's assignment when all its ranks have exited, and
+ * counts the attempt's exits, in one statement. The caller holds the job's row lock
+ * (store_job_row with lock), so that concurrent exits of the attempt count each other. */
+int store_rank_exit_record(store_conn_t *c, const Kiln__RankExit *e, store_rank_exit_t *out, kiln_err_t *err);
 
 /* ---- logs and metrics ----------------------------------------------------------------------- */
 

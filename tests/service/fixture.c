@@ -145,6 +145,27 @@ json_t *wait_state(const char *id, const char *state, int timeout_ms)
     }
 }
 
+/* Polls until the job is in `state` with a reason that holds one of needles[0..n) (a waiting job's
+ * reason is written after the pass that placed the others commits); returns the job. */
+json_t *wait_reason(const char *id, const char *state, const char *const *needles, int n, int timeout_ms)
+{
+    for (int t = 0;; t += 20) {
+        json_t *j = get(id);
+        const char *reason = json_string_value(json_object_get(j, "reason"));
+        bool found = false;
+        for (int k = 0; k < n && reason && !found; k++)
+            found = strstr(reason, needles[k]) != NULL;
+        if (strcmp(state_of(j), state) == 0 && found)
+            return j;
+        if (t >= timeout_ms)
+            cr_assert_fail("job %s is %s (%s), wanted %s with a reason naming \"%s\"%s", id, state_of(j),
+                           reason, state, needles[0], n > 1 ? " or another" : "");
+        json_decref(j);
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void status(const char *wid, const char *job, int attempt, bool started, const char *reason)
 {
     Kiln__RankStatus rq = KILN__RANK_STATUS__INIT;

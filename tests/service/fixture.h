@@ -27,6 +27,7 @@ json_t *get(const char *id);
 const char *state_of(json_t *j);
 /* Polls until the job is in state; returns it (caller decrefs); fails the test on timeout. */
 json_t *wait_state(const char *id, const char *state, int timeout_ms);
+json_t *wait_reason(const char *id, const char *state, const char *const *needles, int n, int timeout_ms);
 void status(const char *wid, const char *job, int attempt, bool started, const char *reason);
 /* Started, with the rendezvous port the agent picked (as node 0 reports it). */
 void status_port(const char *wid, const char *job, int attempt, int port);

@@ -484,6 +484,49 @@ Test(life, an_assignment_the_agent_never_got_is_delivered_again)
     cr_assert_eq(hb(w, NULL, 0)->n_assignments, 0, "a started assignment is never re-sent");
 }
 
+Test(life, one_heartbeat_delivers_every_waiting_assignment_of_its_worker)
+{
+    char w[64], id[3][40];
+    reg(NULL, 3, "cpu", w);
+    for (int k = 0; k < 3; k++)
+        submit(spec(1, 1, "cpu", 0, 1), NULL, id[k], NULL);
+    for (int k = 0; k < 3; k++)
+        json_decref(wait_state(id[k], "SCHEDULED", 5000));
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), id[1], NULL, &out, &err), 0); /* its part is released */
+    json_decref(out);
+    Kiln__HeartbeatResponse *r = hb(w, NULL, 0);
+    cr_assert_eq(r->n_assignments, 2, "the two waiting assignments, in one heartbeat");
+    bool seen[3] = {false, false, false};
+    for (size_t i = 0; i < r->n_assignments; i++)
+        for (int k = 0; k < 3; k++)
+            if (strcmp(r->assignments[i]->job_id, id[k]) == 0) {
+                cr_assert_not(seen[k], "job %d delivered twice", k);
+                seen[k] = true;
+                cr_assert_eq(r->assignments[i]->attempt, 1);
+                cr_assert_eq(r->assignments[i]->n_ranks, 1);
+                cr_assert_not_null(strstr(r->assignments[i]->spec_json, "mlp"), "each with its own spec");
+            }
+    cr_assert(seen[0] && seen[2] && !seen[1]);
+    for (int k = 0; k < 3; k += 2) {
+        json_t *j = get(id[k]);
+        cr_assert_str_eq(state_of(j), "STARTING");
+        json_decref(j);
+        char ev[256];
+        events_str(id[k], ev, sizeof ev);
+        cr_assert_not_null(strstr(ev, "SCHEDULED STARTING"), "job %d's events: %s", k, ev);
+    }
+    cr_assert_eq(hb(w, id[0], 1)->n_assignments, 0, "each is delivered once");
+    /* both run to the end: started, then their one rank exits with code 0 */
+    for (int k = 0; k < 3; k += 2) {
+        status_port(w, id[k], 1, 29500 + k);
+        json_decref(wait_state(id[k], "RUNNING", 5000));
+        rank_exit(w, id[k], 1, 0, 0, NULL);
+        rank_exit(w, id[k], 1, 0, 0, NULL); /* resent: its reply was lost */
+        json_decref(wait_state(id[k], "COMPLETED", 5000));
+    }
+}
+
 Test(life, ranks_that_cannot_start_fail_the_job)
 {
     char w[64], id[40];
@@ -956,12 +999,8 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     Kiln__HeartbeatResponse *r = hb(w, low, 1);
     cr_assert_eq(r->n_stops, 1);
     cr_assert(strstr(r->stops[0]->reason, "preempted by job"), "%s", r->stops[0]->reason);
-    j = get(high);
-    cr_assert_str_eq(state_of(j), "QUEUED", "high waits for the slot being freed");
-    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "freeing")
-                  || strstr(json_string_value(json_object_get(j, "reason")), "preempted"),
-              "%s", json_string_value(json_object_get(j, "reason")));
-    json_decref(j);
+    /* high waits for the slot being freed, and says so */
+    json_decref(wait_reason(high, "QUEUED", (const char *const[]){"freeing", "preempted"}, 2, 5000));
     rank_exit(w, low, 1, 0, 143, "stopped on SIGTERM");
     j = wait_state(low, "PREEMPTED", 2000);
     cr_assert(strstr(json_string_value(json_object_get(j, "reason")), high));

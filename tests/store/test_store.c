@@ -733,10 +733,11 @@ Test(workers, upsert_touch_expire_capacity)
     cr_assert_eq(und[0].nranks, 2);
     cr_assert_eq(und[0].ranks[1], 1);
     char *spec = NULL;
-    cr_assert_eq(store_assign_deliver(c, und[0].id, &spec, &err), 0);
+    cr_assert_eq(store_assign_deliver_many(c, &und[0].id, 1, &spec, &err), 0);
     cr_assert_str_eq(spec, "{\"name\": \"x\"}");
     free(spec);
-    cr_assert_eq(store_assign_deliver(c, und[0].id, &spec, &err), KILN_ESTATE);
+    cr_assert_eq(store_assign_deliver_many(c, &und[0].id, 1, &spec, &err), 0);
+    cr_assert_null(spec, "an assignment is delivered once");
     free(und);
 
     /* Two rank exits release it. */
@@ -745,21 +746,27 @@ Test(workers, upsert_touch_expire_capacity)
     e.job_id = id;
     e.attempt = 1;
     e.rank = 0;
-    bool ins = false, rel = false;
-    cr_assert_eq(store_rank_exit_insert(c, &e, &ins, &rel, &err), 0, "%s", err.message);
-    cr_assert(ins);
-    cr_assert_not(rel);
-    cr_assert_eq(store_rank_exit_insert(c, &e, &ins, &rel, &err), 0);
-    cr_assert_not(ins, "a repeated exit is recorded once");
+    store_rank_exit_t rec;
+    cr_assert_eq(store_rank_exit_record(c, &e, &rec, &err), 0, "%s", err.message);
+    cr_assert(rec.inserted);
+    cr_assert_not(rec.released);
+    cr_assert_eq(rec.n_exited, 1, "the counts hold the exit just recorded");
+    cr_assert_eq(rec.n_ok, 1);
+    cr_assert_eq(store_rank_exit_record(c, &e, &rec, &err), 0);
+    cr_assert_not(rec.inserted, "a repeated exit is recorded once");
+    cr_assert_not(rec.released);
+    cr_assert_eq(rec.n_exited, 1, "a repeated exit is counted once");
     e.rank = 1;
     e.exit_code = 3;
-    cr_assert_eq(store_rank_exit_insert(c, &e, &ins, &rel, &err), 0);
-    cr_assert(ins);
-    cr_assert(rel);
-    int ne = 0, nok = 0;
-    cr_assert_eq(store_rank_exit_counts(c, id, 1, &ne, &nok, &err), 0);
-    cr_assert_eq(ne, 2);
-    cr_assert_eq(nok, 1);
+    cr_assert_eq(store_rank_exit_record(c, &e, &rec, &err), 0);
+    cr_assert(rec.inserted);
+    cr_assert(rec.released, "the last rank's exit releases the assignment");
+    cr_assert_eq(rec.n_exited, 2);
+    cr_assert_eq(rec.n_ok, 1);
+    cr_assert_eq(store_rank_exit_record(c, &e, &rec, &err), 0);
+    cr_assert_not(rec.inserted);
+    cr_assert_not(rec.released, "a released assignment is released once");
+    cr_assert_eq(rec.n_exited, 2);
     cr_assert_eq(store_workers_capacity(c, &cap, &n, &err), 0);
     cr_assert_eq(cap[0].slots_free, 3);
     free(cap);
@@ -782,26 +789,33 @@ Test(workers, upsert_touch_expire_capacity)
     cr_assert_eq(store_worker_touch(c, "w-1", false, NULL, NULL, &err), 0);
 }
 
-Test(workers, stop_orders_stale_and_lost)
+/* Workers w-a and w-b (2 cpu slots each) and a job placed on both: node 0 on w-a, node 1 on w-b,
+ * attempt 1, rendezvous port `port` (0: not yet reported). */
+static void gang_of_two(char *id, int port)
 {
     store_worker_reg_t w1 = {.id = "w-a", .hostname = "ha", .slot_type = "cpu", .slots = 2};
     store_worker_reg_t w2 = {.id = "w-b", .hostname = "hb", .slot_type = "cpu", .slots = 2};
     cr_assert_eq(store_worker_upsert(c, &w1, NULL, NULL, &err), 0);
     cr_assert_eq(store_worker_upsert(c, &w2, NULL, NULL, &err), 0);
-    char id[STORE_ID_LEN];
     insert_job("s", 0, "{}", NULL, id, NULL);
     for (int k = 0; k < 2; k++) {
         store_assign_t a = {.attempt = 1, .node_rank = k, .nodes = 2, .world_size = 2, .nranks = 1,
-                            .ranks = {k}, .master_addr = "ha", .master_port = 29500};
+                            .ranks = {k}, .master_addr = "ha", .master_port = port};
         kiln_strlcpy(a.job_id, id, sizeof(a.job_id));
         kiln_strlcpy(a.worker_id, k ? "w-b" : "w-a", sizeof(a.worker_id));
         cr_assert_eq(store_assign_insert(c, &a, &err), 0);
     }
+}
+
+Test(workers, stop_orders_stale_and_lost)
+{
+    char id[STORE_ID_LEN];
+    gang_of_two(id, 29500);
     store_assign_t *und = NULL;
     int n = 0;
     char *spec = NULL;
     cr_assert_eq(store_assign_undelivered(c, "w-a", &und, &n, &err), 0);
-    cr_assert_eq(store_assign_deliver(c, und[0].id, &spec, &err), 0);
+    cr_assert_eq(store_assign_deliver_many(c, &und[0].id, 1, &spec, &err), 0);
     free(spec);
     free(und);
 
@@ -860,6 +874,67 @@ Test(workers, stop_orders_stale_and_lost)
     cr_assert_str_eq(lost[0].worker_id, "w-b");
     cr_assert_str_eq(lost[0].hostname, "hb");
     free(lost);
+}
+
+Test(workers, a_gangs_start_report_sets_the_port_for_every_node_in_one_statement)
+{
+    char id[STORE_ID_LEN];
+    gang_of_two(id, 0);
+    store_assign_t *und = NULL;
+    int n = 0;
+    cr_assert_eq(store_assign_undelivered(c, "w-b", &und, &n, &err), 0);
+    cr_assert_eq(n, 0, "node 1's part waits for node 0's port");
+    free(und);
+    /* Node 1 reporting a port sets none: only node 0 picks the rendezvous. */
+    bool found = false, set = true;
+    cr_assert_eq(store_assign_set_started(c, id, 1, "w-b", 40000, &found, &set, &err), 0, "%s", err.message);
+    cr_assert(found);
+    cr_assert_not(set);
+    cr_assert_eq(store_assign_undelivered(c, "w-b", &und, &n, &err), 0);
+    cr_assert_eq(n, 0);
+    free(und);
+    /* Node 0's report marks it started and gives both parts the port. */
+    cr_assert_eq(store_assign_set_started(c, id, 1, "w-a", 29501, &found, &set, &err), 0, "%s", err.message);
+    cr_assert(found);
+    cr_assert(set);
+    store_assign_t *as = NULL;
+    cr_assert_eq(store_assign_list(c, id, 1, &as, &n, &err), 0);
+    cr_assert_eq(n, 2);
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(as[k].master_port, 29501, "node %d has the port", k);
+        cr_assert(as[k].started, "node %d's report marked it started", k);
+    }
+    free(as);
+    /* A resent report (its reply lost) finds its assignment and sets nothing again. */
+    cr_assert_eq(store_assign_set_started(c, id, 1, "w-a", 29502, &found, &set, &err), 0);
+    cr_assert(found);
+    cr_assert_not(set);
+    cr_assert_eq(store_assign_list(c, id, 1, &as, &n, &err), 0);
+    cr_assert_eq(as[1].master_port, 29501, "the port is set once");
+    free(as);
+    /* Node 1's part goes out now; both delivered in one statement, each once, each with its spec. */
+    cr_assert_eq(store_assign_undelivered(c, "w-b", &und, &n, &err), 0);
+    cr_assert_eq(n, 1);
+    store_assign_t *und0 = NULL;
+    int n0 = 0;
+    cr_assert_eq(store_assign_undelivered(c, "w-a", &und0, &n0, &err), 0);
+    cr_assert_eq(n0, 1);
+    int64_t ids[2] = {und[0].id, und0[0].id};
+    char *spec[2];
+    cr_assert_eq(store_assign_deliver_many(c, ids, 2, spec, &err), 0, "%s", err.message);
+    cr_assert_str_eq(spec[0], "{\"name\": \"x\"}");
+    cr_assert_str_eq(spec[1], "{\"name\": \"x\"}");
+    free(spec[0]);
+    free(spec[1]);
+    cr_assert_eq(store_assign_deliver_many(c, ids, 2, spec, &err), 0);
+    cr_assert_null(spec[0], "delivered already");
+    cr_assert_null(spec[1]);
+    free(und);
+    free(und0);
+    /* A released part is no longer "found" by its worker's report. */
+    cr_assert_eq(store_assign_release(c, id, 1, "w-b", &err), 0);
+    cr_assert_eq(store_assign_set_started(c, id, 1, "w-b", 0, &found, &set, &err), 0);
+    cr_assert_not(found);
 }
 
 Test(workers, scheduler_lock_is_exclusive)
