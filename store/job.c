@@ -428,7 +428,7 @@ int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n,
     snprintf(lim, sizeof(lim), "%d", limit);
     const char *p[1] = {lim};
     return store_q_rows(c, "read the job queue",
-                        "SELECT " ROW_COLS " FROM jobs WHERE state IN ('QUEUED', 'RESTARTING', 'PREEMPTED')"
+                        "SELECT " ROW_COLS " FROM jobs WHERE state IN " STORE_WAITING
                         " ORDER BY priority DESC, created_at, id LIMIT $1::int", 1, p,
                         sizeof(**out), row_fill, (void **)out, n, err);
 }
@@ -581,7 +581,7 @@ int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t
                         " extract(epoch FROM j.backfill_end - clock_timestamp())::float8,"
                         " (SELECT string_agg(a.worker_id, ',' ORDER BY a.node_rank) FROM assignments a"
                         "   WHERE a.job_id = j.id AND a.attempt = j.attempt AND NOT a.released)"
-                        " FROM jobs j WHERE j.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')", 0, NULL,
+                        " FROM jobs j WHERE j.state IN " STORE_HOLDING, 0, NULL,
                         sizeof(**out), holding_fill, (void **)out, n, err);
 }
 
@@ -725,7 +725,7 @@ int store_job_running_json(store_conn_t *c, json_t **out, kiln_err_t *err)
                      "   CASE WHEN (j.spec->'stopping'->>'max_runtime_s')::float8 > 0"
                      "   THEN (j.spec->'stopping'->>'max_runtime_s')::float8"
                      "    - extract(epoch FROM now() - coalesce(j.started_at, now()))::float8 END) AS s) e"
-                     " WHERE j.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')",
+                     " WHERE j.state IN " STORE_HOLDING,
                      0, NULL, &r, err);
     if (rc)
         return rc;

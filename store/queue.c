@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ACTIVE "('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')"
-#define PENDING "('QUEUED', 'RESTARTING', 'PREEMPTED')"
 
 /* One queue as JSON text, in the shape GET /v1/queues answers: its fields and, from n (COUNTS
  * below, NULL when none of its jobs waits or holds slots), its usage, pending and admitted. */
@@ -20,17 +18,17 @@
     " 'updated_at', " STORE_US("q.updated_at")
 #define QUEUE_JSON                                                                                  \
     "json_build_object(" QUEUE_FIELDS ","                                                           \
-    " 'usage', json_build_object('cpu', coalesce(n.cpu, 0), 'gpu', coalesce(n.gpu, 0)),"           \
+    " 'usage', json_build_object('cpu', coalesce(n.cpu, 0), 'gpu', coalesce(n.gpu, 0)),"            \
     " 'pending', coalesce(n.pending, 0), 'admitted', coalesce(n.admitted, 0))::text"
 /* Every queue's counts in one pass over the jobs that wait or hold slots (not one per queue). */
 #define COUNTS                                                                                      \
     "(SELECT j.queue,"                                                                              \
-    "  sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'cpu' AND j.state IN " ACTIVE ") AS cpu," \
-    "  sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu' AND j.state IN " ACTIVE ") AS gpu," \
-    "  count(*) FILTER (WHERE j.state IN " PENDING ") AS pending,"                                  \
-    "  count(*) FILTER (WHERE j.state IN " ACTIVE ") AS admitted"                                   \
-    " FROM jobs j WHERE j.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING', 'QUEUED', 'RESTARTING',"  \
-    "  'PREEMPTED') AND ($1::text IS NULL OR j.queue = $1) GROUP BY j.queue) n"
+    "  sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'cpu' AND j.state IN " STORE_HOLDING ") AS cpu," \
+    "  sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu' AND j.state IN " STORE_HOLDING ") AS gpu," \
+    "  count(*) FILTER (WHERE j.state IN " STORE_WAITING ") AS pending,"                            \
+    "  count(*) FILTER (WHERE j.state IN " STORE_HOLDING ") AS admitted"                            \
+    " FROM jobs j WHERE j.state IN (" STORE_HOLDING_NAMES ", " STORE_WAITING_NAMES ")"              \
+    "  AND ($1::text IS NULL OR j.queue = $1) GROUP BY j.queue) n"
 
 static int rows_json(PGresult *r, json_t **out, kiln_err_t *err)
 {
@@ -81,7 +79,7 @@ int store_queue_defs_json(store_conn_t *c, bool usage, json_t **out, kiln_err_t 
                              " (SELECT j.queue,"
                              "   sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'cpu') AS cpu,"
                              "   sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu') AS gpu"
-                             "  FROM jobs j WHERE j.state IN " ACTIVE " GROUP BY j.queue) n ON n.queue = q.name"
+                             "  FROM jobs j WHERE j.state IN " STORE_HOLDING " GROUP BY j.queue) n ON n.queue = q.name"
                              " ORDER BY q.name", 0, NULL, &r, err)
                    : store_q(c, "list queues",
                              "SELECT json_build_object(" QUEUE_FIELDS ")::text FROM queues q ORDER BY q.name", 0, NULL,
@@ -161,7 +159,7 @@ int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
     /* One statement: the queue goes only while none of its jobs waits or runs. */
     int rc = store_q(c, "delete queue",
                      "WITH busy AS (SELECT count(*) AS n FROM jobs WHERE queue = $1"
-                     "   AND state IN ('QUEUED', 'RESTARTING', 'PREEMPTED', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')),"
+                     "   AND state IN (" STORE_WAITING_NAMES ", " STORE_HOLDING_NAMES ")),"
                      " d AS (DELETE FROM queues WHERE name = $1 AND (SELECT n FROM busy) = 0 RETURNING 1)"
                      " SELECT (SELECT n FROM busy), (SELECT count(*) FROM d), (SELECT count(*) FROM queues WHERE name = $1)",
                      1, p, &r, err);
@@ -193,12 +191,12 @@ int store_queue_project_usage(store_conn_t *c, double half_life_s, json_t **out,
                      "SELECT json_object_agg(queue, projects)::text FROM ("
                      " SELECT queue, json_object_agg(project, u) AS projects FROM ("
                      "  SELECT queue, project, sum(nodes * slots_per_node * ("
-                     "   CASE WHEN state IN " ACTIVE " THEN 1 ELSE 0 END"
+                     "   CASE WHEN state IN " STORE_HOLDING " THEN 1 ELSE 0 END"
                      "   + CASE WHEN started_at IS NULL THEN 0 ELSE"
                      "     exp(-extract(epoch FROM now() - coalesce(ended_at, now())) / $1::float8)"
                      "     - exp(-extract(epoch FROM now() - started_at) / $1::float8) END)) AS u"
                      "  FROM jobs WHERE queue IN (SELECT name FROM queues WHERE fair_sharing)"
-                     "   AND (state IN " ACTIVE " OR ended_at > now() - make_interval(secs => 10 * $1::float8))"
+                     "   AND (state IN " STORE_HOLDING " OR ended_at > now() - make_interval(secs => 10 * $1::float8))"
                      "  GROUP BY queue, project) per_project GROUP BY queue) per_queue",
                      1, p, &r, err);
     if (rc)

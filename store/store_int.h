@@ -77,7 +77,11 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 
 /* The states in which a job waits to be placed, as SQL: its pending reason (jobs.pending) is kept
  * only in these. */
-#define STORE_WAITING "('QUEUED', 'RESTARTING', 'PREEMPTED')"
+#define STORE_WAITING_NAMES "'QUEUED', 'RESTARTING', 'PREEMPTED'"
+#define STORE_WAITING "(" STORE_WAITING_NAMES ")"
+/* The states in which a job holds its slots (admitted, not yet released), as SQL. */
+#define STORE_HOLDING_NAMES "'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING'"
+#define STORE_HOLDING "(" STORE_HOLDING_NAMES ")"
 
 /* The columns of a job as the API shows it, from "jobs j", and the JSON of one result row whose
  * first columns are these (job.c). */
