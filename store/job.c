@@ -422,16 +422,6 @@ int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_er
     return 0;
 }
 
-int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err)
-{
-    char lim[16];
-    snprintf(lim, sizeof(lim), "%d", limit);
-    const char *p[1] = {lim};
-    return store_q_rows(c, "read the job queue",
-                        "SELECT " ROW_COLS " FROM jobs WHERE state IN " STORE_WAITING
-                        " ORDER BY priority DESC, created_at, id LIMIT $1::int", 1, p,
-                        sizeof(**out), row_fill, (void **)out, n, err);
-}
 
 int store_pending_cmp(const void *a, const void *b)
 {
@@ -502,6 +492,27 @@ int store_job_pending_all(store_conn_t *c, int limit, store_pending_t **out, int
                         " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE state IN " STORE_WAITING
                         "  ORDER BY priority DESC, created_at, id LIMIT $1::int) j ON true",
                         1, p, out, n, snap, NULL, err);
+}
+
+int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err)
+{
+    store_pending_t *rows = NULL;
+    char *snap = NULL;
+    *out = NULL;
+    *n = 0;
+    int rc = store_job_pending_all(c, limit, &rows, n, &snap, err);
+    free(snap);
+    if (rc)
+        return rc;
+    if (*n > 0 && !(*out = malloc((size_t)*n * sizeof(**out)))) {
+        free(rows);
+        *n = 0;
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory reading the job queue");
+    }
+    for (int k = 0; k < *n; k++)
+        (*out)[k] = rows[k].row;
+    free(rows);
+    return 0;
 }
 
 int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_t **out, int *n, char **snap,

@@ -218,8 +218,9 @@ int store_job_summaries_json(store_conn_t *c, const char *const *ids, int n, con
                              int nnames, json_t **out, kiln_err_t *err);
 /* *out = array of the job's events, oldest first. KILN_ENOTFOUND for an unknown job. */
 int store_job_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
-/* Jobs waiting to be placed (QUEUED, RESTARTING): priority high to low, then oldest first.
- * *out is malloc'd (caller frees), *n rows, at most limit. */
+/* Jobs waiting to be placed (QUEUED, RESTARTING, PREEMPTED): priority high to low, then oldest
+ * first, then id; store_job_pending_all's read without its snapshot. *out is malloc'd (caller
+ * frees), *n rows, at most limit. */
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err);
 /* A job as the scheduler's kept view of the queue holds it (store_job_pending_all and _changes):
  * its row, its place in the order (priority high to low, then created_us, then id) and whether it
