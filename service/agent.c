@@ -170,8 +170,18 @@ static int status_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankStatus *r
                 goto out;
         }
         if (!found) {
-            rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "
-                              "for attempt %d of job %s", wid, job.attempt, job.id);
+            /* the report again (its reply was lost) after the ranks it reported have exited: a
+             * repeat, nothing to do; an assignment never started is not this worker's to start */
+            store_assign_t *as = NULL;
+            int n = 0;
+            bool repeat = false;
+            rc = store_assign_list(tx->c, job.id, job.attempt, &as, &n, err);
+            for (int i = 0; rc == 0 && i < n; i++)
+                repeat |= as[i].started && as[i].released && !strcmp(as[i].worker_id, wid);
+            free(as);
+            if (rc == 0 && !repeat)
+                rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "
+                                  "for attempt %d of job %s", wid, job.attempt, job.id);
             goto out;
         }
         if (st == JOB_STATE_STARTING) {
