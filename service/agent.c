@@ -241,27 +241,6 @@ out:
     return rc;
 }
 
-int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatus *req, kiln_err_t *err)
-{
-    svc_tx_t tx;
-    store_job_row_t job;
-    const char *wid = NULL;
-    bool moved = false;
-    int rc = status_check(s, worker_id, req, &wid, err);   /* refused before any database work */
-    if (rc)
-        return rc;
-    rc = svc_tx_begin(s, &tx, err);
-    if (rc)
-        return rc;
-    rc = store_job_row(tx.c, req->job_id, true, &job, err);
-    if (rc == 0)
-        rc = status_in_tx(&tx, wid, req, &job, &moved, err);
-    if (rc) {
-        svc_tx_abort(&tx);
-        return rc;
-    }
-    return svc_tx_commit(&tx, err);
-}
 
 /* A rank exit's checks before any database work: the worker (*wid), the rank, that kilnd
  * assigned the rank to the worker. */
@@ -360,26 +339,40 @@ static int exit_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankExit *req, 
     return rc;
 }
 
-int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *req, kiln_err_t *err)
+
+/* A start report (st) or a rank exit (ex) in its own transaction: ReportRankStatus and
+ * ReportRankExit, and a batch's reports when they cannot share one. */
+static int report_alone(svc_t *s, const char *worker_id, const Kiln__RankStatus *st, const Kiln__RankExit *ex,
+                        kiln_err_t *err)
 {
     svc_tx_t tx;
     store_job_row_t job;
     const char *wid = NULL;
     bool moved = false;
-    int rc = exit_check(s, worker_id, req, &wid, err);
+    int rc = st ? status_check(s, worker_id, st, &wid, err) : exit_check(s, worker_id, ex, &wid, err);
     if (rc)
-        return rc;
+        return rc;   /* refused before any database work */
     rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
-    rc = store_job_row(tx.c, req->job_id, true, &job, err);
+    rc = store_job_row(tx.c, st ? st->job_id : ex->job_id, true, &job, err);
     if (rc == 0)
-        rc = exit_in_tx(&tx, wid, req, &job, &moved, err);
+        rc = st ? status_in_tx(&tx, wid, st, &job, &moved, err) : exit_in_tx(&tx, wid, ex, &job, &moved, err);
     if (rc) {
         svc_tx_abort(&tx);
         return rc;
     }
     return svc_tx_commit(&tx, err);
+}
+
+int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatus *req, kiln_err_t *err)
+{
+    return report_alone(s, worker_id, req, NULL, err);
+}
+
+int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *req, kiln_err_t *err)
+{
+    return report_alone(s, worker_id, NULL, req, err);
 }
 
 /* ---- several reports in one call (ReportBatch) ---------------------------------------------- */
@@ -541,8 +534,8 @@ int svc_agent_report_batch(svc_t *s, const char *worker_id, const Kiln__ReportBa
         log_info("worker %s: a batch of %d report(s) is handled one report at a time: %s", wid, nat, e.message);
         for (int k = 0; k < nat && at[k] < stop; k++) {
             int i = at[k];
-            rc = reps[i]->kind_case == KILN__REPORT__KIND_STATUS ? svc_agent_rank_status(s, wid, reps[i]->status, &e)
-                                                                 : svc_agent_rank_exit(s, wid, reps[i]->exit, &e);
+            bool is_status = reps[i]->kind_case == KILN__REPORT__KIND_STATUS;
+            rc = report_alone(s, wid, is_status ? reps[i]->status : NULL, is_status ? NULL : reps[i]->exit, &e);
             report_result(arena, &res[i], rc, &e);
             if (rc && report_retryable(res[i].code))
                 stop = i + 1;

@@ -87,17 +87,6 @@ static void placed(int slots, char *wid, char *job)
     cr_assert_str_eq(r->assignments[0]->job_id, job);
 }
 
-static void slots_all_free(void)
-{
-    json_t *ws = NULL;
-    cr_assert_eq(svc_workers_list(svc, svc_caller_kilnd(), &ws, &err), 0);
-    json_t *arr = json_object_get(ws, "workers");
-    for (size_t i = 0; i < json_array_size(arr); i++)
-        cr_assert_eq(json_integer_value(json_object_get(json_array_get(arr, i), "slots_free")),
-                     json_integer_value(json_object_get(json_array_get(arr, i), "slots")));
-    json_decref(ws);
-}
-
 Test(batch, a_start_report_and_the_exits_in_one_call_run_the_job_to_completed_in_order)
 {
     char w[64], job[40], ev[256];
