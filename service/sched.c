@@ -547,7 +547,7 @@ static void sched_tick(svc_t *s)
     bool locked = false, reasons = false;
     bool kept = false, full_read = false; /* the pass ran through: its view of the queue may be kept for the next */
     sched_snapshot_t snap = {0};
-    svc_sched_pass_t *rec = NULL; /* this pass's record, when recording */
+    svc_sched_pass_t rec = {0}; /* this pass's record (took_us 0: none), appended once it is whole */
     kiln_err_clear(&err);
     if (store_conn_get(s->store, &c, &err))
         goto out;
@@ -817,29 +817,27 @@ out:
             store_sched_unlock(c);
             int64_t took = kiln_mono_us() - pass_start;
             prom_observe(&svc_prom_sched_pass, "", (double)took / 1e6);
-            pthread_mutex_lock(&s->mu);
-            if (s->pass_rec && s->pass_rec_n < s->pass_rec_cap) {
-                rec = &s->pass_rec[s->pass_rec_n++];
-                *rec = (svc_sched_pass_t){.at_us = pass_start, .took_us = took, .jobs = KILN_MAX(njobs, 0),
-                                          .admitted = nadmit, .read_us = t_read ? t_read - pass_start : took,
-                                          .decide_us = t_decide ? t_decide - t_read : 0,
-                                          .commit_us = t_commit ? t_commit - t_decide : 0,
-                                          .full_read = full_read};
-            }
-            pthread_mutex_unlock(&s->mu);
+            rec = (svc_sched_pass_t){.at_us = pass_start, .took_us = KILN_MAX(took, 1), .jobs = KILN_MAX(njobs, 0),
+                                     .admitted = nadmit, .read_us = t_read ? t_read - pass_start : took,
+                                     .decide_us = t_decide ? t_decide - t_read : 0,
+                                     .commit_us = t_commit ? t_commit - t_decide : 0, .full_read = full_read};
         }
         if (reasons) {
             int64_t reasons_start = kiln_mono_us();
             s->sched_reasons_us = pass_start;
             sched_write_reasons(c, &snap, dec, jobs);
             s->sched_reasons_took_us = kiln_mono_us() - reasons_start;
-            pthread_mutex_lock(&s->mu);
-            if (rec)
-                rec->reasons_us = s->sched_reasons_took_us;
-            pthread_mutex_unlock(&s->mu);
+            rec.reasons_us = s->sched_reasons_took_us;
         }
         store_conn_put(s->store, c);
     }
+    /* Appended under the lock only now: svc_sched_record(s, NULL, 0) may end the recording (and
+     * its caller free the buffer) at any moment, so nothing keeps a pointer into it across the
+     * reasons' write. */
+    pthread_mutex_lock(&s->mu);
+    if (rec.took_us && s->pass_rec && s->pass_rec_n < s->pass_rec_cap)
+        s->pass_rec[s->pass_rec_n++] = rec;
+    pthread_mutex_unlock(&s->mu);
     for (int j = 0; paths && j < njobs; j++)
         json_decref(paths[j]);
     free(paths);
