@@ -395,9 +395,6 @@ int agent_rpc_call(agent_rpc_t *r, const char *method, const agent_md_t *md, siz
                     int timeout_ms, ProtobufCMessage **resp, int *grpc_code, kiln_err_t *err);
 /* Kiln status for a gRPC status code. */
 int agent_grpc_status(int grpc_code);
-/* True for gRPC codes worth retrying (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED,
- * ABORTED, CANCELLED, UNKNOWN, INTERNAL). */
-bool agent_grpc_retryable(int grpc_code);
 
 /* ------------------------------------------------------------------------------------------
  * The code cache (code.c): script jobs' code archives (Assignment.code_digest), fetched from

@@ -192,7 +192,7 @@ size_t agent_running(agent_t *a, agent_rank_info_t *v, size_t max)
  * enough have failed in a row. */
 static void agent_maybe_failover(agent_t *a, int code, int *unanswered)
 {
-    if (!agent_grpc_retryable(code) || code == 13 /* INTERNAL: kilnd answered */) {
+    if (!kiln_grpc_retryable(code) || code == 13 /* INTERNAL: kilnd answered */) {
         *unanswered = 0;
         return;
     }

@@ -3,7 +3,7 @@
  * metadata over the gRPC C core, messages packed with protobuf-c, and one held server stream
  * (agent_rpc_watch: WatchWork). With several kilnd addresses
  * the channel goes to one of them and moves to the next when the caller says so
- * (agent_rpc_next). Retrying is the caller's business (agent_grpc_retryable says when it is
+ * (agent_rpc_next). Retrying is the caller's business (kiln_grpc_retryable says when it is
  * worth it); which credential a call carries is agent.c's. */
 #include "agent/agent.h"
 
@@ -86,14 +86,6 @@ int agent_grpc_status(int code)
     case GRPC_STATUS_UNAUTHENTICATED: return KILN_EUNAUTH;
     default: return KILN_EINTERNAL;
     }
-}
-
-bool agent_grpc_retryable(int code)
-{
-    return code == GRPC_STATUS_UNAVAILABLE || code == GRPC_STATUS_DEADLINE_EXCEEDED ||
-           code == GRPC_STATUS_RESOURCE_EXHAUSTED || code == GRPC_STATUS_ABORTED ||
-           code == GRPC_STATUS_UNKNOWN || code == GRPC_STATUS_INTERNAL ||
-           code == GRPC_STATUS_CANCELLED;
 }
 
 /* Reads a PEM file named by a flag. Errors name the flag and the file, never what it holds. */

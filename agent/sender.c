@@ -219,7 +219,7 @@ static int agent_send_batch(agent_t *a, char *wid, bool *retry, int *code, kiln_
         /* a reply short of results leaves the rest unhandled: sent again */
         int c = i < rep->n_results ? rep->results[i]->code : GRPC_UNAVAILABLE;
         const char *msg = i < rep->n_results && rep->results[i]->message ? rep->results[i]->message : "no result";
-        if (c != 0 && agent_grpc_retryable(c)) {
+        if (c != 0 && kiln_grpc_retryable(c)) {
             if ((c == 13 || c == 2) && ++it->tries >= AGENT_MAX_INTERNAL_TRIES) {
                 log_error("kilnd failed a %s of job %s %d times (gRPC status %d): %s; dropping it",
                           ob_kind_name(it->kind), it->job_id, it->tries, c, msg);
@@ -293,7 +293,7 @@ void *agent_sender_main(void *arg)
                 a->ob.no_batch = true;
                 continue;
             }
-            if (rc == 0 || code == GRPC_UNAUTHENTICATED || agent_grpc_retryable(code) || code == 0) {
+            if (rc == 0 || code == GRPC_UNAUTHENTICATED || kiln_grpc_retryable(code) || code == 0) {
                 if (rc != 0 && code == GRPC_UNAUTHENTICATED) {
                     agent_unauthenticated(a, "report batch", &err);
                     continue;
@@ -319,7 +319,7 @@ void *agent_sender_main(void *arg)
             agent_unauthenticated(a, ob_kind_name(it->kind), &err);
             continue;
         }
-        if (rc != 0 && !agent_grpc_retryable(code) && code != 0) {
+        if (rc != 0 && !kiln_grpc_retryable(code) && code != 0) {
             log_error("kilnd rejected a %s of job %s (gRPC status %d): %s; dropping it",
                       ob_kind_name(it->kind), it->job_id, code, err.message);
             done = true;

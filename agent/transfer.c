@@ -320,7 +320,7 @@ static int xfer_call(xfer_t *x, const task_t *t, const char *method, ProtobufCMe
             return 0;
         if (*code == GRPC_UNAUTHENTICATED)
             x->env.unauthenticated(x->env.ud, "transfer", err);
-        else if (!agent_grpc_retryable(*code) ||
+        else if (!kiln_grpc_retryable(*code) ||
                  ((*code == 13 || *code == 2) && fails >= XFER_INTERNAL_TRIES))
             return rc;
         if (fails++ % 20 == 0)

@@ -57,6 +57,10 @@ const char *kiln_status_code(int status);
 int kiln_status_http(int status);
 /* gRPC status code for a kiln status (13 INTERNAL for unknown codes). */
 int kiln_status_grpc(int status);
+/* True for the gRPC codes that mean "not handled, worth sending again" (UNAVAILABLE,
+ * DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELLED, UNKNOWN, INTERNAL): what kiln-agent
+ * retries, and what kilnd answers for a batch's report it did not handle. */
+bool kiln_grpc_retryable(int grpc_code);
 
 /* A rich error, filled where a failure is first understood and carried up to the API edge, which
  * turns it into {code, message, detail, hint}. Caller's storage; plain fixed buffers, no heap. */

@@ -51,6 +51,12 @@ int kiln_status_grpc(int status)
     return r ? r->grpc : 13;
 }
 
+bool kiln_grpc_retryable(int code)
+{
+    /* UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELLED, UNKNOWN, INTERNAL */
+    return code == 14 || code == 4 || code == 8 || code == 10 || code == 1 || code == 2 || code == 13;
+}
+
 void kiln_err_clear(kiln_err_t *err)
 {
     if (err)

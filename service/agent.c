@@ -377,13 +377,6 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
 
 /* ---- several reports in one call (ReportBatch) ---------------------------------------------- */
 
-/* Whether a report refused with this gRPC status was not handled (the agent sends it again)
- * rather than refused for good: the codes kiln-agent's agent_grpc_retryable retries. */
-static bool report_retryable(int code)
-{
-    return code == 14 || code == 4 || code == 8 || code == 10 || code == 2 || code == 13 || code == 1;
-}
-
 static void report_result(arena_t *arena, Kiln__ReportResult *r, int rc, const kiln_err_t *err)
 {
     r->code = rc ? kiln_status_grpc(rc) : 0;
@@ -522,7 +515,7 @@ int svc_agent_report_batch(svc_t *s, const char *worker_id, const Kiln__ReportBa
                               "nor an exit", i);
         }
         report_result(arena, &res[i], rc, &e);
-        if (rc && report_retryable(res[i].code))
+        if (rc && kiln_grpc_retryable(res[i].code))
             stop = i + 1;
         else if (rc == 0)
             at[nat++] = i;
@@ -537,7 +530,7 @@ int svc_agent_report_batch(svc_t *s, const char *worker_id, const Kiln__ReportBa
             bool is_status = reps[i]->kind_case == KILN__REPORT__KIND_STATUS;
             rc = report_alone(s, wid, is_status ? reps[i]->status : NULL, is_status ? NULL : reps[i]->exit, &e);
             report_result(arena, &res[i], rc, &e);
-            if (rc && report_retryable(res[i].code))
+            if (rc && kiln_grpc_retryable(res[i].code))
                 stop = i + 1;
         }
     }

@@ -259,7 +259,7 @@ Test(rpc, metadata_travels_with_each_call)
     cr_assert_eq(agent_rpc_call_raw(r, "/kiln.AgentService/Heartbeat", md, 1, "", 0, 3000, &out, &len, &code, &err),
                  KILN_EUNAUTH);
     cr_assert_eq(code, 16, "UNAUTHENTICATED comes back as such");
-    cr_assert_not(agent_grpc_retryable(16));
+    cr_assert_not(kiln_grpc_retryable(16));
     agent_rpc_destroy(r);
     peer_stop(p);
 }

@@ -304,7 +304,7 @@ Test(grpc_artifacts, damaged_chunks_and_other_workers_are_refused_over_the_wire)
     cr_assert_neq(agent_rpc_call(c, "/kiln.AgentService/PutArtifactChunk", NULL, 0, &ch.base,
                                  &kiln__artifact_chunk_reply__descriptor, 5000, &resp, &code, &err), 0);
     cr_assert_eq(code, 15, "DATA_LOSS, got %d: %s", code, err.message);
-    cr_assert(!agent_grpc_retryable(code), "the sender handles it (asks the offset, sends again)");
+    cr_assert(!kiln_grpc_retryable(code), "the sender handles it (asks the offset, sends again)");
     ch.sha256 = sha;
     ch.offset = 3;
     cr_assert_neq(agent_rpc_call(c, "/kiln.AgentService/PutArtifactChunk", NULL, 0, &ch.base,
