@@ -601,7 +601,7 @@ static void sched_tick(svc_t *s)
     bool locked = false, reasons = false;
     bool kept = false, full_read = false; /* the pass ran through: its view of the queue may be kept for the next */
     sched_snapshot_t snap = {0};
-    svc_sched_pass_t *rec = NULL; /* this pass's record, when recording */
+    svc_sched_pass_t rec = {0}; /* this pass's record (took_us 0: none), appended once it is whole */
     /* when recording: the clocks at the pass's start and each phase's end, the commit's backend at
      * its transaction's start and end, and the read's wall time by step */
     pass_clock_t clk[4] = {0}, txclk[2] = {0};
@@ -906,44 +906,43 @@ out:
             store_sched_unlock(c);
             int64_t took = kiln_mono_us() - pass_start;
             prom_observe(&svc_prom_sched_pass, "", (double)took / 1e6);
-            pthread_mutex_lock(&s->mu);
-            if (s->pass_rec && s->pass_rec_n < s->pass_rec_cap) {
-                rec = &s->pass_rec[s->pass_rec_n++];
-                *rec = (svc_sched_pass_t){.at_us = pass_start, .took_us = took, .jobs = KILN_MAX(njobs, 0),
-                                          .admitted = nadmit, .read_us = t_read ? t_read - pass_start : took,
-                                          .decide_us = t_decide ? t_decide - t_read : 0,
-                                          .commit_us = t_commit ? t_commit - t_decide : 0,
-                                          .full_read = full_read, .facts_read = facts_read};
-                memcpy(rec->step_us, step, sizeof step);
-                /* each phase that ran: its own clocks' movement (the read's backend is c's; the
-                 * commit's is its transaction's) */
-                for (int f = 0; f < 3 && recording; f++) {
-                    if (!clk[f + 1].cpu)
-                        break;
-                    rec->cpu_us[f] = clk[f + 1].cpu - clk[f].cpu;
-                    rec->cpu_wait_us[f] = clk[f + 1].wait - clk[f].wait;
-                }
-                if (clk[1].cpu) {
-                    rec->db_cpu_us[0] = clk[1].db_cpu - clk[0].db_cpu;
-                    rec->db_wait_us[0] = clk[1].db_wait - clk[0].db_wait;
-                }
-                rec->db_cpu_us[2] = txclk[1].db_cpu - txclk[0].db_cpu;
-                rec->db_wait_us[2] = txclk[1].db_wait - txclk[0].db_wait;
+            rec = (svc_sched_pass_t){.at_us = pass_start, .took_us = KILN_MAX(took, 1), .jobs = KILN_MAX(njobs, 0),
+                                     .admitted = nadmit, .read_us = t_read ? t_read - pass_start : took,
+                                     .decide_us = t_decide ? t_decide - t_read : 0,
+                                     .commit_us = t_commit ? t_commit - t_decide : 0, .full_read = full_read,
+                                     .facts_read = facts_read};
+            memcpy(rec.step_us, step, sizeof step);
+            /* each phase that ran: its own clocks' movement (the read's backend is c's; the
+             * commit's is its transaction's) */
+            for (int f = 0; f < 3 && recording; f++) {
+                if (!clk[f + 1].cpu)
+                    break;
+                rec.cpu_us[f] = clk[f + 1].cpu - clk[f].cpu;
+                rec.cpu_wait_us[f] = clk[f + 1].wait - clk[f].wait;
             }
-            pthread_mutex_unlock(&s->mu);
+            if (clk[1].cpu) {
+                rec.db_cpu_us[0] = clk[1].db_cpu - clk[0].db_cpu;
+                rec.db_wait_us[0] = clk[1].db_wait - clk[0].db_wait;
+            }
+            rec.db_cpu_us[2] = txclk[1].db_cpu - txclk[0].db_cpu;
+            rec.db_wait_us[2] = txclk[1].db_wait - txclk[0].db_wait;
         }
         if (reasons) {
             int64_t reasons_start = kiln_mono_us();
             s->sched_reasons_us = pass_start;
             sched_write_reasons(c, &snap, dec, jobs);
             s->sched_reasons_took_us = kiln_mono_us() - reasons_start;
-            pthread_mutex_lock(&s->mu);
-            if (rec)
-                rec->reasons_us = s->sched_reasons_took_us;
-            pthread_mutex_unlock(&s->mu);
+            rec.reasons_us = s->sched_reasons_took_us;
         }
         store_conn_put(s->store, c);
     }
+    /* Appended under the lock only now: svc_sched_record(s, NULL, 0) may end the recording (and
+     * its caller free the buffer) at any moment, so nothing keeps a pointer into it across the
+     * reasons' write. */
+    pthread_mutex_lock(&s->mu);
+    if (rec.took_us && s->pass_rec && s->pass_rec_n < s->pass_rec_cap)
+        s->pass_rec[s->pass_rec_n++] = rec;
+    pthread_mutex_unlock(&s->mu);
     for (int j = 0; paths && j < njobs; j++)
         json_decref(paths[j]);
     free(paths);
