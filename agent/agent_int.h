@@ -85,6 +85,7 @@ typedef struct ob {
     size_t sealed;
     size_t queued_bytes;        /* of the sealed log and metric batches */
     size_t cap_bytes;           /* kiln-agent's --outbox-mb, default OB_CAP_MB_DEFAULT */
+    bool no_batch;              /* kilnd answered ReportBatch UNIMPLEMENTED: one report a call (sender only) */
     uint64_t dropped_lines, dropped_points; /* in all, since start */
     ob_stream_t *streams;       /* one per (job, attempt) in use (ob_retire_idle_locked) */
     size_t nstreams, capstreams;
@@ -255,6 +256,9 @@ void agent_host_prom(prom_buf_t *b, const char *proc);
 #define AGENT_VERSION "kiln-agent " KILN_VERSION
 #define AGENT_RPC_TIMEOUT_MS 10000
 #define AGENT_MAX_LIST 1024
+/* A ReportBatch call's bound: kilnd takes up to SVC_REPORT_BATCH_MAX (256) reports and 1 MiB. */
+#define AGENT_BATCH_MAX 256
+#define AGENT_BATCH_BYTES (256 << 10)
 #define AGENT_MAX_INTERNAL_TRIES 30  /* INTERNAL/UNKNOWN answers before a report is given up */
 #define AGENT_MAX_ROOTS 32
 #define AGENT_LIMITED_MIN_MS 5000    /* first wait after kilnd's registration limit refused us */
@@ -267,6 +271,7 @@ void agent_host_prom(prom_buf_t *b, const char *proc);
 #define GRPC_FAILED_PRECONDITION 9
 #define GRPC_ABORTED 10
 #define GRPC_UNIMPLEMENTED 12
+#define GRPC_UNAVAILABLE 14
 #define GRPC_DATA_LOSS 15
 #define GRPC_UNAUTHENTICATED 16
 

@@ -121,6 +121,15 @@ static int h_exit(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_
     return svc_agent_rank_exit(ctx->svc, ctx->worker_id, (const Kiln__RankExit *)req, err);
 }
 
+static int h_report_batch(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
+                          ProtobufCMessage **resp, kiln_err_t *err)
+{
+    Kiln__ReportBatchReply *out = arena_alloc(arena, sizeof(*out));
+    kiln__report_batch_reply__init(out);
+    *resp = &out->base;
+    return svc_agent_report_batch(ctx->svc, ctx->worker_id, (const Kiln__ReportBatchRequest *)req, arena, out, err);
+}
+
 static int h_artifacts_begin(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *arena,
                              ProtobufCMessage **resp, kiln_err_t *err)
 {
@@ -165,6 +174,7 @@ static const api_grpc_method_t k_agent_methods[] = {
     {"/kiln.AgentService/PushLogs", &kiln__log_batch__descriptor, h_logs, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PushMetrics", &kiln__metric_batch__descriptor, h_metrics, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/ReportRankExit", &kiln__rank_exit__descriptor, h_exit, NULL, API_GRPC_AGENT},
+    {"/kiln.AgentService/ReportBatch", &kiln__report_batch_request__descriptor, h_report_batch, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/BeginArtifacts", &kiln__artifact_manifest__descriptor, h_artifacts_begin, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/PutArtifactChunk", &kiln__artifact_chunk__descriptor, h_artifact_chunk, NULL, API_GRPC_AGENT},
     {"/kiln.AgentService/FetchInitModel", &kiln__init_model_request__descriptor, h_init_model, NULL, API_GRPC_AGENT},

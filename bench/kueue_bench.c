@@ -10,13 +10,16 @@
  *     --heartbeat-ms, with the (job, attempt) pairs they run, and at once when kilnd nudges the
  *     worker: svc_on_work, the hook behind gRPC's WatchWork, as the real agent's watch thread wakes
  *     its heartbeat loop; --no-push for heartbeats alone), starts each assignment's ranks and queues
- *     its "started" report; the sender sends the reports in order, svc_agent_rank_status (started,
- *     with a rendezvous port) and one svc_agent_rank_exit per rank, code 0, queued the moment the
+ *     its "started" report; the sender sends what has queued up in its outbox (up to 256 reports) in
+ *     one svc_agent_report_batch call, in order, as kiln-agent's sender does (agent/sender.c: the
+ *     statuses and exits at the head of its outbox in one ReportBatch RPC): "started" reports (with
+ *     a rendezvous port) and one exit per rank, code 0, queued the moment the
  *     job's runtime has passed (as the agent's reaper does on waitpid; its heartbeats report the
  *     attempt until its last exit is sent, so that kilnd does not deliver it again while its reports
  *     wait in the outbox); a stop order (a preemption)
  *     ends the ranks at once with code 143, as ranks stopped by SIGTERM after their checkpoint do,
- *     and the job waits in its queue again.
+ *     and the job waits in its queue again. --single-reports: one svc_agent_rank_status or
+ *     svc_agent_rank_exit call per report, as kiln-agent does with a kilnd older than ReportBatch.
  * Then, on a fresh database, a backlog: --backlog jobs of the same mix submitted before any worker
  * registers, then the workers and agents start; every scheduler pass is recorded
  * (svc_sched_record), with the jobs pending when it began (all but those admitted before it).
@@ -62,7 +65,7 @@ static const char *admin_url;
 static double scale = 1.0;
 static int64_t heartbeat_ms = 250, nworkers = 30, worker_slots = 20, backlog = 10000, timeout_s = 900;
 static const char *phase = "all";
-static bool pg_stats, no_push, agents_niced;
+static bool pg_stats, no_push, single_reports, agents_niced;
 static atomic_long completed, preempt_stops, submit_errors, agent_errors;
 static atomic_bool stop_agents;
 static int64_t t0_us;
@@ -126,13 +129,15 @@ enum {
     ST_EXITS_JOB,    /* all of an attempt's rank exits, the first call's start to the last's return */
     ST_EXIT_TO_PASS, /* the last exit's return -> the next scheduler pass begins */
     ST_COMMIT_TO_NUDGE, /* the commit of the admitting pass before a nudge -> the nudge */
+    ST_BATCH_CALL,   /* one svc_agent_report_batch */
+    ST_BATCH_REPORTS,/* the reports it carried (a count, not ms) */
     ST_N_
 };
 static const char *step_names[ST_N_] = {
     "nudge -> heartbeat begins", "heartbeat delivering (call)", "  per assignment delivered",
     "heartbeat delivering nothing (call)", "start report (call)", "runtime's end -> agent acts",
     "one rank exit (call)", "an attempt's rank exits (all calls)", "last exit -> next pass begins",
-    "pass's commit -> nudge (notify path)",
+    "pass's commit -> nudge (notify path)", "report batch (call)", "  reports per batch (count)",
 };
 static step_stat_t steps[ST_N_];
 static bool trace;
@@ -267,6 +272,29 @@ static void run_drop(worker_t *w, const char *job, int attempt)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* What the sender does once a report is through (sent alone or in a batch): an exit's steps,
+ * and the attempt's end with its last exit. t_call, t_end: the call that carried it. */
+static void report_sent(worker_t *w, const report_t *r, int64_t t_call, int64_t t_end, int64_t *first_exit_us)
+{
+    if (!r->exit)
+        return;
+    if (*first_exit_us == 0) {
+        *first_exit_us = t_call;
+        if (r->code == 0)
+            step_add(ST_END_LAG, t_call - r->end_us);
+    }
+    if (r->last) {
+        run_drop(w, r->job, r->attempt);
+        if (r->code == 0) {
+            step_add(ST_EXITS_JOB, t_end - *first_exit_us);
+            if (trace)
+                mark(exit_marks, &n_exit_marks, t_end);
+            atomic_fetch_add(&completed, 1);
+        }
+        *first_exit_us = 0;
+    }
+}
+
 /* Sends one report. */
 static void send_report(worker_t *w, const report_t *r, int64_t *first_exit_us)
 {
@@ -285,11 +313,6 @@ static void send_report(worker_t *w, const report_t *r, int64_t *first_exit_us)
         step_add(ST_STATUS, kiln_mono_us() - t_call);
         return;
     }
-    if (*first_exit_us == 0) {
-        *first_exit_us = t_call;
-        if (r->code == 0)
-            step_add(ST_END_LAG, t_call - r->end_us);
-    }
     Kiln__RankExit rq = KILN__RANK_EXIT__INIT;
     rq.worker_id = w->id;
     rq.job_id = (char *)r->job;
@@ -301,22 +324,73 @@ static void send_report(worker_t *w, const report_t *r, int64_t *first_exit_us)
         agent_err("rank exit", &err);
     int64_t t_end = kiln_mono_us();
     step_add(ST_EXIT_CALL, t_end - t_call);
-    if (r->last) {
-        run_drop(w, r->job, r->attempt);
-        if (r->code == 0) {
-            step_add(ST_EXITS_JOB, t_end - *first_exit_us);
-            if (trace)
-                mark(exit_marks, &n_exit_marks, t_end);
-            atomic_fetch_add(&completed, 1);
+    report_sent(w, r, t_call, t_end, first_exit_us);
+}
+
+#define BATCH_MAX SVC_REPORT_BATCH_MAX /* kiln-agent's AGENT_BATCH_MAX */
+
+/* Sends reports r[0..n) in one svc_agent_report_batch call, as kiln-agent's sender does. A
+ * report not handled (a retryable result) is counted as an error: nothing here is retried. */
+static void send_batch(worker_t *w, const report_t *r, int n, arena_t *arena, int64_t *first_exit_us)
+{
+    Kiln__Report reps[BATCH_MAX], *repp[BATCH_MAX];
+    Kiln__RankStatus st[BATCH_MAX];
+    Kiln__RankExit ex[BATCH_MAX];
+    for (int i = 0; i < n; i++) {
+        kiln__report__init(&reps[i]);
+        if (!r[i].exit) {
+            kiln__rank_status__init(&st[i]);
+            st[i].worker_id = w->id;
+            st[i].job_id = (char *)r[i].job;
+            st[i].attempt = r[i].attempt;
+            st[i].started = true;
+            st[i].reason = "";
+            st[i].master_port = r[i].port;
+            reps[i].kind_case = KILN__REPORT__KIND_STATUS;
+            reps[i].status = &st[i];
+        } else {
+            kiln__rank_exit__init(&ex[i]);
+            ex[i].worker_id = w->id;
+            ex[i].job_id = (char *)r[i].job;
+            ex[i].attempt = r[i].attempt;
+            ex[i].rank = r[i].rank;
+            ex[i].exit_code = r[i].code;
+            ex[i].reason = r[i].code ? "stopped on SIGTERM after a checkpoint" : "";
+            reps[i].kind_case = KILN__REPORT__KIND_EXIT;
+            reps[i].exit = &ex[i];
         }
-        *first_exit_us = 0;
+        repp[i] = &reps[i];
     }
+    Kiln__ReportBatchRequest rq = KILN__REPORT_BATCH_REQUEST__INIT;
+    rq.worker_id = w->id;
+    rq.n_reports = (size_t)n;
+    rq.reports = repp;
+    Kiln__ReportBatchReply out = KILN__REPORT_BATCH_REPLY__INIT;
+    kiln_err_t err;
+    arena_reset(arena);
+    int64_t t_call = kiln_mono_us();
+    if (svc_agent_report_batch(svc, w->id, &rq, arena, &out, &err))
+        agent_err("report batch", &err);
+    int64_t t_end = kiln_mono_us();
+    step_add(ST_BATCH_CALL, t_end - t_call);
+    step_add(ST_BATCH_REPORTS, (int64_t)n * 1000); /* printed in "ms": a count */
+    for (size_t i = 0; i < out.n_results; i++)
+        if (out.results[i]->code != 0) {
+            kiln_err_set(&err, KILN_EINTERNAL, NULL, "report %zu: gRPC status %d: %s", i, out.results[i]->code,
+                         out.results[i]->message);
+            agent_err("report batch", &err);
+        }
+    for (int i = 0; i < n; i++)
+        report_sent(w, &r[i], t_call, t_end, first_exit_us);
 }
 
 static void *sender_main(void *p)
 {
     worker_t *w = p;
     int64_t first_exit_us = 0;
+    report_t *batch = calloc(BATCH_MAX, sizeof(*batch));
+    arena_t arena;
+    arena_init(&arena, 64 << 10);
     pthread_mutex_lock(&w->mu);
     while (!atomic_load(&stop_agents)) {
         /* ranks whose runtime has passed exit with code 0 (the reaper's waitpid) */
@@ -337,14 +411,24 @@ static void *sender_main(void *p)
             pthread_cond_timedwait(&w->out_cv, &w->mu, &ts);
             continue;
         }
-        report_t r = w->out[w->out_head];
-        w->out_head = (w->out_head + 1) % MAX_OUT;
-        w->out_n--;
+        int n = single_reports || !batch ? 1 : KILN_MIN(w->out_n, BATCH_MAX);
+        report_t one;
+        report_t *r = n == 1 ? &one : batch;
+        for (int i = 0; i < n; i++) {
+            r[i] = w->out[w->out_head];
+            w->out_head = (w->out_head + 1) % MAX_OUT;
+            w->out_n--;
+        }
         pthread_mutex_unlock(&w->mu);
-        send_report(w, &r, &first_exit_us);
+        if (single_reports)
+            send_report(w, r, &first_exit_us);
+        else
+            send_batch(w, r, n, &arena, &first_exit_us);
         pthread_mutex_lock(&w->mu);
     }
     pthread_mutex_unlock(&w->mu);
+    arena_deinit(&arena);
+    free(batch);
     return NULL;
 }
 
@@ -1036,6 +1120,8 @@ int main(int argc, char **argv)
         {"backlog", NULL, CONFIG_INT, &backlog, CONFIG_ANY, "jobs pending when the workers join, for the pass times"},
         {"phase", NULL, CONFIG_STR, &phase, CONFIG_ANY, "all | kueue | backlog"},
         {"timeout", NULL, CONFIG_INT, &timeout_s, CONFIG_ANY, "seconds a phase may take"},
+        {"single-reports", NULL, CONFIG_BOOL, &single_reports, CONFIG_ANY, "agents send one report a call "
+         "(svc_agent_rank_status, svc_agent_rank_exit), as kiln-agent does with a kilnd older than ReportBatch"},
         {"no-push", NULL, CONFIG_BOOL, &no_push, CONFIG_ANY, "agents heartbeat at their interval only (no nudge "
          "when kilnd commits work for them, as with a kilnd without WatchWork)"},
         {"trace", NULL, CONFIG_BOOL, &trace, CONFIG_ANY, "print where an attempt's time goes, step by step, as "

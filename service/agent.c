@@ -122,63 +122,76 @@ int svc_agent_owns(svc_t *s, const char *worker_id, const char *job_id, int atte
     return 0;
 }
 
-int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatus *req, kiln_err_t *err)
+/* A start report's checks before any database work: the worker (*wid), that kilnd assigned it
+ * part of the attempt, the port. */
+static int status_check(svc_t *s, const char *worker_id, const Kiln__RankStatus *req, const char **wid,
+                        kiln_err_t *err)
 {
-    svc_tx_t tx;
-    store_job_row_t job;
-    char reason[700];
-    const char *wid = NULL;
-    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
+    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, wid, err);
     if (rc == 0)
-        rc = svc_agent_owns(s, wid, req->job_id, req->attempt, NULL, 0, err);
-    if (rc == 0 && req->started && req->master_port != 0) /* refused before any database work */
+        rc = svc_agent_owns(s, *wid, req->job_id, req->attempt, NULL, 0, err);
+    if (rc == 0 && req->started && req->master_port != 0)
         rc = svc_check_range("master_port", req->master_port, 1, 65535, err);
-    if (rc)
-        return rc;
-    rc = svc_tx_begin(s, &tx, err);
-    if (rc)
-        return rc;
-    rc = store_job_row(tx.c, req->job_id, true, &job, err);
-    if (rc)
-        goto fail;
+    return rc;
+}
+
+/* A start report inside tx, with the job's row *job read FOR UPDATE (updated when the job
+ * changes; *moved says the row may no longer be what the database holds: read it again). */
+static int status_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankStatus *req, store_job_row_t *job_row,
+                        bool *moved, kiln_err_t *err)
+{
+    store_job_row_t job = *job_row;
+    char reason[700];
+    int rc = 0;
+    *moved = false;
     if (req->attempt != job.attempt) {
         log_info("job %s: ignoring rank status from worker %s for attempt %d (current attempt %d)",
                  job.id, wid, req->attempt, job.attempt);
         if (!req->started)
-            rc = store_assign_release(tx.c, job.id, req->attempt, wid, err);
-        if (rc)
-            goto fail;
-        return svc_tx_commit(&tx, err);
+            rc = store_assign_release(tx->c, job.id, req->attempt, wid, err);
+        return rc;
     }
+    /* svc_job_set_state keeps *job current; the other moves of a failed start may not */
+    *moved = !req->started;
     svc_job_state_t st = svc_state_parse(job.state);
     if (req->started) {
         bool found = false, set = false;
-        rc = store_assign_set_started(tx.c, job.id, job.attempt, wid, req->master_port, &found, &set, err);
+        rc = store_assign_set_started(tx->c, job.id, job.attempt, wid, req->master_port, &found, &set, err);
         if (rc)
-            goto fail;
+            goto out;
         if (set) /* the other nodes' assignments can go out now: nudge their agents (a job of one node
                   * has none: its own agent, which reports this, needs no nudge) */
             log_info("job %s: attempt %d's rendezvous is port %d on worker %s", job.id, job.attempt,
                      req->master_port, wid);
         if (set && job.nodes > 1) {
-            rc = store_assign_notify_workers(tx.c, SVC_CH_WORK, (const char *const[]){job.id},
+            rc = store_assign_notify_workers(tx->c, SVC_CH_WORK, (const char *const[]){job.id},
                                              (const int[]){job.attempt}, 1, err);
             if (rc)
-                goto fail;
+                goto out;
         }
         if (!found) {
-            rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "
-                              "for attempt %d of job %s", wid, job.attempt, job.id);
-            goto fail;
+            /* the report again (its reply was lost) after the ranks it reported have exited: a
+             * repeat, nothing to do; an assignment never started is not this worker's to start */
+            store_assign_t *as = NULL;
+            int n = 0;
+            bool repeat = false;
+            rc = store_assign_list(tx->c, job.id, job.attempt, &as, &n, err);
+            for (int i = 0; rc == 0 && i < n; i++)
+                repeat |= as[i].started && as[i].released && !strcmp(as[i].worker_id, wid);
+            free(as);
+            if (rc == 0 && !repeat)
+                rc = kiln_err_set(err, KILN_ENOTFOUND, "worker_id", "worker \"%s\" has no live assignment "
+                                  "for attempt %d of job %s", wid, job.attempt, job.id);
+            goto out;
         }
         if (st == JOB_STATE_STARTING) {
             /* a job of one node has one assignment: this one, just marked started */
             int n = 1, started = 1;
             if (job.nodes > 1) {
                 store_assign_t *as = NULL;
-                rc = store_assign_list(tx.c, job.id, job.attempt, &as, &n, err);
+                rc = store_assign_list(tx->c, job.id, job.attempt, &as, &n, err);
                 if (rc)
-                    goto fail;
+                    goto out;
                 started = 0;
                 for (int i = 0; i < n; i++)
                     started += as[i].started && !as[i].released;
@@ -186,81 +199,79 @@ int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatu
             }
             if (n > 0 && started == n) {
                 snprintf(reason, sizeof(reason), "all %d rank(s) started", job.world_size);
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_RUNNING, job.attempt, STORE_TR_STARTED,
+                rc = svc_job_set_state(tx, &job, JOB_STATE_RUNNING, job.attempt, STORE_TR_STARTED,
                                        reason, err);
                 if (rc)
-                    goto fail;
+                    goto out;
             }
         }
     } else {
         /* Nothing runs for this worker's part: free its slots, fail the attempt. */
-        rc = store_assign_release(tx.c, job.id, job.attempt, wid, err);
+        rc = store_assign_release(tx->c, job.id, job.attempt, wid, err);
         if (rc)
-            goto fail;
+            goto out;
         if (req->worker_shutdown) {
             /* The agent refused because it is shutting down: the attempt goes back to the
              * queue (a lost attempt, as when a worker dies), and the worker takes nothing new. */
             bool changed = false;
-            rc = store_worker_set_draining(tx.c, wid, &changed, err);
+            rc = store_worker_set_draining(tx->c, wid, &changed, err);
             snprintf(reason, sizeof(reason), "worker %s is shutting down and did not start its ranks",
                      wid);
             if (rc == 0)
-                rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
+                rc = svc_job_lose_attempt(tx, &job, job.attempt, wid, reason, err);
         } else if (req->host_fault &&
                    (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING)) {
             /* Its host could not start the ranks (its sandbox, processes, ports), not the job's
              * spec or code: a lost attempt, re-queued while attempts are left. */
             snprintf(reason, sizeof(reason), "worker %s could not start its ranks (a fault of that host, not of "
                      "the job): %s", wid, req->reason && *req->reason ? req->reason : "no reason given");
-            rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
+            rc = svc_job_lose_attempt(tx, &job, job.attempt, wid, reason, err);
         } else if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
             snprintf(reason, sizeof(reason), "worker %s could not start its ranks: %s", wid,
                      req->reason && *req->reason ? req->reason : "no reason given");
-            rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
+            rc = store_assign_stop(tx->c, job.id, job.attempt, reason, NULL, err);
             if (rc == 0)
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, job.attempt, 0, reason, err);
+                rc = svc_job_set_state(tx, &job, JOB_STATE_FAILED, job.attempt, 0, reason, err);
         } else if (st == JOB_STATE_STOPPING) {
-            rc = svc_job_finish_stopping(&tx, &job, err);
+            rc = svc_job_finish_stopping(tx, &job, err);
         }
-        if (rc)
-            goto fail;
     }
-    return svc_tx_commit(&tx, err);
-fail:
-    svc_tx_abort(&tx);
+out:
+    *job_row = job;
     return rc;
 }
 
-int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *req, kiln_err_t *err)
+
+/* A rank exit's checks before any database work: the worker (*wid), the rank, that kilnd
+ * assigned the rank to the worker. */
+static int exit_check(svc_t *s, const char *worker_id, const Kiln__RankExit *req, const char **wid, kiln_err_t *err)
 {
-    svc_tx_t tx;
-    store_job_row_t job;
-    char reason[4600];           /* a script's failure file: 1,024 characters of UTF-8, and the rank's place */
-    const char *wid = NULL;
-    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, &wid, err);
+    int rc = svc_agent_check_report(worker_id, req->worker_id, req->job_id, wid, err);
     if (rc)
         return rc;
     if (req->rank < 0)
         return kiln_err_set(err, KILN_EINVAL, "rank", "rank must be >= 0, got %d", req->rank);
     int rank = req->rank;
-    rc = svc_agent_owns(s, wid, req->job_id, req->attempt, &rank, 1, err);
-    if (rc)
-        return rc;
-    rc = svc_tx_begin(s, &tx, err);
-    if (rc)
-        return rc;
-    rc = store_job_row(tx.c, req->job_id, true, &job, err);
-    if (rc)
-        goto fail;
+    return svc_agent_owns(s, *wid, req->job_id, req->attempt, &rank, 1, err);
+}
+
+/* A rank exit inside tx, with the job's row *job read FOR UPDATE (as status_in_tx). */
+static int exit_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankExit *req, store_job_row_t *job_row,
+                      bool *moved, kiln_err_t *err)
+{
+    store_job_row_t job = *job_row;
+    char reason[4600];           /* a script's failure file: 1,024 characters of UTF-8, and the rank's place */
+    int rc = 0;
+    *moved = false;
     /* one statement: the exit, the assignment's release with its last rank, the attempt's counts */
     store_rank_exit_t rec;
     Kiln__RankExit ex = *req;
     ex.worker_id = (char *)wid;
-    rc = store_rank_exit_record(tx.c, &ex, &rec, err);
+    rc = store_rank_exit_record(tx->c, &ex, &rec, err);
     if (rc)
-        goto fail;
+        return rc;
     if (rec.released)
-        tx.wake_sched = true;
+        tx->wake_sched = true;
     bool failed = req->exit_code != 0 || req->signal != 0;
     char ended[128];
     rank_end_describe(req->exit_code, req->signal, ended, sizeof(ended));
@@ -268,18 +279,20 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
              failed && !req->signal && req->reason && *req->reason ? ": " : "",
              failed && !req->signal && req->reason ? req->reason : "");
     if (!rec.inserted || req->attempt != job.attempt)
-        return svc_tx_commit(&tx, err);   /* a repeat, or an old attempt: nothing changes */
-
+        return 0;   /* a repeat, or an old attempt: nothing changes */
     svc_job_state_t st = svc_state_parse(job.state);
+    /* svc_job_set_state keeps *job current; losing the attempt or finishing a stop may not */
+    *moved = failed || st == JOB_STATE_STOPPING;
+
     if (failed && req->worker_shutdown && (st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING)) {
         /* Its agent stopped the rank to shut down (preemption, maintenance): the attempt is lost,
          * as when a worker dies, and the worker takes nothing new. */
         bool changed = false; /* the scheduler reads capacity afresh on its next pass */
-        rc = store_worker_set_draining(tx.c, wid, &changed, err);
+        rc = store_worker_set_draining(tx->c, wid, &changed, err);
         snprintf(reason, sizeof(reason), "worker %s is shutting down; it stopped rank %d", wid,
                  req->rank);
         if (rc == 0)
-            rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
+            rc = svc_job_lose_attempt(tx, &job, job.attempt, wid, reason, err);
     } else if (st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
         if (failed) {
             /* "rank 1 on worker w-.. was killed by signal 9 (Killed)", "... exited with code 1
@@ -294,16 +307,16 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
                      said);
             if (rank_end_of(req->exit_code, req->signal) == RANK_END_BAD_INPUT) {
                 /* The spec or its data cannot work: another attempt would fail the same way. */
-                rc = store_assign_stop(tx.c, job.id, job.attempt, reason, NULL, err);
+                rc = store_assign_stop(tx->c, job.id, job.attempt, reason, NULL, err);
                 /* A rank that exited had started, even if the agent's "started" report is late. */
                 if (rc == 0)
-                    rc = svc_job_set_state(&tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED,
+                    rc = svc_job_set_state(tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED,
                                            reason, err);
             } else {
                 /* A rank died (a signal, a crash, a peer or device failure, the watchdog): the
                  * attempt is lost as when a worker dies, and the next resumes from the newest
                  * checkpoint; with no attempt left the job fails with this reason. */
-                rc = svc_job_lose_attempt(&tx, &job, job.attempt, wid, reason, err);
+                rc = svc_job_lose_attempt(tx, &job, job.attempt, wid, reason, err);
             }
         } else {
             int64_t pause_at = rec.pause_at, max_steps = rec.max_steps;
@@ -312,22 +325,228 @@ int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *r
                 snprintf(reason, sizeof(reason), "paused at step %lld of %lld (stopping.max_steps): all %d rank(s) "
                          "exited with code 0, checkpoint kept", (long long)pause_at, (long long)max_steps,
                          job.world_size);
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_PAUSED, job.attempt, STORE_TR_STARTED, reason, err);
+                rc = svc_job_set_state(tx, &job, JOB_STATE_PAUSED, job.attempt, STORE_TR_STARTED, reason, err);
             } else if (rec.n_ok >= job.world_size) {
                 snprintf(reason, sizeof(reason), "all %d rank(s) exited with code 0", job.world_size);
-                rc = svc_job_set_state(&tx, &job, JOB_STATE_COMPLETED, job.attempt, STORE_TR_STARTED,
+                rc = svc_job_set_state(tx, &job, JOB_STATE_COMPLETED, job.attempt, STORE_TR_STARTED,
                                        reason, err);
             }
         }
     } else if (st == JOB_STATE_STOPPING) {
-        rc = svc_job_finish_stopping(&tx, &job, err);
+        rc = svc_job_finish_stopping(tx, &job, err);
     }
-    if (rc)
-        goto fail;
-    return svc_tx_commit(&tx, err);
-fail:
-    svc_tx_abort(&tx);
+    *job_row = job;
     return rc;
+}
+
+
+/* A start report (st) or a rank exit (ex) in its own transaction: ReportRankStatus and
+ * ReportRankExit, and a batch's reports when they cannot share one. */
+static int report_alone(svc_t *s, const char *worker_id, const Kiln__RankStatus *st, const Kiln__RankExit *ex,
+                        kiln_err_t *err)
+{
+    svc_tx_t tx;
+    store_job_row_t job;
+    const char *wid = NULL;
+    bool moved = false;
+    int rc = st ? status_check(s, worker_id, st, &wid, err) : exit_check(s, worker_id, ex, &wid, err);
+    if (rc)
+        return rc;   /* refused before any database work */
+    rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    rc = store_job_row(tx.c, st ? st->job_id : ex->job_id, true, &job, err);
+    if (rc == 0)
+        rc = st ? status_in_tx(&tx, wid, st, &job, &moved, err) : exit_in_tx(&tx, wid, ex, &job, &moved, err);
+    if (rc) {
+        svc_tx_abort(&tx);
+        return rc;
+    }
+    return svc_tx_commit(&tx, err);
+}
+
+int svc_agent_rank_status(svc_t *s, const char *worker_id, const Kiln__RankStatus *req, kiln_err_t *err)
+{
+    return report_alone(s, worker_id, req, NULL, err);
+}
+
+int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *req, kiln_err_t *err)
+{
+    return report_alone(s, worker_id, NULL, req, err);
+}
+
+/* ---- several reports in one call (ReportBatch) ---------------------------------------------- */
+
+/* Whether a report refused with this gRPC status was not handled (the agent sends it again)
+ * rather than refused for good: the codes kiln-agent's agent_grpc_retryable retries. */
+static bool report_retryable(int code)
+{
+    return code == 14 || code == 4 || code == 8 || code == 10 || code == 2 || code == 13 || code == 1;
+}
+
+static void report_result(arena_t *arena, Kiln__ReportResult *r, int rc, const kiln_err_t *err)
+{
+    r->code = rc ? kiln_status_grpc(rc) : 0;
+    r->message = rc ? arena_strdup(arena, err->message) : (char *)"";
+}
+
+static int job_id_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The batch's reports i in at[0..n), all checked, in one transaction: every job's row locked
+ * first (one statement, in id order, as a heartbeat's deliveries lock them), then each report in
+ * order on its job's row, one commit. Nonzero (nothing written) when any report fails: the
+ * caller handles them one at a time instead. */
+static int batch_in_one_tx(svc_t *s, const char *wid, Kiln__Report *const *reps, const int *at, int n,
+                           kiln_err_t *err)
+{
+    const char **ids = calloc((size_t)n, sizeof(*ids));
+    store_job_row_t *rows = calloc((size_t)n, sizeof(*rows));
+    double *age = calloc((size_t)n, sizeof(*age));
+    bool *found = calloc((size_t)n, sizeof(*found)), *stale = calloc((size_t)n, sizeof(*stale));
+    int nids = 0, rc = 0;
+    svc_tx_t tx;
+    bool began = false;
+    if (!ids || !rows || !age || !found || !stale) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    for (int k = 0; k < n; k++) {
+        const Kiln__Report *r = reps[at[k]];
+        ids[nids++] = r->kind_case == KILN__REPORT__KIND_STATUS ? r->status->job_id : r->exit->job_id;
+    }
+    qsort(ids, (size_t)nids, sizeof(*ids), job_id_cmp);
+    int m = 0;
+    for (int k = 0; k < nids; k++)
+        if (m == 0 || strcmp(ids[m - 1], ids[k]) != 0)
+            ids[m++] = ids[k];
+    nids = m;
+    rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        goto done;
+    began = true;
+    rc = store_job_rows_lock(tx.c, ids, nids, rows, age, found, err);
+    for (int k = 0; rc == 0 && k < n; k++) {
+        const Kiln__Report *r = reps[at[k]];
+        const char *job_id = r->kind_case == KILN__REPORT__KIND_STATUS ? r->status->job_id : r->exit->job_id;
+        const char **hit = bsearch(&job_id, ids, (size_t)nids, sizeof(*ids), job_id_cmp);
+        int j = (int)(hit - ids);
+        if (!found[j]) {
+            rc = kiln_err_set(err, KILN_ENOTFOUND, "job_id", "job \"%.80s\" not found", job_id);
+            break;
+        }
+        if (stale[j])
+            rc = store_job_row(tx.c, job_id, true, &rows[j], err);
+        bool moved = false;
+        if (rc == 0 && r->kind_case == KILN__REPORT__KIND_STATUS)
+            rc = status_in_tx(&tx, wid, r->status, &rows[j], &moved, err);
+        else if (rc == 0)
+            rc = exit_in_tx(&tx, wid, r->exit, &rows[j], &moved, err);
+        stale[j] = moved;
+    }
+    if (rc == 0) {
+        began = false;
+        rc = svc_tx_commit(&tx, err);
+    }
+done:
+    if (began)
+        svc_tx_abort(&tx);
+    free(ids);
+    free(rows);
+    free(age);
+    free(found);
+    free(stale);
+    return rc;
+}
+
+int svc_agent_report_batch(svc_t *s, const char *worker_id, const Kiln__ReportBatchRequest *req, arena_t *arena,
+                           Kiln__ReportBatchReply *out, kiln_err_t *err)
+{
+    const char *wid = NULL;
+    int rc = agent_worker(worker_id, req->worker_id, &wid, err);
+    if (rc)
+        return rc;
+    if (req->n_reports > SVC_REPORT_BATCH_MAX) {
+        kiln_err_set(err, KILN_EINVAL, "reports", "a report batch holds at most %d reports, got %zu",
+                     SVC_REPORT_BATCH_MAX, req->n_reports);
+        kiln_err_hint(err, "send the rest in another batch");
+        return KILN_EINVAL;
+    }
+    size_t bytes = protobuf_c_message_get_packed_size(&req->base);
+    if (bytes > SVC_REPORT_BATCH_BYTES) {
+        kiln_err_set(err, KILN_EINVAL, "reports", "a report batch is at most %d bytes, got %zu",
+                     SVC_REPORT_BATCH_BYTES, bytes);
+        kiln_err_hint(err, "send fewer reports in one batch");
+        return KILN_EINVAL;
+    }
+    int n = (int)req->n_reports;
+    out->n_results = req->n_reports;
+    out->results = arena_alloc(arena, sizeof(*out->results) * (size_t)(n ? n : 1));
+    Kiln__ReportResult *res = arena_alloc(arena, sizeof(*res) * (size_t)(n ? n : 1));
+    /* each report as its own call would have it: the batch's worker id unless it names one */
+    Kiln__Report **reps = arena_alloc(arena, sizeof(*reps) * (size_t)(n ? n : 1));
+    int *at = arena_alloc(arena, sizeof(*at) * (size_t)(n ? n : 1));
+    if (!out->results || !res || !reps || !at)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    int nat = 0, stop = n; /* reports from stop on are not handled: one before them was not */
+    for (int i = 0; i < n; i++) {
+        kiln__report_result__init(&res[i]);
+        out->results[i] = &res[i];
+        const Kiln__Report *r = req->reports[i];
+        reps[i] = arena_alloc(arena, sizeof(Kiln__Report));
+        Kiln__RankStatus *st = arena_alloc(arena, sizeof(*st));
+        Kiln__RankExit *ex = arena_alloc(arena, sizeof(*ex));
+        if (!reps[i] || !st || !ex)
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        *reps[i] = *r;
+        kiln_err_t e;
+        const char *w = NULL;
+        if (i >= stop)
+            continue;
+        if (r->kind_case == KILN__REPORT__KIND_STATUS && r->status) {
+            *st = *r->status;
+            if (!st->worker_id || !*st->worker_id)
+                st->worker_id = (char *)wid;
+            reps[i]->status = st;
+            rc = status_check(s, wid, st, &w, &e);
+        } else if (r->kind_case == KILN__REPORT__KIND_EXIT && r->exit) {
+            *ex = *r->exit;
+            if (!ex->worker_id || !*ex->worker_id)
+                ex->worker_id = (char *)wid;
+            reps[i]->exit = ex;
+            rc = exit_check(s, wid, ex, &w, &e);
+        } else {
+            rc = kiln_err_set(&e, KILN_EINVAL, "reports", "report %d of the batch carries neither a status "
+                              "nor an exit", i);
+        }
+        report_result(arena, &res[i], rc, &e);
+        if (rc && report_retryable(res[i].code))
+            stop = i + 1;
+        else if (rc == 0)
+            at[nat++] = i;
+    }
+    /* One transaction for all; should any report fail in it, each on its own, in order, up to the
+     * first that could not be handled (every report is a harmless repeat of itself). */
+    kiln_err_t e;
+    if (nat > 0 && batch_in_one_tx(s, wid, reps, at, nat, &e) != 0) {
+        log_info("worker %s: a batch of %d report(s) is handled one report at a time: %s", wid, nat, e.message);
+        for (int k = 0; k < nat && at[k] < stop; k++) {
+            int i = at[k];
+            bool is_status = reps[i]->kind_case == KILN__REPORT__KIND_STATUS;
+            rc = report_alone(s, wid, is_status ? reps[i]->status : NULL, is_status ? NULL : reps[i]->exit, &e);
+            report_result(arena, &res[i], rc, &e);
+            if (rc && report_retryable(res[i].code))
+                stop = i + 1;
+        }
+    }
+    for (int i = stop; i < n; i++) {
+        res[i].code = 14;
+        res[i].message = arena_sprintf(arena, "not handled: report %d of this batch failed first; send it again",
+                                       stop - 1);
+    }
+    return 0;
 }
 
 /* ---- registration and heartbeats ------------------------------------------------------------ */

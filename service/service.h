@@ -262,6 +262,20 @@ int svc_agent_init_model(svc_t *s, const char *worker_id, const Kiln__InitModelR
  * (all 0 -> COMPLETED; a stop was requested -> STOPPED; any failure -> FAILED with the rank and
  * reason, after stopping the other ranks). */
 int svc_agent_rank_exit(svc_t *s, const char *worker_id, const Kiln__RankExit *req, kiln_err_t *err);
+/* Several start reports and rank exits (proto/kiln.proto ReportBatch), handled in their order:
+ * each checked and authorised as svc_agent_rank_status / svc_agent_rank_exit check it (a report
+ * without a worker id is the batch's worker's), then all that pass in one transaction (their jobs'
+ * rows locked in id order, one commit); should one fail there, nothing of it is kept and each is
+ * handled on its own transaction, in order, as its single call would be. out->results (from
+ * arena) holds one result per report: 0, or the gRPC status and message its call would have
+ * had; after a report not handled for a retryable reason (UNAVAILABLE, INTERNAL, ...) no later
+ * one is handled (each carries UNAVAILABLE, "not handled"). Returns KILN_EINVAL, nothing handled,
+ * for more than SVC_REPORT_BATCH_MAX reports or a message over SVC_REPORT_BATCH_BYTES, and
+ * KILN_EPERM / KILN_EINVAL for the batch's worker id as a single report's. */
+#define SVC_REPORT_BATCH_MAX 256
+#define SVC_REPORT_BATCH_BYTES (1 << 20)
+int svc_agent_report_batch(svc_t *s, const char *worker_id, const Kiln__ReportBatchRequest *req, arena_t *arena,
+                           Kiln__ReportBatchReply *out, kiln_err_t *err);
 
 
 /* ---- client-facing operations (REST, and gRPC TrainingService) --------------------------------

@@ -494,6 +494,7 @@ static const row_t k_rows[] = {
     {"/kiln.AgentService/PushLogs", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/PushMetrics", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/ReportRankExit", r_empty, {NOT_AN_AGENT}},
+    {"/kiln.AgentService/ReportBatch", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/BeginArtifacts", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/PutArtifactChunk", r_empty, {NOT_AN_AGENT}},
     {"/kiln.AgentService/FetchInitModel", r_empty, {NOT_AN_AGENT}},
@@ -660,6 +661,12 @@ Test(grpc_auth, forged_agents_cannot_touch_another_workers_job)
         {"w-bbb reports the ranks started", "/kiln.AgentService/ReportRankStatus",
          json_pack("{s:s, s:s, s:i, s:b}", "worker_id", "w-bbb", "job_id", job, "attempt", 1, "started", 0), bcred,
          NULL, "PERMISSION_DENIED"},
+        {"w-bbb sends a report batch claiming to be w-aaa", "/kiln.AgentService/ReportBatch",
+         json_pack("{s:s, s:[{s:{s:s, s:i, s:i, s:i}}]}", "worker_id", "w-aaa", "reports", "exit", "job_id", job,
+                   "attempt", 1, "rank", 0, "exit_code", 0), bcred, NULL, "PERMISSION_DENIED"},
+        {"a report batch with no credential", "/kiln.AgentService/ReportBatch",
+         json_pack("{s:s, s:[{s:{s:s, s:i, s:i, s:i}}]}", "worker_id", "w-aaa", "reports", "exit", "job_id", job,
+                   "attempt", 1, "rank", 0, "exit_code", 0), NULL, NULL, "UNAUTHENTICATED"},
         {"a heartbeat as w-aaa with w-bbb's credential", "/kiln.AgentService/Heartbeat",
          json_pack("{s:s}", "worker_id", "w-aaa"), bcred, NULL, "PERMISSION_DENIED"},
         {"w-bbb watches for w-aaa's work", "/kiln.AgentService/WatchWork", json_pack("{s:s}", "worker_id", "w-aaa"),
@@ -680,6 +687,18 @@ Test(grpc_auth, forged_agents_cannot_touch_another_workers_job)
                          forged[i].want, code_of(res, i),
                          json_string_value(json_object_get(json_array_get(res, i), "details")));
     json_decref(res);
+    /* w-bbb's own batch with w-aaa's ranks in it: taken, each report refused */
+    r = one((gcall_t){.method = "/kiln.AgentService/ReportBatch",
+                      .request = json_pack("{s:s, s:[{s:{s:s, s:i, s:i, s:i}}, {s:{s:s, s:i, s:b}}]}", "worker_id",
+                                           "w-bbb", "reports", "exit", "job_id", job, "attempt", 1, "rank", 0,
+                                           "exit_code", 0, "status", "job_id", job, "attempt", 1, "started", 0),
+                      .token = bcred});
+    cr_assert_str_eq(code(r), "OK", "%s", json_string_value(json_object_get(r, "details")));
+    json_t *results = json_object_get(json_object_get(r, "response"), "results");
+    cr_assert_eq(json_array_size(results), 2, "%s", json_dumps(r, 0));
+    for (size_t i = 0; i < 2; i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(results, i), "code")), 7, "report %zu", i);
+    json_decref(r);
 
     /* nothing landed: the job runs on, untouched, and w-aaa is still itself */
     json_t *j = NULL;

@@ -321,3 +321,13 @@ void run_job(int nodes, int attempts, char wids[][64], char *job)
     json_decref(j);
 }
 
+void slots_all_free(void)
+{
+    json_t *ws = NULL;
+    cr_assert_eq(svc_workers_list(svc, svc_caller_kilnd(), &ws, &err), 0);
+    json_t *arr = json_object_get(ws, "workers");
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(arr, i), "slots_free")),
+                     json_integer_value(json_object_get(json_array_get(arr, i), "slots")));
+    json_decref(ws);
+}

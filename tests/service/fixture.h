@@ -41,6 +41,8 @@ void push_logs_seq(const char *wid, const char *job, int attempt, int rank, int 
 void push_metrics(const char *wid, const char *job, int attempt, int step0, int nsteps);
 /* The job's events as "STATE STATE ..." (to_state of each, oldest first). */
 void events_str(const char *id, char *out, size_t n);
+/* Asserts every worker's slots are free. */
+void slots_all_free(void);
 /* Registers `nodes` 1-slot workers and runs a job on them to RUNNING; wids[k] runs rank k. */
 void run_job(int nodes, int attempts, char wids[][64], char *job);
 
