@@ -21,7 +21,8 @@ TARGET_TRIALS (tpe's: for each k, the steps each searcher took to reach random s
 k trials, as a fraction of its k * MAX_RESOURCE steps), SIM (the tune_sim binary; default BUILD's),
 OUT (tpe's results as JSON), REUSE (other CURVES_DIRs to read curves from, never written), BUILD
 (build). A curve is kept by its trial's parameter values (all it depends on), a partial one with
-its checkpoint in CURVES_DIR/ckpt (one process writes a CURVES_DIR at a time). Trials 0..TRIALS-1
+its checkpoint in CURVES_DIR/ckpt (one process writes a CURVES_DIR at a time; a REUSE dir's checkpoint
+of a partial curve is copied there to resume it). Trials 0..TRIALS-1
 of a seed are the ones kiln draws (tune_sim draw), so random search and hyperband of one seed share
 their first trials, as in the real bench.
 """
@@ -171,6 +172,12 @@ class Pool:
         ck = os.path.join(os.path.dirname(self.path), "ckpt",
                           hashlib.sha1(pkey(values).encode()).hexdigest()[:20])
         at = ckpt_step(ck)
+        for r in REUSE:  # a REUSE dir's checkpoint at the curve's last step, copied (theirs stay as they are)
+            theirs = os.path.join(r, "ckpt", os.path.basename(ck))
+            if c and c["steps"] and at != c["steps"][-1] and ckpt_step(theirs) == c["steps"][-1]:
+                shutil.rmtree(ck, ignore_errors=True)
+                shutil.copytree(theirs, ck)
+                at = ckpt_step(ck)
         if not (c and c["steps"] and at == c["steps"][-1]):
             shutil.rmtree(ck, ignore_errors=True)
             c, at = None, 0
