@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,7 +65,7 @@ static const char *admin_url;
 static double scale = 1.0;
 static int64_t heartbeat_ms = 250, nworkers = 30, worker_slots = 20, backlog = 10000, timeout_s = 900;
 static const char *phase = "all";
-static bool pg_stats, no_push, single_reports;
+static bool pg_stats, no_push, single_reports, agents_niced;
 static atomic_long completed, preempt_stops, submit_errors, agent_errors;
 static atomic_bool stop_agents;
 static int64_t t0_us;
@@ -679,13 +680,14 @@ static void report_statements(void)
 {
     PGconn *c = PQconnectdb(bench_url);
     PGresult *r = PQexec(c, "SELECT round(total_exec_time)::bigint, calls, round((total_exec_time / calls)::numeric, 3),"
+                            " round(max_exec_time::numeric, 1),"
                             " regexp_replace(left(query, 110), '\\s+', ' ', 'g') FROM pg_stat_statements"
                             " ORDER BY total_exec_time DESC LIMIT 15");
     if (PQresultStatus(r) == PGRES_TUPLES_OK) {
-        printf("kueue_bench: database time by statement (total ms, calls, ms per call, statement):\n");
+        printf("kueue_bench: database time by statement (total ms, calls, ms per call, max ms, statement):\n");
         for (int i = 0; i < PQntuples(r); i++)
-            printf("  %8s %8s %8s  %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
-                   PQgetvalue(r, i, 3));
+            printf("  %8s %8s %8s %8s  %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1), PQgetvalue(r, i, 2),
+                   PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
     } else {
         fprintf(stderr, "kueue_bench: pg_stat_statements: %s", PQerrorMessage(c));
     }
@@ -709,6 +711,22 @@ static void phase_end(void)
 static pthread_t agent_th[MAX_WORKERS], sender_th[MAX_WORKERS];
 static agent_thread_t agent_args[MAX_WORKERS];
 
+/* --agents-niced: a simulated agent's thread at the lowest CPU priority (nice 19, this thread
+ * only), so that it yields the CPU to the scheduler thread, as agents on other machines would. */
+typedef struct agent_start {
+    void *(*fn)(void *);
+    void *arg;
+} agent_start_t;
+static agent_start_t agent_starts[2 * MAX_WORKERS];
+
+static void *agent_thread(void *p)
+{
+    agent_start_t *a = p;
+    if (agents_niced && setpriority(PRIO_PROCESS, (id_t)gettid(), 19) != 0)
+        perror("kueue_bench: setpriority");
+    return a->fn(a->arg);
+}
+
 static void agents_start(void)
 {
     if (!no_push)
@@ -727,8 +745,10 @@ static void agents_start(void)
         pthread_mutex_init(&workers[i].mu, NULL);
         agent_woken[i] = false;
         agent_args[i] = (agent_thread_t){.first = i, .step = (int)nworkers};
-        pthread_create(&agent_th[i], NULL, agent_main, &agent_args[i]);
-        pthread_create(&sender_th[i], NULL, sender_main, &workers[i]);
+        agent_starts[2 * i] = (agent_start_t){agent_main, &agent_args[i]};
+        agent_starts[2 * i + 1] = (agent_start_t){sender_main, &workers[i]};
+        pthread_create(&agent_th[i], NULL, agent_thread, &agent_starts[2 * i]);
+        pthread_create(&sender_th[i], NULL, agent_thread, &agent_starts[2 * i + 1]);
     }
 }
 
@@ -840,6 +860,61 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Where the time of the passes in range that took at least min_us went, on average: work (the
+ * scheduler thread's CPU time, its database backends' CPU time), waiting for a CPU (both run-queue
+ * delays), the rest (blocked: I/O, fsync, locks, the socket); the wall time by phase and by step
+ * of the read; and how many of them had each phase, and each read step, as their largest part. */
+static void report_tail(const char *what, const svc_sched_pass_t *p, int n, const long *pending, int64_t lo,
+                        int64_t hi, int64_t min_us, const char *label)
+{
+    static const char *step_names[SVC_SCHED_STEPS] = {"workers", "changes", "queues", "holdings", "facts", "build"};
+    double wall = 0, cpu = 0, cwait = 0, dcpu = 0, dwait = 0, ph[4] = {0}, st[SVC_SCHED_STEPS] = {0}, facts = 0;
+    int k = 0, top_ph[4] = {0}, top_st[SVC_SCHED_STEPS] = {0};
+    for (int i = 0; i < n; i++) {
+        if ((pending && (pending[i] < lo || pending[i] > hi)) || p[i].took_us < min_us)
+            continue;
+        k++;
+        wall += (double)p[i].took_us;
+        facts += p[i].facts_read;
+        int64_t v[4] = {p[i].read_us, p[i].decide_us, p[i].commit_us,
+                        p[i].took_us - p[i].read_us - p[i].decide_us - p[i].commit_us};
+        int b = 0;
+        for (int f = 0; f < 4; f++) {
+            ph[f] += (double)v[f];
+            b = v[f] > v[b] ? f : b;
+        }
+        top_ph[b]++;
+        b = 0;
+        for (int s = 0; s < SVC_SCHED_STEPS; s++) {
+            st[s] += (double)p[i].step_us[s];
+            b = p[i].step_us[s] > p[i].step_us[b] ? s : b;
+        }
+        top_st[b]++;
+        for (int f = 0; f < 3; f++) {
+            cpu += (double)p[i].cpu_us[f];
+            cwait += (double)p[i].cpu_wait_us[f];
+            dcpu += (double)p[i].db_cpu_us[f];
+            dwait += (double)p[i].db_wait_us[f];
+        }
+    }
+    if (k == 0)
+        return;
+    double rest = wall - cpu - cwait - dcpu - dwait;
+    printf("kueue_bench: %s: %s (%d, %.1f ms on average): work %.1f ms (%.0f%%: scheduler thread's CPU %.1f, its "
+           "database backends' CPU %.1f), waiting for a CPU %.1f ms (%.0f%%: thread %.1f, backends %.1f), the rest "
+           "%.1f ms (%.0f%%); by phase: read %.1f, decide %.1f, commit %.1f, unlock %.1f ms; read by step:",
+           what, label, k, wall / k / 1e3, (cpu + dcpu) / k / 1e3, 100 * (cpu + dcpu) / wall, cpu / k / 1e3,
+           dcpu / k / 1e3, (cwait + dwait) / k / 1e3, 100 * (cwait + dwait) / wall, cwait / k / 1e3, dwait / k / 1e3,
+           rest / k / 1e3, 100 * rest / wall, ph[0] / k / 1e3, ph[1] / k / 1e3, ph[2] / k / 1e3, ph[3] / k / 1e3);
+    for (int s = 0; s < SVC_SCHED_STEPS; s++)
+        printf(" %s %.1f", step_names[s], st[s] / k / 1e3);
+    printf(" ms (%.0f jobs' paths or predictions read); largest phase (passes): read %d, decide %d, commit %d, "
+           "unlock %d; largest read step:", facts / k, top_ph[0], top_ph[1], top_ph[2], top_ph[3]);
+    for (int s = 0; s < SVC_SCHED_STEPS; s++)
+        printf(" %s %d", step_names[s], top_st[s]);
+    printf("\n");
+}
+
 static void report_passes(const char *what, const svc_sched_pass_t *p, int n, const long *pending, int64_t lo,
                           int64_t hi)
 {
@@ -878,6 +953,22 @@ static void report_passes(const char *what, const svc_sched_pass_t *p, int n, co
                t[k - 1] / 1e3, jobs / k, whole, phases);
     else
         printf("kueue_bench: %s: no pass%s\n", what, range);
+    if (k > 0) {
+        /* the scheduler thread's own CPU time per pass, beside the wall time */
+        int64_t *c = malloc(sizeof(int64_t) * (size_t)(k + 1));
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (!pending || (pending[i] >= lo && pending[i] <= hi))
+                c[m++] = p[i].cpu_us[0] + p[i].cpu_us[1] + p[i].cpu_us[2];
+        qsort(c, (size_t)m, sizeof(int64_t), cmp_i64);
+        printf("kueue_bench: %s: the scheduler thread's CPU time per pass%s: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, "
+               "max %.1f ms\n", what, range, c[m / 2] / 1e3, c[m * 9 / 10] / 1e3, c[m * 99 / 100] / 1e3,
+               c[m - 1] / 1e3);
+        free(c);
+        report_tail(what, p, n, pending, lo, hi, 0, "all passes");
+        report_tail(what, p, n, pending, lo, hi, t[k * 95 / 100], "passes at or above p95");
+        report_tail(what, p, n, pending, lo, hi, t[k * 99 / 100], "passes at or above p99");
+    }
     free(t);
 }
 
@@ -1035,6 +1126,8 @@ int main(int argc, char **argv)
          "when kilnd commits work for them, as with a kilnd without WatchWork)"},
         {"trace", NULL, CONFIG_BOOL, &trace, CONFIG_ANY, "print where an attempt's time goes, step by step, as "
          "the agents see it (each call's time, the agents' own lag, the gaps to the scheduler's passes)"},
+        {"agents-niced", NULL, CONFIG_BOOL, &agents_niced, CONFIG_ANY, "run the simulated agents' threads at the "
+         "lowest CPU priority (nice 19), as if on other machines (the database backends serving them are not)"},
         {"pg-stats", NULL, CONFIG_BOOL, &pg_stats, CONFIG_ANY, "print the statements that took the database's time "
          "(needs shared_preload_libraries=pg_stat_statements)"},
     };

@@ -410,13 +410,18 @@ int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int kee
 }
 
 /* Each job's data paths (new references) and, with predict, its predicted run time (-1: unknown)
- * and where that comes from, for jobs[0..n), reading from the database only what the last pass did
- * not already read; the kept set becomes these jobs'. Returns 0 or an error (nothing kept changes
- * then). */
+ * and where that comes from, for jobs[0..n), reading from the database only what earlier passes did
+ * not already read; *nread counts the jobs whose paths or prediction it read. The kept set becomes
+ * these jobs', and with head_only (a pass that read only the head of the queue) also keeps what
+ * it held of the others, which the next pass over the whole queue reads again. Returns 0 or an
+ * error (nothing kept changes then). */
 static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *jobs, int n, bool predict,
-                           json_t **paths, double *runtime, store_predict_t *source, kiln_err_t *err)
+                           bool head_only, json_t **paths, double *runtime, store_predict_t *source, int *nread,
+                           kiln_err_t *err)
 {
-    sched_known_t *k = calloc((size_t)KILN_MAX(n, 1), sizeof(*k));
+    *nread = 0;
+    int nkeep = head_only ? s->nknown : 0; /* room for what it held of the others */
+    sched_known_t *k = calloc((size_t)KILN_MAX(n + nkeep, 1), sizeof(*k));
     const char **ids = calloc((size_t)KILN_MAX(n, 1), sizeof(*ids));
     int *at = calloc((size_t)KILN_MAX(n, 1), sizeof(*at));
     json_t **got = calloc((size_t)KILN_MAX(n, 1), sizeof(*got));
@@ -444,6 +449,7 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
         }
     if (m > 0 && (rc = store_job_paths(c, ids, m, got, err)) != 0)
         goto out;
+    *nread += m;
     for (int i = 0; i < m; i++)
         k[at[i]].paths = got[i];
     m = 0;
@@ -456,6 +462,7 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
             ids[m] = k[j].id;
             at[m++] = j;
         }
+    *nread += m;
     kiln_err_t perr;
     if (m > 0 && store_job_predictions(c, ids, m, rt, src, &perr)) {
         log_warn("scheduler: %s", perr.message); /* no backfill this pass for lack of them */
@@ -473,10 +480,20 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
         runtime[j] = predict && k[j].runtime_at_us ? k[j].runtime_s : -1;
         source[j] = runtime[j] >= 0 ? k[j].source : STORE_PREDICT_NONE;
     }
-    sched_known_clear(s);
     qsort(k, (size_t)n, sizeof(*k), known_cmp);
+    /* a head-only pass keeps the facts of the jobs behind the head too (those still waiting are
+     * the next full pass's; the others go with the next full pass's set) */
+    int nk2 = n;
+    for (int i = 0; i < nkeep; i++)
+        if (!bsearch(&s->known[i], k, (size_t)n, sizeof(*k), known_cmp)) {
+            k[nk2] = s->known[i];
+            k[nk2++].paths = json_incref(s->known[i].paths);
+        }
+    if (nk2 > n)
+        qsort(k, (size_t)nk2, sizeof(*k), known_cmp);
+    sched_known_clear(s);
     s->known = k;
-    s->nknown = n;
+    s->nknown = nk2;
     k = NULL;
     nk = 0;
 out:
@@ -520,6 +537,43 @@ static void sched_write_reasons(store_conn_t *c, const sched_snapshot_t *snap, c
     free(texts);
 }
 
+/* Where a recorded pass's time goes (svc_sched_pass_t): the scheduler thread's CPU time and
+ * run-queue delay, and the same for one database backend, sampled at each phase's end. */
+typedef struct pass_clock {
+    int64_t cpu, wait, db_cpu, db_wait;
+} pass_clock_t;
+
+/* A task's CPU time and run-queue delay in microseconds from its schedstat file (the first two of
+ * its three numbers, in nanoseconds); both 0 when it cannot be read. */
+static void schedstat_us(const char *path, int64_t *run, int64_t *wait)
+{
+    *run = *wait = 0;
+    FILE *f = fopen(path, "r");
+    unsigned long long r = 0, w = 0;
+    if (f && fscanf(f, "%llu %llu", &r, &w) == 2) {
+        *run = (int64_t)(r / 1000);
+        *wait = (int64_t)(w / 1000);
+    }
+    if (f)
+        fclose(f);
+}
+
+/* Samples this thread's clocks and, with backend_pid > 0, that backend's. */
+static void pass_clock(pass_clock_t *pc, int backend_pid)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    int64_t run;
+    schedstat_us("/proc/thread-self/schedstat", &run, &pc->wait);
+    pc->cpu = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    pc->db_cpu = pc->db_wait = 0;
+    if (backend_pid > 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/schedstat", backend_pid);
+        schedstat_us(path, &pc->db_cpu, &pc->db_wait);
+    }
+}
+
 /* One pass over the queue: reads a snapshot, lets the admission core (admit.c) decide, commits its
  * admissions in its order and writes the others' reasons. */
 static void sched_tick(svc_t *s)
@@ -537,7 +591,7 @@ static void sched_tick(svc_t *s)
     int *order = NULL;
     double *proj = NULL;
     const char *(*pnames)[2] = NULL;
-    int ncap = 0, njobs = 0, nqueues = 0, nhold = 0, nadmit = 0;
+    int ncap = 0, njobs = 0, nqueues = 0, nhold = 0, nadmit = 0, facts_read = 0;
     store_holding_t *hold = NULL;
     sched_running_t *run = NULL;
     int *run_workers = NULL;
@@ -548,6 +602,12 @@ static void sched_tick(svc_t *s)
     bool kept = false, full_read = false; /* the pass ran through: its view of the queue may be kept for the next */
     sched_snapshot_t snap = {0};
     svc_sched_pass_t rec = {0}; /* this pass's record (took_us 0: none), appended once it is whole */
+    /* when recording: the clocks at the pass's start and each phase's end, the commit's backend at
+     * its transaction's start and end, and the read's wall time by step */
+    pass_clock_t clk[4] = {0}, txclk[2] = {0};
+    int64_t step[SVC_SCHED_STEPS] = {0}, t_step = 0;
+    int pid = 0;
+    bool recording = false;
     kiln_err_clear(&err);
     if (store_conn_get(s->store, &c, &err))
         goto out;
@@ -556,12 +616,24 @@ static void sched_tick(svc_t *s)
      * same free slots to different jobs in that moment. The connection keeps it for the pass. */
     if (store_sched_lock(c, &locked, &err) || !locked)
         goto out;
-    pass_start = kiln_mono_us(); /* the leader's passes only */
+    pass_start = t_step = kiln_mono_us(); /* the leader's passes only */
+    pthread_mutex_lock(&s->mu);
+    recording = s->pass_rec != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (recording)
+        pass_clock(&clk[0], pid = store_conn_backend_pid(c));
+#define SCHED_STEP(k)                                                                                                  \
+    do {                                                                                                               \
+        int64_t t_ = kiln_mono_us();                                                                                   \
+        step[k] += t_ - t_step;                                                                                        \
+        t_step = t_;                                                                                                   \
+    } while (0)
     uint64_t gen = svc_cap_gen(s);
     if (store_workers_capacity(c, &cap, &ncap, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
     }
+    SCHED_STEP(SVC_SCHED_STEP_WORKERS);
     /* With no free slot anywhere nothing can be placed: read only the head of the queue (a
      * submission storm into a busy or empty cluster would otherwise re-read it on every wake-up). */
     int free_slots = 0;
@@ -578,6 +650,7 @@ static void sched_tick(svc_t *s)
         goto out;
     }
     full_read = svc_sched_view_was_full(s->view);
+    SCHED_STEP(SVC_SCHED_STEP_CHANGES);
     /* Keep the submission check's view fresh (a copy: the scheduler keeps its own). */
     store_worker_cap_t *copy = ncap ? malloc((size_t)ncap * sizeof(*copy)) : NULL;
     if (copy)
@@ -602,6 +675,7 @@ static void sched_tick(svc_t *s)
         log_warn("scheduler: %s", err.message);
         goto out;
     }
+    SCHED_STEP(SVC_SCHED_STEP_QUEUES);
 
     w = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*w));
     sj = calloc((size_t)njobs, sizeof(*sj));
@@ -619,6 +693,7 @@ static void sched_tick(svc_t *s)
         log_warn("scheduler: %s", err.message);
         goto out;
     }
+    SCHED_STEP(SVC_SCHED_STEP_HOLDINGS);
     int nrw = 0;
     for (int r = 0; r < nhold; r++)
         nrw += KILN_MAX(hold[r].nodes, 1);
@@ -634,10 +709,11 @@ static void sched_tick(svc_t *s)
     }
     /* Each job sees only the workers whose data roots hold every file it reads. Run-time
      * predictions matter only when something could be backfilled into free slots. */
-    if (sched_job_facts(s, c, jobs, njobs, free_slots > 0, paths, runtime, source, &err)) {
+    if (sched_job_facts(s, c, jobs, njobs, free_slots > 0, !full, paths, runtime, source, &facts_read, &err)) {
         log_warn("scheduler: could not read the jobs' data paths and predictions: %s", err.message);
         goto out;
     }
+    SCHED_STEP(SVC_SCHED_STEP_FACTS);
     double now = (double)kiln_now_us() / 1e6;
     for (int r = 0, off = 0; r < nhold; r++) {
         sched_running_t *x = &run[r];
@@ -701,12 +777,18 @@ static void sched_tick(svc_t *s)
                              .njobs = njobs, .project_usage = proj, .nprojects = nproj, .eligible = holds_paths,
                               .ctx = &pctx, .running = run, .nrunning = nhold, .now_s = now,
                               .protect_after = s->cfg.preempt_protect_after};
+    SCHED_STEP(SVC_SCHED_STEP_BUILD);
+#undef SCHED_STEP
     t_read = kiln_mono_us();
+    if (recording)
+        pass_clock(&clk[1], pid);
     if (sched_admit(&snap, dec, order, &nadmit)) {
         log_warn("scheduler: out of memory");
         goto out;
     }
     t_decide = kiln_mono_us();
+    if (recording)
+        pass_clock(&clk[2], 0);
     /* The pass's admissions and preemptions commit in one transaction (one commit to wait for,
      * not one per job); a job that changed meanwhile is left out (nothing of it was written), any
      * other error rolls the pass back (the next pass decides again). Each queue's usage as the
@@ -722,6 +804,9 @@ static void sched_tick(svc_t *s)
                    ? kiln_err_set(&err, KILN_ENOMEM, NULL, "out of memory")
                    : nadmit > 0 || pass_preempts(dec, njobs) ? svc_tx_begin(s, &tx, &err) : 0;
     bool intx = txrc == 0 && (nadmit > 0 || pass_preempts(dec, njobs));
+    int txpid = recording && intx ? store_conn_backend_pid(tx.c) : 0;
+    if (txpid)
+        pass_clock(&txclk[0], txpid);
     for (int q = 0; qusage && q < nqueues; q++)
         memcpy(qusage[q], queues[q].usage, sizeof(qusage[q]));
     /* the admitted jobs' rows, locked in one statement */
@@ -777,6 +862,8 @@ static void sched_tick(svc_t *s)
         txrc = svc_tx_commit(&tx, &err);
     else if (intx)
         svc_tx_abort(&tx);
+    if (txpid) /* the backend's process outlives the connection's return to the pool */
+        pass_clock(&txclk[1], txpid);
     if (txrc != 0) {
         log_warn("scheduler: could not commit the pass's %d admission(s) and its preemptions: %s", nadmit,
                  err.message);
@@ -795,6 +882,8 @@ static void sched_tick(svc_t *s)
                 svc_prom_queue_preempted(hold[v].queue, preempted[v]);
     }
     t_commit = kiln_mono_us();
+    if (recording)
+        pass_clock(&clk[3], 0);
     free(waited);
     free(row);
     free(aid);
@@ -820,7 +909,23 @@ out:
             rec = (svc_sched_pass_t){.at_us = pass_start, .took_us = KILN_MAX(took, 1), .jobs = KILN_MAX(njobs, 0),
                                      .admitted = nadmit, .read_us = t_read ? t_read - pass_start : took,
                                      .decide_us = t_decide ? t_decide - t_read : 0,
-                                     .commit_us = t_commit ? t_commit - t_decide : 0, .full_read = full_read};
+                                     .commit_us = t_commit ? t_commit - t_decide : 0, .full_read = full_read,
+                                     .facts_read = facts_read};
+            memcpy(rec.step_us, step, sizeof step);
+            /* each phase that ran: its own clocks' movement (the read's backend is c's; the
+             * commit's is its transaction's) */
+            for (int f = 0; f < 3 && recording; f++) {
+                if (!clk[f + 1].cpu)
+                    break;
+                rec.cpu_us[f] = clk[f + 1].cpu - clk[f].cpu;
+                rec.cpu_wait_us[f] = clk[f + 1].wait - clk[f].wait;
+            }
+            if (clk[1].cpu) {
+                rec.db_cpu_us[0] = clk[1].db_cpu - clk[0].db_cpu;
+                rec.db_wait_us[0] = clk[1].db_wait - clk[0].db_wait;
+            }
+            rec.db_cpu_us[2] = txclk[1].db_cpu - txclk[0].db_cpu;
+            rec.db_wait_us[2] = txclk[1].db_wait - txclk[0].db_wait;
         }
         if (reasons) {
             int64_t reasons_start = kiln_mono_us();

@@ -586,6 +586,15 @@ bool svc_state_terminal(svc_job_state_t st);
  * admitted. svc_sched_record() has the passes from now on appended to buf (at most cap; later ones
  * are not recorded); buf must outlive the recording, which svc_sched_record(s, NULL, 0) ends.
  * svc_sched_recorded() is how many are in buf so far. */
+enum {
+    SVC_SCHED_STEP_WORKERS,  /* the workers' capacity */
+    SVC_SCHED_STEP_CHANGES,  /* the waiting jobs: the kept view brought up to date */
+    SVC_SCHED_STEP_QUEUES,   /* the queues' definitions and usage (and projects' usage for fair queues) */
+    SVC_SCHED_STEP_HOLDINGS, /* the jobs holding slots */
+    SVC_SCHED_STEP_FACTS,    /* new jobs' data paths and predictions */
+    SVC_SCHED_STEP_BUILD,    /* the snapshot built from them (no round trip) */
+    SVC_SCHED_STEPS
+};
 typedef struct svc_sched_pass {
     int64_t at_us, took_us;
     int jobs, admitted;
@@ -593,6 +602,15 @@ typedef struct svc_sched_pass {
      * and preemptions, writing the waiting jobs' reasons (0 in a pass that does not) */
     int64_t read_us, decide_us, commit_us, reasons_us;
     bool full_read; /* it read every waiting job (else only those written since the last pass) */
+    int facts_read; /* the jobs whose data paths or run-time prediction it read (not kept from before) */
+    /* the read's wall time by step (each one or two round trips): SVC_SCHED_STEP_* */
+    int64_t step_us[SVC_SCHED_STEPS];
+    /* Work and waiting, for read, decide and commit (index 0-2): the scheduler thread's own CPU time
+     * (CLOCK_THREAD_CPUTIME_ID) and its time runnable but waiting for a CPU (the kernel's run-queue
+     * delay, /proc/thread-self/schedstat); the same two for the database backend serving the read
+     * and the commit, when it runs on this machine (/proc/<backend pid>/schedstat; else 0). Wall
+     * time less these four is the rest: the backend blocked (I/O, fsync, locks) and the socket. */
+    int64_t cpu_us[3], cpu_wait_us[3], db_cpu_us[3], db_wait_us[3];
 } svc_sched_pass_t;
 void svc_sched_record(svc_t *s, svc_sched_pass_t *buf, int cap);
 int svc_sched_recorded(svc_t *s);

@@ -100,6 +100,11 @@ void store_close(store_t *st)
     free(st);
 }
 
+int store_conn_backend_pid(store_conn_t *c)
+{
+    return c && c->pg ? PQbackendPID(c->pg) : 0;
+}
+
 int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
 {
     *out = NULL;

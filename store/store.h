@@ -37,6 +37,9 @@ void store_close(store_t *st);
 int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err);
 /* Gives a connection back; a transaction left open on it is rolled back. Accepts NULL c. */
 void store_conn_put(store_t *st, store_conn_t *c);
+/* The process id of the PostgreSQL backend serving c (0 when not connected): for a benchmark that
+ * accounts for the database's CPU time per call, when the database runs on the same machine. */
+int store_conn_backend_pid(store_conn_t *c);
 
 int store_begin(store_conn_t *c, kiln_err_t *err);
 int store_commit(store_conn_t *c, kiln_err_t *err);

@@ -1094,3 +1094,36 @@ Test(life, the_start_of_a_one_node_job_nudges_no_agent)
     svc_on_work(svc, NULL, NULL);
     cr_assert_eq(nudges(0), 1, "the agent that reported the start was nudged again for nothing");
 }
+
+/* With every slot taken the scheduler reads only the head of the queue, and the whole queue every
+ * 2 s; the whole-queue pass after head-only ones reads no job's data paths again (what it knew of
+ * the jobs behind the head was kept). */
+Test(life, a_pass_over_the_head_keeps_what_it_knew_of_the_jobs_behind)
+{
+    char w[64], busy[40], id[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 10, 1), NULL, busy, NULL);
+    json_decref(wait_state(busy, "SCHEDULED", 5000));
+    for (int i = 0; i < 30; i++)
+        submit(spec(1, 1, "cpu", 0, 1), NULL, id, NULL);
+    enum { CAP = 2000 };
+    svc_sched_pass_t *rec = calloc(CAP, sizeof(*rec));
+    cr_assert_not_null(rec);
+    svc_sched_record(svc, rec, CAP);
+    /* a pass over all 30, then one over the head (20), then one over all 30 again */
+    int stage = 0, seen = 0, at = -1;
+    for (int64_t end = kiln_mono_us() + 15000000; stage < 3 && kiln_mono_us() < end;) {
+        int n = svc_sched_recorded(svc);
+        for (; seen < n && stage < 3; seen++) {
+            int want = stage == 1 ? 20 : 30;
+            if (rec[seen].jobs == want && (stage++, true))
+                at = seen;
+        }
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    svc_sched_record(svc, NULL, 0);
+    cr_assert_eq(stage, 3, "no whole-queue pass after a head-only one within 15 s (%d passes)", seen);
+    cr_assert_eq(rec[at].facts_read, 0, "the whole-queue pass read %d jobs' facts again", rec[at].facts_read);
+    free(rec);
+}
