@@ -1,9 +1,10 @@
 /* test_tune_search.c - the tuning search's pure functions without a cluster: seeded draws repeat
  * and differ between seeds, ranges, integer rounding, log and reverse_log scaling (checked
  * statistically) and categorical values are respected, the grid is enumerated whole, and the
- * controller's decisions: parallelism, the ends (objective missing, failures, target, no
- * improvement, all done), hyperband's asynchronous promotions (ASHA) and the median stopping
- * rule (early_stopping "auto"); TPE (strategy bayesian, hyperband's sampler tpe): its startup draws
+ * controller's decisions: parallelism, the ends (objective missing from a trial that ended or
+ * from a hyperband trial paused at its first rung, failures, target, no improvement, all done),
+ * hyperband's asynchronous promotions (ASHA) and the median stopping rule (early_stopping
+ * "auto"); TPE (strategy bayesian, hyperband's sampler tpe): its startup draws
  * are random's, it repeats for the same history and moves with another, keeps to the ranges and
  * concentrates near the optimum of a synthetic objective, and hyperband's TPE learns from every trial
  * with a rung result, a higher rung ranked first (as Optuna's TPE under its Hyperband pruner). */
@@ -323,6 +324,51 @@ Test(tune_search, hyperband_ranks_a_trial_only_against_its_own_bracket)
     tune_decide(&v, &p);
     cr_assert_eq(p.npromote, 1);
     cr_assert_eq(p.promote[0], 2);
+    spec_tuning_deinit(&t);
+}
+
+Test(tune_search, hyperband_trial_paused_at_its_first_rung_without_the_objective_ends_the_search)
+{
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90},"
+          " \"max_jobs\": 9, \"max_parallel_jobs\": 3");
+    /* trials 0 and 1 paused at rung 0 with val_loss there, trial 2 still running toward it */
+    tune_trial_t tr[3];
+    for (int i = 0; i < 3; i++) {
+        tr[i] = trial(i, i < 2 ? TUNE_TRIAL_PAUSED : TUNE_TRIAL_ACTIVE, true, 2.0 + i);
+        tr[i].nrungs = i < 2;
+        tr[i].rung_objective[0] = 2.0 + i;
+        tr[i].reported = "train_loss, val_loss";
+    }
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 3, .next_trial = 3};
+    tune_plan_t p;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_NONE, "%s", p.reason);
+    /* trial 1 reached its first rung (paused there, no rung result: tune.c records one only from the
+     * objective) having reported other metrics only: the search ends at once, naming the metric
+     * and what it did report, before any trial is started or promoted */
+    tr[1] = trial(1, TUNE_TRIAL_PAUSED, false, 0);
+    tr[1].job_id = "0b5e7a52-0000-4000-8000-000000000001";
+    tr[1].reported = "train_loss, step_time_ms";
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_FAILED, "a paused trial without the objective ends the search: %s", p.reason);
+    cr_assert_str_eq(p.reason, "objective metric \"val_loss\" was not reported by trial 1 (job "
+                               "0b5e7a52-0000-4000-8000-000000000001), which reached its first rung; it reported: "
+                               "train_loss, step_time_ms");
+    cr_assert(p.nnew == 0 && p.npromote == 0 && p.nstop == 0);
+    /* one that reported nothing at all says so */
+    tr[1].reported = "";
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_FAILED);
+    cr_assert(strstr(p.reason, "reached its first rung; it reported: no metrics"), "%s", p.reason);
+    /* the objective came at the rung: the search goes on (trial 2 still runs, nothing to promote
+     * among two) */
+    tr[1] = trial(1, TUNE_TRIAL_PAUSED, true, 3.0);
+    tr[1].nrungs = 1;
+    tr[1].rung_objective[0] = 3.0;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.end, TUNE_END_NONE, "%s", p.reason);
     spec_tuning_deinit(&t);
 }
 
