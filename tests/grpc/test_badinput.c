@@ -5,7 +5,8 @@
  * table per transport: each case's status and the field the error names. No case may be a 5xx
  * or UNAVAILABLE, and every REST error body is kiln's JSON error. And the combinations the
  * engine's capability table (spec.h) refuses, generated from the table, refused with its field,
- * message and hint over REST, gRPC and kiln-train --spec alike. */
+ * message and hint over REST, gRPC and kiln-train --spec alike; so are the tuning refusals the
+ * corpus lacks (empty objective metric, more than 30 parameters, a grid larger than max_jobs). */
 #include "api/api.h"
 #include "service/service.h"
 #include "spec/spec.h"
@@ -630,6 +631,102 @@ Test(badinput, grpc_explicit_zero_values_are_honoured)
                                             "auto_partition")));
     json_decref(job);
     json_decref(r);
+}
+
+/* The tuning refusals the corpus above does not send (issue 29: bad input is refused the same over
+ * REST and gRPC): an empty objective metric, more than 30 parameters, a grid larger than max_jobs.
+ * Each is a 400 over REST; over gRPC INVALID_ARGUMENT with the field under tuning_job and REST's
+ * message and hint, word for word. */
+Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
+{
+    static const char k_job[] = "{\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
+                                " \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"},"
+                                " \"hyperparameters\": {\"max_steps\": 500}}";
+    struct {
+        const char *what, *field;
+        json_t *body;
+    } cases[3];
+    json_t *lr = json_pack("{s:{s:s, s:f, s:f}}", "lr", "type", "continuous", "min", 0.001, "max", 0.01);
+    cases[0].what = "an empty objective metric";
+    cases[0].field = "objective.metric";
+    cases[0].body = json_pack("{s:o, s:O, s:{s:s}}", "job", json_loads(k_job, 0, NULL), "parameters", lr, "objective",
+                              "metric", "");
+    json_t *many = json_object();
+    for (int i = 0; i <= 30; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%d", i);
+        json_object_set_new(many, name, json_pack("{s:s, s:f, s:f}", "type", "continuous", "min", 0.0, "max", 1.0));
+    }
+    cases[1].what = "31 parameters";
+    cases[1].field = "parameters";
+    cases[1].body = json_pack("{s:o, s:o, s:{s:s}}", "job", json_loads(k_job, 0, NULL), "parameters", many,
+                              "objective", "metric", "val_loss");
+    cases[2].what = "a grid of 10 points with max_jobs 5";
+    cases[2].field = "max_jobs";
+    cases[2].body = json_pack("{s:o, s:{s:{s:s, s:i, s:i}}, s:{s:s}, s:s, s:i}", "job", json_loads(k_job, 0, NULL),
+                              "parameters", "warmup_steps", "type", "integer", "min", 0, "max", 9, "objective", "metric",
+                              "val_loss", "strategy", "grid", "max_jobs", 5);
+    json_decref(lr);
+    /* REST: each refusal's field, message and hint */
+    char message[3][512], hint[3][512];
+    json_t *calls = json_array();
+    for (int i = 0; i < 3; i++) {
+        cr_assert_not_null(cases[i].body, "%s: bad test request", cases[i].what);
+        char url[200], *body = json_dumps(cases[i].body, JSON_COMPACT), *out = NULL;
+        const char *hdrs[] = {"Content-Type: application/json", NULL};
+        long st = 0;
+        snprintf(url, sizeof url, "%s/v1/tuning-jobs", base);
+        cr_assert_eq(th_http("POST", url, body, hdrs, &st, &out, 10000), 0, "%s: no answer", cases[i].what);
+        json_t *j = NULL;
+        cr_assert(is_json_error(out, &j), "%s: not kiln's JSON error: %s", cases[i].what, out);
+        cr_assert_eq(st, 400, "%s: HTTP %ld: %s", cases[i].what, st, out);
+        cr_assert_str_eq(json_string_value(json_object_get(j, "field")), cases[i].field, "%s: %s", cases[i].what, out);
+        snprintf(message[i], sizeof message[i], "%s", json_string_value(json_object_get(j, "message")));
+        snprintf(hint[i], sizeof hint[i], "%s", json_string_value(json_object_get(j, "hint")));
+        cr_assert(message[i][0], "%s: %s", cases[i].what, out);
+        json_decref(j);
+        free(out);
+        free(body);
+        json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:o}}", "method", "/kiln.TrainingService/CreateTuningJob",
+                                               "token", admin_token, "request", "tuning_job", cases[i].body));
+    }
+    cr_assert(strstr(message[0], "objective.metric is empty") && strstr(message[1], "31 entries; at most 30") &&
+              strstr(message[2], "the grid has 10 points, more than max_jobs (5)"),
+              "%s | %s | %s", message[0], message[1], message[2]);
+    /* gRPC, in one run of the foreign client */
+    const char *missing = th_grpc_python_missing();
+    if (missing) {
+        json_decref(calls);
+        cr_skip_test("%s", missing);
+    }
+    cr_assert_eq(th_protoc_python(dir), 0);
+    json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", gaddr, "proto_dir", dir, "ca", "", "calls", calls);
+    char path[200], cmd[1200];
+    snprintf(path, sizeof path, "%s/tuning-plan.json", dir);
+    cr_assert_eq(json_dump_file(plan, path, 0), 0);
+    json_decref(plan);
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[1 << 16];
+    for (int i = 0; i < 3; i++) {
+        cr_assert_not_null(fgets(line, sizeof line, p), "%s: no answer from grpc_client.py", cases[i].what);
+        json_t *r = json_loads(line, 0, NULL);
+        cr_assert_not_null(r, "%s: grpc_client.py said: %s", cases[i].what, line);
+        cr_assert_str_eq(json_string_value(json_object_get(r, "code")), "INVALID_ARGUMENT", "%s: %s", cases[i].what,
+                         line);
+        json_t *tr = json_object_get(r, "trailing");
+        char field[128], details[1200];
+        snprintf(field, sizeof field, "tuning_job.%s", cases[i].field);
+        cr_assert_str_eq(json_string_value(json_object_get(tr, "kiln-field")), field, "%s: %s", cases[i].what, line);
+        cr_assert_str_eq(json_string_value(json_object_get(tr, "kiln-hint")), hint[i], "%s: %s", cases[i].what, line);
+        /* gRPC's one message: "field: message", then the hint on a line of its own */
+        snprintf(details, sizeof details, "%s: %s%s%s", field, message[i], hint[i][0] ? "\nhint: " : "", hint[i]);
+        cr_assert_str_eq(json_string_value(json_object_get(r, "details")), details, "%s: %s", cases[i].what, line);
+        json_decref(r);
+    }
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
 }
 
 /* ---- the capability table, at every door ------------------------------------------------------ */

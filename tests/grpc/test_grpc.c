@@ -1,7 +1,8 @@
 /* test_grpc.c - kilnd's AgentService over real gRPC: an in-process kilnd (service on a fresh
  * database + the gRPC server on a free port) driven by the agent's own gRPC client, by a whole
  * in-process agent running fake ranks (shell scripts), and by Python's grpcio as a foreign
- * client. Needs the PostgreSQL cluster of tests/run.sh. */
+ * client (among others, a tuning job's round trip: Create, Get, List, Stop). Needs the PostgreSQL
+ * cluster of tests/run.sh. */
 #include "api/api.h"
 #include "service/service.h"
 #include "tests/common/harness.h"
@@ -1270,4 +1271,191 @@ Test(grpc, pending_reason_is_the_same_as_rest)
     free(first);
     free(second);
     free(wid);
+}
+
+/* ---- tuning jobs ------------------------------------------------------------------------------ */
+
+/* Runs calls (a JSON array; taken) through Python's grpcio (grpc_client.py) in one process; returns
+ * its answers, one a call: {"code", "details", "response" (proto JSON, proto field names),
+ * "trailing"} (caller decrefs). */
+static json_t *grpc_py(json_t *calls, const char *name)
+{
+    json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", addr, "proto_dir", dir, "ca", "", "calls", calls);
+    char path[200], cmd[1200];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    cr_assert_eq(json_dump_file(plan, path, 0), 0);
+    json_decref(plan);
+    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    json_t *out = json_array();
+    static char line[1 << 16];
+    while (fgets(line, sizeof line, p)) {
+        json_t *r = json_loads(line, 0, NULL);
+        cr_assert_not_null(r, "grpc_client.py said: %s", line);
+        json_array_append_new(out, r);
+    }
+    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    return out;
+}
+
+/* A proto JSON integer: int32 comes as a number, int64 as its decimal text; absent is 0. */
+static long long pj_int(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? strtoll(json_string_value(v), NULL, 10) : (long long)json_integer_value(v);
+}
+
+static const char *pj_str(const json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+
+/* A tuning job over gRPC, from Python's grpcio: CreateTuningJob, then (its trials run on a real
+ * agent whose fake rank reports its own lr as val_loss) GetTuningJob answers the state, the trials
+ * with their parameters and objectives, and the best, field for field as REST's JSON has them;
+ * ListTuningJobs lists it with its counts; StopTuningJob stops a running one and refuses an ended
+ * one; an unknown id is NOT_FOUND. */
+Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
+{
+    const char *missing = th_grpc_python_missing();
+    if (missing)
+        cr_skip_test("%s", missing);
+    cr_assert_eq(th_protoc_python(dir), 0);
+    char *bin = write_script("lr=$(sed -n 's/.*\"lr\": *\\([0-9.]*\\).*/\\1/p' \"$KILN_SPEC\" | head -n 1)\n"
+                             "echo \"val loss $lr\"\n");
+    agent_t *agent = start_agent(bin);
+    char req[4096];
+    snprintf(req, sizeof req,
+             "{\"tuning_job\": {\"name\": \"grpc-tune\", \"job\": %s, \"parameters\": {\"lr\": {\"type\": \"continuous\","
+             " \"min\": 0.001, \"max\": 0.01, \"scaling\": \"log\"}}, \"objective\": {\"metric\": \"val_loss\", \"goal\":"
+             " \"minimize\"}, \"max_jobs\": 3, \"max_parallel_jobs\": 1, \"seed\": 7}}",
+             k_spec);
+    json_t *r = json_loads(req, 0, NULL);
+    cr_assert_not_null(r);
+    json_t *ans = grpc_py(json_pack("[{s:s, s:o}]", "method", "/kiln.TrainingService/CreateTuningJob", "request", r),
+                          "tune-create");
+    json_t *c = json_array_get(ans, 0);
+    cr_assert_str_eq(pj_str(c, "code"), "OK", "%s", json_dumps(c, 0));
+    json_t *tj = json_object_get(c, "response");
+    char id[64];
+    snprintf(id, sizeof id, "%s", pj_str(tj, "id"));
+    cr_assert(id[0] && !strcmp(pj_str(tj, "name"), "grpc-tune") && !strcmp(pj_str(tj, "state"), "RUNNING") &&
+              !strcmp(pj_str(tj, "strategy"), "random") &&
+              !strcmp(pj_str(json_object_get(tj, "objective"), "metric"), "val_loss") && pj_int(tj, "max_jobs") == 3 &&
+              pj_int(tj, "max_parallel_jobs") == 1 && pj_int(tj, "seed") == 7,
+              "%s", json_dumps(tj, 0));
+    json_decref(ans);
+
+    /* the trials run; REST's JSON of the ended search, to compare with */
+    json_t *rest = NULL;
+    kiln_err_t err;
+    for (int k = 0;; k++) {
+        json_decref(rest);
+        cr_assert_eq(svc_tuning_get(S, svc_caller_kilnd(), id, &rest, &err), 0, "%s", err.message);
+        const char *st = pj_str(rest, "state");
+        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
+            break;
+        cr_assert_lt(k, 1200, "the search did not end: %s", json_dumps(rest, 0));
+        usleep(50000);
+    }
+    cr_assert_str_eq(pj_str(rest, "state"), "COMPLETED", "%s", json_dumps(rest, 0));
+    /* a second search whose trials need 2 slots a node: they wait (the agent has 1), it runs */
+    json_t *body = json_loads(req, 0, NULL), *out = NULL;
+    json_t *tb = json_object_get(body, "tuning_job");
+    json_object_set_new(tb, "name", json_string("grpc-tune-wide"));
+    json_object_set_new(json_object_get(json_object_get(tb, "job"), "resources"), "slots_per_node", json_integer(2));
+    json_object_set_new(json_object_get(json_object_get(tb, "job"), "hyperparameters"), "global_batch_size",
+                        json_integer(16));
+    cr_assert_eq(svc_tuning_create(S, svc_caller_kilnd(), tb, &out, &err), 0, "%s (%s)", err.message, err.field);
+    char id2[64];
+    snprintf(id2, sizeof id2, "%s", pj_str(out, "id"));
+    json_decref(out);
+    json_decref(body);
+
+    ans = grpc_py(json_pack("[{s:s, s:{s:s}}, {s:s}, {s:s, s:{s:s}}, {s:s, s:{s:s}}, {s:s, s:{s:s}}]",
+                            "method", "/kiln.TrainingService/GetTuningJob", "request", "id", id,
+                            "method", "/kiln.TrainingService/ListTuningJobs",
+                            "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id2,
+                            "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id,
+                            "method", "/kiln.TrainingService/GetTuningJob", "request", "id",
+                            "00000000-0000-4000-8000-000000000000"),
+                  "tune-rest");
+    cr_assert_eq(json_array_size(ans), 5);
+    /* GetTuningJob: as REST has it */
+    json_t *g = json_array_get(ans, 0);
+    cr_assert_str_eq(pj_str(g, "code"), "OK", "%s", json_dumps(g, 0));
+    tj = json_object_get(g, "response");
+    cr_assert_str_eq(pj_str(tj, "id"), id);
+    cr_assert_str_eq(pj_str(tj, "state"), "COMPLETED");
+    cr_assert_str_eq(pj_str(tj, "reason"), pj_str(rest, "reason"));
+    cr_assert_gt(json_array_size(json_object_get(tj, "events")), 0, "%s", json_dumps(tj, 0));
+    json_t *trials = json_object_get(tj, "trials"), *rtrials = json_object_get(rest, "trials");
+    cr_assert_eq(json_array_size(trials), 3, "%s", json_dumps(tj, 0));
+    cr_assert_eq(json_array_size(rtrials), 3);
+    int best = -1;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *x = json_array_get(trials, i), *y = json_array_get(rtrials, i);
+        cr_assert_eq(pj_int(x, "trial"), (long long)i, "%s", json_dumps(x, 0));
+        cr_assert_str_eq(pj_str(x, "job_id"), pj_str(y, "job_id"));
+        cr_assert_str_eq(pj_str(x, "state"), "COMPLETED", "%s", json_dumps(x, 0));
+        json_t *params = json_loads(pj_str(x, "parameters_json"), 0, NULL);
+        cr_assert(json_equal(params, json_object_get(y, "parameters")), "trial %zu: %s", i, json_dumps(x, 0));
+        double lr = json_number_value(json_object_get(params, "lr"));
+        cr_assert(lr >= 0.001 && lr <= 0.01, "%s", json_dumps(x, 0));
+        double obj = json_number_value(json_object_get(x, "objective"));
+        cr_assert(json_is_number(json_object_get(x, "objective")) &&
+                  obj == json_number_value(json_object_get(y, "objective")), "trial %zu: %s", i, json_dumps(x, 0));
+        cr_assert_float_eq(obj, lr, 1e-12, "the trial ran with its values: %s", json_dumps(x, 0));
+        if (best < 0 || obj < json_number_value(json_object_get(json_array_get(trials, (size_t)best), "objective")))
+            best = (int)i;
+        json_decref(params);
+    }
+    json_t *b = json_object_get(tj, "best"), *rb = json_object_get(rest, "best");
+    cr_assert_str_eq(pj_str(b, "job_id"), pj_str(json_array_get(trials, (size_t)best), "job_id"), "%s", json_dumps(tj, 0));
+    cr_assert_str_eq(pj_str(b, "job_id"), pj_str(rb, "job_id"));
+    cr_assert(json_number_value(json_object_get(b, "objective")) == json_number_value(json_object_get(rb, "objective")));
+    json_t *bp = json_loads(pj_str(b, "parameters_json"), 0, NULL);
+    cr_assert(json_equal(bp, json_object_get(rb, "parameters")), "%s", json_dumps(b, 0));
+    json_decref(bp);
+    /* ListTuningJobs: both, the ended one with its counts and no trials */
+    json_t *l = json_array_get(ans, 1);
+    cr_assert_str_eq(pj_str(l, "code"), "OK", "%s", json_dumps(l, 0));
+    json_t *tjs = json_object_get(json_object_get(l, "response"), "tuning_jobs");
+    bool seen1 = false, seen2 = false;
+    for (size_t i = 0; i < json_array_size(tjs); i++) {
+        json_t *x = json_array_get(tjs, i);
+        if (!strcmp(pj_str(x, "id"), id)) {
+            seen1 = true;
+            cr_assert(!strcmp(pj_str(x, "state"), "COMPLETED") && pj_int(x, "trial_count") == 3 &&
+                      pj_int(x, "trials_done") == 3 && !json_object_get(x, "trials") &&
+                      !strcmp(pj_str(json_object_get(x, "best"), "job_id"), pj_str(rb, "job_id")),
+                      "%s", json_dumps(x, 0));
+        }
+        seen2 |= !strcmp(pj_str(x, "id"), id2) && !strcmp(pj_str(x, "state"), "RUNNING");
+    }
+    cr_assert(seen1 && seen2, "%s", json_dumps(l, 0));
+    /* StopTuningJob: the running one stops; the ended one is refused, naming its state */
+    json_t *s1 = json_array_get(ans, 2), *s2 = json_array_get(ans, 3), *nf = json_array_get(ans, 4);
+    cr_assert_str_eq(pj_str(s1, "code"), "OK", "%s", json_dumps(s1, 0));
+    const char *st = pj_str(json_object_get(s1, "response"), "state");
+    cr_assert(!strcmp(st, "STOPPING") || !strcmp(st, "STOPPED"), "%s", json_dumps(s1, 0));
+    cr_assert_str_eq(pj_str(s2, "code"), "FAILED_PRECONDITION", "%s", json_dumps(s2, 0));
+    cr_assert(strstr(pj_str(s2, "details"), "COMPLETED"), "%s", json_dumps(s2, 0));
+    cr_assert_str_eq(pj_str(nf, "code"), "NOT_FOUND", "%s", json_dumps(nf, 0));
+    for (int k = 0;; k++) {
+        cr_assert_eq(svc_tuning_get(S, svc_caller_kilnd(), id2, &out, &err), 0, "%s", err.message);
+        bool stopped = !strcmp(pj_str(out, "state"), "STOPPED");
+        if (!stopped && k == 400)
+            cr_assert_fail("the stopped search did not end: %s", json_dumps(out, 0));
+        json_decref(out);
+        if (stopped)
+            break;
+        usleep(50000);
+    }
+    json_decref(ans);
+    json_decref(rest);
+    agent_destroy(agent);
 }
