@@ -7,7 +7,9 @@
  * search whose kilnd is SIGKILLed mid-flight carries on after the restart with the same trials,
  * and a bayesian (TPE) search runs past its random startup to the end.
  * Trials are preemptible work: an ordinary job submitted to a cluster full of them preempts one,
- * which resumes from its checkpoint afterwards, and the search completes. */
+ * which resumes from its checkpoint afterwards, and the search completes. A seeded hyperband run
+ * twice gives the same trials (values, rungs, objectives, promotion); one whose objective metric
+ * is never reported ends when its first trial pauses at its first rung, with the reason. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <limits.h>
@@ -248,28 +250,70 @@ static char *model_of(const char *job, const char *tag, size_t *n)
     return buf;
 }
 
-/* Submits a hyperband search named name over lr, rungs 10 and 30 (hyperband members extra),
- * 3 trials all at once, seed 9, and waits for it to end COMPLETED: the tuning job, its id in *id. */
-static json_t *hyperband_done(const char *name, const char *extra, char **id)
+/* Submits a hyperband search named name over lr, rungs 10 and 30 (hyperband members extra), 3
+ * trials all at once, objective metric (val_loss when NULL), seed 9; returns its id (caller frees). */
+static char *hyperband_submit(const char *name, const char *extra, const char *metric)
 {
     char *job = e2e_spec(name, 30, 1, 1, 4);
     char body[4096];
     snprintf(body, sizeof body,
              "{\"name\": \"%s\", \"job\": %s, \"parameters\": {"
              "\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01, \"scaling\": \"log\"}},"
-             " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\","
+             " \"objective\": {\"metric\": \"%s\"}, \"strategy\": \"hyperband\","
              " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 30, %s},"
              " \"max_jobs\": 3, \"max_parallel_jobs\": 3, \"seed\": 9}",
-             name, job, extra);
+             name, job, metric ? metric : "val_loss", extra);
     free(job);
     long st;
     json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
     cr_assert_eq(st, 201, "%s", e2e_dump(c));
-    *id = strdup(e2e_jstr(c, "id"));
+    char *id = strdup(e2e_jstr(c, "id"));
     json_decref(c);
+    return id;
+}
+
+/* hyperband_submit, then waits for the search to end COMPLETED: the tuning job, its id in *id. */
+static json_t *hyperband_done(const char *name, const char *extra, char **id)
+{
+    *id = hyperband_submit(name, extra, NULL);
     json_t *t = wait_ended(*id, 200000);
     cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
     return t;
+}
+
+/* Fails unless the hyperband searches a and b (ended) have the same trials: the same parameters,
+ * the same rungs reached with the same objectives there (the same promotions), the same steps,
+ * states and final objectives, and the same best. */
+static void same_hyperband_trials(json_t *a, json_t *b)
+{
+    json_t *ta = json_object_get(a, "trials"), *tb = json_object_get(b, "trials");
+    cr_assert_eq(json_array_size(ta), json_array_size(tb), "%s\nvs %s", e2e_dump(a), e2e_dump(b));
+    int best_a = -1, best_b = -1;
+    for (size_t i = 0; i < json_array_size(ta); i++) {
+        json_t *x = json_array_get(ta, i), *y = json_array_get(tb, i);
+        cr_assert(json_equal(json_object_get(x, "parameters"), json_object_get(y, "parameters")),
+                  "trial %zu: the same seed draws the same values: %s vs %s", i, e2e_dump(x), e2e_dump(y));
+        cr_assert(e2e_jint(x, "rung") == e2e_jint(y, "rung") && e2e_jint(x, "steps") == e2e_jint(y, "steps") &&
+                  !strcmp(e2e_jstr(x, "state"), e2e_jstr(y, "state")),
+                  "trial %zu: promoted alike, to the same rung: %s vs %s", i, e2e_dump(x), e2e_dump(y));
+        cr_assert(json_array_size(json_object_get(x, "rungs")) > 0 &&
+                  json_equal(json_object_get(x, "rungs"), json_object_get(y, "rungs")),
+                  "trial %zu: the same rungs, the same objective at each, bit for bit: %s vs %s", i, e2e_dump(x),
+                  e2e_dump(y));
+        cr_assert(json_is_number(json_object_get(x, "objective")) &&
+                  json_number_value(json_object_get(x, "objective")) == json_number_value(json_object_get(y, "objective")),
+                  "trial %zu: the same final objective: %s vs %s", i, e2e_dump(x), e2e_dump(y));
+        if (!strcmp(e2e_jstr(x, "job_id"), e2e_jstr(json_object_get(a, "best"), "job_id")))
+            best_a = (int)i;
+        if (!strcmp(e2e_jstr(y, "job_id"), e2e_jstr(json_object_get(b, "best"), "job_id")))
+            best_b = (int)i;
+    }
+    cr_assert(best_a >= 0 && best_a == best_b, "the same trial is best: %d vs %d", best_a, best_b);
+    cr_assert(json_equal(json_object_get(json_object_get(a, "best"), "parameters"),
+                         json_object_get(json_object_get(b, "best"), "parameters")) &&
+              json_number_value(json_object_get(json_object_get(a, "best"), "objective")) ==
+                  json_number_value(json_object_get(json_object_get(b, "best"), "objective")),
+              "%s vs %s", e2e_dump(json_object_get(a, "best")), e2e_dump(json_object_get(b, "best")));
 }
 
 Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_straight_through, .init = e2e_setup,
@@ -277,6 +321,9 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
 {
     char *id = NULL;
     json_t *t = hyperband_done("hb", "\"reduction_factor\": 3", &id);
+    /* the same search again, with the same seed: it runs while this one is checked and its best
+     * trial is trained straight through, and gives the same trials (compared at the end) */
+    char *again = hyperband_submit("hb", "\"reduction_factor\": 3", NULL);
     /* three trials paused at step 10; the best of them (the top third) was promoted and ran to 30 */
     json_t *trials = json_object_get(t, "trials");
     cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
@@ -335,6 +382,12 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
               "straight run's (%zu bytes) bit for bit", na, nb);
     free(a);
     free(b);
+    /* the second run: the same trials, the same promotion, the same objectives at each rung */
+    json_t *t2 = wait_ended(again, 200000);
+    cr_assert_str_eq(e2e_jstr(t2, "state"), "COMPLETED", "%s", e2e_dump(t2));
+    same_hyperband_trials(t, t2);
+    json_decref(t2);
+    free(again);
     free(spec_text);
     free(sid);
     json_decref(straight);
@@ -370,6 +423,43 @@ Test(e2e_tuning, hyperband_brackets_start_their_trials_at_their_own_rungs, .init
         cr_assert(i == 1 ? !strstr(states, "PAUSED") : strstr(states, "RUNNING,PAUSED") != NULL,
                   "trial %zu: %s", i, states);
         json_decref(ev);
+    }
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}
+
+Test(e2e_tuning, hyperband_objective_never_reported_ends_the_search_at_the_first_rung, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    /* the trials report train_loss and val_loss, never "bleu": the first trial paused at its first
+     * rung (step 10) ends the search, whose reason names the metric and what was reported */
+    char *id = hyperband_submit("nobleu", "\"reduction_factor\": 3", "bleu");
+    json_t *t = wait_ended(id, 200000);
+    cr_assert_str_eq(e2e_jstr(t, "state"), "FAILED", "%s", e2e_dump(t));
+    const char *reason = e2e_jstr(t, "reason");
+    cr_assert(strstr(reason, "objective metric \"bleu\" was not reported by trial ") &&
+              strstr(reason, "which reached its first rung; it reported: ") && strstr(reason, "train_loss") &&
+              strstr(reason, "val_loss"), "%s", reason);
+    /* no trial trained past its first rung, and none is left running or paused */
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_geq(json_array_size(trials), 1, "%s", e2e_dump(t));
+    for (size_t i = 0; i < json_array_size(trials); i++) {
+        json_t *x = json_array_get(trials, i);
+        cr_assert(e2e_jint(x, "steps") <= 10 && e2e_jint(x, "rung") == 0, "%s", e2e_dump(x));
+        char path[160];
+        snprintf(path, sizeof path, "/v1/jobs/%s", e2e_jstr(x, "job_id"));
+        for (int k = 0;; k++) {
+            json_t *j = e2e_get(path);
+            const char *st = e2e_jstr(j, "state");
+            bool over = !strcmp(st, "STOPPED") || !strcmp(st, "COMPLETED") || !strcmp(st, "FAILED");
+            if (!over && k == 600)
+                cr_assert_fail("trial %zu's job did not end: %s", i, e2e_dump(j));
+            json_decref(j);
+            if (over)
+                break;
+            usleep(100000);
+        }
     }
     json_decref(t);
     free(id);
