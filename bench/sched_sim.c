@@ -1057,7 +1057,7 @@ static void detail_report(const run_t *R, uint64_t seed)
             if (x->end > R->j[x->head].first_start)
                 continue;
             can += x->size;
-            can_own += T->jobs[x->job].team == T->jobs[x->head].team ? x->size : 0;
+            can_own += v->head >= 0 && T->jobs[x->job].team == T->jobs[v->head].team ? x->size : 0;
         }
         idle[k] += v->idle * v->dt;
         fill[k] += KILN_MIN(can, v->idle) * v->dt;
@@ -1074,8 +1074,8 @@ static void detail_report(const run_t *R, uint64_t seed)
     for (int k = 0; k < 3; k++)
         if (idle[k] > 0)
             printf("    behind a head that %s: %.1f%% idle; fillable by waiting jobs that end before their head "
-                   "actually started %.1f%% (of their head's queue %.1f%%); by jobs predicted then to end before "
-                   "their head's earliest start as predicted then %.1f%% (held by another head's earlier "
+                   "actually started %.1f%% (of the queue of the first fitting job %.1f%%); by jobs predicted then to end "
+                   "before their head's earliest start as predicted then %.1f%% (held by another head's earlier "
                    "reservation %.1f%%)\n", kn[k], 100 * idle[k] / R->avail_w, 100 * fill[k] / R->avail_w,
                    100 * own[k] / R->avail_w, 100 * pred[k] / R->avail_w, 100 * other[k] / R->avail_w);
     printf("    of all that, behind a large run (the first fitting job's head): %.1f%% idle, %.1f%% fillable by "
