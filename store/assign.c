@@ -85,11 +85,8 @@ int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, ki
     /* one array literal per column; each job's ranks go as the text of an int[] (unnest would
      * flatten a two-dimensional array) */
     store_buf_t b[9] = {{0}};
-    for (int f = 0; f < 9; f++)
-        store_buf_putc(&b[f], '{');
     for (int i = 0; i < n; i++) {
-        for (int f = 0; i && f < 9; f++)
-            store_buf_putc(&b[f], ',');
+        store_buf_elems(b, 9, i);
         char ranks[256 * 8 + 4];
         size_t l = 0;
         ranks[l++] = '{';
@@ -107,10 +104,7 @@ int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, ki
         store_buf_array_text(&b[7], a[i].master_addr);
         store_buf_i64(&b[8], a[i].master_port);
     }
-    for (int f = 0; f < 9; f++) {
-        store_buf_putc(&b[f], '}');
-        store_buf_putc(&b[f], '\0');
-    }
+    store_buf_arrays_end(b, 9, n);
     const char *p[9] = {b[0].p, b[1].p, b[2].p, b[3].p, b[4].p, b[5].p, b[6].p, b[7].p, b[8].p};
     int rc = store_qp(c, "insert assignments",
                       "INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
@@ -202,14 +196,7 @@ int store_assign_deliver_many(store_conn_t *c, const int64_t *ids, int n, char *
     if (n <= 0)
         return 0;
     store_buf_t a = {0};
-    store_buf_putc(&a, '{');
-    for (int i = 0; i < n; i++) {
-        if (i)
-            store_buf_putc(&a, ',');
-        store_buf_i64(&a, ids[i]);
-    }
-    store_buf_putc(&a, '}');
-    store_buf_putc(&a, '\0');
+    store_buf_i64_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
     int rc = store_qp(c, "mark assignments delivered",

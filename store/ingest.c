@@ -391,14 +391,10 @@ int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attem
             order[k] = order[k - 1];
             order[k - 1] = t;
         }
-    for (int col = 0; col < 11; col++)
-        store_buf_putc(&a[col], '{');
     for (size_t i = 0; i < n; i++) {
         const store_metric_sum_t *m = &sums[order[i]];
         bool any = m->n > 0;
-        for (int col = 0; col < 11; col++)
-            if (i)
-                store_buf_putc(&a[col], ',');
+        store_buf_elems(a, 11, (int)i);
         store_buf_array_text(&a[0], m->name);
         store_buf_i64(&a[1], m->rank);
         store_buf_i64(&a[2], m->n);
@@ -416,10 +412,7 @@ int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attem
         store_buf_i64(&a[9], m->lo_step);
         store_buf_i64(&a[10], m->hi_step);
     }
-    for (int col = 0; col < 11; col++) {
-        store_buf_putc(&a[col], '}');
-        store_buf_putc(&a[col], '\0');
-    }
+    store_buf_arrays_end(a, 11, (int)n);
     free(order);
     char att[16];
     snprintf(att, sizeof att, "%d", attempt);
@@ -435,16 +428,13 @@ int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attem
     /* Rebuild the rows a retried or out-of-order batch overlapped. */
     store_buf_t dirty = {0};
     int ndirty = 0;
-    store_buf_putc(&dirty, '{');
     for (int i = 0; i < PQntuples(r); i++) {
         if (!store_get_bool(r, i, 1))
             continue;
-        if (ndirty++)
-            store_buf_putc(&dirty, ',');
+        store_buf_elem(&dirty, ndirty++);
         store_buf_array_text(&dirty, store_get_str(r, i, 0));
     }
-    store_buf_putc(&dirty, '}');
-    store_buf_putc(&dirty, '\0');
+    store_buf_array_end(&dirty, ndirty);
     PQclear(r);
     if (ndirty) {
         const char *p2[2] = {job_id, dirty.p};

@@ -180,8 +180,6 @@ static void row_fill(const PGresult *r, int i, void *elem)
     row_fill_at(r, i, 0, elem);
 }
 
-static void id_array(store_buf_t *a, const char *const *ids, int n);
-
 int store_job_rows_lock(store_conn_t *c, const char *const *ids, int n, store_job_row_t *out, double *age_s,
                         bool *found, kiln_err_t *err)
 {
@@ -203,7 +201,7 @@ int store_job_rows_lock(store_conn_t *c, const char *const *ids, int n, store_jo
     int rc = 0;
     if (m > 0) {
         store_buf_t a = {0};
-        id_array(&a, valid, m);
+        store_buf_uuid_array(&a, valid, m);
         const char *p[1] = {a.p};
         PGresult *r = NULL;
         rc = store_q(c, "lock jobs",
@@ -329,11 +327,8 @@ int store_job_transition_many(store_conn_t *c, store_transition_t *t, int n, con
     if (n == 1)
         return transition_one(c, t, to, flags, actor, err);
     store_buf_t a[5] = {{0}};
-    for (int f = 0; f < 5; f++)
-        store_buf_putc(&a[f], '{');
     for (int k = 0; k < n; k++) {
-        for (int f = 0; k && f < 5; f++)
-            store_buf_putc(&a[f], ',');
+        store_buf_elems(a, 5, k);
         store_buf_array_text(&a[0], t[k].id);
         store_buf_array_text(&a[1], t[k].from);
         store_buf_array_text(&a[2], t[k].reason ? t[k].reason : "");
@@ -343,10 +338,7 @@ int store_job_transition_many(store_conn_t *c, store_transition_t *t, int n, con
         else
             store_buf_put(&a[4], "NULL", 4);
     }
-    for (int f = 0; f < 5; f++) {
-        store_buf_putc(&a[f], '}');
-        store_buf_putc(&a[f], '\0');
-    }
+    store_buf_arrays_end(a, 5, n);
     char fl[16];
     snprintf(fl, sizeof(fl), "%d", flags);
     const char *p[8] = {a[0].p, a[1].p, a[2].p, a[3].p, a[4].p, to, fl, actor ? actor : ""};
@@ -543,19 +535,6 @@ int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_
                         2, p, out, n, snap, forget, err);
 }
 
-/* a = the array literal {id,...} of ids[0..n) (UUIDs need no quoting), NUL-terminated. */
-static void id_array(store_buf_t *a, const char *const *ids, int n)
-{
-    store_buf_putc(a, '{');
-    for (int i = 0; i < n; i++) {
-        if (i)
-            store_buf_putc(a, ',');
-        store_buf_put(a, ids[i], strlen(ids[i]));
-    }
-    store_buf_putc(a, '}');
-    store_buf_putc(a, '\0');
-}
-
 static void holding_fill(const PGresult *r, int i, void *elem)
 {
     store_holding_t *o = elem;
@@ -607,7 +586,7 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
     if (n <= 0)
         return 0;
     store_buf_t a = {0};
-    id_array(&a, ids, n);
+    store_buf_uuid_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
     int rc = store_q(c, "predict run times",
@@ -654,7 +633,7 @@ int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out
     for (int i = 0; i < n; i++)
         out[i] = NULL;
     store_buf_t a = {0};
-    id_array(&a, ids, n);
+    store_buf_uuid_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
     int rc = store_q(c, "read job paths", "SELECT x.i, j.data_paths::text FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i)"
@@ -682,22 +661,9 @@ static int update_by_ids(store_conn_t *c, const char *what, const char *sql, con
 {
     if (n <= 0)
         return 0;
-    /* Two array literals: ids are UUIDs; texts are quoted. */
     store_buf_t a = {0}, b = {0};
-    store_buf_putc(&a, '{');
-    store_buf_putc(&b, '{');
-    for (int i = 0; i < n; i++) {
-        if (i) {
-            store_buf_putc(&a, ',');
-            store_buf_putc(&b, ',');
-        }
-        store_buf_put(&a, ids[i], strlen(ids[i]));
-        store_buf_array_text(&b, texts[i]);
-    }
-    store_buf_putc(&a, '}');
-    store_buf_putc(&b, '}');
-    store_buf_putc(&a, '\0');
-    store_buf_putc(&b, '\0');
+    store_buf_uuid_array(&a, ids, n);
+    store_buf_text_array(&b, texts, n);
     const char *p[2] = {a.p, b.p};
     int rc = store_q(c, what, sql, 2, p, NULL, err);
     store_buf_free(&a);

@@ -98,21 +98,8 @@ int store_listener_notify(store_listener_t *l, const char *const *channels, cons
         return 0;
     /* Two text arrays: pg_notify once per element, one statement, one (asynchronous) commit. */
     store_buf_t ch = {0}, pl = {0};
-    store_buf_putc(&ch, '{');
-    store_buf_putc(&pl, '{');
-    for (size_t i = 0; i < n; i++) {
-        const char *src[2] = {channels[i], payloads[i]};
-        store_buf_t *dst[2] = {&ch, &pl};
-        for (int k = 0; k < 2; k++) {
-            if (i)
-                store_buf_putc(dst[k], ',');
-            store_buf_array_text(dst[k], src[k]);
-        }
-    }
-    store_buf_putc(&ch, '}');
-    store_buf_putc(&pl, '}');
-    store_buf_putc(&ch, '\0');
-    store_buf_putc(&pl, '\0');
+    store_buf_text_array(&ch, channels, (int)n);
+    store_buf_text_array(&pl, payloads, (int)n);
     const char *p[2] = {ch.p, pl.p};
     PGresult *r = PQexecParams(l->pg, "SELECT count(pg_notify(c, p)) FROM unnest($1::text[], $2::text[]) AS t(c, p)",
                                2, NULL, p, NULL, NULL, 0);

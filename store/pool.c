@@ -470,6 +470,58 @@ void store_buf_array_text(store_buf_t *b, const char *s)
     store_buf_putc(b, '"');
 }
 
+void store_buf_elem(store_buf_t *b, int i)
+{
+    store_buf_putc(b, i ? ',' : '{');
+}
+
+void store_buf_array_end(store_buf_t *b, int n)
+{
+    if (n <= 0)
+        store_buf_putc(b, '{');
+    store_buf_putc(b, '}');
+    store_buf_putc(b, '\0');
+}
+
+void store_buf_elems(store_buf_t *cols, int ncols, int i)
+{
+    for (int k = 0; k < ncols; k++)
+        store_buf_elem(&cols[k], i);
+}
+
+void store_buf_arrays_end(store_buf_t *cols, int ncols, int n)
+{
+    for (int k = 0; k < ncols; k++)
+        store_buf_array_end(&cols[k], n);
+}
+
+void store_buf_text_array(store_buf_t *b, const char *const *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        store_buf_elem(b, i);
+        store_buf_array_text(b, v[i]);
+    }
+    store_buf_array_end(b, n);
+}
+
+void store_buf_uuid_array(store_buf_t *b, const char *const *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        store_buf_elem(b, i);
+        store_buf_put(b, v[i], strlen(v[i]));
+    }
+    store_buf_array_end(b, n);
+}
+
+void store_buf_i64_array(store_buf_t *b, const int64_t *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        store_buf_elem(b, i);
+        store_buf_i64(b, v[i]);
+    }
+    store_buf_array_end(b, n);
+}
+
 void store_buf_free(store_buf_t *b)
 {
     free(b->p);

@@ -484,14 +484,7 @@ static void sb_after(sb_t *b, const query_order_t *o, int from, const json_t *va
 static void sb_projects(sb_t *b, const char *const *projects, int n)
 {
     store_buf_t a = {0};
-    store_buf_putc(&a, '{');
-    for (int i = 0; i < n; i++) {
-        if (i)
-            store_buf_putc(&a, ',');
-        store_buf_array_text(&a, projects[i]);
-    }
-    store_buf_putc(&a, '}');
-    store_buf_putc(&a, '\0');
+    store_buf_text_array(&a, projects, n);
     sb_sql(b, " AND j.project = ANY(");
     sb_param(b, a.p, "::text[])");
     store_buf_free(&a);
@@ -801,25 +794,13 @@ int store_job_summaries_json(store_conn_t *c, const char *const *ids, int n, con
     if (n <= 0)
         return 0;
     store_buf_t a = {0}, m = {0};
-    store_buf_putc(&a, '{');
-    for (int i = 0; i < n; i++) {
-        if (i)
-            store_buf_putc(&a, ',');
-        if (store_is_uuid(ids[i]))
-            store_buf_put(&a, ids[i], strlen(ids[i]));
-        else
-            store_buf_put(&a, "00000000-0000-0000-0000-000000000000", 36);
+    for (int i = 0; i < n; i++) { /* an id that is no UUID names no job: the nil UUID */
+        store_buf_elem(&a, i);
+        const char *id = store_is_uuid(ids[i]) ? ids[i] : "00000000-0000-0000-0000-000000000000";
+        store_buf_put(&a, id, strlen(id));
     }
-    store_buf_putc(&a, '}');
-    store_buf_putc(&a, '\0');
-    store_buf_putc(&m, '{');
-    for (int i = 0; names && i < nnames; i++) {
-        if (i)
-            store_buf_putc(&m, ',');
-        store_buf_array_text(&m, names[i]);
-    }
-    store_buf_putc(&m, '}');
-    store_buf_putc(&m, '\0');
+    store_buf_array_end(&a, n);
+    store_buf_text_array(&m, names, names ? nnames : 0);
     const char *p[2] = {a.p, names ? m.p : NULL};
     PGresult *r = NULL;
     int rc = store_q(c, "read metric summaries",

@@ -114,6 +114,20 @@ const char *store_hash_param(const uint8_t hash[STORE_HASH_LEN], char *buf);
 /* Appends s as an element of a PostgreSQL array literal: quoted, with " and \ escaped; NULL as
  * the unquoted NULL. */
 void store_buf_array_text(store_buf_t *b, const char *s);
+/* Array literals ({a,b,...}) for array parameters, an element at a time: store_buf_elem before
+ * element i (i = 0, 1, ...: '{' before the first, ',' before the others), then the element, and
+ * store_buf_array_end after the last, n being how many were written ("{}" for none); it
+ * NUL-terminates the literal. The plural forms do the same for ncols column buffers at once (one
+ * array per column, a row at a time). */
+void store_buf_elem(store_buf_t *b, int i);
+void store_buf_array_end(store_buf_t *b, int n);
+void store_buf_elems(store_buf_t *cols, int ncols, int i);
+void store_buf_arrays_end(store_buf_t *cols, int ncols, int n);
+/* Whole array literals of v[0..n), NUL-terminated: texts quoted (NULL elements as NULL), UUIDs
+ * (known well-formed) as they are, integers. */
+void store_buf_text_array(store_buf_t *b, const char *const *v, int n);
+void store_buf_uuid_array(store_buf_t *b, const char *const *v, int n);
+void store_buf_i64_array(store_buf_t *b, const int64_t *v, int n);
 void store_buf_free(store_buf_t *b);
 /* Sends the buffer as one COPY ... FROM STDIN (text format) and drains the results. */
 int store_copy(store_conn_t *c, const char *what, const char *copy_sql, const store_buf_t *b,
