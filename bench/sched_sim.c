@@ -14,7 +14,9 @@
  * The virtual clock moves from event to event (an arrival, a job's end, a preempted job having
  * stopped, a worker leaving or joining) with a scheduler pass after each, and a tick every
  * `--tick` seconds while jobs wait, as kilnd's thread does. The new policy's pass is built as
- * service/sched.c builds it: the pending jobs by priority then age (the first 1000), the jobs
+ * service/sched.c builds it: the pending jobs by priority then age (the first 1000; kilnd adds the
+ * first 4 of each queue, project and slot type with none among them, which these traces never need:
+ * fewer than 1000 wait at once), the jobs
  * holding slots with their steps since checkpoint and predicted ends (measured step time x steps
  * left), and the pending jobs' predicted run times as store_job_predictions gives them (their own
  * measured step time when they ran before, else the mean step time of earlier jobs of the same
