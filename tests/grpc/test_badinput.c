@@ -668,7 +668,7 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
                               "val_loss", "strategy", "grid", "max_jobs", 5);
     json_decref(lr);
     /* REST: each refusal's field, message and hint */
-    char message[3][512], hint[3][512];
+    char *message[3], *hint[3];
     json_t *calls = json_array();
     for (int i = 0; i < 3; i++) {
         cr_assert_not_null(cases[i].body, "%s: bad test request", cases[i].what);
@@ -681,8 +681,8 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
         cr_assert(is_json_error(out, &j), "%s: not kiln's JSON error: %s", cases[i].what, out);
         cr_assert_eq(st, 400, "%s: HTTP %ld: %s", cases[i].what, st, out);
         cr_assert_str_eq(json_string_value(json_object_get(j, "field")), cases[i].field, "%s: %s", cases[i].what, out);
-        snprintf(message[i], sizeof message[i], "%s", json_string_value(json_object_get(j, "message")));
-        snprintf(hint[i], sizeof hint[i], "%s", json_string_value(json_object_get(j, "hint")));
+        message[i] = strdup(json_string_value(json_object_get(j, "message")));
+        hint[i] = strdup(json_string_value(json_object_get(j, "hint")));
         cr_assert(message[i][0], "%s: %s", cases[i].what, out);
         json_decref(j);
         free(out);
@@ -697,6 +697,10 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
     const char *missing = th_grpc_python_missing();
     if (missing) {
         json_decref(calls);
+        for (int i = 0; i < 3; i++) {
+            free(message[i]);
+            free(hint[i]);
+        }
         cr_skip_test("%s", missing);
     }
     cr_assert_eq(th_protoc_python(dir), 0);
@@ -717,7 +721,7 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
         cr_assert_str_eq(json_string_value(json_object_get(r, "code")), "INVALID_ARGUMENT", "%s: %s", cases[i].what,
                          line);
         json_t *tr = json_object_get(r, "trailing");
-        char field[128], details[1200];
+        char field[128], details[2048];
         snprintf(field, sizeof field, "tuning_job.%s", cases[i].field);
         cr_assert_str_eq(json_string_value(json_object_get(tr, "kiln-field")), field, "%s: %s", cases[i].what, line);
         cr_assert_str_eq(json_string_value(json_object_get(tr, "kiln-hint")), hint[i], "%s: %s", cases[i].what, line);
@@ -727,6 +731,10 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
         json_decref(r);
     }
     cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    for (int i = 0; i < 3; i++) {
+        free(message[i]);
+        free(hint[i]);
+    }
 }
 
 /* ---- the capability table, at every door ------------------------------------------------------ */
