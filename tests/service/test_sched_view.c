@@ -25,7 +25,7 @@ static void vsetup(void)
     cr_assert_eq(store_open(vurl, 4, &vst, &verr), 0, "%s", verr.message);
     cr_assert_eq(store_conn_get(vst, &reader, &verr), 0, "%s", verr.message);
     cr_assert_eq(store_migrate(reader, NULL, NULL, &verr), 0, "%s", verr.message);
-    cr_assert_eq(store_project_insert(reader, "p", "test", &verr), 0, "%s", verr.message);
+    cr_assert_eq(store_project_insert(reader, "p", NULL, "test", &verr), 0, "%s", verr.message);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(store_conn_get(vst, &w[i], &verr), 0, "%s", verr.message);
     raw = PQconnectdb(vurl);

@@ -32,7 +32,7 @@ static void setup_migrated(void)
     setup();
     cr_assert_eq(store_migrate(c, NULL, NULL, &err), 0, "%s", err.message);
     /* the project the jobs below are in (a job's project must exist: store_job_insert checks) */
-    cr_assert_eq(store_project_insert(c, "p", "test", &err), 0, "%s", err.message);
+    cr_assert_eq(store_project_insert(c, "p", NULL, "test", &err), 0, "%s", err.message);
 }
 
 static void teardown(void)
@@ -178,7 +178,7 @@ Test(migrate, jobs_that_had_not_ended_keep_their_flat_checkpoint_dir)
     cr_assert_geq(applied, 9);
     snprintf(from, sizeof from, "rm -rf '%s'", tmp);
     cr_assert_eq(system(from), 0);
-    cr_assert_eq(store_project_insert(c, "p", "test", &err), 0, "%s", err.message);
+    cr_assert_eq(store_project_insert(c, "p", NULL, "test", &err), 0, "%s", err.message);
     static const struct { const char *state, *spec; bool flat; } jobs[] = {
         {"RUNNING", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
         {"RESTARTING", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
