@@ -1271,3 +1271,204 @@ Test(grpc, pending_reason_is_the_same_as_rest)
     free(second);
     free(wid);
 }
+
+/* ---- queues ------------------------------------------------------------------------------------ */
+
+/* The value of key in a slot-count map of a Queue (every such entry has the same layout), or -1
+ * when the map has no such key. */
+static int slot_count(void *const *entries, size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++) {
+        const Kiln__Queue__QuotaEntry *e = entries[i];
+        if (!strcmp(e->key, key))
+            return e->value;
+    }
+    return -1;
+}
+#define SLOTS(q, map, key) slot_count((void *const *)(q)->map, (q)->n_##map, key)
+
+/* REST's answer to a request on a server started for the test: the status, and the reply. */
+static json_t *rest(const char *base, const char *method, const char *path, const char *body, long *status)
+{
+    char url[256], *out = NULL;
+    snprintf(url, sizeof url, "%s%s", base, path);
+    const char *hdrs[] = {"Content-Type: application/json", NULL};
+    cr_assert_eq(th_http(method, url, body, hdrs, status, &out, 10000), 0, "%s %s: no answer", method, path);
+    json_t *j = json_loads(out ? out : "", 0, NULL);
+    cr_assert_not_null(j, "%s %s: %s", method, path, out);
+    free(out);
+    return j;
+}
+
+/* A refusal over gRPC and REST alike: the gRPC code, and the message and hint REST's JSON error
+ * has (gRPC's message is "FIELD: MESSAGE", the field named as the request message names it). */
+static void refused_alike(const kiln_err_t *gerr, int gcode, int want_gcode, const json_t *rj, long st, long want_st,
+                          const char *gfield)
+{
+    const char *msg = json_string_value(json_object_get(rj, "message"));
+    const char *hint = json_string_value(json_object_get(rj, "hint"));
+    cr_assert_eq(st, want_st, "REST status %ld", st);
+    cr_assert_eq(gcode, want_gcode, "gRPC code %d: %s", gcode, gerr->message);
+    cr_assert(msg && hint, "REST's error has a message and a hint");
+    char want[400];
+    snprintf(want, sizeof want, "%s: %s", gfield, msg);
+    cr_assert(!strncmp(gerr->message, want, strlen(want)), "gRPC said \"%s\", REST \"%s\"", gerr->message, want);
+    cr_assert_str_eq(gerr->hint, hint, "gRPC said \"%s\"", gerr->message);
+}
+
+Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
+{
+    /* REST on the same service, to compare refusals with */
+    api_http_t *H = NULL;
+    char haddr[64], base[80];
+    int port = th_free_port();
+    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", port);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    api_http_config_t hc = {.addr = haddr};
+    kiln_err_t err;
+    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
+    int code = -1;
+
+    /* create: the contract shape, as a message */
+    Kiln__Queue__QuotaEntry qc = KILN__QUEUE__QUOTA_ENTRY__INIT, qg = KILN__QUEUE__QUOTA_ENTRY__INIT;
+    qc.key = "cpu";
+    qc.value = 8;
+    qg.key = "gpu";
+    qg.value = 0;
+    Kiln__Queue__QuotaEntry *quota[] = {&qc, &qg};
+    Kiln__Queue__BorrowingLimitEntry bl = KILN__QUEUE__BORROWING_LIMIT_ENTRY__INIT;
+    bl.key = "cpu";
+    bl.value = 4;
+    Kiln__Queue__BorrowingLimitEntry *borrow[] = {&bl};
+    Kiln__Queue__LendingLimitEntry ll = KILN__QUEUE__LENDING_LIMIT_ENTRY__INIT;
+    ll.key = "cpu";
+    ll.value = 8;
+    Kiln__Queue__LendingLimitEntry *lend[] = {&ll};
+    char *projects[] = {"default"};
+    Kiln__Queue q = KILN__QUEUE__INIT;
+    q.name = "nlp";
+    q.cohort = "research";
+    q.quota = quota;
+    q.n_quota = 2;
+    q.borrowing_limit = borrow;
+    q.n_borrowing_limit = 1;
+    q.lending_limit = lend;
+    q.n_lending_limit = 1;
+    q.weight = 1;
+    q.projects = projects;
+    q.n_projects = 1;
+    Kiln__CreateQueueRequest creq = KILN__CREATE_QUEUE_REQUEST__INIT;
+    creq.queue = &q;
+    Kiln__Queue *made = (Kiln__Queue *)tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(made, "CreateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(made->name, "nlp");
+    cr_assert_str_eq(made->cohort, "research");
+    cr_assert_eq(SLOTS(made, quota, "cpu"), 8);
+    cr_assert_eq(SLOTS(made, quota, "gpu"), 0);
+    cr_assert_eq(SLOTS(made, borrowing_limit, "cpu"), 4);
+    cr_assert_eq(SLOTS(made, borrowing_limit, "gpu"), -1, "a missing limit is unlimited: no entry");
+    cr_assert_eq(SLOTS(made, lending_limit, "cpu"), 8);
+    cr_assert_eq(made->weight, 1);
+    cr_assert_eq(made->n_projects, 1);
+    cr_assert_str_eq(made->projects[0], "default");
+    cr_assert(!made->fair_sharing);
+    cr_assert_eq(SLOTS(made, usage, "cpu"), 0);
+    cr_assert_eq(made->pending, 0);
+    cr_assert_eq(made->admitted, 0);
+    cr_assert(made->created_at[0] && made->updated_at[0]);
+    protobuf_c_message_free_unpacked(&made->base, NULL);
+
+    /* one job of the queue holds the worker's only slot, a second waits: usage, admitted, pending */
+    char *wid = register_worker("host-q", 1);
+    char *ids[2];
+    for (int i = 0; i < 2; i++) {
+        json_t *spec = json_loads(k_spec, 0, NULL);
+        json_object_set_new(spec, "queue", json_string("nlp"));
+        json_t *job = NULL;
+        bool created = false;
+        cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &job, &created, &err), 0, "%s", err.message);
+        ids[i] = strdup(json_string_value(json_object_get(job, "id")));
+        json_decref(job);
+        json_decref(spec);
+        if (i == 0)
+            json_decref(wait_state(ids[0], "SCHEDULED|STARTING|RUNNING", 10000));
+    }
+    Kiln__GetQueueRequest greq = KILN__GET_QUEUE_REQUEST__INIT;
+    greq.name = "nlp";
+    Kiln__Queue *got = (Kiln__Queue *)tcall("GetQueue", &greq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(got, "GetQueue: %d %s", code, err.message);
+    cr_assert_eq(SLOTS(got, usage, "cpu"), 1);
+    cr_assert_eq(SLOTS(got, usage, "gpu"), 0);
+    cr_assert_eq(got->admitted, 1);
+    cr_assert_eq(got->pending, 1);
+    protobuf_c_message_free_unpacked(&got->base, NULL);
+    Kiln__ListQueuesRequest lreq = KILN__LIST_QUEUES_REQUEST__INIT;
+    Kiln__ListQueuesResponse *all =
+        (Kiln__ListQueuesResponse *)tcall("ListQueues", &lreq.base, &kiln__list_queues_response__descriptor, &code, &err);
+    cr_assert_not_null(all, "ListQueues: %d %s", code, err.message);
+    cr_assert_eq(all->n_queues, 2);
+    cr_assert_str_eq(all->queues[0]->name, "default");
+    cr_assert_eq(all->queues[0]->n_quota, 0, "default has no limit: an empty quota map");
+    cr_assert(all->queues[0]->fair_sharing);
+    cr_assert_str_eq(all->queues[1]->name, "nlp");
+    cr_assert_eq(all->queues[1]->pending, 1);
+    protobuf_c_message_free_unpacked(&all->base, NULL);
+
+    /* update: what the mask names; named and unset clears it */
+    Kiln__Queue patch = KILN__QUEUE__INIT;
+    patch.weight = 2.5;
+    char *mask[] = {"weight", "borrowing_limit"};
+    Kiln__UpdateQueueRequest ureq = KILN__UPDATE_QUEUE_REQUEST__INIT;
+    ureq.name = "nlp";
+    ureq.queue = &patch;
+    ureq.update_mask = mask;
+    ureq.n_update_mask = 2;
+    Kiln__Queue *upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_eq(upd->weight, 2.5);
+    cr_assert_eq(upd->n_borrowing_limit, 0);
+    cr_assert_eq(SLOTS(upd, lending_limit, "cpu"), 8, "what the mask does not name stays");
+    cr_assert_eq(SLOTS(upd, quota, "cpu"), 8);
+    cr_assert_eq(upd->pending, 1);
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+
+    /* a bad body: the same status, message and hint as over REST */
+    Kiln__Queue__QuotaEntry tpu = KILN__QUEUE__QUOTA_ENTRY__INIT;
+    tpu.key = "tpu";
+    tpu.value = 1;
+    Kiln__Queue__QuotaEntry *bad_quota[] = {&tpu};
+    Kiln__Queue bad = KILN__QUEUE__INIT;
+    bad.name = "x";
+    bad.quota = bad_quota;
+    bad.n_quota = 1;
+    creq.queue = &bad;
+    kiln_err_t gerr;
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
+    long st = 0;
+    json_t *rj = rest(base, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {\"tpu\": 1}}", &st);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "quota.tpu");
+    refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.quota.tpu");
+    json_decref(rj);
+    /* a queue whose jobs wait or run stays: FAILED_PRECONDITION and 409, saying how many */
+    Kiln__DeleteQueueRequest dreq = KILN__DELETE_QUEUE_REQUEST__INIT;
+    dreq.name = "nlp";
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("DeleteQueue", &dreq.base, &kiln__delete_queue_response__descriptor, &code, &gerr));
+    rj = rest(base, "DELETE", "/v1/queues/nlp", NULL, &st);
+    cr_assert(strstr(json_string_value(json_object_get(rj, "message")), "has 2 job(s) waiting or running"), "%s",
+              json_string_value(json_object_get(rj, "message")));
+    refused_alike(&gerr, code, 9 /* FAILED_PRECONDITION */, rj, st, 409, "name");
+    json_decref(rj);
+    /* a queue that does not exist: NOT_FOUND and 404 */
+    greq.name = "none";
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("GetQueue", &greq.base, &kiln__queue__descriptor, &code, &gerr));
+    rj = rest(base, "GET", "/v1/queues/none", NULL, &st);
+    refused_alike(&gerr, code, 5 /* NOT_FOUND */, rj, st, 404, "name");
+    json_decref(rj);
+    api_http_stop(H);
+    free(ids[0]);
+    free(ids[1]);
+    free(wid);
+}
