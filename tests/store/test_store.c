@@ -179,7 +179,14 @@ Test(migrate, jobs_that_had_not_ended_keep_their_flat_checkpoint_dir)
     cr_assert_geq(applied, 9);
     snprintf(from, sizeof from, "rm -rf '%s'", tmp);
     cr_assert_eq(system(from), 0);
-    cr_assert_eq(store_project_insert(c, "p", NULL, "test", &err), 0, "%s", err.message);
+    /* the project too, by hand: today's store_project_insert writes a column 0024 adds */
+    {
+        PGconn *pg = PQconnectdb(url);
+        PGresult *r = PQexec(pg, "INSERT INTO projects (name, created_by) VALUES ('p', 'test')");
+        cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+        PQclear(r);
+        PQfinish(pg);
+    }
     static const struct { const char *state, *spec; bool flat; } jobs[] = {
         {"RUNNING", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
         {"RESTARTING", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
