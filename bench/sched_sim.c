@@ -14,7 +14,9 @@
  * The virtual clock moves from event to event (an arrival, a job's end, a preempted job having
  * stopped, a worker leaving or joining) with a scheduler pass after each, and a tick every
  * `--tick` seconds while jobs wait, as kilnd's thread does. The new policy's pass is built as
- * service/sched.c builds it: the pending jobs by priority then age (the first 1000), the jobs
+ * service/sched.c builds it: the pending jobs by priority then age (the first 1000; kilnd adds the
+ * first 4 of each queue, project and slot type with none among them, which these traces never need:
+ * fewer than 1000 wait at once), the jobs
  * holding slots with their steps since checkpoint and predicted ends (measured step time x steps
  * left), and the pending jobs' predicted run times as store_job_predictions gives them (their own
  * measured step time when they ran before, else the mean step time of earlier jobs of the same
@@ -33,11 +35,14 @@
  * (with the same churn); the target is every queue's p99 wait at most 2x that (floor: one tick).
  *
  * usage: sched_sim [--seeds 5] [--seed0 1] [--jobs 2000] [--load 1.1] [--mix default|wide|big] [--tick 30]
- *                  [--start 3] [--stop 10] [--default-runtime 0]
+ *                  [--start 3] [--stop 10] [--default-runtime 0] [--detail 0]
  * (--mix wide: 70% of gangs multi-node, 60% of nodes whole workers; default: 40% and 40%; big: the
  * default, but 5% of the gpu jobs are large training runs of 6-12 whole workers, more than any
  * team's quota: they borrow from the cohort. A queue alone on its partition cannot run those, so
- * the waits compared with the partition's leave them out; their own waits are reported apart.) */
+ * the waits compared with the partition's leave them out; their own waits are reported apart.)
+ * --detail 1 adds, per seed, the idle by why and slot type, the share of the large runs, and for the
+ * queues policy how much of the idle behind blocked heads waiting jobs could have filled without
+ * delaying them (bench/RESULTS.md, "Where the drains before large runs go idle"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +289,18 @@ typedef struct run {
     double held_w, avail_w; /* the same while jobs arrive (before the trace's last arrival) */
     double idle_w[IDLE_N];  /* idle slot-seconds while jobs arrive, by why */
     int *why;               /* per job: why the last pass left it waiting (IDLE_*) */
+    double idle_t[IDLE_N][SCHED_NTYPES]; /* the same per slot type */
+    /* --detail: per waiting job after the last pass, the blocked head of its queue and slot type (a
+     * trace index, -1 when none), its predicted end (now + runtime_s, < 0 none) and, for a blocked
+     * head that reserves, its earliest start (sched_decision_t.head_start_s, < 0 none); per idle
+     * interval behind a blocked head, the waiting jobs that fit the free slots then */
+    bool detail;
+    int *head_of;
+    double *pred_end, *pred_at;
+    struct drain_cand { int iv, job, head, size; double end, pend, pat, other_at; } *dc;
+    int ndc, capdc;
+    struct drain_iv { double dt; int idle, why, head; } *div;
+    int ndiv, capdiv;
     double q_held[NTEAMS], q_fair[NTEAMS]; /* normalised by slots per type */
     int preemptions, backfilled, violations, passes;
     double makespan;
@@ -571,6 +588,9 @@ static void pass_queues(run_t *R)
      * quota waits for free slots (its cohort's borrowing of that type is held back); the queues'
      * usage after the pass */
     sched_outcome_t head_out[NTEAMS][SCHED_NTYPES] = {{0}};
+    int head_j[NTEAMS][SCHED_NTYPES];
+    for (int q = 0; q < NTEAMS; q++)
+        head_j[q][0] = head_j[q][1] = -1;
     bool hold_borrow[SCHED_NTYPES] = {false, false};
     int use[NTEAMS][SCHED_NTYPES];
     for (int q = 0; q < nq; q++)
@@ -583,8 +603,11 @@ static void pass_queues(run_t *R)
     for (int p = 0; p < np; p++) {
         const sched_job_t *P = &R->pj[p];
         sched_outcome_t o = R->dec[p].outcome;
-        if ((o == SCHED_WAIT_SLOTS || o == SCHED_WAIT_QUOTA || o == SCHED_PREEMPTING) && !head_out[P->queue][P->type])
+        if ((o == SCHED_WAIT_SLOTS || o == SCHED_WAIT_QUOTA || o == SCHED_PREEMPTING)
+            && !head_out[P->queue][P->type]) {
             head_out[P->queue][P->type] = o;
+            head_j[P->queue][P->type] = R->pidx[p];
+        }
         if (o == SCHED_WAIT_SLOTS && !strstr(R->dec[p].reason, "would borrow"))
             hold_borrow[P->type] = true;
     }
@@ -595,6 +618,12 @@ static void pass_queues(run_t *R)
         int nom = qs[P->queue].quota[P->type];
         bool borrows = nom != SCHED_UNLIMITED && use[P->queue][P->type] + P->nodes * P->slots_per_node > nom;
         sched_outcome_t ho = head_out[P->queue][P->type];
+        if (R->detail) {
+            R->head_of[j] = d->outcome == SCHED_WAIT_BEHIND ? head_j[P->queue][P->type] : -1;
+            R->pred_end[j] = P->runtime_s >= 0 ? R->now + P->runtime_s : -1;
+            R->pred_at[j] = (d->outcome == SCHED_WAIT_SLOTS || d->outcome == SCHED_WAIT_QUOTA) && d->head_start_s > 0
+                          ? d->head_start_s : -1;
+        }
         R->why[j] = d->outcome == SCHED_WAIT_BEHIND ? (P->runtime_s < 0 ? IDLE_BEHIND_NOPRED
                                                        : ho == SCHED_WAIT_QUOTA ? IDLE_BEHIND_QUOTA
                                                        : ho == SCHED_PREEMPTING ? IDLE_BEHIND_PREEMPTING
@@ -673,6 +702,57 @@ static int idle_why(run_t *R, int t)
     return any ? IDLE_NOFIT : IDLE_NOJOB;
 }
 
+/* --detail: records an idle interval (dw seconds, idle slots of type t, held for why) behind a
+ * blocked head, and the waiting jobs that fit the free slots then. */
+static void drain_sample(run_t *R, int t, int why, int idle, double dw)
+{
+    if (why != IDLE_BEHIND_QUOTA && why != IDLE_BEHIND_LONG && why != IDLE_BEHIND_BORROW)
+        return;
+    if (R->ndiv == R->capdiv) {
+        R->capdiv = R->capdiv ? 2 * R->capdiv : 4096;
+        R->div = realloc(R->div, (size_t)R->capdiv * sizeof(*R->div));
+        if (!R->div) {
+            fprintf(stderr, "sched_sim: out of memory\n");
+            exit(1);
+        }
+    }
+    int iv = R->ndiv++, head = -1;
+    int nw = build_workers(R);
+    int np = pending_list(R, R->pidx);
+    for (int p = 0; p < np; p++) {
+        int j = R->pidx[p];
+        const tjob_t *J = &R->T->jobs[j];
+        if (J->type != t)
+            continue;
+        sched_request_t req = {.nodes = J->nodes, .slots_per_node = J->spn, .slot_type = sched_slot_type_name(t)};
+        if (!sched_place(R->sw, nw, &req, NULL))
+            continue;
+        if (head < 0)
+            head = R->head_of[j];
+        if (R->ndc == R->capdc) {
+            R->capdc = R->capdc ? 2 * R->capdc : 16384;
+            R->dc = realloc(R->dc, (size_t)R->capdc * sizeof(*R->dc));
+            if (!R->dc) {
+                fprintf(stderr, "sched_sim: out of memory\n");
+                exit(1);
+            }
+        }
+        /* the earliest start of another reserving head of this slot type that comes before its
+         * predicted end: that head's reservation (its slots or its quota then) holds it */
+        double other = -1;
+        for (int h = 0; R->pred_end[j] >= 0 && h < np; h++) {
+            int x = R->pidx[h];
+            if (x != R->head_of[j] && R->T->jobs[x].type == t && R->pred_at[x] >= 0 && R->pred_at[x] < R->pred_end[j]
+                && (other < 0 || R->pred_at[x] < other))
+                other = R->pred_at[x];
+        }
+        R->dc[R->ndc++] = (struct drain_cand){.iv = iv, .job = j, .head = R->head_of[j], .size = J->nodes * J->spn,
+            .end = R->now + R->start_s + (double)(J->steps - R->j[j].done_at_start) * J->step_s,
+            .pend = R->pred_end[j], .pat = R->head_of[j] >= 0 ? R->pred_at[R->head_of[j]] : -1, .other_at = other};
+    }
+    R->div[iv] = (struct drain_iv){.dt = dw, .idle = idle, .why = why, .head = head};
+}
+
 /* Adds the interval [now, now + dt) with the state as it is. */
 static void account(run_t *R, double dt)
 {
@@ -696,9 +776,16 @@ static void account(run_t *R, double dt)
         }
     }
     double dw = KILN_MAX(0.0, KILN_MIN(dt, T->arrive_end - R->now));
-    for (int t = 0; dw > 0 && t < SCHED_NTYPES; t++)
-        if (cap[t] > 0 && cap[t] > held[0][t] + held[1][t] + held[2][t] + held[3][t])
-            R->idle_w[idle_why(R, t)] += (cap[t] - held[0][t] - held[1][t] - held[2][t] - held[3][t]) * dw;
+    for (int t = 0; dw > 0 && t < SCHED_NTYPES; t++) {
+        double idle = cap[t] - held[0][t] - held[1][t] - held[2][t] - held[3][t];
+        if (cap[t] <= 0 || idle <= 0)
+            continue;
+        int why = idle_why(R, t);
+        R->idle_w[why] += idle * dw;
+        R->idle_t[why][t] += idle * dw;
+        if (R->detail && R->pol == POL_QUEUES)
+            drain_sample(R, t, why, (int)idle, dw);
+    }
     for (int t = 0; t < SCHED_NTYPES; t++) {
         R->avail_ss += cap[t] * dt;
         R->avail_w += cap[t] * dw;
@@ -734,6 +821,9 @@ static void run_sim(run_t *R)
     R->dec = calloc((size_t)n, sizeof(*R->dec));
     R->order = calloc((size_t)n, sizeof(int));
     R->why = calloc((size_t)n, sizeof(int));
+    R->head_of = calloc((size_t)n, sizeof(int));
+    R->pred_end = calloc((size_t)n, sizeof(double));
+    R->pred_at = calloc((size_t)n, sizeof(double));
     for (int j = 0; j < n; j++)
         R->j[j].first_start = -1;
     for (int i = 0; i < T->nw; i++) {
@@ -831,6 +921,9 @@ static void run_sim(run_t *R)
     free(R->dec);
     free(R->order);
     free(R->why);
+    free(R->head_of);
+    free(R->pred_end);
+    free(R->pred_at);
 }
 
 /* ---- figures ------------------------------------------------------------------------------------ */
@@ -915,10 +1008,86 @@ static void figures(const run_t *R, fig_t *f)
     f->big99 = wait_pct(R, -1, 99, true);
 }
 
+/* --detail: one seed's idle while jobs arrive by why and slot type; for the queues policy, the idle
+ * behind blocked heads and how much of it the waiting jobs that fit the free slots could have
+ * filled (each alone, so an upper bound) without delaying their heads: those whose true run times
+ * end before their head actually started (known only afterwards), and those predicted then to end
+ * before their head's earliest start as predicted then (held by another head's earlier reservation
+ * when one starts before their predicted end). */
+static void detail_report(const run_t *R, uint64_t seed)
+{
+    const trace_t *T = R->T;
+    printf("  seed %llu %s, idle %% of the alive slot-s while jobs arrive, cpu / gpu:", (unsigned long long)seed,
+           R->pol == POL_TODAY ? "today" : "queues");
+    for (int k = 0; k < IDLE_N; k++)
+        if (R->idle_w[k] / R->avail_w >= 0.0005)
+            printf(" %s %.1f / %.1f;", idle_names[k], 100 * R->idle_t[k][0] / R->avail_w,
+                   100 * R->idle_t[k][1] / R->avail_w);
+    printf("\n");
+    if (R->pol == POL_TODAY) {
+        double gpu = 0, bigw = 0, nodes = 0;
+        int nbig = 0;
+        for (int j = 0; j < T->njobs; j++) {
+            const tjob_t *J = &T->jobs[j];
+            double w = (double)J->steps * J->step_s * J->nodes * J->spn;
+            gpu += J->type == 1 ? w : 0;
+            if (J->big) {
+                bigw += w;
+                nodes += J->nodes;
+                nbig++;
+            }
+        }
+        if (nbig)
+            printf("    trace: %d large runs (mean %.1f workers), %.0f%% of the gpu work\n", nbig, nodes / nbig,
+                   100 * bigw / gpu);
+        return;
+    }
+    double idle[3] = {0}, fill[3] = {0}, own[3] = {0}, pred[3] = {0}, other[3] = {0}, big_idle = 0, big_fill = 0;
+    int c = 0;
+    for (int i = 0; i < R->ndiv; i++) {
+        const struct drain_iv *v = &R->div[i];
+        int k = v->why == IDLE_BEHIND_QUOTA ? 0 : v->why == IDLE_BEHIND_LONG ? 1 : 2;
+        double can = 0, can_own = 0, can_pred = 0, can_other = 0;
+        for (; c < R->ndc && R->dc[c].iv == i; c++) {
+            const struct drain_cand *x = &R->dc[c];
+            if (x->head < 0)
+                continue;
+            if (x->pat >= 0 && x->pend >= 0 && x->pend <= x->pat) {
+                can_pred += x->size;
+                can_other += x->other_at >= 0 ? x->size : 0;
+            }
+            if (x->end > R->j[x->head].first_start)
+                continue;
+            can += x->size;
+            can_own += v->head >= 0 && T->jobs[x->job].team == T->jobs[v->head].team ? x->size : 0;
+        }
+        idle[k] += v->idle * v->dt;
+        fill[k] += KILN_MIN(can, v->idle) * v->dt;
+        own[k] += KILN_MIN(can_own, v->idle) * v->dt;
+        pred[k] += KILN_MIN(can_pred, v->idle) * v->dt;
+        other[k] += KILN_MIN(can_other, v->idle) * v->dt;
+        if (v->head >= 0 && T->jobs[v->head].big) {
+            big_idle += v->idle * v->dt;
+            big_fill += KILN_MIN(can, v->idle) * v->dt;
+        }
+    }
+    static const char *const kn[3] = {"waits for quota", "waits for slots",
+                                      "would borrow while a head within its quota waits for slots"};
+    for (int k = 0; k < 3; k++)
+        if (idle[k] > 0)
+            printf("    behind a head that %s: %.1f%% idle; fillable by waiting jobs that end before their head "
+                   "actually started %.1f%% (of the queue of the first fitting job %.1f%%); by jobs predicted then to end "
+                   "before their head's earliest start as predicted then %.1f%% (held by another head's earlier "
+                   "reservation %.1f%%)\n", kn[k], 100 * idle[k] / R->avail_w, 100 * fill[k] / R->avail_w,
+                   100 * own[k] / R->avail_w, 100 * pred[k] / R->avail_w, 100 * other[k] / R->avail_w);
+    printf("    of all that, behind a large run (the first fitting job's head): %.1f%% idle, %.1f%% fillable by "
+           "jobs ending before it actually started\n", 100 * big_idle / R->avail_w, 100 * big_fill / R->avail_w);
+}
+
 static void usage_exit(void)
 {
     fprintf(stderr, "usage: sched_sim [--seeds N] [--seed0 S] [--jobs N] [--load X] [--mix default|wide|big] [--tick S] "
-                    "[--start S] [--stop S] [--default-runtime S]\n");
+                    "[--start S] [--stop S] [--default-runtime S] [--detail 0|1]\n");
     exit(2);
 }
 
@@ -928,6 +1097,7 @@ int main(int argc, char **argv)
     uint64_t seed0 = 1;
     double load = 1.1, tick = 30, start_s = 3, stop_s = 10, default_runtime_s = 0;
     mix_t mix = MIX_DEFAULT;
+    bool detail = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -947,6 +1117,8 @@ int main(int argc, char **argv)
             start_s = atof(v);
         else if (!strcmp(a, "--stop"))
             stop_s = atof(v);
+        else if (!strcmp(a, "--detail"))
+            detail = atoi(v) != 0;
         else if (!strcmp(a, "--default-runtime"))
             default_runtime_s = atof(v);
         else if (!strcmp(a, "--mix") && (!strcmp(v, "wide") || !strcmp(v, "default") || !strcmp(v, "big")))
@@ -978,9 +1150,14 @@ int main(int argc, char **argv)
         for (int p = 0; p < 2; p++) {
             run_t *R = calloc(1, sizeof(*R));
             *R = (run_t){.T = &T, .pol = p ? POL_QUEUES : POL_TODAY, .only_team = -1, .tick = tick,
-                         .start_s = start_s, .stop_s = stop_s, .default_runtime_s = default_runtime_s};
+                         .start_s = start_s, .stop_s = stop_s, .default_runtime_s = default_runtime_s,
+                         .detail = detail};
             run_sim(R);
             figures(R, &f[p]);
+            if (detail)
+                detail_report(R, seed);
+            free(R->dc);
+            free(R->div);
             free(R->j);
             free(R);
         }

@@ -886,8 +886,10 @@ int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, in
             a.usage_at[(size_t)k * s->nqueues + (size_t)H->queue][H->type] += job_size(H);
         }
     for (int k = 0; k < nkeys; k++)
-        if (reserves(&a, out, k))
+        if (reserves(&a, out, k)) {
+            out[a.blocker[k]].head_start_s = a.at[k];
             backfill(&a, k, out, order, nadmitted);
+        }
     /* Everything left waits behind its queue's blocked head. */
     for (int j = 0; j < s->njobs; j++) {
         if (out[j].outcome)

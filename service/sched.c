@@ -209,6 +209,12 @@ static bool pass_preempts(const sched_decision_t *dec, int n)
  * wait, it is read whole again once fewer than a pass reads remain of it. */
 #define SCHED_VIEW_KEEP 20000
 
+/* The waiting jobs a pass over the whole queue reads, in the queue's order (priority, then age);
+ * and, of each queue, project and slot type with none among them, its first SCHED_GROUP_HEADS
+ * (at most SCHED_WINDOW of these: svc_sched_view_heads). */
+#define SCHED_WINDOW 1000
+#define SCHED_GROUP_HEADS 4
+
 /* Up to this many jobs read, every pass writes their pending reasons; beyond, one pass a second. */
 #define SCHED_REASONS_EVERY_PASS 100
 
@@ -405,6 +411,75 @@ int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int kee
         for (int i = 0; i < m; i++)
             (*out)[i] = v->rows[i].row;
     }
+    *n = m;
+    return 0;
+}
+
+/* A (queue, project, slot type) of the waiting jobs, as svc_sched_view_heads counts them. */
+typedef struct view_group {
+    uint64_t h;   /* 0: the slot is free */
+    int row;      /* the view's row that named it first */
+    int seen;     /* its jobs seen so far */
+    bool window;  /* one of them is among the first limit */
+} view_group_t;
+
+static uint64_t group_hash(const store_job_row_t *r)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over queue, project and slot type, NUL-separated */
+    const char *part[3] = {r->queue, r->project, r->slot_type};
+    for (int k = 0; k < 3; k++)
+        for (const char *c = part[k];; c++) {
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+            if (!*c)
+                break;
+        }
+    return h ? h : 1;
+}
+
+static bool same_group(const store_job_row_t *a, const store_job_row_t *b)
+{
+    return !strcmp(a->queue, b->queue) && !strcmp(a->project, b->project) && !strcmp(a->slot_type, b->slot_type);
+}
+
+int svc_sched_view_heads(const sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!view || view->n <= limit || per_group <= 0 || max <= 0)
+        return 0;
+    /* every group of the first limit rows, then at most max more: the table stays at most half full */
+    size_t cap = 16;
+    while (cap < 2 * ((size_t)limit + (size_t)max))
+        cap *= 2;
+    view_group_t *g = calloc(cap, sizeof(*g));
+    store_job_row_t *o = malloc((size_t)max * sizeof(*o));
+    if (!g || !o) {
+        free(g);
+        free(o);
+        return KILN_ENOMEM;
+    }
+    int ngroups = 0, m = 0;
+    for (int i = 0; i < view->n && m < max; i++) {
+        const store_job_row_t *r = &view->rows[i].row;
+        uint64_t h = group_hash(r);
+        size_t k = h & (cap - 1);
+        while (g[k].h && !(g[k].h == h && same_group(&view->rows[g[k].row].row, r)))
+            k = (k + 1) & (cap - 1);
+        if (!g[k].h) {
+            if (ngroups >= limit + max)
+                continue; /* more groups than the pass would take: left for the next passes */
+            g[k] = (view_group_t){.h = h, .row = i, .window = i < limit};
+            ngroups++;
+        }
+        if (i >= limit && !g[k].window && g[k].seen < per_group)
+            o[m++] = *r;
+        g[k].seen++;
+    }
+    free(g);
+    if (m == 0)
+        free(o);
+    else
+        *out = o;
     *n = m;
     return 0;
 }
@@ -645,11 +720,25 @@ static void sched_tick(svc_t *s)
     if (full)
         s->sched_full_us = pass_start;
     /* the waiting jobs: the kept view brought up to date with what changed since the last pass */
-    if (svc_sched_view_read(&s->view, c, full ? 1000 : 20, SCHED_VIEW_KEEP, &jobs, &njobs, &err)) {
+    if (svc_sched_view_read(&s->view, c, full ? SCHED_WINDOW : 20, SCHED_VIEW_KEEP, &jobs, &njobs, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
     }
     full_read = svc_sched_view_was_full(s->view);
+    /* A queue, project or slot type whose jobs all wait behind the first SCHED_WINDOW (of other
+     * queues, projects or types) still has its first jobs considered: admitted to its quota,
+     * reclaiming what others borrowed, taking its fair share, backfilled. */
+    if (full && njobs >= SCHED_WINDOW) {
+        store_job_row_t *heads = NULL, *grown = NULL;
+        int nheads = 0;
+        if (svc_sched_view_heads(s->view, njobs, SCHED_GROUP_HEADS, SCHED_WINDOW, &heads, &nheads) == 0 && nheads > 0
+            && (grown = realloc(jobs, (size_t)(njobs + nheads) * sizeof(*jobs)))) {
+            jobs = grown;
+            memcpy(jobs + njobs, heads, (size_t)nheads * sizeof(*heads));
+            njobs += nheads;
+        }
+        free(heads);
+    }
     SCHED_STEP(SVC_SCHED_STEP_CHANGES);
     /* Keep the submission check's view fresh (a copy: the scheduler keeps its own). */
     store_worker_cap_t *copy = ncap ? malloc((size_t)ncap * sizeof(*copy)) : NULL;

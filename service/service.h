@@ -782,7 +782,9 @@ typedef struct sched_decision {
     bool backfilled;           /* admitted by backfill ahead of job behind_head, to end by end_s */
     int behind_head;
     double end_s;
-    double head_start_s;       /* backfilled: behind_head's earliest start, which it does not delay */
+    double head_start_s;       /* backfilled: behind_head's earliest start, which it does not delay;
+                                  a blocked head that reserves (waits for free slots or quota with a
+                                  known earliest start): its own earliest start; else 0 */
     int nvictims;              /* SCHED_PREEMPTING: the running jobs (indices) to preempt for it */
     int victims[SCHED_MAX_VICTIMS];
 } sched_decision_t;

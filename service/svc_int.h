@@ -226,6 +226,12 @@ typedef struct sched_view sched_view_t;
  * remain of a bounded view. *view is kept on success and dropped (NULL) on any error. */
 int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int keep, store_job_row_t **out, int *n,
                         kiln_err_t *err);
+/* Into *out (caller frees; NULL when none) the first per_group waiting jobs, in the queue's order,
+ * of each (queue, project, slot type) that has none among the view's first limit, at most max of
+ * them (the groups first seen first): what a pass reads beside the first limit so that no queue,
+ * project or slot type waits unseen behind the others' jobs. Only of the jobs the view holds (every
+ * waiting job, up to the keep it was read with). 0, or KILN_ENOMEM. */
+int svc_sched_view_heads(const sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n);
 /* How the last svc_sched_view_read of the view got its rows: true when read whole. */
 bool svc_sched_view_was_full(const sched_view_t *view);
 void svc_sched_view_drop(sched_view_t **view);

@@ -760,6 +760,9 @@ Test(admit, heads_reserve_in_turn_so_a_later_head_starts_after_an_earlier_one)
     cr_assert(out[2].backfilled);
     cr_assert_eq(out[2].pl.worker[0], 1);
     cr_assert_float_eq(out[2].head_start_s, 110, 1e-9, "b's head starts after a's ends, not at 10");
+    /* each blocked head's decision says its own earliest start */
+    cr_assert_float_eq(out[0].head_start_s, 10, 1e-9);
+    cr_assert_float_eq(out[1].head_start_s, 110, 1e-9);
     /* a's head with no prediction holds w for ever: b's head's start is then reckoned without it */
     j[0].runtime_s = -1;
     cr_assert_eq(pass_running(w, 2, q, 2, j, 3, r, 1, 0, out, order), 1);

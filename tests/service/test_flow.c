@@ -1223,3 +1223,23 @@ Test(life, a_pass_over_the_head_keeps_what_it_knew_of_the_jobs_behind)
     cr_assert_eq(rec[at].facts_read, 0, "the whole-queue pass read %d jobs' facts again", rec[at].facts_read);
     free(rec);
 }
+
+/* A queue whose jobs all wait behind the first 1,000 of another queue (the jobs a pass reads in
+ * the queue's order) still has its first jobs considered: its job here takes at once the slot
+ * that none of the 1,000 can use. */
+Test(life, a_queue_behind_a_thousand_jobs_of_another_is_still_seen)
+{
+    char w[64], id[40], bid[40];
+    reg(NULL, 1, "cpu", w);
+    json_t *q = json_pack("{s:s, s:{s:i, s:i}, s:[s]}", "name", "b", "quota", "cpu", 1, "gpu", 0, "projects", "default");
+    json_t *out = NULL;
+    cr_assert_eq(svc_queue_create(svc, svc_caller_kilnd(), q, &out, &err), 0, "%s", err.message);
+    json_decref(q);
+    json_decref(out);
+    for (int i = 0; i < 1000; i++) /* two slots a job: none fits the one worker */
+        submit(spec(1, 2, "cpu", 0, 1), NULL, id, NULL);
+    json_t *sp = spec(1, 1, "cpu", 0, 1);
+    json_object_set_new(sp, "queue", json_string("b"));
+    submit(sp, NULL, bid, NULL);
+    json_decref(wait_state(bid, "SCHEDULED", 15000));
+}

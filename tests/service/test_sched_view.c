@@ -52,15 +52,21 @@ static void sql(const char *q)
     PQclear(r);
 }
 
-static void submit_on(store_conn_t *c, int priority, const char *queue, char *id)
+static void submit_as(store_conn_t *c, int priority, const char *queue, const char *project, const char *slot_type,
+                      char *id)
 {
-    store_job_new_t j = {.name = "v", .project = "p", .queue = queue, .slot_type = "cpu",
+    store_job_new_t j = {.name = "v", .project = project, .queue = queue, .slot_type = slot_type,
                          .spec_json = "{\"name\": \"v\"}", .tags_json = "{}", .reason = "submitted",
                          .priority = priority, .nodes = 1, .slots_per_node = 1, .world_size = 1,
                          .max_attempts = 1, .total_steps = 10};
     bool created = false;
     cr_assert_eq(store_job_insert(c, &j, id, &created, NULL, &verr), 0, "%s", verr.message);
     cr_assert(created);
+}
+
+static void submit_on(store_conn_t *c, int priority, const char *queue, char *id)
+{
+    submit_as(c, priority, queue, "p", "cpu", id);
 }
 
 /* The job ids the test made, and what it believes each is in (only to pick legal moves). */
@@ -245,5 +251,59 @@ Test(sched_view, a_job_ended_and_deleted_between_passes_leaves_it)
     json_decref(removed);
     same_as_full(&view, 100, 1000, true);
     cr_assert(svc_sched_view_was_full(view));
+    svc_sched_view_drop(&view);
+}
+
+/* The heads a pass reads beyond its window (svc_sched_view_heads) are, after every pass of a
+ * seeded stream, what SQL's window functions say: the first `per` waiting jobs of each (queue,
+ * project, slot type) with none among the first `limit`, in the queue's order, at most `max`. */
+Test(sched_view, heads_beyond_the_window_are_each_groups_first)
+{
+    enum { LIMIT = 20, PER = 2, MAX = 10 };
+    cr_assert_eq(store_project_insert(reader, "q", "test", &verr), 0, "%s", verr.message);
+    const char *qs[] = {"default", "a", "b"}, *ps[] = {"p", "q"}, *ts[] = {"cpu", "gpu"};
+    unsigned seed = 29;
+    sched_view_t *view = NULL;
+    int nonempty = 0;
+    nids = 0;
+    for (int pass = 0; pass < 40; pass++) {
+        for (int k = 0; k < 6 && nids < MAXJ; k++) { /* the first queue's cpu jobs come first, mostly */
+            bool crowd = rand_r(&seed) % 3 != 0;
+            submit_as(w[0], crowd ? 30 : 10 * (int)(rand_r(&seed) % 3), crowd ? "default" : qs[rand_r(&seed) % 3],
+                      crowd ? "p" : ps[rand_r(&seed) % 2], crowd ? "cpu" : ts[rand_r(&seed) % 2], ids[nids]);
+            kiln_strlcpy(states[nids++], "QUEUED", sizeof states[0]);
+        }
+        for (int k = 0; k < 3; k++) { /* admissions and priority changes move the window */
+            int i = pick("QUEUED", &seed, w[0]);
+            if (i >= 0 && rand_r(&seed) % 2)
+                move(w[0], i, "SCHEDULED", 0);
+            else if (i >= 0) {
+                char q[200];
+                snprintf(q, sizeof q, "UPDATE jobs SET priority = %d WHERE id = '%s'", 10 * (int)(rand_r(&seed) % 4),
+                         ids[i]);
+                sql(q);
+            }
+        }
+        store_job_row_t *rows = NULL, *heads = NULL;
+        int n = 0, nh = 0;
+        cr_assert_eq(svc_sched_view_read(&view, reader, LIMIT, 1000, &rows, &n, &verr), 0, "%s", verr.message);
+        cr_assert_eq(svc_sched_view_heads(view, n, PER, MAX, &heads, &nh), 0);
+        PGresult *r = PQexec(raw, "WITH w AS (SELECT id, queue, project, slot_type,"
+                                  "  row_number() OVER (ORDER BY priority DESC, created_at, id) AS pos"
+                                  "  FROM jobs WHERE state IN ('QUEUED', 'RESTARTING', 'PREEMPTED')),"
+                                  " g AS (SELECT id, pos, row_number() OVER (PARTITION BY queue, project, slot_type"
+                                  "  ORDER BY pos) AS k, min(pos) OVER (PARTITION BY queue, project, slot_type) AS first"
+                                  "  FROM w)"
+                                  " SELECT id::text FROM g WHERE first > 20 AND k <= 2 ORDER BY pos LIMIT 10");
+        cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(raw));
+        cr_assert_eq(nh, PQntuples(r), "pass %d: %d heads beyond the window, SQL says %d", pass, nh, PQntuples(r));
+        for (int i = 0; i < nh; i++)
+            cr_assert_str_eq(heads[i].id, PQgetvalue(r, i, 0), "pass %d, head %d", pass, i);
+        nonempty += nh > 0;
+        PQclear(r);
+        free(rows);
+        free(heads);
+    }
+    cr_assert_gt(nonempty, 20, "only %d passes had groups beyond the window", nonempty);
     svc_sched_view_drop(&view);
 }
