@@ -261,7 +261,17 @@ static int h_create_project(const api_grpc_ctx_t *ctx, const ProtobufCMessage *r
 {
     const Kiln__CreateProjectRequest *r = (const Kiln__CreateProjectRequest *)req;
     json_t *out = NULL;
-    int rc = svc_project_create(ctx->svc, ctx->who, r->name, &out, err);
+    int rc = svc_project_create(ctx->svc, ctx->who, r->name, r->default_queue, &out, err);
+    return rc ? rc : reply(out, &kiln__project__descriptor, a, resp);
+}
+
+static int h_update_project(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
+                            ProtobufCMessage **resp, kiln_err_t *err)
+{
+    const Kiln__UpdateProjectRequest *r = (const Kiln__UpdateProjectRequest *)req;
+    json_t *out = NULL, *patch = json_pack("{s:s}", "default_queue", r->default_queue ? r->default_queue : "");
+    int rc = svc_project_update(ctx->svc, ctx->who, r->project, patch, &out, err);
+    json_decref(patch);
     return rc ? rc : reply(out, &kiln__project__descriptor, a, resp);
 }
 
@@ -591,6 +601,8 @@ const api_grpc_method_t api_grpc_training_methods[] = {
     {"/kiln.TrainingService/RevokeToken", &kiln__revoke_token_request__descriptor, h_revoke_token, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/CreateProject", &kiln__create_project_request__descriptor, h_create_project, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/ListProjects", &kiln__list_projects_request__descriptor, h_list_projects, NULL, API_GRPC_USER},
+    {"/kiln.TrainingService/UpdateProject", &kiln__update_project_request__descriptor, h_update_project, NULL,
+     API_GRPC_USER},
     {"/kiln.TrainingService/ListMembers", &kiln__list_members_request__descriptor, h_list_members, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/SetMember", &kiln__set_member_request__descriptor, h_set_member, NULL, API_GRPC_USER},
     {"/kiln.TrainingService/RemoveMember", &kiln__remove_member_request__descriptor, h_remove_member, NULL, API_GRPC_USER},

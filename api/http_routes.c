@@ -712,18 +712,33 @@ static enum MHD_Result http_projects_list(http_req_t *r)
 
 static enum MHD_Result http_projects_create(http_req_t *r)
 {
-    static const char *const keys[] = {"name", NULL};
+    static const char *const keys[] = {"name", "default_queue", NULL};
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *body = NULL, *out = NULL;
-    const char *name = NULL;
+    const char *name = NULL, *default_queue = NULL;
     int rc = http_body_fields(r, false, keys, &body, &err);
     if (rc == 0)
         rc = http_field_str(body, "name", true, &name, &err);
     if (rc == 0)
-        rc = svc_project_create(r->h->svc, &r->who, name, &out, &err);
+        rc = http_field_str(body, "default_queue", false, &default_queue, &err);
+    if (rc == 0)
+        rc = svc_project_create(r->h->svc, &r->who, name, default_queue, &out, &err);
     json_decref(body);
     return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
+}
+
+/* PATCH: the service checks the fields (the same as gRPC's UpdateProject). */
+static enum MHD_Result http_project_update(http_req_t *r)
+{
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL, *out = NULL;
+    int rc = http_body_json(r, false, &body, &err);
+    if (rc == 0)
+        rc = svc_project_update(r->h->svc, &r->who, http_param(r, "project"), body, &out, &err);
+    json_decref(body);
+    return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
 }
 
 static enum MHD_Result http_members_list(http_req_t *r)
@@ -1025,6 +1040,7 @@ const http_route_t http_routes[] = {
     {"DELETE", "/v1/tokens/{id}", http_token_revoke, 0},
     {"GET", "/v1/projects", http_projects_list, 0},
     {"POST", "/v1/projects", http_projects_create, 0},
+    {"PATCH", "/v1/projects/{project}", http_project_update, 0},
     {"GET", "/v1/projects/{project}/members", http_members_list, 0},
     {"PUT", "/v1/projects/{project}/members/{user}", http_member_set, 0},
     {"DELETE", "/v1/projects/{project}/members/{user}", http_member_remove, 0},

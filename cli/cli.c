@@ -178,19 +178,25 @@ static const cli_command_t cli_commands[] = {
      "                       it; they stop working at once\n"
      "A web UI session token (from `kiln ui`) makes no tokens: create them from a `kiln login`.\n"},
     {"projects", cli_cmd_projects,
-     "[list]\ncreate NAME\nmembers PROJECT\nadd-member PROJECT USER viewer|editor|admin\n"
-     "remove-member PROJECT USER",
+     "[list]\ncreate NAME [--default-queue QUEUE]\nupdate PROJECT --default-queue QUEUE\nmembers PROJECT\n"
+     "add-member PROJECT USER viewer|editor|admin\nremove-member PROJECT USER",
      "list your projects and roles; create projects; manage their members",
      "commands:\n"
-     "  list                 the projects you belong to, with your role (a cluster admin: all)\n"
+     "  list                 the projects you belong to, with your role and default queue (a\n"
+     "                       cluster admin: all)\n"
      "  create NAME          a new project (cluster admins); jobs name it in their \"project\"\n"
+     "  update PROJECT       change the project (its admins, cluster admins)\n"
      "  members PROJECT      who belongs to PROJECT, with their roles\n"
      "  add-member PROJECT USER ROLE\n"
      "                       give USER a role in PROJECT (or change it); project admins:\n"
      "                       viewer reads jobs, logs and metrics; editor also submits and stops\n"
      "                       jobs; admin also manages the members\n"
      "  remove-member PROJECT USER\n"
-     "                       take USER out of PROJECT\n"},
+     "                       take USER out of PROJECT\n"
+     "options of create and update:\n"
+     "  --default-queue QUEUE\n"
+     "                       the queue the project's jobs that name no queue go to (default:\n"
+     "                       default); a queue that is some project's default cannot be deleted\n"},
     {"queues", cli_cmd_queues,
      "[list]\ndescribe NAME\ncreate NAME --quota cpu=N,gpu=N [options]\nupdate NAME [options]\ndelete NAME",
      "list the queues jobs wait in, with quotas and usage; manage them (cluster admins)",

@@ -287,7 +287,7 @@ static void cli_show_project_created(const cli_client_t *c, const json_t *reply)
 {
     (void)c;
     const char *name = cli_jstr(reply, "name");
-    printf("created project %s\n", name);
+    printf("created project %s (default queue %s)\n", name, cli_jstr(reply, "default_queue"));
     fprintf(stderr, "next: kiln projects add-member %s USER viewer|editor|admin\n", name);
 }
 
@@ -344,13 +344,55 @@ done:
     return rc;
 }
 
+static void cli_show_project_updated(const cli_client_t *c, const json_t *reply)
+{
+    (void)c;
+    printf("project %s: default queue %s\n", cli_jstr(reply, "name"), cli_jstr(reply, "default_queue"));
+}
+
+/* create NAME [--default-queue Q] and update PROJECT --default-queue Q. */
+static int cli_project_write(cli_client_t *c, const char *sub, int argc, char **argv, int first)
+{
+    const char *name = NULL, *queue = NULL;
+    for (int i = first; i < argc; i++) {
+        const char *v;
+        int m = cli_opt("projects", argc, argv, &i, "--default-queue", NULL, &v);
+        if (m < 0)
+            return CLI_EXIT_USAGE;
+        if (m > 0)
+            queue = v;
+        else if (argv[i][0] == '-' && argv[i][1])
+            return cli_usage_error("projects", "unknown option %s", argv[i]);
+        else if (!name)
+            name = argv[i];
+        else
+            return cli_usage_error("projects", "unexpected argument %s", argv[i]);
+    }
+    if (!name)
+        return cli_usage_error("projects", "%s: missing the project", sub);
+    bool create = !strcmp(sub, "create");
+    if (!create && !queue)
+        return cli_usage_error("projects", "update: say what to change (--default-queue QUEUE)");
+    json_t *body = create ? json_pack("{s:s}", "name", name) : json_object();
+    if (queue)
+        json_object_set_new(body, "default_queue", json_string(queue));
+    char seg[400], path[512];
+    snprintf(path, sizeof path, "/v1/projects/%s", cli_path_segment(name, seg, sizeof seg));
+    int rc = create ? cli_call_show(c, "POST", "/v1/projects", body, cli_show_project_created)
+                    : cli_call_show(c, "PATCH", path, body, cli_show_project_updated);
+    json_decref(body);
+    return rc;
+}
+
 int cli_cmd_projects(cli_client_t *c, int argc, char **argv)
 {
-    static const char *const subs[] = {"list", "create", "members", "add-member", "remove-member", NULL};
+    static const char *const subs[] = {"list", "create", "update", "members", "add-member", "remove-member", NULL};
     int first;
     const char *sub = cli_subcommand("projects", argc, argv, subs, &first);
     if (!sub)
         return CLI_EXIT_USAGE;
+    if (!strcmp(sub, "create") || !strcmp(sub, "update"))
+        return cli_project_write(c, sub, argc, argv, first);
     const char *pos[3];
     int want = !strcmp(sub, "list") ? 0 : !strcmp(sub, "add-member") ? 3 : !strcmp(sub, "remove-member") ? 2 : 1;
     int n = cli_positional("projects", argc, argv, first, pos, want);
@@ -358,7 +400,7 @@ int cli_cmd_projects(cli_client_t *c, int argc, char **argv)
         return CLI_EXIT_USAGE;
     if (n < want) {
         static const char *const what[] = {"the project", "the user", "the role (viewer, editor or admin)"};
-        return cli_usage_error("projects", "%s: missing %s", sub, what[!strcmp(sub, "create") ? 0 : n]);
+        return cli_usage_error("projects", "%s: missing %s", sub, what[n]);
     }
     if (!strcmp(sub, "list"))
         return cli_projects_list(c);
@@ -367,10 +409,7 @@ int cli_cmd_projects(cli_client_t *c, int argc, char **argv)
     cli_path_segment(pos[0], project, sizeof(project));
     int rc;
     json_t *body = NULL;
-    if (!strcmp(sub, "create")) {
-        body = json_pack("{s:s}", "name", pos[0]);
-        rc = cli_call_show(c, "POST", "/v1/projects", body, cli_show_project_created);
-    } else if (!strcmp(sub, "members")) {
+    if (!strcmp(sub, "members")) {
         snprintf(path, sizeof(path), "/v1/projects/%s/members", project);
         rc = cli_call_show(c, "GET", path, NULL, cli_show_members);
     } else if (!strcmp(sub, "add-member")) {

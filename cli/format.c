@@ -853,7 +853,7 @@ void cli_print_projects(FILE *out, const json_t *reply, const json_t *roles)
 {
     bool admin = json_is_true(json_object_get(roles, "cluster_admin"));
     cli_table_t t;
-    cli_table_init(&t, "NAME ROLE CREATED CREATED-BY");
+    cli_table_init(&t, "NAME ROLE DEFAULT-QUEUE CREATED CREATED-BY");
     size_t i;
     json_t *p;
     json_array_foreach(json_object_get(reply, "projects"), i, p) {
@@ -863,8 +863,8 @@ void cli_print_projects(FILE *out, const json_t *reply, const json_t *roles)
             role = cli_whoami_role(roles, name);
         if (!*role && admin)
             role = "(cluster admin)";
-        const char *row[] = {name, role, cli_fmt_time(cli_jstr(p, "created_at"), tb, sizeof(tb)),
-                             cli_jstr(p, "created_by")};
+        const char *row[] = {name, role, cli_jstr(p, "default_queue"),
+                             cli_fmt_time(cli_jstr(p, "created_at"), tb, sizeof(tb)), cli_jstr(p, "created_by")};
         cli_table_row(&t, row);
     }
     if (t.nrows == 0) {

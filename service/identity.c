@@ -244,7 +244,8 @@ int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t *
     return rc;
 }
 
-int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err)
+int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, const char *default_queue, json_t **out,
+                       kiln_err_t *err)
 {
     *out = NULL;
     int rc = need_cluster_admin(who, "creating projects", err);
@@ -252,13 +253,22 @@ int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, json
         return rc;
     if (!kiln_ident_ok(name))
         return bad_name(err, "name", "project", name);
-    WITH_CONN(s, err, rc = store_project_insert(c, name, who->user, err));
+    if (!default_queue || !*default_queue)
+        default_queue = "default";
+    store_conn_t *c = NULL;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc == 0)
+        rc = svc_queue_check_default(c, default_queue, name, err);
+    if (rc == 0)
+        rc = store_project_insert(c, name, default_queue, who->user, err);
+    if (c)
+        store_conn_put(s->store, c);
     if (rc == 0) {
         char now[40];
         kiln_time_format(kiln_now_us(), now, sizeof(now));
-        *out = json_pack("{s:s, s:s, s:s, s:s}", "name", name, "created_at", now, "created_by", who->user,
-                         "role", "");
-        log_info("auth: project \"%s\" created by %s", name, who->user);
+        *out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "name", name, "created_at", now, "created_by", who->user,
+                         "role", "", "default_queue", default_queue);
+        log_info("auth: project \"%s\" created by %s (default queue %s)", name, who->user, default_queue);
     }
     return rc;
 }
@@ -299,6 +309,55 @@ static int project_access(svc_t *s, const svc_caller_t *who, const char *project
         return 0;
     }
     return svc_project_need(who, project, need, err);
+}
+
+int svc_project_update(svc_t *s, const svc_caller_t *who, const char *project, const json_t *patch, json_t **out,
+                       kiln_err_t *err)
+{
+    *out = NULL;
+    int rc = project_access(s, who, project, SVC_ROLE_ADMIN, err);
+    if (rc)
+        return rc;
+    if (!json_is_object(patch))
+        return kiln_err_set(err, KILN_EINVAL, NULL, "a project change must be a JSON object");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)patch, k, v) {
+        if (strcmp(k, "default_queue") != 0) {
+            kiln_err_set(err, KILN_EINVAL, k, "unknown field \"%.60s\"", k);
+            kiln_err_hint(err, "a project's field that can change is default_queue");
+            return KILN_EINVAL;
+        }
+    }
+    const json_t *dq = json_object_get(patch, "default_queue");
+    if (dq && !json_is_null(dq) && !json_is_string(dq))
+        return kiln_err_set(err, KILN_EINVAL, "default_queue", "default_queue must be a queue's name (null: \"default\")");
+    const char *queue = json_is_string(dq) && *json_string_value(dq) ? json_string_value(dq) : "default";
+    json_t *all = NULL;
+    store_conn_t *c = NULL;
+    rc = store_conn_get(s->store, &c, err);
+    if (rc == 0 && dq)
+        rc = svc_queue_check_default(c, queue, project, err);
+    if (rc == 0 && dq)
+        rc = store_project_set_default_queue(c, project, queue, err);
+    if (rc == 0)
+        rc = store_projects_list_json(c, NULL, &all, err);
+    if (c)
+        store_conn_put(s->store, c);
+    size_t i;
+    json_t *p;
+    json_array_foreach(all, i, p)
+        if (strcmp(json_string_value(json_object_get(p, "name")), project) == 0) {
+            /* the caller's role, as GET /v1/projects shows it */
+            json_object_set_new(p, "role", json_string(who->cluster_admin ? "" : svc_role_name(svc_caller_role(who, project))));
+            *out = json_incref(p);
+        }
+    json_decref(all);
+    if (rc == 0 && !*out)
+        rc = kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%.80s\" not found", project);
+    if (rc == 0 && dq)
+        log_info("auth: project \"%s\"'s default queue is now %s (set by %s)", project, queue, who->user);
+    return rc;
 }
 
 int svc_members_list(svc_t *s, const svc_caller_t *who, const char *project, json_t **out, kiln_err_t *err)

@@ -407,6 +407,13 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     rc = check_paths(s, &sp, err);
     if (rc)
         goto fail;
+    /* the queue is decided before the spec is normalised: the stored spec names the queue used */
+    rc = store_conn_get(s->store, &c, err);
+    if (rc == 0)
+        rc = svc_queue_resolve_job(c, sp.queue, sp.project, sp.res.slot_type, sp.res.nodes * sp.res.slots_per_node,
+                                   err);
+    if (rc)
+        goto fail;
     norm = spec_to_json(&sp);
     /* 15 significant digits: what users type comes back unchanged (0.1, not 0.10000000000000001). */
     spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
@@ -445,13 +452,9 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     };
     char id[STORE_ID_LEN];
     bool created = false;
-    rc = store_conn_get(s->store, &c, err);
-    if (rc == 0)
-        rc = check_init_from_job(c, who, &sp, err);
+    rc = check_init_from_job(c, who, &sp, err);
     if (rc == 0)
         rc = check_code_source(c, &sp, err);
-    if (rc == 0)
-        rc = svc_queue_check_job(c, sp.queue, sp.project, sp.res.slot_type, sp.res.nodes * sp.res.slots_per_node, err);
     if (rc)
         goto fail;
     /* A cluster admin may name any project, members only theirs: the insert checks that it

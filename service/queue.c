@@ -360,28 +360,62 @@ static bool queue_allows(const json_t *q, const char *project)
     return false;
 }
 
-int svc_queue_check_job(store_conn_t *c, const char *queue, const char *project, const char *slot_type, int slots,
-                        kiln_err_t *err)
+/* The index in all (the stored queues) of queue, which project must be allowed to use: -1 with
+ * KILN_EINVAL naming field when it does not exist or the project may not use it; what names the
+ * queue (a spec, or the project's default) is said by whose. */
+static int queue_usable(const json_t *all, const char *queue, const char *project, const char *field,
+                        const char *whose, int *qi, kiln_err_t *err)
+{
+    *qi = -1;
+    for (size_t i = 0; i < json_array_size(all); i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(all, i), "name")), queue) == 0)
+            *qi = (int)i;
+    if (*qi < 0) {
+        kiln_err_set(err, KILN_EINVAL, field, "queue \"%.80s\"%s does not exist", queue, whose);
+        kiln_err_hint(err, "kiln queues list shows the queues; a job that names no queue uses its project's "
+                           "default queue (kiln projects list shows it)");
+        return KILN_EINVAL;
+    }
+    if (!queue_allows(json_array_get(all, (size_t)*qi), project)) {
+        kiln_err_set(err, KILN_EINVAL, field, "project \"%.80s\" may not use queue \"%.80s\"%s", project, queue, whose);
+        kiln_err_hint(err, "kiln queues describe %s shows the projects that may; a cluster admin can add yours",
+                      queue);
+        *qi = -1;
+        return KILN_EINVAL;
+    }
+    return 0;
+}
+
+int svc_queue_check_default(store_conn_t *c, const char *queue, const char *project, kiln_err_t *err)
 {
     json_t *all = NULL;
+    int qi = -1;
     int rc = store_queue_defs_json(c, false, &all, err);
+    if (rc == 0)
+        rc = queue_usable(all, queue, project, "default_queue", "", &qi, err);
+    json_decref(all);
+    return rc;
+}
+
+int svc_queue_resolve_job(store_conn_t *c, char queue[64], const char *project, const char *slot_type, int slots,
+                          kiln_err_t *err)
+{
+    const char *whose = "";
+    int rc = 0;
+    if (!queue[0]) {
+        rc = store_project_default_queue(c, project, queue, err);
+        if (rc)
+            return rc;
+        whose = " (the project's default queue)";
+    }
+    json_t *all = NULL;
+    rc = store_queue_defs_json(c, false, &all, err);
     if (rc)
         return rc;
     sched_queue_t *qs = NULL;
     int nq = 0, qi = -1;
-    for (size_t i = 0; i < json_array_size(all); i++)
-        if (strcmp(json_string_value(json_object_get(json_array_get(all, i), "name")), queue) == 0)
-            qi = (int)i;
-    if (qi < 0) {
-        kiln_err_set(err, KILN_EINVAL, "queue", "queue \"%.80s\" does not exist", queue);
-        kiln_err_hint(err, "kiln queues list shows the queues; leave queue out to use \"default\"");
-        rc = KILN_EINVAL;
-    } else if (!queue_allows(json_array_get(all, (size_t)qi), project)) {
-        kiln_err_set(err, KILN_EINVAL, "queue", "project \"%.80s\" may not use queue \"%.80s\"", project, queue);
-        kiln_err_hint(err, "kiln queues describe %s shows the projects that may; a cluster admin can add yours",
-                      queue);
-        rc = KILN_EINVAL;
-    } else if ((rc = svc_queues_to_sched(all, &qs, &nq)) == 0) {
+    if ((rc = queue_usable(all, queue, project, "queue", whose, &qi, err)) == 0
+        && (rc = svc_queues_to_sched(all, &qs, &nq)) == 0) {
         int t = sched_slot_type(slot_type);
         const char *which = NULL;
         int max = t < 0 ? SCHED_UNLIMITED : sched_quota_max(qs, nq, qi, t, &which);

@@ -161,10 +161,18 @@ int svc_tokens_list(svc_t *s, const svc_caller_t *who, const char *user, json_t 
  * it, directly or through others, whoever they belong to; *out = the token, with
  * "descendants_revoked": how many of those were valid until now. */
 int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
-/* Cluster admins only. *out = the project. */
-int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err);
-/* *out = {"projects": [{"name", "created_at", "created_by", "role"}]}: every project for a cluster
- * admin, else those the caller is a member of. */
+/* Cluster admins only. Jobs of the project that name no queue go to default_queue (NULL or "":
+ * the queue "default"), which must exist and let the project use it (KILN_EINVAL, field
+ * "default_queue"). *out = the project. */
+int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, const char *default_queue, json_t **out,
+                       kiln_err_t *err);
+/* Changes what patch names of a project ({"default_queue": name, or null for "default"}; other
+ * fields are KILN_EINVAL): the project's admins and cluster admins. The queue is checked as on
+ * create. *out = the project as svc_projects_list shows it. */
+int svc_project_update(svc_t *s, const svc_caller_t *who, const char *project, const json_t *patch, json_t **out,
+                       kiln_err_t *err);
+/* *out = {"projects": [{"name", "created_at", "created_by", "role", "default_queue"}]}: every
+ * project for a cluster admin, else those the caller is a member of. */
 int svc_projects_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
 /* Members can list the project's members. *out = {"members": [...]}. */
 int svc_members_list(svc_t *s, const svc_caller_t *who, const char *project, json_t **out, kiln_err_t *err);

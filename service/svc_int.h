@@ -498,11 +498,15 @@ void svc_tune_pass(svc_t *s);
 /* The admission core's queues from the stored ones (store_queues_json's array, which must outlive
  * *out: names are borrowed). *out is malloc'd. KILN_ENOMEM. */
 int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n);
-/* A submitted job's queue: KILN_EINVAL (field "queue") when it does not exist or the project may
- * not use it, KILN_EUNFIT when slots of slot_type are more than any quota the queue could ever
- * get (err says which limit). */
-int svc_queue_check_job(store_conn_t *c, const char *queue, const char *project, const char *slot_type, int slots,
-                        kiln_err_t *err);
+/* The one place that decides a submitted job's queue: queue is the spec's ("" when it names none:
+ * then the project's default queue is written into it). KILN_EINVAL (field "queue") when the
+ * queue does not exist or the project may not use it, KILN_EUNFIT when slots of slot_type are
+ * more than any quota the queue could ever get (err says which limit). */
+int svc_queue_resolve_job(store_conn_t *c, char queue[64], const char *project, const char *slot_type, int slots,
+                          kiln_err_t *err);
+/* Whether queue may be project's default queue: KILN_EINVAL (field "default_queue") when it does
+ * not exist or the project may not use it. */
+int svc_queue_check_default(store_conn_t *c, const char *queue, const char *project, kiln_err_t *err);
 
 /* ---- pending reasons (pending.c) ----------------------------------------------------------- */
 /* After a pass: computes the pending reason of every job of snap that dec (sched_admit's result)

@@ -434,22 +434,24 @@ int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, jso
     if ((rc = spec_parse(t.job, &base, err)))
         goto fail;
     based = true;
-    norm = spec_tuning_to_json(&t);
-    text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
-    if (!text) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the tuning job");
-        goto fail;
-    }
     if ((rc = store_conn_get(s->store, &c, err)) || (rc = warm_start_check(c, who, &t, err)))
         goto fail;
-    rc = svc_queue_check_job(c, base.queue, base.project, base.res.slot_type, base.res.nodes * base.res.slots_per_node,
-                             err);
+    rc = svc_queue_resolve_job(c, base.queue, base.project, base.res.slot_type,
+                               base.res.nodes * base.res.slots_per_node, err);
     if (rc) {
         if (rc == KILN_EINVAL && err->field[0]) {
             char f[sizeof err->field];
             snprintf(f, sizeof f, "job.%.120s", err->field);
             kiln_strlcpy(err->field, f, sizeof err->field);
         }
+        goto fail;
+    }
+    /* every trial waits in the queue decided now (the project's default when the spec names none) */
+    json_object_set_new(t.job, "queue", json_string(base.queue));
+    norm = spec_tuning_to_json(&t);
+    text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    if (!text) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the tuning job");
         goto fail;
     }
     char reason[200];

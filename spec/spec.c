@@ -595,7 +595,7 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
     int rc;
     s->ckpt_keep_last = 3;
     s->max_attempts = 1;
-    kiln_strlcpy(s->queue, "default", sizeof(s->queue));
+    s->queue[0] = '\0'; /* none named: the project's default queue (svc_queue_resolve_job) */
     if ((rc = rd_object(&r, in, "checkpoint", &ck)) || (rc = rd_object(&r, in, "stopping", &st)) ||
         (rc = rd_object(&r, in, "retry", &rt)))
         return rc;
@@ -862,7 +862,8 @@ static json_t *model_field_json(const spec_model_t *m, const char *key)
     return json_null();
 }
 
-json_t *spec_to_json(const spec_t *s)
+/* spec_to_json with "queue" always present ("" when the spec names none). */
+static json_t *spec_json_all(const spec_t *s)
 {
     json_t *res = json_pack("{s:i, s:i, s:s, s:s, s:i, s:I}", "nodes", s->res.nodes, "slots_per_node",
                             s->res.slots_per_node, "slot_type", s->res.slot_type, "device", s->res.device,
@@ -926,4 +927,12 @@ json_t *spec_to_json(const spec_t *s)
                      s->name, "project", s->project, "model", model, "data", data, "hyperparameters", hp, "resources", res,
                      "distribution", dist, "checkpoint", ck, "metric_definitions", defs, "stopping", stopping,
                      "retry", "max_attempts", s->max_attempts, "priority", s->priority, "queue", s->queue, "tags", tags);
+}
+
+json_t *spec_to_json(const spec_t *s)
+{
+    json_t *o = spec_json_all(s);
+    if (o && !s->queue[0])
+        json_object_del(o, "queue"); /* the project's default queue, decided at submission */
+    return o;
 }

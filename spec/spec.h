@@ -140,7 +140,7 @@ typedef struct spec {
                                   * long; 0: kilnd's --stop-grace-ms */
     int max_attempts;
     int priority;
-    char queue[64];
+    char queue[64];              /* "" when the spec names none: kilnd writes the project's default queue */
     char tag_keys[SPEC_MAX_TAGS][64];
     char tag_values[SPEC_MAX_TAGS][SPEC_STR];
     int n_tags;
@@ -171,8 +171,10 @@ typedef enum { SPEC_KIND_NONE = 0, SPEC_KIND_NUMBER, SPEC_KIND_TEXT, SPEC_KIND_L
  * has no such field. */
 spec_kind_t spec_key_kind(const char *section, const char *key);
 
-/* The normalised spec as JSON: every field present with its effective value. Caller owns the
- * result (json_decref). spec_to_json then spec_parse gives back an equal spec. */
+/* The normalised spec as JSON: every field present with its effective value, but "queue" only
+ * when the spec names one (otherwise kilnd decides it at submission: the project's default
+ * queue). Caller owns the result (json_decref). spec_to_json then spec_parse gives back an equal
+ * spec. */
 json_t *spec_to_json(const spec_t *s);
 
 /* A script job's source "code:sha256:<hex>", an archive uploaded to kilnd, named by the SHA-256

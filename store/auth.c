@@ -259,11 +259,12 @@ int store_token_revoke(store_conn_t *c, const char *id, int64_t *descendants, ki
 
 /* ---- projects and members ---------------------------------------------------------------- */
 
-int store_project_insert(store_conn_t *c, const char *name, const char *created_by, kiln_err_t *err)
+int store_project_insert(store_conn_t *c, const char *name, const char *default_queue, const char *created_by,
+                         kiln_err_t *err)
 {
-    const char *p[2] = {name, created_by ? created_by : ""};
-    int rc = store_q(c, "create project", "INSERT INTO projects (name, created_by) VALUES ($1, $2)",
-                     2, p, NULL, err);
+    const char *p[3] = {name, created_by ? created_by : "", default_queue && *default_queue ? default_queue : "default"};
+    int rc = store_q(c, "create project", "INSERT INTO projects (name, created_by, default_queue) VALUES ($1, $2, $3)",
+                     3, p, NULL, err);
     if (rc == KILN_EEXIST)
         kiln_err_set(err, KILN_EEXIST, "name", "project \"%s\" already exists", name);
     return rc;
@@ -281,6 +282,32 @@ int store_project_exists(store_conn_t *c, const char *name, bool *exists, kiln_e
     return 0;
 }
 
+int store_project_set_default_queue(store_conn_t *c, const char *name, const char *queue, kiln_err_t *err)
+{
+    const char *p[2] = {name, queue && *queue ? queue : "default"};
+    PGresult *r = NULL;
+    int rc = store_q(c, "change project", "UPDATE projects SET default_queue = $2 WHERE name = $1", 2, p, &r, err);
+    if (rc)
+        return rc;
+    bool found = strcmp(PQcmdTuples(r), "1") == 0;
+    PQclear(r);
+    if (!found)
+        return kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%.80s\" not found", name);
+    return 0;
+}
+
+int store_project_default_queue(store_conn_t *c, const char *name, char out[64], kiln_err_t *err)
+{
+    const char *p[1] = {name};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read project", "SELECT default_queue FROM projects WHERE name = $1", 1, p, &r, err);
+    if (rc)
+        return rc;
+    kiln_strlcpy(out, PQntuples(r) == 1 ? store_get_str(r, 0, 0) : "default", 64);
+    PQclear(r);
+    return 0;
+}
+
 int store_projects_list_json(store_conn_t *c, const char *member, json_t **out, kiln_err_t *err)
 {
     /* With member NULL: every project (role ""); else the member's projects with its role. */
@@ -289,11 +316,11 @@ int store_projects_list_json(store_conn_t *c, const char *member, json_t **out, 
     *out = NULL;
     int rc = member
         ? store_q(c, "list projects",
-                  "SELECT p.name, " STORE_US("p.created_at") ", p.created_by, m.role FROM projects p"
+                  "SELECT p.name, " STORE_US("p.created_at") ", p.created_by, m.role, p.default_queue FROM projects p"
                   " JOIN project_members m ON m.project = p.name AND m.user_name = $1 ORDER BY p.name",
                   1, p, &r, err)
         : store_q(c, "list projects",
-                  "SELECT name, " STORE_US("created_at") ", created_by, '' FROM projects ORDER BY name",
+                  "SELECT name, " STORE_US("created_at") ", created_by, '', default_queue FROM projects ORDER BY name",
                   0, NULL, &r, err);
     if (rc)
         return rc;
@@ -304,6 +331,7 @@ int store_projects_list_json(store_conn_t *c, const char *member, json_t **out, 
         store_json_set_time(o, "created_at", r, i, 1);
         json_object_set_new(o, "created_by", json_string(store_get_str(r, i, 2)));
         json_object_set_new(o, "role", json_string(store_get_str(r, i, 3)));
+        json_object_set_new(o, "default_queue", json_string(store_get_str(r, i, 4)));
         json_array_append_new(arr, o);
     }
     PQclear(r);

@@ -156,16 +156,24 @@ int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
 {
     const char *p[1] = {name};
     PGresult *r = NULL;
-    /* One statement: the queue goes only while none of its jobs waits or runs. */
+    /* One statement: the queue goes only while none of its jobs waits, runs or is paused (a
+     * paused trial promoted later goes back to its queue, which must still exist). */
     int rc = store_q(c, "delete queue",
-                     "WITH busy AS (SELECT count(*) AS n FROM jobs WHERE queue = $1"
-                     "   AND state IN (" STORE_WAITING_NAMES ", " STORE_HOLDING_NAMES ")),"
-                     " d AS (DELETE FROM queues WHERE name = $1 AND (SELECT n FROM busy) = 0 RETURNING 1)"
-                     " SELECT (SELECT n FROM busy), (SELECT count(*) FROM d), (SELECT count(*) FROM queues WHERE name = $1)",
+                     "WITH busy AS (SELECT count(*) AS n, count(*) FILTER (WHERE state IN (" STORE_PARKED_NAMES "))"
+                     "   AS paused FROM jobs WHERE queue = $1"
+                     "   AND state IN (" STORE_WAITING_NAMES ", " STORE_HOLDING_NAMES ", " STORE_PARKED_NAMES ")),"
+                     " dflt AS (SELECT count(*) AS n, min(name) AS project FROM projects WHERE default_queue = $1),"
+                     " d AS (DELETE FROM queues WHERE name = $1 AND (SELECT n FROM busy) = 0 AND (SELECT n FROM dflt) = 0"
+                     "  RETURNING 1)"
+                     " SELECT (SELECT n FROM busy), (SELECT count(*) FROM d), (SELECT count(*) FROM queues WHERE name = $1),"
+                     "  (SELECT paused FROM busy), (SELECT n FROM dflt), (SELECT project FROM dflt)",
                      1, p, &r, err);
     if (rc)
         return rc;
     int64_t busy = store_get_i64(r, 0, 0), deleted = store_get_i64(r, 0, 1), exists = store_get_i64(r, 0, 2);
+    int64_t paused = store_get_i64(r, 0, 3), dflt = store_get_i64(r, 0, 4);
+    char project[64];
+    kiln_strlcpy(project, store_get_str(r, 0, 5), sizeof project);
     PQclear(r);
     if (deleted == 1)
         return 0;
@@ -173,8 +181,22 @@ int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
         kiln_err_set(err, KILN_ENOTFOUND, "name", "queue \"%.80s\" does not exist", name);
         return KILN_ENOTFOUND;
     }
-    kiln_err_set(err, KILN_ESTATE, "name", "queue \"%.80s\" has %lld job(s) waiting or running", name, (long long)busy);
-    kiln_err_hint(err, "stop them or wait until they end, then delete the queue");
+    if (busy == 0) {
+        kiln_err_set(err, KILN_ESTATE, "name", "queue \"%.80s\" is the default queue of project \"%s\"%s", name,
+                     project, dflt > 1 ? " and others" : "");
+        kiln_err_hint(err, "give the project another default queue first: kiln projects update %s --default-queue "
+                           "QUEUE", project);
+        return KILN_ESTATE;
+    }
+    if (paused)
+        kiln_err_set(err, KILN_ESTATE, "name", "queue \"%.80s\" has %lld job(s) waiting, running or paused (%lld paused)",
+                     name, (long long)busy, (long long)paused);
+    else
+        kiln_err_set(err, KILN_ESTATE, "name", "queue \"%.80s\" has %lld job(s) waiting or running", name,
+                     (long long)busy);
+    kiln_err_hint(err, paused ? "stop them (a paused trial waits for its tuning job to promote or end it) or wait until "
+                                "they end, then delete the queue"
+                              : "stop them or wait until they end, then delete the queue");
     return KILN_ESTATE;
 }
 

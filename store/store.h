@@ -378,8 +378,11 @@ int store_queue_defs_json(store_conn_t *c, bool usage, json_t **out, kiln_err_t 
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err);
 /* Replaces every field of the queue q names with q's. KILN_ENOTFOUND. */
 int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err);
-/* Deletes a queue none of whose jobs waits or runs: KILN_ESTATE (how many do) otherwise;
- * KILN_ENOTFOUND. */
+/* Deletes a queue none of whose jobs waits, runs or is PAUSED (a paused hyperband trial goes
+ * back to its queue when promoted): KILN_ESTATE (how many do, and how many of them are paused)
+ * otherwise; KILN_ENOTFOUND. Paused jobs hold no slots and wait for no admission, so a queue's
+ * usage and pending do not count them. A queue that is a project's default queue stays too:
+ * KILN_ESTATE naming the project (the first by name, "and others" when there are more). */
 int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err);
 /* *out = {"queue": {"project": usage}} for the queues with fair_sharing: each project's slots
  * held now plus its jobs' slot-time decayed with half_life_s, divided by the decay constant. */
@@ -441,10 +444,19 @@ int store_token_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err
  * revoked now. KILN_ENOTFOUND. */
 int store_token_revoke(store_conn_t *c, const char *id, int64_t *descendants, kiln_err_t *err);
 
-int store_project_insert(store_conn_t *c, const char *name, const char *created_by, kiln_err_t *err);
+/* Inserts project name whose jobs that name no queue go to default_queue (NULL or "": the queue
+ * "default"); the service has checked that the queue exists and lets the project use it.
+ * KILN_EEXIST (field "name"). */
+int store_project_insert(store_conn_t *c, const char *name, const char *default_queue, const char *created_by,
+                         kiln_err_t *err);
 int store_project_exists(store_conn_t *c, const char *name, bool *exists, kiln_err_t *err);
-/* Array of {name, created_at, created_by, role}: every project (role "") when member is NULL,
- * else the projects member belongs to, with its role. */
+/* Sets the project's default queue (NULL or "": "default"). KILN_ENOTFOUND (field "project"). */
+int store_project_set_default_queue(store_conn_t *c, const char *name, const char *queue, kiln_err_t *err);
+/* The project's default queue into out ("default" when the project does not exist: the job's
+ * insert reports that). */
+int store_project_default_queue(store_conn_t *c, const char *name, char out[64], kiln_err_t *err);
+/* Array of {name, created_at, created_by, role, default_queue}: every project (role "") when
+ * member is NULL, else the projects member belongs to, with its role. */
 int store_projects_list_json(store_conn_t *c, const char *member, json_t **out, kiln_err_t *err);
 /* Array of {project, user, role}. */
 int store_members_list_json(store_conn_t *c, const char *project, json_t **out, kiln_err_t *err);

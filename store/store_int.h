@@ -82,6 +82,9 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 /* The states in which a job holds its slots (admitted, not yet released), as SQL. */
 #define STORE_HOLDING_NAMES "'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING'"
 #define STORE_HOLDING "(" STORE_HOLDING_NAMES ")"
+/* The states in which a job neither waits nor holds slots but is not done: a hyperband trial
+ * PAUSED at a rung, which the tuner may promote (back to RESTARTING, in its queue), as SQL. */
+#define STORE_PARKED_NAMES "'PAUSED'"
 
 /* The columns of a job as the API shows it, from "jobs j", and the JSON of one result row whose
  * first columns are these (job.c). */

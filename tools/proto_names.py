@@ -42,6 +42,7 @@ PAIRS = [
     ("body:post /v1/users", "CreateUserRequest"),
     ("body:post /v1/users/{name}/tokens", "CreateTokenRequest"),
     ("body:post /v1/projects", "CreateProjectRequest"),
+    ("body:patch /v1/projects/{project}", "UpdateProjectRequest"),
     ("body:put /v1/projects/{project}/members/{user}", "SetMemberRequest"),
     ("body:post /v1/jobs/{id}:stop", "StopJobRequest"),
     # GET /v1/jobs lists and searches; gRPC's ListJobs is the search without filter, order_by

@@ -251,6 +251,10 @@ static void p_project_create(int c, char *path, size_t n, const char **body)
     snprintf(b, sizeof b, "{\"name\": \"made-%d-%d\"}", c, counter++);
     p_fixed(c, path, n, body, "/v1/projects", b);
 }
+static void p_project_update(int c, char *path, size_t n, const char **body)
+{
+    p_fixed(c, path, n, body, "/v1/projects/p", "{\"default_queue\": \"default\"}");
+}
 static void p_queues(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/queues", NULL); }
 static void p_queue(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/queues/default", NULL); }
 static void p_queue_create(int c, char *path, size_t n, const char **body)
@@ -481,6 +485,7 @@ static const row_t k_rows[] = {
     {"DELETE", "/v1/tokens/{id}", p_token_revoke, {CLUSTER_ONLY(404, 200)}},
     {"GET", "/v1/projects", p_projects, {EVERYONE(200)}},
     {"POST", "/v1/projects", p_project_create, {CLUSTER_ONLY(403, 201)}},
+    {"PATCH", "/v1/projects/{project}", p_project_update, {UNAUTH, 403, 403, 404, 200, 200}},
     {"GET", "/v1/queues", p_queues, {EVERYONE(200)}},
     {"GET", "/v1/queues/{name}", p_queue, {EVERYONE(200)}},
     {"POST", "/v1/queues", p_queue_create, {CLUSTER_ONLY(403, 201)}},

@@ -574,6 +574,16 @@ Test(contract, every_route_against_openapi)
     want(404, "PATCH", "/v1/queues/none", "{\"weight\": 3}", NULL);
     want(409, "DELETE", "/v1/queues/default", NULL, NULL);
     want(403, "DELETE", "/v1/queues/nlp", NULL, viewer);
+    /* a project's default queue */
+    want(201, "POST", "/v1/projects", "{\"name\": \"dq\", \"default_queue\": \"viewer\"}", NULL);
+    want(400, "POST", "/v1/projects", "{\"name\": \"dq2\", \"default_queue\": \"nlp\"}", NULL);
+    want(200, "PATCH", "/v1/projects/p", "{\"default_queue\": \"nlp\"}", NULL);
+    want(400, "PATCH", "/v1/projects/q", "{\"default_queue\": \"nlp\"}", NULL);
+    want(400, "PATCH", "/v1/projects/p", "{\"colour\": \"red\"}", NULL);
+    want(403, "PATCH", "/v1/projects/p", "{\"default_queue\": null}", viewer);
+    want(404, "PATCH", "/v1/projects/none", "{\"default_queue\": null}", NULL);
+    want(409, "DELETE", "/v1/queues/nlp", NULL, NULL);
+    want(200, "PATCH", "/v1/projects/p", "{\"default_queue\": null}", NULL);
     want(200, "DELETE", "/v1/queues/nlp", NULL, NULL);
     want(404, "DELETE", "/v1/queues/nlp", NULL, NULL);
     /* ---- tuning jobs ---- */

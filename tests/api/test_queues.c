@@ -2,7 +2,9 @@
  * the issue gives comes back field for field (with usage and pending), the one validator refuses
  * bad fields naming them, and a job's queue is honoured: a queue that does not exist or that its
  * project may not use is a 400 naming it, a job larger than any quota its queue could get a 422
- * naming the limit, and a queue's quota holds its jobs back while the default queue's run. */
+ * naming the limit, and a queue's quota holds its jobs back while the default queue's run; a
+ * project's default queue takes its jobs that name none; a queue holding paused jobs or that is
+ * a project's default queue cannot be deleted. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +203,121 @@ Test(queues, a_jobs_queue_is_honoured)
     free(a);
     free(b);
     free(d);
+}
+
+Test(queues, a_queue_holding_paused_jobs_stays)
+{
+    /* a hyperband trial PAUSED at a rung goes back to its queue when promoted: deleting the queue
+     * under it would leave it waiting for a queue that no longer exists */
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"hb\", \"quota\": {\"cpu\": 4}}", 201));
+    json_t *j = req("POST", "/v1/jobs",
+                    "{\"name\": \"trial\", \"queue\": \"hb\", \"model\": {\"type\": \"mlp\", \"hidden\": [8],"
+                    " \"n_inputs\": 4, \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"},"
+                    " \"hyperparameters\": {\"global_batch_size\": 2, \"max_steps\": 8}, \"stopping\": {\"max_steps\": 2},"
+                    " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}",
+                    201);
+    char *id = strdup(json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    int attempt = at_run_job(id);
+    at_rank_exit(id, attempt, 0);
+    json_decref(wait_reason(id, "paused at step 2"));
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'PAUSED'", id), 1);
+    /* it holds no slots and waits for no admission: neither usage nor pending counts it */
+    json_t *q = req("GET", "/v1/queues/hb", NULL, 200);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(q, "usage"), "cpu")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(q, "pending")), 0);
+    json_decref(q);
+    refused("DELETE", "/v1/queues/hb", NULL, 409, "name", "queue \"hb\" has 1 job(s) waiting, running or paused (1 paused)");
+    json_decref(req("GET", "/v1/queues/hb", NULL, 200));
+    /* once it is stopped the queue may go */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
+    json_decref(req("POST", path, NULL, 200));
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id), 1);
+    json_decref(req("DELETE", "/v1/queues/hb", NULL, 200));
+    free(id);
+}
+
+Test(queues, a_projects_default_queue_takes_its_jobs_that_name_none)
+{
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 4}}", 201));
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"a\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"aonly\", \"quota\": {\"cpu\": 4}, \"projects\": [\"a\"]}",
+                    201));
+    /* set on create, shown on every listing; unset is "default" */
+    json_t *p = req("POST", "/v1/projects", "{\"name\": \"b\", \"default_queue\": \"team\"}", 201);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "default_queue")), "team");
+    json_decref(p);
+    json_t *list = req("GET", "/v1/projects", NULL, 200);
+    size_t i;
+    json_t *e;
+    int seen = 0;
+    json_array_foreach(json_object_get(list, "projects"), i, e) {
+        const char *n = json_string_value(json_object_get(e, "name")), *dq = json_string_value(json_object_get(e, "default_queue"));
+        cr_assert(dq, "project %s has no default_queue", n);
+        if (!strcmp(n, "a") || !strcmp(n, "default")) {
+            cr_assert_str_eq(dq, "default", "%s", n);
+            seen++;
+        }
+        if (!strcmp(n, "b")) {
+            cr_assert_str_eq(dq, "team");
+            seen++;
+        }
+    }
+    cr_assert_eq(seen, 3);
+    json_decref(list);
+    /* a job that names no queue goes to its project's default queue, and its spec says which */
+    char *jb = submit("jb", "b", NULL, 1, 1);
+    char *ja = submit("ja", "a", NULL, 1, 1);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", jb);
+    json_t *j = req("GET", path, NULL, 200);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "queue")), "team");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "spec"), "queue")), "team");
+    json_decref(j);
+    snprintf(path, sizeof path, "/v1/jobs/%s", ja);
+    j = req("GET", path, NULL, 200);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "queue")), "default");
+    json_decref(j);
+    /* one that names a queue keeps it */
+    char *jn = submit("jn", "b", "default", 1, 1);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND queue = 'default'", jn), 1);
+    /* changed by PATCH (an admin's); null is "default" again */
+    p = req("PATCH", "/v1/projects/a", "{\"default_queue\": \"aonly\"}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "default_queue")), "aonly");
+    cr_assert_str_eq(json_string_value(json_object_get(p, "name")), "a");
+    json_decref(p);
+    char *ja2 = submit("ja2", "a", NULL, 1, 1);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND queue = 'aonly'", ja2), 1);
+    /* bad values are refused naming the field */
+    refused("PATCH", "/v1/projects/b", "{\"default_queue\": \"nowhere\"}", 400, "default_queue",
+            "queue \"nowhere\" does not exist");
+    refused("PATCH", "/v1/projects/b", "{\"default_queue\": \"aonly\"}", 400, "default_queue",
+            "project \"b\" may not use queue \"aonly\"");
+    refused("PATCH", "/v1/projects/b", "{\"default_queue\": 7}", 400, "default_queue", "must be a queue's name");
+    refused("PATCH", "/v1/projects/b", "{\"owner\": \"me\"}", 400, "owner", "unknown field");
+    refused("POST", "/v1/projects", "{\"name\": \"c\", \"default_queue\": \"aonly\"}", 400, "default_queue",
+            "project \"c\" may not use queue \"aonly\"");
+    refused("POST", "/v1/projects", "{\"name\": \"c\", \"default_queue\": \"nowhere\"}", 400, "default_queue",
+            "does not exist");
+    json_decref(req("PATCH", "/v1/projects/nope", "{\"default_queue\": null}", 404));
+    /* a default queue the project may no longer use: its jobs that name none are refused, saying so */
+    json_decref(req("PATCH", "/v1/queues/aonly", "{\"projects\": [\"default\"]}", 200));
+    refused("POST", "/v1/jobs", spec("jx", "a", NULL, 1, 1), 400, "queue",
+            "project \"a\" may not use queue \"aonly\" (the project's default queue)");
+    /* a queue that is a project's default stays until the project names another */
+    refused("DELETE", "/v1/queues/team", NULL, 409, "name", "has 1 job(s) waiting or running");
+    snprintf(path, sizeof path, "/v1/jobs/%s:stop", jb);
+    json_decref(req("POST", path, NULL, 200));
+    refused("DELETE", "/v1/queues/team", NULL, 409, "name", "queue \"team\" is the default queue of project \"b\"");
+    p = req("PATCH", "/v1/projects/b", "{\"default_queue\": null}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "default_queue")), "default");
+    json_decref(p);
+    json_decref(req("DELETE", "/v1/queues/team", NULL, 200));
+    free(jb);
+    free(ja);
+    free(jn);
+    free(ja2);
 }
 
 Test(queues, only_cluster_admins_manage_queues)

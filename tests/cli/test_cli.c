@@ -162,6 +162,38 @@ Test(cli_format, describe)
     json_decref(job);
 }
 
+Test(cli_format, describe_shows_a_waiting_jobs_pending_block)
+{
+    /* position, what is missing, the jobs it waits for and the estimated start, as REST gives them */
+    json_t *job = load("{\"id\": \"11111111-2222-4333-8444-555555555555\", \"name\": \"waits\", \"state\": \"QUEUED\","
+                       " \"reason\": \"waiting for quota\", \"queue\": \"nlp\", \"created_at\": \"2026-11-21T06:00:00Z\","
+                       " \"pending\": {\"position\": 3, \"missing\": \"needs 2 cpu slot(s) on 2 worker(s); queue nlp:"
+                       " quota 8, used 8, may borrow 0 more\", \"blocking_jobs\": [\"aaaaaaaa-0000-4000-8000-000000000001\","
+                       " \"bbbbbbbb-0000-4000-8000-000000000002\"], \"estimated_start\": \"2026-11-21T06:10:30Z\"}}");
+    char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "State:        QUEUED  waiting for quota\nPosition:     3 in queue nlp\n"), "%s", out);
+    cr_assert(strstr(out, "Missing:      needs 2 cpu slot(s) on 2 worker(s); queue nlp: quota 8, used 8, may borrow 0 "
+                          "more\n"), "%s", out);
+    cr_assert(strstr(out, "Waits for:    aaaaaaaa-0000-4000-8000-000000000001, bbbbbbbb-0000-4000-8000-000000000002\n"),
+              "%s", out);
+    cr_assert(strstr(out, "Est. start:   2026-11-21 06:10:30 (in 5m30s)\n"), "%s", out);
+    free(out);
+    /* no estimate: it says why; no blocking jobs: no line for them */
+    json_object_del(json_object_get(job, "pending"), "estimated_start");
+    json_array_clear(json_object_get(json_object_get(job, "pending"), "blocking_jobs"));
+    out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "Est. start:   unknown (what it waits for has no predicted end yet)\n"), "%s", out);
+    cr_assert(!strstr(out, "Waits for:"), "%s", out);
+    free(out);
+    /* a job that does not wait has no block */
+    json_object_del(job, "pending");
+    json_object_set_new(job, "state", json_string("RUNNING"));
+    out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    cr_assert(!strstr(out, "Position:") && !strstr(out, "Est. start:"), "%s", out);
+    free(out);
+    json_decref(job);
+}
+
 static void print_metrics32(FILE *f, const json_t *r, int64_t now)
 {
     (void)now;

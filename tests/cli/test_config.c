@@ -592,9 +592,10 @@ Test(cli_identity_format, projects_members_users)
 {
     /* A member's listing carries roles; a cluster admin's does not, and whoami fills them in. */
     char *out = render(projects_fn, "{\"projects\": [{\"name\": \"ml\", \"role\": \"viewer\", \"created_at\": "
-                                    "\"2026-11-20T00:00:00Z\", \"created_by\": \"admin\"}]}", NULL);
-    cr_assert_str_eq(out, "NAME  ROLE    CREATED              CREATED-BY\n"
-                          "ml    viewer  2026-11-20 00:00:00  admin\n");
+                                    "\"2026-11-20T00:00:00Z\", \"created_by\": \"admin\", \"default_queue\": \"nlp\"}]}",
+                       NULL);
+    cr_assert_str_eq(out, "NAME  ROLE    DEFAULT-QUEUE  CREATED              CREATED-BY\n"
+                          "ml    viewer  nlp            2026-11-20 00:00:00  admin\n");
     free(out);
     out = render(projects_fn,
                  "{\"projects\": [{\"name\": \"ml\", \"role\": \"\"}, {\"name\": \"default\", \"role\": \"\"}]}",

@@ -307,6 +307,132 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     free(out);
     free(err);
 
+    /* kiln queues list, describe, update and delete against the real kilnd, and the pending
+     * block kiln describe prints for a job that waits for its queue's quota */
+    rc = e2e_kiln(&out, &err, "queues", "list", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "NAME") && strstr(out, "QUOTA") && strstr(out, "PENDING"), "%s", out);
+    cr_assert(strstr(out, "\ncli-queue ") && strstr(out, "cpu 1, gpu 0") && strstr(out, "\ndefault "), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--quota", "cpu=4", "--weight", "3", "--projects",
+                  "default", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "quota:           cpu 4, gpu 0\n") && strstr(out, "weight:          3\n"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "queues", "describe", "cli-queue", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "name:            cli-queue\n") && strstr(out, "quota:           cpu 4, gpu 0\n")
+              && strstr(out, "weight:          3\n") && strstr(out, "projects:        default\n")
+              && strstr(out, "pending:         0 job(s)\n"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "queues", "describe", "no-such-queue", NULL);
+    cr_assert_eq(rc, 3, "a queue that does not exist: rc %d: %s", rc, err);
+    cr_assert(strstr(err, "queue \"no-such-queue\" does not exist"), "%s", err);
+    free(out);
+    free(err);
+    {
+        /* a job within the queue's quota that no worker can hold (4 slots on one; the agents
+         * have 2 and 1): it waits, saying why */
+        char *qs = e2e_spec("cli-waits", 1000000, 1, 4, 4);
+        json_t *qj = json_loads(qs, 0, NULL);
+        free(qs);
+        json_object_set_new(qj, "queue", json_string("cli-queue"));
+        char *qtext = json_dumps(qj, 0);
+        json_decref(qj);
+        const char *qfile = write_spec("waits", qtext);
+        free(qtext);
+        rc = e2e_kiln(&out, &err, "submit", qfile, NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        char wid[64] = "";
+        sscanf(out, "%63s", wid);
+        free(out);
+        free(err);
+        /* the scheduler's next pass writes the job's pending reason */
+        bool shown = false;
+        for (int i = 0; i < 300 && !shown; i++) {
+            rc = e2e_kiln(&out, &err, "describe", wid, NULL);
+            cr_assert_eq(rc, 0, "%s", err);
+            shown = strstr(out, "Position:") != NULL;
+            if (shown) {
+                cr_assert(strstr(out, "Position:     1 in queue cli-queue\n"), "%s", out);
+                cr_assert(strstr(out, "Missing:      needs 1 worker(s) with 4 cpu slot(s) each, more than the alive "
+                                      "workers have (the largest alive cpu worker has 2)\n"), "%s", out);
+                cr_assert(strstr(out, "Est. start:   unknown"), "no worker it could run on: %s", out);
+                cr_assert(strstr(out, "State:        QUEUED"), "%s", out);
+            }
+            free(out);
+            free(err);
+            if (!shown)
+                usleep(100 * 1000);
+        }
+        cr_assert(shown, "kiln describe never showed the waiting job's pending block");
+        rc = e2e_kiln(&out, &err, "queues", "list", NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(strstr(out, "\ncli-queue ") && strstr(out, "cpu 4, gpu 0"), "%s", out);
+        const char *row = strstr(out, "\ncli-queue ");
+        cr_assert(row && strchr(row + 1, '\n') && strchr(row + 1, '\n')[-1] == '1', "one job pending: %s", out);
+        free(out);
+        free(err);
+        /* a queue one of whose jobs waits stays; once the job is stopped it goes */
+        rc = e2e_kiln(&out, &err, "queues", "delete", "cli-queue", NULL);
+        cr_assert_eq(rc, 5, "a busy queue: rc %d: %s", rc, err);
+        cr_assert(strstr(err, "queue \"cli-queue\" has 1 job(s) waiting or running"), "%s", err);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "stop", wid, NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        free(out);
+        free(err);
+        /* a project's default queue: only one the project may use; the queue stays while it is */
+        rc = e2e_kiln(&out, &err, "projects", "create", "cli-proj", NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(strstr(out, "created project cli-proj (default queue default)"), "%s", out);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "projects", "update", "cli-proj", "--default-queue", "cli-queue", NULL);
+        cr_assert_eq(rc, 1, "rc %d: %s", rc, err);
+        cr_assert(strstr(err, "project \"cli-proj\" may not use queue \"cli-queue\""), "%s", err);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--projects", "default,cli-proj", NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "projects", "update", "cli-proj", "--default-queue", "cli-queue", NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(strstr(out, "project cli-proj: default queue cli-queue"), "%s", out);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "projects", "list", NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(strstr(out, "DEFAULT-QUEUE") && strstr(out, "cli-proj") && strstr(strstr(out, "cli-proj"), "cli-queue"),
+                  "%s", out);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "queues", "delete", "cli-queue", NULL);
+        cr_assert_eq(rc, 5, "the default queue of a project: rc %d: %s", rc, err);
+        cr_assert(strstr(err, "queue \"cli-queue\" is the default queue of project \"cli-proj\""), "%s", err);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "projects", "update", "cli-proj", "--default-queue", "default", NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "queues", "delete", "cli-queue", NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(strstr(out, "deleted queue cli-queue"), "%s", out);
+        free(out);
+        free(err);
+        rc = e2e_kiln(&out, &err, "queues", "list", "-o", "name", NULL);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(!strstr(out, "cli-queue") && strstr(out, "default"), "%s", out);
+        free(out);
+        free(err);
+    }
+
     /* stop a running job, then submit --follow a job that ends COMPLETED (exit 0). */
     spec = e2e_spec("cli-long", 1000000, 1, 1, 4);
     file = write_spec("long", spec);
@@ -365,7 +491,7 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     free(err);
     rc = e2e_kiln(&out, &err, "jobs", "--all", "--page-size", "1", NULL);
     cr_assert_eq(rc, 0, "%s", err);
-    cr_assert_eq(count_lines(out), 5, "4 jobs and a header expected: %s", out);
+    cr_assert_eq(count_lines(out), 6, "5 jobs and a header expected: %s", out);
     cr_assert(strstr(out, short_id) && strstr(out, "gpt-tiny") && strstr(out, "cli-long"), "%s", out);
     free(out);
     free(err);

@@ -10,6 +10,7 @@
 
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,25 +210,53 @@ Test(grpc, concurrent_calls_all_answered)
     free(id);
 }
 
+/* Heartbeats in a loop until told to stop, counting those answered and those not. */
+typedef struct hb_traffic {
+    const char *id;
+    atomic_int ok, failed;
+    atomic_bool stop;
+} hb_traffic_t;
+
+static void *hb_until_stopped(void *p)
+{
+    hb_traffic_t *a = p;
+    while (!atomic_load(&a->stop)) {
+        Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
+        req.worker_id = (char *)a->id;
+        ProtobufCMessage *resp = NULL;
+        kiln_err_t err;
+        if (agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, NULL,
+                            &err) == 0) {
+            atomic_fetch_add(&a->ok, 1);
+            protobuf_c_message_free_unpacked(resp, NULL);
+        } else {
+            atomic_fetch_add(&a->failed, 1);
+            usleep(10000);
+        }
+    }
+    return NULL;
+}
+
 Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
 {
     char *id = register_worker("host-d", 1);
     pthread_t t[4];
-    hb_arg_t args[4];
-    for (int i = 0; i < 4; i++) {
-        args[i] = (hb_arg_t){id, 0};
-        pthread_create(&t[i], NULL, hb_loop, &args[i]);
-    }
-    usleep(300000);
-    api_grpc_stop(G); /* with calls in flight and requests armed */
+    hb_traffic_t traffic = {.id = id};
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, hb_until_stopped, &traffic);
+    /* stop the server once calls flow, with calls in flight and requests armed */
+    for (int64_t end = kiln_mono_us() + 20000000; atomic_load(&traffic.ok) < 40 && kiln_mono_us() < end;)
+        usleep(1000);
+    cr_assert_geq(atomic_load(&traffic.ok), 40, "calls were answered before the stop");
+    api_grpc_stop(G);
     G = NULL;
+    /* the calls after the stop fail, and none hangs */
+    for (int64_t end = kiln_mono_us() + 20000000; atomic_load(&traffic.failed) < 8 && kiln_mono_us() < end;)
+        usleep(1000);
+    atomic_store(&traffic.stop, true);
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
-    int ok = 0;
-    for (int i = 0; i < 4; i++)
-        ok += args[i].ok;
-    cr_assert_gt(ok, 0, "some calls were answered before the stop");
-    cr_assert_lt(ok, 600, "and some were not");
+    cr_assert_geq(atomic_load(&traffic.failed), 8, "calls after the stop were refused");
     start_grpc();
     /* the channel reconnects on its own (fail-fast calls fail until it has) */
     int code = -1;
@@ -1458,4 +1487,205 @@ Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
     json_decref(ans);
     json_decref(rest);
     agent_destroy(agent);
+}
+
+/* ---- queues ------------------------------------------------------------------------------------ */
+
+/* The value of key in a slot-count map of a Queue (every such entry has the same layout), or -1
+ * when the map has no such key. */
+static int slot_count(void *const *entries, size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++) {
+        const Kiln__Queue__QuotaEntry *e = entries[i];
+        if (!strcmp(e->key, key))
+            return e->value;
+    }
+    return -1;
+}
+#define SLOTS(q, map, key) slot_count((void *const *)(q)->map, (q)->n_##map, key)
+
+/* REST's answer to a request on a server started for the test: the status, and the reply. */
+static json_t *rest(const char *base, const char *method, const char *path, const char *body, long *status)
+{
+    char url[256], *out = NULL;
+    snprintf(url, sizeof url, "%s%s", base, path);
+    const char *hdrs[] = {"Content-Type: application/json", NULL};
+    cr_assert_eq(th_http(method, url, body, hdrs, status, &out, 10000), 0, "%s %s: no answer", method, path);
+    json_t *j = json_loads(out ? out : "", 0, NULL);
+    cr_assert_not_null(j, "%s %s: %s", method, path, out);
+    free(out);
+    return j;
+}
+
+/* A refusal over gRPC and REST alike: the gRPC code, and the message and hint REST's JSON error
+ * has (gRPC's status message is "FIELD: MESSAGE\nhint: HINT", the field named as the request
+ * message names it). */
+static void refused_alike(const kiln_err_t *gerr, int gcode, int want_gcode, const json_t *rj, long st, long want_st,
+                          const char *gfield)
+{
+    const char *msg = json_string_value(json_object_get(rj, "message"));
+    const char *hint = json_string_value(json_object_get(rj, "hint"));
+    cr_assert_eq(st, want_st, "REST status %ld", st);
+    cr_assert_eq(gcode, want_gcode, "gRPC code %d: %s", gcode, gerr->message);
+    cr_assert(msg && hint, "REST's error has a message and a hint");
+    char want[600];
+    snprintf(want, sizeof want, "%s: %s\nhint: %s", gfield, msg, hint);
+    cr_assert_str_eq(gerr->message, want, "gRPC's status message");
+}
+
+Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
+{
+    /* REST on the same service, to compare refusals with */
+    api_http_t *H = NULL;
+    char haddr[64], base[80];
+    int port = th_free_port();
+    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", port);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    api_http_config_t hc = {.addr = haddr};
+    kiln_err_t err;
+    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
+    int code = -1;
+
+    /* create: the contract shape, as a message */
+    Kiln__Queue__QuotaEntry qc = KILN__QUEUE__QUOTA_ENTRY__INIT, qg = KILN__QUEUE__QUOTA_ENTRY__INIT;
+    qc.key = "cpu";
+    qc.value = 8;
+    qg.key = "gpu";
+    qg.value = 0;
+    Kiln__Queue__QuotaEntry *quota[] = {&qc, &qg};
+    Kiln__Queue__BorrowingLimitEntry bl = KILN__QUEUE__BORROWING_LIMIT_ENTRY__INIT;
+    bl.key = "cpu";
+    bl.value = 4;
+    Kiln__Queue__BorrowingLimitEntry *borrow[] = {&bl};
+    Kiln__Queue__LendingLimitEntry ll = KILN__QUEUE__LENDING_LIMIT_ENTRY__INIT;
+    ll.key = "cpu";
+    ll.value = 8;
+    Kiln__Queue__LendingLimitEntry *lend[] = {&ll};
+    char *projects[] = {"default"};
+    Kiln__Queue q = KILN__QUEUE__INIT;
+    q.name = "nlp";
+    q.cohort = "research";
+    q.quota = quota;
+    q.n_quota = 2;
+    q.borrowing_limit = borrow;
+    q.n_borrowing_limit = 1;
+    q.lending_limit = lend;
+    q.n_lending_limit = 1;
+    q.weight = 1;
+    q.projects = projects;
+    q.n_projects = 1;
+    Kiln__CreateQueueRequest creq = KILN__CREATE_QUEUE_REQUEST__INIT;
+    creq.queue = &q;
+    Kiln__Queue *made = (Kiln__Queue *)tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(made, "CreateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(made->name, "nlp");
+    cr_assert_str_eq(made->cohort, "research");
+    cr_assert_eq(SLOTS(made, quota, "cpu"), 8);
+    cr_assert_eq(SLOTS(made, quota, "gpu"), 0);
+    cr_assert_eq(SLOTS(made, borrowing_limit, "cpu"), 4);
+    cr_assert_eq(SLOTS(made, borrowing_limit, "gpu"), -1, "a missing limit is unlimited: no entry");
+    cr_assert_eq(SLOTS(made, lending_limit, "cpu"), 8);
+    cr_assert_eq(made->weight, 1);
+    cr_assert_eq(made->n_projects, 1);
+    cr_assert_str_eq(made->projects[0], "default");
+    cr_assert(!made->fair_sharing);
+    cr_assert_eq(SLOTS(made, usage, "cpu"), 0);
+    cr_assert_eq(made->pending, 0);
+    cr_assert_eq(made->admitted, 0);
+    cr_assert(made->created_at[0] && made->updated_at[0]);
+    protobuf_c_message_free_unpacked(&made->base, NULL);
+
+    /* one job of the queue holds the worker's only slot, a second waits: usage, admitted, pending */
+    char *wid = register_worker("host-q", 1);
+    char *ids[2];
+    for (int i = 0; i < 2; i++) {
+        json_t *spec = json_loads(k_spec, 0, NULL);
+        json_object_set_new(spec, "queue", json_string("nlp"));
+        json_t *job = NULL;
+        bool created = false;
+        cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &job, &created, &err), 0, "%s", err.message);
+        ids[i] = strdup(json_string_value(json_object_get(job, "id")));
+        json_decref(job);
+        json_decref(spec);
+        if (i == 0)
+            json_decref(wait_state(ids[0], "SCHEDULED|STARTING|RUNNING", 10000));
+    }
+    Kiln__GetQueueRequest greq = KILN__GET_QUEUE_REQUEST__INIT;
+    greq.name = "nlp";
+    Kiln__Queue *got = (Kiln__Queue *)tcall("GetQueue", &greq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(got, "GetQueue: %d %s", code, err.message);
+    cr_assert_eq(SLOTS(got, usage, "cpu"), 1);
+    cr_assert_eq(SLOTS(got, usage, "gpu"), 0);
+    cr_assert_eq(got->admitted, 1);
+    cr_assert_eq(got->pending, 1);
+    protobuf_c_message_free_unpacked(&got->base, NULL);
+    Kiln__ListQueuesRequest lreq = KILN__LIST_QUEUES_REQUEST__INIT;
+    Kiln__ListQueuesResponse *all =
+        (Kiln__ListQueuesResponse *)tcall("ListQueues", &lreq.base, &kiln__list_queues_response__descriptor, &code, &err);
+    cr_assert_not_null(all, "ListQueues: %d %s", code, err.message);
+    cr_assert_eq(all->n_queues, 2);
+    cr_assert_str_eq(all->queues[0]->name, "default");
+    cr_assert_eq(all->queues[0]->n_quota, 0, "default has no limit: an empty quota map");
+    cr_assert(all->queues[0]->fair_sharing);
+    cr_assert_str_eq(all->queues[1]->name, "nlp");
+    cr_assert_eq(all->queues[1]->pending, 1);
+    protobuf_c_message_free_unpacked(&all->base, NULL);
+
+    /* update: what the mask names; named and unset clears it */
+    Kiln__Queue patch = KILN__QUEUE__INIT;
+    patch.weight = 2.5;
+    char *mask[] = {"weight", "borrowing_limit"};
+    Kiln__UpdateQueueRequest ureq = KILN__UPDATE_QUEUE_REQUEST__INIT;
+    ureq.name = "nlp";
+    ureq.queue = &patch;
+    ureq.update_mask = mask;
+    ureq.n_update_mask = 2;
+    Kiln__Queue *upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_eq(upd->weight, 2.5);
+    cr_assert_eq(upd->n_borrowing_limit, 0);
+    cr_assert_eq(SLOTS(upd, lending_limit, "cpu"), 8, "what the mask does not name stays");
+    cr_assert_eq(SLOTS(upd, quota, "cpu"), 8);
+    cr_assert_eq(upd->pending, 1);
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+
+    /* a bad body: the same status, message and hint as over REST */
+    Kiln__Queue__QuotaEntry tpu = KILN__QUEUE__QUOTA_ENTRY__INIT;
+    tpu.key = "tpu";
+    tpu.value = 1;
+    Kiln__Queue__QuotaEntry *bad_quota[] = {&tpu};
+    Kiln__Queue bad = KILN__QUEUE__INIT;
+    bad.name = "x";
+    bad.quota = bad_quota;
+    bad.n_quota = 1;
+    creq.queue = &bad;
+    kiln_err_t gerr;
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
+    long st = 0;
+    json_t *rj = rest(base, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {\"tpu\": 1}}", &st);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "quota.tpu");
+    refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.quota.tpu");
+    json_decref(rj);
+    /* a queue whose jobs wait or run stays: FAILED_PRECONDITION and 409, saying how many */
+    Kiln__DeleteQueueRequest dreq = KILN__DELETE_QUEUE_REQUEST__INIT;
+    dreq.name = "nlp";
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("DeleteQueue", &dreq.base, &kiln__delete_queue_response__descriptor, &code, &gerr));
+    rj = rest(base, "DELETE", "/v1/queues/nlp", NULL, &st);
+    cr_assert(strstr(json_string_value(json_object_get(rj, "message")), "has 2 job(s) waiting or running"), "%s",
+              json_string_value(json_object_get(rj, "message")));
+    refused_alike(&gerr, code, 9 /* FAILED_PRECONDITION */, rj, st, 409, "name");
+    json_decref(rj);
+    /* a queue that does not exist: NOT_FOUND and 404 */
+    greq.name = "none";
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("GetQueue", &greq.base, &kiln__queue__descriptor, &code, &gerr));
+    rj = rest(base, "GET", "/v1/queues/none", NULL, &st);
+    refused_alike(&gerr, code, 5 /* NOT_FOUND */, rj, st, 404, "name");
+    json_decref(rj);
+    api_http_stop(H);
+    free(ids[0]);
+    free(ids[1]);
+    free(wid);
 }

@@ -293,9 +293,9 @@ static void world(void)
     bare_worker("w-matrix", NULL);
     bare_worker("w-matrix-gone", NULL);
     bare_worker("w-matrix-banned", NULL);
-    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "p", &out, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "p", NULL, &out, &err), 0, "%s", err.message);
     json_decref(out);
-    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "q", &out, &err), 0, "%s", err.message);
+    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "q", NULL, &out, &err), 0, "%s", err.message);
     json_decref(out);
     snprintf(tokens[C_CLUSTER_ADMIN], 128, "%s", admin_token);
     snprintf(tokens[C_BAD], 128, "kiln_never-issued");
@@ -389,6 +389,7 @@ static json_t *r_user(int c) { return json_pack("{s:s+}", "name", "made-", (char
 static json_t *r_victim(int c) { (void)c; return json_pack("{s:s}", "user", "victim"); }
 static json_t *r_revoke(int c) { (void)c; return json_pack("{s:s}", "id", victim_token); }
 static json_t *r_project(int c) { return json_pack("{s:s+}", "name", "made-", (char[2]){(char)('a' + c), 0}); }
+static json_t *r_project_update(int c) { (void)c; return json_pack("{s:s, s:s}", "project", "p", "default_queue", "default"); }
 static json_t *r_members(int c) { (void)c; return json_pack("{s:s}", "project", "p"); }
 static json_t *r_set(int c) { (void)c; return json_pack("{s:s, s:s, s:s}", "project", "p", "user", "victim", "role", "viewer"); }
 static json_t *r_remove(int c)
@@ -451,6 +452,7 @@ static const row_t k_rows[] = {
     {"/kiln.TrainingService/RevokeToken", r_revoke, {CLUSTER_ONLY("NOT_FOUND")}},
     {"/kiln.TrainingService/CreateProject", r_project, {CLUSTER_ONLY("PERMISSION_DENIED")}},
     {"/kiln.TrainingService/ListProjects", r_empty, {EVERYONE}},
+    {"/kiln.TrainingService/UpdateProject", r_project_update, {MANAGE}},
     {"/kiln.TrainingService/ListMembers", r_members, {JOB_READ}},
     {"/kiln.TrainingService/SetMember", r_set, {MANAGE}},
     {"/kiln.TrainingService/RemoveMember", r_remove, {MANAGE}},

@@ -604,6 +604,12 @@ class Identity(unittest.TestCase):
         self.assertTrue(self.client.create_user(name + "-root", cluster_admin=True)["cluster_admin"])
         self.assertEqual(self.client.create_project(project)["name"], project)
         self.assertIn(project, [p["name"] for p in self.client.projects()])
+        # a project's default queue: "default" unless set; one that does not exist is a 400
+        self.assertEqual([p["default_queue"] for p in self.client.projects() if p["name"] == project], ["default"])
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.update_project(project, "nowhere-" + self.tag)
+        self.assertEqual((cm.exception.status, cm.exception.field), (400, "default_queue"))
+        self.assertEqual(self.client.update_project(project, None)["default_queue"], "default")
         self.assertEqual(self.client.set_member(project, name, "viewer"),
                          {"project": project, "user": name, "role": "viewer"})
         self.assertEqual(self.client.set_member(project, name, "editor")["role"], "editor")

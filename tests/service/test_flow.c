@@ -706,6 +706,80 @@ Test(life, priority_then_fifo)
     json_decref(j);
 }
 
+/* Inserts a finished job of project that held `slots` slots from h0 to h1 hours ago: its
+ * project's recent usage, as the fair share between projects reads it (SVC_FAIR_HALF_LIFE_S:
+ * a half-life of 1 h). */
+#define HALF_LIFE_S 3600.0
+static void past_run(const char *project, int slots, double h0, double h1)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO jobs (id, name, project, spec, state, nodes, slots_per_node, slot_type, world_size,"
+             " max_attempts, total_steps, started_at, ended_at) VALUES (gen_random_uuid(), 'past', '%s', '{}',"
+             " 'COMPLETED', 1, %d, 'cpu', %d, 1, 10, now() - make_interval(secs => %f),"
+             " now() - make_interval(secs => %f))",
+             project, slots, slots, h0 * HALF_LIFE_S, h1 * HALF_LIFE_S);
+    PGconn *pg = PQconnectdb(url);
+    PGresult *r = PQexec(pg, sql);
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+}
+
+Test(life, the_default_queue_admits_the_project_with_the_least_recent_usage_first)
+{
+    json_t *out = NULL;
+    cr_assert_eq(svc_project_create(svc, svc_caller_kilnd(), "a", NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    cr_assert_eq(svc_project_create(svc, svc_caller_kilnd(), "b", NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    /* a used 8 slot-hours, but 5 to 6 hours ago: decayed, 8 x (2^-5 - 2^-6) = 0.125; b used 1
+     * slot-hour that ended just now: 1 x (1 - 2^-1) = 0.5. a has used less recently. */
+    past_run("a", 8, 6, 5);
+    past_run("b", 1, 1, 0);
+    /* b's job first, a's after it, at one priority, then one slot for them */
+    char jb[40], ja[40], w[64];
+    json_t *sb = spec(1, 1, "cpu", 0, 1), *sa = spec(1, 1, "cpu", 0, 1);
+    json_object_set_new(sb, "project", json_string("b"));
+    json_object_set_new(sa, "project", json_string("a"));
+    submit(sb, NULL, jb, NULL);
+    submit(sa, NULL, ja, NULL);
+    reg(NULL, 1, "cpu", w);
+    /* the fair share goes by the decayed usage (not age, not slot-hours): a's job goes first */
+    json_decref(wait_state(ja, "SCHEDULED", 5000));
+    json_t *j = get(jb);
+    cr_assert_str_eq(state_of(j), "QUEUED", "b's older job waits: %s", json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), ja, NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    json_decref(wait_state(jb, "SCHEDULED", 5000));
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), jb, NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    /* the same runs the other way round (a used 1 x (1 - 2^-1) = 0.5 just now, b 8 x (2^-5 -
+     * 2^-6) = 0.125 long ago): now b goes first, though a's job is the older */
+    PGconn *pg = PQconnectdb(url);
+    PGresult *r = PQexec(pg, "UPDATE jobs SET project = CASE project WHEN 'a' THEN 'b' ELSE 'a' END WHERE name = 'past'");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    char busy[40];
+    submit(spec(1, 1, "cpu", 0, 1), NULL, busy, NULL); /* holds the slot while both are submitted */
+    json_decref(wait_state(busy, "SCHEDULED", 5000));
+    sa = spec(1, 1, "cpu", 0, 1);
+    sb = spec(1, 1, "cpu", 0, 1);
+    json_object_set_new(sa, "project", json_string("a"));
+    json_object_set_new(sb, "project", json_string("b"));
+    submit(sa, NULL, ja, NULL);
+    submit(sb, NULL, jb, NULL);
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), busy, NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    json_decref(wait_state(jb, "SCHEDULED", 5000));
+    j = get(ja);
+    cr_assert_str_eq(state_of(j), "QUEUED", "%s", json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+}
+#undef HALF_LIFE_S
+
 Test(life, reregistration_and_unknown_workers)
 {
     char w[64], again[64];
@@ -976,13 +1050,32 @@ static void start_on(const char *w, const char *job, int attempt)
     cr_assert_fail("job %s attempt %d was never assigned to %s", job, attempt, w);
 }
 
+/* The value of the series line (its name and labels exactly) in this process's exposition, or -1
+ * when there is no such line. */
+static double prom_value(const char *line)
+{
+    prom_buf_t b = {0};
+    prom_write(&b, "kilnd");
+    cr_assert(!b.oom);
+    double v = -1;
+    size_t n = strlen(line);
+    for (const char *p = b.data; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, line, n) && p[n] == ' ')
+            v = strtod(p + n + 1, NULL);
+    free(b.data);
+    return v;
+}
+
 Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_an_attempt)
 {
+    static const char preemptions[] = "kiln_queue_preemptions_total{queue=\"default\",reason=\"priority\"}";
     char w[64], low[40], high[40];
     reg(NULL, 1, "cpu", w);
     submit(spec(1, 1, "cpu", 0, 2), NULL, low, NULL);
     json_decref(wait_state(low, "SCHEDULED", 5000));
     start_on(w, low, 1);
+    /* a pass has seen the queue: its preemption series is there, at 0 */
+    cr_assert_eq(prom_value(preemptions), 0, "%s before any preemption: %g", preemptions, prom_value(preemptions));
     submit(spec(1, 1, "cpu", 5, 1), NULL, high, NULL);
     /* the scheduler preempts low: its rank gets the stop order naming high */
     json_t *j = wait_state(low, "STOPPING", 5000);
@@ -998,6 +1091,9 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     j = wait_state(low, "PREEMPTED", 2000);
     cr_assert(strstr(json_string_value(json_object_get(j, "reason")), high));
     json_decref(j);
+    /* one preemption for priority in queue default, counted once (not per pass while it stops) */
+    cr_assert_eq(prom_value(preemptions), 1, "%s: %g", preemptions, prom_value(preemptions));
+    cr_assert_eq(prom_value("kiln_queue_preemptions_total{queue=\"default\",reason=\"reclaim\"}"), 0);
     /* high runs and completes; low resumes as attempt 2 */
     json_decref(wait_state(high, "SCHEDULED", 5000));
     start_on(w, high, 1);

@@ -25,7 +25,7 @@ static void vsetup(void)
     cr_assert_eq(store_open(vurl, 4, &vst, &verr), 0, "%s", verr.message);
     cr_assert_eq(store_conn_get(vst, &reader, &verr), 0, "%s", verr.message);
     cr_assert_eq(store_migrate(reader, NULL, NULL, &verr), 0, "%s", verr.message);
-    cr_assert_eq(store_project_insert(reader, "p", "test", &verr), 0, "%s", verr.message);
+    cr_assert_eq(store_project_insert(reader, "p", NULL, "test", &verr), 0, "%s", verr.message);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(store_conn_get(vst, &w[i], &verr), 0, "%s", verr.message);
     raw = PQconnectdb(vurl);
@@ -260,7 +260,7 @@ Test(sched_view, a_job_ended_and_deleted_between_passes_leaves_it)
 Test(sched_view, heads_beyond_the_window_are_each_groups_first)
 {
     enum { LIMIT = 20, PER = 2, MAX = 10 };
-    cr_assert_eq(store_project_insert(reader, "q", "test", &verr), 0, "%s", verr.message);
+    cr_assert_eq(store_project_insert(reader, "q", NULL, "test", &verr), 0, "%s", verr.message);
     const char *qs[] = {"default", "a", "b"}, *ps[] = {"p", "q"}, *ts[] = {"cpu", "gpu"};
     unsigned seed = 29;
     sched_view_t *view = NULL;

@@ -269,3 +269,29 @@ Test(state, ui_and_sdk_name_every_state)
     assert_is_list(names, n, "sdk/python/kiln/client.py Job.state's docstring");
     free(t);
 }
+
+/* The pages that list the states for people: the filter language's state field (docs/search.md)
+ * and the REST contract (docs/contracts.md), each a backquoted list. */
+static void doc_list_is_the_list(const char *path, const char *after)
+{
+    char *t = repo_file(path);
+    const char *at = strstr(t, after);
+    cr_assert_not_null(at, "%s has no \"%s\"", path, after);
+    const char *open = strchr(at + strlen(after), '`');
+    cr_assert_not_null(open);
+    open++;
+    const char *close = strchr(open, '`');
+    cr_assert_not_null(close);
+    char names[64][32];
+    int n = caps_words(open, (size_t)(close - open), names, 64);
+    char where[256];
+    snprintf(where, sizeof where, "%s (after \"%s\")", path, after);
+    assert_is_list(names, n, where);
+    free(t);
+}
+
+Test(state, docs_name_every_state)
+{
+    doc_list_is_the_list("docs/search.md", "| `state` | text |");
+    doc_list_is_the_list("docs/contracts.md", "Job states\nare the enum names without their prefix:");
+}

@@ -31,7 +31,7 @@ static void setup(void)
     cr_assert_eq(store_open(url, 2, &st, &err), 0, "%s", err.message);
     cr_assert_eq(store_conn_get(st, &c, &err), 0, "%s", err.message);
     cr_assert_eq(store_migrate(c, NULL, NULL, &err), 0, "%s", err.message);
-    cr_assert_eq(store_project_insert(c, "q", "test", &err), 0, "%s", err.message);
+    cr_assert_eq(store_project_insert(c, "q", NULL, "test", &err), 0, "%s", err.message);
 }
 
 static void teardown(void)

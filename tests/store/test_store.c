@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <libpq-fe.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,7 @@ static void setup_migrated(void)
     setup();
     cr_assert_eq(store_migrate(c, NULL, NULL, &err), 0, "%s", err.message);
     /* the project the jobs below are in (a job's project must exist: store_job_insert checks) */
-    cr_assert_eq(store_project_insert(c, "p", "test", &err), 0, "%s", err.message);
+    cr_assert_eq(store_project_insert(c, "p", NULL, "test", &err), 0, "%s", err.message);
 }
 
 static void teardown(void)
@@ -178,7 +179,14 @@ Test(migrate, jobs_that_had_not_ended_keep_their_flat_checkpoint_dir)
     cr_assert_geq(applied, 9);
     snprintf(from, sizeof from, "rm -rf '%s'", tmp);
     cr_assert_eq(system(from), 0);
-    cr_assert_eq(store_project_insert(c, "p", "test", &err), 0, "%s", err.message);
+    /* the project too, by hand: today's store_project_insert writes a column 0024 adds */
+    {
+        PGconn *pg = PQconnectdb(url);
+        PGresult *r = PQexec(pg, "INSERT INTO projects (name, created_by) VALUES ('p', 'test')");
+        cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+        PQclear(r);
+        PQfinish(pg);
+    }
     static const struct { const char *state, *spec; bool flat; } jobs[] = {
         {"RUNNING", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
         {"RESTARTING", "{\"checkpoint\": {\"path\": \"/data/ck\"}}", true},
@@ -1136,3 +1144,76 @@ Test(jobs, rows_lock_reads_each_job_in_place)
     cr_assert_str_eq(rows[3].state, "QUEUED");
     cr_assert_geq(age[3], 0);
 }
+
+/* ---- fair sharing between projects ---------------------------------------------------------- */
+
+/* Inserts a job of project in queue holding nodes x 1 slots, in state, started h0 half-lives
+ * ago and ended h1 ago (h1 < 0: not ended), half-lives of H seconds. */
+#define H 3600.0
+static void usage_job(const char *project, const char *queue, const char *state, int nodes, double h0, double h1)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO jobs (id, name, project, queue, spec, state, nodes, slots_per_node, slot_type, world_size,"
+             " max_attempts, total_steps, started_at, ended_at) VALUES (gen_random_uuid(), 'u', '%s', '%s', '{}', '%s',"
+             " %d, 1, 'cpu', %d, 1, 10, now() - make_interval(secs => %f), %s)",
+             project, queue, state, nodes, nodes, h0 * H,
+             h1 < 0 ? "NULL" : "now() - make_interval(secs => %f)");
+    char full[1200];
+    snprintf(full, sizeof full, sql, h1 * H);
+    PGconn *pg = PQconnectdb(url);
+    PGresult *r = PQexec(pg, full);
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s: %s", full, PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+}
+
+static double usage_of(const json_t *u, const char *queue, const char *project)
+{
+    const json_t *v = json_object_get(json_object_get(u, queue), project);
+    return v ? json_number_value(v) : -1;
+}
+
+TestSuite(fair, .init = setup_migrated, .fini = teardown);
+
+Test(fair, a_projects_recent_usage_decays_with_the_half_life)
+{
+    cr_assert_eq(store_project_insert(c, "a", NULL, "test", &err), 0, "%s", err.message);
+    cr_assert_eq(store_project_insert(c, "b", NULL, "test", &err), 0, "%s", err.message);
+    json_t *q = json_pack("{s:s, s:n, s:{s:i, s:i}, s:f, s:[s], s:b}", "name", "plain", "cohort", "quota", "cpu", 8,
+                          "gpu", 0, "weight", 1.0, "projects", "*", "fair_sharing", 0);
+    cr_assert_eq(store_queue_insert(c, q, "test", &err), 0, "%s", err.message);
+    json_decref(q);
+    /* the same run (2 slots for one half-life) ended one half-life ago for a, two for b: a's
+     * counts twice b's; each is the slots integrated with the decay, over the decay's time
+     * constant: 2 x (2^-1 - 2^-2) = 0.5 and 2 x (2^-2 - 2^-3) = 0.25 */
+    usage_job("a", "default", "COMPLETED", 2, 2, 1);
+    usage_job("b", "default", "COMPLETED", 2, 3, 2);
+    /* a run that ended more than ten time constants (14.4 half-lives) ago counts nothing, even
+     * a big one (100 x (2^-15 - 2^-16) = 0.0015 if it counted) */
+    usage_job("a", "default", "FAILED", 100, 16, 15);
+    /* a job holding slots counts them now, plus its run so far: 1 + (1 - 2^-1) = 1.5 */
+    usage_job("p", "default", "RUNNING", 1, 1, -1);
+    /* a queue that does not share fairly is not read */
+    usage_job("a", "plain", "RUNNING", 4, 1, -1);
+    json_t *u = NULL;
+    cr_assert_eq(store_queue_project_usage(c, H, &u, &err), 0, "%s", err.message);
+    char *text = json_dumps(u, JSON_COMPACT);
+    cr_assert_float_eq(usage_of(u, "default", "a"), 0.5, 1e-4, "%s", text);
+    cr_assert_float_eq(usage_of(u, "default", "b"), 0.25, 1e-4, "%s", text);
+    cr_assert_float_eq(usage_of(u, "default", "p"), 1.5, 1e-4, "%s", text);
+    cr_assert_null(json_object_get(u, "plain"), "%s", text);
+    free(text);
+    json_decref(u);
+    /* twice the half-life: the same runs decay half as fast, and the window is twice as long
+     * (28.9 of these half-lives' hours): a's big old run counts now, 100 x (2^-7.5 - 2^-8) */
+    cr_assert_eq(store_queue_project_usage(c, 2 * H, &u, &err), 0, "%s", err.message);
+    text = json_dumps(u, JSON_COMPACT);
+    cr_assert_float_eq(usage_of(u, "default", "a"), 2 * (0.7071067811865476 - 0.5) + 100 * (pow(2, -7.5) - pow(2, -8)),
+                       1e-4, "%s", text);
+    cr_assert_float_eq(usage_of(u, "default", "p"), 1 + (1 - 0.7071067811865476), 1e-4, "%s", text);
+    cr_assert_float_eq(usage_of(u, "default", "b"), 2 * (0.5 - 0.3535533905932738), 1e-4, "%s", text);
+    free(text);
+    json_decref(u);
+}
+#undef H

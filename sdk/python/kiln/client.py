@@ -772,12 +772,21 @@ class Client:
 
     def projects(self) -> list[JSONObject]:
         """The projects the caller belongs to, with its role (a cluster admin: all of them, with
-        role "" where it is not a member): dicts with name, role, created_at, created_by."""
+        role "" where it is not a member): dicts with name, role, created_at, created_by, default_queue."""
         return _objs(self._call("GET", "/v1/projects")[1].get("projects"))
 
-    def create_project(self, name: str) -> JSONObject:
-        """Creates a project (cluster admins only); returns it."""
-        return self._call("POST", "/v1/projects", body={"name": name})[1]
+    def create_project(self, name: str, default_queue: str | None = None) -> JSONObject:
+        """Creates a project (cluster admins only); returns it. Its jobs that name no queue go to
+        default_queue (None: the queue "default")."""
+        body: JSONObject = {"name": name}
+        if default_queue is not None:
+            body["default_queue"] = default_queue
+        return self._call("POST", "/v1/projects", body=body)[1]
+
+    def update_project(self, project: str, default_queue: str | None) -> JSONObject:
+        """Sets the project's default queue (None: "default"); needs the project's admin role.
+        Returns the project, with its "default_queue"."""
+        return self._call("PATCH", "/v1/projects/%s" % _seg(project), body={"default_queue": default_queue})[1]
 
     def members(self, project: str) -> list[JSONObject]:
         """The members of project: dicts with project, user, role."""
