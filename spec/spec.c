@@ -637,6 +637,9 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
     if ((rc = rd_int(&r, in, "priority", &s->priority, -1000, 1000)) ||
         (rc = rd_string(&r, in, "queue", s->queue, sizeof(s->queue))))
         return rc;
+    if (json_is_string(json_object_get(in, "queue")) && !s->queue[0])
+        return invalid(err, "queue", "leave queue out to use the project's default queue",
+                       "queue must name a queue");
 
     json_t *defs = json_object_get(in, "metric_definitions");
     if (defs && !json_is_null(defs)) {

@@ -195,6 +195,8 @@ Test(spec, bad_specs_name_the_field)
          "distribution.data_parallel.enabled", "disabled"},
         {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"},"
          " \"checkpoint\": {\"path\": \"ckpts\"}}", "checkpoint.path", "absolute path"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"queue\": \"\"}", "queue",
+         "must name a queue"},
         {"[1, 2]", "", "JSON object"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
