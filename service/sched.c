@@ -441,7 +441,7 @@ static bool same_group(const store_job_row_t *a, const store_job_row_t *b)
     return !strcmp(a->queue, b->queue) && !strcmp(a->project, b->project) && !strcmp(a->slot_type, b->slot_type);
 }
 
-int svc_sched_view_heads(const sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n)
+int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n)
 {
     *out = NULL;
     *n = 0;
@@ -461,7 +461,9 @@ int svc_sched_view_heads(const sched_view_t *view, int limit, int per_group, int
     int ngroups = 0, m = 0;
     for (int i = 0; i < view->n && m < max; i++) {
         const store_job_row_t *r = &view->rows[i].row;
-        uint64_t h = group_hash(r);
+        if (!view->rows[i].group) /* kept with the row for the passes after */
+            view->rows[i].group = group_hash(r);
+        uint64_t h = view->rows[i].group;
         size_t k = h & (cap - 1);
         while (g[k].h && !(g[k].h == h && same_group(&view->rows[g[k].row].row, r)))
             k = (k + 1) & (cap - 1);

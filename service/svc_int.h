@@ -231,7 +231,7 @@ int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int kee
  * them (the groups first seen first): what a pass reads beside the first limit so that no queue,
  * project or slot type waits unseen behind the others' jobs. Only of the jobs the view holds (every
  * waiting job, up to the keep it was read with). 0, or KILN_ENOMEM. */
-int svc_sched_view_heads(const sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n);
+int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n);
 /* How the last svc_sched_view_read of the view got its rows: true when read whole. */
 bool svc_sched_view_was_full(const sched_view_t *view);
 void svc_sched_view_drop(sched_view_t **view);
