@@ -401,6 +401,51 @@ int th_protoc_python(const char *dir)
     return rc;
 }
 
+json_t *th_grpc_client(json_t *plan, const char *path, char *said, size_t n)
+{
+    said[0] = '\0';
+    int w = json_dump_file(plan, path, 0);
+    json_decref(plan);
+    if (w != 0) {
+        snprintf(said, n, "could not write %s", path);
+        return NULL;
+    }
+    const char *root = getenv("KILN_ROOT");
+    if (!root || !*root)
+        root = ".";
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py '%s' 2>&1", root, path);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        snprintf(said, n, "could not run %s", cmd);
+        return NULL;
+    }
+    json_t *out = json_array();
+    char *line = NULL;
+    size_t cap = 0, used = 0;
+    ssize_t len;
+    bool bad = false;
+    while ((len = getline(&line, &cap, p)) >= 0) { /* a streamed download's line can be megabytes */
+        json_t *j = bad ? NULL : json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
+        if (j) {
+            json_array_append_new(out, j);
+            continue;
+        }
+        bad = true; /* what it printed from here on says why */
+        if (used + 1 < n)
+            used += (size_t)snprintf(said + used, n - used, "%s", line);
+    }
+    free(line);
+    int st = pclose(p);
+    if (!bad && st != 0)
+        snprintf(said, n, "%s exited with status %d", cmd, st);
+    if (bad || st != 0) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
 char *th_read_line(const char *path)
 {
     FILE *f = fopen(path, "r");

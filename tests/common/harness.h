@@ -4,6 +4,7 @@
 #ifndef KILN_TEST_HARNESS_H
 #define KILN_TEST_HARNESS_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -70,6 +71,11 @@ char *th_url_escape(const char *s);
 const char *th_grpc_python_missing(void);
 /* Generates kiln_pb2.py from $KILN_ROOT/proto/kiln.proto into dir; the protoc command's status. */
 int th_protoc_python(const char *dir);
+/* Runs tests/grpc/grpc_client.py (Debian's python3 with grpcio) over plan (taken; see the client for
+ * its shape), written first to path: returns its answers, one JSON object a line, as a new array;
+ * NULL when the plan could not be written, the client failed or printed a line that is no JSON
+ * (said then holds what it printed or why, up to n bytes). */
+json_t *th_grpc_client(json_t *plan, const char *path, char *said, size_t n);
 /* The first line of a text file, without its newline (heap), or NULL when it cannot be read. */
 char *th_read_line(const char *path);
 

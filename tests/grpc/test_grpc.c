@@ -1310,22 +1310,10 @@ Test(grpc, pending_reason_is_the_same_as_rest)
 static json_t *grpc_py(json_t *calls, const char *name)
 {
     json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", addr, "proto_dir", dir, "ca", "", "calls", calls);
-    char path[200], cmd[1200];
+    char path[200], said[4096];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    cr_assert_eq(json_dump_file(plan, path, 0), 0);
-    json_decref(plan);
-    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    json_t *out = json_array();
-    static char line[1 << 16];
-    while (fgets(line, sizeof line, p)) {
-        json_t *r = json_loads(line, 0, NULL);
-        cr_assert_not_null(r, "grpc_client.py said: %s", line);
-        json_array_append_new(out, r);
-    }
-    cr_assert_eq(pclose(p), 0, "%s failed", cmd);
+    json_t *out = th_grpc_client(plan, path, said, sizeof said);
+    cr_assert_not_null(out, "grpc_client.py: %s", said);
     return out;
 }
 

@@ -131,29 +131,10 @@ static json_t *run_calls(const gcall_t *calls, size_t n, bool tls_on)
     json_t *plan = json_pack("{s:s, s:s, s:s, s:s, s:s, s:{s:[s, s]}, s:o}", "target", addr, "proto_dir", dir, "ca", ca,
                              "client_cert", cert, "client_key", key, "client_certs", "agent2", cert2, key2, "calls",
                              arr);
-    char path[200], cmd[600];
+    char path[200], said[4096];
     snprintf(path, sizeof path, "%s/plan.json", dir);
-    cr_assert_eq(json_dump_file(plan, path, 0), 0);
-    json_decref(plan);
-    const char *root = getenv("KILN_ROOT") ? getenv("KILN_ROOT") : ".";
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/grpc/grpc_client.py %s 2>&1", root, path);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    json_t *out = json_array();
-    static char all[8 << 20]; /* a streamed download comes back base64-encoded */
-    size_t len = fread(all, 1, sizeof all - 1, p);
-    all[len] = '\0';
-    int st = pclose(p);
-    for (char *line = all, *nl; *line; line = nl + 1) {
-        nl = strchr(line, '\n');
-        if (!nl)
-            nl = line + strlen(line) - 1;
-        *nl = '\0';
-        json_t *j = json_loads(line, 0, NULL);
-        cr_assert_not_null(j, "grpc_client.py said: %s\n%s", line, nl + 1);
-        json_array_append_new(out, j);
-    }
-    cr_assert_eq(st, 0, "%s failed", cmd);
+    json_t *out = th_grpc_client(plan, path, said, sizeof said);
+    cr_assert_not_null(out, "grpc_client.py: %s", said);
     cr_assert_eq(json_array_size(out), n);
     return out;
 }
