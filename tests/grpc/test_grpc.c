@@ -174,20 +174,25 @@ typedef struct hb_arg {
     int ok;
 } hb_arg_t;
 
+/* One heartbeat of worker id; whether it was answered. */
+static bool hb_once(const char *id, int timeout_ms)
+{
+    Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
+    req.worker_id = (char *)id;
+    ProtobufCMessage *resp = NULL;
+    kiln_err_t err;
+    if (agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, timeout_ms, &resp,
+                       NULL, &err) != 0)
+        return false;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return true;
+}
+
 static void *hb_loop(void *p)
 {
     hb_arg_t *a = p;
-    for (int i = 0; i < 150; i++) {
-        Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
-        req.worker_id = (char *)a->id;
-        ProtobufCMessage *resp = NULL;
-        kiln_err_t err;
-        if (agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 10000, &resp, NULL,
-                            &err) == 0) {
-            a->ok++;
-            protobuf_c_message_free_unpacked(resp, NULL);
-        }
-    }
+    for (int i = 0; i < 150; i++)
+        a->ok += hb_once(a->id, 10000);
     return NULL;
 }
 
@@ -221,14 +226,8 @@ static void *hb_until_stopped(void *p)
 {
     hb_traffic_t *a = p;
     while (!atomic_load(&a->stop)) {
-        Kiln__HeartbeatRequest req = KILN__HEARTBEAT_REQUEST__INIT;
-        req.worker_id = (char *)a->id;
-        ProtobufCMessage *resp = NULL;
-        kiln_err_t err;
-        if (agent_rpc_call(C, M_HEARTBEAT, NULL, 0, &req.base, &kiln__heartbeat_response__descriptor, 2000, &resp, NULL,
-                            &err) == 0) {
+        if (hb_once(a->id, 2000)) {
             atomic_fetch_add(&a->ok, 1);
-            protobuf_c_message_free_unpacked(resp, NULL);
         } else {
             atomic_fetch_add(&a->failed, 1);
             usleep(10000);
