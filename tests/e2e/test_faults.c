@@ -228,21 +228,29 @@ Test(e2e_faults, an_agent_killed_mid_job_loses_nothing_silently, .init = e2e_set
      * outbox), and the agent dies with them. */
     pid_t kilnd = e2e_replica_pid(0);
     cr_assert_eq(kill(kilnd, SIGSTOP), 0);
-    e2e_thaw(ranks, n_ranks);
-    /* until the agent has taken in lines or points it cannot send (its outbox holds them) */
+    /* until the agent has taken in lines or points it cannot send (its outbox holds them). The
+     * ranks run 2 ms at a time and are stopped while the agent's outbox is read, so they cannot
+     * reach the next checkpoint meanwhile however fast this machine trains (one 50 ms look with
+     * them running took a quiet machine's ranks past step 2000). */
     char murl[64];
     snprintf(murl, sizeof murl, "http://127.0.0.1:%d/metrics", e2e_cl->metrics_port[agent]);
     double queued = 0;
-    for (int i = 0; i < 200 && queued <= 0; i++) {
-        long st = 0;
-        char *body = NULL;
-        if (th_http("GET", murl, NULL, NULL, &st, &body, 2000) == 0 && st == 200 && body) {
-            const char *q = strstr(body, "\nkiln_agent_outbox_bytes ");
-            queued = q ? atof(q + strlen("\nkiln_agent_outbox_bytes ")) : 0;
+    for (int round = 0; round < 100 && queued <= 0; round++) {
+        e2e_thaw(ranks, n_ranks);
+        usleep(2000);
+        for (int i = 0; i < n_ranks; i++)
+            kill(ranks[i], SIGSTOP);
+        for (int i = 0; i < 10 && queued <= 0; i++) {
+            long st = 0;
+            char *body = NULL;
+            if (th_http("GET", murl, NULL, NULL, &st, &body, 2000) == 0 && st == 200 && body) {
+                const char *q = strstr(body, "\nkiln_agent_outbox_bytes ");
+                queued = q ? atof(q + strlen("\nkiln_agent_outbox_bytes ")) : 0;
+            }
+            free(body);
+            if (queued <= 0)
+                usleep(20000);
         }
-        free(body);
-        if (queued <= 0)
-            usleep(50000);
     }
     cr_assert_gt(queued, 0, "the thawed ranks' output never reached the agent's outbox");
     e2e_agent_restart(agent);
