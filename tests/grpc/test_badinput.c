@@ -530,6 +530,18 @@ static char *fill(const char *s)
     return out;
 }
 
+/* Runs calls (a JSON array; taken) through the foreign gRPC client against this suite's server,
+ * the plan written to dir/NAME.json: its answers, one a call (caller decrefs). */
+static json_t *grpc_plan(json_t *calls, const char *name)
+{
+    json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", gaddr, "proto_dir", dir, "ca", "", "calls", calls);
+    char path[200], said[4096];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    json_t *ans = th_grpc_client(plan, path, said, sizeof said);
+    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    return ans;
+}
+
 Test(badinput, grpc_corpus)
 {
     const char *missing = th_grpc_python_missing();
@@ -560,12 +572,7 @@ Test(badinput, grpc_corpus)
         }
         json_array_append_new(calls, call);
     }
-    json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", gaddr, "proto_dir", dir, "ca", "", "calls", calls);
-    char path[200];
-    snprintf(path, sizeof path, "%s/plan.json", dir);
-    char said[4096];
-    json_t *ans = th_grpc_client(plan, path, said, sizeof said);
-    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    json_t *ans = grpc_plan(calls, "plan");
     for (size_t i = 0; i < n; i++) {
         const grpc_case_t *c = &grpc_cases[i];
         json_t *r = json_array_get(ans, i);
@@ -597,13 +604,9 @@ Test(badinput, grpc_explicit_zero_values_are_honoured)
                              "\"val_fraction\": 0}, \"hyperparameters\": {\"grad_clip\": 0, \"seed\": 0, "
                              "\"min_lr_fraction\": 0}, \"distribution\": {\"model_parallel\": "
                              "{\"auto_partition\": false}}}}", 0, NULL);
-    json_t *plan = json_pack("{s:s, s:s, s:s, s:[{s:s, s:s, s:o}]}", "target", gaddr, "proto_dir", dir, "ca", "",
-                             "calls", "method", "/kiln.TrainingService/CreateJob", "token", admin_token, "request", req);
-    char path[200];
-    snprintf(path, sizeof path, "%s/zero.json", dir);
-    char said[4096];
-    json_t *ans = th_grpc_client(plan, path, said, sizeof said);
-    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    json_t *ans = grpc_plan(json_pack("[{s:s, s:s, s:o}]", "method", "/kiln.TrainingService/CreateJob", "token",
+                                      admin_token, "request", req),
+                            "zero");
     json_t *r = json_incref(json_array_get(ans, 0));
     json_decref(ans);
     cr_assert_not_null(r, "no answer from grpc_client.py");
@@ -696,12 +699,7 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
         cr_skip_test("%s", missing);
     }
     cr_assert_eq(th_protoc_python(dir), 0);
-    json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", gaddr, "proto_dir", dir, "ca", "", "calls", calls);
-    char path[200];
-    snprintf(path, sizeof path, "%s/tuning-plan.json", dir);
-    char said[4096];
-    json_t *ans = th_grpc_client(plan, path, said, sizeof said);
-    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    json_t *ans = grpc_plan(calls, "tuning-plan");
     for (int i = 0; i < 3; i++) {
         json_t *r = json_array_get(ans, i);
         cr_assert_not_null(r, "%s: no answer from grpc_client.py", cases[i].what);
@@ -846,13 +844,8 @@ Test(badinput, capabilities_the_table_refuses_are_refused_alike_over_rest_grpc_a
         cr_log_warn("gRPC leg skipped: %s", missing);
     } else {
         cr_assert_eq(th_protoc_python(dir), 0);
-        json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", gaddr, "proto_dir", dir, "ca", "", "calls", calls);
+        json_t *ans = grpc_plan(calls, "caps-plan");
         calls = NULL;
-        char path[200];
-        snprintf(path, sizeof path, "%s/caps-plan.json", dir);
-        char said[4096];
-        json_t *ans = th_grpc_client(plan, path, said, sizeof said);
-        cr_assert_not_null(ans, "grpc_client.py: %s", said);
         for (int i = 0; i < n; i++) {
             const cap_case_t *c = &cases[i];
             json_t *r = json_array_get(ans, i);
