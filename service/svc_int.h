@@ -73,6 +73,7 @@ struct svc {
     pthread_t sched_thread, live_thread, notify_thread;
     bool sched_started, live_started, notify_started;
     int64_t sched_full_us;       /* the scheduler thread's: when a pass last read the whole queue */
+    bool sched_fair_seen;        /* the scheduler thread's: its last pass had jobs of a fair queue */
     int64_t sched_reasons_us;    /* the scheduler thread's: when a pass last wrote a long queue's */
     int64_t sched_reasons_took_us; /* reasons, and how long that took */
     struct sched_known *known;   /* the scheduler thread's: what it read of the jobs of its last
@@ -226,6 +227,14 @@ typedef struct sched_view sched_view_t;
  * remain of a bounded view. *view is kept on success and dropped (NULL) on any error. */
 int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int keep, store_job_row_t **out, int *n,
                         kiln_err_t *err);
+/* svc_sched_view_read in two halves, for a pass that reads the queue with its other reads
+ * (store_sched_pass_read): the snapshot to read the changes since (NULL: read the first keep
+ * waiting jobs instead), then the view brought up to date with what that read gave (rows[0..nrows),
+ * snap and forget as store_job_pending_changes or store_job_pending_all give them; taken, freed
+ * here), reading the queue whole on c when the changes cannot serve. */
+const char *svc_sched_view_since(const sched_view_t *view);
+int svc_sched_view_update(sched_view_t **view, store_conn_t *c, store_pending_t *rows, int nrows, char *snap,
+                          bool forget, int limit, int keep, store_job_row_t **out, int *n, kiln_err_t *err);
 /* Into *out (caller frees; NULL when none) the first per_group waiting jobs, in the queue's order,
  * of each (queue, project, slot type) that has none among the view's first limit, at most max of
  * them (the groups first seen first): what a pass reads beside the first limit so that no queue,
@@ -495,8 +504,9 @@ void svc_tune_pass(svc_t *s);
     } while (0)
 
 /* ---- queues (queue.c) ---------------------------------------------------------------------- */
-/* The admission core's queues from the stored ones (store_queues_json's array, which must outlive
- * *out: names are borrowed). *out is malloc'd. KILN_ENOMEM. */
+/* The admission core's queues from the stored ones (store_queue_defs_json's array, which must
+ * outlive *out: names are borrowed), each with no usage (a pass counts it from the jobs holding
+ * slots). *out is malloc'd. KILN_ENOMEM. */
 int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n);
 /* The one place that decides a submitted job's queue: queue is the spec's ("" when it names none:
  * then the project's default queue is written into it). KILN_EINVAL (field "queue") when the
