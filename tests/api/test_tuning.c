@@ -66,6 +66,13 @@ Test(tuning, refuses_bad_input_naming_the_field)
             "parameters.warmup_steps.type", "warmup_steps");
     refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": -5, \"max\": 300}", NULL),
             "parameters.warmup_steps.min", "warmup_steps");
+    /* ends no double holds exactly, and a range too wide to draw from */
+    refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 1e300}", NULL),
+            "parameters.warmup_steps.max", "outside -2^53 to 2^53");
+    refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": -9007199254740993, \"max\": 3}", NULL),
+            "parameters.warmup_steps.min", "outside -2^53 to 2^53");
+    refused(request("\"lr\": {\"type\": \"continuous\", \"min\": -1e308, \"max\": 1e308}", NULL), "parameters.lr.max",
+            "too wide");
     {
         char body[8192];
         snprintf(body, sizeof body,
