@@ -411,8 +411,9 @@ static int warm_start_check(store_conn_t *c, const svc_caller_t *who, const spec
  * point of t's parameters where they could answer otherwise than for the base job: every
  * categorical value and both ends of a range, one parameter at a time (as spec_tuning_parse tries
  * them with the job validator). The controller submits trials as kilnd, so what only the
- * submitter may name (another job's model) is decided here. KILN_EINVAL naming the point
- * ("parameters.<name>.values[i]", ".min", ".max") with the check's reason as its detail. */
+ * submitter may name (another job's model) is decided here. The check's status (KILN_EINVAL,
+ * KILN_EPERM for another project's area, KILN_EUNFIT) naming the point
+ * ("parameters.<name>.values[i]", ".min", ".max"), its reason in the message. */
 static int trials_check(svc_t *s, store_conn_t *c, const svc_caller_t *who, const spec_tuning_t *t, const spec_t *base,
                         kiln_err_t *err)
 {
@@ -439,7 +440,7 @@ static int trials_check(svc_t *s, store_conn_t *c, const svc_caller_t *who, cons
             if (rc)
                 break;
             if (!svc_job_submit_same(&sp, base) && (rc = svc_job_submit_check(s, c, who, &sp, &e2))) {
-                if (rc == KILN_EINVAL || rc == KILN_EUNFIT) {
+                if (e2.field[0]) {
                     char field[sizeof err->field], what[32];
                     if (p->type == SPEC_TUNE_CATEGORICAL)
                         snprintf(what, sizeof what, "values[%zu]", k);
@@ -448,7 +449,8 @@ static int trials_check(svc_t *s, store_conn_t *c, const svc_caller_t *who, cons
                     snprintf(field, sizeof field, "parameters.%.80s.%s", p->name, what);
                     kiln_err_set(err, rc, field, "parameter \"%s\": a trial's job would be refused: %s", p->name,
                                  e2.message);
-                    kiln_err_detail(err, "%s%s%s", e2.field, e2.field[0] ? ": " : "", e2.detail[0] ? e2.detail : e2.message);
+                    if (e2.detail[0])
+                        kiln_err_detail(err, "%s: %s", e2.field, e2.detail);
                     if (e2.hint[0])
                         kiln_err_hint(err, "%s", e2.hint);
                 } else {
@@ -494,7 +496,7 @@ int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, jso
     /* the base job meets what a job submitted by this caller meets; the trials' points below */
     rc = svc_job_submit_check(s, c, who, &base, err);
     if (rc) {
-        if (rc == KILN_EINVAL && err->field[0]) {
+        if (err->field[0]) {
             char f[sizeof err->field];
             snprintf(f, sizeof f, "job.%.120s", err->field);
             kiln_strlcpy(err->field, f, sizeof err->field);

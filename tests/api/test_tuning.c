@@ -34,17 +34,27 @@ static char *request(const char *params, const char *extra)
 
 #define LR "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2, \"scaling\": \"log\"}"
 
-/* POSTs body and asserts a 400 naming field, whose message contains needle. */
-static void refused(const char *body, const char *field, const char *needle)
+/* POSTs body with token (NULL: the admin's) and asserts status want naming field whose text has
+ * needle. */
+static void refused_as(const char *token, const char *body, long want, const char *field, const char *needle)
 {
+    char auth[256];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token ? token : "");
+    const char *hdrs[] = {auth, NULL};
     long st;
     char *raw = NULL;
-    json_t *j = at_req("POST", "/v1/tuning-jobs", body, NULL, &st, &raw);
-    cr_assert_eq(st, 400, "want 400 for %s, got %ld: %s", field, st, raw);
+    json_t *j = at_req("POST", "/v1/tuning-jobs", body, token ? hdrs : NULL, &st, &raw);
+    cr_assert_eq(st, want, "want %ld for %s, got %ld: %s", want, field, st, raw);
     cr_assert_str_eq(json_string_value(json_object_get(j, "field")), field, "%s", raw);
     cr_assert(strstr(raw, needle), "the answer says \"%s\": %s", needle, raw);
     json_decref(j);
     free(raw);
+}
+
+/* POSTs body as the admin and asserts a 400 naming field, whose message contains needle. */
+static void refused(const char *body, const char *field, const char *needle)
+{
+    refused_as(NULL, body, 400, field, needle);
 }
 
 Test(tuning, refuses_bad_input_naming_the_field)
@@ -525,22 +535,6 @@ Test(tuning, warm_start_refuses_parents_it_cannot_use_naming_the_field)
 
 /* ---- what a job submitted by the same caller meets ------------------------------------------- */
 
-/* POSTs body with token (NULL: the admin's) and asserts a 400 naming field whose text has needle. */
-static void refused_as(const char *token, const char *body, const char *field, const char *needle)
-{
-    char auth[256];
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-    const char *hdrs[] = {auth, NULL};
-    long st;
-    char *raw = NULL;
-    json_t *j = at_req("POST", "/v1/tuning-jobs", body, token ? hdrs : NULL, &st, &raw);
-    cr_assert_eq(st, 400, "want 400 for %s, got %ld: %s", field, st, raw);
-    cr_assert_str_eq(json_string_value(json_object_get(j, "field")), field, "%s", raw);
-    cr_assert(strstr(raw, needle), "the answer says \"%s\": %s", needle, raw);
-    json_decref(j);
-    free(raw);
-}
-
 /* The controller submits trials as kilnd, so submission asks for the submitter what a job of
  * theirs would be asked: a base job or a trial's value that starts from another project's model,
  * or reads a file outside every data root, is a 400 then, not a trial run (or failed) later. */
@@ -579,7 +573,7 @@ Test(tuning, base_job_and_trials_meet_the_submitters_job_checks)
     " \"max_steps\": 5}, \"resources\": {\"slot_type\": \"cpu\"}}"
     snprintf(body, sizeof body, "{\"job\": " MINE_JOB(", \"init_from\": \"job:%s\"", "/tmp/kiln-api-test.txt")
              ", \"parameters\": {" LR "}, \"objective\": {\"metric\": \"val_loss\"}}", src);
-    refused_as(carol, body, "job.model.init_from", "a project you cannot read");
+    refused_as(carol, body, 400, "job.model.init_from", "a project you cannot read");
     /* the same refusal carol's own job gets */
     snprintf(body, sizeof body, MINE_JOB(", \"init_from\": \"job:%s\"", "/tmp/kiln-api-test.txt"), src);
     {
@@ -595,11 +589,16 @@ Test(tuning, base_job_and_trials_meet_the_submitters_job_checks)
     /* a file outside the fixture worker's data root (/tmp): in the base job, and as a trial's value */
     snprintf(body, sizeof body, "{\"job\": " MINE_JOB("", "/srv/corpus.txt") ", \"parameters\": {" LR "},"
              " \"objective\": {\"metric\": \"val_loss\"}}");
-    refused_as(carol, body, "job.data.train", "not inside a data root");
+    refused_as(carol, body, 400, "job.data.train", "not inside a data root");
     snprintf(body, sizeof body, "{\"job\": " MINE_JOB("", "/tmp/kiln-api-test.txt") ", \"parameters\": {\"data.train\":"
              " {\"type\": \"categorical\", \"values\": [\"/tmp/kiln-api-test.txt\", \"/srv/corpus.txt\"]}},"
              " \"objective\": {\"metric\": \"val_loss\"}}");
-    refused_as(carol, body, "parameters.data.train.values[1]", "not inside a data root");
+    refused_as(carol, body, 400, "parameters.data.train.values[1]", "not inside a data root");
+    /* a file in another project's area (403, as for a job of carol's) */
+    snprintf(body, sizeof body, "{\"job\": " MINE_JOB("", "/tmp/kiln-api-test.txt") ", \"parameters\": {\"data.train\":"
+             " {\"type\": \"categorical\", \"values\": [\"/tmp/kiln-api-test.txt\", \"/tmp/.kiln/secret/corpus.txt\"]}},"
+             " \"objective\": {\"metric\": \"val_loss\"}}");
+    refused_as(carol, body, 403, "parameters.data.train.values[1]", "another project");
 #undef MINE_JOB
     cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
 }
