@@ -444,6 +444,9 @@ static const grpc_case_t grpc_cases[] = {
      "{\"spec\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 0}, \"data\": {\"train\": \"/tmp/x.txt\"}}}", NULL, 0,
      "INVALID_ARGUMENT", "spec.model.n_layer"},
     {"CreateJob name not UTF-8", "TrainingService/CreateJob", NULL, BAD_NAME_HEX, 0, "INVALID_ARGUMENT", "spec.name"},
+    /* CreateTuningJobRequest {tuning_job {parameters {key "lr" value {values_json "\xff"}}}}: named by its key */
+    {"CreateTuningJob values_json not UTF-8", "TrainingService/CreateTuningJob", NULL,
+     "0a 0b 1a 09 0a 02 6c 72 12 03 2a 01 ff", 0, "INVALID_ARGUMENT", "tuning_job.parameters.lr.values_json"},
     {"CreateJob idempotency key of 10,000 characters", "TrainingService/CreateJob",
      "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}}, \"idempotency_key\": \"@10000\"}",
      NULL, 0, "INVALID_ARGUMENT", "idempotency_key"},
