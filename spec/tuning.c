@@ -206,9 +206,10 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     if (path_reserved(p->path))
         return invalid(err, section, "vary hyperparameters, model or data fields",
                        "parameter \"%s\": a trial may not vary %s", name, p->path);
-    if (t->strategy == SPEC_TUNE_HYPERBAND && !strcmp(p->path, "hyperparameters.max_steps"))
+    if (t->strategy == SPEC_TUNE_HYPERBAND &&
+        (!strcmp(p->path, "hyperparameters.max_steps") || !strcmp(p->path, "stopping.max_steps")))
         return invalid(err, section, "hyperband gives each trial its steps: set hyperband.min_resource and max_resource",
-                       "parameter \"%s\": hyperband decides hyperparameters.max_steps", name);
+                       "parameter \"%s\": hyperband decides %s (a trial's rungs)", name, p->path);
     /* the base job must have the field; a script job's hyperparameters are free-form */
     bool free_form = t->script && !strncmp(p->path, "hyperparameters.", 16);
     json_t *base = path_walk(t->job, p->path, false, NULL, NULL);

@@ -112,6 +112,9 @@ Test(tuning, refuses_bad_input_naming_the_field)
                         " \"sampler\": \"bayesian\"}"),
             "hyperband.sampler", "hyperband.sampler must be");
     refused(request(LR, "\"strategy\": \"tpe\""), "strategy", "bayesian");
+    refused(request(LR ", \"stopping.max_steps\": {\"type\": \"integer\", \"min\": 10, \"max\": 40}",
+                    "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}"),
+            "parameters.stopping.max_steps", "hyperband decides stopping.max_steps");
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90},"
                         " \"early_stopping\": \"auto\""),
             "early_stopping", "is for random, grid and bayesian");
@@ -121,6 +124,17 @@ Test(tuning, refuses_bad_input_naming_the_field)
         snprintf(body, sizeof body, "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_head\": 3, \"n_embd\": 16}},"
                  " \"parameters\": {" LR "}, \"objective\": {\"metric\": \"val_loss\"}}");
         refused(body, "job.model.n_head", "n_head");
+    }
+    /* the tuning routes take no query parameters: a page token is refused, not ignored */
+    {
+        long st;
+        char *raw = NULL;
+        json_t *j = at_req("GET", "/v1/tuning-jobs?page_token=abc", NULL, NULL, &st, &raw);
+        cr_assert_eq(st, 400, "%s", raw);
+        cr_assert_str_eq(json_string_value(json_object_get(j, "field")), "page_token", "%s", raw);
+        cr_assert(strstr(raw, "takes no query parameters"), "%s", raw);
+        json_decref(j);
+        free(raw);
     }
     cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
 }
