@@ -195,6 +195,18 @@ typedef struct svc_spec_path {
 } svc_spec_path_t;
 struct spec;
 int svc_spec_paths(const struct spec *sp, svc_spec_path_t *out);
+/* What a job spec (spec_parse'd, its project's editor role checked) must pass at submission besides
+ * spec_parse, asking the workers and the database: its files lie in data roots and outside other
+ * projects' areas, its queue (resolved into sp->queue in place) takes it, the job its model starts
+ * from (model.init_from "job:<id>") is one who can read with a model of its shape, and its code
+ * archive is its project's. svc_job_create runs it on each job, svc_tuning_create on a tuning
+ * job's base job and on its trials' (where svc_job_submit_same says they differ), for the
+ * submitter: the controller submits trials later as kilnd. c: the caller's connection. 0, or
+ * KILN_EINVAL naming the spec's field (KILN_EUNFIT for a queue's limits), or a database error. */
+int svc_job_submit_check(svc_t *s, store_conn_t *c, const svc_caller_t *who, struct spec *sp, kiln_err_t *err);
+/* Whether svc_job_submit_check asks the same of a and b (their project, queue, size, files, model
+ * source and code), so the answer for one is the other's. */
+bool svc_job_submit_same(const struct spec *a, const struct spec *b);
 /* Whether path (absolute, normalised) lies inside one of the worker's data roots. */
 bool svc_worker_holds(const store_worker_cap_t *w, const char *path);
 

@@ -728,7 +728,8 @@ int store_job_running_json(store_conn_t *c, json_t **out, kiln_err_t *err)
     *out = NULL;
     PGresult *r = NULL;
     int rc = store_q(c, "read the running jobs",
-                     "SELECT coalesce(json_agg(json_build_object('id', j.id, 'queue', j.queue, 'slot_type', j.slot_type,"
+                     "SELECT coalesce(json_agg(json_build_object('id', j.id, 'project', j.project, 'queue', j.queue,"
+                     " 'slot_type', j.slot_type,"
                      " 'nodes', j.nodes, 'slots_per_node', j.slots_per_node,"
                      " 'workers', ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"
                      "   AND a.attempt = j.attempt ORDER BY a.node_rank),"

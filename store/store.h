@@ -261,7 +261,7 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
 int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *const *pending_json, int n,
                           kiln_err_t *err);
 /* *out = a JSON array of the jobs holding slots (SCHEDULED, STARTING, RUNNING, STOPPING), each
- * {"id", "queue", "slot_type", "nodes", "slots_per_node", "workers": [worker ids of its current
+ * {"id", "project", "queue", "slot_type", "nodes", "slots_per_node", "workers": [worker ids of its current
  * attempt], "end_s": seconds until its predicted end or null}: the prediction is the lesser of
  * its steps remaining over its measured step rate (eta_s) and what stopping.max_runtime_s leaves
  * it; null when it has neither. */
