@@ -437,12 +437,24 @@ static bool try_preempt(admit_t *a, int j, sched_decision_t *out)
     size_t len = (size_t)snprintf(d->reason, sizeof d->reason, "waiting for %d job(s) preempted for it to stop "
                                   "and free their slots:", nv);
     for (int k = 0; k < nv; k++) {
+        const sched_running_t *V = &s->running[d->victims[k]];
+        char name[SCHED_JOB_NAME_LEN];
         a->taken[d->victims[k]] = true;
         if (len < sizeof d->reason)
             len += (size_t)snprintf(d->reason + len, sizeof d->reason - len, "%s %s", k ? "," : "",
-                                    s->running[d->victims[k]].id);
+                                    sched_job_name(J->project_name, V->id, V->project_name, name, sizeof name));
     }
     return true;
+}
+
+const char *sched_job_name(const char *reader, const char *id, const char *project, char *buf, size_t n)
+{
+    bool theirs = reader && project ? strcmp(reader, project) == 0 : reader == project;
+    if (theirs)
+        snprintf(buf, n, "job %s", id);
+    else
+        snprintf(buf, n, "a job of another project");
+    return buf;
 }
 
 const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *buf, size_t n)
@@ -451,19 +463,21 @@ const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *b
     const sched_running_t *R = &s->running[r];
     const char *qn = J->queue >= 0 && J->queue < s->nqueues ? s->queues[J->queue].name : "?";
     const char *rq = R->queue >= 0 && R->queue < s->nqueues ? s->queues[R->queue].name : "?";
+    char name[SCHED_JOB_NAME_LEN]; /* J, as R's project may read it */
+    sched_job_name(R->project_name, J->id, J->project_name, name, sizeof name);
     if (overran(s, R)) {
-        snprintf(buf, n, "it was backfilled and ran past its predicted end; job %s of queue %s needs its slots",
-                 J->id, qn);
+        snprintf(buf, n, "it was backfilled and ran past its predicted end; %s in queue %s needs its slots", name,
+                 qn);
         return "backfill_overrun";
     }
     if (R->queue == J->queue) {
-        snprintf(buf, n, "job %s (priority %d) of queue %s needs its slots and has the higher priority (this job: "
-                 "%d); %lld step(s) since its last checkpoint", J->id, J->priority, qn, R->priority,
+        snprintf(buf, n, "%s (priority %d) in queue %s needs its slots and has the higher priority (this job: "
+                 "%d); %lld step(s) since its last checkpoint", name, J->priority, qn, R->priority,
                  (long long)R->steps_lost);
         return "priority";
     }
-    snprintf(buf, n, "queue %s reclaims the quota queue %s borrows (job %s needs it); %lld step(s) since its "
-             "last checkpoint", qn, rq, J->id, (long long)R->steps_lost);
+    snprintf(buf, n, "queue %s reclaims the quota queue %s borrows (%s needs it); %lld step(s) since its "
+             "last checkpoint", qn, rq, name, (long long)R->steps_lost);
     return "reclaim";
 }
 
@@ -896,9 +910,12 @@ int sched_admit(const sched_snapshot_t *s, sched_decision_t *out, int *order, in
             continue;
         const sched_job_t *J = &s->jobs[j];
         int b = a.blocker[qt(J->queue, J->type)];
+        char name[SCHED_JOB_NAME_LEN];
+        if (b >= 0)
+            sched_job_name(J->project_name, s->jobs[b].id, s->jobs[b].project_name, name, sizeof name);
         out[j].outcome = SCHED_WAIT_BEHIND;
-        snprintf(out[j].reason, sizeof out[j].reason, "waiting behind job %s in queue %s (higher priority or "
-                 "submitted earlier)", b >= 0 ? s->jobs[b].id : "?", s->queues[J->queue].name);
+        snprintf(out[j].reason, sizeof out[j].reason, "waiting behind %s in queue %s (higher priority or "
+                 "submitted earlier)", b >= 0 ? name : "job ?", s->queues[J->queue].name);
     }
 out:
     free(a.w);

@@ -207,9 +207,10 @@ int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const 
             snprintf(p->missing, sizeof p->missing, "%s", reason_detail(dec[j].reason));
             continue;
         }
-        char text[sizeof p->missing]; /* head != j, but the compiler cannot know it */
-        snprintf(text, sizeof text, "its turn: job %s is ahead of it in queue %s and waits (%.250s)",
-                 s->jobs[head].id, s->queues[J->queue].name, out[head].missing);
+        char text[sizeof p->missing], name[SCHED_JOB_NAME_LEN]; /* head != j, but the compiler cannot know it */
+        snprintf(text, sizeof text, "its turn: %s is ahead of it in queue %s and waits (%.250s)",
+                 sched_job_name(J->project_name, s->jobs[head].id, s->jobs[head].project_name, name, sizeof name),
+                 s->queues[J->queue].name, out[head].missing);
         memcpy(p->missing, text, sizeof text);
         /* backfill starts it ahead of the head only by its run time: say when that is an estimate */
         size_t ml = strlen(p->missing);
@@ -251,47 +252,43 @@ static char *pending_text(const sched_pending_t *p, int64_t now_us)
     return text;
 }
 
-/* The project of job id: of the waiting rows jobs[0..njobs) or the running jobs run
- * (store_job_running_json's); NULL when neither holds it. */
-static const char *job_project(const char *id, const store_job_row_t *jobs, int njobs, const json_t *run)
+/* The project of job id, of the pass's snapshot (its waiting jobs, and the jobs holding slots);
+ * NULL when it holds neither. */
+static const char *job_project(const sched_snapshot_t *snap, const char *id)
 {
-    for (int k = 0; k < njobs; k++)
-        if (!strcmp(jobs[k].id, id))
-            return jobs[k].project;
-    for (size_t k = 0; k < json_array_size(run); k++) {
-        const json_t *o = json_array_get(run, k);
-        const char *oid = json_string_value(json_object_get(o, "id"));
-        if (oid && !strcmp(oid, id))
-            return json_string_value(json_object_get(o, "project"));
-    }
+    for (int k = 0; k < snap->njobs; k++)
+        if (!strcmp(snap->jobs[k].id, id))
+            return snap->jobs[k].project_name;
+    for (int k = 0; k < snap->nrunning; k++)
+        if (snap->running[k].id && !strcmp(snap->running[k].id, id))
+            return snap->running[k].project_name;
     return NULL;
 }
 
 /* What job j's pending reason says of the jobs of other projects, which its readers cannot see
  * (DESIGN.md: what a caller cannot see does not exist for it): their ids leave blocking_jobs, and
- * "job <id>" in the text becomes "a job of another project". The rest (position, estimated
- * start) counts them without naming them. */
-static void pending_redact(sched_pending_t *p, const char *project, const store_job_row_t *jobs, int njobs,
-                           const json_t *run)
+ * "job <id>" in the text is named as sched_job_name names it ("a job of another project"), the
+ * text of a job it waits behind included (written for that job's project). The rest (position,
+ * estimated start) counts them without naming them. */
+static void pending_redact(sched_pending_t *p, const char *project, const sched_snapshot_t *snap)
 {
     int keep = 0;
     for (int k = 0; k < p->nblocking; k++) {
-        const char *other = job_project(p->blocking[k], jobs, njobs, run);
+        const char *other = job_project(snap, p->blocking[k]);
         if (other && !strcmp(other, project))
             p->blocking[keep++] = p->blocking[k];
     }
     p->nblocking = keep;
-    static const char foreign[] = "a job of another project";
     char out[sizeof p->missing];
     size_t o = 0;
     for (const char *t = p->missing; *t && o + 1 < sizeof out;) {
-        char id[STORE_ID_LEN];
+        char id[STORE_ID_LEN], name[SCHED_JOB_NAME_LEN];
         if (!strncmp(t, "job ", 4) && strlen(t + 4) >= 36) {
             memcpy(id, t + 4, 36);
             id[36] = '\0';
-            const char *other = store_is_uuid(id) ? job_project(id, jobs, njobs, run) : project;
-            if (!other || strcmp(other, project)) {
-                o += (size_t)snprintf(out + o, sizeof out - o, "%s", foreign);
+            if (store_is_uuid(id)) {
+                o += (size_t)snprintf(out + o, sizeof out - o, "%s",
+                                      sched_job_name(project, id, job_project(snap, id), name, sizeof name));
                 o = KILN_MIN(o, sizeof out - 1);
                 t += 4 + 36;
                 continue;
@@ -311,51 +308,28 @@ int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const
         nwait += dec[j].outcome != SCHED_ADMITTED;
     if (nwait == 0)
         return 0;
-    json_t *run = NULL;
-    sched_running_t *r = NULL;
-    int *widx = NULL;
-    sched_pending_t *pend = NULL;
-    const char **ids = NULL;
-    char **texts = NULL;
-    int nrun = 0, nw = 0, rc = store_job_running_json(c, &run, err);
-    if (rc)
-        goto out;
-    nrun = (int)json_array_size(run);
-    size_t nidx = 0;
-    for (int k = 0; k < nrun; k++)
-        nidx += json_array_size(json_object_get(json_array_get(run, (size_t)k), "workers"));
-    r = calloc((size_t)KILN_MAX(nrun, 1), sizeof(*r));
-    widx = calloc(KILN_MAX(nidx, 1), sizeof(*widx));
-    pend = calloc((size_t)snap->njobs, sizeof(*pend));
-    ids = calloc((size_t)nwait, sizeof(*ids));
-    texts = calloc((size_t)nwait, sizeof(*texts));
-    if (!r || !widx || !pend || !ids || !texts) {
+    /* The jobs holding slots after the pass: the snapshot's, and those the pass admitted, where it
+     * placed them and to end when it predicted (what the admission core assumed of them). */
+    int nrun = snap->nrunning + (snap->njobs - nwait), nw = 0, rc = 0;
+    sched_running_t *r = calloc((size_t)KILN_MAX(nrun, 1), sizeof(*r));
+    sched_pending_t *pend = calloc((size_t)snap->njobs, sizeof(*pend));
+    const char **ids = calloc((size_t)nwait, sizeof(*ids));
+    char **texts = calloc((size_t)nwait, sizeof(*texts));
+    if (!r || !pend || !ids || !texts) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
     }
-    size_t used = 0;
-    for (int k = 0; k < nrun; k++) {
-        const json_t *o = json_array_get(run, (size_t)k);
-        const json_t *ws = json_object_get(o, "workers"), *end = json_object_get(o, "end_s");
-        const char *queue = json_string_value(json_object_get(o, "queue"));
-        r[k].id = json_string_value(json_object_get(o, "id"));
-        r[k].queue = -1;
-        for (int q = 0; queue && q < snap->nqueues; q++)
-            if (strcmp(snap->queues[q].name, queue) == 0)
-                r[k].queue = q;
-        r[k].type = sched_slot_type(json_string_value(json_object_get(o, "slot_type")));
-        r[k].nodes = (int)json_array_size(ws);
-        r[k].slots_per_node = (int)json_integer_value(json_object_get(o, "slots_per_node"));
-        r[k].end_s = json_is_number(end) ? snap->now_s + json_number_value(end) : -1;
-        r[k].worker = widx + used;
-        for (size_t n = 0; n < json_array_size(ws); n++) {
-            const char *wid = json_string_value(json_array_get(ws, n));
-            widx[used + n] = -1;
-            for (int i = 0; wid && i < snap->nworkers; i++)
-                if (strcmp(snap->workers[i].id, wid) == 0)
-                    widx[used + n] = i;
-        }
-        used += json_array_size(ws);
+    if (snap->nrunning > 0)
+        memcpy(r, snap->running, (size_t)snap->nrunning * sizeof(*r));
+    nrun = snap->nrunning;
+    for (int j = 0; j < snap->njobs; j++) {
+        const sched_job_t *J = &snap->jobs[j];
+        if (dec[j].outcome == SCHED_ADMITTED)
+            r[nrun++] = (sched_running_t){.id = J->id, .queue = J->queue, .type = J->type, .priority = J->priority,
+                                          .nodes = dec[j].pl.nodes, .slots_per_node = J->slots_per_node,
+                                          .worker = dec[j].pl.worker,
+                                          .end_s = J->runtime_s < 0 ? -1 : snap->now_s + J->runtime_s,
+                                          .project_name = J->project_name};
     }
     rc = sched_pending(snap, dec, r, nrun, pend);
     if (rc) {
@@ -367,7 +341,7 @@ int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const
         if (dec[j].outcome == SCHED_ADMITTED)
             continue;
         ids[nw] = jobs[j].id;
-        pending_redact(&pend[j], jobs[j].project, jobs, snap->njobs, run);
+        pending_redact(&pend[j], jobs[j].project, snap);
         texts[nw] = pending_text(&pend[j], now);
         if (!texts[nw]) {
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -382,9 +356,7 @@ out:
     free(texts);
     free(ids);
     free(pend);
-    free(widx);
     free(r);
-    json_decref(run);
     return rc;
 }
 

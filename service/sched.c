@@ -79,7 +79,7 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
  * (in slots that job leaves free). Returns 0, or an error: KILN_ESTATE (harmless: the job changed
  * state meanwhile, nothing was written) or any other (the transaction is then unusable). */
 typedef struct backfill_note {
-    const char *head;
+    const char *head;          /* the head, as sched_job_name names it to the job's project */
     double runtime_s;
     bool beside;
     const char *estimate;      /* NULL, or how runtime_s was estimated */
@@ -157,7 +157,7 @@ static int sched_batch_add(admit_batch_t *b, const store_job_row_t *pending, con
     if (st == JOB_STATE_PREEMPTED && rl > 0 && (size_t)rl < cap_r)
         rl += snprintf(reason + rl, cap_r - (size_t)rl, "; resumes from its checkpoint after preemption");
     if (backfill && rl > 0 && (size_t)rl < cap_r)
-        snprintf(reason + rl, cap_r - (size_t)rl, "; backfilled ahead of job %s: predicted to end in "
+        snprintf(reason + rl, cap_r - (size_t)rl, "; backfilled ahead of %s: predicted to end in "
                  "%.0f s%s%s%s, %s", backfill->head, backfill->runtime_s, backfill->estimate ? " (" : "",
                  backfill->estimate ? backfill->estimate : "", backfill->estimate ? ")" : "",
                  backfill->beside ? "on slots that job leaves free when it can start" : "before that job can start");
@@ -182,17 +182,18 @@ static int sched_admit_write(svc_tx_t *tx, admit_batch_t *b, kiln_err_t *err)
     return rc;
 }
 
-/* Preempts running job victim (as read into the snapshot) for job `by`, inside tx (the pass's one
+/* Preempts running job victim (as read into the snapshot) for job `by` of project by_project, inside tx (the pass's one
  * transaction). KILN_ESTATE (harmless, nothing written) when it moved on meanwhile; any other
  * error leaves the transaction unusable. */
-static int sched_preempt(svc_tx_t *tx, const store_holding_t *victim, const char *by, const char *why, kiln_err_t *err)
+static int sched_preempt(svc_tx_t *tx, const store_holding_t *victim, const char *by, const char *by_project,
+                         const char *why, kiln_err_t *err)
 {
     store_job_row_t job;
     int rc = store_job_row(tx->c, victim->id, true, &job, err);
     if (rc == 0 && (svc_state_parse(job.state) != JOB_STATE_RUNNING || job.attempt != victim->attempt))
         rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s changed while being preempted", job.id);
     if (rc == 0)
-        rc = svc_job_preempt(tx, &job, by, why, err);
+        rc = svc_job_preempt(tx, &job, by, by_project, why, err);
     return rc;
 }
 
@@ -888,6 +889,7 @@ static void sched_tick(svc_t *s)
         x->end_s = h->end_in_s < 0 ? -1 : now + h->end_in_s;
         x->backfilled = h->backfilled;
         x->backfill_end_s = now + h->backfill_end_in_s;
+        x->project_name = h->project;
     }
     int nproj = 0;
     for (int j = 0; j < njobs; j++) {
@@ -912,6 +914,7 @@ static void sched_tick(svc_t *s)
         x->runtime_s = runtime[j] < 0 ? -1 : runtime[j] + SCHED_START_ALLOWANCE_S;
         x->runtime_estimate = sched_estimate_text(source[j]);
         x->preempted_by = jobs[j].last_preempted_by[0] ? jobs[j].last_preempted_by : NULL;
+        x->project_name = jobs[j].project;
     }
     paths_ctx_t pctx = {.cap = cap, .paths = paths};
     snap = (sched_snapshot_t){.workers = w, .nworkers = ncap, .queues = queues, .nqueues = nqueues, .jobs = sj,
@@ -973,7 +976,11 @@ static void sched_tick(svc_t *s)
         char admission[400];
         sched_admission_text(&snap, j, &dec[j], qusage[sj[j].queue], admission, sizeof admission);
         qusage[sj[j].queue][sj[j].type] += sj[j].nodes * sj[j].slots_per_node;
-        backfill_note_t note = {.head = dec[j].backfilled ? jobs[dec[j].behind_head].id : NULL,
+        char head[SCHED_JOB_NAME_LEN]; /* as the job's project may read it */
+        if (dec[j].backfilled)
+            sched_job_name(sj[j].project_name, sj[dec[j].behind_head].id, sj[dec[j].behind_head].project_name, head,
+                           sizeof head);
+        backfill_note_t note = {.head = dec[j].backfilled ? head : NULL,
                                 .runtime_s = dec[j].end_s - now, .beside = dec[j].end_s > dec[j].head_start_s,
                                 .estimate = sj[j].runtime_estimate};
         int rc = sched_batch_add(&batch, &jobs[j], &row[k], cap, &dec[j].pl, admission,
@@ -993,7 +1000,7 @@ static void sched_tick(svc_t *s)
             int v = dec[j].victims[k];
             const char *kind = sched_victim_reason(&snap, j, v, why, sizeof(why));
             kiln_err_clear(&err);
-            int rc = sched_preempt(&tx, &hold[v], jobs[j].id, why, &err);
+            int rc = sched_preempt(&tx, &hold[v], jobs[j].id, jobs[j].project, why, &err);
             if (rc == 0)
                 preempted[v] = kind;
             else if (rc != KILN_ESTATE)

@@ -723,6 +723,7 @@ typedef struct sched_job {
     const char *runtime_estimate; /* NULL, or how runtime_s was estimated (nothing of its model at its
                                      resources has run yet): its pending reason says so */
     const char *preempted_by; /* NULL, or the job that preempted it last: it never preempts that one back */
+    const char *project_name; /* its project, for what its texts may name (sched_job_name); NULL: none */
 } sched_job_t;
 
 /* A job that holds slots now: placed, starting, running, or stopping (freeing them). */
@@ -741,6 +742,7 @@ typedef struct sched_running {
     double end_s;           /* predicted end (clock of now_s); < 0: no prediction */
     bool backfilled;        /* started by backfill, predicted to end by backfill_end_s */
     double backfill_end_s;
+    const char *project_name; /* its project, for what its texts may name (sched_job_name); NULL: none */
 } sched_running_t;
 
 typedef struct sched_snapshot {
@@ -790,14 +792,23 @@ typedef struct sched_decision {
     int victims[SCHED_MAX_VICTIMS];
 } sched_decision_t;
 
+/* How job id of project `project` is named in a text that the members of project `reader` read
+ * (a job's reason, its events, its pending reason): "job <id>" when it is a job of their project,
+ * else "a job of another project" (DESIGN.md: what a caller cannot see does not exist for it).
+ * NULL is a project of its own, equal only to NULL (a snapshot without projects). Into buf (n at
+ * least SCHED_JOB_NAME_LEN); returns buf. Every scheduler text that names another job names it so. */
+#define SCHED_JOB_NAME_LEN 48
+const char *sched_job_name(const char *reader, const char *id, const char *project, char *buf, size_t n);
+
 /* Decides one pass: out[j] for each of snap->njobs jobs; order[0..*nadmitted) = the admitted jobs
  * in the order they were admitted (their placements assume that order). Does not modify the
  * snapshot. Returns 0, or KILN_ENOMEM. */
 int sched_admit(const sched_snapshot_t *snap, sched_decision_t *out, int *order, int *nadmitted);
 
-/* Why running job r is preempted for pending job j (a decision's victim), for its reason:
- * "job J (priority P) of queue Q needs its slots and has the higher priority", "queue Q reclaims
- * the quota queue R borrows", "it was backfilled and ran past its predicted end". */
+/* Why running job r is preempted for pending job j (a decision's victim), for its reason (J named
+ * to r's project by sched_job_name): "job J (priority P) in queue Q needs its slots and has the
+ * higher priority", "queue Q reclaims the quota queue R borrows", "it was backfilled and ran past
+ * its predicted end". */
 /* Returns the preemption's kind for the per-queue counter: "priority", "reclaim" or
  * "backfill_overrun" (SVC_PREEMPT_REASONS). */
 const char *sched_victim_reason(const sched_snapshot_t *snap, int j, int r, char *buf, size_t n);

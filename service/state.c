@@ -151,24 +151,32 @@ int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err)
     if (rc || n > 0)
         return rc;
     if (job->preempted_by[0] && !job->stop_requested) {
-        char reason[300];
-        snprintf(reason, sizeof(reason), "preempted by job %s: every rank has exited (after a checkpoint); it "
-                 "waits in queue %s and resumes from its newest checkpoint when admitted again", job->preempted_by,
-                 job->queue);
+        /* the preemptor, named as the job's project may read it (a job gone since: not theirs) */
+        char reason[300], by[sizeof(job->project)], name[SCHED_JOB_NAME_LEN];
+        rc = store_job_project(tx->c, job->preempted_by, by, sizeof by, err);
+        if (rc && rc != KILN_ENOTFOUND)
+            return rc;
+        if (rc)
+            kiln_err_clear(err);
+        sched_job_name(job->project, job->preempted_by, rc ? NULL : by, name, sizeof name);
+        snprintf(reason, sizeof(reason), "preempted by %s: every rank has exited (after a checkpoint); it "
+                 "waits in queue %s and resumes from its newest checkpoint when admitted again", name, job->queue);
         return svc_job_set_state(tx, job, JOB_STATE_PREEMPTED, job->attempt, STORE_TR_PREEMPTED, reason, err);
     }
     return svc_job_set_state(tx, job, JOB_STATE_STOPPED, job->attempt, 0,
                              "stopped on request: every rank has exited", err);
 }
 
-int svc_job_preempt(svc_tx_t *tx, store_job_row_t *job, const char *by, const char *why, kiln_err_t *err)
+int svc_job_preempt(svc_tx_t *tx, store_job_row_t *job, const char *by, const char *by_project, const char *why,
+                    kiln_err_t *err)
 {
     svc_job_state_t st = svc_state_parse(job->state);
     if (st != JOB_STATE_STARTING && st != JOB_STATE_RUNNING)
         return kiln_err_set(err, KILN_ESTATE, NULL, "job %s is %s: only a started job is preempted", job->id,
                             job->state);
-    char reason[700];
-    snprintf(reason, sizeof(reason), "preempted by job %s: %s", by, why);
+    char reason[700], name[SCHED_JOB_NAME_LEN];
+    snprintf(reason, sizeof(reason), "preempted by %s: %s",
+             sched_job_name(job->project, by, by_project, name, sizeof name), why);
     int rc = store_job_set_preempted_by(tx->c, job->id, by, err);
     if (rc == 0)
         rc = store_assign_stop(tx->c, job->id, job->attempt, reason, NULL, err);

@@ -164,12 +164,14 @@ int svc_jobs_set_state(svc_tx_t *tx, store_transition_t *t, int n, svc_job_state
 /* When a STOPPING job has no ranks left (no unreleased assignments), it becomes STOPPED, or
  * PREEMPTED when it stops for a preemption (job->preempted_by) nobody turned into a stop request. */
 int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err);
-/* Inside tx, with *job (STARTING or RUNNING) read FOR UPDATE: preempts it for job `by` — its ranks
- * get the stop order (SIGTERM: they checkpoint and exit), it goes STOPPING with the reason
- * "preempted by job BY: why" and, once every rank has exited, PREEMPTED (a waiting state the
- * scheduler admits from; its next attempt resumes from the checkpoint and does not count against
- * retry.max_attempts). KILN_ESTATE in any other state. */
-int svc_job_preempt(svc_tx_t *tx, store_job_row_t *job, const char *by, const char *why, kiln_err_t *err);
+/* Inside tx, with *job (STARTING or RUNNING) read FOR UPDATE: preempts it for job `by` of project
+ * by_project — its ranks get the stop order (SIGTERM: they checkpoint and exit), it goes STOPPING
+ * with the reason "preempted by job BY: why" (BY named as sched_job_name names it to job's project:
+ * "a job of another project" unless it is of job's) and, once every rank has exited, PREEMPTED (a
+ * waiting state the scheduler admits from; its next attempt resumes from the checkpoint and does
+ * not count against retry.max_attempts). KILN_ESTATE in any other state. */
+int svc_job_preempt(svc_tx_t *tx, store_job_row_t *job, const char *by, const char *by_project, const char *why,
+                    kiln_err_t *err);
 /* Inside tx, with *job read FOR UPDATE: when attempt is the job's current one and it is
  * SCHEDULED, STARTING or RUNNING, stops its ranks and moves it to RESTARTING (attempts left) or
  * FAILED with why (which names what was lost: the worker, or the rank and how it ended); a

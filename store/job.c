@@ -574,6 +574,7 @@ static void holding_fill(const PGresult *r, int i, void *elem)
     o->backfilled = !store_is_null(r, i, 12);
     o->backfill_end_in_s = store_get_double(r, i, 12);
     kiln_strlcpy(o->workers, store_get_str(r, i, 13), sizeof(o->workers));
+    kiln_strlcpy(o->project, store_get_str(r, i, 14), sizeof(o->project));
 }
 
 static void holding_stmt(store_stmt_t *s)
@@ -591,7 +592,8 @@ static void holding_stmt(store_stmt_t *s)
                                "    + (j.spec->'stopping'->>'max_runtime_s')::float8 END),"
                                " extract(epoch FROM j.backfill_end - clock_timestamp())::float8,"
                                " (SELECT string_agg(a.worker_id, ',' ORDER BY a.node_rank) FROM assignments a"
-                               "   WHERE a.job_id = j.id AND a.attempt = j.attempt AND NOT a.released)"
+                               "   WHERE a.job_id = j.id AND a.attempt = j.attempt AND NOT a.released),"
+                               " j.project"
                                " FROM jobs j WHERE j.state IN " STORE_HOLDING};
 }
 
@@ -721,30 +723,6 @@ int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *c
                          "UPDATE jobs j SET pending = v.p::jsonb FROM unnest($1::uuid[], $2::text[]) AS v(id, p)"
                          " WHERE j.id = v.id AND j.state IN " STORE_WAITING " AND j.pending IS DISTINCT FROM v.p::jsonb",
                          ids, pending_json, n, err);
-}
-
-int store_job_running_json(store_conn_t *c, json_t **out, kiln_err_t *err)
-{
-    *out = NULL;
-    PGresult *r = NULL;
-    int rc = store_q(c, "read the running jobs",
-                     "SELECT coalesce(json_agg(json_build_object('id', j.id, 'project', j.project, 'queue', j.queue,"
-                     " 'slot_type', j.slot_type,"
-                     " 'nodes', j.nodes, 'slots_per_node', j.slots_per_node,"
-                     " 'workers', ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"
-                     "   AND a.attempt = j.attempt ORDER BY a.node_rank),"
-                     " 'end_s', CASE WHEN e.s IS NOT NULL THEN GREATEST(e.s, 0) END)), '[]')::text"
-                     " FROM jobs j, LATERAL (SELECT LEAST(j.eta_s,"
-                     "   CASE WHEN (j.spec->'stopping'->>'max_runtime_s')::float8 > 0"
-                     "   THEN (j.spec->'stopping'->>'max_runtime_s')::float8"
-                     "    - extract(epoch FROM now() - coalesce(j.started_at, now()))::float8 END) AS s) e"
-                     " WHERE j.state IN " STORE_HOLDING,
-                     0, NULL, &r, err);
-    if (rc)
-        return rc;
-    *out = store_get_json(r, 0, 0, json_array());
-    PQclear(r);
-    return 0;
 }
 
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err)

@@ -123,6 +123,7 @@ typedef struct store_holding {
     double backfill_end_in_s; /* the end predicted when it was backfilled (negative: past) */
     char workers[2048];       /* its current attempt's unreleased assignments' workers by node rank,
                                  comma-separated */
+    char project[64];
 } store_holding_t;
 /* Every job holding slots now. Caller frees *out. */
 int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t *err);
@@ -260,12 +261,6 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
  * only where it differs, in one statement. */
 int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *const *pending_json, int n,
                           kiln_err_t *err);
-/* *out = a JSON array of the jobs holding slots (SCHEDULED, STARTING, RUNNING, STOPPING), each
- * {"id", "project", "queue", "slot_type", "nodes", "slots_per_node", "workers": [worker ids of its current
- * attempt], "end_s": seconds until its predicted end or null}: the prediction is the lesser of
- * its steps remaining over its measured step rate (eta_s) and what stopping.max_runtime_s leaves
- * it; null when it has neither. */
-int store_job_running_json(store_conn_t *c, json_t **out, kiln_err_t *err);
 /* Jobs that have run longer than their spec's stopping.max_runtime_s (counted from their first
  * start). *out malloc'd, at most 100. */
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err);

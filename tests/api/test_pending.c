@@ -27,20 +27,27 @@ static json_t *req(const char *method, const char *path, const char *body, long 
 }
 
 /* Submits a 1-node job of project's (NULL: the default project's) with `slots` cpu ranks in queue,
- * training max_steps steps; returns its id. */
-static char *submit_in(const char *project, const char *name, const char *queue, int slots, int max_steps)
+ * training max_steps steps, with the spec's members extra ("\"k\": v, ...", or NULL); returns its id. */
+static char *submit_with(const char *project, const char *name, const char *queue, int slots, int max_steps,
+                         const char *extra)
 {
     char body[1024];
     snprintf(body, sizeof body,
              "{\"name\": \"%s\", \"project\": \"%s\", \"queue\": \"%s\", \"model\": {\"type\": \"mlp\", \"hidden\": [8],"
              " \"n_inputs\": 4, \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"}, \"hyperparameters\":"
              " {\"global_batch_size\": %d, \"max_steps\": %d}, \"resources\": {\"nodes\": 1, \"slots_per_node\": %d,"
-             " \"slot_type\": \"cpu\"}}",
-             name, project ? project : "default", queue, slots * 2, max_steps, slots);
+             " \"slot_type\": \"cpu\"}%s%s}",
+             name, project ? project : "default", queue, slots * 2, max_steps, slots, extra ? ", " : "",
+             extra ? extra : "");
     json_t *j = req("POST", "/v1/jobs", body, 201);
     char *id = strdup(json_string_value(json_object_get(j, "id")));
     json_decref(j);
     return id;
+}
+
+static char *submit_in(const char *project, const char *name, const char *queue, int slots, int max_steps)
+{
+    return submit_with(project, name, queue, slots, max_steps, NULL);
 }
 
 static char *submit(const char *name, const char *queue, int slots, int max_steps)
@@ -219,6 +226,112 @@ Test(pending, names_no_job_of_another_project)
     free(a);
     free(b);
     free(c);
+}
+
+/* A user of role viewer in project with a token; copies the token's Authorization header into auth. */
+static void viewer_of(const char *project, const char *user, char *auth, size_t n)
+{
+    char body[160], path[160];
+    snprintf(body, sizeof body, "{\"name\": \"%s\"}", user);
+    json_decref(req("POST", "/v1/users", body, 201));
+    snprintf(path, sizeof path, "/v1/projects/%s/members/%s", project, user);
+    json_decref(req("PUT", path, "{\"role\": \"viewer\"}", 200));
+    snprintf(path, sizeof path, "/v1/users/%s/tokens", user);
+    json_t *t = req("POST", path, "{}", 201);
+    snprintf(auth, n, "Authorization: Bearer %s", json_string_value(json_object_get(t, "token")));
+    json_decref(t);
+}
+
+/* What a member (auth) reads of job id: the job and its events, as one text (caller frees). */
+static char *as_member(const char *auth, const char *id)
+{
+    const char *hdrs[] = {auth, NULL};
+    char path[128], *job = NULL, *ev = NULL, *all = NULL;
+    long st;
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_decref(at_req("GET", path, NULL, hdrs, &st, &job));
+    cr_assert_eq(st, 200, "%s: %s", path, job);
+    snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+    json_decref(at_req("GET", path, NULL, hdrs, &st, &ev));
+    cr_assert_eq(st, 200, "%s: %s", path, ev);
+    cr_assert(asprintf(&all, "%s\n%s", job, ev) > 0);
+    free(job);
+    free(ev);
+    return all;
+}
+
+/* Waits (up to 20 s) until the job's reason holds text; returns the job. */
+static json_t *wait_reason(const char *id, const char *text)
+{
+    json_t *j = NULL;
+    for (int i = 0; i < 400; i++) {
+        json_decref(j);
+        j = get_job(id);
+        const char *r = json_string_value(json_object_get(j, "reason"));
+        if (r && strstr(r, text))
+            return j;
+        usleep(50000);
+    }
+    cr_assert_fail("job %s's reason never held \"%s\": it is %s (%s)", id, text,
+                   json_string_value(json_object_get(j, "reason")), json_string_value(json_object_get(j, "state")));
+    return NULL;
+}
+
+/* Reasons and events are read by the job's project, as its pending reason is: a job of project
+ * pb preempted by, waiting behind, or backfilled ahead of by a job of project pa (and the other
+ * way round) finds the other project's job described but never named, over REST by a member of
+ * its own project; a job of its own project keeps its id. */
+Test(pending, no_reason_or_event_names_a_job_of_another_project)
+{
+    char auth_a[200], auth_b[200];
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"pa\"}", 201));
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"pb\"}", 201));
+    viewer_of("pa", "alice", auth_a, sizeof auth_a);
+    viewer_of("pb", "bob", auth_b, sizeof auth_b);
+    /* pb's v runs on the worker's 4 slots; pa's h, of a higher priority, preempts it */
+    char *v = submit_with("pb", "v", "default", 4, 100000, NULL);
+    int va = at_run_job(v);
+    char *h = submit_with("pa", "h", "default", 3, 100000, "\"priority\": 5");
+    json_decref(wait_reason(v, "preempted by a job of another project: a job of another project (priority 5) in "
+                               "queue default needs its slots"));
+    char *seen = as_member(auth_a, h); /* h waits while v stops */
+    cr_assert(!strstr(seen, v), "pa's member reads pb's job %s: %s", v, seen);
+    free(seen);
+    /* v stops and waits (PREEMPTED) for all 4 slots; h runs on 3, for hours by its step rate */
+    ranks_exit(v, va, 4);
+    json_decref(wait_reason(v, "preempted by a job of another project: every rank has exited"));
+    int ha = at_run_job(h);
+    int64_t now = kiln_now_us();
+    push_step(h, ha, 1, now - 1000000);
+    push_step(h, ha, 11, now);
+    /* pa's w, predicted to end in a minute, is backfilled onto the free slot ahead of v */
+    char *w = submit_with("pa", "w", "default", 1, 100000, "\"stopping\": {\"max_runtime_s\": 60}");
+    json_decref(wait_reason(w, "backfilled ahead of a job of another project"));
+    /* pa's x waits behind v (no free slot is left), and for h and w, which its readers see */
+    char *x = submit_with("pa", "x", "default", 1, 100000, NULL);
+    json_decref(wait_reason(x, "waiting behind a job of another project in queue default"));
+    json_t *jx = wait_pending(x, json_pack("{s:i}", "position", 2));
+    const json_t *bl = json_object_get(json_object_get(jx, "pending"), "blocking_jobs");
+    char *bls = json_dumps(bl, 0);
+    cr_assert(json_array_size(bl) == 2 && strstr(bls, h) && strstr(bls, w), "x waits for h and w: %s", bls);
+    free(bls);
+    json_decref(jx);
+    json_decref(wait_pending(v, json_pack("{s:i, s:[]}", "position", 1, "blocking_jobs")));
+    /* what each project's member reads of its jobs names no job of the other project */
+    const char *pa_jobs[] = {h, w, x};
+    for (size_t k = 0; k < KILN_ARRAY_LEN(pa_jobs); k++) {
+        seen = as_member(auth_a, pa_jobs[k]);
+        cr_assert(!strstr(seen, v), "pa's member reads pb's job %s: %s", v, seen);
+        free(seen);
+    }
+    seen = as_member(auth_b, v);
+    for (size_t k = 0; k < KILN_ARRAY_LEN(pa_jobs); k++)
+        cr_assert(!strstr(seen, pa_jobs[k]), "pb's member reads pa's job %s: %s", pa_jobs[k], seen);
+    free(seen);
+    free(v);
+    free(h);
+    free(w);
+    free(x);
 }
 
 /* The value of the series line (name and labels exactly) in a scrape; asserts it is there. */

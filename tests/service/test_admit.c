@@ -448,6 +448,37 @@ static bool has_victim(const sched_decision_t *d, int r)
     return false;
 }
 
+/* What the pass writes of a job (its reason, a victim's reason) is read by that job's project:
+ * a job of another project is "a job of another project", one of its own keeps its id. */
+Test(admit, texts_name_only_jobs_of_the_readers_project)
+{
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 4, 0)};
+    sched_queue_t q[] = {queue("default", NULL, U, U)};
+    q[0].usage[0] = 4;
+    sched_running_t r[] = {running("alpha", 0, 0, 2, w0, 1), running("bravo", 0, 0, 2, w0, 1)};
+    r[0].project_name = "pa";
+    r[1].project_name = "pb";
+    sched_job_t j[] = {job("h", 0, 3, 1, 4, 0), job("n", 0, 0, 1, 1, 0)};
+    j[0].project_name = "pa";
+    j[1].project_name = "pb";
+    sched_decision_t out[2];
+    int order[2];
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 2, r, 2, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    cr_assert(strstr(out[0].reason, "job alpha") && strstr(out[0].reason, "a job of another project")
+              && !strstr(out[0].reason, "bravo"), "%s", out[0].reason);
+    cr_assert(strstr(out[1].reason, "waiting behind a job of another project in queue default"), "%s", out[1].reason);
+    sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 1, .jobs = j, .njobs = 2,
+                          .running = r, .nrunning = 2};
+    char why[400];
+    sched_victim_reason(&s, 0, 0, why, sizeof why);
+    cr_assert(strstr(why, "job h (priority 3) in queue default needs its slots"), "%s", why);
+    sched_victim_reason(&s, 0, 1, why, sizeof why);
+    cr_assert(strstr(why, "a job of another project (priority 3) in queue default needs its slots")
+              && !strstr(why, "job h"), "%s", why);
+}
+
 Test(admit, preemption_picks_the_victims_that_lose_least_work)
 {
     /* One worker of 4 slots, full. The head (priority 3) needs 2: preempting "old" (2 slots, 10
