@@ -182,9 +182,9 @@ static int sched_admit_write(svc_tx_t *tx, admit_batch_t *b, kiln_err_t *err)
     return rc;
 }
 
-/* Preempts running job victim (as read into the snapshot) for job `by` of project by_project, inside tx (the pass's one
- * transaction). KILN_ESTATE (harmless, nothing written) when it moved on meanwhile; any other
- * error leaves the transaction unusable. */
+/* Preempts running job victim (as read into the snapshot) for job `by` of project by_project,
+ * inside tx (the pass's one transaction). KILN_ESTATE (harmless, nothing written) when it moved on
+ * meanwhile; any other error leaves the transaction unusable. */
 static int sched_preempt(svc_tx_t *tx, const store_holding_t *victim, const char *by, const char *by_project,
                          const char *why, kiln_err_t *err)
 {

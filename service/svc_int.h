@@ -534,8 +534,10 @@ int svc_queue_check_default(store_conn_t *c, const char *queue, const char *proj
 
 /* ---- pending reasons (pending.c) ----------------------------------------------------------- */
 /* After a pass: computes the pending reason of every job of snap that dec (sched_admit's result)
- * did not admit (sched_pending, with the jobs holding slots read from c) and writes it onto those
- * of jobs[] (the rows snap was made from) that still wait, where it changed. */
+ * did not admit (sched_pending, with the jobs holding slots: snap's running, and those dec admits
+ * where it placed them), names in it only the jobs of the waiting job's project (sched_job_name)
+ * and writes it onto those of jobs[] (the rows snap was made from) that still wait, where it
+ * changed. Reads nothing from c. */
 int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const sched_decision_t *dec,
                             const store_job_row_t *jobs, kiln_err_t *err);
 
