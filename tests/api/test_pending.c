@@ -2,9 +2,10 @@
  * Prometheus metrics, over real HTTP with the real database and scheduler: the pending object
  * names the job's position, the slots and quota numbers it lacks and the jobs it waits for, gains
  * an estimated start once the job in its way reports a step rate, follows the cluster as it
- * changes, and names no job of another project; admissions (within quota and borrowing) are
- * events with reasons and counted in /metrics, whose per-queue gauges read what the queues hold
- * (promtool finds nothing to fix). */
+ * changes, and names no job of another project (nor do the reasons and events of a job preempted
+ * by, waiting behind or backfilled ahead of one, as its project's member reads them); admissions
+ * (within quota and borrowing) are events with reasons and counted in /metrics, whose per-queue
+ * gauges read what the queues hold (promtool finds nothing to fix). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
