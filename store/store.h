@@ -583,7 +583,8 @@ typedef struct store_assign {
 } store_assign_t;
 
 int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err);
-/* Inserts a[0..n) in one statement. */
+/* Inserts a[0..n) in one statement (in a transaction, sent with its next statement that must
+ * answer: a failure fails that one). */
 int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, kiln_err_t *err);
 /* Assignments of one attempt of a job, by node rank. *out malloc'd (caller frees). */
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
@@ -594,7 +595,8 @@ int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assig
                              kiln_err_t *err);
 /* Sends a notification on channel, with a worker's id as its payload, once for every worker holding
  * an assignment of any of the attempts (job_ids[k], attempts[k]), k < n, in one statement;
- * delivered only if the transaction commits (WatchWork's nudges). */
+ * delivered only if the transaction commits (WatchWork's nudges); in a transaction, sent with its
+ * next statement that must answer, at the latest its COMMIT. */
 int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *const *job_ids, const int *attempts,
                                 int n, kiln_err_t *err);
 /* Marks the assignments ids[0..n) delivered, in one statement; spec_json[i] (OUT, malloc'd, caller
@@ -917,7 +919,8 @@ int store_listener_notify(store_listener_t *l, const char *const *channels, cons
 /* pg_try_advisory_lock(key) on the listener's session: *got (OUT) whether it holds the lock now
  * (also when it already held it). KILN_EDB. */
 int store_listener_try_lock(store_listener_t *l, int64_t key, bool *got, kiln_err_t *err);
-/* pg_notify(channel, payload) on c: inside a transaction it is sent when (and only if) the
+/* pg_notify(channel, payload) on c: inside a transaction it is sent with the transaction's next
+ * statement that must answer (at the latest its COMMIT) and delivered when (and only if) the
  * transaction commits. */
 int store_notify(store_conn_t *c, const char *channel, const char *payload, kiln_err_t *err);
 
