@@ -530,17 +530,14 @@ describe('web UI', { concurrency: false }, () => {
     await v.ctx.close();
     // a project's default queue stays: the refusal says which project and what to do
     await page.getByRole('button', { name: 'Delete queue ui-team' }).click();
-    // (the status line: read once it says so, before the next refresh writes the counts there)
-    const refusal = await (await page.waitForFunction(() => {
-      const t = document.querySelector('main p[aria-live]')?.textContent || '';
-      return /is the default queue of project "ui-dq"/.test(t) ? t : null;
-    })).jsonValue();
-    assert.match(refusal, /kiln projects update ui-dq --default-queue QUEUE/);
+    await page.waitForFunction(() => /is the default queue of project "ui-dq"/.test(document.querySelector('#queue-notice')?.textContent || ''));
+    assert.match(await page.textContent('#queue-notice'), /kiln projects update ui-dq --default-queue QUEUE/);
     assert.equal(await page.locator('tr[data-name="ui-team"]').count(), 1);
     assert.equal((await c.api('PATCH', '/v1/projects/ui-dq', { default_queue: null })).body.default_queue, 'default');
     // delete (confirmed): gone from the table and from kilnd
     await page.getByRole('button', { name: 'Delete queue ui-team' }).click();
     await page.waitForFunction(() => !document.querySelector('tr[data-name="ui-team"]'));
+    assert.equal(await page.textContent('#queue-notice'), 'Queue ui-team deleted.');
     assert.equal((await c.request('GET', '/v1/queues/ui-team')).status, 404);
     assert.doesNotMatch(page.url(), /name=ui-team/);
     await page.close();

@@ -35,11 +35,14 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
   const body = h('tbody');
   const projectBody = h('tbody');
   const status = h('p', { class: 'muted', 'aria-live': 'polite' });
+  // what the admin's last save or delete did (kilnd's refusal, with its hint): the refresh
+  // rewrites status every few seconds, so it has a line of its own
+  const notice = h('p', { id: 'queue-notice', role: 'status' });
   const formSlot = h('div');
   const newBtn = admin ? h('button', { type: 'button', id: 'queue-new', onclick: () => { selected = ''; creating = true; sync(); } }, 'New queue') : null;
   const cols = ['Name', 'Cohort', 'Quota', 'Usage', 'Borrowed', 'Borrowing limit', 'Lending limit', 'Pending', 'Admitted',
                 'Weight', 'Fair sharing', 'Projects', ...(admin ? ['Actions'] : [])];
-  main.append(h('div', { class: 'title-row' }, h('h1', null, 'Queues'), newBtn), status, formSlot,
+  main.append(h('div', { class: 'title-row' }, h('h1', null, 'Queues'), newBtn), status, notice, formSlot,
     h('div', { class: 'table-wrap' }, h('table', { class: 'queues', 'aria-label': 'Queues' },
       h('thead', null, h('tr', null, ...cols.map((c) => h('th', { scope: 'col' }, c)))), body)),
     h('section', { class: 'default-queues', 'aria-labelledby': 'default-queues-title' },
@@ -97,10 +100,10 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
       if (selected === q.name) selected = '';
       queues = queues.filter((x) => x.name !== q.name);
       sync();
-      status.textContent = `Queue ${q.name} deleted.`;
+      notice.textContent = `Queue ${q.name} deleted.`;
       await load();
     } catch (e) {
-      status.textContent = e instanceof ApiError ? `${e.message}${e.body.hint ? ` (${e.body.hint})` : ''}` : String(e);
+      notice.textContent = e instanceof ApiError ? `${e.message}${e.body.hint ? ` (${e.body.hint})` : ''}` : String(e);
     }
   }
 
@@ -153,7 +156,7 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
         } else {
           saved = await api<Queue>('POST', '/v1/queues', { name: val('q-name'), ...out });
         }
-        status.textContent = `Queue ${saved.name} ${q ? 'saved' : 'created'}.`;
+        notice.textContent = `Queue ${saved.name} ${q ? 'saved' : 'created'}.`;
         selected = saved.name;
         creating = false;
         await load();
