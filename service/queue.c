@@ -287,7 +287,7 @@ static int queue_keeps_defaults(store_conn_t *c, const json_t *q, kiln_err_t *er
     int rc = store_queue_default_of(c, name, &projects, err);
     if (rc)
         return rc;
-    char names[160] = "";
+    char names[112] = ""; /* with the rest of the message, within kiln_err_t's */
     const char *first = NULL;
     size_t i, n = 0, shown = 0;
     json_t *p;
@@ -298,8 +298,8 @@ static int queue_keeps_defaults(store_conn_t *c, const json_t *q, kiln_err_t *er
         if (!first)
             first = pn;
         size_t len = strlen(names);
-        /* room for this name and for " and N more" */
-        if (len + strlen(pn) + 4 < sizeof names - 16) {
+        /* the first ones by name, with room left for " and N more" */
+        if (shown == n && len + strlen(pn) + 4 < sizeof names - 16) {
             snprintf(names + len, sizeof names - len, "%s\"%s\"", n ? ", " : "", pn);
             shown++;
         }

@@ -408,6 +408,21 @@ Test(queues, a_queue_keeps_the_projects_whose_default_queue_it_is)
     free(jb);
 }
 
+Test(queues, a_refusal_naming_many_projects_names_the_first_and_counts_the_rest)
+{
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"wide\", \"quota\": {\"cpu\": 4}}", 201));
+    char body[256];
+    for (int i = 0; i < 6; i++) {
+        snprintf(body, sizeof body, "{\"name\": \"a-project-with-a-rather-long-name-%d\", \"default_queue\": \"wide\"}", i);
+        json_decref(req("POST", "/v1/projects", body, 201));
+    }
+    json_t *j = req("PATCH", "/v1/queues/wide", "{\"projects\": [\"default\"]}", 409);
+    const char *m = json_string_value(json_object_get(j, "message"));
+    cr_assert(m && strstr(m, "queue \"wide\" is the default queue of projects \"a-project-with-a-rather-long-name-0\", ")
+              && strstr(m, " more, which projects would no longer let in"), "%s", m);
+    json_decref(j);
+}
+
 Test(queues, a_retry_gets_its_job_after_the_projects_default_queue_changed)
 {
     json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 4}}", 201));
