@@ -334,6 +334,7 @@ bench: $(BINS) $(BENCH_BINS)
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= $(patsubst fuzz/%.c,%,$(sort $(wildcard fuzz/*.c)))
 FUZZ_LIBS_spec_json      := $(LIB_SPEC) $(LIB_BASE)
+FUZZ_LIBS_spec_tuning    := $(LIB_SPEC) $(LIB_BASE)
 FUZZ_LIBS_spec_grpc      := $(call obj,api/grpc_codec.c service/check.c) $(LIB_SPEC) $(LIB_PROTO) $(LIB_BASE)
 FUZZ_LIBS_grpc_request   := $(call obj,api/grpc_codec.c service/check.c) $(LIB_PROTO) $(LIB_BASE)
 FUZZ_LIBS_query          := $(LIB_QUERY) $(LIB_SPEC) $(LIB_BASE)

@@ -5,6 +5,7 @@
  * grpc_training.c. */
 #include "api/grpc_int.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,10 +379,24 @@ static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
     return false;
 }
 
+/* A map's entry names its value by its key, as the JSON the service reads does
+ * ("parameters.lr.values_json", not "parameters.value.values_json"): the key (encoders write it
+ * first) when it is a plain name, else the field's own name. */
+static void wire_path(char *path, size_t n, const char *prefix, const ProtobufCFieldDescriptor *f, bool map_entry,
+                      const char *key)
+{
+    const char *name = map_entry && f->id == 2 && key[0] ? key : f->name;
+    snprintf(path, n, "%s%s%s", prefix, prefix[0] ? "." : "", name);
+}
+
 static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, const char *prefix,
                           int depth, bool known_only, kiln_err_t *err)
 {
     const uint8_t *end = p + n;
+    size_t nl = d ? strlen(d->name) : 0;
+    bool map_entry = d && d->n_fields == 2 && nl > 5 && !strcmp(d->name + nl - 5, "Entry") &&
+                     d->fields[0].type == PROTOBUF_C_TYPE_STRING;
+    char map_key[80] = "";
     while (p < end) {
         uint64_t key = 0, len = 0;
         if (!wire_varint(&p, end, &key))
@@ -421,11 +436,18 @@ static int wire_check_msg(const ProtobufCMessageDescriptor *d, const uint8_t *p,
             continue;
         char path[256];
         if (f)
-            snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", f->name);
+            wire_path(path, sizeof path, prefix, f, map_entry, map_key);
         if (f && f->type == PROTOBUF_C_TYPE_STRING) {
             int rc = svc_check_text(path, (const char *)p, (size_t)len, 0, err);
             if (rc)
                 return rc;
+            bool plain = map_entry && f->id == 1 && len < sizeof map_key;
+            for (size_t i = 0; plain && i < len; i++)
+                plain = p[i] && p[i] < 0x80 && (isalnum(p[i]) || strchr("_.-", p[i]));
+            if (plain) {
+                memcpy(map_key, p, (size_t)len);
+                map_key[len] = '\0';
+            }
         } else if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 16) {
             int rc = wire_check_msg(f->descriptor, p, (size_t)len, path, depth + 1, known_only, err);
             if (rc)

@@ -67,7 +67,9 @@ int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err)
         }
     }
     kiln_err_set(err, KILN_EINVAL, c.unknown, "unknown query parameter \"%.60s\"", c.unknown);
-    if (best && best_d <= 3 && (size_t)best_d < strlen(c.unknown))
+    if (!names[0])
+        kiln_err_hint(err, "this request takes no query parameters");
+    else if (best && best_d <= 3 && (size_t)best_d < strlen(c.unknown))
         kiln_err_hint(err, "did you mean %s? this request takes %s", best, list);
     else
         kiln_err_hint(err, "this request takes %s", list);
@@ -826,12 +828,18 @@ static enum MHD_Result http_queue_delete(http_req_t *r)
 
 /* ---- tuning jobs ------------------------------------------------------------------------------ */
 
+/* The tuning routes take no query parameters: one sent (a page_token, a filter) is refused rather
+ * than ignored. */
+static const char *const k_no_args[] = {NULL};
+
 static enum MHD_Result http_tuning_create(http_req_t *r)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *body = NULL, *out = NULL;
-    int rc = http_body_json(r, false, &body, &err);
+    int rc = http_args_known(r, k_no_args, &err);
+    if (rc == 0)
+        rc = http_body_json(r, false, &body, &err);
     if (rc == 0)
         rc = svc_tuning_create(r->h->svc, &r->who, body, &out, &err);
     json_decref(body);
@@ -843,7 +851,9 @@ static enum MHD_Result http_tuning_list(http_req_t *r)
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
-    int rc = svc_tuning_list(r->h->svc, &r->who, &out, &err);
+    int rc = http_args_known(r, k_no_args, &err);
+    if (rc == 0)
+        rc = svc_tuning_list(r->h->svc, &r->who, &out, &err);
     return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
 }
 
@@ -852,7 +862,9 @@ static enum MHD_Result http_tuning_get(http_req_t *r)
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
-    int rc = svc_tuning_get(r->h->svc, &r->who, http_param(r, "id"), &out, &err);
+    int rc = http_args_known(r, k_no_args, &err);
+    if (rc == 0)
+        rc = svc_tuning_get(r->h->svc, &r->who, http_param(r, "id"), &out, &err);
     return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
 }
 
@@ -861,7 +873,9 @@ static enum MHD_Result http_tuning_stop(http_req_t *r)
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *body = NULL, *out = NULL;
-    int rc = http_body_json(r, true, &body, &err);
+    int rc = http_args_known(r, k_no_args, &err);
+    if (rc == 0)
+        rc = http_body_json(r, true, &body, &err);
     if (rc)
         return http_reply_err(r, &err);
     if (body && json_object_size(body) > 0) {

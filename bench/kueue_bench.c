@@ -867,7 +867,7 @@ static int cmp_i64(const void *a, const void *b)
 static void report_tail(const char *what, const svc_sched_pass_t *p, int n, const long *pending, int64_t lo,
                         int64_t hi, int64_t min_us, const char *label)
 {
-    static const char *step_names[SVC_SCHED_STEPS] = {"workers", "changes", "queues", "holdings", "facts", "build"};
+    static const char *step_names[SVC_SCHED_STEPS] = {"read", "view", "facts", "build"};
     double wall = 0, cpu = 0, cwait = 0, dcpu = 0, dwait = 0, ph[4] = {0}, st[SVC_SCHED_STEPS] = {0}, facts = 0;
     int k = 0, top_ph[4] = {0}, top_st[SVC_SCHED_STEPS] = {0};
     for (int i = 0; i < n; i++) {

@@ -373,6 +373,41 @@ static int check_code_source(store_conn_t *c, const spec_t *sp, kiln_err_t *err)
     return rc;
 }
 
+int svc_job_submit_check(svc_t *s, store_conn_t *c, const svc_caller_t *who, spec_t *sp, kiln_err_t *err)
+{
+    int rc = check_paths(s, sp, err);
+    if (rc == 0)
+        rc = svc_queue_resolve_job(c, sp->queue, sp->project, sp->res.slot_type,
+                                   sp->res.nodes * sp->res.slots_per_node, err);
+    if (rc == 0)
+        rc = check_init_from_job(c, who, sp, err);
+    if (rc == 0)
+        rc = check_code_source(c, sp, err);
+    return rc;
+}
+
+bool svc_job_submit_same(const spec_t *a, const spec_t *b)
+{
+    if (strcmp(a->project, b->project) || strcmp(a->queue, b->queue) || strcmp(a->res.slot_type, b->res.slot_type) ||
+        a->res.nodes != b->res.nodes || a->res.slots_per_node != b->res.slots_per_node ||
+        strcmp(a->model.init_from, b->model.init_from) || strcmp(a->script.source, b->script.source))
+        return false;
+    /* the shape check_init_from_job compares with the model it starts from */
+    if (svc_init_from_job(a->model.init_from) &&
+        (a->model.n_layer != b->model.n_layer || a->model.n_head != b->model.n_head ||
+         a->model.n_embd != b->model.n_embd || a->model.seq_len != b->model.seq_len ||
+         a->model.vocab_size != b->model.vocab_size))
+        return false;
+    svc_spec_path_t pa[SVC_SPEC_PATHS], pb[SVC_SPEC_PATHS];
+    int na = svc_spec_paths(a, pa), nb = svc_spec_paths(b, pb);
+    if (na != nb)
+        return false;
+    for (int i = 0; i < na; i++)
+        if (strcmp(pa[i].field, pb[i].field) || strcmp(pa[i].path, pb[i].path))
+            return false;
+    return true;
+}
+
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err)
 {
@@ -404,9 +439,6 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         goto fail;
     char reason[300];
     initial_reason(s, &sp, reason, sizeof(reason));
-    rc = check_paths(s, &sp, err);
-    if (rc)
-        goto fail;
     /* What identifies the request behind an idempotency key: its normalised spec as the client
      * sent it (the same request over REST or gRPC, with defaults written out or left to kilnd, is
      * the same), before the project's default queue fills in a queue it names none of: that is
@@ -423,8 +455,7 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     svc_secret_hash(spec_text, request_hash);
     rc = store_conn_get(s->store, &c, err);
     if (rc == 0)
-        rc = svc_queue_resolve_job(c, sp.queue, sp.project, sp.res.slot_type, sp.res.nodes * sp.res.slots_per_node,
-                                   err);
+        rc = svc_job_submit_check(s, c, who, &sp, err);
     if (rc)
         goto fail;
     if (!names_queue) {
@@ -465,11 +496,6 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     };
     char id[STORE_ID_LEN];
     bool created = false;
-    rc = check_init_from_job(c, who, &sp, err);
-    if (rc == 0)
-        rc = check_code_source(c, &sp, err);
-    if (rc)
-        goto fail;
     /* A cluster admin may name any project, members only theirs: the insert checks that it
      * exists (in its statement, saving a round trip per job). */
     rc = store_job_insert(c, &j, id, &created, out, err);

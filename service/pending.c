@@ -251,6 +251,58 @@ static char *pending_text(const sched_pending_t *p, int64_t now_us)
     return text;
 }
 
+/* The project of job id: of the waiting rows jobs[0..njobs) or the running jobs run
+ * (store_job_running_json's); NULL when neither holds it. */
+static const char *job_project(const char *id, const store_job_row_t *jobs, int njobs, const json_t *run)
+{
+    for (int k = 0; k < njobs; k++)
+        if (!strcmp(jobs[k].id, id))
+            return jobs[k].project;
+    for (size_t k = 0; k < json_array_size(run); k++) {
+        const json_t *o = json_array_get(run, k);
+        const char *oid = json_string_value(json_object_get(o, "id"));
+        if (oid && !strcmp(oid, id))
+            return json_string_value(json_object_get(o, "project"));
+    }
+    return NULL;
+}
+
+/* What job j's pending reason says of the jobs of other projects, which its readers cannot see
+ * (DESIGN.md: what a caller cannot see does not exist for it): their ids leave blocking_jobs, and
+ * "job <id>" in the text becomes "a job of another project". The rest (position, estimated
+ * start) counts them without naming them. */
+static void pending_redact(sched_pending_t *p, const char *project, const store_job_row_t *jobs, int njobs,
+                           const json_t *run)
+{
+    int keep = 0;
+    for (int k = 0; k < p->nblocking; k++) {
+        const char *other = job_project(p->blocking[k], jobs, njobs, run);
+        if (other && !strcmp(other, project))
+            p->blocking[keep++] = p->blocking[k];
+    }
+    p->nblocking = keep;
+    static const char foreign[] = "a job of another project";
+    char out[sizeof p->missing];
+    size_t o = 0;
+    for (const char *t = p->missing; *t && o + 1 < sizeof out;) {
+        char id[STORE_ID_LEN];
+        if (!strncmp(t, "job ", 4) && strlen(t + 4) >= 36) {
+            memcpy(id, t + 4, 36);
+            id[36] = '\0';
+            const char *other = store_is_uuid(id) ? job_project(id, jobs, njobs, run) : project;
+            if (!other || strcmp(other, project)) {
+                o += (size_t)snprintf(out + o, sizeof out - o, "%s", foreign);
+                o = KILN_MIN(o, sizeof out - 1);
+                t += 4 + 36;
+                continue;
+            }
+        }
+        out[o++] = *t++;
+    }
+    out[o] = '\0';
+    memcpy(p->missing, out, sizeof out);
+}
+
 int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const sched_decision_t *dec,
                             const store_job_row_t *jobs, kiln_err_t *err)
 {
@@ -315,6 +367,7 @@ int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const
         if (dec[j].outcome == SCHED_ADMITTED)
             continue;
         ids[nw] = jobs[j].id;
+        pending_redact(&pend[j], jobs[j].project, jobs, snap->njobs, run);
         texts[nw] = pending_text(&pend[j], now);
         if (!texts[nw]) {
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

@@ -416,7 +416,6 @@ int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n)
         counts(json_object_get(j, "lending_limit"), q->lending_limit, SCHED_UNLIMITED);
         q->weight = json_number_value(json_object_get(j, "weight"));
         q->fair_projects = json_is_true(json_object_get(j, "fair_sharing"));
-        counts(json_object_get(j, "usage"), q->usage, 0);
     }
     return 0;
 }
@@ -453,7 +452,7 @@ int svc_queue_check_default(store_conn_t *c, const char *queue, const char *proj
     int qi = -1;
     int rc = store_queue_lock(c, queue, false, err);
     if (rc == 0)
-        rc = store_queue_defs_json(c, false, &all, err);
+        rc = store_queue_defs_json(c, &all, err);
     if (rc == 0)
         rc = queue_usable(all, queue, project, "default_queue", "", &qi, err);
     json_decref(all);
@@ -472,7 +471,7 @@ int svc_queue_resolve_job(store_conn_t *c, char queue[64], const char *project, 
         whose = " (the project's default queue)";
     }
     json_t *all = NULL;
-    rc = store_queue_defs_json(c, false, &all, err);
+    rc = store_queue_defs_json(c, &all, err);
     if (rc)
         return rc;
     sched_queue_t *qs = NULL;

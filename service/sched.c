@@ -359,41 +359,47 @@ static int view_apply(sched_view_t *v, store_pending_t *ch, int nch, char *snap)
     return 0;
 }
 
-int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int keep, store_job_row_t **out, int *n,
-                        kiln_err_t *err)
+const char *svc_sched_view_since(const sched_view_t *view)
+{
+    return view ? view->snap : NULL;
+}
+
+int svc_sched_view_update(sched_view_t **view, store_conn_t *c, store_pending_t *rows, int nrows, char *snap,
+                          bool forget, int limit, int keep, store_job_row_t **out, int *n, kiln_err_t *err)
 {
     *out = NULL;
     *n = 0;
     sched_view_t *v = *view;
-    int rc = 0;
     bool fresh = false;
-    if (v) {
-        store_pending_t *ch = NULL;
-        int nch = 0;
-        char *snap = NULL;
-        bool forget = false;
-        rc = store_job_pending_changes(c, v->snap, &ch, &nch, &snap, &forget, err);
-        if (rc == 0 && !forget && view_apply(v, ch, nch, snap) == 0)
+    if (v) { /* rows are the changes since its snapshot */
+        if (!forget && view_apply(v, rows, nrows, snap) == 0)
             snap = NULL; /* taken */
-        else if (rc == 0)
+        else
             svc_sched_view_drop(view); /* jobs were deleted, or out of memory: read it whole */
-        free(ch);
+        free(rows);
         free(snap);
-        if (rc) {
-            svc_sched_view_drop(view);
-            return rc;
-        }
+        rows = NULL;
+        snap = NULL;
         /* a bounded view that runs short of what the pass reads: read it whole again */
         if (*view && !v->complete && v->n < limit)
             svc_sched_view_drop(view);
     }
     if (!*view) {
-        if (!(v = calloc(1, sizeof(*v))))
+        if (!(v = calloc(1, sizeof(*v)))) {
+            free(rows);
+            free(snap);
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-        rc = store_job_pending_all(c, keep, &v->rows, &v->n, &v->snap, err);
-        if (rc) {
-            svc_sched_view_drop(&v);
-            return rc;
+        }
+        if (snap) { /* rows are the first keep waiting jobs */
+            v->rows = rows;
+            v->n = nrows;
+            v->snap = snap;
+        } else {
+            int rc = store_job_pending_all(c, keep, &v->rows, &v->n, &v->snap, err);
+            if (rc) {
+                svc_sched_view_drop(&v);
+                return rc;
+            }
         }
         v->complete = v->n < keep;
         if (v->n > 0)
@@ -413,6 +419,25 @@ int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int kee
     }
     *n = m;
     return 0;
+}
+
+int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int keep, store_job_row_t **out, int *n,
+                        kiln_err_t *err)
+{
+    store_pending_t *rows = NULL;
+    int nrows = 0;
+    char *snap = NULL;
+    bool forget = false;
+    const char *since = svc_sched_view_since(*view);
+    int rc = since ? store_job_pending_changes(c, since, &rows, &nrows, &snap, &forget, err)
+                   : store_job_pending_all(c, keep, &rows, &nrows, &snap, err);
+    if (rc) {
+        svc_sched_view_drop(view);
+        *out = NULL;
+        *n = 0;
+        return rc;
+    }
+    return svc_sched_view_update(view, c, rows, nrows, snap, forget, limit, keep, out, n, err);
 }
 
 /* A (queue, project, slot type) of the waiting jobs, as svc_sched_view_heads counts them. */
@@ -452,13 +477,10 @@ int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, 
     while (cap < 2 * ((size_t)limit + (size_t)max))
         cap *= 2;
     view_group_t *g = calloc(cap, sizeof(*g));
-    store_job_row_t *o = malloc((size_t)max * sizeof(*o));
-    if (!g || !o) {
-        free(g);
-        free(o);
+    if (!g)
         return KILN_ENOMEM;
-    }
-    int ngroups = 0, m = 0;
+    store_job_row_t *o = NULL; /* grown as heads are found: most passes find none */
+    int ngroups = 0, m = 0, ocap = 0;
     for (int i = 0; i < view->n && m < max; i++) {
         const store_job_row_t *r = &view->rows[i].row;
         if (!view->rows[i].group) /* kept with the row for the passes after */
@@ -473,15 +495,24 @@ int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, 
             g[k] = (view_group_t){.h = h, .row = i, .window = i < limit};
             ngroups++;
         }
-        if (i >= limit && !g[k].window && g[k].seen < per_group)
+        if (i >= limit && !g[k].window && g[k].seen < per_group) {
+            if (m == ocap) {
+                int grow = KILN_MIN(KILN_MAX(2 * ocap, 16), max);
+                store_job_row_t *more = realloc(o, (size_t)grow * sizeof(*o));
+                if (!more) {
+                    free(g);
+                    free(o);
+                    return KILN_ENOMEM;
+                }
+                o = more;
+                ocap = grow;
+            }
             o[m++] = *r;
+        }
         g[k].seen++;
     }
     free(g);
-    if (m == 0)
-        free(o);
-    else
-        *out = o;
+    *out = o;
     *n = m;
     return 0;
 }
@@ -678,6 +709,7 @@ static void sched_tick(svc_t *s)
     bool locked = false, reasons = false;
     bool kept = false, full_read = false; /* the pass ran through: its view of the queue may be kept for the next */
     sched_snapshot_t snap = {0};
+    store_pass_read_t rd = {0}; /* the pass's first reads: what is not taken from it is freed at the end */
     svc_sched_pass_t rec = {0}; /* this pass's record (took_us 0: none), appended once it is whole */
     /* when recording: the clocks at the pass's start and each phase's end, the commit's backend at
      * its transaction's start and end, and the read's wall time by step */
@@ -688,12 +720,7 @@ static void sched_tick(svc_t *s)
     kiln_err_clear(&err);
     if (store_conn_get(s->store, &c, &err))
         goto out;
-    /* Only the leader schedules (svc_sched_main), but a leader that lost its session has not
-     * always noticed yet when another takes over: the pass lock keeps two passes from handing the
-     * same free slots to different jobs in that moment. The connection keeps it for the pass. */
-    if (store_sched_lock(c, &locked, &err) || !locked)
-        goto out;
-    pass_start = t_step = kiln_mono_us(); /* the leader's passes only */
+    pass_start = t_step = kiln_mono_us();
     pthread_mutex_lock(&s->mu);
     recording = s->pass_rec != NULL;
     pthread_mutex_unlock(&s->mu);
@@ -706,13 +733,35 @@ static void sched_tick(svc_t *s)
         t_step = t_;                                                                                                   \
     } while (0)
     uint64_t gen = svc_cap_gen(s);
-    if (store_workers_capacity(c, &cap, &ncap, &err)) {
+    /* Only the leader schedules (svc_sched_main), but a leader that lost its session has not
+     * always noticed yet when another takes over: the pass lock keeps two passes from handing the
+     * same free slots to different jobs in that moment. The connection keeps it for the pass. The
+     * lock and what the pass reads first go in one round trip: the workers, the waiting jobs (the
+     * kept view's changes), the queues and the jobs holding slots. */
+    rd.since = svc_sched_view_since(s->view);
+    rd.keep = SCHED_VIEW_KEEP;
+    rd.half_life_s = SVC_FAIR_HALF_LIFE_S;
+    rd.usage = s->sched_fair_seen; /* projects' recent usage, if this pass is like the last */
+    if (store_sched_pass_read(c, &rd, &err)) {
         log_warn("scheduler: %s", err.message);
+        svc_sched_view_drop(&s->view); /* its changes were not read */
         goto out;
     }
-    SCHED_STEP(SVC_SCHED_STEP_WORKERS);
-    /* With no free slot anywhere nothing can be placed: read only the head of the queue (a
-     * submission storm into a busy or empty cluster would otherwise re-read it on every wake-up). */
+    if (!(locked = rd.locked))
+        goto out;
+    cap = rd.cap;
+    ncap = rd.ncap;
+    qjson = rd.queues;
+    pusage = rd.project_usage;
+    hold = rd.hold;
+    nhold = rd.nhold;
+    rd.cap = NULL;
+    rd.queues = rd.project_usage = NULL;
+    rd.hold = NULL;
+    SCHED_STEP(SVC_SCHED_STEP_READ);
+    /* With no free slot anywhere nothing can be placed: take only the head of the queue (a
+     * submission storm into a busy or empty cluster would otherwise go through it all on every
+     * wake-up). */
     int free_slots = 0;
     for (int i = 0; i < ncap; i++)
         free_slots += KILN_MAX(cap[i].slots_free, 0);
@@ -722,7 +771,11 @@ static void sched_tick(svc_t *s)
     if (full)
         s->sched_full_us = pass_start;
     /* the waiting jobs: the kept view brought up to date with what changed since the last pass */
-    if (svc_sched_view_read(&s->view, c, full ? SCHED_WINDOW : 20, SCHED_VIEW_KEEP, &jobs, &njobs, &err)) {
+    int vrc = svc_sched_view_update(&s->view, c, rd.pending, rd.npending, rd.snap, rd.forget,
+                                    full ? SCHED_WINDOW : 20, SCHED_VIEW_KEEP, &jobs, &njobs, &err);
+    rd.pending = NULL;
+    rd.snap = NULL;
+    if (vrc) {
         log_warn("scheduler: %s", err.message);
         goto out;
     }
@@ -741,7 +794,7 @@ static void sched_tick(svc_t *s)
         }
         free(heads);
     }
-    SCHED_STEP(SVC_SCHED_STEP_CHANGES);
+    SCHED_STEP(SVC_SCHED_STEP_VIEW);
     /* Keep the submission check's view fresh (a copy: the scheduler keeps its own). */
     store_worker_cap_t *copy = ncap ? malloc((size_t)ncap * sizeof(*copy)) : NULL;
     if (copy)
@@ -752,21 +805,22 @@ static void sched_tick(svc_t *s)
         kept = true;
         goto out;
     }
-    if (store_queue_defs_json(c, true, &qjson, &err) || svc_queues_to_sched(qjson, &queues, &nqueues)) {
-        log_warn("scheduler: could not read the queues: %s", err.message);
+    if (svc_queues_to_sched(qjson, &queues, &nqueues)) {
+        log_warn("scheduler: out of memory");
         goto out;
     }
     svc_prom_queues_seen(queues, nqueues);
-    /* Projects' recent usage matters only to the jobs of a fair queue among those read. */
+    /* Projects' recent usage matters only to the jobs of a fair queue among those read (a query
+     * over the recent runs in fair queues: read with the rest when the last pass needed it too). */
     bool fair = false;
     for (int j = 0; j < njobs && !fair; j++)
         for (int q = 0; q < nqueues && !fair; q++)
             fair = queues[q].fair_projects && strcmp(queues[q].name, jobs[j].queue) == 0;
-    if (fair && store_queue_project_usage(c, SVC_FAIR_HALF_LIFE_S, &pusage, &err)) {
+    s->sched_fair_seen = fair;
+    if (fair && !pusage && store_queue_project_usage(c, SVC_FAIR_HALF_LIFE_S, &pusage, &err)) {
         log_warn("scheduler: %s", err.message);
         goto out;
     }
-    SCHED_STEP(SVC_SCHED_STEP_QUEUES);
 
     w = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*w));
     sj = calloc((size_t)njobs, sizeof(*sj));
@@ -779,12 +833,6 @@ static void sched_tick(svc_t *s)
     source = calloc((size_t)njobs, sizeof(*source));
     if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !runtime || !source)
         goto out;
-    /* The jobs holding slots: victims for preemption, and their predicted ends for backfill. */
-    if (store_job_holding(c, &hold, &nhold, &err)) {
-        log_warn("scheduler: %s", err.message);
-        goto out;
-    }
-    SCHED_STEP(SVC_SCHED_STEP_HOLDINGS);
     int nrw = 0;
     for (int r = 0; r < nhold; r++)
         nrw += KILN_MAX(hold[r].nodes, 1);
@@ -815,6 +863,8 @@ static void sched_tick(svc_t *s)
             if (strcmp(queues[q].name, h->queue) == 0)
                 x->queue = q;
         x->type = sched_slot_type(h->slot_type);
+        if (x->queue >= 0 && x->type >= 0) /* each queue's usage: what its jobs hold */
+            queues[x->queue].usage[x->type] += h->nodes * h->slots_per_node;
         x->priority = h->priority;
         x->slots_per_node = h->slots_per_node;
         x->worker = &run_workers[off];
@@ -1049,6 +1099,7 @@ out:
     free(cap);
     free(jobs);
     free(hold);
+    store_pass_read_clear(&rd);
     free(run);
     free(run_workers);
     free(runtime);

@@ -591,18 +591,19 @@ bool svc_state_legal(svc_job_state_t from, svc_job_state_t to);
 bool svc_state_terminal(svc_job_state_t st);
 
 /* ---- scheduling passes, as a benchmark sees them ---------------------------------------------
- * Each pass of the leader's scheduler: when it began (kiln_mono_us), how long it took (pass lock
- * to release, as kiln_scheduler_pass_seconds counts it), the pending jobs it read and how many it
+ * Each pass of the leader's scheduler: when it began (kiln_mono_us), how long it took (from the
+ * read that takes the pass lock to its release, as kiln_scheduler_pass_seconds counts it), the pending jobs it read and how many it
  * admitted. svc_sched_record() has the passes from now on appended to buf (at most cap; later ones
  * are not recorded); buf must outlive the recording, which svc_sched_record(s, NULL, 0) ends.
  * svc_sched_recorded() is how many are in buf so far. */
 enum {
-    SVC_SCHED_STEP_WORKERS,  /* the workers' capacity */
-    SVC_SCHED_STEP_CHANGES,  /* the waiting jobs: the kept view brought up to date */
-    SVC_SCHED_STEP_QUEUES,   /* the queues' definitions and usage (and projects' usage for fair queues) */
-    SVC_SCHED_STEP_HOLDINGS, /* the jobs holding slots */
-    SVC_SCHED_STEP_FACTS,    /* new jobs' data paths and predictions */
-    SVC_SCHED_STEP_BUILD,    /* the snapshot built from them (no round trip) */
+    SVC_SCHED_STEP_READ,  /* the pass lock, the workers' capacity, the waiting jobs written since the
+                           * last pass, the queues, the jobs holding slots (and projects' usage when
+                           * the last pass needed it): one round trip (store_sched_pass_read) */
+    SVC_SCHED_STEP_VIEW,  /* the kept view of the waiting jobs brought up to date (a round trip only
+                           * when it must be read whole again) and the groups' heads */
+    SVC_SCHED_STEP_FACTS, /* new jobs' data paths and predictions */
+    SVC_SCHED_STEP_BUILD, /* the snapshot built from them (no round trip) */
     SVC_SCHED_STEPS
 };
 typedef struct svc_sched_pass {
@@ -613,7 +614,7 @@ typedef struct svc_sched_pass {
     int64_t read_us, decide_us, commit_us, reasons_us;
     bool full_read; /* it read every waiting job (else only those written since the last pass) */
     int facts_read; /* the jobs whose data paths or run-time prediction it read (not kept from before) */
-    /* the read's wall time by step (each one or two round trips): SVC_SCHED_STEP_* */
+    /* the read's wall time by step: SVC_SCHED_STEP_* */
     int64_t step_us[SVC_SCHED_STEPS];
     /* Work and waiting, for read, decide and commit (index 0-2): the scheduler thread's own CPU time
      * (CLOCK_THREAD_CPUTIME_ID) and its time runnable but waiting for a CPU (the kernel's run-queue

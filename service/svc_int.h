@@ -73,6 +73,7 @@ struct svc {
     pthread_t sched_thread, live_thread, notify_thread;
     bool sched_started, live_started, notify_started;
     int64_t sched_full_us;       /* the scheduler thread's: when a pass last read the whole queue */
+    bool sched_fair_seen;        /* the scheduler thread's: its last pass had jobs of a fair queue */
     int64_t sched_reasons_us;    /* the scheduler thread's: when a pass last wrote a long queue's */
     int64_t sched_reasons_took_us; /* reasons, and how long that took */
     struct sched_known *known;   /* the scheduler thread's: what it read of the jobs of its last
@@ -194,6 +195,18 @@ typedef struct svc_spec_path {
 } svc_spec_path_t;
 struct spec;
 int svc_spec_paths(const struct spec *sp, svc_spec_path_t *out);
+/* What a job spec (spec_parse'd, its project's editor role checked) must pass at submission besides
+ * spec_parse, asking the workers and the database: its files lie in data roots and outside other
+ * projects' areas, its queue (resolved into sp->queue in place) takes it, the job its model starts
+ * from (model.init_from "job:<id>") is one who can read with a model of its shape, and its code
+ * archive is its project's. svc_job_create runs it on each job, svc_tuning_create on a tuning
+ * job's base job and on its trials' (where svc_job_submit_same says they differ), for the
+ * submitter: the controller submits trials later as kilnd. c: the caller's connection. 0, or
+ * KILN_EINVAL naming the spec's field (KILN_EUNFIT for a queue's limits), or a database error. */
+int svc_job_submit_check(svc_t *s, store_conn_t *c, const svc_caller_t *who, struct spec *sp, kiln_err_t *err);
+/* Whether svc_job_submit_check asks the same of a and b (their project, queue, size, files, model
+ * source and code), so the answer for one is the other's. */
+bool svc_job_submit_same(const struct spec *a, const struct spec *b);
 /* Whether path (absolute, normalised) lies inside one of the worker's data roots. */
 bool svc_worker_holds(const store_worker_cap_t *w, const char *path);
 
@@ -226,6 +239,14 @@ typedef struct sched_view sched_view_t;
  * remain of a bounded view. *view is kept on success and dropped (NULL) on any error. */
 int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int keep, store_job_row_t **out, int *n,
                         kiln_err_t *err);
+/* svc_sched_view_read in two halves, for a pass that reads the queue with its other reads
+ * (store_sched_pass_read): the snapshot to read the changes since (NULL: read the first keep
+ * waiting jobs instead), then the view brought up to date with what that read gave (rows[0..nrows),
+ * snap and forget as store_job_pending_changes or store_job_pending_all give them; taken, freed
+ * here), reading the queue whole on c when the changes cannot serve. */
+const char *svc_sched_view_since(const sched_view_t *view);
+int svc_sched_view_update(sched_view_t **view, store_conn_t *c, store_pending_t *rows, int nrows, char *snap,
+                          bool forget, int limit, int keep, store_job_row_t **out, int *n, kiln_err_t *err);
 /* Into *out (caller frees; NULL when none) the first per_group waiting jobs, in the queue's order,
  * of each (queue, project, slot type) that has none among the view's first limit, at most max of
  * them (the groups first seen first): what a pass reads beside the first limit so that no queue,
@@ -495,8 +516,9 @@ void svc_tune_pass(svc_t *s);
     } while (0)
 
 /* ---- queues (queue.c) ---------------------------------------------------------------------- */
-/* The admission core's queues from the stored ones (store_queues_json's array, which must outlive
- * *out: names are borrowed). *out is malloc'd. KILN_ENOMEM. */
+/* The admission core's queues from the stored ones (store_queue_defs_json's array, which must
+ * outlive *out: names are borrowed), each with no usage (a pass counts it from the jobs holding
+ * slots). *out is malloc'd. KILN_ENOMEM. */
 int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n);
 /* The one place that decides a submitted job's queue: queue is the spec's ("" when it names none:
  * then the project's default queue is written into it). KILN_EINVAL (field "queue") when the

@@ -407,6 +407,63 @@ static int warm_start_check(store_conn_t *c, const svc_caller_t *who, const spec
     return 0;
 }
 
+/* The submission checks (svc_job_submit_check) for the submitter of the job of a trial at each
+ * point of t's parameters where they could answer otherwise than for the base job: every
+ * categorical value and both ends of a range, one parameter at a time (as spec_tuning_parse tries
+ * them with the job validator). The controller submits trials as kilnd, so what only the
+ * submitter may name (another job's model) is decided here. The check's status (KILN_EINVAL,
+ * KILN_EPERM for another project's area, KILN_EUNFIT) naming the point
+ * ("parameters.<name>.values[i]", ".min", ".max"), its reason in the message. */
+static int trials_check(svc_t *s, store_conn_t *c, const svc_caller_t *who, const spec_tuning_t *t, const spec_t *base,
+                        kiln_err_t *err)
+{
+    json_t *tags = json_object();
+    int rc = tags ? 0 : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    for (int i = 0; i < t->nparams && rc == 0; i++) {
+        const spec_tune_param_t *p = &t->params[i];
+        size_t n = p->type == SPEC_TUNE_CATEGORICAL ? json_array_size(p->values) : 2;
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            json_t *v = p->type == SPEC_TUNE_CATEGORICAL ? json_incref(json_array_get(p->values, k))
+                        : p->type == SPEC_TUNE_INTEGER   ? json_integer((json_int_t)(k ? p->max : p->min))
+                                                         : json_real(k ? p->max : p->min);
+            json_t *values = v ? json_pack("{s:o}", p->name, v) : NULL;
+            json_t *job = values ? spec_tuning_trial_spec(t, values, t->name, tags) : NULL;
+            json_decref(values);
+            if (!job) {
+                rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+                break;
+            }
+            spec_t sp;
+            kiln_err_t e2;
+            rc = spec_parse(job, &sp, err); /* spec_tuning_parse tried this value: it parses */
+            json_decref(job);
+            if (rc)
+                break;
+            if (!svc_job_submit_same(&sp, base) && (rc = svc_job_submit_check(s, c, who, &sp, &e2))) {
+                if (e2.field[0]) {
+                    char field[sizeof err->field], what[32];
+                    if (p->type == SPEC_TUNE_CATEGORICAL)
+                        snprintf(what, sizeof what, "values[%zu]", k);
+                    else
+                        snprintf(what, sizeof what, "%s", k ? "max" : "min");
+                    snprintf(field, sizeof field, "parameters.%.80s.%s", p->name, what);
+                    kiln_err_set(err, rc, field, "parameter \"%s\": a trial's job would be refused: %s", p->name,
+                                 e2.message);
+                    if (e2.detail[0])
+                        kiln_err_detail(err, "%s: %s", e2.field, e2.detail);
+                    if (e2.hint[0])
+                        kiln_err_hint(err, "%s", e2.hint);
+                } else {
+                    *err = e2;
+                }
+            }
+            spec_deinit(&sp);
+        }
+    }
+    json_decref(tags);
+    return rc;
+}
+
 int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
@@ -436,10 +493,10 @@ int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, jso
     based = true;
     if ((rc = store_conn_get(s->store, &c, err)) || (rc = warm_start_check(c, who, &t, err)))
         goto fail;
-    rc = svc_queue_resolve_job(c, base.queue, base.project, base.res.slot_type,
-                               base.res.nodes * base.res.slots_per_node, err);
+    /* the base job meets what a job submitted by this caller meets; the trials' points below */
+    rc = svc_job_submit_check(s, c, who, &base, err);
     if (rc) {
-        if (rc == KILN_EINVAL && err->field[0]) {
+        if (err->field[0]) {
             char f[sizeof err->field];
             snprintf(f, sizeof f, "job.%.120s", err->field);
             kiln_strlcpy(err->field, f, sizeof err->field);
@@ -448,6 +505,8 @@ int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, jso
     }
     /* every trial waits in the queue decided now (the project's default when the spec names none) */
     json_object_set_new(t.job, "queue", json_string(base.queue));
+    if ((rc = trials_check(s, c, who, &t, &base, err)))
+        goto fail;
     norm = spec_tuning_to_json(&t);
     text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
     if (!text) {

@@ -305,6 +305,8 @@ int spec_caps_check(const spec_t *s, const char *backend, kiln_err_t *err);
 #define SPEC_TUNE_MAX_JOBS 1000    /* max_jobs, at most */
 #define SPEC_TUNE_MAX_RUNGS 16     /* hyperband rungs, at most */
 #define SPEC_TUNE_MAX_PARENTS 5    /* warm_start.parents, at most (SageMaker's limit) */
+#define SPEC_TUNE_MAX_INT 9007199254740992.0 /* 2^53: an integer range's ends lie within +-this, where a
+                                                 double holds every integer exactly */
 
 typedef enum { SPEC_TUNE_INTEGER = 1, SPEC_TUNE_CONTINUOUS, SPEC_TUNE_CATEGORICAL } spec_tune_type_t;
 typedef enum { SPEC_TUNE_LINEAR = 0, SPEC_TUNE_LOG, SPEC_TUNE_REVERSE_LOG } spec_tune_scaling_t;

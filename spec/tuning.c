@@ -206,9 +206,10 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     if (path_reserved(p->path))
         return invalid(err, section, "vary hyperparameters, model or data fields",
                        "parameter \"%s\": a trial may not vary %s", name, p->path);
-    if (t->strategy == SPEC_TUNE_HYPERBAND && !strcmp(p->path, "hyperparameters.max_steps"))
+    if (t->strategy == SPEC_TUNE_HYPERBAND &&
+        (!strcmp(p->path, "hyperparameters.max_steps") || !strcmp(p->path, "stopping.max_steps")))
         return invalid(err, section, "hyperband gives each trial its steps: set hyperband.min_resource and max_resource",
-                       "parameter \"%s\": hyperband decides hyperparameters.max_steps", name);
+                       "parameter \"%s\": hyperband decides %s (a trial's rungs)", name, p->path);
     /* the base job must have the field; a script job's hyperparameters are free-form */
     bool free_form = t->script && !strncmp(p->path, "hyperparameters.", 16);
     json_t *base = path_walk(t->job, p->path, false, NULL, NULL);
@@ -264,9 +265,21 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
             return invalid(err, f, "give a number", "%s must be a finite number", f);
         if (p->type == SPEC_TUNE_INTEGER && json_is_real(v) && json_real_value(v) != floor(json_real_value(v)))
             return invalid(err, f, "an integer parameter's range has integer ends", "%s must be an integer", f);
+        if (p->type == SPEC_TUNE_INTEGER &&
+            (json_is_integer(v) ? json_integer_value(v) > (json_int_t)SPEC_TUNE_MAX_INT ||
+                                      json_integer_value(v) < -(json_int_t)SPEC_TUNE_MAX_INT
+                                : fabs(json_real_value(v)) > SPEC_TUNE_MAX_INT))
+            return invalid(err, f, "give an integer from -9007199254740992 to 9007199254740992 (2^53)",
+                           "%s (%g) is outside -2^53 to 2^53, the integers a parameter takes", f, json_number_value(v));
     }
     p->min = json_number_value(jmin);
     p->max = json_number_value(jmax);
+    if (p->type == SPEC_TUNE_CONTINUOUS && !isfinite(p->max - p->min)) {
+        char f[192];
+        snprintf(f, sizeof f, "%s.max", section);
+        return invalid(err, f, "give a range whose width max - min is a finite number (below about 1.8e308)",
+                       "%s: the range from %g to %g is too wide to draw from", section, p->min, p->max);
+    }
     char scaling[16] = "linear";
     if ((rc = rd_string(&r, o, "scaling", scaling, sizeof scaling)))
         return rc;

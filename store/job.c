@@ -204,7 +204,7 @@ int store_job_rows_lock(store_conn_t *c, const char *const *ids, int n, store_jo
         store_buf_uuid_array(&a, valid, m);
         const char *p[1] = {a.p};
         PGresult *r = NULL;
-        rc = store_q(c, "lock jobs",
+        rc = store_qp(c, "lock jobs",
                      "SELECT " ROW_COLS ", x.i, extract(epoch FROM clock_timestamp() - updated_at)::float8"
                      " FROM unnest($1::uuid[]) WITH ORDINALITY x(jid, i) JOIN jobs ON jobs.id = x.jid"
                      " ORDER BY jobs.id FOR UPDATE OF jobs", 1, p, &r, err);
@@ -429,20 +429,17 @@ int store_pending_cmp(const void *a, const void *b)
  * ROW_COLS and created_at in microseconds (exact: extract returns numeric). */
 #define PENDING_COLS "state IN " STORE_WAITING ", " ROW_COLS ", (extract(epoch FROM created_at) * 1000000)::bigint"
 
-/* Reads the rows of one pending read: column 0 the snapshot, 1 whether jobs were deleted since,
- * then PENDING_COLS (NULL when no job matched: the one row carries only the snapshot). */
-static int pending_read(store_conn_t *c, const char *what, const char *sql, int np, const char *const *p,
-                        store_pending_t **out, int *n, char **snap, bool *forget, kiln_err_t *err)
+/* The rows of one pending read (what names it): column 0 the snapshot, 1 whether jobs were
+ * deleted since, then PENDING_COLS (NULL when no job matched: the one row carries only the
+ * snapshot). Consumes r. */
+static int pending_take(PGresult *r, const char *what, store_pending_t **out, int *n, char **snap, bool *forget,
+                        kiln_err_t *err)
 {
     *out = NULL;
     *n = 0;
     *snap = NULL;
     if (forget)
         *forget = false;
-    PGresult *r = NULL;
-    int rc = store_q(c, what, sql, np, p, &r, err);
-    if (rc)
-        return rc;
     int rows = PQntuples(r);
     if (rows < 1) {
         PQclear(r);
@@ -474,16 +471,54 @@ static int pending_read(store_conn_t *c, const char *what, const char *sql, int 
     return 0;
 }
 
+/* The first limit waiting jobs, in the queue's order. */
+static void pending_all_stmt(store_stmt_t *s, int limit)
+{
+    *s = (store_stmt_t){.what = "read the job queue",
+                        .sql = "SELECT s.snap::text, false, j.* FROM (SELECT pg_current_snapshot() AS snap) s"
+                               " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE state IN " STORE_WAITING
+                               "  ORDER BY priority DESC, created_at, id LIMIT $1::int) j ON true",
+                        .nparams = 1};
+    snprintf(s->buf[0], sizeof s->buf[0], "%d", limit);
+    s->p[0] = s->buf[0];
+    s->params = s->p;
+}
+
+/* Every job written since snapshot since (which must outlive s). KILN_EINVAL when since is not a
+ * snapshot's text. */
+static int pending_changes_stmt(store_stmt_t *s, const char *since, kiln_err_t *err)
+{
+    *s = (store_stmt_t){.what = "read the job queue's changes",
+                        .sql = "SELECT s.snap::text, s.forgot, j.* FROM (SELECT pg_current_snapshot() AS snap,"
+                               "  NOT pg_visible_in_snapshot((SELECT xid FROM job_forget), $1::pg_snapshot) AS forgot) s"
+                               " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE sched_xid >= $2::xid8"
+                               "  AND NOT pg_visible_in_snapshot(sched_xid, $1::pg_snapshot)) j ON true",
+                        .nparams = 2};
+    /* a snapshot's text is xmin:xmax:xip,...; rows written before xmin were visible in it (or
+     * never committed), so the index bounds the scan to those at or after it */
+    size_t k = 0;
+    while (since[k] >= '0' && since[k] <= '9' && k < sizeof s->buf[0] - 1) {
+        s->buf[0][k] = since[k];
+        k++;
+    }
+    s->buf[0][k] = '\0';
+    if (k == 0 || since[k] != ':')
+        return kiln_err_set(err, KILN_EINVAL, NULL, "malformed snapshot \"%.60s\"", since);
+    s->p[0] = since;
+    s->p[1] = s->buf[0];
+    s->params = s->p;
+    return 0;
+}
+
 int store_job_pending_all(store_conn_t *c, int limit, store_pending_t **out, int *n, char **snap, kiln_err_t *err)
 {
-    char lim[16];
-    snprintf(lim, sizeof(lim), "%d", limit);
-    const char *p[1] = {lim};
-    return pending_read(c, "read the job queue",
-                        "SELECT s.snap::text, false, j.* FROM (SELECT pg_current_snapshot() AS snap) s"
-                        " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE state IN " STORE_WAITING
-                        "  ORDER BY priority DESC, created_at, id LIMIT $1::int) j ON true",
-                        1, p, out, n, snap, NULL, err);
+    *out = NULL;
+    *n = 0;
+    *snap = NULL;
+    store_stmt_t s;
+    pending_all_stmt(&s, limit);
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    return rc ? rc : pending_take(s.r, s.what, out, n, snap, NULL, err);
 }
 
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err)
@@ -510,29 +545,15 @@ int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n,
 int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_t **out, int *n, char **snap,
                               bool *forget, kiln_err_t *err)
 {
-    /* a snapshot's text is xmin:xmax:xip,...; rows written before xmin were visible in it (or
-     * never committed), so the index bounds the scan to those at or after it */
-    char xmin[24];
-    size_t k = 0;
-    while (since[k] >= '0' && since[k] <= '9' && k < sizeof(xmin) - 1) {
-        xmin[k] = since[k];
-        k++;
-    }
-    xmin[k] = '\0';
-    if (k == 0 || since[k] != ':') {
-        *out = NULL;
-        *n = 0;
-        *snap = NULL;
-        *forget = true;
-        return kiln_err_set(err, KILN_EINVAL, NULL, "malformed snapshot \"%.60s\"", since);
-    }
-    const char *p[2] = {since, xmin};
-    return pending_read(c, "read the job queue's changes",
-                        "SELECT s.snap::text, s.forgot, j.* FROM (SELECT pg_current_snapshot() AS snap,"
-                        "  NOT pg_visible_in_snapshot((SELECT xid FROM job_forget), $1::pg_snapshot) AS forgot) s"
-                        " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE sched_xid >= $2::xid8"
-                        "  AND NOT pg_visible_in_snapshot(sched_xid, $1::pg_snapshot)) j ON true",
-                        2, p, out, n, snap, forget, err);
+    *out = NULL;
+    *n = 0;
+    *snap = NULL;
+    *forget = true; /* unless read: a caller that cannot read the changes reads the queue whole */
+    store_stmt_t s;
+    int rc = pending_changes_stmt(&s, since, err);
+    if (rc == 0)
+        rc = store_qp_pipeline(c, &s, 1, err);
+    return rc ? rc : pending_take(s.r, s.what, out, n, snap, forget, err);
 }
 
 static void holding_fill(const PGresult *r, int i, void *elem)
@@ -555,24 +576,38 @@ static void holding_fill(const PGresult *r, int i, void *elem)
     kiln_strlcpy(o->workers, store_get_str(r, i, 13), sizeof(o->workers));
 }
 
+static void holding_stmt(store_stmt_t *s)
+{
+    *s = (store_stmt_t){.what = "read the jobs holding slots",
+                        .sql = "SELECT j.id::text, j.state, j.queue, j.slot_type, j.attempt, j.priority, j.nodes,"
+                               " j.slots_per_node, j.preemptions,"
+                               " GREATEST(j.progress_step - COALESCE(floor(CASE WHEN jsonb_typeof(j.metrics->'checkpoint_step')"
+                               "  = 'number' THEN (j.metrics->>'checkpoint_step')::float8 END)::bigint, 0), 0),"
+                               " extract(epoch FROM clock_timestamp() - j.created_at)::float8,"
+                               " LEAST(CASE WHEN j.step_time_s IS NOT NULL AND j.total_steps > 0"
+                               "   THEN j.step_time_s * GREATEST(j.total_steps - j.progress_step, 0) END,"
+                               "  CASE WHEN j.started_at IS NOT NULL AND (j.spec->'stopping'->>'max_runtime_s')::float8 > 0"
+                               "   THEN extract(epoch FROM j.started_at - clock_timestamp())::float8"
+                               "    + (j.spec->'stopping'->>'max_runtime_s')::float8 END),"
+                               " extract(epoch FROM j.backfill_end - clock_timestamp())::float8,"
+                               " (SELECT string_agg(a.worker_id, ',' ORDER BY a.node_rank) FROM assignments a"
+                               "   WHERE a.job_id = j.id AND a.attempt = j.attempt AND NOT a.released)"
+                               " FROM jobs j WHERE j.state IN " STORE_HOLDING};
+}
+
+static int holding_take(PGresult *r, store_holding_t **out, int *n, kiln_err_t *err)
+{
+    return store_rows_take(r, "read the jobs holding slots", sizeof(**out), holding_fill, (void **)out, n, err);
+}
+
 int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t *err)
 {
-    return store_q_rows(c, "read the jobs holding slots",
-                        "SELECT j.id::text, j.state, j.queue, j.slot_type, j.attempt, j.priority, j.nodes,"
-                        " j.slots_per_node, j.preemptions,"
-                        " GREATEST(j.progress_step - COALESCE(floor(CASE WHEN jsonb_typeof(j.metrics->'checkpoint_step')"
-                        "  = 'number' THEN (j.metrics->>'checkpoint_step')::float8 END)::bigint, 0), 0),"
-                        " extract(epoch FROM clock_timestamp() - j.created_at)::float8,"
-                        " LEAST(CASE WHEN j.step_time_s IS NOT NULL AND j.total_steps > 0"
-                        "   THEN j.step_time_s * GREATEST(j.total_steps - j.progress_step, 0) END,"
-                        "  CASE WHEN j.started_at IS NOT NULL AND (j.spec->'stopping'->>'max_runtime_s')::float8 > 0"
-                        "   THEN extract(epoch FROM j.started_at - clock_timestamp())::float8"
-                        "    + (j.spec->'stopping'->>'max_runtime_s')::float8 END),"
-                        " extract(epoch FROM j.backfill_end - clock_timestamp())::float8,"
-                        " (SELECT string_agg(a.worker_id, ',' ORDER BY a.node_rank) FROM assignments a"
-                        "   WHERE a.job_id = j.id AND a.attempt = j.attempt AND NOT a.released)"
-                        " FROM jobs j WHERE j.state IN " STORE_HOLDING, 0, NULL,
-                        sizeof(**out), holding_fill, (void **)out, n, err);
+    *out = NULL;
+    *n = 0;
+    store_stmt_t s;
+    holding_stmt(&s);
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    return rc ? rc : holding_take(s.r, out, n, err);
 }
 
 int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, store_predict_t *source,
@@ -589,7 +624,7 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
     store_buf_uuid_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
-    int rc = store_q(c, "predict run times",
+    int rc = store_qp(c, "predict run times",
                      "WITH p AS (SELECT x.i, j.spec, j.total_steps, j.progress_step, j.step_time_s, j.started_at"
                      "  FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i) JOIN jobs j ON j.id = x.id),"
                      " h AS (SELECT spec->'model' AS m, spec->'resources' AS r, sum(step_time_s) AS st, count(*) AS n"
@@ -636,7 +671,7 @@ int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out
     store_buf_uuid_array(&a, ids, n);
     const char *p[1] = {a.p};
     PGresult *r = NULL;
-    int rc = store_q(c, "read job paths", "SELECT x.i, j.data_paths::text FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i)"
+    int rc = store_qp(c, "read job paths", "SELECT x.i, j.data_paths::text FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i)"
                      " JOIN jobs j ON j.id = x.id",
                      1, p, &r, err);
     store_buf_free(&a);
@@ -665,7 +700,7 @@ static int update_by_ids(store_conn_t *c, const char *what, const char *sql, con
     store_buf_uuid_array(&a, ids, n);
     store_buf_text_array(&b, texts, n);
     const char *p[2] = {a.p, b.p};
-    int rc = store_q(c, what, sql, 2, p, NULL, err);
+    int rc = store_qp(c, what, sql, 2, p, NULL, err);
     store_buf_free(&a);
     store_buf_free(&b);
     return rc;
@@ -693,7 +728,8 @@ int store_job_running_json(store_conn_t *c, json_t **out, kiln_err_t *err)
     *out = NULL;
     PGresult *r = NULL;
     int rc = store_q(c, "read the running jobs",
-                     "SELECT coalesce(json_agg(json_build_object('id', j.id, 'queue', j.queue, 'slot_type', j.slot_type,"
+                     "SELECT coalesce(json_agg(json_build_object('id', j.id, 'project', j.project, 'queue', j.queue,"
+                     " 'slot_type', j.slot_type,"
                      " 'nodes', j.nodes, 'slots_per_node', j.slots_per_node,"
                      " 'workers', ARRAY(SELECT a.worker_id FROM assignments a WHERE a.job_id = j.id"
                      "   AND a.attempt = j.attempt ORDER BY a.node_rank),"
@@ -858,17 +894,77 @@ int store_job_ids_between(store_conn_t *c, const char *lo, const char *hi, const
 /* Advisory lock key for the scheduler: "kiln" "schd". */
 #define SCHED_LOCK_KEY "7596502641281558628"
 
-int store_sched_lock(store_conn_t *c, bool *got, kiln_err_t *err)
+void store_pass_read_clear(store_pass_read_t *pr)
 {
-    PGresult *r = NULL;
-    *got = false;
-    int rc = store_q(c, "take the scheduler lock", "SELECT pg_try_advisory_lock(" SCHED_LOCK_KEY ")",
-                     0, NULL, &r, err);
+    free(pr->cap);
+    free(pr->pending);
+    free(pr->snap);
+    json_decref(pr->queues);
+    json_decref(pr->project_usage);
+    free(pr->hold);
+    pr->cap = NULL;
+    pr->pending = NULL;
+    pr->snap = NULL;
+    pr->queues = pr->project_usage = NULL;
+    pr->hold = NULL;
+    pr->ncap = pr->npending = pr->nhold = 0;
+    pr->locked = pr->forget = false;
+}
+
+/* s's result, handed over (s keeps none). */
+static PGresult *stmt_result(store_stmt_t *s)
+{
+    PGresult *r = s->r;
+    s->r = NULL;
+    return r;
+}
+
+int store_sched_pass_read(store_conn_t *c, store_pass_read_t *pr, kiln_err_t *err)
+{
+    enum { LOCK, WORKERS, PENDING, QUEUES, HOLDING, USAGE, N };
+    store_pass_read_clear(pr);
+    store_stmt_t st[N];
+    st[LOCK] = (store_stmt_t){.what = "take the scheduler lock",
+                              .sql = "SELECT pg_try_advisory_lock(" SCHED_LOCK_KEY ")"};
+    store_workers_capacity_stmt(&st[WORKERS]);
+    int rc = 0;
+    if (pr->since)
+        rc = pending_changes_stmt(&st[PENDING], pr->since, err);
+    else
+        pending_all_stmt(&st[PENDING], pr->keep);
+    store_queue_defs_stmt(&st[QUEUES]);
+    holding_stmt(&st[HOLDING]);
+    store_queue_project_usage_stmt(&st[USAGE], pr->half_life_s);
+    st[USAGE].r = NULL; /* when not sent */
     if (rc)
         return rc;
-    *got = store_get_bool(r, 0, 0);
-    PQclear(r);
-    return 0;
+    int n = pr->usage ? N : USAGE;
+    rc = store_qp_pipeline(c, st, n, err);
+    /* a failure after the lock was taken leaves it held (a transaction's end does not release it) */
+    pr->locked = st[LOCK].r && store_get_bool(st[LOCK].r, 0, 0);
+    if (rc == 0 && pr->locked) { /* each take consumes its result, failed or not */
+        bool forget = false;
+        rc = store_workers_capacity_take(stmt_result(&st[WORKERS]), &pr->cap, &pr->ncap, err);
+        if (rc == 0)
+            rc = pending_take(stmt_result(&st[PENDING]), st[PENDING].what, &pr->pending, &pr->npending, &pr->snap,
+                              &forget, err);
+        pr->forget = forget;
+        if (rc == 0)
+            rc = store_queue_defs_take(stmt_result(&st[QUEUES]), &pr->queues, err);
+        if (rc == 0)
+            rc = holding_take(stmt_result(&st[HOLDING]), &pr->hold, &pr->nhold, err);
+        if (rc == 0 && n > USAGE && store_queue_project_usage_take(stmt_result(&st[USAGE]), &pr->project_usage))
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    for (int k = 0; k < N; k++) /* what was not taken: another scheduler holds the lock, or an error */
+        PQclear(st[k].r);
+    if (rc) {
+        bool held = pr->locked;
+        store_pass_read_clear(pr);
+        if (held)
+            store_sched_unlock(c);
+    }
+    return rc;
 }
 
 void store_sched_unlock(store_conn_t *c)

@@ -133,6 +133,12 @@ int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
         if (pf.fd < 0 || poll(&pf, 1, 0) <= 0 || !PQconsumeInput(c->pg))
             break; /* nothing waiting (the usual case), or the connection is now marked bad */
     }
+    /* one a failed pipeline left in pipeline mode is of no use to the next caller */
+    if (c->pg && PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF) {
+        PQfinish(c->pg);
+        c->pg = NULL;
+        conn_forget_prepared(c);
+    }
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
         if (c->pg) {
             PQreset(c->pg);
@@ -221,12 +227,19 @@ int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
     return q_result(c, PQexecParams(c->pg, sql, nparams, NULL, params, NULL, NULL, 0), what, out, err);
 }
 
-int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
-             const char *const *params, PGresult **out, kiln_err_t *err)
+/* The index of sql among the statements prepared on c's session (c->nprepared: not yet). */
+static int prepared_index(const store_conn_t *c, const char *sql)
 {
     int i = 0;
     while (i < c->nprepared && strcmp(c->prepared[i], sql) != 0)
         i++;
+    return i;
+}
+
+int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
+             const char *const *params, PGresult **out, kiln_err_t *err)
+{
+    int i = prepared_index(c, sql);
     char name[16];
     snprintf(name, sizeof(name), "k%d", i);
     if (i == c->nprepared) {
@@ -243,16 +256,101 @@ int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
     return q_result(c, PQexecPrepared(c->pg, name, nparams, params, NULL, NULL, 0), what, out, err);
 }
 
-int store_q_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
-                 const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
-                 kiln_err_t *err)
+int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
+{
+    for (int i = 0; i < n; i++)
+        st[i].r = NULL;
+    if (n == 1)
+        return store_qp(c, st->what, st->sql, st->nparams, st->params, &st->r, err);
+    /* the commands queued, in order: statement i's PREPARE is -1 - i, its execution i */
+    int *cmd = malloc((size_t)KILN_MAX(2 * n, 1) * sizeof(*cmd));
+    if (!cmd)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    if (PQenterPipelineMode(c->pg) != 1) {
+        free(cmd);
+        return store_pg_conn_fail(c->pg, "send statements together", err);
+    }
+    /* Each statement as store_qp runs it: prepared on the session the first time (the PREPARE
+     * goes in the pipeline just before it), by name after. The statements and their parameters
+     * are small (what the scheduler reads): sent whole before any result is read, they fit the
+     * socket's buffers, so blocking mode cannot deadlock with the server's output. */
+    int rc = 0, ncmd = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const store_stmt_t *s = &st[i];
+        int k = prepared_index(c, s->sql);
+        char name[16];
+        snprintf(name, sizeof(name), "k%d", k);
+        bool named = k < c->nprepared;
+        if (!named && k < STORE_PREPARED_MAX && (c->prepared[k] = strdup(s->sql))) {
+            if (PQsendPrepare(c->pg, name, s->sql, s->nparams, NULL) != 1) {
+                free(c->prepared[k]);
+                c->prepared[k] = NULL;
+                rc = store_pg_conn_fail(c->pg, s->what, err);
+                break;
+            }
+            c->nprepared++;
+            cmd[ncmd++] = -1 - i;
+            named = true;
+        }
+        if (named ? PQsendQueryPrepared(c->pg, name, s->nparams, s->params, NULL, NULL, 0) != 1
+                  : PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, s->params, NULL, NULL, 0) != 1)
+            rc = store_pg_conn_fail(c->pg, s->what, err);
+        else
+            cmd[ncmd++] = i;
+    }
+    /* the sync even after a failed send: the server answers only what a sync ends */
+    if (PQpipelineSync(c->pg) != 1 && rc == 0)
+        rc = store_pg_conn_fail(c->pg, "send statements together", err);
+    /* every command's results in order, each ended by a NULL; after a failure the rest come back
+     * aborted, and the first failure is the error */
+    for (int q = 0; q < ncmd; q++) {
+        int i = cmd[q] < 0 ? -1 - cmd[q] : cmd[q];
+        PGresult *r;
+        while ((r = PQgetResult(c->pg)) != NULL) {
+            ExecStatusType s = PQresultStatus(r);
+            if (s == PGRES_FATAL_ERROR && rc == 0) {
+                if (cmd[q] < 0) { /* the session never got it: its slot (and name) matches nothing more */
+                    int k = prepared_index(c, st[i].sql);
+                    if (k < c->nprepared)
+                        c->prepared[k][0] = '\0';
+                }
+                rc = store_pg_fail(c, r, st[i].what, err);
+            }
+            if (cmd[q] >= 0 && (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) && !st[i].r)
+                st[i].r = r;
+            else
+                PQclear(r);
+        }
+    }
+    free(cmd);
+    /* the sync's result, then out of pipeline mode (a connection that cannot leave it is dropped
+     * by the pool when it is next taken) */
+    PGresult *r = PQgetResult(c->pg);
+    if (rc == 0 && (!r || PQresultStatus(r) != PGRES_PIPELINE_SYNC))
+        rc = store_pg_fail(c, r, "send statements together", err);
+    PQclear(r);
+    if (PQexitPipelineMode(c->pg) != 1 && rc == 0)
+        rc = store_pg_conn_fail(c->pg, "send statements together", err);
+    return rc;
+}
+
+static int q_rows(store_conn_t *c, bool prepared, const char *what, const char *sql, int nparams,
+                  const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
+                  kiln_err_t *err)
 {
     *out = NULL;
     *n = 0;
     PGresult *r = NULL;
-    int rc = store_q(c, what, sql, nparams, params, &r, err);
-    if (rc)
-        return rc;
+    int rc = prepared ? store_qp(c, what, sql, nparams, params, &r, err)
+                      : store_q(c, what, sql, nparams, params, &r, err);
+    return rc ? rc : store_rows_take(r, what, elem_size, fill, out, n, err);
+}
+
+int store_rows_take(PGresult *r, const char *what, size_t elem_size, store_row_fn fill, void **out, int *n,
+                    kiln_err_t *err)
+{
+    *out = NULL;
+    *n = 0;
     int rows = PQntuples(r);
     char *arr = NULL;
     if (rows > 0 && !(arr = calloc((size_t)rows, elem_size))) {
@@ -265,6 +363,20 @@ int store_q_rows(store_conn_t *c, const char *what, const char *sql, int nparams
     *out = arr;
     *n = rows;
     return 0;
+}
+
+int store_q_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
+                 const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
+                 kiln_err_t *err)
+{
+    return q_rows(c, false, what, sql, nparams, params, elem_size, fill, out, n, err);
+}
+
+int store_qp_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
+                  const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
+                  kiln_err_t *err)
+{
+    return q_rows(c, true, what, sql, nparams, params, elem_size, fill, out, n, err);
 }
 
 int store_begin(store_conn_t *c, kiln_err_t *err)

@@ -69,22 +69,24 @@ int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_
     return rows_json(r, out, err);
 }
 
-int store_queue_defs_json(store_conn_t *c, bool usage, json_t **out, kiln_err_t *err)
+void store_queue_defs_stmt(store_stmt_t *s)
+{
+    *s = (store_stmt_t){.what = "list queues",
+                        .sql = "SELECT json_build_object(" QUEUE_FIELDS ")::text FROM queues q ORDER BY q.name"};
+}
+
+int store_queue_defs_take(PGresult *r, json_t **out, kiln_err_t *err)
+{
+    return rows_json(r, out, err);
+}
+
+int store_queue_defs_json(store_conn_t *c, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    PGresult *r = NULL;
-    int rc = usage ? store_q(c, "list queues",
-                             "SELECT json_build_object(" QUEUE_FIELDS ", 'usage', json_build_object("
-                             " 'cpu', coalesce(n.cpu, 0), 'gpu', coalesce(n.gpu, 0)))::text FROM queues q LEFT JOIN"
-                             " (SELECT j.queue,"
-                             "   sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'cpu') AS cpu,"
-                             "   sum(j.nodes * j.slots_per_node) FILTER (WHERE j.slot_type = 'gpu') AS gpu"
-                             "  FROM jobs j WHERE j.state IN " STORE_HOLDING " GROUP BY j.queue) n ON n.queue = q.name"
-                             " ORDER BY q.name", 0, NULL, &r, err)
-                   : store_q(c, "list queues",
-                             "SELECT json_build_object(" QUEUE_FIELDS ")::text FROM queues q ORDER BY q.name", 0, NULL,
-                             &r, err);
-    return rc ? rc : rows_json(r, out, err);
+    store_stmt_t s;
+    store_queue_defs_stmt(&s);
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    return rc ? rc : store_queue_defs_take(s.r, out, err);
 }
 
 /* The text of a JSON field of q, or NULL when absent or null. Caller frees. */
@@ -228,34 +230,46 @@ int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
     return KILN_ESTATE;
 }
 
-int store_queue_project_usage(store_conn_t *c, double half_life_s, json_t **out, kiln_err_t *err)
+void store_queue_project_usage_stmt(store_stmt_t *s, double half_life_s)
 {
-    *out = NULL;
-    char tau[32];
-    snprintf(tau, sizeof tau, "%.6g", half_life_s / 0.6931471805599453);
-    const char *p[1] = {tau};
-    PGresult *r = NULL;
     /* held now, plus each job's slots integrated over its run with a decay of tau, divided by tau
      * (a job that ran all along with n slots counts n); runs that ended ten tau ago count nothing */
-    int rc = store_q(c, "read projects' recent usage",
-                     "SELECT json_object_agg(queue, projects)::text FROM ("
-                     " SELECT queue, json_object_agg(project, u) AS projects FROM ("
-                     "  SELECT queue, project, sum(nodes * slots_per_node * ("
-                     "   CASE WHEN state IN " STORE_HOLDING " THEN 1 ELSE 0 END"
-                     "   + CASE WHEN started_at IS NULL THEN 0 ELSE"
-                     "     exp(-extract(epoch FROM now() - coalesce(ended_at, now())) / $1::float8)"
-                     "     - exp(-extract(epoch FROM now() - started_at) / $1::float8) END)) AS u"
-                     "  FROM jobs WHERE queue IN (SELECT name FROM queues WHERE fair_sharing)"
-                     "   AND (state IN " STORE_HOLDING " OR ended_at > now() - make_interval(secs => 10 * $1::float8))"
-                     "  GROUP BY queue, project) per_project GROUP BY queue) per_queue",
-                     1, p, &r, err);
-    if (rc)
-        return rc;
+    *s = (store_stmt_t){.what = "read projects' recent usage",
+                        .sql = "SELECT json_object_agg(queue, projects)::text FROM ("
+                               " SELECT queue, json_object_agg(project, u) AS projects FROM ("
+                               "  SELECT queue, project, sum(nodes * slots_per_node * ("
+                               "   CASE WHEN state IN " STORE_HOLDING " THEN 1 ELSE 0 END"
+                               "   + CASE WHEN started_at IS NULL THEN 0 ELSE"
+                               "     exp(-extract(epoch FROM now() - coalesce(ended_at, now())) / $1::float8)"
+                               "     - exp(-extract(epoch FROM now() - started_at) / $1::float8) END)) AS u"
+                               "  FROM jobs WHERE queue IN (SELECT name FROM queues WHERE fair_sharing)"
+                               "   AND (state IN " STORE_HOLDING
+                               "    OR ended_at > now() - make_interval(secs => 10 * $1::float8))"
+                               "  GROUP BY queue, project) per_project GROUP BY queue) per_queue",
+                        .nparams = 1};
+    snprintf(s->buf[0], sizeof s->buf[0], "%.6g", half_life_s / 0.6931471805599453);
+    s->p[0] = s->buf[0];
+    s->params = s->p;
+}
+
+int store_queue_project_usage_take(PGresult *r, json_t **out)
+{
     *out = store_get_json(r, 0, 0, NULL);
     PQclear(r);
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = json_object();
     }
-    return 0;
+    return *out ? 0 : KILN_ENOMEM;
+}
+
+int store_queue_project_usage(store_conn_t *c, double half_life_s, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    store_stmt_t s;
+    store_queue_project_usage_stmt(&s, half_life_s);
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    if (rc == 0 && store_queue_project_usage_take(s.r, out))
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    return rc;
 }

@@ -262,7 +262,7 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
 int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *const *pending_json, int n,
                           kiln_err_t *err);
 /* *out = a JSON array of the jobs holding slots (SCHEDULED, STARTING, RUNNING, STOPPING), each
- * {"id", "queue", "slot_type", "nodes", "slots_per_node", "workers": [worker ids of its current
+ * {"id", "project", "queue", "slot_type", "nodes", "slots_per_node", "workers": [worker ids of its current
  * attempt], "end_s": seconds until its predicted end or null}: the prediction is the lesser of
  * its steps remaining over its measured step rate (eta_s) and what stopping.max_runtime_s leaves
  * it; null when it has neither. */
@@ -291,10 +291,7 @@ int store_job_ids_between(store_conn_t *c, const char *lo, const char *hi, const
 int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
                     size_t reason_n, kiln_err_t *err);
 
-/* Session advisory lock that makes one scheduler (of several kilnd on one database) place jobs
- * at a time. *got = false when another session holds it. Release with store_sched_unlock on the
- * same connection. */
-int store_sched_lock(store_conn_t *c, bool *got, kiln_err_t *err);
+/* Releases the scheduler's lock (store_sched_pass_read) on the connection that took it. */
 void store_sched_unlock(store_conn_t *c);
 
 /* ---- workers ----------------------------------------------------------------------------------- */
@@ -371,10 +368,10 @@ int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, ki
 /* *out = array of every queue by name, or with name non-NULL of that one (KILN_ENOTFOUND, err
  * naming it, when there is none). */
 int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
-/* *out = array of every queue by name with its fields only (no "pending", "admitted"; "usage" only
- * when usage is true): what checking a submission (no usage: reads no job) and a scheduling pass
- * (usage: reads only the jobs holding slots) need. */
-int store_queue_defs_json(store_conn_t *c, bool usage, json_t **out, kiln_err_t *err);
+/* *out = array of every queue by name with its fields only (no "usage", "pending", "admitted"; it
+ * reads no job): what checking a submission and a scheduling pass (which counts each queue's usage
+ * from the jobs holding slots it reads anyway) need. */
+int store_queue_defs_json(store_conn_t *c, json_t **out, kiln_err_t *err);
 /* Inserts q (validated fields: name, cohort, quota, borrowing_limit, lending_limit, weight,
  * projects, fair_sharing). KILN_EEXIST (field "name") when the name is taken. */
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err);
@@ -975,5 +972,35 @@ int store_tuning_trial_stopped(store_conn_t *c, const char *tuning_id, int trial
 /* Sets a trial's rung and, when rung_objectives_json is not NULL, its objectives per rung. */
 int store_tuning_trial_rung(store_conn_t *c, const char *tuning_id, int trial, int rung,
                             const char *rung_objectives_json, kiln_err_t *err);
+
+/* ---- a scheduling pass's first reads ------------------------------------------------------ */
+/* What a scheduling pass reads first, sent together and answered in one round trip: the session
+ * advisory lock that makes one scheduler (of several kilnd on one database) place jobs at a time,
+ * then the workers' capacity (store_workers_capacity), the waiting jobs (written since `since`, as
+ * store_job_pending_changes reads them, or with since NULL the first `keep`, as
+ * store_job_pending_all), the queues (store_queue_defs_json), with usage projects' recent usage in
+ * fair queues (store_queue_project_usage, with half_life_s; else project_usage stays NULL) and the
+ * jobs holding slots (store_job_holding).
+ * locked false: another session holds the lock, and nothing else is kept. Release the lock with
+ * store_sched_unlock (above) on the same connection; free what was read with
+ * store_pass_read_clear. */
+typedef struct store_pass_read {
+    const char *since;
+    int keep;
+    bool usage;
+    double half_life_s;
+    bool locked;
+    store_worker_cap_t *cap;
+    int ncap;
+    store_pending_t *pending;
+    int npending;
+    char *snap;
+    bool forget;
+    json_t *queues, *project_usage;
+    store_holding_t *hold;
+    int nhold;
+} store_pass_read_t;
+int store_sched_pass_read(store_conn_t *c, store_pass_read_t *pr, kiln_err_t *err);
+void store_pass_read_clear(store_pass_read_t *pr);
 
 #endif /* KILN_STORE_H */

@@ -56,6 +56,41 @@ typedef void (*store_row_fn)(const PGresult *r, int row, void *elem);
 int store_q_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
                  const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
                  kiln_err_t *err);
+/* One statement of a pipeline (store_qp_pipeline): its text, parameters (as store_q takes them)
+ * and, once run, its result (PQclear it). */
+typedef struct store_stmt {
+    const char *what;
+    const char *sql;
+    int nparams;
+    const char *const *params;
+    PGresult *r;
+    const char *p[2];  /* room for params, and for short parameter texts, filled in place */
+    char buf[2][32];
+} store_stmt_t;
+/* Runs st[0..n) as store_qp would run each, sent together and answered in one round trip to the
+ * server (libpq's pipeline mode). Outside a transaction they run in one implicit transaction, each
+ * statement with its own snapshot (READ COMMITTED) as when run one by one. Returns 0 with every
+ * st[i].r set, or the first failing statement's error with st[i].r set for those that ran before
+ * it (their effects rolled back, but for what a transaction does not undo, such as a session's
+ * advisory lock). The caller PQclears every st[i].r either way. Meant for a few small statements
+ * (their texts and parameters are sent before any result is read). */
+int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err);
+/* The rows of r as store_q_rows makes them (what names the read in errors). Consumes r. */
+int store_rows_take(PGresult *r, const char *what, size_t elem_size, store_row_fn fill, void **out, int *n,
+                    kiln_err_t *err);
+/* Reads split in two, so that store_sched_pass_read sends them together: *_stmt fills a statement
+ * (in place: it may point into itself), *_take turns its result into what the one-statement
+ * function of the same name gives (consuming the result). */
+void store_workers_capacity_stmt(store_stmt_t *s);
+int store_workers_capacity_take(PGresult *r, store_worker_cap_t **out, int *n, kiln_err_t *err);
+void store_queue_defs_stmt(store_stmt_t *s);
+int store_queue_defs_take(PGresult *r, json_t **out, kiln_err_t *err);
+void store_queue_project_usage_stmt(store_stmt_t *s, double half_life_s);
+int store_queue_project_usage_take(PGresult *r, json_t **out); /* KILN_ENOMEM */
+/* Same as store_q_rows, for hot statements (as store_qp). */
+int store_qp_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
+                  const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
+                  kiln_err_t *err);
 /* Turns a failed result into a status + message. Consumes nothing. */
 int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err);
 

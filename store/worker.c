@@ -228,14 +228,28 @@ static void cap_fill(const PGresult *r, int i, void *elem)
     json_decref(roots);
 }
 
+void store_workers_capacity_stmt(store_stmt_t *s)
+{
+    *s = (store_stmt_t){.what = "read worker capacity",
+                        .sql = "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots,"
+                               " CASE WHEN w.draining THEN 0 ELSE w.slots - " USED_SLOTS " END,"
+                               " w.data_roots::text"
+                               " FROM workers w WHERE w.state = 'ALIVE' AND w.approval = 'APPROVED' ORDER BY w.id"};
+}
+
+int store_workers_capacity_take(PGresult *r, store_worker_cap_t **out, int *n, kiln_err_t *err)
+{
+    return store_rows_take(r, "read worker capacity", sizeof(**out), cap_fill, (void **)out, n, err);
+}
+
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err)
 {
-    return store_q_rows(c, "read worker capacity",
-                        "SELECT w.id, w.hostname, w.address, w.slot_type, w.slots,"
-                        " CASE WHEN w.draining THEN 0 ELSE w.slots - " USED_SLOTS " END,"
-                        " w.data_roots::text"
-                        " FROM workers w WHERE w.state = 'ALIVE' AND w.approval = 'APPROVED' ORDER BY w.id", 0, NULL,
-                        sizeof(**out), cap_fill, (void **)out, n, err);
+    *out = NULL;
+    *n = 0;
+    store_stmt_t s;
+    store_workers_capacity_stmt(&s);
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    return rc ? rc : store_workers_capacity_take(s.r, out, n, err);
 }
 
 int store_stats_json(store_conn_t *c, json_t **out, kiln_err_t *err)

@@ -1,9 +1,10 @@
 /* test_pending.c - a waiting job's pending reason, its admission events and the per-queue
  * Prometheus metrics, over real HTTP with the real database and scheduler: the pending object
  * names the job's position, the slots and quota numbers it lacks and the jobs it waits for, gains
- * an estimated start once the job in its way reports a step rate, and follows the cluster as it
- * changes; admissions (within quota and borrowing) are events with reasons and counted in
- * /metrics, whose per-queue gauges read what the queues hold (promtool finds nothing to fix). */
+ * an estimated start once the job in its way reports a step rate, follows the cluster as it
+ * changes, and names no job of another project; admissions (within quota and borrowing) are
+ * events with reasons and counted in /metrics, whose per-queue gauges read what the queues hold
+ * (promtool finds nothing to fix). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,19 +26,26 @@ static json_t *req(const char *method, const char *path, const char *body, long 
     return j;
 }
 
-/* Submits a 1-node job of `slots` cpu ranks in queue, training max_steps steps; returns its id. */
-static char *submit(const char *name, const char *queue, int slots, int max_steps)
+/* Submits a 1-node job of project's (NULL: the default project's) with `slots` cpu ranks in queue,
+ * training max_steps steps; returns its id. */
+static char *submit_in(const char *project, const char *name, const char *queue, int slots, int max_steps)
 {
     char body[1024];
     snprintf(body, sizeof body,
-             "{\"name\": \"%s\", \"queue\": \"%s\", \"model\": {\"type\": \"mlp\", \"hidden\": [8], \"n_inputs\": 4,"
-             " \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"}, \"hyperparameters\": {\"global_batch_size\": %d,"
-             " \"max_steps\": %d}, \"resources\": {\"nodes\": 1, \"slots_per_node\": %d, \"slot_type\": \"cpu\"}}",
-             name, queue, slots * 2, max_steps, slots);
+             "{\"name\": \"%s\", \"project\": \"%s\", \"queue\": \"%s\", \"model\": {\"type\": \"mlp\", \"hidden\": [8],"
+             " \"n_inputs\": 4, \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"}, \"hyperparameters\":"
+             " {\"global_batch_size\": %d, \"max_steps\": %d}, \"resources\": {\"nodes\": 1, \"slots_per_node\": %d,"
+             " \"slot_type\": \"cpu\"}}",
+             name, project ? project : "default", queue, slots * 2, max_steps, slots);
     json_t *j = req("POST", "/v1/jobs", body, 201);
     char *id = strdup(json_string_value(json_object_get(j, "id")));
     json_decref(j);
     return id;
+}
+
+static char *submit(const char *name, const char *queue, int slots, int max_steps)
+{
+    return submit_in(NULL, name, queue, slots, max_steps);
 }
 
 static json_t *get_job(const char *id)
@@ -184,6 +192,30 @@ Test(pending, names_position_missing_quota_and_blockers_and_follows_the_cluster)
     cr_assert(strstr(r, "admitted from queue nlp within its quota (quota 2 cpu, in use 2 with this job); placed 2 "
                         "rank(s) on 1 worker(s)"), "%s", r);
     free(r);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* A pending reason is read by the waiting job's project: the jobs of other projects in its way
+ * (what its readers cannot see) are counted and described but never named. */
+Test(pending, names_no_job_of_another_project)
+{
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"other\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"nlp\", \"quota\": {\"cpu\": 2}}", 201));
+    char *a = submit_in("other", "a", "nlp", 2, 1011);
+    at_run_job(a);
+    char *b = submit("b", "nlp", 2, 10);
+    char *c = submit_in("other", "c", "nlp", 1, 10);
+    /* b (project default) waits for the quota other's job a holds: a is not named */
+    json_decref(wait_pending(b, json_pack("{s:i, s:s, s:[]}", "position", 1, "missing",
+                                          "needs 2 cpu slot(s) on 1 worker(s); queue nlp: quota 2, used 2, no cohort "
+                                          "to borrow from", "blocking_jobs")));
+    /* c (project other) waits behind b, which it cannot see, and so for a, which it can */
+    json_decref(wait_pending(c, json_pack("{s:i, s:s, s:[s]}", "position", 2, "missing",
+                                          "its turn: a job of another project is ahead of it in queue nlp and waits "
+                                          "(needs 2 cpu slot(s) on 1 worker(s); queue nlp: quota 2, used 2, no cohort "
+                                          "to borrow from)", "blocking_jobs", a)));
     free(a);
     free(b);
     free(c);

@@ -34,17 +34,27 @@ static char *request(const char *params, const char *extra)
 
 #define LR "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2, \"scaling\": \"log\"}"
 
-/* POSTs body and asserts a 400 naming field, whose message contains needle. */
-static void refused(const char *body, const char *field, const char *needle)
+/* POSTs body with token (NULL: the admin's) and asserts status want naming field whose text has
+ * needle. */
+static void refused_as(const char *token, const char *body, long want, const char *field, const char *needle)
 {
+    char auth[256];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token ? token : "");
+    const char *hdrs[] = {auth, NULL};
     long st;
     char *raw = NULL;
-    json_t *j = at_req("POST", "/v1/tuning-jobs", body, NULL, &st, &raw);
-    cr_assert_eq(st, 400, "want 400 for %s, got %ld: %s", field, st, raw);
+    json_t *j = at_req("POST", "/v1/tuning-jobs", body, token ? hdrs : NULL, &st, &raw);
+    cr_assert_eq(st, want, "want %ld for %s, got %ld: %s", want, field, st, raw);
     cr_assert_str_eq(json_string_value(json_object_get(j, "field")), field, "%s", raw);
     cr_assert(strstr(raw, needle), "the answer says \"%s\": %s", needle, raw);
     json_decref(j);
     free(raw);
+}
+
+/* POSTs body as the admin and asserts a 400 naming field, whose message contains needle. */
+static void refused(const char *body, const char *field, const char *needle)
+{
+    refused_as(NULL, body, 400, field, needle);
 }
 
 Test(tuning, refuses_bad_input_naming_the_field)
@@ -66,6 +76,13 @@ Test(tuning, refuses_bad_input_naming_the_field)
             "parameters.warmup_steps.type", "warmup_steps");
     refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": -5, \"max\": 300}", NULL),
             "parameters.warmup_steps.min", "warmup_steps");
+    /* ends no double holds exactly, and a range too wide to draw from */
+    refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 1e300}", NULL),
+            "parameters.warmup_steps.max", "outside -2^53 to 2^53");
+    refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": -9007199254740993, \"max\": 3}", NULL),
+            "parameters.warmup_steps.min", "outside -2^53 to 2^53");
+    refused(request("\"lr\": {\"type\": \"continuous\", \"min\": -1e308, \"max\": 1e308}", NULL), "parameters.lr.max",
+            "too wide");
     {
         char body[8192];
         snprintf(body, sizeof body,
@@ -95,6 +112,9 @@ Test(tuning, refuses_bad_input_naming_the_field)
                         " \"sampler\": \"bayesian\"}"),
             "hyperband.sampler", "hyperband.sampler must be");
     refused(request(LR, "\"strategy\": \"tpe\""), "strategy", "bayesian");
+    refused(request(LR ", \"stopping.max_steps\": {\"type\": \"integer\", \"min\": 10, \"max\": 40}",
+                    "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}"),
+            "parameters.stopping.max_steps", "hyperband decides stopping.max_steps");
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90},"
                         " \"early_stopping\": \"auto\""),
             "early_stopping", "is for random, grid and bayesian");
@@ -104,6 +124,17 @@ Test(tuning, refuses_bad_input_naming_the_field)
         snprintf(body, sizeof body, "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_head\": 3, \"n_embd\": 16}},"
                  " \"parameters\": {" LR "}, \"objective\": {\"metric\": \"val_loss\"}}");
         refused(body, "job.model.n_head", "n_head");
+    }
+    /* the tuning routes take no query parameters: a page token is refused, not ignored */
+    {
+        long st;
+        char *raw = NULL;
+        json_t *j = at_req("GET", "/v1/tuning-jobs?page_token=abc", NULL, NULL, &st, &raw);
+        cr_assert_eq(st, 400, "%s", raw);
+        cr_assert_str_eq(json_string_value(json_object_get(j, "field")), "page_token", "%s", raw);
+        cr_assert(strstr(raw, "takes no query parameters"), "%s", raw);
+        json_decref(j);
+        free(raw);
     }
     cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
 }
@@ -514,4 +545,74 @@ Test(tuning, warm_start_refuses_parents_it_cannot_use_naming_the_field)
     free(same);
     free(away);
     free(ok);
+}
+
+/* ---- what a job submitted by the same caller meets ------------------------------------------- */
+
+/* The controller submits trials as kilnd, so submission asks for the submitter what a job of
+ * theirs would be asked: a base job or a trial's value that starts from another project's model,
+ * or reads a file outside every data root, is a 400 then, not a trial run (or failed) later. */
+Test(tuning, base_job_and_trials_meet_the_submitters_job_checks)
+{
+    long st;
+    char *raw = NULL;
+    json_decref(at_req("POST", "/v1/projects", "{\"name\": \"secret\"}", NULL, &st, NULL));
+    cr_assert_eq(st, 201);
+    json_decref(at_req("POST", "/v1/projects", "{\"name\": \"mine\"}", NULL, &st, NULL));
+    cr_assert_eq(st, 201);
+    json_decref(at_req("POST", "/v1/users", "{\"name\": \"carol\"}", NULL, &st, NULL));
+    cr_assert_eq(st, 201);
+    json_decref(at_req("PUT", "/v1/projects/mine/members/carol", "{\"role\": \"editor\"}", NULL, &st, NULL));
+    cr_assert_eq(st, 200);
+    json_t *t = at_req("POST", "/v1/users/carol/tokens", "{}", NULL, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    char carol[128];
+    kiln_strlcpy(carol, json_string_value(json_object_get(t, "token")), sizeof carol);
+    json_decref(t);
+    free(raw);
+    /* a job of project secret, whose model carol may not start from */
+    char body[8192];
+    snprintf(body, sizeof body, "{\"project\": \"secret\", \"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2,"
+             " \"n_embd\": 16, \"seq_len\": 8}, \"data\": {\"train\": \"file:///tmp/kiln-api-test.txt\"},"
+             " \"hyperparameters\": {\"max_steps\": 5}, \"resources\": {\"slot_type\": \"cpu\"}}");
+    t = at_req("POST", "/v1/jobs", body, NULL, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    char src[64];
+    kiln_strlcpy(src, json_string_value(json_object_get(t, "id")), sizeof src);
+    json_decref(t);
+    free(raw);
+#define MINE_JOB(INIT, TRAIN)                                                                                    \
+    "{\"project\": \"mine\", \"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"     \
+    " \"seq_len\": 8" INIT "}, \"data\": {\"train\": \"" TRAIN "\"}, \"hyperparameters\": {\"lr\": 0.001,"       \
+    " \"max_steps\": 5}, \"resources\": {\"slot_type\": \"cpu\"}}"
+    snprintf(body, sizeof body, "{\"job\": " MINE_JOB(", \"init_from\": \"job:%s\"", "/tmp/kiln-api-test.txt")
+             ", \"parameters\": {" LR "}, \"objective\": {\"metric\": \"val_loss\"}}", src);
+    refused_as(carol, body, 400, "job.model.init_from", "a project you cannot read");
+    /* the same refusal carol's own job gets */
+    snprintf(body, sizeof body, MINE_JOB(", \"init_from\": \"job:%s\"", "/tmp/kiln-api-test.txt"), src);
+    {
+        char auth[256];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", carol);
+        const char *hdrs[] = {auth, NULL};
+        json_t *j = at_req("POST", "/v1/jobs", body, hdrs, &st, &raw);
+        cr_assert_eq(st, 400, "%s", raw);
+        cr_assert_str_eq(json_string_value(json_object_get(j, "field")), "model.init_from", "%s", raw);
+        json_decref(j);
+        free(raw);
+    }
+    /* a file outside the fixture worker's data root (/tmp): in the base job, and as a trial's value */
+    snprintf(body, sizeof body, "{\"job\": " MINE_JOB("", "/srv/corpus.txt") ", \"parameters\": {" LR "},"
+             " \"objective\": {\"metric\": \"val_loss\"}}");
+    refused_as(carol, body, 400, "job.data.train", "not inside a data root");
+    snprintf(body, sizeof body, "{\"job\": " MINE_JOB("", "/tmp/kiln-api-test.txt") ", \"parameters\": {\"data.train\":"
+             " {\"type\": \"categorical\", \"values\": [\"/tmp/kiln-api-test.txt\", \"/srv/corpus.txt\"]}},"
+             " \"objective\": {\"metric\": \"val_loss\"}}");
+    refused_as(carol, body, 400, "parameters.data.train.values[1]", "not inside a data root");
+    /* a file in another project's area (403, as for a job of carol's) */
+    snprintf(body, sizeof body, "{\"job\": " MINE_JOB("", "/tmp/kiln-api-test.txt") ", \"parameters\": {\"data.train\":"
+             " {\"type\": \"categorical\", \"values\": [\"/tmp/kiln-api-test.txt\", \"/tmp/.kiln/secret/corpus.txt\"]}},"
+             " \"objective\": {\"metric\": \"val_loss\"}}");
+    refused_as(carol, body, 403, "parameters.data.train.values[1]", "another project");
+#undef MINE_JOB
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
 }

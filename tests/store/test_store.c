@@ -949,16 +949,86 @@ Test(workers, scheduler_lock_is_exclusive)
 {
     store_conn_t *c2 = NULL;
     cr_assert_eq(store_conn_get(st, &c2, &err), 0);
-    bool a = false, b = true;
-    cr_assert_eq(store_sched_lock(c, &a, &err), 0);
-    cr_assert(a);
-    cr_assert_eq(store_sched_lock(c2, &b, &err), 0);
-    cr_assert_not(b, "a second scheduler must not run at the same time");
+    store_pass_read_t a = {.keep = 10, .half_life_s = 60}, b = a;
+    cr_assert_eq(store_sched_pass_read(c, &a, &err), 0, "%s", err.message);
+    cr_assert(a.locked);
+    cr_assert_eq(store_sched_pass_read(c2, &b, &err), 0, "%s", err.message);
+    cr_assert_not(b.locked, "a second scheduler must not run at the same time");
+    cr_assert_null(b.queues, "nothing is kept of a read without the lock");
     store_sched_unlock(c);
-    cr_assert_eq(store_sched_lock(c2, &b, &err), 0);
-    cr_assert(b);
+    cr_assert_eq(store_sched_pass_read(c2, &b, &err), 0);
+    cr_assert(b.locked);
     store_sched_unlock(c2);
+    /* A read that fails after the lock was taken releases it: here the snapshot the waiting jobs'
+     * changes are read since is refused by PostgreSQL, the statement after the lock's. */
+    store_pass_read_t bad = {.since = "123:zzz", .keep = 10, .half_life_s = 60};
+    cr_assert_neq(store_sched_pass_read(c, &bad, &err), 0);
+    cr_assert_not(bad.locked);
+    cr_assert_eq(store_sched_pass_read(c2, &b, &err), 0, "%s", err.message);
+    cr_assert(b.locked, "the failed read left the lock held");
+    store_sched_unlock(c2);
+    store_pass_read_clear(&a);
+    store_pass_read_clear(&b);
     store_conn_put(st, c2);
+    /* the connection that failed mid-pipeline serves the next statement */
+    cr_assert_eq(store_ping(c, &err), 0, "%s", err.message);
+}
+
+/* A pass's first reads, sent together, give what each read alone gives. */
+Test(workers, a_pass_reads_in_one_round_trip_what_each_read_gives)
+{
+    store_worker_reg_t w = {.id = "w-p", .hostname = "hp", .address = "10.0.0.2", .slot_type = "cpu",
+                            .gpus_json = "[]", .version = "v", .slots = 4, .cpu_cores = 4};
+    cr_assert_eq(store_worker_upsert(c, &w, NULL, NULL, &err), 0, "%s", err.message);
+    char id[STORE_ID_LEN];
+    insert_job("p", 0, "{}", NULL, id, NULL);
+    store_pass_read_t pr = {.keep = 1000, .usage = true, .half_life_s = 60};
+    cr_assert_eq(store_sched_pass_read(c, &pr, &err), 0, "%s", err.message);
+    cr_assert(pr.locked);
+    store_worker_cap_t *cap = NULL;
+    int ncap = 0;
+    cr_assert_eq(store_workers_capacity(c, &cap, &ncap, &err), 0);
+    cr_assert_eq(pr.ncap, ncap);
+    for (int i = 0; i < ncap; i++) {
+        cr_assert_str_eq(pr.cap[i].id, cap[i].id);
+        cr_assert_eq(pr.cap[i].slots_free, cap[i].slots_free);
+    }
+    store_pending_t *pend = NULL;
+    int npend = 0;
+    char *snap = NULL;
+    cr_assert_eq(store_job_pending_all(c, 1000, &pend, &npend, &snap, &err), 0);
+    cr_assert_eq(pr.npending, npend);
+    cr_assert_eq(npend, 1);
+    cr_assert_eq(ncap, 1);
+    for (int i = 0; i < npend; i++)
+        cr_assert_str_eq(pr.pending[i].row.id, pend[i].row.id);
+    json_t *q = NULL, *u = NULL;
+    cr_assert_eq(store_queue_defs_json(c, &q, &err), 0);
+    cr_assert(json_equal(pr.queues, q));
+    cr_assert_eq(store_queue_project_usage(c, 60, &u, &err), 0);
+    cr_assert(json_equal(pr.project_usage, u));
+    store_holding_t *h = NULL;
+    int nh = 0;
+    cr_assert_eq(store_job_holding(c, &h, &nh, &err), 0);
+    cr_assert_eq(pr.nhold, nh);
+    /* and the changes since that snapshot: none */
+    store_pass_read_t next = {.since = pr.snap, .keep = 1000, .half_life_s = 60};
+    cr_assert_eq(store_sched_pass_read(c, &next, &err), 0, "%s", err.message);
+    cr_assert(next.locked, "the session already holds it");
+    cr_assert_eq(next.npending, 0);
+    cr_assert_not(next.forget);
+    cr_assert_null(next.project_usage, "read only when asked for");
+    cr_assert_eq(next.ncap, 1);
+    store_sched_unlock(c);
+    store_sched_unlock(c);
+    free(cap);
+    free(pend);
+    free(snap);
+    free(h);
+    json_decref(q);
+    json_decref(u);
+    store_pass_read_clear(&pr);
+    store_pass_read_clear(&next);
 }
 
 Test(migrate, a_dropped_connection_is_replaced)
