@@ -530,13 +530,14 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
     *nread = 0;
     int nkeep = head_only ? s->nknown : 0; /* room for what it held of the others */
     sched_known_t *k = calloc((size_t)KILN_MAX(n + nkeep, 1), sizeof(*k));
-    const char **ids = calloc((size_t)KILN_MAX(n, 1), sizeof(*ids));
-    int *at = calloc((size_t)KILN_MAX(n, 1), sizeof(*at));
+    const char **ids = calloc((size_t)KILN_MAX(n, 1), sizeof(*ids)); /* whose paths to read */
+    const char **pids = calloc((size_t)KILN_MAX(n, 1), sizeof(*pids)); /* whose predictions */
+    int *at = calloc((size_t)KILN_MAX(n, 1), sizeof(*at)), *pat = calloc((size_t)KILN_MAX(n, 1), sizeof(*pat));
     json_t **got = calloc((size_t)KILN_MAX(n, 1), sizeof(*got));
     double *rt = calloc((size_t)KILN_MAX(n, 1), sizeof(*rt));
     store_predict_t *src = calloc((size_t)KILN_MAX(n, 1), sizeof(*src));
-    int rc = 0, nk = 0, m = 0;
-    if (!k || !ids || !at || !got || !rt || !src) {
+    int rc = 0, nk = 0, m = 0, mp = 0;
+    if (!k || !ids || !pids || !at || !pat || !got || !rt || !src) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
     }
@@ -555,32 +556,37 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
             ids[m] = k[j].id;
             at[m++] = j;
         }
-    if (m > 0 && (rc = store_job_paths(c, ids, m, got, err)) != 0)
-        goto out;
-    *nread += m;
-    for (int i = 0; i < m; i++)
-        k[at[i]].paths = got[i];
-    m = 0;
     /* the predictions never read, and those not read in SCHED_PREDICT_TTL_US, at most
      * SCHED_PREDICT_REFRESH of these a pass (the head of the queue first): the jobs read in one
      * pass would otherwise all expire in the same later one */
     for (int j = 0, stale = 0; predict && j < n; j++)
         if (!k[j].runtime_at_us
             || (now - k[j].runtime_at_us > SCHED_PREDICT_TTL_US && stale++ < SCHED_PREDICT_REFRESH)) {
-            ids[m] = k[j].id;
-            at[m++] = j;
+            pids[mp] = k[j].id;
+            pat[mp++] = j;
         }
-    *nread += m;
+    /* both in one round trip */
+    bool predicted = true;
     kiln_err_t perr;
-    if (m > 0 && store_job_predictions(c, ids, m, rt, src, &perr)) {
-        log_warn("scheduler: %s", perr.message); /* no backfill this pass for lack of them */
+    kiln_err_clear(&perr);
+    if ((rc = store_job_facts(c, ids, m, got, pids, mp, rt, src, &predicted, &perr)) != 0) {
+        *err = perr;
         for (int i = 0; i < m; i++)
-            k[at[i]].runtime_at_us = 0;
+            json_decref(got[i]);
+        goto out;
+    }
+    *nread += m + mp;
+    for (int i = 0; i < m; i++)
+        k[at[i]].paths = got[i];
+    if (!predicted) {
+        log_warn("scheduler: %s", perr.message); /* no backfill this pass for lack of them */
+        for (int i = 0; i < mp; i++)
+            k[pat[i]].runtime_at_us = 0;
     } else {
-        for (int i = 0; i < m; i++) {
-            k[at[i]].runtime_s = rt[i];
-            k[at[i]].source = src[i];
-            k[at[i]].runtime_at_us = now;
+        for (int i = 0; i < mp; i++) {
+            k[pat[i]].runtime_s = rt[i];
+            k[pat[i]].source = src[i];
+            k[pat[i]].runtime_at_us = now;
         }
     }
     for (int j = 0; j < n; j++) {
@@ -609,7 +615,9 @@ out:
         json_decref(k[j].paths);
     free(k);
     free(ids);
+    free(pids);
     free(at);
+    free(pat);
     free(got);
     free(rt);
     free(src);

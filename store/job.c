@@ -610,48 +610,48 @@ int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t
     return rc ? rc : holding_take(s.r, out, n, err);
 }
 
-int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, store_predict_t *source,
-                          kiln_err_t *err)
+/* Statement s reads the predictions of the n jobs ids (their uuid array built into a, which must
+ * outlive s's run; the caller frees it). */
+static void predictions_stmt(store_stmt_t *s, store_buf_t *a, const char *const *ids, int n)
+{
+    store_buf_uuid_array(a, ids, n);
+    *s = (store_stmt_t){.what = "predict run times",
+                        .sql = "WITH p AS (SELECT x.i, j.spec, j.total_steps, j.progress_step, j.step_time_s, j.started_at"
+                               "  FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i) JOIN jobs j ON j.id = x.id),"
+                               " h AS (SELECT spec->'model' AS m, spec->'resources' AS r, sum(step_time_s) AS st, count(*) AS n"
+                               "  FROM jobs WHERE step_time_s IS NOT NULL AND spec->'model' IS NOT NULL"
+                               "   AND spec->'model' IN (SELECT spec->'model' FROM p)"
+                               "  GROUP BY 1, 2),"
+                               " hm AS (SELECT m, sum(st) / sum(n) AS st FROM h GROUP BY m)"
+                               " SELECT p.i, CASE"
+                               "  WHEN p.step_time_s IS NOT NULL AND p.total_steps > 0"
+                               "   THEN p.step_time_s * GREATEST(p.total_steps - p.progress_step, 0)"
+                               "  WHEN (p.spec->'stopping'->>'max_runtime_s')::float8 > 0"
+                               "   THEN GREATEST((p.spec->'stopping'->>'max_runtime_s')::float8"
+                               "    - COALESCE(extract(epoch FROM clock_timestamp() - p.started_at)::float8, 0), 0)"
+                               "  WHEN h.st IS NOT NULL AND p.total_steps > 0 THEN h.st / h.n * p.total_steps"
+                               "  WHEN hm.st IS NOT NULL AND p.total_steps > 0 THEN hm.st * p.total_steps END,"
+                               " CASE WHEN p.step_time_s IS NOT NULL AND p.total_steps > 0 THEN 1"
+                               "  WHEN (p.spec->'stopping'->>'max_runtime_s')::float8 > 0 THEN 2"
+                               "  WHEN h.st IS NOT NULL AND p.total_steps > 0 THEN 3"
+                               "  WHEN hm.st IS NOT NULL AND p.total_steps > 0 THEN 4 ELSE 0 END"
+                               " FROM p LEFT JOIN h ON h.m = p.spec->'model' AND h.r = p.spec->'resources'"
+                               " LEFT JOIN hm ON hm.m = p.spec->'model'",
+                        .nparams = 1};
+    s->p[0] = a->p;
+    s->params = s->p;
+}
+
+/* The predictions r holds into runtime_s[0..n) and source (set to none first). Consumes r. */
+static void predictions_take(PGresult *r, int n, double *runtime_s, store_predict_t *source)
 {
     for (int i = 0; i < n; i++) {
         runtime_s[i] = -1;
         if (source)
             source[i] = STORE_PREDICT_NONE;
     }
-    if (n <= 0)
-        return 0;
-    store_buf_t a = {0};
-    store_buf_uuid_array(&a, ids, n);
-    const char *p[1] = {a.p};
-    PGresult *r = NULL;
-    int rc = store_qp(c, "predict run times",
-                     "WITH p AS (SELECT x.i, j.spec, j.total_steps, j.progress_step, j.step_time_s, j.started_at"
-                     "  FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i) JOIN jobs j ON j.id = x.id),"
-                     " h AS (SELECT spec->'model' AS m, spec->'resources' AS r, sum(step_time_s) AS st, count(*) AS n"
-                     "  FROM jobs WHERE step_time_s IS NOT NULL AND spec->'model' IS NOT NULL"
-                     "   AND spec->'model' IN (SELECT spec->'model' FROM p)"
-                     "  GROUP BY 1, 2),"
-                     " hm AS (SELECT m, sum(st) / sum(n) AS st FROM h GROUP BY m)"
-                     " SELECT p.i, CASE"
-                     "  WHEN p.step_time_s IS NOT NULL AND p.total_steps > 0"
-                     "   THEN p.step_time_s * GREATEST(p.total_steps - p.progress_step, 0)"
-                     "  WHEN (p.spec->'stopping'->>'max_runtime_s')::float8 > 0"
-                     "   THEN GREATEST((p.spec->'stopping'->>'max_runtime_s')::float8"
-                     "    - COALESCE(extract(epoch FROM clock_timestamp() - p.started_at)::float8, 0), 0)"
-                     "  WHEN h.st IS NOT NULL AND p.total_steps > 0 THEN h.st / h.n * p.total_steps"
-                     "  WHEN hm.st IS NOT NULL AND p.total_steps > 0 THEN hm.st * p.total_steps END,"
-                     " CASE WHEN p.step_time_s IS NOT NULL AND p.total_steps > 0 THEN 1"
-                     "  WHEN (p.spec->'stopping'->>'max_runtime_s')::float8 > 0 THEN 2"
-                     "  WHEN h.st IS NOT NULL AND p.total_steps > 0 THEN 3"
-                     "  WHEN hm.st IS NOT NULL AND p.total_steps > 0 THEN 4 ELSE 0 END"
-                     " FROM p LEFT JOIN h ON h.m = p.spec->'model' AND h.r = p.spec->'resources'"
-                     " LEFT JOIN hm ON hm.m = p.spec->'model'",
-                     1, p, &r, err);
-    store_buf_free(&a);
-    if (rc)
-        return rc;
     /* each row names its id by its place in ids (1-based) */
-    for (int row = 0; row < PQntuples(r); row++) {
+    for (int row = 0; r && row < PQntuples(r); row++) {
         int i = store_get_int(r, row, 0) - 1;
         if (i >= 0 && i < n && !store_is_null(r, row, 1)) {
             runtime_s[i] = store_get_double(r, row, 1);
@@ -660,33 +660,86 @@ int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double
         }
     }
     PQclear(r);
-    return 0;
+}
+
+int store_job_predictions(store_conn_t *c, const char *const *ids, int n, double *runtime_s, store_predict_t *source,
+                          kiln_err_t *err)
+{
+    predictions_take(NULL, n, runtime_s, source);
+    if (n <= 0)
+        return 0;
+    store_buf_t a = {0};
+    store_stmt_t s;
+    predictions_stmt(&s, &a, ids, n);
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    store_buf_free(&a);
+    if (rc == 0)
+        predictions_take(s.r, n, runtime_s, source);
+    return rc;
+}
+
+/* Statement s reads the data paths of the n jobs ids (their uuid array built into a, as above). */
+static void paths_stmt(store_stmt_t *s, store_buf_t *a, const char *const *ids, int n)
+{
+    store_buf_uuid_array(a, ids, n);
+    *s = (store_stmt_t){.what = "read job paths",
+                        .sql = "SELECT x.i, j.data_paths::text FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i)"
+                               " JOIN jobs j ON j.id = x.id",
+                        .nparams = 1};
+    s->p[0] = a->p;
+    s->params = s->p;
+}
+
+/* The paths r holds into out[0..n) (an empty array where it has none; r NULL: all). Consumes r. */
+static void paths_take(PGresult *r, int n, json_t **out)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    for (int row = 0; r && row < PQntuples(r); row++) { /* each row names its id by its place in ids */
+        int i = store_get_int(r, row, 0) - 1;
+        if (i >= 0 && i < n && !out[i])
+            out[i] = store_get_json(r, row, 1, json_array());
+    }
+    PQclear(r);
+    for (int i = 0; i < n; i++)
+        if (!out[i])
+            out[i] = json_array();
 }
 
 int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out, kiln_err_t *err)
 {
-    for (int i = 0; i < n; i++)
-        out[i] = NULL;
     store_buf_t a = {0};
-    store_buf_uuid_array(&a, ids, n);
-    const char *p[1] = {a.p};
-    PGresult *r = NULL;
-    int rc = store_qp(c, "read job paths", "SELECT x.i, j.data_paths::text FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i)"
-                     " JOIN jobs j ON j.id = x.id",
-                     1, p, &r, err);
+    store_stmt_t s;
+    paths_stmt(&s, &a, ids, n);
+    int rc = store_qp_pipeline(c, &s, 1, err);
     store_buf_free(&a);
-    if (rc == 0) {
-        for (int row = 0; row < PQntuples(r); row++) { /* each row names its id by its place in ids */
-            int i = store_get_int(r, row, 0) - 1;
-            if (i >= 0 && i < n && !out[i])
-                out[i] = store_get_json(r, row, 1, json_array());
-        }
-        PQclear(r);
-    }
-    for (int i = 0; i < n; i++)
-        if (!out[i])
-            out[i] = json_array();
+    paths_take(rc ? NULL : s.r, n, out);
     return rc;
+}
+
+int store_job_facts(store_conn_t *c, const char *const *path_ids, int np, json_t **paths, const char *const *pred_ids,
+                    int nr, double *runtime_s, store_predict_t *source, bool *predicted, kiln_err_t *err)
+{
+    store_buf_t a = {0}, b = {0};
+    store_stmt_t st[2];
+    int n = 0, ip = -1, ir = -1;
+    if (np > 0) {
+        paths_stmt(&st[ip = n++], &a, path_ids, np);
+    }
+    if (nr > 0)
+        predictions_stmt(&st[ir = n++], &b, pred_ids, nr);
+    int rc = n ? store_qp_pipeline(c, st, n, err) : 0;
+    store_buf_free(&a);
+    store_buf_free(&b);
+    /* the paths are needed; a prediction that could not be read is only a prediction less */
+    bool paths_ok = ip < 0 || st[ip].r;
+    *predicted = ir < 0 || (rc == 0 && st[ir].r);
+    if (ip >= 0)
+        paths_take(paths_ok ? st[ip].r : NULL, np, paths);
+    predictions_take(ir >= 0 && *predicted ? st[ir].r : NULL, nr, runtime_s, source);
+    if (ir >= 0 && !*predicted)
+        PQclear(st[ir].r);
+    return paths_ok ? 0 : rc;
 }
 
 /* Runs sql, an UPDATE whose $1 is a uuid[] of ids and $2 a text[] of the matching texts, in one

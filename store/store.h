@@ -253,6 +253,11 @@ int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_
 /* The data_paths of each of the n jobs ids, into out[i] as a JSON array (new references; an
  * empty array for a job without paths or not found). */
 int store_job_paths(store_conn_t *c, const char *const *ids, int n, json_t **out, kiln_err_t *err);
+/* store_job_paths of path_ids[0..np) and store_job_predictions of pred_ids[0..nr) (either may be
+ * empty), sent together and answered in one round trip. Returns 0 when the paths were read, with
+ * *predicted false (and err set) when the predictions could not be (runtime_s then all -1). */
+int store_job_facts(store_conn_t *c, const char *const *path_ids, int np, json_t **paths, const char *const *pred_ids,
+                    int nr, double *runtime_s, store_predict_t *source, bool *predicted, kiln_err_t *err);
 /* Sets the reason of jobs still QUEUED (no event: the state does not change), only where it
  * differs, in one statement. ids are job ids; reasons the matching texts. */
 int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char *const *reasons, int n,

@@ -1191,6 +1191,28 @@ Test(jobs, predictions_fall_back_to_the_model_at_other_resources)
     cr_assert_eq(src[2], STORE_PREDICT_MODEL);
     cr_assert_lt(rt[3], 0);
     cr_assert_eq(src[3], STORE_PREDICT_NONE);
+    /* the same with the paths of others, read together in one round trip */
+    json_t *paths[2] = {NULL, NULL};
+    double rt2[4];
+    store_predict_t src2[4];
+    bool predicted = false;
+    const char *pids[] = {unseen, "00000000-0000-0000-0000-00000000abcd"};
+    cr_assert_eq(store_job_facts(c, pids, 2, paths, ids, 4, rt2, src2, &predicted, &err), 0, "%s", err.message);
+    cr_assert(predicted);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_float_eq(rt2[i], rt[i], 1e-9);
+        cr_assert_eq(src2[i], src[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        cr_assert(json_is_array(paths[i]) && json_array_size(paths[i]) == 0, "no paths: an empty list");
+        json_decref(paths[i]);
+    }
+    /* a prediction that cannot be read is a prediction less, not a failed read of the paths */
+    const char *bad[] = {"not-a-uuid"};
+    cr_assert_eq(store_job_facts(c, pids, 1, paths, bad, 1, rt2, src2, &predicted, &err), 0, "%s", err.message);
+    cr_assert_not(predicted);
+    cr_assert_lt(rt2[0], 0);
+    json_decref(paths[0]);
 }
 
 /* The scheduler locks a pass's admitted jobs in one statement: each row where its id is, the
