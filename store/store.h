@@ -69,7 +69,8 @@ typedef struct store_job_new {
     const char *submitted_by;     /* the submitting user (the first event's actor), or NULL */
     const char *paths_json;       /* JSON array of the paths it reads and checkpoints to */
     const uint8_t *request_hash;  /* STORE_HASH_LEN bytes identifying the request (its normalised
-                                     spec), compared when the idempotency key is reused; or NULL */
+                                     spec as sent, before the project's default queue fills in
+                                     "queue"), compared when the idempotency key is reused; or NULL */
     const char *hparams_json;     /* JSON object of the numbers search indexes as hp.NAME
                                      (spec_hparams_flat); NULL: the spec's numeric hyperparameters */
     int priority, nodes, slots_per_node, world_size, max_attempts;
@@ -381,6 +382,13 @@ int store_queue_defs_json(store_conn_t *c, json_t **out, kiln_err_t *err);
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err);
 /* Replaces every field of the queue q names with q's. KILN_ENOTFOUND. */
 int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err);
+/* Locks the row of the queue called name until the caller's transaction ends: FOR SHARE (a
+ * project that takes it as its default queue), or with exclusive FOR UPDATE (a change of its
+ * projects), so a change of the queue's projects and a project's choice of it as its default
+ * never both pass their checks. No row (a queue that does not exist) is not an error. */
+int store_queue_lock(store_conn_t *c, const char *name, bool exclusive, kiln_err_t *err);
+/* *out = array of the names of the projects whose default queue is name, by name. */
+int store_queue_default_of(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
 /* Deletes a queue none of whose jobs waits, runs or is PAUSED (a paused hyperband trial goes
  * back to its queue when promoted): KILN_ESTATE (how many do, and how many of them are paused)
  * otherwise; KILN_ENOTFOUND. Paused jobs hold no slots and wait for no admission, so a queue's
