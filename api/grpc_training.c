@@ -261,7 +261,9 @@ static int h_create_project(const api_grpc_ctx_t *ctx, const ProtobufCMessage *r
 {
     const Kiln__CreateProjectRequest *r = (const Kiln__CreateProjectRequest *)req;
     json_t *out = NULL;
-    int rc = svc_project_create(ctx->svc, ctx->who, r->name, r->default_queue, &out, err);
+    /* proto3's "" is unset: the queue "default", as REST's null or a body without the field */
+    const char *dq = r->default_queue && *r->default_queue ? r->default_queue : NULL;
+    int rc = svc_project_create(ctx->svc, ctx->who, r->name, dq, &out, err);
     return rc ? rc : reply(out, &kiln__project__descriptor, a, resp);
 }
 
@@ -269,7 +271,9 @@ static int h_update_project(const api_grpc_ctx_t *ctx, const ProtobufCMessage *r
                             ProtobufCMessage **resp, kiln_err_t *err)
 {
     const Kiln__UpdateProjectRequest *r = (const Kiln__UpdateProjectRequest *)req;
-    json_t *out = NULL, *patch = json_pack("{s:s}", "default_queue", r->default_queue ? r->default_queue : "");
+    /* proto3's "" is unset: the queue "default" again, as REST's null */
+    json_t *out = NULL, *patch = json_pack("{s:s?}", "default_queue",
+                                           r->default_queue && *r->default_queue ? r->default_queue : NULL);
     int rc = svc_project_update(ctx->svc, ctx->who, r->project, patch, &out, err);
     json_decref(patch);
     return rc ? rc : reply(out, &kiln__project__descriptor, a, resp);

@@ -196,7 +196,8 @@ static const cli_command_t cli_commands[] = {
      "options of create and update:\n"
      "  --default-queue QUEUE\n"
      "                       the queue the project's jobs that name no queue go to (default:\n"
-     "                       default); a queue that is some project's default cannot be deleted\n"},
+     "                       default, the cluster's own); a queue that is some project's default\n"
+     "                       cannot be deleted, nor leave that project out of its --projects\n"},
     {"queues", cli_cmd_queues,
      "[list]\ndescribe NAME\ncreate NAME --quota cpu=N,gpu=N [options]\nupdate NAME [options]\ndelete NAME",
      "list the queues jobs wait in, with quotas and usage; manage them (cluster admins)",
@@ -214,7 +215,8 @@ static const cli_command_t cli_commands[] = {
      "  --lending-limit cpu=N,gpu=N\n"
      "                       the most of its unused quota it lends (the rest it keeps)\n"
      "  --weight W           its fair-sharing weight against the cohort's other queues\n"
-     "  --projects A,B       the projects that may submit to it (*: every project)\n"
+     "  --projects A,B       the projects that may submit to it (*: every project); it keeps\n"
+     "                       those whose default queue it is (kiln projects list shows them)\n"
      "  --fair-sharing true|false\n"
      "                       order its jobs by their project's recent usage\n"},
     {"tune", cli_cmd_tune, "[list]\nsubmit FILE\ndescribe ID\nstop ID",

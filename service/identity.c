@@ -244,6 +244,35 @@ int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t *
     return rc;
 }
 
+/* A default_queue that names no queue ("", or not a string): refused as a job spec's "queue": ""
+ * is. Leaving it out (or JSON null; over gRPC the empty string, proto3's unset) means "default". */
+static int bad_default_queue(kiln_err_t *err)
+{
+    kiln_err_set(err, KILN_EINVAL, "default_queue", "default_queue must name a queue");
+    kiln_err_hint(err, "the queue \"default\" is the cluster's own (null means it too); kiln queues list shows the "
+                       "others");
+    return KILN_EINVAL;
+}
+
+/* In one transaction: the queue checked (its row locked, see svc_queue_check_default) and stored
+ * as the project's default queue, by insert (a new project created by created_by) or update. */
+static int project_store_default(svc_t *s, const char *project, const char *queue, const char *created_by,
+                                 kiln_err_t *err)
+{
+    svc_tx_t tx;
+    int rc = svc_tx_begin(s, &tx, err);
+    if (rc)
+        return rc;
+    rc = svc_queue_check_default(tx.c, queue, project, err);
+    if (rc == 0)
+        rc = created_by ? store_project_insert(tx.c, project, queue, created_by, err)
+                        : store_project_set_default_queue(tx.c, project, queue, err);
+    if (rc == 0)
+        return svc_tx_commit(&tx, err);
+    svc_tx_abort(&tx);
+    return rc;
+}
+
 int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, const char *default_queue, json_t **out,
                        kiln_err_t *err)
 {
@@ -253,16 +282,11 @@ int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, cons
         return rc;
     if (!kiln_ident_ok(name))
         return bad_name(err, "name", "project", name);
-    if (!default_queue || !*default_queue)
+    if (default_queue && !*default_queue)
+        return bad_default_queue(err);
+    if (!default_queue)
         default_queue = "default";
-    store_conn_t *c = NULL;
-    rc = store_conn_get(s->store, &c, err);
-    if (rc == 0)
-        rc = svc_queue_check_default(c, default_queue, name, err);
-    if (rc == 0)
-        rc = store_project_insert(c, name, default_queue, who->user, err);
-    if (c)
-        store_conn_put(s->store, c);
+    rc = project_store_default(s, name, default_queue, who->user, err);
     if (rc == 0) {
         char now[40];
         kiln_time_format(kiln_now_us(), now, sizeof(now));
@@ -330,20 +354,14 @@ int svc_project_update(svc_t *s, const svc_caller_t *who, const char *project, c
         }
     }
     const json_t *dq = json_object_get(patch, "default_queue");
-    if (dq && !json_is_null(dq) && !json_is_string(dq))
-        return kiln_err_set(err, KILN_EINVAL, "default_queue", "default_queue must be a queue's name (null: \"default\")");
-    const char *queue = json_is_string(dq) && *json_string_value(dq) ? json_string_value(dq) : "default";
+    if (dq && !json_is_null(dq) && (!json_is_string(dq) || !*json_string_value(dq)))
+        return bad_default_queue(err);
+    const char *queue = json_is_string(dq) ? json_string_value(dq) : "default";
     json_t *all = NULL;
-    store_conn_t *c = NULL;
-    rc = store_conn_get(s->store, &c, err);
-    if (rc == 0 && dq)
-        rc = svc_queue_check_default(c, queue, project, err);
-    if (rc == 0 && dq)
-        rc = store_project_set_default_queue(c, project, queue, err);
+    if (dq)
+        rc = project_store_default(s, project, queue, NULL, err);
     if (rc == 0)
-        rc = store_projects_list_json(c, NULL, &all, err);
-    if (c)
-        store_conn_put(s->store, c);
+        WITH_CONN(s, err, rc = store_projects_list_json(c, NULL, &all, err));
     size_t i;
     json_t *p;
     json_array_foreach(all, i, p)

@@ -439,15 +439,32 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         goto fail;
     char reason[300];
     initial_reason(s, &sp, reason, sizeof(reason));
-    /* the queue is decided before the spec is normalised: the stored spec names the queue used */
+    /* What identifies the request behind an idempotency key: its normalised spec as the client
+     * sent it (the same request over REST or gRPC, with defaults written out or left to kilnd, is
+     * the same), before the project's default queue fills in a queue it names none of: that is
+     * the server's state, which may change between a request and its retry. 15 significant
+     * digits: what users type comes back unchanged (0.1, not 0.10000000000000001). */
+    uint8_t request_hash[STORE_HASH_LEN];
+    bool names_queue = sp.queue[0] != '\0';
+    norm = spec_to_json(&sp);
+    spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+    if (!spec_text) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
+        goto fail;
+    }
+    svc_secret_hash(spec_text, request_hash);
     rc = store_conn_get(s->store, &c, err);
     if (rc == 0)
         rc = svc_job_submit_check(s, c, who, &sp, err);
     if (rc)
         goto fail;
-    norm = spec_to_json(&sp);
-    /* 15 significant digits: what users type comes back unchanged (0.1, not 0.10000000000000001). */
-    spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+    if (!names_queue) {
+        /* the stored spec names the queue used */
+        json_decref(norm);
+        free(spec_text);
+        norm = spec_to_json(&sp);
+        spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+    }
     tags = json_object();
     for (int i = 0; i < sp.n_tags; i++)
         json_object_set_new(tags, sp.tag_keys[i], json_string(sp.tag_values[i]));
@@ -468,10 +485,6 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
         goto fail;
     }
-    /* What identifies the request behind an idempotency key: its normalised spec (the same
-     * request sent over REST or gRPC, with defaults written out or left to kilnd, is the same). */
-    uint8_t request_hash[STORE_HASH_LEN];
-    svc_secret_hash(spec_text, request_hash);
     store_job_new_t j = {
         .name = sp.name, .project = sp.project, .queue = sp.queue, .slot_type = sp.res.slot_type,
         .spec_json = spec_text, .tags_json = tags_text, .idempotency_key = idempotency_key,

@@ -266,6 +266,66 @@ int svc_queue_create(svc_t *s, const svc_caller_t *who, const json_t *body, json
     return rc;
 }
 
+/* Whether the queue q (JSON) lets project use it. */
+static bool queue_allows(const json_t *q, const char *project)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(q, "projects"), i, p)
+        if (strcmp(json_string_value(p) ? json_string_value(p) : "", "*") == 0
+            || strcmp(json_string_value(p) ? json_string_value(p) : "", project) == 0)
+            return true;
+    return false;
+}
+
+/* KILN_ESTATE (field "projects") when q, a queue's new fields, no longer lets in a project whose
+ * default queue it is: that project's jobs that name no queue would all be refused. */
+static int queue_keeps_defaults(store_conn_t *c, const json_t *q, kiln_err_t *err)
+{
+    const char *name = json_string_value(json_object_get(q, "name"));
+    json_t *projects = NULL;
+    int rc = store_queue_default_of(c, name, &projects, err);
+    if (rc)
+        return rc;
+    char names[112] = ""; /* with the rest of the message, within kiln_err_t's */
+    const char *first = NULL;
+    size_t i, n = 0, shown = 0;
+    json_t *p;
+    json_array_foreach(projects, i, p) {
+        const char *pn = json_string_value(p);
+        if (queue_allows(q, pn))
+            continue;
+        if (!first)
+            first = pn;
+        size_t len = strlen(names);
+        /* the first ones by name, with room left for " and N more" */
+        if (shown == n && len + strlen(pn) + 4 < sizeof names - 16) {
+            snprintf(names + len, sizeof names - len, "%s\"%s\"", n ? ", " : "", pn);
+            shown++;
+        }
+        n++;
+    }
+    if (n > shown) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, " and %zu more", n - shown);
+    }
+    if (n == 1) {
+        kiln_err_set(err, KILN_ESTATE, "projects", "queue \"%.80s\" is the default queue of project %s, which "
+                     "projects would no longer let in", name, names);
+        kiln_err_hint(err, "give project %s another default queue first (kiln projects update %s --default-queue "
+                      "QUEUE), or keep it in projects", first, first);
+        rc = KILN_ESTATE;
+    } else if (n > 1) {
+        kiln_err_set(err, KILN_ESTATE, "projects", "queue \"%.80s\" is the default queue of projects %s, which "
+                     "projects would no longer let in", name, names);
+        kiln_err_hint(err, "give them another default queue first (kiln projects update PROJECT --default-queue "
+                           "QUEUE), or keep them in projects");
+        rc = KILN_ESTATE;
+    }
+    json_decref(projects);
+    return rc;
+}
+
 int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const json_t *patch, json_t **out,
                      kiln_err_t *err)
 {
@@ -273,19 +333,32 @@ int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const 
     int rc = svc_trust_need_admin(who, "changing queues", err);
     if (rc)
         return rc;
-    store_conn_t *c = NULL;
     json_t *cur = NULL, *q = NULL;
-    rc = store_conn_get(s->store, &c, err);
+    svc_tx_t tx;
+    rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
-    rc = queue_get(c, name ? name : "", &cur, err);
+    /* The queue's row stays locked until the change commits: a project that takes it as its
+     * default queue meanwhile waits, then sees the new projects (svc_queue_check_default). */
+    rc = store_queue_lock(tx.c, name ? name : "", true, err);
     if (rc == 0)
-        rc = queue_fields(c, patch, cur, &q, err);
+        rc = queue_get(tx.c, name ? name : "", &cur, err);
     if (rc == 0)
-        rc = store_queue_update(c, q, err);
+        rc = queue_fields(tx.c, patch, cur, &q, err);
     if (rc == 0)
-        rc = queue_get(c, name, out, err);
-    store_conn_put(s->store, c);
+        rc = queue_keeps_defaults(tx.c, q, err);
+    if (rc == 0)
+        rc = store_queue_update(tx.c, q, err);
+    if (rc == 0)
+        rc = queue_get(tx.c, name, out, err);
+    if (rc == 0)
+        rc = svc_tx_commit(&tx, err);
+    else
+        svc_tx_abort(&tx);
+    if (rc) {
+        json_decref(*out);
+        *out = NULL;
+    }
     if (rc == 0) {
         log_info("queue \"%s\" changed by %s", name, who->user);
         svc_sched_wake(s);
@@ -347,18 +420,6 @@ int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n)
     return 0;
 }
 
-/* Whether the queue q (JSON) lets project use it. */
-static bool queue_allows(const json_t *q, const char *project)
-{
-    size_t i;
-    json_t *p;
-    json_array_foreach(json_object_get(q, "projects"), i, p)
-        if (strcmp(json_string_value(p) ? json_string_value(p) : "", "*") == 0
-            || strcmp(json_string_value(p) ? json_string_value(p) : "", project) == 0)
-            return true;
-    return false;
-}
-
 /* The index in all (the stored queues) of queue, which project must be allowed to use: -1 with
  * KILN_EINVAL naming field when it does not exist or the project may not use it; what names the
  * queue (a spec, or the project's default) is said by whose. */
@@ -389,7 +450,9 @@ int svc_queue_check_default(store_conn_t *c, const char *queue, const char *proj
 {
     json_t *all = NULL;
     int qi = -1;
-    int rc = store_queue_defs_json(c, &all, err);
+    int rc = store_queue_lock(c, queue, false, err);
+    if (rc == 0)
+        rc = store_queue_defs_json(c, &all, err);
     if (rc == 0)
         rc = queue_usable(all, queue, project, "default_queue", "", &qi, err);
     json_decref(all);

@@ -161,14 +161,14 @@ int svc_tokens_list(svc_t *s, const svc_caller_t *who, const char *user, json_t 
  * it, directly or through others, whoever they belong to; *out = the token, with
  * "descendants_revoked": how many of those were valid until now. */
 int svc_token_revoke(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
-/* Cluster admins only. Jobs of the project that name no queue go to default_queue (NULL or "":
- * the queue "default"), which must exist and let the project use it (KILN_EINVAL, field
- * "default_queue"). *out = the project. */
+/* Cluster admins only. Jobs of the project that name no queue go to default_queue (NULL: the
+ * queue "default"), which must exist and let the project use it (KILN_EINVAL, field
+ * "default_queue"; "" names no queue and is KILN_EINVAL too). *out = the project. */
 int svc_project_create(svc_t *s, const svc_caller_t *who, const char *name, const char *default_queue, json_t **out,
                        kiln_err_t *err);
-/* Changes what patch names of a project ({"default_queue": name, or null for "default"}; other
- * fields are KILN_EINVAL): the project's admins and cluster admins. The queue is checked as on
- * create. *out = the project as svc_projects_list shows it. */
+/* Changes what patch names of a project ({"default_queue": name, or null for "default"; "" and
+ * other fields are KILN_EINVAL): the project's admins and cluster admins. The queue is checked as
+ * on create. *out = the project as svc_projects_list shows it. */
 int svc_project_update(svc_t *s, const svc_caller_t *who, const char *project, const json_t *patch, json_t **out,
                        kiln_err_t *err);
 /* *out = {"projects": [{"name", "created_at", "created_by", "role", "default_queue"}]}: every
@@ -562,7 +562,9 @@ int svc_queues_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t 
 int svc_queue_get(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err);
 /* *out = the queue as stored. */
 int svc_queue_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err);
-/* patch: the fields to change (null clears cohort or a limit, and makes quota unlimited). */
+/* patch: the fields to change (null clears cohort or a limit, and makes quota unlimited).
+ * KILN_ESTATE (field "projects") when the new projects leave out a project whose default queue
+ * this is (the message names them). */
 int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const json_t *patch, json_t **out,
                      kiln_err_t *err);
 /* KILN_ESTATE for "default" and for a queue with jobs waiting or running. */

@@ -529,7 +529,10 @@ int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n);
 int svc_queue_resolve_job(store_conn_t *c, char queue[64], const char *project, const char *slot_type, int slots,
                           kiln_err_t *err);
 /* Whether queue may be project's default queue: KILN_EINVAL (field "default_queue") when it does
- * not exist or the project may not use it. */
+ * not exist or the project may not use it. Run it in the transaction that then stores the
+ * choice: it locks the queue's row (FOR SHARE) first, so a change of the queue's projects
+ * (svc_queue_update, which refuses to shut out a project whose default queue it is) waits for
+ * that transaction, or this waits for the change and checks the queue as changed. */
 int svc_queue_check_default(store_conn_t *c, const char *queue, const char *project, kiln_err_t *err);
 
 /* ---- pending reasons (pending.c) ----------------------------------------------------------- */

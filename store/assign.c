@@ -106,14 +106,14 @@ int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, ki
     }
     store_buf_arrays_end(b, 9, n);
     const char *p[9] = {b[0].p, b[1].p, b[2].p, b[3].p, b[4].p, b[5].p, b[6].p, b[7].p, b[8].p};
-    int rc = store_qp(c, "insert assignments",
+    int rc = store_q_later(c, "insert assignments",
                       "INSERT INTO assignments (job_id, attempt, worker_id, node_rank, nodes, ranks,"
                       " world_size, master_addr, master_port)"
                       " SELECT x.job_id, x.attempt, x.worker_id, x.node_rank, x.nodes, x.ranks::int[], x.world_size,"
                       "  x.master_addr, x.master_port"
                       " FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::int[], $6::text[], $7::int[],"
                       "  $8::text[], $9::int[]) AS x(job_id, attempt, worker_id, node_rank, nodes, ranks, world_size,"
-                      "  master_addr, master_port)", 9, p, NULL, err);
+                      "  master_addr, master_port)", 9, p, err);
     for (int f = 0; f < 9; f++)
         store_buf_free(&b[f]);
     return rc;
@@ -180,10 +180,10 @@ int store_assign_notify_workers(store_conn_t *c, const char *channel, const char
     char *ids = NULL, *atts = NULL;
     pairs_literals(job_ids, attempts, n, &ids, &atts);
     const char *p[3] = {channel, ids, atts};
-    int rc = store_qp(c, "notify the workers of attempts",
-                      "SELECT count(pg_notify($1, w)) FROM (SELECT DISTINCT a.worker_id AS w FROM assignments a"
-                      " JOIN unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
-                      "  ON a.job_id = r.job_id AND a.attempt = r.attempt) d", 3, p, NULL, err);
+    int rc = store_q_later(c, "notify the workers of attempts",
+                           "SELECT count(pg_notify($1, w)) FROM (SELECT DISTINCT a.worker_id AS w FROM assignments a"
+                           " JOIN unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
+                           "  ON a.job_id = r.job_id AND a.attempt = r.attempt) d", 3, p, err);
     free(ids);
     free(atts);
     return rc;

@@ -131,5 +131,5 @@ int store_listener_try_lock(store_listener_t *l, int64_t key, bool *got, kiln_er
 int store_notify(store_conn_t *c, const char *channel, const char *payload, kiln_err_t *err)
 {
     const char *p[2] = {channel, payload};
-    return store_qp(c, "send a notification", "SELECT pg_notify($1, $2)", 2, p, NULL, err);
+    return store_q_later(c, "send a notification", "SELECT pg_notify($1, $2)", 2, p, err);
 }

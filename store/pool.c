@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <time.h>
 
@@ -82,6 +83,16 @@ int store_open(const char *url, int pool_size, store_t **out, kiln_err_t *err)
     return 0;
 }
 
+static void later_free(store_conn_t *c)
+{
+    for (int i = 0; i < c->nlater; i++) {
+        for (int k = 0; k < c->later[i].nparams; k++)
+            free(c->later[i].params[k]);
+        free(c->later[i].params);
+    }
+    c->nlater = 0;
+}
+
 void store_close(store_t *st)
 {
     if (!st)
@@ -91,6 +102,8 @@ void store_close(store_t *st)
             if (st->conns[i].pg)
                 PQfinish(st->conns[i].pg);
             conn_forget_prepared(&st->conns[i]);
+            later_free(&st->conns[i]);
+            free(st->conns[i].later);
         }
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
@@ -221,9 +234,25 @@ static int q_result(store_conn_t *c, PGresult *r, const char *what, PGresult **o
     return 0;
 }
 
+/* Runs one statement in a pipeline after the BEGIN that store_begin left to send and the
+ * statements deferred since, its result as q_result hands it over. */
+static int q_with_begin(store_conn_t *c, bool unprepared, const char *what, const char *sql, int nparams,
+                        const char *const *params, PGresult **out, kiln_err_t *err)
+{
+    store_stmt_t s = {.what = what, .sql = sql, .nparams = nparams, .params = params, .unprepared = unprepared};
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    if (out)
+        *out = rc ? NULL : s.r;
+    if (rc || !out)
+        PQclear(s.r);
+    return rc;
+}
+
 int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
             const char *const *params, PGresult **out, kiln_err_t *err)
 {
+    if (c->begin_pending || c->nlater)
+        return q_with_begin(c, true, what, sql, nparams, params, out, err);
     return q_result(c, PQexecParams(c->pg, sql, nparams, NULL, params, NULL, NULL, 0), what, out, err);
 }
 
@@ -239,6 +268,8 @@ static int prepared_index(const store_conn_t *c, const char *sql)
 int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
              const char *const *params, PGresult **out, kiln_err_t *err)
 {
+    if (c->begin_pending || c->nlater)
+        return q_with_begin(c, false, what, sql, nparams, params, out, err);
     int i = prepared_index(c, sql);
     char name[16];
     snprintf(name, sizeof(name), "k%d", i);
@@ -256,28 +287,56 @@ int store_qp(store_conn_t *c, const char *what, const char *sql, int nparams,
     return q_result(c, PQexecPrepared(c->pg, name, nparams, params, NULL, NULL, 0), what, out, err);
 }
 
+/* What one pipeline sends: the BEGIN store_begin left pending, the statements deferred since
+ * (store_q_later), then the caller's; r: where a statement's result goes (NULL: dropped). */
+typedef struct pipe_item {
+    const char *what, *sql;
+    int nparams;
+    const char *const *params;
+    bool unprepared;
+    PGresult **r;
+} pipe_item_t;
+
+
 int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
 {
     for (int i = 0; i < n; i++)
         st[i].r = NULL;
-    if (n == 1)
-        return store_qp(c, st->what, st->sql, st->nparams, st->params, &st->r, err);
-    /* the commands queued, in order: statement i's PREPARE is -1 - i, its execution i */
-    int *cmd = malloc((size_t)KILN_MAX(2 * n, 1) * sizeof(*cmd));
-    if (!cmd)
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    if (PQenterPipelineMode(c->pg) != 1) {
+    if (n == 1 && !c->begin_pending && c->nlater == 0)
+        return st->unprepared ? store_q(c, st->what, st->sql, st->nparams, st->params, &st->r, err)
+                              : store_qp(c, st->what, st->sql, st->nparams, st->params, &st->r, err);
+    int nitem = 0, total = c->begin_pending + c->nlater + n;
+    pipe_item_t *item = malloc((size_t)KILN_MAX(total, 1) * sizeof(*item));
+    /* the commands queued, in order: item i's PREPARE is -1 - i, its execution i */
+    int *cmd = malloc((size_t)KILN_MAX(2 * total, 1) * sizeof(*cmd));
+    if (!item || !cmd) {
+        free(item);
         free(cmd);
-        return store_pg_conn_fail(c->pg, "send statements together", err);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }
-    /* Each statement as store_qp runs it: prepared on the session the first time (the PREPARE
-     * goes in the pipeline just before it), by name after. The statements and their parameters
-     * are small (what the scheduler reads): sent whole before any result is read, they fit the
-     * socket's buffers, so blocking mode cannot deadlock with the server's output. */
+    if (c->begin_pending)
+        item[nitem++] = (pipe_item_t){.what = "begin a transaction", .sql = "BEGIN", .unprepared = true};
+    for (int i = 0; i < c->nlater; i++)
+        item[nitem++] = (pipe_item_t){.what = c->later[i].what, .sql = c->later[i].sql,
+                                      .nparams = c->later[i].nparams,
+                                      .params = (const char *const *)c->later[i].params,
+                                      .unprepared = c->later[i].unprepared};
+    for (int i = 0; i < n; i++)
+        item[nitem++] = (pipe_item_t){.what = st[i].what, .sql = st[i].sql, .nparams = st[i].nparams,
+                                      .params = st[i].params, .unprepared = st[i].unprepared, .r = &st[i].r};
+    /* sent now: whatever becomes of them, a failure leaves the transaction for the caller to roll
+     * back, and the deferred statements' parameters are freed once sent */
+    c->begin_pending = false;
     int rc = 0, ncmd = 0;
-    for (int i = 0; rc == 0 && i < n; i++) {
-        const store_stmt_t *s = &st[i];
-        int k = prepared_index(c, s->sql);
+    if (PQenterPipelineMode(c->pg) != 1)
+        rc = store_pg_conn_fail(c->pg, "send statements together", err);
+    /* Each statement as store_qp runs it: prepared on the session the first time (the PREPARE
+     * goes in the pipeline just before it), by name after; or as store_q does. The statements and
+     * their parameters are small: sent whole before any result is read, they fit the socket's
+     * buffers, so blocking mode cannot deadlock with the server's output. */
+    for (int i = 0; rc == 0 && i < nitem; i++) {
+        const pipe_item_t *s = &item[i];
+        int k = s->unprepared ? STORE_PREPARED_MAX : prepared_index(c, s->sql);
         char name[16];
         snprintf(name, sizeof(name), "k%d", k);
         bool named = k < c->nprepared;
@@ -298,8 +357,9 @@ int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
         else
             cmd[ncmd++] = i;
     }
+    bool piped = PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF;
     /* the sync even after a failed send: the server answers only what a sync ends */
-    if (PQpipelineSync(c->pg) != 1 && rc == 0)
+    if (piped && PQpipelineSync(c->pg) != 1 && rc == 0)
         rc = store_pg_conn_fail(c->pg, "send statements together", err);
     /* every command's results in order, each ended by a NULL; after a failure the rest come back
      * aborted, and the first failure is the error */
@@ -310,28 +370,62 @@ int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
             ExecStatusType s = PQresultStatus(r);
             if (s == PGRES_FATAL_ERROR && rc == 0) {
                 if (cmd[q] < 0) { /* the session never got it: its slot (and name) matches nothing more */
-                    int k = prepared_index(c, st[i].sql);
+                    int k = prepared_index(c, item[i].sql);
                     if (k < c->nprepared)
                         c->prepared[k][0] = '\0';
                 }
-                rc = store_pg_fail(c, r, st[i].what, err);
+                rc = store_pg_fail(c, r, item[i].what, err);
             }
-            if (cmd[q] >= 0 && (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) && !st[i].r)
-                st[i].r = r;
+            if (cmd[q] >= 0 && item[i].r && (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) && !*item[i].r)
+                *item[i].r = r;
             else
                 PQclear(r);
         }
     }
+    later_free(c);
+    free(item);
     free(cmd);
     /* the sync's result, then out of pipeline mode (a connection that cannot leave it is dropped
      * by the pool when it is next taken) */
-    PGresult *r = PQgetResult(c->pg);
-    if (rc == 0 && (!r || PQresultStatus(r) != PGRES_PIPELINE_SYNC))
-        rc = store_pg_fail(c, r, "send statements together", err);
-    PQclear(r);
-    if (PQexitPipelineMode(c->pg) != 1 && rc == 0)
-        rc = store_pg_conn_fail(c->pg, "send statements together", err);
+    if (piped) {
+        PGresult *r = PQgetResult(c->pg);
+        if (rc == 0 && (!r || PQresultStatus(r) != PGRES_PIPELINE_SYNC))
+            rc = store_pg_fail(c, r, "send statements together", err);
+        PQclear(r);
+        if (PQexitPipelineMode(c->pg) != 1 && rc == 0)
+            rc = store_pg_conn_fail(c->pg, "send statements together", err);
+    }
     return rc;
+}
+
+int store_q_later(store_conn_t *c, const char *what, const char *sql, int nparams, const char *const *params,
+                  kiln_err_t *err)
+{
+    store_later_t *l = NULL;
+    if (c->in_tx && c->nlater < c->later_cap)
+        l = &c->later[c->nlater];
+    else if (c->in_tx) {
+        int cap = KILN_MAX(2 * c->later_cap, 8);
+        store_later_t *more = realloc(c->later, (size_t)cap * sizeof(*more));
+        if (more) {
+            c->later = more;
+            c->later_cap = cap;
+            l = &c->later[c->nlater];
+        }
+    }
+    char **own = l ? calloc((size_t)KILN_MAX(nparams, 1), sizeof(*own)) : NULL;
+    bool ok = own != NULL;
+    for (int k = 0; ok && k < nparams; k++)
+        ok = !params[k] || (own[k] = strdup(params[k]));
+    if (!ok) { /* outside a transaction, or out of memory: now */
+        for (int k = 0; own && k < nparams; k++)
+            free(own[k]);
+        free(own);
+        return store_qp(c, what, sql, nparams, params, NULL, err);
+    }
+    *l = (store_later_t){.what = what, .sql = sql, .nparams = nparams, .params = own};
+    c->nlater++;
+    return 0;
 }
 
 static int q_rows(store_conn_t *c, bool prepared, const char *what, const char *sql, int nparams,
@@ -381,16 +475,30 @@ int store_qp_rows(store_conn_t *c, const char *what, const char *sql, int nparam
 
 int store_begin(store_conn_t *c, kiln_err_t *err)
 {
-    int rc = store_q(c, "begin a transaction", "BEGIN", 0, NULL, NULL, err);
-    if (rc == 0)
-        c->in_tx = true;
-    return rc;
+    (void)err;
+    /* Sent with the transaction's first statement, in one round trip: nothing happens on the
+     * connection in between, and a READ COMMITTED transaction's first statement takes its first
+     * snapshot either way. */
+    c->in_tx = true;
+    c->begin_pending = true;
+    return 0;
+}
+
+/* Sends the BEGIN store_begin left pending and the statements deferred since, before what cannot
+ * go in a pipeline (COPY). */
+static int begin_now(store_conn_t *c, kiln_err_t *err)
+{
+    return c->begin_pending || c->nlater ? store_qp_pipeline(c, NULL, 0, err) : 0;
 }
 
 int store_commit(store_conn_t *c, kiln_err_t *err)
 {
     c->in_tx = false;
-    return store_q(c, "commit a transaction", "COMMIT", 0, NULL, NULL, err);
+    if (c->begin_pending && c->nlater == 0) { /* nothing was sent: nothing to commit */
+        c->begin_pending = false;
+        return 0;
+    }
+    return store_q(c, "commit a transaction", "COMMIT", 0, NULL, NULL, err); /* with what was deferred */
 }
 
 void store_rollback(store_conn_t *c)
@@ -398,6 +506,11 @@ void store_rollback(store_conn_t *c)
     if (!c || !c->in_tx)
         return;
     c->in_tx = false;
+    later_free(c); /* never sent */
+    if (c->begin_pending) {
+        c->begin_pending = false;
+        return;
+    }
     PGresult *r = PQexec(c->pg, "ROLLBACK");
     PQclear(r);
 }
@@ -644,6 +757,9 @@ void store_buf_free(store_buf_t *b)
 int store_copy(store_conn_t *c, const char *what, const char *copy_sql, const store_buf_t *b,
                kiln_err_t *err)
 {
+    int brc = begin_now(c, err);
+    if (brc)
+        return brc;
     PGresult *r = PQexec(c->pg, copy_sql);
     if (!r || PQresultStatus(r) != PGRES_COPY_IN) {
         int rc = store_pg_fail(c, r, what, err);

@@ -154,6 +154,34 @@ int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err)
     return rc;
 }
 
+int store_queue_lock(store_conn_t *c, const char *name, bool exclusive, kiln_err_t *err)
+{
+    const char *p[1] = {name};
+    PGresult *r = NULL;
+    int rc = store_q(c, "lock queue", exclusive ? "SELECT 1 FROM queues WHERE name = $1 FOR UPDATE"
+                                                : "SELECT 1 FROM queues WHERE name = $1 FOR SHARE",
+                     1, p, &r, err);
+    if (rc == 0)
+        PQclear(r);
+    return rc;
+}
+
+int store_queue_default_of(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    const char *p[1] = {name};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read projects' default queues", "SELECT name FROM projects WHERE default_queue = $1 ORDER BY name",
+                     1, p, &r, err);
+    if (rc)
+        return rc;
+    *out = json_array();
+    for (int i = 0; i < PQntuples(r); i++)
+        json_array_append_new(*out, json_string(store_get_str(r, i, 0)));
+    PQclear(r);
+    return 0;
+}
+
 int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
 {
     const char *p[1] = {name};

@@ -69,7 +69,8 @@ typedef struct store_job_new {
     const char *submitted_by;     /* the submitting user (the first event's actor), or NULL */
     const char *paths_json;       /* JSON array of the paths it reads and checkpoints to */
     const uint8_t *request_hash;  /* STORE_HASH_LEN bytes identifying the request (its normalised
-                                     spec), compared when the idempotency key is reused; or NULL */
+                                     spec as sent, before the project's default queue fills in
+                                     "queue"), compared when the idempotency key is reused; or NULL */
     const char *hparams_json;     /* JSON object of the numbers search indexes as hp.NAME
                                      (spec_hparams_flat); NULL: the spec's numeric hyperparameters */
     int priority, nodes, slots_per_node, world_size, max_attempts;
@@ -376,6 +377,13 @@ int store_queue_defs_json(store_conn_t *c, json_t **out, kiln_err_t *err);
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err);
 /* Replaces every field of the queue q names with q's. KILN_ENOTFOUND. */
 int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err);
+/* Locks the row of the queue called name until the caller's transaction ends: FOR SHARE (a
+ * project that takes it as its default queue), or with exclusive FOR UPDATE (a change of its
+ * projects), so a change of the queue's projects and a project's choice of it as its default
+ * never both pass their checks. No row (a queue that does not exist) is not an error. */
+int store_queue_lock(store_conn_t *c, const char *name, bool exclusive, kiln_err_t *err);
+/* *out = array of the names of the projects whose default queue is name, by name. */
+int store_queue_default_of(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
 /* Deletes a queue none of whose jobs waits, runs or is PAUSED (a paused hyperband trial goes
  * back to its queue when promoted): KILN_ESTATE (how many do, and how many of them are paused)
  * otherwise; KILN_ENOTFOUND. Paused jobs hold no slots and wait for no admission, so a queue's
@@ -578,7 +586,8 @@ typedef struct store_assign {
 } store_assign_t;
 
 int store_assign_insert(store_conn_t *c, const store_assign_t *a, kiln_err_t *err);
-/* Inserts a[0..n) in one statement. */
+/* Inserts a[0..n) in one statement (in a transaction, sent with its next statement that must
+ * answer: a failure fails that one). */
 int store_assign_insert_many(store_conn_t *c, const store_assign_t *a, int n, kiln_err_t *err);
 /* Assignments of one attempt of a job, by node rank. *out malloc'd (caller frees). */
 int store_assign_list(store_conn_t *c, const char *job_id, int attempt, store_assign_t **out,
@@ -589,7 +598,8 @@ int store_assign_undelivered(store_conn_t *c, const char *worker_id, store_assig
                              kiln_err_t *err);
 /* Sends a notification on channel, with a worker's id as its payload, once for every worker holding
  * an assignment of any of the attempts (job_ids[k], attempts[k]), k < n, in one statement;
- * delivered only if the transaction commits (WatchWork's nudges). */
+ * delivered only if the transaction commits (WatchWork's nudges); in a transaction, sent with its
+ * next statement that must answer, at the latest its COMMIT. */
 int store_assign_notify_workers(store_conn_t *c, const char *channel, const char *const *job_ids, const int *attempts,
                                 int n, kiln_err_t *err);
 /* Marks the assignments ids[0..n) delivered, in one statement; spec_json[i] (OUT, malloc'd, caller
@@ -912,7 +922,8 @@ int store_listener_notify(store_listener_t *l, const char *const *channels, cons
 /* pg_try_advisory_lock(key) on the listener's session: *got (OUT) whether it holds the lock now
  * (also when it already held it). KILN_EDB. */
 int store_listener_try_lock(store_listener_t *l, int64_t key, bool *got, kiln_err_t *err);
-/* pg_notify(channel, payload) on c: inside a transaction it is sent when (and only if) the
+/* pg_notify(channel, payload) on c: inside a transaction it is sent with the transaction's next
+ * statement that must answer (at the latest its COMMIT) and delivered when (and only if) the
  * transaction commits. */
 int store_notify(store_conn_t *c, const char *channel, const char *payload, kiln_err_t *err);
 

@@ -10,9 +10,20 @@
 
 #define STORE_PREPARED_MAX 64
 
+/* A statement deferred in a transaction (store_q_later): sent with the next one that must answer. */
+typedef struct store_later {
+    const char *what, *sql; /* sql: a literal, as every statement's text is */
+    int nparams;
+    char **params;          /* owned copies */
+    bool unprepared;
+} store_later_t;
+
 struct store_conn {
     PGconn *pg;
     bool in_tx;
+    bool begin_pending;         /* in_tx, and its BEGIN not sent yet: it goes with the next statement */
+    store_later_t *later;       /* statements deferred in the transaction, in order; owned */
+    int nlater, later_cap;
     int index;                  /* slot in the pool */
     char *prepared[STORE_PREPARED_MAX]; /* SQL of statement "k<i>" prepared on this session; owned */
     int nprepared;
@@ -64,10 +75,11 @@ typedef struct store_stmt {
     int nparams;
     const char *const *params;
     PGresult *r;
+    bool unprepared;   /* run as store_q runs it (planned each time) */
     const char *p[2];  /* room for params, and for short parameter texts, filled in place */
     char buf[2][32];
 } store_stmt_t;
-/* Runs st[0..n) as store_qp would run each, sent together and answered in one round trip to the
+/* Runs st[0..n) as store_qp (or with unprepared, store_q) would run each, sent together and answered in one round trip to the
  * server (libpq's pipeline mode). Outside a transaction they run in one implicit transaction, each
  * statement with its own snapshot (READ COMMITTED) as when run one by one. Returns 0 with every
  * st[i].r set, or the first failing statement's error with st[i].r set for those that ran before
@@ -87,6 +99,13 @@ void store_queue_defs_stmt(store_stmt_t *s);
 int store_queue_defs_take(PGresult *r, json_t **out, kiln_err_t *err);
 void store_queue_project_usage_stmt(store_stmt_t *s, double half_life_s);
 int store_queue_project_usage_take(PGresult *r, json_t **out); /* KILN_ENOMEM */
+/* In a transaction, defers a statement whose result nobody needs (a write, a notification): it
+ * is sent with the transaction's next statement that must answer (at the latest its COMMIT), in
+ * the same round trip, and fails the transaction then if it fails; a rollback drops it. sql must
+ * be a literal (it is kept, the parameters are copied). Outside a transaction it runs now, as
+ * store_qp. */
+int store_q_later(store_conn_t *c, const char *what, const char *sql, int nparams, const char *const *params,
+                  kiln_err_t *err);
 /* Same as store_q_rows, for hot statements (as store_qp). */
 int store_qp_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
                   const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,

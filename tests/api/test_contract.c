@@ -582,7 +582,10 @@ Test(contract, every_route_against_openapi)
     want(400, "PATCH", "/v1/projects/p", "{\"colour\": \"red\"}", NULL);
     want(403, "PATCH", "/v1/projects/p", "{\"default_queue\": null}", viewer);
     want(404, "PATCH", "/v1/projects/none", "{\"default_queue\": null}", NULL);
+    want(400, "PATCH", "/v1/projects/p", "{\"default_queue\": \"\"}", NULL);
+    want(201, "POST", "/v1/projects", "{\"name\": \"dq3\", \"default_queue\": null}", NULL);
     want(409, "DELETE", "/v1/queues/nlp", NULL, NULL);
+    want(409, "PATCH", "/v1/queues/nlp", "{\"projects\": [\"q\"]}", NULL);
     want(200, "PATCH", "/v1/projects/p", "{\"default_queue\": null}", NULL);
     want(200, "DELETE", "/v1/queues/nlp", NULL, NULL);
     want(404, "DELETE", "/v1/queues/nlp", NULL, NULL);

@@ -3,8 +3,10 @@
  * bad fields naming them, and a job's queue is honoured: a queue that does not exist or that its
  * project may not use is a 400 naming it, a job larger than any quota its queue could get a 422
  * naming the limit, and a queue's quota holds its jobs back while the default queue's run; a
- * project's default queue takes its jobs that name none; a queue holding paused jobs or that is
- * a project's default queue cannot be deleted. */
+ * project's default queue takes its jobs that name none (a name, or null for "default"; "" is
+ * refused), and a queue holding paused jobs or that is a project's default queue cannot be
+ * deleted, nor leave that project out of its projects; a retry under an idempotency key gets its
+ * job even after the project's default queue changed. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,17 +296,16 @@ Test(queues, a_projects_default_queue_takes_its_jobs_that_name_none)
             "queue \"nowhere\" does not exist");
     refused("PATCH", "/v1/projects/b", "{\"default_queue\": \"aonly\"}", 400, "default_queue",
             "project \"b\" may not use queue \"aonly\"");
-    refused("PATCH", "/v1/projects/b", "{\"default_queue\": 7}", 400, "default_queue", "must be a queue's name");
+    refused("PATCH", "/v1/projects/b", "{\"default_queue\": 7}", 400, "default_queue", "default_queue must name a queue");
     refused("PATCH", "/v1/projects/b", "{\"owner\": \"me\"}", 400, "owner", "unknown field");
     refused("POST", "/v1/projects", "{\"name\": \"c\", \"default_queue\": \"aonly\"}", 400, "default_queue",
             "project \"c\" may not use queue \"aonly\"");
     refused("POST", "/v1/projects", "{\"name\": \"c\", \"default_queue\": \"nowhere\"}", 400, "default_queue",
             "does not exist");
     json_decref(req("PATCH", "/v1/projects/nope", "{\"default_queue\": null}", 404));
-    /* a default queue the project may no longer use: its jobs that name none are refused, saying so */
-    json_decref(req("PATCH", "/v1/queues/aonly", "{\"projects\": [\"default\"]}", 200));
-    refused("POST", "/v1/jobs", spec("jx", "a", NULL, 1, 1), 400, "queue",
-            "project \"a\" may not use queue \"aonly\" (the project's default queue)");
+    /* a default queue keeps letting its project in (a_queue_keeps_the_projects_whose_default_queue_it_is) */
+    refused("PATCH", "/v1/queues/aonly", "{\"projects\": [\"default\"]}", 409, "projects",
+            "queue \"aonly\" is the default queue of project \"a\"");
     /* a queue that is a project's default stays until the project names another */
     refused("DELETE", "/v1/queues/team", NULL, 409, "name", "has 1 job(s) waiting or running");
     snprintf(path, sizeof path, "/v1/jobs/%s:stop", jb);
@@ -318,6 +319,139 @@ Test(queues, a_projects_default_queue_takes_its_jobs_that_name_none)
     free(ja);
     free(jn);
     free(ja2);
+}
+
+/* A 4xx's hint contains needle. */
+static void hint_has(const char *method, const char *path, const char *body, long status, const char *needle)
+{
+    json_t *j = req(method, path, body, status);
+    const char *h = json_string_value(json_object_get(j, "hint"));
+    cr_assert(h && strstr(h, needle), "%s: hint \"%s\" lacks \"%s\"", body, h, needle);
+    json_decref(j);
+}
+
+/* The default queue of project, as GET /v1/projects shows it (static storage). */
+static const char *default_queue_of(const char *project)
+{
+    static char out[64];
+    out[0] = '\0';
+    json_t *list = req("GET", "/v1/projects", NULL, 200);
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(list, "projects"), i, e)
+        if (!strcmp(json_string_value(json_object_get(e, "name")), project))
+            snprintf(out, sizeof out, "%s", json_string_value(json_object_get(e, "default_queue")));
+    json_decref(list);
+    cr_assert(out[0], "project %s not listed", project);
+    return out;
+}
+
+Test(queues, a_default_queue_names_a_queue_and_null_means_default)
+{
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 4}}", 201));
+    /* "" names no queue: refused as a job's "queue": "" is, saying what to send instead */
+    refused("POST", "/v1/projects", "{\"name\": \"e\", \"default_queue\": \"\"}", 400, "default_queue",
+            "default_queue must name a queue");
+    hint_has("POST", "/v1/projects", "{\"name\": \"e\", \"default_queue\": \"\"}", 400, "(null means it too)");
+    json_decref(req("PATCH", "/v1/projects/default", "{\"default_queue\": \"team\"}", 200));
+    refused("PATCH", "/v1/projects/default", "{\"default_queue\": \"\"}", 400, "default_queue",
+            "default_queue must name a queue");
+    cr_assert_str_eq(default_queue_of("default"), "team", "a refused change changes nothing");
+    refused("POST", "/v1/jobs", spec("jq", "default", "", 1, 1), 400, "queue", "queue must name a queue");
+    /* null, or leaving it out on create, is the queue "default" */
+    json_t *p = req("POST", "/v1/projects", "{\"name\": \"e\", \"default_queue\": null}", 201);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "default_queue")), "default");
+    json_decref(p);
+    p = req("POST", "/v1/projects", "{\"name\": \"f\"}", 201);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "default_queue")), "default");
+    json_decref(p);
+    p = req("PATCH", "/v1/projects/default", "{\"default_queue\": null}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "default_queue")), "default");
+    json_decref(p);
+    cr_assert_str_eq(default_queue_of("default"), "default");
+    /* a body that leaves it out changes nothing */
+    json_decref(req("PATCH", "/v1/projects/e", "{\"default_queue\": \"team\"}", 200));
+    p = req("PATCH", "/v1/projects/e", "{}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "default_queue")), "team");
+    json_decref(p);
+}
+
+Test(queues, a_queue_keeps_the_projects_whose_default_queue_it_is)
+{
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"a\"}", 201));
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 4}, \"projects\": [\"a\", \"b\"]}",
+                    201));
+    json_decref(req("PATCH", "/v1/projects/a", "{\"default_queue\": \"team\"}", 200));
+    json_decref(req("PATCH", "/v1/projects/b", "{\"default_queue\": \"team\"}", 200));
+    /* leaving one out: 409 naming it and saying what to do first; nothing changes */
+    refused("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"], \"weight\": 2}", 409, "projects",
+            "queue \"team\" is the default queue of project \"b\", which projects would no longer let in");
+    hint_has("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"]}", 409,
+             "give project b another default queue first (kiln projects update b --default-queue QUEUE)");
+    refused("PATCH", "/v1/queues/team", "{\"projects\": [\"default\"]}", 409, "projects",
+            "queue \"team\" is the default queue of projects \"a\", \"b\", which projects would no longer let in");
+    json_t *q = req("GET", "/v1/queues/team", NULL, 200);
+    cr_assert_eq(json_array_size(json_object_get(q, "projects")), 2);
+    cr_assert_eq(json_number_value(json_object_get(q, "weight")), 1.0, "a refused change changes no field");
+    json_decref(q);
+    /* so their jobs that name no queue are still taken */
+    char *jb = submit("jb", "b", NULL, 1, 1);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND queue = 'team'", jb), 1);
+    /* what keeps them in passes: "*", other fields, and, once b has another default queue, leaving b out */
+    json_decref(req("PATCH", "/v1/queues/team", "{\"projects\": [\"*\"], \"weight\": 2}", 200));
+    json_decref(req("PATCH", "/v1/queues/team", "{\"projects\": [\"b\", \"a\"]}", 200));
+    json_decref(req("PATCH", "/v1/projects/b", "{\"default_queue\": null}", 200));
+    q = req("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"]}", 200);
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(q, "projects"), 0)), "a");
+    json_decref(q);
+    free(jb);
+}
+
+Test(queues, a_refusal_naming_many_projects_names_the_first_and_counts_the_rest)
+{
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"wide\", \"quota\": {\"cpu\": 4}}", 201));
+    char body[256];
+    for (int i = 0; i < 6; i++) {
+        snprintf(body, sizeof body, "{\"name\": \"a-project-with-a-rather-long-name-%d\", \"default_queue\": \"wide\"}", i);
+        json_decref(req("POST", "/v1/projects", body, 201));
+    }
+    json_t *j = req("PATCH", "/v1/queues/wide", "{\"projects\": [\"default\"]}", 409);
+    const char *m = json_string_value(json_object_get(j, "message"));
+    cr_assert(m && strstr(m, "queue \"wide\" is the default queue of projects \"a-project-with-a-rather-long-name-0\", ")
+              && strstr(m, " more, which projects would no longer let in"), "%s", m);
+    json_decref(j);
+}
+
+Test(queues, a_retry_gets_its_job_after_the_projects_default_queue_changed)
+{
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 4}}", 201));
+    json_decref(req("PATCH", "/v1/projects/default", "{\"default_queue\": \"team\"}", 200));
+    const char *hdrs[] = {"Idempotency-Key: retry-dq", NULL};
+    char body[1024];
+    snprintf(body, sizeof body, "%s", spec("jr", "default", NULL, 1, 1));
+    long st;
+    char *raw = NULL;
+    json_t *first = at_req("POST", "/v1/jobs", body, hdrs, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    free(raw);
+    cr_assert_str_eq(json_string_value(json_object_get(first, "queue")), "team");
+    /* an admin sends the project's jobs elsewhere; the client, unsure its request arrived, retries */
+    json_decref(req("PATCH", "/v1/projects/default", "{\"default_queue\": null}", 200));
+    json_t *again = at_req("POST", "/v1/jobs", body, hdrs, &st, &raw);
+    cr_assert_eq(st, 200, "the retry gets the job the first request created: %s", raw);
+    free(raw);
+    cr_assert_str_eq(json_string_value(json_object_get(again, "id")), json_string_value(json_object_get(first, "id")));
+    cr_assert_str_eq(json_string_value(json_object_get(again, "queue")), "team");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE name = 'jr'"), 1);
+    json_decref(again);
+    /* another request under the key is still refused */
+    snprintf(body, sizeof body, "%s", spec("jr2", "default", NULL, 1, 1));
+    again = at_req("POST", "/v1/jobs", body, hdrs, &st, &raw);
+    cr_assert_eq(st, 422, "%s", raw);
+    free(raw);
+    json_decref(again);
+    json_decref(first);
 }
 
 Test(queues, only_cluster_admins_manage_queues)

@@ -417,6 +417,21 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
         cr_assert(strstr(err, "queue \"cli-queue\" is the default queue of project \"cli-proj\""), "%s", err);
         free(out);
         free(err);
+        /* nor may it shut that project out */
+        rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--projects", "default", NULL);
+        cr_assert_eq(rc, 5, "leaving out a project whose default queue it is: rc %d: %s", rc, err);
+        cr_assert(strstr(err, "queue \"cli-queue\" is the default queue of project \"cli-proj\", which projects would "
+                              "no longer let in")
+                  && strstr(err, "kiln projects update cli-proj --default-queue QUEUE"), "%s", err);
+        free(out);
+        free(err);
+        /* an empty name is no queue */
+        rc = e2e_kiln(&out, &err, "projects", "update", "cli-proj", "--default-queue", "", NULL);
+        cr_assert_eq(rc, 1, "rc %d: %s", rc, err);
+        cr_assert(strstr(err, "default_queue: must name a queue") && strstr(err, "the queue \"default\" is the cluster's own"),
+                  "%s", err);
+        free(out);
+        free(err);
         rc = e2e_kiln(&out, &err, "projects", "update", "cli-proj", "--default-queue", "default", NULL);
         cr_assert_eq(rc, 0, "%s", err);
         free(out);

@@ -1676,3 +1676,88 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     free(ids[1]);
     free(wid);
 }
+
+/* A project's default queue over gRPC answers as over REST for the same intent: proto3's "" is
+ * unset, REST's null, so it means the queue "default" (REST refuses "" as naming no queue); a
+ * queue that leaves out a project whose default queue it is is refused alike. */
+Test(grpc, a_projects_default_queue_answers_as_rest_does)
+{
+    api_http_t *H = NULL;
+    char haddr[64], base[80];
+    int port = th_free_port();
+    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", port);
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    api_http_config_t hc = {.addr = haddr};
+    kiln_err_t err, gerr;
+    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
+    int code = -1;
+    long st = 0;
+
+    /* created without one ("" over gRPC, null or nothing over REST): "default" */
+    Kiln__CreateProjectRequest cp = KILN__CREATE_PROJECT_REQUEST__INIT;
+    cp.name = "ga";
+    cp.default_queue = "";
+    Kiln__Project *p = (Kiln__Project *)tcall("CreateProject", &cp.base, &kiln__project__descriptor, &code, &err);
+    cr_assert_not_null(p, "CreateProject: %d %s", code, err.message);
+    cr_assert_str_eq(p->default_queue, "default");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    json_t *rj = rest(base, "POST", "/v1/projects", "{\"name\": \"gb\", \"default_queue\": null}", &st);
+    cr_assert_eq(st, 201);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "default_queue")), "default");
+    json_decref(rj);
+    rj = rest(base, "POST", "/v1/projects", "{\"name\": \"gc\", \"default_queue\": \"\"}", &st);
+    cr_assert_eq(st, 400, "REST's \"\" names no queue");
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "default_queue");
+    json_decref(rj);
+
+    /* a queue both take as their default queue, one over each API */
+    rj = rest(base, "POST", "/v1/queues", "{\"name\": \"gq\", \"quota\": {\"cpu\": 2}, \"projects\": [\"ga\", \"gb\"]}", &st);
+    cr_assert_eq(st, 201);
+    json_decref(rj);
+    Kiln__UpdateProjectRequest up = KILN__UPDATE_PROJECT_REQUEST__INIT;
+    up.project = "ga";
+    up.default_queue = "gq";
+    p = (Kiln__Project *)tcall("UpdateProject", &up.base, &kiln__project__descriptor, &code, &err);
+    cr_assert_not_null(p, "UpdateProject: %d %s", code, err.message);
+    cr_assert_str_eq(p->default_queue, "gq");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    rj = rest(base, "PATCH", "/v1/projects/gb", "{\"default_queue\": \"gq\"}", &st);
+    cr_assert_eq(st, 200);
+    json_decref(rj);
+
+    /* UpdateQueue leaving ga out: FAILED_PRECONDITION, as REST's 409, with the same words */
+    char *only_gb[] = {"gb"};
+    Kiln__Queue patch = KILN__QUEUE__INIT;
+    patch.projects = only_gb;
+    patch.n_projects = 1;
+    char *mask[] = {"projects"};
+    Kiln__UpdateQueueRequest uq = KILN__UPDATE_QUEUE_REQUEST__INIT;
+    uq.name = "gq";
+    uq.queue = &patch;
+    uq.update_mask = mask;
+    uq.n_update_mask = 1;
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("UpdateQueue", &uq.base, &kiln__queue__descriptor, &code, &gerr));
+    rj = rest(base, "PATCH", "/v1/queues/gq", "{\"projects\": [\"gb\"]}", &st);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "message")),
+                     "queue \"gq\" is the default queue of project \"ga\", which projects would no longer let in");
+    refused_alike(&gerr, code, 9 /* FAILED_PRECONDITION */, rj, st, 409, "queue.projects");
+    json_decref(rj);
+
+    /* UpdateProject's "" sets "default" again, as REST's null; then ga may be left out */
+    up.default_queue = "";
+    p = (Kiln__Project *)tcall("UpdateProject", &up.base, &kiln__project__descriptor, &code, &err);
+    cr_assert_not_null(p, "UpdateProject: %d %s", code, err.message);
+    cr_assert_str_eq(p->default_queue, "default");
+    protobuf_c_message_free_unpacked(&p->base, NULL);
+    rj = rest(base, "PATCH", "/v1/projects/gb", "{\"default_queue\": null}", &st);
+    cr_assert_eq(st, 200);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "default_queue")), "default");
+    json_decref(rj);
+    Kiln__Queue *q = (Kiln__Queue *)tcall("UpdateQueue", &uq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(q, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_eq(q->n_projects, 1);
+    cr_assert_str_eq(q->projects[0], "gb");
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    api_http_stop(H);
+}

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "store/store.h"
+#include "store/store_int.h" /* the statement helpers a transaction runs on (store_q, store_q_later) */
 #include "tests/common/harness.h"
 
 static char *url;
@@ -971,6 +972,47 @@ Test(workers, scheduler_lock_is_exclusive)
     store_pass_read_clear(&b);
     store_conn_put(st, c2);
     /* the connection that failed mid-pipeline serves the next statement */
+    cr_assert_eq(store_ping(c, &err), 0, "%s", err.message);
+}
+
+/* A transaction's BEGIN goes with its first statement, and a deferred statement with the next one
+ * that must answer: what each does and how each fails is as if sent alone. */
+Test(workers, a_transactions_deferred_statements_count_and_fail_as_if_sent_alone)
+{
+    static const char ins[] = "INSERT INTO projects (name) VALUES ($1)";
+    /* deferred, then committed: written */
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-a"}, &err), 0);
+    cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-b"}, &err), 0);
+    cr_assert_eq(store_commit(c, &err), 0, "%s", err.message);
+    cr_assert_eq(count_rows("SELECT count(*) FROM projects WHERE name LIKE 'later-%'"), 2);
+    /* deferred, then rolled back: never sent */
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-c"}, &err), 0);
+    store_rollback(c);
+    cr_assert_eq(count_rows("SELECT count(*) FROM projects WHERE name = 'later-c'"), 0);
+    /* a deferred failure fails the next statement that must answer, naming itself; the rollback
+     * leaves the connection as good as new */
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-d"}, &err), 0);
+    cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-a"}, &err), 0);
+    cr_assert_eq(store_ping(c, &err), KILN_EEXIST);
+    cr_assert(strstr(err.message, "add a project"), "%s", err.message);
+    store_rollback(c);
+    cr_assert_eq(count_rows("SELECT count(*) FROM projects WHERE name = 'later-d'"), 0);
+    cr_assert_eq(store_ping(c, &err), 0, "%s", err.message);
+    /* outside a transaction it runs at once */
+    cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-e"}, &err), 0);
+    cr_assert_eq(count_rows("SELECT count(*) FROM projects WHERE name = 'later-e'"), 1);
+    /* a transaction that sent nothing commits and rolls back without a word to the server */
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_eq(store_commit(c, &err), 0);
+    cr_assert_eq(store_begin(c, &err), 0);
+    store_rollback(c);
+    /* and one whose first statement fails is rolled back whole */
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_neq(store_q(c, "fail", "SELECT 1 / 0", 0, NULL, NULL, &err), 0);
+    store_rollback(c);
     cr_assert_eq(store_ping(c, &err), 0, "%s", err.message);
 }
 

@@ -463,7 +463,7 @@ describe('web UI', { concurrency: false }, () => {
     await page.close();
   });
 
-  test('queues: an admin creates, edits and deletes a queue; a viewer sees them without edit controls', async () => {
+  test('queues: an admin creates, edits and deletes a queue; a viewer sees them without edit controls; each project\'s default queue is shown', async () => {
     const page = await adminCtx.newPage();
     page.on('dialog', (d) => d.accept());
     await page.goto(`${c.url}/#/queues`);
@@ -501,11 +501,18 @@ describe('web UI', { concurrency: false }, () => {
     assert.equal(q.weight, 2.5);
     assert.equal(q.quota.cpu, 4);
     assert.equal(q.cohort, 'ui-cohort', 'what the form did not change stays');
+    // a project whose jobs that name no queue go to ui-team
+    assert.equal((await c.api('POST', '/v1/projects', { name: 'ui-dq', default_queue: 'ui-team' })).status, 201);
     // the selection survives a reload (it is in the URL) and opens the edit form again
     await page.reload();
     await page.waitForSelector('#queue-form h2');
     assert.equal(await page.textContent('#queue-form h2'), 'Edit queue ui-team');
     assert.equal(await page.inputValue('#q-quota-cpu'), '4');
+    // the projects' default queues: an admin sees every project's
+    await page.waitForSelector('table.projects tr[data-project="ui-dq"]');
+    assert.equal(await page.textContent('tr[data-project="ui-dq"] td.default-queue'), 'ui-team');
+    assert.equal(await page.textContent('tr[data-project="default"] td.default-queue'), 'default');
+    assert.match(await page.getAttribute('tr[data-project="ui-dq"] td.default-queue a', 'href'), /#\/queues\?name=ui-team$/);
     await shot(page, 'queues-admin');
     // a viewer reads the queues and gets no edit controls
     const token = await c.user('quinn', 'viewer');
@@ -515,11 +522,22 @@ describe('web UI', { concurrency: false }, () => {
     assert.equal(await v.page.locator('#queue-new').count(), 0);
     assert.equal(await v.page.locator('table.queues button').count(), 0);
     assert.equal(await v.page.locator('#queue-form').count(), 0);
+    // a viewer sees the default queues of its own projects only
+    await v.page.waitForSelector('table.projects tr[data-project="default"]');
+    assert.equal(await v.page.textContent('tr[data-project="default"] td.default-queue'), 'default');
+    assert.equal(await v.page.locator('tr[data-project="ui-dq"]').count(), 0);
     await shot(v.page, 'queues-viewer');
     await v.ctx.close();
+    // a project's default queue stays: the refusal says which project and what to do
+    await page.getByRole('button', { name: 'Delete queue ui-team' }).click();
+    await page.waitForFunction(() => /is the default queue of project "ui-dq"/.test(document.querySelector('#queue-notice')?.textContent || ''));
+    assert.match(await page.textContent('#queue-notice'), /kiln projects update ui-dq --default-queue QUEUE/);
+    assert.equal(await page.locator('tr[data-name="ui-team"]').count(), 1);
+    assert.equal((await c.api('PATCH', '/v1/projects/ui-dq', { default_queue: null })).body.default_queue, 'default');
     // delete (confirmed): gone from the table and from kilnd
     await page.getByRole('button', { name: 'Delete queue ui-team' }).click();
     await page.waitForFunction(() => !document.querySelector('tr[data-name="ui-team"]'));
+    assert.equal(await page.textContent('#queue-notice'), 'Queue ui-team deleted.');
     assert.equal((await c.request('GET', '/v1/queues/ui-team')).status, 404);
     assert.doesNotMatch(page.url(), /name=ui-team/);
     await page.close();

@@ -53,6 +53,9 @@ export interface Queue {
   updated_at?: string;
 }
 
+// A project as GET /v1/projects answers (role "": a cluster admin's listing of every project).
+export interface Project { name: string; role: string; created_at: string; created_by: string; default_queue: string }
+
 export interface JobPage { jobs: Job[]; next_page_token?: string }
 
 // One metric of one job over the lowest rank that reported it (null while count is 0).

@@ -1,12 +1,13 @@
 // queues.ts - the cluster's queues (GET /v1/queues): quota, usage and what is borrowed above the
 // quota per slot type, borrowing and lending limits, pending and admitted jobs, weight, cohort
-// and projects; for cluster admins a form to create, edit (PATCH) and delete queues. The queue
-// being looked at or edited and an open "new queue" form live in the URL (#/queues?name=nlp,
-// #/queues?new=1).
+// and projects; the default queue of each project the caller sees (GET /v1/projects), where its
+// jobs that name no queue go; for cluster admins a form to create, edit (PATCH) and delete
+// queues. The queue being looked at or edited and an open "new queue" form live in the URL
+// (#/queues?name=nlp, #/queues?new=1).
 import { api, ApiError, get, whoami } from '../api';
 import { clear, h } from '../dom';
 import { setParams, type Cleanup } from '../main';
-import type { Queue, SlotCounts } from '../types';
+import type { Project, Queue, SlotCounts } from '../types';
 
 const REFRESH_MS = 5000;
 const TYPES: (keyof SlotCounts)[] = ['cpu', 'gpu'];
@@ -27,18 +28,28 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
   let alive = true;
   let timer = 0;
   let queues: Queue[] = [];
+  let projects: Project[] = [];
   let selected = params.get('name') || '';
   let creating = params.get('new') === '1';
   const admin = !!whoami()?.cluster_admin;
   const body = h('tbody');
+  const projectBody = h('tbody');
   const status = h('p', { class: 'muted', 'aria-live': 'polite' });
+  // what the admin's last save or delete did (kilnd's refusal, with its hint): the refresh
+  // rewrites status every few seconds, so it has a line of its own
+  const notice = h('p', { id: 'queue-notice', role: 'status' });
   const formSlot = h('div');
   const newBtn = admin ? h('button', { type: 'button', id: 'queue-new', onclick: () => { selected = ''; creating = true; sync(); } }, 'New queue') : null;
   const cols = ['Name', 'Cohort', 'Quota', 'Usage', 'Borrowed', 'Borrowing limit', 'Lending limit', 'Pending', 'Admitted',
                 'Weight', 'Fair sharing', 'Projects', ...(admin ? ['Actions'] : [])];
-  main.append(h('div', { class: 'title-row' }, h('h1', null, 'Queues'), newBtn), status, formSlot,
+  main.append(h('div', { class: 'title-row' }, h('h1', null, 'Queues'), newBtn), status, notice, formSlot,
     h('div', { class: 'table-wrap' }, h('table', { class: 'queues', 'aria-label': 'Queues' },
-      h('thead', null, h('tr', null, ...cols.map((c) => h('th', { scope: 'col' }, c)))), body)));
+      h('thead', null, h('tr', null, ...cols.map((c) => h('th', { scope: 'col' }, c)))), body)),
+    h('section', { class: 'default-queues', 'aria-labelledby': 'default-queues-title' },
+      h('h2', { id: 'default-queues-title' }, 'Default queues of projects'),
+      h('p', { class: 'muted small' }, 'A job that names no queue waits in its project\'s default queue: default, unless a project admin sets another (kiln projects update PROJECT --default-queue QUEUE). While a queue is a project\'s default, it cannot be deleted or leave that project out of its projects.'),
+      h('div', { class: 'table-wrap' }, h('table', { class: 'projects', 'aria-labelledby': 'default-queues-title' },
+        h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'Project'), h('th', { scope: 'col' }, 'Default queue'))), projectBody))));
 
   // The URL says which queue is selected and whether the new-queue form is open.
   function sync(): void {
@@ -72,6 +83,13 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
         actions));
     }
     if (!queues.length) body.append(h('tr', null, h('td', { colspan: cols.length, class: 'muted' }, 'No queues.')));
+    clear(projectBody);
+    for (const p of projects) {
+      projectBody.append(h('tr', { 'data-project': p.name },
+        h('th', { scope: 'row' }, p.name),
+        h('td', { class: 'default-queue' }, h('a', { href: `#/queues?name=${encodeURIComponent(p.default_queue)}` }, p.default_queue))));
+    }
+    if (!projects.length) projectBody.append(h('tr', null, h('td', { colspan: 2, class: 'muted' }, 'No projects.')));
   }
 
   async function remove(q: Queue): Promise<void> {
@@ -82,10 +100,10 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
       if (selected === q.name) selected = '';
       queues = queues.filter((x) => x.name !== q.name);
       sync();
-      status.textContent = `Queue ${q.name} deleted.`;
+      notice.textContent = `Queue ${q.name} deleted.`;
       await load();
     } catch (e) {
-      status.textContent = e instanceof ApiError ? `${e.message}${e.body.hint ? ` (${e.body.hint})` : ''}` : String(e);
+      notice.textContent = e instanceof ApiError ? `${e.message}${e.body.hint ? ` (${e.body.hint})` : ''}` : String(e);
     }
   }
 
@@ -138,7 +156,7 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
         } else {
           saved = await api<Queue>('POST', '/v1/queues', { name: val('q-name'), ...out });
         }
-        status.textContent = `Queue ${saved.name} ${q ? 'saved' : 'created'}.`;
+        notice.textContent = `Queue ${saved.name} ${q ? 'saved' : 'created'}.`;
         selected = saved.name;
         creating = false;
         await load();
@@ -165,9 +183,10 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
   }
 
   async function load(): Promise<void> {
-    const r = await get<{ queues: Queue[] }>('/v1/queues');
+    const [r, pr] = await Promise.all([get<{ queues: Queue[] }>('/v1/queues'), get<{ projects: Project[] }>('/v1/projects')]);
     if (!alive) return;
     queues = r.queues;
+    projects = pr.projects;
     renderTable();
     status.textContent = `${queues.length} queue${queues.length === 1 ? '' : 's'}, ${queues.reduce((a, q) => a + q.pending, 0)} jobs waiting`;
     main.dataset.loaded = 'true';
