@@ -1520,17 +1520,25 @@ static void refused_alike(const kiln_err_t *gerr, int gcode, int want_gcode, con
     cr_assert_str_eq(gerr->message, want, "gRPC's status message");
 }
 
-Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
+/* REST on the same service, to compare answers with: its base URL into base. */
+static api_http_t *rest_beside(char base[80])
 {
-    /* REST on the same service, to compare refusals with */
     api_http_t *H = NULL;
-    char haddr[64], base[80];
+    char haddr[64];
     int port = th_free_port();
     snprintf(haddr, sizeof haddr, "127.0.0.1:%d", port);
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+    snprintf(base, 80, "http://127.0.0.1:%d", port);
     api_http_config_t hc = {.addr = haddr};
     kiln_err_t err;
     cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
+    return H;
+}
+
+Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
+{
+    char base[80];
+    api_http_t *H = rest_beside(base);
+    kiln_err_t err;
     int code = -1;
 
     /* create: the contract shape, as a message */
@@ -1682,14 +1690,9 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
  * queue that leaves out a project whose default queue it is is refused alike. */
 Test(grpc, a_projects_default_queue_answers_as_rest_does)
 {
-    api_http_t *H = NULL;
-    char haddr[64], base[80];
-    int port = th_free_port();
-    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", port);
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
-    api_http_config_t hc = {.addr = haddr};
+    char base[80];
+    api_http_t *H = rest_beside(base);
     kiln_err_t err, gerr;
-    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
     int code = -1;
     long st = 0;
 
