@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <limits.h>
 #include <string.h>
 #include <time.h>
 
@@ -297,7 +296,6 @@ typedef struct pipe_item {
     PGresult **r;
 } pipe_item_t;
 
-
 int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
 {
     for (int i = 0; i < n; i++)
@@ -498,7 +496,12 @@ int store_commit(store_conn_t *c, kiln_err_t *err)
         c->begin_pending = false;
         return 0;
     }
-    return store_q(c, "commit a transaction", "COMMIT", 0, NULL, NULL, err); /* with what was deferred */
+    bool deferred = c->nlater > 0;
+    int rc = store_q(c, "commit a transaction", "COMMIT", 0, NULL, NULL, err); /* with what was deferred */
+    /* a deferred statement that failed left the COMMIT unrun and the transaction open, aborted */
+    if (rc && deferred)
+        PQclear(PQexec(c->pg, "ROLLBACK"));
+    return rc;
 }
 
 void store_rollback(store_conn_t *c)

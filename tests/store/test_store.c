@@ -1001,6 +1001,14 @@ Test(workers, a_transactions_deferred_statements_count_and_fail_as_if_sent_alone
     store_rollback(c);
     cr_assert_eq(count_rows("SELECT count(*) FROM projects WHERE name = 'later-d'"), 0);
     cr_assert_eq(store_ping(c, &err), 0, "%s", err.message);
+    /* ...and at the COMMIT, which then fails and leaves no transaction open behind it */
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-f"}, &err), 0);
+    cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-a"}, &err), 0);
+    cr_assert_eq(store_commit(c, &err), KILN_EEXIST);
+    cr_assert_eq(count_rows("SELECT count(*) FROM projects WHERE name = 'later-f'"), 0);
+    cr_assert_eq(PQtransactionStatus(c->pg), PQTRANS_IDLE, "outside any transaction block, not %d",
+                 (int)PQtransactionStatus(c->pg));
     /* outside a transaction it runs at once */
     cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"later-e"}, &err), 0);
     cr_assert_eq(count_rows("SELECT count(*) FROM projects WHERE name = 'later-e'"), 1);
