@@ -603,6 +603,11 @@ static enum MHD_Result http_dispatch(http_req_t *r)
         if (svc_auth_user(r->h->svc, http_bearer(r), &r->arena, &r->who, &err) != 0)
             return http_reply_err(r, &err);
     }
+    static const char *const none[] = {NULL};
+    kiln_err_t aerr;
+    kiln_err_clear(&aerr);
+    if (http_args_known(r, rt->args ? rt->args : none, &aerr))
+        return http_reply_err(r, &aerr);
     const http_stream_route_t *sr = http_stream_of(r);
     if (sr) {
         /* before the body: the route opens what takes it, or refuses (answered now) */

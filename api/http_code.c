@@ -7,22 +7,17 @@
 
 #include "api/http_int.h"
 
-static const char *const code_args[] = {"project", NULL};
-
 int http_code_body(http_req_t *r, const char *data, size_t n, kiln_err_t *err)
 {
     if (data)
         return svc_code_upload_write(r->stream, data, n, err);
-    int rc = http_args_known(r, code_args, err);
-    if (rc)
-        return rc;
     /* a Content-Length past the limit is refused before a byte of the body is read */
     int64_t announced = -1;
     const char *len = http_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (len && svc_check_int_text("Content-Length", len, 0, INT64_MAX, &announced, err))
         return KILN_EINVAL;
     svc_code_upload_t *u = NULL;
-    rc = svc_code_upload_open(r->h->svc, &r->who, http_arg(r, "project"), NULL, 0, announced, &u, err);
+    int rc = svc_code_upload_open(r->h->svc, &r->who, http_arg(r, "project"), NULL, 0, announced, &u, err);
     r->stream = u;
     return rc;
 }
@@ -53,10 +48,8 @@ enum MHD_Result http_code_get(http_req_t *r)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
-    int rc = http_args_known(r, code_args, &err);
     svc_artifact_file_t f;
-    if (rc == 0)
-        rc = svc_code_open(r->h->svc, &r->who, http_arg(r, "project"), http_param(r, "digest"), &f, &err);
+    int rc = svc_code_open(r->h->svc, &r->who, http_arg(r, "project"), http_param(r, "digest"), &f, &err);
     if (rc) {
         if (!err.status)
             err.status = rc;

@@ -27,13 +27,17 @@ typedef struct http_req http_req_t;
  * with --metrics-auth).
  * HTTP_STREAM rows take a body of bytes (application/gzip or application/octet-stream), not
  * JSON, of any size the route allows, through the callbacks http_stream_routes gives their
- * handle. */
+ * handle.
+ * args names the query parameters the route takes (NULL-terminated; NULL: none). The router
+ * refuses any other with a 400 naming it, after authentication and before the handler, so no
+ * route ignores a parameter it does not read. */
 enum { HTTP_OPEN = 1 << 0, HTTP_PROM = 1 << 1, HTTP_STREAM = 1 << 2 };
 typedef struct http_route {
     const char *method;
     const char *pattern;
     enum MHD_Result (*handle)(http_req_t *r);
     int flags;
+    const char *const *args;
 } http_route_t;
 /* A streamed body's callbacks: body() is called once before any of it arrives (data NULL), after
  * the request passed every check of a JSON route and authentication, and then for each piece as

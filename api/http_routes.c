@@ -152,14 +152,11 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
 /* The filters are checked by the service (the same checks as gRPC's ListJobs and SearchJobs). */
 static enum MHD_Result http_jobs_list(http_req_t *r)
 {
-    static const char *const args[] = {"status", "tag", "filter", "order_by", "columns", "page_size", "page_token",
-                                       NULL};
     kiln_err_t err;
     kiln_err_clear(&err);
     svc_job_filter_t f = {0};
     int64_t page_size = 0;
-    if (http_args_known(r, args, &err) ||
-        http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &page_size, &f.page_size_set, &err))
+    if (http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &page_size, &f.page_size_set, &err))
         return http_reply_err(r, &err);
     f.page_size = (int)page_size;
     f.status = http_arg(r, "status");
@@ -359,11 +356,9 @@ static enum MHD_Result http_job_metrics(http_req_t *r)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
-    static const char *const args[] = {"name", "max_points", "attempt", "start_step", "end_step", NULL};
     svc_metrics_query_t q = {0};
     int64_t max_points = 0;
-    if (http_args_known(r, args, &err) ||
-        http_arg_int(r, "max_points", INT32_MIN, INT32_MAX, &max_points, &q.max_points_set, &err) ||
+    if (http_arg_int(r, "max_points", INT32_MIN, INT32_MAX, &max_points, &q.max_points_set, &err) ||
         http_arg_int(r, "start_step", INT64_MIN, INT64_MAX, &q.start_step, NULL, &err) ||
         http_arg_int(r, "end_step", INT64_MIN, INT64_MAX, &q.end_step, NULL, &err))
         return http_reply_err(r, &err);
@@ -828,18 +823,12 @@ static enum MHD_Result http_queue_delete(http_req_t *r)
 
 /* ---- tuning jobs ------------------------------------------------------------------------------ */
 
-/* The tuning routes take no query parameters: one sent (a page_token, a filter) is refused rather
- * than ignored. */
-static const char *const k_no_args[] = {NULL};
-
 static enum MHD_Result http_tuning_create(http_req_t *r)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *body = NULL, *out = NULL;
-    int rc = http_args_known(r, k_no_args, &err);
-    if (rc == 0)
-        rc = http_body_json(r, false, &body, &err);
+    int rc = http_body_json(r, false, &body, &err);
     if (rc == 0)
         rc = svc_tuning_create(r->h->svc, &r->who, body, &out, &err);
     json_decref(body);
@@ -851,9 +840,7 @@ static enum MHD_Result http_tuning_list(http_req_t *r)
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
-    int rc = http_args_known(r, k_no_args, &err);
-    if (rc == 0)
-        rc = svc_tuning_list(r->h->svc, &r->who, &out, &err);
+    int rc = svc_tuning_list(r->h->svc, &r->who, &out, &err);
     return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
 }
 
@@ -862,9 +849,7 @@ static enum MHD_Result http_tuning_get(http_req_t *r)
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
-    int rc = http_args_known(r, k_no_args, &err);
-    if (rc == 0)
-        rc = svc_tuning_get(r->h->svc, &r->who, http_param(r, "id"), &out, &err);
+    int rc = svc_tuning_get(r->h->svc, &r->who, http_param(r, "id"), &out, &err);
     return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
 }
 
@@ -873,9 +858,7 @@ static enum MHD_Result http_tuning_stop(http_req_t *r)
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *body = NULL, *out = NULL;
-    int rc = http_args_known(r, k_no_args, &err);
-    if (rc == 0)
-        rc = http_body_json(r, true, &body, &err);
+    int rc = http_body_json(r, true, &body, &err);
     if (rc)
         return http_reply_err(r, &err);
     if (body && json_object_size(body) > 0) {
@@ -953,14 +936,11 @@ static enum MHD_Result http_worker_approve(http_req_t *r)
 
 static enum MHD_Result http_worker_remove(http_req_t *r)
 {
-    static const char *const args[] = {"ban", "reason", NULL};
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
     bool ban = false;
-    int rc = http_args_known(r, args, &err);
-    if (rc == 0)
-        rc = http_arg_bool(r, "ban", &ban, &err);
+    int rc = http_arg_bool(r, "ban", &ban, &err);
     if (rc == 0)
         rc = svc_worker_remove(r->h->svc, &r->who, r->id, ban, http_arg(r, "reason"), &out, &err);
     return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
@@ -1023,57 +1003,65 @@ static enum MHD_Result http_login_link_redeem(http_req_t *r)
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
+/* The query parameters of the routes that take any (the router refuses every other). */
+static const char *const k_jobs_list_args[] = {"status", "tag", "filter", "order_by", "columns", "page_size",
+                                               "page_token", NULL};
+static const char *const k_logs_args[] = {"rank", "after_seq", "limit", "follow", "since", NULL};
+static const char *const k_metrics_args[] = {"name", "max_points", "attempt", "start_step", "end_step", NULL};
+static const char *const k_code_args[] = {"project", NULL};
+static const char *const k_worker_remove_args[] = {"ban", "reason", NULL};
+
 const http_route_t http_routes[] = {
-    {"GET", "/v1/jobs", http_jobs_list, 0},
-    {"POST", "/v1/jobs", http_jobs_create, 0},
-    {"POST", "/v1/jobs:search", http_jobs_search, 0},
-    {"GET", "/v1/jobs/{id}", http_job_get, 0},
-    {"DELETE", "/v1/jobs/{id}", http_job_delete, 0},
-    {"POST", "/v1/jobs/{id}:stop", http_job_stop, 0},
-    {"GET", "/v1/jobs/{id}/events", http_job_events, 0},
-    {"GET", "/v1/jobs/{id}/logs", http_job_logs, 0},
-    {"GET", "/v1/jobs/{id}/metrics", http_job_metrics, 0},
-    {"GET", "/v1/jobs/{id}/artifacts", http_artifacts_list, 0},
-    {"GET", "/v1/jobs/{id}/artifacts/{name}", http_artifact_get, 0},
-    {"GET", "/v1/jobs/{id}/checkpoints", http_checkpoints_list, 0},
-    {"POST", "/v1/code", http_code_upload, HTTP_STREAM},
-    {"GET", "/v1/code/{digest}", http_code_get, 0},
-    {"GET", "/v1/workers", http_workers, 0},
-    {"POST", "/v1/workers/{id}:approve", http_worker_approve, 0},
-    {"DELETE", "/v1/workers/{id}", http_worker_remove, 0},
-    {"GET", "/v1/worker-bans", http_worker_bans_list, 0},
-    {"DELETE", "/v1/worker-bans/{id}", http_worker_ban_delete, 0},
-    {"GET", "/v1/join-tokens", http_join_tokens_list, 0},
-    {"POST", "/v1/join-tokens", http_join_tokens_create, 0},
-    {"DELETE", "/v1/join-tokens/{id}", http_join_token_revoke, 0},
-    {"GET", "/v1/whoami", http_whoami, 0},
-    {"GET", "/v1/users", http_users_list, 0},
-    {"POST", "/v1/users", http_users_create, 0},
-    {"GET", "/v1/users/{name}/tokens", http_tokens_list, 0},
-    {"POST", "/v1/users/{name}/tokens", http_tokens_create, 0},
-    {"DELETE", "/v1/tokens/{id}", http_token_revoke, 0},
-    {"GET", "/v1/projects", http_projects_list, 0},
-    {"POST", "/v1/projects", http_projects_create, 0},
-    {"PATCH", "/v1/projects/{project}", http_project_update, 0},
-    {"GET", "/v1/projects/{project}/members", http_members_list, 0},
-    {"PUT", "/v1/projects/{project}/members/{user}", http_member_set, 0},
-    {"DELETE", "/v1/projects/{project}/members/{user}", http_member_remove, 0},
-    {"GET", "/v1/queues", http_queues_list, 0},
-    {"POST", "/v1/queues", http_queue_write, 0},
-    {"GET", "/v1/queues/{name}", http_queue_get, 0},
-    {"PATCH", "/v1/queues/{name}", http_queue_write, 0},
-    {"DELETE", "/v1/queues/{name}", http_queue_delete, 0},
-    {"GET", "/v1/tuning-jobs", http_tuning_list, 0},
-    {"POST", "/v1/tuning-jobs", http_tuning_create, 0},
-    {"GET", "/v1/tuning-jobs/{id}", http_tuning_get, 0},
-    {"POST", "/v1/tuning-jobs/{id}:stop", http_tuning_stop, 0},
-    {"POST", "/v1/login-links", http_login_link_create, 0},
-    {"POST", "/v1/login-links:redeem", http_login_link_redeem, HTTP_OPEN},
-    {"GET", "/", http_ui_index, HTTP_OPEN},
-    {"GET", "/ui", http_ui_index, HTTP_OPEN},
-    {"GET", "/ui/{asset}", http_ui_asset, HTTP_OPEN},
-    {"GET", "/healthz", http_healthz, HTTP_OPEN},
-    {"GET", "/readyz", http_readyz, HTTP_OPEN},
-    {"GET", "/metrics", http_prometheus, HTTP_PROM},
+    {"GET", "/v1/jobs", http_jobs_list, 0, k_jobs_list_args},
+    {"POST", "/v1/jobs", http_jobs_create, 0, NULL},
+    {"POST", "/v1/jobs:search", http_jobs_search, 0, NULL},
+    {"GET", "/v1/jobs/{id}", http_job_get, 0, NULL},
+    {"DELETE", "/v1/jobs/{id}", http_job_delete, 0, NULL},
+    {"POST", "/v1/jobs/{id}:stop", http_job_stop, 0, NULL},
+    {"GET", "/v1/jobs/{id}/events", http_job_events, 0, NULL},
+    {"GET", "/v1/jobs/{id}/logs", http_job_logs, 0, k_logs_args},
+    {"GET", "/v1/jobs/{id}/metrics", http_job_metrics, 0, k_metrics_args},
+    {"GET", "/v1/jobs/{id}/artifacts", http_artifacts_list, 0, NULL},
+    {"GET", "/v1/jobs/{id}/artifacts/{name}", http_artifact_get, 0, NULL},
+    {"GET", "/v1/jobs/{id}/checkpoints", http_checkpoints_list, 0, NULL},
+    {"POST", "/v1/code", http_code_upload, HTTP_STREAM, k_code_args},
+    {"GET", "/v1/code/{digest}", http_code_get, 0, k_code_args},
+    {"GET", "/v1/workers", http_workers, 0, NULL},
+    {"POST", "/v1/workers/{id}:approve", http_worker_approve, 0, NULL},
+    {"DELETE", "/v1/workers/{id}", http_worker_remove, 0, k_worker_remove_args},
+    {"GET", "/v1/worker-bans", http_worker_bans_list, 0, NULL},
+    {"DELETE", "/v1/worker-bans/{id}", http_worker_ban_delete, 0, NULL},
+    {"GET", "/v1/join-tokens", http_join_tokens_list, 0, NULL},
+    {"POST", "/v1/join-tokens", http_join_tokens_create, 0, NULL},
+    {"DELETE", "/v1/join-tokens/{id}", http_join_token_revoke, 0, NULL},
+    {"GET", "/v1/whoami", http_whoami, 0, NULL},
+    {"GET", "/v1/users", http_users_list, 0, NULL},
+    {"POST", "/v1/users", http_users_create, 0, NULL},
+    {"GET", "/v1/users/{name}/tokens", http_tokens_list, 0, NULL},
+    {"POST", "/v1/users/{name}/tokens", http_tokens_create, 0, NULL},
+    {"DELETE", "/v1/tokens/{id}", http_token_revoke, 0, NULL},
+    {"GET", "/v1/projects", http_projects_list, 0, NULL},
+    {"POST", "/v1/projects", http_projects_create, 0, NULL},
+    {"PATCH", "/v1/projects/{project}", http_project_update, 0, NULL},
+    {"GET", "/v1/projects/{project}/members", http_members_list, 0, NULL},
+    {"PUT", "/v1/projects/{project}/members/{user}", http_member_set, 0, NULL},
+    {"DELETE", "/v1/projects/{project}/members/{user}", http_member_remove, 0, NULL},
+    {"GET", "/v1/queues", http_queues_list, 0, NULL},
+    {"POST", "/v1/queues", http_queue_write, 0, NULL},
+    {"GET", "/v1/queues/{name}", http_queue_get, 0, NULL},
+    {"PATCH", "/v1/queues/{name}", http_queue_write, 0, NULL},
+    {"DELETE", "/v1/queues/{name}", http_queue_delete, 0, NULL},
+    {"GET", "/v1/tuning-jobs", http_tuning_list, 0, NULL},
+    {"POST", "/v1/tuning-jobs", http_tuning_create, 0, NULL},
+    {"GET", "/v1/tuning-jobs/{id}", http_tuning_get, 0, NULL},
+    {"POST", "/v1/tuning-jobs/{id}:stop", http_tuning_stop, 0, NULL},
+    {"POST", "/v1/login-links", http_login_link_create, 0, NULL},
+    {"POST", "/v1/login-links:redeem", http_login_link_redeem, HTTP_OPEN, NULL},
+    {"GET", "/", http_ui_index, HTTP_OPEN, NULL},
+    {"GET", "/ui", http_ui_index, HTTP_OPEN, NULL},
+    {"GET", "/ui/{asset}", http_ui_asset, HTTP_OPEN, NULL},
+    {"GET", "/healthz", http_healthz, HTTP_OPEN, NULL},
+    {"GET", "/readyz", http_readyz, HTTP_OPEN, NULL},
+    {"GET", "/metrics", http_prometheus, HTTP_PROM, NULL},
 };
 const size_t http_route_count = KILN_ARRAY_LEN(http_routes);

@@ -58,8 +58,12 @@ typedef int (*cli_jobs_page_fn)(const cli_client_t *c, long page_size, const cha
  * than limit. Returns 0 or the failed page's error (*out is NULL then). */
 int cli_collect_jobs(const cli_client_t *c, cli_jobs_page_fn fetch, void *ud, long page_size, long limit, bool all,
                      json_t **out, bool *more, kiln_err_t *err);
-/* URL-escapes s as one path segment into out. Returns out ("" when it does not fit). */
-char *cli_path_segment(const char *s, char *out, size_t n);
+/* URL-escapes s, an argument of command cmd that names something (an id, a name), as one path
+ * segment into out. Every command builds its paths' segments here, so an argument that cannot be
+ * one (empty, "." or "..", which URLs drop, or too long to fit out) is a usage error before any
+ * request. Returns 0, or CLI_EXIT_USAGE after printing the usage error (CLI_EXIT_ERROR: no
+ * memory). */
+int cli_path_segment(const char *cmd, const char *s, char *out, size_t n);
 
 /* Resolves a job reference (a full id, a unique id prefix, or a unique job name) to a full id.
  * out must hold 64 bytes. Returns 0, KILN_ENOTFOUND, KILN_EINVAL (ambiguous) or a request error. */

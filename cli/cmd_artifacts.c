@@ -60,7 +60,10 @@ static int artifact_get(cli_client_t *c, const char *id, const char *name, const
     char seg[KILN_ARTIFACT_NAME_MAX * 3 + 1], path[512], label[KILN_ARTIFACT_NAME_MAX + 16];
     if (!kiln_artifact_name_ok(name, "--get", &err))
         return cli_fail(c, &err);
-    snprintf(path, sizeof(path), "/v1/jobs/%s/artifacts/%s", id, cli_path_segment(name, seg, sizeof(seg)));
+    int src = cli_path_segment("artifacts", name, seg, sizeof(seg));
+    if (src)
+        return src;
+    snprintf(path, sizeof(path), "/v1/jobs/%s/artifacts/%s", id, seg);
     snprintf(label, sizeof(label), "%s", name);
     return cli_download_checked(c, path, label, file);
 }

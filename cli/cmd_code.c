@@ -107,11 +107,14 @@ static int code_get(cli_client_t *c, int argc, char **argv)
     if (!strncmp(digest, "code:sha256:", 12))
         digest += 12;
     char seg[200], name[100];
+    int src = cli_path_segment("code", digest, seg, sizeof(seg));
+    if (src)
+        return src;
     snprintf(name, sizeof(name), "%.64s.tgz", digest);
-    char *path = malloc(strlen(digest) * 3 + 32);
+    char *path = malloc(strlen(seg) + 32);
     if (!path)
         return CLI_EXIT_ERROR;
-    sprintf(path, "/v1/code/%s", cli_path_segment(digest, seg, sizeof(seg)));
+    sprintf(path, "/v1/code/%s", seg);
     if (project && cli_path_add(&path, "project", project) != 0) {
         free(path);
         return CLI_EXIT_ERROR;

@@ -182,7 +182,10 @@ static int cli_tokens_list(cli_client_t *c, int argc, char **argv, int first)
             return cli_fail(c, &err);
         user = me;
     }
-    snprintf(path, sizeof(path), "/v1/users/%s/tokens", cli_path_segment(user, seg, sizeof(seg)));
+    int src = cli_path_segment("tokens", user, seg, sizeof(seg));
+    if (src)
+        return src;
+    snprintf(path, sizeof(path), "/v1/users/%s/tokens", seg);
     return cli_call_show(c, "GET", path, NULL, cli_show_tokens);
 }
 
@@ -220,12 +223,15 @@ static int cli_tokens_create(cli_client_t *c, int argc, char **argv, int first)
             return cli_fail(c, &err);
         user = me;
     }
+    int src = cli_path_segment("tokens", user, seg, sizeof(seg));
+    if (src)
+        return src;
     body = json_object();
     if (expires > 0)
         json_object_set_new(body, "expires_in_s", json_integer(expires));
     if (desc)
         json_object_set_new(body, "description", json_string(desc));
-    snprintf(path, sizeof(path), "/v1/users/%s/tokens", cli_path_segment(user, seg, sizeof(seg)));
+    snprintf(path, sizeof(path), "/v1/users/%s/tokens", seg);
     if (cli_request(c, "POST", path, body, NULL, NULL, &reply, &err) != 0) {
         rc = cli_fail(c, &err);
         goto done;
@@ -277,7 +283,10 @@ int cli_cmd_tokens(cli_client_t *c, int argc, char **argv)
     if (n == 0)
         return cli_usage_error("tokens", "missing the id of the token to revoke (kiln tokens lists them)");
     char seg[400], path[512];
-    snprintf(path, sizeof(path), "/v1/tokens/%s", cli_path_segment(pos[0], seg, sizeof(seg)));
+    int src = cli_path_segment("tokens", pos[0], seg, sizeof(seg));
+    if (src)
+        return src;
+    snprintf(path, sizeof(path), "/v1/tokens/%s", seg);
     return cli_call_show(c, "DELETE", path, NULL, cli_show_revoked);
 }
 
@@ -373,11 +382,14 @@ static int cli_project_write(cli_client_t *c, const char *sub, int argc, char **
     bool create = !strcmp(sub, "create");
     if (!create && !queue)
         return cli_usage_error("projects", "update: say what to change (--default-queue QUEUE)");
+    char seg[400], path[512];
+    int src = create ? 0 : cli_path_segment("projects", name, seg, sizeof seg);
+    if (src)
+        return src;
+    snprintf(path, sizeof path, "/v1/projects/%s", seg);
     json_t *body = create ? json_pack("{s:s}", "name", name) : json_object();
     if (queue)
         json_object_set_new(body, "default_queue", json_string(queue));
-    char seg[400], path[512];
-    snprintf(path, sizeof path, "/v1/projects/%s", cli_path_segment(name, seg, sizeof seg));
     int rc = create ? cli_call_show(c, "POST", "/v1/projects", body, cli_show_project_created)
                     : cli_call_show(c, "PATCH", path, body, cli_show_project_updated);
     json_decref(body);
@@ -406,20 +418,21 @@ int cli_cmd_projects(cli_client_t *c, int argc, char **argv)
         return cli_projects_list(c);
 
     char project[400], user[400], path[1024];
-    cli_path_segment(pos[0], project, sizeof(project));
-    int rc;
+    int rc = cli_path_segment("projects", pos[0], project, sizeof(project));
+    if (rc == 0 && n > 1)
+        rc = cli_path_segment("projects", pos[1], user, sizeof(user));
+    if (rc)
+        return rc;
     json_t *body = NULL;
     if (!strcmp(sub, "members")) {
         snprintf(path, sizeof(path), "/v1/projects/%s/members", project);
         rc = cli_call_show(c, "GET", path, NULL, cli_show_members);
     } else if (!strcmp(sub, "add-member")) {
-        snprintf(path, sizeof(path), "/v1/projects/%s/members/%s", project,
-                 cli_path_segment(pos[1], user, sizeof(user)));
+        snprintf(path, sizeof(path), "/v1/projects/%s/members/%s", project, user);
         body = json_pack("{s:s}", "role", pos[2]);
         rc = cli_call_show(c, "PUT", path, body, cli_show_member_set);
     } else {
-        snprintf(path, sizeof(path), "/v1/projects/%s/members/%s", project,
-                 cli_path_segment(pos[1], user, sizeof(user)));
+        snprintf(path, sizeof(path), "/v1/projects/%s/members/%s", project, user);
         rc = cli_call_show(c, "DELETE", path, NULL, cli_show_member_removed);
     }
     json_decref(body);

@@ -4,6 +4,7 @@
  * chooses the current one. Reading, writing and choosing profiles is
  * config.c's; the token is never printed. */
 #include "cli/cli_int.h"
+#include "httpc/httpc.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -193,10 +194,17 @@ static int cli_revoke_saved(const cli_client_t *c, const json_t *prof, char *id,
     kiln_strlcpy(t->settings.ca_file, cli_jstr(prof, "ca"), sizeof(t->settings.ca_file));
     rc = cli_request(t, "GET", "/v1/whoami", NULL, NULL, NULL, &me, err);
     if (rc == 0) {
-        char seg[128], path[160];
+        char path[160];
         kiln_strlcpy(id, cli_jstr(me, "token_id"), n);
-        snprintf(path, sizeof(path), "/v1/tokens/%s", cli_path_segment(id, seg, sizeof(seg)));
-        rc = cli_request(t, "DELETE", path, NULL, NULL, NULL, &gone, err);
+        /* kilnd's own token id (not an argument): escaped all the same */
+        char *seg = httpc_escape(id);
+        if (!seg || !*id || strlen(seg) + 12 >= sizeof(path))
+            rc = kiln_err_set(err, KILN_EFORMAT, NULL, "kilnd's whoami answered no usable token_id");
+        else
+            snprintf(path, sizeof(path), "/v1/tokens/%s", seg);
+        free(seg);
+        if (rc == 0)
+            rc = cli_request(t, "DELETE", path, NULL, NULL, NULL, &gone, err);
     }
     memset(t, 0, sizeof(*t));
     free(t);

@@ -171,11 +171,13 @@ int cli_cmd_queues(cli_client_t *c, int argc, char **argv)
         json_t *body = json_object();
         const char *name = NULL;
         int rc = queue_options(argc, argv, first, body, &name);
+        if (rc == 0 && strcmp(sub, "create") != 0)
+            rc = cli_path_segment("queues", name, seg, sizeof seg);
         if (rc == 0 && !strcmp(sub, "create")) {
             json_object_set_new(body, "name", json_string(name));
             rc = cli_call_show(c, "POST", "/v1/queues", body, show_one);
         } else if (rc == 0) {
-            snprintf(path, sizeof path, "/v1/queues/%s", cli_path_segment(name, seg, sizeof seg));
+            snprintf(path, sizeof path, "/v1/queues/%s", seg);
             rc = cli_call_show(c, "PATCH", path, body, show_one);
         }
         json_decref(body);
@@ -190,7 +192,10 @@ int cli_cmd_queues(cli_client_t *c, int argc, char **argv)
         return cli_usage_error("queues", "%s: missing the queue's name (kiln queues lists them)", sub);
     if (!strcmp(sub, "list"))
         return cli_call_show(c, "GET", "/v1/queues", NULL, show_list);
-    snprintf(path, sizeof path, "/v1/queues/%s", cli_path_segment(pos[0], seg, sizeof seg));
+    int src = cli_path_segment("queues", pos[0], seg, sizeof seg);
+    if (src)
+        return src;
+    snprintf(path, sizeof path, "/v1/queues/%s", seg);
     if (!strcmp(sub, "describe"))
         return cli_call_show(c, "GET", path, NULL, show_one);
     return cli_call_show(c, "DELETE", path, NULL, show_deleted);

@@ -124,8 +124,11 @@ static int cli_workers_remove(cli_client_t *c, int argc, char **argv, int first)
     if (reason && !ban)
         return cli_usage_error("workers", "remove: --reason is recorded with a ban: add --ban");
     char seg[400];
+    int src = cli_path_segment("workers", id, seg, sizeof seg);
+    if (src)
+        return src;
     char *path = NULL;
-    if (asprintf(&path, "/v1/workers/%s", cli_path_segment(id, seg, sizeof seg)) < 0 ||
+    if (asprintf(&path, "/v1/workers/%s", seg) < 0 ||
         (ban && cli_path_add(&path, "ban", "true") != 0) || (reason && cli_path_add(&path, "reason", reason) != 0)) {
         free(path);
         return CLI_EXIT_ERROR;
@@ -158,7 +161,9 @@ int cli_cmd_workers(cli_client_t *c, int argc, char **argv)
     if (!strcmp(sub, "bans"))
         return cli_call_show(c, "GET", "/v1/worker-bans", NULL, cli_show_bans);
     char seg[400], path[512];
-    cli_path_segment(pos[0], seg, sizeof seg);
+    int src = cli_path_segment("workers", pos[0], seg, sizeof seg);
+    if (src)
+        return src;
     if (!strcmp(sub, "approve")) {
         snprintf(path, sizeof path, "/v1/workers/%s:approve", seg);
         json_t *none = json_object();
@@ -261,6 +266,9 @@ int cli_cmd_join_tokens(cli_client_t *c, int argc, char **argv)
     if (n == 0)
         return cli_usage_error("join-tokens", "revoke: missing the id of the join token (kiln join-tokens lists them)");
     char seg[400], path[512];
-    snprintf(path, sizeof path, "/v1/join-tokens/%s", cli_path_segment(pos[0], seg, sizeof seg));
+    int src = cli_path_segment("join-tokens", pos[0], seg, sizeof seg);
+    if (src)
+        return src;
+    snprintf(path, sizeof path, "/v1/join-tokens/%s", seg);
     return cli_call_show(c, "DELETE", path, NULL, cli_show_join_revoked);
 }

@@ -144,8 +144,10 @@ int cli_cmd_tune(cli_client_t *c, int argc, char **argv)
         return rc;
     }
     char seg[400], path[512];
-    snprintf(path, sizeof path, "/v1/tuning-jobs/%s%s", cli_path_segment(pos[0], seg, sizeof seg),
-             !strcmp(sub, "stop") ? ":stop" : "");
+    int src = cli_path_segment("tune", pos[0], seg, sizeof seg);
+    if (src)
+        return src;
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s%s", seg, !strcmp(sub, "stop") ? ":stop" : "");
     if (!strcmp(sub, "describe"))
         return cli_call_show(c, "GET", path, NULL, show_tuning);
     json_t *empty = json_object();

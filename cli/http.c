@@ -352,15 +352,25 @@ int cli_path_add(char **path, const char *key, const char *value)
     return 0;
 }
 
-char *cli_path_segment(const char *s, char *out, size_t n)
+int cli_path_segment(const char *cmd, const char *s, char *out, size_t n)
 {
+    out[0] = '\0';
+    if (!*s)
+        return cli_usage_error(cmd, "an empty argument names nothing");
+    if (!strcmp(s, ".") || !strcmp(s, ".."))
+        return cli_usage_error(cmd, "\"%s\" names nothing", s);
     char *esc = httpc_escape(s);
-    if (!esc || strlen(esc) >= n)
-        snprintf(out, n, "%s", "");
-    else
-        snprintf(out, n, "%s", esc);
+    if (!esc) {
+        fprintf(stderr, "kiln %s: out of memory\n", cmd);
+        return CLI_EXIT_ERROR;
+    }
+    bool fits = strlen(esc) < n;
+    if (fits)
+        memcpy(out, esc, strlen(esc) + 1);
     free(esc);
-    return out;
+    if (!fits)
+        return cli_usage_error(cmd, "an argument of %zu characters is too long to name anything", strlen(s));
+    return 0;
 }
 
 /* Whether s could be (a prefix of) a job id: hex digits and dashes where a UUID has them. */
@@ -382,11 +392,11 @@ int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_
         return kiln_err_set(err, KILN_EINVAL, NULL, "empty job id");
     int rc = 0;
     json_t *page = NULL;
-    char path[256], esc[160];
+    char path[256];
     /* An id or a prefix of one (kilnd takes 4 characters or more): kilnd resolves it, as every
-     * job route does. */
+     * job route does. Hex digits and dashes are a path segment as they are. */
     if (cli_id_shaped(ref) && strlen(ref) >= 4) {
-        snprintf(path, sizeof path, "/v1/jobs/%s", cli_path_segment(ref, esc, sizeof esc));
+        snprintf(path, sizeof path, "/v1/jobs/%s", ref);
         kiln_err_t e2;
         kiln_err_clear(&e2);
         rc = cli_request(c, "GET", path, NULL, NULL, NULL, &page, &e2);

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #define QUEUE_MAX_SLOTS 1000000
+/* The most entries a queue's projects list has (each names a project once). */
+#define QUEUE_MAX_PROJECTS 1000
 
 static const char *const k_fields[] = {"name", "cohort", "quota", "borrowing_limit", "lending_limit", "weight",
                                        "projects", "fair_sharing", NULL};
@@ -142,6 +144,10 @@ static int queue_fields(store_conn_t *c, const json_t *in, const json_t *base, j
         if (!json_is_array(projects)) {
             rc = kiln_err_set(err, KILN_EINVAL, "projects", "projects must be an array of project names "
                               "(\"*\": every project)");
+        } else if (json_array_size(projects) > QUEUE_MAX_PROJECTS) {
+            rc = kiln_err_set(err, KILN_EINVAL, "projects", "projects has %zu entries, more than the %d a queue takes",
+                              json_array_size(projects), QUEUE_MAX_PROJECTS);
+            kiln_err_hint(err, "\"*\" lets every project use the queue");
         }
         size_t i;
         json_t *p;
@@ -151,6 +157,16 @@ static int queue_fields(store_conn_t *c, const json_t *in, const json_t *base, j
             char f[32];
             snprintf(f, sizeof f, "projects[%zu]", i);
             const char *name_s = json_string_value(p);
+            for (size_t k = 0; k < i && name_s && rc == 0; k++) {
+                const char *prev = json_string_value(json_array_get(projects, k));
+                if (prev && !strcmp(prev, name_s)) {
+                    rc = kiln_err_set(err, KILN_EINVAL, f, "projects names \"%.80s\" twice (projects[%zu] and %s)",
+                                      name_s, k, f);
+                    kiln_err_hint(err, "name each project once");
+                }
+            }
+            if (rc)
+                break;
             bool exists = name_s && strcmp(name_s, "*") == 0;
             if (!exists && name_s && kiln_ident_ok(name_s))
                 rc = store_project_exists(c, name_s, &exists, err);

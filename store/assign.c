@@ -333,11 +333,15 @@ int store_assign_take_stops(store_conn_t *c, const char *worker_id, int resend_m
     PGresult *r = NULL;
     *out = NULL;
     *n = 0;
+    /* A heartbeat's housekeeping of a worker's assignments skips the rows another transaction is
+     * changing right now (a rank's exit being recorded, which locks its job, then its assignments):
+     * waiting for them, with rows of several jobs locked in no set order, could deadlock with a
+     * batch of exits; what it skips, the next heartbeat does. */
     int rc = store_qp(c, "take stop orders",
                       "WITH g AS (SELECT a.id,"
                       "  COALESCE((j.spec -> 'stopping' ->> 'grace_period_s')::int, 0) AS grace_s"
                       "  FROM assignments a JOIN jobs j ON j.id = a.job_id WHERE a.worker_id = $1"
-                      "  AND a.stop AND a.delivered AND NOT a.released)"
+                      "  AND a.stop AND a.delivered AND NOT a.released FOR UPDATE OF a SKIP LOCKED)"
                       " UPDATE assignments a SET stop_sent = true, stop_sent_at = now() FROM g"
                       " WHERE a.id = g.id AND (NOT a.stop_sent"
                       "  OR a.stop_sent_at < now() - GREATEST($2::int, g.grace_s * 1000) * interval '1 millisecond')"
@@ -387,10 +391,13 @@ int store_assign_reap(store_conn_t *c, const char *worker_id, const char *const 
     PGresult *r = NULL;
     int rc = store_qp(c, "release stopped assignments",
                       "UPDATE assignments a SET released = true, released_at = now()"
-                      " WHERE a.worker_id = $1 AND NOT a.released AND a.stop_sent"
-                      " AND a.stop_sent_at < now() - $4::int * interval '1 millisecond'"
-                      " AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
-                      "  WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+                      " FROM (SELECT id FROM assignments a"
+                      "  WHERE a.worker_id = $1 AND NOT a.released AND a.stop_sent"
+                      "  AND a.stop_sent_at < now() - $4::int * interval '1 millisecond'"
+                      "  AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
+                      "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+                      "  FOR UPDATE SKIP LOCKED) s" /* as take stop orders: skips what another is changing */
+                      " WHERE a.id = s.id"
                       " RETURNING a.job_id::text, a.attempt", 4, p, &r, err);
     free(ids);
     free(atts);
@@ -412,12 +419,15 @@ int store_assign_redeliver(store_conn_t *c, const char *worker_id, const char *c
     *nredeliver = 0;
     int rc = store_qp(c, "mark assignments for redelivery",
                       "UPDATE assignments a SET delivered = false"
-                      " WHERE a.worker_id = $1 AND a.delivered AND NOT a.started AND NOT a.stop"
-                      " AND NOT a.released AND a.delivered_at < now() - $4::int * interval '1 millisecond'"
-                      " AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
-                      "  WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
-                      " AND NOT EXISTS (SELECT 1 FROM rank_exits x WHERE x.job_id = a.job_id"
-                      "  AND x.attempt = a.attempt AND x.rank = ANY(a.ranks))"
+                      " FROM (SELECT id FROM assignments a"
+                      "  WHERE a.worker_id = $1 AND a.delivered AND NOT a.started AND NOT a.stop"
+                      "  AND NOT a.released AND a.delivered_at < now() - $4::int * interval '1 millisecond'"
+                      "  AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::int[]) AS r(job_id, attempt)"
+                      "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+                      "  AND NOT EXISTS (SELECT 1 FROM rank_exits x WHERE x.job_id = a.job_id"
+                      "   AND x.attempt = a.attempt AND x.rank = ANY(a.ranks))"
+                      "  FOR UPDATE SKIP LOCKED) s" /* as take stop orders: skips what another is changing */
+                      " WHERE a.id = s.id"
                       " RETURNING a.job_id::text", 4, p, &r, err);
     free(ids);
     free(atts);

@@ -579,3 +579,64 @@ Test(http, database_outage_is_503_and_recovers)
     char *id = at_create_job("after-outage", NULL, NULL);
     free(id);
 }
+
+/* Every route of the server's table refuses a query parameter it does not take (a page_token or
+ * a state filter on a list that has neither) with a 400 naming it, rather than ignoring it. The
+ * router checks each route's own list before the handler runs, so placeholder path values do. */
+Test(http, every_route_refuses_a_query_parameter_it_does_not_take)
+{
+    static const char *const sent[] = {"page_token=x", "state=RUNNING", "no_such=1"};
+    api_route_info_t routes[128];
+    size_t n = api_http_routes(routes, 128);
+    cr_assert_lt(n, 128);
+    for (size_t i = 0; i < n; i++) {
+        const char *m = routes[i].method, *pat = routes[i].path;
+        char path[512];
+        size_t k = 0;
+        for (const char *p = pat; *p && k < sizeof path - 2;) {
+            if (*p == '{') {
+                path[k++] = 'x';
+                p = strchr(p, '}') + 1;
+            } else {
+                path[k++] = *p++;
+            }
+        }
+        path[k] = '\0';
+        bool body = !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "PATCH");
+        const char *gz[] = {"Content-Type: application/gzip", NULL};
+        bool code = !strcmp(pat, "/v1/code");
+        for (size_t s = 0; s < sizeof sent / sizeof sent[0]; s++) {
+            /* page_token is /v1/jobs's own */
+            if (!strcmp(pat, "/v1/jobs") && !strcmp(m, "GET") && s == 0)
+                continue;
+            char url[600], field[32];
+            snprintf(url, sizeof url, "%s?%s", path, sent[s]);
+            snprintf(field, sizeof field, "%.*s", (int)strcspn(sent[s], "="), sent[s]);
+            long st;
+            char *raw = NULL;
+            json_t *j = at_req(m, url, code ? "" : body ? "{}" : NULL, code ? gz : NULL, &st, &raw);
+            cr_assert_eq(st, 400, "%s %s: want 400, got %ld: %s", m, url, st, raw);
+            cr_assert_str_eq(json_string_value(json_object_get(j, "code")), "invalid_argument", "%s %s: %s", m, url,
+                             raw);
+            cr_assert_str_eq(json_string_value(json_object_get(j, "field")), field, "%s %s: %s", m, url, raw);
+            cr_assert(strstr(json_string_value(json_object_get(j, "message")), field), "%s %s: %s", m, url, raw);
+            cr_assert(strstr(json_string_value(json_object_get(j, "hint")), "this request takes"), "%s %s: %s", m,
+                      url, raw);
+            json_decref(j);
+            free(raw);
+        }
+    }
+    /* what a route takes still works, and its refusal lists it */
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("DELETE", "/v1/workers/x?ban=true&reson=r", NULL, NULL, &st, &raw);
+    cr_assert_eq(st, 400, "%s", raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "field")), "reson");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "hint")), "did you mean reason? this request takes ban, reason");
+    json_decref(j);
+    free(raw);
+    j = at_req("GET", "/v1/queues", NULL, NULL, &st, &raw);
+    cr_assert_eq(st, 200, "%s", raw);
+    json_decref(j);
+    free(raw);
+}

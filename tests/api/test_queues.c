@@ -160,6 +160,27 @@ Test(queues, bad_fields_are_refused_naming_them)
             "\"nope\" does not exist");
     refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {}, \"colour\": \"red\"}", 400, "colour",
             "unknown field");
+    /* projects: each named once, at most 1000 entries (100,000 "*" were once stored) */
+    refused("POST", "/v1/queues", "{\"name\": \"a\", \"quota\": {}, \"projects\": [\"default\", \"*\", \"default\"]}", 400,
+            "projects[2]", "names \"default\" twice (projects[0] and projects[2])");
+    refused("PATCH", "/v1/queues/default", "{\"projects\": [\"*\", \"*\"]}", 400, "projects[1]", "twice");
+    json_t *many = json_pack("{s:s, s:{}, s:[]}", "name", "a", "quota", "projects");
+    for (int i = 0; i < 1001; i++)
+        json_array_append_new(json_object_get(many, "projects"), json_string("*"));
+    char *text = json_dumps(many, JSON_COMPACT);
+    refused("POST", "/v1/queues", text, 400, "projects", "projects has 1001 entries, more than the 1000 a queue takes");
+    free(text);
+    json_array_clear(json_object_get(many, "projects"));
+    json_array_append_new(json_object_get(many, "projects"), json_string("*"));
+    for (int i = 0; i < 999; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%d", i);
+        json_array_append_new(json_object_get(many, "projects"), json_string(name));
+    }
+    text = json_dumps(many, JSON_COMPACT);
+    refused("POST", "/v1/queues", text, 400, "projects[1]", "project \"p0\" does not exist");
+    free(text);
+    json_decref(many);
     refused("PATCH", "/v1/queues/default", "{\"name\": \"other\"}", 400, "name", "cannot change");
     refused("DELETE", "/v1/queues/default", NULL, 409, "name", "cannot be deleted");
     json_decref(req("GET", "/v1/queues/a", NULL, 404));

@@ -622,3 +622,42 @@ Test(cli_completion, bash_zsh_and_fish_scripts_complete_commands_options_and_for
     free(out);
     cr_assert_eq(run_cli(3, (const char *[]){"kiln", "completion", "tcsh", NULL}), 2);
 }
+
+/* An argument that names something but cannot be a path segment (too long, empty, "." or "..")
+ * is a usage error before any request: the server here is unreachable, so a request would exit
+ * 6, and `kiln tune stop <5000 characters>` once sent POST /v1/tuning-jobs/:stop. */
+Test(cli_main, an_id_that_cannot_be_a_path_segment_is_a_usage_error, .init = cr_redirect_stderr)
+{
+    int port = th_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    static char huge[5001];
+    memset(huge, 'a', sizeof huge - 1);
+    const char *const cases[][5] = {
+        {"tune", "stop", huge},           {"tune", "describe", ""},          {"queues", "describe", ".."},
+        {"queues", "delete", huge},       {"queues", "update", huge, "--weight", "2"},
+        {"workers", "approve", huge},     {"workers", "remove", "."},        {"workers", "unban", huge},
+        {"join-tokens", "revoke", huge},  {"tokens", "revoke", huge},        {"tokens", "list", "--user", huge},
+        {"projects", "members", huge},    {"projects", "remove-member", "p", huge},
+        {"projects", "update", huge, "--default-queue", "q"},               {"code", "get", huge},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[10] = {"kiln", "--url", url};
+        int argc = 3;
+        for (int k = 0; k < 5 && cases[i][k]; k++)
+            argv[argc++] = cases[i][k];
+        argv[argc] = NULL;
+        cr_assert_eq(run_cli(argc, argv), CLI_EXIT_USAGE, "kiln %s %s: a usage error, before any request",
+                     cases[i][0], cases[i][1]);
+    }
+    fflush(stderr);
+    FILE *f = cr_get_redirected_stderr();
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    cr_assert(!strstr(buf, "could not connect"), "%s", buf);
+    cr_assert(strstr(buf, "kiln tune: an argument of 5000 characters is too long to name anything\n"), "%s", buf);
+    cr_assert(strstr(buf, "kiln tune: an empty argument names nothing\n"), "%s", buf);
+    cr_assert(strstr(buf, "kiln queues: \"..\" names nothing\n"), "%s", buf);
+    cr_assert(strstr(buf, "(kiln help tune for more)"), "the usage lines follow: %s", buf);
+}

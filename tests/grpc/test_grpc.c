@@ -1662,6 +1662,38 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "quota.tpu");
     refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.quota.tpu");
     json_decref(rj);
+    /* projects: a project named twice, and more than 1000 entries, alike */
+    char *dup[] = {"default", "*", "default"};
+    bad = (Kiln__Queue)KILN__QUEUE__INIT;
+    bad.name = "x";
+    bad.quota = quota;
+    bad.n_quota = 2;
+    bad.projects = dup;
+    bad.n_projects = 3;
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
+    rj = rest(base, "POST", "/v1/queues",
+              "{\"name\": \"x\", \"quota\": {\"cpu\": 8, \"gpu\": 0}, \"projects\": [\"default\", \"*\", \"default\"]}", &st);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "projects[2]");
+    refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.projects[2]");
+    json_decref(rj);
+    static char *stars[1001];
+    json_t *body = json_pack("{s:s, s:{s:i, s:i}, s:[]}", "name", "x", "quota", "cpu", 8, "gpu", 0, "projects");
+    for (int i = 0; i < 1001; i++) {
+        stars[i] = "*";
+        json_array_append_new(json_object_get(body, "projects"), json_string("*"));
+    }
+    bad.projects = stars;
+    bad.n_projects = 1001;
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
+    char *text = json_dumps(body, JSON_COMPACT);
+    rj = rest(base, "POST", "/v1/queues", text, &st);
+    free(text);
+    json_decref(body);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "projects");
+    refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.projects");
+    json_decref(rj);
     /* a queue whose jobs wait or run stays: FAILED_PRECONDITION and 409, saying how many */
     Kiln__DeleteQueueRequest dreq = KILN__DELETE_QUEUE_REQUEST__INIT;
     dreq.name = "nlp";

@@ -842,6 +842,19 @@ Test(workers, stop_orders_stale_and_lost)
     cr_assert_eq(n, 0, "a stop order is sent once, until the resend delay passes");
     free(stops);
     usleep(20000);
+    /* while another transaction changes the assignment (a rank's exit being recorded), a
+     * heartbeat's housekeeping skips it rather than wait: it cannot join a deadlock */
+    store_conn_t *c2 = NULL;
+    cr_assert_eq(store_conn_get(st, &c2, &err), 0);
+    cr_assert_eq(store_begin(c2, &err), 0);
+    const char *lp[1] = {id};
+    cr_assert_eq(store_q(c2, "hold", "UPDATE assignments SET ranks = ranks WHERE job_id = $1::uuid", 1, lp, NULL, &err),
+                 0, "%s", err.message);
+    cr_assert_eq(store_assign_take_stops(c, "w-a", 10, &stops, &n, &err), 0, "%s", err.message);
+    cr_assert_eq(n, 0, "skipped while locked");
+    free(stops);
+    store_rollback(c2);
+    store_conn_put(st, c2);
     cr_assert_eq(store_assign_take_stops(c, "w-a", 10, &stops, &n, &err), 0);
     cr_assert_eq(n, 1, "resent when the assignment is still held after the delay");
     free(stops);
