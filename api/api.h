@@ -86,6 +86,7 @@ typedef struct api_route_info {
     const char *path;                 /* REST pattern or gRPC method path */
     bool open;                        /* REST: no token needed; gRPC: RegisterWorker (join token) */
     bool agent;                       /* gRPC AgentService */
+    bool page;                        /* REST: a web UI page (takes any query parameter, reads none) */
 } api_route_info_t;
 /* Fills up to max entries; returns how many routes there are. */
 size_t api_http_routes(api_route_info_t *out, size_t max);

@@ -414,6 +414,7 @@ size_t api_http_routes(api_route_info_t *out, size_t max)
         out[i].path = http_routes[i].pattern;
         out[i].open = (http_routes[i].flags & HTTP_OPEN) != 0;
         out[i].agent = false;
+        out[i].page = (http_routes[i].flags & HTTP_PAGE) != 0;
     }
     return http_route_count;
 }
@@ -606,7 +607,7 @@ static enum MHD_Result http_dispatch(http_req_t *r)
     static const char *const none[] = {NULL};
     kiln_err_t aerr;
     kiln_err_clear(&aerr);
-    if (http_args_known(r, rt->args ? rt->args : none, &aerr))
+    if (!(rt->flags & HTTP_PAGE) && http_args_known(r, rt->args ? rt->args : none, &aerr))
         return http_reply_err(r, &aerr);
     const http_stream_route_t *sr = http_stream_of(r);
     if (sr) {

@@ -30,8 +30,10 @@ typedef struct http_req http_req_t;
  * handle.
  * args names the query parameters the route takes (NULL-terminated; NULL: none). The router
  * refuses any other with a 400 naming it, after authentication and before the handler, so no
- * route ignores a parameter it does not read. */
-enum { HTTP_OPEN = 1 << 0, HTTP_PROM = 1 << 1, HTTP_STREAM = 1 << 2 };
+ * route ignores a parameter it does not read. HTTP_PAGE rows (the web UI's pages, which a browser
+ * opens from links that may carry parameters of their own, such as a campaign's) take any and read
+ * none: the UI routes by the URL's fragment. */
+enum { HTTP_OPEN = 1 << 0, HTTP_PROM = 1 << 1, HTTP_STREAM = 1 << 2, HTTP_PAGE = 1 << 3 };
 typedef struct http_route {
     const char *method;
     const char *pattern;
