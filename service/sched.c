@@ -946,10 +946,15 @@ static void sched_tick(svc_t *s)
      * other error rolls the pass back (the next pass decides again). Each queue's usage as the
      * admissions of the pass take it, for their events. */
     int (*qusage)[SCHED_NTYPES] = calloc((size_t)KILN_MAX(nqueues, 1), sizeof(*qusage));
-    double *waited = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*waited));
-    store_job_row_t *row = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*row)); /* as locked */
-    const char **aid = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*aid));
-    bool *placed = calloc((size_t)KILN_MAX(nadmit, 1), sizeof(*placed));
+    int nvictims = 0; /* their rows are locked with the admitted jobs' */
+    for (int j = 0; j < njobs; j++)
+        if (dec[j].outcome == SCHED_PREEMPTING)
+            nvictims += dec[j].nvictims;
+    int nlock = nadmit + nvictims;
+    double *waited = calloc((size_t)KILN_MAX(nlock, 1), sizeof(*waited));
+    store_job_row_t *row = calloc((size_t)KILN_MAX(nlock, 1), sizeof(*row)); /* as locked */
+    const char **aid = calloc((size_t)KILN_MAX(nlock, 1), sizeof(*aid));
+    bool *placed = calloc((size_t)KILN_MAX(nlock, 1), sizeof(*placed));
     const char **preempted = calloc((size_t)KILN_MAX(nhold, 1), sizeof(*preempted)); /* each victim's kind */
     svc_tx_t tx;
     int txrc = !qusage || !waited || !row || !aid || !placed || !preempted
@@ -961,11 +966,16 @@ static void sched_tick(svc_t *s)
         pass_clock(&txclk[0], txpid);
     for (int q = 0; qusage && q < nqueues; q++)
         memcpy(qusage[q], queues[q].usage, sizeof(qusage[q]));
-    /* the admitted jobs' rows, locked in one statement */
+    /* the admitted jobs' rows and the victims', locked in one statement (in the order of their
+     * ids, as every transaction that locks several jobs does: locking the victims one by one after,
+     * the pass could deadlock with a batch of agent reports holding one of them) */
     for (int k = 0; intx && k < nadmit; k++)
         aid[k] = jobs[order[k]].id;
-    if (intx && nadmit > 0)
-        txrc = store_job_rows_lock(tx.c, aid, nadmit, row, waited, placed, &err);
+    for (int j = 0, k = nadmit; intx && j < njobs; j++)
+        for (int v = 0; dec[j].outcome == SCHED_PREEMPTING && v < dec[j].nvictims; v++)
+            aid[k++] = hold[dec[j].victims[v]].id;
+    if (intx && nlock > 0)
+        txrc = store_job_rows_lock(tx.c, aid, nlock, row, waited, placed, &err);
     /* each placed job's state change and assignments, written together after */
     admit_batch_t batch = {0};
     int nasg = 0;
