@@ -334,6 +334,24 @@ Test(life, failing_rank_fails_the_job_and_stops_the_others)
     json_decref(j);
 }
 
+/* The reason of job id's last move to state to, from its events (a copy; caller frees): what the
+ * live reason said then, before a later move (the next attempt's admission) replaced it. */
+static char *event_reason(const char *id, const char *to)
+{
+    json_t *ev = NULL;
+    cr_assert_eq(svc_job_events(svc, svc_caller_kilnd(), id, &ev, &err), 0);
+    const char *reason = NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(ev, "events"), i, e)
+        if (!strcmp(json_string_value(json_object_get(e, "to_state")), to))
+            reason = json_string_value(json_object_get(e, "reason"));
+    cr_assert_not_null(reason, "no %s event", to);
+    char *copy = strdup(reason);
+    json_decref(ev);
+    return copy;
+}
+
 /* Waits until the job's attempt is `attempt` and the workers got its assignments (heartbeats
  * from both), then reports them started. As in run_job, node 0's agent reports the rendezvous
  * port it picked as soon as it has its assignment: node 1's waits for that port. */
@@ -388,18 +406,10 @@ Test(life, a_dead_rank_loses_the_attempt_and_the_next_resumes_on_the_same_worker
     json_t *j = get(id);
     cr_assert(!strcmp(state_of(j), "RESTARTING") || !strcmp(state_of(j), "SCHEDULED"), "%s", state_of(j));
     json_decref(j);
-    json_t *ev = NULL;
-    cr_assert_eq(svc_job_events(svc, svc_caller_kilnd(), id, &ev, &err), 0);
-    const char *reason = NULL;
-    size_t i;
-    json_t *e;
-    json_array_foreach(json_object_get(ev, "events"), i, e)
-        if (!strcmp(json_string_value(json_object_get(e, "to_state")), "RESTARTING"))
-            reason = json_string_value(json_object_get(e, "reason"));
-    cr_assert_not_null(reason, "no RESTARTING event");
+    char *reason = event_reason(id, "RESTARTING");
     cr_assert(strstr(reason, "rank 1") && strstr(reason, w[1]) && strstr(reason, "signal 9"), "%s", reason);
     cr_assert(strstr(reason, "attempt 1 of 3 lost"), "%s", reason);
-    json_decref(ev);
+    free(reason);
     /* The other rank is told to stop; once it exits, both slots are free and attempt 2 goes onto
      * the same two workers (the only ones there are). */
     Kiln__HeartbeatResponse *r = hb(w[0], id, 1);
@@ -562,17 +572,9 @@ Test(life, ranks_that_a_faulty_host_cannot_start_lose_the_attempt_not_the_job)
         json_decref(j);
         /* the move's own reason, from its event: the scheduler may already have placed the next
          * attempt (a newer reason) by the time the job is read */
-        json_t *ev = NULL;
-        cr_assert_eq(svc_job_events(svc, svc_caller_kilnd(), id, &ev, &err), 0);
-        const char *reason = NULL;
-        size_t i;
-        json_t *e;
-        json_array_foreach(json_object_get(ev, "events"), i, e)
-            if (!strcmp(json_string_value(json_object_get(e, "to_state")), attempt == 1 ? "RESTARTING" : "FAILED"))
-                reason = json_string_value(json_object_get(e, "reason"));
-        cr_assert_not_null(reason, "no event of the move");
+        char *reason = event_reason(id, attempt == 1 ? "RESTARTING" : "FAILED");
         cr_assert(strstr(reason, "a fault of that host") && strstr(reason, "No such device"), "%s", reason);
-        json_decref(ev);
+        free(reason);
     }
 }
 
