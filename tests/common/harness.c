@@ -401,6 +401,14 @@ int th_protoc_python(const char *dir)
     return rc;
 }
 
+json_t *th_grpc_plain(const char *target, const char *dir, json_t *calls, const char *name, char *said, size_t n)
+{
+    json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", target, "proto_dir", dir, "ca", "", "calls", calls);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    return th_grpc_client(plan, path, said, n);
+}
+
 json_t *th_grpc_client(json_t *plan, const char *path, char *said, size_t n)
 {
     said[0] = '\0';

@@ -76,6 +76,9 @@ int th_protoc_python(const char *dir);
  * NULL when the plan could not be written, the client failed or printed a line that is no JSON
  * (said then holds what it printed or why, up to n bytes). */
 json_t *th_grpc_client(json_t *plan, const char *path, char *said, size_t n);
+/* th_grpc_client over a plaintext channel to target with the generated modules in dir: calls (a JSON
+ * array; taken), the plan written to dir/NAME.json. */
+json_t *th_grpc_plain(const char *target, const char *dir, json_t *calls, const char *name, char *said, size_t n);
 /* The first line of a text file, without its newline (heap), or NULL when it cannot be read. */
 char *th_read_line(const char *path);
 

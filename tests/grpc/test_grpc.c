@@ -1308,10 +1308,8 @@ Test(grpc, pending_reason_is_the_same_as_rest)
  * "trailing"} (caller decrefs). */
 static json_t *grpc_py(json_t *calls, const char *name)
 {
-    json_t *plan = json_pack("{s:s, s:s, s:s, s:o}", "target", addr, "proto_dir", dir, "ca", "", "calls", calls);
-    char path[200], said[4096];
-    snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    json_t *out = th_grpc_client(plan, path, said, sizeof said);
+    char said[4096];
+    json_t *out = th_grpc_plain(addr, dir, calls, name, said, sizeof said);
     cr_assert_not_null(out, "grpc_client.py: %s", said);
     return out;
 }
