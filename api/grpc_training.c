@@ -412,9 +412,20 @@ static int h_delete_worker_ban(const api_grpc_ctx_t *ctx, const ProtobufCMessage
 
 /* ---- tuning jobs ------------------------------------------------------------------------------ */
 
-/* The service's tuning job with its free values (a trial's parameters, the best's) as JSON text. */
+/* The service's tuning job with its free values (a trial's parameters, the best's, the spec's
+ * categorical values) as JSON text. */
 static int tuning_reply(json_t *tj, arena_t *a, ProtobufCMessage **resp)
 {
+    const char *name;
+    json_t *param;
+    json_object_foreach(json_object_get(json_object_get(tj, "spec"), "parameters"), name, param) {
+        json_t *vals = json_object_get(param, "values");
+        if (!vals)
+            continue;
+        char *text = json_dumps(vals, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
+        json_object_set_new(param, "values_json", json_string(text ? text : "[]"));
+        free(text);
+    }
     json_t *lists[1] = {json_object_get(tj, "trials")};
     size_t i;
     json_t *tr;

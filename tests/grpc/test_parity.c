@@ -8,6 +8,7 @@
 #include "tests/common/harness.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +364,68 @@ Test(parity, unlimited_quota_with_entries_is_refused)
     {what, "POST", "/v1/tuning-jobs", body, "CreateTuningJob", NULL, 400, "INVALID_ARGUMENT", field, \
      "tuning_job." field}
 
+/* Whether the gRPC answer g (proto JSON, zero values left out) says everything the REST answer r
+ * does: each member of r under its own name or, for what REST carries as free JSON, as its text
+ * under NAME_json; a difference is written to why (path: what). */
+static bool says_alike(const json_t *r, const json_t *g, const char *path, char *why, size_t n)
+{
+    if (json_is_object(r)) {
+        const char *k;
+        json_t *rv;
+        json_object_foreach((json_t *)r, k, rv) {
+            char p[256], jk[80];
+            snprintf(p, sizeof p, "%s.%s", path, k);
+            snprintf(jk, sizeof jk, "%s_json", k);
+            json_t *gv = json_object_get(g, k), *gj = json_object_get(g, jk);
+            if (!gv && json_is_string(gj)) {
+                json_t *parsed = json_loads(json_string_value(gj), JSON_DECODE_ANY, NULL);
+                bool same = parsed && says_alike(rv, parsed, p, why, n);
+                json_decref(parsed);
+                if (!same)
+                    return false;
+                continue;
+            }
+            bool zero = json_is_null(rv) || json_is_false(rv) || (json_is_number(rv) && json_number_value(rv) == 0) ||
+                        (json_is_string(rv) && !json_string_length(rv)) ||
+                        ((json_is_array(rv) || json_is_object(rv)) && !json_array_size(rv) && !json_object_size(rv));
+            if (!gv && zero)
+                continue;
+            if (!gv) {
+                snprintf(why, n, "%s: gRPC has no %s", p, k);
+                return false;
+            }
+            if (!says_alike(rv, gv, p, why, n))
+                return false;
+        }
+        return true;
+    }
+    if (json_is_array(r)) {
+        if (json_array_size(r) != json_array_size(g)) {
+            snprintf(why, n, "%s: %zu entries over REST, %zu over gRPC", path, json_array_size(r), json_array_size(g));
+            return false;
+        }
+        for (size_t i = 0; i < json_array_size(r); i++) {
+            char p[256];
+            snprintf(p, sizeof p, "%s[%zu]", path, i);
+            if (!says_alike(json_array_get(r, i), json_array_get(g, i), p, why, n))
+                return false;
+        }
+        return true;
+    }
+    /* proto JSON writes an int64 as its decimal text; REST writes a double with 15 significant
+     * digits, gRPC has all of it */
+    double rn = json_number_value(r), gn = json_number_value(g);
+    bool same = json_equal(r, g) || (json_is_number(r) && json_is_number(g) && fabs(rn - gn) <= 1e-14 * fabs(gn)) ||
+                (json_is_integer(r) && json_is_string(g) && strtoll(json_string_value(g), NULL, 10) == json_integer_value(r));
+    if (!same) {
+        char *a = json_dumps(r, JSON_ENCODE_ANY), *b = json_dumps(g, JSON_ENCODE_ANY);
+        snprintf(why, n, "%s: REST %s, gRPC %s", path, a, b);
+        free(a);
+        free(b);
+    }
+    return same;
+}
+
 /* Every field of a tuning job's body refused alike (a categorical parameter's values travel as
  * JSON text over gRPC), and one accepted by both. */
 Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
@@ -445,4 +508,54 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
              "\"no_improvement_trials\": 1}") "}", 201, NULL, NULL, NULL},
     };
     walk(cases, KILN_ARRAY_LEN(cases), "tuning_job", "tuning");
+
+    /* the searches both made answer alike: Get and List say what REST's JSON does, once they have
+     * stopped (a running one changes between two answers) */
+    long st;
+    json_t *rl = rest_call("GET", "/v1/tuning-jobs", NULL, &st);
+    json_t *rts = json_object_get(rl, "tuning_jobs");
+    cr_assert_eq(json_array_size(rts), 2, "REST and gRPC made one each");
+    kiln_err_t err;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *out = NULL;
+        const char *id = str(json_array_get(rts, i), "id");
+        cr_assert_eq(svc_tuning_stop(S, svc_caller_kilnd(), id, &out, &err), 0, "%s", err.message);
+        for (int k = 0; strcmp(str(out, "state"), "STOPPED"); k++) {
+            cr_assert_lt(k, 400, "the search did not stop: %s", str(out, "state"));
+            usleep(50000);
+            json_decref(out);
+            cr_assert_eq(svc_tuning_get(S, svc_caller_kilnd(), id, &out, &err), 0, "%s", err.message);
+        }
+        json_decref(out);
+    }
+    json_decref(rl);
+    rl = rest_call("GET", "/v1/tuning-jobs", NULL, &st);
+    rts = json_object_get(rl, "tuning_jobs");
+    json_t *calls = json_pack("[{s:s}]", "method", "/kiln.TrainingService/ListTuningJobs");
+    json_t *rgets[2];
+    for (size_t i = 0; i < 2; i++) {
+        char path[120];
+        snprintf(path, sizeof path, "/v1/tuning-jobs/%s", str(json_array_get(rts, i), "id"));
+        rgets[i] = rest_call("GET", path, NULL, &st);
+        cr_assert_eq(st, 200);
+        json_array_append_new(calls, json_pack("{s:s, s:{s:s}}", "method", "/kiln.TrainingService/GetTuningJob",
+                                               "request", "id", str(json_array_get(rts, i), "id")));
+    }
+    char *sa = json_dumps(json_object_get(rgets[0], "spec"), JSON_SORT_KEYS),
+         *sb = json_dumps(json_object_get(rgets[1], "spec"), JSON_SORT_KEYS);
+    cr_assert_str_eq(sa, sb, "the search REST made and the one gRPC made are the same");
+    free(sa);
+    free(sb);
+    char said[4096], why[600] = "";
+    json_t *ans = th_grpc_plain(addr, dir, calls, "tuning-answers", said, sizeof said);
+    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    json_t *gl = json_object_get(json_object_get(json_array_get(ans, 0), "response"), "tuning_jobs");
+    cr_assert(says_alike(rts, gl, "tuning_jobs", why, sizeof why), "ListTuningJobs: %s", why);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *g = json_object_get(json_array_get(ans, i + 1), "response");
+        cr_assert(says_alike(rgets[i], g, "tuning_job", why, sizeof why), "GetTuningJob: %s", why);
+        json_decref(rgets[i]);
+    }
+    json_decref(ans);
+    json_decref(rl);
 }
