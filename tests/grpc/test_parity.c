@@ -360,6 +360,7 @@ Test(parity, unlimited_quota_with_entries_is_refused)
 /* A tuning job's body: the base job, lr's range, the objective, and more members. */
 #define TJ(more) "{\"name\": \"t\", " JOB ", \"parameters\": {" LR "}, " OBJ more "}"
 #define TJP(params, more) "{\"name\": \"t\", " JOB ", \"parameters\": {" params "}, " OBJ more "}"
+#define NOBODY "00000000-0000-4000-8000-000000000000"
 #define TREFUSED(what, body, field) \
     {what, "POST", "/v1/tuning-jobs", body, "CreateTuningJob", NULL, 400, "INVALID_ARGUMENT", field, \
      "tuning_job." field}
@@ -497,6 +498,10 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
                  "{\"train\": \"synthetic\"}, \"hyperparameters\": {\"lr\": 0.01, \"global_batch_size\": 8, "
                  "\"max_steps\": 30}, \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}, "
                  "\"parameters\": {" LR "}, " OBJ "}", "job.queue"),
+        {"getting one that does not exist", "GET", "/v1/tuning-jobs/" NOBODY, NULL, "GetTuningJob",
+         "{\"id\": \"" NOBODY "\"}", 404, "NOT_FOUND", "id", "id"},
+        {"stopping one that does not exist", "POST", "/v1/tuning-jobs/" NOBODY ":stop", NULL, "StopTuningJob",
+         "{\"id\": \"" NOBODY "\"}", 404, "NOT_FOUND", "id", "id"},
         {"every field", "POST", "/v1/tuning-jobs",
          TJP(LR ", \"global_batch_size\": {\"type\": \"categorical\", \"values\": [8, 16]}",
              ", \"strategy\": \"random\", \"max_jobs\": 2, \"max_parallel_jobs\": 1, \"seed\": 0, \"max_failed_trials\": "
