@@ -360,6 +360,10 @@ Test(parity, unlimited_quota_with_entries_is_refused)
 /* A tuning job's body: the base job, lr's range, the objective, and more members. */
 #define TJ(more) "{\"name\": \"t\", " JOB ", \"parameters\": {" LR "}, " OBJ more "}"
 #define TJP(params, more) "{\"name\": \"t\", " JOB ", \"parameters\": {" params "}, " OBJ more "}"
+#define HB                                                                                                    \
+    "{\"name\": \"hb\", " JOB ", \"parameters\": {" LR "}, " OBJ ", \"strategy\": \"hyperband\", \"hyperband\": "  \
+    "{\"min_resource\": 10, \"max_resource\": 90, \"reduction_factor\": 3, \"brackets\": 2, \"sampler\": \"tpe\"}, " \
+    "\"max_jobs\": 3, \"seed\": 5}"
 #define NOBODY "00000000-0000-4000-8000-000000000000"
 #define TREFUSED(what, body, field) \
     {what, "POST", "/v1/tuning-jobs", body, "CreateTuningJob", NULL, 400, "INVALID_ARGUMENT", field, \
@@ -511,19 +515,21 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
              ", \"strategy\": \"random\", \"max_jobs\": 2, \"max_parallel_jobs\": 1, \"seed\": 0, \"max_failed_trials\": "
              "1, \"trial_priority\": 0, \"early_stopping\": \"auto\", \"completion\": {\"target_objective\": 0, "
              "\"no_improvement_trials\": 1}") "}", 201, NULL, NULL, NULL},
+        {"hyperband", "POST", "/v1/tuning-jobs", HB, "CreateTuningJob", NULL, 201, NULL, NULL, NULL},
     };
     walk(cases, KILN_ARRAY_LEN(cases), "tuning_job", "tuning");
 
     /* the searches both made answer alike: Get and List say what REST's JSON does, once they have
-     * stopped (a running one changes between two answers) */
+     * stopped (a running one changes between two answers); each row's two searches, one made
+     * over each API (same name), are the same search */
     long st;
     json_t *rl = rest_call("GET", "/v1/tuning-jobs", NULL, &st);
-    json_t *rts = json_object_get(rl, "tuning_jobs");
-    cr_assert_eq(json_array_size(rts), 2, "REST and gRPC made one each");
+    size_t n = json_array_size(json_object_get(rl, "tuning_jobs"));
+    cr_assert_eq(n, 4, "REST and gRPC made one of each accepted row");
     kiln_err_t err;
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < n; i++) {
         json_t *out = NULL;
-        const char *id = str(json_array_get(rts, i), "id");
+        const char *id = str(json_array_get(json_object_get(rl, "tuning_jobs"), i), "id");
         cr_assert_eq(svc_tuning_stop(S, svc_caller_kilnd(), id, &out, &err), 0, "%s", err.message);
         for (int k = 0; strcmp(str(out, "state"), "STOPPED"); k++) {
             cr_assert_lt(k, 400, "the search did not stop: %s", str(out, "state"));
@@ -535,10 +541,10 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
     }
     json_decref(rl);
     rl = rest_call("GET", "/v1/tuning-jobs", NULL, &st);
-    rts = json_object_get(rl, "tuning_jobs");
+    json_t *rts = json_object_get(rl, "tuning_jobs");
     json_t *calls = json_pack("[{s:s}]", "method", "/kiln.TrainingService/ListTuningJobs");
-    json_t *rgets[2];
-    for (size_t i = 0; i < 2; i++) {
+    json_t *rgets[4];
+    for (size_t i = 0; i < n; i++) {
         char path[120];
         snprintf(path, sizeof path, "/v1/tuning-jobs/%s", str(json_array_get(rts, i), "id"));
         rgets[i] = rest_call("GET", path, NULL, &st);
@@ -546,17 +552,21 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
         json_array_append_new(calls, json_pack("{s:s, s:{s:s}}", "method", "/kiln.TrainingService/GetTuningJob",
                                                "request", "id", str(json_array_get(rts, i), "id")));
     }
-    char *sa = json_dumps(json_object_get(rgets[0], "spec"), JSON_SORT_KEYS),
-         *sb = json_dumps(json_object_get(rgets[1], "spec"), JSON_SORT_KEYS);
-    cr_assert_str_eq(sa, sb, "the search REST made and the one gRPC made are the same");
-    free(sa);
-    free(sb);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            if (!strcmp(str(rgets[i], "name"), str(rgets[k], "name"))) {
+                char *sa = json_dumps(json_object_get(rgets[i], "spec"), JSON_SORT_KEYS),
+                     *sb = json_dumps(json_object_get(rgets[k], "spec"), JSON_SORT_KEYS);
+                cr_assert_str_eq(sa, sb, "the search REST made and the one gRPC made are the same");
+                free(sa);
+                free(sb);
+            }
     char said[4096], why[600] = "";
     json_t *ans = th_grpc_plain(addr, dir, calls, "tuning-answers", said, sizeof said);
     cr_assert_not_null(ans, "grpc_client.py: %s", said);
     json_t *gl = json_object_get(json_object_get(json_array_get(ans, 0), "response"), "tuning_jobs");
     cr_assert(says_alike(rts, gl, "tuning_jobs", why, sizeof why), "ListTuningJobs: %s", why);
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < n; i++) {
         json_t *g = json_object_get(json_array_get(ans, i + 1), "response");
         cr_assert(says_alike(rgets[i], g, "tuning_job", why, sizeof why), "GetTuningJob: %s", why);
         json_decref(rgets[i]);
