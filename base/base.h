@@ -220,6 +220,10 @@ bool kiln_ident_ok(const char *s);
 int kiln_edit_distance(const char *a, const char *b);
 /* Copies src into dst of size n, always NUL-terminating; returns strlen(src). */
 size_t kiln_strlcpy(char *dst, const char *src, size_t n);
+/* FNV-1a over n bytes of data, continuing from h (KILN_FNV1A_START to begin): a hash for tables
+ * in memory, not against an adversary who picks the keys. */
+#define KILN_FNV1A_START 1469598103934665603ull
+uint64_t kiln_fnv1a(uint64_t h, const void *data, size_t n);
 /* Reads a whole file into a heap buffer (NUL-terminated). Caller owns *out; free with free().
  * Returns 0, KILN_ENOTFOUND or KILN_EIO (err says which file and why). */
 int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *err);

@@ -186,6 +186,14 @@ size_t kiln_strlcpy(char *dst, const char *src, size_t n)
     return len;
 }
 
+uint64_t kiln_fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *err)
 {
     *out = NULL;
