@@ -248,70 +248,13 @@ static uint64_t str_hash(uint64_t h, const char *s)
     return kiln_fnv1a(h, s, strlen(s) + 1);
 }
 
-/* A pass's index of names (of queues, workers, (queue, project) pairs: key i is the stride
- * strings names[i * stride ...]), so that each of 1,000 jobs finds its own without comparing it
- * with every one. */
-typedef struct name_index {
-    const char *const *names;
-    int stride;
-    int n;
-    int *slot;  /* cap slots: a key's index, or -1 */
-    size_t cap; /* a power of two, at least twice the most keys */
-} name_index_t;
-
-static bool name_index_init(name_index_t *x, const char *const *names, int stride, int most)
-{
-    *x = (name_index_t){.names = names, .stride = stride, .cap = 16};
-    while (x->cap < 2 * (size_t)most)
-        x->cap *= 2;
-    if (!(x->slot = malloc(x->cap * sizeof(*x->slot))))
-        return false;
-    for (size_t k = 0; k < x->cap; k++)
-        x->slot[k] = -1;
-    return true;
-}
-
-/* The index of key (stride strings), or -1 with the slot it would take in *at. */
-static int name_index_find(const name_index_t *x, const char *const *key, size_t *at)
-{
-    uint64_t h = KILN_FNV1A_START;
-    for (int s = 0; s < x->stride; s++)
-        h = str_hash(h, key[s]);
-    size_t k = h & (x->cap - 1);
-    for (; x->slot[k] >= 0; k = (k + 1) & (x->cap - 1)) {
-        const char *const *have = &x->names[(size_t)x->slot[k] * (size_t)x->stride];
-        int s = 0;
-        while (s < x->stride && !strcmp(have[s], key[s]))
-            s++;
-        if (s == x->stride)
-            return x->slot[k];
-    }
-    if (at)
-        *at = k;
-    return -1;
-}
-
-/* Indexes the keys names[0..n) (the first of equal keys is the one found). */
-static void name_index_add_all(name_index_t *x, int n)
-{
-    for (size_t at; x->n < n; x->n++)
-        if (name_index_find(x, &x->names[(size_t)x->n * (size_t)x->stride], &at) < 0)
-            x->slot[at] = x->n;
-}
-
-static void name_index_free(name_index_t *x)
-{
-    free(x->slot);
-    x->slot = NULL;
-}
-
 /* The index of the (queue, project) pair in the index's names (its project usage slot), added
  * (into names, which has room) when new. */
-static int project_slot(name_index_t *x, const char *(*names)[2], const char *queue, const char *project)
+static int project_slot(kiln_names_t *x, const char *(*names)[2], const char *queue, const char *project)
 {
     const char *key[2] = {queue, project};
     size_t at;
-    int i = name_index_find(x, key, &at);
+    int i = kiln_names_find(x, key, &at);
     if (i >= 0)
         return i;
     names[x->n][0] = queue;
@@ -897,7 +840,7 @@ static void sched_tick(svc_t *s)
     double *proj = NULL;
     const char *(*pnames)[2] = NULL; /* (queue, project) pairs, indexed by pidx */
     const char **qnames = NULL, **wnames = NULL;
-    name_index_t qidx = {0}, widx = {0}, pidx = {0};
+    kiln_names_t qidx = {0}, widx = {0}, pidx = {0};
     int ncap = 0, njobs = 0, nqueues = 0, nhold = 0, nadmit = 0, facts_read = 0;
     store_holding_t *hold = NULL;
     sched_running_t *run = NULL;
@@ -1016,17 +959,17 @@ static void sched_tick(svc_t *s)
         qnames[q] = queues[q].name;
     for (int i = 0; wnames && i < ncap; i++)
         wnames[i] = cap[i].id;
-    if (!qnames || !wnames || !name_index_init(&qidx, qnames, 1, nqueues) || !name_index_init(&widx, wnames, 1, ncap)) {
+    if (!qnames || !wnames || !kiln_names_init(&qidx, qnames, 1, nqueues) || !kiln_names_init(&widx, wnames, 1, ncap)) {
         log_warn("scheduler: out of memory");
         goto out;
     }
-    name_index_add_all(&qidx, nqueues);
-    name_index_add_all(&widx, ncap);
+    kiln_names_add_all(&qidx, nqueues);
+    kiln_names_add_all(&widx, ncap);
     /* Projects' recent usage matters only to the jobs of a fair queue among those read (a query
      * over the recent runs in fair queues: read with the rest when the last pass needed it too). */
     bool fair = false;
     for (int j = 0, q; j < njobs && !fair; j++)
-        fair = (q = name_index_find(&qidx, (const char *[]){jobs[j].queue}, NULL)) >= 0 && queues[q].fair_projects;
+        fair = (q = kiln_names_find(&qidx, (const char *[]){jobs[j].queue}, NULL)) >= 0 && queues[q].fair_projects;
     s->sched_fair_seen = fair;
     if (fair && !pusage && store_queue_project_usage(c, SVC_FAIR_HALF_LIFE_S, &pusage, &err)) {
         log_warn("scheduler: %s", err.message);
@@ -1043,7 +986,7 @@ static void sched_tick(svc_t *s)
     runtime = calloc((size_t)njobs, sizeof(*runtime));
     source = calloc((size_t)njobs, sizeof(*source));
     if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !runtime || !source
-        || !name_index_init(&pidx, &pnames[0][0], 2, njobs))
+        || !kiln_names_init(&pidx, &pnames[0][0], 2, njobs))
         goto out;
     int nrw = 0;
     for (int r = 0; r < nhold; r++)
@@ -1070,7 +1013,7 @@ static void sched_tick(svc_t *s)
         sched_running_t *x = &run[r];
         const store_holding_t *h = &hold[r];
         x->id = h->id;
-        x->queue = name_index_find(&qidx, (const char *[]){h->queue}, NULL);
+        x->queue = kiln_names_find(&qidx, (const char *[]){h->queue}, NULL);
         x->type = sched_slot_type(h->slot_type);
         if (x->queue >= 0 && x->type >= 0) /* each queue's usage: what its jobs hold */
             queues[x->queue].usage[x->type] += h->nodes * h->slots_per_node;
@@ -1082,7 +1025,7 @@ static void sched_tick(svc_t *s)
         kiln_strlcpy(list, h->workers, sizeof(list));
         char *save = NULL;
         for (char *tok = strtok_r(list, ",", &save); tok && x->nodes < h->nodes; tok = strtok_r(NULL, ",", &save)) {
-            int i = name_index_find(&widx, (const char *[]){tok}, NULL);
+            int i = kiln_names_find(&widx, (const char *[]){tok}, NULL);
             if (i >= 0)
                 run_workers[off + x->nodes++] = i;
         }
@@ -1101,7 +1044,7 @@ static void sched_tick(svc_t *s)
     for (int j = 0; j < njobs; j++) {
         sched_job_t *x = &sj[j];
         x->id = jobs[j].id;
-        x->queue = name_index_find(&qidx, (const char *[]){jobs[j].queue}, NULL);
+        x->queue = kiln_names_find(&qidx, (const char *[]){jobs[j].queue}, NULL);
         x->project = project_slot(&pidx, pnames, jobs[j].queue, jobs[j].project);
         proj[x->project] = json_number_value(json_object_get(json_object_get(pusage, jobs[j].queue), jobs[j].project));
         x->priority = jobs[j].priority;
@@ -1315,9 +1258,9 @@ out:
     free(pnames);
     free(qnames);
     free(wnames);
-    name_index_free(&qidx);
-    name_index_free(&widx);
-    name_index_free(&pidx);
+    kiln_names_free(&qidx);
+    kiln_names_free(&widx);
+    kiln_names_free(&pidx);
     free(queues);
     json_decref(qjson);
     json_decref(pusage);
