@@ -266,7 +266,7 @@ static int project_slot(kiln_names_t *x, const char *(*names)[2], const char *qu
 /* What a pass read of a pending job that the next passes need not read again: its data paths
  * (a job's spec never changes) and its predicted run time (which changes only as jobs like it
  * run: read again after SCHED_PREDICT_TTL_US, at most SCHED_PREDICT_REFRESH a pass). The
- * scheduler thread's, sorted by id. */
+ * scheduler thread's, in no order (a pass indexes them by id). */
 #define SCHED_PREDICT_TTL_US 5000000
 #define SCHED_PREDICT_REFRESH 100
 typedef struct sched_known {
@@ -276,11 +276,6 @@ typedef struct sched_known {
     store_predict_t source;    /* where runtime_s comes from */
     int64_t runtime_at_us;     /* 0: not read yet */
 } sched_known_t;
-
-static int known_cmp(const void *a, const void *b)
-{
-    return strcmp(((const sched_known_t *)a)->id, ((const sched_known_t *)b)->id);
-}
 
 /* Forgets the facts kept of the last pass's jobs. */
 static void sched_known_clear(svc_t *s)
@@ -669,19 +664,35 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
     double *rt = calloc((size_t)KILN_MAX(n, 1), sizeof(*rt));
     store_predict_t *src = calloc((size_t)KILN_MAX(n, 1), sizeof(*src));
     int rc = 0, nk = 0, m = 0, mp = 0;
+    kiln_names_t oldx = {0}, newx = {0}; /* the last pass's set by id, and this pass's */
+    const char **oldids = NULL, **newids = NULL;
     if (!k || !ids || !pids || !at || !pat || !got || !rt || !src) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
     }
+    oldids = calloc((size_t)KILN_MAX(s->nknown, 1), sizeof(*oldids));
+    newids = calloc((size_t)KILN_MAX(n, 1), sizeof(*newids));
+    if (!oldids || !newids || !kiln_names_init(&oldx, oldids, 1, s->nknown) || !kiln_names_init(&newx, newids, 1, n)) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < s->nknown; i++)
+        oldids[i] = s->known[i].id;
+    kiln_names_add_all(&oldx, s->nknown);
     int64_t now = kiln_mono_us();
     for (int j = 0; j < n; j++) {
-        sched_known_t key = {0};
-        kiln_strlcpy(key.id, jobs[j].id, sizeof key.id);
-        const sched_known_t *old = s->nknown ? bsearch(&key, s->known, (size_t)s->nknown, sizeof key, known_cmp) : NULL;
-        k[j] = old ? *old : key;
-        k[j].paths = old ? json_incref(old->paths) : NULL;
+        int o = kiln_names_find(&oldx, (const char *[]){jobs[j].id}, NULL);
+        if (o >= 0) {
+            k[j] = s->known[o];
+            k[j].paths = json_incref(k[j].paths);
+        } else {
+            k[j] = (sched_known_t){0};
+            kiln_strlcpy(k[j].id, jobs[j].id, sizeof k[j].id);
+        }
+        newids[j] = k[j].id;
         nk++;
     }
+    kiln_names_add_all(&newx, n);
     /* the paths nobody read yet */
     for (int j = 0; j < n; j++)
         if (!k[j].paths) {
@@ -726,17 +737,14 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
         runtime[j] = predict && k[j].runtime_at_us ? k[j].runtime_s : -1;
         source[j] = runtime[j] >= 0 ? k[j].source : STORE_PREDICT_NONE;
     }
-    qsort(k, (size_t)n, sizeof(*k), known_cmp);
     /* a head-only pass keeps the facts of the jobs behind the head too (those still waiting are
      * the next full pass's; the others go with the next full pass's set) */
     int nk2 = n;
     for (int i = 0; i < nkeep; i++)
-        if (!bsearch(&s->known[i], k, (size_t)n, sizeof(*k), known_cmp)) {
+        if (kiln_names_find(&newx, (const char *[]){s->known[i].id}, NULL) < 0) {
             k[nk2] = s->known[i];
             k[nk2++].paths = json_incref(s->known[i].paths);
         }
-    if (nk2 > n)
-        qsort(k, (size_t)nk2, sizeof(*k), known_cmp);
     sched_known_clear(s);
     s->known = k;
     s->nknown = nk2;
@@ -745,6 +753,10 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
 out:
     for (int j = 0; k && j < nk; j++)
         json_decref(k[j].paths);
+    kiln_names_free(&oldx);
+    kiln_names_free(&newx);
+    free(oldids);
+    free(newids);
     free(k);
     free(ids);
     free(pids);
