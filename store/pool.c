@@ -145,12 +145,6 @@ int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
         if (pf.fd < 0 || poll(&pf, 1, 0) <= 0 || !PQconsumeInput(c->pg))
             break; /* nothing waiting (the usual case), or the connection is now marked bad */
     }
-    /* one a failed pipeline left in pipeline mode is of no use to the next caller */
-    if (c->pg && PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF) {
-        PQfinish(c->pg);
-        c->pg = NULL;
-        conn_forget_prepared(c);
-    }
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
         if (c->pg) {
             PQreset(c->pg);
@@ -174,12 +168,31 @@ ok:
     return 0;
 }
 
+/* Leaves c's session as a new user must find it, whatever its last user did: no transaction (the
+ * pool's, or one a statement opened), nothing deferred, not in pipeline mode. A session that
+ * cannot be brought back is closed (and with it whatever it held, such as an advisory lock), for
+ * store_conn_get to open anew. */
+static void conn_clean(store_conn_t *c)
+{
+    store_rollback(c);
+    later_free(c);
+    c->in_tx = c->begin_pending = false;
+    if (!c->pg || PQstatus(c->pg) != CONNECTION_OK)
+        return; /* store_conn_get reconnects it */
+    if (PQpipelineStatus(c->pg) == PQ_PIPELINE_OFF && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
+        PQclear(PQexec(c->pg, "ROLLBACK"));
+    if (PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF || PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
+        PQfinish(c->pg);
+        c->pg = NULL;
+        conn_forget_prepared(c);
+    }
+}
+
 void store_conn_put(store_t *st, store_conn_t *c)
 {
     if (!c)
         return;
-    if (c->in_tx)
-        store_rollback(c);
+    conn_clean(c);
     pthread_mutex_lock(&st->mu);
     st->free_stack[st->nfree++] = c->index;
     pthread_cond_signal(&st->cv);
@@ -296,6 +309,12 @@ typedef struct pipe_item {
     PGresult **r;
 } pipe_item_t;
 
+/* One command queued in a pipeline: item's execution, or (slot >= 0) the PREPARE that makes
+ * statement "k<slot>" for it. */
+typedef struct pipe_cmd {
+    int item, slot;
+} pipe_cmd_t;
+
 int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
 {
     for (int i = 0; i < n; i++)
@@ -305,8 +324,7 @@ int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
                               : store_qp(c, st->what, st->sql, st->nparams, st->params, &st->r, err);
     int nitem = 0, total = c->begin_pending + c->nlater + n;
     pipe_item_t *item = malloc((size_t)KILN_MAX(total, 1) * sizeof(*item));
-    /* the commands queued, in order: item i's PREPARE is -1 - i, its execution i */
-    int *cmd = malloc((size_t)KILN_MAX(2 * total, 1) * sizeof(*cmd));
+    pipe_cmd_t *cmd = malloc((size_t)KILN_MAX(2 * total, 1) * sizeof(*cmd)); /* the commands queued, in order */
     if (!item || !cmd) {
         free(item);
         free(cmd);
@@ -346,45 +364,52 @@ int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
                 break;
             }
             c->nprepared++;
-            cmd[ncmd++] = -1 - i;
+            cmd[ncmd++] = (pipe_cmd_t){.item = i, .slot = k};
             named = true;
         }
         if (named ? PQsendQueryPrepared(c->pg, name, s->nparams, s->params, NULL, NULL, 0) != 1
                   : PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, s->params, NULL, NULL, 0) != 1)
             rc = store_pg_conn_fail(c->pg, s->what, err);
         else
-            cmd[ncmd++] = i;
+            cmd[ncmd++] = (pipe_cmd_t){.item = i, .slot = -1};
     }
     bool piped = PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF;
     /* the sync even after a failed send: the server answers only what a sync ends */
     if (piped && PQpipelineSync(c->pg) != 1 && rc == 0)
         rc = store_pg_conn_fail(c->pg, "send statements together", err);
     /* every command's results in order, each ended by a NULL; after a failure the rest come back
-     * aborted, and the first failure is the error */
+     * aborted, and the first failure is the error. The server skips every command after a failed
+     * one up to the sync, so the PREPAREs that did not make their statement (failed, skipped, or
+     * lost with the connection) are the last this pipeline sent: the slots from the first of
+     * them on (unmade) are free again. */
+    int unmade = c->nprepared;
     for (int q = 0; q < ncmd; q++) {
-        int i = cmd[q] < 0 ? -1 - cmd[q] : cmd[q];
+        const pipe_item_t *s = &item[cmd[q].item];
+        bool made = false;
         PGresult *r;
         while ((r = PQgetResult(c->pg)) != NULL) {
-            ExecStatusType s = PQresultStatus(r);
-            if (s == PGRES_FATAL_ERROR && rc == 0) {
-                if (cmd[q] < 0) { /* the session never got it: its slot (and name) matches nothing more */
-                    int k = prepared_index(c, item[i].sql);
-                    if (k < c->nprepared)
-                        c->prepared[k][0] = '\0';
-                }
-                rc = store_pg_fail(c, r, item[i].what, err);
-            }
-            if (cmd[q] >= 0 && item[i].r && (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) && !*item[i].r)
-                *item[i].r = r;
+            ExecStatusType rs = PQresultStatus(r);
+            made = made || rs == PGRES_COMMAND_OK;
+            if (rs == PGRES_FATAL_ERROR && rc == 0)
+                rc = store_pg_fail(c, r, s->what, err);
+            if (cmd[q].slot < 0 && s->r && (rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK) && !*s->r)
+                *s->r = r;
             else
                 PQclear(r);
         }
+        if (cmd[q].slot >= 0 && !made)
+            unmade = KILN_MIN(unmade, cmd[q].slot);
+    }
+    while (c->nprepared > unmade) {
+        c->nprepared--;
+        free(c->prepared[c->nprepared]);
+        c->prepared[c->nprepared] = NULL;
     }
     later_free(c);
     free(item);
     free(cmd);
-    /* the sync's result, then out of pipeline mode (a connection that cannot leave it is dropped
-     * by the pool when it is next taken) */
+    /* the sync's result, then out of pipeline mode (a connection that cannot leave it is closed
+     * when it is given back) */
     if (piped) {
         PGresult *r = PQgetResult(c->pg);
         if (rc == 0 && (!r || PQresultStatus(r) != PGRES_PIPELINE_SYNC))
@@ -496,10 +521,19 @@ int store_commit(store_conn_t *c, kiln_err_t *err)
         c->begin_pending = false;
         return 0;
     }
-    bool deferred = c->nlater > 0;
-    int rc = store_q(c, "commit a transaction", "COMMIT", 0, NULL, NULL, err); /* with what was deferred */
+    PGresult *r = NULL;
+    int rc = store_q(c, "commit a transaction", "COMMIT", 0, NULL, &r, err); /* with what was deferred */
+    /* PostgreSQL ends a transaction in which a statement failed (its caller went on regardless)
+     * with a rollback, and answers its COMMIT with the tag ROLLBACK, not an error */
+    if (rc == 0 && strcmp(PQcmdStatus(r), "COMMIT") != 0)
+        rc = kiln_err_set(err, KILN_EDB, NULL,
+                          "could not commit a transaction: a statement in it failed, and it was rolled back");
+    PQclear(r);
+    /* not sent (out of memory): dropped with the transaction */
+    later_free(c);
+    c->begin_pending = false;
     /* a deferred statement that failed left the COMMIT unrun and the transaction open, aborted */
-    if (rc && deferred)
+    if (rc && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
         PQclear(PQexec(c->pg, "ROLLBACK"));
     return rc;
 }
@@ -516,6 +550,12 @@ void store_rollback(store_conn_t *c)
     }
     PGresult *r = PQexec(c->pg, "ROLLBACK");
     PQclear(r);
+}
+
+int store_q_script(store_conn_t *c, const char *what, const char *sql, kiln_err_t *err)
+{
+    int rc = begin_now(c, err);
+    return rc ? rc : q_result(c, PQexec(c->pg, sql), what, NULL, err);
 }
 
 int store_ping(store_conn_t *c, kiln_err_t *err)

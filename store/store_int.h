@@ -55,6 +55,10 @@ extern const int store_migrations_embedded_count;
  * anything else -> KILN_EDB. */
 int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
             const char *const *params, PGresult **out, kiln_err_t *err);
+/* Runs sql, several statements separated by semicolons (a migration), with the simple query
+ * protocol: no parameters, no result kept. In a transaction it goes after the BEGIN and the
+ * deferred statements, as store_q's statement would. Errors as store_q. */
+int store_q_script(store_conn_t *c, const char *what, const char *sql, kiln_err_t *err);
 /* Same as store_q, for hot statements whose text never changes: the statement is parsed and
  * planned once per connection (PQprepare, remembered by its text) and then only executed.
  * Falls back to store_q when the connection's cache is full or preparing fails. */
