@@ -457,22 +457,28 @@ static int q_rows(store_conn_t *c, bool prepared, const char *what, const char *
 {
     *out = NULL;
     *n = 0;
-    PGresult *r = NULL;
-    int rc = prepared ? store_qp(c, what, sql, nparams, params, &r, err)
-                      : store_q(c, what, sql, nparams, params, &r, err);
-    return rc ? rc : store_rows_take(r, what, elem_size, fill, out, n, err);
+    store_stmt_t s = {.what = what, .sql = sql, .nparams = nparams, .params = params, .unprepared = !prepared};
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    return rc ? rc : store_stmt_rows(&s, elem_size, fill, out, n, err);
 }
 
-int store_rows_take(PGresult *r, const char *what, size_t elem_size, store_row_fn fill, void **out, int *n,
-                    kiln_err_t *err)
+PGresult *store_stmt_take(store_stmt_t *s)
+{
+    PGresult *r = s->r;
+    s->r = NULL;
+    return r;
+}
+
+int store_stmt_rows(store_stmt_t *s, size_t elem_size, store_row_fn fill, void **out, int *n, kiln_err_t *err)
 {
     *out = NULL;
     *n = 0;
+    PGresult *r = store_stmt_take(s);
     int rows = PQntuples(r);
     char *arr = NULL;
     if (rows > 0 && !(arr = calloc((size_t)rows, elem_size))) {
         PQclear(r);
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory reading %d rows to %s", rows, what);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory reading %d rows to %s", rows, s->what);
     }
     for (int i = 0; i < rows; i++)
         fill(r, i, arr + (size_t)i * elem_size);

@@ -91,18 +91,20 @@ typedef struct store_stmt {
  * advisory lock). The caller PQclears every st[i].r either way. Meant for a few small statements
  * (their texts and parameters are sent before any result is read). */
 int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err);
-/* The rows of r as store_q_rows makes them (what names the read in errors). Consumes r. */
-int store_rows_take(PGresult *r, const char *what, size_t elem_size, store_row_fn fill, void **out, int *n,
-                    kiln_err_t *err);
+/* s's result, handed over (s keeps none): caller owns it (PQclear). */
+PGresult *store_stmt_take(store_stmt_t *s);
+/* The rows of s's result as store_q_rows makes them (s's what names the read in errors). Takes
+ * the result (s keeps none). */
+int store_stmt_rows(store_stmt_t *s, size_t elem_size, store_row_fn fill, void **out, int *n, kiln_err_t *err);
 /* Reads split in two, so that store_sched_pass_read sends them together: *_stmt fills a statement
- * (in place: it may point into itself), *_take turns its result into what the one-statement
- * function of the same name gives (consuming the result). */
+ * (in place: it may point into itself), *_take turns its result, once run, into what the
+ * one-statement function of the same name gives (taking the result, as store_stmt_take). */
 void store_workers_capacity_stmt(store_stmt_t *s);
-int store_workers_capacity_take(PGresult *r, store_worker_cap_t **out, int *n, kiln_err_t *err);
+int store_workers_capacity_take(store_stmt_t *s, store_worker_cap_t **out, int *n, kiln_err_t *err);
 void store_queue_defs_stmt(store_stmt_t *s);
-int store_queue_defs_take(PGresult *r, json_t **out, kiln_err_t *err);
+int store_queue_defs_take(store_stmt_t *s, json_t **out, kiln_err_t *err);
 void store_queue_project_usage_stmt(store_stmt_t *s, double half_life_s);
-int store_queue_project_usage_take(PGresult *r, json_t **out); /* KILN_ENOMEM */
+int store_queue_project_usage_take(store_stmt_t *s, json_t **out, kiln_err_t *err);
 /* In a transaction, defers a statement whose result nobody needs (a write, a notification): it
  * is sent with the transaction's next statement that must answer (at the latest its COMMIT), in
  * the same round trip, and fails the transaction then if it fails; a rollback drops it. sql must
