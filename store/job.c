@@ -988,7 +988,7 @@ int store_sched_pass_read(store_conn_t *c, store_pass_read_t *pr, kiln_err_t *er
 
 void store_sched_unlock(store_conn_t *c)
 {
-    PQclear(PQexec(c->pg, "SELECT pg_advisory_unlock(" SCHED_LOCK_KEY ")"));
+    store_unlock(c, SCHED_LOCK_KEY);
 }
 
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err)

@@ -159,7 +159,7 @@ int store_migrate(store_conn_t *c, const char *dir, int *applied, kiln_err_t *er
 fail:
     PQclear(done);
     if (locked)
-        PQclear(PQexec(c->pg, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")"));
+        store_unlock(c, MIGRATE_LOCK_KEY);
     mig_list_free(&list);
     return rc;
 }

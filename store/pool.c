@@ -199,6 +199,24 @@ void store_conn_put(store_t *st, store_conn_t *c)
     pthread_mutex_unlock(&st->mu);
 }
 
+void store_unlock(store_conn_t *c, const char *key)
+{
+    const char *p[1] = {key};
+    PGresult *r = PQexecParams(c->pg, "SELECT pg_advisory_unlock($1::bigint)", 1, NULL, p, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK && c->pg) {
+        /* the session cannot run it (a failed transaction, pipeline mode, a lost server): ended,
+         * it holds nothing; the pool opens a new one when c is next taken */
+        char msg[256];
+        kiln_strlcpy(msg, r ? PQresultErrorMessage(r) : PQerrorMessage(c->pg), sizeof(msg));
+        msg[strcspn(msg, "\n")] = '\0';
+        log_warn("store: could not release lock %s: %s; closing the session instead", key, msg);
+        PQfinish(c->pg);
+        c->pg = NULL;
+        conn_forget_prepared(c);
+    }
+    PQclear(r);
+}
+
 int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err)
 {
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;

@@ -291,7 +291,8 @@ int store_job_ids_between(store_conn_t *c, const char *lo, const char *hi, const
 int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
                     size_t reason_n, kiln_err_t *err);
 
-/* Releases the scheduler's lock (store_sched_pass_read) on the connection that took it. */
+/* Releases the scheduler's lock (store_sched_pass_read) on the connection that took it; a session
+ * that cannot (its transaction failed) is closed instead, which releases it (see store_unlock). */
 void store_sched_unlock(store_conn_t *c);
 
 /* ---- workers ----------------------------------------------------------------------------------- */

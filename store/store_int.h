@@ -116,6 +116,11 @@ int store_q_later(store_conn_t *c, const char *what, const char *sql, int nparam
 int store_qp_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
                   const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
                   kiln_err_t *err);
+/* Releases the session advisory lock key (a bigint's text) held by c's session. A session that
+ * cannot run the statement (its transaction failed, it is in pipeline mode, its server is gone) is
+ * closed instead, which releases every lock it held: c's statements then fail until it is given
+ * back, and the pool opens a new session when it is next taken. */
+void store_unlock(store_conn_t *c, const char *key);
 /* Turns a failed result into a status + message. Consumes nothing. */
 int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err);
 

@@ -454,3 +454,20 @@ Test(pool, a_pass_read_that_fails_after_the_lock_releases_it)
     }
     PQfinish(pg);
 }
+
+/* The lock is released even from a session that cannot run the unlock (its transaction failed):
+ * that session is closed, and the connection taken again is a new one. */
+Test(pool, the_scheduler_lock_is_released_from_a_failed_transaction)
+{
+    store_pass_read_t pr = {.keep = 10, .half_life_s = 60};
+    cr_assert_eq(store_sched_pass_read(c, &pr, &err), 0, "%s", err.message);
+    cr_assert(pr.locked);
+    store_pass_read_clear(&pr);
+    cr_assert_eq(store_begin(c, &err), 0);
+    cr_assert_neq(store_q(c, "divide", "SELECT 1 / 0", 0, NULL, NULL, &err), 0);
+    store_sched_unlock(c);
+    cr_assert(lock_is_free(), "the lock stayed with the session whose transaction failed");
+    store_rollback(c);
+    put_and_get();
+    assert_clean(c);
+}
