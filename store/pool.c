@@ -549,7 +549,7 @@ int store_commit(store_conn_t *c, kiln_err_t *err)
     int rc = store_q(c, "commit a transaction", "COMMIT", 0, NULL, &r, err); /* with what was deferred */
     /* PostgreSQL ends a transaction in which a statement failed (its caller went on regardless)
      * with a rollback, and answers its COMMIT with the tag ROLLBACK, not an error */
-    if (rc == 0 && strcmp(PQcmdStatus(r), "COMMIT") != 0)
+    if (rc == 0 && (!r || strcmp(PQcmdStatus(r), "COMMIT") != 0))
         rc = kiln_err_set(err, KILN_EDB, NULL,
                           "could not commit a transaction: a statement in it failed, and it was rolled back");
     PQclear(r);
