@@ -31,6 +31,7 @@ static void conn_forget_prepared(store_conn_t *c)
         c->prepared[i] = NULL;
     }
     c->nprepared = 0;
+    c->prepared_lost = false;
 }
 
 static int conn_open(store_t *st, store_conn_t *c, kiln_err_t *err)
@@ -169,7 +170,8 @@ ok:
 }
 
 /* Leaves c's session as a new user must find it, whatever its last user did: no transaction (the
- * pool's, or one a statement opened), nothing deferred, not in pipeline mode. A session that
+ * pool's, or one a statement opened), nothing deferred, not in pipeline mode, its prepared
+ * statements those c->prepared names. A session that
  * cannot be brought back is closed (and with it whatever it held, such as an advisory lock), for
  * store_conn_get to open anew. */
 static void conn_clean(store_conn_t *c)
@@ -181,7 +183,14 @@ static void conn_clean(store_conn_t *c)
         return; /* store_conn_get reconnects it */
     if (PQpipelineStatus(c->pg) == PQ_PIPELINE_OFF && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
         PQclear(PQexec(c->pg, "ROLLBACK"));
-    if (PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF || PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
+    bool lost = false;
+    if (c->prepared_lost) { /* the others too, so that every name is free to prepare again */
+        PGresult *r = PQexec(c->pg, "DEALLOCATE ALL");
+        lost = PQresultStatus(r) != PGRES_COMMAND_OK;
+        PQclear(r);
+        conn_forget_prepared(c);
+    }
+    if (lost || PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF || PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
         PQfinish(c->pg);
         c->pg = NULL;
         conn_forget_prepared(c);
@@ -230,6 +239,10 @@ int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *er
      * class 22 (data exceptions: invalid text encoding, numbers or times out of range), 54
      * (program limits: a value too large to index) and integrity violations other than a
      * duplicate key (a check, a missing row a foreign key names). */
+    /* a statement this session prepared is gone from it (a DISCARD, DEALLOCATE): every name is
+     * suspect, so the pool makes them again once the connection is given back */
+    if (state && strcmp(state, "26000") == 0 && c)
+        c->prepared_lost = true;
     if (state && strcmp(state, "23505") == 0)
         status = KILN_EEXIST;
     else if (state && (!strncmp(state, "22", 2) || !strncmp(state, "54", 2) || !strncmp(state, "23", 2)))

@@ -27,6 +27,8 @@ struct store_conn {
     int index;                  /* slot in the pool */
     char *prepared[STORE_PREPARED_MAX]; /* SQL of statement "k<i>" prepared on this session; owned */
     int nprepared;
+    bool prepared_lost;         /* the session lost statements of prepared[] (a DISCARD): they are
+                                 * deallocated and forgotten when the connection is given back */
 };
 
 struct store {

@@ -471,3 +471,28 @@ Test(pool, the_scheduler_lock_is_released_from_a_failed_transaction)
     put_and_get();
     assert_clean(c);
 }
+
+/* A session that lost its prepared statements other than by reconnecting (a DISCARD ALL, or one
+ * DEALLOCATE) fails the statement that finds one gone, once: given back, the connection prepares
+ * each again. */
+Test(pool, a_session_that_lost_its_prepared_statements_prepares_them_again)
+{
+    static const char *discard[] = {"DISCARD ALL", "DEALLOCATE k1"};
+    for (int i = 0; i < 2; i++) {
+        assert_qp_value("SELECT $1::int + 30", "1", "31");
+        assert_qp_value("SELECT $1::int + 31", "1", "32");
+        cr_assert_eq(store_q(c, "forget", discard[i], 0, NULL, NULL, &err), 0, "%s", err.message);
+        PGresult *r = NULL;
+        cr_assert_eq(store_qp(c, "probe", "SELECT $1::int + 31", 1, (const char *[]){"1"}, &r, &err), KILN_EDB);
+        put_and_get();
+        assert_clean(c);
+        assert_qp_value("SELECT $1::int + 30", "1", "31");
+        assert_qp_value("SELECT $1::int + 31", "1", "32");
+        /* and in a pipeline, with a deferred statement */
+        cr_assert_eq(store_begin(c, &err), 0);
+        cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){i ? "dis-2" : "dis-1"}, &err), 0);
+        assert_qp_value("SELECT $1::int + 30", "1", "31");
+        cr_assert_eq(store_commit(c, &err), 0, "%s", err.message);
+        cr_assert_eq(session_prepared(), c->nprepared);
+    }
+}
