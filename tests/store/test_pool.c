@@ -54,14 +54,12 @@ static void admin_ok(PGconn *pg, const char *sql)
     PQclear(r);
 }
 
-/* Kills the backend pid and waits until it is gone (its locks released, its socket closed). Watched
- * from a connection of its own: pg_stat_activity holds still for the length of a transaction. */
-static void terminate(int pid)
+/* Waits until backend pid is gone (its locks released, its socket closed). Watched from a
+ * connection of its own: pg_stat_activity holds still for the length of a transaction. */
+static void wait_gone(int pid)
 {
     PGconn *pg = admin();
     char sql[128];
-    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", pid);
-    admin_ok(pg, sql);
     snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid);
     for (int i = 0; i < 3000; i++) {
         PGresult *r = PQexec(pg, sql);
@@ -74,6 +72,17 @@ static void terminate(int pid)
         usleep(10000);
     }
     cr_assert_fail("backend %d did not exit", pid);
+}
+
+/* Kills backend pid and waits until it is gone. */
+static void terminate(int pid)
+{
+    PGconn *pg = admin();
+    char sql[64];
+    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", pid);
+    admin_ok(pg, sql);
+    PQfinish(pg);
+    wait_gone(pid);
 }
 
 static long count_rows(const char *sql)
@@ -465,7 +474,10 @@ Test(pool, the_scheduler_lock_is_released_from_a_failed_transaction)
     store_pass_read_clear(&pr);
     cr_assert_eq(store_begin(c, &err), 0);
     cr_assert_neq(store_q(c, "divide", "SELECT 1 / 0", 0, NULL, NULL, &err), 0);
+    int pid = store_conn_backend_pid(c);
     store_sched_unlock(c);
+    cr_assert_eq(store_conn_backend_pid(c), 0, "the session that held the lock is still open");
+    wait_gone(pid); /* the server releases its locks as its backend exits */
     cr_assert(lock_is_free(), "the lock stayed with the session whose transaction failed");
     store_rollback(c);
     put_and_get();
