@@ -1,8 +1,9 @@
 /* test_pool.c - the failure paths of the store's pool against a real PostgreSQL (a fresh database
  * per test): statements sent together (store_qp_pipeline) failing first, in the middle or last,
  * the lazy BEGIN and deferred statements (store_q_later) failing before COMMIT, ROLLBACK or a read,
- * prepared statements a failed pipeline never made, connections killed mid-pipeline, connections
- * given back dirty, and the scheduler's lock after its first read fails. */
+ * prepared statements a failed pipeline never made or a DISCARD dropped, connections killed
+ * mid-pipeline, connections given back dirty, and the scheduler's lock after its first read fails
+ * or from a failed transaction. */
 #include <criterion/criterion.h>
 #include <libpq-fe.h>
 #include <pthread.h>
