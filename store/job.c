@@ -429,12 +429,13 @@ int store_pending_cmp(const void *a, const void *b)
  * ROW_COLS and created_at in microseconds (exact: extract returns numeric). */
 #define PENDING_COLS "state IN " STORE_WAITING ", " ROW_COLS ", (extract(epoch FROM created_at) * 1000000)::bigint"
 
-/* The rows of one pending read (what names it): column 0 the snapshot, 1 whether jobs were
- * deleted since, then PENDING_COLS (NULL when no job matched: the one row carries only the
- * snapshot). Consumes r. */
-static int pending_take(PGresult *r, const char *what, store_pending_t **out, int *n, char **snap, bool *forget,
-                        kiln_err_t *err)
+/* The rows of one pending read s: column 0 the snapshot, 1 whether jobs were deleted since, then
+ * PENDING_COLS (NULL when no job matched: the one row carries only the snapshot). Takes s's
+ * result. */
+static int pending_take(store_stmt_t *s, store_pending_t **out, int *n, char **snap, bool *forget, kiln_err_t *err)
 {
+    PGresult *r = store_stmt_take(s);
+    const char *what = s->what;
     *out = NULL;
     *n = 0;
     *snap = NULL;
@@ -478,10 +479,9 @@ static void pending_all_stmt(store_stmt_t *s, int limit)
                         .sql = "SELECT s.snap::text, false, j.* FROM (SELECT pg_current_snapshot() AS snap) s"
                                " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE state IN " STORE_WAITING
                                "  ORDER BY priority DESC, created_at, id LIMIT $1::int) j ON true",
-                        .nparams = 1};
+                        .nparams = 1, .params = s->p};
     snprintf(s->buf[0], sizeof s->buf[0], "%d", limit);
     s->p[0] = s->buf[0];
-    s->params = s->p;
 }
 
 /* Every job written since snapshot since (which must outlive s). KILN_EINVAL when since is not a
@@ -493,7 +493,7 @@ static int pending_changes_stmt(store_stmt_t *s, const char *since, kiln_err_t *
                                "  NOT pg_visible_in_snapshot((SELECT xid FROM job_forget), $1::pg_snapshot) AS forgot) s"
                                " LEFT JOIN LATERAL (SELECT " PENDING_COLS " FROM jobs WHERE sched_xid >= $2::xid8"
                                "  AND NOT pg_visible_in_snapshot(sched_xid, $1::pg_snapshot)) j ON true",
-                        .nparams = 2};
+                        .nparams = 2, .params = s->p};
     /* a snapshot's text is xmin:xmax:xip,...; rows written before xmin were visible in it (or
      * never committed), so the index bounds the scan to those at or after it */
     size_t k = 0;
@@ -506,7 +506,6 @@ static int pending_changes_stmt(store_stmt_t *s, const char *since, kiln_err_t *
         return kiln_err_set(err, KILN_EINVAL, NULL, "malformed snapshot \"%.60s\"", since);
     s->p[0] = since;
     s->p[1] = s->buf[0];
-    s->params = s->p;
     return 0;
 }
 
@@ -518,7 +517,7 @@ int store_job_pending_all(store_conn_t *c, int limit, store_pending_t **out, int
     store_stmt_t s;
     pending_all_stmt(&s, limit);
     int rc = store_qp_pipeline(c, &s, 1, err);
-    return rc ? rc : pending_take(s.r, s.what, out, n, snap, NULL, err);
+    return rc ? rc : pending_take(&s, out, n, snap, NULL, err);
 }
 
 int store_job_pending(store_conn_t *c, int limit, store_job_row_t **out, int *n, kiln_err_t *err)
@@ -553,7 +552,7 @@ int store_job_pending_changes(store_conn_t *c, const char *since, store_pending_
     int rc = pending_changes_stmt(&s, since, err);
     if (rc == 0)
         rc = store_qp_pipeline(c, &s, 1, err);
-    return rc ? rc : pending_take(s.r, s.what, out, n, snap, forget, err);
+    return rc ? rc : pending_take(&s, out, n, snap, forget, err);
 }
 
 static void holding_fill(const PGresult *r, int i, void *elem)
@@ -597,9 +596,9 @@ static void holding_stmt(store_stmt_t *s)
                                " FROM jobs j WHERE j.state IN " STORE_HOLDING};
 }
 
-static int holding_take(PGresult *r, store_holding_t **out, int *n, kiln_err_t *err)
+static int holding_take(store_stmt_t *s, store_holding_t **out, int *n, kiln_err_t *err)
 {
-    return store_rows_take(r, "read the jobs holding slots", sizeof(**out), holding_fill, (void **)out, n, err);
+    return store_stmt_rows(s, sizeof(**out), holding_fill, (void **)out, n, err);
 }
 
 int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t *err)
@@ -609,7 +608,7 @@ int store_job_holding(store_conn_t *c, store_holding_t **out, int *n, kiln_err_t
     store_stmt_t s;
     holding_stmt(&s);
     int rc = store_qp_pipeline(c, &s, 1, err);
-    return rc ? rc : holding_take(s.r, out, n, err);
+    return rc ? rc : holding_take(&s, out, n, err);
 }
 
 /* Statement s reads the predictions of the n jobs ids (their uuid array built into a, which must
@@ -639,9 +638,8 @@ static void predictions_stmt(store_stmt_t *s, store_buf_t *a, const char *const 
                                "  WHEN hm.st IS NOT NULL AND p.total_steps > 0 THEN 4 ELSE 0 END"
                                " FROM p LEFT JOIN h ON h.m = p.spec->'model' AND h.r = p.spec->'resources'"
                                " LEFT JOIN hm ON hm.m = p.spec->'model'",
-                        .nparams = 1};
+                        .nparams = 1, .params = s->p};
     s->p[0] = a->p;
-    s->params = s->p;
 }
 
 /* The predictions r holds into runtime_s[0..n) and source (set to none first). Consumes r. */
@@ -687,9 +685,8 @@ static void paths_stmt(store_stmt_t *s, store_buf_t *a, const char *const *ids, 
     *s = (store_stmt_t){.what = "read job paths",
                         .sql = "SELECT x.i, j.data_paths::text FROM unnest($1::uuid[]) WITH ORDINALITY x(id, i)"
                                " JOIN jobs j ON j.id = x.id",
-                        .nparams = 1};
+                        .nparams = 1, .params = s->p};
     s->p[0] = a->p;
-    s->params = s->p;
 }
 
 /* The paths r holds into out[0..n) (an empty array where it has none; r NULL: all). Consumes r. */
@@ -942,14 +939,6 @@ void store_pass_read_clear(store_pass_read_t *pr)
     pr->locked = pr->forget = false;
 }
 
-/* s's result, handed over (s keeps none). */
-static PGresult *stmt_result(store_stmt_t *s)
-{
-    PGresult *r = s->r;
-    s->r = NULL;
-    return r;
-}
-
 int store_sched_pass_read(store_conn_t *c, store_pass_read_t *pr, kiln_err_t *err)
 {
     enum { LOCK, WORKERS, PENDING, QUEUES, HOLDING, USAGE, N };
@@ -973,19 +962,18 @@ int store_sched_pass_read(store_conn_t *c, store_pass_read_t *pr, kiln_err_t *er
     rc = store_qp_pipeline(c, st, n, err);
     /* a failure after the lock was taken leaves it held (a transaction's end does not release it) */
     pr->locked = st[LOCK].r && store_get_bool(st[LOCK].r, 0, 0);
-    if (rc == 0 && pr->locked) { /* each take consumes its result, failed or not */
+    if (rc == 0 && pr->locked) { /* each take takes its statement's result, failed or not */
         bool forget = false;
-        rc = store_workers_capacity_take(stmt_result(&st[WORKERS]), &pr->cap, &pr->ncap, err);
+        rc = store_workers_capacity_take(&st[WORKERS], &pr->cap, &pr->ncap, err);
         if (rc == 0)
-            rc = pending_take(stmt_result(&st[PENDING]), st[PENDING].what, &pr->pending, &pr->npending, &pr->snap,
-                              &forget, err);
+            rc = pending_take(&st[PENDING], &pr->pending, &pr->npending, &pr->snap, &forget, err);
         pr->forget = forget;
         if (rc == 0)
-            rc = store_queue_defs_take(stmt_result(&st[QUEUES]), &pr->queues, err);
+            rc = store_queue_defs_take(&st[QUEUES], &pr->queues, err);
         if (rc == 0)
-            rc = holding_take(stmt_result(&st[HOLDING]), &pr->hold, &pr->nhold, err);
-        if (rc == 0 && n > USAGE && store_queue_project_usage_take(stmt_result(&st[USAGE]), &pr->project_usage))
-            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+            rc = holding_take(&st[HOLDING], &pr->hold, &pr->nhold, err);
+        if (rc == 0 && n > USAGE)
+            rc = store_queue_project_usage_take(&st[USAGE], &pr->project_usage, err);
     }
     for (int k = 0; k < N; k++) /* what was not taken: another scheduler holds the lock, or an error */
         PQclear(st[k].r);
@@ -1000,7 +988,7 @@ int store_sched_pass_read(store_conn_t *c, store_pass_read_t *pr, kiln_err_t *er
 
 void store_sched_unlock(store_conn_t *c)
 {
-    PQclear(PQexec(c->pg, "SELECT pg_advisory_unlock(" SCHED_LOCK_KEY ")"));
+    store_unlock(c, SCHED_LOCK_KEY);
 }
 
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err)

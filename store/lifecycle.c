@@ -185,5 +185,5 @@ int store_janitor_lock(store_conn_t *c, bool *got, kiln_err_t *err)
 
 void store_janitor_unlock(store_conn_t *c)
 {
-    PQclear(PQexec(c->pg, "SELECT pg_advisory_unlock(" JANITOR_LOCK_KEY ")"));
+    store_unlock(c, JANITOR_LOCK_KEY);
 }

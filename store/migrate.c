@@ -134,17 +134,13 @@ int store_migrate(store_conn_t *c, const char *dir, int *applied, kiln_err_t *er
         rc = store_begin(c, err);
         if (rc)
             goto fail;
-        PGresult *r = PQexec(c->pg, m->sql);  /* several statements: simple query protocol */
-        ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
-        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-            char what[300];
-            snprintf(what, sizeof(what), "apply migration %s", m->version);
-            rc = store_pg_fail(c, r, what, err);
-            PQclear(r);
+        char what[300];
+        snprintf(what, sizeof(what), "apply migration %s", m->version);
+        rc = store_q_script(c, what, m->sql, err);
+        if (rc) {
             store_rollback(c);
             goto fail;
         }
-        PQclear(r);
         const char *params[1] = {m->version};
         rc = store_q(c, "record a migration", "INSERT INTO schema_migrations (version) VALUES ($1)",
                      1, params, NULL, err);
@@ -163,7 +159,7 @@ int store_migrate(store_conn_t *c, const char *dir, int *applied, kiln_err_t *er
 fail:
     PQclear(done);
     if (locked)
-        PQclear(PQexec(c->pg, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")"));
+        store_unlock(c, MIGRATE_LOCK_KEY);
     mig_list_free(&list);
     return rc;
 }

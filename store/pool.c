@@ -31,6 +31,7 @@ static void conn_forget_prepared(store_conn_t *c)
         c->prepared[i] = NULL;
     }
     c->nprepared = 0;
+    c->prepared_lost = false;
 }
 
 static int conn_open(store_t *st, store_conn_t *c, kiln_err_t *err)
@@ -145,12 +146,6 @@ int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err)
         if (pf.fd < 0 || poll(&pf, 1, 0) <= 0 || !PQconsumeInput(c->pg))
             break; /* nothing waiting (the usual case), or the connection is now marked bad */
     }
-    /* one a failed pipeline left in pipeline mode is of no use to the next caller */
-    if (c->pg && PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF) {
-        PQfinish(c->pg);
-        c->pg = NULL;
-        conn_forget_prepared(c);
-    }
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
         if (c->pg) {
             PQreset(c->pg);
@@ -174,16 +169,61 @@ ok:
     return 0;
 }
 
+/* Leaves c's session as a new user must find it, whatever its last user did: no transaction (the
+ * pool's, or one a statement opened), nothing deferred, not in pipeline mode, its prepared
+ * statements those c->prepared names. A session that
+ * cannot be brought back is closed (and with it whatever it held, such as an advisory lock), for
+ * store_conn_get to open anew. */
+static void conn_clean(store_conn_t *c)
+{
+    store_rollback(c);
+    later_free(c);
+    c->in_tx = c->begin_pending = false;
+    if (!c->pg || PQstatus(c->pg) != CONNECTION_OK)
+        return; /* store_conn_get reconnects it */
+    if (PQpipelineStatus(c->pg) == PQ_PIPELINE_OFF && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
+        PQclear(PQexec(c->pg, "ROLLBACK"));
+    bool lost = false;
+    if (c->prepared_lost) { /* the others too, so that every name is free to prepare again */
+        PGresult *r = PQexec(c->pg, "DEALLOCATE ALL");
+        lost = PQresultStatus(r) != PGRES_COMMAND_OK;
+        PQclear(r);
+        conn_forget_prepared(c);
+    }
+    if (lost || PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF || PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
+        PQfinish(c->pg);
+        c->pg = NULL;
+        conn_forget_prepared(c);
+    }
+}
+
 void store_conn_put(store_t *st, store_conn_t *c)
 {
     if (!c)
         return;
-    if (c->in_tx)
-        store_rollback(c);
+    conn_clean(c);
     pthread_mutex_lock(&st->mu);
     st->free_stack[st->nfree++] = c->index;
     pthread_cond_signal(&st->cv);
     pthread_mutex_unlock(&st->mu);
+}
+
+void store_unlock(store_conn_t *c, const char *key)
+{
+    const char *p[1] = {key};
+    PGresult *r = PQexecParams(c->pg, "SELECT pg_advisory_unlock($1::bigint)", 1, NULL, p, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK && c->pg) {
+        /* the session cannot run it (a failed transaction, pipeline mode, a lost server): ended,
+         * it holds nothing; the pool opens a new one when c is next taken */
+        char msg[256];
+        kiln_strlcpy(msg, r ? PQresultErrorMessage(r) : PQerrorMessage(c->pg), sizeof(msg));
+        msg[strcspn(msg, "\n")] = '\0';
+        log_warn("store: could not release lock %s: %s; closing the session instead", key, msg);
+        PQfinish(c->pg);
+        c->pg = NULL;
+        conn_forget_prepared(c);
+    }
+    PQclear(r);
 }
 
 int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err)
@@ -199,6 +239,10 @@ int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *er
      * class 22 (data exceptions: invalid text encoding, numbers or times out of range), 54
      * (program limits: a value too large to index) and integrity violations other than a
      * duplicate key (a check, a missing row a foreign key names). */
+    /* a statement this session prepared is gone from it (a DISCARD, DEALLOCATE): every name is
+     * suspect, so the pool makes them again once the connection is given back */
+    if (state && strcmp(state, "26000") == 0 && c)
+        c->prepared_lost = true;
     if (state && strcmp(state, "23505") == 0)
         status = KILN_EEXIST;
     else if (state && (!strncmp(state, "22", 2) || !strncmp(state, "54", 2) || !strncmp(state, "23", 2)))
@@ -296,6 +340,12 @@ typedef struct pipe_item {
     PGresult **r;
 } pipe_item_t;
 
+/* One command queued in a pipeline: item's execution, or (slot >= 0) the PREPARE that makes
+ * statement "k<slot>" for it. */
+typedef struct pipe_cmd {
+    int item, slot;
+} pipe_cmd_t;
+
 int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
 {
     for (int i = 0; i < n; i++)
@@ -305,8 +355,7 @@ int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
                               : store_qp(c, st->what, st->sql, st->nparams, st->params, &st->r, err);
     int nitem = 0, total = c->begin_pending + c->nlater + n;
     pipe_item_t *item = malloc((size_t)KILN_MAX(total, 1) * sizeof(*item));
-    /* the commands queued, in order: item i's PREPARE is -1 - i, its execution i */
-    int *cmd = malloc((size_t)KILN_MAX(2 * total, 1) * sizeof(*cmd));
+    pipe_cmd_t *cmd = malloc((size_t)KILN_MAX(2 * total, 1) * sizeof(*cmd)); /* the commands queued, in order */
     if (!item || !cmd) {
         free(item);
         free(cmd);
@@ -346,45 +395,52 @@ int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err)
                 break;
             }
             c->nprepared++;
-            cmd[ncmd++] = -1 - i;
+            cmd[ncmd++] = (pipe_cmd_t){.item = i, .slot = k};
             named = true;
         }
         if (named ? PQsendQueryPrepared(c->pg, name, s->nparams, s->params, NULL, NULL, 0) != 1
                   : PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, s->params, NULL, NULL, 0) != 1)
             rc = store_pg_conn_fail(c->pg, s->what, err);
         else
-            cmd[ncmd++] = i;
+            cmd[ncmd++] = (pipe_cmd_t){.item = i, .slot = -1};
     }
     bool piped = PQpipelineStatus(c->pg) != PQ_PIPELINE_OFF;
     /* the sync even after a failed send: the server answers only what a sync ends */
     if (piped && PQpipelineSync(c->pg) != 1 && rc == 0)
         rc = store_pg_conn_fail(c->pg, "send statements together", err);
     /* every command's results in order, each ended by a NULL; after a failure the rest come back
-     * aborted, and the first failure is the error */
+     * aborted, and the first failure is the error. The server skips every command after a failed
+     * one up to the sync, so the PREPAREs that did not make their statement (failed, skipped, or
+     * lost with the connection) are the last this pipeline sent: the slots from the first of
+     * them on (unmade) are free again. */
+    int unmade = c->nprepared;
     for (int q = 0; q < ncmd; q++) {
-        int i = cmd[q] < 0 ? -1 - cmd[q] : cmd[q];
+        const pipe_item_t *s = &item[cmd[q].item];
+        bool made = false;
         PGresult *r;
         while ((r = PQgetResult(c->pg)) != NULL) {
-            ExecStatusType s = PQresultStatus(r);
-            if (s == PGRES_FATAL_ERROR && rc == 0) {
-                if (cmd[q] < 0) { /* the session never got it: its slot (and name) matches nothing more */
-                    int k = prepared_index(c, item[i].sql);
-                    if (k < c->nprepared)
-                        c->prepared[k][0] = '\0';
-                }
-                rc = store_pg_fail(c, r, item[i].what, err);
-            }
-            if (cmd[q] >= 0 && item[i].r && (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) && !*item[i].r)
-                *item[i].r = r;
+            ExecStatusType rs = PQresultStatus(r);
+            made = made || rs == PGRES_COMMAND_OK;
+            if (rs == PGRES_FATAL_ERROR && rc == 0)
+                rc = store_pg_fail(c, r, s->what, err);
+            if (cmd[q].slot < 0 && s->r && (rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK) && !*s->r)
+                *s->r = r;
             else
                 PQclear(r);
         }
+        if (cmd[q].slot >= 0 && !made)
+            unmade = KILN_MIN(unmade, cmd[q].slot);
+    }
+    while (c->nprepared > unmade) {
+        c->nprepared--;
+        free(c->prepared[c->nprepared]);
+        c->prepared[c->nprepared] = NULL;
     }
     later_free(c);
     free(item);
     free(cmd);
-    /* the sync's result, then out of pipeline mode (a connection that cannot leave it is dropped
-     * by the pool when it is next taken) */
+    /* the sync's result, then out of pipeline mode (a connection that cannot leave it is closed
+     * when it is given back) */
     if (piped) {
         PGresult *r = PQgetResult(c->pg);
         if (rc == 0 && (!r || PQresultStatus(r) != PGRES_PIPELINE_SYNC))
@@ -432,22 +488,28 @@ static int q_rows(store_conn_t *c, bool prepared, const char *what, const char *
 {
     *out = NULL;
     *n = 0;
-    PGresult *r = NULL;
-    int rc = prepared ? store_qp(c, what, sql, nparams, params, &r, err)
-                      : store_q(c, what, sql, nparams, params, &r, err);
-    return rc ? rc : store_rows_take(r, what, elem_size, fill, out, n, err);
+    store_stmt_t s = {.what = what, .sql = sql, .nparams = nparams, .params = params, .unprepared = !prepared};
+    int rc = store_qp_pipeline(c, &s, 1, err);
+    return rc ? rc : store_stmt_rows(&s, elem_size, fill, out, n, err);
 }
 
-int store_rows_take(PGresult *r, const char *what, size_t elem_size, store_row_fn fill, void **out, int *n,
-                    kiln_err_t *err)
+PGresult *store_stmt_take(store_stmt_t *s)
+{
+    PGresult *r = s->r;
+    s->r = NULL;
+    return r;
+}
+
+int store_stmt_rows(store_stmt_t *s, size_t elem_size, store_row_fn fill, void **out, int *n, kiln_err_t *err)
 {
     *out = NULL;
     *n = 0;
+    PGresult *r = store_stmt_take(s);
     int rows = PQntuples(r);
     char *arr = NULL;
     if (rows > 0 && !(arr = calloc((size_t)rows, elem_size))) {
         PQclear(r);
-        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory reading %d rows to %s", rows, what);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory reading %d rows to %s", rows, s->what);
     }
     for (int i = 0; i < rows; i++)
         fill(r, i, arr + (size_t)i * elem_size);
@@ -496,10 +558,19 @@ int store_commit(store_conn_t *c, kiln_err_t *err)
         c->begin_pending = false;
         return 0;
     }
-    bool deferred = c->nlater > 0;
-    int rc = store_q(c, "commit a transaction", "COMMIT", 0, NULL, NULL, err); /* with what was deferred */
+    PGresult *r = NULL;
+    int rc = store_q(c, "commit a transaction", "COMMIT", 0, NULL, &r, err); /* with what was deferred */
+    /* PostgreSQL ends a transaction in which a statement failed (its caller went on regardless)
+     * with a rollback, and answers its COMMIT with the tag ROLLBACK, not an error */
+    if (rc == 0 && (!r || strcmp(PQcmdStatus(r), "COMMIT") != 0))
+        rc = kiln_err_set(err, KILN_EDB, NULL,
+                          "could not commit a transaction: a statement in it failed, and it was rolled back");
+    PQclear(r);
+    /* not sent (out of memory): dropped with the transaction */
+    later_free(c);
+    c->begin_pending = false;
     /* a deferred statement that failed left the COMMIT unrun and the transaction open, aborted */
-    if (rc && deferred)
+    if (rc && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
         PQclear(PQexec(c->pg, "ROLLBACK"));
     return rc;
 }
@@ -516,6 +587,12 @@ void store_rollback(store_conn_t *c)
     }
     PGresult *r = PQexec(c->pg, "ROLLBACK");
     PQclear(r);
+}
+
+int store_q_script(store_conn_t *c, const char *what, const char *sql, kiln_err_t *err)
+{
+    int rc = begin_now(c, err);
+    return rc ? rc : q_result(c, PQexec(c->pg, sql), what, NULL, err);
 }
 
 int store_ping(store_conn_t *c, kiln_err_t *err)

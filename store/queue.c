@@ -75,9 +75,9 @@ void store_queue_defs_stmt(store_stmt_t *s)
                         .sql = "SELECT json_build_object(" QUEUE_FIELDS ")::text FROM queues q ORDER BY q.name"};
 }
 
-int store_queue_defs_take(PGresult *r, json_t **out, kiln_err_t *err)
+int store_queue_defs_take(store_stmt_t *s, json_t **out, kiln_err_t *err)
 {
-    return rows_json(r, out, err);
+    return rows_json(store_stmt_take(s), out, err);
 }
 
 int store_queue_defs_json(store_conn_t *c, json_t **out, kiln_err_t *err)
@@ -86,7 +86,7 @@ int store_queue_defs_json(store_conn_t *c, json_t **out, kiln_err_t *err)
     store_stmt_t s;
     store_queue_defs_stmt(&s);
     int rc = store_qp_pipeline(c, &s, 1, err);
-    return rc ? rc : store_queue_defs_take(s.r, out, err);
+    return rc ? rc : store_queue_defs_take(&s, out, err);
 }
 
 /* The text of a JSON field of q, or NULL when absent or null. Caller frees. */
@@ -246,21 +246,21 @@ void store_queue_project_usage_stmt(store_stmt_t *s, double half_life_s)
                                "   AND (state IN " STORE_HOLDING
                                "    OR ended_at > now() - make_interval(secs => 10 * $1::float8))"
                                "  GROUP BY queue, project) per_project GROUP BY queue) per_queue",
-                        .nparams = 1};
+                        .nparams = 1, .params = s->p};
     snprintf(s->buf[0], sizeof s->buf[0], "%.6g", half_life_s / 0.6931471805599453);
     s->p[0] = s->buf[0];
-    s->params = s->p;
 }
 
-int store_queue_project_usage_take(PGresult *r, json_t **out)
+int store_queue_project_usage_take(store_stmt_t *s, json_t **out, kiln_err_t *err)
 {
+    PGresult *r = store_stmt_take(s);
     *out = store_get_json(r, 0, 0, NULL);
     PQclear(r);
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = json_object();
     }
-    return *out ? 0 : KILN_ENOMEM;
+    return *out ? 0 : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
 }
 
 int store_queue_project_usage(store_conn_t *c, double half_life_s, json_t **out, kiln_err_t *err)
@@ -269,7 +269,5 @@ int store_queue_project_usage(store_conn_t *c, double half_life_s, json_t **out,
     store_stmt_t s;
     store_queue_project_usage_stmt(&s, half_life_s);
     int rc = store_qp_pipeline(c, &s, 1, err);
-    if (rc == 0 && store_queue_project_usage_take(s.r, out))
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    return rc;
+    return rc ? rc : store_queue_project_usage_take(&s, out, err);
 }

@@ -35,7 +35,9 @@ void store_close(store_t *st);
  * caller owns it until store_conn_put(). Returns 0, KILN_EDB (database unreachable) or
  * KILN_EUNAVAIL (no connection came free in time). */
 int store_conn_get(store_t *st, store_conn_t **out, kiln_err_t *err);
-/* Gives a connection back; a transaction left open on it is rolled back. Accepts NULL c. */
+/* Gives a connection back. What its user left on it is undone for the next: a transaction (also
+ * one a statement opened) is rolled back, deferred statements dropped; a session that cannot be
+ * brought back (left in pipeline mode) is closed, to be reopened when next taken. Accepts NULL c. */
 void store_conn_put(store_t *st, store_conn_t *c);
 /* The process id of the PostgreSQL backend serving c (0 when not connected): for a benchmark that
  * accounts for the database's CPU time per call, when the database runs on the same machine. */
@@ -291,7 +293,8 @@ int store_job_ids_between(store_conn_t *c, const char *lo, const char *hi, const
 int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n, char *reason,
                     size_t reason_n, kiln_err_t *err);
 
-/* Releases the scheduler's lock (store_sched_pass_read) on the connection that took it. */
+/* Releases the scheduler's lock (store_sched_pass_read) on the connection that took it; a session
+ * that cannot (its transaction failed) is closed instead, which releases it (see store_unlock). */
 void store_sched_unlock(store_conn_t *c);
 
 /* ---- workers ----------------------------------------------------------------------------------- */

@@ -27,6 +27,8 @@ struct store_conn {
     int index;                  /* slot in the pool */
     char *prepared[STORE_PREPARED_MAX]; /* SQL of statement "k<i>" prepared on this session; owned */
     int nprepared;
+    bool prepared_lost;         /* the session lost statements of prepared[] (a DISCARD): they are
+                                 * deallocated and forgotten when the connection is given back */
 };
 
 struct store {
@@ -55,6 +57,10 @@ extern const int store_migrations_embedded_count;
  * anything else -> KILN_EDB. */
 int store_q(store_conn_t *c, const char *what, const char *sql, int nparams,
             const char *const *params, PGresult **out, kiln_err_t *err);
+/* Runs sql, several statements separated by semicolons (a migration), with the simple query
+ * protocol: no parameters, no result kept. In a transaction it goes after the BEGIN and the
+ * deferred statements, as store_q's statement would. Errors as store_q. */
+int store_q_script(store_conn_t *c, const char *what, const char *sql, kiln_err_t *err);
 /* Same as store_q, for hot statements whose text never changes: the statement is parsed and
  * planned once per connection (PQprepare, remembered by its text) and then only executed.
  * Falls back to store_q when the connection's cache is full or preparing fails. */
@@ -87,18 +93,20 @@ typedef struct store_stmt {
  * advisory lock). The caller PQclears every st[i].r either way. Meant for a few small statements
  * (their texts and parameters are sent before any result is read). */
 int store_qp_pipeline(store_conn_t *c, store_stmt_t *st, int n, kiln_err_t *err);
-/* The rows of r as store_q_rows makes them (what names the read in errors). Consumes r. */
-int store_rows_take(PGresult *r, const char *what, size_t elem_size, store_row_fn fill, void **out, int *n,
-                    kiln_err_t *err);
+/* s's result, handed over (s keeps none): caller owns it (PQclear). */
+PGresult *store_stmt_take(store_stmt_t *s);
+/* The rows of s's result as store_q_rows makes them (s's what names the read in errors). Takes
+ * the result (s keeps none). */
+int store_stmt_rows(store_stmt_t *s, size_t elem_size, store_row_fn fill, void **out, int *n, kiln_err_t *err);
 /* Reads split in two, so that store_sched_pass_read sends them together: *_stmt fills a statement
- * (in place: it may point into itself), *_take turns its result into what the one-statement
- * function of the same name gives (consuming the result). */
+ * (in place: it may point into itself), *_take turns its result, once run, into what the
+ * one-statement function of the same name gives (taking the result, as store_stmt_take). */
 void store_workers_capacity_stmt(store_stmt_t *s);
-int store_workers_capacity_take(PGresult *r, store_worker_cap_t **out, int *n, kiln_err_t *err);
+int store_workers_capacity_take(store_stmt_t *s, store_worker_cap_t **out, int *n, kiln_err_t *err);
 void store_queue_defs_stmt(store_stmt_t *s);
-int store_queue_defs_take(PGresult *r, json_t **out, kiln_err_t *err);
+int store_queue_defs_take(store_stmt_t *s, json_t **out, kiln_err_t *err);
 void store_queue_project_usage_stmt(store_stmt_t *s, double half_life_s);
-int store_queue_project_usage_take(PGresult *r, json_t **out); /* KILN_ENOMEM */
+int store_queue_project_usage_take(store_stmt_t *s, json_t **out, kiln_err_t *err);
 /* In a transaction, defers a statement whose result nobody needs (a write, a notification): it
  * is sent with the transaction's next statement that must answer (at the latest its COMMIT), in
  * the same round trip, and fails the transaction then if it fails; a rollback drops it. sql must
@@ -110,6 +118,11 @@ int store_q_later(store_conn_t *c, const char *what, const char *sql, int nparam
 int store_qp_rows(store_conn_t *c, const char *what, const char *sql, int nparams,
                   const char *const *params, size_t elem_size, store_row_fn fill, void **out, int *n,
                   kiln_err_t *err);
+/* Releases the session advisory lock key (a bigint's text) held by c's session. A session that
+ * cannot run the statement (its transaction failed, it is in pipeline mode, its server is gone) is
+ * closed instead, which releases every lock it held: c's statements then fail until it is given
+ * back, and the pool opens a new session when it is next taken. */
+void store_unlock(store_conn_t *c, const char *key);
 /* Turns a failed result into a status + message. Consumes nothing. */
 int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *err);
 

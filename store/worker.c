@@ -237,9 +237,9 @@ void store_workers_capacity_stmt(store_stmt_t *s)
                                " FROM workers w WHERE w.state = 'ALIVE' AND w.approval = 'APPROVED' ORDER BY w.id"};
 }
 
-int store_workers_capacity_take(PGresult *r, store_worker_cap_t **out, int *n, kiln_err_t *err)
+int store_workers_capacity_take(store_stmt_t *s, store_worker_cap_t **out, int *n, kiln_err_t *err)
 {
-    return store_rows_take(r, "read worker capacity", sizeof(**out), cap_fill, (void **)out, n, err);
+    return store_stmt_rows(s, sizeof(**out), cap_fill, (void **)out, n, err);
 }
 
 int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, kiln_err_t *err)
@@ -249,7 +249,7 @@ int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, ki
     store_stmt_t s;
     store_workers_capacity_stmt(&s);
     int rc = store_qp_pipeline(c, &s, 1, err);
-    return rc ? rc : store_workers_capacity_take(s.r, out, n, err);
+    return rc ? rc : store_workers_capacity_take(&s, out, n, err);
 }
 
 int store_stats_json(store_conn_t *c, json_t **out, kiln_err_t *err)

@@ -93,6 +93,27 @@ Test(migrate, from_directory_matches_embedded)
     cr_assert_eq(store_migrate(c, "/nonexistent-kiln-dir", &applied, &err), KILN_EIO);
 }
 
+/* A migration and the row that records it are written by one transaction (same xmin): a crash
+ * between them cannot leave a migration applied but unrecorded, to be applied again. */
+Test(migrate, a_migration_and_its_record_commit_together)
+{
+    char dir[] = "/tmp/kiln-mig.XXXXXX", path[256];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/0001_probe.sql", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("CREATE TABLE probe (x int);\nINSERT INTO probe VALUES (1);\n", f);
+    fclose(f);
+    int applied = 0;
+    cr_assert_eq(store_migrate(c, dir, &applied, &err), 0, "%s", err.message);
+    cr_assert_eq(applied, 1);
+    unlink(path);
+    rmdir(dir);
+    cr_assert_eq(count_rows("SELECT count(*) FROM probe p JOIN schema_migrations m ON m.xmin = p.xmin"
+                            " WHERE m.version = '0001_probe'"), 1,
+                 "the migration and its record were committed apart");
+}
+
 typedef struct mig_arg {
     int applied, rc;
 } mig_arg_t;
