@@ -293,14 +293,6 @@ void svc_sched_known_free(svc_t *s)
     sched_known_clear(s);
 }
 
-/* A (queue, project, slot type) of the waiting jobs, as svc_sched_view_heads counts them. */
-typedef struct view_group {
-    uint64_t h;
-    char queue[sizeof(((store_job_row_t *)0)->queue)];
-    char project[sizeof(((store_job_row_t *)0)->project)];
-    char slot_type[sizeof(((store_job_row_t *)0)->slot_type)];
-} view_group_t;
-
 /* The waiting jobs a pass reads, kept between passes. Invariant: rows[0..n) are, in
  * store_pending_cmp's order, exactly the jobs waiting in snapshot snap that sort no later than
  * bound (all of them when complete). A row unchanged since snap reads the same now (the columns
@@ -316,24 +308,24 @@ struct sched_view {
     store_pending_t bound;  /* when not complete: the last row of the full read */
     bool was_full;          /* the last read was a full one */
     /* the groups its rows have been found in (a row's store_pending_t.group is its number there,
-     * from 1; 0: not looked up yet), and their index by hash (gcap slots: a group's index, or -1) */
-    view_group_t *groups;
+     * from 1; 0: not looked up yet): the (queue, project, slot type) of each, indexed */
+    const char **gnames;
     int ngroups;
-    int *gslot;
-    size_t gcap;
+    kiln_names_t gidx;
 };
+
+static void view_groups_clear(sched_view_t *v);
 
 void svc_sched_view_drop(sched_view_t **view)
 {
     if (!*view)
         return;
+    view_groups_clear(*view);
     for (int i = 0; i < (*view)->n; i++)
         free((*view)->rows[i]);
     free((*view)->rows);
     free((*view)->idh);
     free((*view)->snap);
-    free((*view)->groups);
-    free((*view)->gslot);
     free(*view);
     *view = NULL;
 }
@@ -541,45 +533,48 @@ int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int kee
 /* The number (from 1) of row r's group in v, added when new; 0: out of memory. */
 static int view_group_of(sched_view_t *v, const store_job_row_t *r)
 {
-    uint64_t h = str_hash(str_hash(str_hash(KILN_FNV1A_START, r->queue), r->project), r->slot_type);
-    size_t k = v->gcap ? h & (v->gcap - 1) : 0;
-    for (; v->gcap && v->gslot[k] >= 0; k = (k + 1) & (v->gcap - 1)) {
-        const view_group_t *g = &v->groups[v->gslot[k]];
-        if (g->h == h && !strcmp(g->queue, r->queue) && !strcmp(g->project, r->project)
-            && !strcmp(g->slot_type, r->slot_type))
-            return v->gslot[k] + 1;
-    }
-    if (2 * ((size_t)v->ngroups + 1) > v->gcap) { /* the index at most half full */
-        size_t cap = v->gcap ? 2 * v->gcap : 64;
-        int *slot = malloc(cap * sizeof(*slot));
-        view_group_t *groups = realloc(v->groups, cap / 2 * sizeof(*groups));
-        if (groups)
-            v->groups = groups;
-        if (!slot || !groups) {
-            free(slot);
+    const char *key[3] = {r->queue, r->project, r->slot_type};
+    int i = v->gidx.slot ? kiln_names_find(&v->gidx, key, NULL) : -1;
+    if (i >= 0)
+        return i + 1;
+    if (!v->gidx.slot || 2 * ((size_t)v->ngroups + 1) > v->gidx.cap) { /* room for twice as many */
+        int most = KILN_MAX(2 * v->ngroups, 32);
+        const char **names = realloc(v->gnames, (size_t)most * 3 * sizeof(*names));
+        if (!names)
             return 0;
-        }
-        for (size_t i = 0; i < cap; i++)
-            slot[i] = -1;
-        for (int i = 0; i < v->ngroups; i++) {
-            size_t j = v->groups[i].h & (cap - 1);
-            while (slot[j] >= 0)
-                j = (j + 1) & (cap - 1);
-            slot[j] = i;
-        }
-        free(v->gslot);
-        v->gslot = slot;
-        v->gcap = cap;
-        for (k = h & (cap - 1); slot[k] >= 0; k = (k + 1) & (cap - 1))
-            ;
+        v->gnames = names;
+        kiln_names_free(&v->gidx);
+        if (!kiln_names_init(&v->gidx, names, 3, most))
+            return 0;
+        kiln_names_add_all(&v->gidx, v->ngroups);
     }
-    view_group_t *g = &v->groups[v->ngroups];
-    g->h = h;
-    kiln_strlcpy(g->queue, r->queue, sizeof g->queue);
-    kiln_strlcpy(g->project, r->project, sizeof g->project);
-    kiln_strlcpy(g->slot_type, r->slot_type, sizeof g->slot_type);
-    v->gslot[k] = v->ngroups;
-    return ++v->ngroups;
+    /* its three names in one block, which the first points at */
+    size_t lq = strlen(r->queue) + 1, lp = strlen(r->project) + 1, ls = strlen(r->slot_type) + 1;
+    char *blk = malloc(lq + lp + ls);
+    if (!blk)
+        return 0;
+    memcpy(blk, r->queue, lq);
+    memcpy(blk + lq, r->project, lp);
+    memcpy(blk + lq + lp, r->slot_type, ls);
+    const char **g = &v->gnames[(size_t)v->ngroups * 3];
+    g[0] = blk;
+    g[1] = blk + lq;
+    g[2] = blk + lq + lp;
+    kiln_names_add_all(&v->gidx, ++v->ngroups);
+    return v->ngroups;
+}
+
+/* Forgets v's groups (and each row's number in them). */
+static void view_groups_clear(sched_view_t *v)
+{
+    for (int i = 0; i < v->n; i++)
+        v->rows[i]->group = 0;
+    for (int i = 0; i < v->ngroups; i++)
+        free((char *)v->gnames[(size_t)i * 3]);
+    free(v->gnames);
+    kiln_names_free(&v->gidx);
+    v->gnames = NULL;
+    v->ngroups = 0;
 }
 
 int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n)
@@ -589,13 +584,8 @@ int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, 
     if (!view || view->n <= limit || per_group <= 0 || max <= 0)
         return 0;
     /* groups no row holds any more are forgotten once they outnumber the rows */
-    if (view->ngroups > view->n + 1024) {
-        for (int i = 0; i < view->n; i++)
-            view->rows[i]->group = 0;
-        view->ngroups = 0;
-        for (size_t k = 0; k < view->gcap; k++)
-            view->gslot[k] = -1;
-    }
+    if (view->ngroups > view->n + 1024)
+        view_groups_clear(view);
     for (int i = 0; i < view->n; i++) /* each row's group looked up once, kept for the passes after */
         if (!view->rows[i]->group && !(view->rows[i]->group = (uint64_t)view_group_of(view, &view->rows[i]->row)))
             return KILN_ENOMEM;

@@ -1,5 +1,6 @@
 /* launch_fixture.c - the launcher suites' recorder, scripts and assignments (launch_fixture.h). */
 #include "tests/agent/launch_fixture.h"
+#include "tests/common/harness.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -100,9 +101,7 @@ void lf_setup(void)
 
 void lf_teardown(void)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
     free(R.lines);
     agent_points_free(&R.points);
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "agent/agent_int.h"
+#include "tests/common/harness.h"
 
 static void put(const char *dir, const char *name, const char *text)
 {
@@ -54,9 +55,7 @@ Test(hoststats, cpu_and_memory_come_from_proc)
     cr_assert(!e.data || (!strstr(e.data, "kiln_agent_host_cpu") && !strstr(e.data, "kiln_agent_host_memory")),
               "%s", e.data);
     free(e.data);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
 }
 
 Test(hoststats, the_real_proc_and_no_gpu_without_nvml)

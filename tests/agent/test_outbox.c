@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "agent/agent_int.h"
+#include "tests/common/harness.h"
 
 /* Lines of job queued (notices not counted), its exits, and whether a notice is queued or filling. */
 static size_t queued_lines(ob_t *o, const char *job, int *exits, bool *notice)
@@ -168,9 +169,7 @@ Test(outbox, a_killed_agents_lost_lines_are_reported_by_the_next)
     ob_set_ledger_dir(&m, dir);
     cr_assert_eq(ob_recover(&m), 1);
     ob_deinit(&m);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
 }
 
 /* A long-lived agent keeps no stream per past attempt: one that nothing used for the idle time,
@@ -216,9 +215,7 @@ Test(outbox, idle_streams_are_forgotten)
     cr_assert_eq(o.nstreams, 2);
     pthread_mutex_unlock(&o.mu);
     ob_deinit(&o);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
 }
 
 /* A batch kilnd refuses for good is not dropped silently: the job's log gets a line saying how

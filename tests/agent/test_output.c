@@ -3,6 +3,7 @@
  * (to a secret outside), hard links, directories, FIFOs and odd names are skipped, each with a
  * note; a missing directory is nothing to upload. */
 #include "agent/agent.h"
+#include "tests/common/harness.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -21,9 +22,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (!th_rm_tree(dir))
         fprintf(stderr, "could not remove %s\n", dir);
 }
 

@@ -26,9 +26,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char cmd[200];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tdir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(tdir), "could not remove %s", tdir);
 }
 
 TestSuite(start, .init = setup, .fini = teardown, .timeout = 60);

@@ -1,5 +1,6 @@
 /* api_test.c - the REST suite's fixture and helpers (see api_test.h). */
 #include "tests/api/api_test.h"
+#include "tests/common/harness.h"
 
 #include <criterion/criterion.h>
 #include <curl/curl.h>
@@ -150,9 +151,7 @@ void at_teardown(void)
     free(at_db);
     at_db = NULL;
     if (at_dir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", at_dir);
-        if (system(cmd) != 0)
+        if (!th_rm_tree(at_dir))
             fprintf(stderr, "could not remove %s\n", at_dir);
     }
 }

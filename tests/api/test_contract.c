@@ -23,6 +23,7 @@
 
 #include "code/code.h"
 #include "tests/api/api_test.h"
+#include "tests/common/harness.h"
 
 TestSuite(contract, .timeout = 300);
 
@@ -813,8 +814,7 @@ Test(contract, every_route_against_openapi)
               "api/openapi.yaml disagrees with the server (responses kept in %s):\n%.6000s", file,
               report ? report : "");
     free(report);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
     free(viewer);
     free(running);
     free(done);
@@ -895,8 +895,7 @@ static void run_tool(const char *what, const char *cmdline)
     char *report = NULL;
     kiln_err_t err;
     kiln_file_read(out_file, &report, NULL, &err);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (!th_rm_tree(dir))
         fprintf(stderr, "could not remove %s\n", dir);
     cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s failed:\n%.8000s", what, report ? report : "");
     free(report);

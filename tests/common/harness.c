@@ -5,6 +5,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <netinet/in.h>
@@ -18,6 +19,7 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -114,6 +116,21 @@ int th_free_port(void)
     int port = ntohs(a.sin_port);
     close(fd);
     return port;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+bool th_rm_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT;
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0;
 }
 
 pid_t th_spawn(char *const argv[], char *const env_extra[], const char *log_path)

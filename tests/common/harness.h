@@ -21,6 +21,10 @@ const char *th_bin_dir(void);
  * outgoing connections cannot take it before the caller binds it); -1 when none is found. */
 int th_free_port(void);
 
+/* Removes path and everything under it (links themselves, not what they point to); true when
+ * nothing of it is left (also when it did not exist). */
+bool th_rm_tree(const char *path);
+
 /* Starts argv[0] (a path) with argv, extra environment entries "K=V" (NULL-terminated, may be
  * NULL) added to the current environment, stdout+stderr appended to log_path (may be NULL for
  * inherited). Returns the child's pid or -1. The child gets its own process group. */

@@ -41,8 +41,7 @@ static char *run(const char *what, int want, const char *cmdline)
     kiln_err_t err;
     if (kiln_file_read(out_file, &report, NULL, &err) != 0)
         report = strdup("");
-    snprintf(cmd, 256, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (!th_rm_tree(dir))
         fprintf(stderr, "could not remove %s\n", dir);
     free(cmd);
     int status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;

@@ -39,9 +39,7 @@ static void make_secret(void)
 static void remove_secret(void)
 {
     unlink(secret_path);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", outside_dir);
-    if (system(cmd) != 0)
+    if (!th_rm_tree(outside_dir))
         fprintf(stderr, "could not remove %s\n", outside_dir);
 }
 

@@ -101,8 +101,7 @@ static void promtool_clean(const char *what, const char *text)
     char *said = e2e_slurp(out);
     cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && !said[0], "promtool check metrics on %s: %s", what, said);
     free(said);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
 }
 
 Test(e2e_metrics, kilnd_and_agents_expose_what_prometheus_needs, .init = e2e_setup, .fini = e2e_teardown,
@@ -372,7 +371,5 @@ Test(e2e_metrics, daemons_notify_systemd_and_ping_the_watchdog, .timeout = 120)
     th_stop(k, SIGTERM, 10000);
     close(fd);
     free(db);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
 }

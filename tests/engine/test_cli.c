@@ -25,9 +25,8 @@ static void mkdir_tmp(void)
 
 static void rm_tmp(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (!th_rm_tree(g_dir))
+        fprintf(stderr, "could not remove %s\n", g_dir);
 }
 
 TestSuite(cli, .init = mkdir_tmp, .fini = rm_tmp, .timeout = 60);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "tests/common/harness.h"
 
 static char g_dir[64];
 
@@ -20,9 +21,8 @@ static void mkdir_tmp(void)
 
 static void rm_tmp(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (!th_rm_tree(g_dir))
+        fprintf(stderr, "could not remove %s\n", g_dir);
 }
 
 static void write_file(const char *path, const void *data, size_t n)

@@ -188,7 +188,5 @@ Test(job, checkpoints_resume_across_layouts, .timeout = 300)
         }
     }
     free(first);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(g_dir), "could not remove %s", g_dir);
 }

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "rank/rank.h"
 #include "spec/spec.h"
+#include "tests/common/harness.h"
 
 static char g_data[1200];
 
@@ -122,9 +123,7 @@ Test(train, resume_is_exact)
     /* the finished run wrote its final checkpoint; keep_last 2 leaves two */
     cr_assert_eq(eng_ckpt_find_latest(dir, path, sizeof(path)), 0);
     cr_assert(strstr(path, "ckpt_00000014.bin"));
-    char cmd[1300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
     free(full.losses);
     free(first.losses);
     free(second.losses);
@@ -155,9 +154,7 @@ Test(train, a_run_launched_again_at_its_pause_step_stays_paused)
     char path[1200];
     cr_assert_eq(eng_ckpt_find_latest(dir, path, sizeof(path)), 0);
     cr_assert(strstr(path, "ckpt_00000007.bin"), "newest checkpoint %s", path);
-    char cmd[1300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
     free(first.losses);
     free(again.losses);
     spec_deinit(&s);
@@ -287,9 +284,7 @@ Test(train, init_from_llmc_checkpoint)
     cr_assert(strstr(err.message, "does not match"), "%s", err.message);
     free(bad.losses);
     spec_deinit(&s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
 }
 
 /* model.init_from "job:<id>": the model is the file kiln-agent fetched (opts.init_model), read
@@ -347,9 +342,7 @@ Test(train, init_from_a_job_reads_the_fetched_model)
     free(b.losses);
     spec_deinit(&by_path);
     spec_deinit(&by_job);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
 }
 
 /* kiln-train says when the operator's OPENBLAS_CORETYPE holds OpenBLAS to kernels slower than

@@ -17,6 +17,7 @@
 
 #include "engine/engine.h"
 #include "spec/spec.h"
+#include "tests/common/harness.h"
 
 #define MAXSTEPS 300
 
@@ -89,9 +90,7 @@ static const char *data_path(void)
 
 static void rm_dir(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(g_dir), "could not remove %s", g_dir);
 }
 
 /* The small configuration of bench/engine_bench.c, trained on bytes of Shakespeare. */

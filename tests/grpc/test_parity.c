@@ -47,9 +47,7 @@ static void teardown(void)
     api_grpc_stop(G);
     svc_destroy(S);
     free(dburl);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (!th_rm_tree(dir))
         fprintf(stderr, "could not remove %s\n", dir);
 }
 

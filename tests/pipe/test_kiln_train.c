@@ -101,9 +101,7 @@ static char *slurp(const char *name)
 
 static void cleanup(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(g_dir), "could not remove %s", g_dir);
 }
 
 Test(kiln_train, partitioned_job_trains_and_writes_its_plan, .timeout = 120)

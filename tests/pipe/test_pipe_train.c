@@ -301,9 +301,7 @@ static void check_equal(const run_cfg_t *c)
             outs[0].bubble);
     free(a);
     free(b);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(g_dir), "could not remove %s", g_dir);
 }
 
 Test(pipe_train, two_stages_simple_m1, .timeout = 120)
@@ -382,9 +380,7 @@ Test(pipe_train, accumulation_passes_equal_single_rank, .timeout = 120)
     cr_assert_leq(maxd, PARAM_ATOL, "parameters differ by %.3g", maxd);
     free(a);
     free(b);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(g_dir), "could not remove %s", g_dir);
 }
 
 Test(pipe_train, hybrid_2x2_equals_single_rank, .timeout = 120)
@@ -477,9 +473,7 @@ Test(pipe_train, manual_plan_is_honoured, .timeout = 120)
     pipe_plan_deinit(&p);
     json_decref(j);
     free(text);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(g_dir), "could not remove %s", g_dir);
 }
 
 Test(pipe_train, resume_from_checkpoint_is_exact, .timeout = 120)
@@ -527,6 +521,5 @@ Test(pipe_train, resume_from_checkpoint_is_exact, .timeout = 120)
     cr_assert_eq(memcmp(p1, p2, n1 * sizeof(float)), 0, "parameters differ after resume");
     free(p1);
     free(p2);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(g_dir), "could not remove %s", g_dir);
 }

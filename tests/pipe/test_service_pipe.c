@@ -121,8 +121,6 @@ Test(service_pipe, hybrid_pipeline_job_completes_through_kilnd_and_an_agent, .ti
     free(logs);
     th_stop(agent, SIGTERM, 5000);
     th_stop(kilnd, SIGTERM, 5000);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", work);
-    cr_assert_eq(system(cmd), 0);
+    cr_assert(th_rm_tree(work), "could not remove %s", work);
     free(db);
 }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "base/base.h"
+#include "tests/common/harness.h"
 
 TestSuite(sdk_package, .timeout = 300);
 
@@ -27,8 +28,7 @@ static void run(const char *what, const char *cmdline)
     char *report = NULL;
     kiln_err_t err;
     kiln_file_read(out_file, &report, NULL, &err);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
+    if (!th_rm_tree(dir))
         fprintf(stderr, "could not remove %s\n", dir);
     cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "%s failed:\n%.8000s", what, report ? report : "");
     free(report);
