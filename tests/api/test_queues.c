@@ -489,6 +489,8 @@ Test(queues, a_retry_gets_its_job_after_the_projects_default_queue_changed_to_on
     cr_assert_eq(st, 201, "%s", raw);
     free(raw);
     cr_assert_str_eq(json_string_value(json_object_get(first, "queue")), "default");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(first, "spec"), "queue")), "default",
+                     "the stored spec names the queue the project's default gave it");
     json_decref(req("PATCH", "/v1/projects/default", "{\"default_queue\": \"tiny\"}", 200));
     /* the same body as a new request is refused now: tiny never holds 2 slots */
     refused("POST", "/v1/jobs", body, 422, "queue", "queue \"tiny\"");
