@@ -412,9 +412,20 @@ static int h_delete_worker_ban(const api_grpc_ctx_t *ctx, const ProtobufCMessage
 
 /* ---- tuning jobs ------------------------------------------------------------------------------ */
 
-/* The service's tuning job with its free values (a trial's parameters, the best's) as JSON text. */
+/* The service's tuning job with its free values (a trial's parameters, the best's, the spec's
+ * categorical values) as JSON text. */
 static int tuning_reply(json_t *tj, arena_t *a, ProtobufCMessage **resp)
 {
+    const char *name;
+    json_t *param;
+    json_object_foreach(json_object_get(json_object_get(tj, "spec"), "parameters"), name, param) {
+        json_t *vals = json_object_get(param, "values");
+        if (!vals)
+            continue;
+        char *text = json_dumps(vals, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
+        json_object_set_new(param, "values_json", json_string(text ? text : "[]"));
+        free(text);
+    }
     json_t *lists[1] = {json_object_get(tj, "trials")};
     size_t i;
     json_t *tr;
@@ -503,14 +514,35 @@ static int h_stop_tuning(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req,
 
 /* ---- queues ----------------------------------------------------------------------------------- */
 
-/* The queue message as the JSON the service validates (only what the client set). */
+/* The queue message as the JSON the service validates (only what the client set): a quota
+ * without entries and unlimited_quota is REST's "quota": null (no quota limit). */
 static int queue_json(const Kiln__Queue *q, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
     int rc = q ? api_grpc_msg_to_json(&q->base, "queue", out, err) : 0;
     if (rc == 0 && !*out)
         *out = json_object();
+    if (rc == 0 && json_object_get(*out, "unlimited_quota")) {
+        json_object_del(*out, "unlimited_quota");
+        if (q->n_quota > 0) {
+            kiln_err_set(err, KILN_EINVAL, "queue.unlimited_quota",
+                         "unlimited_quota is set with quota entries: a queue has a quota or none");
+            kiln_err_hint(err, "leave quota empty for no quota limit, or unlimited_quota unset for a quota");
+            json_decref(*out);
+            *out = NULL;
+            return KILN_EINVAL;
+        }
+        json_object_set_new(*out, "quota", json_null());
+    }
     return rc;
+}
+
+/* An answer's queue (the service's JSON, REST's shape) with unlimited_quota saying what REST's
+ * "quota": null does: an empty quota map cannot. */
+static void queue_answer(json_t *q)
+{
+    if (json_is_null(json_object_get(q, "quota")))
+        json_object_set_new(q, "unlimited_quota", json_true());
 }
 
 /* A queue field the service names ("quota.cpu") as the request message's ("queue.quota.cpu");
@@ -534,6 +566,8 @@ static int h_create_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req
     if (rc == 0)
         rc = queue_field(svc_queue_create(ctx->svc, ctx->who, body, &out, err), false, err);
     json_decref(body);
+    if (rc == 0)
+        queue_answer(out);
     return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
 }
 
@@ -541,8 +575,11 @@ static int h_list_queues(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req,
                          kiln_err_t *err)
 {
     (void)req;
-    json_t *out = NULL;
+    json_t *out = NULL, *q;
     int rc = svc_queues_list(ctx->svc, ctx->who, &out, err);
+    size_t i;
+    json_array_foreach(rc == 0 ? json_object_get(out, "queues") : NULL, i, q)
+        queue_answer(q);
     return rc ? rc : reply(out, &kiln__list_queues_response__descriptor, a, resp);
 }
 
@@ -552,6 +589,8 @@ static int h_get_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, a
     const Kiln__GetQueueRequest *r = (const Kiln__GetQueueRequest *)req;
     json_t *out = NULL;
     int rc = svc_queue_get(ctx->svc, ctx->who, r->name, &out, err);
+    if (rc == 0)
+        queue_answer(out);
     return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
 }
 
@@ -561,11 +600,23 @@ static int h_update_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req
     const Kiln__UpdateQueueRequest *r = (const Kiln__UpdateQueueRequest *)req;
     json_t *set = NULL, *patch = json_object(), *out = NULL;
     int rc = queue_json(r->queue, &set, err);
-    /* the fields the mask names: what the client set, or null (cleared) */
+    /* the fields the mask names, with the message's values as REST's JSON carries them: proto3
+     * leaves a zero value out, so a number named is 0, a boolean false, a list []; a text or a
+     * map named without a value is REST's null (no cohort, no limit, no quota limit) */
     for (size_t i = 0; rc == 0 && i < r->n_update_mask; i++) {
-        const char *f = r->update_mask[i];
-        json_t *v = json_object_get(set, f);
-        json_object_set(patch, f, v ? v : json_null());
+        const char *f = strcmp(r->update_mask[i], "unlimited_quota") ? r->update_mask[i] : "quota";
+        json_t *v = json_incref(json_object_get(set, f));
+        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(&kiln__queue__descriptor, f);
+        if (!v && fd && fd->label == PROTOBUF_C_LABEL_REPEATED && fd->type != PROTOBUF_C_TYPE_MESSAGE)
+            v = json_array();
+        else if (!v && fd && fd->label != PROTOBUF_C_LABEL_REPEATED && fd->type == PROTOBUF_C_TYPE_BOOL)
+            v = json_false();
+        else if (!v && fd && fd->label != PROTOBUF_C_LABEL_REPEATED && fd->type != PROTOBUF_C_TYPE_STRING &&
+                 fd->type != PROTOBUF_C_TYPE_MESSAGE)
+            v = json_integer(0);
+        else if (!v)
+            v = json_null();
+        json_object_set_new(patch, f, v);
     }
     if (rc == 0 && r->n_update_mask == 0) {
         kiln_err_set(err, KILN_EINVAL, "update_mask", "update_mask must name the fields to change");
@@ -574,6 +625,8 @@ static int h_update_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req
     }
     if (rc == 0)
         rc = queue_field(svc_queue_update(ctx->svc, ctx->who, r->name, patch, &out, err), true, err);
+    if (rc == 0)
+        queue_answer(out);
     json_decref(set);
     json_decref(patch);
     return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);

@@ -135,10 +135,7 @@ struct api_addr_entry {
 
 static size_t addr_hash(const api_addr_key_t *k)
 {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (int i = 0; i < 16; i++)
-        h = (h ^ k->b[i]) * 1099511628211ULL;
-    return (size_t)h;
+    return (size_t)kiln_fnv1a(KILN_FNV1A_START, k->b, sizeof k->b);
 }
 
 int api_addr_counts_init(api_addr_counts_t *t)

@@ -220,6 +220,28 @@ bool kiln_ident_ok(const char *s);
 int kiln_edit_distance(const char *a, const char *b);
 /* Copies src into dst of size n, always NUL-terminating; returns strlen(src). */
 size_t kiln_strlcpy(char *dst, const char *src, size_t n);
+/* FNV-1a over n bytes of data, continuing from h (KILN_FNV1A_START to begin): a hash for tables
+ * in memory, not against an adversary who picks the keys. */
+#define KILN_FNV1A_START 1469598103934665603ull
+uint64_t kiln_fnv1a(uint64_t h, const void *data, size_t n);
+
+/* An index of the caller's names by hash, for a lookup in a loop that would otherwise compare a
+ * name with each of hundreds: key i is the stride strings names[i * stride ...] (a queue's name,
+ * or a (queue, project) pair), which must outlive the index. */
+typedef struct kiln_names {
+    const char *const *names;
+    int stride;
+    int n;      /* keys indexed: names[0 .. n * stride) */
+    int *slot;  /* cap slots: a key's index, or -1 */
+    size_t cap; /* a power of two, at least twice the most keys */
+} kiln_names_t;
+/* An empty index for at most most keys (false: out of memory). */
+bool kiln_names_init(kiln_names_t *x, const char *const *names, int stride, int most);
+/* The index of key (stride strings), or -1 with the slot it would take in *at (when at). */
+int kiln_names_find(const kiln_names_t *x, const char *const *key, size_t *at);
+/* Indexes keys x->n .. n-1 of the names (of equal keys, the first is the one found). */
+void kiln_names_add_all(kiln_names_t *x, int n);
+void kiln_names_free(kiln_names_t *x);
 /* Reads a whole file into a heap buffer (NUL-terminated). Caller owns *out; free with free().
  * Returns 0, KILN_ENOTFOUND or KILN_EIO (err says which file and why). */
 int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *err);

@@ -186,6 +186,58 @@ size_t kiln_strlcpy(char *dst, const char *src, size_t n)
     return len;
 }
 
+uint64_t kiln_fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+bool kiln_names_init(kiln_names_t *x, const char *const *names, int stride, int most)
+{
+    *x = (kiln_names_t){.names = names, .stride = stride, .cap = 16};
+    while (x->cap < 2 * (size_t)KILN_MAX(most, 0))
+        x->cap *= 2;
+    if (!(x->slot = malloc(x->cap * sizeof(*x->slot))))
+        return false;
+    for (size_t k = 0; k < x->cap; k++)
+        x->slot[k] = -1;
+    return true;
+}
+
+int kiln_names_find(const kiln_names_t *x, const char *const *key, size_t *at)
+{
+    uint64_t h = KILN_FNV1A_START;
+    for (int s = 0; s < x->stride; s++) /* each with its NUL, so that ("ab", "c") is not ("a", "bc") */
+        h = kiln_fnv1a(h, key[s], strlen(key[s]) + 1);
+    size_t k = h & (x->cap - 1);
+    for (; x->slot[k] >= 0; k = (k + 1) & (x->cap - 1)) {
+        const char *const *have = &x->names[(size_t)x->slot[k] * (size_t)x->stride];
+        int s = 0;
+        while (s < x->stride && !strcmp(have[s], key[s]))
+            s++;
+        if (s == x->stride)
+            return x->slot[k];
+    }
+    if (at)
+        *at = k;
+    return -1;
+}
+
+void kiln_names_add_all(kiln_names_t *x, int n)
+{
+    for (size_t at; x->n < n; x->n++)
+        if (kiln_names_find(x, &x->names[(size_t)x->n * (size_t)x->stride], &at) < 0)
+            x->slot[at] = x->n;
+}
+
+void kiln_names_free(kiln_names_t *x)
+{
+    free(x->slot);
+    x->slot = NULL;
+}
+
 int kiln_file_read(const char *path, char **out, size_t *out_len, kiln_err_t *err)
 {
     *out = NULL;

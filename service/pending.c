@@ -254,15 +254,40 @@ static char *pending_text(const sched_pending_t *p, int64_t now_us)
 
 /* The project of job id, of the pass's snapshot (its waiting jobs, and the jobs holding slots);
  * NULL when it holds neither. */
-static const char *job_project(const sched_snapshot_t *snap, const char *id)
+/* The snapshot's jobs' ids, waiting then holding slots, indexed for job_project. */
+typedef struct snap_ids {
+    const char **ids;
+    kiln_names_t index;
+} snap_ids_t;
+
+static bool snap_ids_init(snap_ids_t *x, const sched_snapshot_t *snap)
 {
-    for (int k = 0; k < snap->njobs; k++)
-        if (!strcmp(snap->jobs[k].id, id))
-            return snap->jobs[k].project_name;
-    for (int k = 0; k < snap->nrunning; k++)
-        if (snap->running[k].id && !strcmp(snap->running[k].id, id))
-            return snap->running[k].project_name;
-    return NULL;
+    int n = snap->njobs + snap->nrunning;
+    if (!(x->ids = calloc((size_t)KILN_MAX(n, 1), sizeof(*x->ids))))
+        return false;
+    for (int k = 0; k < n; k++) {
+        const char *id = k < snap->njobs ? snap->jobs[k].id : snap->running[k - snap->njobs].id;
+        x->ids[k] = id ? id : "";
+    }
+    if (!kiln_names_init(&x->index, x->ids, 1, n)) {
+        free(x->ids);
+        return false;
+    }
+    kiln_names_add_all(&x->index, n);
+    return true;
+}
+
+static void snap_ids_free(snap_ids_t *x)
+{
+    kiln_names_free(&x->index);
+    free(x->ids);
+}
+
+/* The project of job id of the snapshot, or NULL. */
+static const char *job_project(const sched_snapshot_t *snap, const snap_ids_t *x, const char *id)
+{
+    int k = kiln_names_find(&x->index, &id, NULL);
+    return k < 0 ? NULL : k < snap->njobs ? snap->jobs[k].project_name : snap->running[k - snap->njobs].project_name;
 }
 
 /* What job j's pending reason says of the jobs of other projects, which its readers cannot see
@@ -270,11 +295,12 @@ static const char *job_project(const sched_snapshot_t *snap, const char *id)
  * "job <id>" in the text is named as sched_job_name names it ("a job of another project"), the
  * text of a job it waits behind included (written for that job's project). The rest (position,
  * estimated start) counts them without naming them. */
-static void pending_redact(sched_pending_t *p, const char *project, const sched_snapshot_t *snap)
+static void pending_redact(sched_pending_t *p, const char *project, const sched_snapshot_t *snap,
+                           const snap_ids_t *x)
 {
     int keep = 0;
     for (int k = 0; k < p->nblocking; k++) {
-        const char *other = job_project(snap, p->blocking[k]);
+        const char *other = job_project(snap, x, p->blocking[k]);
         if (other && !strcmp(other, project))
             p->blocking[keep++] = p->blocking[k];
     }
@@ -288,7 +314,7 @@ static void pending_redact(sched_pending_t *p, const char *project, const sched_
             id[36] = '\0';
             if (store_is_uuid(id)) {
                 o += (size_t)snprintf(out + o, sizeof out - o, "%s",
-                                      sched_job_name(project, id, job_project(snap, id), name, sizeof name));
+                                      sched_job_name(project, id, job_project(snap, x, id), name, sizeof name));
                 o = KILN_MIN(o, sizeof out - 1);
                 t += 4 + 36;
                 continue;
@@ -315,7 +341,8 @@ int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const
     sched_pending_t *pend = calloc((size_t)snap->njobs, sizeof(*pend));
     const char **ids = calloc((size_t)nwait, sizeof(*ids));
     char **texts = calloc((size_t)nwait, sizeof(*texts));
-    if (!r || !pend || !ids || !texts) {
+    snap_ids_t sids = {0};
+    if (!r || !pend || !ids || !texts || !snap_ids_init(&sids, snap)) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
     }
@@ -341,7 +368,7 @@ int svc_sched_pending_write(store_conn_t *c, const sched_snapshot_t *snap, const
         if (dec[j].outcome == SCHED_ADMITTED)
             continue;
         ids[nw] = jobs[j].id;
-        pending_redact(&pend[j], jobs[j].project, snap);
+        pending_redact(&pend[j], jobs[j].project, snap, &sids);
         texts[nw] = pending_text(&pend[j], now);
         if (!texts[nw]) {
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -357,6 +384,7 @@ out:
     free(ids);
     free(pend);
     free(r);
+    snap_ids_free(&sids);
     return rc;
 }
 

@@ -242,21 +242,31 @@ static bool holds_paths(void *ctx, int j, int w)
     return true;
 }
 
-/* The index of the (queue, project) pair in names[0..*n) (its project usage slot), added when new. */
-static int project_slot(const char *(*names)[2], int *n, const char *queue, const char *project)
+/* A hash of s (with its NUL, so that consecutive strings hash apart), continuing from h. */
+static uint64_t str_hash(uint64_t h, const char *s)
 {
-    for (int i = 0; i < *n; i++)
-        if (!strcmp(names[i][0], queue) && !strcmp(names[i][1], project))
-            return i;
-    names[*n][0] = queue;
-    names[*n][1] = project;
-    return (*n)++;
+    return kiln_fnv1a(h, s, strlen(s) + 1);
+}
+
+/* The index of the (queue, project) pair in the index's names (its project usage slot), added
+ * (into names, which has room) when new. */
+static int project_slot(kiln_names_t *x, const char *(*names)[2], const char *queue, const char *project)
+{
+    const char *key[2] = {queue, project};
+    size_t at;
+    int i = kiln_names_find(x, key, &at);
+    if (i >= 0)
+        return i;
+    names[x->n][0] = queue;
+    names[x->n][1] = project;
+    x->slot[at] = x->n;
+    return x->n++;
 }
 
 /* What a pass read of a pending job that the next passes need not read again: its data paths
  * (a job's spec never changes) and its predicted run time (which changes only as jobs like it
  * run: read again after SCHED_PREDICT_TTL_US, at most SCHED_PREDICT_REFRESH a pass). The
- * scheduler thread's, sorted by id. */
+ * scheduler thread's, in no order (a pass indexes them by id). */
 #define SCHED_PREDICT_TTL_US 5000000
 #define SCHED_PREDICT_REFRESH 100
 typedef struct sched_known {
@@ -266,11 +276,6 @@ typedef struct sched_known {
     store_predict_t source;    /* where runtime_s comes from */
     int64_t runtime_at_us;     /* 0: not read yet */
 } sched_known_t;
-
-static int known_cmp(const void *a, const void *b)
-{
-    return strcmp(((const sched_known_t *)a)->id, ((const sched_known_t *)b)->id);
-}
 
 /* Forgets the facts kept of the last pass's jobs. */
 static void sched_known_clear(svc_t *s)
@@ -288,26 +293,47 @@ void svc_sched_known_free(svc_t *s)
     sched_known_clear(s);
 }
 
+/* A (queue, project, slot type) of the waiting jobs, as svc_sched_view_heads counts them. */
+typedef struct view_group {
+    uint64_t h;
+    char queue[sizeof(((store_job_row_t *)0)->queue)];
+    char project[sizeof(((store_job_row_t *)0)->project)];
+    char slot_type[sizeof(((store_job_row_t *)0)->slot_type)];
+} view_group_t;
+
 /* The waiting jobs a pass reads, kept between passes. Invariant: rows[0..n) are, in
  * store_pending_cmp's order, exactly the jobs waiting in snapshot snap that sort no later than
  * bound (all of them when complete). A row unchanged since snap reads the same now (the columns
  * are migration 0023's trigger list), so bringing it up to date needs only the rows written by
- * transactions snap did not see. */
+ * transactions snap did not see. Each row is allocated alone and idh[i] is a hash of rows[i]'s
+ * id, so that a pass that changes a few of 10,000 rows (3.4 MB) moves pointers and reads hashes. */
 struct sched_view {
-    store_pending_t *rows;
+    store_pending_t **rows;
+    uint64_t *idh;
     int n;
     char *snap;             /* pg_current_snapshot() of the reads it holds */
     bool complete;          /* every waiting job is among rows */
     store_pending_t bound;  /* when not complete: the last row of the full read */
     bool was_full;          /* the last read was a full one */
+    /* the groups its rows have been found in (a row's store_pending_t.group is its number there,
+     * from 1; 0: not looked up yet), and their index by hash (gcap slots: a group's index, or -1) */
+    view_group_t *groups;
+    int ngroups;
+    int *gslot;
+    size_t gcap;
 };
 
 void svc_sched_view_drop(sched_view_t **view)
 {
     if (!*view)
         return;
+    for (int i = 0; i < (*view)->n; i++)
+        free((*view)->rows[i]);
     free((*view)->rows);
+    free((*view)->idh);
     free((*view)->snap);
+    free((*view)->groups);
+    free((*view)->gslot);
     free(*view);
     *view = NULL;
 }
@@ -317,47 +343,112 @@ bool svc_sched_view_was_full(const sched_view_t *view)
     return view && view->was_full;
 }
 
-static int pending_id_cmp(const void *a, const void *b)
+static int pending_ptr_cmp(const void *a, const void *b)
 {
-    return strcmp(((const store_pending_t *)a)->row.id, ((const store_pending_t *)b)->row.id);
+    return store_pending_cmp(*(store_pending_t *const *)a, *(store_pending_t *const *)b);
+}
+
+/* Where p goes among v's rows: the first row that sorts after it. */
+static int view_place(const sched_view_t *v, const store_pending_t *p)
+{
+    int lo = 0, hi = v->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (store_pending_cmp(v->rows[mid], p) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A copy of p, allocated alone, into rows[i] with its id's hash into idh[i] (false: out of memory). */
+static bool view_row_set(store_pending_t **rows, uint64_t *idh, int i, const store_pending_t *p)
+{
+    if (!(rows[i] = malloc(sizeof(*rows[i]))))
+        return false;
+    *rows[i] = *p;
+    idh[i] = str_hash(KILN_FNV1A_START, p->row.id);
+    return true;
 }
 
 /* Brings v up to date with ch[0..nch) (every job written since v->snap, as snapshot snap sees
- * it; sorted here). Takes snap. Returns 0, or KILN_ENOMEM (v unchanged). */
+ * it). Takes snap. Returns 0, or KILN_ENOMEM (v unchanged). */
 static int view_apply(sched_view_t *v, store_pending_t *ch, int nch, char *snap)
 {
-    qsort(ch, (size_t)nch, sizeof(*ch), pending_id_cmp);
-    /* the changed rows that belong in the view, in its order */
-    store_pending_t *add = malloc((size_t)KILN_MAX(nch, 1) * sizeof(*add));
-    store_pending_t *rows = malloc((size_t)KILN_MAX(v->n + nch, 1) * sizeof(*rows));
-    if (!add || !rows) {
-        free(add);
-        free(rows);
-        return KILN_ENOMEM;
-    }
+    /* the changed jobs' ids, hashed (a table at most half full), and their rows that belong in
+     * the view, in its order */
+    size_t cap = 16;
+    while (cap < 2 * (size_t)nch)
+        cap *= 2;
+    int *slot = malloc(cap * sizeof(*slot));
+    uint64_t *slot_h = malloc(cap * sizeof(*slot_h));
+    store_pending_t **add = malloc((size_t)KILN_MAX(nch, 1) * sizeof(*add));
+    uint64_t *add_h = malloc((size_t)KILN_MAX(nch, 1) * sizeof(*add_h));
+    int *at = malloc((size_t)KILN_MAX(nch, 1) * sizeof(*at));
+    store_pending_t **rows = malloc((size_t)KILN_MAX(v->n + nch, 1) * sizeof(*rows));
+    uint64_t *idh = malloc((size_t)KILN_MAX(v->n + nch, 1) * sizeof(*idh));
     int nadd = 0;
-    for (int i = 0; i < nch; i++)
+    bool ok = slot && slot_h && add && add_h && at && rows && idh;
+    for (size_t k = 0; ok && k < cap; k++)
+        slot[k] = -1;
+    for (int i = 0; ok && i < nch; i++) {
+        uint64_t h = str_hash(KILN_FNV1A_START, ch[i].row.id);
+        size_t k = h & (cap - 1);
+        while (slot[k] >= 0)
+            k = (k + 1) & (cap - 1);
+        slot[k] = i;
+        slot_h[k] = h;
         if (ch[i].waiting && (v->complete || store_pending_cmp(&ch[i], &v->bound) <= 0))
-            add[nadd++] = ch[i];
-    qsort(add, (size_t)nadd, sizeof(*add), store_pending_cmp);
-    /* merge the unchanged rows (in order already) with those */
-    int n = 0, a = 0;
-    for (int i = 0; i < v->n; i++) {
-        if (nch && bsearch(&v->rows[i], ch, (size_t)nch, sizeof(*ch), pending_id_cmp))
-            continue; /* written since: its new version, if it still belongs, is among add */
-        while (a < nadd && store_pending_cmp(&add[a], &v->rows[i]) < 0)
-            rows[n++] = add[a++];
-        rows[n++] = v->rows[i];
+            ok = view_row_set(add, add_h, nadd++, &ch[i]);
     }
-    while (a < nadd)
-        rows[n++] = add[a++];
+    if (ok) {
+        /* in the view's order (add_h follows: a hash is read again only for the few added) */
+        qsort(add, (size_t)nadd, sizeof(*add), pending_ptr_cmp);
+        for (int a = 0; a < nadd; a++) { /* each one's place, before any old row is freed below */
+            add_h[a] = str_hash(KILN_FNV1A_START, add[a]->row.id);
+            at[a] = view_place(v, add[a]);
+        }
+        /* the unchanged rows (in order already) with those, each added before the first old row
+         * that sorts after it; a row written since is dropped (its new version, if it still
+         * belongs, is among add) */
+        int n = 0, a = 0;
+        for (int i = 0; i <= v->n; i++) {
+            for (; a < nadd && at[a] <= i; a++) {
+                rows[n] = add[a];
+                idh[n++] = add_h[a];
+            }
+            if (i == v->n)
+                break;
+            bool written = false;
+            for (size_t k = v->idh[i] & (cap - 1); slot[k] >= 0 && !written; k = (k + 1) & (cap - 1))
+                written = slot_h[k] == v->idh[i] && !strcmp(ch[slot[k]].row.id, v->rows[i]->row.id);
+            if (written) {
+                free(v->rows[i]);
+                continue;
+            }
+            rows[n] = v->rows[i];
+            idh[n++] = v->idh[i];
+        }
+        free(v->rows);
+        free(v->idh);
+        free(v->snap);
+        v->rows = rows;
+        v->idh = idh;
+        v->n = n;
+        v->snap = snap;
+    } else {
+        for (int a = 0; add && a < nadd; a++)
+            free(add[a]);
+        free(rows);
+        free(idh);
+    }
+    free(slot);
+    free(slot_h);
     free(add);
-    free(v->rows);
-    free(v->snap);
-    v->rows = rows;
-    v->n = n;
-    v->snap = snap;
-    return 0;
+    free(add_h);
+    free(at);
+    return ok ? 0 : KILN_ENOMEM;
 }
 
 const char *svc_sched_view_since(const sched_view_t *view)
@@ -391,20 +482,26 @@ int svc_sched_view_update(sched_view_t **view, store_conn_t *c, store_pending_t 
             free(snap);
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         }
-        if (snap) { /* rows are the first keep waiting jobs */
-            v->rows = rows;
-            v->n = nrows;
-            v->snap = snap;
-        } else {
-            int rc = store_job_pending_all(c, keep, &v->rows, &v->n, &v->snap, err);
+        if (!snap) { /* rows, the first keep waiting jobs, are read here */
+            int rc = store_job_pending_all(c, keep, &rows, &nrows, &snap, err);
             if (rc) {
-                svc_sched_view_drop(&v);
+                free(v);
                 return rc;
             }
         }
+        v->snap = snap;
+        v->rows = malloc((size_t)KILN_MAX(nrows, 1) * sizeof(*v->rows));
+        v->idh = malloc((size_t)KILN_MAX(nrows, 1) * sizeof(*v->idh));
+        for (int i = 0; v->rows && v->idh && i < nrows && view_row_set(v->rows, v->idh, i, &rows[i]); i++)
+            v->n = i + 1;
+        free(rows);
+        if (v->n < nrows) {
+            svc_sched_view_drop(&v);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
         v->complete = v->n < keep;
         if (v->n > 0)
-            v->bound = v->rows[v->n - 1];
+            v->bound = *v->rows[v->n - 1];
         *view = v;
         fresh = true;
     }
@@ -416,7 +513,7 @@ int svc_sched_view_update(sched_view_t **view, store_conn_t *c, store_pending_t 
             return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         }
         for (int i = 0; i < m; i++)
-            (*out)[i] = v->rows[i].row;
+            (*out)[i] = v->rows[i]->row;
     }
     *n = m;
     return 0;
@@ -441,30 +538,48 @@ int svc_sched_view_read(sched_view_t **view, store_conn_t *c, int limit, int kee
     return svc_sched_view_update(view, c, rows, nrows, snap, forget, limit, keep, out, n, err);
 }
 
-/* A (queue, project, slot type) of the waiting jobs, as svc_sched_view_heads counts them. */
-typedef struct view_group {
-    uint64_t h;   /* 0: the slot is free */
-    int row;      /* the view's row that named it first */
-    int seen;     /* its jobs seen so far */
-    bool window;  /* one of them is among the first limit */
-} view_group_t;
-
-static uint64_t group_hash(const store_job_row_t *r)
+/* The number (from 1) of row r's group in v, added when new; 0: out of memory. */
+static int view_group_of(sched_view_t *v, const store_job_row_t *r)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over queue, project and slot type, NUL-separated */
-    const char *part[3] = {r->queue, r->project, r->slot_type};
-    for (int k = 0; k < 3; k++)
-        for (const char *c = part[k];; c++) {
-            h = (h ^ (unsigned char)*c) * 1099511628211ull;
-            if (!*c)
-                break;
+    uint64_t h = str_hash(str_hash(str_hash(KILN_FNV1A_START, r->queue), r->project), r->slot_type);
+    size_t k = v->gcap ? h & (v->gcap - 1) : 0;
+    for (; v->gcap && v->gslot[k] >= 0; k = (k + 1) & (v->gcap - 1)) {
+        const view_group_t *g = &v->groups[v->gslot[k]];
+        if (g->h == h && !strcmp(g->queue, r->queue) && !strcmp(g->project, r->project)
+            && !strcmp(g->slot_type, r->slot_type))
+            return v->gslot[k] + 1;
+    }
+    if (2 * ((size_t)v->ngroups + 1) > v->gcap) { /* the index at most half full */
+        size_t cap = v->gcap ? 2 * v->gcap : 64;
+        int *slot = malloc(cap * sizeof(*slot));
+        view_group_t *groups = realloc(v->groups, cap / 2 * sizeof(*groups));
+        if (groups)
+            v->groups = groups;
+        if (!slot || !groups) {
+            free(slot);
+            return 0;
         }
-    return h ? h : 1;
-}
-
-static bool same_group(const store_job_row_t *a, const store_job_row_t *b)
-{
-    return !strcmp(a->queue, b->queue) && !strcmp(a->project, b->project) && !strcmp(a->slot_type, b->slot_type);
+        for (size_t i = 0; i < cap; i++)
+            slot[i] = -1;
+        for (int i = 0; i < v->ngroups; i++) {
+            size_t j = v->groups[i].h & (cap - 1);
+            while (slot[j] >= 0)
+                j = (j + 1) & (cap - 1);
+            slot[j] = i;
+        }
+        free(v->gslot);
+        v->gslot = slot;
+        v->gcap = cap;
+        for (k = h & (cap - 1); slot[k] >= 0; k = (k + 1) & (cap - 1))
+            ;
+    }
+    view_group_t *g = &v->groups[v->ngroups];
+    g->h = h;
+    kiln_strlcpy(g->queue, r->queue, sizeof g->queue);
+    kiln_strlcpy(g->project, r->project, sizeof g->project);
+    kiln_strlcpy(g->slot_type, r->slot_type, sizeof g->slot_type);
+    v->gslot[k] = v->ngroups;
+    return ++v->ngroups;
 }
 
 int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n)
@@ -473,46 +588,57 @@ int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, 
     *n = 0;
     if (!view || view->n <= limit || per_group <= 0 || max <= 0)
         return 0;
-    /* every group of the first limit rows, then at most max more: the table stays at most half full */
-    size_t cap = 16;
-    while (cap < 2 * ((size_t)limit + (size_t)max))
-        cap *= 2;
-    view_group_t *g = calloc(cap, sizeof(*g));
-    if (!g)
+    /* groups no row holds any more are forgotten once they outnumber the rows */
+    if (view->ngroups > view->n + 1024) {
+        for (int i = 0; i < view->n; i++)
+            view->rows[i]->group = 0;
+        view->ngroups = 0;
+        for (size_t k = 0; k < view->gcap; k++)
+            view->gslot[k] = -1;
+    }
+    for (int i = 0; i < view->n; i++) /* each row's group looked up once, kept for the passes after */
+        if (!view->rows[i]->group && !(view->rows[i]->group = (uint64_t)view_group_of(view, &view->rows[i]->row)))
+            return KILN_ENOMEM;
+    /* per group: its jobs seen so far (-1: none yet), whether one is among the first limit */
+    int *seen = malloc((size_t)view->ngroups * sizeof(*seen));
+    bool *window = calloc((size_t)view->ngroups, sizeof(*window));
+    if (!seen || !window) {
+        free(seen);
+        free(window);
         return KILN_ENOMEM;
+    }
+    for (int k = 0; k < view->ngroups; k++)
+        seen[k] = -1;
     store_job_row_t *o = NULL; /* grown as heads are found: most passes find none */
     int ngroups = 0, m = 0, ocap = 0;
     for (int i = 0; i < view->n && m < max; i++) {
-        const store_job_row_t *r = &view->rows[i].row;
-        if (!view->rows[i].group) /* kept with the row for the passes after */
-            view->rows[i].group = group_hash(r);
-        uint64_t h = view->rows[i].group;
-        size_t k = h & (cap - 1);
-        while (g[k].h && !(g[k].h == h && same_group(&view->rows[g[k].row].row, r)))
-            k = (k + 1) & (cap - 1);
-        if (!g[k].h) {
+        int k = (int)view->rows[i]->group - 1;
+        if (seen[k] < 0) {
             if (ngroups >= limit + max)
                 continue; /* more groups than the pass would take: left for the next passes */
-            g[k] = (view_group_t){.h = h, .row = i, .window = i < limit};
+            seen[k] = 0;
+            window[k] = i < limit;
             ngroups++;
         }
-        if (i >= limit && !g[k].window && g[k].seen < per_group) {
+        if (i >= limit && !window[k] && seen[k] < per_group) {
             if (m == ocap) {
                 int grow = KILN_MIN(KILN_MAX(2 * ocap, 16), max);
                 store_job_row_t *more = realloc(o, (size_t)grow * sizeof(*o));
                 if (!more) {
-                    free(g);
+                    free(seen);
+                    free(window);
                     free(o);
                     return KILN_ENOMEM;
                 }
                 o = more;
                 ocap = grow;
             }
-            o[m++] = *r;
+            o[m++] = view->rows[i]->row;
         }
-        g[k].seen++;
+        seen[k]++;
     }
-    free(g);
+    free(seen);
+    free(window);
     *out = o;
     *n = m;
     return 0;
@@ -538,19 +664,35 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
     double *rt = calloc((size_t)KILN_MAX(n, 1), sizeof(*rt));
     store_predict_t *src = calloc((size_t)KILN_MAX(n, 1), sizeof(*src));
     int rc = 0, nk = 0, m = 0, mp = 0;
+    kiln_names_t oldx = {0}, newx = {0}; /* the last pass's set by id, and this pass's */
+    const char **oldids = NULL, **newids = NULL;
     if (!k || !ids || !pids || !at || !pat || !got || !rt || !src) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto out;
     }
+    oldids = calloc((size_t)KILN_MAX(s->nknown, 1), sizeof(*oldids));
+    newids = calloc((size_t)KILN_MAX(n, 1), sizeof(*newids));
+    if (!oldids || !newids || !kiln_names_init(&oldx, oldids, 1, s->nknown) || !kiln_names_init(&newx, newids, 1, n)) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < s->nknown; i++)
+        oldids[i] = s->known[i].id;
+    kiln_names_add_all(&oldx, s->nknown);
     int64_t now = kiln_mono_us();
     for (int j = 0; j < n; j++) {
-        sched_known_t key = {0};
-        kiln_strlcpy(key.id, jobs[j].id, sizeof key.id);
-        const sched_known_t *old = s->nknown ? bsearch(&key, s->known, (size_t)s->nknown, sizeof key, known_cmp) : NULL;
-        k[j] = old ? *old : key;
-        k[j].paths = old ? json_incref(old->paths) : NULL;
+        int o = kiln_names_find(&oldx, (const char *[]){jobs[j].id}, NULL);
+        if (o >= 0) {
+            k[j] = s->known[o];
+            k[j].paths = json_incref(k[j].paths);
+        } else {
+            k[j] = (sched_known_t){0};
+            kiln_strlcpy(k[j].id, jobs[j].id, sizeof k[j].id);
+        }
+        newids[j] = k[j].id;
         nk++;
     }
+    kiln_names_add_all(&newx, n);
     /* the paths nobody read yet */
     for (int j = 0; j < n; j++)
         if (!k[j].paths) {
@@ -595,17 +737,14 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
         runtime[j] = predict && k[j].runtime_at_us ? k[j].runtime_s : -1;
         source[j] = runtime[j] >= 0 ? k[j].source : STORE_PREDICT_NONE;
     }
-    qsort(k, (size_t)n, sizeof(*k), known_cmp);
     /* a head-only pass keeps the facts of the jobs behind the head too (those still waiting are
      * the next full pass's; the others go with the next full pass's set) */
     int nk2 = n;
     for (int i = 0; i < nkeep; i++)
-        if (!bsearch(&s->known[i], k, (size_t)n, sizeof(*k), known_cmp)) {
+        if (kiln_names_find(&newx, (const char *[]){s->known[i].id}, NULL) < 0) {
             k[nk2] = s->known[i];
             k[nk2++].paths = json_incref(s->known[i].paths);
         }
-    if (nk2 > n)
-        qsort(k, (size_t)nk2, sizeof(*k), known_cmp);
     sched_known_clear(s);
     s->known = k;
     s->nknown = nk2;
@@ -614,6 +753,10 @@ static int sched_job_facts(svc_t *s, store_conn_t *c, const store_job_row_t *job
 out:
     for (int j = 0; k && j < nk; j++)
         json_decref(k[j].paths);
+    kiln_names_free(&oldx);
+    kiln_names_free(&newx);
+    free(oldids);
+    free(newids);
     free(k);
     free(ids);
     free(pids);
@@ -707,7 +850,9 @@ static void sched_tick(svc_t *s)
     sched_decision_t *dec = NULL;
     int *order = NULL;
     double *proj = NULL;
-    const char *(*pnames)[2] = NULL;
+    const char *(*pnames)[2] = NULL; /* (queue, project) pairs, indexed by pidx */
+    const char **qnames = NULL, **wnames = NULL;
+    kiln_names_t qidx = {0}, widx = {0}, pidx = {0};
     int ncap = 0, njobs = 0, nqueues = 0, nhold = 0, nadmit = 0, facts_read = 0;
     store_holding_t *hold = NULL;
     sched_running_t *run = NULL;
@@ -819,12 +964,24 @@ static void sched_tick(svc_t *s)
         goto out;
     }
     svc_prom_queues_seen(queues, nqueues);
+    /* the queues by name, the workers by id */
+    qnames = calloc((size_t)KILN_MAX(nqueues, 1), sizeof(*qnames));
+    wnames = calloc((size_t)KILN_MAX(ncap, 1), sizeof(*wnames));
+    for (int q = 0; qnames && q < nqueues; q++)
+        qnames[q] = queues[q].name;
+    for (int i = 0; wnames && i < ncap; i++)
+        wnames[i] = cap[i].id;
+    if (!qnames || !wnames || !kiln_names_init(&qidx, qnames, 1, nqueues) || !kiln_names_init(&widx, wnames, 1, ncap)) {
+        log_warn("scheduler: out of memory");
+        goto out;
+    }
+    kiln_names_add_all(&qidx, nqueues);
+    kiln_names_add_all(&widx, ncap);
     /* Projects' recent usage matters only to the jobs of a fair queue among those read (a query
      * over the recent runs in fair queues: read with the rest when the last pass needed it too). */
     bool fair = false;
-    for (int j = 0; j < njobs && !fair; j++)
-        for (int q = 0; q < nqueues && !fair; q++)
-            fair = queues[q].fair_projects && strcmp(queues[q].name, jobs[j].queue) == 0;
+    for (int j = 0, q; j < njobs && !fair; j++)
+        fair = (q = kiln_names_find(&qidx, (const char *[]){jobs[j].queue}, NULL)) >= 0 && queues[q].fair_projects;
     s->sched_fair_seen = fair;
     if (fair && !pusage && store_queue_project_usage(c, SVC_FAIR_HALF_LIFE_S, &pusage, &err)) {
         log_warn("scheduler: %s", err.message);
@@ -840,7 +997,8 @@ static void sched_tick(svc_t *s)
     paths = calloc((size_t)njobs, sizeof(json_t *));
     runtime = calloc((size_t)njobs, sizeof(*runtime));
     source = calloc((size_t)njobs, sizeof(*source));
-    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !runtime || !source)
+    if (!w || !sj || !dec || !order || !proj || !pnames || !paths || !runtime || !source
+        || !kiln_names_init(&pidx, &pnames[0][0], 2, njobs))
         goto out;
     int nrw = 0;
     for (int r = 0; r < nhold; r++)
@@ -867,10 +1025,7 @@ static void sched_tick(svc_t *s)
         sched_running_t *x = &run[r];
         const store_holding_t *h = &hold[r];
         x->id = h->id;
-        x->queue = -1;
-        for (int q = 0; q < nqueues; q++)
-            if (strcmp(queues[q].name, h->queue) == 0)
-                x->queue = q;
+        x->queue = kiln_names_find(&qidx, (const char *[]){h->queue}, NULL);
         x->type = sched_slot_type(h->slot_type);
         if (x->queue >= 0 && x->type >= 0) /* each queue's usage: what its jobs hold */
             queues[x->queue].usage[x->type] += h->nodes * h->slots_per_node;
@@ -881,12 +1036,11 @@ static void sched_tick(svc_t *s)
         char list[sizeof(h->workers)];
         kiln_strlcpy(list, h->workers, sizeof(list));
         char *save = NULL;
-        for (char *tok = strtok_r(list, ",", &save); tok && x->nodes < h->nodes; tok = strtok_r(NULL, ",", &save))
-            for (int i = 0; i < ncap; i++)
-                if (strcmp(cap[i].id, tok) == 0) {
-                    run_workers[off + x->nodes++] = i;
-                    break;
-                }
+        for (char *tok = strtok_r(list, ",", &save); tok && x->nodes < h->nodes; tok = strtok_r(NULL, ",", &save)) {
+            int i = kiln_names_find(&widx, (const char *[]){tok}, NULL);
+            if (i >= 0)
+                run_workers[off + x->nodes++] = i;
+        }
         off += KILN_MAX(h->nodes, 1);
         svc_job_state_t hs = svc_state_parse(h->state);
         x->preemptible = hs == JOB_STATE_RUNNING;
@@ -899,15 +1053,11 @@ static void sched_tick(svc_t *s)
         x->backfill_end_s = now + h->backfill_end_in_s;
         x->project_name = h->project;
     }
-    int nproj = 0;
     for (int j = 0; j < njobs; j++) {
         sched_job_t *x = &sj[j];
         x->id = jobs[j].id;
-        x->queue = -1;
-        for (int q = 0; q < nqueues; q++)
-            if (strcmp(queues[q].name, jobs[j].queue) == 0)
-                x->queue = q;
-        x->project = project_slot(pnames, &nproj, jobs[j].queue, jobs[j].project);
+        x->queue = kiln_names_find(&qidx, (const char *[]){jobs[j].queue}, NULL);
+        x->project = project_slot(&pidx, pnames, jobs[j].queue, jobs[j].project);
         proj[x->project] = json_number_value(json_object_get(json_object_get(pusage, jobs[j].queue), jobs[j].project));
         x->priority = jobs[j].priority;
         x->nodes = jobs[j].nodes;
@@ -926,7 +1076,7 @@ static void sched_tick(svc_t *s)
     }
     paths_ctx_t pctx = {.cap = cap, .paths = paths};
     snap = (sched_snapshot_t){.workers = w, .nworkers = ncap, .queues = queues, .nqueues = nqueues, .jobs = sj,
-                             .njobs = njobs, .project_usage = proj, .nprojects = nproj, .eligible = holds_paths,
+                             .njobs = njobs, .project_usage = proj, .nprojects = pidx.n, .eligible = holds_paths,
                               .ctx = &pctx, .running = run, .nrunning = nhold, .now_s = now,
                               .protect_after = s->cfg.preempt_protect_after};
     SCHED_STEP(SVC_SCHED_STEP_BUILD);
@@ -1118,6 +1268,11 @@ out:
     free(order);
     free(proj);
     free(pnames);
+    free(qnames);
+    free(wnames);
+    kiln_names_free(&qidx);
+    kiln_names_free(&widx);
+    kiln_names_free(&pidx);
     free(queues);
     json_decref(qjson);
     json_decref(pusage);

@@ -219,15 +219,17 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     char type[16] = "";
     if ((rc = rd_string(&r, o, "type", type, sizeof type)))
         return rc;
+    char type_field[sizeof section + 8];
+    snprintf(type_field, sizeof type_field, "%s.type", section);
     if (!type[0])
-        return invalid(err, section, "\"type\": \"integer\", \"continuous\" or \"categorical\"", "%s.type is missing",
-                       section);
+        return invalid(err, type_field, "\"type\": \"integer\", \"continuous\" or \"categorical\"", "%s is missing",
+                       type_field);
     for (int i = 0; types[i]; i++)
         if (!strcmp(type, types[i]))
             p->type = (spec_tune_type_t)(i + 1);
     if (!p->type)
-        return invalid(err, section, "\"type\": \"integer\", \"continuous\" or \"categorical\"",
-                       "%s.type must be \"integer\", \"continuous\" or \"categorical\" (got \"%s\")", section, type);
+        return invalid(err, type_field, "\"type\": \"integer\", \"continuous\" or \"categorical\"",
+                       "%s must be \"integer\", \"continuous\" or \"categorical\" (got \"%s\")", type_field, type);
     if (p->type == SPEC_TUNE_CATEGORICAL) {
         const json_t *vals = json_object_get(o, "values");
         char f[192];

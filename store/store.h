@@ -248,7 +248,7 @@ typedef struct store_pending {
     store_job_row_t row;
     int64_t created_us;       /* created_at, microseconds since the epoch */
     bool waiting;
-    uint64_t group;           /* the scheduler's: a hash of its queue, project and slot type (0: not yet) */
+    uint64_t group;           /* the scheduler's: its (queue, project, slot type)'s number in its view (0: not yet) */
 } store_pending_t;
 /* Orders two store_pending_t as store_job_pending does (priority high to low, then oldest, then
  * id): <0, 0 or >0 as a sorts before, with or after b. Pure. */

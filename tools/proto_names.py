@@ -81,6 +81,10 @@ PAIRS = [
     ("response:delete /v1/workers/{id} 200", "RemoveWorkerResponse"),
     ("response:get /v1/worker-bans 200", "ListWorkerBansResponse"),
     ("query:delete /v1/worker-bans/{id}", "DeleteWorkerBanRequest"),
+    ("schema:Queue", "Queue"),
+    ("schema:TuningJob", "TuningJob"),
+    ("schema:TuningJobSpec", "TuningJobSpec"),
+    ("schema:TuningParameter", "TuningParameter"),
 ]
 
 # Names one side has alone, and why. Keyed by proto message.
@@ -94,6 +98,10 @@ REST_ONLY = {
     "StreamLogsRequest": {"after_seq", "limit", "Last-Event-ID"},
     # SageMaker's capitalised spelling, read as name and regex
     "MetricDefinition": {"Name", "Regex"},
+    # free-form values proto carries as JSON text (parameters_json, values_json)
+    "Trial": {"parameters"},
+    "TuningBest": {"parameters"},
+    "TuningParameter": {"values"},
     # REST downloads in byte ranges of HTTP's own
     "DownloadCodeRequest": {"Range", "If-Range", "If-None-Match"},
 }
@@ -114,6 +122,12 @@ PROTO_ONLY = {
     "UploadCodeResponse": {"upload_id", "offset"},
     # REST downloads ranges with the Range header
     "DownloadCodeRequest": {"offset", "length"},
+    # REST's "quota": null; proto3 has no null map
+    "Queue": {"unlimited_quota"},
+    # free-form values: REST carries the object, proto its JSON text
+    "Trial": {"parameters_json"},
+    "TuningBest": {"parameters_json"},
+    "TuningParameter": {"values_json"},
 }
 # REST path parameter names that stand for a proto field of another name
 PATH_ALIASES = {"name": "user"}
@@ -179,6 +193,11 @@ def main():
             if f.name not in props or f.type != descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE:
                 continue
             sub = resolve(props[f.name])
+            # a message or null (REST's null is proto's unset): the message's branch
+            branches = [resolve(b) for b in sub.get("oneOf", [])] if isinstance(sub, dict) else []
+            branches = [b for b in branches if b.get("type") != "null"]
+            if len(branches) == 1:
+                sub = branches[0]
             type_name = f.type_name.lstrip(".").split(".", 1)[-1]  # "kiln.Job" -> "Job"
             if type_name.endswith("Entry") and type_name in msgs:
                 continue  # a map<>: REST's object with additionalProperties

@@ -370,3 +370,33 @@ Test(text, times_refuse_what_is_not_a_time)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_assert_eq(kiln_time_parse(bad[i], &us), KILN_EINVAL, "\"%s\" was accepted", bad[i]);
 }
+
+Test(names, an_index_finds_each_key_once_and_keeps_the_strings_of_a_pair_apart)
+{
+    /* 300 names, one of them twice: the first is the one found */
+    static char buf[300][16];
+    const char *names[301];
+    for (int i = 0; i < 300; i++) {
+        snprintf(buf[i], sizeof buf[i], "q%d", i);
+        names[i] = buf[i];
+    }
+    names[300] = "q7";
+    kiln_names_t x;
+    cr_assert(kiln_names_init(&x, names, 1, 301));
+    kiln_names_add_all(&x, 301);
+    for (int i = 0; i < 300; i++)
+        cr_assert_eq(kiln_names_find(&x, &names[i], NULL), i, "%s", names[i]);
+    const char *absent = "q300";
+    size_t at = (size_t)-1;
+    cr_assert_eq(kiln_names_find(&x, &absent, &at), -1);
+    cr_assert_lt(at, x.cap, "a free slot is named");
+    kiln_names_free(&x);
+    /* pairs: ("ab", "c") and ("a", "bc") are different keys */
+    const char *pairs[] = {"ab", "c", "a", "bc"};
+    cr_assert(kiln_names_init(&x, pairs, 2, 2));
+    kiln_names_add_all(&x, 2);
+    cr_assert_eq(kiln_names_find(&x, (const char *[]){"a", "bc"}, NULL), 1);
+    cr_assert_eq(kiln_names_find(&x, (const char *[]){"ab", "c"}, NULL), 0);
+    cr_assert_eq(kiln_names_find(&x, (const char *[]){"abc", ""}, NULL), -1);
+    kiln_names_free(&x);
+}

@@ -1673,6 +1673,8 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     cr_assert_eq(all->n_queues, 2);
     cr_assert_str_eq(all->queues[0]->name, "default");
     cr_assert_eq(all->queues[0]->n_quota, 0, "default has no limit: an empty quota map");
+    cr_assert(all->queues[0]->unlimited_quota, "and says so");
+    cr_assert(!all->queues[1]->unlimited_quota);
     cr_assert(all->queues[0]->fair_sharing);
     cr_assert_str_eq(all->queues[1]->name, "nlp");
     cr_assert_eq(all->queues[1]->pending, 1);
