@@ -140,6 +140,12 @@ int svc_job_access(store_conn_t *c, const svc_caller_t *who, const char *id, svc
     return svc_project_need(who, project, need, err);
 }
 
+const char *svc_job_name(const svc_caller_t *who, const char *id, const char *project, char *buf, size_t n)
+{
+    bool readable = svc_caller_role(who, project) != SVC_ROLE_NONE;
+    return sched_job_name(readable ? project : NULL, id, project, buf, n);
+}
+
 int svc_job_view_conn(svc_t *s, const svc_caller_t *who, const char *id, store_conn_t **c, kiln_err_t *err)
 {
     int rc = store_conn_get(s->store, c, err);
@@ -408,6 +414,23 @@ bool svc_job_submit_same(const spec_t *a, const spec_t *b)
     return true;
 }
 
+/* The answer to a submission under an idempotency key that job k holds: that job (into *out) when
+ * it was made from the same request, for the same project; KILN_EREUSED otherwise. Keys are
+ * unique across projects: the job is named only when it is of the request's project, whose
+ * editor the caller is. Its readers are that project's (a tuning job's reason keeps the refusal
+ * of a trial, which kilnd submits with every right), so a job of another project is one even for
+ * a caller who may read it. */
+static int key_held(store_conn_t *c, const spec_t *sp, const store_job_key_t *k, json_t **out, kiln_err_t *err)
+{
+    if (k->same && !strcmp(k->project, sp->project))
+        return store_job_get_json(c, k->id, out, err);
+    char name[SCHED_JOB_NAME_LEN];
+    kiln_err_set(err, KILN_EREUSED, "idempotency_key", "this idempotency key was used for %s, submitted with a "
+                 "different spec", sched_job_name(sp->project, k->id, k->project, name, sizeof name));
+    kiln_err_hint(err, "use a new key for a new job; repeat a request only with the same body");
+    return KILN_EREUSED;
+}
+
 int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const char *idempotency_key,
                    json_t **out, bool *out_created, kiln_err_t *err)
 {
@@ -437,34 +460,52 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     rc = svc_project_need(who, sp.project, SVC_ROLE_EDITOR, err);
     if (rc)
         goto fail;
-    char reason[300];
-    initial_reason(s, &sp, reason, sizeof(reason));
+    norm = spec_to_json(&sp);
+    if (!norm) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
+        goto fail;
+    }
+    rc = store_conn_get(s->store, &c, err);
+    if (rc)
+        goto fail;
     /* What identifies the request behind an idempotency key: its normalised spec as the client
      * sent it (the same request over REST or gRPC, with defaults written out or left to kilnd, is
      * the same), before the project's default queue fills in a queue it names none of: that is
      * the server's state, which may change between a request and its retry. 15 significant
-     * digits: what users type comes back unchanged (0.1, not 0.10000000000000001). */
+     * digits: what users type comes back unchanged (0.1, not 0.10000000000000001). The key is
+     * looked up before the submission checks, which ask the server's state too: a retry of the
+     * same request gets its job whatever that state is now. */
     uint8_t request_hash[STORE_HASH_LEN];
     bool names_queue = sp.queue[0] != '\0';
-    norm = spec_to_json(&sp);
-    spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
-    if (!spec_text) {
-        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
-        goto fail;
+    if (idempotency_key) {
+        spec_text = json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15));
+        if (!spec_text) {
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
+            goto fail;
+        }
+        svc_secret_hash(spec_text, request_hash);
+        store_job_key_t held;
+        rc = store_job_key_get(c, idempotency_key, request_hash, &held, err);
+        if (rc == 0 && held.found)
+            rc = key_held(c, &sp, &held, out, err);
+        if (rc || held.found)
+            goto fail; /* the job it holds, created = false */
     }
-    svc_secret_hash(spec_text, request_hash);
-    rc = store_conn_get(s->store, &c, err);
-    if (rc == 0)
-        rc = svc_job_submit_check(s, c, who, &sp, err);
+    rc = svc_job_submit_check(s, c, who, &sp, err);
     if (rc)
         goto fail;
-    if (!names_queue) {
-        /* the stored spec names the queue used */
-        json_decref(norm);
+    if (!names_queue || !spec_text) {
+        /* the stored spec names the queue used: encoded again only when it differs from the
+         * request's */
+        if (!names_queue && json_object_set_new(norm, "queue", json_string(sp.queue))) {
+            rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
+            goto fail;
+        }
         free(spec_text);
-        norm = spec_to_json(&sp);
-        spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+        spec_text = json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15));
     }
+    char reason[300];
+    initial_reason(s, &sp, reason, sizeof(reason));
     tags = json_object();
     for (int i = 0; i < sp.n_tags; i++)
         json_object_set_new(tags, sp.tag_keys[i], json_string(sp.tag_values[i]));
@@ -492,7 +533,7 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         .priority = sp.priority, .nodes = sp.res.nodes, .slots_per_node = sp.res.slots_per_node,
         .world_size = spec_world_size(&sp), .max_attempts = sp.max_attempts > 0 ? sp.max_attempts : 1,
         .total_steps = sp.hp.max_steps, .submitted_by = who->user, .paths_json = paths_text,
-        .request_hash = request_hash, .hparams_json = hparams_text,
+        .request_hash = idempotency_key ? request_hash : NULL, .hparams_json = hparams_text,
     };
     char id[STORE_ID_LEN];
     bool created = false;
@@ -502,6 +543,13 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     if (rc == KILN_ENOTFOUND && !strcmp(err->field, "project")) {
         rc = kiln_err_set(err, KILN_EINVAL, "project", "project \"%s\" does not exist", sp.project);
         kiln_err_hint(err, "create it first: kiln projects create %s", sp.project);
+    }
+    if (rc == KILN_EREUSED) {
+        /* the key was taken since it was looked up (a concurrent first try): answered as then */
+        store_job_key_t held;
+        kiln_err_t e2;
+        if (store_job_key_get(c, idempotency_key, request_hash, &held, &e2) == 0 && held.found)
+            rc = key_held(c, &sp, &held, out, err);
     }
     if (rc)
         goto fail;

@@ -21,6 +21,7 @@ int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
     store_artifact_t *arts = NULL;
     store_ckpt_blob_t *blobs = NULL;
     json_t *removed = NULL;
+    char *projects = NULL;
     int narts = 0, nblobs = 0;
     *out = NULL;
     JOB_RESOLVE(s, who, id, err);
@@ -39,12 +40,19 @@ int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
         kiln_err_hint(err, "stop it first (kiln stop %s), then delete it", id);
         goto fail;
     }
-    char by[STORE_ID_LEN];
-    rc = store_job_init_dependent(tx.c, id, by, err);
+    /* a job that needs its model, named only to a caller who may read it (one it may read
+     * first, when there are several) */
+    char by[STORE_ID_LEN], by_project[64], name[SCHED_JOB_NAME_LEN];
+    rc = svc_caller_projects(who, &projects, err);
+    if (rc == 0)
+        rc = store_job_init_dependent(tx.c, id, projects, by, by_project, err);
     if (rc == 0 && by[0]) {
-        rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s starts from this job's model (model.init_from) and has not "
-                          "ended", by);
-        kiln_err_hint(err, "delete this job once job %s has ended", by);
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "%s starts from this job's model (model.init_from) and has not "
+                          "ended", svc_job_name(who, by, by_project, name, sizeof name));
+        if (svc_caller_role(who, by_project) != SVC_ROLE_NONE)
+            kiln_err_hint(err, "delete this job once job %s has ended", by);
+        else
+            kiln_err_hint(err, "delete this job once that job has ended; its project's members can stop it");
     }
     if (rc == 0)
         rc = store_artifacts_of(tx.c, id, true, &arts, &narts, err);
@@ -90,6 +98,7 @@ fail:
     svc_tx_abort(&tx);
 done:
     json_decref(removed);
+    free(projects);
     free(arts);
     free(blobs);
     return rc;

@@ -221,6 +221,11 @@ int svc_project_need(const svc_caller_t *who, const char *project, svc_role_t ne
  * not act on is KILN_EPERM. c is the caller's connection. */
 int svc_job_access(store_conn_t *c, const svc_caller_t *who, const char *id, svc_role_t need,
                    kiln_err_t *err);
+/* How a text for the caller names job id of project `project`, a job other than the one it asked
+ * about: "job <id>" when it may read that job (a role in its project, as svc_job_access
+ * decides), else "a job of another project", the words of sched_job_name (which names jobs to a
+ * project's readers). Into buf (n at least SCHED_JOB_NAME_LEN); returns buf. */
+const char *svc_job_name(const svc_caller_t *who, const char *id, const char *project, char *buf, size_t n);
 /* A connection for reading job id's rows as a viewer: taken from the pool once the caller may
  * view the job (svc_job_access) and the job exists; the caller puts it back. */
 int svc_job_view_conn(svc_t *s, const svc_caller_t *who, const char *id, store_conn_t **c, kiln_err_t *err);

@@ -100,6 +100,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
                          j->submitted_by ? j->submitted_by : "", j->paths_json ? j->paths_json : "[]",
                          j->request_hash ? hash : NULL, j->hparams_json};
     PGresult *r = NULL;
+    store_job_key_t held = {0};
     for (int attempt = 0;; attempt++) {
         int rc = store_qp(c, "insert job", sql, 18, p, &r, err);
         if (rc)
@@ -114,19 +115,13 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         }
         PQclear(r);
         r = NULL;
-        /* Nothing inserted: the key is taken (return the job that holds it, if it was made from
-         * the same request), or the project does not exist. */
+        /* Nothing inserted: the key is taken, or the project does not exist. */
         if (j->idempotency_key) {
-            const char *p2[2] = {j->idempotency_key, j->request_hash ? hash : NULL};
-            rc = store_q(c, "find job by idempotency key",
-                         "SELECT id::text, request_hash IS NULL OR $2::bytea IS NULL OR request_hash = $2::bytea"
-                         " FROM jobs WHERE idempotency_key = $1", 2, p2, &r, err);
+            rc = store_job_key_get(c, j->idempotency_key, NULL, &held, err);
             if (rc)
                 return rc;
-            if (PQntuples(r) == 1)
+            if (held.found)
                 break;
-            PQclear(r);
-            r = NULL;
         }
         rc = job_insert_no_project(c, p[1], err);
         if (rc)
@@ -135,17 +130,37 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
             return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: the statement inserted nothing "
                                 "twice, although its project exists and its idempotency key is free");
     }
-    kiln_strlcpy(id_out, PQgetvalue(r, 0, 0), STORE_ID_LEN);
-    bool same = store_get_bool(r, 0, 1);
+    kiln_strlcpy(id_out, held.id, STORE_ID_LEN);
     *created = false;
-    PQclear(r);
-    if (!same) {
-        kiln_err_set(err, KILN_EREUSED, "idempotency_key", "this idempotency key was used for job %s, "
-                     "submitted with a different spec", id_out);
-        kiln_err_hint(err, "use a new key for a new job; repeat a request only with the same body");
-        return KILN_EREUSED;
+    /* whether that job answers this request, and how to name it if not (it may be another
+     * project's), is the caller's to say: store_job_key_get */
+    kiln_err_set(err, KILN_EREUSED, "idempotency_key", "this idempotency key is already used");
+    return KILN_EREUSED;
+}
+
+int store_job_key_get(store_conn_t *c, const char *key, const uint8_t *request_hash, store_job_key_t *out,
+                      kiln_err_t *err)
+{
+    memset(out, 0, sizeof(*out));
+    char hash[2 * STORE_HASH_LEN + 3] = "";
+    if (request_hash)
+        store_hash_param(request_hash, hash);
+    const char *p[2] = {key, request_hash ? hash : NULL};
+    PGresult *r = NULL;
+    int rc = store_q(c, "find job by idempotency key",
+                     "SELECT id::text, project,"
+                     " request_hash IS NULL OR $2::bytea IS NULL OR request_hash = $2::bytea"
+                     " FROM jobs WHERE idempotency_key = $1", 2, p, &r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(r) == 1) {
+        out->found = true;
+        kiln_strlcpy(out->id, store_get_str(r, 0, 0), sizeof(out->id));
+        kiln_strlcpy(out->project, store_get_str(r, 0, 1), sizeof(out->project));
+        out->same = store_get_bool(r, 0, 2);
     }
-    return out_json ? store_job_get_json(c, id_out, out_json, err) : 0;
+    PQclear(r);
+    return 0;
 }
 
 #define ROW_COLS "id::text, state, slot_type, attempt, max_attempts, priority, nodes, " \

@@ -105,21 +105,25 @@ done:
     return rc;
 }
 
-int store_job_init_dependent(store_conn_t *c, const char *job_id, char *by, kiln_err_t *err)
+int store_job_init_dependent(store_conn_t *c, const char *job_id, const char *projects, char *by, char *by_project,
+                             kiln_err_t *err)
 {
-    by[0] = '\0';
+    by[0] = by_project[0] = '\0';
     char ref[64];
     snprintf(ref, sizeof(ref), "job:%s", job_id);
-    const char *p[1] = {ref};
+    const char *p[2] = {ref, projects};
     PGresult *r = NULL;
     int rc = store_q(c, "find jobs that start from a job's model",
-                     "SELECT id::text FROM jobs WHERE spec->'model'->>'init_from' = $1"
-                     " AND state NOT IN ('COMPLETED', 'FAILED', 'STOPPED') LIMIT 1",
-                     1, p, &r, err);
+                     "SELECT id::text, project FROM jobs WHERE spec->'model'->>'init_from' = $1"
+                     " AND state NOT IN ('COMPLETED', 'FAILED', 'STOPPED')"
+                     " ORDER BY ($2::text[] IS NULL OR project = ANY($2::text[])) DESC LIMIT 1",
+                     2, p, &r, err);
     if (rc)
         return rc;
-    if (PQntuples(r) == 1)
+    if (PQntuples(r) == 1) {
         kiln_strlcpy(by, PQgetvalue(r, 0, 0), STORE_ID_LEN);
+        kiln_strlcpy(by_project, PQgetvalue(r, 0, 1), 64);
+    }
     PQclear(r);
     return 0;
 }

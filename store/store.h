@@ -72,7 +72,8 @@ typedef struct store_job_new {
     const char *paths_json;       /* JSON array of the paths it reads and checkpoints to */
     const uint8_t *request_hash;  /* STORE_HASH_LEN bytes identifying the request (its normalised
                                      spec as sent, before the project's default queue fills in
-                                     "queue"), compared when the idempotency key is reused; or NULL */
+                                     "queue"), which store_job_key_get compares when the
+                                     idempotency key is reused; or NULL (no key) */
     const char *hparams_json;     /* JSON object of the numbers search indexes as hp.NAME
                                      (spec_hparams_flat); NULL: the spec's numeric hyperparameters */
     int priority, nodes, slots_per_node, world_size, max_attempts;
@@ -80,14 +81,27 @@ typedef struct store_job_new {
 } store_job_new_t;
 
 /* Inserts a QUEUED job, its first event and its numeric hyperparameters (job_hparams) in one
- * statement. With an idempotency key that is already used, inserts nothing, sets *created = false
- * and returns the existing job's id, or KILN_EREUSED (field "idempotency_key") when that job was
- * created from a request with another request_hash. KILN_ENOTFOUND (field "project") when the
- * job's project does not exist (checked in the same statement).
- * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the job as store_job_get_json
+ * statement; *created = true. With an idempotency key that is already used, inserts nothing, sets
+ * *created = false, id_out the job holding the key, and returns KILN_EREUSED (field
+ * "idempotency_key"): whether that job answers this request is the caller's to decide
+ * (store_job_key_get, which callers ask first). KILN_ENOTFOUND (field "project") when the job's
+ * project does not exist (checked in the same statement).
+ * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the new job as store_job_get_json
  * shows it (new reference). */
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
                      json_t **out_json, kiln_err_t *err);
+
+/* The job holding an idempotency key, as store_job_key_get finds it. */
+typedef struct store_job_key {
+    bool found;
+    bool same;                   /* made from a request with the same request_hash (or either has none) */
+    char id[STORE_ID_LEN];
+    char project[64];
+} store_job_key_t;
+/* Looks an idempotency key up (one read through its unique index): *out, found false when no job
+ * holds it. request_hash as store_job_new_t's (NULL: not compared). KILN_EDB. */
+int store_job_key_get(store_conn_t *c, const char *key, const uint8_t *request_hash, store_job_key_t *out,
+                      kiln_err_t *err);
 
 /* The state-machine and scheduling view of a job. */
 typedef struct store_job_row {
@@ -882,8 +896,11 @@ int store_code_blob(store_conn_t *c, const char *digest, store_code_t *out, kiln
  * = {"<table>": rows removed, ...} for the tables that had rows. KILN_ENOTFOUND. */
 int store_job_delete(store_conn_t *c, const char *job_id, json_t **removed, kiln_err_t *err);
 /* A job that has not ended and names job_id in model.init_from ("job:<id>"): its id into by
- * (STORE_ID_LEN), or "" when there is none. */
-int store_job_init_dependent(store_conn_t *c, const char *job_id, char *by, kiln_err_t *err);
+ * (STORE_ID_LEN) and its project into by_project (64 bytes), or both "" when there is none. One
+ * of projects (a PostgreSQL text[] literal as store_job_ids_between takes; NULL: any) comes
+ * first when there are several. */
+int store_job_init_dependent(store_conn_t *c, const char *job_id, const char *projects, char *by, char *by_project,
+                             kiln_err_t *err);
 
 /* A job named by its id alone. */
 typedef struct store_job_ref {

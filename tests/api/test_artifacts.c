@@ -695,6 +695,86 @@ Test(artifacts, init_from_a_job_is_checked_at_submission_and_travels_in_the_assi
     free(src);
 }
 
+/* A user with the given roles ({project, role} pairs, NULL-ended), and the header line of a token of
+ * it into auth (200 bytes). */
+static void user_with(const char *name, const char *const *grants, char *auth)
+{
+    long st;
+    char body[128], path[160];
+    snprintf(body, sizeof body, "{\"name\": \"%s\"}", name);
+    json_decref(at_req("POST", "/v1/users", body, NULL, &st, NULL));
+    cr_assert_eq(st, 201);
+    for (int i = 0; grants[i]; i += 2) {
+        snprintf(path, sizeof path, "/v1/projects/%s/members/%s", grants[i], name);
+        snprintf(body, sizeof body, "{\"role\": \"%s\"}", grants[i + 1]);
+        json_decref(at_req("PUT", path, body, NULL, &st, NULL));
+        cr_assert_lt(st, 300, "%s", path);
+    }
+    snprintf(path, sizeof path, "/v1/users/%s/tokens", name);
+    json_t *t = at_req("POST", path, "{}", NULL, &st, NULL);
+    snprintf(auth, 200, "Authorization: Bearer %s", json_string_value(json_object_get(t, "token")));
+    json_decref(t);
+}
+
+/* The job that keeps another from being deleted (it starts from its model) is named only to who
+ * may read it: to a member of the deleted job's project alone it is "a job of another project",
+ * in the message and in the hint. */
+Test(artifacts, delete_names_a_job_that_needs_its_model_only_to_who_may_read_it)
+{
+    int attempt;
+    char *src = running_job("source", &attempt);
+    char ref[64];
+    snprintf(ref, sizeof ref, "job:%s", src);
+    uint8_t *data = test_bytes(3000, 5);
+    kiln_err_t err;
+    cr_assert_eq(at_upload(at_svc, at_worker, src, attempt, KILN_ARTIFACT_MODEL, data, 3000, 1024, &err), 0, "%s",
+                 err.message);
+    at_rank_exit(src, attempt, 0);
+    long st;
+    char *raw = NULL;
+    json_decref(at_req("POST", "/v1/projects", "{\"name\": \"q\"}", NULL, &st, NULL));
+    cr_assert_eq(st, 201);
+    /* a job of project q starts from it: its submitter (the cluster admin) reads both */
+    char spec[1100];
+    snprintf(spec, sizeof spec, "{\"project\": \"q\", %s", spec_from("child", ref, 1) + 1);
+    json_t *j = at_req("POST", "/v1/jobs", spec, NULL, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    char child[64];
+    kiln_strlcpy(child, json_string_value(json_object_get(j, "id")), sizeof child);
+    json_decref(j);
+    free(raw);
+    char mine[200], both[200];
+    user_with("mine", (const char *[]){"default", "editor", NULL}, mine);
+    user_with("both", (const char *[]){"default", "editor", "q", "viewer", NULL}, both);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", src);
+    const struct {
+        const char *who, *auth;
+        bool named;
+    } callers[] = {{"an editor of its project alone", mine, false}, {"a member of both projects", both, true},
+                   {"the cluster admin", NULL, true}};
+    for (size_t i = 0; i < sizeof callers / sizeof callers[0]; i++) {
+        const char *hdrs[] = {callers[i].auth, NULL};
+        j = at_req("DELETE", path, NULL, callers[i].auth ? hdrs : NULL, &st, &raw);
+        cr_assert_eq(st, 409, "%s: %s", callers[i].who, raw);
+        const char *m = json_string_value(json_object_get(j, "message"));
+        const char *h = json_string_value(json_object_get(j, "hint"));
+        cr_assert(m && h, "%s", raw);
+        if (callers[i].named) {
+            cr_assert(strstr(m, child) && strstr(h, child), "%s: names the job: %s", callers[i].who, raw);
+        } else {
+            cr_assert(!strstr(raw, child), "%s: the job of project q is not named: %s", callers[i].who, raw);
+            cr_assert_str_eq(m, "a job of another project starts from this job's model (model.init_from) and has "
+                                "not ended", "%s", raw);
+        }
+        json_decref(j);
+        free(raw);
+    }
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s'", src), 1, "nothing was deleted");
+    free(data);
+    free(src);
+}
+
 /* ---- log retention --------------------------------------------------------------------------------- */
 
 Test(artifacts, retention_drops_the_logs_of_long_ended_jobs_only)

@@ -834,3 +834,45 @@ Test(authz, a_job_in_a_project_that_does_not_exist_is_refused)
     cr_assert_str_eq(json_string_value(json_object_get(j, "project")), "nowhere");
     json_decref(j);
 }
+
+/* Idempotency keys are unique across projects: a key another project's job holds is refused
+ * without naming that job, which its caller cannot see; the job's own project gets it back. */
+Test(authz, a_key_another_projects_job_holds_is_refused_without_naming_it)
+{
+    world();
+    char auth_p[200], auth_q[200];
+    snprintf(auth_p, sizeof auth_p, "Authorization: Bearer %s", tokens[C_EDITOR]);
+    snprintf(auth_q, sizeof auth_q, "Authorization: Bearer %s", tokens[C_OTHER_ADMIN]);
+    const char *as_p[] = {auth_p, "Idempotency-Key: shared-key", NULL};
+    const char *as_q[] = {auth_q, "Idempotency-Key: shared-key", NULL};
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/jobs", job_spec("p"), as_p, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    char held[64];
+    kiln_strlcpy(held, json_string_value(json_object_get(j, "id")), sizeof held);
+    json_decref(j);
+    free(raw);
+    j = at_req("POST", "/v1/jobs", job_spec("q"), as_q, &st, &raw);
+    cr_assert_eq(st, 422, "%s", raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "field")), "Idempotency-Key", "%s", raw);
+    cr_assert(!strstr(raw, held), "the other project's job is not named: %s", raw);
+    cr_assert(strstr(json_string_value(json_object_get(j, "message")), "a job of another project"), "%s", raw);
+    json_decref(j);
+    free(raw);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE project = 'q'"), 0);
+    /* its own project's retry gets it, and another request there is told which job holds the key */
+    j = at_req("POST", "/v1/jobs", job_spec("p"), as_p, &st, &raw);
+    cr_assert_eq(st, 200, "%s", raw);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "id")), held);
+    json_decref(j);
+    free(raw);
+    char other[1024];
+    snprintf(other, sizeof other, "%s", job_spec("p"));
+    memcpy(strstr(other, "\"m\""), "\"n\"", 3);
+    j = at_req("POST", "/v1/jobs", other, as_p, &st, &raw);
+    cr_assert_eq(st, 422, "%s", raw);
+    cr_assert(strstr(json_string_value(json_object_get(j, "message")), held), "%s", raw);
+    json_decref(j);
+    free(raw);
+}

@@ -6,7 +6,7 @@
  * project's default queue takes its jobs that name none (a name, or null for "default"; "" is
  * refused), and a queue holding paused jobs or that is a project's default queue cannot be
  * deleted, nor leave that project out of its projects; a retry under an idempotency key gets its
- * job even after the project's default queue changed. */
+ * job even after the project's default queue changed, to one that would refuse it too. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -470,6 +470,45 @@ Test(queues, a_retry_gets_its_job_after_the_projects_default_queue_changed)
     snprintf(body, sizeof body, "%s", spec("jr2", "default", NULL, 1, 1));
     again = at_req("POST", "/v1/jobs", body, hdrs, &st, &raw);
     cr_assert_eq(st, 422, "%s", raw);
+    free(raw);
+    json_decref(again);
+    json_decref(first);
+}
+
+/* The key is looked up before the submission's checks: a retry gets its job even when the
+ * project's new default queue would refuse the request now. */
+Test(queues, a_retry_gets_its_job_after_the_projects_default_queue_changed_to_one_that_refuses_it)
+{
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"tiny\", \"quota\": {\"cpu\": 1}}", 201));
+    const char *hdrs[] = {"Idempotency-Key: retry-tiny", NULL};
+    char body[1024];
+    snprintf(body, sizeof body, "%s", spec("jt", "default", NULL, 1, 2));
+    long st;
+    char *raw = NULL;
+    json_t *first = at_req("POST", "/v1/jobs", body, hdrs, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    free(raw);
+    cr_assert_str_eq(json_string_value(json_object_get(first, "queue")), "default");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(first, "spec"), "queue")), "default",
+                     "the stored spec names the queue the project's default gave it");
+    json_decref(req("PATCH", "/v1/projects/default", "{\"default_queue\": \"tiny\"}", 200));
+    /* the same body as a new request is refused now: tiny never holds 2 slots */
+    refused("POST", "/v1/jobs", body, 422, "queue", "queue \"tiny\"");
+    /* but the retry gets the job its first try created */
+    json_t *again = at_req("POST", "/v1/jobs", body, hdrs, &st, &raw);
+    cr_assert_eq(st, 200, "the retry gets the job the first request created: %s", raw);
+    free(raw);
+    cr_assert_str_eq(json_string_value(json_object_get(again, "id")), json_string_value(json_object_get(first, "id")));
+    cr_assert_str_eq(json_string_value(json_object_get(again, "queue")), "default");
+    json_decref(again);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE name = 'jt'"), 1);
+    /* another request under the key is the key's conflict, not the queue's refusal */
+    snprintf(body, sizeof body, "%s", spec("jt2", "default", NULL, 1, 2));
+    again = at_req("POST", "/v1/jobs", body, hdrs, &st, &raw);
+    cr_assert_eq(st, 422, "%s", raw);
+    cr_assert_str_eq(json_string_value(json_object_get(again, "field")), "Idempotency-Key", "%s", raw);
+    cr_assert(strstr(raw, json_string_value(json_object_get(first, "id"))), "names the job, which its caller reads: %s",
+              raw);
     free(raw);
     json_decref(again);
     json_decref(first);

@@ -1325,6 +1325,60 @@ static const char *pj_str(const json_t *o, const char *key)
     return s ? s : "";
 }
 
+/* CreateJob under an idempotency key, from Python's grpcio: the retry of a request gets its job
+ * (the same id) even after the project's default queue changed to one that refuses the request
+ * now; the same request without the key is refused, another one under the key is ALREADY_EXISTS. */
+Test(grpc, a_retry_gets_its_job_after_the_projects_default_queue_changed)
+{
+    const char *missing = th_grpc_python_missing();
+    if (missing)
+        cr_skip_test("%s", missing);
+    cr_assert_eq(th_protoc_python(dir), 0);
+    json_t *spec = json_loads(k_spec, 0, NULL);
+    cr_assert_not_null(spec);
+    json_object_set_new(json_object_get(spec, "resources"), "slots_per_node", json_integer(2));
+    json_t *ans = grpc_py(json_pack("[{s:s, s:{s:O, s:s}}]", "method", "/kiln.TrainingService/CreateJob", "request",
+                                    "spec", spec, "idempotency_key", "grpc-retry"),
+                          "retry-first");
+    json_t *c = json_array_get(ans, 0);
+    cr_assert_str_eq(pj_str(c, "code"), "OK", "%s", json_dumps(c, 0));
+    char id[64];
+    snprintf(id, sizeof id, "%s", pj_str(json_object_get(c, "response"), "id"));
+    cr_assert_str_eq(pj_str(json_object_get(c, "response"), "queue"), "default");
+    json_decref(ans);
+    /* a cluster admin sends the project's jobs to a queue that never holds 2 slots */
+    kiln_err_t err;
+    json_t *q = json_pack("{s:s, s:{s:i}}", "name", "tiny", "quota", "cpu", 1), *out = NULL;
+    cr_assert_eq(svc_queue_create(S, svc_caller_kilnd(), q, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    json_decref(q);
+    json_t *patch = json_pack("{s:s}", "default_queue", "tiny");
+    cr_assert_eq(svc_project_update(S, svc_caller_kilnd(), "default", patch, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    json_decref(patch);
+    json_t *other = json_deep_copy(spec);
+    json_object_set_new(other, "name", json_string("another"));
+    ans = grpc_py(json_pack("[{s:s, s:{s:O, s:s}}, {s:s, s:{s:O}}, {s:s, s:{s:o, s:s}}]",
+                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec, "idempotency_key",
+                            "grpc-retry",
+                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec,
+                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", other, "idempotency_key",
+                            "grpc-retry"),
+                  "retry-again");
+    cr_assert_eq(json_array_size(ans), 3);
+    c = json_array_get(ans, 0);
+    cr_assert_str_eq(pj_str(c, "code"), "OK", "the retry gets its job: %s", json_dumps(c, 0));
+    cr_assert_str_eq(pj_str(json_object_get(c, "response"), "id"), id);
+    cr_assert_str_eq(pj_str(json_object_get(c, "response"), "queue"), "default");
+    c = json_array_get(ans, 1);
+    cr_assert_str_eq(pj_str(c, "code"), "FAILED_PRECONDITION", "a new request is refused now: %s", json_dumps(c, 0));
+    c = json_array_get(ans, 2);
+    cr_assert_str_eq(pj_str(c, "code"), "ALREADY_EXISTS", "%s", json_dumps(c, 0));
+    cr_assert(strstr(pj_str(c, "details"), id), "names the job, which its caller reads: %s", json_dumps(c, 0));
+    json_decref(ans);
+    json_decref(spec);
+}
+
 /* A tuning job over gRPC, from Python's grpcio: CreateTuningJob, then (its trials run on a real
  * agent whose fake rank reports its own lr as val_loss) GetTuningJob answers the state, the trials
  * with their parameters and objectives, and the best, field for field as REST's JSON has them;

@@ -933,6 +933,144 @@ Test(grpc_auth, artifacts_list_download_and_delete_over_grpc)
     free(data);
 }
 
+static const char *details(json_t *r) { return json_string_value(json_object_get(r, "details")); }
+
+/* ---- another project's jobs ------------------------------------------------------------------ */
+
+/* Over gRPC as over REST: a job of another project that keeps a job from being deleted (it starts
+ * from its model), or that holds an idempotency key, is named only to who may read it. */
+Test(grpc_auth, another_projects_job_is_named_only_to_who_may_read_it)
+{
+    kiln_err_t err;
+    json_t *out = NULL;
+    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "p", NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "q", NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    char t_mine[128], t_both[128], t_q[128];
+    user("mine", 0, t_mine);
+    member("p", "mine", "editor");
+    user("both", 0, t_both);
+    member("p", "both", "editor");
+    member("q", "both", "viewer");
+    user("qed", 0, t_q);
+    member("q", "qed", "editor");
+    /* the source: a GPT job of p that ran on a worker reading dir and left its model */
+    arena_t a;
+    arena_init(&a, 0);
+    char data[200], *roots[] = {dir};
+    snprintf(data, sizeof data, "%s/text.txt", dir);
+    json_t *spec = json_pack("{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:i}, s:{s:s}, s:{s:f, s:i, s:i}}", "name", "src",
+                             "project", "p", "model", "type", "gpt", "n_layer", 1, "n_head", 2, "n_embd", 16, "seq_len",
+                             8, "data", "train", data, "hyperparameters", "lr", 0.01, "global_batch_size", 2,
+                             "max_steps", 3);
+    json_t *jj = NULL;
+    bool created;
+    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &jj, &created, &err), 0, "%s", err.message);
+    char src[64];
+    snprintf(src, sizeof src, "%s", json_string_value(json_object_get(jj, "id")));
+    json_decref(jj);
+    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
+    Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
+    req.hostname = "src";
+    req.slots = 1;
+    req.slot_type = "cpu";
+    req.data_roots = roots;
+    req.n_data_roots = 1;
+    cr_assert_eq(svc_agent_register(S, &req, NULL, &a, &reg, &err), 0, "%s", err.message);
+    char wid[64];
+    snprintf(wid, sizeof wid, "%s", reg.worker_id);
+    int attempt = -1;
+    for (int i = 0; i < 200 && attempt < 0; i++) {
+        Kiln__HeartbeatRequest hb = KILN__HEARTBEAT_REQUEST__INIT;
+        Kiln__HeartbeatResponse hr = KILN__HEARTBEAT_RESPONSE__INIT;
+        hb.worker_id = wid;
+        cr_assert_eq(svc_agent_heartbeat(S, wid, &hb, &a, &hr, &err), 0, "%s", err.message);
+        for (size_t k = 0; k < hr.n_assignments; k++)
+            if (!strcmp(hr.assignments[k]->job_id, src))
+                attempt = hr.assignments[k]->attempt;
+        if (attempt < 0)
+            usleep(50000);
+    }
+    cr_assert(attempt > 0, "the source job was assigned");
+    uint8_t model[1000];
+    memset(model, 7, sizeof model);
+    char sha[KILN_SHA256_HEX];
+    kiln_sha256_hex(model, sizeof model, sha);
+    Kiln__ArtifactFile f = KILN__ARTIFACT_FILE__INIT, *fp[1] = {&f};
+    f.name = KILN_ARTIFACT_MODEL;
+    f.size = (int64_t)sizeof model;
+    f.sha256 = sha;
+    Kiln__ArtifactManifest m = KILN__ARTIFACT_MANIFEST__INIT;
+    m.worker_id = wid;
+    m.job_id = src;
+    m.attempt = attempt;
+    m.n_files = 1;
+    m.files = fp;
+    Kiln__ArtifactManifestReply mr = KILN__ARTIFACT_MANIFEST_REPLY__INIT;
+    cr_assert_eq(svc_agent_artifacts_begin(S, wid, &m, &a, &mr, &err), 0, "%s", err.message);
+    Kiln__ArtifactChunk c = KILN__ARTIFACT_CHUNK__INIT;
+    c.worker_id = wid;
+    c.job_id = src;
+    c.attempt = attempt;
+    c.name = KILN_ARTIFACT_MODEL;
+    c.data.data = model;
+    c.data.len = sizeof model;
+    c.sha256 = sha;
+    Kiln__ArtifactChunkReply cr = KILN__ARTIFACT_CHUNK_REPLY__INIT;
+    cr_assert_eq(svc_agent_artifact_chunk(S, wid, &c, &cr, &err), 0, "%s", err.message);
+    cr_assert(cr.complete);
+    Kiln__RankExit ex = KILN__RANK_EXIT__INIT;
+    ex.worker_id = wid;
+    ex.job_id = src;
+    ex.attempt = attempt;
+    ex.exit_code = 0;
+    cr_assert_eq(svc_agent_rank_exit(S, wid, &ex, &err), 0, "%s", err.message);
+    arena_deinit(&a);
+    /* a job of q starts from its model (its submitter reads both) */
+    char ref[80];
+    snprintf(ref, sizeof ref, "job:%s", src);
+    json_object_set_new(spec, "project", json_string("q"));
+    json_object_set_new(spec, "name", json_string("child"));
+    json_object_set_new(json_object_get(spec, "model"), "init_from", json_string(ref));
+    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &jj, &created, &err), 0, "%s (%s)", err.message,
+                 err.field);
+    char child[64];
+    snprintf(child, sizeof child, "%s", json_string_value(json_object_get(jj, "id")));
+    json_decref(jj);
+    json_decref(spec);
+
+    gcall_t calls[] = {
+        {.method = "/kiln.TrainingService/DeleteJob", .request = json_pack("{s:s}", "id", src), .token = t_mine},
+        {.method = "/kiln.TrainingService/DeleteJob", .request = json_pack("{s:s}", "id", src), .token = t_both},
+        {.method = "/kiln.TrainingService/CreateJob",
+         .request = json_pack("{s:{s:s, s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}}, s:s}", "spec", "name", "k", "project",
+                              "p", "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2, "data", "train",
+                              "synthetic", "idempotency_key", "shared-key"),
+         .token = t_mine},
+        {.method = "/kiln.TrainingService/CreateJob",
+         .request = json_pack("{s:{s:s, s:s, s:{s:s, s:[i], s:i, s:i}, s:{s:s}}, s:s}", "spec", "name", "k", "project",
+                              "q", "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2, "data", "train",
+                              "synthetic", "idempotency_key", "shared-key"),
+         .token = t_q},
+    };
+    json_t *r = run_calls(calls, KILN_ARRAY_LEN(calls), true);
+    const char *said = details(json_array_get(r, 0));
+    cr_assert_str_eq(code_of(r, 0), "FAILED_PRECONDITION", "%s", said);
+    cr_assert(said && strstr(said, "a job of another project starts from this job's model") && !strstr(said, child),
+              "an editor of p alone is not told q's job: %s", said);
+    said = details(json_array_get(r, 1));
+    cr_assert_str_eq(code_of(r, 1), "FAILED_PRECONDITION", "%s", said);
+    cr_assert(said && strstr(said, child), "a member of both is: %s", said);
+    cr_assert_str_eq(code_of(r, 2), "OK", "%s", details(json_array_get(r, 2)));
+    const char *held = json_string_value(json_object_get(json_object_get(json_array_get(r, 2), "response"), "id"));
+    said = details(json_array_get(r, 3));
+    cr_assert_str_eq(code_of(r, 3), "ALREADY_EXISTS", "%s", said);
+    cr_assert(held && said && strstr(said, "a job of another project") && !strstr(said, held),
+              "q's editor is not told p's job: %s", said);
+    json_decref(r);
+}
+
 /* ---- token lineage -------------------------------------------------------------------------- */
 
 /* The caller a token stands for, as kilnd sees it (strings from a). */
@@ -943,8 +1081,6 @@ static svc_caller_t caller_of(const char *token, arena_t *a)
     cr_assert_eq(svc_auth_user(S, token, a, &who, &err), 0, "%s", err.message);
     return who;
 }
-
-static const char *details(json_t *r) { return json_string_value(json_object_get(r, "details")); }
 
 Test(grpc_auth, tokens_never_outlive_the_token_that_makes_them)
 {

@@ -284,10 +284,22 @@ Test(jobs, insert_get_and_first_event)
 
 Test(jobs, idempotency_key_is_unique)
 {
-    char a[STORE_ID_LEN], b[STORE_ID_LEN], d[STORE_ID_LEN];
+    char a[STORE_ID_LEN], b[STORE_ID_LEN] = "", d[STORE_ID_LEN];
     bool ca = false, cb = true, cd = false;
-    insert_job("one", 0, "{}", "key-1", a, &ca);
-    insert_job("two", 0, "{}", "key-1", b, &cb);
+    uint8_t h1[STORE_HASH_LEN], h2[STORE_HASH_LEN];
+    memset(h1, 1, sizeof h1);
+    memset(h2, 2, sizeof h2);
+    store_job_new_t j = {.name = "one", .project = "p", .queue = "default", .slot_type = "cpu",
+                         .spec_json = "{\"name\": \"x\"}", .tags_json = "{}", .idempotency_key = "key-1",
+                         .reason = "submitted", .nodes = 2, .slots_per_node = 1, .world_size = 2,
+                         .max_attempts = 2, .total_steps = 100, .request_hash = h1};
+    cr_assert_eq(store_job_insert(c, &j, a, &ca, NULL, &err), 0, "%s", err.message);
+    /* a taken key inserts nothing and says which job holds it, whatever the request */
+    j.name = "two";
+    json_t *jj = NULL;
+    cr_assert_eq(store_job_insert(c, &j, b, &cb, &jj, &err), KILN_EREUSED);
+    cr_assert_str_eq(err.field, "idempotency_key");
+    cr_assert_null(jj);
     insert_job("three", 0, "{}", "key-2", d, &cd);
     cr_assert(ca);
     cr_assert_not(cb, "a reused key must not create a job");
@@ -296,6 +308,18 @@ Test(jobs, idempotency_key_is_unique)
     cr_assert_str_neq(a, d);
     cr_assert_eq(count_rows("SELECT count(*) FROM jobs"), 2);
     cr_assert_eq(count_rows("SELECT count(*) FROM job_events"), 2);
+    /* the look-up: the job, its project, and whether it came from the same request */
+    store_job_key_t k;
+    cr_assert_eq(store_job_key_get(c, "key-1", h1, &k, &err), 0, "%s", err.message);
+    cr_assert(k.found && k.same);
+    cr_assert_str_eq(k.id, a);
+    cr_assert_str_eq(k.project, "p");
+    cr_assert_eq(store_job_key_get(c, "key-1", h2, &k, &err), 0, "%s", err.message);
+    cr_assert(k.found && !k.same);
+    cr_assert_eq(store_job_key_get(c, "key-2", h2, &k, &err), 0, "%s", err.message);
+    cr_assert(k.found && k.same, "a job inserted without a hash answers any request");
+    cr_assert_eq(store_job_key_get(c, "key-3", h1, &k, &err), 0, "%s", err.message);
+    cr_assert_not(k.found);
 }
 
 /* The project is checked in the insert's own statement: a missing one inserts nothing and says
