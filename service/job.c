@@ -414,19 +414,14 @@ bool svc_job_submit_same(const spec_t *a, const spec_t *b)
     return true;
 }
 
-/* The answer to a submission under an idempotency key that job k holds: that job (into *out) when
- * it was made from the same request, for the same project; KILN_EREUSED otherwise. Keys are
- * unique across projects: the job is named only when it is of the request's project, whose
- * editor the caller is. Its readers are that project's (a tuning job's reason keeps the refusal
- * of a trial, which kilnd submits with every right), so a job of another project is one even for
- * a caller who may read it. */
-static int key_held(store_conn_t *c, const spec_t *sp, const store_job_key_t *k, json_t **out, kiln_err_t *err)
+/* The answer to a submission under an idempotency key that job k of its project holds: that job
+ * (into *out) when it was made from the same request; KILN_EREUSED naming it otherwise. */
+static int key_held(store_conn_t *c, const store_job_key_t *k, json_t **out, kiln_err_t *err)
 {
-    if (k->same && !strcmp(k->project, sp->project))
+    if (k->same)
         return store_job_get_json(c, k->id, out, err);
-    char name[SCHED_JOB_NAME_LEN];
-    kiln_err_set(err, KILN_EREUSED, "idempotency_key", "this idempotency key was used for %s, submitted with a "
-                 "different spec", sched_job_name(sp->project, k->id, k->project, name, sizeof name));
+    kiln_err_set(err, KILN_EREUSED, "idempotency_key",
+                 "this idempotency key was used for job %s, submitted with a different spec", k->id);
     kiln_err_hint(err, "use a new key for a new job; repeat a request only with the same body");
     return KILN_EREUSED;
 }
@@ -485,9 +480,9 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         }
         svc_secret_hash(spec_text, request_hash);
         store_job_key_t held;
-        rc = store_job_key_get(c, idempotency_key, request_hash, &held, err);
+        rc = store_job_key_get(c, sp.project, idempotency_key, request_hash, &held, err);
         if (rc == 0 && held.found)
-            rc = key_held(c, &sp, &held, out, err);
+            rc = key_held(c, &held, out, err);
         if (rc || held.found)
             goto fail; /* the job it holds, created = false */
     }
@@ -548,8 +543,8 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         /* the key was taken since it was looked up (a concurrent first try): answered as then */
         store_job_key_t held;
         kiln_err_t e2;
-        if (store_job_key_get(c, idempotency_key, request_hash, &held, &e2) == 0 && held.found)
-            rc = key_held(c, &sp, &held, out, err);
+        if (store_job_key_get(c, sp.project, idempotency_key, request_hash, &held, &e2) == 0 && held.found)
+            rc = key_held(c, &held, out, err);
     }
     if (rc)
         goto fail;

@@ -74,7 +74,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         "  $6::text, $7::int, $8::int, $9::text, $10::int, $11::int, $12::bigint, $13::jsonb,"
         "  $14::text, 1, $15::text, $16::jsonb, $17::bytea"
         " WHERE EXISTS (SELECT 1 FROM projects WHERE name = $2::text)"
-        " ON CONFLICT (idempotency_key) DO NOTHING"
+        " ON CONFLICT (project, idempotency_key) DO NOTHING"
         " RETURNING *),"
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
         "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at, $15 FROM j),"
@@ -117,7 +117,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         r = NULL;
         /* Nothing inserted: the key is taken, or the project does not exist. */
         if (j->idempotency_key) {
-            rc = store_job_key_get(c, j->idempotency_key, NULL, &held, err);
+            rc = store_job_key_get(c, p[1], j->idempotency_key, NULL, &held, err);
             if (rc)
                 return rc;
             if (held.found)
@@ -132,32 +132,29 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
     }
     kiln_strlcpy(id_out, held.id, STORE_ID_LEN);
     *created = false;
-    /* whether that job answers this request, and how to name it if not (it may be another
-     * project's), is the caller's to say: store_job_key_get */
+    /* whether that job answers this request is the caller's to say: store_job_key_get */
     kiln_err_set(err, KILN_EREUSED, "idempotency_key", "this idempotency key is already used");
     return KILN_EREUSED;
 }
 
-int store_job_key_get(store_conn_t *c, const char *key, const uint8_t *request_hash, store_job_key_t *out,
-                      kiln_err_t *err)
+int store_job_key_get(store_conn_t *c, const char *project, const char *key, const uint8_t *request_hash,
+                      store_job_key_t *out, kiln_err_t *err)
 {
     memset(out, 0, sizeof(*out));
     char hash[2 * STORE_HASH_LEN + 3] = "";
     if (request_hash)
         store_hash_param(request_hash, hash);
-    const char *p[2] = {key, request_hash ? hash : NULL};
+    const char *p[3] = {project, key, request_hash ? hash : NULL};
     PGresult *r = NULL;
     int rc = store_q(c, "find job by idempotency key",
-                     "SELECT id::text, project,"
-                     " request_hash IS NULL OR $2::bytea IS NULL OR request_hash = $2::bytea"
-                     " FROM jobs WHERE idempotency_key = $1", 2, p, &r, err);
+                     "SELECT id::text, request_hash IS NULL OR $3::bytea IS NULL OR request_hash = $3::bytea"
+                     " FROM jobs WHERE project = $1 AND idempotency_key = $2", 3, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
         out->found = true;
         kiln_strlcpy(out->id, store_get_str(r, 0, 0), sizeof(out->id));
-        kiln_strlcpy(out->project, store_get_str(r, 0, 1), sizeof(out->project));
-        out->same = store_get_bool(r, 0, 2);
+        out->same = store_get_bool(r, 0, 1);
     }
     PQclear(r);
     return 0;

@@ -81,7 +81,8 @@ typedef struct store_job_new {
 } store_job_new_t;
 
 /* Inserts a QUEUED job, its first event and its numeric hyperparameters (job_hparams) in one
- * statement; *created = true. With an idempotency key that is already used, inserts nothing, sets
+ * statement; *created = true. With an idempotency key that a job of its project already holds (a
+ * key is its project's: another project may hold the same one), inserts nothing, sets
  * *created = false, id_out the job holding the key, and returns KILN_EREUSED (field
  * "idempotency_key"): whether that job answers this request is the caller's to decide
  * (store_job_key_get, which callers ask first). KILN_ENOTFOUND (field "project") when the job's
@@ -96,12 +97,11 @@ typedef struct store_job_key {
     bool found;
     bool same;                   /* made from a request with the same request_hash (or either has none) */
     char id[STORE_ID_LEN];
-    char project[64];
 } store_job_key_t;
-/* Looks an idempotency key up (one read through its unique index): *out, found false when no job
- * holds it. request_hash as store_job_new_t's (NULL: not compared). KILN_EDB. */
-int store_job_key_get(store_conn_t *c, const char *key, const uint8_t *request_hash, store_job_key_t *out,
-                      kiln_err_t *err);
+/* Looks project's idempotency key up (one read through its unique index): *out, found false when
+ * no job of the project holds it. request_hash as store_job_new_t's (NULL: not compared). KILN_EDB. */
+int store_job_key_get(store_conn_t *c, const char *project, const char *key, const uint8_t *request_hash,
+                      store_job_key_t *out, kiln_err_t *err);
 
 /* The state-machine and scheduling view of a job. */
 typedef struct store_job_row {

@@ -282,7 +282,7 @@ Test(jobs, insert_get_and_first_event)
     cr_assert_eq(store_job_events_json(c, "00000000-0000-0000-0000-000000000000", &ev, &err), KILN_ENOTFOUND);
 }
 
-Test(jobs, idempotency_key_is_unique)
+Test(jobs, idempotency_key_is_unique_in_its_project)
 {
     char a[STORE_ID_LEN], b[STORE_ID_LEN] = "", d[STORE_ID_LEN];
     bool ca = false, cb = true, cd = false;
@@ -308,18 +308,27 @@ Test(jobs, idempotency_key_is_unique)
     cr_assert_str_neq(a, d);
     cr_assert_eq(count_rows("SELECT count(*) FROM jobs"), 2);
     cr_assert_eq(count_rows("SELECT count(*) FROM job_events"), 2);
-    /* the look-up: the job, its project, and whether it came from the same request */
+    /* the look-up: the job, and whether it came from the same request */
     store_job_key_t k;
-    cr_assert_eq(store_job_key_get(c, "key-1", h1, &k, &err), 0, "%s", err.message);
+    cr_assert_eq(store_job_key_get(c, "p", "key-1", h1, &k, &err), 0, "%s", err.message);
     cr_assert(k.found && k.same);
     cr_assert_str_eq(k.id, a);
-    cr_assert_str_eq(k.project, "p");
-    cr_assert_eq(store_job_key_get(c, "key-1", h2, &k, &err), 0, "%s", err.message);
+    cr_assert_eq(store_job_key_get(c, "p", "key-1", h2, &k, &err), 0, "%s", err.message);
     cr_assert(k.found && !k.same);
-    cr_assert_eq(store_job_key_get(c, "key-2", h2, &k, &err), 0, "%s", err.message);
+    cr_assert_eq(store_job_key_get(c, "p", "key-2", h2, &k, &err), 0, "%s", err.message);
     cr_assert(k.found && k.same, "a job inserted without a hash answers any request");
-    cr_assert_eq(store_job_key_get(c, "key-3", h1, &k, &err), 0, "%s", err.message);
+    cr_assert_eq(store_job_key_get(c, "p", "key-3", h1, &k, &err), 0, "%s", err.message);
     cr_assert_not(k.found);
+    /* a key is its project's: another project's job may hold the same one */
+    cr_assert_eq(store_project_insert(c, "q", NULL, "test", &err), 0, "%s", err.message);
+    j.project = "q";
+    cr_assert_eq(store_job_insert(c, &j, b, &cb, NULL, &err), 0, "%s", err.message);
+    cr_assert(cb, "project q's job is made under the key project p's job holds");
+    cr_assert_str_neq(a, b);
+    cr_assert_eq(store_job_key_get(c, "q", "key-1", h1, &k, &err), 0, "%s", err.message);
+    cr_assert(k.found && !strcmp(k.id, b));
+    cr_assert_eq(store_job_key_get(c, "p", "key-1", h1, &k, &err), 0, "%s", err.message);
+    cr_assert(k.found && !strcmp(k.id, a));
 }
 
 /* The project is checked in the insert's own statement: a missing one inserts nothing and says
