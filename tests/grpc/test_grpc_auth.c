@@ -752,28 +752,28 @@ Test(grpc_auth, training_service_over_tls_and_not_in_clear)
 
 /* ---- artifacts ----------------------------------------------------------------------------- */
 
-/* A job of project p run by a worker driven through the service, with an artifact of n
- * pseudo-random bytes uploaded as its agent would; returns the bytes (caller frees). */
-static uint8_t *job_with_artifact(char *job, char *wid, size_t n)
+/* Job spec, submitted, run by a new worker of one cpu slot named host (its data root root, or
+ * none) driven through the service, with bytes[0..n) uploaded as its model as its agent would: the
+ * job's id and the worker's into job and wid (64 bytes each); returns the attempt. */
+static int run_with_model(const json_t *spec, const char *host, char *root, const uint8_t *bytes, size_t n, char *job,
+                          char *wid)
 {
     kiln_err_t err;
     arena_t a;
     arena_init(&a, 0);
-    /* ahead of the world's queued jobs for the one slot */
-    json_t *spec = json_pack("{s:s, s:s, s:i, s:{s:s, s:[i], s:i, s:i}, s:{s:s}}", "name", "art", "project", "p",
-                             "priority", 100, "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2,
-                             "data", "train", "synthetic");
     json_t *jj = NULL;
     bool created;
     cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &jj, &created, &err), 0, "%s", err.message);
     snprintf(job, 64, "%s", json_string_value(json_object_get(jj, "id")));
     json_decref(jj);
-    json_decref(spec);
     Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
     Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
-    req.hostname = "art";
+    char *roots[] = {root};
+    req.hostname = (char *)host;
     req.slots = 1;
     req.slot_type = "cpu";
+    req.data_roots = root ? roots : NULL;
+    req.n_data_roots = root ? 1 : 0;
     cr_assert_eq(svc_agent_register(S, &req, NULL, &a, &reg, &err), 0, "%s", err.message);
     snprintf(wid, 64, "%s", reg.worker_id);
     int attempt = -1;
@@ -788,14 +788,11 @@ static uint8_t *job_with_artifact(char *job, char *wid, size_t n)
         if (attempt < 0)
             usleep(50000);
     }
-    cr_assert(attempt > 0);
-    uint8_t *data = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        data[i] = (uint8_t)(i * 7 + i / 251);
+    cr_assert(attempt > 0, "the job was assigned");
     char sha[KILN_SHA256_HEX];
-    kiln_sha256_hex(data, n, sha);
+    kiln_sha256_hex(bytes, n, sha);
     Kiln__ArtifactFile f = KILN__ARTIFACT_FILE__INIT, *fp[1] = {&f};
-    f.name = "model_llmc.bin";
+    f.name = KILN_ARTIFACT_MODEL;
     f.size = (int64_t)n;
     f.sha256 = sha;
     Kiln__ArtifactManifest m = KILN__ARTIFACT_MANIFEST__INIT;
@@ -810,14 +807,30 @@ static uint8_t *job_with_artifact(char *job, char *wid, size_t n)
     c.worker_id = wid;
     c.job_id = job;
     c.attempt = attempt;
-    c.name = "model_llmc.bin";
-    c.data.data = data;
+    c.name = KILN_ARTIFACT_MODEL;
+    c.data.data = (uint8_t *)bytes;
     c.data.len = n;
     c.sha256 = sha;
     Kiln__ArtifactChunkReply cr = KILN__ARTIFACT_CHUNK_REPLY__INIT;
     cr_assert_eq(svc_agent_artifact_chunk(S, wid, &c, &cr, &err), 0, "%s", err.message);
     cr_assert(cr.complete);
     arena_deinit(&a);
+    return attempt;
+}
+
+/* A job of project p run by a worker driven through the service, with an artifact of n
+ * pseudo-random bytes uploaded as its agent would; returns the bytes (caller frees). */
+static uint8_t *job_with_artifact(char *job, char *wid, size_t n)
+{
+    /* ahead of the world's queued jobs for the one slot */
+    json_t *spec = json_pack("{s:s, s:s, s:i, s:{s:s, s:[i], s:i, s:i}, s:{s:s}}", "name", "art", "project", "p",
+                             "priority", 100, "model", "type", "mlp", "hidden", 8, "n_inputs", 4, "n_classes", 2,
+                             "data", "train", "synthetic");
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 7 + i / 251);
+    run_with_model(spec, "art", NULL, data, n, job, wid);
+    json_decref(spec);
     return data;
 }
 
@@ -957,78 +970,25 @@ Test(grpc_auth, another_projects_job_is_named_only_to_who_may_read_it)
     user("qed", 0, t_q);
     member("q", "qed", "editor");
     /* the source: a GPT job of p that ran on a worker reading dir and left its model */
-    arena_t a;
-    arena_init(&a, 0);
-    char data[200], *roots[] = {dir};
+    char data[200];
     snprintf(data, sizeof data, "%s/text.txt", dir);
     json_t *spec = json_pack("{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:i}, s:{s:s}, s:{s:f, s:i, s:i}}", "name", "src",
                              "project", "p", "model", "type", "gpt", "n_layer", 1, "n_head", 2, "n_embd", 16, "seq_len",
                              8, "data", "train", data, "hyperparameters", "lr", 0.01, "global_batch_size", 2,
                              "max_steps", 3);
-    json_t *jj = NULL;
-    bool created;
-    cr_assert_eq(svc_job_create(S, svc_caller_kilnd(), spec, NULL, &jj, &created, &err), 0, "%s", err.message);
-    char src[64];
-    snprintf(src, sizeof src, "%s", json_string_value(json_object_get(jj, "id")));
-    json_decref(jj);
-    Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
-    Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
-    req.hostname = "src";
-    req.slots = 1;
-    req.slot_type = "cpu";
-    req.data_roots = roots;
-    req.n_data_roots = 1;
-    cr_assert_eq(svc_agent_register(S, &req, NULL, &a, &reg, &err), 0, "%s", err.message);
-    char wid[64];
-    snprintf(wid, sizeof wid, "%s", reg.worker_id);
-    int attempt = -1;
-    for (int i = 0; i < 200 && attempt < 0; i++) {
-        Kiln__HeartbeatRequest hb = KILN__HEARTBEAT_REQUEST__INIT;
-        Kiln__HeartbeatResponse hr = KILN__HEARTBEAT_RESPONSE__INIT;
-        hb.worker_id = wid;
-        cr_assert_eq(svc_agent_heartbeat(S, wid, &hb, &a, &hr, &err), 0, "%s", err.message);
-        for (size_t k = 0; k < hr.n_assignments; k++)
-            if (!strcmp(hr.assignments[k]->job_id, src))
-                attempt = hr.assignments[k]->attempt;
-        if (attempt < 0)
-            usleep(50000);
-    }
-    cr_assert(attempt > 0, "the source job was assigned");
     uint8_t model[1000];
     memset(model, 7, sizeof model);
-    char sha[KILN_SHA256_HEX];
-    kiln_sha256_hex(model, sizeof model, sha);
-    Kiln__ArtifactFile f = KILN__ARTIFACT_FILE__INIT, *fp[1] = {&f};
-    f.name = KILN_ARTIFACT_MODEL;
-    f.size = (int64_t)sizeof model;
-    f.sha256 = sha;
-    Kiln__ArtifactManifest m = KILN__ARTIFACT_MANIFEST__INIT;
-    m.worker_id = wid;
-    m.job_id = src;
-    m.attempt = attempt;
-    m.n_files = 1;
-    m.files = fp;
-    Kiln__ArtifactManifestReply mr = KILN__ARTIFACT_MANIFEST_REPLY__INIT;
-    cr_assert_eq(svc_agent_artifacts_begin(S, wid, &m, &a, &mr, &err), 0, "%s", err.message);
-    Kiln__ArtifactChunk c = KILN__ARTIFACT_CHUNK__INIT;
-    c.worker_id = wid;
-    c.job_id = src;
-    c.attempt = attempt;
-    c.name = KILN_ARTIFACT_MODEL;
-    c.data.data = model;
-    c.data.len = sizeof model;
-    c.sha256 = sha;
-    Kiln__ArtifactChunkReply cr = KILN__ARTIFACT_CHUNK_REPLY__INIT;
-    cr_assert_eq(svc_agent_artifact_chunk(S, wid, &c, &cr, &err), 0, "%s", err.message);
-    cr_assert(cr.complete);
+    char src[64], wid[64];
+    int attempt = run_with_model(spec, "src", dir, model, sizeof model, src, wid);
     Kiln__RankExit ex = KILN__RANK_EXIT__INIT;
     ex.worker_id = wid;
     ex.job_id = src;
     ex.attempt = attempt;
     ex.exit_code = 0;
     cr_assert_eq(svc_agent_rank_exit(S, wid, &ex, &err), 0, "%s", err.message);
-    arena_deinit(&a);
     /* a job of q starts from its model (its submitter reads both) */
+    json_t *jj = NULL;
+    bool created;
     char ref[80];
     snprintf(ref, sizeof ref, "job:%s", src);
     json_object_set_new(spec, "project", json_string("q"));
