@@ -468,7 +468,7 @@ int svc_queue_check_default(store_conn_t *c, const char *queue, const char *proj
     int qi = -1;
     int rc = store_queue_lock(c, queue, false, err);
     if (rc == 0)
-        rc = store_queue_defs_json(c, &all, err);
+        rc = store_queue_defs_json(c, queue, &all, err);
     if (rc == 0)
         rc = queue_usable(all, queue, project, "default_queue", "", &qi, err);
     json_decref(all);
@@ -487,7 +487,7 @@ int svc_queue_resolve_job(store_conn_t *c, char queue[64], const char *project, 
         whose = " (the project's default queue)";
     }
     json_t *all = NULL;
-    rc = store_queue_defs_json(c, &all, err);
+    rc = store_queue_defs_json(c, queue, &all, err);
     if (rc)
         return rc;
     sched_queue_t *qs = NULL;

@@ -80,11 +80,21 @@ int store_queue_defs_take(store_stmt_t *s, json_t **out, kiln_err_t *err)
     return rows_json(store_stmt_take(s), out, err);
 }
 
-int store_queue_defs_json(store_conn_t *c, json_t **out, kiln_err_t *err)
+int store_queue_defs_json(store_conn_t *c, const char *cohort_of, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
     store_stmt_t s;
     store_queue_defs_stmt(&s);
+    if (cohort_of) {
+        const char *p[1] = {cohort_of};
+        s.sql = "SELECT json_build_object(" QUEUE_FIELDS ")::text FROM queues q"
+                " WHERE q.name = $1 OR q.cohort = (SELECT cohort FROM queues WHERE name = $1 AND cohort <> '')"
+                " ORDER BY q.name";
+        s.nparams = 1;
+        s.params = p;
+        int rc = store_qp_pipeline(c, &s, 1, err);
+        return rc ? rc : store_queue_defs_take(&s, out, err);
+    }
     int rc = store_qp_pipeline(c, &s, 1, err);
     return rc ? rc : store_queue_defs_take(&s, out, err);
 }

@@ -386,9 +386,10 @@ int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, ki
  * naming it, when there is none). */
 int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
 /* *out = array of every queue by name with its fields only (no "usage", "pending", "admitted"; it
- * reads no job): what checking a submission and a scheduling pass (which counts each queue's usage
- * from the jobs holding slots it reads anyway) need. */
-int store_queue_defs_json(store_conn_t *c, json_t **out, kiln_err_t *err);
+ * reads no job): what a scheduling pass (which counts each queue's usage from the jobs holding
+ * slots it reads anyway) needs; with cohort_of non-NULL, only that queue and the others of its
+ * cohort (none when it has no cohort, or does not exist): what checking a submission to it needs. */
+int store_queue_defs_json(store_conn_t *c, const char *cohort_of, json_t **out, kiln_err_t *err);
 /* Inserts q (validated fields: name, cohort, quota, borrowing_limit, lending_limit, weight,
  * projects, fair_sharing). KILN_EEXIST (field "name") when the name is taken. */
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err);

@@ -1120,7 +1120,7 @@ Test(workers, a_pass_reads_in_one_round_trip_what_each_read_gives)
     for (int i = 0; i < npend; i++)
         cr_assert_str_eq(pr.pending[i].row.id, pend[i].row.id);
     json_t *q = NULL, *u = NULL;
-    cr_assert_eq(store_queue_defs_json(c, &q, &err), 0);
+    cr_assert_eq(store_queue_defs_json(c, NULL, &q, &err), 0);
     cr_assert(json_equal(pr.queues, q));
     cr_assert_eq(store_queue_project_usage(c, 60, &u, &err), 0);
     cr_assert(json_equal(pr.project_usage, u));
@@ -1426,3 +1426,34 @@ Test(fair, a_projects_recent_usage_decays_with_the_half_life)
     json_decref(u);
 }
 #undef H
+
+/* What checking a submission reads of the queues: the queue and the others of its cohort only. */
+Test(fair, a_submissions_queue_is_read_with_its_cohort_alone)
+{
+    const char *defs[][2] = {{"a", "r"}, {"b", "r"}, {"c", NULL}, {"d", "s"}};
+    for (int i = 0; i < 4; i++) {
+        json_t *q = json_pack("{s:s, s:s*, s:{s:i}, s:f, s:[s], s:b}", "name", defs[i][0], "cohort", defs[i][1],
+                              "quota", "cpu", 8, "weight", 1.0, "projects", "*", "fair_sharing", 0);
+        cr_assert_eq(store_queue_insert(c, q, "test", &err), 0, "%s", err.message);
+        json_decref(q);
+    }
+    const char *want[][4] = {{"a", "a", "b", NULL}, {"c", "c", NULL}, {"d", "d", NULL}, {"nowhere", NULL}};
+    for (int k = 0; k < 4; k++) {
+        json_t *got = NULL;
+        cr_assert_eq(store_queue_defs_json(c, want[k][0], &got, &err), 0, "%s", err.message);
+        char *text = json_dumps(got, JSON_COMPACT);
+        size_t n = 0;
+        while (want[k][1 + n])
+            n++;
+        cr_assert_eq(json_array_size(got), n, "for %s: %s", want[k][0], text);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_str_eq(json_string_value(json_object_get(json_array_get(got, i), "name")), want[k][1 + i], "%s",
+                             text);
+        free(text);
+        json_decref(got);
+    }
+    json_t *all = NULL;
+    cr_assert_eq(store_queue_defs_json(c, NULL, &all, &err), 0, "%s", err.message);
+    cr_assert_eq(json_array_size(all), 5, "every queue, default included");
+    json_decref(all);
+}
