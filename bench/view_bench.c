@@ -1,7 +1,7 @@
 /* view_bench.c - the scheduler's kept view of the waiting jobs (service/sched.c) on the CPU alone:
- * a pass's update with 8 jobs admitted from the front of N waiting (30 queues, one project), and
+ * a pass's update with 8 jobs admitted from the front of N waiting (Q queues, one project), and
  * its scan for each group's first jobs beyond the window, averaged over PASSES passes.
- *   make BUILD=build build/bench/view_bench && build/bench/view_bench [N=10000] [PASSES=200] */
+ *   make BUILD=build build/bench/view_bench && build/bench/view_bench [N=10000] [PASSES=200] [Q=30] */
 #include "service/svc_int.h"
 #include "base/base.h"
 #include <stdio.h>
@@ -19,13 +19,14 @@ static double now_ms(void)
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 10000, passes = argc > 2 ? atoi(argv[2]) : 200;
+    int nq = argc > 3 && atoi(argv[3]) > 0 ? atoi(argv[3]) : 30;
     store_pending_t *rows = calloc((size_t)n, sizeof(*rows));
     for (int i = 0; i < n; i++) {
         store_job_row_t *r = &rows[i].row;
         snprintf(r->id, sizeof r->id, "%08x-0000-4000-8000-%012d", (unsigned)(i * 2654435761u), i);
         snprintf(r->state, sizeof r->state, "QUEUED");
         snprintf(r->slot_type, sizeof r->slot_type, "cpu");
-        snprintf(r->queue, sizeof r->queue, "q%d", i % 30);
+        snprintf(r->queue, sizeof r->queue, "q%d", i % nq);
         snprintf(r->project, sizeof r->project, "default");
         r->priority = i % 10 == 0 ? 200 : i % 3 == 0 ? 100 : 50;
         r->nodes = 1;

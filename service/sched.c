@@ -309,8 +309,8 @@ struct sched_view {
     bool was_full;          /* the last read was a full one */
     /* the groups its rows have been found in (a row's store_pending_t.group is its number there,
      * from 1; 0: not looked up yet): the (queue, project, slot type) of each, indexed */
-    const char **gnames;
-    int ngroups;
+    const char **gnames;    /* room for gmost groups' three names */
+    int ngroups, gmost;
     kiln_names_t gidx;
 };
 
@@ -537,7 +537,7 @@ static int view_group_of(sched_view_t *v, const store_job_row_t *r)
     int i = v->gidx.slot ? kiln_names_find(&v->gidx, key, NULL) : -1;
     if (i >= 0)
         return i + 1;
-    if (!v->gidx.slot || 2 * ((size_t)v->ngroups + 1) > v->gidx.cap) { /* room for twice as many */
+    if (v->ngroups == v->gmost) { /* room for twice as many */
         int most = KILN_MAX(2 * v->ngroups, 32);
         const char **names = realloc(v->gnames, (size_t)most * 3 * sizeof(*names));
         if (!names)
@@ -547,6 +547,7 @@ static int view_group_of(sched_view_t *v, const store_job_row_t *r)
         if (!kiln_names_init(&v->gidx, names, 3, most))
             return 0;
         kiln_names_add_all(&v->gidx, v->ngroups);
+        v->gmost = most;
     }
     /* its three names in one block, which the first points at */
     size_t lq = strlen(r->queue) + 1, lp = strlen(r->project) + 1, ls = strlen(r->slot_type) + 1;
@@ -574,7 +575,7 @@ static void view_groups_clear(sched_view_t *v)
     free(v->gnames);
     kiln_names_free(&v->gidx);
     v->gnames = NULL;
-    v->ngroups = 0;
+    v->ngroups = v->gmost = 0;
 }
 
 int svc_sched_view_heads(sched_view_t *view, int limit, int per_group, int max, store_job_row_t **out, int *n)
