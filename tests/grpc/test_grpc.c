@@ -3,10 +3,7 @@
  * in-process agent running fake ranks (shell scripts), and by Python's grpcio as a foreign
  * client (among others, a tuning job's round trip: Create, Get, List, Stop). Needs the PostgreSQL
  * cluster of tests/run.sh. */
-#include "api/api.h"
-#include "service/service.h"
-#include "tests/common/harness.h"
-#include "agent/agent.h"
+#include "tests/grpc/grpc_test.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -22,43 +19,24 @@
 #define M_LOGS "/kiln.AgentService/PushLogs"
 #define M_METRICS "/kiln.AgentService/PushMetrics"
 
+static gt_kilnd_t K;
 static svc_t *S;
-static api_grpc_t *G;
 static agent_rpc_t *C;
-static char addr[64];
-static char *dburl;
-static char dir[128];
-
-static void start_grpc(void)
-{
-    kiln_err_t err;
-    cr_assert_eq(api_grpc_start(S, addr, NULL, &G, &err), 0, "%s", err.message);
-}
+static const char *const addr = K.addr, *const dir = K.dir;
 
 static void setup(void)
 {
-    kiln_err_t err;
-    dburl = th_pg_create_db("grpc");
-    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
-    /* These tests are about the protocol; authentication has its own suite (test_auth.c). */
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true};
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port());
-    start_grpc();
-    cr_assert_eq(agent_rpc_create(addr, NULL, &C, &err), 0, "%s", err.message);
-    snprintf(dir, sizeof(dir), "/tmp/kiln-gtest.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    /* These tests are about the protocol; authentication has its own suite (test_grpc_auth.c). */
+    gt_start(&K, &(gt_opts_t){.name = "grpc", .rpc = true,
+                              .svc = {.heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
+                                      .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true}});
+    S = K.svc;
+    C = K.rpc;
 }
 
 static void teardown(void)
 {
-    agent_rpc_destroy(C);
-    api_grpc_stop(G);
-    svc_destroy(S);
-    free(dburl);
-    if (!th_rm_tree(dir))
-        fprintf(stderr, "could not remove %s\n", dir);
+    gt_stop(&K);
 }
 
 TestSuite(grpc, .init = setup, .fini = teardown, .timeout = 60);
@@ -245,8 +223,7 @@ Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
     for (int64_t end = kiln_mono_us() + 20000000; atomic_load(&traffic.ok) < 40 && kiln_mono_us() < end;)
         usleep(1000);
     cr_assert_geq(atomic_load(&traffic.ok), 40, "calls were answered before the stop");
-    api_grpc_stop(G);
-    G = NULL;
+    gt_grpc_stop(&K);
     /* the calls after the stop fail, and none hangs */
     for (int64_t end = kiln_mono_us() + 20000000; atomic_load(&traffic.failed) < 8 && kiln_mono_us() < end;)
         usleep(1000);
@@ -254,7 +231,7 @@ Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
     cr_assert_geq(atomic_load(&traffic.failed), 8, "calls after the stop were refused");
-    start_grpc();
+    gt_grpc_start(&K);
     /* the channel reconnects on its own (fail-fast calls fail until it has) */
     int code = -1;
     for (int i = 0; i < 100 && code != 0; i++) {
@@ -483,8 +460,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     char go[400];
     go_path(id, go, sizeof(go));
     /* kilnd's gRPC side goes away; the rank writes and exits meanwhile */
-    api_grpc_stop(G);
-    G = NULL;
+    gt_grpc_stop(&K);
     FILE *f = fopen(go, "w");
     fclose(f);
     usleep(1500000);
@@ -493,7 +469,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), id, &job, &err), 0);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "RUNNING", "no exit can arrive yet");
     json_decref(job);
-    start_grpc();
+    gt_grpc_start(&K);
     job = wait_state(id, "COMPLETED|FAILED", 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
                      json_string_value(json_object_get(job, "reason")));
@@ -625,19 +601,9 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
     char before[128];
     agent_worker_id(agent, before, sizeof(before));
     /* a kilnd with an empty database takes over the address */
-    api_grpc_stop(G);
-    G = NULL;
-    svc_destroy(S);
-    S = NULL;
-    free(dburl);
-    dburl = th_pg_create_db("grpc2");
-    cr_assert_not_null(dburl);
-    /* These tests are about the protocol; authentication has its own suite (test_auth.c). */
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true};
+    gt_restart(&K, "grpc2");
+    S = K.svc;
     kiln_err_t err;
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    start_grpc();
     json_t *workers = NULL;
     size_t n = 0;
     for (int i = 0; i < 100 && n == 0; i++) {
@@ -704,11 +670,8 @@ static char *run_capture(const char *cmd)
 
 Test(grpc, python_grpcio_is_a_foreign_client)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
+    gt_python_ready(dir);
     char cmd[1024];
-    cr_assert_eq(th_protoc_python(dir), 0);
     char script[200];
     snprintf(script, sizeof(script), "%s/client.py", dir);
     FILE *f = fopen(script, "w");
@@ -1010,9 +973,7 @@ static const char *k_py_stream =
 
 Test(grpc, stream_logs_follows_a_job_to_its_end)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
+    gt_python_ready(dir);
     char *bin = write_script("echo first\n" WAIT_FOR_GO "echo second\necho third >&2\nsleep 0.3\necho fourth\nexit 0\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
@@ -1020,7 +981,6 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
     char go[400];
     go_path(id, go, sizeof(go));
     char cmd[1200];
-    cr_assert_eq(th_protoc_python(dir), 0);
     char script[200];
     snprintf(script, sizeof(script), "%s/stream.py", dir);
     FILE *f = fopen(script, "w");
@@ -1058,15 +1018,12 @@ static const char *k_py_stream_stop =
 
 Test(grpc, stopping_the_server_ends_live_streams)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
+    gt_python_ready(dir);
     char *bin = write_script("trap 'exit 143' TERM\necho alive\nwhile :; do sleep 0.05; done\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
     char cmd[1200];
-    cr_assert_eq(th_protoc_python(dir), 0);
     char script[200];
     snprintf(script, sizeof(script), "%s/stop.py", dir);
     FILE *f = fopen(script, "w");
@@ -1079,13 +1036,12 @@ Test(grpc, stopping_the_server_ends_live_streams)
     cr_assert_not_null(fgets(line, sizeof(line), p));
     cr_assert_str_eq(line, "line alive\n");
     int64_t t0 = kiln_mono_us();
-    api_grpc_stop(G); /* must not wait for the job to end */
-    G = NULL;
+    gt_grpc_stop(&K); /* must not wait for the job to end */
     cr_assert_lt(kiln_mono_us() - t0, 5000000, "stop took %lld ms", (long long)((kiln_mono_us() - t0) / 1000));
     cr_assert_not_null(fgets(line, sizeof(line), p));
     cr_assert(!strncmp(line, "ended ", 6) && strcmp(line, "ended OK\n") != 0, "the client saw the stream break: %s", line);
     pclose(p);
-    start_grpc();
+    gt_grpc_start(&K);
     agent_destroy(agent);
     free(id);
 }
@@ -1301,17 +1257,6 @@ Test(grpc, pending_reason_is_the_same_as_rest)
 
 /* ---- tuning jobs ------------------------------------------------------------------------------ */
 
-/* Runs calls (a JSON array; taken) through Python's grpcio (grpc_client.py) in one process; returns
- * its answers, one a call: {"code", "details", "response" (proto JSON, proto field names),
- * "trailing"} (caller decrefs). */
-static json_t *grpc_py(json_t *calls, const char *name)
-{
-    char said[4096];
-    json_t *out = th_grpc_plain(addr, dir, calls, name, said, sizeof said);
-    cr_assert_not_null(out, "grpc_client.py: %s", said);
-    return out;
-}
-
 /* A proto JSON integer: int32 comes as a number, int64 as its decimal text; absent is 0. */
 static long long pj_int(const json_t *o, const char *key)
 {
@@ -1330,16 +1275,14 @@ static const char *pj_str(const json_t *o, const char *key)
  * now; the same request without the key is refused, another one under the key is ALREADY_EXISTS. */
 Test(grpc, a_retry_gets_its_job_after_the_projects_default_queue_changed)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
+    gt_python_ready(dir);
     json_t *spec = json_loads(k_spec, 0, NULL);
     cr_assert_not_null(spec);
     json_object_set_new(json_object_get(spec, "resources"), "slots_per_node", json_integer(2));
-    json_t *ans = grpc_py(json_pack("[{s:s, s:{s:O, s:s}}]", "method", "/kiln.TrainingService/CreateJob", "request",
-                                    "spec", spec, "idempotency_key", "grpc-retry"),
-                          "retry-first");
+    json_t *ans = gt_grpc_calls(&K,
+                                json_pack("[{s:s, s:{s:O, s:s}}]", "method", "/kiln.TrainingService/CreateJob",
+                                          "request", "spec", spec, "idempotency_key", "grpc-retry"),
+                                "retry-first");
     json_t *c = json_array_get(ans, 0);
     cr_assert_str_eq(pj_str(c, "code"), "OK", "%s", json_dumps(c, 0));
     char id[64];
@@ -1358,13 +1301,14 @@ Test(grpc, a_retry_gets_its_job_after_the_projects_default_queue_changed)
     json_decref(patch);
     json_t *other = json_deep_copy(spec);
     json_object_set_new(other, "name", json_string("another"));
-    ans = grpc_py(json_pack("[{s:s, s:{s:O, s:s}}, {s:s, s:{s:O}}, {s:s, s:{s:o, s:s}}]",
-                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec, "idempotency_key",
-                            "grpc-retry",
-                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec,
-                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", other, "idempotency_key",
-                            "grpc-retry"),
-                  "retry-again");
+    ans = gt_grpc_calls(&K,
+                        json_pack("[{s:s, s:{s:O, s:s}}, {s:s, s:{s:O}}, {s:s, s:{s:o, s:s}}]",
+                                  "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec,
+                                  "idempotency_key", "grpc-retry",
+                                  "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec,
+                                  "method", "/kiln.TrainingService/CreateJob", "request", "spec", other,
+                                  "idempotency_key", "grpc-retry"),
+                        "retry-again");
     cr_assert_eq(json_array_size(ans), 3);
     c = json_array_get(ans, 0);
     cr_assert_str_eq(pj_str(c, "code"), "OK", "the retry gets its job: %s", json_dumps(c, 0));
@@ -1386,10 +1330,7 @@ Test(grpc, a_retry_gets_its_job_after_the_projects_default_queue_changed)
  * one; an unknown id is NOT_FOUND. */
 Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
+    gt_python_ready(dir);
     char *bin = write_script("lr=$(sed -n 's/.*\"lr\": *\\([0-9.]*\\).*/\\1/p' \"$KILN_SPEC\" | head -n 1)\n"
                              "echo \"val loss $lr\"\n");
     agent_t *agent = start_agent(bin);
@@ -1401,8 +1342,8 @@ Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
              k_spec);
     json_t *r = json_loads(req, 0, NULL);
     cr_assert_not_null(r);
-    json_t *ans = grpc_py(json_pack("[{s:s, s:o}]", "method", "/kiln.TrainingService/CreateTuningJob", "request", r),
-                          "tune-create");
+    json_t *ans = gt_grpc_calls(
+        &K, json_pack("[{s:s, s:o}]", "method", "/kiln.TrainingService/CreateTuningJob", "request", r), "tune-create");
     json_t *c = json_array_get(ans, 0);
     cr_assert_str_eq(pj_str(c, "code"), "OK", "%s", json_dumps(c, 0));
     json_t *tj = json_object_get(c, "response");
@@ -1441,14 +1382,15 @@ Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
     json_decref(out);
     json_decref(body);
 
-    ans = grpc_py(json_pack("[{s:s, s:{s:s}}, {s:s}, {s:s, s:{s:s}}, {s:s, s:{s:s}}, {s:s, s:{s:s}}]",
-                            "method", "/kiln.TrainingService/GetTuningJob", "request", "id", id,
-                            "method", "/kiln.TrainingService/ListTuningJobs",
-                            "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id2,
-                            "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id,
-                            "method", "/kiln.TrainingService/GetTuningJob", "request", "id",
-                            "00000000-0000-4000-8000-000000000000"),
-                  "tune-rest");
+    ans = gt_grpc_calls(&K,
+                        json_pack("[{s:s, s:{s:s}}, {s:s}, {s:s, s:{s:s}}, {s:s, s:{s:s}}, {s:s, s:{s:s}}]",
+                                  "method", "/kiln.TrainingService/GetTuningJob", "request", "id", id,
+                                  "method", "/kiln.TrainingService/ListTuningJobs",
+                                  "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id2,
+                                  "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id,
+                                  "method", "/kiln.TrainingService/GetTuningJob", "request", "id",
+                                  "00000000-0000-4000-8000-000000000000"),
+                        "tune-rest");
     cr_assert_eq(json_array_size(ans), 5);
     /* GetTuningJob: as REST has it */
     json_t *g = json_array_get(ans, 0);
@@ -1570,24 +1512,10 @@ static void refused_alike(const kiln_err_t *gerr, int gcode, int want_gcode, con
     cr_assert_str_eq(gerr->message, want, "gRPC's status message");
 }
 
-/* REST on the same service, to compare answers with: its base URL into base. */
-static api_http_t *rest_beside(char base[80])
-{
-    api_http_t *H = NULL;
-    char haddr[64];
-    int port = th_free_port();
-    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", port);
-    snprintf(base, 80, "http://127.0.0.1:%d", port);
-    api_http_config_t hc = {.addr = haddr};
-    kiln_err_t err;
-    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
-    return H;
-}
-
 Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
 {
-    char base[80];
-    api_http_t *H = rest_beside(base);
+    gt_http_start(&K); /* REST on the same service, to compare answers with */
+    const char *base = K.base;
     kiln_err_t err;
     int code = -1;
 
@@ -1763,7 +1691,6 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     rj = rest(base, "GET", "/v1/queues/none", NULL, &st);
     refused_alike(&gerr, code, 5 /* NOT_FOUND */, rj, st, 404, "name");
     json_decref(rj);
-    api_http_stop(H);
     free(ids[0]);
     free(ids[1]);
     free(wid);
@@ -1774,8 +1701,8 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
  * queue that leaves out a project whose default queue it is is refused alike. */
 Test(grpc, a_projects_default_queue_answers_as_rest_does)
 {
-    char base[80];
-    api_http_t *H = rest_beside(base);
+    gt_http_start(&K); /* REST on the same service, to compare answers with */
+    const char *base = K.base;
     kiln_err_t err, gerr;
     int code = -1;
     long st = 0;
@@ -1846,5 +1773,4 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     cr_assert_eq(q->n_projects, 1);
     cr_assert_str_eq(q->projects[0], "gb");
     protobuf_c_message_free_unpacked(&q->base, NULL);
-    api_http_stop(H);
 }

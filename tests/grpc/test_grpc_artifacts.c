@@ -4,10 +4,7 @@
  * the job's log says so), a failed job keeps what it wrote, a job over the per-job limit is told
  * why in its log, damaged chunks and foreign workers are refused over the wire, and a job that
  * starts from another's model gets that model's exact bytes. Ranks are shell scripts. */
-#include "agent/agent.h"
-#include "api/api.h"
-#include "service/service.h"
-#include "tests/common/harness.h"
+#include "tests/grpc/grpc_test.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -16,27 +13,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static gt_kilnd_t K;
 static svc_t *S;
-static api_grpc_t *G;
 static agent_t *A;
-static char addr[64], dir[128], work[200];
-static char *dburl;
+static const char *const addr = K.addr, *const dir = K.dir;
+static char work[200];
 
 static void setup(void)
 {
-    kiln_err_t err;
-    dburl = th_pg_create_db("gart");
-    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
-    snprintf(dir, sizeof dir, "/tmp/kiln-gart.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    char arts[200];
-    snprintf(arts, sizeof arts, "%s/store", dir);
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 50, .db_pool_size = 4, .auth_disabled = true, .artifact_dir = arts,
-                        .artifact_max_job_bytes = 1 << 20};
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", th_free_port());
-    cr_assert_eq(api_grpc_start(S, addr, NULL, &G, &err), 0, "%s", err.message);
+    gt_start(&K, &(gt_opts_t){.name = "gart", .artifacts = "store",
+                              .svc = {.heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
+                                      .sched_interval_ms = 50, .db_pool_size = 4, .auth_disabled = true,
+                                      .artifact_max_job_bytes = 1 << 20}});
+    S = K.svc;
     snprintf(work, sizeof work, "%s/work", dir);
     char data[200];
     snprintf(data, sizeof data, "%s/data", dir);
@@ -50,11 +39,7 @@ static void setup(void)
 static void teardown(void)
 {
     agent_destroy(A);
-    api_grpc_stop(G);
-    svc_destroy(S);
-    free(dburl);
-    if (!th_rm_tree(dir))
-        fprintf(stderr, "could not remove %s\n", dir);
+    gt_stop(&K);
 }
 
 TestSuite(grpc_artifacts, .init = setup, .fini = teardown, .timeout = 90);
