@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The first line of path into out; asserts it is there. */
 static void read_token(const char *path, char *out, size_t n)
@@ -160,4 +162,38 @@ json_t *gt_grpc_calls(const gt_kilnd_t *k, json_t *calls, const char *name)
     json_t *out = th_grpc_plain(k->addr, k->dir, calls, name, said, sizeof said);
     cr_assert_not_null(out, "grpc_client.py: %s", said);
     return out;
+}
+
+char *gt_rank_script(const gt_kilnd_t *k, const char *body)
+{
+    static char path[200];
+    snprintf(path, sizeof path, "%s/fake-train.sh", k->dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "could not write %s", path);
+    fprintf(f, "#!/bin/sh\n%s", body);
+    fclose(f);
+    chmod(path, 0755);
+    return path;
+}
+
+agent_t *gt_agent_start(const gt_kilnd_t *k, agent_config_t cfg)
+{
+    cfg.server = k->addr;
+    cfg.address = cfg.address ? cfg.address : "127.0.0.1";
+    cfg.slot_type = cfg.slot_type ? cfg.slot_type : "cpu";
+    cfg.slots = cfg.slots ? cfg.slots : 1;
+    cfg.stop_grace_ms = cfg.stop_grace_ms ? cfg.stop_grace_ms : 2000;
+    cfg.tls.insecure = true;
+    agent_t *a = NULL;
+    kiln_err_t err;
+    cr_assert_eq(agent_create(&cfg, &a, &err), 0, "%s", err.message);
+    for (int i = 0; i < 100; i++) {
+        char id[128];
+        agent_worker_id(a, id, sizeof id);
+        if (id[0])
+            return a;
+        usleep(50000);
+    }
+    cr_assert_fail("the agent did not register");
+    return NULL;
 }

@@ -70,4 +70,12 @@ void gt_python_ready(const char *dir);
  * "trailing"} (caller decrefs). Asserts the client ran. */
 json_t *gt_grpc_calls(const gt_kilnd_t *k, json_t *calls, const char *name);
 
+/* Writes a rank program, a shell script ("#!/bin/sh\n" then body), to k->dir/fake-train.sh and
+ * makes it executable: its path (static storage, the same for every call). */
+char *gt_rank_script(const gt_kilnd_t *k, const char *body);
+/* An in-process agent of k's gRPC server over plain text, with cfg's settings (the server is k's;
+ * address "127.0.0.1", slot_type "cpu", 1 slot and a stop grace of 2000 ms unless cfg says), once
+ * it has registered (asserts when it has not within 5 s). Caller owns it; agent_destroy(). */
+agent_t *gt_agent_start(const gt_kilnd_t *k, agent_config_t cfg);
+
 #endif

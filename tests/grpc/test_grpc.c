@@ -260,36 +260,17 @@ static const char *k_spec =
     "\"resources\":{\"nodes\":1,\"slots_per_node\":1,\"slot_type\":\"cpu\"},"
     "\"metric_definitions\":[{\"name\":\"val_loss\",\"regex\":\"val loss ([0-9.]+)\"}]}";
 
+/* The suite's rank program. */
 static char *write_script(const char *body)
 {
-    static char path[200];
-    snprintf(path, sizeof(path), "%s/fake-train.sh", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "#!/bin/sh\n%s", body);
-    fclose(f);
-    chmod(path, 0755);
-    return path;
+    return gt_rank_script(&K, body);
 }
 
 static agent_t *start_agent(const char *bin)
 {
     char work[200];
     snprintf(work, sizeof(work), "%s/work", dir);
-    agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
-                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000, .tls.insecure = true};
-    agent_t *a = NULL;
-    kiln_err_t err;
-    cr_assert_eq(agent_create(&cfg, &a, &err), 0, "%s", err.message);
-    for (int i = 0; i < 100; i++) {
-        char id[128];
-        agent_worker_id(a, id, sizeof(id));
-        if (id[0])
-            return a;
-        usleep(50000);
-    }
-    cr_assert_fail("the agent did not register");
-    return NULL;
+    return gt_agent_start(&K, (agent_config_t){.work_dir = work, .train_bin = bin, .cores = 2});
 }
 
 /* Submits k_spec with `ranks` slots on one node. */

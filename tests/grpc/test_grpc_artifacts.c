@@ -46,28 +46,11 @@ TestSuite(grpc_artifacts, .init = setup, .fini = teardown, .timeout = 90);
 
 static void start_agent(const char *script)
 {
-    char bin[200], data_root[200];
-    snprintf(bin, sizeof bin, "%s/fake-train.sh", dir);
-    FILE *f = fopen(bin, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "#!/bin/sh\n%s", script);
-    fclose(f);
-    chmod(bin, 0755);
+    char data_root[200];
     snprintf(data_root, sizeof data_root, "%s/data", dir);
     const char *roots[] = {data_root};
-    agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
-                           .address = "127.0.0.1", .cores = 1, .stop_grace_ms = 2000, .tls.insecure = true,
-                           .data_roots = roots, .n_data_roots = 1};
-    kiln_err_t err;
-    cr_assert_eq(agent_create(&cfg, &A, &err), 0, "%s", err.message);
-    for (int i = 0; i < 100; i++) {
-        char id[128];
-        agent_worker_id(A, id, sizeof id);
-        if (id[0])
-            return;
-        usleep(50000);
-    }
-    cr_assert_fail("the agent did not register");
+    A = gt_agent_start(&K, (agent_config_t){.work_dir = work, .train_bin = gt_rank_script(&K, script), .cores = 1,
+                                            .data_roots = roots, .n_data_roots = 1});
 }
 
 /* A tiny GPT job (the ranks are scripts: what matters is the spec kilnd stores). */
