@@ -165,6 +165,22 @@ static bool entitled(const admit_t *a, int j)
     return nom == SCHED_UNLIMITED || a->usage[J->queue][J->type] + job_size(J) <= nom;
 }
 
+/* Admits job j where d->pl places it (borrowed: beyond its queue's nominal quota): takes its
+ * slots on those workers and adds its size to its queue's and its project's usage. */
+static void take(admit_t *a, int j, sched_decision_t *d, bool borrowed)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    d->outcome = SCHED_ADMITTED;
+    d->borrowed = borrowed;
+    d->reason[0] = '\0';
+    for (int k = 0; k < d->pl.nodes; k++)
+        a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
+    a->usage[J->queue][J->type] += job_size(J);
+    if (J->project >= 0 && J->project < s->nprojects)
+        a->proj[J->project] += job_size(J);
+}
+
 /* Checks job j against its queue's quota and cohort now. Returns 0 when it may be admitted,
  * SCHED_WAIT_QUOTA or SCHED_WAIT_NEVER_QUOTA with the reason written. */
 static int quota_check(admit_t *a, int j, char *why, size_t n)
@@ -699,18 +715,11 @@ static void backfill(admit_t *a, int kb, sched_decision_t *out, int *order, int 
             for (int x = 0; reserves(a, out, k) && end > a->at[k] && x < d->pl.nodes; x++)
                 a->extra[k * nw + d->pl.worker[x]] -= J->slots_per_node;
         hold_past_heads(a, out, j, end);
-        d->outcome = SCHED_ADMITTED;
-        d->borrowed = !entitled(a, j);
+        take(a, j, d, !entitled(a, j));
         d->backfilled = true;
         d->behind_head = b;
         d->end_s = end;
         d->head_start_s = at;
-        d->reason[0] = '\0';
-        for (int k = 0; k < d->pl.nodes; k++)
-            a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
-        a->usage[J->queue][J->type] += job_size(J);
-        if (J->project >= 0 && J->project < s->nprojects)
-            a->proj[J->project] += job_size(J);
         order[(*nadmitted)++] = j;
     }
 }
@@ -787,14 +796,7 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
         try_preempt(a, j, out);
         return false;
     }
-    d->outcome = SCHED_ADMITTED;
-    d->borrowed = !within;
-    d->reason[0] = '\0';
-    for (int k = 0; k < d->pl.nodes; k++)
-        a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
-    a->usage[J->queue][J->type] += job_size(J);
-    if (J->project >= 0 && J->project < s->nprojects)
-        a->proj[J->project] += job_size(J);
+    take(a, j, d, !within);
     return true;
 }
 
