@@ -27,9 +27,7 @@ static const char *const addr = K.addr, *const dir = K.dir;
 static void setup(void)
 {
     /* These tests are about the protocol; authentication has its own suite (test_grpc_auth.c). */
-    gt_start(&K, &(gt_opts_t){.name = "grpc", .rpc = true,
-                              .svc = {.heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                                      .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true}});
+    gt_start(&K, &(gt_opts_t){.name = "grpc", .rpc = true, .svc = {.sched_interval_ms = 100, .auth_disabled = true}});
     S = K.svc;
     C = K.rpc;
 }
@@ -610,11 +608,26 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
 
 /* ---- a foreign client: Python's grpcio with protoc's Python messages ----------------------- */
 
+/* Writes a grpcio script, body after the lines that import grpc and kiln_pb2 (as pb) from this
+ * suite's directory and open `ch`, a plain-text channel to its server, to dir/name; cmd gets
+ * "/usr/bin/python3 SCRIPT DIR ADDR" (the script's own arguments follow: sys.argv[3], ...). */
+static void py_script(const char *name, const char *body, char *cmd, size_t n)
+{
+    static const char preamble[] = "import sys\n"
+                                   "sys.path.insert(0, sys.argv[1])\n"
+                                   "import grpc, kiln_pb2 as pb\n"
+                                   "ch = grpc.insecure_channel(sys.argv[2])\n";
+    char script[200];
+    snprintf(script, sizeof(script), "%s/%s", dir, name);
+    FILE *f = fopen(script, "w");
+    cr_assert_not_null(f, "could not write %s", script);
+    fputs(preamble, f);
+    fputs(body, f);
+    fclose(f);
+    snprintf(cmd, n, "/usr/bin/python3 %s %s %s", script, dir, addr);
+}
+
 static const char *k_py =
-    "import sys\n"
-    "sys.path.insert(0, sys.argv[1])\n"
-    "import grpc, kiln_pb2 as pb\n"
-    "ch = grpc.insecure_channel(sys.argv[2])\n"
     "def call(path, req, resp):\n"
     "    return ch.unary_unary(path, request_serializer=req.SerializeToString,\n"
     "                          response_deserializer=resp.FromString)\n"
@@ -652,13 +665,9 @@ static char *run_capture(const char *cmd)
 Test(grpc, python_grpcio_is_a_foreign_client)
 {
     gt_python_ready(dir);
-    char cmd[1024];
-    char script[200];
-    snprintf(script, sizeof(script), "%s/client.py", dir);
-    FILE *f = fopen(script, "w");
-    fputs(k_py, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s %s %s 2>&1", script, dir, addr);
+    char py[512], cmd[1024];
+    py_script("client.py", k_py, py, sizeof(py));
+    snprintf(cmd, sizeof(cmd), "%s 2>&1", py);
     char *out = run_capture(cmd);
     cr_assert(strstr(out, "registered True 200\n"), "%s", out);
     cr_assert(strstr(out, "heartbeat reregister False\n"), "%s", out);
@@ -927,10 +936,6 @@ Test(grpc, training_service_metrics_come_back_by_name)
 /* StreamLogs through Python's grpcio: history, live lines until the job ends, a client that
  * leaves early, an unknown job. */
 static const char *k_py_stream =
-    "import sys, os\n"
-    "sys.path.insert(0, sys.argv[1])\n"
-    "import grpc, kiln_pb2 as pb\n"
-    "ch = grpc.insecure_channel(sys.argv[2])\n"
     "job, go = sys.argv[3], sys.argv[4]\n"
     "stream = ch.unary_stream('/kiln.TrainingService/StreamLogs',\n"
     "    request_serializer=pb.StreamLogsRequest.SerializeToString, response_deserializer=pb.LogLine.FromString)\n"
@@ -961,13 +966,9 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
     json_decref(wait_state(id, "RUNNING", 20000));
     char go[400];
     go_path(id, go, sizeof(go));
-    char cmd[1200];
-    char script[200];
-    snprintf(script, sizeof(script), "%s/stream.py", dir);
-    FILE *f = fopen(script, "w");
-    fputs(k_py_stream, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "timeout 60 /usr/bin/python3 %s %s %s %s %s 2>&1", script, dir, addr, id, go);
+    char py[512], cmd[1200];
+    py_script("stream.py", k_py_stream, py, sizeof(py));
+    snprintf(cmd, sizeof(cmd), "timeout 60 %s %s %s 2>&1", py, id, go);
     char *out = run_capture(cmd);
     cr_assert(strstr(out, "follow 0 stdout 1 True first\n"), "%s", out);
     cr_assert(strstr(out, "follow 0 stdout 2 True second\n"), "%s", out);
@@ -984,10 +985,6 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
 }
 
 static const char *k_py_stream_stop =
-    "import sys\n"
-    "sys.path.insert(0, sys.argv[1])\n"
-    "import grpc, kiln_pb2 as pb\n"
-    "ch = grpc.insecure_channel(sys.argv[2])\n"
     "stream = ch.unary_stream('/kiln.TrainingService/StreamLogs',\n"
     "    request_serializer=pb.StreamLogsRequest.SerializeToString, response_deserializer=pb.LogLine.FromString)\n"
     "try:\n"
@@ -1004,13 +1001,9 @@ Test(grpc, stopping_the_server_ends_live_streams)
     agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
-    char cmd[1200];
-    char script[200];
-    snprintf(script, sizeof(script), "%s/stop.py", dir);
-    FILE *f = fopen(script, "w");
-    fputs(k_py_stream_stop, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "timeout 60 /usr/bin/python3 %s %s %s %s 2>&1", script, dir, addr, id);
+    char py[512], cmd[1200];
+    py_script("stop.py", k_py_stream_stop, py, sizeof(py));
+    snprintf(cmd, sizeof(cmd), "timeout 60 %s %s 2>&1", py, id);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     char line[512] = "";
