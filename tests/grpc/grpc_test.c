@@ -107,6 +107,10 @@ void gt_start(gt_kilnd_t *k, const gt_opts_t *opts)
 {
     memset(k, 0, sizeof *k);
     k->opts = *opts;
+    svc_config_t *cfg = &k->opts.svc;
+    cfg->heartbeat_interval_ms = cfg->heartbeat_interval_ms ? cfg->heartbeat_interval_ms : 200;
+    cfg->heartbeat_timeout_ms = cfg->heartbeat_timeout_ms ? cfg->heartbeat_timeout_ms : 10000;
+    cfg->db_pool_size = cfg->db_pool_size ? cfg->db_pool_size : 4;
     if (opts->python)
         skip_without_python(); /* before anything is made */
     k->dburl = th_pg_create_db(opts->name);

@@ -17,7 +17,8 @@ typedef struct gt_opts {
     const char *name;       /* names the database ("<name>_...") and the directory (/tmp/kiln-<name>.XXXXXX) */
     svc_config_t svc;       /* the service's settings; database_url is filled in, and so are
                                bootstrap_token_file and join_token_file with auth, artifact_dir with
-                               artifacts */
+                               artifacts; zeros take a heartbeat every 200 ms, 10 s to declare a
+                               worker dead and 4 database connections */
     const char *artifacts;  /* the artifact store, a directory of that name under dir; NULL: none */
     bool auth;              /* tokens written under dir (admin.token, join.token) and read back; a
                                REST server's th_http sends the admin's */

@@ -33,7 +33,7 @@ static void setup(void)
     kiln_err_t err;
     gt_start(&K, &(gt_opts_t){.name = "badin", .auth = true, .artifacts = "artifacts", .http = true,
                               .svc = {.heartbeat_interval_ms = 500, .heartbeat_timeout_ms = 60000,
-                                      .sched_interval_ms = 50, .db_pool_size = 4}});
+                                      .sched_interval_ms = 50}});
     S = K.svc;
     http_port = K.http_port;
 

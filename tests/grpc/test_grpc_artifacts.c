@@ -22,8 +22,7 @@ static char work[200];
 static void setup(void)
 {
     gt_start(&K, &(gt_opts_t){.name = "gart", .artifacts = "store",
-                              .svc = {.heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                                      .sched_interval_ms = 50, .db_pool_size = 4, .auth_disabled = true,
+                              .svc = {.sched_interval_ms = 50, .auth_disabled = true,
                                       .artifact_max_job_bytes = 1 << 20}});
     S = K.svc;
     snprintf(work, sizeof work, "%s/work", dir);

@@ -27,8 +27,7 @@ static void setup(void)
     /* The workers here are played in-process and heartbeat only when a test says so: none may be
      * declared dead while a slow client call runs (no test here is about liveness). */
     gt_opts_t o = {.name = "grpcauth", .auth = true, .artifacts = "artifacts", .tls = true, .python = true,
-                   .svc = {.heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 600000, .sched_interval_ms = 50,
-                           .db_pool_size = 4}};
+                   .svc = {.heartbeat_timeout_ms = 600000, .sched_interval_ms = 50}};
     if (configure)
         configure(&o.svc);
     gt_start(&K, &o);

@@ -32,9 +32,7 @@ static void setup(void)
 {
     /* the protocol is tested here; who may call what is test_grpc_auth.c's */
     gt_start(&K, &(gt_opts_t){.name = "gcode", .artifacts = "store", .rpc = true,
-                              .svc = {.heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                                      .sched_interval_ms = 50, .db_pool_size = 4, .auth_disabled = true,
-                                      .code_max_bytes = 1 << 20}});
+                              .svc = {.sched_interval_ms = 50, .auth_disabled = true, .code_max_bytes = 1 << 20}});
     S = K.svc;
     C = K.rpc;
 }

@@ -20,8 +20,7 @@ static void setup(void)
 {
     /* the answers are compared here; who may call what is test_grpc_auth.c's and test_authz.c's */
     gt_start(&K, &(gt_opts_t){.name = "parity", .http = true,
-                              .svc = {.heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                                      .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true}});
+                              .svc = {.sched_interval_ms = 100, .auth_disabled = true}});
     S = K.svc;
 }
 
