@@ -201,3 +201,15 @@ agent_t *gt_agent_start(const gt_kilnd_t *k, agent_config_t cfg)
     cr_assert_fail("the agent did not register");
     return NULL;
 }
+
+json_t *gt_rest(const gt_kilnd_t *k, const char *method, const char *path, const char *body, long *status)
+{
+    char url[256], *out = NULL;
+    snprintf(url, sizeof url, "%s%s", k->base, path);
+    const char *hdrs[] = {"Content-Type: application/json", NULL};
+    cr_assert_eq(th_http(method, url, body, hdrs, status, &out, 10000), 0, "%s %s: no answer", method, path);
+    json_t *j = json_loads(out ? out : "", 0, NULL);
+    cr_assert_not_null(j, "%s %s: %s", method, path, out);
+    free(out);
+    return j;
+}

@@ -71,6 +71,10 @@ void gt_python_ready(const char *dir);
  * "trailing"} (caller decrefs). Asserts the client ran. */
 json_t *gt_grpc_calls(const gt_kilnd_t *k, json_t *calls, const char *name);
 
+/* One request to k's REST server (gt_http_start), body JSON or NULL: the reply as JSON (caller
+ * decrefs; asserts there is one and that it is JSON) and the status in *status. */
+json_t *gt_rest(const gt_kilnd_t *k, const char *method, const char *path, const char *body, long *status);
+
 /* Writes a rank program, a shell script ("#!/bin/sh\n" then body), to k->dir/fake-train.sh and
  * makes it executable: its path (static storage, the same for every call). */
 char *gt_rank_script(const gt_kilnd_t *k, const char *body);

@@ -1457,19 +1457,6 @@ static int slot_count(void *const *entries, size_t n, const char *key)
 }
 #define SLOTS(q, map, key) slot_count((void *const *)(q)->map, (q)->n_##map, key)
 
-/* REST's answer to a request on a server started for the test: the status, and the reply. */
-static json_t *rest(const char *base, const char *method, const char *path, const char *body, long *status)
-{
-    char url[256], *out = NULL;
-    snprintf(url, sizeof url, "%s%s", base, path);
-    const char *hdrs[] = {"Content-Type: application/json", NULL};
-    cr_assert_eq(th_http(method, url, body, hdrs, status, &out, 10000), 0, "%s %s: no answer", method, path);
-    json_t *j = json_loads(out ? out : "", 0, NULL);
-    cr_assert_not_null(j, "%s %s: %s", method, path, out);
-    free(out);
-    return j;
-}
-
 /* A refusal over gRPC and REST alike: the gRPC code, and the message and hint REST's JSON error
  * has (gRPC's status message is "FIELD: MESSAGE\nhint: HINT", the field named as the request
  * message names it). */
@@ -1489,7 +1476,6 @@ static void refused_alike(const kiln_err_t *gerr, int gcode, int want_gcode, con
 Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
 {
     gt_http_start(&K); /* REST on the same service, to compare answers with */
-    const char *base = K.base;
     kiln_err_t err;
     int code = -1;
 
@@ -1612,7 +1598,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
     long st = 0;
-    json_t *rj = rest(base, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {\"tpu\": 1}}", &st);
+    json_t *rj = gt_rest(&K, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {\"tpu\": 1}}", &st);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "quota.tpu");
     refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.quota.tpu");
     json_decref(rj);
@@ -1626,7 +1612,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     bad.n_projects = 3;
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
-    rj = rest(base, "POST", "/v1/queues",
+    rj = gt_rest(&K, "POST", "/v1/queues",
               "{\"name\": \"x\", \"quota\": {\"cpu\": 8, \"gpu\": 0}, \"projects\": [\"default\", \"*\", \"default\"]}", &st);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "projects[2]");
     refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.projects[2]");
@@ -1642,7 +1628,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
     char *text = json_dumps(body, JSON_COMPACT);
-    rj = rest(base, "POST", "/v1/queues", text, &st);
+    rj = gt_rest(&K, "POST", "/v1/queues", text, &st);
     free(text);
     json_decref(body);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "projects");
@@ -1653,7 +1639,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     dreq.name = "nlp";
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("DeleteQueue", &dreq.base, &kiln__delete_queue_response__descriptor, &code, &gerr));
-    rj = rest(base, "DELETE", "/v1/queues/nlp", NULL, &st);
+    rj = gt_rest(&K, "DELETE", "/v1/queues/nlp", NULL, &st);
     cr_assert(strstr(json_string_value(json_object_get(rj, "message")), "has 2 job(s) waiting or running"), "%s",
               json_string_value(json_object_get(rj, "message")));
     refused_alike(&gerr, code, 9 /* FAILED_PRECONDITION */, rj, st, 409, "name");
@@ -1662,7 +1648,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     greq.name = "none";
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("GetQueue", &greq.base, &kiln__queue__descriptor, &code, &gerr));
-    rj = rest(base, "GET", "/v1/queues/none", NULL, &st);
+    rj = gt_rest(&K, "GET", "/v1/queues/none", NULL, &st);
     refused_alike(&gerr, code, 5 /* NOT_FOUND */, rj, st, 404, "name");
     json_decref(rj);
     free(ids[0]);
@@ -1676,7 +1662,6 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
 Test(grpc, a_projects_default_queue_answers_as_rest_does)
 {
     gt_http_start(&K); /* REST on the same service, to compare answers with */
-    const char *base = K.base;
     kiln_err_t err, gerr;
     int code = -1;
     long st = 0;
@@ -1689,17 +1674,18 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     cr_assert_not_null(p, "CreateProject: %d %s", code, err.message);
     cr_assert_str_eq(p->default_queue, "default");
     protobuf_c_message_free_unpacked(&p->base, NULL);
-    json_t *rj = rest(base, "POST", "/v1/projects", "{\"name\": \"gb\", \"default_queue\": null}", &st);
+    json_t *rj = gt_rest(&K, "POST", "/v1/projects", "{\"name\": \"gb\", \"default_queue\": null}", &st);
     cr_assert_eq(st, 201);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "default_queue")), "default");
     json_decref(rj);
-    rj = rest(base, "POST", "/v1/projects", "{\"name\": \"gc\", \"default_queue\": \"\"}", &st);
+    rj = gt_rest(&K, "POST", "/v1/projects", "{\"name\": \"gc\", \"default_queue\": \"\"}", &st);
     cr_assert_eq(st, 400, "REST's \"\" names no queue");
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "default_queue");
     json_decref(rj);
 
     /* a queue both take as their default queue, one over each API */
-    rj = rest(base, "POST", "/v1/queues", "{\"name\": \"gq\", \"quota\": {\"cpu\": 2}, \"projects\": [\"ga\", \"gb\"]}", &st);
+    rj = gt_rest(&K, "POST", "/v1/queues", "{\"name\": \"gq\", \"quota\": {\"cpu\": 2}, \"projects\": [\"ga\", \"gb\"]}",
+                 &st);
     cr_assert_eq(st, 201);
     json_decref(rj);
     Kiln__UpdateProjectRequest up = KILN__UPDATE_PROJECT_REQUEST__INIT;
@@ -1709,7 +1695,7 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     cr_assert_not_null(p, "UpdateProject: %d %s", code, err.message);
     cr_assert_str_eq(p->default_queue, "gq");
     protobuf_c_message_free_unpacked(&p->base, NULL);
-    rj = rest(base, "PATCH", "/v1/projects/gb", "{\"default_queue\": \"gq\"}", &st);
+    rj = gt_rest(&K, "PATCH", "/v1/projects/gb", "{\"default_queue\": \"gq\"}", &st);
     cr_assert_eq(st, 200);
     json_decref(rj);
 
@@ -1726,7 +1712,7 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     uq.n_update_mask = 1;
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("UpdateQueue", &uq.base, &kiln__queue__descriptor, &code, &gerr));
-    rj = rest(base, "PATCH", "/v1/queues/gq", "{\"projects\": [\"gb\"]}", &st);
+    rj = gt_rest(&K, "PATCH", "/v1/queues/gq", "{\"projects\": [\"gb\"]}", &st);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "message")),
                      "queue \"gq\" is the default queue of project \"ga\", which projects would no longer let in");
     refused_alike(&gerr, code, 9 /* FAILED_PRECONDITION */, rj, st, 409, "queue.projects");
@@ -1738,7 +1724,7 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     cr_assert_not_null(p, "UpdateProject: %d %s", code, err.message);
     cr_assert_str_eq(p->default_queue, "default");
     protobuf_c_message_free_unpacked(&p->base, NULL);
-    rj = rest(base, "PATCH", "/v1/projects/gb", "{\"default_queue\": null}", &st);
+    rj = gt_rest(&K, "PATCH", "/v1/projects/gb", "{\"default_queue\": null}", &st);
     cr_assert_eq(st, 200);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "default_queue")), "default");
     json_decref(rj);

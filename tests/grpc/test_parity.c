@@ -14,7 +14,7 @@
 
 static gt_kilnd_t K;
 static svc_t *S;
-static const char *const base = K.base, *const dir = K.dir;
+static const char *const dir = K.dir;
 
 static void setup(void)
 {
@@ -42,18 +42,6 @@ typedef struct parity_case {
     const char *field, *gfield;       /* the field each names ("" none) */
 } parity_case_t;
 
-static json_t *rest_call(const char *method, const char *path, const char *body, long *status)
-{
-    char url[256], *out = NULL;
-    snprintf(url, sizeof url, "%s%s", base, path);
-    const char *hdrs[] = {"Content-Type: application/json", NULL};
-    cr_assert_eq(th_http(method, url, body, hdrs, status, &out, 10000), 0, "%s %s: no answer", method, path);
-    json_t *j = json_loads(out ? out : "", 0, NULL);
-    cr_assert_not_null(j, "%s %s: %s", method, path, out);
-    free(out);
-    return j;
-}
-
 static const char *str(const json_t *o, const char *key)
 {
     const char *s = json_string_value(json_object_get(o, key));
@@ -69,7 +57,7 @@ static void walk(const parity_case_t *cases, size_t n, const char *wrap, const c
     cr_assert_leq(n, 64);
     for (size_t i = 0; i < n; i++) {
         const parity_case_t *c = &cases[i];
-        rest[i] = rest_call(c->method, c->path, c->rest, &status[i]);
+        rest[i] = gt_rest(&K, c->method, c->path, c->rest, &status[i]);
         json_error_t je;
         json_t *req = c->grpc ? json_loads(c->grpc, 0, &je) : json_pack("{s:O}", wrap, json_loads(c->rest, 0, &je));
         cr_assert_not_null(req, "%s: %s", c->what, je.text);
@@ -186,7 +174,7 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
         long st;
         snprintf(body, sizeof body, "{\"name\": \"%s\", \"cohort\": \"team\", " Q ", \"borrowing_limit\": {\"cpu\": 2},"
                  " \"fair_sharing\": true, \"weight\": 3}", pair[i]);
-        json_decref(rest_call("POST", "/v1/queues", body, &st));
+        json_decref(gt_rest(&K, "POST", "/v1/queues", body, &st));
         cr_assert_eq(st, 201);
     }
     static const parity_case_t cases[] = {
@@ -263,7 +251,7 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
 
     /* what each pair made is alike, and both APIs answer every queue alike */
     long st;
-    json_t *rl = rest_call("GET", "/v1/queues", NULL, &st);
+    json_t *rl = gt_rest(&K, "GET", "/v1/queues", NULL, &st);
     cr_assert_eq(st, 200);
     json_t *rqs = json_object_get(rl, "queues");
     static const char *const made[][2] = {{"r-unlimited", "g-unlimited"}, {"r-zero", "g-zero"}, {"r-all", "g-all"},
@@ -484,7 +472,7 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
      * stopped (a running one changes between two answers); each row's two searches, one made
      * over each API (same name), are the same search */
     long st;
-    json_t *rl = rest_call("GET", "/v1/tuning-jobs", NULL, &st);
+    json_t *rl = gt_rest(&K, "GET", "/v1/tuning-jobs", NULL, &st);
     size_t n = json_array_size(json_object_get(rl, "tuning_jobs"));
     cr_assert_eq(n, 4, "REST and gRPC made one of each accepted row");
     kiln_err_t err;
@@ -501,14 +489,14 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
         json_decref(out);
     }
     json_decref(rl);
-    rl = rest_call("GET", "/v1/tuning-jobs", NULL, &st);
+    rl = gt_rest(&K, "GET", "/v1/tuning-jobs", NULL, &st);
     json_t *rts = json_object_get(rl, "tuning_jobs");
     json_t *calls = json_pack("[{s:s}]", "method", "/kiln.TrainingService/ListTuningJobs");
     json_t *rgets[4];
     for (size_t i = 0; i < n; i++) {
         char path[120];
         snprintf(path, sizeof path, "/v1/tuning-jobs/%s", str(json_array_get(rts, i), "id"));
-        rgets[i] = rest_call("GET", path, NULL, &st);
+        rgets[i] = gt_rest(&K, "GET", path, NULL, &st);
         cr_assert_eq(st, 200);
         json_array_append_new(calls, json_pack("{s:s, s:{s:s}}", "method", "/kiln.TrainingService/GetTuningJob",
                                                "request", "id", str(json_array_get(rts, i), "id")));
