@@ -166,12 +166,13 @@ Test(cli_format, describe_shows_a_waiting_jobs_pending_block)
 {
     /* position, what is missing, the jobs it waits for and the estimated start, as REST gives them */
     json_t *job = load("{\"id\": \"11111111-2222-4333-8444-555555555555\", \"name\": \"waits\", \"state\": \"QUEUED\","
-                       " \"reason\": \"waiting for quota\", \"queue\": \"nlp\", \"created_at\": \"2026-11-21T06:00:00Z\","
+                       " \"reason\": \"waiting for quota\", \"queue\": \"nlp\", \"priority\": 5, \"created_at\": \"2026-11-21T06:00:00Z\","
                        " \"pending\": {\"position\": 3, \"missing\": \"needs 2 cpu slot(s) on 2 worker(s); queue nlp:"
                        " quota 8, used 8, may borrow 0 more\", \"blocking_jobs\": [\"aaaaaaaa-0000-4000-8000-000000000001\","
                        " \"bbbbbbbb-0000-4000-8000-000000000002\"], \"estimated_start\": \"2026-11-21T06:10:30Z\"}}");
     char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
-    cr_assert(strstr(out, "State:        QUEUED  waiting for quota\nPosition:     3 in queue nlp\n"), "%s", out);
+    cr_assert(strstr(out, "Queue:        nlp (priority 5)\nState:        QUEUED  waiting for quota\n"
+                          "Position:     3 in queue nlp\n"), "the queue and priority it waits with: %s", out);
     cr_assert(strstr(out, "Missing:      needs 2 cpu slot(s) on 2 worker(s); queue nlp: quota 8, used 8, may borrow 0 "
                           "more\n"), "%s", out);
     cr_assert(strstr(out, "Waits for:    aaaaaaaa-0000-4000-8000-000000000001, bbbbbbbb-0000-4000-8000-000000000002\n"),
@@ -190,6 +191,21 @@ Test(cli_format, describe_shows_a_waiting_jobs_pending_block)
     json_object_set_new(job, "state", json_string("RUNNING"));
     out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
     cr_assert(!strstr(out, "Position:") && !strstr(out, "Est. start:"), "%s", out);
+    free(out);
+    json_decref(job);
+}
+
+Test(cli_format, describe_shows_a_script_jobs_hyperparameters_as_written)
+{
+    /* 0.1 is printed as 0.1, not as the nearest double's 17 digits */
+    json_t *job = load("{\"id\": \"11111111-2222-4333-8444-555555555555\", \"name\": \"toy\", \"state\": \"QUEUED\","
+                       " \"queue\": \"default\", \"priority\": 0, \"created_at\": \"2026-11-21T06:00:00Z\","
+                       " \"spec\": {\"entry_point\": \"train.py\", \"source\": \"/data/code\","
+                       " \"hyperparameters\": {\"lr\": 0.1, \"epochs\": 3, \"decay\": 1e-5}}}");
+    char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "Hyperparams:  {\"decay\":1.0000000000000001e-05,") == NULL, "%s", out);
+    cr_assert(strstr(out, "Hyperparams:  {\"decay\":1e-5,\"epochs\":3,\"lr\":0.1}\n"), "%s", out);
+    cr_assert(strstr(out, "Queue:        default (priority 0)\n"), "%s", out);
     free(out);
     json_decref(job);
 }
