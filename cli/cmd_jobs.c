@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads a job spec from path ("-": stdin) and parses it; JSON syntax errors name line and column. */
-static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
+int cli_read_request(const char *path, const char *what, json_t **out, kiln_err_t *err)
 {
     json_error_t jerr;
     *out = NULL;
@@ -30,7 +29,7 @@ static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;
-        return kiln_err_set(err, KILN_EINVAL, NULL, "%s: a job spec must be a JSON object", path);
+        return kiln_err_set(err, KILN_EINVAL, NULL, "%s: %s must be a JSON object", path, what);
     }
     return 0;
 }
@@ -38,7 +37,7 @@ static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
 /* A relative data path that exists here ("data/tinyshakespeare.txt" from the repository root)
  * is made absolute, so that an agent finds it whatever its own working directory is. Anything
  * else (absolute paths, URLs, "synthetic", paths only the agents' machines have) is left as is. */
-static void cli_absolutize_data(json_t *spec)
+void cli_absolutize_data(json_t *spec)
 {
     static const char *const keys[] = {"train", "val"};
     json_t *data = json_object_get(spec, "data");
@@ -54,8 +53,7 @@ static void cli_absolutize_data(json_t *spec)
     }
 }
 
-/* --source-dir: pushes dir into the spec's project and names it as the spec's source. */
-static int cli_source_dir(cli_client_t *c, json_t *spec, const char *dir, kiln_err_t *err)
+int cli_source_dir(cli_client_t *c, json_t *spec, const char *dir, kiln_err_t *err)
 {
     if (!json_is_string(json_object_get(spec, "entry_point"))) {
         kiln_err_set(err, KILN_EINVAL, "--source-dir", "--source-dir is a script job's code, and this spec names "
@@ -110,7 +108,7 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
     char header[600];
     const char *headers[2] = {NULL, NULL};
     long http = 0;
-    if (cli_read_spec(file, &spec, &err) != 0) {
+    if (cli_read_request(file, "a job spec", &spec, &err) != 0) {
         rc = cli_fail(c, &err);
         goto done;
     }
