@@ -219,15 +219,20 @@ static const cli_command_t cli_commands[] = {
      "                       those whose default queue it is (kiln projects list shows them)\n"
      "  --fair-sharing true|false\n"
      "                       order its jobs by their project's recent usage\n"},
-    {"tune", cli_cmd_tune, "[list]\nsubmit FILE\ndescribe ID\nstop ID",
+    {"tune", cli_cmd_tune, "[list]\nsubmit FILE [--source-dir DIR]\ndescribe ID\nstop ID",
      "hyperparameter tuning: searches whose trials are ordinary jobs",
      "commands:\n"
      "  list                 the tuning jobs you can see: state, strategy, trials, objective\n"
      "  submit FILE          start one from a JSON request (- reads standard input): the base job\n"
      "                       as \"job\", \"parameters\" by path in it (a bare name is\n"
      "                       hyperparameters.NAME), \"objective\", \"strategy\", \"max_jobs\", ...\n"
+     "                       (docs/contracts.md, \"Tuning jobs\"); a relative data.train / data.val\n"
+     "                       of the base job that exists here is sent as an absolute path\n"
+     "    --source-dir DIR   a script base job's code: pack DIR (honouring DIR/.kilnignore), upload it\n"
+     "                       into the job's project and submit with the job's \"source\" set\n"
      "  describe ID          the tuning job, its trials table and the best trial\n"
-     "  stop ID              stop it and its trials\n"},
+     "  stop ID              stop it and its trials\n"
+     "  ID may be the whole id, a unique prefix of it (4 characters or more) or a unique name.\n"},
     {"ui", cli_cmd_ui, "[--print]",
      "open kiln's web UI in your browser, already logged in",
      "  asks kilnd for a one-time login link (POST /v1/login-links) and opens it with xdg-open\n"
