@@ -132,8 +132,10 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
         json_t *res = json_object_get(json_object_get(job, "spec"), "resources");
         double nodes = cli_jnum(res, "nodes"), spn = cli_jnum(res, "slots_per_node");
         printf("%s\n", id);
-        fprintf(stderr, "%s job %.8s \"%s\": %s (%.0f node%s x %.0f %s slot%s)%s\n",
+        const char *queue = cli_jstr(job, "queue");
+        fprintf(stderr, "%s job %.8s \"%s\": %s%s%s (%.0f node%s x %.0f %s slot%s)%s\n",
                 http == 200 ? "existing" : "submitted", id, cli_jstr(job, "name"), cli_jstr(job, "state"),
+                *queue ? " in queue " : "", queue,
                 nodes == nodes ? nodes : 1, nodes == 1 ? "" : "s", spn == spn ? spn : 1,
                 *cli_jstr(res, "slot_type") ? cli_jstr(res, "slot_type") : "cpu", spn == 1 ? "" : "s",
                 http == 200 ? " - same idempotency key, nothing new submitted" : "");
