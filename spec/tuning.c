@@ -150,6 +150,15 @@ static int try_value(const spec_tuning_t *t, const spec_tune_param_t *p, json_t 
     if (!job)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     int rc = 0;
+    if (t->strategy == SPEC_TUNE_HYPERBAND) {
+        /* a trial trains with max_steps = max_resource and pauses at its rungs (as trial jobs are
+         * made below): its values are checked against those steps, not the base job's max_steps */
+        json_t *total = json_integer((json_int_t)t->max_resource), *rung = json_integer((json_int_t)t->min_resource);
+        path_set(job, "hyperparameters.max_steps", total, false);
+        path_set(job, "stopping.max_steps", rung, true);
+        json_decref(total);
+        json_decref(rung);
+    }
     if (!path_set(job, p->path, v, t->script)) {
         rc = KILN_EINVAL;
         kiln_err_set(err, KILN_EINVAL, "parameters", "parameter \"%s\": the job spec has no field %s", p->name,
@@ -496,7 +505,7 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
             goto fail;
         }
         if (out->script) {
-            rc = invalid(err, "strategy", "use random or grid for script jobs",
+            rc = invalid(err, "strategy", "use random, grid or bayesian for script jobs",
                          "hyperband pauses trials at a number of steps, which only engine jobs take "
                          "(hyperparameters.max_steps)");
             goto fail;
