@@ -265,7 +265,7 @@ static const char cli_global_help[] =
     "  --profile NAME     use this saved login (default $KILN_PROFILE, then the current one)\n"
     "  -o, --output FMT   table (default), wide (more columns), json or yaml (the API's replies),\n"
     "                     or name (a list's ids or names, one a line: jobs, search, workers,\n"
-    "                     queues, projects, users, tokens, artifacts)\n"
+    "                     queues, projects, users, tokens, artifacts, tune list)\n"
     "  --json             the same as -o json\n"
     "  --no-headers       tables without their heading line\n";
 
@@ -611,13 +611,13 @@ int cli_main(int argc, char **argv)
         goto done;
     }
     static const char *const named[] = {"jobs", "search", "workers", "queues", "projects", "users", "tokens",
-                                        "artifacts", NULL};
+                                        "artifacts", "tune", NULL};
     bool lists = false;
     for (size_t i = 0; named[i]; i++)
         lists |= !strcmp(found->name, named[i]);
     if (client.output == CLI_OUT_NAME && !lists) {
         rc = cli_usage_error(found->name, "-o name lists ids or names: it applies to jobs, search, workers, queues, "
-                                          "projects, users, tokens and artifacts");
+                                          "projects, users, tokens, artifacts and tune list");
         goto done;
     }
     cli_table_set_headers(!g.no_headers);

@@ -97,9 +97,11 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
 
 static void show_list(const cli_client_t *c, const json_t *reply)
 {
-    (void)c;
-    printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "RUNNING",
-           "BEST", "OBJECTIVE");
+    if (cli_print_names(c, json_object_get(reply, "tuning_jobs"), "id"))
+        return;
+    if (cli_table_headers())
+        printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "RUNNING",
+               "BEST", "OBJECTIVE");
     size_t i;
     json_t *t;
     json_array_foreach(json_object_get(reply, "tuning_jobs"), i, t) {
