@@ -448,6 +448,41 @@ Test(cli_main, bad_spec_file_exits_1, .init = cr_redirect_stderr)
     unlink(path);
 }
 
+/* kiln tune submit reads its request as kiln submit reads a job spec: bad JSON exit 1, a missing
+ * file exit 3, and what it cannot use (--source-dir without a base job) is refused before any
+ * request; `-o name` applies to tune list as to the other lists. */
+Test(cli_main, tune_submit_reads_its_file_as_submit_does, .init = cr_redirect_stderr)
+{
+    char path[] = "/tmp/kiln-cli-test-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "{\"name\": ", 9), 9);
+    close(fd);
+    const char *url = "http://127.0.0.1:1";
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "tune", "submit", path, NULL}), 1);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "tune", "submit", "/nonexistent/tune.json", NULL}),
+                 CLI_EXIT_NOT_FOUND);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"no-base-job\"}", f);
+    fclose(f);
+    cr_assert_eq(run_cli(8, (const char *[]){"kiln", "--url", url, "tune", "submit", path, "--source-dir", "/tmp",
+                                             NULL}), 1);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "tune", "submit", path, "--frobnicate", NULL}),
+                 CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "-o", "name", "tune", "list", NULL}),
+                 CLI_EXIT_UNAVAILABLE, "-o name is a list's: tune list is one");
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "-o", "name", "whoami", NULL}), CLI_EXIT_USAGE);
+    unlink(path);
+    fflush(stderr);
+    f = cr_get_redirected_stderr();
+    char buf[8192] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "error: could not open file \"/nonexistent/tune.json\""), "%s", buf);
+    cr_assert(strstr(buf, "error: --source-dir: is the base job's code, and the request has no \"job\""), "%s", buf);
+}
+
 static void print_artifacts(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j, false); }
 static void print_artifacts_wide(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j, true); }
 
