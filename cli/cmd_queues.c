@@ -185,6 +185,12 @@ int cli_cmd_queues(cli_client_t *c, int argc, char **argv)
         json_t *body = json_object();
         const char *name = NULL;
         int rc = queue_options(argc, argv, first, body, &name);
+        if (rc == 0 && !strcmp(sub, "create") && !json_object_get(body, "quota"))
+            rc = cli_usage_error("queues", "create: --quota is required: slot counts such as cpu=8,gpu=0, or none "
+                                 "for no limit");
+        if (rc == 0 && !strcmp(sub, "update") && json_object_size(body) == 0)
+            rc = cli_usage_error("queues", "update: nothing to change: give --quota, --cohort, --borrowing-limit, "
+                                 "--lending-limit, --weight, --projects or --fair-sharing");
         if (rc == 0 && strcmp(sub, "create") != 0)
             rc = cli_path_segment("queues", name, seg, sizeof seg);
         if (rc == 0 && !strcmp(sub, "create")) {

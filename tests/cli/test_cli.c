@@ -408,6 +408,9 @@ Test(cli_main, usage_errors_exit_2, .init = cr_redirect_stderr)
     cr_assert_eq(run_cli(4, (const char *[]){"kiln", "jobs", "--limit", "-3", NULL}), 2);
     cr_assert_eq(run_cli(4, (const char *[]){"kiln", "logs", "--rank", "x", NULL}), 2);
     cr_assert_eq(run_cli(2, (const char *[]){"kiln", "submit", NULL}), 2);
+    /* an update that changes nothing is a mistake, not a silent success */
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "queues", "update", "nlp", NULL}), 2);
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "queues", "create", "nlp", NULL}), 2);
     fflush(stderr);
     cr_assert_stderr_neq_str("");
 }
