@@ -308,14 +308,14 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     char fmin[192];
     snprintf(fmin, sizeof fmin, "%s.min", section);
     if (p->min >= p->max)
-        return invalid(err, fmin, "make min smaller than max", "%s: min (%g) must be less than max (%g)", section, p->min,
+        return invalid(err, fmin, "make min smaller than max", "%s (%g) must be less than max (%g)", fmin, p->min,
                        p->max);
     if (p->scaling == SPEC_TUNE_LOG && p->min <= 0)
         return invalid(err, fmin, "log scaling needs a range above 0; use linear scaling for ranges that include 0",
-                       "%s: log scaling needs min > 0 (got %g)", section, p->min);
+                       "%s (%g) must be above 0 for log scaling", fmin, p->min);
     if (p->scaling == SPEC_TUNE_REVERSE_LOG && (p->type != SPEC_TUNE_CONTINUOUS || p->min < 0 || p->max >= 1))
         return invalid(err, fmin, "reverse_log suits continuous values near 1, such as a momentum: 0 <= min < max < 1",
-                       "%s: reverse_log scaling needs a continuous range with 0 <= min < max < 1", section);
+                       "%s: reverse_log scaling needs a continuous range with 0 <= min < max < 1", fmin);
     t->nparams++;
     /* the ends, and for a continuous range a value between them that is no integer (a continuous
      * range over an integer field would be refused at every draw but its ends) */

@@ -63,6 +63,9 @@ Test(tuning, refuses_bad_input_naming_the_field)
             "less than max");
     refused(request("\"weight_decay\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.2, \"scaling\": \"log\"}", NULL),
             "parameters.weight_decay.min", "log scaling");
+    /* the message names the field once, as every other does: the CLI prints "FIELD: ..." */
+    refused(request("\"lr\": {\"type\": \"continuous\", \"min\": 0.01, \"max\": 0.001}", NULL), "parameters.lr.min",
+            "\"message\":\"parameters.lr.min (0.01) must be less than max (0.001)\"");
     refused(request("\"model.n_foo\": {\"type\": \"integer\", \"min\": 1, \"max\": 4}", NULL), "parameters.model.n_foo",
             "no field model.n_foo");
     refused(request("\"dropout\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.5}", NULL), "parameters.dropout",
