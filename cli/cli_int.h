@@ -89,8 +89,9 @@ int cli_call_show(const cli_client_t *c, const char *method, const char *path, c
 
 /* Reads a request file (path; "-": stdin) that must hold one JSON object, what it is in words
  * ("a job spec"), into *out (OUT; caller owns). Returns 0, KILN_ENOTFOUND / KILN_EIO for a file
- * that cannot be read, or KILN_EINVAL naming the file, line and column of a syntax error. kiln
- * submit and kiln tune submit read their files here. */
+ * that cannot be read, or KILN_EINVAL naming the file, line and column of a syntax error or of a
+ * key given twice (kilnd refuses those too; sent on, the last would win unseen). kiln submit and
+ * kiln tune submit read their files here. */
 int cli_read_request(const char *path, const char *what, json_t **out, kiln_err_t *err);
 /* A relative data.train / data.val of spec that exists here is made absolute (in place), so that
  * an agent finds it whatever its own working directory is; anything else is left as is. */

@@ -12,7 +12,7 @@ int cli_read_request(const char *path, const char *what, json_t **out, kiln_err_
     json_error_t jerr;
     *out = NULL;
     if (!strcmp(path, "-")) {
-        *out = json_loadf(stdin, 0, &jerr);
+        *out = json_loadf(stdin, JSON_REJECT_DUPLICATES, &jerr);
         if (!*out)
             return kiln_err_set(err, KILN_EINVAL, NULL, "stdin:%d:%d: %s", jerr.line, jerr.column, jerr.text);
     } else {
@@ -21,7 +21,7 @@ int cli_read_request(const char *path, const char *what, json_t **out, kiln_err_
         int rc = kiln_file_read(path, &text, &len, err);
         if (rc != 0)
             return rc;
-        *out = json_loadb(text, len, 0, &jerr);
+        *out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
         free(text);
         if (!*out)
             return kiln_err_set(err, KILN_EINVAL, NULL, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);

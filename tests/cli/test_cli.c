@@ -473,6 +473,13 @@ Test(cli_main, tune_submit_reads_its_file_as_submit_does, .init = cr_redirect_st
                                              NULL}), 1);
     cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "tune", "submit", path, "--frobnicate", NULL}),
                  CLI_EXIT_USAGE);
+    /* a key given twice is refused here as kilnd refuses it, not sent on with the last one */
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"a\", \"max_jobs\": 4, \"max_jobs\": 40}", f);
+    fclose(f);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "tune", "submit", path, NULL}), 1);
+    cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", url, "submit", path, NULL}), 1);
     cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "-o", "name", "tune", "list", NULL}),
                  CLI_EXIT_UNAVAILABLE, "-o name is a list's: tune list is one");
     cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "-o", "name", "whoami", NULL}), CLI_EXIT_USAGE);
@@ -484,6 +491,7 @@ Test(cli_main, tune_submit_reads_its_file_as_submit_does, .init = cr_redirect_st
     buf[n] = '\0';
     cr_assert(strstr(buf, "error: could not open file \"/nonexistent/tune.json\""), "%s", buf);
     cr_assert(strstr(buf, "error: --source-dir: is the base job's code, and the request has no \"job\""), "%s", buf);
+    cr_assert(strstr(buf, "duplicate object key"), "%s", buf);
 }
 
 static void print_artifacts(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j, false); }
