@@ -89,6 +89,27 @@ int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, c
     return Q->quota[type] + others;
 }
 
+int sched_quota_bound(const sched_queue_t *queues, int nqueues, int q, int type, const char **which, char *words,
+                      size_t n)
+{
+    const char *w = NULL;
+    int max = sched_quota_max(queues, nqueues, q, type, &w);
+    const sched_queue_t *Q = &queues[q];
+    if (which)
+        *which = w;
+    if (max == SCHED_UNLIMITED)
+        snprintf(words, n, "its quota is unlimited");
+    else if (!strcmp(w, "borrowing_limit"))
+        snprintf(words, n, "its quota (%d) plus its borrowing_limit (%d) allow at most %d", Q->quota[type],
+                 Q->borrowing_limit[type], max);
+    else if (!strcmp(w, "lending_limit"))
+        snprintf(words, n, "at most %d, its quota (%d) plus the %d the other queues of cohort \"%.40s\" lend", max,
+                 Q->quota[type], max - Q->quota[type], Q->cohort);
+    else
+        snprintf(words, n, "its quota allows at most %d%s", max, has_cohort(Q) ? "" : " (it has no cohort to borrow from)");
+    return max;
+}
+
 typedef struct admit {
     const sched_snapshot_t *snap;
     sched_worker_t *w;                 /* the workers, slots_free as admissions take them */
@@ -192,12 +213,12 @@ static int quota_check(admit_t *a, int j, char *why, size_t n)
     const char *tn = sched_slot_type_name(t);
     if (nom == SCHED_UNLIMITED)
         return 0;
-    const char *which = NULL;
-    int max = sched_quota_max(s->queues, s->nqueues, J->queue, t, &which);
+    char bound[160];
+    int max = sched_quota_bound(s->queues, s->nqueues, J->queue, t, NULL, bound, sizeof bound);
     int used = a->usage[J->queue][t];
     if (d > max) {
-        snprintf(why, n, "waiting for quota it can never get: needs %d %s slot(s), more than queue %s's %s allows "
-                 "(at most %d)", d, tn, Q->name, which, max);
+        snprintf(why, n, "waiting for quota it can never get: needs %d %s slot(s), more than queue %s can ever get: "
+                 "%s", d, tn, Q->name, bound);
         return SCHED_WAIT_NEVER_QUOTA;
     }
     if (used + d <= nom && !has_cohort(Q))

@@ -495,22 +495,13 @@ int svc_queue_resolve_job(store_conn_t *c, char queue[64], const char *project, 
     if ((rc = queue_usable(all, queue, project, "queue", whose, &qi, err)) == 0
         && (rc = svc_queues_to_sched(all, &qs, &nq)) == 0) {
         int t = sched_slot_type(slot_type);
+        /* what bounds it, in words: the queue's own quota or borrowing limit, or what the other
+         * queues of its cohort lend (their quotas and lending limits, not this queue's) */
         const char *which = NULL;
-        int max = t < 0 ? SCHED_UNLIMITED : sched_quota_max(qs, nq, qi, t, &which);
+        char bound[256];
+        int max = t < 0 ? SCHED_UNLIMITED : sched_quota_bound(qs, nq, qi, t, &which, bound, sizeof bound);
         if (max != SCHED_UNLIMITED && slots > max) {
-            /* what bounds it, in words: the queue's own quota or borrowing limit, or what the other
-             * queues of its cohort lend (their quotas and lending limits, not this queue's) */
             const sched_queue_t *Q = &qs[qi];
-            char bound[256];
-            if (!strcmp(which, "borrowing_limit"))
-                snprintf(bound, sizeof bound, "its quota (%d) plus its borrowing_limit (%d) allow at most %d",
-                         Q->quota[t], Q->borrowing_limit[t], max);
-            else if (!strcmp(which, "lending_limit"))
-                snprintf(bound, sizeof bound, "at most %d, its quota (%d) plus the %d the other queues of cohort "
-                         "\"%.40s\" lend", max, Q->quota[t], max - Q->quota[t], Q->cohort);
-            else
-                snprintf(bound, sizeof bound, "its quota allows at most %d%s", max,
-                         Q->cohort && Q->cohort[0] ? "" : " (it has no cohort to borrow from)");
             kiln_err_set(err, KILN_EUNFIT, "queue", "the job needs %d %s slot(s), more than queue \"%.80s\" can ever "
                          "get: %s", slots, slot_type, queue, bound);
             if (!strcmp(which, "lending_limit")) {
