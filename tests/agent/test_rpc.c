@@ -333,8 +333,9 @@ static int call(agent_rpc_t *r, const agent_md_t *md, size_t n)
     return code;
 }
 
-/* A call that should go through: a connection that fails to come up on a loaded machine (its
- * handshake timed out: UNAVAILABLE, which the agent retries) is tried again, for up to 20 s. */
+/* A call that should go through: a connection that did not come up (UNAVAILABLE, which the agent
+ * retries) is tried again, for up to 20 s. The first call through a slow link must not need
+ * this (a_connection_slower_than_100_ms_to_come_up_gets_the_first_call_through). */
 static int call_ok(agent_rpc_t *r, const agent_md_t *md, size_t n)
 {
     int64_t deadline = kiln_mono_us() + 20 * 1000000;
