@@ -380,6 +380,10 @@ int sandbox_create(const agent_sandbox_config_t *cfg, int slots, sandbox_t **out
 void sandbox_destroy(sandbox_t *s); /* accepts NULL; boxes must be destroyed first */
 /* One line for the agent's start-up log ("cgroup v1, uids 2000000000-2000065535, ..."). */
 const char *sandbox_describe(const sandbox_t *s);
+/* Whether every box shows the host path (absolute) at the same place: it lies in the system's
+ * directories (/usr, /bin, /lib, ...) or under a --sandbox-ro-path. A program outside them (a
+ * python of /root/.pyenv) cannot be started in a box. */
+bool sandbox_shows(const sandbox_t *s, const char *path);
 /* The memory and task limits of one rank, as configured (MiB; tasks). */
 int64_t sandbox_memory_per_slot_mb(const sandbox_t *s);
 int64_t sandbox_pids_per_slot(const sandbox_t *s);
@@ -536,6 +540,7 @@ typedef struct launch_host {       /* the launcher's settings a runtime reads (b
     agent_code_cache_t *code;      /* script jobs' code; NULL: code archives cannot be fetched */
     bool gpu;                      /* slot type gpu */
     bool sandboxed;                /* ranks run in a box (paths are the same inside and out) */
+    bool python_hidden;            /* sandboxed, and python lies where no box shows it */
 } launch_host_t;
 
 typedef struct launch_attempt {    /* one attempt on this agent, as its runtime sees it */

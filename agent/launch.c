@@ -647,10 +647,18 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
     if (l->python && !l->python[0])
         log_warn("--python %s is not in PATH: script jobs with a .py entry point and no \"python\" of their own "
                  "will be refused", cfg->python && cfg->python[0] ? cfg->python : "python3");
+    bool python_hidden = l->sandbox && l->python && l->python[0] && !sandbox_shows(l->sandbox, l->python);
+    if (python_hidden) {
+        const char *given = cfg->python && cfg->python[0] ? cfg->python : "python3";
+        log_warn("--python %s%s%s lies outside what the sandbox shows ranks (/usr, /bin, /lib and --sandbox-ro-path): "
+                 "script jobs with a .py entry point and no \"python\" of their own will fail; give --python "
+                 "/usr/bin/python3, or --sandbox-ro-path with the directory that holds it and its libraries", given,
+                 strcmp(given, l->python) ? ", found in PATH as " : "", strcmp(given, l->python) ? l->python : "");
+    }
     l->host = (launch_host_t){.work_dir = l->work_dir, .train_bin = l->train_bin, .python = l->python,
                               .cuda_lib = l->cuda_lib,
                               .roots = (const char *const *)l->roots, .nroots = l->nroots, .code = cfg->code,
-                              .gpu = l->gpu, .sandboxed = l->sandbox != NULL};
+                              .gpu = l->gpu, .sandboxed = l->sandbox != NULL, .python_hidden = python_hidden};
     l->slot_used = calloc((size_t)l->slots, sizeof(bool));
     if (l->slot_used && cfg->cpus && cfg->cpus[0] && slot_cpus_plan(l, cfg, err) != 0)
         goto fail;

@@ -98,6 +98,13 @@ static int script_program(launch_attempt_t *at, const Kiln__Assignment *a, scrip
         if (!py || !py[0])
             return kiln_err_set(err, KILN_EUNSUPP, "python", "this agent has no Python to run \"%.200s\" with (its "
                                 "--python is not in PATH) and the job names none", ep);
+        if (py == at->host->python && at->host->python_hidden) {
+            /* the reason the job gets is the message alone: it says what to do */
+            kiln_err_set(err, KILN_EUNSUPP, "python", "this agent's Python %.100s lies outside what its sandbox shows "
+                         "ranks: start kiln-agent with --python /usr/bin/python3 (or --sandbox-ro-path DIR), or name "
+                         "a \"python\" inside the data roots in the job", py);
+            return KILN_EUNSUPP;
+        }
         kiln_strlcpy(st->interp, py, sizeof(st->interp));
         kiln_strlcpy(st->entry, ep, sizeof(st->entry));
     } else if (ends_with(ep, ".sh")) {

@@ -1002,6 +1002,26 @@ const char *sandbox_describe(const sandbox_t *s)
     return s->describe;
 }
 
+/* Whether path is dir or lies below it. */
+static bool path_under(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+bool sandbox_shows(const sandbox_t *s, const char *path)
+{
+    for (size_t i = 0; i < KILN_ARRAY_LEN(k_system); i++)
+        if (path_under(path, k_system[i]))
+            return true;
+    for (size_t i = 0; i < s->n_ro_paths; i++)
+        if (path_under(path, s->ro_paths[i]))
+            return true;
+    return false;
+}
+
 int64_t sandbox_memory_per_slot_mb(const sandbox_t *s)
 {
     return s->mem_slot_mb;

@@ -330,17 +330,25 @@ static int xfer_call(xfer_t *x, const task_t *t, const char *method, ProtobufCMe
     }
 }
 
+/* A line of the agent's ("[kiln-agent] " and fmt's text) in the job's log, on rank's stream. */
+static void job_note_v(xfer_t *x, const char *job_id, int attempt, int rank, int stream, const char *fmt, va_list ap)
+    __attribute__((format(printf, 6, 0)));
+static void job_note_v(xfer_t *x, const char *job_id, int attempt, int rank, int stream, const char *fmt, va_list ap)
+{
+    char line[1200];
+    int n = snprintf(line, sizeof(line), "[kiln-agent] ");
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    ob_add_line(x->env.ob, job_id, attempt, rank, stream, kiln_now_us(), line, strlen(line));
+}
+
 /* A line of the agent's in the job's log, on rank t->rank's stream. */
 static void job_note(xfer_t *x, const task_t *t, int stream, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void job_note(xfer_t *x, const task_t *t, int stream, const char *fmt, ...)
 {
-    char line[1200];
-    int n = snprintf(line, sizeof(line), "[kiln-agent] ");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    job_note_v(x, t->job_id, t->attempt, t->rank, stream, fmt, ap);
     va_end(ap);
-    ob_add_line(x->env.ob, t->job_id, t->attempt, t->rank, stream, kiln_now_us(), line, strlen(line));
 }
 
 /* ---- upload ----------------------------------------------------------------------------------- */
@@ -615,13 +623,10 @@ int xfer_ckpt_sync(xfer_t *x, const char *job_id, int attempt, int64_t *bytes, s
 
 void xfer_job_note(xfer_t *x, const char *job_id, int attempt, int stream, const char *fmt, ...)
 {
-    char line[1200];
-    int n = snprintf(line, sizeof(line), "[kiln-agent] ");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    job_note_v(x, job_id, attempt, 0, stream, fmt, ap);
     va_end(ap);
-    ob_add_line(x->env.ob, job_id, attempt, 0, stream, kiln_now_us(), line, strlen(line));
 }
 
 /* ---- fetch -------------------------------------------------------------------------------------- */

@@ -262,13 +262,14 @@ def optuna_run(pool, seed, budget):
     best_r, curve_r = None, []  # counting only the values at kiln's rungs (100, 300, ...) and the end
     while True:
         # the next report: the running trial whose next MIN_RESOURCE step comes first (ties: the first)
-        k = min(range(len(running)), key=lambda i: running[i]["start"] + running[i]["done"] + MIN_R)
+        # (the last report is at MAX_R, which need not be a multiple of MIN_RESOURCE)
+        k = min(range(len(running)), key=lambda i: running[i]["start"] + min(running[i]["done"] + MIN_R, MAX_R))
         r = running[k]
-        now = r["start"] + r["done"] + MIN_R
+        step = min(r["done"] + MIN_R, MAX_R)
+        now = r["start"] + step
         consumed = finished + sum(now - x["start"] for x in running)
         if consumed > budget:
             break
-        step = r["done"] + MIN_R
         v = pool.at(r["values"], step, min(x for x in stops if x >= step))
         r["done"] = step
         if best is None or v < best:

@@ -219,15 +219,20 @@ static const cli_command_t cli_commands[] = {
      "                       those whose default queue it is (kiln projects list shows them)\n"
      "  --fair-sharing true|false\n"
      "                       order its jobs by their project's recent usage\n"},
-    {"tune", cli_cmd_tune, "[list]\nsubmit FILE\ndescribe ID\nstop ID",
+    {"tune", cli_cmd_tune, "[list]\nsubmit FILE [--source-dir DIR]\ndescribe ID\nstop ID",
      "hyperparameter tuning: searches whose trials are ordinary jobs",
      "commands:\n"
      "  list                 the tuning jobs you can see: state, strategy, trials, objective\n"
      "  submit FILE          start one from a JSON request (- reads standard input): the base job\n"
      "                       as \"job\", \"parameters\" by path in it (a bare name is\n"
      "                       hyperparameters.NAME), \"objective\", \"strategy\", \"max_jobs\", ...\n"
+     "                       (docs/contracts.md, \"Tuning jobs\"); a relative data.train / data.val\n"
+     "                       of the base job that exists here is sent as an absolute path\n"
+     "    --source-dir DIR   a script base job's code: pack DIR (honouring DIR/.kilnignore), upload it\n"
+     "                       into the job's project and submit with the job's \"source\" set\n"
      "  describe ID          the tuning job, its trials table and the best trial\n"
-     "  stop ID              stop it and its trials\n"},
+     "  stop ID              stop it and its trials\n"
+     "  ID may be the whole id, a unique prefix of it (4 characters or more) or a unique name.\n"},
     {"ui", cli_cmd_ui, "[--print]",
      "open kiln's web UI in your browser, already logged in",
      "  asks kilnd for a one-time login link (POST /v1/login-links) and opens it with xdg-open\n"
@@ -260,7 +265,7 @@ static const char cli_global_help[] =
     "  --profile NAME     use this saved login (default $KILN_PROFILE, then the current one)\n"
     "  -o, --output FMT   table (default), wide (more columns), json or yaml (the API's replies),\n"
     "                     or name (a list's ids or names, one a line: jobs, search, workers,\n"
-    "                     queues, projects, users, tokens, artifacts)\n"
+    "                     queues, projects, users, tokens, artifacts, tune list)\n"
     "  --json             the same as -o json\n"
     "  --no-headers       tables without their heading line\n";
 
@@ -606,13 +611,13 @@ int cli_main(int argc, char **argv)
         goto done;
     }
     static const char *const named[] = {"jobs", "search", "workers", "queues", "projects", "users", "tokens",
-                                        "artifacts", NULL};
+                                        "artifacts", "tune", NULL};
     bool lists = false;
     for (size_t i = 0; named[i]; i++)
         lists |= !strcmp(found->name, named[i]);
     if (client.output == CLI_OUT_NAME && !lists) {
         rc = cli_usage_error(found->name, "-o name lists ids or names: it applies to jobs, search, workers, queues, "
-                                          "projects, users, tokens and artifacts");
+                                          "projects, users, tokens, artifacts and tune list");
         goto done;
     }
     cli_table_set_headers(!g.no_headers);

@@ -87,6 +87,20 @@ int cli_positional(const char *cmd, int argc, char **argv, int first, const char
 typedef void (*cli_show_fn)(const cli_client_t *c, const json_t *reply);
 int cli_call_show(const cli_client_t *c, const char *method, const char *path, const json_t *body, cli_show_fn show);
 
+/* Reads a request file (path; "-": stdin) that must hold one JSON object, what it is in words
+ * ("a job spec"), into *out (OUT; caller owns). Returns 0, KILN_ENOTFOUND / KILN_EIO for a file
+ * that cannot be read, or KILN_EINVAL naming the file, line and column of a syntax error or of a
+ * key given twice (kilnd refuses those too; sent on, the last would win unseen). kiln submit and
+ * kiln tune submit read their files here. */
+int cli_read_request(const char *path, const char *what, json_t **out, kiln_err_t *err);
+/* A relative data.train / data.val of spec that exists here is made absolute (in place), so that
+ * an agent finds it whatever its own working directory is; anything else is left as is. */
+void cli_absolutize_data(json_t *spec);
+/* --source-dir: packs and uploads dir into spec's project (cli_code_push) and sets spec's
+ * "source" to it. KILN_EINVAL (field --source-dir) when spec names no entry_point or names a
+ * source already; else cli_code_push's status. */
+int cli_source_dir(cli_client_t *c, json_t *spec, const char *dir, kiln_err_t *err);
+
 /* Subcommands: argc/argv start at the subcommand name. Return CLI_EXIT_*. */
 int cli_cmd_submit(cli_client_t *c, int argc, char **argv);
 int cli_cmd_jobs(cli_client_t *c, int argc, char **argv);

@@ -7,13 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads a job spec from path ("-": stdin) and parses it; JSON syntax errors name line and column. */
-static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
+int cli_read_request(const char *path, const char *what, json_t **out, kiln_err_t *err)
 {
     json_error_t jerr;
     *out = NULL;
     if (!strcmp(path, "-")) {
-        *out = json_loadf(stdin, 0, &jerr);
+        *out = json_loadf(stdin, JSON_REJECT_DUPLICATES, &jerr);
         if (!*out)
             return kiln_err_set(err, KILN_EINVAL, NULL, "stdin:%d:%d: %s", jerr.line, jerr.column, jerr.text);
     } else {
@@ -22,7 +21,7 @@ static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
         int rc = kiln_file_read(path, &text, &len, err);
         if (rc != 0)
             return rc;
-        *out = json_loadb(text, len, 0, &jerr);
+        *out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
         free(text);
         if (!*out)
             return kiln_err_set(err, KILN_EINVAL, NULL, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
@@ -30,7 +29,7 @@ static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;
-        return kiln_err_set(err, KILN_EINVAL, NULL, "%s: a job spec must be a JSON object", path);
+        return kiln_err_set(err, KILN_EINVAL, NULL, "%s: %s must be a JSON object", path, what);
     }
     return 0;
 }
@@ -38,7 +37,7 @@ static int cli_read_spec(const char *path, json_t **out, kiln_err_t *err)
 /* A relative data path that exists here ("data/tinyshakespeare.txt" from the repository root)
  * is made absolute, so that an agent finds it whatever its own working directory is. Anything
  * else (absolute paths, URLs, "synthetic", paths only the agents' machines have) is left as is. */
-static void cli_absolutize_data(json_t *spec)
+void cli_absolutize_data(json_t *spec)
 {
     static const char *const keys[] = {"train", "val"};
     json_t *data = json_object_get(spec, "data");
@@ -54,8 +53,7 @@ static void cli_absolutize_data(json_t *spec)
     }
 }
 
-/* --source-dir: pushes dir into the spec's project and names it as the spec's source. */
-static int cli_source_dir(cli_client_t *c, json_t *spec, const char *dir, kiln_err_t *err)
+int cli_source_dir(cli_client_t *c, json_t *spec, const char *dir, kiln_err_t *err)
 {
     if (!json_is_string(json_object_get(spec, "entry_point"))) {
         kiln_err_set(err, KILN_EINVAL, "--source-dir", "--source-dir is a script job's code, and this spec names "
@@ -110,7 +108,7 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
     char header[600];
     const char *headers[2] = {NULL, NULL};
     long http = 0;
-    if (cli_read_spec(file, &spec, &err) != 0) {
+    if (cli_read_request(file, "a job spec", &spec, &err) != 0) {
         rc = cli_fail(c, &err);
         goto done;
     }
@@ -134,8 +132,10 @@ int cli_cmd_submit(cli_client_t *c, int argc, char **argv)
         json_t *res = json_object_get(json_object_get(job, "spec"), "resources");
         double nodes = cli_jnum(res, "nodes"), spn = cli_jnum(res, "slots_per_node");
         printf("%s\n", id);
-        fprintf(stderr, "%s job %.8s \"%s\": %s (%.0f node%s x %.0f %s slot%s)%s\n",
+        const char *queue = cli_jstr(job, "queue");
+        fprintf(stderr, "%s job %.8s \"%s\": %s%s%s (%.0f node%s x %.0f %s slot%s)%s\n",
                 http == 200 ? "existing" : "submitted", id, cli_jstr(job, "name"), cli_jstr(job, "state"),
+                *queue ? " in queue " : "", queue,
                 nodes == nodes ? nodes : 1, nodes == 1 ? "" : "s", spn == spn ? spn : 1,
                 *cli_jstr(res, "slot_type") ? cli_jstr(res, "slot_type") : "cpu", spn == 1 ? "" : "s",
                 http == 200 ? " - same idempotency key, nothing new submitted" : "");

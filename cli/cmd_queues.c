@@ -111,8 +111,22 @@ static void show_queue(const json_t *q)
     const json_t *cohort = json_object_get(q, "cohort");
     printf("name:            %s\n", cli_jstr(q, "name"));
     printf("quota:           %s\n", counts_text(json_object_get(q, "quota"), "0", a, sizeof a));
-    printf("usage:           %s\n", counts_text(json_object_get(q, "usage"), "0", a, sizeof a));
+    /* what it uses above its quota it borrows from its cohort: reclaimable by the lenders */
+    char borrowed[64] = "";
+    const json_t *quota = json_object_get(q, "quota"), *usage = json_object_get(q, "usage");
+    static const char *const types[] = {"cpu", "gpu"};
+    for (size_t t = 0; t < 2 && json_is_object(quota); t++) {
+        json_int_t over = json_integer_value(json_object_get(usage, types[t])) -
+                          json_integer_value(json_object_get(quota, types[t]));
+        if (over > 0)
+            snprintf(borrowed + strlen(borrowed), sizeof borrowed - strlen(borrowed), "%s%s %lld",
+                     borrowed[0] ? ", " : " (borrowing ", types[t], (long long)over);
+    }
+    if (borrowed[0])
+        snprintf(borrowed + strlen(borrowed), sizeof borrowed - strlen(borrowed), ")");
+    printf("usage:           %s%s\n", counts_text(usage, "0", a, sizeof a), borrowed);
     printf("pending:         %lld job(s)\n", (long long)json_integer_value(json_object_get(q, "pending")));
+    printf("admitted:        %lld job(s) holding slots\n", (long long)json_integer_value(json_object_get(q, "admitted")));
     printf("cohort:          %s\n", json_is_string(cohort) ? json_string_value(cohort) : "(none)");
     if (json_is_string(cohort)) {
         printf("borrowing limit: %s\n", counts_text(json_object_get(q, "borrowing_limit"), "unlimited", a, sizeof a));
@@ -171,6 +185,12 @@ int cli_cmd_queues(cli_client_t *c, int argc, char **argv)
         json_t *body = json_object();
         const char *name = NULL;
         int rc = queue_options(argc, argv, first, body, &name);
+        if (rc == 0 && !strcmp(sub, "create") && !json_object_get(body, "quota"))
+            rc = cli_usage_error("queues", "create: --quota is required: slot counts such as cpu=8,gpu=0, or none "
+                                 "for no limit");
+        if (rc == 0 && !strcmp(sub, "update") && json_object_size(body) == 0)
+            rc = cli_usage_error("queues", "update: nothing to change: give --quota, --cohort, --borrowing-limit, "
+                                 "--lending-limit, --weight, --projects or --fair-sharing");
         if (rc == 0 && strcmp(sub, "create") != 0)
             rc = cli_path_segment("queues", name, seg, sizeof seg);
         if (rc == 0 && !strcmp(sub, "create")) {

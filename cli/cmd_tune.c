@@ -1,6 +1,7 @@
 /* cmd_tune.c - `kiln tune submit|list|describe|stop`: tuning jobs (/v1/tuning-jobs), searches over
  * a base job's hyperparameters whose trials are ordinary jobs. describe prints a warm start's
- * parents, the trials table and the best trial; list each search's trials done, running and best. */
+ * parents, the trials table and the best trial; list each search's trials done, running and best.
+ * describe and stop take an id, a unique id prefix or a unique name. */
 #include "cli/cli_int.h"
 
 #include <stdio.h>
@@ -42,8 +43,17 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
            (long long)json_integer_value(json_object_get(t, "seed")),
            (long long)json_integer_value(json_object_get(t, "max_jobs")),
            (long long)json_integer_value(json_object_get(t, "max_parallel_jobs")));
+    const json_t *hb = json_object_get(json_object_get(t, "spec"), "hyperband");
+    if (json_is_object(hb))
+        /* where its trials pause: what the RUNG and STEPS columns count */
+        printf("hyperband:  rungs from %lld to %lld steps, reduction factor %lld, %lld bracket(s), %s sampler\n",
+               (long long)json_integer_value(json_object_get(hb, "min_resource")),
+               (long long)json_integer_value(json_object_get(hb, "max_resource")),
+               (long long)json_integer_value(json_object_get(hb, "reduction_factor")),
+               (long long)json_integer_value(json_object_get(hb, "brackets")), cli_jstr(hb, "sampler"));
     printf("objective:  %s %s\n", cli_jstr(obj, "goal"), cli_jstr(obj, "metric"));
     const json_t *trials = json_object_get(t, "trials");
+    bool hyperband = !strcmp(cli_jstr(t, "strategy"), "hyperband");
     const json_t *ws = json_object_get(t, "warm_start");
     size_t own = 0, i;
     json_t *tr;
@@ -71,10 +81,13 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
             params_text(json_object_get(tr, "parameters"), p, sizeof p);
             if (json_is_number(json_object_get(tr, "objective")))
                 snprintf(objective, sizeof objective, "%.6g", cli_jnum(tr, "objective"));
-            printf("%-6lld %-10.8s %-11s %-12s %-8lld %-5lld %s\n", (long long)json_integer_value(json_object_get(tr, "trial")),
+            /* only hyperband has rungs: the other strategies' trials show none */
+            char rung[24] = "-";
+            if (hyperband)
+                snprintf(rung, sizeof rung, "%lld", (long long)json_integer_value(json_object_get(tr, "rung")));
+            printf("%-6lld %-10.8s %-11s %-12s %-8lld %-5s %s\n", (long long)json_integer_value(json_object_get(tr, "trial")),
                    cli_jstr(tr, "job_id"), cli_jstr(tr, "state"), objective,
-                   (long long)json_integer_value(json_object_get(tr, "steps")),
-                   (long long)json_integer_value(json_object_get(tr, "rung")), p);
+                   (long long)json_integer_value(json_object_get(tr, "steps")), rung, p);
         }
     }
     const json_t *best = json_object_get(t, "best");
@@ -92,9 +105,11 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
 
 static void show_list(const cli_client_t *c, const json_t *reply)
 {
-    (void)c;
-    printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "RUNNING",
-           "BEST", "OBJECTIVE");
+    if (cli_print_names(c, json_object_get(reply, "tuning_jobs"), "id"))
+        return;
+    if (cli_table_headers())
+        printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "RUNNING",
+               "BEST", "OBJECTIVE");
     size_t i;
     json_t *t;
     json_array_foreach(json_object_get(reply, "tuning_jobs"), i, t) {
@@ -112,6 +127,98 @@ static void show_list(const cli_client_t *c, const json_t *reply)
     }
 }
 
+/* The tuning job ref names: its whole id as it is; else, among the tuning jobs the caller can see
+ * (GET /v1/tuning-jobs), the one whose id starts with ref (4 characters or more) or whose name is
+ * ref, as the SDK's find_tuning_job and kiln describe's job references do. id: 64 bytes (OUT).
+ * Returns 0, KILN_ENOTFOUND, KILN_EINVAL (several match: err lists them) or a request error. */
+static int tune_resolve(const cli_client_t *c, const char *ref, char *id, kiln_err_t *err)
+{
+    if (strlen(ref) == 36) {
+        kiln_strlcpy(id, ref, 64);
+        return 0;
+    }
+    json_t *list = NULL;
+    int rc = cli_request(c, "GET", "/v1/tuning-jobs", NULL, NULL, NULL, &list, err);
+    if (rc != 0)
+        return rc;
+    int n = 0;
+    char cands[256] = "";
+    size_t off = 0, i;
+    json_t *t;
+    json_array_foreach(json_object_get(list, "tuning_jobs"), i, t) {
+        const char *tid = cli_jstr(t, "id");
+        if (strcmp(cli_jstr(t, "name"), ref) != 0 && (strlen(ref) < 4 || strncmp(tid, ref, strlen(ref)) != 0))
+            continue;
+        if (++n == 1)
+            kiln_strlcpy(id, tid, 64);
+        if (n <= 5 && off < sizeof cands)
+            off += (size_t)snprintf(cands + off, sizeof cands - off, "%s%.8s %s (%s)", n > 1 ? ", " : "", tid,
+                                    cli_jstr(t, "name"), cli_jstr(t, "state"));
+    }
+    json_decref(list);
+    if (n == 1)
+        return 0;
+    if (n > 1) {
+        kiln_err_set(err, KILN_EINVAL, NULL, "\"%s\" names %d tuning jobs", ref, n);
+        kiln_err_detail(err, "newest first: %s%s", cands, n > 5 ? ", ..." : "");
+        kiln_err_hint(err, "give the tuning job's id, or a prefix of it only that one has");
+        return KILN_EINVAL;
+    }
+    kiln_err_set(err, KILN_ENOTFOUND, NULL, "no tuning job has the id, id prefix or name \"%s\"", ref);
+    kiln_err_hint(err, "kiln tune list lists the tuning jobs you can see");
+    return KILN_ENOTFOUND;
+}
+
+/* kiln tune submit FILE [--source-dir DIR]: the request as kiln submit reads a job spec (its base
+ * job's relative data paths made absolute, its code packed and uploaded with --source-dir). */
+static int tune_submit(cli_client_t *c, int argc, char **argv, int first)
+{
+    const char *file = NULL, *source_dir = NULL, *v;
+    for (int i = first; i < argc; i++) {
+        int m = cli_opt("tune", argc, argv, &i, "--source-dir", NULL, &v);
+        if (m < 0)
+            return CLI_EXIT_USAGE;
+        if (m)
+            source_dir = v;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0')
+            return cli_usage_error("tune", "unknown option %s", argv[i]);
+        else if (!file)
+            file = argv[i];
+        else
+            return cli_usage_error("tune", "submit: one request file at a time (got %s and %s)", file, argv[i]);
+    }
+    if (!file)
+        return cli_usage_error("tune", "submit: missing the request file (JSON; - reads standard input)");
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *body = NULL;
+    int rc = CLI_EXIT_OK;
+    if (cli_read_request(file, "a tuning request", &body, &err) != 0) {
+        rc = cli_fail(c, &err);
+        goto done;
+    }
+    json_t *job = json_object_get(body, "job");
+    if (json_is_object(job))
+        cli_absolutize_data(job);
+    if (source_dir) {
+        if (!json_is_object(job)) {
+            kiln_err_set(&err, KILN_EINVAL, "--source-dir", "--source-dir is the base job's code, and the request "
+                         "has no \"job\"");
+            kiln_err_hint(&err, "give the base job as \"job\": {\"entry_point\": \"train.py\", ...}");
+            rc = cli_fail(c, &err);
+            goto done;
+        }
+        if (cli_source_dir(c, job, source_dir, &err) != 0) {
+            rc = cli_fail(c, &err);
+            goto done;
+        }
+    }
+    rc = cli_call_show(c, "POST", "/v1/tuning-jobs", body, show_tuning);
+done:
+    json_decref(body);
+    return rc;
+}
+
 int cli_cmd_tune(cli_client_t *c, int argc, char **argv)
 {
     static const char *const subs[] = {"list", "submit", "describe", "stop", NULL};
@@ -119,33 +226,26 @@ int cli_cmd_tune(cli_client_t *c, int argc, char **argv)
     const char *sub = cli_subcommand("tune", argc, argv, subs, &first);
     if (!sub)
         return CLI_EXIT_USAGE;
+    if (!strcmp(sub, "submit"))
+        return tune_submit(c, argc, argv, first);
     const char *pos[1];
     int want = !strcmp(sub, "list") ? 0 : 1;
     int n = cli_positional("tune", argc, argv, first, pos, want);
     if (n < 0)
         return CLI_EXIT_USAGE;
     if (n < want)
-        return cli_usage_error("tune", "%s: missing the %s", sub,
-                               !strcmp(sub, "submit") ? "request file (JSON; - reads standard input)"
-                                                      : "tuning job's id (kiln tune list shows them)");
+        return cli_usage_error("tune", "%s: missing the tuning job's id or name (kiln tune list shows them)", sub);
     if (!strcmp(sub, "list"))
         return cli_call_show(c, "GET", "/v1/tuning-jobs", NULL, show_list);
-    if (!strcmp(sub, "submit")) {
-        json_error_t je;
-        json_t *body = !strcmp(pos[0], "-") ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &je)
-                                            : json_load_file(pos[0], JSON_REJECT_DUPLICATES, &je);
-        if (!body) {
-            fprintf(stderr, "kiln tune: could not read %s: %s (line %d, column %d)\n", pos[0], je.text, je.line,
-                    je.column);
-            return CLI_EXIT_USAGE;
-        }
-        int rc = cli_call_show(c, "POST", "/v1/tuning-jobs", body, show_tuning);
-        json_decref(body);
-        return rc;
-    }
-    char seg[400], path[512];
+    char seg[400], path[512], id[64];
     int src = cli_path_segment("tune", pos[0], seg, sizeof seg);
     if (src)
+        return src;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    if (tune_resolve(c, pos[0], id, &err) != 0)
+        return cli_fail(c, &err);
+    if ((src = cli_path_segment("tune", id, seg, sizeof seg)) != 0)
         return src;
     snprintf(path, sizeof path, "/v1/tuning-jobs/%s%s", seg, !strcmp(sub, "stop") ? ":stop" : "");
     if (!strcmp(sub, "describe"))

@@ -394,6 +394,11 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
         cli_kv(out, "Project", "%s", cli_jstr(spec, "project"));
     if (*cli_jstr(job, "submitted_by"))
         cli_kv(out, "Submitted by", "%s", cli_jstr(job, "submitted_by"));
+    /* where it waits and in which order: what a team sharing the cluster reads first */
+    if (*cli_jstr(job, "queue")) {
+        double prio = cli_jnum(job, "priority");
+        cli_kv(out, "Queue", "%s (priority %.0f)", cli_jstr(job, "queue"), isnan(prio) ? 0.0 : prio);
+    }
     cli_kv(out, "State", "%s%s%s", state, *reason ? "  " : "", reason);
     cli_print_pending(out, job, now_us);
     double attempt = cli_jnum(job, "attempt");
@@ -457,7 +462,9 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
             cli_kv(out, "Source", "%s (code archive; kiln code get %.12s)", src, src + 12);
         else
             cli_kv(out, "Source", "%s", src);
-        char *hps = json_dumps(json_object_get(spec, "hyperparameters"), JSON_COMPACT | JSON_SORT_KEYS);
+        /* 15 significant digits, as kilnd writes numbers: 0.1 stays 0.1 */
+        char *hps = json_dumps(json_object_get(spec, "hyperparameters"),
+                               JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
         if (hps && strcmp(hps, "{}") != 0) {
             char clip[256];
             cli_kv(out, "Hyperparams", "%s", cli_clip(hps, 200, clip, sizeof(clip)));

@@ -413,7 +413,8 @@ int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_
     }
     /* A name: scan the job list (newest first), a bounded number of pages. */
     int name_matches = 0;
-    char name_match[64] = "";
+    char name_match[64] = "", candidates[256] = "";
+    size_t cand_len = 0;
     char *token = strdup("");
     for (int pages = 0; token && pages < 40; pages++) {
         char *p = strdup("/v1/jobs?page_size=500");
@@ -432,6 +433,9 @@ int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_
             if (!strcmp(cli_jstr(job, "name"), ref)) {
                 name_matches++;
                 kiln_strlcpy(name_match, cli_jstr(job, "id"), sizeof(name_match));
+                if (name_matches <= 5 && cand_len < sizeof(candidates))
+                    cand_len += (size_t)snprintf(candidates + cand_len, sizeof(candidates) - cand_len, "%s%.8s (%s)",
+                                                 name_matches > 1 ? ", " : "", name_match, cli_jstr(job, "state"));
             }
         }
         free(token);
@@ -444,7 +448,8 @@ int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_
         kiln_strlcpy(out, name_match, 64);
     } else if (name_matches > 1) {
         rc = kiln_err_set(err, KILN_EINVAL, NULL, "%d jobs are named \"%s\"", name_matches, ref);
-        kiln_err_hint(err, "use the job id (kiln jobs lists them)");
+        kiln_err_detail(err, "newest first: %s%s", candidates, name_matches > 5 ? ", ..." : "");
+        kiln_err_hint(err, "use the job id, or a prefix of it only that job has (kiln jobs lists them)");
     } else {
         rc = kiln_err_set(err, KILN_ENOTFOUND, NULL, "no job matches \"%s\"", ref);
         kiln_err_hint(err, "kiln jobs --all lists every job");

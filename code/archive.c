@@ -589,23 +589,26 @@ int code_archive_check_fd(int fd, const code_limits_t *lim, code_stats_t *st, ki
 
 /* ---- extraction ---------------------------------------------------------------------------------- */
 
+/* Set by rm_one when a file or directory could not be removed (nftw's callback has no argument of
+ * its own); the walk goes on so that as much as can be removed is. */
+static _Thread_local bool rm_failed;
+
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
     (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT)
+        rm_failed = true;
     return 0;
 }
 
 int code_tree_remove(const char *path)
 {
     /* FTW_PHYS: links are removed, never followed; FTW_DEPTH: contents before their directory */
+    rm_failed = false;
     if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
         return KILN_EIO;
-    return 0;
+    return rm_failed ? KILN_EIO : 0;
 }
 
 int code_archive_extract_fd(int fd, const char *dest, const code_limits_t *lim, code_stats_t *st, kiln_err_t *err)

@@ -89,6 +89,27 @@ int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, c
     return Q->quota[type] + others;
 }
 
+int sched_quota_bound(const sched_queue_t *queues, int nqueues, int q, int type, const char **which, char *words,
+                      size_t n)
+{
+    const char *w = NULL;
+    int max = sched_quota_max(queues, nqueues, q, type, &w);
+    const sched_queue_t *Q = &queues[q];
+    if (which)
+        *which = w;
+    if (max == SCHED_UNLIMITED)
+        snprintf(words, n, "its quota is unlimited");
+    else if (!strcmp(w, "borrowing_limit"))
+        snprintf(words, n, "its quota (%d) plus its borrowing_limit (%d) allow at most %d", Q->quota[type],
+                 Q->borrowing_limit[type], max);
+    else if (!strcmp(w, "lending_limit"))
+        snprintf(words, n, "at most %d, its quota (%d) plus the %d the other queues of cohort \"%.40s\" lend", max,
+                 Q->quota[type], max - Q->quota[type], Q->cohort);
+    else
+        snprintf(words, n, "its quota allows at most %d%s", max, has_cohort(Q) ? "" : " (it has no cohort to borrow from)");
+    return max;
+}
+
 typedef struct admit {
     const sched_snapshot_t *snap;
     sched_worker_t *w;                 /* the workers, slots_free as admissions take them */
@@ -165,6 +186,22 @@ static bool entitled(const admit_t *a, int j)
     return nom == SCHED_UNLIMITED || a->usage[J->queue][J->type] + job_size(J) <= nom;
 }
 
+/* Admits job j where d->pl places it (borrowed: beyond its queue's nominal quota): takes its
+ * slots on those workers and adds its size to its queue's and its project's usage. */
+static void take(admit_t *a, int j, sched_decision_t *d, bool borrowed)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    d->outcome = SCHED_ADMITTED;
+    d->borrowed = borrowed;
+    d->reason[0] = '\0';
+    for (int k = 0; k < d->pl.nodes; k++)
+        a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
+    a->usage[J->queue][J->type] += job_size(J);
+    if (J->project >= 0 && J->project < s->nprojects)
+        a->proj[J->project] += job_size(J);
+}
+
 /* Checks job j against its queue's quota and cohort now. Returns 0 when it may be admitted,
  * SCHED_WAIT_QUOTA or SCHED_WAIT_NEVER_QUOTA with the reason written. */
 static int quota_check(admit_t *a, int j, char *why, size_t n)
@@ -176,12 +213,12 @@ static int quota_check(admit_t *a, int j, char *why, size_t n)
     const char *tn = sched_slot_type_name(t);
     if (nom == SCHED_UNLIMITED)
         return 0;
-    const char *which = NULL;
-    int max = sched_quota_max(s->queues, s->nqueues, J->queue, t, &which);
+    char bound[160];
+    int max = sched_quota_bound(s->queues, s->nqueues, J->queue, t, NULL, bound, sizeof bound);
     int used = a->usage[J->queue][t];
     if (d > max) {
-        snprintf(why, n, "waiting for quota it can never get: needs %d %s slot(s), more than queue %s's %s allows "
-                 "(at most %d)", d, tn, Q->name, which, max);
+        snprintf(why, n, "waiting for quota it can never get: needs %d %s slot(s), more than queue %s can ever get: "
+                 "%s", d, tn, Q->name, bound);
         return SCHED_WAIT_NEVER_QUOTA;
     }
     if (used + d <= nom && !has_cohort(Q))
@@ -699,18 +736,11 @@ static void backfill(admit_t *a, int kb, sched_decision_t *out, int *order, int 
             for (int x = 0; reserves(a, out, k) && end > a->at[k] && x < d->pl.nodes; x++)
                 a->extra[k * nw + d->pl.worker[x]] -= J->slots_per_node;
         hold_past_heads(a, out, j, end);
-        d->outcome = SCHED_ADMITTED;
-        d->borrowed = !entitled(a, j);
+        take(a, j, d, !entitled(a, j));
         d->backfilled = true;
         d->behind_head = b;
         d->end_s = end;
         d->head_start_s = at;
-        d->reason[0] = '\0';
-        for (int k = 0; k < d->pl.nodes; k++)
-            a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
-        a->usage[J->queue][J->type] += job_size(J);
-        if (J->project >= 0 && J->project < s->nprojects)
-            a->proj[J->project] += job_size(J);
         order[(*nadmitted)++] = j;
     }
 }
@@ -787,14 +817,7 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
         try_preempt(a, j, out);
         return false;
     }
-    d->outcome = SCHED_ADMITTED;
-    d->borrowed = !within;
-    d->reason[0] = '\0';
-    for (int k = 0; k < d->pl.nodes; k++)
-        a->w[d->pl.worker[k]].slots_free -= J->slots_per_node;
-    a->usage[J->queue][J->type] += job_size(J);
-    if (J->project >= 0 && J->project < s->nprojects)
-        a->proj[J->project] += job_size(J);
+    take(a, j, d, !within);
     return true;
 }
 

@@ -495,13 +495,24 @@ int svc_queue_resolve_job(store_conn_t *c, char queue[64], const char *project, 
     if ((rc = queue_usable(all, queue, project, "queue", whose, &qi, err)) == 0
         && (rc = svc_queues_to_sched(all, &qs, &nq)) == 0) {
         int t = sched_slot_type(slot_type);
+        /* what bounds it, in words: the queue's own quota or borrowing limit, or what the other
+         * queues of its cohort lend (their quotas and lending limits, not this queue's) */
         const char *which = NULL;
-        int max = t < 0 ? SCHED_UNLIMITED : sched_quota_max(qs, nq, qi, t, &which);
+        char bound[256];
+        int max = t < 0 ? SCHED_UNLIMITED : sched_quota_bound(qs, nq, qi, t, &which, bound, sizeof bound);
         if (max != SCHED_UNLIMITED && slots > max) {
+            const sched_queue_t *Q = &qs[qi];
             kiln_err_set(err, KILN_EUNFIT, "queue", "the job needs %d %s slot(s), more than queue \"%.80s\" can ever "
-                         "get: its %s allows at most %d", slots, slot_type, queue, which, max);
-            kiln_err_hint(err, "ask for fewer slots, use another queue, or ask a cluster admin to raise the queue's %s",
-                          which);
+                         "get: %s", slots, slot_type, queue, bound);
+            if (!strcmp(which, "lending_limit")) {
+                kiln_err_detail(err, "a queue of a cohort lends its unused quota up to its own lending_limit; what "
+                                "queue \"%.80s\" may borrow is what the others lend", queue);
+                kiln_err_hint(err, "ask for fewer slots, use another queue, or ask a cluster admin to raise the "
+                              "quotas or lending limits of cohort \"%.80s\" (kiln queues lists them)", Q->cohort);
+            } else {
+                kiln_err_hint(err, "ask for fewer slots, use another queue, or ask a cluster admin to raise the "
+                              "queue's %s (kiln queues update %.80s)", which, queue);
+            }
             rc = KILN_EUNFIT;
         }
     }

@@ -820,6 +820,11 @@ const char *sched_victim_reason(const sched_snapshot_t *snap, int j, int r, char
  * SCHED_UNLIMITED; *which (OUT, may be NULL) = what bounds it: "quota", "borrowing_limit" or
  * "lending_limit" (the cohort lends no more). */
 int sched_quota_max(const sched_queue_t *queues, int nqueues, int q, int type, const char **which);
+/* sched_quota_max, and what bounds it in words for a person ("its quota (8) plus its
+ * borrowing_limit (4) allow at most 12", "at most 10, its quota (8) plus the 2 the other queues of
+ * cohort \"research\" lend", "its quota allows at most 8"), written to words (n bytes). */
+int sched_quota_bound(const sched_queue_t *queues, int nqueues, int q, int type, const char **which, char *words,
+                      size_t n);
 
 /* ---- pending reasons (service/pending.c), a pure function over a pass, for tests -------------
  * What a person reads about a waiting job: its position in its queue, what it needs and what is

@@ -150,6 +150,15 @@ static int try_value(const spec_tuning_t *t, const spec_tune_param_t *p, json_t 
     if (!job)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     int rc = 0;
+    if (t->strategy == SPEC_TUNE_HYPERBAND) {
+        /* a trial trains with max_steps = max_resource and pauses at its rungs (as trial jobs are
+         * made below): its values are checked against those steps, not the base job's max_steps */
+        json_t *total = json_integer((json_int_t)t->max_resource), *rung = json_integer((json_int_t)t->min_resource);
+        path_set(job, "hyperparameters.max_steps", total, false);
+        path_set(job, "stopping.max_steps", rung, true);
+        json_decref(total);
+        json_decref(rung);
+    }
     if (!path_set(job, p->path, v, t->script)) {
         rc = KILN_EINVAL;
         kiln_err_set(err, KILN_EINVAL, "parameters", "parameter \"%s\": the job spec has no field %s", p->name,
@@ -299,14 +308,14 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     char fmin[192];
     snprintf(fmin, sizeof fmin, "%s.min", section);
     if (p->min >= p->max)
-        return invalid(err, fmin, "make min smaller than max", "%s: min (%g) must be less than max (%g)", section, p->min,
+        return invalid(err, fmin, "make min smaller than max", "%s (%g) must be less than max (%g)", fmin, p->min,
                        p->max);
     if (p->scaling == SPEC_TUNE_LOG && p->min <= 0)
         return invalid(err, fmin, "log scaling needs a range above 0; use linear scaling for ranges that include 0",
-                       "%s: log scaling needs min > 0 (got %g)", section, p->min);
+                       "%s (%g) must be above 0 for log scaling", fmin, p->min);
     if (p->scaling == SPEC_TUNE_REVERSE_LOG && (p->type != SPEC_TUNE_CONTINUOUS || p->min < 0 || p->max >= 1))
         return invalid(err, fmin, "reverse_log suits continuous values near 1, such as a momentum: 0 <= min < max < 1",
-                       "%s: reverse_log scaling needs a continuous range with 0 <= min < max < 1", section);
+                       "%s: reverse_log scaling needs a continuous range with 0 <= min < max < 1", fmin);
     t->nparams++;
     /* the ends, and for a continuous range a value between them that is no integer (a continuous
      * range over an integer field would be refused at every draw but its ends) */
@@ -496,7 +505,7 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
             goto fail;
         }
         if (out->script) {
-            rc = invalid(err, "strategy", "use random or grid for script jobs",
+            rc = invalid(err, "strategy", "use random, grid or bayesian for script jobs",
                          "hyperband pauses trials at a number of steps, which only engine jobs take "
                          "(hyperparameters.max_steps)");
             goto fail;

@@ -14,6 +14,26 @@ static int not_found(kiln_err_t *err, const char *id)
     return KILN_ENOTFOUND;
 }
 
+/* Runs sql, whose $1 is job id, for its one row: *r (OUT; PQclear it) on 0. A job that does not
+ * exist (id no UUID, or no row) is not_found. prepared: through store_qp, else store_q. */
+static int job_one_row(store_conn_t *c, const char *what, const char *sql, bool prepared, const char *id,
+                       PGresult **r, kiln_err_t *err)
+{
+    *r = NULL;
+    if (!store_is_uuid(id))
+        return not_found(err, id);
+    const char *p[1] = {id};
+    int rc = prepared ? store_qp(c, what, sql, 1, p, r, err) : store_q(c, what, sql, 1, p, r, err);
+    if (rc)
+        return rc;
+    if (PQntuples(*r) != 1) {
+        PQclear(*r);
+        *r = NULL;
+        return not_found(err, id);
+    }
+    return 0;
+}
+
 json_t *store_job_json(const PGresult *r, int i)
 {
     json_t *o = json_object();
@@ -249,19 +269,12 @@ int store_job_set_preempted_by(store_conn_t *c, const char *id, const char *by, 
 
 int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *out, kiln_err_t *err)
 {
-    if (!store_is_uuid(id))
-        return not_found(err, id);
     const char *sql = lock ? "SELECT " ROW_COLS " FROM jobs WHERE id = $1::uuid FOR UPDATE"
                            : "SELECT " ROW_COLS " FROM jobs WHERE id = $1::uuid";
-    const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_qp(c, "read job", sql, 1, p, &r, err);
+    int rc = job_one_row(c, "read job", sql, true, id, &r, err);
     if (rc)
         return rc;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return not_found(err, id);
-    }
     row_fill(r, 0, out);
     PQclear(r);
     return 0;
@@ -374,18 +387,11 @@ int store_job_transition(store_conn_t *c, const char *id, const char *from, cons
 int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    if (!store_is_uuid(id))
-        return not_found(err, id);
-    const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_q(c, "read job", "SELECT " STORE_JOB_COLS " FROM jobs j WHERE j.id = $1::uuid", 1, p,
-                     &r, err);
+    int rc = job_one_row(c, "read job", "SELECT " STORE_JOB_COLS " FROM jobs j WHERE j.id = $1::uuid", false, id,
+                         &r, err);
     if (rc)
         return rc;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return not_found(err, id);
-    }
     *out = store_job_json(r, 0);
     PQclear(r);
     return 0;
@@ -800,19 +806,12 @@ int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t
 int store_job_log_seq(store_conn_t *c, const char *id, int64_t *out, kiln_err_t *err)
 {
     *out = 0;
-    if (!store_is_uuid(id))
-        return not_found(err, id);
-    const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_qp(c, "read the last log seq",
-                      "SELECT coalesce((SELECT last_seq FROM log_seqs WHERE job_id = $1::uuid), 0) FROM jobs"
-                      " WHERE id = $1::uuid", 1, p, &r, err);
+    int rc = job_one_row(c, "read the last log seq",
+                         "SELECT coalesce((SELECT last_seq FROM log_seqs WHERE job_id = $1::uuid), 0) FROM jobs"
+                         " WHERE id = $1::uuid", true, id, &r, err);
     if (rc)
         return rc;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return not_found(err, id);
-    }
     *out = store_get_i64(r, 0, 0);
     PQclear(r);
     return 0;
@@ -854,18 +853,11 @@ int store_job_state(store_conn_t *c, const char *id, char *state, size_t state_n
     state[0] = '\0';
     if (reason_n)
         reason[0] = '\0';
-    if (!store_is_uuid(id))
-        return not_found(err, id);
-    const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_q(c, "read job state", "SELECT state, reason FROM jobs WHERE id = $1::uuid", 1,
-                     p, &r, err);
+    int rc = job_one_row(c, "read job state", "SELECT state, reason FROM jobs WHERE id = $1::uuid", false, id, &r,
+                         err);
     if (rc)
         return rc;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return not_found(err, id);
-    }
     kiln_strlcpy(state, store_get_str(r, 0, 0), state_n);
     if (reason_n)
         kiln_strlcpy(reason, store_get_str(r, 0, 1), reason_n);
@@ -895,17 +887,10 @@ int store_job_state_age(store_conn_t *c, const char *id, double *seconds, kiln_e
 int store_job_project(store_conn_t *c, const char *id, char *project, size_t n, kiln_err_t *err)
 {
     project[0] = '\0';
-    if (!store_is_uuid(id))
-        return not_found(err, id);
-    const char *p[1] = {id};
     PGresult *r = NULL;
-    int rc = store_qp(c, "read job project", "SELECT project FROM jobs WHERE id = $1::uuid", 1, p, &r, err);
+    int rc = job_one_row(c, "read job project", "SELECT project FROM jobs WHERE id = $1::uuid", true, id, &r, err);
     if (rc)
         return rc;
-    if (PQntuples(r) != 1) {
-        PQclear(r);
-        return not_found(err, id);
-    }
     kiln_strlcpy(project, store_get_str(r, 0, 0), n);
     PQclear(r);
     return 0;

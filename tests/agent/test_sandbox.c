@@ -390,6 +390,35 @@ Test(sandbox, an_agent_with_another_state_dir_leaves_a_live_box_alone)
     cr_assert_eq(system(cmd), 0);
 }
 
+/* What a box shows of the host, as the agent decides before it starts a script job's Python: the
+ * system's directories and --sandbox-ro-path, by whole path components; a pyenv shim under /root
+ * is not shown, so the agent warns at start and the job is told what to change. */
+Test(sandbox, a_program_outside_what_boxes_show_is_told_apart)
+{
+    char state[PATH_MAX + 16], venv[PATH_MAX + 16], shim[PATH_MAX + 32];
+    snprintf(state, sizeof(state), "%s-state", dir);
+    snprintf(venv, sizeof(venv), "%s/venv", dir);
+    const char *ro[] = {venv};
+    agent_sandbox_config_t cfg = {.state_dir = state, .uid_lo = 2100000016u, .uid_hi = 2100000031u,
+                                  .ro_paths = ro, .n_ro_paths = 1};
+    cr_assert_eq(mkdir(venv, 0755), 0);
+    sandbox_t *s = NULL;
+    kiln_err_t err;
+    cr_assert_eq(sandbox_create(&cfg, 1, &s, &err), 0, "%s", err.message);
+    cr_assert(sandbox_shows(s, "/usr/bin/python3"));
+    cr_assert(sandbox_shows(s, "/bin/sh"));
+    cr_assert(!sandbox_shows(s, "/root/.pyenv/shims/python3"));
+    cr_assert(!sandbox_shows(s, "/usrlocal/bin/python3"), "a prefix of a name is not the directory");
+    snprintf(shim, sizeof(shim), "%s/bin/python3", venv);
+    cr_assert(sandbox_shows(s, shim), "%s lies under --sandbox-ro-path %s", shim, venv);
+    snprintf(shim, sizeof(shim), "%s2/bin/python3", venv);
+    cr_assert(!sandbox_shows(s, shim));
+    sandbox_destroy(s);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* A box an agent left behind whose cgroup is half removed (with cgroup v1, its pids cgroup alone;
  * with v2, its one cgroup) is swept by the next agent of the same state dir when it starts. Uses
  * a uid range and a state dir of this test's own. */

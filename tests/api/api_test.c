@@ -175,6 +175,16 @@ json_t *at_req(const char *method, const char *path, const char *body, const cha
     return j;
 }
 
+json_t *at_req_want(const char *method, const char *path, const char *body, long want)
+{
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req(method, path, body, NULL, &st, &raw);
+    cr_assert_eq(st, want, "%s %s %s: want %ld, got %ld: %s", method, path, body ? body : "", want, st, raw);
+    free(raw);
+    return j;
+}
+
 static const char at_spec[] =
     "{\"name\": \"%s\", \"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
     " \"seq_len\": 8}, \"data\": {\"train\": \"file:///tmp/kiln-api-test.txt\"},"

@@ -53,6 +53,9 @@ void at_teardown(void);
  * non-NULL, receives the body text (caller frees). */
 json_t *at_req(const char *method, const char *path, const char *body, const char *const hdrs[],
                long *status, char **raw);
+/* at_req as the cluster admin (th_http's token) that asserts the status is want, saying the
+ * request and the reply when not. Returns the reply (caller decrefs). */
+json_t *at_req_want(const char *method, const char *path, const char *body, long want);
 /* POSTs a small valid spec named name with tags_json (an object, or NULL); returns the job id
  * (caller frees). key: Idempotency-Key or NULL. Asserts 201/200. */
 char *at_create_job(const char *name, const char *tags_json, const char *key);

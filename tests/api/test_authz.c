@@ -26,12 +26,7 @@ static char tokens[C_COUNT][128];
 /* A request as cluster admin; asserts the status. Returns the reply (caller decrefs). */
 static json_t *admin(const char *method, const char *path, const char *body, long want)
 {
-    long st;
-    char *raw = NULL;
-    json_t *j = at_req(method, path, body, NULL, &st, &raw);
-    cr_assert_eq(st, want, "%s %s: %ld %s", method, path, st, raw);
-    free(raw);
-    return j;
+    return at_req_want(method, path, body, want);
 }
 
 /* Creates a user and a token for it (expires_in_s 0: never); copies the secret into out. */

@@ -17,14 +17,10 @@
 
 TestSuite(pending, .init = at_setup, .fini = at_teardown, .timeout = 120);
 
+/* A request as the cluster admin; asserts the status; returns the reply (caller decrefs). */
 static json_t *req(const char *method, const char *path, const char *body, long want)
 {
-    long st;
-    char *raw = NULL;
-    json_t *j = at_req(method, path, body, NULL, &st, &raw);
-    cr_assert_eq(st, want, "%s %s %s: want %ld, got %ld: %s", method, path, body ? body : "", want, st, raw);
-    free(raw);
-    return j;
+    return at_req_want(method, path, body, want);
 }
 
 /* Submits a 1-node job of project's (NULL: the default project's) with `slots` cpu ranks in queue,

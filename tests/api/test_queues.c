@@ -20,12 +20,7 @@ TestSuite(queues, .init = at_setup, .fini = at_teardown, .timeout = 120);
 /* A request as the cluster admin; asserts the status; returns the reply (caller decrefs). */
 static json_t *req(const char *method, const char *path, const char *body, long want)
 {
-    long st;
-    char *raw = NULL;
-    json_t *j = at_req(method, path, body, NULL, &st, &raw);
-    cr_assert_eq(st, want, "%s %s %s: want %ld, got %ld: %s", method, path, body ? body : "", want, st, raw);
-    free(raw);
-    return j;
+    return at_req_want(method, path, body, want);
 }
 
 /* A 400 whose field is field. */
@@ -199,7 +194,19 @@ Test(queues, a_jobs_queue_is_honoured)
     refused("POST", "/v1/jobs", spec("j", "default", "ponly", 1, 1), 400, "queue",
             "project \"default\" may not use queue \"ponly\"");
     refused("POST", "/v1/jobs", spec("j", "default", "one", 2, 1), 422, "queue", "its quota allows at most 1");
-    refused("POST", "/v1/jobs", spec("j", "default", "borrow", 1, 3), 422, "queue", "its lending_limit allows at most 2");
+    /* what bounds "borrow" is what "lend" lends (its lending_limit), not a limit of "borrow" */
+    refused("POST", "/v1/jobs", spec("j", "default", "borrow", 1, 3), 422, "queue",
+            "can ever get: at most 2, its quota (1) plus the 1 the other queues of cohort \"c\" lend");
+    {
+        json_t *j = req("POST", "/v1/jobs", spec("j", "default", "borrow", 1, 3), 422);
+        cr_assert(strstr(json_string_value(json_object_get(j, "hint")), "lending limits of cohort \"c\""), "%s",
+                  json_string_value(json_object_get(j, "hint")));
+        json_decref(j);
+    }
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"capped\", \"cohort\": \"c\", \"quota\": {\"cpu\": 0},"
+                                          " \"borrowing_limit\": {\"cpu\": 1}}", 201));
+    refused("POST", "/v1/jobs", spec("j", "default", "capped", 1, 2), 422, "queue",
+            "its quota (0) plus its borrowing_limit (1) allow at most 1");
     /* accepted: within what the queue could ever get (borrowing included), or no queue named */
     free(submit("ok", "p", "ponly", 1, 1));
     char *a = submit("a", "default", "one", 1, 1);

@@ -63,6 +63,9 @@ Test(tuning, refuses_bad_input_naming_the_field)
             "less than max");
     refused(request("\"weight_decay\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.2, \"scaling\": \"log\"}", NULL),
             "parameters.weight_decay.min", "log scaling");
+    /* the message names the field once, as every other does: the CLI prints "FIELD: ..." */
+    refused(request("\"lr\": {\"type\": \"continuous\", \"min\": 0.01, \"max\": 0.001}", NULL), "parameters.lr.min",
+            "\"message\":\"parameters.lr.min (0.01) must be less than max (0.001)\"");
     refused(request("\"model.n_foo\": {\"type\": \"integer\", \"min\": 1, \"max\": 4}", NULL), "parameters.model.n_foo",
             "no field model.n_foo");
     refused(request("\"dropout\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.5}", NULL), "parameters.dropout",
@@ -103,6 +106,13 @@ Test(tuning, refuses_bad_input_naming_the_field)
             "max_jobs", "20 points");
     refused(request(LR, "\"strategy\": \"grid\""), "parameters.lr.type", "grid search");
     refused(request(LR, "\"stratgy\": \"grid\""), "stratgy", "strategy");
+    /* hyperband's trials train max_resource steps: beyond it a warmup is refused; the base job's
+     * max_steps (500) bounds the other strategies' (hyperband_checks_values_... accepts 800) */
+    refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 1500}",
+                    "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 1000}"),
+            "parameters.warmup_steps.max", "warmup_steps = 1500");
+    refused(request("\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 800}", NULL),
+            "parameters.warmup_steps.max", "warmup_steps = 800");
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 50}"),
             "hyperband.min_resource", "less than max_resource");
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90,"
@@ -615,4 +625,22 @@ Test(tuning, base_job_and_trials_meet_the_submitters_job_checks)
     refused_as(carol, body, 403, "parameters.data.train.values[1]", "another project");
 #undef MINE_JOB
     cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
+}
+
+/* A hyperband trial trains max_resource steps whatever the base job's max_steps: its values are
+ * checked against those steps, so a warmup the base job's 500 steps would refuse is accepted. */
+Test(tuning, hyperband_checks_values_against_the_steps_its_trials_train)
+{
+    {
+        long st;
+        char *raw = NULL;
+        json_t *j = at_req("POST", "/v1/tuning-jobs",
+                           request("\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 800}",
+                                   "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100,"
+                                   " \"max_resource\": 1000}"),
+                           NULL, &st, &raw);
+        cr_assert_eq(st, 201, "%s", raw);
+        json_decref(j);
+        free(raw);
+    }
 }

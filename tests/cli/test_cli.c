@@ -166,12 +166,13 @@ Test(cli_format, describe_shows_a_waiting_jobs_pending_block)
 {
     /* position, what is missing, the jobs it waits for and the estimated start, as REST gives them */
     json_t *job = load("{\"id\": \"11111111-2222-4333-8444-555555555555\", \"name\": \"waits\", \"state\": \"QUEUED\","
-                       " \"reason\": \"waiting for quota\", \"queue\": \"nlp\", \"created_at\": \"2026-11-21T06:00:00Z\","
+                       " \"reason\": \"waiting for quota\", \"queue\": \"nlp\", \"priority\": 5, \"created_at\": \"2026-11-21T06:00:00Z\","
                        " \"pending\": {\"position\": 3, \"missing\": \"needs 2 cpu slot(s) on 2 worker(s); queue nlp:"
                        " quota 8, used 8, may borrow 0 more\", \"blocking_jobs\": [\"aaaaaaaa-0000-4000-8000-000000000001\","
                        " \"bbbbbbbb-0000-4000-8000-000000000002\"], \"estimated_start\": \"2026-11-21T06:10:30Z\"}}");
     char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
-    cr_assert(strstr(out, "State:        QUEUED  waiting for quota\nPosition:     3 in queue nlp\n"), "%s", out);
+    cr_assert(strstr(out, "Queue:        nlp (priority 5)\nState:        QUEUED  waiting for quota\n"
+                          "Position:     3 in queue nlp\n"), "the queue and priority it waits with: %s", out);
     cr_assert(strstr(out, "Missing:      needs 2 cpu slot(s) on 2 worker(s); queue nlp: quota 8, used 8, may borrow 0 "
                           "more\n"), "%s", out);
     cr_assert(strstr(out, "Waits for:    aaaaaaaa-0000-4000-8000-000000000001, bbbbbbbb-0000-4000-8000-000000000002\n"),
@@ -190,6 +191,21 @@ Test(cli_format, describe_shows_a_waiting_jobs_pending_block)
     json_object_set_new(job, "state", json_string("RUNNING"));
     out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
     cr_assert(!strstr(out, "Position:") && !strstr(out, "Est. start:"), "%s", out);
+    free(out);
+    json_decref(job);
+}
+
+Test(cli_format, describe_shows_a_script_jobs_hyperparameters_as_written)
+{
+    /* 0.1 is printed as 0.1, not as the nearest double's 17 digits */
+    json_t *job = load("{\"id\": \"11111111-2222-4333-8444-555555555555\", \"name\": \"toy\", \"state\": \"QUEUED\","
+                       " \"queue\": \"default\", \"priority\": 0, \"created_at\": \"2026-11-21T06:00:00Z\","
+                       " \"spec\": {\"entry_point\": \"train.py\", \"source\": \"/data/code\","
+                       " \"hyperparameters\": {\"lr\": 0.1, \"epochs\": 3, \"decay\": 1e-5}}}");
+    char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "Hyperparams:  {\"decay\":1.0000000000000001e-05,") == NULL, "%s", out);
+    cr_assert(strstr(out, "Hyperparams:  {\"decay\":1e-5,\"epochs\":3,\"lr\":0.1}\n"), "%s", out);
+    cr_assert(strstr(out, "Queue:        default (priority 0)\n"), "%s", out);
     free(out);
     json_decref(job);
 }
@@ -392,6 +408,9 @@ Test(cli_main, usage_errors_exit_2, .init = cr_redirect_stderr)
     cr_assert_eq(run_cli(4, (const char *[]){"kiln", "jobs", "--limit", "-3", NULL}), 2);
     cr_assert_eq(run_cli(4, (const char *[]){"kiln", "logs", "--rank", "x", NULL}), 2);
     cr_assert_eq(run_cli(2, (const char *[]){"kiln", "submit", NULL}), 2);
+    /* an update that changes nothing is a mistake, not a silent success */
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "queues", "update", "nlp", NULL}), 2);
+    cr_assert_eq(run_cli(4, (const char *[]){"kiln", "queues", "create", "nlp", NULL}), 2);
     fflush(stderr);
     cr_assert_stderr_neq_str("");
 }
@@ -430,6 +449,49 @@ Test(cli_main, bad_spec_file_exits_1, .init = cr_redirect_stderr)
     cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", "http://127.0.0.1:1", "submit", path, NULL}), 1);
     cr_assert_eq(run_cli(3, (const char *[]){"kiln", "submit", "/nonexistent/job.json", NULL}), CLI_EXIT_NOT_FOUND);
     unlink(path);
+}
+
+/* kiln tune submit reads its request as kiln submit reads a job spec: bad JSON exit 1, a missing
+ * file exit 3, and what it cannot use (--source-dir without a base job) is refused before any
+ * request; `-o name` applies to tune list as to the other lists. */
+Test(cli_main, tune_submit_reads_its_file_as_submit_does, .init = cr_redirect_stderr)
+{
+    char path[] = "/tmp/kiln-cli-test-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "{\"name\": ", 9), 9);
+    close(fd);
+    const char *url = "http://127.0.0.1:1";
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "tune", "submit", path, NULL}), 1);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "tune", "submit", "/nonexistent/tune.json", NULL}),
+                 CLI_EXIT_NOT_FOUND);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"no-base-job\"}", f);
+    fclose(f);
+    cr_assert_eq(run_cli(8, (const char *[]){"kiln", "--url", url, "tune", "submit", path, "--source-dir", "/tmp",
+                                             NULL}), 1);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "tune", "submit", path, "--frobnicate", NULL}),
+                 CLI_EXIT_USAGE);
+    /* a key given twice is refused here as kilnd refuses it, not sent on with the last one */
+    f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"a\", \"max_jobs\": 4, \"max_jobs\": 40}", f);
+    fclose(f);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "tune", "submit", path, NULL}), 1);
+    cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", url, "submit", path, NULL}), 1);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "-o", "name", "tune", "list", NULL}),
+                 CLI_EXIT_UNAVAILABLE, "-o name is a list's: tune list is one");
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "-o", "name", "whoami", NULL}), CLI_EXIT_USAGE);
+    unlink(path);
+    fflush(stderr);
+    f = cr_get_redirected_stderr();
+    char buf[8192] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "error: could not open file \"/nonexistent/tune.json\""), "%s", buf);
+    cr_assert(strstr(buf, "error: --source-dir: is the base job's code, and the request has no \"job\""), "%s", buf);
+    cr_assert(strstr(buf, "duplicate object key"), "%s", buf);
 }
 
 static void print_artifacts(FILE *f, const json_t *j, int64_t now) { (void)now; cli_print_artifacts(f, j, false); }

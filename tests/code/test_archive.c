@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- building archives ------------------------------------------------------------------------ */
@@ -398,4 +399,42 @@ Test(archive, what_is_not_a_gzipped_tar_is_refused)
     cr_assert_eq(code_archive_check(d.p, d.n, NULL, NULL, &err), KILN_EINVAL);
     cr_assert(strstr(err.message, "holds no files"), "%s", err.message);
     free(d.p);
+}
+
+/* A tree that cannot all be removed is reported (KILN_EIO), after removing what could be: here a
+ * file in a directory the remover may not write. Root may write any directory, so as root the
+ * removal runs in a child that has become nobody (65534); otherwise the directory is made
+ * read-only. */
+Test(archive, a_tree_that_cannot_all_be_removed_is_reported, .init = top_init, .fini = top_fini)
+{
+    char sub[128], f[160], g[160];
+    snprintf(sub, sizeof sub, "%s/locked", top);
+    snprintf(f, sizeof f, "%s/kept", sub);
+    snprintf(g, sizeof g, "%s/loose", top);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    FILE *fp = fopen(f, "w");
+    cr_assert(fp);
+    fclose(fp);
+    cr_assert(fp = fopen(g, "w"));
+    fclose(fp);
+    bool root = geteuid() == 0;
+    if (root)
+        cr_assert_eq(chmod(top, 0777), 0); /* nobody may remove what top holds directly */
+    else
+        cr_assert_eq(chmod(sub, 0555), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (root && (setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(3);
+        _exit(code_tree_remove(top) == KILN_EIO ? 0 : 1);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "code_tree_remove did not report the file it could not "
+              "remove (child exit %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    struct stat sb;
+    cr_assert_eq(stat(f, &sb), 0, "the file that could not be removed is gone");
+    cr_assert_neq(stat(g, &sb), 0, "what could be removed was left");
+    chmod(sub, 0755);
 }

@@ -326,6 +326,7 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     cr_assert(strstr(out, "name:            cli-queue\n") && strstr(out, "quota:           cpu 4, gpu 0\n")
               && strstr(out, "weight:          3\n") && strstr(out, "projects:        default\n")
               && strstr(out, "pending:         0 job(s)\n"), "%s", out);
+    cr_assert(strstr(out, "admitted:        0 job(s) holding slots\n") && !strstr(out, "(borrowing"), "%s", out);
     free(out);
     free(err);
     rc = e2e_kiln(&out, &err, "queues", "describe", "no-such-queue", NULL);

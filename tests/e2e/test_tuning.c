@@ -9,7 +9,8 @@
  * Trials are preemptible work: an ordinary job submitted to a cluster full of them preempts one,
  * which resumes from its checkpoint afterwards, and the search completes. A seeded hyperband run
  * twice gives the same trials (values, rungs, objectives, promotion); one whose objective metric
- * is never reported ends when its first trial pauses at its first rung, with the reason. */
+ * is never reported ends when its first trial pauses at its first rung, with the reason. The CLI
+ * names a search by a prefix of its id or its name and sends a base job's relative data path whole. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <limits.h>
@@ -692,5 +693,71 @@ Test(e2e_tuning, trials_yield_to_an_ordinary_job_and_resume_from_their_checkpoin
     cr_assert(attempt_resumed(jobs[victim], attempt), "the preempted trial resumed from its checkpoint");
     json_decref(t);
     free(id);
+    e2e_pass();
+}
+
+/* What a user types at the CLI: `kiln tune submit` sends the base job's relative data path whole
+ * (as `kiln submit` does; kilnd refuses a relative one), and `kiln tune describe|stop` take a
+ * unique id prefix or a unique name, as `kiln describe` does; a name two searches share is
+ * refused listing both, and a request file that is not there is "not found" (exit 3). */
+Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_data_paths_whole, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 180)
+{
+    char *job = e2e_spec("named", 5000, 1, 1, 4);
+    json_t *base = json_loads(job, 0, NULL);
+    free(job);
+    cr_assert_not_null(base);
+    json_object_set_new(json_object_get(base, "data"), "train", json_string("data/tinyshakespeare.txt"));
+    json_t *req = json_pack("{s:s, s:o, s:{s:{s:s, s:f, s:f}}, s:{s:s, s:s}, s:s, s:i, s:i, s:i}", "name",
+                            "cli-names", "job", base, "parameters", "lr", "type", "continuous", "min", 1e-3, "max",
+                            1e-2, "objective", "metric", "val_loss", "goal", "minimize", "strategy", "random",
+                            "max_jobs", 1, "max_parallel_jobs", 1, "seed", 3);
+    cr_assert_not_null(req);
+    char file[PATH_MAX];
+    snprintf(file, sizeof file, "%s/named.json", e2e_cl->dir);
+    cr_assert_eq(json_dump_file(req, file, 0), 0);
+    json_decref(req);
+
+    char *first = submit(file);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", first);
+    json_t *t = e2e_get(path);
+    json_t *data = json_object_get(json_object_get(json_object_get(t, "spec"), "job"), "data");
+    cr_assert_str_eq(e2e_jstr(data, "train"), e2e_data_path(), "the relative path went whole: %s", e2e_dump(t));
+    json_decref(t);
+
+    char prefix[9];
+    snprintf(prefix, sizeof prefix, "%.8s", first);
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", prefix, NULL), 0, "by its id's prefix: %s", err);
+    cr_assert(strstr(out, first), "%s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "cli-names", NULL), 0, "by its name: %s", err);
+    cr_assert(strstr(out, first), "%s", out);
+    free(out);
+    free(err);
+
+    char *second = submit(file);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "cli-names", NULL), 1, "two share the name: %s", out);
+    cr_assert(strstr(err, "\"cli-names\" names 2 tuning jobs"), "%s", err);
+    cr_assert(strstr(err, prefix), "the candidates are listed: %s", err);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "stop", prefix, NULL), 0, "%s", err);
+    cr_assert(strstr(out, first) && (strstr(out, "STOPPING") || strstr(out, "STOPPED")), "%s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "stop", second, NULL), 0, "%s", err);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "submit", "no-such-request.json", NULL), 3, "%s", err);
+    cr_assert(strstr(err, "no-such-request.json"), "%s", err);
+    free(out);
+    free(err);
+    json_decref(wait_ended(first, 60000));
+    json_decref(wait_ended(second, 60000));
+    free(first);
+    free(second);
     e2e_pass();
 }

@@ -7,10 +7,8 @@
  * engine's capability table (spec.h) refuses, generated from the table, refused with its field,
  * message and hint over REST, gRPC and kiln-train --spec alike; so are the tuning refusals the
  * corpus lacks (empty objective metric, more than 30 parameters, a grid larger than max_jobs). */
-#include "api/api.h"
-#include "service/service.h"
 #include "spec/spec.h"
-#include "tests/common/harness.h"
+#include "tests/grpc/grpc_test.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -23,50 +21,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static gt_kilnd_t K;
 static svc_t *S;
-static api_http_t *H;
-static api_grpc_t *G;
-static char *dburl;
-static char dir[128], base[64], gaddr[64], admin_token[128], join_token[128], job_id[64];
+static const char *const dir = K.dir, *const base = K.base, *const admin_token = K.admin_token,
+                         *const join_token = K.join_token;
+static char job_id[64];
 static int http_port;
-
-static char *slurp_line(const char *path)
-{
-    char *text = th_read_line(path);
-    cr_assert_not_null(text, "could not read %s", path);
-    return text;
-}
 
 static void setup(void)
 {
     kiln_err_t err;
-    dburl = th_pg_create_db("badin");
-    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
-    snprintf(dir, sizeof dir, "/tmp/kiln-badin.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    char boot[200], join[200], arts[200];
-    snprintf(boot, sizeof boot, "%s/admin.token", dir);
-    snprintf(join, sizeof join, "%s/join.token", dir);
-    snprintf(arts, sizeof arts, "%s/artifacts", dir);
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 500, .heartbeat_timeout_ms = 60000,
-                        .sched_interval_ms = 50, .db_pool_size = 4, .bootstrap_token_file = boot,
-                        .join_token_file = join, .artifact_dir = arts};
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    char *t = slurp_line(boot);
-    snprintf(admin_token, sizeof admin_token, "%s", t);
-    free(t);
-    t = slurp_line(join);
-    snprintf(join_token, sizeof join_token, "%s", t);
-    free(t);
-    th_http_set_token(admin_token);
-    http_port = th_free_port();
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", http_port);
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", http_port);
-    api_http_config_t hc = {.addr = addr};
-    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
-    snprintf(gaddr, sizeof gaddr, "127.0.0.1:%d", th_free_port());
-    cr_assert_eq(api_grpc_start(S, gaddr, NULL, &G, &err), 0, "%s", err.message);
+    gt_start(&K, &(gt_opts_t){.name = "badin", .auth = true, .artifacts = "artifacts", .http = true,
+                              .svc = {.heartbeat_interval_ms = 500, .heartbeat_timeout_ms = 60000,
+                                      .sched_interval_ms = 50}});
+    S = K.svc;
+    http_port = K.http_port;
 
     /* One worker whose data root is /tmp, and one job to aim requests at. */
     arena_t a;
@@ -95,12 +64,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    api_grpc_stop(G);
-    api_http_stop(H);
-    svc_destroy(S);
-    free(dburl);
-    if (!th_rm_tree(dir))
-        fprintf(stderr, "could not remove %s\n", dir);
+    gt_stop(&K);
 }
 
 TestSuite(badinput, .init = setup, .fini = teardown, .timeout = 180);
@@ -535,22 +499,9 @@ static char *fill(const char *s)
     return out;
 }
 
-/* Runs calls (a JSON array; taken) through the foreign gRPC client against this suite's server,
- * the plan written to dir/NAME.json: its answers, one a call (caller decrefs). */
-static json_t *grpc_plan(json_t *calls, const char *name)
-{
-    char said[4096];
-    json_t *ans = th_grpc_plain(gaddr, dir, calls, name, said, sizeof said);
-    cr_assert_not_null(ans, "grpc_client.py: %s", said);
-    return ans;
-}
-
 Test(badinput, grpc_corpus)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
+    gt_python_ready(dir);
     size_t n = sizeof grpc_cases / sizeof grpc_cases[0];
     json_t *calls = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -575,7 +526,7 @@ Test(badinput, grpc_corpus)
         }
         json_array_append_new(calls, call);
     }
-    json_t *ans = grpc_plan(calls, "plan");
+    json_t *ans = gt_grpc_calls(&K, calls, "plan");
     for (size_t i = 0; i < n; i++) {
         const grpc_case_t *c = &grpc_cases[i];
         json_t *r = json_array_get(ans, i);
@@ -599,17 +550,15 @@ Test(badinput, grpc_corpus)
 Test(badinput, grpc_explicit_zero_values_are_honoured)
 {
     kiln_err_t err;
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
+    gt_python_ready(dir);
     json_t *req = json_loads("{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\", "
                              "\"val_fraction\": 0}, \"hyperparameters\": {\"grad_clip\": 0, \"seed\": 0, "
                              "\"min_lr_fraction\": 0}, \"distribution\": {\"model_parallel\": "
                              "{\"auto_partition\": false}}}}", 0, NULL);
-    json_t *ans = grpc_plan(json_pack("[{s:s, s:s, s:o}]", "method", "/kiln.TrainingService/CreateJob", "token",
-                                      admin_token, "request", req),
-                            "zero");
+    json_t *ans = gt_grpc_calls(&K,
+                                json_pack("[{s:s, s:s, s:o}]", "method", "/kiln.TrainingService/CreateJob", "token",
+                                          admin_token, "request", req),
+                                "zero");
     json_t *r = json_incref(json_array_get(ans, 0));
     json_decref(ans);
     cr_assert_not_null(r, "no answer from grpc_client.py");
@@ -702,7 +651,7 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
         cr_skip_test("%s", missing);
     }
     cr_assert_eq(th_protoc_python(dir), 0);
-    json_t *ans = grpc_plan(calls, "tuning-plan");
+    json_t *ans = gt_grpc_calls(&K, calls, "tuning-plan");
     for (int i = 0; i < 3; i++) {
         json_t *r = json_array_get(ans, i);
         cr_assert_not_null(r, "%s: no answer from grpc_client.py", cases[i].what);
@@ -847,7 +796,7 @@ Test(badinput, capabilities_the_table_refuses_are_refused_alike_over_rest_grpc_a
         cr_log_warn("gRPC leg skipped: %s", missing);
     } else {
         cr_assert_eq(th_protoc_python(dir), 0);
-        json_t *ans = grpc_plan(calls, "caps-plan");
+        json_t *ans = gt_grpc_calls(&K, calls, "caps-plan");
         calls = NULL;
         for (int i = 0; i < n; i++) {
             const cap_case_t *c = &cases[i];

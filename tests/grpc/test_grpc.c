@@ -3,10 +3,7 @@
  * in-process agent running fake ranks (shell scripts), and by Python's grpcio as a foreign
  * client (among others, a tuning job's round trip: Create, Get, List, Stop). Needs the PostgreSQL
  * cluster of tests/run.sh. */
-#include "api/api.h"
-#include "service/service.h"
-#include "tests/common/harness.h"
-#include "agent/agent.h"
+#include "tests/grpc/grpc_test.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -22,43 +19,22 @@
 #define M_LOGS "/kiln.AgentService/PushLogs"
 #define M_METRICS "/kiln.AgentService/PushMetrics"
 
+static gt_kilnd_t K;
 static svc_t *S;
-static api_grpc_t *G;
 static agent_rpc_t *C;
-static char addr[64];
-static char *dburl;
-static char dir[128];
-
-static void start_grpc(void)
-{
-    kiln_err_t err;
-    cr_assert_eq(api_grpc_start(S, addr, NULL, &G, &err), 0, "%s", err.message);
-}
+static const char *const addr = K.addr, *const dir = K.dir;
 
 static void setup(void)
 {
-    kiln_err_t err;
-    dburl = th_pg_create_db("grpc");
-    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
-    /* These tests are about the protocol; authentication has its own suite (test_auth.c). */
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true};
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port());
-    start_grpc();
-    cr_assert_eq(agent_rpc_create(addr, NULL, &C, &err), 0, "%s", err.message);
-    snprintf(dir, sizeof(dir), "/tmp/kiln-gtest.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    /* These tests are about the protocol; authentication has its own suite (test_grpc_auth.c). */
+    gt_start(&K, &(gt_opts_t){.name = "grpc", .rpc = true, .svc = {.sched_interval_ms = 100, .auth_disabled = true}});
+    S = K.svc;
+    C = K.rpc;
 }
 
 static void teardown(void)
 {
-    agent_rpc_destroy(C);
-    api_grpc_stop(G);
-    svc_destroy(S);
-    free(dburl);
-    if (!th_rm_tree(dir))
-        fprintf(stderr, "could not remove %s\n", dir);
+    gt_stop(&K);
 }
 
 TestSuite(grpc, .init = setup, .fini = teardown, .timeout = 60);
@@ -246,8 +222,7 @@ Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
     for (int64_t end = kiln_mono_us() + 20000000; atomic_load(&traffic.ok) < 40 && kiln_mono_us() < end;)
         usleep(1000);
     cr_assert_geq(atomic_load(&traffic.ok), 40, "calls were answered before the stop");
-    api_grpc_stop(G);
-    G = NULL;
+    gt_grpc_stop(&K);
     /* the calls after the stop fail, and none hangs */
     for (int64_t end = kiln_mono_us() + 20000000; atomic_load(&traffic.failed) < 8 && kiln_mono_us() < end;)
         usleep(1000);
@@ -255,7 +230,7 @@ Test(grpc, stopping_the_server_mid_traffic_is_clean_and_it_can_start_again)
     for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
     cr_assert_geq(atomic_load(&traffic.failed), 8, "calls after the stop were refused");
-    start_grpc();
+    gt_grpc_start(&K);
     /* the channel reconnects on its own (fail-fast calls fail until it has) */
     int code = -1;
     for (int i = 0; i < 100 && code != 0; i++) {
@@ -284,36 +259,17 @@ static const char *k_spec =
     "\"resources\":{\"nodes\":1,\"slots_per_node\":1,\"slot_type\":\"cpu\"},"
     "\"metric_definitions\":[{\"name\":\"val_loss\",\"regex\":\"val loss ([0-9.]+)\"}]}";
 
+/* The suite's rank program. */
 static char *write_script(const char *body)
 {
-    static char path[200];
-    snprintf(path, sizeof(path), "%s/fake-train.sh", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "#!/bin/sh\n%s", body);
-    fclose(f);
-    chmod(path, 0755);
-    return path;
+    return gt_rank_script(&K, body);
 }
 
 static agent_t *start_agent(const char *bin)
 {
     char work[200];
     snprintf(work, sizeof(work), "%s/work", dir);
-    agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
-                           .address = "127.0.0.1", .cores = 2, .stop_grace_ms = 2000, .tls.insecure = true};
-    agent_t *a = NULL;
-    kiln_err_t err;
-    cr_assert_eq(agent_create(&cfg, &a, &err), 0, "%s", err.message);
-    for (int i = 0; i < 100; i++) {
-        char id[128];
-        agent_worker_id(a, id, sizeof(id));
-        if (id[0])
-            return a;
-        usleep(50000);
-    }
-    cr_assert_fail("the agent did not register");
-    return NULL;
+    return gt_agent_start(&K, (agent_config_t){.work_dir = work, .train_bin = bin, .cores = 2});
 }
 
 /* Submits k_spec with `ranks` slots on one node. */
@@ -484,8 +440,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     char go[400];
     go_path(id, go, sizeof(go));
     /* kilnd's gRPC side goes away; the rank writes and exits meanwhile */
-    api_grpc_stop(G);
-    G = NULL;
+    gt_grpc_stop(&K);
     FILE *f = fopen(go, "w");
     fclose(f);
     usleep(1500000);
@@ -494,7 +449,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), id, &job, &err), 0);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "RUNNING", "no exit can arrive yet");
     json_decref(job);
-    start_grpc();
+    gt_grpc_start(&K);
     job = wait_state(id, "COMPLETED|FAILED", 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
                      json_string_value(json_object_get(job, "reason")));
@@ -626,19 +581,9 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
     char before[128];
     agent_worker_id(agent, before, sizeof(before));
     /* a kilnd with an empty database takes over the address */
-    api_grpc_stop(G);
-    G = NULL;
-    svc_destroy(S);
-    S = NULL;
-    free(dburl);
-    dburl = th_pg_create_db("grpc2");
-    cr_assert_not_null(dburl);
-    /* These tests are about the protocol; authentication has its own suite (test_auth.c). */
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true};
+    gt_restart(&K, "grpc2");
+    S = K.svc;
     kiln_err_t err;
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    start_grpc();
     json_t *workers = NULL;
     size_t n = 0;
     for (int i = 0; i < 100 && n == 0; i++) {
@@ -664,11 +609,26 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
 
 /* ---- a foreign client: Python's grpcio with protoc's Python messages ----------------------- */
 
+/* Writes a grpcio script, body after the lines that import grpc and kiln_pb2 (as pb) from this
+ * suite's directory and open `ch`, a plain-text channel to its server, to dir/name; cmd gets
+ * "/usr/bin/python3 SCRIPT DIR ADDR" (the script's own arguments follow: sys.argv[3], ...). */
+static void py_script(const char *name, const char *body, char *cmd, size_t n)
+{
+    static const char preamble[] = "import sys\n"
+                                   "sys.path.insert(0, sys.argv[1])\n"
+                                   "import grpc, kiln_pb2 as pb\n"
+                                   "ch = grpc.insecure_channel(sys.argv[2])\n";
+    char script[200];
+    snprintf(script, sizeof(script), "%s/%s", dir, name);
+    FILE *f = fopen(script, "w");
+    cr_assert_not_null(f, "could not write %s", script);
+    fputs(preamble, f);
+    fputs(body, f);
+    fclose(f);
+    snprintf(cmd, n, "/usr/bin/python3 %s %s %s", script, dir, addr);
+}
+
 static const char *k_py =
-    "import sys\n"
-    "sys.path.insert(0, sys.argv[1])\n"
-    "import grpc, kiln_pb2 as pb\n"
-    "ch = grpc.insecure_channel(sys.argv[2])\n"
     "def call(path, req, resp):\n"
     "    return ch.unary_unary(path, request_serializer=req.SerializeToString,\n"
     "                          response_deserializer=resp.FromString)\n"
@@ -705,17 +665,10 @@ static char *run_capture(const char *cmd)
 
 Test(grpc, python_grpcio_is_a_foreign_client)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    char cmd[1024];
-    cr_assert_eq(th_protoc_python(dir), 0);
-    char script[200];
-    snprintf(script, sizeof(script), "%s/client.py", dir);
-    FILE *f = fopen(script, "w");
-    fputs(k_py, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s %s %s 2>&1", script, dir, addr);
+    gt_python_ready(dir);
+    char py[512], cmd[1024];
+    py_script("client.py", k_py, py, sizeof(py));
+    snprintf(cmd, sizeof(cmd), "%s 2>&1", py);
     char *out = run_capture(cmd);
     cr_assert(strstr(out, "registered True 200\n"), "%s", out);
     cr_assert(strstr(out, "heartbeat reregister False\n"), "%s", out);
@@ -984,10 +937,6 @@ Test(grpc, training_service_metrics_come_back_by_name)
 /* StreamLogs through Python's grpcio: history, live lines until the job ends, a client that
  * leaves early, an unknown job. */
 static const char *k_py_stream =
-    "import sys, os\n"
-    "sys.path.insert(0, sys.argv[1])\n"
-    "import grpc, kiln_pb2 as pb\n"
-    "ch = grpc.insecure_channel(sys.argv[2])\n"
     "job, go = sys.argv[3], sys.argv[4]\n"
     "stream = ch.unary_stream('/kiln.TrainingService/StreamLogs',\n"
     "    request_serializer=pb.StreamLogsRequest.SerializeToString, response_deserializer=pb.LogLine.FromString)\n"
@@ -1011,23 +960,16 @@ static const char *k_py_stream =
 
 Test(grpc, stream_logs_follows_a_job_to_its_end)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
+    gt_python_ready(dir);
     char *bin = write_script("echo first\n" WAIT_FOR_GO "echo second\necho third >&2\nsleep 0.3\necho fourth\nexit 0\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
     char go[400];
     go_path(id, go, sizeof(go));
-    char cmd[1200];
-    cr_assert_eq(th_protoc_python(dir), 0);
-    char script[200];
-    snprintf(script, sizeof(script), "%s/stream.py", dir);
-    FILE *f = fopen(script, "w");
-    fputs(k_py_stream, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "timeout 60 /usr/bin/python3 %s %s %s %s %s 2>&1", script, dir, addr, id, go);
+    char py[512], cmd[1200];
+    py_script("stream.py", k_py_stream, py, sizeof(py));
+    snprintf(cmd, sizeof(cmd), "timeout 60 %s %s %s 2>&1", py, id, go);
     char *out = run_capture(cmd);
     cr_assert(strstr(out, "follow 0 stdout 1 True first\n"), "%s", out);
     cr_assert(strstr(out, "follow 0 stdout 2 True second\n"), "%s", out);
@@ -1044,10 +986,6 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
 }
 
 static const char *k_py_stream_stop =
-    "import sys\n"
-    "sys.path.insert(0, sys.argv[1])\n"
-    "import grpc, kiln_pb2 as pb\n"
-    "ch = grpc.insecure_channel(sys.argv[2])\n"
     "stream = ch.unary_stream('/kiln.TrainingService/StreamLogs',\n"
     "    request_serializer=pb.StreamLogsRequest.SerializeToString, response_deserializer=pb.LogLine.FromString)\n"
     "try:\n"
@@ -1059,34 +997,26 @@ static const char *k_py_stream_stop =
 
 Test(grpc, stopping_the_server_ends_live_streams)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
+    gt_python_ready(dir);
     char *bin = write_script("trap 'exit 143' TERM\necho alive\nwhile :; do sleep 0.05; done\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
     json_decref(wait_state(id, "RUNNING", 20000));
-    char cmd[1200];
-    cr_assert_eq(th_protoc_python(dir), 0);
-    char script[200];
-    snprintf(script, sizeof(script), "%s/stop.py", dir);
-    FILE *f = fopen(script, "w");
-    fputs(k_py_stream_stop, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "timeout 60 /usr/bin/python3 %s %s %s %s 2>&1", script, dir, addr, id);
+    char py[512], cmd[1200];
+    py_script("stop.py", k_py_stream_stop, py, sizeof(py));
+    snprintf(cmd, sizeof(cmd), "timeout 60 %s %s 2>&1", py, id);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     char line[512] = "";
     cr_assert_not_null(fgets(line, sizeof(line), p));
     cr_assert_str_eq(line, "line alive\n");
     int64_t t0 = kiln_mono_us();
-    api_grpc_stop(G); /* must not wait for the job to end */
-    G = NULL;
+    gt_grpc_stop(&K); /* must not wait for the job to end */
     cr_assert_lt(kiln_mono_us() - t0, 5000000, "stop took %lld ms", (long long)((kiln_mono_us() - t0) / 1000));
     cr_assert_not_null(fgets(line, sizeof(line), p));
     cr_assert(!strncmp(line, "ended ", 6) && strcmp(line, "ended OK\n") != 0, "the client saw the stream break: %s", line);
     pclose(p);
-    start_grpc();
+    gt_grpc_start(&K);
     agent_destroy(agent);
     free(id);
 }
@@ -1307,17 +1237,6 @@ Test(grpc, pending_reason_is_the_same_as_rest)
 
 /* ---- tuning jobs ------------------------------------------------------------------------------ */
 
-/* Runs calls (a JSON array; taken) through Python's grpcio (grpc_client.py) in one process; returns
- * its answers, one a call: {"code", "details", "response" (proto JSON, proto field names),
- * "trailing"} (caller decrefs). */
-static json_t *grpc_py(json_t *calls, const char *name)
-{
-    char said[4096];
-    json_t *out = th_grpc_plain(addr, dir, calls, name, said, sizeof said);
-    cr_assert_not_null(out, "grpc_client.py: %s", said);
-    return out;
-}
-
 /* A proto JSON integer: int32 comes as a number, int64 as its decimal text; absent is 0. */
 static long long pj_int(const json_t *o, const char *key)
 {
@@ -1336,16 +1255,14 @@ static const char *pj_str(const json_t *o, const char *key)
  * now; the same request without the key is refused, another one under the key is ALREADY_EXISTS. */
 Test(grpc, a_retry_gets_its_job_after_the_projects_default_queue_changed)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
+    gt_python_ready(dir);
     json_t *spec = json_loads(k_spec, 0, NULL);
     cr_assert_not_null(spec);
     json_object_set_new(json_object_get(spec, "resources"), "slots_per_node", json_integer(2));
-    json_t *ans = grpc_py(json_pack("[{s:s, s:{s:O, s:s}}]", "method", "/kiln.TrainingService/CreateJob", "request",
-                                    "spec", spec, "idempotency_key", "grpc-retry"),
-                          "retry-first");
+    json_t *ans = gt_grpc_calls(&K,
+                                json_pack("[{s:s, s:{s:O, s:s}}]", "method", "/kiln.TrainingService/CreateJob",
+                                          "request", "spec", spec, "idempotency_key", "grpc-retry"),
+                                "retry-first");
     json_t *c = json_array_get(ans, 0);
     cr_assert_str_eq(pj_str(c, "code"), "OK", "%s", json_dumps(c, 0));
     char id[64];
@@ -1364,13 +1281,14 @@ Test(grpc, a_retry_gets_its_job_after_the_projects_default_queue_changed)
     json_decref(patch);
     json_t *other = json_deep_copy(spec);
     json_object_set_new(other, "name", json_string("another"));
-    ans = grpc_py(json_pack("[{s:s, s:{s:O, s:s}}, {s:s, s:{s:O}}, {s:s, s:{s:o, s:s}}]",
-                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec, "idempotency_key",
-                            "grpc-retry",
-                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec,
-                            "method", "/kiln.TrainingService/CreateJob", "request", "spec", other, "idempotency_key",
-                            "grpc-retry"),
-                  "retry-again");
+    ans = gt_grpc_calls(&K,
+                        json_pack("[{s:s, s:{s:O, s:s}}, {s:s, s:{s:O}}, {s:s, s:{s:o, s:s}}]",
+                                  "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec,
+                                  "idempotency_key", "grpc-retry",
+                                  "method", "/kiln.TrainingService/CreateJob", "request", "spec", spec,
+                                  "method", "/kiln.TrainingService/CreateJob", "request", "spec", other,
+                                  "idempotency_key", "grpc-retry"),
+                        "retry-again");
     cr_assert_eq(json_array_size(ans), 3);
     c = json_array_get(ans, 0);
     cr_assert_str_eq(pj_str(c, "code"), "OK", "the retry gets its job: %s", json_dumps(c, 0));
@@ -1392,10 +1310,7 @@ Test(grpc, a_retry_gets_its_job_after_the_projects_default_queue_changed)
  * one; an unknown id is NOT_FOUND. */
 Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
+    gt_python_ready(dir);
     char *bin = write_script("lr=$(sed -n 's/.*\"lr\": *\\([0-9.]*\\).*/\\1/p' \"$KILN_SPEC\" | head -n 1)\n"
                              "echo \"val loss $lr\"\n");
     agent_t *agent = start_agent(bin);
@@ -1407,8 +1322,8 @@ Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
              k_spec);
     json_t *r = json_loads(req, 0, NULL);
     cr_assert_not_null(r);
-    json_t *ans = grpc_py(json_pack("[{s:s, s:o}]", "method", "/kiln.TrainingService/CreateTuningJob", "request", r),
-                          "tune-create");
+    json_t *ans = gt_grpc_calls(
+        &K, json_pack("[{s:s, s:o}]", "method", "/kiln.TrainingService/CreateTuningJob", "request", r), "tune-create");
     json_t *c = json_array_get(ans, 0);
     cr_assert_str_eq(pj_str(c, "code"), "OK", "%s", json_dumps(c, 0));
     json_t *tj = json_object_get(c, "response");
@@ -1447,14 +1362,15 @@ Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
     json_decref(out);
     json_decref(body);
 
-    ans = grpc_py(json_pack("[{s:s, s:{s:s}}, {s:s}, {s:s, s:{s:s}}, {s:s, s:{s:s}}, {s:s, s:{s:s}}]",
-                            "method", "/kiln.TrainingService/GetTuningJob", "request", "id", id,
-                            "method", "/kiln.TrainingService/ListTuningJobs",
-                            "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id2,
-                            "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id,
-                            "method", "/kiln.TrainingService/GetTuningJob", "request", "id",
-                            "00000000-0000-4000-8000-000000000000"),
-                  "tune-rest");
+    ans = gt_grpc_calls(&K,
+                        json_pack("[{s:s, s:{s:s}}, {s:s}, {s:s, s:{s:s}}, {s:s, s:{s:s}}, {s:s, s:{s:s}}]",
+                                  "method", "/kiln.TrainingService/GetTuningJob", "request", "id", id,
+                                  "method", "/kiln.TrainingService/ListTuningJobs",
+                                  "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id2,
+                                  "method", "/kiln.TrainingService/StopTuningJob", "request", "id", id,
+                                  "method", "/kiln.TrainingService/GetTuningJob", "request", "id",
+                                  "00000000-0000-4000-8000-000000000000"),
+                        "tune-rest");
     cr_assert_eq(json_array_size(ans), 5);
     /* GetTuningJob: as REST has it */
     json_t *g = json_array_get(ans, 0);
@@ -1547,19 +1463,6 @@ static int slot_count(void *const *entries, size_t n, const char *key)
 }
 #define SLOTS(q, map, key) slot_count((void *const *)(q)->map, (q)->n_##map, key)
 
-/* REST's answer to a request on a server started for the test: the status, and the reply. */
-static json_t *rest(const char *base, const char *method, const char *path, const char *body, long *status)
-{
-    char url[256], *out = NULL;
-    snprintf(url, sizeof url, "%s%s", base, path);
-    const char *hdrs[] = {"Content-Type: application/json", NULL};
-    cr_assert_eq(th_http(method, url, body, hdrs, status, &out, 10000), 0, "%s %s: no answer", method, path);
-    json_t *j = json_loads(out ? out : "", 0, NULL);
-    cr_assert_not_null(j, "%s %s: %s", method, path, out);
-    free(out);
-    return j;
-}
-
 /* A refusal over gRPC and REST alike: the gRPC code, and the message and hint REST's JSON error
  * has (gRPC's status message is "FIELD: MESSAGE\nhint: HINT", the field named as the request
  * message names it). */
@@ -1576,24 +1479,9 @@ static void refused_alike(const kiln_err_t *gerr, int gcode, int want_gcode, con
     cr_assert_str_eq(gerr->message, want, "gRPC's status message");
 }
 
-/* REST on the same service, to compare answers with: its base URL into base. */
-static api_http_t *rest_beside(char base[80])
-{
-    api_http_t *H = NULL;
-    char haddr[64];
-    int port = th_free_port();
-    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", port);
-    snprintf(base, 80, "http://127.0.0.1:%d", port);
-    api_http_config_t hc = {.addr = haddr};
-    kiln_err_t err;
-    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
-    return H;
-}
-
 Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
 {
-    char base[80];
-    api_http_t *H = rest_beside(base);
+    gt_http_start(&K); /* REST on the same service, to compare answers with */
     kiln_err_t err;
     int code = -1;
 
@@ -1716,7 +1604,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
     long st = 0;
-    json_t *rj = rest(base, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {\"tpu\": 1}}", &st);
+    json_t *rj = gt_rest(&K, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {\"tpu\": 1}}", &st);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "quota.tpu");
     refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.quota.tpu");
     json_decref(rj);
@@ -1730,7 +1618,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     bad.n_projects = 3;
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
-    rj = rest(base, "POST", "/v1/queues",
+    rj = gt_rest(&K, "POST", "/v1/queues",
               "{\"name\": \"x\", \"quota\": {\"cpu\": 8, \"gpu\": 0}, \"projects\": [\"default\", \"*\", \"default\"]}", &st);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "projects[2]");
     refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.projects[2]");
@@ -1746,7 +1634,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
     char *text = json_dumps(body, JSON_COMPACT);
-    rj = rest(base, "POST", "/v1/queues", text, &st);
+    rj = gt_rest(&K, "POST", "/v1/queues", text, &st);
     free(text);
     json_decref(body);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "projects");
@@ -1757,7 +1645,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     dreq.name = "nlp";
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("DeleteQueue", &dreq.base, &kiln__delete_queue_response__descriptor, &code, &gerr));
-    rj = rest(base, "DELETE", "/v1/queues/nlp", NULL, &st);
+    rj = gt_rest(&K, "DELETE", "/v1/queues/nlp", NULL, &st);
     cr_assert(strstr(json_string_value(json_object_get(rj, "message")), "has 2 job(s) waiting or running"), "%s",
               json_string_value(json_object_get(rj, "message")));
     refused_alike(&gerr, code, 9 /* FAILED_PRECONDITION */, rj, st, 409, "name");
@@ -1766,10 +1654,9 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     greq.name = "none";
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("GetQueue", &greq.base, &kiln__queue__descriptor, &code, &gerr));
-    rj = rest(base, "GET", "/v1/queues/none", NULL, &st);
+    rj = gt_rest(&K, "GET", "/v1/queues/none", NULL, &st);
     refused_alike(&gerr, code, 5 /* NOT_FOUND */, rj, st, 404, "name");
     json_decref(rj);
-    api_http_stop(H);
     free(ids[0]);
     free(ids[1]);
     free(wid);
@@ -1780,8 +1667,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
  * queue that leaves out a project whose default queue it is is refused alike. */
 Test(grpc, a_projects_default_queue_answers_as_rest_does)
 {
-    char base[80];
-    api_http_t *H = rest_beside(base);
+    gt_http_start(&K); /* REST on the same service, to compare answers with */
     kiln_err_t err, gerr;
     int code = -1;
     long st = 0;
@@ -1794,17 +1680,18 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     cr_assert_not_null(p, "CreateProject: %d %s", code, err.message);
     cr_assert_str_eq(p->default_queue, "default");
     protobuf_c_message_free_unpacked(&p->base, NULL);
-    json_t *rj = rest(base, "POST", "/v1/projects", "{\"name\": \"gb\", \"default_queue\": null}", &st);
+    json_t *rj = gt_rest(&K, "POST", "/v1/projects", "{\"name\": \"gb\", \"default_queue\": null}", &st);
     cr_assert_eq(st, 201);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "default_queue")), "default");
     json_decref(rj);
-    rj = rest(base, "POST", "/v1/projects", "{\"name\": \"gc\", \"default_queue\": \"\"}", &st);
+    rj = gt_rest(&K, "POST", "/v1/projects", "{\"name\": \"gc\", \"default_queue\": \"\"}", &st);
     cr_assert_eq(st, 400, "REST's \"\" names no queue");
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "default_queue");
     json_decref(rj);
 
     /* a queue both take as their default queue, one over each API */
-    rj = rest(base, "POST", "/v1/queues", "{\"name\": \"gq\", \"quota\": {\"cpu\": 2}, \"projects\": [\"ga\", \"gb\"]}", &st);
+    rj = gt_rest(&K, "POST", "/v1/queues", "{\"name\": \"gq\", \"quota\": {\"cpu\": 2}, \"projects\": [\"ga\", \"gb\"]}",
+                 &st);
     cr_assert_eq(st, 201);
     json_decref(rj);
     Kiln__UpdateProjectRequest up = KILN__UPDATE_PROJECT_REQUEST__INIT;
@@ -1814,7 +1701,7 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     cr_assert_not_null(p, "UpdateProject: %d %s", code, err.message);
     cr_assert_str_eq(p->default_queue, "gq");
     protobuf_c_message_free_unpacked(&p->base, NULL);
-    rj = rest(base, "PATCH", "/v1/projects/gb", "{\"default_queue\": \"gq\"}", &st);
+    rj = gt_rest(&K, "PATCH", "/v1/projects/gb", "{\"default_queue\": \"gq\"}", &st);
     cr_assert_eq(st, 200);
     json_decref(rj);
 
@@ -1831,7 +1718,7 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     uq.n_update_mask = 1;
     kiln_err_clear(&gerr);
     cr_assert_null(tcall("UpdateQueue", &uq.base, &kiln__queue__descriptor, &code, &gerr));
-    rj = rest(base, "PATCH", "/v1/queues/gq", "{\"projects\": [\"gb\"]}", &st);
+    rj = gt_rest(&K, "PATCH", "/v1/queues/gq", "{\"projects\": [\"gb\"]}", &st);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "message")),
                      "queue \"gq\" is the default queue of project \"ga\", which projects would no longer let in");
     refused_alike(&gerr, code, 9 /* FAILED_PRECONDITION */, rj, st, 409, "queue.projects");
@@ -1843,7 +1730,7 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     cr_assert_not_null(p, "UpdateProject: %d %s", code, err.message);
     cr_assert_str_eq(p->default_queue, "default");
     protobuf_c_message_free_unpacked(&p->base, NULL);
-    rj = rest(base, "PATCH", "/v1/projects/gb", "{\"default_queue\": null}", &st);
+    rj = gt_rest(&K, "PATCH", "/v1/projects/gb", "{\"default_queue\": null}", &st);
     cr_assert_eq(st, 200);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "default_queue")), "default");
     json_decref(rj);
@@ -1852,5 +1739,4 @@ Test(grpc, a_projects_default_queue_answers_as_rest_does)
     cr_assert_eq(q->n_projects, 1);
     cr_assert_str_eq(q->projects[0], "gb");
     protobuf_c_message_free_unpacked(&q->base, NULL);
-    api_http_stop(H);
 }

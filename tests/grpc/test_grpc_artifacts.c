@@ -4,10 +4,7 @@
  * the job's log says so), a failed job keeps what it wrote, a job over the per-job limit is told
  * why in its log, damaged chunks and foreign workers are refused over the wire, and a job that
  * starts from another's model gets that model's exact bytes. Ranks are shell scripts. */
-#include "agent/agent.h"
-#include "api/api.h"
-#include "service/service.h"
-#include "tests/common/harness.h"
+#include "tests/grpc/grpc_test.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -16,27 +13,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static gt_kilnd_t K;
 static svc_t *S;
-static api_grpc_t *G;
 static agent_t *A;
-static char addr[64], dir[128], work[200];
-static char *dburl;
+static const char *const addr = K.addr, *const dir = K.dir;
+static char work[200];
 
 static void setup(void)
 {
-    kiln_err_t err;
-    dburl = th_pg_create_db("gart");
-    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
-    snprintf(dir, sizeof dir, "/tmp/kiln-gart.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    char arts[200];
-    snprintf(arts, sizeof arts, "%s/store", dir);
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 50, .db_pool_size = 4, .auth_disabled = true, .artifact_dir = arts,
-                        .artifact_max_job_bytes = 1 << 20};
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", th_free_port());
-    cr_assert_eq(api_grpc_start(S, addr, NULL, &G, &err), 0, "%s", err.message);
+    gt_start(&K, &(gt_opts_t){.name = "gart", .artifacts = "store",
+                              .svc = {.sched_interval_ms = 50, .auth_disabled = true,
+                                      .artifact_max_job_bytes = 1 << 20}});
+    S = K.svc;
     snprintf(work, sizeof work, "%s/work", dir);
     char data[200];
     snprintf(data, sizeof data, "%s/data", dir);
@@ -50,39 +38,18 @@ static void setup(void)
 static void teardown(void)
 {
     agent_destroy(A);
-    api_grpc_stop(G);
-    svc_destroy(S);
-    free(dburl);
-    if (!th_rm_tree(dir))
-        fprintf(stderr, "could not remove %s\n", dir);
+    gt_stop(&K);
 }
 
 TestSuite(grpc_artifacts, .init = setup, .fini = teardown, .timeout = 90);
 
 static void start_agent(const char *script)
 {
-    char bin[200], data_root[200];
-    snprintf(bin, sizeof bin, "%s/fake-train.sh", dir);
-    FILE *f = fopen(bin, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "#!/bin/sh\n%s", script);
-    fclose(f);
-    chmod(bin, 0755);
+    char data_root[200];
     snprintf(data_root, sizeof data_root, "%s/data", dir);
     const char *roots[] = {data_root};
-    agent_config_t cfg = {.server = addr, .slots = 1, .slot_type = "cpu", .work_dir = work, .train_bin = bin,
-                           .address = "127.0.0.1", .cores = 1, .stop_grace_ms = 2000, .tls.insecure = true,
-                           .data_roots = roots, .n_data_roots = 1};
-    kiln_err_t err;
-    cr_assert_eq(agent_create(&cfg, &A, &err), 0, "%s", err.message);
-    for (int i = 0; i < 100; i++) {
-        char id[128];
-        agent_worker_id(A, id, sizeof id);
-        if (id[0])
-            return;
-        usleep(50000);
-    }
-    cr_assert_fail("the agent did not register");
+    A = gt_agent_start(&K, (agent_config_t){.work_dir = work, .train_bin = gt_rank_script(&K, script), .cores = 1,
+                                            .data_roots = roots, .n_data_roots = 1});
 }
 
 /* A tiny GPT job (the ranks are scripts: what matters is the spec kilnd stores). */

@@ -3,10 +3,8 @@
  * foreign client (tests/grpc/grpc_client.py): the authorization matrix over every method the
  * server registers, forged agents (no join token, no client certificate, a stolen worker id, a
  * real agent reporting for another agent's job), and TLS itself. */
-#include "api/api.h"
 #include "code/code.h"
-#include "service/service.h"
-#include "tests/common/harness.h"
+#include "tests/grpc/grpc_test.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -17,75 +15,28 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static gt_kilnd_t K;
 static svc_t *S;
-static api_grpc_t *G;
-static char addr[64], dir[128], tls[256], admin_token[128], join_token[128];
-static char *dburl;
+static const char *const addr = K.addr, *const dir = K.dir, *const tls = K.tls, *const admin_token = K.admin_token,
+                         *const join_token = K.join_token;
 /* What a suite changes in kilnd's configuration before it starts (the agent-trust suites). */
 static void (*configure)(svc_config_t *cfg);
 
-static char *slurp_line(const char *path)
-{
-    char *text = th_read_line(path);
-    cr_assert_not_null(text, "could not read %s", path);
-    return text;
-}
-
 static void setup(void)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    kiln_err_t err;
-    dburl = th_pg_create_db("grpcauth");
-    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
-    snprintf(dir, sizeof dir, "/tmp/kiln-gauth.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    const char *t = th_tls_dir();
-    cr_assert_not_null(t);
-    snprintf(tls, sizeof tls, "%s", t);
-    char boot[200], join[200], arts[200];
-    snprintf(boot, sizeof boot, "%s/admin.token", dir);
-    snprintf(join, sizeof join, "%s/join.token", dir);
-    snprintf(arts, sizeof arts, "%s/artifacts", dir);
     /* The workers here are played in-process and heartbeat only when a test says so: none may be
      * declared dead while a slow client call runs (no test here is about liveness). */
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 600000,
-                        .sched_interval_ms = 50, .db_pool_size = 4, .bootstrap_token_file = boot,
-                        .join_token_file = join, .artifact_dir = arts};
+    gt_opts_t o = {.name = "grpcauth", .auth = true, .artifacts = "artifacts", .tls = true, .python = true,
+                   .svc = {.heartbeat_timeout_ms = 600000, .sched_interval_ms = 50}};
     if (configure)
-        configure(&cfg);
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    char *tok = slurp_line(boot);
-    snprintf(admin_token, sizeof admin_token, "%s", tok);
-    free(tok);
-    tok = slurp_line(join);
-    snprintf(join_token, sizeof join_token, "%s", tok);
-    free(tok);
-    char path[300];
-    char *cert = NULL, *key = NULL, *ca = NULL;
-    snprintf(path, sizeof path, "%s/server.pem", tls);
-    cr_assert_eq(kiln_file_read(path, &cert, NULL, &err), 0);
-    snprintf(path, sizeof path, "%s/server.key", tls);
-    cr_assert_eq(kiln_file_read(path, &key, NULL, &err), 0);
-    snprintf(path, sizeof path, "%s/ca.pem", tls);
-    cr_assert_eq(kiln_file_read(path, &ca, NULL, &err), 0);
-    api_tls_t cfg_tls = {.cert_pem = cert, .key_pem = key, .ca_pem = ca};
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", th_free_port());
-    cr_assert_eq(api_grpc_start(S, addr, &cfg_tls, &G, &err), 0, "%s", err.message);
-    free(cert);
-    free(key);
-    free(ca);
-    cr_assert_eq(th_protoc_python(dir), 0);
+        configure(&o.svc);
+    gt_start(&K, &o);
+    S = K.svc;
 }
 
 static void teardown(void)
 {
-    api_grpc_stop(G);
-    svc_destroy(S);
-    free(dburl);
-    if (!th_rm_tree(dir))
-        fprintf(stderr, "could not remove %s\n", dir);
+    gt_stop(&K);
 }
 
 TestSuite(grpc_auth, .init = setup, .fini = teardown, .timeout = 180);
@@ -755,8 +706,8 @@ Test(grpc_auth, training_service_over_tls_and_not_in_clear)
 /* Job spec, submitted, run by a new worker of one cpu slot named host (its data root root, or
  * none) driven through the service, with bytes[0..n) uploaded as its model as its agent would: the
  * job's id and the worker's into job and wid (64 bytes each); returns the attempt. */
-static int run_with_model(const json_t *spec, const char *host, char *root, const uint8_t *bytes, size_t n, char *job,
-                          char *wid)
+static int run_with_model(const json_t *spec, const char *host, const char *root, const uint8_t *bytes, size_t n,
+                          char *job, char *wid)
 {
     kiln_err_t err;
     arena_t a;
@@ -768,7 +719,7 @@ static int run_with_model(const json_t *spec, const char *host, char *root, cons
     json_decref(jj);
     Kiln__RegisterRequest req = KILN__REGISTER_REQUEST__INIT;
     Kiln__RegisterResponse reg = KILN__REGISTER_RESPONSE__INIT;
-    char *roots[] = {root};
+    char *roots[] = {(char *)root};
     req.hostname = (char *)host;
     req.slots = 1;
     req.slot_type = "cpu";

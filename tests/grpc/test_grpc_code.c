@@ -6,10 +6,8 @@
  * (FetchCode) filling its code cache with exactly the uploaded tree, while a worker not assigned
  * the job is refused. */
 #include "agent/agent_int.h"
-#include "api/api.h"
 #include "code/code.h"
-#include "service/service.h"
-#include "tests/common/harness.h"
+#include "tests/grpc/grpc_test.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -25,38 +23,23 @@
 #define M_HEARTBEAT "/kiln.AgentService/Heartbeat"
 #define M_FETCH "/kiln.AgentService/FetchCode"
 
+static gt_kilnd_t K;
 static svc_t *S;
-static api_grpc_t *G;
 static agent_rpc_t *C;
-static char addr[64], dir[128];
-static char *dburl;
+static const char *const dir = K.dir;
 
 static void setup(void)
 {
-    kiln_err_t err;
-    dburl = th_pg_create_db("gcode");
-    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
-    snprintf(dir, sizeof(dir), "/tmp/kiln-gcode.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    char arts[200];
-    snprintf(arts, sizeof(arts), "%s/store", dir);
     /* the protocol is tested here; who may call what is test_grpc_auth.c's */
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 50, .db_pool_size = 4, .auth_disabled = true, .artifact_dir = arts,
-                        .code_max_bytes = 1 << 20};
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port());
-    cr_assert_eq(api_grpc_start(S, addr, NULL, &G, &err), 0, "%s", err.message);
-    cr_assert_eq(agent_rpc_create(addr, NULL, &C, &err), 0, "%s", err.message);
+    gt_start(&K, &(gt_opts_t){.name = "gcode", .artifacts = "store", .rpc = true,
+                              .svc = {.sched_interval_ms = 50, .auth_disabled = true, .code_max_bytes = 1 << 20}});
+    S = K.svc;
+    C = K.rpc;
 }
 
 static void teardown(void)
 {
-    agent_rpc_destroy(C);
-    api_grpc_stop(G);
-    svc_destroy(S);
-    free(dburl);
-    code_tree_remove(dir);
+    gt_stop(&K);
 }
 
 TestSuite(grpc_code, .init = setup, .fini = teardown, .timeout = 120);

@@ -3,9 +3,7 @@
  * on a fresh database. A refusal has the same status class, message, detail and hint on both
  * (the field named as each request names it); what both accept has the same effect, and the
  * queues both answer carry the same information. Not the round trips (test_grpc.c). */
-#include "api/api.h"
-#include "service/service.h"
-#include "tests/common/harness.h"
+#include "tests/grpc/grpc_test.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -14,41 +12,21 @@
 #include <string.h>
 #include <unistd.h>
 
+static gt_kilnd_t K;
 static svc_t *S;
-static api_grpc_t *G;
-static api_http_t *H;
-static char addr[64], base[80], dir[128];
-static char *dburl;
+static const char *const dir = K.dir;
 
 static void setup(void)
 {
-    kiln_err_t err;
-    dburl = th_pg_create_db("parity");
-    cr_assert_not_null(dburl, "needs the test PostgreSQL cluster (run through tests/run.sh)");
     /* the answers are compared here; who may call what is test_grpc_auth.c's and test_authz.c's */
-    svc_config_t cfg = {.database_url = dburl, .heartbeat_interval_ms = 200, .heartbeat_timeout_ms = 10000,
-                        .sched_interval_ms = 100, .db_pool_size = 4, .auth_disabled = true};
-    cr_assert_eq(svc_create(&cfg, &S, &err), 0, "%s", err.message);
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", th_free_port());
-    cr_assert_eq(api_grpc_start(S, addr, NULL, &G, &err), 0, "%s", err.message);
-    char haddr[64];
-    int port = th_free_port();
-    snprintf(haddr, sizeof haddr, "127.0.0.1:%d", port);
-    snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
-    api_http_config_t hc = {.addr = haddr};
-    cr_assert_eq(api_http_start(S, &hc, &H, &err), 0, "%s", err.message);
-    snprintf(dir, sizeof dir, "/tmp/kiln-parity.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    gt_start(&K, &(gt_opts_t){.name = "parity", .http = true,
+                              .svc = {.sched_interval_ms = 100, .auth_disabled = true}});
+    S = K.svc;
 }
 
 static void teardown(void)
 {
-    api_http_stop(H);
-    api_grpc_stop(G);
-    svc_destroy(S);
-    free(dburl);
-    if (!th_rm_tree(dir))
-        fprintf(stderr, "could not remove %s\n", dir);
+    gt_stop(&K);
 }
 
 TestSuite(parity, .init = setup, .fini = teardown, .timeout = 60);
@@ -63,18 +41,6 @@ typedef struct parity_case {
     const char *code;                 /* gRPC's status name (for a refusal) */
     const char *field, *gfield;       /* the field each names ("" none) */
 } parity_case_t;
-
-static json_t *rest_call(const char *method, const char *path, const char *body, long *status)
-{
-    char url[256], *out = NULL;
-    snprintf(url, sizeof url, "%s%s", base, path);
-    const char *hdrs[] = {"Content-Type: application/json", NULL};
-    cr_assert_eq(th_http(method, url, body, hdrs, status, &out, 10000), 0, "%s %s: no answer", method, path);
-    json_t *j = json_loads(out ? out : "", 0, NULL);
-    cr_assert_not_null(j, "%s %s: %s", method, path, out);
-    free(out);
-    return j;
-}
 
 static const char *str(const json_t *o, const char *key)
 {
@@ -91,7 +57,7 @@ static void walk(const parity_case_t *cases, size_t n, const char *wrap, const c
     cr_assert_leq(n, 64);
     for (size_t i = 0; i < n; i++) {
         const parity_case_t *c = &cases[i];
-        rest[i] = rest_call(c->method, c->path, c->rest, &status[i]);
+        rest[i] = gt_rest(&K, c->method, c->path, c->rest, &status[i]);
         json_error_t je;
         json_t *req = c->grpc ? json_loads(c->grpc, 0, &je) : json_pack("{s:O}", wrap, json_loads(c->rest, 0, &je));
         cr_assert_not_null(req, "%s: %s", c->what, je.text);
@@ -101,9 +67,7 @@ static void walk(const parity_case_t *cases, size_t n, const char *wrap, const c
         snprintf(m, sizeof m, "/kiln.TrainingService/%s", c->rpc);
         json_array_append_new(calls, json_pack("{s:s, s:o}", "method", m, "request", req));
     }
-    char said[4096];
-    json_t *ans = th_grpc_plain(addr, dir, calls, name, said, sizeof said);
-    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    json_t *ans = gt_grpc_calls(&K, calls, name);
     cr_assert_eq(json_array_size(ans), n);
     /* every difference, not only the first */
     char diffs[16384] = "";
@@ -202,10 +166,7 @@ static json_t *config_of(const json_t *q)
  * and fair_sharing false on an update; then every queue answers alike on both. */
 Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
+    gt_python_ready(dir);
     /* a pair of queues to change, one for each API, alike */
     static const char *const pair[] = {"rq", "gq"};
     for (int i = 0; i < 2; i++) {
@@ -213,7 +174,7 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
         long st;
         snprintf(body, sizeof body, "{\"name\": \"%s\", \"cohort\": \"team\", " Q ", \"borrowing_limit\": {\"cpu\": 2},"
                  " \"fair_sharing\": true, \"weight\": 3}", pair[i]);
-        json_decref(rest_call("POST", "/v1/queues", body, &st));
+        json_decref(gt_rest(&K, "POST", "/v1/queues", body, &st));
         cr_assert_eq(st, 201);
     }
     static const parity_case_t cases[] = {
@@ -290,7 +251,7 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
 
     /* what each pair made is alike, and both APIs answer every queue alike */
     long st;
-    json_t *rl = rest_call("GET", "/v1/queues", NULL, &st);
+    json_t *rl = gt_rest(&K, "GET", "/v1/queues", NULL, &st);
     cr_assert_eq(st, 200);
     json_t *rqs = json_object_get(rl, "queues");
     static const char *const made[][2] = {{"r-unlimited", "g-unlimited"}, {"r-zero", "g-zero"}, {"r-all", "g-all"},
@@ -307,10 +268,7 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
     cr_assert(json_is_null(json_object_get(named(rqs, "gq"), "quota")) &&
               json_equal(json_object_get(named(rqs, "gq"), "projects"), json_array()),
               "the updates took");
-    char said[4096];
-    json_t *ans = th_grpc_plain(addr, dir, json_pack("[{s:s}]", "method", "/kiln.TrainingService/ListQueues"),
-                                "list", said, sizeof said);
-    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    json_t *ans = gt_grpc_calls(&K, json_pack("[{s:s}]", "method", "/kiln.TrainingService/ListQueues"), "list");
     json_t *gqs = json_object_get(json_object_get(json_array_get(ans, 0), "response"), "queues");
     cr_assert_eq(json_array_size(gqs), json_array_size(rqs));
     for (size_t i = 0; i < json_array_size(gqs); i++) {
@@ -331,16 +289,12 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
 /* unlimited_quota is gRPC's alone; with quota entries it says two things */
 Test(parity, unlimited_quota_with_entries_is_refused)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
-    char said[4096];
-    json_t *ans = th_grpc_plain(addr, dir, json_pack("[{s:s, s:{s:{s:s, s:b, s:{s:i}}}}]", "method",
-                                                     "/kiln.TrainingService/CreateQueue", "request", "queue", "name",
-                                                     "x", "unlimited_quota", 1, "quota", "cpu", 1),
-                                "both", said, sizeof said);
-    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    gt_python_ready(dir);
+    json_t *ans = gt_grpc_calls(&K,
+                                json_pack("[{s:s, s:{s:{s:s, s:b, s:{s:i}}}}]", "method",
+                                          "/kiln.TrainingService/CreateQueue", "request", "queue", "name", "x",
+                                          "unlimited_quota", 1, "quota", "cpu", 1),
+                                "both");
     json_t *g = json_array_get(ans, 0);
     cr_assert_str_eq(str(g, "code"), "INVALID_ARGUMENT");
     cr_assert_str_eq(str(json_object_get(g, "trailing"), "kiln-field"), "queue.unlimited_quota");
@@ -433,10 +387,7 @@ static bool says_alike(const json_t *r, const json_t *g, const char *path, char 
  * JSON text over gRPC), and one accepted by both. */
 Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
 {
-    const char *missing = th_grpc_python_missing();
-    if (missing)
-        cr_skip_test("%s", missing);
-    cr_assert_eq(th_protoc_python(dir), 0);
+    gt_python_ready(dir);
     static const parity_case_t cases[] = {
         TREFUSED("a bad name", "{\"name\": \"Bad name!\", " JOB ", \"parameters\": {" LR "}, " OBJ "}", "name"),
         TREFUSED("no job", "{\"parameters\": {" LR "}, " OBJ "}", "job"),
@@ -521,7 +472,7 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
      * stopped (a running one changes between two answers); each row's two searches, one made
      * over each API (same name), are the same search */
     long st;
-    json_t *rl = rest_call("GET", "/v1/tuning-jobs", NULL, &st);
+    json_t *rl = gt_rest(&K, "GET", "/v1/tuning-jobs", NULL, &st);
     size_t n = json_array_size(json_object_get(rl, "tuning_jobs"));
     cr_assert_eq(n, 4, "REST and gRPC made one of each accepted row");
     kiln_err_t err;
@@ -538,14 +489,14 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
         json_decref(out);
     }
     json_decref(rl);
-    rl = rest_call("GET", "/v1/tuning-jobs", NULL, &st);
+    rl = gt_rest(&K, "GET", "/v1/tuning-jobs", NULL, &st);
     json_t *rts = json_object_get(rl, "tuning_jobs");
     json_t *calls = json_pack("[{s:s}]", "method", "/kiln.TrainingService/ListTuningJobs");
     json_t *rgets[4];
     for (size_t i = 0; i < n; i++) {
         char path[120];
         snprintf(path, sizeof path, "/v1/tuning-jobs/%s", str(json_array_get(rts, i), "id"));
-        rgets[i] = rest_call("GET", path, NULL, &st);
+        rgets[i] = gt_rest(&K, "GET", path, NULL, &st);
         cr_assert_eq(st, 200);
         json_array_append_new(calls, json_pack("{s:s, s:{s:s}}", "method", "/kiln.TrainingService/GetTuningJob",
                                                "request", "id", str(json_array_get(rts, i), "id")));
@@ -559,9 +510,8 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
                 free(sa);
                 free(sb);
             }
-    char said[4096], why[600] = "";
-    json_t *ans = th_grpc_plain(addr, dir, calls, "tuning-answers", said, sizeof said);
-    cr_assert_not_null(ans, "grpc_client.py: %s", said);
+    char why[600] = "";
+    json_t *ans = gt_grpc_calls(&K, calls, "tuning-answers");
     json_t *gl = json_object_get(json_object_get(json_array_get(ans, 0), "response"), "tuning_jobs");
     cr_assert(says_alike(rts, gl, "tuning_jobs", why, sizeof why), "ListTuningJobs: %s", why);
     for (size_t i = 0; i < n; i++) {

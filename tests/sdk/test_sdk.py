@@ -623,6 +623,28 @@ class Identity(unittest.TestCase):
             self.client.remove_member(project, name)
         self.assertEqual(cm.exception.status, 404)
 
+    def test_queues_create_list_update_delete(self):
+        # a team sharing the cluster from Python, as `kiln queues` does from the shell
+        name, project = "sdk-q-" + self.tag, "sdk-qp-" + self.tag
+        self.client.create_project(project)
+        q = self.client.create_queue(name, {"cpu": 2}, cohort="sdk-c-" + self.tag, borrowing_limit={"cpu": 1},
+                                     projects=[project])
+        self.assertEqual((q["name"], q["quota"]["cpu"], q["borrowing_limit"], q["projects"]),
+                         (name, 2, {"cpu": 1}, [project]))
+        self.assertIn(name, [x["name"] for x in self.client.queues()])
+        self.assertEqual(self.client.queue(name)["cohort"], "sdk-c-" + self.tag)
+        self.assertEqual(self.client.queue("default")["projects"], ["*"])
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.create_queue(name + "-x", {"tpu": 1})
+        self.assertEqual((cm.exception.status, cm.exception.field), (400, "quota.tpu"))
+        changed = self.client.update_queue(name, quota={"cpu": 4}, borrowing_limit=None, weight=2)
+        self.assertEqual((changed["quota"]["cpu"], changed["borrowing_limit"], changed["weight"]), (4, {}, 2))
+        self.assertEqual(self.client.update_queue(name, cohort=None)["cohort"], None)
+        self.assertEqual(self.client.delete_queue(name)["name"], name)
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.queue(name)
+        self.assertEqual(cm.exception.status, 404)
+
     def test_tokens_create_list_revoke(self):
         name = "sdk-t-" + self.tag
         self.client.create_user(name)

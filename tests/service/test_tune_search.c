@@ -651,6 +651,13 @@ Test(tune_search, warm_start_median_rule_and_hyperband_rank_against_the_parents)
     " \"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 300},"                           \
     " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32, 64]}"
 
+/* TPE_SPACE for hyperband searches whose trials train 90 steps (max_resource): a warmup beyond
+ * them is a value the trials' jobs would refuse, which the request is refused for. */
+#define HB_TPE_SPACE                                                                                 \
+    "\"lr\": {\"type\": \"continuous\", \"min\": 1e-5, \"max\": 1e-1, \"scaling\": \"log\"},"         \
+    " \"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 90},"                            \
+    " \"model.n_embd\": {\"type\": \"categorical\", \"values\": [16, 32, 64]}"
+
 /* A synthetic objective with its optimum at lr = 1e-3, warmup 100, n_embd 32: a quadratic in
  * log10(lr), plus smaller terms for the others. */
 static double synthetic(const json_t *v)
@@ -808,10 +815,10 @@ Test(tune_search, hyperband_tpe_learns_from_every_trial_with_a_rung_ranked_by_th
     spec_tuning_t t, plain, two;
     const char *hb = "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100, \"max_parallel_jobs\": 4,"
                      " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90, \"sampler\": \"tpe\"}";
-    parse(&t, TPE_SPACE, hb);
-    parse(&plain, TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100,"
+    parse(&t, HB_TPE_SPACE, hb);
+    parse(&plain, HB_TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100,"
                              " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}");
-    parse(&two, TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100,"
+    parse(&two, HB_TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 4, \"max_jobs\": 100,"
                            " \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90, \"brackets\": 2,"
                            " \"sampler\": \"tpe\"}");
     json_t *norm = spec_tuning_to_json(&t);
@@ -892,13 +899,13 @@ Test(tune_search, tpe_ranks_a_higher_rung_before_a_better_value_at_a_lower_one)
      * objective 1 (a lower rung's values are not comparable with a higher's): l is the best
      * 2 (ceil(20 / 10)), which are rung 1's, so TPE draws near 1e-2, not 1e-4 */
     spec_tuning_t t;
-    parse(&t, TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 5, \"hyperband\": {\"min_resource\": 10,"
+    parse(&t, HB_TPE_SPACE, "\"strategy\": \"hyperband\", \"seed\": 5, \"hyperband\": {\"min_resource\": 10,"
                          " \"max_resource\": 90, \"sampler\": \"tpe\"}");
     json_t *vals[20];
     tune_obs_t obs[20];
     for (int i = 0; i < 20; i++) {
         bool high = i % 2 == 0;
-        vals[i] = json_pack("{s:f, s:i, s:i}", "lr", (high ? 1e-2 : 1e-4) * (1.0 + 0.01 * i), "warmup_steps", 100,
+        vals[i] = json_pack("{s:f, s:i, s:i}", "lr", (high ? 1e-2 : 1e-4) * (1.0 + 0.01 * i), "warmup_steps", 50,
                             "model.n_embd", 32);
         obs[i] = (tune_obs_t){.values = vals[i], .objective = (high ? 5.0 : 1.0) + 0.01 * i, .partial = true,
                               .rung = high ? 1 : 0};

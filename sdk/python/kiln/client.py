@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any, cast
@@ -717,6 +717,51 @@ class Client:
         to, "" without mutual TLS) and registered_from."""
         _, j = self._call("GET", "/v1/workers")
         return _objs(j.get("workers"))
+
+    def queues(self) -> list[JSONObject]:
+        """The queues jobs wait in (everyone reads them): dicts with name, cohort, quota
+        ({"cpu": N, "gpu": N}; None: no limit), borrowing_limit, lending_limit, weight, projects
+        (["*"]: every project), fair_sharing, usage (slots in use), pending (jobs waiting), admitted
+        (jobs holding slots), created_at, created_by, updated_at (docs/contracts.md, "Queues")."""
+        return _objs(self._call("GET", "/v1/queues")[1].get("queues"))
+
+    def queue(self, name: str) -> JSONObject:
+        """One queue, as queues() lists it; KilnError 404 when there is none of that name."""
+        return self._call("GET", "/v1/queues/%s" % _seg(name))[1]
+
+    def create_queue(self, name: str, quota: Mapping[str, int] | None, *, cohort: str | None = None,
+                     borrowing_limit: Mapping[str, int] | None = None,
+                     lending_limit: Mapping[str, int] | None = None, weight: float | None = None,
+                     projects: Sequence[str] | None = None, fair_sharing: bool | None = None) -> JSONObject:
+        """Creates a queue (cluster admins; as `kiln queues create`): quota per slot type
+        ({"cpu": 8, "gpu": 0}; None: no limit), a cohort whose queues lend each other their unused
+        quota within the limits, a fair-sharing weight, the projects that may submit to it (default:
+        every project). Returns it; a bad field raises KilnError 400 naming it."""
+        body: JSONObject = {"name": name, "quota": dict(quota) if quota is not None else None}
+        if cohort is not None:
+            body["cohort"] = cohort
+        if borrowing_limit is not None:
+            body["borrowing_limit"] = dict(borrowing_limit)
+        if lending_limit is not None:
+            body["lending_limit"] = dict(lending_limit)
+        if weight is not None:
+            body["weight"] = weight
+        if projects is not None:
+            body["projects"] = list(projects)
+        if fair_sharing is not None:
+            body["fair_sharing"] = bool(fair_sharing)
+        return self._call("POST", "/v1/queues", body=body)[1]
+
+    def update_queue(self, name: str, **changes: Any) -> JSONObject:
+        """Changes the fields given by keyword (quota, cohort, borrowing_limit, lending_limit,
+        weight, projects, fair_sharing), as PATCH /v1/queues/{name} does: None clears a cohort or a
+        limit, or makes the quota unlimited. Returns the queue (cluster admins)."""
+        return self._call("PATCH", "/v1/queues/%s" % _seg(name), body=dict(changes))[1]
+
+    def delete_queue(self, name: str) -> JSONObject:
+        """Deletes a queue none of whose jobs waits, runs or is paused, and that is no project's
+        default queue (else KilnError 409 saying which); cluster admins."""
+        return self._call("DELETE", "/v1/queues/%s" % _seg(name))[1]
 
     def health(self) -> bool:
         """True when kilnd answers /readyz (database reachable, migrations applied)."""
