@@ -149,9 +149,12 @@ static grpc_channel *rpc_channel(agent_rpc_t *r, const char *target)
     grpc_arg args[] = {
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = RPC_MAX_MESSAGE},
-        /* kilnd restarting should be noticed within a couple of seconds, not minutes */
+        /* kilnd restarting should be noticed within a couple of seconds, not minutes. Not
+         * GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: the gRPC core takes it as the least time a connection
+         * attempt is given to come up (its default is 20 s), and at 100 ms a kilnd a few tens of
+         * milliseconds away, or a loaded machine, saw every attempt cut off before HTTP/2's
+         * settings (or TLS) were through, and calls fail at once while the channel has none. */
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, .value.integer = 100},
-        {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, .value.integer = 100},
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 2000},
         {.type = GRPC_ARG_INTEGER, .key = (char *)GRPC_ARG_ENABLE_RETRIES, .value.integer = 0},
     };

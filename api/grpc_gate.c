@@ -154,10 +154,10 @@ static void gate_recheck(grpc_gate_t *g, const api_addr_key_t *key, int64_t now)
 /* Closes a socket the gate refuses, with a reset (no TIME_WAIT is kept for a flood). */
 static void gate_refuse(int fd, api_net_reason_t why)
 {
+    api_net_refused("grpc", why); /* before the client can see the reset: it then reads it in /metrics */
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
     close(fd);
-    api_net_refused("grpc", why);
 }
 
 /* ---- the thread ------------------------------------------------------------------------------------ */
@@ -257,13 +257,13 @@ static void gate_first_flight(grpc_gate_t *g, int fd)
             static const uint8_t alert[] = {21, 3, 3, 0, 2, 2, 70};
             ssize_t r = recv(fd, g->peek, (size_t)n, 0);
             (void)r;
+            api_net_refused("grpc", API_NET_TLS_VERSION); /* counted before the client sees the alert */
             ssize_t w = send(fd, alert, sizeof alert, MSG_NOSIGNAL);
             (void)w;
             shutdown(fd, SHUT_WR);
             gate_release(g, s);
             epoll_ctl(g->epfd, EPOLL_CTL_DEL, fd, NULL);
             close(fd);
-            api_net_refused("grpc", API_NET_TLS_VERSION);
             return;
         }
         /* whatever else it is, gRPC's TLS handshake answers it as before */

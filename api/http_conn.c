@@ -77,10 +77,11 @@ static bool conn_client_late(const http_conn_t *c)
 static void conn_cut(http_conn_t *c, api_net_reason_t why)
 {
     c->phase = CONN_CUT;
+    /* Counted before the client can see the end: whoever saw it cut off reads it in /metrics. */
+    api_net_refused("rest", why);
     /* Not close(): the socket stays libmicrohttpd's, which sees the end and closes it (its
      * connection notice removes the record, under conns_lock, before it does). */
     shutdown(c->fd, SHUT_RDWR);
-    api_net_refused("rest", why);
     char who[64];
     log_debug("http: cut off a connection from %s: %s", api_addr_key_str(&c->key, who, sizeof who),
               api_net_reason_name(why));

@@ -79,6 +79,7 @@ static void on_exit_cb(void *ud, const char *job_id, int attempt, int rank, pid_
         e->rank = rank;
         e->code = code;
         e->sig = sig;
+        e->at_us = kiln_mono_us();
         snprintf(e->reason, sizeof(e->reason), "%s", reason);
         e->lines_before = r->nlines;
         e->points_before = (int)r->points.n;
@@ -153,13 +154,33 @@ bool lf_wait_exits(int n, int timeout_ms)
     return ok;
 }
 
+/* The first line of rank (-1: any) of job (NULL: any) starting with prefix; R.mu held. */
+static const ev_line_t *find_line_locked(const char *job, int rank, const char *prefix)
+{
+    for (int i = 0; i < R.nlines; i++)
+        if ((rank < 0 || R.lines[i].rank == rank) && (!job || !strcmp(R.lines[i].job, job)) &&
+            !strncmp(R.lines[i].text, prefix, strlen(prefix)))
+            return &R.lines[i];
+    return NULL;
+}
+
+bool lf_wait_line(const char *job, int rank, const char *prefix, int timeout_ms)
+{
+    struct timespec ts;
+    kiln_deadline_in(&ts, timeout_ms);
+    pthread_mutex_lock(&R.mu);
+    int rc = 0;
+    while (!find_line_locked(job, rank, prefix) && rc == 0)
+        rc = pthread_cond_timedwait(&R.cv, &R.mu, &ts);
+    bool found = find_line_locked(job, rank, prefix) != NULL;
+    pthread_mutex_unlock(&R.mu);
+    return found;
+}
+
 const ev_line_t *lf_find_line(int rank, const char *prefix)
 {
-    const ev_line_t *hit = NULL;
     pthread_mutex_lock(&R.mu);
-    for (int i = 0; i < R.nlines && !hit; i++)
-        if (R.lines[i].rank == rank && !strncmp(R.lines[i].text, prefix, strlen(prefix)))
-            hit = &R.lines[i];
+    const ev_line_t *hit = find_line_locked(NULL, rank, prefix);
     pthread_mutex_unlock(&R.mu);
     return hit;
 }

@@ -19,6 +19,7 @@ typedef struct ev_exit {
     char job[64];
     int rank, code, sig;
     char reason[256];
+    int64_t at_us;     /* monotonic time the callback ran */
     int lines_before;  /* lines seen when the exit arrived */
     int points_before;
 } ev_exit_t;
@@ -58,6 +59,9 @@ agent_launcher_t *lf_launcher_cfg(const agent_launcher_config_t *cfg);
 bool lf_wait_exits(int n, int timeout_ms);
 /* The first line of rank starting with prefix, or NULL. Call with R.mu not held. */
 const ev_line_t *lf_find_line(int rank, const char *prefix);
+/* Waits until rank (-1: any) of job (NULL: any) has printed a line starting with prefix (a script
+ * saying it is ready: its traps are set, its files written); false after timeout_ms. */
+bool lf_wait_line(const char *job, int rank, const char *prefix, int timeout_ms);
 /* The pid (as this process sees it) of a process whose environment holds KILN_JOB_ID=job and
  * whose command line holds cmd_part, or -1. A rank in a sandbox has a pid of its own there ($$),
  * so tests find it here. */

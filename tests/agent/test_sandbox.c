@@ -55,16 +55,6 @@ static const ev_exit_t *job_exit(const char *job)
     return NULL;
 }
 
-static bool wait_line(const char *job, const char *prefix, int timeout_ms)
-{
-    for (int i = 0; i < timeout_ms / 20; i++) {
-        if (job_line(job, prefix, NULL, 0))
-            return true;
-        usleep(20000);
-    }
-    return false;
-}
-
 static void start(agent_launcher_t *l, const char *job, int nranks)
 {
     int32_t *ranks = calloc((size_t)nranks, sizeof(int32_t));
@@ -151,7 +141,7 @@ Test(sandbox, escape_attempts_fail_while_the_agent_and_another_job_go_on)
     const char *roots[] = {data};
     agent_launcher_t *l = lf_launcher(bin, 2, false, 2, roots, 1);
     start(l, "victim", 1);
-    cr_assert(wait_line("victim", "victim-up", 10000));
+    cr_assert(lf_wait_line("victim", -1, "victim-up", 30000));
     pid_t victim = lf_find_process("victim", "rank.sh");
     cr_assert_gt(victim, 0);
     char v[32];
@@ -319,7 +309,7 @@ Test(sandbox, output_metrics_exit_codes_and_signals_are_the_ranks_own)
     cr_assert_eq(e->sig, 0);
     /* a program without a SIGTERM handler dies of the stop order's SIGTERM (it is not its PID
      * namespace's init, which would ignore it), well before the grace's SIGKILL */
-    cr_assert(wait_line("plain", "waiting", 10000));
+    cr_assert(lf_wait_line("plain", -1, "waiting", 30000));
     int64_t t0 = kiln_mono_us();
     cr_assert_eq(agent_launcher_stop(l, "plain", 0, 20000), 1);
     cr_assert(lf_wait_exits(4, 15000));
@@ -382,7 +372,7 @@ Test(sandbox, an_agent_with_another_state_dir_leaves_a_live_box_alone)
         l[i] = lf_launcher_cfg(&cfg); /* the second's start sweeps the host's boxes */
         if (i == 0) {
             start(l[0], "first", 1);
-            cr_assert(wait_line("first", "uid=", 20000), "the first job did not start");
+            cr_assert(lf_wait_line("first", -1, "uid=", 30000), "the first job did not start");
         }
     }
     start(l[1], "second", 1);

@@ -774,10 +774,8 @@ Test(contract, every_route_against_openapi)
     char sql[512];
     snprintf(sql, sizeof sql, "ALTER DATABASE \"%s\" WITH ALLOW_CONNECTIONS false", at_db_name());
     PQclear(PQexec(pg, sql));
-    snprintf(sql, sizeof sql,
-             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s' AND pid <> pg_backend_pid()",
-             at_db_name());
-    PQclear(PQexec(pg, sql));
+    snprintf(sql, sizeof sql, "datname = '%s'", at_db_name());
+    cr_assert(th_pg_end_backends(sql, true, 30000), "the database's backends did not exit");
     for (size_t i = 0; i < nroutes; i++) {
         const char *m = routes[i].method, *pat = routes[i].path;
         bool body = !strcmp(m, "POST") || !strcmp(m, "PUT") || !strcmp(m, "PATCH");

@@ -28,11 +28,10 @@ extern char **environ;
 
 #define KILN_TH_MIN(a, b) ((a) < (b) ? (a) : (b))
 
-char *th_pg_create_db(const char *prefix)
+/* A connection to the test cluster's postgres database, or NULL (and a message). */
+static PGconn *pg_admin(void)
 {
-    static int counter;
-    const char *host = getenv("KILN_PG_HOST");
-    const char *port = getenv("KILN_PG_PORT");
+    const char *host = getenv("KILN_PG_HOST"), *port = getenv("KILN_PG_PORT");
     if (!host) {
         fprintf(stderr, "harness: KILN_PG_HOST is not set; run the tests with tests/run.sh (make test)\n");
         return NULL;
@@ -45,6 +44,17 @@ char *th_pg_create_db(const char *prefix)
         PQfinish(c);
         return NULL;
     }
+    return c;
+}
+
+char *th_pg_create_db(const char *prefix)
+{
+    static int counter;
+    const char *host = getenv("KILN_PG_HOST");
+    const char *port = getenv("KILN_PG_PORT");
+    PGconn *c = pg_admin();
+    if (!c)
+        return NULL;
     char name[128], sql[256];
     snprintf(name, sizeof(name), "%s_%d_%d_%ld", prefix, (int)getpid(), counter++, (long)(time(NULL) % 100000));
     snprintf(sql, sizeof(sql), "CREATE DATABASE \"%s\"", name);
@@ -60,6 +70,40 @@ char *th_pg_create_db(const char *prefix)
     char *out = malloc(1200);
     snprintf(out, 1200, "host=%s port=%s user=postgres dbname=%s", host, port ? port : "5432", name);
     return out;
+}
+
+bool th_pg_end_backends(const char *where, bool terminate, int timeout_ms)
+{
+    PGconn *c = pg_admin();
+    if (!c)
+        return false;
+    char sql[1024];
+    const char *mine = "backend_type = 'client backend' AND pid <> pg_backend_pid()";
+    if (terminate) {
+        snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE %s AND (%s)", mine,
+                 where);
+        PQclear(PQexec(c, sql));
+    }
+    /* each poll its own transaction: pg_stat_activity holds still for the length of one */
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE %s AND (%s)", mine, where);
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long left = -1;
+    for (;;) {
+        PGresult *r = PQexec(c, sql);
+        left = PQresultStatus(r) == PGRES_TUPLES_OK ? atol(PQgetvalue(r, 0, 0)) : -1;
+        PQclear(r);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (left == 0 || ms >= timeout_ms)
+            break;
+        usleep(10000);
+    }
+    if (left != 0)
+        fprintf(stderr, "harness: %ld backend(s) where %s still there after %d ms: %s", left, where, timeout_ms,
+                PQerrorMessage(c));
+    PQfinish(c);
+    return left == 0;
 }
 
 const char *th_bin_dir(void)

@@ -14,6 +14,13 @@
  * Returns NULL (and prints why) when no test cluster is configured or creation fails. */
 char *th_pg_create_db(const char *prefix);
 
+/* Ends the test cluster's client backends that match the SQL condition `where` on
+ * pg_stat_activity (e.g. "pid = 123", "datname = 'x'"; the caller's own connection is never one)
+ * and waits until they are gone, their sockets closed and their locks released: a killed
+ * backend exits when it next runs, not when pg_terminate_backend returns. terminate false only
+ * waits. false (and a message) when some are left after timeout_ms or the cluster is unreachable. */
+bool th_pg_end_backends(const char *where, bool terminate, int timeout_ms);
+
 /* Directory holding the built binaries (KILN_BIN_DIR, default "build/bin"). Static storage. */
 const char *th_bin_dir(void);
 

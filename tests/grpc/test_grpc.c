@@ -106,11 +106,12 @@ Test(grpc, unknown_method_is_unimplemented_not_a_hang)
         int code = -1;
         kiln_err_t err;
         int64_t t0 = kiln_mono_us();
-        int rc = agent_rpc_call_raw(C, methods[i], NULL, 0, "", 0, 5000, &out, &len, &code, &err);
+        int rc = agent_rpc_call_raw(C, methods[i], NULL, 0, "", 0, 20000, &out, &len, &code, &err);
         free(out);
         cr_assert_eq(rc, KILN_EUNSUPP);
         cr_assert_eq(code, 12, "UNIMPLEMENTED, got %d (%s)", code, err.message);
-        cr_assert_lt(kiln_mono_us() - t0, 2000000, "answered, not left to the deadline");
+        /* a call left to its deadline would end DEADLINE_EXCEEDED at 20 s; half of it is an answer */
+        cr_assert_lt(kiln_mono_us() - t0, 10000000, "answered, not left to the deadline");
     }
 }
 
@@ -1046,6 +1047,7 @@ static char *submit_with_defs(const char *name, const char *defs)
 typedef struct hb_watch {
     volatile bool stop;
     int64_t max_gap_us;  /* longest time between two heartbeats kilnd recorded */
+    int64_t max_late_us; /* the longest the watcher's own 20 ms pause overran: the machine's stalls */
     int seen;
     bool not_alive;
 } hb_watch_t;
@@ -1071,7 +1073,9 @@ static void *hb_watcher(void *arg)
             w->not_alive |= st && strcmp(st, "ALIVE") != 0;
         }
         json_decref(ws);
+        int64_t t0 = kiln_mono_us();
         usleep(20000);
+        w->max_late_us = KILN_MAX(w->max_late_us, kiln_mono_us() - t0 - 20000);
     }
     return NULL;
 }
@@ -1120,7 +1124,9 @@ Test(grpc, a_backtracking_job_does_not_starve_heartbeats_or_a_bystander, .timeou
     json_decref(jg);
     cr_assert_not(w.not_alive, "the worker was declared dead");
     cr_assert_gt(w.seen, 5);
-    cr_assert_lt(w.max_gap_us, 1500000, "heartbeats stopped for %lld ms", (long long)(w.max_gap_us / 1000));
+    /* 1.5 s, and what the machine itself held this process up by (the watcher's worst overrun) */
+    cr_assert_lt(w.max_gap_us, 1500000 + w.max_late_us, "heartbeats stopped for %lld ms (the machine stalled the "
+                 "watcher %lld ms)", (long long)(w.max_gap_us / 1000), (long long)(w.max_late_us / 1000));
 
     json_t *logs = job_logs(bystander);
     int ticks = 0;

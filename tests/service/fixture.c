@@ -132,11 +132,12 @@ const char *state_of(json_t *j) { return json_string_value(json_object_get(j, "s
 /* Polls until the job is in `state`; returns the job (caller decrefs). */
 json_t *wait_state(const char *id, const char *state, int timeout_ms)
 {
-    for (int t = 0;; t += 20) {
+    int64_t until = kiln_mono_us() + (int64_t)KILN_MAX(timeout_ms, WAIT_MIN_MS) * 1000;
+    for (;;) {
         json_t *j = get(id);
         if (strcmp(state_of(j), state) == 0)
             return j;
-        if (t >= timeout_ms)
+        if (kiln_mono_us() >= until)
             cr_assert_fail("job %s is %s (%s), wanted %s", id, state_of(j),
                            json_string_value(json_object_get(j, "reason")), state);
         json_decref(j);
@@ -149,7 +150,8 @@ json_t *wait_state(const char *id, const char *state, int timeout_ms)
  * reason is written after the pass that placed the others commits); returns the job. */
 json_t *wait_reason(const char *id, const char *state, const char *const *needles, int n, int timeout_ms)
 {
-    for (int t = 0;; t += 20) {
+    int64_t until = kiln_mono_us() + (int64_t)KILN_MAX(timeout_ms, WAIT_MIN_MS) * 1000;
+    for (;;) {
         json_t *j = get(id);
         const char *reason = json_string_value(json_object_get(j, "reason"));
         bool found = false;
@@ -157,7 +159,7 @@ json_t *wait_reason(const char *id, const char *state, const char *const *needle
             found = strstr(reason, needles[k]) != NULL;
         if (strcmp(state_of(j), state) == 0 && found)
             return j;
-        if (t >= timeout_ms)
+        if (kiln_mono_us() >= until)
             cr_assert_fail("job %s is %s (%s), wanted %s with a reason naming \"%s\"%s", id, state_of(j),
                            reason, state, needles[0], n > 1 ? " or another" : "");
         json_decref(j);

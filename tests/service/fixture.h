@@ -25,7 +25,10 @@ void reg(const char *want_id, int slots, const char *type, char *id_out);
 Kiln__HeartbeatResponse *hb(const char *wid, const char *job, int attempt);
 json_t *get(const char *id);
 const char *state_of(json_t *j);
-/* Polls until the job is in state; returns it (caller decrefs); fails the test on timeout. */
+/* Polls until the job is in state; returns it (caller decrefs); fails the test on timeout.
+ * timeout_ms is what a quiet machine needs; the wait goes on for at least WAIT_MIN_MS of wall
+ * time, what a loaded machine running the sanitizer build may need (a passing test is no slower). */
+#define WAIT_MIN_MS 30000
 json_t *wait_state(const char *id, const char *state, int timeout_ms);
 json_t *wait_reason(const char *id, const char *state, const char *const *needles, int n, int timeout_ms);
 void status(const char *wid, const char *job, int attempt, bool started, const char *reason);

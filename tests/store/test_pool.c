@@ -55,35 +55,13 @@ static void admin_ok(PGconn *pg, const char *sql)
     PQclear(r);
 }
 
-/* Waits until backend pid is gone (its locks released, its socket closed). Watched from a
- * connection of its own: pg_stat_activity holds still for the length of a transaction. */
-static void wait_gone(int pid)
+/* Waits until backend pid is gone (its locks released, its socket closed); terminate: ends it
+ * first. */
+static void end_backend(int pid, bool terminate)
 {
-    PGconn *pg = admin();
-    char sql[128];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_stat_activity WHERE pid = %d", pid);
-    for (int i = 0; i < 3000; i++) {
-        PGresult *r = PQexec(pg, sql);
-        bool gone = PQresultStatus(r) == PGRES_TUPLES_OK && atol(PQgetvalue(r, 0, 0)) == 0;
-        PQclear(r);
-        if (gone) {
-            PQfinish(pg);
-            return;
-        }
-        usleep(10000);
-    }
-    cr_assert_fail("backend %d did not exit", pid);
-}
-
-/* Kills backend pid and waits until it is gone. */
-static void terminate(int pid)
-{
-    PGconn *pg = admin();
-    char sql[64];
-    snprintf(sql, sizeof sql, "SELECT pg_terminate_backend(%d)", pid);
-    admin_ok(pg, sql);
-    PQfinish(pg);
-    wait_gone(pid);
+    char where[64];
+    snprintf(where, sizeof where, "pid = %d", pid);
+    cr_assert(th_pg_end_backends(where, terminate, 30000), "backend %d did not exit", pid);
 }
 
 static long count_rows(const char *sql)
@@ -277,7 +255,7 @@ Test(pool, a_connection_lost_with_deferred_statements_fails_the_commit)
         if (sent) /* the BEGIN already went, with a statement */
             cr_assert_eq(store_ping(c, &err), 0, "%s", err.message);
         cr_assert_eq(store_q_later(c, "add a project", ins, 1, (const char *[]){"lost-1"}, &err), 0);
-        terminate(store_conn_backend_pid(c));
+        end_backend(store_conn_backend_pid(c), true);
         cr_assert_eq(store_commit(c, &err), KILN_EDB, "a commit on a dead connection succeeded");
         cr_assert_eq(projects_named("lost-1"), 0);
         put_and_get();
@@ -403,7 +381,7 @@ static bool lock_is_free(void)
 }
 
 /* Waits until the backend pid waits on a lock (the pass blocked behind a LOCK TABLE), watched as
- * terminate() watches. */
+ * end_backend() watches. */
 static void wait_blocked(int pid)
 {
     PGconn *pg = admin();
@@ -449,7 +427,7 @@ Test(pool, a_pass_read_that_fails_after_the_lock_releases_it)
         cr_assert_eq(pthread_create(&t, NULL, pass_read, &b), 0);
         wait_blocked(pid);
         if (kill) {
-            terminate(pid);
+            end_backend(pid, true);
         } else {
             char sql[64];
             snprintf(sql, sizeof sql, "SELECT pg_cancel_backend(%d)", pid);
@@ -478,7 +456,7 @@ Test(pool, the_scheduler_lock_is_released_from_a_failed_transaction)
     int pid = store_conn_backend_pid(c);
     store_sched_unlock(c);
     cr_assert_eq(store_conn_backend_pid(c), 0, "the session that held the lock is still open");
-    wait_gone(pid); /* the server releases its locks as its backend exits */
+    end_backend(pid, false); /* the server releases its locks as its backend exits */
     cr_assert(lock_is_free(), "the lock stayed with the session whose transaction failed");
     store_rollback(c);
     put_and_get();

@@ -1162,13 +1162,12 @@ Test(migrate, a_dropped_connection_is_replaced)
     cr_assert_geq(PQntuples(r), 1);
     for (int i = 0; i < PQntuples(r); i++) {
         pid = atol(PQgetvalue(r, i, 0));
-        char sql[64];
-        snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%ld)", pid);
-        PQclear(PQexec(admin, sql));
+        char where[64];
+        snprintf(where, sizeof where, "pid = %ld", pid);
+        cr_assert(th_pg_end_backends(where, true, 30000), "backend %ld did not exit", pid);
     }
     PQclear(r);
     PQfinish(admin);
-    usleep(100000);
     cr_assert_eq(store_ping(c, &err), KILN_EDB, "the killed connection fails once");
     cr_assert_neq(err.message[0], '\0');
     store_conn_put(st, c);
