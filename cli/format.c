@@ -399,7 +399,13 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
         double prio = cli_jnum(job, "priority");
         cli_kv(out, "Queue", "%s (priority %.0f)", cli_jstr(job, "queue"), isnan(prio) ? 0.0 : prio);
     }
-    cli_kv(out, "State", "%s%s%s", state, *reason ? "  " : "", reason);
+    /* a waiting job's reason is "what it waits for: the details", and its pending block below says
+     * the details again, line by line: the State line keeps what it waits for */
+    int rlen = (int)strlen(reason);
+    const char *colon = strchr(reason, ':');
+    if (colon && json_is_object(json_object_get(job, "pending")))
+        rlen = (int)(colon - reason);
+    cli_kv(out, "State", "%s%s%.*s", state, *reason ? "  " : "", rlen, reason);
     cli_print_pending(out, job, now_us);
     double attempt = cli_jnum(job, "attempt");
     if (!isnan(attempt))

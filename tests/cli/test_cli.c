@@ -166,11 +166,13 @@ Test(cli_format, describe_shows_a_waiting_jobs_pending_block)
 {
     /* position, what is missing, the jobs it waits for and the estimated start, as REST gives them */
     json_t *job = load("{\"id\": \"11111111-2222-4333-8444-555555555555\", \"name\": \"waits\", \"state\": \"QUEUED\","
-                       " \"reason\": \"waiting for quota\", \"queue\": \"nlp\", \"priority\": 5, \"created_at\": \"2026-11-21T06:00:00Z\","
+                       " \"reason\": \"waiting for quota: needs 2 cpu slot(s); queue nlp: quota 8, used 8\","
+                       " \"queue\": \"nlp\", \"priority\": 5, \"created_at\": \"2026-11-21T06:00:00Z\","
                        " \"pending\": {\"position\": 3, \"missing\": \"needs 2 cpu slot(s) on 2 worker(s); queue nlp:"
                        " quota 8, used 8, may borrow 0 more\", \"blocking_jobs\": [\"aaaaaaaa-0000-4000-8000-000000000001\","
                        " \"bbbbbbbb-0000-4000-8000-000000000002\"], \"estimated_start\": \"2026-11-21T06:10:30Z\"}}");
     char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    /* the State line says what it waits for; the details are the pending block's, not said twice */
     cr_assert(strstr(out, "Queue:        nlp (priority 5)\nState:        QUEUED  waiting for quota\n"
                           "Position:     3 in queue nlp\n"), "the queue and priority it waits with: %s", out);
     cr_assert(strstr(out, "Missing:      needs 2 cpu slot(s) on 2 worker(s); queue nlp: quota 8, used 8, may borrow 0 "
@@ -186,11 +188,13 @@ Test(cli_format, describe_shows_a_waiting_jobs_pending_block)
     cr_assert(strstr(out, "Est. start:   unknown (what it waits for has no predicted end yet)\n"), "%s", out);
     cr_assert(!strstr(out, "Waits for:"), "%s", out);
     free(out);
-    /* a job that does not wait has no block */
+    /* a job that does not wait has no block, and its reason is whole */
     json_object_del(job, "pending");
     json_object_set_new(job, "state", json_string("RUNNING"));
+    json_object_set_new(job, "reason", json_string("all 2 ranks started: on w-1, w-2"));
     out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
     cr_assert(!strstr(out, "Position:") && !strstr(out, "Est. start:"), "%s", out);
+    cr_assert(strstr(out, "State:        RUNNING  all 2 ranks started: on w-1, w-2\n"), "%s", out);
     free(out);
     json_decref(job);
 }
