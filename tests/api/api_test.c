@@ -416,15 +416,7 @@ long long at_sql_int(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(q, sizeof q, fmt, ap);
     va_end(ap);
-    PGconn *c = PQconnectdb(at_db_url());
-    cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
-    PGresult *r = PQexec(c, q);
-    cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", q,
-              PQerrorMessage(c));
-    long long v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? atoll(PQgetvalue(r, 0, 0)) : 0;
-    PQclear(r);
-    PQfinish(c);
-    return v;
+    return th_pg_value(at_db_url(), q);
 }
 
 void at_sha256sum(const void *data, size_t n, char out[65])

@@ -2,6 +2,7 @@
 #include "tests/common/harness.h"
 
 #include <arpa/inet.h>
+#include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +71,19 @@ char *th_pg_create_db(const char *prefix)
     char *out = malloc(1200);
     snprintf(out, 1200, "host=%s port=%s user=postgres dbname=%s", host, port ? port : "5432", name);
     return out;
+}
+
+long long th_pg_value(const char *db_url, const char *sql)
+{
+    PGconn *pg = PQconnectdb(db_url);
+    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PGresult *r = PQexec(pg, sql);
+    cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", sql,
+              PQerrorMessage(pg));
+    long long v = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? atoll(PQgetvalue(r, 0, 0)) : 0;
+    PQclear(r);
+    PQfinish(pg);
+    return v;
 }
 
 bool th_pg_end_backends(const char *where, bool terminate, int timeout_ms)

@@ -21,6 +21,10 @@ char *th_pg_create_db(const char *prefix);
  * waits. false (and a message) when some are left after timeout_ms or the cluster is unreachable. */
 bool th_pg_end_backends(const char *where, bool terminate, int timeout_ms);
 
+/* The first column of the first row sql answers on the database at db_url, as a number (0 when
+ * it answers no row); the test fails when it cannot connect or sql fails. */
+long long th_pg_value(const char *db_url, const char *sql);
+
 /* Directory holding the built binaries (KILN_BIN_DIR, default "build/bin"). Static storage. */
 const char *th_bin_dir(void);
 

@@ -66,13 +66,7 @@ static void end_backend(int pid, bool terminate)
 
 static long count_rows(const char *sql)
 {
-    PGconn *pg = admin();
-    PGresult *r = PQexec(pg, sql);
-    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(pg));
-    long n = atol(PQgetvalue(r, 0, 0));
-    PQclear(r);
-    PQfinish(pg);
-    return n;
+    return (long)th_pg_value(url, sql);
 }
 
 static long projects_named(const char *name)

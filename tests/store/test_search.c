@@ -51,15 +51,9 @@ static void sql(const char *text)
     PQfinish(pg);
 }
 
-static long count_rows(const char *text)
+static long count_rows(const char *sql)
 {
-    PGconn *pg = PQconnectdb(url);
-    PGresult *r = PQexec(pg, text);
-    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s: %s", text, PQerrorMessage(pg));
-    long n = atol(PQgetvalue(r, 0, 0));
-    PQclear(r);
-    PQfinish(pg);
-    return n;
+    return (long)th_pg_value(url, sql);
 }
 
 /* ---- the corpus and its reference -------------------------------------------------------------- */

@@ -46,13 +46,7 @@ static void teardown(void)
 
 static long count_rows(const char *sql)
 {
-    PGconn *pg = PQconnectdb(url);
-    PGresult *r = PQexec(pg, sql);
-    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(pg));
-    long n = atol(PQgetvalue(r, 0, 0));
-    PQclear(r);
-    PQfinish(pg);
-    return n;
+    return (long)th_pg_value(url, sql);
 }
 
 /* ---- migrations ------------------------------------------------------------------------------ */
