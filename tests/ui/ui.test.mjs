@@ -552,6 +552,8 @@ describe('web UI', { concurrency: false }, () => {
     await page.goto(`${c.url}/#/jobs/${second.id}`);
     await page.waitForSelector('#pending');
     assert.match(await page.textContent('#pending-missing'), /needs 1 cpu slot\(s\) on 1 worker\(s\); queue ui-one: quota 1, used 1/);
+    // the heading says what it waits for; the details are the box's, not said twice
+    assert.equal(await page.textContent('#reason'), 'waiting for quota');
     const text = await page.textContent('#pending');
     assert.match(text, /Position\s*1 in queue ui-one/);
     assert.equal(await page.getAttribute('#pending a.blocking', 'href'), `#/jobs/${first.id}`);

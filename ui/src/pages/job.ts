@@ -21,6 +21,14 @@ const CHARTS: { title: string; metrics: string[] }[] = [
   { title: 'MFU', metrics: ['mfu'] },
 ];
 
+// A waiting job's reason is "what it waits for: the details", and its pending box says the details
+// again, line by line: the heading keeps what it waits for (kiln describe does the same).
+function headReason(j: Job): string {
+  const r = j.reason || '';
+  const colon = r.indexOf(':');
+  return j.pending && colon > 0 ? r.slice(0, colon) : r;
+}
+
 // While the job waits: its place in its queue, what it lacks, the jobs it waits for (links) and
 // when it should start (docs/contracts.md, "pending").
 function pendingBox(j: Job): HTMLElement {
@@ -128,7 +136,7 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
     head.append(
       h('p', { class: 'crumbs' }, h('a', { href: '#/jobs' }, 'Jobs'), ' / ', h('code', null, j.id)),
       h('div', { class: 'title-row' }, h('h1', null, j.name || j.id), stateBadge(j.state), actions),
-      h('p', { class: 'reason', id: 'reason' }, j.reason || ''));
+      h('p', { class: 'reason', id: 'reason' }, headReason(j)));
     const tuning = j.tags?.tuning_job;
     if (tuning) {
       head.append(h('p', { id: 'trial-of' }, `Trial ${j.tags?.tuning_trial ?? '?'} of tuning job `,
