@@ -16,7 +16,8 @@ is its curve's.
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
 MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
 BRACKETS (report's hyperband bracket counts, e.g. "1 2"; default 1 to one a rung), BUDGETS
-("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian optuna"),
+("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian optuna", and
+hyperband@B or hyperband+tpe@B for B brackets),
 TARGET_TRIALS (tpe's: for each k, the steps each searcher took to reach random search's final best of
 k trials, as a fraction of its k * MAX_RESOURCE steps), SIM (the tune_sim binary; default BUILD's),
 OUT (tpe's results as JSON), REUSE (other CURVES_DIRs to read curves from, never written), BUILD
@@ -30,6 +31,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -320,6 +322,9 @@ TPE_SEARCHES = [("random", lambda seed: request(seed, "random")),
                 ("hyperband+tpe", lambda seed: request(seed, "hyperband", sampler="tpe")),
                 ("bayesian", lambda seed: request(seed, "bayesian")),
                 ("optuna", None)]
+TPE_SEARCHES += [(n, lambda seed, b=int(n.split("@")[1]), smp=n.split("@")[0].partition("+")[2] or "random":
+                   request(seed, "hyperband", brackets=b, sampler=smp))
+                 for n in os.environ.get("SEARCHES", "").split() if re.fullmatch(r"hyperband(\+tpe)?@[1-9]", n)]
 TPE_SEARCHES = [(n, mk) for n, mk in TPE_SEARCHES if n in os.environ.get("SEARCHES", n).split()]
 
 
