@@ -803,6 +803,31 @@ Test(admit, heads_reserve_in_turn_so_a_later_head_starts_after_an_earlier_one)
     cr_assert_float_eq(out[2].head_start_s, 10, 1e-9);
 }
 
+Test(admit, a_later_head_does_not_start_inside_an_earlier_heads_reservation)
+{
+    /* Worker w (4 slots) is held by two jobs of b, ending at 10 and 20. a's head (4 slots, 100 s)
+     * blocks first (the lower share) and takes w at 20. b's head (2 slots, 100 s) would fit at 10,
+     * but would then hold w past 20, when a's head takes all of it: it starts at 120, after a's. */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 4, 0)};
+    sched_queue_t q[] = {queue("a", NULL, U, U), queue("b", NULL, U, U)};
+    q[1].usage[0] = 4;
+    sched_running_t r[] = {running("r10", 1, 0, 2, w0, 0), running("r20", 1, 0, 2, w0, 0)};
+    r[0].end_s = 10;
+    r[1].end_s = 20;
+    sched_job_t j[] = {job("ahead", 0, 0, 1, 4, 0), job("bhead", 1, 0, 1, 2, 0)};
+    j[0].runtime_s = 100;
+    j[1].runtime_s = 100;
+    sched_decision_t out[2];
+    int order[2];
+    cr_assert_eq(pass_running(w, 1, q, 2, j, 2, r, 2, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS);
+    cr_assert_eq(out[1].outcome, SCHED_WAIT_SLOTS);
+    cr_assert_float_eq(out[0].head_start_s, 20, 1e-9);
+    cr_assert_float_eq(out[1].head_start_s, 120, 1e-9, "b's head starts after a's ends, not at 10: %g",
+                       out[1].head_start_s);
+}
+
 /* ---- property-based runs with running jobs: preemption and backfill -------------------------- */
 
 /* The cost of a set of victims, as the contract orders them: steps lost, jobs, priorities, then

@@ -947,3 +947,51 @@ Test(tune_search, tpe_learns_from_a_warm_start_parents_trials)
     spec_tuning_deinit(&t);
     spec_tuning_deinit(&r);
 }
+
+Test(tune_search, log_scaled_integers_statistically)
+{
+    /* an integer of [1, 8] on a log scale: integer k gets the share of log(x) over its cell
+     * [k - 0.5, k + 0.5) of [0.5, 8.5) (the lowest cell starts at min / 2, so that min keeps a
+     * cell of its own above 0): 1 gets log(3) / log(17), about 39%, 8 about 4.4% */
+    spec_tuning_t t;
+    parse(&t, "\"warmup_steps\": {\"type\": \"integer\", \"min\": 1, \"max\": 8, \"scaling\": \"log\"}",
+          "\"seed\": 3");
+    int n = 4000, seen[9] = {0};
+    for (int i = 0; i < n; i++) {
+        json_t *v = tune_trial_values(&t, i);
+        json_t *b = json_object_get(v, "warmup_steps");
+        cr_assert(json_is_integer(b));
+        json_int_t k = json_integer_value(b);
+        cr_assert(k >= 1 && k <= 8, "%lld", (long long)k);
+        seen[k]++;
+        json_decref(v);
+    }
+    for (int k = 1; k <= 8; k++) {
+        double p = (log(k + 0.5) - log(k - 0.5)) / log(17.0), want = n * p, sd = sqrt(n * p * (1 - p));
+        cr_assert(fabs(seen[k] - want) < 5 * sd, "integer %d drew %d of %d, want about %.0f", k, seen[k], n, want);
+    }
+    spec_tuning_deinit(&t);
+}
+
+Test(tune_search, hyperband_ties_at_a_rung_promote_no_more_than_the_top_third)
+{
+    /* three trials at rung 0, two of them equal and best: the top third is one trial, the lower
+     * trial number of the two, not both */
+    spec_tuning_t t;
+    parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}",
+          "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 900,"
+          " \"reduction_factor\": 3}, \"max_jobs\": 3, \"max_parallel_jobs\": 3");
+    tune_trial_t tr[3];
+    double obj[3] = {2.0, 1.0, 1.0};
+    for (int i = 0; i < 3; i++) {
+        tr[i] = trial(i, TUNE_TRIAL_PAUSED, true, obj[i]);
+        tr[i].nrungs = 1;
+        tr[i].rung_objective[0] = obj[i];
+    }
+    tune_view_t v = {.t = &t, .trials = tr, .ntrials = 3, .next_trial = 3};
+    tune_plan_t p;
+    tune_decide(&v, &p);
+    cr_assert_eq(p.npromote, 1, "a tie ranks by trial number: %d promoted", p.npromote);
+    cr_assert_eq(p.promote[0], 1);
+    spec_tuning_deinit(&t);
+}
