@@ -424,15 +424,17 @@ static void p_code_get(int c, char *path, size_t n, const char **body)
     *body = NULL;
 }
 
-/* Tuning jobs: project p's, one made as cluster admin for the callers to read or stop. */
-static char *tuning_body(void)
+/* Tuning jobs: project p's (or another project's), one made as cluster admin for the callers to
+ * read or stop. */
+static char *tuning_body_in(const char *project)
 {
     static char b[1400];
     snprintf(b, sizeof b, "{\"name\": \"t\", \"job\": %s, \"parameters\": {\"lr\": {\"type\": \"continuous\","
              " \"min\": 0.0001, \"max\": 0.01}}, \"objective\": {\"metric\": \"val_loss\"}, \"max_jobs\": 1}",
-             job_spec("p"));
+             job_spec(project));
     return b;
 }
+static char *tuning_body(void) { return tuning_body_in("p"); }
 static void p_tunings(int c, char *path, size_t n, const char **body) { p_fixed(c, path, n, body, "/v1/tuning-jobs", NULL); }
 static void p_tuning_create(int c, char *path, size_t n, const char **body)
 {
@@ -624,6 +626,34 @@ Test(authz, lists_show_only_what_the_caller_may_see)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", k ? "," : "",
                      json_string_value(json_object_get(x, "name")));
         cr_assert_str_eq(got, cases[i].projects, "%s", k_callers[cases[i].caller]);
+        json_decref(j);
+    }
+}
+
+/* The tuning jobs' list is project-scoped as the jobs' is: a caller sees only its projects'. */
+Test(authz, tuning_lists_show_only_what_the_caller_may_see)
+{
+    world();
+    json_decref(admin("POST", "/v1/tuning-jobs", tuning_body_in("p"), 201));
+    json_decref(admin("POST", "/v1/tuning-jobs", tuning_body_in("q"), 201));
+    struct { int caller; int n; const char *projects; } cases[] = {
+        {C_VIEWER, 1, "p"}, {C_OTHER_ADMIN, 1, "q"}, {C_CLUSTER_ADMIN, 2, "p,q"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char auth[200];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[cases[i].caller]);
+        const char *hdrs[] = {auth, NULL};
+        long st;
+        json_t *j = at_req("GET", "/v1/tuning-jobs", NULL, hdrs, &st, NULL);
+        cr_assert_eq(st, 200);
+        json_t *list = json_object_get(j, "tuning_jobs");
+        cr_assert_eq((int)json_array_size(list), cases[i].n, "%s sees %zu tuning jobs", k_callers[cases[i].caller],
+                     json_array_size(list));
+        size_t k;
+        json_t *x;
+        json_array_foreach(list, k, x)
+            cr_assert(strstr(cases[i].projects, json_string_value(json_object_get(x, "project"))), "%s sees project %s's",
+                      k_callers[cases[i].caller], json_string_value(json_object_get(x, "project")));
         json_decref(j);
     }
 }

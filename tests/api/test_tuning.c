@@ -66,6 +66,9 @@ Test(tuning, refuses_bad_input_naming_the_field)
     /* the message names the field once, as every other does: the CLI prints "FIELD: ..." */
     refused(request("\"lr\": {\"type\": \"continuous\", \"min\": 0.01, \"max\": 0.001}", NULL), "parameters.lr.min",
             "\"message\":\"parameters.lr.min (0.01) must be less than max (0.001)\"");
+    /* an empty range is no range */
+    refused(request("\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.001}", NULL), "parameters.lr.min",
+            "less than max");
     refused(request("\"model.n_foo\": {\"type\": \"integer\", \"min\": 1, \"max\": 4}", NULL), "parameters.model.n_foo",
             "no field model.n_foo");
     refused(request("\"dropout\": {\"type\": \"continuous\", \"min\": 0, \"max\": 0.5}", NULL), "parameters.dropout",
@@ -367,6 +370,44 @@ Test(tuning, completes_with_the_best_trial)
     cr_assert(json_equal(json_object_get(best, "parameters"),
                          json_object_get(json_array_get(json_object_get(t, "trials"), 1), "parameters")));
     cr_assert(json_array_size(json_object_get(t, "events")) >= 2, "RUNNING, then COMPLETED");
+    json_decref(t);
+    free(id);
+}
+
+static bool trial_1_promoted(const json_t *t, void *ctx)
+{
+    (void)ctx;
+    return json_integer_value(json_object_get(json_array_get(json_object_get(t, "trials"), 1), "rung")) == 1;
+}
+
+/* Hyperband with three rungs (10, 30, 90): of three trials paused at rung 0 the best is promoted
+ * and pauses again at rung 1 (its job's stopping.max_steps becomes 30, not the end); alone there,
+ * it is not promoted again, and when the search ends the trials still paused end COMPLETED. */
+Test(tuning, a_promoted_trial_pauses_at_its_next_rung_and_paused_trials_end_with_the_search)
+{
+    char *id = create(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10,"
+                                  " \"max_resource\": 90, \"reduction_factor\": 3}, \"max_jobs\": 3,"
+                                  " \"max_parallel_jobs\": 3, \"seed\": 1"));
+    double obj[3] = {3.0, 1.0, 2.0};
+    for (int n = 0; n < 3; n++)
+        run_trial(id, n, "val_loss", obj[n], 0);
+    json_t *t = wait_tuning(id, trial_1_promoted, NULL);
+    json_t *job = trial_job(json_object_get(t, "trials"), 1);
+    json_t *stopping = json_object_get(json_object_get(job, "spec"), "stopping");
+    cr_assert_eq(json_integer_value(json_object_get(stopping, "max_steps")), 30,
+                 "the promoted trial pauses at rung 1 (30 steps), not at %lld",
+                 (long long)json_integer_value(json_object_get(stopping, "max_steps")));
+    json_decref(job);
+    json_decref(t);
+    run_trial(id, 1, "val_loss", 0.5, 0);
+    t = wait_tuning(id, ended, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(t, "reason")));
+    size_t i;
+    json_t *tr;
+    json_array_foreach(json_object_get(t, "trials"), i, tr)
+        cr_assert_str_eq(json_string_value(json_object_get(tr, "state")), "COMPLETED", "trial %zu", i);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(json_object_get(t, "trials"), 1), "rung")), 1);
     json_decref(t);
     free(id);
 }

@@ -160,6 +160,41 @@ Test(train, a_run_launched_again_at_its_pause_step_stays_paused)
     spec_deinit(&s);
 }
 
+/* A hyperband trial: paused at its rung (stopping.max_steps 7 of 14), then promoted (launched
+ * without the pause) from its checkpoint, it trains exactly the losses of the run straight
+ * through: the pause changes nothing of the schedule (the learning rate decays to max_steps). */
+Test(train, a_run_paused_at_its_rung_and_promoted_equals_the_run_straight_through)
+{
+    char fmt[2048];
+    snprintf(fmt, sizeof fmt, "%.*s, \"stopping\": {\"max_steps\": 7}}", (int)strlen(TINY_GPT) - 1, TINY_GPT);
+    spec_t paused, whole;
+    parse(&paused, fmt, data_path(), 14, 11);
+    parse(&whole, TINY_GPT, data_path(), 14, 11);
+    eng_train_opts_t o = opts();
+    eng_train_result_t full, first, rest;
+    run_ok(&whole, &o, &full);
+    char dir[] = "/tmp/kiln-eng-rung-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    o.checkpoint_dir = dir;
+    run_ok(&paused, &o, &first);
+    cr_assert(first.paused);
+    cr_assert_eq(first.n_losses, 7);
+    run_ok(&whole, &o, &rest);
+    cr_assert_eq(rest.start_step, 7);
+    cr_assert_eq(rest.n_losses, 7);
+    for (int i = 0; i < 14; i++) {
+        float got = i < 7 ? first.losses[i] : rest.losses[i - 7];
+        cr_assert(memcmp(&got, &full.losses[i], sizeof(float)) == 0,
+                  "step %d: paused and promoted %.9g vs straight through %.9g", i + 1, got, full.losses[i]);
+    }
+    cr_assert(th_rm_tree(dir), "could not remove %s", dir);
+    free(full.losses);
+    free(first.losses);
+    free(rest.losses);
+    spec_deinit(&paused);
+    spec_deinit(&whole);
+}
+
 /* Learning check: L=2, C=64, T=64, 16 sequences a step, 250 steps on tinyshakespeare must reach
  * validation loss < 2.50 nats/byte (a unigram model gets ~3.3; the first step ~5.5). */
 Test(train, val_loss_falls_on_tinyshakespeare, .timeout = 120)

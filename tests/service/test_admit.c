@@ -828,6 +828,30 @@ Test(admit, a_later_head_does_not_start_inside_an_earlier_heads_reservation)
                        out[1].head_start_s);
 }
 
+Test(admit, past_the_exact_search_the_victims_are_those_needed_and_no_more)
+{
+    /* 27 candidates, more than SCHED_PREEMPT_EXACT: the 13 that lose least hold worker v, which
+     * the head (14 slots on one worker) cannot use; w's 14 are the victims, and none of v's */
+    static const int wv[] = {0}, ww[] = {1};
+    static char ids[27][8];
+    sched_worker_t w[] = {W("v", "cpu", 13, 0), W("w", "cpu", 14, 0)};
+    sched_queue_t q[] = {queue("a", NULL, U, U)};
+    q[0].usage[0] = 27;
+    sched_running_t r[27];
+    for (int i = 0; i < 27; i++) {
+        snprintf(ids[i], sizeof ids[i], "r%d", i);
+        r[i] = running(ids[i], 0, 0, 1, i < 13 ? wv : ww, i < 13 ? i : 100 + i);
+    }
+    sched_job_t j[] = {job("big", 0, 10, 1, 14, 0)};
+    sched_decision_t out[1];
+    int order[1];
+    cr_assert_eq(pass_running(w, 2, q, 1, j, 1, r, 27, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    cr_assert_eq(out[0].nvictims, 14, "%d victims", out[0].nvictims);
+    for (int k = 0; k < out[0].nvictims; k++)
+        cr_assert(out[0].victims[k] >= 13, "victim %s holds v, which the head cannot use", r[out[0].victims[k]].id);
+}
+
 /* ---- property-based runs with running jobs: preemption and backfill -------------------------- */
 
 /* The cost of a set of victims, as the contract orders them: steps lost, jobs, priorities, then

@@ -995,3 +995,31 @@ Test(tune_search, hyperband_ties_at_a_rung_promote_no_more_than_the_top_third)
     cr_assert_eq(p.promote[0], 1);
     spec_tuning_deinit(&t);
 }
+
+Test(tune_search, thirty_parameters_are_not_too_many)
+{
+    /* SageMaker's limit, 30: thirty parameters pass the count (these are then refused naming the
+     * first one the base job lacks), thirty-one are refused for their number */
+    for (int n = 30; n <= 31; n++) {
+        char params[4096] = "", buf[8192];
+        for (int i = 0; i < n; i++)
+            snprintf(params + strlen(params), sizeof params - strlen(params),
+                     "%s\"p%d\": {\"type\": \"integer\", \"min\": 0, \"max\": 1}", i ? ", " : "", i);
+        snprintf(buf, sizeof buf,
+                 "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8},"
+                 " \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 2000}},"
+                 " \"parameters\": {%s}, \"objective\": {\"metric\": \"val_loss\"}}", params);
+        json_t *j = json_loads(buf, 0, NULL);
+        cr_assert_not_null(j);
+        spec_tuning_t t;
+        kiln_err_t err;
+        cr_assert_eq(spec_tuning_parse(j, &t, &err), KILN_EINVAL);
+        if (n == 30)
+            cr_assert(!strcmp(err.field, "parameters.p0") && !strstr(err.message, "at most"), "30 parameters: %s: %s",
+                      err.field, err.message);
+        else
+            cr_assert(!strcmp(err.field, "parameters") && strstr(err.message, "at most 30"), "31 parameters: %s: %s",
+                      err.field, err.message);
+        json_decref(j);
+    }
+}
