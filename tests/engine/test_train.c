@@ -100,7 +100,12 @@ Test(train, resume_is_exact)
     parse(&s, TINY_GPT, data_path(), 14, 11);
     eng_train_opts_t o = opts();
     eng_train_result_t full, first, second;
+    /* the samples (steps 5 and 10: 10 after the resume) go to each run's samples.txt */
+    char out_full[] = "/tmp/kiln-eng-out-XXXXXX", out_resumed[] = "/tmp/kiln-eng-out-XXXXXX";
+    cr_assert(mkdtemp(out_full) && mkdtemp(out_resumed));
+    o.output_dir = out_full;
     run_ok(&s, &o, &full);
+    o.output_dir = out_resumed;
     char dir[] = "/tmp/kiln-eng-ckpt-XXXXXX";
     cr_assert(mkdtemp(dir));
     o.checkpoint_dir = dir;
@@ -120,6 +125,20 @@ Test(train, resume_is_exact)
         cr_assert(memcmp(&got, &full.losses[i], sizeof(float)) == 0,
                   "step %d: resumed %.9g vs uninterrupted %.9g", i + 1, got, full.losses[i]);
     }
+    /* the samples too: the resumed run's sampler continues from the checkpoint's state */
+    char pa[128], pb[128], *sa = NULL, *sb = NULL;
+    size_t na = 0, nb = 0;
+    kiln_err_t err;
+    snprintf(pa, sizeof pa, "%s/samples.txt", out_full);
+    snprintf(pb, sizeof pb, "%s/samples.txt", out_resumed);
+    cr_assert_eq(kiln_file_read(pa, &sa, &na, &err), 0, "%s", err.message);
+    cr_assert_eq(kiln_file_read(pb, &sb, &nb, &err), 0, "%s", err.message);
+    cr_assert(na > 0 && strstr(sa, "=== step 10"), "%s", sa);
+    cr_assert(na == nb && !memcmp(sa, sb, na), "the resumed run's samples are the uninterrupted run's:\n%s\nvs\n%s",
+              sb, sa);
+    free(sa);
+    free(sb);
+    cr_assert(th_rm_tree(out_full) && th_rm_tree(out_resumed));
     /* the finished run wrote its final checkpoint; keep_last 2 leaves two */
     cr_assert_eq(eng_ckpt_find_latest(dir, path, sizeof(path)), 0);
     cr_assert(strstr(path, "ckpt_00000014.bin"));
