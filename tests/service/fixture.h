@@ -13,6 +13,9 @@ extern arena_t arena;     /* for heartbeat/register replies */
 void start(int hb_timeout_ms);
 void setup(void);                 /* heartbeat timeout 10 s */
 void setup_short_timeout(void);   /* heartbeat timeout 1.5 s */
+/* --preempt-protect-after of the service start() makes (0: the default, 3) */
+extern int fixture_protect_after;
+void setup_protect_after_1(void); /* setup, with jobs protected after 1 preemption */
 void teardown(void);
 
 /* A valid mlp spec (new reference). */

@@ -1166,6 +1166,62 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     json_decref(out);
 }
 
+/* A job of queue name, priority 0, one cpu slot: submitted, and started on worker w. */
+static void run_in_queue(const char *queue, const char *w, char *id)
+{
+    json_t *sp = spec(1, 1, "cpu", 0, 2);
+    json_object_set_new(sp, "queue", json_string(queue));
+    submit(sp, NULL, id, NULL);
+    json_decref(wait_state(id, "SCHEDULED", 5000));
+    start_on(w, id, 1);
+}
+
+/* The real scheduler hands admission each running job's preemptions and the configured k
+ * (--preempt-protect-after, 1 here): queue b's two jobs borrow a's quota; a's first job reclaims
+ * the newer (b2); when b2 runs again, a's second job reclaims b1, although b2 is again the
+ * newer, because b2 was preempted k times by a job of its priority. */
+Test(life, a_job_preempted_k_times_is_protected_from_a_reclaim_at_its_priority, .init = setup_protect_after_1)
+{
+    for (const char *const *q = (const char *const[]){"a", "b", NULL}; *q; q++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"name\": \"%s\", \"cohort\": \"c\", \"quota\": {\"cpu\": 1}}", *q);
+        json_t *in = json_loads(body, 0, NULL), *out = NULL;
+        cr_assert_eq(svc_queue_create(svc, svc_caller_kilnd(), in, &out, &err), 0, "%s", err.message);
+        json_decref(in);
+        json_decref(out);
+    }
+    char w1[64], w2[64], b1[40], b2[40], a1[40], a2[40];
+    reg(NULL, 1, "cpu", w1);
+    run_in_queue("b", w1, b1);
+    reg(NULL, 1, "cpu", w2);
+    run_in_queue("b", w2, b2);
+    /* a1 reclaims the newer borrower */
+    json_t *sp = spec(1, 1, "cpu", 0, 1);
+    json_object_set_new(sp, "queue", json_string("a"));
+    submit(sp, NULL, a1, NULL);
+    json_decref(wait_state(b2, "STOPPING", 5000));
+    rank_exit(w2, b2, 1, 0, 143, "stopped on SIGTERM");
+    json_decref(wait_state(b2, "PREEMPTED", 2000));
+    json_decref(wait_state(a1, "SCHEDULED", 5000));
+    start_on(w2, a1, 1);
+    rank_exit(w2, a1, 1, 0, 0, NULL);
+    json_decref(wait_state(a1, "COMPLETED", 2000));
+    /* b2 borrows again, and is the newer once more */
+    json_decref(wait_state(b2, "SCHEDULED", 5000));
+    start_on(w2, b2, 2);
+    sp = spec(1, 1, "cpu", 0, 1);
+    json_object_set_new(sp, "queue", json_string("a"));
+    submit(sp, NULL, a2, NULL);
+    json_t *j = wait_state(b1, "STOPPING", 5000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), a2), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    j = get(b2);
+    cr_assert_str_eq(state_of(j), "RUNNING", "b2, preempted once (k = 1), is protected: %s",
+                     json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+}
+
 Test(life, a_stop_during_a_preemption_ends_the_job_stopped)
 {
     char w[64], low[40], high[40];
