@@ -1452,10 +1452,10 @@ Test(fair, a_submissions_queue_is_read_with_its_cohort_alone)
     cr_assert_eq(json_array_size(all), 5, "every queue, default included");
     /* with its preemption policy as stored (migration 0027), default's the column defaults */
     json_t *pre_a = json_object_get(json_array_get(all, 0), "preemption");
-    json_t *pre_default = json_object_get(json_array_get(all, 3), "preemption");
+    json_t *pre_default = json_object_get(json_array_get(all, 4), "preemption");
     cr_assert_str_eq(json_string_value(json_object_get(pre_a, "within_queue")), "never");
     cr_assert_str_eq(json_string_value(json_object_get(pre_a, "reclaim_within_cohort")), "lower_priority");
-    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(all, 3), "name")), "default");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(all, 4), "name")), "default");
     cr_assert_str_eq(json_string_value(json_object_get(pre_default, "within_queue")), "lower_priority");
     cr_assert_str_eq(json_string_value(json_object_get(pre_default, "reclaim_within_cohort")), "any");
     json_decref(all);
