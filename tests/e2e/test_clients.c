@@ -338,7 +338,8 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     free(err);
     rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--reclaim-within-cohort", "sometimes", NULL);
     cr_assert_eq(rc, 1, "kilnd refuses the value: rc %d: %s", rc, err);
-    cr_assert(strstr(err, "preemption.reclaim_within_cohort must be any, lower_priority or never"), "%s", err);
+    cr_assert(strstr(err, "preemption.reclaim_within_cohort: must be any, lower_priority or never (got \"sometimes\")"),
+              "%s", err);
     free(out);
     free(err);
     rc = e2e_kiln(&out, &err, "queues", "describe", "no-such-queue", NULL);
