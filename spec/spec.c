@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -722,6 +723,15 @@ static int check_batches(spec_t *s, kiln_err_t *err)
 /* ---- public ------------------------------------------------------------------------------------ */
 
 int spec_world_size(const spec_t *s) { return s->res.nodes * s->res.slots_per_node; }
+
+double spec_real_round(double v)
+{
+    if (!isfinite(v))
+        return v;
+    char text[40];
+    snprintf(text, sizeof(text), "%.15g", v);
+    return strtod(text, NULL);
+}
 
 const char *spec_device(const spec_t *s)
 {

@@ -285,6 +285,10 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     }
     p->min = json_number_value(jmin);
     p->max = json_number_value(jmax);
+    if (p->type == SPEC_TUNE_CONTINUOUS) { /* the digits a trial's value is written with */
+        p->min = spec_real_round(p->min);
+        p->max = spec_real_round(p->max);
+    }
     if (p->type == SPEC_TUNE_CONTINUOUS && !isfinite(p->max - p->min)) {
         char f[192];
         snprintf(f, sizeof f, "%s.max", section);
