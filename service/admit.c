@@ -517,20 +517,20 @@ const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *b
     sched_job_name(R->project_name, J->id, J->project_name, name, sizeof name);
     const sched_queue_t *Q = J->queue >= 0 && J->queue < s->nqueues ? &s->queues[J->queue] : NULL;
     if (overran(s, R)) {
-        snprintf(buf, n, "it was backfilled and ran past its predicted end; %s in queue %s needs its slots (a job "
-                 "started by backfill is preempted so whatever the queues' preemption policy)", name, qn);
+        snprintf(buf, n, "it was backfilled and ran past its predicted end; %s in queue %s needs its slots (a "
+                 "backfilled job that overruns is preempted whatever the queues' preemption policy)", name, qn);
         return "backfill_overrun";
     }
     if (R->queue == J->queue) {
         snprintf(buf, n, "%s (priority %d) in queue %s needs its slots and has the higher priority (this job: "
-                 "%d), as queue %s's preemption.within_queue (%s) allows; %lld step(s) since its last checkpoint",
-                 name, J->priority, qn, R->priority, qn, sched_within_names[Q ? Q->within : 0],
-                 (long long)R->steps_lost);
+                 "%d); %lld step(s) since its last checkpoint; allowed by queue %s's preemption.within_queue (%s)",
+                 name, J->priority, qn, R->priority, (long long)R->steps_lost, qn,
+                 sched_within_names[Q ? Q->within : 0]);
         return "priority";
     }
-    snprintf(buf, n, "queue %s reclaims the quota queue %s borrows (%s needs it), as queue %s's "
-             "preemption.reclaim_within_cohort (%s) allows; %lld step(s) since its last checkpoint", qn, rq, name, qn,
-             sched_reclaim_names[Q ? Q->reclaim : 0], (long long)R->steps_lost);
+    snprintf(buf, n, "queue %s reclaims the quota queue %s borrows (%s needs it); %lld step(s) since its last "
+             "checkpoint; allowed by queue %s's preemption.reclaim_within_cohort (%s)", qn, rq, name,
+             (long long)R->steps_lost, qn, sched_reclaim_names[Q ? Q->reclaim : 0]);
     return "reclaim";
 }
 

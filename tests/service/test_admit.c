@@ -614,7 +614,7 @@ Test(admit, within_queue_never_waits_rather_than_preempt)
     sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 1, .jobs = j, .njobs = 1,
                           .running = r, .nrunning = 1};
     cr_assert_str_eq(sched_victim_reason(&s, 0, 0, why, sizeof why), "priority");
-    cr_assert(strstr(why, "as queue prod's preemption.within_queue (lower_priority) allows"), "%s", why);
+    cr_assert(strstr(why, "allowed by queue prod's preemption.within_queue (lower_priority)"), "%s", why);
     q[0].within = SCHED_WITHIN_NEVER;
     cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
     cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "a never queue's job waits: %s", out[0].reason);
@@ -649,13 +649,13 @@ Test(admit, reclaim_lower_priority_leaves_an_equal_priority_borrower_alone)
     cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
     cr_assert(out[0].nvictims == 1 && out[0].victims[0] == 0, "any: the borrower that loses least (eq)");
     cr_assert_str_eq(sched_victim_reason(&s, 0, 0, why, sizeof why), "reclaim");
-    cr_assert(strstr(why, "as queue b's preemption.reclaim_within_cohort (any) allows"), "%s", why);
+    cr_assert(strstr(why, "allowed by queue b's preemption.reclaim_within_cohort (any)"), "%s", why);
     q[1].reclaim = SCHED_RECLAIM_LOWER_PRIORITY;
     cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
     cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
     cr_assert(out[0].nvictims == 1 && out[0].victims[0] == 1, "lower_priority: only the lower one (low)");
     sched_victim_reason(&s, 0, 1, why, sizeof why);
-    cr_assert(strstr(why, "as queue b's preemption.reclaim_within_cohort (lower_priority) allows"), "%s", why);
+    cr_assert(strstr(why, "allowed by queue b's preemption.reclaim_within_cohort (lower_priority)"), "%s", why);
     /* with only the equal-priority borrower, b1 waits */
     cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 1, 0, out, order), 0);
     cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "an equal-priority borrower was preempted: %s", out[0].reason);
