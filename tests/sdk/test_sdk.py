@@ -1017,7 +1017,7 @@ class Live(unittest.TestCase):
         self.assertEqual(tuner.best_estimator().model_data, model)
         self.assertEqual(tuner.best_estimator().hyperparameters["lr"], want.parameters["lr"])
         # found again by id and by name, ranges and settings read back
-        for ref in (t.id, run):
+        for ref in (t.id, run, t.id[:8].upper()):  # an id prefix in either case, as kiln describe's
             again = kiln.HyperparameterTuner.attach(ref, client=self.client)
             self.assertEqual(again.latest_tuning_job.id if again.latest_tuning_job else None, t.id)
             self.assertEqual(again.hyperparameter_ranges, ranges)

@@ -688,12 +688,15 @@ class Client:
         return [TuningJob(self, t) for t in _objs(j.get("tuning_jobs"))]
 
     def find_tuning_job(self, ref: str) -> TuningJob:
-        """The tuning job ``ref`` names: its id, a unique prefix of its id, or its name when one
-        tuning job you can see has it. Several matches raise KilnError (status 400) listing them;
-        none, status 404."""
-        found = [t for t in self.tuning_jobs() if t.id == ref]
-        if not found:
-            found = [t for t in self.tuning_jobs() if t.name == ref or (len(ref) >= 4 and t.id.startswith(ref))]
+        """The tuning job ``ref`` names: its id, a unique prefix of its id (4 characters or more, in
+        either case), or its name when one tuning job you can see has it (a name may be as long as an
+        id: only 36 characters shaped as an id are one). Several matches raise KilnError (status 400)
+        listing them; none, status 404."""
+        if len(ref) == 36 and all(c == "-" if i in (8, 13, 18, 23) else c in "0123456789abcdefABCDEF"
+                                  for i, c in enumerate(ref)):
+            return self.tuning_job(ref)
+        low = ref.lower()
+        found = [t for t in self.tuning_jobs() if t.name == ref or (len(ref) >= 4 and t.id.startswith(low))]
         if len(found) > 1:
             raise KilnError('"%s" names %d tuning jobs' % (ref, len(found)), code="invalid_argument", status=400,
                             detail="candidates: " + ", ".join(t.id for t in found[:_CANDIDATES]),
