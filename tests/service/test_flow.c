@@ -451,7 +451,8 @@ Test(life, a_rank_failing_in_the_last_attempt_fails_the_job_naming_it)
  * each) in the reasons kilnd writes of it, which have less room: cut on a character, never inside
  * one, whatever the cut's parity (one job each), so the report is recorded and the job moves on
  * (an exit or start report whose reason came out cut inside an é was refused as not UTF-8, and
- * the job stayed RUNNING for good). */
+ * the job stayed RUNNING for good). A stop's reason of 200 characters of 4 bytes likewise (the
+ * stop was refused, "invalid byte sequence"). */
 Test(life, a_long_reason_is_cut_between_characters)
 {
     char w[64], id[40], why[2100];
@@ -479,6 +480,17 @@ Test(life, a_long_reason_is_cut_between_characters)
         cr_assert(reason && strstr(reason, said), "%s", reason);
         json_decref(j);
     }
+    size_t o = 0;
+    for (int c = 0; c < 200; c++)
+        o += (size_t)snprintf(why + o, sizeof why - o, "\xf0\x9f\x98\x80"); /* U+1F600 */
+    submit(spec(1, 1, "cpu", 0, 1), NULL, id, NULL);
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), id, why, &out, &err), 0, "stop: %s", err.message);
+    json_decref(out);
+    char *reason = event_reason(id, "STOPPED");
+    cr_assert(strstr(reason, "stop requested: \xf0\x9f\x98\x80"), "%s", reason);
+    cr_assert_eq(kiln_utf8_check(reason, strlen(reason)), strlen(reason));
+    free(reason);
 }
 
 Test(life, a_rank_exiting_with_code_2_fails_the_job_at_once)
