@@ -273,6 +273,17 @@ class Offline(unittest.TestCase):
         self.assertIn("could not connect to kilnd", str(cm.exception))
         self.assertFalse(client.health())
 
+    def test_an_empty_name_or_dot_names_nothing(self):
+        # refused before any request, as the CLI refuses them: "" made GET /v1/jobs/, the list,
+        # which came back as a Job (and a queue) with no id
+        client = kiln.Client("http://127.0.0.1:9", timeout=5)
+        for call in (lambda: client.job(""), lambda: client.queue(""), lambda: client.tuning_job("."),
+                     lambda: client.delete_queue(".."), lambda: client.stop_tuning_job("")):
+            with self.assertRaises(kiln.KilnError) as cm:
+                call()
+            self.assertEqual(cm.exception.code, "invalid_argument", str(cm.exception))
+            self.assertIn("names nothing", str(cm.exception))
+
 
 def mlp_spec(name, project):
     """A job that needs no data file (agents' data roots do not matter) and trains in a moment."""

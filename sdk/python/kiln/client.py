@@ -851,8 +851,13 @@ class Client:
 
 
 def _seg(s: object) -> str:
-    """s as one URL path segment."""
-    return urllib.parse.quote(str(s), safe="")
+    """s as one URL path segment. "", "." and ".." are none (a URL drops them: "" asked for the
+    list the path's parent names) and raise KilnError before any request, as the CLI refuses them."""
+    text = str(s)
+    if text in ("", ".", ".."):
+        raise KilnError('"%s" names nothing' % text, code="invalid_argument", status=0,
+                        hint="give the id or name of what you mean")
+    return urllib.parse.quote(text, safe="")
 
 
 class _Handle:
