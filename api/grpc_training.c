@@ -422,7 +422,7 @@ static int tuning_reply(json_t *tj, arena_t *a, ProtobufCMessage **resp)
         json_t *vals = json_object_get(param, "values");
         if (!vals)
             continue;
-        char *text = json_dumps(vals, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
+        char *text = json_dumps(vals, JSON_COMPACT | JSON_ENCODE_ANY | SPEC_JSON_REALS);
         json_object_set_new(param, "values_json", json_string(text ? text : "[]"));
         free(text);
     }
@@ -430,13 +430,13 @@ static int tuning_reply(json_t *tj, arena_t *a, ProtobufCMessage **resp)
     size_t i;
     json_t *tr;
     json_array_foreach(lists[0], i, tr) {
-        char *p = json_dumps(json_object_get(tr, "parameters"), JSON_COMPACT | JSON_REAL_PRECISION(17));
+        char *p = json_dumps(json_object_get(tr, "parameters"), JSON_COMPACT | SPEC_JSON_REALS);
         json_object_set_new(tr, "parameters_json", json_string(p ? p : "{}"));
         free(p);
     }
     json_t *best = json_object_get(tj, "best");
     if (json_is_object(best)) {
-        char *p = json_dumps(json_object_get(best, "parameters"), JSON_COMPACT | JSON_REAL_PRECISION(17));
+        char *p = json_dumps(json_object_get(best, "parameters"), JSON_COMPACT | SPEC_JSON_REALS);
         json_object_set_new(best, "parameters_json", json_string(p ? p : "{}"));
         free(p);
     }

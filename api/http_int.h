@@ -15,9 +15,10 @@
 
 #include "api/api.h"
 #include "api/net_int.h"
+#include "spec/spec.h"
 
 #define HTTP_MAX_BODY (1024 * 1024)      /* bigger request bodies get 413 */
-#define HTTP_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
+#define HTTP_JSON_FLAGS (JSON_COMPACT | SPEC_JSON_REALS)
 
 typedef struct http_req http_req_t;
 

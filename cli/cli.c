@@ -681,14 +681,15 @@ static void cli_command_words(const cli_command_t *c, char *out, size_t n)
 static const char cli_globals_words[] = "--url --tls-ca --token-file --profile -o --output --json --no-headers --help";
 
 /* Arguments completed from the server: a command (and, for one with subcommands, the
- * subcommands after which) takes job ids, worker ids or queue names. The scripts ask `kiln`
- * itself for them, with the global options typed so far (another --url or --profile). */
+ * subcommands after which) takes job ids, worker ids, queue names or tuning job ids. The scripts
+ * ask `kiln` itself for them, with the global options typed so far (another --url or --profile). */
 static const struct {
     const char *cmd, *subs, *kind;
 } cli_dynamic[] = {
     {"describe", NULL, "jobs"}, {"logs", NULL, "jobs"}, {"metrics", NULL, "jobs"}, {"stop", NULL, "jobs"},
     {"artifacts", NULL, "jobs"}, {"delete", NULL, "jobs"}, {"compare", NULL, "jobs"},
     {"workers", "approve remove", "workers"}, {"queues", "describe update delete", "queues"},
+    {"tune", "describe stop", "tuning"},
 };
 /* The kiln arguments (after the global options) that list each kind of candidate. */
 static const char cli_dynamic_bash_lister[] =
@@ -696,6 +697,7 @@ static const char cli_dynamic_bash_lister[] =
     "        jobs) \"${COMP_WORDS[0]}\" \"${g[@]}\" jobs -o name --limit 200 2>/dev/null ;;\n"
     "        workers) \"${COMP_WORDS[0]}\" \"${g[@]}\" workers list -o name 2>/dev/null ;;\n"
     "        queues) \"${COMP_WORDS[0]}\" \"${g[@]}\" queues list -o name 2>/dev/null ;;\n"
+    "        tuning) \"${COMP_WORDS[0]}\" \"${g[@]}\" tune list -o name 2>/dev/null ;;\n"
     "    esac\n";
 
 /* The kind of server-side candidates for command cmd: its (kind) when its arguments are such,
@@ -714,8 +716,8 @@ static const char *cli_dynamic_kind(const char *cmd, const char **subs)
 static void cli_completion_bash(FILE *out)
 {
     fprintf(out, "# bash completion for kiln (kiln completion bash)\n"
-                 "# _kiln_ids KIND: job ids, worker ids or queue names, from kilnd (through kiln itself, with\n"
-                 "# the global options typed so far)\n_kiln_ids() {\n"
+                 "# _kiln_ids KIND: job ids, worker ids, queue names or tuning job ids, from kilnd\n"
+                 "# (through kiln itself, with the global options typed so far)\n_kiln_ids() {\n"
                  "    local -a g=()\n    local j\n"
                  "    for ((j = 1; j < COMP_CWORD; j++)); do\n"
                  "        case \"${COMP_WORDS[j]}\" in\n"
@@ -785,8 +787,8 @@ static void cli_put_quoted(FILE *out, const char *s)
 static void cli_completion_zsh(FILE *out)
 {
     fprintf(out, "#compdef kiln\n# zsh completion for kiln (kiln completion zsh)\n"
-                 "# _kiln_ids KIND: job ids, worker ids or queue names, from kilnd (through kiln itself, with\n"
-                 "# the global options typed so far)\n_kiln_ids() {\n"
+                 "# _kiln_ids KIND: job ids, worker ids, queue names or tuning job ids, from kilnd\n"
+                 "# (through kiln itself, with the global options typed so far)\n_kiln_ids() {\n"
                  "    local -a g ids\n    local j\n"
                  "    for ((j = 2; j < CURRENT; j++)); do\n"
                  "        case $words[j] in\n"
@@ -796,6 +798,7 @@ static void cli_completion_zsh(FILE *out)
                  "        jobs) ids=(${(f)\"$($words[1] $g jobs -o name --limit 200 2>/dev/null)\"}) ;;\n"
                  "        workers) ids=(${(f)\"$($words[1] $g workers list -o name 2>/dev/null)\"}) ;;\n"
                  "        queues) ids=(${(f)\"$($words[1] $g queues list -o name 2>/dev/null)\"}) ;;\n"
+                 "        tuning) ids=(${(f)\"$($words[1] $g tune list -o name 2>/dev/null)\"}) ;;\n"
                  "    esac\n    compadd -a ids\n}\n"
                  "_kiln() {\n"
                  "    local -a globals commands\n"
@@ -859,8 +862,8 @@ static void cli_completion_fish(FILE *out)
                  "complete -c kiln -s o -l output -x -a 'table wide json yaml name' -d 'output format'\n"
                  "complete -c kiln -l json -d 'the same as -o json'\n"
                  "complete -c kiln -l no-headers -d 'tables without their heading line'\n"
-                 "# __kiln_ids KIND: job ids, worker ids or queue names, from kilnd (through kiln itself, with\n"
-                 "# the global options typed so far)\n"
+                 "# __kiln_ids KIND: job ids, worker ids, queue names or tuning job ids, from kilnd\n"
+                 "# (through kiln itself, with the global options typed so far)\n"
                  "function __kiln_ids\n"
                  "    set -l toks (commandline -opc)\n    set -l g\n"
                  "    for j in (seq 2 (math (count $toks) - 1))\n"
@@ -871,6 +874,7 @@ static void cli_completion_fish(FILE *out)
                  "        case jobs\n            $toks[1] $g jobs -o name --limit 200 2>/dev/null\n"
                  "        case workers\n            $toks[1] $g workers list -o name 2>/dev/null\n"
                  "        case queues\n            $toks[1] $g queues list -o name 2>/dev/null\n"
+                 "        case tuning\n            $toks[1] $g tune list -o name 2>/dev/null\n"
                  "    end\nend\n"
                  "# __kiln_cmd_is CMD [SUB...]: the command typed is CMD (and its first argument one of SUB)\n"
                  "function __kiln_cmd_is\n"

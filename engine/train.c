@@ -338,8 +338,7 @@ static int report_step(eng_run_t *r, int64_t step, int64_t max_steps, const step
     const eng_parallel_t *par = r->par;
     double tps = (double)r->geo.global * r->geo.T / dt;
     double mfu = r->model.flops_per_item * tps / peak_flops;
-    const char *names[16] = {"train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s",
-                             "mfu", "peak_mem_mb"};
+    const char *names[16] = {SPEC_ENGINE_STEP_METRICS};
     double vals[16] = {so->loss, so->lr, so->norm, dt * 1e3, tps, mfu, eng_peak_mem_mb()};
     int n = 7, extra = 0, rc;
     if (par && par->step_metrics && (rc = par->step_metrics(par->ctx, names + n, vals + n, 16 - n, &extra, err)))
@@ -439,7 +438,7 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
                 else
                     printf("step %lld | val loss %.4f\n", (long long)step, vl);
                 fflush(stdout);
-                const char *names[] = {"val_loss"};
+                const char *names[] = {SPEC_ENGINE_VAL_METRIC};
                 double vals[] = {vl};
                 eng_run_metric(&r, step, names, vals, 1);
             }

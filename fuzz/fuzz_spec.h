@@ -39,7 +39,7 @@ static inline void fuzz_spec_check(const json_t *j)
     json_decref(norm2);
     spec_deinit(&again);
     /* what svc_job_create stores (15 significant digits) and kiln-train parses from text */
-    char *text = json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    char *text = json_dumps(norm, JSON_COMPACT | SPEC_JSON_REALS);
     FUZZ_CHECK(text);
     rc = spec_parse_string(text, &again, &err);
     if (rc)

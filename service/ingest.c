@@ -269,7 +269,7 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
     json_t *lj = json_object();
     for (int k = 0; k < nlat; k++)
         json_object_set_new(lj, lat[k].name, json_real(lat[k].value));
-    char *latest_text = json_dumps(lj, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    char *latest_text = json_dumps(lj, JSON_COMPACT | SPEC_JSON_REALS);
     json_decref(lj);
 
     double rate = 0;

@@ -473,7 +473,7 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
     uint8_t request_hash[STORE_HASH_LEN];
     bool names_queue = sp.queue[0] != '\0';
     if (idempotency_key) {
-        spec_text = json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15));
+        spec_text = json_dumps(norm, JSON_COMPACT | SPEC_JSON_REALS);
         if (!spec_text) {
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "could not encode the job spec");
             goto fail;
@@ -497,7 +497,7 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
             goto fail;
         }
         free(spec_text);
-        spec_text = json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15));
+        spec_text = json_dumps(norm, JSON_COMPACT | SPEC_JSON_REALS);
     }
     char reason[300];
     initial_reason(s, &sp, reason, sizeof(reason));

@@ -25,6 +25,15 @@ double tune_uniform(uint64_t seed, int trial, int param)
     return (double)(h >> 11) * (1.0 / 9007199254740992.0); /* 53 bits: [0, 1) */
 }
 
+/* A continuous parameter's value v as a trial gets it: within [min, max], and rounded to the digits
+ * a job's spec keeps (spec_real_round), so the value recorded for the trial is the one it trains
+ * with and the one REST and gRPC show. */
+static json_t *tune_real(const spec_tune_param_t *p, double v)
+{
+    v = spec_real_round(v);
+    return json_real(v < p->min ? p->min : v > p->max ? p->max : v);
+}
+
 json_t *tune_param_value(const spec_tune_param_t *p, double u)
 {
     if (p->type == SPEC_TUNE_CATEGORICAL) {
@@ -53,8 +62,7 @@ json_t *tune_param_value(const spec_tune_param_t *p, double u)
         k = k < p->min ? p->min : k > p->max ? p->max : k;
         return json_integer((json_int_t)k);
     }
-    v = v < p->min ? p->min : v > p->max ? p->max : v;
-    return json_real(v);
+    return tune_real(p, v);
 }
 
 int64_t tune_grid_size(const spec_tuning_t *t)
@@ -800,7 +808,7 @@ static json_t *tpe_from_internal(const spec_tune_param_t *p, double x)
         double k = floor(v + 0.5);
         return json_integer((json_int_t)(k < p->min ? p->min : k > p->max ? p->max : k));
     }
-    return json_real(v < p->min ? p->min : v > p->max ? p->max : v);
+    return tune_real(p, v);
 }
 
 /* Best first: full observations before partial ones, then the higher rung first, then by objective

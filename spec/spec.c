@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -722,6 +723,35 @@ static int check_batches(spec_t *s, kiln_err_t *err)
 /* ---- public ------------------------------------------------------------------------------------ */
 
 int spec_world_size(const spec_t *s) { return s->res.nodes * s->res.slots_per_node; }
+
+bool spec_engine_reports(const spec_t *s, const char *name, char *list, size_t cap)
+{
+    static const char *const engine[] = {SPEC_ENGINE_STEP_METRICS, SPEC_ENGINE_VAL_METRIC, SPEC_ENGINE_PIPE_METRIC};
+    const size_t ne = sizeof(engine) / sizeof(engine[0]);
+    for (size_t i = 0; i < ne; i++)
+        if (!strcmp(engine[i], name))
+            return true;
+    for (int i = 0; i < s->n_metric_defs; i++)
+        if (!strcmp(s->metric_defs[i].name, name))
+            return true;
+    if (list && cap) {
+        size_t len = 0;
+        list[0] = '\0';
+        for (size_t i = 0; i < ne + (size_t)s->n_metric_defs && len < cap; i++)
+            len += (size_t)snprintf(list + len, cap - len, "%s%s", i ? ", " : "",
+                                    i < ne ? engine[i] : s->metric_defs[i - ne].name);
+    }
+    return false;
+}
+
+double spec_real_round(double v)
+{
+    if (!isfinite(v))
+        return v;
+    char text[40];
+    snprintf(text, sizeof(text), "%.15g", v);
+    return strtod(text, NULL);
+}
 
 const char *spec_device(const spec_t *s)
 {

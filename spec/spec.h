@@ -27,6 +27,21 @@
 #define SPEC_ENV_VALUE 512            /* characters of one value */
 #define SPEC_MAX_GRACE_S 3600         /* stopping.grace_period_s, at most */
 
+/* Reals in the JSON kiln writes for people and programs (a job's spec as stored, REST's answers,
+ * gRPC's JSON fields) carry 15 significant digits (DBL_DIG): every decimal of up to 15 digits a
+ * person writes reads back as written, and 0.1 is not shown as 0.10000000000000001. A value kiln
+ * chooses itself (a tuning trial's) is rounded to them first (spec_real_round), so that the value
+ * recorded, the one shown on REST and gRPC and the one the job trains with are one double. */
+#define SPEC_JSON_REALS JSON_REAL_PRECISION(15)
+
+/* The metrics kiln's engine (kiln-train) reports of a run: each step's, in the order engine/train.c
+ * gives their values; val_loss at each evaluation (when the job has validation data); and a
+ * pipeline's bubble each step. A tuning job over an engine job optimises one of them or one of
+ * the job's metric_definitions (spec_engine_reports). */
+#define SPEC_ENGINE_STEP_METRICS "train_loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s", "mfu", "peak_mem_mb"
+#define SPEC_ENGINE_VAL_METRIC "val_loss"
+#define SPEC_ENGINE_PIPE_METRIC "pipeline_bubble"
+
 typedef struct spec_model {
     char type[16];          /* a model of the capability table (SPEC_MODEL_MAP): "gpt", "mlp" */
     int n_layer, n_head, n_embd, seq_len;
@@ -199,6 +214,15 @@ static inline bool spec_is_script(const spec_t *s) { return s->script.entry_poin
 
 /* Ranks the job needs: nodes x slots_per_node. */
 int spec_world_size(const spec_t *s);
+
+/* v rounded to the significant digits SPEC_JSON_REALS writes: reading back what is written of it
+ * gives it again. NaN and the infinities are returned as they are. */
+double spec_real_round(double v);
+
+/* Whether an engine job s reports the metric name: one of the engine's (SPEC_ENGINE_*_METRIC*) or
+ * of its metric_definitions. When not, and list is not NULL, writes there the names it reports,
+ * separated by ", ", for a message. */
+bool spec_engine_reports(const spec_t *s, const char *name, char *list, size_t cap);
 /* The engine backend a rank asks for: resources.device, except that "auto" on cpu slots is
  * "cpu" (a job placed on CPU slots never takes a GPU it was not given). Static storage. */
 const char *spec_device(const spec_t *s);

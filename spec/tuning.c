@@ -285,6 +285,10 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     }
     p->min = json_number_value(jmin);
     p->max = json_number_value(jmax);
+    if (p->type == SPEC_TUNE_CONTINUOUS) { /* the digits a trial's value is written with */
+        p->min = spec_real_round(p->min);
+        p->max = spec_real_round(p->max);
+    }
     if (p->type == SPEC_TUNE_CONTINUOUS && !isfinite(p->max - p->min)) {
         char f[192];
         snprintf(f, sizeof f, "%s.max", section);
@@ -478,6 +482,15 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
             goto fail;
         }
         out->maximize = !strcmp(goal, "maximize");
+        char reported[1024];
+        if (!out->script && !spec_engine_reports(&base, out->metric, reported, sizeof reported)) {
+            rc = invalid(err, "objective.metric",
+                         "optimise one of those, or add to the job a metric_definitions entry that reads it from the "
+                         "trial's log lines",
+                         "objective.metric \"%s\" is never reported by an engine job; it reports %s", out->metric,
+                         reported);
+            goto fail;
+        }
     }
     /* completion criteria */
     if (done) {

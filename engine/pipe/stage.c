@@ -314,7 +314,7 @@ int pipe_step_metrics(pipe_layer_t *pl, const char **names, double *vals, int ma
         pl->n_timed++;
     }
     if (max > 0) {
-        names[0] = "pipeline_bubble";
+        names[0] = SPEC_ENGINE_PIPE_METRIC;
         vals[0] = bubble;
         *n = 1;
     }

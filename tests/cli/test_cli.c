@@ -667,11 +667,17 @@ Test(cli_completion, bash_zsh_and_fish_scripts_complete_commands_options_and_for
              "COMP_WORDS=(kiln --url http://x jobs --st); COMP_CWORD=4; _kiln; echo \"2:${COMPREPLY[*]}\"; "
              "COMP_WORDS=(kiln tokens \"\"); COMP_CWORD=2; _kiln; echo \"3:${COMPREPLY[*]}\"; "
              "COMP_WORDS=(kiln jobs -o \"\"); COMP_CWORD=3; _kiln; echo \"4:${COMPREPLY[*]}\"; "
-             "COMP_WORDS=(kiln completion \"\"); COMP_CWORD=2; _kiln; echo \"5:${COMPREPLY[*]}\"'",
+             "COMP_WORDS=(kiln completion \"\"); COMP_CWORD=2; _kiln; echo \"5:${COMPREPLY[*]}\"; "
+             /* a tuning job's id: the script asks the kiln it completes for (here a function that
+              * answers only the listing kiln tune list -o name) */
+             "k() { test \"$*\" = \"tune list -o name\" && echo 5f0c1d2e-tj; }; "
+             "COMP_WORDS=(k tune describe \"\"); COMP_CWORD=3; _kiln; echo \"6:${COMPREPLY[*]}\"; "
+             "COMP_WORDS=(k tune stop 5f); COMP_CWORD=3; _kiln; echo \"7:${COMPREPLY[*]}\"'",
              kiln);
     char *out = complete_with(cmd);
     cr_assert(strstr(out, "1:jobs join-tokens\n") && strstr(out, "2:--status\n") && strstr(out, "3:list create revoke\n") &&
-                  strstr(out, "4:table wide json yaml name\n") && strstr(out, "5:bash zsh fish\n"),
+                  strstr(out, "4:table wide json yaml name\n") && strstr(out, "5:bash zsh fish\n") &&
+                  strstr(out, "6:5f0c1d2e-tj\n") && strstr(out, "7:5f0c1d2e-tj\n"),
               "%s", out);
     free(out);
     /* zsh and fish: the scripts parse, and fish completes from its own */

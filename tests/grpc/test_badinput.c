@@ -6,7 +6,8 @@
  * or UNAVAILABLE, and every REST error body is kiln's JSON error. And the combinations the
  * engine's capability table (spec.h) refuses, generated from the table, refused with its field,
  * message and hint over REST, gRPC and kiln-train --spec alike; so are the tuning refusals the
- * corpus lacks (empty objective metric, more than 30 parameters, a grid larger than max_jobs). */
+ * corpus lacks (empty objective metric, more than 30 parameters, a grid larger than max_jobs, an
+ * objective an engine job never reports). */
 #include "spec/spec.h"
 #include "tests/grpc/grpc_test.h"
 
@@ -581,7 +582,8 @@ Test(badinput, grpc_explicit_zero_values_are_honoured)
 }
 
 /* The tuning refusals the corpus above does not send (issue 29: bad input is refused the same over
- * REST and gRPC): an empty objective metric, more than 30 parameters, a grid larger than max_jobs.
+ * REST and gRPC): an empty objective metric, more than 30 parameters, a grid larger than max_jobs,
+ * an objective metric an engine job never reports (and no metric_definitions entry reads).
  * Each is a 400 over REST; over gRPC INVALID_ARGUMENT with the field under tuning_job and REST's
  * message and hint, word for word. */
 Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
@@ -592,7 +594,7 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
     struct {
         const char *what, *field;
         json_t *body;
-    } cases[3];
+    } cases[4];
     json_t *lr = json_pack("{s:{s:s, s:f, s:f}}", "lr", "type", "continuous", "min", 0.001, "max", 0.01);
     cases[0].what = "an empty objective metric";
     cases[0].field = "objective.metric";
@@ -613,11 +615,15 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
     cases[2].body = json_pack("{s:o, s:{s:{s:s, s:i, s:i}}, s:{s:s}, s:s, s:i}", "job", json_loads(k_job, 0, NULL),
                               "parameters", "warmup_steps", "type", "integer", "min", 0, "max", 9, "objective", "metric",
                               "val_loss", "strategy", "grid", "max_jobs", 5);
+    cases[3].what = "an objective no engine job reports";
+    cases[3].field = "objective.metric";
+    cases[3].body = json_pack("{s:o, s:O, s:{s:s}}", "job", json_loads(k_job, 0, NULL), "parameters", lr, "objective",
+                              "metric", "bleu");
     json_decref(lr);
     /* REST: each refusal's field, message and hint */
-    char *message[3], *hint[3];
+    char *message[4], *hint[4];
     json_t *calls = json_array();
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         cr_assert_not_null(cases[i].body, "%s: bad test request", cases[i].what);
         char url[200], *body = json_dumps(cases[i].body, JSON_COMPACT), *out = NULL;
         const char *hdrs[] = {"Content-Type: application/json", NULL};
@@ -638,13 +644,16 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
                                                "token", admin_token, "request", "tuning_job", cases[i].body));
     }
     cr_assert(strstr(message[0], "objective.metric is empty") && strstr(message[1], "31 entries; at most 30") &&
-              strstr(message[2], "the grid has 10 points, more than max_jobs (5)"),
-              "%s | %s | %s", message[0], message[1], message[2]);
+              strstr(message[2], "the grid has 10 points, more than max_jobs (5)") &&
+              strstr(message[3], "objective.metric \"bleu\" is never reported by an engine job; it reports "
+                                 "train_loss, lr,") && strstr(message[3], "val_loss") &&
+              strstr(hint[3], "metric_definitions"),
+              "%s | %s | %s | %s", message[0], message[1], message[2], message[3]);
     /* gRPC, in one run of the foreign client */
     const char *missing = th_grpc_python_missing();
     if (missing) {
         json_decref(calls);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             free(message[i]);
             free(hint[i]);
         }
@@ -652,7 +661,7 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
     }
     cr_assert_eq(th_protoc_python(dir), 0);
     json_t *ans = gt_grpc_calls(&K, calls, "tuning-plan");
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         json_t *r = json_array_get(ans, i);
         cr_assert_not_null(r, "%s: no answer from grpc_client.py", cases[i].what);
         char *line = json_dumps(r, JSON_COMPACT);
@@ -669,7 +678,7 @@ Test(badinput, tuning_refusals_alike_over_rest_and_grpc)
         free(line);
     }
     json_decref(ans);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         free(message[i]);
         free(hint[i]);
     }

@@ -1396,7 +1396,8 @@ Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
         double obj = json_number_value(json_object_get(x, "objective"));
         cr_assert(json_is_number(json_object_get(x, "objective")) &&
                   obj == json_number_value(json_object_get(y, "objective")), "trial %zu: %s", i, json_dumps(x, 0));
-        cr_assert_float_eq(obj, lr, 1e-12, "the trial ran with its values: %s", json_dumps(x, 0));
+        cr_assert(obj == lr, "the trial ran with the very value recorded for it: %.17g trained, %.17g recorded: %s",
+                  obj, lr, json_dumps(x, 0));
         if (best < 0 || obj < json_number_value(json_object_get(json_array_get(trials, (size_t)best), "objective")))
             best = (int)i;
         json_decref(params);

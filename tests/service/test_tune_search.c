@@ -1,6 +1,7 @@
 /* test_tune_search.c - the tuning search's pure functions without a cluster: seeded draws repeat
  * and differ between seeds, ranges, integer rounding, log and reverse_log scaling (checked
- * statistically) and categorical values are respected, the grid is enumerated whole, and the
+ * statistically) and categorical values are respected, a drawn real reads back from the digits a
+ * spec is written with, the grid is enumerated whole, and the
  * controller's decisions: parallelism, the ends (objective missing from a trial that ended or
  * from a hyperband trial paused at its first rung, failures, target, no improvement, all done),
  * hyperband's asynchronous promotions (ASHA) and the median stopping rule (early_stopping
@@ -11,9 +12,19 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "service/service.h"
+
+/* Whether v reads back from the 15 significant digits a job's spec and REST write it with: the
+ * value a trial is recorded with is then the value it trains with and the one REST shows. */
+static bool written_as_read(double v)
+{
+    char text[40];
+    snprintf(text, sizeof text, "%.15g", v);
+    return strtod(text, NULL) == v;
+}
 
 /* Parses a request over a tiny GPT base job with params (members) and extra members. */
 static void parse(spec_tuning_t *t, const char *params, const char *extra)
@@ -106,6 +117,7 @@ Test(tune_search, log_and_reverse_log_scaling_statistically)
         double lr = json_number_value(json_object_get(v, "lr"));
         double b2 = json_number_value(json_object_get(v, "beta2"));
         cr_assert(lr >= 1e-4 && lr <= 1e-2 && b2 >= 0.9 && b2 <= 0.9999);
+        cr_assert(written_as_read(lr) && written_as_read(b2), "%.17g %.17g", lr, b2);
         double l = log10(lr);
         sum += l;
         sum2 += l * l;
@@ -752,6 +764,7 @@ Test(tune_search, tpe_keeps_to_ranges_scalings_and_categoricals)
         double lr = json_number_value(json_object_get(x, "lr")), b2 = json_number_value(json_object_get(x, "beta2"));
         cr_assert(lr >= 1e-4 && lr <= 1e-2, "%g", lr);
         cr_assert(b2 >= 0.9 && b2 <= 0.9999, "%g", b2);
+        cr_assert(written_as_read(lr) && written_as_read(b2), "%.17g %.17g", lr, b2);
         cr_assert(json_is_integer(json_object_get(x, "warmup_steps")) && json_is_integer(json_object_get(x, "model.n_layer")));
         json_int_t nl = json_integer_value(json_object_get(x, "model.n_layer")),
                    w = json_integer_value(json_object_get(x, "warmup_steps")),
