@@ -218,7 +218,13 @@ static const cli_command_t cli_commands[] = {
      "  --projects A,B       the projects that may submit to it (*: every project); it keeps\n"
      "                       those whose default queue it is (kiln projects list shows them)\n"
      "  --fair-sharing true|false\n"
-     "                       order its jobs by their project's recent usage\n"},
+     "                       order its jobs by their project's recent usage\n"
+     "  --preempt-within-queue lower_priority|never\n"
+     "                       which of its own jobs a job of it within its quota may preempt:\n"
+     "                       lower-priority ones (the default) or none\n"
+     "  --reclaim-within-cohort any|lower_priority|never\n"
+     "                       which jobs of its cohort's queues that borrow beyond their quota a\n"
+     "                       job of it within its quota may preempt (default: any)\n"},
     {"tune", cli_cmd_tune, "[list]\nsubmit FILE [--source-dir DIR]\ndescribe ID\nstop ID",
      "hyperparameter tuning: searches whose trials are ordinary jobs",
      "commands:\n"

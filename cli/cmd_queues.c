@@ -35,6 +35,8 @@ static int queue_options(int argc, char **argv, int first, json_t *body, const c
 {
     static const char *const counts[][2] = {{"--quota", "quota"}, {"--borrowing-limit", "borrowing_limit"},
                                             {"--lending-limit", "lending_limit"}};
+    static const char *const policies[][2] = {{"--preempt-within-queue", "within_queue"},
+                                              {"--reclaim-within-cohort", "reclaim_within_cohort"}};
     *name = NULL;
     for (int i = first; i < argc; i++) {
         const char *v;
@@ -49,6 +51,18 @@ static int queue_options(int argc, char **argv, int first, json_t *body, const c
             if (!o)
                 return CLI_EXIT_USAGE;
             json_object_set_new(body, counts[k][1], o);
+            done = true;
+        }
+        /* the preemption policy's values go as given: the service says which it takes */
+        for (int k = 0; k < 2 && !done; k++) {
+            if ((m = cli_opt("queues", argc, argv, &i, policies[k][0], NULL, &v)) == 0)
+                continue;
+            if (m < 0)
+                return CLI_EXIT_USAGE;
+            json_t *pre = json_object_get(body, "preemption");
+            if (!pre)
+                json_object_set_new(body, "preemption", pre = json_object());
+            json_object_set_new(pre, policies[k][1], json_string(v));
             done = true;
         }
         if (done)
@@ -134,6 +148,9 @@ static void show_queue(const json_t *q)
     }
     printf("weight:          %g\n", cli_jnum(q, "weight"));
     printf("fair sharing:    %s\n", json_is_true(json_object_get(q, "fair_sharing")) ? "between projects" : "no");
+    const json_t *pre = json_object_get(q, "preemption");
+    printf("preemption:      within queue %s, reclaim within cohort %s\n", cli_jstr(pre, "within_queue"),
+           cli_jstr(pre, "reclaim_within_cohort"));
     printf("projects:        ");
     size_t i;
     json_t *p;
@@ -190,7 +207,8 @@ int cli_cmd_queues(cli_client_t *c, int argc, char **argv)
                                  "for no limit");
         if (rc == 0 && !strcmp(sub, "update") && json_object_size(body) == 0)
             rc = cli_usage_error("queues", "update: nothing to change: give --quota, --cohort, --borrowing-limit, "
-                                 "--lending-limit, --weight, --projects or --fair-sharing");
+                                 "--lending-limit, --weight, --projects, --fair-sharing, --preempt-within-queue or "
+                                 "--reclaim-within-cohort");
         if (rc == 0 && strcmp(sub, "create") != 0)
             rc = cli_path_segment("queues", name, seg, sizeof seg);
         if (rc == 0 && !strcmp(sub, "create")) {

@@ -25,6 +25,17 @@ const char *sched_slot_type_name(int type)
     return type == 0 ? "cpu" : type == 1 ? "gpu" : "?";
 }
 
+const char *const sched_within_names[] = {"lower_priority", "never", NULL};
+const char *const sched_reclaim_names[] = {"any", "lower_priority", "never", NULL};
+
+int sched_policy_parse(const char *const names[], const char *name)
+{
+    for (int i = 0; name && names[i]; i++)
+        if (strcmp(names[i], name) == 0)
+            return i;
+    return -1;
+}
+
 static bool has_cohort(const sched_queue_t *q)
 {
     return q->cohort && q->cohort[0];
@@ -277,7 +288,7 @@ static bool overran(const sched_snapshot_t *s, const sched_running_t *R)
 }
 
 /* Whether running job r may be preempted for pending job j (within: j stays within its queue's
- * nominal quota). */
+ * nominal quota), as j's queue's preemption policy allows. */
 static bool candidate(const admit_t *a, int j, int r, bool within)
 {
     const sched_snapshot_t *s = a->snap;
@@ -293,11 +304,13 @@ static bool candidate(const admit_t *a, int j, int r, bool within)
         return false;
     if (J->preempted_by && R->id && strcmp(J->preempted_by, R->id) == 0)
         return false; /* never back and forth */
+    const sched_queue_t *Q = &s->queues[J->queue];
     if (R->queue == J->queue)
-        return R->priority < J->priority;
+        return Q->within == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
     const sched_queue_t *V = &s->queues[R->queue];
-    return same_cohort(&s->queues[J->queue], V) && V->quota[J->type] != SCHED_UNLIMITED
-        && a->usage[R->queue][J->type] > V->quota[J->type];
+    if (!same_cohort(Q, V) || V->quota[J->type] == SCHED_UNLIMITED || a->usage[R->queue][J->type] <= V->quota[J->type])
+        return false;
+    return Q->reclaim == SCHED_RECLAIM_ANY || (Q->reclaim == SCHED_RECLAIM_LOWER_PRIORITY && R->priority < J->priority);
 }
 
 /* Gives back (sign 1: also their slots in a->view) or takes again (sign -1: the quota usage only)
@@ -502,19 +515,22 @@ const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *b
     const char *rq = R->queue >= 0 && R->queue < s->nqueues ? s->queues[R->queue].name : "?";
     char name[SCHED_JOB_NAME_LEN]; /* J, as R's project may read it */
     sched_job_name(R->project_name, J->id, J->project_name, name, sizeof name);
+    const sched_queue_t *Q = J->queue >= 0 && J->queue < s->nqueues ? &s->queues[J->queue] : NULL;
     if (overran(s, R)) {
-        snprintf(buf, n, "it was backfilled and ran past its predicted end; %s in queue %s needs its slots", name,
-                 qn);
+        snprintf(buf, n, "it was backfilled and ran past its predicted end; %s in queue %s needs its slots (a "
+                 "backfilled job that overruns is preempted whatever the queues' preemption policy)", name, qn);
         return "backfill_overrun";
     }
     if (R->queue == J->queue) {
         snprintf(buf, n, "%s (priority %d) in queue %s needs its slots and has the higher priority (this job: "
-                 "%d); %lld step(s) since its last checkpoint", name, J->priority, qn, R->priority,
-                 (long long)R->steps_lost);
+                 "%d); %lld step(s) since its last checkpoint; allowed by queue %s's preemption.within_queue (%s)",
+                 name, J->priority, qn, R->priority, (long long)R->steps_lost, qn,
+                 sched_within_names[Q ? Q->within : 0]);
         return "priority";
     }
-    snprintf(buf, n, "queue %s reclaims the quota queue %s borrows (%s needs it); %lld step(s) since its "
-             "last checkpoint", qn, rq, name, (long long)R->steps_lost);
+    snprintf(buf, n, "queue %s reclaims the quota queue %s borrows (%s needs it); %lld step(s) since its last "
+             "checkpoint; allowed by queue %s's preemption.reclaim_within_cohort (%s)", qn, rq, name,
+             (long long)R->steps_lost, qn, sched_reclaim_names[Q ? Q->reclaim : 0]);
     return "reclaim";
 }
 

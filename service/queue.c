@@ -14,7 +14,77 @@
 #define QUEUE_MAX_PROJECTS 1000
 
 static const char *const k_fields[] = {"name", "cohort", "quota", "borrowing_limit", "lending_limit", "weight",
-                                       "projects", "fair_sharing", NULL};
+                                       "projects", "fair_sharing", "preemption", NULL};
+
+/* preemption's fields, each with its values (service.h: the admission core's names). */
+static const struct {
+    const char *key;
+    const char *const *names;
+} k_policies[] = {{"within_queue", sched_within_names}, {"reclaim_within_cohort", sched_reclaim_names}};
+#define NPOLICIES (int)(sizeof k_policies / sizeof k_policies[0])
+
+/* names as words for a message: "a, b or c". */
+static void policy_words(const char *const names[], char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; names[i] && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i == 0 ? "" : names[i + 1] ? ", " : " or ", names[i]);
+}
+
+/* The preemption policy v (a request's "preemption") over cur (the stored one, or NULL: a new
+ * queue's defaults), into *out (new object with both fields): a field v gives replaces cur's, a
+ * field v gives as null (or v null) takes its default. KILN_EINVAL naming the field for anything
+ * else: not an object, an unknown field, a value not among the field's. */
+static int preemption_field(const json_t *v, const json_t *cur, json_t **out, kiln_err_t *err)
+{
+    *out = NULL;
+    if (v && !json_is_null(v) && !json_is_object(v)) {
+        kiln_err_set(err, KILN_EINVAL, "preemption", "preemption must be an object (or null for the defaults)");
+        kiln_err_hint(err, "for example {\"within_queue\": \"never\", \"reclaim_within_cohort\": \"lower_priority\"}");
+        return KILN_EINVAL;
+    }
+    const char *k;
+    json_t *x;
+    json_object_foreach(json_is_object(v) ? (json_t *)v : NULL, k, x) {
+        bool known = false;
+        for (int i = 0; i < NPOLICIES; i++)
+            known = known || strcmp(k, k_policies[i].key) == 0;
+        if (!known) {
+            char f[96];
+            snprintf(f, sizeof f, "preemption.%.60s", k);
+            kiln_err_set(err, KILN_EINVAL, f, "unknown field \"%s\"", f);
+            kiln_err_hint(err, "preemption's fields are within_queue and reclaim_within_cohort");
+            return KILN_EINVAL;
+        }
+    }
+    json_t *o = json_object();
+    for (int i = 0; i < NPOLICIES; i++) {
+        const char *key = k_policies[i].key;
+        const json_t *given = json_is_object(v) ? json_object_get(v, key) : NULL;
+        const json_t *now = json_is_null(v) ? NULL : json_object_get(cur, key);
+        const char *name = k_policies[i].names[0];
+        if (given && !json_is_null(given))
+            name = json_string_value(given);
+        else if (!given && now)
+            name = json_string_value(now);
+        if (sched_policy_parse(k_policies[i].names, name) < 0) {
+            char f[64], words[96];
+            snprintf(f, sizeof f, "preemption.%s", key);
+            policy_words(k_policies[i].names, words, sizeof words);
+            json_decref(o);
+            if (json_is_string(given))
+                kiln_err_set(err, KILN_EINVAL, f, "%s must be %s (got \"%.60s\")", f, words, name);
+            else
+                kiln_err_set(err, KILN_EINVAL, f, "%s must be %s", f, words);
+            kiln_err_hint(err, "%s defaults to %s", f, k_policies[i].names[0]);
+            return KILN_EINVAL;
+        }
+        json_object_set_new(o, key, json_string(name));
+    }
+    *out = o;
+    return 0;
+}
 
 /* A {"cpu": n, "gpu": n} object: slot types cpu and gpu only, whole numbers 0..QUEUE_MAX_SLOTS.
  * With fill, the normalised copy has both slot types (a missing one is 0). *out = new object. */
@@ -69,7 +139,7 @@ static int queue_fields(store_conn_t *c, const json_t *in, const json_t *base, j
         if (!known) {
             kiln_err_set(err, KILN_EINVAL, k, "unknown field \"%.60s\"", k);
             kiln_err_hint(err, "a queue's fields are name, cohort, quota, borrowing_limit, lending_limit, weight, "
-                               "projects and fair_sharing");
+                               "projects, fair_sharing and preemption");
             return KILN_EINVAL;
         }
     }
@@ -138,6 +208,12 @@ static int queue_fields(store_conn_t *c, const json_t *in, const json_t *base, j
             rc = kiln_err_set(err, KILN_EINVAL, "fair_sharing", "fair_sharing must be true or false");
         else
             json_object_set(q, "fair_sharing", (json_t *)fair);
+    }
+    const json_t *preemption = json_object_get(in, "preemption");
+    if (rc == 0 && (preemption || !base)) {
+        json_t *n = NULL;
+        if ((rc = preemption_field(preemption, base ? json_object_get(base, "preemption") : NULL, &n, err)) == 0)
+            json_object_set_new(q, "preemption", n);
     }
     const json_t *projects = json_object_get(in, "projects");
     if (rc == 0 && projects) {
@@ -432,6 +508,11 @@ int svc_queues_to_sched(const json_t *queues, sched_queue_t **out, int *n)
         counts(json_object_get(j, "lending_limit"), q->lending_limit, SCHED_UNLIMITED);
         q->weight = json_number_value(json_object_get(j, "weight"));
         q->fair_projects = json_is_true(json_object_get(j, "fair_sharing"));
+        const json_t *pre = json_object_get(j, "preemption");
+        int w = sched_policy_parse(sched_within_names, json_string_value(json_object_get(pre, "within_queue")));
+        int r = sched_policy_parse(sched_reclaim_names, json_string_value(json_object_get(pre, "reclaim_within_cohort")));
+        q->within = w < 0 ? SCHED_WITHIN_LOWER_PRIORITY : (sched_within_t)w;
+        q->reclaim = r < 0 ? SCHED_RECLAIM_ANY : (sched_reclaim_t)r;
     }
     return 0;
 }

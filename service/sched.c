@@ -1155,7 +1155,7 @@ static void sched_tick(svc_t *s)
     free(batch.asg);
     for (int j = 0; intx && txrc == 0 && j < njobs; j++)
         for (int k = 0; txrc == 0 && dec[j].outcome == SCHED_PREEMPTING && k < dec[j].nvictims; k++) {
-            char why[400];
+            char why[600];
             int v = dec[j].victims[k];
             const char *kind = sched_victim_reason(&snap, j, v, why, sizeof(why));
             kiln_err_clear(&err);

@@ -556,8 +556,10 @@ void svc_follow_close(svc_follow_t *f);
  * (required on create, never changed), quota (required on create: {"cpu": n, "gpu": n}, a missing
  * slot type 0; null: no limit), cohort (null: none), borrowing_limit and lending_limit (slot
  * counts; a missing slot type unlimited; only within a cohort), weight (> 0, default 1), projects
- * (existing project names or "*", default ["*"]), fair_sharing (default false). KILN_EINVAL
- * naming the field, KILN_EPERM, KILN_EEXIST, KILN_ENOTFOUND. */
+ * (existing project names or "*", default ["*"]), fair_sharing (default false), preemption
+ * ({"within_queue": sched_within_names, "reclaim_within_cohort": sched_reclaim_names}; a field
+ * left out keeps its value, null or new its default: lower_priority and any). KILN_EINVAL
+ * naming the field ("preemption.within_queue", with the values it takes), KILN_EPERM, KILN_EEXIST, KILN_ENOTFOUND. */
 int svc_queues_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err); /* {"queues": [...]} */
 int svc_queue_get(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err);
 /* *out = the queue as stored. */
@@ -671,10 +673,11 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
  * pass, so borrowers do not take the slots it waits for. A job that can never fit (the workers,
  * its data roots, or the most quota its queue could get) blocks nothing.
  *
- * Preemption. A head within its queue's nominal quota that cannot start may preempt running jobs:
- * lower-priority jobs of its own queue, and jobs of queues of its cohort that use more than their
- * nominal quota (reclaim); any head may preempt a job started by backfill that ran past the end
- * predicted for it. A job never preempts the job that last preempted it, and one preempted
+ * Preemption. A head within its queue's nominal quota that cannot start may preempt running jobs,
+ * as its queue's preemption policy (below) allows: by default lower-priority jobs of its own queue,
+ * and jobs of queues of its cohort that use more than their nominal quota (reclaim); any head may
+ * preempt a job started by backfill that ran past the end predicted for it, whatever the policy
+ * (it started on that condition). A job never preempts the job that last preempted it, and one preempted
  * protect_after times is never a victim of a job of its
  * priority or lower. Slots being freed (jobs STOPPING, victims chosen earlier in the pass) count
  * first: a head they would let start waits for them and preempts nothing. Otherwise, among the
@@ -703,6 +706,27 @@ int sched_slot_type(const char *name);
 /* "cpu", "gpu" ("?" out of range). Static storage. */
 const char *sched_slot_type_name(int type);
 
+/* A queue's preemption policy (Kueue's ClusterQueue spec.preemption), which the preemptor's queue
+ * decides. within: which jobs of its own queue a head may preempt (withinClusterQueue):
+ * lower-priority ones, or none. reclaim: which jobs of the queues of its cohort that borrow beyond
+ * their nominal quota it may preempt (reclaimWithinCohort): any, lower-priority ones, or none.
+ * Value 0 of each is the default, the rule of a queue that sets none. The names are the API's
+ * values ("lower_priority", ...) in sched_within_names[] and sched_reclaim_names[], indexed by
+ * value and ended by NULL: the one list the validator, the CLI's help and the texts read. */
+typedef enum sched_within {
+    SCHED_WITHIN_LOWER_PRIORITY = 0,
+    SCHED_WITHIN_NEVER,
+} sched_within_t;
+typedef enum sched_reclaim {
+    SCHED_RECLAIM_ANY = 0,
+    SCHED_RECLAIM_LOWER_PRIORITY,
+    SCHED_RECLAIM_NEVER,
+} sched_reclaim_t;
+extern const char *const sched_within_names[];
+extern const char *const sched_reclaim_names[];
+/* The value called name in names (sched_within_names or sched_reclaim_names), or -1. */
+int sched_policy_parse(const char *const names[], const char *name);
+
 typedef struct sched_queue {
     const char *name;
     const char *cohort;                 /* NULL or "": none (no borrowing, no lending) */
@@ -711,6 +735,8 @@ typedef struct sched_queue {
     int lending_limit[SCHED_NTYPES];    /* SCHED_UNLIMITED: lends all its unused quota */
     double weight;                      /* > 0; fair-sharing weight between queues */
     bool fair_projects;                 /* order its jobs by their project's recent usage */
+    sched_within_t within;              /* preemption within the queue (0: lower_priority) */
+    sched_reclaim_t reclaim;            /* reclaim within the cohort (0: any) */
     int usage[SCHED_NTYPES];            /* slots its placed, unfinished jobs hold now */
 } sched_queue_t;
 
@@ -808,9 +834,11 @@ const char *sched_job_name(const char *reader, const char *id, const char *proje
 int sched_admit(const sched_snapshot_t *snap, sched_decision_t *out, int *order, int *nadmitted);
 
 /* Why running job r is preempted for pending job j (a decision's victim), for its reason (J named
- * to r's project by sched_job_name): "job J (priority P) in queue Q needs its slots and has the
- * higher priority", "queue Q reclaims the quota queue R borrows", "it was backfilled and ran past
- * its predicted end". */
+ * to r's project by sched_job_name), with the rule that allowed it: "job J (priority P) in queue Q
+ * needs its slots and has the higher priority ..., as queue Q's preemption.within_queue
+ * (lower_priority) allows", "queue Q reclaims the quota queue R borrows ..., as queue Q's
+ * preemption.reclaim_within_cohort (any) allows", "it was backfilled and ran past its predicted
+ * end ...". */
 /* Returns the preemption's kind for the per-queue counter: "priority", "reclaim" or
  * "backfill_overrun" (SVC_PREEMPT_REASONS). */
 const char *sched_victim_reason(const sched_snapshot_t *snap, int j, int r, char *buf, size_t n);

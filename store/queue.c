@@ -14,6 +14,8 @@
     "'name', q.name, 'cohort', q.cohort, 'quota', q.quota,"                                         \
     " 'borrowing_limit', q.borrowing_limit, 'lending_limit', q.lending_limit, 'weight', q.weight,"  \
     " 'projects', q.projects, 'fair_sharing', q.fair_sharing,"                                      \
+    " 'preemption', json_build_object('within_queue', q.preempt_within_queue,"                     \
+    "  'reclaim_within_cohort', q.reclaim_within_cohort),"                                          \
     " 'created_at', " STORE_US("q.created_at") ", 'created_by', q.created_by,"                    \
     " 'updated_at', " STORE_US("q.updated_at")
 #define QUEUE_JSON                                                                                  \
@@ -107,9 +109,11 @@ static char *field_text(const json_t *q, const char *key)
 }
 
 /* The statement parameters of q's fields, in the order insert and update take them: name,
- * cohort, quota, borrowing_limit, lending_limit, weight, projects, fair_sharing. The texts are
+ * cohort, quota, borrowing_limit, lending_limit, weight, projects, fair_sharing,
+ * preemption.within_queue, preemption.reclaim_within_cohort (QUEUE_NPARAMS). The texts are
  * malloc'd into own[0..4) (caller frees); weight is written into wbuf. */
-static void queue_params(const json_t *q, const char *p[8], char *own[4], char wbuf[32])
+#define QUEUE_NPARAMS 10
+static void queue_params(const json_t *q, const char *p[QUEUE_NPARAMS], char *own[4], char wbuf[32])
 {
     static const char *const keys[] = {"quota", "borrowing_limit", "lending_limit", "projects"};
     for (int i = 0; i < 4; i++)
@@ -123,19 +127,23 @@ static void queue_params(const json_t *q, const char *p[8], char *own[4], char w
     p[5] = wbuf;
     p[6] = own[3] ? own[3] : "[]";
     p[7] = json_is_true(json_object_get(q, "fair_sharing")) ? "true" : "false";
+    const json_t *pre = json_object_get(q, "preemption");
+    p[8] = json_string_value(json_object_get(pre, "within_queue"));
+    p[9] = json_string_value(json_object_get(pre, "reclaim_within_cohort"));
 }
 
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err)
 {
-    const char *p[9];
+    const char *p[QUEUE_NPARAMS + 1];
     char *own[4], weight[32];
     queue_params(q, p, own, weight);
-    p[8] = created_by ? created_by : "";
+    p[QUEUE_NPARAMS] = created_by ? created_by : "";
     int rc = store_q(c, "create queue",
                      "INSERT INTO queues (name, cohort, quota, borrowing_limit, lending_limit, weight, projects,"
-                     " fair_sharing, created_by) VALUES ($1, $2, $3::jsonb, $4::jsonb, $5::jsonb, $6::float8,"
-                     " $7::jsonb, $8::boolean, $9)",
-                     9, p, NULL, err);
+                     " fair_sharing, preempt_within_queue, reclaim_within_cohort, created_by)"
+                     " VALUES ($1, $2, $3::jsonb, $4::jsonb, $5::jsonb, $6::float8, $7::jsonb, $8::boolean,"
+                     " $9, $10, $11)",
+                     QUEUE_NPARAMS + 1, p, NULL, err);
     if (rc == KILN_EEXIST)
         kiln_err_set(err, KILN_EEXIST, "name", "queue \"%.80s\" already exists", p[0]);
     for (int i = 0; i < 4; i++)
@@ -145,15 +153,15 @@ int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by,
 
 int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err)
 {
-    const char *p[8];
+    const char *p[QUEUE_NPARAMS];
     char *own[4], weight[32];
     queue_params(q, p, own, weight);
     PGresult *r = NULL;
     int rc = store_q(c, "update queue",
                      "UPDATE queues SET cohort = $2, quota = $3::jsonb, borrowing_limit = $4::jsonb,"
                      " lending_limit = $5::jsonb, weight = $6::float8, projects = $7::jsonb, fair_sharing = $8::boolean,"
-                     " updated_at = now() WHERE name = $1",
-                     8, p, &r, err);
+                     " preempt_within_queue = $9, reclaim_within_cohort = $10, updated_at = now() WHERE name = $1",
+                     QUEUE_NPARAMS, p, &r, err);
     if (rc == 0) {
         if (strcmp(PQcmdTuples(r), "1") != 0)
             rc = kiln_err_set(err, KILN_ENOTFOUND, "name", "queue \"%.80s\" does not exist", p[0]);

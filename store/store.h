@@ -379,7 +379,7 @@ int store_workers_capacity(store_conn_t *c, store_worker_cap_t **out, int *n, ki
 /* ---- queues (queue.c) ------------------------------------------------------------------------
  * A queue is JSON shaped as GET /v1/queues shows it: {"name", "cohort" (null for none), "quota"
  * (null for no limit), "borrowing_limit", "lending_limit", "weight", "projects", "fair_sharing",
- * "usage": {"cpu", "gpu"} (slots its SCHEDULED to STOPPING jobs hold), "pending" (its QUEUED and
+ * "preemption": {"within_queue", "reclaim_within_cohort"} (migration 0027), "usage": {"cpu", "gpu"} (slots its SCHEDULED to STOPPING jobs hold), "pending" (its QUEUED and
  * RESTARTING jobs), "created_at", "created_by", "updated_at"}. */
 
 /* *out = array of every queue by name, or with name non-NULL of that one (KILN_ENOTFOUND, err
@@ -391,7 +391,7 @@ int store_queues_json(store_conn_t *c, const char *name, json_t **out, kiln_err_
  * cohort (none when it has no cohort, or does not exist): what checking a submission to it needs. */
 int store_queue_defs_json(store_conn_t *c, const char *cohort_of, json_t **out, kiln_err_t *err);
 /* Inserts q (validated fields: name, cohort, quota, borrowing_limit, lending_limit, weight,
- * projects, fair_sharing). KILN_EEXIST (field "name") when the name is taken. */
+ * projects, fair_sharing, preemption with both its values). KILN_EEXIST (field "name") when the name is taken. */
 int store_queue_insert(store_conn_t *c, const json_t *q, const char *created_by, kiln_err_t *err);
 /* Replaces every field of the queue q names with q's. KILN_ENOTFOUND. */
 int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err);

@@ -138,6 +138,65 @@ Test(queues, the_contract_shape_round_trips)
     json_decref(req("GET", "/v1/queues/min", NULL, 404));
 }
 
+/* A queue's preemption policy: answers always carry the effective values (the defaults when
+ * none was set, the queue "default" too); a PATCH changes the fields it gives and null sets the
+ * defaults; an unknown field or value is a 400 naming the field and the values it takes. */
+Test(queues, the_preemption_policy_round_trips_and_bad_values_are_refused)
+{
+    json_t *made = req("POST", "/v1/queues", "{\"name\": \"plain\", \"quota\": {\"cpu\": 2}}", 201);
+    json_t *dflt = json_pack("{s:s, s:s}", "within_queue", "lower_priority", "reclaim_within_cohort", "any");
+    cr_assert(json_equal(json_object_get(made, "preemption"), dflt), "a queue that sets none has the defaults");
+    json_decref(made);
+    json_t *d = req("GET", "/v1/queues/default", NULL, 200);
+    cr_assert(json_equal(json_object_get(d, "preemption"), dflt), "and so has the queue default");
+    json_decref(d);
+    made = req("POST", "/v1/queues", "{\"name\": \"prod\", \"cohort\": \"c\", \"quota\": {\"cpu\": 2}, \"preemption\":"
+               " {\"within_queue\": \"never\", \"reclaim_within_cohort\": \"lower_priority\"}}", 201);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(made, "preemption"), "within_queue")), "never");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(made, "preemption"), "reclaim_within_cohort")),
+                     "lower_priority");
+    json_decref(made);
+    /* a field left out keeps its value */
+    json_t *p = req("PATCH", "/v1/queues/prod", "{\"preemption\": {\"reclaim_within_cohort\": \"never\"}}", 200);
+    json_t *want = json_pack("{s:s, s:s}", "within_queue", "never", "reclaim_within_cohort", "never");
+    cr_assert(json_equal(json_object_get(p, "preemption"), want));
+    json_decref(p);
+    json_decref(want);
+    /* other fields leave it as it is */
+    p = req("PATCH", "/v1/queues/prod", "{\"weight\": 2}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(p, "preemption"), "within_queue")), "never");
+    json_decref(p);
+    p = req("PATCH", "/v1/queues/prod", "{\"preemption\": {\"within_queue\": null}}", 200);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(p, "preemption"), "within_queue")),
+                     "lower_priority");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(p, "preemption"), "reclaim_within_cohort")),
+                     "never");
+    json_decref(p);
+    p = req("PATCH", "/v1/queues/prod", "{\"preemption\": null}", 200);
+    cr_assert(json_equal(json_object_get(p, "preemption"), dflt), "null: the defaults");
+    json_decref(p);
+    json_t *list = req("GET", "/v1/queues", NULL, 200);
+    cr_assert(json_equal(json_object_get(queue_named(list, "prod"), "preemption"), dflt));
+    json_decref(list);
+    json_decref(dflt);
+    refused("POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {}, \"preemption\": {\"within_queue\": \"any\"}}", 400,
+            "preemption.within_queue", "preemption.within_queue must be lower_priority or never (got \"any\")");
+    refused("PATCH", "/v1/queues/prod", "{\"preemption\": {\"reclaim_within_cohort\": \"Any\"}}", 400,
+            "preemption.reclaim_within_cohort",
+            "preemption.reclaim_within_cohort must be any, lower_priority or never (got \"Any\")");
+    refused("PATCH", "/v1/queues/prod", "{\"preemption\": {\"reclaim_within_cohort\": 1}}", 400,
+            "preemption.reclaim_within_cohort", "must be any, lower_priority or never");
+    refused("PATCH", "/v1/queues/prod", "{\"preemption\": {\"within_cluster_queue\": \"never\"}}", 400,
+            "preemption.within_cluster_queue", "unknown field \"preemption.within_cluster_queue\"");
+    refused("PATCH", "/v1/queues/prod", "{\"preemption\": \"never\"}", 400, "preemption",
+            "preemption must be an object");
+    /* nothing refused changed it */
+    p = req("GET", "/v1/queues/prod", NULL, 200);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(p, "preemption"), "reclaim_within_cohort")),
+                     "any");
+    json_decref(p);
+}
+
 Test(queues, bad_fields_are_refused_naming_them)
 {
     refused("POST", "/v1/queues", "{\"quota\": {}}", 400, "name", "needs a name");

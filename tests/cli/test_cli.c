@@ -419,6 +419,32 @@ Test(cli_main, usage_errors_exit_2, .init = cr_redirect_stderr)
     cr_assert_stderr_neq_str("");
 }
 
+/* kiln queues create|update take the preemption policy's flags: a flag without its value is a
+ * usage error (2); with one, the request goes out (here to no kilnd: 6), the values kilnd's to
+ * judge. */
+Test(cli_main, queues_take_the_preemption_flags, .init = cr_redirect_stderr)
+{
+    int port = th_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "queues", "update", "q", "--preempt-within-queue",
+                                             NULL}), CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "queues", "update", "q", "--reclaim-within-cohort",
+                                             NULL}), CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(9, (const char *[]){"kiln", "--url", url, "queues", "update", "q", "--preempt-within-queue",
+                                             "never", "--reclaim-within-cohort=lower_priority", NULL}),
+                 CLI_EXIT_UNAVAILABLE, "the flags alone are a change to send");
+    cr_assert_eq(run_cli(10, (const char *[]){"kiln", "--url", url, "queues", "create", "q", "--quota", "cpu=1",
+                                              "--reclaim-within-cohort", "never", NULL}), CLI_EXIT_UNAVAILABLE);
+    fflush(stderr);
+    FILE *f = cr_get_redirected_stderr();
+    char buf[2048] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "--preempt-within-queue needs a value"), "%s", buf);
+    cr_assert(!strstr(buf, "unknown option"), "%s", buf);
+}
+
 Test(cli_main, help_exits_0, .init = cr_redirect_stdout)
 {
     cr_assert_eq(run_cli(2, (const char *[]){"kiln", "help", NULL}), 0);

@@ -327,6 +327,19 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
               && strstr(out, "weight:          3\n") && strstr(out, "projects:        default\n")
               && strstr(out, "pending:         0 job(s)\n"), "%s", out);
     cr_assert(strstr(out, "admitted:        0 job(s) holding slots\n") && !strstr(out, "(borrowing"), "%s", out);
+    cr_assert(strstr(out, "preemption:      within queue lower_priority, reclaim within cohort any\n"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--preempt-within-queue", "never",
+                  "--reclaim-within-cohort", "lower_priority", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "preemption:      within queue never, reclaim within cohort lower_priority\n"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--reclaim-within-cohort", "sometimes", NULL);
+    cr_assert_eq(rc, 1, "kilnd refuses the value: rc %d: %s", rc, err);
+    cr_assert(strstr(err, "preemption.reclaim_within_cohort: must be any, lower_priority or never (got \"sometimes\")"),
+              "%s", err);
     free(out);
     free(err);
     rc = e2e_kiln(&out, &err, "queues", "describe", "no-such-queue", NULL);

@@ -131,6 +131,9 @@ Test(preempt, reclaim_borrowed_quota_resumes_bit_exact, .init = e2e_setup, .fini
             assert_state(a[i].id, "RUNNING");
     cr_assert(strstr(event_reason(a[v].id, "STOPPING"), "queue team-b reclaims the quota queue team-a borrows"),
               "%s", event_reason(a[v].id, "STOPPING"));
+    /* the event names the rule that allowed it: the preemptor's queue's policy */
+    cr_assert(strstr(event_reason(a[v].id, "STOPPING"), "allowed by queue team-b's preemption.reclaim_within_cohort "
+                     "(any)"), "%s", event_reason(a[v].id, "STOPPING"));
     for (int i = 0; i < 3; i++)
         if (i != v)
             e2e_thaw(a[i].ranks, a[i].n_ranks);
@@ -196,6 +199,8 @@ Test(preempt, priority_preempts_the_fewest_steps_since_checkpoint, .init = e2e_s
     assert_state(low[0].id, "RUNNING");
     assert_state(low[2].id, "RUNNING");
     cr_assert(strstr(event_reason(low[1].id, "STOPPING"), "has the higher priority"), "%s",
+              event_reason(low[1].id, "STOPPING"));
+    cr_assert(strstr(event_reason(low[1].id, "STOPPING"), "preemption.within_queue (lower_priority)"), "%s",
               event_reason(low[1].id, "STOPPING"));
     e2e_thaw(low[0].ranks, low[0].n_ranks);
     e2e_thaw(low[2].ranks, low[2].n_ranks);

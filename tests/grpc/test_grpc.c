@@ -1529,6 +1529,9 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     cr_assert_eq(made->n_projects, 1);
     cr_assert_str_eq(made->projects[0], "default");
     cr_assert(!made->fair_sharing);
+    cr_assert(made->preemption, "answers carry the preemption policy, its defaults when none was set");
+    cr_assert_str_eq(made->preemption->within_queue, "lower_priority");
+    cr_assert_str_eq(made->preemption->reclaim_within_cohort, "any");
     cr_assert_eq(SLOTS(made, usage, "cpu"), 0);
     cr_assert_eq(made->pending, 0);
     cr_assert_eq(made->admitted, 0);
@@ -1590,6 +1593,38 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     cr_assert_eq(SLOTS(upd, quota, "cpu"), 8);
     cr_assert_eq(upd->pending, 1);
     protobuf_c_message_free_unpacked(&upd->base, NULL);
+    /* the preemption policy: a value given changes, one unset ("") stays; the mask without the
+     * message sets the defaults */
+    Kiln__QueuePreemption pre = KILN__QUEUE_PREEMPTION__INIT;
+    pre.within_queue = "never";
+    patch = (Kiln__Queue)KILN__QUEUE__INIT;
+    patch.preemption = &pre;
+    char *pmask[] = {"preemption"};
+    ureq.update_mask = pmask;
+    ureq.n_update_mask = 1;
+    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(upd->preemption->within_queue, "never");
+    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    pre.within_queue = "";
+    pre.reclaim_within_cohort = "lower_priority";
+    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(upd->preemption->within_queue, "never");
+    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "lower_priority");
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    json_t *rest_view = gt_rest(&K, "GET", "/v1/queues/nlp", NULL, &(long){0});
+    json_t *set_pre = json_pack("{s:s, s:s}", "within_queue", "never", "reclaim_within_cohort", "lower_priority");
+    cr_assert(json_equal(json_object_get(rest_view, "preemption"), set_pre), "REST reads what gRPC set");
+    json_decref(set_pre);
+    json_decref(rest_view);
+    patch.preemption = NULL;
+    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(upd->preemption->within_queue, "lower_priority");
+    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
 
     /* a bad body: the same status, message and hint as over REST */
     Kiln__Queue__QuotaEntry tpu = KILN__QUEUE__QUOTA_ENTRY__INIT;
@@ -1608,6 +1643,24 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     json_t *rj = gt_rest(&K, "POST", "/v1/queues", "{\"name\": \"x\", \"quota\": {\"tpu\": 1}}", &st);
     cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "quota.tpu");
     refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.quota.tpu");
+    json_decref(rj);
+    /* a preemption policy's unknown value, alike */
+    Kiln__QueuePreemption badpre = KILN__QUEUE_PREEMPTION__INIT;
+    badpre.reclaim_within_cohort = "sometimes";
+    bad = (Kiln__Queue)KILN__QUEUE__INIT;
+    bad.name = "x";
+    bad.quota = quota;
+    bad.n_quota = 2;
+    bad.preemption = &badpre;
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("CreateQueue", &creq.base, &kiln__queue__descriptor, &code, &gerr));
+    rj = gt_rest(&K, "POST", "/v1/queues",
+                 "{\"name\": \"x\", \"quota\": {\"cpu\": 8}, \"preemption\": {\"reclaim_within_cohort\": \"sometimes\"}}",
+                 &st);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "field")), "preemption.reclaim_within_cohort");
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "message")),
+                     "preemption.reclaim_within_cohort must be any, lower_priority or never (got \"sometimes\")");
+    refused_alike(&gerr, code, 3 /* INVALID_ARGUMENT */, rj, st, 400, "queue.preemption.reclaim_within_cohort");
     json_decref(rj);
     /* projects: a project named twice, and more than 1000 entries, alike */
     char *dup[] = {"default", "*", "default"};

@@ -132,6 +132,8 @@ static json_t *queue_as_rest(const json_t *g)
     json_t *p = json_object_get(g, "projects");
     json_object_set_new(q, "projects", p ? json_copy(p) : json_array());
     json_object_set_new(q, "fair_sharing", json_boolean(json_is_true(json_object_get(g, "fair_sharing"))));
+    json_t *pre = json_object_get(g, "preemption");
+    json_object_set_new(q, "preemption", pre ? json_copy(pre) : json_object());
     json_object_set_new(q, "pending", json_integer(json_integer_value(json_object_get(g, "pending"))));
     json_object_set_new(q, "admitted", json_integer(json_integer_value(json_object_get(g, "admitted"))));
     return q;
@@ -213,6 +215,12 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
          "CreateQueue", NULL, 400, "INVALID_ARGUMENT", "usage", "queue.usage"},
         {"a name taken", "POST", "/v1/queues", "{\"name\": \"default\", " Q "}", "CreateQueue", NULL, 409,
          "ALREADY_EXISTS", "name", "queue.name"},
+        {"a preemption value within the queue", "POST", "/v1/queues",
+         "{\"name\": \"x\", " Q ", \"preemption\": {\"within_queue\": \"any\"}}", "CreateQueue", NULL, 400,
+         "INVALID_ARGUMENT", "preemption.within_queue", "queue.preemption.within_queue"},
+        {"a preemption value of reclaim", "POST", "/v1/queues",
+         "{\"name\": \"x\", " Q ", \"preemption\": {\"reclaim_within_cohort\": \"LowerPriority\"}}", "CreateQueue",
+         NULL, 400, "INVALID_ARGUMENT", "preemption.reclaim_within_cohort", "queue.preemption.reclaim_within_cohort"},
         /* create: accepted alike */
         {"no quota limit", "POST", "/v1/queues", "{\"name\": \"r-unlimited\", \"quota\": null}", "CreateQueue",
          GQ("\"name\": \"g-unlimited\", \"unlimited_quota\": true"), 201, NULL, NULL, NULL},
@@ -220,9 +228,11 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
          GQ("\"name\": \"g-zero\", \"quota\": {\"cpu\": 0, \"gpu\": 0}"), 201, NULL, NULL, NULL},
         {"every field", "POST", "/v1/queues",
          "{\"name\": \"r-all\", \"cohort\": \"c\", " Q ", \"borrowing_limit\": {\"cpu\": 4}, \"lending_limit\": "
-         "{\"gpu\": 0}, \"weight\": 0.5, \"projects\": [\"default\"], \"fair_sharing\": true}", "CreateQueue",
+         "{\"gpu\": 0}, \"weight\": 0.5, \"projects\": [\"default\"], \"fair_sharing\": true, \"preemption\": "
+         "{\"within_queue\": \"never\", \"reclaim_within_cohort\": \"lower_priority\"}}", "CreateQueue",
          GQ("\"name\": \"g-all\", \"cohort\": \"c\", " Q ", \"borrowing_limit\": {\"cpu\": 4}, \"lending_limit\": "
-            "{\"gpu\": 0}, \"weight\": 0.5, \"projects\": [\"default\"], \"fair_sharing\": true"), 201, NULL, NULL,
+            "{\"gpu\": 0}, \"weight\": 0.5, \"projects\": [\"default\"], \"fair_sharing\": true, \"preemption\": "
+            "{\"within_queue\": \"never\", \"reclaim_within_cohort\": \"lower_priority\"}"), 201, NULL, NULL,
          NULL},
         /* update: refused */
         {"weight 0", "PATCH", "/v1/queues/rq", "{\"weight\": 0}", "UpdateQueue", UPD("gq", "", "[\"weight\"]"), 400,
@@ -246,6 +256,12 @@ Test(parity, queues_refuse_and_accept_alike_over_rest_and_grpc)
          "UpdateQueue", UPD("gq", "\"weight\": 0.25", "[\"borrowing_limit\", \"weight\"]"), 200, NULL, NULL, NULL},
         {"no cohort, no quota limit", "PATCH", "/v1/queues/rq", "{\"cohort\": null, \"quota\": null}", "UpdateQueue",
          UPD("gq", "\"unlimited_quota\": true", "[\"cohort\", \"unlimited_quota\"]"), 200, NULL, NULL, NULL},
+        {"one preemption value", "PATCH", "/v1/queues/rq", "{\"preemption\": {\"reclaim_within_cohort\": \"never\"}}",
+         "UpdateQueue", UPD("gq", "\"preemption\": {\"reclaim_within_cohort\": \"never\"}", "[\"preemption\"]"), 200,
+         NULL, NULL, NULL},
+        {"a preemption value refused on update", "PATCH", "/v1/queues/rq", "{\"preemption\": {\"within_queue\": \"x\"}}",
+         "UpdateQueue", UPD("gq", "\"preemption\": {\"within_queue\": \"x\"}", "[\"preemption\"]"), 400,
+         "INVALID_ARGUMENT", "preemption.within_queue", "queue.preemption.within_queue"},
     };
     walk(cases, KILN_ARRAY_LEN(cases), "queue", "queues");
 

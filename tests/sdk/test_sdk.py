@@ -651,6 +651,21 @@ class Identity(unittest.TestCase):
         changed = self.client.update_queue(name, quota={"cpu": 4}, borrowing_limit=None, weight=2)
         self.assertEqual((changed["quota"]["cpu"], changed["borrowing_limit"], changed["weight"]), (4, {}, 2))
         self.assertEqual(self.client.update_queue(name, cohort=None)["cohort"], None)
+        # the preemption policy: its defaults, then changed field by field
+        self.assertEqual(q["preemption"], {"within_queue": "lower_priority", "reclaim_within_cohort": "any"})
+        p = self.client.update_queue(name, preempt_within_queue="never")["preemption"]
+        self.assertEqual(p, {"within_queue": "never", "reclaim_within_cohort": "any"})
+        p = self.client.update_queue(name, reclaim_within_cohort="lower_priority")["preemption"]
+        self.assertEqual(p, {"within_queue": "never", "reclaim_within_cohort": "lower_priority"})
+        self.assertEqual(self.client.update_queue(name, preemption=None)["preemption"],
+                         {"within_queue": "lower_priority", "reclaim_within_cohort": "any"})
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.create_queue(name + "-p", {"cpu": 1}, preempt_within_queue="sometimes")
+        self.assertEqual((cm.exception.status, cm.exception.field), (400, "preemption.within_queue"))
+        made = self.client.create_queue(name + "-p", {"cpu": 1}, preempt_within_queue="never",
+                                        reclaim_within_cohort="never")
+        self.assertEqual(made["preemption"], {"within_queue": "never", "reclaim_within_cohort": "never"})
+        self.client.delete_queue(name + "-p")
         self.assertEqual(self.client.delete_queue(name)["name"], name)
         with self.assertRaises(kiln.KilnError) as cm:
             self.client.queue(name)

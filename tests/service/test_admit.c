@@ -594,6 +594,94 @@ Test(admit, reclaim_preempts_only_borrowers)
     cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
 }
 
+/* ---- a queue's preemption policy (Kueue's ClusterQueue spec.preemption) ------------------------ */
+
+Test(admit, within_queue_never_waits_rather_than_preempt)
+{
+    /* One worker of 4 slots, full with a low-priority job of queue prod; prod's high-priority head
+     * needs 2. lower_priority (the default) preempts it, naming the rule; never waits for slots. */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 4, 0)};
+    sched_queue_t q[] = {queue("prod", NULL, U, U)};
+    q[0].usage[0] = 4;
+    sched_running_t r[] = {running("low", 0, 0, 4, w0, 1)};
+    sched_job_t j[] = {job("high", 0, 5, 1, 2, 0)};
+    sched_decision_t out[1];
+    int order[1];
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    char why[400];
+    sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 1, .jobs = j, .njobs = 1,
+                          .running = r, .nrunning = 1};
+    cr_assert_str_eq(sched_victim_reason(&s, 0, 0, why, sizeof why), "priority");
+    cr_assert(strstr(why, "allowed by queue prod's preemption.within_queue (lower_priority)"), "%s", why);
+    q[0].within = SCHED_WITHIN_NEVER;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "a never queue's job waits: %s", out[0].reason);
+    cr_assert_eq(out[0].nvictims, 0);
+    /* whatever the policy, a job backfilled past its predicted end makes room (it started so) */
+    r[0].backfilled = true;
+    r[0].backfill_end_s = 5;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 10, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+}
+
+Test(admit, reclaim_lower_priority_leaves_an_equal_priority_borrower_alone)
+{
+    /* Queues a and b of cohort c, quota 2 each, on 2 workers of 2 slots. a borrows 2 with two jobs:
+     * "eq" (b1's priority, 1 step lost) and "low" (lower priority, 5 steps lost). b1 within b's
+     * quota reclaims: any takes the cheaper "eq"; lower_priority takes "low" and never "eq";
+     * never takes nothing. The victim's queue's policy does not matter: the preemptor's decides. */
+    static const int w0[] = {0}, w1[] = {1};
+    sched_worker_t w[] = {W("w0", "cpu", 2, 0), W("w1", "cpu", 2, 0)};
+    sched_queue_t q[] = {queue("a", "c", 2, 0), queue("b", "c", 2, 0)};
+    q[0].usage[0] = 4;
+    q[0].reclaim = SCHED_RECLAIM_NEVER;
+    q[0].within = SCHED_WITHIN_NEVER;
+    sched_running_t r[] = {running("eq", 0, 1, 2, w0, 1), running("low", 0, 0, 2, w1, 5)};
+    sched_job_t j[] = {job("b1", 1, 1, 1, 2, 0)};
+    sched_decision_t out[1];
+    int order[1];
+    char why[400];
+    sched_snapshot_t s = {.workers = w, .nworkers = 2, .queues = q, .nqueues = 2, .jobs = j, .njobs = 1,
+                          .running = r, .nrunning = 2};
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    cr_assert(out[0].nvictims == 1 && out[0].victims[0] == 0, "any: the borrower that loses least (eq)");
+    cr_assert_str_eq(sched_victim_reason(&s, 0, 0, why, sizeof why), "reclaim");
+    cr_assert(strstr(why, "allowed by queue b's preemption.reclaim_within_cohort (any)"), "%s", why);
+    q[1].reclaim = SCHED_RECLAIM_LOWER_PRIORITY;
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    cr_assert(out[0].nvictims == 1 && out[0].victims[0] == 1, "lower_priority: only the lower one (low)");
+    sched_victim_reason(&s, 0, 1, why, sizeof why);
+    cr_assert(strstr(why, "allowed by queue b's preemption.reclaim_within_cohort (lower_priority)"), "%s", why);
+    /* with only the equal-priority borrower, b1 waits */
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "an equal-priority borrower was preempted: %s", out[0].reason);
+    cr_assert_eq(out[0].nvictims, 0);
+    q[1].reclaim = SCHED_RECLAIM_NEVER;
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
+    cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "never reclaims: %s", out[0].reason);
+    /* reclaim's policy leaves preemption within the queue alone, and the other way round */
+    q[1].within = SCHED_WITHIN_NEVER;
+    q[1].reclaim = SCHED_RECLAIM_ANY;
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+}
+
+Test(admit, policy_names_parse)
+{
+    cr_assert_eq(sched_policy_parse(sched_within_names, "lower_priority"), SCHED_WITHIN_LOWER_PRIORITY);
+    cr_assert_eq(sched_policy_parse(sched_within_names, "never"), SCHED_WITHIN_NEVER);
+    cr_assert_eq(sched_policy_parse(sched_within_names, "any"), -1);
+    cr_assert_eq(sched_policy_parse(sched_reclaim_names, "any"), SCHED_RECLAIM_ANY);
+    cr_assert_eq(sched_policy_parse(sched_reclaim_names, "lower_priority"), SCHED_RECLAIM_LOWER_PRIORITY);
+    cr_assert_eq(sched_policy_parse(sched_reclaim_names, "never"), SCHED_RECLAIM_NEVER);
+    cr_assert_eq(sched_policy_parse(sched_reclaim_names, "Never"), -1);
+    cr_assert_eq(sched_policy_parse(sched_reclaim_names, NULL), -1);
+}
+
 Test(admit, backfill_only_what_ends_before_the_head_can_start)
 {
     /* 4 slots; a running job holds 2 until t=100. The head needs 4: it waits until 100. Behind
@@ -840,8 +928,9 @@ static int vcost_cmp(vcost_t x, vcost_t y)
 /* The contract's victims for pending job J, written out again here: running, not stopping, its
  * slot type, not protected (preempted k times, priority not below J's), not the job that last
  * preempted J; a backfilled job past its predicted end; otherwise only for J within its queue's
- * nominal quota: a lower-priority job of J's queue or a job of a queue of its cohort above its
- * nominal quota. */
+ * nominal quota and as J's queue's preemption policy allows: a lower-priority job of J's queue
+ * (within_queue lower_priority; never: none) or a job of a queue of its cohort above its nominal
+ * quota (reclaim_within_cohort any; lower_priority: of a lower priority than J's; never: none). */
 static bool is_candidate(const sched_queue_t *q, const sched_job_t *J, const sched_running_t *R, int k, double now)
 {
     if (!R->preemptible || R->freeing || R->type != J->type || R->queue < 0)
@@ -855,11 +944,24 @@ static bool is_candidate(const sched_queue_t *q, const sched_job_t *J, const sch
         return false;
     if (J->preempted_by && !strcmp(J->preempted_by, R->id))
         return false;
+    const sched_queue_t *Q = &q[J->queue];
     if (R->queue == J->queue)
-        return R->priority < J->priority;
+        return Q->within == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
     const sched_queue_t *V = &q[R->queue];
-    return q[J->queue].cohort && V->cohort && !strcmp(q[J->queue].cohort, V->cohort) && V->quota[J->type] != U
+    bool borrower = Q->cohort && V->cohort && !strcmp(Q->cohort, V->cohort) && V->quota[J->type] != U
         && V->usage[J->type] > V->quota[J->type];
+    if (!borrower || Q->reclaim == SCHED_RECLAIM_NEVER)
+        return false;
+    return Q->reclaim == SCHED_RECLAIM_ANY || R->priority < J->priority;
+}
+
+/* Gives the queues q[0..nq) random preemption policies drawn from s. */
+static void random_policies(sched_queue_t *q, int nq, unsigned *s)
+{
+    for (int i = 0; i < nq; i++) {
+        q[i].within = rnd(s) % 2 ? SCHED_WITHIN_LOWER_PRIORITY : SCHED_WITHIN_NEVER;
+        q[i].reclaim = (sched_reclaim_t)(rnd(s) % 3);
+    }
 }
 
 /* Whether J is admitted at once with the running jobs in set (and the stopping ones) gone: the
@@ -929,6 +1031,9 @@ Test(admit, victims_lose_the_least_work_brute_force, .timeout = 120)
         }
         sched_job_t J = job("head", (int)(rnd(&s) % (unsigned)nq), (int)(rnd(&s) % 4), 1 + (int)(rnd(&s) % 2),
                             1 + (int)(rnd(&s) % 4), 0);
+        unsigned ps = seed * 2654435761u; /* its own stream: the clusters stay those of the default policy */
+        if (seed % 4 >= 2)
+            random_policies(q, nq, &ps);
         sched_decision_t out[1];
         int order[1];
         int na = pass_running(w, nw, q, nq, &J, 1, r, nr, 0, out, order);
@@ -1158,7 +1263,9 @@ static void psim_make(psim_t *P, unsigned seed)
     sim_make(&P->S, seed);
     for (int j = 0; j < MAXJ; j++)
         P->head_at[j] = -1;
-    unsigned s = seed * 7919u;
+    unsigned s = seed * 7919u, ps = seed * 2654435761u;
+    if (seed % 2 == 0) /* half the streams with random preemption policies, the others the default */
+        random_policies(P->S.q, P->S.nq, &ps);
     P->S.nj = KILN_MIN(P->S.nj, 150);
     for (int j = 0; j < P->S.nj; j++) {
         P->steps[j] = P->S.ends_at[j];

@@ -1382,8 +1382,9 @@ Test(fair, a_projects_recent_usage_decays_with_the_half_life)
 {
     cr_assert_eq(store_project_insert(c, "a", NULL, "test", &err), 0, "%s", err.message);
     cr_assert_eq(store_project_insert(c, "b", NULL, "test", &err), 0, "%s", err.message);
-    json_t *q = json_pack("{s:s, s:n, s:{s:i, s:i}, s:f, s:[s], s:b}", "name", "plain", "cohort", "quota", "cpu", 8,
-                          "gpu", 0, "weight", 1.0, "projects", "*", "fair_sharing", 0);
+    json_t *q = json_pack("{s:s, s:n, s:{s:i, s:i}, s:f, s:[s], s:b, s:{s:s, s:s}}", "name", "plain", "cohort", "quota",
+                          "cpu", 8, "gpu", 0, "weight", 1.0, "projects", "*", "fair_sharing", 0, "preemption",
+                          "within_queue", "lower_priority", "reclaim_within_cohort", "any");
     cr_assert_eq(store_queue_insert(c, q, "test", &err), 0, "%s", err.message);
     json_decref(q);
     /* the same run (2 slots for one half-life) ended one half-life ago for a, two for b: a's
@@ -1425,8 +1426,9 @@ Test(fair, a_submissions_queue_is_read_with_its_cohort_alone)
 {
     const char *defs[][2] = {{"a", "r"}, {"b", "r"}, {"c", NULL}, {"d", "s"}};
     for (int i = 0; i < 4; i++) {
-        json_t *q = json_pack("{s:s, s:s*, s:{s:i}, s:f, s:[s], s:b}", "name", defs[i][0], "cohort", defs[i][1],
-                              "quota", "cpu", 8, "weight", 1.0, "projects", "*", "fair_sharing", 0);
+        json_t *q = json_pack("{s:s, s:s*, s:{s:i}, s:f, s:[s], s:b, s:{s:s, s:s}}", "name", defs[i][0], "cohort",
+                              defs[i][1], "quota", "cpu", 8, "weight", 1.0, "projects", "*", "fair_sharing", 0,
+                              "preemption", "within_queue", "never", "reclaim_within_cohort", "lower_priority");
         cr_assert_eq(store_queue_insert(c, q, "test", &err), 0, "%s", err.message);
         json_decref(q);
     }
@@ -1448,5 +1450,13 @@ Test(fair, a_submissions_queue_is_read_with_its_cohort_alone)
     json_t *all = NULL;
     cr_assert_eq(store_queue_defs_json(c, NULL, &all, &err), 0, "%s", err.message);
     cr_assert_eq(json_array_size(all), 5, "every queue, default included");
+    /* with its preemption policy as stored (migration 0027), default's the column defaults */
+    json_t *pre_a = json_object_get(json_array_get(all, 0), "preemption");
+    json_t *pre_default = json_object_get(json_array_get(all, 4), "preemption");
+    cr_assert_str_eq(json_string_value(json_object_get(pre_a, "within_queue")), "never");
+    cr_assert_str_eq(json_string_value(json_object_get(pre_a, "reclaim_within_cohort")), "lower_priority");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(all, 4), "name")), "default");
+    cr_assert_str_eq(json_string_value(json_object_get(pre_default, "within_queue")), "lower_priority");
+    cr_assert_str_eq(json_string_value(json_object_get(pre_default, "reclaim_within_cohort")), "any");
     json_decref(all);
 }

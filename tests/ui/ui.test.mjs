@@ -501,6 +501,15 @@ describe('web UI', { concurrency: false }, () => {
     assert.equal(q.weight, 2.5);
     assert.equal(q.quota.cpu, 4);
     assert.equal(q.cohort, 'ui-cohort', 'what the form did not change stays');
+    // the preemption policy: shown in the table (the defaults), changed with the form's selects
+    assert.match(await row.locator('td.preemption').textContent(), /within queue: lower_priority; reclaim: any/);
+    await page.selectOption('#q-within', 'never');
+    await page.selectOption('#q-reclaim', 'lower_priority');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.waitForFunction(() => /within queue: never; reclaim: lower_priority/.test(document.querySelector('tr[data-name="ui-team"] td.preemption')?.textContent || ''));
+    q = (await c.api('GET', '/v1/queues/ui-team')).body;
+    assert.deepEqual(q.preemption, { within_queue: 'never', reclaim_within_cohort: 'lower_priority' });
+    assert.equal(await page.inputValue('#q-within'), 'never', 'the form shows what was saved');
     // a project whose jobs that name no queue go to ui-team
     assert.equal((await c.api('POST', '/v1/projects', { name: 'ui-dq', default_queue: 'ui-team' })).status, 201);
     // the selection survives a reload (it is in the URL) and opens the edit form again

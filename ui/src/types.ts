@@ -45,12 +45,19 @@ export interface Queue {
   weight: number;
   projects: string[];
   fair_sharing: boolean;
+  // which running jobs a job of the queue within its quota may preempt (answers carry both)
+  preemption: QueuePreemption;
   usage: SlotCounts;
   pending: number;
   admitted: number;
   created_at?: string;
   created_by?: string;
   updated_at?: string;
+}
+
+export interface QueuePreemption {
+  within_queue: 'lower_priority' | 'never';
+  reclaim_within_cohort: 'any' | 'lower_priority' | 'never';
 }
 
 // A project as GET /v1/projects answers (role "": a cluster admin's listing of every project).

@@ -49,6 +49,16 @@ def _obj(v: Any) -> JSONObject:
     return cast(JSONObject, v) if isinstance(v, dict) else {}
 
 
+def _preemption(within_queue: str | None, reclaim_within_cohort: str | None) -> JSONObject:
+    """A queue's "preemption" object with the values given (kilnd checks them)."""
+    out: JSONObject = {}
+    if within_queue is not None:
+        out["within_queue"] = within_queue
+    if reclaim_within_cohort is not None:
+        out["reclaim_within_cohort"] = reclaim_within_cohort
+    return out
+
+
 def _objs(v: Any) -> list[JSONObject]:
     """The JSON objects of the list v (nothing when v is not a list)."""
     return [cast(JSONObject, x) for x in cast("list[object]", v) if isinstance(x, dict)] if isinstance(v, list) else []
@@ -724,8 +734,10 @@ class Client:
     def queues(self) -> list[JSONObject]:
         """The queues jobs wait in (everyone reads them): dicts with name, cohort, quota
         ({"cpu": N, "gpu": N}; None: no limit), borrowing_limit, lending_limit, weight, projects
-        (["*"]: every project), fair_sharing, usage (slots in use), pending (jobs waiting), admitted
-        (jobs holding slots), created_at, created_by, updated_at (docs/contracts.md, "Queues")."""
+        (["*"]: every project), fair_sharing, preemption ({"within_queue": "lower_priority" |
+        "never", "reclaim_within_cohort": "any" | "lower_priority" | "never"}), usage (slots in use),
+        pending (jobs waiting), admitted (jobs holding slots), created_at, created_by, updated_at
+        (docs/contracts.md, "Queues")."""
         return _objs(self._call("GET", "/v1/queues")[1].get("queues"))
 
     def queue(self, name: str) -> JSONObject:
@@ -735,11 +747,16 @@ class Client:
     def create_queue(self, name: str, quota: Mapping[str, int] | None, *, cohort: str | None = None,
                      borrowing_limit: Mapping[str, int] | None = None,
                      lending_limit: Mapping[str, int] | None = None, weight: float | None = None,
-                     projects: Sequence[str] | None = None, fair_sharing: bool | None = None) -> JSONObject:
+                     projects: Sequence[str] | None = None, fair_sharing: bool | None = None,
+                     preempt_within_queue: str | None = None,
+                     reclaim_within_cohort: str | None = None) -> JSONObject:
         """Creates a queue (cluster admins; as `kiln queues create`): quota per slot type
         ({"cpu": 8, "gpu": 0}; None: no limit), a cohort whose queues lend each other their unused
         quota within the limits, a fair-sharing weight, the projects that may submit to it (default:
-        every project). Returns it; a bad field raises KilnError 400 naming it."""
+        every project), and its preemption policy: which of its own jobs its jobs may preempt
+        (preempt_within_queue "lower_priority", the default, or "never") and which jobs of its
+        cohort's borrowing queues (reclaim_within_cohort "any", the default, "lower_priority" or
+        "never"). Returns it; a bad field raises KilnError 400 naming it."""
         body: JSONObject = {"name": name, "quota": dict(quota) if quota is not None else None}
         if cohort is not None:
             body["cohort"] = cohort
@@ -753,13 +770,24 @@ class Client:
             body["projects"] = list(projects)
         if fair_sharing is not None:
             body["fair_sharing"] = bool(fair_sharing)
+        preemption = _preemption(preempt_within_queue, reclaim_within_cohort)
+        if preemption:
+            body["preemption"] = preemption
         return self._call("POST", "/v1/queues", body=body)[1]
 
     def update_queue(self, name: str, **changes: Any) -> JSONObject:
         """Changes the fields given by keyword (quota, cohort, borrowing_limit, lending_limit,
-        weight, projects, fair_sharing), as PATCH /v1/queues/{name} does: None clears a cohort or a
-        limit, or makes the quota unlimited. Returns the queue (cluster admins)."""
-        return self._call("PATCH", "/v1/queues/%s" % _seg(name), body=dict(changes))[1]
+        weight, projects, fair_sharing, preemption, or preempt_within_queue and
+        reclaim_within_cohort as create_queue takes them), as PATCH /v1/queues/{name} does: None
+        clears a cohort or a limit, makes the quota unlimited, or sets the preemption policy's
+        defaults. Returns the queue (cluster admins)."""
+        body = dict(changes)
+        policy = {k: body.pop(k) for k in ("preempt_within_queue", "reclaim_within_cohort") if k in body}
+        if policy:
+            preemption = dict(body.get("preemption") or {})
+            preemption.update(_preemption(policy.get("preempt_within_queue"), policy.get("reclaim_within_cohort")))
+            body["preemption"] = preemption
+        return self._call("PATCH", "/v1/queues/%s" % _seg(name), body=body)[1]
 
     def delete_queue(self, name: str) -> JSONObject:
         """Deletes a queue none of whose jobs waits, runs or is paused, and that is no project's

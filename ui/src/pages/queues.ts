@@ -1,16 +1,24 @@
 // queues.ts - the cluster's queues (GET /v1/queues): quota, usage and what is borrowed above the
 // quota per slot type, borrowing and lending limits, pending and admitted jobs, weight, cohort
-// and projects; the default queue of each project the caller sees (GET /v1/projects), where its
+// projects and preemption policy; the default queue of each project the caller sees (GET /v1/projects), where its
 // jobs that name no queue go; for cluster admins a form to create, edit (PATCH) and delete
 // queues. The queue being looked at or edited and an open "new queue" form live in the URL
 // (#/queues?name=nlp, #/queues?new=1).
 import { api, ApiError, get, whoami } from '../api';
 import { clear, h } from '../dom';
 import { setParams, type Cleanup } from '../main';
-import type { Project, Queue, SlotCounts } from '../types';
+import type { Project, Queue, QueuePreemption, SlotCounts } from '../types';
 
 const REFRESH_MS = 5000;
 const TYPES: (keyof SlotCounts)[] = ['cpu', 'gpu'];
+// the values of a queue's preemption policy, the default first (openapi.yaml, QueuePreemption)
+const WITHIN: QueuePreemption['within_queue'][] = ['lower_priority', 'never'];
+const RECLAIM: QueuePreemption['reclaim_within_cohort'][] = ['any', 'lower_priority', 'never'];
+
+// "within queue: lower_priority; reclaim: any"
+function policy(p: QueuePreemption | undefined): string {
+  return `within queue: ${p?.within_queue ?? WITHIN[0]}; reclaim: ${p?.reclaim_within_cohort ?? RECLAIM[0]}`;
+}
 
 // "cpu 8, gpu 0"; `none` when the object names no slot type.
 function counts(c: SlotCounts | null | undefined, none: string): string {
@@ -41,7 +49,7 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
   const formSlot = h('div');
   const newBtn = admin ? h('button', { type: 'button', id: 'queue-new', onclick: () => { selected = ''; creating = true; sync(); } }, 'New queue') : null;
   const cols = ['Name', 'Cohort', 'Quota', 'Usage', 'Borrowed', 'Borrowing limit', 'Lending limit', 'Pending', 'Admitted',
-                'Weight', 'Fair sharing', 'Projects', ...(admin ? ['Actions'] : [])];
+                'Weight', 'Fair sharing', 'Preemption', 'Projects', ...(admin ? ['Actions'] : [])];
   main.append(h('div', { class: 'title-row' }, h('h1', null, 'Queues'), newBtn), status, notice, formSlot,
     h('div', { class: 'table-wrap' }, h('table', { class: 'queues', 'aria-label': 'Queues' },
       h('thead', null, h('tr', null, ...cols.map((c) => h('th', { scope: 'col' }, c)))), body)),
@@ -79,6 +87,7 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
         h('td', { class: 'admitted' }, String(q.admitted ?? '')),
         h('td', { class: 'weight' }, String(q.weight)),
         h('td', null, q.fair_sharing ? 'between projects' : 'no'),
+        h('td', { class: 'preemption' }, policy(q.preemption)),
         h('td', { class: 'projects' }, q.projects.join(', ')),
         actions));
     }
@@ -114,6 +123,9 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
     if (!admin || (!creating && !q)) return;
     const num = (id: string, label: string, v: number | undefined, hint: string) => h('div', { class: 'field' },
       h('label', { for: id }, label), h('input', { id, type: 'number', min: 0, step: 1, value: v === undefined ? '' : String(v), placeholder: hint }));
+    const select = (id: string, label: string, values: string[], v: string | undefined) => h('div', { class: 'field' },
+      h('label', { for: id }, label),
+      h('select', { id }, ...values.map((x) => h('option', { value: x, selected: x === (v ?? values[0]) }, x))));
     const fields = h('div', { class: 'queue-fields' },
       h('div', { class: 'field' }, h('label', { for: 'q-name' }, 'Name'),
         h('input', { id: 'q-name', type: 'text', value: q?.name || '', disabled: !!q, required: true, autocomplete: 'off' })),
@@ -126,7 +138,9 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
         h('input', { id: 'q-weight', type: 'number', min: 0, step: 'any', value: String(q?.weight ?? 1) })),
       h('div', { class: 'field' }, h('label', { for: 'q-projects' }, 'Projects'),
         h('input', { id: 'q-projects', type: 'text', value: (q?.projects || ['*']).join(', '), autocomplete: 'off' })),
-      h('div', { class: 'field' }, h('label', null, h('input', { id: 'q-fair', type: 'checkbox', checked: !!q?.fair_sharing }), ' Fair sharing between projects')));
+      h('div', { class: 'field' }, h('label', null, h('input', { id: 'q-fair', type: 'checkbox', checked: !!q?.fair_sharing }), ' Fair sharing between projects')),
+      select('q-within', 'Preempt within queue', WITHIN, q?.preemption?.within_queue),
+      select('q-reclaim', 'Reclaim within cohort', RECLAIM, q?.preemption?.reclaim_within_cohort));
     const errBox = h('div', { id: 'queue-error', class: 'error', role: 'alert' });
     errBox.hidden = true;
     const val = (id: string) => (formSlot.querySelector(`#${id}`) as HTMLInputElement).value.trim();
@@ -148,6 +162,10 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
         weight: Number(val('q-weight') || '1'),
         projects: val('q-projects').split(',').map((s) => s.trim()).filter(Boolean),
         fair_sharing: (formSlot.querySelector('#q-fair') as HTMLInputElement).checked,
+        preemption: {
+          within_queue: (formSlot.querySelector('#q-within') as HTMLSelectElement).value,
+          reclaim_within_cohort: (formSlot.querySelector('#q-reclaim') as HTMLSelectElement).value,
+        },
       };
       try {
         let saved: Queue;
