@@ -387,7 +387,7 @@ Test(tuning, a_promoted_trial_pauses_at_its_next_rung_and_paused_trials_end_with
 {
     char *id = create(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10,"
                                   " \"max_resource\": 90, \"reduction_factor\": 3}, \"max_jobs\": 3,"
-                                  " \"max_parallel_jobs\": 3, \"seed\": 1"));
+                                  " \"max_parallel_jobs\": 1, \"seed\": 1"));
     double obj[3] = {3.0, 1.0, 2.0};
     for (int n = 0; n < 3; n++)
         run_trial(id, n, "val_loss", obj[n], 0);
