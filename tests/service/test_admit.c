@@ -619,6 +619,16 @@ Test(admit, within_queue_never_waits_rather_than_preempt)
     cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
     cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "a never queue's job waits: %s", out[0].reason);
     cr_assert_eq(out[0].nvictims, 0);
+    /* and says that the policy, not the slots alone, is why (the default would preempt "low") */
+    cr_assert(strstr(out[0].reason, "; queue prod's preemption.within_queue (never) keeps it from preempting its "
+                                    "lower-priority jobs"), "%s", out[0].reason);
+    cr_assert_null(strstr(out[0].reason, "reclaim_within_cohort"), "%s", out[0].reason);
+    /* a running job of its priority: no policy would preempt it, so the reason names none */
+    r[0].priority = 5;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "%s", out[0].reason);
+    cr_assert_null(strstr(out[0].reason, "preemption."), "%s", out[0].reason);
+    r[0].priority = 0;
     /* whatever the policy, a job backfilled past its predicted end makes room (it started so) */
     r[0].backfilled = true;
     r[0].backfill_end_s = 5;
@@ -660,9 +670,14 @@ Test(admit, reclaim_lower_priority_leaves_an_equal_priority_borrower_alone)
     cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 1, 0, out, order), 0);
     cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "an equal-priority borrower was preempted: %s", out[0].reason);
     cr_assert_eq(out[0].nvictims, 0);
+    cr_assert(strstr(out[0].reason, "; queue b's preemption.reclaim_within_cohort (lower_priority) keeps it from "
+                                    "reclaiming its quota from the jobs that borrow it"), "%s", out[0].reason);
     q[1].reclaim = SCHED_RECLAIM_NEVER;
     cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
     cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "never reclaims: %s", out[0].reason);
+    cr_assert(strstr(out[0].reason, "; queue b's preemption.reclaim_within_cohort (never) keeps it"), "%s",
+              out[0].reason);
+    cr_assert_null(strstr(out[0].reason, "within_queue"), "%s", out[0].reason);
     /* reclaim's policy leaves preemption within the queue alone, and the other way round */
     q[1].within = SCHED_WITHIN_NEVER;
     q[1].reclaim = SCHED_RECLAIM_ANY;
