@@ -287,9 +287,12 @@ static bool overran(const sched_snapshot_t *s, const sched_running_t *R)
     return R->backfilled && s->now_s > R->backfill_end_s;
 }
 
-/* Whether running job r may be preempted for pending job j (within: j stays within its queue's
- * nominal quota), as j's queue's preemption policy allows (widest: as the default policy, the
- * widest, would). */
+/* Whether running job r may be preempted for pending job j, as j's queue's preemption policy
+ * allows (widest: as the default policy, the widest, would): a lower-priority job of j's queue
+ * whether or not j stays within its queue's nominal quota (Kueue's withinClusterQueue: a queue
+ * whose quota its own lower-priority jobs fill still runs its higher-priority ones first; what
+ * its queue may use is fits_without's quota check), a job of a borrowing queue of its cohort only
+ * when it does (within). */
 static bool candidate(const admit_t *a, int j, int r, bool within, bool widest)
 {
     const sched_snapshot_t *s = a->snap;
@@ -301,8 +304,6 @@ static bool candidate(const admit_t *a, int j, int r, bool within, bool widest)
         return false;
     if (overran(s, R))
         return true;
-    if (!within)
-        return false;
     if (J->preempted_by && R->id && strcmp(J->preempted_by, R->id) == 0)
         return false; /* never back and forth */
     const sched_queue_t *Q = &s->queues[J->queue];
@@ -310,6 +311,8 @@ static bool candidate(const admit_t *a, int j, int r, bool within, bool widest)
     sched_reclaim_t rc = widest ? SCHED_RECLAIM_ANY : Q->reclaim;
     if (R->queue == J->queue)
         return wq == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
+    if (!within)
+        return false;
     const sched_queue_t *V = &s->queues[R->queue];
     if (!same_cohort(Q, V) || V->quota[J->type] == SCHED_UNLIMITED || a->usage[R->queue][J->type] <= V->quota[J->type])
         return false;
@@ -462,7 +465,7 @@ static int choose_victims(admit_t *a, int j, bool within, bool widest, int *vict
     return k;
 }
 
-/* Head j (within its nominal quota or not), which preempts nothing, waits: when its queue's
+/* Head j, which preempts nothing, waits: when its queue's
  * preemption policy is why (the default policy would find victims that make room), its reason
  * says so, naming the rule: "; queue Q's preemption.within_queue (never) keeps it from preempting
  * ...". */
@@ -471,7 +474,7 @@ static void policy_why(admit_t *a, int j, bool within, sched_decision_t *d)
     const sched_snapshot_t *s = a->snap;
     const sched_job_t *J = &s->jobs[j];
     const sched_queue_t *Q = &s->queues[J->queue];
-    if (!within || (Q->within == SCHED_WITHIN_LOWER_PRIORITY && Q->reclaim == SCHED_RECLAIM_ANY))
+    if (Q->within == SCHED_WITHIN_LOWER_PRIORITY && Q->reclaim == SCHED_RECLAIM_ANY)
         return;
     int v[SCHED_MAX_VICTIMS];
     int nv = choose_victims(a, j, within, true, v);
