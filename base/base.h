@@ -206,6 +206,13 @@ size_t kiln_utf8_check(const char *s, size_t n);
  * sequence (NUL included) becomes U+FFFD, and the copy stops before a sequence that does not fit
  * whole. Returns the bytes written. */
 size_t kiln_utf8_copy(char *dst, size_t cap, const char *src, size_t n);
+/* snprintf into buf (n bytes) whose text is valid UTF-8 however it was cut: the bytes of a character
+ * that a precision (%.80s) or the end of buf cut short, and any other byte that starts no valid
+ * sequence, are left out. Kiln writes every reason and error message it formats from others' text
+ * (a client's value, an agent's reason) this way, so that no cut makes text the database, JSON or
+ * gRPC refuses. Returns the bytes written. */
+size_t kiln_text_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+size_t kiln_text_vfmt(char *buf, size_t n, const char *fmt, va_list ap);
 /* Parses a whole string as a decimal integer: an optional '-' and digits only (no '+', no
  * spaces, no hexadecimal), within int64. Returns 0 or KILN_EINVAL. */
 int kiln_parse_int64(const char *s, int64_t *out);

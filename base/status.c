@@ -73,7 +73,7 @@ int kiln_err_set(kiln_err_t *err, int status, const char *field, const char *fmt
         kiln_strlcpy(err->field, field, sizeof(err->field));
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    kiln_text_vfmt(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
     return status;
 }
@@ -84,7 +84,7 @@ void kiln_err_detail(kiln_err_t *err, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->detail, sizeof(err->detail), fmt, ap);
+    kiln_text_vfmt(err->detail, sizeof(err->detail), fmt, ap);
     va_end(ap);
 }
 
@@ -94,6 +94,6 @@ void kiln_err_hint(kiln_err_t *err, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->hint, sizeof(err->hint), fmt, ap);
+    kiln_text_vfmt(err->hint, sizeof(err->hint), fmt, ap);
     va_end(ap);
 }

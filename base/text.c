@@ -1,8 +1,10 @@
 /* text.c - what kiln accepts as text and as numbers written in text: one UTF-8 decoder (used to
- * check client input, to sanitise ranks' output and to write COPY data) and a strict decimal
- * integer parser. No allocation, no locale. */
+ * check client input, to sanitise ranks' output and to write COPY data), formatting that never
+ * leaves a character cut in half, and a strict decimal integer parser. No allocation, no locale. */
 #include "base/base.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 size_t kiln_utf8_seq(const unsigned char *p, size_t n)
@@ -58,6 +60,40 @@ size_t kiln_utf8_copy(char *dst, size_t cap, const char *src, size_t n)
         i += k ? k : 1;
     }
     dst[o] = '\0';
+    return o;
+}
+
+size_t kiln_text_vfmt(char *buf, size_t n, const char *fmt, va_list ap)
+{
+    if (n == 0)
+        return 0;
+    int len = vsnprintf(buf, n, fmt, ap);
+    if (len < 0) {
+        buf[0] = '\0';
+        return 0;
+    }
+    size_t end = KILN_MIN((size_t)len, n - 1), o = 0;
+    const unsigned char *p = (const unsigned char *)buf;
+    for (size_t i = 0; i < end;) {
+        size_t k = p[i] < 0x80 ? 1 : kiln_utf8_seq(p + i, end - i);
+        if (k == 0) {
+            i++; /* a byte of a character cut short, or a stray one: left out */
+            continue;
+        }
+        memmove(buf + o, buf + i, k);
+        o += k;
+        i += k;
+    }
+    buf[o] = '\0';
+    return o;
+}
+
+size_t kiln_text_fmt(char *buf, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t o = kiln_text_vfmt(buf, n, fmt, ap);
+    va_end(ap);
     return o;
 }
 

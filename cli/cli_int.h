@@ -65,6 +65,11 @@ int cli_collect_jobs(const cli_client_t *c, cli_jobs_page_fn fetch, void *ud, lo
  * memory). */
 int cli_path_segment(const char *cmd, const char *s, char *out, size_t n);
 
+/* Whether s could be (a prefix of) an id: hex digits, and dashes where a UUID has them. The job and
+ * tuning job references read a whole id (36 characters) shaped so as an id, anything else as an id
+ * prefix or a name. */
+bool cli_id_shaped(const char *s);
+
 /* Resolves a job reference (a full id, a unique id prefix, or a unique job name) to a full id.
  * out must hold 64 bytes. Returns 0, KILN_ENOTFOUND, KILN_EINVAL (ambiguous) or a request error. */
 int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_t *err);

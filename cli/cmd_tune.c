@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* A trial's parameters as "lr=0.00123 warmup_steps=40", at most n bytes. */
 static void params_text(const json_t *p, char *buf, size_t n)
@@ -127,13 +128,14 @@ static void show_list(const cli_client_t *c, const json_t *reply)
     }
 }
 
-/* The tuning job ref names: its whole id as it is; else, among the tuning jobs the caller can see
- * (GET /v1/tuning-jobs), the one whose id starts with ref (4 characters or more) or whose name is
- * ref, as the SDK's find_tuning_job and kiln describe's job references do. id: 64 bytes (OUT).
- * Returns 0, KILN_ENOTFOUND, KILN_EINVAL (several match: err lists them) or a request error. */
+/* The tuning job ref names: its whole id as it is (36 characters shaped as an id: a name may be as
+ * long); else, among the tuning jobs the caller can see (GET /v1/tuning-jobs), the one whose id
+ * starts with ref (4 characters or more, in either case, as kilnd reads a job's id prefix) or whose
+ * name is ref, as the SDK's find_tuning_job and kiln describe's job references do. id: 64 bytes
+ * (OUT). Returns 0, KILN_ENOTFOUND, KILN_EINVAL (several match: err lists them) or a request error. */
 static int tune_resolve(const cli_client_t *c, const char *ref, char *id, kiln_err_t *err)
 {
-    if (strlen(ref) == 36) {
+    if (strlen(ref) == 36 && cli_id_shaped(ref)) {
         kiln_strlcpy(id, ref, 64);
         return 0;
     }
@@ -147,7 +149,7 @@ static int tune_resolve(const cli_client_t *c, const char *ref, char *id, kiln_e
     json_t *t;
     json_array_foreach(json_object_get(list, "tuning_jobs"), i, t) {
         const char *tid = cli_jstr(t, "id");
-        if (strcmp(cli_jstr(t, "name"), ref) != 0 && (strlen(ref) < 4 || strncmp(tid, ref, strlen(ref)) != 0))
+        if (strcmp(cli_jstr(t, "name"), ref) != 0 && (strlen(ref) < 4 || strncasecmp(tid, ref, strlen(ref)) != 0))
             continue;
         if (++n == 1)
             kiln_strlcpy(id, tid, 64);

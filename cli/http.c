@@ -373,8 +373,7 @@ int cli_path_segment(const char *cmd, const char *s, char *out, size_t n)
     return 0;
 }
 
-/* Whether s could be (a prefix of) a job id: hex digits and dashes where a UUID has them. */
-static bool cli_id_shaped(const char *s)
+bool cli_id_shaped(const char *s)
 {
     static const char layout[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
     size_t n = strlen(s);

@@ -227,7 +227,9 @@ static bool env_is_owned(const char *entry)
 
 bool rank_env_is_secret(const char *entry)
 {
-    static const char *const words[] = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY"};
+    static const char *const words[] = {"TOKEN",   "SECRET",     "PASSWORD", "PASSWD", "CREDENTIAL",  "PRIVATE_KEY",
+                                        "API_KEY", "ACCESS_KEY", "AUTH",     "COOKIE", "DATABASE_URL"};
+    static const char *const suffixes[] = {"_KEY", "_DSN"};
     const char *eq = strchr(entry, '=');
     size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
     if (n >= 9 && !strncmp(entry, "KILN_TLS_", 9))
@@ -241,6 +243,11 @@ bool rank_env_is_secret(const char *entry)
     for (size_t i = 0; i < KILN_ARRAY_LEN(words); i++)
         if (strstr(name, words[i]))
             return true;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(suffixes); i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n >= k && !strcmp(name + n - k, suffixes[i]))
+            return true;
+    }
     return false;
 }
 

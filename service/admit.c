@@ -524,14 +524,23 @@ static bool try_preempt(admit_t *a, int j, sched_decision_t *out)
     d->nvictims = nv;
     size_t len = (size_t)snprintf(d->reason, sizeof d->reason, "waiting for %d job(s) preempted for it to stop "
                                   "and free their slots:", nv);
+    /* a victim is named whole or not at all (a cut id is neither a name nor hidden from readers of
+     * other projects, whose copies of this reason name only whole ids): those without room are
+     * counted at the end */
+    int named = 0;
     for (int k = 0; k < nv; k++) {
         const sched_running_t *V = &s->running[d->victims[k]];
         char name[SCHED_JOB_NAME_LEN];
         a->taken[d->victims[k]] = true;
-        if (len < sizeof d->reason)
-            len += (size_t)snprintf(d->reason + len, sizeof d->reason - len, "%s %s", k ? "," : "",
-                                    sched_job_name(J->project_name, V->id, V->project_name, name, sizeof name));
+        sched_job_name(J->project_name, V->id, V->project_name, name, sizeof name);
+        size_t need = strlen(name) + 2 + (k + 1 < nv ? sizeof " and 1000 more" : 0);
+        if (named == k && len + need < sizeof d->reason) {
+            len += (size_t)snprintf(d->reason + len, sizeof d->reason - len, "%s %s", k ? "," : "", name);
+            named++;
+        }
     }
+    if (named < nv)
+        snprintf(d->reason + len, sizeof d->reason - len, " and %d more", nv - named);
     return true;
 }
 

@@ -223,12 +223,12 @@ static int status_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankStatus *r
                    (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING)) {
             /* Its host could not start the ranks (its sandbox, processes, ports), not the job's
              * spec or code: a lost attempt, re-queued while attempts are left. */
-            snprintf(reason, sizeof(reason), "worker %s could not start its ranks (a fault of that host, not of "
-                     "the job): %s", wid, req->reason && *req->reason ? req->reason : "no reason given");
+            kiln_text_fmt(reason, sizeof(reason), "worker %s could not start its ranks (a fault of that host, not of "
+                          "the job): %s", wid, req->reason && *req->reason ? req->reason : "no reason given");
             rc = svc_job_lose_attempt(tx, &job, job.attempt, wid, reason, err);
         } else if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
-            snprintf(reason, sizeof(reason), "worker %s could not start its ranks: %s", wid,
-                     req->reason && *req->reason ? req->reason : "no reason given");
+            kiln_text_fmt(reason, sizeof(reason), "worker %s could not start its ranks: %s", wid,
+                          req->reason && *req->reason ? req->reason : "no reason given");
             rc = store_assign_stop(tx->c, job.id, job.attempt, reason, NULL, err);
             if (rc == 0)
                 rc = svc_job_set_state(tx, &job, JOB_STATE_FAILED, job.attempt, 0, reason, err);
@@ -303,8 +303,8 @@ static int exit_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankExit *req, 
             if (req->signal != 0 && strstr(how, said))
                 said = ""; /* the signal's name, already in how; anything else (out of memory, a
                             * script's failure file) is the agent's to say */
-            snprintf(reason, sizeof(reason), "rank %d on worker %s %s%s%s", req->rank, wid, how, *said ? ": " : "",
-                     said);
+            kiln_text_fmt(reason, sizeof(reason), "rank %d on worker %s %s%s%s", req->rank, wid, how, *said ? ": " : "",
+                          said);
             if (rank_end_of(req->exit_code, req->signal) == RANK_END_BAD_INPUT) {
                 /* The spec or its data cannot work: another attempt would fail the same way. */
                 rc = store_assign_stop(tx->c, job.id, job.attempt, reason, NULL, err);

@@ -615,11 +615,11 @@ int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *
     if (rc)
         return rc;
     if (who->user[0])
-        snprintf(why, sizeof(why), "stop requested by %s%s%s", who->user, reason && *reason ? ": " : "",
-                 reason && *reason ? reason : "");
+        kiln_text_fmt(why, sizeof(why), "stop requested by %s%s%s", who->user, reason && *reason ? ": " : "",
+                      reason && *reason ? reason : "");
     else
-        snprintf(why, sizeof(why), "stop requested%s%s", reason && *reason ? ": " : "",
-                 reason && *reason ? reason : "");
+        kiln_text_fmt(why, sizeof(why), "stop requested%s%s", reason && *reason ? ": " : "",
+                      reason && *reason ? reason : "");
     rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;

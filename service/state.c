@@ -175,8 +175,8 @@ int svc_job_preempt(svc_tx_t *tx, store_job_row_t *job, const char *by, const ch
         return kiln_err_set(err, KILN_ESTATE, NULL, "job %s is %s: only a started job is preempted", job->id,
                             job->state);
     char reason[700], name[SCHED_JOB_NAME_LEN];
-    snprintf(reason, sizeof(reason), "preempted by %s: %s",
-             sched_job_name(job->project, by, by_project, name, sizeof name), why);
+    kiln_text_fmt(reason, sizeof(reason), "preempted by %s: %s",
+                  sched_job_name(job->project, by, by_project, name, sizeof name), why);
     int rc = store_job_set_preempted_by(tx->c, job->id, by, err);
     if (rc == 0)
         rc = store_assign_stop(tx->c, job->id, job->attempt, reason, NULL, err);
@@ -199,19 +199,19 @@ int svc_job_lose_attempt(svc_tx_t *tx, store_job_row_t *job, int attempt, const 
         return 0;
     svc_job_state_t st = svc_state_parse(job->state);
     if (st == JOB_STATE_SCHEDULED || st == JOB_STATE_STARTING || st == JOB_STATE_RUNNING) {
-        snprintf(reason, sizeof(reason), "attempt %d lost: %s", attempt, why);
+        kiln_text_fmt(reason, sizeof(reason), "attempt %d lost: %s", attempt, why);
         rc = store_assign_stop(tx->c, job->id, attempt, reason, NULL, err);
         if (rc)
             return rc;
         /* Attempts ended by preemption do not count against retry.max_attempts. */
         if (attempt - job->preemptions < job->max_attempts) {
-            snprintf(reason, sizeof(reason), "%s; attempt %d of %d lost, re-queued (the next "
-                     "attempt resumes from the newest checkpoint its worker can read: "
-                     "checkpoint.path on shared storage, or the same worker's)", why, attempt - job->preemptions,
-                     job->max_attempts);
+            kiln_text_fmt(reason, sizeof(reason), "%s; attempt %d of %d lost, re-queued (the next "
+                          "attempt resumes from the newest checkpoint its worker can read: "
+                          "checkpoint.path on shared storage, or the same worker's)", why, attempt - job->preemptions,
+                          job->max_attempts);
             rc = svc_job_set_state(tx, job, JOB_STATE_RESTARTING, attempt, 0, reason, err);
         } else {
-            snprintf(reason, sizeof(reason), "%s", why);
+            kiln_text_fmt(reason, sizeof(reason), "%s", why);
             rc = svc_job_set_state(tx, job, JOB_STATE_FAILED, attempt, 0, reason, err);
         }
     } else if (st == JOB_STATE_STOPPING) {

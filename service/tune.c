@@ -812,7 +812,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     if ((rc = spec_tuning_parse(json_object_get(row, "spec"), &t, &e2))) {
         /* a request stored by an older kilnd that this one refuses: end it, saying why */
         char reason[400];
-        snprintf(reason, sizeof reason, "kilnd cannot read the request: %s", e2.message);
+        kiln_text_fmt(reason, sizeof reason, "kilnd cannot read the request: %s", e2.message);
         rc = store_tuning_set_state(tx.c, id, state, "FAILED", reason, NULL, true, err);
         if (rc == 0)
             rc = svc_tx_commit(&tx, err);
@@ -883,8 +883,8 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
         if (r2) {
             /* the job validator or the cluster refuses the trial: the search cannot go on */
             char reason[400];
-            snprintf(reason, sizeof reason, "trial %d could not be submitted: %.250s%s%.100s", n, e3.message,
-                     e3.field[0] ? " (field " : "", e3.field[0] ? e3.field : "");
+            kiln_text_fmt(reason, sizeof reason, "trial %d could not be submitted: %.250s%s%.100s", n, e3.message,
+                          e3.field[0] ? " (field " : "", e3.field[0] ? e3.field : "");
             if (e3.field[0])
                 kiln_strlcpy(reason + strlen(reason), ")", sizeof reason - strlen(reason));
             stop_active(s, id, &vb, "its tuning job failed");

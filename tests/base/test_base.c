@@ -328,6 +328,26 @@ Test(text, utf8_check_finds_the_first_bad_byte)
     cr_assert_eq(kiln_utf8_check("tab\there\n", 9), 9);
 }
 
+/* Formatted text cut by a precision or by its buffer keeps whole characters (a reason or an error
+ * message the database and JSON take), and leaves out a stray byte it was given. */
+Test(text, text_fmt_never_cuts_a_character)
+{
+    char out[8];
+    cr_assert_eq(kiln_text_fmt(out, sizeof out, "ab%s", "\xc3\xa9\xc3\xa9\xc3\xa9"), 6, "the last é does not fit");
+    cr_assert_str_eq(out, "ab\xc3\xa9\xc3\xa9");
+    cr_assert_eq(kiln_text_fmt(out, sizeof out, "a%s", "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac"), 7);
+    cr_assert_str_eq(out, "a\xe2\x82\xac\xe2\x82\xac");
+    cr_assert_eq(kiln_text_fmt(out, sizeof out, "\"%.3s\"", "x\xc3\xa9\xc3\xa9"), 5, "the precision cuts the second");
+    cr_assert_str_eq(out, "\"x\xc3\xa9\"");
+    cr_assert_eq(kiln_text_fmt(out, sizeof out, "a\xff" "b"), 2);
+    cr_assert_str_eq(out, "ab");
+    cr_assert_eq(kiln_text_fmt(out, sizeof out, "%s", "1234567890"), 7);
+    cr_assert_str_eq(out, "1234567");
+    kiln_err_t e;
+    kiln_err_set(&e, KILN_ENOTFOUND, "id", "tuning job \"%.8s\" not found", "x\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9");
+    cr_assert_str_eq(e.message, "tuning job \"x\xc3\xa9\xc3\xa9\xc3\xa9\" not found");
+}
+
 Test(text, utf8_copy_keeps_text_kilnd_accepts)
 {
     char out[16];

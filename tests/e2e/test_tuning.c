@@ -12,6 +12,7 @@
  * is never reported ends when its first trial pauses at its first rung, with the reason. The CLI
  * names a search by a prefix of its id or its name and sends a base job's relative data path whole. */
 #include <criterion/criterion.h>
+#include <ctype.h>
 #include <math.h>
 #include <limits.h>
 #include <signal.h>
@@ -711,8 +712,9 @@ Test(e2e_tuning, trials_yield_to_an_ordinary_job_and_resume_from_their_checkpoin
 
 /* What a user types at the CLI: `kiln tune submit` sends the base job's relative data path whole
  * (as `kiln submit` does; kilnd refuses a relative one), and `kiln tune describe|stop` take a
- * unique id prefix or a unique name, as `kiln describe` does; a name two searches share is
- * refused listing both, and a request file that is not there is "not found" (exit 3). */
+ * unique id prefix (in either case) or a unique name, as `kiln describe` does, a name as long as
+ * an id included (it was sent as an id, "not found"); a name two searches share is refused
+ * listing both, and a request file that is not there is "not found" (exit 3). */
 Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_data_paths_whole, .init = e2e_setup,
      .fini = e2e_teardown, .timeout = 180)
 {
@@ -722,9 +724,9 @@ Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_dat
     cr_assert_not_null(base);
     json_object_set_new(json_object_get(base, "data"), "train", json_string("data/tinyshakespeare.txt"));
     json_t *req = json_pack("{s:s, s:o, s:{s:{s:s, s:f, s:f}}, s:{s:s, s:s}, s:s, s:i, s:i, s:i}", "name",
-                            "cli-names", "job", base, "parameters", "lr", "type", "continuous", "min", 1e-3, "max",
-                            1e-2, "objective", "metric", "val_loss", "goal", "minimize", "strategy", "random",
-                            "max_jobs", 1, "max_parallel_jobs", 1, "seed", 3);
+                            "cli-names-of-thirty-six-characters-x", "job", base, "parameters", "lr", "type",
+                            "continuous", "min", 1e-3, "max", 1e-2, "objective", "metric", "val_loss", "goal",
+                            "minimize", "strategy", "random", "max_jobs", 1, "max_parallel_jobs", 1, "seed", 3);
     cr_assert_not_null(req);
     char file[PATH_MAX];
     snprintf(file, sizeof file, "%s/named.json", e2e_cl->dir);
@@ -746,14 +748,23 @@ Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_dat
     cr_assert(strstr(out, first), "%s", out);
     free(out);
     free(err);
-    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "cli-names", NULL), 0, "by its name: %s", err);
+    for (size_t k = 0; k < 8; k++)
+        prefix[k] = (char)toupper((unsigned char)prefix[k]);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", prefix, NULL), 0, "by its id's prefix in capitals: %s", err);
+    cr_assert(strstr(out, first), "%s", out);
+    free(out);
+    free(err);
+    snprintf(prefix, sizeof prefix, "%.8s", first);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "cli-names-of-thirty-six-characters-x", NULL), 0,
+                 "by its name, of 36 characters: %s", err);
     cr_assert(strstr(out, first), "%s", out);
     free(out);
     free(err);
 
     char *second = submit(file);
-    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "cli-names", NULL), 1, "two share the name: %s", out);
-    cr_assert(strstr(err, "\"cli-names\" names 2 tuning jobs"), "%s", err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "cli-names-of-thirty-six-characters-x", NULL), 1,
+                 "two share the name: %s", out);
+    cr_assert(strstr(err, "\"cli-names-of-thirty-six-characters-x\" names 2 tuning jobs"), "%s", err);
     cr_assert(strstr(err, prefix), "the candidates are listed: %s", err);
     free(out);
     free(err);

@@ -317,8 +317,11 @@ Test(env, secrets)
 {
     const char *secret[] = {"KILN_JOIN_TOKEN=x", "KILN_JOIN_TOKEN_FILE=/f", "KILN_TOKEN=t", "KILN_TLS_CA=/ca",
                             "KILN_TLS_CERT", "aws_secret_access_key=s", "PGPASSWORD=p", "MY_PASSWD=p",
-                            "AGENT_CREDENTIAL=c", "SSH_PRIVATE_KEY=k"};
-    const char *fine[] = {"PATH=/bin", "KILN_RANK=1", "KILN_COMM_WATCHDOG_S=3", "HOME=/root", "TLS_MODE=x"};
+                            "AGENT_CREDENTIAL=c", "SSH_PRIVATE_KEY=k", "OPENAI_API_KEY=k", "AWS_ACCESS_KEY_ID=a",
+                            "SSH_AUTH_SOCK=/s", "GH_AUTHORIZATION=a", "SESSION_COOKIE=c", "DATABASE_URL=postgres://u:p@h",
+                            "STRIPE_KEY=k", "signing_key=k", "SENTRY_DSN=https://k@h"};
+    const char *fine[] = {"PATH=/bin", "KILN_RANK=1", "KILN_COMM_WATCHDOG_S=3", "HOME=/root", "TLS_MODE=x",
+                          "KEYBOARD=us", "MONKEY_MODE=1", "CUDA_VISIBLE_DEVICES=0", "HTTP_PROXY=http://p:3128"};
     for (size_t i = 0; i < sizeof(secret) / sizeof(secret[0]); i++)
         cr_assert(rank_env_is_secret(secret[i]), "%s", secret[i]);
     for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)

@@ -273,6 +273,17 @@ class Offline(unittest.TestCase):
         self.assertIn("could not connect to kilnd", str(cm.exception))
         self.assertFalse(client.health())
 
+    def test_an_empty_name_or_dot_names_nothing(self):
+        # refused before any request, as the CLI refuses them: "" made GET /v1/jobs/, the list,
+        # which came back as a Job (and a queue) with no id
+        client = kiln.Client("http://127.0.0.1:9", timeout=5)
+        for call in (lambda: client.job(""), lambda: client.queue(""), lambda: client.tuning_job("."),
+                     lambda: client.delete_queue(".."), lambda: client.stop_tuning_job("")):
+            with self.assertRaises(kiln.KilnError) as cm:
+                call()
+            self.assertEqual(cm.exception.code, "invalid_argument", str(cm.exception))
+            self.assertIn("names nothing", str(cm.exception))
+
 
 def mlp_spec(name, project):
     """A job that needs no data file (agents' data roots do not matter) and trains in a moment."""
@@ -1037,7 +1048,7 @@ class Live(unittest.TestCase):
         self.assertEqual(tuner.best_estimator().model_data, model)
         self.assertEqual(tuner.best_estimator().hyperparameters["lr"], want.parameters["lr"])
         # found again by id and by name, ranges and settings read back
-        for ref in (t.id, run):
+        for ref in (t.id, run, t.id[:8].upper()):  # an id prefix in either case, as kiln describe's
             again = kiln.HyperparameterTuner.attach(ref, client=self.client)
             self.assertEqual(again.latest_tuning_job.id if again.latest_tuning_job else None, t.id)
             self.assertEqual(again.hyperparameter_ranges, ranges)

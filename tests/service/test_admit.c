@@ -564,6 +564,50 @@ Test(admit, protected_after_k_preemptions_and_never_back_and_forth)
     cr_assert_neq(out[0].outcome, SCHED_PREEMPTING);
 }
 
+/* A head that preempts more victims than its reason has room to name names each one whole or not
+ * at all, and counts the rest: a cut id would be neither its project's job nor hidden from the
+ * other projects that quote the reason (they are shown whole ids only). */
+Test(admit, a_long_list_of_victims_names_whole_ids_and_counts_the_rest)
+{
+    enum { NV = 10 };
+    static int wk[NV];
+    static char ids[NV][40];
+    sched_worker_t w[NV];
+    sched_running_t r[NV];
+    for (int i = 0; i < NV; i++) {
+        wk[i] = i;
+        snprintf(ids[i], sizeof ids[i], "%08d-0000-4000-8000-%012d", i, i);
+        w[i] = (sched_worker_t)W(ids[i], "cpu", 1, 0);
+        r[i] = running(ids[i], 0, 0, 1, &wk[i], 1);
+        r[i].project_name = "nlp";
+    }
+    sched_queue_t q[] = {queue("default", NULL, U, U)};
+    sched_job_t j[] = {job("head", 0, 5, NV, 1, 0)};
+    j[0].project_name = "nlp";
+    sched_decision_t out[1];
+    int order[1];
+    cr_assert_eq(pass_running(w, NV, q, 1, j, 1, r, NV, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    cr_assert_eq(out[0].nvictims, NV);
+    int named = 0;
+    for (int i = 0; i < NV; i++) {
+        char whole[64];
+        snprintf(whole, sizeof whole, "job %.39s", ids[i]);
+        named += strstr(out[0].reason, whole) != NULL;
+    }
+    cr_assert(named >= 3 && named < NV, "%d named: %s", named, out[0].reason);
+    char tail[32];
+    snprintf(tail, sizeof tail, " and %d more", NV - named);
+    size_t len = strlen(out[0].reason), tl = strlen(tail);
+    cr_assert(len >= tl && !strcmp(out[0].reason + len - tl, tail), "the rest are counted at the end: %s",
+              out[0].reason);
+    /* nothing else of an id: every "job " is followed by a whole one */
+    int jobs = 0;
+    for (const char *p = out[0].reason; (p = strstr(p, "job ")) != NULL; p += 4)
+        jobs += strlen(p) >= 40 && p[4 + 8] == '-' && p[4 + 35] >= '0' && p[4 + 35] <= '9';
+    cr_assert_eq(jobs, named, "%s", out[0].reason);
+}
+
 Test(admit, reclaim_preempts_only_borrowers)
 {
     /* Queues a and b of cohort c, quota 2 each. a uses 4 (borrows 2): its jobs are reclaimed for

@@ -447,6 +447,52 @@ Test(life, a_rank_failing_in_the_last_attempt_fails_the_job_naming_it)
     json_decref(j);
 }
 
+/* The agent's reason for a rank (up to a script's failure file: 1,024 characters, 2 to 4 bytes
+ * each) in the reasons kilnd writes of it, which have less room: cut on a character, never inside
+ * one, whatever the cut's parity (one job each), so the report is recorded and the job moves on
+ * (an exit or start report whose reason came out cut inside an é was refused as not UTF-8, and
+ * the job stayed RUNNING for good). A stop's reason of 200 characters of 4 bytes likewise (the
+ * stop was refused, "invalid byte sequence"). */
+Test(life, a_long_reason_is_cut_between_characters)
+{
+    char w[64], id[40], why[2100];
+    reg(NULL, 1, "cpu", w);
+    for (int k = 0; k < 4; k++) {
+        bool pad = k % 2, started = k < 2; /* a rank exit, then a start report, of each parity */
+        size_t o = (size_t)snprintf(why, sizeof why, "%s", pad ? "x" : "");
+        for (int c = 0; c < 1024; c++)
+            o += (size_t)snprintf(why + o, sizeof why - o, "\xc3\xa9"); /* é */
+        submit(spec(1, 1, "cpu", 0, 1), NULL, id, NULL);
+        json_decref(wait_state(id, "SCHEDULED", 5000));
+        cr_assert_eq(hb(w, NULL, 0)->n_assignments, 1);
+        if (started) {
+            status(w, id, 1, true, NULL);
+            rank_exit(w, id, 1, 0, 1, why);
+        } else {
+            status(w, id, 1, false, why);
+        }
+        json_t *j = get(id);
+        cr_assert_str_eq(state_of(j), "FAILED", "case %d", k);
+        const char *reason = json_string_value(json_object_get(j, "reason"));
+        char said[64];
+        snprintf(said, sizeof said, "%s: %s\xc3\xa9\xc3\xa9", started ? "exited with code 1" : "could not start its ranks",
+                 pad ? "x" : "");
+        cr_assert(reason && strstr(reason, said), "%s", reason);
+        json_decref(j);
+    }
+    size_t o = 0;
+    for (int c = 0; c < 200; c++)
+        o += (size_t)snprintf(why + o, sizeof why - o, "\xf0\x9f\x98\x80"); /* U+1F600 */
+    submit(spec(1, 1, "cpu", 0, 1), NULL, id, NULL);
+    json_t *out = NULL;
+    cr_assert_eq(svc_job_stop(svc, svc_caller_kilnd(), id, why, &out, &err), 0, "stop: %s", err.message);
+    json_decref(out);
+    char *reason = event_reason(id, "STOPPED");
+    cr_assert(strstr(reason, "stop requested: \xf0\x9f\x98\x80"), "%s", reason);
+    cr_assert_eq(kiln_utf8_check(reason, strlen(reason)), strlen(reason));
+    free(reason);
+}
+
 Test(life, a_rank_exiting_with_code_2_fails_the_job_at_once)
 {
     char w[2][64], id[40];

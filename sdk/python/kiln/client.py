@@ -698,12 +698,15 @@ class Client:
         return [TuningJob(self, t) for t in _objs(j.get("tuning_jobs"))]
 
     def find_tuning_job(self, ref: str) -> TuningJob:
-        """The tuning job ``ref`` names: its id, a unique prefix of its id, or its name when one
-        tuning job you can see has it. Several matches raise KilnError (status 400) listing them;
-        none, status 404."""
-        found = [t for t in self.tuning_jobs() if t.id == ref]
-        if not found:
-            found = [t for t in self.tuning_jobs() if t.name == ref or (len(ref) >= 4 and t.id.startswith(ref))]
+        """The tuning job ``ref`` names: its id, a unique prefix of its id (4 characters or more, in
+        either case), or its name when one tuning job you can see has it (a name may be as long as an
+        id: only 36 characters shaped as an id are one). Several matches raise KilnError (status 400)
+        listing them; none, status 404."""
+        if len(ref) == 36 and all(c == "-" if i in (8, 13, 18, 23) else c in "0123456789abcdefABCDEF"
+                                  for i, c in enumerate(ref)):
+            return self.tuning_job(ref)
+        low = ref.lower()
+        found = [t for t in self.tuning_jobs() if t.name == ref or (len(ref) >= 4 and t.id.startswith(low))]
         if len(found) > 1:
             raise KilnError('"%s" names %d tuning jobs' % (ref, len(found)), code="invalid_argument", status=400,
                             detail="candidates: " + ", ".join(t.id for t in found[:_CANDIDATES]),
@@ -880,8 +883,13 @@ class Client:
 
 
 def _seg(s: object) -> str:
-    """s as one URL path segment."""
-    return urllib.parse.quote(str(s), safe="")
+    """s as one URL path segment. "", "." and ".." are none (a URL drops them: "" asked for the
+    list the path's parent names) and raise KilnError before any request, as the CLI refuses them."""
+    text = str(s)
+    if text in ("", ".", ".."):
+        raise KilnError('"%s" names nothing' % text, code="invalid_argument", status=0,
+                        hint="give the id or name of what you mean")
+    return urllib.parse.quote(text, safe="")
 
 
 class _Handle:
