@@ -287,9 +287,13 @@ static bool overran(const sched_snapshot_t *s, const sched_running_t *R)
     return R->backfilled && s->now_s > R->backfill_end_s;
 }
 
-/* Whether running job r may be preempted for pending job j (within: j stays within its queue's
- * nominal quota), as j's queue's preemption policy allows. */
-static bool candidate(const admit_t *a, int j, int r, bool within)
+/* Whether running job r may be preempted for pending job j, as j's queue's preemption policy
+ * allows (widest: as the default policy, the widest, would): a lower-priority job of j's queue
+ * whether or not j stays within its queue's nominal quota (Kueue's withinClusterQueue: a queue
+ * whose quota its own lower-priority jobs fill still runs its higher-priority ones first; what
+ * its queue may use is fits_without's quota check), a job of a borrowing queue of its cohort only
+ * when it does (within). */
+static bool candidate(const admit_t *a, int j, int r, bool within, bool widest)
 {
     const sched_snapshot_t *s = a->snap;
     const sched_job_t *J = &s->jobs[j];
@@ -300,17 +304,19 @@ static bool candidate(const admit_t *a, int j, int r, bool within)
         return false;
     if (overran(s, R))
         return true;
-    if (!within)
-        return false;
     if (J->preempted_by && R->id && strcmp(J->preempted_by, R->id) == 0)
         return false; /* never back and forth */
     const sched_queue_t *Q = &s->queues[J->queue];
+    sched_within_t wq = widest ? SCHED_WITHIN_LOWER_PRIORITY : Q->within;
+    sched_reclaim_t rc = widest ? SCHED_RECLAIM_ANY : Q->reclaim;
     if (R->queue == J->queue)
-        return Q->within == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
+        return wq == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
+    if (!within)
+        return false;
     const sched_queue_t *V = &s->queues[R->queue];
     if (!same_cohort(Q, V) || V->quota[J->type] == SCHED_UNLIMITED || a->usage[R->queue][J->type] <= V->quota[J->type])
         return false;
-    return Q->reclaim == SCHED_RECLAIM_ANY || (Q->reclaim == SCHED_RECLAIM_LOWER_PRIORITY && R->priority < J->priority);
+    return rc == SCHED_RECLAIM_ANY || (rc == SCHED_RECLAIM_LOWER_PRIORITY && R->priority < J->priority);
 }
 
 /* Gives back (sign 1: also their slots in a->view) or takes again (sign -1: the quota usage only)
@@ -391,14 +397,15 @@ static void sort_cands(const sched_snapshot_t *s, int *c, int n)
         }
 }
 
-/* Chooses the victims for head j: writes them to d->victims and returns how many (0: none
- * suffice). */
-static int choose_victims(admit_t *a, int j, bool within, sched_decision_t *d)
+/* Chooses the victims for head j (among the candidates its queue's policy allows, or with widest
+ * those the default policy would): writes them to victims[SCHED_MAX_VICTIMS] and returns how many
+ * (0: none suffice). */
+static int choose_victims(admit_t *a, int j, bool within, bool widest, int *victims)
 {
     const sched_snapshot_t *s = a->snap;
     int n = 0;
     for (int r = 0; r < s->nrunning; r++)
-        if (candidate(a, j, r, within))
+        if (candidate(a, j, r, within, widest))
             a->cand[n++] = r;
     if (n == 0)
         return 0;
@@ -430,7 +437,7 @@ static int choose_victims(admit_t *a, int j, bool within, sched_decision_t *d)
     if (best_mask) {
         for (int i = 0; i < m; i++)
             if (best_mask & (1u << i))
-                d->victims[nv++] = a->cand[i];
+                victims[nv++] = a->cand[i];
         return nv;
     }
     if (n == m)
@@ -454,8 +461,37 @@ static int choose_victims(admit_t *a, int j, bool within, sched_decision_t *d)
     }
     if (k > SCHED_MAX_VICTIMS)
         return 0;
-    memcpy(d->victims, a->cand, (size_t)k * sizeof(int));
+    memcpy(victims, a->cand, (size_t)k * sizeof(int));
     return k;
+}
+
+/* Head j, which preempts nothing, waits: when its queue's
+ * preemption policy is why (the default policy would find victims that make room), its reason
+ * says so, naming the rule: "; queue Q's preemption.within_queue (never) keeps it from preempting
+ * ...". */
+static void policy_why(admit_t *a, int j, bool within, sched_decision_t *d)
+{
+    const sched_snapshot_t *s = a->snap;
+    const sched_job_t *J = &s->jobs[j];
+    const sched_queue_t *Q = &s->queues[J->queue];
+    if (Q->within == SCHED_WITHIN_LOWER_PRIORITY && Q->reclaim == SCHED_RECLAIM_ANY)
+        return;
+    int v[SCHED_MAX_VICTIMS];
+    int nv = choose_victims(a, j, within, true, v);
+    bool own = false, cohort = false;
+    for (int k = 0; k < nv; k++) {
+        if (candidate(a, j, v[k], within, false))
+            continue;
+        own = own || s->running[v[k]].queue == J->queue;
+        cohort = cohort || s->running[v[k]].queue != J->queue;
+    }
+    size_t len = strlen(d->reason);
+    if (own && len < sizeof d->reason)
+        len += (size_t)snprintf(d->reason + len, sizeof d->reason - len, "; queue %s's preemption.within_queue (%s) "
+                                "keeps it from preempting its lower-priority jobs", Q->name, sched_within_names[Q->within]);
+    if (cohort && len < sizeof d->reason)
+        snprintf(d->reason + len, sizeof d->reason - len, "; queue %s's preemption.reclaim_within_cohort (%s) keeps "
+                 "it from reclaiming its quota from the jobs that borrow it", Q->name, sched_reclaim_names[Q->reclaim]);
 }
 
 /* Head j cannot start now: when slots being freed would let it, it waits for them; otherwise it
@@ -479,9 +515,11 @@ static bool try_preempt(admit_t *a, int j, sched_decision_t *out)
                  sched_slot_type_name(J->type));
         return true;
     }
-    int nv = choose_victims(a, j, within, d);
-    if (nv == 0)
+    int nv = choose_victims(a, j, within, false, d->victims);
+    if (nv == 0) {
+        policy_why(a, j, within, d);
         return false;
+    }
     d->outcome = SCHED_PREEMPTING;
     d->nvictims = nv;
     size_t len = (size_t)snprintf(d->reason, sizeof d->reason, "waiting for %d job(s) preempted for it to stop "

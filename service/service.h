@@ -673,9 +673,13 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
  * pass, so borrowers do not take the slots it waits for. A job that can never fit (the workers,
  * its data roots, or the most quota its queue could get) blocks nothing.
  *
- * Preemption. A head within its queue's nominal quota that cannot start may preempt running jobs,
- * as its queue's preemption policy (below) allows: by default lower-priority jobs of its own queue,
- * and jobs of queues of its cohort that use more than their nominal quota (reclaim); any head may
+ * Preemption. A head that cannot start may preempt running jobs as its queue's preemption policy
+ * (below) allows: by default lower-priority jobs of its own queue (also when its queue's quota is
+ * full, as Kueue's withinClusterQueue: what its queue may use after them is the quota check) and,
+ * for a head within its queue's nominal quota, jobs of queues of its cohort that use more than
+ * their nominal quota (reclaim). A head its policy keeps from victims the default policy would
+ * take says so in its reason ("; queue Q's preemption.within_queue (never) keeps it from
+ * preempting its lower-priority jobs"). Any head may
  * preempt a job started by backfill that ran past the end predicted for it, whatever the policy
  * (it started on that condition). A job never preempts the job that last preempted it, and one preempted
  * protect_after times is never a victim of a job of its

@@ -331,6 +331,33 @@ Test(pending, no_reason_or_event_names_a_job_of_another_project)
     free(x);
 }
 
+/* A queue's preemption policy over the real scheduler: a high-priority head of a within_queue
+ * "never" queue that a lower-priority job of its queue keeps waiting says the policy is why (its
+ * reason and its pending reason's missing), preempts nothing, and once the policy allows it
+ * preempts, the victim's reason naming the rule. */
+Test(pending, a_head_its_queues_policy_keeps_from_preempting_says_so)
+{
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"prod\", \"quota\": {\"cpu\": 4}, \"preemption\":"
+                                          " {\"within_queue\": \"never\"}}", 201));
+    char *v = submit("v", "prod", 4, 100000);
+    at_run_job(v);
+    char *h = submit_with(NULL, "h", "prod", 3, 100000, "\"priority\": 5");
+    const char *rule = "queue prod's preemption.within_queue (never) keeps it from preempting its lower-priority jobs";
+    json_t *jh = wait_reason(h, rule);
+    cr_assert_str_eq(json_string_value(json_object_get(jh, "state")), "QUEUED");
+    const char *missing = json_string_value(json_object_get(json_object_get(jh, "pending"), "missing"));
+    cr_assert(missing && strstr(missing, rule), "pending.missing: %s", missing ? missing : "(none)");
+    json_decref(jh);
+    json_t *jv = get_job(v);
+    cr_assert_str_eq(json_string_value(json_object_get(jv, "state")), "RUNNING", "v was preempted");
+    json_decref(jv);
+    /* the default policy: h preempts v, whose reason names the rule that allowed it */
+    json_decref(req("PATCH", "/v1/queues/prod", "{\"preemption\": {\"within_queue\": null}}", 200));
+    json_decref(wait_reason(v, "allowed by queue prod's preemption.within_queue (lower_priority)"));
+    free(v);
+    free(h);
+}
+
 /* The value of the series line (name and labels exactly) in a scrape; asserts it is there. */
 static const char *series(const char *text, const char *line)
 {

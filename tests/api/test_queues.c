@@ -190,6 +190,21 @@ Test(queues, the_preemption_policy_round_trips_and_bad_values_are_refused)
             "preemption.within_cluster_queue", "unknown field \"preemption.within_cluster_queue\"");
     refused("PATCH", "/v1/queues/prod", "{\"preemption\": \"never\"}", 400, "preemption",
             "preemption must be an object");
+    /* a long value or key of multi-byte characters: a 400 naming the field, the text cut */
+    char body[1200], eur[400] = "a";
+    for (int i = 0; i < 100; i++)
+        strcat(eur, "\xe2\x82\xac");
+    snprintf(body, sizeof body, "{\"preemption\": {\"within_queue\": \"%s\"}}", eur);
+    refused("PATCH", "/v1/queues/prod", body, 400, "preemption.within_queue", "must be lower_priority or never (got \"a");
+    snprintf(body, sizeof body, "{\"preemption\": {\"%s\": \"never\"}}", eur);
+    json_t *cut = req("PATCH", "/v1/queues/prod", body, 400);
+    const char *cf = json_string_value(json_object_get(cut, "field"));
+    cr_assert(cf && !strncmp(cf, "preemption.a", 12), "field %s", cf ? cf : "(none)");
+    json_decref(cut);
+    refused("PATCH", "/v1/queues/prod", "{\"preemption\": {\"within_queue\": \"n\u00e9ver\"}}", 400,
+            "preemption.within_queue", "(got \"n");
+    refused("PATCH", "/v1/queues/prod", "{\"preemption\": {\"within_queue\": \"never\", \"within_queue\": \"x\"}}", 400,
+            "", "");
     /* nothing refused changed it */
     p = req("GET", "/v1/queues/prod", NULL, 200);
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(p, "preemption"), "reclaim_within_cohort")),
@@ -597,8 +612,15 @@ Test(queues, only_cluster_admins_manage_queues)
               raw);
     json_decref(j);
     free(raw);
+    j = at_req("PATCH", "/v1/queues/default", "{\"preemption\": {\"within_queue\": \"never\"}}", hdrs, &st, &raw);
+    cr_assert_eq(st, 403, "only a cluster admin changes a queue's preemption policy: %s", raw);
+    json_decref(j);
+    free(raw);
     j = at_req("GET", "/v1/queues", NULL, hdrs, &st, &raw);
     cr_assert_eq(st, 200, "every user reads the queues: %s", raw);
+    json_t *dq = queue_named(j, "default");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(dq, "preemption"), "within_queue")),
+                     "lower_priority", "and their preemption policy, unchanged: %s", raw);
     json_decref(j);
     free(raw);
 }

@@ -657,6 +657,11 @@ class Identity(unittest.TestCase):
         self.assertEqual(p, {"within_queue": "never", "reclaim_within_cohort": "any"})
         p = self.client.update_queue(name, reclaim_within_cohort="lower_priority")["preemption"]
         self.assertEqual(p, {"within_queue": "never", "reclaim_within_cohort": "lower_priority"})
+        # None is a field's default, as PATCH's null: the other field keeps its value
+        p = self.client.update_queue(name, preempt_within_queue=None)["preemption"]
+        self.assertEqual(p, {"within_queue": "lower_priority", "reclaim_within_cohort": "lower_priority"})
+        p = self.client.update_queue(name, preemption=None, preempt_within_queue="never")["preemption"]
+        self.assertEqual(p, {"within_queue": "never", "reclaim_within_cohort": "any"})
         self.assertEqual(self.client.update_queue(name, preemption=None)["preemption"],
                          {"within_queue": "lower_priority", "reclaim_within_cohort": "any"})
         with self.assertRaises(kiln.KilnError) as cm:

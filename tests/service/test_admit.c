@@ -663,11 +663,49 @@ Test(admit, within_queue_never_waits_rather_than_preempt)
     cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
     cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "a never queue's job waits: %s", out[0].reason);
     cr_assert_eq(out[0].nvictims, 0);
+    /* and says that the policy, not the slots alone, is why (the default would preempt "low") */
+    cr_assert(strstr(out[0].reason, "; queue prod's preemption.within_queue (never) keeps it from preempting its "
+                                    "lower-priority jobs"), "%s", out[0].reason);
+    cr_assert_null(strstr(out[0].reason, "reclaim_within_cohort"), "%s", out[0].reason);
+    /* a running job of its priority: no policy would preempt it, so the reason names none */
+    r[0].priority = 5;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_SLOTS, "%s", out[0].reason);
+    cr_assert_null(strstr(out[0].reason, "preemption."), "%s", out[0].reason);
+    r[0].priority = 0;
     /* whatever the policy, a job backfilled past its predicted end makes room (it started so) */
     r[0].backfilled = true;
     r[0].backfill_end_s = 5;
     cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 10, out, order), 0);
     cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+}
+
+Test(admit, within_queue_preempts_in_a_queue_its_lower_priority_jobs_fill)
+{
+    /* Queue prod's quota (4) is all used by its low-priority job; its high-priority head needs 3:
+     * not within its quota now, it is once "low" is gone, so lower_priority preempts "low" (Kueue's
+     * withinClusterQueue), and never waits for quota saying that the policy is why. */
+    static const int w0[] = {0};
+    sched_worker_t w[] = {W("w", "cpu", 8, 4)};
+    sched_queue_t q[] = {queue("prod", NULL, 4, 0)};
+    q[0].usage[0] = 4;
+    sched_running_t r[] = {running("low", 0, 0, 4, w0, 1)};
+    sched_job_t j[] = {job("high", 0, 5, 1, 3, 0)};
+    sched_decision_t out[1];
+    int order[1];
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
+    cr_assert(out[0].nvictims == 1 && out[0].victims[0] == 0);
+    q[0].within = SCHED_WITHIN_NEVER;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_QUOTA, "%s", out[0].reason);
+    cr_assert(strstr(out[0].reason, "queue prod: quota 4, used 4, no cohort to borrow from; queue prod's "
+                                    "preemption.within_queue (never) keeps it"), "%s", out[0].reason);
+    /* an equal-priority job of its queue is no victim, whatever the policy */
+    q[0].within = SCHED_WITHIN_LOWER_PRIORITY;
+    r[0].priority = 5;
+    cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_WAIT_QUOTA, "%s", out[0].reason);
 }
 
 Test(admit, reclaim_lower_priority_leaves_an_equal_priority_borrower_alone)
@@ -704,9 +742,14 @@ Test(admit, reclaim_lower_priority_leaves_an_equal_priority_borrower_alone)
     cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 1, 0, out, order), 0);
     cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "an equal-priority borrower was preempted: %s", out[0].reason);
     cr_assert_eq(out[0].nvictims, 0);
+    cr_assert(strstr(out[0].reason, "; queue b's preemption.reclaim_within_cohort (lower_priority) keeps it from "
+                                    "reclaiming its quota from the jobs that borrow it"), "%s", out[0].reason);
     q[1].reclaim = SCHED_RECLAIM_NEVER;
     cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
     cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "never reclaims: %s", out[0].reason);
+    cr_assert(strstr(out[0].reason, "; queue b's preemption.reclaim_within_cohort (never) keeps it"), "%s",
+              out[0].reason);
+    cr_assert_null(strstr(out[0].reason, "within_queue"), "%s", out[0].reason);
     /* reclaim's policy leaves preemption within the queue alone, and the other way round */
     q[1].within = SCHED_WITHIN_NEVER;
     q[1].reclaim = SCHED_RECLAIM_ANY;
@@ -1020,9 +1063,9 @@ static int vcost_cmp(vcost_t x, vcost_t y)
 
 /* The contract's victims for pending job J, written out again here: running, not stopping, its
  * slot type, not protected (preempted k times, priority not below J's), not the job that last
- * preempted J; a backfilled job past its predicted end; otherwise only for J within its queue's
- * nominal quota and as J's queue's preemption policy allows: a lower-priority job of J's queue
- * (within_queue lower_priority; never: none) or a job of a queue of its cohort above its nominal
+ * preempted J; a backfilled job past its predicted end; otherwise as J's queue's preemption
+ * policy allows: a lower-priority job of J's queue (within_queue lower_priority; never: none),
+ * and only for J within its queue's nominal quota a job of a queue of its cohort above its nominal
  * quota (reclaim_within_cohort any; lower_priority: of a lower priority than J's; never: none). */
 static bool is_candidate(const sched_queue_t *q, const sched_job_t *J, const sched_running_t *R, int k, double now)
 {
@@ -1032,14 +1075,14 @@ static bool is_candidate(const sched_queue_t *q, const sched_job_t *J, const sch
         return false;
     if (R->backfilled && now > R->backfill_end_s)
         return true;
-    int nom = q[J->queue].quota[J->type];
-    if (nom != U && q[J->queue].usage[J->type] + J->nodes * J->slots_per_node > nom)
-        return false;
     if (J->preempted_by && !strcmp(J->preempted_by, R->id))
         return false;
     const sched_queue_t *Q = &q[J->queue];
     if (R->queue == J->queue)
         return Q->within == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
+    int nom = q[J->queue].quota[J->type];
+    if (nom != U && q[J->queue].usage[J->type] + J->nodes * J->slots_per_node > nom)
+        return false;
     const sched_queue_t *V = &q[R->queue];
     bool borrower = Q->cohort && V->cohort && !strcmp(Q->cohort, V->cohort) && V->quota[J->type] != U
         && V->usage[J->type] > V->quota[J->type];

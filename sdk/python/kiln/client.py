@@ -780,12 +780,16 @@ class Client:
         weight, projects, fair_sharing, preemption, or preempt_within_queue and
         reclaim_within_cohort as create_queue takes them), as PATCH /v1/queues/{name} does: None
         clears a cohort or a limit, makes the quota unlimited, or sets the preemption policy's
-        defaults. Returns the queue (cluster admins)."""
+        defaults (preemption=None: both; preempt_within_queue=None: that one). Returns the queue
+        (cluster admins)."""
         body = dict(changes)
-        policy = {k: body.pop(k) for k in ("preempt_within_queue", "reclaim_within_cohort") if k in body}
+        fields = {"preempt_within_queue": "within_queue", "reclaim_within_cohort": "reclaim_within_cohort"}
+        policy = {fields[k]: body.pop(k) for k in fields if k in body}
         if policy:
-            preemption = dict(body.get("preemption") or {})
-            preemption.update(_preemption(policy.get("preempt_within_queue"), policy.get("reclaim_within_cohort")))
+            # None is the field's default, as null is in PATCH; preemption=None resets the other too
+            base = body.get("preemption", {})
+            preemption: JSONObject = dict.fromkeys(fields.values()) if base is None else dict(base)
+            preemption.update(policy)
             body["preemption"] = preemption
         return self._call("PATCH", "/v1/queues/%s" % _seg(name), body=body)[1]
 
