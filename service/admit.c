@@ -289,10 +289,10 @@ static bool overran(const sched_snapshot_t *s, const sched_running_t *R)
 
 /* Whether running job r may be preempted for pending job j, as j's queue's preemption policy
  * allows (widest: as the default policy, the widest, would): a lower-priority job of j's queue
- * whether or not j stays within its queue's nominal quota (Kueue's withinClusterQueue: a queue
- * whose quota its own lower-priority jobs fill still runs its higher-priority ones first; what
- * its queue may use is fits_without's quota check), a job of a borrowing queue of its cohort only
- * when it does (within). */
+ * while that queue is within its nominal quota (its usage not above it: a queue whose quota its
+ * own lower-priority jobs fill runs its higher-priority ones first; a queue that borrows does not
+ * preempt its own jobs; what it may use after them is fits_without's quota check), a job of a
+ * borrowing queue of its cohort only when j stays within its queue's nominal quota (within). */
 static bool candidate(const admit_t *a, int j, int r, bool within, bool widest)
 {
     const sched_snapshot_t *s = a->snap;
@@ -309,8 +309,11 @@ static bool candidate(const admit_t *a, int j, int r, bool within, bool widest)
     const sched_queue_t *Q = &s->queues[J->queue];
     sched_within_t wq = widest ? SCHED_WITHIN_LOWER_PRIORITY : Q->within;
     sched_reclaim_t rc = widest ? SCHED_RECLAIM_ANY : Q->reclaim;
-    if (R->queue == J->queue)
-        return wq == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
+    if (R->queue == J->queue) {
+        int nom = Q->quota[J->type];
+        bool queue_within = nom == SCHED_UNLIMITED || a->usage[J->queue][J->type] <= nom;
+        return queue_within && wq == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
+    }
     if (!within)
         return false;
     const sched_queue_t *V = &s->queues[R->queue];

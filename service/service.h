@@ -674,8 +674,9 @@ bool sched_fits(const sched_worker_t *workers, int n, const sched_request_t *req
  * its data roots, or the most quota its queue could get) blocks nothing.
  *
  * Preemption. A head that cannot start may preempt running jobs as its queue's preemption policy
- * (below) allows: by default lower-priority jobs of its own queue (also when its queue's quota is
- * full, as Kueue's withinClusterQueue: what its queue may use after them is the quota check) and,
+ * (below) allows: by default lower-priority jobs of its own queue while that queue is not
+ * borrowing (its usage not above its nominal quota, also when its own jobs fill it; what it may
+ * use after them is the quota check) and,
  * for a head within its queue's nominal quota, jobs of queues of its cohort that use more than
  * their nominal quota (reclaim). A head its policy keeps from victims the default policy would
  * take says so in its reason ("; queue Q's preemption.within_queue (never) keeps it from

@@ -682,9 +682,9 @@ Test(admit, within_queue_never_waits_rather_than_preempt)
 
 Test(admit, within_queue_preempts_in_a_queue_its_lower_priority_jobs_fill)
 {
-    /* Queue prod's quota (4) is all used by its low-priority job; its high-priority head needs 3:
-     * not within its quota now, it is once "low" is gone, so lower_priority preempts "low" (Kueue's
-     * withinClusterQueue), and never waits for quota saying that the policy is why. */
+    /* Queue prod's quota (4) is all used by its low-priority job; its high-priority head needs 3.
+     * The queue is within its nominal quota (not above it), so lower_priority preempts "low", and
+     * never waits for quota saying that the policy is why. */
     static const int w0[] = {0};
     sched_worker_t w[] = {W("w", "cpu", 8, 4)};
     sched_queue_t q[] = {queue("prod", NULL, 4, 0)};
@@ -706,6 +706,26 @@ Test(admit, within_queue_preempts_in_a_queue_its_lower_priority_jobs_fill)
     r[0].priority = 5;
     cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
     cr_assert_eq(out[0].outcome, SCHED_WAIT_QUOTA, "%s", out[0].reason);
+}
+
+Test(admit, a_queue_that_borrows_does_not_preempt_its_own_jobs)
+{
+    /* Queue prod (quota 2, cohort c) runs two low-priority jobs of 2 slots: it borrows 2 of the
+     * cohort's. Its high-priority head (2 slots) may not preempt them (issue 28: only a queue within
+     * its nominal quota preempts), and waits; once prod is back at its quota, it preempts. */
+    static const int w0[] = {0}, w1[] = {1};
+    sched_worker_t w[] = {W("w0", "cpu", 2, 0), W("w1", "cpu", 2, 0)};
+    sched_queue_t q[] = {queue("prod", "c", 2, 0), queue("idle", "c", 2, 0)};
+    q[0].usage[0] = 4;
+    sched_running_t r[] = {running("low1", 0, 0, 2, w0, 1), running("low2", 0, 0, 2, w1, 1)};
+    sched_job_t j[] = {job("high", 0, 5, 1, 2, 0)};
+    sched_decision_t out[1];
+    int order[1];
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);
+    cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "a borrowing queue preempted its own job: %s", out[0].reason);
+    q[0].usage[0] = 2;
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 1, 0, out, order), 0);
+    cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "at its quota: %s", out[0].reason);
 }
 
 Test(admit, reclaim_lower_priority_leaves_an_equal_priority_borrower_alone)
@@ -1064,9 +1084,10 @@ static int vcost_cmp(vcost_t x, vcost_t y)
 /* The contract's victims for pending job J, written out again here: running, not stopping, its
  * slot type, not protected (preempted k times, priority not below J's), not the job that last
  * preempted J; a backfilled job past its predicted end; otherwise as J's queue's preemption
- * policy allows: a lower-priority job of J's queue (within_queue lower_priority; never: none),
- * and only for J within its queue's nominal quota a job of a queue of its cohort above its nominal
- * quota (reclaim_within_cohort any; lower_priority: of a lower priority than J's; never: none). */
+ * policy allows: a lower-priority job of J's queue while the queue's usage is not above its
+ * nominal quota (within_queue lower_priority; never: none), and only for J within its queue's
+ * nominal quota a job of a queue of its cohort above its nominal quota (reclaim_within_cohort any;
+ * lower_priority: of a lower priority than J's; never: none). */
 static bool is_candidate(const sched_queue_t *q, const sched_job_t *J, const sched_running_t *R, int k, double now)
 {
     if (!R->preemptible || R->freeing || R->type != J->type || R->queue < 0)
@@ -1078,9 +1099,10 @@ static bool is_candidate(const sched_queue_t *q, const sched_job_t *J, const sch
     if (J->preempted_by && !strcmp(J->preempted_by, R->id))
         return false;
     const sched_queue_t *Q = &q[J->queue];
-    if (R->queue == J->queue)
-        return Q->within == SCHED_WITHIN_LOWER_PRIORITY && R->priority < J->priority;
     int nom = q[J->queue].quota[J->type];
+    if (R->queue == J->queue)
+        return (nom == U || Q->usage[J->type] <= nom) && Q->within == SCHED_WITHIN_LOWER_PRIORITY &&
+               R->priority < J->priority;
     if (nom != U && q[J->queue].usage[J->type] + J->nodes * J->slots_per_node > nom)
         return false;
     const sched_queue_t *V = &q[R->queue];
