@@ -488,9 +488,15 @@ static int h_create_tuning(const api_grpc_ctx_t *ctx, const ProtobufCMessage *re
 static int h_list_tuning(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a,
                          ProtobufCMessage **resp, kiln_err_t *err)
 {
-    (void)req;
+    const Kiln__ListTuningJobsRequest *r = (const Kiln__ListTuningJobsRequest *)req;
+    /* page_size is a wrapper, as ListJobs': 0 is refused as REST refuses page_size=0 */
+    svc_page_t page = {
+        .page_size = r->page_size ? r->page_size->value : 0,
+        .page_size_set = r->page_size != NULL,
+        .page_token = r->page_token && r->page_token[0] ? r->page_token : NULL,
+    };
     json_t *out = NULL;
-    int rc = svc_tuning_list(ctx->svc, ctx->who, &out, err);
+    int rc = svc_tuning_list(ctx->svc, ctx->who, &page, &out, err);
     return rc ? rc : reply(out, &kiln__list_tuning_jobs_response__descriptor, a, resp);
 }
 

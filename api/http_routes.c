@@ -835,12 +835,22 @@ static enum MHD_Result http_tuning_create(http_req_t *r)
     return http_reply_svc(r, rc, &err, MHD_HTTP_CREATED, out);
 }
 
+/* GET /v1/tuning-jobs?page_size=N&page_token=T: page_size and page_token read as GET /v1/jobs
+ * reads them (the service checks them, as for gRPC's ListTuningJobs). */
 static enum MHD_Result http_tuning_list(http_req_t *r)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *out = NULL;
-    int rc = svc_tuning_list(r->h->svc, &r->who, &out, &err);
+    svc_page_t page = {0};
+    int64_t page_size = 0;
+    if (http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &page_size, &page.page_size_set, &err))
+        return http_reply_err(r, &err);
+    page.page_size = (int)page_size;
+    page.page_token = http_arg(r, "page_token");
+    if (page.page_token && !*page.page_token)
+        page.page_token = NULL; /* "?page_token=" is the first page, as for jobs */
+    int rc = svc_tuning_list(r->h->svc, &r->who, &page, &out, &err);
     return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
 }
 
@@ -1010,6 +1020,7 @@ static const char *const k_logs_args[] = {"rank", "after_seq", "limit", "follow"
 static const char *const k_metrics_args[] = {"name", "max_points", "attempt", "start_step", "end_step", NULL};
 static const char *const k_code_args[] = {"project", NULL};
 static const char *const k_worker_remove_args[] = {"ban", "reason", NULL};
+static const char *const k_page_args[] = {"page_size", "page_token", NULL};
 
 const http_route_t http_routes[] = {
     {"GET", "/v1/jobs", http_jobs_list, 0, k_jobs_list_args},
@@ -1051,7 +1062,7 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/queues/{name}", http_queue_get, 0, NULL},
     {"PATCH", "/v1/queues/{name}", http_queue_write, 0, NULL},
     {"DELETE", "/v1/queues/{name}", http_queue_delete, 0, NULL},
-    {"GET", "/v1/tuning-jobs", http_tuning_list, 0, NULL},
+    {"GET", "/v1/tuning-jobs", http_tuning_list, 0, k_page_args},
     {"POST", "/v1/tuning-jobs", http_tuning_create, 0, NULL},
     {"GET", "/v1/tuning-jobs/{id}", http_tuning_get, 0, NULL},
     {"POST", "/v1/tuning-jobs/{id}:stop", http_tuning_stop, 0, NULL},

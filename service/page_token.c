@@ -1,7 +1,8 @@
-/* page_token.c - the page tokens of job listings and searches: base64url (no padding) of
- * {"v": 1, "h": "<fingerprint of the search>", "c": <the store's cursor>}, opaque to clients.
- * Decoding is the first thing done with a token a client sends back; the cursor inside is then
- * checked against the order by the store (store_search_cursor_ok). Pure: no database. */
+/* page_token.c - the page tokens of job listings and searches, and of the other paged lists (tuning
+ * jobs): base64url (no padding) of {"v": 1, "h": "<fingerprint of the search or list>", "c": <the
+ * store's cursor>}, opaque to clients. Decoding is the first thing done with a token a client
+ * sends back; the cursor inside is then checked by the store (store_search_cursor_ok,
+ * store_tuning_cursor_ok). Pure: no database. */
 #include "service/svc_int.h"
 
 #include <sodium.h>
@@ -9,16 +10,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t svc_search_fingerprint(const svc_job_filter_t *f)
+/* FNV-1a over parts[0..n), each ended by a 0xff byte (no text holds one) */
+static uint64_t fingerprint(const char *const *parts, int n)
 {
-    const char *parts[4] = {f->filter, f->order_by, f->status, f->tag};
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         for (const char *p = parts[i] ? parts[i] : ""; *p; p++)
             h = (h ^ (uint8_t)*p) * 1099511628211ull;
         h = (h ^ 0xff) * 1099511628211ull;
     }
     return h;
+}
+
+uint64_t svc_search_fingerprint(const svc_job_filter_t *f)
+{
+    const char *parts[4] = {f->filter, f->order_by, f->status, f->tag};
+    return fingerprint(parts, 4);
+}
+
+uint64_t svc_list_fingerprint(const char *list)
+{
+    const char *parts[2] = {"list", list};
+    return fingerprint(parts, 2);
 }
 
 char *svc_page_token_encode(const json_t *cursor, uint64_t fp)
@@ -42,7 +55,8 @@ char *svc_page_token_encode(const json_t *cursor, uint64_t fp)
 static int bad_token(kiln_err_t *err, const char *why)
 {
     kiln_err_set(err, KILN_EINVAL, "page_token", "%s", why);
-    kiln_err_hint(err, "pass next_page_token from the previous page unchanged, with the same filter and order_by");
+    kiln_err_hint(err, "pass next_page_token from the previous page of the same list unchanged (and a search's same "
+                       "filter and order_by)");
     return KILN_EINVAL;
 }
 
@@ -72,7 +86,8 @@ int svc_page_token_decode(const char *tok, uint64_t fp, json_t **cursor, kiln_er
     }
     if (strcmp(th, h) != 0) {
         json_decref(t);
-        return bad_token(err, "page token belongs to another search (a different filter or order_by)");
+        return bad_token(err, "page token belongs to another search or list (a different filter or order_by, or "
+                              "another resource)");
     }
     *cursor = json_incref(c);
     json_decref(t);

@@ -345,6 +345,9 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
  * depends on: f's filter, order_by, status and tag (a token from another search is refused
  * rather than misapplied). */
 uint64_t svc_search_fingerprint(const svc_job_filter_t *f);
+/* The fingerprint of the tokens of another paged list, named by list ("tuning-jobs"): never a
+ * search's, so neither takes the other's tokens. */
+uint64_t svc_list_fingerprint(const char *list);
 /* The token of cursor (borrowed) for the search of fingerprint fp. Caller frees the result;
  * NULL when out of memory. */
 char *svc_page_token_encode(const json_t *cursor, uint64_t fp);
@@ -909,10 +912,20 @@ void sched_admission_text(const sched_snapshot_t *snap, int j, const sched_decis
  * warm_start.parents[i] or warm_start.type) and that its queue takes the job, draws a seed when
  * none is given, and stores the tuning job RUNNING; the leader's controller starts its trials. */
 int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err);
-/* *out = {"tuning_jobs": [...]}: those of the projects the caller can see, newest first (at most
- * 500), each without trials and spec, with "trial_count", "trials_done", "trials_running" and
- * "best" ({"job_id", "objective"} or null), from one query (store_tuning_list_json). */
-int svc_tuning_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err);
+/* A page of a list that takes only a page size and token (REST's page_size and page_token, gRPC's
+ * alike). */
+typedef struct svc_page {
+    int page_size;           /* 1 to 500 when page_size_set; otherwise the list's default */
+    bool page_size_set;      /* a caller gave page_size (then 0 or 501 is refused, not defaulted) */
+    const char *page_token;  /* opaque, the next_page_token of the previous page, or NULL */
+} svc_page_t;
+/* *out = {"tuning_jobs": [...], "next_page_token": "..." ("" on the last page)}: a page (500 when
+ * no page size is given) of those of the projects the caller can see, newest first (created_at,
+ * then id), each without trials and spec, with "trial_count", "trials_done", "trials_running" and
+ * "best" ({"job_id", "objective"} or null), from one query (store_tuning_list_json). Errors:
+ * KILN_EINVAL with err->field "page_size" (not 1 to 500) or "page_token" (not a token of this
+ * list: the messages of svc_page_token_decode), KILN_EDB. */
+int svc_tuning_list(svc_t *s, const svc_caller_t *who, const svc_page_t *page, json_t **out, kiln_err_t *err);
 int svc_tuning_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err);
 /* A RUNNING tuning job becomes STOPPING (editors): the controller stops its trials, then it is
  * STOPPED. KILN_ESTATE when it is not RUNNING. *out = the tuning job. */

@@ -14,6 +14,7 @@
 
 #include "spec/spec.h"
 
+/* the largest page of the tuning job list, and its page when none is asked */
 #define TUNE_LIST_MAX 500
 
 static int bad_tuning_id(kiln_err_t *err, const char *id)
@@ -560,23 +561,31 @@ int svc_tuning_get(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
     return rc;
 }
 
-int svc_tuning_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
+int svc_tuning_list(svc_t *s, const svc_caller_t *who, const svc_page_t *page, json_t **out, kiln_err_t *err)
 {
     *out = NULL;
-    char *projects = NULL;
-    int rc = svc_caller_projects(who, &projects, err);
-    if (rc)
-        return rc;
+    char *projects = NULL, *tok = NULL;
     store_conn_t *c = NULL;
-    json_t *list = NULL;
-    rc = store_conn_get(s->store, &c, err);
-    if (rc == 0) {
-        rc = store_tuning_list_json(c, projects, TUNE_LIST_MAX, &list, err);
-        store_conn_put(s->store, c);
-    }
-    free(projects);
-    if (rc)
+    json_t *cursor = NULL, *list = NULL, *next = NULL;
+    uint64_t fp = svc_list_fingerprint("tuning-jobs");
+    /* the checks of a job listing's page size and token (check.c, page_token.c) */
+    int rc = 0;
+    if ((rc = svc_check_str("page_token", page->page_token, 8192, err)) ||
+        (page->page_size_set && (rc = svc_check_range("page_size", page->page_size, 1, TUNE_LIST_MAX, err))))
         return rc;
+    if (page->page_token && *page->page_token && (rc = svc_page_token_decode(page->page_token, fp, &cursor, err)))
+        return rc;
+    if ((rc = svc_caller_projects(who, &projects, err)) || (rc = store_conn_get(s->store, &c, err)))
+        goto fail;
+    rc = store_tuning_list_json(c, projects, page->page_size_set ? page->page_size : TUNE_LIST_MAX, cursor, &list,
+                                &next, err);
+    store_conn_put(s->store, c);
+    if (rc)
+        goto fail;
+    if (next && !(tok = svc_page_token_encode(next, fp))) {
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
     /* the list shows each tuning job's row and its request's main fields, not its trials */
     size_t i;
     json_t *o;
@@ -588,8 +597,16 @@ int svc_tuning_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t 
         json_object_del(o, "spec");
         json_object_del(o, "next_trial");
     }
-    *out = json_pack("{s:o}", "tuning_jobs", list);
-    return 0;
+    *out = json_pack("{s:O, s:s}", "tuning_jobs", list, "next_page_token", tok ? tok : "");
+    if (!*out)
+        rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+fail:
+    free(projects);
+    free(tok);
+    json_decref(cursor);
+    json_decref(list);
+    json_decref(next);
+    return rc;
 }
 
 int svc_tuning_stop(svc_t *s, const svc_caller_t *who, const char *id, json_t **out, kiln_err_t *err)

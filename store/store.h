@@ -971,12 +971,20 @@ int store_tuning_get_json(store_conn_t *c, const char *id, bool for_update, json
 int store_tuning_trials_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 /* *out = its events, oldest first: [{"seq", "time", "from_state", "to_state", "reason", "actor"}]. */
 int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
-/* *out = the tuning jobs of projects (a text[] literal; NULL: every project), newest first, at
- * most limit, each with "trial_count", "trials_done" (jobs ended COMPLETED, FAILED or STOPPED),
- * "trials_running" (jobs not ended nor PAUSED at a rung) and "best" ({"job_id", "objective"}: the
- * best objective of a trial that did not fail, its warm start parents' trials included; null when
- * none), all in one query. */
-int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, json_t **out, kiln_err_t *err);
+/* *out = a page of the tuning jobs of projects (a text[] literal; NULL: every project), newest
+ * first (created_at, then id, descending: a keyset the indexes of migrations 0019 and 0028 walk),
+ * at most limit (>= 1) after the cursor `after` (borrowed; NULL: from the newest), each with
+ * "trial_count", "trials_done" (jobs ended COMPLETED, FAILED or STOPPED), "trials_running" (jobs
+ * not ended nor PAUSED at a rung) and "best" ({"job_id", "objective"}: the best objective of a
+ * trial that did not fail, its warm start parents' trials included; null when none), all in one
+ * query. *next (OUT) = the cursor of the last one returned when more follow, else NULL (caller
+ * owns; pass it back as `after`). KILN_EINVAL (err->field "page_token") when after is not a
+ * cursor store_tuning_cursor_ok accepts. */
+int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, const json_t *after, json_t **out,
+                           json_t **next, kiln_err_t *err);
+/* Whether cur (untrusted: it comes back inside a page token) is a cursor of the tuning job list:
+ * {"t": created_at in microseconds since the epoch, "id": a UUID}, nothing else. Pure. */
+bool store_tuning_cursor_ok(const json_t *cur);
 /* The RUNNING and STOPPING tuning jobs, oldest first. Caller frees *ids. */
 int store_tuning_active(store_conn_t *c, char (**ids)[STORE_ID_LEN], int *n, kiln_err_t *err);
 /* Moves a tuning job from `from` to `to` with an event (actor NULL: kilnd); ended sets ended_at.

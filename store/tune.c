@@ -130,42 +130,80 @@ int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln
     return rows_array(r, true, -1, out, err);
 }
 
-int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, json_t **out, kiln_err_t *err)
+bool store_tuning_cursor_ok(const json_t *cur)
+{
+    const json_t *t = json_object_get(cur, "t");
+    const char *id = json_string_value(json_object_get(cur, "id"));
+    /* within +-2^53 us of the epoch (the years 1685 to 2255): the query's microseconds times an
+     * interval stay exact, and every time kilnd stamps is one */
+    const json_int_t bound = (json_int_t)1 << 53;
+    return json_is_object(cur) && json_object_size(cur) == 2 && json_is_integer(t) &&
+           json_integer_value(t) >= -bound && json_integer_value(t) <= bound && id && store_is_uuid(id);
+}
+
+/* The list's SELECT up to its WHERE: each tuning job's trial counts by state and its best trial,
+ * over its own trials and its warm start parents' (the parents' first on a tie, as the service's
+ * tune_best); its last two columns are created_at in microseconds and the id, for the cursor. */
+#define TUNING_LIST_SELECT                                                                                    \
+    "SELECT " TUNING_JSON ", n.total, n.done, n.running,"                                                     \
+    " CASE WHEN b.job_id IS NULL THEN NULL ELSE json_build_object('job_id', b.job_id, 'objective',"           \
+    "  b.obj)::text END, " STORE_US("t.created_at") ", t.id::text"                                            \
+    " FROM tuning_jobs t"                                                                                     \
+    " CROSS JOIN LATERAL (SELECT count(*) AS total,"                                                          \
+    "  count(*) FILTER (WHERE j.state IN ('COMPLETED', 'FAILED', 'STOPPED')) AS done,"                        \
+    "  count(*) FILTER (WHERE j.state NOT IN ('COMPLETED', 'FAILED', 'STOPPED', 'PAUSED')) AS running"        \
+    "  FROM tuning_trials x JOIN jobs j ON j.id = x.job_id WHERE x.tuning_id = t.id) n"                       \
+    " LEFT JOIN LATERAL (SELECT x.job_id, (j.metrics->>(t.spec->'objective'->>'metric'))::float8 AS obj,"      \
+    "  x.tuning_id <> t.id AS from_parent"                                                                    \
+    "  FROM tuning_trials x JOIN jobs j ON j.id = x.job_id"                                                   \
+    "  WHERE (x.tuning_id = t.id OR x.tuning_id::text IN"                                                     \
+    "   (SELECT jsonb_array_elements_text(coalesce(t.spec->'warm_start'->'parents', '[]'::jsonb))))"           \
+    "   AND j.state <> 'FAILED'"                                                                              \
+    "   AND jsonb_typeof(j.metrics->(t.spec->'objective'->>'metric')) = 'number'"                             \
+    "  ORDER BY CASE WHEN t.spec->'objective'->>'goal' = 'maximize'"                                          \
+    "   THEN -(j.metrics->>(t.spec->'objective'->>'metric'))::float8"                                         \
+    "   ELSE (j.metrics->>(t.spec->'objective'->>'metric'))::float8 END,"                                     \
+    "   (x.tuning_id <> t.id) DESC, x.trial LIMIT 1) b ON true"                                               \
+    " WHERE ($1::text[] IS NULL OR t.project = ANY($1::text[]))"
+
+int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, const json_t *after, json_t **out,
+                           json_t **next, kiln_err_t *err)
 {
     *out = NULL;
-    char lim[16];
-    snprintf(lim, sizeof lim, "%d", limit);
-    const char *p[2] = {projects, lim};
+    *next = NULL;
+    if (after && !store_tuning_cursor_ok(after)) {
+        kiln_err_set(err, KILN_EINVAL, "page_token", "page token does not fit this listing");
+        kiln_err_hint(err, "pass next_page_token from the previous page of GET /v1/tuning-jobs unchanged");
+        return KILN_EINVAL;
+    }
+    char lim[16], us[24];
+    /* one row more than the page: whether another page follows */
+    snprintf(lim, sizeof lim, "%d", limit + 1);
+    if (after)
+        snprintf(us, sizeof us, "%lld", (long long)json_integer_value(json_object_get(after, "t")));
+    const char *p[4] = {projects, lim, after ? us : NULL, after ? json_string_value(json_object_get(after, "id")) : NULL};
     PGresult *r = NULL;
-    /* one query: each tuning job's trial counts by state and its best trial, over its own trials
-     * and its warm start parents' (the parents' first on a tie, as the service's tune_best) */
-    int rc = store_q(c, "list tuning jobs",
-                     "SELECT " TUNING_JSON ", n.total, n.done, n.running,"
-                     " CASE WHEN b.job_id IS NULL THEN NULL ELSE json_build_object('job_id', b.job_id, 'objective',"
-                     "  b.obj)::text END"
-                     " FROM tuning_jobs t"
-                     " CROSS JOIN LATERAL (SELECT count(*) AS total,"
-                     "  count(*) FILTER (WHERE j.state IN ('COMPLETED', 'FAILED', 'STOPPED')) AS done,"
-                     "  count(*) FILTER (WHERE j.state NOT IN ('COMPLETED', 'FAILED', 'STOPPED', 'PAUSED')) AS running"
-                     "  FROM tuning_trials x JOIN jobs j ON j.id = x.job_id WHERE x.tuning_id = t.id) n"
-                     " LEFT JOIN LATERAL (SELECT x.job_id, (j.metrics->>(t.spec->'objective'->>'metric'))::float8 AS obj,"
-                     "  x.tuning_id <> t.id AS from_parent"
-                     "  FROM tuning_trials x JOIN jobs j ON j.id = x.job_id"
-                     "  WHERE (x.tuning_id = t.id OR x.tuning_id::text IN"
-                     "   (SELECT jsonb_array_elements_text(coalesce(t.spec->'warm_start'->'parents', '[]'::jsonb))))"
-                     "   AND j.state <> 'FAILED'"
-                     "   AND jsonb_typeof(j.metrics->(t.spec->'objective'->>'metric')) = 'number'"
-                     "  ORDER BY CASE WHEN t.spec->'objective'->>'goal' = 'maximize'"
-                     "   THEN -(j.metrics->>(t.spec->'objective'->>'metric'))::float8"
-                     "   ELSE (j.metrics->>(t.spec->'objective'->>'metric'))::float8 END,"
-                     "   (x.tuning_id <> t.id) DESC, x.trial LIMIT 1) b ON true"
-                     " WHERE $1::text[] IS NULL OR t.project = ANY($1::text[])"
-                     " ORDER BY t.created_at DESC, t.id DESC LIMIT $2::int",
-                     2, p, &r, err);
+    /* the keyset: the rows after the cursor's (created_at, id) in the order of the page */
+    int rc = after ? store_q(c, "list tuning jobs",
+                             TUNING_LIST_SELECT
+                             " AND (t.created_at, t.id) < (timestamptz 'epoch' + $3::bigint * interval '1 microsecond',"
+                             " $4::uuid)"
+                             " ORDER BY t.created_at DESC, t.id DESC LIMIT $2::int",
+                             4, p, &r, err)
+                   : store_q(c, "list tuning jobs", TUNING_LIST_SELECT " ORDER BY t.created_at DESC, t.id DESC LIMIT $2::int",
+                             2, p, &r, err);
     if (rc)
         return rc;
-    json_t *arr = NULL;
     int rows = PQntuples(r);
+    if (rows > limit) {
+        *next = json_pack("{s:I, s:s}", "t", (json_int_t)store_get_i64(r, limit - 1, 5), "id",
+                          store_get_str(r, limit - 1, 6));
+        if (!*next) {
+            PQclear(r);
+            return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+        }
+    }
+    json_t *arr = NULL;
     json_t *extra = json_array();
     for (int i = 0; extra && i < rows; i++)
         json_array_append_new(extra, json_pack("{s:I, s:I, s:o}", "trials_done", (json_int_t)store_get_i64(r, i, 2),
@@ -173,6 +211,8 @@ int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, jso
                                                PQgetisnull(r, i, 4) ? json_null() : store_get_json(r, i, 4, NULL)));
     if (!extra) {
         PQclear(r);
+        json_decref(*next);
+        *next = NULL;
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }
     rc = rows_array(r, true, 1, &arr, err);
@@ -180,6 +220,13 @@ int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, jso
     json_t *o;
     json_array_foreach(arr, i, o) json_object_update(o, json_array_get(extra, i));
     json_decref(extra);
+    /* the row beyond the page only told that more follow */
+    if (rc == 0 && rows > limit)
+        json_array_remove(arr, (size_t)limit);
+    if (rc) {
+        json_decref(*next);
+        *next = NULL;
+    }
     *out = arr;
     return rc;
 }
