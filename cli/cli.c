@@ -225,10 +225,13 @@ static const cli_command_t cli_commands[] = {
      "  --reclaim-within-cohort any|lower_priority|never\n"
      "                       which jobs of its cohort's queues that borrow beyond their quota a\n"
      "                       job of it within its quota may preempt (default: any)\n"},
-    {"tune", cli_cmd_tune, "[list]\nsubmit FILE [--source-dir DIR]\ndescribe ID\nstop ID",
+    {"tune", cli_cmd_tune, "[list [--limit N] [--page-size N]]\nsubmit FILE [--source-dir DIR]\ndescribe ID\nstop ID",
      "hyperparameter tuning: searches whose trials are ordinary jobs",
      "commands:\n"
-     "  list                 the tuning jobs you can see: state, strategy, trials, objective\n"
+     "  list                 the tuning jobs you can see, newest first, every one (it follows the\n"
+     "                       pages): state, strategy, trials, objective\n"
+     "    --limit N          only the newest N\n"
+     "    --page-size N      tuning jobs per request (1-500, default 500)\n"
      "  submit FILE          start one from a JSON request (- reads standard input): the base job\n"
      "                       as \"job\", \"parameters\" by path in it (a bare name is\n"
      "                       hyperparameters.NAME), \"objective\", \"strategy\", \"max_jobs\", ...\n"

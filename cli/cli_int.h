@@ -49,15 +49,16 @@ int cli_download(const cli_client_t *c, const char *path, FILE *out, kiln_sha256
 /* Appends "&key=value" (or "?key=value" for the first) to path (a heap string, may be
  * reallocated), URL-escaping value. Returns 0 or KILN_ENOMEM. */
 int cli_path_add(char **path, const char *key, const char *value);
-/* One page of jobs: the request for up to page_size jobs after token (NULL: the first page) into
- * *page (caller frees). Returns 0 or a request error. */
-typedef int (*cli_jobs_page_fn)(const cli_client_t *c, long page_size, const char *token, void *ud, json_t **page,
-                                kiln_err_t *err);
-/* Collects jobs page by page through fetch (page_size each, fewer for the last of limit) until
- * limit jobs (all: every one) into *out (a JSON array; caller frees); *more: the server has more
- * than limit. Returns 0 or the failed page's error (*out is NULL then). */
-int cli_collect_jobs(const cli_client_t *c, cli_jobs_page_fn fetch, void *ud, long page_size, long limit, bool all,
-                     json_t **out, bool *more, kiln_err_t *err);
+/* One page of a paged list (jobs, tuning jobs): the request for up to page_size items after token
+ * (NULL: the first page) into *page (caller frees). Returns 0 or a request error. */
+typedef int (*cli_page_fn)(const cli_client_t *c, long page_size, const char *token, void *ud, json_t **page,
+                           kiln_err_t *err);
+/* Collects the items of a paged list (each page's array `key`, its next_page_token) page by page
+ * through fetch (page_size each, fewer for the last of limit) until limit items (all: every one)
+ * into *out (a JSON array; caller frees); *more: the server has more than limit. Returns 0 or the
+ * failed page's error (*out is NULL then). */
+int cli_collect_pages(const cli_client_t *c, cli_page_fn fetch, void *ud, const char *key, long page_size, long limit,
+                      bool all, json_t **out, bool *more, kiln_err_t *err);
 /* URL-escapes s, an argument of command cmd that names something (an id, a name), as one path
  * segment into out. Every command builds its paths' segments here, so an argument that cannot be
  * one (empty, "." or "..", which URLs drop, or too long to fit out) is a usage error before any

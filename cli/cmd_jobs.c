@@ -213,7 +213,7 @@ int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
     jobs_query_t q = {status ? status_up : NULL, tag};
     json_t *acc = NULL;
     bool more = false;
-    if (cli_collect_jobs(c, jobs_page, &q, page_size, limit, all, &acc, &more, &err) != 0)
+    if (cli_collect_pages(c, jobs_page, &q, "jobs", page_size, limit, all, &acc, &more, &err) != 0)
         return cli_fail(c, &err);
     if (c->json) {
         json_t *o = json_pack("{s:O}", "jobs", acc);

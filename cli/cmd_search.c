@@ -63,7 +63,7 @@ int cli_cmd_search(cli_client_t *c, int argc, char **argv)
     search_query_t q = {filter, order_by, columns};
     json_t *acc = NULL;
     bool more = false;
-    if (cli_collect_jobs(c, search_page, &q, page_size, limit, all, &acc, &more, &err) != 0)
+    if (cli_collect_pages(c, search_page, &q, "jobs", page_size, limit, all, &acc, &more, &err) != 0)
         return cli_fail(c, &err);
     if (c->json) {
         json_t *o = json_pack("{s:O}", "jobs", acc);

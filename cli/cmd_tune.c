@@ -128,11 +128,65 @@ static void show_list(const cli_client_t *c, const json_t *reply)
     }
 }
 
+/* A page of GET /v1/tuning-jobs (a cli_page_fn). */
+static int tune_page(const cli_client_t *c, long page_size, const char *token, void *ud, json_t **page,
+                     kiln_err_t *err)
+{
+    (void)ud;
+    char ps[24];
+    snprintf(ps, sizeof ps, "%ld", page_size);
+    char *path = strdup("/v1/tuning-jobs");
+    if (!path || cli_path_add(&path, "page_size", ps) != 0 || (token && cli_path_add(&path, "page_token", token) != 0)) {
+        free(path);
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    }
+    int rc = cli_request(c, "GET", path, NULL, NULL, NULL, page, err);
+    free(path);
+    return rc;
+}
+
+/* kiln tune list [--limit N] [--page-size N] [--all]: every tuning job the caller can see, newest
+ * first, page by page (the newest N with --limit, as kiln jobs takes it). */
+static int tune_list(cli_client_t *c, int argc, char **argv, int first)
+{
+    long limit = 0, page_size = 500;
+    bool all = true;
+    for (int i = first; i < argc; i++) {
+        long lim = 0;
+        int m = cli_paging_opt("tune", argc, argv, &i, &lim, &page_size, &all);
+        if (m < 0)
+            return CLI_EXIT_USAGE;
+        if (m == 0 && strcmp(argv[i], "--") != 0)
+            return cli_usage_error("tune", argv[i][0] == '-' && argv[i][1] ? "unknown option %s" : "unexpected argument %s",
+                                   argv[i]);
+        if (lim > 0) {
+            limit = lim;
+            all = false;
+        }
+    }
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    json_t *acc = NULL;
+    bool more = false;
+    if (cli_collect_pages(c, tune_page, NULL, "tuning_jobs", page_size, limit, all, &acc, &more, &err) != 0)
+        return cli_fail(c, &err);
+    json_t *reply = json_pack("{s:o}", "tuning_jobs", acc);
+    if (c->json)
+        cli_print_out(c, reply);
+    else
+        show_list(c, reply);
+    json_decref(reply);
+    if (more && !c->json)
+        fprintf(stderr, "(showing the newest %ld tuning jobs; --limit N shows more, leaving it out every one)\n", limit);
+    return CLI_EXIT_OK;
+}
+
 /* The tuning job ref names: its whole id as it is (36 characters shaped as an id: a name may be as
- * long); else, among the tuning jobs the caller can see (GET /v1/tuning-jobs), the one whose id
- * starts with ref (4 characters or more, in either case, as kilnd reads a job's id prefix) or whose
- * name is ref, as the SDK's find_tuning_job and kiln describe's job references do. id: 64 bytes
- * (OUT). Returns 0, KILN_ENOTFOUND, KILN_EINVAL (several match: err lists them) or a request error. */
+ * long); else, among the tuning jobs the caller can see (every page of GET /v1/tuning-jobs), the
+ * one whose id starts with ref (4 characters or more, in either case, as kilnd reads a job's id
+ * prefix) or whose name is ref, as the SDK's find_tuning_job and kiln describe's job references
+ * do. id: 64 bytes (OUT). Returns 0, KILN_ENOTFOUND, KILN_EINVAL (several match: err lists them)
+ * or a request error. */
 static int tune_resolve(const cli_client_t *c, const char *ref, char *id, kiln_err_t *err)
 {
     if (strlen(ref) == 36 && cli_id_shaped(ref)) {
@@ -140,14 +194,15 @@ static int tune_resolve(const cli_client_t *c, const char *ref, char *id, kiln_e
         return 0;
     }
     json_t *list = NULL;
-    int rc = cli_request(c, "GET", "/v1/tuning-jobs", NULL, NULL, NULL, &list, err);
+    bool more = false;
+    int rc = cli_collect_pages(c, tune_page, NULL, "tuning_jobs", 500, 0, true, &list, &more, err);
     if (rc != 0)
         return rc;
     int n = 0;
     char cands[256] = "";
     size_t off = 0, i;
     json_t *t;
-    json_array_foreach(json_object_get(list, "tuning_jobs"), i, t) {
+    json_array_foreach(list, i, t) {
         const char *tid = cli_jstr(t, "id");
         if (strcmp(cli_jstr(t, "name"), ref) != 0 && (strlen(ref) < 4 || strncasecmp(tid, ref, strlen(ref)) != 0))
             continue;
@@ -230,15 +285,14 @@ int cli_cmd_tune(cli_client_t *c, int argc, char **argv)
         return CLI_EXIT_USAGE;
     if (!strcmp(sub, "submit"))
         return tune_submit(c, argc, argv, first);
+    if (!strcmp(sub, "list"))
+        return tune_list(c, argc, argv, first);
     const char *pos[1];
-    int want = !strcmp(sub, "list") ? 0 : 1;
-    int n = cli_positional("tune", argc, argv, first, pos, want);
+    int n = cli_positional("tune", argc, argv, first, pos, 1);
     if (n < 0)
         return CLI_EXIT_USAGE;
-    if (n < want)
+    if (n < 1)
         return cli_usage_error("tune", "%s: missing the tuning job's id or name (kiln tune list shows them)", sub);
-    if (!strcmp(sub, "list"))
-        return cli_call_show(c, "GET", "/v1/tuning-jobs", NULL, show_list);
     char seg[400], path[512], id[64];
     int src = cli_path_segment("tune", pos[0], seg, sizeof seg);
     if (src)

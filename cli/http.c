@@ -293,8 +293,8 @@ fail:
 
 /* ---- paths and ids ------------------------------------------------------------------------ */
 
-int cli_collect_jobs(const cli_client_t *c, cli_jobs_page_fn fetch, void *ud, long page_size, long limit, bool all,
-                     json_t **out, bool *more, kiln_err_t *err)
+int cli_collect_pages(const cli_client_t *c, cli_page_fn fetch, void *ud, const char *key, long page_size, long limit,
+                      bool all, json_t **out, bool *more, kiln_err_t *err)
 {
     json_t *acc = json_array();
     char *token = NULL;
@@ -306,7 +306,7 @@ int cli_collect_jobs(const cli_client_t *c, cli_jobs_page_fn fetch, void *ud, lo
         json_t *page = NULL;
         if ((rc = fetch(c, want, token, ud, &page, err)) != 0)
             break;
-        json_array_extend(acc, json_object_get(page, "jobs"));
+        json_array_extend(acc, json_object_get(page, key));
         const char *next = cli_jstr(page, "next_page_token");
         free(token);
         token = *next ? strdup(next) : NULL;

@@ -630,7 +630,8 @@ Test(authz, lists_show_only_what_the_caller_may_see)
     }
 }
 
-/* The tuning jobs' list is project-scoped as the jobs' is: a caller sees only its projects'. */
+/* The tuning jobs' list is project-scoped as the jobs' is: a caller sees only its projects', on
+ * one page or page by page. */
 Test(authz, tuning_lists_show_only_what_the_caller_may_see)
 {
     world();
@@ -655,6 +656,52 @@ Test(authz, tuning_lists_show_only_what_the_caller_may_see)
             cr_assert(strstr(cases[i].projects, json_string_value(json_object_get(x, "project"))), "%s sees project %s's",
                       k_callers[cases[i].caller], json_string_value(json_object_get(x, "project")));
         json_decref(j);
+    }
+    /* page by page (page_size 2): the same jobs in the same order, each once; three more in p and
+     * two more in q made in one statement share created_at, so the id breaks their tie */
+    cr_assert_eq(at_sql_int("WITH i AS (INSERT INTO tuning_jobs (id, name, project, spec, state)"
+                            " SELECT gen_random_uuid(), 'bulk', pr, '{\"strategy\": \"random\", \"objective\":"
+                            " {\"metric\": \"val_loss\"}, \"max_jobs\": 1}', 'COMPLETED'"
+                            " FROM (VALUES ('p'), ('p'), ('p'), ('q'), ('q')) v(pr) RETURNING 1)"
+                            " SELECT count(*) FROM i"),
+                 5);
+    struct { int caller; size_t n; } paged[] = {{C_VIEWER, 4}, {C_OTHER_ADMIN, 3}, {C_CLUSTER_ADMIN, 7}};
+    for (size_t i = 0; i < sizeof paged / sizeof paged[0]; i++) {
+        char auth[200];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", tokens[paged[i].caller]);
+        const char *hdrs[] = {auth, NULL};
+        long st;
+        json_t *whole = at_req("GET", "/v1/tuning-jobs", NULL, hdrs, &st, NULL);
+        cr_assert_eq(st, 200);
+        json_t *want = json_object_get(whole, "tuning_jobs");
+        cr_assert_eq(json_array_size(want), paged[i].n, "%s", k_callers[paged[i].caller]);
+        cr_assert_str_eq(json_string_value(json_object_get(whole, "next_page_token")), "", "one page holds them");
+        char token[1024] = "";
+        size_t got = 0;
+        int pages = 0;
+        do {
+            char path[1200];
+            snprintf(path, sizeof path, "/v1/tuning-jobs?page_size=2%s%s", token[0] ? "&page_token=" : "", token);
+            char *raw = NULL;
+            json_t *j = at_req("GET", path, NULL, hdrs, &st, &raw);
+            cr_assert_eq(st, 200, "%s", raw);
+            free(raw);
+            size_t k;
+            json_t *x;
+            json_array_foreach(json_object_get(j, "tuning_jobs"), k, x) {
+                cr_assert_lt(got, paged[i].n, "%s: more than there are", k_callers[paged[i].caller]);
+                cr_assert_str_eq(json_string_value(json_object_get(x, "id")),
+                                 json_string_value(json_object_get(json_array_get(want, got), "id")),
+                                 "%s: item %zu, in the order of the whole list", k_callers[paged[i].caller], got);
+                got++;
+            }
+            snprintf(token, sizeof token, "%s", json_string_value(json_object_get(j, "next_page_token")));
+            json_decref(j);
+            cr_assert_lt(++pages, 10);
+        } while (token[0]);
+        cr_assert_eq(got, paged[i].n, "%s sees every one once", k_callers[paged[i].caller]);
+        cr_assert_eq(pages, (int)(paged[i].n + 1) / 2, "no empty last page");
+        json_decref(whole);
     }
 }
 

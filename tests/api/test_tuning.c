@@ -138,16 +138,45 @@ Test(tuning, refuses_bad_input_naming_the_field)
                  " \"parameters\": {" LR "}, \"objective\": {\"metric\": \"val_loss\"}}");
         refused(body, "job.model.n_head", "n_head");
     }
-    /* the tuning routes take no query parameters: a page token is refused, not ignored */
+    /* the list reads page_size and page_token as GET /v1/jobs does and refuses any other parameter,
+     * not ignoring it; a refused page says which field and why */
     {
+        static const struct { const char *path, *field, *needle; } bad[] = {
+            {"/v1/tuning-jobs?page_size=0", "page_size", "page_size"},
+            {"/v1/tuning-jobs?page_size=501", "page_size", "page_size"},
+            {"/v1/tuning-jobs?page_size=-1", "page_size", "page_size"},
+            {"/v1/tuning-jobs?page_size=two", "page_size", "page_size"},
+            {"/v1/tuning-jobs?page_token=abc", "page_token", "malformed page token"},
+            /* a token of the job list is not one of this list */
+            {"/v1/tuning-jobs?page_token=eyJ2IjoxLCJoIjoiMDAwMDAwMDAwMDAwMDAwMCIsImMiOnt9fQ", "page_token",
+             "another search or list"},
+            {"/v1/tuning-jobs?status=RUNNING", "status", "this request takes page_size, page_token"},
+        };
+        for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+            long st;
+            char *raw = NULL;
+            json_t *j = at_req("GET", bad[i].path, NULL, NULL, &st, &raw);
+            cr_assert_eq(st, 400, "%s: %s", bad[i].path, raw);
+            cr_assert_str_eq(json_string_value(json_object_get(j, "field")), bad[i].field, "%s: %s", bad[i].path, raw);
+            cr_assert(strstr(raw, bad[i].needle), "%s: %s", bad[i].path, raw);
+            json_decref(j);
+            free(raw);
+        }
+        /* a token of this list whose cursor is a job search's, not a tuning job's */
         long st;
+        json_t *cur = json_pack("{s:i, s:[i], s:s}", "p", 1, "k", 0, "id", "00000000-0000-4000-8000-000000000000");
+        char *tok = svc_page_token_encode(cur, svc_list_fingerprint("tuning-jobs"));
+        char path[512];
+        snprintf(path, sizeof path, "/v1/tuning-jobs?page_token=%s", tok);
         char *raw = NULL;
-        json_t *j = at_req("GET", "/v1/tuning-jobs?page_token=abc", NULL, NULL, &st, &raw);
+        json_t *j = at_req("GET", path, NULL, NULL, &st, &raw);
         cr_assert_eq(st, 400, "%s", raw);
         cr_assert_str_eq(json_string_value(json_object_get(j, "field")), "page_token", "%s", raw);
-        cr_assert(strstr(raw, "takes no query parameters"), "%s", raw);
+        cr_assert(strstr(raw, "does not fit this listing"), "%s", raw);
         json_decref(j);
         free(raw);
+        free(tok);
+        json_decref(cur);
     }
     cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
 }

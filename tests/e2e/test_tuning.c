@@ -10,9 +10,11 @@
  * which resumes from its checkpoint afterwards, and the search completes. A seeded hyperband run
  * twice gives the same trials (values, rungs, objectives, promotion); one whose objective metric
  * is never reported ends when its first trial pauses at its first rung, with the reason. The CLI
- * names a search by a prefix of its id or its name and sends a base job's relative data path whole. */
+ * names a search by a prefix of its id or its name, on any page of the list, lists every page, and
+ * sends a base job's relative data path whole. */
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <libpq-fe.h>
 #include <math.h>
 #include <limits.h>
 #include <signal.h>
@@ -762,6 +764,33 @@ Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_dat
     free(err);
 
     char *second = submit(file);
+    /* 500 newer ones (ended, made in the database: the controller leaves them be) push both past
+     * the list's first page: the CLI looks through every page */
+    PGconn *db = PQconnectdb(e2e_cl->db_url);
+    cr_assert_eq(PQstatus(db), CONNECTION_OK, "%s", PQerrorMessage(db));
+    PGresult *ins = PQexec(db, "INSERT INTO tuning_jobs (id, name, project, spec, state, created_at)"
+                               " SELECT gen_random_uuid(), 'filler-' || g, t.project, t.spec, 'COMPLETED',"
+                               " now() + interval '1 second'"
+                               " FROM generate_series(1, 500) g, (SELECT project, spec FROM tuning_jobs LIMIT 1) t");
+    cr_assert_eq(PQresultStatus(ins), PGRES_COMMAND_OK, "%s", PQerrorMessage(db));
+    PQclear(ins);
+    PQfinish(db);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", prefix, NULL), 0, "by a prefix, past the first page: %s", err);
+    cr_assert(strstr(out, first), "%s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "list", "--page-size", "7", NULL), 0, "%s", err);
+    cr_assert(strstr(out, first) && strstr(out, second) && strstr(out, "filler-500"), "every page: %.300s", out);
+    size_t fillers = 0;
+    for (const char *p = out; (p = strstr(p, " filler-")) != NULL; p++)
+        fillers++;
+    cr_assert_eq(fillers, 500, "each once");
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "list", "--limit", "3", NULL), 0, "%s", err);
+    cr_assert(!strstr(out, first) && strstr(err, "showing the newest 3"), "%s %s", out, err);
+    free(out);
+    free(err);
     cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "cli-names-of-thirty-six-characters-x", NULL), 1,
                  "two share the name: %s", out);
     cr_assert(strstr(err, "\"cli-names-of-thirty-six-characters-x\" names 2 tuning jobs"), "%s", err);

@@ -1601,3 +1601,55 @@ Test(grpc_trust_approval, a_pending_worker_gets_no_job_until_approved)
     cr_assert_str_eq(json_string_value(json_object_get(w, "approval")), "APPROVED");
     json_decref(w);
 }
+
+/* ListTuningJobs pages as GET /v1/tuning-jobs does: page_size 2 and each next_page_token in turn
+ * give every tuning job the caller may see exactly once, newest first, and another project's
+ * never; the last page's token is "". */
+Test(grpc_auth, list_tuning_jobs_pages_within_the_callers_projects)
+{
+    world();
+    char q1[64], q2[64];
+    new_tuning("q", q1);
+    new_tuning("q", q2);
+    json_t *all = NULL;
+    kiln_err_t err;
+    cr_assert_eq(svc_tuning_list(S, svc_caller_kilnd(), &(svc_page_t){0}, &all, &err), 0, "%s", err.message);
+    struct { int caller; const char *project; } cases[] = {{C_VIEWER, "p"}, {C_OTHER_ADMIN, "q"}};
+    for (size_t c = 0; c < KILN_ARRAY_LEN(cases); c++) {
+        size_t want = 0, i;
+        json_t *t;
+        json_array_foreach(json_object_get(all, "tuning_jobs"), i, t)
+            want += !strcmp(json_string_value(json_object_get(t, "project")), cases[c].project);
+        json_t *seen = json_object();
+        char token[512] = "";
+        int pages = 0;
+        do {
+            json_t *req = json_pack("{s:i}", "page_size", 2);
+            if (token[0])
+                json_object_set_new(req, "page_token", json_string(token));
+            json_t *res = run_calls(&(gcall_t){.method = "/kiln.TrainingService/ListTuningJobs", .request = req, .token = tokens[cases[c].caller]},
+                                    1, true);
+            cr_assert_str_eq(code_of(res, 0), "OK", "%s", json_dumps(res, 0));
+            json_t *r = json_object_get(json_array_get(res, 0), "response");
+            json_t *page = json_object_get(r, "tuning_jobs");
+            cr_assert_leq(json_array_size(page), 2);
+            json_array_foreach(page, i, t) {
+                const char *id = json_string_value(json_object_get(t, "id"));
+                cr_assert_str_eq(json_string_value(json_object_get(t, "project")), cases[c].project,
+                                 "%s sees only its project's", k_callers[cases[c].caller]);
+                cr_assert_null(json_object_get(seen, id), "%s listed twice", id);
+                json_object_set_new(seen, id, json_true());
+            }
+            const char *next = json_string_value(json_object_get(r, "next_page_token"));
+            snprintf(token, sizeof token, "%s", next ? next : "");
+            json_decref(res);
+            cr_assert_lt(++pages, 20);
+        } while (token[0]);
+        cr_assert_eq(json_object_size(seen), want, "%s: every tuning job of %s once", k_callers[cases[c].caller],
+                     cases[c].project);
+        cr_assert_eq(pages, (int)(want + 1) / 2, "no empty last page");
+        json_decref(seen);
+    }
+    cr_assert_geq(json_array_size(json_object_get(all, "tuning_jobs")), 5);
+    json_decref(all);
+}

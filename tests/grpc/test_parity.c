@@ -467,6 +467,21 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
                  "{\"train\": \"synthetic\"}, \"hyperparameters\": {\"lr\": 0.01, \"global_batch_size\": 8, "
                  "\"max_steps\": 30}, \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}, "
                  "\"parameters\": {" LR "}, " OBJ "}", "job.queue"),
+        /* the list's page, refused alike (gRPC's page_size is a wrapper: 0 is a size given) */
+        {"listing a page of 0", "GET", "/v1/tuning-jobs?page_size=0", NULL, "ListTuningJobs", "{\"page_size\": 0}", 400,
+         "INVALID_ARGUMENT", "page_size", "page_size"},
+        {"listing a page of 501", "GET", "/v1/tuning-jobs?page_size=501", NULL, "ListTuningJobs",
+         "{\"page_size\": 501}", 400, "INVALID_ARGUMENT", "page_size", "page_size"},
+        {"listing a page of -1", "GET", "/v1/tuning-jobs?page_size=-1", NULL, "ListTuningJobs", "{\"page_size\": -1}",
+         400, "INVALID_ARGUMENT", "page_size", "page_size"},
+        {"listing after a malformed token", "GET", "/v1/tuning-jobs?page_token=abc", NULL, "ListTuningJobs",
+         "{\"page_token\": \"abc\"}", 400, "INVALID_ARGUMENT", "page_token", "page_token"},
+        {"listing after another list's token", "GET",
+         "/v1/tuning-jobs?page_token=eyJ2IjoxLCJoIjoiMDAwMDAwMDAwMDAwMDAwMCIsImMiOnt9fQ", NULL, "ListTuningJobs",
+         "{\"page_token\": \"eyJ2IjoxLCJoIjoiMDAwMDAwMDAwMDAwMDAwMCIsImMiOnt9fQ\"}", 400, "INVALID_ARGUMENT",
+         "page_token", "page_token"},
+        {"listing a page of 2", "GET", "/v1/tuning-jobs?page_size=2", NULL, "ListTuningJobs", "{\"page_size\": 2}",
+         200, NULL, NULL, NULL},
         {"getting one that does not exist", "GET", "/v1/tuning-jobs/" NOBODY, NULL, "GetTuningJob",
          "{\"id\": \"" NOBODY "\"}", 404, "NOT_FOUND", "id", "id"},
         {"stopping one that does not exist", "POST", "/v1/tuning-jobs/" NOBODY ":stop", NULL, "StopTuningJob",

@@ -1057,6 +1057,21 @@ class Live(unittest.TestCase):
             hp = again.spec()["job"]["hyperparameters"]
             self.assertEqual({k: hp[k] for k in est.hyperparameters}, est.hyperparameters)
         self.assertIn(t.id, [x.id for x in self.client.tuning_jobs()])
+        # a newer search (stopped at once) puts this one on the list's second page of one: the
+        # pages together are the list, and a name is found past the first page
+        newer = self.client.create_tuning_job(dict(tuner.spec(job_name=run + "-newer"), max_jobs=1,
+                                                   max_parallel_jobs=1))
+        self.client.stop_tuning_job(newer.id)
+        whole = [x.id for x in self.client.tuning_jobs()]
+        self.assertEqual([x.id for x in self.client.tuning_jobs(page_size=1)], whole)
+        self.assertEqual(len(set(whole)), len(whole))
+        self.assertLess(whole.index(newer.id), whole.index(t.id))
+        self.assertEqual([x.id for x in self.client.tuning_jobs(limit=1)], whole[:1])
+        self.assertEqual(self.client.find_tuning_job(run, page_size=1).id, t.id)
+        self.assertEqual(self.client.find_tuning_job(run + "-newer", page_size=1).id, newer.id)
+        with self.assertRaises(kiln.KilnError) as cm:
+            self.client.tuning_jobs(page_size=501)
+        self.assertEqual((cm.exception.status, cm.exception.field), (400, "page_size"))
         # SageMaker's analytics: a row per trial with its parameters
         rows = tuner.analytics().trial_rows()
         self.assertEqual([r["job_id"] for r in rows], [tr.job_id for tr in trials])

@@ -692,21 +692,34 @@ class Client:
         _, j = self._call("GET", "/v1/tuning-jobs/" + _seg(tuning_job_id))
         return TuningJob(self, j)
 
-    def tuning_jobs(self) -> list[TuningJob]:
-        """The tuning jobs of the projects you can see, newest first."""
-        _, j = self._call("GET", "/v1/tuning-jobs")
-        return [TuningJob(self, t) for t in _objs(j.get("tuning_jobs"))]
+    def tuning_jobs(self, limit: int | None = None, page_size: int | None = None) -> list[TuningJob]:
+        """The tuning jobs of the projects you can see, newest first, page by page (GET
+        /v1/tuning-jobs, ``page_size`` of them a request: 1 to 500, default 500). ``limit``: at most
+        this many (default: all)."""
+        out: list[TuningJob] = []
+        token = ""
+        while True:
+            size = page_size or 500
+            if limit is not None:
+                size = max(1, min(size, limit - len(out)))
+            _, page = self._call("GET", "/v1/tuning-jobs", query={"page_size": size, "page_token": token or None})
+            out.extend(TuningJob(self, t) for t in _objs(page.get("tuning_jobs")))
+            token = _str(page.get("next_page_token"))
+            if not token or (limit is not None and len(out) >= limit):
+                return out[:limit] if limit is not None else out
 
-    def find_tuning_job(self, ref: str) -> TuningJob:
+    def find_tuning_job(self, ref: str, page_size: int | None = None) -> TuningJob:
         """The tuning job ``ref`` names: its id, a unique prefix of its id (4 characters or more, in
         either case), or its name when one tuning job you can see has it (a name may be as long as an
-        id: only 36 characters shaped as an id are one). Several matches raise KilnError (status 400)
-        listing them; none, status 404."""
+        id: only 36 characters shaped as an id are one), looked for among every tuning job you can
+        see (``page_size`` of them a request, as tuning_jobs reads them). Several matches raise
+        KilnError (status 400) listing them; none, status 404."""
         if len(ref) == 36 and all(c == "-" if i in (8, 13, 18, 23) else c in "0123456789abcdefABCDEF"
                                   for i, c in enumerate(ref)):
             return self.tuning_job(ref)
         low = ref.lower()
-        found = [t for t in self.tuning_jobs() if t.name == ref or (len(ref) >= 4 and t.id.startswith(low))]
+        found = [t for t in self.tuning_jobs(page_size=page_size)
+                 if t.name == ref or (len(ref) >= 4 and t.id.startswith(low))]
         if len(found) > 1:
             raise KilnError('"%s" names %d tuning jobs' % (ref, len(found)), code="invalid_argument", status=400,
                             detail="candidates: " + ", ".join(t.id for t in found[:_CANDIDATES]),
