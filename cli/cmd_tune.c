@@ -136,7 +136,8 @@ static int tune_page(const cli_client_t *c, long page_size, const char *token, v
     char ps[24];
     snprintf(ps, sizeof ps, "%ld", page_size);
     char *path = strdup("/v1/tuning-jobs");
-    if (!path || cli_path_add(&path, "page_size", ps) != 0 || (token && cli_path_add(&path, "page_token", token) != 0)) {
+    if (!path || cli_path_add(&path, "page_size", ps) != 0 ||
+        (token && cli_path_add(&path, "page_token", token) != 0)) {
         free(path);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
     }
@@ -157,8 +158,8 @@ static int tune_list(cli_client_t *c, int argc, char **argv, int first)
         if (m < 0)
             return CLI_EXIT_USAGE;
         if (m == 0 && strcmp(argv[i], "--") != 0)
-            return cli_usage_error("tune", argv[i][0] == '-' && argv[i][1] ? "unknown option %s" : "unexpected argument %s",
-                                   argv[i]);
+            return cli_usage_error("tune", argv[i][0] == '-' && argv[i][1] ? "unknown option %s"
+                                                                           : "unexpected argument %s", argv[i]);
         if (lim > 0) {
             limit = lim;
             all = false;
@@ -177,7 +178,8 @@ static int tune_list(cli_client_t *c, int argc, char **argv, int first)
         show_list(c, reply);
     json_decref(reply);
     if (more && !c->json)
-        fprintf(stderr, "(showing the newest %ld tuning jobs; --limit N shows more, leaving it out every one)\n", limit);
+        fprintf(stderr, "(showing the newest %ld tuning jobs; without --limit, every one)\n",
+                limit);
     return CLI_EXIT_OK;
 }
 

@@ -1,5 +1,5 @@
-/* page_token.c - fuzz target: a page token a client sends back with a job listing or search,
- * through what svc_job_list and the store do with it before any SQL: the order_by parsed
+/* page_token.c - fuzz target: a page token a client sends back with a job listing or search (or
+ * the tuning job list), through what svc_job_list and the store do with it before any SQL: the order_by parsed
  * (query_order_parse), the token decoded for the search's fingerprint (svc_page_token_decode),
  * the cursor inside checked against the order (store_search_cursor_ok). Input: the order_by text,
  * a newline, then either the token (first byte of the input even) or the JSON inside a token
@@ -64,6 +64,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         json_decref(cursor);
     }
+    /* the same token as one of the tuning job list: its own fingerprint and cursor check */
+    json_t *tcur = NULL;
+    int trc = svc_page_token_decode(rest, svc_list_fingerprint("tuning-jobs"), &tcur, &err);
+    if (trc) {
+        FUZZ_CHECK(trc == KILN_EINVAL && !strcmp(err.field, "page_token") && !tcur);
+    } else if (store_tuning_cursor_ok(tcur)) {
+        FUZZ_CHECK(json_is_integer(json_object_get(tcur, "t")) &&
+                   store_is_uuid(json_string_value(json_object_get(tcur, "id"))));
+    }
+    json_decref(tcur);
     arena_deinit(&a);
     free(b64);
     free(text);

@@ -1,7 +1,7 @@
 /* search_cursor.c - the cursor of a search's page: {"p": 1|2, "k": [one value per sort key],
  * "id": uuid}, which search.c makes from the last row of a page and which comes back from a
- * client inside a page token; here it is checked against the order before any SQL sees it.
- * Pure: no database. */
+ * client inside a page token; here it is checked against the order before any SQL sees it, as
+ * the tuning job list's cursor (tune.c's) is checked. Pure: no database. */
 #include "store/store_int.h"
 
 #include <math.h>
@@ -48,4 +48,15 @@ bool store_search_cursor_ok(const query_order_t *o, const json_t *cur)
             return false;
     }
     return true;
+}
+
+bool store_tuning_cursor_ok(const json_t *cur)
+{
+    const json_t *t = json_object_get(cur, "t");
+    const char *id = json_string_value(json_object_get(cur, "id"));
+    /* within +-2^53 us of the epoch (the years 1685 to 2255): the query's microseconds times an
+     * interval stay exact, and every time kilnd stamps is one */
+    const json_int_t bound = (json_int_t)1 << 53;
+    return json_is_object(cur) && json_object_size(cur) == 2 && json_is_integer(t) &&
+           json_integer_value(t) >= -bound && json_integer_value(t) <= bound && id && store_is_uuid(id);
 }

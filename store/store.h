@@ -982,8 +982,9 @@ int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln
  * cursor store_tuning_cursor_ok accepts. */
 int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, const json_t *after, json_t **out,
                            json_t **next, kiln_err_t *err);
-/* Whether cur (untrusted: it comes back inside a page token) is a cursor of the tuning job list:
- * {"t": created_at in microseconds since the epoch, "id": a UUID}, nothing else. Pure. */
+/* Whether cur (untrusted: it comes back inside a page token) is a cursor of the tuning job list
+ * (search_cursor.c): {"t": created_at in microseconds since the epoch, within +-2^53, "id": a
+ * UUID}, nothing else. Pure; thread-safe. */
 bool store_tuning_cursor_ok(const json_t *cur);
 /* The RUNNING and STOPPING tuning jobs, oldest first. Caller frees *ids. */
 int store_tuning_active(store_conn_t *c, char (**ids)[STORE_ID_LEN], int *n, kiln_err_t *err);

@@ -130,17 +130,6 @@ int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln
     return rows_array(r, true, -1, out, err);
 }
 
-bool store_tuning_cursor_ok(const json_t *cur)
-{
-    const json_t *t = json_object_get(cur, "t");
-    const char *id = json_string_value(json_object_get(cur, "id"));
-    /* within +-2^53 us of the epoch (the years 1685 to 2255): the query's microseconds times an
-     * interval stay exact, and every time kilnd stamps is one */
-    const json_int_t bound = (json_int_t)1 << 53;
-    return json_is_object(cur) && json_object_size(cur) == 2 && json_is_integer(t) &&
-           json_integer_value(t) >= -bound && json_integer_value(t) <= bound && id && store_is_uuid(id);
-}
-
 /* The list's SELECT up to its WHERE: each tuning job's trial counts by state and its best trial,
  * over its own trials and its warm start parents' (the parents' first on a tie, as the service's
  * tune_best); its last two columns are created_at in microseconds and the id, for the cursor. */
@@ -181,7 +170,8 @@ int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, con
     snprintf(lim, sizeof lim, "%d", limit + 1);
     if (after)
         snprintf(us, sizeof us, "%lld", (long long)json_integer_value(json_object_get(after, "t")));
-    const char *p[4] = {projects, lim, after ? us : NULL, after ? json_string_value(json_object_get(after, "id")) : NULL};
+    const char *after_id = after ? json_string_value(json_object_get(after, "id")) : NULL;
+    const char *p[4] = {projects, lim, after ? us : NULL, after_id};
     PGresult *r = NULL;
     /* the keyset: the rows after the cursor's (created_at, id) in the order of the page */
     int rc = after ? store_q(c, "list tuning jobs",
@@ -190,8 +180,8 @@ int store_tuning_list_json(store_conn_t *c, const char *projects, int limit, con
                              " $4::uuid)"
                              " ORDER BY t.created_at DESC, t.id DESC LIMIT $2::int",
                              4, p, &r, err)
-                   : store_q(c, "list tuning jobs", TUNING_LIST_SELECT " ORDER BY t.created_at DESC, t.id DESC LIMIT $2::int",
-                             2, p, &r, err);
+                   : store_q(c, "list tuning jobs",
+                             TUNING_LIST_SELECT " ORDER BY t.created_at DESC, t.id DESC LIMIT $2::int", 2, p, &r, err);
     if (rc)
         return rc;
     int rows = PQntuples(r);

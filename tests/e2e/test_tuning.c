@@ -775,7 +775,8 @@ Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_dat
     cr_assert_eq(PQresultStatus(ins), PGRES_COMMAND_OK, "%s", PQerrorMessage(db));
     PQclear(ins);
     PQfinish(db);
-    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", prefix, NULL), 0, "by a prefix, past the first page: %s", err);
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", prefix, NULL), 0, "by a prefix, past the first page: %s",
+                 err);
     cr_assert(strstr(out, first), "%s", out);
     free(out);
     free(err);

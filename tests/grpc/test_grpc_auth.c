@@ -1627,8 +1627,9 @@ Test(grpc_auth, list_tuning_jobs_pages_within_the_callers_projects)
             json_t *req = json_pack("{s:i}", "page_size", 2);
             if (token[0])
                 json_object_set_new(req, "page_token", json_string(token));
-            json_t *res = run_calls(&(gcall_t){.method = "/kiln.TrainingService/ListTuningJobs", .request = req, .token = tokens[cases[c].caller]},
-                                    1, true);
+            gcall_t call = {.method = "/kiln.TrainingService/ListTuningJobs", .request = req,
+                            .token = tokens[cases[c].caller]};
+            json_t *res = run_calls(&call, 1, true);
             cr_assert_str_eq(code_of(res, 0), "OK", "%s", json_dumps(res, 0));
             json_t *r = json_object_get(json_array_get(res, 0), "response");
             json_t *page = json_object_get(r, "tuning_jobs");
