@@ -1061,7 +1061,11 @@ class Live(unittest.TestCase):
         # pages together are the list, and a name is found past the first page
         newer = self.client.create_tuning_job(dict(tuner.spec(job_name=run + "-newer"), max_jobs=1,
                                                    max_parallel_jobs=1))
-        self.client.stop_tuning_job(newer.id)
+        try:
+            self.client.stop_tuning_job(newer.id)
+        except kiln.KilnError as e:  # its one small trial may have ended it already
+            if e.status != 409:
+                raise
         whole = [x.id for x in self.client.tuning_jobs()]
         self.assertEqual([x.id for x in self.client.tuning_jobs(page_size=1)], whole)
         self.assertEqual(len(set(whole)), len(whole))
