@@ -720,7 +720,8 @@ Test(e2e_tuning, trials_yield_to_an_ordinary_job_and_resume_from_their_checkpoin
 Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_data_paths_whole, .init = e2e_setup,
      .fini = e2e_teardown, .timeout = 180)
 {
-    char *job = e2e_spec("named", 5000, 1, 1, 4);
+    /* trials long enough never to end their searches before the test stops them */
+    char *job = e2e_spec("named", 1000000, 1, 1, 4);
     json_t *base = json_loads(job, 0, NULL);
     free(job);
     cr_assert_not_null(base);
@@ -778,8 +779,7 @@ Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_dat
     free(out);
     free(err);
     /* 500 newer ones (ended, made in the database: the controller leaves them be) push both past
-     * the list's first page: the CLI looks through every page (both are stopped first: a trial
-     * this small may end its search while the pages are read) */
+     * the list's first page: the CLI looks through every page */
     PGconn *db = PQconnectdb(e2e_cl->db_url);
     cr_assert_eq(PQstatus(db), CONNECTION_OK, "%s", PQerrorMessage(db));
     PGresult *ins = PQexec(db, "INSERT INTO tuning_jobs (id, name, project, spec, state, created_at)"
