@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any, cast
@@ -66,6 +66,24 @@ def _objs(v: Any) -> list[JSONObject]:
 
 def _str(v: Any) -> str:
     return v if isinstance(v, str) else ""
+
+
+def _pages(fetch: Callable[[int, str], JSONObject], key: str, limit: int | None,
+           page_size: int | None = None) -> list[JSONObject]:
+    """Every object of a paged list, newest first: fetch(size, token) answers one page (its
+    objects under key, then next_page_token), page_size (1 to 500, default 500) a request; at most
+    limit of them (None: all)."""
+    out: list[JSONObject] = []
+    token = ""
+    while True:
+        size = page_size or 500
+        if limit is not None:
+            size = max(1, min(size, limit - len(out)))
+        page = fetch(size, token)
+        out.extend(_objs(page.get(key)))
+        token = _str(page.get("next_page_token"))
+        if not token or (limit is not None and len(out) >= limit):
+            return out[:limit] if limit is not None else out
 
 
 def _int(v: Any) -> int:
@@ -372,16 +390,10 @@ class Client:
             status = ",".join(status)
         if isinstance(tag, tuple):
             tag = "%s:%s" % tag
-        out: list[Job] = []
-        token = ""
-        while True:
-            size = 500 if limit is None else max(1, min(500, limit - len(out)))
-            _, page = self._call("GET", "/v1/jobs", query={"status": status, "tag": tag, "page_size": size,
-                                                           "page_token": token or None})
-            out.extend(Job(self, j) for j in _objs(page.get("jobs")))
-            token = _str(page.get("next_page_token"))
-            if not token or (limit is not None and len(out) >= limit):
-                return out[:limit] if limit is not None else out
+        def fetch(size: int, token: str) -> JSONObject:
+            return self._call("GET", "/v1/jobs", query={"status": status, "tag": tag, "page_size": size,
+                                                        "page_token": token or None})[1]
+        return [Job(self, j) for j in _pages(fetch, "jobs", limit)]
 
     def search(self, filter: str | None = None, order_by: str | Iterable[str] | None = None,
                columns: str | Iterable[str] | None = None, limit: int | None = None,
@@ -400,12 +412,7 @@ class Client:
         mistake and whose ``hint`` names the nearest field."""
         order = order_by if order_by is None or isinstance(order_by, str) else ", ".join(order_by)
         cols = [c.strip() for c in columns.split(",") if c.strip()] if isinstance(columns, str) else list(columns or [])
-        out: list[Job] = []
-        token = ""
-        while True:
-            size = page_size or 500
-            if limit is not None:
-                size = max(1, min(size, limit - len(out)))
+        def fetch(size: int, token: str) -> JSONObject:
             body: JSONObject = {"filter": filter or "", "page_size": size}
             if order:
                 body["order_by"] = order
@@ -413,11 +420,8 @@ class Client:
                 body["columns"] = cols
             if token:
                 body["page_token"] = token
-            _, page = self._call("POST", "/v1/jobs:search", body=body)
-            out.extend(Job(self, j) for j in _objs(page.get("jobs")))
-            token = _str(page.get("next_page_token"))
-            if not token or (limit is not None and len(out) >= limit):
-                return out[:limit] if limit is not None else out
+            return self._call("POST", "/v1/jobs:search", body=body)[1]
+        return [Job(self, j) for j in _pages(fetch, "jobs", limit, page_size)]
 
     def compare(self, job_ids: Iterable[str], metrics: Iterable[str] | None = None,
                 max_points: int = 200) -> JSONObject:
@@ -696,17 +700,9 @@ class Client:
         """The tuning jobs of the projects you can see, newest first, page by page (GET
         /v1/tuning-jobs, ``page_size`` of them a request: 1 to 500, default 500). ``limit``: at most
         this many (default: all)."""
-        out: list[TuningJob] = []
-        token = ""
-        while True:
-            size = page_size or 500
-            if limit is not None:
-                size = max(1, min(size, limit - len(out)))
-            _, page = self._call("GET", "/v1/tuning-jobs", query={"page_size": size, "page_token": token or None})
-            out.extend(TuningJob(self, t) for t in _objs(page.get("tuning_jobs")))
-            token = _str(page.get("next_page_token"))
-            if not token or (limit is not None and len(out) >= limit):
-                return out[:limit] if limit is not None else out
+        def fetch(size: int, token: str) -> JSONObject:
+            return self._call("GET", "/v1/tuning-jobs", query={"page_size": size, "page_token": token or None})[1]
+        return [TuningJob(self, t) for t in _pages(fetch, "tuning_jobs", limit, page_size)]
 
     def find_tuning_job(self, ref: str, page_size: int | None = None) -> TuningJob:
         """The tuning job ``ref`` names: its id, a unique prefix of its id (4 characters or more, in
