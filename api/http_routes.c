@@ -149,29 +149,39 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
     return ret;
 }
 
+/* A paged list's page_size and page_token, as every list reads them (the service checks their
+ * values, as gRPC's): page_size any int32 (set says whether it was given), "?page_token=" the
+ * first page. Nonzero (err set) when page_size is not such an integer. */
+static int http_page_args(http_req_t *r, int *size, bool *set, const char **token, kiln_err_t *err)
+{
+    int64_t v = 0;
+    if (http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &v, set, err))
+        return KILN_EINVAL;
+    *size = (int)v;
+    *token = http_arg(r, "page_token");
+    if (*token && !**token)
+        *token = NULL;
+    return 0;
+}
+
 /* The filters are checked by the service (the same checks as gRPC's ListJobs and SearchJobs). */
 static enum MHD_Result http_jobs_list(http_req_t *r)
 {
     kiln_err_t err;
     kiln_err_clear(&err);
     svc_job_filter_t f = {0};
-    int64_t page_size = 0;
-    if (http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &page_size, &f.page_size_set, &err))
+    if (http_page_args(r, &f.page_size, &f.page_size_set, &f.page_token, &err))
         return http_reply_err(r, &err);
-    f.page_size = (int)page_size;
     f.status = http_arg(r, "status");
     f.tag = http_arg(r, "tag");
     f.filter = http_arg(r, "filter");
     f.order_by = http_arg(r, "order_by");
     f.columns = http_arg(r, "columns");
-    f.page_token = http_arg(r, "page_token");
     /* an empty parameter ("?tag=") is the same as none */
     if (f.status && !*f.status)
         f.status = NULL;
     if (f.tag && !*f.tag)
         f.tag = NULL;
-    if (f.page_token && !*f.page_token)
-        f.page_token = NULL;
     json_t *out = NULL;
     int rc = svc_job_list(r->h->svc, &r->who, &f, &out, &err);
     if (rc)
@@ -843,13 +853,8 @@ static enum MHD_Result http_tuning_list(http_req_t *r)
     kiln_err_clear(&err);
     json_t *out = NULL;
     svc_page_t page = {0};
-    int64_t page_size = 0;
-    if (http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &page_size, &page.page_size_set, &err))
+    if (http_page_args(r, &page.page_size, &page.page_size_set, &page.page_token, &err))
         return http_reply_err(r, &err);
-    page.page_size = (int)page_size;
-    page.page_token = http_arg(r, "page_token");
-    if (page.page_token && !*page.page_token)
-        page.page_token = NULL; /* "?page_token=" is the first page, as for jobs */
     int rc = svc_tuning_list(r->h->svc, &r->who, &page, &out, &err);
     return http_reply_svc(r, rc, &err, MHD_HTTP_OK, out);
 }
