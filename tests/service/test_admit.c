@@ -1028,7 +1028,7 @@ Test(admit, past_the_exact_search_the_victims_are_those_needed_and_no_more)
     /* 27 candidates, more than SCHED_PREEMPT_EXACT: the 13 that lose least hold worker v, which
      * the head (14 slots on one worker) cannot use; w's 14 are the victims, and none of v's */
     static const int wv[] = {0}, ww[] = {1};
-    static char ids[27][8];
+    static char ids[27][16];
     sched_worker_t w[] = {W("v", "cpu", 13, 0), W("w", "cpu", 14, 0)};
     sched_queue_t q[] = {queue("a", NULL, U, U)};
     q[0].usage[0] = 27;
