@@ -675,7 +675,17 @@ describe('web UI', { concurrency: false }, () => {
     await page.waitForSelector('#trial-of a');
     await page.waitForFunction(() => /Trial \d+ of tuning job ui-sweep/.test(document.getElementById('trial-of').textContent));
     assert.equal(await page.getAttribute('#trial-of a', 'href'), `#/tuning/${sweep.id}`);
-    // the list: both searches, with their trials done and the best objective
+    // the list: both searches, with their trials done and the best objective, read a search a page
+    // (the page's requests rewritten to page_size=1, against the real kilnd): it follows
+    // next_page_token to the end, so the sort and the count are over every search
+    const listReads = [];
+    const isList = (u) => u.pathname === '/v1/tuning-jobs';
+    await page.route(isList, (route) => {
+      const u = new URL(route.request().url());
+      u.searchParams.set('page_size', '1');
+      listReads.push(u.searchParams.get('page_token') || '');
+      return route.continue({ url: u.toString() });
+    });
     await page.locator('nav a', { hasText: 'Tuning' }).click();
     await page.waitForSelector(`main[data-loaded="true"] table.tunings tr[data-id="${sweep.id}"]`);
     const row = page.locator(`table.tunings tr[data-id="${sweep.id}"]`);
@@ -686,6 +696,9 @@ describe('web UI', { concurrency: false }, () => {
     await page.waitForFunction(() => /order_by=name(\+|%20)asc/.test(location.hash));
     assert.deepEqual(await page.$$eval('table.tunings tbody tr', (trs) => trs.map((t) => t.querySelector('.c-name').textContent)),
       ['ui-slow-search', 'ui-sweep']);
+    assert.equal(await page.textContent('main .toolbar'), '2 tuning jobs');
+    assert.ok(listReads.filter((t) => t).length >= 1, `the list read no page past the first: ${JSON.stringify(listReads)}`);
+    await page.unroute(isList);
     await shot(page, 'tuning-list');
     // dark mode and a phone's width
     await page.emulateMedia({ colorScheme: 'dark' });

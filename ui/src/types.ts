@@ -152,3 +152,4 @@ export interface TuningJob {
   updated_at: string;
   ended_at?: string | null;
 }
+export interface TuningJobPage { tuning_jobs: TuningJob[]; next_page_token?: string }

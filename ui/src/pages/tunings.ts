@@ -1,13 +1,17 @@
 // tunings.ts - the tuning jobs page (#/tuning?order_by=created desc): the searches of the projects
 // the user can see (GET /v1/tuning-jobs) with their state, strategy, trials finished of the most
 // and running, best objective so far and age, sortable by any column, the order kept in the URL.
-// One read a refresh: the list carries each search's trial counts and best.
+// A refresh reads the whole list, following next_page_token to its end: the page sorts and counts
+// in the browser, which is right only over every search (a "Load more" as on the jobs page, whose
+// order kilnd applies, would sort and count the first page alone); searches are few (each is many
+// jobs), a page holds 500, and each carries its trial counts and best.
 import { ApiError, get } from '../api';
 import { clear, compareCells, fmtAge, fmtNum, h, parseOrder, sortHeader, stateBadge, TERMINAL } from '../dom';
 import { setParams, type Cleanup } from '../main';
-import type { TuningJob } from '../types';
+import type { TuningJob, TuningJobPage } from '../types';
 
 const REFRESH_MS = 3000;
+const PAGE = 500; // the most kilnd gives a page
 const DEFAULT_ORDER = 'created desc';
 
 // A tuning job's trials that ended (COMPLETED, FAILED, STOPPED): the list's count, or its own
@@ -79,9 +83,26 @@ export function tuningsPage(main: HTMLElement, params: URLSearchParams): Cleanup
     status.textContent = `${rows.length} tuning job${rows.length === 1 ? '' : 's'}`;
   }
 
+  // Every page, newest first; a search created while reading is on the first page only (the pages
+  // go by created_at then id), so none comes twice, but one is kept once by its id all the same.
+  async function readAll(): Promise<TuningJob[]> {
+    const all: TuningJob[] = [];
+    const seen = new Set<string>();
+    let token = '';
+    do {
+      const p = new URLSearchParams({ page_size: String(PAGE) });
+      if (token) p.set('page_token', token);
+      const page = await get<TuningJobPage>(`/v1/tuning-jobs?${p}`);
+      if (!alive) break;
+      for (const t of page.tuning_jobs) if (!seen.has(t.id)) { seen.add(t.id); all.push(t); }
+      token = page.next_page_token || '';
+    } while (token);
+    return all;
+  }
+
   async function load(): Promise<void> {
     try {
-      list = (await get<{ tuning_jobs: TuningJob[] }>('/v1/tuning-jobs')).tuning_jobs;
+      list = await readAll();
       if (!alive) return;
       loaded = true;
       errBox.hidden = true;
