@@ -600,33 +600,86 @@ static int h_get_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, a
     return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
 }
 
+/* A field the update mask names, as REST's JSON carries its value in the message's JSON (set,
+ * borrowed; NULL when the message leaves it out): proto3 leaves a zero value out, so a number
+ * named is 0, a boolean false, a list []; a text or a map named without a value is REST's null (no
+ * cohort, no limit, no quota limit; a preemption value's default). fd: the field's descriptor, or
+ * NULL for a name the message lacks (the service refuses it, as REST refuses an unknown field).
+ * Caller owns the result. */
+static json_t *masked_value(const json_t *set, const char *key, const ProtobufCFieldDescriptor *fd)
+{
+    json_t *v = json_incref(json_object_get(set, key));
+    if (v || !fd)
+        return v ? v : json_null();
+    if (fd->label == PROTOBUF_C_LABEL_REPEATED && fd->type != PROTOBUF_C_TYPE_MESSAGE)
+        return json_array();
+    if (fd->label != PROTOBUF_C_LABEL_REPEATED && fd->type == PROTOBUF_C_TYPE_BOOL)
+        return json_false();
+    if (fd->label != PROTOBUF_C_LABEL_REPEATED && fd->type != PROTOBUF_C_TYPE_STRING &&
+        fd->type != PROTOBUF_C_TYPE_MESSAGE)
+        return json_integer(0);
+    return json_null();
+}
+
+/* One update_mask path into patch, REST's PATCH body. A field of Queue ("weight"; "unlimited_quota"
+ * is "quota") takes the message's value; a field of one of its message fields (AIP-161's dotted
+ * path, "preemption.within_queue") goes into that field's object, which the service merges into
+ * the stored one as REST's {"preemption": {"within_queue": ...}} does; the service refuses a
+ * name that is not a field as REST does ("queue.preemption.x"). named: the fields named so far,
+ * each true when named whole, false when by its fields. KILN_EINVAL naming update_mask for what
+ * REST cannot say: a part of a field that changes whole (a map's entry, "quota.cpu"; a scalar's),
+ * and a message field named both whole and by its fields. */
+static int mask_path(const char *path, const json_t *set, json_t *patch, json_t *named, kiln_err_t *err)
+{
+    const char *dot = strchr(path, '.');
+    char head[64];
+    snprintf(head, sizeof head, "%.*s", dot ? (int)KILN_MIN((size_t)(dot - path), sizeof head - 1) : 63, path);
+    const char *f = strcmp(head, "unlimited_quota") ? head : "quota";
+    const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(&kiln__queue__descriptor, f);
+    const json_t *before = json_object_get(named, f);
+    if (before && json_is_true(before) != !dot) {
+        kiln_err_set(err, KILN_EINVAL, "update_mask", "update_mask names %.60s both whole and by its fields", f);
+        kiln_err_hint(err, "name \"%.60s\" for all of it, or each field of it to change (\"%.60s.FIELD\")", f, f);
+        return KILN_EINVAL;
+    }
+    json_object_set_new(named, f, json_boolean(!dot));
+    if (!dot) {
+        json_object_set_new(patch, f, masked_value(set, f, fd));
+        return 0;
+    }
+    if (fd && (fd->label == PROTOBUF_C_LABEL_REPEATED || fd->type != PROTOBUF_C_TYPE_MESSAGE)) {
+        kiln_err_set(err, KILN_EINVAL, "update_mask", "update_mask path \"%.80s\" names a part of %.60s, which "
+                     "changes whole", path, f);
+        if (fd->label == PROTOBUF_C_LABEL_REPEATED)
+            kiln_err_hint(err, "name \"%.60s\" and give all of %.60s in queue, as REST's PATCH does", f, f);
+        else
+            kiln_err_hint(err, "name \"%.60s\"", f);
+        return KILN_EINVAL;
+    }
+    json_t *part = json_object_get(patch, f);
+    if (!part) {
+        part = json_object();
+        json_object_set_new(patch, f, part);
+    }
+    const char *sub = dot + 1;
+    const ProtobufCFieldDescriptor *sfd =
+        fd ? protobuf_c_message_descriptor_get_field_by_name((const ProtobufCMessageDescriptor *)fd->descriptor, sub)
+           : NULL;
+    json_object_set_new(part, sub, masked_value(json_object_get(set, f), sub, sfd));
+    return 0;
+}
+
 static int h_update_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
                           kiln_err_t *err)
 {
     const Kiln__UpdateQueueRequest *r = (const Kiln__UpdateQueueRequest *)req;
-    json_t *set = NULL, *patch = json_object(), *out = NULL;
+    json_t *set = NULL, *patch = json_object(), *named = json_object(), *out = NULL;
     int rc = queue_json(r->queue, &set, err);
-    /* the fields the mask names, with the message's values as REST's JSON carries them: proto3
-     * leaves a zero value out, so a number named is 0, a boolean false, a list []; a text or a
-     * map named without a value is REST's null (no cohort, no limit, no quota limit) */
-    for (size_t i = 0; rc == 0 && i < r->n_update_mask; i++) {
-        const char *f = strcmp(r->update_mask[i], "unlimited_quota") ? r->update_mask[i] : "quota";
-        json_t *v = json_incref(json_object_get(set, f));
-        const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(&kiln__queue__descriptor, f);
-        if (!v && fd && fd->label == PROTOBUF_C_LABEL_REPEATED && fd->type != PROTOBUF_C_TYPE_MESSAGE)
-            v = json_array();
-        else if (!v && fd && fd->label != PROTOBUF_C_LABEL_REPEATED && fd->type == PROTOBUF_C_TYPE_BOOL)
-            v = json_false();
-        else if (!v && fd && fd->label != PROTOBUF_C_LABEL_REPEATED && fd->type != PROTOBUF_C_TYPE_STRING &&
-                 fd->type != PROTOBUF_C_TYPE_MESSAGE)
-            v = json_integer(0);
-        else if (!v)
-            v = json_null();
-        json_object_set_new(patch, f, v);
-    }
+    for (size_t i = 0; rc == 0 && i < r->n_update_mask; i++)
+        rc = mask_path(r->update_mask[i], set, patch, named, err);
     if (rc == 0 && r->n_update_mask == 0) {
         kiln_err_set(err, KILN_EINVAL, "update_mask", "update_mask must name the fields to change");
-        kiln_err_hint(err, "for example update_mask: [\"weight\", \"quota\"]");
+        kiln_err_hint(err, "for example update_mask: [\"weight\", \"quota\", \"preemption.within_queue\"]");
         rc = KILN_EINVAL;
     }
     if (rc == 0)
@@ -635,6 +688,7 @@ static int h_update_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req
         queue_answer(out);
     json_decref(set);
     json_decref(patch);
+    json_decref(named);
     return rc ? rc : reply(out, &kiln__queue__descriptor, a, resp);
 }
 

@@ -1626,6 +1626,86 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
     protobuf_c_message_free_unpacked(&upd->base, NULL);
 
+    /* the policy's fields by dotted path (AIP-161): each named takes the message's value, merged
+     * into the stored policy as REST's {"preemption": {"within_queue": ...}} is, what is not named
+     * stays; named unset ("") is its default, as REST's null */
+    pre = (Kiln__QueuePreemption)KILN__QUEUE_PREEMPTION__INIT;
+    pre.within_queue = "never";
+    pre.reclaim_within_cohort = "never"; /* not named: not changed */
+    patch.preemption = &pre;
+    char *within_mask[] = {"preemption.within_queue"};
+    ureq.update_mask = within_mask;
+    ureq.n_update_mask = 1;
+    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(upd->preemption->within_queue, "never");
+    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    pre.within_queue = "";
+    pre.reclaim_within_cohort = "lower_priority";
+    char *reclaim_mask[] = {"preemption.reclaim_within_cohort"};
+    ureq.update_mask = reclaim_mask;
+    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(upd->preemption->within_queue, "never", "a field not named stays");
+    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "lower_priority");
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    pre.reclaim_within_cohort = "never";
+    char *both_mask[] = {"preemption.within_queue", "preemption.reclaim_within_cohort"};
+    ureq.update_mask = both_mask;
+    ureq.n_update_mask = 2;
+    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(upd->preemption->within_queue, "lower_priority", "named unset: the default");
+    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "never");
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    /* refused: an unknown field of the policy and a value it does not take, as REST's PATCH
+     * refuses them; a part of a field that changes whole, and the policy named both whole and by
+     * its fields, naming update_mask; none changes the queue */
+    kiln_err_t perr;
+    long pst = 0;
+    char *unknown_mask[] = {"preemption.sometimes"};
+    ureq.update_mask = unknown_mask;
+    ureq.n_update_mask = 1;
+    kiln_err_clear(&perr);
+    cr_assert_null(tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &perr));
+    json_t *prj = gt_rest(&K, "PATCH", "/v1/queues/nlp", "{\"preemption\": {\"sometimes\": \"never\"}}", &pst);
+    cr_assert_str_eq(json_string_value(json_object_get(prj, "field")), "preemption.sometimes");
+    cr_assert_str_eq(json_string_value(json_object_get(prj, "message")), "unknown field \"preemption.sometimes\"");
+    refused_alike(&perr, code, 3 /* INVALID_ARGUMENT */, prj, pst, 400, "queue.preemption.sometimes");
+    json_decref(prj);
+    pre.within_queue = "always";
+    ureq.update_mask = within_mask;
+    kiln_err_clear(&perr);
+    cr_assert_null(tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &perr));
+    prj = gt_rest(&K, "PATCH", "/v1/queues/nlp", "{\"preemption\": {\"within_queue\": \"always\"}}", &pst);
+    cr_assert_str_eq(json_string_value(json_object_get(prj, "field")), "preemption.within_queue");
+    refused_alike(&perr, code, 3 /* INVALID_ARGUMENT */, prj, pst, 400, "queue.preemption.within_queue");
+    json_decref(prj);
+    char *entry_mask[] = {"quota.cpu"};
+    ureq.update_mask = entry_mask;
+    kiln_err_clear(&perr);
+    cr_assert_null(tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &perr));
+    cr_assert_eq(code, 3, "gRPC code %d: %s", code, perr.message);
+    cr_assert_str_eq(perr.message, "update_mask path \"quota.cpu\" names a part of quota, which changes whole\n"
+                     "hint: name \"quota\" and give all of quota in queue, as REST's PATCH does");
+    char *twice_mask[] = {"preemption.within_queue", "preemption"};
+    ureq.update_mask = twice_mask;
+    ureq.n_update_mask = 2;
+    kiln_err_clear(&perr);
+    cr_assert_null(tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &perr));
+    cr_assert_eq(code, 3, "gRPC code %d: %s", code, perr.message);
+    cr_assert(strstr(perr.message, "update_mask names preemption both whole and by its fields\nhint: ") == perr.message,
+              "%s", perr.message);
+    rest_view = gt_rest(&K, "GET", "/v1/queues/nlp", NULL, &(long){0});
+    set_pre = json_pack("{s:s, s:s}", "within_queue", "lower_priority", "reclaim_within_cohort", "never");
+    cr_assert(json_equal(json_object_get(rest_view, "preemption"), set_pre), "the refusals changed nothing");
+    json_decref(set_pre);
+    json_decref(rest_view);
+    ureq.update_mask = pmask;
+    ureq.n_update_mask = 1;
+    patch.preemption = NULL;
+
     /* a bad body: the same status, message and hint as over REST */
     Kiln__Queue__QuotaEntry tpu = KILN__QUEUE__QUOTA_ENTRY__INIT;
     tpu.key = "tpu";
