@@ -179,7 +179,7 @@ static const cli_command_t cli_commands[] = {
      "A web UI session token (from `kiln ui`) makes no tokens: create them from a `kiln login`.\n"},
     {"projects", cli_cmd_projects,
      "[list]\ncreate NAME [--default-queue QUEUE]\nupdate PROJECT --default-queue QUEUE\nmembers PROJECT\n"
-     "add-member PROJECT USER viewer|editor|admin\nremove-member PROJECT USER",
+     "add-member PROJECT USER " KILN_NAME_CHOICES(KILN_PROJECT_ROLES) "\nremove-member PROJECT USER",
      "list your projects and roles; create projects; manage their members",
      "commands:\n"
      "  list                 the projects you belong to, with your role and default queue (a\n"
@@ -219,12 +219,14 @@ static const cli_command_t cli_commands[] = {
      "                       those whose default queue it is (kiln projects list shows them)\n"
      "  --fair-sharing true|false\n"
      "                       order its jobs by their project's recent usage\n"
-     "  --preempt-within-queue lower_priority|never\n"
+     "  --preempt-within-queue " KILN_NAME_CHOICES(KILN_WITHIN_QUEUE_POLICIES) "\n"
      "                       which of its own jobs a job of it within its quota may preempt:\n"
-     "                       lower-priority ones (the default) or none\n"
-     "  --reclaim-within-cohort any|lower_priority|never\n"
+     "                       lower-priority ones or none (default: "
+     KILN_NAME_DEFAULT(KILN_WITHIN_QUEUE_POLICIES) ")\n"
+     "  --reclaim-within-cohort " KILN_NAME_CHOICES(KILN_RECLAIM_WITHIN_COHORT_POLICIES) "\n"
      "                       which jobs of its cohort's queues that borrow beyond their quota a\n"
-     "                       job of it within its quota may preempt (default: any)\n"},
+     "                       job of it within its quota may preempt (default: "
+     KILN_NAME_DEFAULT(KILN_RECLAIM_WITHIN_COHORT_POLICIES) ")\n"},
     {"tune", cli_cmd_tune, "[list [--limit N] [--page-size N]]\nsubmit FILE [--source-dir DIR]\ndescribe ID\nstop ID",
      "hyperparameter tuning: searches whose trials are ordinary jobs",
      "commands:\n"

@@ -3,6 +3,7 @@
 #ifndef KILN_CLI_INT_H
 #define KILN_CLI_INT_H
 
+#include "base/api_names.h" /* the API's names the help and hints list */
 #include "cli/cli.h"
 
 typedef struct cli_client {

@@ -297,7 +297,7 @@ static void cli_show_project_created(const cli_client_t *c, const json_t *reply)
     (void)c;
     const char *name = cli_jstr(reply, "name");
     printf("created project %s (default queue %s)\n", name, cli_jstr(reply, "default_queue"));
-    fprintf(stderr, "next: kiln projects add-member %s USER viewer|editor|admin\n", name);
+    fprintf(stderr, "next: kiln projects add-member %s USER " KILN_NAME_CHOICES(KILN_PROJECT_ROLES) "\n", name);
 }
 
 static void cli_show_members(const cli_client_t *c, const json_t *reply)
@@ -411,7 +411,7 @@ int cli_cmd_projects(cli_client_t *c, int argc, char **argv)
     if (n < 0)
         return CLI_EXIT_USAGE;
     if (n < want) {
-        static const char *const what[] = {"the project", "the user", "the role (viewer, editor or admin)"};
+        static const char *const what[] = {"the project", "the user", "the role (" KILN_NAME_CHOICES(KILN_PROJECT_ROLES) ")"};
         return cli_usage_error("projects", "%s: missing %s", sub, what[n]);
     }
     if (!strcmp(sub, "list"))

@@ -25,8 +25,10 @@ const char *sched_slot_type_name(int type)
     return type == 0 ? "cpu" : type == 1 ? "gpu" : "?";
 }
 
-const char *const sched_within_names[] = {"lower_priority", "never", NULL};
-const char *const sched_reclaim_names[] = {"any", "lower_priority", "never", NULL};
+#define POLICY_NAME_(id, name) name,
+const char *const sched_within_names[] = {KILN_WITHIN_QUEUE_POLICIES(POLICY_NAME_, POLICY_NAME_) NULL};
+const char *const sched_reclaim_names[] = {KILN_RECLAIM_WITHIN_COHORT_POLICIES(POLICY_NAME_, POLICY_NAME_) NULL};
+#undef POLICY_NAME_
 
 int sched_policy_parse(const char *const names[], const char *name)
 {

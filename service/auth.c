@@ -49,7 +49,9 @@ void svc_token_id_new(char *out, size_t n)
 
 /* ---- callers -------------------------------------------------------------------------------- */
 
-static const char *const k_role_names[] = {"", "viewer", "editor", "admin"};
+#define ROLE_NAME_(id, name) name,
+static const char *const k_role_names[] = {"", KILN_PROJECT_ROLES(ROLE_NAME_, ROLE_NAME_)};
+#undef ROLE_NAME_
 
 const char *svc_role_name(svc_role_t r)
 {

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/api_names.h"
 #include "base/base.h"
 #include "base/job_states.h"
 #include "proto/kiln.pb-c.h"
@@ -85,11 +86,14 @@ int svc_check_bool_text(const char *field, const char *text, bool *out, kiln_err
  * Every client-facing operation takes the caller (who): a user authenticated by an API token,
  * with its project roles. Projects are the tenant boundary: a job in a project the caller has no
  * role in does not exist for it (KILN_ENOTFOUND, never KILN_EPERM), and lists leave it out. */
+/* The roles of base/api_names.h's KILN_PROJECT_ROLES, from 1 in its order (each allows more):
+ * SVC_ROLE_VIEWER reads jobs, events, logs, metrics, artifacts, members; SVC_ROLE_EDITOR also
+ * submits and stops jobs; SVC_ROLE_ADMIN also manages the project's members. */
 typedef enum svc_role {
     SVC_ROLE_NONE = 0,
-    SVC_ROLE_VIEWER = 1,   /* read jobs, events, logs, metrics, artifacts, members */
-    SVC_ROLE_EDITOR = 2,   /* also submit and stop jobs */
-    SVC_ROLE_ADMIN = 3,    /* also manage the project's members */
+#define SVC_ROLE_ENUM_(id, name) SVC_ROLE_##id,
+    KILN_PROJECT_ROLES(SVC_ROLE_ENUM_, SVC_ROLE_ENUM_)
+#undef SVC_ROLE_ENUM_
 } svc_role_t;
 
 typedef struct svc_project_role {
@@ -107,7 +111,8 @@ typedef struct svc_caller {
     int nroles;
 } svc_caller_t;
 
-/* "viewer" | "editor" | "admin" ("" for none); parse gives SVC_ROLE_NONE for anything else. */
+/* "viewer" | "editor" | "admin" (KILN_PROJECT_ROLES; "" for none); parse gives SVC_ROLE_NONE for
+ * anything else. */
 const char *svc_role_name(svc_role_t r);
 svc_role_t svc_role_parse(const char *s);
 /* The caller's role in project (SVC_ROLE_ADMIN for cluster admins). */
@@ -718,17 +723,20 @@ const char *sched_slot_type_name(int type);
  * decides. within: which jobs of its own queue a head may preempt (withinClusterQueue):
  * lower-priority ones, or none. reclaim: which jobs of the queues of its cohort that borrow beyond
  * their nominal quota it may preempt (reclaimWithinCohort): any, lower-priority ones, or none.
- * Value 0 of each is the default, the rule of a queue that sets none. The names are the API's
- * values ("lower_priority", ...) in sched_within_names[] and sched_reclaim_names[], indexed by
- * value and ended by NULL: the one list the validator, the CLI's help and the texts read. */
+ * Value 0 of each is the default, the rule of a queue that sets none. The values and their names
+ * (the API's, "lower_priority", ...) are base/api_names.h's KILN_WITHIN_QUEUE_POLICIES and
+ * KILN_RECLAIM_WITHIN_COHORT_POLICIES, the one list the enums below, sched_within_names[] and
+ * sched_reclaim_names[] (indexed by value and ended by NULL: what the validator and the texts
+ * read) and the CLI's help are made from. */
 typedef enum sched_within {
-    SCHED_WITHIN_LOWER_PRIORITY = 0,
-    SCHED_WITHIN_NEVER,
+#define SCHED_WITHIN_ENUM_(id, name) SCHED_WITHIN_##id,
+    KILN_WITHIN_QUEUE_POLICIES(SCHED_WITHIN_ENUM_, SCHED_WITHIN_ENUM_)
+#undef SCHED_WITHIN_ENUM_
 } sched_within_t;
 typedef enum sched_reclaim {
-    SCHED_RECLAIM_ANY = 0,
-    SCHED_RECLAIM_LOWER_PRIORITY,
-    SCHED_RECLAIM_NEVER,
+#define SCHED_RECLAIM_ENUM_(id, name) SCHED_RECLAIM_##id,
+    KILN_RECLAIM_WITHIN_COHORT_POLICIES(SCHED_RECLAIM_ENUM_, SCHED_RECLAIM_ENUM_)
+#undef SCHED_RECLAIM_ENUM_
 } sched_reclaim_t;
 extern const char *const sched_within_names[];
 extern const char *const sched_reclaim_names[];

@@ -1,4 +1,5 @@
 /* test_base.c - the base module: status table, rich errors, arenas, flags, time parsing, atomic files. */
+#include "base/api_names.h"
 #include "base/base.h"
 
 #include <criterion/criterion.h>
@@ -419,4 +420,19 @@ Test(names, an_index_finds_each_key_once_and_keeps_the_strings_of_a_pair_apart)
     cr_assert_eq(kiln_names_find(&x, (const char *[]){"ab", "c"}, NULL), 0);
     cr_assert_eq(kiln_names_find(&x, (const char *[]){"abc", ""}, NULL), -1);
     kiln_names_free(&x);
+}
+
+/* api_names.h's lists as help text: a list's values joined by "|", and its first (a policy's
+ * default), string literals a value added to the list extends */
+Test(base, api_name_lists_make_help_literals)
+{
+#define THREE_(FIRST, NEXT) FIRST(A, "alpha") NEXT(B, "beta") NEXT(C, "gamma")
+    static const char choices[] = "--x " KILN_NAME_CHOICES(THREE_) "\n";
+    cr_assert_str_eq(choices, "--x alpha|beta|gamma\n");
+    cr_assert_str_eq(KILN_NAME_DEFAULT(THREE_), "alpha");
+#undef THREE_
+    cr_assert_str_eq(KILN_NAME_CHOICES(KILN_WITHIN_QUEUE_POLICIES), "lower_priority|never");
+    cr_assert_str_eq(KILN_NAME_CHOICES(KILN_RECLAIM_WITHIN_COHORT_POLICIES), "any|lower_priority|never");
+    cr_assert_str_eq(KILN_NAME_DEFAULT(KILN_RECLAIM_WITHIN_COHORT_POLICIES), "any");
+    cr_assert_str_eq(KILN_NAME_CHOICES(KILN_PROJECT_ROLES), "viewer|editor|admin");
 }

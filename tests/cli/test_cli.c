@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/api_names.h"
 #include "cli/cli.h"
 #include "tests/common/harness.h"
 
@@ -450,6 +451,43 @@ Test(cli_main, help_exits_0, .init = cr_redirect_stdout)
     cr_assert_eq(run_cli(2, (const char *[]){"kiln", "help", NULL}), 0);
     cr_assert_eq(run_cli(3, (const char *[]){"kiln", "logs", "--help", NULL}), 0);
     fflush(stdout);
+}
+
+/* Joins names with "|" into buf: the help's list of an option's values, made here by a loop. */
+static const char *bar_list(const char *const names[], size_t n, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? "|" : "", names[i]);
+    return buf;
+}
+
+/* The help lists each value base/api_names.h's lists have (the ones kilnd's validators take) and
+ * each policy's default, its first value: adding a value there shows it here. */
+Test(cli_main, help_lists_the_values_of_base_api_names, .init = cr_redirect_stdout)
+{
+#define NAME_(id, name) name,
+    static const char *const within[] = {KILN_WITHIN_QUEUE_POLICIES(NAME_, NAME_)};
+    static const char *const reclaim[] = {KILN_RECLAIM_WITHIN_COHORT_POLICIES(NAME_, NAME_)};
+    static const char *const roles[] = {KILN_PROJECT_ROLES(NAME_, NAME_)};
+#undef NAME_
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "help", "queues", NULL}), 0);
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "help", "projects", NULL}), 0);
+    fflush(stdout);
+    char buf[32768], list[256], want[512];
+    size_t n = fread(buf, 1, sizeof buf - 1, cr_get_redirected_stdout());
+    buf[n] = '\0';
+    snprintf(want, sizeof want, "  --preempt-within-queue %s\n", bar_list(within, KILN_ARRAY_LEN(within), list, sizeof list));
+    cr_assert(strstr(buf, want), "help lacks \"%s\":\n%s", want, buf);
+    snprintf(want, sizeof want, "(default: %s)", within[0]);
+    cr_assert(strstr(strstr(buf, "--preempt-within-queue"), want), "help lacks \"%s\":\n%s", want, buf);
+    snprintf(want, sizeof want, "  --reclaim-within-cohort %s\n", bar_list(reclaim, KILN_ARRAY_LEN(reclaim), list, sizeof list));
+    cr_assert(strstr(buf, want), "help lacks \"%s\":\n%s", want, buf);
+    snprintf(want, sizeof want, "(default: %s)", reclaim[0]);
+    cr_assert(strstr(strstr(buf, "--reclaim-within-cohort"), want), "help lacks \"%s\":\n%s", want, buf);
+    snprintf(want, sizeof want, "kiln projects add-member PROJECT USER %s\n",
+             bar_list(roles, KILN_ARRAY_LEN(roles), list, sizeof list));
+    cr_assert(strstr(buf, want), "help lacks \"%s\":\n%s", want, buf);
 }
 
 Test(cli_main, unreachable_server_exits_6, .init = cr_redirect_stderr)
