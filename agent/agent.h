@@ -241,7 +241,8 @@ typedef struct agent_launcher_config {
      * refuses to start when the sandbox is on and cannot work here (err says why). */
     agent_sandbox_config_t sandbox;
     /* Script jobs: the Python that runs a .py entry point (--python; NULL: "python3"), looked up
-     * in PATH when it has no '/'; a job's own "python" replaces it. */
+     * in PATH when it has no '/', made absolute when it has (a link stays one: a virtual
+     * environment's python); a job's own "python" replaces it. */
     const char *python;
     /* kiln-agent's --cuda-lib: libkiln_cuda.so when it is not beside train_bin (NULL: none); the
      * box shows it to kiln-train ranks, which get it as their --cuda-lib. */

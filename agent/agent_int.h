@@ -381,8 +381,10 @@ void sandbox_destroy(sandbox_t *s); /* accepts NULL; boxes must be destroyed fir
 /* One line for the agent's start-up log ("cgroup v1, uids 2000000000-2000065535, ..."). */
 const char *sandbox_describe(const sandbox_t *s);
 /* Whether every box shows the host path (absolute) at the same place: it lies in the system's
- * directories (/usr, /bin, /lib, ...) or under a --sandbox-ro-path. A program outside them (a
- * python of /root/.pyenv) cannot be started in a box. */
+ * directories (/usr, /bin, /lib, ...) or under a --sandbox-ro-path, and so does where its links
+ * lead (its realpath, when it resolves; a --sandbox-ro-path's own links followed too). A program
+ * outside them (a python of /root/.pyenv; /usr/local/bin/python3 linking to /opt/conda) cannot be
+ * started in a box. */
 bool sandbox_shows(const sandbox_t *s, const char *path);
 /* The memory and task limits of one rank, as configured (MiB; tasks). */
 int64_t sandbox_memory_per_slot_mb(const sandbox_t *s);
@@ -533,7 +535,7 @@ void sandbox_cg_each_box(const sandbox_cg_t *cg, void (*fn)(void *ud, uint32_t u
 typedef struct launch_host {       /* the launcher's settings a runtime reads (borrowed) */
     const char *work_dir;          /* resolved */
     const char *train_bin;         /* kiln-train */
-    const char *python;            /* --python, resolved to an absolute path ("" when not found) */
+    const char *python;            /* --python as an absolute path, not through its links ("" when not found) */
     const char *cuda_lib;          /* --cuda-lib, or NULL */
     const char *const *roots;      /* data roots, resolved */
     size_t nroots;

@@ -514,8 +514,18 @@ static char *launch_find_program(const char *name)
 {
     char buf[PATH_MAX];
     if (strchr(name, '/')) {
-        if (realpath(name, buf))
-            return strdup(buf);
+        /* absolute, its directories resolved but not itself: a virtual environment's python is a
+         * link that must stay one (Python finds the environment beside the link, not its target) */
+        const char *base = strrchr(name, '/') + 1;
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%.*s", base - name > 1 ? (int)(base - name - 1) : 1, name);
+        if (base[0] && realpath(dir, buf) && strlen(buf) + strlen(base) + 2 <= sizeof(buf)) {
+            if (strcmp(buf, "/") != 0)
+                strcat(buf, "/");
+            strcat(buf, base);
+            if (access(buf, F_OK) == 0)
+                return strdup(buf);
+        }
         return strdup(name[0] == '/' ? name : "");
     }
     const char *path = getenv("PATH");
@@ -649,11 +659,18 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
                  "will be refused", cfg->python && cfg->python[0] ? cfg->python : "python3");
     bool python_hidden = l->sandbox && l->python && l->python[0] && !sandbox_shows(l->sandbox, l->python);
     if (python_hidden) {
+        /* named as the operator gave it, then where it was found and where its links lead */
         const char *given = cfg->python && cfg->python[0] ? cfg->python : "python3";
+        char real[PATH_MAX], where[2 * PATH_MAX + 64] = "";
+        if (strcmp(given, l->python) != 0)
+            snprintf(where, sizeof(where), "%s%s", strchr(given, '/') ? ", that is " : ", found in PATH as ",
+                     l->python);
+        if (realpath(l->python, real) && strcmp(real, l->python) != 0)
+            snprintf(where + strlen(where), sizeof(where) - strlen(where), ", a link to %s", real);
         log_warn("--python %s%s%s lies outside what the sandbox shows ranks (/usr, /bin, /lib and --sandbox-ro-path): "
                  "script jobs with a .py entry point and no \"python\" of their own will fail; give --python "
-                 "/usr/bin/python3, or --sandbox-ro-path with the directory that holds it and its libraries", given,
-                 strcmp(given, l->python) ? ", found in PATH as " : "", strcmp(given, l->python) ? l->python : "");
+                 "/usr/bin/python3, or --sandbox-ro-path with the directories that hold it, where its links lead "
+                 "and its libraries", given, where, where[0] ? "," : "");
     }
     l->host = (launch_host_t){.work_dir = l->work_dir, .train_bin = l->train_bin, .python = l->python,
                               .cuda_lib = l->cuda_lib,

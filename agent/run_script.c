@@ -100,9 +100,12 @@ static int script_program(launch_attempt_t *at, const Kiln__Assignment *a, scrip
                                 "--python is not in PATH) and the job names none", ep);
         if (py == at->host->python && at->host->python_hidden) {
             /* the reason the job gets is the message alone: it says what to do */
-            kiln_err_set(err, KILN_EUNSUPP, "python", "this agent's Python %.100s lies outside what its sandbox shows "
+            char real[PATH_MAX], link[PATH_MAX + 16] = "";
+            if (realpath(py, real) && strcmp(real, py) != 0)
+                snprintf(link, sizeof(link), " (a link to %.60s)", real);
+            kiln_err_set(err, KILN_EUNSUPP, "python", "this agent's Python %.60s%s lies outside what its sandbox shows "
                          "ranks: start kiln-agent with --python /usr/bin/python3 (or --sandbox-ro-path DIR), or name "
-                         "a \"python\" inside the data roots in the job", py);
+                         "a \"python\" inside the data roots in the job", py, link);
             return KILN_EUNSUPP;
         }
         kiln_strlcpy(st->interp, py, sizeof(st->interp));

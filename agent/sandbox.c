@@ -1011,15 +1011,28 @@ static bool path_under(const char *path, const char *dir)
     return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/'));
 }
 
-bool sandbox_shows(const sandbox_t *s, const char *path)
+/* Whether path lies in the system's directories or under a --sandbox-ro-path; with resolved (path
+ * is a realpath), also under where a --sandbox-ro-path's links lead, which a box shows at the
+ * ro-path's own place. */
+static bool shown_at(const sandbox_t *s, const char *path, bool resolved)
 {
     for (size_t i = 0; i < KILN_ARRAY_LEN(k_system); i++)
         if (path_under(path, k_system[i]))
             return true;
+    char real[PATH_MAX];
     for (size_t i = 0; i < s->n_ro_paths; i++)
-        if (path_under(path, s->ro_paths[i]))
+        if (path_under(path, s->ro_paths[i]) || (resolved && realpath(s->ro_paths[i], real) && path_under(path, real)))
             return true;
     return false;
+}
+
+bool sandbox_shows(const sandbox_t *s, const char *path)
+{
+    if (!shown_at(s, path, false))
+        return false;
+    /* a link the box shows is no use when where it leads is not shown: follow every link */
+    char real[PATH_MAX];
+    return !realpath(path, real) || shown_at(s, real, true);
 }
 
 int64_t sandbox_memory_per_slot_mb(const sandbox_t *s)

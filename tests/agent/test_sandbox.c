@@ -12,6 +12,8 @@
 #include "agent/agent_int.h"
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -414,6 +416,93 @@ Test(sandbox, a_program_outside_what_boxes_show_is_told_apart)
     snprintf(shim, sizeof(shim), "%s2/bin/python3", venv);
     cr_assert(!sandbox_shows(s, shim));
     sandbox_destroy(s);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* A link the box shows that leads where it shows nothing (/usr/local/bin/python3 -> /opt/conda/...)
+ * is not shown: a box would fail at exec. Here a --sandbox-ro-path directory holds links into one
+ * the boxes do not show, into /usr, and a --sandbox-ro-path that is itself a link is followed. */
+Test(sandbox, a_link_is_shown_only_where_it_leads_is)
+{
+    char state[PATH_MAX + 16], shown[PATH_MAX + 16], hidden[PATH_MAX + 16], path[PATH_MAX + 32],
+        link[PATH_MAX + 64], alias[PATH_MAX + 16];
+    snprintf(state, sizeof(state), "%s-state", dir);
+    snprintf(shown, sizeof(shown), "%s/shown", dir);
+    snprintf(hidden, sizeof(hidden), "%s/hidden", dir);
+    snprintf(alias, sizeof(alias), "%s/alias", dir);
+    cr_assert_eq(mkdir(shown, 0755), 0);
+    cr_assert_eq(mkdir(hidden, 0755), 0);
+    cr_assert_eq(symlink(hidden, alias), 0);
+    snprintf(path, sizeof(path), "%s/python3", hidden);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0755);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    const char *ro[] = {shown, alias};
+    agent_sandbox_config_t cfg = {.state_dir = state, .uid_lo = 2100000032u, .uid_hi = 2100000047u,
+                                  .ro_paths = ro, .n_ro_paths = 1};
+    sandbox_t *s = NULL;
+    kiln_err_t err;
+    cr_assert_eq(sandbox_create(&cfg, 1, &s, &err), 0, "%s", err.message);
+    snprintf(link, sizeof(link), "%s/python3", shown);
+    cr_assert_eq(symlink(path, link), 0);
+    cr_assert(!sandbox_shows(s, path));
+    cr_assert(!sandbox_shows(s, link), "%s leads to %s, which no box shows", link, path);
+    snprintf(link, sizeof(link), "%s/python3-dir", shown); /* a directory of the path a link */
+    cr_assert_eq(symlink(hidden, link), 0);
+    snprintf(link, sizeof(link), "%s/python3-dir/python3", shown);
+    cr_assert(!sandbox_shows(s, link), "%s leads to %s, which no box shows", link, path);
+    snprintf(link, sizeof(link), "%s/python3-usr", shown);
+    cr_assert_eq(symlink("/bin/sh", link), 0);
+    cr_assert(sandbox_shows(s, link), "%s leads into the system's directories", link);
+    snprintf(link, sizeof(link), "%s/python3-gone", shown);
+    cr_assert_eq(symlink("/nonexistent/python3", link), 0);
+    cr_assert(sandbox_shows(s, link), "a link that leads nowhere is exec's to report");
+    sandbox_destroy(s);
+    /* a --sandbox-ro-path that is a link shows where it leads at its own place */
+    cfg.ro_paths = ro + 1;
+    cr_assert_eq(sandbox_create(&cfg, 1, &s, &err), 0, "%s", err.message);
+    snprintf(link, sizeof(link), "%s/python3", alias);
+    cr_assert(sandbox_shows(s, link), "%s lies under --sandbox-ro-path %s", link, alias);
+    sandbox_destroy(s);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The agent's start: a --python that links out of what the boxes show is told apart, and the
+ * warning names it as given and where it leads. */
+Test(sandbox, an_agent_warns_of_a_python_that_links_out_of_the_boxes)
+{
+    char state[PATH_MAX + 16], shown[PATH_MAX + 16], hidden[PATH_MAX + 16], real[PATH_MAX + 32],
+        link[PATH_MAX + 32], bin_copy[PATH_MAX];
+    char *bin = program("*)\n  true;;\n");
+    snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
+    snprintf(state, sizeof(state), "%s-state", dir);
+    snprintf(shown, sizeof(shown), "%s/shown", dir);
+    snprintf(hidden, sizeof(hidden), "%s/hidden", dir);
+    cr_assert_eq(mkdir(shown, 0755), 0);
+    cr_assert_eq(mkdir(hidden, 0755), 0);
+    snprintf(real, sizeof(real), "%s/python3", hidden);
+    int fd = open(real, O_WRONLY | O_CREAT | O_EXCL, 0755);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    snprintf(link, sizeof(link), "%s/python3", shown);
+    cr_assert_eq(symlink(real, link), 0);
+    const char *ro[] = {shown};
+    agent_launcher_config_t cfg = {.train_bin = bin_copy, .work_dir = dir, .slots = 1, .cores = 1, .python = link,
+                                   .sandbox = {.state_dir = state, .uid_lo = 2100000032u, .uid_hi = 2100000047u,
+                                               .ro_paths = ro, .n_ro_paths = 1}};
+    cr_redirect_stderr();
+    agent_launcher_destroy(lf_launcher_cfg(&cfg));
+    fflush(stderr);
+    char out[16384];
+    size_t n = fread(out, 1, sizeof(out) - 1, cr_get_redirected_stderr());
+    out[n] = '\0';
+    char want[3 * PATH_MAX];
+    snprintf(want, sizeof(want), "--python %s, a link to %s, lies outside what the sandbox shows ranks", link, real);
+    cr_assert(strstr(out, want), "no \"%s\" in:\n%s", want, out);
     char cmd[PATH_MAX + 64];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
     cr_assert_eq(system(cmd), 0);
