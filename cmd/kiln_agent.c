@@ -138,8 +138,8 @@ int main(int argc, char **argv)
          "recently used go first, never one a running job uses)"},
         {"python", "KILN_PYTHON", CONFIG_STR, &python, CONFIG_ANY,
          "the Python that runs a script job's .py entry point, looked up in PATH unless it is a path (a job's "
-         "own \"python\" inside the data roots replaces it); in the sandbox it must lie under /usr or a "
-         "--sandbox-ro-path"},
+         "own \"python\" inside the data roots replaces it); in the sandbox it, and where its links lead, must lie "
+         "under /usr or a --sandbox-ro-path"},
         {"metrics-addr", "KILN_METRICS_ADDR", CONFIG_STR, &metrics_addr, CONFIG_ANY,
          "serve GET /metrics (Prometheus) and GET /healthz over plain HTTP on this local HOST:PORT"},
         {"sandbox", "KILN_SANDBOX", CONFIG_STR, &sandbox, CONFIG_ONE_OF("on|off"),
