@@ -1197,6 +1197,12 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     json_decref(wait_state(high, "COMPLETED", 2000));
     json_decref(wait_state(low, "SCHEDULED", 5000));
     start_on(w, low, 2);
+    char *why = event_reason(low, "SCHEDULED");
+    cr_assert(strstr(why, "; resumes from its checkpoint after preemption"), "%s", why);
+    free(why);
+    why = event_reason(high, "SCHEDULED");
+    cr_assert_null(strstr(why, "resumes from its checkpoint"), "%s", why);
+    free(why);
     char ev[512];
     events_str(low, ev, sizeof(ev));
     cr_assert_str_eq(ev, "QUEUED SCHEDULED STARTING RUNNING STOPPING PREEMPTED SCHEDULED STARTING RUNNING");
@@ -1341,8 +1347,11 @@ Test(life, a_job_never_preempts_back_the_job_that_preempted_it)
     cr_assert_str_eq(state_of(j), "RUNNING", "b1 was preempted back by the job it preempted: %s",
                      json_string_value(json_object_get(j, "reason")));
     json_decref(j);
+    /* a2 waits PREEMPTED, its reason still naming b1 (the passes write its pending reason, not that) */
     j = get(a2);
     cr_assert_str_eq(state_of(j), "PREEMPTED", "%s", json_string_value(json_object_get(j, "reason")));
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), b1), "%s",
+              json_string_value(json_object_get(j, "reason")));
     json_decref(j);
     j = get(b2);
     cr_assert_str_eq(state_of(j), "RUNNING");
@@ -1382,6 +1391,67 @@ Test(life, a_backfilled_job_that_overruns_is_preempted_for_its_head, .init = set
     json_decref(j);
     rank_exit(w, small, 1, 0, 143, "stopped on SIGTERM");
     json_decref(wait_state(head, "SCHEDULED", 5000));
+}
+
+/* The real scheduler hands admission each running job's priority: a waiting job preempts only a
+ * job of lower priority than its own (here priority 3 waits behind a running 5, and 7 preempts it). */
+Test(life, a_job_preempts_only_a_running_job_of_lower_priority)
+{
+    char w[64], top[40], mid[40], over[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 5, 1), NULL, top, NULL);
+    json_decref(wait_state(top, "SCHEDULED", 5000));
+    start_on(w, top, 1);
+    submit(spec(1, 1, "cpu", 3, 1), NULL, mid, NULL);
+    wait_passes(3);
+    json_t *j = get(top);
+    cr_assert_str_eq(state_of(j), "RUNNING", "a priority-3 job preempted a priority-5 one: %s",
+                     json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    j = get(mid);
+    cr_assert_str_eq(state_of(j), "QUEUED");
+    json_decref(j);
+    submit(spec(1, 1, "cpu", 7, 1), NULL, over, NULL);
+    j = wait_state(top, "STOPPING", 5000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), over), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+}
+
+/* The real scheduler hands admission which jobs are stopping: their slots are coming back, so a
+ * head that preempted one job waits for it and preempts no second one while it stops. */
+Test(life, a_head_waits_for_its_stopping_victim_and_preempts_no_other)
+{
+    char w1[64], w2[64], l1[40], l2[40], high[40];
+    reg(NULL, 1, "cpu", w1);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, l1, NULL);
+    json_decref(wait_state(l1, "SCHEDULED", 5000));
+    start_on(w1, l1, 1);
+    reg(NULL, 1, "cpu", w2);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, l2, NULL);
+    json_decref(wait_state(l2, "SCHEDULED", 5000));
+    start_on(w2, l2, 1);
+    submit(spec(1, 1, "cpu", 5, 1), NULL, high, NULL);
+    /* one of them stops for it (its agent has not ended it yet) */
+    const char *victim = NULL, *other = NULL;
+    for (int64_t until = kiln_mono_us() + WAIT_MIN_MS * 1000LL; !victim && kiln_mono_us() < until;) {
+        json_t *a = get(l1), *b = get(l2);
+        if (!strcmp(state_of(a), "STOPPING"))
+            victim = l1, other = l2;
+        else if (!strcmp(state_of(b), "STOPPING"))
+            victim = l2, other = l1;
+        json_decref(a);
+        json_decref(b);
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_not_null(victim, "no job was preempted for %s", high);
+    wait_passes(3);
+    json_t *j = get(other);
+    cr_assert_str_eq(state_of(j), "RUNNING", "a second job was preempted while the first stopped: %s",
+                     json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    json_decref(wait_reason(high, "QUEUED", (const char *const[]){"freeing"}, 1, 5000));
 }
 
 Test(life, a_stop_during_a_preemption_ends_the_job_stopped)
