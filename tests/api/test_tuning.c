@@ -453,6 +453,104 @@ Test(tuning, target_objective_ends_it_early)
     free(id);
 }
 
+/* A stopped hyperband search stops its paused trials as well as its running ones: a trial paused
+ * at its rung is never promoted now, and ends STOPPED with the others. */
+Test(tuning, a_stopped_search_stops_its_paused_trials)
+{
+    char *id = create(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10,"
+                                  " \"max_resource\": 90, \"reduction_factor\": 3}, \"max_jobs\": 3,"
+                                  " \"max_parallel_jobs\": 1, \"seed\": 1"));
+    run_trial(id, 0, "val_loss", 3.0, 0);
+    int two = 2;
+    json_t *t = wait_tuning(id, has_trials, &two); /* trial 0 paused at rung 0, trial 1 submitted */
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(t, "trials"), 0), "state")),
+                     "PAUSED");
+    json_decref(t);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s:stop", id);
+    long st;
+    json_decref(at_req("POST", path, "{}", NULL, &st, NULL));
+    cr_assert_eq(st, 200);
+    t = wait_tuning(id, in_state, "STOPPED");
+    size_t i;
+    json_t *tr;
+    json_array_foreach(json_object_get(t, "trials"), i, tr)
+        cr_assert_str_eq(json_string_value(json_object_get(tr, "state")), "STOPPED", "trial %zu", i);
+    json_decref(t);
+    free(id);
+}
+
+/* A failed search's reason quotes its own last failed trial, not one of a warm start parent's
+ * (whose trials are its history, after its own). */
+Test(tuning, a_failed_search_quotes_its_own_last_failure_not_a_parents)
+{
+    char *parent = create(request(LR, "\"max_jobs\": 1, \"seed\": 1, \"max_failed_trials\": 1"));
+    run_trial(parent, 0, "val_loss", 2.0, 3);
+    json_t *p = wait_tuning(parent, ended, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "state")), "FAILED");
+    cr_assert(strstr(json_string_value(json_object_get(p, "reason")), "exited with code 3"), "%s",
+              json_string_value(json_object_get(p, "reason")));
+    json_decref(p);
+    char extra[400];
+    snprintf(extra, sizeof extra, "\"max_jobs\": 2, \"seed\": 2, \"max_failed_trials\": 1, \"warm_start\":"
+             " {\"parents\": [\"%s\"], \"type\": \"transfer_learning\"}", parent);
+    char *child = create(request(LR, extra));
+    run_trial(child, 0, "val_loss", 2.0, 1);
+    json_t *c = wait_tuning(child, ended, NULL);
+    const char *reason = json_string_value(json_object_get(c, "reason"));
+    cr_assert_str_eq(json_string_value(json_object_get(c, "state")), "FAILED", "%s", reason);
+    cr_assert(strstr(reason, "1 trial(s) failed") && strstr(reason, "exited with code 1"), "%s", reason);
+    cr_assert_null(strstr(reason, "code 3"), "the parent's failure was quoted as the search's own: %s", reason);
+    json_decref(c);
+    free(parent);
+    free(child);
+}
+
+#define HYPERBAND3 "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90," \
+                   " \"reduction_factor\": 3}"
+
+/* A hyperband trial that reaches its first rung without reporting the objective fails the search,
+ * and no objective is recorded for it at that rung (none was reported). */
+Test(tuning, a_trial_paused_without_the_objective_records_no_rung_objective)
+{
+    char *id = create(request(LR, HYPERBAND3 ", \"max_jobs\": 3, \"max_parallel_jobs\": 1, \"seed\": 1"));
+    run_trial(id, 0, NULL, 0, 0);
+    json_t *t = wait_tuning(id, ended, NULL);
+    const char *reason = json_string_value(json_object_get(t, "reason"));
+    cr_assert_str_eq(json_string_value(json_object_get(t, "state")), "FAILED", "%s", reason);
+    cr_assert(strstr(reason, "reached its first rung"), "%s", reason);
+    json_t *rungs = json_object_get(json_array_get(json_object_get(t, "trials"), 0), "rungs");
+    cr_assert_eq(json_array_size(rungs), 0, "an objective was recorded that the trial never reported");
+    json_decref(t);
+    free(id);
+}
+
+/* Each hyperband trial's job first trains to its bracket's first rung (stopping.max_steps), and a
+ * trial of the bracket of the last rung alone (trial 3 here: three brackets of rungs 10, 30 and 90
+ * share trials 4:2:1) trains straight to max_resource, with no pause. */
+Test(tuning, a_hyperband_trial_of_the_last_rungs_bracket_runs_to_max_resource)
+{
+    char *id = create(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10,"
+                                  " \"max_resource\": 90, \"reduction_factor\": 3, \"brackets\": 3}, \"max_jobs\": 4,"
+                                  " \"max_parallel_jobs\": 4, \"seed\": 1"));
+    int four = 4;
+    json_t *t = wait_tuning(id, has_trials, &four);
+    static const int pause[4] = {10, 30, 10, 0};
+    for (size_t n = 0; n < 4; n++) {
+        json_t *job = trial_job(json_object_get(t, "trials"), n);
+        json_t *spec = json_object_get(job, "spec");
+        json_t *at = json_object_get(json_object_get(spec, "stopping"), "max_steps");
+        if (pause[n])
+            cr_assert_eq(json_integer_value(at), pause[n], "trial %zu pauses at %lld", n, (long long)json_integer_value(at));
+        else
+            cr_assert_null(at, "trial %zu pauses at %lld", n, (long long)json_integer_value(at));
+        cr_assert_eq(json_integer_value(json_object_get(json_object_get(spec, "hyperparameters"), "max_steps")), 90);
+        json_decref(job);
+    }
+    json_decref(t);
+    free(id);
+}
+
 /* ---- warm start ------------------------------------------------------------------------------ */
 
 #define WARMUP4 "\"warmup_steps\": {\"type\": \"integer\", \"min\": 0, \"max\": 3}"
@@ -594,6 +692,15 @@ Test(tuning, warm_start_refuses_parents_it_cannot_use_naming_the_field)
     refused(request(LR, extra), "warm_start.parents[0]", "not found");
     snprintf(extra, sizeof extra, "\"warm_start\": {\"parents\": [\"%s\"], \"type\": \"transfer_learning\"}", other);
     refused(request(LR, extra), "warm_start.parents[0]", "objective is train_loss (minimize), not val_loss");
+    /* the same metric, the other goal: an ended parent that maximised val_loss */
+    snprintf(body, sizeof body, "{\"name\": \"up\", \"job\": " BASE_JOB ", \"parameters\": {" LR "},"
+             " \"objective\": {\"metric\": \"val_loss\", \"goal\": \"maximize\"}, \"max_jobs\": 1, \"seed\": 2}");
+    char *up = create(body);
+    run_trial(up, 0, "val_loss", 1.0, 0);
+    json_decref(wait_tuning(up, ended, NULL));
+    snprintf(extra, sizeof extra, "\"warm_start\": {\"parents\": [\"%s\"], \"type\": \"transfer_learning\"}", up);
+    refused(request(LR, extra), "warm_start.parents[0]", "objective is val_loss (maximize), not val_loss (minimize)");
+    free(up);
     /* identical_data_and_algorithm: other parameter names */
     snprintf(body, sizeof body, "{\"name\": \"same\", \"job\": " BASE_JOB ", \"parameters\": {" WARMUP4 "},"
              " \"objective\": {\"metric\": \"val_loss\"}, \"max_jobs\": 1, \"seed\": 2}");

@@ -21,18 +21,25 @@ void start(int hb_timeout_ms)
     cr_assert_not_null(url, "no test database (run with tests/run.sh)");
     svc_config_t cfg = {.database_url = url, .heartbeat_interval_ms = 100,
                         .heartbeat_timeout_ms = hb_timeout_ms, .sched_interval_ms = 50,
-                        .db_pool_size = 4, .stop_grace_ms = 500, .preempt_protect_after = fixture_protect_after};
+                        .db_pool_size = 4, .stop_grace_ms = 500, .preempt_protect_after = fixture_protect_after,
+                        .sched_default_runtime_s = fixture_default_runtime_s};
     kiln_err_clear(&err);
     cr_assert_eq(svc_create(&cfg, &svc, &err), 0, "%s", err.message);
     arena_init(&arena, 0);
 }
 
 int fixture_protect_after;
+int fixture_default_runtime_s;
 
 void setup(void) { start(10000); }
 void setup_protect_after_1(void)
 {
     fixture_protect_after = 1;
+    start(10000);
+}
+void setup_default_runtime_1(void)
+{
+    fixture_default_runtime_s = 1;
     start(10000);
 }
 void setup_short_timeout(void) { start(1500); }

@@ -16,6 +16,9 @@ void setup_short_timeout(void);   /* heartbeat timeout 1.5 s */
 /* --preempt-protect-after of the service start() makes (0: the default, 3) */
 extern int fixture_protect_after;
 void setup_protect_after_1(void); /* setup, with jobs protected after 1 preemption */
+/* --sched-default-runtime-s of the service start() makes (0: none) */
+extern int fixture_default_runtime_s;
+void setup_default_runtime_1(void); /* setup, with a default run time of 1 s */
 void teardown(void);
 
 /* A valid mlp spec (new reference). */

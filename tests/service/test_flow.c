@@ -1197,6 +1197,12 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     json_decref(wait_state(high, "COMPLETED", 2000));
     json_decref(wait_state(low, "SCHEDULED", 5000));
     start_on(w, low, 2);
+    char *why = event_reason(low, "SCHEDULED");
+    cr_assert(strstr(why, "; resumes from its checkpoint after preemption"), "%s", why);
+    free(why);
+    why = event_reason(high, "SCHEDULED");
+    cr_assert_null(strstr(why, "resumes from its checkpoint"), "%s", why);
+    free(why);
     char ev[512];
     events_str(low, ev, sizeof(ev));
     cr_assert_str_eq(ev, "QUEUED SCHEDULED STARTING RUNNING STOPPING PREEMPTED SCHEDULED STARTING RUNNING");
@@ -1266,6 +1272,186 @@ Test(life, a_job_preempted_k_times_is_protected_from_a_reclaim_at_its_priority, 
     cr_assert_str_eq(state_of(j), "RUNNING", "b2, preempted once (k = 1), is protected: %s",
                      json_string_value(json_object_get(j, "reason")));
     json_decref(j);
+}
+
+/* A job of queue name, one node of `slots` cpu slots, priority 0: submitted, and started on
+ * worker w (its placement there is asserted). */
+static void run_sized_in_queue(const char *queue, int slots, const char *w, char *id)
+{
+    json_t *sp = spec(1, slots, "cpu", 0, 2);
+    json_object_set_new(sp, "queue", json_string(queue));
+    submit(sp, NULL, id, NULL);
+    json_decref(wait_state(id, "SCHEDULED", 5000));
+    start_on(w, id, 1);
+}
+
+/* Waits until the scheduler has run n whole passes from now (the decisions of each are written). */
+static void wait_passes(int n)
+{
+    svc_sched_pass_t rec[64];
+    cr_assert(n > 0 && n <= 64);
+    svc_sched_record(svc, rec, n);
+    int64_t until = kiln_mono_us() + WAIT_MIN_MS * 1000LL;
+    while (svc_sched_recorded(svc) < n && kiln_mono_us() < until) {
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    int got = svc_sched_recorded(svc);
+    svc_sched_record(svc, NULL, 0);
+    cr_assert_geq(got, n, "%d scheduler pass(es) in %d s, wanted %d", got, WAIT_MIN_MS / 1000, n);
+}
+
+/* The real scheduler hands admission the job that preempted a waiting job last: a job never
+ * preempts back the job that preempted it. Queues a and b (cohort c) have a quota of 2 cpu slots
+ * each; a's 2-slot job a2 borrows the slots of the 2-slot worker until b's b1 reclaims them. Then
+ * b borrows in turn (b2, on a new 1-slot worker), and a's other job a1 ends: a2 is within a's
+ * quota, and b1 is the only borrower whose slots it could use; it waits for them and does not
+ * preempt b1 back. */
+Test(life, a_job_never_preempts_back_the_job_that_preempted_it)
+{
+    for (const char *const *q = (const char *const[]){"a", "b", NULL}; *q; q++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"name\": \"%s\", \"cohort\": \"c\", \"quota\": {\"cpu\": 2}}", *q);
+        json_t *in = json_loads(body, 0, NULL), *out = NULL;
+        cr_assert_eq(svc_queue_create(svc, svc_caller_kilnd(), in, &out, &err), 0, "%s", err.message);
+        json_decref(in);
+        json_decref(out);
+    }
+    char small[64], big[64], spare[64], a1[40], a2[40], b1[40], b2[40];
+    reg(NULL, 1, "cpu", small);
+    reg(NULL, 2, "cpu", big);
+    run_sized_in_queue("a", 1, small, a1); /* best fit: the 1-slot worker */
+    run_sized_in_queue("a", 2, big, a2);   /* a now borrows one of b's slots */
+    /* b1 reclaims: a2 is the only borrower whose slots it can use */
+    json_t *sp = spec(1, 2, "cpu", 0, 1);
+    json_object_set_new(sp, "queue", json_string("b"));
+    submit(sp, NULL, b1, NULL);
+    json_t *j = wait_state(a2, "STOPPING", 5000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), b1), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    rank_exit(big, a2, 1, 0, 143, "stopped on SIGTERM");
+    rank_exit(big, a2, 1, 1, 143, "stopped on SIGTERM");
+    json_decref(wait_state(a2, "PREEMPTED", 2000));
+    json_decref(wait_state(b1, "SCHEDULED", 5000));
+    start_on(big, b1, 1);
+    /* b borrows a new worker's slot (a2, beyond a's quota while a1 runs, does not keep it from
+     * borrowing): b1 is now a borrower's job */
+    reg(NULL, 1, "cpu", spare);
+    run_sized_in_queue("b", 1, spare, b2);
+    /* a1 ends: a2 is within a's quota, and does not fit the free worker */
+    rank_exit(small, a1, 1, 0, 0, NULL);
+    json_decref(wait_state(a1, "COMPLETED", 2000));
+    wait_passes(3);
+    j = get(b1);
+    cr_assert_str_eq(state_of(j), "RUNNING", "b1 was preempted back by the job it preempted: %s",
+                     json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    /* a2 waits PREEMPTED, its reason still naming b1 (the passes write its pending reason, not that) */
+    j = get(a2);
+    cr_assert_str_eq(state_of(j), "PREEMPTED", "%s", json_string_value(json_object_get(j, "reason")));
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), b1), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    j = get(b2);
+    cr_assert_str_eq(state_of(j), "RUNNING");
+    json_decref(j);
+}
+
+/* The real scheduler hands admission whether a running job was backfilled: one that runs past its
+ * predicted end is preempted for the head it was backfilled ahead of, although the queue's
+ * policy preempts no job of the head's priority. Here nothing of the model has run, so the
+ * backfilled job's prediction is --sched-default-runtime-s (1 s; 4 s with the start allowance). */
+Test(life, a_backfilled_job_that_overruns_is_preempted_for_its_head, .init = setup_default_runtime_1)
+{
+    char w[64], first[40], head[40], small[40];
+    reg(NULL, 2, "cpu", w);
+    json_t *sp = spec(1, 1, "cpu", 0, 1); /* predicted to end in 10 min: its max_runtime_s */
+    json_object_set_new(sp, "stopping", json_pack("{s:i}", "max_runtime_s", 600));
+    submit(sp, NULL, first, NULL);
+    json_decref(wait_state(first, "SCHEDULED", 5000));
+    start_on(w, first, 1);
+    submit(spec(1, 2, "cpu", 0, 1), NULL, head, NULL);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, small, NULL);
+    json_t *j = wait_state(small, "SCHEDULED", 5000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "backfilled ahead of"), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "before that job can start"), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    start_on(w, small, 1);
+    /* the first job ends early: the head could start but for the backfilled job, which overruns */
+    rank_exit(w, first, 1, 0, 0, NULL);
+    json_decref(wait_state(first, "COMPLETED", 2000));
+    j = wait_state(small, "STOPPING", 15000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), "ran past its predicted end"), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), head), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    rank_exit(w, small, 1, 0, 143, "stopped on SIGTERM");
+    json_decref(wait_state(head, "SCHEDULED", 5000));
+}
+
+/* The real scheduler hands admission each running job's priority: a waiting job preempts only a
+ * job of lower priority than its own (here priority 3 waits behind a running 5, and 7 preempts it). */
+Test(life, a_job_preempts_only_a_running_job_of_lower_priority)
+{
+    char w[64], top[40], mid[40], over[40];
+    reg(NULL, 1, "cpu", w);
+    submit(spec(1, 1, "cpu", 5, 1), NULL, top, NULL);
+    json_decref(wait_state(top, "SCHEDULED", 5000));
+    start_on(w, top, 1);
+    submit(spec(1, 1, "cpu", 3, 1), NULL, mid, NULL);
+    wait_passes(3);
+    json_t *j = get(top);
+    cr_assert_str_eq(state_of(j), "RUNNING", "a priority-3 job preempted a priority-5 one: %s",
+                     json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    j = get(mid);
+    cr_assert_str_eq(state_of(j), "QUEUED");
+    json_decref(j);
+    submit(spec(1, 1, "cpu", 7, 1), NULL, over, NULL);
+    j = wait_state(top, "STOPPING", 5000);
+    cr_assert(strstr(json_string_value(json_object_get(j, "reason")), over), "%s",
+              json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+}
+
+/* The real scheduler hands admission which jobs are stopping: their slots are coming back, so a
+ * head that preempted one job waits for it and preempts no second one while it stops. */
+Test(life, a_head_waits_for_its_stopping_victim_and_preempts_no_other)
+{
+    char w1[64], w2[64], l1[40], l2[40], high[40];
+    reg(NULL, 1, "cpu", w1);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, l1, NULL);
+    json_decref(wait_state(l1, "SCHEDULED", 5000));
+    start_on(w1, l1, 1);
+    reg(NULL, 1, "cpu", w2);
+    submit(spec(1, 1, "cpu", 0, 1), NULL, l2, NULL);
+    json_decref(wait_state(l2, "SCHEDULED", 5000));
+    start_on(w2, l2, 1);
+    submit(spec(1, 1, "cpu", 5, 1), NULL, high, NULL);
+    /* one of them stops for it (its agent has not ended it yet) */
+    const char *victim = NULL, *other = NULL;
+    for (int64_t until = kiln_mono_us() + WAIT_MIN_MS * 1000LL; !victim && kiln_mono_us() < until;) {
+        json_t *a = get(l1), *b = get(l2);
+        if (!strcmp(state_of(a), "STOPPING"))
+            victim = l1, other = l2;
+        else if (!strcmp(state_of(b), "STOPPING"))
+            victim = l2, other = l1;
+        json_decref(a);
+        json_decref(b);
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_not_null(victim, "no job was preempted for %s", high);
+    wait_passes(3);
+    json_t *j = get(other);
+    cr_assert_str_eq(state_of(j), "RUNNING", "a second job was preempted while the first stopped: %s",
+                     json_string_value(json_object_get(j, "reason")));
+    json_decref(j);
+    json_decref(wait_reason(high, "QUEUED", (const char *const[]){"freeing"}, 1, 5000));
 }
 
 Test(life, a_stop_during_a_preemption_ends_the_job_stopped)
