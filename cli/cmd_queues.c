@@ -156,6 +156,8 @@ static void show_queue(const json_t *q)
     json_t *p;
     json_array_foreach(json_object_get(q, "projects"), i, p)
         printf("%s%s", i ? ", " : "", !strcmp(json_string_value(p), "*") ? "every project" : json_string_value(p));
+    if (json_array_size(json_object_get(q, "projects")) == 0)
+        printf("none: no project may submit to it (--projects names those that may)");
     printf("\n");
 }
 
