@@ -108,8 +108,10 @@ static void show_list(const cli_client_t *c, const json_t *reply)
 {
     if (cli_print_names(c, json_object_get(reply, "tuning_jobs"), "id"))
         return;
+    /* ACTIVE is trials_running: trials not ended nor paused at a rung, those still waiting for
+     * slots too (it read RUNNING, and said 2 of two QUEUED trials) */
     if (cli_table_headers())
-        printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "RUNNING",
+        printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "ACTIVE",
                "BEST", "OBJECTIVE");
     size_t i;
     json_t *t;
