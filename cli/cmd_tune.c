@@ -100,7 +100,10 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
                cli_jstr(obj, "metric"), cli_jnum(best, "objective"), parent ? " (a trial of parent " : "",
                parent ? parent : "", parent ? ")" : "", p);
     } else {
-        printf("\nbest:       (no trial has reported %s yet)\n", cli_jstr(obj, "metric"));
+        /* an ended search waits for nothing more: "yet" read as if it did */
+        bool ended = cli_state_terminal(cli_jstr(t, "state"));
+        printf("\nbest:       (no trial %s %s%s)\n", ended ? "reported" : "has reported", cli_jstr(obj, "metric"),
+               ended ? "" : " yet");
     }
 }
 
