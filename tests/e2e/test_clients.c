@@ -342,6 +342,16 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
               "%s", err);
     free(out);
     free(err);
+    /* a queue no project may use says so, where its projects line was empty */
+    rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--projects", "", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "projects:        none: no project may submit to it"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--projects", "default", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(out);
+    free(err);
     rc = e2e_kiln(&out, &err, "queues", "describe", "no-such-queue", NULL);
     cr_assert_eq(rc, 3, "a queue that does not exist: rc %d: %s", rc, err);
     cr_assert(strstr(err, "queue \"no-such-queue\" does not exist"), "%s", err);
