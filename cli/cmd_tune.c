@@ -155,21 +155,18 @@ static int tune_page(const cli_client_t *c, long page_size, const char *token, v
  * first, page by page (the newest N with --limit, as kiln jobs takes it). */
 static int tune_list(cli_client_t *c, int argc, char **argv, int first)
 {
-    long limit = 0, page_size = 500;
-    bool all = true;
+    long limit = 0, page_size = 500; /* limit 0: none given */
+    bool all = false;
     for (int i = first; i < argc; i++) {
-        long lim = 0;
-        int m = cli_paging_opt("tune", argc, argv, &i, &lim, &page_size, &all);
+        int m = cli_paging_opt("tune", argc, argv, &i, &limit, &page_size, &all);
         if (m < 0)
             return CLI_EXIT_USAGE;
         if (m == 0 && strcmp(argv[i], "--") != 0)
             return cli_usage_error("tune", argv[i][0] == '-' && argv[i][1] ? "unknown option %s"
                                                                            : "unexpected argument %s", argv[i]);
-        if (lim > 0) {
-            limit = lim;
-            all = false;
-        }
     }
+    /* every one unless --limit, and --all wins over --limit in either order, as in kiln jobs */
+    all = all || limit == 0;
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *acc = NULL;

@@ -808,6 +808,11 @@ Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_dat
     cr_assert(strstr(out, " TRIALS  ACTIVE ") && !strstr(out, " RUNNING "), "%s", out);
     free(out);
     free(err);
+    /* --all wins over --limit in either order, as kiln jobs takes them */
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "list", "--all", "--limit", "3", NULL), 0, "%s", err);
+    cr_assert(strstr(out, first) && !strstr(err, "showing the newest"), "%.300s %s", out, err);
+    free(out);
+    free(err);
     /* an ended search with no objective reported waits for nothing more: no "yet" */
     cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "filler-1", NULL), 0, "%s", err);
     cr_assert(strstr(out, "best:       (no trial reported val_loss)\n"), "%s", out);
