@@ -135,8 +135,12 @@ static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pe
         release(P, usable, R, J, 1, &used);
         rel[nrel++] = P->sorted[k];
         add_blocking(out, R->id);
-        if (R->end_s < 0)
-            break; /* its end is unknown, so is everything after it */
+        if (R->end_s < 0) {
+            /* its end is unknown, so is everything after it: no estimate, but when its end is
+             * all that is missing, the ones released before it may still be more than it needs */
+            fit = fits_now(P, j, quota, used);
+            break;
+        }
         if (fits_now(P, j, quota, used)) {
             out->start_s = KILN_MAX(R->end_s - s->now_s, 0);
             fit = true;

@@ -141,6 +141,12 @@ Test(pending, waiting_for_quota_names_only_the_ends_it_needs)
     cr_assert_float_eq(p[0].start_s, 30, 1e-9, "n1's end frees a slot and the quota: %g", p[0].start_s);
     cr_assert_eq(p[0].nblocking, 1, "p1 and p2 (queue prod) were named too: %d", p[0].nblocking);
     cr_assert_str_eq(p[0].blocking[0], "n1");
+    /* before its queue's jobs have predicted ends (just started): no estimate, the same one job */
+    run[2].end_s = run[3].end_s = -1;
+    cr_assert_eq(sched_pending(&s, dec, run, 4, p), 0);
+    cr_assert_lt(p[0].start_s, 0);
+    cr_assert_eq(p[0].nblocking, 1, "%d", p[0].nblocking);
+    cr_assert_str_eq(p[0].blocking[0], "n1");
 }
 
 Test(pending, borrowing_admission_text)
