@@ -156,6 +156,8 @@ static void show_queue(const json_t *q)
     json_t *p;
     json_array_foreach(json_object_get(q, "projects"), i, p)
         printf("%s%s", i ? ", " : "", !strcmp(json_string_value(p), "*") ? "every project" : json_string_value(p));
+    if (json_array_size(json_object_get(q, "projects")) == 0)
+        printf("none: no project may submit to it (--projects names those that may)");
     printf("\n");
 }
 
@@ -164,17 +166,28 @@ static void show_list(const cli_client_t *c, const json_t *reply)
     char a[64], b[64];
     if (cli_print_names(c, json_object_get(reply, "queues"), "name"))
         return;
-    if (cli_table_headers())
-        printf("%-20s %-14s %-18s %-18s %s\n", "NAME", "COHORT", "QUOTA", "USAGE", "PENDING");
+    /* -o wide adds what sets queues apart when a cluster has many: the jobs holding slots, the
+     * weight and the preemption policy, which otherwise takes a describe per queue */
+    bool wide = c->output == CLI_OUT_WIDE;
+    if (cli_table_headers()) {
+        printf("%-20s %-14s %-18s %-18s %s", "NAME", "COHORT", "QUOTA", "USAGE", "PENDING");
+        if (wide)
+            printf(" %-8s %-6s %-14s %s", "ADMITTED", "WEIGHT", "WITHIN-QUEUE", "RECLAIM");
+        printf("\n");
+    }
     size_t i;
     json_t *q;
     json_array_foreach(json_object_get(reply, "queues"), i, q) {
-        const json_t *cohort = json_object_get(q, "cohort");
-        printf("%-20s %-14s %-18s %-18s %lld\n", cli_jstr(q, "name"),
+        const json_t *cohort = json_object_get(q, "cohort"), *pre = json_object_get(q, "preemption");
+        printf("%-20s %-14s %-18s %-18s %-*lld", cli_jstr(q, "name"),
                json_is_string(cohort) ? json_string_value(cohort) : "-",
                counts_text(json_object_get(q, "quota"), "0", a, sizeof a),
-               counts_text(json_object_get(q, "usage"), "0", b, sizeof b),
+               counts_text(json_object_get(q, "usage"), "0", b, sizeof b), wide ? 7 : 0,
                (long long)json_integer_value(json_object_get(q, "pending")));
+        if (wide)
+            printf(" %-8lld %-6g %-14s %s", (long long)json_integer_value(json_object_get(q, "admitted")),
+                   cli_jnum(q, "weight"), cli_jstr(pre, "within_queue"), cli_jstr(pre, "reclaim_within_cohort"));
+        printf("\n");
     }
 }
 

@@ -100,7 +100,10 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
                cli_jstr(obj, "metric"), cli_jnum(best, "objective"), parent ? " (a trial of parent " : "",
                parent ? parent : "", parent ? ")" : "", p);
     } else {
-        printf("\nbest:       (no trial has reported %s yet)\n", cli_jstr(obj, "metric"));
+        /* an ended search waits for nothing more: "yet" read as if it did */
+        bool ended = cli_state_terminal(cli_jstr(t, "state"));
+        printf("\nbest:       (no trial %s %s%s)\n", ended ? "reported" : "has reported", cli_jstr(obj, "metric"),
+               ended ? "" : " yet");
     }
 }
 
@@ -108,8 +111,10 @@ static void show_list(const cli_client_t *c, const json_t *reply)
 {
     if (cli_print_names(c, json_object_get(reply, "tuning_jobs"), "id"))
         return;
+    /* ACTIVE is trials_running: trials not ended nor paused at a rung, those still waiting for
+     * slots too (it read RUNNING, and said 2 of two QUEUED trials) */
     if (cli_table_headers())
-        printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "RUNNING",
+        printf("%-36s %-16s %-10s %-10s %-7s %-7s %-12s %s\n", "ID", "NAME", "STATE", "STRATEGY", "TRIALS", "ACTIVE",
                "BEST", "OBJECTIVE");
     size_t i;
     json_t *t;
@@ -150,21 +155,18 @@ static int tune_page(const cli_client_t *c, long page_size, const char *token, v
  * first, page by page (the newest N with --limit, as kiln jobs takes it). */
 static int tune_list(cli_client_t *c, int argc, char **argv, int first)
 {
-    long limit = 0, page_size = 500;
-    bool all = true;
+    long limit = 0, page_size = 500; /* limit 0: none given */
+    bool all = false;
     for (int i = first; i < argc; i++) {
-        long lim = 0;
-        int m = cli_paging_opt("tune", argc, argv, &i, &lim, &page_size, &all);
+        int m = cli_paging_opt("tune", argc, argv, &i, &limit, &page_size, &all);
         if (m < 0)
             return CLI_EXIT_USAGE;
         if (m == 0 && strcmp(argv[i], "--") != 0)
             return cli_usage_error("tune", argv[i][0] == '-' && argv[i][1] ? "unknown option %s"
                                                                            : "unexpected argument %s", argv[i]);
-        if (lim > 0) {
-            limit = lim;
-            all = false;
-        }
     }
+    /* every one unless --limit, and --all wins over --limit in either order, as in kiln jobs */
+    all = all || limit == 0;
     kiln_err_t err;
     kiln_err_clear(&err);
     json_t *acc = NULL;

@@ -431,7 +431,9 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
         }
         bar[off] = '\0';
         char etab[32] = "";
-        if (!isnan(eta) && !cli_state_terminal(state) && s < total) {
+        /* only while it runs: a waiting job's (QUEUED, PREEMPTED, PAUSED) would read as when it
+         * ends, which is its Est. start plus this at the earliest */
+        if (!isnan(eta) && !strcmp(state, "RUNNING") && s < total) {
             char d[24];
             snprintf(etab, sizeof(etab), "  ETA %s", cli_fmt_duration(eta, d, sizeof(d)));
         }

@@ -468,8 +468,13 @@ int eng_train_run(const spec_t *s, const eng_train_opts_t *o, eng_train_result_t
         goto fail;
     res->peak_mem_mb = eng_peak_mem_mb();
     if (r.rank == 0) {
-        printf("done: %lld steps, train loss %.4f, val loss %.4f, peak memory %.1f MB\n",
-               (long long)step, res->last_train_loss, res->last_val_loss, res->peak_mem_mb);
+        /* a run that evaluated nothing (stopped or preempted before its first eval_every, or none
+         * asked) has no val loss: "nan" read as a diverged model */
+        char val[48] = "val loss not measured";
+        if (!isnan(res->last_val_loss))
+            snprintf(val, sizeof val, "val loss %.4f", res->last_val_loss);
+        printf("done: %lld steps, train loss %.4f, %s, peak memory %.1f MB\n", (long long)step,
+               res->last_train_loss, val, res->peak_mem_mb);
         fflush(stdout);
     }
     if (r.par && r.par->detach) r.par->detach(r.par->ctx);

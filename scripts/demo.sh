@@ -20,10 +20,14 @@ export KILN_TLS_CA="$TLS/ca.pem"
 pids=()
 
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  # newest first: the agent drains while kilnd still answers its last heartbeat, then kilnd
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
   pg_stop
-  echo "demo: stopped kilnd, the agent and PostgreSQL (logs kept in $WORK)"
+  echo "demo: stopped kilnd, the agent and PostgreSQL (their logs, the job's output and checkpoints stay in $WORK)"
 }
 trap cleanup EXIT
 
@@ -85,9 +89,15 @@ echo
 "$BIN/kiln" metrics "$JOB"
 echo
 "$BIN/kiln" artifacts "$JOB"
+if [ -n "${KILN_DEMO_KEEP:-}" ]; then
+  NEXT="demo: done. Where to look next:"
+else
+  NEXT="demo: done. kilnd and the agent stop now: the files below stay, but the REST, UI and CLI
+      commands need them up (KILN_DEMO_KEEP=1 make demo keeps them until Ctrl-C). Where to look next:"
+fi
 cat <<MSG
 
-demo: done. Where to look next:
+$NEXT
   - the job over REST:      curl --cacert $KILN_TLS_CA -H "Authorization: Bearer \$(cat $WORK/admin.token)" \\
                               $KILN_URL/v1/jobs/$JOB   (events, logs, metrics under it)
   - the web UI:             $KILN_URL/ (build/bin/kiln ui opens it logged in)

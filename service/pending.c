@@ -69,9 +69,35 @@ static bool fits_now(const pend_t *P, int j, bool quota, int used)
     return sched_place(P->view, s->nworkers, &req, NULL);
 }
 
+static void drop_blocking(sched_pending_t *p, const char *id)
+{
+    for (int k = 0; k < p->nblocking; k++)
+        if (strcmp(p->blocking[k], id) == 0) {
+            memmove(&p->blocking[k], &p->blocking[k + 1], (size_t)(p->nblocking - k - 1) * sizeof(p->blocking[0]));
+            p->nblocking--;
+            return;
+        }
+}
+
+/* Releases (sign 1) or takes back (-1) running job R's slots in P->view and its usage of j's
+ * queue in *used. */
+static void release(const pend_t *P, const bool *usable, const sched_running_t *R, const sched_job_t *J, int sign,
+                    int *used)
+{
+    for (int n = 0; n < R->nodes && R->worker; n++) {
+        int w = R->worker[n];
+        if (w >= 0 && w < P->snap->nworkers && usable[w])
+            P->view[w].slots_free += sign * R->slots_per_node;
+    }
+    if (R->queue == J->queue)
+        *used -= sign * R->nodes * R->slots_per_node;
+}
+
 /* The blocked head job j (waiting for free slots or quota): releases the running jobs in the
- * order they end until j fits; those it needed are its blocking jobs, the last one's end its
- * estimated start. */
+ * order they end until j fits; the last one's end is its estimated start, and its blocking jobs
+ * are those of the released it needs: each earlier one, latest end first, without which it still
+ * fits is left out (another queue's job on another worker does not hold back a job waiting for its
+ * own queue's quota, and of two ends that free the same slots the first is named). */
 static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pending_t *out)
 {
     const sched_snapshot_t *s = P->snap;
@@ -79,8 +105,12 @@ static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pe
     bool quota = d->outcome == SCHED_WAIT_QUOTA;
     int used = P->usage[J->queue][J->type];
     bool *usable = calloc((size_t)KILN_MAX(s->nworkers, 1), sizeof(*usable));
-    if (!usable)
+    int *rel = calloc((size_t)KILN_MAX(P->nrun, 1), sizeof(*rel)), nrel = 0;
+    if (!usable || !rel) {
+        free(usable);
+        free(rel);
         return;
+    }
     for (int i = 0; i < s->nworkers; i++) {
         P->view[i] = s->workers[i];
         P->view[i].slots_free = P->free[i];
@@ -96,26 +126,37 @@ static void simulate(const pend_t *P, int j, const sched_decision_t *d, sched_pe
         if (R->type != J->type)
             continue;
         bool relevant = quota && R->queue == J->queue;
-        for (int n = 0; n < R->nodes && R->worker; n++) {
+        for (int n = 0; n < R->nodes && R->worker && !relevant; n++) {
             int w = R->worker[n];
-            if (w >= 0 && w < s->nworkers && usable[w]) {
-                P->view[w].slots_free += R->slots_per_node;
-                relevant = true;
-            }
+            relevant = w >= 0 && w < s->nworkers && usable[w];
         }
         if (!relevant)
             continue;
-        if (R->queue == J->queue)
-            used -= R->nodes * R->slots_per_node;
+        release(P, usable, R, J, 1, &used);
+        rel[nrel++] = P->sorted[k];
         add_blocking(out, R->id);
-        if (R->end_s < 0)
-            break; /* its end is unknown, so is everything after it */
+        if (R->end_s < 0) {
+            /* its end is unknown, so is everything after it: no estimate, but when its end is
+             * all that is missing, the ones released before it may still be more than it needs */
+            fit = fits_now(P, j, quota, used);
+            break;
+        }
         if (fits_now(P, j, quota, used)) {
             out->start_s = KILN_MAX(R->end_s - s->now_s, 0);
             fit = true;
         }
     }
+    /* the last released is needed (it did not fit without it); of the others, latest end first */
+    for (int k = nrel - 2; fit && k >= 0; k--) {
+        const sched_running_t *R = &P->run[rel[k]];
+        release(P, usable, R, J, -1, &used);
+        if (fits_now(P, j, quota, used))
+            drop_blocking(out, R->id);
+        else
+            release(P, usable, R, J, 1, &used);
+    }
     free(usable);
+    free(rel);
 }
 
 int sched_pending(const sched_snapshot_t *s, const sched_decision_t *dec, const sched_running_t *running,

@@ -182,6 +182,13 @@ Test(cli_format, describe_shows_a_waiting_jobs_pending_block)
               "%s", out);
     cr_assert(strstr(out, "Est. start:   2026-11-21 06:10:30 (in 5m30s)\n"), "%s", out);
     free(out);
+    /* a preempted job's progress has no ETA: it is not running, and its Est. start says when it may */
+    json_object_set_new(job, "state", json_string("PREEMPTED"));
+    json_object_set_new(job, "progress", json_pack("{s:i, s:i, s:f}", "step", 68, "total_steps", 1000, "eta_s", 310.5));
+    out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "Progress:     68/1000 steps") && !strstr(out, "ETA"), "%s", out);
+    json_object_set_new(job, "state", json_string("QUEUED"));
+    free(out);
     /* no estimate: it says why; no blocking jobs: no line for them */
     json_object_del(json_object_get(job, "pending"), "estimated_start");
     json_array_clear(json_object_get(json_object_get(job, "pending"), "blocking_jobs"));

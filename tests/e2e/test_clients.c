@@ -336,10 +336,28 @@ Test(e2e_clients, kiln_cli, .init = e2e_setup, .fini = e2e_teardown, .timeout = 
     cr_assert(strstr(out, "preemption:      within queue never, reclaim within cohort lower_priority\n"), "%s", out);
     free(out);
     free(err);
+    /* -o wide lists each queue's preemption policy, weight and admitted jobs */
+    rc = e2e_kiln(&out, &err, "-o", "wide", "queues", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, " ADMITTED WEIGHT WITHIN-QUEUE   RECLAIM\n"), "%s", out);
+    cr_assert(strstr(out, "\ncli-queue ") && strstr(strstr(out, "\ncli-queue "), " 3      never          lower_priority\n"),
+              "%s", out);
+    free(out);
+    free(err);
     rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--reclaim-within-cohort", "sometimes", NULL);
     cr_assert_eq(rc, 1, "kilnd refuses the value: rc %d: %s", rc, err);
     cr_assert(strstr(err, "preemption.reclaim_within_cohort: must be any, lower_priority or never (got \"sometimes\")"),
               "%s", err);
+    free(out);
+    free(err);
+    /* a queue no project may use says so, where its projects line was empty */
+    rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--projects", "", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "projects:        none: no project may submit to it"), "%s", out);
+    free(out);
+    free(err);
+    rc = e2e_kiln(&out, &err, "queues", "update", "cli-queue", "--projects", "default", NULL);
+    cr_assert_eq(rc, 0, "%s", err);
     free(out);
     free(err);
     rc = e2e_kiln(&out, &err, "queues", "describe", "no-such-queue", NULL);

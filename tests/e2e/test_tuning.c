@@ -804,6 +804,18 @@ Test(e2e_tuning, the_cli_names_a_search_by_prefix_or_name_and_sends_relative_dat
     free(err);
     cr_assert_eq(e2e_kiln(&out, &err, "tune", "list", "--limit", "3", NULL), 0, "%s", err);
     cr_assert(!strstr(out, first) && strstr(err, "showing the newest 3"), "%s %s", out, err);
+    /* trials_running counts trials waiting for slots too: not headed RUNNING */
+    cr_assert(strstr(out, " TRIALS  ACTIVE ") && !strstr(out, " RUNNING "), "%s", out);
+    free(out);
+    free(err);
+    /* --all wins over --limit in either order, as kiln jobs takes them */
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "list", "--all", "--limit", "3", NULL), 0, "%s", err);
+    cr_assert(strstr(out, first) && !strstr(err, "showing the newest"), "%.300s %s", out, err);
+    free(out);
+    free(err);
+    /* an ended search with no objective reported waits for nothing more: no "yet" */
+    cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "filler-1", NULL), 0, "%s", err);
+    cr_assert(strstr(out, "best:       (no trial reported val_loss)\n"), "%s", out);
     free(out);
     free(err);
     cr_assert_eq(e2e_kiln(&out, &err, "tune", "describe", "cli-names-of-thirty-six-characters-x", NULL), 1,

@@ -273,6 +273,25 @@ class Offline(unittest.TestCase):
         self.assertIn("could not connect to kilnd", str(cm.exception))
         self.assertFalse(client.health())
 
+    def test_a_limit_below_one_is_refused_as_the_cli_refuses_it(self):
+        # jobs(limit=0) asked kilnd for a page and gave back nothing; limit=-1 fetched one and
+        # dropped it: refused before any request, as kiln's --limit 0 is. A page_size of 0 goes
+        # to kilnd (here none: unavailable), which refuses it as it refuses 501, not the default.
+        client = kiln.Client("http://127.0.0.1:9", timeout=5)
+        for call in (lambda: client.jobs(limit=0), lambda: client.search("", limit=-1),
+                     lambda: client.tuning_jobs(limit=0), lambda: client.tuning_jobs(limit=-3, page_size=5)):
+            with self.assertRaises(kiln.KilnError) as cm:
+                call()
+            self.assertEqual((cm.exception.code, cm.exception.status, cm.exception.field),
+                             ("invalid_argument", 400, "limit"), str(cm.exception))
+        asked: list[int] = []
+        def fetch(size: int, token: str) -> dict:
+            asked.append(size)
+            return {"items": [{"n": 1}]}
+        self.assertEqual(kiln.client._pages(fetch, "items", None, 0), [{"n": 1}])
+        self.assertEqual(kiln.client._pages(fetch, "items", 1, None), [{"n": 1}])
+        self.assertEqual(asked, [0, 1], "page_size 0 is sent as given; None is kilnd's default of 500, capped by limit")
+
     def test_an_empty_name_or_dot_names_nothing(self):
         # refused before any request, as the CLI refuses them: "" made GET /v1/jobs/, the list,
         # which came back as a Job (and a queue) with no id
@@ -1073,9 +1092,10 @@ class Live(unittest.TestCase):
         self.assertEqual([x.id for x in self.client.tuning_jobs(limit=1)], whole[:1])
         self.assertEqual(self.client.find_tuning_job(run, page_size=1).id, t.id)
         self.assertEqual(self.client.find_tuning_job(run + "-newer", page_size=1).id, newer.id)
-        with self.assertRaises(kiln.KilnError) as cm:
-            self.client.tuning_jobs(page_size=501)
-        self.assertEqual((cm.exception.status, cm.exception.field), (400, "page_size"))
+        for size in (0, 501):  # kilnd's range, as kiln tune list --page-size refuses them
+            with self.assertRaises(kiln.KilnError) as cm:
+                self.client.tuning_jobs(page_size=size)
+            self.assertEqual((cm.exception.status, cm.exception.field), (400, "page_size"))
         # SageMaker's analytics: a row per trial with its parameters
         rows = tuner.analytics().trial_rows()
         self.assertEqual([r["job_id"] for r in rows], [tr.job_id for tr in trials])

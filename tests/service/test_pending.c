@@ -63,7 +63,10 @@ Test(pending, slots_estimate_from_the_ends_it_needs)
     cr_assert_eq(sched_admit(&s, dec, order, &n), 0);
     cr_assert_eq(sched_pending(&s, dec, run, 4, p), 0);
     cr_assert_float_eq(p[0].start_s, 50, 1e-9, "r1's end, not r3's unknown one: %g", p[0].start_s);
-    cr_assert_eq(p[0].nblocking, 3);
+    /* r4 (5 s) frees the 2 it needs on w1, so r2 (20 s), released before r1, is not named */
+    cr_assert_eq(p[0].nblocking, 2);
+    cr_assert_str_eq(p[0].blocking[0], "r4");
+    cr_assert_str_eq(p[0].blocking[1], "r1");
     /* the job behind it: position 2, names big and what big waits for, no estimate */
     cr_assert_eq(p[1].position, 2);
     cr_assert(strstr(p[1].missing, "its turn: job big is ahead of it in queue default and waits (needs 2 worker(s)"),
@@ -109,6 +112,41 @@ Test(pending, quota_names_the_numbers_and_the_queues_jobs)
     char text[300];
     sched_admission_text(&s, 1, &dec[1], NULL, text, sizeof text);
     cr_assert_str_eq(text, "admitted from queue cv (no quota limit)");
+}
+
+/* A job waiting for its queue's quota waits for its own queue's jobs: another queue's jobs that
+ * end sooner free slots, but not the quota, and are not named among its blocking jobs. */
+Test(pending, waiting_for_quota_names_only_the_ends_it_needs)
+{
+    sched_worker_t w[] = {W("w0", 2, 0), W("w1", 2, 0)};
+    sched_queue_t q[] = {{.name = "prod", .quota = {U, U}, .borrowing_limit = {U, U}, .lending_limit = {U, U},
+                          .weight = 1, .usage = {2, 0}},
+                         {.name = "never", .quota = {2, 0}, .borrowing_limit = {U, U}, .lending_limit = {U, U},
+                          .weight = 1, .usage = {2, 0}}};
+    sched_job_t j[] = {job("hi", 1, 1, 1)};
+    int w0[] = {0}, w1[] = {1};
+    sched_running_t run[] = {
+        {.id = "p1", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 1, .worker = w0, .end_s = 10},
+        {.id = "p2", .queue = 0, .type = 0, .nodes = 1, .slots_per_node = 1, .worker = w0, .end_s = 20},
+        {.id = "n1", .queue = 1, .type = 0, .nodes = 1, .slots_per_node = 1, .worker = w1, .end_s = 30},
+        {.id = "n2", .queue = 1, .type = 0, .nodes = 1, .slots_per_node = 1, .worker = w1, .end_s = 40},
+    };
+    sched_snapshot_t s = {.workers = w, .nworkers = 2, .queues = q, .nqueues = 2, .jobs = j, .njobs = 1};
+    sched_decision_t dec[1];
+    int order[1], n = -1;
+    cr_assert_eq(sched_admit(&s, dec, order, &n), 0);
+    cr_assert_eq(dec[0].outcome, SCHED_WAIT_QUOTA);
+    sched_pending_t p[1];
+    cr_assert_eq(sched_pending(&s, dec, run, 4, p), 0);
+    cr_assert_float_eq(p[0].start_s, 30, 1e-9, "n1's end frees a slot and the quota: %g", p[0].start_s);
+    cr_assert_eq(p[0].nblocking, 1, "p1 and p2 (queue prod) were named too: %d", p[0].nblocking);
+    cr_assert_str_eq(p[0].blocking[0], "n1");
+    /* before its queue's jobs have predicted ends (just started): no estimate, the same one job */
+    run[2].end_s = run[3].end_s = -1;
+    cr_assert_eq(sched_pending(&s, dec, run, 4, p), 0);
+    cr_assert_lt(p[0].start_s, 0);
+    cr_assert_eq(p[0].nblocking, 1, "%d", p[0].nblocking);
+    cr_assert_str_eq(p[0].blocking[0], "n1");
 }
 
 Test(pending, borrowing_admission_text)

@@ -72,11 +72,15 @@ def _pages(fetch: Callable[[int, str], JSONObject], key: str, limit: int | None,
            page_size: int | None = None) -> list[JSONObject]:
     """Every object of a paged list, newest first: fetch(size, token) answers one page (its
     objects under key, then next_page_token), page_size (1 to 500, default 500) a request; at most
-    limit of them (None: all)."""
+    limit of them (None: all). A limit below 1 raises KilnError 400 before any request, as kiln's
+    --limit is refused; a page_size kilnd does not take (0 too) is sent, and kilnd refuses it."""
+    if limit is not None and limit < 1:
+        raise KilnError("limit must be a positive number (got %r)" % limit, code="invalid_argument",
+                        field="limit", status=400, hint="leave limit out (None) for all of them")
     out: list[JSONObject] = []
     token = ""
     while True:
-        size = page_size or 500
+        size = 500 if page_size is None else page_size
         if limit is not None:
             size = max(1, min(size, limit - len(out)))
         page = fetch(size, token)
