@@ -565,24 +565,33 @@ const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *b
     const sched_running_t *R = &s->running[r];
     const char *qn = J->queue >= 0 && J->queue < s->nqueues ? s->queues[J->queue].name : "?";
     const char *rq = R->queue >= 0 && R->queue < s->nqueues ? s->queues[R->queue].name : "?";
-    char name[SCHED_JOB_NAME_LEN]; /* J, as R's project may read it */
-    sched_job_name(R->project_name, J->id, J->project_name, name, sizeof name);
     const sched_queue_t *Q = J->queue >= 0 && J->queue < s->nqueues ? &s->queues[J->queue] : NULL;
+    /* what the stop does to R: its ranks checkpoint on SIGTERM (kiln's engine does), so only a
+     * checkpoint that fails or is never written loses the steps since the last one */
+    char lost[200];
+    if (R->steps_lost > 0)
+        snprintf(lost, sizeof lost, "if that checkpoint fails (or a script does not checkpoint on SIGTERM), the %lld "
+                 "step(s) since its last checkpoint are lost", (long long)R->steps_lost);
+    else
+        snprintf(lost, sizeof lost, "if that checkpoint fails (or a script does not checkpoint on SIGTERM), it "
+                 "resumes from its last checkpoint");
+    static const char stop[] = "this job's ranks get SIGTERM, checkpoint and exit, and it resumes from that "
+                               "checkpoint when admitted again";
     if (overran(s, R)) {
-        snprintf(buf, n, "it was backfilled and ran past its predicted end; %s in queue %s needs its slots (a "
-                 "backfilled job that overruns is preempted whatever the queues' preemption policy)", name, qn);
+        snprintf(buf, n, "it needs the slots this job holds in queue %s: this job was backfilled ahead of it and ran "
+                 "past its predicted end (a backfilled job that overruns is preempted whatever the queues' "
+                 "preemption policy); %s; %s", rq, stop, lost);
         return "backfill_overrun";
     }
     if (R->queue == J->queue) {
-        snprintf(buf, n, "%s (priority %d) in queue %s needs its slots and has the higher priority (this job: "
-                 "%d); %lld step(s) since its last checkpoint; allowed by queue %s's preemption.within_queue (%s)",
-                 name, J->priority, qn, R->priority, (long long)R->steps_lost, qn,
-                 sched_within_names[Q ? Q->within : 0]);
+        snprintf(buf, n, "it needs this job's slots and has the higher priority in queue %s (%d, this job %d); "
+                 "allowed by queue %s's preemption.within_queue (%s); %s; %s", qn, J->priority, R->priority, qn,
+                 sched_within_names[Q ? Q->within : 0], stop, lost);
         return "priority";
     }
-    snprintf(buf, n, "queue %s reclaims the quota queue %s borrows (%s needs it); %lld step(s) since its last "
-             "checkpoint; allowed by queue %s's preemption.reclaim_within_cohort (%s)", qn, rq, name,
-             (long long)R->steps_lost, qn, sched_reclaim_names[Q ? Q->reclaim : 0]);
+    snprintf(buf, n, "its queue %s reclaims the quota queue %s borrows, which this job holds; allowed by queue %s's "
+             "preemption.reclaim_within_cohort (%s); %s; %s", qn, rq, qn, sched_reclaim_names[Q ? Q->reclaim : 0],
+             stop, lost);
     return "reclaim";
 }
 

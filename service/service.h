@@ -849,14 +849,18 @@ const char *sched_job_name(const char *reader, const char *id, const char *proje
  * snapshot. Returns 0, or KILN_ENOMEM. */
 int sched_admit(const sched_snapshot_t *snap, sched_decision_t *out, int *order, int *nadmitted);
 
-/* Why running job r is preempted for pending job j (a decision's victim), for its reason (J named
- * to r's project by sched_job_name), with the rule that allowed it: "job J (priority P) in queue Q
- * needs its slots and has the higher priority ..., as queue Q's preemption.within_queue
- * (lower_priority) allows", "queue Q reclaims the quota queue R borrows ..., as queue Q's
- * preemption.reclaim_within_cohort (any) allows", "it was backfilled and ran past its predicted
- * end ...". */
-/* Returns the preemption's kind for the per-queue counter: "priority", "reclaim" or
- * "backfill_overrun" (SVC_PREEMPT_REASONS). */
+/* Why running job r is preempted for pending job j (a decision's victim), for r's reason after
+ * "preempted by job J: " (svc_job_preempt names J there, as r's project may read it; this text
+ * names no job): the rule that allowed it, then what the stop does ("it needs this job's slots
+ * and has the higher priority in queue Q (5, this job 0); allowed by queue Q's
+ * preemption.within_queue (lower_priority); this job's ranks get SIGTERM, checkpoint and exit, and
+ * it resumes from that checkpoint when admitted again; if that checkpoint fails (or a script does
+ * not checkpoint on SIGTERM), the 16 step(s) since its last checkpoint are lost"; "its queue Q
+ * reclaims the quota queue R borrows, which this job holds; allowed by queue Q's
+ * preemption.reclaim_within_cohort (any); ..."; "it needs the slots this job holds in queue R:
+ * this job was backfilled ahead of it and ran past its predicted end ...; ..."). Returns the
+ * preemption's kind for the per-queue counter: "priority", "reclaim" or "backfill_overrun"
+ * (SVC_PREEMPT_REASONS). */
 const char *sched_victim_reason(const sched_snapshot_t *snap, int j, int r, char *buf, size_t n);
 
 /* The most slots of its slot type a job of queue q could ever hold under the queues' quotas and

@@ -289,8 +289,8 @@ Test(pending, no_reason_or_event_names_a_job_of_another_project)
     char *v = submit_with("pb", "v", "default", 4, 100000, NULL);
     int va = at_run_job(v);
     char *h = submit_with("pa", "h", "default", 3, 100000, "\"priority\": 5");
-    json_decref(wait_reason(v, "preempted by a job of another project: a job of another project (priority 5) in "
-                               "queue default needs its slots"));
+    json_decref(wait_reason(v, "preempted by a job of another project: it needs this job's slots and has the higher "
+                               "priority in queue default (5, this job 0)"));
     char *seen = as_member(auth_a, h); /* h waits while v stops */
     cr_assert(!strstr(seen, v), "pa's member reads pb's job %s: %s", v, seen);
     free(seen);
