@@ -7,6 +7,7 @@
  * is described in service.h. */
 #include "service/svc_int.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -559,6 +560,15 @@ const char *sched_job_name(const char *reader, const char *id, const char *proje
     return buf;
 }
 
+/* Which rule lets pending job j preempt running job r, as SVC_PREEMPT_REASONS names it. */
+static const char *victim_kind(const sched_snapshot_t *s, int j, int r)
+{
+    const sched_running_t *R = &s->running[r];
+    if (overran(s, R))
+        return "backfill_overrun";
+    return R->queue == s->jobs[j].queue ? "priority" : "reclaim";
+}
+
 const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *buf, size_t n)
 {
     const sched_job_t *J = &s->jobs[j];
@@ -577,13 +587,14 @@ const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *b
                  "resumes from its last checkpoint");
     static const char stop[] = "this job's ranks get SIGTERM, checkpoint and exit, and it resumes from that "
                                "checkpoint when admitted again";
-    if (overran(s, R)) {
+    const char *kind = victim_kind(s, j, r);
+    if (!strcmp(kind, "backfill_overrun")) {
         snprintf(buf, n, "it needs the slots this job holds in queue %s: this job was backfilled ahead of it and ran "
                  "past its predicted end (a backfilled job that overruns is preempted whatever the queues' "
                  "preemption policy); %s; %s", rq, stop, lost);
-        return "backfill_overrun";
+        return kind;
     }
-    if (R->queue == J->queue) {
+    if (!strcmp(kind, "priority")) {
         snprintf(buf, n, "it needs this job's slots and has the higher priority in queue %s (%d, this job %d); "
                  "allowed by queue %s's preemption.within_queue (%s); %s; %s", qn, J->priority, R->priority, qn,
                  sched_within_names[Q ? Q->within : 0], stop, lost);
@@ -593,6 +604,114 @@ const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *b
              "preemption.reclaim_within_cohort (%s); %s; %s", qn, rq, qn, sched_reclaim_names[Q ? Q->reclaim : 0],
              stop, lost);
     return "reclaim";
+}
+
+/* Appends to buf (n bytes, len used) what fmt makes, as much as fits; returns the new length. */
+static size_t text_cat(char *buf, size_t n, size_t len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static size_t text_cat(char *buf, size_t n, size_t len, const char *fmt, ...)
+{
+    if (len + 1 >= n)
+        return len;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + len, n - len, fmt, ap);
+    va_end(ap);
+    return w < 0 ? len : KILN_MIN(len + (size_t)w, n - 1);
+}
+
+const char *sched_preemptor_reason(const sched_snapshot_t *s, int j, const int *victims, int nv, char *buf,
+                                   size_t n)
+{
+    const sched_job_t *J = &s->jobs[j];
+    const sched_queue_t *Q = J->queue >= 0 && J->queue < s->nqueues ? &s->queues[J->queue] : NULL;
+    const char *qn = Q ? Q->name : "?";
+    /* the victims, each named whole or counted at the end (as the decision's reason names them) */
+    char names[320];
+    size_t len = 0;
+    int named = 0, slots = 0;
+    for (int k = 0; k < nv; k++) {
+        const sched_running_t *V = &s->running[victims[k]];
+        char name[SCHED_JOB_NAME_LEN];
+        sched_job_name(J->project_name, V->id, V->project_name, name, sizeof name);
+        slots += V->nodes * V->slots_per_node;
+        size_t need = strlen(name) + 2 + (k + 1 < nv ? sizeof " and 1000 more" : 0);
+        if (named == k && len + need < sizeof names) {
+            len = text_cat(names, sizeof names, len, "%s%s", k ? ", " : "", name);
+            named++;
+        }
+    }
+    if (named < nv)
+        len = text_cat(names, sizeof names, len, " and %d more", nv - named);
+    names[len] = '\0';
+    /* the workers whose slots they free, each once */
+    char where[200];
+    size_t wl = 0;
+    int nworkers = 0, unnamed = 0;
+    for (int k = 0; k < nv; k++) {
+        const sched_running_t *V = &s->running[victims[k]];
+        for (int d = 0; d < V->nodes; d++) {
+            bool seen = false;
+            for (int e = 0; e <= k && !seen; e++)
+                for (int f = 0; f < (e < k ? s->running[victims[e]].nodes : d) && !seen; f++)
+                    seen = s->running[victims[e]].worker[f] == V->worker[d];
+            if (seen)
+                continue;
+            const char *wid = V->worker[d] >= 0 && V->worker[d] < s->nworkers ? s->workers[V->worker[d]].id : "?";
+            if (!unnamed && wl + strlen(wid) + 2 + sizeof " and 1000 more" < sizeof where)
+                wl = text_cat(where, sizeof where, wl, "%s%s", nworkers ? ", " : "", wid);
+            else
+                unnamed++;
+            nworkers++;
+        }
+    }
+    if (unnamed)
+        wl = text_cat(where, sizeof where, wl, " and %d more", unnamed);
+    where[wl] = '\0';
+    len = (size_t)snprintf(buf, n, "preempting %s for %d %s slot(s) on worker%s %s:", names, slots,
+                           sched_slot_type_name(J->type), nworkers == 1 ? "" : "s", where);
+    len = KILN_MIN(len, n ? n - 1 : 0);
+    /* each rule that allowed one of them, once */
+    bool by_priority = false, by_reclaim = false, by_overrun = false;
+    for (int k = 0; k < nv; k++) {
+        const char *kind = victim_kind(s, j, victims[k]);
+        by_priority |= !strcmp(kind, "priority");
+        by_reclaim |= !strcmp(kind, "reclaim");
+        by_overrun |= !strcmp(kind, "backfill_overrun");
+    }
+    const char *sep = " ";
+    if (by_priority) {
+        len = text_cat(buf, n, len, "%slower priority in queue %s, allowed by queue %s's preemption.within_queue (%s)",
+                       sep, qn, qn, sched_within_names[Q ? Q->within : 0]);
+        sep = "; ";
+    }
+    if (by_reclaim) {
+        /* the borrowing queues, each once */
+        char lenders[160];
+        size_t ll = 0;
+        int nq = 0;
+        for (int k = 0; k < nv; k++) {
+            const sched_running_t *V = &s->running[victims[k]];
+            bool seen = strcmp(victim_kind(s, j, victims[k]), "reclaim") != 0;
+            for (int e = 0; e < k && !seen; e++)
+                seen = s->running[victims[e]].queue == V->queue && !strcmp(victim_kind(s, j, victims[e]), "reclaim");
+            if (!seen)
+                ll = text_cat(lenders, sizeof lenders, ll, "%s%s", nq++ ? ", " : "",
+                              V->queue >= 0 && V->queue < s->nqueues ? s->queues[V->queue].name : "?");
+        }
+        lenders[ll] = '\0';
+        len = text_cat(buf, n, len, "%squeue %s reclaims the quota queue%s %s %s", sep, qn, nq == 1 ? "" : "s",
+                       lenders, nq == 1 ? "borrows" : "borrow");
+        len = text_cat(buf, n, len, ", allowed by queue %s's preemption.reclaim_within_cohort (%s)", qn,
+                       sched_reclaim_names[Q ? Q->reclaim : 0]);
+        sep = "; ";
+    }
+    if (by_overrun) {
+        len = text_cat(buf, n, len, "%sbackfilled ahead of it and past their predicted end (preempted whatever the "
+                       "queues' preemption policy)", sep);
+        sep = "; ";
+    }
+    text_cat(buf, n, len, "; it starts once they have stopped");
+    return buf;
 }
 
 /* ---- backfill ------------------------------------------------------------------------------- */

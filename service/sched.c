@@ -1087,11 +1087,13 @@ static void sched_tick(svc_t *s)
      * other error rolls the pass back (the next pass decides again). Each queue's usage as the
      * admissions of the pass take it, for their events. */
     int (*qusage)[SCHED_NTYPES] = calloc((size_t)KILN_MAX(nqueues, 1), sizeof(*qusage));
-    int nvictims = 0; /* their rows are locked with the admitted jobs' */
+    int nvictims = 0, nheads = 0; /* their rows, and the heads' they stop for, are locked with the admitted jobs' */
     for (int j = 0; j < njobs; j++)
-        if (dec[j].outcome == SCHED_PREEMPTING)
+        if (dec[j].outcome == SCHED_PREEMPTING && dec[j].nvictims > 0) {
             nvictims += dec[j].nvictims;
-    int nlock = nadmit + nvictims;
+            nheads++;
+        }
+    int nlock = nadmit + nvictims + nheads;
     double *waited = calloc((size_t)KILN_MAX(nlock, 1), sizeof(*waited));
     store_job_row_t *row = calloc((size_t)KILN_MAX(nlock, 1), sizeof(*row)); /* as locked */
     const char **aid = calloc((size_t)KILN_MAX(nlock, 1), sizeof(*aid));
@@ -1115,6 +1117,9 @@ static void sched_tick(svc_t *s)
     for (int j = 0, k = nadmit; intx && j < njobs; j++)
         for (int v = 0; dec[j].outcome == SCHED_PREEMPTING && v < dec[j].nvictims; v++)
             aid[k++] = hold[dec[j].victims[v]].id;
+    for (int j = 0, k = nadmit + nvictims; intx && j < njobs; j++)
+        if (dec[j].outcome == SCHED_PREEMPTING && dec[j].nvictims > 0)
+            aid[k++] = jobs[j].id;
     if (intx && nlock > 0)
         txrc = store_job_rows_lock(tx.c, aid, nlock, row, waited, placed, &err);
     /* each placed job's state change and assignments, written together after */
@@ -1153,18 +1158,39 @@ static void sched_tick(svc_t *s)
     free(batch.tr);
     free(batch.reason);
     free(batch.asg);
-    for (int j = 0; intx && txrc == 0 && j < njobs; j++)
-        for (int k = 0; txrc == 0 && dec[j].outcome == SCHED_PREEMPTING && k < dec[j].nvictims; k++) {
+    /* Each head's victims get their stop orders, and the head one event naming those that did (in
+     * this pass only: while they stop, later passes see their slots coming back and preempt no
+     * more for it). A head that no longer waits (stopped or deleted meanwhile) preempts nothing. */
+    for (int j = 0, h = nadmit + nvictims; intx && txrc == 0 && j < njobs; j++) {
+        if (dec[j].outcome != SCHED_PREEMPTING || dec[j].nvictims == 0)
+            continue;
+        const store_job_row_t *head = &row[h];
+        if (!placed[h++])
+            continue;
+        svc_job_state_t hs = svc_state_parse(head->state);
+        if (hs != JOB_STATE_QUEUED && hs != JOB_STATE_RESTARTING && hs != JOB_STATE_PREEMPTED)
+            continue;
+        int stopped[SCHED_MAX_VICTIMS], nstopped = 0;
+        for (int k = 0; txrc == 0 && k < dec[j].nvictims; k++) {
             char why[600];
             int v = dec[j].victims[k];
             const char *kind = sched_victim_reason(&snap, j, v, why, sizeof(why));
             kiln_err_clear(&err);
             int rc = sched_preempt(&tx, &hold[v], jobs[j].id, jobs[j].project, why, &err);
-            if (rc == 0)
+            if (rc == 0) {
                 preempted[v] = kind;
-            else if (rc != KILN_ESTATE)
+                stopped[nstopped++] = v;
+            } else if (rc != KILN_ESTATE) {
                 txrc = rc;
+            }
         }
+        if (txrc == 0 && nstopped > 0) {
+            char note[700];
+            bool noted;
+            sched_preemptor_reason(&snap, j, stopped, nstopped, note, sizeof note);
+            txrc = store_job_note(tx.c, jobs[j].id, head->state, note, tx.actor, &noted, &err);
+        }
+    }
     if (intx && txrc == 0)
         txrc = svc_tx_commit(&tx, &err);
     else if (intx)

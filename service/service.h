@@ -862,6 +862,15 @@ int sched_admit(const sched_snapshot_t *snap, sched_decision_t *out, int *order,
  * preemption's kind for the per-queue counter: "priority", "reclaim" or "backfill_overrun"
  * (SVC_PREEMPT_REASONS). */
 const char *sched_victim_reason(const sched_snapshot_t *snap, int j, int r, char *buf, size_t n);
+/* The event of pending job j that preempts running jobs victims[0..nv) (those its decision's stop
+ * orders reached), in words its project may read (victims named by sched_job_name): "preempting
+ * job A, job B for 4 cpu slot(s) on workers w1, w2: lower priority in queue Q, allowed by queue
+ * Q's preemption.within_queue (lower_priority); it starts once they have stopped", each rule that
+ * allowed one of them once ("queue Q reclaims the quota queue R borrows, allowed by queue Q's
+ * preemption.reclaim_within_cohort (any)", "backfilled ahead of it and past their predicted end
+ * ..."). Into buf (n bytes); returns buf. */
+const char *sched_preemptor_reason(const sched_snapshot_t *snap, int j, const int *victims, int nv, char *buf,
+                                   size_t n);
 
 /* The most slots of its slot type a job of queue q could ever hold under the queues' quotas and
  * limits (its nominal quota plus what it may borrow from what its cohort lends), or

@@ -339,6 +339,26 @@ static int transition_one(store_conn_t *c, store_transition_t *t, const char *to
     return transition_run(c, sql, p, t, 1, err);
 }
 
+int store_job_note(store_conn_t *c, const char *id, const char *state, const char *reason, const char *actor,
+                   bool *done, kiln_err_t *err)
+{
+    /* event_seq is no column of jobs_sched_touch's: the note leaves the job's sched_xid alone */
+    static const char *sql =
+        "WITH u AS (UPDATE jobs SET event_seq = event_seq + 1 WHERE id = $1::uuid AND state = $2::text"
+        "  RETURNING id, event_seq, attempt, state)"
+        " INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, actor)"
+        " SELECT id, event_seq, state, state, $3::text, attempt, $4::text FROM u RETURNING seq";
+    *done = false;
+    const char *p[4] = {id, state, reason ? reason : "", actor ? actor : ""};
+    PGresult *r = NULL;
+    int rc = store_qp(c, "note job event", sql, 4, p, &r, err);
+    if (rc)
+        return rc;
+    *done = PQntuples(r) == 1;
+    PQclear(r);
+    return 0;
+}
+
 int store_job_transition_many(store_conn_t *c, store_transition_t *t, int n, const char *to, int flags,
                               const char *actor, kiln_err_t *err)
 {

@@ -203,6 +203,14 @@ typedef struct store_transition {
 int store_job_transition_many(store_conn_t *c, store_transition_t *t, int n, const char *to, int flags,
                               const char *actor, kiln_err_t *err);
 
+/* Appends an event row to job id without moving it (from_state and to_state are both `state`):
+ * something the scheduler did for the job that its state does not show (a waiting job preempting
+ * others for its slots). Changes nothing else of the job: not its reason, not updated_at (how
+ * long it has waited), nothing the scheduler's pass reads. *done (OUT) = false, nothing written,
+ * when the job is no longer in `state`. */
+int store_job_note(store_conn_t *c, const char *id, const char *state, const char *reason, const char *actor,
+                   bool *done, kiln_err_t *err);
+
 /* *out = the job as contracts.md shows it (new reference). KILN_ENOTFOUND. */
 int store_job_get_json(store_conn_t *c, const char *id, json_t **out, kiln_err_t *err);
 

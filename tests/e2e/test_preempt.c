@@ -101,6 +101,27 @@ static const char *event_reason(const char *id, const char *state)
     return buf;
 }
 
+/* The reason of the job's one event that says it preempts others (it stays where it waits), ""
+ * when it has none; asserts it has no second one (one per decision, not one per pass). */
+static const char *preempting_event(const char *id)
+{
+    static char buf[1024];
+    buf[0] = '\0';
+    json_t *ev = e2e_events(id);
+    size_t i;
+    json_t *e;
+    int n = 0;
+    json_array_foreach(json_object_get(ev, "events"), i, e)
+        if (!strncmp(e2e_jstr(e, "reason"), "preempting ", 11)) {
+            cr_assert_str_eq(e2e_jstr(e, "from_state"), e2e_jstr(e, "to_state"), "%s", e2e_dump(e));
+            snprintf(buf, sizeof buf, "%s", e2e_jstr(e, "reason"));
+            n++;
+        }
+    json_decref(ev);
+    cr_assert_leq(n, 1, "%s has %d preempting events", id, n);
+    return buf;
+}
+
 /* Team A fills the cluster by borrowing team B's quota; B submits within its quota: one of A's
  * jobs (the one that loses least) is preempted, goes PREEMPTED naming B's job, and B's job runs
  * while A's other jobs still do. The victim resumes from its checkpoint and ends with the very
@@ -134,6 +155,12 @@ Test(preempt, reclaim_borrowed_quota_resumes_bit_exact, .init = e2e_setup, .fini
     /* the event names the rule that allowed it: the preemptor's queue's policy */
     cr_assert(strstr(event_reason(a[v].id, "STOPPING"), "allowed by queue team-b's preemption.reclaim_within_cohort "
                      "(any)"), "%s", event_reason(a[v].id, "STOPPING"));
+    /* and B's job has one event naming its victim and the rule */
+    const char *note = preempting_event(b.id);
+    cr_assert(strstr(note, a[v].id) && strstr(note, "queue team-b reclaims the quota queue team-a borrows"), "%s",
+              note);
+    for (int i = 0; i < 3; i++)
+        cr_assert(i == v || !strstr(note, a[i].id), "%s", note);
     for (int i = 0; i < 3; i++)
         if (i != v)
             e2e_thaw(a[i].ranks, a[i].n_ranks);
@@ -202,6 +229,9 @@ Test(preempt, priority_preempts_the_fewest_steps_since_checkpoint, .init = e2e_s
               event_reason(low[1].id, "STOPPING"));
     cr_assert(strstr(event_reason(low[1].id, "STOPPING"), "preemption.within_queue (lower_priority)"), "%s",
               event_reason(low[1].id, "STOPPING"));
+    const char *note = preempting_event(high.id);
+    cr_assert(strstr(note, low[1].id) && !strstr(note, low[0].id) && !strstr(note, low[2].id)
+              && strstr(note, "lower priority in queue default"), "%s", note);
     e2e_thaw(low[0].ranks, low[0].n_ranks);
     e2e_thaw(low[2].ranks, low[2].n_ranks);
     for (int i = 0; i < 3; i++) {

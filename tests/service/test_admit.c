@@ -474,13 +474,18 @@ Test(admit, texts_name_only_jobs_of_the_readers_project)
     cr_assert(strstr(out[1].reason, "waiting behind a job of another project in queue default"), "%s", out[1].reason);
     sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 1, .jobs = j, .njobs = 2,
                           .running = r, .nrunning = 2};
-    char why[400];
+    char why[600];
     /* the victim's reason names no job: svc_job_preempt names the preemptor once, before it */
     for (int v = 0; v < 2; v++) {
         sched_victim_reason(&s, 0, v, why, sizeof why);
         cr_assert(strstr(why, "it needs this job's slots and has the higher priority in queue default (3, this "
                               "job 0)") && !strstr(why, "job h") && !strstr(why, "another project"), "%s", why);
     }
+    /* the head's event names its victims as its own project (pa) may read them */
+    char note[700];
+    sched_preemptor_reason(&s, 0, out[0].victims, out[0].nvictims, note, sizeof note);
+    cr_assert(strstr(note, "job alpha") && strstr(note, "a job of another project") && !strstr(note, "bravo"), "%s",
+              note);
 }
 
 Test(admit, preemption_picks_the_victims_that_lose_least_work)
@@ -503,7 +508,7 @@ Test(admit, preemption_picks_the_victims_that_lose_least_work)
     cr_assert(has_victim(&out[0], 1) && has_victim(&out[0], 2));
     cr_assert(strstr(out[0].reason, "a") && strstr(out[0].reason, "preempted"), "%s", out[0].reason);
     cr_assert_eq(out[1].outcome, SCHED_WAIT_BEHIND, "one head preempts at a time: %s", out[1].reason);
-    char why[400];
+    char why[600];
     sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 1, .jobs = j, .njobs = 2,
                           .running = r, .nrunning = 3};
     sched_victim_reason(&s, 0, 1, why, sizeof why);
@@ -514,6 +519,16 @@ Test(admit, preemption_picks_the_victims_that_lose_least_work)
                           "SIGTERM, checkpoint and exit, and it resumes from that checkpoint when admitted again; if "
                           "that checkpoint fails (or a script does not checkpoint on SIGTERM), the 3 step(s) since "
                           "its last checkpoint are lost");
+    /* the head's event names both victims, their slots and worker, and the rule once */
+    char note[700];
+    cr_assert_str_eq(sched_preemptor_reason(&s, 0, out[0].victims, out[0].nvictims, note, sizeof note),
+                     out[0].victims[0] == 1
+                         ? "preempting job a, job b for 2 cpu slot(s) on worker w: lower priority in queue default, "
+                           "allowed by queue default's preemption.within_queue (lower_priority); it starts once "
+                           "they have stopped"
+                         : "preempting job b, job a for 2 cpu slot(s) on worker w: lower priority in queue default, "
+                           "allowed by queue default's preemption.within_queue (lower_priority); it starts once "
+                           "they have stopped");
 
     /* An equal-priority head preempts nothing, and neither does one whose victims are stopping:
      * "old" STOPPING frees 2 slots, enough for the head. */
@@ -631,13 +646,17 @@ Test(admit, reclaim_preempts_only_borrowers)
     cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
     cr_assert_eq(out[0].nvictims, 1);
     cr_assert_eq(out[0].victims[0], 1, "the borrower's job with fewer steps since its checkpoint");
-    char why[400];
+    char why[600];
     sched_snapshot_t s = {.workers = w, .nworkers = 2, .queues = q, .nqueues = 2, .jobs = j, .njobs = 1,
                           .running = r, .nrunning = 2};
     sched_victim_reason(&s, 0, 1, why, sizeof why);
     cr_assert(strstr(why, "its queue b reclaims the quota queue a borrows, which this job holds; allowed by queue b's "
                           "preemption.reclaim_within_cohort (any); this job's ranks get SIGTERM") && !strstr(why, "b1"),
               "%s", why);
+    char note[700];
+    cr_assert_str_eq(sched_preemptor_reason(&s, 0, &out[0].victims[0], 1, note, sizeof note),
+                     "preempting job a2 for 2 cpu slot(s) on worker w1: queue b reclaims the quota queue a borrows, "
+                     "allowed by queue b's preemption.reclaim_within_cohort (any); it starts once they have stopped");
     /* a within its quota: nothing to reclaim */
     q[0].usage[0] = 2;
     r[1].queue = 1;
@@ -663,7 +682,7 @@ Test(admit, within_queue_never_waits_rather_than_preempt)
     int order[1];
     cr_assert_eq(pass_running(w, 1, q, 1, j, 1, r, 1, 0, out, order), 0);
     cr_assert_eq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
-    char why[400];
+    char why[600];
     sched_snapshot_t s = {.workers = w, .nworkers = 1, .queues = q, .nqueues = 1, .jobs = j, .njobs = 1,
                           .running = r, .nrunning = 1};
     cr_assert_str_eq(sched_victim_reason(&s, 0, 0, why, sizeof why), "priority");
@@ -753,7 +772,7 @@ Test(admit, reclaim_lower_priority_leaves_an_equal_priority_borrower_alone)
     sched_job_t j[] = {job("b1", 1, 1, 1, 2, 0)};
     sched_decision_t out[1];
     int order[1];
-    char why[400];
+    char why[600];
     sched_snapshot_t s = {.workers = w, .nworkers = 2, .queues = q, .nqueues = 2, .jobs = j, .njobs = 1,
                           .running = r, .nrunning = 2};
     cr_assert_eq(pass_running(w, 2, q, 2, j, 1, r, 2, 0, out, order), 0);

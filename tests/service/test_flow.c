@@ -1190,6 +1190,21 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     /* one preemption for priority in queue default, counted once (not per pass while it stops) */
     cr_assert_eq(prom_value(preemptions), 1, "%s: %g", preemptions, prom_value(preemptions));
     cr_assert_eq(prom_value("kiln_queue_preemptions_total{queue=\"default\",reason=\"reclaim\"}"), 0);
+    /* high got one event for it too, naming its victim, where and the rule (once: not per pass
+     * while low stopped), leaving it QUEUED */
+    char ev[512], want[400];
+    events_str(high, ev, sizeof(ev));
+    cr_assert_str_eq(ev, "QUEUED QUEUED");
+    snprintf(want, sizeof want, "preempting job %s for 1 cpu slot(s) on worker %s: lower priority in queue default, "
+             "allowed by queue default's preemption.within_queue (lower_priority); it starts once they have stopped",
+             low, w);
+    char *why = event_reason(high, "QUEUED");
+    cr_assert_str_eq(why, want);
+    free(why);
+    /* the victim's reason names high once */
+    why = event_reason(low, "STOPPING");
+    cr_assert(strstr(why, high) && !strstr(strstr(why, high) + 1, high), "%s", why);
+    free(why);
     /* high runs and completes; low resumes as attempt 2 */
     json_decref(wait_state(high, "SCHEDULED", 5000));
     start_on(w, high, 1);
@@ -1197,15 +1212,16 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     json_decref(wait_state(high, "COMPLETED", 2000));
     json_decref(wait_state(low, "SCHEDULED", 5000));
     start_on(w, low, 2);
-    char *why = event_reason(low, "SCHEDULED");
+    why = event_reason(low, "SCHEDULED");
     cr_assert(strstr(why, "; resumes from its checkpoint after preemption"), "%s", why);
     free(why);
     why = event_reason(high, "SCHEDULED");
     cr_assert_null(strstr(why, "resumes from its checkpoint"), "%s", why);
     free(why);
-    char ev[512];
     events_str(low, ev, sizeof(ev));
     cr_assert_str_eq(ev, "QUEUED SCHEDULED STARTING RUNNING STOPPING PREEMPTED SCHEDULED STARTING RUNNING");
+    events_str(high, ev, sizeof(ev));
+    cr_assert_str_eq(ev, "QUEUED QUEUED SCHEDULED STARTING RUNNING COMPLETED");
     /* retry.max_attempts 2: the preemption used none, so losing attempt 2 still restarts it */
     rank_killed(w, low, 2, 0, 9, "Killed");
     j = get(low);
@@ -1452,6 +1468,13 @@ Test(life, a_head_waits_for_its_stopping_victim_and_preempts_no_other)
                      json_string_value(json_object_get(j, "reason")));
     json_decref(j);
     json_decref(wait_reason(high, "QUEUED", (const char *const[]){"freeing"}, 1, 5000));
+    /* one event of the preemption on high, naming the one victim, after those passes */
+    char ev[128];
+    events_str(high, ev, sizeof(ev));
+    cr_assert_str_eq(ev, "QUEUED QUEUED");
+    char *why = event_reason(high, "QUEUED");
+    cr_assert(!strncmp(why, "preempting job ", 15) && strstr(why, victim) && !strstr(why, other), "%s", why);
+    free(why);
 }
 
 Test(life, a_stop_during_a_preemption_ends_the_job_stopped)

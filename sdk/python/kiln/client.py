@@ -470,7 +470,8 @@ class Client:
 
     def events(self, job_id: str) -> list[JSONObject]:
         """The job's state changes, oldest first: dicts with seq, from_state, to_state, reason,
-        time, attempt, actor."""
+        time, attempt, actor (from_state equals to_state for what leaves its state as it was: a
+        waiting job preempting others)."""
         _, j = self._call("GET", "/v1/jobs/%s/events" % _seg(job_id))
         return _objs(j.get("events"))
 
