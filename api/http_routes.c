@@ -149,13 +149,14 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
     return ret;
 }
 
-/* A paged list's page_size and page_token, as every list reads them (the service checks their
- * values, as gRPC's): page_size any int32 (set says whether it was given), "?page_token=" the
- * first page. Nonzero (err set) when page_size is not such an integer. */
+/* A paged list's page_size and page_token, as every list reads them (the service checks the
+ * token, as gRPC's): page_size a whole number from 1 to SVC_PAGE_SIZE_MAX (set says whether it was
+ * given; the service checks that range again), "?page_token=" the first page. Nonzero (err set)
+ * when page_size is not such a number. */
 static int http_page_args(http_req_t *r, int *size, bool *set, const char **token, kiln_err_t *err)
 {
     int64_t v = 0;
-    if (http_arg_int(r, "page_size", INT32_MIN, INT32_MAX, &v, set, err))
+    if (http_arg_int(r, "page_size", 1, SVC_PAGE_SIZE_MAX, &v, set, err))
         return KILN_EINVAL;
     *size = (int)v;
     *token = http_arg(r, "page_token");
@@ -254,8 +255,9 @@ static enum MHD_Result http_jobs_search(http_req_t *r)
     if (rc == 0 && ps && !json_is_null(ps)) {
         /* the service's range check, as for GET /v1/jobs and gRPC */
         if (!json_is_integer(ps))
-            rc = kiln_err_set(&err, KILN_EINVAL, "page_size", "page_size must be an integer from 1 to 500");
-        else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, 500, &err)) == 0) {
+            rc = kiln_err_set(&err, KILN_EINVAL, "page_size", "page_size must be a whole number from 1 to %d",
+                              SVC_PAGE_SIZE_MAX);
+        else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, SVC_PAGE_SIZE_MAX, &err)) == 0) {
             f.page_size = (int)json_integer_value(ps);
             f.page_size_set = true;
         }

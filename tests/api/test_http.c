@@ -220,9 +220,13 @@ Test(http, list_pages_and_filters)
 
 Test(http, list_rejects_bad_parameters)
 {
-    static const char *const bad[][2] = {
-        {"/v1/jobs?page_size=0", "page_size"},   {"/v1/jobs?page_size=abc", "page_size"},
-        {"/v1/jobs?page_size=501", "page_size"}, {"/v1/jobs?status=RUNING", "status"},
+    /* a page size that is no number gets the real range, as one out of it does (not int32's) */
+    static const char *const bad[][3] = {
+        {"/v1/jobs?page_size=0", "page_size", "page_size must be a whole number from 1 to 500"},
+        {"/v1/jobs?page_size=abc", "page_size", "page_size must be a whole number from 1 to 500, got \\\"abc\\\""},
+        {"/v1/jobs?page_size=501", "page_size", "page_size must be a whole number from 1 to 500"},
+        {"/v1/jobs?page_size=99999999999", "page_size", "page_size must be a whole number from 1 to 500"},
+        {"/v1/jobs?status=RUNING", "status", "RUNING"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         long st;
@@ -231,6 +235,7 @@ Test(http, list_rejects_bad_parameters)
         cr_assert_eq(st, 400, "%s: %s", bad[i][0], raw);
         assert_error_shape(j, "invalid_argument");
         cr_assert_str_eq(json_string_value(json_object_get(j, "field")), bad[i][1], "%s", raw);
+        cr_assert(strstr(raw, bad[i][2]), "%s: %s", bad[i][0], raw);
         json_decref(j);
         free(raw);
     }

@@ -144,8 +144,8 @@ Test(tuning, refuses_bad_input_naming_the_field)
         static const struct { const char *path, *field, *needle; } bad[] = {
             {"/v1/tuning-jobs?page_size=0", "page_size", "page_size"},
             {"/v1/tuning-jobs?page_size=501", "page_size", "page_size"},
-            {"/v1/tuning-jobs?page_size=-1", "page_size", "page_size"},
-            {"/v1/tuning-jobs?page_size=two", "page_size", "page_size"},
+            {"/v1/tuning-jobs?page_size=-1", "page_size", "page_size must be a whole number from 1 to 500"},
+            {"/v1/tuning-jobs?page_size=two", "page_size", "page_size must be a whole number from 1 to 500, got"},
             {"/v1/tuning-jobs?page_token=abc", "page_token", "malformed page token"},
             /* a token of the job list is not one of this list */
             {"/v1/tuning-jobs?page_token=eyJ2IjoxLCJoIjoiMDAwMDAwMDAwMDAwMDAwMCIsImMiOnt9fQ", "page_token",
