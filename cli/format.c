@@ -273,6 +273,9 @@ static void cli_job_step(const json_t *job, char *buf, size_t n)
         snprintf(buf, n, "%.0f/%.0f", isnan(step) ? 0 : step, total);
 }
 
+/* The job's wall time, as the search field `duration` and the UI count it: from its first start to
+ * its end, or to now until it ends, the waits between attempts (after a preemption or a lost
+ * attempt) included. "-" before it started. */
 static void cli_job_duration(const json_t *job, int64_t now_us, char *buf, size_t n)
 {
     int64_t st = cli_jtime(job, "started_at"), en = cli_jtime(job, "ended_at");
@@ -286,8 +289,8 @@ static void cli_job_duration(const json_t *job, int64_t now_us, char *buf, size_
 void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us, bool wide)
 {
     cli_table_t t;
-    cli_table_init(&t, wide ? "ID NAME STATE >STEP >LOSS >AGE >DURATION PROJECT QUEUE >PRIO >RANKS >ATTEMPT BY WORKERS"
-                            : "ID NAME STATE >STEP >LOSS >AGE >DURATION");
+    cli_table_init(&t, wide ? "ID NAME STATE >STEP >LOSS >AGE >WALL-TIME PROJECT QUEUE >PRIO >RANKS >ATTEMPT BY WORKERS"
+                            : "ID NAME STATE >STEP >LOSS >AGE >WALL-TIME");
     size_t i;
     json_t *job;
     json_array_foreach(jobs, i, job) {
@@ -413,8 +416,19 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
     cli_print_time_kv(out, "Created", job, "created_at", now_us);
     cli_print_time_kv(out, "Started", job, "started_at", now_us);
     cli_print_time_kv(out, "Ended", job, "ended_at", now_us);
+    /* wall time, said as such: a job that waits again after it ran (preempted, restarting) counts
+     * its waits too, which a bare "Duration" hid */
     cli_job_duration(job, now_us, buf, sizeof(buf));
-    cli_kv(out, "Duration", "%s", buf);
+    if (cli_jtime(job, "started_at")) {
+        bool ended = cli_jtime(job, "ended_at") != 0;
+        bool waits = !strcmp(state, "QUEUED") || !strcmp(state, "RESTARTING") || !strcmp(state, "PREEMPTED")
+                     || !strcmp(state, "PAUSED");
+        cli_kv(out, "Wall time", "%s %s%s%s", buf, ended ? "from its first start to its end" : "since its first start",
+               waits || (!isnan(attempt) && attempt > 1) ? ", waits between attempts included" : "",
+               waits ? " (it waits now)" : "");
+    } else {
+        cli_kv(out, "Wall time", "-");
+    }
 
     json_t *pr = json_object_get(job, "progress");
     double step = cli_jnum(pr, "step"), total = cli_jnum(pr, "total_steps"), eta = cli_jnum(pr, "eta_s");

@@ -178,8 +178,8 @@ enum {
     STORE_TR_STARTED = 1 << 0,   /* set started_at (first time only) */
     STORE_TR_ENDED = 1 << 1,     /* set ended_at */
     STORE_TR_STOP_REQ = 1 << 2,  /* set stop_requested */
-    STORE_TR_NEW_ATTEMPT = 1 << 3, /* a new attempt starts: reset progress, eta and started_at; clear
-                                      preempted_by and backfill_end */
+    STORE_TR_NEW_ATTEMPT = 1 << 3, /* a new attempt starts: clear eta, preempted_by and backfill_end
+                                      (started_at stays the first attempt's start) */
     STORE_TR_PREEMPTED = 1 << 4    /* count one more preemption */
 };
 /* Moves a job from state `from` to `to` with reason, sets its attempt, and appends the event row

@@ -117,6 +117,7 @@ Test(cli_format, jobs_table)
     /* Header, then one line per job, columns aligned under the header. */
     char *l1 = strchr(out, '\n') + 1, *l2 = strchr(l1, '\n') + 1;
     cr_assert(!strncmp(out, "ID        NAME        STATE", 26), "header: %s", out);
+    cr_assert(strstr(out, " WALL-TIME\n"), "the column says it is wall time: %s", out);
     cr_assert(strstr(l1, "0b6c1f2e  gpt-tiny    RUNNING") == l1, "row 1: %s", l1);
     cr_assert(strstr(l1, "120/2000") && strstr(l1, "2.4123") && strstr(l1, "5m00s") && strstr(l1, "4m50s"),
               "row 1: %s", l1);
@@ -159,6 +160,34 @@ Test(cli_format, describe)
     cr_assert(strstr(out, "  train_loss       2.412\n"), "%s", out);
     cr_assert(strstr(out, "2026-11-21 06:00:00       -  →  QUEUED     alice  submitted\n"), "%s", out);
     cr_assert(strstr(out, "2026-11-21 06:00:01  QUEUED  →  SCHEDULED  kilnd  placed on w-1, w-2\n"), "%s", out);
+    cr_assert(strstr(out, "\nWall time:    4m50s since its first start\n"), "%s", out);
+    free(out);
+    json_decref(job);
+}
+
+/* A preempted job's wall time keeps counting while it waits, and describe says so: from its first
+ * start, the waits between attempts included; once it ended, first start to end. */
+Test(cli_format, describe_says_the_wall_time_counts_the_waits)
+{
+    json_t *job = load(JOB_RUNNING);
+    json_object_set_new(job, "state", json_string("PREEMPTED"));
+    json_object_set_new(job, "reason", json_string("preempted by job x: every rank has exited"));
+    char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "\nWall time:    4m50s since its first start, waits between attempts included (it waits "
+                          "now)\n"), "%s", out);
+    free(out);
+    json_object_set_new(job, "state", json_string("COMPLETED"));
+    json_object_set_new(job, "attempt", json_integer(2));
+    json_object_set_new(job, "ended_at", json_string("2026-11-21T06:20:10Z"));
+    out = capture(print_job_with_events, job, at("2026-11-21T07:00:00Z"));
+    cr_assert(strstr(out, "\nWall time:    20m00s from its first start to its end, waits between attempts "
+                          "included\n"), "%s", out);
+    free(out);
+    json_object_set_new(job, "started_at", json_null());
+    json_object_set_new(job, "state", json_string("QUEUED"));
+    json_object_set_new(job, "ended_at", json_null());
+    out = capture(print_job_with_events, job, at("2026-11-21T07:00:00Z"));
+    cr_assert(strstr(out, "\nWall time:    -\n"), "%s", out);
     free(out);
     json_decref(job);
 }

@@ -35,11 +35,23 @@ export function columnValue(job: Job, col: string): unknown {
   }
 }
 
+// The job's wall time, as the search field `duration` and the CLI count it: from its first start to
+// its end, or to now until it ends, the waits between attempts (after a preemption or a lost
+// attempt) included.
 export function durationS(job: Job, now = Date.now()): number | undefined {
   if (!job.started_at) return undefined;
   const s = Date.parse(job.started_at);
   const e = job.ended_at ? Date.parse(job.ended_at) : now;
   return isNaN(s) || isNaN(e) ? undefined : Math.max(0, (e - s) / 1000);
+}
+
+// What the job page says after the wall time, as `kiln describe` does: where it counts from, and
+// that the waits between attempts count too.
+export function wallTimeNote(job: Job): string {
+  const waits = ['QUEUED', 'RESTARTING', 'PREEMPTED', 'PAUSED'].includes(job.state);
+  return (job.ended_at ? ' from its first start to its end' : ' since its first start')
+    + (waits || (job.attempt ?? 0) > 1 ? ', waits between attempts included' : '')
+    + (waits ? ' (it waits now)' : '');
 }
 
 // Every hyperparameter and metric name seen in jobs, for the column chooser's suggestions.

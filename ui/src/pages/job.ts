@@ -8,7 +8,7 @@ import { MetricChart } from '../chart';
 import { announce, clear, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtTime, h, stateBadge, TERMINAL, timelineItem } from '../dom';
 import type { Cleanup } from '../main';
 import { JobMetrics } from '../metrics';
-import { durationS } from '../columns';
+import { durationS, wallTimeNote } from '../columns';
 import type { Artifact, Job, JobEvent, TuningJob } from '../types';
 import { clonePanel } from './clone';
 import { logPanel } from './logs';
@@ -195,7 +195,7 @@ export function jobPage(main: HTMLElement, _params: URLSearchParams, path: strin
     if (j.started_at) row('Started', fmtTime(j.started_at));
     if (j.ended_at) row('Ended', fmtTime(j.ended_at));
     const d = durationS(j);
-    if (d !== undefined) row('Duration', fmtDuration(d));
+    if (d !== undefined) row('Wall time', fmtDuration(d), h('span', { class: 'muted' }, wallTimeNote(j)));
     row('Resources', `${r.nodes ?? '?'} node${r.nodes === 1 ? '' : 's'} × ${r.slots_per_node ?? '?'} ${r.slot_type || ''} slot${r.slots_per_node === 1 ? '' : 's'}`,
       j.world_size ? ` (${j.world_size} ranks)` : '');
     const ws = j.workers || [];

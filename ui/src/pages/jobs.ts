@@ -112,7 +112,7 @@ export function jobsPage(main: HTMLElement, params: URLSearchParams): Cleanup {
     ];
     for (const c of columns) base.push({ key: c, label: c, sortField: c, cell: (j) => fmtNum(columnValue(j, c)) });
     base.push({ key: 'age', label: 'Age', sortField: 'created', cell: (j) => fmtAge(j.created_at) },
-              { key: 'duration', label: 'Duration', sortField: 'duration', cell: (j) => fmtDuration(durationS(j)) });
+              { key: 'duration', label: 'Wall time', sortField: 'duration', cell: (j) => fmtDuration(durationS(j)) });
     return base;
   }
 
