@@ -10,6 +10,7 @@
 
 #include "service/service.h"
 #include "store/store_int.h"
+#include "tests/common/harness.h"
 
 Test(state, names_round_trip)
 {
@@ -112,20 +113,9 @@ static const char *const k_kind_name[] = {"WAITING", "HOLDING", "PARKED", "ENDED
 /* The file at path under $KILN_ROOT (the repository), NUL-terminated; caller frees. */
 static char *repo_file(const char *path)
 {
-    const char *root = getenv("KILN_ROOT");
-    char full[1024];
-    snprintf(full, sizeof full, "%s/%s", root && *root ? root : ".", path);
-    FILE *f = fopen(full, "rb");
-    cr_assert_not_null(f, "cannot open %s (run the tests from tests/run.sh, which sets KILN_ROOT)", full);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    char *t = th_repo_file(path);
+    cr_assert_not_null(t, "cannot read %s under $KILN_ROOT (run the tests from tests/run.sh, which sets it)", path);
+    return t;
 }
 
 /* Reads the words of text[0..len) that are upper-case identifiers (A-Z, _) into names, in order;
