@@ -1,8 +1,8 @@
 /* api_names.h - the one list of each small set of names the API takes and the clients spell: a
- * queue's preemption policies and a project member's roles. Generated from it: service.h's enums
- * and the validators' name tables (service/admit.c, service/auth.c), and the CLI's help (cli/cli.c),
- * so that a value added here is taken by kilnd and shown by `kiln help`. Not the job states
- * (base/job_states.h). */
+ * queue's preemption policies and a project member's roles. Made from it: service.h's enums, the
+ * validators' name tables (service/admit.c, service/auth.c) and the CLI's help (cli/cli.c); checked
+ * against it by tests/service/test_names.c: the migrations' CHECKs, the OpenAPI and proto texts, the
+ * web UI, the Python SDK and the README. Not the job states (base/job_states.h). */
 #ifndef KILN_API_NAMES_H
 #define KILN_API_NAMES_H
 

@@ -110,8 +110,9 @@ static const cli_command_t cli_commands[] = {
      "  \"model\": {\"init_from\": \"job:ID\"} in its spec.\n"},
     {"delete", cli_cmd_delete, "ID",
      "delete an ended job with its events, logs, metrics and artifacts (editors)",
-     "  Only a job that has ended (COMPLETED, FAILED, STOPPED) can be deleted: stop a running one\n"
-     "  first. A job whose model another unfinished job starts from (model.init_from) is kept.\n"},
+     "  Only a job that has ended can be deleted, one in an end state:" KILN_JOB_STATE_ENDED_WORDS ".\n"
+     "  Stop a running one first. A job whose model another unfinished job starts from\n"
+     "  (model.init_from) is kept.\n"},
     {"workers", cli_cmd_workers, "[list]\napprove ID\nremove ID [--ban [--reason TEXT]]\nbans\nunban BAN",
      "list registered workers (agents); approve, remove and ban them (cluster admins)",
      "commands:\n"

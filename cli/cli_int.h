@@ -4,6 +4,7 @@
 #define KILN_CLI_INT_H
 
 #include "base/api_names.h" /* the API's names the help and hints list */
+#include "base/job_states.h" /* which states are terminal (cli_state_terminal, kiln delete's help) */
 #include "cli/cli.h"
 
 typedef struct cli_client {
@@ -206,7 +207,7 @@ void cli_table_print_indented(FILE *out, cli_table_t *t);
 size_t cli_width(const char *s);
 char *cli_clip(const char *s, size_t max, char *buf, size_t n);
 
-/* True for the terminal job states. */
+/* Whether state names a terminal job state (kind ENDED in base/job_states.h); false for NULL. */
 bool cli_state_terminal(const char *state);
 
 #endif /* KILN_CLI_INT_H */

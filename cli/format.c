@@ -140,7 +140,14 @@ char *cli_fmt_time(const char *rfc3339, char *buf, size_t n)
 
 bool cli_state_terminal(const char *state)
 {
-    return state && (!strcmp(state, "COMPLETED") || !strcmp(state, "FAILED") || !strcmp(state, "STOPPED"));
+    if (!state)
+        return false;
+#define CLI_STATE_ENDED_(name, num, kind)                                                          \
+    if (KILN_JOB_KIND_##kind == KILN_JOB_KIND_ENDED && !strcmp(state, #name))                      \
+        return true;
+    KILN_JOB_STATES(CLI_STATE_ENDED_)
+#undef CLI_STATE_ENDED_
+    return false;
 }
 
 /* ---- tables ------------------------------------------------------------------------------- */

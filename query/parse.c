@@ -36,7 +36,7 @@ static const char *const k_first[] = {"id", "name", "project", "queue", "state",
 
 static const char *const k_aggs[] = {"min", "max", "last", "count", NULL};
 
-#define QUERY_STATE_(name, num) #name,
+#define QUERY_STATE_(name, num, kind) #name,
 static const char *const k_states[] = {KILN_JOB_STATES(QUERY_STATE_) NULL};
 #undef QUERY_STATE_
 

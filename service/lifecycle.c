@@ -35,8 +35,8 @@ int svc_job_delete(svc_t *s, const svc_caller_t *who, const char *id, json_t **o
     if (rc)
         goto fail;
     if (!svc_state_terminal(svc_state_parse(job.state))) {
-        rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s is %s: only a job that has ended (COMPLETED, FAILED or "
-                          "STOPPED) can be deleted", id, job.state);
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "job %s is %s: only a job that has ended (%s) can be deleted", id,
+                          job.state, KILN_JOB_STATE_ENDED_LIST);
         kiln_err_hint(err, "stop it first (kiln stop %s), then delete it", id);
         goto fail;
     }

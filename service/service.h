@@ -585,7 +585,7 @@ int svc_queue_delete(svc_t *s, const svc_caller_t *who, const char *name, kiln_e
  * proto's JobState numbers. */
 typedef enum svc_job_state {
     JOB_STATE_NONE = 0,          /* before the job exists (the first event has no from_state) */
-#define SVC_STATE_ENUM_(name, num) JOB_STATE_##name = num,
+#define SVC_STATE_ENUM_(name, num, kind) JOB_STATE_##name = num,
     KILN_JOB_STATES(SVC_STATE_ENUM_)
 #undef SVC_STATE_ENUM_
     JOB_STATE_COUNT_             /* one past the last state */
@@ -597,7 +597,7 @@ const char *svc_state_name(svc_job_state_t st);
 svc_job_state_t svc_state_parse(const char *name);
 /* Whether the state machine allows from -> to. */
 bool svc_state_legal(svc_job_state_t from, svc_job_state_t to);
-/* COMPLETED, FAILED, STOPPED. */
+/* Whether st is terminal: its kind in base/job_states.h is ENDED. */
 bool svc_state_terminal(svc_job_state_t st);
 
 /* ---- scheduling passes, as a benchmark sees them ---------------------------------------------

@@ -19,9 +19,15 @@
 
 static const char *const NAMES[] = {
     [JOB_STATE_NONE] = "",
-#define STATE_NAME_(name, num) [JOB_STATE_##name] = #name,
+#define STATE_NAME_(name, num, kind) [JOB_STATE_##name] = #name,
     KILN_JOB_STATES(STATE_NAME_)
 #undef STATE_NAME_
+};
+
+static const bool ENDED[JOB_STATE_COUNT_] = {
+#define STATE_ENDED_(name, num, kind) [JOB_STATE_##name] = KILN_JOB_KIND_##kind == KILN_JOB_KIND_ENDED,
+    KILN_JOB_STATES(STATE_ENDED_)
+#undef STATE_ENDED_
 };
 
 _Static_assert(KILN_ARRAY_LEN(NAMES) == JOB_STATE_COUNT_, "a name for every state");
@@ -45,7 +51,7 @@ svc_job_state_t svc_state_parse(const char *name)
 
 bool svc_state_terminal(svc_job_state_t st)
 {
-    return st == JOB_STATE_COMPLETED || st == JOB_STATE_FAILED || st == JOB_STATE_STOPPED;
+    return (int)st > JOB_STATE_NONE && st < JOB_STATE_COUNT_ && ENDED[st];
 }
 
 #define B(s) (1u << (s))

@@ -115,7 +115,7 @@ int store_job_init_dependent(store_conn_t *c, const char *job_id, const char *pr
     PGresult *r = NULL;
     int rc = store_q(c, "find jobs that start from a job's model",
                      "SELECT id::text, project FROM jobs WHERE spec->'model'->>'init_from' = $1"
-                     " AND state NOT IN ('COMPLETED', 'FAILED', 'STOPPED')"
+                     " AND state NOT IN " STORE_ENDED
                      " ORDER BY ($2::text[] IS NULL OR project = ANY($2::text[])) DESC LIMIT 1",
                      2, p, &r, err);
     if (rc)
@@ -145,7 +145,7 @@ int store_logs_expired_jobs(store_conn_t *c, int days, int limit, store_job_ref_
     return store_q_rows(c, "find jobs whose logs have expired",
                         "SELECT id::text FROM jobs WHERE ended_at IS NOT NULL AND logs_expired_at IS NULL"
                         " AND ended_at < now() - make_interval(days => $1::int)"
-                        " AND state IN ('COMPLETED', 'FAILED', 'STOPPED')"
+                        " AND state IN " STORE_ENDED
                         " ORDER BY ended_at LIMIT $2::int",
                         2, p, sizeof(store_job_ref_t), ref_fill, (void **)out, n, err);
 }

@@ -142,16 +142,20 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 /* Microseconds since the epoch of a timestamptz expression, as SQL. */
 #define STORE_US(expr) "(floor(extract(epoch from " expr ") * 1000000))::bigint"
 
-/* The states in which a job waits to be placed, as SQL: its pending reason (jobs.pending) is kept
- * only in these. */
+/* The job states of each kind in base/job_states.h, as SQL (string literals, so that queries stay
+ * constants; tests/service/test_state.c checks each is its kind's states). WAITING: a job waits to
+ * be placed; its pending reason (jobs.pending) is kept only in these. */
 #define STORE_WAITING_NAMES "'QUEUED', 'RESTARTING', 'PREEMPTED'"
 #define STORE_WAITING "(" STORE_WAITING_NAMES ")"
-/* The states in which a job holds its slots (admitted, not yet released), as SQL. */
+/* HOLDING: a job holds its slots (admitted, not yet released). */
 #define STORE_HOLDING_NAMES "'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING'"
 #define STORE_HOLDING "(" STORE_HOLDING_NAMES ")"
-/* The states in which a job neither waits nor holds slots but is not done: a hyperband trial
- * PAUSED at a rung, which the tuner may promote (back to RESTARTING, in its queue), as SQL. */
+/* PARKED: a job neither waits nor holds slots but is not done: a hyperband trial PAUSED at a
+ * rung, which the tuner may promote (back to RESTARTING, in its queue). */
 #define STORE_PARKED_NAMES "'PAUSED'"
+/* ENDED: the terminal states. */
+#define STORE_ENDED_NAMES "'COMPLETED', 'FAILED', 'STOPPED'"
+#define STORE_ENDED "(" STORE_ENDED_NAMES ")"
 
 /* The columns of a job as the API shows it, from "jobs j", and the JSON of one result row whose
  * first columns are these (job.c). */

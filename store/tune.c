@@ -139,8 +139,8 @@ int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln
     "  b.obj)::text END, " STORE_US("t.created_at") ", t.id::text"                                            \
     " FROM tuning_jobs t"                                                                                     \
     " CROSS JOIN LATERAL (SELECT count(*) AS total,"                                                          \
-    "  count(*) FILTER (WHERE j.state IN ('COMPLETED', 'FAILED', 'STOPPED')) AS done,"                        \
-    "  count(*) FILTER (WHERE j.state NOT IN ('COMPLETED', 'FAILED', 'STOPPED', 'PAUSED')) AS running"        \
+    "  count(*) FILTER (WHERE j.state IN " STORE_ENDED ") AS done,"                                           \
+    "  count(*) FILTER (WHERE j.state NOT IN (" STORE_ENDED_NAMES ", " STORE_PARKED_NAMES ")) AS running"     \
     "  FROM tuning_trials x JOIN jobs j ON j.id = x.job_id WHERE x.tuning_id = t.id) n"                       \
     " LEFT JOIN LATERAL (SELECT x.job_id, (j.metrics->>(t.spec->'objective'->>'metric'))::float8 AS obj,"      \
     "  x.tuning_id <> t.id AS from_parent"                                                                    \

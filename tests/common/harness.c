@@ -462,6 +462,27 @@ const char *th_grpc_python_missing(void)
     return NULL;
 }
 
+char *th_repo_file(const char *path)
+{
+    const char *root = getenv("KILN_ROOT");
+    char full[PATH_MAX];
+    snprintf(full, sizeof full, "%s/%s", root && *root ? root : ".", path);
+    FILE *f = fopen(full, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0
+        && (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
 int th_protoc_python(const char *dir)
 {
     const char *root = getenv("KILN_ROOT");

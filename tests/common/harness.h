@@ -32,6 +32,10 @@ const char *th_bin_dir(void);
  * outgoing connections cannot take it before the caller binds it); -1 when none is found. */
 int th_free_port(void);
 
+/* The file at path under $KILN_ROOT (the repository; tests/run.sh sets it, "." without), whole and
+ * NUL-terminated; NULL when it cannot be read. Caller frees. */
+char *th_repo_file(const char *path);
+
 /* Removes path and everything under it (links themselves, not what they point to); true when
  * nothing of it is left (also when it did not exist). */
 bool th_rm_tree(const char *path);

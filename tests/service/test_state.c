@@ -1,7 +1,7 @@
 /* test_state.c - the job state machine's table: every legal transition is allowed, everything
  * else (including leaving a terminal state and skipping steps) is refused; names round-trip; and
- * every hand-written copy of the state list (proto, OpenAPI, migrations, UI, SDK) is the one in
- * base/job_states.h. */
+ * every hand-written copy of the state list or of a kind of states (proto, OpenAPI, migrations,
+ * the store's SQL sets, UI, SDK) is the one in base/job_states.h. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "service/service.h"
+#include "store/store_int.h"
+#include "tests/common/harness.h"
 
 Test(state, names_round_trip)
 {
@@ -79,12 +81,16 @@ Test(state, illegal_transitions)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         cr_assert_not(svc_state_legal(bad[i].from, bad[i].to), "%s -> %s should be illegal",
                       svc_state_name(bad[i].from), svc_state_name(bad[i].to));
-    /* Nothing leaves a terminal state. */
+    /* Nothing leaves a terminal state (base/job_states.h's kind ENDED); every other state has a way on. */
     svc_job_state_t term[] = {JOB_STATE_COMPLETED, JOB_STATE_FAILED, JOB_STATE_STOPPED};
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 3; t++)
         cr_assert(svc_state_terminal(term[t]));
+    for (int from = JOB_STATE_NONE + 1; from < JOB_STATE_COUNT_; from++) {
+        bool out = false;
         for (int to = JOB_STATE_NONE; to <= JOB_STATE_COUNT_; to++)
-            cr_assert_not(svc_state_legal(term[t], (svc_job_state_t)to), "%s -> %d", svc_state_name(term[t]), to);
+            out = out || svc_state_legal((svc_job_state_t)from, (svc_job_state_t)to);
+        cr_assert_neq(out, svc_state_terminal((svc_job_state_t)from), "%s: terminal %d, a legal way out %d",
+                      svc_state_name((svc_job_state_t)from), svc_state_terminal((svc_job_state_t)from), out);
     }
     cr_assert_not(svc_state_terminal(JOB_STATE_STOPPING));
     cr_assert_not(svc_state_terminal(JOB_STATE_RESTARTING));
@@ -95,28 +101,21 @@ Test(state, illegal_transitions)
 
 /* ---- the copies of the state list ---------------------------------------------------------- */
 
-#define STATE_NAME_(name, num) #name,
+#define STATE_NAME_(name, num, kind) #name,
 static const char *const k_all[] = {KILN_JOB_STATES(STATE_NAME_)};
 #undef STATE_NAME_
 #define NSTATES ((int)(sizeof(k_all) / sizeof(k_all[0])))
+#define STATE_KIND_(name, num, kind) KILN_JOB_KIND_##kind,
+static const kiln_job_kind_t k_kind[] = {KILN_JOB_STATES(STATE_KIND_)};
+#undef STATE_KIND_
+static const char *const k_kind_name[] = {"WAITING", "HOLDING", "PARKED", "ENDED"};
 
 /* The file at path under $KILN_ROOT (the repository), NUL-terminated; caller frees. */
 static char *repo_file(const char *path)
 {
-    const char *root = getenv("KILN_ROOT");
-    char full[1024];
-    snprintf(full, sizeof full, "%s/%s", root && *root ? root : ".", path);
-    FILE *f = fopen(full, "rb");
-    cr_assert_not_null(f, "cannot open %s (run the tests from tests/run.sh, which sets KILN_ROOT)", full);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    char *t = th_repo_file(path);
+    cr_assert_not_null(t, "cannot read %s under $KILN_ROOT (run the tests from tests/run.sh, which sets it)", path);
+    return t;
 }
 
 /* Reads the words of text[0..len) that are upper-case identifiers (A-Z, _) into names, in order;
@@ -150,6 +149,60 @@ static void assert_is_list(char names[][32], int n, const char *where)
     for (int i = 0; i < n; i++)
         cr_assert_str_eq(names[i], k_all[i], "%s: state %d is %s, base/job_states.h says %s", where, i,
                          names[i], k_all[i]);
+}
+
+/* names[0..n) is, in any order, the states of base/job_states.h that kind is (or is not, when
+ * !is_kind) and nothing else. */
+static void assert_is_kind(char names[][32], int n, kiln_job_kind_t kind, bool is_kind, const char *where)
+{
+    int want = 0;
+    for (int i = 0; i < NSTATES; i++) {
+        if ((k_kind[i] == kind) != is_kind)
+            continue;
+        want++;
+        bool found = false;
+        for (int j = 0; j < n; j++)
+            found = found || strcmp(names[j], k_all[i]) == 0;
+        cr_assert(found, "%s lacks %s, which base/job_states.h says is %s%s", where, k_all[i], is_kind ? "" : "not ",
+                  k_kind_name[kind]);
+    }
+    for (int j = 0; j < n; j++) {
+        svc_job_state_t st = svc_state_parse(names[j]);
+        cr_assert_neq(st, JOB_STATE_NONE, "%s names %s, not a state of base/job_states.h", where, names[j]);
+        cr_assert_eq(k_kind[st - 1] == kind, is_kind, "%s has %s, which base/job_states.h says is %s%s", where,
+                     names[j], is_kind ? "not " : "", k_kind_name[kind]);
+    }
+    cr_assert_eq(n, want, "%s names %d states, base/job_states.h has %d (a state twice?)", where, n, want);
+}
+
+Test(state, terminal_is_the_ended_kind)
+{
+    for (int i = 0; i < NSTATES; i++)
+        cr_assert_eq(svc_state_terminal(svc_state_parse(k_all[i])), k_kind[i] == KILN_JOB_KIND_ENDED, "%s", k_all[i]);
+    cr_assert_not(svc_state_terminal(JOB_STATE_NONE));
+    cr_assert_not(svc_state_terminal(JOB_STATE_COUNT_));
+    char names[64][32];
+    int n = caps_words(KILN_JOB_STATE_ENDED_LIST, strlen(KILN_JOB_STATE_ENDED_LIST), names, 64);
+    assert_is_kind(names, n, KILN_JOB_KIND_ENDED, true, "KILN_JOB_STATE_ENDED_LIST");
+    n = caps_words(KILN_JOB_STATE_ENDED_WORDS, strlen(KILN_JOB_STATE_ENDED_WORDS), names, 64);
+    assert_is_kind(names, n, KILN_JOB_KIND_ENDED, true, "KILN_JOB_STATE_ENDED_WORDS");
+}
+
+/* The store's SQL sets of states (store/store_int.h), one per kind: literals that base/job_states.h
+ * cannot make (the preprocessor cannot join a kind's names with commas), checked here instead. */
+Test(state, store_sql_sets_are_the_kinds)
+{
+    static const struct { const char *sql, *where; kiln_job_kind_t kind; } sets[] = {
+        {STORE_WAITING_NAMES, "store/store_int.h STORE_WAITING_NAMES", KILN_JOB_KIND_WAITING},
+        {STORE_HOLDING_NAMES, "store/store_int.h STORE_HOLDING_NAMES", KILN_JOB_KIND_HOLDING},
+        {STORE_PARKED_NAMES, "store/store_int.h STORE_PARKED_NAMES", KILN_JOB_KIND_PARKED},
+        {STORE_ENDED_NAMES, "store/store_int.h STORE_ENDED_NAMES", KILN_JOB_KIND_ENDED},
+    };
+    for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+        char names[64][32];
+        int n = caps_words(sets[i].sql, strlen(sets[i].sql), names, 64);
+        assert_is_kind(names, n, sets[i].kind, true, sets[i].where);
+    }
 }
 
 Test(state, proto_enum_is_the_list)
@@ -228,44 +281,44 @@ Test(state, migration_checks_are_the_list)
     }
 }
 
+/* The words of the first "[...]" or "(...)" list after mark in t, as caps_words reads them. */
+static int list_after(const char *t, const char *mark, const char *where, char names[][32], int max)
+{
+    const char *at = strstr(t, mark);
+    cr_assert_not_null(at, "%s has no \"%s\"", where, mark);
+    at += strlen(mark);
+    const char *end = strpbrk(at, "])");
+    cr_assert_not_null(end, "%s: \"%s\" is not followed by a list", where, mark);
+    return caps_words(at, (size_t)(end - at), names, max);
+}
+
 Test(state, ui_and_sdk_name_every_state)
 {
     char *t = repo_file("ui/src/dom.ts");
     const char *mark = strstr(t, "const STATE_MARK");
     cr_assert_not_null(mark, "ui/src/dom.ts has no STATE_MARK");
     const char *mend = strstr(mark, "};");
-    const char *term = strstr(t, "export const TERMINAL = new Set([");
-    const char *live = strstr(t, "export const LIVE_STATES = [");
-    cr_assert(term && live, "ui/src/dom.ts has no TERMINAL or LIVE_STATES");
-    char names[64][32];
-    int nt = caps_words(term + 33, (size_t)(strchr(term + 33, ']') - term - 33), names, 64);
-    char lnames[64][32];
-    int nl = caps_words(live + 28, (size_t)(strchr(live + 28, ']') - live - 28), lnames, 64);
     for (int i = 0; i < NSTATES; i++) {
-        svc_job_state_t st = svc_state_parse(k_all[i]);
         char key[48];
         snprintf(key, sizeof key, "%s:", k_all[i]);
         const char *k = strstr(mark, key);
         cr_assert(k && k < mend, "ui/src/dom.ts STATE_MARK has no mark for %s", k_all[i]);
-        bool in_term = false, in_live = false;
-        for (int j = 0; j < nt; j++)
-            in_term = in_term || strcmp(names[j], k_all[i]) == 0;
-        for (int j = 0; j < nl; j++)
-            in_live = in_live || strcmp(lnames[j], k_all[i]) == 0;
-        cr_assert_eq(in_term, svc_state_terminal(st), "ui/src/dom.ts TERMINAL %s %s", in_term ? "has" : "lacks",
-                     k_all[i]);
-        cr_assert_eq(in_live, !svc_state_terminal(st), "ui/src/dom.ts LIVE_STATES %s %s", in_live ? "has" : "lacks",
-                     k_all[i]);
     }
-    cr_assert_eq(nt + nl, NSTATES, "ui/src/dom.ts TERMINAL and LIVE_STATES name states that do not exist");
+    char names[64][32];
+    int n = list_after(t, "export const TERMINAL = new Set([", "ui/src/dom.ts", names, 64);
+    assert_is_kind(names, n, KILN_JOB_KIND_ENDED, true, "ui/src/dom.ts TERMINAL");
+    n = list_after(t, "export const LIVE_STATES = [", "ui/src/dom.ts", names, 64);
+    assert_is_kind(names, n, KILN_JOB_KIND_ENDED, false, "ui/src/dom.ts LIVE_STATES");
     free(t);
 
     t = repo_file("sdk/python/kiln/client.py");
+    n = list_after(t, "\nTERMINAL_STATES = frozenset((", "sdk/python/kiln/client.py", names, 64);
+    assert_is_kind(names, n, KILN_JOB_KIND_ENDED, true, "sdk/python/kiln/client.py TERMINAL_STATES");
     const char *job = strstr(t, "class Job(");
     const char *doc = job ? strstr(job, "def state(self) -> str:") : NULL;
     cr_assert_not_null(doc, "sdk/python/kiln/client.py has no Job.state");
     const char *dend = strstr(strstr(doc, "\"\"\"") + 3, "\"\"\"");
-    int n = caps_words(doc, (size_t)(dend - doc), names, 64);
+    n = caps_words(doc, (size_t)(dend - doc), names, 64);
     assert_is_list(names, n, "sdk/python/kiln/client.py Job.state's docstring");
     free(t);
 }
@@ -292,6 +345,21 @@ static void doc_list_is_the_list(const char *path, const char *after)
 
 Test(state, docs_name_every_state)
 {
+    /* and the prose that lists the end states of jobs (not of tuning jobs, whose states are another
+     * list) */
+    static const struct { const char *path, *mark; } ended[] = {
+        {"api/openapi.yaml", "that has ended ("},
+        {"api/openapi.yaml", "`trials_done` how many ended ("},
+        {"ui/src/pages/tunings.ts", "trials that ended ("},
+    };
+    for (size_t i = 0; i < sizeof(ended) / sizeof(ended[0]); i++) {
+        char *t = repo_file(ended[i].path);
+        char names[64][32], where[256];
+        snprintf(where, sizeof where, "%s (after \"%s\")", ended[i].path, ended[i].mark);
+        int n = list_after(t, ended[i].mark, where, names, 64);
+        assert_is_kind(names, n, KILN_JOB_KIND_ENDED, true, where);
+        free(t);
+    }
     doc_list_is_the_list("docs/search.md", "| `state` | text |");
     doc_list_is_the_list("docs/contracts.md", "Job states\nare the enum names without their prefix:");
 }
