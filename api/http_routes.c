@@ -149,15 +149,18 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
     return ret;
 }
 
-/* A paged list's page_size and page_token, as every list reads them (the service checks the
- * token, as gRPC's): page_size a whole number from 1 to SVC_PAGE_SIZE_MAX (set says whether it was
- * given; the service checks that range again), "?page_token=" the first page. Nonzero (err set)
- * when page_size is not such a number. */
+/* A paged list's page_size and page_token, as every list reads them: page_size a whole number of
+ * int32 (set says whether it was given) whose range the service checks, as it checks gRPC's (the
+ * same message for 0 or 501 on both); "?page_token=" the first page. Nonzero (err set) when
+ * page_size is no such number: the message gives the range the service takes, 1 to
+ * SVC_PAGE_SIZE_MAX, not int32's. */
 static int http_page_args(http_req_t *r, int *size, bool *set, const char **token, kiln_err_t *err)
 {
     int64_t v = 0;
-    if (http_arg_int(r, "page_size", 1, SVC_PAGE_SIZE_MAX, &v, set, err))
-        return KILN_EINVAL;
+    const char *text = http_arg(r, "page_size");
+    *set = text != NULL;
+    if (text && (kiln_parse_int64(text, &v) != 0 || v < INT32_MIN || v > INT32_MAX))
+        return svc_check_int_text("page_size", text, 1, SVC_PAGE_SIZE_MAX, &v, err);
     *size = (int)v;
     *token = http_arg(r, "page_token");
     if (*token && !**token)
