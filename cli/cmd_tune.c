@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/tuning_states.h"
+
 /* A trial's parameters as "lr=0.00123 warmup_steps=40", at most n bytes. */
 static void params_text(const json_t *p, char *buf, size_t n)
 {
@@ -101,7 +103,7 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
                parent ? parent : "", parent ? ")" : "", p);
     } else {
         /* an ended search waits for nothing more: "yet" read as if it did */
-        bool ended = cli_state_terminal(cli_jstr(t, "state"));
+        bool ended = kiln_tuning_ended(cli_jstr(t, "state"));
         printf("\nbest:       (no trial %s %s%s)\n", ended ? "reported" : "has reported", cli_jstr(obj, "metric"),
                ended ? "" : " yet");
     }

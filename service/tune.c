@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tuning_states.h"
 #include "spec/spec.h"
 
 static int bad_tuning_id(kiln_err_t *err, const char *id)
@@ -359,9 +360,9 @@ static int warm_start_check(store_conn_t *c, const svc_caller_t *who, const spec
             rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s is in project \"%s\", not \"%s\"", f, pid, project,
                               t->project);
             kiln_err_hint(err, "a warm start takes parents of the base job's own project");
-        } else if (!strcmp(state, "RUNNING") || !strcmp(state, "STOPPING")) {
+        } else if (kiln_tuning_active(state)) {
             rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s is %s; a parent must have ended", f, pid, state);
-            kiln_err_hint(err, "wait until it is COMPLETED, STOPPED or FAILED, or stop it: kiln tune stop %s", pid);
+            kiln_err_hint(err, "wait until it is %s, or stop it: kiln tune stop %s", KILN_TUNING_STATE_ENDED_LIST, pid);
         } else if ((rc = store_tuning_trials_json(c, pid, &trials, err))) {
             goto done;
         } else if (json_array_size(trials) == 0) {
@@ -618,14 +619,14 @@ int svc_tuning_stop(svc_t *s, const svc_caller_t *who, const char *id, json_t **
     if (rc)
         goto fail;
     const char *st = json_string_value(json_object_get(row, "state"));
-    if (strcmp(st, "RUNNING")) {
-        rc = kiln_err_set(err, KILN_ESTATE, NULL, "tuning job %s is %s, not RUNNING", id, st);
+    if (strcmp(st, KILN_TUNING_NAME(RUNNING))) {
+        rc = kiln_err_set(err, KILN_ESTATE, NULL, "tuning job %s is %s, not %s", id, st, KILN_TUNING_NAME(RUNNING));
         kiln_err_hint(err, "only a running tuning job can be stopped");
         goto fail;
     }
     char reason[200];
     snprintf(reason, sizeof reason, "stop requested by %s", who->user[0] ? who->user : "kilnd");
-    rc = store_tuning_set_state(tx.c, id, "RUNNING", "STOPPING", reason, who->user, false, err);
+    rc = store_tuning_set_state(tx.c, id, KILN_TUNING_NAME(RUNNING), KILN_TUNING_NAME(STOPPING), reason, who->user, false, err);
     if (rc)
         goto fail;
     tx.wake_sched = true;
@@ -820,14 +821,14 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     if ((rc = store_tuning_get_json(tx.c, id, true, &row, err)))
         goto fail;
     const char *state = json_string_value(json_object_get(row, "state"));
-    if (strcmp(state, "RUNNING") && strcmp(state, "STOPPING"))
+    if (!kiln_tuning_active(state))
         goto fail; /* ended meanwhile */
     kiln_err_t e2;
     if ((rc = spec_tuning_parse(json_object_get(row, "spec"), &t, &e2))) {
         /* a request stored by an older kilnd that this one refuses: end it, saying why */
         char reason[400];
         kiln_text_fmt(reason, sizeof reason, "kilnd cannot read the request: %s", e2.message);
-        rc = store_tuning_set_state(tx.c, id, state, "FAILED", reason, NULL, true, err);
+        rc = store_tuning_set_state(tx.c, id, state, KILN_TUNING_NAME(FAILED), reason, NULL, true, err);
         if (rc == 0)
             rc = svc_tx_commit(&tx, err);
         goto out;
@@ -847,10 +848,10 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     int active = 0;
     for (int i = 0; i < vb.n; i++)
         active += vb.trials[i].state == TUNE_TRIAL_ACTIVE;
-    if (!strcmp(state, "STOPPING")) {
+    if (!strcmp(state, KILN_TUNING_NAME(STOPPING))) {
         stop_active(s, id, &vb, "its tuning job was stopped");
         if (active == 0) {
-            rc = store_tuning_set_state(tx.c, id, "STOPPING", "STOPPED", "stopped; every trial has ended", NULL, true,
+            rc = store_tuning_set_state(tx.c, id, KILN_TUNING_NAME(STOPPING), KILN_TUNING_NAME(STOPPED), "stopped; every trial has ended", NULL, true,
                                         err);
             if (rc == 0 && (rc = svc_tx_commit(&tx, err)) == 0)
                 log_info("tuning job %s: STOPPING -> STOPPED", id);
@@ -864,7 +865,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     tune_plan_t plan;
     tune_decide(&view, &plan);
     if (plan.end != TUNE_END_NONE) {
-        const char *to = plan.end == TUNE_END_COMPLETED ? "COMPLETED" : "FAILED";
+        const char *to = plan.end == TUNE_END_COMPLETED ? KILN_TUNING_NAME(COMPLETED) : KILN_TUNING_NAME(FAILED);
         for (int i = 0; i < vb.n; i++)
             if (vb.trials[i].state == TUNE_TRIAL_PAUSED)
                 vb.trials[i].state = TUNE_TRIAL_COMPLETED; /* ended below, not stopped */
@@ -874,7 +875,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
                 vb.trials[i].state = TUNE_TRIAL_PAUSED;
         rc = end_paused(&tx, &vb, err);
         if (rc == 0)
-            rc = store_tuning_set_state(tx.c, id, "RUNNING", to, plan.reason, NULL, true, err);
+            rc = store_tuning_set_state(tx.c, id, KILN_TUNING_NAME(RUNNING), to, plan.reason, NULL, true, err);
         if (rc == 0 && (rc = svc_tx_commit(&tx, err)) == 0)
             log_info("tuning job %s: RUNNING -> %s (%s)", id, to, plan.reason);
         goto out;
@@ -902,7 +903,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
             if (e3.field[0])
                 kiln_strlcpy(reason + strlen(reason), ")", sizeof reason - strlen(reason));
             stop_active(s, id, &vb, "its tuning job failed");
-            rc = store_tuning_set_state(tx.c, id, "RUNNING", "FAILED", reason, NULL, true, err);
+            rc = store_tuning_set_state(tx.c, id, KILN_TUNING_NAME(RUNNING), KILN_TUNING_NAME(FAILED), reason, NULL, true, err);
             if (rc == 0 && (rc = svc_tx_commit(&tx, err)) == 0)
                 log_info("tuning job %s: RUNNING -> FAILED (%s)", id, reason);
             goto out;

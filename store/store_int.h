@@ -156,6 +156,8 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 /* ENDED: the terminal states. */
 #define STORE_ENDED_NAMES "'COMPLETED', 'FAILED', 'STOPPED'"
 #define STORE_ENDED "(" STORE_ENDED_NAMES ")"
+/* A tuning job's ACTIVE states in base/tuning_states.h, as SQL (checked there too). */
+#define STORE_TUNING_ACTIVE_NAMES "'RUNNING', 'STOPPING'"
 
 /* The columns of a job as the API shows it, from "jobs j", and the JSON of one result row whose
  * first columns are these (job.c). */

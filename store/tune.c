@@ -227,7 +227,7 @@ int store_tuning_active(store_conn_t *c, char (**ids)[STORE_ID_LEN], int *n, kil
     *n = 0;
     PGresult *r = NULL;
     int rc = store_q(c, "list active tuning jobs",
-                     "SELECT id::text FROM tuning_jobs WHERE state IN ('RUNNING', 'STOPPING') ORDER BY created_at",
+                     "SELECT id::text FROM tuning_jobs WHERE state IN (" STORE_TUNING_ACTIVE_NAMES ") ORDER BY created_at",
                      0, NULL, &r, err);
     if (rc)
         return rc;

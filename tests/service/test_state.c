@@ -1,13 +1,15 @@
 /* test_state.c - the job state machine's table: every legal transition is allowed, everything
  * else (including leaving a terminal state and skipping steps) is refused; names round-trip; and
  * every hand-written copy of the state list or of a kind of states (proto, OpenAPI, migrations,
- * the store's SQL sets, UI, SDK) is the one in base/job_states.h. */
+ * the store's SQL sets, UI, SDK) is the one in base/job_states.h; and the same for a tuning job's
+ * states, whose one list is base/tuning_states.h. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tuning_states.h"
 #include "service/service.h"
 #include "store/store_int.h"
 #include "tests/common/harness.h"
@@ -362,4 +364,149 @@ Test(state, docs_name_every_state)
     }
     doc_list_is_the_list("docs/search.md", "| `state` | text |");
     doc_list_is_the_list("docs/contracts.md", "Job states\nare the enum names without their prefix:");
+}
+
+/* ---- a tuning job's states: base/tuning_states.h and its copies ---------------------------------- */
+
+#define TUNING_NAME_(name, kind) #name,
+static const char *const k_tuning[] = {KILN_TUNING_STATES(TUNING_NAME_)};
+#undef TUNING_NAME_
+#define NTUNING ((int)(sizeof(k_tuning) / sizeof(k_tuning[0])))
+
+/* names[0..n) is exactly base/tuning_states.h's list, in its order. */
+static void assert_is_tuning_list(char names[][32], int n, const char *where)
+{
+    cr_assert_eq(n, NTUNING, "%s names %d tuning states; base/tuning_states.h has %d (%s)", where, n, NTUNING,
+                 KILN_TUNING_STATE_LIST);
+    for (int i = 0; i < n; i++)
+        cr_assert_str_eq(names[i], k_tuning[i], "%s: tuning state %d is %s, base/tuning_states.h says %s", where, i,
+                         names[i], k_tuning[i]);
+}
+
+/* names[0..n) is, in any order, the tuning states of kind (each once) and nothing else. */
+static void assert_is_tuning_kind(char names[][32], int n, kiln_tuning_kind_t kind, const char *where)
+{
+    static const char *const kind_name[] = {"ACTIVE", "ENDED"};
+    int want = 0;
+    for (int i = 0; i < NTUNING; i++) {
+        if (!kiln_tuning_state_is(k_tuning[i], kind))
+            continue;
+        want++;
+        bool found = false;
+        for (int j = 0; j < n; j++)
+            found = found || strcmp(names[j], k_tuning[i]) == 0;
+        cr_assert(found, "%s lacks %s, which base/tuning_states.h says is %s", where, k_tuning[i], kind_name[kind]);
+    }
+    for (int j = 0; j < n; j++) {
+        cr_assert_geq(kiln_tuning_state_parse(names[j]), 0, "%s names %s, not a state of base/tuning_states.h", where,
+                      names[j]);
+        cr_assert(kiln_tuning_state_is(names[j], kind), "%s has %s, which base/tuning_states.h says is not %s", where,
+                  names[j], kind_name[kind]);
+    }
+    cr_assert_eq(n, want, "%s names %d tuning states, base/tuning_states.h has %d (a state twice?)", where, n, want);
+}
+
+Test(state, tuning_names_and_kinds)
+{
+    for (int i = 0; i < NTUNING; i++) {
+        cr_assert_eq(kiln_tuning_state_parse(k_tuning[i]), i, "%s", k_tuning[i]);
+        cr_assert_neq(kiln_tuning_ended(k_tuning[i]), kiln_tuning_active(k_tuning[i]), "%s is one kind", k_tuning[i]);
+    }
+    cr_assert_eq(kiln_tuning_state_parse("running"), -1, "names are case-sensitive");
+    cr_assert_eq(kiln_tuning_state_parse("QUEUED"), -1, "a job's state, not a tuning job's");
+    cr_assert_eq(kiln_tuning_state_parse(NULL), -1);
+    cr_assert_not(kiln_tuning_ended(NULL));
+    cr_assert_not(kiln_tuning_active("BOGUS"));
+    cr_assert_str_eq(KILN_TUNING_NAME(STOPPING), "STOPPING");
+    cr_assert(kiln_tuning_active(KILN_TUNING_NAME(RUNNING)));
+    cr_assert(kiln_tuning_ended(KILN_TUNING_NAME(STOPPED)));
+    char names[64][32];
+    int n = caps_words(KILN_TUNING_STATE_LIST, strlen(KILN_TUNING_STATE_LIST), names, 64);
+    assert_is_tuning_list(names, n, "KILN_TUNING_STATE_LIST");
+    n = caps_words(KILN_TUNING_STATE_ENDED_LIST, strlen(KILN_TUNING_STATE_ENDED_LIST), names, 64);
+    assert_is_tuning_kind(names, n, KILN_TUNING_KIND_ENDED, "KILN_TUNING_STATE_ENDED_LIST");
+    n = caps_words(STORE_TUNING_ACTIVE_NAMES, strlen(STORE_TUNING_ACTIVE_NAMES), names, 64);
+    assert_is_tuning_kind(names, n, KILN_TUNING_KIND_ACTIVE, "store/store_int.h STORE_TUNING_ACTIVE_NAMES");
+}
+
+/* The tuning_jobs table's CHECK on state, the last one the migrations (in order) write, and the
+ * active index's predicate, which must be the store's STORE_TUNING_ACTIVE_NAMES for its queries
+ * to use the index. */
+Test(state, tuning_migrations_are_the_list)
+{
+    const char *root = getenv("KILN_ROOT");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/migrations", root && *root ? root : ".");
+    struct dirent **ents = NULL;
+    int ne = scandir(dir, &ents, NULL, alphasort);
+    cr_assert_gt(ne, 0, "no migrations in %s", dir);
+    static const char *const marks[] = {"CHECK (state IN ('RUNNING'", "ON tuning_jobs (state) WHERE state IN ("};
+    char last[2][64][32];
+    int nlast[2] = {-1, -1};
+    for (int f = 0; f < ne; f++) {
+        char path[600];
+        snprintf(path, sizeof path, "migrations/%s", ents[f]->d_name);
+        if (strstr(ents[f]->d_name, ".sql")) {
+            char *t = repo_file(path);
+            for (int c = 0; c < 2; c++)
+                for (const char *p = strstr(t, marks[c]); p; p = strstr(p + 1, marks[c])) {
+                    const char *b = strstr(p, "IN (") + 4, *close = strchr(b, ')');
+                    nlast[c] = caps_words(b, (size_t)(close - b), last[c], 64);
+                }
+            free(t);
+        }
+        free(ents[f]);
+    }
+    free(ents);
+    cr_assert_geq(nlast[0], 0, "no migration has %s...)", marks[0]);
+    assert_is_tuning_list(last[0], nlast[0], "the migrations' tuning_jobs CHECK (state IN (...))");
+    cr_assert_geq(nlast[1], 0, "no migration has %s...)", marks[1]);
+    assert_is_tuning_kind(last[1], nlast[1], KILN_TUNING_KIND_ACTIVE, "the migrations' tuning_jobs_active_idx");
+}
+
+/* The words between the first mark after from in t and the end of that line. */
+static int line_after(const char *t, const char *from, const char *mark, const char *where, char names[][32], int max)
+{
+    const char *at = strstr(t, from);
+    cr_assert_not_null(at, "%s has no \"%s\"", where, from);
+    at = strstr(at, mark);
+    cr_assert_not_null(at, "%s has no \"%s\" after \"%s\"", where, mark, from);
+    at += strlen(mark);
+    const char *end = strchr(at, '\n');
+    return caps_words(at, end ? (size_t)(end - at) : strlen(at), names, max);
+}
+
+Test(state, tuning_copies_are_the_list)
+{
+    char names[64][32];
+    char *t = repo_file("proto/kiln.proto");
+    int n = line_after(t, "\nmessage TuningJob {", "string state = 4;", "proto/kiln.proto", names, 64);
+    assert_is_tuning_list(names, n, "proto/kiln.proto TuningJob.state's comment");
+    free(t);
+
+    t = repo_file("api/openapi.yaml");
+    n = line_after(t, "\n    TuningJob:\n", "state: {type: string, enum: [", "api/openapi.yaml", names, 64);
+    assert_is_tuning_list(names, n, "api/openapi.yaml TuningJob.state");
+    free(t);
+
+    t = repo_file("ui/src/types.ts");
+    n = line_after(t, "", "export type TuningState =", "ui/src/types.ts", names, 64);
+    assert_is_tuning_list(names, n, "ui/src/types.ts TuningState");
+    free(t);
+    t = repo_file("ui/src/dom.ts");
+    n = list_after(t, "export const TUNING_ENDED = new Set([", "ui/src/dom.ts", names, 64);
+    assert_is_tuning_kind(names, n, KILN_TUNING_KIND_ENDED, "ui/src/dom.ts TUNING_ENDED");
+    free(t);
+
+    t = repo_file("sdk/python/kiln/client.py");
+    n = list_after(t, "\nTUNING_TERMINAL_STATES = frozenset((", "sdk/python/kiln/client.py", names, 64);
+    assert_is_tuning_kind(names, n, KILN_TUNING_KIND_ENDED, "sdk/python/kiln/client.py TUNING_TERMINAL_STATES");
+    const char *cls = strstr(t, "class TuningJob(");
+    const char *doc = cls ? strstr(cls, "``state``") : NULL;
+    cr_assert_not_null(doc, "sdk/python/kiln/client.py has no TuningJob docstring naming ``state``");
+    const char *dend = strstr(doc, "\"\"\"");
+    cr_assert_not_null(dend);
+    n = caps_words(doc, (size_t)(dend - doc), names, 64);
+    assert_is_tuning_list(names, n, "sdk/python/kiln/client.py TuningJob's docstring");
+    free(t);
 }

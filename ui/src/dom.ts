@@ -108,6 +108,8 @@ export function stateBadge(state: string): HTMLElement {
 }
 
 export const TERMINAL = new Set(['COMPLETED', 'FAILED', 'STOPPED']);
+// The states a tuning job ends in (base/tuning_states.h's kind ENDED), a list of its own.
+export const TUNING_ENDED = new Set(['COMPLETED', 'FAILED', 'STOPPED']);
 export const LIVE_STATES = ['QUEUED', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'PREEMPTED', 'PAUSED'];
 
 // One entry of an events timeline (a job's or a tuning job's): when, from -> to, the attempt

@@ -126,11 +126,13 @@ export interface TuningTrial {
   parent?: string; // warm start: the parent tuning job whose trial this is (history), absent for its own
 }
 export interface TuningWarmStart { parents: string[]; type: 'identical_data_and_algorithm' | 'transfer_learning' }
+// A tuning job's states (base/tuning_states.h's list; tests/service/test_state.c checks this copy).
+export type TuningState = 'RUNNING' | 'STOPPING' | 'COMPLETED' | 'FAILED' | 'STOPPED';
 export interface TuningJob {
   id: string;
   name: string;
   project: string;
-  state: string;
+  state: TuningState;
   reason: string;
   strategy: string;
   objective: TuningObjective;

@@ -7,7 +7,7 @@
 import { api, ApiError, canEdit, get } from '../api';
 import { ObjectiveChart, ParallelChart, type ParallelAxis } from '../chart';
 import { announce, clear, compareCells, fmtAge, fmtNum, fmtTime, h, parseOrder, sortHeader, stateBadge, TERMINAL,
-         timelineItem } from '../dom';
+         timelineItem, TUNING_ENDED } from '../dom';
 import { go, setParams, type Cleanup } from '../main';
 import type { TuningJob, TuningTrial } from '../types';
 import { objectiveText, trialsDone } from './tunings';
@@ -291,7 +291,7 @@ export function tuningPage(main: HTMLElement, params: URLSearchParams, path: str
 
   function schedule(): void {
     clearTimeout(timer);
-    if (alive && tj && !TERMINAL.has(tj.state)) timer = window.setTimeout(poll, POLL_MS);
+    if (alive && tj && !TUNING_ENDED.has(tj.state)) timer = window.setTimeout(poll, POLL_MS);
   }
 
   async function poll(): Promise<void> {
@@ -304,7 +304,7 @@ export function tuningPage(main: HTMLElement, params: URLSearchParams, path: str
       if (e instanceof ApiError && e.status === 404) { notFound(e.message); return; }
     }
     // a round that saw the end is the last: nothing changes any more
-    if (alive && !(tj && TERMINAL.has(tj.state))) timer = window.setTimeout(poll, POLL_MS);
+    if (alive && !(tj && TUNING_ENDED.has(tj.state))) timer = window.setTimeout(poll, POLL_MS);
   }
 
   (async () => {
