@@ -153,14 +153,14 @@ static enum MHD_Result http_jobs_create(http_req_t *r)
  * int32 (set says whether it was given) whose range the service checks, as it checks gRPC's (the
  * same message for 0 or 501 on both); "?page_token=" the first page. Nonzero (err set) when
  * page_size is no such number: the message gives the range the service takes, 1 to
- * SVC_PAGE_SIZE_MAX, not int32's. */
+ * KILN_PAGE_SIZE_MAX, not int32's. */
 static int http_page_args(http_req_t *r, int *size, bool *set, const char **token, kiln_err_t *err)
 {
     int64_t v = 0;
     const char *text = http_arg(r, "page_size");
     *set = text != NULL;
     if (text && (kiln_parse_int64(text, &v) != 0 || v < INT32_MIN || v > INT32_MAX))
-        return svc_check_int_text("page_size", text, 1, SVC_PAGE_SIZE_MAX, &v, err);
+        return svc_check_int_text("page_size", text, 1, KILN_PAGE_SIZE_MAX, &v, err);
     *size = (int)v;
     *token = http_arg(r, "page_token");
     if (*token && !**token)
@@ -259,8 +259,8 @@ static enum MHD_Result http_jobs_search(http_req_t *r)
         /* the service's range check, as for GET /v1/jobs and gRPC */
         if (!json_is_integer(ps))
             rc = kiln_err_set(&err, KILN_EINVAL, "page_size", "page_size must be a whole number from 1 to %d",
-                              SVC_PAGE_SIZE_MAX);
-        else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, SVC_PAGE_SIZE_MAX, &err)) == 0) {
+                              KILN_PAGE_SIZE_MAX);
+        else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, KILN_PAGE_SIZE_MAX, &err)) == 0) {
             f.page_size = (int)json_integer_value(ps);
             f.page_size_set = true;
         }

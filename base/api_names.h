@@ -2,7 +2,8 @@
  * queue's preemption policies and a project member's roles. Made from it: service.h's enums, the
  * validators' name tables (service/admit.c, service/auth.c) and the CLI's help (cli/cli.c); checked
  * against it by tests/service/test_names.c: the migrations' CHECKs, the OpenAPI and proto texts, the
- * web UI, the Python SDK and the README. Not the job states (base/job_states.h). */
+ * web UI, the Python SDK and the README. Not the job states (base/job_states.h). And the limits
+ * that kilnd and the clients share: the largest page of a list. */
 #ifndef KILN_API_NAMES_H
 #define KILN_API_NAMES_H
 
@@ -39,5 +40,13 @@
 #define KILN_NAME_SKIP_(id, name)
 #define KILN_NAME_CHOICES(LIST) LIST(KILN_NAME_FIRST_, KILN_NAME_BAR_)
 #define KILN_NAME_DEFAULT(LIST) LIST(KILN_NAME_FIRST_, KILN_NAME_SKIP_)
+
+/* The largest page_size of every paged list (jobs, search, tuning jobs; REST and gRPC): kilnd takes
+ * 1 to this (service/), and the CLI asks for pages this large unless --page-size says less. */
+#define KILN_PAGE_SIZE_MAX 500
+/* The same as a string literal, for help texts: "500". */
+#define KILN_PAGE_SIZE_MAX_TEXT KILN_LITERAL_(KILN_PAGE_SIZE_MAX)
+#define KILN_LITERAL_(x) KILN_LITERAL__(x)
+#define KILN_LITERAL__(x) #x
 
 #endif

@@ -46,7 +46,7 @@ static const cli_command_t cli_commands[] = {
      "  --tag K:V      only jobs tagged K=V (or carrying tag K)\n"
      "  --limit N      show at most N jobs (default 20)\n"
      "  --all          show every job (follows the pages)\n"
-     "  --page-size N  jobs per request (1-500, default 500)\n"},
+     "  --page-size N  jobs per request (1-" KILN_PAGE_SIZE_MAX_TEXT ", default " KILN_PAGE_SIZE_MAX_TEXT ")\n"},
     {"search", cli_cmd_search, "['FILTER'] [--columns C,...] [--order-by 'FIELD [asc|desc],...'] [--limit N] [--all]",
      "find jobs with the filter language (the projects you belong to)",
      "  FILTER is one line (quote it): fields id, name, project, queue, state, priority, attempt,\n"
@@ -61,7 +61,7 @@ static const cli_command_t cli_commands[] = {
      "                 value for a key come after those with one\n"
      "  --limit N      show at most N jobs (default 50)\n"
      "  --all          show every match (follows the pages)\n"
-     "  --page-size N  jobs per request (1-500, default 500)\n"
+     "  --page-size N  jobs per request (1-" KILN_PAGE_SIZE_MAX_TEXT ", default " KILN_PAGE_SIZE_MAX_TEXT ")\n"
      "  -o wide        whole ids, project, queue and submitter before the columns; -o json|yaml\n"
      "                 prints kilnd's reply\n"
      "  (docs/search.md describes the language)\n"},
@@ -234,7 +234,7 @@ static const cli_command_t cli_commands[] = {
      "  list                 the tuning jobs you can see, newest first, every one (it follows the\n"
      "                       pages): state, strategy, trials, objective\n"
      "    --limit N          only the newest N\n"
-     "    --page-size N      tuning jobs per request (1-500, default 500)\n"
+     "    --page-size N      tuning jobs per request (1-" KILN_PAGE_SIZE_MAX_TEXT ", default " KILN_PAGE_SIZE_MAX_TEXT ")\n"
      "  submit FILE          start one from a JSON request (- reads standard input): the base job\n"
      "                       as \"job\", \"parameters\" by path in it (a bare name is\n"
      "                       hyperparameters.NAME), \"objective\", \"strategy\", \"max_jobs\", ...\n"
@@ -385,8 +385,8 @@ int cli_paging_opt(const char *cmd, int argc, char **argv, int *i, long *limit, 
     if ((m = cli_opt(cmd, argc, argv, i, "--page-size", NULL, &v)) != 0) {
         if (m < 0)
             return -1;
-        if (!cli_parse_int(v, 1, 500, page_size)) {
-            cli_usage_error(cmd, "--page-size must be between 1 and 500 (got \"%s\")", v);
+        if (!cli_parse_int(v, 1, KILN_PAGE_SIZE_MAX, page_size)) {
+            cli_usage_error(cmd, "--page-size must be between 1 and %d (got \"%s\")", KILN_PAGE_SIZE_MAX, v);
             return -1;
         }
         return 1;

@@ -183,7 +183,7 @@ static int jobs_page(const cli_client_t *c, long page_size, const char *token, v
 int cli_cmd_jobs(cli_client_t *c, int argc, char **argv)
 {
     const char *status = NULL, *tag = NULL, *v;
-    long limit = 20, page_size = 500;
+    long limit = 20, page_size = KILN_PAGE_SIZE_MAX;
     bool all = false;
     for (int i = 1; i < argc; i++) {
         int m;

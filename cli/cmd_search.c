@@ -32,7 +32,7 @@ static int search_page(const cli_client_t *c, long page_size, const char *token,
 int cli_cmd_search(cli_client_t *c, int argc, char **argv)
 {
     const char *filter = NULL, *columns = NULL, *order_by = NULL, *v;
-    long limit = 50, page_size = 500;
+    long limit = 50, page_size = KILN_PAGE_SIZE_MAX;
     bool all = false;
     for (int i = 1; i < argc; i++) {
         int m;

@@ -157,7 +157,7 @@ static int tune_page(const cli_client_t *c, long page_size, const char *token, v
  * first, page by page (the newest N with --limit, as kiln jobs takes it). */
 static int tune_list(cli_client_t *c, int argc, char **argv, int first)
 {
-    long limit = 0, page_size = 500; /* limit 0: none given */
+    long limit = 0, page_size = KILN_PAGE_SIZE_MAX; /* limit 0: none given */
     bool all = false;
     for (int i = first; i < argc; i++) {
         int m = cli_paging_opt("tune", argc, argv, &i, &limit, &page_size, &all);
@@ -201,7 +201,7 @@ static int tune_resolve(const cli_client_t *c, const char *ref, char *id, kiln_e
     }
     json_t *list = NULL;
     bool more = false;
-    int rc = cli_collect_pages(c, tune_page, NULL, "tuning_jobs", 500, 0, true, &list, &more, err);
+    int rc = cli_collect_pages(c, tune_page, NULL, "tuning_jobs", KILN_PAGE_SIZE_MAX, 0, true, &list, &more, err);
     if (rc != 0)
         return rc;
     int n = 0;

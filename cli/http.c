@@ -416,7 +416,7 @@ int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_
     size_t cand_len = 0;
     char *token = strdup("");
     for (int pages = 0; token && pages < 40; pages++) {
-        char *p = strdup("/v1/jobs?page_size=500");
+        char *p = strdup("/v1/jobs?page_size=" KILN_PAGE_SIZE_MAX_TEXT);
         if (!p || (*token && cli_path_add(&p, "page_token", token) != 0)) {
             free(p);
             rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

@@ -181,7 +181,7 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
     if ((rc = svc_check_str("filter", f->filter, 8192, err)) || (rc = svc_check_str("order_by", f->order_by, 2048, err)) ||
         (rc = svc_check_str("columns", f->columns, 4096, err)) || (rc = svc_check_str("status", f->status, 200, err)) ||
         (rc = svc_check_str("tag", f->tag, 320, err)) || (rc = svc_check_str("page_token", f->page_token, 8192, err)) ||
-        (f->page_size_set && (rc = svc_check_range("page_size", f->page_size, 1, SVC_PAGE_SIZE_MAX, err)))) {
+        (f->page_size_set && (rc = svc_check_range("page_size", f->page_size, 1, KILN_PAGE_SIZE_MAX, err)))) {
         arena_deinit(&a);
         return rc;
     }
@@ -200,7 +200,7 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
     store_search_t q = {
         .filter = query_and(&a, legacy, filter),
         .order = &order,
-        .limit = f->page_size <= 0 ? 50 : KILN_MIN(f->page_size, SVC_PAGE_SIZE_MAX),
+        .limit = f->page_size <= 0 ? 50 : KILN_MIN(f->page_size, KILN_PAGE_SIZE_MAX),
         .after = cursor,
         .now_us = now,
     };

@@ -331,7 +331,7 @@ typedef struct svc_job_filter {
     const char *filter;      /* a filter, or NULL: every job */
     const char *order_by;    /* "FIELD [asc|desc], ...", or NULL: newest first */
     const char *columns;     /* comma-separated hp.NAME, hp.*, metrics.NAME[.AGG], metrics.*, or NULL */
-    int page_size;           /* 1 to SVC_PAGE_SIZE_MAX when page_size_set; otherwise 0: 50, more: the max */
+    int page_size;           /* 1 to KILN_PAGE_SIZE_MAX when page_size_set; otherwise 0: 50, more: the max */
     bool page_size_set;      /* a caller gave page_size (then 0 or 501 is refused, not defaulted) */
     const char *page_token;  /* opaque, from a previous page of the same search, or NULL */
 } svc_job_filter_t;
@@ -933,12 +933,10 @@ void sched_admission_text(const sched_snapshot_t *snap, int j, const sched_decis
  * warm_start.parents[i] or warm_start.type) and that its queue takes the job, draws a seed when
  * none is given, and stores the tuning job RUNNING; the leader's controller starts its trials. */
 int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, json_t **out, kiln_err_t *err);
-/* The largest page_size of every paged list (the jobs' and tuning jobs', REST and gRPC): 1 to this. */
-#define SVC_PAGE_SIZE_MAX 500
 /* A page of a list that takes only a page size and token (REST's page_size and page_token, gRPC's
  * alike). */
 typedef struct svc_page {
-    int page_size;           /* 1 to SVC_PAGE_SIZE_MAX when page_size_set; otherwise the list's default */
+    int page_size;           /* 1 to KILN_PAGE_SIZE_MAX when page_size_set; otherwise the list's default */
     bool page_size_set;      /* a caller gave page_size (then 0 or 501 is refused, not defaulted) */
     const char *page_token;  /* opaque, the next_page_token of the previous page, or NULL */
 } svc_page_t;

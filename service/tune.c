@@ -569,13 +569,13 @@ int svc_tuning_list(svc_t *s, const svc_caller_t *who, const svc_page_t *page, j
     /* the checks of a job listing's page size and token (check.c, page_token.c) */
     int rc = 0;
     if ((rc = svc_check_str("page_token", page->page_token, 8192, err)) ||
-        (page->page_size_set && (rc = svc_check_range("page_size", page->page_size, 1, SVC_PAGE_SIZE_MAX, err))))
+        (page->page_size_set && (rc = svc_check_range("page_size", page->page_size, 1, KILN_PAGE_SIZE_MAX, err))))
         return rc;
     if (page->page_token && *page->page_token && (rc = svc_page_token_decode(page->page_token, fp, &cursor, err)))
         return rc;
     if ((rc = svc_caller_projects(who, &projects, err)) || (rc = store_conn_get(s->store, &c, err)))
         goto fail;
-    rc = store_tuning_list_json(c, projects, page->page_size_set ? page->page_size : SVC_PAGE_SIZE_MAX, cursor, &list,
+    rc = store_tuning_list_json(c, projects, page->page_size_set ? page->page_size : KILN_PAGE_SIZE_MAX, cursor, &list,
                                 &next, err);
     store_conn_put(s->store, c);
     if (rc)

@@ -526,6 +526,51 @@ Test(cli_main, help_lists_the_values_of_base_api_names, .init = cr_redirect_stdo
     cr_assert(strstr(buf, want), "help lacks \"%s\":\n%s", want, buf);
 }
 
+/* --page-size takes 1 to base/api_names.h's KILN_PAGE_SIZE_MAX, kilnd's largest page, in kiln jobs,
+ * search and tune list: one more is a usage error naming the range; the largest goes out (here to no
+ * kilnd: 6). */
+Test(cli_main, page_size_is_one_to_the_largest_page, .init = cr_redirect_stderr)
+{
+    int port = th_free_port();
+    char url[64], max[16], over[16];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    snprintf(max, sizeof max, "%d", KILN_PAGE_SIZE_MAX);
+    snprintf(over, sizeof over, "%d", KILN_PAGE_SIZE_MAX + 1);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "jobs", "--page-size", over, NULL}), CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "search", "--page-size", "0", NULL}), CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "tune", "list", "--page-size", over, NULL}),
+                 CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "jobs", "--page-size", max, NULL}),
+                 CLI_EXIT_UNAVAILABLE);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "tune", "list", "--page-size", max, NULL}),
+                 CLI_EXIT_UNAVAILABLE);
+    fflush(stderr);
+    char buf[4096] = "", want[128];
+    size_t n = fread(buf, 1, sizeof buf - 1, cr_get_redirected_stderr());
+    buf[n] = '\0';
+    snprintf(want, sizeof want, "--page-size must be between 1 and %d (got \"%s\")", KILN_PAGE_SIZE_MAX, over);
+    cr_assert(strstr(buf, want), "lacks \"%s\": %s", want, buf);
+    snprintf(want, sizeof want, "--page-size must be between 1 and %d (got \"0\")", KILN_PAGE_SIZE_MAX);
+    cr_assert(strstr(buf, want), "lacks \"%s\": %s", want, buf);
+}
+
+/* The help of each list command gives the same range and default. */
+Test(cli_main, help_gives_the_largest_page, .init = cr_redirect_stdout)
+{
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "help", "jobs", NULL}), 0);
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "help", "search", NULL}), 0);
+    cr_assert_eq(run_cli(3, (const char *[]){"kiln", "help", "tune", NULL}), 0);
+    fflush(stdout);
+    char buf[32768], want[64];
+    size_t n = fread(buf, 1, sizeof buf - 1, cr_get_redirected_stdout());
+    buf[n] = '\0';
+    snprintf(want, sizeof want, "per request (1-%d, default %d)\n", KILN_PAGE_SIZE_MAX, KILN_PAGE_SIZE_MAX);
+    int seen = 0;
+    for (const char *p = strstr(buf, want); p; p = strstr(p + 1, want))
+        seen++;
+    cr_assert_eq(seen, 3, "\"%s\" %d times, not once per command:\n%s", want, seen, buf);
+}
+
 Test(cli_main, unreachable_server_exits_6, .init = cr_redirect_stderr)
 {
     int port = th_free_port();
