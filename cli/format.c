@@ -565,9 +565,13 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
         json_array_foreach(evs, i, e) {
             char tb[40];
             const char *from = cli_jstr(e, "from_state");
+            const char *to = cli_jstr(e, "to_state");
             const char *by = cli_jstr(e, "actor");
-            const char *row[] = {cli_fmt_time(cli_jstr(e, "time"), tb, sizeof(tb)), *from ? from : "-",
-                                 "\u2192", cli_jstr(e, "to_state"), *by ? by : "kilnd", cli_jstr(e, "reason")};
+            /* an event that leaves the job where it is (a head preempting others) names its state
+             * once, with no arrow: it is no transition */
+            bool stays = *from && !strcmp(from, to);
+            const char *row[] = {cli_fmt_time(cli_jstr(e, "time"), tb, sizeof(tb)), stays ? "" : *from ? from : "-",
+                                 stays ? "" : "\u2192", to, *by ? by : "kilnd", cli_jstr(e, "reason")};
             cli_table_row(&t, row);
         }
         cli_table_print_indented(out, &t);

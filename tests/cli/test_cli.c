@@ -141,7 +141,9 @@ static void print_job_with_events(FILE *f, const json_t *job, int64_t now)
                       "{\"seq\": 1, \"from_state\": null, \"to_state\": \"QUEUED\", \"reason\": \"submitted\","
                       " \"time\": \"2026-11-21T06:00:00Z\", \"attempt\": 0, \"actor\": \"alice\"},"
                       "{\"seq\": 2, \"from_state\": \"QUEUED\", \"to_state\": \"SCHEDULED\", \"reason\": "
-                      "\"placed on w-1, w-2\", \"time\": \"2026-11-21T06:00:01Z\", \"attempt\": 1}]}");
+                      "\"placed on w-1, w-2\", \"time\": \"2026-11-21T06:00:01Z\", \"attempt\": 1},"
+                      "{\"seq\": 3, \"from_state\": \"QUEUED\", \"to_state\": \"QUEUED\", \"reason\": "
+                      "\"preempting job x\", \"time\": \"2026-11-21T06:00:02Z\", \"attempt\": 1}]}");
     cli_print_job(f, job, ev, now);
     json_decref(ev);
 }
@@ -160,6 +162,8 @@ Test(cli_format, describe)
     cr_assert(strstr(out, "  train_loss       2.412\n"), "%s", out);
     cr_assert(strstr(out, "2026-11-21 06:00:00       -  →  QUEUED     alice  submitted\n"), "%s", out);
     cr_assert(strstr(out, "2026-11-21 06:00:01  QUEUED  →  SCHEDULED  kilnd  placed on w-1, w-2\n"), "%s", out);
+    /* an event that leaves the job where it is names its state once, with no arrow */
+    cr_assert(strstr(out, "2026-11-21 06:00:02             QUEUED     kilnd  preempting job x\n"), "%s", out);
     cr_assert(strstr(out, "\nWall time:    4m50s since its first start\n"), "%s", out);
     free(out);
     json_decref(job);

@@ -118,7 +118,9 @@ export interface TimelineEvent { time: string; from_state: string | null; to_sta
 export function timelineItem(e: TimelineEvent): HTMLElement {
   return h('li', null,
     h('time', { datetime: e.time }, fmtTime(e.time)), ' ',
-    e.from_state ? h('span', null, stateBadge(e.from_state), ' → ') : null, stateBadge(e.to_state),
+    // an event that leaves the job where it is (a head preempting others) shows its state once
+    e.from_state && e.from_state !== e.to_state ? h('span', null, stateBadge(e.from_state), ' → ') : null,
+    stateBadge(e.to_state),
     e.attempt !== undefined ? h('span', { class: 'muted' }, ` attempt ${e.attempt}`) : null,
     e.reason ? h('div', { class: 'ev-reason' }, e.reason) : null,
     e.actor ? h('div', { class: 'muted small' }, `by ${e.actor}`) : null);
