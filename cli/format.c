@@ -568,10 +568,10 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
             const char *to = cli_jstr(e, "to_state");
             const char *by = cli_jstr(e, "actor");
             /* an event that leaves the job where it is (a head preempting others) names its state
-             * once, with no arrow: it is no transition */
+             * once, with no arrow: it is no transition (a cell of one space: an empty one reads "-") */
             bool stays = *from && !strcmp(from, to);
-            const char *row[] = {cli_fmt_time(cli_jstr(e, "time"), tb, sizeof(tb)), stays ? "" : *from ? from : "-",
-                                 stays ? "" : "\u2192", to, *by ? by : "kilnd", cli_jstr(e, "reason")};
+            const char *row[] = {cli_fmt_time(cli_jstr(e, "time"), tb, sizeof(tb)), stays ? " " : *from ? from : "-",
+                                 stays ? " " : "\u2192", to, *by ? by : "kilnd", cli_jstr(e, "reason")};
             cli_table_row(&t, row);
         }
         cli_table_print_indented(out, &t);
