@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <libpq-fe.h>
@@ -481,6 +482,36 @@ char *th_repo_file(const char *path)
     }
     fclose(f);
     return buf;
+}
+
+static int th_sql_name(const struct dirent *e)
+{
+    size_t n = strlen(e->d_name);
+    return n > 4 && strcmp(e->d_name + n - 4, ".sql") == 0;
+}
+
+int th_migrations_each(void (*fn)(const char *path, const char *text, void *ctx), void *ctx)
+{
+    const char *root = getenv("KILN_ROOT");
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/migrations", root && *root ? root : ".");
+    struct dirent **ents = NULL;
+    int ne = scandir(dir, &ents, th_sql_name, alphasort), nread = 0;
+    for (int f = 0; f < ne; f++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "migrations/%s", ents[f]->d_name);
+        char *t = nread >= 0 ? th_repo_file(path) : NULL;
+        if (t) {
+            fn(path, t, ctx);
+            nread++;
+        } else {
+            nread = -1;
+        }
+        free(t);
+        free(ents[f]);
+    }
+    free(ents);
+    return ne < 0 ? -1 : nread;
 }
 
 int th_protoc_python(const char *dir)

@@ -36,6 +36,11 @@ int th_free_port(void);
  * NUL-terminated; NULL when it cannot be read. Caller frees. */
 char *th_repo_file(const char *path);
 
+/* Calls fn with each migration's path ("migrations/NNNN_x.sql") and whole text, in the order
+ * kilnd applies them (by name), so that what fn keeps last is what the schema has now. Returns how
+ * many it read; -1 when the directory or a file cannot be read. */
+int th_migrations_each(void (*fn)(const char *path, const char *text, void *ctx), void *ctx);
+
 /* Removes path and everything under it (links themselves, not what they point to); true when
  * nothing of it is left (also when it did not exist). */
 bool th_rm_tree(const char *path);

@@ -4,7 +4,6 @@
  * UI, the Python SDK's docstrings and the README. A value added to api_names.h and not to a copy
  * fails here, naming the file. (service/, cli/ are made from the list and need no check.) */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,45 +174,35 @@ Test(names, sdk_and_readme_are_the_lists)
 /* The database's CHECKs: the last one the migrations (in order) write for each column. Applied
  * migrations are never rewritten: a value added to api_names.h needs a new migration that replaces
  * the constraint, and this test fails until there is one. */
+static const struct { const char *col; const list_t *list; } name_checks[] = {
+    {"(preempt_within_queue IN (", &WITHIN},
+    {"(reclaim_within_cohort IN (", &RECLAIM},
+    {"(role IN (", &ROLES},
+};
+enum { NCHECKS = sizeof(name_checks) / sizeof(name_checks[0]) };
+typedef struct { char last[NCHECKS][32][32], from[NCHECKS][700]; int nlast[NCHECKS]; } name_checks_t;
+
+static void name_checks_scan(const char *path, const char *t, void *ctx)
+{
+    name_checks_t *k = ctx;
+    for (int c = 0; c < NCHECKS; c++)
+        for (const char *p = strstr(t, name_checks[c].col); p; p = strstr(p + 1, name_checks[c].col)) {
+            const char *b = p + strlen(name_checks[c].col), *close = strchr(b, ')');
+            if (p - t >= 6 && strncmp(p - 6, "CHECK ", 6) == 0 && close) {
+                k->nlast[c] = value_words(b, (size_t)(close - b), QUOTED, k->last[c], 32);
+                snprintf(k->from[c], sizeof k->from[c], "%s CHECK %s", path, name_checks[c].col);
+            }
+        }
+}
+
 Test(names, migration_checks_are_the_lists)
 {
-    static const struct { const char *col; const list_t *list; } checks[] = {
-        {"(preempt_within_queue IN (", &WITHIN},
-        {"(reclaim_within_cohort IN (", &RECLAIM},
-        {"(role IN (", &ROLES},
-    };
-    enum { NCHECKS = sizeof(checks) / sizeof(checks[0]) };
-    const char *root = getenv("KILN_ROOT");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/migrations", root && *root ? root : ".");
-    struct dirent **ents = NULL;
-    int ne = scandir(dir, &ents, NULL, alphasort);
-    cr_assert_gt(ne, 0, "no migrations in %s", dir);
-    char last[NCHECKS][32][32], from[NCHECKS][700];
-    int nlast[NCHECKS];
+    static name_checks_t k;
     for (int c = 0; c < NCHECKS; c++)
-        nlast[c] = -1;
-    for (int f = 0; f < ne; f++) {
-        char path[600];
-        snprintf(path, sizeof path, "migrations/%s", ents[f]->d_name);
-        if (strstr(ents[f]->d_name, ".sql")) {
-            char *t = th_repo_file(path);
-            cr_assert_not_null(t, "cannot read %s", path);
-            for (int c = 0; c < NCHECKS; c++)
-                for (const char *p = strstr(t, checks[c].col); p; p = strstr(p + 1, checks[c].col)) {
-                    const char *b = p + strlen(checks[c].col), *close = strchr(b, ')');
-                    if (p - t >= 6 && strncmp(p - 6, "CHECK ", 6) == 0 && close) {
-                        nlast[c] = value_words(b, (size_t)(close - b), QUOTED, last[c], 32);
-                        snprintf(from[c], sizeof from[c], "%s CHECK %s", path, checks[c].col);
-                    }
-                }
-            free(t);
-        }
-        free(ents[f]);
-    }
-    free(ents);
+        k.nlast[c] = -1;
+    cr_assert_gt(th_migrations_each(name_checks_scan, &k), 0, "cannot read the migrations");
     for (int c = 0; c < NCHECKS; c++) {
-        cr_assert_geq(nlast[c], 0, "no migration has CHECK %s...))", checks[c].col);
-        assert_words(last[c], nlast[c], checks[c].list, false, from[c]);
+        cr_assert_geq(k.nlast[c], 0, "no migration has CHECK %s...))", name_checks[c].col);
+        assert_words(k.last[c], k.nlast[c], name_checks[c].list, false, k.from[c]);
     }
 }

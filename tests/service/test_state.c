@@ -4,7 +4,6 @@
  * the store's SQL sets, UI, SDK) is the one in base/job_states.h; and the same for a tuning job's
  * states, whose one list is base/tuning_states.h. */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,38 +247,30 @@ Test(state, openapi_enum_is_the_list)
 
 /* The jobs table's and the events table's CHECK constraints: the last one the migrations (in
  * order) write for state, from_state and to_state. A migration that adds a state rewrites them. */
+static const char *const job_cols[] = {"(state IN (", "(from_state IN (", "(to_state IN ("};
+typedef struct { char last[3][64][32]; int nlast[3]; } job_checks_t;
+
+static void job_checks_scan(const char *path, const char *t, void *ctx)
+{
+    (void)path;
+    job_checks_t *k = ctx;
+    for (int c = 0; c < 3; c++)
+        for (const char *p = strstr(t, job_cols[c]); p; p = strstr(p + 1, job_cols[c])) {
+            const char *b = p + strlen(job_cols[c]), *close = strchr(b, ')');
+            /* only the constraints' lists of job states: "CHECK (state IN ('QUEUED'" (the
+             * workers' and artifacts' states are other lists) */
+            if (p - t >= 6 && strncmp(p - 6, "CHECK ", 6) == 0 && strncmp(b, "'QUEUED'", 8) == 0 && close)
+                k->nlast[c] = caps_words(b, (size_t)(close - b), k->last[c], 64);
+        }
+}
+
 Test(state, migration_checks_are_the_list)
 {
-    const char *root = getenv("KILN_ROOT");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/migrations", root && *root ? root : ".");
-    struct dirent **ents = NULL;
-    int ne = scandir(dir, &ents, NULL, alphasort);
-    cr_assert_gt(ne, 0, "no migrations in %s", dir);
-    static const char *const cols[] = {"(state IN (", "(from_state IN (", "(to_state IN ("};
-    char last[3][64][32];
-    int nlast[3] = {-1, -1, -1};
-    for (int f = 0; f < ne; f++) {
-        char path[600];
-        snprintf(path, sizeof path, "migrations/%s", ents[f]->d_name);
-        if (strstr(ents[f]->d_name, ".sql")) {
-            char *t = repo_file(path);
-            for (int c = 0; c < 3; c++)
-                for (const char *p = strstr(t, cols[c]); p; p = strstr(p + 1, cols[c])) {
-                    const char *b = p + strlen(cols[c]), *close = strchr(b, ')');
-                    /* only the constraints' lists of job states: "CHECK (state IN ('QUEUED'" (the
-                     * workers' and artifacts' states are other lists) */
-                    if (p - t >= 6 && strncmp(p - 6, "CHECK ", 6) == 0 && strncmp(b, "'QUEUED'", 8) == 0)
-                        nlast[c] = caps_words(b, (size_t)(close - b), last[c], 64);
-                }
-            free(t);
-        }
-        free(ents[f]);
-    }
-    free(ents);
+    static job_checks_t k = {.nlast = {-1, -1, -1}};
+    cr_assert_gt(th_migrations_each(job_checks_scan, &k), 0, "cannot read the migrations");
     for (int c = 0; c < 3; c++) {
-        cr_assert_geq(nlast[c], 0, "no migration has CHECK %s...)", cols[c]);
-        assert_is_list(last[c], nlast[c], cols[c]);
+        cr_assert_geq(k.nlast[c], 0, "no migration has CHECK %s...)", job_cols[c]);
+        assert_is_list(k.last[c], k.nlast[c], job_cols[c]);
     }
 }
 
@@ -432,36 +423,29 @@ Test(state, tuning_names_and_kinds)
 /* The tuning_jobs table's CHECK on state, the last one the migrations (in order) write, and the
  * active index's predicate, which must be the store's STORE_TUNING_ACTIVE_NAMES for its queries
  * to use the index. */
+static const char *const tuning_marks[] = {"CHECK (state IN ('RUNNING'", "ON tuning_jobs (state) WHERE state IN ("};
+typedef struct { char last[2][64][32]; int nlast[2]; } tuning_checks_t;
+
+static void tuning_checks_scan(const char *path, const char *t, void *ctx)
+{
+    (void)path;
+    tuning_checks_t *k = ctx;
+    for (int c = 0; c < 2; c++)
+        for (const char *p = strstr(t, tuning_marks[c]); p; p = strstr(p + 1, tuning_marks[c])) {
+            const char *b = strstr(p, "IN (") + 4, *close = strchr(b, ')');
+            if (close)
+                k->nlast[c] = caps_words(b, (size_t)(close - b), k->last[c], 64);
+        }
+}
+
 Test(state, tuning_migrations_are_the_list)
 {
-    const char *root = getenv("KILN_ROOT");
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/migrations", root && *root ? root : ".");
-    struct dirent **ents = NULL;
-    int ne = scandir(dir, &ents, NULL, alphasort);
-    cr_assert_gt(ne, 0, "no migrations in %s", dir);
-    static const char *const marks[] = {"CHECK (state IN ('RUNNING'", "ON tuning_jobs (state) WHERE state IN ("};
-    char last[2][64][32];
-    int nlast[2] = {-1, -1};
-    for (int f = 0; f < ne; f++) {
-        char path[600];
-        snprintf(path, sizeof path, "migrations/%s", ents[f]->d_name);
-        if (strstr(ents[f]->d_name, ".sql")) {
-            char *t = repo_file(path);
-            for (int c = 0; c < 2; c++)
-                for (const char *p = strstr(t, marks[c]); p; p = strstr(p + 1, marks[c])) {
-                    const char *b = strstr(p, "IN (") + 4, *close = strchr(b, ')');
-                    nlast[c] = caps_words(b, (size_t)(close - b), last[c], 64);
-                }
-            free(t);
-        }
-        free(ents[f]);
-    }
-    free(ents);
-    cr_assert_geq(nlast[0], 0, "no migration has %s...)", marks[0]);
-    assert_is_tuning_list(last[0], nlast[0], "the migrations' tuning_jobs CHECK (state IN (...))");
-    cr_assert_geq(nlast[1], 0, "no migration has %s...)", marks[1]);
-    assert_is_tuning_kind(last[1], nlast[1], KILN_TUNING_KIND_ACTIVE, "the migrations' tuning_jobs_active_idx");
+    static tuning_checks_t k = {.nlast = {-1, -1}};
+    cr_assert_gt(th_migrations_each(tuning_checks_scan, &k), 0, "cannot read the migrations");
+    cr_assert_geq(k.nlast[0], 0, "no migration has %s...)", tuning_marks[0]);
+    assert_is_tuning_list(k.last[0], k.nlast[0], "the migrations' tuning_jobs CHECK (state IN (...))");
+    cr_assert_geq(k.nlast[1], 0, "no migration has %s...)", tuning_marks[1]);
+    assert_is_tuning_kind(k.last[1], k.nlast[1], KILN_TUNING_KIND_ACTIVE, "the migrations' tuning_jobs_active_idx");
 }
 
 /* The words between the first mark after from in t and the end of that line. */
