@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/tuning_states.h"
 #include "tests/api/api_test.h"
 
 TestSuite(tuning, .init = at_setup, .fini = at_teardown, .timeout = 120);
@@ -352,8 +353,7 @@ static void run_trial(const char *id, int n, const char *metric, double value, i
 static bool ended(const json_t *t, void *ctx)
 {
     (void)ctx;
-    const char *s = json_string_value(json_object_get(t, "state"));
-    return strcmp(s, "RUNNING") && strcmp(s, "STOPPING");
+    return kiln_tuning_ended(json_string_value(json_object_get(t, "state")));
 }
 
 Test(tuning, objective_never_reported_fails_with_the_metrics_seen)

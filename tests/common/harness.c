@@ -410,6 +410,21 @@ static int th_http_core(const char *method, const char *url, const char *body, s
     return *out ? 0 : -1;
 }
 
+bool th_state_in(const char *state, const char *states)
+{
+    if (!state || !*state)
+        return false;
+    size_t sl = strlen(state);
+    for (const char *p = states; p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == sl && !strncmp(p, state, len))
+            return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
 char *th_wait_json_state(const char *url, const char *states, long timeout_ms)
 {
     char *last = NULL;
@@ -419,18 +434,10 @@ char *th_wait_json_state(const char *url, const char *states, long timeout_ms)
         if (th_http("GET", url, NULL, NULL, &st, &body, 5000) == 0 && st == 200) {
             json_t *j = json_loads(body, 0, NULL);
             const char *s = j ? json_string_value(json_object_get(j, "state")) : NULL;
-            if (s) {
-                size_t sl = strlen(s);
-                for (const char *p = states; p && *p;) {
-                    const char *bar = strchr(p, '|');
-                    size_t len = bar ? (size_t)(bar - p) : strlen(p);
-                    if (len == sl && !strncmp(p, s, len)) {
-                        json_decref(j);
-                        free(last);
-                        return body;
-                    }
-                    p = bar ? bar + 1 : NULL;
-                }
+            if (th_state_in(s, states)) {
+                json_decref(j);
+                free(last);
+                return body;
             }
             json_decref(j);
             free(last);

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/tuning_states.h"
+
 #define M_REGISTER "/kiln.AgentService/RegisterWorker"
 #define M_HEARTBEAT "/kiln.AgentService/Heartbeat"
 #define M_LOGS "/kiln.AgentService/PushLogs"
@@ -302,12 +304,7 @@ static json_t *wait_state(const char *id, const char *states, int timeout_ms)
         json_decref(job);
         job = NULL;
         cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), id, &job, &err), 0, "%s", err.message);
-        const char *st = json_string_value(json_object_get(job, "state"));
-        char want[128];
-        snprintf(want, sizeof(want), "|%s|", states);
-        char me[64];
-        snprintf(me, sizeof(me), "|%s|", st ? st : "");
-        if (strstr(want, me))
+        if (th_state_in(json_string_value(json_object_get(job, "state")), states))
             return job;
         usleep(50000);
     }
@@ -361,7 +358,7 @@ Test(grpc, agent_runs_a_job_and_its_logs_and_metrics_reach_the_service)
         "exit 0\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
-    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    json_t *job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
                      json_string_value(json_object_get(job, "reason")));
     json_decref(job);
@@ -391,7 +388,7 @@ Test(grpc, a_failing_rank_fails_the_job_with_its_last_stderr_line)
     char *bin = write_script("echo 'loading'\necho 'error: data file is corrupt' >&2\nexit 2\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
-    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    json_t *job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "FAILED");
     const char *reason = json_string_value(json_object_get(job, "reason"));
     cr_assert(reason && strstr(reason, "data file is corrupt"), "reason: %s", reason);
@@ -410,7 +407,7 @@ Test(grpc, stopping_a_job_sigterms_its_rank)
     kiln_err_t err;
     cr_assert_eq(svc_job_stop(S, svc_caller_kilnd(), id, "test stop", &job, &err), 0, "%s", err.message);
     json_decref(job);
-    job = wait_state(id, "STOPPED|FAILED|COMPLETED", 20000);
+    job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "STOPPED");
     json_decref(job);
     json_t *logs = job_logs(id);
@@ -450,7 +447,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "RUNNING", "no exit can arrive yet");
     json_decref(job);
     gt_grpc_start(&K);
-    job = wait_state(id, "COMPLETED|FAILED", 20000);
+    job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
                      json_string_value(json_object_get(job, "reason")));
     json_decref(job);
@@ -600,7 +597,7 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
     json_decref(workers);
     /* and it takes work there */
     char *id = submit();
-    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    json_t *job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED");
     json_decref(job);
     agent_destroy(agent);
@@ -898,7 +895,7 @@ Test(grpc, training_service_metrics_come_back_by_name)
         "echo 'step 4 done'\nexit 0\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
-    json_decref(wait_state(id, "COMPLETED|FAILED", 20000));
+    json_decref(wait_state(id, TH_JOB_ENDED, 20000));
     Kiln__GetMetricsRequest mreq = KILN__GET_METRICS_REQUEST__INIT;
     mreq.id = id;
     mreq.name = (char *)"train_loss";
@@ -978,7 +975,7 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
     cr_assert(strstr(out, "history 1 first\nhistory 2 second\nhistory 3 third\nhistory 4 fourth\nhistory-end\n"), "%s", out);
     cr_assert(strstr(out, "cancelled\n"), "%s", out);
     cr_assert(strstr(out, "unknown NOT_FOUND\n"), "%s", out);
-    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    json_t *job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED");
     json_decref(job);
     agent_destroy(agent);
@@ -1112,8 +1109,8 @@ Test(grpc, a_backtracking_job_does_not_starve_heartbeats_or_a_bystander, .timeou
     cr_assert_eq(pthread_create(&th, NULL, hb_watcher, &w), 0);
     char *greedy = submit_with_defs("greedy", defs);
     char *bystander = submit_with_defs("bystander", "[{\"name\":\"tick\",\"regex\":\"tick ([0-9]+)\"}]");
-    json_t *jb = wait_state(bystander, "COMPLETED|FAILED", 60000);
-    json_t *jg = wait_state(greedy, "COMPLETED|FAILED", 60000);
+    json_t *jb = wait_state(bystander, TH_JOB_ENDED, 60000);
+    json_t *jg = wait_state(greedy, TH_JOB_ENDED, 60000);
     w.stop = true;
     pthread_join(th, NULL);
     cr_assert_str_eq(json_string_value(json_object_get(jb, "state")), "COMPLETED", "%s",
@@ -1343,7 +1340,7 @@ Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
         json_decref(rest);
         cr_assert_eq(svc_tuning_get(S, svc_caller_kilnd(), id, &rest, &err), 0, "%s", err.message);
         const char *st = pj_str(rest, "state");
-        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
+        if (kiln_tuning_ended(st))
             break;
         cr_assert_lt(k, 1200, "the search did not end: %s", json_dumps(rest, 0));
         usleep(50000);
