@@ -491,34 +491,38 @@ char *th_repo_file(const char *path)
     return buf;
 }
 
-static int th_sql_name(const struct dirent *e)
-{
-    size_t n = strlen(e->d_name);
-    return n > 4 && strcmp(e->d_name + n - 4, ".sql") == 0;
-}
-
-int th_migrations_each(void (*fn)(const char *path, const char *text, void *ctx), void *ctx)
+int th_repo_dir_each(const char *dir, const char *suffix, void (*fn)(const char *path, const char *text, void *ctx),
+                     void *ctx)
 {
     const char *root = getenv("KILN_ROOT");
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/migrations", root && *root ? root : ".");
+    char full[PATH_MAX];
+    snprintf(full, sizeof full, "%s/%s", root && *root ? root : ".", dir);
     struct dirent **ents = NULL;
-    int ne = scandir(dir, &ents, th_sql_name, alphasort), nread = 0;
+    int ne = scandir(full, &ents, NULL, alphasort), nread = 0;
+    size_t sl = strlen(suffix);
     for (int f = 0; f < ne; f++) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "migrations/%s", ents[f]->d_name);
-        char *t = nread >= 0 ? th_repo_file(path) : NULL;
-        if (t) {
-            fn(path, t, ctx);
-            nread++;
-        } else {
-            nread = -1;
+        size_t n = strlen(ents[f]->d_name);
+        if (n > sl && strcmp(ents[f]->d_name + n - sl, suffix) == 0 && nread >= 0) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", dir, ents[f]->d_name);
+            char *t = th_repo_file(path);
+            if (t) {
+                fn(path, t, ctx);
+                nread++;
+            } else {
+                nread = -1;
+            }
+            free(t);
         }
-        free(t);
         free(ents[f]);
     }
     free(ents);
     return ne < 0 ? -1 : nread;
+}
+
+int th_migrations_each(void (*fn)(const char *path, const char *text, void *ctx), void *ctx)
+{
+    return th_repo_dir_each("migrations", ".sql", fn, ctx);
 }
 
 int th_protoc_python(const char *dir)

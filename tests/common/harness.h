@@ -38,9 +38,13 @@ int th_free_port(void);
  * NUL-terminated; NULL when it cannot be read. Caller frees. */
 char *th_repo_file(const char *path);
 
-/* Calls fn with each migration's path ("migrations/NNNN_x.sql") and whole text, in the order
- * kilnd applies them (by name), so that what fn keeps last is what the schema has now. Returns how
- * many it read; -1 when the directory or a file cannot be read. */
+/* Calls fn with the path ("store/job.c") and whole text of each file of the directory dir under
+ * $KILN_ROOT whose name ends in suffix, in the order of their names. Returns how many it read; -1
+ * when the directory or a file cannot be read. */
+int th_repo_dir_each(const char *dir, const char *suffix, void (*fn)(const char *path, const char *text, void *ctx),
+                     void *ctx);
+/* th_repo_dir_each over the migrations ("migrations/NNNN_x.sql"): the order kilnd applies them in,
+ * so that what fn keeps last is what the schema has now. */
 int th_migrations_each(void (*fn)(const char *path, const char *text, void *ctx), void *ctx);
 
 /* Removes path and everything under it (links themselves, not what they point to); true when
