@@ -1477,6 +1477,19 @@ static void refused_alike(const kiln_err_t *gerr, int gcode, int want_gcode, con
     cr_assert_str_eq(gerr->message, want, "gRPC's status message");
 }
 
+/* UpdateQueue with ureq, which must succeed and leave the queue's preemption policy within_queue
+ * within and reclaim_within_cohort reclaim; why says what the case shows. */
+static void update_policy(const Kiln__UpdateQueueRequest *ureq, const char *within, const char *reclaim, const char *why)
+{
+    int code = 0;
+    kiln_err_t err;
+    Kiln__Queue *upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq->base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(upd->preemption->within_queue, within, "within_queue: %s", why);
+    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, reclaim, "reclaim_within_cohort: %s", why);
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+}
+
 Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
 {
     gt_http_start(&K); /* REST on the same service, to compare answers with */
@@ -1599,29 +1612,17 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     char *pmask[] = {"preemption"};
     ureq.update_mask = pmask;
     ureq.n_update_mask = 1;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "never");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "never", "any", "a value given changes");
     pre.within_queue = "";
     pre.reclaim_within_cohort = "lower_priority";
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "never");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "lower_priority");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "never", "lower_priority", "a value unset (\"\") stays");
     json_t *rest_view = gt_rest(&K, "GET", "/v1/queues/nlp", NULL, &(long){0});
     json_t *set_pre = json_pack("{s:s, s:s}", "within_queue", "never", "reclaim_within_cohort", "lower_priority");
     cr_assert(json_equal(json_object_get(rest_view, "preemption"), set_pre), "REST reads what gRPC set");
     json_decref(set_pre);
     json_decref(rest_view);
     patch.preemption = NULL;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "lower_priority");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "lower_priority", "any", "the mask without the message: the defaults");
 
     /* the policy's fields by dotted path (AIP-161): each named takes the message's value, merged
      * into the stored policy as REST's {"preemption": {"within_queue": ...}} is, what is not named
@@ -1633,29 +1634,17 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     char *within_mask[] = {"preemption.within_queue"};
     ureq.update_mask = within_mask;
     ureq.n_update_mask = 1;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "never");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "never", "any", "the field named takes its value, the other stays");
     pre.within_queue = "";
     pre.reclaim_within_cohort = "lower_priority";
     char *reclaim_mask[] = {"preemption.reclaim_within_cohort"};
     ureq.update_mask = reclaim_mask;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "never", "a field not named stays");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "lower_priority");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "never", "lower_priority", "a field not named stays");
     pre.reclaim_within_cohort = "never";
     char *both_mask[] = {"preemption.within_queue", "preemption.reclaim_within_cohort"};
     ureq.update_mask = both_mask;
     ureq.n_update_mask = 2;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "lower_priority", "named unset: the default");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "never");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "lower_priority", "never", "named unset: the default");
     /* refused: an unknown field of the policy and a value it does not take, as REST's PATCH
      * refuses them; a part of a field that changes whole, and the policy named both whole and by
      * its fields, naming update_mask; none changes the queue */
