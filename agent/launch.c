@@ -654,13 +654,18 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
                          "and will not read it", l->roots[i], (unsigned)(st.st_mode & 0777));
         }
     }
+    const char *given = cfg->python && cfg->python[0] ? cfg->python : "python3";
     if (l->python && !l->python[0])
         log_warn("--python %s is not in PATH: script jobs with a .py entry point and no \"python\" of their own "
-                 "will be refused", cfg->python && cfg->python[0] ? cfg->python : "python3");
+                 "will be refused", given);
+    else if (l->python && access(l->python, X_OK) != 0)
+        /* a path given whole is taken as it is: missing, a link that leads nowhere or in a loop */
+        log_warn("--python %s cannot be run (%s): script jobs with a .py entry point and no \"python\" of their "
+                 "own will fail; give --python the path of a Python, such as /usr/bin/python3", given,
+                 strerror(errno));
     bool python_hidden = l->sandbox && l->python && l->python[0] && !sandbox_shows(l->sandbox, l->python);
     if (python_hidden) {
         /* named as the operator gave it, then where it was found and where its links lead */
-        const char *given = cfg->python && cfg->python[0] ? cfg->python : "python3";
         char real[PATH_MAX], where[2 * PATH_MAX + 64] = "";
         if (strcmp(given, l->python) != 0)
             snprintf(where, sizeof(where), "%s%s", strchr(given, '/') ? ", that is " : ", found in PATH as ",

@@ -508,6 +508,52 @@ Test(sandbox, an_agent_warns_of_a_python_that_links_out_of_the_boxes)
     cr_assert_eq(system(cmd), 0);
 }
 
+/* The agent's start: a --python given whole that cannot be run (missing, a link that leads nowhere,
+ * a loop of links) is warned of as one not in PATH is, naming it and why; each read as shown (a
+ * link that leads nowhere is exec's to report) and nothing was said until a job failed. */
+Test(sandbox, an_agent_warns_of_a_python_it_cannot_run)
+{
+    char state[PATH_MAX + 16], shown[PATH_MAX + 16], bin_copy[PATH_MAX], gone[PATH_MAX + 32], loop_a[PATH_MAX + 32],
+        loop_b[PATH_MAX + 32], missing[PATH_MAX + 32];
+    char *bin = program("*)\n  true;;\n");
+    snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
+    snprintf(state, sizeof(state), "%s-state", dir);
+    snprintf(shown, sizeof(shown), "%s/shown", dir);
+    cr_assert_eq(mkdir(shown, 0755), 0);
+    snprintf(gone, sizeof(gone), "%s/python3-gone", shown);
+    cr_assert_eq(symlink("/nonexistent/python3", gone), 0);
+    snprintf(loop_a, sizeof(loop_a), "%s/python3-a", shown);
+    snprintf(loop_b, sizeof(loop_b), "%s/python3-b", shown);
+    cr_assert_eq(symlink(loop_b, loop_a), 0);
+    cr_assert_eq(symlink(loop_a, loop_b), 0);
+    snprintf(missing, sizeof(missing), "%s/python3-missing", shown);
+    const char *ro[] = {shown};
+    const struct {
+        const char *python, *why;
+    } cases[] = {{gone, "No such file or directory"}, {loop_a, "Too many levels of symbolic links"},
+                 {missing, "No such file or directory"}};
+    cr_redirect_stderr();
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        agent_launcher_config_t cfg = {.train_bin = bin_copy, .work_dir = dir, .slots = 1, .cores = 1,
+                                       .python = cases[i].python,
+                                       .sandbox = {.state_dir = state, .uid_lo = 2100000032u, .uid_hi = 2100000047u,
+                                                   .ro_paths = ro, .n_ro_paths = 1}};
+        agent_launcher_destroy(lf_launcher_cfg(&cfg));
+    }
+    fflush(stderr);
+    char out[16384];
+    size_t n = fread(out, 1, sizeof(out) - 1, cr_get_redirected_stderr());
+    out[n] = '\0';
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char want[PATH_MAX + 128];
+        snprintf(want, sizeof(want), "--python %s cannot be run (%s): script jobs", cases[i].python, cases[i].why);
+        cr_assert(strstr(out, want), "no \"%s\" in:\n%s", want, out);
+    }
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* A box an agent left behind whose cgroup is half removed (with cgroup v1, its pids cgroup alone;
  * with v2, its one cgroup) is swept by the next agent of the same state dir when it starts. Uses
  * a uid range and a state dir of this test's own. */
