@@ -191,6 +191,13 @@ Test(search_api, errors_name_the_parameter_and_show_where)
     json_decref(j);
     json_decref(bad("GET", "/v1/jobs?project=p", NULL, "project"));
     json_decref(bad("GET", "/v1/jobs?page_size=1&name=x", NULL, "name"));
+    /* a parameter given twice: only the first would be read */
+    j = bad("GET", "/v1/jobs?page_size=1&page_size=2", NULL, "page_size");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "message")),
+                     "query parameter \"page_size\" is given more than once");
+    json_decref(j);
+    json_decref(bad("GET", "/v1/tuning-jobs?page_token=&page_token=x", NULL, "page_token"));
+    json_decref(bad("GET", "/v1/jobs?status=RUNNING&tag=a&status=QUEUED", NULL, "status"));
 
     j = bad("GET", jobs_path("hp.lr < 1e-3 AND stat = COMPLETED", "", "", NULL), NULL, "filter");
     cr_assert_str_eq(json_string_value(json_object_get(j, "message")), "unknown field \"stat\" in filter at column 18");
