@@ -271,10 +271,16 @@ static enum MHD_Result http_jobs_search(http_req_t *r)
     json_t *ps = json_object_get(body, "page_size");
     if (rc == 0 && ps && !json_is_null(ps)) {
         /* the service's range check, as for GET /v1/jobs and gRPC */
-        if (!json_is_integer(ps))
-            rc = kiln_err_set(&err, KILN_EINVAL, "page_size", "page_size must be a whole number from 1 to %d",
-                              KILN_PAGE_SIZE_MAX);
-        else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, KILN_PAGE_SIZE_MAX, &err)) == 0) {
+        if (!json_is_integer(ps)) {
+            /* what it got, as the query's page_size=abc is answered */
+            char *got = json_dumps(ps, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
+            rc = kiln_err_set(&err, KILN_EINVAL, "page_size",
+                              "page_size must be a whole number from 1 to %d, got %.40s%s", KILN_PAGE_SIZE_MAX,
+                              got ? got : "?", got && strlen(got) > 40 ? "..." : "");
+            kiln_err_hint(&err, "give page_size as a JSON whole number, such as 50 (no quotes, no fraction), or "
+                                "leave it out for its default");
+            free(got);
+        } else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, KILN_PAGE_SIZE_MAX, &err)) == 0) {
             f.page_size = (int)json_integer_value(ps);
             f.page_size_set = true;
         }
