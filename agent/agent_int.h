@@ -536,6 +536,7 @@ typedef struct launch_host {       /* the launcher's settings a runtime reads (b
     const char *work_dir;          /* resolved */
     const char *train_bin;         /* kiln-train */
     const char *python;            /* --python as an absolute path, not through its links ("" when not found) */
+    const char *python_given;      /* --python as the operator gave it ("python3" when not given) */
     const char *cuda_lib;          /* --cuda-lib, or NULL */
     const char *const *roots;      /* data roots, resolved */
     size_t nroots;

@@ -91,6 +91,7 @@ struct lrank {
 struct agent_launcher {
     char *train_bin, *work_dir; /* work_dir resolved */
     char *python;               /* --python, resolved ("" when it is nowhere in PATH) */
+    char *python_given;         /* --python as given */
     char *cuda_lib;             /* --cuda-lib, or NULL */
     launch_host_t host;         /* what runtimes read of the above */
     char **roots;               /* data roots, resolved */
@@ -600,6 +601,7 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
     pthread_mutex_init(&l->snap_mu, NULL);
     l->train_bin = strdup(cfg->train_bin ? cfg->train_bin : "kiln-train");
     l->python = launch_find_program(cfg->python && cfg->python[0] ? cfg->python : "python3");
+    l->python_given = strdup(cfg->python && cfg->python[0] ? cfg->python : "python3");
     l->cuda_lib = cfg->cuda_lib && cfg->cuda_lib[0] ? strdup(cfg->cuda_lib) : NULL;
     /* resolved, so that it can serve as a root for checkpoint directories */
     l->work_dir = realpath(cfg->work_dir ? cfg->work_dir : ".", NULL);
@@ -654,13 +656,18 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
                          "and will not read it", l->roots[i], (unsigned)(st.st_mode & 0777));
         }
     }
+    const char *given = cfg->python && cfg->python[0] ? cfg->python : "python3";
     if (l->python && !l->python[0])
         log_warn("--python %s is not in PATH: script jobs with a .py entry point and no \"python\" of their own "
-                 "will be refused", cfg->python && cfg->python[0] ? cfg->python : "python3");
+                 "will be refused", given);
+    else if (l->python && access(l->python, X_OK) != 0)
+        /* a path given whole is taken as it is: missing, a link that leads nowhere or in a loop */
+        log_warn("--python %s cannot be run (%s): script jobs with a .py entry point and no \"python\" of their "
+                 "own will fail; give --python the path of a Python, such as /usr/bin/python3", given,
+                 strerror(errno));
     bool python_hidden = l->sandbox && l->python && l->python[0] && !sandbox_shows(l->sandbox, l->python);
     if (python_hidden) {
         /* named as the operator gave it, then where it was found and where its links lead */
-        const char *given = cfg->python && cfg->python[0] ? cfg->python : "python3";
         char real[PATH_MAX], where[2 * PATH_MAX + 64] = "";
         if (strcmp(given, l->python) != 0)
             snprintf(where, sizeof(where), "%s%s", strchr(given, '/') ? ", that is " : ", found in PATH as ",
@@ -673,6 +680,7 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
                  "and its libraries", given, where, where[0] ? "," : "");
     }
     l->host = (launch_host_t){.work_dir = l->work_dir, .train_bin = l->train_bin, .python = l->python,
+                              .python_given = l->python_given,
                               .cuda_lib = l->cuda_lib,
                               .roots = (const char *const *)l->roots, .nroots = l->nroots, .code = cfg->code,
                               .gpu = l->gpu, .sandboxed = l->sandbox != NULL, .python_hidden = python_hidden};
@@ -683,7 +691,7 @@ int agent_launcher_create(const agent_launcher_config_t *cfg, const agent_launch
         l->cbs = *cbs;
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     l->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!l->train_bin || !l->python || !l->slot_used || l->epfd < 0 || l->wakefd < 0) {
+    if (!l->train_bin || !l->python || !l->python_given || !l->slot_used || l->epfd < 0 || l->wakefd < 0) {
         kiln_err_set(err, KILN_EIO, NULL, "could not set up the launcher: %s", strerror(errno));
         goto fail;
     }
@@ -751,6 +759,7 @@ void agent_launcher_destroy(agent_launcher_t *l)
     free(l->slot_cpus);
     free(l->train_bin);
     free(l->python);
+    free(l->python_given);
     free(l->cuda_lib);
     free(l->work_dir);
     free(l);

@@ -100,12 +100,16 @@ static int script_program(launch_attempt_t *at, const Kiln__Assignment *a, scrip
                                 "--python is not in PATH) and the job names none", ep);
         if (py == at->host->python && at->host->python_hidden) {
             /* the reason the job gets is the message alone: it says what to do */
-            char real[PATH_MAX], link[PATH_MAX + 16] = "";
+            /* named as the operator gave it (--python), then where it was found and where it leads */
+            const char *given = at->host->python_given ? at->host->python_given : py;
+            char real[PATH_MAX], link[2 * PATH_MAX + 48] = "";
+            if (strcmp(given, py) != 0)
+                snprintf(link, sizeof(link), ", that is %.60s", py);
             if (realpath(py, real) && strcmp(real, py) != 0)
-                snprintf(link, sizeof(link), " (a link to %.60s)", real);
-            kiln_err_set(err, KILN_EUNSUPP, "python", "this agent's Python %.60s%s lies outside what its sandbox shows "
-                         "ranks: start kiln-agent with --python /usr/bin/python3 (or --sandbox-ro-path DIR), or name "
-                         "a \"python\" inside the data roots in the job", py, link);
+                snprintf(link + strlen(link), sizeof(link) - strlen(link), ", a link to %.60s", real);
+            kiln_err_set(err, KILN_EUNSUPP, "python", "this agent's Python %.60s%s%s lies outside what its sandbox "
+                         "shows ranks: start kiln-agent with --python /usr/bin/python3 (or --sandbox-ro-path DIR), or "
+                         "name a \"python\" inside the data roots in the job", given, link, link[0] ? "," : "");
             return KILN_EUNSUPP;
         }
         kiln_strlcpy(st->interp, py, sizeof(st->interp));

@@ -627,10 +627,24 @@ static json_t *masked_value(const json_t *set, const char *key, const ProtobufCF
  * the stored one as REST's {"preemption": {"within_queue": ...}} does; the service refuses a
  * name that is not a field as REST does ("queue.preemption.x"). named: the fields named so far,
  * each true when named whole, false when by its fields. KILN_EINVAL naming update_mask for what
- * REST cannot say: a part of a field that changes whole (a map's entry, "quota.cpu"; a scalar's),
- * and a message field named both whole and by its fields. */
+ * REST cannot say: a path with an empty name ("", "preemption."), a part of a field that changes
+ * whole (a map's entry, "quota.cpu"; a scalar's, "preemption.within_queue.x"), and a message field
+ * named both whole and by its fields. */
 static int mask_path(const char *path, const json_t *set, json_t *patch, json_t *named, kiln_err_t *err)
 {
+    /* every name of the path names something: "", ".x", "preemption." and "a..b" do not */
+    for (const char *p = path;; p++) {
+        if (*p != '\0' && *p != '.')
+            continue;
+        if (p == path || p[-1] == '.') {
+            kiln_err_set(err, KILN_EINVAL, "update_mask", "update_mask path \"%.80s\" has an empty field name", path);
+            kiln_err_hint(err, "name each field to change, as in update_mask: [\"weight\", "
+                               "\"preemption.within_queue\"]");
+            return KILN_EINVAL;
+        }
+        if (*p == '\0')
+            break;
+    }
     const char *dot = strchr(path, '.');
     char head[64];
     snprintf(head, sizeof head, "%.*s", dot ? (int)KILN_MIN((size_t)(dot - path), sizeof head - 1) : 63, path);
@@ -665,6 +679,18 @@ static int mask_path(const char *path, const json_t *set, json_t *patch, json_t 
     const ProtobufCFieldDescriptor *sfd =
         fd ? protobuf_c_message_descriptor_get_field_by_name((const ProtobufCMessageDescriptor *)fd->descriptor, sub)
            : NULL;
+    /* a path into one of its fields ("preemption.within_queue.x"): each of them changes whole */
+    const char *dot2 = strchr(sub, '.');
+    char subhead[64];
+    snprintf(subhead, sizeof subhead, "%.*s", dot2 ? (int)KILN_MIN((size_t)(dot2 - sub), sizeof subhead - 1) : 63,
+             sub);
+    if (fd && dot2 &&
+        protobuf_c_message_descriptor_get_field_by_name((const ProtobufCMessageDescriptor *)fd->descriptor, subhead)) {
+        kiln_err_set(err, KILN_EINVAL, "update_mask", "update_mask path \"%.80s\" names a part of %.60s.%.60s, "
+                     "which changes whole", path, f, subhead);
+        kiln_err_hint(err, "name \"%.60s.%.60s\"", f, subhead);
+        return KILN_EINVAL;
+    }
     json_object_set_new(part, sub, masked_value(json_object_get(set, f), sub, sfd));
     return 0;
 }

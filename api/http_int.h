@@ -188,8 +188,9 @@ int http_frame_check(const http_frame_t *f, uint64_t max_body, kiln_err_t *err);
 /* Whether s is a Content-Length libmicrohttpd reads: decimal digits only, below 2^64. Pure. */
 bool http_length_ok(const char *s);
 
-/* 0 when every query argument is one of names (NULL-terminated); else KILN_EINVAL naming the
- * first unknown one (err->field), with the nearest known name as a hint. */
+/* 0 when every query argument is one of names (NULL-terminated), each given once; else
+ * KILN_EINVAL naming the first given twice, or the first unknown one (err->field) with the
+ * nearest known name as a hint. */
 int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err);
 /* ---- the web UI (http_ui.c; the assets are generated at build time by ui/build.mjs) ---- */
 typedef struct http_ui_asset {

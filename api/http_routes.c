@@ -30,10 +30,12 @@ static int http_arg_bool(http_req_t *r, const char *name, bool *out, kiln_err_t 
     return svc_check_bool_text(name, http_arg(r, name), out, err);
 }
 
-/* Finds the first query argument not in names (NULL-terminated). */
+/* Finds the first query argument not in names (NULL-terminated), or given twice: http_arg reads
+ * only the first, so a second would go unread (as a JSON body's repeated key is refused). */
 typedef struct http_args_check {
     const char *const *names;
-    const char *unknown;
+    const char *unknown, *repeated;
+    uint64_t seen; /* bit i: names[i] was met */
 } http_args_check_t;
 
 static enum MHD_Result http_args_visit(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
@@ -42,16 +44,28 @@ static enum MHD_Result http_args_visit(void *cls, enum MHD_ValueKind kind, const
     (void)kind;
     (void)value;
     for (size_t i = 0; c->names[i]; i++)
-        if (!strcmp(key, c->names[i]))
+        if (!strcmp(key, c->names[i])) {
+            uint64_t bit = i < 64 ? (uint64_t)1 << i : 0;
+            if (c->seen & bit) {
+                c->repeated = key;
+                return MHD_NO;
+            }
+            c->seen |= bit;
             return MHD_YES;
+        }
     c->unknown = key;
     return MHD_NO;
 }
 
 int http_args_known(http_req_t *r, const char *const *names, kiln_err_t *err)
 {
-    http_args_check_t c = {names, NULL};
+    http_args_check_t c = {names, NULL, NULL, 0};
     MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, http_args_visit, &c);
+    if (c.repeated) {
+        kiln_err_set(err, KILN_EINVAL, c.repeated, "query parameter \"%.60s\" is given more than once", c.repeated);
+        kiln_err_hint(err, "give %.60s once", c.repeated);
+        return KILN_EINVAL;
+    }
     if (!c.unknown)
         return 0;
     char list[256] = "";
@@ -257,10 +271,16 @@ static enum MHD_Result http_jobs_search(http_req_t *r)
     json_t *ps = json_object_get(body, "page_size");
     if (rc == 0 && ps && !json_is_null(ps)) {
         /* the service's range check, as for GET /v1/jobs and gRPC */
-        if (!json_is_integer(ps))
-            rc = kiln_err_set(&err, KILN_EINVAL, "page_size", "page_size must be a whole number from 1 to %d",
-                              KILN_PAGE_SIZE_MAX);
-        else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, KILN_PAGE_SIZE_MAX, &err)) == 0) {
+        if (!json_is_integer(ps)) {
+            /* what it got, as the query's page_size=abc is answered */
+            char *got = json_dumps(ps, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
+            rc = kiln_err_set(&err, KILN_EINVAL, "page_size",
+                              "page_size must be a whole number from 1 to %d, got %.40s%s", KILN_PAGE_SIZE_MAX,
+                              got ? got : "?", got && strlen(got) > 40 ? "..." : "");
+            kiln_err_hint(&err, "give page_size as a JSON whole number, such as 50 (no quotes, no fraction), or "
+                                "leave it out for its default");
+            free(got);
+        } else if ((rc = svc_check_range("page_size", json_integer_value(ps), 1, KILN_PAGE_SIZE_MAX, &err)) == 0) {
             f.page_size = (int)json_integer_value(ps);
             f.page_size_set = true;
         }

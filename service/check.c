@@ -9,7 +9,8 @@
 #include <string.h>
 
 /* A short, printable rendering of bad input for messages: non-ASCII and control bytes as \xHH,
- * cut at 40 bytes. */
+ * cut at 40 bytes. The overlong C0 80 that stands for %00 in a URL (http.c) is the NUL it was,
+ * \x00, as gRPC's bytes show it. */
 static void quote(const char *s, size_t len, char *out, size_t n)
 {
     size_t o = 0;
@@ -19,10 +20,14 @@ static void quote(const char *s, size_t len, char *out, size_t n)
             o += (size_t)snprintf(out + o, n - o, "...");
             break;
         }
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+        if (c == 0xC0 && i + 1 < len && (unsigned char)s[i + 1] == 0x80) {
+            o += (size_t)snprintf(out + o, n - o, "\\x00");
+            i++;
+        } else if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
             out[o++] = (char)c;
-        else
+        } else {
             o += (size_t)snprintf(out + o, n - o, "\\x%02x", c);
+        }
     }
     out[o < n ? o : n - 1] = '\0';
 }

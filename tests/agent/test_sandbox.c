@@ -508,6 +508,112 @@ Test(sandbox, an_agent_warns_of_a_python_that_links_out_of_the_boxes)
     cr_assert_eq(system(cmd), 0);
 }
 
+/* A script job that would run a --python no box shows is refused before its ranks start, its
+ * reason naming the Python as the operator gave it (a link's directory resolved, it named only
+ * where that led), then where it was found and where it leads. */
+Test(sandbox, a_jobs_reason_names_a_hidden_python_as_given)
+{
+    char state[PATH_MAX + 16], shown[PATH_MAX + 16], hidden[PATH_MAX + 16], real[PATH_MAX + 32],
+        alias[PATH_MAX + 32], given[PATH_MAX + 48], found[PATH_MAX + 48], root[PATH_MAX + 16], code[PATH_MAX + 32],
+        entry[PATH_MAX + 48], bin_copy[PATH_MAX];
+    char *bin = program("*)\n  true;;\n");
+    snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
+    snprintf(state, sizeof(state), "%s-state", dir);
+    snprintf(shown, sizeof(shown), "%s/shown", dir);
+    snprintf(hidden, sizeof(hidden), "%s/hidden", dir);
+    cr_assert_eq(mkdir(shown, 0755), 0);
+    cr_assert_eq(mkdir(hidden, 0755), 0);
+    snprintf(real, sizeof(real), "%s/python3", hidden);
+    int fd = open(real, O_WRONLY | O_CREAT | O_EXCL, 0755);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    /* --python shown/bin/python3, where shown/bin leads to hidden */
+    snprintf(alias, sizeof(alias), "%s/bin", shown);
+    cr_assert_eq(symlink(hidden, alias), 0);
+    snprintf(given, sizeof(given), "%s/python3", alias);
+    snprintf(found, sizeof(found), "%s/python3", hidden);
+    snprintf(root, sizeof(root), "%s/data", dir);
+    snprintf(code, sizeof(code), "%s/code", root);
+    cr_assert_eq(mkdir(root, 0755), 0);
+    cr_assert_eq(mkdir(code, 0755), 0);
+    snprintf(entry, sizeof(entry), "%s/main.py", code);
+    FILE *f = fopen(entry, "w");
+    cr_assert_not_null(f);
+    fputs("print('hello')\n", f);
+    fclose(f);
+    const char *ro[] = {shown}, *roots[] = {root};
+    agent_launcher_config_t cfg = {.train_bin = bin_copy, .work_dir = dir, .slots = 1, .cores = 1, .python = given,
+                                   .data_roots = roots, .n_data_roots = 1,
+                                   .sandbox = {.state_dir = state, .uid_lo = 2100000032u, .uid_hi = 2100000047u,
+                                               .ro_paths = ro, .n_ro_paths = 1}};
+    agent_launcher_t *l = lf_launcher_cfg(&cfg);
+    int32_t ranks[] = {0};
+    Kiln__Assignment a = lf_assignment("job-hidden-python", 1, ranks, 1, "{}");
+    a.world_size = 1;
+    a.nodes = 1;
+    a.node_rank = 0;
+    a.entry_point = "main.py";
+    a.source = code;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    int rc = agent_launcher_start(l, &a, &err);
+    cr_assert_eq(rc, KILN_EUNSUPP, "rc %d: %s", rc, err.message);
+    char want[3 * PATH_MAX];
+    snprintf(want, sizeof(want), "this agent's Python %s, that is %s, lies outside what its sandbox shows ranks", given,
+             found);
+    cr_assert(strstr(err.message, want), "no \"%s\" in: %s", want, err.message);
+    agent_launcher_destroy(l);
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The agent's start: a --python given whole that cannot be run (missing, a link that leads nowhere,
+ * a loop of links) is warned of as one not in PATH is, naming it and why; each read as shown (a
+ * link that leads nowhere is exec's to report) and nothing was said until a job failed. */
+Test(sandbox, an_agent_warns_of_a_python_it_cannot_run)
+{
+    char state[PATH_MAX + 16], shown[PATH_MAX + 16], bin_copy[PATH_MAX], gone[PATH_MAX + 32], loop_a[PATH_MAX + 32],
+        loop_b[PATH_MAX + 32], missing[PATH_MAX + 32];
+    char *bin = program("*)\n  true;;\n");
+    snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
+    snprintf(state, sizeof(state), "%s-state", dir);
+    snprintf(shown, sizeof(shown), "%s/shown", dir);
+    cr_assert_eq(mkdir(shown, 0755), 0);
+    snprintf(gone, sizeof(gone), "%s/python3-gone", shown);
+    cr_assert_eq(symlink("/nonexistent/python3", gone), 0);
+    snprintf(loop_a, sizeof(loop_a), "%s/python3-a", shown);
+    snprintf(loop_b, sizeof(loop_b), "%s/python3-b", shown);
+    cr_assert_eq(symlink(loop_b, loop_a), 0);
+    cr_assert_eq(symlink(loop_a, loop_b), 0);
+    snprintf(missing, sizeof(missing), "%s/python3-missing", shown);
+    const char *ro[] = {shown};
+    const struct {
+        const char *python, *why;
+    } cases[] = {{gone, "No such file or directory"}, {loop_a, "Too many levels of symbolic links"},
+                 {missing, "No such file or directory"}};
+    cr_redirect_stderr();
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        agent_launcher_config_t cfg = {.train_bin = bin_copy, .work_dir = dir, .slots = 1, .cores = 1,
+                                       .python = cases[i].python,
+                                       .sandbox = {.state_dir = state, .uid_lo = 2100000032u, .uid_hi = 2100000047u,
+                                                   .ro_paths = ro, .n_ro_paths = 1}};
+        agent_launcher_destroy(lf_launcher_cfg(&cfg));
+    }
+    fflush(stderr);
+    char out[16384];
+    size_t n = fread(out, 1, sizeof(out) - 1, cr_get_redirected_stderr());
+    out[n] = '\0';
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char want[PATH_MAX + 128];
+        snprintf(want, sizeof(want), "--python %s cannot be run (%s): script jobs", cases[i].python, cases[i].why);
+        cr_assert(strstr(out, want), "no \"%s\" in:\n%s", want, out);
+    }
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* A box an agent left behind whose cgroup is half removed (with cgroup v1, its pids cgroup alone;
  * with v2, its one cgroup) is swept by the next agent of the same state dir when it starts. Uses
  * a uid range and a state dir of this test's own. */

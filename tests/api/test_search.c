@@ -191,6 +191,13 @@ Test(search_api, errors_name_the_parameter_and_show_where)
     json_decref(j);
     json_decref(bad("GET", "/v1/jobs?project=p", NULL, "project"));
     json_decref(bad("GET", "/v1/jobs?page_size=1&name=x", NULL, "name"));
+    /* a parameter given twice: only the first would be read */
+    j = bad("GET", "/v1/jobs?page_size=1&page_size=2", NULL, "page_size");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "message")),
+                     "query parameter \"page_size\" is given more than once");
+    json_decref(j);
+    json_decref(bad("GET", "/v1/tuning-jobs?page_token=&page_token=x", NULL, "page_token"));
+    json_decref(bad("GET", "/v1/jobs?status=RUNNING&tag=a&status=QUEUED", NULL, "status"));
 
     j = bad("GET", jobs_path("hp.lr < 1e-3 AND stat = COMPLETED", "", "", NULL), NULL, "filter");
     cr_assert_str_eq(json_string_value(json_object_get(j, "message")), "unknown field \"stat\" in filter at column 18");
@@ -206,6 +213,18 @@ Test(search_api, errors_name_the_parameter_and_show_where)
     json_decref(bad("POST", "/v1/jobs:search", "{\"filter\": 3}", "filter"));
     json_decref(bad("POST", "/v1/jobs:search", "{\"columns\": [\"hp.lr\", 7]}", "columns"));
     json_decref(bad("POST", "/v1/jobs:search", "{\"page_size\": 0}", "page_size"));
+    /* one that is no whole number says what it got, as ?page_size=abc does */
+    static const char *const not_whole[][2] = {{"\"abc\"", "\"abc\""}, {"1e3", "1000.0"}, {"true", "true"},
+                                               {"[5]", "[5]"}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(not_whole); i++) {
+        char body[64], want[128];
+        snprintf(body, sizeof body, "{\"page_size\": %s}", not_whole[i][0]);
+        snprintf(want, sizeof want, "page_size must be a whole number from 1 to 500, got %s", not_whole[i][1]);
+        j = bad("POST", "/v1/jobs:search", body, "page_size");
+        cr_assert_str_eq(json_string_value(json_object_get(j, "message")), want);
+        cr_assert(json_string_value(json_object_get(j, "hint"))[0], "%s: no hint", body);
+        json_decref(j);
+    }
     j = bad("POST", "/v1/jobs:search", "{\"filter\": \"name = \\\"x'; DROP TABLE jobs; --\"}", "filter");
     cr_assert(strstr(json_string_value(json_object_get(j, "message")), "unterminated string"));
     json_decref(j);

@@ -1697,6 +1697,28 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     cr_assert_eq(code, 3, "gRPC code %d: %s", code, perr.message);
     cr_assert(strstr(perr.message, "update_mask names preemption both whole and by its fields\nhint: ") == perr.message,
               "%s", perr.message);
+    /* a path with an empty name names no field (it read "unknown field \"\"", naming nothing), and
+     * one into a policy's field says that field changes whole (its hint listed that very field) */
+    static char *const empty_paths[] = {"", ".", "preemption.", ".within_queue", "preemption..within_queue"};
+    for (size_t i = 0; i < sizeof empty_paths / sizeof empty_paths[0]; i++) {
+        char *one[] = {empty_paths[i]};
+        ureq.update_mask = one;
+        ureq.n_update_mask = 1;
+        kiln_err_clear(&perr);
+        cr_assert_null(tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &perr));
+        cr_assert_eq(code, 3, "\"%s\": gRPC code %d: %s", empty_paths[i], code, perr.message);
+        char want[160];
+        snprintf(want, sizeof want, "update_mask path \"%s\" has an empty field name\nhint: ", empty_paths[i]);
+        cr_assert(strstr(perr.message, want) == perr.message, "\"%s\": %s", empty_paths[i], perr.message);
+    }
+    char *deep_mask[] = {"preemption.within_queue.never"};
+    ureq.update_mask = deep_mask;
+    ureq.n_update_mask = 1;
+    kiln_err_clear(&perr);
+    cr_assert_null(tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &perr));
+    cr_assert_eq(code, 3, "gRPC code %d: %s", code, perr.message);
+    cr_assert_str_eq(perr.message, "update_mask path \"preemption.within_queue.never\" names a part of "
+                     "preemption.within_queue, which changes whole\nhint: name \"preemption.within_queue\"");
     rest_view = gt_rest(&K, "GET", "/v1/queues/nlp", NULL, &(long){0});
     set_pre = json_pack("{s:s, s:s}", "within_queue", "lower_priority", "reclaim_within_cohort", "never");
     cr_assert(json_equal(json_object_get(rest_view, "preemption"), set_pre), "the refusals changed nothing");
