@@ -410,6 +410,11 @@ int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err);
 int store_queue_lock(store_conn_t *c, const char *name, bool exclusive, kiln_err_t *err);
 /* *out = array of the names of the projects whose default queue is name, by name. */
 int store_queue_default_of(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
+/* *out = [{"project", "waiting", "running", "paused"}] by project: the jobs of the queue called
+ * name that wait (QUEUED, RESTARTING, PREEMPTED), hold slots (SCHEDULED to STOPPING) or are
+ * PAUSED, of each project that projects (a queue's "projects" array) does not let in. */
+int store_queue_jobs_left_out(store_conn_t *c, const char *name, const json_t *projects, json_t **out,
+                              kiln_err_t *err);
 /* Deletes a queue none of whose jobs waits, runs or is PAUSED (a paused hyperband trial goes
  * back to its queue when promoted): KILN_ESTATE (how many do, and how many of them are paused)
  * otherwise; KILN_ENOTFOUND. Paused jobs hold no slots and wait for no admission, so a queue's
