@@ -378,8 +378,8 @@ int cli_paging_opt(const char *cmd, int argc, char **argv, int *i, long *limit, 
     if ((m = cli_opt(cmd, argc, argv, i, "--limit", "-n", &v)) != 0) {
         if (m < 0)
             return -1;
-        if (!cli_parse_int(v, 1, 100000000, limit)) {
-            cli_usage_error(cmd, "--limit must be a positive number (got \"%s\")", v);
+        if (!cli_parse_int(v, 1, CLI_LIMIT_MAX, limit)) {
+            cli_usage_error(cmd, "--limit must be between 1 and %d (got \"%s\")", CLI_LIMIT_MAX, v);
             return -1;
         }
         return 1;
