@@ -1623,9 +1623,9 @@ Test(grpc_auth, a_queue_names_only_the_projects_its_reader_can_see_as_rest_does)
     user("ua", 0, t_a);
     member("a", "ua", "viewer");
     gcall_t calls[] = {
-        {"ListQueues", json_object(), t_a, NULL, false, NULL},
-        {"GetQueue", json_pack("{s:s}", "name", "shared"), t_a, NULL, false, NULL},
-        {"GetQueue", json_pack("{s:s}", "name", "shared"), admin_token, NULL, false, NULL},
+        {"/kiln.TrainingService/ListQueues", json_object(), t_a, NULL, false, NULL},
+        {"/kiln.TrainingService/GetQueue", json_pack("{s:s}", "name", "shared"), t_a, NULL, false, NULL},
+        {"/kiln.TrainingService/GetQueue", json_pack("{s:s}", "name", "shared"), admin_token, NULL, false, NULL},
     };
     json_t *res = run_calls(calls, 3, true);
     for (size_t i = 0; i < 3; i++)
