@@ -617,7 +617,7 @@ static int queue_usable(const json_t *all, const char *queue, const char *projec
     }
     if (!queue_allows(json_array_get(all, (size_t)*qi), project)) {
         kiln_err_set(err, KILN_EINVAL, field, "project \"%.80s\" may not use queue \"%.80s\"%s", project, queue, whose);
-        kiln_err_hint(err, "kiln queues describe %s shows the projects that may; a cluster admin can add yours",
+        kiln_err_hint(err, "kiln queues describe %s shows which of your projects may; a cluster admin can add yours",
                       queue);
         *qi = -1;
         return KILN_EINVAL;
