@@ -86,7 +86,9 @@ typedef struct store_job_new {
  * *created = false, id_out the job holding the key, and returns KILN_EREUSED (field
  * "idempotency_key"): whether that job answers this request is the caller's to decide
  * (store_job_key_get, which callers ask first). KILN_ENOTFOUND (field "project") when the job's
- * project does not exist (checked in the same statement).
+ * project does not exist, KILN_EINVAL (field "queue") when its queue does not exist or does not
+ * let the project in (both checked in the same statement, which locks the queue's row FOR KEY
+ * SHARE: a change of the queue's projects waits for it, or it for the change).
  * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the new job as store_job_get_json
  * shows it (new reference). */
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,

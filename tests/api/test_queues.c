@@ -8,6 +8,8 @@
  * deleted, nor leave that project out of its projects; a retry under an idempotency key gets its
  * job even after the project's default queue changed, to one that would refuse it too. */
 #include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -765,4 +767,53 @@ Test(queues, a_project_leaves_a_queue_only_once_its_jobs_there_have_ended)
     free(wait1);
     free(wait2);
     free(other);
+}
+
+static void *submit_b(void *arg)
+{
+    long st = 0;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/jobs", spec("racer", "b", "team", 1, 1), NULL, &st, &raw);
+    json_decref(j);
+    *(long *)arg = st;
+    free(raw);
+    return NULL;
+}
+
+Test(queues, a_submission_racing_a_change_of_the_queues_projects_never_lands_outside_them)
+{
+    /* the change (as svc_queue_update makes it: the queue's row locked, then updated) is held
+     * open while a job of b, which it leaves out, is submitted: the submission has passed its
+     * check against the old projects, and its insert waits on the queue's row, then finds b
+     * left out and is refused; it never stays in a queue b may not use */
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}}", 201));
+    PGconn *pg = PQconnectdb(at_db_url());
+    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PQclear(PQexec(pg, "BEGIN"));
+    PGresult *r = PQexec(pg, "SELECT 1 FROM queues WHERE name = 'team' FOR UPDATE");
+    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    r = PQexec(pg, "UPDATE queues SET projects = '[\"default\"]' WHERE name = 'team'");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    long st = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, submit_b, &st), 0);
+    /* until the insert waits on the queue's row */
+    bool waits = false;
+    for (int i = 0; i < 400 && !waits; i++) {
+        waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                           " AND query LIKE '%%INSERT INTO jobs%%'") > 0;
+        if (!waits)
+            usleep(25000);
+    }
+    cr_assert(waits, "the submission's insert never waited on the queue's row");
+    r = PQexec(pg, "COMMIT");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    pthread_join(t, NULL);
+    cr_assert_eq(st, 400, "the submission is refused as one after the change is");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE project = 'b'"), 0);
 }
