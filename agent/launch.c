@@ -853,6 +853,7 @@ static int rank_spawn(agent_launcher_t *l, ljob_t *job, const Kiln__Assignment *
     re.cpus = cpus[0] ? cpus : NULL;
     re.project = a->project && a->project[0] ? a->project : NULL;
     re.step_marks = true; /* on_rank_line reads them */
+    re.fresh_start = a->fresh_start; /* a tuning trial promoted under kilnd's --tune-promoted-restart */
     char model[PATH_MAX];
     if (a->init_from_job && a->init_from_job[0]) {
         xfer_init_model_path(l->work_dir, a->job_id, model, sizeof(model));

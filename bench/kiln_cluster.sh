@@ -7,7 +7,8 @@
 # cluster_agent_restart MODE stops the agent (SIGTERM, as a shutdown) and starts it again with
 # --sandbox MODE (on|off) and everything else as before; it comes back as the same worker.
 # Needs BUILD (the build directory with bin/kilnd and bin/kiln-agent); HEARTBEAT_MS is kilnd's
-# --heartbeat-interval-ms (default 1000), AGENT_LOG_LEVEL the agent's log level (default warn).
+# --heartbeat-interval-ms (default 1000), AGENT_LOG_LEVEL the agent's log level (default warn),
+# KILND_FLAGS more kilnd flags (split on spaces; e.g. "--tune-promoted-restart").
 source scripts/pg.sh
 CL_PIDS=()
 cluster_stop() {
@@ -38,7 +39,7 @@ cluster_start() {  # cluster_start SLOTS [extra kiln-agent flags...]
     --grpc-addr "127.0.0.1:$grpc" --tls-cert "$CL_WORK/tls/server.pem" --tls-key "$CL_WORK/tls/server.key" \
     --tls-ca "$CL_WORK/tls/ca.pem" --bootstrap-token-file "$CL_WORK/admin.token" \
     --join-token-file "$CL_WORK/tls/join.token" --artifact-dir "$CL_WORK/artifacts" \
-    --heartbeat-interval-ms "${HEARTBEAT_MS:-1000}" >>"$CL_WORK/kilnd.log" 2>&1 &
+    --heartbeat-interval-ms "${HEARTBEAT_MS:-1000}" ${KILND_FLAGS:-} >>"$CL_WORK/kilnd.log" 2>&1 &
   CL_PIDS+=($!)
   export KILN_URL="https://127.0.0.1:$http" KILN_TLS_CA="$CL_WORK/tls/ca.pem"
   local i

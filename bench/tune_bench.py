@@ -12,10 +12,16 @@ Each curve is (steps consumed, best val_loss so far): for kiln from polling the 
 sum of its trials' steps when a new best was first seen, so a point never counts fewer steps than
 were spent); for Optuna from the val_loss lines as they arrive. Also: the steps the same hyperband
 run would have spent had promoted trials restarted from step 0 instead of resuming.
+With HB_MAX_JOBS, hyperband draws that many trials and runs to its end (no stop at the budget);
+with HB_ONLY=1 only hyperband runs. --compare puts a run against kilnd --tune-promoted-restart
+(HB_RESTART=1) beside the same run with resume, by seed: the steps each spent, their bests, and
+whether each trial reached the same rungs with the same objectives (the same promotions).
 
     python3 bench/tune_bench.py URL TOKEN CA KILN_TRAIN DATA OUT_JSON
     (environment: SEEDS "1 2 3", RANDOM_TRIALS 4, MIN_RESOURCE 50, MAX_RESOURCE 450, ETA 3,
-     PARALLEL 2, WARMUP_MAX 300, HB_BRACKETS "1", HB_SAMPLER "random" (or "tpe"), OPTUNA 1)
+     PARALLEL 2, WARMUP_MAX 300, HB_BRACKETS "1", HB_SAMPLER "random" (or "tpe"), OPTUNA 1,
+     HB_MAX_JOBS 0 (0: 500, stopped at the budget), HB_ONLY 0, HB_RESTART 0 (recorded in OUT_JSON))
+    python3 bench/tune_bench.py --compare RESUME_JSON RESTART_JSON
 """
 import json
 import shutil
@@ -31,6 +37,49 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kiln  # noqa: E402
 import tune_space  # noqa: E402  (bench/, the script's own folder, is on sys.path)
 
+
+
+def compare(resume_path, restart_path):
+    """Prints, by seed and hyperband search, the steps the resume and the restart run spent, their
+    ratio, each run's best, the restart figure computed from the resume run's rung histories, and
+    whether the two made the same decisions (each trial: the same parameters, rungs and objective
+    at each, final objective). Exit status 1 when a run's searches did not end COMPLETED."""
+    with open(resume_path) as f:
+        a = json.load(f)
+    with open(restart_path) as f:
+        b = json.load(f)
+    assert not a.get("restart") and b.get("restart"), "the first run must resume, the second restart"
+    print("| seed | search | trials / promotions | steps, resume | steps, restart | restart / resume | saving "
+          "| computed from the resume run | best val_loss, resume | best val_loss, restart | same decisions |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ok, ratios = True, []
+    for ra, rb in zip(a["seeds"], b["seeds"]):
+        for n in [k for k in ra if k.startswith("hyperband")]:
+            x, y = ra[n], rb[n]
+            ok = ok and x["state"] == "COMPLETED" and y["state"] == "COMPLETED"
+            same = len(x["trials"]) == len(y["trials"]) and all(
+                p["parameters"] == q["parameters"] and p["rung"] == q["rung"] and p.get("rungs") == q.get("rungs")
+                and p.get("objective") == q.get("objective") for p, q in zip(x["trials"], y["trials"]))
+            diff = [(p["trial"], [(r["steps"], r["objective"]) for r in p.get("rungs") or []],
+                     [(r["steps"], r["objective"]) for r in q.get("rungs") or []])
+                    for p, q in zip(x["trials"], y["trials"]) if p.get("rungs") != q.get("rungs")]
+            ratios.append(y["steps"] / x["steps"])
+            print("| %d | %s | %d / %d | %d | %d | %.3f | %.1f%% | %d (%.3f) | %s | %s | %s |" % (
+                ra["seed"], n, len(x["trials"]), x["promotions"], x["steps"], y["steps"], y["steps"] / x["steps"],
+                100 * (1 - x["steps"] / y["steps"]), x["restart_steps"], x["restart_steps"] / x["steps"],
+                fmt(x["best"], "%.15g"), fmt(y["best"], "%.15g"),
+                "yes" if same else "no: %d of %d trials differ %s" % (len(diff), len(x["trials"]), diff[:3])))
+    print("== restart / resume steps: %s (median %.3f); both runs COMPLETED: %s"
+          % (", ".join("%.3f" % r for r in ratios), statistics.median(ratios), ok), flush=True)
+    sys.exit(0 if ok else 1)
+
+
+def fmt(v, spec="%.4f"):
+    return "-" if v is None else spec % v
+
+
+if sys.argv[1:2] == ["--compare"]:
+    compare(sys.argv[2], sys.argv[3])
 URL, TOKEN, CA, TRAIN, DATA, OUT = sys.argv[1:7]
 SEEDS = [int(s) for s in os.environ.get("SEEDS", "1 2 3").split()]
 RANDOM_TRIALS = int(os.environ.get("RANDOM_TRIALS", "4"))
@@ -44,7 +93,10 @@ HB_BRACKETS = [int(b) for b in os.environ.get("HB_BRACKETS", "1").split()]
 HB_SAMPLER = os.environ.get("HB_SAMPLER", "random")  # hyperband.sampler: random or tpe
 HB_NAMES = [("hyperband" if b == 1 else "hyperband-b%d" % b) + ("+tpe" if HB_SAMPLER == "tpe" else "")
             for b in HB_BRACKETS]
-OPTUNA = os.environ.get("OPTUNA", "1") == "1"
+HB_ONLY = os.environ.get("HB_ONLY", "0") == "1"
+OPTUNA = os.environ.get("OPTUNA", "1") == "1" and not HB_ONLY
+HB_MAX_JOBS = int(os.environ.get("HB_MAX_JOBS", "0"))  # > 0: that many trials, run to the end
+HB_RESTART = os.environ.get("HB_RESTART", "0") == "1"  # kilnd runs with --tune-promoted-restart
 client = kiln.Client(URL, token=TOKEN, ca=CA, timeout=120)
 
 SPACE = tune_space.space(WARMUP_MAX, MAX_R)
@@ -73,7 +125,7 @@ def kiln_search(seed, strategy, res, brackets=1):
     if strategy == "hyperband":
         body["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA,
                              "brackets": brackets, "sampler": HB_SAMPLER}
-        body["max_jobs"] = 500
+        body["max_jobs"] = HB_MAX_JOBS or 500
     else:
         body["max_jobs"] = RANDOM_TRIALS
     _, tj = client._call("POST", "/v1/tuning-jobs", body)
@@ -90,7 +142,7 @@ def kiln_search(seed, strategy, res, brackets=1):
                 curve.append([steps, o])
         if t["state"] not in ("RUNNING", "STOPPING", "QUEUED", "PENDING"):
             break
-        if strategy == "hyperband" and not stopped and steps >= BUDGET:
+        if strategy == "hyperband" and not HB_MAX_JOBS and not stopped and steps >= BUDGET:
             client._call("POST", "/v1/tuning-jobs/%s:stop" % tid, {})
             stopped = True
         time.sleep(1.0)
@@ -104,7 +156,10 @@ def restart_steps(trials):
     """The steps the same hyperband run spends when a promoted trial restarts from step 0: each
     promotion past a rung that reached its next rung costs that rung's steps again (a trial's
     `rungs`: the rungs it finished). A segment the bench's stop cut short is counted at the steps
-    it trained (no extra), which understates the saving."""
+    it trained (no extra), which understates the saving. In a run with kilnd
+    --tune-promoted-restart (HB_RESTART=1) the trials' steps count the restarts already."""
+    if HB_RESTART:
+        return sum(int(x.get("steps") or 0) for x in trials)
     extra = sum(sum(int(r["steps"]) for r in (x.get("rungs") or [])[:-1]) for x in trials)
     return sum(int(x.get("steps") or 0) for x in trials) + extra
 
@@ -198,22 +253,19 @@ def steps_to(curve, target):
     return None
 
 
-def fmt(v, spec="%.4f"):
-    return "-" if v is None else spec % v
-
-
 def main():
     print("== rungs %s, budget %d steps (random: %d trials x %d), parallel %d, seeds %s, hyperband brackets %s"
           % (rungs(), BUDGET, RANDOM_TRIALS, MAX_R, PARALLEL, SEEDS, HB_BRACKETS), flush=True)
     # every seed's searches at once: they share the CPUs, which slows each but changes no step
     # count (the searches are compared in steps)
-    names = ["random"] + HB_NAMES + (["optuna"] if OPTUNA else [])
+    names = ([] if HB_ONLY else ["random"]) + HB_NAMES + (["optuna"] if OPTUNA else [])
     rows, th = [], []
     for seed in SEEDS:
         out = {"seed": seed}
         out.update({n: {} for n in names})
         rows.append(out)
-        th.append(threading.Thread(target=kiln_search, args=(seed, "random", out["random"])))
+        if not HB_ONLY:
+            th.append(threading.Thread(target=kiln_search, args=(seed, "random", out["random"])))
         th += [threading.Thread(target=kiln_search, args=(seed, "hyperband", out[n], b))
                for n, b in zip(HB_NAMES, HB_BRACKETS)]
         if OPTUNA:
@@ -223,7 +275,7 @@ def main():
     for t in th:
         t.join()
     for out in rows:
-        seed, rnd = out["seed"], out["random"]
+        seed, rnd = out["seed"], out.get("random") or {"best": None, "steps": 0, "state": "-", "wall_s": 0}
         line = "seed %d: random best %s (%d steps, %s, %.0f s)" % (seed, fmt(rnd["best"]), rnd["steps"], rnd["state"],
                                                                   rnd["wall_s"])
         for n in HB_NAMES:
@@ -250,12 +302,14 @@ def main():
                                                                for r in x.get("rungs") or []])
                                                   for x in out[n]["trials"]]), flush=True)
     with open(OUT, "w") as f:
-        json.dump({"budget": BUDGET, "rungs": rungs(), "seeds": rows}, f, indent=1)
+        json.dump({"budget": BUDGET, "rungs": rungs(), "restart": HB_RESTART, "max_jobs": HB_MAX_JOBS,
+                   "parallel": PARALLEL, "seeds": rows}, f, indent=1)
 
     def med(vals):
         vals = [v for v in vals if v is not None]
         return statistics.median(vals) if vals else None
-    line = "== medians over %d seeds: random best %s" % (len(rows), fmt(med(r["random"]["best"] for r in rows)))
+    line = "== medians over %d seeds: random best %s" % (len(rows), fmt(med(r["random"]["best"] for r in rows
+                                                                           if "random" in r)))
     for n in HB_NAMES:
         line += "; %s best@budget %s, steps to random's best %s (fraction %s; inf: not within its steps), " \
                 "restart/resume steps %s" % (

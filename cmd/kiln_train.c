@@ -31,7 +31,7 @@ int main(int argc, char **argv)
     const char *init_model = NULL, *log_level = "info";
     int64_t threads = 0, max_steps = 0;
     double peak = 0;
-    bool quiet = false;
+    bool quiet = false, fresh = false;
     eng_settings_t es = ENG_SETTINGS_INIT;
     const char *cpu_sgemm = NULL, *cuda_lib = NULL;
     bool cpu_bf16 = true;
@@ -61,6 +61,7 @@ int main(int argc, char **argv)
     ckpt_dir = re.checkpoint_dir;
     out_dir = re.output_dir;
     resume = re.resume_from;
+    fresh = re.fresh_start;
     init_model = re.init_model;
     config_flag_t flags[] = {
         {"spec", NULL, CONFIG_STR, &spec_path, CONFIG_ANY, "job spec JSON file (default " RANK_ENV_SPEC ")"},
@@ -70,6 +71,9 @@ int main(int argc, char **argv)
         {"resume-from", NULL, CONFIG_STR, &resume, CONFIG_ANY,
          "another checkpoint directory to resume from when it holds a newer checkpoint (default "
          RANK_ENV_RESUME_FROM ")"},
+        {"fresh-start", NULL, CONFIG_BOOL, &fresh, CONFIG_ANY,
+         "train from step 0, resuming from neither checkpoint directory (default " RANK_ENV_FRESH_START
+         "; kilnd's --tune-promoted-restart)"},
         {"output-dir", NULL, CONFIG_STR, &out_dir, CONFIG_ANY, "samples and the final model (default " RANK_ENV_OUTPUT_DIR ")"},
         {"init-model", NULL, CONFIG_STR, &init_model, CONFIG_ANY,
          "the model file a spec's model.init_from \"job:<id>\" stands for (default " RANK_ENV_INIT_MODEL
@@ -164,6 +168,7 @@ int main(int argc, char **argv)
     memset(&o, 0, sizeof(o));
     o.checkpoint_dir = ckpt_dir;
     o.resume_from = resume;
+    o.fresh_start = fresh;
     o.output_dir = out_dir;
     o.max_steps_override = max_steps;
     o.threads = (int)threads;

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600, code_max_mb = 100;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
     const char *bootstrap_file = NULL, *join_file = NULL, *database_url_file = NULL;
-    bool insecure = false, no_auth = false, metrics_auth = false, health = false;
+    bool insecure = false, no_auth = false, metrics_auth = false, health = false, tune_promoted_restart = false;
     bool agent_approval = false, agent_distinct_certs = false;
     int64_t register_per_min_addr = 60, register_per_min = 600;
     const char *tls_min = "1.2";
@@ -149,6 +149,10 @@ int main(int argc, char **argv)
          "how often the clean-up pass (log retention, deleted jobs' artifact files) runs"},
         {"health", NULL, CONFIG_BOOL, &health, CONFIG_ANY,
          "check a running kilnd: GET /healthz at --http-addr (https with --tls-cert), exit 0 when it answers"},
+        {"tune-promoted-restart", "KILN_TUNE_PROMOTED_RESTART", CONFIG_BOOL, &tune_promoted_restart, CONFIG_ANY,
+         "for measuring what pause and resume saves: a hyperband trial promoted past its rung trains again from "
+         "step 0 to its next rung, as stopping-based tuners (Ray Tune, Determined) do, instead of resuming from "
+         "its checkpoint (its checkpoints are kept; its steps count every step trained)"},
         {"no-auth", "KILN_NO_AUTH", CONFIG_BOOL, &no_auth, CONFIG_ANY,
          "turn authentication off: every caller is a cluster admin (benchmarks, trusted single-user "
          "machines; needs --insecure)"},
@@ -286,6 +290,7 @@ int main(int argc, char **argv)
         .agent_distinct_certs = agent_distinct_certs,
         .register_per_min_addr = (int)register_per_min_addr,
         .register_per_min = (int)register_per_min,
+        .tune_promoted_restart = tune_promoted_restart,
     };
     api_tls_t tls = {.cert_pem = cert_pem, .key_pem = key_pem, .ca_pem = ca_pem, .min_version = tls_min_version};
     if (insecure)

@@ -673,6 +673,8 @@ typedef struct eng_train_opts {
     const char *resume_from;     /* "" or NULL: none; else a checkpoint directory whose newest
                                   * checkpoint the run resumes from when it is newer than any in
                                   * checkpoint_dir (a job started from another's checkpoints) */
+    bool fresh_start;            /* train from step 0, resuming from neither directory (a tuning
+                                  * trial promoted under kilnd's --tune-promoted-restart) */
     const char *output_dir;      /* "" or NULL: no samples.txt */
     int64_t max_steps_override;  /* > 0 replaces hyperparameters.max_steps */
     int threads;                 /* <= 0: leave */
@@ -709,7 +711,7 @@ typedef struct eng_train_result {
 struct spec;
 /* The training loop. Builds the model and data, resumes from the newest checkpoint that any
  * rank finds in its opts->checkpoint_dir or opts->resume_from (that rank reads it and hands it
- * to the others), trains
+ * to the others; none with opts->fresh_start), trains
  * to max_steps (logging to stdout on rank 0, metrics to metrics_fd), checkpoints every
  * checkpoint.every_steps and when stop_flag is set on any rank, evaluates, samples, and writes
  * the final model. A checkpoint holds the whole model in the flat layout whatever the layout of

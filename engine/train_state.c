@@ -97,11 +97,13 @@ int eng_run_find_resume(eng_run_t *r, kiln_err_t *err)
     r->resume_step = 0;
     r->resume_path[0] = '\0';
     int64_t mine = 0;
-    if (dir && *dir && eng_ckpt_find_latest(dir, r->resume_path, sizeof(r->resume_path)) == 0)
+    /* fresh_start: step 0, whatever the directories hold (they keep it; the run writes beside it) */
+    if (!r->o->fresh_start && dir && *dir &&
+        eng_ckpt_find_latest(dir, r->resume_path, sizeof(r->resume_path)) == 0)
         mine = ckpt_step_of(r->resume_path);
     const char *from = r->o->resume_from;
     char other[sizeof(r->resume_path)];
-    if (from && *from && eng_ckpt_find_latest(from, other, sizeof(other)) == 0 && ckpt_step_of(other) > mine) {
+    if (!r->o->fresh_start && from && *from && eng_ckpt_find_latest(from, other, sizeof(other)) == 0 && ckpt_step_of(other) > mine) {
         mine = ckpt_step_of(other);
         memcpy(r->resume_path, other, sizeof(other));
     }

@@ -24,6 +24,7 @@ static const char *const k_owned[] = {
     RANK_ENV_MASTER_ADDR, RANK_ENV_MASTER_PORT, RANK_ENV_CHECKPOINT_DIR, RANK_ENV_OUTPUT_DIR,
     RANK_ENV_RESUME_FROM, RANK_ENV_INIT_MODEL, RANK_ENV_METRICS_FD, RANK_ENV_THREADS, RANK_ENV_DEVICE_ID,
     RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_CPUS, RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS,
+    RANK_ENV_FRESH_START,
     RANK_ENV_OMP_THREADS,
     RANK_ENV_CUDA_DEVICES,
 };
@@ -122,7 +123,7 @@ static int env_check(const rank_env_t *e, kiln_err_t *err)
 int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
 {
     rank_env_t e;
-    int rc, marks = 0;
+    int rc, marks = 0, fresh = 0;
     rank_env_init(&e);
     if (!envp)
         envp = environ;
@@ -137,9 +138,11 @@ int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
         (rc = env_int(envp, RANK_ENV_METRICS_FD, 0, INT_MAX, &e.metrics_fd, err)) ||
         (rc = env_int(envp, RANK_ENV_THREADS, 1, RANK_MAX_THREADS, &e.threads, err)) ||
         (rc = env_int(envp, RANK_ENV_DEVICE_ID, 0, 1023, &e.device_id, err)) ||
-        (rc = env_int(envp, RANK_ENV_STEP_MARKS, 0, 1, &marks, err)))
+        (rc = env_int(envp, RANK_ENV_STEP_MARKS, 0, 1, &marks, err)) ||
+        (rc = env_int(envp, RANK_ENV_FRESH_START, 0, 1, &fresh, err)))
         return rc;
     e.step_marks = marks == 1;
+    e.fresh_start = fresh == 1;
     const char *w = env_get(envp, RANK_ENV_COMM_WATCHDOG_S);
     if (w) {
         char *end;
@@ -304,6 +307,8 @@ int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_
         rank_strv_pushf(&b, RANK_ENV_PROJECT, "%s", e->project);
     if (e->step_marks)
         rank_strv_pushf(&b, RANK_ENV_STEP_MARKS, "1");
+    if (e->fresh_start)
+        rank_strv_pushf(&b, RANK_ENV_FRESH_START, "1");
     if (b.oom || !b.v) {
         rank_envp_free(b.v);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for a rank's environment");

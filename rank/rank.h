@@ -47,6 +47,7 @@
 #define RANK_ENV_CPUS             "KILN_CPUS"
 #define RANK_ENV_PROJECT          "KILN_PROJECT"
 #define RANK_ENV_STEP_MARKS       "KILN_STEP_MARKS"
+#define RANK_ENV_FRESH_START      "KILN_FRESH_START"
 /* Set from the contract's values for the libraries a rank loads (OpenMP, CUDA). */
 #define RANK_ENV_OMP_THREADS      "OMP_NUM_THREADS"
 #define RANK_ENV_CUDA_DEVICES     "CUDA_VISIBLE_DEVICES"
@@ -174,6 +175,9 @@ typedef struct rank_env {
     bool step_marks;             /* KILN_STEP_MARKS=1: whoever reads the rank's stdout and stderr
                                   * (the agent) takes step marks out of them (below); false:
                                   * unset (0) */
+    bool fresh_start;            /* KILN_FRESH_START=1: train from step 0 whatever checkpoints
+                                  * checkpoint_dir and resume_from hold (a tuning trial promoted
+                                  * under kilnd's --tune-promoted-restart); false: unset (0) */
 } rank_env_t;
 
 /* The values of a rank started without an agent (world of one, nothing set). */

@@ -938,6 +938,8 @@ static int assignment_msg(svc_t *s, const store_assign_t *a, const store_job_row
     msg->master_addr = svc_astr(arena, a->master_addr);
     msg->master_port = a->master_port;
     msg->resume_from = svc_astr(arena, "");
+    /* a tuning trial promoted under --tune-promoted-restart trains that attempt from step 0 */
+    msg->fresh_start = row->fresh_attempt == a->attempt;
     log_info("job %s: attempt %d assignment (ranks %d..%d of %d) delivered to worker %s", a->job_id,
              a->attempt, a->nranks ? a->ranks[0] : 0, a->nranks ? a->ranks[a->nranks - 1] : 0,
              a->world_size, a->worker_id);

@@ -50,6 +50,8 @@ typedef struct svc_config {
     int register_per_min_addr;     /* registrations a minute from one source address, in bursts of
                                       up to a sixth of it (0: no limit) */
     int register_per_min;          /* registrations a minute on this kilnd in all (0: no limit) */
+    bool tune_promoted_restart;    /* --tune-promoted-restart: a promoted hyperband trial trains
+                                      again from step 0 instead of resuming (a benchmark's baseline) */
 } svc_config_t;
 
 /* Connects to PostgreSQL, applies migrations, starts the scheduler and liveness threads.

@@ -163,8 +163,8 @@ static void view_free(view_buf_t *vb)
 
 /* Hyperband trial x's finished rungs as the API shows them: [{"rung", "steps", "objective"}]
  * (steps: its bracket's rung; objective: the value it reported there), its last rung too when it
- * completed there (steps: what it trained); [] for the other strategies. */
-static json_t *rungs_json(const spec_tuning_t *t, const tune_trial_t *x, int64_t trained)
+ * completed there (reached: the step it got to); [] for the other strategies. */
+static json_t *rungs_json(const spec_tuning_t *t, const tune_trial_t *x, int64_t reached)
 {
     int64_t steps[SPEC_TUNE_MAX_RUNGS];
     /* a warm start parent's trial: its results sit on this job's first bracket's rungs */
@@ -173,7 +173,7 @@ static json_t *rungs_json(const spec_tuning_t *t, const tune_trial_t *x, int64_t
     for (k = 0; k < x->nrungs && k < nr - 1; k++)
         json_array_append_new(a, json_pack("{s:i, s:I, s:f}", "rung", k, "steps", (json_int_t)steps[k], "objective",
                                            x->rung_objective[k]));
-    if (nr > 0 && k == nr - 1 && x->state == TUNE_TRIAL_COMPLETED && x->has_objective && trained == steps[k])
+    if (nr > 0 && k == nr - 1 && x->state == TUNE_TRIAL_COMPLETED && x->has_objective && reached == steps[k])
         json_array_append_new(a, json_pack("{s:i, s:I, s:f}", "rung", k, "steps", (json_int_t)steps[k], "objective",
                                            x->objective));
     return a;
@@ -274,17 +274,20 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
         const json_t *tr = json_array_get(trials, (size_t)i);
         const tune_trial_t *x = &vb.trials[i];
         const char *job_state = json_string_value(json_object_get(tr, "job_state"));
+        /* the steps it trained: where it is, and what it trained before restarting from step 0
+         * (--tune-promoted-restart) */
+        int64_t reached = json_integer_value(json_object_get(tr, "steps"));
+        json_int_t trained = (json_int_t)(reached + json_integer_value(json_object_get(tr, "retrained_steps")));
         json_array_append_new(
-            list, json_pack("{s:i, s:O, s:O, s:o, s:O, s:O, s:s}", "trial", x->trial, "job_id",
+            list, json_pack("{s:i, s:O, s:O, s:o, s:I, s:O, s:s}", "trial", x->trial, "job_id",
                             json_object_get(tr, "job_id"), "parameters", json_object_get(tr, "parameters"),
                             "objective", x->has_objective ? json_real(x->objective) : json_null(), "steps",
-                            json_object_get(tr, "steps"), "rung", json_object_get(tr, "rung"), "state",
-                            job_state ? job_state : ""));
+                            trained, "rung", json_object_get(tr, "rung"), "state", job_state ? job_state : ""));
         json_t *why = json_object_get(tr, "stop_reason");
         why = json_is_string(why) ? why : json_object_get(tr, "job_reason");
         json_t *item = json_array_get(list, json_array_size(list) - 1);
         json_object_set_new(item, "reason", json_string(json_is_string(why) ? json_string_value(why) : ""));
-        json_object_set_new(item, "rungs", rungs_json(&t, x, json_integer_value(json_object_get(tr, "steps"))));
+        json_object_set_new(item, "rungs", rungs_json(&t, x, reached));
         if (x->parent)
             json_object_set_new(item, "parent", json_string(x->parent));
     }
@@ -705,7 +708,8 @@ static int end_paused(svc_tx_t *tx, const view_buf_t *vb, kiln_err_t *err)
 }
 
 /* In tx: trial x of t, paused after its rungs, continues toward its next rung (the last: to its
- * end) as a new attempt that resumes from its checkpoint. */
+ * end) as a new attempt that resumes from its checkpoint; under --tune-promoted-restart, one that
+ * trains again from step 0 (its checkpoints kept), as stopping-based tuners' promoted trials do. */
 static int promote(svc_tx_t *tx, const char *id, const spec_tuning_t *t, const tune_trial_t *x, kiln_err_t *err)
 {
     int64_t rungs[SPEC_TUNE_MAX_RUNGS];
@@ -718,11 +722,14 @@ static int promote(svc_tx_t *tx, const char *id, const spec_tuning_t *t, const t
         return rc;
     if (svc_state_parse(job.state) != JOB_STATE_PAUSED)
         return 0; /* stopped meanwhile */
+    bool restart = tx->s->cfg.tune_promoted_restart;
     char reason[200];
-    snprintf(reason, sizeof reason, "promoted to rung %d of its tuning job: resumes from its checkpoint toward step %lld",
-             next, (long long)(pause ? pause : rungs[nr - 1]));
+    snprintf(reason, sizeof reason, "promoted to rung %d of its tuning job: %s toward step %lld", next,
+             restart ? "restarts from step 0 (--tune-promoted-restart)" : "resumes from its checkpoint",
+             (long long)(pause ? pause : rungs[nr - 1]));
     if ((rc = store_tuning_trial_rung(tx->c, id, x->trial, next, NULL, err)) ||
-        (rc = store_job_pause_set(tx->c, x->job_id, pause, err)))
+        (rc = store_job_pause_set(tx->c, x->job_id, pause, err)) ||
+        (restart && (rc = store_job_restart_set(tx->c, x->job_id, job.attempt + 1, err))))
         return rc;
     return svc_job_set_state(tx, &job, JOB_STATE_RESTARTING, job.attempt, 0, reason, err);
 }

@@ -211,7 +211,9 @@ int store_job_key_get(store_conn_t *c, const char *project, const char *key, con
 
 #define ROW_COLS "id::text, state, slot_type, attempt, max_attempts, priority, nodes, " \
                  "slots_per_node, world_size, stop_requested, total_steps, ckpt_flat_dir, queue, project, " \
-                 "preemptions, coalesce(preempted_by::text, ''), coalesce(last_preempted_by::text, '')"
+                 "preemptions, coalesce(preempted_by::text, ''), coalesce(last_preempted_by::text, ''), " \
+                 "coalesce(fresh_attempt, 0)"
+#define ROW_NCOLS 18 /* the columns of ROW_COLS */
 
 /* Fills o from ROW_COLS starting at column off of row i. */
 static void row_fill_at(const PGresult *r, int i, int off, store_job_row_t *o)
@@ -234,6 +236,7 @@ static void row_fill_at(const PGresult *r, int i, int off, store_job_row_t *o)
     o->preemptions = store_get_int(r, i, off + 14);
     kiln_strlcpy(o->preempted_by, store_get_str(r, i, off + 15), sizeof(o->preempted_by));
     kiln_strlcpy(o->last_preempted_by, store_get_str(r, i, off + 16), sizeof(o->last_preempted_by));
+    o->fresh_attempt = store_get_int(r, i, off + 17);
 }
 
 static void row_fill(const PGresult *r, int i, void *elem)
@@ -271,11 +274,11 @@ int store_job_rows_lock(store_conn_t *c, const char *const *ids, int n, store_jo
                      " ORDER BY jobs.id FOR UPDATE OF jobs", 1, p, &r, err);
         store_buf_free(&a);
         for (int row = 0; rc == 0 && row < PQntuples(r); row++) { /* each row names its id by its place */
-            int k = store_get_int(r, row, 17) - 1;
+            int k = store_get_int(r, row, ROW_NCOLS) - 1;
             if (k < 0 || k >= m || found[at[k]])
                 continue;
             row_fill(r, row, &out[at[k]]);
-            age_s[at[k]] = store_get_double(r, row, 18);
+            age_s[at[k]] = store_get_double(r, row, ROW_NCOLS + 1);
             found[at[k]] = true;
         }
         if (rc == 0)
@@ -530,7 +533,7 @@ static int pending_take(store_stmt_t *s, store_pending_t **out, int *n, char **s
             continue; /* no job: the snapshot's row alone */
         arr[m].waiting = store_get_bool(r, i, 2);
         row_fill_at(r, i, 3, &arr[m].row);
-        arr[m].created_us = store_get_i64(r, i, 3 + 17);
+        arr[m].created_us = store_get_i64(r, i, 3 + ROW_NCOLS);
         m++;
     }
     PQclear(r);
@@ -1035,6 +1038,17 @@ int store_sched_pass_read(store_conn_t *c, store_pass_read_t *pr, kiln_err_t *er
 void store_sched_unlock(store_conn_t *c)
 {
     store_unlock(c, SCHED_LOCK_KEY);
+}
+
+int store_job_restart_set(store_conn_t *c, const char *id, int fresh_attempt, kiln_err_t *err)
+{
+    char at[16];
+    snprintf(at, sizeof at, "%d", fresh_attempt);
+    const char *p[2] = {id, at};
+    return store_q(c, "set the attempt that starts from step 0",
+                   "UPDATE jobs SET fresh_attempt = $2::int, retrained_steps = retrained_steps + progress_step,"
+                   " progress_step = 0, updated_at = now() WHERE id = $1::uuid",
+                   2, p, NULL, err);
 }
 
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err)

@@ -120,6 +120,7 @@ typedef struct store_job_row {
     int preemptions;          /* times it was preempted (those attempts do not count against max_attempts) */
     char preempted_by[STORE_ID_LEN]; /* while it stops for a preemption: the job it makes room for, else "" */
     char last_preempted_by[STORE_ID_LEN]; /* the last job that preempted it, or "" */
+    int fresh_attempt;        /* the attempt that trains from step 0 (store_job_restart_set), or 0 */
 } store_job_row_t;
 
 /* Sets (by a job id: also last_preempted_by) or clears (by NULL) what job `id` stops to make room
@@ -175,6 +176,10 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
 /* Sets the job's stopping.max_steps to pause_at (0: removes it, so it runs to its end) and gives
  * it one attempt more (the resumed attempt keeps the retries its spec asked for). */
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err);
+/* Makes attempt fresh_attempt of the job (its next) train from step 0 rather than resume (the
+ * assignment's fresh_start): the steps it had trained move from progress_step to retrained_steps,
+ * so that the two summed count every step it trains (kilnd's --tune-promoted-restart). */
+int store_job_restart_set(store_conn_t *c, const char *id, int fresh_attempt, kiln_err_t *err);
 
 enum {
     STORE_TR_STARTED = 1 << 0,   /* set started_at (first time only) */

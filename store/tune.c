@@ -106,6 +106,7 @@ int store_tuning_trials_json(store_conn_t *c, const char *id, json_t **out, kiln
                      "SELECT json_build_object('trial', t.trial, 'job_id', t.job_id, 'parameters', t.parameters,"
                      " 'rung', t.rung, 'rung_objectives', t.rung_objectives, 'job_state', j.state,"
                      " 'job_reason', j.reason, 'steps', j.progress_step, 'total_steps', j.total_steps,"
+                     " 'retrained_steps', j.retrained_steps,"
                      " 'metrics', j.metrics, 'attempt', j.attempt, 'stop_reason', t.stop_reason)::text"
                      " FROM tuning_trials t JOIN jobs j ON j.id = t.job_id WHERE t.tuning_id = $1::uuid"
                      " ORDER BY t.trial",

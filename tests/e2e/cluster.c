@@ -750,6 +750,13 @@ void e2e_setup_register_limit(void)
     e2e_start(0, 1, NULL, 0, NULL);
 }
 
+void e2e_setup_promoted_restart(void)
+{
+    static const char *const flags[] = {"--tune-promoted-restart", NULL};
+    e2e_kilnd_flags = flags;
+    e2e_start(0, 1, NULL, 0, NULL);
+}
+
 void e2e_setup_slow_uploads(void)
 {
     static char *env[] = {"KILN_AGENT_UPLOAD_CHUNK_KB=4", "KILN_AGENT_UPLOAD_DELAY_MS=150", NULL};

@@ -58,6 +58,9 @@ void e2e_setup_approval(void);
 /* Like e2e_setup, with kilnd taking 11 registrations a minute from one address, one at a time:
  * the second agent is refused at first and gets in after backing off. */
 void e2e_setup_register_limit(void);
+/* Like e2e_setup, with kilnd --tune-promoted-restart: a promoted hyperband trial trains again from
+ * step 0 instead of resuming. */
+void e2e_setup_promoted_restart(void);
 /* Like e2e_setup (and e2e_setup_replicas), with kilnd telling agents to heartbeat only every
  * E2E_SLOW_HEARTBEAT_MS (heartbeat timeout 300 s): work that arrives sooner was pushed. */
 #define E2E_SLOW_HEARTBEAT_MS "60000"

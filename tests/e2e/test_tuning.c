@@ -414,6 +414,89 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
     e2e_pass();
 }
 
+/* Whether attempt of job logged a line holding what (printing the attempt's lines when not). */
+static bool attempt_logged(const char *job, int attempt, const char *what)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", job);
+    json_t *logs = e2e_get(path);
+    bool found = false;
+    size_t li;
+    json_t *line;
+    json_array_foreach(json_object_get(logs, "lines"), li, line)
+        if (e2e_jint(line, "attempt") == attempt && strstr(e2e_jstr(line, "line"), what))
+            found = true;
+    if (!found)
+        json_array_foreach(json_object_get(logs, "lines"), li, line)
+            if (e2e_jint(line, "attempt") == attempt)
+                fprintf(stderr, "attempt %d: %s\n", attempt, e2e_jstr(line, "line"));
+    json_decref(logs);
+    return found;
+}
+
+/* kilnd --tune-promoted-restart (the benchmark's baseline for what pause and resume saves): the
+ * promoted trial trains again from step 0 to its next rung, counts every step it trained (10 to
+ * its first rung, then 30), says it restarted, and ends with the model of the same trial trained
+ * straight through (same seed, same data order). Ignoring the switch (resuming) fails it. */
+Test(e2e_tuning, hyperband_promoted_restart_trains_from_step_zero_to_the_straight_model, .init = e2e_setup_promoted_restart,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    char *id = NULL;
+    json_t *t = hyperband_done("hbr", "\"reduction_factor\": 3", &id);
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
+    int promoted = -1;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *x = json_array_get(trials, i);
+        cr_assert_str_eq(e2e_jstr(x, "state"), "COMPLETED", "%s", e2e_dump(t));
+        if (e2e_jint(x, "rung") == 1)
+            promoted = (int)i;
+        else
+            cr_assert_eq(e2e_jint(x, "steps"), 10, "a trial never promoted trained to its rung: %s", e2e_dump(x));
+    }
+    cr_assert_geq(promoted, 0, "%s", e2e_dump(t));
+    json_t *best = json_array_get(trials, (size_t)promoted);
+    /* its rung history as when it resumes; its steps: 10, then 30 from step 0 again */
+    json_t *rg = json_object_get(best, "rungs");
+    cr_assert(json_array_size(rg) == 2 && e2e_jint(json_array_get(rg, 0), "steps") == 10 &&
+              e2e_jint(json_array_get(rg, 1), "steps") == 30, "%s", e2e_dump(best));
+    cr_assert_eq(e2e_jint(best, "steps"), 40, "the restarted trial counts every step it trained: %s", e2e_dump(best));
+    const char *trial_job = e2e_jstr(best, "job_id");
+    json_t *ev = e2e_events(trial_job);
+    char *evt = e2e_dump(ev);
+    cr_assert(strstr(evt, "restarts from step 0") && !strstr(evt, "resumes from its checkpoint"),
+              "the promotion says it restarts: %s", evt);
+    json_decref(ev);
+    /* the second attempt started afresh: no resume, its first step logged again */
+    cr_assert(!attempt_logged(trial_job, 2, "resumed from"), "the second attempt did not resume");
+    cr_assert(attempt_logged(trial_job, 2, "step 1/"), "the second attempt trained from step 1 again");
+    /* the same trial trained straight through: the same parameters, bit for bit */
+    char path[160];
+    json_t *tj = e2e_get((snprintf(path, sizeof path, "/v1/jobs/%s", trial_job), path));
+    json_t *spec = json_deep_copy(json_object_get(tj, "spec"));
+    json_object_del(json_object_get(spec, "stopping"), "max_steps");
+    json_object_set_new(spec, "name", json_string("straight"));
+    json_object_set_new(spec, "tags", json_object());
+    char *spec_text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_t *straight = e2e_submit(spec_text);
+    char *sid = strdup(e2e_jstr(straight, "id"));
+    json_decref(e2e_wait_state(sid, "COMPLETED", 120000));
+    size_t na = 0, nb = 0;
+    char *a = model_of(trial_job, "restarted", &na), *b = model_of(sid, "straight", &nb);
+    cr_assert(na == nb && na > 0 && !memcmp(a, b, na), "the restarted trial's model (%zu bytes) is the straight "
+              "run's (%zu bytes) bit for bit", na, nb);
+    free(a);
+    free(b);
+    free(spec_text);
+    free(sid);
+    json_decref(straight);
+    json_decref(spec);
+    json_decref(tj);
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}
+
 Test(e2e_tuning, hyperband_brackets_start_their_trials_at_their_own_rungs, .init = e2e_setup, .fini = e2e_teardown,
      .timeout = 300)
 {

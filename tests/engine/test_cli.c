@@ -274,8 +274,21 @@ Test(cli, resumes_from_another_directory_and_refuses_a_bad_contract)
     cr_assert(strstr(log, want), "no \"%s\" in:\n%s", want, log);
     cr_assert(strstr(log, "step 7/10") && !strstr(log, "step 6/10"), "%s", log);
     free(log);
+    /* KILN_FRESH_START=1 (a tuning trial promoted under kilnd's --tune-promoted-restart): from
+     * step 1, though both directories hold checkpoints, and both keep them */
+    char *env_fresh[] = {env_spec, env_ck, env_from, "KILN_FRESH_START=1", "KILN_THREADS=1", "KILN_PEAK_GFLOPS=100",
+                         NULL};
+    cr_assert_eq(run_train("fresh", env_fresh, NULL, true), 0);
+    snprintf(lp, sizeof(lp), "%s/fresh.log", g_dir);
+    log = read_text(lp);
+    cr_assert(!strstr(log, "resumed from") && strstr(log, "step 1/10") && strstr(log, "step 10/10"), "%s", log);
+    free(log);
+    char kept[320];
+    snprintf(kept, sizeof(kept), "%s/a/ckpt_00000006.bin", g_dir);
+    cr_assert_eq(access(kept, F_OK), 0, "%s was kept", kept);
 
     const char *bad[][2] = {{"KILN_RANK=abc", "KILN_RANK"},
+                            {"KILN_FRESH_START=yes", "KILN_FRESH_START"},
                             {"KILN_COMM_WATCHDOG_S=0", "KILN_COMM_WATCHDOG_S"},
                             {"KILN_METRICS_FD=-4", "KILN_METRICS_FD"},
                             {"KILN_CPUS=1000", "KILN_CPUS"},

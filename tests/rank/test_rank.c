@@ -67,6 +67,7 @@ static void full_env(rank_env_t *e)
     e->cpus = "2-3,6";
     e->project = "nlp-team.2";
     e->step_marks = true;
+    e->fresh_start = true;
 }
 
 static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
@@ -93,6 +94,7 @@ static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
     cr_assert_str_eq(a->cpus, b->cpus);
     cr_assert_str_eq(a->project, b->project);
     cr_assert_eq(a->step_marks, b->step_marks);
+    cr_assert_eq(a->fresh_start, b->fresh_start);
 }
 
 Test(env, round_trip_through_envp_and_the_process_environment)
@@ -103,7 +105,7 @@ Test(env, round_trip_through_envp_and_the_process_environment)
                     "KILN_DATA_ROOTS=/", "OMP_NUM_THREADS=64", "KILN_JOIN_TOKEN=kiln_join_x",
                     "KILN_JOIN_TOKEN_FILE=/etc/kiln/join.token", "KILN_TLS_KEY=/etc/kiln/agent.key",
                     "my_api_token=abc", "DB_PASSWORD=pw", "KILN_DP_BUCKET_MB=4", "KILN_CPUS=0-63",
-                    "KILN_PROJECT=other", "KILN_STEP_MARKS=0", NULL};
+                    "KILN_PROJECT=other", "KILN_STEP_MARKS=0", "KILN_FRESH_START=0", NULL};
     char **envp = NULL;
     kiln_err_t err;
     cr_assert_eq(rank_env_envp(&e, base, &envp, &err), 0, "%s", err.message);
@@ -127,6 +129,8 @@ Test(env, round_trip_through_envp_and_the_process_environment)
     cr_assert_str_eq(envp_get(envp, RANK_ENV_PROJECT), "nlp-team.2", "the job's project, not the launcher's");
     cr_assert_eq(envp_count(envp, RANK_ENV_STEP_MARKS), 1);
     cr_assert_str_eq(envp_get(envp, RANK_ENV_STEP_MARKS), "1");
+    cr_assert_eq(envp_count(envp, RANK_ENV_FRESH_START), 1);
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_FRESH_START), "1", "the assignment's, not the launcher's own value");
 
     /* envp -> rank_env_t directly */
     cr_assert_eq(rank_env_parse(envp, &back, &err), 0, "%s", err.message);
@@ -160,13 +164,14 @@ Test(env, unset_means_a_rank_started_by_hand)
     cr_assert_null(e.data_roots, "unset: no confinement");
     cr_assert_null(e.cpus, "unset: not bound");
     cr_assert_not(e.step_marks, "unset: nobody reads step marks");
+    cr_assert_not(e.fresh_start, "unset: the rank resumes from its newest checkpoint");
     /* what is unset stays unset on the way out */
     char **envp = NULL;
     cr_assert_eq(rank_env_envp(&d, NULL, &envp, &err), 0, "%s", err.message);
     for (const char *const *s = (const char *const[]){RANK_ENV_SPEC, RANK_ENV_METRICS_FD, RANK_ENV_THREADS,
                                                       RANK_ENV_DEVICE_ID, RANK_ENV_CUDA_DEVICES, RANK_ENV_DATA_ROOTS,
                                                       RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_RESUME_FROM, RANK_ENV_CPUS,
-                                                      RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS, NULL};
+                                                      RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS, RANK_ENV_FRESH_START, NULL};
          *s; s++)
         cr_assert_null(envp_get(envp, *s), "%s is set", *s);
     rank_envp_free(envp);
@@ -221,6 +226,7 @@ Test(env, bad_values_are_refused_naming_the_variable)
         {{"KILN_PROJECT=0123456789012345678901234567890123456789012345678901234567890123"}, "KILN_PROJECT"},
         {{"KILN_STEP_MARKS=2"}, "KILN_STEP_MARKS"},
         {{"KILN_STEP_MARKS=yes"}, "KILN_STEP_MARKS"},
+        {{"KILN_FRESH_START=2"}, "KILN_FRESH_START"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *envp[5] = {0};
