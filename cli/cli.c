@@ -204,7 +204,8 @@ static const cli_command_t cli_commands[] = {
      "list the queues jobs wait in, with quotas and usage; manage them (cluster admins)",
      "commands:\n"
      "  list                 every queue: cohort, quota, slots in use, jobs waiting\n"
-     "  describe NAME        one queue with its limits, weight and projects\n"
+     "  describe NAME        one queue with its limits, weight and projects (those you can see:\n"
+     "                       your own, unless you are a cluster admin)\n"
      "  create NAME          a new queue (a job names it in its \"queue\")\n"
      "  update NAME          change the options given\n"
      "  delete NAME          delete a queue none of whose jobs waits or runs\n"
@@ -218,6 +219,7 @@ static const cli_command_t cli_commands[] = {
      "  --weight W           its fair-sharing weight against the cohort's other queues\n"
      "  --projects A,B       the projects that may submit to it (*: every project); it keeps\n"
      "                       those whose default queue it is (kiln projects list shows them)\n"
+     "                       and those with jobs waiting, running or paused in it\n"
      "  --fair-sharing true|false\n"
      "                       order its jobs by their project's recent usage\n"
      "  --preempt-within-queue " KILN_NAME_CHOICES(KILN_WITHIN_QUEUE_POLICIES) "\n"
@@ -376,8 +378,8 @@ int cli_paging_opt(const char *cmd, int argc, char **argv, int *i, long *limit, 
     if ((m = cli_opt(cmd, argc, argv, i, "--limit", "-n", &v)) != 0) {
         if (m < 0)
             return -1;
-        if (!cli_parse_int(v, 1, 100000000, limit)) {
-            cli_usage_error(cmd, "--limit must be a positive number (got \"%s\")", v);
+        if (!cli_parse_int(v, 1, CLI_LIMIT_MAX, limit)) {
+            cli_usage_error(cmd, "--limit must be between 1 and %d (got \"%s\")", CLI_LIMIT_MAX, v);
             return -1;
         }
         return 1;

@@ -177,6 +177,8 @@ int cli_opt(const char *cmd, int argc, char **argv, int *i, const char *lng, con
 int cli_paging_opt(const char *cmd, int argc, char **argv, int *i, long *limit, long *page_size, bool *all);
 /* Parses an integer option value; false when it is not a whole number in [lo, hi]. */
 bool cli_parse_int(const char *s, long lo, long hi, long *out);
+/* The most a --limit takes (kiln jobs, search, logs, ...): its usage error names the range. */
+#define CLI_LIMIT_MAX 100000000
 /* ---- tables (format.c), for the printers of format.c and compare.c ---- */
 #define CLI_TABLE_MAXCOLS 16
 typedef struct cli_table {

@@ -21,7 +21,7 @@ int cli_cmd_metrics(cli_client_t *c, int argc, char **argv)
             if (m < 0)
                 return CLI_EXIT_USAGE;
             if (!cli_parse_int(v, 2, 10000000, &points))
-                return cli_usage_error("metrics", "--points must be a number >= 2 (got \"%s\")", v);
+                return cli_usage_error("metrics", "--points must be a number from 2 to 10000000 (got \"%s\")", v);
         } else if (!strcmp(argv[i], "--raw")) {
             raw = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {

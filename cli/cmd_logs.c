@@ -217,7 +217,7 @@ int cli_cmd_logs(cli_client_t *c, int argc, char **argv)
             if (m < 0)
                 return CLI_EXIT_USAGE;
             if (!cli_parse_int(v, 0, 1 << 20, &rank))
-                return cli_usage_error("logs", "--rank must be a rank number (got \"%s\")", v);
+                return cli_usage_error("logs", "--rank must be a rank number from 0 to %d (got \"%s\")", 1 << 20, v);
         } else if ((m = cli_opt("logs", argc, argv, &i, "--since", NULL, &v)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
@@ -225,8 +225,8 @@ int cli_cmd_logs(cli_client_t *c, int argc, char **argv)
         } else if ((m = cli_opt("logs", argc, argv, &i, "--limit", "-n", &v)) != 0) {
             if (m < 0)
                 return CLI_EXIT_USAGE;
-            if (!cli_parse_int(v, 1, 100000000, &limit))
-                return cli_usage_error("logs", "--limit must be a positive number (got \"%s\")", v);
+            if (!cli_parse_int(v, 1, CLI_LIMIT_MAX, &limit))
+                return cli_usage_error("logs", "--limit must be between 1 and %d (got \"%s\")", CLI_LIMIT_MAX, v);
         } else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
             follow = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {

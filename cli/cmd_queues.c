@@ -156,8 +156,10 @@ static void show_queue(const json_t *q)
     json_t *p;
     json_array_foreach(json_object_get(q, "projects"), i, p)
         printf("%s%s", i ? ", " : "", !strcmp(json_string_value(p), "*") ? "every project" : json_string_value(p));
+    /* a caller that is not a cluster admin reads only its own projects of the queue's */
     if (json_array_size(json_object_get(q, "projects")) == 0)
-        printf("none: no project may submit to it (--projects names those that may)");
+        printf("none: no project may submit to it (or, unless you are a cluster admin, only projects you are not "
+               "a member of)");
     printf("\n");
 }
 

@@ -539,6 +539,13 @@ int svc_job_create(svc_t *s, const svc_caller_t *who, const json_t *spec, const 
         rc = kiln_err_set(err, KILN_EINVAL, "project", "project \"%s\" does not exist", sp.project);
         kiln_err_hint(err, "create it first: kiln projects create %s", sp.project);
     }
+    if (rc == KILN_EINVAL && !strcmp(err->field, "queue")) {
+        /* the queue's projects changed since the check: refused as the check now refuses it */
+        kiln_err_t e2;
+        if (svc_queue_resolve_job(c, sp.queue, sp.project, sp.res.slot_type, sp.res.nodes * sp.res.slots_per_node,
+                                  &e2))
+            *err = e2;
+    }
     if (rc == KILN_EREUSED) {
         /* the key was taken since it was looked up (a concurrent first try): answered as then */
         store_job_key_t held;

@@ -304,9 +304,28 @@ static int queue_get(store_conn_t *c, const char *name, json_t **out, kiln_err_t
     return rc;
 }
 
+/* The queue q (an answer) as who may read it: its projects only those who can see (a member's
+ * own projects and "*"; a cluster admin every one), as GET /v1/projects hides the others. A
+ * queue's usage and pending are the cluster's and stay. */
+static void queue_for(const svc_caller_t *who, json_t *q)
+{
+    json_t *projects = json_object_get(q, "projects");
+    if (who->cluster_admin || !json_is_array(projects))
+        return;
+    json_t *seen = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(projects, i, p) {
+        const char *name = json_string_value(p);
+        if (name && (!strcmp(name, "*") || svc_caller_role(who, name) != SVC_ROLE_NONE))
+            json_array_append(seen, p);
+    }
+    json_object_set_new(q, "projects", seen);
+}
+
 int svc_queues_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t *err)
 {
-    (void)who; /* every user may read the queues it can submit to, and the others' shape */
+    /* every user reads every queue, each with the projects it can see (queue_for) */
     *out = NULL;
     store_conn_t *c = NULL;
     json_t *arr = NULL;
@@ -315,6 +334,10 @@ int svc_queues_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t 
         return rc;
     rc = store_queues_json(c, NULL, &arr, err);
     store_conn_put(s->store, c);
+    size_t i;
+    json_t *q;
+    json_array_foreach(rc == 0 ? arr : NULL, i, q)
+        queue_for(who, q);
     if (rc == 0)
         *out = json_pack("{s:o}", "queues", arr);
     return rc;
@@ -322,7 +345,6 @@ int svc_queues_list(svc_t *s, const svc_caller_t *who, json_t **out, kiln_err_t 
 
 int svc_queue_get(svc_t *s, const svc_caller_t *who, const char *name, json_t **out, kiln_err_t *err)
 {
-    (void)who;
     *out = NULL;
     store_conn_t *c = NULL;
     int rc = store_conn_get(s->store, &c, err);
@@ -330,6 +352,8 @@ int svc_queue_get(svc_t *s, const svc_caller_t *who, const char *name, json_t **
         return rc;
     rc = queue_get(c, name ? name : "", out, err);
     store_conn_put(s->store, c);
+    if (rc == 0)
+        queue_for(who, *out);
     return rc;
 }
 
@@ -370,6 +394,28 @@ static bool queue_allows(const json_t *q, const char *project)
     return false;
 }
 
+/* The names in arr (strings, or objects whose "project" is one) as words for a message into buf:
+ * "a", "b" and, when they do not all fit (with the rest of a message, within kiln_err_t's), the
+ * first ones and " and N more". */
+static void project_words(const json_t *arr, char *buf, size_t n)
+{
+    size_t i, shown = 0;
+    const json_t *p;
+    buf[0] = '\0';
+    json_array_foreach((json_t *)arr, i, p) {
+        const char *pn = json_is_string(p) ? json_string_value(p) : json_string_value(json_object_get(p, "project"));
+        size_t len = strlen(buf);
+        if (shown == i && pn && len + strlen(pn) + 4 < n - 16) {
+            snprintf(buf + len, n - len, "%s\"%s\"", i ? ", " : "", pn);
+            shown++;
+        }
+    }
+    if (json_array_size(arr) > shown) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, " and %zu more", json_array_size(arr) - shown);
+    }
+}
+
 /* KILN_ESTATE (field "projects") when q, a queue's new fields, no longer lets in a project whose
  * default queue it is: that project's jobs that name no queue would all be refused. */
 static int queue_keeps_defaults(store_conn_t *c, const json_t *q, kiln_err_t *err)
@@ -379,28 +425,16 @@ static int queue_keeps_defaults(store_conn_t *c, const json_t *q, kiln_err_t *er
     int rc = store_queue_default_of(c, name, &projects, err);
     if (rc)
         return rc;
-    char names[112] = ""; /* with the rest of the message, within kiln_err_t's */
-    const char *first = NULL;
-    size_t i, n = 0, shown = 0;
+    json_t *out = json_array();
+    size_t i;
     json_t *p;
-    json_array_foreach(projects, i, p) {
-        const char *pn = json_string_value(p);
-        if (queue_allows(q, pn))
-            continue;
-        if (!first)
-            first = pn;
-        size_t len = strlen(names);
-        /* the first ones by name, with room left for " and N more" */
-        if (shown == n && len + strlen(pn) + 4 < sizeof names - 16) {
-            snprintf(names + len, sizeof names - len, "%s\"%s\"", n ? ", " : "", pn);
-            shown++;
-        }
-        n++;
-    }
-    if (n > shown) {
-        size_t len = strlen(names);
-        snprintf(names + len, sizeof names - len, " and %zu more", n - shown);
-    }
+    json_array_foreach(projects, i, p)
+        if (!queue_allows(q, json_string_value(p)))
+            json_array_append(out, p);
+    size_t n = json_array_size(out);
+    const char *first = json_string_value(json_array_get(out, 0));
+    char names[112];
+    project_words(out, names, sizeof names);
     if (n == 1) {
         kiln_err_set(err, KILN_ESTATE, "projects", "queue \"%.80s\" is the default queue of project %s, which "
                      "projects would no longer let in", name, names);
@@ -414,8 +448,54 @@ static int queue_keeps_defaults(store_conn_t *c, const json_t *q, kiln_err_t *er
                            "QUEUE), or keep them in projects");
         rc = KILN_ESTATE;
     }
+    json_decref(out);
     json_decref(projects);
     return rc;
+}
+
+/* KILN_ESTATE (field "projects") when q, a queue's new fields, no longer lets in a project that
+ * has jobs waiting, running or paused in it: as DELETE refuses a queue its jobs use, the change
+ * waits until they end or are stopped, so no job stays in a queue its project may not use. */
+static int queue_keeps_jobs(store_conn_t *c, const json_t *q, kiln_err_t *err)
+{
+    const char *name = json_string_value(json_object_get(q, "name"));
+    json_t *left = NULL;
+    int rc = store_queue_jobs_left_out(c, name, json_object_get(q, "projects"), &left, err);
+    if (rc || json_array_size(left) == 0) {
+        json_decref(left);
+        return rc;
+    }
+    json_int_t waiting = 0, running = 0, paused = 0;
+    size_t i, n = json_array_size(left);
+    json_t *p;
+    json_array_foreach(left, i, p) {
+        waiting += json_integer_value(json_object_get(p, "waiting"));
+        running += json_integer_value(json_object_get(p, "running"));
+        paused += json_integer_value(json_object_get(p, "paused"));
+    }
+    char names[112];
+    project_words(left, names, sizeof names);
+    char counts[96];
+    snprintf(counts, sizeof counts, "%lld waiting, %lld running", (long long)waiting, (long long)running);
+    if (paused) {
+        size_t len = strlen(counts);
+        snprintf(counts + len, sizeof counts - len, ", %lld paused", (long long)paused);
+    }
+    const char *first = json_string_value(json_object_get(json_array_get(left, 0), "project"));
+    kiln_err_set(err, KILN_ESTATE, "projects", "queue \"%.80s\" has %lld job(s) of project%s %s (%s), which "
+                 "projects would no longer let in", name, (long long)(waiting + running + paused), n > 1 ? "s" : "",
+                 names, counts);
+    if (n == 1)
+        kiln_err_hint(err, "stop them or let them end, then remove the project (kiln search 'project = \"%s\" AND "
+                      "queue = \"%s\"' lists its jobs)", first, name);
+    else
+        kiln_err_hint(err, "stop them or let them end, then remove the projects (kiln search 'project = \"%s\" AND "
+                      "queue = \"%s\"' lists the first one's jobs)", first, name);
+    if (paused)
+        kiln_err_detail(err, "a paused trial goes back to its queue when its tuning job promotes it: it ends when "
+                        "its tuning job ends it or is stopped");
+    json_decref(left);
+    return KILN_ESTATE;
 }
 
 int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const json_t *patch, json_t **out,
@@ -439,6 +519,8 @@ int svc_queue_update(svc_t *s, const svc_caller_t *who, const char *name, const 
         rc = queue_fields(tx.c, patch, cur, &q, err);
     if (rc == 0)
         rc = queue_keeps_defaults(tx.c, q, err);
+    if (rc == 0 && json_object_get(patch, "projects"))
+        rc = queue_keeps_jobs(tx.c, q, err);
     if (rc == 0)
         rc = store_queue_update(tx.c, q, err);
     if (rc == 0)
@@ -535,7 +617,7 @@ static int queue_usable(const json_t *all, const char *queue, const char *projec
     }
     if (!queue_allows(json_array_get(all, (size_t)*qi), project)) {
         kiln_err_set(err, KILN_EINVAL, field, "project \"%.80s\" may not use queue \"%.80s\"%s", project, queue, whose);
-        kiln_err_hint(err, "kiln queues describe %s shows the projects that may; a cluster admin can add yours",
+        kiln_err_hint(err, "kiln queues describe %s shows which of your projects may; a cluster admin can add yours",
                       queue);
         *qi = -1;
         return KILN_EINVAL;

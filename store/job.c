@@ -80,6 +80,26 @@ static int job_insert_no_project(store_conn_t *c, const char *project, kiln_err_
     return 0;
 }
 
+/* Why an insert of a job of project in queue took nothing, when not its project: KILN_EINVAL
+ * (field "queue") when the queue does not exist or does not let the project in (a change of its
+ * projects committed since the service checked them), else 0. */
+static int job_insert_no_queue(store_conn_t *c, const char *project, const char *queue, kiln_err_t *err)
+{
+    const char *p[2] = {queue, project};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read a job's queue",
+                     "SELECT count(*) FROM queues WHERE name = $1 AND (projects ? '*' OR projects ? $2)", 2, p, &r,
+                     err);
+    if (rc)
+        return rc;
+    int64_t allowed = store_get_i64(r, 0, 0);
+    PQclear(r);
+    if (!allowed)
+        return kiln_err_set(err, KILN_EINVAL, "queue", "project \"%.80s\" may not use queue \"%.80s\"", project,
+                            queue);
+    return 0;
+}
+
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
                      json_t **out_json, kiln_err_t *err)
 {
@@ -94,6 +114,11 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         "  $6::text, $7::int, $8::int, $9::text, $10::int, $11::int, $12::bigint, $13::jsonb,"
         "  $14::text, 1, $15::text, $16::jsonb, $17::bytea"
         " WHERE EXISTS (SELECT 1 FROM projects WHERE name = $2::text)"
+        /* the queue lets the project in: its row locked (as a foreign key's check would) so that
+         * a change of its projects (svc_queue_update, which locks it FOR UPDATE and counts the
+         * jobs it would leave out) either waits for this job or is seen by it */
+        "  AND EXISTS (SELECT 1 FROM queues WHERE name = $6::text"
+        "   AND (projects ? '*' OR projects ? $2::text) FOR KEY SHARE)"
         " ON CONFLICT (project, idempotency_key) DO NOTHING"
         " RETURNING *),"
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
@@ -135,7 +160,8 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         }
         PQclear(r);
         r = NULL;
-        /* Nothing inserted: the key is taken, or the project does not exist. */
+        /* Nothing inserted: the key is taken, the project does not exist, or its queue does not
+         * let it in. */
         if (j->idempotency_key) {
             rc = store_job_key_get(c, p[1], j->idempotency_key, NULL, &held, err);
             if (rc)
@@ -144,11 +170,14 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
                 break;
         }
         rc = job_insert_no_project(c, p[1], err);
+        if (rc == 0)
+            rc = job_insert_no_queue(c, p[1], p[5], err);
         if (rc)
             return rc;
         if (attempt > 0)
             return kiln_err_set(err, KILN_EDB, NULL, "could not insert job: the statement inserted nothing "
-                                "twice, although its project exists and its idempotency key is free");
+                                "twice, although its project exists, its queue lets it in and its idempotency "
+                                "key is free");
     }
     kiln_strlcpy(id_out, held.id, STORE_ID_LEN);
     *created = false;

@@ -200,6 +200,37 @@ int store_queue_default_of(store_conn_t *c, const char *name, json_t **out, kiln
     return 0;
 }
 
+int store_queue_jobs_left_out(store_conn_t *c, const char *name, const json_t *projects, json_t **out,
+                              kiln_err_t *err)
+{
+    *out = NULL;
+    char *text = json_dumps(projects, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text)
+        return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+    const char *p[2] = {name, text};
+    PGresult *r = NULL;
+    int rc = store_q(c, "read the jobs a queue's projects leave out",
+                     "SELECT project, count(*) FILTER (WHERE state IN " STORE_WAITING "),"
+                     "  count(*) FILTER (WHERE state IN " STORE_HOLDING "),"
+                     "  count(*) FILTER (WHERE state IN (" STORE_PARKED_NAMES "))"
+                     " FROM jobs WHERE queue = $1"
+                     "  AND state IN (" STORE_WAITING_NAMES ", " STORE_HOLDING_NAMES ", " STORE_PARKED_NAMES ")"
+                     "  AND NOT ($2::jsonb ? '*' OR $2::jsonb ? project)"
+                     " GROUP BY project ORDER BY project",
+                     2, p, &r, err);
+    free(text);
+    if (rc)
+        return rc;
+    *out = json_array();
+    for (int i = 0; *out && i < PQntuples(r); i++)
+        json_array_append_new(*out, json_pack("{s:s, s:I, s:I, s:I}", "project", store_get_str(r, i, 0), "waiting",
+                                              (json_int_t)store_get_i64(r, i, 1), "running",
+                                              (json_int_t)store_get_i64(r, i, 2), "paused",
+                                              (json_int_t)store_get_i64(r, i, 3)));
+    PQclear(r);
+    return *out ? 0 : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
+}
+
 int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
 {
     const char *p[1] = {name};

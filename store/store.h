@@ -86,7 +86,9 @@ typedef struct store_job_new {
  * *created = false, id_out the job holding the key, and returns KILN_EREUSED (field
  * "idempotency_key"): whether that job answers this request is the caller's to decide
  * (store_job_key_get, which callers ask first). KILN_ENOTFOUND (field "project") when the job's
- * project does not exist (checked in the same statement).
+ * project does not exist, KILN_EINVAL (field "queue") when its queue does not exist or does not
+ * let the project in (both checked in the same statement, which locks the queue's row FOR KEY
+ * SHARE: a change of the queue's projects waits for it, or it for the change).
  * id_out has STORE_ID_LEN. With out_json non-NULL, *out_json = the new job as store_job_get_json
  * shows it (new reference). */
 int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bool *created,
@@ -415,6 +417,11 @@ int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err);
 int store_queue_lock(store_conn_t *c, const char *name, bool exclusive, kiln_err_t *err);
 /* *out = array of the names of the projects whose default queue is name, by name. */
 int store_queue_default_of(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
+/* *out = [{"project", "waiting", "running", "paused"}] by project: the jobs of the queue called
+ * name that wait (QUEUED, RESTARTING, PREEMPTED), hold slots (SCHEDULED to STOPPING) or are
+ * PAUSED, of each project that projects (a queue's "projects" array) does not let in. */
+int store_queue_jobs_left_out(store_conn_t *c, const char *name, const json_t *projects, json_t **out,
+                              kiln_err_t *err);
 /* Deletes a queue none of whose jobs waits, runs or is PAUSED (a paused hyperband trial goes
  * back to its queue when promoted): KILN_ESTATE (how many do, and how many of them are paused)
  * otherwise; KILN_ENOTFOUND. Paused jobs hold no slots and wait for no admission, so a queue's

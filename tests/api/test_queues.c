@@ -8,6 +8,8 @@
  * deleted, nor leave that project out of its projects; a retry under an idempotency key gets its
  * job even after the project's default queue changed, to one that would refuse it too. */
 #include <criterion/criterion.h>
+#include <libpq-fe.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,6 +506,14 @@ Test(queues, a_queue_keeps_the_projects_whose_default_queue_it_is)
     json_decref(req("PATCH", "/v1/queues/team", "{\"projects\": [\"*\"], \"weight\": 2}", 200));
     json_decref(req("PATCH", "/v1/queues/team", "{\"projects\": [\"b\", \"a\"]}", 200));
     json_decref(req("PATCH", "/v1/projects/b", "{\"default_queue\": null}", 200));
+    /* b's job is still in the queue: leaving b out waits for it to end too
+     * (a_project_leaves_a_queue_only_once_its_jobs_there_have_ended) */
+    refused("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"]}", 409, "projects",
+            "queue \"team\" has 1 job(s) of project \"b\"");
+    at_rank_exit(jb, at_run_job(jb), 0);
+    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state NOT IN"
+                                          " ('COMPLETED', 'FAILED', 'STOPPED')", jb) > 0; i++)
+        usleep(50000);
     q = req("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"]}", 200);
     cr_assert_str_eq(json_string_value(json_array_get(json_object_get(q, "projects"), 0)), "a");
     json_decref(q);
@@ -623,4 +633,187 @@ Test(queues, only_cluster_admins_manage_queues)
                      "lower_priority", "and their preemption policy, unchanged: %s", raw);
     json_decref(j);
     free(raw);
+}
+
+/* A token of a new user (not a cluster admin) who is a member of project (NULL: of none), as an
+ * Authorization header into auth. */
+static void member_auth(const char *user, const char *project, char *auth, size_t n)
+{
+    char body[64], path[160];
+    snprintf(body, sizeof body, "{\"name\": \"%s\"}", user);
+    json_decref(req("POST", "/v1/users", body, 201));
+    if (project) {
+        snprintf(path, sizeof path, "/v1/projects/%s/members/%s", project, user);
+        json_decref(req("PUT", path, "{\"role\": \"viewer\"}", 200));
+    }
+    snprintf(path, sizeof path, "/v1/users/%s/tokens", user);
+    json_t *t = req("POST", path, "{}", 201);
+    snprintf(auth, n, "Authorization: Bearer %s", json_string_value(json_object_get(t, "token")));
+    json_decref(t);
+}
+
+/* The projects of queue name as the caller whose header is auth reads them, by GET /v1/queues and
+ * GET /v1/queues/{name} (which must agree), as compact JSON (caller frees). */
+static char *projects_seen(const char *auth, const char *name)
+{
+    const char *hdrs[] = {auth, NULL};
+    long st;
+    char *raw = NULL, path[128];
+    json_t *list = at_req("GET", "/v1/queues", NULL, hdrs, &st, &raw);
+    cr_assert_eq(st, 200, "%s", raw);
+    free(raw);
+    char *from_list = json_dumps(json_object_get(queue_named(list, name), "projects"), JSON_COMPACT);
+    json_decref(list);
+    snprintf(path, sizeof path, "/v1/queues/%s", name);
+    json_t *one = at_req("GET", path, NULL, hdrs, &st, &raw);
+    cr_assert_eq(st, 200, "%s", raw);
+    free(raw);
+    char *from_one = json_dumps(json_object_get(one, "projects"), JSON_COMPACT);
+    json_decref(one);
+    cr_assert_str_eq(from_list, from_one, "GET /v1/queues and GET /v1/queues/%s agree", name);
+    free(from_one);
+    return from_list;
+}
+
+Test(queues, a_queue_names_only_the_projects_its_reader_can_see)
+{
+    /* GET /v1/projects hides the projects a user is not a member of: so do a queue's projects */
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"a\"}", 201));
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"shared\", \"quota\": {\"cpu\": 4}, \"projects\": [\"a\", \"b\"]}",
+                    201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"open\", \"quota\": {\"cpu\": 4}, \"projects\": [\"*\", \"b\"]}",
+                    201));
+    char in_a[200], in_none[200];
+    member_auth("ua", "a", in_a, sizeof in_a);
+    member_auth("nobody", NULL, in_none, sizeof in_none);
+    char *seen = projects_seen(in_a, "shared");
+    cr_assert_str_eq(seen, "[\"a\"]", "a member of a sees a, not b");
+    free(seen);
+    seen = projects_seen(in_none, "shared");
+    cr_assert_str_eq(seen, "[]", "a member of no project sees none of them");
+    free(seen);
+    seen = projects_seen(in_a, "open");
+    cr_assert_str_eq(seen, "[\"*\"]", "\"*\" names no project: every reader sees it");
+    free(seen);
+    /* a cluster admin sees them all; the queue itself is unchanged */
+    json_t *q = req("GET", "/v1/queues/shared", NULL, 200);
+    char *all = json_dumps(json_object_get(q, "projects"), JSON_COMPACT);
+    cr_assert_str_eq(all, "[\"a\",\"b\"]");
+    free(all);
+    json_decref(q);
+    /* the member of a still submits to it, and reads its load (usage and pending are the cluster's) */
+    const char *hdrs[] = {in_a, NULL};
+    long st;
+    char *raw = NULL;
+    json_decref(req("PUT", "/v1/projects/a/members/ua", "{\"role\": \"editor\"}", 200));
+    json_t *j = at_req("POST", "/v1/jobs", spec("ja", "a", "shared", 1, 1), hdrs, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    json_decref(j);
+    free(raw);
+    j = at_req("GET", "/v1/queues/shared", NULL, hdrs, &st, &raw);
+    cr_assert_eq(json_integer_value(json_object_get(j, "pending")), 1, "%s", raw);
+    json_decref(j);
+    free(raw);
+}
+
+Test(queues, a_project_leaves_a_queue_only_once_its_jobs_there_have_ended)
+{
+    /* as DELETE refuses a queue its jobs use, a PATCH leaving out a project whose jobs wait, run
+     * or are paused in the queue is a 409 saying how many and what to do; nothing changes */
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"a\"}", 201));
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}, \"projects\": [\"*\"]}", 201));
+    char *run = submit("run", "b", "team", 1, 1);
+    int attempt = at_run_job(run);
+    char *wait1 = submit("wait1", "b", "team", 1, 1);
+    char *wait2 = submit("wait2", "b", "team", 1, 1);
+    char *other = submit("other", "a", "team", 1, 1);
+    refused("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"], \"weight\": 2}", 409, "projects",
+            "queue \"team\" has 3 job(s) of project \"b\" (2 waiting, 1 running), which projects would no longer "
+            "let in");
+    hint_has("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"]}", 409,
+             "stop them or let them end, then remove the project (kiln search 'project = \"b\" AND queue = \"team\"'");
+    /* "*" to a list leaves out every project it does not name: both are counted */
+    refused("PATCH", "/v1/queues/team", "{\"projects\": []}", 409, "projects",
+            "queue \"team\" has 4 job(s) of projects \"a\", \"b\" (3 waiting, 1 running)");
+    json_t *q = req("GET", "/v1/queues/team", NULL, 200);
+    char *ps = json_dumps(json_object_get(q, "projects"), JSON_COMPACT);
+    cr_assert_str_eq(ps, "[\"*\"]", "a refused change changes nothing");
+    cr_assert_eq(json_number_value(json_object_get(q, "weight")), 1.0);
+    free(ps);
+    json_decref(q);
+    /* other fields, and a list that keeps b, pass */
+    json_decref(req("PATCH", "/v1/queues/team", "{\"projects\": [\"b\", \"a\"], \"weight\": 2}", 200));
+    /* once b's jobs there have ended (the waiting ones stopped, the running one done), b may go */
+    const char *ids[] = {wait1, wait2};
+    for (int i = 0; i < 2; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/v1/jobs/%s:stop", ids[i]);
+        json_decref(req("POST", path, NULL, 200));
+    }
+    refused("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"]}", 409, "projects",
+            "queue \"team\" has 1 job(s) of project \"b\" (0 waiting, 1 running)");
+    at_rank_exit(run, attempt, 0);
+    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE project = 'b' AND state NOT IN"
+                                          " ('COMPLETED', 'FAILED', 'STOPPED')") > 0; i++)
+        usleep(50000);
+    q = req("PATCH", "/v1/queues/team", "{\"projects\": [\"a\"]}", 200);
+    ps = json_dumps(json_object_get(q, "projects"), JSON_COMPACT);
+    cr_assert_str_eq(ps, "[\"a\"]");
+    free(ps);
+    json_decref(q);
+    free(run);
+    free(wait1);
+    free(wait2);
+    free(other);
+}
+
+static void *submit_b(void *arg)
+{
+    long st = 0;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/jobs", spec("racer", "b", "team", 1, 1), NULL, &st, &raw);
+    json_decref(j);
+    *(long *)arg = st;
+    free(raw);
+    return NULL;
+}
+
+Test(queues, a_submission_racing_a_change_of_the_queues_projects_never_lands_outside_them)
+{
+    /* the change (as svc_queue_update makes it: the queue's row locked, then updated) is held
+     * open while a job of b, which it leaves out, is submitted: the submission has passed its
+     * check against the old projects, and its insert waits on the queue's row, then finds b
+     * left out and is refused; it never stays in a queue b may not use */
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}}", 201));
+    PGconn *pg = PQconnectdb(at_db_url());
+    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PQclear(PQexec(pg, "BEGIN"));
+    PGresult *r = PQexec(pg, "SELECT 1 FROM queues WHERE name = 'team' FOR UPDATE");
+    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    r = PQexec(pg, "UPDATE queues SET projects = '[\"default\"]' WHERE name = 'team'");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    long st = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, submit_b, &st), 0);
+    /* until the insert waits on the queue's row */
+    bool waits = false;
+    for (int i = 0; i < 400 && !waits; i++) {
+        waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                           " AND query LIKE '%%INSERT INTO jobs%%'") > 0;
+        if (!waits)
+            usleep(25000);
+    }
+    cr_assert(waits, "the submission's insert never waited on the queue's row");
+    r = PQexec(pg, "COMMIT");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    pthread_join(t, NULL);
+    cr_assert_eq(st, 400, "the submission is refused as one after the change is");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE project = 'b'"), 0);
 }

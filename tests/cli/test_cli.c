@@ -558,6 +558,32 @@ Test(cli_main, page_size_is_one_to_the_largest_page, .init = cr_redirect_stderr)
     cr_assert(strstr(buf, want), "lacks \"%s\": %s", want, buf);
 }
 
+/* --limit takes 1 to 100000000: a number past it (still positive) is a usage error naming the range,
+ * as --page-size's does, in kiln jobs, search and logs; the largest goes out (here to no kilnd: 6). */
+Test(cli_main, limit_names_its_range, .init = cr_redirect_stderr)
+{
+    int port = th_free_port();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "jobs", "--limit", "99999999999", NULL}),
+                 CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "search", "-n", "0", NULL}), CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(7, (const char *[]){"kiln", "--url", url, "logs", "j", "--limit", "100000001", NULL}),
+                 CLI_EXIT_USAGE);
+    cr_assert_eq(run_cli(6, (const char *[]){"kiln", "--url", url, "jobs", "--limit", "100000000", NULL}),
+                 CLI_EXIT_UNAVAILABLE);
+    fflush(stderr);
+    char buf[4096] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, cr_get_redirected_stderr());
+    buf[n] = '\0';
+    static const char *const want[] = {"--limit must be between 1 and 100000000 (got \"99999999999\")",
+                                       "--limit must be between 1 and 100000000 (got \"0\")",
+                                       "--limit must be between 1 and 100000000 (got \"100000001\")"};
+    for (size_t i = 0; i < 3; i++)
+        cr_assert(strstr(buf, want[i]), "lacks \"%s\": %s", want[i], buf);
+    cr_assert(!strstr(buf, "positive"), "%s", buf);
+}
+
 /* The help of each list command gives the same range and default. */
 Test(cli_main, help_gives_the_largest_page, .init = cr_redirect_stdout)
 {

@@ -1807,6 +1807,60 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
 /* A project's default queue over gRPC answers as over REST for the same intent: proto3's "" is
  * unset, REST's null, so it means the queue "default" (REST refuses "" as naming no queue); a
  * queue that leaves out a project whose default queue it is is refused alike. */
+Test(grpc, a_project_with_jobs_in_a_queue_leaves_it_as_rest_says)
+{
+    /* UpdateQueue leaving out a project whose jobs wait or run in the queue: FAILED_PRECONDITION
+     * with REST's 409's words (how many, and what to do), and nothing changes */
+    gt_http_start(&K);
+    kiln_err_t err, gerr;
+    int code = -1;
+    long st = 0;
+    json_decref(gt_rest(&K, "POST", "/v1/projects", "{\"name\": \"ja\"}", &st));
+    json_decref(gt_rest(&K, "POST", "/v1/projects", "{\"name\": \"jb\"}", &st));
+    json_t *rj = gt_rest(&K, "POST", "/v1/queues", "{\"name\": \"jq\", \"quota\": {\"cpu\": 2}}", &st);
+    cr_assert_eq(st, 201);
+    json_decref(rj);
+    rj = gt_rest(&K, "POST", "/v1/jobs",
+                 "{\"name\": \"w\", \"project\": \"jb\", \"queue\": \"jq\", \"model\": {\"type\": \"mlp\", \"hidden\": [8],"
+                 " \"n_inputs\": 4, \"n_classes\": 2}, \"data\": {\"train\": \"synthetic\"},"
+                 " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}", &st);
+    cr_assert_eq(st, 201, "%s", json_string_value(json_object_get(rj, "message")));
+    char job[64];
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(rj, "id")));
+    json_decref(rj);
+    char *only_ja[] = {"ja"};
+    Kiln__Queue patch = KILN__QUEUE__INIT;
+    patch.projects = only_ja;
+    patch.n_projects = 1;
+    char *mask[] = {"projects"};
+    Kiln__UpdateQueueRequest uq = KILN__UPDATE_QUEUE_REQUEST__INIT;
+    uq.name = "jq";
+    uq.queue = &patch;
+    uq.update_mask = mask;
+    uq.n_update_mask = 1;
+    kiln_err_clear(&gerr);
+    cr_assert_null(tcall("UpdateQueue", &uq.base, &kiln__queue__descriptor, &code, &gerr));
+    rj = gt_rest(&K, "PATCH", "/v1/queues/jq", "{\"projects\": [\"ja\"]}", &st);
+    cr_assert_str_eq(json_string_value(json_object_get(rj, "message")),
+                     "queue \"jq\" has 1 job(s) of project \"jb\" (1 waiting, 0 running), which projects would no "
+                     "longer let in");
+    refused_alike(&gerr, code, 9 /* FAILED_PRECONDITION */, rj, st, 409, "queue.projects");
+    json_decref(rj);
+    rj = gt_rest(&K, "GET", "/v1/queues/jq", NULL, &st);
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(rj, "projects"), 0)), "*", "nothing changed");
+    json_decref(rj);
+    /* once the job has ended, jb may be left out */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s:stop", job);
+    json_decref(gt_rest(&K, "POST", path, NULL, &st));
+    cr_assert_eq(st, 200);
+    Kiln__Queue *q = (Kiln__Queue *)tcall("UpdateQueue", &uq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(q, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_eq(q->n_projects, 1);
+    cr_assert_str_eq(q->projects[0], "ja");
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+}
+
 Test(grpc, a_projects_default_queue_answers_as_rest_does)
 {
     gt_http_start(&K); /* REST on the same service, to compare answers with */

@@ -1605,6 +1605,65 @@ Test(grpc_trust_approval, a_pending_worker_gets_no_job_until_approved)
 /* ListTuningJobs pages as GET /v1/tuning-jobs does: page_size 2 and each next_page_token in turn
  * give every tuning job the caller may see exactly once, newest first, and another project's
  * never; the last page's token is "". */
+Test(grpc_auth, a_queue_names_only_the_projects_its_reader_can_see_as_rest_does)
+{
+    /* ListQueues and GetQueue show a member only its own projects of a queue's (and "*"), as
+     * REST's GET /v1/queues does; a cluster admin sees them all */
+    kiln_err_t err;
+    json_t *out = NULL;
+    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "a", NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    cr_assert_eq(svc_project_create(S, svc_caller_kilnd(), "b", NULL, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    json_t *body = json_pack("{s:s, s:{s:i}, s:[s, s]}", "name", "shared", "quota", "cpu", 4, "projects", "a", "b");
+    cr_assert_eq(svc_queue_create(S, svc_caller_kilnd(), body, &out, &err), 0, "%s", err.message);
+    json_decref(out);
+    json_decref(body);
+    char t_a[128];
+    user("ua", 0, t_a);
+    member("a", "ua", "viewer");
+    gcall_t calls[] = {
+        {"/kiln.TrainingService/ListQueues", json_object(), t_a, NULL, false, NULL},
+        {"/kiln.TrainingService/GetQueue", json_pack("{s:s}", "name", "shared"), t_a, NULL, false, NULL},
+        {"/kiln.TrainingService/GetQueue", json_pack("{s:s}", "name", "shared"), admin_token, NULL, false, NULL},
+    };
+    json_t *res = run_calls(calls, 3, true);
+    for (size_t i = 0; i < 3; i++)
+        cr_assert_str_eq(code_of(res, i), "OK", "call %zu: %s", i,
+                         json_string_value(json_object_get(json_array_get(res, i), "details")));
+    json_t *listed = NULL, *q;
+    size_t i;
+    json_array_foreach(json_object_get(json_object_get(json_array_get(res, 0), "response"), "queues"), i, q)
+        if (!strcmp(json_string_value(json_object_get(q, "name")), "shared"))
+            listed = json_object_get(q, "projects");
+    json_t *got = json_object_get(json_object_get(json_array_get(res, 1), "response"), "projects");
+    json_t *all = json_object_get(json_object_get(json_array_get(res, 2), "response"), "projects");
+    char *ls = json_dumps(listed, JSON_COMPACT | JSON_ENCODE_ANY), *gs = json_dumps(got, JSON_COMPACT | JSON_ENCODE_ANY),
+         *as = json_dumps(all, JSON_COMPACT | JSON_ENCODE_ANY);
+    cr_assert_str_eq(ls, "[\"a\"]", "ListQueues shows a member of a only a");
+    cr_assert_str_eq(gs, "[\"a\"]", "GetQueue shows a member of a only a");
+    cr_assert_str_eq(as, "[\"a\",\"b\"]", "a cluster admin sees both");
+    /* REST answers the same caller the same */
+    gt_http_start(&K);
+    char url[200], auth[200], *raw = NULL;
+    long st = 0;
+    snprintf(url, sizeof url, "%s/v1/queues/shared", K.base);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", t_a);
+    const char *hdrs[] = {auth, NULL};
+    cr_assert_eq(th_http("GET", url, NULL, hdrs, &st, &raw, 10000), 0);
+    cr_assert_eq(st, 200, "%s", raw);
+    json_t *rj = json_loads(raw, 0, NULL);
+    char *rs = json_dumps(json_object_get(rj, "projects"), JSON_COMPACT);
+    cr_assert_str_eq(rs, gs, "REST and gRPC agree");
+    free(rs);
+    json_decref(rj);
+    free(raw);
+    free(ls);
+    free(gs);
+    free(as);
+    json_decref(res);
+}
+
 Test(grpc_auth, list_tuning_jobs_pages_within_the_callers_projects)
 {
     world();

@@ -30,6 +30,11 @@ static void vsetup(void)
         cr_assert_eq(store_conn_get(vst, &w[i], &verr), 0, "%s", verr.message);
     raw = PQconnectdb(vurl);
     cr_assert_eq(PQstatus(raw), CONNECTION_OK, "%s", PQerrorMessage(raw));
+    /* the queues the tests submit to besides "default": a job's queue must let its project in */
+    PGresult *r = PQexec(raw, "INSERT INTO queues (name, quota, projects) VALUES ('a', NULL, '[\"*\"]'),"
+                              " ('b', NULL, '[\"*\"]')");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(raw));
+    PQclear(r);
 }
 
 static void vteardown(void)

@@ -347,6 +347,32 @@ Test(jobs, a_job_needs_its_project)
     cr_assert_eq(count_rows("SELECT count(*) FROM job_hparams"), 0);
 }
 
+/* The queue is checked in the same statement (its row locked as a foreign key's check would): one
+ * that does not exist or does not let the project in inserts nothing and says so on "queue". */
+Test(jobs, a_job_needs_a_queue_that_lets_its_project_in)
+{
+    kiln_err_clear(&err);
+    json_t *q = json_pack("{s:s, s:n, s:{}, s:{}, s:f, s:[s], s:b, s:{s:s, s:s}}", "name", "closed", "quota",
+                          "borrowing_limit", "lending_limit", "weight", 1.0, "projects", "other", "fair_sharing", 0,
+                          "preemption", "within_queue", "lower_priority", "reclaim_within_cohort", "any");
+    cr_assert_eq(store_queue_insert(c, q, "test", &err), 0, "%s", err.message);
+    json_decref(q);
+    const char *queues[] = {"closed", "nowhere"};
+    for (int i = 0; i < 2; i++) {
+        store_job_new_t j = {.name = "x", .project = "p", .queue = queues[i], .slot_type = "cpu",
+                             .spec_json = "{}", .tags_json = "{}", .reason = "submitted", .nodes = 1,
+                             .slots_per_node = 1, .world_size = 1, .max_attempts = 1, .total_steps = 1};
+        char id[STORE_ID_LEN];
+        bool created = true;
+        kiln_err_clear(&err);
+        cr_assert_eq(store_job_insert(c, &j, id, &created, NULL, &err), KILN_EINVAL, "%s", err.message);
+        cr_assert_str_eq(err.field, "queue");
+        cr_assert(strstr(err.message, "project \"p\" may not use queue"), "%s", err.message);
+    }
+    cr_assert_eq(count_rows("SELECT count(*) FROM jobs"), 0);
+    cr_assert_eq(count_rows("SELECT count(*) FROM job_events"), 0);
+}
+
 Test(jobs, many_transitions_in_one_statement_move_only_the_jobs_still_in_their_state)
 {
     char a[STORE_ID_LEN], b[STORE_ID_LEN], d[STORE_ID_LEN];

@@ -523,6 +523,8 @@ describe('web UI', { concurrency: false }, () => {
     assert.equal(await page.textContent('tr[data-project="default"] td.default-queue'), 'default');
     assert.match(await page.getAttribute('tr[data-project="ui-dq"] td.default-queue a', 'href'), /#\/queues\?name=ui-team$/);
     await shot(page, 'queues-admin');
+    // a queue open only to a project the viewer below is not a member of
+    assert.equal((await c.api('POST', '/v1/queues', { name: 'ui-closed', quota: { cpu: 1 }, projects: ['ui-dq'] })).status, 201);
     // a viewer reads the queues and gets no edit controls
     const token = await c.user('quinn', 'viewer');
     const v = await loggedIn(token);
@@ -535,8 +537,12 @@ describe('web UI', { concurrency: false }, () => {
     await v.page.waitForSelector('table.projects tr[data-project="default"]');
     assert.equal(await v.page.textContent('tr[data-project="default"] td.default-queue'), 'default');
     assert.equal(await v.page.locator('tr[data-project="ui-dq"]').count(), 0);
+    // and of a queue's projects only its own: kilnd leaves the others out
+    assert.equal(await v.page.textContent('tr[data-name="ui-closed"] td.projects'), 'none of yours');
+    assert.equal(await v.page.textContent('tr[data-name="ui-team"] td.projects'), '*');
     await shot(v.page, 'queues-viewer');
     await v.ctx.close();
+    assert.equal((await c.api('DELETE', '/v1/queues/ui-closed')).status, 200);
     // a project's default queue stays: the refusal says which project and what to do
     await page.getByRole('button', { name: 'Delete queue ui-team' }).click();
     await page.waitForFunction(() => /is the default queue of project "ui-dq"/.test(document.querySelector('#queue-notice')?.textContent || ''));

@@ -43,7 +43,7 @@ export interface Queue {
   borrowing_limit: SlotCounts;
   lending_limit: SlotCounts;
   weight: number;
-  projects: string[];
+  projects: string[]; // "*": every project; to a non-admin only its own projects (and "*")
   fair_sharing: boolean;
   // which running jobs a job of the queue within its quota may preempt (answers carry both)
   preemption: QueuePreemption;

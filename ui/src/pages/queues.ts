@@ -55,7 +55,7 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
       h('thead', null, h('tr', null, ...cols.map((c) => h('th', { scope: 'col' }, c)))), body)),
     h('section', { class: 'default-queues', 'aria-labelledby': 'default-queues-title' },
       h('h2', { id: 'default-queues-title' }, 'Default queues of projects'),
-      h('p', { class: 'muted small' }, 'A job that names no queue waits in its project\'s default queue: default, unless a project admin sets another (kiln projects update PROJECT --default-queue QUEUE). While a queue is a project\'s default, it cannot be deleted or leave that project out of its projects.'),
+      h('p', { class: 'muted small' }, 'A job that names no queue waits in its project\'s default queue: default, unless a project admin sets another (kiln projects update PROJECT --default-queue QUEUE). While a queue is a project\'s default, or holds its jobs, it cannot be deleted or leave that project out of its projects.'),
       h('div', { class: 'table-wrap' }, h('table', { class: 'projects', 'aria-labelledby': 'default-queues-title' },
         h('thead', null, h('tr', null, h('th', { scope: 'col' }, 'Project'), h('th', { scope: 'col' }, 'Default queue'))), projectBody))));
 
@@ -88,7 +88,8 @@ export function queuesPage(main: HTMLElement, params: URLSearchParams): Cleanup 
         h('td', { class: 'weight' }, String(q.weight)),
         h('td', null, q.fair_sharing ? 'between projects' : 'no'),
         h('td', { class: 'preemption' }, policy(q.preemption)),
-        h('td', { class: 'projects' }, q.projects.join(', ')),
+        // kilnd names a non-admin only its own projects of the queue's (and "*")
+        h('td', { class: 'projects' }, q.projects.length ? q.projects.join(', ') : admin ? 'none' : 'none of yours'),
         actions));
     }
     if (!queues.length) body.append(h('tr', null, h('td', { colspan: cols.length, class: 'muted' }, 'No queues.')));
