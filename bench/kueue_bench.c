@@ -102,6 +102,20 @@ static double sql_num(PGconn *c, const char *sql)
     return v;
 }
 
+/* base/job_states.h's states whose kind is kind (is_kind) or is not (!is_kind), as an SQL list
+ * "'A', 'B'" written into buf (n bytes); returns buf. */
+static const char *states_sql(kiln_job_kind_t kind, bool is_kind, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+#define STATES_SQL_(name, num, k)                                                                    \
+    if ((KILN_JOB_KIND_##k == kind) == is_kind && len < n)                                           \
+        len += (size_t)snprintf(buf + len, n - len, "%s'%s'", len ? ", " : "", #name);
+    KILN_JOB_STATES(STATES_SQL_)
+#undef STATES_SQL_
+    return buf;
+}
+
 /* ---- the simulated agents --------------------------------------------------------------------- */
 
 typedef struct run_slot {
@@ -774,8 +788,11 @@ static int wait_done(long total)
 {
     int64_t last_print = kiln_mono_us();
     PGconn *c = PQconnectdb(bench_url);
+    char ended_sql[256], list[160];
+    snprintf(ended_sql, sizeof ended_sql, "SELECT count(*) FROM jobs WHERE state IN (%s)",
+             states_sql(KILN_JOB_KIND_ENDED, true, list, sizeof list));
     for (;;) {
-        double ended = sql_num(c, "SELECT count(*) FROM jobs WHERE state IN ('COMPLETED', 'FAILED', 'STOPPED')");
+        double ended = sql_num(c, ended_sql);
         if (ended >= (double)total)
             break;
         if (kiln_mono_us() - t0_us > timeout_s * 1000000) {
@@ -800,12 +817,16 @@ static void report_figures(const char *what)
     PGconn *c = PQconnectdb(bench_url);
     double wall = sql_num(c, "SELECT extract(epoch FROM (SELECT max(time) FROM job_events WHERE to_state = 'COMPLETED')"
                              " - (SELECT min(created_at) FROM jobs))");
-    /* slots held: from each attempt's SCHEDULED to the end of that attempt */
-    double busy = sql_num(c, "SELECT sum(j.nodes * j.slots_per_node * extract(epoch FROM e.time - s.time))"
-                             " FROM job_events s JOIN jobs j ON j.id = s.job_id"
-                             " JOIN LATERAL (SELECT min(time) AS time FROM job_events x WHERE x.job_id = s.job_id"
-                             "   AND x.attempt = s.attempt AND x.to_state IN ('COMPLETED', 'PREEMPTED', 'FAILED',"
-                             "   'STOPPED', 'RESTARTING')) e ON true WHERE s.to_state = 'SCHEDULED'");
+    /* slots held: from each attempt's SCHEDULED to the end of that attempt, its first state that
+     * holds no slots (ended, waiting again, or parked) */
+    char busy_sql[640], holding[160];
+    snprintf(busy_sql, sizeof busy_sql,
+             "SELECT sum(j.nodes * j.slots_per_node * extract(epoch FROM e.time - s.time))"
+             " FROM job_events s JOIN jobs j ON j.id = s.job_id"
+             " JOIN LATERAL (SELECT min(time) AS time FROM job_events x WHERE x.job_id = s.job_id"
+             "   AND x.attempt = s.attempt AND x.to_state NOT IN (%s)) e ON true WHERE s.to_state = 'SCHEDULED'",
+             states_sql(KILN_JOB_KIND_HOLDING, true, holding, sizeof holding));
+    double busy = sql_num(c, busy_sql);
     double preempted = sql_num(c, "SELECT count(*) FROM job_events WHERE to_state = 'PREEMPTED'");
     double done = sql_num(c, "SELECT count(*) FROM jobs WHERE state = 'COMPLETED'");
     double all = sql_num(c, "SELECT count(*) FROM jobs");

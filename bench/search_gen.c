@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "service/service.h"
 #include "store/store.h"
 
 static int64_t njobs = 100000, nmetrics = 10, npoints = 100, seed = 1, ncheck = 200;
@@ -186,7 +187,8 @@ int main(int argc, char **argv)
     exec(pg3, "SET synchronous_commit = off");
     /* hyperparameters and events are written after the jobs (foreign keys) from saved text */
     buf_t hsave = {0}, esave = {0};
-    static const char *const states[] = {"COMPLETED", "FAILED", "STOPPED", "RUNNING", "QUEUED"};
+    static const svc_job_state_t states[] = {JOB_STATE_COMPLETED, JOB_STATE_FAILED, JOB_STATE_STOPPED,
+                                             JOB_STATE_RUNNING, JOB_STATE_QUEUED};
     static const int state_pct[] = {70, 15, 5, 5, 5};
     for (int64_t i = 0; i < njobs; i++) {
         uint64_t a = rnd(), b = rnd();
@@ -198,7 +200,7 @@ int main(int argc, char **argv)
         int s = pick(100), st_i = 0;
         for (int acc = state_pct[0]; s >= acc && st_i < 4; acc += state_pct[++st_i])
             ;
-        const char *state = states[st_i];
+        const char *state = svc_state_name(states[st_i]);
         /* jobs are stored as they are created: oldest first, over 180 days */
         int64_t created = now_us - 180 * 86400000000LL + (int64_t)((double)i * 180 * 86400e6 / (double)njobs) +
                           (int64_t)(unif() * 60e6);

@@ -53,7 +53,7 @@ def one(source, name):
     job = client.submit(spec)
     while True:
         st = job.refresh().state
-        if st in ("RUNNING", "COMPLETED", "FAILED", "STOPPED"):
+        if st == "RUNNING" or st in kiln.TERMINAL_STATES:
             break
         time.sleep(0.02)
     wall = time.monotonic() - t0

@@ -110,7 +110,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         " INSERT INTO jobs (id, name, project, spec, state, reason, priority, queue, nodes,"
         "  slots_per_node, slot_type, world_size, max_attempts, total_steps, tags,"
         "  idempotency_key, event_seq, submitted_by, data_paths, request_hash)"
-        " SELECT gen_random_uuid(), $1::text, $2::text, $3::jsonb, 'QUEUED', $4::text, $5::int,"
+        " SELECT gen_random_uuid(), $1::text, $2::text, $3::jsonb, " STORE_STATE(QUEUED) ", $4::text, $5::int,"
         "  $6::text, $7::int, $8::int, $9::text, $10::int, $11::int, $12::bigint, $13::jsonb,"
         "  $14::text, 1, $15::text, $16::jsonb, $17::bytea"
         " WHERE EXISTS (SELECT 1 FROM projects WHERE name = $2::text)"
@@ -122,7 +122,7 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
         " ON CONFLICT (project, idempotency_key) DO NOTHING"
         " RETURNING *),"
         " e AS (INSERT INTO job_events (job_id, seq, from_state, to_state, reason, attempt, time, actor)"
-        "  SELECT id, 1, NULL, 'QUEUED', $4, 0, created_at, $15 FROM j),"
+        "  SELECT id, 1, NULL, " STORE_STATE(QUEUED) ", $4, 0, created_at, $15 FROM j),"
         " h AS (INSERT INTO job_hparams (job_id, key, num)"
         "  SELECT j.id, x.key, (x.value #>> '{}')::float8"
         "  FROM j, jsonb_each(COALESCE($18::jsonb, j.spec -> 'hyperparameters')) x"
@@ -833,7 +833,7 @@ int store_job_queue_reasons(store_conn_t *c, const char *const *ids, const char 
 {
     return update_by_ids(c, "update the reasons of queued jobs",
                          "UPDATE jobs j SET reason = v.reason FROM unnest($1::uuid[], $2::text[]) AS v(id, reason)"
-                         " WHERE j.id = v.id AND j.state = 'QUEUED' AND j.reason <> v.reason", ids, reasons, n, err);
+                         " WHERE j.id = v.id AND j.state = " STORE_STATE(QUEUED) " AND j.reason <> v.reason", ids, reasons, n, err);
 }
 
 int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *const *pending_json, int n,
@@ -848,7 +848,8 @@ int store_job_pending_set(store_conn_t *c, const char *const *ids, const char *c
 int store_job_overdue(store_conn_t *c, store_job_row_t **out, int *n, kiln_err_t *err)
 {
     return store_q_rows(c, "find jobs past their maximum runtime",
-                        "SELECT " ROW_COLS " FROM jobs WHERE state IN ('SCHEDULED', 'STARTING', 'RUNNING')"
+                        "SELECT " ROW_COLS " FROM jobs WHERE state IN (" STORE_STATE(SCHEDULED) ", " STORE_STATE(STARTING) ", "
+                        STORE_STATE(RUNNING) ")"
                         " AND started_at IS NOT NULL AND (spec->'stopping'->>'max_runtime_s')::bigint > 0"
                         " AND started_at + (spec->'stopping'->>'max_runtime_s')::bigint * interval '1 second'"
                         "  < now() ORDER BY started_at LIMIT 100", 0, NULL,

@@ -158,6 +158,12 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 #define STORE_ENDED "(" STORE_ENDED_NAMES ")"
 /* A tuning job's ACTIVE states in base/tuning_states.h, as SQL (checked there too). */
 #define STORE_TUNING_ACTIVE_NAMES "'RUNNING', 'STOPPING'"
+/* One state as an SQL literal, for the queries that name a single one: STORE_STATE(FAILED) is
+ * "'FAILED'", a job state of base/job_states.h; STORE_TUNING_STATE(RUNNING) is "'RUNNING'", a tuning
+ * job's state of base/tuning_states.h. A literal cannot check its name, so test_state reads every
+ * use in store/ and checks its name is in its list, and that store/ quotes no state by hand. */
+#define STORE_STATE(name) "'" #name "'"
+#define STORE_TUNING_STATE(name) "'" #name "'"
 
 /* The columns of a job as the API shows it, from "jobs j", and the JSON of one result row whose
  * first columns are these (job.c). */

@@ -54,10 +54,10 @@ int store_tuning_insert(store_conn_t *c, const char *name, const char *project, 
     *out = NULL;
     static const char *sql =
         "WITH t AS (INSERT INTO tuning_jobs (id, name, project, spec, state, reason, submitted_by)"
-        " SELECT gen_random_uuid(), $1::text, $2::text, $3::jsonb, 'RUNNING', $4::text, $5::text"
+        " SELECT gen_random_uuid(), $1::text, $2::text, $3::jsonb, " STORE_TUNING_STATE(RUNNING) ", $4::text, $5::text"
         " WHERE EXISTS (SELECT 1 FROM projects WHERE name = $2::text) RETURNING *),"
         " e AS (INSERT INTO tuning_events (tuning_id, seq, from_state, to_state, reason, actor)"
-        "  SELECT id, 1, NULL, 'RUNNING', $4::text, $5::text FROM t)"
+        "  SELECT id, 1, NULL, " STORE_TUNING_STATE(RUNNING) ", $4::text, $5::text FROM t)"
         " SELECT " TUNING_JSON " FROM t";
     const char *p[5] = {name, project, spec_json, reason, submitted_by};
     PGresult *r = NULL;
@@ -148,7 +148,7 @@ int store_tuning_events_json(store_conn_t *c, const char *id, json_t **out, kiln
     "  FROM tuning_trials x JOIN jobs j ON j.id = x.job_id"                                                   \
     "  WHERE (x.tuning_id = t.id OR x.tuning_id::text IN"                                                     \
     "   (SELECT jsonb_array_elements_text(coalesce(t.spec->'warm_start'->'parents', '[]'::jsonb))))"           \
-    "   AND j.state <> 'FAILED'"                                                                              \
+    "   AND j.state <> " STORE_STATE(FAILED)                                                                  \
     "   AND jsonb_typeof(j.metrics->(t.spec->'objective'->>'metric')) = 'number'"                             \
     "  ORDER BY CASE WHEN t.spec->'objective'->>'goal' = 'maximize'"                                          \
     "   THEN -(j.metrics->>(t.spec->'objective'->>'metric'))::float8"                                         \
@@ -313,7 +313,8 @@ int store_tuning_curves_json(store_conn_t *c, const char *id, const char *metric
                      "  WHERE m.job_id = t.job_id AND m.name = $2::text"
                      "   AND u.val NOT IN ('NaN'::float8, 'Infinity'::float8, '-Infinity'::float8)"
                      "  ORDER BY u.step, m.attempt DESC, m.rank, m.id DESC) pt"
-                     " WHERE t.tuning_id = $1::uuid AND j.state NOT IN ('FAILED', 'STOPPED', 'STOPPING')"
+                     " WHERE t.tuning_id = $1::uuid AND j.state NOT IN (" STORE_STATE(FAILED) ", " STORE_STATE(STOPPED) ", "
+                     STORE_STATE(STOPPING) ")"
                      " GROUP BY t.trial) x",
                      2, p, &r, err);
     if (rc)

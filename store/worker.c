@@ -260,7 +260,7 @@ int store_stats_json(store_conn_t *c, json_t **out, kiln_err_t *err)
      * jobs' index, the worker side is small. */
     int rc = store_q(c, "count jobs and workers",
                      "SELECT 'jobs', state, count(*), 0 FROM jobs GROUP BY state"
-                     " UNION ALL SELECT 'queues', queue, count(*), 0 FROM jobs WHERE state = 'QUEUED' GROUP BY queue"
+                     " UNION ALL SELECT 'queues', queue, count(*), 0 FROM jobs WHERE state = " STORE_STATE(QUEUED) " GROUP BY queue"
                      " UNION ALL SELECT 'workers', state, count(*), 0 FROM workers GROUP BY state"
                      " UNION ALL SELECT 'workers', 'draining', count(*), 0 FROM workers WHERE draining AND state = 'ALIVE'"
                      " UNION ALL SELECT 'slots', w.slot_type, sum(w.slots), sum(" USED_SLOTS ")"

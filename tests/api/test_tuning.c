@@ -3,14 +3,16 @@
  * (create, get, list, stop), seeded trials that repeat, and the ends the controller decides for
  * trials the fixture's worker runs by hand: the objective never reported, too many failures,
  * and every trial done with the best one named. A warm start draws none of its parent's
- * configurations, keeps the parent's best until a trial beats it, and its parents are checked
- * at submission; the list carries each search's trial counts and best. */
+ * configurations, keeps the parent's best until a trial beats it, does not wait for a parent's
+ * trial still stopping, and its parents are checked at submission; the list carries each
+ * search's trial counts and best. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/tuning_states.h"
 #include "tests/api/api_test.h"
 
 TestSuite(tuning, .init = at_setup, .fini = at_teardown, .timeout = 120);
@@ -352,8 +354,7 @@ static void run_trial(const char *id, int n, const char *metric, double value, i
 static bool ended(const json_t *t, void *ctx)
 {
     (void)ctx;
-    const char *s = json_string_value(json_object_get(t, "state"));
-    return strcmp(s, "RUNNING") && strcmp(s, "STOPPING");
+    return kiln_tuning_ended(json_string_value(json_object_get(t, "state")));
 }
 
 Test(tuning, objective_never_reported_fails_with_the_metrics_seen)
@@ -656,6 +657,49 @@ Test(tuning, warm_start_draws_no_parent_configuration_and_keeps_its_best_until_b
     json_decref(p);
     free(tried[0]);
     free(tried[1]);
+    free(parent);
+    free(child);
+}
+
+/* A parent that ended while one of its trials was still stopping (its search failed, and the
+ * running trial it stopped waits for its ranks to exit): in the child that trial is history, a
+ * stopped one, not a trial the child waits for, so the child ends once its own trials have. */
+Test(tuning, warm_start_from_a_parent_whose_trial_is_still_stopping_does_not_wait_for_it)
+{
+    char *parent = create(request(LR, "\"max_jobs\": 2, \"max_parallel_jobs\": 2, \"seed\": 1,"
+                                      " \"max_failed_trials\": 1"));
+    int two = 2;
+    json_t *p = wait_tuning(parent, has_trials, &two);
+    char *stopping = strdup(json_string_value(json_object_get(json_array_get(json_object_get(p, "trials"), 1), "job_id")));
+    json_decref(p);
+    int attempt = at_run_job(stopping); /* trial 1 runs */
+    run_trial(parent, 0, "val_loss", 2.0, 3); /* trial 0 fails: the search fails and stops trial 1 */
+    p = wait_tuning(parent, ended, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(p, "state")), "FAILED", "%s",
+                     json_string_value(json_object_get(p, "reason")));
+    json_decref(p);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", stopping);
+    long st;
+    json_t *j = at_req("GET", path, NULL, NULL, &st, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "STOPPING", "its ranks have not exited");
+    json_decref(j);
+
+    char extra[400];
+    snprintf(extra, sizeof extra, "\"max_jobs\": 1, \"seed\": 2, \"warm_start\": {\"parents\": [\"%s\"],"
+             " \"type\": \"transfer_learning\"}", parent);
+    char *child = create(request(LR, extra));
+    run_trial(child, 0, "val_loss", 1.0, 0);
+    json_t *c = wait_tuning(child, ended, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(c, "state")), "COMPLETED", "%s",
+                     json_string_value(json_object_get(c, "reason")));
+    json_decref(c);
+    j = at_req("GET", path, NULL, NULL, &st, NULL);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "STOPPING",
+                     "the parent's trial was still stopping when the child ended");
+    json_decref(j);
+    at_rank_exit(stopping, attempt, 143);
+    free(stopping);
     free(parent);
     free(child);
 }

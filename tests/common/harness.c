@@ -410,6 +410,21 @@ static int th_http_core(const char *method, const char *url, const char *body, s
     return *out ? 0 : -1;
 }
 
+bool th_state_in(const char *state, const char *states)
+{
+    if (!state || !*state)
+        return false;
+    size_t sl = strlen(state);
+    for (const char *p = states; p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == sl && !strncmp(p, state, len))
+            return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
 char *th_wait_json_state(const char *url, const char *states, long timeout_ms)
 {
     char *last = NULL;
@@ -419,18 +434,10 @@ char *th_wait_json_state(const char *url, const char *states, long timeout_ms)
         if (th_http("GET", url, NULL, NULL, &st, &body, 5000) == 0 && st == 200) {
             json_t *j = json_loads(body, 0, NULL);
             const char *s = j ? json_string_value(json_object_get(j, "state")) : NULL;
-            if (s) {
-                size_t sl = strlen(s);
-                for (const char *p = states; p && *p;) {
-                    const char *bar = strchr(p, '|');
-                    size_t len = bar ? (size_t)(bar - p) : strlen(p);
-                    if (len == sl && !strncmp(p, s, len)) {
-                        json_decref(j);
-                        free(last);
-                        return body;
-                    }
-                    p = bar ? bar + 1 : NULL;
-                }
+            if (th_state_in(s, states)) {
+                json_decref(j);
+                free(last);
+                return body;
             }
             json_decref(j);
             free(last);
@@ -484,34 +491,38 @@ char *th_repo_file(const char *path)
     return buf;
 }
 
-static int th_sql_name(const struct dirent *e)
-{
-    size_t n = strlen(e->d_name);
-    return n > 4 && strcmp(e->d_name + n - 4, ".sql") == 0;
-}
-
-int th_migrations_each(void (*fn)(const char *path, const char *text, void *ctx), void *ctx)
+int th_repo_dir_each(const char *dir, const char *suffix, void (*fn)(const char *path, const char *text, void *ctx),
+                     void *ctx)
 {
     const char *root = getenv("KILN_ROOT");
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/migrations", root && *root ? root : ".");
+    char full[PATH_MAX];
+    snprintf(full, sizeof full, "%s/%s", root && *root ? root : ".", dir);
     struct dirent **ents = NULL;
-    int ne = scandir(dir, &ents, th_sql_name, alphasort), nread = 0;
+    int ne = scandir(full, &ents, NULL, alphasort), nread = 0;
+    size_t sl = strlen(suffix);
     for (int f = 0; f < ne; f++) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "migrations/%s", ents[f]->d_name);
-        char *t = nread >= 0 ? th_repo_file(path) : NULL;
-        if (t) {
-            fn(path, t, ctx);
-            nread++;
-        } else {
-            nread = -1;
+        size_t n = strlen(ents[f]->d_name);
+        if (n > sl && strcmp(ents[f]->d_name + n - sl, suffix) == 0 && nread >= 0) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", dir, ents[f]->d_name);
+            char *t = th_repo_file(path);
+            if (t) {
+                fn(path, t, ctx);
+                nread++;
+            } else {
+                nread = -1;
+            }
+            free(t);
         }
-        free(t);
         free(ents[f]);
     }
     free(ents);
     return ne < 0 ? -1 : nread;
+}
+
+int th_migrations_each(void (*fn)(const char *path, const char *text, void *ctx), void *ctx)
+{
+    return th_repo_dir_each("migrations", ".sql", fn, ctx);
 }
 
 int th_protoc_python(const char *dir)

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "base/job_states.h"
+
 /* Creates a fresh database named "<prefix>_<pid>_<counter>" in the test cluster (KILN_PG_HOST,
  * KILN_PG_PORT) and returns its libpq connection string. Caller owns the result (free()).
  * Returns NULL (and prints why) when no test cluster is configured or creation fails. */
@@ -36,9 +38,13 @@ int th_free_port(void);
  * NUL-terminated; NULL when it cannot be read. Caller frees. */
 char *th_repo_file(const char *path);
 
-/* Calls fn with each migration's path ("migrations/NNNN_x.sql") and whole text, in the order
- * kilnd applies them (by name), so that what fn keeps last is what the schema has now. Returns how
- * many it read; -1 when the directory or a file cannot be read. */
+/* Calls fn with the path ("store/job.c") and whole text of each file of the directory dir under
+ * $KILN_ROOT whose name ends in suffix, in the order of their names. Returns how many it read; -1
+ * when the directory or a file cannot be read. */
+int th_repo_dir_each(const char *dir, const char *suffix, void (*fn)(const char *path, const char *text, void *ctx),
+                     void *ctx);
+/* th_repo_dir_each over the migrations ("migrations/NNNN_x.sql"): the order kilnd applies them in,
+ * so that what fn keeps last is what the schema has now. */
 int th_migrations_each(void (*fn)(const char *path, const char *text, void *ctx), void *ctx);
 
 /* Removes path and everything under it (links themselves, not what they point to); true when
@@ -106,9 +112,26 @@ json_t *th_grpc_plain(const char *target, const char *dir, json_t *calls, const 
 /* The first line of a text file, without its newline (heap), or NULL when it cannot be read. */
 char *th_read_line(const char *path);
 
-/* Polls GET url every 100 ms until the JSON field "state" of the reply equals one of the
- * '|'-separated states (e.g. "COMPLETED|FAILED"); returns the final reply (caller frees) or NULL
- * after timeout_ms. */
+/* ---- job states, as the waits below take them ---- */
+
+/* A set of job states for the waits: names separated by '|' ("SCHEDULED|RUNNING"); an empty name
+ * (a leading '|') matches nothing. TH_JOB_ENDED is the states base/job_states.h says a job ends in,
+ * "COMPLETED|FAILED|STOPPED" (a pointer into a literal): wait with it for a job to end, whichever
+ * way. TH_OR_ENDED is the same after a '|' (a string literal), to follow other states:
+ * "RESTARTING" TH_OR_ENDED. */
+#define TH_ENDED_BAR_(name, num, kind) TH_ENDED_BAR_##kind(name)
+#define TH_ENDED_BAR_ENDED(name) "|" #name
+#define TH_ENDED_BAR_WAITING(name)
+#define TH_ENDED_BAR_HOLDING(name)
+#define TH_ENDED_BAR_PARKED(name)
+#define TH_OR_ENDED KILN_JOB_STATES(TH_ENDED_BAR_)
+#define TH_JOB_ENDED (TH_OR_ENDED + 1)
+
+/* Whether state (NULL: none) is one of states (a set as above). */
+bool th_state_in(const char *state, const char *states);
+
+/* Polls GET url every 100 ms until the JSON field "state" of the reply is one of states (a set as
+ * above, e.g. TH_JOB_ENDED); returns the final reply (caller frees) or NULL after timeout_ms. */
 char *th_wait_json_state(const char *url, const char *states, long timeout_ms);
 
 /* ---- raw connections (front-door tests: limits, deadlines, broken framing) ---- */

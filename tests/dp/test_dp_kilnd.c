@@ -183,7 +183,7 @@ Test(dp_kilnd, two_node_job_completes_with_one_loss_curve, .init = setup, .fini 
     char id[64], path[256], url[512];
     submit("dp-curve", 20, id, sizeof id);
     snprintf(url, sizeof url, "%s/v1/jobs/%s", g_cl.url, id);
-    char *body = th_wait_json_state(url, "FAILED|COMPLETED|STOPPED", 150000);
+    char *body = th_wait_json_state(url, TH_JOB_ENDED, 150000);
     cr_assert_not_null(body, "the job did not end");
     json_t *job = json_loads(body, 0, NULL);
     free(body);
@@ -210,7 +210,7 @@ Test(dp_kilnd, bf16_gradients_reach_both_ranks, .init = setup, .fini = teardown,
     submit_with("dp-bf16", 10, ", \"distribution\": {\"data_parallel\": {\"gradient_dtype\": \"bf16\"}}", id,
                 sizeof id);
     snprintf(url, sizeof url, "%s/v1/jobs/%s", g_cl.url, id);
-    char *body = th_wait_json_state(url, "FAILED|COMPLETED|STOPPED", 150000);
+    char *body = th_wait_json_state(url, TH_JOB_ENDED, 150000);
     cr_assert_not_null(body, "the job did not end");
     json_t *job = json_loads(body, 0, NULL);
     free(body);
@@ -233,7 +233,7 @@ Test(dp_kilnd, killed_rank_fails_the_job_naming_it, .init = setup, .fini = teard
     for (int i = 0;; i++) {
         job = http_json("GET", path, NULL, NULL);
         json_int_t step = json_integer_value(json_object_get(json_object_get(job, "progress"), "step"));
-        cr_assert(strcmp(jstr(job, "state"), "FAILED") && strcmp(jstr(job, "state"), "COMPLETED"),
+        cr_assert(!th_state_in(jstr(job, "state"), TH_JOB_ENDED),
                   "job ended early: %s: %s", jstr(job, "state"), jstr(job, "reason"));
         json_decref(job);
         if (step >= 3) break;
@@ -247,7 +247,7 @@ Test(dp_kilnd, killed_rank_fails_the_job_naming_it, .init = setup, .fini = teard
     cr_assert_eq(kill(victim, SIGKILL), 0, "kill: %s", strerror(errno));
     char url[512];
     snprintf(url, sizeof url, "%s%s", g_cl.url, path);
-    char *body = th_wait_json_state(url, "FAILED|COMPLETED|STOPPED|RESTARTING", 60000);
+    char *body = th_wait_json_state(url, "RESTARTING" TH_OR_ENDED, 60000);
     double took = kiln_mono_s() - t0;
     cr_assert_not_null(body, "the job did not end within 60 s of the kill");
     job = json_loads(body, 0, NULL);

@@ -882,19 +882,6 @@ json_t *e2e_submit(const char *spec)
     return j;
 }
 
-static bool e2e_state_in(const char *state, const char *states)
-{
-    size_t sl = strlen(state);
-    for (const char *p = states; p && *p;) {
-        const char *bar = strchr(p, '|');
-        size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == sl && !strncmp(p, state, len))
-            return true;
-        p = bar ? bar + 1 : NULL;
-    }
-    return false;
-}
-
 json_t *e2e_wait_state(const char *job_id, const char *states, long timeout_ms)
 {
     char path[128];
@@ -904,7 +891,7 @@ json_t *e2e_wait_state(const char *job_id, const char *states, long timeout_ms)
         json_decref(j);
         j = e2e_get(path);
         const char *s = json_string_value(json_object_get(j, "state"));
-        if (s && e2e_state_in(s, states))
+        if (th_state_in(s, states))
             return j;
         if (waited >= timeout_ms)
             break;
@@ -927,7 +914,7 @@ json_t *e2e_wait_step(const char *job_id, long step, long timeout_ms)
         json_int_t got = json_integer_value(json_object_get(json_object_get(j, "progress"), "step"));
         if (!strcmp(s, "RUNNING") && got >= step)
             return j;
-        if (e2e_state_in(s, "COMPLETED|FAILED|STOPPED") || waited >= timeout_ms)
+        if (th_state_in(s, TH_JOB_ENDED) || waited >= timeout_ms)
             break;
         usleep(100000);
     }
@@ -968,7 +955,7 @@ json_t *e2e_freeze_at_step(const char *job_id, long step, long timeout_ms, pid_t
         int n = e2e_procs_env(needle, ranks, E2E_MAX_RANKS);
         if (n == 0) { /* not started yet, or already gone */
             json_t *j = e2e_get(path);
-            bool ended = e2e_state_in(e2e_jstr(j, "state"), "COMPLETED|FAILED|STOPPED");
+            bool ended = th_state_in(e2e_jstr(j, "state"), TH_JOB_ENDED);
             json_decref(j);
             cr_assert(!ended, "job %s ended before it could be frozen at step %ld", job_id, step);
             usleep(5000);

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "tests/common/harness.h"
+
 #define E2E_AGENTS 2
 
 typedef struct e2e_cluster {
@@ -113,8 +115,9 @@ json_t *e2e_grpc(const char *method, json_t *request);
 
 /* Submits spec text, expects 201; returns the job (caller owns). */
 json_t *e2e_submit(const char *spec);
-/* Polls the job until its state is one of the '|'-separated states; returns it (caller owns) or
- * fails the test after timeout_ms, printing the last reply. */
+/* Polls the job until its state is one of states (a set as tests/common/harness.h's th_state_in
+ * takes: "RUNNING", TH_JOB_ENDED); returns it (caller owns) or fails the test after timeout_ms,
+ * printing the last reply. */
 json_t *e2e_wait_state(const char *job_id, const char *states, long timeout_ms);
 /* Polls until the job's progress.step >= step (and it is RUNNING); fails after timeout_ms. */
 json_t *e2e_wait_step(const char *job_id, long step, long timeout_ms);

@@ -75,7 +75,7 @@ static char *run_to_end(const char *spec, const char *want)
     json_t *job = e2e_submit(spec);
     char *id = strdup(e2e_jstr(job, "id"));
     json_decref(job);
-    job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
+    job = e2e_wait_state(id, TH_JOB_ENDED, 180000);
     cr_assert_str_eq(e2e_jstr(job, "state"), want, "job %s: %s", id, e2e_jstr(job, "reason"));
     json_decref(job);
     return id;
@@ -222,7 +222,7 @@ Test(e2e_artifacts, an_upload_cut_by_killing_kilnd_completes_after_its_restart, 
         usleep(50000);
     }
     cr_assert_eq(low, size, "the upload finished");
-    json_t *done = e2e_wait_state(id, "COMPLETED|FAILED", 120000);
+    json_t *done = e2e_wait_state(id, TH_JOB_ENDED, 120000);
     cr_assert_str_eq(e2e_jstr(done, "state"), "COMPLETED", "%s", e2e_jstr(done, "reason"));
     json_decref(done);
     size_t want_len = 0, got_len = 0;

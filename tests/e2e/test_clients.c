@@ -576,7 +576,7 @@ Test(e2e_clients, logs_follow_survives_kilnd_restart, .init = e2e_setup, .fini =
     cr_assert_eq(rc, 0, "kiln logs -f: rc %d; stderr: %s", rc, err);
     cr_assert(strstr(err, "reconnecting"), "the follower did not notice the restart: %s", err);
     cr_assert(strstr(err, "COMPLETED"), "%s", err);
-    json_t *final = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 10000);
+    json_t *final = e2e_wait_state(id, TH_JOB_ENDED, 10000);
     cr_assert_str_eq(json_string_value(json_object_get(final, "state")), "COMPLETED", "%s",
                      json_string_value(json_object_get(final, "reason")));
     json_decref(final);

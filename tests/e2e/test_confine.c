@@ -79,7 +79,7 @@ static void submit_completes(const char *spec, char *id)
     json_t *job = e2e_submit(spec);
     snprintf(id, 64, "%s", e2e_jstr(job, "id"));
     json_decref(job);
-    job = e2e_wait_state(id, "COMPLETED|FAILED", 120000);
+    job = e2e_wait_state(id, TH_JOB_ENDED, 120000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_jstr(job, "reason"));
     json_decref(job);
 }
@@ -110,7 +110,7 @@ static void refused_at_launch(const char *what, const char *spec, const char *fi
     char id[64];
     snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
-    job = e2e_wait_state(id, "FAILED|COMPLETED", 60000);
+    job = e2e_wait_state(id, TH_JOB_ENDED, 60000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s: %s", what, e2e_jstr(job, "reason"));
     const char *reason = e2e_jstr(job, "reason");
     cr_assert(strstr(reason, field) && strstr(reason, "not inside an allowed directory"),
@@ -276,7 +276,7 @@ Test(e2e_confine, another_projects_checkpoints_are_out_of_reach, .init = e2e_set
     char b_id[64], path[200];
     snprintf(b_id, sizeof b_id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
-    job = e2e_wait_state(b_id, "FAILED|COMPLETED", 60000);
+    job = e2e_wait_state(b_id, TH_JOB_ENDED, 60000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "bob's job read project A's checkpoint: %s", e2e_dump(job));
     const char *reason = e2e_jstr(job, "reason");
     cr_assert(strstr(reason, "data.train") && strstr(reason, "another project"), "%s", reason);

@@ -102,7 +102,7 @@ Test(e2e_faults, replicas_follow_anywhere_and_the_leader_fails_over, .init = e2e
 
     /* The job completes through the surviving replica (the agents move to it). */
     e2e_thaw(ranks, n_ranks);
-    json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
+    json_t *job = e2e_wait_state(id, TH_JOB_ENDED, 180000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     cr_assert_eq(e2e_jint(job, "attempt"), 1, "no attempt was lost: %s", e2e_dump(job));
     json_decref(job);
@@ -130,7 +130,7 @@ Test(e2e_faults, replicas_follow_anywhere_and_the_leader_fails_over, .init = e2e
     /* The new leader schedules: a second job runs to its end. */
     char id2[64];
     submit("e2e-replicas-2", 50, NULL, id2);
-    job = e2e_wait_state(id2, "COMPLETED|FAILED|STOPPED", 180000);
+    job = e2e_wait_state(id2, TH_JOB_ENDED, 180000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     json_decref(job);
 
@@ -164,7 +164,7 @@ Test(e2e_faults, a_paused_kilnd_declares_no_worker_dead, .init = e2e_setup_fast_
     usleep((useconds_t)pause_ms * 1000);
     cr_assert_eq(kill(kilnd, SIGCONT), 0);
 
-    json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
+    json_t *job = e2e_wait_state(id, TH_JOB_ENDED, 180000);
     char path[300];
     snprintf(path, sizeof path, "%s/kilnd.log", e2e_cl->dir);
     char *log = e2e_slurp(path);
@@ -256,7 +256,7 @@ Test(e2e_faults, an_agent_killed_mid_job_loses_nothing_silently, .init = e2e_set
     e2e_agent_restart(agent);
     cr_assert_eq(kill(kilnd, SIGCONT), 0);
 
-    job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 300000);
+    job = e2e_wait_state(id, TH_JOB_ENDED, 300000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     int final = (int)e2e_jint(job, "attempt");
     cr_assert_geq(final, 2, "the attempt the agent died with was lost and retried: %s", e2e_dump(job));

@@ -31,7 +31,7 @@ Test(e2e, good_job_completes, .init = e2e_setup, .fini = e2e_teardown, .timeout 
     cr_assert_eq(e2e_jint(json_object_get(json_object_get(job, "spec"), "hyperparameters"), "max_steps"), GOOD_STEPS);
     json_decref(job);
 
-    job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
+    job = e2e_wait_state(id, TH_JOB_ENDED, 180000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "job ended %s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
     json_t *progress = json_object_get(job, "progress");
     cr_assert_eq(e2e_jint(progress, "step"), GOOD_STEPS, "progress: %s", e2e_dump(progress));
@@ -177,7 +177,7 @@ Test(e2e, job_spans_both_agents, .init = e2e_setup, .fini = e2e_teardown, .timeo
     char id[64];
     snprintf(id, sizeof id, "%s", e2e_jstr(job, "id"));
     json_decref(job);
-    job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
+    job = e2e_wait_state(id, TH_JOB_ENDED, 180000);
     const char *state = e2e_jstr(job, "state");
 
     /* Gang placement: one rank on each agent, never partly. */
@@ -240,7 +240,7 @@ Test(e2e, job_stopped_mid_run, .init = e2e_setup, .fini = e2e_teardown, .timeout
     cr_assert(!strcmp(e2e_jstr(r, "state"), "STOPPING") || !strcmp(e2e_jstr(r, "state"), "STOPPED"), "%s", e2e_dump(r));
     json_decref(r);
 
-    job = e2e_wait_state(id, "STOPPED|FAILED|COMPLETED", 60000);
+    job = e2e_wait_state(id, TH_JOB_ENDED, 60000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "STOPPED", "ended %s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
     json_int_t step = e2e_jint(json_object_get(job, "progress"), "step");
     cr_assert(step >= 3 && step < 1000000, "progress %lld", (long long)step);
@@ -383,7 +383,7 @@ static void retry_job_start(retry_job_t *rj, const char *name)
  * checkpoint directory; both attempts' lines are kept, tagged with their attempt. */
 static void retry_job_check(const retry_job_t *rj, const char *why)
 {
-    json_t *job = e2e_wait_state(rj->id, "COMPLETED|FAILED|STOPPED", e2e_cl->heartbeat_timeout_ms + 120000);
+    json_t *job = e2e_wait_state(rj->id, TH_JOB_ENDED, e2e_cl->heartbeat_timeout_ms + 120000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "ended %s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
     cr_assert_eq(e2e_jint(job, "attempt"), 2, "%s", e2e_dump(job));
     json_t *workers = json_object_get(job, "workers");

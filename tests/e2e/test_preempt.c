@@ -166,10 +166,10 @@ Test(preempt, reclaim_borrowed_quota_resumes_bit_exact, .init = e2e_setup, .fini
             e2e_thaw(a[i].ranks, a[i].n_ranks);
     json_t *done[3];
     for (int i = 0; i < 3; i++) {
-        done[i] = e2e_wait_state(a[i].id, "COMPLETED|FAILED|STOPPED", 180000);
+        done[i] = e2e_wait_state(a[i].id, TH_JOB_ENDED, 180000);
         cr_assert_str_eq(e2e_jstr(done[i], "state"), "COMPLETED", "%s", e2e_dump(done[i]));
     }
-    json_decref(e2e_wait_state(b.id, "COMPLETED|FAILED|STOPPED", 120000));
+    json_decref(e2e_wait_state(b.id, TH_JOB_ENDED, 120000));
     cr_assert_eq(e2e_jint(done[v], "attempt"), 2, "%s", e2e_dump(done[v]));
     char states[512];
     json_t *ev = e2e_events(a[v].id);
@@ -235,7 +235,7 @@ Test(preempt, priority_preempts_the_fewest_steps_since_checkpoint, .init = e2e_s
     e2e_thaw(low[0].ranks, low[0].n_ranks);
     e2e_thaw(low[2].ranks, low[2].n_ranks);
     for (int i = 0; i < 3; i++) {
-        j = e2e_wait_state(low[i].id, "COMPLETED|FAILED|STOPPED", 180000);
+        j = e2e_wait_state(low[i].id, TH_JOB_ENDED, 180000);
         cr_assert_str_eq(e2e_jstr(j, "state"), "COMPLETED", "%s", e2e_dump(j));
         json_decref(j);
     }
@@ -274,7 +274,7 @@ Test(preempt, backfill_runs_a_small_job_while_the_big_one_waits, .init = e2e_set
            "\"max_steps\": 400, \"warmup_steps\": 2, \"seed\": 8, \"eval_every\": 0, \"sample_every\": 0}, "
            "\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 32, \"seq_len\": 32, "
            "\"vocab\": \"bytes\"}}", 0);
-    json_t *j = e2e_wait_state(small.id, "COMPLETED|FAILED|STOPPED", 120000);
+    json_t *j = e2e_wait_state(small.id, TH_JOB_ENDED, 120000);
     cr_assert_str_eq(e2e_jstr(j, "state"), "COMPLETED", "%s", e2e_dump(j));
     json_decref(j);
     cr_assert(strstr(event_reason(small.id, "SCHEDULED"), "backfilled ahead of job"), "%s",
@@ -294,7 +294,7 @@ Test(preempt, backfill_runs_a_small_job_while_the_big_one_waits, .init = e2e_set
     cr_assert_eq(st, 200);
     e2e_thaw(first.ranks, first.n_ranks);
     json_decref(e2e_wait_state(first.id, "STOPPED", 60000));
-    j = e2e_wait_state(big.id, "COMPLETED|FAILED|STOPPED", 120000);
+    j = e2e_wait_state(big.id, TH_JOB_ENDED, 120000);
     cr_assert_str_eq(e2e_jstr(j, "state"), "COMPLETED", "%s", e2e_dump(j));
     json_decref(j);
     json_t *f = job_get(first.id), *s = job_get(small.id);

@@ -110,7 +110,7 @@ Test(e2e_ranks, killed_rank_restarts_the_job_from_its_checkpoint, .init = e2e_se
     cr_assert(wait_gone(pids[0], 30000), "the agent did not stop rank 0 (pid %d) after rank 1 died", (int)pids[0]);
     cr_assert(!shm_left(pids[1]), "rank 1's shm region is still in /dev/shm");
 
-    json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", 180000);
+    json_t *job = e2e_wait_state(id, TH_JOB_ENDED, 180000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "ended %s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
     cr_assert_eq(json_integer_value(json_object_get(job, "attempt")), 2, "%s", e2e_dump(job));
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(job, "progress"), "step")), PAIR_STEPS);
@@ -152,7 +152,7 @@ Test(e2e_ranks, killed_rank_without_attempts_left_fails_the_job_naming_it, .init
     char worker[128];
     freeze_pair(id, 3, pids, worker);
     cr_assert_eq(kill(pids[1], SIGKILL), 0);
-    json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED|RESTARTING", 60000);
+    json_t *job = e2e_wait_state(id, "RESTARTING" TH_OR_ENDED, 60000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
     const char *reason = e2e_jstr(job, "reason");
     cr_assert(strstr(reason, "rank 1 ") && strstr(reason, "signal 9"), "the reason does not name rank 1: %s", reason);
@@ -190,7 +190,7 @@ Test(e2e_ranks, rank_exiting_2_fails_the_job_at_once, .init = e2e_setup, .fini =
     fclose(f);
     char id[64];
     submit_pair("e2e-rank-bad-data", 100, 3, data, id, sizeof id);
-    json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED|RESTARTING", 120000);
+    json_t *job = e2e_wait_state(id, "RESTARTING" TH_OR_ENDED, 120000);
     cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
     const char *reason = e2e_jstr(job, "reason");
     cr_assert(strstr(reason, "code 2 (bad spec or data)") && strstr(reason, "data.train"), "%s", reason);
@@ -215,7 +215,7 @@ Test(e2e_ranks, stopped_rank_trips_the_watchdog_naming_it, .init = e2e_setup_sho
      * collective and waits on rank 1 until the watchdog fires. */
     time_t t0 = time(NULL);
     kill(pids[0], SIGCONT);
-    json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED|RESTARTING", 90000);
+    json_t *job = e2e_wait_state(id, "RESTARTING" TH_OR_ENDED, 90000);
     long took = (long)(time(NULL) - t0);
     cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s: %s", e2e_jstr(job, "state"), e2e_jstr(job, "reason"));
     const char *reason = e2e_jstr(job, "reason");

@@ -84,7 +84,7 @@ static const char *env_of(const char *lines, const char *name)
 
 static json_t *finished(const char *id)
 {
-    return e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", SCRIPT_TIMEOUT_MS);
+    return e2e_wait_state(id, TH_JOB_ENDED, SCRIPT_TIMEOUT_MS);
 }
 
 /* ---- the contract, variable by variable ------------------------------------------------------ */
@@ -543,7 +543,7 @@ Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_ag
     int agent = e2e_agent_of_job(id);
     cr_assert_geq(agent, 0);
     e2e_agent_signal(agent, SIGKILL);
-    json_t *job = e2e_wait_state(id, "COMPLETED|FAILED|STOPPED", SCRIPT_TIMEOUT_MS);
+    json_t *job = e2e_wait_state(id, TH_JOB_ENDED, SCRIPT_TIMEOUT_MS);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     int final = (int)e2e_jint(job, "attempt");
     cr_assert_eq(final, 2, "the attempt the agent died with was retried once: %s", e2e_dump(job));

@@ -97,7 +97,7 @@ Test(e2e_trust, approval_then_work_then_removal_and_ban, .init = e2e_setup_appro
     free(out);
     free(err);
     cr_assert(agent_log_says(a0, "takes work now", 20000), "the agent heard it is approved");
-    j = e2e_wait_state(id, "COMPLETED|FAILED", 120000);
+    j = e2e_wait_state(id, TH_JOB_ENDED, 120000);
     cr_assert_str_eq(e2e_jstr(j, "state"), "COMPLETED", "%s", e2e_dump(j));
     json_decref(j);
     json_t *ev = e2e_events(id);

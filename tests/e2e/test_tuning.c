@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "base/tuning_states.h"
 #include "tests/e2e/e2e.h"
 
 /* Polls the tuning job until it has ended; fails after timeout_ms. Caller owns the result. */
@@ -37,7 +38,7 @@ static json_t *wait_ended(const char *id, long timeout_ms)
     for (;;) {
         json_t *t = e2e_get(path);
         const char *st = e2e_jstr(t, "state");
-        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
+        if (kiln_tuning_ended(st))
             return t;
         if ((kiln_mono_us() - t0) / 1000 > timeout_ms)
             cr_assert_fail("tuning job %s did not end: %s", id, e2e_dump(t));
@@ -547,19 +548,7 @@ Test(e2e_tuning, hyperband_objective_never_reported_ends_the_search_at_the_first
     for (size_t i = 0; i < json_array_size(trials); i++) {
         json_t *x = json_array_get(trials, i);
         cr_assert(e2e_jint(x, "steps") <= 10 && e2e_jint(x, "rung") == 0, "%s", e2e_dump(x));
-        char path[160];
-        snprintf(path, sizeof path, "/v1/jobs/%s", e2e_jstr(x, "job_id"));
-        for (int k = 0;; k++) {
-            json_t *j = e2e_get(path);
-            const char *st = e2e_jstr(j, "state");
-            bool over = !strcmp(st, "STOPPED") || !strcmp(st, "COMPLETED") || !strcmp(st, "FAILED");
-            if (!over && k == 600)
-                cr_assert_fail("trial %zu's job did not end: %s", i, e2e_dump(j));
-            json_decref(j);
-            if (over)
-                break;
-            usleep(100000);
-        }
+        json_decref(e2e_wait_state(e2e_jstr(x, "job_id"), TH_JOB_ENDED, 60000));
     }
     json_decref(t);
     free(id);

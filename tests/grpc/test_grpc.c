@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/tuning_states.h"
+
 #define M_REGISTER "/kiln.AgentService/RegisterWorker"
 #define M_HEARTBEAT "/kiln.AgentService/Heartbeat"
 #define M_LOGS "/kiln.AgentService/PushLogs"
@@ -302,12 +304,7 @@ static json_t *wait_state(const char *id, const char *states, int timeout_ms)
         json_decref(job);
         job = NULL;
         cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), id, &job, &err), 0, "%s", err.message);
-        const char *st = json_string_value(json_object_get(job, "state"));
-        char want[128];
-        snprintf(want, sizeof(want), "|%s|", states);
-        char me[64];
-        snprintf(me, sizeof(me), "|%s|", st ? st : "");
-        if (strstr(want, me))
+        if (th_state_in(json_string_value(json_object_get(job, "state")), states))
             return job;
         usleep(50000);
     }
@@ -361,7 +358,7 @@ Test(grpc, agent_runs_a_job_and_its_logs_and_metrics_reach_the_service)
         "exit 0\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
-    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    json_t *job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
                      json_string_value(json_object_get(job, "reason")));
     json_decref(job);
@@ -391,7 +388,7 @@ Test(grpc, a_failing_rank_fails_the_job_with_its_last_stderr_line)
     char *bin = write_script("echo 'loading'\necho 'error: data file is corrupt' >&2\nexit 2\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
-    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    json_t *job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "FAILED");
     const char *reason = json_string_value(json_object_get(job, "reason"));
     cr_assert(reason && strstr(reason, "data file is corrupt"), "reason: %s", reason);
@@ -410,7 +407,7 @@ Test(grpc, stopping_a_job_sigterms_its_rank)
     kiln_err_t err;
     cr_assert_eq(svc_job_stop(S, svc_caller_kilnd(), id, "test stop", &job, &err), 0, "%s", err.message);
     json_decref(job);
-    job = wait_state(id, "STOPPED|FAILED|COMPLETED", 20000);
+    job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "STOPPED");
     json_decref(job);
     json_t *logs = job_logs(id);
@@ -450,7 +447,7 @@ Test(grpc, output_written_while_kilnd_is_unreachable_is_delivered_later)
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "RUNNING", "no exit can arrive yet");
     json_decref(job);
     gt_grpc_start(&K);
-    job = wait_state(id, "COMPLETED|FAILED", 20000);
+    job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED", "%s",
                      json_string_value(json_object_get(job, "reason")));
     json_decref(job);
@@ -600,7 +597,7 @@ Test(grpc, agent_registers_again_when_kilnd_forgot_it)
     json_decref(workers);
     /* and it takes work there */
     char *id = submit();
-    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    json_t *job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED");
     json_decref(job);
     agent_destroy(agent);
@@ -898,7 +895,7 @@ Test(grpc, training_service_metrics_come_back_by_name)
         "echo 'step 4 done'\nexit 0\n");
     agent_t *agent = start_agent(bin);
     char *id = submit();
-    json_decref(wait_state(id, "COMPLETED|FAILED", 20000));
+    json_decref(wait_state(id, TH_JOB_ENDED, 20000));
     Kiln__GetMetricsRequest mreq = KILN__GET_METRICS_REQUEST__INIT;
     mreq.id = id;
     mreq.name = (char *)"train_loss";
@@ -978,7 +975,7 @@ Test(grpc, stream_logs_follows_a_job_to_its_end)
     cr_assert(strstr(out, "history 1 first\nhistory 2 second\nhistory 3 third\nhistory 4 fourth\nhistory-end\n"), "%s", out);
     cr_assert(strstr(out, "cancelled\n"), "%s", out);
     cr_assert(strstr(out, "unknown NOT_FOUND\n"), "%s", out);
-    json_t *job = wait_state(id, "COMPLETED|FAILED", 20000);
+    json_t *job = wait_state(id, TH_JOB_ENDED, 20000);
     cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "COMPLETED");
     json_decref(job);
     agent_destroy(agent);
@@ -1112,8 +1109,8 @@ Test(grpc, a_backtracking_job_does_not_starve_heartbeats_or_a_bystander, .timeou
     cr_assert_eq(pthread_create(&th, NULL, hb_watcher, &w), 0);
     char *greedy = submit_with_defs("greedy", defs);
     char *bystander = submit_with_defs("bystander", "[{\"name\":\"tick\",\"regex\":\"tick ([0-9]+)\"}]");
-    json_t *jb = wait_state(bystander, "COMPLETED|FAILED", 60000);
-    json_t *jg = wait_state(greedy, "COMPLETED|FAILED", 60000);
+    json_t *jb = wait_state(bystander, TH_JOB_ENDED, 60000);
+    json_t *jg = wait_state(greedy, TH_JOB_ENDED, 60000);
     w.stop = true;
     pthread_join(th, NULL);
     cr_assert_str_eq(json_string_value(json_object_get(jb, "state")), "COMPLETED", "%s",
@@ -1343,7 +1340,7 @@ Test(grpc, training_service_tuning_jobs_round_trip, .timeout = 120)
         json_decref(rest);
         cr_assert_eq(svc_tuning_get(S, svc_caller_kilnd(), id, &rest, &err), 0, "%s", err.message);
         const char *st = pj_str(rest, "state");
-        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
+        if (kiln_tuning_ended(st))
             break;
         cr_assert_lt(k, 1200, "the search did not end: %s", json_dumps(rest, 0));
         usleep(50000);
@@ -1480,6 +1477,19 @@ static void refused_alike(const kiln_err_t *gerr, int gcode, int want_gcode, con
     cr_assert_str_eq(gerr->message, want, "gRPC's status message");
 }
 
+/* UpdateQueue with ureq, which must succeed and leave the queue's preemption policy within_queue
+ * within and reclaim_within_cohort reclaim; why says what the case shows. */
+static void update_policy(const Kiln__UpdateQueueRequest *ureq, const char *within, const char *reclaim, const char *why)
+{
+    int code = 0;
+    kiln_err_t err;
+    Kiln__Queue *upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq->base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(upd->preemption->within_queue, within, "within_queue: %s", why);
+    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, reclaim, "reclaim_within_cohort: %s", why);
+    protobuf_c_message_free_unpacked(&upd->base, NULL);
+}
+
 Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
 {
     gt_http_start(&K); /* REST on the same service, to compare answers with */
@@ -1602,29 +1612,17 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     char *pmask[] = {"preemption"};
     ureq.update_mask = pmask;
     ureq.n_update_mask = 1;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "never");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "never", "any", "a value given changes");
     pre.within_queue = "";
     pre.reclaim_within_cohort = "lower_priority";
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "never");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "lower_priority");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "never", "lower_priority", "a value unset (\"\") stays");
     json_t *rest_view = gt_rest(&K, "GET", "/v1/queues/nlp", NULL, &(long){0});
     json_t *set_pre = json_pack("{s:s, s:s}", "within_queue", "never", "reclaim_within_cohort", "lower_priority");
     cr_assert(json_equal(json_object_get(rest_view, "preemption"), set_pre), "REST reads what gRPC set");
     json_decref(set_pre);
     json_decref(rest_view);
     patch.preemption = NULL;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "lower_priority");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "lower_priority", "any", "the mask without the message: the defaults");
 
     /* the policy's fields by dotted path (AIP-161): each named takes the message's value, merged
      * into the stored policy as REST's {"preemption": {"within_queue": ...}} is, what is not named
@@ -1636,29 +1634,17 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     char *within_mask[] = {"preemption.within_queue"};
     ureq.update_mask = within_mask;
     ureq.n_update_mask = 1;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "never");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "any");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "never", "any", "the field named takes its value, the other stays");
     pre.within_queue = "";
     pre.reclaim_within_cohort = "lower_priority";
     char *reclaim_mask[] = {"preemption.reclaim_within_cohort"};
     ureq.update_mask = reclaim_mask;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "never", "a field not named stays");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "lower_priority");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "never", "lower_priority", "a field not named stays");
     pre.reclaim_within_cohort = "never";
     char *both_mask[] = {"preemption.within_queue", "preemption.reclaim_within_cohort"};
     ureq.update_mask = both_mask;
     ureq.n_update_mask = 2;
-    upd = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
-    cr_assert_not_null(upd, "UpdateQueue: %d %s", code, err.message);
-    cr_assert_str_eq(upd->preemption->within_queue, "lower_priority", "named unset: the default");
-    cr_assert_str_eq(upd->preemption->reclaim_within_cohort, "never");
-    protobuf_c_message_free_unpacked(&upd->base, NULL);
+    update_policy(&ureq, "lower_priority", "never", "named unset: the default");
     /* refused: an unknown field of the policy and a value it does not take, as REST's PATCH
      * refuses them; a part of a field that changes whole, and the policy named both whole and by
      * its fields, naming update_mask; none changes the queue */

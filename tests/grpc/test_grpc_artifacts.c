@@ -82,11 +82,9 @@ static json_t *artifacts_when(const char *id, const char *states, int timeout_ms
         json_t *job = NULL, *arts = NULL;
         kiln_err_t err;
         cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), id, &job, &err), 0, "%s", err.message);
-        char me[64], want[128];
-        snprintf(me, sizeof me, "|%s|", json_string_value(json_object_get(job, "state")));
-        snprintf(want, sizeof want, "|%s|", states);
+        bool reached = th_state_in(json_string_value(json_object_get(job, "state")), states);
         json_decref(job);
-        if (strstr(want, me)) {
+        if (reached) {
             cr_assert_eq(svc_job_artifacts(S, svc_caller_kilnd(), id, &arts, &err), 0, "%s", err.message);
             return arts;
         }
@@ -148,7 +146,7 @@ Test(grpc_artifacts, rank_0s_output_is_kept_before_the_job_completes)
                 "mkfifo pipe\n"
                 "echo done\n");
     char *id = submit(NULL);
-    json_t *arts = artifacts_when(id, "COMPLETED|FAILED", 30000);
+    json_t *arts = artifacts_when(id, TH_JOB_ENDED, 30000);
     cr_assert(listed(arts, "model_llmc.bin") && listed(arts, "samples.txt"),
               "kilnd holds the artifacts as soon as the job has ended");
     cr_assert_eq(json_array_size(json_object_get(arts, "artifacts")), 2, "and nothing else");
@@ -191,7 +189,7 @@ Test(grpc_artifacts, a_failed_job_keeps_what_it_wrote_and_a_big_one_is_told_why_
                 "echo 'out of memory' >&2\n"
                 "exit 3\n");
     char *id = submit(NULL);
-    json_t *arts = artifacts_when(id, "COMPLETED|FAILED", 30000);
+    json_t *arts = artifacts_when(id, TH_JOB_ENDED, 30000);
     cr_assert(listed(arts, "samples.txt"), "a failed job's output is kept too");
     json_decref(arts);
     json_t *job = NULL;
@@ -210,7 +208,7 @@ Test(grpc_artifacts, a_failed_job_keeps_what_it_wrote_and_a_big_one_is_told_why_
     id = strdup(json_string_value(json_object_get(job, "id")));
     json_decref(job);
     json_decref(spec);
-    arts = artifacts_when(id, "COMPLETED|FAILED", 30000);
+    arts = artifacts_when(id, TH_JOB_ENDED, 30000);
     cr_assert_eq(json_array_size(json_object_get(arts, "artifacts")), 0);
     json_decref(arts);
     cr_assert(log_has(id, "[kiln-agent] artifacts not kept: files: the job's artifacts come to more than this "
@@ -298,7 +296,7 @@ Test(grpc_artifacts, a_job_from_another_jobs_model_gets_its_exact_bytes)
                 "  head -c 300000 /dev/urandom > \"$KILN_OUTPUT_DIR/model_llmc.bin\"\n"
                 "fi\n");
     char *src = submit(NULL);
-    json_t *arts = artifacts_when(src, "COMPLETED|FAILED", 30000);
+    json_t *arts = artifacts_when(src, TH_JOB_ENDED, 30000);
     json_t *a = json_array_get(json_object_get(arts, "artifacts"), 0);
     char sha[KILN_SHA256_HEX];
     snprintf(sha, sizeof sha, "%s", json_string_value(json_object_get(a, "sha256")));
@@ -306,7 +304,7 @@ Test(grpc_artifacts, a_job_from_another_jobs_model_gets_its_exact_bytes)
     char ref[64], line[512];
     snprintf(ref, sizeof ref, "job:%s", src);
     char *child = submit(ref);
-    json_decref(artifacts_when(child, "COMPLETED|FAILED", 30000));
+    json_decref(artifacts_when(child, TH_JOB_ENDED, 30000));
     json_t *job = NULL;
     kiln_err_t err;
     cr_assert_eq(svc_job_get(S, svc_caller_kilnd(), child, &job, &err), 0);

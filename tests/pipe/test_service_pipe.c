@@ -94,7 +94,7 @@ Test(service_pipe, hybrid_pipeline_job_completes_through_kilnd_and_an_agent, .ti
     free(body);
 
     snprintf(url, sizeof(url), "http://%s/v1/jobs/%s", http_addr, id);
-    char *final = th_wait_json_state(url, "COMPLETED|FAILED|STOPPED", 150000);
+    char *final = th_wait_json_state(url, TH_JOB_ENDED, 150000);
     cr_assert_not_null(final, "the job did not finish");
     j = json_loads(final, 0, NULL);
     const char *state = json_string_value(json_object_get(j, "state"));

@@ -1,8 +1,8 @@
 /* test_state.c - the job state machine's table: every legal transition is allowed, everything
  * else (including leaving a terminal state and skipping steps) is refused; names round-trip; and
  * every hand-written copy of the state list or of a kind of states (proto, OpenAPI, migrations,
- * the store's SQL sets, UI, SDK) is the one in base/job_states.h; and the same for a tuning job's
- * states, whose one list is base/tuning_states.h. */
+ * the store's SQL sets and single states, UI, SDK) is the one in base/job_states.h; and the same
+ * for a tuning job's states, whose one list is base/tuning_states.h. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +204,52 @@ Test(state, store_sql_sets_are_the_kinds)
         int n = caps_words(sets[i].sql, strlen(sets[i].sql), names, 64);
         assert_is_kind(names, n, sets[i].kind, true, sets[i].where);
     }
+}
+
+/* store/'s single states: each STORE_STATE(NAME) a job state, each STORE_TUNING_STATE(NAME) a tuning
+ * job's state, and no state quoted by hand ('RUNNING'), where a misspelled name would match nothing
+ * and say nothing. */
+static void store_states_scan(const char *path, const char *t, void *ctx)
+{
+    int *uses = ctx;
+    static const struct { const char *mark; bool tuning; } macros[] = {
+        {"STORE_STATE(", false},
+        {"STORE_TUNING_STATE(", true},
+    };
+    for (size_t m = 0; m < sizeof(macros) / sizeof(macros[0]); m++) {
+        for (const char *at = strstr(t, macros[m].mark); at; at = strstr(at, macros[m].mark)) {
+            at += strlen(macros[m].mark);
+            const char *end = strchr(at, ')');
+            cr_assert_not_null(end, "%s: %s without its )", path, macros[m].mark);
+            char name[32];
+            snprintf(name, sizeof name, "%.*s", (int)KILN_MIN(end - at, 31), at);
+            if (macros[m].tuning)
+                cr_assert_geq(kiln_tuning_state_parse(name), 0, "%s: %s%s): not a state of base/tuning_states.h (%s)",
+                              path, macros[m].mark, name, KILN_TUNING_STATE_LIST);
+            else
+                cr_assert_neq(svc_state_parse(name), JOB_STATE_NONE, "%s: %s%s): not a state of base/job_states.h (%s)",
+                              path, macros[m].mark, name, KILN_JOB_STATE_LIST);
+            (*uses)++;
+        }
+    }
+    for (const char *q = strchr(t, '\''); q; q = strchr(q + 1, '\'')) {
+        size_t n = strspn(q + 1, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_");
+        if (n == 0 || n >= 32 || q[1 + n] != '\'')
+            continue;
+        char word[32];
+        snprintf(word, sizeof word, "%.*s", (int)n, q + 1);
+        cr_assert(svc_state_parse(word) == JOB_STATE_NONE && kiln_tuning_state_parse(word) < 0,
+                  "%s quotes the state '%s' by hand: write STORE_STATE(%s) or STORE_TUNING_STATE(%s) (store/store_int.h)"
+                  " (or, for another table's state of that name, rename one of them)", path, word, word, word);
+        q += n + 1;
+    }
+}
+
+Test(state, store_single_states_are_in_the_lists)
+{
+    int uses = 0;
+    cr_assert_gt(th_repo_dir_each("store", ".c", store_states_scan, &uses), 0, "cannot read store/*.c under $KILN_ROOT");
+    cr_assert_gt(uses, 0, "store/ names no single state: is the scan looking at the right files?");
 }
 
 Test(state, proto_enum_is_the_list)
