@@ -950,9 +950,17 @@ json_t *e2e_freeze_at_step(const char *job_id, long step, long timeout_ms, pid_t
     snprintf(needle, sizeof needle, "KILN_JOB_ID=%s", job_id);
     const char *state = "";
     json_int_t got = 0;
+    int n = 0; /* the ranks found and running (not frozen) */
     int64_t deadline = (int64_t)time(NULL) + timeout_ms / 1000 + 1;
     while ((int64_t)time(NULL) < deadline) {
-        int n = e2e_procs_env(needle, ranks, E2E_MAX_RANKS);
+        /* the ranks of the last look stopped first, then /proc scanned for the job's ranks (a
+         * rank that started since is stopped too): the scan, slow on a busy machine, is no
+         * longer time the ranks train in */
+        for (int i = 0; i < n; i++)
+            kill(ranks[i], SIGSTOP);
+        n = e2e_procs_env(needle, ranks, E2E_MAX_RANKS);
+        for (int i = 0; i < n; i++)
+            kill(ranks[i], SIGSTOP);
         if (n == 0) { /* not started yet, or already gone */
             json_t *j = e2e_get(path);
             bool ended = th_state_in(e2e_jstr(j, "state"), TH_JOB_ENDED);
@@ -961,18 +969,16 @@ json_t *e2e_freeze_at_step(const char *job_id, long step, long timeout_ms, pid_t
             usleep(5000);
             continue;
         }
-        for (int i = 0; i < n; i++)
-            kill(ranks[i], SIGSTOP);
         got = e2e_settled_step(path, &state);
         if (!strcmp(state, "RUNNING") && got >= step) {
             *n_ranks = n;
             return e2e_get(path);
         }
-        /* Let them run a little: 50 ms is a few dozen steps of the tiny model, far fewer than
-         * any test job has, so the job cannot end between two looks. */
+        /* Let them run a little: 20 ms is a dozen steps of the tiny model, far fewer than any
+         * test job has, so the job cannot end between two looks. */
         for (int i = 0; i < n; i++)
             kill(ranks[i], SIGCONT);
-        usleep(50000);
+        usleep(20000);
     }
     cr_assert_fail("job %s did not reach step %ld while RUNNING (last: %s at step %lld)", job_id, step, state,
                    (long long)got);

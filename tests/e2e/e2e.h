@@ -123,7 +123,7 @@ json_t *e2e_wait_state(const char *job_id, const char *states, long timeout_ms);
 json_t *e2e_wait_step(const char *job_id, long step, long timeout_ms);
 /* Makes "the job is still running" certain rather than a race the tiny model (thousands of
  * steps a second) can win: stops the job's rank processes (SIGSTOP), waits until kilnd's view
- * of them settles, and lets them run 50 ms at a time until kilnd reports the job RUNNING at
+ * of them settles, and lets them run 20 ms at a time until kilnd reports the job RUNNING at
  * progress.step >= step. Returns the job (caller owns) with the ranks still stopped, their pids
  * in ranks[] (room for E2E_MAX_RANKS) and *n_ranks; e2e_thaw() continues them. Fails the test
  * after timeout_ms, or when the job ends first. */
