@@ -214,25 +214,30 @@ Test(e2e_tuning, seeded_random_search_repeats_through_the_cli, .init = e2e_setup
     e2e_pass();
 }
 
-/* Whether attempt of job says in its log that it resumed from a checkpoint (printing the
- * attempt's lines when not). */
-static bool attempt_resumed(const char *job, int attempt)
+/* Whether attempt of job logged a line holding what (printing the attempt's lines when not). */
+static bool attempt_logged(const char *job, int attempt, const char *what)
 {
     char path[160];
     snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", job);
     json_t *logs = e2e_get(path);
-    bool resumed = false;
+    bool found = false;
     size_t li;
     json_t *line;
     json_array_foreach(json_object_get(logs, "lines"), li, line)
-        if (e2e_jint(line, "attempt") == attempt && strstr(e2e_jstr(line, "line"), "resumed from"))
-            resumed = true;
-    if (!resumed)
+        if (e2e_jint(line, "attempt") == attempt && strstr(e2e_jstr(line, "line"), what))
+            found = true;
+    if (!found)
         json_array_foreach(json_object_get(logs, "lines"), li, line)
             if (e2e_jint(line, "attempt") == attempt)
                 fprintf(stderr, "attempt %d: %s\n", attempt, e2e_jstr(line, "line"));
     json_decref(logs);
-    return resumed;
+    return found;
+}
+
+/* Whether attempt of job resumed from a checkpoint (kiln-train logs "resumed from"). */
+static bool attempt_resumed(const char *job, int attempt)
+{
+    return attempt_logged(job, attempt, "resumed from");
 }
 
 /* The job's model artifact through `kiln artifacts --get` (caller frees; *n its size). */
@@ -253,6 +258,33 @@ static char *model_of(const char *job, const char *tag, size_t *n)
     fclose(f);
     *n = (size_t)len;
     return buf;
+}
+
+/* Trains trial_job's spec straight through as a new job (no stopping.max_steps, no tuning tags)
+ * and asserts that its model is trial_job's bit for bit; what names trial_job in the message. */
+static void assert_straight_model(const char *trial_job, const char *what)
+{
+    char path[160];
+    json_t *tj = e2e_get((snprintf(path, sizeof path, "/v1/jobs/%s", trial_job), path));
+    json_t *spec = json_deep_copy(json_object_get(tj, "spec"));
+    json_object_del(json_object_get(spec, "stopping"), "max_steps");
+    json_object_set_new(spec, "name", json_string("straight"));
+    json_object_set_new(spec, "tags", json_object());
+    char *spec_text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_t *straight = e2e_submit(spec_text);
+    char *sid = strdup(e2e_jstr(straight, "id"));
+    json_decref(e2e_wait_state(sid, "COMPLETED", 120000));
+    size_t na = 0, nb = 0;
+    char *a = model_of(trial_job, what, &na), *b = model_of(sid, "straight", &nb);
+    cr_assert(na == nb && na > 0 && !memcmp(a, b, na), "the %s trial's model (%zu bytes) is the straight run's "
+              "(%zu bytes) bit for bit", what, na, nb);
+    free(a);
+    free(b);
+    free(spec_text);
+    free(sid);
+    json_decref(straight);
+    json_decref(spec);
+    json_decref(tj);
 }
 
 /* Submits a hyperband search named name over lr, rungs 10 and 30 (hyperband members extra), 3
@@ -384,56 +416,18 @@ Test(e2e_tuning, hyperband_trial_paused_and_promoted_ends_bit_identical_to_strai
     json_decref(logs);
     cr_assert(attempt_resumed(trial_job, 2), "the second attempt resumed from the checkpoint of step 10");
     /* the same trial trained straight through: the same parameters, bit for bit */
-    json_t *tj = e2e_get((snprintf(path, sizeof path, "/v1/jobs/%s", trial_job), path));
-    json_t *spec = json_deep_copy(json_object_get(tj, "spec"));
-    json_object_del(json_object_get(spec, "stopping"), "max_steps");
-    json_object_set_new(spec, "name", json_string("straight"));
-    json_object_set_new(spec, "tags", json_object());
-    char *spec_text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(17));
-    json_t *straight = e2e_submit(spec_text);
-    char *sid = strdup(e2e_jstr(straight, "id"));
-    json_decref(e2e_wait_state(sid, "COMPLETED", 120000));
-    size_t na = 0, nb = 0;
-    char *a = model_of(trial_job, "paused", &na), *b = model_of(sid, "straight", &nb);
-    cr_assert(na == nb && na > 0 && !memcmp(a, b, na), "the paused-and-promoted trial's model (%zu bytes) is the "
-              "straight run's (%zu bytes) bit for bit", na, nb);
-    free(a);
-    free(b);
+    assert_straight_model(trial_job, "paused-and-promoted");
     /* the second run: the same trials, the same promotion, the same objectives at each rung */
     json_t *t2 = wait_ended(again, 200000);
     cr_assert_str_eq(e2e_jstr(t2, "state"), "COMPLETED", "%s", e2e_dump(t2));
     same_hyperband_trials(t, t2);
     json_decref(t2);
     free(again);
-    free(spec_text);
-    free(sid);
-    json_decref(straight);
-    json_decref(spec);
-    json_decref(tj);
     json_decref(t);
     free(id);
     e2e_pass();
 }
 
-/* Whether attempt of job logged a line holding what (printing the attempt's lines when not). */
-static bool attempt_logged(const char *job, int attempt, const char *what)
-{
-    char path[160];
-    snprintf(path, sizeof path, "/v1/jobs/%s/logs?limit=10000", job);
-    json_t *logs = e2e_get(path);
-    bool found = false;
-    size_t li;
-    json_t *line;
-    json_array_foreach(json_object_get(logs, "lines"), li, line)
-        if (e2e_jint(line, "attempt") == attempt && strstr(e2e_jstr(line, "line"), what))
-            found = true;
-    if (!found)
-        json_array_foreach(json_object_get(logs, "lines"), li, line)
-            if (e2e_jint(line, "attempt") == attempt)
-                fprintf(stderr, "attempt %d: %s\n", attempt, e2e_jstr(line, "line"));
-    json_decref(logs);
-    return found;
-}
 
 /* kilnd --tune-promoted-restart (the benchmark's baseline for what pause and resume saves): the
  * promoted trial trains again from step 0 to its next rung, counts every step it trained (10 to
@@ -469,30 +463,10 @@ Test(e2e_tuning, hyperband_promoted_restart_trains_from_step_zero_to_the_straigh
               "the promotion says it restarts: %s", evt);
     json_decref(ev);
     /* the second attempt started afresh: no resume, its first step logged again */
-    cr_assert(!attempt_logged(trial_job, 2, "resumed from"), "the second attempt did not resume");
+    cr_assert(!attempt_resumed(trial_job, 2), "the second attempt did not resume");
     cr_assert(attempt_logged(trial_job, 2, "step 1/"), "the second attempt trained from step 1 again");
     /* the same trial trained straight through: the same parameters, bit for bit */
-    char path[160];
-    json_t *tj = e2e_get((snprintf(path, sizeof path, "/v1/jobs/%s", trial_job), path));
-    json_t *spec = json_deep_copy(json_object_get(tj, "spec"));
-    json_object_del(json_object_get(spec, "stopping"), "max_steps");
-    json_object_set_new(spec, "name", json_string("straight"));
-    json_object_set_new(spec, "tags", json_object());
-    char *spec_text = json_dumps(spec, JSON_COMPACT | JSON_REAL_PRECISION(17));
-    json_t *straight = e2e_submit(spec_text);
-    char *sid = strdup(e2e_jstr(straight, "id"));
-    json_decref(e2e_wait_state(sid, "COMPLETED", 120000));
-    size_t na = 0, nb = 0;
-    char *a = model_of(trial_job, "restarted", &na), *b = model_of(sid, "straight", &nb);
-    cr_assert(na == nb && na > 0 && !memcmp(a, b, na), "the restarted trial's model (%zu bytes) is the straight "
-              "run's (%zu bytes) bit for bit", na, nb);
-    free(a);
-    free(b);
-    free(spec_text);
-    free(sid);
-    json_decref(straight);
-    json_decref(spec);
-    json_decref(tj);
+    assert_straight_model(trial_job, "restarted");
     json_decref(t);
     free(id);
     e2e_pass();
