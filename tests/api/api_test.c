@@ -185,6 +185,23 @@ json_t *at_req_want(const char *method, const char *path, const char *body, long
     return j;
 }
 
+void at_user_token(const char *name, const char *project, const char *role, char *out, size_t n)
+{
+    char body[128], path[160];
+    snprintf(body, sizeof body, "{\"name\": \"%s\"}", name);
+    json_decref(at_req_want("POST", "/v1/users", body, 201));
+    if (project) {
+        snprintf(body, sizeof body, "{\"role\": \"%s\"}", role);
+        snprintf(path, sizeof path, "/v1/projects/%s/members/%s", project, name);
+        json_decref(at_req_want("PUT", path, body, 200));
+    }
+    snprintf(path, sizeof path, "/v1/users/%s/tokens", name);
+    json_t *t = at_req_want("POST", path, "{}", 201);
+    const char *secret = json_string_value(json_object_get(t, "token"));
+    snprintf(out, n, "%s", secret ? secret : "");
+    json_decref(t);
+}
+
 static const char at_spec[] =
     "{\"name\": \"%s\", \"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
     " \"seq_len\": 8}, \"data\": {\"train\": \"file:///tmp/kiln-api-test.txt\"},"

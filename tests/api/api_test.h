@@ -59,6 +59,9 @@ json_t *at_req_want(const char *method, const char *path, const char *body, long
 /* POSTs a small valid spec named name with tags_json (an object, or NULL); returns the job id
  * (caller frees). key: Idempotency-Key or NULL. Asserts 201/200. */
 char *at_create_job(const char *name, const char *tags_json, const char *key);
+/* Creates user name (as the cluster admin) with a token, its secret copied into out (n bytes),
+ * and, when project is not NULL, a role in it. */
+void at_user_token(const char *name, const char *project, const char *role, char *out, size_t n);
 const char *at_good_spec(void);   /* static text of a small valid spec */
 
 /* Heartbeats the fixture's worker until it is assigned job_id (asserts within 10 s), reports

@@ -93,22 +93,6 @@ static json_t *as_admin(const char *method, const char *path, const char *body, 
     return at_req_want(method, path, body, want);
 }
 
-/* A user with a token (into out) and a role in project. */
-static void user(const char *name, const char *project, const char *role, char *out, size_t n)
-{
-    char body[128], path[160];
-    snprintf(body, sizeof(body), "{\"name\": \"%s\"}", name);
-    json_decref(as_admin("POST", "/v1/users", body, 201));
-    snprintf(path, sizeof(path), "/v1/users/%s/tokens", name);
-    json_t *t = as_admin("POST", path, "{}", 201);
-    kiln_strlcpy(out, json_string_value(json_object_get(t, "token")), n);
-    json_decref(t);
-    if (project) {
-        snprintf(body, sizeof(body), "{\"role\": \"%s\"}", role);
-        snprintf(path, sizeof(path), "/v1/projects/%s/members/%s", project, name);
-        json_decref(as_admin("PUT", path, body, 200));
-    }
-}
 
 static long get_code(const char *digest, const char *project, const char *token, char **out, size_t *len)
 {
@@ -160,9 +144,9 @@ Test(code, an_archive_is_visible_only_to_the_projects_that_uploaded_it)
 {
     json_decref(as_admin("POST", "/v1/projects", "{\"name\": \"other\"}", 201));
     char bob[128], carol[128], dave[128];
-    user("bob", "other", "editor", bob, sizeof(bob));
-    user("carol", "default", "viewer", carol, sizeof(carol));
-    user("dave", NULL, NULL, dave, sizeof(dave));
+    at_user_token("bob", "other", "editor", bob, sizeof(bob));
+    at_user_token("carol", "default", "viewer", carol, sizeof(carol));
+    at_user_token("dave", NULL, NULL, dave, sizeof(dave));
     bytes_t b = packed("vis");
     char sha[KILN_SHA256_HEX];
     kiln_sha256_hex(b.p, b.n, sha);

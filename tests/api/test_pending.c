@@ -228,15 +228,9 @@ Test(pending, names_no_job_of_another_project)
 /* A user of role viewer in project with a token; copies the token's Authorization header into auth. */
 static void viewer_of(const char *project, const char *user, char *auth, size_t n)
 {
-    char body[160], path[160];
-    snprintf(body, sizeof body, "{\"name\": \"%s\"}", user);
-    json_decref(req("POST", "/v1/users", body, 201));
-    snprintf(path, sizeof path, "/v1/projects/%s/members/%s", project, user);
-    json_decref(req("PUT", path, "{\"role\": \"viewer\"}", 200));
-    snprintf(path, sizeof path, "/v1/users/%s/tokens", user);
-    json_t *t = req("POST", path, "{}", 201);
-    snprintf(auth, n, "Authorization: Bearer %s", json_string_value(json_object_get(t, "token")));
-    json_decref(t);
+    char token[128];
+    at_user_token(user, project, "viewer", token, sizeof token);
+    snprintf(auth, n, "Authorization: Bearer %s", token);
 }
 
 /* What a member (auth) reads of job id: the job and its events, as one text (caller frees). */

@@ -639,17 +639,9 @@ Test(queues, only_cluster_admins_manage_queues)
  * Authorization header into auth. */
 static void member_auth(const char *user, const char *project, char *auth, size_t n)
 {
-    char body[64], path[160];
-    snprintf(body, sizeof body, "{\"name\": \"%s\"}", user);
-    json_decref(req("POST", "/v1/users", body, 201));
-    if (project) {
-        snprintf(path, sizeof path, "/v1/projects/%s/members/%s", project, user);
-        json_decref(req("PUT", path, "{\"role\": \"viewer\"}", 200));
-    }
-    snprintf(path, sizeof path, "/v1/users/%s/tokens", user);
-    json_t *t = req("POST", path, "{}", 201);
-    snprintf(auth, n, "Authorization: Bearer %s", json_string_value(json_object_get(t, "token")));
-    json_decref(t);
+    char token[128];
+    at_user_token(user, project, "viewer", token, sizeof token);
+    snprintf(auth, n, "Authorization: Bearer %s", token);
 }
 
 /* The projects of queue name as the caller whose header is auth reads them, by GET /v1/queues and
