@@ -471,6 +471,21 @@ Test(sandbox, a_link_is_shown_only_where_it_leads_is)
     cr_assert_eq(system(cmd), 0);
 }
 
+/* Makes dir/shown (a directory a test's boxes show) and dir/hidden (one they do not) and an empty
+ * executable dir/hidden/python3 (into real): the Python a --python can lead to out of the boxes.
+ * Each buffer holds PATH_MAX + 16 bytes or more. */
+static void python_beyond_boxes(char *shown, char *hidden, char *real)
+{
+    snprintf(shown, PATH_MAX + 16, "%s/shown", dir);
+    snprintf(hidden, PATH_MAX + 16, "%s/hidden", dir);
+    cr_assert_eq(mkdir(shown, 0755), 0);
+    cr_assert_eq(mkdir(hidden, 0755), 0);
+    snprintf(real, PATH_MAX + 16, "%s/python3", hidden);
+    int fd = open(real, O_WRONLY | O_CREAT | O_EXCL, 0755);
+    cr_assert_geq(fd, 0);
+    close(fd);
+}
+
 /* The agent's start: a --python that links out of what the boxes show is told apart, and the
  * warning names it as given and where it leads. */
 Test(sandbox, an_agent_warns_of_a_python_that_links_out_of_the_boxes)
@@ -480,14 +495,7 @@ Test(sandbox, an_agent_warns_of_a_python_that_links_out_of_the_boxes)
     char *bin = program("*)\n  true;;\n");
     snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
     snprintf(state, sizeof(state), "%s-state", dir);
-    snprintf(shown, sizeof(shown), "%s/shown", dir);
-    snprintf(hidden, sizeof(hidden), "%s/hidden", dir);
-    cr_assert_eq(mkdir(shown, 0755), 0);
-    cr_assert_eq(mkdir(hidden, 0755), 0);
-    snprintf(real, sizeof(real), "%s/python3", hidden);
-    int fd = open(real, O_WRONLY | O_CREAT | O_EXCL, 0755);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    python_beyond_boxes(shown, hidden, real);
     snprintf(link, sizeof(link), "%s/python3", shown);
     cr_assert_eq(symlink(real, link), 0);
     const char *ro[] = {shown};
@@ -519,14 +527,7 @@ Test(sandbox, a_jobs_reason_names_a_hidden_python_as_given)
     char *bin = program("*)\n  true;;\n");
     snprintf(bin_copy, sizeof(bin_copy), "%s", bin);
     snprintf(state, sizeof(state), "%s-state", dir);
-    snprintf(shown, sizeof(shown), "%s/shown", dir);
-    snprintf(hidden, sizeof(hidden), "%s/hidden", dir);
-    cr_assert_eq(mkdir(shown, 0755), 0);
-    cr_assert_eq(mkdir(hidden, 0755), 0);
-    snprintf(real, sizeof(real), "%s/python3", hidden);
-    int fd = open(real, O_WRONLY | O_CREAT | O_EXCL, 0755);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    python_beyond_boxes(shown, hidden, real);
     /* --python shown/bin/python3, where shown/bin leads to hidden */
     snprintf(alias, sizeof(alias), "%s/bin", shown);
     cr_assert_eq(symlink(hidden, alias), 0);
