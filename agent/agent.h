@@ -65,16 +65,22 @@ void agent_points_push(agent_points_t *p, const agent_point_t *pt);
 void agent_points_clear(agent_points_t *p); /* n = 0, keeps the memory */
 void agent_points_free(agent_points_t *p);
 
+/* What a metric record held that gave no point, for the job's log. */
+typedef struct agent_metric_left {
+    size_t nonfinite;              /* NaN and infinities (kiln keeps finite values only) */
+    agent_point_t first_nonfinite; /* the first of them, when nonfinite */
+    size_t skipped;                /* entries rank_metric_parse left out (rank_metric_record_t.skipped) */
+    char skipped_first[64];        /* the name of the first of them, when skipped */
+} agent_metric_left_t;
+
 /* Parses one metric record line (rank_metric_parse: {"step": N, "time": S, "metrics": {"name":
  * value, ...}}) and appends one point per finite metric to out, tagged with rank. A missing step
  * uses *last_step; a missing time uses now. *last_step (IN/OUT) is updated to the record's step.
- * Entries that are not numbers are skipped. NaN and infinities are not points (kiln keeps
- * finite values only): *n_nonfinite (OUT, may be NULL) counts them and *first_nonfinite (OUT,
- * may be NULL) is the first of them. Returns 0, or KILN_EFORMAT with err saying what is wrong
+ * *left (OUT, may be NULL) says what gave no point: entries that are not numbers or whose names
+ * kiln refuses, and NaN and infinities. Returns 0, or KILN_EFORMAT with err saying what is wrong
  * (nothing is appended then). */
 int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_step,
-                        agent_points_t *out, size_t *n_nonfinite, agent_point_t *first_nonfinite,
-                        kiln_err_t *err);
+                        agent_points_t *out, agent_metric_left_t *left, kiln_err_t *err);
 
 /* Metric definitions: PCRE2 patterns over a rank's log lines (kiln_metric_regex_compile says
  * which they may be): a match gives a point whose value is the first capture group that is not

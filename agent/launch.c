@@ -83,6 +83,7 @@ struct lrank {
     int64_t last_step;           /* of its last metric record (a record without a step takes it) */
     agent_metric_cursor_t mcur;  /* where its regex matches take their steps (step marks, counts) */
     bool nonfinite_noted;        /* the job's log was told this rank reported NaN or infinity */
+    bool refused_noted;          /* ... that a metric record or entry of this rank was refused */
     char last_err[512];
     char tail[LAUNCH_TAIL_LINES][LAUNCH_TAIL_BYTES]; /* its last stderr lines, a ring */
     int ntail;                   /* lines written into the ring, in all */
@@ -177,32 +178,49 @@ static void on_rank_line(void *ud, const char *line, size_t len, bool truncated)
     int64_t now = kiln_now_us();
     char *marked = NULL;
     if (c->kind == PIPE_METRICS) {
-        if (truncated) {
-            log_warn("job %s rank %d: metric record longer than 1 MiB ignored", r->job->job_id, r->rank);
-            return;
-        }
         if (len == 0)
             return;
         kiln_err_t err;
-        size_t nonfinite = 0;
-        agent_point_t bad;
+        agent_metric_left_t left;
         agent_points_clear(&l->pts);
-        if (agent_metric_parse(line, len, r->rank, &r->last_step, &l->pts, &nonfinite, &bad, &err) != 0) {
-            log_warn("job %s rank %d: malformed metric record ignored: %s", r->job->job_id, r->rank,
-                     err.message);
+        char note[400];
+        size_t n = 0;
+        if (truncated) {
+            log_warn("job %s rank %d: metric record longer than 1 MiB ignored", r->job->job_id, r->rank);
+            if (!r->refused_noted && l->cbs.on_line) {
+                n = kiln_text_fmt(note, sizeof(note), "[kiln-agent] rank %d wrote a metric record longer than 1 MiB; "
+                                  "its points are left out (said once per rank)", r->rank);
+                l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, AGENT_STREAM_STDERR, now, note, n);
+            }
+            r->refused_noted = true;
             return;
         }
+        if (agent_metric_parse(line, len, r->rank, &r->last_step, &l->pts, &left, &err) != 0) {
+            log_warn("job %s rank %d: malformed metric record ignored: %s", r->job->job_id, r->rank,
+                     err.message);
+            if (!r->refused_noted)
+                n = kiln_text_fmt(note, sizeof(note), "[kiln-agent] rank %d wrote a metric record kiln cannot read "
+                                  "(%s); its points are left out (said once per rank)", r->rank, err.message);
+            r->refused_noted = true;
+        } else if (left.skipped && !r->refused_noted) {
+            r->refused_noted = true;
+            n = kiln_text_fmt(note, sizeof(note), "[kiln-agent] rank %d wrote %zu metric%s kiln cannot keep (the "
+                              "first: \"%s\"): a name has 1 to %d bytes and no control characters, a value is a "
+                              "number; such entries are left out (said once per rank)", r->rank, left.skipped,
+                              left.skipped == 1 ? "" : "s", left.skipped_first, RANK_METRIC_NAME_MAX);
+        }
+        if (n && l->cbs.on_line)
+            l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, AGENT_STREAM_STDERR, now, note, n);
         if (l->pts.n && l->cbs.on_points)
             l->cbs.on_points(l->cbs.ud, r->job->job_id, r->job->attempt, l->pts.v, l->pts.n);
-        if (nonfinite && !r->nonfinite_noted && l->cbs.on_line) {
+        if (left.nonfinite && !r->nonfinite_noted && l->cbs.on_line) {
             /* said once per rank in the job's own log: a NaN is news to whoever trains */
             r->nonfinite_noted = true;
-            char note[300];
-            int n = snprintf(note, sizeof(note), "[kiln-agent] rank %d reported %s = %g at step %lld; kiln keeps "
-                             "finite metric values only, so such points are left out (said once per rank)",
-                             r->rank, bad.name, bad.value, (long long)bad.step);
-            l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, AGENT_STREAM_STDERR, now, note,
-                           (size_t)KILN_MIN(n, (int)sizeof(note) - 1));
+            const agent_point_t *bad = &left.first_nonfinite;
+            n = kiln_text_fmt(note, sizeof(note), "[kiln-agent] rank %d reported %s = %g at step %lld; kiln keeps "
+                              "finite metric values only, so such points are left out (said once per rank)",
+                              r->rank, bad->name, bad->value, (long long)bad->step);
+            l->cbs.on_line(l->cbs.ud, r->job->job_id, r->job->attempt, r->rank, AGENT_STREAM_STDERR, now, note, n);
         }
         return;
     }

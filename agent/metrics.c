@@ -46,11 +46,13 @@ void agent_points_free(agent_points_t *p)
 }
 
 int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_step,
-                        agent_points_t *out, size_t *n_nonfinite, agent_point_t *first_nonfinite,
-                        kiln_err_t *err)
+                        agent_points_t *out, agent_metric_left_t *left, kiln_err_t *err)
 {
     rank_metric_record_t rec;
-    size_t nonfinite = 0;
+    agent_metric_left_t none;
+    if (!left)
+        left = &none;
+    memset(left, 0, sizeof(*left));
     int rc = rank_metric_parse(line, len, &rec, err);
     if (rc == 0) {
         int64_t step = rec.has_step ? rec.step : *last_step;
@@ -59,16 +61,16 @@ int agent_metric_parse(const char *line, size_t len, int rank, int64_t *last_ste
             agent_point_t pt = {.rank = rank, .step = step, .value = rec.v[i].value, .time_us = time_us};
             kiln_strlcpy(pt.name, rec.v[i].name, sizeof(pt.name));
             if (!isfinite(pt.value)) {
-                if (nonfinite++ == 0 && first_nonfinite)
-                    *first_nonfinite = pt;
+                if (left->nonfinite++ == 0)
+                    left->first_nonfinite = pt;
                 continue;
             }
             agent_points_push(out, &pt);
         }
+        left->skipped = rec.skipped;
+        kiln_strlcpy(left->skipped_first, rec.skipped_first, sizeof(left->skipped_first));
         *last_step = step;
     }
-    if (n_nonfinite)
-        *n_nonfinite = nonfinite;
     rank_metric_record_deinit(&rec);
     return rc;
 }

@@ -213,6 +213,16 @@ size_t kiln_utf8_copy(char *dst, size_t cap, const char *src, size_t n);
  * gRPC refuses. Returns the bytes written. */
 size_t kiln_text_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 size_t kiln_text_vfmt(char *buf, size_t n, const char *fmt, va_list ap);
+/* Length of the terminal control character at p (of n bytes left): 1 for a C0 control (tab and
+ * newline included) or DEL, 2 for a C1 control (U+0080 to U+009F: 8-bit CSI, OSC, ...), 3 for a
+ * bidirectional embedding, override or isolate (U+202A to U+202E, U+2066 to U+2069); 0 when p
+ * starts none of them. These are what can rewrite what a terminal shows (ESC [ and ESC ]
+ * sequences, BEL, CR overwrites, a window title, the clipboard) or reorder text on screen: kilnd
+ * refuses them in names and one-line texts (kiln_text_control_at), and the CLI escapes them in
+ * everything it prints. */
+size_t kiln_text_control(const unsigned char *p, size_t n);
+/* Offset of the first terminal control character (kiln_text_control) in s[0..n), or n. */
+size_t kiln_text_control_at(const char *s, size_t n);
 /* Parses a whole string as a decimal integer: an optional '-' and digits only (no '+', no
  * spaces, no hexadecimal), within int64. Returns 0 or KILN_EINVAL. */
 int kiln_parse_int64(const char *s, int64_t *out);

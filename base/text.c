@@ -1,6 +1,7 @@
 /* text.c - what kiln accepts as text and as numbers written in text: one UTF-8 decoder (used to
  * check client input, to sanitise ranks' output and to write COPY data), formatting that never
- * leaves a character cut in half, and a strict decimal integer parser. No allocation, no locale. */
+ * leaves a character cut in half, a strict decimal integer parser, and which characters are
+ * terminal controls (refused in names, escaped by the CLI). No allocation, no locale. */
 #include "base/base.h"
 
 #include <stdarg.h>
@@ -111,6 +112,29 @@ size_t kiln_utf8_check(const char *s, size_t n)
             return i;
         i += k;
     }
+    return n;
+}
+
+size_t kiln_text_control(const unsigned char *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (p[0] < 0x20 || p[0] == 0x7f)
+        return 1;
+    if (n >= 2 && p[0] == 0xC2 && p[1] >= 0x80 && p[1] <= 0x9F)
+        return 2;
+    if (n >= 3 && p[0] == 0xE2 && ((p[1] == 0x80 && p[2] >= 0xAA && p[2] <= 0xAE) ||
+                                   (p[1] == 0x81 && p[2] >= 0xA6 && p[2] <= 0xA9)))
+        return 3;
+    return 0;
+}
+
+size_t kiln_text_control_at(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n; i++)
+        if (kiln_text_control(p + i, n - i))
+            return i;
     return n;
 }
 

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct cli_command {
     const char *name;
@@ -549,7 +550,7 @@ int cli_parse_globals(int argc, char **argv, cli_globals_t *g, char **args, int 
     return 0;
 }
 
-int cli_main(int argc, char **argv)
+static int cli_run(int argc, char **argv, FILE *data_out)
 {
     int rc = CLI_EXIT_OK;
     char **args = calloc((size_t)argc + 1, sizeof(char *));
@@ -619,6 +620,7 @@ int cli_main(int argc, char **argv)
     }
     cli_client_t client;
     cli_client_init(&client, &settings);
+    client.data_out = data_out;
     client.output = CLI_OUT_TABLE;
     if (g.output && !cli_output_parse(g.output, &client.output)) {
         rc = cli_usage_error(NULL, "unknown output format \"%s\": use table, wide, json, yaml or name", g.output);
@@ -643,6 +645,31 @@ int cli_main(int argc, char **argv)
 done:
     free(args);
     fflush(stdout);
+    return rc;
+}
+
+int cli_main(int argc, char **argv)
+{
+    /* What others wrote (a job's reason, a log line, a tag, kilnd's messages quoting them) reaches
+     * this terminal only through cli_term_open's streams, so that no escape sequence in it can
+     * rewrite the screen, set the window title or the clipboard. glibc's stdout and stderr are
+     * variables a program may set; they are put back before returning. */
+    FILE *out = stdout, *errs = stderr;
+    FILE *t_out = cli_term_open(out, isatty(fileno(out)) ? _IOLBF : _IOFBF);
+    FILE *t_err = t_out ? cli_term_open(errs, _IONBF) : NULL;
+    if (!t_out || !t_err) {
+        if (t_out)
+            fclose(t_out);
+        fprintf(stderr, "error: out of memory\n");
+        return CLI_EXIT_ERROR;
+    }
+    stdout = t_out;
+    stderr = t_err;
+    int rc = cli_run(argc, argv, out);
+    stdout = out;
+    stderr = errs;
+    fclose(t_out);
+    fclose(t_err);
     return rc;
 }
 

@@ -175,6 +175,13 @@ void cli_print_artifacts(FILE *out, const json_t *reply, bool wide);
 void cli_print_checkpoints(FILE *out, const json_t *reply, bool wide);
 /* Prints one log line object as "[rank N] line" ("[rank N, attempt A] line" for attempts > 1). */
 void cli_print_log_line(FILE *out, const json_t *line);
+/* A stream (caller owns; fclose it) that writes what it is given on to dst (borrowed; it must
+ * outlive the stream) with every terminal control character (kiln_text_control: ESC, BEL, CR,
+ * other C0 and C1 codes, DEL, bidirectional overrides) written as the visible escape \uXXXX and
+ * any byte that is not UTF-8 as \xHH; newline and tab pass. Text JSON already escapes stays the
+ * same JSON. mode: the stream's buffering (_IOFBF, _IOLBF, _IONBF); each write it passes on is
+ * flushed to dst. NULL when out of memory. */
+FILE *cli_term_open(FILE *dst, int mode);
 /* Identity replies (GET /v1/whoami, /v1/users, /v1/users/{name}/tokens, /v1/projects,
  * /v1/projects/{p}/members). whoami: login_from says where the token came from ("" to leave the
  * line out). tokens: each with its kind, state and lineage (CREATED-BY, PARENT; "-" for none).

@@ -14,7 +14,10 @@ typedef struct cli_client {
     long timeout_ms;         /* bound for one non-streaming request */
     bool json;               /* -o json|yaml (or --json): print the API's replies instead of tables */
     cli_output_t output;     /* which of table, wide, json, yaml */
+    FILE *data_out;          /* stdout as it is, for bytes that are data (a download to "-"); stdout
+                                itself escapes terminal controls (cli_term_open). Borrowed. */
 } cli_client_t;
+
 
 /* Sets up a client with the resolved settings s (copied). */
 void cli_client_init(cli_client_t *c, const cli_settings_t *s);

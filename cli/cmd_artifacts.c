@@ -14,7 +14,7 @@ int cli_download_checked(cli_client_t *c, const char *path, const char *label, c
     kiln_err_clear(&err);
     char tmp[4200], etag[80], got[KILN_SHA256_HEX];
     bool to_stdout = !strcmp(file, "-");
-    FILE *out = stdout;
+    FILE *out = c->data_out ? c->data_out : stdout; /* the bytes as they are, not escaped as text */
     if (!to_stdout) {
         if (snprintf(tmp, sizeof(tmp), "%s.part", file) >= (int)sizeof(tmp)) {
             kiln_err_set(&err, KILN_EINVAL, "-o", "the file name is too long");
@@ -34,7 +34,7 @@ int cli_download_checked(cli_client_t *c, const char *path, const char *label, c
         rc = kiln_err_set(&err, KILN_ECHECKSUM, NULL, "the download of %s has SHA-256 %s, but kilnd says its SHA-256 "
                           "is %s: it was damaged on the way", label, got, etag[0] ? etag : "(none)");
     if (to_stdout) {
-        fflush(stdout);
+        fflush(out);
     } else {
         if (fclose(out) != 0 && rc == 0)
             rc = kiln_err_set(&err, KILN_EIO, "-o", "could not write %s: %s", tmp, strerror(errno));

@@ -67,10 +67,9 @@ static void on_line(void *ud, const char *line, size_t len, bool truncated)
     if (truncated || len == 0)
         return;
     kiln_err_t err;
-    size_t nonfinite = 0;
-    agent_point_t bad;
+    agent_metric_left_t left;
     agent_points_clear(&c->pts);
-    int rc = agent_metric_parse(line, len, 3, &c->last_step, &c->pts, &nonfinite, &bad, &err);
+    int rc = agent_metric_parse(line, len, 3, &c->last_step, &c->pts, &left, &err);
     if (rc) {
         FUZZ_CHECK(rc == KILN_EFORMAT && c->pts.n == 0);
         return;
@@ -80,14 +79,16 @@ static void on_line(void *ud, const char *line, size_t len, bool truncated)
         size_t nl = strlen(p->name);
         FUZZ_CHECK(nl >= 1 && nl <= RANK_METRIC_NAME_MAX);
         FUZZ_CHECK(kiln_utf8_check(p->name, nl) == nl);
+        FUZZ_CHECK(kiln_text_control_at(p->name, nl) == nl);
         FUZZ_CHECK(isfinite(p->value) && p->rank == 3 && p->step == c->last_step);
     }
-    if (nonfinite) {
+    if (left.nonfinite) {
         /* the note the agent writes into the job's log */
         char note[300];
-        snprintf(note, sizeof(note), "rank %d reported %s = %g at step %lld", bad.rank, bad.name, bad.value,
-                 (long long)bad.step);
-        FUZZ_CHECK(!isfinite(bad.value));
+        const agent_point_t *bad = &left.first_nonfinite;
+        snprintf(note, sizeof(note), "rank %d reported %s = %g at step %lld", bad->rank, bad->name, bad->value,
+                 (long long)bad->step);
+        FUZZ_CHECK(!isfinite(bad->value));
     }
     check_round_trip(line, len);
 }

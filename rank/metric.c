@@ -70,39 +70,6 @@ static bool time_ok(double t)
     return t >= 0 && t < RANK_METRIC_TIME_MAX; /* false for NaN too */
 }
 
-/* Whether s[0..n) is valid UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF). */
-static bool utf8_ok(const unsigned char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t k;
-        unsigned min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            k = 1, min = 0x80, c &= 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            k = 2, min = 0x800, c &= 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            k = 3, min = 0x10000, c &= 0x07;
-        } else {
-            return false;
-        }
-        if (i + k >= n)
-            return false;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80)
-                return false;
-            c = (c << 6) | (s[i + j] & 0x3f);
-        }
-        if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
-
 static void sb_json_string(sbuf_t *b, const char *s)
 {
     sb_put(b, "\"", 1);
@@ -130,8 +97,10 @@ int rank_metric_format(int64_t step, double time_s, const char *const *names, co
         if (nl == 0 || nl > RANK_METRIC_NAME_MAX)
             return kiln_err_set(err, KILN_EINVAL, "metrics", "metric %zu: a name must be 1 to %d bytes, not %zu (\"%.40s%s\")",
                                 i, RANK_METRIC_NAME_MAX, nl, name, nl > 40 ? "..." : "");
-        if (!utf8_ok((const unsigned char *)name, nl))
+        if (kiln_utf8_check(name, nl) < nl)
             return kiln_err_set(err, KILN_EINVAL, "metrics", "metric %zu: the name is not valid UTF-8", i);
+        if (kiln_text_control_at(name, nl) < nl)
+            return kiln_err_set(err, KILN_EINVAL, "metrics", "metric %zu: the name has a control character", i);
     }
     if (!time_ok(time_s))
         return kiln_err_set(err, KILN_EINVAL, "time", "metric record time %g is not a Unix time in seconds (1970 to 9999)",
@@ -272,8 +241,9 @@ int rank_metric_parse(const char *line, size_t len, rank_metric_record_t *out, k
     json_object_foreach(metrics, key, val) {
         size_t kl = strlen(key);
         double v;
-        if (kl == 0 || kl > RANK_METRIC_NAME_MAX || !metric_value(val, &v)) {
-            out->skipped++;
+        if (kl == 0 || kl > RANK_METRIC_NAME_MAX || kiln_text_control_at(key, kl) < kl || !metric_value(val, &v)) {
+            if (out->skipped++ == 0)
+                kiln_utf8_copy(out->skipped_first, sizeof(out->skipped_first), key, kl);
             continue;
         }
         rank_metric_t *m = &out->v[out->n++];

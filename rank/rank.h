@@ -311,13 +311,15 @@ typedef struct rank_metric_record {
     rank_metric_t *v;            /* heap; release with rank_metric_record_deinit */
     size_t n;
     size_t skipped;              /* entries left out: not a number (nor a non-finite spelling),
-                                  * or a name empty or longer than RANK_METRIC_NAME_MAX */
+                                  * or a name empty, longer than RANK_METRIC_NAME_MAX or with a
+                                  * terminal control character (kiln_text_control) */
+    char skipped_first[64];      /* the name of the first entry left out, cut (valid UTF-8) */
 } rank_metric_record_t;
 
 /* Formats one record (newline-terminated) into a heap string: step, time_s (Unix seconds) and
- * names[i] = vals[i] for i < n. Names are 1..RANK_METRIC_NAME_MAX bytes of UTF-8 and are
- * escaped as JSON needs. Caller owns *out (free()); *len (OUT) its length. Returns 0, KILN_EINVAL
- * (a name empty, too long or not UTF-8, or the record longer than RANK_METRIC_RECORD_MAX: err
+ * names[i] = vals[i] for i < n. Names are 1..RANK_METRIC_NAME_MAX bytes of UTF-8 without terminal
+ * control characters and are escaped as JSON needs. Caller owns *out (free()); *len (OUT) its
+ * length. Returns 0, KILN_EINVAL (a name empty, too long, not UTF-8 or with a control character, or the record longer than RANK_METRIC_RECORD_MAX: err
  * names the metric; time_s not in [0, RANK_METRIC_TIME_MAX); nothing is formatted) or
  * KILN_ENOMEM. */
 int rank_metric_format(int64_t step, double time_s, const char *const *names, const double *vals,

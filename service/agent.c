@@ -591,15 +591,15 @@ static int register_check(const Kiln__RegisterRequest *req, char id[STORE_WORKER
     if (req->slots < 0 || req->slots > 4096)
         return kiln_err_set(err, KILN_EINVAL, "slots", "slots must be between 0 and 4096, got %d", req->slots);
     int crc = 0;
-    if ((crc = svc_check_str("worker_id", req->worker_id, 63, err)) ||
-        (crc = svc_check_str("hostname", req->hostname, 255, err)) ||
-        (crc = svc_check_str("address", req->address, 255, err)) ||
-        (crc = svc_check_str("version", req->version, 128, err)) ||
+    if ((crc = svc_check_line("worker_id", req->worker_id, 63, err)) ||
+        (crc = svc_check_line("hostname", req->hostname, 255, err)) ||
+        (crc = svc_check_line("address", req->address, 255, err)) ||
+        (crc = svc_check_line("version", req->version, 128, err)) ||
         (crc = req->n_gpus > 64 ? kiln_err_set(err, KILN_EINVAL, "gpus", "a worker may list at most 64 GPUs, "
                                                "got %zu", req->n_gpus) : 0))
         return crc;
     for (size_t i = 0; i < req->n_gpus; i++)
-        if ((crc = svc_check_str("gpus", req->gpus[i], 256, err)))
+        if ((crc = svc_check_line("gpus", req->gpus[i], 256, err)))
             return crc;
     if (req->worker_id && *req->worker_id) {
         /* 63 characters (checked above) may still be more bytes than a worker id holds */

@@ -66,6 +66,22 @@ int svc_check_str(const char *field, const char *s, size_t max_chars, kiln_err_t
     return s ? svc_check_text(field, s, strlen(s), max_chars, err) : 0;
 }
 
+int svc_check_line(const char *field, const char *s, size_t max_chars, kiln_err_t *err)
+{
+    int rc = svc_check_str(field, s, max_chars, err);
+    if (rc || !s)
+        return rc;
+    size_t len = strlen(s), at = kiln_text_control_at(s, len);
+    if (at == len)
+        return 0;
+    char q[200];
+    quote(s, len, q, sizeof(q));
+    kiln_err_set(err, KILN_EINVAL, field, "%s has a control character (byte %zu of \"%s\")", field, at, q);
+    kiln_err_hint(err, "write %s on one line without control characters (tab, CR, ESC and other C0 or C1 codes, "
+                       "DEL) or bidirectional overrides (U+202A to U+202E, U+2066 to U+2069)", field);
+    return KILN_EINVAL;
+}
+
 int svc_check_int_text(const char *field, const char *text, int64_t lo, int64_t hi, int64_t *out, kiln_err_t *err)
 {
     int64_t v = 0;

@@ -153,7 +153,7 @@ int svc_token_create(svc_t *s, const svc_caller_t *who, const char *user, int64_
                      TOKEN_MAX_LIFETIME_S, (long long)expires_in_s);
         return KILN_EINVAL;
     }
-    int crc = svc_check_str("description", description, 200, err);
+    int crc = svc_check_line("description", description, 200, err);
     if (crc)
         return crc;
     /* The caller's token is the new one's parent (none for kilnd's own calls and --no-auth). */

@@ -219,7 +219,7 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
     for (size_t i = 0; i < batch->n_points; i++) {
         if (!batch->points[i] || !batch->points[i]->name || !batch->points[i]->name[0])
             return kiln_err_set(err, KILN_EINVAL, "points", "metric point %zu has no name", i);
-        int crc = svc_check_str("points.name", batch->points[i]->name, 127, err);
+        int crc = svc_check_line("points.name", batch->points[i]->name, 127, err);
         if (crc)
             return crc;
     }

@@ -618,7 +618,7 @@ int svc_job_stop(svc_t *s, const svc_caller_t *who, const char *id, const char *
     char why[512];
     *out = NULL;
     JOB_RESOLVE(s, who, id, err);
-    int rc = svc_check_str("reason", reason, 200, err);
+    int rc = svc_check_line("reason", reason, 200, err);
     if (rc)
         return rc;
     if (who->user[0])

@@ -100,7 +100,7 @@ int svc_join_token_create(svc_t *s, const svc_caller_t *who, const int64_t *uses
             return KILN_EINVAL;
         }
     }
-    if ((rc = svc_check_str("description", description, 200, err)))
+    if ((rc = svc_check_line("description", description, 200, err)))
         return rc;
     char secret[128], id[32];
     uint8_t hash[STORE_HASH_LEN];

@@ -71,6 +71,11 @@ void svc_destroy(svc_t *s);
 int svc_check_text(const char *field, const char *s, size_t len, size_t max_chars, kiln_err_t *err);
 /* svc_check_text for a NUL-terminated string. */
 int svc_check_str(const char *field, const char *s, size_t max_chars, kiln_err_t *err);
+/* svc_check_str, and no terminal control character (kiln_text_control: C0 controls, tab and
+ * newline included, DEL, C1 controls, bidirectional overrides): for names and one-line texts that
+ * others see (a reason, a description, a tag, a metric's or a worker's name), which may not rewrite
+ * what their terminals show. Free text (log lines) is kept as sent; the CLI escapes it. */
+int svc_check_line(const char *field, const char *s, size_t max_chars, kiln_err_t *err);
 /* text must be a whole decimal integer in [lo, hi]: digits with an optional '-', nothing else
  * (no '+', spaces, fraction or exponent). *out (OUT) on success. */
 int svc_check_int_text(const char *field, const char *text, int64_t lo, int64_t hi, int64_t *out,

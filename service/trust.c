@@ -82,7 +82,7 @@ int svc_worker_remove(svc_t *s, const svc_caller_t *who, const char *id, bool ba
     if (rc == 0)
         rc = svc_check_str("id", id, 63, err);
     if (rc == 0)
-        rc = svc_check_str("reason", reason, 200, err);
+        rc = svc_check_line("reason", reason, 200, err);
     if (rc)
         return rc;
     if (!ban && reason && *reason) {

@@ -54,16 +54,11 @@ int spec_input_path(char *buf, const char *field, kiln_err_t *err)
     return normalize_path(buf, SPEC_PATH, field, err);
 }
 
-/* Text without control characters (jansson already checked it is UTF-8); len is the JSON
- * string's length, so an embedded NUL ("\u0000") is caught. */
+/* Text without terminal control characters (kiln_text_control; jansson already checked it is
+ * UTF-8); len is the JSON string's length, so an embedded NUL ("\u0000") is caught. */
 static bool plain_text(const char *s, size_t len)
 {
-    if (strlen(s) != len)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return false;
-    return true;
+    return kiln_text_control_at(s, len) == len;
 }
 
 /* ---- SageMaker's spellings and the engine's refusals ------------------------------------------ */

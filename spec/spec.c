@@ -681,10 +681,16 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
         json_object_foreach(tags, k, v) {
             char f[96];
             snprintf(f, sizeof(f), "tags.%.80s", k);
-            if (!k[0] || strlen(k) >= sizeof(s->tag_keys[0]) || strchr(k, ':') || strchr(k, ','))
-                return invalid(err, f, "use short keys without ':' or ','", "tag key \"%.80s\" is empty, too long or contains ':' or ','", k);
-            if (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof(s->tag_values[0]))
+            if (!k[0] || strlen(k) >= sizeof(s->tag_keys[0]) || strchr(k, ':') || strchr(k, ',') ||
+                kiln_text_control_at(k, strlen(k)) < strlen(k))
+                return invalid(err, f, "use short keys without ':', ',' or control characters",
+                               "tag key \"%.80s\" is empty, too long or contains ':', ',' or a control character", k);
+            if (!json_is_string(v) || json_string_length(v) >= sizeof(s->tag_values[0]))
                 return invalid(err, f, NULL, "%s must be a string of at most %zu characters", f, sizeof(s->tag_values[0]) - 1);
+            if (kiln_text_control_at(json_string_value(v), json_string_length(v)) < json_string_length(v))
+                return invalid(err, f, "write the value on one line without control characters (tab, CR, ESC, other "
+                               "C0 or C1 codes, DEL) or bidirectional overrides (U+202A to U+202E, U+2066 to U+2069)",
+                               "%s has a control character", f);
             kiln_strlcpy(s->tag_keys[s->n_tags], k, sizeof(s->tag_keys[0]));
             kiln_strlcpy(s->tag_values[s->n_tags], json_string_value(v), sizeof(s->tag_values[0]));
             s->n_tags++;

@@ -119,7 +119,14 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         cr_assert_eq(got_loss, 1, "the metric record of rank %d", rank);
         cr_assert_eq(got_val, 1, "the metric definition on rank %d's log, at the step of the mark before it", rank);
     }
-    cr_assert_eq(R.nlines, 16, "8 lines per rank, nothing else: not the step mark (got %d)", R.nlines);
+    cr_assert_eq(R.nlines, 18, "9 lines per rank, nothing else: not the step mark (got %d)", R.nlines);
+    for (int rank = 4; rank <= 5; rank++) {
+        char want[128];
+        snprintf(want, sizeof(want), "[kiln-agent] rank %d wrote a metric record kiln cannot read (", rank);
+        const ev_line_t *note = lf_find_line(rank, want);
+        cr_assert_not_null(note, "the record that is not JSON is said once in the job's log, not only the agent's");
+        cr_assert_eq(note->stream, AGENT_STREAM_STDERR);
+    }
     for (int i = 0; i < 2; i++) {
         ev_exit_t *e = &R.exits[i];
         cr_assert_eq(e->code, 3);
@@ -129,7 +136,7 @@ Test(launch, fake_rank_gets_its_environment_and_everything_it_writes)
         cr_assert_str_eq(e->reason, want, "the last stderr line is the reason");
     }
     /* every line and point of both ranks arrived before the last exit */
-    cr_assert_eq(R.exits[1].lines_before, 16);
+    cr_assert_eq(R.exits[1].lines_before, 18);
     cr_assert_eq(R.exits[1].points_before, 4);
     char path[512];
     snprintf(path, sizeof(path), "%s/jobs/job-1/spec.json", dir);
@@ -178,7 +185,8 @@ Test(launch, clean_exit_signal_death_and_exit_without_stderr)
 
 /* One rank of an attempt fails: the launcher reports it, then stops the attempt's other ranks
  * here (SIGTERM, and SIGCONT for one that is stopped), removes the dead rank's shm region, and
- * passes the watchdog and NaN metrics on as the contract says. */
+ * passes the watchdog and NaN metrics on as the contract says (and says in the job's log what gave no
+ * point). */
 Test(launch, a_failing_rank_stops_its_siblings)
 {
     char *bin = lf_script("rank.sh",
@@ -189,7 +197,7 @@ Test(launch, a_failing_rank_stops_its_siblings)
         "   while :; do sleep 0.05; done;;\n"
         "1) while [ ! -e \"$KILN_OUTPUT_DIR/r0-up\" ]; do sleep 0.02; done\n"
         "   echo \"pid $$\"; : > /dev/shm/$$:0:0\n"
-        "   echo '{\"step\": 4, \"metrics\": {\"train_loss\": 3.5, \"grad_norm\": \"NaN\"}}' >&$KILN_METRICS_FD\n"
+        "   echo '{\"step\": 4, \"metrics\": {\"train_loss\": 3.5, \"grad_norm\": \"NaN\", \"x\\u001b[2J\": 1}}' >&$KILN_METRICS_FD\n"
         "   sleep 0.3; echo 'kiln-train: it broke' >&2; exit 1;;\n"
         "esac\n");
     agent_launcher_config_t cfg = {.train_bin = bin, .work_dir = dir, .slots = 2, .cores = 2,
@@ -224,6 +232,10 @@ Test(launch, a_failing_rank_stops_its_siblings)
     }
     cr_assert(loss);
     const ev_line_t *note = lf_find_line(1, "[kiln-agent] rank 1 reported grad_norm = nan at step 4");
+    cr_assert_not_null(note);
+    cr_assert_eq(note->stream, AGENT_STREAM_STDERR);
+    /* a name that would act on a terminal is no metric's either, and that is said too */
+    note = lf_find_line(1, "[kiln-agent] rank 1 wrote 1 metric kiln cannot keep (the first: \"x\x1b[2J\")");
     cr_assert_not_null(note);
     cr_assert_eq(note->stream, AGENT_STREAM_STDERR);
     agent_launcher_destroy(l);

@@ -95,7 +95,7 @@ Test(metrics, good_record_gives_one_point_per_metric)
     int64_t last = 0;
     kiln_err_t err;
     const char *rec = "{\"step\": 120, \"time\": 1795000000.25, \"metrics\": {\"train_loss\": 2.41, \"lr\": 0.0003, \"note\": \"x\"}}";
-    cr_assert_eq(agent_metric_parse(rec, strlen(rec), 3, &last, &p, NULL, NULL, &err), 0);
+    cr_assert_eq(agent_metric_parse(rec, strlen(rec), 3, &last, &p, NULL, &err), 0);
     cr_assert_eq(p.n, 2, "non-numeric values are skipped");
     cr_assert_eq(last, 120);
     for (size_t i = 0; i < p.n; i++) {
@@ -114,7 +114,7 @@ Test(metrics, good_record_gives_one_point_per_metric)
     /* no step: the last one; no time: now */
     const char *rec2 = "{\"metrics\": {\"val_loss\": 1}}";
     int64_t before = kiln_now_us();
-    cr_assert_eq(agent_metric_parse(rec2, strlen(rec2), 0, &last, &p, NULL, NULL, &err), 0);
+    cr_assert_eq(agent_metric_parse(rec2, strlen(rec2), 0, &last, &p, NULL, &err), 0);
     cr_assert_eq(p.n, 3);
     cr_assert_eq(p.v[2].step, 120);
     cr_assert_geq(p.v[2].time_us, before);
@@ -132,7 +132,7 @@ Test(metrics, malformed_records_are_errors_and_add_nothing)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int64_t last = 7;
         kiln_err_t err;
-        cr_assert_eq(agent_metric_parse(bad[i], strlen(bad[i]), 0, &last, &p, NULL, NULL, &err), KILN_EFORMAT, "%s", bad[i]);
+        cr_assert_eq(agent_metric_parse(bad[i], strlen(bad[i]), 0, &last, &p, NULL, &err), KILN_EFORMAT, "%s", bad[i]);
         cr_assert_eq(p.n, 0);
         cr_assert_eq(last, 7);
         cr_assert_neq(err.message[0], '\0');

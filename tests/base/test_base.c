@@ -329,6 +329,39 @@ Test(text, utf8_check_finds_the_first_bad_byte)
     cr_assert_eq(kiln_utf8_check("tab\there\n", 9), 9);
 }
 
+/* What can rewrite a terminal: C0 (tab and newline too), DEL, C1 (8-bit CSI, OSC), bidirectional
+ * overrides and isolates; nothing else, however close. */
+Test(text, control_characters_are_those_a_terminal_acts_on)
+{
+#define T(text, at) {text, sizeof(text) - 1, at}
+    static const struct {
+        const char *s;
+        size_t len, at;
+    } cases[] = {
+        T("plain name", 10),
+        T("caf\xc3\xa9 \xe2\x82\xac", 9),
+        T("a\x1b[31mred", 1),
+        T("\x1b]52;c;ZXZpbA==\x07", 0),
+        T("tab\there", 3),
+        T("new\nline", 3),
+        T("over\rwrite", 4),
+        T("del\x7f", 3),
+        T("c1 \xc2\x9b" "31m", 3),
+        T("nbsp\xc2\xa0ok", 8),
+        T("rlo \xe2\x80\xae" "gpj.exe", 4),
+        T("lri \xe2\x81\xa6x", 4),
+        T("\xe2\x80\xa9 and \xe2\x80\xaf", 11),
+        T("\xe2\x81\xaa", 3),
+        T("nul\0x", 3),
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        cr_assert_eq(kiln_text_control_at(cases[i].s, cases[i].len), cases[i].at, "case %zu: %zu", i,
+                     kiln_text_control_at(cases[i].s, cases[i].len));
+    cr_assert_eq(kiln_text_control((const unsigned char *)"\xc2", 1), 0, "a C1 cut short is none");
+    cr_assert_eq(kiln_text_control((const unsigned char *)"\xe2\x80\xae", 3), 3);
+    cr_assert_eq(kiln_text_control((const unsigned char *)"\xc2\x85", 2), 2);
+}
+
 /* Formatted text cut by a precision or by its buffer keeps whole characters (a reason or an error
  * message the database and JSON take), and leaves out a stray byte it was given. */
 Test(text, text_fmt_never_cuts_a_character)

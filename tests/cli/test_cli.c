@@ -908,3 +908,94 @@ Test(cli_main, an_id_that_cannot_be_a_path_segment_is_a_usage_error, .init = cr_
     cr_assert(strstr(buf, "kiln queues: \"..\" names nothing\n"), "%s", buf);
     cr_assert(strstr(buf, "(kiln help tune for more)"), "the usage lines follow: %s", buf);
 }
+
+/* ---- what reaches a terminal ---------------------------------------------------------------- */
+
+/* Writes each piece to a cli_term_open stream over a memory stream (flushing after each, so a
+ * character may arrive cut in two writes) and returns what came out (caller frees). */
+static char *through_term(const char *const *pieces, size_t n)
+{
+    struct mem {
+        char *text;
+        size_t len;
+    } *m = calloc(1, sizeof(*m));
+    FILE *dst = open_memstream(&m->text, &m->len);
+    FILE *t = cli_term_open(dst, _IOFBF);
+    cr_assert_not_null(t);
+    for (size_t i = 0; i < n; i++) {
+        fputs(pieces[i], t);
+        fflush(t);
+    }
+    fclose(t);
+    fclose(dst);
+    char *out = m->text;
+    free(m);
+    return out;
+}
+
+/* A job's reason, tag, metric name or log line is someone else's text: no ESC [ / ESC ] sequence,
+ * BEL, CR overwrite, 8-bit CSI or bidirectional override in it may act on the terminal (clear it,
+ * set its title, write the clipboard with OSC 52, reorder a line); each shows as \uXXXX. */
+Test(term, escapes_what_would_act_on_a_terminal)
+{
+    const char *in[] = {"job \x1b]0;owned\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[2J\rfake \xc2\x9b" "31m \xe2\x80\xae"
+                        "gpj.exe\tcaf\xc3\xa9 \x7f end\n"};
+    char *out = through_term(in, 1);
+    cr_assert_str_eq(out, "job \\u001b]0;owned\\u0007 \\u001b]52;c;ZXZpbA==\\u0007 \\u001b[2J\\u000dfake \\u009b31m "
+                          "\\u202egpj.exe\tcaf\xc3\xa9 \\u007f end\n");
+    free(out);
+    /* a character split between two writes is still one character: passed whole, or escaped whole */
+    const char *split[] = {"caf\xc3", "\xa9 \xe2", "\x80", "\xae", "x \xc2", "\x9b", " \xff!\n"};
+    out = through_term(split, sizeof split / sizeof split[0]);
+    cr_assert_str_eq(out, "caf\xc3\xa9 \\u202ex \\u009b \\xff!\n");
+    free(out);
+    /* a run of plain text longer than the stream's buffers (a log line of 10,000 bytes) */
+    char *longline = malloc(20002);
+    memset(longline, 'a', 20000);
+    longline[0] = '\x1b';
+    longline[20000] = '\n';
+    longline[20001] = '\0';
+    const char *lng[] = {longline};
+    out = through_term(lng, 1);
+    cr_assert_eq(strlen(out), 20006);
+    cr_assert(!strncmp(out, "\\u001baaa", 9) && out[20004] == 'a' && out[20005] == '\n');
+    free(out);
+    free(longline);
+    /* a stream that ends inside a character shows the bytes it had */
+    const char *cut[] = {"ok \xe2\x80"};
+    out = through_term(cut, 1);
+    cr_assert_str_eq(out, "ok \\xe2\\x80");
+    free(out);
+}
+
+/* -o json and yaml go through the same stream: JSON escapes C0 itself, and DEL, C1 and the
+ * overrides it leaves raw become \uXXXX escapes, the same JSON. */
+Test(term, json_stays_the_same_json)
+{
+    json_t *j = json_pack("{s:s, s:s}", "reason", "a\x1b[31m\x7f\xc2\x85\xe2\x80\xae\xe2\x81\xa9 z", "tag", "caf\xc3\xa9");
+    char *text = json_dumps(j, JSON_COMPACT);
+    const char *in[] = {text};
+    char *out = through_term(in, 1);
+    cr_assert_null(strchr(out, 0x1b));
+    cr_assert_null(strstr(out, "\xe2\x80\xae"));
+    json_error_t e;
+    json_t *back = json_loads(out, 0, &e);
+    cr_assert_not_null(back, "%s: %s", e.text, out);
+    cr_assert(json_equal(j, back), "%s", out);
+    json_decref(back);
+    json_decref(j);
+    free(out);
+    free(text);
+}
+
+/* Everything kiln prints goes through it: a usage error that quotes its argument back. */
+Test(cli_main, what_it_prints_is_escaped_for_the_terminal, .init = cr_redirect_stderr)
+{
+    cr_assert_eq(run_cli(2, (const char *[]){"kiln", "x\x1b]0;owned\x07\x1b[2J", NULL}), CLI_EXIT_USAGE);
+    fflush(stderr);
+    char buf[4096] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, cr_get_redirected_stderr());
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "unknown command \"x\\u001b]0;owned\\u0007\\u001b[2J\""), "%s", buf);
+    cr_assert_null(strchr(buf, 0x1b), "%s", buf);
+}

@@ -166,6 +166,15 @@ static const rest_case_t rest_cases[] = {
     {"name with \\u0000", "POST", "/v1/jobs", NULL,
      "{\"name\": \"a\\u0000b\", \"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}}", 400, ""},
     {"stop reason of 1,000 characters", "POST", "/v1/jobs/{id}:stop", NULL, "{\"reason\": \"@1000\"}", 400, "reason"},
+    /* what others' terminals show may hold no escape sequence (kiln_text_control) */
+    {"stop reason that sets the window title", "POST", "/v1/jobs/{id}:stop", NULL,
+     "{\"reason\": \"done\\u001b]0;owned\\u0007\"}", 400, "reason"},
+    {"tag value that clears the screen", "POST", "/v1/jobs", NULL,
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"tags\": {\"team\": \"\\u001b[2J\"}}", 400,
+     "tags.team"},
+    {"tag key with a bidirectional override", "POST", "/v1/jobs", NULL,
+     "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"tags\": {\"t\\u202e\": \"x\"}}", 400,
+     "tags.t\xe2\x80\xae"},
     {"unknown job", "GET", "/v1/jobs/00000000-0000-0000-0000-000000000000", NULL, NULL, 404, ""},
     /* script jobs (the same refusals as gRPC's below) */
     {"both model and entry_point", "POST", "/v1/jobs", NULL,
@@ -443,6 +452,11 @@ static const grpc_case_t grpc_cases[] = {
      "INVALID_ARGUMENT", "since"},
     {"StopJob reason of 1,000 characters", "TrainingService/StopJob", "{\"id\": \"{id}\", \"reason\": \"@1000\"}", NULL,
      0, "INVALID_ARGUMENT", "reason"},
+    {"StopJob reason that writes the clipboard", "TrainingService/StopJob",
+     "{\"id\": \"{id}\", \"reason\": \"\\u001b]52;c;ZXZpbA==\\u0007\"}", NULL, 0, "INVALID_ARGUMENT", "reason"},
+    {"CreateJob tag value with a CR", "TrainingService/CreateJob",
+     "{\"spec\": {\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"tags\": {\"team\": \"a\\rb\"}}}",
+     NULL, 0, "INVALID_ARGUMENT", "spec.tags.team"},
     {"CreateJob both model and entry_point", "TrainingService/CreateJob",
      "{\"spec\": {\"entry_point\": \"t.py\", \"source\": \"/tmp/c\", \"model\": {\"type\": \"gpt\"}}}", NULL, 0,
      "INVALID_ARGUMENT", "spec.entry_point"},
@@ -485,6 +499,8 @@ static const grpc_case_t grpc_cases[] = {
      "worker_id"},
     {"RegisterWorker worker id of 1,000 characters", "AgentService/RegisterWorker",
      "{\"worker_id\": \"@1000\", \"slots\": 1, \"slot_type\": \"cpu\"}", NULL, 1, "INVALID_ARGUMENT", "worker_id"},
+    {"RegisterWorker hostname with an escape sequence", "AgentService/RegisterWorker",
+     "{\"hostname\": \"h\\u001b[2J\", \"slots\": 1, \"slot_type\": \"cpu\"}", NULL, 1, "INVALID_ARGUMENT", "hostname"},
 };
 
 /* Replaces "{id}" with the job's id and "@N" with N 'k's; caller frees. */

@@ -440,7 +440,7 @@ static void rt_init(void)
 {
     static const char *const names[RT_N - 1] = {"train_loss", "lr", "tiny", "huge", "denormal", "neg_zero",
                                                 "count", "diverged", "up", "down", "quote\"and\\back",
-                                                "tab\there", "\xce\xbb_loss"};
+                                                "space name", "\xce\xbb_loss"};
     memset(rt_long_name, 'x', RANK_METRIC_NAME_MAX);
     rt_long_name[RANK_METRIC_NAME_MAX] = '\0';
     for (size_t i = 0; i < RT_N - 1; i++)
@@ -539,7 +539,8 @@ Test(metric, the_writer_refuses_bad_names_and_writes_nothing)
     int p[2];
     cr_assert_eq(pipe(p), 0);
     fcntl(p[0], F_SETFL, O_NONBLOCK);
-    const char *bad[][2] = {{"ok", too_long}, {"ok", ""}, {"ok", "bad\xff utf8"}, {"ok", "\xc0\x80"}};
+    const char *bad[][2] = {{"ok", too_long}, {"ok", ""}, {"ok", "bad\xff utf8"}, {"ok", "\xc0\x80"},
+                            {"ok", "loss\x1b[2J"}, {"ok", "rlo\xe2\x80\xae"}};
     const double vals[] = {1, 2};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         kiln_err_t err;
@@ -630,6 +631,9 @@ Test(metric, the_parser_skips_what_is_not_a_metric_and_refuses_what_is_not_a_rec
     cr_assert(!rec.has_time);
     cr_assert_eq(rec.n, 2, "a and b");
     cr_assert_eq(rec.skipped, 5);
+    cr_assert(strlen(rec.skipped_first) == sizeof(rec.skipped_first) - 1 &&
+              strspn(rec.skipped_first, "z") == sizeof(rec.skipped_first) - 1,
+              "the first left out, cut: %s", rec.skipped_first);
     for (size_t i = 0; i < rec.n; i++)
         if (!strcmp(rec.v[i].name, "b"))
             cr_assert(isinf(rec.v[i].value) && rec.v[i].value < 0);
@@ -645,6 +649,14 @@ Test(metric, the_parser_skips_what_is_not_a_metric_and_refuses_what_is_not_a_rec
         cr_assert_eq(rec.n, 0);
         rank_metric_record_deinit(&rec);
     }
+    /* a name that would rewrite a terminal (a script writes its own records) is no metric's */
+    const char *esc = "{\"step\": 2, \"metrics\": {\"\\u001b]52;c;ZXZpbA==\\u0007\": 1, \"ok\": 2, "
+                      "\"x\\u202e\": 3, \"tab\\tname\": 4}}";
+    cr_assert_eq(rank_metric_parse(esc, strlen(esc), &rec, &err), 0, "%s", err.message);
+    cr_assert_eq(rec.n, 1);
+    cr_assert_str_eq(rec.v[0].name, "ok");
+    cr_assert_eq(rec.skipped, 3);
+    rank_metric_record_deinit(&rec);
     /* no metrics at all is a record */
     const char *empty = "{\"step\": 3, \"time\": 1.5, \"metrics\": {}}";
     cr_assert_eq(rank_metric_parse(empty, strlen(empty), &rec, &err), 0);

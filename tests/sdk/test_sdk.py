@@ -247,7 +247,8 @@ class Offline(unittest.TestCase):
         self.assertTrue(before <= rec["time"] <= time.time())
         for args, kw, err in (((-1,), {"x": 1}, ValueError), ((1.5,), {"x": 1}, TypeError), ((True,), {"x": 1}, TypeError),
                               ((1,), {"x": "1"}, TypeError), ((1,), {"y" * 128: 1}, ValueError),
-                              ((1,), {"": 1}, ValueError)):
+                              ((1,), {"": 1}, ValueError), ((1,), {"loss\x1b]0;owned\x07": 1}, ValueError),
+                              ((1,), {"x\u202e": 1}, ValueError), ((1,), {"a\tb": 1}, ValueError)):
             with self.assertRaises(err):
                 kiln.log_metrics(*args, **kw)
         with self.assertRaises(ValueError):

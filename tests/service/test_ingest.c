@@ -94,3 +94,37 @@ Test(ingest, a_batch_sent_again_is_stored_once, .init = setup, .fini = teardown)
     for (int s = 1; s <= 30; s++)
         cr_assert_eq(count[s], 1, "step %d stored %d times", s, count[s]);
 }
+
+/* A metric's name is shown in others' terminals and pages: a batch naming one with an escape
+ * sequence or a bidirectional override is refused whole (kiln's agent never sends one: its parser
+ * leaves such entries out and says so in the job's log), and nothing of it is stored. */
+Test(ingest, metric_names_with_control_characters_are_refused, .init = setup, .fini = teardown)
+{
+    char wids[1][64], job[40];
+    run_job(1, 1, wids, job);
+    char *wid = wids[0];
+    static const char *const names[] = {"loss\x1b]0;owned\x07", "acc\xe2\x80\xae", "a\tb", "c1\xc2\x9b"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        Kiln__MetricPoint ok = KILN__METRIC_POINT__INIT, bad = KILN__METRIC_POINT__INIT;
+        ok.name = "train_loss";
+        ok.step = 1;
+        ok.value = 1.0;
+        bad.name = (char *)names[i];
+        bad.step = 1;
+        bad.value = 2.0;
+        Kiln__MetricPoint *ptrs[] = {&ok, &bad};
+        Kiln__MetricBatch b = KILN__METRIC_BATCH__INIT;
+        b.worker_id = wid;
+        b.job_id = job;
+        b.attempt = 1;
+        b.points = ptrs;
+        b.n_points = 2;
+        b.stream_id = 7;
+        b.batch_seq = i + 1;
+        cr_assert_eq(svc_agent_metrics(svc, wid, &b, &err), KILN_EINVAL, "name %zu accepted", i);
+        cr_assert_str_eq(err.field, "points.name");
+        cr_assert(strstr(err.message, "control character"), "%s", err.message);
+    }
+    int count[100];
+    cr_assert_eq(stored_points(job, count), 0);
+}

@@ -188,6 +188,13 @@ Test(spec, bad_specs_name_the_field)
          "metric_definitions[0].regex", "capture group"},
         {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"tags\": {\"team\": 3}}", "tags.team",
          "must be a string"},
+        /* a tag is a name others' terminals show: no escape sequence may rewrite them */
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"tags\": {\"team\": \"\\u001b]0;owned\\u0007\"}}",
+         "tags.team", "control character"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"tags\": {\"team\": \"nlp\\u202e\"}}",
+         "tags.team", "control character"},
+        {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"tags\": {\"a\\rb\": \"x\"}}",
+         "tags.a\rb", "control character"},
         {"{\"model\": {\"type\": \"mlp\", \"n_inputs\": 4}, \"data\": {\"train\": \"synthetic\"}}", "model.n_classes",
          "required"},
         {"{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/x.txt\"}, \"resources\": {\"nodes\": 2},"

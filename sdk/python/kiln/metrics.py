@@ -10,6 +10,7 @@ import json
 import math
 import operator
 import os
+import re
 import sys
 import threading
 import time
@@ -20,6 +21,9 @@ from typing import SupportsFloat
 METRICS_FD_ENV = "KILN_METRICS_FD"
 #: Bytes of a metric's name, at most (RANK_METRIC_NAME_MAX).
 NAME_MAX = 127
+#: What a name may not hold (kiln_text_control): C0 controls, DEL, C1 controls, bidirectional
+#: overrides and isolates, which would act on the terminal of whoever reads the metric's name.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 #: Bytes of one record line, newline included, at most (RANK_METRIC_RECORD_MAX).
 RECORD_MAX = 1 << 20
 
@@ -43,8 +47,8 @@ def _number(name: str, value: object) -> float | str:
 def format_record(step: int, values: Mapping[str, SupportsFloat], when: float | None = None) -> bytes:
     """One metric record, newline-terminated: {"step", "time", "metrics"}. ``when`` is the Unix
     time in seconds (default now). Raises TypeError for a step that is not an int or a value
-    that is not a number, ValueError for a negative step, a name empty or longer than NAME_MAX
-    bytes, or a record longer than RECORD_MAX bytes."""
+    that is not a number, ValueError for a negative step, a name empty, longer than NAME_MAX
+    bytes or with a control character, or a record longer than RECORD_MAX bytes."""
     # checked at run time too: scripts are often untyped (numpy's integers are ints here, bools not)
     if isinstance(step, bool):
         raise TypeError("step: an int is needed (got bool)")
@@ -59,6 +63,9 @@ def format_record(step: int, values: Mapping[str, SupportsFloat], when: float | 
         size = len(name.encode("utf-8", "surrogatepass"))
         if not 1 <= size <= NAME_MAX:
             raise ValueError("metric name %r is %d bytes; a name is 1 to %d bytes of UTF-8" % (name[:40], size, NAME_MAX))
+        if _CONTROL.search(name):
+            raise ValueError("metric name %r has a control character; a name has none (no tab, CR, ESC, other C0 or "
+                             "C1 codes, DEL or bidirectional overrides)" % name[:40])
         metrics[name] = _number(name, value)
     record = {"step": step, "time": time.time() if when is None else float(when), "metrics": metrics}
     line = (json.dumps(record, allow_nan=False, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
