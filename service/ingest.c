@@ -208,6 +208,42 @@ out:
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 
+/* Refuses a batch of nnames metric names (distinct, stored in this transaction) that gave job_id
+ * more than SVC_METRIC_NAMES_MAX. The database is counted only when the job's entry cannot
+ * vouch for it: it adds each accepted batch's names to an upper bound, exact after each count,
+ * so a job that reports the same few metrics is counted once every thousand-odd names. Batches
+ * through another kilnd replica escape this bound until its next count, so a job may pass the
+ * limit by what the replicas take in between, never without end. */
+static int metric_names_check(svc_t *s, store_conn_t *c, const char *job_id, size_t nnames, kiln_err_t *err)
+{
+    svc_jobent_t *e = svc_jobent_get(s, job_id);
+    bool within = false;
+    if (e) {
+        pthread_mutex_lock(&e->fmu);
+        within = e->metric_names_known && e->metric_names_hi + (int64_t)nnames <= SVC_METRIC_NAMES_MAX;
+        if (within)
+            e->metric_names_hi += (int64_t)nnames;
+        pthread_mutex_unlock(&e->fmu);
+    }
+    int64_t n = 0;
+    int rc = within ? 0 : store_metric_names_count(c, job_id, &n, err);
+    if (rc == 0 && !within && n > SVC_METRIC_NAMES_MAX) {
+        kiln_err_set(err, KILN_EINVAL, "points.name", "job %s would have %lld metric names; a job may have at most %d",
+                     job_id, (long long)n, SVC_METRIC_NAMES_MAX);
+        kiln_err_hint(err, "log fewer distinct metric names (write per-layer or per-class values to a file in the "
+                           "job's output instead)");
+        rc = KILN_EINVAL;
+    } else if (rc == 0 && !within && e) {
+        pthread_mutex_lock(&e->fmu);
+        e->metric_names_known = true;
+        e->metric_names_hi = n;
+        pthread_mutex_unlock(&e->fmu);
+    }
+    if (e)
+        svc_jobent_put(s, e);
+    return rc;
+}
+
 typedef struct latest {
     const char *name;
     int64_t step;
@@ -317,6 +353,8 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
     /* After the job row's update: its lock orders concurrent batches of one job. */
     if (rc == 0)
         rc = store_metric_summaries_update(c, batch->job_id, batch->attempt, sums, nsums, err);
+    if (rc == 0)
+        rc = metric_names_check(s, c, batch->job_id, nsums, err);
     if (rc) {
         store_rollback(c);
         goto out;

@@ -60,6 +60,10 @@ int svc_create(const svc_config_t *cfg, svc_t **out, kiln_err_t *err);
 /* Stops background threads, closes connections. Accepts NULL. */
 void svc_destroy(svc_t *s);
 
+/* The most metric names one job may have: a batch that would give it more is refused (kilnd's
+ * summaries, a job's reply and search grow with them; a script can make names without end). */
+#define SVC_METRIC_NAMES_MAX 1000
+
 /* ---- the validator (check.c) -----------------------------------------------------------------
  * One set of checks for what clients send, used by REST (query parameters, path segments,
  * headers), gRPC (request fields) and the service functions below, so both front ends refuse the

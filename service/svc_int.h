@@ -336,10 +336,12 @@ struct svc_jobent {
     } own[SVC_OWN_SLOTS];
     int own_next;
 
-    pthread_mutex_t fmu;         /* followers list, rate state */
+    pthread_mutex_t fmu;         /* followers list, rate state, metric names */
     svc_follow_t *followers;
     int rate_attempt;
     int64_t rate_step0, rate_t0_us;
+    bool metric_names_known;     /* metric_names_hi was counted in the database */
+    int64_t metric_names_hi;     /* the job has at most this many metric names (ingest.c) */
 };
 
 /* Finds or creates the entry of a job; the caller holds a reference until svc_jobent_put. */

@@ -445,6 +445,19 @@ int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attem
     return rc;
 }
 
+int store_metric_names_count(store_conn_t *c, const char *job_id, int64_t *n, kiln_err_t *err)
+{
+    PGresult *r = NULL;
+    const char *p[1] = {job_id};
+    *n = 0;
+    int rc = store_qp(c, "count metric names", "SELECT count(*) FROM metric_summaries WHERE job_id = $1::uuid", 1, p,
+                      &r, err);
+    if (rc == 0)
+        *n = store_get_i64(r, 0, 0);
+    PQclear(r);
+    return rc;
+}
+
 int store_logs_query_json(store_conn_t *c, const char *job_id, const store_log_query_t *q,
                           json_t **out, int64_t *last_seq, kiln_err_t *err)
 {

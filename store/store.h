@@ -766,6 +766,9 @@ int store_metrics_copy(store_conn_t *c, const char *job_id, int attempt,
  * from the chunks when they overlap it (a retried attempt, or batches out of order). */
 int store_metric_summaries_update(store_conn_t *c, const char *job_id, int attempt,
                                   const store_metric_sum_t *sums, size_t n, kiln_err_t *err);
+/* *n (OUT) = how many metric names job_id has (its metric_summaries rows), as this transaction
+ * sees them. */
+int store_metric_names_count(store_conn_t *c, const char *job_id, int64_t *n, kiln_err_t *err);
 
 typedef struct store_log_query {
     int rank;                /* -1: every rank */

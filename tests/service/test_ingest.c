@@ -128,3 +128,62 @@ Test(ingest, metric_names_with_control_characters_are_refused, .init = setup, .f
     int count[100];
     cr_assert_eq(stored_points(job, count), 0);
 }
+
+/* Sends one point of each of names[0..n) at step; returns svc_agent_metrics' status. */
+static int send_names(const char *wid, const char *job, uint64_t seq, char (*names)[16], size_t n, int step)
+{
+    Kiln__MetricPoint *pts = calloc(n, sizeof(*pts));
+    Kiln__MetricPoint **ptrs = calloc(n, sizeof(*ptrs));
+    for (size_t i = 0; i < n; i++) {
+        kiln__metric_point__init(&pts[i]);
+        pts[i].name = names[i];
+        pts[i].step = step;
+        pts[i].value = (double)i;
+        ptrs[i] = &pts[i];
+    }
+    Kiln__MetricBatch b = KILN__METRIC_BATCH__INIT;
+    b.worker_id = (char *)wid;
+    b.job_id = (char *)job;
+    b.attempt = 1;
+    b.points = ptrs;
+    b.n_points = n;
+    b.stream_id = 11;
+    b.batch_seq = seq;
+    int rc = svc_agent_metrics(svc, wid, &b, &err);
+    free(pts);
+    free(ptrs);
+    return rc;
+}
+
+/* A script makes metric names without end (m000000, m000001, ...): each is a summary row, a key
+ * of the job's reply and of search's. A job may have SVC_METRIC_NAMES_MAX; a batch that would
+ * give it more is refused whole, naming the limit, and one of names it has is still taken. */
+Test(ingest, a_job_has_at_most_so_many_metric_names, .init = setup, .fini = teardown)
+{
+    char wids[1][64], job[40];
+    run_job(1, 1, wids, job);
+    size_t n = SVC_METRIC_NAMES_MAX + 1;
+    char (*names)[16] = calloc(n, sizeof(*names));
+    for (size_t i = 0; i < n; i++)
+        snprintf(names[i], sizeof(names[0]), "m%06zu", i);
+    /* up to the limit, in batches of 100 */
+    for (size_t i = 0; i < SVC_METRIC_NAMES_MAX; i += 100)
+        cr_assert_eq(send_names(wids[0], job, i / 100 + 1, names + i, 100, 1), 0, "%s", err.message);
+    /* one more name, with one the job has */
+    cr_assert_eq(send_names(wids[0], job, 100, names + SVC_METRIC_NAMES_MAX - 1, 2, 2), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "points.name");
+    cr_assert(strstr(err.message, "at most 1000"), "%s", err.message);
+    /* the names it has are still taken */
+    cr_assert_eq(send_names(wids[0], job, 101, names, 50, 3), 0, "%s", err.message);
+    json_t *out = NULL;
+    svc_metrics_query_t q = {.name = "m000000", .max_points = 1000, .max_points_set = true};
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
+    json_t *pts = json_object_get(json_array_get(json_object_get(out, "metrics"), 0), "points");
+    cr_assert_eq(json_array_size(pts), 2, "steps 1 and 3");
+    json_decref(out);
+    q.name = names[SVC_METRIC_NAMES_MAX];
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
+    cr_assert_eq(json_array_size(json_object_get(out, "metrics")), 0, "the refused name has no series");
+    json_decref(out);
+    free(names);
+}
