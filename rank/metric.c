@@ -91,6 +91,9 @@ int rank_metric_format(int64_t step, double time_s, const char *const *names, co
 {
     *out = NULL;
     *len = 0;
+    if (step < 0)
+        return kiln_err_set(err, KILN_EINVAL, "step", "metric record step %lld is negative; steps are 0 or more",
+                            (long long)step);
     for (size_t i = 0; i < n; i++) {
         const char *name = names[i] ? names[i] : "";
         size_t nl = strlen(name);
@@ -212,6 +215,11 @@ int rank_metric_parse(const char *line, size_t len, rank_metric_record_t *out, k
             out->step = (int64_t)json_real_value(jstep);
         } else {
             rc = kiln_err_set(err, KILN_EFORMAT, "step", "metric record step is not an integer");
+            goto done;
+        }
+        if (out->step < 0) {
+            rc = kiln_err_set(err, KILN_EFORMAT, "step", "metric record step %lld is negative; steps are 0 or more",
+                              (long long)out->step);
             goto done;
         }
         out->has_step = true;

@@ -319,9 +319,9 @@ typedef struct rank_metric_record {
 /* Formats one record (newline-terminated) into a heap string: step, time_s (Unix seconds) and
  * names[i] = vals[i] for i < n. Names are 1..RANK_METRIC_NAME_MAX bytes of UTF-8 without terminal
  * control characters and are escaped as JSON needs. Caller owns *out (free()); *len (OUT) its
- * length. Returns 0, KILN_EINVAL (a name empty, too long, not UTF-8 or with a control character, or the record longer than RANK_METRIC_RECORD_MAX: err
- * names the metric; time_s not in [0, RANK_METRIC_TIME_MAX); nothing is formatted) or
- * KILN_ENOMEM. */
+ * length. Returns 0, KILN_EINVAL (a negative step; a name empty, too long, not UTF-8 or with a
+ * control character, or the record longer than RANK_METRIC_RECORD_MAX: err names the metric;
+ * time_s not in [0, RANK_METRIC_TIME_MAX); nothing is formatted) or KILN_ENOMEM. */
 int rank_metric_format(int64_t step, double time_s, const char *const *names, const double *vals,
                        size_t n, char **out, size_t *len, kiln_err_t *err);
 /* rank_metric_format, then one write(2) of the whole line to fd (retried on EINTR and short
@@ -329,7 +329,7 @@ int rank_metric_format(int64_t step, double time_s, const char *const *names, co
 int rank_metric_write(int fd, int64_t step, double time_s, const char *const *names,
                       const double *vals, size_t n, kiln_err_t *err);
 /* Parses one record line (len bytes, no newline needed) into *out (OUT; deinit it after, also
- * after a failure). "step" must be an integer and "time" a number in [0, RANK_METRIC_TIME_MAX)
+ * after a failure). "step" must be an integer of 0 or more and "time" a number in [0, RANK_METRIC_TIME_MAX)
  * when present (null: absent); "metrics" must be an object. Returns 0, KILN_EFORMAT (err says what is wrong, field the key)
  * or KILN_ENOMEM. */
 int rank_metric_parse(const char *line, size_t len, rank_metric_record_t *out, kiln_err_t *err);

@@ -258,6 +258,9 @@ int svc_agent_metrics(svc_t *s, const char *worker_id, const Kiln__MetricBatch *
         int crc = svc_check_line("points.name", batch->points[i]->name, 127, err);
         if (crc)
             return crc;
+        if (batch->points[i]->step < 0)
+            return kiln_err_set(err, KILN_EINVAL, "points.step", "metric point %zu has step %lld; steps are 0 or more",
+                                i, (long long)batch->points[i]->step);
     }
     int *ranks = malloc(sizeof(int) * (batch->n_points + 1));
     if (!ranks)

@@ -547,6 +547,9 @@ Test(metric, the_writer_refuses_bad_names_and_writes_nothing)
         cr_assert_eq(rank_metric_write(p[1], 1, 0, bad[i], vals, 2, &err), KILN_EINVAL, "case %zu", i);
         cr_assert(strstr(err.message, "metric 1"), "the message names the metric: %s", err.message);
     }
+    kiln_err_t serr;
+    cr_assert_eq(rank_metric_write(p[1], -1, 0, bad[0], vals, 1, &serr), KILN_EINVAL, "a negative step");
+    cr_assert_str_eq(serr.field, "step");
     char buf[64];
     cr_assert_eq(drain(p[0], buf, sizeof buf), 0, "something was written: %s", buf);
     /* a record too long for the agent to take (1 MiB) */
@@ -641,7 +644,8 @@ Test(metric, the_parser_skips_what_is_not_a_metric_and_refuses_what_is_not_a_rec
 
     const char *bad[] = {"", "not json", "[1]", "{\"step\": 1}", "{\"step\": 1.5, \"metrics\": {}}",
                          "{\"step\": \"1\", \"metrics\": {}}", "{\"time\": \"now\", \"metrics\": {}}",
-                         "{\"metrics\": [1]}", "{\"metrics\": {\"a\": 1}"};
+                         "{\"metrics\": [1]}", "{\"metrics\": {\"a\": 1}",
+                         "{\"step\": -1, \"metrics\": {\"a\": 1}}", "{\"step\": -9223372036854775808, \"metrics\": {}}"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         kiln_err_clear(&err);
         cr_assert_eq(rank_metric_parse(bad[i], strlen(bad[i]), &rec, &err), KILN_EFORMAT, "%s", bad[i]);

@@ -95,6 +95,32 @@ Test(ingest, a_batch_sent_again_is_stored_once, .init = setup, .fini = teardown)
         cr_assert_eq(count[s], 1, "step %d stored %d times", s, count[s]);
 }
 
+/* Sends one point of each of names[0..n) at step; returns svc_agent_metrics' status. */
+static int send_names(const char *wid, const char *job, uint64_t seq, char (*names)[16], size_t n, int step)
+{
+    Kiln__MetricPoint *pts = calloc(n, sizeof(*pts));
+    Kiln__MetricPoint **ptrs = calloc(n, sizeof(*ptrs));
+    for (size_t i = 0; i < n; i++) {
+        kiln__metric_point__init(&pts[i]);
+        pts[i].name = names[i];
+        pts[i].step = step;
+        pts[i].value = (double)i;
+        ptrs[i] = &pts[i];
+    }
+    Kiln__MetricBatch b = KILN__METRIC_BATCH__INIT;
+    b.worker_id = (char *)wid;
+    b.job_id = (char *)job;
+    b.attempt = 1;
+    b.points = ptrs;
+    b.n_points = n;
+    b.stream_id = 11;
+    b.batch_seq = seq;
+    int rc = svc_agent_metrics(svc, wid, &b, &err);
+    free(pts);
+    free(ptrs);
+    return rc;
+}
+
 /* A metric's name is shown in others' terminals and pages: a batch naming one with an escape
  * sequence or a bidirectional override is refused whole (kiln's agent never sends one: its parser
  * leaves such entries out and says so in the job's log), and nothing of it is stored. */
@@ -125,34 +151,12 @@ Test(ingest, metric_names_with_control_characters_are_refused, .init = setup, .f
         cr_assert_str_eq(err.field, "points.name");
         cr_assert(strstr(err.message, "control character"), "%s", err.message);
     }
+    /* nor a step below 0 (the metric history's ranges start at 0) */
+    char neg[1][16] = {"train_loss"};
+    cr_assert_eq(send_names(wid, job, 50, neg, 1, -1), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "points.step");
     int count[100];
     cr_assert_eq(stored_points(job, count), 0);
-}
-
-/* Sends one point of each of names[0..n) at step; returns svc_agent_metrics' status. */
-static int send_names(const char *wid, const char *job, uint64_t seq, char (*names)[16], size_t n, int step)
-{
-    Kiln__MetricPoint *pts = calloc(n, sizeof(*pts));
-    Kiln__MetricPoint **ptrs = calloc(n, sizeof(*ptrs));
-    for (size_t i = 0; i < n; i++) {
-        kiln__metric_point__init(&pts[i]);
-        pts[i].name = names[i];
-        pts[i].step = step;
-        pts[i].value = (double)i;
-        ptrs[i] = &pts[i];
-    }
-    Kiln__MetricBatch b = KILN__METRIC_BATCH__INIT;
-    b.worker_id = (char *)wid;
-    b.job_id = (char *)job;
-    b.attempt = 1;
-    b.points = ptrs;
-    b.n_points = n;
-    b.stream_id = 11;
-    b.batch_seq = seq;
-    int rc = svc_agent_metrics(svc, wid, &b, &err);
-    free(pts);
-    free(ptrs);
-    return rc;
 }
 
 /* A script makes metric names without end (m000000, m000001, ...): each is a summary row, a key
