@@ -223,6 +223,12 @@ size_t kiln_text_vfmt(char *buf, size_t n, const char *fmt, va_list ap);
 size_t kiln_text_control(const unsigned char *p, size_t n);
 /* Offset of the first terminal control character (kiln_text_control) in s[0..n), or n. */
 size_t kiln_text_control_at(const char *s, size_t n);
+/* How the character at p (n > 0 bytes left) shows safely on a terminal: *shown (OUT) points at p
+ * itself when it starts a valid UTF-8 sequence that is no terminal control character, else at esc
+ * (12 bytes, filled): \uXXXX for a control character (kiln_text_control), \xHH for a byte that
+ * starts no valid sequence; *shown_len (OUT) is its length. Returns the bytes of p it stands for.
+ * The CLI's output (cli/term.c) and the daemons' log lines (log.c) escape with it. */
+size_t kiln_text_escape_char(const unsigned char *p, size_t n, char esc[12], const char **shown, size_t *shown_len);
 /* Parses a whole string as a decimal integer: an optional '-' and digits only (no '+', no
  * spaces, no hexadecimal), within int64. Returns 0 or KILN_EINVAL. */
 int kiln_parse_int64(const char *s, int64_t *out);

@@ -44,12 +44,25 @@ void log_vwrite(log_level_t level, const char *fmt, va_list ap)
     int n = snprintf(line, sizeof(line), "%s %s %s: ", ts, log_names[level], log_program);
     if (n < 0)
         return;
-    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    char msg[sizeof(line)];
+    int m = vsnprintf(msg, sizeof(msg), fmt, ap);
     if (m < 0)
         return;
-    size_t len = (size_t)n + (size_t)m;
-    if (len > sizeof(line) - 2)
-        len = sizeof(line) - 2;
+    /* One record a line, as it was formatted: a newline, CR or escape sequence in what others
+     * wrote (a job's output quoted in a message) neither starts a line of its own nor acts on the
+     * terminal of whoever reads the log (kiln_text_escape_char). */
+    size_t len = (size_t)n, mlen = KILN_MIN((size_t)m, sizeof(msg) - 1);
+    for (size_t i = 0; i < mlen;) {
+        char esc[12];
+        const char *shown;
+        size_t k;
+        size_t used = kiln_text_escape_char((const unsigned char *)msg + i, mlen - i, esc, &shown, &k);
+        if (len + k > sizeof(line) - 2)
+            break;
+        memcpy(line + len, shown, k);
+        len += k;
+        i += used;
+    }
     line[len++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;

@@ -138,6 +138,27 @@ size_t kiln_text_control_at(const char *s, size_t n)
     return n;
 }
 
+size_t kiln_text_escape_char(const unsigned char *p, size_t n, char esc[12], const char **shown, size_t *shown_len)
+{
+    size_t k = kiln_text_control(p, n);
+    if (k) {
+        unsigned c = p[0];
+        unsigned cp = k == 1 ? c : k == 2 ? ((c & 0x1Fu) << 6) | (p[1] & 0x3Fu)
+                                          : ((c & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
+        *shown_len = (size_t)snprintf(esc, 12, "\\u%04x", cp);
+        *shown = esc;
+        return k;
+    }
+    if ((k = kiln_utf8_seq(p, n)) > 0) {
+        *shown = (const char *)p;
+        *shown_len = k;
+        return k;
+    }
+    *shown_len = (size_t)snprintf(esc, 12, "\\x%02x", p[0]);
+    *shown = esc;
+    return 1;
+}
+
 int kiln_parse_int64(const char *s, int64_t *out)
 {
     if (!s)

@@ -58,20 +58,11 @@ static size_t term_text(cli_term_t *t, const unsigned char *p, size_t n, bool at
         }
         if (!at_end && c >= 0x80 && i + term_seq_len(c) > n)
             return i; /* the rest of this character comes with the next write */
-        size_t k = kiln_text_control(p + i, n - i);
-        char esc[16];
-        if (k) {
-            unsigned cp = k == 1 ? c : k == 2 ? ((c & 0x1Fu) << 6) | (p[i + 1] & 0x3Fu)
-                                              : ((c & 0x0Fu) << 12) | ((p[i + 1] & 0x3Fu) << 6) | (p[i + 2] & 0x3Fu);
-            term_put(t, esc, (size_t)snprintf(esc, sizeof(esc), "\\u%04x", cp));
-            i += k;
-        } else if ((k = kiln_utf8_seq(p + i, n - i)) > 0) {
-            term_put(t, p + i, k);
-            i += k;
-        } else {
-            term_put(t, esc, (size_t)snprintf(esc, sizeof(esc), "\\x%02x", c));
-            i++;
-        }
+        char esc[12];
+        const char *shown;
+        size_t len;
+        i += kiln_text_escape_char(p + i, n - i, esc, &shown, &len);
+        term_put(t, shown, len);
     }
     return n;
 }

@@ -362,6 +362,28 @@ Test(text, control_characters_are_those_a_terminal_acts_on)
     cr_assert_eq(kiln_text_control((const unsigned char *)"\xc2\x85", 2), 2);
 }
 
+/* A daemon's log line that quotes others' text (a job's malformed metric record, an agent's
+ * reason) stays one line, and no escape sequence in it reaches whoever reads the log. */
+Test(text, a_log_line_is_one_line_and_escapes_control_characters)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    int saved = dup(STDERR_FILENO);
+    cr_assert_eq(dup2(p[1], STDERR_FILENO), STDERR_FILENO);
+    log_write(LOG_ERROR, "record \"%s\" refused", "x\x1b]0;owned\x07\nFAKE kiln: all good\r\xe2\x80\xae\xff caf\xc3\xa9");
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(p[1]);
+    char buf[512] = "";
+    ssize_t n = read(p[0], buf, sizeof(buf) - 1);
+    close(p[0]);
+    cr_assert_gt(n, 0);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "record \"x\\u001b]0;owned\\u0007\\u000aFAKE kiln: all good\\u000d\\u202e\\xff caf\xc3\xa9\" refused\n"),
+              "%s", buf);
+    cr_assert_eq(strchr(buf, '\n'), buf + n - 1, "one line: %s", buf);
+}
+
 /* Formatted text cut by a precision or by its buffer keeps whole characters (a reason or an error
  * message the database and JSON take), and leaves out a stray byte it was given. */
 Test(text, text_fmt_never_cuts_a_character)
