@@ -88,10 +88,15 @@ static void note_add(char *notes, size_t n, const char *fmt, ...)
         return;
     if (len)
         notes[len++] = '\n', notes[len] = '\0';
+    /* one note a line: a file name the job chose (with a newline, an escape sequence) is shown
+     * escaped, not as a line or a terminal command of its own */
+    char note[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(notes + len, n - len, fmt, ap);
+    int m = vsnprintf(note, sizeof(note), fmt, ap);
     va_end(ap);
+    if (m > 0)
+        kiln_text_escape(notes + len, n - len, note, KILN_MIN((size_t)m, sizeof(note) - 1));
 }
 
 static int name_cmp(const void *a, const void *b)

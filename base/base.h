@@ -229,6 +229,10 @@ size_t kiln_text_control_at(const char *s, size_t n);
  * starts no valid sequence; *shown_len (OUT) is its length. Returns the bytes of p it stands for.
  * The CLI's output (cli/term.c) and the daemons' log lines (log.c) escape with it. */
 size_t kiln_text_escape_char(const unsigned char *p, size_t n, char esc[12], const char **shown, size_t *shown_len);
+/* Writes s[0..n) into dst (cap bytes, NUL-terminated) with every character as
+ * kiln_text_escape_char shows it, stopping before one that does not fit whole. Returns the bytes
+ * written. For others' text quoted on one line (a log record, a note in a job's log). */
+size_t kiln_text_escape(char *dst, size_t cap, const char *s, size_t n);
 /* Parses a whole string as a decimal integer: an optional '-' and digits only (no '+', no
  * spaces, no hexadecimal), within int64. Returns 0 or KILN_EINVAL. */
 int kiln_parse_int64(const char *s, int64_t *out);

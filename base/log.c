@@ -50,19 +50,9 @@ void log_vwrite(log_level_t level, const char *fmt, va_list ap)
         return;
     /* One record a line, as it was formatted: a newline, CR or escape sequence in what others
      * wrote (a job's output quoted in a message) neither starts a line of its own nor acts on the
-     * terminal of whoever reads the log (kiln_text_escape_char). */
-    size_t len = (size_t)n, mlen = KILN_MIN((size_t)m, sizeof(msg) - 1);
-    for (size_t i = 0; i < mlen;) {
-        char esc[12];
-        const char *shown;
-        size_t k;
-        size_t used = kiln_text_escape_char((const unsigned char *)msg + i, mlen - i, esc, &shown, &k);
-        if (len + k > sizeof(line) - 2)
-            break;
-        memcpy(line + len, shown, k);
-        len += k;
-        i += used;
-    }
+     * terminal of whoever reads the log (kiln_text_escape). */
+    size_t len = (size_t)n + kiln_text_escape(line + n, sizeof(line) - (size_t)n - 1, msg,
+                                              KILN_MIN((size_t)m, sizeof(msg) - 1));
     line[len++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;

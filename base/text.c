@@ -159,6 +159,25 @@ size_t kiln_text_escape_char(const unsigned char *p, size_t n, char esc[12], con
     return 1;
 }
 
+size_t kiln_text_escape(char *dst, size_t cap, const char *s, size_t n)
+{
+    size_t o = 0;
+    if (cap == 0)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        char esc[12];
+        const char *shown;
+        size_t k, used = kiln_text_escape_char((const unsigned char *)s + i, n - i, esc, &shown, &k);
+        if (o + k >= cap)
+            break;
+        memcpy(dst + o, shown, k);
+        o += k;
+        i += used;
+    }
+    dst[o] = '\0';
+    return o;
+}
+
 int kiln_parse_int64(const char *s, int64_t *out)
 {
     if (!s)
