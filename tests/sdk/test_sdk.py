@@ -61,6 +61,11 @@ class Offline(unittest.TestCase):
         self.assertEqual(str(line), "[rank 1] hello")
         line = kiln.LogLine.from_json({"seq": 5, "rank": 0, "attempt": 2, "line": "resumed"})
         self.assertEqual((line.attempt, str(line)), (2, "[rank 0, attempt 2] resumed"))
+        # printed, a line's escape sequences and overrides show as text; .line keeps them
+        evil = "x\x1b]0;owned\x07\x1b[2J\rfake\u202e\x85\tok caf\u00e9"
+        line = kiln.LogLine.from_json({"seq": 6, "rank": 0, "line": evil})
+        self.assertEqual(str(line), "[rank 0] x\\u001b]0;owned\\u0007\\u001b[2J\\u000dfake\\u202e\\u0085\tok caf\u00e9")
+        self.assertEqual(line.line, evil)
 
     def test_artifact_and_model_data(self):
         a = kiln.Artifact.from_json({"name": "model_llmc.bin", "size": 139776, "sha256": "af57", "created_at": "t",

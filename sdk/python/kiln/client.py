@@ -29,6 +29,7 @@ from typing import Any, cast
 
 from . import code, config
 from .errors import JobFailedError, KilnError
+from .metrics import shown
 
 TERMINAL_STATES = frozenset(("COMPLETED", "FAILED", "STOPPED"))
 
@@ -112,9 +113,11 @@ class LogLine:
                    time=_str(j.get("time")), line=_str(j.get("line")), attempt=_int(j.get("attempt")))
 
     def __str__(self) -> str:
+        """The line as printed (``Estimator.fit(logs=True)``, ``Estimator.logs()``): its control
+        characters escaped as kiln's CLI escapes them (metrics.shown); ``line`` keeps the text."""
         if self.attempt > 1:
-            return "[rank %d, attempt %d] %s" % (self.rank, self.attempt, self.line)
-        return "[rank %d] %s" % (self.rank, self.line)
+            return "[rank %d, attempt %d] %s" % (self.rank, self.attempt, shown(self.line))
+        return "[rank %d] %s" % (self.rank, shown(self.line))
 
 
 @dataclass(frozen=True)

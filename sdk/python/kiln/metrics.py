@@ -24,6 +24,15 @@ NAME_MAX = 127
 #: What a name may not hold (kiln_text_control): C0 controls, DEL, C1 controls, bidirectional
 #: overrides and isolates, which would act on the terminal of whoever reads the metric's name.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """``text`` as kiln's CLI shows others' text on a terminal: each control character (as above;
+    tab kept) written as ``\\uXXXX``, so that no escape sequence in a job's log line can clear the
+    screen, set the window title or the clipboard, overwrite a line (CR) or reorder one."""
+    return _CONTROL.sub(lambda m: m.group() if m.group() == "\t" else "\\u%04x" % ord(m.group()), text)
+
+
 #: Bytes of one record line, newline included, at most (RANK_METRIC_RECORD_MAX).
 RECORD_MAX = 1 << 20
 
