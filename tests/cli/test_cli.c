@@ -246,8 +246,12 @@ Test(cli_format, describe_shows_a_script_jobs_hyperparameters_as_written)
     json_t *job = load("{\"id\": \"11111111-2222-4333-8444-555555555555\", \"name\": \"toy\", \"state\": \"QUEUED\","
                        " \"queue\": \"default\", \"priority\": 0, \"created_at\": \"2026-11-21T06:00:00Z\","
                        " \"spec\": {\"entry_point\": \"train.py\", \"source\": \"/data/code\","
-                       " \"hyperparameters\": {\"lr\": 0.1, \"epochs\": 3, \"decay\": 1e-5}}}");
+                       " \"hyperparameters\": {\"lr\": 0.1, \"epochs\": 3, \"decay\": 1e-5},"
+                       " \"data\": {\"channels\": {\"train\": \"/data/t.txt\", \"validation\": \"/data/v\"}}}}");
     char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    /* a label longer than the column keeps a space before its value */
+    cr_assert(strstr(out, "Channel train: /data/t.txt\n"), "%s", out);
+    cr_assert(strstr(out, "Channel validation: /data/v\n"), "%s", out);
     cr_assert(strstr(out, "Hyperparams:  {\"decay\":1.0000000000000001e-05,") == NULL, "%s", out);
     cr_assert(strstr(out, "Hyperparams:  {\"decay\":1e-5,\"epochs\":3,\"lr\":0.1}\n"), "%s", out);
     cr_assert(strstr(out, "Queue:        default (priority 0)\n"), "%s", out);
