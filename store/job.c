@@ -66,10 +66,7 @@ json_t *store_job_json(const PGresult *r, int i)
     return o;
 }
 
-/* Why an insert that names a free idempotency key (or none) inserted nothing: KILN_ENOTFOUND
- * (field "project") when the project does not exist, which the insert checks in its statement;
- * 0 when it exists now (made after the insert's snapshot was taken: the caller tries again). */
-static int job_insert_no_project(store_conn_t *c, const char *project, kiln_err_t *err)
+int store_insert_no_project(store_conn_t *c, const char *project, kiln_err_t *err)
 {
     bool exists = true;
     int rc = store_project_exists(c, project, &exists, err);
@@ -80,10 +77,7 @@ static int job_insert_no_project(store_conn_t *c, const char *project, kiln_err_
     return 0;
 }
 
-/* Why an insert of a job of project in queue took nothing, when not its project: KILN_EINVAL
- * (field "queue") when the queue does not exist or does not let the project in (a change of its
- * projects committed since the service checked them), else 0. */
-static int job_insert_no_queue(store_conn_t *c, const char *project, const char *queue, kiln_err_t *err)
+int store_insert_no_queue(store_conn_t *c, const char *project, const char *queue, kiln_err_t *err)
 {
     const char *p[2] = {queue, project};
     PGresult *r = NULL;
@@ -169,9 +163,9 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
             if (held.found)
                 break;
         }
-        rc = job_insert_no_project(c, p[1], err);
+        rc = store_insert_no_project(c, p[1], err);
         if (rc == 0)
-            rc = job_insert_no_queue(c, p[1], p[5], err);
+            rc = store_insert_no_queue(c, p[1], p[5], err);
         if (rc)
             return rc;
         if (attempt > 0)
