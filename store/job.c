@@ -306,6 +306,10 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
     return 0;
 }
 
+/* In TRANSITION_SQL: a new attempt ($7 & 8) of a job whose ending attempt trained from step 0
+ * (store_job_restart_set) and did not reach the step the job had reached before. */
+#define FRESH_AGAIN "(($7::int & 8) <> 0 AND j.fresh_attempt = j.attempt AND j.progress_step < j.restart_step)"
+
 /* A state change of the jobs in CTE x (id, from_state, reason, attempt, backfill_s, i): each in its
  * from_state moves to $6 with flags $7 and gets its event row (actor $8); returns the i of each
  * that moved. */
@@ -324,6 +328,12 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
     "                 THEN clock_timestamp() + x.backfill_s * interval '1 second'"                        \
     "                 WHEN ($7::int & 8) <> 0 THEN NULL ELSE j.backfill_end END,"                         \
     "  eta_s = CASE WHEN ($7::int & 8) <> 0 OR ($7::int & 2) <> 0 THEN NULL ELSE j.eta_s END,"            \
+    /* a new attempt after one that restarted from step 0 (--tune-promoted-restart) and ended before  \
+     * it trained back to the step it had reached (whose checkpoints stay): from step 0 too */         \
+    "  fresh_attempt = CASE WHEN " FRESH_AGAIN " THEN x.attempt ELSE j.fresh_attempt END,"               \
+    "  retrained_steps = CASE WHEN " FRESH_AGAIN " THEN j.retrained_steps + j.progress_step"              \
+    "                    ELSE j.retrained_steps END,"                                                     \
+    "  progress_step = CASE WHEN " FRESH_AGAIN " THEN 0 ELSE j.progress_step END,"                        \
     "  pending = CASE WHEN $6 IN " STORE_WAITING " THEN j.pending END"                                    \
     " FROM x WHERE j.id = x.id AND j.state = x.from_state"                                                \
     " RETURNING j.id, j.event_seq, j.attempt, x.from_state, x.reason, x.i),"                              \
@@ -1042,7 +1052,7 @@ int store_job_restart_set(store_conn_t *c, const char *id, int fresh_attempt, ki
     const char *p[2] = {id, at};
     return store_q(c, "set the attempt that starts from step 0",
                    "UPDATE jobs SET fresh_attempt = $2::int, retrained_steps = retrained_steps + progress_step,"
-                   " progress_step = 0, updated_at = now() WHERE id = $1::uuid",
+                   " restart_step = progress_step, progress_step = 0, updated_at = now() WHERE id = $1::uuid",
                    2, p, NULL, err);
 }
 

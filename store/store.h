@@ -178,7 +178,11 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err);
 /* Makes attempt fresh_attempt of the job (its next) train from step 0 rather than resume (the
  * assignment's fresh_start): the steps it had trained move from progress_step to retrained_steps,
- * so that the two summed count every step it trains (kilnd's --tune-promoted-restart). */
+ * so that the two summed count every step it trains (kilnd's --tune-promoted-restart), and the
+ * step it had reached is kept (restart_step): its checkpoints up to there stay in its directories,
+ * so a new attempt after that one ended (lost, preempted) before it trained back to that step
+ * trains from step 0 again, its steps moved the same way (store_job_transition's new attempt),
+ * rather than resume from one of them; one that got there resumes as any attempt does. */
 int store_job_restart_set(store_conn_t *c, const char *id, int fresh_attempt, kiln_err_t *err);
 
 enum {
