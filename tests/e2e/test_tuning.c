@@ -485,7 +485,9 @@ Test(e2e_tuning, hyperband_promoted_restart_trains_from_step_zero_to_the_straigh
 Test(e2e_tuning, hyperband_promoted_restart_retried_trains_from_step_zero_again, .init = e2e_setup_promoted_restart,
      .fini = e2e_teardown, .timeout = 300)
 {
-    json_t *j = json_loads(e2e_spec("hbq", RETRY_R1, 1, 1, 4), 0, NULL);
+    char *base = e2e_spec("hbq", RETRY_R1, 1, 1, 4);
+    json_t *j = json_loads(base, 0, NULL);
+    free(base);
     json_object_set_new(j, "retry", json_pack("{s:i}", "max_attempts", 3));
     char *job = json_dumps(j, JSON_COMPACT);
     json_decref(j);
