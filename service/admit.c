@@ -998,6 +998,13 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
     if (q) {
         d->outcome = SCHED_WAIT_QUOTA;
         block(a, key, j);
+        /* within its queue's nominal quota it waits for the quota its cohort lent out: the
+         * borrowers may not take back what frees meanwhile (a victim preempted for it was
+         * readmitted, borrowing, into the slot it had freed, and preempted again, without end) */
+        if (entitled(a, j) && has_cohort(Q))
+            for (int r = 0; r < s->nqueues; r++)
+                if (same_cohort(Q, &s->queues[r]))
+                    a->no_borrow[qt(r, J->type)] = true;
         try_preempt(a, j, out);
         return false;
     }

@@ -672,6 +672,32 @@ Test(admit, reclaim_preempts_only_borrowers)
     cr_assert_neq(out[0].outcome, SCHED_PREEMPTING, "%s", out[0].reason);
 }
 
+/* A head within its queue's quota that waits for the quota its cohort lent out stops the cohort's
+ * borrowing, as one that waits for slots does: a borrower's job preempted for it, whose slot has
+ * just freed while the other victim still stops, is not readmitted into that slot (found on a
+ * live cluster: the victims went back and forth between PREEMPTED and RUNNING 49 times in 15 s
+ * and the head never started). */
+Test(admit, a_victim_is_not_readmitted_borrowing_while_its_preemptor_waits_for_the_quota)
+{
+    static const int w0[] = {0}, w1[] = {1};
+    /* a borrows 2 of b's quota; b's head needs 2 slots on one worker; victim a1 has stopped (it
+     * waits again), victim a2 still stops on w0 */
+    sched_worker_t w[] = {W("w0", "cpu", 2, 1), W("w1", "cpu", 2, 0)};
+    sched_queue_t q[] = {queue("a", "c", 2, 0), queue("b", "c", 2, 0)};
+    q[0].usage[0] = 3;
+    sched_running_t r[] = {running("a2", 0, -1, 1, w0, 0), running("a3", 0, -1, 1, w1, 0),
+                           running("a4", 0, -1, 1, w1, 0)};
+    r[0].freeing = true;
+    sched_job_t j[] = {job("b1", 1, 500, 1, 2, 0), job("a1", 0, -1, 1, 1, 0)};
+    sched_decision_t out[2];
+    int order[2];
+    cr_assert_eq(pass_running(w, 2, q, 2, j, 2, r, 3, 0, out, order), 0, "a1: %s", out[1].reason);
+    cr_assert_neq(out[1].outcome, SCHED_ADMITTED, "%s", out[1].reason);
+    cr_assert(out[0].outcome == SCHED_WAIT_QUOTA || out[0].outcome == SCHED_WAIT_SLOTS, "%s", out[0].reason);
+    /* with b's head gone, a borrows that slot as before */
+    cr_assert_eq(pass_running(w, 2, q, 2, j + 1, 1, r, 3, 0, out, order), 1, "%s", out[0].reason);
+}
+
 /* ---- a queue's preemption policy (Kueue's ClusterQueue spec.preemption) ------------------------ */
 
 Test(admit, within_queue_never_waits_rather_than_preempt)
