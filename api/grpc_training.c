@@ -695,6 +695,59 @@ static int mask_path(const char *path, const json_t *set, json_t *patch, json_t 
     return 0;
 }
 
+/* Queue's fields an answer carries alone (the service takes none of them). */
+static const char *const k_queue_output_only[] = {"usage", "pending", "admitted", "created_at", "created_by",
+                                                  "updated_at"};
+
+/* Every field queue sets (set, queue_json's) is one update_mask names (named, patch: mask_path's),
+ * whole or, for a message field named by its fields, each of its fields it sets: kiln changes
+ * every field given or refuses the request, and never ignores one. proto3 leaves a scalar at its
+ * zero value out, so only those are not told apart from unset. queue.name may repeat the request's
+ * name. KILN_EINVAL naming the field otherwise. */
+static int mask_covers(const json_t *set, const json_t *named, const json_t *patch, const char *name,
+                       kiln_err_t *err)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)set, k, v) {
+        const json_t *how = json_object_get(named, k);
+        if (json_is_true(how) || (!how && !strcmp(k, "name") && json_is_string(v) && name &&
+                                  !strcmp(json_string_value(v), name)))
+            continue;
+        char f[96], path[112];
+        const char *sub;
+        json_t *sv;
+        snprintf(f, sizeof f, "%.60s", k);
+        if (how && json_is_object(v)) {
+            /* named by its fields: each it sets must be one of them */
+            const char *missing = NULL;
+            json_object_foreach(v, sub, sv) {
+                if (!missing && !json_object_get(json_object_get(patch, k), sub))
+                    missing = sub;
+            }
+            if (!missing)
+                continue;
+            snprintf(f, sizeof f, "%.40s.%.40s", k, missing);
+        } else if (!strcmp(k, "quota") && json_is_null(v)) {
+            snprintf(f, sizeof f, "unlimited_quota");
+        }
+        snprintf(path, sizeof path, "queue.%s", f);
+        kiln_err_set(err, KILN_EINVAL, path, "%s is set but update_mask does not name it", f);
+        bool output = false;
+        for (size_t i = 0; i < KILN_ARRAY_LEN(k_queue_output_only); i++)
+            output = output || !strcmp(k, k_queue_output_only[i]);
+        if (output)
+            kiln_err_hint(err, "%s is output only: leave it unset in an update", f);
+        else if (!strcmp(k, "name"))
+            kiln_err_hint(err, "leave queue.name unset, or give the request's name (the queue it changes)");
+        else
+            kiln_err_hint(err, "add \"%s\" to update_mask to change it, or leave it unset (an update changes every "
+                          "field given or refuses the request)", f);
+        return KILN_EINVAL;
+    }
+    return 0;
+}
+
 static int h_update_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req, arena_t *a, ProtobufCMessage **resp,
                           kiln_err_t *err)
 {
@@ -708,6 +761,8 @@ static int h_update_queue(const api_grpc_ctx_t *ctx, const ProtobufCMessage *req
         kiln_err_hint(err, "for example update_mask: [\"weight\", \"quota\", \"preemption.within_queue\"]");
         rc = KILN_EINVAL;
     }
+    if (rc == 0)
+        rc = mask_covers(set, named, patch, r->name, err);
     if (rc == 0)
         rc = queue_field(svc_queue_update(ctx->svc, ctx->who, r->name, patch, &out, err), true, err);
     if (rc == 0)

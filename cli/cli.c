@@ -27,7 +27,8 @@ static const cli_command_t cli_commands[] = {
      "                       the job's project (as kiln code push does) and submit with \"source\" set\n"
      "  --idempotency-key K  retrying with the same key returns the same job, never a duplicate\n"
      "  -f, --follow         stream the job's logs until it ends; exit 1 if it FAILED\n"
-     "  (a relative data.train / data.val path that exists here is sent as an absolute path)\n"},
+     "  (a relative data.train / data.val / data.channels path that exists here is sent as an\n"
+     "  absolute path)\n"},
     {"code", cli_cmd_code, "push DIR [--project P]\nget DIGEST [--project P] [-o FILE]",
      "upload a source directory as a script job's code, or download an uploaded archive",
      "commands:\n"
@@ -241,8 +242,9 @@ static const cli_command_t cli_commands[] = {
      "  submit FILE          start one from a JSON request (- reads standard input): the base job\n"
      "                       as \"job\", \"parameters\" by path in it (a bare name is\n"
      "                       hyperparameters.NAME), \"objective\", \"strategy\", \"max_jobs\", ...\n"
-     "                       (docs/contracts.md, \"Tuning jobs\"); a relative data.train / data.val\n"
-     "                       of the base job that exists here is sent as an absolute path\n"
+     "                       (docs/contracts.md, \"Tuning jobs\"); a relative data.train, data.val or\n"
+     "                       data.channels path of the base job that exists here is sent as an\n"
+     "                       absolute path\n"
      "    --source-dir DIR   a script base job's code: pack DIR (honouring DIR/.kilnignore), upload it\n"
      "                       into the job's project and submit with the job's \"source\" set\n"
      "  describe ID          the tuning job, its trials table and the best trial\n"

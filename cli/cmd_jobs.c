@@ -34,23 +34,34 @@ int cli_read_request(const char *path, const char *what, json_t **out, kiln_err_
     return 0;
 }
 
+/* obj[key], a relative path that exists here, made absolute; anything else left as is. */
+static void absolutize(json_t *obj, const char *key)
+{
+    const char *p = json_string_value(json_object_get(obj, key));
+    if (!p || !*p || p[0] == '/' || strstr(p, "://"))
+        return;
+    char *abs = realpath(p, NULL);
+    if (abs) {
+        json_object_set_new(obj, key, json_string(abs));
+        free(abs);
+    }
+}
+
 /* A relative data path that exists here ("data/tinyshakespeare.txt" from the repository root)
- * is made absolute, so that an agent finds it whatever its own working directory is. Anything
+ * is made absolute, so that an agent finds it whatever its own working directory is: an engine
+ * job's data.train and data.val and a script job's data.channels, as the SDK does. Anything
  * else (absolute paths, URLs, "synthetic", paths only the agents' machines have) is left as is. */
 void cli_absolutize_data(json_t *spec)
 {
     static const char *const keys[] = {"train", "val"};
     json_t *data = json_object_get(spec, "data");
-    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++) {
-        const char *p = json_string_value(json_object_get(data, keys[i]));
-        if (!p || !*p || p[0] == '/' || strstr(p, "://"))
-            continue;
-        char *abs = realpath(p, NULL);
-        if (abs) {
-            json_object_set_new(data, keys[i], json_string(abs));
-            free(abs);
-        }
-    }
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+        absolutize(data, keys[i]);
+    json_t *channels = json_object_get(data, "channels");
+    const char *name;
+    json_t *v;
+    json_object_foreach(channels, name, v)
+        absolutize(channels, name);
 }
 
 int cli_source_dir(cli_client_t *c, json_t *spec, const char *dir, kiln_err_t *err)

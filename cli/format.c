@@ -341,9 +341,11 @@ void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us, bool wide)
 static void cli_kv(FILE *out, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void cli_kv(FILE *out, const char *key, const char *fmt, ...)
 {
-    char label[32];
-    snprintf(label, sizeof(label), "%s:", key);
-    fprintf(out, "%-14s", label); /* the longest label ("Submitted by:") and a space */
+    char label[160];
+    int n = snprintf(label, sizeof(label), "%s:", key);
+    /* the longest fixed label ("Submitted by:") and a space; a longer one (a script job's
+     * "Channel validation:") still gets its space before the value */
+    fprintf(out, n >= 14 ? "%s " : "%-14s", label);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(out, fmt, ap);

@@ -595,9 +595,18 @@ const char *sched_victim_reason(const sched_snapshot_t *s, int j, int r, char *b
         return kind;
     }
     if (!strcmp(kind, "priority")) {
-        snprintf(buf, n, "it needs this job's slots and has the higher priority in queue %s (%d, this job %d); "
-                 "allowed by queue %s's preemption.within_queue (%s); %s; %s", qn, J->priority, R->priority, qn,
-                 sched_within_names[Q ? Q->within : 0], stop, lost);
+        /* the preemptor's priority, as its id, is for readers of its own project (sched_job_name):
+         * another project's member learns that it is higher, not what it is */
+        char prio[160];
+        bool theirs = J->project_name && R->project_name ? strcmp(J->project_name, R->project_name) == 0
+                                                         : J->project_name == R->project_name;
+        if (theirs)
+            snprintf(prio, sizeof prio, "the higher priority in queue %.63s (%d, this job %d)", qn, J->priority,
+                     R->priority);
+        else
+            snprintf(prio, sizeof prio, "a higher priority in queue %.63s than this job's (%d)", qn, R->priority);
+        snprintf(buf, n, "it needs this job's slots and has %s; allowed by queue %s's preemption.within_queue (%s); "
+                 "%s; %s", prio, qn, sched_within_names[Q ? Q->within : 0], stop, lost);
         return "priority";
     }
     snprintf(buf, n, "its queue %s reclaims the quota queue %s borrows, which this job holds; allowed by queue %s's "
@@ -989,6 +998,13 @@ static bool try_job(admit_t *a, int j, sched_decision_t *out)
     if (q) {
         d->outcome = SCHED_WAIT_QUOTA;
         block(a, key, j);
+        /* within its queue's nominal quota it waits for the quota its cohort lent out: the
+         * borrowers may not take back what frees meanwhile (a victim preempted for it was
+         * readmitted, borrowing, into the slot it had freed, and preempted again, without end) */
+        if (entitled(a, j) && has_cohort(Q))
+            for (int r = 0; r < s->nqueues; r++)
+                if (same_cohort(Q, &s->queues[r]))
+                    a->no_borrow[qt(r, J->type)] = true;
         try_preempt(a, j, out);
         return false;
     }

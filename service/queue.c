@@ -454,8 +454,9 @@ static int queue_keeps_defaults(store_conn_t *c, const json_t *q, kiln_err_t *er
 }
 
 /* KILN_ESTATE (field "projects") when q, a queue's new fields, no longer lets in a project that
- * has jobs waiting, running or paused in it: as DELETE refuses a queue its jobs use, the change
- * waits until they end or are stopped, so no job stays in a queue its project may not use. */
+ * has jobs waiting, running or paused in it, or a running tuning job whose next trials go to it:
+ * as DELETE refuses a queue its jobs use, the change waits until they end or are stopped, so no
+ * job stays in a queue its project may not use and no trial is submitted to one. */
 static int queue_keeps_jobs(store_conn_t *c, const json_t *q, kiln_err_t *err)
 {
     const char *name = json_string_value(json_object_get(q, "name"));
@@ -465,35 +466,46 @@ static int queue_keeps_jobs(store_conn_t *c, const json_t *q, kiln_err_t *err)
         json_decref(left);
         return rc;
     }
-    json_int_t waiting = 0, running = 0, paused = 0;
+    json_int_t waiting = 0, running = 0, paused = 0, tuning = 0;
     size_t i, n = json_array_size(left);
     json_t *p;
     json_array_foreach(left, i, p) {
         waiting += json_integer_value(json_object_get(p, "waiting"));
         running += json_integer_value(json_object_get(p, "running"));
         paused += json_integer_value(json_object_get(p, "paused"));
+        tuning += json_integer_value(json_object_get(p, "tuning"));
     }
     char names[112];
     project_words(left, names, sizeof names);
-    char counts[96];
-    snprintf(counts, sizeof counts, "%lld waiting, %lld running", (long long)waiting, (long long)running);
-    if (paused) {
-        size_t len = strlen(counts);
-        snprintf(counts + len, sizeof counts - len, ", %lld paused", (long long)paused);
+    json_int_t jobs = waiting + running + paused;
+    char what[256];
+    size_t len = 0;
+    if (jobs) {
+        len = (size_t)snprintf(what, sizeof what, "%lld job(s) of project%s %s (%lld waiting, %lld running",
+                               (long long)jobs, n > 1 ? "s" : "", names, (long long)waiting, (long long)running);
+        if (paused)
+            len += (size_t)snprintf(what + len, sizeof what - len, ", %lld paused", (long long)paused);
+        len += (size_t)snprintf(what + len, sizeof what - len, ")%s", tuning ? " and " : "");
     }
+    if (tuning && len < sizeof what)
+        snprintf(what + len, sizeof what - len, "%lld running tuning job(s)%s%s%s that submit their next trials to it",
+                 (long long)tuning, jobs ? "" : " of project", jobs ? "" : n > 1 ? "s " : " ", jobs ? "" : names);
     const char *first = json_string_value(json_object_get(json_array_get(left, 0), "project"));
-    kiln_err_set(err, KILN_ESTATE, "projects", "queue \"%.80s\" has %lld job(s) of project%s %s (%s), which "
-                 "projects would no longer let in", name, (long long)(waiting + running + paused), n > 1 ? "s" : "",
-                 names, counts);
+    kiln_err_set(err, KILN_ESTATE, "projects", "queue \"%.80s\" has %s, which projects would no longer let in", name,
+                 what);
+    const char *list = tuning ? "; kiln tune list lists its tuning jobs" : "";
     if (n == 1)
         kiln_err_hint(err, "stop them or let them end, then remove the project (kiln search 'project = \"%s\" AND "
-                      "queue = \"%s\"' lists its jobs)", first, name);
+                      "queue = \"%s\"' lists its jobs%s)", first, name, list);
     else
         kiln_err_hint(err, "stop them or let them end, then remove the projects (kiln search 'project = \"%s\" AND "
-                      "queue = \"%s\"' lists the first one's jobs)", first, name);
-    if (paused)
-        kiln_err_detail(err, "a paused trial goes back to its queue when its tuning job promotes it: it ends when "
-                        "its tuning job ends it or is stopped");
+                      "queue = \"%s\"' lists the first one's jobs%s)", first, name, list);
+    if (paused || tuning)
+        kiln_err_detail(err, "%s%s%s", paused ? "a paused trial goes back to its queue when its tuning job promotes "
+                                                "it: it ends when its tuning job ends it or is stopped" : "",
+                        paused && tuning ? "; " : "",
+                        tuning ? "a running tuning job submits its next trials to its queue until it ends or is "
+                                 "stopped" : "");
     json_decref(left);
     return KILN_ESTATE;
 }

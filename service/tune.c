@@ -522,6 +522,9 @@ int svc_tuning_create(svc_t *s, const svc_caller_t *who, const json_t *body, jso
     if (rc == KILN_ENOTFOUND) {
         rc = kiln_err_set(err, KILN_EINVAL, "job.project", "project \"%s\" does not exist", t.project);
         kiln_err_hint(err, "create it first: kiln projects create %s", t.project);
+    } else if (rc == KILN_EINVAL && !strcmp(err->field, "queue")) {
+        /* the queue's projects changed since the base job's check */
+        kiln_strlcpy(err->field, "job.queue", sizeof err->field);
     }
     if (rc)
         goto fail;

@@ -223,7 +223,10 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     bool free_form = t->script && !strncmp(p->path, "hyperparameters.", 16);
     json_t *base = path_walk(t->job, p->path, false, NULL, NULL);
     if (!free_form && (!base || json_is_object(base) || json_is_array(base)))
-        return invalid(err, section, "name a field the job spec has, such as lr, warmup_steps or model.n_embd",
+        return invalid(err, section,
+                       t->script ? "a script job's search varies its hyperparameters: name one bare (\"lr\") or "
+                                   "below hyperparameters (\"hyperparameters.model.depth\" makes nested objects)"
+                                 : "name a field the job spec has, such as lr, warmup_steps or model.n_embd",
                        "parameter \"%s\": the job spec has no field %s", name, p->path);
     char type[16] = "";
     if ((rc = rd_string(&r, o, "type", type, sizeof type)))
@@ -518,7 +521,8 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
             goto fail;
         }
         if (out->script) {
-            rc = invalid(err, "strategy", "use random, grid or bayesian for script jobs",
+            rc = invalid(err, "strategy", "use random, grid or bayesian for script jobs; with \"early_stopping\": "
+                         "\"auto\" (the median rule) trials that fall behind are stopped early",
                          "hyperband pauses trials at a number of steps, which only engine jobs take "
                          "(hyperparameters.max_steps)");
             goto fail;

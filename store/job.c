@@ -66,10 +66,7 @@ json_t *store_job_json(const PGresult *r, int i)
     return o;
 }
 
-/* Why an insert that names a free idempotency key (or none) inserted nothing: KILN_ENOTFOUND
- * (field "project") when the project does not exist, which the insert checks in its statement;
- * 0 when it exists now (made after the insert's snapshot was taken: the caller tries again). */
-static int job_insert_no_project(store_conn_t *c, const char *project, kiln_err_t *err)
+int store_insert_no_project(store_conn_t *c, const char *project, kiln_err_t *err)
 {
     bool exists = true;
     int rc = store_project_exists(c, project, &exists, err);
@@ -80,10 +77,7 @@ static int job_insert_no_project(store_conn_t *c, const char *project, kiln_err_
     return 0;
 }
 
-/* Why an insert of a job of project in queue took nothing, when not its project: KILN_EINVAL
- * (field "queue") when the queue does not exist or does not let the project in (a change of its
- * projects committed since the service checked them), else 0. */
-static int job_insert_no_queue(store_conn_t *c, const char *project, const char *queue, kiln_err_t *err)
+int store_insert_no_queue(store_conn_t *c, const char *project, const char *queue, kiln_err_t *err)
 {
     const char *p[2] = {queue, project};
     PGresult *r = NULL;
@@ -169,9 +163,9 @@ int store_job_insert(store_conn_t *c, const store_job_new_t *j, char *id_out, bo
             if (held.found)
                 break;
         }
-        rc = job_insert_no_project(c, p[1], err);
+        rc = store_insert_no_project(c, p[1], err);
         if (rc == 0)
-            rc = job_insert_no_queue(c, p[1], p[5], err);
+            rc = store_insert_no_queue(c, p[1], p[5], err);
         if (rc)
             return rc;
         if (attempt > 0)
@@ -312,6 +306,10 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
     return 0;
 }
 
+/* In TRANSITION_SQL: a new attempt ($7 & 8) of a job whose ending attempt trained from step 0
+ * (store_job_restart_set) and did not reach the step the job had reached before. */
+#define FRESH_AGAIN "(($7::int & 8) <> 0 AND j.fresh_attempt = j.attempt AND j.progress_step < j.restart_step)"
+
 /* A state change of the jobs in CTE x (id, from_state, reason, attempt, backfill_s, i): each in its
  * from_state moves to $6 with flags $7 and gets its event row (actor $8); returns the i of each
  * that moved. */
@@ -330,6 +328,12 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
     "                 THEN clock_timestamp() + x.backfill_s * interval '1 second'"                        \
     "                 WHEN ($7::int & 8) <> 0 THEN NULL ELSE j.backfill_end END,"                         \
     "  eta_s = CASE WHEN ($7::int & 8) <> 0 OR ($7::int & 2) <> 0 THEN NULL ELSE j.eta_s END,"            \
+    /* a new attempt after one that restarted from step 0 (--tune-promoted-restart) and ended before  \
+     * it trained back to the step it had reached (whose checkpoints stay): from step 0 too */         \
+    "  fresh_attempt = CASE WHEN " FRESH_AGAIN " THEN x.attempt ELSE j.fresh_attempt END,"               \
+    "  retrained_steps = CASE WHEN " FRESH_AGAIN " THEN j.retrained_steps + j.progress_step"              \
+    "                    ELSE j.retrained_steps END,"                                                     \
+    "  progress_step = CASE WHEN " FRESH_AGAIN " THEN 0 ELSE j.progress_step END,"                        \
     "  pending = CASE WHEN $6 IN " STORE_WAITING " THEN j.pending END"                                    \
     " FROM x WHERE j.id = x.id AND j.state = x.from_state"                                                \
     " RETURNING j.id, j.event_seq, j.attempt, x.from_state, x.reason, x.i),"                              \
@@ -1048,7 +1052,7 @@ int store_job_restart_set(store_conn_t *c, const char *id, int fresh_attempt, ki
     const char *p[2] = {id, at};
     return store_q(c, "set the attempt that starts from step 0",
                    "UPDATE jobs SET fresh_attempt = $2::int, retrained_steps = retrained_steps + progress_step,"
-                   " progress_step = 0, updated_at = now() WHERE id = $1::uuid",
+                   " restart_step = progress_step, progress_step = 0, updated_at = now() WHERE id = $1::uuid",
                    2, p, NULL, err);
 }
 

@@ -210,12 +210,19 @@ int store_queue_jobs_left_out(store_conn_t *c, const char *name, const json_t *p
     const char *p[2] = {name, text};
     PGresult *r = NULL;
     int rc = store_q(c, "read the jobs a queue's projects leave out",
-                     "SELECT project, count(*) FILTER (WHERE state IN " STORE_WAITING "),"
-                     "  count(*) FILTER (WHERE state IN " STORE_HOLDING "),"
-                     "  count(*) FILTER (WHERE state IN (" STORE_PARKED_NAMES "))"
+                     "SELECT project, sum(waiting), sum(holding), sum(paused), sum(tuning) FROM ("
+                     " SELECT project, count(*) FILTER (WHERE state IN " STORE_WAITING ") AS waiting,"
+                     "  count(*) FILTER (WHERE state IN " STORE_HOLDING ") AS holding,"
+                     "  count(*) FILTER (WHERE state IN (" STORE_PARKED_NAMES ")) AS paused, 0 AS tuning"
                      " FROM jobs WHERE queue = $1"
                      "  AND state IN (" STORE_WAITING_NAMES ", " STORE_HOLDING_NAMES ", " STORE_PARKED_NAMES ")"
                      "  AND NOT ($2::jsonb ? '*' OR $2::jsonb ? project)"
+                     " GROUP BY project"
+                     /* a running tuning job submits its next trials (ordinary jobs) to its queue */
+                     " UNION ALL SELECT project, 0, 0, 0, count(*) FROM tuning_jobs"
+                     "  WHERE state = " STORE_TUNING_STATE(RUNNING) " AND spec -> 'job' ->> 'queue' = $1"
+                     "  AND NOT ($2::jsonb ? '*' OR $2::jsonb ? project)"
+                     " GROUP BY project) x"
                      " GROUP BY project ORDER BY project",
                      2, p, &r, err);
     free(text);
@@ -223,10 +230,11 @@ int store_queue_jobs_left_out(store_conn_t *c, const char *name, const json_t *p
         return rc;
     *out = json_array();
     for (int i = 0; *out && i < PQntuples(r); i++)
-        json_array_append_new(*out, json_pack("{s:s, s:I, s:I, s:I}", "project", store_get_str(r, i, 0), "waiting",
-                                              (json_int_t)store_get_i64(r, i, 1), "running",
+        json_array_append_new(*out, json_pack("{s:s, s:I, s:I, s:I, s:I}", "project", store_get_str(r, i, 0),
+                                              "waiting", (json_int_t)store_get_i64(r, i, 1), "running",
                                               (json_int_t)store_get_i64(r, i, 2), "paused",
-                                              (json_int_t)store_get_i64(r, i, 3)));
+                                              (json_int_t)store_get_i64(r, i, 3), "tuning",
+                                              (json_int_t)store_get_i64(r, i, 4)));
     PQclear(r);
     return *out ? 0 : kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
 }
@@ -242,15 +250,18 @@ int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
                      "   AS paused FROM jobs WHERE queue = $1"
                      "   AND state IN (" STORE_WAITING_NAMES ", " STORE_HOLDING_NAMES ", " STORE_PARKED_NAMES ")),"
                      " dflt AS (SELECT count(*) AS n, min(name) AS project FROM projects WHERE default_queue = $1),"
+                     /* a running tuning job submits its next trials to its queue */
+                     " tun AS (SELECT count(*) AS n FROM tuning_jobs WHERE state = " STORE_TUNING_STATE(RUNNING)
+                     "  AND spec -> 'job' ->> 'queue' = $1),"
                      " d AS (DELETE FROM queues WHERE name = $1 AND (SELECT n FROM busy) = 0 AND (SELECT n FROM dflt) = 0"
-                     "  RETURNING 1)"
+                     "  AND (SELECT n FROM tun) = 0 RETURNING 1)"
                      " SELECT (SELECT n FROM busy), (SELECT count(*) FROM d), (SELECT count(*) FROM queues WHERE name = $1),"
-                     "  (SELECT paused FROM busy), (SELECT n FROM dflt), (SELECT project FROM dflt)",
+                     "  (SELECT paused FROM busy), (SELECT n FROM dflt), (SELECT project FROM dflt), (SELECT n FROM tun)",
                      1, p, &r, err);
     if (rc)
         return rc;
     int64_t busy = store_get_i64(r, 0, 0), deleted = store_get_i64(r, 0, 1), exists = store_get_i64(r, 0, 2);
-    int64_t paused = store_get_i64(r, 0, 3), dflt = store_get_i64(r, 0, 4);
+    int64_t paused = store_get_i64(r, 0, 3), dflt = store_get_i64(r, 0, 4), tuning = store_get_i64(r, 0, 6);
     char project[64];
     kiln_strlcpy(project, store_get_str(r, 0, 5), sizeof project);
     PQclear(r);
@@ -259,6 +270,12 @@ int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
     if (!exists) {
         kiln_err_set(err, KILN_ENOTFOUND, "name", "queue \"%.80s\" does not exist", name);
         return KILN_ENOTFOUND;
+    }
+    if (busy == 0 && tuning > 0) {
+        kiln_err_set(err, KILN_ESTATE, "name", "queue \"%.80s\" has %lld running tuning job(s) that submit their next "
+                     "trials to it", name, (long long)tuning);
+        kiln_err_hint(err, "stop them (kiln tune stop) or wait until they end, then delete the queue");
+        return KILN_ESTATE;
     }
     if (busy == 0) {
         kiln_err_set(err, KILN_ESTATE, "name", "queue \"%.80s\" is the default queue of project \"%s\"%s", name,

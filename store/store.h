@@ -178,7 +178,11 @@ int store_job_row(store_conn_t *c, const char *id, bool lock, store_job_row_t *o
 int store_job_pause_set(store_conn_t *c, const char *id, int64_t pause_at, kiln_err_t *err);
 /* Makes attempt fresh_attempt of the job (its next) train from step 0 rather than resume (the
  * assignment's fresh_start): the steps it had trained move from progress_step to retrained_steps,
- * so that the two summed count every step it trains (kilnd's --tune-promoted-restart). */
+ * so that the two summed count every step it trains (kilnd's --tune-promoted-restart), and the
+ * step it had reached is kept (restart_step): its checkpoints up to there stay in its directories,
+ * so a new attempt after that one ended (lost, preempted) before it trained back to that step
+ * trains from step 0 again, its steps moved the same way (store_job_transition's new attempt),
+ * rather than resume from one of them; one that got there resumes as any attempt does. */
 int store_job_restart_set(store_conn_t *c, const char *id, int fresh_attempt, kiln_err_t *err);
 
 enum {
@@ -417,16 +421,18 @@ int store_queue_update(store_conn_t *c, const json_t *q, kiln_err_t *err);
 int store_queue_lock(store_conn_t *c, const char *name, bool exclusive, kiln_err_t *err);
 /* *out = array of the names of the projects whose default queue is name, by name. */
 int store_queue_default_of(store_conn_t *c, const char *name, json_t **out, kiln_err_t *err);
-/* *out = [{"project", "waiting", "running", "paused"}] by project: the jobs of the queue called
- * name that wait (QUEUED, RESTARTING, PREEMPTED), hold slots (SCHEDULED to STOPPING) or are
- * PAUSED, of each project that projects (a queue's "projects" array) does not let in. */
+/* *out = [{"project", "waiting", "running", "paused", "tuning"}] by project: the jobs of the queue
+ * called name that wait (QUEUED, RESTARTING, PREEMPTED), hold slots (SCHEDULED to STOPPING) or are
+ * PAUSED, and its running tuning jobs (whose next trials go to it), of each project that projects
+ * (a queue's "projects" array) does not let in. */
 int store_queue_jobs_left_out(store_conn_t *c, const char *name, const json_t *projects, json_t **out,
                               kiln_err_t *err);
 /* Deletes a queue none of whose jobs waits, runs or is PAUSED (a paused hyperband trial goes
  * back to its queue when promoted): KILN_ESTATE (how many do, and how many of them are paused)
  * otherwise; KILN_ENOTFOUND. Paused jobs hold no slots and wait for no admission, so a queue's
  * usage and pending do not count them. A queue that is a project's default queue stays too:
- * KILN_ESTATE naming the project (the first by name, "and others" when there are more). */
+ * KILN_ESTATE naming the project (the first by name, "and others" when there are more). So does
+ * one a running tuning job submits its next trials to: KILN_ESTATE counting them. */
 int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err);
 /* *out = {"queue": {"project": usage}} for the queues with fair_sharing: each project's slots
  * held now plus its jobs' slot-time decayed with half_life_s, divided by the decay constant. */
@@ -983,7 +989,9 @@ bool store_is_uuid(const char *s);
  * null)}. States RUNNING, STOPPING, COMPLETED, FAILED, STOPPED; each change is an event. */
 
 /* Inserts a RUNNING tuning job (and its first event); *out = it. KILN_ENOTFOUND (field
- * "project") when the project does not exist. */
+ * "project") when the project does not exist; KILN_EINVAL (field "queue") when the queue its
+ * trials go to (spec's job.queue) does not let the project in, checked with that queue's row
+ * locked as store_job_insert checks a job's. */
 int store_tuning_insert(store_conn_t *c, const char *name, const char *project, const char *spec_json,
                         const char *submitted_by, const char *reason, json_t **out, kiln_err_t *err);
 /* *out = the tuning job (for_update: its row locked until the transaction ends). KILN_ENOTFOUND. */

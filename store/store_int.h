@@ -177,6 +177,16 @@ json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback);
 #define STORE_JOB_NCOLS 22
 json_t *store_job_json(const PGresult *r, int row);
 
+/* Why an insert of a job or a tuning job (of project, whose statement checks that the project
+ * exists and that its queue lets it in, that queue's row locked FOR KEY SHARE) took nothing:
+ * store_insert_no_project: KILN_ENOTFOUND (field "project") when the project does not exist; 0
+ * when it exists now (made after the insert's snapshot was taken: the caller tries again).
+ * store_insert_no_queue, once the project exists: KILN_EINVAL (field "queue") when the queue does
+ * not exist or does not let the project in (a change of its projects committed since the service
+ * checked them), else 0. */
+int store_insert_no_project(store_conn_t *c, const char *project, kiln_err_t *err);
+int store_insert_no_queue(store_conn_t *c, const char *project, const char *queue, kiln_err_t *err);
+
 /* Growable byte buffer for building COPY data. */
 typedef struct store_buf {
     char *p;

@@ -55,18 +55,38 @@ int store_tuning_insert(store_conn_t *c, const char *name, const char *project, 
     static const char *sql =
         "WITH t AS (INSERT INTO tuning_jobs (id, name, project, spec, state, reason, submitted_by)"
         " SELECT gen_random_uuid(), $1::text, $2::text, $3::jsonb, " STORE_TUNING_STATE(RUNNING) ", $4::text, $5::text"
-        " WHERE EXISTS (SELECT 1 FROM projects WHERE name = $2::text) RETURNING *),"
+        " WHERE EXISTS (SELECT 1 FROM projects WHERE name = $2::text)"
+        /* its trials' queue lets the project in, its row locked as a job's insert locks it
+         * (store_job_insert): a change of the queue's projects, which counts the running tuning
+         * jobs it would leave out, either waits for this one or is seen by it */
+        "  AND EXISTS (SELECT 1 FROM queues WHERE name = $3::jsonb -> 'job' ->> 'queue'"
+        "   AND (projects ? '*' OR projects ? $2::text) FOR KEY SHARE)"
+        " RETURNING *),"
         " e AS (INSERT INTO tuning_events (tuning_id, seq, from_state, to_state, reason, actor)"
         "  SELECT id, 1, NULL, " STORE_TUNING_STATE(RUNNING) ", $4::text, $5::text FROM t)"
         " SELECT " TUNING_JSON " FROM t";
     const char *p[5] = {name, project, spec_json, reason, submitted_by};
     PGresult *r = NULL;
-    int rc = store_q(c, "insert tuning job", sql, 5, p, &r, err);
-    if (rc)
-        return rc;
-    if (PQntuples(r) != 1) {
+    for (int attempt = 0;; attempt++) {
+        int rc = store_q(c, "insert tuning job", sql, 5, p, &r, err);
+        if (rc)
+            return rc;
+        if (PQntuples(r) == 1)
+            break;
+        /* the project does not exist, or the queue of its trials does not let it in */
         PQclear(r);
-        return kiln_err_set(err, KILN_ENOTFOUND, "project", "project \"%s\" does not exist", project);
+        r = NULL;
+        json_t *spec = json_loads(spec_json, 0, NULL);
+        const char *queue = json_string_value(json_object_get(json_object_get(spec, "job"), "queue"));
+        rc = store_insert_no_project(c, project, err);
+        if (rc == 0)
+            rc = store_insert_no_queue(c, project, queue ? queue : "", err);
+        json_decref(spec);
+        if (rc)
+            return rc;
+        if (attempt > 0)
+            return kiln_err_set(err, KILN_EDB, NULL, "could not insert tuning job: the statement inserted nothing "
+                                "twice, although its project exists and its queue lets it in");
     }
     *out = store_get_json(r, 0, 0, NULL);
     times_text(*out);

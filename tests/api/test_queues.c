@@ -5,8 +5,10 @@
  * naming the limit, and a queue's quota holds its jobs back while the default queue's run; a
  * project's default queue takes its jobs that name none (a name, or null for "default"; "" is
  * refused), and a queue holding paused jobs or that is a project's default queue cannot be
- * deleted, nor leave that project out of its projects; a retry under an idempotency key gets its
- * job even after the project's default queue changed, to one that would refuse it too. */
+ * deleted, nor leave that project out of its projects, nor can a queue a running tuning job
+ * submits its trials to (nor does a tuning submission racing the change land outside it); a retry
+ * under an idempotency key gets its job even after the project's default queue changed, to one
+ * that would refuse it too. */
 #include <criterion/criterion.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -808,4 +810,107 @@ Test(queues, a_submission_racing_a_change_of_the_queues_projects_never_lands_out
     pthread_join(t, NULL);
     cr_assert_eq(st, 400, "the submission is refused as one after the change is");
     cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE project = 'b'"), 0);
+}
+
+/* A tuning request of project's over queue (its base job spec()'s), up to 3 trials, one at once. */
+static const char *tuning(const char *project, const char *queue)
+{
+    static char buf[1600];
+    snprintf(buf, sizeof buf,
+             "{\"name\": \"sweep\", \"job\": %s, \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 1e-4,"
+             " \"max\": 1e-2}}, \"objective\": {\"metric\": \"val_loss\"}, \"max_jobs\": 3, \"max_parallel_jobs\": 1}",
+             spec("t", project, queue, 1, 1));
+    return buf;
+}
+
+/* A running tuning job submits its next trials to its queue: a PATCH leaving its project out is a
+ * 409 counting it beside its trial (and counting it alone between two trials, when no job of it
+ * is in the queue), and so is a DELETE of the queue; stopped, it counts no more. Otherwise its
+ * next trial would be refused and the search fail, and a paused trial promoted would wait in a
+ * queue its project may not use. */
+Test(queues, a_running_tuning_job_keeps_its_project_in_its_queue)
+{
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}, \"projects\": [\"b\"]}", 201));
+    json_t *t = req("POST", "/v1/tuning-jobs", tuning("b", "team"), 201);
+    char *id = strdup(json_string_value(json_object_get(t, "id")));
+    json_decref(t);
+    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE project = 'b'") == 0; i++)
+        usleep(25000);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE project = 'b' AND queue = 'team'"), 1, "its first trial");
+    refused("PATCH", "/v1/queues/team", "{\"projects\": [\"default\"]}", 409, "projects",
+            "queue \"team\" has 1 job(s) of project \"b\" (");
+    refused("PATCH", "/v1/queues/team", "{\"projects\": [\"default\"]}", 409, "projects",
+            ") and 1 running tuning job(s) that submit their next trials to it, which projects would no longer let in");
+    hint_has("PATCH", "/v1/queues/team", "{\"projects\": [\"default\"]}", 409, "kiln tune list lists its tuning jobs");
+    /* stopped, with its trial: nothing of b is left in the queue */
+    char path[128];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s:stop", id);
+    json_decref(req("POST", path, NULL, 200));
+    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM tuning_jobs WHERE state = 'STOPPED'") == 0; i++)
+        usleep(25000);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE project = 'b' AND state IN ('QUEUED', 'RUNNING')"), 0);
+    /* between two trials a running tuning job has no job in the queue: it counts alone (made
+     * RUNNING again here, as it is before the controller's pass submits its next trial) */
+    cr_assert_eq(at_sql_int("WITH u AS (UPDATE tuning_jobs SET state = 'RUNNING' WHERE id = '%s' RETURNING 1)"
+                            " SELECT count(*) FROM u", id), 1);
+    json_t *j = req("PATCH", "/v1/queues/team", "{\"projects\": [\"default\"]}", 409);
+    const char *m = json_string_value(json_object_get(j, "message"));
+    cr_assert(m && strstr(m, "1 running tuning job(s)") && strstr(m, "that submit their next trials to it"), "%s", m);
+    json_decref(j);
+    j = req("DELETE", "/v1/queues/team", NULL, 409);
+    m = json_string_value(json_object_get(j, "message"));
+    cr_assert(m && (strstr(m, "has 1 running tuning job(s) that submit their next trials to it") ||
+                    strstr(m, "job(s) waiting or running")), "%s", m);
+    json_decref(j);
+    cr_assert_eq(at_sql_int("WITH u AS (UPDATE tuning_jobs SET state = 'STOPPED' WHERE id = '%s' RETURNING 1)"
+                            " SELECT count(*) FROM u", id), 1);
+    free(id);
+}
+
+static void *submit_tuning_b(void *arg)
+{
+    long st = 0;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/tuning-jobs", tuning("b", "team"), NULL, &st, &raw);
+    json_decref(j);
+    *(long *)arg = st;
+    free(raw);
+    return NULL;
+}
+
+/* As a job's submission: a tuning job submitted while a change of its queue's projects that leaves
+ * its project out is committing waits for it, then is refused naming job.queue; it never runs
+ * with trials bound for a queue its project may not use. */
+Test(queues, a_tuning_submission_racing_a_change_of_the_queues_projects_never_lands_outside_them)
+{
+    json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}}", 201));
+    PGconn *pg = PQconnectdb(at_db_url());
+    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PQclear(PQexec(pg, "BEGIN"));
+    PGresult *r = PQexec(pg, "SELECT 1 FROM queues WHERE name = 'team' FOR UPDATE");
+    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    r = PQexec(pg, "UPDATE queues SET projects = '[\"default\"]' WHERE name = 'team'");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    long st = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, submit_tuning_b, &st), 0);
+    bool waits = false;
+    for (int i = 0; i < 400 && !waits; i++) {
+        waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                           " AND query LIKE '%%INSERT INTO tuning_jobs%%'") > 0;
+        if (!waits)
+            usleep(25000);
+    }
+    r = PQexec(pg, "COMMIT");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    pthread_join(t, NULL);
+    cr_assert(waits, "the tuning job's insert never waited on the queue's row");
+    cr_assert_eq(st, 400, "the submission is refused as one after the change is");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs WHERE project = 'b'"), 0);
 }

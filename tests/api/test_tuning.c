@@ -183,6 +183,23 @@ Test(tuning, refuses_bad_input_naming_the_field)
     cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
 }
 
+/* A script job's search: a path its spec lacks is answered with what a script's search varies (its
+ * hyperparameters), not the engine's fields; hyperband is refused pointing at the median rule. */
+Test(tuning, a_script_jobs_search_is_told_what_it_may_vary)
+{
+    static const char script_req[] =
+        "{\"name\": \"s\", \"job\": {\"name\": \"s\", \"entry_point\": \"train.py\", \"source\": \"/tmp\","
+        " \"hyperparameters\": {\"lr\": 0.01}}, \"parameters\": {%s},"
+        " \"objective\": {\"metric\": \"val_loss\", \"goal\": \"minimize\"}%s}";
+    char body[1024];
+    snprintf(body, sizeof body, script_req, "\"model.depth\": {\"type\": \"integer\", \"min\": 1, \"max\": 3}", "");
+    refused(body, "parameters.model.depth", "a script job's search varies its hyperparameters");
+    snprintf(body, sizeof body, script_req, LR,
+             ", \"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}");
+    refused(body, "strategy", "(the median rule)");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
+}
+
 /* GETs the tuning job until pred holds (asserting within 20 s); returns it (caller decrefs). */
 static json_t *wait_tuning(const char *id, bool (*pred)(const json_t *t, void *ctx), void *ctx)
 {

@@ -13,6 +13,7 @@
 
 #include "base/api_names.h"
 #include "cli/cli.h"
+#include "cli/cli_int.h"
 #include "tests/common/harness.h"
 
 typedef void (*print_fn)(FILE *, const json_t *, int64_t);
@@ -246,8 +247,12 @@ Test(cli_format, describe_shows_a_script_jobs_hyperparameters_as_written)
     json_t *job = load("{\"id\": \"11111111-2222-4333-8444-555555555555\", \"name\": \"toy\", \"state\": \"QUEUED\","
                        " \"queue\": \"default\", \"priority\": 0, \"created_at\": \"2026-11-21T06:00:00Z\","
                        " \"spec\": {\"entry_point\": \"train.py\", \"source\": \"/data/code\","
-                       " \"hyperparameters\": {\"lr\": 0.1, \"epochs\": 3, \"decay\": 1e-5}}}");
+                       " \"hyperparameters\": {\"lr\": 0.1, \"epochs\": 3, \"decay\": 1e-5},"
+                       " \"data\": {\"channels\": {\"train\": \"/data/t.txt\", \"validation\": \"/data/v\"}}}}");
     char *out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    /* a label longer than the column keeps a space before its value */
+    cr_assert(strstr(out, "Channel train: /data/t.txt\n"), "%s", out);
+    cr_assert(strstr(out, "Channel validation: /data/v\n"), "%s", out);
     cr_assert(strstr(out, "Hyperparams:  {\"decay\":1.0000000000000001e-05,") == NULL, "%s", out);
     cr_assert(strstr(out, "Hyperparams:  {\"decay\":1e-5,\"epochs\":3,\"lr\":0.1}\n"), "%s", out);
     cr_assert(strstr(out, "Queue:        default (priority 0)\n"), "%s", out);
@@ -628,6 +633,38 @@ Test(cli_main, bad_spec_file_exits_1, .init = cr_redirect_stderr)
     cr_assert_eq(run_cli(5, (const char *[]){"kiln", "--url", "http://127.0.0.1:1", "submit", path, NULL}), 1);
     cr_assert_eq(run_cli(3, (const char *[]){"kiln", "submit", "/nonexistent/job.json", NULL}), CLI_EXIT_NOT_FOUND);
     unlink(path);
+}
+
+/* A relative data path that exists here is sent absolute: an engine job's data.train and data.val
+ * and a script job's data.channels alike (the SDK's Estimator does the same); absolute paths,
+ * URLs and paths that do not exist here are left as they are. */
+Test(cli_main, relative_data_paths_that_exist_here_are_sent_absolute)
+{
+    char dir[] = "/tmp/kiln-cli-abs-XXXXXX", cwd[PATH_MAX], want[PATH_MAX + 32];
+    cr_assert(mkdtemp(dir) && getcwd(cwd, sizeof cwd));
+    snprintf(want, sizeof want, "%s/corpus.txt", dir);
+    FILE *f = fopen(want, "w");
+    cr_assert(f);
+    fclose(f);
+    cr_assert_eq(chdir(dir), 0);
+    json_t *spec = json_loads("{\"data\": {\"train\": \"corpus.txt\", \"val\": \"missing.txt\","
+                              " \"channels\": {\"train\": \"corpus.txt\", \"validation\": \"./corpus.txt\","
+                              " \"extra\": \"/abs/x\", \"gone\": \"nope/\"}}}", 0, NULL);
+    cr_assert(spec);
+    cli_absolutize_data(spec);
+    cr_assert_eq(chdir(cwd), 0);
+    char real[PATH_MAX];
+    cr_assert(realpath(want, real));
+    json_t *data = json_object_get(spec, "data"), *ch = json_object_get(data, "channels");
+    cr_assert_str_eq(json_string_value(json_object_get(data, "train")), real);
+    cr_assert_str_eq(json_string_value(json_object_get(data, "val")), "missing.txt");
+    cr_assert_str_eq(json_string_value(json_object_get(ch, "train")), real);
+    cr_assert_str_eq(json_string_value(json_object_get(ch, "validation")), real);
+    cr_assert_str_eq(json_string_value(json_object_get(ch, "extra")), "/abs/x");
+    cr_assert_str_eq(json_string_value(json_object_get(ch, "gone")), "nope/");
+    json_decref(spec);
+    unlink(want);
+    rmdir(dir);
 }
 
 /* kiln tune submit reads its request as kiln submit reads a job spec: bad JSON exit 1, a missing

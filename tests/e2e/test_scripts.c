@@ -4,7 +4,8 @@
  * gloo) on 2 nodes x 1 rank and on 1 node x 2 ranks ends with the parameters a single process
  * reaches on the same global batch; SageMaker's failure file as the job's reason; a memory hog's
  * out-of-memory reason; a script that writes no model; managed spot training (an agent killed
- * mid-run, the job resumed on the other from its synced checkpoint directory). The scripts live in a data root (the
+ * mid-run, the job resumed on the other from its synced checkpoint directory); examples/torch-script
+ * submitted as README.md says (killed mid-run, resumed from its checkpoint, then tuned). The scripts live in a data root (the
  * sandbox shows ranks nothing else) or are uploaded as a code archive. */
 #include "tests/e2e/e2e.h"
 
@@ -588,5 +589,120 @@ Test(e2e_scripts, a_spot_job_resumes_from_its_synced_checkpoints_on_the_other_ag
               "%s", out);
     free(out);
     free(err);
+    e2e_pass();
+}
+
+/* ---- examples/torch-script: the bring-your-own PyTorch example, as README.md runs it ---------- */
+
+/* The example's own files and the SDK's kiln/ copied into dir, as README.md tells a team to. */
+static void example_code(const char *dir)
+{
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "cp -r '%s/examples/torch-script/.' '%s/' && cp -r '%s/sdk/python/kiln' '%s/'", e2e_root(),
+             dir, e2e_root(), dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/* examples/<name> loaded, changed by edit, written to path. */
+static void example_spec(const char *name, const char *path, void (*edit)(json_t *))
+{
+    char src[PATH_MAX + 64];
+    snprintf(src, sizeof src, "%s/examples/torch-script/%s", e2e_root(), name);
+    json_error_t je;
+    json_t *j = json_load_file(src, 0, &je);
+    cr_assert(j, "%s: %s", src, je.text);
+    edit(j);
+    cr_assert_eq(json_dump_file(j, path, JSON_INDENT(1)), 0, "%s", path);
+    json_decref(j);
+}
+
+/* A job slow enough to be killed mid-run, with an attempt to spare. */
+static void slow_job(json_t *j)
+{
+    json_object_set_new(json_object_get(j, "hyperparameters"), "step_sleep", json_real(0.1));
+    json_object_set_new(j, "retry", json_pack("{s:i}", "max_attempts", 2));
+}
+
+/* A search of two trials, one at a time: CI has 2 cores. */
+static void small_search(json_t *j)
+{
+    json_object_set_new(j, "max_jobs", json_integer(2));
+    json_object_set_new(j, "max_parallel_jobs", json_integer(1));
+    json_object_del(j, "early_stopping");
+}
+
+static bool has_metric(const json_t *job, const char *name)
+{
+    return json_object_get(json_object_get(job, "summaries"), name) != NULL;
+}
+
+Test(e2e_scripts, the_torch_script_example_trains_resumes_after_a_lost_attempt_and_is_tuned, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 400)
+{
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+        cr_skip_test("python3-torch is not installed for /usr/bin/python3 (scripts/install-deps.sh installs it)");
+    const char *dir = script_dir("torch-example");
+    example_code(dir);
+    char spec[PATH_MAX + 64], tune[PATH_MAX + 64];
+    snprintf(spec, sizeof spec, "%s/../torch-example-job.json", dir);
+    snprintf(tune, sizeof tune, "%s/../torch-example-tune.json", dir);
+    example_spec("job.json", spec, slow_job);
+    example_spec("tune.json", tune, small_search);
+
+    /* job.json as README.md submits it (its channel "data/tinyshakespeare.txt" relative to the
+     * repository root, where e2e_kiln runs); its rank killed mid-run: attempt 2 resumes from the
+     * checkpoint kiln restored and the job completes with its model */
+    char *out = NULL, *err = NULL;
+    int rc = e2e_kiln(&out, &err, "submit", "--source-dir", dir, spec, NULL);
+    cr_assert_eq(rc, 0, "kiln submit --source-dir: rc %d: %s", rc, err);
+    char id[64];
+    cr_assert_eq(sscanf(out, "%63s", id), 1, "%s", out);
+    free(out);
+    free(err);
+    json_decref(e2e_wait_step(id, 30, SCRIPT_TIMEOUT_MS));
+    pid_t rank = e2e_rank_pid(id, 0);
+    cr_assert(rank > 0, "rank 0 of %s not found", id);
+    cr_assert_eq(kill(rank, SIGKILL), 0);
+    json_t *job = finished(id);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    cr_assert_eq(e2e_jint(job, "attempt"), 2, "the killed attempt was retried: %s", e2e_dump(job));
+    cr_assert(has_metric(job, "train_loss") && has_metric(job, "val_loss"), "metric_definitions read the lines: %s",
+              e2e_dump(job));
+    cr_assert(has_metric(job, "checkpoint_step"), "kiln.log_metrics, travelling with the code, wrote: %s",
+              e2e_dump(job));
+    json_decref(job);
+    char *resumed = rank_lines(id, 0, "resumed from step ");
+    cr_assert(!strncmp(resumed, "resumed from step ", 18) && atoi(resumed + 18) >= 20,
+              "attempt 2 resumed from a checkpoint: \"%s\"", resumed);
+    free(resumed);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    json_t *arts = e2e_get(path);
+    cr_assert(strstr(e2e_dump(arts), "\"model.tar.gz\""), "%s", e2e_dump(arts));
+    json_decref(arts);
+
+    /* tune.json, smaller: its trials complete with val_loss from the job's metric_definitions */
+    rc = e2e_kiln(&out, &err, "tune", "submit", "--source-dir", dir, tune, NULL);
+    cr_assert_eq(rc, 0, "kiln tune submit --source-dir: rc %d: %s", rc, err);
+    const char *idl = strstr(out, "id:");
+    cr_assert(idl, "%s", out);
+    char tid[64];
+    cr_assert_eq(sscanf(idl + 3, "%63s", tid), 1, "%s", out);
+    free(out);
+    free(err);
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", tid);
+    json_t *t = NULL;
+    for (int i = 0; i < 1800; i++) {
+        json_decref(t);
+        t = e2e_get(path);
+        const char *st = e2e_jstr(t, "state");
+        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
+            break;
+        usleep(100 * 1000);
+    }
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    json_t *best = json_object_get(t, "best");
+    cr_assert(json_is_number(json_object_get(best, "objective")), "%s", e2e_dump(t));
+    json_decref(t);
     e2e_pass();
 }

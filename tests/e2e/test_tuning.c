@@ -472,6 +472,116 @@ Test(e2e_tuning, hyperband_promoted_restart_trains_from_step_zero_to_the_straigh
     e2e_pass();
 }
 
+/* kilnd --tune-promoted-restart, the promoted attempt lost before it trained back to the step it
+ * had reached (its rank killed as it starts, on its way to rung 1, its old checkpoint of rung 0
+ * still there): the retry trains from step 0 again, as the switch promises, rather than resume
+ * from the checkpoint the restart set aside; the trial counts every step it trained (rung 0's,
+ * the lost attempt's, then rung 1's) and ends with the straight run's model; its metric series,
+ * read as charts read it (attempt=latest), has each step once, the last attempt's; its last
+ * rung's objective is the retry's value there. The rungs are long enough (the tiny model trains
+ * dozens of steps in the 20 ms e2e_freeze_at_step lets it run) that it is frozen before rung 0's. */
+#define RETRY_R0 400
+#define RETRY_R1 1200
+Test(e2e_tuning, hyperband_promoted_restart_retried_trains_from_step_zero_again, .init = e2e_setup_promoted_restart,
+     .fini = e2e_teardown, .timeout = 300)
+{
+    char *base = e2e_spec("hbq", RETRY_R1, 1, 1, 4);
+    json_t *j = json_loads(base, 0, NULL);
+    free(base);
+    json_object_set_new(j, "retry", json_pack("{s:i}", "max_attempts", 3));
+    char *job = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"name\": \"hbq\", \"job\": %s, \"parameters\": {"
+             "\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.01, \"scaling\": \"log\"}},"
+             " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\","
+             " \"hyperband\": {\"min_resource\": %d, \"max_resource\": %d, \"reduction_factor\": 3},"
+             " \"max_jobs\": 3, \"max_parallel_jobs\": 3, \"seed\": 9}", job, RETRY_R0, RETRY_R1);
+    free(job);
+    long st;
+    json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
+    cr_assert_eq(st, 201, "%s", e2e_dump(c));
+    char *id = strdup(e2e_jstr(c, "id"));
+    json_decref(c);
+    /* the promoted trial: frozen as it starts on its way back up, well before its rung's step, and
+     * its ranks killed */
+    char path[160], trial_job[64] = "";
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
+    for (int i = 0; i < 6000 && !trial_job[0]; i++) {
+        json_t *t = e2e_get(path);
+        size_t k;
+        json_t *x;
+        json_array_foreach(json_object_get(t, "trials"), k, x)
+            if (e2e_jint(x, "rung") == 1)
+                snprintf(trial_job, sizeof trial_job, "%s", e2e_jstr(x, "job_id"));
+        cr_assert(trial_job[0] || !strcmp(e2e_jstr(t, "state"), "RUNNING"), "no trial was promoted: %s", e2e_dump(t));
+        json_decref(t);
+        if (!trial_job[0])
+            usleep(20000);
+    }
+    cr_assert(trial_job[0], "no trial was promoted in time");
+    pid_t ranks[E2E_MAX_RANKS];
+    int n_ranks = 0;
+    json_t *frozen = e2e_freeze_at_step(trial_job, 1, 120000, ranks, &n_ranks);
+    long reached = (long)e2e_jint(json_object_get(frozen, "progress"), "step");
+    cr_assert_eq(e2e_jint(frozen, "attempt"), 2, "%s", e2e_dump(frozen));
+    cr_assert_lt(reached, RETRY_R0, "the restarted attempt was frozen before step %d: %s", RETRY_R0, e2e_dump(frozen));
+    json_decref(frozen);
+    for (int i = 0; i < n_ranks; i++)
+        kill(ranks[i], SIGKILL);
+    json_t *t = wait_ended(id, 200000);
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    json_t *best = NULL;
+    size_t k;
+    json_t *x;
+    json_array_foreach(json_object_get(t, "trials"), k, x)
+        if (!strcmp(e2e_jstr(x, "job_id"), trial_job))
+            best = x;
+    cr_assert_not_null(best, "%s", e2e_dump(t));
+    cr_assert_eq(e2e_jint(best, "rung"), 1, "%s", e2e_dump(best));
+    /* the retry (attempt 3) trained from step 1, resuming from no checkpoint */
+    cr_assert(!attempt_resumed(trial_job, 3), "the retry of the restarted attempt did not resume");
+    cr_assert(attempt_logged(trial_job, 3, "step 1/"), "the retry trained from step 1 again");
+    /* every step it trained, once: its first rung's, the lost attempt's (at least those it was
+     * frozen at), then its second rung's */
+    json_int_t steps = e2e_jint(best, "steps");
+    cr_assert(steps >= RETRY_R0 + reached + RETRY_R1 && steps < 2 * RETRY_R0 + RETRY_R1,
+              "steps %lld: %d + the lost attempt's (%ld..) + %d: %s", (long long)steps, RETRY_R0, reached, RETRY_R1,
+              e2e_dump(best));
+    json_t *rg = json_object_get(best, "rungs");
+    cr_assert(json_array_size(rg) == 2 && e2e_jint(json_array_get(rg, 0), "steps") == RETRY_R0 &&
+              e2e_jint(json_array_get(rg, 1), "steps") == RETRY_R1, "%s", e2e_dump(best));
+    /* its metric series as charts read it (the web UI asks attempt=latest; attempt=all, the
+     * default, keeps every attempt's points told apart by attempt): every step once, the
+     * last attempt's; its last rung's objective is that attempt's val_loss there */
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=train_loss&attempt=latest&max_points=100000", trial_job);
+    json_t *m = e2e_get(path);
+    json_t *pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
+    json_int_t prev = 0;
+    json_t *p;
+    json_array_foreach(pts, k, p) {
+        cr_assert_eq(e2e_jint(p, "step"), prev + 1, "one point per step: %s", e2e_dump(p));
+        cr_assert_eq(e2e_jint(p, "attempt"), 3, "the last attempt's: %s", e2e_dump(p));
+        prev = e2e_jint(p, "step");
+    }
+    cr_assert_eq(prev, RETRY_R1, "%s", e2e_dump(m));
+    json_decref(m);
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?name=val_loss&attempt=latest&max_points=100000", trial_job);
+    m = e2e_get(path);
+    pts = json_object_get(json_array_get(json_object_get(m, "metrics"), 0), "points");
+    json_t *last = json_array_get(pts, json_array_size(pts) - 1);
+    cr_assert(e2e_jint(last, "step") == RETRY_R1 && e2e_jint(last, "attempt") == 3 &&
+              json_number_value(json_object_get(last, "value")) ==
+                  json_number_value(json_object_get(json_array_get(rg, 1), "objective")),
+              "rung 1's objective is the retry's val_loss at its step: %s / %s", e2e_dump(last), e2e_dump(rg));
+    json_decref(m);
+    assert_straight_model(trial_job, "retried");
+    json_decref(t);
+    free(id);
+    e2e_pass();
+}
+
 Test(e2e_tuning, hyperband_brackets_start_their_trials_at_their_own_rungs, .init = e2e_setup, .fini = e2e_teardown,
      .timeout = 300)
 {

@@ -1629,7 +1629,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
      * stays; named unset ("") is its default, as REST's null */
     pre = (Kiln__QueuePreemption)KILN__QUEUE_PREEMPTION__INIT;
     pre.within_queue = "never";
-    pre.reclaim_within_cohort = "never"; /* not named: not changed */
+    pre.reclaim_within_cohort = ""; /* not named: not set (a value set is refused, below) */
     patch.preemption = &pre;
     char *within_mask[] = {"preemption.within_queue"};
     ureq.update_mask = within_mask;
@@ -1651,6 +1651,7 @@ Test(grpc, queues_round_trip_with_usage_and_refuse_as_rest_does)
     kiln_err_t perr;
     long pst = 0;
     char *unknown_mask[] = {"preemption.sometimes"};
+    pre.reclaim_within_cohort = ""; /* set, a field the mask does not name is refused first */
     ureq.update_mask = unknown_mask;
     ureq.n_update_mask = 1;
     kiln_err_clear(&perr);
@@ -1858,6 +1859,138 @@ Test(grpc, a_project_with_jobs_in_a_queue_leaves_it_as_rest_says)
     cr_assert_not_null(q, "UpdateQueue: %d %s", code, err.message);
     cr_assert_eq(q->n_projects, 1);
     cr_assert_str_eq(q->projects[0], "ja");
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+}
+
+/* UpdateQueue with ureq is INVALID_ARGUMENT naming field, with message and the start of hint. */
+static void mask_refuses(const Kiln__UpdateQueueRequest *ureq, const char *field, const char *message, const char *hint)
+{
+    int code = 0;
+    kiln_err_t err;
+    kiln_err_clear(&err);
+    cr_assert_null(tcall("UpdateQueue", &ureq->base, &kiln__queue__descriptor, &code, &err), "%s is refused", field);
+    cr_assert_eq(code, 3 /* INVALID_ARGUMENT */, "%s: gRPC code %d: %s", field, code, err.message);
+    char want[400];
+    snprintf(want, sizeof want, "%s: %s\nhint: %s", field, message, hint);
+    cr_assert(strstr(err.message, want) == err.message, "%s: %s", field, err.message);
+}
+
+/* Every field UpdateQueue's queue sets is one its update_mask names, or the request is refused
+ * naming it (kiln honours or refuses every field given, never ignores one): a number, a map, a
+ * list, a message, unlimited_quota, a policy's field when the mask names the policy's fields one
+ * by one, and a field an answer carries alone; the queue is left as it was. A scalar at its zero
+ * value cannot be told from unset and is fine, as is queue.name repeating the request's name. */
+Test(grpc, update_queue_refuses_a_field_its_mask_does_not_name)
+{
+    gt_http_start(&K);
+    long st = 0;
+    json_t *rj = gt_rest(&K, "POST", "/v1/queues", "{\"name\": \"uq\", \"cohort\": \"c1\", \"quota\": {\"cpu\": 4}}",
+                         &st);
+    cr_assert_eq(st, 201, "%s", json_string_value(json_object_get(rj, "message")));
+    json_decref(rj);
+    rj = gt_rest(&K, "GET", "/v1/queues/uq", NULL, &st);
+    char *before = json_dumps(rj, JSON_SORT_KEYS);
+    json_decref(rj);
+
+    Kiln__Queue patch = KILN__QUEUE__INIT;
+    patch.cohort = "c2";
+    char *mask[] = {"cohort"};
+    Kiln__UpdateQueueRequest ureq = KILN__UPDATE_QUEUE_REQUEST__INIT;
+    ureq.name = "uq";
+    ureq.queue = &patch;
+    ureq.update_mask = mask;
+    ureq.n_update_mask = 1;
+    patch.weight = 3;
+    mask_refuses(&ureq, "queue.weight", "weight is set but update_mask does not name it",
+                 "add \"weight\" to update_mask to change it, or leave it unset");
+    patch.weight = 0;
+    Kiln__Queue__QuotaEntry cpu = KILN__QUEUE__QUOTA_ENTRY__INIT;
+    cpu.key = "cpu";
+    cpu.value = 8;
+    Kiln__Queue__QuotaEntry *quota[] = {&cpu};
+    patch.quota = quota;
+    patch.n_quota = 1;
+    mask_refuses(&ureq, "queue.quota", "quota is set but update_mask does not name it",
+                 "add \"quota\" to update_mask");
+    patch.quota = NULL;
+    patch.n_quota = 0;
+    patch.unlimited_quota = true;
+    mask_refuses(&ureq, "queue.unlimited_quota", "unlimited_quota is set but update_mask does not name it",
+                 "add \"unlimited_quota\" to update_mask");
+    patch.unlimited_quota = false;
+    Kiln__Queue__LendingLimitEntry lend = KILN__QUEUE__LENDING_LIMIT_ENTRY__INIT;
+    lend.key = "cpu";
+    lend.value = 1;
+    Kiln__Queue__LendingLimitEntry *lending[] = {&lend};
+    patch.lending_limit = lending;
+    patch.n_lending_limit = 1;
+    mask_refuses(&ureq, "queue.lending_limit", "lending_limit is set but update_mask does not name it",
+                 "add \"lending_limit\" to update_mask");
+    patch.lending_limit = NULL;
+    patch.n_lending_limit = 0;
+    char *only_default[] = {"default"};
+    patch.projects = only_default;
+    patch.n_projects = 1;
+    mask_refuses(&ureq, "queue.projects", "projects is set but update_mask does not name it",
+                 "add \"projects\" to update_mask");
+    patch.projects = NULL;
+    patch.n_projects = 0;
+    patch.fair_sharing = true;
+    mask_refuses(&ureq, "queue.fair_sharing", "fair_sharing is set but update_mask does not name it",
+                 "add \"fair_sharing\" to update_mask");
+    patch.fair_sharing = false;
+    Kiln__QueuePreemption pre = KILN__QUEUE_PREEMPTION__INIT;
+    pre.within_queue = "never";
+    patch.preemption = &pre;
+    mask_refuses(&ureq, "queue.preemption", "preemption is set but update_mask does not name it",
+                 "add \"preemption\" to update_mask");
+    /* the mask names one field of the policy, the message sets the other too */
+    char *within_mask[] = {"cohort", "preemption.within_queue"};
+    ureq.update_mask = within_mask;
+    ureq.n_update_mask = 2;
+    pre.reclaim_within_cohort = "never";
+    mask_refuses(&ureq, "queue.preemption.reclaim_within_cohort",
+                 "preemption.reclaim_within_cohort is set but update_mask does not name it",
+                 "add \"preemption.reclaim_within_cohort\" to update_mask");
+    patch.preemption = NULL;
+    ureq.update_mask = mask;
+    ureq.n_update_mask = 1;
+    /* a queue read and sent back: what an answer carries alone is not set on an update */
+    Kiln__Queue__UsageEntry used = KILN__QUEUE__USAGE_ENTRY__INIT;
+    used.key = "cpu";
+    Kiln__Queue__UsageEntry *usage[] = {&used};
+    patch.usage = usage;
+    patch.n_usage = 1;
+    mask_refuses(&ureq, "queue.usage", "usage is set but update_mask does not name it",
+                 "usage is output only: leave it unset in an update");
+    patch.usage = NULL;
+    patch.n_usage = 0;
+    patch.created_at = "2026-01-01T00:00:00Z";
+    mask_refuses(&ureq, "queue.created_at", "created_at is set but update_mask does not name it",
+                 "created_at is output only");
+    patch.created_at = NULL;
+    patch.name = "other";
+    mask_refuses(&ureq, "queue.name", "name is set but update_mask does not name it", "leave queue.name unset");
+    rj = gt_rest(&K, "GET", "/v1/queues/uq", NULL, &st);
+    char *after = json_dumps(rj, JSON_SORT_KEYS);
+    json_decref(rj);
+    cr_assert_str_eq(after, before, "the refusals changed nothing");
+    free(after);
+    free(before);
+
+    /* the request's own name, zero values (proto3 leaves them out) and what the mask names: done */
+    patch.name = "uq";
+    patch.weight = 2;
+    char *both[] = {"cohort", "weight"};
+    ureq.update_mask = both;
+    ureq.n_update_mask = 2;
+    int code = 0;
+    kiln_err_t err;
+    Kiln__Queue *q = (Kiln__Queue *)tcall("UpdateQueue", &ureq.base, &kiln__queue__descriptor, &code, &err);
+    cr_assert_not_null(q, "UpdateQueue: %d %s", code, err.message);
+    cr_assert_str_eq(q->cohort, "c2");
+    cr_assert_eq(q->weight, 2);
+    cr_assert_eq(SLOTS(q, quota, "cpu"), 4, "what the mask does not name stays");
     protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
