@@ -83,6 +83,10 @@ int cli_resolve_job(const cli_client_t *c, const char *ref, char *out, kiln_err_
 /* json helpers tolerant of missing keys: "" / 0 / NAN when absent or of another type. */
 const char *cli_jstr(const json_t *obj, const char *key);
 double cli_jnum(const json_t *obj, const char *key);
+/* A whole number of obj (a step, a count) as decimal text into buf (n bytes): a JSON integer as
+ * the integer it is (no trip through a double, which would show INT64_MAX as ...808), a real as
+ * %.0f, or dflt when key is absent or not a number. Returns buf. */
+const char *cli_jint_text(const json_t *obj, const char *key, const char *dflt, char *buf, size_t n);
 /* Parses an RFC 3339 field of obj; 0 when absent or malformed. */
 int64_t cli_jtime(const json_t *obj, const char *key);
 

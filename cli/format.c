@@ -272,12 +272,14 @@ static void cli_job_step(const json_t *job, char *buf, size_t n)
 {
     json_t *pr = json_object_get(job, "progress");
     double step = cli_jnum(pr, "step"), total = cli_jnum(pr, "total_steps");
+    char st[24], tt[24];
+    cli_jint_text(pr, "step", "0", st, sizeof(st));
     if (isnan(step) && isnan(total))
         snprintf(buf, n, "-");
     else if (isnan(total) || total <= 0)
-        snprintf(buf, n, "%.0f", isnan(step) ? 0 : step);
+        snprintf(buf, n, "%s", st);
     else
-        snprintf(buf, n, "%.0f/%.0f", isnan(step) ? 0 : step, total);
+        snprintf(buf, n, "%s/%s", st, cli_jint_text(pr, "total_steps", "0", tt, sizeof(tt)));
 }
 
 /* The job's wall time, as the search field `duration` and the UI count it: from its first start to
@@ -460,7 +462,9 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
             char d[24];
             snprintf(etab, sizeof(etab), "  ETA %s", cli_fmt_duration(eta, d, sizeof(d)));
         }
-        cli_kv(out, "Progress", "%.0f/%.0f steps  %s %5.1f%%%s", s, total, bar, frac * 100.0, etab);
+        char st[24], tt[24];
+        cli_kv(out, "Progress", "%s/%s steps  %s %5.1f%%%s", cli_jint_text(pr, "step", "0", st, sizeof(st)),
+               cli_jint_text(pr, "total_steps", "0", tt, sizeof(tt)), bar, frac * 100.0, etab);
     } else {
         cli_kv(out, "Progress", "-");
     }
@@ -511,9 +515,10 @@ void cli_print_job(FILE *out, const json_t *job, const json_t *events, int64_t n
     }
     json_t *hp = *entry ? NULL : json_object_get(spec, "hyperparameters");
     if (hp) {
-        char lr[24];
-        cli_kv(out, "Training", "lr=%s batch=%.0f max_steps=%.0f", cli_fmt_value(cli_jnum(hp, "lr"), lr, sizeof(lr)),
-               cli_jnum(hp, "global_batch_size"), cli_jnum(hp, "max_steps"));
+        char lr[24], batch[24], steps[24];
+        cli_kv(out, "Training", "lr=%s batch=%s max_steps=%s", cli_fmt_value(cli_jnum(hp, "lr"), lr, sizeof(lr)),
+               cli_jint_text(hp, "global_batch_size", "nan", batch, sizeof(batch)),
+               cli_jint_text(hp, "max_steps", "nan", steps, sizeof(steps)));
     }
     json_t *tags = json_object_get(spec, "tags");
     if (json_object_size(tags) > 0) {
@@ -594,7 +599,7 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width)
         double *vals = calloc(n ? n : 1, sizeof(double));
         if (!vals)
             return;
-        double lo = INFINITY, hi = -INFINITY, last = NAN, first_step = NAN, last_step = NAN;
+        double lo = INFINITY, hi = -INFINITY, last = NAN;
         for (size_t k = 0; k < n; k++) {
             json_t *p = json_array_get(pts, k);
             vals[k] = cli_jnum(p, "value");
@@ -603,15 +608,13 @@ void cli_print_metrics(FILE *out, const json_t *reply, int spark_width)
                 hi = fmax(hi, vals[k]);
             }
             last = vals[k];
-            if (k == 0)
-                first_step = cli_jnum(p, "step");
-            last_step = cli_jnum(p, "step");
         }
-        char np[24], steps[48], lb[24], lob[24], hib[24];
+        char np[24], steps[48], first_step[24], last_step[24], lb[24], lob[24], hib[24];
         char *spark = malloc((size_t)spark_width * 3 + 1);
         snprintf(np, sizeof(np), "%zu", n);
         if (n)
-            snprintf(steps, sizeof(steps), "%.0f-%.0f", first_step, last_step);
+            snprintf(steps, sizeof(steps), "%s-%s", cli_jint_text(json_array_get(pts, 0), "step", "nan", first_step, sizeof(first_step)),
+                     cli_jint_text(json_array_get(pts, n - 1), "step", "nan", last_step, sizeof(last_step)));
         else
             snprintf(steps, sizeof(steps), "-");
         cli_fmt_value(last, lb, sizeof(lb));
@@ -642,7 +645,8 @@ void cli_print_metrics_raw(FILE *out, const json_t *reply)
         json_array_foreach(json_object_get(series, "points"), k, p) {
             if (named)
                 fprintf(out, "%s,", cli_jstr(series, "name"));
-            fprintf(out, "%.0f,%.9g\n", cli_jnum(p, "step"), cli_jnum(p, "value"));
+            char step[24];
+            fprintf(out, "%s,%.9g\n", cli_jint_text(p, "step", "nan", step, sizeof(step)), cli_jnum(p, "value"));
         }
     }
 }

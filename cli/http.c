@@ -32,6 +32,18 @@ double cli_jnum(const json_t *obj, const char *key)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+const char *cli_jint_text(const json_t *obj, const char *key, const char *dflt, char *buf, size_t n)
+{
+    json_t *v = json_object_get(obj, key);
+    if (json_is_integer(v))
+        snprintf(buf, n, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(buf, n, "%.0f", json_real_value(v));
+    else
+        snprintf(buf, n, "%s", dflt);
+    return buf;
+}
+
 int64_t cli_jtime(const json_t *obj, const char *key)
 {
     int64_t us = 0;

@@ -61,7 +61,7 @@ static size_t term_text(cli_term_t *t, const unsigned char *p, size_t n, bool at
         char esc[12];
         const char *shown;
         size_t len;
-        i += kiln_text_escape_char(p + i, n - i, esc, &shown, &len);
+        i += kiln_text_escape_char(p + i, n - i, 0, esc, &shown, &len);
         term_put(t, shown, len);
     }
     return n;

@@ -283,6 +283,34 @@ Test(cli_format, metrics_summary_and_raw)
     json_decref(r);
 }
 
+/* Steps are integers and print as the integers the JSON holds: INT64_MAX rounded through a double
+ * read 9223372036854775808, which is no step at all. */
+Test(cli_format, steps_print_as_the_integers_they_are)
+{
+    json_t *r = load("{\"metrics\": [{\"name\": \"loss\", \"points\": ["
+                     "{\"step\": 9223372036854775806, \"value\": 2}, {\"step\": 9223372036854775807, \"value\": 1}]}]}");
+    char *out = capture(print_metrics32, r, 0);
+    cr_assert(strstr(out, " 9223372036854775806-9223372036854775807 "), "%s", out);
+    free(out);
+    char *raw = capture(print_raw, r, 0);
+    cr_assert_str_eq(raw, "step,value\n9223372036854775806,2\n9223372036854775807,1\n");
+    free(raw);
+    json_decref(r);
+
+    json_t *job = load(JOB_RUNNING);
+    json_object_set_new(job, "progress", json_pack("{s:I,s:I}", "step", (json_int_t)INT64_MAX - 1,
+                                                   "total_steps", (json_int_t)INT64_MAX));
+    json_t *jobs = json_pack("[O]", job);
+    out = capture(print_jobs, jobs, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, " 9223372036854775806/9223372036854775807 "), "%s", out);
+    free(out);
+    out = capture(print_job_with_events, job, at("2026-11-21T06:05:00Z"));
+    cr_assert(strstr(out, "Progress:     9223372036854775806/9223372036854775807 steps"), "%s", out);
+    free(out);
+    json_decref(jobs);
+    json_decref(job);
+}
+
 Test(cli_format, log_lines_and_workers)
 {
     json_t *l = load("{\"seq\": 3, \"rank\": 1, \"stream\": \"stdout\", \"line\": \"step 1 loss 5.5\"}");
