@@ -38,9 +38,6 @@ void agent_linebuf_deinit(agent_linebuf_t *lb);
 void agent_linebuf_feed(agent_linebuf_t *lb, const char *data, size_t n, agent_line_fn fn, void *ud);
 /* End of stream: hands over the pending partial line, if any. */
 void agent_linebuf_finish(agent_linebuf_t *lb, agent_line_fn fn, void *ud);
-/* Rewrites s[0..len) as valid UTF-8 without NUL bytes into out (capacity >= 3 * len + 1),
- * NUL-terminated. Returns the new length. */
-size_t agent_utf8_sanitize(const char *s, size_t len, char *out);
 
 /* ------------------------------------------------------------------------------------------
  * Metric points, metric records (docs/contracts.md) and metric definitions (regex on log lines).

@@ -17,44 +17,17 @@ void agent_linebuf_deinit(agent_linebuf_t *lb)
     memset(lb, 0, sizeof(*lb));
 }
 
-size_t agent_utf8_sanitize(const char *s, size_t len, char *out)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0, o = 0;
-    while (i < len) {
-        if (p[i] == 0) {
-            out[o++] = '?'; /* PostgreSQL text cannot hold NUL */
-            i++;
-            continue;
-        }
-        size_t k = kiln_utf8_seq(p + i, len - i);
-        if (k > 0) {
-            memcpy(out + o, p + i, k);
-            o += k;
-            i += k;
-        } else {
-            /* U+FFFD REPLACEMENT CHARACTER for one bad byte */
-            out[o++] = (char)0xEF;
-            out[o++] = (char)0xBF;
-            out[o++] = (char)0xBD;
-            i++;
-        }
-    }
-    out[o] = '\0';
-    return o;
-}
-
 static void linebuf_emit(agent_linebuf_t *lb, const char *s, size_t len, bool truncated,
                          agent_line_fn fn, void *ud)
 {
     if (len > 0 && s[len - 1] == '\r')
         len--;
-    /* Truncation may split a multi-byte character; the sanitiser turns the stump into U+FFFD. */
+    /* Truncation may split a multi-byte character; kiln_utf8_copy turns the stump into U+FFFD. */
     char stackbuf[3 * 1024 + 1];
     char *out = 3 * len + 1 <= sizeof(stackbuf) ? stackbuf : malloc(3 * len + 1);
     if (!out)
         return;
-    size_t n = agent_utf8_sanitize(s, len, out);
+    size_t n = kiln_utf8_copy(out, 3 * len + 1, s, len);
     fn(ud, out, n, truncated);
     if (out != stackbuf)
         free(out);

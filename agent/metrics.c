@@ -227,7 +227,7 @@ size_t agent_metric_defs_match(agent_metric_defs_t *d, agent_metric_cursor_t *c,
     }
     for (size_t i = 0; i < d->n; i++) {
         agent_metric_def_t *m = &d->v[i];
-        /* lines are valid UTF-8 (agent_utf8_sanitize), so PCRE2 need not check them again */
+        /* lines are valid UTF-8 (kiln_utf8_copy), so PCRE2 need not check them again */
         int rc = pcre2_match(m->re, (PCRE2_SPTR)line, len, 0, PCRE2_NO_UTF_CHECK, m->md, d->match_ctx);
         /* rc: no match or a limit hit (PCRE2_ERROR_MATCHLIMIT, ...) when < 0, else 1 + the highest
          * group set */

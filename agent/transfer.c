@@ -96,7 +96,7 @@ static void note_add(char *notes, size_t n, const char *fmt, ...)
     int m = vsnprintf(note, sizeof(note), fmt, ap);
     va_end(ap);
     if (m > 0)
-        kiln_text_escape(notes + len, n - len, note, KILN_MIN((size_t)m, sizeof(note) - 1));
+        kiln_text_escape(notes + len, n - len, note, KILN_MIN((size_t)m, sizeof(note) - 1), 0);
 }
 
 static int name_cmp(const void *a, const void *b)

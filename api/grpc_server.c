@@ -625,14 +625,12 @@ static void *grpc_thread_main(void *arg)
 
 /* ---- error details ------------------------------------------------------------------------- */
 
-/* A metadata value: printable ASCII (what non-binary metadata may hold), other bytes as '?'. */
+/* A metadata value: printable ASCII (what non-binary metadata may hold), other characters
+ * escaped (KILN_TEXT_ASCII). */
 static grpc_slice md_value(const char *s)
 {
     char buf[600];
-    size_t i = 0;
-    for (; s[i] && i < sizeof(buf) - 1; i++)
-        buf[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
-    buf[i] = '\0';
+    kiln_text_escape(buf, sizeof(buf), s, strlen(s), KILN_TEXT_ASCII);
     return grpc_slice_from_copied_string(buf);
 }
 

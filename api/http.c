@@ -224,17 +224,14 @@ enum MHD_Result http_reply_json(http_req_t *r, int status, json_t *body)
 }
 
 /* A JSON string for s; messages quote request text (paths, arguments) that may not be UTF-8,
- * which jansson refuses, so such bytes become '?'. */
+ * which jansson refuses, so such bytes are escaped (kiln_text_escape). */
 static json_t *http_json_text(const char *s)
 {
     json_t *j = json_string(s);
     if (j)
         return j;
     char buf[1024];
-    size_t i = 0;
-    for (; s[i] && i < sizeof buf - 1; i++)
-        buf[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
-    buf[i] = '\0';
+    kiln_text_escape(buf, sizeof(buf), s, strlen(s), 0);
     return json_string(buf);
 }
 

@@ -202,9 +202,11 @@ size_t kiln_utf8_seq(const unsigned char *p, size_t n);
 /* Offset of the first byte of s[0..n) that does not start a valid UTF-8 sequence (a NUL byte
  * counts as invalid: no text kiln stores may hold one), or n when all of it is valid. */
 size_t kiln_utf8_check(const char *s, size_t n);
-/* Copies s[0..n) into dst (cap bytes, NUL-terminated) as valid UTF-8: a byte that starts no valid
- * sequence (NUL included) becomes U+FFFD, and the copy stops before a sequence that does not fit
- * whole. Returns the bytes written. */
+/* Copies s[0..n) into dst (cap bytes, NUL-terminated) as valid UTF-8 that PostgreSQL's text can
+ * hold: a NUL byte becomes '?', any other byte that starts no valid sequence U+FFFD, and the copy
+ * stops before a sequence that does not fit whole (with cap >= 3 * n + 1 nothing is left out).
+ * Returns the bytes written. The one sanitiser of others' text: ranks' log lines (agent/lines.c),
+ * a rank's last error line, a metric's name. */
 size_t kiln_utf8_copy(char *dst, size_t cap, const char *src, size_t n);
 /* snprintf into buf (n bytes) whose text is valid UTF-8 however it was cut: the bytes of a character
  * that a precision (%.80s) or the end of buf cut short, and any other byte that starts no valid
@@ -223,16 +225,31 @@ size_t kiln_text_vfmt(char *buf, size_t n, const char *fmt, va_list ap);
 size_t kiln_text_control(const unsigned char *p, size_t n);
 /* Offset of the first terminal control character (kiln_text_control) in s[0..n), or n. */
 size_t kiln_text_control_at(const char *s, size_t n);
-/* How the character at p (n > 0 bytes left) shows safely on a terminal: *shown (OUT) points at p
- * itself when it starts a valid UTF-8 sequence that is no terminal control character, else at esc
- * (12 bytes, filled): \uXXXX for a control character (kiln_text_control), \xHH for a byte that
- * starts no valid sequence; *shown_len (OUT) is its length. Returns the bytes of p it stands for.
- * The CLI's output (cli/term.c) and the daemons' log lines (log.c) escape with it. */
-size_t kiln_text_escape_char(const unsigned char *p, size_t n, char esc[12], const char **shown, size_t *shown_len);
+/* What kiln_text_escape_char escapes besides terminal controls and bytes that are not UTF-8. */
+enum {
+    KILN_TEXT_QUOTED = 1u << 0, /* text quoted in a message, between '"': '"' and '\\' as \" and \\, and
+                                 * the overlong C0 80 that http.c carries a %00 as as the NUL it
+                                 * stands for, \u0000, as gRPC's bytes show it */
+    KILN_TEXT_ASCII = 1u << 1,  /* every non-ASCII character too, as \uXXXX (\UXXXXXXXX past U+FFFF):
+                                 * for what may hold printable ASCII only (gRPC metadata) */
+};
+/* How the character at p (n > 0 bytes left) shows safely on a terminal and in a message: *shown
+ * (OUT) points at p itself when it starts a valid UTF-8 sequence that is no terminal control
+ * character (nor, with the flags above, one they escape), else at esc (12 bytes, filled): \uXXXX
+ * for a control character (kiln_text_control), \xHH for a byte that starts no valid sequence;
+ * *shown_len (OUT) is its length. Returns the bytes of p it stands for. The one escaping of
+ * others' text: the CLI's output (cli/term.c), the daemons' log lines (log.c), bad input quoted in
+ * errors (kiln_text_quote), gRPC metadata. */
+size_t kiln_text_escape_char(const unsigned char *p, size_t n, unsigned flags, char esc[12], const char **shown,
+                             size_t *shown_len);
 /* Writes s[0..n) into dst (cap bytes, NUL-terminated) with every character as
- * kiln_text_escape_char shows it, stopping before one that does not fit whole. Returns the bytes
- * written. For others' text quoted on one line (a log record, a note in a job's log). */
-size_t kiln_text_escape(char *dst, size_t cap, const char *s, size_t n);
+ * kiln_text_escape_char shows it with flags, stopping before one that does not fit whole. Returns
+ * the bytes written. For others' text quoted on one line (a log record, a note in a job's log). */
+size_t kiln_text_escape(char *dst, size_t cap, const char *s, size_t n, unsigned flags);
+/* s[0..n) for an error message that quotes it between '"' (a client's bad input, an archive
+ * entry's name): as kiln_text_escape with KILN_TEXT_QUOTED, at most max_chars characters of s,
+ * then "..." when cut there or at cap. Writes dst (cap bytes, NUL-terminated) and returns it. */
+const char *kiln_text_quote(char *dst, size_t cap, const char *s, size_t n, size_t max_chars);
 /* Parses a whole string as a decimal integer: an optional '-' and digits only (no '+', no
  * spaces, no hexadecimal), within int64. Returns 0 or KILN_EINVAL. */
 int kiln_parse_int64(const char *s, int64_t *out);

@@ -52,7 +52,7 @@ void log_vwrite(log_level_t level, const char *fmt, va_list ap)
      * wrote (a job's output quoted in a message) neither starts a line of its own nor acts on the
      * terminal of whoever reads the log (kiln_text_escape). */
     size_t len = (size_t)n + kiln_text_escape(line + n, sizeof(line) - (size_t)n - 1, msg,
-                                              KILN_MIN((size_t)m, sizeof(msg) - 1));
+                                              KILN_MIN((size_t)m, sizeof(msg) - 1), 0);
     line[len++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;

@@ -52,8 +52,9 @@ size_t kiln_utf8_copy(char *dst, size_t cap, const char *src, size_t n)
         return 0;
     while (i < n) {
         size_t k = kiln_utf8_seq(p + i, n - i);
-        const char *piece = k ? src + i : "\xef\xbf\xbd"; /* U+FFFD for a byte that starts none */
-        size_t len = k ? k : 3;
+        /* U+FFFD for a byte that starts no sequence, '?' for a NUL, which PostgreSQL text cannot hold */
+        const char *piece = k ? src + i : p[i] ? "\xef\xbf\xbd" : "?";
+        size_t len = k ? k : strlen(piece);
         if (o + len >= cap)
             break;
         memcpy(dst + o, piece, len);
@@ -138,28 +139,42 @@ size_t kiln_text_control_at(const char *s, size_t n)
     return n;
 }
 
-size_t kiln_text_escape_char(const unsigned char *p, size_t n, char esc[12], const char **shown, size_t *shown_len)
+size_t kiln_text_escape_char(const unsigned char *p, size_t n, unsigned flags, char esc[12], const char **shown,
+                             size_t *shown_len)
 {
-    size_t k = kiln_text_control(p, n);
-    if (k) {
-        unsigned c = p[0];
-        unsigned cp = k == 1 ? c : k == 2 ? ((c & 0x1Fu) << 6) | (p[1] & 0x3Fu)
-                                          : ((c & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
-        *shown_len = (size_t)snprintf(esc, 12, "\\u%04x", cp);
-        *shown = esc;
-        return k;
+    *shown = esc;
+    if ((flags & KILN_TEXT_QUOTED) && (p[0] == '"' || p[0] == '\\')) {
+        esc[0] = '\\';
+        esc[1] = (char)p[0];
+        esc[2] = '\0';
+        *shown_len = 2;
+        return 1;
     }
-    if ((k = kiln_utf8_seq(p, n)) > 0) {
+    if ((flags & KILN_TEXT_QUOTED) && n >= 2 && p[0] == 0xC0 && p[1] == 0x80) {
+        *shown_len = (size_t)snprintf(esc, 12, "\\u0000"); /* the NUL http.c carries a %00 as */
+        return 2;
+    }
+    size_t k = kiln_text_control(p, n);
+    bool escape = k > 0;
+    if (!k && (k = kiln_utf8_seq(p, n)) > 0 && (k == 1 || !(flags & KILN_TEXT_ASCII))) {
         *shown = (const char *)p;
         *shown_len = k;
         return k;
     }
+    if (k || escape) {
+        unsigned c = p[0];
+        unsigned cp = k == 1   ? c
+                      : k == 2 ? ((c & 0x1Fu) << 6) | (p[1] & 0x3Fu)
+                      : k == 3 ? ((c & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu)
+                               : ((c & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) | (p[3] & 0x3Fu);
+        *shown_len = (size_t)snprintf(esc, 12, cp > 0xFFFF ? "\\U%08x" : "\\u%04x", cp);
+        return k;
+    }
     *shown_len = (size_t)snprintf(esc, 12, "\\x%02x", p[0]);
-    *shown = esc;
     return 1;
 }
 
-size_t kiln_text_escape(char *dst, size_t cap, const char *s, size_t n)
+size_t kiln_text_escape(char *dst, size_t cap, const char *s, size_t n, unsigned flags)
 {
     size_t o = 0;
     if (cap == 0)
@@ -167,7 +182,7 @@ size_t kiln_text_escape(char *dst, size_t cap, const char *s, size_t n)
     for (size_t i = 0; i < n;) {
         char esc[12];
         const char *shown;
-        size_t k, used = kiln_text_escape_char((const unsigned char *)s + i, n - i, esc, &shown, &k);
+        size_t k, used = kiln_text_escape_char((const unsigned char *)s + i, n - i, flags, esc, &shown, &k);
         if (o + k >= cap)
             break;
         memcpy(dst + o, shown, k);
@@ -176,6 +191,29 @@ size_t kiln_text_escape(char *dst, size_t cap, const char *s, size_t n)
     }
     dst[o] = '\0';
     return o;
+}
+
+const char *kiln_text_quote(char *dst, size_t cap, const char *s, size_t n, size_t max_chars)
+{
+    size_t o = 0, i = 0, chars = 0;
+    if (cap == 0)
+        return dst;
+    dst[0] = '\0';
+    while (i < n) {
+        char esc[12];
+        const char *shown;
+        size_t k, used = kiln_text_escape_char((const unsigned char *)s + i, n - i, KILN_TEXT_QUOTED, esc, &shown, &k);
+        if (chars == max_chars || o + k + 3 >= cap) { /* room kept for the "..." that says it was cut */
+            snprintf(dst + o, cap - o, "...");
+            return dst;
+        }
+        memcpy(dst + o, shown, k);
+        o += k;
+        i += used;
+        chars++;
+    }
+    dst[o] = '\0';
+    return dst;
 }
 
 int kiln_parse_int64(const char *s, int64_t *out)

@@ -115,16 +115,10 @@ typedef struct walk {
     char *buf;                /* data blocks are copied out of libarchive's buffer only to write */
 } walk_t;
 
-/* The entry's name for messages: at most 120 bytes, bytes that are not printable ASCII as '?'. */
+/* A name for messages: quoted as kiln_text_quote does, at most 120 characters or n bytes. */
 static const char *shown(const char *s, char *buf, size_t n)
 {
-    size_t i = 0;
-    for (; s && s[i] && i + 1 < n && i < 120; i++)
-        buf[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-    buf[i] = '\0';
-    if (s && s[i] && i + 4 < n)
-        strcpy(buf + i, "...");
-    return buf;
+    return s ? kiln_text_quote(buf, n, s, strlen(s), 120) : "?";
 }
 
 static int refuse(walk_t *w, const char *entry, const char *hint, const char *fmt, const char *what)

@@ -8,29 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A short, printable rendering of bad input for messages: non-ASCII and control bytes as \xHH,
- * cut at 40 bytes. The overlong C0 80 that stands for %00 in a URL (http.c) is the NUL it was,
- * \x00, as gRPC's bytes show it. */
-static void quote(const char *s, size_t len, char *out, size_t n)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < len && o + 5 < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (i >= 40) {
-            o += (size_t)snprintf(out + o, n - o, "...");
-            break;
-        }
-        if (c == 0xC0 && i + 1 < len && (unsigned char)s[i + 1] == 0x80) {
-            o += (size_t)snprintf(out + o, n - o, "\\x00");
-            i++;
-        } else if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-            out[o++] = (char)c;
-        } else {
-            o += (size_t)snprintf(out + o, n - o, "\\x%02x", c);
-        }
-    }
-    out[o < n ? o : n - 1] = '\0';
-}
+/* Bad input is quoted in messages with kiln_text_quote, at most this many characters of it
+ * (controls as \uXXXX, bytes that are not UTF-8 as \xHH, the %00 REST carries as C0 80 as the
+ * \u0000 gRPC's NUL shows as), so that both front ends quote the same bytes the same way. */
+#define QUOTE_CHARS 40
 
 int svc_check_text(const char *field, const char *s, size_t len, size_t max_chars, kiln_err_t *err)
 {
@@ -39,7 +20,7 @@ int svc_check_text(const char *field, const char *s, size_t len, size_t max_char
     size_t bad = kiln_utf8_check(s, len);
     if (bad < len) {
         char q[200];
-        quote(s, len, q, sizeof(q));
+        kiln_text_quote(q, sizeof(q), s, len, QUOTE_CHARS);
         /* %00 in a URL arrives as the overlong C0 80 (http.c), so that it is seen here */
         bool nul = s[bad] == '\0' || ((unsigned char)s[bad] == 0xC0 && bad + 1 < len && (unsigned char)s[bad + 1] == 0x80);
         kiln_err_set(err, KILN_EINVAL, field, "%s %s (byte %zu of \"%s\")", field,
@@ -75,7 +56,7 @@ int svc_check_line(const char *field, const char *s, size_t max_chars, kiln_err_
     if (at == len)
         return 0;
     char q[200];
-    quote(s, len, q, sizeof(q));
+    kiln_text_quote(q, sizeof(q), s, len, QUOTE_CHARS);
     kiln_err_set(err, KILN_EINVAL, field, "%s has a control character (byte %zu of \"%s\")", field, at, q);
     kiln_err_hint(err, "write %s on one line without control characters (tab, CR, ESC and other C0 or C1 codes, "
                        "DEL) or bidirectional overrides (U+202A to U+202E, U+2066 to U+2069)", field);
@@ -90,7 +71,7 @@ int svc_check_int_text(const char *field, const char *text, int64_t lo, int64_t 
         return rc;
     if (kiln_parse_int64(text, &v) != 0 || v < lo || v > hi) {
         char q[200];
-        quote(text, strlen(text), q, sizeof(q));
+        kiln_text_quote(q, sizeof(q), text, strlen(text), QUOTE_CHARS);
         kiln_err_set(err, KILN_EINVAL, field, "%s must be a whole number from %lld to %lld, got \"%s\"", field,
                      (long long)lo, (long long)hi, q);
         kiln_err_hint(err, "write %s in decimal digits, without a sign '+', spaces or a fraction", field);
@@ -106,7 +87,7 @@ int svc_check_time_text(const char *field, const char *text, int64_t *out_us, ki
     if (!text || !*text || kiln_time_parse(text, out_us) == 0)
         return 0;
     char q[200];
-    quote(text, strlen(text), q, sizeof(q));
+    kiln_text_quote(q, sizeof(q), text, strlen(text), QUOTE_CHARS);
     kiln_err_set(err, KILN_EINVAL, field, "%s is not a time: \"%s\"", field, q);
     kiln_err_hint(err, "use RFC 3339 (2026-11-21T06:04:37Z) or Unix seconds");
     return KILN_EINVAL;
@@ -147,7 +128,7 @@ int svc_check_bool_text(const char *field, const char *text, bool *out, kiln_err
     if (rc)
         return rc;
     char q[200];
-    quote(text, strlen(text), q, sizeof(q));
+    kiln_text_quote(q, sizeof(q), text, strlen(text), QUOTE_CHARS);
     kiln_err_set(err, KILN_EINVAL, field, "%s must be true or false, got \"%s\"", field, q);
     return KILN_EINVAL;
 }

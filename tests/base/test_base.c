@@ -409,8 +409,8 @@ Test(text, utf8_copy_keeps_text_kilnd_accepts)
     char out[16];
     cr_assert_eq(kiln_utf8_copy(out, sizeof out, "caf\xc3\xa9", 5), 5);
     cr_assert_str_eq(out, "caf\xc3\xa9");
-    cr_assert_eq(kiln_utf8_copy(out, sizeof out, "a\xff" "b\0c", 5), 9, "bad bytes and NUL become U+FFFD");
-    cr_assert_str_eq(out, "a\xef\xbf\xbd" "b\xef\xbf\xbd" "c");
+    cr_assert_eq(kiln_utf8_copy(out, sizeof out, "a\xff" "b\0c", 5), 7, "bad bytes become U+FFFD, NUL '?'");
+    cr_assert_str_eq(out, "a\xef\xbf\xbd" "b?c");
     cr_assert_eq(kiln_utf8_check(out, strlen(out)), strlen(out));
     /* a line cut by a byte limit: the copy stops before the sequence that does not fit */
     char small[6];
@@ -418,6 +418,29 @@ Test(text, utf8_copy_keeps_text_kilnd_accepts)
     cr_assert_str_eq(small, "abcd");
     cr_assert_eq(kiln_utf8_copy(small, sizeof small, "ab\xe2\x82", 4), 5, "a sequence cut short in the input");
     cr_assert_eq(kiln_utf8_check(small, strlen(small)), strlen(small));
+}
+
+/* The one escaping of others' text, in its three uses: a terminal (no flags), bad input quoted in
+ * an error (kiln_text_quote: '"' and '\\' too, REST's %00 as the NUL it is, cut with "..."), and
+ * gRPC metadata (printable ASCII only). */
+Test(text, escaping_for_a_terminal_a_message_and_grpc_metadata)
+{
+    char out[128];
+    static const char mixed[] = "a\"b\\c\x1b\xc2\x9b caf\xc3\xa9 \xf0\x9f\x98\x80 \xff\xc0\x80";
+    kiln_text_escape(out, sizeof out, mixed, sizeof mixed - 1, 0);
+    cr_assert_str_eq(out, "a\"b\\c\\u001b\\u009b caf\xc3\xa9 \xf0\x9f\x98\x80 \\xff\\xc0\\x80");
+    kiln_text_escape(out, sizeof out, mixed, sizeof mixed - 1, KILN_TEXT_ASCII);
+    cr_assert_str_eq(out, "a\"b\\c\\u001b\\u009b caf\\u00e9 \\U0001f600 \\xff\\xc0\\x80");
+    cr_assert_str_eq(kiln_text_quote(out, sizeof out, mixed, sizeof mixed - 1, 40),
+                     "a\\\"b\\\\c\\u001b\\u009b caf\xc3\xa9 \xf0\x9f\x98\x80 \\xff\\u0000");
+    /* a NUL as gRPC carries it reads as REST's %00 does */
+    cr_assert_str_eq(kiln_text_quote(out, sizeof out, "q\0x", 3, 40), "q\\u0000x");
+    /* cut at max_chars characters, never inside one, or where the buffer ends */
+    cr_assert_str_eq(kiln_text_quote(out, sizeof out, "\xc3\xa9\xc3\xa9\xc3\xa9", 6, 2), "\xc3\xa9\xc3\xa9...");
+    cr_assert_str_eq(kiln_text_quote(out, sizeof out, "abc", 3, 3), "abc");
+    char small[8];
+    cr_assert_str_eq(kiln_text_quote(small, sizeof small, "abcdefgh", 8, 40), "abcd...");
+    cr_assert_str_eq(kiln_text_quote(small, sizeof small, "ab\x1b", 3, 40), "ab...");
 }
 
 Test(text, integers_are_digits_only)
