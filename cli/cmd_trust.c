@@ -17,9 +17,9 @@ void cli_print_join_tokens(FILE *out, const json_t *reply, int64_t now_us)
     json_t *j;
     json_array_foreach(json_object_get(reply, "join_tokens"), i, j) {
         char uses[16], left[16], regs[16], exp[40];
-        snprintf(uses, sizeof uses, "%.0f", cli_jnum(j, "uses"));
-        snprintf(left, sizeof left, "%.0f", cli_jnum(j, "uses_left"));
-        snprintf(regs, sizeof regs, "%.0f", cli_jnum(j, "registrations"));
+        cli_jint_text(j, "uses", "nan", uses, sizeof(uses));
+        cli_jint_text(j, "uses_left", "nan", left, sizeof(left));
+        cli_jint_text(j, "registrations", "nan", regs, sizeof(regs));
         int64_t e = cli_jtime(j, "expires_at");
         char d[24];
         if (e > now_us)
@@ -45,7 +45,7 @@ void cli_print_worker_bans(FILE *out, const json_t *reply)
     json_t *b;
     json_array_foreach(json_object_get(reply, "bans"), i, b) {
         char id[24], when[32], cert[24];
-        snprintf(id, sizeof id, "%.0f", cli_jnum(b, "id"));
+        cli_jint_text(b, "id", "nan", id, sizeof(id));
         snprintf(cert, sizeof cert, "%.16s", cli_jstr(b, "cert_sha256"));
         cli_fmt_time(cli_jstr(b, "banned_at"), when, sizeof when);
         const char *row[] = {id, cli_jstr(b, "worker_id"), cert, when, cli_jstr(b, "banned_by"), cli_jstr(b, "reason")};

@@ -319,9 +319,9 @@ void cli_print_jobs(FILE *out, const json_t *jobs, int64_t now_us, bool wide)
             snprintf(age, sizeof(age), "-");
         cli_job_duration(job, now_us, dur, sizeof(dur));
         char prio[16], ranks[16], attempt[16], workers[200] = "";
-        snprintf(prio, sizeof prio, "%.0f", cli_jnum(job, "priority"));
-        snprintf(ranks, sizeof ranks, "%.0f", cli_jnum(job, "world_size"));
-        snprintf(attempt, sizeof attempt, "%.0f", cli_jnum(job, "attempt"));
+        cli_jint_text(job, "priority", "nan", prio, sizeof(prio));
+        cli_jint_text(job, "world_size", "nan", ranks, sizeof(ranks));
+        cli_jint_text(job, "attempt", "nan", attempt, sizeof(attempt));
         size_t k;
         json_t *w;
         json_array_foreach(json_object_get(job, "workers"), k, w) {
@@ -673,8 +673,8 @@ void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide
     json_t *w;
     json_array_foreach(json_object_get(reply, "workers"), i, w) {
         char slots[16], freeb[16], hb[40], reg[40];
-        snprintf(slots, sizeof(slots), "%.0f", cli_jnum(w, "slots"));
-        snprintf(freeb, sizeof(freeb), "%.0f", cli_jnum(w, "slots_free"));
+        cli_jint_text(w, "slots", "nan", slots, sizeof(slots));
+        cli_jint_text(w, "slots_free", "nan", freeb, sizeof(freeb));
         cli_ago(w, "last_heartbeat", now_us, hb, sizeof(hb));
         cli_ago(w, "registered_at", now_us, reg, sizeof(reg));
         /* an ALIVE worker whose agent is shutting down takes no new placements; one that waits
@@ -685,7 +685,7 @@ void cli_print_workers(FILE *out, const json_t *reply, int64_t now_us, bool wide
         else if (!strcmp(state, "ALIVE") && !strcmp(cli_jstr(w, "approval"), "PENDING"))
             state = "PENDING";
         char cores[16], gpus[200] = "", roots[300] = "", cert[24];
-        snprintf(cores, sizeof cores, "%.0f", cli_jnum(w, "cpu_cores"));
+        cli_jint_text(w, "cpu_cores", "nan", cores, sizeof(cores));
         snprintf(cert, sizeof cert, "%.16s", cli_jstr(w, "cert_sha256"));
         size_t k;
         json_t *s;
@@ -736,8 +736,8 @@ void cli_print_artifacts(FILE *out, const json_t *reply, bool wide)
     json_array_foreach(json_object_get(reply, "artifacts"), i, a) {
         char size[24], bytes[32], attempt[16], created[32], sha[KILN_SHA256_HEX];
         cli_fmt_bytes(cli_jnum(a, "size"), size, sizeof(size));
-        snprintf(bytes, sizeof(bytes), "%.0f", cli_jnum(a, "size"));
-        snprintf(attempt, sizeof(attempt), "%.0f", cli_jnum(a, "attempt"));
+        cli_jint_text(a, "size", "nan", bytes, sizeof(bytes));
+        cli_jint_text(a, "attempt", "nan", attempt, sizeof(attempt));
         snprintf(sha, sizeof(sha), wide ? "%.64s" : "%.16s", cli_jstr(a, "sha256"));
         cli_fmt_time(cli_jstr(a, "created_at"), created, sizeof(created));
         const char *narrow[] = {cli_jstr(a, "name"), size, sha, attempt, created};
@@ -760,8 +760,8 @@ void cli_print_checkpoints(FILE *out, const json_t *reply, bool wide)
     json_array_foreach(json_object_get(reply, "files"), i, f) {
         char size[24], bytes[32], attempt[16], sha[KILN_SHA256_HEX];
         cli_fmt_bytes(cli_jnum(f, "size"), size, sizeof(size));
-        snprintf(bytes, sizeof(bytes), "%.0f", cli_jnum(f, "size"));
-        snprintf(attempt, sizeof(attempt), "%.0f", cli_jnum(f, "attempt"));
+        cli_jint_text(f, "size", "nan", bytes, sizeof(bytes));
+        cli_jint_text(f, "attempt", "nan", attempt, sizeof(attempt));
         snprintf(sha, sizeof(sha), wide ? "%.64s" : "%.16s", cli_jstr(f, "sha256"));
         const char *narrow[] = {cli_jstr(f, "name"), size, sha, attempt};
         const char *full[] = {cli_jstr(f, "name"), size, bytes, sha, attempt, cli_jstr(f, "worker_id")};
