@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,19 @@ static int script_prepare(launch_attempt_t *at, const Kiln__Assignment *a, launc
     return 0;
 }
 
+/* The step a script rank pauses at (KILN_PAUSE_AT_STEP): the spec's stopping.max_steps, which
+ * kilnd sets on a hyperband trial at its rung (spec_parse kept it within the script's
+ * hyperparameters.max_steps); 0 when the spec has none. */
+static int64_t script_pause_at(const char *spec_json)
+{
+    json_t *spec = spec_json ? json_loads(spec_json, 0, NULL) : NULL;
+    const json_t *v = json_object_get(json_object_get(spec, "stopping"), "max_steps");
+    int64_t at = json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= RANK_MAX_STEP
+                     ? (int64_t)json_integer_value(v) : 0;
+    json_decref(spec);
+    return at;
+}
+
 static int script_command(launch_attempt_t *at, const Kiln__Assignment *a, const rank_env_t *re, launch_cmd_t *cmd,
                           kiln_err_t *err)
 {
@@ -190,7 +204,9 @@ static int script_command(launch_attempt_t *at, const Kiln__Assignment *a, const
                             .model_dir = st->model, .output_dir = st->sm_out, .output_data_dir = st->data,
                             .max_restarts = a->max_attempts > 0 ? a->max_attempts - 1 : 0,
                             .num_gpus = re->device_id >= 0 ? 1 : 0};
-    if ((rc = rank_script_envp(re, &se, environ, &cmd->envp, err)) ||
+    rank_env_t pre = *re;
+    pre.pause_at_step = script_pause_at(a->spec_json);
+    if ((rc = rank_script_envp(&pre, &se, environ, &cmd->envp, err)) ||
         (rc = rank_script_args(a->hyperparameters_json, &args, &nargs, err)))
         goto out;
     if (!(cmd->argv = calloc(nargs + 3, sizeof(char *)))) {

@@ -24,7 +24,7 @@ static const char *const k_owned[] = {
     RANK_ENV_MASTER_ADDR, RANK_ENV_MASTER_PORT, RANK_ENV_CHECKPOINT_DIR, RANK_ENV_OUTPUT_DIR,
     RANK_ENV_RESUME_FROM, RANK_ENV_INIT_MODEL, RANK_ENV_METRICS_FD, RANK_ENV_THREADS, RANK_ENV_DEVICE_ID,
     RANK_ENV_DATA_ROOTS, RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_CPUS, RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS,
-    RANK_ENV_FRESH_START,
+    RANK_ENV_FRESH_START, RANK_ENV_PAUSE_AT_STEP,
     RANK_ENV_OMP_THREADS,
     RANK_ENV_CUDA_DEVICES,
 };
@@ -50,19 +50,27 @@ static const char *env_get(char *const *envp, const char *name)
     return NULL;
 }
 
-static int env_int(char *const *envp, const char *name, long lo, long hi, int *out, kiln_err_t *err)
+static int env_i64(char *const *envp, const char *name, long long lo, long long hi, int64_t *out, kiln_err_t *err)
 {
     const char *v = env_get(envp, name);
     if (!v)
         return 0;
     char *end;
     errno = 0;
-    long x = strtol(v, &end, 10);
+    long long x = strtoll(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi)
-        return kiln_err_set(err, KILN_EINVAL, name, "%s must be an integer from %ld to %ld, not \"%.64s\"", name, lo,
-                            hi, v);
-    *out = (int)x;
+        return kiln_err_set(err, KILN_EINVAL, name, "%s must be an integer from %lld to %lld, not \"%.64s\"", name,
+                            lo, hi, v);
+    *out = (int64_t)x;
     return 0;
+}
+
+static int env_int(char *const *envp, const char *name, long lo, long hi, int *out, kiln_err_t *err)
+{
+    int64_t x = *out;
+    int rc = env_i64(envp, name, lo, hi, &x, err);
+    *out = (int)x;
+    return rc;
 }
 
 /* The checks every rank_env_t passes, whichever way it travels. */
@@ -113,6 +121,9 @@ static int env_check(const rank_env_t *e, kiln_err_t *err)
         if (rc)
             return rc;
     }
+    if (e->pause_at_step < 0 || e->pause_at_step > RANK_MAX_STEP)
+        return kiln_err_set(err, KILN_EINVAL, RANK_ENV_PAUSE_AT_STEP, "%s must be a step from 1 to %lld, not %lld",
+                            RANK_ENV_PAUSE_AT_STEP, (long long)RANK_MAX_STEP, (long long)e->pause_at_step);
     if (e->project && !kiln_ident_ok(e->project))
         return kiln_err_set(err, KILN_EINVAL, RANK_ENV_PROJECT, "%s must be a project name (1 to 63 characters of "
                             "a-z 0-9 . _ -, starting with a letter or digit), not \"%.64s\"", RANK_ENV_PROJECT,
@@ -139,7 +150,8 @@ int rank_env_parse(char *const *envp, rank_env_t *out, kiln_err_t *err)
         (rc = env_int(envp, RANK_ENV_THREADS, 1, RANK_MAX_THREADS, &e.threads, err)) ||
         (rc = env_int(envp, RANK_ENV_DEVICE_ID, 0, 1023, &e.device_id, err)) ||
         (rc = env_int(envp, RANK_ENV_STEP_MARKS, 0, 1, &marks, err)) ||
-        (rc = env_int(envp, RANK_ENV_FRESH_START, 0, 1, &fresh, err)))
+        (rc = env_int(envp, RANK_ENV_FRESH_START, 0, 1, &fresh, err)) ||
+        (rc = env_i64(envp, RANK_ENV_PAUSE_AT_STEP, 1, RANK_MAX_STEP, &e.pause_at_step, err)))
         return rc;
     e.step_marks = marks == 1;
     e.fresh_start = fresh == 1;
@@ -309,6 +321,8 @@ int rank_env_envp(const rank_env_t *e, char *const *base, char ***out, kiln_err_
         rank_strv_pushf(&b, RANK_ENV_STEP_MARKS, "1");
     if (e->fresh_start)
         rank_strv_pushf(&b, RANK_ENV_FRESH_START, "1");
+    if (e->pause_at_step > 0)
+        rank_strv_pushf(&b, RANK_ENV_PAUSE_AT_STEP, "%lld", (long long)e->pause_at_step);
     if (b.oom || !b.v) {
         rank_envp_free(b.v);
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory for a rank's environment");

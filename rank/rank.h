@@ -48,6 +48,7 @@
 #define RANK_ENV_PROJECT          "KILN_PROJECT"
 #define RANK_ENV_STEP_MARKS       "KILN_STEP_MARKS"
 #define RANK_ENV_FRESH_START      "KILN_FRESH_START"
+#define RANK_ENV_PAUSE_AT_STEP    "KILN_PAUSE_AT_STEP"
 /* Set from the contract's values for the libraries a rank loads (OpenMP, CUDA). */
 #define RANK_ENV_OMP_THREADS      "OMP_NUM_THREADS"
 #define RANK_ENV_CUDA_DEVICES     "CUDA_VISIBLE_DEVICES"
@@ -137,6 +138,7 @@ static inline const char *rank_env_reserved(const char *name)
 
 #define RANK_MAX_WORLD (1 << 20)         /* ranks of one job, at most */
 #define RANK_MAX_THREADS 4096
+#define RANK_MAX_STEP ((int64_t)1 << 40)  /* KILN_PAUSE_AT_STEP, at most (the spec's bound) */
 #define RANK_MAX_WATCHDOG_S (7 * 86400)  /* KILN_COMM_WATCHDOG_S, at most a week */
 
 /* A rank's place in its job. Strings are borrowed: from the environment (rank_env_parse) or
@@ -178,6 +180,10 @@ typedef struct rank_env {
     bool fresh_start;            /* KILN_FRESH_START=1: train from step 0 whatever checkpoints
                                   * checkpoint_dir and resume_from hold (a tuning trial promoted
                                   * under kilnd's --tune-promoted-restart); false: unset (0) */
+    int64_t pause_at_step;       /* KILN_PAUSE_AT_STEP, 1..RANK_MAX_STEP: the spec's stopping.max_steps
+                                  * (a hyperband trial's rung), where a script writes its checkpoint,
+                                  * reports that step's metrics and exits 0 on every rank, paused;
+                                  * 0: unset (train to the end) */
 } rank_env_t;
 
 /* The values of a rank started without an agent (world of one, nothing set). */

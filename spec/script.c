@@ -520,6 +520,12 @@ json_t *spec_hparams_flatten(const json_t *hyperparameters)
     return out;
 }
 
+int64_t spec_script_max_steps(const spec_t *s)
+{
+    const json_t *v = spec_is_script(s) ? json_object_get(s->script.hyperparameters, "max_steps") : NULL;
+    return json_is_integer(v) && json_integer_value(v) > 0 ? (int64_t)json_integer_value(v) : 0;
+}
+
 json_t *spec_hparams_flat(const spec_t *s)
 {
     if (spec_is_script(s))

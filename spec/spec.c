@@ -621,13 +621,18 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
             (rc = rd_int(&rs, st, "grace_period_s", &s->grace_period_s, 0, SPEC_MAX_GRACE_S)) ||
             (rc = rd_int64(&rs, st, "max_steps", &s->pause_at_step, 0, (int64_t)1 << 40)))
             return rc;
-        if (s->pause_at_step > 0 && spec_is_script(s))
-            return invalid(err, "stopping.max_steps", "leave it out: a script job's steps are its own",
-                           "stopping.max_steps pauses kiln's engine; a script job cannot take it");
-        if (s->pause_at_step > 0 && s->pause_at_step > s->hp.max_steps)
+        /* a script pauses where its ranks are told to (KILN_PAUSE_AT_STEP), within the steps it
+         * says it trains to */
+        int64_t total = spec_is_script(s) ? spec_script_max_steps(s) : s->hp.max_steps;
+        if (s->pause_at_step > 0 && total == 0)
+            return invalid(err, "stopping.max_steps", "add hyperparameters.max_steps (the step count your script "
+                           "trains to), and have the script stop at KILN_PAUSE_AT_STEP with a checkpoint",
+                           "stopping.max_steps pauses a script job at a step of its hyperparameters.max_steps; "
+                           "this one has no whole-number hyperparameters.max_steps");
+        if (s->pause_at_step > 0 && s->pause_at_step > total)
             return invalid(err, "stopping.max_steps", "make it at most hyperparameters.max_steps",
                            "stopping.max_steps (%lld) is past hyperparameters.max_steps (%lld)",
-                           (long long)s->pause_at_step, (long long)s->hp.max_steps);
+                           (long long)s->pause_at_step, (long long)total);
     }
     if (rt) {
         rd_t rr = {err, "retry"};

@@ -212,6 +212,10 @@ json_t *spec_hparams_flatten(const json_t *hyperparameters);
 /* Whether the spec is a script job's (it names an entry_point rather than a model). */
 static inline bool spec_is_script(const spec_t *s) { return s->script.entry_point[0] != '\0'; }
 
+/* A script job's hyperparameters.max_steps when it is a whole number from 1 (the step count the
+ * script trains to, which kiln reads for progress and hyperband's rungs), else 0. */
+int64_t spec_script_max_steps(const spec_t *s);
+
 /* Ranks the job needs: nodes x slots_per_node. */
 int spec_world_size(const spec_t *s);
 

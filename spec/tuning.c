@@ -520,13 +520,6 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
                          "(steps)", "strategy hyperband needs hyperband.min_resource and max_resource");
             goto fail;
         }
-        if (out->script) {
-            rc = invalid(err, "strategy", "use random, grid or bayesian for script jobs; with \"early_stopping\": "
-                         "\"auto\" (the median rule) trials that fall behind are stopped early",
-                         "hyperband pauses trials at a number of steps, which only engine jobs take "
-                         "(hyperparameters.max_steps)");
-            goto fail;
-        }
         if ((rc = rd_known_keys(&rh, hb, hb_keys)) ||
             (rc = rd_int64(&rh, hb, "min_resource", &out->min_resource, 1, INT64_C(1000000000))) ||
             (rc = rd_int64(&rh, hb, "max_resource", &out->max_resource, 1, INT64_C(1000000000))) ||
@@ -563,6 +556,23 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
         if (r0 * out->reduction_factor < out->max_resource) {
             rc = invalid(err, "hyperband.max_resource", "raise min_resource or reduction_factor",
                          "hyperband would need more than %d rungs", SPEC_TUNE_MAX_RUNGS);
+            goto fail;
+        }
+        /* a script trial pauses at its rungs by the rank contract (KILN_PAUSE_AT_STEP): its
+         * hyperparameters.max_steps is the step count it trains to, which hyperband sets to
+         * max_resource */
+        int64_t script_steps = out->script ? spec_script_max_steps(&base) : 0;
+        if (out->script && script_steps < out->max_resource) {
+            const char *hint = "give the script a hyperparameters.max_steps of at least max_resource (the step count "
+                               "it trains to), and have it stop at KILN_PAUSE_AT_STEP with a checkpoint, its metrics "
+                               "reported and exit code 0";
+            if (script_steps)
+                rc = invalid(err, "job.hyperparameters.max_steps", hint, "hyperband.max_resource (%lld) is past the "
+                             "script's hyperparameters.max_steps (%lld)", (long long)out->max_resource,
+                             (long long)script_steps);
+            else
+                rc = invalid(err, "job.hyperparameters.max_steps", hint, "hyperband pauses a script job's trials at "
+                             "steps of its hyperparameters.max_steps, and this one has none (or not a whole number)");
             goto fail;
         }
         if (out->brackets > rungs + 1) {

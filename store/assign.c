@@ -512,8 +512,12 @@ int store_rank_exit_record(store_conn_t *c, const Kiln__RankExit *e, store_rank_
                       " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM rel), (SELECT count(*) FROM alle),"
                       "  (SELECT count(*) FROM alle WHERE exit_code = 0 AND signal = 0),"
                       "  coalesce((SELECT (spec #>> '{stopping,max_steps}')::bigint FROM jobs WHERE id = $1::uuid), 0),"
-                      "  coalesce((SELECT (spec #>> '{hyperparameters,max_steps}')::bigint FROM jobs"
-                      "   WHERE id = $1::uuid), 0)", 7, p, &r, err);
+                      /* a script's hyperparameters are free-form: only a number is a step count */
+                      "  coalesce((SELECT CASE WHEN jsonb_typeof(spec #> '{hyperparameters,max_steps}') = 'number'"
+                      "   THEN LEAST(GREATEST((spec #>> '{hyperparameters,max_steps}')::numeric, 0), 1099511627776)::bigint"
+                      "   END FROM jobs"
+                      "   WHERE id = $1::uuid), 0),"
+                      "  coalesce((SELECT progress_step FROM jobs WHERE id = $1::uuid), 0)", 7, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
@@ -523,6 +527,7 @@ int store_rank_exit_record(store_conn_t *c, const Kiln__RankExit *e, store_rank_
         out->n_ok = store_get_int(r, 0, 3);
         out->pause_at = store_get_i64(r, 0, 4);
         out->max_steps = store_get_i64(r, 0, 5);
+        out->progress_step = store_get_i64(r, 0, 6);
     }
     PQclear(r);
     return 0;

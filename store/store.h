@@ -723,6 +723,7 @@ typedef struct store_rank_exit {
     int n_exited, n_ok;     /* the attempt's exits recorded, this one included; n_ok: code 0, no signal */
     int64_t pause_at;       /* the job's stopping.max_steps (0: none) */
     int64_t max_steps;      /* its hyperparameters.max_steps (0: none) */
+    int64_t progress_step;  /* the highest step its ranks reported (jobs.progress_step) */
 } store_rank_exit_t;
 /* Records a rank exit, releases the worker's assignment when all its ranks have exited, and
  * counts the attempt's exits, in one statement. The caller holds the job's row lock

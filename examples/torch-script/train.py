@@ -9,8 +9,10 @@ rank gets"), each shown below:
   - metrics: lines that the job's metric_definitions read (job.json: train_loss, val_loss), and
     kiln.log_metrics(step, ...) when the SDK's kiln/ travels with the code (checkpoint_step);
   - checkpoints go to SM_CHECKPOINT_DIR, which kiln keeps and restores on every attempt: resume
-    from it at start, checkpoint on SIGTERM (a preemption, a stop, a hyperband pause) and exit,
-    so nothing is lost;
+    from it at start, checkpoint on SIGTERM (a preemption, a stop) and exit, so nothing is lost;
+  - a pause (a hyperband trial at its rung): at step KILN_PAUSE_AT_STEP, when set, checkpoint,
+    report that step's metrics (the objective) and exit 0 on every rank; kiln marks the job
+    PAUSED and, when it promotes the trial, starts it again to resume from that checkpoint;
   - the model goes to SM_MODEL_DIR, which becomes the job's model.tar.gz artifact.
 """
 import argparse
@@ -86,6 +88,10 @@ def save_checkpoint():
         log_metrics(step, checkpoint_step=step)  # how much a preemption would lose: the steps since
 
 
+# --- the step to pause at (a hyperband rung), or train to the end
+pause_at = int(os.environ.get("KILN_PAUSE_AT_STEP") or 0)
+end = pause_at if 0 < pause_at < args.max_steps else args.max_steps
+
 stop = False
 
 
@@ -104,7 +110,7 @@ def batch(src, seed):
             torch.stack([src[i + args.context] for i in ix]))
 
 
-while step < args.max_steps:
+while step < end:
     x, y = batch(train, step * world + rank)  # the step picks the batch: a resumed run sees the same data
     loss = loss_fn(model(x), y)
     opt.zero_grad()
@@ -113,7 +119,7 @@ while step < args.max_steps:
     step += 1
     if rank == 0:
         print(f"step {step}/{args.max_steps} train_loss={loss.item():.4f}", flush=True)
-    if step % args.checkpoint_every == 0 or step == args.max_steps:
+    if step % args.checkpoint_every == 0 or step == end:  # at the end or the pause: metrics, checkpoint
         with torch.no_grad():
             vx, vy = batch(val, 12345)
             val_loss = loss_fn(model(vx), vy).item()
@@ -131,6 +137,13 @@ while step < args.max_steps:
         sys.exit(143)
     if args.step_sleep:
         time.sleep(args.step_sleep)
+
+if step < args.max_steps:  # paused at KILN_PAUSE_AT_STEP: checkpointed and reported above; exit 0
+    if rank == 0:
+        print(f"paused at step {step} of {args.max_steps}", flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+    sys.exit(0)
 
 if rank == 0:
     model_dir = os.environ.get("SM_MODEL_DIR", "model")

@@ -184,19 +184,23 @@ Test(tuning, refuses_bad_input_naming_the_field)
 }
 
 /* A script job's search: a path its spec lacks is answered with what a script's search varies (its
- * hyperparameters), not the engine's fields; hyperband is refused pointing at the median rule. */
+ * hyperparameters), not the engine's fields; hyperband needs the script's hyperparameters.max_steps
+ * (the step count it trains to) of at least max_resource, and then pauses its trials at their rungs
+ * (stopping.max_steps: the ranks' KILN_PAUSE_AT_STEP). */
 Test(tuning, a_script_jobs_search_is_told_what_it_may_vary)
 {
     static const char script_req[] =
         "{\"name\": \"s\", \"job\": {\"name\": \"s\", \"entry_point\": \"train.py\", \"source\": \"/tmp\","
-        " \"hyperparameters\": {\"lr\": 0.01}}, \"parameters\": {%s},"
+        " \"hyperparameters\": {\"lr\": 0.01%s}}, \"parameters\": {%s},"
         " \"objective\": {\"metric\": \"val_loss\", \"goal\": \"minimize\"}%s}";
+    static const char hb[] = ", \"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}";
     char body[1024];
-    snprintf(body, sizeof body, script_req, "\"model.depth\": {\"type\": \"integer\", \"min\": 1, \"max\": 3}", "");
+    snprintf(body, sizeof body, script_req, "", "\"model.depth\": {\"type\": \"integer\", \"min\": 1, \"max\": 3}", "");
     refused(body, "parameters.model.depth", "a script job's search varies its hyperparameters");
-    snprintf(body, sizeof body, script_req, LR,
-             ", \"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}");
-    refused(body, "strategy", "(the median rule)");
+    snprintf(body, sizeof body, script_req, "", LR, hb);
+    refused(body, "job.hyperparameters.max_steps", "this one has none");
+    snprintf(body, sizeof body, script_req, ", \"max_steps\": 50", LR, hb);
+    refused(body, "job.hyperparameters.max_steps", "max_resource (90) is past the script's hyperparameters.max_steps (50)");
     cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs"), 0, "nothing refused was stored");
 }
 
@@ -249,6 +253,27 @@ static char *create(const char *body)
     char *id = strdup(json_string_value(json_object_get(j, "id")));
     json_decref(j);
     return id;
+}
+
+/* A hyperband search over a script job whose hyperparameters.max_steps reaches max_resource: its
+ * trials train to max_resource and pause at their first rung (stopping.max_steps, which the agent
+ * gives the ranks as KILN_PAUSE_AT_STEP). */
+Test(tuning, hyperband_over_a_script_job_pauses_its_trials_at_the_rungs)
+{
+    char *id = create("{\"name\": \"s\", \"job\": {\"name\": \"s\", \"entry_point\": \"train.py\", \"source\": \"/tmp\","
+                      " \"hyperparameters\": {\"lr\": 0.01, \"max_steps\": 200}}, \"parameters\": {" LR "},"
+                      " \"objective\": {\"metric\": \"val_loss\", \"goal\": \"minimize\"},"
+                      " \"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90},"
+                      " \"max_jobs\": 3, \"max_parallel_jobs\": 1, \"seed\": 1}");
+    int one = 1;
+    json_t *t = wait_tuning(id, has_trials, &one);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE tags->>'tuning_job' = '%s'"
+                            " AND spec->>'entry_point' = 'train.py'"
+                            " AND (spec #>> '{stopping,max_steps}')::int = 10"
+                            " AND (spec #>> '{hyperparameters,max_steps}')::int = 90", id), 1,
+                 "its first trial pauses at the first rung, within the max_resource steps it trains to");
+    json_decref(t);
+    free(id);
 }
 
 /* The trial's job: its id and its spec's hyperparameters / model. */

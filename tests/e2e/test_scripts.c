@@ -706,3 +706,138 @@ Test(e2e_scripts, the_torch_script_example_trains_resumes_after_a_lost_attempt_a
     json_decref(t);
     e2e_pass();
 }
+
+/* ---- hyperband over a script: the pause at KILN_PAUSE_AT_STEP ----------------------------------- */
+
+/* tune-hyperband.json, tiny: rungs at steps 4 and 12, three trials, two at a time. */
+static void hyperband_search(json_t *j)
+{
+    json_t *hp = json_object_get(json_object_get(j, "job"), "hyperparameters");
+    json_object_set_new(hp, "max_steps", json_integer(12));
+    json_object_set_new(hp, "checkpoint_every", json_integer(100)); /* the pause's checkpoint, and the end's */
+    json_object_set_new(j, "strategy", json_string("hyperband"));
+    json_object_set_new(j, "hyperband", json_pack("{s:i, s:i, s:i}", "min_resource", 4, "max_resource", 12,
+                                                  "reduction_factor", 3));
+    json_object_set_new(j, "max_jobs", json_integer(3));
+    json_object_set_new(j, "max_parallel_jobs", json_integer(2));
+    json_object_del(j, "early_stopping");
+}
+
+/* A script paused by the rank contract: examples/torch-script under a hyperband search pauses each
+ * trial at its first rung (KILN_PAUSE_AT_STEP=4: checkpoint, val_loss at step 4, exit 0; the job
+ * PAUSED), and the promoted trial resumes from that checkpoint at step 4, not 0, and runs to 12;
+ * the search completes. A script that trains past the step it was told to pause at is not taken
+ * as paused: its job fails with a reason naming KILN_PAUSE_AT_STEP. */
+Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_one_resumes_there, .init = e2e_setup,
+     .fini = e2e_teardown, .timeout = 400)
+{
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+        cr_skip_test("python3-torch is not installed for /usr/bin/python3 (scripts/install-deps.sh installs it)");
+    /* the contract without torch: one script honours the pause, one trains past it */
+    const char *sdir = script_dir("pause-code");
+    write_file(sdir, "steps.sh",
+               "echo \"ENV KILN_PAUSE_AT_STEP=${KILN_PAUSE_AT_STEP:-<unset>}\"\n"
+               "end=6\n"
+               "if [ -n \"$KILN_PAUSE_AT_STEP\" ] && [ -z \"$IGNORE_PAUSE\" ]; then end=$KILN_PAUSE_AT_STEP; fi\n"
+               "s=1\n"
+               "while [ $s -le $end ]; do echo \"step $s val_loss=1.$s\"; s=$((s + 1)); done\n");
+    char spec[2 * PATH_MAX];
+    const char *fmt = "{\"name\": \"%s\", \"entry_point\": \"steps.sh\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 1},"
+                      " \"hyperparameters\": {\"max_steps\": 6}, \"stopping\": {\"max_steps\": 2}, %s"
+                      " \"metric_definitions\": [{\"Name\": \"val_loss\", \"Regex\": \"^step (?<step>[0-9]+) val_loss=([0-9.]+)\"}],"
+                      " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}";
+    snprintf(spec, sizeof spec, fmt, "honours", sdir, "");
+    json_t *sub = e2e_submit(spec);
+    char *honours = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    snprintf(spec, sizeof spec, fmt, "ignores", sdir, "\"environment\": {\"IGNORE_PAUSE\": \"1\"},");
+    sub = e2e_submit(spec);
+    char *ignores = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    /* free-form hyperparameters: a max_steps that is no whole number is no step count, and the
+     * job (no pause) ends as its ranks do */
+    sub = e2e_submit((snprintf(spec, sizeof spec, "{\"name\": \"fraction\", \"entry_point\": \"steps.sh\", \"source\": \"%s\","
+                               " \"retry\": {\"max_attempts\": 1}, \"hyperparameters\": {\"max_steps\": 2.5}}", sdir), spec));
+    char *fraction = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    json_t *job = e2e_wait_state(honours, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "PAUSED", "%s", e2e_dump(job));
+    cr_assert(strstr(e2e_jstr(job, "reason"), "paused at step 2 of 6"), "%s", e2e_dump(job));
+    json_decref(job);
+    char *lines = rank_lines(honours, 0, "ENV ");
+    ENV_EQ(lines, "KILN_PAUSE_AT_STEP", "2");
+    free(lines);
+    job = e2e_wait_state(ignores, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
+    cr_assert(strstr(e2e_jstr(job, "reason"), "reported step 6, past stopping.max_steps 2") &&
+              strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
+    json_decref(job);
+    job = e2e_wait_state(fraction, TH_JOB_ENDED, SCRIPT_TIMEOUT_MS);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    json_decref(job);
+    lines = rank_lines(fraction, 0, "ENV ");
+    ENV_EQ(lines, "KILN_PAUSE_AT_STEP", "<unset>");
+    free(lines);
+    free(honours);
+    free(ignores);
+    free(fraction);
+
+    /* examples/torch-script's train.py under hyperband */
+    const char *dir = script_dir("torch-hyperband");
+    example_code(dir);
+    char tune[PATH_MAX + 64];
+    snprintf(tune, sizeof tune, "%s/../torch-hyperband-tune.json", dir);
+    example_spec("tune-hyperband.json", tune, hyperband_search);
+    char *out = NULL, *err = NULL;
+    int rc = e2e_kiln(&out, &err, "tune", "submit", "--source-dir", dir, tune, NULL);
+    cr_assert_eq(rc, 0, "kiln tune submit --source-dir: rc %d: %s", rc, err);
+    const char *idl = strstr(out, "id:");
+    cr_assert(idl, "%s", out);
+    char tid[64];
+    cr_assert_eq(sscanf(idl + 3, "%63s", tid), 1, "%s", out);
+    free(out);
+    free(err);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", tid);
+    json_t *t = NULL;
+    for (int i = 0; i < 3000; i++) {
+        json_decref(t);
+        t = e2e_get(path);
+        const char *st = e2e_jstr(t, "state");
+        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
+            break;
+        usleep(100 * 1000);
+    }
+    cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
+    json_t *trials = json_object_get(t, "trials");
+    cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
+    const char *promoted = NULL;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *x = json_array_get(trials, i), *rg = json_array_get(json_object_get(x, "rungs"), 0);
+        cr_assert(e2e_jint(rg, "steps") == 4 && json_is_number(json_object_get(rg, "objective")),
+                  "every trial finished rung 0 at step 4 with its val_loss: %s", e2e_dump(x));
+        json_t *ev = e2e_events(e2e_jstr(x, "job_id"));
+        char states[512];
+        e2e_event_states(ev, states, sizeof states);
+        cr_assert(strstr(states, "RUNNING,PAUSED"), "trial %zu paused at its rung: %s", i, states);
+        cr_assert(strstr(e2e_dump(ev), "paused at step 4 of 12"), "%s", e2e_dump(ev));
+        json_decref(ev);
+        if (e2e_jint(x, "rung") == 1) {
+            cr_assert_null(promoted, "one trial promoted: %s", e2e_dump(t));
+            promoted = e2e_jstr(x, "job_id");
+            cr_assert_eq(e2e_jint(x, "steps"), 12, "%s", e2e_dump(x));
+        }
+    }
+    cr_assert_not_null(promoted, "%s", e2e_dump(t));
+    job = e2e_get((snprintf(path, sizeof path, "/v1/jobs/%s", promoted), path));
+    cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
+    json_decref(job);
+    char *resumed = rank_lines(promoted, 0, "resumed from step ");
+    cr_assert_str_eq(resumed, "resumed from step 4\n", "the promoted attempt resumed at the rung's step, not 0");
+    free(resumed);
+    char *paused = rank_lines(promoted, 0, "paused at step ");
+    cr_assert_str_eq(paused, "paused at step 4 of 12\n", "train.py paused once, at its rung");
+    free(paused);
+    json_decref(t);
+    e2e_pass();
+}

@@ -68,6 +68,7 @@ static void full_env(rank_env_t *e)
     e->project = "nlp-team.2";
     e->step_marks = true;
     e->fresh_start = true;
+    e->pause_at_step = (int64_t)1 << 35; /* past what an int holds */
 }
 
 static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
@@ -95,6 +96,7 @@ static void assert_same_env(const rank_env_t *a, const rank_env_t *b)
     cr_assert_str_eq(a->project, b->project);
     cr_assert_eq(a->step_marks, b->step_marks);
     cr_assert_eq(a->fresh_start, b->fresh_start);
+    cr_assert_eq(a->pause_at_step, b->pause_at_step);
 }
 
 Test(env, round_trip_through_envp_and_the_process_environment)
@@ -105,7 +107,7 @@ Test(env, round_trip_through_envp_and_the_process_environment)
                     "KILN_DATA_ROOTS=/", "OMP_NUM_THREADS=64", "KILN_JOIN_TOKEN=kiln_join_x",
                     "KILN_JOIN_TOKEN_FILE=/etc/kiln/join.token", "KILN_TLS_KEY=/etc/kiln/agent.key",
                     "my_api_token=abc", "DB_PASSWORD=pw", "KILN_DP_BUCKET_MB=4", "KILN_CPUS=0-63",
-                    "KILN_PROJECT=other", "KILN_STEP_MARKS=0", "KILN_FRESH_START=0", NULL};
+                    "KILN_PROJECT=other", "KILN_STEP_MARKS=0", "KILN_FRESH_START=0", "KILN_PAUSE_AT_STEP=7", NULL};
     char **envp = NULL;
     kiln_err_t err;
     cr_assert_eq(rank_env_envp(&e, base, &envp, &err), 0, "%s", err.message);
@@ -131,6 +133,8 @@ Test(env, round_trip_through_envp_and_the_process_environment)
     cr_assert_str_eq(envp_get(envp, RANK_ENV_STEP_MARKS), "1");
     cr_assert_eq(envp_count(envp, RANK_ENV_FRESH_START), 1);
     cr_assert_str_eq(envp_get(envp, RANK_ENV_FRESH_START), "1", "the assignment's, not the launcher's own value");
+    cr_assert_eq(envp_count(envp, RANK_ENV_PAUSE_AT_STEP), 1);
+    cr_assert_str_eq(envp_get(envp, RANK_ENV_PAUSE_AT_STEP), "34359738368", "the spec's, not the launcher's own value");
 
     /* envp -> rank_env_t directly */
     cr_assert_eq(rank_env_parse(envp, &back, &err), 0, "%s", err.message);
@@ -165,13 +169,15 @@ Test(env, unset_means_a_rank_started_by_hand)
     cr_assert_null(e.cpus, "unset: not bound");
     cr_assert_not(e.step_marks, "unset: nobody reads step marks");
     cr_assert_not(e.fresh_start, "unset: the rank resumes from its newest checkpoint");
+    cr_assert_eq(e.pause_at_step, 0, "unset: the rank trains to its end");
     /* what is unset stays unset on the way out */
     char **envp = NULL;
     cr_assert_eq(rank_env_envp(&d, NULL, &envp, &err), 0, "%s", err.message);
     for (const char *const *s = (const char *const[]){RANK_ENV_SPEC, RANK_ENV_METRICS_FD, RANK_ENV_THREADS,
                                                       RANK_ENV_DEVICE_ID, RANK_ENV_CUDA_DEVICES, RANK_ENV_DATA_ROOTS,
                                                       RANK_ENV_COMM_WATCHDOG_S, RANK_ENV_RESUME_FROM, RANK_ENV_CPUS,
-                                                      RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS, RANK_ENV_FRESH_START, NULL};
+                                                      RANK_ENV_PROJECT, RANK_ENV_STEP_MARKS, RANK_ENV_FRESH_START,
+                                                      RANK_ENV_PAUSE_AT_STEP, NULL};
          *s; s++)
         cr_assert_null(envp_get(envp, *s), "%s is set", *s);
     rank_envp_free(envp);
@@ -227,6 +233,10 @@ Test(env, bad_values_are_refused_naming_the_variable)
         {{"KILN_STEP_MARKS=2"}, "KILN_STEP_MARKS"},
         {{"KILN_STEP_MARKS=yes"}, "KILN_STEP_MARKS"},
         {{"KILN_FRESH_START=2"}, "KILN_FRESH_START"},
+        {{"KILN_PAUSE_AT_STEP=0"}, "KILN_PAUSE_AT_STEP"},
+        {{"KILN_PAUSE_AT_STEP=-3"}, "KILN_PAUSE_AT_STEP"},
+        {{"KILN_PAUSE_AT_STEP=10x"}, "KILN_PAUSE_AT_STEP"},
+        {{"KILN_PAUSE_AT_STEP=1099511627777"}, "KILN_PAUSE_AT_STEP"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *envp[5] = {0};

@@ -266,6 +266,32 @@ class Offline(unittest.TestCase):
             self.assertFalse(kiln.log_metrics(2, x=1))
         self.assertLessEqual(err.getvalue().count("KILN_METRICS_FD is not set"), 1)
 
+    def test_pause_at_step(self):
+        saved = os.environ.get("KILN_PAUSE_AT_STEP")
+        self.addCleanup(lambda: os.environ.__setitem__("KILN_PAUSE_AT_STEP", saved) if saved is not None
+                        else os.environ.pop("KILN_PAUSE_AT_STEP", None))
+        os.environ.pop("KILN_PAUSE_AT_STEP", None)
+        self.assertIsNone(kiln.pause_at_step(), "unset: train to the end")
+        os.environ["KILN_PAUSE_AT_STEP"] = "40"
+        self.assertEqual(kiln.pause_at_step(), 40)
+        for bad in ("0", "-2", "4x"):
+            os.environ["KILN_PAUSE_AT_STEP"] = bad
+            with self.assertRaises(ValueError):
+                kiln.pause_at_step()
+
+    def test_hyperband_over_a_script_estimator(self):
+        # kilnd pauses its trials at their rungs (KILN_PAUSE_AT_STEP); the spec carries the
+        # script's max_steps, which must reach max_resource (kilnd checks it)
+        client = kiln.Client("http://127.0.0.1:1")
+        est = kiln.Estimator(entry_point="train.py", source="/d/code", hyperparameters={"lr": 0.01, "max_steps": 90},
+                             client=client)
+        spec = kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(1e-3, 1e-1)},
+                                        strategy="Hyperband",
+                                        strategy_config=kiln.HyperbandStrategyConfig(10, 90)).spec()
+        self.assertEqual((spec["strategy"], spec["job"]["entry_point"], spec["job"]["hyperparameters"]["max_steps"]),
+                         ("hyperband", "train.py", 90))
+        self.assertEqual((spec["hyperband"]["min_resource"], spec["hyperband"]["max_resource"]), (10, 90))
+
     def test_unreachable_server(self):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))

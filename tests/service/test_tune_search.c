@@ -1036,3 +1036,58 @@ Test(tune_search, thirty_parameters_are_not_too_many)
         json_decref(j);
     }
 }
+
+/* Hyperband over a script job (spec_tuning_parse): accepted when the script's
+ * hyperparameters.max_steps, the step count it trains to, reaches max_resource; its trials then
+ * train to max_resource and pause at their rungs (stopping.max_steps: KILN_PAUSE_AT_STEP).
+ * Refused, naming job.hyperparameters.max_steps, without one or below max_resource. */
+static int parse_script_hyperband(const char *hp, spec_tuning_t *t, kiln_err_t *err)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"job\": {\"entry_point\": \"train.py\", \"source\": \"/tmp\", \"hyperparameters\": {%s}},"
+             " \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 0.001, \"max\": 0.1}},"
+             " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\","
+             " \"hyperband\": {\"min_resource\": 100, \"max_resource\": 900}, \"max_jobs\": 9}", hp);
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    cr_assert_not_null(j, "%s", je.text);
+    int rc = spec_tuning_parse(j, t, err);
+    json_decref(j);
+    return rc;
+}
+
+Test(tune_search, hyperband_over_a_script_job_needs_its_max_steps_to_reach_max_resource)
+{
+    spec_tuning_t t;
+    kiln_err_t err;
+    cr_assert_eq(parse_script_hyperband("\"lr\": 0.01, \"max_steps\": 900", &t, &err), 0, "%s: %s", err.field,
+                 err.message);
+    cr_assert(t.script);
+    json_t *v = json_pack("{s:f}", "lr", 0.01);
+    json_t *trial = spec_tuning_trial_spec(&t, v, "s-0", NULL);
+    cr_assert_not_null(trial);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(trial, "stopping"), "max_steps")), 100,
+                 "a trial pauses at the first rung");
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(trial, "hyperparameters"), "max_steps")), 900);
+    spec_t sp;
+    cr_assert_eq(spec_parse(trial, &sp, &err), 0, "a trial's spec is a valid script job: %s", err.message);
+    cr_assert_eq(sp.pause_at_step, 100);
+    spec_deinit(&sp);
+    json_decref(trial);
+    json_decref(v);
+    spec_tuning_deinit(&t);
+    cr_assert_eq(parse_script_hyperband("\"lr\": 0.01, \"max_steps\": 5000", &t, &err), 0, "%s", err.message);
+    spec_tuning_deinit(&t);
+
+    cr_assert_eq(parse_script_hyperband("\"lr\": 0.01", &t, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "job.hyperparameters.max_steps");
+    cr_assert(strstr(err.message, "this one has none") && strstr(err.hint, "KILN_PAUSE_AT_STEP"), "%s / %s",
+              err.message, err.hint);
+    cr_assert_eq(parse_script_hyperband("\"lr\": 0.01, \"max_steps\": 899", &t, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "job.hyperparameters.max_steps");
+    cr_assert(strstr(err.message, "max_resource (900) is past the script's hyperparameters.max_steps (899)"), "%s",
+              err.message);
+    cr_assert_eq(parse_script_hyperband("\"lr\": 0.01, \"max_steps\": \"900\"", &t, &err), KILN_EINVAL,
+                 "a string is not a step count");
+}

@@ -102,6 +102,28 @@ Test(script, torch_distributed_and_slots_per_node)
     spec_deinit(&s);
 }
 
+/* A script job pauses at stopping.max_steps (its ranks' KILN_PAUSE_AT_STEP) within its
+ * hyperparameters.max_steps, as a hyperband trial at its rung does; the normalised spec keeps it. */
+Test(script, pauses_at_stopping_max_steps_within_its_max_steps)
+{
+    spec_t s;
+    parse_ok("{\"entry_point\": \"t.py\", \"source\": \"/data/c\", \"hyperparameters\": {\"max_steps\": 12},"
+             " \"stopping\": {\"max_steps\": 4}}", &s);
+    cr_assert_eq(s.pause_at_step, 4);
+    cr_assert_eq(spec_script_max_steps(&s), 12);
+    json_t *norm = spec_to_json(&s);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(norm, "stopping"), "max_steps")), 4);
+    json_decref(norm);
+    spec_deinit(&s);
+    parse_ok("{\"entry_point\": \"t.py\", \"source\": \"/data/c\", \"hyperparameters\": {\"max_steps\": 12},"
+             " \"stopping\": {\"max_steps\": 12}}", &s);
+    cr_assert_eq(s.pause_at_step, 12, "at its last step: it simply ends there");
+    spec_deinit(&s);
+    parse_ok("{\"entry_point\": \"t.py\", \"source\": \"/data/c\", \"hyperparameters\": {\"max_steps\": \"x\"}}", &s);
+    cr_assert_eq(spec_script_max_steps(&s), 0, "free-form: not a step count, and no pause asked");
+    spec_deinit(&s);
+}
+
 Test(script, sagemaker_metric_definitions_and_grace)
 {
     spec_t s;
@@ -272,6 +294,12 @@ Test(script, every_rule_names_the_field)
         /* stopping */
         {"{" S ", \"stopping\": {\"grace_period_s\": 3601}}", "stopping.grace_period_s", "between 0 and 3600"},
         {"{" S ", \"stopping\": {\"grace_period_s\": -1}}", "stopping.grace_period_s", "between 0 and 3600"},
+        /* a pause needs the step count the script trains to, and lies within it */
+        {"{" S ", \"stopping\": {\"max_steps\": 10}}", "stopping.max_steps", "no whole-number hyperparameters.max_steps"},
+        {"{" S ", \"hyperparameters\": {\"max_steps\": \"200\"}, \"stopping\": {\"max_steps\": 10}}",
+         "stopping.max_steps", "no whole-number hyperparameters.max_steps"},
+        {"{" S ", \"hyperparameters\": {\"max_steps\": 8}, \"stopping\": {\"max_steps\": 10}}", "stopping.max_steps",
+         "past hyperparameters.max_steps (8)"},
         /* SageMaker's spelling beside kiln's */
         {"{" S ", \"metric_definitions\": [{\"name\": \"a\", \"Name\": \"b\", \"regex\": \"a=([0-9]+)\"}]}",
          "metric_definitions[0].Name", "name the same thing"},

@@ -35,14 +35,14 @@ from .client import (METRIC_COLUMNS, MODEL_ARTIFACT, SCRIPT_MODEL_ARTIFACT, TERM
                      MetricPoint, ModelData, Trial, TuningJob, parse_sse)
 from .errors import JobFailedError, KilnError
 from .estimator import INSTANCE_TYPES, Estimator
-from .metrics import log_metrics
+from .metrics import log_metrics, pause_at_step
 from .tuner import (CategoricalParameter, ContinuousParameter, HyperbandStrategyConfig, HyperparameterTuner,
                     IntegerParameter, ParameterRange, StrategyConfig, TuningJobCompletionCriteriaConfig, WarmStartConfig,
                     WarmStartTypes)
 
 __version__ = "0.1.0"
 __all__ = ["Client", "Job", "LogLine", "Artifact", "CheckpointFile", "Checkpoints", "ModelData", "MetricPoint", "METRIC_COLUMNS", "Estimator",
-           "INSTANCE_TYPES", "log_metrics", "KilnError", "JobFailedError",
+           "INSTANCE_TYPES", "log_metrics", "pause_at_step", "KilnError", "JobFailedError",
            "parse_sse", "config", "code", "KilnIgnore", "pack_dir", "JSONObject", "DEFAULT_URL", "MODEL_ARTIFACT", "SCRIPT_MODEL_ARTIFACT",
            "TERMINAL_STATES", "TuningJob", "Trial", "TRIAL_COLUMNS", "TUNING_TERMINAL_STATES", "HyperparameterTuner",
            "ContinuousParameter", "IntegerParameter", "CategoricalParameter", "ParameterRange", "HyperbandStrategyConfig",

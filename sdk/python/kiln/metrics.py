@@ -1,7 +1,8 @@
 """log_metrics: the metric records of kiln's rank contract (docs/contracts.md, "Metric records";
 rank/rank.h), written from a script a kiln job runs, so its metrics land as kiln-train's do: in
-the job's metric store, summaries, search, charts and ``kiln compare``. Standard library only,
-so a training script can import it with nothing else installed; it talks to no server.
+the job's metric store, summaries, search, charts and ``kiln compare``; pause_at_step: the step
+the contract tells a rank to pause at. Standard library only, so a training script can import it
+with nothing else installed; it talks to no server.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import SupportsFloat
 
 #: The variable holding the metric records' file descriptor (rank/rank.h RANK_ENV_METRICS_FD).
 METRICS_FD_ENV = "KILN_METRICS_FD"
+#: The variable holding the step to pause at (rank/rank.h RANK_ENV_PAUSE_AT_STEP).
+PAUSE_AT_STEP_ENV = "KILN_PAUSE_AT_STEP"
 #: Bytes of a metric's name, at most (RANK_METRIC_NAME_MAX).
 NAME_MAX = 127
 #: What a name may not hold (kiln_text_control): C0 controls, DEL, C1 controls, bidirectional
@@ -112,3 +115,21 @@ def log_metrics(step: int, **values: SupportsFloat) -> bool:
             n = os.write(fd, view)
             view = view[n:]
     return True
+
+
+def pause_at_step() -> int | None:
+    """The step this rank pauses at ($KILN_PAUSE_AT_STEP: the job's stopping.max_steps, such as a
+    hyperband trial's rung), or None when there is none (train to max_steps). At that step write
+    the checkpoint, report that step's metrics (the search's objective) and exit 0 on every rank:
+    kiln marks the job PAUSED, and a promoted trial's next attempt resumes from the checkpoint
+    with a later step here (or None). Raises ValueError when the variable is not a step from 1."""
+    text = os.environ.get(PAUSE_AT_STEP_ENV, "")
+    if not text:
+        return None
+    try:
+        step = int(text)
+    except ValueError:
+        step = 0
+    if step < 1:
+        raise ValueError("%s=%r is not a step from 1" % (PAUSE_AT_STEP_ENV, text[:20]))
+    return step
