@@ -600,7 +600,8 @@ extern const launch_runtime_t launch_runtime_script; /* run_script.c: a job's en
 /* Before rank 0's output directory is uploaded: a script job's SM_MODEL_DIR and
  * SM_OUTPUT_DATA_DIR (<job_dir>/model, <job_dir>/sm-output/data), each with its subdirectories,
  * become <job_dir>/output/model.tar.gz and output.tar.gz when they hold anything (as SageMaker
- * packs them); notes (size n) says what was kept, or that the script left no model. Does
+ * packs them); notes (size n) says what was kept, or that the attempt left no model (a stopped,
+ * preempted or paused attempt's successor may still write one). Does
  * nothing for a job without those directories (kiln-train's). */
 void agent_output_pack_trees(const char *job_dir, char *notes, size_t n);
 

@@ -359,7 +359,7 @@ void agent_output_pack_trees(const char *job_dir, char *notes, size_t n)
         if (!dir_has_entries(dir)) {
             unlink(out); /* an earlier attempt's is not this one's */
             if (i == 0 && off < n)
-                off += (size_t)snprintf(notes + off, n - off, "%sthe script left %s empty: the job has no model",
+                off += (size_t)snprintf(notes + off, n - off, "%sthe script left %s empty: this attempt has no model",
                                         sep, k_trees[i].what);
             continue;
         }

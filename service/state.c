@@ -165,8 +165,8 @@ int svc_job_finish_stopping(svc_tx_t *tx, store_job_row_t *job, kiln_err_t *err)
         if (rc)
             kiln_err_clear(err);
         sched_job_name(job->project, job->preempted_by, rc ? NULL : by, name, sizeof name);
-        snprintf(reason, sizeof(reason), "preempted by %s: every rank has exited (after a checkpoint); it "
-                 "waits in queue %s and resumes from its newest checkpoint when admitted again", name, job->queue);
+        snprintf(reason, sizeof(reason), "preempted by %s: every rank has exited; it waits in queue %s and "
+                 "resumes from its newest checkpoint (step 0 if it wrote none) when admitted again", name, job->queue);
         return svc_job_set_state(tx, job, JOB_STATE_PREEMPTED, job->attempt, STORE_TR_PREEMPTED, reason, err);
     }
     return svc_job_set_state(tx, job, JOB_STATE_STOPPED, job->attempt, 0,

@@ -1,8 +1,10 @@
 /* test_output.c - what of rank 0's output directory the agent would upload (agent_output_scan):
  * regular files with one link and a name artifacts may have, hashed, by name; symbolic links
  * (to a secret outside), hard links, directories, FIFOs and odd names are skipped, each with a
- * note; a missing directory is nothing to upload. */
+ * note; a missing directory is nothing to upload. A script job's model directory is packed first
+ * (agent_output_pack_trees). */
 #include "agent/agent.h"
+#include "agent/agent_int.h"
 #include "tests/common/harness.h"
 
 #include <criterion/criterion.h>
@@ -128,4 +130,30 @@ Test(output, at_most_256_files)
     cr_assert_str_eq(v[255].name, "f255.txt");
     cr_assert(strstr(notes, "skipped \"f256.txt\" and the rest"), "%s", notes);
     agent_output_free(v, n);
+}
+
+/* A script job's SM_MODEL_DIR (<job dir>/model) becomes output/model.tar.gz when it holds
+ * anything; left empty, the note says this attempt has no model (a stopped, preempted or paused
+ * attempt's successor may still write one), and an earlier attempt's packed model goes. */
+Test(output, a_scripts_model_dir_is_packed_and_an_empty_one_is_told)
+{
+    char p[256], notes[512];
+    const char *sub[] = {"output", "model", "sm-output", "sm-output/data"};
+    for (size_t i = 0; i < sizeof sub / sizeof *sub; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, sub[i]);
+        cr_assert_eq(mkdir(p, 0700), 0, "%s", p);
+    }
+    agent_output_pack_trees(dir, notes, sizeof notes);
+    cr_assert_str_eq(notes, "the script left SM_MODEL_DIR empty: this attempt has no model");
+    put("model/weights.pt", "weights");
+    agent_output_pack_trees(dir, notes, sizeof notes);
+    cr_assert(strstr(notes, "SM_MODEL_DIR kept as model.tar.gz (1 file(s), "), "%s", notes);
+    snprintf(p, sizeof p, "%s/output/model.tar.gz", dir);
+    struct stat sb;
+    cr_assert_eq(stat(p, &sb), 0, "%s", p);
+    snprintf(p, sizeof p, "%s/model/weights.pt", dir);
+    cr_assert_eq(unlink(p), 0);
+    agent_output_pack_trees(dir, notes, sizeof notes);
+    snprintf(p, sizeof p, "%s/output/model.tar.gz", dir);
+    cr_assert_neq(stat(p, &sb), 0, "%s is still there", p);
 }

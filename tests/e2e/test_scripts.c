@@ -335,7 +335,7 @@ Test(e2e_scripts, failures_are_told_as_the_script_told_them, .init = e2e_setup, 
     json_decref(list);
     char *said = rank_lines(nomodel, 0, "");
     cr_assert(strstr(said, "trained nothing"), "%s", said);
-    cr_assert(strstr(said, "the script left SM_MODEL_DIR empty: the job has no model"), "%s", said);
+    cr_assert(strstr(said, "the script left SM_MODEL_DIR empty: this attempt has no model"), "%s", said);
     free(said);
     free(ff);
     free(tail);
