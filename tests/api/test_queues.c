@@ -763,23 +763,27 @@ Test(queues, a_project_leaves_a_queue_only_once_its_jobs_there_have_ended)
     free(other);
 }
 
+/* A POST of path with body by b (racer_t) on its own thread: the status it got. */
+typedef struct racer {
+    const char *path, *body;
+    long status;
+} racer_t;
+
 static void *submit_b(void *arg)
 {
-    long st = 0;
+    racer_t *x = arg;
     char *raw = NULL;
-    json_t *j = at_req("POST", "/v1/jobs", spec("racer", "b", "team", 1, 1), NULL, &st, &raw);
-    json_decref(j);
-    *(long *)arg = st;
+    json_decref(at_req("POST", x->path, x->body, NULL, &x->status, &raw));
     free(raw);
     return NULL;
 }
 
-Test(queues, a_submission_racing_a_change_of_the_queues_projects_never_lands_outside_them)
+/* Project b's submission of body to path while a change of queue team's projects that leaves b
+ * out (as svc_queue_update makes it: the queue's row locked, then updated) is held open: the
+ * submission has passed its check against the old projects, and its insert into table waits on
+ * the queue's row, then finds b left out and is refused with a 400; nothing of b lands in table. */
+static void race_a_change_of_the_queues_projects(const char *path, const char *body, const char *table)
 {
-    /* the change (as svc_queue_update makes it: the queue's row locked, then updated) is held
-     * open while a job of b, which it leaves out, is submitted: the submission has passed its
-     * check against the old projects, and its insert waits on the queue's row, then finds b
-     * left out and is refused; it never stays in a queue b may not use */
     json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
     json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}}", 201));
     PGconn *pg = PQconnectdb(at_db_url());
@@ -791,25 +795,30 @@ Test(queues, a_submission_racing_a_change_of_the_queues_projects_never_lands_out
     r = PQexec(pg, "UPDATE queues SET projects = '[\"default\"]' WHERE name = 'team'");
     cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
     PQclear(r);
-    long st = 0;
+    racer_t x = {.path = path, .body = body};
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, submit_b, &st), 0);
+    cr_assert_eq(pthread_create(&t, NULL, submit_b, &x), 0);
     /* until the insert waits on the queue's row */
     bool waits = false;
     for (int i = 0; i < 400 && !waits; i++) {
         waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                           " AND query LIKE '%%INSERT INTO jobs%%'") > 0;
+                           " AND query LIKE '%%INSERT INTO %s%%'", table) > 0;
         if (!waits)
             usleep(25000);
     }
-    cr_assert(waits, "the submission's insert never waited on the queue's row");
     r = PQexec(pg, "COMMIT");
     cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
     PQclear(r);
     PQfinish(pg);
     pthread_join(t, NULL);
-    cr_assert_eq(st, 400, "the submission is refused as one after the change is");
-    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE project = 'b'"), 0);
+    cr_assert(waits, "the insert into %s never waited on the queue's row", table);
+    cr_assert_eq(x.status, 400, "the submission is refused as one after the change is");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM %s WHERE project = 'b'", table), 0);
+}
+
+Test(queues, a_submission_racing_a_change_of_the_queues_projects_never_lands_outside_them)
+{
+    race_a_change_of_the_queues_projects("/v1/jobs", spec("racer", "b", "team", 1, 1), "jobs");
 }
 
 /* A tuning request of project's over queue (its base job spec()'s), up to 3 trials, one at once. */
@@ -868,49 +877,10 @@ Test(queues, a_running_tuning_job_keeps_its_project_in_its_queue)
     free(id);
 }
 
-static void *submit_tuning_b(void *arg)
-{
-    long st = 0;
-    char *raw = NULL;
-    json_t *j = at_req("POST", "/v1/tuning-jobs", tuning("b", "team"), NULL, &st, &raw);
-    json_decref(j);
-    *(long *)arg = st;
-    free(raw);
-    return NULL;
-}
-
 /* As a job's submission: a tuning job submitted while a change of its queue's projects that leaves
  * its project out is committing waits for it, then is refused naming job.queue; it never runs
  * with trials bound for a queue its project may not use. */
 Test(queues, a_tuning_submission_racing_a_change_of_the_queues_projects_never_lands_outside_them)
 {
-    json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
-    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}}", 201));
-    PGconn *pg = PQconnectdb(at_db_url());
-    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
-    PQclear(PQexec(pg, "BEGIN"));
-    PGresult *r = PQexec(pg, "SELECT 1 FROM queues WHERE name = 'team' FOR UPDATE");
-    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
-    r = PQexec(pg, "UPDATE queues SET projects = '[\"default\"]' WHERE name = 'team'");
-    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
-    long st = 0;
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, submit_tuning_b, &st), 0);
-    bool waits = false;
-    for (int i = 0; i < 400 && !waits; i++) {
-        waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                           " AND query LIKE '%%INSERT INTO tuning_jobs%%'") > 0;
-        if (!waits)
-            usleep(25000);
-    }
-    r = PQexec(pg, "COMMIT");
-    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
-    PQfinish(pg);
-    pthread_join(t, NULL);
-    cr_assert(waits, "the tuning job's insert never waited on the queue's row");
-    cr_assert_eq(st, 400, "the submission is refused as one after the change is");
-    cr_assert_eq(at_sql_int("SELECT count(*) FROM tuning_jobs WHERE project = 'b'"), 0);
+    race_a_change_of_the_queues_projects("/v1/tuning-jobs", tuning("b", "team"), "tuning_jobs");
 }

@@ -616,6 +616,32 @@ static void example_spec(const char *name, const char *path, void (*edit)(json_t
     json_decref(j);
 }
 
+/* `kiln tune submit --source-dir dir tune` as README.md runs it: the tuning job once it has ended
+ * (or as it is after wait_s seconds). */
+static json_t *tune_submitted(const char *dir, const char *tune, int wait_s)
+{
+    char *out = NULL, *err = NULL;
+    int rc = e2e_kiln(&out, &err, "tune", "submit", "--source-dir", dir, tune, NULL);
+    cr_assert_eq(rc, 0, "kiln tune submit --source-dir: rc %d: %s", rc, err);
+    const char *idl = strstr(out, "id:");
+    cr_assert(idl, "%s", out);
+    char path[160], tid[64];
+    cr_assert_eq(sscanf(idl + 3, "%63s", tid), 1, "%s", out);
+    free(out);
+    free(err);
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", tid);
+    json_t *t = NULL;
+    for (int i = 0; i < wait_s * 10; i++) {
+        json_decref(t);
+        t = e2e_get(path);
+        const char *st = e2e_jstr(t, "state");
+        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
+            break;
+        usleep(100 * 1000);
+    }
+    return t;
+}
+
 /* A job slow enough to be killed mid-run, with an attempt to spare. */
 static void slow_job(json_t *j)
 {
@@ -682,24 +708,7 @@ Test(e2e_scripts, the_torch_script_example_trains_resumes_after_a_lost_attempt_a
     json_decref(arts);
 
     /* tune.json, smaller: its trials complete with val_loss from the job's metric_definitions */
-    rc = e2e_kiln(&out, &err, "tune", "submit", "--source-dir", dir, tune, NULL);
-    cr_assert_eq(rc, 0, "kiln tune submit --source-dir: rc %d: %s", rc, err);
-    const char *idl = strstr(out, "id:");
-    cr_assert(idl, "%s", out);
-    char tid[64];
-    cr_assert_eq(sscanf(idl + 3, "%63s", tid), 1, "%s", out);
-    free(out);
-    free(err);
-    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", tid);
-    json_t *t = NULL;
-    for (int i = 0; i < 1800; i++) {
-        json_decref(t);
-        t = e2e_get(path);
-        const char *st = e2e_jstr(t, "state");
-        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
-            break;
-        usleep(100 * 1000);
-    }
+    json_t *t = tune_submitted(dir, tune, 180);
     cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
     json_t *best = json_object_get(t, "best");
     cr_assert(json_is_number(json_object_get(best, "objective")), "%s", e2e_dump(t));
@@ -788,26 +797,7 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     char tune[PATH_MAX + 64];
     snprintf(tune, sizeof tune, "%s/../torch-hyperband-tune.json", dir);
     example_spec("tune-hyperband.json", tune, hyperband_search);
-    char *out = NULL, *err = NULL;
-    int rc = e2e_kiln(&out, &err, "tune", "submit", "--source-dir", dir, tune, NULL);
-    cr_assert_eq(rc, 0, "kiln tune submit --source-dir: rc %d: %s", rc, err);
-    const char *idl = strstr(out, "id:");
-    cr_assert(idl, "%s", out);
-    char tid[64];
-    cr_assert_eq(sscanf(idl + 3, "%63s", tid), 1, "%s", out);
-    free(out);
-    free(err);
-    char path[160];
-    snprintf(path, sizeof path, "/v1/tuning-jobs/%s", tid);
-    json_t *t = NULL;
-    for (int i = 0; i < 3000; i++) {
-        json_decref(t);
-        t = e2e_get(path);
-        const char *st = e2e_jstr(t, "state");
-        if (strcmp(st, "RUNNING") && strcmp(st, "STOPPING"))
-            break;
-        usleep(100 * 1000);
-    }
+    json_t *t = tune_submitted(dir, tune, 300);
     cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
     json_t *trials = json_object_get(t, "trials");
     cr_assert_eq(json_array_size(trials), 3, "%s", e2e_dump(t));
@@ -829,6 +819,7 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
         }
     }
     cr_assert_not_null(promoted, "%s", e2e_dump(t));
+    char path[160];
     job = e2e_get((snprintf(path, sizeof path, "/v1/jobs/%s", promoted), path));
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     json_decref(job);

@@ -64,11 +64,22 @@ static void script_trial(const char *name, const char *text, char *dir, size_t n
     chmod(path, 0644);
 }
 
+/* POST /v1/tuning-jobs with body, which must be created (201): the tuning job's id (caller frees). */
+static char *tuning_created(const char *body)
+{
+    long st = 0;
+    json_t *r = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
+    cr_assert_eq(st, 201, "%ld %s", st, e2e_dump(r));
+    char *id = strdup(e2e_jstr(r, "id"));
+    json_decref(r);
+    return id;
+}
+
 /* POST /v1/tuning-jobs over a grid of the script job in dir whose hyperparameter "loss" takes
  * values (a JSON array), extra members after; returns the id (caller frees). */
 static char *submit_script_grid(const char *dir, const char *values, const char *extra)
 {
-    char body[4096];
+    char body[PATH_MAX + 2048];
     snprintf(body, sizeof body,
              "{\"name\": \"script-grid\", \"job\": {\"name\": \"t\", \"entry_point\": \"trial.sh\", \"source\": \"%s\","
              " \"retry\": {\"max_attempts\": 1}, \"hyperparameters\": {\"loss\": 1},"
@@ -77,12 +88,7 @@ static char *submit_script_grid(const char *dir, const char *values, const char 
              " \"parameters\": {\"loss\": {\"type\": \"categorical\", \"values\": %s}},"
              " \"objective\": {\"metric\": \"loss\", \"goal\": \"minimize\"}, \"strategy\": \"grid\"%s%s}",
              dir, values, extra ? ", " : "", extra ? extra : "");
-    long status = 0;
-    json_t *r = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &status);
-    cr_assert_eq(status, 201, "%ld %s", status, e2e_dump(r));
-    char *id = strdup(e2e_jstr(r, "id"));
-    json_decref(r);
-    return id;
+    return tuning_created(body);
 }
 
 /* Polls the tuning job until it has n trials (each in state, when not NULL); returns it (caller
@@ -313,12 +319,7 @@ static char *hyperband_submit(const char *name, const char *extra, const char *m
              " \"max_jobs\": 3, \"max_parallel_jobs\": 3, \"seed\": 9}",
              name, job, metric ? metric : "val_loss", extra);
     free(job);
-    long st;
-    json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
-    cr_assert_eq(st, 201, "%s", e2e_dump(c));
-    char *id = strdup(e2e_jstr(c, "id"));
-    json_decref(c);
-    return id;
+    return tuning_created(body);
 }
 
 /* hyperband_submit, then waits for the search to end COMPLETED: the tuning job, its id in *id. */
@@ -499,11 +500,7 @@ Test(e2e_tuning, hyperband_promoted_restart_retried_trains_from_step_zero_again,
              " \"hyperband\": {\"min_resource\": %d, \"max_resource\": %d, \"reduction_factor\": 3},"
              " \"max_jobs\": 3, \"max_parallel_jobs\": 3, \"seed\": 9}", job, RETRY_R0, RETRY_R1);
     free(job);
-    long st;
-    json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
-    cr_assert_eq(st, 201, "%s", e2e_dump(c));
-    char *id = strdup(e2e_jstr(c, "id"));
-    json_decref(c);
+    char *id = tuning_created(body);
     /* the promoted trial: frozen as it starts on its way back up, well before its rung's step, and
      * its ranks killed */
     char path[160], trial_job[64] = "";
@@ -701,11 +698,7 @@ Test(e2e_tuning, bayesian_search_runs_past_its_random_startup_to_the_end, .init 
              " \"objective\": {\"metric\": \"loss\"}, \"strategy\": \"bayesian\", \"max_jobs\": 12,"
              " \"max_parallel_jobs\": 2, \"seed\": 5, \"early_stopping\": \"auto\"}",
              dir);
-    long st = 0;
-    json_t *r = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
-    cr_assert_eq(st, 201, "%ld %s", st, e2e_dump(r));
-    char *id = strdup(e2e_jstr(r, "id"));
-    json_decref(r);
+    char *id = tuning_created(body);
     json_t *t = wait_ended(id, 240000);
     cr_assert_str_eq(e2e_jstr(t, "state"), "COMPLETED", "%s", e2e_dump(t));
     cr_assert_str_eq(e2e_jstr(t, "strategy"), "bayesian", "%s", e2e_dump(t));
@@ -789,12 +782,8 @@ Test(e2e_tuning, trials_yield_to_an_ordinary_job_and_resume_from_their_checkpoin
                             "seed", 3);
     char *body = json_dumps(req, JSON_COMPACT);
     json_decref(req);
-    long st = 0;
-    json_t *c = e2e_http("POST", "/v1/tuning-jobs", body, NULL, &st);
+    char *id = tuning_created(body);
     free(body);
-    cr_assert_eq(st, 201, "%s", e2e_dump(c));
-    char *id = strdup(e2e_jstr(c, "id"));
-    json_decref(c);
     char path[256];
     snprintf(path, sizeof path, "/v1/tuning-jobs/%s", id);
     json_t *t = wait_trials(id, 3, NULL);
