@@ -172,6 +172,13 @@ int svc_agent_logs(svc_t *s, const char *worker_id, const Kiln__LogBatch *batch,
     free(ranks);
     if (rc)
         return rc;
+    for (size_t i = 0; i < batch->n_lines; i++) {
+        size_t len = batch->lines[i] && batch->lines[i]->line ? strlen(batch->lines[i]->line) : 0;
+        if (len > SVC_LOG_LINE_MAX)
+            return kiln_err_set(err, KILN_EINVAL, "lines.line",
+                                "line %zu of the log batch is %zu bytes; kilnd stores lines of at most %d bytes "
+                                "(kiln-agent cuts its ranks' lines at 16 KiB)", i, len, SVC_LOG_LINE_MAX);
+    }
     if (batch->n_lines == 0)
         return 0;
     store_conn_t *c = NULL;

@@ -63,6 +63,10 @@ void svc_destroy(svc_t *s);
 /* The most metric names one job may have: a batch that would give it more is refused (kilnd's
  * summaries, a job's reply and search grow with them; a script can make names without end). */
 #define SVC_METRIC_NAMES_MAX 1000
+/* The longest log line kilnd stores, in bytes: kiln-agent cuts its ranks' lines at 16 KiB, which
+ * its UTF-8 repair may make up to 48 KiB; a batch with a longer line is refused (a line is a row
+ * that every follower of the job's log reads). */
+#define SVC_LOG_LINE_MAX 65536
 
 /* ---- the validator (check.c) -----------------------------------------------------------------
  * One set of checks for what clients send, used by REST (query parameters, path segments,

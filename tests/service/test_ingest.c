@@ -191,3 +191,43 @@ Test(ingest, a_job_has_at_most_so_many_metric_names, .init = setup, .fini = tear
     json_decref(out);
     free(names);
 }
+
+/* A log line is at most SVC_LOG_LINE_MAX bytes: kiln-agent's longest (16 KiB cut, its UTF-8
+ * repair tripling it) is stored; a longer one makes the whole batch refused, naming the limit,
+ * and nothing of it is stored. */
+Test(ingest, a_log_line_is_at_most_so_many_bytes, .init = setup, .fini = teardown)
+{
+    char wids[1][64], job[40];
+    run_job(1, 1, wids, job);
+    size_t before = stored_lines(job);
+    char *longest = malloc(3 * 16384 + 1), *over = malloc(SVC_LOG_LINE_MAX + 2);
+    memset(longest, 'x', 3 * 16384);
+    longest[3 * 16384] = '\0';
+    memset(over, 'y', SVC_LOG_LINE_MAX + 1);
+    over[SVC_LOG_LINE_MAX + 1] = '\0';
+    Kiln__LogLine a = KILN__LOG_LINE__INIT, b = KILN__LOG_LINE__INIT;
+    a.stream = b.stream = "stdout";
+    a.line = longest;
+    b.line = over;
+    Kiln__LogLine *lines[] = {&a, &b};
+    Kiln__LogBatch batch = KILN__LOG_BATCH__INIT;
+    batch.worker_id = wids[0];
+    batch.job_id = job;
+    batch.attempt = 1;
+    batch.lines = lines;
+    batch.n_lines = 2;
+    batch.stream_id = 5;
+    batch.batch_seq = 1;
+    cr_assert_eq(svc_agent_logs(svc, wids[0], &batch, &err), KILN_EINVAL, "a line of %d bytes taken",
+                 SVC_LOG_LINE_MAX + 1);
+    cr_assert_str_eq(err.field, "lines.line");
+    cr_assert(strstr(err.message, "line 1 of the log batch is 65537 bytes") && strstr(err.message, "at most 65536"),
+              "%s", err.message);
+    cr_assert_eq(stored_lines(job), before, "nothing of a refused batch is stored");
+    batch.n_lines = 1;
+    batch.batch_seq = 2;
+    cr_assert_eq(svc_agent_logs(svc, wids[0], &batch, &err), 0, "%s", err.message);
+    cr_assert_eq(stored_lines(job), before + 1);
+    free(longest);
+    free(over);
+}
