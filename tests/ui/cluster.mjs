@@ -91,7 +91,8 @@ export class Cluster {
         '--slots', String(slots), '--slot-type', 'cpu', '--work-dir', work, '--data-root', path.join(ROOT, 'data'),
         '--join-token-file', this.joinFile, '--tls-ca', path.join(this.tls, 'ca.pem'),
         '--tls-cert', path.join(this.tls, 'agent.pem'), '--tls-key', path.join(this.tls, 'agent.key'),
-        '--cores', String(slots)]);
+        // script jobs' Python: Debian's, which the agents' sandbox shows ranks
+        '--cores', String(slots), '--python', '/usr/bin/python3']);
     }
     for (let i = 0; ; i++) {
       const w = await this.api('GET', '/v1/workers');

@@ -361,9 +361,10 @@ describe('web UI', { concurrency: false }, () => {
     await ctx.close();
   });
 
-  test('script job: its page shows the entry point, the source digest, channels and hyperparameters', async () => {
+  test('script job: its page shows the entry point, the source digest, channels and hyperparameters; its log shows control characters escaped', async () => {
     const dir = mkdtempSync(path.join(c.dir, 'code-'));
-    writeFileSync(path.join(dir, 'train.py'), 'print("hello from a script job")\n');
+    // a line that would read "invoice exe.txt done" reordered by its override and clear the screen
+    writeFileSync(path.join(dir, 'train.py'), 'print("hello from a script job")\nprint("invoice \\u202etxt.exe \\x1b[2J done")\n');
     const out = execFileSync(path.join(BIN, 'kiln'), ['code', 'push', dir], { env: { ...process.env,
       KILN_URL: c.url, KILN_TOKEN: c.adminToken, KILN_TLS_CA: path.join(c.tls, 'ca.pem'), XDG_CONFIG_HOME: c.dir } }).toString();
     const source = /code:sha256:[0-9a-f]{64}/.exec(out)?.[0];
@@ -396,8 +397,13 @@ describe('web UI', { concurrency: false }, () => {
     await page.waitForSelector('#model');
     assert.equal(await page.textContent('#model'), 'gpt');
     assert.equal(await page.locator('#entry-point').count(), 0);
-    // (whether the script ran does not matter here: it may have ended already)
-    await c.request('POST', `/v1/jobs/${job.id}:stop`, {}, c.adminToken);
+    // its log, once it has ended: the override and the escape sequence show as the CLI prints them
+    await c.waitJob(job.id, (j) => ['COMPLETED', 'FAILED', 'STOPPED'].includes(j.state));
+    await page.goto(`${c.url}/#/jobs/${job.id}`);
+    await page.waitForSelector('.logs[data-ended="true"]', { timeout: 30000 });
+    const shown = await page.textContent('.logs');
+    assert.ok(shown.includes('invoice \\u202etxt.exe \\u001b[2J done'), shown);
+    assert.ok(!/[\u001b\u202e]/.test(shown), 'no control character reaches the page');
     await page.close();
   });
 

@@ -112,6 +112,16 @@ export const TERMINAL = new Set(['COMPLETED', 'FAILED', 'STOPPED']);
 export const TUNING_ENDED = new Set(['COMPLETED', 'FAILED', 'STOPPED']);
 export const LIVE_STATES = ['QUEUED', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING', 'RESTARTING', 'PREEMPTED', 'PAUSED'];
 
+// Others' text (a job's log line, a reason that quotes a rank's stderr) as kiln's CLI prints it
+// (cli/term.c, base/text.c's kiln_text_control): C0 and C1 control characters, DEL and the
+// bidirectional overrides (U+202A to U+202E, U+2066 to U+2069) as \uXXXX, newline and tab
+// excepted, so that a line can neither reorder the text after it (a file name that reads
+// "exe.txt") nor carry an escape sequence.
+const CONTROLS = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+export function shownText(s: string): string {
+  return s.replace(CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
 // One entry of an events timeline (a job's or a tuning job's): when, from -> to, the attempt
 // where there is one, the reason and who acted.
 export interface TimelineEvent { time: string; from_state: string | null; to_state: string; reason: string; attempt?: number; actor?: string | null }
@@ -122,7 +132,7 @@ export function timelineItem(e: TimelineEvent): HTMLElement {
     e.from_state && e.from_state !== e.to_state ? h('span', null, stateBadge(e.from_state), ' → ') : null,
     stateBadge(e.to_state),
     e.attempt !== undefined ? h('span', { class: 'muted' }, ` attempt ${e.attempt}`) : null,
-    e.reason ? h('div', { class: 'ev-reason' }, e.reason) : null,
+    e.reason ? h('div', { class: 'ev-reason' }, shownText(e.reason)) : null,
     e.actor ? h('div', { class: 'muted small' }, `by ${e.actor}`) : null);
 }
 

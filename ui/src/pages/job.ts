@@ -5,7 +5,7 @@
 // may; for a tuning job's trial, a link back to the search.
 import { api, ApiError, canEdit, download, get } from '../api';
 import { MetricChart } from '../chart';
-import { announce, clear, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtTime, h, stateBadge, TERMINAL, timelineItem } from '../dom';
+import { announce, clear, fmtAge, fmtBytes, fmtDuration, fmtNum, fmtTime, h, shownText, stateBadge, TERMINAL, timelineItem } from '../dom';
 import type { Cleanup } from '../main';
 import { JobMetrics } from '../metrics';
 import { durationS, wallTimeNote } from '../columns';
@@ -24,7 +24,7 @@ const CHARTS: { title: string; metrics: string[] }[] = [
 // A waiting job's reason is "what it waits for: the details", and its pending box says the details
 // again, line by line: the heading keeps what it waits for (kiln describe does the same).
 function headReason(j: Job): string {
-  const r = j.reason || '';
+  const r = shownText(j.reason || '');
   const colon = r.indexOf(':');
   return j.pending && colon > 0 ? r.slice(0, colon) : r;
 }

@@ -3,7 +3,7 @@
 // that shows only the matching lines with the match marked. The page keeps the last 20,000 lines
 // and shows at most 5,000 at a time.
 import { ApiError, stream } from '../api';
-import { clear, fmtTime, h } from '../dom';
+import { clear, fmtTime, h, shownText } from '../dom';
 import type { LogLine } from '../types';
 
 const KEEP = 20000;
@@ -38,22 +38,24 @@ export function logPanel(jobId: string, worldSize: number): { el: HTMLElement; d
       h('label', { for: 'log-search' }, 'Search '), searchIn, count, state, jump),
     box);
 
+  // what is searched is what shows
   function matches(l: LogLine): boolean {
-    return !search || l.line.toLowerCase().includes(search);
+    return !search || shownText(l.line).toLowerCase().includes(search);
   }
 
   function lineEl(l: LogLine): HTMLElement {
     const text = h('span', { class: 'text' });
+    const line = shownText(l.line);
     if (search) {
-      const low = l.line.toLowerCase();
+      const low = line.toLowerCase();
       let i = 0, j: number;
       while ((j = low.indexOf(search, i)) >= 0) {
-        text.append(l.line.slice(i, j), h('mark', null, l.line.slice(j, j + search.length)));
+        text.append(line.slice(i, j), h('mark', null, line.slice(j, j + search.length)));
         i = j + search.length;
       }
-      text.append(l.line.slice(i));
+      text.append(line.slice(i));
     } else {
-      text.textContent = l.line;
+      text.textContent = line;
     }
     return h('div', { class: `line${l.stream === 'stderr' ? ' stderr' : ''}`, 'data-seq': l.seq },
       h('span', { class: 'meta' }, `${fmtTime(l.time).slice(11)} r${l.rank}${l.stream === 'stderr' ? ' err' : ''} `), text);
@@ -129,7 +131,7 @@ export function logPanel(jobId: string, worldSize: number): { el: HTMLElement; d
           if (frame) { cancelAnimationFrame(frame); flush(); }
           let info: { state?: string; reason?: string } = {};
           try { info = JSON.parse(ev.data); } catch { /* keep it empty */ }
-          note(`— the job ended: ${info.state || ''}${info.reason ? `: ${info.reason}` : ''} —`);
+          note(`— the job ended: ${info.state || ''}${info.reason ? `: ${shownText(info.reason)}` : ''} —`);
           box.dataset.ended = 'true';
         }
       }, my.signal, (s) => { state.textContent = s === 'open' ? 'live' : 'reconnecting…'; });

@@ -7,7 +7,7 @@
 import { api, ApiError, canEdit, get } from '../api';
 import { ObjectiveChart, ParallelChart, type ParallelAxis } from '../chart';
 import { announce, clear, compareCells, fmtAge, fmtNum, fmtTime, h, parseOrder, sortHeader, stateBadge, TERMINAL,
-         timelineItem, TUNING_ENDED } from '../dom';
+         shownText, timelineItem, TUNING_ENDED } from '../dom';
 import { go, setParams, type Cleanup } from '../main';
 import type { TuningJob, TuningTrial } from '../types';
 import { objectiveText, trialsDone } from './tunings';
@@ -105,7 +105,7 @@ export function tuningPage(main: HTMLElement, params: URLSearchParams, path: str
     head.append(
       h('p', { class: 'crumbs' }, h('a', { href: '#/tuning' }, 'Tuning'), ' / ', h('code', null, t.id)),
       h('div', { class: 'title-row' }, h('h1', null, t.name || t.id), stateBadge(t.state), actions),
-      h('p', { class: 'reason', id: 'reason' }, t.reason || ''));
+      h('p', { class: 'reason', id: 'reason' }, shownText(t.reason || '')));
   }
 
   function renderSummary(t: TuningJob): void {
