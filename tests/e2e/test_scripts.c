@@ -346,6 +346,16 @@ Test(e2e_scripts, failures_are_told_as_the_script_told_them, .init = e2e_setup, 
 
 /* ---- PyTorch DDP ------------------------------------------------------------------------------ */
 
+/* Job id has the model its script left in SM_MODEL_DIR, as an artifact. */
+static void assert_has_model(const char *id)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
+    json_t *list = e2e_get(path);
+    cr_assert(strstr(e2e_dump(list), "\"model.tar.gz\""), "%s", e2e_dump(list));
+    json_decref(list);
+}
+
 /* Trains a tiny MLP with DDP (gloo) on data it generates, each rank on its slice of every global
  * batch; then rank 0 trains the same model in one process on the whole batches and prints the
  * largest difference between the two final parameter sets. */
@@ -403,11 +413,7 @@ static void ddp_check(const char *id, int world)
     cr_assert_lt(rankdiff, DDP_TOLERANCE, "the ranks differ: %s", res);
     cr_assert_gt(moved, 1e-3, "training moved nothing: %s", res);
     free(res);
-    char path[160];
-    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
-    json_t *list = e2e_get(path);
-    cr_assert(strstr(e2e_dump(list), "\"model.tar.gz\""), "%s", e2e_dump(list));
-    json_decref(list);
+    assert_has_model(id);
 }
 
 Test(e2e_scripts, pytorch_ddp_matches_one_process_on_two_nodes_and_on_one_node_with_two_ranks, .init = e2e_setup,
@@ -701,11 +707,7 @@ Test(e2e_scripts, the_torch_script_example_trains_resumes_after_a_lost_attempt_a
     cr_assert(!strncmp(resumed, "resumed from step ", 18) && atoi(resumed + 18) >= 20,
               "attempt 2 resumed from a checkpoint: \"%s\"", resumed);
     free(resumed);
-    char path[160];
-    snprintf(path, sizeof path, "/v1/jobs/%s/artifacts", id);
-    json_t *arts = e2e_get(path);
-    cr_assert(strstr(e2e_dump(arts), "\"model.tar.gz\""), "%s", e2e_dump(arts));
-    json_decref(arts);
+    assert_has_model(id);
 
     /* tune.json, smaller: its trials complete with val_loss from the job's metric_definitions */
     json_t *t = tune_submitted(dir, tune, 180);
