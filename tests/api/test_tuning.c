@@ -366,20 +366,21 @@ Test(tuning, round_trip_seeded_trials_and_stop)
     free(again);
 }
 
-/* Runs the tuning job's trial n on the fixture's worker: reports metric (NULL: none) = value,
- * then exits with code. */
+/* Runs the tuning job's trial n on the fixture's worker: reports metric (NULL: none) = value at the
+ * step its stopping.max_steps pauses it at (step 5 when none), then exits with code. */
 static void run_trial(const char *id, int n, const char *metric, double value, int code)
 {
     int want = n + 1;
     json_t *t = wait_tuning(id, has_trials, &want);
     const char *job = json_string_value(json_object_get(json_array_get(json_object_get(t, "trials"), (size_t)n), "job_id"));
     int attempt = at_run_job(job);
+    int64_t step = at_sql_int("SELECT coalesce((spec->'stopping'->>'max_steps')::bigint, 5) FROM jobs WHERE id = '%s'", job);
     Kiln__MetricPoint pts[2] = {KILN__METRIC_POINT__INIT, KILN__METRIC_POINT__INIT}, *pp[2] = {&pts[0], &pts[1]};
     pts[0].name = "train_loss";
-    pts[0].step = 5;
+    pts[0].step = step;
     pts[0].value = 3.0;
     pts[1].name = (char *)metric;
-    pts[1].step = 5;
+    pts[1].step = step;
     pts[1].value = value;
     Kiln__MetricBatch mb = KILN__METRIC_BATCH__INIT;
     mb.worker_id = at_worker;

@@ -737,19 +737,20 @@ static void hyperband_search(json_t *j)
 /* A script paused by the rank contract: examples/torch-script under a hyperband search pauses each
  * trial at its first rung (KILN_PAUSE_AT_STEP=4: checkpoint, val_loss at step 4, exit 0; the job
  * PAUSED), and the promoted trial resumes from that checkpoint at step 4, not 0, and runs to 12;
- * the search completes. A script that trains past the step it was told to pause at is not taken
- * as paused: its job fails with a reason naming KILN_PAUSE_AT_STEP. */
+ * the search completes. A script that trains past the step it was told to pause at, or ends
+ * before it, is not taken as paused: its job fails with a reason naming KILN_PAUSE_AT_STEP. */
 Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_one_resumes_there, .init = e2e_setup,
      .fini = e2e_teardown, .timeout = 400)
 {
     if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
         cr_skip_test("python3-torch is not installed for /usr/bin/python3 (scripts/install-deps.sh installs it)");
-    /* the contract without torch: one script honours the pause, one trains past it */
+    /* the contract without torch: one script honours the pause, one trains past it, one ends before it */
     const char *sdir = script_dir("pause-code");
     write_file(sdir, "steps.sh",
                "echo \"ENV KILN_PAUSE_AT_STEP=${KILN_PAUSE_AT_STEP:-<unset>}\"\n"
                "end=6\n"
                "if [ -n \"$KILN_PAUSE_AT_STEP\" ] && [ -z \"$IGNORE_PAUSE\" ]; then end=$KILN_PAUSE_AT_STEP; fi\n"
+               "if [ -n \"$STOP_EARLY\" ]; then end=1; fi\n"
                "s=1\n"
                "while [ $s -le $end ]; do echo \"step $s val_loss=1.$s\"; s=$((s + 1)); done\n");
     char spec[2 * PATH_MAX];
@@ -764,6 +765,10 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     snprintf(spec, sizeof spec, fmt, "ignores", sdir, "\"environment\": {\"IGNORE_PAUSE\": \"1\"},");
     sub = e2e_submit(spec);
     char *ignores = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    snprintf(spec, sizeof spec, fmt, "stops-early", sdir, "\"environment\": {\"STOP_EARLY\": \"1\"},");
+    sub = e2e_submit(spec);
+    char *early = strdup(e2e_jstr(sub, "id"));
     json_decref(sub);
     /* free-form hyperparameters: a max_steps that is no whole number is no step count, and the
      * job (no pause) ends as its ranks do */
@@ -783,6 +788,11 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     cr_assert(strstr(e2e_jstr(job, "reason"), "reported step 6, past stopping.max_steps 2") &&
               strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
     json_decref(job);
+    job = e2e_wait_state(early, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
+    cr_assert(strstr(e2e_jstr(job, "reason"), "exited with code 0 at step 1, before stopping.max_steps 2") &&
+              strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
+    json_decref(job);
     job = e2e_wait_state(fraction, TH_JOB_ENDED, SCRIPT_TIMEOUT_MS);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     json_decref(job);
@@ -791,6 +801,7 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     free(lines);
     free(honours);
     free(ignores);
+    free(early);
     free(fraction);
 
     /* examples/torch-script's train.py under hyperband */
