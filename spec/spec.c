@@ -684,12 +684,14 @@ static int parse_rest(const json_t *in, spec_t *s, kiln_err_t *err)
         const char *k;
         json_t *v;
         json_object_foreach(tags, k, v) {
-            char f[96];
-            snprintf(f, sizeof(f), "tags.%.80s", k);
+            /* the key as a message shows a client's input: control characters escaped, cut at 80 */
+            char f[160], q[128];
+            kiln_text_quote(q, sizeof(q), k, strlen(k), 80);
+            snprintf(f, sizeof(f), "tags.%s", q);
             if (!k[0] || strlen(k) >= sizeof(s->tag_keys[0]) || strchr(k, ':') || strchr(k, ',') ||
                 kiln_text_control_at(k, strlen(k)) < strlen(k))
                 return invalid(err, f, "use short keys without ':', ',' or control characters",
-                               "tag key \"%.80s\" is empty, too long or contains ':', ',' or a control character", k);
+                               "tag key \"%s\" is empty, too long or contains ':', ',' or a control character", q);
             if (!json_is_string(v) || json_string_length(v) >= sizeof(s->tag_values[0]))
                 return invalid(err, f, NULL, "%s must be a string of at most %zu characters", f, sizeof(s->tag_values[0]) - 1);
             if (kiln_text_control_at(json_string_value(v), json_string_length(v)) < json_string_length(v))

@@ -174,7 +174,7 @@ static const rest_case_t rest_cases[] = {
      "tags.team"},
     {"tag key with a bidirectional override", "POST", "/v1/jobs", NULL,
      "{\"model\": {\"type\": \"gpt\"}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"tags\": {\"t\\u202e\": \"x\"}}", 400,
-     "tags.t\xe2\x80\xae"},
+     "tags.t\\u202e"},
     {"unknown job", "GET", "/v1/jobs/00000000-0000-0000-0000-000000000000", NULL, NULL, 404, ""},
     /* script jobs (the same refusals as gRPC's below) */
     {"both model and entry_point", "POST", "/v1/jobs", NULL,
@@ -258,6 +258,12 @@ Test(badinput, rest_corpus)
         const char *field = json_string_value(json_object_get(j, "field"));
         cr_assert_str_eq(field ? field : "", c->field, "%s: field \"%s\", not \"%s\": %s", c->what, field ? field : "",
                          c->field, out);
+        /* a terminal that shows the error shows the client's input escaped */
+        for (const char *const *k = (const char *const[]){"message", "detail", "hint", NULL}; *k; k++) {
+            const char *text = json_string_value(json_object_get(j, *k));
+            cr_assert(text && kiln_text_control_at(text, strlen(text)) == strlen(text), "%s: a control character in its %s: %s",
+                      c->what, *k, out);
+        }
         json_decref(j);
         free(out);
         free(header);
