@@ -564,12 +564,20 @@ int svc_queue_delete(svc_t *s, const svc_caller_t *who, const char *name, kiln_e
         kiln_err_hint(err, "jobs that name no queue use it; change its projects or quota instead");
         return KILN_ESTATE;
     }
-    store_conn_t *c = NULL;
-    rc = store_conn_get(s->store, &c, err);
+    svc_tx_t tx;
+    rc = svc_tx_begin(s, &tx, err);
     if (rc)
         return rc;
-    rc = store_queue_delete(c, name ? name : "", err);
-    store_conn_put(s->store, c);
+    /* The queue's row locked first, so that a job or tuning job entering it (whose insert holds
+     * the row FOR KEY SHARE) has committed, and is counted, before the delete's own statement
+     * reads what the queue holds; one that comes later waits, then finds no queue. */
+    rc = store_queue_lock(tx.c, name ? name : "", true, err);
+    if (rc == 0)
+        rc = store_queue_delete(tx.c, name ? name : "", err);
+    if (rc == 0)
+        rc = svc_tx_commit(&tx, err);
+    else
+        svc_tx_abort(&tx);
     if (rc == 0)
         log_info("queue \"%s\" deleted by %s", name, who->user);
     return rc;

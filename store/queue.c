@@ -244,7 +244,9 @@ int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err)
     const char *p[1] = {name};
     PGresult *r = NULL;
     /* One statement: the queue goes only while none of its jobs waits, runs or is paused (a
-     * paused trial promoted later goes back to its queue, which must still exist). */
+     * paused trial promoted later goes back to its queue, which must still exist). Its caller
+     * holds the queue's row FOR UPDATE (store_queue_lock) from before it, so that the counts see
+     * every job and tuning job whose insert locked the row first. */
     int rc = store_q(c, "delete queue",
                      "WITH busy AS (SELECT count(*) AS n, count(*) FILTER (WHERE state IN (" STORE_PARKED_NAMES "))"
                      "   AS paused FROM jobs WHERE queue = $1"

@@ -432,7 +432,9 @@ int store_queue_jobs_left_out(store_conn_t *c, const char *name, const json_t *p
  * otherwise; KILN_ENOTFOUND. Paused jobs hold no slots and wait for no admission, so a queue's
  * usage and pending do not count them. A queue that is a project's default queue stays too:
  * KILN_ESTATE naming the project (the first by name, "and others" when there are more). So does
- * one a running tuning job submits its next trials to: KILN_ESTATE counting them. */
+ * one a running tuning job submits its next trials to: KILN_ESTATE counting them. The caller
+ * locks the row first (store_queue_lock, exclusive, in the same transaction), so that a job or
+ * tuning job whose insert holds it is counted. */
 int store_queue_delete(store_conn_t *c, const char *name, kiln_err_t *err);
 /* *out = {"queue": {"project": usage}} for the queues with fair_sharing: each project's slots
  * held now plus its jobs' slot-time decayed with half_life_s, divided by the decay constant. */
@@ -724,6 +726,7 @@ typedef struct store_rank_exit {
     int64_t pause_at;       /* the job's stopping.max_steps (0: none) */
     int64_t max_steps;      /* its hyperparameters.max_steps (0: none) */
     int64_t progress_step;  /* the highest step its ranks reported (jobs.progress_step) */
+    json_t *metric_defs;    /* its spec's metric_definitions (NULL: none); the caller json_decrefs */
 } store_rank_exit_t;
 /* Records a rank exit, releases the worker's assignment when all its ranks have exited, and
  * counts the attempt's exits, in one statement. The caller holds the job's row lock

@@ -341,6 +341,8 @@ Test(queues, a_queue_holding_paused_jobs_stays)
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
     json_decref(req("POST", path, NULL, 200));
+    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id) == 0; i++)
+        usleep(25000);
     cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id), 1);
     json_decref(req("DELETE", "/v1/queues/hb", NULL, 200));
     free(id);
@@ -819,6 +821,66 @@ static void race_a_change_of_the_queues_projects(const char *path, const char *b
 Test(queues, a_submission_racing_a_change_of_the_queues_projects_never_lands_outside_them)
 {
     race_a_change_of_the_queues_projects("/v1/jobs", spec("racer", "b", "team", 1, 1), "jobs");
+}
+
+/* A DELETE of the queue by its own thread: the status it got. */
+static void *delete_team(void *arg)
+{
+    long *status = arg;
+    char *raw = NULL;
+    json_decref(at_req("DELETE", "/v1/queues/team", NULL, NULL, status, &raw));
+    free(raw);
+    return NULL;
+}
+
+/* A DELETE of a queue while a job's entry into it is committing (the job's insert holds the
+ * queue's row FOR KEY SHARE, as store_job_insert's does; here an ended job made QUEUED again)
+ * waits for it, then counts the job and is refused with a 409: a queue is never deleted under a
+ * job or a tuning job that entered it, which would then wait for ever or submit its next trials
+ * to a queue that is gone. */
+Test(queues, a_delete_racing_a_job_entering_the_queue_counts_it)
+{
+    json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}}", 201));
+    json_t *j = req("POST", "/v1/jobs", spec("racer", "default", "team", 1, 1), 201);
+    char id[64];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
+    json_decref(req("POST", path, NULL, 200));
+    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id) == 0; i++)
+        usleep(25000);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id), 1);
+    PGconn *pg = PQconnectdb(at_db_url());
+    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PQclear(PQexec(pg, "BEGIN"));
+    PGresult *r = PQexec(pg, "SELECT 1 FROM queues WHERE name = 'team' FOR KEY SHARE");
+    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    char sql[200];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET state = 'QUEUED' WHERE id = '%s'", id);
+    r = PQexec(pg, sql);
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    long status = 0;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, delete_team, &status), 0);
+    /* until the delete waits on the queue's row */
+    bool waits = false;
+    for (int i = 0; i < 400 && !waits; i++) {
+        waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                           " AND query LIKE '%%FROM queues%%'") > 0;
+        if (!waits)
+            usleep(25000);
+    }
+    r = PQexec(pg, "COMMIT");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    pthread_join(t, NULL);
+    cr_assert(waits, "the delete never waited on the queue's row");
+    cr_assert_eq(status, 409, "the delete counts the job that entered the queue");
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM queues WHERE name = 'team'"), 1);
 }
 
 /* A tuning request of project's over queue (its base job spec()'s), up to 3 trials, one at once. */
