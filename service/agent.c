@@ -268,6 +268,9 @@ static int exit_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankExit *req, 
     Kiln__RankExit ex = *req;
     ex.worker_id = (char *)wid;
     rc = store_rank_exit_record(tx->c, &ex, &rec, err);
+    /* a step counted from matches is no step to compare the pause with */
+    bool steps_known = !spec_metric_steps_counted(rec.metric_defs);
+    json_decref(rec.metric_defs);
     if (rc)
         return rc;
     if (rec.released)
@@ -320,15 +323,16 @@ static int exit_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankExit *req, 
             }
         } else {
             int64_t pause_at = rec.pause_at, max_steps = rec.max_steps;
-            if (rec.n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps && rec.progress_step > pause_at) {
+            if (rec.n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps && steps_known &&
+                rec.progress_step > pause_at) {
                 /* a script that trained on past the step it was told to pause at: what it reported
                  * is not its result at the pause (a hyperband rung), so it is not paused */
                 snprintf(reason, sizeof(reason), "reported step %lld, past stopping.max_steps %lld: a script must "
                          "stop at KILN_PAUSE_AT_STEP (write its checkpoint, report that step's metrics and exit 0 "
                          "on every rank) to pause there", (long long)rec.progress_step, (long long)pause_at);
                 rc = svc_job_set_state(tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED, reason, err);
-            } else if (rec.n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps && rec.progress_step > 0 &&
-                       rec.progress_step < pause_at) {
+            } else if (rec.n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps && steps_known &&
+                       rec.progress_step > 0 && rec.progress_step < pause_at) {
                 /* a script that ended before the step it was told to pause at: what it reported is
                  * not its result at the pause either (a hyperband rung would rank a shorter run's
                  * value), so it is not paused. (One that reported no step at all is taken as paused:
@@ -339,7 +343,8 @@ static int exit_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankExit *req, 
                          (long long)rec.progress_step, (long long)pause_at);
                 rc = svc_job_set_state(tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED, reason, err);
             } else if (rec.n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps) {
-                /* stopped at stopping.max_steps with a checkpoint: paused, its slots free */
+                /* stopped at stopping.max_steps with a checkpoint: paused, its slots free (a
+                 * script whose metric_definitions count their steps is taken at its word) */
                 snprintf(reason, sizeof(reason), "paused at step %lld of %lld (stopping.max_steps): all %d rank(s) "
                          "exited with code 0, checkpoint kept", (long long)pause_at, (long long)max_steps,
                          job.world_size);

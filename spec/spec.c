@@ -982,3 +982,21 @@ json_t *spec_to_json(const spec_t *s)
         json_object_del(o, "queue"); /* the project's default queue, decided at submission */
     return o;
 }
+
+bool spec_metric_steps_counted(const json_t *defs)
+{
+    size_t i;
+    json_t *d;
+    json_array_foreach(defs, i, d) {
+        const char *regex = json_string_value(json_object_get(d, "regex"));
+        int step_group = 0;
+        kiln_err_t err;
+        void *re = regex ? kiln_metric_regex_compile(regex, "metric_definitions", NULL, &step_group, &err) : NULL;
+        if (!re)
+            return true; /* spec_parse compiled it; should it not compile now, nothing says its steps are real */
+        pcre2_code_free(re);
+        if (step_group == 0)
+            return true;
+    }
+    return false;
+}

@@ -205,6 +205,11 @@ bool spec_source_digest(const char *source, char digest[KILN_SHA256_HEX]);
  * order), keys of at most 256 bytes; arrays, booleans and other text are left out. Caller owns
  * the object (json_decref). */
 json_t *spec_hparams_flat(const spec_t *s);
+/* Whether a job's metric_definitions (the normalised spec's array, or NULL) may number points by
+ * counting matches: one whose pattern has no group named "step" gives the rank's step mark when
+ * it printed one, else the match's count, which need not be a step of its training (then the
+ * job's progress is no step to compare a pause with). */
+bool spec_metric_steps_counted(const json_t *metric_definitions);
 /* The same numbers of a normalised spec's "hyperparameters" object (either kind of job: an
  * engine job's are flat numbers already). Caller owns the result. */
 json_t *spec_hparams_flatten(const json_t *hyperparameters);

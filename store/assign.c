@@ -517,7 +517,8 @@ int store_rank_exit_record(store_conn_t *c, const Kiln__RankExit *e, store_rank_
                       "   THEN LEAST(GREATEST((spec #>> '{hyperparameters,max_steps}')::numeric, 0), 1099511627776)::bigint"
                       "   END FROM jobs"
                       "   WHERE id = $1::uuid), 0),"
-                      "  coalesce((SELECT progress_step FROM jobs WHERE id = $1::uuid), 0)", 7, p, &r, err);
+                      "  coalesce((SELECT progress_step FROM jobs WHERE id = $1::uuid), 0),"
+                      "  (SELECT spec -> 'metric_definitions' FROM jobs WHERE id = $1::uuid)", 7, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {
@@ -528,6 +529,8 @@ int store_rank_exit_record(store_conn_t *c, const Kiln__RankExit *e, store_rank_
         out->pause_at = store_get_i64(r, 0, 4);
         out->max_steps = store_get_i64(r, 0, 5);
         out->progress_step = store_get_i64(r, 0, 6);
+        if (!PQgetisnull(r, 0, 7))
+            out->metric_defs = json_loads(PQgetvalue(r, 0, 7), 0, NULL);
     }
     PQclear(r);
     return 0;

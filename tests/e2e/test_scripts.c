@@ -752,23 +752,33 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
                "if [ -n \"$KILN_PAUSE_AT_STEP\" ] && [ -z \"$IGNORE_PAUSE\" ]; then end=$KILN_PAUSE_AT_STEP; fi\n"
                "if [ -n \"$STOP_EARLY\" ]; then end=1; fi\n"
                "s=1\n"
-               "while [ $s -le $end ]; do echo \"step $s val_loss=1.$s\"; s=$((s + 1)); done\n");
+               "while [ $s -le $end ]; do\n"
+               "  echo \"step $s val_loss=1.$s\"; if [ -n \"$TWICE\" ]; then echo \"again val_loss=1.$s\"; fi\n"
+               "  s=$((s + 1))\n"
+               "done\n");
     char spec[2 * PATH_MAX];
     const char *fmt = "{\"name\": \"%s\", \"entry_point\": \"steps.sh\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 1},"
                       " \"hyperparameters\": {\"max_steps\": 6}, \"stopping\": {\"max_steps\": 2}, %s"
-                      " \"metric_definitions\": [{\"Name\": \"val_loss\", \"Regex\": \"^step (?<step>[0-9]+) val_loss=([0-9.]+)\"}],"
+                      " \"metric_definitions\": [{\"Name\": \"val_loss\", \"Regex\": \"%s\"}],"
                       " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}";
-    snprintf(spec, sizeof spec, fmt, "honours", sdir, "");
+    static const char stepped[] = "^step (?<step>[0-9]+) val_loss=([0-9.]+)";
+    snprintf(spec, sizeof spec, fmt, "honours", sdir, "", stepped);
     json_t *sub = e2e_submit(spec);
     char *honours = strdup(e2e_jstr(sub, "id"));
     json_decref(sub);
-    snprintf(spec, sizeof spec, fmt, "ignores", sdir, "\"environment\": {\"IGNORE_PAUSE\": \"1\"},");
+    snprintf(spec, sizeof spec, fmt, "ignores", sdir, "\"environment\": {\"IGNORE_PAUSE\": \"1\"},", stepped);
     sub = e2e_submit(spec);
     char *ignores = strdup(e2e_jstr(sub, "id"));
     json_decref(sub);
-    snprintf(spec, sizeof spec, fmt, "stops-early", sdir, "\"environment\": {\"STOP_EARLY\": \"1\"},");
+    snprintf(spec, sizeof spec, fmt, "stops-early", sdir, "\"environment\": {\"STOP_EARLY\": \"1\"},", stepped);
     sub = e2e_submit(spec);
     char *early = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    /* a pattern without a step group numbers its points by counting matches: two a step make
+     * "step 4" by the pause at 2, which is no step of the script's, so the pause is taken */
+    snprintf(spec, sizeof spec, fmt, "counted", sdir, "\"environment\": {\"TWICE\": \"1\"},", "val_loss=([0-9.]+)");
+    sub = e2e_submit(spec);
+    char *counted = strdup(e2e_jstr(sub, "id"));
     json_decref(sub);
     /* free-form hyperparameters: a max_steps that is no whole number is no step count, and the
      * job (no pause) ends as its ranks do */
@@ -793,6 +803,9 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     cr_assert(strstr(e2e_jstr(job, "reason"), "exited with code 0 at step 1, before stopping.max_steps 2") &&
               strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
     json_decref(job);
+    job = e2e_wait_state(counted, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "PAUSED", "%s", e2e_dump(job));
+    json_decref(job);
     job = e2e_wait_state(fraction, TH_JOB_ENDED, SCRIPT_TIMEOUT_MS);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     json_decref(job);
@@ -802,6 +815,7 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     free(honours);
     free(ignores);
     free(early);
+    free(counted);
     free(fraction);
 
     /* examples/torch-script's train.py under hyperband */
