@@ -332,11 +332,13 @@ static int exit_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankExit *req, 
                          "on every rank) to pause there", (long long)rec.progress_step, (long long)pause_at);
                 rc = svc_job_set_state(tx, &job, JOB_STATE_FAILED, job.attempt, STORE_TR_STARTED, reason, err);
             } else if (rec.n_ok >= job.world_size && pause_at > 0 && pause_at < max_steps && steps_known &&
-                       rec.progress_step > 0 && rec.progress_step < pause_at) {
+                       rec.progress_step > 0 && rec.progress_step < pause_at - 1) {
                 /* a script that ended before the step it was told to pause at: what it reported is
                  * not its result at the pause either (a hyperband rung would rank a shorter run's
-                 * value), so it is not paused. (One that reported no step at all is taken as paused:
-                 * a tuning job then ends at its first rung naming the metric it never saw.) */
+                 * value), so it is not paused. A script that numbers its steps from 0 ends its
+                 * pause_at steps at step pause_at - 1: that is its pause. (One that reported no
+                 * step at all is taken as paused: a tuning job then ends at its first rung naming
+                 * the metric it never saw.) */
                 snprintf(reason, sizeof(reason), "all %d rank(s) exited with code 0 at step %lld, before stopping.max_steps "
                          "%lld: a script must train to KILN_PAUSE_AT_STEP (then write its checkpoint, report that "
                          "step's metrics and exit 0 on every rank) to pause there", job.world_size,

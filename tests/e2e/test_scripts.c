@@ -752,13 +752,14 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
                "if [ -n \"$KILN_PAUSE_AT_STEP\" ] && [ -z \"$IGNORE_PAUSE\" ]; then end=$KILN_PAUSE_AT_STEP; fi\n"
                "if [ -n \"$STOP_EARLY\" ]; then end=1; fi\n"
                "s=1\n"
+               "if [ -n \"$FROM_ZERO\" ]; then s=0; end=$((end - 1)); fi\n"
                "while [ $s -le $end ]; do\n"
                "  echo \"step $s val_loss=1.$s\"; if [ -n \"$TWICE\" ]; then echo \"again val_loss=1.$s\"; fi\n"
                "  s=$((s + 1))\n"
                "done\n");
     char spec[2 * PATH_MAX];
     const char *fmt = "{\"name\": \"%s\", \"entry_point\": \"steps.sh\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 1},"
-                      " \"hyperparameters\": {\"max_steps\": 6}, \"stopping\": {\"max_steps\": 2}, %s"
+                      " \"hyperparameters\": {\"max_steps\": 6}, \"stopping\": {\"max_steps\": 3}, %s"
                       " \"metric_definitions\": [{\"Name\": \"val_loss\", \"Regex\": \"%s\"}],"
                       " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}";
     static const char stepped[] = "^step (?<step>[0-9]+) val_loss=([0-9.]+)";
@@ -775,10 +776,15 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     char *early = strdup(e2e_jstr(sub, "id"));
     json_decref(sub);
     /* a pattern without a step group numbers its points by counting matches: two a step make
-     * "step 4" by the pause at 2, which is no step of the script's, so the pause is taken */
+     * "step 6" by the pause at 3, which is no step of the script's, so the pause is taken */
     snprintf(spec, sizeof spec, fmt, "counted", sdir, "\"environment\": {\"TWICE\": \"1\"},", "val_loss=([0-9.]+)");
     sub = e2e_submit(spec);
     char *counted = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    /* a script that numbers its steps from 0 ends its 3 steps at step 2: paused there */
+    snprintf(spec, sizeof spec, fmt, "from-zero", sdir, "\"environment\": {\"FROM_ZERO\": \"1\"},", stepped);
+    sub = e2e_submit(spec);
+    char *zero = strdup(e2e_jstr(sub, "id"));
     json_decref(sub);
     /* free-form hyperparameters: a max_steps that is no whole number is no step count, and the
      * job (no pause) ends as its ranks do */
@@ -788,22 +794,25 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     json_decref(sub);
     json_t *job = e2e_wait_state(honours, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
     cr_assert_str_eq(e2e_jstr(job, "state"), "PAUSED", "%s", e2e_dump(job));
-    cr_assert(strstr(e2e_jstr(job, "reason"), "paused at step 2 of 6"), "%s", e2e_dump(job));
+    cr_assert(strstr(e2e_jstr(job, "reason"), "paused at step 3 of 6"), "%s", e2e_dump(job));
     json_decref(job);
     char *lines = rank_lines(honours, 0, "ENV ");
-    ENV_EQ(lines, "KILN_PAUSE_AT_STEP", "2");
+    ENV_EQ(lines, "KILN_PAUSE_AT_STEP", "3");
     free(lines);
     job = e2e_wait_state(ignores, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
     cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
-    cr_assert(strstr(e2e_jstr(job, "reason"), "reported step 6, past stopping.max_steps 2") &&
+    cr_assert(strstr(e2e_jstr(job, "reason"), "reported step 6, past stopping.max_steps 3") &&
               strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
     json_decref(job);
     job = e2e_wait_state(early, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
     cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
-    cr_assert(strstr(e2e_jstr(job, "reason"), "exited with code 0 at step 1, before stopping.max_steps 2") &&
+    cr_assert(strstr(e2e_jstr(job, "reason"), "exited with code 0 at step 1, before stopping.max_steps 3") &&
               strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
     json_decref(job);
     job = e2e_wait_state(counted, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
+    cr_assert_str_eq(e2e_jstr(job, "state"), "PAUSED", "%s", e2e_dump(job));
+    json_decref(job);
+    job = e2e_wait_state(zero, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
     cr_assert_str_eq(e2e_jstr(job, "state"), "PAUSED", "%s", e2e_dump(job));
     json_decref(job);
     job = e2e_wait_state(fraction, TH_JOB_ENDED, SCRIPT_TIMEOUT_MS);
@@ -816,6 +825,7 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     free(ignores);
     free(early);
     free(counted);
+    free(zero);
     free(fraction);
 
     /* examples/torch-script's train.py under hyperband */
