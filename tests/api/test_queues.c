@@ -780,6 +780,37 @@ static void *submit_b(void *arg)
     return NULL;
 }
 
+/* Runs fn(arg) on its own thread while a second connection holds a transaction open after the
+ * statements held (NULL-terminated), until a statement LIKE waiting_like waits on a lock; then
+ * commits the transaction and joins the thread. Returns whether the statement waited. */
+static bool race_an_open_transaction(const char *const *held, void *(*fn)(void *), void *arg, const char *waiting_like)
+{
+    PGconn *pg = PQconnectdb(at_db_url());
+    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
+    PQclear(PQexec(pg, "BEGIN"));
+    for (; *held; held++) {
+        PGresult *r = PQexec(pg, *held);
+        cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", *held,
+                  PQerrorMessage(pg));
+        PQclear(r);
+    }
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fn, arg), 0);
+    bool waits = false;
+    for (int i = 0; i < 400 && !waits; i++) {
+        waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%s'",
+                           waiting_like) > 0;
+        if (!waits)
+            usleep(25000);
+    }
+    PGresult *r = PQexec(pg, "COMMIT");
+    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
+    PQclear(r);
+    PQfinish(pg);
+    pthread_join(t, NULL);
+    return waits;
+}
+
 /* Project b's submission of body to path while a change of queue team's projects that leaves b
  * out (as svc_queue_update makes it: the queue's row locked, then updated) is held open: the
  * submission has passed its check against the old projects, and its insert into table waits on
@@ -788,32 +819,13 @@ static void race_a_change_of_the_queues_projects(const char *path, const char *b
 {
     json_decref(req("POST", "/v1/projects", "{\"name\": \"b\"}", 201));
     json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}}", 201));
-    PGconn *pg = PQconnectdb(at_db_url());
-    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
-    PQclear(PQexec(pg, "BEGIN"));
-    PGresult *r = PQexec(pg, "SELECT 1 FROM queues WHERE name = 'team' FOR UPDATE");
-    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
-    r = PQexec(pg, "UPDATE queues SET projects = '[\"default\"]' WHERE name = 'team'");
-    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
+    static const char *const held[] = {"SELECT 1 FROM queues WHERE name = 'team' FOR UPDATE",
+                                       "UPDATE queues SET projects = '[\"default\"]' WHERE name = 'team'", NULL};
     racer_t x = {.path = path, .body = body};
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, submit_b, &x), 0);
-    /* until the insert waits on the queue's row */
-    bool waits = false;
-    for (int i = 0; i < 400 && !waits; i++) {
-        waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                           " AND query LIKE '%%INSERT INTO %s%%'", table) > 0;
-        if (!waits)
-            usleep(25000);
-    }
-    r = PQexec(pg, "COMMIT");
-    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
-    PQfinish(pg);
-    pthread_join(t, NULL);
-    cr_assert(waits, "the insert into %s never waited on the queue's row", table);
+    char like[96];
+    snprintf(like, sizeof like, "%%INSERT INTO %s%%", table);
+    cr_assert(race_an_open_transaction(held, submit_b, &x, like), "the insert into %s never waited on the queue's row",
+              table);
     cr_assert_eq(x.status, 400, "the submission is refused as one after the change is");
     cr_assert_eq(at_sql_int("SELECT count(*) FROM %s WHERE project = 'b'", table), 0);
 }
@@ -851,34 +863,12 @@ Test(queues, a_delete_racing_a_job_entering_the_queue_counts_it)
     for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id) == 0; i++)
         usleep(25000);
     cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id), 1);
-    PGconn *pg = PQconnectdb(at_db_url());
-    cr_assert_eq(PQstatus(pg), CONNECTION_OK, "%s", PQerrorMessage(pg));
-    PQclear(PQexec(pg, "BEGIN"));
-    PGresult *r = PQexec(pg, "SELECT 1 FROM queues WHERE name = 'team' FOR KEY SHARE");
-    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
-    char sql[200];
-    snprintf(sql, sizeof sql, "UPDATE jobs SET state = 'QUEUED' WHERE id = '%s'", id);
-    r = PQexec(pg, sql);
-    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
+    char requeue[200];
+    snprintf(requeue, sizeof requeue, "UPDATE jobs SET state = 'QUEUED' WHERE id = '%s'", id);
+    const char *const held[] = {"SELECT 1 FROM queues WHERE name = 'team' FOR KEY SHARE", requeue, NULL};
     long status = 0;
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, delete_team, &status), 0);
-    /* until the delete waits on the queue's row */
-    bool waits = false;
-    for (int i = 0; i < 400 && !waits; i++) {
-        waits = at_sql_int("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                           " AND query LIKE '%%FROM queues%%'") > 0;
-        if (!waits)
-            usleep(25000);
-    }
-    r = PQexec(pg, "COMMIT");
-    cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s", PQerrorMessage(pg));
-    PQclear(r);
-    PQfinish(pg);
-    pthread_join(t, NULL);
-    cr_assert(waits, "the delete never waited on the queue's row");
+    cr_assert(race_an_open_transaction(held, delete_team, &status, "%FROM queues%"),
+              "the delete never waited on the queue's row");
     cr_assert_eq(status, 409, "the delete counts the job that entered the queue");
     cr_assert_eq(at_sql_int("SELECT count(*) FROM queues WHERE name = 'team'"), 1);
 }

@@ -734,6 +734,38 @@ static void hyperband_search(json_t *j)
     json_object_del(j, "early_stopping");
 }
 
+/* Submits sdir's steps.sh (the pause test's script) as a job called name that trains to step 6 and
+ * pauses at 3, with the environment variable env (or none) set to 1, its val_loss read by regex;
+ * returns its id (free it). */
+static char *submit_pausing(const char *sdir, const char *name, const char *env, const char *regex)
+{
+    char envs[96] = "", spec[2 * PATH_MAX];
+    if (env)
+        snprintf(envs, sizeof envs, "\"environment\": {\"%s\": \"1\"},", env);
+    snprintf(spec, sizeof spec,
+             "{\"name\": \"%s\", \"entry_point\": \"steps.sh\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 1},"
+             " \"hyperparameters\": {\"max_steps\": 6}, \"stopping\": {\"max_steps\": 3}, %s"
+             " \"metric_definitions\": [{\"Name\": \"val_loss\", \"Regex\": \"%s\"}],"
+             " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}",
+             name, sdir, envs, regex);
+    json_t *sub = e2e_submit(spec);
+    char *id = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    return id;
+}
+
+/* Waits until job id is paused or ended, and checks it is in state with a reason holding
+ * reason_has (and, when FAILED, naming KILN_PAUSE_AT_STEP). */
+static void pause_ended_as(const char *id, const char *state, const char *reason_has)
+{
+    json_t *job = e2e_wait_state(id, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
+    cr_assert_str_eq(e2e_jstr(job, "state"), state, "%s", e2e_dump(job));
+    cr_assert(strstr(e2e_jstr(job, "reason"), reason_has), "%s", e2e_dump(job));
+    if (!strcmp(state, "FAILED"))
+        cr_assert(strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
+    json_decref(job);
+}
+
 /* A script paused by the rank contract: examples/torch-script under a hyperband search pauses each
  * trial at its first rung (KILN_PAUSE_AT_STEP=4: checkpoint, val_loss at step 4, exit 0; the job
  * PAUSED), and the promoted trial resumes from that checkpoint at step 4, not 0, and runs to 12;
@@ -744,7 +776,8 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
 {
     if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
         cr_skip_test("python3-torch is not installed for /usr/bin/python3 (scripts/install-deps.sh installs it)");
-    /* the contract without torch: one script honours the pause, one trains past it, one ends before it */
+    /* the contract without torch: scripts that honour the pause, train past it, end before it,
+     * count their steps by matches and number them from 0 */
     const char *sdir = script_dir("pause-code");
     write_file(sdir, "steps.sh",
                "echo \"ENV KILN_PAUSE_AT_STEP=${KILN_PAUSE_AT_STEP:-<unset>}\"\n"
@@ -757,65 +790,31 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
                "  echo \"step $s val_loss=1.$s\"; if [ -n \"$TWICE\" ]; then echo \"again val_loss=1.$s\"; fi\n"
                "  s=$((s + 1))\n"
                "done\n");
-    char spec[2 * PATH_MAX];
-    const char *fmt = "{\"name\": \"%s\", \"entry_point\": \"steps.sh\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 1},"
-                      " \"hyperparameters\": {\"max_steps\": 6}, \"stopping\": {\"max_steps\": 3}, %s"
-                      " \"metric_definitions\": [{\"Name\": \"val_loss\", \"Regex\": \"%s\"}],"
-                      " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}";
     static const char stepped[] = "^step (?<step>[0-9]+) val_loss=([0-9.]+)";
-    snprintf(spec, sizeof spec, fmt, "honours", sdir, "", stepped);
-    json_t *sub = e2e_submit(spec);
-    char *honours = strdup(e2e_jstr(sub, "id"));
-    json_decref(sub);
-    snprintf(spec, sizeof spec, fmt, "ignores", sdir, "\"environment\": {\"IGNORE_PAUSE\": \"1\"},", stepped);
-    sub = e2e_submit(spec);
-    char *ignores = strdup(e2e_jstr(sub, "id"));
-    json_decref(sub);
-    snprintf(spec, sizeof spec, fmt, "stops-early", sdir, "\"environment\": {\"STOP_EARLY\": \"1\"},", stepped);
-    sub = e2e_submit(spec);
-    char *early = strdup(e2e_jstr(sub, "id"));
-    json_decref(sub);
+    char *honours = submit_pausing(sdir, "honours", NULL, stepped);
+    char *ignores = submit_pausing(sdir, "ignores", "IGNORE_PAUSE", stepped);
+    char *early = submit_pausing(sdir, "stops-early", "STOP_EARLY", stepped);
     /* a pattern without a step group numbers its points by counting matches: two a step make
      * "step 6" by the pause at 3, which is no step of the script's, so the pause is taken */
-    snprintf(spec, sizeof spec, fmt, "counted", sdir, "\"environment\": {\"TWICE\": \"1\"},", "val_loss=([0-9.]+)");
-    sub = e2e_submit(spec);
-    char *counted = strdup(e2e_jstr(sub, "id"));
-    json_decref(sub);
+    char *counted = submit_pausing(sdir, "counted", "TWICE", "val_loss=([0-9.]+)");
     /* a script that numbers its steps from 0 ends its 3 steps at step 2: paused there */
-    snprintf(spec, sizeof spec, fmt, "from-zero", sdir, "\"environment\": {\"FROM_ZERO\": \"1\"},", stepped);
-    sub = e2e_submit(spec);
-    char *zero = strdup(e2e_jstr(sub, "id"));
-    json_decref(sub);
+    char *zero = submit_pausing(sdir, "from-zero", "FROM_ZERO", stepped);
+    char spec[2 * PATH_MAX];
     /* free-form hyperparameters: a max_steps that is no whole number is no step count, and the
      * job (no pause) ends as its ranks do */
-    sub = e2e_submit((snprintf(spec, sizeof spec, "{\"name\": \"fraction\", \"entry_point\": \"steps.sh\", \"source\": \"%s\","
+    json_t *sub = e2e_submit((snprintf(spec, sizeof spec, "{\"name\": \"fraction\", \"entry_point\": \"steps.sh\", \"source\": \"%s\","
                                " \"retry\": {\"max_attempts\": 1}, \"hyperparameters\": {\"max_steps\": 2.5}}", sdir), spec));
     char *fraction = strdup(e2e_jstr(sub, "id"));
     json_decref(sub);
-    json_t *job = e2e_wait_state(honours, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
-    cr_assert_str_eq(e2e_jstr(job, "state"), "PAUSED", "%s", e2e_dump(job));
-    cr_assert(strstr(e2e_jstr(job, "reason"), "paused at step 3 of 6"), "%s", e2e_dump(job));
-    json_decref(job);
+    pause_ended_as(honours, "PAUSED", "paused at step 3 of 6");
     char *lines = rank_lines(honours, 0, "ENV ");
     ENV_EQ(lines, "KILN_PAUSE_AT_STEP", "3");
     free(lines);
-    job = e2e_wait_state(ignores, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
-    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
-    cr_assert(strstr(e2e_jstr(job, "reason"), "reported step 6, past stopping.max_steps 3") &&
-              strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
-    json_decref(job);
-    job = e2e_wait_state(early, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
-    cr_assert_str_eq(e2e_jstr(job, "state"), "FAILED", "%s", e2e_dump(job));
-    cr_assert(strstr(e2e_jstr(job, "reason"), "exited with code 0 at step 1, before stopping.max_steps 3") &&
-              strstr(e2e_jstr(job, "reason"), "KILN_PAUSE_AT_STEP"), "%s", e2e_dump(job));
-    json_decref(job);
-    job = e2e_wait_state(counted, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
-    cr_assert_str_eq(e2e_jstr(job, "state"), "PAUSED", "%s", e2e_dump(job));
-    json_decref(job);
-    job = e2e_wait_state(zero, "PAUSED" TH_OR_ENDED, SCRIPT_TIMEOUT_MS);
-    cr_assert_str_eq(e2e_jstr(job, "state"), "PAUSED", "%s", e2e_dump(job));
-    json_decref(job);
-    job = e2e_wait_state(fraction, TH_JOB_ENDED, SCRIPT_TIMEOUT_MS);
+    pause_ended_as(ignores, "FAILED", "reported step 6, past stopping.max_steps 3");
+    pause_ended_as(early, "FAILED", "exited with code 0 at step 1, before stopping.max_steps 3");
+    pause_ended_as(counted, "PAUSED", "paused at step 3 of 6");
+    pause_ended_as(zero, "PAUSED", "paused at step 3 of 6");
+    json_t *job = e2e_wait_state(fraction, TH_JOB_ENDED, SCRIPT_TIMEOUT_MS);
     cr_assert_str_eq(e2e_jstr(job, "state"), "COMPLETED", "%s", e2e_dump(job));
     json_decref(job);
     lines = rank_lines(fraction, 0, "ENV ");
