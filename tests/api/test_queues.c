@@ -54,6 +54,17 @@ static const char *spec(const char *name, const char *project, const char *queue
     return buf;
 }
 
+/* Stops job id and waits until it is STOPPED. */
+static void stop_job(const char *id)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
+    json_decref(req("POST", path, NULL, 200));
+    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id) == 0; i++)
+        usleep(25000);
+    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id), 1);
+}
+
 static char *submit(const char *name, const char *project, const char *queue, int nodes, int slots)
 {
     json_t *j = req("POST", "/v1/jobs", spec(name, project, queue, nodes, slots), 201);
@@ -338,12 +349,7 @@ Test(queues, a_queue_holding_paused_jobs_stays)
     refused("DELETE", "/v1/queues/hb", NULL, 409, "name", "queue \"hb\" has 1 job(s) waiting, running or paused (1 paused)");
     json_decref(req("GET", "/v1/queues/hb", NULL, 200));
     /* once it is stopped the queue may go */
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
-    json_decref(req("POST", path, NULL, 200));
-    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id) == 0; i++)
-        usleep(25000);
-    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id), 1);
+    stop_job(id);
     json_decref(req("DELETE", "/v1/queues/hb", NULL, 200));
     free(id);
 }
@@ -853,16 +859,8 @@ static void *delete_team(void *arg)
 Test(queues, a_delete_racing_a_job_entering_the_queue_counts_it)
 {
     json_decref(req("POST", "/v1/queues", "{\"name\": \"team\", \"quota\": {\"cpu\": 1}}", 201));
-    json_t *j = req("POST", "/v1/jobs", spec("racer", "default", "team", 1, 1), 201);
-    char id[64];
-    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(j, "id")));
-    json_decref(j);
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s:stop", id);
-    json_decref(req("POST", path, NULL, 200));
-    for (int i = 0; i < 400 && at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id) == 0; i++)
-        usleep(25000);
-    cr_assert_eq(at_sql_int("SELECT count(*) FROM jobs WHERE id = '%s' AND state = 'STOPPED'", id), 1);
+    char *id = submit("racer", "default", "team", 1, 1);
+    stop_job(id);
     char requeue[200];
     snprintf(requeue, sizeof requeue, "UPDATE jobs SET state = 'QUEUED' WHERE id = '%s'", id);
     const char *const held[] = {"SELECT 1 FROM queues WHERE name = 'team' FOR KEY SHARE", requeue, NULL};
@@ -871,6 +869,7 @@ Test(queues, a_delete_racing_a_job_entering_the_queue_counts_it)
               "the delete never waited on the queue's row");
     cr_assert_eq(status, 409, "the delete counts the job that entered the queue");
     cr_assert_eq(at_sql_int("SELECT count(*) FROM queues WHERE name = 'team'"), 1);
+    free(id);
 }
 
 /* A tuning request of project's over queue (its base job spec()'s), up to 3 trials, one at once. */

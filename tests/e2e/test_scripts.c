@@ -251,6 +251,15 @@ Test(e2e_scripts, every_variable_of_the_contract_reaches_a_script_on_two_nodes, 
 
 /* ---- failures, told as the script told them -------------------------------------------------- */
 
+/* Submits spec; returns the job's id (free it). */
+static char *submitted_id(const char *spec)
+{
+    json_t *sub = e2e_submit(spec);
+    char *id = strdup(e2e_jstr(sub, "id"));
+    json_decref(sub);
+    return id;
+}
+
 static char *submit_script(const char *name, const char *source, const char *extra)
 {
     char spec[2 * PATH_MAX];
@@ -258,10 +267,7 @@ static char *submit_script(const char *name, const char *source, const char *ext
              "{\"name\": \"%s\", \"entry_point\": \"%s.py\", \"source\": \"%s\", \"retry\": {\"max_attempts\": 1},"
              " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"%s}}",
              name, name, source, extra);
-    json_t *sub = e2e_submit(spec);
-    char *id = strdup(e2e_jstr(sub, "id"));
-    json_decref(sub);
-    return id;
+    return submitted_id(spec);
 }
 
 Test(e2e_scripts, failures_are_told_as_the_script_told_them, .init = e2e_setup, .fini = e2e_teardown,
@@ -748,10 +754,7 @@ static char *submit_pausing(const char *sdir, const char *name, const char *env,
              " \"metric_definitions\": [{\"Name\": \"val_loss\", \"Regex\": \"%s\"}],"
              " \"resources\": {\"nodes\": 1, \"slots_per_node\": 1, \"slot_type\": \"cpu\"}}",
              name, sdir, envs, regex);
-    json_t *sub = e2e_submit(spec);
-    char *id = strdup(e2e_jstr(sub, "id"));
-    json_decref(sub);
-    return id;
+    return submitted_id(spec);
 }
 
 /* Waits until job id is paused or ended, and checks it is in state with a reason holding
@@ -802,10 +805,9 @@ Test(e2e_scripts, hyperband_pauses_a_script_trial_at_its_rung_and_the_promoted_o
     char spec[2 * PATH_MAX];
     /* free-form hyperparameters: a max_steps that is no whole number is no step count, and the
      * job (no pause) ends as its ranks do */
-    json_t *sub = e2e_submit((snprintf(spec, sizeof spec, "{\"name\": \"fraction\", \"entry_point\": \"steps.sh\", \"source\": \"%s\","
-                               " \"retry\": {\"max_attempts\": 1}, \"hyperparameters\": {\"max_steps\": 2.5}}", sdir), spec));
-    char *fraction = strdup(e2e_jstr(sub, "id"));
-    json_decref(sub);
+    snprintf(spec, sizeof spec, "{\"name\": \"fraction\", \"entry_point\": \"steps.sh\", \"source\": \"%s\","
+             " \"retry\": {\"max_attempts\": 1}, \"hyperparameters\": {\"max_steps\": 2.5}}", sdir);
+    char *fraction = submitted_id(spec);
     pause_ended_as(honours, "PAUSED", "paused at step 3 of 6");
     char *lines = rank_lines(honours, 0, "ENV ");
     ENV_EQ(lines, "KILN_PAUSE_AT_STEP", "3");
