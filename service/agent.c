@@ -269,7 +269,7 @@ static int exit_in_tx(svc_tx_t *tx, const char *wid, const Kiln__RankExit *req, 
     ex.worker_id = (char *)wid;
     rc = store_rank_exit_record(tx->c, &ex, &rec, err);
     /* a step counted from matches is no step to compare the pause with */
-    bool steps_known = !spec_metric_steps_counted(rec.metric_defs);
+    bool steps_known = rec.pause_at > 0 && !spec_metric_steps_counted(rec.metric_defs);
     json_decref(rec.metric_defs);
     if (rc)
         return rc;
