@@ -518,7 +518,9 @@ int store_rank_exit_record(store_conn_t *c, const Kiln__RankExit *e, store_rank_
                       "   END FROM jobs"
                       "   WHERE id = $1::uuid), 0),"
                       "  coalesce((SELECT progress_step FROM jobs WHERE id = $1::uuid), 0),"
-                      "  (SELECT spec -> 'metric_definitions' FROM jobs WHERE id = $1::uuid)", 7, p, &r, err);
+                      /* read only for a job that pauses, the one that compares its steps */
+                      "  (SELECT CASE WHEN spec #> '{stopping,max_steps}' IS NOT NULL"
+                      "   THEN spec -> 'metric_definitions' END FROM jobs WHERE id = $1::uuid)", 7, p, &r, err);
     if (rc)
         return rc;
     if (PQntuples(r) == 1) {

@@ -726,7 +726,8 @@ typedef struct store_rank_exit {
     int64_t pause_at;       /* the job's stopping.max_steps (0: none) */
     int64_t max_steps;      /* its hyperparameters.max_steps (0: none) */
     int64_t progress_step;  /* the highest step its ranks reported (jobs.progress_step) */
-    json_t *metric_defs;    /* its spec's metric_definitions (NULL: none); the caller json_decrefs */
+    json_t *metric_defs;    /* its spec's metric_definitions when it has stopping.max_steps (else
+                               NULL); the caller json_decrefs */
 } store_rank_exit_t;
 /* Records a rank exit, releases the worker's assignment when all its ranks have exited, and
  * counts the attempt's exits, in one statement. The caller holds the job's row lock
