@@ -68,7 +68,7 @@ svc_role_t svc_role_parse(const char *s)
 
 svc_role_t svc_caller_role(const svc_caller_t *who, const char *project)
 {
-    if (!who)
+    if (!who || !project) /* a row that names no project (unreadable) is no one's */
         return SVC_ROLE_NONE;
     if (who->cluster_admin)
         return SVC_ROLE_ADMIN;

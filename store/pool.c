@@ -641,11 +641,67 @@ void store_json_set_time(json_t *obj, const char *key, const PGresult *r, int ro
     json_object_set_new(obj, key, json_string(buf));
 }
 
+/* jsonb text with each whole number that does not fit an int64 written as a real ("1e+20" is
+ * stored as numeric and comes back as 100000000000000000000, which jansson refuses as an integer
+ * but reads as the same double with ".0" after it). NULL when out of memory. */
+static char *big_integers_as_reals(const char *s)
+{
+    size_t n = strlen(s);
+    char *out = malloc(n + 2 * (n / 19) + 1), *o = out;
+    if (!out)
+        return NULL;
+    bool in_str = false;
+    for (size_t i = 0; i < n;) {
+        char ch = s[i];
+        if (in_str || ch == '"') {
+            if (in_str && ch == '\\' && i + 1 < n) {
+                *o++ = s[i++];
+            } else if (ch == '"') {
+                in_str = !in_str;
+            }
+            *o++ = s[i++];
+            continue;
+        }
+        if (ch != '-' && !(ch >= '0' && ch <= '9')) { /* outside strings, digits are numbers' */
+            *o++ = s[i++];
+            continue;
+        }
+        size_t k = i + (ch == '-');
+        while (k < n && s[k] >= '0' && s[k] <= '9')
+            k++;
+        bool whole = k == n || !strchr(".eE", s[k]);
+        memcpy(o, s + i, k - i);
+        o += k - i;
+        if (whole) {
+            errno = 0;
+            (void)strtoll(s + i, NULL, 10);
+            if (errno == ERANGE) {
+                memcpy(o, ".0", 2);
+                o += 2;
+            }
+        }
+        i = k;
+    }
+    *o = '\0';
+    return out;
+}
+
 json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback)
 {
     json_t *j = NULL;
-    if (!PQgetisnull(r, row, col))
-        j = json_loads(PQgetvalue(r, row, col), JSON_DECODE_ANY, NULL);
+    if (!PQgetisnull(r, row, col)) {
+        const char *text = PQgetvalue(r, row, col);
+        json_error_t e;
+        j = json_loads(text, JSON_DECODE_ANY, &e);
+        if (!j && json_error_code(&e) == json_error_numeric_overflow) {
+            char *t = big_integers_as_reals(text);
+            j = t ? json_loads(t, JSON_DECODE_ANY, &e) : NULL;
+            free(t);
+        }
+        if (!j) /* the position and kind only: the text is a job's, not the log's */
+            log_error("store: a stored JSON value (column %d) does not parse at byte %d: error %d", col, e.position,
+                      (int)json_error_code(&e));
+    }
     if (j) {
         json_decref(fallback);
         return j;

@@ -908,3 +908,55 @@ Test(tuning, hyperband_checks_values_against_the_steps_its_trials_train)
         free(raw);
     }
 }
+
+/* Numbers past what a 64-bit integer holds are kept as sent. PostgreSQL writes a jsonb number
+ * without an exponent (1e20 comes back as 100000000000000000000), which jansson refuses as an
+ * integer: kilnd read such a job's spec as {} and such a tuning job not at all (its project
+ * missing, a read crashed kilnd). A script job's free-form hyperparameters and a categorical
+ * parameter's values may hold any number. */
+Test(tuning, numbers_past_64_bit_integers_are_kept)
+{
+    long st;
+    char *raw = NULL;
+    json_t *j = at_req("POST", "/v1/jobs",
+                       "{\"name\": \"big\", \"entry_point\": \"train.py\", \"source\": \"/tmp\", \"hyperparameters\": "
+                       "{\"big\": 1e20, \"neg\": -2.5e300, \"mid\": 1e18, \"deep\": [1e19, {\"x\": -1e25}]}}",
+                       NULL, &st, &raw);
+    cr_assert_eq(st, 201, "%s", raw);
+    free(raw);
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s", json_string_value(json_object_get(j, "id")));
+    json_decref(j);
+    j = at_req("GET", path, NULL, NULL, &st, NULL);
+    cr_assert_eq(st, 200);
+    json_t *h = json_object_get(json_object_get(j, "spec"), "hyperparameters");
+    cr_assert_eq(json_number_value(json_object_get(h, "big")), 1e20);
+    cr_assert_eq(json_number_value(json_object_get(h, "neg")), -2.5e300);
+    cr_assert_eq(json_number_value(json_object_get(h, "mid")), 1e18);
+    cr_assert_eq(json_number_value(json_array_get(json_object_get(h, "deep"), 0)), 1e19);
+    cr_assert_eq(json_number_value(json_object_get(json_array_get(json_object_get(h, "deep"), 1), "x")), -1e25);
+    json_decref(j);
+
+    char *id = create("{\"name\": \"big\", \"job\": {\"name\": \"s\", \"entry_point\": \"train.py\", \"source\": \"/tmp\","
+                      " \"hyperparameters\": {\"lr\": 0.01, \"big\": 1e20}}, \"parameters\": {\"scale\": "
+                      "{\"type\": \"categorical\", \"values\": [1e20, 2]}},"
+                      " \"objective\": {\"metric\": \"val_loss\", \"goal\": \"minimize\"}, \"max_jobs\": 2}");
+    int one = 1;
+    json_t *t = wait_tuning(id, has_trials, &one);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "project")), "default");
+    double scale = json_number_value(
+        json_object_get(json_object_get(json_array_get(json_object_get(t, "trials"), 0), "parameters"), "scale"));
+    cr_assert(scale == 1e20 || scale == 2, "the trial takes one of the values as sent (%g)", scale);
+    json_decref(t);
+    json_t *list = at_req("GET", "/v1/tuning-jobs", NULL, NULL, &st, NULL);
+    cr_assert_eq(st, 200);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(list, "tuning_jobs"), 0), "id")),
+                     id);
+    json_decref(list);
+    snprintf(path, sizeof path, "/v1/tuning-jobs/%s:stop", id);
+    json_t *s = at_req("POST", path, "{}", NULL, &st, NULL);
+    cr_assert_eq(st, 200);
+    json_decref(s);
+    json_decref(wait_tuning(id, in_state, "STOPPED"));
+    free(id);
+}
