@@ -5,11 +5,13 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #define STEP_DIGITS_MAX 19      /* a step is an int64_t: at most 19 digits */
-#define STEP_JUDGE_CALLS 4096   /* pcre2_match calls spent judging a step group, at most */
+#define STEP_JUDGE_CALLS 1024   /* pcre2_match calls spent judging a step group, at most */
+#define STEP_JUDGE_LIMIT 1000   /* PCRE2 match limit of each: a step group tried on at most 19 digits */
 
 /* The index after the item of pattern p[0..n) that starts at i, for a scan that looks for the
  * parentheses of its structure only: an escape (\Q...\E as a whole), a character class, a
@@ -176,7 +178,7 @@ static int step_group_numeric(const char *body, size_t len, bool x)
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
     int rc = -1;
     if (md && mc) {
-        pcre2_set_match_limit(mc, 10000);
+        pcre2_set_match_limit(mc, STEP_JUDGE_LIMIT);
         char buf[STEP_DIGITS_MAX + 1], reps[10];
         int calls = STEP_JUDGE_CALLS, nreps = digit_reps(body, len, reps);
         rc = digits_match(re, md, mc, reps, nreps, buf, 0, &calls);
@@ -185,6 +187,47 @@ static int step_group_numeric(const char *body, size_t len, bool x)
     pcre2_match_data_free(md);
     pcre2_code_free(re);
     return rc;
+}
+
+/* The last verdicts of step_group_numeric, by the group's text: a spec is judged again for every
+ * value a tuning job's parameters may take, with the same metric definitions each time. */
+#define STEP_VERDICTS 32
+static struct step_verdict {
+    char body[257];
+    size_t len;
+    bool x;
+    int verdict;
+} step_verdicts[STEP_VERDICTS];
+static int step_verdicts_next;
+static pthread_mutex_t step_verdicts_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int step_group_judged(const char *body, size_t len, bool x)
+{
+    bool keep = len < sizeof step_verdicts[0].body;
+    if (keep) {
+        pthread_mutex_lock(&step_verdicts_lock);
+        for (int i = 0; i < STEP_VERDICTS; i++) {
+            const struct step_verdict *v = &step_verdicts[i];
+            if (v->len == len && v->x == x && len && !memcmp(v->body, body, len)) {
+                int verdict = v->verdict;
+                pthread_mutex_unlock(&step_verdicts_lock);
+                return verdict;
+            }
+        }
+        pthread_mutex_unlock(&step_verdicts_lock);
+    }
+    int verdict = step_group_numeric(body, len, x);
+    if (keep) {
+        pthread_mutex_lock(&step_verdicts_lock);
+        struct step_verdict *v = &step_verdicts[step_verdicts_next];
+        step_verdicts_next = (step_verdicts_next + 1) % STEP_VERDICTS;
+        memcpy(v->body, body, len);
+        v->len = len;
+        v->x = x;
+        v->verdict = verdict;
+        pthread_mutex_unlock(&step_verdicts_lock);
+    }
+    return verdict;
 }
 
 void *kiln_metric_regex_compile(const char *regex, const char *field, int *value_group, int *step_group,
@@ -232,7 +275,7 @@ void *kiln_metric_regex_compile(const char *regex, const char *field, int *value
     } else if (step == PCRE2_ERROR_NOUNIQUESUBSTRING) {
         kiln_err_set(err, KILN_EINVAL, field, "%s has more than one group named \"step\"", field);
         kiln_err_hint(err, "name one group step: the one that captures the step number, e.g. \"(?<step>[0-9]+)\"");
-    } else if (step > 0 && step_group_body(regex, n, x, &body, &blen) && step_group_numeric(body, blen, x) == 0) {
+    } else if (step > 0 && step_group_body(regex, n, x, &body, &blen) && step_group_judged(body, blen, x) == 0) {
         kiln_err_set(err, KILN_EINVAL, field, "%s: its group \"step\" can never capture a step number (a whole number "
                      "of at most 19 digits)", field);
         kiln_err_hint(err, "capture the step's digits alone, e.g. \"step (?<step>[0-9]+)\"");

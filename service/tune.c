@@ -204,7 +204,7 @@ static int history_load(store_conn_t *c, const spec_tuning_t *t, json_t *trials,
             return rc;
         int64_t prungs[SPEC_TUNE_MAX_RUNGS];
         int pnr = 0;
-        if (spec_tuning_parse(json_object_get(row, "spec"), &pt, &e2) == 0) {
+        if (spec_tuning_load(json_object_get(row, "spec"), &pt, &e2) == 0) {
             pnr = tune_rungs(&pt, prungs);
             spec_tuning_deinit(&pt);
         }
@@ -253,7 +253,7 @@ static int tuning_json(store_conn_t *c, json_t *row, json_t **out, kiln_err_t *e
     json_t *trials = NULL, *events = NULL, *tried = NULL, *spec = json_object_get(row, "spec");
     spec_tuning_t t;
     kiln_err_t e2;
-    int rc = spec_tuning_parse(spec, &t, &e2);
+    int rc = spec_tuning_load(spec, &t, &e2);
     if (rc)
         return kiln_err_set(err, KILN_EINTERNAL, NULL, "tuning job %s holds a request kilnd cannot read: %s", id,
                             e2.message);
@@ -371,7 +371,7 @@ static int warm_start_check(store_conn_t *c, const svc_caller_t *who, const spec
         } else if (json_array_size(trials) == 0) {
             rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s ended (%s) without a trial", f, pid, state);
             kiln_err_hint(err, "a parent gives its trials as history: name one that ran trials");
-        } else if (spec_tuning_parse(json_object_get(row, "spec"), &pt, &e2)) {
+        } else if (spec_tuning_load(json_object_get(row, "spec"), &pt, &e2)) {
             rc = kiln_err_set(err, KILN_EINVAL, f, "%s: tuning job %s holds a request kilnd cannot read: %s", f, pid,
                               e2.message);
         } else {
@@ -834,7 +834,7 @@ static int tune_one(svc_t *s, const char *id, kiln_err_t *err)
     if (!kiln_tuning_active(state))
         goto fail; /* ended meanwhile */
     kiln_err_t e2;
-    if ((rc = spec_tuning_parse(json_object_get(row, "spec"), &t, &e2))) {
+    if ((rc = spec_tuning_load(json_object_get(row, "spec"), &t, &e2))) {
         /* a request stored by an older kilnd that this one refuses: end it, saying why */
         char reason[400];
         kiln_text_fmt(reason, sizeof reason, "kilnd cannot read the request: %s", e2.message);

@@ -388,6 +388,7 @@ typedef struct spec_tuning {
     int nparents;                /* warm_start.parents: earlier tuning jobs whose trials are history */
     char parents[SPEC_TUNE_MAX_PARENTS][40]; /* their ids (UUIDs, lower case, distinct) */
     spec_warm_type_t warm_type;  /* warm_start.type; SPEC_WARM_NONE without parents */
+    bool stored;                 /* read by spec_tuning_load: its values are not tried again */
 } spec_tuning_t;
 
 /* Parses and validates a tuning request (the body of POST /v1/tuning-jobs; the keys name, job,
@@ -402,6 +403,10 @@ typedef struct spec_tuning {
  * the offending field ("parameters.lr.min", "job.model.n_head", "max_parallel_jobs") otherwise.
  * *out must be released with spec_tuning_deinit() on success. */
 int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err);
+/* The same for a request kilnd accepted and stored (spec_tuning_to_json's): everything but trying
+ * the base job's validator on each parameter's values, which spec_tuning_parse did then and which
+ * costs one job validation per categorical value and range end on every read. */
+int spec_tuning_load(const json_t *in, spec_tuning_t *out, kiln_err_t *err);
 /* Releases what spec_tuning_parse allocated. Accepts NULL. */
 void spec_tuning_deinit(spec_tuning_t *t);
 /* The normalised request (every field with its effective value). Caller owns the result. */

@@ -146,6 +146,8 @@ static bool path_reserved(const char *path)
 static int try_value(const spec_tuning_t *t, const spec_tune_param_t *p, json_t *v, const char *what,
                      kiln_err_t *err)
 {
+    if (t->stored) /* tried when kilnd accepted it */
+        return 0;
     json_t *job = json_deep_copy(t->job);
     if (!job)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
@@ -346,7 +348,7 @@ static int parse_param(spec_tuning_t *t, const char *name, const json_t *o, kiln
     return rc;
 }
 
-int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
+static int tuning_parse(const json_t *in, spec_tuning_t *out, bool stored, kiln_err_t *err)
 {
     static const char *const keys[] = {"name", "job", "parameters", "objective", "strategy", "hyperband", "max_jobs",
                                        "max_parallel_jobs", "seed", "completion", "early_stopping",
@@ -356,6 +358,7 @@ int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
                                           NULL};
     static const char *const done_keys[] = {"target_objective", "no_improvement_trials", NULL};
     memset(out, 0, sizeof *out);
+    out->stored = stored;
     kiln_err_clear(err);
     if (!json_is_object(in))
         return invalid(err, "", "send {\"name\", \"job\", \"parameters\", \"objective\", ...}",
@@ -715,4 +718,14 @@ json_t *spec_tuning_trial_spec(const spec_tuning_t *t, const json_t *values, con
         json_decref(at);
     }
     return job;
+}
+
+int spec_tuning_parse(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
+{
+    return tuning_parse(in, out, false, err);
+}
+
+int spec_tuning_load(const json_t *in, spec_tuning_t *out, kiln_err_t *err)
+{
+    return tuning_parse(in, out, true, err);
 }

@@ -1091,3 +1091,33 @@ Test(tune_search, hyperband_over_a_script_job_needs_its_max_steps_to_reach_max_r
     cr_assert_eq(parse_script_hyperband("\"lr\": 0.01, \"max_steps\": \"900\"", &t, &err), KILN_EINVAL,
                  "a string is not a step count");
 }
+
+/* A stored request is read back without trying the job validator on its values again
+ * (spec_tuning_load): submission tried them, and a read (every controller pass, every GET) would
+ * pay one job validation per categorical value and range end. Everything else is read as
+ * spec_tuning_parse reads it. */
+Test(tune_search, a_stored_request_is_read_without_trying_its_values_again)
+{
+    spec_tuning_t t;
+    parse(&t, "\"model.n_head\": {\"type\": \"categorical\", \"values\": [2, 4]}", "\"max_jobs\": 4, \"seed\": 3");
+    json_t *stored = spec_tuning_to_json(&t);
+    spec_tuning_deinit(&t);
+    /* a value the job validator refuses (n_head 5 does not divide n_embd 16) */
+    json_array_append_new(json_object_get(json_object_get(json_object_get(stored, "parameters"), "model.n_head"),
+                                          "values"),
+                          json_integer(5));
+    kiln_err_t err;
+    cr_assert_eq(spec_tuning_parse(stored, &t, &err), KILN_EINVAL, "submission tries every value");
+    cr_assert_str_eq(err.field, "parameters.model.n_head.values[2]", "%s", err.message);
+    cr_assert_eq(spec_tuning_load(stored, &t, &err), 0, "%s: %s", err.field, err.message);
+    cr_assert(t.stored);
+    cr_assert_eq(json_array_size(t.params[0].values), 3);
+    cr_assert_eq(t.max_jobs, 4);
+    cr_assert_eq(t.seed, 3);
+    spec_tuning_deinit(&t);
+    /* what is not a value's trial is still checked */
+    json_object_set_new(stored, "max_jobs", json_integer(0));
+    cr_assert_eq(spec_tuning_load(stored, &t, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "max_jobs", "%s", err.message);
+    json_decref(stored);
+}
