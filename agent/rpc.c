@@ -309,10 +309,13 @@ static int rpc_status_err(grpc_status_code status, grpc_slice details, const grp
                           const char *method, kiln_err_t *err)
 {
     size_t dl = GRPC_SLICE_LENGTH(details);
-    int rc = kiln_err_set(err, agent_grpc_status((int)status), NULL, "%.*s", (int)KILN_MIN(dl, 250),
-                          (const char *)GRPC_SLICE_START_PTR(details));
-    if (dl == 0 && err)
-        snprintf(err->message, sizeof(err->message), "%s failed with gRPC status %d", method, (int)status);
+    int rc = kiln_err_set(err, agent_grpc_status((int)status), NULL, "%s failed with gRPC status %d", method,
+                          (int)status);
+    /* kilnd's message as it sent it, its lines (a detail, "hint: ...") kept: kiln_err_set would
+     * escape the line breaks, and kilnd escaped any control character a client put in it */
+    if (dl > 0 && err)
+        snprintf(err->message, sizeof(err->message), "%.*s", (int)KILN_MIN(dl, 250),
+                 (const char *)GRPC_SLICE_START_PTR(details));
     /* kilnd's hint (how to fix it, when to retry) rides in the trailing metadata */
     for (size_t i = 0; err && i < trail_md->count; i++)
         if (grpc_slice_str_cmp(trail_md->metadata[i].key, "kiln-hint") == 0) {

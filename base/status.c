@@ -63,6 +63,30 @@ void kiln_err_clear(kiln_err_t *err)
         memset(err, 0, sizeof(*err));
 }
 
+/* An error's text as a terminal may show it: every terminal control character (kiln_text_control:
+ * ESC, BEL, CR, a bidirectional override, ...) that a client's input brought into it is written
+ * as \uXXXX, wherever the message was formatted, so that no refusal echoes one (lines: a detail
+ * keeps its line breaks). Text already quoted with kiln_text_quote has none, and is unchanged. */
+static void err_text_clean(char *buf, size_t cap, bool lines)
+{
+    size_t n = strlen(buf);
+    if (kiln_text_control_at(buf, n) == n && kiln_utf8_check(buf, n) == n)
+        return;
+    char out[sizeof(((kiln_err_t *)0)->detail)]; /* the largest of an error's texts */
+    size_t room = cap < sizeof out ? cap : sizeof out, o = 0;
+    for (size_t i = 0; i < n && o + 1 < room;) {
+        size_t k = i;
+        while (k < n && !(lines && buf[k] == '\n'))
+            k++;
+        o += kiln_text_escape(out + o, room - o, buf + i, k - i, 0);
+        if (k < n && o + 1 < room)
+            out[o++] = '\n';
+        i = k + 1;
+    }
+    out[o] = '\0';
+    memcpy(buf, out, o + 1);
+}
+
 int kiln_err_set(kiln_err_t *err, int status, const char *field, const char *fmt, ...)
 {
     if (!err)
@@ -75,6 +99,8 @@ int kiln_err_set(kiln_err_t *err, int status, const char *field, const char *fmt
     va_start(ap, fmt);
     kiln_text_vfmt(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
+    err_text_clean(err->field, sizeof(err->field), false);
+    err_text_clean(err->message, sizeof(err->message), false);
     return status;
 }
 
@@ -86,6 +112,7 @@ void kiln_err_detail(kiln_err_t *err, const char *fmt, ...)
     va_start(ap, fmt);
     kiln_text_vfmt(err->detail, sizeof(err->detail), fmt, ap);
     va_end(ap);
+    err_text_clean(err->detail, sizeof(err->detail), true);
 }
 
 void kiln_err_hint(kiln_err_t *err, const char *fmt, ...)
@@ -96,4 +123,5 @@ void kiln_err_hint(kiln_err_t *err, const char *fmt, ...)
     va_start(ap, fmt);
     kiln_text_vfmt(err->hint, sizeof(err->hint), fmt, ap);
     va_end(ap);
+    err_text_clean(err->hint, sizeof(err->hint), false);
 }
