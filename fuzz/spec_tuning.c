@@ -1,7 +1,8 @@
 /* spec_tuning.c - fuzz target: a tuning job request as REST's POST /v1/tuning-jobs receives it
  * (jansson, duplicate keys refused), then the one tuning validator (spec_tuning_parse). A refusal
- * is a client error with a message; an accepted request's normalised form parses to the same
- * form, and the job of a trial at each parameter's first value or lower end passes spec_parse. */
+ * is a client error with a message; an accepted request's normalised form parses (and loads, as
+ * kilnd reads a stored one) to the same form, and the job of a trial at each parameter's first
+ * value or lower end passes spec_parse. */
 #include "fuzz/fuzz_spec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -26,6 +27,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "fuzz: the normalised tuning job is refused: %s: %s\n", err.field, err.message);
     FUZZ_CHECK(rc == 0);
     json_t *norm2 = spec_tuning_to_json(&again);
+    FUZZ_CHECK(norm2 && json_equal(norm, norm2));
+    json_decref(norm2);
+    spec_tuning_deinit(&again);
+    /* read back as kilnd reads its stored requests (spec_tuning_load): the same form */
+    rc = spec_tuning_load(norm, &again, &err);
+    FUZZ_CHECK(rc == 0);
+    norm2 = spec_tuning_to_json(&again);
     FUZZ_CHECK(norm2 && json_equal(norm, norm2));
     json_decref(norm2);
     spec_tuning_deinit(&again);
