@@ -425,11 +425,15 @@ static query_node_t *node_new(qctx_t *q, query_kind_t kind)
     return n;
 }
 
-static int count_term(qctx_t *q, int pos, int len)
+static int count_term(qctx_t *q, const query_field_t *f, int pos, int len)
 {
     if (++q->terms > QUERY_MAX_TERMS)
         return qfail(q, pos, len, "split the search into several", "more than %d comparisons in one %s",
                      QUERY_MAX_TERMS, q->what);
+    if ((f->id == QF_HP || f->id == QF_METRIC) && ++q->table_terms > QUERY_MAX_TABLE_TERMS)
+        return qfail(q, pos, len, "narrow the search with fewer of them, or with name, state, tags or created",
+                     "more than %d comparisons on hyperparameters and metrics in one %s", QUERY_MAX_TABLE_TERMS,
+                     q->what);
     return 0;
 }
 
@@ -516,7 +520,7 @@ static int parse_primary(qctx_t *q, query_node_t **out)
         if ((rc = qlex_next(q)))
             return rc;
         query_field_t f;
-        if ((rc = resolve_field(q, &q->tok, &f)) || (rc = count_term(q, q->tok.pos, q->tok.len)))
+        if ((rc = resolve_field(q, &q->tok, &f)) || (rc = count_term(q, &f, q->tok.pos, q->tok.len)))
             return rc;
         query_node_t *n = node_new(q, QN_EXISTS);
         n->field = f;
@@ -526,7 +530,7 @@ static int parse_primary(qctx_t *q, query_node_t **out)
     if (t.kind == QK_RPAREN)
         return qfail(q, t.pos, 1, "remove it, or open it with '(' earlier", "unexpected ')'");
     query_field_t f;
-    if ((rc = resolve_field(q, &t, &f)) || (rc = count_term(q, t.pos, t.len)) || (rc = qlex_next(q)))
+    if ((rc = resolve_field(q, &t, &f)) || (rc = count_term(q, &f, t.pos, t.len)) || (rc = qlex_next(q)))
         return rc;
     char fname[200];
     query_field_name(&f, fname, sizeof fname);

@@ -48,6 +48,7 @@ typedef struct qctx {
     qtok_t tok;            /* the current token (one token of lookahead) */
     int depth;             /* parentheses and NOTs nested */
     int terms;             /* comparisons so far */
+    int table_terms;       /* those on hp.* and metrics.* */
     int values;            /* values in IN lists so far */
     bool built;            /* building in code: no caret detail */
 } qctx_t;

@@ -349,6 +349,21 @@ Test(query, limits)
     cr_assert(strstr(e->message, "more than 256 comparisons"), "%s", e->message);
     free(many);
 
+    /* 32 comparisons on hp.* and metrics.*, whatever else (each is a lookup in its own table:
+     * PostgreSQL's planning time grows steeply with them) */
+    char table[4096] = "", one[64];
+    for (int i = 0; i < 32; i++) {
+        if (i % 2)
+            snprintf(one, sizeof one, " AND hp.x%d > 1 AND priority = 1", i);
+        else
+            snprintf(one, sizeof one, "%smetrics.m%d.min > 1 AND priority = 1", i ? " AND " : "", i);
+        strcat(table, one);
+    }
+    tree(table);
+    strcat(table, " AND EXISTS hp.last");
+    e = bad(table);
+    cr_assert(strstr(e->message, "more than 32 comparisons on hyperparameters and metrics"), "%s", e->message);
+
     char *huge = malloc(QUERY_MAX_TEXT + 10);
     memset(huge, ' ', QUERY_MAX_TEXT + 5);
     huge[QUERY_MAX_TEXT + 5] = '\0';
