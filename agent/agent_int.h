@@ -14,7 +14,7 @@
 
 #define OB_MAX_LINES 1000
 #define OB_MAX_LOG_BYTES (1 << 20)   /* well under the 4 MiB message limit */
-#define OB_MAX_POINTS 5000
+#define OB_MAX_POINTS KILN_METRIC_BATCH_POINTS
 #define OB_FLUSH_US 200000           /* an open batch is sent at the latest this long after it opened */
 #define OB_CAP_MB_DEFAULT AGENT_OUTBOX_MB /* queued log and metric batches beyond this are dropped */
 #define OB_STREAM_IDLE_US (600LL * 1000000) /* a stream nothing used for this long, with nothing queued, goes */

@@ -468,6 +468,10 @@ void prom_header(prom_buf_t *b, const char *name, const char *help, prom_type_t 
  * time, from /proc/self) and kiln_build_info{program,version} 1. */
 void prom_write(prom_buf_t *b, const char *program);
 
+/* The most metric points one batch from kiln-agent carries (its outbox seals a batch at this many);
+ * kilnd refuses a larger one before any work. */
+#define KILN_METRIC_BATCH_POINTS 5000
+
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KILN_MAX(a, b) ((a) > (b) ? (a) : (b))

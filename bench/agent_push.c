@@ -39,7 +39,7 @@ typedef struct run {
     double bytes;                /* request bytes sent (the encoded messages) */
 } run_t;
 
-#define POINTS_PER_BATCH 5000
+#define POINTS_PER_BATCH KILN_METRIC_BATCH_POINTS
 #define LINES_PER_BATCH 1000
 
 static void *run_main(void *arg)

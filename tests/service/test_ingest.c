@@ -192,6 +192,37 @@ Test(ingest, a_job_has_at_most_so_many_metric_names, .init = setup, .fini = tear
     free(names);
 }
 
+/* A batch is refused before any work when it is larger than kiln-agent sends
+ * (KILN_METRIC_BATCH_POINTS) or names more metrics than a job may have: grouping a batch's points
+ * by name grew with the square of its names. Nothing of either is stored. */
+Test(ingest, a_batch_too_large_or_naming_too_many_metrics_is_refused_whole, .init = setup, .fini = teardown)
+{
+    char wids[1][64], job[40];
+    run_job(1, 1, wids, job);
+    size_t n = KILN_METRIC_BATCH_POINTS + 1;
+    char (*names)[16] = calloc(n, sizeof(*names));
+    for (size_t i = 0; i < n; i++)
+        snprintf(names[i], sizeof(names[0]), "m%06zu", i % (SVC_METRIC_NAMES_MAX + 1));
+    cr_assert_eq(send_names(wids[0], job, 1, names, n, 1), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "points");
+    cr_assert(strstr(err.message, "at most 5000 points"), "%s", err.message);
+    /* 1,001 names in 5,000 points: the names' limit, though the job has none yet */
+    cr_assert_eq(send_names(wids[0], job, 2, names, KILN_METRIC_BATCH_POINTS, 1), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "points.name");
+    cr_assert(strstr(err.message, "1001 metric names or more; a job may have at most 1000"), "%s", err.message);
+    /* 1,000 names in 5,000 points are taken */
+    for (size_t i = 0; i < KILN_METRIC_BATCH_POINTS; i++)
+        snprintf(names[i], sizeof(names[0]), "m%06zu", i % SVC_METRIC_NAMES_MAX);
+    cr_assert_eq(send_names(wids[0], job, 3, names, KILN_METRIC_BATCH_POINTS, 2), 0, "%s", err.message);
+    json_t *out = NULL;
+    svc_metrics_query_t q = {.name = "m000000", .max_points = 1000, .max_points_set = true};
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
+    json_t *pts = json_object_get(json_array_get(json_object_get(out, "metrics"), 0), "points");
+    cr_assert_eq(json_array_size(pts), 5, "step 2's five points only: the refused batches stored nothing");
+    json_decref(out);
+    free(names);
+}
+
 /* A log line is at most SVC_LOG_LINE_MAX bytes: kiln-agent's longest (16 KiB cut, its UTF-8
  * repair tripling it) is stored; a longer one makes the whole batch refused, naming the limit,
  * and nothing of it is stored. */
