@@ -159,6 +159,15 @@ Test(ingest, metric_names_with_control_characters_are_refused, .init = setup, .f
     cr_assert_eq(stored_points(job, count), 0);
 }
 
+/* n metric names m000000, m000001, ... numbered modulo distinct (caller frees). */
+static char (*numbered_names(size_t n, size_t distinct))[16]
+{
+    char (*names)[16] = calloc(n, sizeof(*names));
+    for (size_t i = 0; i < n; i++)
+        snprintf(names[i], sizeof(names[0]), "m%06u", (unsigned)(i % distinct));
+    return names;
+}
+
 /* A script makes metric names without end (m000000, m000001, ...): each is a summary row, a key
  * of the job's reply and of search's. A job may have SVC_METRIC_NAMES_MAX; a batch that would
  * give it more is refused whole, naming the limit, and one of names it has is still taken. */
@@ -166,10 +175,7 @@ Test(ingest, a_job_has_at_most_so_many_metric_names, .init = setup, .fini = tear
 {
     char wids[1][64], job[40];
     run_job(1, 1, wids, job);
-    size_t n = SVC_METRIC_NAMES_MAX + 1;
-    char (*names)[16] = calloc(n, sizeof(*names));
-    for (size_t i = 0; i < n; i++)
-        snprintf(names[i], sizeof(names[0]), "m%06zu", i);
+    char (*names)[16] = numbered_names(SVC_METRIC_NAMES_MAX + 1, SVC_METRIC_NAMES_MAX + 1);
     /* up to the limit, in batches of 100 */
     for (size_t i = 0; i < SVC_METRIC_NAMES_MAX; i += 100)
         cr_assert_eq(send_names(wids[0], job, i / 100 + 1, names + i, 100, 1), 0, "%s", err.message);
@@ -200,9 +206,7 @@ Test(ingest, a_batch_too_large_or_naming_too_many_metrics_is_refused_whole, .ini
     char wids[1][64], job[40];
     run_job(1, 1, wids, job);
     size_t n = KILN_METRIC_BATCH_POINTS + 1;
-    char (*names)[16] = calloc(n, sizeof(*names));
-    for (size_t i = 0; i < n; i++)
-        snprintf(names[i], sizeof(names[0]), "m%06zu", i % (SVC_METRIC_NAMES_MAX + 1));
+    char (*names)[16] = numbered_names(n, SVC_METRIC_NAMES_MAX + 1);
     cr_assert_eq(send_names(wids[0], job, 1, names, n, 1), KILN_EINVAL);
     cr_assert_str_eq(err.field, "points");
     cr_assert(strstr(err.message, "at most 5000 points"), "%s", err.message);
@@ -211,8 +215,8 @@ Test(ingest, a_batch_too_large_or_naming_too_many_metrics_is_refused_whole, .ini
     cr_assert_str_eq(err.field, "points.name");
     cr_assert(strstr(err.message, "1001 metric names or more; a job may have at most 1000"), "%s", err.message);
     /* 1,000 names in 5,000 points are taken */
-    for (size_t i = 0; i < KILN_METRIC_BATCH_POINTS; i++)
-        snprintf(names[i], sizeof(names[0]), "m%06zu", i % SVC_METRIC_NAMES_MAX);
+    free(names);
+    names = numbered_names(KILN_METRIC_BATCH_POINTS, SVC_METRIC_NAMES_MAX);
     cr_assert_eq(send_names(wids[0], job, 3, names, KILN_METRIC_BATCH_POINTS, 2), 0, "%s", err.message);
     json_t *out = NULL;
     svc_metrics_query_t q = {.name = "m000000", .max_points = 1000, .max_points_set = true};
