@@ -74,7 +74,10 @@ int kiln_time_parse(const char *s, int64_t *out_us)
     int used = 0;
     if (sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &Y, &M, &D, &h, &m, &sec, &used) != 6)
         return KILN_EINVAL;
-    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || h > 23 || m > 59 || sec > 60)
+        return KILN_EINVAL; /* 2026-02-30 is no day, nor 2026-04-31 */
+    if (M == 2 && D == 29 && !(Y % 4 == 0 && (Y % 100 != 0 || Y % 400 == 0)))
         return KILN_EINVAL;
     const char *p = s + used;
     int64_t frac_us = 0;

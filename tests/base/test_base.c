@@ -176,6 +176,14 @@ Test(time, format_and_parse_round_trip)
     cr_assert_eq(back, 1700000000LL * 1000000);
     cr_assert_eq(kiln_time_parse("yesterday", &back), KILN_EINVAL);
     cr_assert_eq(kiln_time_parse("2026-13-01T00:00:00Z", &back), KILN_EINVAL);
+    /* days a month does not have are no time, not the next month's first days */
+    cr_assert_eq(kiln_time_parse("2026-02-30T00:00:00Z", &back), KILN_EINVAL);
+    cr_assert_eq(kiln_time_parse("2026-04-31T00:00:00Z", &back), KILN_EINVAL);
+    cr_assert_eq(kiln_time_parse("2026-02-29T00:00:00Z", &back), KILN_EINVAL);
+    cr_assert_eq(kiln_time_parse("2100-02-29T00:00:00Z", &back), KILN_EINVAL);
+    cr_assert_eq(kiln_time_parse("2028-02-29T00:00:00Z", &back), 0);
+    cr_assert_eq(kiln_time_parse("2000-02-29T00:00:00Z", &back), 0);
+    cr_assert_eq(kiln_time_parse("2026-12-31T23:59:59Z", &back), 0);
 }
 
 Test(file, atomic_write_then_read)
