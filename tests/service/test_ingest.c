@@ -159,6 +159,17 @@ Test(ingest, metric_names_with_control_characters_are_refused, .init = setup, .f
     cr_assert_eq(stored_points(job, count), 0);
 }
 
+/* The points job has of metric name (0 when it has no such series). */
+static size_t points_of(const char *job, const char *name)
+{
+    json_t *out = NULL;
+    svc_metrics_query_t q = {.name = name, .max_points = 10000, .max_points_set = true};
+    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
+    size_t n = json_array_size(json_object_get(json_array_get(json_object_get(out, "metrics"), 0), "points"));
+    json_decref(out);
+    return n;
+}
+
 /* n metric names m000000, m000001, ... numbered modulo distinct (caller frees). */
 static char (*numbered_names(size_t n, size_t distinct))[16]
 {
@@ -185,16 +196,8 @@ Test(ingest, a_job_has_at_most_so_many_metric_names, .init = setup, .fini = tear
     cr_assert(strstr(err.message, "at most 1000"), "%s", err.message);
     /* the names it has are still taken */
     cr_assert_eq(send_names(wids[0], job, 101, names, 50, 3), 0, "%s", err.message);
-    json_t *out = NULL;
-    svc_metrics_query_t q = {.name = "m000000", .max_points = 1000, .max_points_set = true};
-    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
-    json_t *pts = json_object_get(json_array_get(json_object_get(out, "metrics"), 0), "points");
-    cr_assert_eq(json_array_size(pts), 2, "steps 1 and 3");
-    json_decref(out);
-    q.name = names[SVC_METRIC_NAMES_MAX];
-    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
-    cr_assert_eq(json_array_size(json_object_get(out, "metrics")), 0, "the refused name has no series");
-    json_decref(out);
+    cr_assert_eq(points_of(job, "m000000"), 2, "steps 1 and 3");
+    cr_assert_eq(points_of(job, names[SVC_METRIC_NAMES_MAX]), 0, "the refused name has no series");
     free(names);
 }
 
@@ -218,12 +221,7 @@ Test(ingest, a_batch_too_large_or_naming_too_many_metrics_is_refused_whole, .ini
     free(names);
     names = numbered_names(KILN_METRIC_BATCH_POINTS, SVC_METRIC_NAMES_MAX);
     cr_assert_eq(send_names(wids[0], job, 3, names, KILN_METRIC_BATCH_POINTS, 2), 0, "%s", err.message);
-    json_t *out = NULL;
-    svc_metrics_query_t q = {.name = "m000000", .max_points = 1000, .max_points_set = true};
-    cr_assert_eq(svc_job_metrics(svc, svc_caller_kilnd(), job, &q, &out, &err), 0, "%s", err.message);
-    json_t *pts = json_object_get(json_array_get(json_object_get(out, "metrics"), 0), "points");
-    cr_assert_eq(json_array_size(pts), 5, "step 2's five points only: the refused batches stored nothing");
-    json_decref(out);
+    cr_assert_eq(points_of(job, "m000000"), 5, "step 2's five points only: the refused batches stored nothing");
     free(names);
 }
 
