@@ -880,7 +880,10 @@ static int assignment_typed(svc_t *s, const char *spec_json, const char *job_id,
     spec_t *sp = calloc(1, sizeof(*sp)); /* a spec is tens of KiB: not for the stack */
     if (!sp)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
-    if (spec_parse_string(spec_json, sp, &e2) != 0) {
+    json_t *sj = store_json_parse(spec_json);
+    int prc = sj ? spec_parse(sj, sp, &e2) : kiln_err_set(&e2, KILN_EINVAL, NULL, "it is not JSON");
+    json_decref(sj);
+    if (prc != 0) {
         free(sp);
         /* the stored spec passed the same parser when it was submitted */
         kiln_err_set(err, KILN_EINTERNAL, NULL, "job %s: its stored spec no longer parses: %s", job_id, e2.message);

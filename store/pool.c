@@ -686,22 +686,24 @@ static char *big_integers_as_reals(const char *s)
     return out;
 }
 
+json_t *store_json_parse(const char *text)
+{
+    json_error_t e;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &e);
+    if (!j && json_error_code(&e) == json_error_numeric_overflow) {
+        char *t = big_integers_as_reals(text);
+        j = t ? json_loads(t, JSON_DECODE_ANY, &e) : NULL;
+        free(t);
+    }
+    if (!j) /* the position and kind only: the text is a job's, not the log's */
+        log_error("store: a stored JSON value does not parse at byte %d: error %d", e.position,
+                  (int)json_error_code(&e));
+    return j;
+}
+
 json_t *store_get_json(const PGresult *r, int row, int col, json_t *fallback)
 {
-    json_t *j = NULL;
-    if (!PQgetisnull(r, row, col)) {
-        const char *text = PQgetvalue(r, row, col);
-        json_error_t e;
-        j = json_loads(text, JSON_DECODE_ANY, &e);
-        if (!j && json_error_code(&e) == json_error_numeric_overflow) {
-            char *t = big_integers_as_reals(text);
-            j = t ? json_loads(t, JSON_DECODE_ANY, &e) : NULL;
-            free(t);
-        }
-        if (!j) /* the position and kind only: the text is a job's, not the log's */
-            log_error("store: a stored JSON value (column %d) does not parse at byte %d: error %d", col, e.position,
-                      (int)json_error_code(&e));
-    }
+    json_t *j = PQgetisnull(r, row, col) ? NULL : store_json_parse(PQgetvalue(r, row, col));
     if (j) {
         json_decref(fallback);
         return j;

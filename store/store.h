@@ -652,6 +652,11 @@ int store_assign_notify_workers(store_conn_t *c, const char *channel, const char
  * frees) = the spec of assignment ids[i]'s job, or NULL when it was delivered already (by another
  * heartbeat of the same worker) or is gone. */
 int store_assign_deliver_many(store_conn_t *c, const int64_t *ids, int n, char **spec_json, kiln_err_t *err);
+/* A JSON value's text as PostgreSQL gives it back (a jsonb column as text): PostgreSQL writes a
+ * number without an exponent, so a whole number past an int64 (1e20 comes back as
+ * 100000000000000000000), which jansson refuses as an integer, is read as the real it is. NULL
+ * (logged, without the text) when it does not parse. The one reader of stored JSON text. */
+json_t *store_json_parse(const char *text);
 /* A worker's "started" report, in one statement: marks its live (unreleased) assignment of the
  * attempt started (*found OUT: it has one) and, when port > 0 and that assignment is node 0's, sets
  * the rendezvous port node 0's agent picked on every assignment of the attempt that has none yet

@@ -283,7 +283,8 @@ Test(grpc_code, a_script_job_over_grpc_reaches_the_agents_code_cache)
     spec.name = "ddp";
     spec.entry_point = "train.py";
     spec.source = source;
-    spec.hyperparameters_json = "{\"epochs\": 3, \"model\": {\"depth\": 4}}";
+    /* 1e20: past an int64, which PostgreSQL's jsonb writes as 100000000000000000000 */
+    spec.hyperparameters_json = "{\"epochs\": 3, \"model\": {\"depth\": 4}, \"big\": 1e20}";
     spec.data = &ds;
     spec.n_environment = 1;
     spec.environment = envp;
@@ -303,6 +304,7 @@ Test(grpc_code, a_script_job_over_grpc_reaches_the_agents_code_cache)
     json_t *hp = json_loads(job->spec->hyperparameters_json, 0, NULL);
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(hp, "model"), "depth")), 4,
                  "the hyperparameters come back as sent: %s", job->spec->hyperparameters_json);
+    cr_assert_eq(json_number_value(json_object_get(hp, "big")), 1e20, "%s", job->spec->hyperparameters_json);
     json_decref(hp);
     cr_assert_null(job->spec->model);
     char job_id[64];
@@ -328,6 +330,8 @@ Test(grpc_code, a_script_job_over_grpc_reaches_the_agents_code_cache)
     cr_assert_str_eq(as->environment[0]->key, "MY_FLAG");
     hp = json_loads(as->hyperparameters_json, 0, NULL);
     cr_assert_eq(json_integer_value(json_object_get(hp, "epochs")), 3);
+    cr_assert_eq(json_number_value(json_object_get(hp, "big")), 1e20, "the agent gets it as sent: %s",
+                 as->hyperparameters_json);
     json_decref(hp);
     bool channel_read = false;
     for (size_t i = 0; i < as->n_read_paths; i++)
