@@ -49,6 +49,7 @@ int main(int argc, char **argv)
     const char *migrations_dir = NULL, *log_level = "info";
     int64_t hb_interval = 1000, hb_timeout = 10000, sched_interval = 500, pool = 16, grace = 10000;
     int64_t db_wait_s = 30, preempt_protect_after = 3, sched_default_runtime_s = 0;
+    int64_t search_timeout_ms = SVC_SEARCH_TIMEOUT_MS;
     const char *artifact_dir = NULL;
     int64_t artifact_max_mb = 10240, log_retention_days = 0, janitor_interval_s = 3600, code_max_mb = 100;
     const char *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
@@ -87,6 +88,9 @@ int main(int argc, char **argv)
          CONFIG_RANGE(0, 604800), "the run time the scheduler assumes for a waiting job when nothing of its model has "
          "run yet, so backfill may start it (labelled an estimate in its pending reason; it is preempted if it "
          "outruns it and a job it was backfilled ahead of needs its slots); 0: such a job is never backfilled"},
+        {"search-timeout-ms", "KILN_SEARCH_TIMEOUT_MS", CONFIG_INT, &search_timeout_ms, CONFIG_RANGE(100, 3600000),
+         "a job search (kiln search, GET /v1/jobs, SearchJobs) is refused (400: narrow the filter) when one of its "
+         "database statements runs longer than this, so that no search holds the database"},
         {"db-wait-s", "KILN_DB_WAIT_S", CONFIG_INT, &db_wait_s, CONFIG_RANGE(0, 86400),
          "keep retrying an unreachable database this long at start-up (0: fail at once)"},
         {"log-level", "KILN_LOG_LEVEL", CONFIG_STR, &log_level, CONFIG_ONE_OF(LOG_LEVEL_CHOICES),
@@ -291,6 +295,7 @@ int main(int argc, char **argv)
         .register_per_min_addr = (int)register_per_min_addr,
         .register_per_min = (int)register_per_min,
         .tune_promoted_restart = tune_promoted_restart,
+        .search_timeout_ms = (int)search_timeout_ms,
     };
     api_tls_t tls = {.cert_pem = cert_pem, .key_pem = key_pem, .ca_pem = ca_pem, .min_version = tls_min_version};
     if (insecure)

@@ -713,9 +713,13 @@ int svc_job_logs(svc_t *s, const svc_caller_t *who, const char *id, const svc_lo
     int rc = 0;
     if ((rc = svc_check_range("rank", sq.rank, -1, 1 << 20, err)) ||
         (rc = svc_check_range("after_seq", sq.after_seq, 0, INT64_MAX, err)) ||
-        (rc = svc_check_range("limit", sq.limit, 0, 10000, err)) ||
-        (rc = svc_check_range("since", sq.since_us, 0, 253402300800000000LL, err)))
+        (rc = svc_check_range("limit", sq.limit, 0, 10000, err)))
         return rc;
+    if (sq.since_us < 0 || sq.since_us >= 253402300800000000LL) { /* before 1970, or from the year 10000 */
+        kiln_err_set(err, KILN_EINVAL, "since", "since must be a time from 1970 to the end of 9999");
+        kiln_err_hint(err, "use RFC 3339 (2026-11-21T06:04:37Z) or Unix seconds; leave since out for every line");
+        return KILN_EINVAL;
+    }
     if (sq.limit <= 0)
         sq.limit = 1000;
     store_conn_t *c = NULL;

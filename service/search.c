@@ -162,6 +162,21 @@ static int add_columns(store_conn_t *c, json_t *jobs, const query_columns_t *col
     return 0;
 }
 
+static int search_timeout_ms(const svc_t *s)
+{
+    return s->cfg.search_timeout_ms > 0 ? s->cfg.search_timeout_ms : SVC_SEARCH_TIMEOUT_MS;
+}
+
+/* A search reads in one transaction whose every statement is cut off after --search-timeout-ms
+ * (57014, KILN_ETIMEDOUT): the filter language bounds what one filter holds, but what PostgreSQL
+ * needs to plan and run it grows with the tables, and a search must not hold a connection and
+ * the database's CPU for minutes. */
+static int search_begin(svc_t *s, store_conn_t *c, kiln_err_t *err)
+{
+    int rc = store_begin(c, err);
+    return rc ? rc : store_tx_statement_timeout(c, search_timeout_ms(s), err);
+}
+
 int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, json_t **out, kiln_err_t *err)
 {
     arena_t a;
@@ -178,7 +193,8 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
     /* the one validator (check.c) before anything is parsed: text is UTF-8 without NUL, of a
      * bounded length, and a page size the caller gave is in range */
     int rc = 0;
-    if ((rc = svc_check_str("filter", f->filter, 8192, err)) || (rc = svc_check_str("order_by", f->order_by, 2048, err)) ||
+    if ((rc = svc_check_str("filter", f->filter, 0, err)) || /* its length is the parser's: QUERY_MAX_TEXT */
+        (rc = svc_check_str("order_by", f->order_by, 2048, err)) ||
         (rc = svc_check_str("columns", f->columns, 4096, err)) || (rc = svc_check_str("status", f->status, 200, err)) ||
         (rc = svc_check_str("tag", f->tag, 320, err)) || (rc = svc_check_str("page_token", f->page_token, 8192, err)) ||
         (f->page_size_set && (rc = svc_check_range("page_size", f->page_size, 1, KILN_PAGE_SIZE_MAX, err)))) {
@@ -216,15 +232,23 @@ int svc_job_list(svc_t *s, const svc_caller_t *who, const svc_job_filter_t *f, j
         q.projects = projects;
         q.nprojects = who->nroles;
     }
-    if ((rc = store_conn_get(s->store, &c, err)) || (rc = store_job_search_json(c, &q, &jobs, &next, err)) ||
-        (rc = add_columns(c, jobs, &cols, err)))
+    if ((rc = store_conn_get(s->store, &c, err)) || (rc = search_begin(s, c, err)) ||
+        (rc = store_job_search_json(c, &q, &jobs, &next, err)) || (rc = add_columns(c, jobs, &cols, err)))
         goto fail;
+    store_rollback(c); /* it wrote nothing */
     if (next && !(tok = svc_page_token_encode(next, fp))) {
         rc = kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");
         goto fail;
     }
     *out = json_pack("{s:O, s:s}", "jobs", jobs, "next_page_token", tok ? tok : "");
 fail:
+    if (rc == KILN_ETIMEDOUT) {
+        kiln_err_set(err, KILN_EINVAL, "filter", "the search ran longer than the %d ms kilnd allows one search",
+                     search_timeout_ms(s));
+        kiln_err_hint(err, "narrow it: fewer hp.* and metrics.* comparisons, a created or state condition, "
+                           "fewer columns (kilnd's --search-timeout-ms sets the limit)");
+        rc = KILN_EINVAL;
+    }
     store_conn_put(s->store, c);
     free(projects);
     free(tok);

@@ -52,7 +52,13 @@ typedef struct svc_config {
     int register_per_min;          /* registrations a minute on this kilnd in all (0: no limit) */
     bool tune_promoted_restart;    /* --tune-promoted-restart: a promoted hyperband trial trains
                                       again from step 0 instead of resuming (a benchmark's baseline) */
+    int search_timeout_ms;         /* --search-timeout-ms: the longest any one statement of a job
+                                      search may run (0: SVC_SEARCH_TIMEOUT_MS) */
 } svc_config_t;
+
+/* A search's statements are cut off after this long by default: the filter language bounds what
+ * a filter may hold, but not what PostgreSQL may need to plan or run it at some table size. */
+#define SVC_SEARCH_TIMEOUT_MS 10000
 
 /* Connects to PostgreSQL, applies migrations, starts the scheduler and liveness threads.
  * Caller owns *out; free with svc_destroy(). Returns 0, KILN_EDB (err says why). */

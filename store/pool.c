@@ -245,6 +245,8 @@ int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *er
         c->prepared_lost = true;
     if (state && strcmp(state, "23505") == 0)
         status = KILN_EEXIST;
+    else if (state && strcmp(state, "57014") == 0) /* cut off by a statement_timeout the caller set */
+        status = KILN_ETIMEDOUT;
     else if (state && (!strncmp(state, "22", 2) || !strncmp(state, "54", 2) || !strncmp(state, "23", 2)))
         status = KILN_EINVAL;
     kiln_err_set(err, status, NULL, "could not %s: %s", what, msg);
@@ -587,6 +589,14 @@ void store_rollback(store_conn_t *c)
     }
     PGresult *r = PQexec(c->pg, "ROLLBACK");
     PQclear(r);
+}
+
+int store_tx_statement_timeout(store_conn_t *c, int ms, kiln_err_t *err)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%d", ms);
+    const char *p[] = {text};
+    return store_q(c, "set the statement timeout", "SELECT set_config('statement_timeout', $1, true)", 1, p, NULL, err);
 }
 
 int store_q_script(store_conn_t *c, const char *what, const char *sql, kiln_err_t *err)

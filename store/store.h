@@ -46,6 +46,9 @@ int store_conn_backend_pid(store_conn_t *c);
 int store_begin(store_conn_t *c, kiln_err_t *err);
 int store_commit(store_conn_t *c, kiln_err_t *err);
 void store_rollback(store_conn_t *c);   /* no-op when no transaction is open */
+/* Within the transaction open on c: each later statement of it that runs longer than ms is
+ * cancelled and fails with KILN_ETIMEDOUT. */
+int store_tx_statement_timeout(store_conn_t *c, int ms, kiln_err_t *err);
 /* SELECT 1: 0 or KILN_EDB. */
 int store_ping(store_conn_t *c, kiln_err_t *err);
 

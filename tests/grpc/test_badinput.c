@@ -132,6 +132,7 @@ static const rest_case_t rest_cases[] = {
     {"%00 in a project name", "GET", "/v1/projects/default%00/members", NULL, NULL, 400, "project"},
     {"%00 in a query parameter", "GET", "/v1/jobs?tag=team%00x", NULL, NULL, 400, "tag"},
     {"logs since NaN", "GET", "/v1/jobs/{id}/logs?since=nan", NULL, NULL, 400, "since"},
+    {"logs since the year 1", "GET", "/v1/jobs/{id}/logs?since=0001-01-01T00:00:00Z", NULL, NULL, 400, "since"},
     {"logs limit 1e3", "GET", "/v1/jobs/{id}/logs?limit=1e3", NULL, NULL, 400, "limit"},
     {"logs rank +1", "GET", "/v1/jobs/{id}/logs?rank=%2B1", NULL, NULL, 400, "rank"},
     {"logs follow maybe", "GET", "/v1/jobs/{id}/logs?follow=maybe", NULL, NULL, 400, "follow"},

@@ -22,7 +22,8 @@ void start(int hb_timeout_ms)
     svc_config_t cfg = {.database_url = url, .heartbeat_interval_ms = 100,
                         .heartbeat_timeout_ms = hb_timeout_ms, .sched_interval_ms = 50,
                         .db_pool_size = 4, .stop_grace_ms = 500, .preempt_protect_after = fixture_protect_after,
-                        .sched_default_runtime_s = fixture_default_runtime_s};
+                        .sched_default_runtime_s = fixture_default_runtime_s,
+                        .search_timeout_ms = fixture_search_timeout_ms};
     kiln_err_clear(&err);
     cr_assert_eq(svc_create(&cfg, &svc, &err), 0, "%s", err.message);
     arena_init(&arena, 0);
@@ -30,6 +31,7 @@ void start(int hb_timeout_ms)
 
 int fixture_protect_after;
 int fixture_default_runtime_s;
+int fixture_search_timeout_ms;
 
 void setup(void) { start(10000); }
 void setup_protect_after_1(void)
@@ -43,6 +45,11 @@ void setup_default_runtime_1(void)
     start(10000);
 }
 void setup_short_timeout(void) { start(1500); }
+void setup_search_timeout_1ms(void)
+{
+    fixture_search_timeout_ms = 1;
+    start(10000);
+}
 
 void teardown(void)
 {

@@ -19,6 +19,8 @@ void setup_protect_after_1(void); /* setup, with jobs protected after 1 preempti
 /* --sched-default-runtime-s of the service start() makes (0: none) */
 extern int fixture_default_runtime_s;
 void setup_default_runtime_1(void); /* setup, with a default run time of 1 s */
+extern int fixture_search_timeout_ms;
+void setup_search_timeout_1ms(void); /* setup, with a search's statements cut off after 1 ms */
 void teardown(void);
 
 /* A valid mlp spec (new reference). */

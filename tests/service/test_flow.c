@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "query/query.h"
 #include "tests/service/fixture.h"
 
 /* ---- submission ----------------------------------------------------------------------------- */
@@ -205,6 +206,48 @@ Test(submit, list_filters_and_pages)
     cr_assert_str_eq(err.field, "page_token");
 }
 
+/* 32 comparisons on hyperparameters, the most a filter may hold: PostgreSQL plans each as a join
+ * of its own, which takes it tens of milliseconds however few jobs there are */
+static void hp_filter_32(char *buf, size_t n)
+{
+    size_t at = 0;
+    for (int i = 0; i < QUERY_MAX_TABLE_TERMS; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%shp.p%d > %d", i ? " AND " : "", i, i);
+    cr_assert_lt(at, n);
+}
+
+Test(submit, a_costly_filter_runs_under_the_default_search_timeout)
+{
+    char filter[1024];
+    hp_filter_32(filter, sizeof filter);
+    json_t *out = NULL;
+    svc_job_filter_t f = {.filter = filter};
+    cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &f, &out, &err), 0, "%s", err.message);
+    cr_assert_eq(json_array_size(json_object_get(out, "jobs")), 0);
+    json_decref(out);
+}
+
+TestSuite(search_timeout, .init = setup_search_timeout_1ms, .fini = teardown, .timeout = 60);
+
+Test(search_timeout, a_search_that_runs_too_long_is_refused_and_its_connection_serves_on)
+{
+    char id[40], filter[1024];
+    submit(spec(1, 1, "cpu", 0, 1), NULL, id, NULL);
+    hp_filter_32(filter, sizeof filter);
+    json_t *out = NULL;
+    svc_job_filter_t f = {.filter = filter};
+    cr_assert_eq(svc_job_list(svc, svc_caller_kilnd(), &f, &out, &err), KILN_EINVAL, "%s", err.message);
+    cr_assert_null(out);
+    cr_assert_str_eq(err.field, "filter");
+    cr_assert(strstr(err.message, "longer than the 1 ms"), "%s", err.message);
+    cr_assert(strstr(err.hint, "--search-timeout-ms"), "%s", err.hint);
+    /* the pool's connections are whole again: the timeout was the search's transaction's alone */
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(svc_job_get(svc, svc_caller_kilnd(), id, &out, &err), 0, "%s", err.message);
+        json_decref(out);
+    }
+}
+
 /* ---- lifecycle --------------------------------------------------------------------------------- */
 
 TestSuite(life, .init = setup, .fini = teardown, .timeout = 60);
@@ -277,6 +320,11 @@ Test(life, two_node_job_runs_to_completed)
     cr_assert_eq(svc_job_logs(svc, svc_caller_kilnd(), id, &q, &logs, &err), 0);
     json_t *lines = json_object_get(logs, "lines");
     cr_assert_eq(json_array_size(lines), 5);
+    svc_log_query_t old = {.rank = -1, .since_us = -62135596800000000LL}; /* 0001-01-01 */
+    json_t *none = NULL;
+    cr_assert_eq(svc_job_logs(svc, svc_caller_kilnd(), id, &old, &none, &err), KILN_EINVAL);
+    cr_assert_str_eq(err.field, "since");
+    cr_assert_str_eq(err.message, "since must be a time from 1970 to the end of 9999");
     cr_assert_eq(json_integer_value(json_object_get(json_array_get(lines, 0), "seq")), 11);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(lines, 0), "line")), "line 10");
     cr_assert_eq(json_integer_value(json_object_get(logs, "next_since_seq")), 15);
