@@ -12,7 +12,7 @@
 
 #include "agent/agent.h"
 
-#define OB_MAX_LINES 1000
+#define OB_MAX_LINES (KILN_LOG_BATCH_LINES / 10)
 #define OB_MAX_LOG_BYTES (1 << 20)   /* well under the 4 MiB message limit */
 #define OB_MAX_POINTS KILN_METRIC_BATCH_POINTS
 #define OB_FLUSH_US 200000           /* an open batch is sent at the latest this long after it opened */

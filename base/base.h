@@ -471,6 +471,9 @@ void prom_write(prom_buf_t *b, const char *program);
 /* The most metric points one batch from kiln-agent carries (its outbox seals a batch at this many);
  * kilnd refuses a larger one before any work. */
 #define KILN_METRIC_BATCH_POINTS 5000
+/* The most log lines one batch may carry: kilnd refuses a larger one before any work (kiln-agent
+ * seals its batches at a tenth of it, or at 1 MiB). */
+#define KILN_LOG_BATCH_LINES 10000
 
 #define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define KILN_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -223,7 +223,7 @@ static void *push_main(void *arg)
     for (int k = 0; k < 5; k++)
         snprintf(names[k], sizeof names[k], "%s_%d", base[k], p->thread);
     double rate = p->logs ? lines_rate : points_rate / nthreads;
-    int per_batch = p->logs ? KILN_MAX(1, (int)(lines_rate / 100)) : POINTS_PER_BATCH;
+    int per_batch = p->logs ? KILN_MIN(KILN_LOG_BATCH_LINES, KILN_MAX(1, (int)(lines_rate / 100))) : POINTS_PER_BATCH;
     Kiln__MetricPoint *pts = calloc((size_t)per_batch, sizeof *pts);
     Kiln__LogLine *lines = calloc((size_t)per_batch, sizeof *lines);
     void **ptrs = calloc((size_t)per_batch, sizeof *ptrs);

@@ -162,6 +162,12 @@ static int check_batch(svc_t *s, const char *worker_id, const char *claimed, con
 
 int svc_agent_logs(svc_t *s, const char *worker_id, const Kiln__LogBatch *batch, kiln_err_t *err)
 {
+    if (batch->n_lines > KILN_LOG_BATCH_LINES) { /* each line costs a check and a row: bounded work per call */
+        kiln_err_set(err, KILN_EINVAL, "lines", "a log batch holds at most %d lines; this one has %zu",
+                     KILN_LOG_BATCH_LINES, batch->n_lines);
+        kiln_err_hint(err, "send the lines in several batches, as kiln-agent does");
+        return KILN_EINVAL;
+    }
     int *ranks = malloc(sizeof(int) * (batch->n_lines + 1));
     if (!ranks)
         return kiln_err_set(err, KILN_ENOMEM, NULL, "out of memory");

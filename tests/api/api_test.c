@@ -279,15 +279,17 @@ void at_push_logs(const char *job_id, int attempt, const char *prefix, int first
         lines[i].line = text[i];
         ptrs[i] = &lines[i];
     }
-    Kiln__LogBatch b = KILN__LOG_BATCH__INIT;
-    b.worker_id = at_worker;
-    b.job_id = (char *)job_id;
-    b.attempt = attempt;
-    b.n_lines = (size_t)n;
-    b.lines = ptrs;
-    kiln_err_t err;
-    kiln_err_clear(&err);
-    cr_assert_eq(svc_agent_logs(at_svc, at_worker, &b, &err), 0, "logs: %s", err.message);
+    for (int at = 0; at < n; at += KILN_LOG_BATCH_LINES) { /* in batches kilnd takes */
+        Kiln__LogBatch b = KILN__LOG_BATCH__INIT;
+        b.worker_id = at_worker;
+        b.job_id = (char *)job_id;
+        b.attempt = attempt;
+        b.n_lines = (size_t)KILN_MIN(n - at, KILN_LOG_BATCH_LINES);
+        b.lines = ptrs + at;
+        kiln_err_t err;
+        kiln_err_clear(&err);
+        cr_assert_eq(svc_agent_logs(at_svc, at_worker, &b, &err), 0, "logs: %s", err.message);
+    }
     free(text);
     free(ptrs);
     free(lines);
