@@ -1239,10 +1239,10 @@ Test(life, a_higher_priority_job_preempts_and_the_victim_resumes_without_using_a
     cr_assert_eq(prom_value(preemptions), 1, "%s: %g", preemptions, prom_value(preemptions));
     cr_assert_eq(prom_value("kiln_queue_preemptions_total{queue=\"default\",reason=\"reclaim\"}"), 0);
     /* high got one event for it too, naming its victim, where and the rule (once: not per pass
-     * while low stopped), leaving it QUEUED */
+     * while low stopped), leaving it QUEUED; a pass may have scheduled it since low ended */
     char ev[512], want[400];
     events_str(high, ev, sizeof(ev));
-    cr_assert_str_eq(ev, "QUEUED QUEUED");
+    cr_assert(!strcmp(ev, "QUEUED QUEUED") || !strcmp(ev, "QUEUED QUEUED SCHEDULED"), "%s", ev);
     snprintf(want, sizeof want, "preempting job %s for 1 cpu slot(s) on worker %s: lower priority in queue default, "
              "allowed by queue default's preemption.within_queue (lower_priority); it starts once they have stopped",
              low, w);
