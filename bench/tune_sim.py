@@ -19,7 +19,8 @@ BRACKETS (report's hyperband bracket counts, e.g. "1 2"; default 1 to one a rung
 ("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian optuna", and
 hyperband@B or hyperband+tpe@B for B brackets),
 TARGET_TRIALS (tpe's: for each k, the steps each searcher took to reach random search's final best of
-k trials, as a fraction of its k * MAX_RESOURCE steps), SIM (the tune_sim binary; default BUILD's),
+k trials, as a fraction of its k * MAX_RESOURCE steps; then, over the seeds, on how many each target is
+met, with a sign test: target A within a third of those steps, target B no worse than Optuna), SIM (the tune_sim binary; default BUILD's),
 OUT (tpe's results as JSON), REUSE (other CURVES_DIRs to read curves from, never written), BUILD
 (build). A curve is kept by its trial's parameter values (all it depends on), a partial one with
 its checkpoint in CURVES_DIR/ckpt (one process writes a CURVES_DIR at a time; a REUSE dir's checkpoint
@@ -30,6 +31,7 @@ their first trials, as in the real bench.
 import concurrent.futures
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -369,6 +371,7 @@ def tpe_report(d):
             goal = res["random%d" % k]["curve"][-1][1]
             print("   seed %d, %.4f: %s" % (seed, goal, ", ".join("%s %s" % (n, "%.2f" % (s / (k * MAX_R)) if s else "-")
                                                               for n in names for s in [steps_to(res[n]["curve"], goal)])))
+    over_seeds(results, names)
     if os.environ.get("OUT"):
         with open(os.environ["OUT"], "w") as f:
             json.dump({str(seed): res for seed, res, _ in results}, f)
@@ -376,6 +379,46 @@ def tpe_report(d):
         print("-- seed %d: trials %s; curves %s; (trained %d steps for missing curves)" % (
             seed, {n: res[n]["trials"] for n in names},
             {n: res[n]["curve"] for n in names}, trained), flush=True)
+
+
+def sign_test(wins, n):
+    """One-sided sign test: the chance of at least `wins` of n seeds going one way if each went
+    either way with probability 1/2 (small: the searcher does so on more than half of all seeds)."""
+    return sum(math.comb(n, i) for i in range(wins, n + 1)) / 2 ** n
+
+
+def over_seeds(results, names):
+    """The targets judged over the seeds, as the scheduler's were: on how many seeds each is met,
+    the median, and a sign test. Target A: steps to reach random search's final best of k trials
+    within a third of its steps. Target B: a kiln searcher's best no worse than Optuna's at each
+    budget."""
+    n = len(results)
+    for k in TARGET_TRIALS:
+        print("== over %d seeds, target A (random search of %d trials: reach its final best within %d steps):" % (
+            n, k, k * MAX_R // 3))
+        for name in names:
+            fr = []
+            for _, res, _ in results:
+                s = steps_to(res[name]["curve"], res["random%d" % k]["curve"][-1][1])
+                fr.append(s / (k * MAX_R) if s else math.inf)
+            met = sum(1 for f in fr if f <= 1 / 3)
+            print("   %-14s met on %2d of %d seeds (sign test p = %.3f), median fraction %s" % (
+                name, met, n, sign_test(met, n), "%.3f" % statistics.median(fr) if statistics.median(fr) < math.inf
+                else "not reached"))
+    if "optuna" not in names:
+        return
+    for b in BUDGETS:
+        print("== over %d seeds, target B at %d steps (a kiln searcher's best no worse than Optuna's):" % (n, b))
+        for name in names:
+            if name.startswith("optuna"):
+                continue
+            d = [best_at(res[name]["curve"], b) - best_at(res["optuna"]["curve"], b) for _, res, _ in results
+                 if best_at(res[name]["curve"], b) is not None and best_at(res["optuna"]["curve"], b) is not None]
+            if not d:
+                continue
+            ok = sum(1 for x in d if x <= 1e-12)
+            print("   %-14s no worse on %2d of %d seeds (sign test p = %.3f), median difference %+.4f" % (
+                name, ok, len(d), sign_test(ok, len(d)), statistics.median(d)))
 
 
 def spearman(a, b):
