@@ -245,7 +245,7 @@ int store_pg_fail(store_conn_t *c, PGresult *r, const char *what, kiln_err_t *er
         c->prepared_lost = true;
     if (state && strcmp(state, "23505") == 0)
         status = KILN_EEXIST;
-    else if (state && strcmp(state, "57014") == 0) /* cut off by a statement_timeout the caller set */
+    else if (state && strcmp(state, "57014") == 0) /* query_canceled: a statement_timeout the caller set, or a cancel */
         status = KILN_ETIMEDOUT;
     else if (state && (!strncmp(state, "22", 2) || !strncmp(state, "54", 2) || !strncmp(state, "23", 2)))
         status = KILN_EINVAL;
