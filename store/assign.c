@@ -532,7 +532,7 @@ int store_rank_exit_record(store_conn_t *c, const Kiln__RankExit *e, store_rank_
         out->max_steps = store_get_i64(r, 0, 5);
         out->progress_step = store_get_i64(r, 0, 6);
         if (!PQgetisnull(r, 0, 7))
-            out->metric_defs = json_loads(PQgetvalue(r, 0, 7), 0, NULL);
+            out->metric_defs = store_json_parse(PQgetvalue(r, 0, 7));
     }
     PQclear(r);
     return 0;
