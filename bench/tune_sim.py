@@ -14,7 +14,7 @@ is its curve's.
                                                     HyperbandPruner, optuna_run): the best within
                                                     each of BUDGETS
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
-MAX_RESOURCE (450), ETA (3), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
+MAX_RESOURCE (450), ETA (3), MAX_RUNGS (hyperband.max_rungs; 0: every rung), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
 BRACKETS (report's hyperband bracket counts, e.g. "1 2"; default 1 to one a rung), BUDGETS
 ("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian optuna", and
 hyperband@B or hyperband+tpe@B for B brackets),
@@ -53,6 +53,7 @@ JOBS = int(os.environ.get("JOBS", "2"))
 MIN_R = int(os.environ.get("MIN_RESOURCE", "50"))
 MAX_R = int(os.environ.get("MAX_RESOURCE", "450"))
 ETA = int(os.environ.get("ETA", "3"))
+MAX_RUNGS = int(os.environ.get("MAX_RUNGS", "0"))
 WARMUP_MAX = int(os.environ.get("WARMUP_MAX", "300"))
 PARALLEL = int(os.environ.get("PARALLEL", "2"))
 RANDOM_TRIALS = [int(k) for k in os.environ.get("RANDOM_TRIALS", "4 8 16 32").split()]
@@ -80,12 +81,14 @@ def request(seed, strategy, brackets=1, max_jobs=500, sampler="random"):
     if strategy == "hyperband":
         r["hyperband"] = {"min_resource": MIN_R, "max_resource": MAX_R, "reduction_factor": ETA,
                           "brackets": brackets, "sampler": sampler}
+        if MAX_RUNGS:
+            r["hyperband"]["max_rungs"] = MAX_RUNGS
     return r
 
 
 def rungs():
     r, out = MIN_R, []
-    while r < MAX_R:
+    while r < MAX_R and (not MAX_RUNGS or len(out) < MAX_RUNGS - 1):
         out.append(r)
         r *= ETA
     return out + [MAX_R]

@@ -47,13 +47,17 @@ static void show_tuning(const cli_client_t *c, const json_t *t)
            (long long)json_integer_value(json_object_get(t, "max_jobs")),
            (long long)json_integer_value(json_object_get(t, "max_parallel_jobs")));
     const json_t *hb = json_object_get(json_object_get(t, "spec"), "hyperband");
-    if (json_is_object(hb))
+    if (json_is_object(hb)) {
         /* where its trials pause: what the RUNG and STEPS columns count */
-        printf("hyperband:  rungs from %lld to %lld steps, reduction factor %lld, %lld bracket(s), %s sampler\n",
+        printf("hyperband:  rungs from %lld to %lld steps, reduction factor %lld, %lld bracket(s), %s sampler",
                (long long)json_integer_value(json_object_get(hb, "min_resource")),
                (long long)json_integer_value(json_object_get(hb, "max_resource")),
                (long long)json_integer_value(json_object_get(hb, "reduction_factor")),
                (long long)json_integer_value(json_object_get(hb, "brackets")), cli_jstr(hb, "sampler"));
+        if (json_integer_value(json_object_get(hb, "max_rungs")))
+            printf(", at most %lld rungs", (long long)json_integer_value(json_object_get(hb, "max_rungs")));
+        printf("\n");
+    }
     printf("objective:  %s %s\n", cli_jstr(obj, "goal"), cli_jstr(obj, "metric"));
     const json_t *trials = json_object_get(t, "trials");
     bool hyperband = !strcmp(cli_jstr(t, "strategy"), "hyperband");

@@ -117,9 +117,11 @@ int tune_rungs(const spec_tuning_t *t, int64_t *steps)
 {
     if (t->strategy != SPEC_TUNE_HYPERBAND)
         return 0;
-    int n = 0;
+    /* min_resource x eta^k below max_resource, then max_resource; with max_rungs, the ladder's
+     * lowest max_rungs - 1 and max_resource */
+    int n = 0, below = t->max_rungs > 0 ? t->max_rungs - 1 : SPEC_TUNE_MAX_RUNGS;
     int64_t r = t->min_resource;
-    while (n < SPEC_TUNE_MAX_RUNGS && r < t->max_resource) {
+    while (n < below && r < t->max_resource) {
         steps[n++] = r;
         r *= t->reduction_factor;
     }

@@ -375,6 +375,7 @@ typedef struct spec_tuning {
     int reduction_factor;        /* hyperband: eta, 2 to 10 (default 3) */
     spec_tune_sampler_t sampler; /* hyperband.sampler (default random) */
     int brackets;                /* hyperband: brackets, 1 to its rungs (default 1: trials start at the first rung) */
+    int max_rungs;               /* hyperband: rungs at most, max_resource's included (0: every rung of the ladder) */
     int max_jobs;                /* trials in all (default 10) */
     int max_parallel_jobs;       /* trials at once (default 1); at most max_jobs */
     uint64_t seed;

@@ -354,8 +354,8 @@ static int tuning_parse(const json_t *in, spec_tuning_t *out, bool stored, kiln_
                                        "max_parallel_jobs", "seed", "completion", "early_stopping",
                                        "max_failed_trials", "trial_priority", "warm_start", NULL};
     static const char *const obj_keys[] = {"metric", "goal", NULL};
-    static const char *const hb_keys[] = {"min_resource", "max_resource", "reduction_factor", "brackets", "sampler",
-                                          NULL};
+    static const char *const hb_keys[] = {"min_resource", "max_resource", "reduction_factor", "brackets", "max_rungs",
+                                          "sampler", NULL};
     static const char *const done_keys[] = {"target_objective", "no_improvement_trials", NULL};
     memset(out, 0, sizeof *out);
     out->stored = stored;
@@ -527,7 +527,8 @@ static int tuning_parse(const json_t *in, spec_tuning_t *out, bool stored, kiln_
             (rc = rd_int64(&rh, hb, "min_resource", &out->min_resource, 1, INT64_C(1000000000))) ||
             (rc = rd_int64(&rh, hb, "max_resource", &out->max_resource, 1, INT64_C(1000000000))) ||
             (rc = rd_int(&rh, hb, "reduction_factor", &out->reduction_factor, 2, 10)) ||
-            (rc = rd_int(&rh, hb, "brackets", &out->brackets, 1, SPEC_TUNE_MAX_RUNGS)))
+            (rc = rd_int(&rh, hb, "brackets", &out->brackets, 1, SPEC_TUNE_MAX_RUNGS)) ||
+            (rc = rd_int(&rh, hb, "max_rungs", &out->max_rungs, 2, SPEC_TUNE_MAX_RUNGS)))
             goto fail;
         {
             json_t *sj = json_object_get(hb, "sampler");
@@ -556,7 +557,7 @@ static int tuning_parse(const json_t *in, spec_tuning_t *out, bool stored, kiln_
             r0 *= out->reduction_factor;
             rungs++;
         }
-        if (r0 * out->reduction_factor < out->max_resource) {
+        if (!out->max_rungs && r0 * out->reduction_factor < out->max_resource) {
             rc = invalid(err, "hyperband.max_resource", "raise min_resource or reduction_factor",
                          "hyperband would need more than %d rungs", SPEC_TUNE_MAX_RUNGS);
             goto fail;
@@ -578,6 +579,14 @@ static int tuning_parse(const json_t *in, spec_tuning_t *out, bool stored, kiln_
                              "steps of its hyperparameters.max_steps, and this one has none (or not a whole number)");
             goto fail;
         }
+        if (out->max_rungs > rungs + 1) {
+            rc = invalid(err, "hyperband.max_rungs", "leave max_rungs out for every rung, or give fewer",
+                         "hyperband.max_rungs (%d) is more than the %d rungs from min_resource to max_resource",
+                         out->max_rungs, rungs + 1);
+            goto fail;
+        }
+        if (out->max_rungs)
+            rungs = out->max_rungs - 1;
         if (out->brackets > rungs + 1) {
             rc = invalid(err, "hyperband.brackets", "give at most one bracket a rung",
                          "hyperband.brackets (%d) is more than the %d rungs from min_resource to max_resource",
@@ -670,12 +679,15 @@ json_t *spec_tuning_to_json(const spec_tuning_t *t)
                             "max_failed_trials", t->max_failed_trials, "trial_priority", t->trial_priority);
     if (!out)
         return NULL;
-    if (t->strategy == SPEC_TUNE_HYPERBAND)
-        json_object_set_new(out, "hyperband", json_pack("{s:I, s:I, s:i, s:i, s:s}", "min_resource",
-                                                        (json_int_t)t->min_resource, "max_resource",
-                                                        (json_int_t)t->max_resource, "reduction_factor",
-                                                        t->reduction_factor, "brackets", t->brackets, "sampler",
-                                                        t->sampler == SPEC_TUNE_SAMPLER_TPE ? "tpe" : "random"));
+    if (t->strategy == SPEC_TUNE_HYPERBAND) {
+        json_t *hb = json_pack("{s:I, s:I, s:i, s:i, s:s}", "min_resource", (json_int_t)t->min_resource,
+                               "max_resource", (json_int_t)t->max_resource, "reduction_factor", t->reduction_factor,
+                               "brackets", t->brackets, "sampler",
+                               t->sampler == SPEC_TUNE_SAMPLER_TPE ? "tpe" : "random");
+        if (hb && t->max_rungs)
+            json_object_set_new(hb, "max_rungs", json_integer(t->max_rungs));
+        json_object_set_new(out, "hyperband", hb);
+    }
     json_t *done = json_object();
     if (t->has_target)
         json_object_set_new(done, "target_objective", json_real(t->target));

@@ -124,6 +124,9 @@ Test(tuning, refuses_bad_input_naming_the_field)
                         " \"brackets\": 4}"),
             "hyperband.brackets", "more than the 3 rungs");
     refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90,"
+                        " \"max_rungs\": 4}"),
+            "hyperband.max_rungs", "hyperband.max_rungs (4) is more than the 3 rungs");
+    refused(request(LR, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90,"
                         " \"sampler\": \"bayesian\"}"),
             "hyperband.sampler", "hyperband.sampler must be");
     refused(request(LR, "\"strategy\": \"tpe\""), "strategy", "bayesian");

@@ -347,7 +347,8 @@ Test(parity, unlimited_quota_with_entries_is_refused)
 #define TJP(params, more) "{\"name\": \"t\", " JOB ", \"parameters\": {" params "}, " OBJ more "}"
 #define HB                                                                                                    \
     "{\"name\": \"hb\", " JOB ", \"parameters\": {" LR "}, " OBJ ", \"strategy\": \"hyperband\", \"hyperband\": "  \
-    "{\"min_resource\": 10, \"max_resource\": 90, \"reduction_factor\": 3, \"brackets\": 2, \"sampler\": \"tpe\"}, " \
+    "{\"min_resource\": 10, \"max_resource\": 90, \"reduction_factor\": 3, \"brackets\": 2, \"max_rungs\": 3, "  \
+    "\"sampler\": \"tpe\"}, "                                                                                       \
     "\"max_jobs\": 3, \"seed\": 5}"
 #define NOBODY "00000000-0000-4000-8000-000000000000"
 #define TREFUSED(what, body, field) \
@@ -469,6 +470,8 @@ Test(parity, tuning_jobs_refuse_and_accept_alike_over_rest_and_grpc)
                                        " \"max_resource\": 90, \"reduction_factor\": 1}"), "hyperband.reduction_factor"),
         TREFUSED("hyperband's brackets", TJ(", \"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10,"
                                             " \"max_resource\": 90, \"brackets\": 4}"), "hyperband.brackets"),
+        TREFUSED("hyperband's max_rungs", TJ(", \"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10,"
+                                             " \"max_resource\": 90, \"max_rungs\": 4}"), "hyperband.max_rungs"),
         TREFUSED("hyperband's sampler", TJ(", \"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 10,"
                                            " \"max_resource\": 90, \"sampler\": \"bayesian\"}"), "hyperband.sampler"),
         TREFUSED("hyperband without its strategy", TJ(", \"hyperband\": {\"min_resource\": 10, \"max_resource\": 90}"),

@@ -177,6 +177,11 @@ class Offline(unittest.TestCase):
                                         strategy="Hyperband", strategy_config=kiln.HyperbandStrategyConfig(
                                             10, 90, sampler="tpe")).spec()
         self.assertEqual(bohb["hyperband"]["sampler"], "tpe")
+        self.assertNotIn("max_rungs", bohb["hyperband"], "left out: every rung")
+        sha = kiln.HyperparameterTuner(est, "val_loss", {"lr": kiln.ContinuousParameter(1e-4, 1e-2)},
+                                       strategy="Hyperband", strategy_config=kiln.HyperbandStrategyConfig(
+                                           100, 2000, reduction_factor=5, max_rungs=2)).spec()
+        self.assertEqual((sha["hyperband"]["reduction_factor"], sha["hyperband"]["max_rungs"]), (5, 2))
         for kw, field in (({"strategy": "Optimal"}, "strategy"), ({"objective_type": "Lowest"}, "objective_type"),
                           ({"early_stopping_type": "Sometimes"}, "early_stopping_type")):
             with self.assertRaises(kiln.KilnError) as cm:

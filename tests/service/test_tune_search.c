@@ -312,6 +312,102 @@ Test(tune_search, hyperband_brackets_share_the_budget_and_start_at_their_own_run
     json_decref(j);
 }
 
+/* The field a hyperband request (over parse()'s base job, one lr range) is refused on; "" when taken. */
+static const char *hyperband_refused(const char *hyperband, char *field, size_t n)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8},"
+             " \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 2000}},"
+             " \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}},"
+             " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\", \"hyperband\": %s}", hyperband);
+    json_t *j = json_loads(buf, 0, NULL);
+    cr_assert_not_null(j, "%s", buf);
+    spec_tuning_t t;
+    kiln_err_t err;
+    int rc = spec_tuning_parse(j, &t, &err);
+    json_decref(j);
+    if (rc == 0)
+        spec_tuning_deinit(&t);
+    else
+        cr_assert_eq(rc, KILN_EINVAL, "%s", err.message);
+    snprintf(field, n, "%s", rc ? err.field : "");
+    return field;
+}
+
+Test(tune_search, hyperband_max_rungs_keeps_the_lowest_rungs_then_max_resource)
+{
+    const char *p = "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}";
+    spec_tuning_t all, two, three, four;
+    parse(&all, p, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 2000}");
+    parse(&two, p, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 2000,"
+                   " \"reduction_factor\": 5, \"max_rungs\": 2}, \"max_jobs\": 30, \"max_parallel_jobs\": 2");
+    parse(&three, p, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 2000,"
+                     " \"max_rungs\": 3}");
+    parse(&four, p, "\"strategy\": \"hyperband\", \"hyperband\": {\"min_resource\": 100, \"max_resource\": 2000,"
+                    " \"max_rungs\": 4}");
+    int64_t r[SPEC_TUNE_MAX_RUNGS];
+    cr_assert_eq(tune_rungs(&all, r), 4);
+    cr_assert(r[0] == 100 && r[1] == 300 && r[2] == 900 && r[3] == 2000);
+    cr_assert_eq(tune_rungs(&two, r), 2, "one rung at min_resource, then max_resource");
+    cr_assert(r[0] == 100 && r[1] == 2000, "%lld %lld", (long long)r[0], (long long)r[1]);
+    cr_assert_eq(tune_trial_rungs(&two, 7, r), 2);
+    cr_assert_eq(tune_rungs(&three, r), 3);
+    cr_assert(r[0] == 100 && r[1] == 300 && r[2] == 2000);
+    cr_assert_eq(tune_rungs(&four, r), 4, "as many as the ladder has: every rung");
+    cr_assert(r[0] == 100 && r[1] == 300 && r[2] == 900 && r[3] == 2000);
+
+    /* the top 1/eta of rung 0 goes on to max_resource: 5 paused there, the best promoted */
+    tune_trial_t tr[5];
+    double obj[5] = {3.0, 2.0, 2.5, 1.5, 2.8};
+    for (int i = 0; i < 5; i++) {
+        tr[i] = trial(i, TUNE_TRIAL_PAUSED, true, 0);
+        tr[i].nrungs = 1;
+        tr[i].rung_objective[0] = obj[i];
+    }
+    tune_view_t v = {.t = &two, .trials = tr, .ntrials = 4, .next_trial = 4};
+    tune_plan_t pl;
+    tune_decide(&v, &pl);
+    cr_assert_eq(pl.npromote, 0, "4 at the rung: the top fifth is empty");
+    v.ntrials = v.next_trial = 5;
+    tune_decide(&v, &pl);
+    cr_assert_eq(pl.npromote, 1);
+    cr_assert_eq(pl.promote[0], 3);
+
+    /* written with the request, and read back the same */
+    json_t *j = spec_tuning_to_json(&two);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(j, "hyperband"), "max_rungs")), 2);
+    spec_tuning_t back;
+    kiln_err_t err;
+    cr_assert_eq(spec_tuning_load(j, &back, &err), 0, "%s", err.message);
+    cr_assert_eq(tune_rungs(&back, r), 2);
+    spec_tuning_deinit(&back);
+    json_decref(j);
+    j = spec_tuning_to_json(&all);
+    cr_assert_null(json_object_get(json_object_get(j, "hyperband"), "max_rungs"), "left out: every rung");
+    json_decref(j);
+    spec_tuning_deinit(&all);
+    spec_tuning_deinit(&two);
+    spec_tuning_deinit(&three);
+    spec_tuning_deinit(&four);
+
+    char f[sizeof(((kiln_err_t *)0)->field)];
+    cr_assert_str_eq(hyperband_refused("{\"min_resource\": 100, \"max_resource\": 2000, \"max_rungs\": 5}", f, sizeof f),
+                     "hyperband.max_rungs", "more than the ladder's 4 rungs");
+    cr_assert_str_eq(hyperband_refused("{\"min_resource\": 100, \"max_resource\": 2000, \"max_rungs\": 1}", f, sizeof f),
+                     "hyperband.max_rungs", "one rung would be max_resource alone: no early stopping");
+    cr_assert_str_eq(hyperband_refused("{\"min_resource\": 100, \"max_resource\": 2000, \"max_rungs\": 2.5}", f, sizeof f),
+                     "hyperband.max_rungs");
+    cr_assert_str_eq(hyperband_refused("{\"min_resource\": 100, \"max_resource\": 2000, \"max_rungs\": 2,"
+                                       " \"brackets\": 3}", f, sizeof f),
+                     "hyperband.brackets", "a bracket a rung, of the rungs max_rungs keeps");
+    /* a ladder past SPEC_TUNE_MAX_RUNGS is refused, but not when max_rungs keeps fewer */
+    cr_assert_str_eq(hyperband_refused("{\"min_resource\": 1, \"max_resource\": 100000, \"reduction_factor\": 2}", f,
+                                       sizeof f), "hyperband.max_resource");
+    cr_assert_str_eq(hyperband_refused("{\"min_resource\": 1, \"max_resource\": 100000, \"reduction_factor\": 2,"
+                                       " \"max_rungs\": 3}", f, sizeof f), "");
+}
+
 Test(tune_search, hyperband_ranks_a_trial_only_against_its_own_bracket)
 {
     spec_tuning_t t;

@@ -140,7 +140,7 @@ export interface TuningJob {
   max_parallel_jobs?: number;
   seed?: number;
   // the request as kilnd normalised it (scalings resolved): GET /v1/tuning-jobs/{id} only
-  spec?: { parameters?: Record<string, TuningParameter>; hyperband?: { min_resource: number; max_resource: number; reduction_factor: number; brackets?: number; sampler?: string }; [k: string]: any };
+  spec?: { parameters?: Record<string, TuningParameter>; hyperband?: { min_resource: number; max_resource: number; reduction_factor: number; brackets?: number; max_rungs?: number; sampler?: string }; [k: string]: any };
   trials?: TuningTrial[];
   // the list's best has job_id and objective only; parent: the warm start parent whose trial it is
   best?: { job_id: string; objective: number; parameters?: Record<string, number | string | boolean>; parent?: string | null } | null;

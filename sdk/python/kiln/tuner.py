@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union, cast
+from typing import Any, Optional, Union, cast
 
 from .client import Client, Job, JSONObject, TuningJob
 from .errors import KilnError
@@ -101,7 +101,9 @@ class HyperbandStrategyConfig:
     """Hyperband's resources, in training steps: a trial first runs ``min_resource`` steps, and
     the promoted ones continue (from their checkpoint) up to ``max_resource``; the top
     1/``reduction_factor`` of a rung is promoted. With ``brackets`` b > 1, trials are spread over
-    b brackets of about equal budgets, bracket k's trials starting at rung k (Hyperband).
+    b brackets of about equal budgets, bracket k's trials starting at rung k (Hyperband). With
+    ``max_rungs`` m, a trial has at most m rungs, ``max_resource`` included: the lowest m - 1 of
+    ``min_resource`` x ``reduction_factor``^k, then ``max_resource`` (None: every rung).
     ``sampler`` (kiln's): "random" draws new trials as random search does, "tpe" by TPE over every
     trial with a result, ranked by the rung it reached, then by its objective there."""
     min_resource: int
@@ -109,10 +111,15 @@ class HyperbandStrategyConfig:
     reduction_factor: int = 3
     brackets: int = 1
     sampler: str = "random"
+    max_rungs: Optional[int] = None
 
     def to_json(self) -> JSONObject:
-        return {"min_resource": self.min_resource, "max_resource": self.max_resource,
-                "reduction_factor": self.reduction_factor, "brackets": self.brackets, "sampler": self.sampler}
+        out: JSONObject = {"min_resource": self.min_resource, "max_resource": self.max_resource,
+                           "reduction_factor": self.reduction_factor, "brackets": self.brackets,
+                           "sampler": self.sampler}
+        if self.max_rungs is not None:
+            out["max_rungs"] = self.max_rungs
+        return out
 
 
 @dataclass(frozen=True)

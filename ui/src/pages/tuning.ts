@@ -114,7 +114,7 @@ export function tuningPage(main: HTMLElement, params: URLSearchParams, path: str
     const trials = t.trials || [];
     row('Objective', h('span', { id: 'objective' }, objectiveText(t)));
     const hb = t.spec?.hyperband;
-    row('Strategy', t.strategy, hb ? h('span', { class: 'muted' }, ` (rungs from ${hb.min_resource} to ${hb.max_resource} steps, reduction factor ${hb.reduction_factor}${hb.sampler === 'tpe' ? '; new trials drawn by TPE' : ''})`) : null);
+    row('Strategy', t.strategy, hb ? h('span', { class: 'muted' }, ` (rungs from ${hb.min_resource} to ${hb.max_resource} steps, reduction factor ${hb.reduction_factor}${hb.max_rungs ? `, at most ${hb.max_rungs} rungs` : ''}${hb.sampler === 'tpe' ? '; new trials drawn by TPE' : ''})`) : null);
     const active = trials.filter((x) => !TERMINAL.has(x.state)).length;
     row('Trials', h('span', { id: 'trial-count' }, `${trialsDone(t) ?? 0} done, ${active} active, of at most ${t.max_jobs}`),
       h('span', { class: 'muted' }, ` (${t.max_parallel_jobs ?? 1} at once)`));
