@@ -190,7 +190,8 @@ def optuna_search(seed, res):
             json.dump(spec, f)
         p = subprocess.Popen([TRAIN, "--spec", path, "--threads", "1", "--quiet",
                               "--peak-gflops", "1", "--output-dir", os.path.join(work, "o%d" % trial.number)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             errors="replace")  # a printed sample may hold any byte
         last, val = 0, None
         try:
             for line in p.stdout:

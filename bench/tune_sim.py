@@ -130,8 +130,8 @@ def train_one(values, to=MAX_R, ckpt=None):
         p = subprocess.run(["nice", "-n", "10", TRAIN, "--spec", path, "--threads", "1", "--quiet",
                             "--peak-gflops", "1", "--output-dir", os.path.join(work, "o"),
                             "--checkpoint-dir", ckpt or os.path.join(work, "c")],
-                           capture_output=True, text=True)
-        out = p.stdout
+                           capture_output=True, text=True, errors="replace")
+        out = p.stdout  # a sample it prints may hold any byte: not UTF-8 always
         if p.returncode:
             print("kiln-train exited %d: %s" % (p.returncode, (p.stdout + p.stderr)[-300:]), file=sys.stderr,
                   flush=True)
