@@ -589,8 +589,8 @@ static int tuning_parse(const json_t *in, spec_tuning_t *out, bool stored, kiln_
             rungs = out->max_rungs - 1;
         if (out->brackets > rungs + 1) {
             rc = invalid(err, "hyperband.brackets", "give at most one bracket a rung",
-                         "hyperband.brackets (%d) is more than the %d rungs from min_resource to max_resource",
-                         out->brackets, rungs + 1);
+                         "hyperband.brackets (%d) is more than the %d rungs %s", out->brackets, rungs + 1,
+                         out->max_rungs ? "that hyperband.max_rungs keeps" : "from min_resource to max_resource");
             goto fail;
         }
     } else if (hb) {
