@@ -13,6 +13,8 @@ is its curve's.
                                                     bayesian (TPE) and Optuna (TPESampler with
                                                     HyperbandPruner, optuna_run): the best within
                                                     each of BUDGETS
+    python3 bench/tune_sim.py steps CURVES_DIR      how well val_loss at each step predicts the final,
+                                                    and successive halving with one rung
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
 MAX_RESOURCE (450), ETA (3), MAX_RUNGS (hyperband.max_rungs; 0: every rung), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
 BRACKETS (report's hyperband bracket counts, e.g. "1 2"; default 1 to one a rung), BUDGETS
@@ -521,7 +523,52 @@ def report(d):
         print(line, flush=True)
 
 
+def steps_report(d):
+    """Where a rung would predict best, and what one rung can do. Over each seed's first TARGET_TRIALS
+    trials (random search's, full curves), at every MIN_RESOURCE steps: the Spearman correlation of
+    val_loss there with the final one, and the rank there of the trial with the best final. Then
+    successive halving with one rung: the first N of kiln's draws trained to MIN_RESOURCE, the k best
+    there trained on to MAX_RESOURCE (N * MIN_RESOURCE + k * (MAX_RESOURCE - MIN_RESOURCE) steps, at
+    most BUDGETS[0]), trained when missing: on how many seeds it reaches random search's final best."""
+    k_trials, budget = (TARGET_TRIALS or [16])[0], BUDGETS[0]
+    rho, rank, met = {}, {}, {}
+    for seed in SEEDS:
+        pool = Pool(d, seed)
+        n_max = (budget - (MAX_R - MIN_R)) // MIN_R
+        draws = [json.loads(x) for x in sim(request(seed, "random"), "draw", max(n_max, k_trials)).splitlines()]
+        for x in draws[:k_trials]:
+            pool.ensure(x, MAX_R)
+        cs = [pool.have[pkey(x)] for x in draws[:k_trials]]
+        final = [c["values"][-1] for c in cs]
+        best = final.index(min(final))
+        for st in range(MIN_R, MAX_R, MIN_R):
+            at = [c["values"][c["steps"].index(st)] for c in cs]
+            rho.setdefault(st, []).append(spearman(at, final))
+            rank.setdefault(st, []).append(sorted(range(k_trials), key=lambda i: at[i]).index(best))
+        first = []
+        for x in draws[:n_max]:
+            pool.ensure(x, MIN_R)
+            first.append(pool.have[pkey(x)]["values"][0])
+        for k in (1, 2, 3):
+            for n in range(k, (budget - k * (MAX_R - MIN_R)) // MIN_R + 1):
+                top = sorted(range(n), key=lambda i: first[i])[:k]
+                for i in top:
+                    pool.ensure(draws[i], MAX_R)
+                got = min(pool.have[pkey(draws[i])]["values"][-1] for i in top)
+                met.setdefault((k, n), []).append(got <= min(final) + 1e-12)
+    print("== seeds %s: the first %d trials of random search, val_loss every %d steps against the final (%d)" % (
+        SEEDS, k_trials, MIN_R, MAX_R))
+    for st in sorted(rho):
+        print("   step %4d: Spearman median %.2f (min %.2f); the final best ranks first on %d seeds, in the top 5 on %d, "
+              "worst #%d" % (st, statistics.median(rho[st]), min(rho[st]), sum(r == 0 for r in rank[st]),
+                             sum(r < 5 for r in rank[st]), max(rank[st]) + 1))
+    print("== one rung: N trials to %d steps, the k best there on to %d; seeds (of %d) reaching random's final best "
+          "of %d within %d steps" % (MIN_R, MAX_R, len(SEEDS), k_trials, budget))
+    for k in (1, 2, 3):
+        print("   k %d: %s" % (k, " ".join("N%d:%d" % (n, sum(v)) for (kk, n), v in sorted(met.items()) if kk == k)))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("curves", "report", "tpe"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("curves", "report", "tpe", "steps"):
         sys.exit(__doc__)
-    {"curves": curves, "report": report, "tpe": tpe_report}[sys.argv[1]](sys.argv[2])
+    {"curves": curves, "report": report, "tpe": tpe_report, "steps": steps_report}[sys.argv[1]](sys.argv[2])
