@@ -16,7 +16,8 @@ is its curve's.
     python3 bench/tune_sim.py steps CURVES_DIR      how well val_loss at each step predicts the final,
                                                     and successive halving with one rung
 Environment: SEEDS ("1 2 3"), TRIALS (36 a seed), JOBS (2 kiln-train at once), MIN_RESOURCE (50),
-MAX_RESOURCE (450), ETA (3), MAX_RUNGS (hyperband.max_rungs; 0: every rung), WARMUP_MAX (300), PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
+MAX_RESOURCE (450), ETA (3), MAX_RUNGS (hyperband.max_rungs; 0: every rung), WARMUP_MAX (300),
+PARALLEL (2), RANDOM_TRIALS ("4 8 16 32"),
 BRACKETS (report's hyperband bracket counts, e.g. "1 2"; default 1 to one a rung), BUDGETS
 ("1800 3600"), SEARCHES (tpe's, by name: "random hyperband hyperband+tpe bayesian optuna", and
 hyperband@B or hyperband+tpe@B for B brackets),
