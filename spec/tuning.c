@@ -558,7 +558,8 @@ static int tuning_parse(const json_t *in, spec_tuning_t *out, bool stored, kiln_
             rungs++;
         }
         if (!out->max_rungs && r0 * out->reduction_factor < out->max_resource) {
-            rc = invalid(err, "hyperband.max_resource", "raise min_resource or reduction_factor",
+            rc = invalid(err, "hyperband.max_resource", "raise min_resource or reduction_factor, or keep fewer rungs "
+                         "with max_rungs",
                          "hyperband would need more than %d rungs", SPEC_TUNE_MAX_RUNGS);
             goto fail;
         }

@@ -26,8 +26,8 @@ static bool written_as_read(double v)
     return strtod(text, NULL) == v;
 }
 
-/* Parses a request over a tiny GPT base job with params (members) and extra members. */
-static void parse(spec_tuning_t *t, const char *params, const char *extra)
+/* Parses a request over a tiny GPT base job with params (members) and extra members: its code. */
+static int try_parse(spec_tuning_t *t, const char *params, const char *extra, kiln_err_t *err)
 {
     char buf[4096];
     snprintf(buf, sizeof buf,
@@ -38,9 +38,32 @@ static void parse(spec_tuning_t *t, const char *params, const char *extra)
     json_error_t je;
     json_t *j = json_loads(buf, 0, &je);
     cr_assert_not_null(j, "%s", je.text);
-    kiln_err_t err;
-    cr_assert_eq(spec_tuning_parse(j, t, &err), 0, "%s: %s", err.field, err.message);
+    int rc = spec_tuning_parse(j, t, err);
     json_decref(j);
+    return rc;
+}
+
+/* try_parse, which must take it. */
+static void parse(spec_tuning_t *t, const char *params, const char *extra)
+{
+    kiln_err_t err;
+    cr_assert_eq(try_parse(t, params, extra, &err), 0, "%s: %s", err.field, err.message);
+}
+
+/* The field a hyperband request (try_parse's base job, one lr range) is refused on; "" when taken. */
+static const char *hyperband_refused(const char *hyperband, char *field, size_t n)
+{
+    char extra[512];
+    snprintf(extra, sizeof extra, "\"strategy\": \"hyperband\", \"hyperband\": %s", hyperband);
+    spec_tuning_t t;
+    kiln_err_t err;
+    int rc = try_parse(&t, "\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}", extra, &err);
+    if (rc == 0)
+        spec_tuning_deinit(&t);
+    else
+        cr_assert_eq(rc, KILN_EINVAL, "%s", err.message);
+    snprintf(field, n, "%s", rc ? err.field : "");
+    return field;
 }
 
 Test(tune_search, seeded_draws_repeat_and_seeds_differ)
@@ -298,41 +321,9 @@ Test(tune_search, hyperband_brackets_share_the_budget_and_start_at_their_own_run
     spec_tuning_deinit(&one);
     spec_tuning_deinit(&three);
     /* more brackets than rungs is refused, naming the field */
-    json_t *j = json_loads("{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16,"
-                           " \"seq_len\": 8}, \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 450}},"
-                           " \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}},"
-                           " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\", \"hyperband\":"
-                           " {\"min_resource\": 50, \"max_resource\": 450, \"brackets\": 4}}",
-                           0, NULL);
-    cr_assert_not_null(j);
-    spec_tuning_t bad;
-    kiln_err_t err;
-    cr_assert_eq(spec_tuning_parse(j, &bad, &err), KILN_EINVAL);
-    cr_assert_str_eq(err.field, "hyperband.brackets", "%s", err.message);
-    json_decref(j);
-}
-
-/* The field a hyperband request (over parse()'s base job, one lr range) is refused on; "" when taken. */
-static const char *hyperband_refused(const char *hyperband, char *field, size_t n)
-{
-    char buf[1024];
-    snprintf(buf, sizeof buf,
-             "{\"job\": {\"model\": {\"type\": \"gpt\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"seq_len\": 8},"
-             " \"data\": {\"train\": \"/tmp/x.txt\"}, \"hyperparameters\": {\"max_steps\": 2000}},"
-             " \"parameters\": {\"lr\": {\"type\": \"continuous\", \"min\": 1e-4, \"max\": 1e-2}},"
-             " \"objective\": {\"metric\": \"val_loss\"}, \"strategy\": \"hyperband\", \"hyperband\": %s}", hyperband);
-    json_t *j = json_loads(buf, 0, NULL);
-    cr_assert_not_null(j, "%s", buf);
-    spec_tuning_t t;
-    kiln_err_t err;
-    int rc = spec_tuning_parse(j, &t, &err);
-    json_decref(j);
-    if (rc == 0)
-        spec_tuning_deinit(&t);
-    else
-        cr_assert_eq(rc, KILN_EINVAL, "%s", err.message);
-    snprintf(field, n, "%s", rc ? err.field : "");
-    return field;
+    char f[sizeof(((kiln_err_t *)0)->field)];
+    cr_assert_str_eq(hyperband_refused("{\"min_resource\": 50, \"max_resource\": 450, \"brackets\": 4}", f, sizeof f),
+                     "hyperband.brackets");
 }
 
 Test(tune_search, hyperband_max_rungs_keeps_the_lowest_rungs_then_max_resource)
